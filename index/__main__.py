@@ -1,0 +1,3 @@
+from index.cli import main
+
+main()

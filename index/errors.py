@@ -1,0 +1,47 @@
+"""Error kinds raised by the builder and the query engine.
+
+Each error carries a stable ``code``; the HTTP layer maps codes to status codes in one place.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class EmbeddingError(Exception):
+    """Base class: a problem the caller can understand and act on."""
+
+    code = "error"
+
+    def __init__(self, message: str, **details: Any) -> None:
+        super().__init__(message)
+        self.message = message
+        self.details = details
+
+
+class UnknownTable(EmbeddingError):
+    code = "unknown_table"
+
+
+class UnknownToken(EmbeddingError):
+    code = "unknown_token"
+
+
+class InvalidQuery(EmbeddingError):
+    code = "invalid_request"
+
+
+class InputError(EmbeddingError):
+    """A builder input file is malformed; names the file and, where it applies, the line."""
+
+    code = "bad_input"
+
+    def __init__(self, path: object, problem: str, line: int | None = None) -> None:
+        where = f"{path}:{line}" if line is not None else f"{path}"
+        super().__init__(f"{where}: {problem}", path=str(path), line=line)
+
+
+class ArtifactError(EmbeddingError):
+    """A table on disk is missing files or disagrees with its manifest."""
+
+    code = "bad_artifact"

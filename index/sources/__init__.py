@@ -1,0 +1,127 @@
+"""Readers for every input format. Each turns a file (or directory) into a :class:`RawTable`.
+
+Readers raise :class:`index.errors.InputError` naming the file, the line and the problem. They never
+unpickle: NumPy files are read with ``allow_pickle=False``.
+"""
+
+from __future__ import annotations
+
+import gzip
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+import numpy as np
+
+from index.errors import InputError
+
+
+@dataclass
+class ReadOptions:
+    vocab: Path | None = None
+    unicode_errors: str = "strict"  # or "replace"
+    drop_invalid: bool = False
+    tensor: str | None = None
+    allow_pickle: bool = False
+
+
+@dataclass
+class RawTable:
+    """What a reader yields: row ``i`` of ``matrix`` belongs to ``tokens[i]``."""
+
+    tokens: list[str]
+    matrix: np.ndarray  # float32, rows x dim
+    first_line: int = 1  # line number of row 0 in the source, for error messages
+    metadata: dict[str, list[str]] = field(default_factory=dict)
+    flags: np.ndarray | None = None  # per-row token kind bits, model tables only
+    report: dict[str, Any] = field(default_factory=dict)  # what the reader cleaned
+    info: dict[str, Any] = field(default_factory=dict)  # extra manifest fields (model, tokenizer, ...)
+    kind: str = "words"  # "words" or "tokens"
+
+
+Reader = Callable[[Path, ReadOptions], RawTable]
+
+
+def open_text(path: Path) -> IO[bytes]:
+    """Open a possibly gzip-compressed file for binary reading."""
+    with open(path, "rb") as handle:
+        magic = handle.read(2)
+    return gzip.open(path, "rb") if magic == b"\x1f\x8b" else open(path, "rb")
+
+
+def read_bytes(path: Path) -> bytes:
+    with open_text(path) as handle:
+        try:
+            return handle.read()
+        except (OSError, EOFError) as exc:
+            raise InputError(path, f"cannot read: {exc}") from None
+
+
+def _registry() -> dict[str, Reader]:
+    from index.sources import glove_package, numpy_vocab, projector, text, word2vec_binary
+
+    readers: dict[str, Reader] = {
+        "word2vec": text.read_word2vec_text,
+        "glove": text.read_glove_text,
+        "fasttext": text.read_word2vec_text,
+        "word2vec-binary": word2vec_binary.read,
+        "npy": numpy_vocab.read,
+        "projector": projector.read,
+        "glove-package": glove_package.read,
+    }
+    try:
+        from index.sources import huggingface
+
+        readers["hf"] = huggingface.read
+    except ImportError:  # pragma: no cover - optional until the model reader lands
+        pass
+    return readers
+
+
+FORMATS = ("auto", "word2vec", "word2vec-binary", "glove", "fasttext", "npy", "projector", "hf", "glove-package")
+
+
+def sniff_format(path: Path) -> str:
+    """Guess the format of ``path`` from its name and first bytes."""
+    path = Path(path)
+    if path.is_dir():
+        if (path / "config.json").is_file() or any(path.glob("*.safetensors")):
+            return "hf"
+        if (path / "vectors.tsv").is_file():
+            return "projector"
+        raise InputError(path, "directory holds neither a model (config.json, *.safetensors) nor vectors.tsv")
+    name = path.name.lower().removesuffix(".gz")
+    if name.endswith(".npy"):
+        return "npy"
+    if name.endswith(".tsv"):
+        return "projector"
+    if name.endswith(".safetensors"):
+        return "hf"
+    if name.endswith((".model", ".kv", ".pkl", ".pickle")):
+        raise InputError(path, "pickled gensim/Python files are not read (they can run code)")
+    with open_text(path) as handle:
+        head = handle.read(4096)
+    first = head.split(b"\n", 1)[0]
+    parts = first.split()
+    if len(parts) == 2 and all(p.isdigit() for p in parts):
+        rest = head[len(first) + 1 :]
+        # word2vec binary: after the header, a token, a space, then raw float32 bytes.
+        sample = rest[:256]
+        if sample and sum(b < 9 or 13 < b < 32 or b > 126 for b in sample) > len(sample) // 8:
+            return "word2vec-binary"
+        return "fasttext" if name.endswith(".vec") else "word2vec"
+    return "glove"
+
+
+def read_source(path: Path, fmt: str = "auto", options: ReadOptions | None = None) -> tuple[RawTable, str]:
+    """Read ``path`` in ``fmt`` (sniffed when "auto"); return the raw table and the format used."""
+    path = Path(path)
+    options = options or ReadOptions()
+    if fmt != "glove-package" and not path.exists():
+        raise InputError(path, "no such file or directory")
+    fmt = sniff_format(path) if fmt == "auto" else fmt
+    readers = _registry()
+    if fmt not in readers:
+        raise InputError(path, f"unknown format {fmt!r}; choose one of {', '.join(FORMATS)}")
+    return readers[fmt](path, options), fmt

@@ -1,0 +1,377 @@
+"""The read-only query engine over one built table.
+
+Everything that answers a question about a table lives here, so the command line, the benchmarks and the
+HTTP API run the very same code. Answers follow gensim's ``KeyedVectors`` semantics:
+
+- ``most_similar``: the mean of the unit rows (positive +1, negative -1), re-normalised; the inputs left out;
+- ``most_similar_cosmul``: 3CosMul of Levy and Goldberg with cosines shifted to [0, 1];
+- ``similarity``: cosine of two rows.
+
+Exact search is a brute-force inner product over the memory-mapped unit rows; an approximate FAISS index
+(HNSW, IVF, ...) is used when the table has one and the caller does not ask for ``exact``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import unicodedata
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import faiss
+import numpy as np
+from rapidfuzz import fuzz, process
+
+from index import artifact
+from index.errors import ArtifactError, InvalidQuery, UnknownToken
+from index.faiss_index import set_search_params
+from index.tokens import Tokens
+
+log = logging.getLogger(__name__)
+
+COSMUL_EPSILON = 1e-6  # gensim's guard against division by zero in 3CosMul
+SMALL_BATCH = 2  # up to this many queries a plain matrix product beats FAISS's blocked search
+SUGGESTION_POOL = 50_000  # unknown tokens are matched against the most frequent rows
+FLAGS = "token_flags.npy"
+FLAG_SPECIAL = 1
+FLAG_CONTINUATION = 2
+SPACE_MARKERS = ("Ġ", "▁", " ")
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """The row a query word resolved to."""
+
+    query: str
+    id: int
+    token: str
+    match: str  # "exact", "space-marked", "casefold" or "id"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"text": self.query, "token": self.token, "id": self.id, "match": self.match}
+
+
+Neighbor = tuple[int, float]
+
+
+class Table:
+    """A loaded table: tokens, unit rows, their original norms and an optional FAISS index."""
+
+    def __init__(
+        self,
+        directory: Path,
+        manifest: dict[str, Any],
+        vectors: np.ndarray,
+        norms: np.ndarray,
+        tokens: Tokens,
+        index: faiss.Index | None,
+        flags: np.ndarray | None = None,
+        metadata: dict[str, list[str]] | None = None,
+    ) -> None:
+        self.directory = directory
+        self.manifest = manifest
+        self.vectors = vectors
+        self.norms = norms
+        self.tokens = tokens
+        self.index = index
+        self.flags = flags
+        self.metadata = metadata or {}
+        self._suggestion_pool: list[str] | None = None
+
+    # ------------------------------------------------------------------ loading
+    @classmethod
+    def load(cls, directory: Path, checksums: bool = True) -> Table:
+        """Map a table read-only after checking its files against the manifest."""
+        directory = Path(directory)
+        result = artifact.verify(directory, checksums=checksums)
+        if not result.ok:
+            raise ArtifactError(f"table {directory.name!r} disagrees with its manifest: " + "; ".join(result.problems))
+        manifest = artifact.read_manifest(directory)
+        vectors = np.load(directory / artifact.VECTORS, mmap_mode="r")
+        norms = np.load(directory / artifact.NORMS, mmap_mode="r")
+        if vectors.dtype != np.float32 or vectors.ndim != 2 or norms.shape != (vectors.shape[0],):
+            raise ArtifactError(f"table {directory.name!r}: vectors must be a float32 matrix with one norm per row")
+        index = None
+        index_info = manifest.get("index", {})
+        if (directory / artifact.INDEX).is_file() and not index_info.get("exact", False):
+            index = faiss.read_index(str(directory / artifact.INDEX), faiss.IO_FLAG_MMAP_IFC | faiss.IO_FLAG_READ_ONLY)
+            set_search_params(index, ef_search=index_info.get("spec", {}).get("efSearch"))
+            if index.ntotal != vectors.shape[0] or index.d != vectors.shape[1]:
+                raise ArtifactError(f"table {directory.name!r}: index size disagrees with the vectors")
+        flags = np.load(directory / FLAGS, mmap_mode="r") if (directory / FLAGS).is_file() else None
+        metadata = None
+        if (directory / artifact.METADATA).is_file():
+            metadata = json.loads((directory / artifact.METADATA).read_text())
+        return cls(directory, manifest, vectors, norms, Tokens(directory), index, flags, metadata)
+
+    # ---------------------------------------------------------------- properties
+    @property
+    def name(self) -> str:
+        return str(self.manifest["name"])
+
+    @property
+    def rows(self) -> int:
+        return int(self.vectors.shape[0])
+
+    @property
+    def dim(self) -> int:
+        return int(self.vectors.shape[1])
+
+    @property
+    def kind(self) -> str:
+        return str(self.manifest.get("kind", "words"))
+
+    @property
+    def approximate(self) -> bool:
+        return self.index is not None
+
+    def summary(self) -> dict[str, Any]:
+        """What a client needs to know about the table, without the per-file checksums."""
+        m = self.manifest
+        out = {
+            "name": self.name,
+            "rows": self.rows,
+            "dim": self.dim,
+            "kind": self.kind,
+            "index": m.get("index", {}).get("spec", {"kind": "flat"}),
+            "recall_at_10": m.get("index", {}).get("recall_at_10"),
+            "source": m.get("source", {}),
+            "metadata_columns": sorted(self.metadata),
+            "built_at": m.get("built_at"),
+        }
+        if "model" in m:
+            out["model"] = m["model"]
+        return out
+
+    # ------------------------------------------------------------------- lookup
+    def find(self, text: str) -> Resolved | None:
+        """Resolve a word: exact, then the space-marked form for model tokens, then case-folded."""
+        text = unicodedata.normalize("NFC", text)
+        found = self.tokens.find(text)
+        if found is not None:
+            return Resolved(text, found, text, "exact")
+        if self.kind == "tokens":
+            for marker in SPACE_MARKERS:
+                found = self.tokens.find(marker + text)
+                if found is not None:
+                    return Resolved(text, found, marker + text, "space-marked")
+        found = self.tokens.find_folded(text)
+        if found is not None:
+            return Resolved(text, found, self.tokens[found], "casefold")
+        return None
+
+    def resolve(self, text: str) -> Resolved:
+        """Like :meth:`find`, but raise :class:`UnknownToken` with suggestions when nothing matches."""
+        found = self.find(text)
+        if found is None:
+            raise UnknownToken(
+                f"token {text!r} is not in table {self.name!r}", suggestions=self.suggest(text), token=text
+            )
+        return found
+
+    def resolve_id(self, row: int) -> Resolved:
+        if not 0 <= row < self.rows:
+            raise UnknownToken(f"id {row} is outside table {self.name!r} (0..{self.rows - 1})", suggestions=[])
+        return Resolved(str(row), row, self.tokens[row], "id")
+
+    def suggest(self, text: str, limit: int = 5) -> list[str]:
+        """Up to ``limit`` known tokens spelled like ``text`` (most frequent rows, and alphabetical neighbours)."""
+        if self._suggestion_pool is None:
+            self._suggestion_pool = self.tokens[: min(self.rows, SUGGESTION_POOL)]
+        pool = self._suggestion_pool + self.tokens.labels(self.tokens.folded_neighbourhood(text, 10))
+        matches = process.extract(text.casefold(), pool, scorer=fuzz.ratio, processor=str.casefold, limit=limit * 3)
+        out: list[str] = []
+        for label, score, _ in matches:
+            if score >= 50 and label not in out:
+                out.append(label)
+        return out[:limit]
+
+    def row(self, row: int, normalized: bool = False) -> np.ndarray:
+        """The row as float32: unit length, or scaled back to its original norm."""
+        unit = np.asarray(self.vectors[row], dtype=np.float32)
+        return unit if normalized else unit * self.norms[row]
+
+    # ------------------------------------------------------------------- search
+    def normalize_queries(self, vectors: np.ndarray) -> np.ndarray:
+        """Validate raw query vectors (m, dim) and scale them to unit length."""
+        queries = np.asarray(vectors, dtype=np.float64)
+        if queries.ndim != 2 or queries.shape[1] != self.dim:
+            raise InvalidQuery(f"query vectors must have {self.dim} values each, got shape {list(queries.shape)}")
+        if not np.isfinite(queries).all():
+            raise InvalidQuery("query vectors must contain only finite numbers")
+        norms = np.linalg.norm(queries, axis=1)
+        if (norms == 0).any():
+            raise InvalidQuery("a query vector is all zeros and has no direction")
+        unit = (queries / norms[:, None]).astype(np.float32)
+        if not np.isfinite(unit).all():
+            raise InvalidQuery("query vectors overflow float32")
+        return unit
+
+    def _limit(self, restrict: int | None) -> int:
+        if restrict is None:
+            return self.rows
+        if restrict < 1:
+            raise InvalidQuery("restrict must be at least 1")
+        return min(restrict, self.rows)
+
+    def _drop_flags(self, skip_special: bool, whole_words_only: bool) -> int:
+        """Bit mask of the token kinds to leave out (0: keep every row)."""
+        if self.flags is None:
+            return 0
+        return (FLAG_SPECIAL if skip_special else 0) | (FLAG_CONTINUATION if whole_words_only else 0)
+
+    def knn(
+        self, queries: np.ndarray, k: int, exact: bool = False, restrict: int | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Top-``k`` (scores, ids) for unit queries; exact brute force unless an approximate index applies."""
+        limit = self._limit(restrict)
+        k = min(k, limit)
+        queries = np.ascontiguousarray(queries, dtype=np.float32)
+        if exact or self.index is None or limit < self.rows:
+            return exact_knn(queries, self.vectors[:limit], k)
+        return self.index.search(queries, k)
+
+    def search(
+        self,
+        queries: np.ndarray,
+        k: int,
+        *,
+        exact: bool = False,
+        restrict: int | None = None,
+        exclude: Sequence[Collection[int]] | None = None,
+        skip_special: bool = False,
+        whole_words_only: bool = False,
+    ) -> list[list[Neighbor]]:
+        """Top-``k`` neighbours of each unit query, leaving out ``exclude[i]`` and filtered token kinds."""
+        limit = self._limit(restrict)
+        drop = self._drop_flags(skip_special, whole_words_only)
+        fetch = k + (max((len(e) for e in exclude), default=0) if exclude else 0)
+        if drop:
+            fetch += 16
+        while True:
+            fetch = min(fetch, limit)
+            scores, ids = self.knn(queries, fetch, exact=exact, restrict=restrict)
+            results, short = [], False
+            for qi in range(len(queries)):
+                skip = exclude[qi] if exclude else ()
+                row: list[Neighbor] = []
+                for score, i in zip(scores[qi].tolist(), ids[qi].tolist(), strict=True):
+                    if i < 0 or i in skip or (drop and self.flags[i] & drop):
+                        continue
+                    row.append((i, score))
+                    if len(row) == k:
+                        break
+                short |= len(row) < k
+                results.append(row)
+            if not short or fetch >= limit:
+                return results
+            fetch *= 4
+
+    def mean_query(self, positive: Sequence[int], negative: Sequence[int] = ()) -> np.ndarray:
+        """gensim's ``most_similar`` query: the weighted mean of unit rows, normalised (1 x dim)."""
+        if not positive and not negative:
+            raise InvalidQuery("give at least one positive or negative token")
+        ids = list(positive) + list(negative)
+        weights = np.array([1.0] * len(positive) + [-1.0] * len(negative))
+        mean = weights @ np.asarray(self.vectors[ids], dtype=np.float64) / len(ids)
+        norm = np.linalg.norm(mean)
+        if norm < 1e-12:
+            raise InvalidQuery("the positive and negative tokens cancel out: the query vector is zero")
+        return (mean / norm).astype(np.float32)[None, :]
+
+    def most_similar(
+        self, positive: Sequence[int], negative: Sequence[int] = (), k: int = 10, **options: Any
+    ) -> list[Neighbor]:
+        """gensim ``most_similar``: neighbours of the mean of the inputs, the inputs left out."""
+        query = self.mean_query(positive, negative)
+        return self.search(query, k, exclude=[set(positive) | set(negative)], **options)[0]
+
+    def cosmul_scores(
+        self, positive: Sequence[int], negative: Sequence[int], restrict: int | None = None
+    ) -> np.ndarray:
+        """3CosMul score of every row (first ``restrict`` rows), as gensim ``most_similar_cosmul``."""
+        if not positive:
+            raise InvalidQuery("3CosMul needs at least one positive token")
+        limit = self._limit(restrict)
+        terms = np.asarray(self.vectors[list(positive) + list(negative)], dtype=np.float32)
+        shifted = (1 + self.vectors[:limit] @ terms.T) / 2
+        pos, neg = shifted[:, : len(positive)], shifted[:, len(positive) :]
+        return np.prod(pos, axis=1) / (np.prod(neg, axis=1) + COSMUL_EPSILON)
+
+    def most_similar_cosmul(
+        self,
+        positive: Sequence[int],
+        negative: Sequence[int] = (),
+        k: int = 10,
+        restrict: int | None = None,
+        skip_special: bool = False,
+        whole_words_only: bool = False,
+        **_: Any,
+    ) -> list[Neighbor]:
+        """gensim ``most_similar_cosmul`` (always exact: it scores every row)."""
+        scores = self.cosmul_scores(positive, negative, restrict)
+        drop = self._drop_flags(skip_special, whole_words_only)
+        if drop:
+            scores = np.where(self.flags[: len(scores)] & drop, -np.inf, scores)
+        return top_k(scores, k, set(positive) | set(negative))
+
+    def analogy(self, a: int, b: int, c: int, k: int = 10, method: str = "3cosadd", **options: Any) -> list[Neighbor]:
+        """a is to b as c is to ?: 3CosAdd (``most_similar``) or 3CosMul, with a, b and c left out."""
+        if method == "3cosadd":
+            return self.most_similar([b, c], [a], k, **options)
+        if method == "3cosmul":
+            return self.most_similar_cosmul([b, c], [a], k, **options)
+        raise InvalidQuery(f"unknown analogy method {method!r}: use 3cosadd or 3cosmul")
+
+    def similarity(self, a: int, b: int) -> float:
+        return float(np.dot(self.vectors[a].astype(np.float64), self.vectors[b].astype(np.float64)))
+
+    def similarities(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        """Cosine of each pair of rows (vectorised)."""
+        left = np.asarray(self.vectors[a], dtype=np.float64)
+        right = np.asarray(self.vectors[b], dtype=np.float64)
+        return np.einsum("ij,ij->i", left, right)
+
+    def project(self, ids: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
+        """The rows on their own first two principal components: (points n x 2, explained variance ratio)."""
+        if len(ids) < 2:
+            raise InvalidQuery("projection needs at least two distinct tokens")
+        rows = np.asarray(self.vectors[list(ids)], dtype=np.float64)
+        centred = rows - rows.mean(axis=0)
+        u, s, vt = np.linalg.svd(centred, full_matrices=False)
+        # Fix the sign of each component (largest loading positive) so the picture is stable.
+        signs = np.sign(vt[np.arange(len(vt)), np.abs(vt).argmax(axis=1)])
+        signs[signs == 0] = 1
+        points = (u * s * signs)[:, :2]
+        if points.shape[1] < 2:
+            points = np.pad(points, ((0, 0), (0, 2 - points.shape[1])))
+        variance = s**2
+        total = variance.sum()
+        ratio = variance[:2] / total if total > 0 else np.zeros(2)
+        return points, np.pad(ratio, (0, 2 - len(ratio)))
+
+
+def exact_knn(queries: np.ndarray, base: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Brute-force inner-product top-``k``: one BLAS product for a few queries, FAISS's blocked search beyond."""
+    if len(queries) > SMALL_BATCH:
+        return faiss.knn(queries, base, k, metric=faiss.METRIC_INNER_PRODUCT)
+    scores = queries @ np.asarray(base).T  # queries x rows
+    if k < scores.shape[1]:
+        best = np.argpartition(-scores, k - 1, axis=1)[:, :k]
+    else:
+        best = np.broadcast_to(np.arange(scores.shape[1]), scores.shape)
+    top = np.take_along_axis(scores, best, axis=1)
+    order = np.argsort(-top, axis=1, kind="stable")
+    return np.take_along_axis(top, order, axis=1), np.take_along_axis(best, order, axis=1).astype(np.int64)
+
+
+def top_k(scores: np.ndarray, k: int, exclude: Collection[int] = ()) -> list[Neighbor]:
+    """The ``k`` best (id, score) pairs of a full score vector, best first, ``exclude`` left out."""
+    want = min(len(scores), k + len(exclude))
+    best = np.argpartition(-scores, want - 1)[:want] if want < len(scores) else np.arange(len(scores))
+    best = best[np.argsort(-scores[best], kind="stable")]
+    out = [(int(i), float(scores[i])) for i in best if int(i) not in exclude and np.isfinite(scores[i])]
+    return out[:k]

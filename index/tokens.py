@@ -1,0 +1,96 @@
+"""Token labels stored as one UTF-8 blob plus offsets, searchable without a Python dict.
+
+Every array is memory-mapped read-only, so several server processes share the pages. Lookup is a binary
+search over a sorted permutation: exact match, and a case-folded match where the lowest id (the most
+frequent token, for frequency-ordered tables) wins.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+import numpy as np
+
+BLOB = "tokens.bin"
+OFFSETS = "token_offsets.npy"
+ORDER = "token_order.npy"
+FOLDED_ORDER = "token_folded_order.npy"
+FILES = (BLOB, OFFSETS, ORDER, FOLDED_ORDER)
+
+
+def write_tokens(directory: Path, tokens: Sequence[str]) -> None:
+    """Write the token files for ``tokens`` (row id = position) into ``directory``."""
+    encoded = [t.encode("utf-8") for t in tokens]
+    lengths = np.fromiter((len(b) for b in encoded), dtype=np.int64, count=len(encoded))
+    offsets = np.zeros(len(encoded) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    (directory / BLOB).write_bytes(b"".join(encoded))
+    np.save(directory / OFFSETS, offsets)
+    order = sorted(range(len(tokens)), key=tokens.__getitem__)
+    np.save(directory / ORDER, np.asarray(order, dtype=np.int32))
+    folded = [t.casefold() for t in tokens]
+    folded_order = sorted(range(len(tokens)), key=lambda i: (folded[i], i))
+    np.save(directory / FOLDED_ORDER, np.asarray(folded_order, dtype=np.int32))
+
+
+class _Keys(Sequence[str]):
+    """A lazy view of the tokens in a sorted order, for ``bisect``."""
+
+    def __init__(self, tokens: Tokens, order: np.ndarray, fold: bool) -> None:
+        self._tokens, self._order, self._fold = tokens, order, fold
+
+    def __len__(self) -> int:
+        return len(self._order)
+
+    def __getitem__(self, i):  # type: ignore[override]
+        token = self._tokens[int(self._order[i])]
+        return token.casefold() if self._fold else token
+
+
+class Tokens(Sequence[str]):
+    """Read-only token labels of one table."""
+
+    def __init__(self, directory: Path) -> None:
+        self._offsets = np.load(directory / OFFSETS, mmap_mode="r")
+        self._blob = np.memmap(directory / BLOB, dtype=np.uint8, mode="r") if self._offsets[-1] else b""
+        self._order = np.load(directory / ORDER, mmap_mode="r")
+        self._folded_order = np.load(directory / FOLDED_ORDER, mmap_mode="r")
+        self._exact = _Keys(self, self._order, fold=False)
+        self._folded = _Keys(self, self._folded_order, fold=True)
+
+    def __len__(self) -> int:
+        return len(self._offsets) - 1
+
+    def __getitem__(self, i):  # type: ignore[override]
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        if i < 0:
+            i += len(self)
+        start, end = int(self._offsets[i]), int(self._offsets[i + 1])
+        return bytes(self._blob[start:end]).decode("utf-8")
+
+    def labels(self, ids: Iterable[int]) -> list[str]:
+        return [self[int(i)] for i in ids]
+
+    def find(self, token: str) -> int | None:
+        """Row id of exactly ``token``, or None."""
+        pos = bisect.bisect_left(self._exact, token)
+        if pos < len(self._exact) and self._exact[pos] == token:
+            return int(self._order[pos])
+        return None
+
+    def find_folded(self, token: str) -> int | None:
+        """Lowest row id whose case-folded label equals ``token`` case-folded, or None."""
+        key = token.casefold()
+        pos = bisect.bisect_left(self._folded, key)
+        if pos < len(self._folded) and self._folded[pos] == key:
+            return int(self._folded_order[pos])
+        return None
+
+    def folded_neighbourhood(self, token: str, width: int) -> list[int]:
+        """Ids of the tokens that sort next to ``token`` case-folded (candidates for suggestions)."""
+        pos = bisect.bisect_left(self._folded, token.casefold())
+        lo, hi = max(0, pos - width), min(len(self._folded), pos + width)
+        return [int(i) for i in self._folded_order[lo:hi]]

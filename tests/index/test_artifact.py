@@ -1,0 +1,99 @@
+"""The artifact: atomic publication, manifest verification, refusal of damaged tables."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from index import artifact
+from index.build import build_table
+from index.errors import ArtifactError, InvalidQuery
+from index.sources import RawTable
+from index.table import Table
+
+
+def _raw(rows: int = 300, dim: int = 8, seed: int = 0) -> RawTable:
+    rng = np.random.default_rng(seed)
+    return RawTable(tokens=[f"w{i}" for i in range(rows)], matrix=rng.standard_normal((rows, dim)).astype(np.float32))
+
+
+def test_build_writes_manifest_with_checksums(tmp_path: Path) -> None:
+    manifest = build_table(_raw(), data_dir=tmp_path, name="t", source={"format": "test"})
+    directory = tmp_path / "t"
+    on_disk = json.loads((directory / artifact.MANIFEST).read_text())
+    assert on_disk == manifest
+    assert manifest["rows"] == 300 and manifest["dim"] == 8
+    assert manifest["index"]["spec"]["kind"] == "flat" and manifest["index"]["recall_at_10"] == 1.0
+    assert set(manifest["files"]) == {p.name for p in directory.iterdir()} - {artifact.MANIFEST}
+    for name, info in manifest["files"].items():
+        assert info["sha256"] == artifact.sha256_file(directory / name)
+    assert artifact.verify(directory).ok
+    assert not list(tmp_path.glob(".tmp-*"))
+
+
+def test_rows_are_unit_and_norms_kept(tmp_path: Path) -> None:
+    raw = _raw()
+    original = raw.matrix.copy()
+    build_table(raw, data_dir=tmp_path, name="t", source={})
+    table = Table.load(tmp_path / "t")
+    np.testing.assert_allclose(np.linalg.norm(table.vectors, axis=1), 1.0, rtol=1e-6)
+    np.testing.assert_allclose(table.row(5), original[5], rtol=1e-5)
+    np.testing.assert_allclose(table.row(5, normalized=True), original[5] / np.linalg.norm(original[5]), rtol=1e-5)
+
+
+def test_existing_table_needs_force_and_survives_failed_rebuild(tmp_path: Path) -> None:
+    build_table(_raw(seed=1), data_dir=tmp_path, name="t", source={})
+    before = (tmp_path / "t" / artifact.VECTORS).read_bytes()
+    with pytest.raises(ArtifactError):
+        build_table(_raw(seed=2), data_dir=tmp_path, name="t", source={})
+    bad = _raw(seed=3)
+    bad.matrix[7, 2] = np.nan
+    with pytest.raises(Exception, match="NaN"):
+        build_table(bad, data_dir=tmp_path, name="t", source={}, force=True)
+    assert (tmp_path / "t" / artifact.VECTORS).read_bytes() == before
+    assert artifact.list_tables(tmp_path) == ["t"]
+    assert not list(tmp_path.glob(".tmp-*"))
+    build_table(_raw(seed=4), data_dir=tmp_path, name="t", source={}, force=True)
+    assert (tmp_path / "t" / artifact.VECTORS).read_bytes() != before
+
+
+@pytest.mark.parametrize("damage", ["truncate", "flip", "manifest", "extra", "missing"])
+def test_loader_refuses_damaged_table(tmp_path: Path, damage: str) -> None:
+    build_table(_raw(), data_dir=tmp_path, name="t", source={})
+    directory = tmp_path / "t"
+    vectors = directory / artifact.VECTORS
+    if damage == "truncate":
+        vectors.write_bytes(vectors.read_bytes()[:-100])
+    elif damage == "flip":
+        data = bytearray(vectors.read_bytes())
+        data[-7] ^= 0xFF
+        vectors.write_bytes(bytes(data))
+    elif damage == "manifest":
+        manifest = json.loads((directory / artifact.MANIFEST).read_text())
+        manifest["files"][artifact.NORMS]["sha256"] = "0" * 64
+        (directory / artifact.MANIFEST).write_text(json.dumps(manifest))
+    elif damage == "extra":
+        (directory / "stray.bin").write_bytes(b"x")
+    else:
+        (directory / artifact.NORMS).unlink()
+    with pytest.raises(ArtifactError, match="disagrees with its manifest"):
+        Table.load(directory)
+
+
+@pytest.mark.parametrize("name", ["..", "../x", "a/b", ".hidden", "", "x" * 65, "a\x00b", "%2e%2e"])
+def test_unsafe_names_are_refused(tmp_path: Path, name: str) -> None:
+    with pytest.raises(InvalidQuery):
+        artifact.table_dir(tmp_path, name)
+
+
+def test_stale_temporary_directories_are_cleaned(tmp_path: Path) -> None:
+    build_table(_raw(), data_dir=tmp_path, name="t", source={})
+    (tmp_path / ".tmp-t-deadbeef").mkdir()
+    shutil.copytree(tmp_path / "t", tmp_path / ".old-u-12345678")
+    removed = artifact.clean_stale(tmp_path)
+    assert len(removed) == 2
+    assert artifact.list_tables(tmp_path) == ["t", "u"]

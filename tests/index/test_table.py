@@ -1,0 +1,85 @@
+"""The query engine on real GloVe rows: lookup, neighbours, analogies, projection, against brute force."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from index.errors import InvalidQuery, UnknownToken
+from index.table import Table
+
+
+def brute_force(table: Table, query: np.ndarray, k: int, exclude: set[int]) -> list[int]:
+    scores = np.asarray(table.vectors, dtype=np.float64) @ query.astype(np.float64)
+    order = [int(i) for i in np.argsort(-scores) if int(i) not in exclude]
+    return order[:k]
+
+
+def test_lookup_exact_then_casefold(small: Table) -> None:
+    heart = small.resolve("heart")
+    assert small.tokens[heart.id] == "heart" and heart.match == "exact"
+    folded = small.resolve("HeArT")
+    assert folded.id == heart.id and folded.match == "casefold"
+    assert small.find("no-such-token-xyz") is None
+    with pytest.raises(UnknownToken) as info:
+        small.resolve("hearrt")
+    assert "heart" in info.value.details["suggestions"]
+
+
+def test_token_order_matches_source(small: Table, glove_raw) -> None:
+    assert len(small.tokens) == 20_000
+    assert small.tokens[:5] == glove_raw.tokens[:5]
+    assert all(small.tokens.find(t) == i for i, t in enumerate(glove_raw.tokens[:2000]))
+
+
+@pytest.mark.parametrize("word", ["heart", "king", "paris", "computer"])
+def test_neighbours_equal_brute_force(small: Table, word: str) -> None:
+    row = small.resolve(word).id
+    got = [i for i, _ in small.most_similar([row], k=8)]
+    assert got == brute_force(small, np.asarray(small.vectors[row]), 8, {row})
+
+
+def test_batch_search_equals_single(small: Table) -> None:
+    ids = [small.resolve(w).id for w in ("red", "blue", "green", "one", "two")]
+    queries = np.asarray(small.vectors[ids])
+    batch = small.search(queries, 10, exclude=[{i} for i in ids])
+    for row, result in zip(ids, batch, strict=True):
+        single = small.most_similar([row], k=10)
+        assert [i for i, _ in result] == [i for i, _ in single]
+        np.testing.assert_allclose([s for _, s in result], [s for _, s in single], rtol=1e-5)
+
+
+def test_analogy_king_queen(small: Table) -> None:
+    a, b, c = (small.resolve(w).id for w in ("man", "king", "woman"))
+    for method in ("3cosadd", "3cosmul"):
+        top = small.analogy(a, b, c, k=3, method=method)
+        assert small.tokens[top[0][0]] == "queen"
+        assert not {a, b, c} & {i for i, _ in top}
+    with pytest.raises(InvalidQuery):
+        small.analogy(a, b, c, method="bogus")
+
+
+def test_restrict_limits_candidates(small: Table) -> None:
+    row = small.resolve("heart").id
+    assert all(i < 1000 for i, _ in small.most_similar([row], k=10, restrict=1000))
+
+
+def test_zero_query_and_bad_vectors_refused(small: Table) -> None:
+    row = small.resolve("heart").id
+    with pytest.raises(InvalidQuery, match="cancel"):
+        small.most_similar([row], [row], k=5)
+    for bad in (np.zeros((1, small.dim)), np.full((1, small.dim), np.nan), np.ones((1, 3))):
+        with pytest.raises(InvalidQuery):
+            small.normalize_queries(bad)
+
+
+def test_projection_is_pca(small: Table) -> None:
+    ids = [small.resolve(w).id for w in ("red", "blue", "green", "one", "two", "three")]
+    points, ratio = small.project(ids)
+    rows = np.asarray(small.vectors[ids], dtype=np.float64)
+    centred = rows - rows.mean(axis=0)
+    _, s, _ = np.linalg.svd(centred)
+    np.testing.assert_allclose(ratio, (s**2 / (s**2).sum())[:2], rtol=1e-9)
+    np.testing.assert_allclose(np.linalg.norm(points, axis=0), s[:2], rtol=1e-9)
+    # colours and numbers fall on opposite sides of the first component
+    assert np.sign(points[:3, 0]).tolist() != np.sign(points[3:, 0]).tolist()

@@ -63,6 +63,8 @@ def build_table(
             faiss.write_index(built.index, str(tmp / artifact.INDEX))
         if raw.flags is not None:
             np.save(tmp / FLAGS, np.asarray(raw.flags, dtype=np.uint8), allow_pickle=False)
+        for file_name, content in raw.extra_files.items():
+            (tmp / artifact.check_name(file_name)).write_bytes(content)
         if raw.metadata:
             (tmp / artifact.METADATA).write_text(json.dumps(raw.metadata, ensure_ascii=False))
         manifest = artifact.write_manifest(

@@ -76,6 +76,7 @@ def clean(raw: RawTable, path: Path | str, drop_invalid: bool = False) -> tuple[
             report=report,
             info=raw.info,
             kind=raw.kind,
+            extra_files=raw.extra_files,
         )
     else:
         raw.matrix = matrix

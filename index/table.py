@@ -36,6 +36,7 @@ COSMUL_EPSILON = 1e-6  # gensim's guard against division by zero in 3CosMul
 SMALL_BATCH = 2  # up to this many queries a plain matrix product beats FAISS's blocked search
 SUGGESTION_POOL = 50_000  # unknown tokens are matched against the most frequent rows
 FLAGS = "token_flags.npy"
+TOKENIZER = "tokenizer.json"
 FLAG_SPECIAL = 1
 FLAG_CONTINUATION = 2
 SPACE_MARKERS = ("Ġ", "▁", " ")
@@ -80,6 +81,7 @@ class Table:
         self.flags = flags
         self.metadata = metadata or {}
         self._suggestion_pool: list[str] | None = None
+        self._tokenizer: Any = None
 
     # ------------------------------------------------------------------ loading
     @classmethod
@@ -193,6 +195,29 @@ class Table:
         """The row as float32: unit length, or scaled back to its original norm."""
         unit = np.asarray(self.vectors[row], dtype=np.float32)
         return unit if normalized else unit * self.norms[row]
+
+    # ---------------------------------------------------------------- tokenizer
+    @property
+    def has_tokenizer(self) -> bool:
+        return (self.directory / TOKENIZER).is_file()
+
+    def tokenize(self, text: str) -> list[tuple[int, str]]:
+        """The (id, label) pairs the table's own tokenizer gives for ``text``, special tokens left out."""
+        if not self.has_tokenizer:
+            raise InvalidQuery(f"table {self.name!r} has no tokenizer (only model-token tables do)")
+        if self._tokenizer is None:
+            from tokenizers import Tokenizer
+
+            self._tokenizer = Tokenizer.from_file(str(self.directory / TOKENIZER))
+        encoding = self._tokenizer.encode(text, add_special_tokens=False)
+        return [(int(i), self.tokens[int(i)]) for i in encoding.ids if 0 <= int(i) < self.rows]
+
+    def compose(self, text: str) -> tuple[np.ndarray, list[tuple[int, str]]]:
+        """A multi-token word as the normalised mean of its token rows: (1 x dim unit query, its tokens)."""
+        pieces = self.tokenize(text)
+        if not pieces:
+            raise InvalidQuery(f"{text!r} gives no tokens")
+        return self.mean_query([i for i, _ in pieces]), pieces
 
     # ------------------------------------------------------------------- search
     def normalize_queries(self, vectors: np.ndarray) -> np.ndarray:

@@ -38,6 +38,7 @@ class RawTable:
     report: dict[str, Any] = field(default_factory=dict)  # what the reader cleaned
     info: dict[str, Any] = field(default_factory=dict)  # extra manifest fields (model, tokenizer, ...)
     kind: str = "words"  # "words" or "tokens"
+    extra_files: dict[str, bytes] = field(default_factory=dict)  # copied into the artifact (e.g. tokenizer.json)
 
 
 Reader = Callable[[Path, ReadOptions], RawTable]

@@ -117,35 +117,34 @@ def measure_recall(index: faiss.Index, vectors: np.ndarray, seed: int = 0, sampl
 
 @dataclass
 class BuiltIndex:
-    index: faiss.Index
+    index: faiss.Index | None  # None for "flat"
     info: dict[str, Any]
 
 
 def build_and_measure(vectors: np.ndarray, spec: IndexSpec, min_recall: float, seed: int = 0) -> BuiltIndex:
     """Build the index, measure recall@10 (tuning efSearch where asked) and refuse it below ``min_recall``."""
     started = time.perf_counter()
+    if spec.kind == "flat":  # exact search runs on the stored matrix: no index, and no copy of the vectors
+        info: dict[str, Any] = {"spec": spec.describe(), "faiss_description": "IndexFlatIP"}
+        info.update(recall_at_10=1.0, exact=True, build_seconds=round(time.perf_counter() - started, 3))
+        return BuiltIndex(index=None, info=info)
     index = build_index(vectors, spec)
-    info: dict[str, Any] = {"spec": spec.describe(), "faiss_description": type(index).__name__}
-    if spec.kind == "flat":
-        info.update(recall_at_10=1.0, exact=True)
-    else:
-        recall = None
-        if spec.kind == "hnsw" and spec.ef_search is None:
-            target = spec.target_recall or max(min_recall, AUTO_TARGET_RECALL)
-            for ef in EF_SEARCH_STEPS:
-                set_search_params(index, ef_search=ef)
-                recall = measure_recall(index, vectors, seed)
-                spec.ef_search = ef
-                if recall >= target:
-                    break
-        else:
-            set_search_params(index, ef_search=spec.ef_search)
+    info = {"spec": spec.describe(), "faiss_description": type(index).__name__}
+    recall = None
+    if spec.kind == "hnsw" and spec.ef_search is None:
+        target = spec.target_recall or max(min_recall, AUTO_TARGET_RECALL)
+        for ef in EF_SEARCH_STEPS:
+            set_search_params(index, ef_search=ef)
             recall = measure_recall(index, vectors, seed)
-        info.update(recall_at_10=round(float(recall), 4), exact=False, recall_sample=min(RECALL_SAMPLE, len(vectors)))
-        info["spec"] = spec.describe()
-        if recall < min_recall:
-            raise InvalidQuery(
-                f"index {spec.describe()} reached recall@10 {recall:.4f}, below --min-recall {min_recall}"
-            )
+            spec.ef_search = ef
+            if recall >= target:
+                break
+    else:
+        set_search_params(index, ef_search=spec.ef_search)
+        recall = measure_recall(index, vectors, seed)
+    info.update(recall_at_10=round(float(recall), 4), exact=False, recall_sample=min(RECALL_SAMPLE, len(vectors)))
+    info["spec"] = spec.describe()
+    if recall < min_recall:
+        raise InvalidQuery(f"index {spec.describe()} reached recall@10 {recall:.4f}, below --min-recall {min_recall}")
     info["build_seconds"] = round(time.perf_counter() - started, 3)
     return BuiltIndex(index=index, info=info)

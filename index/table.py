@@ -208,7 +208,10 @@ class Table:
         if self._tokenizer is None:
             from tokenizers import Tokenizer
 
-            self._tokenizer = Tokenizer.from_file(str(self.directory / TOKENIZER))
+            tokenizer = Tokenizer.from_file(str(self.directory / TOKENIZER))
+            tokenizer.no_padding()  # a model's saved padding/truncation would add [PAD]s or cut the text
+            tokenizer.no_truncation()
+            self._tokenizer = tokenizer
         encoding = self._tokenizer.encode(text, add_special_tokens=False)
         return [(int(i), self.tokens[int(i)]) for i in encoding.ids if 0 <= int(i) < self.rows]
 

@@ -1,0 +1,70 @@
+# embedding-search API image with the default table (GloVe 6B 50d, HNSW index) built in.
+#
+#   docker build -t embedding-search .
+#   docker run --rm -p 8000:8000 --read-only --tmpfs /tmp embedding-search
+#
+# The container serves within seconds and needs no network: the table is built at image build time.
+# Nothing is written outside /tmp, so the root filesystem can be read-only. Configuration: EMBEDDING_* variables.
+
+ARG PYTHON_IMAGE=python:3.11-slim-bookworm
+
+# --------------------------------------------------------------------------------------------------- build
+FROM ${PYTHON_IMAGE} AS build
+
+ENV PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    PYTHONDONTWRITEBYTECODE=1 \
+    PATH=/opt/venv/bin:$PATH
+
+RUN python -m venv /opt/venv
+WORKDIR /src
+
+# Dependencies in their own layer: rebuilt only when pyproject.toml changes, not on every code change.
+COPY pyproject.toml ./
+RUN python -c "import tomllib; print('\n'.join(tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies']))" \
+        > /tmp/requirements.txt \
+    && pip install --no-cache-dir -r /tmp/requirements.txt
+
+# The code, installed without touching the dependency layer.
+COPY README.md ./
+COPY index ./index
+COPY service ./service
+RUN pip install --no-cache-dir --no-deps . \
+    && python -m compileall -q /opt/venv
+
+# The default table, built once here so that containers start without network or build time.
+RUN embedding-index build --data-dir /data
+
+# ------------------------------------------------------------------------------------------------- runtime
+FROM ${PYTHON_IMAGE} AS runtime
+
+# One OpenMP/BLAS thread per process: a replica serves concurrent requests on several threads (FAISS releases
+# the GIL), so per-query threads would only oversubscribe the cores. Raise them with care: workers x threads
+# should not exceed the container's CPUs.
+ENV PATH=/opt/venv/bin:$PATH \
+    PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    HOME=/tmp \
+    TMPDIR=/tmp \
+    OMP_NUM_THREADS=1 \
+    OPENBLAS_NUM_THREADS=1 \
+    MKL_NUM_THREADS=1 \
+    EMBEDDING_DATA_DIR=/data
+
+RUN groupadd --system --gid 10001 app \
+    && useradd --system --uid 10001 --gid app --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin app
+
+COPY --from=build /opt/venv /opt/venv
+# Owned by the app user so that the compose `builder` service can add tables to the volume; the API replicas
+# mount it read-only.
+COPY --from=build --chown=10001:10001 /data /data
+VOLUME ["/data"]
+
+USER 10001:10001
+WORKDIR /tmp
+EXPOSE 8000
+
+HEALTHCHECK --interval=10s --timeout=3s --start-period=60s --retries=3 \
+    CMD ["python", "-c", "import urllib.request; urllib.request.urlopen('http://127.0.0.1:8000/readyz', timeout=2)"]
+
+CMD ["embedding-serve", "--host", "0.0.0.0", "--port", "8000"]

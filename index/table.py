@@ -28,6 +28,7 @@ from rapidfuzz import fuzz, process
 from index import artifact
 from index.errors import ArtifactError, InvalidQuery, UnknownToken
 from index.faiss_index import set_search_params
+from index.sources.huggingface import byte_level_label
 from index.tokens import Tokens
 
 log = logging.getLogger(__name__)
@@ -130,6 +131,11 @@ class Table:
     def approximate(self) -> bool:
         return self.index is not None
 
+    @property
+    def byte_level(self) -> bool:
+        """Whether labels are byte-level BPE strings (GPT-2, Llama 3: "Ġ" for a space, bytes as characters)."""
+        return self.manifest.get("model", {}).get("readable_labels", {}).get("scheme") == "byte-level"
+
     def summary(self) -> dict[str, Any]:
         """What a client needs to know about the table, without the per-file checksums."""
         m = self.manifest
@@ -152,14 +158,19 @@ class Table:
     def find(self, text: str) -> Resolved | None:
         """Resolve a word: exact, then the space-marked form for model tokens, then case-folded."""
         text = unicodedata.normalize("NFC", text)
-        found = self.tokens.find(text)
-        if found is not None:
-            return Resolved(text, found, text, "exact")
+        forms = [text]
+        if self.byte_level:
+            forms.append(byte_level_label(text))  # byte-level BPE labels spell "café" as "cafÃ©"
+        for form in dict.fromkeys(forms):
+            found = self.tokens.find(form)
+            if found is not None:
+                return Resolved(text, found, form, "exact")
         if self.kind == "tokens":
-            for marker in SPACE_MARKERS:
-                found = self.tokens.find(marker + text)
-                if found is not None:
-                    return Resolved(text, found, marker + text, "space-marked")
+            for form in dict.fromkeys(forms):
+                for marker in SPACE_MARKERS:
+                    found = self.tokens.find(marker + form)
+                    if found is not None:
+                        return Resolved(text, found, marker + form, "space-marked")
         found = self.tokens.find_folded(text)
         if found is not None:
             return Resolved(text, found, self.tokens[found], "casefold")
@@ -345,6 +356,42 @@ class Table:
         if drop:
             scores = np.where(self.flags[: len(scores)] & drop, -np.inf, scores)
         return top_k(scores, k, set(positive) | set(negative))
+
+    def most_similar_cosmul_batch(
+        self,
+        queries: Sequence[tuple[Sequence[int], Sequence[int]]],
+        k: int = 10,
+        restrict: int | None = None,
+        skip_special: bool = False,
+        whole_words_only: bool = False,
+        chunk_bytes: int = 64 << 20,
+        **_: Any,
+    ) -> list[list[Neighbor]]:
+        """:meth:`most_similar_cosmul` for many (positive, negative) queries: one matrix product per chunk."""
+        if any(not positive for positive, _ in queries):
+            raise InvalidQuery("3CosMul needs at least one positive token")
+        limit = self._limit(restrict)
+        drop = self._drop_flags(skip_special, whole_words_only)
+        dropped = (self.flags[:limit] & drop) != 0 if drop else None
+        per_chunk = max(1, chunk_bytes // (4 * limit * 4))  # about 3 term rows and 1 score row per query
+        results: list[list[Neighbor]] = []
+        for start in range(0, len(queries), per_chunk):
+            chunk = queries[start : start + per_chunk]
+            terms = [i for positive, negative in chunk for i in (*positive, *negative)]
+            shifted = (1 + np.asarray(self.vectors[terms], dtype=np.float32) @ self.vectors[:limit].T) / 2
+            scores = np.empty((len(chunk), limit), dtype=np.float32)
+            row = 0
+            for qi, (positive, negative) in enumerate(chunk):
+                pos = shifted[row : row + len(positive)]
+                neg = shifted[row + len(positive) : row + len(positive) + len(negative)]
+                row += len(positive) + len(negative)
+                scores[qi] = np.prod(pos, axis=0) / (np.prod(neg, axis=0) + COSMUL_EPSILON)
+                inputs = [i for i in (*positive, *negative) if i < limit]
+                scores[qi, inputs] = -np.inf
+            if dropped is not None:
+                scores[:, dropped] = -np.inf
+            results.extend(top_k(s, k) for s in scores)
+        return results
 
     def analogy(self, a: int, b: int, c: int, k: int = 10, method: str = "3cosadd", **options: Any) -> list[Neighbor]:
         """a is to b as c is to ?: 3CosAdd (``most_similar``) or 3CosMul, with a, b and c left out."""

@@ -204,8 +204,14 @@ def bytes_to_unicode() -> dict[int, str]:
     return {b: chr(c) for b, c in zip(keep, chars, strict=True)}
 
 
-BYTE_DECODER = {c: b for b, c in bytes_to_unicode().items()}
+BYTE_ENCODER = bytes_to_unicode()
+BYTE_DECODER = {c: b for b, c in BYTE_ENCODER.items()}
 BYTE_LEVEL_TO_LATIN1 = str.maketrans({c: chr(b) for c, b in BYTE_DECODER.items()})
+
+
+def byte_level_label(text: str) -> str:
+    """How a byte-level BPE vocabulary spells ``text`` (" café" -> "ĠcafÃ©")."""
+    return "".join(BYTE_ENCODER[b] for b in text.encode("utf-8"))
 
 
 def _component_types(node: Any) -> set[str]:

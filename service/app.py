@@ -1,0 +1,107 @@
+"""The app factory: ``create_app(settings)`` builds the API over the tables in ``settings.data_dir``.
+
+Nothing happens at import time. Tables are loaded in the lifespan (memory-mapped read-only, verified against
+their manifests) onto ``app.state.registry``; a table that fails to load is logged and skipped, and
+``/readyz`` stays 503 until every requested table is loaded. ``app_from_env`` is the uvicorn factory used by
+``embedding-serve`` (``uvicorn --factory service.app:app_from_env``), reading settings from ``EMBEDDING_*``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import faiss
+from fastapi import FastAPI
+from fastapi.middleware.cors import CORSMiddleware
+from fastapi.staticfiles import StaticFiles
+from starlette.concurrency import run_in_threadpool
+from starlette.responses import FileResponse, HTMLResponse, Response
+
+from index import __version__
+from service import errors
+from service.limits import RequestLimitsMiddleware
+from service.metrics import Metrics, MetricsMiddleware
+from service.models import LIMITS, Limits
+from service.registry import Registry
+from service.respond import FastJSON
+from service.routers import ROUTERS
+from service.settings import Settings
+
+log = logging.getLogger(__name__)
+STATIC = Path(__file__).resolve().parent / "static"
+
+DESCRIPTION = """Nearest neighbours, similarity, analogies, raw-vector search and 2-D projection over every
+embedding table built into the data directory. Every error is `{"error": {"code", "message", ...}}`."""
+
+
+def create_app(settings: Settings) -> FastAPI:
+    limits = Limits(max_k=settings.max_k, max_batch=settings.max_batch)
+    metrics = Metrics()
+    table_names: set[str] = set()  # label values the metrics accept
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        if settings.threads:
+            faiss.omp_set_num_threads(settings.threads)
+        registry = await run_in_threadpool(Registry.load, settings.data_dir, settings.tables, settings.verify_checksums)
+        table_names.update(registry.tables)
+        app.state.registry = registry
+        log.info("ready: %d table(s) loaded, %d failed", len(registry.tables), len(registry.failed))
+        yield
+
+    app = FastAPI(
+        title="embedding-search",
+        version=__version__,
+        description=DESCRIPTION,
+        lifespan=lifespan,
+        default_response_class=FastJSON,
+        docs_url="/docs",
+        redoc_url=None,
+    )
+    app.state.settings = settings
+    app.state.metrics = metrics
+    errors.install(app)
+    for router in ROUTERS:
+        app.include_router(router)
+    _mount_explorer(app)
+
+    # The last middleware added runs first: metrics see every request, including refused ones.
+    if settings.cors_origins:
+        app.add_middleware(
+            CORSMiddleware, allow_origins=settings.cors_origins, allow_methods=["GET", "POST"], allow_headers=["*"]
+        )
+    app.add_middleware(RequestLimitsMiddleware, max_body_bytes=settings.max_body_bytes, limits=limits)
+    app.add_middleware(MetricsMiddleware, metrics=metrics, tables=table_names)
+
+    build_openapi = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        token = LIMITS.set(limits)  # the schema shows this app's max_k and max_batch
+        try:
+            return build_openapi()
+        finally:
+            LIMITS.reset(token)
+
+    app.openapi = openapi  # type: ignore[method-assign]
+    return app
+
+
+def _mount_explorer(app: FastAPI) -> None:
+    """The explorer page at ``/`` and its files under ``/static``."""
+    app.mount("/static", StaticFiles(directory=STATIC, check_dir=False), name="static")
+
+    @app.get("/", include_in_schema=False)
+    async def explorer() -> Response:
+        page = STATIC / "index.html"
+        if page.is_file():
+            return FileResponse(page)
+        return HTMLResponse('<!doctype html><title>embedding-search</title><p>API docs: <a href="/docs">/docs</a>')
+
+
+def app_from_env() -> FastAPI:
+    """uvicorn factory: settings from the ``EMBEDDING_*`` environment."""
+    return create_app(Settings())

@@ -1,0 +1,148 @@
+"""One error envelope and one map from error kind to HTTP status.
+
+Every error leaves the service as ``{"error": {"code": ..., "message": ..., ...}}``. The status code comes
+from :data:`ERRORS` only, and the OpenAPI ``responses`` of every operation are generated from the same map,
+so the documentation cannot drift from the behaviour.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, NamedTuple
+
+import orjson
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from pydantic import BaseModel, ConfigDict
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.responses import Response
+
+from index.errors import EmbeddingError
+
+log = logging.getLogger(__name__)
+
+
+class ErrorKind(NamedTuple):
+    status: int
+    description: str
+
+
+ERRORS: dict[str, ErrorKind] = {
+    "unknown_table": ErrorKind(404, "No loaded table has that name (with up to 5 close `suggestions`)"),
+    "unknown_token": ErrorKind(404, "The token is not in the table (with up to 5 close `suggestions`)"),
+    "not_found": ErrorKind(404, "No such path"),
+    "method_not_allowed": ErrorKind(405, "The path does not accept this HTTP method"),
+    "bad_request": ErrorKind(400, "The request is malformed"),
+    "unauthorized": ErrorKind(401, "An API key is required (header X-API-Key)"),
+    "forbidden": ErrorKind(403, "The API key is wrong"),
+    "body_too_large": ErrorKind(413, "The request body is larger than the server's limit"),
+    "invalid_request": ErrorKind(
+        422,
+        "Invalid request: a field has the wrong type or is out of range (k, batch size, vector length, "
+        "NaN/Inf, zero vector, unknown method)",
+    ),
+    "not_ready": ErrorKind(503, "The table (or the server) is not loaded"),
+    "internal": ErrorKind(500, "Unexpected server error (details are in the server log, never in the response)"),
+}
+
+_BY_STATUS = {404: "not_found", 405: "method_not_allowed", 413: "body_too_large", 400: "bad_request"}
+
+
+class ApiError(EmbeddingError):
+    """An error raised by the HTTP layer itself, with any code from :data:`ERRORS`."""
+
+    def __init__(self, code: str, message: str, **details: Any) -> None:
+        super().__init__(message, **details)
+        self.code = code
+
+
+class ErrorBody(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    code: str
+    message: str
+
+
+class ErrorResponse(BaseModel):
+    """The envelope of every error response; kind-specific fields (e.g. ``suggestions``) sit beside code."""
+
+    error: ErrorBody
+
+
+def status_of(code: str) -> int:
+    return ERRORS[code].status if code in ERRORS else 500
+
+
+def error_body(code: str, message: str, **details: Any) -> dict[str, Any]:
+    return {"error": {"code": code, "message": message, **details}}
+
+
+def item_error(exc: EmbeddingError) -> dict[str, Any]:
+    """The envelope for one failed item of a batch (the batch itself succeeds)."""
+    return error_body(exc.code, exc.message, **exc.details)
+
+
+def error_response(code: str, message: str, headers: dict[str, str] | None = None, **details: Any) -> Response:
+    status = status_of(code)
+    body = orjson.dumps(error_body(code, message, **details), option=orjson.OPT_SERIALIZE_NUMPY)
+    return Response(body, status_code=status, media_type="application/json", headers=headers)
+
+
+def responses(*codes: str) -> dict[int | str, dict[str, Any]]:
+    """OpenAPI ``responses=`` for an operation that can fail with ``codes`` (plus the generic 500)."""
+    by_status: dict[int, list[str]] = {}
+    for code in (*codes, "internal"):
+        by_status.setdefault(ERRORS[code].status, []).append(code)
+    return {
+        status: {
+            "model": ErrorResponse,
+            "description": " / ".join(f"`{c}`: {ERRORS[c].description}" for c in kinds),
+        }
+        for status, kinds in sorted(by_status.items())
+    }
+
+
+# Codes every operation on a table can answer with; POST operations can also get body_too_large.
+TABLE_ERRORS = ("unknown_table", "unknown_token", "not_found", "invalid_request", "not_ready")
+BODY_ERRORS = (*TABLE_ERRORS, "body_too_large")
+
+
+def _validation_message(errors: list[dict[str, Any]]) -> tuple[str, list[dict[str, Any]]]:
+    details = []
+    for error in errors:
+        loc = [str(p) for p in error.get("loc", ())]
+        details.append({"loc": loc, "type": error.get("type"), "message": error.get("msg")})
+    shown = [f"{'.'.join(d['loc'][1:] or d['loc']) or 'body'}: {d['message']}" for d in details[:3]]
+    more = f" (and {len(details) - 3} more)" if len(details) > 3 else ""
+    return "; ".join(shown) + more, details
+
+
+async def _embedding_error(_: Request, exc: EmbeddingError) -> Response:
+    if exc.code not in ERRORS:  # an engine error no client can cause (e.g. a corrupt table)
+        log.error("unexpected %s: %s", type(exc).__name__, exc.message)
+        return error_response("internal", "internal server error")
+    return error_response(exc.code, exc.message, **exc.details)
+
+
+async def _validation_error(_: Request, exc: RequestValidationError) -> Response:
+    message, details = _validation_message(list(exc.errors()))
+    return error_response("invalid_request", message, details=details)
+
+
+async def _http_error(_: Request, exc: StarletteHTTPException) -> Response:
+    code = _BY_STATUS.get(exc.status_code, "bad_request" if exc.status_code < 500 else "internal")
+    message = {"not_found": "no such path", "method_not_allowed": "method not allowed"}.get(code, str(exc.detail))
+    return error_response(code, message, headers=dict(exc.headers or {}))
+
+
+async def _unexpected(request: Request, exc: Exception) -> Response:
+    log.error("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
+    return error_response("internal", "internal server error")
+
+
+def install(app: FastAPI) -> None:
+    """Route every kind of error through the envelope."""
+    app.add_exception_handler(EmbeddingError, _embedding_error)  # type: ignore[arg-type]
+    app.add_exception_handler(RequestValidationError, _validation_error)  # type: ignore[arg-type]
+    app.add_exception_handler(StarletteHTTPException, _http_error)  # type: ignore[arg-type]
+    app.add_exception_handler(Exception, _unexpected)

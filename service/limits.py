@@ -1,0 +1,57 @@
+"""Request limits: the body-size cap (413 in the error envelope) and the model limits of this app.
+
+A pure ASGI middleware (no per-request task), so it costs next to nothing on the hot path.
+"""
+
+from __future__ import annotations
+
+from starlette.exceptions import HTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from service.errors import error_response
+from service.models import LIMITS, Limits
+
+
+class BodyTooLarge(HTTPException):
+    def __init__(self, limit: int) -> None:
+        super().__init__(413, f"request body is larger than the limit of {limit} bytes")
+
+
+class RequestLimitsMiddleware:
+    """Refuse bodies over ``max_body_bytes`` and publish ``limits`` to the request models."""
+
+    def __init__(self, app: ASGIApp, max_body_bytes: int, limits: Limits) -> None:
+        self.app = app
+        self.max_body_bytes = max_body_bytes
+        self.limits = limits
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        LIMITS.set(self.limits)
+        limit = self.max_body_bytes
+        for name, value in scope["headers"]:
+            if name == b"content-length":
+                if not value.isdigit():
+                    await error_response("bad_request", "invalid Content-Length header")(scope, receive, send)
+                    return
+                if int(value) > limit:
+                    await error_response("body_too_large", BodyTooLarge(limit).detail, limit=limit)(
+                        scope, receive, send
+                    )
+                    return
+                await self.app(scope, receive, send)  # the server enforces the declared length
+                return
+        received = 0
+
+        async def counted() -> Message:  # chunked bodies: count as they arrive
+            nonlocal received
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > limit:
+                    raise BodyTooLarge(limit)
+            return message
+
+        await self.app(scope, counted, send)

@@ -1,0 +1,114 @@
+"""``embedding-serve``: run the API with uvicorn over the tables in a data directory.
+
+Command-line options override the ``EMBEDDING_*`` environment; workers re-read the environment through the
+app factory ``service.app:app_from_env``. Table files are memory-mapped read-only, so workers share pages.
+"""
+
+from __future__ import annotations
+
+import argparse
+import atexit
+import os
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from service.logs import log_config
+from service.settings import Settings, describe_error
+
+APP = "service.app:app_from_env"
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMEXPR_NUM_THREADS")
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="embedding-serve",
+        description="Serve every embedding table in a data directory as a JSON API (docs at /docs). "
+        "Every option can also be set as an environment variable: EMBEDDING_DATA_DIR, EMBEDDING_MAX_K, ...",
+    )
+    p.add_argument("--data-dir", type=Path, help="directory of built tables (EMBEDDING_DATA_DIR, default ./data)")
+    p.add_argument("--host", default="127.0.0.1", help="interface to bind (default 127.0.0.1)")
+    p.add_argument("--port", type=int, default=8000, help="TCP port (default 8000)")
+    p.add_argument("--workers", type=int, default=1, help="worker processes sharing the mapped tables (default 1)")
+    p.add_argument(
+        "--threads", type=int, help="FAISS/BLAS threads per worker (EMBEDDING_THREADS; default cores/workers)"
+    )
+    p.add_argument("--tables", help="comma-separated table names to load (EMBEDDING_TABLES; default all)")
+    p.add_argument("--log-level", choices=["critical", "error", "warning", "info", "debug"], help="default info")
+    p.add_argument("--log-format", choices=["plain", "json"], help="EMBEDDING_LOG_FORMAT (default plain)")
+    p.add_argument("--no-access-log", action="store_true", help="do not log one line per request")
+    return p
+
+
+def cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def threads_per_worker(workers: int) -> int:
+    """EMBEDDING_THREADS, else OMP_NUM_THREADS, else the cores shared out between the workers."""
+    for variable in ("EMBEDDING_THREADS", "OMP_NUM_THREADS"):
+        value = os.environ.get(variable, "")
+        if value.isdigit() and int(value) > 0:
+            return int(value)
+    return max(1, cores() // workers)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    if args.workers < 1:
+        print("embedding-serve: --workers must be at least 1", file=sys.stderr)
+        return 2
+    overrides = {
+        "EMBEDDING_DATA_DIR": args.data_dir,
+        "EMBEDDING_THREADS": args.threads,
+        "EMBEDDING_TABLES": args.tables,
+        "EMBEDDING_LOG_LEVEL": args.log_level,
+        "EMBEDDING_LOG_FORMAT": args.log_format,
+    }
+    for variable, value in overrides.items():
+        if value is not None:
+            os.environ[variable] = str(value)
+    # Before numpy/FAISS load (in the factory), so BLAS and OpenMP start with this many threads.
+    threads = threads_per_worker(args.workers)
+    os.environ["EMBEDDING_THREADS"] = str(threads)
+    for variable in THREAD_VARIABLES:
+        os.environ[variable] = str(threads)
+    try:
+        settings = Settings()
+    except ValidationError as exc:
+        print(f"embedding-serve: {describe_error(exc)}", file=sys.stderr)
+        return 2
+    if args.workers * threads > cores():
+        print(
+            f"embedding-serve: warning: {args.workers} workers x {threads} threads exceeds {cores()} cores",
+            file=sys.stderr,
+        )
+    if args.workers > 1 and not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        metrics_dir = tempfile.mkdtemp(prefix="embedding-metrics-")
+        atexit.register(shutil.rmtree, metrics_dir, ignore_errors=True)
+        os.environ["PROMETHEUS_MULTIPROC_DIR"] = metrics_dir
+
+    import uvicorn
+
+    uvicorn.run(
+        APP,
+        factory=True,
+        host=args.host,
+        port=args.port,
+        workers=args.workers,
+        log_config=log_config(settings.log_format, settings.log_level),
+        log_level=settings.log_level,
+        access_log=not args.no_access_log,
+        server_header=False,
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,86 @@
+"""Prometheus metrics: requests and latency per route template and table, and time spent in the query engine.
+
+Each app has its own registry (tests build many apps in one process). With several worker processes set
+``PROMETHEUS_MULTIPROC_DIR`` (``embedding-serve --workers N`` does) and ``/metrics`` aggregates every worker.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        self.requests = Counter(
+            "embedding_http_requests",
+            "HTTP requests by route template, table and status code",
+            ("method", "route", "table", "status"),
+            registry=self.registry,
+        )
+        self.latency = Histogram(
+            "embedding_http_request_seconds",
+            "HTTP request latency by route template and table",
+            ("method", "route", "table"),
+            buckets=LATENCY_BUCKETS,
+            registry=self.registry,
+        )
+        self.search = Histogram(
+            "embedding_search_seconds",
+            "Time spent in the query engine per operation and table",
+            ("operation", "table"),
+            buckets=LATENCY_BUCKETS,
+            registry=self.registry,
+        )
+
+    def observe_search(self, operation: str, table: str, seconds: float) -> None:
+        self.search.labels(operation, table).observe(seconds)
+
+    def exposition(self) -> tuple[bytes, str]:
+        if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+            from prometheus_client import multiprocess
+
+            registry = CollectorRegistry()
+            multiprocess.MultiProcessCollector(registry)
+            return generate_latest(registry), CONTENT_TYPE_LATEST
+        return generate_latest(self.registry), CONTENT_TYPE_LATEST
+
+
+class MetricsMiddleware:
+    """Count and time every HTTP request; labels use the route template, never the raw path."""
+
+    def __init__(self, app: ASGIApp, metrics: Metrics, tables: set[str]) -> None:
+        self.app = app
+        self.metrics = metrics
+        self.tables = tables  # only known names become label values, so labels stay few
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = time.perf_counter()
+        status = 500
+
+        async def send_status(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_status)
+        finally:
+            route = scope.get("route")
+            template = getattr(route, "path", None) or "unmatched"
+            table = (scope.get("path_params") or {}).get("table", "")
+            if table and table not in self.tables:
+                table = "unknown"
+            method = scope["method"]
+            self.metrics.requests.labels(method, template, table, str(status)).inc()
+            self.metrics.latency.labels(method, template, table).observe(time.perf_counter() - started)

@@ -1,0 +1,355 @@
+"""Request and response models.
+
+Limits live in the models: ``k`` is 1..max_k and batches hold at most max_batch items, where max_k and
+max_batch are the serving app's settings. The app publishes them per request in :data:`LIMITS` (set by the
+request-limits middleware) and the validators and OpenAPI schema read them from there, so two apps with
+different settings can run in one process. JSON bodies are strict: ``k: true`` or ``k: 1.5`` is a 422.
+"""
+
+from __future__ import annotations
+
+from contextvars import ContextVar
+from dataclasses import dataclass
+from typing import Annotated, Any, Literal
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+
+
+@dataclass(frozen=True)
+class Limits:
+    max_k: int = 1000
+    max_batch: int = 1024
+
+
+LIMITS: ContextVar[Limits] = ContextVar("embedding_limits", default=Limits())  # noqa: B039 (frozen)
+
+MAX_TOKEN_CHARS = 1024
+MAX_TEXT_CHARS = 100_000
+MAX_DIM = 65_536
+
+
+def _check_k(k: int) -> int:
+    limit = LIMITS.get().max_k
+    if k > limit:
+        raise ValueError(f"k must be at most {limit} (the server's max_k)")
+    return k
+
+
+def _check_batch(items: list[Any]) -> list[Any]:
+    limit = LIMITS.get().max_batch
+    if len(items) > limit:
+        raise ValueError(f"a batch holds at most {limit} items (the server's max_batch), got {len(items)}")
+    return items
+
+
+def _k_schema(schema: dict[str, Any]) -> None:
+    schema["maximum"] = LIMITS.get().max_k
+
+
+def _batch_schema(schema: dict[str, Any]) -> None:
+    schema["maxItems"] = LIMITS.get().max_batch
+
+
+K = Annotated[
+    int,
+    Field(ge=1, json_schema_extra=_k_schema, description="number of neighbours, 1..max_k"),
+    AfterValidator(_check_k),
+]
+Restrict = Annotated[int, Field(ge=1, description="search only the first N rows (gensim's restrict_vocab)")]
+Token = Annotated[str, Field(min_length=1, max_length=MAX_TOKEN_CHARS)]
+Vector = Annotated[list[float], Field(min_length=1, max_length=MAX_DIM)]
+Tokens = Annotated[list[Token], Field(max_length=MAX_DIM)]
+
+
+def batch_of(item: Any, description: str) -> Any:
+    """A list of 1..max_batch ``item``s."""
+    return Annotated[
+        list[item],
+        Field(min_length=1, json_schema_extra=_batch_schema, description=description),
+        AfterValidator(_check_batch),
+    ]
+
+
+STRICT = ConfigDict(strict=True, extra="forbid")
+
+
+# ------------------------------------------------------------------ options shared by every query form
+class QueryOptions(BaseModel):
+    k: K = 10
+    exact: bool = Field(False, description="force brute force even when the table's index is approximate")
+    restrict: Restrict | None = None
+
+
+class TokenOptions(QueryOptions):
+    skip_special: bool = Field(True, description="leave out special tokens ([CLS], <s>, ...) of model-token tables")
+    whole_words_only: bool = Field(False, description="leave out word-continuation pieces (##ing) of model tokens")
+
+
+Compose = Literal["mean"]
+COMPOSE_HELP = "'mean': a word that is not one row is composed as the mean of its tokenizer pieces' rows"
+
+
+# ----------------------------------------------------------------------------------------- neighbours
+class NeighborsParams(TokenOptions):
+    """Query string of ``GET .../neighbors``: one token (or row id)."""
+
+    token: Token | None = None
+    id: int | None = Field(None, ge=0, description="a row id instead of a token")
+    compose: Compose | None = Field(None, description=COMPOSE_HELP)
+
+    @model_validator(mode="after")
+    def _one_query(self) -> NeighborsParams:
+        if (self.token is None) == (self.id is None):
+            raise ValueError("give exactly one of token or id")
+        return self
+
+
+class NeighborsQuery(BaseModel):
+    """One query of a batch: a token, a row id, or positive/negative tokens (gensim ``most_similar``)."""
+
+    model_config = STRICT
+
+    token: Token | None = None
+    id: int | None = Field(None, ge=0)
+    positive: Tokens = []
+    negative: Tokens = []
+
+    @model_validator(mode="after")
+    def _one_form(self) -> NeighborsQuery:
+        forms = (self.token is not None) + (self.id is not None) + bool(self.positive or self.negative)
+        if forms != 1:
+            raise ValueError("give exactly one of token, id, or positive/negative tokens")
+        return self
+
+
+NeighborsBatch = batch_of(Token | NeighborsQuery, "a batch: tokens or query objects")
+
+
+class NeighborsRequest(TokenOptions):
+    """``POST .../neighbors``: ``positive``/``negative`` (or ``token``) for one query, or ``queries`` for a batch."""
+
+    model_config = STRICT
+
+    positive: Tokens = []
+    negative: Tokens = []
+    token: Token | None = None
+    id: int | None = Field(None, ge=0)
+    queries: NeighborsBatch | None = None
+    compose: Compose | None = Field(None, description=COMPOSE_HELP)
+
+    @model_validator(mode="after")
+    def _one_form(self) -> NeighborsRequest:
+        single = (self.token is not None) + (self.id is not None) + bool(self.positive or self.negative)
+        if self.queries is not None and single:
+            raise ValueError("give either queries (a batch) or one query, not both")
+        if self.queries is None and single != 1:
+            raise ValueError("give exactly one of token, id, positive/negative tokens, or queries")
+        return self
+
+
+# ------------------------------------------------------------------------------------------- search
+VectorBatch = batch_of(Vector, "a batch of query vectors")
+
+
+class SearchRequest(TokenOptions):
+    """``POST .../search``: a raw ``vector`` or a batch of ``vectors``, normalised server-side."""
+
+    model_config = STRICT
+
+    vector: Vector | None = None
+    vectors: VectorBatch | None = None
+
+    @model_validator(mode="after")
+    def _one_form(self) -> SearchRequest:
+        if (self.vector is None) == (self.vectors is None):
+            raise ValueError("give exactly one of vector or vectors")
+        return self
+
+
+# --------------------------------------------------------------------------------------- similarity
+class SimilarityParams(BaseModel):
+    a: Token
+    b: Token
+    compose: Compose | None = Field(None, description=COMPOSE_HELP)
+
+
+PairBatch = batch_of(Annotated[list[Token], Field(min_length=2, max_length=2)], "pairs of tokens")
+
+
+class SimilarityRequest(BaseModel):
+    model_config = STRICT
+
+    pairs: PairBatch
+    compose: Compose | None = Field(None, description=COMPOSE_HELP)
+
+
+# ------------------------------------------------------------------------------------------ analogy
+Method = Literal["3cosadd", "3cosmul"]
+
+
+class AnalogyQuery(BaseModel):
+    model_config = STRICT
+
+    a: Token
+    b: Token
+    c: Token
+
+
+AnalogyBatch = batch_of(AnalogyQuery, "a batch of analogy questions")
+
+
+class AnalogyRequest(TokenOptions):
+    """``a`` is to ``b`` as ``c`` is to ?; or ``queries`` for a batch."""
+
+    model_config = STRICT
+
+    a: Token | None = None
+    b: Token | None = None
+    c: Token | None = None
+    queries: AnalogyBatch | None = None
+    method: Method = "3cosadd"
+
+    @model_validator(mode="after")
+    def _one_form(self) -> AnalogyRequest:
+        given = [x is not None for x in (self.a, self.b, self.c)]
+        if self.queries is not None and any(given):
+            raise ValueError("give either queries (a batch) or a, b and c, not both")
+        if self.queries is None and not all(given):
+            raise ValueError("give a, b and c (or queries)")
+        return self
+
+
+# --------------------------------------------------------------------------------------- projection
+ProjectTokens = batch_of(Token, "the tokens to project (at least two distinct)")
+
+
+class ProjectRequest(BaseModel):
+    model_config = STRICT
+
+    tokens: ProjectTokens
+    method: Literal["pca"] = "pca"
+    skip_unknown: bool = Field(False, description="leave unknown tokens out (listed in 'unknown') instead of 404")
+
+
+class TokenizeRequest(BaseModel):
+    model_config = STRICT
+
+    text: Annotated[str, Field(max_length=MAX_TEXT_CHARS)]
+
+
+# -------------------------------------------------------------------------------------------- responses
+class Neighbor(BaseModel):
+    token: str
+    id: int
+    score: float
+
+
+class QueryInfo(BaseModel):
+    """Which row(s) a query used: ``token``/``id`` of the resolved row and how it matched."""
+
+    model_config = ConfigDict(extra="allow")
+
+    text: str | None = None
+    token: str | None = None
+    id: int | None = None
+    match: str | None = Field(None, description="exact, casefold, space-marked, id, or composed")
+
+
+class NeighborsResponse(BaseModel):
+    query: QueryInfo | dict[str, Any]
+    neighbors: list[Neighbor]
+
+
+class ItemError(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    code: str
+    message: str
+
+
+class ItemErrorResponse(BaseModel):
+    error: ItemError
+
+
+class NeighborsBatchResponse(BaseModel):
+    results: list[NeighborsResponse | ItemErrorResponse]
+
+
+class SearchResponse(BaseModel):
+    neighbors: list[Neighbor]
+
+
+class SearchBatchResponse(BaseModel):
+    results: list[SearchResponse | ItemErrorResponse]
+
+
+class SimilarityResponse(BaseModel):
+    a: str
+    b: str
+    similarity: float
+    query: dict[str, Any]
+
+
+class SimilaritiesResponse(BaseModel):
+    similarities: list[float | None]
+    errors: list[ItemError | None] = Field(description="why a pair's similarity is null (null when it is not)")
+
+
+class Point(BaseModel):
+    token: str
+    id: int
+    x: float
+    y: float
+
+
+class ProjectResponse(BaseModel):
+    method: str
+    points: list[Point]
+    explained_variance_ratio: list[float]
+    unknown: list[str] = []
+
+
+class TokenResponse(BaseModel):
+    token: str
+    id: int
+    vector: list[float]
+    normalized: bool
+    norm: float
+    query: QueryInfo
+
+
+class TokenPiece(BaseModel):
+    id: int
+    token: str
+
+
+class TokenizeResponse(BaseModel):
+    text: str
+    tokens: list[TokenPiece]
+
+
+class TableSummary(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    name: str
+    rows: int
+    dim: int
+    kind: str
+    index: dict[str, Any]
+    approximate: bool
+    has_tokenizer: bool
+
+
+class TablesResponse(BaseModel):
+    tables: list[TableSummary]
+    unavailable: list[str] = Field([], description="requested tables that failed to load")
+
+
+class Health(BaseModel):
+    status: str
+
+
+class Ready(BaseModel):
+    status: str
+    loaded: list[str]
+    missing: list[str]

@@ -1,0 +1,109 @@
+"""Turn request items into engine queries, one item at a time, so one bad item never fails a batch.
+
+A :class:`Probe` is a unit query vector, the rows to leave out of its answer (its inputs, as gensim does),
+and the ``query`` object the response echoes (which row or rows were used).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import numpy as np
+
+from index.errors import EmbeddingError, InvalidQuery
+from index.table import Neighbor, Table
+from service.errors import item_error
+from service.respond import neighbors
+
+T = TypeVar("T")
+FLOAT32_MAX = float(np.finfo(np.float32).max)
+
+
+@dataclass
+class Probe:
+    vector: np.ndarray  # (dim,) float32, unit length
+    exclude: set[int]
+    info: dict[str, Any]
+
+
+def word(table: Table, text: str, compose: str | None = None) -> Probe:
+    """One word: its row if the table has it, else (with ``compose="mean"``) the mean of its tokenizer pieces."""
+    found = table.find(text)
+    if found is None and compose == "mean":
+        vector, pieces = table.compose(text)
+        info = {
+            "text": text,
+            "match": "composed",
+            "compose": "mean",
+            "tokens": [{"id": i, "token": t} for i, t in pieces],
+        }
+        return Probe(vector[0], {i for i, _ in pieces}, info)
+    if found is None:
+        found = table.resolve(text)  # raises UnknownToken with suggestions
+    return Probe(table.mean_query([found.id])[0], {found.id}, found.as_dict())
+
+
+def row_id(table: Table, row: int) -> Probe:
+    found = table.resolve_id(row)
+    return Probe(table.mean_query([row])[0], {row}, found.as_dict())
+
+
+def mean_of(table: Table, positive: Sequence[str], negative: Sequence[str]) -> Probe:
+    """gensim ``most_similar``: the normalised mean of the unit rows, positive +1 and negative -1."""
+    pos = [table.resolve(t) for t in positive]
+    neg = [table.resolve(t) for t in negative]
+    vector = table.mean_query([r.id for r in pos], [r.id for r in neg])[0]
+    info = {"positive": [r.as_dict() for r in pos], "negative": [r.as_dict() for r in neg]}
+    return Probe(vector, {r.id for r in pos + neg}, info)
+
+
+def raw_vector(table: Table, values: Sequence[float]) -> Probe:
+    """A client's vector: right length, finite, within float32, not zero; normalised here."""
+    array = np.asarray(values, dtype=np.float64)
+    if array.shape != (table.dim,):
+        raise InvalidQuery(f"the vector has {array.size} values; table {table.name!r} has {table.dim} dimensions")
+    if not np.isfinite(array).all():
+        raise InvalidQuery("the vector must contain only finite numbers (no NaN or Infinity)")
+    if np.abs(array).max() > FLOAT32_MAX:
+        raise InvalidQuery(f"vector values must fit in float32 (|x| <= {FLOAT32_MAX:.4g})")
+    return Probe(table.normalize_queries(array[None, :])[0], set(), {})
+
+
+@dataclass
+class Batch:
+    """The items of a request, built one by one: good queries, and an error envelope for each bad item."""
+
+    size: int
+    queries: list[Probe]
+    positions: list[int]  # request position of each good query
+    errors: dict[int, dict[str, Any]]
+
+    @classmethod
+    def build(cls, make: Callable[[T], Probe], items: Sequence[T]) -> Batch:
+        batch = cls(len(items), [], [], {})
+        for position, item in enumerate(items):
+            try:
+                batch.queries.append(make(item))
+                batch.positions.append(position)
+            except EmbeddingError as exc:
+                batch.errors[position] = item_error(exc)
+        return batch
+
+    def matrix(self) -> np.ndarray:
+        """The good queries as one (m, dim) float32 matrix, for one search."""
+        return np.vstack([q.vector for q in self.queries]).astype(np.float32)
+
+    def excludes(self) -> list[set[int]]:
+        return [q.exclude for q in self.queries]
+
+    def results(self, table: Table, hits: Sequence[list[Neighbor]], echo: bool = True) -> list[dict[str, Any]]:
+        """In request order: ``{"query", "neighbors"}`` per good item, the error envelope per bad one."""
+        out: list[dict[str, Any]] = [{} for _ in range(self.size)]
+        for position, error in self.errors.items():
+            out[position] = error
+        for position, query, found in zip(self.positions, self.queries, hits, strict=True):
+            shaped = {"neighbors": neighbors(table, found)}
+            out[position] = {"query": query.info, **shaped} if echo else shaped
+        return out

@@ -1,0 +1,47 @@
+"""Fast JSON responses, neighbour shaping, and running engine calls off the event loop when they are heavy."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import orjson
+from fastapi import Request
+from starlette.concurrency import run_in_threadpool
+from starlette.responses import JSONResponse
+
+from index.table import Neighbor, Table
+
+T = TypeVar("T")
+
+
+class FastJSON(JSONResponse):
+    """JSON rendered by orjson; numpy arrays (e.g. float32 rows) are serialised natively."""
+
+    def render(self, content: Any) -> bytes:
+        return orjson.dumps(content, option=orjson.OPT_SERIALIZE_NUMPY)
+
+
+def neighbors(table: Table, hits: list[Neighbor]) -> list[dict[str, Any]]:
+    tokens = table.tokens
+    return [{"token": tokens[i], "id": i, "score": score} for i, score in hits]
+
+
+def is_light(table: Table, queries: int, exact: bool = False, restrict: int | None = None) -> bool:
+    """A single approximate-index search takes well under a millisecond: answer it on the event loop."""
+    return queries <= 2 and table.approximate and not exact and restrict is None
+
+
+async def compute(request: Request, table: Table, operation: str, fn: Callable[[], T], light: bool = False) -> T:
+    """Run ``fn`` (an engine call), timed into the search-latency metric; heavy calls run in the threadpool."""
+    metrics = request.app.state.metrics
+
+    def timed() -> T:
+        started = time.perf_counter()
+        try:
+            return fn()
+        finally:
+            metrics.observe_search(operation, table.name, time.perf_counter() - started)
+
+    return timed() if light else await run_in_threadpool(timed)

@@ -1,0 +1,69 @@
+"""Analogies: a is to b as c is to ? by 3CosAdd (gensim most_similar) or 3CosMul (most_similar_cosmul)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from fastapi import APIRouter, Request
+from starlette.responses import Response
+
+from index.table import Neighbor, Table
+from service import queries
+from service.deps import TableDep
+from service.errors import BODY_ERRORS, responses
+from service.models import AnalogyQuery, AnalogyRequest, NeighborsBatchResponse, NeighborsResponse
+from service.respond import FastJSON, compute, is_light, neighbors
+from service.routers.neighbors import search_options
+
+router = APIRouter(prefix="/v1/tables/{table}", tags=["analogy"])
+
+
+def probe(table: Table, question: AnalogyQuery) -> queries.Probe:
+    """b + c - a as gensim ``most_similar(positive=[b, c], negative=[a])``; a, b and c are left out."""
+    query = queries.mean_of(table, [question.b, question.c], [question.a])
+    a, b, c = query.info["negative"][0], *query.info["positive"]
+    query.info = {"a": a, "b": b, "c": c}
+    return query
+
+
+def solve(table: Table, body: AnalogyRequest, probes: list[queries.Probe]) -> list[list[Neighbor]]:
+    """Every question in one search (3CosAdd) or in one chunked scoring pass (3CosMul)."""
+    options = search_options(body)
+    if body.method == "3cosadd":
+        vectors = np.vstack([p.vector for p in probes]).astype(np.float32)
+        return table.search(vectors, body.k, exclude=[p.exclude for p in probes], **options)
+    terms = [([p.info["b"]["id"], p.info["c"]["id"]], [p.info["a"]["id"]]) for p in probes]
+    return table.most_similar_cosmul_batch(terms, body.k, **options)
+
+
+@router.post(
+    "/analogy",
+    response_model=NeighborsResponse | NeighborsBatchResponse,
+    responses=responses(*BODY_ERRORS),
+    summary="a is to b as c is to ? (3cosadd or 3cosmul), a, b and c left out; or a batch of questions",
+)
+async def analogy(request: Request, table: TableDep, body: AnalogyRequest) -> Response:
+    if body.queries is None:
+        question = AnalogyQuery(a=body.a, b=body.b, c=body.c)  # type: ignore[arg-type]
+
+        def one() -> dict[str, Any]:
+            query = probe(table, question)  # 404 for an unknown token
+            return {
+                "query": {**query.info, "method": body.method},
+                "neighbors": neighbors(table, solve(table, body, [query])[0]),
+            }
+
+        light = body.method == "3cosadd" and is_light(table, 1, body.exact, body.restrict)
+        return FastJSON(await compute(request, table, "analogy", one, light))
+    questions = body.queries
+
+    def many() -> dict[str, Any]:
+        batch = queries.Batch.build(lambda question: probe(table, question), questions)
+        results = batch.results(table, solve(table, body, batch.queries) if batch.queries else [])
+        for result in results:
+            if "query" in result:
+                result["query"]["method"] = body.method
+        return {"results": results}
+
+    return FastJSON(await compute(request, table, f"analogy_batch_{body.method}", many))

@@ -1,0 +1,38 @@
+"""Liveness, readiness and Prometheus metrics."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request
+from starlette.responses import Response
+
+from service.deps import RegistryDep
+from service.errors import error_response, responses
+from service.models import Health, Ready
+from service.respond import FastJSON
+
+router = APIRouter(tags=["health"])
+
+
+@router.get("/healthz", response_model=Health, responses=responses(), summary="Liveness: the process answers")
+async def healthz() -> Response:
+    return FastJSON({"status": "ok"})
+
+
+@router.get(
+    "/readyz",
+    response_model=Ready,
+    responses=responses("not_ready"),
+    summary="Readiness: 200 once every requested table is loaded and verified, else 503",
+)
+async def readyz(registry: RegistryDep) -> Response:
+    loaded, missing = sorted(registry.tables), sorted(registry.failed)
+    if registry.ready:
+        return FastJSON({"status": "ready", "loaded": loaded, "missing": missing})
+    message = f"tables not loaded: {', '.join(missing)}" if missing else "no tables found in the data directory"
+    return error_response("not_ready", message, loaded=loaded, missing=missing)
+
+
+@router.get("/metrics", include_in_schema=False)
+async def metrics(request: Request) -> Response:
+    body, content_type = request.app.state.metrics.exposition()
+    return Response(body, media_type=content_type)

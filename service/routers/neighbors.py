@@ -1,0 +1,88 @@
+"""Nearest neighbours of a token, a row id, or gensim ``most_similar`` positive/negative tokens; batches."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Query, Request
+from starlette.responses import Response
+
+from index.table import Table
+from service import queries
+from service.deps import TableDep
+from service.errors import BODY_ERRORS, TABLE_ERRORS, responses
+from service.models import (
+    NeighborsBatchResponse,
+    NeighborsParams,
+    NeighborsQuery,
+    NeighborsRequest,
+    NeighborsResponse,
+    TokenOptions,
+)
+from service.respond import FastJSON, compute, is_light, neighbors
+
+router = APIRouter(prefix="/v1/tables/{table}", tags=["neighbors"])
+
+
+def search_options(options: TokenOptions) -> dict[str, Any]:
+    return {
+        "exact": options.exact,
+        "restrict": options.restrict,
+        "skip_special": options.skip_special,
+        "whole_words_only": options.whole_words_only,
+    }
+
+
+def probe(table: Table, item: str | NeighborsQuery, compose: str | None) -> queries.Probe:
+    if isinstance(item, str):
+        return queries.word(table, item, compose)
+    if item.token is not None:
+        return queries.word(table, item.token, compose)
+    if item.id is not None:
+        return queries.row_id(table, item.id)
+    return queries.mean_of(table, item.positive, item.negative)
+
+
+def single(table: Table, item: str | NeighborsQuery, compose: str | None, options: TokenOptions) -> dict[str, Any]:
+    query = probe(table, item, compose)
+    hits = table.search(query.vector[None, :], options.k, exclude=[query.exclude], **search_options(options))
+    return {"query": query.info, "neighbors": neighbors(table, hits[0])}
+
+
+@router.get(
+    "/neighbors",
+    response_model=NeighborsResponse,
+    responses=responses(*TABLE_ERRORS),
+    summary="Nearest neighbours of a token (or row id), the token itself left out",
+)
+async def neighbors_get(request: Request, table: TableDep, params: Annotated[NeighborsParams, Query()]) -> Response:
+    item = NeighborsQuery(token=params.token, id=params.id)
+    light = is_light(table, 1, params.exact, params.restrict)
+    return FastJSON(
+        await compute(request, table, "neighbors", lambda: single(table, item, params.compose, params), light)
+    )
+
+
+@router.post(
+    "/neighbors",
+    response_model=NeighborsResponse | NeighborsBatchResponse,
+    responses=responses(*BODY_ERRORS),
+    summary="gensim most_similar (positive/negative tokens, inputs left out), or a batch of queries",
+)
+async def neighbors_post(request: Request, table: TableDep, body: NeighborsRequest) -> Response:
+    if body.queries is None:
+        item = NeighborsQuery(token=body.token, id=body.id, positive=body.positive, negative=body.negative)
+        light = is_light(table, 1, body.exact, body.restrict)
+        return FastJSON(
+            await compute(request, table, "neighbors", lambda: single(table, item, body.compose, body), light)
+        )
+    items = body.queries
+
+    def run() -> dict[str, Any]:
+        batch = queries.Batch.build(lambda item: probe(table, item, body.compose), items)
+        hits = []
+        if batch.queries:
+            hits = table.search(batch.matrix(), body.k, exclude=batch.excludes(), **search_options(body))
+        return {"results": batch.results(table, hits)}
+
+    return FastJSON(await compute(request, table, "neighbors_batch", run))

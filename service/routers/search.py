@@ -1,0 +1,44 @@
+"""Nearest rows to raw query vectors (normalised server-side); a batch is one matrix product."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Request
+from starlette.responses import Response
+
+from service import queries
+from service.deps import TableDep
+from service.errors import BODY_ERRORS, responses
+from service.models import SearchBatchResponse, SearchRequest, SearchResponse
+from service.respond import FastJSON, compute, is_light, neighbors
+from service.routers.neighbors import search_options
+
+router = APIRouter(prefix="/v1/tables/{table}", tags=["search"])
+
+
+@router.post(
+    "/search",
+    response_model=SearchResponse | SearchBatchResponse,
+    responses=responses(*BODY_ERRORS),
+    summary="Nearest rows to a raw vector ({vector}) or to each of several ({vectors})",
+)
+async def search(request: Request, table: TableDep, body: SearchRequest) -> Response:
+    options = search_options(body)
+    if body.vector is not None:
+        vector = body.vector
+
+        def one() -> dict[str, Any]:
+            query = queries.raw_vector(table, vector)  # 422: wrong length, NaN/Inf, beyond float32, zero
+            return {"neighbors": neighbors(table, table.search(query.vector[None, :], body.k, **options)[0])}
+
+        light = is_light(table, 1, body.exact, body.restrict)
+        return FastJSON(await compute(request, table, "search", one, light))
+    vectors = body.vectors or []
+
+    def many() -> dict[str, Any]:
+        batch = queries.Batch.build(lambda values: queries.raw_vector(table, values), vectors)
+        hits = table.search(batch.matrix(), body.k, **options) if batch.queries else []
+        return {"results": batch.results(table, hits, echo=False)}
+
+    return FastJSON(await compute(request, table, "search_batch", many))

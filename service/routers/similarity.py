@@ -1,0 +1,68 @@
+"""Cosine similarity of two tokens (gensim ``similarity``), or of many pairs at once."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import numpy as np
+from fastapi import APIRouter, Query, Request
+from starlette.responses import Response
+
+from index.errors import EmbeddingError
+from index.table import Table
+from service import queries
+from service.deps import TableDep
+from service.errors import BODY_ERRORS, TABLE_ERRORS, item_error, responses
+from service.models import SimilaritiesResponse, SimilarityParams, SimilarityRequest, SimilarityResponse
+from service.respond import FastJSON, compute
+
+router = APIRouter(prefix="/v1/tables/{table}", tags=["similarity"])
+
+
+def pair(table: Table, a: str, b: str, compose: str | None) -> tuple[float, dict[str, Any]]:
+    left, right = queries.word(table, a, compose), queries.word(table, b, compose)
+    info = {"a": left.info, "b": right.info}
+    if "compose" in left.info or "compose" in right.info:
+        return float(np.dot(left.vector.astype(np.float64), right.vector.astype(np.float64))), info
+    return table.similarity(left.info["id"], right.info["id"]), info
+
+
+@router.get(
+    "/similarity",
+    response_model=SimilarityResponse,
+    responses=responses(*TABLE_ERRORS),
+    summary="Cosine similarity of two tokens",
+)
+async def similarity_get(request: Request, table: TableDep, params: Annotated[SimilarityParams, Query()]) -> Response:
+    value, info = await compute(
+        request, table, "similarity", lambda: pair(table, params.a, params.b, params.compose), light=True
+    )
+    return FastJSON({"a": params.a, "b": params.b, "similarity": value, "query": info})
+
+
+@router.post(
+    "/similarity",
+    response_model=SimilaritiesResponse,
+    responses=responses(*BODY_ERRORS),
+    summary="Cosine similarity of many pairs; null (with the reason in errors) for a pair with an unknown token",
+)
+async def similarity_post(request: Request, table: TableDep, body: SimilarityRequest) -> Response:
+    def run() -> dict[str, Any]:
+        values: list[float | None] = [None] * len(body.pairs)
+        errors: list[dict[str, Any] | None] = [None] * len(body.pairs)
+        rows: list[tuple[int, int, int]] = []  # (position, id a, id b) of plain row pairs, scored together
+        for position, (a, b) in enumerate(body.pairs):
+            try:
+                if body.compose is None:
+                    rows.append((position, table.resolve(a).id, table.resolve(b).id))
+                else:
+                    values[position] = pair(table, a, b, body.compose)[0]
+            except EmbeddingError as exc:
+                errors[position] = item_error(exc)["error"]
+        if rows:
+            positions, left, right = (list(column) for column in zip(*rows, strict=True))
+            for position, value in zip(positions, table.similarities(left, right).tolist(), strict=True):
+                values[position] = value
+        return {"similarities": values, "errors": errors}
+
+    return FastJSON(await compute(request, table, "similarity_batch", run))

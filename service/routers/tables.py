@@ -1,0 +1,33 @@
+"""The loaded tables and their manifest summaries."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter
+from starlette.responses import Response
+
+from index.table import Table
+from service.deps import RegistryDep, TableDep
+from service.errors import TABLE_ERRORS, responses
+from service.models import TablesResponse, TableSummary
+from service.respond import FastJSON
+
+router = APIRouter(prefix="/v1/tables", tags=["tables"])
+
+
+def summary(table: Table) -> dict[str, Any]:
+    return {**table.summary(), "approximate": table.approximate, "has_tokenizer": table.has_tokenizer}
+
+
+@router.get("", response_model=TablesResponse, responses=responses("not_ready"), summary="List the loaded tables")
+async def list_tables(registry: RegistryDep) -> Response:
+    tables = [summary(registry.tables[name]) for name in sorted(registry.tables)]
+    return FastJSON({"tables": tables, "unavailable": sorted(registry.failed)})
+
+
+@router.get(
+    "/{table}", response_model=TableSummary, responses=responses(*TABLE_ERRORS), summary="One table's manifest summary"
+)
+async def get_table(table: TableDep) -> Response:
+    return FastJSON(summary(table))

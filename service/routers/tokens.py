@@ -1,0 +1,61 @@
+"""Token lookup by text or row id, and the table's own tokenizer."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Path, Query
+from starlette.responses import Response
+
+from index.table import Resolved, Table
+from service.deps import TableDep
+from service.errors import BODY_ERRORS, TABLE_ERRORS, responses
+from service.models import MAX_TOKEN_CHARS, TokenizeRequest, TokenizeResponse, TokenResponse
+from service.respond import FastJSON
+
+router = APIRouter(prefix="/v1/tables/{table}", tags=["tokens"])
+
+Normalized = Annotated[bool, Query(description="return the unit-length row instead of the original vector")]
+
+
+def row_json(table: Table, found: Resolved, normalized: bool) -> dict[str, Any]:
+    return {
+        "token": found.token,
+        "id": found.id,
+        "vector": table.row(found.id, normalized=normalized),  # float32, serialised as shortest float32 text
+        "normalized": normalized,
+        "norm": float(table.norms[found.id]),
+        "query": found.as_dict(),
+    }
+
+
+@router.get(
+    "/tokens/{token:path}",
+    response_model=TokenResponse,
+    responses=responses(*TABLE_ERRORS),
+    summary="A token's row: exact match first, then case-folded (lowest id wins)",
+)
+async def get_token(
+    table: TableDep,
+    token: Annotated[str, Path(min_length=1, max_length=MAX_TOKEN_CHARS)],
+    normalized: Normalized = False,
+) -> Response:
+    return FastJSON(row_json(table, table.resolve(token), normalized))
+
+
+@router.get(
+    "/ids/{id}", response_model=TokenResponse, responses=responses(*TABLE_ERRORS), summary="The row with this id"
+)
+async def get_id(table: TableDep, id: Annotated[int, Path(ge=0)], normalized: Normalized = False) -> Response:
+    return FastJSON(row_json(table, table.resolve_id(id), normalized))
+
+
+@router.post(
+    "/tokenize",
+    response_model=TokenizeResponse,
+    responses=responses(*BODY_ERRORS),
+    summary="Split text with the table's own tokenizer (model-token tables only; 422 otherwise)",
+)
+async def tokenize(table: TableDep, body: TokenizeRequest) -> Response:
+    pieces = table.tokenize(body.text)
+    return FastJSON({"text": body.text, "tokens": [{"id": i, "token": t} for i, t in pieces]})

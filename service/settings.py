@@ -1,0 +1,97 @@
+"""Service configuration: every setting comes from an ``EMBEDDING_*`` environment variable (or the constructor).
+
+List settings (``EMBEDDING_TABLES``, ``EMBEDDING_CORS_ORIGINS``) accept a comma-separated string or a JSON list.
+Validators fail fast, so a bad value stops the server at start-up with one clear line.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import Field, SecretStr, ValidationError, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+from index.artifact import check_name
+from index.errors import InvalidQuery
+
+MIB = 1 << 20
+
+
+def _split_list(value: Any) -> Any:
+    """Accept ``"a,b"`` or ``'["a", "b"]'`` from the environment, or a list from Python."""
+    if isinstance(value, str):
+        text = value.strip()
+        if text.startswith("["):
+            return json.loads(text)
+        return [item.strip() for item in text.split(",") if item.strip()]
+    return value
+
+
+class Settings(BaseSettings):
+    """Server settings. Environment variables: the field name upper-cased with the ``EMBEDDING_`` prefix."""
+
+    model_config = SettingsConfigDict(env_prefix="EMBEDDING_", extra="ignore", validate_default=True)
+
+    data_dir: Path = Field(Path("./data"), description="directory holding one sub-directory per built table")
+    tables: Annotated[list[str] | None, NoDecode] = Field(
+        None, description="names of the tables to load (default: every table in data_dir)"
+    )
+    max_k: int = Field(1000, ge=1, le=100_000, description="largest k a query may ask for")
+    max_batch: int = Field(1024, ge=1, le=100_000, description="most items in one batch request")
+    max_body_bytes: int = Field(4 * MIB, ge=1024, description="largest request body; larger bodies get 413")
+    cors_origins: Annotated[list[str], NoDecode] = Field(
+        default_factory=list, description="origins allowed by CORS (default none: CORS closed)"
+    )
+    log_format: Literal["plain", "json"] = Field("plain", description="log lines as plain text or one JSON object")
+    log_level: Literal["critical", "error", "warning", "info", "debug"] = "info"
+    threads: int | None = Field(
+        None, ge=1, le=512, description="FAISS/BLAS threads per process (default: cores / workers)"
+    )
+    api_key: SecretStr | None = Field(None, description="key required by admin endpoints (X-API-Key header)")
+    verify_checksums: bool = Field(True, description="check every table file's sha256 against its manifest on load")
+
+    @field_validator("tables", "cors_origins", mode="before")
+    @classmethod
+    def _lists(cls, value: Any) -> Any:
+        return _split_list(value)
+
+    @field_validator("data_dir")
+    @classmethod
+    def _data_dir_exists(cls, value: Path) -> Path:
+        if not value.is_dir():
+            raise ValueError(f"{value} is not a directory")
+        return value
+
+    @field_validator("tables")
+    @classmethod
+    def _table_names(cls, value: list[str] | None) -> list[str] | None:
+        if value is None:
+            return None
+        if not value:
+            raise ValueError("give at least one table name, or leave it unset to load every table")
+        for name in value:
+            try:
+                check_name(name)
+            except InvalidQuery as exc:
+                raise ValueError(exc.message) from None
+        return list(dict.fromkeys(value))
+
+    @field_validator("cors_origins")
+    @classmethod
+    def _origins(cls, value: list[str]) -> list[str]:
+        for origin in value:
+            if origin != "*" and not origin.startswith(("http://", "https://")):
+                raise ValueError(f"CORS origin {origin!r} must be '*' or start with http:// or https://")
+        return value
+
+
+def describe_error(exc: ValidationError) -> str:
+    """One line naming each bad setting by its environment variable."""
+    parts = []
+    for error in exc.errors():
+        field = ".".join(str(p) for p in error["loc"]) or "settings"
+        message = error["msg"].removeprefix("Value error, ")
+        parts.append(f"EMBEDDING_{field.upper()}: {message}")
+    return "invalid settings: " + "; ".join(parts)

@@ -231,6 +231,13 @@ class Table:
         pieces = self.tokenize(text)
         if not pieces:
             raise InvalidQuery(f"{text!r} gives no tokens")
+        special = [label for i, label in pieces if self.flags is not None and self.flags[i] & FLAG_SPECIAL]
+        if special:  # e.g. [UNK]: its row says nothing about the text
+            raise UnknownToken(
+                f"token {text!r} is not in table {self.name!r}, and its tokenizer gives {special[0]!r} for it",
+                suggestions=self.suggest(text),
+                token=text,
+            )
         return self.mean_query([i for i, _ in pieces]), pieces
 
     # ------------------------------------------------------------------- search

@@ -242,6 +242,7 @@ class Neighbor(BaseModel):
     token: str
     id: int
     score: float
+    readable: str | None = Field(None, description="model-token tables: the text the token stands for (' heart')")
 
 
 class QueryInfo(BaseModel):
@@ -312,6 +313,7 @@ class ProjectResponse(BaseModel):
 class TokenResponse(BaseModel):
     token: str
     id: int
+    readable: str | None = Field(None, description="model-token tables: the text the token stands for (' heart')")
     vector: list[float]
     normalized: bool
     norm: float

@@ -25,6 +25,9 @@ class FastJSON(JSONResponse):
 
 def neighbors(table: Table, hits: list[Neighbor]) -> list[dict[str, Any]]:
     tokens = table.tokens
+    readable = table.metadata.get("readable")  # model tables: " heart" for "Ġheart", "beat" for "##beat"
+    if readable is not None:
+        return [{"token": tokens[i], "id": i, "score": score, "readable": readable[i]} for i, score in hits]
     return [{"token": tokens[i], "id": i, "score": score} for i, score in hits]
 
 

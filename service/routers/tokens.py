@@ -19,7 +19,7 @@ Normalized = Annotated[bool, Query(description="return the unit-length row inste
 
 
 def row_json(table: Table, found: Resolved, normalized: bool) -> dict[str, Any]:
-    return {
+    out = {
         "token": found.token,
         "id": found.id,
         "vector": table.row(found.id, normalized=normalized),  # float32, serialised as shortest float32 text
@@ -27,6 +27,9 @@ def row_json(table: Table, found: Resolved, normalized: bool) -> dict[str, Any]:
         "norm": float(table.norms[found.id]),
         "query": found.as_dict(),
     }
+    if "readable" in table.metadata:  # model tables
+        out["readable"] = table.metadata["readable"][found.id]
+    return out
 
 
 @router.get(

@@ -1,0 +1,185 @@
+"""Model token tables through the API: all-MiniLM-L6-v2 (WordPiece) and a small byte-level BPE model."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+from fastapi.testclient import TestClient
+from safetensors import safe_open
+from tokenizers import Tokenizer
+
+from index.build import build_table
+from index.sources import RawTable, ReadOptions
+from index.sources import huggingface as hf
+from service.app import create_app
+from service.settings import Settings
+from tests.index.test_huggingface import MINILM_TENSOR, SPECIALS, minilm_dir, unit_rows, write_model
+
+K = 10
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory: pytest.TempPathFactory, glove_raw: RawTable) -> Path:
+    root = tmp_path_factory.mktemp("model-tables")
+    data = root / "data"
+    build_table(hf.read(minilm_dir(), ReadOptions()), data_dir=data, name="minilm", source={"format": "hf"})
+    tiny = write_model(root / "tiny", "byte-bpe", "BF16", "model.embed_tokens.weight", sharded=False, output=None)
+    build_table(hf.read(tiny.directory, ReadOptions()), data_dir=data, name="tiny-bpe", source={"format": "hf"})
+    words = RawTable(tokens=glove_raw.tokens[:5000], matrix=glove_raw.matrix[:5000].copy())
+    build_table(words, data_dir=data, name="glove-5k", source={"format": "glove-package"})
+    return data
+
+
+@pytest.fixture(scope="module")
+def client(data_dir: Path) -> Iterator[TestClient]:
+    with TestClient(create_app(Settings(data_dir=data_dir))) as test_client:
+        yield test_client
+
+
+@pytest.fixture(scope="module")
+def unit() -> np.ndarray:
+    """all-MiniLM-L6-v2's input embeddings, straight from the safetensors file, as unit rows (float64)."""
+    with safe_open(str(minilm_dir() / "model.safetensors"), framework="numpy") as f:
+        return unit_rows(f.get_tensor(MINILM_TENSOR))
+
+
+@pytest.fixture(scope="module")
+def tokenizer() -> Tokenizer:
+    tok = Tokenizer.from_file(str(minilm_dir() / "tokenizer.json"))
+    tok.no_padding()
+    tok.no_truncation()
+    return tok
+
+
+@pytest.fixture(scope="module")
+def special_ids(tokenizer: Tokenizer) -> set[int]:
+    return {tokenizer.token_to_id(t) for t in SPECIALS}
+
+
+def brute_force(unit: np.ndarray, query: np.ndarray, k: int, drop: set[int]) -> list[int]:
+    scores = unit @ (query / np.linalg.norm(query))
+    scores[list(drop)] = -np.inf
+    return [int(i) for i in np.argsort(-scores, kind="stable")[:k]]
+
+
+def ids(response_json: dict) -> list[int]:
+    return [n["id"] for n in response_json["neighbors"]]
+
+
+def test_tables_show_kind_model_and_tokenizer(client: TestClient) -> None:
+    body = client.get("/v1/tables").json()
+    tables = {t["name"]: t for t in body["tables"]}
+    minilm, words = tables["minilm"], tables["glove-5k"]
+    assert (minilm["kind"], minilm["rows"], minilm["dim"], minilm["has_tokenizer"]) == ("tokens", 30_522, 384, True)
+    model = minilm["model"]
+    assert model["tokenizer_type"] == "WordPiece" and model["tensor"] == MINILM_TENSOR
+    assert model["architecture"] == "BertModel" and model["tied_embeddings"] is True
+    assert tables["tiny-bpe"]["model"]["dtype"] == "bfloat16" and tables["tiny-bpe"]["model"]["tokenizer_type"] == "BPE"
+    assert (words["kind"], words["has_tokenizer"]) == ("words", False) and "model" not in words
+
+
+def test_neighbours_of_heart_equal_brute_force(client: TestClient, unit: np.ndarray, special_ids: set[int]) -> None:
+    heart = client.get("/v1/tables/minilm/tokens/heart").json()["id"]
+    got = client.get("/v1/tables/minilm/neighbors", params={"token": "heart", "k": K}).json()
+    assert got["query"] == {"text": "heart", "token": "heart", "id": heart, "match": "exact"}
+    assert ids(got) == brute_force(unit, unit[heart], K, {heart} | special_ids)
+    np.testing.assert_allclose([n["score"] for n in got["neighbors"]], unit[ids(got)] @ unit[heart], rtol=1e-5)
+    assert all(n["readable"] == n["token"].removeprefix("##") for n in got["neighbors"])
+    posted = client.post("/v1/tables/minilm/neighbors", json={"token": "heart", "k": K, "skip_special": False})
+    assert ids(posted.json()) == brute_force(unit, unit[heart], K, {heart})
+
+
+def test_tokenize_equals_tokenizers(client: TestClient, tokenizer: Tokenizer) -> None:
+    for text in ("heartbeat", "heartache", "Heartbeats and 心"):
+        body = client.post("/v1/tables/minilm/tokenize", json={"text": text}).json()
+        encoding = tokenizer.encode(text, add_special_tokens=False)
+        assert body == {
+            "text": text,
+            "tokens": [{"id": i, "token": t} for i, t in zip(encoding.ids, encoding.tokens, strict=True)],
+        }
+    pieces = client.post("/v1/tables/minilm/tokenize", json={"text": "heartache"}).json()["tokens"]
+    assert [p["token"] for p in pieces] == ["heart", "##ache"]
+    refused = client.post("/v1/tables/glove-5k/tokenize", json={"text": "heart"})
+    assert refused.status_code == 422 and "no tokenizer" in refused.json()["error"]["message"]
+
+
+def test_ids_endpoint(client: TestClient, tokenizer: Tokenizer) -> None:
+    with safe_open(str(minilm_dir() / "model.safetensors"), framework="numpy") as f:
+        matrix = f.get_tensor(MINILM_TENSOR)
+    for token in ("heart", "##beat", "[CLS]"):
+        row = tokenizer.token_to_id(token)
+        body = client.get(f"/v1/tables/minilm/ids/{row}").json()
+        assert (body["token"], body["id"], body["query"]["match"]) == (token, row, "id")
+        np.testing.assert_allclose(body["vector"], matrix[row], rtol=1e-6, atol=1e-7)
+    assert client.get(f"/v1/tables/minilm/ids/{tokenizer.token_to_id('##beat')}").json()["readable"] == "beat"
+    missing = client.get("/v1/tables/minilm/ids/30522")
+    assert missing.status_code == 404 and missing.json()["error"]["code"] == "unknown_token"
+    neighbours = client.get("/v1/tables/minilm/neighbors", params={"id": tokenizer.token_to_id("heart"), "k": 3})
+    assert neighbours.json()["query"]["match"] == "id"
+
+
+def test_cjk_lookup(client: TestClient, tokenizer: Tokenizer, unit: np.ndarray, special_ids: set[int]) -> None:
+    vocab = tokenizer.get_vocab()
+    for char in "心中愛":
+        body = client.get(f"/v1/tables/minilm/tokens/{char}").json()
+        assert (body["token"], body["id"]) == (char, vocab[char])
+        got = client.get("/v1/tables/minilm/neighbors", params={"token": char, "k": 5}).json()
+        assert ids(got) == brute_force(unit, unit[vocab[char]], 5, {vocab[char]} | special_ids)
+    # 细 is not in this vocabulary: the tokenizer maps it to [UNK], which compose refuses to stand in for it.
+    assert "细" not in vocab
+    for params in ({"token": "细"}, {"token": "细", "compose": "mean"}):
+        missing = client.get("/v1/tables/minilm/neighbors", params=params)
+        assert missing.status_code == 404 and missing.json()["error"]["code"] == "unknown_token"
+    assert "[UNK]" in missing.json()["error"]["message"]
+
+
+def test_byte_level_table_resolves_plain_words(client: TestClient, data_dir: Path) -> None:
+    vocab = Tokenizer.from_file(str(data_dir / "tiny-bpe" / "tokenizer.json")).get_vocab()
+    words = [t[1:] for t in vocab if t.startswith("Ġ") and t[1:].isalpha() and t[1:].isascii() and t[1:] not in vocab]
+    for word in words[:20]:
+        got = client.get("/v1/tables/tiny-bpe/neighbors", params={"token": word, "k": 3}).json()
+        assert got["query"] == {"text": word, "token": "Ġ" + word, "id": vocab["Ġ" + word], "match": "space-marked"}
+        assert len(got["neighbors"]) == 3 and all(n["readable"] for n in got["neighbors"])
+    body = client.get("/v1/tables/tiny-bpe/tokens/心").json()
+    assert body["readable"].strip() == "心" and body["token"] != "心"  # the label spells the UTF-8 bytes
+
+
+def test_skip_special(client: TestClient, special_ids: set[int]) -> None:
+    for row in special_ids:
+        vector = client.get(f"/v1/tables/minilm/ids/{row}", params={"normalized": True}).json()["vector"]
+        plain = client.post("/v1/tables/minilm/search", json={"vector": vector, "k": 5, "skip_special": False}).json()
+        assert ids(plain)[0] == row
+        default = client.post("/v1/tables/minilm/search", json={"vector": vector, "k": 5}).json()
+        assert not set(ids(default)) & special_ids and len(ids(default)) == 5
+
+
+def test_whole_words_only(client: TestClient, unit: np.ndarray, tokenizer: Tokenizer) -> None:
+    row = tokenizer.token_to_id("##beat")
+    plain = client.get("/v1/tables/minilm/neighbors", params={"id": row, "k": K}).json()
+    assert any(n["token"].startswith("##") for n in plain["neighbors"])
+    words = client.get("/v1/tables/minilm/neighbors", params={"id": row, "k": K, "whole_words_only": True}).json()
+    vocab = tokenizer.get_vocab()
+    drop = {i for t, i in vocab.items() if t.startswith("##") or t in SPECIALS} | {row}
+    assert ids(words) == brute_force(unit, unit[row], K, drop)
+    assert not any(n["token"].startswith("##") for n in words["neighbors"])
+
+
+def test_compose_mean(client: TestClient, unit: np.ndarray, tokenizer: Tokenizer, special_ids: set[int]) -> None:
+    unknown = client.get("/v1/tables/minilm/neighbors", params={"token": "heartache"})
+    assert unknown.status_code == 404
+    got = client.get("/v1/tables/minilm/neighbors", params={"token": "heartache", "k": K, "compose": "mean"}).json()
+    pieces = tokenizer.encode("heartache", add_special_tokens=False).ids
+    assert got["query"]["match"] == "composed" and got["query"]["compose"] == "mean"
+    assert [p["id"] for p in got["query"]["tokens"]] == pieces
+    mean = unit[pieces].mean(axis=0)
+    assert ids(got) == brute_force(unit, mean, K, set(pieces) | special_ids)
+
+    sim = client.get("/v1/tables/minilm/similarity", params={"a": "heartache", "b": "heart", "compose": "mean"}).json()
+    heart = tokenizer.token_to_id("heart")
+    assert sim["similarity"] == pytest.approx(float(mean @ unit[heart] / np.linalg.norm(mean)), rel=1e-5)
+    assert sim["query"]["a"]["match"] == "composed" and sim["query"]["b"]["match"] == "exact"
+    batch = client.post("/v1/tables/minilm/similarity", json={"pairs": [["heartache", "heart"]], "compose": "mean"})
+    assert batch.json()["similarities"][0] == pytest.approx(sim["similarity"], rel=1e-6)

@@ -53,6 +53,7 @@ class Format(StrEnum):
     npy = "npy"
     projector = "projector"
     hf = "hf"
+    gensim = "gensim"
 
 
 class Method(StrEnum):

@@ -7,6 +7,7 @@ unpickle: NumPy files are read with ``allow_pickle=False``.
 from __future__ import annotations
 
 import gzip
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -55,12 +56,12 @@ def read_bytes(path: Path) -> bytes:
     with open_text(path) as handle:
         try:
             return handle.read()
-        except (OSError, EOFError) as exc:
+        except (OSError, EOFError, zlib.error) as exc:
             raise InputError(path, f"cannot read: {exc}") from None
 
 
 def _registry() -> dict[str, Reader]:
-    from index.sources import glove_package, numpy_vocab, projector, text, word2vec_binary
+    from index.sources import gensim_pickle, glove_package, numpy_vocab, projector, text, word2vec_binary
 
     readers: dict[str, Reader] = {
         "word2vec": text.read_word2vec_text,
@@ -70,6 +71,7 @@ def _registry() -> dict[str, Reader]:
         "npy": numpy_vocab.read,
         "projector": projector.read,
         "glove-package": glove_package.read,
+        "gensim": gensim_pickle.read,
     }
     try:
         from index.sources import huggingface
@@ -80,7 +82,21 @@ def _registry() -> dict[str, Reader]:
     return readers
 
 
-FORMATS = ("auto", "word2vec", "word2vec-binary", "glove", "fasttext", "npy", "projector", "hf", "glove-package")
+FORMATS = (
+    "auto",
+    "word2vec",
+    "word2vec-binary",
+    "glove",
+    "fasttext",
+    "npy",
+    "projector",
+    "hf",
+    "glove-package",
+    "gensim",
+)
+
+
+NUMBER_TEXT = frozenset(b"0123456789.-+eEnNaAiIfFtTyY \t\r\n")  # what the values of a text row are made of
 
 
 def sniff_format(path: Path) -> str:
@@ -100,16 +116,24 @@ def sniff_format(path: Path) -> str:
     if name.endswith(".safetensors"):
         return "hf"
     if name.endswith((".model", ".kv", ".pkl", ".pickle")):
-        raise InputError(path, "pickled gensim/Python files are not read (they can run code)")
-    with open_text(path) as handle:
-        head = handle.read(4096)
+        return "gensim"  # the reader refuses it unless --allow-pickle is given
+    try:
+        with open_text(path) as handle:
+            head = handle.read(4096).removeprefix(b"\xef\xbb\xbf")
+    except (OSError, EOFError, zlib.error) as exc:
+        raise InputError(path, f"cannot read: {exc}") from None
+    if head.startswith((b"\x93NUMPY", b"PK\x03\x04")):
+        return "npy"
+    if len(head) > 1 and head[0] == 0x80 and 2 <= head[1] <= 5:
+        return "gensim"  # a pickle
     first = head.split(b"\n", 1)[0]
     parts = first.split()
     if len(parts) == 2 and all(p.isdigit() for p in parts):
+        # word2vec binary: after the header, a token, a space, then raw float32 bytes (not number text).
         rest = head[len(first) + 1 :]
-        # word2vec binary: after the header, a token, a space, then raw float32 bytes.
-        sample = rest[:256]
-        if sample and sum(b < 9 or 13 < b < 32 or b > 126 for b in sample) > len(sample) // 8:
+        space = rest.find(b" ")
+        values = rest[space + 1 : space + 1 + min(4 * int(parts[1]), 256)] if space >= 0 else b""
+        if any(b not in NUMBER_TEXT for b in values):
             return "word2vec-binary"
         return "fasttext" if name.endswith(".vec") else "word2vec"
     return "glove"

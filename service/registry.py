@@ -46,6 +46,9 @@ class Registry:
                 log.exception("table %r not loaded", name)
                 registry._fail(name, f"{type(exc).__name__} while loading (see the server log)")
                 continue
+            if table.name != name:  # a table copied or renamed on disk is served under its directory name
+                log.warning("table directory %r holds a table built as %r; serving it as %r", name, table.name, name)
+                table.manifest["name"] = name
             registry.tables[name] = table
             log.info(
                 "table %r loaded: %d rows x %d dims, index %s, %.2fs",

@@ -6,6 +6,7 @@ import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+import faiss
 import orjson
 from fastapi import Request
 from starlette.concurrency import run_in_threadpool
@@ -39,8 +40,11 @@ def is_light(table: Table, queries: int, exact: bool = False, restrict: int | No
 async def compute(request: Request, table: Table, operation: str, fn: Callable[[], T], light: bool = False) -> T:
     """Run ``fn`` (an engine call), timed into the search-latency metric; heavy calls run in the threadpool."""
     metrics = request.app.state.metrics
+    threads = request.app.state.settings.threads
 
     def timed() -> T:
+        if threads:  # OpenMP's thread count is per calling thread: set it in the thread that searches
+            faiss.omp_set_num_threads(threads)
         started = time.perf_counter()
         try:
             return fn()

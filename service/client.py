@@ -1,0 +1,195 @@
+"""A small typed client for the embedding-search API, on httpx.
+
+    from service.client import Client
+
+    with Client("http://127.0.0.1:8000") as api:
+        api.neighbors("glove-6b-50d", "heart", k=5)          # [Neighbor(token='pain', id=2901, score=0.827), ...]
+        api.analogy("glove-6b-50d", "man", "king", "woman")  # queen first
+        api.similarity("glove-6b-50d", "red", "blue")        # 0.89
+
+Every error the server answers with is raised as :class:`ApiError` (status, code, message, details).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+from urllib.parse import quote
+
+import httpx
+
+Method = Literal["3cosadd", "3cosmul"]
+
+
+@dataclass(frozen=True)
+class Neighbor:
+    token: str
+    id: int
+    score: float
+
+
+@dataclass(frozen=True)
+class TableInfo:
+    name: str
+    rows: int
+    dim: int
+    kind: str
+    index: dict[str, Any]
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Point:
+    token: str
+    id: int
+    x: float
+    y: float
+
+
+@dataclass(frozen=True)
+class Projection:
+    points: list[Point]
+    explained_variance_ratio: list[float]
+
+
+class ApiError(Exception):
+    """An error response: HTTP status, the envelope's code and message, and its other fields."""
+
+    def __init__(self, status: int, code: str, message: str, details: dict[str, Any]) -> None:
+        super().__init__(f"{status} {code}: {message}")
+        self.status, self.code, self.message, self.details = status, code, message, details
+
+    @property
+    def suggestions(self) -> list[str]:
+        return list(self.details.get("suggestions", []))
+
+
+def segment(text: str) -> str:
+    """``text`` as one path segment: every reserved character escaped, dots too (so "." and ".." survive)."""
+    return quote(text, safe="").replace(".", "%2E")
+
+
+def _neighbors(items: list[dict[str, Any]]) -> list[Neighbor]:
+    return [Neighbor(n["token"], int(n["id"]), float(n["score"])) for n in items]
+
+
+def _batch(results: list[dict[str, Any]]) -> list[list[Neighbor] | ApiError]:
+    """Per item: the neighbours, or the item's error (the batch itself succeeded)."""
+    out: list[list[Neighbor] | ApiError] = []
+    for item in results:
+        if "error" in item:
+            error = dict(item["error"])
+            out.append(ApiError(200, error.pop("code"), error.pop("message"), error))
+        else:
+            out.append(_neighbors(item["neighbors"]))
+    return out
+
+
+class Client:
+    """Synchronous client; ``options`` of query methods are ``exact``, ``restrict``, ``skip_special``, ..."""
+
+    def __init__(self, base_url: str, timeout: float = 30.0, http: httpx.Client | None = None) -> None:
+        self.http = http or httpx.Client(base_url=base_url, timeout=timeout)
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self.http.close()
+
+    def _call(self, method: str, path: str, **kwargs: Any) -> Any:
+        response = self.http.request(method, path, **kwargs)
+        if response.is_success:
+            return response.json()
+        try:
+            error = dict(response.json()["error"])
+        except (ValueError, KeyError, TypeError):
+            raise ApiError(response.status_code, "http_error", response.text[:200], {}) from None
+        raise ApiError(response.status_code, error.pop("code", "error"), error.pop("message", ""), error)
+
+    @staticmethod
+    def _path(table: str, suffix: str) -> str:
+        return f"/v1/tables/{segment(table)}/{suffix}"
+
+    # --------------------------------------------------------------------------------------- server
+    def ready(self) -> bool:
+        return self.http.get("/readyz").status_code == 200
+
+    def tables(self) -> list[TableInfo]:
+        keys = ("name", "rows", "dim", "kind", "index")
+        return [
+            TableInfo(*(t[k] for k in keys), extra={k: v for k, v in t.items() if k not in keys})
+            for t in self._call("GET", "/v1/tables")["tables"]
+        ]
+
+    def table(self, table: str) -> dict[str, Any]:
+        return self._call("GET", f"/v1/tables/{segment(table)}")
+
+    def vector(self, table: str, token: str, normalized: bool = False) -> list[float]:
+        path = self._path(table, "tokens/" + segment(token))
+        return self._call("GET", path, params={"normalized": normalized})["vector"]
+
+    # -------------------------------------------------------------------------------------- queries
+    def neighbors(self, table: str, token: str, k: int = 10, **options: Any) -> list[Neighbor]:
+        """Nearest neighbours of ``token``, itself left out."""
+        return _neighbors(
+            self._call("POST", self._path(table, "neighbors"), json={"token": token, "k": k, **options})["neighbors"]
+        )
+
+    def most_similar(
+        self, table: str, positive: Sequence[str], negative: Sequence[str] = (), k: int = 10, **options: Any
+    ) -> list[Neighbor]:
+        """gensim ``most_similar`` semantics: the mean of unit rows, the inputs left out."""
+        body = {"positive": list(positive), "negative": list(negative), "k": k, **options}
+        return _neighbors(self._call("POST", self._path(table, "neighbors"), json=body)["neighbors"])
+
+    def neighbors_batch(
+        self, table: str, queries: Sequence[str | dict[str, Any]], k: int = 10, **options: Any
+    ) -> list[list[Neighbor] | ApiError]:
+        body = {"queries": list(queries), "k": k, **options}
+        return _batch(self._call("POST", self._path(table, "neighbors"), json=body)["results"])
+
+    def similarity(self, table: str, a: str, b: str) -> float:
+        return float(self._call("GET", self._path(table, "similarity"), params={"a": a, "b": b})["similarity"])
+
+    def similarities(self, table: str, pairs: Sequence[tuple[str, str]]) -> list[float | None]:
+        body = {"pairs": [list(p) for p in pairs]}
+        return self._call("POST", self._path(table, "similarity"), json=body)["similarities"]
+
+    def analogy(
+        self, table: str, a: str, b: str, c: str, k: int = 10, method: Method = "3cosadd", **options: Any
+    ) -> list[Neighbor]:
+        """``a`` is to ``b`` as ``c`` is to ?; a, b and c left out."""
+        body = {"a": a, "b": b, "c": c, "k": k, "method": method, **options}
+        return _neighbors(self._call("POST", self._path(table, "analogy"), json=body)["neighbors"])
+
+    def analogies(
+        self,
+        table: str,
+        questions: Sequence[tuple[str, str, str]],
+        k: int = 10,
+        method: Method = "3cosadd",
+        **options: Any,
+    ) -> list[list[Neighbor] | ApiError]:
+        body = {"queries": [{"a": a, "b": b, "c": c} for a, b, c in questions], "k": k, "method": method, **options}
+        return _batch(self._call("POST", self._path(table, "analogy"), json=body)["results"])
+
+    def search(self, table: str, vector: Sequence[float], k: int = 10, **options: Any) -> list[Neighbor]:
+        body = {"vector": [float(x) for x in vector], "k": k, **options}
+        return _neighbors(self._call("POST", self._path(table, "search"), json=body)["neighbors"])
+
+    def search_batch(
+        self, table: str, vectors: Sequence[Sequence[float]], k: int = 10, **options: Any
+    ) -> list[list[Neighbor] | ApiError]:
+        body = {"vectors": [[float(x) for x in v] for v in vectors], "k": k, **options}
+        return _batch(self._call("POST", self._path(table, "search"), json=body)["results"])
+
+    def project(self, table: str, tokens: Sequence[str], skip_unknown: bool = False) -> Projection:
+        body = {"tokens": list(tokens), "method": "pca", "skip_unknown": skip_unknown}
+        data = self._call("POST", self._path(table, "project"), json=body)
+        points = [Point(p["token"], int(p["id"]), float(p["x"]), float(p["y"])) for p in data["points"]]
+        return Projection(points, [float(r) for r in data["explained_variance_ratio"]])

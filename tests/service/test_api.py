@@ -1,0 +1,295 @@
+"""Every endpoint and field of the API contract, on 20,000 real GloVe rows (flat, exact) and on MiniLM tokens."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+from fastapi.testclient import TestClient
+from tokenizers import Tokenizer
+
+from index.sources import RawTable
+from index.table import Table
+
+T = "/v1/tables/small"
+
+
+def unit(matrix: np.ndarray) -> np.ndarray:
+    matrix = np.asarray(matrix, dtype=np.float64)
+    return matrix / np.linalg.norm(matrix, axis=-1, keepdims=True)
+
+
+def brute_force(
+    table: Table, query: np.ndarray, k: int, exclude: set[int] = frozenset(), restrict: int | None = None
+) -> list[int]:
+    """Top-k rows (of the first ``restrict``) by cosine, computed here in float64 without the engine."""
+    scores = unit(table.vectors[:restrict]) @ unit(query)
+    return [int(i) for i in np.argsort(-scores, kind="stable") if int(i) not in exclude][:k]
+
+
+def ids(neighbors: list[dict]) -> list[int]:
+    return [n["id"] for n in neighbors]
+
+
+def check_neighbors(table: Table, neighbors: list[dict], k: int) -> None:
+    assert len(neighbors) == k
+    for n in neighbors:
+        assert set(n) >= {"token", "id", "score"}
+        assert table.tokens[n["id"]] == n["token"]
+        assert -1.0 - 1e-6 <= n["score"] <= 1.0 + 1e-6
+    scores = [n["score"] for n in neighbors]
+    assert scores == sorted(scores, reverse=True)
+
+
+# ---------------------------------------------------------------------------------------------- health
+def test_health_and_ready(api: TestClient) -> None:
+    assert api.get("/healthz").json() == {"status": "ok"}
+    ready = api.get("/readyz")
+    assert ready.status_code == 200
+    assert ready.json() == {"status": "ready", "loaded": ["small"], "missing": []}
+
+
+def test_docs_and_explorer_are_served(api: TestClient) -> None:
+    docs = api.get("/docs")
+    assert docs.status_code == 200 and "swagger" in docs.text.lower()
+    page = api.get("/")
+    assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
+    assert api.get("/openapi.json").json()["info"]["title"] == "embedding-search"
+
+
+# ---------------------------------------------------------------------------------------------- tables
+def test_tables_list_and_summary(api: TestClient, small: Table) -> None:
+    body = api.get("/v1/tables").json()
+    assert [t["name"] for t in body["tables"]] == ["small"]
+    info = body["tables"][0]
+    assert info["rows"] == 20_000 and info["dim"] == 50
+    assert info["index"]["kind"] == "flat" and info["approximate"] is False and info["has_tokenizer"] is False
+    assert body["unavailable"] == []
+    one = api.get(T).json()
+    assert one == info
+    assert one["source"] == small.manifest["source"]
+
+
+# ---------------------------------------------------------------------------------------------- tokens
+def test_token_vector_original_and_normalized(api: TestClient, small: Table, glove_raw: RawTable) -> None:
+    body = api.get(f"{T}/tokens/heart").json()
+    row = glove_raw.tokens.index("heart")
+    assert body["token"] == "heart" and body["id"] == row
+    assert body["query"] == {"text": "heart", "token": "heart", "id": row, "match": "exact"}
+    np.testing.assert_allclose(body["vector"], glove_raw.matrix[row], rtol=1e-6, atol=1e-6)
+    assert body["normalized"] is False
+    assert body["norm"] == pytest.approx(float(np.linalg.norm(glove_raw.matrix[row])), rel=1e-6)
+    normal = api.get(f"{T}/tokens/heart", params={"normalized": "true"}).json()
+    assert normal["normalized"] is True
+    np.testing.assert_allclose(normal["vector"], unit(glove_raw.matrix[row]), atol=1e-6)
+    assert math.isclose(float(np.linalg.norm(normal["vector"])), 1.0, rel_tol=1e-5)
+
+
+def test_token_lookup_casefold_slash_and_dot(api: TestClient, small: Table) -> None:
+    folded = api.get(f"{T}/tokens/HeArT").json()
+    assert folded["token"] == "heart" and folded["query"]["match"] == "casefold"
+    assert folded["query"]["text"] == "HeArT"
+    half = api.get(f"{T}/tokens/1/2").json()  # tokens may contain a slash
+    assert half["token"] == "1/2" and half["id"] == small.tokens.find("1/2")
+    dot = api.get(f"{T}/tokens/%2E").json()
+    assert dot["token"] == "." and dot["id"] == small.tokens.find(".")
+
+
+def test_row_by_id(api: TestClient, small: Table) -> None:
+    body = api.get(f"{T}/ids/1058").json()
+    assert body["id"] == 1058 and body["token"] == small.tokens[1058]
+    assert body["query"]["match"] == "id"
+    assert api.get(f"{T}/ids/20000").status_code == 404
+    assert api.get(f"{T}/ids/-1").status_code == 422
+
+
+# ------------------------------------------------------------------------------------------ neighbours
+@pytest.mark.parametrize("word", ["heart", "king", "paris", "computer"])
+def test_neighbors_get_equal_brute_force(api: TestClient, small: Table, word: str) -> None:
+    body = api.get(f"{T}/neighbors", params={"token": word, "k": 8}).json()
+    row = small.tokens.find(word)
+    assert body["query"] == {"text": word, "token": word, "id": row, "match": "exact"}
+    check_neighbors(small, body["neighbors"], 8)
+    assert ids(body["neighbors"]) == brute_force(small, small.vectors[row], 8, {row})
+    assert row not in ids(body["neighbors"])
+
+
+def test_neighbors_by_id_exact_and_restrict(api: TestClient, small: Table) -> None:
+    row = small.tokens.find("heart")
+    by_id = api.get(f"{T}/neighbors", params={"id": row, "k": 5, "exact": "true"}).json()
+    by_token = api.get(f"{T}/neighbors", params={"token": "heart", "k": 5}).json()
+    assert by_id["neighbors"] == by_token["neighbors"] and by_id["query"]["match"] == "id"
+    limited = api.get(f"{T}/neighbors", params={"token": "heart", "k": 10, "restrict": 500}).json()
+    assert ids(limited["neighbors"]) == brute_force(small, small.vectors[row], 10, {row}, restrict=500)
+
+
+def test_neighbors_post_positive_negative(api: TestClient, small: Table) -> None:
+    body = api.post(f"{T}/neighbors", json={"positive": ["king", "woman"], "negative": ["man"], "k": 5}).json()
+    king, woman, man = (small.tokens.find(w) for w in ("king", "woman", "man"))
+    query = unit(small.vectors[king]) + unit(small.vectors[woman]) - unit(small.vectors[man])
+    assert ids(body["neighbors"]) == brute_force(small, query, 5, {king, woman, man})
+    assert body["neighbors"][0]["token"] == "queen"
+    assert [q["token"] for q in body["query"]["positive"]] == ["king", "woman"]
+    assert [q["token"] for q in body["query"]["negative"]] == ["man"]
+    single = api.post(f"{T}/neighbors", json={"token": "heart", "k": 3}).json()
+    assert single["neighbors"] == api.get(f"{T}/neighbors", params={"token": "heart", "k": 3}).json()["neighbors"]
+
+
+def test_neighbors_batch_with_a_bad_item(api: TestClient, small: Table) -> None:
+    queries = ["heart", {"token": "Paris"}, "no-such-wordzz", {"id": 7}, {"positive": ["red", "blue"]}]
+    body = api.post(f"{T}/neighbors", json={"queries": queries, "k": 4})
+    assert body.status_code == 200
+    results = body.json()["results"]
+    assert len(results) == len(queries)
+    assert results[2]["error"]["code"] == "unknown_token" and len(results[2]["error"]["suggestions"]) <= 5
+    assert results[1]["query"]["match"] == "casefold"
+    singles = [
+        api.get(f"{T}/neighbors", params={"token": "heart", "k": 4}).json(),
+        api.get(f"{T}/neighbors", params={"token": "Paris", "k": 4}).json(),
+        None,
+        api.get(f"{T}/neighbors", params={"id": 7, "k": 4}).json(),
+        api.post(f"{T}/neighbors", json={"positive": ["red", "blue"], "k": 4}).json(),
+    ]
+    for got, want in zip(results, singles, strict=True):
+        if want is not None:
+            assert ids(got["neighbors"]) == ids(want["neighbors"])
+            np.testing.assert_allclose(
+                [n["score"] for n in got["neighbors"]], [n["score"] for n in want["neighbors"]], rtol=1e-5
+            )
+
+
+# ---------------------------------------------------------------------------------------------- search
+def test_search_vector_and_batch(api: TestClient, small: Table, glove_raw: RawTable) -> None:
+    raw = glove_raw.matrix[glove_raw.tokens.index("heart")]
+    body = api.post(f"{T}/search", json={"vector": (raw * 7.5).tolist(), "k": 5}).json()
+    assert body["neighbors"][0]["token"] == "heart" and body["neighbors"][0]["score"] == pytest.approx(1.0, abs=1e-5)
+    assert ids(body["neighbors"]) == brute_force(small, raw, 5)
+    rng = np.random.default_rng(0)
+    vectors = rng.normal(size=(3, 50))
+    batch = api.post(f"{T}/search", json={"vectors": vectors.tolist(), "k": 6}).json()
+    assert [ids(r["neighbors"]) for r in batch["results"]] == [brute_force(small, v, 6) for v in vectors]
+
+
+def test_search_batch_bad_items_do_not_fail_it(api: TestClient, small: Table) -> None:
+    good = np.ones(50).tolist()
+    vectors = [good, [1.0] * 3, [0.0] * 50, [float("nan")] + [1.0] * 49, [1e39] + [1.0] * 49, good]
+    body = json.dumps({"vectors": vectors, "k": 2})  # NaN as the non-standard literal Python's json accepts
+    results = api.post(f"{T}/search", content=body, headers={"content-type": "application/json"}).json()["results"]
+    assert [("error" in r) for r in results] == [False, True, True, True, True, False]
+    assert all(r["error"]["code"] == "invalid_request" for r in results[1:5])
+    assert "50" in results[1]["error"]["message"]
+    assert results[0] == results[5]
+
+
+# ------------------------------------------------------------------------------------------ similarity
+def test_similarity_get_and_pairs(api: TestClient, small: Table, glove_raw: RawTable) -> None:
+    body = api.get(f"{T}/similarity", params={"a": "red", "b": "blue"}).json()
+    red, blue = (glove_raw.matrix[glove_raw.tokens.index(w)] for w in ("red", "blue"))
+    assert body["a"] == "red" and body["b"] == "blue"
+    assert body["similarity"] == pytest.approx(float(unit(red) @ unit(blue)), abs=1e-6)
+    assert body["query"]["a"]["token"] == "red"
+    pairs = [["red", "blue"], ["red", "no-such-wordzz"], ["King", "queen"]]
+    many = api.post(f"{T}/similarity", json={"pairs": pairs}).json()
+    assert many["similarities"][0] == pytest.approx(body["similarity"], abs=1e-9)
+    assert many["similarities"][1] is None and many["errors"][1]["code"] == "unknown_token"
+    assert many["errors"][0] is None and many["errors"][2] is None
+    king = api.get(f"{T}/similarity", params={"a": "king", "b": "queen"}).json()["similarity"]
+    assert many["similarities"][2] == pytest.approx(king, abs=1e-9)
+
+
+# --------------------------------------------------------------------------------------------- analogy
+@pytest.mark.parametrize("method", ["3cosadd", "3cosmul"])
+def test_analogy_single_and_batch(api: TestClient, small: Table, method: str) -> None:
+    body = api.post(f"{T}/analogy", json={"a": "man", "b": "king", "c": "woman", "k": 5, "method": method}).json()
+    assert body["neighbors"][0]["token"] == "queen"
+    assert {body["query"][x]["token"] for x in "abc"} == {"man", "king", "woman"}
+    assert body["query"]["method"] == method
+    inputs = {small.tokens.find(w) for w in ("man", "king", "woman")}
+    assert not inputs & set(ids(body["neighbors"]))
+    a, b, c = (small.tokens.find(w) for w in ("man", "king", "woman"))
+    assert ids(body["neighbors"]) == [i for i, _ in small.analogy(a, b, c, k=5, method=method)]
+    questions = [
+        {"a": "man", "b": "king", "c": "woman"},
+        {"a": "france", "b": "paris", "c": "nowhere-landzz"},
+        {"a": "france", "b": "paris", "c": "germany"},
+    ]
+    results = api.post(f"{T}/analogy", json={"queries": questions, "k": 3, "method": method}).json()["results"]
+    assert ids(results[0]["neighbors"]) == ids(body["neighbors"])[:3]
+    assert results[1]["error"]["code"] == "unknown_token"
+    assert results[2]["neighbors"][0]["token"] == "berlin"
+
+
+# ------------------------------------------------------------------------------------------ projection
+def test_projection_is_pca_of_the_rows(api: TestClient, small: Table) -> None:
+    words = ["red", "blue", "green", "one", "two", "three", "Red"]
+    body = api.post(f"{T}/project", json={"tokens": words, "method": "pca"}).json()
+    assert [p["token"] for p in body["points"]] == words[:6]  # "Red" is the row of "red": projected once
+    rows = unit(small.vectors[[small.tokens.find(w) for w in words[:6]]])
+    centred = rows - rows.mean(axis=0)
+    _, s, _ = np.linalg.svd(centred, full_matrices=False)
+    np.testing.assert_allclose(body["explained_variance_ratio"], (s**2 / (s**2).sum())[:2], rtol=1e-6)
+    points = np.array([[p["x"], p["y"]] for p in body["points"]])
+    np.testing.assert_allclose(np.abs(points.T @ points).diagonal(), (s**2)[:2], rtol=1e-6)  # PC scores
+    assert api.post(f"{T}/project", json={"tokens": ["red", "no-such-wordzz"]}).status_code == 404
+    skipped = api.post(f"{T}/project", json={"tokens": ["red", "blue", "no-such-wordzz"], "skip_unknown": True})
+    assert skipped.json()["unknown"] == ["no-such-wordzz"] and len(skipped.json()["points"]) == 2
+    assert api.post(f"{T}/project", json={"tokens": ["red", "RED"]}).status_code == 422
+    assert api.post(f"{T}/project", json={"tokens": ["red", "blue"], "method": "tsne"}).status_code == 422
+
+
+# ------------------------------------------------------------------------------- model-token tables
+def test_tokenize_only_with_a_tokenizer(api: TestClient, minilm_api: TestClient, minilm_data_dir: Path) -> None:
+    refused = api.post(f"{T}/tokenize", json={"text": "heart"})
+    assert refused.status_code == 422 and refused.json()["error"]["code"] == "invalid_request"
+    body = minilm_api.post("/v1/tables/minilm/tokenize", json={"text": "Unbelievable hearts"}).json()
+    tokenizer = Tokenizer.from_file(str(minilm_data_dir / "minilm" / "tokenizer.json"))
+    tokenizer.no_padding()  # the saved file pads to 128 for the model; tokenizing a word does not
+    expected = tokenizer.encode("Unbelievable hearts", add_special_tokens=False)
+    assert [t["id"] for t in body["tokens"]] == expected.ids
+    assert [t["token"] for t in body["tokens"]] == expected.tokens
+
+
+def test_compose_mean_for_a_multi_token_word(minilm_api: TestClient) -> None:
+    M = "/v1/tables/minilm"
+    word = "unbelievableness"
+    assert minilm_api.get(f"{M}/neighbors", params={"token": word}).status_code == 404
+    body = minilm_api.get(f"{M}/neighbors", params={"token": word, "k": 5, "compose": "mean"}).json()
+    pieces = minilm_api.post(f"{M}/tokenize", json={"text": word}).json()["tokens"]
+    assert body["query"]["compose"] == "mean" and body["query"]["tokens"] == pieces and len(pieces) > 1
+    assert not {p["id"] for p in pieces} & set(ids(body["neighbors"]))
+    rows = np.array(
+        [minilm_api.get(f"{M}/ids/{p['id']}", params={"normalized": True}).json()["vector"] for p in pieces]
+    )
+    mean = unit(rows.mean(axis=0))
+    search = minilm_api.post(f"{M}/search", json={"vector": mean.tolist(), "k": 5 + len(pieces)}).json()
+    expected = [n["id"] for n in search["neighbors"] if n["id"] not in {p["id"] for p in pieces}][:5]
+    assert ids(body["neighbors"]) == expected
+    known = minilm_api.get(f"{M}/neighbors", params={"token": "heart", "k": 3, "compose": "mean"}).json()
+    assert known["query"]["match"] in {"exact", "space-marked"}  # a word that is one row is not composed
+    sim = minilm_api.get(f"{M}/similarity", params={"a": word, "b": "heart", "compose": "mean"}).json()
+    assert sim["query"]["a"]["compose"] == "mean" and -1 <= sim["similarity"] <= 1
+
+
+def test_special_and_continuation_tokens_filtered(minilm_api: TestClient) -> None:
+    M = "/v1/tables/minilm"
+    cls = minilm_api.get(f"{M}/tokens/[CLS]", params={"normalized": True}).json()
+    vector = cls["vector"]
+    kept = minilm_api.post(f"{M}/search", json={"vector": vector, "k": 5, "skip_special": False}).json()
+    assert kept["neighbors"][0]["token"] == "[CLS]"
+    dropped = minilm_api.post(f"{M}/search", json={"vector": vector, "k": 20}).json()  # skip_special defaults on
+    assert not {n["token"] for n in dropped["neighbors"]} & {"[CLS]", "[SEP]", "[PAD]", "[MASK]", "[UNK]"}
+    words = minilm_api.get(f"{M}/neighbors", params={"token": "##ing", "k": 20, "whole_words_only": True}).json()
+    assert words["neighbors"] and not any(n["token"].startswith("##") for n in words["neighbors"])
+
+
+# ------------------------------------------------------------------------------------------------ metrics
+def test_metrics_count_routes_and_tables(api: TestClient) -> None:
+    api.get(f"{T}/neighbors", params={"token": "heart"})
+    api.get("/v1/tables/nosuch/neighbors", params={"token": "heart"})
+    text = api.get("/metrics").text
+    assert 'route="/v1/tables/{table}/neighbors"' in text and 'table="small"' in text
+    assert 'table="unknown"' in text and "nosuch" not in text  # unknown names never become labels
+    assert 'embedding_search_seconds_count{operation="neighbors",table="small"}' in text

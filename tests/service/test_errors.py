@@ -1,0 +1,249 @@
+"""One error envelope with one status per error kind, for every error a client can cause; OpenAPI lists them."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from fastapi.testclient import TestClient
+
+from service.deps import AdminDep
+from service.errors import ERRORS
+from tests.service.conftest import client_for
+
+T = "/v1/tables/small"
+HEART = {"token": "heart"}
+
+
+def envelope(response: httpx.Response, status: int, code: str) -> dict[str, Any]:
+    """Assert the status and the envelope shape; return the error object."""
+    assert response.status_code == status, response.text
+    assert response.headers["content-type"].startswith("application/json")
+    body = response.json()
+    assert set(body) == {"error"}
+    error = body["error"]
+    assert error["code"] == code and ERRORS[code].status == status
+    assert isinstance(error["message"], str) and error["message"]
+    return error
+
+
+def post_json(client: TestClient, path: str, text: str) -> httpx.Response:
+    return client.post(path, content=text, headers={"content-type": "application/json"})
+
+
+# ---------------------------------------------------------------------------------------------- 404
+def test_unknown_table_with_suggestions(api: TestClient) -> None:
+    error = envelope(api.get("/v1/tables/smal/neighbors", params=HEART), 404, "unknown_table")
+    assert error["suggestions"] == ["small"]
+    envelope(api.get("/v1/tables/zzzzqqq"), 404, "unknown_table")
+    envelope(api.post("/v1/tables/nope/search", json={"vector": [1.0] * 50}), 404, "unknown_table")
+
+
+def test_invalid_table_name_is_refused_before_use(api: TestClient) -> None:
+    error = envelope(api.get("/v1/tables/.hidden/neighbors", params=HEART), 422, "invalid_request")
+    assert "table name" in error["message"]
+    envelope(api.get("/v1/tables/a%20b"), 422, "invalid_request")
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "kwargs"),
+    [
+        ("GET", f"{T}/neighbors", {"params": {"token": "hearrt"}}),
+        ("GET", f"{T}/tokens/hearrt", {}),
+        ("GET", f"{T}/similarity", {"params": {"a": "hearrt", "b": "red"}}),
+        ("POST", f"{T}/neighbors", {"json": {"positive": ["hearrt"]}}),
+        ("POST", f"{T}/analogy", {"json": {"a": "man", "b": "king", "c": "hearrt"}}),
+        ("POST", f"{T}/project", {"json": {"tokens": ["red", "hearrt"]}}),
+    ],
+)
+def test_unknown_token_with_suggestions(api: TestClient, method: str, path: str, kwargs: dict) -> None:
+    error = envelope(api.request(method, path, **kwargs), 404, "unknown_token")
+    assert "heart" in error["suggestions"] and len(error["suggestions"]) <= 5
+    assert "hearrt" in error["message"]
+
+
+def test_unknown_path_and_method(api: TestClient) -> None:
+    envelope(api.get("/v2/nothing"), 404, "not_found")
+    envelope(api.get("/static/no-such-file.js"), 404, "not_found")
+    envelope(api.delete(f"{T}/neighbors"), 405, "method_not_allowed")
+    envelope(api.put("/healthz"), 405, "method_not_allowed")
+
+
+# ---------------------------------------------------------------------------------------------- 422
+@pytest.mark.parametrize(
+    "vector",
+    [
+        "[1.0, 2.0, 3.0]",  # wrong length
+        "[" + ", ".join(["NaN"] + ["1.0"] * 49) + "]",
+        "[" + ", ".join(["Infinity"] + ["1.0"] * 49) + "]",
+        "[" + ", ".join(["-Infinity"] + ["1.0"] * 49) + "]",
+        "[" + ", ".join(["1e39"] + ["1.0"] * 49) + "]",  # beyond float32
+        "[" + ", ".join(["1e400"] + ["1.0"] * 49) + "]",  # beyond float64: parsed as infinity
+        "[" + ", ".join(["0.0"] * 50) + "]",  # zero vector: no direction
+        "[]",
+        '["1.0"' + ", 1.0" * 49 + "]",  # strings are not numbers
+        "[true" + ", 1.0" * 49 + "]",
+    ],
+)
+def test_bad_vectors(api: TestClient, vector: str) -> None:
+    envelope(post_json(api, f"{T}/search", f'{{"vector": {vector}, "k": 3}}'), 422, "invalid_request")
+
+
+@pytest.mark.parametrize("k", ["0", "-1", "1001", "1.5", "true", '"3"', "null", "1e3"])
+def test_bad_k_in_body(api: TestClient, k: str) -> None:
+    error = envelope(post_json(api, f"{T}/neighbors", f'{{"token": "heart", "k": {k}}}'), 422, "invalid_request")
+    assert error["details"][0]["loc"] == ["body", "k"]
+    assert "input" not in json.dumps(error["details"])  # the client's input is never echoed back
+
+
+@pytest.mark.parametrize("k", ["0", "-1", "1001", "1.5", "true", "x"])
+def test_bad_k_in_query(api: TestClient, k: str) -> None:
+    error = envelope(api.get(f"{T}/neighbors", params={"token": "heart", "k": k}), 422, "invalid_request")
+    assert error["details"][0]["loc"] == ["query", "k"]
+
+
+def test_k_at_the_limits_is_accepted(api: TestClient) -> None:
+    assert len(api.get(f"{T}/neighbors", params={"token": "heart", "k": 1}).json()["neighbors"]) == 1
+    assert len(api.get(f"{T}/neighbors", params={"token": "heart", "k": 1000}).json()["neighbors"]) == 1000
+
+
+@pytest.mark.parametrize(
+    ("path", "body"),
+    [
+        ("neighbors", {"token": "heart", "exact": 1}),  # strict booleans
+        ("neighbors", {"token": "heart", "restrict": 0}),
+        ("neighbors", {"token": "heart", "postive": ["x"]}),  # unknown field (a typo)
+        ("neighbors", {}),  # no query
+        ("neighbors", {"token": "heart", "queries": ["red"]}),  # two forms at once
+        ("neighbors", {"queries": []}),
+        ("neighbors", {"token": "heart", "compose": "max"}),
+        ("neighbors", {"positive": ["heart"], "negative": ["heart"]}),  # cancels out: zero query vector
+        ("search", {"vector": [1.0] * 50, "vectors": [[1.0] * 50]}),
+        ("analogy", {"a": "man", "b": "king", "c": "woman", "method": "3cosfoo"}),  # unknown method
+        ("analogy", {"a": "man", "b": "king"}),
+        ("similarity", {"pairs": [["red"]]}),
+        ("similarity", {"pairs": [["red", "blue", "green"]]}),
+        ("project", {"tokens": ["red"]}),
+        ("tokenize", {"text": 5}),
+    ],
+)
+def test_invalid_requests(api: TestClient, path: str, body: dict) -> None:
+    envelope(api.post(f"{T}/{path}", json=body), 422, "invalid_request")
+
+
+def test_malformed_json_and_wrong_top_level(api: TestClient) -> None:
+    envelope(post_json(api, f"{T}/neighbors", '{"token": "heart",'), 422, "invalid_request")
+    envelope(post_json(api, f"{T}/neighbors", '["heart"]'), 422, "invalid_request")
+    envelope(api.get(f"{T}/neighbors"), 422, "invalid_request")  # neither token nor id
+
+
+@pytest.mark.parametrize(
+    ("path", "body"),
+    [
+        ("neighbors", {"queries": ["heart"] * 1025}),
+        ("analogy", {"queries": [{"a": "man", "b": "king", "c": "woman"}] * 1025}),
+        ("search", {"vectors": [[1.0] * 50] * 1025}),
+        ("similarity", {"pairs": [["red", "blue"]] * 1025}),
+        ("project", {"tokens": ["red"] * 1025}),
+    ],
+)
+def test_batch_over_max(api: TestClient, path: str, body: dict) -> None:
+    error = envelope(api.post(f"{T}/{path}", json=body), 422, "invalid_request")
+    assert "1024" in error["message"]
+
+
+def test_limits_follow_the_settings(small_data_dir: Path) -> None:
+    with client_for(data_dir=small_data_dir, max_k=5, max_batch=2, max_body_bytes=2048) as client:
+        assert (
+            "at most 5"
+            in envelope(client.get(f"{T}/neighbors", params={"token": "a", "k": 6}), 422, "invalid_request")["message"]
+        )
+        assert client.get(f"{T}/neighbors", params={"token": "heart", "k": 5}).status_code == 200
+        envelope(client.post(f"{T}/neighbors", json={"queries": ["a", "b", "c"]}), 422, "invalid_request")
+        assert client.post(f"{T}/neighbors", json={"queries": ["a", "b"]}).status_code == 200
+        envelope(client.post(f"{T}/search", json={"vector": [1.0] * 1000}), 413, "body_too_large")
+        schema = client.get("/openapi.json").json()
+        k = next(p for p in schema["paths"]["/v1/tables/{table}/neighbors"]["get"]["parameters"] if p["name"] == "k")
+        assert k["schema"]["maximum"] == 5
+
+
+# ---------------------------------------------------------------------------------------------- 413
+def test_body_over_the_limit(api: TestClient) -> None:
+    big = json.dumps({"vectors": [[0.123456789] * 50] * 8000})
+    assert len(big) > 4 << 20
+    error = envelope(post_json(api, f"{T}/search", big), 413, "body_too_large")
+    assert "bytes" in error["message"]
+
+
+def test_chunked_body_over_the_limit(api: TestClient) -> None:
+    def chunks() -> Iterator[bytes]:  # no Content-Length: the server counts the bytes as they arrive
+        yield b'{"vectors": ['
+        for _ in range(100_000):
+            yield b"[" + b"0.5," * 49 + b"0.5],"
+        yield b"[1.0]]}"
+
+    response = api.post(f"{T}/search", content=chunks(), headers={"content-type": "application/json"})
+    envelope(response, 413, "body_too_large")
+
+
+# ---------------------------------------------------------------------------------------- 401/403/500
+def test_admin_key_and_unexpected_errors(small_data_dir: Path) -> None:
+    with client_for(data_dir=small_data_dir, api_key="s3cret") as client:
+        app = client.app
+
+        @app.get("/v1/admin/ping")
+        async def ping(_: AdminDep) -> dict[str, str]:
+            return {"pong": "yes"}
+
+        @app.get("/v1/boom")
+        async def boom() -> None:
+            raise RuntimeError("secret internal detail /etc/passwd")
+
+        envelope(client.get("/v1/admin/ping"), 401, "unauthorized")
+        envelope(client.get("/v1/admin/ping", headers={"x-api-key": "wrong"}), 403, "forbidden")
+        assert client.get("/v1/admin/ping", headers={"x-api-key": "s3cret"}).json() == {"pong": "yes"}
+        failure = client.get("/v1/boom")
+        error = envelope(failure, 500, "internal")
+        assert "secret" not in failure.text and "RuntimeError" not in failure.text
+        assert error == {"code": "internal", "message": "internal server error"}
+
+
+# ---------------------------------------------------------------------------------------------- OpenAPI
+def test_openapi_lists_error_responses_for_every_operation(api: TestClient) -> None:
+    schema = api.get("/openapi.json").json()
+    operations = [(path, method, op) for path, item in schema["paths"].items() for method, op in item.items()]
+    table = "/v1/tables/{table}"
+    assert {(path, method) for path, method, _ in operations} == {
+        ("/healthz", "get"),
+        ("/readyz", "get"),
+        ("/v1/tables", "get"),
+        (table, "get"),
+        (f"{table}/tokens/{{token}}", "get"),
+        (f"{table}/ids/{{id}}", "get"),
+        (f"{table}/tokenize", "post"),
+        (f"{table}/neighbors", "get"),
+        (f"{table}/neighbors", "post"),
+        (f"{table}/similarity", "get"),
+        (f"{table}/similarity", "post"),
+        (f"{table}/analogy", "post"),
+        (f"{table}/search", "post"),
+        (f"{table}/project", "post"),
+    }
+    envelope_ref = "#/components/schemas/ErrorResponse"
+    for path, method, op in operations:
+        responses = op["responses"]
+        assert "500" in responses, (path, method)
+        if path.startswith("/v1/tables/{table}"):
+            expected = {"404", "422", "503"} | ({"413"} if method == "post" else set())
+            assert expected <= set(responses), (path, method, sorted(responses))
+        for status, response in responses.items():
+            if status != "200":
+                assert response["content"]["application/json"]["schema"]["$ref"] == envelope_ref, (path, status)
+    assert "503" in schema["paths"]["/readyz"]["get"]["responses"]
+    error_schema = schema["components"]["schemas"]["ErrorResponse"]
+    assert error_schema["required"] == ["error"]
+    assert "HTTPValidationError" not in schema["components"]["schemas"]  # 422 uses the envelope too

@@ -1,0 +1,189 @@
+"""Settings fail fast; a table that fails to load is skipped while the others serve; CORS, threads, JSON logs."""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+from pathlib import Path
+
+import anyio
+import faiss
+import numpy as np
+import pytest
+from fastapi.testclient import TestClient
+from pydantic import ValidationError
+from starlette.requests import Request
+
+from service import main as serve
+from service.logs import JsonFormatter
+from service.respond import compute
+from service.settings import Settings, describe_error
+from tests.service.conftest import client_for
+
+SETTINGS_VARIABLES = [f"EMBEDDING_{name.upper()}" for name in Settings.model_fields]
+
+
+@pytest.fixture
+def clean_env(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
+    """No EMBEDDING_* or thread variables from the outside; whatever a test sets is undone afterwards."""
+    for variable in [*SETTINGS_VARIABLES, *serve.THREAD_VARIABLES, "PROMETHEUS_MULTIPROC_DIR"]:
+        monkeypatch.delenv(variable, raising=False)
+    return monkeypatch
+
+
+def test_settings_from_the_environment(clean_env: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    clean_env.setenv("EMBEDDING_DATA_DIR", str(tmp_path))
+    clean_env.setenv("EMBEDDING_TABLES", "glove-6b-50d, small")
+    clean_env.setenv("EMBEDDING_MAX_K", "50")
+    clean_env.setenv("EMBEDDING_CORS_ORIGINS", '["https://a.example", "http://b.example:8080"]')
+    clean_env.setenv("EMBEDDING_LOG_FORMAT", "json")
+    clean_env.setenv("EMBEDDING_API_KEY", "k3y")
+    settings = Settings()
+    assert settings.data_dir == tmp_path and settings.tables == ["glove-6b-50d", "small"]
+    assert settings.max_k == 50 and settings.max_batch == 1024 and settings.max_body_bytes == 4 << 20
+    assert settings.cors_origins == ["https://a.example", "http://b.example:8080"]
+    assert settings.log_format == "json" and settings.api_key is not None
+    assert "k3y" not in repr(settings)  # the key is a secret
+    assert settings.verify_checksums is True and settings.threads is None
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "named"),
+    [
+        ("EMBEDDING_DATA_DIR", "/no/such/dir", "EMBEDDING_DATA_DIR"),
+        ("EMBEDDING_TABLES", "../etc", "EMBEDDING_TABLES"),
+        ("EMBEDDING_TABLES", ",", "EMBEDDING_TABLES"),
+        ("EMBEDDING_MAX_K", "0", "EMBEDDING_MAX_K"),
+        ("EMBEDDING_MAX_K", "ten", "EMBEDDING_MAX_K"),
+        ("EMBEDDING_MAX_BATCH", "-5", "EMBEDDING_MAX_BATCH"),
+        ("EMBEDDING_MAX_BODY_BYTES", "10", "EMBEDDING_MAX_BODY_BYTES"),
+        ("EMBEDDING_CORS_ORIGINS", "example.com", "EMBEDDING_CORS_ORIGINS"),
+        ("EMBEDDING_LOG_FORMAT", "xml", "EMBEDDING_LOG_FORMAT"),
+        ("EMBEDDING_THREADS", "0", "EMBEDDING_THREADS"),
+        ("EMBEDDING_VERIFY_CHECKSUMS", "maybe", "EMBEDDING_VERIFY_CHECKSUMS"),
+    ],
+)
+def test_bad_settings_fail_fast(
+    clean_env: pytest.MonkeyPatch, tmp_path: Path, variable: str, value: str, named: str
+) -> None:
+    clean_env.setenv("EMBEDDING_DATA_DIR", str(tmp_path))
+    clean_env.setenv(variable, value)
+    with pytest.raises(ValidationError) as info:
+        Settings()
+    line = describe_error(info.value)
+    assert "\n" not in line and named in line
+
+
+def test_embedding_serve_exits_non_zero_on_bad_settings(
+    clean_env: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert serve.main(["--data-dir", "/no/such/dir"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "EMBEDDING_DATA_DIR" in err and "/no/such/dir" in err
+    assert serve.main(["--workers", "0"]) == 2
+
+
+def test_threads_per_worker(clean_env: pytest.MonkeyPatch) -> None:
+    assert serve.threads_per_worker(1) == serve.cores()
+    assert serve.threads_per_worker(serve.cores() * 2) == 1
+    clean_env.setenv("OMP_NUM_THREADS", "3")
+    assert serve.threads_per_worker(1) == 3
+    clean_env.setenv("EMBEDDING_THREADS", "2")
+    assert serve.threads_per_worker(1) == 2
+
+
+# ------------------------------------------------------------------------------------------- registry
+@pytest.fixture
+def mixed_data_dir(tmp_path: Path, small_data_dir: Path) -> Path:
+    """``good`` (a copy of the small table), ``corrupt`` (one value changed), ``broken`` (unreadable manifest)."""
+    for name in ("good", "corrupt", "broken"):
+        shutil.copytree(small_data_dir / "small", tmp_path / name)
+    vectors = tmp_path / "corrupt" / "vectors.npy"
+    data = bytearray(vectors.read_bytes())
+    data[-1] ^= 0xFF  # same size, different sha256
+    vectors.write_bytes(bytes(data))
+    (tmp_path / "broken" / "manifest.json").write_text("{not json")
+    return tmp_path
+
+
+def test_failed_tables_are_skipped_and_reported(mixed_data_dir: Path, caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.ERROR, logger="service.registry"), client_for(data_dir=mixed_data_dir) as client:
+        ready = client.get("/readyz")
+        assert ready.status_code == 503
+        error = ready.json()["error"]
+        assert (
+            error["code"] == "not_ready" and error["loaded"] == ["good"] and error["missing"] == ["broken", "corrupt"]
+        )
+        listing = client.get("/v1/tables").json()
+        assert [t["name"] for t in listing["tables"]] == [
+            "good"
+        ]  # served under its directory name and listing["unavailable"] == ["broken", "corrupt"]
+        assert client.get("/v1/tables/good/neighbors", params={"token": "heart"}).status_code == 200
+        failed = client.get("/v1/tables/corrupt/neighbors", params={"token": "heart"})
+        assert failed.status_code == 503 and failed.json()["error"]["code"] == "not_ready"
+        assert client.get("/healthz").status_code == 200
+    logged = [r.getMessage() for r in caplog.records]
+    assert any("'corrupt' not loaded" in m and "sha256" in m for m in logged)
+    assert any("'broken' not loaded" in m for m in logged)
+
+
+def test_only_the_requested_tables_are_loaded(mixed_data_dir: Path) -> None:
+    with client_for(data_dir=mixed_data_dir, tables=["good"]) as client:
+        assert client.get("/readyz").json() == {"status": "ready", "loaded": ["good"], "missing": []}
+        assert client.get("/v1/tables/corrupt").status_code == 404
+    with client_for(data_dir=mixed_data_dir, tables=["good", "absent"]) as client:
+        ready = client.get("/readyz")
+        assert ready.status_code == 503 and ready.json()["error"]["missing"] == ["absent"]
+
+
+def test_corrupt_table_loads_when_checksums_are_off(mixed_data_dir: Path) -> None:
+    with client_for(data_dir=mixed_data_dir, tables=["corrupt"], verify_checksums=False) as client:
+        assert client.get("/readyz").status_code == 200
+
+
+def test_empty_data_dir_is_not_ready(tmp_path: Path) -> None:
+    with client_for(data_dir=tmp_path) as client:
+        ready = client.get("/readyz")
+        assert ready.status_code == 503 and "no tables" in ready.json()["error"]["message"]
+        assert client.get("/v1/tables").json() == {"tables": [], "unavailable": []}
+
+
+# --------------------------------------------------------------------------------------- CORS, threads, logs
+def test_cors_closed_unless_configured(small_data_dir: Path) -> None:
+    preflight = {"origin": "https://app.example", "access-control-request-method": "POST"}
+    with client_for(data_dir=small_data_dir) as client:
+        response = client.get("/healthz", headers={"origin": "https://app.example"})
+        assert "access-control-allow-origin" not in response.headers
+        assert "access-control-allow-origin" not in client.options("/v1/tables/small/search", headers=preflight).headers
+    with client_for(data_dir=small_data_dir, cors_origins=["https://app.example"]) as client:
+        allowed = client.options("/v1/tables/small/search", headers=preflight)
+        assert allowed.status_code == 200 and allowed.headers["access-control-allow-origin"] == "https://app.example"
+        other = client.get("/healthz", headers={"origin": "https://evil.example"})
+        assert "access-control-allow-origin" not in other.headers
+
+
+def test_threads_setting_applies_where_the_engine_runs(small_data_dir: Path) -> None:
+    with client_for(data_dir=small_data_dir, threads=1) as client:
+        app = client.app
+        table = app.state.registry.tables["small"]
+        request = Request({"type": "http", "app": app})
+        before = faiss.omp_get_max_threads()
+        try:
+            for light in (True, False):  # on the event loop (here: this thread), and in a worker thread
+                assert anyio.run(compute, request, table, "test", faiss.omp_get_max_threads, light) == 1
+        finally:
+            faiss.omp_set_num_threads(before)
+
+
+def test_json_log_lines() -> None:
+    record = logging.LogRecord("service.registry", logging.ERROR, __file__, 1, "table %r not loaded", ("x",), None)
+    entry = json.loads(JsonFormatter().format(record))
+    assert entry["level"] == "error" and entry["logger"] == "service.registry"
+    assert entry["message"] == "table 'x' not loaded" and entry["time"].endswith("Z")
+
+
+def test_tables_are_memory_mapped_read_only(api: TestClient) -> None:
+    table = api.app.state.registry.tables["small"]
+    for array in (table.vectors, table.norms):
+        assert isinstance(array, np.memmap) and not array.flags.writeable

@@ -1,0 +1,419 @@
+// Embedding explorer: a small page over the JSON API (no build step, no dependencies).
+
+const K_NEIGHBOURS = 8;
+const K_ANALOGY = 5;
+const PALETTE = ["#0072b2", "#d55e00", "#009e73", "#cc79a7", "#e69f00", "#56b4e9", "#7f6d00", "#555555"];
+const DEFAULT_WORDS = [
+  "colours: red green blue yellow purple orange",
+  "numbers: one two three four five six",
+  "body parts: hand foot head eye heart arm",
+  "animals: dog cat horse cow bird fish",
+  "people and pronouns: man woman king queen he she",
+].join("\n");
+const DEFAULTS = { table: "", word: "", a: "man", b: "king", c: "woman", method: "3cosadd", x: "cat", y: "dog", words: "" };
+const URL_KEYS = Object.keys(DEFAULTS);
+
+const $ = (id) => document.getElementById(id);
+const state = { ...DEFAULTS };
+const pending = {}; // section -> number of its latest request, so stale answers are dropped
+let lastMap = null;
+
+// ------------------------------------------------------------------ helpers
+function el(tag, attrs = {}, ...children) {
+  const node = document.createElement(tag);
+  for (const [key, value] of Object.entries(attrs)) {
+    if (key === "class") node.className = value;
+    else if (key === "style") node.style.cssText = value;
+    else if (key.startsWith("on")) node.addEventListener(key.slice(2), value);
+    else node.setAttribute(key, value);
+  }
+  node.append(...children.filter((c) => c !== null && c !== undefined));
+  return node;
+}
+
+function svg(tag, attrs = {}, text) {
+  const node = document.createElementNS("http://www.w3.org/2000/svg", tag);
+  for (const [key, value] of Object.entries(attrs)) node.setAttribute(key, value);
+  if (text !== undefined) node.textContent = text;
+  return node;
+}
+
+/** Call the API; resolves to {ok, status, data} (data is the JSON body, or an error envelope). */
+async function api(path, body) {
+  const init = body === undefined ? {} : {
+    method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify(body),
+  };
+  try {
+    const response = await fetch(path, init);
+    const data = await response.json().catch(() => ({ error: { message: `HTTP ${response.status}` } }));
+    return { ok: response.ok, status: response.status, data };
+  } catch (err) {
+    return { ok: false, status: 0, data: { error: { message: `network error: ${err.message}` } } };
+  }
+}
+
+const tablePath = (suffix) => `/v1/tables/${encodeURIComponent(state.table)}/${suffix}`;
+
+function begin(section, out) {
+  pending[section] = (pending[section] || 0) + 1;
+  out.setAttribute("aria-busy", "true");
+  const ticket = pending[section];
+  return () => {
+    if (ticket !== pending[section]) return false;
+    out.removeAttribute("aria-busy");
+    return true;
+  };
+}
+
+function errorBox(error, onPick) {
+  const box = el("div", { class: "error", role: "alert" }, el("p", {}, error.message || "Something went wrong."));
+  const suggestions = error.suggestions || [];
+  if (suggestions.length) {
+    const list = el("ul", { class: "chips", "aria-label": "Suggestions" });
+    for (const word of suggestions) {
+      const item = onPick ? el("button", { type: "button", class: "chip", onclick: () => onPick(word) }, word) : word;
+      list.append(el("li", {}, item));
+    }
+    box.append(el("p", { class: "muted" }, "Did you mean:"), list);
+  }
+  return box;
+}
+
+/** A suggestion picker that puts the chosen word in place of the unknown one and submits the form again. */
+function replaceUnknown(error, formId) {
+  const inputs = [...$(formId).querySelectorAll("input")].filter((input) => input.value.trim() === error?.token);
+  if (!inputs.length) return null;
+  return (word) => {
+    for (const input of inputs) input.value = word;
+    $(formId).requestSubmit();
+  };
+}
+
+function scoreList(neighbors, onPick, scale = 1) {
+  const list = el("ol", { class: "scores" });
+  for (const { token, score } of neighbors) {
+    const width = Math.max(0, Math.min(1, score / scale)) * 100;
+    list.append(el("li", {},
+      el("button", { type: "button", class: "token", onclick: () => onPick(token), title: `Neighbours of ${token}` }, token),
+      el("span", { class: "bar", "aria-hidden": "true" }, el("span", { style: `width:${width.toFixed(1)}%` })),
+      el("span", { class: "score" }, score.toFixed(3)),
+    ));
+  }
+  return list;
+}
+
+// -------------------------------------------------------------------- state
+function readURL() {
+  const params = new URLSearchParams(location.search);
+  for (const key of URL_KEYS) state[key] = params.get(key) ?? DEFAULTS[key];
+}
+
+function writeURL(push = false) {
+  const params = new URLSearchParams();
+  for (const key of URL_KEYS) if (state[key] && state[key] !== DEFAULTS[key]) params.set(key, state[key]);
+  const url = `${location.pathname}${params.size ? `?${params}` : ""}`;
+  if (url === `${location.pathname}${location.search}`) return;
+  history[push ? "pushState" : "replaceState"](null, "", url);
+}
+
+function fillInputs() {
+  $("word").value = state.word;
+  $("an-a").value = state.a;
+  $("an-b").value = state.b;
+  $("an-c").value = state.c;
+  $("an-method").value = state.method === "3cosmul" ? "3cosmul" : "3cosadd";
+  $("sim-a").value = state.x;
+  $("sim-b").value = state.y;
+  $("map-words").value = state.words || DEFAULT_WORDS;
+}
+
+// --------------------------------------------------------------- neighbours
+function searchWord(word, push = true) {
+  $("word").value = word;
+  state.word = word;
+  writeURL(push);
+  runNeighbours();
+}
+
+async function runNeighbours() {
+  const out = $("neighbours-out");
+  if (!state.word) return out.replaceChildren();
+  const done = begin("neighbours", out);
+  const { ok, data } = await api(tablePath(`neighbors?token=${encodeURIComponent(state.word)}&k=${K_NEIGHBOURS}`));
+  if (!done()) return;
+  if (!ok) return out.replaceChildren(errorBox(data.error || {}, (w) => searchWord(w)));
+  const query = data.query || {};
+  const note = query.token && query.token !== state.word ? ` (matched “${query.token}”)` : "";
+  out.replaceChildren(
+    el("p", { class: "muted" }, `Nearest to “${state.word}”${note}`),
+    scoreList(data.neighbors, (w) => searchWord(w)),
+  );
+}
+
+// ------------------------------------------------------------------ analogy
+async function runAnalogy() {
+  const out = $("analogy-out");
+  const { a, b, c, method } = state;
+  if (!a || !b || !c) return out.replaceChildren();
+  const done = begin("analogy", out);
+  const { ok, data } = await api(tablePath("analogy"), { a, b, c, k: K_ANALOGY, method });
+  if (!done()) return;
+  if (!ok) return out.replaceChildren(errorBox(data.error || {}, replaceUnknown(data.error, "analogy-form")));
+  const neighbors = data.neighbors || [];
+  const best = neighbors[0];
+  const top = Math.max(...neighbors.map((n) => n.score), 1e-9);
+  out.replaceChildren(
+    el("p", { class: "answer" }, `${a} : ${b} :: ${c} : `, el("strong", {}, best ? best.token : "—")),
+    scoreList(neighbors, (w) => searchWord(w), method === "3cosmul" ? top : 1),
+  );
+}
+
+// --------------------------------------------------------------- similarity
+async function runSimilarity() {
+  const out = $("similarity-out");
+  const { x, y } = state;
+  if (!x || !y) return out.replaceChildren();
+  const done = begin("similarity", out);
+  const { ok, data } = await api(tablePath(`similarity?a=${encodeURIComponent(x)}&b=${encodeURIComponent(y)}`));
+  if (!done()) return;
+  if (!ok) return out.replaceChildren(errorBox(data.error || {}, replaceUnknown(data.error, "similarity-form")));
+  const value = data.similarity;
+  out.replaceChildren(
+    el("p", { class: "answer" }, `cos(${x}, ${y}) = `, el("strong", {}, value.toFixed(3))),
+    el("span", { class: "bar wide", "aria-hidden": "true" },
+      el("span", { style: `width:${(Math.max(0, value) * 100).toFixed(1)}%` })),
+  );
+}
+
+// ---------------------------------------------------------------------- map
+/** "group: w1 w2" lines -> [{word, group}], first occurrence of each word kept. */
+function parseWords(text) {
+  const items = [];
+  const seen = new Set();
+  text.split("\n").forEach((line, i) => {
+    const colon = line.indexOf(":");
+    const group = colon >= 0 ? line.slice(0, colon).trim() || `group ${i + 1}` : "words";
+    for (const word of line.slice(colon + 1).split(/[\s,]+/)) {
+      if (word && !seen.has(word)) {
+        seen.add(word);
+        items.push({ word, group });
+      }
+    }
+  });
+  return items;
+}
+
+async function runMap() {
+  const out = $("map-out");
+  const items = parseWords($("map-words").value);
+  const done = begin("map", out);
+  const body = { tokens: items.map((item) => item.word), method: "pca", skip_unknown: true };
+  const { ok, data } = await api(tablePath("project"), body);
+  if (!done()) return;
+  if (!ok) {
+    lastMap = null;
+    out.replaceChildren(errorBox(data.error || {}));
+    return;
+  }
+  const unknown = data.unknown || [];
+  const known = items.filter((item) => !unknown.includes(item.word));
+  // One point per distinct row, in input order; match by token when two inputs shared a row ("Red", "red").
+  const byToken = new Map(known.map((item) => [item.word.toLowerCase(), item]));
+  const aligned = data.points.length === known.length;
+  const points = data.points.map((p, i) => ({
+    ...p, ...(aligned ? known[i] : byToken.get(p.token.toLowerCase()) || { word: p.token, group: "words" }),
+  }));
+  lastMap = { points, variance: data.explained_variance_ratio, unknown };
+  drawMap();
+}
+
+/**
+ * Greedy label placement: each label takes the free spot nearest its point (8 directions, 3 distances) that
+ * overlaps no point and no label placed before it; a label set away from its point gets a leader line.
+ */
+function placeLabels(points, area) {
+  const boxes = points.map((p) => ({ x0: p.cx - 6, y0: p.cy - 6, x1: p.cx + 6, y1: p.cy + 6 }));
+  const overlap = (a, b) =>
+    Math.max(0, Math.min(a.x1, b.x1) - Math.max(a.x0, b.x0)) * Math.max(0, Math.min(a.y1, b.y1) - Math.max(a.y0, b.y0));
+  const directions = [[1, 0], [-1, 0], [0, -1], [0, 1], [1, -1], [-1, -1], [1, 1], [-1, 1]];
+  return points.map((p, i) => {
+    const w = p.word.length * 7.4 + 2;
+    let best = null;
+    for (let ring = 0; ring < 3; ring++) {
+      const d = 8 + ring * 16;
+      for (const [dx, dy] of directions) {
+        const ax = p.cx + dx * d;
+        const ay = p.cy + dy * d * 0.8;
+        const x0 = dx > 0 ? ax : dx < 0 ? ax - w : ax - w / 2;
+        const y0 = dy < 0 ? ay - 14 : dy > 0 ? ay : ay - 7;
+        const box = { x0, y0, x1: x0 + w, y1: y0 + 14 };
+        const outside = box.x0 < area.x0 || box.x1 > area.x1 || box.y0 < area.y0 || box.y1 > area.y1;
+        const clash = boxes.reduce((sum, b, j) => sum + (j === i ? 0 : overlap(box, b)), 0);
+        const cost = (outside ? 1e9 : 0) + clash * 10 + ring * 40;
+        if (!best || cost < best.cost) {
+          const anchor = dx > 0 ? "start" : dx < 0 ? "end" : "middle";
+          best = { cost, box, ring, ax, ay, label: { x: ax, y: y0 + 11, "text-anchor": anchor } };
+        }
+      }
+    }
+    boxes.push(best.box);
+    return { ...best.label, leader: best.ring > 0 ? { x1: p.cx, y1: p.cy, x2: best.ax, y2: best.ay } : null };
+  });
+}
+
+function drawMap() {
+  if (!lastMap) return;
+  const out = $("map-out");
+  const { points, variance, unknown } = lastMap;
+  const groups = [...new Set(points.map((p) => p.group))];
+  const colour = (group) => PALETTE[groups.indexOf(group) % PALETTE.length];
+  const width = Math.max(280, Math.round(out.clientWidth || 600));
+  const height = Math.round(Math.min(480, Math.max(280, width * (width < 500 ? 1 : 0.7))));
+  const pad = { left: 30, right: 16, top: 14, bottom: 30 };
+  const xs = points.map((p) => p.x);
+  const ys = points.map((p) => p.y);
+  const scale = (lo, hi, a, b) => (v) => (hi === lo ? (a + b) / 2 : a + ((v - lo) / (hi - lo)) * (b - a));
+  const sx = scale(Math.min(...xs), Math.max(...xs), pad.left + 6, width - pad.right - 6);
+  const sy = scale(Math.min(...ys), Math.max(...ys), height - pad.bottom - 6, pad.top + 6);
+  const pct = (v) => `${((v || 0) * 100).toFixed(1)}%`;
+
+  const plot = svg("svg", {
+    viewBox: `0 0 ${width} ${height}`, width, height, role: "img", class: "scatter",
+    "aria-label": `Map of ${points.length} words on their first two principal components`,
+  });
+  plot.append(
+    svg("line", { x1: pad.left, y1: height - pad.bottom, x2: width - pad.right, y2: height - pad.bottom, class: "axis" }),
+    svg("line", { x1: pad.left, y1: pad.top, x2: pad.left, y2: height - pad.bottom, class: "axis" }),
+    svg("text", { x: width - pad.right, y: height - 8, "text-anchor": "end", class: "axis-label" }, `PC1 · ${pct(variance[0])}`),
+    svg("text", { x: 12, y: pad.top, transform: `rotate(-90 12 ${pad.top})`, "text-anchor": "end", class: "axis-label" },
+      `PC2 · ${pct(variance[1])}`),
+  );
+  const placed = points.map((p) => ({ ...p, cx: sx(p.x), cy: sy(p.y) }));
+  const labels = placeLabels(placed, { x0: pad.left + 2, y0: 0, x1: width, y1: height - pad.bottom + 4 });
+  placed.forEach((p, i) => {
+    const { leader, ...label } = labels[i];
+    const g = svg("g", { class: "point" });
+    if (leader) g.append(svg("line", { ...leader, class: "leader" }));
+    g.append(
+      svg("circle", { cx: p.cx, cy: p.cy, r: 5, fill: colour(p.group) }),
+      svg("text", label, p.word),
+      svg("title", {}, `${p.word} (${p.group})`),
+    );
+    plot.append(g);
+  });
+  const legend = el("ul", { class: "legend", "aria-label": "Groups" });
+  for (const group of groups) {
+    legend.append(el("li", {}, el("span", { class: "swatch", style: `background:${colour(group)}` }), group));
+  }
+  const explained = ((variance[0] || 0) + (variance[1] || 0)) * 100;
+  out.replaceChildren(
+    legend,
+    plot,
+    el("p", { class: "muted" },
+      `The two components explain ${explained.toFixed(1)}% of the variance of these ${points.length} words ` +
+      `(PC1 ${pct(variance[0])}, PC2 ${pct(variance[1])}).`),
+  );
+  if (unknown.length) out.append(el("p", { class: "warning" }, `Not in this table, left out: ${unknown.join(", ")}`));
+}
+
+// ------------------------------------------------------------------- tables
+async function loadTables() {
+  const select = $("table");
+  const { ok, data } = await api("/v1/tables");
+  if (!ok) {
+    $("table-info").textContent = data.error?.message || "could not list tables";
+    return false;
+  }
+  const tables = data.tables || [];
+  select.replaceChildren(...tables.map((t) => el("option", { value: t.name },
+    `${t.name} (${t.rows.toLocaleString("en")} × ${t.dim}${t.kind === "tokens" ? ", model tokens" : ""})`)));
+  if (!tables.length) {
+    $("table-info").textContent = "no tables loaded";
+    return false;
+  }
+  if (!tables.some((t) => t.name === state.table)) state.table = tables[0].name;
+  select.value = state.table;
+  showTableInfo(tables);
+  select.addEventListener("change", () => {
+    state.table = select.value;
+    showTableInfo(tables);
+    writeURL(true);
+    runAll();
+  });
+  return true;
+}
+
+function showTableInfo(tables) {
+  const table = tables.find((t) => t.name === state.table);
+  const index = table?.index?.kind || "flat";
+  $("table-info").textContent = table ? `${table.kind || "words"} · ${index} index` : "";
+}
+
+function runAll() {
+  runMap();
+  runNeighbours();
+  runAnalogy();
+  runSimilarity();
+}
+
+// --------------------------------------------------------------------- wire
+function wire() {
+  $("neighbours-form").addEventListener("submit", (event) => {
+    event.preventDefault();
+    searchWord($("word").value.trim());
+  });
+  $("analogy-form").addEventListener("submit", (event) => {
+    event.preventDefault();
+    Object.assign(state, {
+      a: $("an-a").value.trim(), b: $("an-b").value.trim(), c: $("an-c").value.trim(), method: $("an-method").value,
+    });
+    writeURL(true);
+    runAnalogy();
+  });
+  $("similarity-form").addEventListener("submit", (event) => {
+    event.preventDefault();
+    Object.assign(state, { x: $("sim-a").value.trim(), y: $("sim-b").value.trim() });
+    writeURL(true);
+    runSimilarity();
+  });
+  $("map-form").addEventListener("submit", (event) => {
+    event.preventDefault();
+    const text = $("map-words").value.trim();
+    state.words = text === DEFAULT_WORDS ? "" : text;
+    writeURL(true);
+    runMap();
+  });
+  $("map-words").addEventListener("keydown", (event) => {
+    if (event.key === "Enter" && (event.ctrlKey || event.metaKey)) $("map-form").requestSubmit();
+  });
+  $("map-reset").addEventListener("click", () => {
+    $("map-words").value = DEFAULT_WORDS;
+    $("map-form").requestSubmit();
+  });
+  window.addEventListener("popstate", () => {
+    readURL();
+    fillInputs();
+    $("table").value = state.table;
+    runAll();
+  });
+  let lastWidth = 0;
+  new ResizeObserver(([entry]) => {
+    const width = Math.round(entry.contentRect.width);
+    if (width !== lastWidth) {
+      lastWidth = width;
+      drawMap();
+    }
+  }).observe($("map-out"));
+}
+
+async function main() {
+  readURL();
+  fillInputs();
+  wire();
+  if (await loadTables()) {
+    writeURL();
+    runAll();
+  }
+}
+
+main();

@@ -106,6 +106,7 @@ function scoreList(neighbors, onPick, scale = 1) {
 function readURL() {
   const params = new URLSearchParams(location.search);
   for (const key of URL_KEYS) state[key] = params.get(key) ?? DEFAULTS[key];
+  if (state.method !== "3cosmul") state.method = "3cosadd";
 }
 
 function writeURL(push = false) {
@@ -121,17 +122,17 @@ function fillInputs() {
   $("an-a").value = state.a;
   $("an-b").value = state.b;
   $("an-c").value = state.c;
-  $("an-method").value = state.method === "3cosmul" ? "3cosmul" : "3cosadd";
+  $("an-method").value = state.method;
   $("sim-a").value = state.x;
   $("sim-b").value = state.y;
   $("map-words").value = state.words || DEFAULT_WORDS;
 }
 
 // --------------------------------------------------------------- neighbours
-function searchWord(word, push = true) {
+function searchWord(word) {
   $("word").value = word;
   state.word = word;
-  writeURL(push);
+  writeURL(true);
   runNeighbours();
 }
 
@@ -393,7 +394,9 @@ function wire() {
   window.addEventListener("popstate", () => {
     readURL();
     fillInputs();
-    $("table").value = state.table;
+    const select = $("table");
+    if (![...select.options].some((o) => o.value === state.table)) state.table = select.options[0]?.value ?? "";
+    select.value = state.table;
     runAll();
   });
   let lastWidth = 0;

@@ -1,0 +1,662 @@
+"""File readers through the real ``embedding-index import`` command, on real GloVe rows.
+
+Every format is written by the test from the first rows of GloVe 6B 50d, imported through the CLI, and compared
+with the source rows and, where gensim can read the file, with gensim's own loader. Every kind of bad input
+must end with exit status 1, one line on stderr naming the file (and line), and nothing written.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import json
+import subprocess
+import sys
+from collections.abc import Callable
+from contextlib import redirect_stderr, redirect_stdout
+from dataclasses import dataclass
+from pathlib import Path
+from unittest import mock
+
+import numpy as np
+import pytest
+from gensim.models import KeyedVectors
+
+from index import artifact
+from index.cli import main
+from index.sources import RawTable, ReadOptions, read_source, sniff_format
+from index.table import Table
+
+REPO = Path(__file__).resolve().parents[2]
+ROWS = 3000
+
+
+# ------------------------------------------------------------------------------------------------ helpers
+
+
+@dataclass
+class Result:
+    code: int
+    out: str
+    err: str
+
+
+def run_cli(*args: object) -> Result:
+    """Run ``embedding-index`` in this process through its console entry point ``index.cli.main``."""
+    out, err = io.StringIO(), io.StringIO()
+    argv = ["embedding-index", *map(str, args)]
+    with mock.patch.object(sys, "argv", argv), redirect_stdout(out), redirect_stderr(err):
+        try:
+            main()
+            code = 0
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else int(exc.code is not None)
+    return Result(code, out.getvalue(), err.getvalue())
+
+
+def import_ok(path: Path, data_dir: Path, name: str = "t", *extra: object) -> Table:
+    result = run_cli("import", path, "--name", name, "--data-dir", data_dir, *extra)
+    assert result.code == 0, result.err
+    assert artifact.verify(data_dir / name).ok
+    return Table.load(data_dir / name)
+
+
+def import_fails(path: Path, data_dir: Path, *extra: object, name: str = "t") -> str:
+    """Import must fail cleanly: status 1, one stderr line naming the file, no table, no temporary directory."""
+    existed = (data_dir / name).exists()
+    result = run_cli("import", path, "--name", name, "--data-dir", data_dir, *extra)
+    assert result.code == 1, (result.out, result.err)
+    lines = result.err.splitlines()
+    assert len(lines) == 1, result.err
+    assert lines[0].startswith("embedding-index: error: ")
+    assert "Traceback" not in result.err
+    assert (data_dir / name).exists() == existed
+    assert not list(data_dir.glob(".tmp-*")) if data_dir.exists() else True
+    return lines[0]
+
+
+def fmt_row(row: np.ndarray) -> bytes:
+    """The row's float32 values as text that parses back to exactly the same float32 values."""
+    return " ".join(map(repr, row.tolist())).encode()
+
+
+def text_lines(tokens: list[str], matrix: np.ndarray) -> list[bytes]:
+    return [t.encode() + b" " + fmt_row(r) for t, r in zip(tokens, matrix, strict=True)]
+
+
+def write(path: Path, lines: list[bytes], header: bytes | None = None, newline: bytes = b"\n") -> Path:
+    data = newline.join(([header] if header is not None else []) + lines) + newline
+    if path.suffix == ".gz":
+        data = gzip.compress(data)
+    path.write_bytes(data)
+    return path
+
+
+def assert_rows(table: Table, tokens: list[str], matrix: np.ndarray) -> None:
+    """The table holds ``tokens`` in order, and each row scaled back to its norm equals the source row."""
+    assert table.rows == len(tokens)
+    assert list(table.tokens[: len(tokens)]) == tokens
+    for i in range(0, len(tokens), max(1, len(tokens) // 50)):
+        np.testing.assert_allclose(table.row(i), matrix[i], rtol=1e-5, atol=1e-6)
+    restored = np.asarray(table.vectors) * np.asarray(table.norms)[:, None]
+    np.testing.assert_allclose(restored, matrix, rtol=1e-5, atol=1e-6)
+
+
+def assert_same_as_gensim(path: Path, raw: RawTable, **gensim_args: object) -> None:
+    kv = KeyedVectors.load_word2vec_format(str(path), **gensim_args)
+    assert raw.tokens == kv.index_to_key
+    assert raw.matrix.dtype == np.float32
+    assert np.array_equal(raw.matrix, kv.vectors)
+
+
+@pytest.fixture(scope="module")
+def glove_rows(glove_raw: RawTable) -> tuple[list[str], np.ndarray]:
+    return glove_raw.tokens[:ROWS], np.array(glove_raw.matrix[:ROWS], dtype=np.float32)
+
+
+@pytest.fixture()
+def data_dir(tmp_path: Path) -> Path:
+    return tmp_path / "data"
+
+
+# ------------------------------------------------------------------------------------------------ formats
+
+
+def test_glove_text_matches_source_and_gensim(tmp_path: Path, data_dir: Path, glove_rows) -> None:
+    tokens, matrix = glove_rows
+    path = write(tmp_path / "glove.txt", text_lines(tokens, matrix))
+    assert sniff_format(path) == "glove"
+    table = import_ok(path, data_dir)
+    assert_rows(table, tokens, matrix)
+    assert table.manifest["source"]["format"] == "glove"
+    raw, _ = read_source(path)
+    assert_same_as_gensim(path, raw, binary=False, no_header=True)
+    assert np.array_equal(raw.matrix, matrix)
+
+
+def test_glove_text_five_digit_values_equal_gensim(tmp_path: Path, glove_raw: RawTable) -> None:
+    """The original GloVe text has 5 significant digits; 20,000 such rows parse exactly as gensim parses them."""
+    rows = 20_000
+    with open(tmp_path / "glove.txt", "w", encoding="utf-8") as f:
+        template = " ".join(["%.5g"] * 50)
+        for token, row in zip(glove_raw.tokens[:rows], glove_raw.matrix[:rows].tolist(), strict=True):
+            f.write(token + " " + template % tuple(row) + "\n")
+    raw, fmt = read_source(tmp_path / "glove.txt")
+    assert fmt == "glove"
+    assert_same_as_gensim(tmp_path / "glove.txt", raw, binary=False, no_header=True)
+    assert np.array_equal(raw.matrix, glove_raw.matrix[:rows])
+
+
+@pytest.mark.parametrize("name", ["vectors.txt", "vectors.txt.gz"])
+def test_word2vec_text_plain_and_gzip(tmp_path: Path, data_dir: Path, glove_rows, name: str) -> None:
+    tokens, matrix = glove_rows
+    path = write(tmp_path / name, text_lines(tokens, matrix), header=f"{ROWS} 50".encode())
+    assert sniff_format(path) == "word2vec"
+    table = import_ok(path, data_dir)
+    assert_rows(table, tokens, matrix)
+    raw, _ = read_source(path)
+    assert raw.first_line == 2
+    assert_same_as_gensim(path, raw, binary=False)
+
+
+def test_fasttext_vec_with_trailing_spaces_and_crlf(tmp_path: Path, data_dir: Path, glove_rows) -> None:
+    tokens, matrix = glove_rows
+    lines = [line + b" " for line in text_lines(tokens, matrix)]  # fastText ends each row with a space
+    path = write(tmp_path / "wiki.vec", lines, header=f"{ROWS} 50".encode(), newline=b"\r\n")
+    assert sniff_format(path) == "fasttext"
+    table = import_ok(path, data_dir)
+    assert_rows(table, tokens, matrix)
+    raw, _ = read_source(path)
+    assert_same_as_gensim(path, raw, binary=False)
+
+
+@pytest.mark.parametrize("name", ["vectors.bin", "vectors.bin.gz"])
+def test_word2vec_binary(tmp_path: Path, data_dir: Path, glove_rows, name: str) -> None:
+    tokens, matrix = glove_rows
+    kv = KeyedVectors(50)
+    kv.add_vectors(tokens, matrix)
+    kv.save_word2vec_format(str(tmp_path / "plain.bin"), binary=True)
+    path = tmp_path / name
+    data = (tmp_path / "plain.bin").read_bytes()
+    path.write_bytes(gzip.compress(data) if name.endswith(".gz") else data)
+    assert sniff_format(path) == "word2vec-binary"
+    table = import_ok(path, data_dir)
+    assert_rows(table, tokens, matrix)
+    raw, _ = read_source(path)
+    assert_same_as_gensim(path, raw, binary=True)
+
+
+def test_word2vec_binary_without_newlines(tmp_path: Path, data_dir: Path, glove_rows) -> None:
+    """The newline after each row is optional in the binary format."""
+    tokens, matrix = glove_rows
+    body = b"".join(t.encode() + b" " + r.astype("<f4").tobytes() for t, r in zip(tokens, matrix, strict=True))
+    path = tmp_path / "packed.bin"
+    path.write_bytes(f"{ROWS} 50\n".encode() + body)
+    table = import_ok(path, data_dir, "t", "--format", "word2vec-binary")
+    assert_rows(table, tokens, matrix)
+    raw, _ = read_source(path)
+    assert_same_as_gensim(path, raw, binary=True)
+
+
+def test_tokens_with_spaces_glove_840b_style(tmp_path: Path, data_dir: Path, glove_rows) -> None:
+    tokens, matrix = glove_rows
+    tokens = list(tokens)
+    for i, phrase in [(5, "new york"), (700, ". . ."), (2999, "a  b")]:
+        tokens[i] = phrase
+    path = write(tmp_path / "glove.840B.txt", text_lines(tokens, matrix))
+    table = import_ok(path, data_dir)
+    assert_rows(table, tokens, matrix)
+    assert table.manifest["cleaning"]["tokens_with_spaces"] == 3
+    assert table.tokens.find("new york") == 5
+
+
+def test_tokens_with_spaces_in_word2vec_text(tmp_path: Path, data_dir: Path, glove_rows) -> None:
+    tokens, matrix = glove_rows
+    tokens = [*tokens[:10], "los angeles"]
+    path = write(tmp_path / "w.txt", text_lines(tokens, matrix[:11]), header=b"11 50")
+    table = import_ok(path, data_dir)
+    assert_rows(table, tokens, matrix[:11])
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16])
+def test_npy_with_vocabulary(tmp_path: Path, data_dir: Path, glove_rows, dtype) -> None:
+    tokens, matrix = glove_rows
+    np.save(tmp_path / "m.npy", matrix.astype(dtype))
+    (tmp_path / "vocab.txt").write_text("\n".join(tokens) + "\n", encoding="utf-8")
+    assert sniff_format(tmp_path / "m.npy") == "npy"
+    table = import_ok(tmp_path / "m.npy", data_dir, "t", "--vocab", tmp_path / "vocab.txt")
+    assert_rows(table, tokens, matrix.astype(dtype).astype(np.float32))
+
+
+def test_npy_gzip_and_crlf_vocabulary(tmp_path: Path, data_dir: Path, glove_rows) -> None:
+    tokens, matrix = glove_rows
+    buffer = io.BytesIO()
+    np.save(buffer, matrix)
+    (tmp_path / "m.npy.gz").write_bytes(gzip.compress(buffer.getvalue()))
+    (tmp_path / "vocab.txt").write_bytes("\r\n".join(tokens).encode())  # no final newline
+    table = import_ok(tmp_path / "m.npy.gz", data_dir, "t", "--vocab", tmp_path / "vocab.txt")
+    assert_rows(table, tokens, matrix)
+
+
+def _projector(directory: Path, tokens: list[str], matrix: np.ndarray, kinds: list[str] | None) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    rows = ["\t".join(map(repr, r.tolist())) for r in matrix]
+    (directory / "vectors.tsv").write_text("\n".join(rows) + "\n", encoding="utf-8")
+    if kinds is None:
+        meta = "\n".join(tokens) + "\n"
+    else:
+        meta = "word\tkind\n" + "".join(f"{t}\t{k}\n" for t, k in zip(tokens, kinds, strict=True))
+    (directory / "metadata.tsv").write_text(meta, encoding="utf-8")
+    return directory
+
+
+def test_projector_pair_keeps_kind_column(tmp_path: Path, data_dir: Path, glove_rows) -> None:
+    tokens, matrix = glove_rows
+    kinds = ["punct" if not t.isalnum() else ("number" if t.isdigit() else "word") for t in tokens]
+    directory = _projector(tmp_path / "proj", tokens, matrix, kinds)
+    assert sniff_format(directory) == "projector"
+    assert sniff_format(directory / "vectors.tsv") == "projector"
+    table = import_ok(directory, data_dir)
+    assert_rows(table, tokens, matrix)
+    assert table.metadata == {"kind": kinds}
+    assert table.manifest["metadata_columns"] == ["kind"]
+    # The vectors file alone finds its metadata beside it.
+    table = import_ok(directory / "vectors.tsv", data_dir, "t2")
+    assert table.metadata["kind"] == kinds
+
+
+def test_projector_metadata_follows_dropped_rows(tmp_path: Path, data_dir: Path, glove_rows) -> None:
+    """Duplicates and dropped rows remove the matching metadata values."""
+    tokens, matrix = glove_rows
+    tokens, matrix = [*tokens[:100], tokens[3]], np.vstack([matrix[:100], matrix[7]])
+    kinds = [f"k{i}" for i in range(101)]
+    directory = _projector(tmp_path / "proj", tokens, matrix, kinds)
+    lines = (directory / "vectors.tsv").read_text().splitlines()
+    lines[10] = "\t".join(lines[10].split("\t")[:-1])
+    (directory / "vectors.tsv").write_text("\n".join(lines) + "\n")
+    table = import_ok(directory, data_dir, "t", "--drop-invalid")
+    keep = [i for i in range(100) if i != 10]
+    assert list(table.tokens[:]) == [tokens[i] for i in keep]
+    assert table.metadata["kind"] == [kinds[i] for i in keep]
+    assert table.manifest["cleaning"]["malformed_rows_dropped"] == 1
+    assert table.manifest["cleaning"]["duplicate_tokens_dropped"] == 1
+
+
+def test_projector_single_column_metadata(tmp_path: Path, data_dir: Path, glove_rows) -> None:
+    tokens, matrix = glove_rows
+    directory = _projector(tmp_path / "proj", tokens[:500], matrix[:500], None)
+    table = import_ok(directory, data_dir)
+    assert_rows(table, tokens[:500], matrix[:500])
+    assert table.metadata == {}
+
+
+def test_gensim_kv_needs_allow_pickle(tmp_path: Path, data_dir: Path, glove_rows) -> None:
+    tokens, matrix = glove_rows
+    kv = KeyedVectors(50)
+    kv.add_vectors(tokens, matrix)
+    kv.save(str(tmp_path / "vectors.kv"))
+    assert sniff_format(tmp_path / "vectors.kv") == "gensim"
+    message = import_fails(tmp_path / "vectors.kv", data_dir)
+    assert "--allow-pickle" in message and "vectors.kv" in message
+    table = import_ok(tmp_path / "vectors.kv", data_dir, "t", "--allow-pickle")
+    assert_rows(table, tokens, matrix)
+
+
+def test_duplicates_keep_first_and_are_counted(tmp_path: Path, data_dir: Path, glove_rows) -> None:
+    tokens, matrix = glove_rows
+    lines = text_lines(tokens, matrix)
+    dup = text_lines([tokens[1], tokens[2]], matrix[[10, 20]])
+    path = write(tmp_path / "dup.txt", lines[:500] + dup + lines[500:1000])
+    table = import_ok(path, data_dir)
+    assert_rows(table, tokens[:1000], matrix[:1000])
+    assert table.manifest["cleaning"]["duplicate_tokens_dropped"] == 2
+    # gensim also keeps the first row of a duplicated token
+    kv = KeyedVectors.load_word2vec_format(str(path), binary=False, no_header=True)
+    assert sorted(kv.key_to_index) == sorted(table.tokens[:])
+    gensim_rows = np.vstack([kv[t] for t in table.tokens[:]])
+    np.testing.assert_allclose(np.asarray(table.vectors) * np.asarray(table.norms)[:, None], gensim_rows, rtol=1e-5)
+
+
+def test_non_utf8_token_strict_or_replaced(tmp_path: Path, data_dir: Path, glove_rows) -> None:
+    tokens, matrix = glove_rows
+    lines = text_lines(tokens[:200], matrix[:200])
+    lines[41] = b"caf\xe9" + lines[41][len(tokens[41].encode()) :]
+    path = write(tmp_path / "latin1.txt", lines)
+    message = import_fails(path, data_dir)
+    assert "latin1.txt:42:" in message and "UTF-8" in message and "--unicode-errors replace" in message
+    table = import_ok(path, data_dir, "t", "--unicode-errors", "replace")
+    assert table.tokens[41] == "caf\ufffd"
+    assert table.manifest["cleaning"]["tokens_unicode_replaced"] == 1
+    kv = KeyedVectors.load_word2vec_format(str(path), binary=False, no_header=True, unicode_errors="replace")
+    assert kv.index_to_key == list(table.tokens[:])
+
+
+def test_non_utf8_token_in_binary(tmp_path: Path, data_dir: Path, glove_rows) -> None:
+    tokens, matrix = glove_rows
+    body = b"".join(
+        (b"caf\xe9" if i == 7 else t.encode()) + b" " + r.tobytes() + b"\n"
+        for i, (t, r) in enumerate(zip(tokens[:50], matrix[:50], strict=True))
+    )
+    path = tmp_path / "latin1.bin"
+    path.write_bytes(b"50 50\n" + body)
+    message = import_fails(path, data_dir)
+    assert "latin1.bin" in message and "row 8" in message and "UTF-8" in message
+    table = import_ok(path, data_dir, "t", "--unicode-errors", "replace")
+    assert table.tokens[7] == "caf\ufffd"
+
+
+def test_drop_invalid_skips_bad_rows_and_counts_them(tmp_path: Path, data_dir: Path, glove_rows) -> None:
+    tokens, matrix = glove_rows
+    lines = text_lines(tokens[:300], matrix[:300])
+    lines[10] = b" ".join(lines[10].split(b" ")[:-2])  # short row
+    lines[20] = lines[20].rsplit(b" ", 1)[0] + b" nan"  # NaN
+    lines[30] = lines[30].rsplit(b" ", 1)[0] + b" 1e39"  # overflows float32
+    lines[40] = lines[40].rsplit(b" ", 1)[0] + b" x"  # not a number
+    path = write(tmp_path / "bad.txt", lines)
+    table = import_ok(path, data_dir, "t", "--drop-invalid")
+    keep = [i for i in range(300) if i not in (10, 20, 30, 40)]
+    assert_rows(table, [tokens[i] for i in keep], matrix[keep])
+    cleaning = table.manifest["cleaning"]
+    assert cleaning["malformed_rows_dropped"] == 2 and cleaning["invalid_rows_dropped"] == 2
+
+
+def test_trailing_blank_lines_and_bom_are_ignored(tmp_path: Path, data_dir: Path, glove_rows) -> None:
+    tokens, matrix = glove_rows
+    path = tmp_path / "g.txt"
+    path.write_bytes(b"\xef\xbb\xbf" + b"\n".join(text_lines(tokens[:100], matrix[:100])) + b"\n\n  \n\n")
+    table = import_ok(path, data_dir)
+    assert_rows(table, tokens[:100], matrix[:100])
+
+
+# ---------------------------------------------------------------------------------------------- bad input
+
+
+def _lines(glove_rows, n: int = 200) -> list[bytes]:
+    tokens, matrix = glove_rows
+    return text_lines(tokens[:n], matrix[:n])
+
+
+def _replace_value(line: bytes, value: bytes) -> bytes:
+    parts = line.split(b" ")
+    parts[7] = value
+    return b" ".join(parts)
+
+
+def _binary(glove_rows, n: int = 100) -> bytes:
+    tokens, matrix = glove_rows
+    body = b"".join(t.encode() + b" " + r.tobytes() + b"\n" for t, r in zip(tokens[:n], matrix[:n], strict=True))
+    return f"{n} 50\n".encode() + body
+
+
+def _object_npy(tmp_path: Path, rows) -> list[object]:
+    np.save(tmp_path / "m.npy", np.array([[1, "a"], [2, "b"]], dtype=object), allow_pickle=True)
+    (tmp_path / "vocab.txt").write_text("a\nb\n")
+    return [tmp_path / "m.npy", "--vocab", tmp_path / "vocab.txt"]
+
+
+def _npy(tmp_path: Path, rows, vocab_lines: int | None = 200, array: np.ndarray | None = None) -> list[object]:
+    tokens, matrix = rows
+    np.save(tmp_path / "m.npy", matrix[:200] if array is None else array)
+    if vocab_lines is None:
+        return [tmp_path / "m.npy"]
+    (tmp_path / "vocab.txt").write_text("\n".join(tokens[:vocab_lines]) + "\n")
+    return [tmp_path / "m.npy", "--vocab", tmp_path / "vocab.txt"]
+
+
+def _write_case(tmp_path: Path, name: str, data: bytes) -> list[object]:
+    (tmp_path / name).write_bytes(data)
+    return [tmp_path / name]
+
+
+def _projector_case(tmp_path: Path, rows, change: Callable[[Path], None]) -> list[object]:
+    tokens, matrix = rows
+    directory = _projector(tmp_path / "proj", tokens[:100], matrix[:100], ["k"] * 100)
+    change(directory)
+    return [directory]
+
+
+def _edit(path: Path, index: int, transform: Callable[[str], str]) -> None:
+    lines = path.read_text().splitlines()
+    lines[index] = transform(lines[index])
+    path.write_text("\n".join(lines) + "\n")
+
+
+def _join(lines: list[bytes]) -> bytes:
+    return b"\n".join(lines) + b"\n"
+
+
+BAD_CASES: dict[str, tuple[Callable[[Path, object], list[object]], list[str]]] = {
+    "wrong row length": (
+        lambda p, r: _write_case(p, "g.txt", _join([*_lines(r)[:57], b"short 0.1 0.2", *_lines(r)[58:]])),
+        ["g.txt:58:", "2 values after the token, expected 50"],
+    ),
+    "short row in word2vec": (
+        lambda p, r: _write_case(p, "w.txt", _join([b"3 50", *_lines(r, 3)[:2], b"x" + b" 0.5" * 49])),
+        ["w.txt:4:", "49 values"],
+    ),
+    "nan": (
+        lambda p, r: _write_case(p, "g.txt", _join([*_lines(r)[:80], _replace_value(_lines(r)[80], b"NaN")])),
+        ["g.txt:81:", "NaN"],
+    ),
+    "inf in word2vec": (
+        lambda p, r: _write_case(p, "w.txt", _join([b"4 50", *_lines(r, 3), _replace_value(_lines(r)[3], b"-inf")])),
+        ["w.txt:5:", "NaN, Inf"],
+    ),
+    "overflowing value": (
+        lambda p, r: _write_case(p, "g.txt", _join([*_lines(r)[:9], _replace_value(_lines(r)[9], b"3e39")])),
+        ["g.txt:10:", "overflowing"],
+    ),
+    "not a number": (
+        lambda p, r: _write_case(p, "g.txt", _join([*_lines(r)[:150], _replace_value(_lines(r)[150], b"0.1.2")])),
+        ["g.txt:151:", "'0.1.2' is not a number"],
+    ),
+    "blank line inside": (
+        lambda p, r: _write_case(p, "g.txt", _join([*_lines(r)[:20], b"", *_lines(r)[20:]])),
+        ["g.txt:21:", "empty line"],
+    ),
+    "header count too high": (
+        lambda p, r: _write_case(p, "w.txt", _join([b"201 50", *_lines(r)])),
+        ["w.txt:1:", "header says 201 rows but the file has 200"],
+    ),
+    "header count too low": (
+        lambda p, r: _write_case(p, "w.txt", _join([b"199 50", *_lines(r)])),
+        ["w.txt:1:", "header says 199 rows"],
+    ),
+    "header huge count": (
+        lambda p, r: _write_case(p, "w.txt", _join([b"1000000000000 50", *_lines(r)])),
+        ["w.txt:1:", "1,000,000,000,000 rows"],
+    ),
+    "header dimension": (
+        lambda p, r: _write_case(p, "w.txt", _join([b"200 300", *_lines(r)])),
+        ["w.txt:1:", "dimension 300 but the rows have 50"],
+    ),
+    "not a header": (
+        lambda p, r: _write_case(p, "w.txt", _join([b"200 fifty", *_lines(r)])),
+        ["w.txt:1:", "header"],
+        # forced to word2vec below
+    ),
+    "non-utf8 token": (
+        lambda p, r: _write_case(p, "g.txt", _join([*_lines(r)[:3], b"\xff\xfe" + _lines(r)[3]])),
+        ["g.txt:4:", "not valid UTF-8"],
+    ),
+    "empty file": (lambda p, r: _write_case(p, "g.txt", b""), ["g.txt", "empty file"]),
+    "whitespace only": (lambda p, r: _write_case(p, "g.txt", b"\n \n\t\n"), ["g.txt", "empty file"]),
+    "empty gzip": (lambda p, r: _write_case(p, "g.txt.gz", gzip.compress(b"")), ["g.txt.gz", "empty file"]),
+    "corrupt gzip": (
+        lambda p, r: _write_case(p, "g.txt.gz", gzip.compress(_join(_lines(r)))[:-30] + b"\0" * 30),
+        ["g.txt.gz", "cannot read"],
+    ),
+    "truncated binary": (lambda p, r: _write_case(p, "v.bin", _binary(r)[:-1000]), ["v.bin", "truncated"]),
+    "binary cut inside its last row": (
+        lambda p, r: _write_case(p, "v.bin", _binary(r)[:-10]),
+        ["v.bin", "ends inside row 100 of 100", "truncated"],
+    ),
+    "binary header larger than file": (
+        lambda p, r: _write_case(p, "v.bin", b"3000000 300\n" + _binary(r)[7:]),
+        ["v.bin:1:", "header says 3,000,000 rows"],
+    ),
+    "binary wrong dimension": (
+        lambda p, r: _write_case(p, "v.bin", b"100 40\n" + _binary(r)[7:]),
+        ["v.bin", "header"],
+    ),
+    "npy object array": (_object_npy, ["m.npy", "Python objects"]),
+    "npy without vocabulary": (lambda p, r: _npy(p, r, vocab_lines=None), ["m.npy", "--vocab"]),
+    "npy vocabulary too short": (lambda p, r: _npy(p, r, vocab_lines=199), ["vocab.txt", "199 tokens", "200 rows"]),
+    "npy one-dimensional": (
+        lambda p, r: _npy(p, r, array=np.zeros(200, dtype=np.float32)),
+        ["m.npy", "2-D"],
+    ),
+    "npy complex": (lambda p, r: _npy(p, r, array=np.zeros((200, 4), dtype=np.complex64)), ["m.npy", "complex"]),
+    "npy with nan": (
+        lambda p, r: _npy(p, r, array=np.where(np.arange(200)[:, None] == 12, np.nan, r[1][:200])),
+        ["m.npy:13:", "NaN"],
+    ),
+    "not an npy": (lambda p, r: [*_write_case(p, "m.npy", b"hello"), "--vocab", p / "m.npy"], ["m.npy", "not a .npy"]),
+    "projector without metadata": (
+        lambda p, r: _projector_case(p, r, lambda d: (d / "metadata.tsv").unlink()),
+        ["metadata.tsv", "no such file"],
+    ),
+    "projector row count": (
+        lambda p, r: _projector_case(p, r, lambda d: _edit(d / "metadata.tsv", 5, lambda s: s + "\nextra\tk")),
+        ["metadata.tsv", "101 rows", "100"],
+    ),
+    "projector short row": (
+        lambda p, r: _projector_case(p, r, lambda d: _edit(d / "vectors.tsv", 33, lambda s: s.rsplit("\t", 1)[0])),
+        ["vectors.tsv:34:", "49 values, expected 50"],
+    ),
+    "projector bad number": (
+        lambda p, r: _projector_case(p, r, lambda d: _edit(d / "vectors.tsv", 3, lambda s: "x" + s)),
+        ["vectors.tsv:4:", "is not a number"],
+    ),
+    "projector ragged metadata": (
+        lambda p, r: _projector_case(p, r, lambda d: _edit(d / "metadata.tsv", 9, lambda s: s + "\textra")),
+        ["metadata.tsv:10:", "3 columns, the header has 2"],
+    ),
+    "pickle without flag": (
+        lambda p, r: _write_case(p, "model.pkl", b"\x80\x04\x95" + b"\0" * 20),
+        ["model.pkl", "--allow-pickle"],
+    ),
+    "pickle that is not gensim": (
+        lambda p, r: [*_write_case(p, "model.pkl", __import__("pickle").dumps([1, 2, 3])), "--allow-pickle"],
+        ["model.pkl", "cannot load as a gensim model"],
+    ),
+}
+FORCED = {"not a header": ["--format", "word2vec"]}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_CASES))
+def test_bad_input_fails_cleanly(tmp_path: Path, data_dir: Path, glove_rows, case: str) -> None:
+    make, expected = BAD_CASES[case]
+    args = make(tmp_path, glove_rows)
+    message = import_fails(args[0], data_dir, *args[1:], *FORCED.get(case, []))
+    for part in expected:
+        assert part in message, message
+    assert not data_dir.exists() or not any(data_dir.iterdir())
+
+
+def test_failed_force_rebuild_keeps_existing_table(tmp_path: Path, data_dir: Path, glove_rows) -> None:
+    tokens, matrix = glove_rows
+    good = write(tmp_path / "good.txt", text_lines(tokens[:500], matrix[:500]))
+    import_ok(good, data_dir, "t")
+    manifest = (data_dir / "t" / artifact.MANIFEST).read_bytes()
+    lines = text_lines(tokens[:500], matrix[:500])
+    lines[300] = _replace_value(lines[300], b"inf")
+    bad = write(tmp_path / "bad.txt", lines)
+    message = import_fails(bad, data_dir, "--force", name="t")
+    assert "bad.txt:301:" in message
+    assert (data_dir / "t" / artifact.MANIFEST).read_bytes() == manifest
+    assert artifact.verify(data_dir / "t").ok
+    assert artifact.list_tables(data_dir) == ["t"]
+    assert not list(data_dir.glob(".tmp-*")) and not list(data_dir.glob(".old-*"))
+    assert json.loads(manifest)["rows"] == 500
+
+
+def test_existing_table_without_force_is_refused(tmp_path: Path, data_dir: Path, glove_rows) -> None:
+    tokens, matrix = glove_rows
+    good = write(tmp_path / "good.txt", text_lines(tokens[:100], matrix[:100]))
+    import_ok(good, data_dir, "t")
+    message = import_fails(good, data_dir, name="t")
+    assert "already exists" in message and "--force" in message
+
+
+# ---------------------------------------------------------------------------------------------- sniffing
+
+
+def test_sniff_format(tmp_path: Path, glove_rows) -> None:
+    lines = _lines(glove_rows, 5)
+    cases = {
+        "a.txt": _join(lines),
+        "a.txt.gz": gzip.compress(_join(lines)),
+        "w.txt": _join([b"5 50", *lines]),
+        "w.vec": _join([b"5 50", *lines]),
+        "w.vec.gz": gzip.compress(_join([b"5 50", *lines])),
+        "v.bin": _binary(glove_rows, 5),
+        "v.bin.gz": gzip.compress(_binary(glove_rows, 5)),
+        "no-extension": _binary(glove_rows, 5),
+        "a.model": b"anything",
+        "a.kv": b"anything",
+        "pickle.bin": __import__("pickle").dumps({"a": 1}),
+        "m.data": b"\x93NUMPY" + b"\0" * 10,
+        "u.txt": _join([b"\xe4\xb8\xad\xe6\x96\x87 " * 30 + b"0.5 0.25"]),
+    }
+    expected = {
+        "a.txt": "glove",
+        "a.txt.gz": "glove",
+        "w.txt": "word2vec",
+        "w.vec": "fasttext",
+        "w.vec.gz": "fasttext",
+        "v.bin": "word2vec-binary",
+        "v.bin.gz": "word2vec-binary",
+        "no-extension": "word2vec-binary",
+        "a.model": "gensim",
+        "a.kv": "gensim",
+        "pickle.bin": "gensim",
+        "m.data": "npy",
+        "u.txt": "glove",
+    }
+    for name, data in cases.items():
+        (tmp_path / name).write_bytes(data)
+        assert sniff_format(tmp_path / name) == expected[name], name
+    # A text file with a header whose tokens are not ASCII is still text.
+    (tmp_path / "cjk.txt").write_bytes(_join([b"1 2", "\u4e2d\u6587\u5b57".encode() * 40 + b" 0.5 -1e-3"]))
+    assert sniff_format(tmp_path / "cjk.txt") == "word2vec"
+
+
+def test_reader_options_apply_to_direct_calls(tmp_path: Path, glove_rows) -> None:
+    """The readers also work as plain functions (for the service's tests and benchmarks)."""
+    lines = _lines(glove_rows, 10)
+    path = write(tmp_path / "g.txt", [*lines[:5], b"bad 1", *lines[5:]])
+    raw, fmt = read_source(path, "glove", ReadOptions(drop_invalid=True))
+    assert fmt == "glove" and len(raw.tokens) == 10 and raw.report["malformed_rows_dropped"] == 1
+
+
+# ---------------------------------------------------------------------------------------------- real binary
+
+
+def test_console_script_success_and_failure(tmp_path: Path, glove_rows) -> None:
+    """The installed ``embedding-index`` command, as a user runs it."""
+    exe = REPO / ".venv" / "bin" / "embedding-index"
+    if not exe.exists():
+        exe = Path(sys.executable).parent / "embedding-index"
+    tokens, matrix = glove_rows
+    good = write(tmp_path / "vectors.txt.gz", text_lines(tokens, matrix), header=f"{ROWS} 50".encode())
+    data = tmp_path / "data"
+    done = subprocess.run(
+        [exe, "import", good, "--name", "w2v", "--data-dir", data], capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr
+    assert "3,000 rows x 50" in done.stdout
+    assert_rows(Table.load(data / "w2v"), tokens, matrix)
+
+    lines = text_lines(tokens, matrix)
+    lines[1234] = lines[1234].rsplit(b" ", 3)[0]
+    bad = write(tmp_path / "bad.txt", lines)
+    failed = subprocess.run(
+        [exe, "import", bad, "--name", "bad", "--data-dir", data], capture_output=True, text=True, timeout=300
+    )
+    assert failed.returncode == 1
+    assert failed.stderr.splitlines() == [
+        f"embedding-index: error: {bad}:1235: 47 values after the token, expected 50 "
+        "(use --drop-invalid to skip such rows)"
+    ]
+    assert not (data / "bad").exists() and not list(data.glob(".tmp-*"))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
+import numpy as np
 from fastapi import APIRouter, Path, Query
 from starlette.responses import Response
 
@@ -22,7 +23,8 @@ def row_json(table: Table, found: Resolved, normalized: bool) -> dict[str, Any]:
     out = {
         "token": found.token,
         "id": found.id,
-        "vector": table.row(found.id, normalized=normalized),  # float32, serialised as shortest float32 text
+        # float32, serialised as shortest float32 text; a row of a Fortran-ordered table is a strided view
+        "vector": np.ascontiguousarray(table.row(found.id, normalized=normalized)),
         "normalized": normalized,
         "norm": float(table.norms[found.id]),
         "query": found.as_dict(),

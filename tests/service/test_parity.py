@@ -143,3 +143,12 @@ def test_approximate_index_agrees_with_exact(glove_api: TestClient, sample_words
         )
     recall = np.mean([len(a & e) / 10 for a, e in zip(*overlaps, strict=True)])
     assert recall >= 0.9  # the built HNSW index measured recall@10 >= 0.95 on its own sample
+
+
+def test_token_rows_equal_gensim_vectors(glove_api: TestClient, kv: KeyedVectors) -> None:
+    for word in WORDS[:5]:
+        row = glove_api.get(f"{T}/tokens/{word}").json()
+        np.testing.assert_allclose(row["vector"], kv[word], rtol=1e-5, atol=1e-6)
+        unit = glove_api.get(f"{T}/tokens/{word.upper()}", params={"normalized": True}).json()
+        assert unit["token"] == word and unit["query"]["match"] == "casefold"
+        np.testing.assert_allclose(unit["vector"], kv.get_vector(word, norm=True), atol=1e-6)

@@ -151,3 +151,18 @@ def test_balances_and_survives_a_killed_replica(stack, small) -> None:
     retried = [u for _, _, u in entries if len(u) > 1]
     assert retried, "some requests reached the killed replica and were retried on the other"
     assert all(u[0] == victim and u[-1] != victim for u in retried), retried
+
+
+def test_errors_from_nginx_use_the_json_envelope(stack) -> None:
+    base, backends, _ = stack
+    with httpx.Client(base_url=base, timeout=30) as client:
+        response = client.post(f"/v1/tables/{TABLE}/neighbors", content=b"x" * (9 << 20))
+        assert response.status_code == 413
+        assert response.json()["error"]["code"] == "body_too_large"
+
+        for process, _ in backends.values():
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait(10)
+        response = client.get(neighbours_path("king"))
+        assert response.status_code == 503
+        assert response.json()["error"]["code"] == "not_ready"

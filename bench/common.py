@@ -1,0 +1,304 @@
+"""What every benchmark shares: the run context, machine facts, timing statistics, child processes, servers."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import shlex
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+
+REPO = Path(__file__).resolve().parent.parent
+BIN = Path(sys.executable).parent
+TABLE = "glove-6b-50d"
+MIB = 1 << 20
+
+
+@dataclass
+class Context:
+    """One run of the benchmarks."""
+
+    data_dir: Path
+    work_dir: Path  # scratch space for generated inputs, removed at the end of the run
+    results_dir: Path
+    quick: bool = False
+    rounds: int = 3
+    table: str = TABLE
+    command: str = ""  # the command line that produced the figures
+    options: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def table_dir(self) -> Path:
+        return self.data_dir / self.table
+
+    def bench_command(self, name: str) -> str:
+        """The command that reruns one benchmark with this run's options."""
+        parts = [".venv/bin/python", "-m", "bench", "--data-dir", str(self.data_dir), "--only", name]
+        if self.quick:
+            parts.append("--quick")
+        parts += ["--rounds", str(self.rounds)]
+        return shlex.join(parts)
+
+
+# ------------------------------------------------------------------ machine
+def machine() -> dict[str, Any]:
+    """CPU model, cores, RAM, kernel and load, from /proc."""
+    cpu = "unknown"
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("model name"):
+            cpu = line.split(":", 1)[1].strip()
+            break
+    mem_kib = 0
+    for line in Path("/proc/meminfo").read_text().splitlines():
+        if line.startswith("MemTotal:"):
+            mem_kib = int(line.split()[1])
+    return {
+        "cpu": cpu,
+        "cores": len(os.sched_getaffinity(0)),
+        "ram_gib": round(mem_kib / (1 << 20), 1),
+        "kernel": platform.release(),
+        "python": platform.python_version(),
+        "load_average": [round(x, 2) for x in os.getloadavg()],
+        "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+    }
+
+
+VERSIONED = ("numpy", "faiss-cpu", "gensim", "fastapi", "starlette", "uvicorn", "pydantic", "orjson", "httpx")
+
+
+def versions() -> dict[str, str]:
+    out = {}
+    for name in VERSIONED:
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            out[name] = "not installed"
+    wrk = wrk_path()
+    if wrk:
+        first = subprocess.run([wrk, "-v"], capture_output=True, text=True).stdout.splitlines()
+        out["wrk"] = first[0].split()[1] if first and len(first[0].split()) > 1 else "unknown"
+    return out
+
+
+def wrk_path() -> str | None:
+    for candidate in ("/usr/bin/wrk", "/usr/local/bin/wrk"):
+        if os.access(candidate, os.X_OK):
+            return candidate
+    return None
+
+
+# --------------------------------------------------------------- statistics
+def median(values: Sequence[float]) -> float:
+    return float(statistics.median(values))
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    return float(np.percentile(np.asarray(values, dtype=np.float64), q))
+
+
+def ratio(slow: float, fast: float) -> float:
+    """How many times ``fast`` beats ``slow`` (a duration ratio; > 1 means faster)."""
+    return round(slow / fast, 2) if fast > 0 else float("inf")
+
+
+def rounded(value: float, digits: int = 3) -> float:
+    return float(f"{value:.{digits}g}") if value else 0.0
+
+
+def target(
+    figure: str,
+    ours: float,
+    other: float,
+    unit: str,
+    measured: float,
+    goal: str,
+    met: bool,
+    command: str,
+    other_name: str,
+) -> dict[str, Any]:
+    """One row of the summary table: our figure, the other side's, the measured ratio, and whether it meets the goal."""
+    return {
+        "figure": figure,
+        "ours": rounded(ours),
+        "other": rounded(other),
+        "other_name": other_name,
+        "unit": unit,
+        "ratio": round(measured, 2),
+        "target": goal,
+        "met": bool(met),
+        "command": command,
+    }
+
+
+# ------------------------------------------------------------ child processes
+@dataclass
+class Child:
+    argv: list[str]
+    seconds: float  # wall time from spawn to exit
+    max_rss: int  # bytes, peak resident set of that process (ru_maxrss)
+    returncode: int
+    stdout: str
+    stderr: str
+
+    @property
+    def command(self) -> str:
+        return display(self.argv)
+
+    def check(self) -> Child:
+        if self.returncode != 0:
+            raise RuntimeError(f"{self.command} exited {self.returncode}: {self.stderr.strip()[-2000:]}")
+        return self
+
+    def json(self) -> dict[str, Any]:
+        """stdout as one JSON document, else its last line as JSON."""
+        try:
+            return json.loads(self.stdout)
+        except json.JSONDecodeError:
+            return json.loads(self.stdout.strip().splitlines()[-1])
+
+
+def run_child(argv: Sequence[str], env: dict[str, str] | None = None, cwd: Path = REPO) -> Child:
+    """Run a process to completion: its wall time and its own peak RSS, taken by the small ``bench.peak``
+    launcher (a child of this large process would inherit this process's peak)."""
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err, tempfile.TemporaryDirectory() as tmp:
+        report = Path(tmp) / "peak.json"
+        launcher = [sys.executable, "-m", "bench.peak", str(report), *map(str, argv)]
+        child_env = dict(env if env is not None else os.environ)
+        child_env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), child_env.get("PYTHONPATH", "")]))
+        proc = subprocess.run(launcher, stdout=out, stderr=err, env=child_env, cwd=cwd)
+        out.seek(0)
+        err.seek(0)
+        stdout, stderr = out.read().decode(errors="replace"), err.read().decode(errors="replace")
+        if not report.is_file():
+            raise RuntimeError(f"{display(argv)}: the launcher failed ({proc.returncode}): {stderr[-2000:]}")
+        peak = json.loads(report.read_text())
+    return Child(list(map(str, argv)), peak["seconds"], peak["max_rss"], peak["returncode"], stdout, stderr)
+
+
+def display(argv: Sequence[str]) -> str:
+    """A command line as a reader would type it from the repository root."""
+    shown = []
+    for arg in argv:
+        text = str(arg)
+        if text.startswith(str(BIN) + "/"):
+            text = ".venv/bin/" + text[len(str(BIN)) + 1 :]
+        elif text == sys.executable:
+            text = ".venv/bin/python"
+        shown.append(text)
+    return shlex.join(shown)
+
+
+def current_rss() -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    return 0
+
+
+def dir_size(path: Path) -> int:
+    return sum(p.stat().st_size for p in Path(path).rglob("*") if p.is_file())
+
+
+# ------------------------------------------------------------------ servers
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@dataclass
+class Server:
+    process: subprocess.Popen[bytes]
+    base: str
+    argv: list[str]
+    ready_seconds: float  # from spawn to the first 200 on the readiness path
+
+    @property
+    def command(self) -> str:
+        return display(self.argv)
+
+
+def wait_ready(process: subprocess.Popen[bytes], url: str, log: Any, timeout: float = 300.0) -> float:
+    """Poll ``url`` until it answers 200; seconds since ``process`` was spawned (measured by the caller)."""
+    started = time.perf_counter()
+    with httpx.Client(timeout=2.0) as client:
+        while True:
+            if process.poll() is not None or time.perf_counter() - started > timeout:
+                log.seek(0)
+                tail = log.read().decode(errors="replace")[-3000:]
+                raise RuntimeError(f"server did not become ready at {url}:\n{tail}")
+            try:
+                if client.get(url).status_code == 200:
+                    return time.perf_counter() - started
+            except httpx.TransportError:
+                pass
+            time.sleep(0.01)
+
+
+@contextmanager
+def serve(argv: Sequence[str], ready_path: str, port: int, env: dict[str, str] | None = None) -> Iterator[Server]:
+    """Start a server process in its own session, wait for ``ready_path``, stop the whole group afterwards."""
+    with tempfile.TemporaryFile() as log:
+        started = time.perf_counter()
+        process = subprocess.Popen(
+            list(argv), stdout=log, stderr=subprocess.STDOUT, env=env, cwd=REPO, start_new_session=True
+        )
+        try:
+            base = f"http://127.0.0.1:{port}"
+            wait_ready(process, base + ready_path, log)
+            yield Server(process, base, list(argv), time.perf_counter() - started)
+        finally:
+            stop(process)
+
+
+def stop(process: subprocess.Popen[bytes]) -> None:
+    if process.poll() is None:
+        os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(30)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait(10)
+
+
+def server_env(threads: int | None = None) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("EMBEDDING_")}
+    if threads:
+        env["EMBEDDING_THREADS"] = str(threads)
+    return env
+
+
+def embedding_serve(ctx: Context, port: int, workers: int = 1, extra: Sequence[str] = ()) -> list[str]:
+    """The real ``embedding-serve`` over the benchmark table, without the per-request access log."""
+    return [
+        str(BIN / "embedding-serve"),
+        "--data-dir",
+        str(ctx.data_dir),
+        "--tables",
+        ctx.table,
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--workers",
+        str(workers),
+        "--log-level",
+        "warning",
+        "--no-access-log",
+        *extra,
+    ]

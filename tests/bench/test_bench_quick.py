@@ -1,0 +1,116 @@
+"""The benchmark scripts keep working: ``python -m bench --quick`` on the real GloVe table produces every figure.
+
+Only structure and sanity are checked (both sides measured, same answers on both sides, figures in range),
+never timings: performance is measured by ``make bench``, not by tests.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+NAMES = ("analogy", "neighbours", "import", "startup", "growth")
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def quick_run(glove_data_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    out = tmp_path_factory.mktemp("bench")
+    markdown = out / "BENCHMARKS.md"
+    argv = [sys.executable, "-m", "bench", "--quick", "--data-dir", str(glove_data_dir)]
+    argv += ["--results-dir", str(out / "results"), "--markdown", str(markdown)]
+    done = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-4000:]
+    results = {name: json.loads((out / "results" / f"{name}.json").read_text()) for name in NAMES}
+    return {"results": results, "markdown": markdown.read_text()}
+
+
+def result(quick_run: dict[str, Any], name: str) -> dict[str, Any]:
+    payload = quick_run["results"][name]
+    assert payload["status"] == "ok", payload.get("error")
+    assert payload["quick"] is True and payload["rounds"] == 1
+    assert payload["machine"]["cores"] >= 1 and payload["machine"]["ram_gib"] > 0
+    assert {"numpy", "faiss-cpu", "gensim", "fastapi", "uvicorn"} <= set(payload["versions"])
+    assert payload["command"].startswith(".venv/bin/python -m bench ")
+    for row in payload["result"]["targets"]:
+        assert row["figure"] and row["command"] and row["unit"]
+        assert row["ours"] > 0 and row["other"] > 0 and math.isfinite(row["ratio"]) and row["ratio"] > 0
+    return payload["result"]
+
+
+def test_analogy_same_accuracy_on_every_side(quick_run: dict[str, Any]) -> None:
+    r = result(quick_run, "analogy")
+    answers = r["answers"]
+    assert set(answers) == {"gensim", "function", "cli", "http"}
+    assert answers["gensim"]["total"] > 100 and 0 < answers["gensim"]["accuracy"] <= 1
+    for side in ("function", "cli", "http"):
+        assert answers[side] == answers["gensim"], side
+        assert r["speedup_vs_gensim"][side] > 0
+    assert r["same_accuracy"] is True
+    assert len(r["targets"]) == 3
+
+
+def test_neighbours_in_process_and_over_http(quick_run: dict[str, Any]) -> None:
+    r = result(quick_run, "neighbours")
+    proc = r["in_process"]
+    for case in ("ours_hnsw_single", "ours_exact_single", "gensim_single", "ours_hnsw_batch64", "gensim_batch64"):
+        assert 0 < proc[case]["p50_ms"] <= proc[case]["p99_ms"]
+    same = proc["exact_equals_gensim"]
+    assert same["queries"] > 0 and same["same"] == same["queries"]
+    efs = [x["efSearch"] for x in r["recall"]]
+    assert efs == sorted(efs) and len(efs) >= 2
+    assert all(0 < x["recall_at_10"] <= 1 for x in r["recall"])
+    http = r["http"]
+    for case in ("floor_get", "hnsw_get", "exact_get", "floor_post64", "hnsw_post64", "exact_post64"):
+        assert http[case]["errors"] == 0 and http[case]["requests"] > 0
+        assert http[case]["rps_c32"] > 0 and 0 < http[case]["p50_ms"] <= http[case]["p99_ms"]
+    assert http["response_bytes"]["post64"] > http["response_bytes"]["get"] > 0
+    assert {t["unit"] for t in r["targets"]} == {"ms", "req/s"}
+
+
+def test_import_same_matrix_as_gensim(quick_run: dict[str, Any]) -> None:
+    r = result(quick_run, "import")
+    for fmt in ("glove", "word2vec-binary"):
+        info = r["inputs"][fmt]
+        assert info["same_tokens"] and info["same_matrix"] and info["rows"] == r["rows"]
+        for side in ("ours", "gensim", "cli"):
+            run = r["runs"][f"{side}:{fmt}"]
+            assert run["seconds"] > 0 and run["peak_rss_mib"] > 0
+        assert r["runs"][f"ours:{fmt}"]["read_memory_mib"] >= 0
+        assert r["table_bytes"][fmt] > 0
+
+
+def test_startup_and_worker_memory(quick_run: dict[str, Any]) -> None:
+    r = result(quick_run, "startup")
+    for variant in ("verified", "unverified"):
+        assert r["ready"][variant]["median_seconds"] > 0
+    workers = r["memory"]["workers"]
+    assert set(workers) == {"1", "2"}
+    assert all(w["sum PSS"] > 0 for w in workers.values())
+
+
+def test_growth_tables_and_llama_shape(quick_run: dict[str, Any]) -> None:
+    r = result(quick_run, "growth")
+    cell = next(iter(r["cells"].values()))
+    for kind in ("flat", "hnsw"):
+        assert cell[kind]["seconds"] > 0 and cell[kind]["disk_mib"] > 0 and cell[kind]["p50_ms"] > 0
+    assert cell["hnsw"]["efSearch"] in [x["efSearch"] for x in cell["recall_sweep"]]
+    llama = r["llama"]
+    assert llama["query_equals_brute_force"] is True
+    assert llama["query"]["resolved"]["match"] == "space-marked" and len(llama["query"]["neighbors"]) == 10
+    assert llama["peak_rss_mib"] > 0
+
+
+def test_markdown_has_every_section(quick_run: dict[str, Any]) -> None:
+    text = quick_run["markdown"]
+    for heading in ("## Machine", "## Summary", "## 1. Analogy", "## 2. Neighbours", "## 3. Import", "## 4. Start"):
+        assert heading in text
+    assert "## 5. Growth" in text and "Llama-3 shape" in text

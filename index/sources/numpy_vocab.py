@@ -10,13 +10,18 @@ import gzip
 import io
 import zlib
 from pathlib import Path
+from tokenize import TokenError
 
 import numpy as np
+import numpy.lib.format as npformat
 
 from index.errors import InputError
 from index.sources import RawTable, ReadOptions, open_text, read_bytes
 
 BOM = "\ufeff"
+MAGIC = b"\x93NUMPY"
+# What numpy raises on a damaged header or body (the header is a Python literal, parsed with tokenize and ast).
+NPY_ERRORS = (ValueError, TypeError, KeyError, SyntaxError, TokenError, EOFError, OSError, UnicodeDecodeError)
 
 
 def read(path: Path, options: ReadOptions) -> RawTable:
@@ -38,36 +43,46 @@ def read(path: Path, options: ReadOptions) -> RawTable:
 
 
 def load_matrix(path: Path) -> np.ndarray:
-    """The 2-D numeric array in ``path`` (memory-mapped when uncompressed), never unpickling."""
+    """The 2-D numeric array in ``path`` (memory-mapped when uncompressed), never unpickling.
+
+    The header is checked first (dtype, shape, and that the data it describes is there), so a damaged
+    header can neither unpickle nor make a large allocation.
+    """
     try:
         with open_text(path) as handle:
             compressed = isinstance(handle, gzip.GzipFile)
-            magic = handle.read(6)
+            data = handle.read() if compressed else handle.read(6)
     except (OSError, EOFError, zlib.error) as exc:
         raise InputError(path, f"cannot read: {exc}") from None
-    if magic != b"\x93NUMPY":
-        what = "an .npz archive; give the .npy matrix itself" if magic[:4] == b"PK\x03\x04" else "not a .npy file"
+    if not data.startswith(MAGIC):
+        what = "an .npz archive; give the .npy matrix itself" if data[:4] == b"PK\x03\x04" else "not a .npy file"
         raise InputError(path, what)
+    with io.BytesIO(data) if compressed else open(path, "rb") as stream:
+        try:
+            version = npformat.read_magic(stream)
+            header = npformat.read_array_header_1_0 if version == (1, 0) else npformat.read_array_header_2_0
+            shape, _, dtype = header(stream)
+            available = (len(data) if compressed else path.stat().st_size) - stream.tell()
+        except NPY_ERRORS as exc:
+            raise InputError(path, f"not a readable .npy file ({type(exc).__name__}: {exc})") from None
+    if dtype.hasobject:
+        raise InputError(path, "holds Python objects (dtype object); refused, since reading it would unpickle")
+    if dtype.kind not in "fiu":
+        raise InputError(path, f"dtype {dtype} is not a real numeric matrix")
+    if len(shape) != 2:
+        raise InputError(path, f"expected a 2-D matrix (rows x dim), found shape {list(shape)}")
+    needed = shape[0] * shape[1] * dtype.itemsize
+    if needed > available:
+        raise InputError(
+            path,
+            f"truncated: a {shape[0]:,} x {shape[1]:,} {dtype} matrix needs {needed:,} bytes, {available:,} follow",
+        )
     try:
         if compressed:
-            array = np.load(io.BytesIO(read_bytes(path)), allow_pickle=False)
-        else:
-            array = np.load(path, mmap_mode="r", allow_pickle=False)
-    except ValueError as exc:
-        if "allow_pickle" in str(exc) or "Python objects" in str(exc):
-            raise InputError(
-                path, "holds Python objects (dtype object); refused, since reading it would unpickle"
-            ) from None
-        raise InputError(path, f"not a readable .npy file ({exc})") from None
-    except (OSError, EOFError) as exc:
-        raise InputError(path, f"not a readable .npy file ({exc})") from None
-    if not isinstance(array, np.ndarray):
-        raise InputError(path, "not a .npy file")
-    if array.dtype.kind not in "fiu":
-        raise InputError(path, f"dtype {array.dtype} is not a real numeric matrix")
-    if array.ndim != 2:
-        raise InputError(path, f"expected a 2-D matrix (rows x dim), found shape {list(array.shape)}")
-    return array
+            return np.load(io.BytesIO(data), allow_pickle=False)
+        return np.load(path, mmap_mode="r", allow_pickle=False)
+    except NPY_ERRORS as exc:
+        raise InputError(path, f"not a readable .npy file ({type(exc).__name__}: {exc})") from None
 
 
 def read_lines(path: Path, options: ReadOptions) -> tuple[list[str], int]:

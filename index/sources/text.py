@@ -31,6 +31,7 @@ from index.sources import RawTable, ReadOptions, open_text
 
 CHUNK_BYTES = 2 << 20
 SAMPLE_LINES = 1000
+MAX_HEAD = 64 << 20  # the longest first line accepted
 BOM = b"\xef\xbb\xbf"
 DROP_HINT = " (use --drop-invalid to skip such rows)"
 
@@ -66,7 +67,7 @@ def _read(path: Path, options: ReadOptions, header: bool) -> RawTable:
     if len(head) < nbytes:
         head_lines.pop()  # the block ends inside a line
     if not head_lines:
-        raise InputError(path, f"the first line is longer than {CHUNK_BYTES >> 20} MiB: not an embedding file", line=1)
+        raise InputError(path, f"the first line is longer than {MAX_HEAD >> 20} MiB: not an embedding file", line=1)
     first_line = 1
     if header:
         rows, dim = _parse_header(path, head_lines[0])
@@ -142,14 +143,15 @@ def _read_block(handle, path: Path) -> bytes:  # type: ignore[no-untyped-def]
 
 
 def _scan(path: Path) -> tuple[int, int, bytes]:
-    """Return (lines up to the last non-blank one, total bytes, the first block)."""
+    """Return (lines up to the last non-blank one, total bytes, the first block(s): at least two whole lines)."""
     lines = newlines = total = 0
     head = b""
     with open_text(path) as handle:
         while block := _read_block(handle, path):
             if not total:
                 block = block.removeprefix(BOM)
-                head = block
+            if not total or (head.count(b"\n") < 2 and len(head) < MAX_HEAD):
+                head += block
             end = len(block.rstrip())
             if end:
                 lines = newlines + block.count(b"\n", 0, end) + 1

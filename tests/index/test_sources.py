@@ -24,7 +24,8 @@ from gensim.models import KeyedVectors
 
 from index import artifact
 from index.cli import main
-from index.sources import RawTable, ReadOptions, read_source, sniff_format
+from index.errors import InputError
+from index.sources import RawTable, ReadOptions, read_source, sniff_format, text, word2vec_binary
 from index.table import Table
 
 REPO = Path(__file__).resolve().parents[2]
@@ -366,6 +367,39 @@ def test_trailing_blank_lines_and_bom_are_ignored(tmp_path: Path, data_dir: Path
     path.write_bytes(b"\xef\xbb\xbf" + b"\n".join(text_lines(tokens[:100], matrix[:100])) + b"\n\n  \n\n")
     table = import_ok(path, data_dir)
     assert_rows(table, tokens[:100], matrix[:100])
+
+
+@pytest.mark.parametrize("chunk", [97, 1000, 65536])
+def test_chunk_boundaries_do_not_change_the_result(tmp_path: Path, glove_rows, chunk: int, monkeypatch) -> None:
+    tokens, matrix = glove_rows
+    tokens, matrix = list(tokens[:600]), matrix[:600]
+    tokens[5], tokens[400] = "new york", "a b c"
+    lines = text_lines(tokens, matrix)
+    lines[100] += b" "
+    lines[200] += b"\r"
+    path = tmp_path / "g.txt"
+    path.write_bytes(b"\n".join(lines))  # no final newline
+    binary = tmp_path / "v.bin"
+    binary.write_bytes(
+        b"600 50\n"
+        + b"".join(
+            t.encode() + b" " + r.tobytes() for t, r in zip([t.replace(" ", "_") for t in tokens], matrix, strict=True)
+        )
+    )
+    bad_lines = list(lines)
+    bad_lines[555] = b"bad 1 2"
+    bad = write(tmp_path / "bad.txt", bad_lines)
+    monkeypatch.setattr(text, "CHUNK_BYTES", chunk)
+    monkeypatch.setattr(word2vec_binary, "CHUNK_BYTES", chunk)
+    raw, _ = read_source(path)
+    assert raw.tokens == tokens
+    assert np.array_equal(raw.matrix, matrix)
+    assert raw.report["tokens_with_spaces"] == 2
+    raw, _ = read_source(binary)
+    assert raw.tokens == [t.replace(" ", "_") for t in tokens]
+    assert np.array_equal(raw.matrix, matrix)
+    with pytest.raises(InputError, match=r"bad.txt:556: 2 values after the token"):
+        read_source(bad)
 
 
 # ---------------------------------------------------------------------------------------------- bad input

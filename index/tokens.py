@@ -54,10 +54,12 @@ class Tokens(Sequence[str]):
     """Read-only token labels of one table."""
 
     def __init__(self, directory: Path) -> None:
-        self._offsets = np.load(directory / OFFSETS, mmap_mode="r")
-        self._blob = np.memmap(directory / BLOB, dtype=np.uint8, mode="r") if self._offsets[-1] else b""
-        self._order = np.load(directory / ORDER, mmap_mode="r")
-        self._folded_order = np.load(directory / FOLDED_ORDER, mmap_mode="r")
+        # Plain ndarray views of the read-only maps: indexing a np.memmap costs microseconds, and lookups index a lot.
+        self._offsets = np.load(directory / OFFSETS, mmap_mode="r").view(np.ndarray)
+        blob = np.memmap(directory / BLOB, dtype=np.uint8, mode="r").view(np.ndarray) if self._offsets[-1] else b""
+        self._blob = blob
+        self._order = np.load(directory / ORDER, mmap_mode="r").view(np.ndarray)
+        self._folded_order = np.load(directory / FOLDED_ORDER, mmap_mode="r").view(np.ndarray)
         self._exact = _Keys(self, self._order, fold=False)
         self._folded = _Keys(self, self._folded_order, fold=True)
 

@@ -23,6 +23,7 @@ from starlette.responses import FileResponse, HTMLResponse, Response
 
 from index import __version__
 from service import errors
+from service.deps import document_query_models
 from service.limits import RequestLimitsMiddleware
 from service.metrics import Metrics, MetricsMiddleware
 from service.models import LIMITS, Limits
@@ -78,11 +79,16 @@ def create_app(settings: Settings) -> FastAPI:
     app.add_middleware(MetricsMiddleware, metrics=metrics, tables=table_names)
 
     build_openapi = app.openapi
+    documented: list[dict[str, Any]] = []  # the schema FastAPI cached, once the query models are added to it
 
     def openapi() -> dict[str, Any]:
         token = LIMITS.set(limits)  # the schema shows this app's max_k and max_batch
         try:
-            return build_openapi()
+            schema = build_openapi()  # cached by FastAPI until a route is added
+            if not documented or documented[0] is not schema:
+                document_query_models(ROUTERS, schema)
+                documented[:] = [schema]
+            return schema
         finally:
             LIMITS.reset(token)
 

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Request
 from starlette.responses import Response
 
 from index.table import Table
 from service import queries
-from service.deps import TableDep
+from service.deps import TableDep, query_model
 from service.errors import BODY_ERRORS, TABLE_ERRORS, responses
 from service.models import (
     NeighborsBatchResponse,
@@ -55,7 +55,9 @@ def single(table: Table, item: str | NeighborsQuery, compose: str | None, option
     responses=responses(*TABLE_ERRORS),
     summary="Nearest neighbours of a token (or row id), the token itself left out",
 )
-async def neighbors_get(request: Request, table: TableDep, params: Annotated[NeighborsParams, Query()]) -> Response:
+async def neighbors_get(
+    request: Request, table: TableDep, params: Annotated[NeighborsParams, query_model(NeighborsParams)]
+) -> Response:
     item = NeighborsQuery(token=params.token, id=params.id)
     light = is_light(table, 1, params.exact, params.restrict)
     return FastJSON(

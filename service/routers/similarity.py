@@ -5,13 +5,13 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 import numpy as np
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Request
 from starlette.responses import Response
 
 from index.errors import EmbeddingError
 from index.table import Table
 from service import queries
-from service.deps import TableDep
+from service.deps import TableDep, query_model
 from service.errors import BODY_ERRORS, TABLE_ERRORS, item_error, responses
 from service.models import SimilaritiesResponse, SimilarityParams, SimilarityRequest, SimilarityResponse
 from service.respond import FastJSON, compute
@@ -33,7 +33,9 @@ def pair(table: Table, a: str, b: str, compose: str | None) -> tuple[float, dict
     responses=responses(*TABLE_ERRORS),
     summary="Cosine similarity of two tokens",
 )
-async def similarity_get(request: Request, table: TableDep, params: Annotated[SimilarityParams, Query()]) -> Response:
+async def similarity_get(
+    request: Request, table: TableDep, params: Annotated[SimilarityParams, query_model(SimilarityParams)]
+) -> Response:
     value, info = await compute(
         request, table, "similarity", lambda: pair(table, params.a, params.b, params.compose), light=True
     )

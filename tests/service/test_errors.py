@@ -244,6 +244,15 @@ def test_openapi_lists_error_responses_for_every_operation(api: TestClient) -> N
             if status != "200":
                 assert response["content"]["application/json"]["schema"]["$ref"] == envelope_ref, (path, status)
     assert "503" in schema["paths"]["/readyz"]["get"]["responses"]
+    query = {
+        (path, p["name"]): p["required"]
+        for path in (f"{table}/neighbors", f"{table}/similarity")
+        for p in schema["paths"][path]["get"]["parameters"]
+        if p["in"] == "query"
+    }
+    neighbors = {"token", "id", "k", "exact", "restrict", "skip_special", "whole_words_only", "compose"}
+    assert {name for path, name in query if path.endswith("neighbors")} == neighbors
+    assert query[(f"{table}/similarity", "a")] and query[(f"{table}/similarity", "b")]
     error_schema = schema["components"]["schemas"]["ErrorResponse"]
     assert error_schema["required"] == ["error"]
     assert "HTTPValidationError" not in schema["components"]["schemas"]  # 422 uses the envelope too

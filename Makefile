@@ -54,7 +54,12 @@ lint: dev
 	$(BIN)/ruff format --check index service tests bench
 
 bench: dev build
+	@command -v wrk >/dev/null 2>&1 || echo "wrk not found: HTTP load runs on an async httpx driver (apt-get install wrk)"
 	$(BIN)/python -m bench --data-dir $(DATA_DIR)
+
+# The benchmark scripts at tiny sizes (seconds), into build/ so BENCHMARKS.md is left alone.
+bench-quick: dev build
+	$(BIN)/python -m bench --data-dir $(DATA_DIR) --quick --results-dir build/bench-quick --markdown build/bench-quick/BENCHMARKS.md
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache

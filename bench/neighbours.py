@@ -73,8 +73,8 @@ def timed(fn: Callable[[], Any]) -> float:
 
 # ----------------------------------------------------------------- in process
 def in_process(ctx: Context, table: Table, kv: Any, words: list[tuple[str, int]]) -> dict[str, Any]:
-    singles = words[: 40 if ctx.quick else 400]
-    batches = [words[i : i + BATCH] for i in range(0, len(words) - BATCH + 1, BATCH)][: 2 if ctx.quick else 10]
+    singles = words[: 20 if ctx.quick else 400]
+    batches = [words[i : i + BATCH] for i in range(0, len(words) - BATCH + 1, BATCH)][: 1 if ctx.quick else 10]
 
     def ours_single(exact: bool) -> list[float]:
         return [
@@ -207,9 +207,10 @@ def check_answers(base: str, requests: dict[str, list[load.Request]]) -> dict[st
 
 def over_http(ctx: Context, words: list[tuple[str, int]]) -> dict[str, Any]:
     use_wrk = not ctx.quick and wrk_path() is not None
-    seconds = 1.0 if ctx.quick else float(ctx.options.get("seconds", 5))
-    cap = 40 if ctx.quick else 0  # the quick mode stops after this many requests per measurement
-    requests = http_requests(ctx.table, words[: 128 if ctx.quick else 2048])
+    seconds = 0.5 if ctx.quick else float(ctx.options.get("seconds", 5))
+    cap = 20 if ctx.quick else 0  # the quick mode stops after this many requests per measurement
+    many = 4 if ctx.quick else 32  # connections of the throughput measurement
+    requests = http_requests(ctx.table, words[: 64 if ctx.quick else 2048])
     ours_port, floor_port = free_port(), free_port()
     ours_argv = embedding_serve(ctx, ours_port)
     with serve(ours_argv, "/readyz", ours_port, server_env()) as ours:
@@ -228,7 +229,7 @@ def over_http(ctx: Context, words: list[tuple[str, int]]) -> dict[str, Any]:
                 "exact_post64": (ours, requests["exact_post64"]),
             }
             for server, items in cases.values():  # warm-up: connections, caches, the index pages
-                load.run(server.base, items, 4, 1.0, use_wrk, max_requests=cap)
+                load.run(server.base, items, 4, 0.2 if ctx.quick else 1.0, use_wrk, max_requests=cap)
             rounds: dict[str, list[dict[str, Any]]] = {name: [] for name in cases}
             for r in range(ctx.rounds):
                 names = list(cases)
@@ -236,11 +237,12 @@ def over_http(ctx: Context, words: list[tuple[str, int]]) -> dict[str, Any]:
                 for name in names:
                     server, items = cases[name]
                     c1 = load.run(server.base, items, 1, seconds, use_wrk, max_requests=cap)
-                    c32 = load.run(server.base, items, 32, seconds, use_wrk, max_requests=cap * 4)
+                    c32 = load.run(server.base, items, many, seconds, use_wrk, max_requests=cap * 2)
                     rounds[name].append({"c1": c1.as_dict(), "c32": c32.as_dict()})
     out: dict[str, Any] = {
         "driver": "wrk" if use_wrk else "httpx",
         "seconds_per_measurement": seconds,
+        "connections": many,
         "servers": {"ours": ours.command, "floor": "BENCH_FLOOR_BODIES=<captured bodies> " + floor.command},
         "response_bytes": {"get": len(sample["hnsw_get"]), "post64": len(sample["hnsw_post64"])},
     }
@@ -294,7 +296,7 @@ def run(ctx: Context) -> dict[str, Any]:
         )
         targets.append(
             target(
-                f"neighbours over HTTP, {label} (HNSW), requests/s at concurrency 32 vs the floor",
+                f"neighbours over HTTP, {label} (HNSW), requests/s at concurrency {http['connections']} vs the floor",
                 ours["rps_c32"],
                 http[floor]["rps_c32"],
                 "req/s",

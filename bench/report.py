@@ -136,6 +136,7 @@ def neighbours(r: dict[str, Any]) -> str:
         if k in h
     ]
     recall_rows = [[x["efSearch"], x["recall_at_10"], x["p50_ms"]] for x in r.get("recall", [])]
+    many = h.get("connections", 32)
     same = p.get("exact_equals_gensim", {})
     parts = [
         f"`{r['table']}` ({r['table_rows']:,} rows, index {r['index']}, served efSearch {r['served_efSearch']}), "
@@ -145,10 +146,13 @@ def neighbours(r: dict[str, Any]) -> str:
         "**In process** (milliseconds per call; median over rounds of each round's percentile):",
         table(["Call", "p50 ms", "p99 ms", "Calls per round"], proc_rows),
         f"**Over HTTP** ({h['driver']}, {h['seconds_per_measurement']:g} s per measurement; latency at "
-        "concurrency 1, throughput at 32 connections; responses of "
+        f"concurrency 1, throughput at {h.get('connections', 32)} connections; responses of "
         f"{h['response_bytes']['get']:,} and {h['response_bytes']['post64']:,} bytes, the floor answering the "
         "same bytes):",
-        table(["Endpoint", "p50 ms (c=1)", "p99 ms (c=1)", "req/s (c=32)", "p50 ms (c=32)", "errors"], http_rows),
+        table(
+            ["Endpoint", "p50 ms (c=1)", "p99 ms (c=1)", f"req/s (c={many})", f"p50 ms (c={many})", "errors"],
+            http_rows,
+        ),
         f"Servers: {code(h['servers']['ours'])}; {code(h['servers']['floor'])}.  \n"
         f"Load, e.g.: {code(h['hnsw_get']['command_c1'])} and {code(h['hnsw_get']['command_c32'])}.",
     ]

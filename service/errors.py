@@ -111,7 +111,8 @@ def _validation_message(errors: list[dict[str, Any]]) -> tuple[str, list[dict[st
     details = []
     for error in errors:
         loc = [str(p) for p in error.get("loc", ())]
-        details.append({"loc": loc, "type": error.get("type"), "message": error.get("msg")})
+        message = str(error.get("msg", "")).removeprefix("Value error, ")
+        details.append({"loc": loc, "type": error.get("type"), "message": message})
     shown = [f"{'.'.join(d['loc'][1:] or d['loc']) or 'body'}: {d['message']}" for d in details[:3]]
     more = f" (and {len(details) - 3} more)" if len(details) > 3 else ""
     return "; ".join(shown) + more, details

@@ -99,11 +99,13 @@ def _read(path: Path, options: ReadOptions, header: bool) -> RawTable:
     blocks: list[np.ndarray] = []
     tokens: list[str] = []
     filled = 0
-    for chunk, line_no in _chunks(path, lines, skip_first=header):
-        part = _parse_chunk(chunk, line_no, dim, ncols, path, options, stats)
+    for chunk, line_no, count in _chunks(path, lines, skip_first=header):
+        target = out[filled : filled + count] if out is not None else None
+        part = _parse_chunk(chunk, line_no, count, dim, ncols, path, options, stats, target)
         tokens.extend(part.tokens)
         if out is not None:
-            out[filled : filled + len(part.tokens)] = part.matrix
+            if part.matrix is not target:  # parsed elsewhere (a chunk with irregular lines)
+                out[filled : filled + len(part.tokens)] = part.matrix
         else:
             blocks.append(part.matrix)
         filled += len(part.tokens)
@@ -146,22 +148,25 @@ def _scan(path: Path) -> tuple[int, int, bytes]:
     """Return (lines up to the last non-blank one, total bytes, the first block(s): at least two whole lines)."""
     lines = newlines = total = 0
     head = b""
+    head_done = False
     with open_text(path) as handle:
         while block := _read_block(handle, path):
             if not total:
                 block = block.removeprefix(BOM)
-            if not total or (head.count(b"\n") < 2 and len(head) < MAX_HEAD):
+            if not head_done:
                 head += block
+                head_done = head.count(b"\n") >= 2 or len(head) >= MAX_HEAD
+            count = block.count(b"\n")
             end = len(block.rstrip())
             if end:
-                lines = newlines + block.count(b"\n", 0, end) + 1
-            newlines += block.count(b"\n")
+                lines = newlines + count - block.count(b"\n", end) + 1
+            newlines += count
             total += len(block)
     return lines, total, head
 
 
-def _chunks(path: Path, lines: int, skip_first: bool) -> Iterator[tuple[bytes, int]]:
-    """Yield (whole lines ending in a newline, number of their first line) for the first ``lines`` lines."""
+def _chunks(path: Path, lines: int, skip_first: bool) -> Iterator[tuple[bytes, int, int]]:
+    """Yield (whole lines ending in a newline, number of the first, how many) for the first ``lines`` lines."""
     done = 0
     carry = b""
     first = True
@@ -186,20 +191,22 @@ def _chunks(path: Path, lines: int, skip_first: bool) -> Iterator[tuple[bytes, i
                 cut = int(ends[lines - done - 1]) + 1
                 count = lines - done
             chunk, carry = data[:cut], data[cut:]
-            start = done + 1
-            if skip_first and done == 0:
+            start, done = done + 1, done + count
+            if skip_first and start == 1:
                 chunk = chunk[chunk.index(b"\n") + 1 :]
-                start += 1
-            done += count
+                start, count = 2, count - 1
             if chunk:
-                yield chunk, start
+                yield chunk, start, count
 
 
 # ------------------------------------------------------------------------------------------------ parsing
 
 
-def _arrow_parse(chunk: bytes, dim: int, ncols: int) -> tuple[pa.ChunkedArray, np.ndarray] | None:
-    """Parse regular lines (exactly ``ncols`` space-separated fields) with pyarrow; None if any line is not."""
+def _arrow_parse(
+    chunk: bytes, lines: int, dim: int, ncols: int, out: np.ndarray | None = None
+) -> tuple[pa.ChunkedArray, np.ndarray] | None:
+    """Parse ``lines`` regular lines (exactly ``ncols`` space-separated fields) with pyarrow, into ``out`` if
+    given; None if any line is not regular."""
     names = [f"c{i}" for i in range(ncols)]
     types = {name: pa.float64() for name in names[1 : dim + 1]}
     types[names[0]] = pa.binary()
@@ -218,14 +225,14 @@ def _arrow_parse(chunk: bytes, dim: int, ncols: int) -> tuple[pa.ChunkedArray, n
         )
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
         return None
-    if table.num_rows != chunk.count(b"\n"):  # a lone CR is a line break to pyarrow, not to us
+    if table.num_rows != lines:  # a lone CR is a line break to pyarrow, not to us
         return None
     if ncols > dim + 1 and table.num_rows and pacompute.max(pacompute.binary_length(table.column(ncols - 1))).as_py():
         return None
-    matrix = np.empty((table.num_rows, dim), dtype=np.float32)
+    matrix = np.empty((table.num_rows, dim), dtype=np.float32) if out is None else out
     with np.errstate(over="ignore", invalid="ignore"):
         for i in range(dim):
-            matrix[:, i] = table.column(i + 1).to_numpy()
+            matrix[:, i] = table.column(i + 1).to_numpy()  # float64 -> float32, rounded as gensim rounds
     return table.column(0), matrix
 
 
@@ -266,9 +273,17 @@ def _decode(path: Path, raw: list[bytes], lines: list[int], options: ReadOptions
 
 
 def _parse_chunk(
-    chunk: bytes, line_no: int, dim: int, ncols: int, path: Path, options: ReadOptions, stats: _Stats
+    chunk: bytes,
+    line_no: int,
+    count: int,
+    dim: int,
+    ncols: int,
+    path: Path,
+    options: ReadOptions,
+    stats: _Stats,
+    out: np.ndarray | None = None,
 ) -> _Chunk:
-    parsed = _arrow_parse(chunk, dim, ncols)
+    parsed = _arrow_parse(chunk, count, dim, ncols, out)
     if parsed is not None:
         column, matrix = parsed
         try:
@@ -287,7 +302,8 @@ def _parse_irregular(
     lines = chunk.split(b"\n")[:-1]
     count = len(lines)
     regular = [i for i, line in enumerate(lines) if line.count(b" ") == ncols - 1]
-    parsed = _arrow_parse(b"\n".join(lines[i] for i in regular) + b"\n", dim, ncols) if regular else None
+    joined = b"\n".join(lines[i] for i in regular) + b"\n"
+    parsed = _arrow_parse(joined, len(regular), dim, ncols) if regular else None
     matrix = np.empty((count, dim), dtype=np.float32)
     raw: list[bytes] = [b""] * count
     todo = range(count)

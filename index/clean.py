@@ -54,8 +54,8 @@ def clean(raw: RawTable, path: Path | str, drop_invalid: bool = False) -> tuple[
         raise InputError(path, f"no vectors found (matrix shape {list(matrix.shape)})")
     if len(raw.tokens) != matrix.shape[0]:
         raise InputError(path, f"{len(raw.tokens)} tokens for {matrix.shape[0]} vectors")
-    if matrix.dtype != np.float32:
-        matrix = matrix.astype(np.float32)
+    # Row-major float32 (a no-op when it already is): searches and row reads need contiguous rows.
+    matrix = np.ascontiguousarray(matrix, dtype=np.float32)
     report: dict[str, Any] = dict(raw.report)
     rows = matrix.shape[0]
 

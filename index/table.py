@@ -95,8 +95,15 @@ class Table:
         manifest = artifact.read_manifest(directory)
         vectors = np.load(directory / artifact.VECTORS, mmap_mode="r")
         norms = np.load(directory / artifact.NORMS, mmap_mode="r")
-        if vectors.dtype != np.float32 or vectors.ndim != 2 or norms.shape != (vectors.shape[0],):
-            raise ArtifactError(f"table {directory.name!r}: vectors must be a float32 matrix with one norm per row")
+        if (
+            vectors.dtype != np.float32
+            or vectors.ndim != 2
+            or not vectors.flags.c_contiguous
+            or norms.shape != (vectors.shape[0],)
+        ):
+            raise ArtifactError(
+                f"table {directory.name!r}: vectors must be a row-major float32 matrix with one norm per row"
+            )
         index = None
         index_info = manifest.get("index", {})
         if (directory / artifact.INDEX).is_file() and not index_info.get("exact", False):

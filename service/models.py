@@ -243,6 +243,7 @@ class Neighbor(BaseModel):
     id: int
     score: float
     readable: str | None = Field(None, description="model-token tables: the text the token stands for (' heart')")
+    metadata: dict[str, str] | None = Field(None, description="the row's metadata columns, for tables that have them")
 
 
 class QueryInfo(BaseModel):
@@ -314,6 +315,7 @@ class TokenResponse(BaseModel):
     token: str
     id: int
     readable: str | None = Field(None, description="model-token tables: the text the token stands for (' heart')")
+    metadata: dict[str, str] | None = Field(None, description="the row's metadata columns, for tables that have them")
     vector: list[float]
     normalized: bool
     norm: float

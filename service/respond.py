@@ -26,10 +26,14 @@ class FastJSON(JSONResponse):
 
 def neighbors(table: Table, hits: list[Neighbor]) -> list[dict[str, Any]]:
     tokens = table.tokens
-    readable = table.metadata.get("readable")  # model tables: " heart" for "Ġheart", "beat" for "##beat"
-    if readable is not None:
-        return [{"token": tokens[i], "id": i, "score": score, "readable": readable[i]} for i, score in hits]
-    return [{"token": tokens[i], "id": i, "score": score} for i, score in hits]
+    out = [{"token": tokens[i], "id": i, "score": score} for i, score in hits]
+    if table.metadata:  # e.g. a projector table's "kind" per word; model tables' readable form
+        readable = table.metadata.get("readable")  # " heart" for "Ġheart", "beat" for "##beat"
+        for item, (i, _) in zip(out, hits, strict=True):
+            item["metadata"] = table.row_metadata(i)
+            if readable is not None:
+                item["readable"] = readable[i]
+    return out
 
 
 def is_light(table: Table, queries: int, exact: bool = False, restrict: int | None = None) -> bool:

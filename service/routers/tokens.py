@@ -29,6 +29,8 @@ def row_json(table: Table, found: Resolved, normalized: bool) -> dict[str, Any]:
         "norm": float(table.norms[found.id]),
         "query": found.as_dict(),
     }
+    if table.metadata:
+        out["metadata"] = table.row_metadata(found.id)
     if "readable" in table.metadata:  # model tables
         out["readable"] = table.metadata["readable"][found.id]
     return out

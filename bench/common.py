@@ -266,6 +266,34 @@ def serve(argv: Sequence[str], ready_path: str, port: int, env: dict[str, str] |
             stop(process)
 
 
+def wait_idle(pid: int, timeout: float = 300.0) -> float:
+    """Wait until the process (and its children) stop using CPU: a load generator that stops on time leaves the
+    requests it abandoned queued in the server, and the next measurement must not pay for them."""
+    import psutil
+
+    root = psutil.Process(pid)
+
+    def cpu() -> float:
+        total = 0.0
+        for proc in [root, *root.children(recursive=True)]:
+            try:
+                times = proc.cpu_times()
+                total += times.user + times.system
+            except psutil.NoSuchProcess:
+                pass
+        return total
+
+    started = time.perf_counter()
+    last = cpu()
+    while time.perf_counter() - started < timeout:
+        time.sleep(0.1)
+        now = cpu()
+        if now - last < 0.01:
+            break
+        last = now
+    return time.perf_counter() - started
+
+
 def stop(process: subprocess.Popen[bytes]) -> None:
     if process.poll() is None:
         os.killpg(process.pid, signal.SIGTERM)

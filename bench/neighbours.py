@@ -30,6 +30,7 @@ from bench.common import (
     serve,
     server_env,
     target,
+    wait_idle,
     wrk_path,
 )
 from index.table import Table
@@ -230,6 +231,7 @@ def over_http(ctx: Context, words: list[tuple[str, int]]) -> dict[str, Any]:
             }
             for server, items in cases.values():  # warm-up: connections, caches, the index pages
                 load.run(server.base, items, 4, 0.2 if ctx.quick else 1.0, use_wrk, max_requests=cap)
+                wait_idle(server.process.pid)
             rounds: dict[str, list[dict[str, Any]]] = {name: [] for name in cases}
             for r in range(ctx.rounds):
                 names = list(cases)
@@ -237,7 +239,9 @@ def over_http(ctx: Context, words: list[tuple[str, int]]) -> dict[str, Any]:
                 for name in names:
                     server, items = cases[name]
                     c1 = load.run(server.base, items, 1, seconds, use_wrk, max_requests=cap)
+                    wait_idle(server.process.pid)
                     c32 = load.run(server.base, items, many, seconds, use_wrk, max_requests=cap * 2)
+                    wait_idle(server.process.pid)
                     rounds[name].append({"c1": c1.as_dict(), "c32": c32.as_dict()})
     out: dict[str, Any] = {
         "driver": "wrk" if use_wrk else "httpx",

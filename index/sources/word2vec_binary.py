@@ -20,7 +20,7 @@ from numpy.lib.stride_tricks import sliding_window_view
 from index.errors import InputError
 from index.sources import RawTable, ReadOptions, open_text
 
-CHUNK_BYTES = 8 << 20
+CHUNK_BYTES = 2 << 20
 MAX_TOKEN = 4096  # bytes; a longer "token" means a wrong dimension or not a word2vec binary file
 WRONG_HEADER = "wrong dimension in the header, or not a word2vec binary file?"
 
@@ -71,8 +71,8 @@ def read(path: Path, options: ReadOptions) -> RawTable:
                 line=1,
             )
         matrix = np.empty((rows, dim), dtype=np.float32)
-        raw: list[bytes] = []
-        offsets: list[int] = []  # byte offset of each row, for messages
+        tokens: list[str] = []
+        replaced = 0
         data = b""
         base = len(first)  # file offset of data[0]
         eof = False
@@ -85,20 +85,23 @@ def read(path: Path, options: ReadOptions) -> RawTable:
                     raise InputError(path, f"cannot read: {exc}") from None
                 eof = not block
                 data += block
-            pos, starts, row = _locate(path, data, base, width, rows, row, raw, offsets, eof)
+            raw: list[bytes] = []
+            offsets: list[int] = []  # byte offset of each row, for messages
+            pos, starts, done = _locate(path, data, base, width, rows, row, raw, offsets, eof)
             if starts:
                 windows = sliding_window_view(np.frombuffer(data, dtype=np.uint8), width)
-                matrix[row - len(starts) : row] = windows[np.asarray(starts, dtype=np.int64)].view("<f4")
+                matrix[row:done] = windows[np.asarray(starts, dtype=np.int64)].view("<f4")
+                replaced += _decode(path, raw, offsets, row, options, tokens)
+            row = done
             data = data[pos:]
             base += pos
         rest = data + (b"" if eof else _read_rest(handle, path))
         if rest.strip():
             raise InputError(
                 path,
-                f"{len(rest):,} bytes follow the {rows:,} rows the header announces (byte offset {base:,}); "
+                f"{size - base:,} bytes follow the {rows:,} rows the header announces (byte offset {base:,}); "
                 + WRONG_HEADER,
             )
-    tokens, replaced = _decode(path, raw, offsets, options)
     return RawTable(tokens=tokens, matrix=matrix, first_line=1, report={"tokens_unicode_replaced": replaced})
 
 
@@ -151,22 +154,22 @@ def _locate(
     return pos, starts, row
 
 
-def _decode(path: Path, raw: list[bytes], offsets: list[int], options: ReadOptions) -> tuple[list[str], int]:
-    """Decode tokens as UTF-8 (dropping the newline word2vec.c writes before each), strictly or with U+FFFD."""
-    tokens: list[str] = []
+def _decode(path: Path, raw: list[bytes], offsets: list[int], first: int, options: ReadOptions, out: list[str]) -> int:
+    """Append the tokens, decoded as UTF-8 (without the newline word2vec.c writes before each), strictly or with
+    U+FFFD, to ``out``; return how many needed U+FFFD. ``first`` is the row index of ``raw[0]``."""
     replaced = 0
     for i, token in enumerate(raw):
         token = token.lstrip(b"\n")
         try:
-            tokens.append(token.decode("utf-8"))
+            out.append(token.decode("utf-8"))
         except UnicodeDecodeError as exc:
             if options.unicode_errors != "replace":
                 raise InputError(
                     path,
-                    f"row {i + 1} (byte offset {offsets[i]:,}): token is not valid UTF-8 "
+                    f"row {first + i + 1} (byte offset {offsets[i]:,}): token is not valid UTF-8 "
                     f"(byte 0x{token[exc.start]:02x} at position {exc.start}); use --unicode-errors replace "
                     "to substitute U+FFFD, or check the header's dimension",
                 ) from None
             replaced += 1
-            tokens.append(token.decode("utf-8", "replace"))
-    return tokens, replaced
+            out.append(token.decode("utf-8", "replace"))
+    return replaced

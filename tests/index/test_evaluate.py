@@ -1,0 +1,239 @@
+"""Benchmarks on GloVe 6B 50d, question for question against gensim's evaluate_word_analogies / _pairs."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from gensim.models import KeyedVectors
+
+from index.evaluate import analogy_top, default_sets, evaluate_analogies, evaluate_pairs, format_report
+from index.table import Table
+
+REPO = Path(__file__).resolve().parents[2]
+GOOGLE, (WORDSIM, SIMLEX) = default_sets()
+
+
+def trimmed(path: Path, out: Path, per_section: int) -> Path:
+    """The first ``per_section`` lines of every section of an analogy file."""
+    lines, kept = [], 0
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if line.startswith(": "):
+            lines.append(line)
+            kept = 0
+        elif kept < per_section:
+            lines.append(line)
+            kept += 1
+    out.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return out
+
+
+def gensim_analogies(kv: KeyedVectors, path: Path, restrict: int, method: str, case_insensitive: bool) -> list:
+    """gensim's sections; for 3CosMul its evaluation loop runs with most_similar_cosmul in most_similar's place."""
+    if method == "3cosmul":
+        kv.most_similar = lambda positive, negative, topn, restrict_vocab: KeyedVectors.most_similar_cosmul(
+            kv, positive, negative, topn=topn, restrict_vocab=restrict_vocab
+        )
+    try:
+        _, sections = kv.evaluate_word_analogies(str(path), restrict_vocab=restrict, case_insensitive=case_insensitive)
+    finally:
+        kv.__dict__.pop("most_similar", None)
+    return sections
+
+
+def assert_same_as_gensim(ours: dict[str, Any], sections: list[dict[str, Any]]) -> None:
+    *parts, total = sections
+    assert total["section"] == "Total accuracy"
+    assert ours["correct"] == len(total["correct"])
+    assert ours["total"] == len(total["correct"]) + len(total["incorrect"])
+    evaluated = ours["total"]
+    assert ours["accuracy"] == (len(total["correct"]) / evaluated if evaluated else 0.0)
+    assert [s["section"] for s in ours["sections"]] == [s["section"] for s in parts]
+    for mine, theirs in zip(ours["sections"], parts, strict=True):
+        assert mine["correct"] == len(theirs["correct"]), mine["section"]
+        assert mine["incorrect"] == len(theirs["incorrect"]), mine["section"]
+        assert [tuple(q) for q in mine["correct_questions"]] == theirs["correct"], mine["section"]
+        assert [tuple(q) for q in mine["incorrect_questions"]] == theirs["incorrect"], mine["section"]
+
+
+def well_formed(path: Path) -> int:
+    lines = path.read_text(encoding="utf-8").splitlines()
+    return sum(1 for line in lines if not line.startswith(": ") and len(line.split()) == 4)
+
+
+@pytest.fixture(scope="session")
+def google_report(glove: Table) -> dict[str, Any]:
+    return evaluate_analogies(glove, GOOGLE, details=True)
+
+
+@pytest.fixture(scope="session")
+def pair_reports(glove: Table) -> list[dict[str, Any]]:
+    return [evaluate_pairs(glove, WORDSIM), evaluate_pairs(glove, SIMLEX)]
+
+
+# ------------------------------------------------------------------------------------------- against gensim
+@pytest.mark.slow
+def test_google_set_3cosadd_equals_gensim(glove: Table, glove_kv: KeyedVectors, google_report) -> None:
+    sections = gensim_analogies(glove_kv, GOOGLE, 300_000, "3cosadd", True)
+    assert_same_as_gensim(google_report, sections)
+    assert google_report["questions"] == well_formed(GOOGLE)
+    assert google_report["questions"] - google_report["skipped"] == google_report["total"]
+
+
+@pytest.mark.parametrize(
+    ("method", "restrict", "case_insensitive", "per_section"),
+    [
+        ("3cosmul", 300_000, True, 20),  # gensim's 3CosMul scores all 400,000 rows whatever restrict says
+        ("3cosmul", 30_000, True, 8),  # answers past the vocabulary are looked up by label
+        ("3cosadd", 30_000, False, 40),  # case-sensitive: the capitalised sections are all skipped
+    ],
+)
+def test_trimmed_set_equals_gensim(
+    glove: Table,
+    glove_kv: KeyedVectors,
+    tmp_path: Path,
+    method: str,
+    restrict: int,
+    case_insensitive: bool,
+    per_section: int,
+) -> None:
+    path = trimmed(GOOGLE, tmp_path / "questions.txt", per_section)
+    ours = evaluate_analogies(glove, path, restrict, method, case_insensitive, details=True)
+    assert ours["method"] == method and ours["restrict"] == restrict
+    assert_same_as_gensim(ours, gensim_analogies(glove_kv, path, restrict, method, case_insensitive))
+    assert ours["total"] > 50
+    assert ours["questions"] == well_formed(path)
+
+
+@pytest.mark.parametrize("path", [WORDSIM, SIMLEX], ids=["wordsim353", "simlex999"])
+def test_pairs_equal_gensim(glove: Table, glove_kv: KeyedVectors, path: Path) -> None:
+    ours = evaluate_pairs(glove, path)
+    pearson, spearman, oov_ratio = glove_kv.evaluate_word_pairs(str(path))
+    assert ours["pearson"] == pytest.approx(pearson[0], abs=1e-6)
+    assert ours["spearman"] == pytest.approx(spearman[0], abs=1e-6)
+    assert ours["pearson_pvalue"] == pytest.approx(pearson[1], rel=1e-4)
+    assert ours["spearman_pvalue"] == pytest.approx(spearman[1], rel=1e-4)
+    assert ours["oov_ratio"] == pytest.approx(oov_ratio, abs=1e-6)
+    assert ours["pairs"] + ours["oov"] == sum(
+        1 for line in path.read_text(encoding="utf-8").splitlines() if line and not line.startswith("#")
+    )
+
+
+def test_restricted_pairs_equal_gensim(glove: Table, glove_kv: KeyedVectors) -> None:
+    ours = evaluate_pairs(glove, SIMLEX, restrict=5_000)
+    pearson, spearman, oov_ratio = glove_kv.evaluate_word_pairs(str(SIMLEX), restrict_vocab=5_000)
+    assert ours["oov"] > 0
+    assert (ours["pearson"], ours["spearman"], ours["oov_ratio"]) == pytest.approx(
+        (pearson[0], spearman[0], oov_ratio), abs=1e-6
+    )
+
+
+# -------------------------------------------------------------------------------------- the published figures
+def test_published_figures(google_report, pair_reports) -> None:
+    assert round(google_report["accuracy"], 4) == 0.4637
+    assert google_report["total"] == 19_486
+    wordsim, simlex = pair_reports
+    assert round(wordsim["spearman"], 3) == 0.503
+    assert round(simlex["spearman"], 3) == 0.263
+    text = format_report(
+        {"table": "glove-6b-50d", "restrict": 300_000, "analogies": google_report, "pairs": pair_reports}
+    )
+    lines = text.splitlines()
+    assert "accuracy 0.4637 (9,036/19,486)" in lines[1]
+    assert len(lines) == 2 + len(google_report["sections"]) + 2
+    assert lines[-2].startswith("pairs wordsim353.tsv: Spearman 0.503")
+    assert lines[-1].startswith("pairs simlex999.txt: Spearman 0.263")
+
+
+@pytest.mark.slow
+def test_cli_eval_json(glove_data_dir: Path, google_report, pair_reports) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "index", "eval", "glove-6b-50d", "--data-dir", str(glove_data_dir), "--json"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert report["table"] == "glove-6b-50d" and report["restrict"] == 300_000
+    analogies = report["analogies"]
+    for key in ("accuracy", "correct", "total", "questions", "skipped"):
+        assert analogies[key] == google_report[key]
+    assert [s["correct"] for s in analogies["sections"]] == [s["correct"] for s in google_report["sections"]]
+    assert [Path(p["file"]).name for p in report["pairs"]] == ["wordsim353.tsv", "simlex999.txt"]
+    for got, want in zip(report["pairs"], pair_reports, strict=True):
+        assert got["spearman"] == pytest.approx(want["spearman"], abs=1e-12)
+        assert got["pearson"] == pytest.approx(want["pearson"], abs=1e-12)
+
+
+def test_cli_eval_text_and_errors(small_data_dir: Path, tmp_path: Path) -> None:
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        argv = [sys.executable, "-m", "index", "eval", "small", "--data-dir", str(small_data_dir), *args]
+        return subprocess.run(argv, capture_output=True, text=True, cwd=REPO, timeout=300)
+
+    questions = trimmed(GOOGLE, tmp_path / "q.txt", 10)
+    done = run("--analogies", str(questions), "--pairs", str(WORDSIM), "--method", "3cosmul")
+    assert done.returncode == 0, done.stderr
+    assert "analogies q.txt (3cosmul): accuracy" in done.stdout
+    assert "pairs wordsim353.tsv: Spearman" in done.stdout
+
+    missing = run("--analogies", str(tmp_path / "nope.txt"))
+    assert missing.returncode == 1
+    assert missing.stderr.strip().splitlines() == [f"embedding-index: error: {tmp_path / 'nope.txt'}: file not found"]
+
+    headless = tmp_path / "headless.txt"
+    headless.write_text("athens greece berlin germany\n: capitals\n", encoding="utf-8")
+    done = run("--analogies", str(headless))
+    assert done.returncode == 1
+    assert f"{headless}:1: question before the first ': section' line" in done.stderr
+
+    binary = tmp_path / "latin1.txt"
+    binary.write_bytes(b": s\nathens greece berlin germany\ncaf\xe9 a b c\n")
+    done = run("--analogies", str(binary))
+    assert done.returncode == 1 and f"{binary}:3: not UTF-8" in done.stderr
+
+    unknown = tmp_path / "pairs.tsv"
+    unknown.write_text("qqqzzz\txxyyzz\t1.0\n", encoding="utf-8")
+    done = run("--pairs", str(unknown))
+    assert done.returncode == 1 and "no word pair with both words in the first" in done.stderr
+
+    assert run("--method", "3cosfoo").returncode != 0
+
+
+# ---------------------------------------------------------------------------------- the batched exact search
+def brute_force(table: Table, a: int, b: int, c: int, method: str, limit: int) -> np.ndarray:
+    if method == "3cosadd":
+        query = table.mean_query([b, c], [a])[0].astype(np.float64)
+        return np.asarray(table.vectors[:limit], dtype=np.float64) @ query
+    return table.cosmul_scores([b, c], [a]).astype(np.float64)
+
+
+@pytest.mark.parametrize("method", ["3cosadd", "3cosmul"])
+@pytest.mark.parametrize("limit", [6, 200, 3_000, 20_000])
+def test_batched_search_equals_brute_force(small: Table, method: str, limit: int) -> None:
+    rng = np.random.default_rng(limit)
+    pool = min(limit, 2_000) if method == "3cosadd" else 2_000
+    a, b, c = rng.integers(0, pool, size=(3, 60))
+    c[:5] = a[:5]  # repeated inputs
+    limit = limit if method == "3cosadd" else small.rows
+    ids, scores = analogy_top(small, a, b, c, 8, method, limit)
+    assert ids.shape == (60, min(8, limit))
+    for i in range(60):
+        full = brute_force(small, a[i], b[i], c[i], method, limit)
+        want = np.argsort(-full, kind="stable")[: ids.shape[1]]
+        np.testing.assert_allclose(scores[i], full[want], rtol=1e-5, atol=1e-6)
+        for got, expected in zip(ids[i], want, strict=True):  # equal, or a float tie
+            assert got == expected or abs(full[got] - full[expected]) < 1e-6
+
+
+def test_unknown_method_refused(small: Table) -> None:
+    from index.errors import InvalidQuery
+
+    with pytest.raises(InvalidQuery):
+        evaluate_analogies(small, GOOGLE, method="3cosfoo")

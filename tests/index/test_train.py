@@ -1,0 +1,114 @@
+"""``embedding-index train`` on gensim's bundled Lee corpus: a verified table equal to gensim's own model."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from gensim.models import Word2Vec
+
+from index.table import Table
+from index.train import TrainParams, train_word2vec
+
+REPO = Path(__file__).resolve().parents[2]
+SMALL = ("--dim", "32", "--epochs", "2", "--workers", "1", "--min-count", "5", "--index", "flat")
+
+
+def cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "index", *args], capture_output=True, text=True, cwd=REPO, timeout=300)
+
+
+def train(corpus: Path, data_dir: Path, name: str, *extra: str) -> Path:
+    done = cli("train", str(corpus), "--name", name, "--data-dir", str(data_dir), *SMALL, *extra)
+    assert done.returncode == 0, done.stderr
+    assert f"built {name!r}" in done.stdout
+    return data_dir / name
+
+
+@pytest.fixture(scope="module")
+def lee() -> Path:
+    from gensim.test.utils import datapath
+
+    return Path(datapath("lee_background.cor"))
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory: pytest.TempPathFactory, lee: Path) -> Path:
+    return train(lee, tmp_path_factory.mktemp("trained"), "lee", "--seed", "7")
+
+
+def test_table_is_gensims_model(trained: Path, lee: Path) -> None:
+    done = cli("verify", "lee", "--data-dir", str(trained.parent))
+    assert done.returncode == 0 and done.stdout.strip() == "lee: ok"
+    sentences = [line.split() for line in lee.read_text(encoding="utf-8").splitlines()]
+    model = Word2Vec(
+        sentences, vector_size=32, window=5, min_count=5, epochs=2, workers=1, seed=7, sg=1, hs=0, negative=5
+    )
+    table = Table.load(trained)
+    assert table.rows == len(model.wv) and table.dim == 32
+    assert table.tokens[:] == model.wv.index_to_key  # gensim's frequency order
+    np.testing.assert_allclose(table.vectors, model.wv.get_normed_vectors(), atol=1e-6)
+    np.testing.assert_allclose(table.norms, np.linalg.norm(model.wv.vectors, axis=1), rtol=1e-6)
+    manifest = json.loads((trained / "manifest.json").read_text())
+    assert manifest["build"]["training"] == TrainParams(32, 5, 5, 2, 5, True, 7, 1).as_dict()
+    assert manifest["corpus"]["lines"] == len(sentences)
+    assert manifest["corpus"]["words"] == sum(len(s) for s in sentences)
+
+
+def test_same_seed_same_table_other_seed_differs(trained: Path, lee: Path, tmp_path: Path) -> None:
+    again = train(lee, tmp_path, "again", "--seed", "7")
+    assert (again / "vectors.npy").read_bytes() == (trained / "vectors.npy").read_bytes()
+    assert (again / "tokens.bin").read_bytes() == (trained / "tokens.bin").read_bytes()
+    other = train(lee, tmp_path, "other", "--seed", "8")
+    assert (other / "tokens.bin").read_bytes() == (trained / "tokens.bin").read_bytes()
+    assert not np.allclose(np.load(other / "vectors.npy"), np.load(trained / "vectors.npy"), atol=1e-3)
+
+
+def test_cbow(trained: Path, lee: Path, tmp_path: Path) -> None:
+    cbow = train(lee, tmp_path, "cbow", "--seed", "7", "--cbow", "--window", "3")
+    training = json.loads((cbow / "manifest.json").read_text())["build"]["training"]
+    assert training["sg"] is False and training["method"] == "cbow" and training["window"] == 3
+    table = Table.load(cbow)
+    assert table.tokens[:] == Table.load(trained).tokens[:]
+    assert not np.allclose(table.vectors, Table.load(trained).vectors, atol=1e-3)
+
+
+def test_several_files_and_gzip(lee: Path, tmp_path: Path) -> None:
+    import gzip
+
+    lines = lee.read_text(encoding="utf-8").splitlines(keepends=True)
+    first, second = tmp_path / "one.txt", tmp_path / "two.txt.gz"
+    first.write_text("".join(lines[:150]), encoding="utf-8")
+    second.write_bytes(gzip.compress("".join(lines[150:]).encode("utf-8")))
+    params = TrainParams(dim=16, epochs=1, workers=1, seed=3)
+    split = train_word2vec([first, second], params)
+    whole = train_word2vec([lee], params)
+    assert split.tokens == whole.tokens
+    np.testing.assert_array_equal(split.matrix, whole.matrix)
+
+
+@pytest.mark.parametrize(
+    ("content", "problem"),
+    [
+        (None, "corpus file not found"),
+        (b"", "corpus file has no words"),
+        (b"  \n\t\n", "corpus file has no words"),
+        (b"fine words here\nbad \xff byte\n", ":2: not UTF-8 text"),
+        (b"each word once only\n", "no word occurs at least 5 times (--min-count)"),
+    ],
+)
+def test_bad_corpus_is_refused(tmp_path: Path, content: bytes | None, problem: str) -> None:
+    corpus = tmp_path / "corpus.txt"
+    if content is not None:
+        corpus.write_bytes(content)
+    data_dir = tmp_path / "data"
+    done = cli("train", str(corpus), "--name", "bad", "--data-dir", str(data_dir), *SMALL)
+    assert done.returncode == 1
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"embedding-index: error: {corpus}")
+    assert problem in lines[0]
+    assert not (data_dir / "bad").exists()

@@ -23,8 +23,10 @@ scores are recomputed the way gensim computes them, so the ranking is gensim's u
 from __future__ import annotations
 
 import io
+import os
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -35,12 +37,13 @@ from index.errors import InputError, InvalidQuery
 from index.table import COSMUL_EPSILON, Table, exact_knn
 
 TOPN = 5  # gensim evaluates the top 5 answers of most_similar
-BLOCK = 16  # rows per pruning block
-SUPER = 8  # blocks per superblock (the first, coarser pruning level)
+BLOCK = 8  # rows per pruning block
+SUPER = 16  # blocks per superblock (the first, coarser pruning level)
 OFFSETS = np.arange(BLOCK)
 CHUNK_ROWS = 16_384  # rows per streamed chunk (a multiple of BLOCK)
 SEED_ROWS = 16_384  # rows searched exhaustively (3CosAdd) first, for the initial k-th best scores
 BOUND_CELLS = 1 << 22  # (question x block) cells per bound evaluation
+THREADS = max(1, min(4, os.cpu_count() or 1))
 MARGIN = 1e-4  # slack for float rounding between the block bounds and the exact scores
 METHODS = ("3cosadd", "3cosmul")
 
@@ -237,9 +240,39 @@ def _merge_best(best: np.ndarray, q: np.ndarray, scores: np.ndarray, width: int 
     return -np.partition(-np.concatenate([best, extra], axis=1), k - 1, axis=1)[:, :k]
 
 
-def _nonzero_at(mask: np.ndarray, offset: int) -> tuple[np.ndarray, np.ndarray]:
-    i, j = np.nonzero(mask)
-    return i + offset, j
+@dataclass
+class _ChunkScan:
+    """The rows of one chunk that can still reach the k best of questions ``lo:hi``: (questions, rows, scores)."""
+
+    terms: _Terms
+    values: np.ndarray  # blocks x BLOCK x terms
+    super_max: np.ndarray  # terms x superblocks
+    block_max: np.ndarray  # terms x superblocks x SUPER
+    threshold: np.ndarray
+    start: int
+    size: int
+    seed: np.ndarray | None  # rows already counted per question, when the chunk overlaps the seeds
+
+    def __call__(self, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        terms, threshold = self.terms, self.threshold
+        bound = terms.bound(self.super_max[terms.pair_of[lo:hi]], self.super_max[terms.c_of[lo:hi]])
+        q, sup = np.nonzero(bound >= threshold[lo:hi, None])
+        q += lo
+        pairs, words = terms.pair_of[q], terms.c_of[q]
+        bound = terms.bound(self.block_max[pairs, sup], self.block_max[words, sup])
+        hit, sub = np.nonzero(bound >= threshold[q, None])
+        q, blk, pairs, words = q[hit], sup[hit] * SUPER + sub, pairs[hit], words[hit]
+        values = self.values
+        exact = terms.combine(
+            values[blk[:, None], OFFSETS, pairs[:, None]], values[blk[:, None], OFFSETS, words[:, None]]
+        )
+        hit, offset = np.nonzero(exact >= threshold[q, None])
+        row = blk[hit] * BLOCK + offset
+        keep = row < self.size
+        if self.seed is not None:  # leave out the seeds, already counted
+            keep &= ~(self.seed[q[hit]] == (self.start + row)[:, None]).any(axis=1)
+        hit, offset, row = hit[keep], offset[keep], row[keep]
+        return q[hit], self.start + row, exact[hit, offset] / terms.scale[q[hit]]
 
 
 def analogy_top(
@@ -263,50 +296,34 @@ def analogy_top(
     found_s = [best.ravel()]
     threshold = _threshold(best, scale)
     # 2. The other rows, chunk by chunk: a superblock (SUPER blocks), then a block of BLOCK rows, is skipped
-    # when the best pair term plus the best c term in it cannot reach the question's k-th best so far.
+    # when its best pair term combined with its best c term cannot reach the question's k-th best so far.
     span = BLOCK * SUPER
     buffer = np.empty((CHUNK_ROWS, terms.width), dtype=np.float32)
-    start = head if terms.add else 0  # 3CosAdd seeds are exhaustive over the first rows; 3CosMul ones are not
-    while start < limit:
-        # Chunks double up to CHUNK_ROWS, so the thresholds tighten before the bulk of the rows.
-        stop = min(limit, start + min(CHUNK_ROWS, max(span, start)))
-        size = stop - start
-        padded = -(-size // span) * span
-        values = terms.compute(_rows(table, start, stop), buffer[:size])
-        buffer[size:padded] = -np.inf
-        values = buffer[:padded].reshape(padded // BLOCK, BLOCK, terms.width)
-        block_max = values.max(axis=1)  # blocks x terms
-        super_max = np.ascontiguousarray(block_max.reshape(-1, SUPER, terms.width).max(axis=1).T)  # terms x supers
-        block_max = np.ascontiguousarray(block_max.T).reshape(terms.width, -1, SUPER)  # terms x supers x SUPER
-        chunk_q, chunk_r, chunk_s = [], [], []
-        step = max(1, BOUND_CELLS // super_max.shape[1])
-        for lo in range(0, n, step):
-            hi = min(n, lo + step)
-            bound = terms.bound(super_max[terms.pair_of[lo:hi]], super_max[terms.c_of[lo:hi]])
-            q, sup = _nonzero_at(bound >= threshold[lo:hi, None], lo)
-            pairs, words = terms.pair_of[q], terms.c_of[q]
-            bound = terms.bound(block_max[pairs, sup], block_max[words, sup])
-            hit, sub = np.nonzero(bound >= threshold[q, None])
-            q, blk, pairs, words = q[hit], sup[hit] * SUPER + sub, pairs[hit], words[hit]
-            exact = terms.combine(
-                values[blk[:, None], OFFSETS, pairs[:, None]], values[blk[:, None], OFFSETS, words[:, None]]
+    with ThreadPoolExecutor(THREADS) as pool:  # numpy releases the GIL in the heavy steps: slices run in parallel
+        start = head if terms.add else 0  # 3CosAdd seeds are exhaustive over the first rows; 3CosMul ones are not
+        while start < limit:
+            # Chunks double up to CHUNK_ROWS, so the thresholds tighten before the bulk of the rows.
+            stop = min(limit, start + min(CHUNK_ROWS, max(span, start)))
+            size = stop - start
+            padded = -(-size // span) * span
+            values = terms.compute(_rows(table, start, stop), buffer[:size])
+            buffer[size:padded] = -np.inf
+            values = buffer[:padded].reshape(padded // BLOCK, BLOCK, terms.width)
+            block_max = values.max(axis=1)  # blocks x terms
+            super_max = np.ascontiguousarray(block_max.reshape(-1, SUPER, terms.width).max(axis=1).T)  # terms x supers
+            block_max = np.ascontiguousarray(block_max.T).reshape(terms.width, -1, SUPER)  # terms x supers x SUPER
+            step = max(1, min(BOUND_CELLS // super_max.shape[1], -(-n // THREADS)))
+            scan = _ChunkScan(
+                terms, values, super_max, block_max, threshold, start, size, seed if start < head else None
             )
-            hit, offset = np.nonzero(exact >= threshold[q, None])
-            row = blk[hit] * BLOCK + offset
-            keep = row < size
-            if start < head:  # leave out the seeds, already counted
-                keep &= ~(seed[q[hit]] == (start + row)[:, None]).any(axis=1)
-            hit, offset, row = hit[keep], offset[keep], row[keep]
-            chunk_q.append(q[hit])
-            chunk_r.append(start + row)
-            chunk_s.append(exact[hit, offset] / scale[q[hit]])
-        q, r, s = np.concatenate(chunk_q), np.concatenate(chunk_r), np.concatenate(chunk_s)
-        found_q.append(q)
-        found_r.append(r)
-        found_s.append(s)
-        best = _merge_best(best, q, s)
-        threshold = _threshold(best, scale)
-        start = stop
+            parts = list(pool.map(scan, range(0, n, step), [min(n, lo + step) for lo in range(0, n, step)]))
+            q, r, s = (np.concatenate(column) for column in zip(*parts, strict=True))
+            found_q.append(q)
+            found_r.append(r)
+            found_s.append(s)
+            best = _merge_best(best, q, s)
+            threshold = _threshold(best, scale)
+            start = stop
     # 3. Exact scores (as gensim computes them) of the candidates that can still make it; best k per question.
     q, r, s = np.concatenate(found_q), np.concatenate(found_r), np.concatenate(found_s)
     keep = s * scale[q] >= threshold[q]

@@ -204,6 +204,11 @@ def train(
         dim=dim, window=window, min_count=min_count, epochs=epochs, negative=negative, sg=sg, seed=seed, workers=workers
     )
     raw = train_word2vec(corpus, params)
+    stats = raw.info["corpus"]
+    typer.echo(
+        f"trained {len(raw.tokens):,} words x {dim} on {stats['lines']:,} lines ({stats['words']:,} tokens)"
+        f" in {stats['train_seconds']} s"
+    )
     source = {"format": "word2vec-training", "path": [str(p) for p in corpus], "sha256": source_digest(corpus)}
     manifest = build_table(
         raw,

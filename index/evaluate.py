@@ -469,8 +469,10 @@ def evaluate_pairs(
 # ------------------------------------------------------------------------------------------------- printing
 def format_report(report: dict[str, Any]) -> str:
     """The ``embedding-index eval`` text report."""
-    lines = [f"table {report['table']}, vocabulary: first {report['restrict']:,} rows"]
     analogies = report.get("analogies")
+    parts = [analogies] if analogies else []
+    limit = min([p["restrict"] for p in parts + report.get("pairs", [])], default=report["restrict"])
+    lines = [f"table {report['table']}, vocabulary: first {limit:,} rows"]
     if analogies:
         lines.append(
             f"analogies {Path(analogies['file']).name} ({analogies['method']}): accuracy {analogies['accuracy']:.4f}"

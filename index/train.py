@@ -20,6 +20,7 @@ on ``PYTHONHASHSEED``.
 from __future__ import annotations
 
 import logging
+import time
 import zlib
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
@@ -134,6 +135,7 @@ def train_word2vec(corpus_paths: list[Path], params: TrainParams) -> RawTable:
         epochs=params.epochs,
         hashfxn=stable_hash,
     )
+    started = time.perf_counter()
     model.build_vocab(corpus_iterable=corpus)
     where = ", ".join(str(p) for p in corpus.paths)
     if len(model.wv) == 0:
@@ -147,4 +149,5 @@ def train_word2vec(corpus_paths: list[Path], params: TrainParams) -> RawTable:
     tokens = list(model.wv.index_to_key)
     matrix = np.array(model.wv.vectors, dtype=np.float32)
     log.info("trained %d x %d on %d lines, %d words", len(tokens), params.dim, lines, words)
-    return RawTable(tokens=tokens, matrix=matrix, info={"corpus": {"lines": lines, "words": words}})
+    corpus_info = {"lines": lines, "words": words, "train_seconds": round(time.perf_counter() - started, 3)}
+    return RawTable(tokens=tokens, matrix=matrix, info={"corpus": corpus_info})

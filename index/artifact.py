@@ -7,6 +7,7 @@ checks every file against the manifest and refuses a table that disagrees.
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
@@ -84,6 +85,8 @@ def staging(data_dir: Path, name: str, force: bool = False) -> Iterator[Path]:
     Path(data_dir).mkdir(parents=True, exist_ok=True)
     tmp = Path(data_dir) / f".tmp-{name}-{uuid.uuid4().hex[:8]}"
     tmp.mkdir()
+    lock = os.open(tmp, os.O_RDONLY)
+    fcntl.flock(lock, fcntl.LOCK_EX)  # held while building: clean_stale leaves a live build's directory alone
     try:
         yield tmp
         for child in tmp.iterdir():
@@ -93,6 +96,7 @@ def staging(data_dir: Path, name: str, force: bool = False) -> Iterator[Path]:
         publish(tmp, final)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+        os.close(lock)
 
 
 def publish(tmp: Path, final: Path) -> None:
@@ -107,15 +111,36 @@ def publish(tmp: Path, final: Path) -> None:
     _fsync_dir(final.parent)
 
 
+def _in_use(path: Path) -> bool:
+    """A build that is still running holds a lock on its temporary directory (released when it dies)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+    return False
+
+
 def clean_stale(data_dir: Path) -> list[Path]:
     """Remove temporary directories left by builds that were killed; return what was removed."""
     removed = []
+    building = set()  # tables a live build is writing: their directories are left alone
     for p in Path(data_dir).glob(".tmp-*"):
+        if _in_use(p):
+            building.add(p.name[len(".tmp-") :].rsplit("-", 1)[0])
+            continue
         shutil.rmtree(p, ignore_errors=True)
         removed.append(p)
     # A rebuild killed between its two renames leaves the previous table under .old-*: put it back.
     for p in Path(data_dir).glob(".old-*"):
         name = p.name[len(".old-") :].rsplit("-", 1)[0]
+        if name in building:  # a live rebuild is between its two renames
+            continue
         target = Path(data_dir) / name
         if not target.exists():
             os.rename(p, target)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import time
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,8 @@ from index.faiss_index import build_and_measure, parse_spec
 from index.sources import RawTable
 from index.table import FLAGS
 from index.tokens import write_tokens
+
+log = logging.getLogger(__name__)
 
 
 def source_digest(paths: list[Path]) -> str:
@@ -49,6 +52,8 @@ def build_table(
     """Build table ``name`` under ``data_dir`` from ``raw``; return its manifest."""
     started = time.perf_counter()
     artifact.check_name(name)
+    for stale in artifact.clean_stale(data_dir):  # left by a build that was killed
+        log.info("removed %s, left in %s by a build that did not finish", stale.name, data_dir)
     if artifact.table_dir(data_dir, name).exists() and not force:
         raise artifact.ArtifactError(f"table {name!r} already exists in {data_dir} (use --force to rebuild it)")
     raw, report = clean(raw, source.get("path", name), drop_invalid=drop_invalid)

@@ -2,13 +2,15 @@
 
 Nothing happens at import time. Tables are loaded in the lifespan (memory-mapped read-only, verified against
 their manifests) onto ``app.state.registry``; a table that fails to load is logged and skipped, and
-``/readyz`` stays 503 until every requested table is loaded. ``app_from_env`` is the uvicorn factory used by
+``/readyz`` stays 503 until every requested table is loaded. ``POST /v1/admin/reload`` and SIGHUP load new and
+changed tables while the server runs (``service.reload``). ``app_from_env`` is the uvicorn factory used by
 ``embedding-serve`` (``uvicorn --factory service.app:app_from_env``), reading settings from ``EMBEDDING_*``.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -17,20 +19,22 @@ from typing import Any
 import faiss
 from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
+from fastapi.routing import APIRoute
 from fastapi.staticfiles import StaticFiles
 from starlette.concurrency import run_in_threadpool
 from starlette.responses import FileResponse, HTMLResponse, Response
 
 from index import __version__
-from service import errors
+from service import auth, errors
 from service.deps import document_query_models
 from service.limits import RequestLimitsMiddleware
 from service.metrics import Metrics, MetricsMiddleware
 from service.models import LIMITS, Limits
 from service.registry import Registry
+from service.reload import Reloader
 from service.respond import FastJSON
 from service.routers import ROUTERS
-from service.settings import Settings
+from service.settings import SUPERVISOR_VARIABLE, Settings
 
 log = logging.getLogger(__name__)
 STATIC = Path(__file__).resolve().parent / "static"
@@ -48,11 +52,18 @@ def create_app(settings: Settings) -> FastAPI:
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         if settings.threads:
             faiss.omp_set_num_threads(settings.threads)
+        reloader = Reloader(app, on_loaded=lambda registry: table_names.update(registry.tables))
+        app.state.reloader = reloader
+        sighup = reloader.install_sighup()  # under uvicorn (main thread): SIGHUP reloads the tables
         registry = await run_in_threadpool(Registry.load, settings.data_dir, settings.tables, settings.verify_checksums)
         table_names.update(registry.tables)
         app.state.registry = registry
         log.info("ready: %d table(s) loaded, %d failed", len(registry.tables), len(registry.failed))
-        yield
+        try:
+            yield
+        finally:
+            if sighup:
+                reloader.remove_sighup()
 
     app = FastAPI(
         title="embedding-search",
@@ -68,9 +79,14 @@ def create_app(settings: Settings) -> FastAPI:
     errors.install(app)
     for router in ROUTERS:
         app.include_router(router)
+    app.state.api_routes = [route for router in ROUTERS for route in router.routes if isinstance(route, APIRoute)]
     _mount_explorer(app)
 
-    # The last middleware added runs first: metrics see every request, including refused ones.
+    # The last middleware added runs first: metrics see every request, including refused ones; CORS answers
+    # preflights before the read key is asked for.
+    if settings.read_api_key is not None:
+        keys = tuple(key for key in (auth.key_bytes(settings.read_api_key), auth.key_bytes(settings.api_key)) if key)
+        app.add_middleware(auth.ReadKeyMiddleware, keys=keys)
     if settings.cors_origins:
         app.add_middleware(
             CORSMiddleware, allow_origins=settings.cors_origins, allow_methods=["GET", "POST"], allow_headers=["*"]
@@ -87,6 +103,8 @@ def create_app(settings: Settings) -> FastAPI:
             schema = build_openapi()  # cached by FastAPI until a route is added
             if not documented or documented[0] is not schema:
                 document_query_models(ROUTERS, schema)
+                if settings.read_api_key is not None:
+                    auth.document_read_key(schema)
                 documented[:] = [schema]
             return schema
         finally:
@@ -110,4 +128,8 @@ def _mount_explorer(app: FastAPI) -> None:
 
 def app_from_env() -> FastAPI:
     """uvicorn factory: settings from the ``EMBEDDING_*`` environment."""
-    return create_app(Settings())
+    app = create_app(Settings())
+    # Set by ``embedding-serve --workers N``: the process that passes SIGHUP on to every worker.
+    supervisor = os.environ.get(SUPERVISOR_VARIABLE, "")
+    app.state.supervisor_pid = int(supervisor) if supervisor.isdigit() else None
+    return app

@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
-import secrets
 from collections.abc import Iterable
 from typing import Annotated, Any, TypeVar
 
 from fastapi import APIRouter, Depends, Header, Path, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.routing import APIRoute
-from pydantic import BaseModel, ValidationError
+from pydantic import AfterValidator, BaseModel, ValidationError
 
+from index.artifact import check_name
+from index.errors import InvalidQuery
 from index.table import Table
+from service import auth
 from service.errors import ApiError
 from service.registry import Registry
 from service.settings import Settings
@@ -19,6 +21,19 @@ from service.settings import Settings
 # Dependencies are ``async def`` so FastAPI calls them on the event loop instead of a worker thread.
 
 M = TypeVar("M", bound=BaseModel)
+
+# The names ``index.artifact.check_name`` accepts (no "..", no leading dot) as one regular expression, for the
+# OpenAPI document; the check itself is check_name's, so its message names the rule (tests hold the two equal).
+TABLE_NAME = r"^[A-Za-z0-9][A-Za-z0-9_-]*(?:\.[A-Za-z0-9_-]+)*\.?$"
+NAME_SCHEMA = {"pattern": TABLE_NAME}
+
+
+def _table_name(name: str) -> str:
+    """A table name is validated before any use (422 with the rule); never a path outside the data directory."""
+    try:
+        return check_name(name)
+    except InvalidQuery as exc:
+        raise ValueError(exc.message) from None
 
 
 async def get_settings(request: Request) -> Settings:
@@ -38,7 +53,11 @@ RegistryDep = Annotated[Registry, Depends(get_registry)]
 
 async def get_table(
     request: Request,
-    table: Annotated[str, Path(description="table name, as listed by GET /v1/tables", max_length=64)],
+    table: Annotated[
+        str,
+        Path(description="table name, as listed by GET /v1/tables", max_length=64, json_schema_extra=NAME_SCHEMA),
+        AfterValidator(_table_name),
+    ],
 ) -> Table:
     # The registry is read here rather than through RegistryDep: one dependency level less on the hot path.
     return (await get_registry(request)).get(table)  # 422 invalid name, 404 unknown (suggestions), 503 failed
@@ -50,12 +69,11 @@ TableDep = Annotated[Table, Depends(get_table)]
 async def require_api_key(
     settings: SettingsDep, x_api_key: Annotated[str | None, Header(description="the admin API key")] = None
 ) -> None:
-    """Guard for admin endpoints: 401 without a key, 403 with a wrong one (or when none is configured)."""
-    if x_api_key is None:
-        raise ApiError("unauthorized", "this endpoint needs an API key in the X-API-Key header")
-    expected = settings.api_key.get_secret_value() if settings.api_key else None
-    if expected is None or not secrets.compare_digest(x_api_key.encode(), expected.encode()):
-        raise ApiError("forbidden", "the API key is not valid")
+    """Guard for admin endpoints: 403 when the server has no admin key, 401 without a key, 403 with a wrong one."""
+    expected = auth.key_bytes(settings.api_key)
+    if expected is None:
+        raise ApiError("forbidden", "admin endpoints are disabled: the server was started without EMBEDDING_API_KEY")
+    auth.check(x_api_key, (expected,))
 
 
 AdminDep = Annotated[None, Depends(require_api_key)]

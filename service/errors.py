@@ -32,7 +32,7 @@ ERRORS: dict[str, ErrorKind] = {
     "unknown_token": ErrorKind(404, "The token is not in the table (with up to 5 close `suggestions`)"),
     "not_found": ErrorKind(404, "No such path"),
     "method_not_allowed": ErrorKind(405, "The path does not accept this HTTP method"),
-    "bad_request": ErrorKind(400, "The request is malformed"),
+    "bad_request": ErrorKind(400, "The request is malformed (e.g. a body that is not UTF-8, a bad Content-Length)"),
     "unauthorized": ErrorKind(401, "An API key is required (header X-API-Key)"),
     "forbidden": ErrorKind(403, "The API key is wrong"),
     "body_too_large": ErrorKind(413, "The request body is larger than the server's limit"),
@@ -46,6 +46,8 @@ ERRORS: dict[str, ErrorKind] = {
 }
 
 _BY_STATUS = {404: "not_found", 405: "method_not_allowed", 413: "body_too_large", 400: "bad_request"}
+_MESSAGES = {"not_found": "no such path", "method_not_allowed": "method not allowed"}
+_DETAILS = {"There was an error parsing the body": "the request body is not JSON text in UTF-8"}  # FastAPI's words
 
 
 class ApiError(EmbeddingError):
@@ -102,9 +104,9 @@ def responses(*codes: str) -> dict[int | str, dict[str, Any]]:
     }
 
 
-# Codes every operation on a table can answer with; POST operations can also get body_too_large.
+# Codes every operation on a table can answer with; POST operations can also get bad_request and body_too_large.
 TABLE_ERRORS = ("unknown_table", "unknown_token", "not_found", "invalid_request", "not_ready")
-BODY_ERRORS = (*TABLE_ERRORS, "body_too_large")
+BODY_ERRORS = (*TABLE_ERRORS, "bad_request", "body_too_large")
 
 
 def _validation_message(errors: list[dict[str, Any]]) -> tuple[str, list[dict[str, Any]]]:
@@ -130,10 +132,23 @@ async def _validation_error(_: Request, exc: RequestValidationError) -> Response
     return error_response("invalid_request", message, details=details)
 
 
-async def _http_error(_: Request, exc: StarletteHTTPException) -> Response:
+def _allowed_methods(request: Request) -> str:
+    """Every method some API route accepts on this path (Starlette names only the first matching route's)."""
+    path = request.scope["path"]
+    methods: set[str] = set()
+    for route in getattr(request.app.state, "api_routes", ()):  # set by create_app
+        if route.path_regex.match(path):
+            methods |= route.methods or set()
+    return ", ".join(sorted(methods))
+
+
+async def _http_error(request: Request, exc: StarletteHTTPException) -> Response:
     code = _BY_STATUS.get(exc.status_code, "bad_request" if exc.status_code < 500 else "internal")
-    message = {"not_found": "no such path", "method_not_allowed": "method not allowed"}.get(code, str(exc.detail))
-    return error_response(code, message, headers=dict(exc.headers or {}))
+    message = _MESSAGES.get(code) or _DETAILS.get(str(exc.detail), str(exc.detail))
+    headers = dict(exc.headers or {})
+    if exc.status_code == 405:
+        headers["Allow"] = _allowed_methods(request)
+    return error_response(code, message, headers=headers)
 
 
 async def _unexpected(request: Request, exc: Exception) -> Response:

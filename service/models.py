@@ -8,11 +8,12 @@ different settings can run in one process. JSON bodies are strict: ``k: true`` o
 
 from __future__ import annotations
 
+import re
 from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationInfo, model_validator
 
 
 @dataclass(frozen=True)
@@ -26,6 +27,7 @@ LIMITS: ContextVar[Limits] = ContextVar("embedding_limits", default=Limits())  #
 MAX_TOKEN_CHARS = 1024
 MAX_TEXT_CHARS = 100_000
 MAX_DIM = 65_536
+FLOAT32_MAX = 3.4028234663852886e38
 
 
 def _check_k(k: int) -> int:
@@ -50,27 +52,71 @@ def _batch_schema(schema: dict[str, Any]) -> None:
     schema["maxItems"] = LIMITS.get().max_batch
 
 
+WHOLE_NUMBER = re.compile(r"-?[0-9]+(\.[0-9]+)?([eE][+-]?[0-9]+)?")
+
+
+def _whole_number(value: Any, info: ValidationInfo) -> Any:
+    """JSON Schema (and so OpenAPI 3.1) counts 2.0 and 2e0 as the integer 2; booleans and 2.5 stay refused.
+
+    Strings are numbers only in a query string (lax models); a JSON body's ``"5"`` is a string, refused.
+    """
+    strict = bool(info.config and info.config.get("strict"))
+    if isinstance(value, str) and not strict and WHOLE_NUMBER.fullmatch(value.strip()):
+        value = float(value)
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
+Whole = BeforeValidator(_whole_number)
+# The constraints come before the validator, so the schema says "minimum" (pydantic's order rule).
 K = Annotated[
     int,
     Field(ge=1, json_schema_extra=_k_schema, description="number of neighbours, 1..max_k"),
+    Whole,
     AfterValidator(_check_k),
 ]
-Restrict = Annotated[int, Field(ge=1, description="search only the first N rows (gensim's restrict_vocab)")]
+Restrict = Annotated[int, Field(ge=1, description="search only the first N rows (gensim's restrict_vocab)"), Whole]
+RowId = Annotated[int, Field(ge=0, description="a row id instead of a token"), Whole]
 Token = Annotated[str, Field(min_length=1, max_length=MAX_TOKEN_CHARS)]
-Vector = Annotated[list[float], Field(min_length=1, max_length=MAX_DIM)]
+Component = Annotated[float, Field(ge=-FLOAT32_MAX, le=FLOAT32_MAX, allow_inf_nan=False, description="a float32 value")]
+Vector = Annotated[list[Component], Field(min_length=1, max_length=MAX_DIM)]
+# Items of a batch are checked one by one (a bad vector gets its own error), so the schema takes any numbers.
+BatchVector = Annotated[list[float], Field(min_length=1, max_length=MAX_DIM)]
 Tokens = Annotated[list[Token], Field(max_length=MAX_DIM)]
 
 
-def batch_of(item: Any, description: str) -> Any:
-    """A list of 1..max_batch ``item``s."""
+def batch_of(item: Any, description: str, min_items: int = 1) -> Any:
+    """A list of ``min_items``..max_batch ``item``s."""
     return Annotated[
         list[item],
-        Field(min_length=1, json_schema_extra=_batch_schema, description=description),
+        Field(min_length=min_items, json_schema_extra=_batch_schema, description=description),
         AfterValidator(_check_batch),
     ]
 
 
 STRICT = ConfigDict(strict=True, extra="forbid")
+
+
+# The request forms, written into the JSON schema as ``oneOf`` so the OpenAPI document says what the model
+# validators enforce ("exactly one of ..."): a client (or a fuzzer) that follows the schema is never refused.
+def _given(*fields: str) -> dict[str, Any]:
+    return {"required": list(fields), "properties": {f: {"not": {"type": "null"}} for f in fields}}
+
+
+def _absent(*fields: str) -> dict[str, Any]:
+    return {"properties": {f: {"type": "null"} for f in fields}}
+
+
+def _nonempty(field: str) -> dict[str, Any]:
+    return {"required": [field], "properties": {field: {"minItems": 1}}}
+
+
+def one_form(*forms: dict[str, Any]) -> ConfigDict:
+    return ConfigDict(strict=True, extra="forbid", json_schema_extra={"oneOf": list(forms)})
+
+
+SINGLE_QUERY_FORMS = (_given("token"), _given("id"), {"anyOf": [_nonempty("positive"), _nonempty("negative")]})
 
 
 # ------------------------------------------------------------------ options shared by every query form
@@ -94,7 +140,7 @@ class NeighborsParams(TokenOptions):
     """Query string of ``GET .../neighbors``: one token (or row id)."""
 
     token: Token | None = None
-    id: int | None = Field(None, ge=0, description="a row id instead of a token")
+    id: RowId | None = None
     compose: Compose | None = Field(None, description=COMPOSE_HELP)
 
     @model_validator(mode="after")
@@ -107,10 +153,10 @@ class NeighborsParams(TokenOptions):
 class NeighborsQuery(BaseModel):
     """One query of a batch: a token, a row id, or positive/negative tokens (gensim ``most_similar``)."""
 
-    model_config = STRICT
+    model_config = one_form(*SINGLE_QUERY_FORMS)
 
     token: Token | None = None
-    id: int | None = Field(None, ge=0)
+    id: RowId | None = None
     positive: Tokens = []
     negative: Tokens = []
 
@@ -128,12 +174,12 @@ NeighborsBatch = batch_of(Token | NeighborsQuery, "a batch: tokens or query obje
 class NeighborsRequest(TokenOptions):
     """``POST .../neighbors``: ``positive``/``negative`` (or ``token``) for one query, or ``queries`` for a batch."""
 
-    model_config = STRICT
+    model_config = one_form(*SINGLE_QUERY_FORMS, _given("queries"))
 
     positive: Tokens = []
     negative: Tokens = []
     token: Token | None = None
-    id: int | None = Field(None, ge=0)
+    id: RowId | None = None
     queries: NeighborsBatch | None = None
     compose: Compose | None = Field(None, description=COMPOSE_HELP)
 
@@ -148,13 +194,13 @@ class NeighborsRequest(TokenOptions):
 
 
 # ------------------------------------------------------------------------------------------- search
-VectorBatch = batch_of(Vector, "a batch of query vectors")
+VectorBatch = batch_of(BatchVector, "a batch of query vectors")
 
 
 class SearchRequest(TokenOptions):
     """``POST .../search``: a raw ``vector`` or a batch of ``vectors``, normalised server-side."""
 
-    model_config = STRICT
+    model_config = one_form(_given("vector"), _given("vectors"))
 
     vector: Vector | None = None
     vectors: VectorBatch | None = None
@@ -201,7 +247,9 @@ AnalogyBatch = batch_of(AnalogyQuery, "a batch of analogy questions")
 class AnalogyRequest(TokenOptions):
     """``a`` is to ``b`` as ``c`` is to ?; or ``queries`` for a batch."""
 
-    model_config = STRICT
+    model_config = one_form(
+        {"allOf": [_given("a", "b", "c"), _absent("queries")]}, {"allOf": [_given("queries"), _absent("a", "b", "c")]}
+    )
 
     a: Token | None = None
     b: Token | None = None
@@ -220,7 +268,7 @@ class AnalogyRequest(TokenOptions):
 
 
 # --------------------------------------------------------------------------------------- projection
-ProjectTokens = batch_of(Token, "the tokens to project (at least two distinct)")
+ProjectTokens = batch_of(Token, "the tokens to project (at least two distinct)", min_items=2)
 
 
 class ProjectRequest(BaseModel):
@@ -357,3 +405,17 @@ class Ready(BaseModel):
     status: str
     loaded: list[str]
     missing: list[str]
+    stale: list[str] = Field(
+        [], description="tables still serving their previous version because their new files were refused (if any)"
+    )
+
+
+class ReloadResponse(BaseModel):
+    loaded: list[str] = Field(description="new or changed tables, loaded and verified")
+    unchanged: list[str]
+    refused: list[str] = Field(description="changed tables whose new files were refused: the previous version serves")
+    missing: list[str] = Field(description="requested tables that are not loaded")
+    removed: list[str] = Field(description="tables no longer in the data directory, no longer served")
+    ready: bool
+    seconds: float
+    other_workers_signalled: bool = Field(description="the embedding-serve supervisor passes the reload on (SIGHUP)")

@@ -2,22 +2,27 @@
 
 Command-line options override the ``EMBEDDING_*`` environment; workers re-read the environment through the
 app factory ``service.app:app_from_env``. Table files are memory-mapped read-only, so workers share pages.
+SIGHUP makes every worker reload its tables (see ``service.reload``).
 """
 
 from __future__ import annotations
 
 import argparse
 import atexit
+import contextlib
+import logging
 import os
 import shutil
+import signal
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from pydantic import ValidationError
 
 from service.logs import log_config
-from service.settings import Settings, describe_error
+from service.settings import SUPERVISOR_VARIABLE, Settings, describe_error
 
 APP = "service.app:app_from_env"
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMEXPR_NUM_THREADS")
@@ -94,20 +99,43 @@ def main(argv: list[str] | None = None) -> int:
         atexit.register(shutil.rmtree, metrics_dir, ignore_errors=True)
         os.environ["PROMETHEUS_MULTIPROC_DIR"] = metrics_dir
 
-    import uvicorn
+    options: dict[str, Any] = {
+        "factory": True,
+        "host": args.host,
+        "port": args.port,
+        "workers": args.workers,
+        "log_config": log_config(settings.log_format, settings.log_level),
+        "log_level": settings.log_level,
+        "access_log": not args.no_access_log,
+        "server_header": False,
+    }
+    if args.workers == 1:
+        os.environ.pop(SUPERVISOR_VARIABLE, None)
+        import uvicorn
 
-    uvicorn.run(
-        APP,
-        factory=True,
-        host=args.host,
-        port=args.port,
-        workers=args.workers,
-        log_config=log_config(settings.log_format, settings.log_level),
-        log_level=settings.log_level,
-        access_log=not args.no_access_log,
-        server_header=False,
-    )
+        uvicorn.run(APP, **options)  # SIGHUP reaches the app itself, which reloads its tables
+    else:
+        serve_workers(options)
     return 0
+
+
+def serve_workers(options: dict[str, Any]) -> None:
+    """uvicorn's worker supervisor, except that SIGHUP is passed on to every worker (each reloads its tables)
+    instead of restarting them all; the workers learn the supervisor's pid to ask it for that themselves."""
+    import uvicorn
+    from uvicorn.supervisors import Multiprocess
+
+    class ReloadingSupervisor(Multiprocess):
+        def handle_hup(self) -> None:
+            pids = [p.pid for p in self.processes if p.pid is not None and p.process.is_alive()]
+            logging.getLogger("uvicorn.error").info("Received SIGHUP, workers %s reload their tables.", pids)
+            for pid in pids:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGHUP)
+
+    os.environ[SUPERVISOR_VARIABLE] = str(os.getpid())
+    config = uvicorn.Config(APP, **options)
+    ReloadingSupervisor(config, sockets=[config.bind_socket()]).run()
 
 
 if __name__ == "__main__":

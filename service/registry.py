@@ -1,8 +1,15 @@
-"""The tables a server process answers for, loaded once at start-up and read-only afterwards."""
+"""The tables a server process answers for: loaded at start-up, replaced as a whole on reload.
+
+A :class:`Registry` is never changed once published on ``app.state``. :meth:`Registry.reload` builds the next one
+from the data directory, reusing the loaded :class:`Table` of every table whose files did not change, and the
+app swaps the reference in one assignment: requests in flight finish on the tables they started with (their files
+stay mapped even after a rebuild replaced them on disk), new requests see the new registry.
+"""
 
 from __future__ import annotations
 
 import logging
+import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,51 +23,152 @@ from service.errors import ApiError
 
 log = logging.getLogger(__name__)
 
+# What identifies one version of a table on disk: the directory and every file's inode, size and mtime. A rebuild
+# publishes a new directory (new inodes); a file changed in place changes its size or mtime.
+Fingerprint = tuple[tuple[str, int, int, int], ...]
+LOAD_ATTEMPTS = 3  # a table replaced while it was being loaded is loaded again
+
+
+def fingerprint(directory: Path) -> Fingerprint | None:
+    """The identity of the table files in ``directory``, or None if it is gone."""
+    try:
+        entries = [(".", *_stat(os.stat(directory)))]
+        with os.scandir(directory) as children:
+            entries += [(c.name, *_stat(c.stat(follow_symlinks=True))) for c in children]
+    except OSError:
+        return None
+    return tuple(sorted(entries))
+
+
+def _stat(st: os.stat_result) -> tuple[int, int, int]:
+    return st.st_ino, st.st_size, st.st_mtime_ns
+
+
+def _read(directory: Path, checksums: bool) -> tuple[Table | None, str]:
+    """The table in ``directory`` (verified against its manifest), or None and why not."""
+    try:
+        return Table.load(directory, checksums=checksums), ""
+    except EmbeddingError as exc:
+        return None, exc.message
+    except Exception as exc:  # a corrupt file can fail inside numpy or FAISS
+        log.exception("table %r not loaded", directory.name)
+        return None, f"{type(exc).__name__} while loading (see the server log)"
+
 
 @dataclass
 class Registry:
-    """Loaded tables by name, and the requested tables that could not be loaded (name -> reason)."""
+    """Loaded tables by name; requested tables that could not be loaded (name -> reason, for the log only); tables
+    that keep serving an older version because their new files were refused (name -> reason)."""
 
     data_dir: Path
     requested: list[str] = field(default_factory=list)
     tables: dict[str, Table] = field(default_factory=dict)
     failed: dict[str, str] = field(default_factory=dict)
+    stale: dict[str, str] = field(default_factory=dict)
+    names: list[str] | None = None  # the tables asked for by name (None: every table in the data directory)
+    checksums: bool = True
+    versions: dict[str, Fingerprint] = field(default_factory=dict)  # of each loaded table
+    refused: dict[str, Fingerprint] = field(default_factory=dict)  # files already refused: not verified again
 
     @classmethod
     def load(cls, data_dir: Path, names: list[str] | None = None, checksums: bool = True) -> Registry:
         """Load ``names`` (default: every table in ``data_dir``); a table that fails is logged and skipped."""
-        available = artifact.list_tables(data_dir)
-        registry = cls(data_dir=Path(data_dir), requested=list(names) if names is not None else available)
-        for name in registry.requested:
-            directory = Path(data_dir) / name
-            if name not in available:
-                registry._fail(name, "no table of that name in the data directory")
+        registry = cls(data_dir=Path(data_dir), names=list(names) if names is not None else None, checksums=checksums)
+        return registry.reload()[0]
+
+    def reload(self) -> tuple[Registry, dict[str, list[str]]]:
+        """The next registry, from the data directory as it is now, and what changed (names by outcome).
+
+        New and changed tables are loaded and verified; unchanged ones are reused as they are. A changed table
+        whose new files are refused keeps serving its loaded version (``stale``); if it had none it is ``failed``.
+        """
+        available = artifact.list_tables(self.data_dir)
+        requested = list(self.names) if self.names is not None else available
+        if self.names is None:  # a table caught between the two renames of a rebuild is not a removed table
+            requested += sorted(name for name in self.tables if name not in available and self._publishing(name))
+        nxt = Registry(self.data_dir, requested, names=self.names, checksums=self.checksums)
+        report: dict[str, list[str]] = {"loaded": [], "unchanged": [], "refused": [], "missing": [], "removed": []}
+        for name in requested:
+            old = self.tables.get(name)
+            version = fingerprint(self.data_dir / name) if name in available else None
+            if version is None:
+                if old is not None and self._publishing(name):
+                    nxt._keep(name, old, self.versions[name], self.stale.get(name))
+                    report["unchanged"].append(name)
+                else:
+                    nxt._fail(name, "no table of that name in the data directory")
+                    report["missing"].append(name)
                 continue
-            started = time.perf_counter()
-            try:
-                table = Table.load(directory, checksums=checksums)
-            except EmbeddingError as exc:
-                registry._fail(name, exc.message)
+            if old is not None and self.versions.get(name) == version:
+                nxt._keep(name, old, version, None)
+                report["unchanged"].append(name)
                 continue
-            except Exception as exc:  # a corrupt file can fail inside numpy or FAISS
-                log.exception("table %r not loaded", name)
-                registry._fail(name, f"{type(exc).__name__} while loading (see the server log)")
+            if self.refused.get(name) == version:  # the same files as last time: the same verdict
+                nxt.refused[name] = version
+                if old is not None:
+                    nxt._keep(name, old, self.versions[name], self.stale.get(name))
+                    report["refused"].append(name)
+                else:
+                    nxt.failed[name] = self.failed.get(name, "refused earlier")
+                    report["missing"].append(name)
                 continue
-            if table.name != name:  # a table copied or renamed on disk is served under its directory name
-                log.warning("table directory %r holds a table built as %r; serving it as %r", name, table.name, name)
-                table.manifest["name"] = name
-            registry.tables[name] = table
-            log.info(
-                "table %r loaded: %d rows x %d dims, index %s, %.2fs",
-                name,
-                table.rows,
-                table.dim,
-                table.summary()["index"].get("kind"),
-                time.perf_counter() - started,
-            )
-        if not registry.requested:
-            log.warning("no tables found in %s", data_dir)
-        return registry
+            loaded = nxt._load(name, version)
+            if loaded:
+                report["loaded"].append(name)
+            elif old is not None:
+                reason = nxt.failed.pop(name)
+                built = old.manifest.get("built_at", "an earlier build")
+                log.error("table %r: new files refused, still serving the version built at %s: %s", name, built, reason)
+                nxt._keep(name, old, self.versions[name], reason)
+                report["refused"].append(name)
+            else:
+                report["missing"].append(name)
+        report["removed"] = sorted(name for name in self.tables if name not in nxt.tables)
+        for name in report["removed"]:
+            log.warning("table %r is no longer in the data directory; no longer served", name)
+        if not requested:
+            log.warning("no tables found in %s", self.data_dir)
+        return nxt, report
+
+    def _publishing(self, name: str) -> bool:
+        """A rebuild of ``name`` is between its two renames (the old directory is parked as ``.old-<name>-*``)."""
+        return any(self.data_dir.glob(f".old-{name}-*"))
+
+    def _keep(self, name: str, table: Table, version: Fingerprint, stale: str | None) -> None:
+        self.tables[name] = table
+        self.versions[name] = version
+        if stale is not None:
+            self.stale[name] = stale
+
+    def _load(self, name: str, version: Fingerprint) -> bool:
+        """Load and verify one table; on failure record it (logged) and return False."""
+        directory = self.data_dir / name
+        started = time.perf_counter()
+        for _ in range(LOAD_ATTEMPTS):
+            table, reason = _read(directory, self.checksums)
+            after = fingerprint(directory)
+            if after == version or after is None:
+                break
+            version = after  # replaced while it was read: what was verified may not be what is mapped; again
+        if table is None or after != version:
+            self.refused[name] = version
+            self._fail(name, reason or "its files changed while they were being loaded")
+            return False
+        if table.name != name:  # a table copied or renamed on disk is served under its directory name
+            log.warning("table directory %r holds a table built as %r; serving it as %r", name, table.name, name)
+            table.manifest["name"] = name
+        self.tables[name] = table
+        self.versions[name] = version
+        log.info(
+            "table %r loaded: %d rows x %d dims, index %s, built at %s, %.2fs",
+            name,
+            table.rows,
+            table.dim,
+            table.summary()["index"].get("kind"),
+            table.manifest.get("built_at", "?"),
+            time.perf_counter() - started,
+        )
+        return True
 
     def _fail(self, name: str, reason: str) -> None:
         log.error("table %r not loaded, skipped: %s", name, reason)
@@ -78,7 +186,8 @@ class Registry:
         if table is not None:
             return table
         if name in self.failed:
-            raise ApiError("not_ready", f"table {name!r} failed to load at start-up (see the server log)", table=name)
+            message = f"table {name!r} is not loaded: its files were refused (see the server log)"
+            raise ApiError("not_ready", message, table=name)
         raise ApiError(
             "unknown_table",
             f"no table named {name!r}" + (f"; loaded: {', '.join(sorted(self.tables))}" if self.tables else ""),

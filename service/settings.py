@@ -17,6 +17,7 @@ from index.artifact import check_name
 from index.errors import InvalidQuery
 
 MIB = 1 << 20
+SUPERVISOR_VARIABLE = "EMBEDDING_SERVE_SUPERVISOR_PID"  # set by embedding-serve --workers N for its workers
 
 
 def _split_list(value: Any) -> Any:
@@ -49,7 +50,12 @@ class Settings(BaseSettings):
     threads: int | None = Field(
         None, ge=1, le=512, description="FAISS/BLAS threads per process (default: cores / workers)"
     )
-    api_key: SecretStr | None = Field(None, description="key required by admin endpoints (X-API-Key header)")
+    api_key: SecretStr | None = Field(
+        None, description="key for the admin endpoints (X-API-Key header); unset: admin endpoints are disabled"
+    )
+    read_api_key: SecretStr | None = Field(
+        None, description="key every /v1 read must carry (X-API-Key header; the admin key works too); unset: open"
+    )
     verify_checksums: bool = Field(True, description="check every table file's sha256 against its manifest on load")
 
     @field_validator("tables", "cors_origins", mode="before")
@@ -77,6 +83,17 @@ class Settings(BaseSettings):
             except InvalidQuery as exc:
                 raise ValueError(exc.message) from None
         return list(dict.fromkeys(value))
+
+    @field_validator("api_key", "read_api_key", mode="before")
+    @classmethod
+    def _key(cls, value: Any) -> Any:
+        if isinstance(value, SecretStr):
+            value = value.get_secret_value()
+        if value is None or (isinstance(value, str) and not value.strip()):
+            return None  # EMBEDDING_API_KEY= (empty) means no key
+        if not isinstance(value, str) or not value.isascii() or not value.isprintable() or value != value.strip():
+            raise ValueError("an API key must be printable ASCII without surrounding spaces (it is sent in a header)")
+        return value
 
     @field_validator("cors_origins")
     @classmethod

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from service.routers import analogy, health, neighbors, projection, search, similarity, tables, tokens
+from service.routers import admin, analogy, health, neighbors, projection, search, similarity, tables, tokens
 
 ROUTERS: tuple[APIRouter, ...] = (
     health.router,
@@ -15,4 +15,5 @@ ROUTERS: tuple[APIRouter, ...] = (
     analogy.router,
     search.router,
     projection.router,
+    admin.router,
 )

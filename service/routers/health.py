@@ -22,14 +22,16 @@ async def healthz() -> Response:
     "/readyz",
     response_model=Ready,
     responses=responses("not_ready"),
-    summary="Readiness: 200 once every requested table is loaded and verified, else 503",
+    summary="Readiness: 200 once every requested table is loaded and verified, else 503 naming the missing ones",
 )
 async def readyz(registry: RegistryDep) -> Response:
     loaded, missing = sorted(registry.tables), sorted(registry.failed)
+    # Names only: why a table was refused is in the server log (reasons can name files).
+    stale = {"stale": sorted(registry.stale)} if registry.stale else {}
     if registry.ready:
-        return FastJSON({"status": "ready", "loaded": loaded, "missing": missing})
+        return FastJSON({"status": "ready", "loaded": loaded, "missing": missing, **stale})
     message = f"tables not loaded: {', '.join(missing)}" if missing else "no tables found in the data directory"
-    return error_response("not_ready", message, loaded=loaded, missing=missing)
+    return error_response("not_ready", message, loaded=loaded, missing=missing, **stale)
 
 
 @router.get("/metrics", include_in_schema=False)

@@ -1,0 +1,98 @@
+"""Reloading the tables of a running server: ``POST /v1/admin/reload`` and SIGHUP.
+
+A reload re-scans the data directory off the event loop, builds the next :class:`Registry` (see there) and
+publishes it with one assignment to ``app.state.registry``. Reloads run one at a time. Under
+``embedding-serve --workers N`` the HTTP reload also signals the supervisor, which passes SIGHUP on to every
+worker, so all of them pick up the change.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from fastapi import FastAPI
+from starlette.concurrency import run_in_threadpool
+
+from service.registry import Registry
+
+log = logging.getLogger(__name__)
+
+
+class Reloader:
+    """Swaps ``app.state.registry`` for a freshly scanned one, one reload at a time."""
+
+    def __init__(self, app: FastAPI, on_loaded: Callable[[Registry], None]) -> None:
+        self.app = app
+        self.on_loaded = on_loaded  # e.g. let the metrics accept the new table names
+        self._lock = threading.Lock()
+        self._tasks: set[asyncio.Task[Any]] = set()
+
+    def reload(self) -> dict[str, Any]:
+        """Blocking: scan, load what changed, publish; returns what happened."""
+        with self._lock:
+            current: Registry | None = getattr(self.app.state, "registry", None)
+            if current is None:
+                raise RuntimeError("the tables are still loading")
+            started = time.perf_counter()
+            registry, report = current.reload()
+            self.on_loaded(registry)
+            self.app.state.registry = registry  # the swap: one reference assignment
+            seconds = time.perf_counter() - started
+        log.info(
+            "reload: %d loaded, %d unchanged, %d refused (still serving the previous version), %d missing, "
+            "%d removed, %.2fs",
+            *(len(report[k]) for k in ("loaded", "unchanged", "refused", "missing", "removed")),
+            seconds,
+        )
+        return {**report, "ready": registry.ready, "seconds": round(seconds, 3)}
+
+    async def __call__(self) -> dict[str, Any]:
+        return await run_in_threadpool(self.reload)
+
+    # ------------------------------------------------------------------------------------------ SIGHUP
+    def install_sighup(self) -> bool:
+        """Reload on SIGHUP; only possible in the main thread of a process (as under uvicorn)."""
+        if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "SIGHUP"):
+            return False
+        try:
+            asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, self._on_sighup)
+        except (NotImplementedError, RuntimeError, ValueError):
+            return False
+        return True
+
+    def remove_sighup(self) -> None:
+        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+            asyncio.get_running_loop().remove_signal_handler(signal.SIGHUP)
+
+    def _on_sighup(self) -> None:
+        log.info("SIGHUP: reloading the tables")
+        task = asyncio.get_running_loop().create_task(self._reload_logged())
+        self._tasks.add(task)  # keep a reference until it is done
+        task.add_done_callback(self._tasks.discard)
+
+    async def _reload_logged(self) -> None:
+        try:
+            await self()
+        except Exception:
+            log.exception("reload after SIGHUP failed")
+
+
+def signal_supervisor(app: FastAPI) -> bool:
+    """Ask the ``embedding-serve`` supervisor (if this worker has one) to pass SIGHUP on to every worker."""
+    pid = getattr(app.state, "supervisor_pid", None)
+    if not pid:
+        return False
+    try:
+        os.kill(pid, signal.SIGHUP)
+    except OSError:
+        log.warning("could not signal the supervisor process %s to reload the other workers", pid)
+        return False
+    return True

@@ -40,7 +40,8 @@ TOPN = 5  # gensim evaluates the top 5 answers of most_similar
 BLOCK = 8  # rows per pruning block
 SUPER = 16  # blocks per superblock (the first, coarser pruning level)
 OFFSETS = np.arange(BLOCK)
-CHUNK_ROWS = 16_384  # rows per streamed chunk (a multiple of BLOCK)
+CHUNK_ROWS = 16_384  # rows per streamed chunk (a multiple of BLOCK * SUPER) ...
+CHUNK_BYTES = 1 << 26  # ... unless its terms would take more memory than this
 SEED_ROWS = 16_384  # rows searched exhaustively (3CosAdd) first, for the initial k-th best scores
 BOUND_CELLS = 1 << 22  # (question x block) cells per bound evaluation
 THREADS = max(1, min(4, os.cpu_count() or 1))
@@ -298,12 +299,13 @@ def analogy_top(
     # 2. The other rows, chunk by chunk: a superblock (SUPER blocks), then a block of BLOCK rows, is skipped
     # when its best pair term combined with its best c term cannot reach the question's k-th best so far.
     span = BLOCK * SUPER
-    buffer = np.empty((CHUNK_ROWS, terms.width), dtype=np.float32)
+    chunk_rows = max(span, min(CHUNK_ROWS, CHUNK_BYTES // (4 * terms.width)) // span * span)
+    buffer = np.empty((chunk_rows, terms.width), dtype=np.float32)
     with ThreadPoolExecutor(THREADS) as pool:  # numpy releases the GIL in the heavy steps: slices run in parallel
         start = head if terms.add else 0  # 3CosAdd seeds are exhaustive over the first rows; 3CosMul ones are not
         while start < limit:
-            # Chunks double up to CHUNK_ROWS, so the thresholds tighten before the bulk of the rows.
-            stop = min(limit, start + min(CHUNK_ROWS, max(span, start)))
+            # Chunks double up to chunk_rows, so the thresholds tighten before the bulk of the rows.
+            stop = min(limit, start + min(chunk_rows, max(span, start)))
             size = stop - start
             padded = -(-size // span) * span
             values = terms.compute(_rows(table, start, stop), buffer[:size])

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 from gensim.models import KeyedVectors
 
+from index import evaluate
 from index.evaluate import analogy_top, default_sets, evaluate_analogies, evaluate_pairs, format_report
 from index.table import Table
 
@@ -216,7 +217,14 @@ def brute_force(table: Table, a: int, b: int, c: int, method: str, limit: int) -
 
 @pytest.mark.parametrize("method", ["3cosadd", "3cosmul"])
 @pytest.mark.parametrize("limit", [6, 200, 3_000, 20_000])
-def test_batched_search_equals_brute_force(small: Table, method: str, limit: int) -> None:
+@pytest.mark.parametrize("chunks", ["default", "tiny"])
+def test_batched_search_equals_brute_force(
+    small: Table, method: str, limit: int, chunks: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if chunks == "tiny":  # many chunks, seeds and pruning levels on a small table
+        monkeypatch.setattr(evaluate, "SEED_ROWS", 100)
+        monkeypatch.setattr(evaluate, "CHUNK_ROWS", 512)
+        monkeypatch.setattr(evaluate, "BOUND_CELLS", 1_000)
     rng = np.random.default_rng(limit)
     pool = min(limit, 2_000) if method == "3cosadd" else 2_000
     a, b, c = rng.integers(0, pool, size=(3, 60))

@@ -1,0 +1,81 @@
+"""The real ``embedding-serve`` process on a free loopback port, for tests that need a server over the network.
+
+Its stdout and stderr (the server log) go to a file the test can read. Environment variables ``EMBEDDING_*`` of
+the test run are dropped; ``env`` adds the ones a test wants (keys, limits).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+START_SECONDS = 180  # the full GloVe table is checksummed on load
+BIN = Path(sys.executable).parent
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@dataclass
+class Server:
+    process: subprocess.Popen[bytes]
+    base: str
+    port: int
+    log_path: Path
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def stop(self) -> None:
+        """SIGTERM and wait (uvicorn shuts down gracefully); SIGKILL if it hangs."""
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+
+def start(data_dir: Path, log_path: Path, *args: str, env: dict[str, str] | None = None) -> Server:
+    """Start embedding-serve over ``data_dir``; return once it answers /healthz (its tables are loaded by then)."""
+    port = free_port()
+    command = [str(BIN / "embedding-serve"), "--data-dir", str(data_dir), "--host", "127.0.0.1", "--port", str(port)]
+    environment = {k: v for k, v in os.environ.items() if not k.startswith("EMBEDDING_")} | (env or {})
+    with log_path.open("wb") as log:
+        process = subprocess.Popen([*command, *args], stdout=log, stderr=subprocess.STDOUT, env=environment)
+    server = Server(process, f"http://127.0.0.1:{port}", port, log_path)
+    deadline = time.monotonic() + START_SECONDS
+    while True:
+        if process.poll() is not None:
+            raise AssertionError(f"embedding-serve exited {process.returncode}: {server.log()[-3000:]}")
+        try:
+            if httpx.get(f"{server.base}/healthz", timeout=2).status_code == 200:
+                return server
+        except httpx.TransportError:
+            pass  # not listening yet
+        if time.monotonic() > deadline:
+            server.stop()
+            raise AssertionError(f"embedding-serve did not start in {START_SECONDS}s: {server.log()[-3000:]}")
+        time.sleep(0.1)  # poll interval while the process starts
+
+
+def wait_for(condition: Callable[[], bool], seconds: float = 60, what: str = "condition") -> None:
+    """Poll ``condition()`` until it is true (a state the server reaches asynchronously, e.g. after SIGHUP)."""
+    deadline = time.monotonic() + seconds
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {seconds}s waiting for {what}")
+        time.sleep(0.05)

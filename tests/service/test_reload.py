@@ -1,0 +1,200 @@
+"""Reloading tables while the server runs: ``POST /v1/admin/reload`` (admin key) and SIGHUP, one or two workers.
+
+Tables are built with the real builder from GloVe rows; a "version" of table ``t`` is its first N rows, so a
+rebuild shows in ``rows`` and in which tokens exist.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import signal
+from pathlib import Path
+
+import httpx
+import pytest
+
+from index import artifact
+from index.build import build_table
+from index.sources import RawTable
+from index.table import Table
+from tests.service.conftest import client_for
+from tests.service.real_server import start, wait_for
+
+KEY = "admin-key-for-tests-0123456789"
+ADMIN = {"x-api-key": KEY}
+V1, V2 = 5_000, 6_000  # rows of the two versions of table t
+ONLY_IN_V2 = 5_500  # a row id whose token exists in version 2 only
+
+
+def build(raw: RawTable, data_dir: Path, name: str, rows: int) -> dict:
+    part = RawTable(tokens=raw.tokens[:rows], matrix=raw.matrix[:rows].copy())
+    return build_table(
+        part, data_dir=data_dir, name=name, source={"format": "test", "path": f"glove[:{rows}]"}, force=True
+    )
+
+
+def corrupt_rebuild(raw: RawTable, data_dir: Path, name: str, rows: int, work: Path) -> None:
+    """Publish a new version of ``name`` whose vectors file disagrees with its manifest (one byte flipped)."""
+    build(raw, work, name, rows)
+    vectors = work / name / artifact.VECTORS
+    data = bytearray(vectors.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    vectors.write_bytes(bytes(data))
+    artifact.publish(work / name, data_dir / name)
+
+
+@pytest.fixture
+def data_dir(tmp_path: Path, glove_raw: RawTable) -> Path:
+    directory = tmp_path / "data"
+    build(glove_raw, directory, "t", V1)
+    build(glove_raw, directory, "u", 3_000)
+    return directory
+
+
+def rows(client, name: str = "t") -> int:  # type: ignore[no-untyped-def]
+    return client.get(f"/v1/tables/{name}").json()["rows"]
+
+
+def test_reload_swaps_in_a_rebuilt_table_and_keeps_the_rest(data_dir: Path, glove_raw: RawTable) -> None:
+    with client_for(data_dir=data_dir, api_key=KEY) as client:
+        registry = client.app.state.registry
+        old, unchanged = registry.tables["t"], registry.tables["u"]
+        heart = client.get("/v1/tables/t/neighbors", params={"token": "heart", "k": 5}).json()
+        assert rows(client) == V1
+
+        build(glove_raw, data_dir, "t", V2)  # replaces the directory; the served version is still mapped
+        assert rows(client) == V1
+        assert client.get("/v1/tables/t/neighbors", params={"token": "heart", "k": 5}).json() == heart
+        assert client.get("/v1/tables/t/ids/5500").status_code == 404
+
+        report = client.post("/v1/admin/reload", headers=ADMIN)
+        assert report.status_code == 200, report.text
+        body = report.json()
+        assert (body["loaded"], body["unchanged"], body["refused"], body["missing"], body["removed"]) == (
+            ["t"],
+            ["u"],
+            [],
+            [],
+            [],
+        )
+        assert body["ready"] is True and body["other_workers_signalled"] is False
+        assert rows(client) == V2
+        assert client.get(f"/v1/tables/t/ids/{ONLY_IN_V2}").json()["token"] == glove_raw.tokens[ONLY_IN_V2]
+        new_registry = client.app.state.registry
+        assert new_registry is not registry and new_registry.tables["u"] is unchanged  # reused, not reloaded
+        # A request that started before the swap holds the old Table: its files are gone from disk, still mapped.
+        assert old.rows == V1
+        assert [i for i, _ in old.most_similar([old.tokens.find("heart")], k=5)] == [
+            n["id"] for n in heart["neighbors"]
+        ]
+
+        again = client.post("/v1/admin/reload", headers=ADMIN).json()
+        assert again["loaded"] == [] and again["unchanged"] == ["t", "u"]
+
+
+def test_new_and_removed_tables(data_dir: Path, glove_raw: RawTable) -> None:
+    with client_for(data_dir=data_dir, api_key=KEY) as client:
+        build(glove_raw, data_dir, "w", 2_000)
+        shutil.rmtree(data_dir / "u")
+        body = client.post("/v1/admin/reload", headers=ADMIN).json()
+        assert body["loaded"] == ["w"] and body["removed"] == ["u"] and body["unchanged"] == ["t"]
+        assert client.get("/v1/tables/w").json()["rows"] == 2_000
+        assert client.get("/v1/tables/u").status_code == 404
+        assert client.get("/readyz").json() == {"status": "ready", "loaded": ["t", "w"], "missing": []}
+
+
+def test_refused_files_keep_the_previous_version(
+    data_dir: Path, glove_raw: RawTable, tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch
+) -> None:
+    with client_for(data_dir=data_dir, api_key=KEY) as client:
+        before = client.get("/v1/tables/t/neighbors", params={"token": "heart", "k": 5}).json()
+        corrupt_rebuild(glove_raw, data_dir, "t", V2, tmp_path / "work")
+        with caplog.at_level(logging.ERROR, logger="service.registry"):
+            body = client.post("/v1/admin/reload", headers=ADMIN).json()
+        assert body["refused"] == ["t"] and body["loaded"] == [] and body["ready"] is True
+        [line] = [r.getMessage() for r in caplog.records if "new files refused" in r.getMessage()]
+        assert "'t'" in line and "still serving the version built at" in line and "sha256" in line
+        assert rows(client) == V1
+        assert client.get("/v1/tables/t/neighbors", params={"token": "heart", "k": 5}).json() == before
+        ready = client.get("/readyz")
+        assert ready.status_code == 200 and ready.json()["stale"] == ["t"]
+
+        loads: list[Path] = []
+        real_load = Table.load.__func__  # type: ignore[attr-defined]
+        monkeypatch.setattr(Table, "load", classmethod(lambda cls, d, **kw: loads.append(d) or real_load(cls, d, **kw)))
+        assert client.post("/v1/admin/reload", headers=ADMIN).json()["refused"] == ["t"]
+        assert loads == []  # the same refused files are not verified again
+
+        build(glove_raw, data_dir, "t", V2)  # a good build ends it
+        body = client.post("/v1/admin/reload", headers=ADMIN).json()
+        assert body["loaded"] == ["t"] and body["refused"] == []
+        assert rows(client) == V2
+        assert "stale" not in client.get("/readyz").json()
+
+
+def test_a_table_that_never_loaded_is_reported_missing_until_fixed(data_dir: Path, glove_raw: RawTable) -> None:
+    (data_dir / "t" / artifact.NORMS).write_bytes(b"\x93NUMPY truncated")
+    with client_for(data_dir=data_dir, api_key=KEY) as client:
+        ready = client.get("/readyz")
+        assert ready.status_code == 503 and ready.json()["error"]["missing"] == ["t"]
+        assert client.post("/v1/admin/reload", headers=ADMIN).json()["missing"] == ["t"]
+        build(glove_raw, data_dir, "t", V1)
+        body = client.post("/v1/admin/reload", headers=ADMIN).json()
+        assert body["loaded"] == ["t"] and body["missing"] == [] and body["ready"] is True
+        assert client.get("/readyz").status_code == 200
+
+
+def test_admin_endpoints_need_the_admin_key(data_dir: Path) -> None:
+    with client_for(data_dir=data_dir, api_key=KEY) as client:
+        assert client.post("/v1/admin/reload").json()["error"]["code"] == "unauthorized"
+        assert client.post("/v1/admin/reload").status_code == 401
+        wrong = client.post("/v1/admin/reload", headers={"x-api-key": KEY[:-1]})
+        assert wrong.status_code == 403 and wrong.json()["error"]["code"] == "forbidden"
+        assert client.post("/v1/admin/reload", headers={"x-api-key": KEY + "x"}).status_code == 403
+        assert client.post("/v1/admin/reload", headers={"x-api-key": "é".encode()}).status_code == 403
+        assert client.post("/v1/admin/reload", headers=ADMIN).status_code == 200
+        assert client.get("/v1/admin/reload", headers=ADMIN).status_code == 405
+    with client_for(data_dir=data_dir) as client:  # no EMBEDDING_API_KEY: admin endpoints are disabled
+        for headers in ({}, ADMIN):
+            refused = client.post("/v1/admin/reload", headers=headers)
+            assert refused.status_code == 403
+            assert "disabled" in refused.json()["error"]["message"]
+            assert "EMBEDDING_API_KEY" in refused.json()["error"]["message"]
+
+
+# ------------------------------------------------------------------------------------- the real server
+def served_rows(base: str) -> int:
+    return httpx.get(f"{base}/v1/tables/t", timeout=10).json()["rows"]
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_sighup_reloads_every_worker(data_dir: Path, glove_raw: RawTable, tmp_path: Path, workers: int) -> None:
+    server = start(data_dir, tmp_path / "server.log", "--workers", str(workers), "--threads", "1")
+    try:
+        assert served_rows(server.base) == V1
+        build(glove_raw, data_dir, "t", V2)
+        os.kill(server.process.pid, signal.SIGHUP)
+        # Each worker logs its own reload; then every connection, whichever worker takes it, sees version 2.
+        wait_for(lambda: server.log().count("reload: 1 loaded") == workers, what="every worker to reload")
+        assert all(served_rows(server.base) == V2 for _ in range(20))
+        assert server.process.poll() is None  # SIGHUP does not stop the server
+    finally:
+        server.stop()
+
+
+def test_http_reload_reaches_every_worker(data_dir: Path, glove_raw: RawTable, tmp_path: Path) -> None:
+    server = start(
+        data_dir, tmp_path / "server.log", "--workers", "2", "--threads", "1", env={"EMBEDDING_API_KEY": KEY}
+    )
+    try:
+        build(glove_raw, data_dir, "t", V2)
+        body = httpx.post(f"{server.base}/v1/admin/reload", headers=ADMIN, timeout=60).json()
+        assert body["loaded"] == ["t"] and body["other_workers_signalled"] is True
+        # The worker that answered reloaded at once; the supervisor passes SIGHUP on to both (the answering
+        # worker then finds nothing new). Two workers, two reloads that load t.
+        wait_for(lambda: server.log().count("reload: 1 loaded") == 2, what="the other worker to reload")
+        assert all(served_rows(server.base) == V2 for _ in range(20))
+    finally:
+        server.stop()

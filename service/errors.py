@@ -47,7 +47,10 @@ ERRORS: dict[str, ErrorKind] = {
 
 _BY_STATUS = {404: "not_found", 405: "method_not_allowed", 413: "body_too_large", 400: "bad_request"}
 _MESSAGES = {"not_found": "no such path", "method_not_allowed": "method not allowed"}
-_DETAILS = {"There was an error parsing the body": "the request body is not JSON text in UTF-8"}  # FastAPI's words
+_DETAILS = {  # FastAPI's words for a body it cannot decode (not UTF-8, or nested too deeply for the parser)
+    "There was an error parsing the body": "the request body cannot be read as JSON: it must be UTF-8 text, "
+    "nested less than 1,000 levels deep"
+}
 
 
 class ApiError(EmbeddingError):

@@ -8,6 +8,7 @@ import numpy as np
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
+from index.errors import InvalidQuery
 from index.table import Neighbor, Table
 from service import queries
 from service.deps import TableDep
@@ -20,9 +21,17 @@ router = APIRouter(prefix="/v1/tables/{table}", tags=["analogy"])
 
 
 def probe(table: Table, question: AnalogyQuery) -> queries.Probe:
-    """b + c - a as gensim ``most_similar(positive=[b, c], negative=[a])``; a, b and c are left out."""
+    """b + c - a as gensim ``most_similar(positive=[b, c], negative=[a])``; a, b and c are left out.
+
+    A question whose offset b - a is zero ("a is to a as c is to ?") has no answer beyond c itself: 422.
+    """
     query = queries.mean_of(table, [question.b, question.c], [question.a])
     a, b, c = query.info["negative"][0], *query.info["positive"]
+    if a["id"] == b["id"] or np.array_equal(table.vectors[a["id"]], table.vectors[b["id"]]):
+        raise InvalidQuery(
+            f"the analogy's offset b - a is zero ({question.a!r} and {question.b!r} are the same vector): "
+            "give two different words for a and b"
+        )
     query.info = {"a": a, "b": b, "c": c}
     return query
 

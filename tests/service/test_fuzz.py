@@ -10,7 +10,7 @@ Two things the fuzzer is told, as a client would know them:
 - the table names: the ``table`` path parameter lists the loaded tables (a client reads them from GET
   /v1/tables), so valid requests reach the query engine; invalid ones still get every other name;
 - what the schema cannot say: a few valid-looking requests depend on what the table holds (its dimension, whether
-  it has a tokenizer, which rows two tokens resolve to) or pair query parameters ("token or id"); for those
+  it has a tokenizer, which rows tokens resolve to) or pair query parameters ("token or id"); for those
   operations a 422 with one of the reasons below counts as accepting the request's form.
 """
 
@@ -40,6 +40,7 @@ CONTENT_422 = {
     f"POST {T}/tokenize": (NO_TOKENIZER,),
     f"POST {T}/search": ("dimensions", "zero vector"),
     f"POST {T}/project": ("at least two distinct",),
+    f"POST {T}/analogy": ("offset b - a is zero",),  # a and b resolve to the same row (e.g. "King" and "king")
 }
 MAX_EXAMPLES = 100  # per operation and phase
 

@@ -25,6 +25,7 @@ from service.logs import log_config
 from service.settings import SUPERVISOR_VARIABLE, Settings, describe_error
 
 APP = "service.app:app_from_env"
+HTTP = "service.protocol:JsonErrorsProtocol"  # uvicorn's protocol, its own 400s in the JSON error envelope
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMEXPR_NUM_THREADS")
 
 
@@ -108,6 +109,7 @@ def main(argv: list[str] | None = None) -> int:
         "log_level": settings.log_level,
         "access_log": not args.no_access_log,
         "server_header": False,
+        "http": HTTP,
     }
     if args.workers == 1:
         os.environ.pop(SUPERVISOR_VARIABLE, None)

@@ -1,0 +1,224 @@
+"""Hostile requests against the real ``embedding-serve`` process, written byte by byte on raw sockets.
+
+Each one gets a 4xx with the JSON error envelope (a code and a message), never a 5xx, a hang or a plain-text
+answer; afterwards the same server is healthy and still answers a real neighbours query correctly.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import socket
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from index.table import Table
+from tests.service.real_server import Server, start
+
+T = b"/v1/tables/small"
+MB = 1 << 20
+FIFTY = ", ".join(["1.0"] * 49)
+
+
+@pytest.fixture(scope="module")
+def server(small_data_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    process = start(small_data_dir, tmp_path_factory.mktemp("hostile") / "server.log")
+    try:
+        yield process
+    finally:
+        process.stop()
+
+
+def http(method: str, target: bytes, body: bytes | None = None, headers: dict[str, str] | None = None) -> bytes:
+    """One HTTP/1.1 request as bytes, closing the connection after the answer."""
+    lines = [method.encode() + b" " + target + b" HTTP/1.1", b"Host: 127.0.0.1", b"Connection: close"]
+    fields = {"Content-Type": "application/json"} if body is not None else {}
+    fields |= {"Content-Length": str(len(body))} if body is not None else {}
+    fields |= headers or {}
+    lines += [f"{k}: {v}".encode() for k, v in fields.items()]
+    return b"\r\n".join(lines) + b"\r\n\r\n" + (body or b"")
+
+
+def read_response(sock: socket.socket) -> tuple[int, dict[str, str], bytes]:
+    """Status, headers (lower-case names) and body of one response (framed by its Content-Length)."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = sock.recv(65536)
+        assert chunk, f"connection closed before a response: {data!r}"
+        data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    status_line, *header_lines = head.decode("latin-1").split("\r\n")
+    headers = {}
+    for line in header_lines:
+        name, _, value = line.partition(":")
+        headers[name.strip().lower()] = value.strip()
+    length = int(headers.get("content-length", "0"))
+    while len(body) < length:
+        chunk = sock.recv(65536)
+        assert chunk, "connection closed inside the body"
+        body += chunk
+    return int(status_line.split()[1]), headers, body[:length]
+
+
+def send(server: Server, raw: bytes) -> tuple[int, dict[str, str], bytes]:
+    """Write ``raw`` while reading the answer: the server may answer (413) and close before the body is all sent."""
+    with socket.create_connection(("127.0.0.1", server.port), timeout=60) as sock:
+
+        def write() -> None:
+            with contextlib.suppress(OSError):  # the server answered and closed the connection
+                sock.sendall(raw)
+
+        writer = threading.Thread(target=write)
+        writer.start()
+        try:
+            return read_response(sock)
+        finally:
+            with contextlib.suppress(OSError):  # already reset by the server
+                sock.shutdown(socket.SHUT_RDWR)
+            writer.join()
+
+
+def assert_envelope(status: int, headers: dict[str, str], body: bytes, expected: int | None = None) -> dict:
+    assert 400 <= status < 500, (status, body[:300])
+    if expected is not None:
+        assert status == expected, (status, body[:300])
+    assert headers["content-type"] == "application/json", headers
+    error = json.loads(body)["error"]
+    assert isinstance(error["code"], str) and error["code"]
+    assert isinstance(error["message"], str) and error["message"]
+    assert "Traceback" not in body.decode("utf-8", "replace")
+    return error
+
+
+def post(path: bytes, text: str | bytes) -> bytes:
+    return http("POST", T + path, text.encode() if isinstance(text, str) else text)
+
+
+CASES: dict[str, tuple[bytes | Callable[[], bytes], int | None]] = {
+    # vectors
+    "wrong vector length": (post(b"/search", '{"vector": [1.0, 2.0, 3.0]}'), 422),
+    "empty vector": (post(b"/search", '{"vector": []}'), 422),
+    "[] as the body": (post(b"/search", "[]"), 422),
+    "NaN": (post(b"/search", '{"vector": [NaN, ' + FIFTY + "]}"), 422),
+    "Infinity": (post(b"/search", '{"vector": [Infinity, ' + FIFTY + "]}"), 422),
+    "-Infinity": (post(b"/search", '{"vector": [-Infinity, ' + FIFTY + "]}"), 422),
+    "1e39 (beyond float32)": (post(b"/search", '{"vector": [1e39, ' + FIFTY + "]}"), 422),
+    "1e400 (beyond float64)": (post(b"/search", '{"vector": [1e400, ' + FIFTY + "]}"), 422),
+    "zero vector": (post(b"/search", '{"vector": [' + ", ".join(["0.0"] * 50) + "]}"), 422),
+    "tokens that cancel out": (post(b"/neighbors", '{"positive": ["king"], "negative": ["king"]}'), 422),
+    # analogies
+    "analogy with a zero offset": (post(b"/analogy", '{"a": "king", "b": "King", "c": "woman"}'), 422),
+    "the same token three times": (post(b"/analogy", '{"a": "king", "b": "king", "c": "king"}'), 422),
+    "analogy with an unknown method": (
+        post(b"/analogy", '{"a": "man", "b": "king", "c": "woman", "method": "x"}'),
+        422,
+    ),
+    # k in the body and in the query string
+    **{
+        f"k={k} in the body": (post(b"/neighbors", '{"token": "heart", "k": ' + k + "}"), 422)
+        for k in ("0", "-1", "1e9", "1.5", "true", '"5"', "null", "[]", "{}")
+    },
+    **{
+        f"k={k} in the query": (http("GET", T + b"/neighbors?token=heart&k=" + k.encode()), 422)
+        for k in ("0", "-1", "1e9", "1.5", "true", "%225%22", "", "99999999999999999999999999")
+    },
+    # batches and sizes
+    "100,000 queries in a batch": (post(b"/neighbors", json.dumps({"queries": ["heart"] * 100_000})), 422),
+    "1,025 vectors in a batch": (post(b"/search", json.dumps({"vectors": [[0.5] * 50] * 1025})), 422),
+    "a batch over the body limit": (post(b"/search", json.dumps({"vectors": [[0.25] * 50] * 30_000})), 413),
+    "100 MB declared, not sent": (
+        http("POST", T + b"/search", headers={"Content-Type": "application/json", "Content-Length": str(100 * MB)}),
+        413,
+    ),
+    "100 MB declared with Expect: 100-continue": (
+        http("POST", T + b"/search", headers={"Content-Length": str(100 * MB), "Expect": "100-continue"}),
+        413,
+    ),
+    "100 MB sent with its Content-Length": (lambda: post(b"/search", b"[" + b"[0.5]," * (100 * MB // 6) + b"[]]"), 413),
+    # malformed bodies and requests
+    "deeply nested arrays": (post(b"/neighbors", b"[" * 100_000 + b"]" * 100_000), 400),
+    "deeply nested objects": (post(b"/neighbors", b'{"a": ' * 100_000 + b"1" + b"}" * 100_000), 400),
+    "truncated JSON": (post(b"/neighbors", '{"token": "heart",'), 422),
+    "a body that is not UTF-8": (post(b"/neighbors", b'{"token": "\xff\xfe"}'), 400),
+    "not JSON at all": (post(b"/neighbors", b"\x00\x01\x02 binary"), 422),
+    "text/plain body": (http("POST", T + b"/neighbors", b"token=heart", {"Content-Type": "text/plain"}), 422),
+    "unknown fields": (post(b"/neighbors", '{"token": "heart", "__proto__": {"admin": true}}'), 422),
+    "bad Content-Length": (http("POST", T + b"/search", headers={"Content-Length": "abc"}), 400),
+    "raw non-UTF-8 bytes in the query": (http("GET", T + b"/neighbors?token=\xff\xfe"), 400),
+    "percent-encoded non-UTF-8 query": (http("GET", T + b"/neighbors?token=%ff%fe"), 404),
+    "percent-encoded non-UTF-8 token path": (http("GET", T + b"/tokens/%ff%fe"), 404),
+    # table names
+    "unknown table": (http("GET", b"/v1/tables/nosuch/neighbors?token=heart"), 404),
+    "table ..": (http("GET", b"/v1/tables/../neighbors?token=heart"), 422),
+    "table %2e%2e": (http("GET", b"/v1/tables/%2e%2e/neighbors?token=heart"), 422),
+    "table %2e%2e/ (encoded slash)": (http("GET", b"/v1/tables/%2e%2e%2f/neighbors?token=heart"), 404),
+    "table %2e%2e%2f%2e%2e%2fetc": (http("GET", b"/v1/tables/%2e%2e%2f%2e%2e%2fetc/neighbors?token=a"), 404),
+    "table ..%2F..%2Fsmall": (http("GET", b"/v1/tables/..%2F..%2Fsmall/tokens/heart"), 404),
+    "table .hidden": (http("GET", b"/v1/tables/.hidden"), 422),
+    "table with a NUL": (http("GET", b"/v1/tables/sm%00all/neighbors?token=heart"), 422),
+    "table with CR LF": (http("GET", b"/v1/tables/small%0d%0aX-Evil:%201/neighbors?token=heart"), 422),
+    "table name of 5,000 characters": (http("GET", b"/v1/tables/" + b"a" * 5000 + b"/neighbors?token=heart"), 422),
+    # tokens with control characters (unknown: 404 with suggestions)
+    "token with a NUL": (http("GET", T + b"/neighbors?token=he%00art"), 404),
+    "token with an ANSI escape": (http("GET", T + b"/neighbors?token=%1b%5b31mred"), 404),
+    "token with CR LF": (http("GET", T + b"/tokens/heart%0d%0aSet-Cookie:%20x=1"), 404),
+    "similarity of control characters": (http("GET", T + b"/similarity?a=%00&b=%7f"), 404),
+    "token of 100,000 characters": (http("GET", T + b"/neighbors?token=" + b"a" * 100_000), 422),
+    # methods and paths
+    "DELETE a table": (http("DELETE", T), 405),
+    "unknown path": (http("GET", b"/v1/nothing/here"), 404),
+}
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_hostile_request_gets_a_4xx_envelope(server: Server, name: str) -> None:
+    raw, expected = CASES[name]
+    status, headers, body = send(server, raw() if callable(raw) else raw)  # a callable: made when needed
+    assert_envelope(status, headers, body, expected)
+    assert "set-cookie" not in headers and "x-evil" not in headers
+
+
+def test_100_mb_streamed_is_cut_off_at_the_limit(server: Server) -> None:
+    """A chunked upload (no Content-Length) is counted as it arrives: 413 at the limit, the rest never read."""
+    total, block = 100 * MB, b"[" + b"0.5," * 16383 + b"0.5],"  # 64 KiB of JSON-looking text per chunk
+    sent = 0
+    with socket.create_connection(("127.0.0.1", server.port), timeout=60) as sock:
+        head = b"POST /v1/tables/small/search HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+        opening = b'{"vectors": ['
+        sock.sendall(head + b"Transfer-Encoding: chunked\r\n\r\n" + b"%x\r\n%s\r\n" % (len(opening), opening))
+
+        def upload() -> None:
+            nonlocal sent
+            with contextlib.suppress(OSError):  # the server answered and closed the connection
+                while sent < total:
+                    sock.sendall(b"%x\r\n%s\r\n" % (len(block), block))
+                    sent += len(block)
+                sock.sendall(b"0\r\n\r\n")
+
+        uploader = threading.Thread(target=upload)
+        uploader.start()
+        status, headers, body = read_response(sock)
+        with contextlib.suppress(OSError):
+            sock.shutdown(socket.SHUT_RDWR)
+        uploader.join()
+    error = assert_envelope(status, headers, body, 413)
+    assert error["code"] == "body_too_large"
+    assert sent < total  # refused while the client was still sending
+
+
+def test_still_healthy_and_correct_afterwards(server: Server, small: Table) -> None:
+    # Runs after the hostile requests above (pytest keeps file order): the same process still answers.
+    assert server.process.poll() is None
+    status, _, body = send(server, http("GET", b"/healthz"))
+    assert status == 200 and json.loads(body) == {"status": "ok"}
+    status, _, body = send(server, http("GET", b"/readyz"))
+    assert status == 200
+    status, _, body = send(server, http("GET", T + b"/neighbors?token=heart&k=8"))
+    assert status == 200
+    heart = small.tokens.find("heart")
+    assert [n["id"] for n in json.loads(body)["neighbors"]] == [i for i, _ in small.most_similar([heart], k=8)]
+    log = server.log()
+    assert "Traceback" not in log and "Exception in ASGI application" not in log

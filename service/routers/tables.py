@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import PurePath
 from typing import Any
 
 from fastapi import APIRouter
@@ -17,7 +18,11 @@ router = APIRouter(prefix="/v1/tables", tags=["tables"])
 
 
 def summary(table: Table) -> dict[str, Any]:
-    return {**table.summary(), "approximate": table.approximate, "has_tokenizer": table.has_tokenizer}
+    out = {**table.summary(), "approximate": table.approximate, "has_tokenizer": table.has_tokenizer}
+    source = out.get("source")
+    if isinstance(source, dict) and isinstance(source.get("path"), str):  # no paths of the build machine
+        out["source"] = {**source, "path": PurePath(source["path"]).name}
+    return out
 
 
 @router.get("", response_model=TablesResponse, responses=responses("not_ready"), summary="List the loaded tables")

@@ -1,0 +1,287 @@
+"""Security promises of the service (SECURITY.md): keys, CORS, table names, no pickle, nothing internal leaks."""
+
+from __future__ import annotations
+
+import hmac
+import inspect
+import random
+import re
+import shutil
+import string
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from index import artifact
+from index.errors import ArtifactError, InputError, InvalidQuery
+from index.sources import ReadOptions, gensim_pickle
+from index.table import Table
+from service import auth
+from service.deps import TABLE_NAME
+from service.settings import Settings
+from tests.service.conftest import client_for
+
+REPO = Path(__file__).resolve().parents[2]
+READ, ADMIN = "read-key-0123456789abcdef", "admin-key-0123456789abcdef"
+
+
+@pytest.fixture
+def data_dir(tmp_path: Path, small_data_dir: Path) -> Path:
+    """``t`` (good), ``broken`` (unreadable manifest), ``corrupt`` (a flipped byte), ``truncated`` (short vectors),
+    and outside the data directory a real table ``secret/stolen`` that no request may reach."""
+    directory = tmp_path / "data"
+    for name in ("t", "broken", "corrupt", "truncated"):
+        shutil.copytree(small_data_dir / "small", directory / name)
+    shutil.copytree(small_data_dir / "small", tmp_path / "secret" / "stolen")
+    (directory / "broken" / artifact.MANIFEST).write_text("{not json")
+    vectors = directory / "corrupt" / artifact.VECTORS
+    data = bytearray(vectors.read_bytes())
+    data[-7] ^= 0x10
+    vectors.write_bytes(bytes(data))
+    truncated = directory / "truncated" / artifact.VECTORS
+    truncated.write_bytes(truncated.read_bytes()[:-4096])
+    return directory
+
+
+# --------------------------------------------------------------------------------------------- API keys
+def test_read_key_guards_every_read_but_not_health_or_docs(data_dir: Path) -> None:
+    with client_for(data_dir=data_dir, tables=["t"], read_api_key=READ, api_key=ADMIN) as client:
+        for method, path, body in [
+            ("GET", "/v1/tables", None),
+            ("GET", "/v1/tables/t", None),
+            ("GET", "/v1/tables/t/neighbors?token=heart", None),
+            ("POST", "/v1/tables/t/search", {"vector": "not even valid"}),  # the key is asked for before the body
+            ("GET", "/v1/no/such/path", None),  # closed by default, not only the known routes
+        ]:
+            missing = client.request(method, path, json=body)
+            assert missing.status_code == 401 and missing.json()["error"]["code"] == "unauthorized", path
+            wrong = client.request(method, path, json=body, headers={"x-api-key": READ[:-1] + "x"})
+            assert wrong.status_code == 403 and wrong.json()["error"]["code"] == "forbidden", path
+        for key in (READ, ADMIN):  # the admin key reads too
+            assert client.get("/v1/tables/t/neighbors?token=heart", headers={"x-api-key": key}).status_code == 200
+        for path in ("/healthz", "/readyz", "/metrics", "/docs", "/openapi.json", "/"):
+            assert client.get(path).status_code == 200, path
+        # The read key is not the admin key.
+        assert client.post("/v1/admin/reload", headers={"x-api-key": READ}).status_code == 403
+        assert client.post("/v1/admin/reload", headers={"x-api-key": ADMIN}).status_code == 200
+        schema = client.get("/openapi.json").json()
+    assert schema["components"]["securitySchemes"]["ReadKey"] == {"type": "apiKey", "in": "header", "name": "X-API-Key"}
+    neighbors = schema["paths"]["/v1/tables/{table}/neighbors"]["get"]
+    assert neighbors["security"] == [{"ReadKey": []}] and {"401", "403"} <= set(neighbors["responses"])
+    assert "security" not in schema["paths"]["/healthz"]["get"]
+    with client_for(data_dir=data_dir, tables=["t"]) as client:  # no read key: reads are open
+        assert client.get("/v1/tables/t/neighbors?token=heart").status_code == 200
+        assert "securitySchemes" not in client.get("/openapi.json").json().get("components", {})
+
+
+def test_keys_are_compared_in_constant_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every configured key goes through hmac.compare_digest, with no early exit on the first match."""
+    calls: list[tuple[bytes, bytes]] = []
+    real = hmac.compare_digest
+    monkeypatch.setattr(auth.hmac, "compare_digest", lambda a, b: calls.append((a, b)) or real(a, b))
+    keys = (READ.encode(), ADMIN.encode())
+    assert auth.matches(READ.encode(), keys) and not auth.matches(b"guess", keys)
+    assert calls == [(READ.encode(), k) for k in keys] + [(b"guess", k) for k in keys]
+
+
+@pytest.mark.parametrize("key", ["  padded  ", "naïve-key", "tab\tkey", "line\nbreak"])
+def test_unusable_keys_fail_fast(tmp_path: Path, key: str) -> None:
+    for field in ("api_key", "read_api_key"):
+        with pytest.raises(ValueError, match="printable ASCII"):
+            Settings(data_dir=tmp_path, **{field: key})
+    assert Settings(data_dir=tmp_path, api_key="").api_key is None  # EMBEDDING_API_KEY= means no key
+
+
+# ------------------------------------------------------------------------------------------------- CORS
+def test_cors_preflight_from_any_origin_is_not_allowed_by_default(data_dir: Path) -> None:
+    rng = random.Random(8)
+    origins = ["https://" + "".join(rng.choices(string.ascii_lowercase, k=12)) + ".example" for _ in range(20)]
+    origins += ["null", "http://localhost", "https://evil.example"]
+    with client_for(data_dir=data_dir, tables=["t"]) as client:
+        for origin in origins:
+            preflight = client.options(
+                "/v1/tables/t/search",
+                headers={
+                    "origin": origin,
+                    "access-control-request-method": "POST",
+                    "access-control-request-headers": "x",
+                },
+            )
+            assert not any(h.startswith("access-control-") for h in preflight.headers), origin
+            simple = client.get("/v1/tables/t", headers={"origin": origin})
+            assert simple.status_code == 200 and "access-control-allow-origin" not in simple.headers
+    with client_for(data_dir=data_dir, tables=["t"], cors_origins=["https://app.example"], read_api_key=READ) as client:
+        allowed = {"origin": "https://app.example", "access-control-request-method": "POST"}
+        preflight = client.options("/v1/tables/t/search", headers=allowed)  # no key needed for a preflight
+        assert (
+            preflight.status_code == 200 and preflight.headers["access-control-allow-origin"] == "https://app.example"
+        )
+        for origin in origins:
+            refused = client.options("/v1/tables/t/search", headers={**allowed, "origin": origin})
+            assert "access-control-allow-origin" not in refused.headers
+
+
+# ------------------------------------------------------------------------------------------- table names
+@settings(max_examples=500, derandomize=True, database=None)
+@given(st.text(alphabet=st.sampled_from("aZ09._-/\\~ \x00é%"), max_size=70))
+def test_the_documented_name_pattern_is_the_check(name: str) -> None:
+    try:
+        artifact.check_name(name)
+        valid = True
+    except InvalidQuery:
+        valid = False
+    assert valid == (re.fullmatch(TABLE_NAME, name) is not None and len(name) <= 64)
+
+
+@contextmanager
+def file_access() -> Iterator[list[str]]:
+    """Paths this process opens or lists while the block runs (Python audit events)."""
+    seen: list[str] = []
+    _WATCHERS.append(seen)
+    try:
+        yield seen
+    finally:
+        _WATCHERS.remove(seen)
+
+
+_WATCHERS: list[list[str]] = []
+
+
+def _audit(event: str, args: tuple) -> None:
+    if _WATCHERS and event in ("open", "os.listdir", "os.scandir", "glob.glob", "os.chdir") and args:
+        for seen in _WATCHERS:
+            seen.append(str(args[0]))
+
+
+sys.addaudithook(_audit)
+
+HOSTILE_NAMES = [
+    "%2e%2e",
+    "%2e%2e%2fsecret%2fstolen",
+    "..%2Fsecret%2Fstolen",
+    "..%2F..%2F..%2Fetc%2Fpasswd",
+    "secret%2Fstolen",
+    "%2Fetc%2Fpasswd",
+    "stolen",
+    "~root",
+    "%2e",
+    ".hidden",
+    "t%00",
+    "t%0a",
+    "%E2%80%AEt",
+    "a" * 65,
+    "x" * 5000,
+]
+
+
+def test_table_names_never_reach_the_file_system(data_dir: Path) -> None:
+    with client_for(data_dir=data_dir, tables=["t"]) as client:
+        client.get("/v1/tables/nosuch/neighbors?token=heart")  # warm up: lazy imports are not requests
+        with file_access() as seen:
+            for name in HOSTILE_NAMES:
+                for method, path, body in [
+                    ("GET", f"/v1/tables/{name}", None),
+                    ("GET", f"/v1/tables/{name}/neighbors?token=heart", None),
+                    ("GET", f"/v1/tables/{name}/tokens/heart", None),
+                    ("POST", f"/v1/tables/{name}/search", {"vector": [1.0] * 50}),
+                    ("POST", f"/v1/tables/{name}/analogy", {"a": "man", "b": "king", "c": "woman"}),
+                ]:
+                    response = client.request(method, path, json=body)
+                    assert response.status_code in (404, 422), (name, response.text)
+                    assert response.json()["error"]["code"] in ("unknown_table", "invalid_request", "not_found")
+                    assert "secret" not in response.text
+            tokens = client.get("/v1/tables/t/tokens/..%2F..%2Fsecret%2Fstolen%2Fmanifest.json")
+            assert tokens.status_code == 404 and tokens.json()["error"]["code"] == "unknown_token"
+    # Not one data file opened or listed while answering: at most the server's own source, which FastAPI reads
+    # to name the endpoint in validation errors.
+    code = [Path(p) for p in seen if p.endswith(".py") and Path(p).is_relative_to(REPO / "service")]
+    assert [p for p in seen if Path(p) not in code] == []
+
+
+# ------------------------------------------------------------------------------------------------ pickle
+PICKLE = re.compile(
+    r"\bimport\s+(c?pickle|dill|cloudpickle|joblib|shelve|marshal)\b|\bfrom\s+(c?pickle|dill|cloudpickle|joblib)\b"
+    r"|\bpickle\.loads?\(|allow_pickle\s*=\s*True|\btorch\.load\(|\byaml\.load\(|read_pickle\("
+    r"|\bSaveLoad\.load\(|\b(KeyedVectors|Word2Vec|FastText|Doc2Vec)\.load\("
+)
+OPT_IN = {"index/sources/gensim_pickle.py"}  # gensim .model/.kv: only with --allow-pickle
+
+
+def test_no_pickle_anywhere_but_the_opt_in_gensim_reader() -> None:
+    found = {
+        str(path.relative_to(REPO))
+        for package in ("index", "service")
+        for path in (REPO / package).rglob("*.py")
+        if PICKLE.search(path.read_text())
+    }
+    assert found == OPT_IN
+    assert inspect.signature(np.load).parameters["allow_pickle"].default is False  # np.load never unpickles
+
+
+def test_the_gensim_reader_refuses_without_the_opt_in(tmp_path: Path) -> None:
+    model = tmp_path / "vectors.kv"
+    model.write_bytes(b"\x80\x04\x95 not even opened")
+    with pytest.raises(InputError, match="allow-pickle"):
+        gensim_pickle.read(model, ReadOptions())
+
+
+# ------------------------------------------------------------------------ nothing internal in responses
+@pytest.mark.parametrize(
+    "error",
+    [
+        RuntimeError("boom in {data}/t/vectors.npy"),
+        OSError(5, "Input/output error", "{data}/t/vectors.npy"),
+        MemoryError(),
+        ArtifactError("table files under {data}/t disagree"),
+    ],
+)
+def test_internal_errors_are_a_bare_500_envelope(
+    data_dir: Path, monkeypatch: pytest.MonkeyPatch, error: Exception
+) -> None:
+    error.args = tuple(a.replace("{data}", str(data_dir)) if isinstance(a, str) else a for a in error.args)
+    if isinstance(error, ArtifactError):
+        error.message = error.args[0]
+
+    def fail(*args: object, **kwargs: object) -> None:
+        raise error
+
+    monkeypatch.setattr(Table, "search", fail)
+    monkeypatch.setattr(Table, "similarity", fail)
+    with client_for(data_dir=data_dir, tables=["t"]) as client:
+        for response in (
+            client.get("/v1/tables/t/neighbors", params={"token": "heart"}),
+            client.post("/v1/tables/t/search", json={"vectors": [[1.0] * 50]}),
+            client.get("/v1/tables/t/similarity", params={"a": "red", "b": "blue"}),
+        ):
+            assert response.status_code == 500
+            assert response.json() == {"error": {"code": "internal", "message": "internal server error"}}
+            assert str(data_dir) not in response.text and "Traceback" not in response.text
+        assert client.get("/healthz").status_code == 200
+
+
+def test_bad_artifacts_are_reported_without_paths(data_dir: Path, tmp_path: Path) -> None:
+    with client_for(data_dir=data_dir, api_key=ADMIN) as client:
+        responses = [
+            client.get("/readyz"),
+            client.get("/v1/tables"),
+            client.post("/v1/admin/reload", headers={"x-api-key": ADMIN}),
+        ]
+        for name in ("broken", "corrupt", "truncated"):
+            responses += [
+                client.get(f"/v1/tables/{name}"),
+                client.get(f"/v1/tables/{name}/neighbors", params={"token": "heart"}),
+                client.post(f"/v1/tables/{name}/search", json={"vector": [1.0] * 50}),
+            ]
+        assert responses[0].status_code == 503
+        assert responses[0].json()["error"]["missing"] == ["broken", "corrupt", "truncated"]
+        assert all(r.status_code == 503 for r in responses[3:])
+        table = client.get("/v1/tables/t").json()
+    for response in responses:
+        assert str(tmp_path) not in response.text and "/tmp/" not in response.text, response.text
+    assert "/" not in table["source"]["path"]  # the source file's name, not where it was on the build machine

@@ -419,6 +419,43 @@ class Table:
             return self.most_similar_cosmul([b, c], [a], k, **options)
         raise InvalidQuery(f"unknown analogy method {method!r}: use 3cosadd or 3cosmul")
 
+    def analogies(
+        self,
+        questions: Sequence[tuple[int, int, int]],
+        k: int = 10,
+        method: str = "3cosadd",
+        *,
+        exact: bool = False,
+        restrict: int | None = None,
+        skip_special: bool = False,
+        whole_words_only: bool = False,
+    ) -> list[list[Neighbor]]:
+        """:meth:`analogy` for many (a, b, c) questions at once.
+
+        Exact answers come from :func:`index.analogy.analogy_top`, which prunes whole blocks of rows using the
+        words the questions share; 3CosAdd without ``exact`` on an approximate table is one index search.
+        """
+        if method not in ("3cosadd", "3cosmul"):
+            raise InvalidQuery(f"unknown analogy method {method!r}: use 3cosadd or 3cosmul")
+        options = {"restrict": restrict, "skip_special": skip_special, "whole_words_only": whole_words_only}
+        if self._drop_flags(skip_special, whole_words_only):  # filtered token kinds: the general paths
+            if method == "3cosmul":
+                return self.most_similar_cosmul_batch([([b, c], [a]) for a, b, c in questions], k, **options)
+            queries = np.vstack([self.mean_query([b, c], [a]) for a, b, c in questions])
+            return self.search(queries, k, exact=exact, exclude=[set(q) for q in questions], **options)
+        if method == "3cosadd" and not exact and self.approximate and restrict is None:
+            queries = np.vstack([self.mean_query([b, c], [a]) for a, b, c in questions])
+            return self.search(queries, k, exclude=[set(q) for q in questions])
+        from index.analogy import analogy_top
+
+        a, b, c = (np.array(column, dtype=np.int64) for column in zip(*questions, strict=True))
+        ids, scores = analogy_top(self, a, b, c, k + 3, method, self._limit(restrict))
+        results = []
+        for row, top, inputs in zip(ids.tolist(), scores.tolist(), questions, strict=True):
+            hits = [(i, s) for i, s in zip(row, top, strict=True) if i >= 0 and i not in inputs]
+            results.append(hits[:k])
+        return results
+
     def similarity(self, a: int, b: int) -> float:
         return float(np.dot(self.vectors[a].astype(np.float64), self.vectors[b].astype(np.float64)))
 

@@ -37,13 +37,9 @@ def probe(table: Table, question: AnalogyQuery) -> queries.Probe:
 
 
 def solve(table: Table, body: AnalogyRequest, probes: list[queries.Probe]) -> list[list[Neighbor]]:
-    """Every question in one search (3CosAdd) or in one chunked scoring pass (3CosMul)."""
-    options = search_options(body)
-    if body.method == "3cosadd":
-        vectors = np.vstack([p.vector for p in probes]).astype(np.float32)
-        return table.search(vectors, body.k, exclude=[p.exclude for p in probes], **options)
-    terms = [([p.info["b"]["id"], p.info["c"]["id"]], [p.info["a"]["id"]]) for p in probes]
-    return table.most_similar_cosmul_batch(terms, body.k, **options)
+    """Every question at once: one index search, or the batched exact analogy search."""
+    questions = [(p.info["a"]["id"], p.info["b"]["id"], p.info["c"]["id"]) for p in probes]
+    return table.analogies(questions, body.k, body.method, **search_options(body))
 
 
 @router.post(

@@ -12,8 +12,9 @@ import numpy as np
 import pytest
 from gensim.models import KeyedVectors
 
-from index import evaluate
-from index.evaluate import analogy_top, default_sets, evaluate_analogies, evaluate_pairs, format_report
+from index import analogy
+from index.analogy import analogy_top
+from index.evaluate import default_sets, evaluate_analogies, evaluate_pairs, format_report
 from index.table import Table
 
 REPO = Path(__file__).resolve().parents[2]
@@ -222,9 +223,9 @@ def test_batched_search_equals_brute_force(
     small: Table, method: str, limit: int, chunks: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     if chunks == "tiny":  # many chunks, seeds and pruning levels on a small table
-        monkeypatch.setattr(evaluate, "SEED_ROWS", 100)
-        monkeypatch.setattr(evaluate, "CHUNK_ROWS", 512)
-        monkeypatch.setattr(evaluate, "BOUND_CELLS", 1_000)
+        monkeypatch.setattr(analogy, "SEED_ROWS", 100)
+        monkeypatch.setattr(analogy, "CHUNK_ROWS", 512)
+        monkeypatch.setattr(analogy, "BOUND_CELLS", 1_000)
     rng = np.random.default_rng(limit)
     pool = min(limit, 2_000) if method == "3cosadd" else 2_000
     a, b, c = rng.integers(0, pool, size=(3, 60))

@@ -83,3 +83,20 @@ def test_projection_is_pca(small: Table) -> None:
     np.testing.assert_allclose(np.linalg.norm(points, axis=0), s[:2], rtol=1e-9)
     # colours and numbers fall on opposite sides of the first component
     assert np.sign(points[:3, 0]).tolist() != np.sign(points[3:, 0]).tolist()
+
+
+@pytest.mark.parametrize("method", ["3cosadd", "3cosmul"])
+def test_batched_analogies_equal_one_by_one(small: Table, method: str) -> None:
+    words = [
+        ("man", "king", "woman"),
+        ("france", "paris", "japan"),
+        ("walk", "walked", "swim"),
+        ("big", "bigger", "small"),
+    ]
+    questions = [tuple(small.resolve(w).id for w in q) for q in words]
+    batch = small.analogies(questions, k=6, method=method, exact=True)
+    for (a, b, c), hits in zip(questions, batch, strict=True):
+        single = small.analogy(a, b, c, k=6, method=method, exact=True)
+        assert [i for i, _ in hits] == [i for i, _ in single]
+        np.testing.assert_allclose([s for _, s in hits], [s for _, s in single], rtol=1e-5)
+        assert not {a, b, c} & {i for i, _ in hits}

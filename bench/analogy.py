@@ -24,7 +24,7 @@ from bench.common import (
     embedding_serve,
     free_port,
     median,
-    ratio,
+    paired,
     run_child,
     serve,
     server_env,
@@ -193,7 +193,7 @@ def run(ctx: Context) -> dict[str, Any]:
     }
     targets = []
     for name, (label, how) in labels.items():
-        speedup = ratio(medians["gensim"], medians[name])
+        speedup = paired(seconds["gensim"], seconds[name])
         targets.append(
             target(
                 label,
@@ -217,7 +217,7 @@ def run(ctx: Context) -> dict[str, Any]:
         "median_seconds": medians,
         "answers": answers,
         "same_accuracy": same,
-        "speedup_vs_gensim": {name: ratio(medians["gensim"], medians[name]) for name in labels},
+        "speedup_vs_gensim": {name: paired(seconds["gensim"], seconds[name]) for name in labels},
         "targets": targets,
         "command": command,
         "server": server.command,

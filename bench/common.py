@@ -116,6 +116,12 @@ def ratio(slow: float, fast: float) -> float:
     return round(slow / fast, 2) if fast > 0 else float("inf")
 
 
+def paired(slow: Sequence[float], fast: Sequence[float]) -> float:
+    """Median over rounds of ``slow[i] / fast[i]``: both sides of a round ran back to back, so the machine's
+    load drifts less within a round than between rounds."""
+    return round(median([s / f for s, f in zip(slow, fast, strict=True) if f > 0]), 2)
+
+
 def rounded(value: float, digits: int = 3) -> float:
     return float(f"{value:.{digits}g}") if value else 0.0
 

@@ -25,7 +25,7 @@ from typing import Any
 import faiss
 import numpy as np
 
-from bench.common import BIN, MIB, Context, dir_size, median, percentile, run_child, target
+from bench.common import BIN, MIB, Context, dir_size, median, paired, percentile, run_child, target
 from bench.neighbours import timed
 from index.table import Table
 
@@ -300,7 +300,7 @@ def run(ctx: Context, save: Callable[[dict[str, Any]], None] | None = None) -> d
                 hnsw,
                 flat,
                 "ms",
-                flat / hnsw if hnsw else 0.0,
+                paired(largest["latency_rounds_p50_ms"]["flat"], largest["latency_rounds_p50_ms"]["hnsw"]),
                 "reported",
                 True,
                 command,

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from bench.common import BIN, MIB, Context, current_rss, dir_size, median, ratio, run_child, target
+from bench.common import BIN, MIB, Context, current_rss, dir_size, median, paired, run_child, target
 
 FORMATS = {"glove": "GloVe text", "word2vec-binary": "word2vec binary"}
 
@@ -170,7 +170,7 @@ def run(ctx: Context) -> dict[str, Any]:
     for fmt in inputs:
         ours, theirs = summary[f"ours:{fmt}"], summary[f"gensim:{fmt}"]
         same = result["inputs"][fmt]["same_matrix"] and result["inputs"][fmt]["same_tokens"]
-        speedup = ratio(theirs["seconds"], ours["seconds"])
+        speedup = paired([x["seconds"] for x in theirs["rounds"]], [x["seconds"] for x in ours["rounds"]])
         goal = ">= 5x, same matrix" if fmt == "glove" else "faster, same matrix"
         met = same and (speedup >= 5 if fmt == "glove" else speedup > 1)
         result["targets"].append(
@@ -207,7 +207,7 @@ def run(ctx: Context) -> dict[str, Any]:
                 cli["seconds"],
                 theirs["seconds"],
                 "s",
-                ratio(theirs["seconds"], cli["seconds"]),
+                paired([x["seconds"] for x in theirs["rounds"]], [x["seconds"] for x in cli["rounds"]]),
                 "reported",
                 True,
                 cli["command"],

@@ -156,6 +156,15 @@ def neighbours(r: dict[str, Any]) -> str:
         f"Servers: {code(h['servers']['ours'])}; {code(h['servers']['floor'])}.  \n"
         f"Load, e.g.: {code(h['hnsw_get']['command_c1'])} and {code(h['hnsw_get']['command_c32'])}.",
     ]
+    if r.get("tuning"):
+        parts += [
+            "**What the one-query throughput gains from tuning** (same load, one worker; a lower efSearch written "
+            "into a copy of the manifest, the table files shared):",
+            table(
+                ["Variant", "p50 ms (c=1)", f"req/s (c={many})", "Command"],
+                [[t["variant"], t["p50_ms"], t["rps_c32"], code(t["command"])] for t in r["tuning"]],
+            ),
+        ]
     if recall_rows:
         parts += [
             "**HNSW recall@10 against exact search per efSearch** (in process, one query at a time):",

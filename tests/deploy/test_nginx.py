@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -107,6 +108,10 @@ def test_balances_and_survives_a_killed_replica(stack, small) -> None:
     with httpx.Client(base_url=base, timeout=30) as client:
         for i in range(20):
             assert client.get(neighbours_path(WORDS[i % len(WORDS)])).status_code == 200
+    # nginx logs a request just after answering it: wait for the 20 lines before counting.
+    deadline = time.monotonic() + 10
+    while sum("/neighbors" in r for r, _, _ in upstreams(nginx_log)) < 20 and time.monotonic() < deadline:
+        time.sleep(0.05)
     served = Counter(u[-1] for r, _, u in upstreams(nginx_log) if "/neighbors" in r)
     assert set(served) == set(backends), served
     assert min(served.values()) >= 5, served
@@ -144,6 +149,9 @@ def test_balances_and_survives_a_killed_replica(stack, small) -> None:
 
     assert failures == [], f"{len(failures)} failed requests, e.g. {failures[:5]}\n{tail(nginx_log)}"
     assert succeeded == CLIENTS * REQUESTS_PER_CLIENT
+    deadline = time.monotonic() + 10
+    while len(upstreams(nginx_log)) < logged_before + CLIENTS * REQUESTS_PER_CLIENT and time.monotonic() < deadline:
+        time.sleep(0.05)
     entries = upstreams(nginx_log)[logged_before:]
     assert len(entries) == CLIENTS * REQUESTS_PER_CLIENT and all(status == 200 for _, status, _ in entries)
     final = Counter(u[-1] for _, _, u in entries)

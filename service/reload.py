@@ -47,8 +47,7 @@ class Reloader:
             self.app.state.registry = registry  # the swap: one reference assignment
             seconds = time.perf_counter() - started
         log.info(
-            "reload: %d loaded, %d unchanged, %d refused (still serving the previous version), %d missing, "
-            "%d removed, %.2fs",
+            "reload: %d loaded, %d unchanged, %d refused (previous version kept), %d missing, %d removed, %.2fs",
             *(len(report[k]) for k in ("loaded", "unchanged", "refused", "missing", "removed")),
             seconds,
         )

@@ -34,6 +34,7 @@ CONNECTIONS = 64
 MAIN_SECONDS = 60.0
 BEFORE_REBUILD = AFTER_RELOAD = 3.0  # seconds of load before the rebuild starts and after the reload
 KEY = "load-admin-key-0123456789"
+TIMEOUT = 600  # seconds: on a machine shared with other jobs an answer can be slow; it must not be lost
 # As the image runs it: one BLAS/OpenMP thread per process (concurrent requests are the parallelism).
 SERVE = ("--threads", "1", "--no-access-log")
 Request = tuple[str, str, str, dict[str, Any]]  # label, method, path, httpx keyword arguments
@@ -69,7 +70,7 @@ async def drive(base: str, done: Callable[[], bool], pick: Callable[[random.Rand
     stats = Stats()
     # One client (one keep-alive connection) per user: httpx's shared pool costs more CPU than the server does.
     one = httpx.Limits(max_connections=1, max_keepalive_connections=1)
-    clients = [httpx.AsyncClient(base_url=base, limits=one, timeout=60) for _ in range(CONNECTIONS)]
+    clients = [httpx.AsyncClient(base_url=base, limits=one, timeout=TIMEOUT) for _ in range(CONNECTIONS)]
     try:
 
         async def user(number: int) -> None:
@@ -172,7 +173,7 @@ def test_rebuild_and_reload_under_load_without_a_failure(
 
     async def scenario() -> tuple[Stats, dict[str, Any]]:
         load = asyncio.create_task(drive(server.base, done, mixed("t", words, 50), seed=2))
-        async with httpx.AsyncClient(base_url=server.base, timeout=60) as client:
+        async with httpx.AsyncClient(base_url=server.base, timeout=TIMEOUT) as client:
 
             async def poll() -> None:
                 while not load.done():

@@ -24,6 +24,7 @@ from pydantic import ValidationError
 from service.logs import log_config
 from service.settings import SUPERVISOR_VARIABLE, Settings, describe_error
 
+KEEP_ALIVE_SECONDS = 75
 APP = "service.app:app_from_env"
 HTTP = "service.protocol:JsonErrorsProtocol"  # uvicorn's protocol, its own 400s in the JSON error envelope
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMEXPR_NUM_THREADS")
@@ -110,6 +111,9 @@ def main(argv: list[str] | None = None) -> int:
         "access_log": not args.no_access_log,
         "server_header": False,
         "http": HTTP,
+        # Keep idle connections longer than clients and load balancers do (nginx: 60 s), so the server never
+        # closes a connection at the moment a client reuses it.
+        "timeout_keep_alive": KEEP_ALIVE_SECONDS,
     }
     if args.workers == 1:
         os.environ.pop(SUPERVISOR_VARIABLE, None)

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 from gensim.models import KeyedVectors
 
+from bench.analogy import subset
 from index import analogy
 from index.analogy import analogy_top
 from index.evaluate import default_sets, evaluate_analogies, evaluate_pairs, format_report
@@ -19,20 +20,6 @@ from index.table import Table
 
 REPO = Path(__file__).resolve().parents[2]
 GOOGLE, (WORDSIM, SIMLEX) = default_sets()
-
-
-def trimmed(path: Path, out: Path, per_section: int) -> Path:
-    """The first ``per_section`` lines of every section of an analogy file."""
-    lines, kept = [], 0
-    for line in path.read_text(encoding="utf-8").splitlines():
-        if line.startswith(": "):
-            lines.append(line)
-            kept = 0
-        elif kept < per_section:
-            lines.append(line)
-            kept += 1
-    out.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    return out
 
 
 def gensim_analogies(kv: KeyedVectors, path: Path, restrict: int, method: str, case_insensitive: bool) -> list:
@@ -104,7 +91,7 @@ def test_trimmed_set_equals_gensim(
     case_insensitive: bool,
     per_section: int,
 ) -> None:
-    path = trimmed(GOOGLE, tmp_path / "questions.txt", per_section)
+    path = subset(GOOGLE, tmp_path / "questions.txt", per_section)
     ours = evaluate_analogies(glove, path, restrict, method, case_insensitive, details=True)
     assert ours["method"] == method and ours["restrict"] == restrict
     assert_same_as_gensim(ours, gensim_analogies(glove_kv, path, restrict, method, case_insensitive))
@@ -179,7 +166,7 @@ def test_cli_eval_text_and_errors(small_data_dir: Path, tmp_path: Path) -> None:
         argv = [sys.executable, "-m", "index", "eval", "small", "--data-dir", str(small_data_dir), *args]
         return subprocess.run(argv, capture_output=True, text=True, cwd=REPO, timeout=300)
 
-    questions = trimmed(GOOGLE, tmp_path / "q.txt", 10)
+    questions = subset(GOOGLE, tmp_path / "q.txt", 10)
     done = run("--analogies", str(questions), "--pairs", str(WORDSIM), "--method", "3cosmul")
     assert done.returncode == 0, done.stderr
     assert "analogies q.txt (3cosmul): accuracy" in done.stdout

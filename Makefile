@@ -5,7 +5,6 @@ BIN := $(VENV)/bin
 DATA_DIR ?= data
 HOST ?= 127.0.0.1
 PORT ?= 8000
-APT_PACKAGES := chromium nginx docker-compose
 
 .PHONY: install dev run build test lint bench bench-quick system-deps clean
 

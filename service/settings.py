@@ -13,7 +13,6 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-from index.artifact import check_name
 from index.errors import InvalidQuery
 
 MIB = 1 << 20
@@ -77,6 +76,10 @@ class Settings(BaseSettings):
             return None
         if not value:
             raise ValueError("give at least one table name, or leave it unset to load every table")
+        # Imported here: index.artifact loads numpy, whose BLAS threads are fixed at import, and embedding-serve
+        # sets their number (OPENBLAS_NUM_THREADS, ...) only after importing this module.
+        from index.artifact import check_name
+
         for name in value:
             try:
                 check_name(name)

@@ -59,7 +59,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--results-dir", type=Path, default=REPO / "bench" / "results")
     p.add_argument("--markdown", type=Path, default=REPO / "BENCHMARKS.md", help="report to write")
     p.add_argument("--work-dir", type=Path, help="scratch directory for generated inputs (default: a temp dir)")
-    p.add_argument("--fresh", action="store_true", help="growth: measure again the tables already measured")
+    p.add_argument("--fresh", action="store_true", help="growth: measure the selected sizes again (others are kept)")
     p.add_argument("--growth-rows", type=int, nargs="+", help="growth: row counts (default 100k 500k 1M 2M)")
     p.add_argument("--growth-dims", type=int, nargs="+", help="growth: dimensions (default 128 300)")
     return p.parse_args(argv)

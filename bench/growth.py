@@ -9,7 +9,8 @@ coordinate j proportional to 1/(j+1)), so most of the variance sits in a few doz
 embedding tables; queries are 1,000 more rows drawn from the same distribution.
 
 Expensive: every finished table is saved to the results file at once, and a rerun skips what is there
-(``--fresh`` starts again). Generated inputs and built tables are deleted as soon as a table is measured.
+(``--fresh`` measures the selected sizes again; ``--growth-rows``/``--growth-dims`` select sizes). Generated
+inputs and built tables are deleted as soon as a table is measured.
 """
 
 from __future__ import annotations
@@ -257,21 +258,23 @@ def measure_llama(ctx: Context) -> dict[str, Any]:
 def run(ctx: Context, save: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
     previous = ctx.results_dir / "growth.json"
     result: dict[str, Any] = {"cells": {}, "llama": None}
-    if previous.is_file() and not ctx.options.get("fresh"):
+    if previous.is_file():
         old = json.loads(previous.read_text())
         if old.get("quick") == ctx.quick:
             result["cells"] = old.get("result", {}).get("cells", {})
             result["llama"] = old.get("result", {}).get("llama")
+    fresh = bool(ctx.options.get("fresh"))
     for dim, rows in sizes(ctx):
         key = f"d{dim}-r{rows}"
-        if key in result["cells"]:
-            print(f"growth: {key} already measured, skipped (--fresh to redo)", file=sys.stderr)
+        if key in result["cells"] and not fresh:
+            print(f"growth: {key} already measured, skipped (--fresh to measure it again)", file=sys.stderr)
             continue
         print(f"growth: {key} ...", file=sys.stderr)
         result["cells"][key] = measure_cell(ctx, dim, rows)
         if save:
             save(result)
-    if result["llama"] is None:
+    chosen = ctx.options.get("growth_rows") or ctx.options.get("growth_dims")
+    if result["llama"] is None or (fresh and not chosen):
         print("growth: Llama-3 shape ...", file=sys.stderr)
         result["llama"] = measure_llama(ctx)
     command = ctx.bench_command("growth")

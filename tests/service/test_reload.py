@@ -194,7 +194,7 @@ def test_http_reload_reaches_every_worker(data_dir: Path, glove_raw: RawTable, t
         assert body["loaded"] == ["t"] and body["other_workers_signalled"] is True
         # The worker that answered reloaded at once; the supervisor passes SIGHUP on to both (the answering
         # worker then finds nothing new). Two workers, two reloads that load t.
-        wait_for(lambda: server.log().count("reload: 1 loaded") == 2, what="the other worker to reload")
+        wait_for(lambda: server.log().count("reload: 1 loaded") == 2, seconds=180, what="the other worker to reload")
         assert all(served_rows(server.base) == V2 for _ in range(20))
     finally:
         server.stop()

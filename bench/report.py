@@ -90,7 +90,7 @@ def analogy(r: dict[str, Any]) -> str:
             names[n],
             med[n],
             ", ".join(f"{s:g}" for s in r["seconds"][n]),
-            a[n]["accuracy"],
+            f"{a[n]['accuracy']:.4f}",
             a[n]["correct"],
             a[n]["total"],
             "1x" if n == "gensim" else f"{r['speedup_vs_gensim'][n]:g}x",
@@ -135,7 +135,7 @@ def neighbours(r: dict[str, Any]) -> str:
         for k in http_labels
         if k in h
     ]
-    recall_rows = [[x["efSearch"], x["recall_at_10"], x["p50_ms"]] for x in r.get("recall", [])]
+    recall_rows = [[x["efSearch"], f"{x['recall_at_10']:.4f}", x["p50_ms"]] for x in r.get("recall", [])]
     many = h.get("connections", 32)
     same = p.get("exact_equals_gensim", {})
     parts = [

@@ -59,6 +59,7 @@ def create_app(settings: Settings) -> FastAPI:
         table_names.update(registry.tables)
         app.state.registry = registry
         log.info("ready: %d table(s) loaded, %d failed", len(registry.tables), len(registry.failed))
+        reloader.loaded()
         try:
             yield
         finally:

@@ -14,6 +14,7 @@ import logging
 import os
 import shutil
 import signal
+import socket
 import sys
 import tempfile
 from pathlib import Path
@@ -119,7 +120,10 @@ def main(argv: list[str] | None = None) -> int:
         os.environ.pop(SUPERVISOR_VARIABLE, None)
         import uvicorn
 
-        uvicorn.run(APP, **options)  # SIGHUP reaches the app itself, which reloads its tables
+        # SIGHUP reaches the app itself, which reloads its tables; until the app handles it, one is moot (the
+        # tables are not read yet) and must not stop the process.
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)
+        uvicorn.run(APP, **options)
     else:
         serve_workers(options)
     return 0
@@ -132,12 +136,29 @@ def serve_workers(options: dict[str, Any]) -> None:
     from uvicorn.supervisors import Multiprocess
 
     class ReloadingSupervisor(Multiprocess):
+        def __init__(self, config: uvicorn.Config, sockets: list[socket.socket]) -> None:
+            super().__init__(config, sockets)
+            # Workers owed a SIGHUP. A worker still starting gets it once it is ready: before its handler is
+            # installed a SIGHUP would kill it, and its start-up may have read a table before the change.
+            self.owed: set[int] = set()
+
         def handle_hup(self) -> None:
             pids = [p.pid for p in self.processes if p.pid is not None and p.process.is_alive()]
             logging.getLogger("uvicorn.error").info("Received SIGHUP, workers %s reload their tables.", pids)
-            for pid in pids:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGHUP)
+            self.owed.update(pids)
+            self.pass_on_hup()
+
+        def keep_subprocess_alive(self) -> None:
+            super().keep_subprocess_alive()
+            self.pass_on_hup()
+
+        def pass_on_hup(self) -> None:
+            for process in self.processes:
+                if process.pid in self.owed and process.is_ready(timeout=1):
+                    self.owed.discard(process.pid)
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(process.pid, signal.SIGHUP)
+            self.owed &= {p.pid for p in self.processes}  # a replaced worker loads the tables afresh
 
     os.environ[SUPERVISOR_VARIABLE] = str(os.getpid())
     config = uvicorn.Config(APP, **options)

@@ -34,6 +34,13 @@ class Reloader:
         self.on_loaded = on_loaded  # e.g. let the metrics accept the new table names
         self._lock = threading.Lock()
         self._tasks: set[asyncio.Task[Any]] = set()
+        self.owed = False  # a SIGHUP came while the tables were loading
+
+    def loaded(self) -> None:
+        """The start-up load is done: run the reload a SIGHUP asked for meanwhile."""
+        if self.owed:
+            self.owed = False
+            self._on_sighup()
 
     def reload(self) -> dict[str, Any]:
         """Blocking: scan, load what changed, publish; returns what happened."""
@@ -72,6 +79,9 @@ class Reloader:
             asyncio.get_running_loop().remove_signal_handler(signal.SIGHUP)
 
     def _on_sighup(self) -> None:
+        if getattr(self.app.state, "registry", None) is None:
+            self.owed = True  # still loading: reload once loaded, the load may have read a table before the change
+            return
         log.info("SIGHUP: reloading the tables")
         task = asyncio.get_running_loop().create_task(self._reload_logged())
         self._tasks.add(task)  # keep a reference until it is done

@@ -38,8 +38,8 @@ class Server:
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
 
-    def stop(self) -> None:
-        """SIGTERM and wait (uvicorn shuts down gracefully); SIGKILL if it hangs."""
+    def stop(self) -> int:
+        """SIGTERM and wait (uvicorn shuts down gracefully); SIGKILL if it hangs. Returns the exit code."""
         if self.process.poll() is None:
             self.process.send_signal(signal.SIGTERM)
             try:
@@ -47,10 +47,19 @@ class Server:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait()
+        return self.process.returncode
 
 
-def start(data_dir: Path, log_path: Path, *args: str, env: dict[str, str] | None = None) -> Server:
-    """Start embedding-serve over ``data_dir``; return once it answers /healthz (its tables are loaded by then)."""
+def start(
+    data_dir: Path,
+    log_path: Path,
+    *args: str,
+    env: dict[str, str] | None = None,
+    while_starting: Callable[[Server], None] | None = None,
+) -> Server:
+    """Start embedding-serve over ``data_dir``; return once it answers /healthz and every worker has finished
+    its start-up (its tables are loaded or refused by then). ``while_starting`` runs at every poll until then."""
+    workers = int(args[args.index("--workers") + 1]) if "--workers" in args else 1
     port = free_port()
     command = [str(BIN / "embedding-serve"), "--data-dir", str(data_dir), "--host", "127.0.0.1", "--port", str(port)]
     environment = {k: v for k, v in os.environ.items() if not k.startswith("EMBEDDING_")} | (env or {})
@@ -59,10 +68,13 @@ def start(data_dir: Path, log_path: Path, *args: str, env: dict[str, str] | None
     server = Server(process, f"http://127.0.0.1:{port}", port, log_path)
     deadline = time.monotonic() + START_SECONDS
     while True:
+        if while_starting is not None:
+            while_starting(server)
         if process.poll() is not None:
             raise AssertionError(f"embedding-serve exited {process.returncode}: {server.log()[-3000:]}")
         try:
-            if httpx.get(f"{server.base}/healthz", timeout=2).status_code == 200:
+            # One worker answering is not all of them: each logs its own start-up.
+            if httpx.get(f"{server.base}/healthz", timeout=2).status_code == 200 and workers_started(server) == workers:
                 return server
         except httpx.TransportError:
             pass  # not listening yet
@@ -70,6 +82,10 @@ def start(data_dir: Path, log_path: Path, *args: str, env: dict[str, str] | None
             server.stop()
             raise AssertionError(f"embedding-serve did not start in {START_SECONDS}s: {server.log()[-3000:]}")
         time.sleep(0.1)  # poll interval while the process starts
+
+
+def workers_started(server: Server) -> int:
+    return server.log().count("Application startup complete.")
 
 
 def wait_for(condition: Callable[[], bool], seconds: float = 60, what: str = "condition") -> None:

@@ -20,7 +20,7 @@ from index.build import build_table
 from index.sources import RawTable
 from index.table import Table
 from tests.service.conftest import client_for
-from tests.service.real_server import start, wait_for
+from tests.service.real_server import Server, start, wait_for
 
 KEY = "admin-key-for-tests-0123456789"
 ADMIN = {"x-api-key": KEY}
@@ -180,6 +180,26 @@ def test_sighup_reloads_every_worker(data_dir: Path, glove_raw: RawTable, tmp_pa
         wait_for(lambda: server.log().count("reload: 1 loaded") == workers, what="every worker to reload")
         assert all(served_rows(server.base) == V2 for _ in range(20))
         assert server.process.poll() is None  # SIGHUP does not stop the server
+    finally:
+        server.stop()
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_sighup_while_starting_stops_no_worker(data_dir: Path, tmp_path: Path, workers: int) -> None:
+    sent = []
+
+    def hup(server: Server) -> None:
+        if "Started" in server.log():  # the process is up (no program handles a signal before it runs)
+            os.kill(server.process.pid, signal.SIGHUP)
+            sent.append(True)
+
+    server = start(data_dir, tmp_path / "server.log", "--workers", str(workers), "--threads", "1", while_starting=hup)
+    try:
+        assert sent  # SIGHUPs from the start of the process to the last worker's start-up
+        assert served_rows(server.base) == V1
+        log = server.log()
+        assert "died" not in log and log.count("Started server process") == workers  # no worker was replaced
+        assert server.process.poll() is None
     finally:
         server.stop()
 

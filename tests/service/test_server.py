@@ -2,12 +2,7 @@
 
 from __future__ import annotations
 
-import os
 import signal
-import socket
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,62 +12,22 @@ import pytest
 
 from index.table import Table
 from service.client import ApiError, Client, Neighbor
-
-STARTUP_SECONDS = 120
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+from tests.service.real_server import Server, start
 
 
-def start(data_dir: Path, log_path: Path, *extra: str) -> tuple[subprocess.Popen[bytes], str]:
-    """Start embedding-serve and wait until /readyz answers 200; return the process and its base URL."""
-    port = free_port()
-    command = [str(Path(sys.executable).with_name("embedding-serve")), "--data-dir", str(data_dir)]
-    command += ["--host", "127.0.0.1", "--port", str(port), *extra]
-    env = {k: v for k, v in os.environ.items() if not k.startswith("EMBEDDING_")}
-    with log_path.open("wb") as log:
-        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env)
-    base = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + STARTUP_SECONDS
-    while True:
-        if process.poll() is not None:
-            raise AssertionError(f"embedding-serve exited {process.returncode}: {log_path.read_text()[-2000:]}")
-        try:
-            if httpx.get(f"{base}/readyz", timeout=2).status_code == 200:
-                return process, base
-        except httpx.TransportError:
-            pass  # not listening yet
-        if time.monotonic() > deadline:
-            process.kill()
-            process.wait()
-            raise AssertionError(f"embedding-serve not ready after {STARTUP_SECONDS}s: {log_path.read_text()[-2000:]}")
-        time.sleep(0.2)  # poll interval while the process starts, not a timing assumption
-
-
-def stop(process: subprocess.Popen[bytes], log_path: Path) -> None:
+def stop(server: Server) -> None:
     """SIGTERM, then assert a graceful exit (uvicorn re-raises the signal after shutting down cleanly)."""
-    process.send_signal(signal.SIGTERM)
-    try:
-        code = process.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait()
-        raise
-    assert code in (0, -signal.SIGTERM), code
-    assert "Application shutdown complete" in log_path.read_text()
+    assert server.stop() in (0, -signal.SIGTERM)
+    assert "Application shutdown complete" in server.log()
 
 
 @pytest.fixture(scope="module")
 def server(small_data_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    log_path = tmp_path_factory.mktemp("serve") / "server.log"
-    process, base = start(small_data_dir, log_path)
+    server = start(small_data_dir, tmp_path_factory.mktemp("serve") / "server.log")
     try:
-        yield base
+        yield server.base
     finally:
-        stop(process, log_path)
+        stop(server)
 
 
 def test_real_server_answers_neighbours_of_heart(server: str, small: Table) -> None:
@@ -139,8 +94,8 @@ def test_python_client_against_the_real_server(server: str, small: Table) -> Non
 
 
 def test_two_workers_share_the_tables_and_the_metrics(small_data_dir: Path, tmp_path: Path) -> None:
-    log_path = tmp_path / "server.log"
-    process, base = start(small_data_dir, log_path, "--workers", "2", "--threads", "1")
+    server = start(small_data_dir, tmp_path / "server.log", "--workers", "2", "--threads", "1")
+    base = server.base
     try:
         with Client(base) as api:
             for _ in range(6):
@@ -153,4 +108,4 @@ def test_two_workers_share_the_tables_and_the_metrics(small_data_dir: Path, tmp_
         ]
         assert sum(counted) == 6  # aggregated over both workers
     finally:
-        stop(process, log_path)
+        stop(server)

@@ -47,7 +47,7 @@ class Settings(BaseSettings):
     log_format: Literal["plain", "json"] = Field("plain", description="log lines as plain text or one JSON object")
     log_level: Literal["critical", "error", "warning", "info", "debug"] = "info"
     threads: int | None = Field(
-        None, ge=1, le=512, description="FAISS/BLAS threads per process (default: cores / workers)"
+        None, ge=1, le=512, description="FAISS/BLAS threads per process (default 1)"
     )
     api_key: SecretStr | None = Field(
         None, description="key for the admin endpoints (X-API-Key header); unset: admin endpoints are disabled"

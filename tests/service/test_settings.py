@@ -85,12 +85,11 @@ def test_embedding_serve_exits_non_zero_on_bad_settings(
 
 
 def test_threads_per_worker(clean_env: pytest.MonkeyPatch) -> None:
-    assert serve.threads_per_worker(1) == serve.cores()
-    assert serve.threads_per_worker(serve.cores() * 2) == 1
+    assert serve.threads_per_worker() == 1
     clean_env.setenv("OMP_NUM_THREADS", "3")
-    assert serve.threads_per_worker(1) == 3
+    assert serve.threads_per_worker() == 3
     clean_env.setenv("EMBEDDING_THREADS", "2")
-    assert serve.threads_per_worker(1) == 2
+    assert serve.threads_per_worker() == 2
 
 
 # ------------------------------------------------------------------------------------------- registry

@@ -310,10 +310,11 @@ def stop(process: subprocess.Popen[bytes]) -> None:
             process.wait(10)
 
 
-def server_env(threads: int | None = None) -> dict[str, str]:
+def server_env(cache: bool = True) -> dict[str, str]:
+    """The server's environment: the defaults, or without the answer cache (every request is searched)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("EMBEDDING_")}
-    if threads:
-        env["EMBEDDING_THREADS"] = str(threads)
+    if not cache:
+        env["EMBEDDING_CACHE_BYTES"] = "0"
     return env
 
 

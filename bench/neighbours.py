@@ -213,9 +213,14 @@ def over_http(ctx: Context, words: list[tuple[str, int]]) -> dict[str, Any]:
     cap = 20 if ctx.quick else 0  # the quick mode stops after this many requests per measurement
     many = 4 if ctx.quick else 32  # connections of the throughput measurement
     requests = http_requests(ctx.table, words[: 64 if ctx.quick else 2048])
-    ours_port, floor_port = free_port(), free_port()
+    ours_port, cached_port, floor_port = free_port(), free_port(), free_port()
+    # "ours" searches every request (answer cache off); "cached" is the default server, whose answer cache serves
+    # the query words again once the warm-up has asked each of them.
     ours_argv = embedding_serve(ctx, ours_port)
-    with serve(ours_argv, "/readyz", ours_port, server_env()) as ours:
+    with (
+        serve(ours_argv, "/readyz", ours_port, server_env(cache=False)) as ours,
+        serve(embedding_serve(ctx, cached_port), "/readyz", cached_port, server_env()) as cached,
+    ):
         sample = check_answers(ours.base, requests)
         bodies = ctx.work_dir / "floor-bodies.json"
         bodies.write_text(json.dumps({"get": sample["hnsw_get"].decode(), "post": sample["hnsw_post64"].decode()}))
@@ -225,6 +230,7 @@ def over_http(ctx: Context, words: list[tuple[str, int]]) -> dict[str, Any]:
             cases = {
                 "floor_get": (floor, requests["hnsw_get"]),
                 "hnsw_get": (ours, requests["hnsw_get"]),
+                "cached_get": (cached, requests["hnsw_get"]),
                 "exact_get": (ours, requests["exact_get"]),
                 "floor_post64": (floor, requests["hnsw_post64"]),
                 "hnsw_post64": (ours, requests["hnsw_post64"]),
@@ -250,7 +256,11 @@ def over_http(ctx: Context, words: list[tuple[str, int]]) -> dict[str, Any]:
         "driver": "wrk" if use_wrk else "httpx",
         "seconds_per_measurement": seconds,
         "connections": many,
-        "servers": {"ours": ours.command, "floor": "BENCH_FLOOR_BODIES=<captured bodies> " + floor.command},
+        "servers": {
+            "ours": "EMBEDDING_CACHE_BYTES=0 " + ours.command,
+            "cached": cached.command,
+            "floor": "BENCH_FLOOR_BODIES=<captured bodies> " + floor.command,
+        },
         "response_bytes": {"get": len(sample["hnsw_get"]), "post64": len(sample["hnsw_post64"])},
     }
     for name, rs in rounds.items():
@@ -284,29 +294,24 @@ def with_ef_search(ctx: Context, ef: int) -> Path:
 
 
 def tuning(ctx: Context, words: list[tuple[str, int]], ef: int) -> list[dict[str, Any]]:
-    """What the one-query throughput gains from a lower efSearch and from one FAISS thread per request."""
+    """What the one-query throughput (answer cache off) would gain from a lower efSearch."""
     use_wrk = not ctx.quick and wrk_path() is not None
     seconds = 0.5 if ctx.quick else float(ctx.options.get("seconds", 5))
     cap, many = (20, 4) if ctx.quick else (0, 32)
     items = http_requests(ctx.table, words[: 64 if ctx.quick else 2048])["hnsw_get"]
     low = with_ef_search(ctx, ef)
     out = []
-    for label, data_dir, threads in (
-        ("as served", ctx.data_dir, None),
-        ("EMBEDDING_THREADS=1", ctx.data_dir, 1),
-        (f"efSearch {ef}", low, None),
-        (f"efSearch {ef}, EMBEDDING_THREADS=1", low, 1),
-    ):
+    for label, data_dir in (("as served", ctx.data_dir), (f"efSearch {ef}", low)):
         port = free_port()
         variant = Context(data_dir=data_dir, work_dir=ctx.work_dir, results_dir=ctx.results_dir, table=ctx.table)
-        with serve(embedding_serve(variant, port), "/readyz", port, server_env(threads)) as server:
+        with serve(embedding_serve(variant, port), "/readyz", port, server_env(cache=False)) as server:
             load.run(server.base, items, 4, 0.2 if ctx.quick else 1.0, use_wrk, max_requests=cap)
             wait_idle(server.process.pid)
             c1 = load.run(server.base, items, 1, seconds, use_wrk, max_requests=cap)
             wait_idle(server.process.pid)
             c32 = load.run(server.base, items, many, seconds, use_wrk, max_requests=cap * 2)
-            prefix = f"EMBEDDING_THREADS={threads} " if threads else ""
-            out.append({"variant": label, "p50_ms": c1.p50_ms, "rps_c32": c32.rps, "command": prefix + server.command})
+            command = "EMBEDDING_CACHE_BYTES=0 " + server.command
+            out.append({"variant": label, "p50_ms": c1.p50_ms, "rps_c32": c32.rps, "command": command})
     shutil.rmtree(low, ignore_errors=True)
     return out
 
@@ -364,6 +369,22 @@ def run(ctx: Context) -> dict[str, Any]:
                 "bare FastAPI",
             )
         )
+    cached, base = http["cached_get"], http["floor_get"]
+    share = paired([r["c32"]["rps"] for r in cached["rounds"]], [r["c32"]["rps"] for r in base["rounds"]])
+    targets.append(
+        target(
+            f"neighbours over HTTP, one query asked before (answer cache hit), requests/s at concurrency "
+            f"{http['connections']} vs the floor",
+            cached["rps_c32"],
+            base["rps_c32"],
+            "req/s",
+            share,
+            "reported",
+            share >= 0.6,
+            cached["command_c32"],
+            "bare FastAPI",
+        )
+    )
     for mode in ("hnsw", "exact"):
         for size in ("single", "batch64"):
             label = "one query" if size == "single" else "a batch of 64"

@@ -26,6 +26,7 @@ from starlette.responses import FileResponse, HTMLResponse, Response
 
 from index import __version__
 from service import auth, errors
+from service.cache import AnswerCache, AnswerCacheMiddleware
 from service.deps import document_query_models
 from service.limits import RequestLimitsMiddleware
 from service.metrics import Metrics, MetricsMiddleware
@@ -83,8 +84,11 @@ def create_app(settings: Settings) -> FastAPI:
     app.state.api_routes = [route for router in ROUTERS for route in router.routes if isinstance(route, APIRoute)]
     _mount_explorer(app)
 
-    # The last middleware added runs first: metrics see every request, including refused ones; CORS answers
-    # preflights before the read key is asked for.
+    # The last middleware added runs first: metrics see every request, including refused ones and cache hits;
+    # CORS answers preflights before the read key is asked for; the answer cache serves only allowed requests.
+    if settings.cache_bytes:
+        app.state.answer_cache = AnswerCache(settings.cache_bytes)
+        app.add_middleware(AnswerCacheMiddleware, cache=app.state.answer_cache)
     if settings.read_api_key is not None:
         keys = tuple(key for key in (auth.key_bytes(settings.read_api_key), auth.key_bytes(settings.api_key)) if key)
         app.add_middleware(auth.ReadKeyMiddleware, keys=keys)

@@ -41,9 +41,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--host", default="127.0.0.1", help="interface to bind (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=8000, help="TCP port (default 8000)")
     p.add_argument("--workers", type=int, default=1, help="worker processes sharing the mapped tables (default 1)")
-    p.add_argument(
-        "--threads", type=int, help="FAISS/BLAS threads per worker (EMBEDDING_THREADS; default 1)"
-    )
+    p.add_argument("--threads", type=int, help="FAISS/BLAS threads per worker (EMBEDDING_THREADS; default 1)")
     p.add_argument("--tables", help="comma-separated table names to load (EMBEDDING_TABLES; default all)")
     p.add_argument("--log-level", choices=["critical", "error", "warning", "info", "debug"], help="default info")
     p.add_argument("--log-format", choices=["plain", "json"], help="EMBEDDING_LOG_FORMAT (default plain)")

@@ -46,9 +46,7 @@ class Settings(BaseSettings):
     )
     log_format: Literal["plain", "json"] = Field("plain", description="log lines as plain text or one JSON object")
     log_level: Literal["critical", "error", "warning", "info", "debug"] = "info"
-    threads: int | None = Field(
-        None, ge=1, le=512, description="FAISS/BLAS threads per process (default 1)"
-    )
+    threads: int | None = Field(None, ge=1, le=512, description="FAISS/BLAS threads per process (default 1)")
     api_key: SecretStr | None = Field(
         None, description="key for the admin endpoints (X-API-Key header); unset: admin endpoints are disabled"
     )
@@ -56,6 +54,9 @@ class Settings(BaseSettings):
         None, description="key every /v1 read must carry (X-API-Key header; the admin key works too); unset: open"
     )
     verify_checksums: bool = Field(True, description="check every table file's sha256 against its manifest on load")
+    cache_bytes: int = Field(
+        8 * MIB, ge=0, description="memory per worker for repeated GET answers (service.cache); 0 turns it off"
+    )
 
     @field_validator("tables", "cors_origins", mode="before")
     @classmethod

@@ -1,0 +1,114 @@
+"""The answer cache: whole ``GET /v1/tables/...`` answers kept in memory, so a repeated query costs no search.
+
+A table never changes once loaded (a rebuild is a new registry, see ``service.registry``), so an answer is a
+function of the URL and the registry that computed it. Only 200 answers are kept; the cache is emptied when the
+app publishes a new registry, and an answer computed by an older registry is never stored. Least recently used
+answers go first once ``max_bytes`` is reached (``EMBEDDING_CACHE_BYTES``, 0 turns the cache off).
+
+The middleware sits inside the read-key check (a request without the key never reaches it) and inside the
+metrics middleware, which sees a hit under its route as any other request.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+CACHED_PREFIX = "/v1/tables/"
+ENTRY_OVERHEAD = 200  # bytes a cached answer costs beside its body and key (tuple, headers, dict slot)
+
+
+@dataclass(frozen=True)
+class Answer:
+    headers: list[tuple[bytes, bytes]]
+    body: bytes
+    route: Any  # the matched route and its path parameters, for the metrics labels of a hit
+    path_params: dict[str, Any]
+
+
+class AnswerCache:
+    """Least-recently-used answers by (path, query string), for the registry they were computed with."""
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        self.bytes = 0
+        self.hits = 0
+        self.misses = 0
+        self._answers: OrderedDict[tuple[str, bytes], Answer] = OrderedDict()
+        self._registry: object = None  # whose answers the cache holds
+
+    def get(self, registry: object, key: tuple[str, bytes]) -> Answer | None:
+        if registry is not self._registry:
+            self.clear()
+            self._registry = registry
+        answer = self._answers.get(key)
+        if answer is None:
+            self.misses += 1
+            return None
+        self._answers.move_to_end(key)
+        self.hits += 1
+        return answer
+
+    def put(self, registry: object, key: tuple[str, bytes], answer: Answer) -> None:
+        size = self._size(key, answer)
+        if registry is not self._registry or size > self.max_bytes // 8 or key in self._answers:
+            return  # computed before a reload, too big to be worth a place, or stored meanwhile
+        self._answers[key] = answer
+        self.bytes += size
+        while self.bytes > self.max_bytes:
+            old_key, old = self._answers.popitem(last=False)
+            self.bytes -= self._size(old_key, old)
+
+    def clear(self) -> None:
+        self._answers.clear()
+        self.bytes = 0
+
+    def __len__(self) -> int:
+        return len(self._answers)
+
+    @staticmethod
+    def _size(key: tuple[str, bytes], answer: Answer) -> int:
+        return len(key[0]) + len(key[1]) + len(answer.body) + ENTRY_OVERHEAD
+
+
+class AnswerCacheMiddleware:
+    def __init__(self, app: ASGIApp, cache: AnswerCache) -> None:
+        self.app = app
+        self.cache = cache
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["method"] != "GET" or not scope["path"].startswith(CACHED_PREFIX):
+            await self.app(scope, receive, send)
+            return
+        registry = getattr(scope["app"].state, "registry", None)
+        if registry is None:  # still loading: the route answers 503
+            await self.app(scope, receive, send)
+            return
+        key = (scope["path"], scope["query_string"])
+        answer = self.cache.get(registry, key)
+        if answer is not None:
+            scope["route"], scope["path_params"] = answer.route, answer.path_params
+            await send({"type": "http.response.start", "status": 200, "headers": answer.headers})
+            await send({"type": "http.response.body", "body": answer.body})
+            return
+        start: Message = {}
+        whole = True  # the body came in one message (a streamed answer is not kept)
+
+        async def keep(message: Message) -> None:
+            nonlocal start, whole
+            if message["type"] == "http.response.start":
+                start = message
+            elif message["type"] == "http.response.body":
+                if message.get("more_body", False):
+                    whole = False
+                elif whole and start.get("status") == 200:
+                    answer = Answer(
+                        list(start["headers"]), message["body"], scope.get("route"), scope.get("path_params", {})
+                    )
+                    self.cache.put(registry, key, answer)
+            await send(message)
+
+        await self.app(scope, receive, keep)

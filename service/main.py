@@ -162,7 +162,31 @@ def serve_workers(options: dict[str, Any]) -> None:
 
     os.environ[SUPERVISOR_VARIABLE] = str(os.getpid())
     config = uvicorn.Config(APP, **options)
+    preload_for_fork()
     ReloadingSupervisor(config, sockets=[config.bind_socket()]).run()
+
+
+def preload_for_fork() -> None:
+    """Import what a worker imports once, in the supervisor, and fork the workers from it instead of spawning
+    fresh interpreters: the imported modules' pages are then shared by every worker (copy-on-write), which saves
+    most of a worker's private memory. Nothing here starts a thread, so forking is safe; each worker still builds
+    its own app and maps the tables itself."""
+    import gc
+    import multiprocessing
+
+    from uvicorn import _subprocess
+    from uvicorn.supervisors import multiprocess
+
+    import service.app  # noqa: F401  (numpy, FAISS, FastAPI, pydantic: the bulk of a worker's memory)
+
+    fork = multiprocessing.get_context("fork")
+
+    def forked_worker(config: Any, target: Any, sockets: list[socket.socket]) -> Any:
+        kwargs = {"config": config, "target": target, "sockets": sockets, "stdin_fileno": None}
+        return fork.Process(target=_subprocess.subprocess_started, kwargs=kwargs)
+
+    multiprocess.get_subprocess = forked_worker  # uvicorn's Process creates its worker through this name
+    gc.freeze()  # keep the collector from touching (and so copying) the shared objects in every worker
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import httpx
 import numpy as np
+import psutil
 import pytest
 
 from index.table import Table
@@ -107,5 +108,13 @@ def test_two_workers_share_the_tables_and_the_metrics(small_data_dir: Path, tmp_
             if line.startswith("embedding_http_requests_total{") and 'route="/v1/tables/{table}/neighbors"' in line
         ]
         assert sum(counted) == 6  # aggregated over both workers
+        # The workers are forked from the supervisor after it imported the service: the libraries' memory is
+        # shared between them (copy-on-write) instead of each worker holding its own ~50 MiB.
+        workers = [c for c in psutil.Process(server.process.pid).children() if c.name() == "embedding-serve"]
+        assert len(workers) == 2
+        for worker in workers:
+            rollup = Path(f"/proc/{worker.pid}/smaps_rollup").read_text().split()
+            shared_dirty_kib = int(rollup[rollup.index("Shared_Dirty:") + 1])
+            assert shared_dirty_kib > 16 * 1024, shared_dirty_kib
     finally:
         stop(server)

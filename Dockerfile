@@ -38,10 +38,10 @@ RUN embedding-index build --data-dir /data
 # ------------------------------------------------------------------------------------------------- runtime
 FROM ${PYTHON_IMAGE} AS runtime
 
-# One OpenMP/BLAS thread per process: a replica serves concurrent requests on several threads (FAISS releases
-# the GIL), so per-query threads would only oversubscribe the cores. Raise them with care: workers x threads
-# should not exceed the container's CPUs. Two malloc arenas keep each worker's private memory ~15 MiB smaller
-# than glibc's default of 8 per core (bench/workers_memory.py).
+# One OpenMP/BLAS thread per process (embedding-serve's default too): a replica serves concurrent requests on
+# several threads (FAISS releases the GIL), so per-query threads would only oversubscribe the cores. Raise them
+# with care: workers x threads should not exceed the container's CPUs. embedding-serve also tunes glibc's
+# malloc for a small footprint per worker (service/main.py, tune_malloc).
 ENV PATH=/opt/venv/bin:$PATH \
     PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
@@ -51,7 +51,6 @@ ENV PATH=/opt/venv/bin:$PATH \
     OPENBLAS_NUM_THREADS=1 \
     MKL_NUM_THREADS=1 \
     EMBEDDING_THREADS=1 \
-    MALLOC_ARENA_MAX=2 \
     EMBEDDING_DATA_DIR=/data
 
 RUN groupadd --system --gid 10001 app \

@@ -186,3 +186,25 @@ def test_tables_are_memory_mapped_read_only(api: TestClient) -> None:
     table = api.app.state.registry.tables["small"]
     for array in (table.vectors, table.norms):
         assert isinstance(array, np.memmap) and not array.flags.writeable
+
+
+class FakeLibc:
+    def __init__(self) -> None:
+        self.calls: list[tuple[int, int]] = []
+
+    def mallopt(self, option: int, value: int) -> int:
+        self.calls.append((option, value))
+        return 1
+
+
+def test_malloc_is_tuned_unless_its_environment_says_otherwise(clean_env: pytest.MonkeyPatch) -> None:
+    libc = FakeLibc()
+    clean_env.setattr(serve.ctypes, "CDLL", lambda *args, **kwargs: libc)
+    clean_env.delenv("MALLOC_ARENA_MAX", raising=False)
+    clean_env.delenv("MALLOC_MMAP_THRESHOLD_", raising=False)
+    serve.tune_malloc()
+    assert libc.calls == [(serve.M_ARENA_MAX, 2), (serve.M_MMAP_THRESHOLD, 128 << 10)]
+    libc.calls.clear()
+    clean_env.setenv("MALLOC_ARENA_MAX", "4")  # glibc reads its own variables; embedding-serve leaves them be
+    serve.tune_malloc()
+    assert libc.calls == [(serve.M_MMAP_THRESHOLD, 128 << 10)]

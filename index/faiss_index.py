@@ -4,7 +4,7 @@ Rows are unit-normalised, so inner product equals cosine. Specs:
 
 - ``auto``: ``flat`` below 100,000 rows, else ``hnsw`` with ``efSearch`` raised until recall@10 >= 0.99;
 - ``flat``: exact inner product (the service then searches the memory-mapped matrix directly);
-- ``hnsw`` or ``hnsw:M=32,efConstruction=80,efSearch=64``;
+- ``hnsw`` or ``hnsw:M=32,efConstruction=200,efSearch=64`` (those are the defaults, efSearch apart);
 - any other string is passed to ``faiss.index_factory`` (e.g. ``IVF1024,Flat``, ``HNSW16``).
 """
 
@@ -31,7 +31,9 @@ class IndexSpec:
     kind: str  # "flat", "hnsw" or "factory"
     factory: str = "Flat"
     m: int = 32
-    ef_construction: int = 80
+    # 200 rather than FAISS's 40: a better graph needs a third of the efSearch for recall@10 0.99 on GloVe 400k
+    # (64 instead of 192: 2.1x faster queries) for 3x the build time (99 s instead of 33 s on 2 cores).
+    ef_construction: int = 200
     ef_search: int | None = None  # None: tune for the target recall
     target_recall: float | None = None
     params: dict[str, Any] = field(default_factory=dict)

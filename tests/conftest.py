@@ -14,6 +14,7 @@ import pytest
 
 from index.build import build_table
 from index.errors import ArtifactError, UnknownTable
+from index.faiss_index import IndexSpec
 from index.sources import RawTable, glove_package
 from index.table import Table
 
@@ -31,8 +32,11 @@ def glove_data_dir() -> Path:
     data_dir = Path(os.environ.get("EMBEDDING_TEST_CACHE", REPO / ".cache" / "test-data"))
     directory = data_dir / glove_package.DEFAULT_NAME
     try:
-        Table.load(directory, checksums=False)
+        spec = Table.load(directory, checksums=False).manifest["index"]["spec"]
+        current = spec.get("efConstruction") == IndexSpec(kind="hnsw").ef_construction
     except (ArtifactError, UnknownTable):  # missing, or left by an older builder: build it afresh
+        current = False
+    if not current:  # missing, left by an older builder, or with another default index
         build_table(
             glove_package.read(),
             data_dir=data_dir,

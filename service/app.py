@@ -88,7 +88,7 @@ def create_app(settings: Settings) -> FastAPI:
     # CORS answers preflights before the read key is asked for; the answer cache serves only allowed requests.
     if settings.cache_bytes:
         app.state.answer_cache = AnswerCache(settings.cache_bytes)
-        app.add_middleware(AnswerCacheMiddleware, cache=app.state.answer_cache)
+        app.add_middleware(AnswerCacheMiddleware, cache=app.state.answer_cache, metrics=metrics)
     if settings.read_api_key is not None:
         keys = tuple(key for key in (auth.key_bytes(settings.read_api_key), auth.key_bytes(settings.api_key)) if key)
         app.add_middleware(auth.ReadKeyMiddleware, keys=keys)

@@ -6,7 +6,8 @@ app publishes a new registry, and an answer computed by an older registry is nev
 answers go first once ``max_bytes`` is reached (``EMBEDDING_CACHE_BYTES``, 0 turns the cache off).
 
 The middleware sits inside the read-key check (a request without the key never reaches it) and inside the
-metrics middleware, which sees a hit under its route as any other request.
+metrics middleware, which sees a hit under its route as any other request;
+``embedding_answer_cache_total{result="hit"|"miss"}`` counts the lookups.
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from service.metrics import Metrics
 
 CACHED_PREFIX = "/v1/tables/"
 ENTRY_OVERHEAD = 200  # bytes a cached answer costs beside its body and key (tuple, headers, dict slot)
@@ -75,9 +78,11 @@ class AnswerCache:
 
 
 class AnswerCacheMiddleware:
-    def __init__(self, app: ASGIApp, cache: AnswerCache) -> None:
+    def __init__(self, app: ASGIApp, cache: AnswerCache, metrics: Metrics) -> None:
         self.app = app
         self.cache = cache
+        self.hit = metrics.cache.labels("hit")
+        self.miss = metrics.cache.labels("miss")
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["method"] != "GET" or not scope["path"].startswith(CACHED_PREFIX):
@@ -90,10 +95,12 @@ class AnswerCacheMiddleware:
         key = (scope["path"], scope["query_string"])
         answer = self.cache.get(registry, key)
         if answer is not None:
+            self.hit.inc()
             scope["route"], scope["path_params"] = answer.route, answer.path_params
             await send({"type": "http.response.start", "status": 200, "headers": answer.headers})
             await send({"type": "http.response.body", "body": answer.body})
             return
+        self.miss.inc()
         start: Message = {}
         whole = True  # the body came in one message (a streamed answer is not kept)
 

@@ -31,6 +31,12 @@ class Metrics:
             buckets=LATENCY_BUCKETS,
             registry=self.registry,
         )
+        self.cache = Counter(
+            "embedding_answer_cache",
+            "GET /v1/tables answers looked up in the answer cache, by result (hit or miss)",
+            ("result",),
+            registry=self.registry,
+        )
         self.search = Histogram(
             "embedding_search_seconds",
             "Time spent in the query engine per operation and table",

@@ -32,6 +32,9 @@ def test_a_repeated_answer_is_served_from_the_cache_unchanged(small_data_dir: Pa
             and 'table="small"' in line
         ]
         assert sum(float(line.rsplit(" ", 1)[1]) for line in counted) == 4
+        lookups = client.get("/metrics").text
+        assert 'embedding_answer_cache_total{result="hit"} 3.0' in lookups
+        assert 'embedding_answer_cache_total{result="miss"} 1.0' in lookups
         # A different query string is a different answer.
         other = client.get("/v1/tables/small/neighbors", params={"token": "heart", "k": 3}).json()
         assert len(other["neighbors"]) == 3 and cache.misses == 2

@@ -105,16 +105,27 @@ def set_search_params(index: faiss.Index, ef_search: int | None = None, nprobe: 
             ivf.nprobe = nprobe
 
 
-def measure_recall(index: faiss.Index, vectors: np.ndarray, seed: int = 0, sample: int = RECALL_SAMPLE) -> float:
-    """Recall@10 of ``index`` against exact search, for ``sample`` rows drawn with ``seed`` as queries."""
-    rng = np.random.default_rng(seed)
-    ids = np.sort(rng.choice(len(vectors), size=min(sample, len(vectors)), replace=False))
-    queries = np.ascontiguousarray(vectors[ids])
-    k = min(RECALL_K, len(vectors))
-    _, truth = faiss.knn(queries, np.ascontiguousarray(vectors), k, metric=faiss.METRIC_INNER_PRODUCT)
-    _, found = index.search(queries, k)
-    hits = sum(len(np.intersect1d(t, f)) for t, f in zip(truth, found, strict=True))
-    return hits / truth.size
+@dataclass
+class RecallProbe:
+    """``sample`` rows drawn with ``seed`` as queries, with their exact top-10 computed once."""
+
+    queries: np.ndarray
+    truth: np.ndarray
+
+    @classmethod
+    def draw(cls, vectors: np.ndarray, seed: int = 0, sample: int = RECALL_SAMPLE) -> RecallProbe:
+        rng = np.random.default_rng(seed)
+        ids = np.sort(rng.choice(len(vectors), size=min(sample, len(vectors)), replace=False))
+        queries = np.ascontiguousarray(vectors[ids])
+        k = min(RECALL_K, len(vectors))
+        _, truth = faiss.knn(queries, np.ascontiguousarray(vectors), k, metric=faiss.METRIC_INNER_PRODUCT)
+        return cls(queries, truth)
+
+    def recall(self, index: faiss.Index) -> float:
+        """Recall@10 of ``index`` against exact search."""
+        _, found = index.search(self.queries, self.truth.shape[1])
+        hits = sum(len(np.intersect1d(t, f)) for t, f in zip(self.truth, found, strict=True))
+        return hits / self.truth.size
 
 
 @dataclass
@@ -132,18 +143,19 @@ def build_and_measure(vectors: np.ndarray, spec: IndexSpec, min_recall: float, s
         return BuiltIndex(index=None, info=info)
     index = build_index(vectors, spec)
     info = {"spec": spec.describe(), "faiss_description": type(index).__name__}
+    probe = RecallProbe.draw(vectors, seed)  # the exact answers, once: the efSearch steps reuse them
     recall = None
     if spec.kind == "hnsw" and spec.ef_search is None:
         target = spec.target_recall or max(min_recall, AUTO_TARGET_RECALL)
         for ef in EF_SEARCH_STEPS:
             set_search_params(index, ef_search=ef)
-            recall = measure_recall(index, vectors, seed)
+            recall = probe.recall(index)
             spec.ef_search = ef
             if recall >= target:
                 break
     else:
         set_search_params(index, ef_search=spec.ef_search)
-        recall = measure_recall(index, vectors, seed)
+        recall = probe.recall(index)
     info.update(recall_at_10=round(float(recall), 4), exact=False, recall_sample=min(RECALL_SAMPLE, len(vectors)))
     info["spec"] = spec.describe()
     if recall < min_recall:

@@ -79,8 +79,9 @@ def create_app(settings: Settings) -> FastAPI:
     app.state.settings = settings
     app.state.metrics = metrics
     errors.install(app)
-    for router in ROUTERS:
-        app.include_router(router)
+    # The routes themselves, not include_router: FastAPI matches an included router's routes lazily, through a
+    # layer that costs tens of microseconds on every request.
+    app.router.routes.extend(route for router in ROUTERS for route in router.routes)
     app.state.api_routes = [route for router in ROUTERS for route in router.routes if isinstance(route, APIRoute)]
     _mount_explorer(app)
 

@@ -19,6 +19,7 @@ OFFSETS = "token_offsets.npy"
 ORDER = "token_order.npy"
 FOLDED_ORDER = "token_folded_order.npy"
 FILES = (BLOB, OFFSETS, ORDER, FOLDED_ORDER)
+PREFIX_BYTES = 8
 
 
 def write_tokens(directory: Path, tokens: Sequence[str]) -> None:
@@ -50,6 +51,33 @@ class _Keys(Sequence[str]):
         return token.casefold() if self._fold else token
 
 
+class _RawKeys(Sequence[bytes]):
+    """The UTF-8 bytes of the tokens in sorted order (UTF-8 sorts as the code points do), for ``bisect``."""
+
+    def __init__(self, tokens: Tokens, order: np.ndarray) -> None:
+        self._tokens, self._order = tokens, order
+
+    def __len__(self) -> int:
+        return len(self._order)
+
+    def __getitem__(self, i):  # type: ignore[override]
+        return self._tokens.raw(int(self._order[i]))
+
+
+def _prefixes(blob: np.ndarray | bytes, offsets: np.ndarray, order: np.ndarray) -> np.ndarray:
+    """The first 8 bytes of each token in ``order`` as a big-endian integer (zero-padded): sorted like the tokens."""
+    out = np.zeros(len(order), dtype=np.uint64)
+    if not len(blob):  # every token is empty
+        return out
+    data = np.frombuffer(blob, dtype=np.uint8) if isinstance(blob, bytes) else blob
+    starts = offsets[order]
+    lengths = offsets[order + 1] - starts
+    for b in range(PREFIX_BYTES):
+        byte = np.where(lengths > b, data[np.minimum(starts + b, len(data) - 1)], 0)
+        out |= byte.astype(np.uint64) << np.uint64(8 * (PREFIX_BYTES - 1 - b))
+    return out
+
+
 class Tokens(Sequence[str]):
     """Read-only token labels of one table."""
 
@@ -60,8 +88,9 @@ class Tokens(Sequence[str]):
         self._blob = blob
         self._order = np.load(directory / ORDER, mmap_mode="r").view(np.ndarray)
         self._folded_order = np.load(directory / FOLDED_ORDER, mmap_mode="r").view(np.ndarray)
-        self._exact = _Keys(self, self._order, fold=False)
+        self._exact = _RawKeys(self, self._order)
         self._folded = _Keys(self, self._folded_order, fold=True)
+        self._exact_prefixes: np.ndarray | None = None  # made on the first lookup: 8 bytes a token
 
     def __len__(self) -> int:
         return len(self._offsets) - 1
@@ -76,18 +105,34 @@ class Tokens(Sequence[str]):
             raw = bytes(self._blob[int(offsets[0]) : int(offsets[-1])])
             ends = (offsets - offsets[0]).tolist()
             return [raw[s:e].decode("utf-8") for s, e in pairwise(ends)]
+        return self.raw(i).decode("utf-8")
+
+    def raw(self, i: int) -> bytes:
+        """The UTF-8 bytes of token ``i``."""
         if i < 0:
             i += len(self)
         start, end = int(self._offsets[i]), int(self._offsets[i + 1])
-        return bytes(self._blob[start:end]).decode("utf-8")
+        return bytes(self._blob[start:end])
 
     def labels(self, ids: Iterable[int]) -> list[str]:
         return [self[int(i)] for i in ids]
 
+    def prepare_lookup(self) -> np.ndarray:
+        """The sorted 8-byte prefixes :meth:`find` searches, made on first use (50 ms for 400,000 tokens)."""
+        if self._exact_prefixes is None:
+            self._exact_prefixes = _prefixes(self._blob, self._offsets, self._order)
+        return self._exact_prefixes
+
     def find(self, token: str) -> int | None:
-        """Row id of exactly ``token``, or None."""
-        pos = bisect.bisect_left(self._exact, token)
-        if pos < len(self._exact) and self._exact[pos] == token:
+        """Row id of exactly ``token``, or None: the sorted 8-byte prefixes narrow the search in one numpy call,
+        then a binary search over the few tokens that share the prefix compares bytes."""
+        prefixes = self.prepare_lookup()
+        key = token.encode("utf-8", "surrogatepass")  # a lone surrogate matches no token, but must not raise
+        prefix = np.uint64(int.from_bytes(key[:PREFIX_BYTES].ljust(PREFIX_BYTES, b"\0"), "big"))
+        lo = int(np.searchsorted(prefixes, prefix, "left"))
+        hi = int(np.searchsorted(prefixes, prefix, "right"))
+        pos = bisect.bisect_left(self._exact, key, lo, hi)
+        if pos < hi and self._exact[pos] == key:
             return int(self._order[pos])
         return None
 

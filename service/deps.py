@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Annotated, Any, TypeVar
 
 from fastapi import APIRouter, Depends, Header, Path, Request
@@ -21,6 +21,7 @@ from service.settings import Settings
 # Dependencies are ``async def`` so FastAPI calls them on the event loop instead of a worker thread.
 
 M = TypeVar("M", bound=BaseModel)
+F = TypeVar("F", bound=Callable[..., Any])
 
 # The names ``index.artifact.check_name`` accepts (no "..", no leading dot) as one regular expression, for the
 # OpenAPI document; the check itself is check_name's, so its message names the rule (tests hold the two equal).
@@ -51,16 +52,21 @@ SettingsDep = Annotated[Settings, Depends(get_settings)]
 RegistryDep = Annotated[Registry, Depends(get_registry)]
 
 
-async def get_table(
-    request: Request,
-    table: Annotated[
-        str,
-        Path(description="table name, as listed by GET /v1/tables", max_length=64, json_schema_extra=NAME_SCHEMA),
-        AfterValidator(_table_name),
-    ],
-) -> Table:
-    # The registry is read here rather than through RegistryDep: one dependency level less on the hot path.
-    return (await get_registry(request)).get(table)  # 422 invalid name, 404 unknown (suggestions), 503 failed
+# The ``{table}`` path parameter: 422 with the naming rule for a name that could escape the data directory.
+TableName = Annotated[
+    str,
+    Path(description="table name, as listed by GET /v1/tables", max_length=64, json_schema_extra=NAME_SCHEMA),
+    AfterValidator(_table_name),
+]
+
+
+async def table_named(request: Request, table: str) -> Table:
+    """The loaded table ``table``: 404 unknown (with suggestions), 503 failed to load."""
+    return (await get_registry(request)).get(table)
+
+
+async def get_table(request: Request, table: TableName) -> Table:
+    return await table_named(request, table)
 
 
 TableDep = Annotated[Table, Depends(get_table)]
@@ -79,44 +85,49 @@ async def require_api_key(
 AdminDep = Annotated[None, Depends(require_api_key)]
 
 
-def query_model(model: type[M]) -> Any:
-    """``Depends`` that validates the whole query string with ``model`` in one pydantic call.
+def query_params(model: type[M]) -> Callable[[F], F]:
+    """Mark a route whose query string ``model`` validates (with :func:`parse_query`), for the OpenAPI document."""
 
-    FastAPI's field-by-field query parsing costs tens of microseconds a request on the hottest path; errors keep
-    FastAPI's shape (``loc`` starts with "query") and :func:`document_query_models` documents the parameters.
+    def mark(endpoint: F) -> F:
+        endpoint.query_model = model  # type: ignore[attr-defined]
+        return endpoint
+
+    return mark
+
+
+def parse_query(request: Request, model: type[M]) -> M:
+    """The whole query string validated by ``model`` in one pydantic call, in the route itself.
+
+    The hot GET routes take the table name as their only parameter and do this and :func:`table_named`
+    themselves: FastAPI's field-by-field query parsing and its dependency solving cost more per request than
+    the lookup they wrap. Errors keep FastAPI's shape (``loc`` starts with "query").
     """
-
-    async def parse(request: Request) -> M:
-        try:
-            return model.model_validate(dict(request.query_params))
-        except ValidationError as exc:
-            errors = exc.errors(include_url=False, include_context=False, include_input=False)
-            raise RequestValidationError([{**e, "loc": ("query", *e["loc"])} for e in errors]) from None
-
-    parse.query_model = model  # type: ignore[attr-defined]
-    return Depends(parse)
+    try:
+        return model.model_validate(dict(request.query_params))
+    except ValidationError as exc:
+        errors = exc.errors(include_url=False, include_context=False, include_input=False)
+        raise RequestValidationError([{**e, "loc": ("query", *e["loc"])} for e in errors]) from None
 
 
 def document_query_models(routers: Iterable[APIRouter], schema: dict[str, Any]) -> None:
-    """Add the fields of each route's :func:`query_model` to its OpenAPI operation as query parameters."""
+    """Add the fields of each route's :func:`query_params` model to its OpenAPI operation as query parameters."""
     for route in (r for router in routers for r in router.routes):
         if not isinstance(route, APIRoute) or route.path_format not in schema["paths"]:
             continue
-        for dependency in route.dependant.dependencies:
-            model = getattr(dependency.call, "query_model", None)
-            if model is None:
-                continue
-            fields = model.model_json_schema()
-            required = set(fields.get("required", []))
-            parameters = [
-                {
-                    "name": name,
-                    "in": "query",
-                    "required": name in required,
-                    "description": field.get("description", ""),
-                    "schema": field,
-                }
-                for name, field in fields["properties"].items()
-            ]
-            for method in route.methods:
-                schema["paths"][route.path_format][method.lower()].setdefault("parameters", []).extend(parameters)
+        model = getattr(route.endpoint, "query_model", None)
+        if model is None:
+            continue
+        fields = model.model_json_schema()
+        required = set(fields.get("required", []))
+        parameters = [
+            {
+                "name": name,
+                "in": "query",
+                "required": name in required,
+                "description": field.get("description", ""),
+                "schema": field,
+            }
+            for name, field in fields["properties"].items()
+        ]
+        for method in route.methods:
+            schema["paths"][route.path_format][method.lower()].setdefault("parameters", []).extend(parameters)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import time
+from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -18,6 +19,7 @@ LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0
 class Metrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
+        self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
         self.requests = Counter(
             "embedding_http_requests",
             "HTTP requests by route template, table and status code",
@@ -46,7 +48,15 @@ class Metrics:
         )
 
     def observe_search(self, operation: str, table: str, seconds: float) -> None:
-        self.search.labels(operation, table).observe(seconds)
+        self.children(self.search, operation, table).observe(seconds)
+
+    def children(self, metric: Counter | Histogram, *labels: str) -> Any:
+        """``metric.labels(*labels)``, remembered: prometheus_client checks and locks on every ``labels`` call."""
+        key = (id(metric), labels)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = metric.labels(*labels)
+        return child
 
     def exposition(self) -> tuple[bytes, str]:
         if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
@@ -88,5 +98,5 @@ class MetricsMiddleware:
             if table and table not in self.tables:
                 table = "unknown"
             method = scope["method"]
-            self.metrics.requests.labels(method, template, table, str(status)).inc()
-            self.metrics.latency.labels(method, template, table).observe(time.perf_counter() - started)
+            self.metrics.children(self.metrics.requests, method, template, table, str(status)).inc()
+            self.metrics.children(self.metrics.latency, method, template, table).observe(time.perf_counter() - started)

@@ -47,7 +47,9 @@ def _stat(st: os.stat_result) -> tuple[int, int, int]:
 def _read(directory: Path, checksums: bool) -> tuple[Table | None, str]:
     """The table in ``directory`` (verified against its manifest), or None and why not."""
     try:
-        return Table.load(directory, checksums=checksums), ""
+        table = Table.load(directory, checksums=checksums)
+        table.tokens.prepare_lookup()  # now rather than in the first request
+        return table, ""
     except EmbeddingError as exc:
         return None, exc.message
     except Exception as exc:  # a corrupt file can fail inside numpy or FAISS

@@ -1,4 +1,5 @@
-"""Every router of the API, in the order they appear in the OpenAPI document."""
+"""Every router of the API, in the order they appear in the OpenAPI document. Routes are matched in this order
+too, so the most requested come first."""
 
 from __future__ import annotations
 
@@ -7,13 +8,13 @@ from fastapi import APIRouter
 from service.routers import admin, analogy, health, neighbors, projection, search, similarity, tables, tokens
 
 ROUTERS: tuple[APIRouter, ...] = (
-    health.router,
-    tables.router,
-    tokens.router,
     neighbors.router,
     similarity.router,
     analogy.router,
     search.router,
+    tokens.router,
     projection.router,
+    tables.router,
+    health.router,
     admin.router,
 )

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Any
 
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
 from index.table import Table
 from service import queries
-from service.deps import TableDep, query_model
+from service.deps import TableDep, TableName, parse_query, query_params, table_named
 from service.errors import BODY_ERRORS, TABLE_ERRORS, responses
 from service.models import (
     NeighborsBatchResponse,
@@ -55,13 +55,14 @@ def single(table: Table, item: str | NeighborsQuery, compose: str | None, option
     responses=responses(*TABLE_ERRORS),
     summary="Nearest neighbours of a token (or row id), the token itself left out",
 )
-async def neighbors_get(
-    request: Request, table: TableDep, params: Annotated[NeighborsParams, query_model(NeighborsParams)]
-) -> Response:
+@query_params(NeighborsParams)
+async def neighbors_get(request: Request, table: TableName) -> Response:
+    found = await table_named(request, table)
+    params = parse_query(request, NeighborsParams)
     item = NeighborsQuery(token=params.token, id=params.id)
-    light = is_light(table, 1, params.exact, params.restrict)
+    light = is_light(found, 1, params.exact, params.restrict)
     return FastJSON(
-        await compute(request, table, "neighbors", lambda: single(table, item, params.compose, params), light)
+        await compute(request, found, "neighbors", lambda: single(found, item, params.compose, params), light)
     )
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Any
 
 import numpy as np
 from fastapi import APIRouter, Request
@@ -11,7 +11,7 @@ from starlette.responses import Response
 from index.errors import EmbeddingError
 from index.table import Table
 from service import queries
-from service.deps import TableDep, query_model
+from service.deps import TableDep, TableName, parse_query, query_params, table_named
 from service.errors import BODY_ERRORS, TABLE_ERRORS, item_error, responses
 from service.models import SimilaritiesResponse, SimilarityParams, SimilarityRequest, SimilarityResponse
 from service.respond import FastJSON, compute
@@ -33,11 +33,12 @@ def pair(table: Table, a: str, b: str, compose: str | None) -> tuple[float, dict
     responses=responses(*TABLE_ERRORS),
     summary="Cosine similarity of two tokens",
 )
-async def similarity_get(
-    request: Request, table: TableDep, params: Annotated[SimilarityParams, query_model(SimilarityParams)]
-) -> Response:
+@query_params(SimilarityParams)
+async def similarity_get(request: Request, table: TableName) -> Response:
+    found = await table_named(request, table)
+    params = parse_query(request, SimilarityParams)
     value, info = await compute(
-        request, table, "similarity", lambda: pair(table, params.a, params.b, params.compose), light=True
+        request, found, "similarity", lambda: pair(found, params.a, params.b, params.compose), light=True
     )
     return FastJSON({"a": params.a, "b": params.b, "similarity": value, "query": info})
 

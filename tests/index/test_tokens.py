@@ -1,0 +1,46 @@
+"""Token lookup without a dict: exact matches through sorted 8-byte prefixes, on awkward labels and the real table."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from index.table import Table
+from index.tokens import Tokens, write_tokens
+
+AWKWARD = [
+    "",  # an empty label
+    "a",
+    "a\x00",  # NUL sorts like the zero padding of shorter labels
+    "a\x00b",
+    "international",
+    "internationalisation",  # the same first 8 bytes as the row before and after
+    "internationalization",
+    "ÿÿÿÿÿÿÿÿ",  # 0xc3 0xbf ...: high bytes in the prefix
+    "ÿÿÿÿÿÿÿÿz",
+    "\U0010ffff" * 3,  # the largest code point
+    "a",  # a duplicate: the lower id wins
+    "Heart",
+    "héart",
+]
+
+
+def test_every_awkward_label_is_found_and_nothing_else(tmp_path: Path) -> None:
+    write_tokens(tmp_path, AWKWARD)
+    tokens = Tokens(tmp_path)
+    for i, label in enumerate(AWKWARD):
+        assert tokens.find(label) == AWKWARD.index(label), (i, label)
+    for absent in ("internationa", "b", "\x00", "heart", "ÿÿÿÿÿÿÿ", "\ud800", "a\x00\x00", "\U0010ffff" * 2):
+        assert tokens.find(absent) is None, absent
+
+
+def test_a_table_of_empty_labels(tmp_path: Path) -> None:
+    write_tokens(tmp_path, ["", ""])
+    tokens = Tokens(tmp_path)
+    assert tokens.find("") == 0 and tokens.find("x") is None
+
+
+def test_glove_tokens_find_their_first_row(glove: Table) -> None:
+    tokens = glove.tokens
+    for i in range(0, len(tokens), 7):  # 57,143 of the 400,000 labels
+        found = tokens.find(tokens[i])
+        assert found is not None and found <= i and tokens[found] == tokens[i]

@@ -59,7 +59,7 @@ def single(table: Table, item: str | NeighborsQuery, compose: str | None, option
 async def neighbors_get(request: Request, table: TableName) -> Response:
     found = await table_named(request, table)
     params = parse_query(request, NeighborsParams)
-    item = NeighborsQuery(token=params.token, id=params.id)
+    item = params.token if params.token is not None else NeighborsQuery(id=params.id)
     light = is_light(found, 1, params.exact, params.restrict)
     return FastJSON(
         await compute(request, found, "neighbors", lambda: single(found, item, params.compose, params), light)

@@ -16,6 +16,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+import anyio
 import faiss
 from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
@@ -35,7 +36,7 @@ from service.registry import Registry
 from service.reload import Reloader
 from service.respond import FastJSON
 from service.routers import ROUTERS
-from service.settings import SUPERVISOR_VARIABLE, Settings
+from service.settings import SUPERVISOR_VARIABLE, Settings, cores
 
 log = logging.getLogger(__name__)
 STATIC = Path(__file__).resolve().parent / "static"
@@ -53,6 +54,7 @@ def create_app(settings: Settings) -> FastAPI:
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         if settings.threads:
             faiss.omp_set_num_threads(settings.threads)
+        app.state.heavy_calls = anyio.CapacityLimiter(cores())  # see service.respond.compute
         reloader = Reloader(app, on_loaded=lambda registry: table_names.update(registry.tables))
         app.state.reloader = reloader
         sighup = reloader.install_sighup()  # under uvicorn (main thread): SIGHUP reloads the tables

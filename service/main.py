@@ -24,7 +24,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from service.logs import log_config
-from service.settings import SUPERVISOR_VARIABLE, Settings, describe_error
+from service.settings import SUPERVISOR_VARIABLE, Settings, cores, describe_error
 
 KEEP_ALIVE_SECONDS = 75
 APP = "service.app:app_from_env"
@@ -49,13 +49,6 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--log-format", choices=["plain", "json"], help="EMBEDDING_LOG_FORMAT (default plain)")
     p.add_argument("--no-access-log", action="store_true", help="do not log one line per request")
     return p
-
-
-def cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        return os.cpu_count() or 1
 
 
 def threads_per_worker() -> int:

@@ -6,10 +6,10 @@ import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+import anyio.to_thread
 import faiss
 import orjson
 from fastapi import Request
-from starlette.concurrency import run_in_threadpool
 from starlette.responses import JSONResponse
 
 from index.table import Neighbor, Table
@@ -42,7 +42,8 @@ def is_light(table: Table, queries: int, exact: bool = False, restrict: int | No
 
 
 async def compute(request: Request, table: Table, operation: str, fn: Callable[[], T], light: bool = False) -> T:
-    """Run ``fn`` (an engine call), timed into the search-latency metric; heavy calls run in the threadpool."""
+    """Run ``fn`` (an engine call), timed into the search-latency metric; heavy calls run in worker threads, at
+    most ``app.state.heavy_calls`` at once (one per core)."""
     metrics = request.app.state.metrics
     threads = request.app.state.settings.threads
 
@@ -55,4 +56,7 @@ async def compute(request: Request, table: Table, operation: str, fn: Callable[[
         finally:
             metrics.observe_search(operation, table.name, time.perf_counter() - started)
 
-    return timed() if light else await run_in_threadpool(timed)
+    if light:
+        return timed()
+    # Heavy calls take turns, a few at a time: all at once they would share the CPU and all finish late.
+    return await anyio.to_thread.run_sync(timed, limiter=request.app.state.heavy_calls)

@@ -7,6 +7,7 @@ Validators fail fast, so a bad value stops the server at start-up with one clear
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -106,6 +107,14 @@ class Settings(BaseSettings):
             if origin != "*" and not origin.startswith(("http://", "https://")):
                 raise ValueError(f"CORS origin {origin!r} must be '*' or start with http:// or https://")
         return value
+
+
+def cores() -> int:
+    """The CPUs this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
 
 
 def describe_error(exc: ValidationError) -> str:

@@ -149,29 +149,12 @@ def serve_workers(options: dict[str, Any]) -> None:
     from uvicorn.supervisors import Multiprocess
 
     class ReloadingSupervisor(Multiprocess):
-        def __init__(self, config: uvicorn.Config, sockets: list[socket.socket]) -> None:
-            super().__init__(config, sockets)
-            # Workers owed a SIGHUP. A worker still starting gets it once it is ready: before its handler is
-            # installed a SIGHUP would kill it, and its start-up may have read a table before the change.
-            self.owed: set[int] = set()
-
         def handle_hup(self) -> None:
             pids = [p.pid for p in self.processes if p.pid is not None and p.process.is_alive()]
             logging.getLogger("uvicorn.error").info("Received SIGHUP, workers %s reload their tables.", pids)
-            self.owed.update(pids)
-            self.pass_on_hup()
-
-        def keep_subprocess_alive(self) -> None:
-            super().keep_subprocess_alive()
-            self.pass_on_hup()
-
-        def pass_on_hup(self) -> None:
-            for process in self.processes:
-                if process.pid in self.owed and process.is_ready(timeout=1):
-                    self.owed.discard(process.pid)
-                    with contextlib.suppress(ProcessLookupError):
-                        os.kill(process.pid, signal.SIGHUP)
-            self.owed &= {p.pid for p in self.processes}  # a replaced worker loads the tables afresh
+            for pid in pids:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGHUP)
 
     os.environ[SUPERVISOR_VARIABLE] = str(os.getpid())
     config = uvicorn.Config(APP, **options)
@@ -183,7 +166,9 @@ def preload_for_fork() -> None:
     """Import what a worker imports once, in the supervisor, and fork the workers from it instead of spawning
     fresh interpreters: the imported modules' pages are then shared by every worker (copy-on-write), which saves
     most of a worker's private memory. Nothing here starts a thread, so forking is safe; each worker still builds
-    its own app and maps the tables itself."""
+    its own app and maps the tables itself. A forked worker also inherits the supervisor's SIGHUP handler, so a
+    SIGHUP that reaches it before its app handles them does no harm (its tables are not read yet, or the app
+    reloads once they are: ``service.reload``)."""
     import gc
     import multiprocessing
 

@@ -37,18 +37,17 @@ def write_tokens(directory: Path, tokens: Sequence[str]) -> None:
     np.save(directory / FOLDED_ORDER, np.asarray(folded_order, dtype=np.int32))
 
 
-class _Keys(Sequence[str]):
-    """A lazy view of the tokens in a sorted order, for ``bisect``."""
+class _FoldedKeys(Sequence[str]):
+    """A lazy view of the case-folded tokens in their sorted order, for ``bisect``."""
 
-    def __init__(self, tokens: Tokens, order: np.ndarray, fold: bool) -> None:
-        self._tokens, self._order, self._fold = tokens, order, fold
+    def __init__(self, tokens: Tokens, order: np.ndarray) -> None:
+        self._tokens, self._order = tokens, order
 
     def __len__(self) -> int:
         return len(self._order)
 
     def __getitem__(self, i):  # type: ignore[override]
-        token = self._tokens[int(self._order[i])]
-        return token.casefold() if self._fold else token
+        return self._tokens[int(self._order[i])].casefold()
 
 
 class _RawKeys(Sequence[bytes]):
@@ -67,13 +66,12 @@ class _RawKeys(Sequence[bytes]):
 def _prefixes(blob: np.ndarray | bytes, offsets: np.ndarray, order: np.ndarray) -> np.ndarray:
     """The first 8 bytes of each token in ``order`` as a big-endian integer (zero-padded): sorted like the tokens."""
     out = np.zeros(len(order), dtype=np.uint64)
-    if not len(blob):  # every token is empty
+    if not len(blob):  # every token is empty (the blob is then b"")
         return out
-    data = np.frombuffer(blob, dtype=np.uint8) if isinstance(blob, bytes) else blob
     starts = offsets[order]
     lengths = offsets[order + 1] - starts
     for b in range(PREFIX_BYTES):
-        byte = np.where(lengths > b, data[np.minimum(starts + b, len(data) - 1)], 0)
+        byte = np.where(lengths > b, blob[np.minimum(starts + b, len(blob) - 1)], 0)
         out |= byte.astype(np.uint64) << np.uint64(8 * (PREFIX_BYTES - 1 - b))
     return out
 
@@ -89,7 +87,7 @@ class Tokens(Sequence[str]):
         self._order = np.load(directory / ORDER, mmap_mode="r").view(np.ndarray)
         self._folded_order = np.load(directory / FOLDED_ORDER, mmap_mode="r").view(np.ndarray)
         self._exact = _RawKeys(self, self._order)
-        self._folded = _Keys(self, self._folded_order, fold=True)
+        self._folded = _FoldedKeys(self, self._folded_order)
         self._exact_prefixes: np.ndarray | None = None  # made on the first lookup: 8 bytes a token
 
     def __len__(self) -> int:
@@ -124,8 +122,8 @@ class Tokens(Sequence[str]):
         return self._exact_prefixes
 
     def find(self, token: str) -> int | None:
-        """Row id of exactly ``token``, or None: the sorted 8-byte prefixes narrow the search in one numpy call,
-        then a binary search over the few tokens that share the prefix compares bytes."""
+        """Row id of exactly ``token``, or None: the sorted 8-byte prefixes narrow the search (two numpy binary
+        searches), then a binary search over the few tokens that share the prefix compares bytes."""
         prefixes = self.prepare_lookup()
         key = token.encode("utf-8", "surrogatepass")  # a lone surrogate matches no token, but must not raise
         prefix = np.uint64(int.from_bytes(key[:PREFIX_BYTES].ljust(PREFIX_BYTES, b"\0"), "big"))

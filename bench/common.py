@@ -111,11 +111,6 @@ def percentile(values: Sequence[float], q: float) -> float:
     return float(np.percentile(np.asarray(values, dtype=np.float64), q))
 
 
-def ratio(slow: float, fast: float) -> float:
-    """How many times ``fast`` beats ``slow`` (a duration ratio; > 1 means faster)."""
-    return round(slow / fast, 2) if fast > 0 else float("inf")
-
-
 def paired(slow: Sequence[float], fast: Sequence[float]) -> float:
     """Median over rounds of ``slow[i] / fast[i]``: both sides of a round ran back to back, so the machine's
     load drifts less within a round than between rounds."""

@@ -12,6 +12,7 @@ import shutil
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -207,12 +208,49 @@ def check_answers(base: str, requests: dict[str, list[load.Request]]) -> dict[st
     return sample
 
 
+@dataclass(frozen=True)
+class HttpLoad:
+    """How the HTTP measurements load a server (smaller in the quick mode). Each waits until the server is idle
+    again, so the next measurement does not pay for requests the load generator abandoned."""
+
+    use_wrk: bool
+    seconds: float  # of each measurement
+    warm_seconds: float
+    cap: int  # the quick mode stops after this many requests per measurement (0: no cap)
+    many: int  # connections of the throughput measurement
+    words: int  # query words replayed
+
+    @classmethod
+    def of(cls, ctx: Context) -> HttpLoad:
+        if ctx.quick:
+            return cls(use_wrk=False, seconds=0.5, warm_seconds=0.2, cap=20, many=4, words=64)
+        seconds = float(ctx.options.get("seconds", 5))
+        return cls(use_wrk=wrk_path() is not None, seconds=seconds, warm_seconds=1.0, cap=0, many=32, words=2048)
+
+    def _run(
+        self, server: Any, items: list[load.Request], connections: int, seconds: float, cap: int
+    ) -> load.LoadResult:
+        result = load.run(server.base, items, connections, seconds, self.use_wrk, max_requests=cap)
+        wait_idle(server.process.pid)
+        return result
+
+    def warm(self, server: Any, items: list[load.Request]) -> None:
+        """Connections, caches, the index pages."""
+        self._run(server, items, 4, self.warm_seconds, self.cap)
+
+    def latency(self, server: Any, items: list[load.Request]) -> load.LoadResult:
+        """One connection."""
+        return self._run(server, items, 1, self.seconds, self.cap)
+
+    def throughput(self, server: Any, items: list[load.Request], seconds: float | None = None) -> load.LoadResult:
+        """``many`` connections."""
+        return self._run(server, items, self.many, seconds or self.seconds, self.cap * 2)
+
+
 def over_http(ctx: Context, words: list[tuple[str, int]]) -> dict[str, Any]:
-    use_wrk = not ctx.quick and wrk_path() is not None
-    seconds = 0.5 if ctx.quick else float(ctx.options.get("seconds", 5))
-    cap = 20 if ctx.quick else 0  # the quick mode stops after this many requests per measurement
-    many = 4 if ctx.quick else 32  # connections of the throughput measurement
-    requests = http_requests(ctx.table, words[: 64 if ctx.quick else 2048])
+    plan = HttpLoad.of(ctx)
+    seconds, many = plan.seconds, plan.many
+    requests = http_requests(ctx.table, words[: plan.words])
     ours_port, cached_port, floor_port = free_port(), free_port(), free_port()
     # "ours" searches every request (answer cache off); "cached" is the default server, whose answer cache serves
     # the query words again once the warm-up has asked each of them.
@@ -236,24 +274,21 @@ def over_http(ctx: Context, words: list[tuple[str, int]]) -> dict[str, Any]:
                 "hnsw_post64": (ours, requests["hnsw_post64"]),
                 "exact_post64": (ours, requests["exact_post64"]),
             }
-            for server, items in cases.values():  # warm-up: connections, caches, the index pages
-                load.run(server.base, items, 4, 0.2 if ctx.quick else 1.0, use_wrk, max_requests=cap)
-                wait_idle(server.process.pid)
+            for server, items in cases.values():
+                plan.warm(server, items)
             rounds: dict[str, list[dict[str, Any]]] = {name: [] for name in cases}
             for r in range(ctx.rounds):
                 names = list(cases)
                 names = names[r % len(names) :] + names[: r % len(names)]
                 for name in names:
                     server, items = cases[name]
-                    c1 = load.run(server.base, items, 1, seconds, use_wrk, max_requests=cap)
-                    wait_idle(server.process.pid)
+                    c1 = plan.latency(server, items)
                     # Heavy requests share the CPU in the server: run long enough for several waves to finish.
                     longer = seconds if ctx.quick else min(60.0, max(seconds, 3 * many * c1.p50_ms / 1000))
-                    c32 = load.run(server.base, items, many, longer, use_wrk, max_requests=cap * 2)
-                    wait_idle(server.process.pid)
+                    c32 = plan.throughput(server, items, longer)
                     rounds[name].append({"c1": c1.as_dict(), "c32": c32.as_dict()})
     out: dict[str, Any] = {
-        "driver": "wrk" if use_wrk else "httpx",
+        "driver": "wrk" if plan.use_wrk else "httpx",
         "seconds_per_measurement": seconds,
         "connections": many,
         "servers": {
@@ -295,21 +330,17 @@ def with_ef_search(ctx: Context, ef: int) -> Path:
 
 def tuning(ctx: Context, words: list[tuple[str, int]], ef: int) -> list[dict[str, Any]]:
     """What the one-query throughput (answer cache off) would gain from a lower efSearch."""
-    use_wrk = not ctx.quick and wrk_path() is not None
-    seconds = 0.5 if ctx.quick else float(ctx.options.get("seconds", 5))
-    cap, many = (20, 4) if ctx.quick else (0, 32)
-    items = http_requests(ctx.table, words[: 64 if ctx.quick else 2048])["hnsw_get"]
+    plan = HttpLoad.of(ctx)
+    items = http_requests(ctx.table, words[: plan.words])["hnsw_get"]
     low = with_ef_search(ctx, ef)
     out = []
     for label, data_dir in (("as served", ctx.data_dir), (f"efSearch {ef}", low)):
         port = free_port()
         variant = Context(data_dir=data_dir, work_dir=ctx.work_dir, results_dir=ctx.results_dir, table=ctx.table)
         with serve(embedding_serve(variant, port), "/readyz", port, server_env(cache=False)) as server:
-            load.run(server.base, items, 4, 0.2 if ctx.quick else 1.0, use_wrk, max_requests=cap)
-            wait_idle(server.process.pid)
-            c1 = load.run(server.base, items, 1, seconds, use_wrk, max_requests=cap)
-            wait_idle(server.process.pid)
-            c32 = load.run(server.base, items, many, seconds, use_wrk, max_requests=cap * 2)
+            plan.warm(server, items)
+            c1 = plan.latency(server, items)
+            c32 = plan.throughput(server, items)
             command = "EMBEDDING_CACHE_BYTES=0 " + server.command
             out.append({"variant": label, "p50_ms": c1.p50_ms, "rps_c32": c32.rps, "command": command})
     shutil.rmtree(low, ignore_errors=True)

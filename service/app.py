@@ -83,8 +83,9 @@ def create_app(settings: Settings) -> FastAPI:
     errors.install(app)
     # The routes themselves, not include_router: FastAPI matches an included router's routes lazily, through a
     # layer that costs tens of microseconds on every request.
-    app.router.routes.extend(route for router in ROUTERS for route in router.routes)
-    app.state.api_routes = [route for router in ROUTERS for route in router.routes if isinstance(route, APIRoute)]
+    routes = [route for router in ROUTERS for route in router.routes]
+    app.router.routes.extend(routes)
+    app.state.api_routes = [route for route in routes if isinstance(route, APIRoute)]
     _mount_explorer(app)
 
     # The last middleware added runs first: metrics see every request, including refused ones and cache hits;

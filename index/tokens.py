@@ -8,9 +8,10 @@ frequent token, for frequency-ordered tables) wins.
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from itertools import pairwise
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -37,30 +38,17 @@ def write_tokens(directory: Path, tokens: Sequence[str]) -> None:
     np.save(directory / FOLDED_ORDER, np.asarray(folded_order, dtype=np.int32))
 
 
-class _FoldedKeys(Sequence[str]):
-    """A lazy view of the case-folded tokens in their sorted order, for ``bisect``."""
+class _Sorted(Sequence[Any]):
+    """A lazy view of ``key(row)`` for the rows in a sorted ``order``, for ``bisect``."""
 
-    def __init__(self, tokens: Tokens, order: np.ndarray) -> None:
-        self._tokens, self._order = tokens, order
-
-    def __len__(self) -> int:
-        return len(self._order)
-
-    def __getitem__(self, i):  # type: ignore[override]
-        return self._tokens[int(self._order[i])].casefold()
-
-
-class _RawKeys(Sequence[bytes]):
-    """The UTF-8 bytes of the tokens in sorted order (UTF-8 sorts as the code points do), for ``bisect``."""
-
-    def __init__(self, tokens: Tokens, order: np.ndarray) -> None:
-        self._tokens, self._order = tokens, order
+    def __init__(self, order: np.ndarray, key: Callable[[int], Any]) -> None:
+        self._order, self._key = order, key
 
     def __len__(self) -> int:
         return len(self._order)
 
     def __getitem__(self, i):  # type: ignore[override]
-        return self._tokens.raw(int(self._order[i]))
+        return self._key(int(self._order[i]))
 
 
 def _prefixes(blob: np.ndarray | bytes, offsets: np.ndarray, order: np.ndarray) -> np.ndarray:
@@ -86,8 +74,8 @@ class Tokens(Sequence[str]):
         self._blob = blob
         self._order = np.load(directory / ORDER, mmap_mode="r").view(np.ndarray)
         self._folded_order = np.load(directory / FOLDED_ORDER, mmap_mode="r").view(np.ndarray)
-        self._exact = _RawKeys(self, self._order)
-        self._folded = _FoldedKeys(self, self._folded_order)
+        self._exact = _Sorted(self._order, self.raw)  # UTF-8 bytes sort as the code points do
+        self._folded = _Sorted(self._folded_order, lambda i: self[i].casefold())
         self._exact_prefixes: np.ndarray | None = None  # made on the first lookup: 8 bytes a token
 
     def __len__(self) -> int:

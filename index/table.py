@@ -274,7 +274,7 @@ class Table:
             raise InvalidQuery("restrict must be at least 1")
         return min(restrict, self.rows)
 
-    def _drop_flags(self, skip_special: bool, whole_words_only: bool) -> int:
+    def drop_flags(self, skip_special: bool, whole_words_only: bool) -> int:
         """Bit mask of the token kinds to leave out (0: keep every row)."""
         if self.flags is None:
             return 0
@@ -304,28 +304,45 @@ class Table:
     ) -> list[list[Neighbor]]:
         """Top-``k`` neighbours of each unit query, leaving out ``exclude[i]`` and filtered token kinds."""
         limit = self._limit(restrict)
-        drop = self._drop_flags(skip_special, whole_words_only)
-        fetch = k + (max((len(e) for e in exclude), default=0) if exclude else 0)
-        if drop:
-            fetch += 16
+        drop = self.drop_flags(skip_special, whole_words_only)
+        fetch = self.fetch_size(k, exclude, drop)
         while True:
             fetch = min(fetch, limit)
             scores, ids = self.knn(queries, fetch, exact=exact, restrict=restrict)
-            results, short = [], False
-            for qi in range(len(queries)):
-                skip = exclude[qi] if exclude else ()
-                row: list[Neighbor] = []
-                for score, i in zip(scores[qi].tolist(), ids[qi].tolist(), strict=True):
-                    if i < 0 or i in skip or (drop and self.flags[i] & drop):
-                        continue
-                    row.append((i, score))
-                    if len(row) == k:
-                        break
-                short |= len(row) < k
-                results.append(row)
-            if not short or fetch >= limit:
+            results = self.pick(scores, ids, k, exclude, drop, partial=fetch >= limit)
+            if results is not None:
                 return results
             fetch *= 4
+
+    def fetch_size(self, k: int, exclude: Sequence[Collection[int]] | None, drop: int) -> int:
+        """How many hits to ask the index for first, so that ``k`` are left after leaving rows out."""
+        return k + (max((len(e) for e in exclude), default=0) if exclude else 0) + (16 if drop else 0)
+
+    def pick(
+        self,
+        scores: np.ndarray,
+        ids: np.ndarray,
+        k: int,
+        exclude: Sequence[Collection[int]] | None,
+        drop: int,
+        partial: bool = False,
+    ) -> list[list[Neighbor]] | None:
+        """Each query's top ``k`` hits once excluded and dropped rows are left out; ``None`` when one is left
+        with fewer than ``k`` (fetch more), unless ``partial`` (there is no more)."""
+        results = []
+        for qi in range(len(scores)):
+            skip = exclude[qi] if exclude else ()
+            row: list[Neighbor] = []
+            for score, i in zip(scores[qi].tolist(), ids[qi].tolist(), strict=True):
+                if i < 0 or i in skip or (drop and self.flags[i] & drop):
+                    continue
+                row.append((i, score))
+                if len(row) == k:
+                    break
+            if len(row) < k and not partial:
+                return None
+            results.append(row)
+        return results
 
     def mean_query(self, positive: Sequence[int], negative: Sequence[int] = ()) -> np.ndarray:
         """gensim's ``most_similar`` query: the weighted mean of unit rows, normalised (1 x dim)."""
@@ -370,7 +387,7 @@ class Table:
     ) -> list[Neighbor]:
         """gensim ``most_similar_cosmul`` (always exact: it scores every row)."""
         scores = self.cosmul_scores(positive, negative, restrict)
-        drop = self._drop_flags(skip_special, whole_words_only)
+        drop = self.drop_flags(skip_special, whole_words_only)
         if drop:
             scores = np.where(self.flags[: len(scores)] & drop, -np.inf, scores)
         return top_k(scores, k, set(positive) | set(negative))
@@ -389,7 +406,7 @@ class Table:
         if any(not positive for positive, _ in queries):
             raise InvalidQuery("3CosMul needs at least one positive token")
         limit = self._limit(restrict)
-        drop = self._drop_flags(skip_special, whole_words_only)
+        drop = self.drop_flags(skip_special, whole_words_only)
         dropped = (self.flags[:limit] & drop) != 0 if drop else None
         per_chunk = max(1, chunk_bytes // (4 * limit * 4))  # about 3 term rows and 1 score row per query
         results: list[list[Neighbor]] = []
@@ -438,7 +455,7 @@ class Table:
         if method not in ("3cosadd", "3cosmul"):
             raise InvalidQuery(f"unknown analogy method {method!r}: use 3cosadd or 3cosmul")
         options = {"restrict": restrict, "skip_special": skip_special, "whole_words_only": whole_words_only}
-        if self._drop_flags(skip_special, whole_words_only):  # filtered token kinds: the general paths
+        if self.drop_flags(skip_special, whole_words_only):  # filtered token kinds: the general paths
             if method == "3cosmul":
                 return self.most_similar_cosmul_batch([([b, c], [a]) for a, b, c in questions], k, **options)
             queries = np.vstack([self.mean_query([b, c], [a]) for a, b, c in questions])

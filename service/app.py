@@ -36,6 +36,7 @@ from service.registry import Registry
 from service.reload import Reloader
 from service.respond import FastJSON
 from service.routers import ROUTERS
+from service.searcher import Searcher
 from service.settings import SUPERVISOR_VARIABLE, Settings, cores
 
 log = logging.getLogger(__name__)
@@ -63,11 +64,13 @@ def create_app(settings: Settings) -> FastAPI:
         app.state.registry = registry
         log.info("ready: %d table(s) loaded, %d failed", len(registry.tables), len(registry.failed))
         reloader.loaded()
+        app.state.searcher = Searcher(settings.threads)  # light searches: see service.searcher
         try:
             yield
         finally:
             if sighup:
                 reloader.remove_sighup()
+            app.state.searcher.close()
 
     app = FastAPI(
         title="embedding-search",

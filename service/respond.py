@@ -1,13 +1,15 @@
-"""Fast JSON responses, neighbour shaping, and running engine calls off the event loop when they are heavy."""
+"""Fast JSON responses, neighbour shaping, and where engine calls run: light single searches through the
+searcher (``service.searcher``), heavy calls in worker threads."""
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Any, TypeVar
 
 import anyio.to_thread
 import faiss
+import numpy as np
 import orjson
 from fastapi import Request
 from starlette.responses import JSONResponse
@@ -37,8 +39,33 @@ def neighbors(table: Table, hits: list[Neighbor]) -> list[dict[str, Any]]:
 
 
 def is_light(table: Table, queries: int, exact: bool = False, restrict: int | None = None) -> bool:
-    """A single approximate-index search takes well under a millisecond: answer it on the event loop."""
+    """A single approximate-index search takes well under a millisecond: no worker thread for it."""
     return queries <= 2 and table.approximate and not exact and restrict is None
+
+
+async def search_one(
+    request: Request,
+    table: Table,
+    operation: str,
+    query: np.ndarray,
+    k: int,
+    exclude: Collection[int],
+    options: dict[str, Any],
+) -> list[Neighbor]:
+    """``table.search`` of one (1, dim) unit query with ``options`` (exact, restrict, skip_special,
+    whole_words_only): a light one through the searcher, a heavy one as a heavy call."""
+    if not is_light(table, 1, options["exact"], options["restrict"]):
+        hits = await compute(request, table, operation, lambda: table.search(query, k, exclude=[exclude], **options))
+        return hits[0]
+    drop = table.drop_flags(options["skip_special"], options["whole_words_only"])
+    fetch = min(table.fetch_size(k, [exclude], drop), table.rows)
+    started = time.perf_counter()
+    scores, ids = await request.app.state.searcher.knn(table, query, fetch)
+    request.app.state.metrics.observe_search(operation, table.name, time.perf_counter() - started)
+    hits = table.pick(scores, ids, k, [exclude], drop, partial=fetch == table.rows)
+    if hits is None:  # too many of the hits left out: widen the search (rare), as table.search does
+        return table.search(query, k, exclude=[exclude], **options)[0]
+    return hits[0]
 
 
 async def compute(request: Request, table: Table, operation: str, fn: Callable[[], T], light: bool = False) -> T:

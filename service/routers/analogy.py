@@ -14,7 +14,7 @@ from service import queries
 from service.deps import TableDep
 from service.errors import BODY_ERRORS, responses
 from service.models import AnalogyQuery, AnalogyRequest, NeighborsBatchResponse, NeighborsResponse
-from service.respond import FastJSON, compute, is_light, neighbors
+from service.respond import FastJSON, compute, is_light, neighbors, search_one
 from service.routers.neighbors import search_options
 
 router = APIRouter(prefix="/v1/tables/{table}", tags=["analogy"])
@@ -51,16 +51,13 @@ def solve(table: Table, body: AnalogyRequest, probes: list[queries.Probe]) -> li
 async def analogy(request: Request, table: TableDep, body: AnalogyRequest) -> Response:
     if body.queries is None:
         question = AnalogyQuery(a=body.a, b=body.b, c=body.c)  # type: ignore[arg-type]
-
-        def one() -> dict[str, Any]:
-            query = probe(table, question)  # 404 for an unknown token
-            return {
-                "query": {**query.info, "method": body.method},
-                "neighbors": neighbors(table, solve(table, body, [query])[0]),
-            }
-
-        light = body.method == "3cosadd" and is_light(table, 1, body.exact, body.restrict)
-        return FastJSON(await compute(request, table, "analogy", one, light))
+        query = probe(table, question)  # 404 for an unknown token
+        if body.method == "3cosadd" and is_light(table, 1, body.exact, body.restrict):  # one index search
+            options = search_options(body)
+            hits = await search_one(request, table, "analogy", query.vector[None, :], body.k, query.exclude, options)
+        else:
+            hits = (await compute(request, table, "analogy", lambda: solve(table, body, [query])))[0]
+        return FastJSON({"query": {**query.info, "method": body.method}, "neighbors": neighbors(table, hits)})
     questions = body.queries
 
     def many() -> dict[str, Any]:

@@ -19,7 +19,7 @@ from service.models import (
     NeighborsResponse,
     TokenOptions,
 )
-from service.respond import FastJSON, compute, is_light, neighbors
+from service.respond import FastJSON, compute, neighbors, search_one
 
 router = APIRouter(prefix="/v1/tables/{table}", tags=["neighbors"])
 
@@ -43,10 +43,14 @@ def probe(table: Table, item: str | NeighborsQuery, compose: str | None) -> quer
     return queries.mean_of(table, item.positive, item.negative)
 
 
-def single(table: Table, item: str | NeighborsQuery, compose: str | None, options: TokenOptions) -> dict[str, Any]:
+async def single(
+    request: Request, table: Table, item: str | NeighborsQuery, compose: str | None, options: TokenOptions
+) -> dict[str, Any]:
     query = probe(table, item, compose)
-    hits = table.search(query.vector[None, :], options.k, exclude=[query.exclude], **search_options(options))
-    return {"query": query.info, "neighbors": neighbors(table, hits[0])}
+    hits = await search_one(
+        request, table, "neighbors", query.vector[None, :], options.k, query.exclude, search_options(options)
+    )
+    return {"query": query.info, "neighbors": neighbors(table, hits)}
 
 
 @router.get(
@@ -60,10 +64,7 @@ async def neighbors_get(request: Request, table: TableName) -> Response:
     found = await table_named(request, table)
     params = parse_query(request, NeighborsParams)
     item = params.token if params.token is not None else NeighborsQuery(id=params.id)
-    light = is_light(found, 1, params.exact, params.restrict)
-    return FastJSON(
-        await compute(request, found, "neighbors", lambda: single(found, item, params.compose, params), light)
-    )
+    return FastJSON(await single(request, found, item, params.compose, params))
 
 
 @router.post(
@@ -75,10 +76,7 @@ async def neighbors_get(request: Request, table: TableName) -> Response:
 async def neighbors_post(request: Request, table: TableDep, body: NeighborsRequest) -> Response:
     if body.queries is None:
         item = NeighborsQuery(token=body.token, id=body.id, positive=body.positive, negative=body.negative)
-        light = is_light(table, 1, body.exact, body.restrict)
-        return FastJSON(
-            await compute(request, table, "neighbors", lambda: single(table, item, body.compose, body), light)
-        )
+        return FastJSON(await single(request, table, item, body.compose, body))
     items = body.queries
 
     def run() -> dict[str, Any]:

@@ -11,7 +11,7 @@ from service import queries
 from service.deps import TableDep
 from service.errors import BODY_ERRORS, responses
 from service.models import SearchBatchResponse, SearchRequest, SearchResponse
-from service.respond import FastJSON, compute, is_light, neighbors
+from service.respond import FastJSON, compute, neighbors, search_one
 from service.routers.neighbors import search_options
 
 router = APIRouter(prefix="/v1/tables/{table}", tags=["search"])
@@ -26,14 +26,9 @@ router = APIRouter(prefix="/v1/tables/{table}", tags=["search"])
 async def search(request: Request, table: TableDep, body: SearchRequest) -> Response:
     options = search_options(body)
     if body.vector is not None:
-        vector = body.vector
-
-        def one() -> dict[str, Any]:
-            query = queries.raw_vector(table, vector)  # 422: wrong length, NaN/Inf, beyond float32, zero
-            return {"neighbors": neighbors(table, table.search(query.vector[None, :], body.k, **options)[0])}
-
-        light = is_light(table, 1, body.exact, body.restrict)
-        return FastJSON(await compute(request, table, "search", one, light))
+        query = queries.raw_vector(table, body.vector)  # 422: wrong length, NaN/Inf, beyond float32, zero
+        hits = await search_one(request, table, "search", query.vector[None, :], body.k, query.exclude, options)
+        return FastJSON({"neighbors": neighbors(table, hits)})
     vectors = body.vectors or []
 
     def many() -> dict[str, Any]:

@@ -1,0 +1,131 @@
+"""Approximate-index searches of overlapping requests, batched in one thread beside the event loop.
+
+A request that comes alone searches on the event loop: a hand-off to a thread would only add latency. When
+requests overlap (others reach their search within the same turn of the loop, or the thread is still busy or
+was busy a moment ago), their searches go to one searcher thread, which takes up to ``MAX_BATCH`` queued
+searches at a time, runs them as one FAISS call per table and k and answers them together (one wake-up of
+the loop per round), while the event loop goes on reading and answering other requests. FAISS releases the
+GIL while it searches, so one worker keeps a second core busy (neighbours at 32 connections: about 1.4x the
+requests/s of searching on the event loop; BENCHMARKS.md).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from dataclasses import dataclass
+
+import faiss
+import numpy as np
+
+from index.table import Table
+
+BUSY_WINDOW = 0.002  # s: after an answer from the thread, keep handing off (the load is still on)
+MAX_BATCH = 8  # searches per round of the thread: small rounds keep both threads busy (one round of all
+# would leave the loop waiting while the thread searches, then the thread waiting while the loop answers)
+Hits = tuple[np.ndarray, np.ndarray]  # (scores, ids), one row per query
+
+
+@dataclass
+class Job:
+    table: Table
+    query: np.ndarray  # (1, dim) float32 unit query
+    k: int
+    answer: asyncio.Future[Hits]
+
+
+class Searcher:
+    """``await searcher.knn(table, query, k)``: ``table.knn(query, k)`` on the loop or in the searcher thread
+    (for approximate-index tables: their answers do not depend on the other queries searched with them)."""
+
+    def __init__(self, threads: int | None = None) -> None:
+        self._threads = threads  # OpenMP threads of the searcher thread (None: FAISS's default)
+        self._wake = threading.Condition()
+        self._queue: list[Job] = []
+        self._closed = False
+        self._gathering: list[Job] | None = None  # jobs of one loop turn, while its first job waits
+        self._outstanding = 0  # jobs handed to the thread and not yet answered
+        self._last_answer = -BUSY_WINDOW
+        self._thread = threading.Thread(target=self._run, name="searcher", daemon=True)
+        self._thread.start()
+
+    async def knn(self, table: Table, query: np.ndarray, k: int) -> Hits:
+        job = Job(table, query, k, asyncio.get_running_loop().create_future())
+        if self._outstanding or time.perf_counter() - self._last_answer < BUSY_WINDOW:
+            self._hand_off([job])
+            return await job.answer
+        if self._gathering is not None:
+            self._gathering.append(job)
+            return await job.answer
+        self._gathering = [job]
+        try:
+            await asyncio.sleep(0)  # one turn of the loop: requests already read reach their search too
+        except asyncio.CancelledError:  # this request went away: the others still need their answers
+            others, self._gathering = self._gathering[1:], None
+            if others:
+                self._hand_off(others)
+            raise
+        gathered, self._gathering = self._gathering, None
+        if len(gathered) == 1:
+            return table.knn(query, k)
+        self._hand_off(gathered)
+        return await job.answer
+
+    def close(self) -> None:
+        with self._wake:
+            self._closed = True
+            self._wake.notify()
+        self._thread.join()
+
+    def _hand_off(self, jobs: list[Job]) -> None:
+        self._outstanding += len(jobs)
+        with self._wake:
+            self._queue.extend(jobs)
+            self._wake.notify()
+
+    def _run(self) -> None:
+        if self._threads:
+            faiss.omp_set_num_threads(self._threads)  # per calling thread
+        while True:
+            with self._wake:
+                while not self._queue and not self._closed:
+                    self._wake.wait()
+                if not self._queue:
+                    return
+                jobs, self._queue = self._queue[:MAX_BATCH], self._queue[MAX_BATCH:]
+            answers = self._search(jobs)
+            loop = jobs[0].answer.get_loop()
+            loop.call_soon_threadsafe(self._answer, jobs, answers)
+
+    @staticmethod
+    def _search(jobs: list[Job]) -> list[Hits | BaseException]:
+        """One ``knn`` call per (table, k) for all its queries (each call releases and then waits to take back
+        the GIL, which the busy loop holds: one call per round, not one per query). An approximate index answers
+        each row of a batch exactly as it answers that query alone. A failure answers only its call's jobs."""
+        groups: dict[tuple[int, int], list[int]] = {}
+        for position, job in enumerate(jobs):
+            groups.setdefault((id(job.table), job.k), []).append(position)
+        answers: list[Hits | BaseException] = [RuntimeError("not searched")] * len(jobs)
+        for positions in groups.values():
+            first = jobs[positions[0]]
+            try:
+                scores, ids = first.table.knn(np.vstack([jobs[p].query for p in positions]), first.k)
+            except Exception as exc:  # handed to the requests, raised there
+                for p in positions:
+                    answers[p] = exc
+                continue
+            for row, p in enumerate(positions):
+                answers[p] = (scores[row : row + 1], ids[row : row + 1])
+        return answers
+
+    def _answer(self, jobs: list[Job], answers: list[Hits | BaseException]) -> None:
+        self._outstanding -= len(jobs)
+        self._last_answer = time.perf_counter()
+        for job, answer in zip(jobs, answers, strict=True):
+            if job.answer.done():  # the request went away (cancelled)
+                continue
+            if isinstance(answer, BaseException):
+                job.answer.set_exception(answer)
+            else:
+                job.answer.set_result(answer)

@@ -1,0 +1,166 @@
+"""Light searches: alone on the event loop; overlapping ones batched in the searcher thread, same answers."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import numpy as np
+import pytest
+
+from index.table import Table
+from service.app import create_app
+from service.searcher import MAX_BATCH, Searcher
+from service.settings import Settings
+
+WORDS = ["heart", "red", "king", "paris", "music", "river", "doctor", "green", "bank", "light", "train", "stone"]
+
+
+@pytest.fixture(scope="module")
+def glove_copy(glove_data_dir: Path) -> Table:
+    """A second table object (a second index): searches of two tables never share a FAISS call."""
+    return Table.load(glove_data_dir / "glove-6b-50d", checksums=False)
+
+
+@pytest.fixture
+def calls(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[tuple[str, int]]]:
+    """(thread name, number of queries) of every Table.knn call."""
+    seen: list[tuple[str, int]] = []
+    knn = Table.knn
+
+    def spied(self: Table, queries: np.ndarray, k: int, *args, **kwargs):  # type: ignore[no-untyped-def]
+        seen.append((threading.current_thread().name, len(queries)))
+        return knn(self, queries, k, *args, **kwargs)
+
+    monkeypatch.setattr(Table, "knn", spied)
+    yield seen
+
+
+def query(table: Table, word: str) -> np.ndarray:
+    return table.mean_query([table.resolve(word).id])
+
+
+def assert_same(found: tuple[np.ndarray, np.ndarray], expected: tuple[np.ndarray, np.ndarray]) -> None:
+    np.testing.assert_array_equal(found[1], expected[1])
+    np.testing.assert_array_equal(found[0], expected[0])
+
+
+def test_a_lone_search_runs_on_the_event_loop(glove: Table, calls: list[tuple[str, int]]) -> None:
+    async def scenario() -> tuple[np.ndarray, np.ndarray]:
+        searcher = Searcher(threads=1)
+        try:
+            return await searcher.knn(glove, query(glove, "heart"), 11)
+        finally:
+            searcher.close()
+
+    found = asyncio.run(scenario())
+    assert calls == [("MainThread", 1)]
+    assert_same(found, glove.knn(query(glove, "heart"), 11))
+    assert int(found[1][0, 0]) == glove.resolve("heart").id  # its own row first
+
+
+def test_overlapping_searches_are_batched_in_the_thread_with_the_same_answers(
+    glove: Table, glove_copy: Table, calls: list[tuple[str, int]]
+) -> None:
+    asks = [(table, word, k) for table in (glove, glove_copy) for word in WORDS for k in (5, 12)]
+
+    rounds: list[int] = []
+    answer = Searcher._answer
+
+    def counted(self: Searcher, jobs: list, answers: list) -> None:  # type: ignore[type-arg]
+        rounds.append(len(jobs))
+        answer(self, jobs, answers)
+
+    async def scenario() -> list[tuple[np.ndarray, np.ndarray]]:
+        searcher = Searcher(threads=1)
+        try:
+            return await asyncio.gather(*(searcher.knn(t, query(t, w), k) for t, w, k in asks))
+        finally:
+            searcher.close()
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(Searcher, "_answer", counted)
+        found = asyncio.run(scenario())
+    assert {name for name, _ in calls} == {"searcher"} and sum(n for _, n in calls) == len(asks)  # in the thread
+    assert max(n for _, n in calls) > 1  # one search for the queries of a round with the same table and k
+    assert max(rounds) <= MAX_BATCH and sum(rounds) == len(asks)
+    calls.clear()
+    for (table, word, k), answer in zip(asks, found, strict=True):
+        assert_same(answer, table.knn(query(table, word), k))  # the same, to the last bit, as a search alone
+
+
+def test_a_failed_search_fails_only_its_own_requests(glove: Table, monkeypatch: pytest.MonkeyPatch) -> None:
+    knn = Table.knn
+
+    def failing(self: Table, queries: np.ndarray, k: int, *args, **kwargs):  # type: ignore[no-untyped-def]
+        if k == 13:
+            raise RuntimeError("index failure")
+        return knn(self, queries, k, *args, **kwargs)
+
+    monkeypatch.setattr(Table, "knn", failing)
+
+    async def scenario() -> list[object]:
+        searcher = Searcher(threads=1)
+        try:
+            asks = [searcher.knn(glove, query(glove, w), 13 if i % 3 == 0 else 10) for i, w in enumerate(WORDS)]
+            return await asyncio.gather(*asks, return_exceptions=True)
+        finally:
+            searcher.close()
+
+    for i, answer in enumerate(asyncio.run(scenario())):
+        if i % 3 == 0:
+            assert isinstance(answer, RuntimeError)
+        else:
+            assert_same(answer, knn(glove, query(glove, WORDS[i]), 10))  # type: ignore[arg-type]
+
+
+def test_a_request_that_goes_away_while_gathering_leaves_the_others_answered(glove: Table) -> None:
+    async def scenario() -> list[tuple[np.ndarray, np.ndarray]]:
+        searcher = Searcher(threads=1)
+        try:
+            tasks = [asyncio.create_task(searcher.knn(glove, query(glove, w), 10)) for w in WORDS[:6]]
+            await asyncio.sleep(0)  # every task reaches its search: the first gathers, the others join it
+            tasks[0].cancel()
+            done = await asyncio.wait_for(asyncio.gather(*tasks[1:]), timeout=10)
+            assert tasks[0].cancelled()
+            return done
+        finally:
+            searcher.close()
+
+    for word, answer in zip(WORDS[1:6], asyncio.run(scenario()), strict=True):
+        assert_same(answer, glove.knn(query(glove, word), 10))
+
+
+def test_close_stops_the_thread() -> None:
+    searcher = Searcher()
+    searcher.close()
+    assert not searcher._thread.is_alive()
+
+
+def test_concurrent_http_requests_go_through_the_thread_and_get_their_own_answers(
+    glove_data_dir: Path, calls: list[tuple[str, int]]
+) -> None:
+    app = create_app(Settings(data_dir=glove_data_dir, tables=["glove-6b-50d"], cache_bytes=0))
+
+    async def scenario() -> tuple[list[httpx.Response], list[httpx.Response]]:
+        async with app.router.lifespan_context(app):
+            transport = httpx.ASGITransport(app=app)
+            async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
+
+                def ask(word: str) -> object:
+                    return client.get("/v1/tables/glove-6b-50d/neighbors", params={"token": word, "k": 8})
+
+                together = await asyncio.gather(*(ask(w) for w in WORDS * 3))
+                alone = [await ask(w) for w in WORDS]
+        return together, alone
+
+    together, alone = asyncio.run(scenario())
+    assert any(name == "searcher" for name, _ in calls)  # the requests overlapped: their searches went to the thread
+    by_word = {w: r.json() for w, r in zip(WORDS, alone, strict=True)}
+    for word, response in zip(WORDS * 3, together, strict=True):
+        assert response.status_code == 200
+        assert response.json() == by_word[word]
+        assert response.json()["query"]["token"] == word and len(response.json()["neighbors"]) == 8

@@ -80,6 +80,7 @@ def create_app(settings: Settings) -> FastAPI:
         default_response_class=FastJSON,
         docs_url="/docs",
         redoc_url=None,
+        telemetry={"tracing": settings.telemetry, "metrics": settings.telemetry, "logs": settings.telemetry},
     )
     app.state.settings = settings
     app.state.metrics = metrics

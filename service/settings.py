@@ -58,6 +58,11 @@ class Settings(BaseSettings):
     cache_bytes: int = Field(
         8 * MIB, ge=0, description="memory per worker for repeated GET answers (service.cache); 0 turns it off"
     )
+    telemetry: bool = Field(
+        False,
+        description="FastAPI's OpenTelemetry spans, metrics and logs (needs an OpenTelemetry SDK set up); off, no "
+        "request pays its checks (about 7% more searched requests/s); /metrics is there either way",
+    )
 
     @field_validator("tables", "cors_origins", mode="before")
     @classmethod

@@ -17,6 +17,7 @@ from pydantic import ValidationError
 from starlette.requests import Request
 
 from service import main as serve
+from service.app import create_app
 from service.logs import JsonFormatter
 from service.respond import compute
 from service.settings import Settings, describe_error
@@ -212,3 +213,13 @@ def test_malloc_is_tuned_unless_its_environment_says_otherwise(clean_env: pytest
     clean_env.setenv("MALLOC_ARENA_MAX", "4")  # glibc reads its own variables; embedding-serve leaves them be
     serve.tune_malloc()
     assert libc.calls == [(serve.M_MMAP_THRESHOLD, 128 << 10)]
+
+
+def test_fastapi_telemetry_only_when_asked(clean_env: pytest.MonkeyPatch, small_data_dir: Path) -> None:
+    clean_env.setenv("EMBEDDING_DATA_DIR", str(small_data_dir))
+    assert Settings().telemetry is False
+    clean_env.setenv("EMBEDDING_TELEMETRY", "true")
+    assert Settings().telemetry is True
+    for value in (False, True):
+        app = create_app(Settings(data_dir=small_data_dir, telemetry=value))
+        assert [app._telemetry[part] for part in ("tracing", "metrics", "logs")] == [value] * 3

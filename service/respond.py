@@ -27,8 +27,8 @@ class FastJSON(JSONResponse):
 
 
 def neighbors(table: Table, hits: list[Neighbor]) -> list[dict[str, Any]]:
-    tokens = table.tokens
-    out = [{"token": tokens[i], "id": i, "score": score} for i, score in hits]
+    labels = table.tokens.labels([i for i, _ in hits])
+    out = [{"token": label, "id": i, "score": score} for label, (i, score) in zip(labels, hits, strict=True)]
     if table.metadata:  # e.g. a projector table's "kind" per word; model tables' readable form
         readable = table.metadata.get("readable")  # " heart" for "Ġheart", "beat" for "##beat"
         for item, (i, _) in zip(out, hits, strict=True):

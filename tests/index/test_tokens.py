@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from index.table import Table
 from index.tokens import Tokens, write_tokens
 
@@ -44,3 +46,17 @@ def test_glove_tokens_find_their_first_row(glove: Table) -> None:
     for i in range(0, len(tokens), 7):  # 57,143 of the 400,000 labels
         found = tokens.find(tokens[i])
         assert found is not None and found <= i and tokens[found] == tokens[i]
+
+
+def test_labels_of_many_rows_at_once(tmp_path: Path) -> None:
+    write_tokens(tmp_path, AWKWARD)
+    tokens = Tokens(tmp_path)
+    ids = [12, 0, 9, 9, 5, len(AWKWARD) - 1]
+    assert tokens.labels(ids) == [AWKWARD[i] for i in ids] == [tokens[i] for i in ids]
+    assert tokens.labels([]) == []
+    for bad in ([len(AWKWARD)], [-1]):
+        with pytest.raises(IndexError):
+            tokens.labels(bad)
+    (tmp_path / "empty").mkdir()
+    write_tokens(tmp_path / "empty", ["", ""])
+    assert Tokens(tmp_path / "empty").labels([1, 0]) == ["", ""]

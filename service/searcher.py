@@ -12,6 +12,7 @@ requests/s of searching on the event loop; BENCHMARKS.md).
 from __future__ import annotations
 
 import asyncio
+import queue
 import threading
 import time
 from dataclasses import dataclass
@@ -41,9 +42,7 @@ class Searcher:
 
     def __init__(self, threads: int | None = None) -> None:
         self._threads = threads  # OpenMP threads of the searcher thread (None: FAISS's default)
-        self._wake = threading.Condition()
-        self._queue: list[Job] = []
-        self._closed = False
+        self._queue: queue.SimpleQueue[Job | None] = queue.SimpleQueue()  # None: stop
         self._gathering: list[Job] | None = None  # jobs of one loop turn, while its first job waits
         self._outstanding = 0  # jobs handed to the thread and not yet answered
         self._last_answer = -BUSY_WINDOW
@@ -73,30 +72,30 @@ class Searcher:
         return await job.answer
 
     def close(self) -> None:
-        with self._wake:
-            self._closed = True
-            self._wake.notify()
+        """Stop the thread once it has answered every search handed to it."""
+        self._queue.put(None)
         self._thread.join()
 
     def _hand_off(self, jobs: list[Job]) -> None:
         self._outstanding += len(jobs)
-        with self._wake:
-            self._queue.extend(jobs)
-            self._wake.notify()
+        for job in jobs:
+            self._queue.put(job)
 
     def _run(self) -> None:
         if self._threads:
             faiss.omp_set_num_threads(self._threads)  # per calling thread
         while True:
-            with self._wake:
-                while not self._queue and not self._closed:
-                    self._wake.wait()
-                if not self._queue:
-                    return
-                jobs, self._queue = self._queue[:MAX_BATCH], self._queue[MAX_BATCH:]
-            answers = self._search(jobs)
-            loop = jobs[0].answer.get_loop()
-            loop.call_soon_threadsafe(self._answer, jobs, answers)
+            job = self._queue.get()  # waits without the GIL
+            jobs: list[Job] = []
+            while job is not None:
+                jobs.append(job)
+                if len(jobs) == MAX_BATCH or self._queue.empty():
+                    break
+                job = self._queue.get()
+            if jobs:
+                jobs[0].answer.get_loop().call_soon_threadsafe(self._answer, jobs, self._search(jobs))
+            if job is None:
+                return
 
     @staticmethod
     def _search(jobs: list[Job]) -> list[Hits | BaseException]:

@@ -38,9 +38,9 @@ def neighbors(table: Table, hits: list[Neighbor]) -> list[dict[str, Any]]:
     return out
 
 
-def is_light(table: Table, queries: int, exact: bool = False, restrict: int | None = None) -> bool:
+def is_light(table: Table, exact: bool = False, restrict: int | None = None) -> bool:
     """A single approximate-index search takes well under a millisecond: no worker thread for it."""
-    return queries <= 2 and table.approximate and not exact and restrict is None
+    return table.approximate and not exact and restrict is None
 
 
 async def search_one(
@@ -54,7 +54,7 @@ async def search_one(
 ) -> list[Neighbor]:
     """``table.search`` of one (1, dim) unit query with ``options`` (exact, restrict, skip_special,
     whole_words_only): a light one through the searcher, a heavy one as a heavy call."""
-    if not is_light(table, 1, options["exact"], options["restrict"]):
+    if not is_light(table, options["exact"], options["restrict"]):
         hits = await compute(request, table, operation, lambda: table.search(query, k, exclude=[exclude], **options))
         return hits[0]
     drop = table.drop_flags(options["skip_special"], options["whole_words_only"])

@@ -52,7 +52,7 @@ async def analogy(request: Request, table: TableDep, body: AnalogyRequest) -> Re
     if body.queries is None:
         question = AnalogyQuery(a=body.a, b=body.b, c=body.c)  # type: ignore[arg-type]
         query = probe(table, question)  # 404 for an unknown token
-        if body.method == "3cosadd" and is_light(table, 1, body.exact, body.restrict):  # one index search
+        if body.method == "3cosadd" and is_light(table, body.exact, body.restrict):  # one index search
             options = search_options(body)
             hits = await search_one(request, table, "analogy", query.vector[None, :], body.k, query.exclude, options)
         else:

@@ -103,9 +103,9 @@ class Tokens(Sequence[str]):
     def labels(self, ids: Sequence[int]) -> list[str]:
         """The labels of rows ``ids`` (0 <= id < len): the offsets of all in one numpy lookup, twice as fast as
         one by one."""
-        rows = np.asarray(ids, dtype=np.int64)
-        if len(rows) and rows.min() < 0:
+        if len(ids) and min(ids) < 0:
             raise IndexError("token ids must not be negative")
+        rows = np.asarray(ids, dtype=np.int64)
         blob = memoryview(self._blob)
         starts, ends = self._offsets[rows].tolist(), self._offsets[rows + 1].tolist()
         return [str(blob[start:end], "utf-8") for start, end in zip(starts, ends, strict=True)]
@@ -122,8 +122,8 @@ class Tokens(Sequence[str]):
         prefixes = self.prepare_lookup()
         key = token.encode("utf-8", "surrogatepass")  # a lone surrogate matches no token, but must not raise
         prefix = np.uint64(int.from_bytes(key[:PREFIX_BYTES].ljust(PREFIX_BYTES, b"\0"), "big"))
-        lo = int(np.searchsorted(prefixes, prefix, "left"))
-        hi = int(np.searchsorted(prefixes, prefix, "right"))
+        lo = int(prefixes.searchsorted(prefix, "left"))
+        hi = int(prefixes.searchsorted(prefix, "right"))
         pos = bisect.bisect_left(self._exact, key, lo, hi)
         if pos < hi and self._exact[pos] == key:
             return int(self._order[pos])

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Coroutine, Iterable
 from typing import Annotated, Any, TypeVar
+from urllib.parse import parse_qsl
 
 from fastapi import APIRouter, Depends, Header, Path, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.routing import APIRoute
 from pydantic import AfterValidator, BaseModel, ValidationError
+from starlette.responses import Response
 
 from index.artifact import check_name
 from index.errors import InvalidQuery
@@ -103,10 +105,41 @@ def parse_query(request: Request, model: type[M]) -> M:
     the lookup they wrap. Errors keep FastAPI's shape (``loc`` starts with "query").
     """
     try:
-        return model.model_validate(dict(request.query_params))
+        # What Starlette's request.query_params holds (the last value of a repeated name), without its multidict.
+        return model.model_validate(
+            dict(parse_qsl(request.scope["query_string"].decode("latin-1"), keep_blank_values=True))
+        )
     except ValidationError as exc:
         errors = exc.errors(include_url=False, include_context=False, include_input=False)
         raise RequestValidationError([{**e, "loc": ("query", *e["loc"])} for e in errors]) from None
+
+
+class QueryRoute(APIRoute):
+    """The route class of routers with :func:`query_params` routes. Such a route's endpoint takes the request and
+    its path parameters only, so at request time it is called directly: FastAPI's general parameter solving
+    (dependencies, body, headers, cookies, a sub-response) costs more per request than the whole lookup. The
+    path parameters are still checked by FastAPI's own field validation, with its errors; the OpenAPI document
+    is built from the same signature as before. Other routes of the router are handled by FastAPI as usual."""
+
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        if getattr(self.endpoint, "query_model", None) is None:
+            return super().get_route_handler()
+        dependant, endpoint = self.dependant, self.endpoint
+        others = (dependant.query_params, dependant.header_params, dependant.cookie_params, dependant.body_params)
+        if any(others) or dependant.dependencies or dependant.request_param_name != "request":
+            raise TypeError(f"{self.path}: a query_params endpoint takes (request, <path parameters>) only")
+        fields = [(field.name, field.alias, field) for field in dependant.path_params]
+
+        async def handler(request: Request) -> Response:
+            values, errors = {}, []
+            for name, alias, field in fields:  # a matched route has every path parameter
+                values[name], problems = field.validate(request.path_params[alias], loc=("path", alias))
+                errors += problems
+            if errors:
+                raise RequestValidationError(errors)
+            return await endpoint(request, **values)
+
+        return handler
 
 
 def document_query_models(routers: Iterable[APIRouter], schema: dict[str, Any]) -> None:

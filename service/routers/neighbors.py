@@ -9,7 +9,7 @@ from starlette.responses import Response
 
 from index.table import Table
 from service import queries
-from service.deps import TableDep, TableName, parse_query, query_params, table_named
+from service.deps import QueryRoute, TableDep, TableName, parse_query, query_params, table_named
 from service.errors import BODY_ERRORS, TABLE_ERRORS, responses
 from service.models import (
     NeighborsBatchResponse,
@@ -21,7 +21,7 @@ from service.models import (
 )
 from service.respond import FastJSON, compute, neighbors, search_one
 
-router = APIRouter(prefix="/v1/tables/{table}", tags=["neighbors"])
+router = APIRouter(prefix="/v1/tables/{table}", tags=["neighbors"], route_class=QueryRoute)
 
 
 def search_options(options: TokenOptions) -> dict[str, Any]:

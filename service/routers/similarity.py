@@ -11,12 +11,12 @@ from starlette.responses import Response
 from index.errors import EmbeddingError
 from index.table import Table
 from service import queries
-from service.deps import TableDep, TableName, parse_query, query_params, table_named
+from service.deps import QueryRoute, TableDep, TableName, parse_query, query_params, table_named
 from service.errors import BODY_ERRORS, TABLE_ERRORS, item_error, responses
 from service.models import SimilaritiesResponse, SimilarityParams, SimilarityRequest, SimilarityResponse
 from service.respond import FastJSON, compute
 
-router = APIRouter(prefix="/v1/tables/{table}", tags=["similarity"])
+router = APIRouter(prefix="/v1/tables/{table}", tags=["similarity"], route_class=QueryRoute)
 
 
 def pair(table: Table, a: str, b: str, compose: str | None) -> tuple[float, dict[str, Any]]:

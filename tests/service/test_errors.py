@@ -9,10 +9,13 @@ from typing import Any
 
 import httpx
 import pytest
+from fastapi import APIRouter, Request
 from fastapi.testclient import TestClient
+from starlette.responses import Response
 
-from service.deps import AdminDep
+from service.deps import AdminDep, QueryRoute, query_params
 from service.errors import ERRORS
+from service.models import NeighborsParams
 from tests.service.conftest import client_for
 
 T = "/v1/tables/small"
@@ -257,3 +260,23 @@ def test_openapi_lists_error_responses_for_every_operation(api: TestClient) -> N
     error_schema = schema["components"]["schemas"]["ErrorResponse"]
     assert error_schema["required"] == ["error"]
     assert "HTTPValidationError" not in schema["components"]["schemas"]  # 422 uses the envelope too
+
+
+def test_query_routes_check_path_parameters_as_fastapi_does(api: TestClient) -> None:
+    """GET neighbours and similarity skip FastAPI's parameter solving (``service.deps.QueryRoute``); a bad table
+    name gets the very error a route that FastAPI validates gives."""
+    for name in (".hidden", "a" * 65):
+        search = api.post(f"/v1/tables/{name}/search", json={"vector": [1.0] * 50})
+        expected = envelope(search, 422, "invalid_request")
+        for path in ("neighbors?token=heart", "similarity?a=red&b=blue"):
+            assert envelope(api.get(f"/v1/tables/{name}/{path}"), 422, "invalid_request") == expected
+
+
+def test_query_route_refuses_parameters_it_would_not_check() -> None:
+    router = APIRouter(route_class=QueryRoute)
+    with pytest.raises(TypeError, match=r"takes \(request, <path parameters>\) only"):
+
+        @router.get("/x/{table}")
+        @query_params(NeighborsParams)
+        async def endpoint(request: Request, table: str, k: int = 1) -> Response:
+            return Response()

@@ -177,6 +177,11 @@ def floor_command(port: int) -> list[str]:
     ]
 
 
+def remembered_command(ctx: Context, port: int) -> list[str]:
+    """``embedding-serve`` with the same arguments, its searches answered from memory (``bench/remembered.py``)."""
+    return [sys.executable, "-m", "bench.remembered", *embedding_serve(ctx, port)[1:]]
+
+
 def http_requests(table_name: str, words: list[tuple[str, int]]) -> dict[str, list[load.Request]]:
     base = f"/v1/tables/{table_name}/neighbors"
     gets = [f"{base}?token={quote(w, safe='')}&k={K}" for w, _ in words]
@@ -193,9 +198,9 @@ def http_requests(table_name: str, words: list[tuple[str, int]]) -> dict[str, li
     }
 
 
-def check_answers(base: str, requests: dict[str, list[load.Request]]) -> dict[str, bytes]:
-    """Every distinct request once: all must be 200; the first answers become the floor's constant bodies."""
-    sample: dict[str, bytes] = {}
+def check_answers(base: str, requests: dict[str, list[load.Request]]) -> dict[str, list[bytes]]:
+    """Every distinct request once: all must be 200. Their answers (the first become the floor's constant bodies)."""
+    answers: dict[str, list[bytes]] = {}
     with httpx.Client(base_url=base, timeout=60) as client:
         for name, items in requests.items():
             for item in items:
@@ -204,8 +209,8 @@ def check_answers(base: str, requests: dict[str, list[load.Request]]) -> dict[st
                 )
                 if response.status_code != 200:
                     raise RuntimeError(f"{item.method} {item.path}: {response.status_code} {response.text[:300]}")
-                sample.setdefault(name, response.content)
-    return sample
+                answers.setdefault(name, []).append(response.content)
+    return answers
 
 
 @dataclass(frozen=True)
@@ -251,15 +256,20 @@ def over_http(ctx: Context, words: list[tuple[str, int]]) -> dict[str, Any]:
     plan = HttpLoad.of(ctx)
     seconds, many = plan.seconds, plan.many
     requests = http_requests(ctx.table, words[: plan.words])
-    ours_port, cached_port, floor_port = free_port(), free_port(), free_port()
+    ours_port, cached_port, floor_port, remembered_port = free_port(), free_port(), free_port(), free_port()
     # "ours" searches every request (answer cache off); "cached" is the default server, whose answer cache serves
-    # the query words again once the warm-up has asked each of them.
+    # the query words again once the warm-up has asked each of them; "remembered" is ours with its searches
+    # answered from memory (bench/remembered.py), i.e. everything a request costs but the search.
     ours_argv = embedding_serve(ctx, ours_port)
     with (
         serve(ours_argv, "/readyz", ours_port, server_env(cache=False)) as ours,
         serve(embedding_serve(ctx, cached_port), "/readyz", cached_port, server_env()) as cached,
+        serve(remembered_command(ctx, remembered_port), "/readyz", remembered_port, server_env(cache=False)) as memo,
     ):
-        sample = check_answers(ours.base, requests)
+        answers = check_answers(ours.base, requests)
+        if check_answers(memo.base, {"hnsw_get": requests["hnsw_get"]})["hnsw_get"] != answers["hnsw_get"]:
+            raise RuntimeError("the server with remembered searches answers differently from embedding-serve")
+        sample = {name: bodies[0] for name, bodies in answers.items()}
         bodies = ctx.work_dir / "floor-bodies.json"
         bodies.write_text(json.dumps({"get": sample["hnsw_get"].decode(), "post": sample["hnsw_post64"].decode()}))
         env = server_env()
@@ -269,6 +279,7 @@ def over_http(ctx: Context, words: list[tuple[str, int]]) -> dict[str, Any]:
                 "floor_get": (floor, requests["hnsw_get"]),
                 "hnsw_get": (ours, requests["hnsw_get"]),
                 "cached_get": (cached, requests["hnsw_get"]),
+                "remembered_get": (memo, requests["hnsw_get"]),
                 "exact_get": (ours, requests["exact_get"]),
                 "floor_post64": (floor, requests["hnsw_post64"]),
                 "hnsw_post64": (ours, requests["hnsw_post64"]),
@@ -294,6 +305,7 @@ def over_http(ctx: Context, words: list[tuple[str, int]]) -> dict[str, Any]:
         "servers": {
             "ours": "EMBEDDING_CACHE_BYTES=0 " + ours.command,
             "cached": cached.command,
+            "remembered": "EMBEDDING_CACHE_BYTES=0 " + memo.command,
             "floor": "BENCH_FLOOR_BODIES=<captured bodies> " + floor.command,
         },
         "response_bytes": {"get": len(sample["hnsw_get"]), "post64": len(sample["hnsw_post64"])},
@@ -400,22 +412,26 @@ def run(ctx: Context) -> dict[str, Any]:
                 "bare FastAPI",
             )
         )
-    cached, base = http["cached_get"], http["floor_get"]
-    share = paired([r["c32"]["rps"] for r in cached["rounds"]], [r["c32"]["rps"] for r in base["rounds"]])
-    targets.append(
-        target(
-            f"neighbours over HTTP, one query asked before (answer cache hit), requests/s at concurrency "
-            f"{http['connections']} vs the floor",
-            cached["rps_c32"],
-            base["rps_c32"],
-            "req/s",
-            share,
-            "reported",
-            share >= 0.6,
-            cached["command_c32"],
-            "bare FastAPI",
+    base = http["floor_get"]
+    for name, label in (
+        ("cached_get", "one query asked before (answer cache hit)"),
+        ("remembered_get", "one query, its search answered from memory (bench/remembered.py)"),
+    ):
+        variant = http[name]
+        share = paired([r["c32"]["rps"] for r in variant["rounds"]], [r["c32"]["rps"] for r in base["rounds"]])
+        targets.append(
+            target(
+                f"neighbours over HTTP, {label}, requests/s at concurrency {http['connections']} vs the floor",
+                variant["rps_c32"],
+                base["rps_c32"],
+                "req/s",
+                share,
+                "reported",
+                share >= 0.6,
+                variant["command_c32"],
+                "bare FastAPI",
+            )
         )
-    )
     for mode in ("hnsw", "exact"):
         for size in ("single", "batch64"):
             label = "one query" if size == "single" else "a batch of 64"

@@ -126,6 +126,7 @@ def neighbours(r: dict[str, Any]) -> str:
         "floor_get": "floor (bare FastAPI), GET one query",
         "hnsw_get": "embedding-serve, GET one query, HNSW",
         "cached_get": "embedding-serve, GET one query asked before (answer cache hit)",
+        "remembered_get": "embedding-serve, GET one query, its search answered from memory (bench/remembered.py)",
         "exact_get": "embedding-serve, GET one query, exact",
         "floor_post64": "floor (bare FastAPI), POST batch of 64",
         "hnsw_post64": "embedding-serve, POST batch of 64, HNSW",
@@ -155,9 +156,10 @@ def neighbours(r: dict[str, Any]) -> str:
             http_rows,
         ),
         "Every embedding-serve row but the cache-hit one runs with the answer cache off, so each request is "
-        "searched; the query words repeat, so on the default server (cache on) every request after the warm-up is "
-        "a hit, served before routing.  \n"
-        f"Servers: {code(h['servers']['ours'])}; {code(h['servers']['cached'])}; {code(h['servers']['floor'])}.  \n"
+        "searched (but in the remembered row, whose server does all the rest of the work); the query words repeat, "
+        "so on the default server (cache on) every request after the warm-up is a hit, served before routing.  \n"
+        f"Servers: {code(h['servers']['ours'])}; {code(h['servers']['cached'])}; "
+        f"{code(h['servers'].get('remembered', '-'))}; {code(h['servers']['floor'])}.  \n"
         f"Load, e.g.: {code(h['hnsw_get']['command_c1'])} and {code(h['hnsw_get']['command_c32'])}.",
     ]
     if r.get("tuning"):

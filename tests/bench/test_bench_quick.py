@@ -69,7 +69,8 @@ def test_neighbours_in_process_and_over_http(quick_run: dict[str, Any]) -> None:
     assert efs == sorted(efs) and len(efs) >= 2
     assert all(0 < x["recall_at_10"] <= 1 for x in r["recall"])
     http = r["http"]
-    for case in ("floor_get", "hnsw_get", "cached_get", "exact_get", "floor_post64", "hnsw_post64", "exact_post64"):
+    cases = ("floor_get", "hnsw_get", "cached_get", "remembered_get", "exact_get", "floor_post64", "hnsw_post64")
+    for case in (*cases, "exact_post64"):
         assert http[case]["errors"] == 0 and http[case]["requests"] > 0
         assert http[case]["rps_c32"] > 0 and 0 < http[case]["p50_ms"] <= http[case]["p99_ms"]
     assert http["response_bytes"]["post64"] > http["response_bytes"]["get"] > 0

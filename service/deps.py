@@ -11,6 +11,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.routing import APIRoute
 from pydantic import AfterValidator, BaseModel, ValidationError
 from starlette.responses import Response
+from starlette.routing import request_response
 
 from index.artifact import check_name
 from index.errors import InvalidQuery
@@ -116,14 +117,17 @@ def parse_query(request: Request, model: type[M]) -> M:
 
 class QueryRoute(APIRoute):
     """The route class of routers with :func:`query_params` routes. Such a route's endpoint takes the request and
-    its path parameters only, so at request time it is called directly: FastAPI's general parameter solving
-    (dependencies, body, headers, cookies, a sub-response) costs more per request than the whole lookup. The
-    path parameters are still checked by FastAPI's own field validation, with its errors; the OpenAPI document
-    is built from the same signature as before. Other routes of the router are handled by FastAPI as usual."""
+    its path parameters only, so it is called directly, in Starlette's plain request wrapper: FastAPI's general
+    parameter solving (dependencies, body, headers, cookies, a sub-response, exit stacks) costs more per request
+    than the whole lookup. The path parameters are still checked by FastAPI's own field validation, with its
+    errors, and the OpenAPI document is built from the same signature. Other routes are FastAPI's as usual."""
 
-    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
-        if getattr(self.endpoint, "query_model", None) is None:
-            return super().get_route_handler()
+    def __init__(self, path: str, endpoint: Callable[..., Any], **kwargs: Any) -> None:
+        super().__init__(path, endpoint, **kwargs)
+        if getattr(endpoint, "query_model", None) is not None:
+            self.app = request_response(self._direct_handler())
+
+    def _direct_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
         dependant, endpoint = self.dependant, self.endpoint
         others = (dependant.query_params, dependant.header_params, dependant.cookie_params, dependant.body_params)
         if any(others) or dependant.dependencies or dependant.request_param_name != "request":

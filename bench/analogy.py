@@ -217,7 +217,7 @@ def run(ctx: Context) -> dict[str, Any]:
         "median_seconds": medians,
         "answers": answers,
         "same_accuracy": same,
-        "speedup_vs_gensim": {name: paired(seconds["gensim"], seconds[name]) for name in labels},
+        "speedup_vs_gensim": {name: round(paired(seconds["gensim"], seconds[name]), 2) for name in labels},
         "targets": targets,
         "command": command,
         "server": server.command,

@@ -7,9 +7,11 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 
+import faiss
 import httpx
 import numpy as np
 import pytest
+from fastapi.testclient import TestClient
 
 from index.table import Table
 from service.app import create_app
@@ -164,3 +166,14 @@ def test_concurrent_http_requests_go_through_the_thread_and_get_their_own_answer
         assert response.status_code == 200
         assert response.json() == by_word[word]
         assert response.json()["query"]["token"] == word and len(response.json()["neighbors"]) == 8
+
+
+def test_the_server_stops_faiss_taking_the_gil_to_check_for_ctrl_c(small_data_dir: Path) -> None:
+    """FAISS's Python module installs a Ctrl-C check that takes the GIL after each search (it made the searcher
+    thread wait for the event loop); a running app has it removed."""
+    faiss.PythonInterruptCallback.reset()  # as after `import faiss`
+    no_check = 1 << 30  # FAISS's check period when nothing is installed
+    assert faiss.InterruptCallback.get_period_hint(1000) < no_check
+    with TestClient(create_app(Settings(data_dir=small_data_dir))) as client:
+        assert client.get("/readyz").status_code == 200
+        assert faiss.InterruptCallback.get_period_hint(1000) == no_check

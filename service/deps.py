@@ -130,18 +130,20 @@ class QueryRoute(APIRoute):
     def _direct_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
         dependant, endpoint = self.dependant, self.endpoint
         others = (dependant.query_params, dependant.header_params, dependant.cookie_params, dependant.body_params)
-        if any(others) or dependant.dependencies or dependant.request_param_name != "request":
+        request_name = dependant.request_param_name
+        if any(others) or dependant.dependencies or request_name is None:
             raise TypeError(f"{self.path}: a query_params endpoint takes (request, <path parameters>) only")
         fields = [(field.name, field.alias, field) for field in dependant.path_params]
 
         async def handler(request: Request) -> Response:
-            values, errors = {}, []
+            values: dict[str, Any] = {request_name: request}
+            errors: list[Any] = []
             for name, alias, field in fields:  # a matched route has every path parameter
                 values[name], problems = field.validate(request.path_params[alias], loc=("path", alias))
                 errors += problems
             if errors:
                 raise RequestValidationError(errors)
-            return await endpoint(request, **values)
+            return await endpoint(**values)
 
         return handler
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import httpx
 import pytest
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, FastAPI, Request
 from fastapi.testclient import TestClient
 from starlette.responses import Response
 
@@ -280,3 +280,17 @@ def test_query_route_refuses_parameters_it_would_not_check() -> None:
         @query_params(NeighborsParams)
         async def endpoint(request: Request, table: str, k: int = 1) -> Response:
             return Response()
+
+
+def test_query_route_passes_the_request_by_its_name() -> None:
+    router = APIRouter(route_class=QueryRoute)
+
+    @router.get("/x/{table}")
+    @query_params(NeighborsParams)
+    async def endpoint(table: str, incoming: Request) -> Response:
+        return Response(f"{table} {incoming.url.query}")
+
+    app = FastAPI()
+    app.router.routes.extend(router.routes)
+    with TestClient(app) as client:
+        assert client.get("/x/small?token=heart").text == "small token=heart"

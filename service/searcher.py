@@ -5,7 +5,7 @@ requests overlap (others reach their search within the same turn of the loop, or
 was busy a moment ago), their searches go to one searcher thread, which takes up to ``MAX_BATCH`` queued
 searches at a time, runs them as one FAISS call per table and k and answers them together (one wake-up of
 the loop per round), while the event loop goes on reading and answering other requests. FAISS releases the
-GIL while it searches, so one worker keeps a second core busy (neighbours at 32 connections: about 1.4x the
+GIL while it searches, so one worker keeps a second core busy (neighbours at 32 connections: about 1.5x the
 requests/s of searching on the event loop; BENCHMARKS.md).
 """
 

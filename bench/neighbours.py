@@ -39,7 +39,7 @@ from index.table import Table
 
 K = 10
 BATCH = 64
-EF_SEARCH = (16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512)
+EF_SEARCH = (16, 24, 32, 40, 48, 64, 96, 128, 192, 256, 384, 512)
 WORD_POOL = 50_000  # query words are drawn from the most frequent rows
 
 

@@ -33,7 +33,8 @@ def glove_data_dir() -> Path:
     directory = data_dir / glove_package.DEFAULT_NAME
     try:
         spec = Table.load(directory, checksums=False).manifest["index"]["spec"]
-        current = spec.get("efConstruction") == IndexSpec(kind="hnsw").ef_construction
+        default = IndexSpec(kind="hnsw")
+        current = (spec.get("M"), spec.get("efConstruction")) == (default.m, default.ef_construction)
     except (ArtifactError, UnknownTable):  # missing, or left by an older builder: build it afresh
         current = False
     if not current:  # missing, left by an older builder, or with another default index

@@ -68,7 +68,7 @@ def create_app(settings: Settings) -> FastAPI:
         app.state.registry = registry
         log.info("ready: %d table(s) loaded, %d failed", len(registry.tables), len(registry.failed))
         reloader.loaded()
-        app.state.searcher = Searcher(settings.threads)  # light searches: see service.searcher
+        app.state.searcher = Searcher(settings.threads, settings.searcher_nice)  # light searches: see service.searcher
         try:
             yield
         finally:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -177,3 +179,43 @@ def test_the_server_stops_faiss_taking_the_gil_to_check_for_ctrl_c(small_data_di
     with TestClient(create_app(Settings(data_dir=small_data_dir))) as client:
         assert client.get("/readyz").status_code == 200
         assert faiss.InterruptCallback.get_period_hint(1000) == no_check
+
+
+linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="per-thread nice values are Linux's")
+
+
+def nice_of(thread_id: int | None) -> int:
+    assert thread_id is not None
+    return os.getpriority(os.PRIO_PROCESS, thread_id)
+
+
+@linux_only
+def test_the_searcher_thread_runs_at_a_lower_priority_than_its_caller() -> None:
+    own = nice_of(threading.get_native_id())
+    lowered, same = Searcher(nice=5), Searcher(nice=0)
+    try:
+        assert nice_of(lowered._thread.native_id) == min(19, own + 5)
+        assert nice_of(same._thread.native_id) == own
+        assert nice_of(threading.get_native_id()) == own  # only the searcher thread changed
+    finally:
+        lowered.close()
+        same.close()
+
+
+@linux_only
+def test_the_app_lowers_its_searcher_thread_by_the_setting(
+    small_data_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    own = nice_of(threading.get_native_id())
+    for env, expected in ((None, min(19, own + 19)), ("3", min(19, own + 3))):
+        if env is None:
+            monkeypatch.delenv("EMBEDDING_SEARCHER_NICE", raising=False)
+        else:
+            monkeypatch.setenv("EMBEDDING_SEARCHER_NICE", env)
+        app = create_app(Settings(data_dir=small_data_dir))
+        with TestClient(app) as client:
+            assert client.get("/readyz").status_code == 200
+            assert nice_of(app.state.searcher._thread.native_id) == expected
+    monkeypatch.setenv("EMBEDDING_SEARCHER_NICE", "20")
+    with pytest.raises(ValueError, match="searcher_nice"):
+        Settings(data_dir=small_data_dir)

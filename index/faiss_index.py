@@ -32,8 +32,8 @@ class IndexSpec:
     factory: str = "Flat"
     m: int = 32
     # 400 rather than FAISS's 40: a better graph needs less efSearch for recall@10 0.99 on GloVe 400k (48, in some
-    # builds 40, instead of 64 at 200 and 192 at 40: queries 1.35x faster than at 200) for 1.9x the build time
-    # (178 s instead of 95 s on 2 cores).
+    # builds 40, instead of 64 at 200 and 192 at 80: queries 1.2-1.35x faster than at 200) for 1.9x the build
+    # time of 200 (178 s instead of 95 s on 2 cores; 55 s at 80).
     ef_construction: int = 400
     ef_search: int | None = None  # None: tune for the target recall
     target_recall: float | None = None

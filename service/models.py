@@ -233,12 +233,16 @@ class SimilarityRequest(BaseModel):
 Method = Literal["3cosadd", "3cosmul"]
 
 
+EXPECT_HELP = "the answer you expect: its rank among the candidates (1: the answer), score and margin are reported"
+
+
 class AnalogyQuery(BaseModel):
     model_config = STRICT
 
     a: Token
     b: Token
     c: Token
+    expect: Token | None = Field(None, description=EXPECT_HELP)
 
 
 AnalogyBatch = batch_of(AnalogyQuery, "a batch of analogy questions")
@@ -248,20 +252,22 @@ class AnalogyRequest(TokenOptions):
     """``a`` is to ``b`` as ``c`` is to ?; or ``queries`` for a batch."""
 
     model_config = one_form(
-        {"allOf": [_given("a", "b", "c"), _absent("queries")]}, {"allOf": [_given("queries"), _absent("a", "b", "c")]}
+        {"allOf": [_given("a", "b", "c"), _absent("queries")]},
+        {"allOf": [_given("queries"), _absent("a", "b", "c", "expect")]},
     )
 
     a: Token | None = None
     b: Token | None = None
     c: Token | None = None
+    expect: Token | None = Field(None, description=EXPECT_HELP + " (a batch: each question's own expect)")
     queries: AnalogyBatch | None = None
     method: Method = "3cosadd"
 
     @model_validator(mode="after")
     def _one_form(self) -> AnalogyRequest:
-        given = [x is not None for x in (self.a, self.b, self.c)]
+        given = [x is not None for x in (self.a, self.b, self.c, self.expect)]
         if self.queries is not None and any(given):
-            raise ValueError("give either queries (a batch) or a, b and c, not both")
+            raise ValueError("give either queries (a batch) or a, b and c (and expect), not both")
         if self.queries is None and not all(given):
             raise ValueError("give a, b and c (or queries)")
         return self
@@ -344,6 +350,116 @@ class SimilaritiesResponse(BaseModel):
     similarities: list[float | None]
     errors: list[ItemError | None] = Field(description="why a pair's similarity is null (null when it is not)")
 
+# -------------------------------------------------------------------------------------- diagnostics
+MAX_SET_WORDS = 1000  # words in one set of a batch item (doesnt-match, n-similarity)
+WordSet = Annotated[list[Token], Field(min_length=1, max_length=MAX_SET_WORDS)]
+WordSetBatch = batch_of(WordSet, f"a batch of word lists (each 1..{MAX_SET_WORDS} words)")
+SKIP_UNKNOWN_HELP = "leave unknown words out (listed in 'unknown'), as gensim does, instead of 404"
+TableNameField = Annotated[
+    str,
+    Field(
+        min_length=1,
+        max_length=64,
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9_-]*(?:\.[A-Za-z0-9_-]+)*\.?$",
+        description="table name, as listed by GET /v1/tables",
+    ),
+]
+
+
+class DoesntMatchRequest(BaseModel):
+    """``words`` for one question, or ``queries`` (word lists) for a batch."""
+
+    model_config = one_form(_given("words"), _given("queries"))
+
+    words: WordSet | None = None
+    queries: WordSetBatch | None = None
+    skip_unknown: bool = Field(False, description=SKIP_UNKNOWN_HELP)
+
+    @model_validator(mode="after")
+    def _one_form(self) -> DoesntMatchRequest:
+        if (self.words is None) == (self.queries is None):
+            raise ValueError("give exactly one of words or queries")
+        return self
+
+
+class RankParams(BaseModel):
+    """Query string of ``GET .../rank``."""
+
+    a: Token
+    b: Token
+
+
+class RankRequest(BaseModel):
+    model_config = STRICT
+
+    pairs: PairBatch
+
+
+class CloserThanParams(BaseModel):
+    """Query string of ``GET .../closer-than``."""
+
+    a: Token
+    b: Token
+    limit: Annotated[
+        int,
+        Field(ge=1, json_schema_extra=_k_schema, description="list at most this many of the words, 1..max_k"),
+        Whole,
+        AfterValidator(_check_k),
+    ] = 100
+    order: Literal["index", "score"] = Field(
+        "index", description="index: row order, as gensim returns them; score: most similar to a first"
+    )
+
+
+class SetPair(BaseModel):
+    model_config = STRICT
+
+    a: WordSet
+    b: WordSet
+
+
+SetPairBatch = batch_of(SetPair, "a batch of {a, b} word-set pairs")
+
+
+class NSimilarityRequest(BaseModel):
+    """Two word sets ``a`` and ``b``, or ``queries`` (pairs of sets) for a batch."""
+
+    model_config = one_form({"allOf": [_given("a", "b"), _absent("queries")]}, _given("queries"))
+
+    a: WordSet | None = None
+    b: WordSet | None = None
+    queries: SetPairBatch | None = None
+    skip_unknown: bool = Field(False, description=SKIP_UNKNOWN_HELP)
+
+    @model_validator(mode="after")
+    def _one_form(self) -> NSimilarityRequest:
+        single = self.a is not None and self.b is not None
+        if self.queries is not None and (self.a is not None or self.b is not None):
+            raise ValueError("give either queries (a batch) or a and b, not both")
+        if self.queries is None and not single:
+            raise ValueError("give a and b (two word sets), or queries")
+        return self
+
+
+class CompareParams(TokenOptions):
+    """Query string of ``GET /v1/compare``."""
+
+    first: TableNameField
+    second: TableNameField
+    token: Token
+
+
+CompareTokens = batch_of(Token, "the words to compare")
+
+
+class CompareRequest(TokenOptions):
+    model_config = STRICT
+
+    first: TableNameField
+    second: TableNameField
+    tokens: CompareTokens
+
+
 
 class Point(BaseModel):
     token: str
@@ -369,6 +485,22 @@ class TokenResponse(BaseModel):
     norm: float
     query: QueryInfo
 
+class Expected(BaseModel):
+    """Where the expected answer ranks among the candidates: 1 is the answer; margin = best score - its score."""
+
+    model_config = ConfigDict(extra="allow")
+
+    token: str
+    id: int
+    rank: int
+    score: float
+    margin: float
+
+
+class AnalogyResponse(NeighborsResponse):
+    expect: Expected | None = Field(None, description="only when the request names an expected answer")
+
+
 
 class TokenPiece(BaseModel):
     id: int
@@ -384,6 +516,83 @@ class TableSummary(BaseModel):
     model_config = ConfigDict(extra="allow")
 
     name: str
+class AnalogyBatchResponse(BaseModel):
+    results: list[AnalogyResponse | ItemErrorResponse]
+
+
+class RankedWord(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    text: str
+    token: str
+    id: int
+    score: float = Field(description="cosine with the normalised mean of the words' unit rows")
+
+
+class DoesntMatchResponse(BaseModel):
+    doesnt_match: RankedWord
+    ranking: list[RankedWord] = Field(description="the words, most central first (gensim rank_by_centrality)")
+    unknown: list[str]
+
+
+class DoesntMatchBatchResponse(BaseModel):
+    results: list[DoesntMatchResponse | ItemErrorResponse]
+
+
+class RankResponse(BaseModel):
+    a: str
+    b: str
+    rank: int
+    similarity: float
+    query: dict[str, Any]
+
+
+class RanksResponse(BaseModel):
+    ranks: list[int | None]
+    similarities: list[float | None]
+    errors: list[ItemError | None] = Field(description="why a pair's rank is null (null when it is not)")
+
+
+class CloserThanResponse(BaseModel):
+    a: str
+    b: str
+    similarity: float = Field(description="cosine of a and b: the listed words are more similar to a than this")
+    count: int = Field(description="how many words are closer (gensim rank(a, b) - 1)")
+    order: str
+    words: list[Neighbor] = Field(description="the first `limit` of them, with their cosine with a")
+    query: dict[str, Any]
+
+
+class NSimilarityResponse(BaseModel):
+    similarity: float
+    a: list[QueryInfo]
+    b: list[QueryInfo]
+    unknown: list[str]
+
+
+class NSimilarityBatchResponse(BaseModel):
+    results: list[NSimilarityResponse | ItemErrorResponse]
+
+
+class CompareSide(BaseModel):
+    table: str
+    query: QueryInfo
+    neighbors: list[Neighbor]
+
+
+class CompareResponse(BaseModel):
+    token: str
+    k: int
+    overlap: float = Field(description="overlap@k: the share of the k neighbours (by label) both tables give")
+    shared: list[str] = Field(description="the labels in both lists, in the first table's order")
+    first: CompareSide
+    second: CompareSide
+
+
+class CompareBatchResponse(BaseModel):
+    results: list[CompareResponse | ItemErrorResponse]
+
+
     rows: int
     dim: int
     kind: str

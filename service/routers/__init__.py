@@ -5,7 +5,18 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from service.routers import admin, analogy, health, neighbors, projection, search, similarity, tables, tokens
+from service.routers import (
+    admin,
+    analogy,
+    diagnostics,
+    health,
+    neighbors,
+    projection,
+    search,
+    similarity,
+    tables,
+    tokens,
+)
 
 ROUTERS: tuple[APIRouter, ...] = (
     neighbors.router,
@@ -14,6 +25,7 @@ ROUTERS: tuple[APIRouter, ...] = (
     search.router,
     tokens.router,
     projection.router,
+    diagnostics.router,
     tables.router,
     health.router,
     admin.router,

@@ -8,22 +8,24 @@ import numpy as np
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
+from index import diagnostics
 from index.errors import InvalidQuery
 from index.table import Neighbor, Table
 from service import queries
 from service.deps import TableDep
 from service.errors import BODY_ERRORS, responses
-from service.models import AnalogyQuery, AnalogyRequest, NeighborsBatchResponse, NeighborsResponse
+from service.models import AnalogyBatchResponse, AnalogyQuery, AnalogyRequest, AnalogyResponse
 from service.respond import FastJSON, compute, is_light, neighbors, search_one
 from service.routers.neighbors import search_options
 
 router = APIRouter(prefix="/v1/tables/{table}", tags=["analogy"])
 
 
-def probe(table: Table, question: AnalogyQuery) -> queries.Probe:
+def probe(table: Table, question: AnalogyQuery, body: AnalogyRequest) -> queries.Probe:
     """b + c - a as gensim ``most_similar(positive=[b, c], negative=[a])``; a, b and c are left out.
 
-    A question whose offset b - a is zero ("a is to a as c is to ?") has no answer beyond c itself: 422.
+    A question whose offset b - a is zero ("a is to a as c is to ?") has no answer beyond c itself: 422. So is
+    an expected answer that can never be given (one of a, b and c, or a row the search leaves out).
     """
     query = queries.mean_of(table, [question.b, question.c], [question.a])
     a, b, c = query.info["negative"][0], *query.info["positive"]
@@ -33,7 +35,35 @@ def probe(table: Table, question: AnalogyQuery) -> queries.Probe:
             "give two different words for a and b"
         )
     query.info = {"a": a, "b": b, "c": c}
+    if question.expect is not None:
+        expect = table.resolve(question.expect)
+        limit = table._limit(body.restrict)
+        drop = table.drop_flags(body.skip_special, body.whole_words_only)
+        diagnostics.check_expected(table, (a["id"], b["id"], c["id"]), expect.id, limit, drop)
+        query.info["expect"] = expect.as_dict()
     return query
+
+
+def expectations(table: Table, body: AnalogyRequest, probes: list[queries.Probe]) -> list[dict[str, Any] | None]:
+    """For each question with an expected answer: its rank, score and margin (``index.diagnostics``)."""
+    asked = [p.info for p in probes if "expect" in p.info]
+    found = diagnostics.analogy_expectations(
+        table,
+        [(q["a"]["id"], q["b"]["id"], q["c"]["id"]) for q in asked],
+        [q["expect"]["id"] for q in asked],
+        body.method,
+        restrict=body.restrict,
+        skip_special=body.skip_special,
+        whole_words_only=body.whole_words_only,
+    )
+    answers = iter(found)
+    out: list[dict[str, Any] | None] = []
+    for p in probes:
+        expect = p.info.get("expect")
+        out.append(
+            None if expect is None else {"token": expect["token"], "id": expect["id"], **next(answers).as_dict()}
+        )
+    return out
 
 
 def solve(table: Table, body: AnalogyRequest, probes: list[queries.Probe]) -> list[list[Neighbor]]:
@@ -44,27 +74,41 @@ def solve(table: Table, body: AnalogyRequest, probes: list[queries.Probe]) -> li
 
 @router.post(
     "/analogy",
-    response_model=NeighborsResponse | NeighborsBatchResponse,
+    response_model=AnalogyResponse | AnalogyBatchResponse,
     responses=responses(*BODY_ERRORS),
     summary="a is to b as c is to ? (3cosadd or 3cosmul), a, b and c left out; or a batch of questions",
+    description="With `expect` (a question's expected answer), the answer also reports that word's `rank` among "
+    "every candidate the method scores (1: it is the answer), its `score`, and the `margin` the best candidate's "
+    "score has over it (0 when it is the answer); the rank is exact even on an approximate table.",
 )
 async def analogy(request: Request, table: TableDep, body: AnalogyRequest) -> Response:
     if body.queries is None:
-        question = AnalogyQuery(a=body.a, b=body.b, c=body.c)  # type: ignore[arg-type]
-        query = probe(table, question)  # 404 for an unknown token
+        question = AnalogyQuery(a=body.a, b=body.b, c=body.c, expect=body.expect)  # type: ignore[arg-type]
+        query = probe(table, question, body)  # 404 for an unknown token
         if body.method == "3cosadd" and is_light(table, body.exact, body.restrict):  # one index search
             options = search_options(body)
             hits = await search_one(request, table, "analogy", query.vector[None, :], body.k, query.exclude, options)
         else:
             hits = (await compute(request, table, "analogy", lambda: solve(table, body, [query])))[0]
-        return FastJSON({"query": {**query.info, "method": body.method}, "neighbors": neighbors(table, hits)})
+        info = {k: v for k, v in query.info.items() if k != "expect"}
+        answer = {"query": {**info, "method": body.method}, "neighbors": neighbors(table, hits)}
+        if "expect" in query.info:
+            answer["expect"] = (
+                await compute(request, table, "analogy_expect", lambda: expectations(table, body, [query]))
+            )[0]
+        return FastJSON(answer)
     questions = body.queries
 
     def many() -> dict[str, Any]:
-        batch = queries.Batch.build(lambda question: probe(table, question), questions)
+        batch = queries.Batch.build(lambda question: probe(table, question, body), questions)
         results = batch.results(table, solve(table, body, batch.queries) if batch.queries else [])
+        expected = expectations(table, body, batch.queries) if any("expect" in p.info for p in batch.queries) else []
+        for position, found in zip(batch.positions, expected, strict=False):
+            if found is not None:
+                results[position]["expect"] = found
         for result in results:
             if "query" in result:
+                result["query"].pop("expect", None)
                 result["query"]["method"] = body.method
         return {"results": results}
 

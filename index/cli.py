@@ -270,6 +270,9 @@ def eval_(
     restrict: Annotated[int, typer.Option(min=1, help="Only the first N rows, as gensim's restrict_vocab.")] = 300_000,
     method: Annotated[Method, typer.Option(help="Analogy method.")] = Method.cosadd,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    errors: Annotated[
+        bool, typer.Option("--errors", help="List the incorrect analogies with the expected word's rank.")
+    ] = False,
 ) -> None:
     """Evaluate a table on analogy questions and word-pair similarity, counting as gensim does.
 
@@ -282,7 +285,9 @@ def eval_(
         analogies, pairs = default_sets()
     report: dict[str, Any] = {"table": name, "restrict": restrict}
     if analogies is not None:
-        report["analogies"] = evaluate_analogies(table, analogies, restrict=restrict, method=method.value)
+        report["analogies"] = evaluate_analogies(
+            table, analogies, restrict=restrict, method=method.value, errors=errors
+        )
     report["pairs"] = [evaluate_pairs(table, p, restrict=restrict) for p in pairs or []]
     typer.echo(json.dumps(report, indent=2) if as_json else format_report(report))
 

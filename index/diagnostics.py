@@ -87,7 +87,9 @@ def rank_by_centrality(table: Table, words: Sequence[str], skip_unknown: bool = 
     mean = unit.mean(axis=0)
     norm = np.sqrt(mean @ mean)
     scores = unit @ (mean / norm) if norm > 0 else np.zeros(len(unit))  # gensim's unitvec keeps a zero vector
-    # gensim sorts (score, key) pairs in reverse: ties go to the later key in string order.
+    # gensim sorts (float32 score, key) pairs in reverse: ties go to the later key in string order. Two words
+    # are always tied (each has the same cosine with their mean): rounded to float32, the tie is gensim's.
+    scores = scores.astype(np.float32).astype(np.float64)
     pairs = sorted(zip(scores.tolist(), resolved.found, strict=True), key=lambda p: (p[0], p[1].token), reverse=True)
     return Centrality([(r, s) for s, r in pairs], resolved.unknown)
 

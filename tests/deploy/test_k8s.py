@@ -235,6 +235,8 @@ def test_security_context(name: str) -> None:
     uid, _, gid = users[-1].partition(":")
     assert pod["securityContext"]["runAsUser"] == int(uid) and pod["securityContext"]["runAsGroup"] == int(gid)
     assert pod["automountServiceAccountToken"] is False
+    # Service links would put EMBEDDING_SEARCH_SERVICE_HOST, EMBEDDING_SEARCH_PORT, ... among the settings
+    assert pod["enableServiceLinks"] is False
     context = container["securityContext"]
     assert context["readOnlyRootFilesystem"] is True
     assert context["allowPrivilegeEscalation"] is False

@@ -16,11 +16,16 @@ from __future__ import annotations
 import math
 import os
 import re
+import shutil
+import signal
 import subprocess
+import sys
+import time
 from functools import cache
 from pathlib import Path
 from typing import Any
 
+import httpx
 import numpy as np
 import pytest
 import typer
@@ -35,7 +40,18 @@ from service import auth
 from service.app import create_app
 from service.main import parser as serve_parser
 from service.settings import Settings
-from tests.deploy.support import REPO, exec_form, final_stage, image_env
+from tests.deploy.support import (
+    REPO,
+    exec_form,
+    final_stage,
+    free_port,
+    image_env,
+    override_option,
+    start,
+    stop,
+    tail,
+    wait_ready,
+)
 
 K8S = REPO / "deploy" / "k8s"
 API_KINDS = {"ConfigMap", "Deployment", "Service", "HorizontalPodAutoscaler", "PodDisruptionBudget"}
@@ -46,6 +62,7 @@ KUSTOMIZATIONS = {
     "overlays/volume": API_KINDS | {"PersistentVolumeClaim"},
     "tables-job": {"PersistentVolumeClaim", "Job"},
 }
+VENV_BIN = Path(sys.executable).parent
 SERVING = [name for name in KUSTOMIZATIONS if name != "tables-job"]
 OLDEST_KUBERNETES = "1.30.0"  # the preStop sleep action is on by default from 1.30 (GA in 1.34)
 
@@ -189,6 +206,14 @@ def test_probes_ask_for_the_apps_health_routes(name: str, app_paths: set[str]) -
     assert startup["periodSeconds"] * startup["failureThreshold"] >= 120, "time to load and verify large tables"
 
 
+def tiny_table(data_dir: Path) -> Path:
+    """A 200 x 8 table built with the real builder (flat, exact)."""
+    rng = np.random.default_rng(0)
+    raw = RawTable(tokens=[f"w{i}" for i in range(200)], matrix=rng.standard_normal((200, 8)).astype(np.float32))
+    build_table(raw, data_dir=data_dir, name="probe", source={"format": "test", "path": "random"})
+    return data_dir
+
+
 def test_probes_answer_as_kubernetes_expects(tmp_path: Path) -> None:
     """On a real app: without tables the replica stays alive but is not ready; with its table it is ready."""
     empty = tmp_path / "empty"
@@ -197,14 +222,49 @@ def test_probes_answer_as_kubernetes_expects(tmp_path: Path) -> None:
         assert client.get("/healthz").status_code == 200
         not_ready = client.get("/readyz")
         assert not_ready.status_code == 503 and not_ready.json()["error"]["code"] == "not_ready"
-    data = tmp_path / "data"
-    rng = np.random.default_rng(0)
-    raw = RawTable(tokens=[f"w{i}" for i in range(200)], matrix=rng.standard_normal((200, 8)).astype(np.float32))
-    build_table(raw, data_dir=data, name="probe", source={"format": "test", "path": "random"})
-    with TestClient(create_app(Settings(data_dir=data))) as client:
+    with TestClient(create_app(Settings(data_dir=tiny_table(tmp_path / "data")))) as client:
         assert client.get("/healthz").status_code == 200
         ready = client.get("/readyz")
         assert ready.status_code == 200 and ready.json()["loaded"] == ["probe"]
+
+
+def test_rendered_pod_serves_and_stops_within_its_grace_period(tmp_path: Path) -> None:
+    """The base's container command, with the image's ENV and the ConfigMap as its environment, run as a real
+    process (only the address and the data directory changed): the probes' requests answer, and after SIGTERM
+    the server exits within the grace period left after the preStop pause."""
+    objects = render("base")
+    container = api_container(objects)
+    pod = one(objects, "Deployment")["spec"]["template"]["spec"]
+    env = {**image_env(final_stage()), **one(objects, "ConfigMap")["data"]}
+    work = tmp_path / "tmp"  # the pod's /tmp emptyDir
+    work.mkdir()
+    env.update(HOME=str(work), TMPDIR=str(work), PATH=f"{VENV_BIN}{os.pathsep}{os.environ['PATH']}")
+    data = tiny_table(tmp_path / "data")
+    env["EMBEDDING_DATA_DIR"] = str(data)
+    before = {p: p.stat().st_mtime_ns for p in data.rglob("*")}
+    port = free_port()
+    argv = override_option(container["command"] + container["args"], "--host", "127.0.0.1")
+    argv = override_option(argv, "--port", str(port))
+    argv[0] = shutil.which(argv[0], path=env["PATH"]) or pytest.fail(f"{argv[0]} is not installed", pytrace=False)
+    log = tmp_path / "server.log"
+    server = start(argv, env, log, cwd=work)
+    try:
+        base = f"http://127.0.0.1:{port}"
+        wait_ready(base + container["startupProbe"]["httpGet"]["path"], server, log)
+        for probe in ("livenessProbe", "readinessProbe"):
+            assert httpx.get(base + container[probe]["httpGet"]["path"], timeout=5).status_code == 200, tail(log)
+        left = pod["terminationGracePeriodSeconds"] - container["lifecycle"]["preStop"]["sleep"]["seconds"]
+        began = time.monotonic()
+        os.killpg(server.pid, signal.SIGTERM)  # what the kubelet sends after the preStop hook
+        try:
+            server.wait(timeout=left)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"still running {left} s after SIGTERM (SIGKILL would follow):\n{tail(log)}")
+        assert server.returncode == 0, tail(log)
+        assert time.monotonic() - began < left
+    finally:
+        stop(server)
+    assert {p: p.stat().st_mtime_ns for p in data.rglob("*")} == before, "the server wrote to its data directory"
 
 
 # ----------------------------------------------------------------------------------- the image and the container

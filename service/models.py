@@ -265,8 +265,8 @@ class AnalogyRequest(TokenOptions):
 
     @model_validator(mode="after")
     def _one_form(self) -> AnalogyRequest:
-        given = [x is not None for x in (self.a, self.b, self.c, self.expect)]
-        if self.queries is not None and any(given):
+        given = [x is not None for x in (self.a, self.b, self.c)]
+        if self.queries is not None and (any(given) or self.expect is not None):
             raise ValueError("give either queries (a batch) or a, b and c (and expect), not both")
         if self.queries is None and not all(given):
             raise ValueError("give a, b and c (or queries)")
@@ -350,65 +350,6 @@ class TokenizeRequest(BaseModel):
 
     text: Annotated[str, Field(max_length=MAX_TEXT_CHARS)]
 
-
-# -------------------------------------------------------------------------------------------- responses
-class Neighbor(BaseModel):
-    token: str
-    id: int
-    score: float
-    readable: str | None = Field(None, description="model-token tables: the text the token stands for (' heart')")
-    metadata: dict[str, str] | None = Field(None, description="the row's metadata columns, for tables that have them")
-
-
-class QueryInfo(BaseModel):
-    """Which row(s) a query used: ``token``/``id`` of the resolved row and how it matched."""
-
-    model_config = ConfigDict(extra="allow")
-
-    text: str | None = None
-    token: str | None = None
-    id: int | None = None
-    match: str | None = Field(None, description="exact, casefold, space-marked, id, or composed")
-
-
-class NeighborsResponse(BaseModel):
-    query: QueryInfo | dict[str, Any]
-    neighbors: list[Neighbor]
-
-
-class ItemError(BaseModel):
-    model_config = ConfigDict(extra="allow")
-
-    code: str
-    message: str
-
-
-class ItemErrorResponse(BaseModel):
-    error: ItemError
-
-
-class NeighborsBatchResponse(BaseModel):
-    results: list[NeighborsResponse | ItemErrorResponse]
-
-
-class SearchResponse(BaseModel):
-    neighbors: list[Neighbor]
-
-
-class SearchBatchResponse(BaseModel):
-    results: list[SearchResponse | ItemErrorResponse]
-
-
-class SimilarityResponse(BaseModel):
-    a: str
-    b: str
-    similarity: float
-    query: dict[str, Any]
-
-
-class SimilaritiesResponse(BaseModel):
-    similarities: list[float | None]
-    errors: list[ItemError | None] = Field(description="why a pair's similarity is null (null when it is not)")
 
 # -------------------------------------------------------------------------------------- diagnostics
 MAX_SET_WORDS = 1000  # words in one set of a batch item (doesnt-match, n-similarity)
@@ -520,68 +461,65 @@ class CompareRequest(TokenOptions):
     tokens: CompareTokens
 
 
-
-class Point(BaseModel):
+# -------------------------------------------------------------------------------------------- responses
+class Neighbor(BaseModel):
     token: str
     id: int
-    x: float
-    y: float
-
-
-class ProjectResponse(BaseModel):
-    method: str
-    points: list[Point]
-    explained_variance_ratio: list[float] = Field(
-        description="pca: each component's share of the variance; axes: each axis's share of it"
-    )
-    unknown: list[str] = []
-    axes: dict[str, Any] | None = Field(None, description="method axes: the token pairs of x and y (null: PCA)")
-
-
-class MapBounds(BaseModel):
-    x: list[float]
-    y: list[float]
-
-
-class MapInfo(BaseModel):
-    """A whole-table layout: what ``GET .../map`` returns as int16 pairs and how to read them back."""
-
-    table: str
-    method: str
-    rows: int = Field(description="points in the layout: row ids 0..rows-1")
-    bounds: MapBounds
-    format: str = Field(description="'int16-le-xy': x, y per row; value = lo + (code + 32767) / 65534 * (hi - lo)")
-    params: dict[str, Any]
-    explained_variance_ratio: list[float] | None = None
-    seconds: float = Field(description="how long the layout took to compute")
-    computed_at: str | None = None
-    cached: bool = Field(description="read from the on-disk cache rather than computed by this request")
-    columns: list[str] = Field(description="the columns the map can be coloured by (GET .../map/colours/{column})")
-
-
-class MapColours(BaseModel):
-    column: str
-    categories: list[str]
-    codes: str = Field(description="base64 of one uint8 per row: the index of its category")
-
-
-class ExplorerConfig(BaseModel):
-    default_table: str | None = Field(description="the table the explorer opens on")
-    default_reason: str = Field(description="why that table: 'EMBEDDING_TABLES', 'glove-6b-50d' or 'first'")
-    tsne_rows: int = Field(description="rows of the t-SNE layout (EMBEDDING_MAP_TSNE_ROWS; 0: t-SNE off)")
-    tsne_available: bool
-    max_export_rows: int
-
-
-class TokenResponse(BaseModel):
-    token: str
-    id: int
+    score: float
     readable: str | None = Field(None, description="model-token tables: the text the token stands for (' heart')")
     metadata: dict[str, str] | None = Field(None, description="the row's metadata columns, for tables that have them")
-    vector: list[float]
-    normalized: bool
-    norm: float
-    query: QueryInfo
+
+
+class QueryInfo(BaseModel):
+    """Which row(s) a query used: ``token``/``id`` of the resolved row and how it matched."""
+
+    model_config = ConfigDict(extra="allow")
+
+    text: str | None = None
+    token: str | None = None
+    id: int | None = None
+    match: str | None = Field(None, description="exact, casefold, space-marked, id, or composed")
+
+
+class NeighborsResponse(BaseModel):
+    query: QueryInfo | dict[str, Any]
+    neighbors: list[Neighbor]
+
+
+class ItemError(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    code: str
+    message: str
+
+
+class ItemErrorResponse(BaseModel):
+    error: ItemError
+
+
+class NeighborsBatchResponse(BaseModel):
+    results: list[NeighborsResponse | ItemErrorResponse]
+
+
+class SearchResponse(BaseModel):
+    neighbors: list[Neighbor]
+
+
+class SearchBatchResponse(BaseModel):
+    results: list[SearchResponse | ItemErrorResponse]
+
+
+class SimilarityResponse(BaseModel):
+    a: str
+    b: str
+    similarity: float
+    query: dict[str, Any]
+
+
+class SimilaritiesResponse(BaseModel):
+    similarities: list[float | None]
+    errors: list[ItemError | None] = Field(description="why a pair's similarity is null (null when it is not)")
+
 
 class Expected(BaseModel):
     """Where the expected answer ranks among the candidates: 1 is the answer; margin = best score - its score."""
@@ -599,21 +537,6 @@ class AnalogyResponse(NeighborsResponse):
     expect: Expected | None = Field(None, description="only when the request names an expected answer")
 
 
-
-class TokenPiece(BaseModel):
-    id: int
-    token: str
-
-
-class TokenizeResponse(BaseModel):
-    text: str
-    tokens: list[TokenPiece]
-
-
-class TableSummary(BaseModel):
-    model_config = ConfigDict(extra="allow")
-
-    name: str
 class AnalogyBatchResponse(BaseModel):
     results: list[AnalogyResponse | ItemErrorResponse]
 
@@ -691,6 +614,83 @@ class CompareBatchResponse(BaseModel):
     results: list[CompareResponse | ItemErrorResponse]
 
 
+class Point(BaseModel):
+    token: str
+    id: int
+    x: float
+    y: float
+
+
+class ProjectResponse(BaseModel):
+    method: str
+    points: list[Point]
+    explained_variance_ratio: list[float] = Field(
+        description="pca: each component's share of the variance; axes: each axis's share of it"
+    )
+    unknown: list[str] = []
+    axes: dict[str, Any] | None = Field(None, description="method axes: the token pairs of x and y (null: PCA)")
+
+
+class MapBounds(BaseModel):
+    x: list[float]
+    y: list[float]
+
+
+class MapInfo(BaseModel):
+    """A whole-table layout: what ``GET .../map`` returns as int16 pairs and how to read them back."""
+
+    table: str
+    method: str
+    rows: int = Field(description="points in the layout: row ids 0..rows-1")
+    bounds: MapBounds
+    format: str = Field(description="'int16-le-xy': x, y per row; value = lo + (code + 32767) / 65534 * (hi - lo)")
+    params: dict[str, Any]
+    explained_variance_ratio: list[float] | None = None
+    seconds: float = Field(description="how long the layout took to compute")
+    computed_at: str | None = None
+    cached: bool = Field(description="read from the on-disk cache rather than computed by this request")
+    columns: list[str] = Field(description="the columns the map can be coloured by (GET .../map/colours/{column})")
+
+
+class MapColours(BaseModel):
+    column: str
+    categories: list[str]
+    codes: str = Field(description="base64 of one uint8 per row: the index of its category")
+
+
+class ExplorerConfig(BaseModel):
+    default_table: str | None = Field(description="the table the explorer opens on")
+    default_reason: str = Field(description="why that table: 'EMBEDDING_TABLES', 'glove-6b-50d' or 'first'")
+    tsne_rows: int = Field(description="rows of the t-SNE layout (EMBEDDING_MAP_TSNE_ROWS; 0: t-SNE off)")
+    tsne_available: bool
+    max_export_rows: int
+
+
+class TokenResponse(BaseModel):
+    token: str
+    id: int
+    readable: str | None = Field(None, description="model-token tables: the text the token stands for (' heart')")
+    metadata: dict[str, str] | None = Field(None, description="the row's metadata columns, for tables that have them")
+    vector: list[float]
+    normalized: bool
+    norm: float
+    query: QueryInfo
+
+
+class TokenPiece(BaseModel):
+    id: int
+    token: str
+
+
+class TokenizeResponse(BaseModel):
+    text: str
+    tokens: list[TokenPiece]
+
+
+class TableSummary(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    name: str
     rows: int
     dim: int
     kind: str

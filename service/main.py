@@ -114,6 +114,7 @@ def main(argv: list[str] | None = None) -> int:
         metrics_dir = tempfile.mkdtemp(prefix="embedding-metrics-")
         atexit.register(shutil.rmtree, metrics_dir, ignore_errors=True)
         os.environ["PROMETHEUS_MULTIPROC_DIR"] = metrics_dir
+    start_deferred_builds(settings)
 
     options: dict[str, Any] = {
         "factory": True,
@@ -140,6 +141,20 @@ def main(argv: list[str] | None = None) -> int:
     else:
         serve_workers(options)
     return 0
+
+
+def start_deferred_builds(settings: Settings) -> None:
+    """Build, in the background, the indexes that tables' builds deferred (``service.indexing``): one process for
+    the whole server, whatever the number of workers, reloading them all when an index is published."""
+    if not settings.build_deferred:
+        return
+    from service.indexing import IndexBuilds, deferred_tables
+
+    pending = deferred_tables(settings.data_dir, settings.tables)
+    if pending:
+        builds = IndexBuilds(settings.data_dir, pending)
+        atexit.register(shutil.rmtree, builds.status_dir, ignore_errors=True)
+        builds.start()
 
 
 def serve_workers(options: dict[str, Any]) -> None:

@@ -62,6 +62,11 @@ class Settings(BaseSettings):
         None, description="key every /v1 read must carry (X-API-Key header; the admin key works too); unset: open"
     )
     verify_checksums: bool = Field(True, description="check every table file's sha256 against its manifest on load")
+    build_deferred: bool = Field(
+        True,
+        description="build the approximate index a table's build deferred (embedding-index build --defer-index) in a "
+        "background process at start-up, serving exact answers until it is published",
+    )
     cache_bytes: int = Field(
         8 * MIB, ge=0, description="memory per worker for repeated GET answers (service.cache); 0 turns it off"
     )

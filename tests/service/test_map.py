@@ -1,0 +1,190 @@
+"""The whole-table map, the axes projection and the projector export over HTTP (in process, real tables).
+
+Coordinates are checked against a numpy float64 SVD of the table's unit rows (up to sign); an export is read
+back by the real ``embedding-index import --format projector`` command.
+"""
+
+from __future__ import annotations
+
+import base64
+import gzip
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from fastapi.testclient import TestClient
+
+from index import artifact
+from index.build import build_table
+from index.layout import TOKEN_KIND
+from index.sources import RawTable
+from index.table import FLAG_CONTINUATION, FLAG_SPECIAL, Table
+from tests.service.conftest import MINILM, client_for
+
+T = "/v1/tables/small"
+
+
+def reference_pca(rows: np.ndarray) -> np.ndarray:
+    centred = np.asarray(rows, dtype=np.float64) - np.asarray(rows, dtype=np.float64).mean(axis=0)
+    u, s, _ = np.linalg.svd(centred, full_matrices=False)
+    return (u * s)[:, :2]
+
+
+def decode(body: bytes, info: dict) -> np.ndarray:
+    codes = np.frombuffer(body, dtype="<i2").reshape(-1, 2).astype(np.float64)
+    out = np.empty_like(codes)
+    for axis, name in enumerate("xy"):
+        lo, hi = info["bounds"][name]
+        out[:, axis] = lo + (codes[:, axis] + 32767) / 65534 * (hi - lo)
+    return out
+
+
+def test_map_is_every_row_on_its_principal_components(api: TestClient, small: Table) -> None:
+    info = api.get(f"{T}/map/info").json()
+    assert info["table"] == "small" and info["method"] == "pca" and info["rows"] == small.rows
+    assert info["format"] == "int16-le-xy" and info["columns"] == []
+    response = api.get(f"{T}/map")
+    assert response.status_code == 200 and response.headers["content-type"] == "application/octet-stream"
+    assert len(response.content) == small.rows * 4  # two int16 a row
+    points = decode(response.content, info)
+    reference = reference_pca(small.vectors)
+    for axis, name in enumerate("xy"):
+        lo, hi = info["bounds"][name]
+        sign = np.sign(points[:, axis] @ reference[:, axis])
+        assert np.abs(points[:, axis] - sign * reference[:, axis]).max() <= (hi - lo) / 65534 + 1e-5
+    centred = np.asarray(small.vectors, dtype=np.float64) - np.asarray(small.vectors, dtype=np.float64).mean(axis=0)
+    s = np.linalg.svd(centred, compute_uv=False)
+    np.testing.assert_allclose(info["explained_variance_ratio"], (s**2 / (s**2).sum())[:2], rtol=1e-5)
+
+
+def test_map_is_cached_beside_the_tables_not_in_them(api: TestClient, small_data_dir: Path) -> None:
+    api.get(f"{T}/map/info")
+    layouts = small_data_dir / ".cache" / "layouts"
+    assert any(p.suffix == ".npy" for p in layouts.iterdir())
+    with client_for(data_dir=small_data_dir) as fresh:  # another server: read from disk, not computed
+        assert fresh.get(f"{T}/map/info").json()["cached"] is True
+    assert artifact.verify(small_data_dir / "small").ok
+    assert [t["name"] for t in api.get("/v1/tables").json()["tables"]] == ["small"]
+
+
+def test_labels_are_every_token_in_row_order(api: TestClient, small: Table) -> None:
+    response = api.get(f"{T}/map/labels")
+    assert response.status_code == 200 and response.headers["content-type"] == "application/gzip"
+    assert json.loads(gzip.decompress(response.content)) == list(small.tokens[:])
+
+
+def test_map_errors_are_the_envelope(api: TestClient) -> None:
+    for path, status in [
+        (f"{T}/map/colours/kind", 422),
+        (f"{T}/map?method=tsne", 422),
+        (f"{T}/map?method=umap", 422),
+        ("/v1/tables/nope/map", 404),
+    ]:
+        response = api.get(path)
+        assert response.status_code == status, path
+        assert set(response.json()["error"]) >= {"code", "message"}
+    assert "EMBEDDING_MAP_TSNE_ROWS" in api.get(f"{T}/map/info?method=tsne").json()["error"]["message"]
+
+
+def test_a_model_table_is_coloured_by_token_kind(minilm_api: TestClient, minilm_data_dir: Path) -> None:
+    table = Table.load(minilm_data_dir / MINILM, checksums=False)
+    info = minilm_api.get(f"/v1/tables/{MINILM}/map/info").json()
+    assert info["rows"] == table.rows and TOKEN_KIND in info["columns"]
+    colours = minilm_api.get(f"/v1/tables/{MINILM}/map/colours/{TOKEN_KIND}").json()
+    codes = np.frombuffer(base64.b64decode(colours["codes"]), dtype=np.uint8)
+    kinds = np.asarray(colours["categories"])[codes]
+    flags = np.asarray(table.flags)
+    assert (kinds[(flags & FLAG_SPECIAL) != 0] == "special").all()
+    assert (kinds[(flags & (FLAG_SPECIAL | FLAG_CONTINUATION)) == FLAG_CONTINUATION] == "continuation").all()
+    assert kinds[table.resolve("heart").id] == "word start"
+
+
+def test_project_on_word_pair_axes(api: TestClient, small: Table) -> None:
+    words = ["man", "woman", "king", "queen", "boy", "girl"]
+    body = {"tokens": words, "method": "axes", "x_axis": ["man", "woman"], "y_axis": ["king", "boy"]}
+    answer = api.post(f"{T}/project", json=body).json()
+    assert answer["method"] == "axes" and answer["axes"] == {"x": ["man", "woman"], "y": ["king", "boy"]}
+    rows = {w: np.asarray(small.vectors[small.resolve(w).id], dtype=np.float64) for w in words}
+    dx, dy = rows["man"] - rows["woman"], rows["king"] - rows["boy"]
+    for point in answer["points"]:
+        v = rows[point["token"]]
+        assert point["x"] == pytest.approx(v @ dx / (dx @ dx), abs=1e-9)
+        assert point["y"] == pytest.approx(v @ dy / (dy @ dy), abs=1e-9)
+    one = api.post(f"{T}/project", json={"tokens": words, "method": "axes", "x_axis": ["man", "woman"]}).json()
+    assert one["axes"]["y"] == "pca" and [p["x"] for p in one["points"]] == [p["x"] for p in answer["points"]]
+    # The PCA answer keeps its fields and values.
+    pca = api.post(f"{T}/project", json={"tokens": words}).json()
+    assert set(pca) == {"method", "points", "explained_variance_ratio", "unknown"} and pca["method"] == "pca"
+    reference = reference_pca(np.stack([rows[w] for w in words]))
+    got = np.asarray([[p["x"], p["y"]] for p in pca["points"]])
+    np.testing.assert_allclose(np.abs(got), np.abs(reference), atol=1e-9)
+
+
+@pytest.mark.parametrize(
+    ("body", "status"),
+    [
+        ({"tokens": ["man", "king"], "method": "axes"}, 422),  # no x_axis
+        ({"tokens": ["man", "king"], "x_axis": ["man", "woman"]}, 422),  # axes with pca
+        ({"tokens": ["man", "king"], "method": "axes", "x_axis": ["man"]}, 422),  # not a pair
+        ({"tokens": ["man", "king"], "method": "axes", "x_axis": ["man", "Man"]}, 422),  # one row
+        ({"tokens": ["man", "king"], "method": "axes", "x_axis": ["man", "qzxqzx"]}, 404),
+    ],
+)
+def test_axes_errors(api: TestClient, body: dict, status: int) -> None:
+    response = api.post(f"{T}/project", json=body)
+    assert response.status_code == status and response.json()["error"]["message"]
+
+
+def run_import(directory: Path, data_dir: Path, name: str) -> Table:
+    command = [str(Path(sys.executable).with_name("embedding-index")), "--quiet", "import", str(directory)]
+    command += ["--format", "projector", "--name", name, "--data-dir", str(data_dir), "--index", "flat"]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    return Table.load(data_dir / name)
+
+
+def test_export_reimports_as_a_projector_table(api: TestClient, small: Table, tmp_path: Path) -> None:
+    rows = [{"token": "red", "group": "colours"}, {"token": "blue", "group": "colours"}, {"id": 1000}]
+    rows += [{"token": w, "group": "numbers"} for w in ("one", "two", "three")]
+    out = tmp_path / "export"
+    out.mkdir()
+    for file in ("vectors", "metadata"):
+        response = api.post(f"{T}/export", json={"rows": rows, "file": file})
+        assert response.status_code == 200, response.text
+        assert response.headers["content-type"].startswith("text/tab-separated-values")
+        assert response.headers["content-disposition"] == f'attachment; filename="{file}.tsv"'
+        (out / f"{file}.tsv").write_bytes(response.content)
+    table = run_import(out, tmp_path / "data", "exported")
+    ids = [small.resolve(r["token"]).id if "token" in r else r["id"] for r in rows]
+    assert list(table.tokens[:]) == small.tokens.labels(ids)
+    assert table.metadata["group"] == ["colours", "colours", "", "numbers", "numbers", "numbers"]
+    original = np.asarray(small.vectors[ids], dtype=np.float64) * np.asarray(small.norms[ids])[:, None]
+    again = np.asarray(table.vectors, dtype=np.float64) * np.asarray(table.norms)[:, None]
+    np.testing.assert_allclose(again, original, rtol=1e-6, atol=1e-7)
+
+    # Without groups and metadata columns the metadata is one token per line, as the projector writes it.
+    plain = api.post(f"{T}/export", json={"rows": [{"id": 0}, {"id": 1}], "file": "metadata"})
+    assert plain.text == "\n".join(small.tokens.labels([0, 1])) + "\n"
+    assert api.post(f"{T}/export", json={"rows": [{"id": 10**9}], "file": "vectors"}).status_code == 404
+    assert api.post(f"{T}/export", json={"rows": [], "file": "vectors"}).status_code == 422
+    assert api.post(f"{T}/export", json={"rows": [{"id": 1, "token": "a"}], "file": "vectors"}).status_code == 422
+
+
+def test_the_explorer_opens_on_the_default_table(tmp_path: Path, small: Table) -> None:
+    raw = RawTable(tokens=list(small.tokens[:500]), matrix=np.asarray(small.vectors[:500]).copy())
+    for name in ("aaa", "glove-6b-50d", "zzz"):
+        build_table(raw, data_dir=tmp_path, name=name, source={"format": "test", "path": name}, index_spec="flat")
+    with client_for(data_dir=tmp_path) as client:
+        assert client.get("/v1/explorer").json()["default_table"] == "glove-6b-50d"
+    with client_for(data_dir=tmp_path, tables=["zzz", "aaa"]) as client:
+        config = client.get("/v1/explorer").json()
+        assert (config["default_table"], config["default_reason"]) == ("zzz", "EMBEDDING_TABLES")
+    with client_for(data_dir=tmp_path, tables=["zzz", "aaa"], cache_dir=tmp_path / "elsewhere") as client:
+        assert client.get("/v1/tables/aaa/map/info").status_code == 200
+    assert list((tmp_path / "elsewhere" / "layouts").glob("aaa-*.npy"))
+    (tmp_path / "glove-6b-50d" / artifact.MANIFEST).unlink()
+    with client_for(data_dir=tmp_path) as client:
+        assert client.get("/v1/explorer").json()["default_table"] == "aaa"

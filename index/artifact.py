@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from index.errors import ArtifactError, InvalidQuery, UnknownTable
+from index.progress import Progress
 
 FORMAT_VERSION = 1
 MANIFEST = "manifest.json"
@@ -48,11 +49,13 @@ def table_dir(data_dir: Path, name: str) -> Path:
     return Path(data_dir) / check_name(name)
 
 
-def sha256_file(path: Path, chunk: int = 1 << 22) -> str:
+def sha256_file(path: Path, chunk: int = 1 << 22, progress: Progress | None = None) -> str:
     digest = hashlib.sha256()
     with open(path, "rb") as handle:
         while block := handle.read(chunk):
             digest.update(block)
+            if progress is not None:
+                progress.advance(len(block))
     return digest.hexdigest()
 
 
@@ -153,9 +156,10 @@ def clean_stale(data_dir: Path) -> list[Path]:
 def write_manifest(directory: Path, manifest: dict[str, Any]) -> dict[str, Any]:
     """Checksum every file in ``directory`` into ``manifest['files']`` and write ``manifest.json``."""
     files = {}
-    for child in sorted(directory.iterdir()):
-        if child.name != MANIFEST:
-            files[child.name] = {"bytes": child.stat().st_size, "sha256": sha256_file(child)}
+    children = [child for child in sorted(directory.iterdir()) if child.name != MANIFEST]
+    with Progress("checksums", sum(child.stat().st_size for child in children), "bytes") as progress:
+        for child in children:
+            files[child.name] = {"bytes": child.stat().st_size, "sha256": sha256_file(child, progress=progress)}
     manifest = {"format_version": FORMAT_VERSION, **manifest, "files": files}
     (directory / MANIFEST).write_text(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n")
     return manifest

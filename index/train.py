@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from index.errors import InputError
+from index.progress import Progress
 from index.sources import RawTable, open_text
 
 log = logging.getLogger(__name__)
@@ -99,22 +100,23 @@ class Corpus:
 
 def _progress_callback(epochs: int) -> Any:
     from gensim.models.callbacks import CallbackAny2Vec
-    from tqdm import tqdm
 
-    class EpochBar(CallbackAny2Vec):  # type: ignore[misc]
+    class EpochProgress(CallbackAny2Vec):  # type: ignore[misc]
         def __init__(self) -> None:
-            self.bar: Any = None
+            self.progress: Progress | None = None
 
         def on_train_begin(self, model: Any) -> None:
-            self.bar = tqdm(total=epochs, desc="training", unit="epoch", disable=None)
+            self.progress = Progress("training", epochs, "epochs").__enter__()
 
         def on_epoch_end(self, model: Any) -> None:
-            self.bar.update(1)
+            if self.progress is not None:
+                self.progress.advance(1)
 
         def on_train_end(self, model: Any) -> None:
-            self.bar.close()
+            if self.progress is not None:
+                self.progress.__exit__(None, None, None)
 
-    return EpochBar()
+    return EpochProgress()
 
 
 def train_word2vec(corpus_paths: list[Path], params: TrainParams) -> RawTable:

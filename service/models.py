@@ -708,12 +708,22 @@ class Health(BaseModel):
     status: str
 
 
+class BuildStatus(BaseModel):
+    state: str = Field(description="queued, running or failed")
+    step: str = Field(description="what the build is doing, e.g. adding rows to the index")
+    done: float = Field(description="fraction of the step done, 0 to 1")
+    seconds_left: float | None = Field(None, description="estimated seconds left in the step, at the rate so far")
+
+
 class Ready(BaseModel):
     status: str
     loaded: list[str]
     missing: list[str]
     stale: list[str] = Field(
         [], description="tables still serving their previous version because their new files were refused (if any)"
+    )
+    building: dict[str, BuildStatus] = Field(
+        {}, description="tables whose approximate index is being built in the background (exact answers meanwhile)"
     )
 
 

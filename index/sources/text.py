@@ -27,6 +27,7 @@ import pyarrow.compute as pacompute
 import pyarrow.csv as pacsv
 
 from index.errors import InputError
+from index.progress import Progress, note
 from index.sources import RawTable, ReadOptions, open_text
 
 CHUNK_BYTES = 2 << 20
@@ -60,6 +61,7 @@ class _Chunk:
 
 
 def _read(path: Path, options: ReadOptions, header: bool) -> RawTable:
+    note(f"counting the lines of {path.name} ...")
     lines, nbytes, head = _scan(path)
     if lines == 0:
         raise InputError(path, "empty file: no vectors")
@@ -99,16 +101,18 @@ def _read(path: Path, options: ReadOptions, header: bool) -> RawTable:
     blocks: list[np.ndarray] = []
     tokens: list[str] = []
     filled = 0
-    for chunk, line_no, count in _chunks(path, lines, skip_first=header):
-        target = out[filled : filled + count] if out is not None else None
-        part = _parse_chunk(chunk, line_no, count, dim, ncols, path, options, stats, target)
-        tokens.extend(part.tokens)
-        if out is not None:
-            if part.matrix is not target:  # parsed elsewhere (a chunk with irregular lines)
-                out[filled : filled + len(part.tokens)] = part.matrix
-        else:
-            blocks.append(part.matrix)
-        filled += len(part.tokens)
+    with Progress(f"reading {path.name}", rows) as progress:
+        for chunk, line_no, count in _chunks(path, lines, skip_first=header):
+            target = out[filled : filled + count] if out is not None else None
+            part = _parse_chunk(chunk, line_no, count, dim, ncols, path, options, stats, target)
+            tokens.extend(part.tokens)
+            if out is not None:
+                if part.matrix is not target:  # parsed elsewhere (a chunk with irregular lines)
+                    out[filled : filled + len(part.tokens)] = part.matrix
+            else:
+                blocks.append(part.matrix)
+            filled += len(part.tokens)
+            progress.advance(count)
     if out is None:
         matrix = np.concatenate(blocks) if blocks else np.empty((0, dim), dtype=np.float32)
     else:

@@ -18,6 +18,7 @@ import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
 from index.errors import InputError
+from index.progress import Progress
 from index.sources import RawTable, ReadOptions, open_text
 
 CHUNK_BYTES = 2 << 20
@@ -77,24 +78,26 @@ def read(path: Path, options: ReadOptions) -> RawTable:
         base = len(first)  # file offset of data[0]
         eof = False
         row = 0
-        while row < rows:
-            if not eof:
-                try:
-                    block = handle.read(CHUNK_BYTES)
-                except (OSError, EOFError, zlib.error) as exc:
-                    raise InputError(path, f"cannot read: {exc}") from None
-                eof = not block
-                data += block
-            raw: list[bytes] = []
-            offsets: list[int] = []  # byte offset of each row, for messages
-            pos, starts, done = _locate(path, data, base, width, rows, row, raw, offsets, eof)
-            if starts:
-                windows = sliding_window_view(np.frombuffer(data, dtype=np.uint8), width)
-                matrix[row:done] = windows[np.asarray(starts, dtype=np.int64)].view("<f4")
-                replaced += _decode(path, raw, offsets, row, options, tokens)
-            row = done
-            data = data[pos:]
-            base += pos
+        with Progress(f"reading {path.name}", rows) as progress:
+            while row < rows:
+                if not eof:
+                    try:
+                        block = handle.read(CHUNK_BYTES)
+                    except (OSError, EOFError, zlib.error) as exc:
+                        raise InputError(path, f"cannot read: {exc}") from None
+                    eof = not block
+                    data += block
+                raw: list[bytes] = []
+                offsets: list[int] = []  # byte offset of each row, for messages
+                pos, starts, done = _locate(path, data, base, width, rows, row, raw, offsets, eof)
+                if starts:
+                    windows = sliding_window_view(np.frombuffer(data, dtype=np.uint8), width)
+                    matrix[row:done] = windows[np.asarray(starts, dtype=np.int64)].view("<f4")
+                    replaced += _decode(path, raw, offsets, row, options, tokens)
+                progress.advance(done - row)
+                row = done
+                data = data[pos:]
+                base += pos
         rest = data + (b"" if eof else _read_rest(handle, path))
         if rest.strip():
             raise InputError(

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import os
+
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
+from service import indexing
 from service.deps import RegistryDep
 from service.errors import error_response, responses
 from service.models import Health, Ready
@@ -28,6 +31,9 @@ async def readyz(registry: RegistryDep) -> Response:
     loaded, missing = sorted(registry.tables), sorted(registry.failed)
     # Names only: why a table was refused is in the server log (reasons can name files).
     stale = {"stale": sorted(registry.stale)} if registry.stale else {}
+    building = indexing.building(os.environ.get(indexing.STATUS_VARIABLE))
+    if building:
+        stale["building"] = building  # type: ignore[assignment]
     if registry.ready:
         return FastJSON({"status": "ready", "loaded": loaded, "missing": missing, **stale})
     message = f"tables not loaded: {', '.join(missing)}" if missing else "no tables found in the data directory"

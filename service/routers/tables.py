@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import PurePath
 from typing import Any
 
@@ -9,6 +10,7 @@ from fastapi import APIRouter
 from starlette.responses import Response
 
 from index.table import Table
+from service import indexing
 from service.deps import RegistryDep, TableDep
 from service.errors import TABLE_ERRORS, responses
 from service.models import TablesResponse, TableSummary
@@ -22,6 +24,9 @@ def summary(table: Table) -> dict[str, Any]:
     source = out.get("source")
     if isinstance(source, dict) and isinstance(source.get("path"), str):  # no paths of the build machine
         out["source"] = {**source, "path": PurePath(source["path"]).name}
+    building = indexing.building(os.environ.get(indexing.STATUS_VARIABLE)).get(table.name)
+    if building is not None:
+        out["building"] = building
     return out
 
 

@@ -43,9 +43,9 @@ class Result:
 
 
 def run_cli(*args: object) -> Result:
-    """Run ``embedding-index`` in this process through its console entry point ``index.cli.main``."""
+    """Run ``embedding-index --quiet`` in this process through its console entry point ``index.cli.main``."""
     out, err = io.StringIO(), io.StringIO()
-    argv = ["embedding-index", *map(str, args)]
+    argv = ["embedding-index", "--quiet", *map(str, args)]
     with mock.patch.object(sys, "argv", argv), redirect_stdout(out), redirect_stderr(err):
         try:
             main()
@@ -680,6 +680,8 @@ def test_console_script_success_and_failure(tmp_path: Path, glove_rows) -> None:
     )
     assert done.returncode == 0, done.stderr
     assert "3,000 rows x 50" in done.stdout
+    # Not a terminal: each step says what it does, and how far it got when it ends.
+    assert "embedding-index: reading vectors.txt.gz: done (3,000 of 3,000 rows)" in done.stderr
     assert_rows(Table.load(data / "w2v"), tokens, matrix)
 
     lines = text_lines(tokens, matrix)
@@ -689,8 +691,10 @@ def test_console_script_success_and_failure(tmp_path: Path, glove_rows) -> None:
         [exe, "import", bad, "--name", "bad", "--data-dir", data], capture_output=True, text=True, timeout=300
     )
     assert failed.returncode == 1
-    assert failed.stderr.splitlines() == [
+    *progress, error = failed.stderr.splitlines()
+    assert error == (
         f"embedding-index: error: {bad}:1235: 47 values after the token, expected 50 "
         "(use --drop-invalid to skip such rows)"
-    ]
+    )
+    assert progress == ["embedding-index: counting the lines of bad.txt ..."]  # then the first bad line stops it
     assert not (data / "bad").exists() and not list(data.glob(".tmp-*"))

@@ -1,0 +1,163 @@
+"""Progress of the builder's long steps: a bar on a terminal, a line every few seconds elsewhere.
+
+On a terminal (stderr is a TTY) each step is a tqdm bar. Elsewhere (make, Docker builds, CI logs, the server's
+background index build) a step prints ``embedding-index: STEP: 45% (180,000 of 400,000 rows), 1m12s left`` at
+most every ``INTERVAL`` seconds, and once when it ends. ``configure(quiet=True)`` (``--quiet``) turns both off.
+``configure(status_file=...)`` also keeps the latest state of the running step in a small JSON file, which
+``embedding-serve`` reads to say what it is building and how far it is.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from types import TracebackType
+from typing import Any, TextIO
+
+INTERVAL = 5.0  # seconds between two lines when stderr is not a terminal
+
+
+class _Config:
+    quiet = False
+    status_file: Path | None = None
+    interval = INTERVAL
+    stream: TextIO | None = None  # None: sys.stderr at the time of writing
+
+
+CONFIG = _Config()
+
+
+def configure(*, quiet: bool | None = None, status_file: Path | None = None, interval: float | None = None) -> None:
+    if quiet is not None:
+        CONFIG.quiet = quiet
+    if status_file is not None:
+        CONFIG.status_file = Path(status_file)
+    if interval is not None:
+        CONFIG.interval = interval
+
+
+def note(message: str) -> None:
+    """One line about what the builder does next (silent with ``--quiet``)."""
+    if not CONFIG.quiet:
+        print(f"embedding-index: {message}", file=CONFIG.stream or sys.stderr, flush=True)
+
+
+def duration(seconds: float) -> str:
+    seconds = max(0, round(seconds))
+    if seconds < 60:
+        return f"{seconds}s"
+    minutes, seconds = divmod(seconds, 60)
+    if minutes < 60:
+        return f"{minutes}m{seconds:02d}s"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m"
+
+
+class Progress:
+    """One step of ``total`` units (rows, bytes, epochs): ``advance(n)`` as work gets done.
+
+    Use as a context manager; the closing line (or the bar's last state) is written on exit.
+    """
+
+    def __init__(self, step: str, total: float, unit: str = "rows") -> None:
+        self.step, self.total, self.unit = step, max(float(total), 0.0), unit
+        self.done = 0.0
+        self.started = self.last = time.monotonic()
+        stream = CONFIG.stream or sys.stderr
+        self._bar: Any = None
+        if not CONFIG.quiet and stream.isatty():
+            from tqdm import tqdm
+
+            scale = unit == "bytes"
+            self._bar = tqdm(
+                total=self.total, desc=step, unit="B" if scale else f" {unit}", unit_scale=scale, file=stream
+            )
+        self._status({"state": "running"})
+
+    def __enter__(self) -> Progress:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, value: BaseException | None, trace: TracebackType | None
+    ) -> None:
+        if kind is None:
+            self.done = max(self.done, self.total)
+        if self._bar is not None:
+            if kind is None:
+                self._bar.update(self.total - self._bar.n)
+            self._bar.close()
+        elif not CONFIG.quiet and kind is None:
+            self._line(final=True)
+
+    def advance(self, n: float = 1) -> None:
+        self.done += n
+        if self._bar is not None:
+            self._bar.update(n)
+        now = time.monotonic()
+        if now - self.last >= CONFIG.interval:
+            self.last = now
+            if self._bar is None and not CONFIG.quiet:
+                self._line()
+            self._status({"state": "running"})
+
+    def fraction(self) -> float:
+        return min(1.0, self.done / self.total) if self.total else 1.0
+
+    def left(self) -> float | None:
+        """Seconds left at the rate so far, or None before any work is done."""
+        fraction = self.fraction()
+        if fraction <= 0:
+            return None
+        return (time.monotonic() - self.started) * (1 - fraction) / fraction
+
+    def _amount(self, value: float) -> str:
+        if self.unit == "bytes":
+            return f"{value / 2**20:,.0f} MiB"
+        return f"{value:,.0f}"
+
+    def _line(self, final: bool = False) -> None:
+        stream = CONFIG.stream or sys.stderr
+        elapsed = time.monotonic() - self.started
+        amount = f"{self._amount(self.done)} of {self._amount(self.total)} {'' if self.unit == 'bytes' else self.unit}"
+        if final:
+            text = f"{self.step}: done ({amount.strip()}) in {duration(elapsed)}"
+        else:
+            left = self.left()
+            eta = f", {duration(left)} left" if left is not None else ""
+            text = f"{self.step}: {self.fraction():.0%} ({amount.strip()}){eta}"
+        print(f"embedding-index: {text}", file=stream, flush=True)
+
+    def _status(self, extra: dict[str, Any]) -> None:
+        if CONFIG.status_file is None:
+            return
+        left = self.left()
+        write_status(
+            CONFIG.status_file,
+            {
+                "step": self.step,
+                "done": round(self.fraction(), 4),
+                "seconds_left": None if left is None else round(left, 1),
+                **extra,
+            },
+        )
+
+
+def write_status(path: Path, status: dict[str, Any]) -> None:
+    """Replace the status file in one rename, so a reader never sees half of it."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}")
+    try:
+        tmp.write_text(json.dumps(status))
+        os.replace(tmp, path)
+    except OSError:  # the status is a courtesy: never fail a build over it
+        pass
+
+
+def read_status(path: Path) -> dict[str, Any] | None:
+    try:
+        status = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return status if isinstance(status, dict) else None

@@ -1,0 +1,117 @@
+"""Deferred indexes, built in the background while the server already answers.
+
+``embedding-index build --defer-index`` (what ``make run`` does) publishes a table for exact search within
+seconds and records the approximate index it still needs under ``index.deferred`` in its manifest.
+``embedding-serve`` finds such tables when it starts and runs ``embedding-index index NAME`` for each, one at a
+time, in a child process at a low CPU priority (requests come first). The child publishes the indexed table
+atomically; the server is then sent SIGHUP and reloads it (``service.reload``): exact answers until then,
+approximate ones after. The child keeps its progress in a status file per table, which ``/readyz`` and
+``GET /v1/tables`` show as ``building``. A failed build is logged and the table keeps its exact search.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+from pathlib import Path
+from typing import Any
+
+from index import artifact
+from index.progress import read_status, write_status
+
+log = logging.getLogger("service.indexing")
+STATUS_VARIABLE = "EMBEDDING_INDEX_STATUS_DIR"  # set by embedding-serve for its app: where the status files are
+CHILD_NICE = 10
+
+
+def deferred_tables(data_dir: Path, names: list[str] | None = None) -> list[str]:
+    """Tables in ``data_dir`` (of ``names``, if given) whose index their build left for later."""
+    pending = []
+    for name in artifact.list_tables(data_dir):
+        if names is not None and name not in names:
+            continue
+        try:
+            manifest = artifact.read_manifest(artifact.table_dir(data_dir, name))
+        except Exception:  # an unreadable table is the registry's to report
+            continue
+        if manifest.get("index", {}).get("deferred"):
+            pending.append(name)
+    return pending
+
+
+def building(status_dir: str | None) -> dict[str, dict[str, Any]]:
+    """The status of each background build (running, failed) by table name; empty when none runs."""
+    if not status_dir:
+        return {}
+    out: dict[str, dict[str, Any]] = {}
+    try:
+        paths = sorted(Path(status_dir).glob("*.json"))
+    except OSError:
+        return {}
+    for path in paths:
+        status = read_status(path)
+        if status is not None and status.get("state") != "done":
+            out[path.stem] = status
+    return out
+
+
+class IndexBuilds:
+    """Runs the deferred index builds of a data directory one after another on a daemon thread."""
+
+    def __init__(self, data_dir: Path, tables: list[str]) -> None:
+        self.data_dir = Path(data_dir)
+        self.tables = tables
+        self.status_dir = Path(tempfile.mkdtemp(prefix="embedding-index-status-"))
+        for name in tables:
+            write_status(self._status(name), {"state": "queued", "step": "waiting for its turn", "done": 0.0})
+        self._thread = threading.Thread(target=self._run, name="index-builds", daemon=True)
+
+    def start(self) -> None:
+        os.environ[STATUS_VARIABLE] = str(self.status_dir)
+        self._thread.start()
+
+    def join(self, timeout: float | None = None) -> None:
+        self._thread.join(timeout)
+
+    def _status(self, name: str) -> Path:
+        return self.status_dir / f"{name}.json"
+
+    def _run(self) -> None:
+        for name in self.tables:
+            if self._build(name):
+                log.info("index of table %r published; reloading", name)
+                os.kill(os.getpid(), signal.SIGHUP)  # this process: the server, or the supervisor of its workers
+
+    def _build(self, name: str) -> bool:
+        status = self._status(name)
+        command = [sys.executable, "-m", "index", "--nice", str(CHILD_NICE), "--status-file", str(status)]
+        command += ["index", name, "--data-dir", str(self.data_dir)]
+        env = {**os.environ, "OMP_NUM_THREADS": str(os.cpu_count() or 1)}  # the build may use every core
+        log.info("table %r: building its index in the background (exact search until it is ready)", name)
+        try:
+            child = subprocess.Popen(
+                command,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+                env=env,
+            )
+        except OSError as exc:
+            log.error("table %r: cannot start the index build: %s", name, exc)
+            write_status(status, {"state": "failed", "step": f"could not start: {exc}", "done": 0.0})
+            return False
+        last = ""
+        for line in child.stdout or ():  # the builder's progress lines, every few seconds
+            last = line.rstrip()
+            log.info("table %r: %s", name, last.removeprefix("embedding-index: "))
+        if child.wait() != 0:
+            log.error("table %r: index build failed (%s); it keeps exact search", name, last)
+            write_status(status, {"state": "failed", "step": last.removeprefix("embedding-index: "), "done": 0.0})
+            return False
+        write_status(status, {"state": "done", "step": "published", "done": 1.0})
+        return True

@@ -3,6 +3,7 @@
     python -m bench --data-dir data                      # everything (make bench)
     python -m bench --data-dir data --only neighbours    # one benchmark; the others' last results are kept
     python -m bench --data-dir data --quick              # tiny sizes, one round: checks that the scripts work
+    python -m bench --only peers                         # vector databases side by side (the `bench` extra)
 
 Each benchmark writes ``<results-dir>/<name>.json`` (machine, versions, command, every figure); BENCHMARKS.md is
 then rendered from every results file present, so benchmarks can be run (and rerun) one at a time.
@@ -26,7 +27,8 @@ from typing import Any
 from bench import report
 from bench.common import REPO, TABLE, Context, machine, versions
 
-NAMES = ("analogy", "neighbours", "import", "startup", "growth")
+NAMES = ("analogy", "neighbours", "import", "startup", "growth", "peers")
+OWN_TABLE = {"peers"}  # benchmarks that build their own table from the package (no --data-dir table needed)
 
 
 def runner(name: str) -> Callable[..., dict[str, Any]]:
@@ -38,6 +40,8 @@ def runner(name: str) -> Callable[..., dict[str, Any]]:
         from bench.imports import run
     elif name == "startup":
         from bench.startup import run
+    elif name == "peers":
+        from bench.peers import run
     else:
         from bench.growth import run
     return run
@@ -62,6 +66,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--fresh", action="store_true", help="growth: measure the selected sizes again (others are kept)")
     p.add_argument("--growth-rows", type=int, nargs="+", help="growth: row counts (default 100k 500k 1M 2M)")
     p.add_argument("--growth-dims", type=int, nargs="+", help="growth: dimensions (default 128 300)")
+    p.add_argument("--peers-rows", type=int, help="peers: the first N GloVe rows (default all; 2,000 with --quick)")
     return p.parse_args(argv)
 
 
@@ -75,7 +80,8 @@ def save(path: Path, payload: dict[str, Any]) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     rounds = args.rounds or (1 if args.quick else 3)
-    if not (args.data_dir / args.table / "manifest.json").is_file():
+    needs_table = any(name not in OWN_TABLE for name in args.only or NAMES)
+    if needs_table and not (args.data_dir / args.table / "manifest.json").is_file():
         print(
             f"bench: no table {args.table!r} in {args.data_dir} (run `make build` or pass --data-dir)", file=sys.stderr
         )
@@ -95,6 +101,7 @@ def main(argv: list[str] | None = None) -> int:
             "fresh": args.fresh,
             "growth_rows": args.growth_rows,
             "growth_dims": args.growth_dims,
+            "peers_rows": args.peers_rows,
         },
     )
     failed = []

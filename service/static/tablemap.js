@@ -1,0 +1,684 @@
+// The whole table as a map: every row on a canvas, drawn pixel by pixel into one ImageData (no WebGL, so it is
+// as fast in a headless or GPU-less browser), with pan, zoom, hover labels, search-to-highlight, click for
+// neighbours and colour by a column. Positions come from GET .../map (int16 pairs), labels from .../map/labels.
+
+const BACKGROUND = [255, 255, 255];
+const CATEGORY_COLOURS = ["#0072b2", "#d55e00", "#009e73", "#cc79a7", "#e69f00", "#56b4e9", "#7f6d00", "#555555",
+  "#9a2a2a", "#2a6f9a", "#6a9a2a", "#9a2a8a", "#2a9a8a", "#8a6a2a", "#4a4a9a", "#999999"];
+const RANK_COLOURS = ["#08306b", "#08519c", "#2171b5", "#4292c6", "#6baed6", "#9ecae1", "#c6dbef"]; // frequent -> rare
+const DIM_COLOUR = "#b8bec8";
+const HIGHLIGHT = 0xff0050e6; // ABGR (little-endian RGBA): rgb(230, 80, 0)
+const SELECTED = 0xff2a26a3;
+const GRID = 512; // hover index: cells per side
+const HOVER_PX = 7;
+const MAX_COUNT = 63; // pixel densities above this look the same
+const AUTO_LABELS = 140; // labels placed on frequent visible rows
+const AUTO_SCAN = 4000;
+
+const hexRGB = (hex) => [1, 3, 5].map((i) => parseInt(hex.slice(i, i + 2), 16));
+const rgba32 = ([r, g, b]) => (0xff000000 | (b << 16) | (g << 8) | r) >>> 0;
+
+/** base64 -> Uint8Array */
+function fromBase64(text) {
+  const raw = atob(text);
+  const out = new Uint8Array(raw.length);
+  for (let i = 0; i < raw.length; i++) out[i] = raw.charCodeAt(i);
+  return out;
+}
+
+export class TableMap {
+  /**
+   * @param {HTMLElement} root the section holding the map's controls (ids below are looked up inside it)
+   * @param {{fetchJSON: Function, tablePath: Function, onStatus?: Function}} deps
+   */
+  constructor(root, deps) {
+    this.root = root;
+    this.deps = deps;
+    this.canvas = root.querySelector("canvas");
+    this.ctx = this.canvas.getContext("2d", { alpha: false });
+    this.status = root.querySelector(".tm-status");
+    this.panel = root.querySelector(".tm-panel");
+    this.legend = root.querySelector(".tm-legend");
+    this.n = 0;
+    this.view = { cx: 0, cy: 0, s: 1 };
+    this.fitScale = 1;
+    this.labels = null;
+    this.lower = null;
+    this.matches = null; // Int32Array of row ids, or null
+    this.selected = -1;
+    this.neighbours = [];
+    this.hovered = -1;
+    this.codes = null;
+    this.colours = [];
+    this.dim = false;
+    this.frame = 0;
+    this.drawTimes = [];
+    this.generation = 0;
+    this.wire();
+  }
+
+  // ------------------------------------------------------------------ loading
+  /** Load the layout of ``table`` (method pca or tsne): positions first, labels after the first frame. */
+  async load(table, method = "pca") {
+    const generation = ++this.generation;
+    const started = performance.now();
+    this.canvas.dataset.ready = "false";
+    this.setStatus(`Laying out ${table}…`);
+    const path = this.deps.tablePath;
+    const [info, buffer] = await Promise.all([
+      this.deps.fetchJSON(path(`map/info?method=${method}`)),
+      fetch(path(`map?method=${method}`)).then((r) => (r.ok ? r.arrayBuffer() : null)),
+    ]);
+    if (generation !== this.generation) return;
+    if (!info.ok || !buffer) {
+      this.n = 0;
+      this.draw();
+      this.setStatus(info.data?.error?.message || "the map could not be loaded", true);
+      return;
+    }
+    this.info = info.data;
+    this.table = table;
+    const codes = new Int16Array(buffer);
+    const n = codes.length / 2;
+    const { x: [x0, x1], y: [y0, y1] } = this.info.bounds;
+    const kx = (x1 - x0) / 65534;
+    const ky = (y1 - y0) / 65534;
+    this.x = new Float32Array(n);
+    this.y = new Float32Array(n);
+    for (let i = 0; i < n; i++) {
+      this.x[i] = x0 + (codes[2 * i] + 32767) * kx;
+      this.y[i] = y0 + (codes[2 * i + 1] + 32767) * ky;
+    }
+    this.n = n;
+    this.bounds = { x0, x1, y0, y1 };
+    this.labels = null;
+    this.lower = null;
+    this.matches = null;
+    this.selected = -1;
+    this.neighbours = [];
+    this.hovered = -1;
+    this.buildIndex();
+    this.setColumns();
+    await this.colourBy(this.root.querySelector(".tm-colour").value || "rank", false);
+    this.fit();
+    this.drawNow();
+    this.firstView = performance.now() - started;
+    this.canvas.dataset.ready = "true";
+    this.describe();
+    this.loadLabels(generation);
+  }
+
+  async loadLabels(generation) {
+    const response = await fetch(this.deps.tablePath("map/labels"));
+    if (!response.ok || generation !== this.generation) return;
+    const text = await new Response(response.body.pipeThrough(new DecompressionStream("gzip"))).text();
+    if (generation !== this.generation) return;
+    this.labels = JSON.parse(text);
+    this.canvas.dataset.labels = "true";
+    this.runSearch();
+    this.request();
+  }
+
+  describe() {
+    const info = this.info;
+    const how = info.method === "pca"
+      ? `first two principal components of all ${info.rows.toLocaleString("en")} rows ` +
+        `(${info.explained_variance_ratio.map((v) => `${(v * 100).toFixed(1)}%`).join(" + ")} of the variance)`
+      : `t-SNE of the ${info.rows.toLocaleString("en")} most frequent rows (perplexity ${info.params.perplexity}, ` +
+        `seed ${info.params.seed})`;
+    this.setStatus(`${this.table}: ${how}. Drag to pan, scroll to zoom, click a point for its neighbours.`);
+  }
+
+  setStatus(text, error = false) {
+    this.status.textContent = text;
+    this.status.classList.toggle("warning", error);
+  }
+
+  /** Counting sort of the rows into GRID x GRID cells of the layout's bounds, for hover and click. */
+  buildIndex() {
+    const { x0, x1, y0, y1 } = this.bounds;
+    const fx = GRID / Math.max(x1 - x0, 1e-12);
+    const fy = GRID / Math.max(y1 - y0, 1e-12);
+    const cell = new Int32Array(this.n);
+    const start = new Int32Array(GRID * GRID + 1);
+    for (let i = 0; i < this.n; i++) {
+      const cx = Math.min(GRID - 1, ((this.x[i] - x0) * fx) | 0);
+      const cy = Math.min(GRID - 1, ((this.y[i] - y0) * fy) | 0);
+      cell[i] = cy * GRID + cx;
+      start[cell[i] + 1]++;
+    }
+    for (let c = 0; c < GRID * GRID; c++) start[c + 1] += start[c];
+    const fill = start.slice(0, GRID * GRID);
+    const items = new Int32Array(this.n);
+    for (let i = 0; i < this.n; i++) items[fill[cell[i]]++] = i;
+    this.grid = { start, items, fx, fy };
+  }
+
+  /** The row nearest to canvas pixel (px, py) within HOVER_PX, or -1. */
+  nearest(px, py) {
+    if (!this.n) return -1;
+    const dpr = this.dpr;
+    const { x, y } = this.toData(px * dpr, py * dpr);
+    const r = (HOVER_PX * dpr) / this.view.s;
+    const { x0, y0 } = this.bounds;
+    const { start, items, fx, fy } = this.grid;
+    const cx0 = Math.max(0, Math.floor((x - r - x0) * fx));
+    const cx1 = Math.min(GRID - 1, Math.floor((x + r - x0) * fx));
+    const cy0 = Math.max(0, Math.floor((y - r - y0) * fy));
+    const cy1 = Math.min(GRID - 1, Math.floor((y + r - y0) * fy));
+    let best = -1;
+    let bestD = r * r;
+    const only = this.matches && this.matches.length ? this.matchSet : null;
+    for (let cy = cy0; cy <= cy1; cy++) {
+      for (let cx = cx0; cx <= cx1; cx++) {
+        const c = cy * GRID + cx;
+        for (let k = start[c]; k < start[c + 1]; k++) {
+          const i = items[k];
+          if (only && !only[i]) continue;
+          const dx = this.x[i] - x;
+          const dy = this.y[i] - y;
+          const d = dx * dx + dy * dy;
+          if (d < bestD || (d === bestD && i < best)) {
+            bestD = d;
+            best = i;
+          }
+        }
+      }
+    }
+    return best;
+  }
+
+  // ------------------------------------------------------------------ colour
+  setColumns() {
+    const select = this.root.querySelector(".tm-colour");
+    const keep = select.value;
+    const options = [["rank", "frequency rank"], ["none", "one colour"], ...this.info.columns.map((c) => [c, c])];
+    select.replaceChildren(...options.map(([value, text]) => new Option(text, value)));
+    select.value = options.some(([v]) => v === keep) ? keep : "rank";
+  }
+
+  async colourBy(column, redraw = true) {
+    const n = this.n;
+    let categories;
+    if (column === "rank") {
+      // Buckets of log-rank: the first 100 rows, 1,000, 10,000, ... (row order is frequency order for most tables).
+      this.codes = new Uint8Array(n);
+      const edges = [100, 300, 1000, 3000, 10000, 30000];
+      for (let b = 0, i = 0; i < n; i++) {
+        while (b < edges.length && i >= edges[b]) b++;
+        this.codes[i] = b;
+      }
+      categories = ["top 100", "100–300", "300–1k", "1k–3k", "3k–10k", "10k–30k", "30k+"].slice(0, 1 + edges.filter((e) => e < n).length);
+      this.colours = RANK_COLOURS;
+    } else if (column === "none") {
+      this.codes = new Uint8Array(n);
+      categories = [];
+      this.colours = ["#2b5d9b"];
+    } else {
+      const { ok, data } = await this.deps.fetchJSON(this.deps.tablePath(`map/colours/${encodeURIComponent(column)}`));
+      if (!ok) {
+        this.setStatus(data.error?.message || "colour column not loaded", true);
+        return;
+      }
+      this.codes = fromBase64(data.codes);
+      categories = data.categories;
+      this.colours = CATEGORY_COLOURS;
+    }
+    this.column = column;
+    this.legend.replaceChildren(...categories.map((name, i) => {
+      const item = document.createElement("li");
+      const swatch = document.createElement("span");
+      swatch.className = "swatch";
+      swatch.style.background = this.colours[i % this.colours.length];
+      item.append(swatch, name);
+      return item;
+    }));
+    this.buildLUT();
+    if (redraw) this.request();
+  }
+
+  /** Packed colours by (category, pixel density): alpha grows with the number of rows on the pixel. */
+  buildLUT() {
+    const colours = (this.dim ? [DIM_COLOUR] : this.colours).map(hexRGB);
+    const stride = MAX_COUNT + 1;
+    this.lut = new Uint32Array(16 * stride);
+    for (let c = 0; c < 16; c++) {
+      const rgb = colours[c % colours.length];
+      for (let k = 1; k <= MAX_COUNT; k++) {
+        const a = Math.min(1, 0.35 + 0.65 * (Math.log(k) / Math.log(12)));
+        this.lut[c * stride + k] = rgba32(rgb.map((v, j) => Math.round(v * a + BACKGROUND[j] * (1 - a))));
+      }
+    }
+    this.background = rgba32(BACKGROUND);
+  }
+
+  // ------------------------------------------------------------------ view
+  resize() {
+    const rect = this.canvas.getBoundingClientRect();
+    this.dpr = Math.min(2, window.devicePixelRatio || 1);
+    const w = Math.max(200, Math.round(rect.width * this.dpr));
+    const h = Math.max(200, Math.round(rect.height * this.dpr));
+    if (w === this.canvas.width && h === this.canvas.height && this.image) return;
+    const ratio = this.canvas.width ? w / this.canvas.width : 1;
+    this.canvas.width = w;
+    this.canvas.height = h;
+    this.image = this.ctx.createImageData(w, h);
+    this.pixels = new Uint32Array(this.image.data.buffer);
+    this.counts = new Uint16Array(w * h); // a pixel may hold thousands of rows
+    this.winner = new Uint8Array(w * h);
+    this.touched = new Int32Array(w * h);
+    if (this.n && ratio !== 1) this.view.s *= ratio;
+    this.request();
+  }
+
+  fit(ids = null) {
+    const w = this.canvas.width;
+    const h = this.canvas.height;
+    let { x0, x1, y0, y1 } = this.bounds || { x0: -1, x1: 1, y0: -1, y1: 1 };
+    if (ids && ids.length) {
+      x0 = y0 = Infinity;
+      x1 = y1 = -Infinity;
+      for (const i of ids) {
+        x0 = Math.min(x0, this.x[i]);
+        x1 = Math.max(x1, this.x[i]);
+        y0 = Math.min(y0, this.y[i]);
+        y1 = Math.max(y1, this.y[i]);
+      }
+    }
+    const spanX = Math.max(x1 - x0, 1e-6);
+    const spanY = Math.max(y1 - y0, 1e-6);
+    const s = 0.92 * Math.min(w / spanX, h / spanY);
+    this.view = { cx: (x0 + x1) / 2, cy: (y0 + y1) / 2, s: ids ? Math.min(s, this.fitScale * 4000) : s };
+    if (!ids) this.fitScale = s;
+    this.request();
+  }
+
+  toData(px, py) {
+    const { cx, cy, s } = this.view;
+    return { x: cx + (px - this.canvas.width / 2) / s, y: cy - (py - this.canvas.height / 2) / s };
+  }
+
+  toPixel(i) {
+    const { cx, cy, s } = this.view;
+    return [(this.x[i] - cx) * s + this.canvas.width / 2, (cy - this.y[i]) * s + this.canvas.height / 2];
+  }
+
+  pan(dx, dy) {
+    this.view.cx -= (dx * this.dpr) / this.view.s;
+    this.view.cy += (dy * this.dpr) / this.view.s;
+    this.request();
+  }
+
+  /** Zoom by ``factor`` keeping the data point under CSS pixel (px, py) in place. */
+  zoom(factor, px = null, py = null) {
+    const w = this.canvas.width;
+    const h = this.canvas.height;
+    const dx = px === null ? w / 2 : px * this.dpr;
+    const dy = py === null ? h / 2 : py * this.dpr;
+    const before = this.toData(dx, dy);
+    const s = Math.max(this.fitScale * 0.5, Math.min(this.fitScale * 5000, this.view.s * factor));
+    this.view.s = s;
+    this.view.cx = before.x - (dx - w / 2) / s;
+    this.view.cy = before.y + (dy - h / 2) / s;
+    this.request();
+  }
+
+  /** Draw in the next animation frame (once, however many changes come before it). */
+  request() {
+    if (this.frame) return;
+    this.frame = requestAnimationFrame(() => {
+      this.frame = 0;
+      this.drawNow();
+    });
+  }
+
+  // ------------------------------------------------------------------ drawing
+  drawNow() {
+    if (this.frame) {
+      cancelAnimationFrame(this.frame);
+      this.frame = 0;
+    }
+    const started = performance.now();
+    this.draw();
+    this.drawTimes.push(performance.now() - started);
+    if (this.drawTimes.length > 240) this.drawTimes.splice(0, this.drawTimes.length - 240);
+  }
+
+  draw() {
+    if (!this.image) this.resize();
+    const w = this.canvas.width;
+    const h = this.canvas.height;
+    const { pixels, counts, winner, lut, touched } = this;
+    let t = 0; // pixels touched this frame (counts is all zeros between frames)
+    const n = this.n;
+    const { cx, cy, s } = this.view;
+    const ox = w / 2 - cx * s;
+    const oy = h / 2 + cy * s;
+    const x = this.x;
+    const y = this.y;
+    const codes = this.codes;
+    const size = s > this.fitScale * 40 ? 3 : s > this.fitScale * 8 ? 2 : 1;
+    let visible = 0;
+    // Highest id first, so the most frequent row's colour wins a shared pixel.
+    if (size === 1) {
+      for (let i = n - 1; i >= 0; i--) {
+        const px = (x[i] * s + ox) | 0;
+        const py = (oy - y[i] * s) | 0;
+        if (px < 0 || py < 0 || px >= w || py >= h) continue;
+        visible++;
+        const k = py * w + px;
+        if (counts[k]++ === 0) touched[t++] = k;
+        winner[k] = codes[i];
+      }
+    } else {
+      for (let i = n - 1; i >= 0; i--) {
+        const px = (x[i] * s + ox) | 0;
+        const py = (oy - y[i] * s) | 0;
+        if (px < 0 || py < 0 || px > w - size || py > h - size) continue;
+        visible++;
+        const code = codes[i];
+        for (let dy = 0; dy < size; dy++) {
+          for (let k = (py + dy) * w + px, end = k + size; k < end; k++) {
+            if (counts[k]++ === 0) touched[t++] = k;
+            winner[k] = code;
+          }
+        }
+      }
+    }
+    const stride = MAX_COUNT + 1;
+    pixels.fill(this.background);
+    if (this.dim) {
+      for (let j = 0; j < t; j++) {
+        const k = touched[j];
+        const c = counts[k];
+        pixels[k] = lut[c > MAX_COUNT ? MAX_COUNT : c];
+        counts[k] = 0;
+      }
+    } else {
+      for (let j = 0; j < t; j++) {
+        const k = touched[j];
+        const c = counts[k];
+        pixels[k] = lut[winner[k] * stride + (c > MAX_COUNT ? MAX_COUNT : c)];
+        counts[k] = 0;
+      }
+    }
+    if (this.matches) this.stamp(this.matches, HIGHLIGHT, size + 2);
+    if (this.selected >= 0) this.stamp(this.neighbours.map((nb) => nb.id).concat([this.selected]), SELECTED, size + 4);
+    this.ctx.putImageData(this.image, 0, 0);
+    this.visible = visible;
+    this.drawLabels();
+  }
+
+  /** Square marks of ``side`` pixels on rows ``ids``, written straight into the frame. */
+  stamp(ids, colour, side) {
+    const w = this.canvas.width;
+    const h = this.canvas.height;
+    const half = side >> 1;
+    for (const i of ids) {
+      const [fx, fy] = this.toPixel(i);
+      const px = (fx | 0) - half;
+      const py = (fy | 0) - half;
+      if (px < 0 || py < 0 || px + side > w || py + side > h) continue;
+      for (let dy = 0; dy < side; dy++) this.pixels.fill(colour, (py + dy) * w + px, (py + dy) * w + px + side);
+    }
+  }
+
+  /** Labels: the hovered row, the selected row and its neighbours, then frequent visible rows (search matches
+   * first while searching), each only where it overlaps no label already placed. */
+  drawLabels() {
+    const ctx = this.ctx;
+    const w = this.canvas.width;
+    const h = this.canvas.height;
+    const dpr = this.dpr;
+    const cell = 8 * dpr;
+    const cols = Math.ceil(w / cell);
+    const taken = new Uint8Array(cols * Math.ceil(h / cell));
+    ctx.font = `${12 * dpr}px system-ui, sans-serif`;
+    ctx.textBaseline = "middle";
+    ctx.lineJoin = "round";
+    const rows = Math.ceil(h / cell);
+    // -1: off screen, 0: no room, 1: placed.
+    const place = (i, strong, force) => {
+      if (!this.labels) return 0;
+      const [px, py] = this.toPixel(i);
+      if (px < 0 || py < 0 || px > w || py > h) return -1;
+      const x0 = px + 5 * dpr;
+      const c0 = Math.max(0, Math.floor(x0 / cell));
+      const r0 = Math.max(0, Math.floor((py - 7 * dpr) / cell));
+      const r1 = Math.min(rows - 1, Math.floor((py + 7 * dpr) / cell));
+      if (!force && (c0 >= cols || taken[r0 * cols + c0] || taken[r1 * cols + c0])) return 0; // cheap test first
+      const text = this.labels[i];
+      const tw = ctx.measureText(text).width;
+      const c1 = Math.min(cols - 1, Math.floor((x0 + tw) / cell));
+      if (!force) {
+        if (x0 + tw > w) return 0;
+        for (let r = r0; r <= r1; r++) for (let c = c0; c <= c1; c++) if (taken[r * cols + c]) return 0;
+      }
+      for (let r = r0; r <= r1; r++) for (let c = c0; c <= c1; c++) taken[r * cols + c] = 1;
+      ctx.font = `${strong ? "600 " : ""}${(strong ? 13 : 12) * dpr}px system-ui, sans-serif`;
+      ctx.lineWidth = 3 * dpr;
+      ctx.strokeStyle = "rgba(255,255,255,0.9)";
+      ctx.strokeText(text, x0, py);
+      ctx.fillStyle = strong ? "#7a1a1a" : "#1d2430";
+      ctx.fillText(text, x0, py);
+      ctx.font = `${12 * dpr}px system-ui, sans-serif`;
+      return 1;
+    };
+    if (this.selected >= 0) {
+      const [sx, sy] = this.toPixel(this.selected);
+      ctx.strokeStyle = "rgba(163,38,42,0.45)";
+      ctx.lineWidth = 1 * dpr;
+      for (const nb of this.neighbours) {
+        const [nx, ny] = this.toPixel(nb.id);
+        ctx.beginPath();
+        ctx.moveTo(sx, sy);
+        ctx.lineTo(nx, ny);
+        ctx.stroke();
+      }
+      place(this.selected, true, true);
+      for (const nb of this.neighbours) place(nb.id, true, false);
+    }
+    if (this.hovered >= 0) place(this.hovered, true, true);
+    if (!this.labels) return;
+    let placed = 0;
+    let tried = 0; // visible rows tried: off-screen ones cost little
+    const source = this.matches || null;
+    const total = source ? source.length : this.n;
+    for (let j = 0; j < total && placed < AUTO_LABELS && tried < AUTO_SCAN; j++) {
+      const outcome = place(source ? source[j] : j, false, false);
+      if (outcome >= 0) tried++;
+      if (outcome > 0) placed++;
+    }
+  }
+
+  // ------------------------------------------------------------------ search and selection
+  /** Highlight the rows whose label matches: a substring (case-insensitive), or /regular expression/flags. */
+  runSearch() {
+    const input = this.root.querySelector(".tm-search");
+    const text = input.value;
+    const out = this.root.querySelector(".tm-matches");
+    input.removeAttribute("aria-invalid");
+    if (!text) {
+      this.matches = null;
+      this.setDim(false);
+      out.textContent = "";
+      this.root.dataset.matches = "";
+      this.request();
+      return;
+    }
+    if (!this.labels) {
+      out.textContent = "labels loading…";
+      return;
+    }
+    const found = [];
+    const slashed = /^\/(.+)\/([a-z]*)$/s.exec(text);
+    if (slashed) {
+      let re;
+      try {
+        re = new RegExp(slashed[1], slashed[2].replace(/[gy]/g, ""));
+      } catch (err) {
+        input.setAttribute("aria-invalid", "true");
+        out.textContent = `not a regular expression: ${err.message}`;
+        return;
+      }
+      for (let i = 0; i < this.labels.length; i++) if (re.test(this.labels[i])) found.push(i);
+    } else {
+      if (!this.lower) this.lower = this.labels.map((label) => label.toLowerCase());
+      const needle = text.toLowerCase();
+      for (let i = 0; i < this.lower.length; i++) if (this.lower[i].includes(needle)) found.push(i);
+    }
+    this.matches = Int32Array.from(found);
+    this.matchSet = new Uint8Array(this.n);
+    for (const i of this.matches) this.matchSet[i] = 1;
+    this.setDim(true);
+    out.textContent = `${found.length.toLocaleString("en")} match${found.length === 1 ? "" : "es"}` +
+      (found.length ? ` (Enter zooms to them)` : "");
+    this.root.dataset.matches = String(found.length);
+    this.request();
+  }
+
+  setDim(dim) {
+    if (this.dim === dim) return;
+    this.dim = dim;
+    this.buildLUT();
+  }
+
+  async select(i) {
+    this.selected = i;
+    this.neighbours = [];
+    this.request();
+    if (i < 0) {
+      this.panel.replaceChildren();
+      this.root.dataset.selected = "";
+      return;
+    }
+    const generation = this.generation;
+    const { ok, data } = await this.deps.fetchJSON(this.deps.tablePath(`neighbors?id=${i}&k=8`));
+    if (generation !== this.generation || this.selected !== i) return;
+    if (!ok) {
+      this.panel.textContent = data.error?.message || "no neighbours";
+      return;
+    }
+    this.neighbours = data.neighbors;
+    const label = this.labels ? this.labels[i] : data.query?.token || `row ${i}`;
+    const list = document.createElement("ol");
+    list.className = "scores";
+    for (const nb of data.neighbors) {
+      const item = document.createElement("li");
+      const button = document.createElement("button");
+      button.type = "button";
+      button.className = "token";
+      button.textContent = nb.token;
+      button.title = `Go to ${nb.token} on the map`;
+      button.addEventListener("click", () => this.goTo(nb.id));
+      const score = document.createElement("span");
+      score.className = "score";
+      score.textContent = nb.score.toFixed(3);
+      item.append(button, score);
+      list.append(item);
+    }
+    const title = document.createElement("p");
+    title.className = "muted";
+    title.textContent = `Nearest to “${label}” (row ${i}), marked on the map:`;
+    this.panel.replaceChildren(title, list);
+    this.root.dataset.selected = String(i);
+    this.request();
+  }
+
+  goTo(i) {
+    this.view.cx = this.x[i];
+    this.view.cy = this.y[i];
+    this.view.s = Math.max(this.view.s, this.fitScale * 20);
+    this.select(i);
+  }
+
+  /** Rows to export: the search matches, else the rows in view; at most ``limit``, most frequent first. */
+  selection(limit) {
+    if (this.matches) return Array.from(this.matches.slice(0, limit));
+    const out = [];
+    const w = this.canvas.width;
+    const h = this.canvas.height;
+    for (let i = 0; i < this.n && out.length < limit; i++) {
+      const [px, py] = this.toPixel(i);
+      if (px >= 0 && py >= 0 && px < w && py < h) out.push(i);
+    }
+    return out;
+  }
+
+  // ------------------------------------------------------------------ events
+  wire() {
+    const canvas = this.canvas;
+    let drag = null;
+    canvas.addEventListener("pointerdown", (event) => {
+      canvas.setPointerCapture(event.pointerId);
+      drag = { x: event.clientX, y: event.clientY, moved: 0 };
+    });
+    canvas.addEventListener("pointermove", (event) => {
+      if (drag) {
+        const dx = event.clientX - drag.x;
+        const dy = event.clientY - drag.y;
+        drag.moved += Math.abs(dx) + Math.abs(dy);
+        drag.x = event.clientX;
+        drag.y = event.clientY;
+        this.pan(dx, dy);
+        return;
+      }
+      const rect = canvas.getBoundingClientRect();
+      const i = this.nearest(event.clientX - rect.left, event.clientY - rect.top);
+      if (i !== this.hovered) {
+        this.hovered = i;
+        canvas.title = i >= 0 && this.labels ? this.labels[i] : "";
+        this.request();
+      }
+    });
+    canvas.addEventListener("pointerup", (event) => {
+      const wasClick = drag && drag.moved < 4;
+      drag = null;
+      if (!wasClick) return;
+      const rect = canvas.getBoundingClientRect();
+      this.select(this.nearest(event.clientX - rect.left, event.clientY - rect.top));
+    });
+    canvas.addEventListener("pointerleave", () => {
+      if (this.hovered >= 0) {
+        this.hovered = -1;
+        this.request();
+      }
+    });
+    canvas.addEventListener("wheel", (event) => {
+      event.preventDefault();
+      const rect = canvas.getBoundingClientRect();
+      this.zoom(Math.exp(-event.deltaY * 0.0015), event.clientX - rect.left, event.clientY - rect.top);
+    }, { passive: false });
+    canvas.addEventListener("keydown", (event) => {
+      const step = 40;
+      const keys = {
+        ArrowLeft: () => this.pan(step, 0), ArrowRight: () => this.pan(-step, 0),
+        ArrowUp: () => this.pan(0, step), ArrowDown: () => this.pan(0, -step),
+        "+": () => this.zoom(1.5), "=": () => this.zoom(1.5), "-": () => this.zoom(1 / 1.5), 0: () => this.fit(),
+        Escape: () => this.select(-1),
+      };
+      if (keys[event.key]) {
+        event.preventDefault();
+        keys[event.key]();
+      }
+    });
+    this.root.querySelector(".tm-zoom-in").addEventListener("click", () => this.zoom(1.5));
+    this.root.querySelector(".tm-zoom-out").addEventListener("click", () => this.zoom(1 / 1.5));
+    this.root.querySelector(".tm-fit").addEventListener("click", () => this.fit());
+    const search = this.root.querySelector(".tm-search");
+    let timer = 0;
+    search.addEventListener("input", () => {
+      clearTimeout(timer);
+      timer = setTimeout(() => this.runSearch(), 120);
+    });
+    search.addEventListener("keydown", (event) => {
+      if (event.key !== "Enter") return;
+      event.preventDefault();
+      clearTimeout(timer);
+      this.runSearch();
+      if (this.matches && this.matches.length) this.fit(this.matches);
+    });
+    this.root.querySelector(".tm-colour").addEventListener("change", (event) => this.colourBy(event.target.value));
+    new ResizeObserver(() => this.resize()).observe(canvas);
+  }
+}

@@ -132,7 +132,7 @@ def ranks(table: Table, a: Sequence[int], b: Sequence[int]) -> tuple[np.ndarray,
         scores = table.vectors @ table.vectors[qa].T  # rows x pairs
         columns = np.arange(len(qa))
         threshold = scores[qb, columns]
-        above = (scores > threshold).sum(axis=0) - (scores[qa, columns] > threshold)
+        above = np.count_nonzero(scores > threshold, axis=0) - (scores[qa, columns] > threshold)
         out[start : start + len(qa)] = above + 1
         cosines[start : start + len(qa)] = threshold
     return out, cosines
@@ -214,7 +214,7 @@ def analogy_expectations(
     """The rank, score and margin of ``expected[i]`` among the answers to "a is to b as c is to ?".
 
     Every candidate row is scored as :meth:`Table.analogy` scores it (3CosAdd: cosine with the normalised
-    b + c - a over the first ``restrict`` rows; 3CosMul: gensim's ``most_similar_cosmul``), a, b and c and
+    b + c - a over the first ``restrict`` rows; 3CosMul: gensim's ``most_similar_cosmul``), a, b, c and
     left-out token kinds excluded; the rank is 1 + the number of candidates scoring strictly higher.
     """
     if method not in ("3cosadd", "3cosmul"):
@@ -243,7 +243,7 @@ def analogy_expectations(
         if dropped is not None:
             scores[:, dropped] = -np.inf
         mine = scores[rows[:, 0], want[start : start + step]]
-        higher = (scores > mine[:, None]).sum(axis=1)
+        higher = np.count_nonzero(scores > mine[:, None], axis=1)
         top = scores.max(axis=1)
         out.extend(Expectation(int(h) + 1, float(s), float(t)) for h, s, t in zip(higher, mine, top, strict=True))
     return out

@@ -425,7 +425,9 @@ SetPairBatch = batch_of(SetPair, "a batch of {a, b} word-set pairs")
 class NSimilarityRequest(BaseModel):
     """Two word sets ``a`` and ``b``, or ``queries`` (pairs of sets) for a batch."""
 
-    model_config = one_form({"allOf": [_given("a", "b"), _absent("queries")]}, _given("queries"))
+    model_config = one_form(
+        {"allOf": [_given("a", "b"), _absent("queries")]}, {"allOf": [_given("queries"), _absent("a", "b")]}
+    )
 
     a: WordSet | None = None
     b: WordSet | None = None

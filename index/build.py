@@ -82,7 +82,7 @@ def build_table(
         np.save(tmp / artifact.VECTORS, unit, allow_pickle=False)
         np.save(tmp / artifact.NORMS, norms, allow_pickle=False)
         write_tokens(tmp, raw.tokens)
-        if spec.kind != "flat":
+        if built.index is not None:
             faiss.write_index(built.index, str(tmp / artifact.INDEX))
         if raw.flags is not None:
             np.save(tmp / FLAGS, np.asarray(raw.flags, dtype=np.uint8), allow_pickle=False)

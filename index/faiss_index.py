@@ -3,7 +3,7 @@
 Rows are unit-normalised, so inner product equals cosine. Specs:
 
 - ``auto``: ``flat`` below 100,000 rows; else the index that is fastest to search among those whose build fits
-  the build-time budget (``--build-budget``): HNSW (M=32, efConstruction=400) when a timed build of a 10,000-row
+  the build-time budget (``--build-budget``): HNSW (M=32, efConstruction=400) when a timed build of a 5,000-row
   sample, scaled to the whole table, fits; else IVF. Either way the search parameter (efSearch, nprobe) is raised
   until recall@10 >= 0.99 on a sample of rows, and the manifest records the estimate and why the index was chosen;
 - ``flat``: exact inner product (the service then searches the memory-mapped matrix directly);
@@ -31,7 +31,7 @@ from index.progress import Progress, duration, note
 AUTO_FLAT_BELOW = 100_000
 AUTO_TARGET_RECALL = 0.99
 AUTO_BUDGET_SECONDS = 900.0
-ESTIMATE_SAMPLE = 10_000
+ESTIMATE_SAMPLE = 5_000
 EF_SEARCH_STEPS = (16, 24, 32, 40, 48, 64, 96, 128, 192, 256, 384, 512, 1024)
 NPROBE_STEPS = (1, 2, 4, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024, 1536, 2048)
 RECALL_SAMPLE = 1000
@@ -168,7 +168,10 @@ def set_search_params(index: faiss.Index, ef_search: int | None = None, nprobe: 
 
 
 def estimate_hnsw_seconds(vectors: np.ndarray, spec: IndexSpec, seed: int = 0) -> float:
-    """Seconds to build ``spec``'s graph over all of ``vectors``: a sample's build, timed, scaled by n log n."""
+    """Seconds to build ``spec``'s graph over all of ``vectors``: a sample's build, timed, scaled by the rows.
+
+    An insertion costs about the same at any size (the graph's search depth grows very slowly), so the
+    estimate scales linearly (BENCHMARKS.md, "Index choice", compares it with whole builds)."""
     n = len(vectors)
     size = min(n, ESTIMATE_SAMPLE)
     rows = np.sort(np.random.default_rng(seed).choice(n, size=size, replace=False))
@@ -176,7 +179,7 @@ def estimate_hnsw_seconds(vectors: np.ndarray, spec: IndexSpec, seed: int = 0) -
     started = time.perf_counter()
     index.add(np.ascontiguousarray(vectors[rows]))
     seconds = time.perf_counter() - started
-    return seconds * (n / size) * (math.log(n) / math.log(size)) if size > 1 else seconds
+    return seconds * n / size
 
 
 def choose_auto(vectors: np.ndarray, budget: float, seed: int = 0) -> tuple[IndexSpec, dict[str, Any]]:

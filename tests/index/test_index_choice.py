@@ -1,0 +1,190 @@
+"""The ``auto`` index choice, deferred indexes (``--defer-index`` then ``embedding-index index``) and progress."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from index import artifact, progress
+from index.build import build_table, index_table
+from index.errors import InvalidQuery
+from index.faiss_index import AUTO_FLAT_BELOW, choose_auto, default_nlist, parse_spec
+from index.sources import RawTable
+from index.table import Table
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def clustered(rows: int, dim: int, seed: int = 0) -> np.ndarray:
+    """Rows around 300 seeded centres: neighbourhoods as real tables have them (uniform noise has none)."""
+    rng = np.random.default_rng(seed)
+    centres = rng.standard_normal((300, dim)).astype(np.float32)
+    return centres[rng.integers(0, 300, rows)] + 0.6 * rng.standard_normal((rows, dim)).astype(np.float32)
+
+
+def raw_table(matrix: np.ndarray) -> RawTable:
+    return RawTable(tokens=[f"w{i}" for i in range(len(matrix))], matrix=matrix.copy())
+
+
+def exact_top10(unit: np.ndarray, queries: np.ndarray) -> np.ndarray:
+    scores = queries.astype(np.float64) @ unit.astype(np.float64).T
+    return np.argsort(-scores, axis=1, kind="stable")[:, :10]
+
+
+def recall_against_brute_force(table: Table, matrix: np.ndarray, rows: np.ndarray) -> float:
+    unit = matrix / np.linalg.norm(matrix, axis=1, keepdims=True)
+    truth = exact_top10(unit, unit[rows])
+    _, found = table.index.search(np.ascontiguousarray(unit[rows], dtype=np.float32), 10)
+    return float(np.mean([len(np.intersect1d(t, f)) / 10 for t, f in zip(truth, found, strict=True)]))
+
+
+@pytest.fixture(scope="module")
+def large() -> np.ndarray:
+    return clustered(AUTO_FLAT_BELOW + 5_000, 8)
+
+
+def test_specs_parse_and_refuse() -> None:
+    assert parse_spec("auto", AUTO_FLAT_BELOW - 1).kind == "flat"
+    assert parse_spec("auto", AUTO_FLAT_BELOW).kind == "auto"
+    ivf = parse_spec("ivf:nlist=64,nprobe=8", 10_000)
+    assert (ivf.kind, ivf.nlist, ivf.nprobe) == ("ivf", 64, 8)
+    assert parse_spec("ivf", 1_000_000).nlist == default_nlist(1_000_000) == 2048
+    hnsw = parse_spec("hnsw:M=16,efSearch=32", 10)
+    assert (hnsw.m, hnsw.ef_construction, hnsw.ef_search) == (16, 400, 32)
+    for bad, why in [
+        ("ivf:nlist=0", "positive"),
+        ("ivf:nlist=20", "more than the 10 rows"),
+        ("hnsw:efSearch=x", "KEY=INTEGER"),
+        ("ivf:M=4", "unknown option 'M'"),
+    ]:
+        with pytest.raises(InvalidQuery, match=why):
+            parse_spec(bad, 10)
+
+
+def test_auto_takes_ivf_when_hnsw_would_exceed_the_budget(tmp_path: Path, large: np.ndarray) -> None:
+    manifest = build_table(raw_table(large), data_dir=tmp_path, name="big", source={"format": "test"}, budget=1)
+    index = manifest["index"]
+    choice = index["choice"]
+    assert choice["chosen"] == "ivf" and choice["budget_seconds"] == 1
+    assert choice["hnsw_estimate_seconds"] > 1
+    assert index["spec"]["kind"] == "ivf" and index["spec"]["nlist"] == default_nlist(len(large))
+    assert index["recall_at_10"] >= 0.99  # nprobe was raised until the builder's sample reached it
+    table = Table.load(tmp_path / "big")
+    assert table.approximate and table.index.nprobe == index["spec"]["nprobe"]
+    held_out = np.random.default_rng(7).choice(len(large), 300, replace=False)
+    assert recall_against_brute_force(table, large, held_out) >= 0.98
+
+
+def test_auto_keeps_hnsw_within_the_budget(large: np.ndarray) -> None:
+    unit = large / np.linalg.norm(large, axis=1, keepdims=True)
+    spec, why = choose_auto(np.ascontiguousarray(unit, dtype=np.float32), budget=1e6)
+    assert spec.kind == "hnsw" and (spec.m, spec.ef_construction) == (32, 400) and why["chosen"] == "hnsw"
+    assert 0 < why["hnsw_estimate_seconds"] < 1e6
+
+
+def test_deferred_index_is_built_later_and_published_atomically(tmp_path: Path) -> None:
+    matrix = clustered(6_000, 24, seed=3)
+    spec = "hnsw:M=16,efConstruction=80"
+    first = build_table(
+        raw_table(matrix), data_dir=tmp_path, name="t", source={"format": "test"}, index_spec=spec, defer_index=True
+    )
+    assert first["index"]["exact"] and first["index"]["deferred"]["spec"] == spec
+    assert not (tmp_path / "t" / artifact.INDEX).exists()
+    exact = Table.load(tmp_path / "t")
+    assert not exact.approximate
+    vectors_inode = os.stat(tmp_path / "t" / artifact.VECTORS).st_ino
+
+    second = index_table(tmp_path, "t")
+    assert second["index"]["spec"]["kind"] == "hnsw" and "deferred" not in second["index"]
+    assert second["built_at"] == first["built_at"] and "indexed_at" in second
+    assert artifact.verify(tmp_path / "t").ok
+    assert os.stat(tmp_path / "t" / artifact.VECTORS).st_ino == vectors_inode  # linked, not copied
+    assert not list(tmp_path.glob(".tmp-*")) and not list(tmp_path.glob(".old-*"))
+    table = Table.load(tmp_path / "t")
+    assert table.approximate and table.tokens.labels(np.arange(3)) == exact.tokens.labels(np.arange(3))
+    np.testing.assert_array_equal(np.asarray(table.vectors), np.asarray(exact.vectors))
+    assert recall_against_brute_force(table, matrix, np.arange(0, 6_000, 20)) >= 0.95
+
+
+def test_a_failed_index_build_leaves_the_table_as_it_was(tmp_path: Path) -> None:
+    build_table(
+        raw_table(clustered(3_000, 8)),
+        data_dir=tmp_path,
+        name="t",
+        source={"format": "test"},
+        index_spec="hnsw",
+        defer_index=True,
+    )
+    before = (tmp_path / "t" / artifact.MANIFEST).read_text()
+    with pytest.raises(InvalidQuery, match="below --min-recall"):
+        index_table(tmp_path, "t", index_spec="ivf:nlist=64,nprobe=1", min_recall=1.0)
+    assert (tmp_path / "t" / artifact.MANIFEST).read_text() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["t"]
+    assert Table.load(tmp_path / "t").manifest["index"]["deferred"]["spec"] == "hnsw"
+
+
+def test_progress_lines_and_status_file(tmp_path: Path) -> None:
+    stream = io.StringIO()
+    status = tmp_path / "status.json"
+    progress.CONFIG.stream = stream
+    try:
+        progress.configure(status_file=status, interval=0)
+        with progress.Progress("adding rows to the index", 400) as step:
+            step.advance(100)
+            assert progress.read_status(status) == {
+                "step": "adding rows to the index",
+                "done": 0.25,
+                "seconds_left": pytest.approx(progress.read_status(status)["seconds_left"]),
+                "state": "running",
+            }
+            step.advance(300)
+        progress.configure(quiet=True)
+        with progress.Progress("silent", 10) as step:
+            step.advance(10)
+    finally:
+        progress.CONFIG.stream = None
+        progress.configure()
+    lines = stream.getvalue().splitlines()
+    assert lines[0].startswith("embedding-index: adding rows to the index: 25% (100 of 400 rows), ")
+    assert lines[0].endswith(" left")
+    assert lines[-1].startswith("embedding-index: adding rows to the index: done (400 of 400 rows) in ")
+    assert not any("silent" in line for line in lines)
+
+
+def test_index_command_and_quiet(tmp_path: Path) -> None:
+    build_table(
+        raw_table(clustered(3_000, 8)),
+        data_dir=tmp_path,
+        name="t",
+        source={"format": "test"},
+        index_spec="ivf:nlist=32",
+        defer_index=True,
+    )
+    command = [sys.executable, "-m", "index"]
+    done = subprocess.run([*command, "index", "t", "--data-dir", tmp_path], capture_output=True, text=True, cwd=REPO)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith('indexed \'t\': ivf {"kind": "ivf", "nlist": 32, "nprobe": ')
+    assert "embedding-index: tuning: nprobe 1 gives recall@10" in done.stderr
+    assert "embedding-index: adding rows to the index: done (3,000 of 3,000 rows)" in done.stderr
+    manifest = json.loads((tmp_path / "t" / artifact.MANIFEST).read_text())
+    assert manifest["index"]["recall_at_10"] >= 0.99
+
+    quiet = subprocess.run(
+        [*command, "--quiet", "index", "t", "--data-dir", tmp_path, "--index", "flat"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+    )
+    assert quiet.returncode == 0 and quiet.stderr == ""
+    assert not Table.load(tmp_path / "t").approximate
+    missing = subprocess.run(
+        [*command, "index", "nope", "--data-dir", tmp_path], capture_output=True, text=True, cwd=REPO
+    )
+    assert missing.returncode == 1 and missing.stderr.strip() == "embedding-index: error: no table at 'nope'"

@@ -235,6 +235,13 @@ def test_openapi_lists_error_responses_for_every_operation(api: TestClient) -> N
         (f"{table}/analogy", "post"),
         (f"{table}/search", "post"),
         (f"{table}/project", "post"),
+        (f"{table}/doesnt-match", "post"),
+        (f"{table}/rank", "get"),
+        (f"{table}/rank", "post"),
+        (f"{table}/closer-than", "get"),
+        (f"{table}/n-similarity", "post"),
+        ("/v1/compare", "get"),
+        ("/v1/compare", "post"),
         ("/v1/admin/reload", "post"),
     }
     envelope_ref = "#/components/schemas/ErrorResponse"

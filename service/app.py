@@ -23,12 +23,15 @@ from fastapi.middleware.cors import CORSMiddleware
 from fastapi.routing import APIRoute
 from fastapi.staticfiles import StaticFiles
 from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
 from starlette.responses import FileResponse, HTMLResponse, Response
+from starlette.routing import Route
 
 from index import __version__
 from service import auth, errors
 from service.cache import AnswerCache, AnswerCacheMiddleware
 from service.deps import document_query_models
+from service.drain import Drain
 from service.limits import RequestLimitsMiddleware
 from service.metrics import Metrics, MetricsMiddleware
 from service.models import LIMITS, Limits
@@ -52,7 +55,7 @@ def create_app(settings: Settings) -> FastAPI:
     table_names: set[str] = set()  # label values the metrics accept
 
     @asynccontextmanager
-    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+    async def lifespan(app: FastAPI) -> AsyncIterator[dict[str, Any]]:
         if settings.threads:
             faiss.omp_set_num_threads(settings.threads)
         # FAISS's Python module checks for Ctrl-C after each search by taking the GIL, from whichever thread
@@ -69,9 +72,14 @@ def create_app(settings: Settings) -> FastAPI:
         log.info("ready: %d table(s) loaded, %d failed", len(registry.tables), len(registry.failed))
         reloader.loaded()
         app.state.searcher = Searcher(settings.threads, settings.searcher_nice)  # light searches: see service.searcher
+        # Under uvicorn: SIGTERM fails readiness first, then the server shuts down (service.drain). The state
+        # hands the drain to the HTTP protocol too (service.protocol), which closes connections while it lasts.
+        draining = drain.install()
         try:
-            yield
+            yield {"drain": drain}
         finally:
+            if draining:
+                drain.remove()
             if sighup:
                 reloader.remove_sighup()
             app.state.searcher.close()
@@ -88,6 +96,9 @@ def create_app(settings: Settings) -> FastAPI:
     )
     app.state.settings = settings
     app.state.metrics = metrics
+    # Once the drain begins, /readyz is answered ahead of the health router's route: 503, shutting down.
+    drain = Drain(settings.drain_seconds, on_start=lambda: app.router.routes.insert(0, SHUTTING_DOWN))
+    app.state.drain = drain
     errors.install(app)
     # The routes themselves, not include_router: FastAPI matches an included router's routes lazily, through a
     # layer that costs tens of microseconds on every request. Ahead of /openapi.json and /docs, which are
@@ -130,6 +141,13 @@ def create_app(settings: Settings) -> FastAPI:
 
     app.openapi = openapi  # type: ignore[method-assign]
     return app
+
+
+async def _shutting_down(_: Request) -> Response:
+    return errors.error_response("not_ready", "the server is shutting down", shutting_down=True)
+
+
+SHUTTING_DOWN = Route("/readyz", _shutting_down, methods=["GET"], include_in_schema=False)
 
 
 def _mount_explorer(app: FastAPI) -> None:

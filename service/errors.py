@@ -41,7 +41,11 @@ ERRORS: dict[str, ErrorKind] = {
         "Invalid request: a field has the wrong type or is out of range (k, batch size, vector length, "
         "NaN/Inf, zero vector, unknown method)",
     ),
-    "not_ready": ErrorKind(503, "The table (or the server) is not loaded"),
+    "not_ready": ErrorKind(503, "The table (or the server) is not loaded, or the server is shutting down"),
+    "request_timeout": ErrorKind(408, "The request line and headers did not arrive within the server's time"),
+    "request_line_too_long": ErrorKind(414, "The request line (mostly the URL) is longer than the server's limit"),
+    "headers_too_large": ErrorKind(431, "The request line and headers together are larger than the server's limit"),
+    "overloaded": ErrorKind(503, "The worker has as many connections open as it takes; retry after `Retry-After`"),
     "internal": ErrorKind(500, "Unexpected server error (details are in the server log, never in the response)"),
 }
 

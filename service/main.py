@@ -2,7 +2,9 @@
 
 Command-line options override the ``EMBEDDING_*`` environment; workers re-read the environment through the
 app factory ``service.app:app_from_env``. Table files are memory-mapped read-only, so workers share pages.
-SIGHUP makes every worker reload its tables (see ``service.reload``).
+SIGHUP makes every worker reload its tables (see ``service.reload``). SIGTERM (or SIGINT) makes every worker fail
+readiness, serve ``EMBEDDING_DRAIN_SECONDS`` more, finish its requests in flight and exit 0 (``service.drain``).
+The HTTP protocol (``service.protocol``) limits request heads, their time and the connections per worker.
 """
 
 from __future__ import annotations
@@ -19,16 +21,16 @@ import socket
 import sys
 import tempfile
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 from pydantic import ValidationError
 
 from service.logs import log_config
+from service.protocol import ConnectionLimits, JsonErrorsProtocol
 from service.settings import SUPERVISOR_VARIABLE, Settings, cores, describe_error
 
-KEEP_ALIVE_SECONDS = 75
 APP = "service.app:app_from_env"
-HTTP = "service.protocol:JsonErrorsProtocol"  # uvicorn's protocol, its own 400s in the JSON error envelope
 M_MMAP_THRESHOLD, M_ARENA_MAX = -3, -8  # glibc mallopt options (malloc.h)
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMEXPR_NUM_THREADS")
 
@@ -116,6 +118,7 @@ def main(argv: list[str] | None = None) -> int:
         os.environ["PROMETHEUS_MULTIPROC_DIR"] = metrics_dir
     start_deferred_builds(settings)
 
+    limits = ConnectionLimits(settings.max_header_bytes, settings.header_timeout, settings.max_connections)
     options: dict[str, Any] = {
         "factory": True,
         "host": args.host,
@@ -125,10 +128,10 @@ def main(argv: list[str] | None = None) -> int:
         "log_level": settings.log_level,
         "access_log": not args.no_access_log,
         "server_header": False,
-        "http": HTTP,
-        # Keep idle connections longer than clients and load balancers do (nginx: 60 s), so the server never
-        # closes a connection at the moment a client reuses it.
-        "timeout_keep_alive": KEEP_ALIVE_SECONDS,
+        "http": JsonErrorsProtocol.with_limits(limits),  # uvicorn's httptools protocol, limits and JSON refusals
+        "h11_max_incomplete_event_size": settings.max_header_bytes,  # the same limit, should h11 ever be used
+        "timeout_keep_alive": settings.keep_alive_timeout,
+        "timeout_graceful_shutdown": settings.shutdown_timeout,
     }
     if args.workers == 1:
         os.environ.pop(SUPERVISOR_VARIABLE, None)
@@ -137,10 +140,16 @@ def main(argv: list[str] | None = None) -> int:
         # SIGHUP reaches the app itself, which reloads its tables; until the app handles it, one is moot (the
         # tables are not read yet) and must not stop the process.
         signal.signal(signal.SIGHUP, signal.SIG_IGN)
+        # uvicorn raises the SIGTERM it shut down for again once done, with the handler it found: exit 0 then.
+        signal.signal(signal.SIGTERM, _stopped)
         uvicorn.run(APP, **options)
     else:
         serve_workers(options)
     return 0
+
+
+def _stopped(signum: int, frame: FrameType | None) -> None:
+    raise SystemExit(0)
 
 
 def start_deferred_builds(settings: Settings) -> None:

@@ -1,45 +1,245 @@
-"""uvicorn's HTTP protocols, answering a request they cannot parse with the API's JSON error envelope.
+"""uvicorn's httptools protocol with the limits a server that clients reach directly needs, every refusal in the
+API's JSON error envelope. ``embedding-serve`` runs with it (``JsonErrorsProtocol.with_limits(...)``).
 
-A request that is not valid HTTP/1.1 (raw non-ASCII bytes or a NUL in the request line, a bad Content-Length, a
-broken header) never reaches the app: uvicorn answers 400 itself, in plain text. These subclasses give the same
-400 as ``{"error": {"code": "bad_request", "message": ...}}``; ``embedding-serve`` runs with this protocol.
+- 400 ``bad_request``: a request that is not valid HTTP/1.1 (raw non-ASCII bytes or a NUL in the request line, a
+  bad Content-Length, a broken header), which uvicorn would answer itself in plain text.
+- 431 ``headers_too_large`` / 414 ``request_line_too_long``: a request head (request line and headers) over
+  ``max_header_bytes``. httptools has no limit of its own (uvicorn's ``h11_max_incomplete_event_size`` is for h11
+  only), so the protocol counts the bytes of an unfinished head and stops at the limit: nothing beyond it is
+  buffered. A head that starts in the same read as the end of a pipelined request is counted from the next
+  read, so it can reach twice the limit at most.
+- 408 ``request_timeout``: a head not complete ``header_timeout`` seconds after the connection opened, or after
+  the first byte of the next request on a kept-alive connection (a client sending a byte now and then, forever).
+  A connection that sent nothing is closed without an answer. Idle kept-alive connections close after uvicorn's
+  ``timeout_keep_alive``.
+- 503 ``overloaded`` with ``Retry-After``: a connection opened while ``max_connections`` are open gets this
+  answer to its request and is closed (instead of uvicorn's plain-text ``limit_concurrency`` 503, which also
+  refuses requests on connections already served).
+- While the server drains before a shutdown (``service.drain``), every answer says ``Connection: close``, so
+  clients move to another replica instead of keeping this one.
+
+After one of these refusals the answer is written, the write side shut, and what the client still sends is read
+and dropped for up to ``LINGER_SECONDS`` before the connection closes: closing with unread bytes would reset the
+connection, which can destroy the answer before the client reads it.
+
+What a normal request pays: a length comparison per read, a counter and two assignments per request; the timer
+is one per connection (re-armed every ``header_timeout``), none per request.
 """
 
 from __future__ import annotations
 
-import importlib.util
+import asyncio
+import http
+import logging
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
 import orjson
+from uvicorn.config import Config
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+from uvicorn.server import ServerState
 
-from service.errors import error_body
+from service.errors import error_body, status_of
+
+log = logging.getLogger("uvicorn.error")
 
 MESSAGE = "the request is not valid HTTP/1.1 (request line, headers or body framing)"
-BODY = orjson.dumps(error_body("bad_request", MESSAGE))
-HEADERS = [(b"content-type", b"application/json"), (b"connection", b"close")]
+RETRY_AFTER_SECONDS = 1
+LINGER_SECONDS = 2.0
+JSON = (b"content-type", b"application/json")
+CLOSE = (b"connection", b"close")
 
 
-def _head(default_headers: list[tuple[bytes, bytes]]) -> bytes:
-    lines = [b"HTTP/1.1 400 Bad Request\r\n"]
-    for name, value in [*default_headers, *HEADERS, (b"content-length", str(len(BODY)).encode())]:
+@dataclass(frozen=True)
+class ConnectionLimits:
+    max_header_bytes: int = 32 << 10
+    header_timeout: float = 10.0
+    max_connections: int = 1000
+
+
+def _body(code: str, message: str) -> bytes:
+    return orjson.dumps(error_body(code, message))
+
+
+def _answer(code: str, body: bytes, default_headers: list[tuple[bytes, bytes]], *extra: tuple[bytes, bytes]) -> bytes:
+    status = http.HTTPStatus(status_of(code))
+    lines = [b"HTTP/1.1 %d %s\r\n" % (status.value, status.phrase.encode())]
+    for name, value in [*default_headers, JSON, *extra, CLOSE, (b"content-length", b"%d" % len(body))]:
         lines.append(name + b": " + value + b"\r\n")
-    return b"".join([*lines, b"\r\n"])
+    return b"".join([*lines, b"\r\n", body])
 
 
-if importlib.util.find_spec("httptools") is not None:
-    from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+OVERLOADED_BODY = _body("overloaded", "the server has as many connections open as it takes: retry in a moment")
+OVERLOADED_HEADERS = [JSON, (b"retry-after", b"%d" % RETRY_AFTER_SECONDS), CLOSE]
 
-    class JsonErrorsProtocol(HttpToolsProtocol):
-        def send_400_response(self, msg: str) -> None:
-            self.transport.write(_head(self.server_state.default_headers) + BODY)
+
+async def overloaded(scope: Any, receive: Any, send: Any) -> None:
+    """The ASGI app of a connection opened beyond ``max_connections``."""
+    headers = [*OVERLOADED_HEADERS, (b"content-length", b"%d" % len(OVERLOADED_BODY))]
+    await send({"type": "http.response.start", "status": status_of("overloaded"), "headers": headers})
+    await send({"type": "http.response.body", "body": OVERLOADED_BODY})
+
+
+class Lingering(asyncio.Protocol):
+    """A refused connection after its answer: drop what the client still sends until it closes, or
+    ``LINGER_SECONDS`` have passed."""
+
+    def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop) -> None:
+        self.transport = transport
+        self.timer = loop.call_later(LINGER_SECONDS, transport.close)
+
+    def data_received(self, data: bytes) -> None:
+        pass
+
+    def eof_received(self) -> bool:
+        self.transport.close()
+        return False
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.timer.cancel()
+
+
+class JsonErrorsProtocol(HttpToolsProtocol):
+    limits: ClassVar[ConnectionLimits] = ConnectionLimits()
+
+    @classmethod
+    def with_limits(cls, limits: ConnectionLimits) -> type[JsonErrorsProtocol]:
+        return type(cls.__name__, (cls,), {"limits": limits, "__module__": cls.__module__})
+
+    def __init__(
+        self,
+        config: Config,
+        server_state: ServerState,
+        app_state: dict[str, Any],
+        _loop: asyncio.AbstractEventLoop | None = None,
+    ) -> None:
+        super().__init__(config, server_state, app_state, _loop)
+        self.limit_concurrency = None  # max_connections instead, answered in the envelope
+        self.max_head = self.limits.max_header_bytes
+        self.head: int | None = 0  # bytes of the unfinished request head counted so far; None inside a body
+        self.heads = 0  # request heads parsed on this connection
+        self.head_since: float | None = None  # when the head awaited now began; None: no head awaited
+        self.head_timer: asyncio.TimerHandle | None = None
+        self.refused = False
+        self.drain = app_state.get("drain")  # the app's service.drain.Drain, from its lifespan state
+
+    # ------------------------------------------------------------------------------------------ connection
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        if len(self.connections) > self.limits.max_connections:  # this one included
+            log.warning("%s - over %d connections: answering 503", self._peer(), self.limits.max_connections)
+            self.app = overloaded
+        self.head_since = self.loop.time()
+        self._arm(self.head_since + self.limits.header_timeout)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self.head_timer is not None:
+            self.head_timer.cancel()
+            self.head_timer = None
+        super().connection_lost(exc)
+
+    def data_received(self, data: bytes) -> None:
+        head = self.head
+        if head is None:  # inside a body (its limit is the app's)
+            if len(data) <= self.max_head:
+                HttpToolsProtocol.data_received(self, data)
+                return
+        elif len(data) < self.max_head - head:
+            heads = self.heads
+            HttpToolsProtocol.data_received(self, data)
+            if self.heads == heads:  # no head was completed: every byte of data belongs to the unfinished one
+                self.head = head + len(data)
+                if self.head_since is None:
+                    self.head_since = self.loop.time()
+            return
+        self._feed_in_pieces(data)
+
+    def _feed_in_pieces(self, data: bytes) -> None:
+        """A read longer than what the unfinished head may still take: feed it no more than that at a time, so a
+        head over the limit is refused at the limit."""
+        view = memoryview(data)
+        start = 0
+        while start < len(view):
+            head = self.head
+            piece = view[start : start + self.max_head - (head or 0)]
+            heads = self.heads
+            super().data_received(piece)  # type: ignore[arg-type]  (httptools takes any buffer)
+            start += len(piece)
+            if self.refused or self.transport.is_closing():
+                return
+            if head is not None and self.heads == heads:
+                self.head = head + len(piece)
+                if self.head_since is None:
+                    self.head_since = self.loop.time()
+                if self.head >= self.max_head:
+                    self._head_too_large()
+                    return
+
+    # ------------------------------------------------------------------------------------------ parser callbacks
+    def on_headers_complete(self) -> None:
+        self.heads += 1
+        self.head = self.head_since = None
+        HttpToolsProtocol.on_headers_complete(self)
+        if self.drain is not None and self.drain.draining and self.cycle is not None:
+            self.cycle.keep_alive = False  # answered with Connection: close
+
+    def on_message_complete(self) -> None:
+        self.head = 0
+        HttpToolsProtocol.on_message_complete(self)
+
+    # ------------------------------------------------------------------------------------------ refusals
+    def send_400_response(self, msg: str) -> None:
+        self._refuse("bad_request", MESSAGE)
+
+    def _head_too_large(self) -> None:
+        url: bytes = getattr(self, "url", b"")  # uvicorn's: the URL received so far
+        if not self.headers and len(url) * 2 > (self.head or 0):  # no header yet, the URL is most of the head
+            code, what = "request_line_too_long", "request line"
+        else:
+            code, what = "headers_too_large", "request line and headers"
+        log.warning("%s - %s over %d bytes: answering %d", self._peer(), what, self.max_head, status_of(code))
+        self._refuse(code, f"the {what} must not be longer than {self.max_head} bytes")
+
+    def _arm(self, when: float) -> None:
+        self.head_timer = self.loop.call_at(when, self._head_timeout, self.head_since)
+
+    def _head_timeout(self, since: float | None) -> None:
+        self.head_timer = None
+        if self.refused or self.transport.is_closing():
+            return
+        timeout = self.limits.header_timeout
+        current = self.head_since
+        if current is None:  # no head awaited (a request in flight, or an idle kept-alive connection)
+            self._arm(self.loop.time() + timeout)
+        elif current != since:  # a later head than the one this timer was set for
+            self._arm(current + timeout)
+        elif self.cycle is not None and not self.cycle.response_complete:  # pipelined behind an answer
+            self._arm(self.loop.time() + timeout)
+        elif self.head:
+            log.info("%s - request head not complete after %gs: answering 408", self._peer(), timeout)
+            self._refuse("request_timeout", f"the request line and headers must arrive within {timeout:g} seconds")
+        else:
+            log.debug("%s - nothing sent for %gs: closing", self._peer(), timeout)
             self.transport.close()
 
-else:  # pragma: no cover (uvicorn without httptools)
-    import h11
-    from uvicorn.protocols.http.h11_impl import H11Protocol
-
-    class JsonErrorsProtocol(H11Protocol):  # type: ignore[no-redef]
-        def send_400_response(self, msg: str) -> None:
-            headers = [*HEADERS, (b"content-length", str(len(BODY)).encode())]
-            for event in (h11.Response(status_code=400, headers=headers), h11.Data(data=BODY), h11.EndOfMessage()):
-                self.transport.write(self.conn.send(event))
+    def _refuse(self, code: str, message: str) -> None:
+        """Answer ``code`` and close (lingering), unless an answer is under way: then just close."""
+        self.refused = True
+        if self.head_timer is not None:
+            self.head_timer.cancel()
+            self.head_timer = None
+        if self.cycle is not None and not self.cycle.response_complete:
             self.transport.close()
+            return
+        transport = self.transport
+        transport.write(_answer(code, _body(code, message), self.server_state.default_headers))
+        if not transport.can_write_eof():
+            transport.close()
+            return
+        transport.write_eof()
+        self.connections.discard(self)  # as uvicorn does when it hands a connection to another protocol
+        transport.set_protocol(Lingering(transport, self.loop))
+        self.parser = None  # type: ignore[assignment]
+
+    def _peer(self) -> str:
+        return f"{self.client[0]}:{self.client[1]}" if self.client else "-"

@@ -16,7 +16,7 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from index.errors import InvalidQuery
 
-MIB = 1 << 20
+KIB, MIB = 1 << 10, 1 << 20
 SUPERVISOR_VARIABLE = "EMBEDDING_SERVE_SUPERVISOR_PID"  # set by embedding-serve --workers N for its workers
 
 
@@ -82,6 +82,48 @@ class Settings(BaseSettings):
         False,
         description="FastAPI's OpenTelemetry spans, metrics and logs (needs an OpenTelemetry SDK set up); off, no "
         "request pays its checks (about 7% more searched requests/s); /metrics is there either way",
+    )
+
+    # The connection: what a replica that clients reach directly (no proxy in front) needs (service.protocol).
+    max_header_bytes: int = Field(
+        32 * KIB,
+        ge=1 * KIB,
+        le=1 * MIB,
+        description="largest request line plus headers; a larger one gets 431 (414 when the URL is most of it)",
+    )
+    header_timeout: float = Field(
+        10.0,
+        gt=0,
+        le=3600,
+        description="seconds a client has for a request line and headers, from connecting or from the first byte of "
+        "the next request on a kept-alive connection: then 408 (or the connection closed, if nothing came)",
+    )
+    keep_alive_timeout: float = Field(
+        75.0,
+        gt=0,
+        le=3600,
+        description="seconds an idle kept-alive connection stays open; longer than clients and load balancers keep "
+        "theirs (nginx: 60 s), so the server never closes one at the moment a client reuses it",
+    )
+    max_connections: int = Field(
+        1000,
+        ge=1,
+        le=1_000_000,
+        description="open connections per worker; a connection opened beyond them is answered 503 (Retry-After) and "
+        "closed",
+    )
+    drain_seconds: float = Field(
+        0.0,
+        ge=0,
+        le=3600,
+        description="on SIGTERM or SIGINT, seconds the server keeps serving with /readyz answering 503 before it "
+        "stops accepting connections",
+    )
+    shutdown_timeout: float = Field(
+        20.0,
+        ge=0,
+        le=3600,
+        description="after the drain, seconds requests in flight have to finish before they are cancelled",
     )
 
     @field_validator("tables", "cors_origins", mode="before")

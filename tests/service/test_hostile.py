@@ -167,7 +167,7 @@ CASES: dict[str, tuple[bytes | Callable[[], bytes], int | None]] = {
     "token with CR LF": (http("GET", T + b"/tokens/heart%0d%0aSet-Cookie:%20x=1"), 404),
     "similarity of control characters": (http("GET", T + b"/similarity?a=%00&b=%7f"), 404),
     "token of 2,000 characters": (http("GET", T + b"/neighbors?token=" + b"a" * 2_000), 422),
-    "request line of 100,000 characters": (http("GET", T + b"/neighbors?token=" + b"a" * 100_000), 400),
+    "request line of 100,000 characters": (http("GET", T + b"/neighbors?token=" + b"a" * 100_000), 414),
     # methods and paths
     "DELETE a table": (http("DELETE", T), 405),
     "unknown path": (http("GET", b"/v1/nothing/here"), 404),

@@ -1,0 +1,219 @@
+"""A replica that clients reach directly, without a proxy: the real ``embedding-serve`` on raw sockets.
+
+Oversized request heads get 431/414 in the JSON envelope as soon as they pass the limit, slow and idle clients
+are cut after their timeout, connections beyond the per-worker limit get a 503 with Retry-After; requests that
+keep within the limits (big bodies in one read, headers just under the limit, pipelined requests) are answered
+as before. Short limits and timeouts through the settings keep it to seconds.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from index.table import Table
+from tests.service.raw_http import (
+    assert_exact_neighbours,
+    closed,
+    connect,
+    error_of,
+    queries,
+    read_head,
+    read_response,
+    request,
+    search_body,
+)
+from tests.service.real_server import Server, start, wait_for
+
+MAX_HEADER_BYTES = 8192
+HEADER_TIMEOUT = 1.0
+KEEP_ALIVE = 2.0
+MAX_CONNECTIONS = 4
+SLACK = 1.0  # how late a timeout may act on the shared two-core machine
+ENV = {
+    "EMBEDDING_MAX_HEADER_BYTES": str(MAX_HEADER_BYTES),
+    "EMBEDDING_HEADER_TIMEOUT": str(HEADER_TIMEOUT),
+    "EMBEDDING_KEEP_ALIVE_TIMEOUT": str(KEEP_ALIVE),
+    "EMBEDDING_MAX_CONNECTIONS": str(MAX_CONNECTIONS),
+}
+
+
+@pytest.fixture(scope="module")
+def server(small_data_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    process = start(small_data_dir, tmp_path_factory.mktemp("exposure") / "server.log", env=ENV)
+    try:
+        yield process
+    finally:
+        assert process.stop() == 0
+
+
+def refused_while_sending(server: Server, raw: bytes) -> tuple[tuple[int, dict[str, str], bytes], int]:
+    """Send ``raw`` from a thread while reading the answer; returns the answer and how many bytes went out before
+    the server closed the connection."""
+    sent = 0
+    with connect(server.port) as sock:
+
+        def write() -> None:
+            nonlocal sent
+            with contextlib.suppress(OSError):  # the server answered and closed
+                for start in range(0, len(raw), 65536):
+                    sock.sendall(raw[start : start + 65536])
+                    sent = start + 65536
+
+        writer = threading.Thread(target=write)
+        writer.start()
+        try:
+            response = read_response(sock)
+            assert closed(sock)
+        finally:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+            writer.join()
+    return response, sent
+
+
+def test_within_the_limits_nothing_changes(server: Server, small: Table) -> None:
+    with connect(server.port) as sock:
+        # Headers just under the limit.
+        filler = "x" * (MAX_HEADER_BYTES - 200)
+        sock.sendall(request("GET", "/healthz", headers={"X-Filler": filler}))
+        status, _, body = read_response(sock)
+        assert status == 200 and json.loads(body) == {"status": "ok"}
+        # A body of about 350 KB in one write: the head and much more than the head's limit arrive together.
+        vectors = queries(small, 1024, seed=3)
+        payload = search_body(vectors, k=3)
+        assert len(payload) > 40 * MAX_HEADER_BYTES
+        sock.sendall(request("POST", "/v1/tables/small/search", payload))
+        status, _, body = read_response(sock)
+        assert status == 200, body[:300]
+        assert_exact_neighbours(small, vectors, 3, json.loads(body))
+        # Twenty pipelined requests in one write, about 16 KB together: twice the head limit.
+        filler = "y" * 700
+        sock.sendall(b"".join(request("GET", f"/healthz?n={i}", headers={"X-Filler": filler}) for i in range(20)))
+        data = b""
+        for _ in range(20):
+            status, headers, rest = read_head(sock, data)
+            length = int(headers["content-length"])
+            while len(rest) < length:
+                rest += sock.recv(65536)
+            assert status == 200 and json.loads(rest[:length]) == {"status": "ok"}
+            data = rest[length:]
+
+
+def test_a_20_mb_header_line_is_refused_at_the_limit(server: Server) -> None:
+    raw = b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Huge: " + b"a" * (20 << 20) + b"\r\n\r\n"
+    response, sent = refused_while_sending(server, raw)
+    error = error_of(response, 431)
+    assert error["code"] == "headers_too_large" and str(MAX_HEADER_BYTES) in error["message"]
+    assert response[1]["connection"] == "close"
+    assert sent < len(raw)  # refused while the client was still sending
+
+
+def test_a_long_request_line_is_414(server: Server) -> None:
+    raw = b"GET /v1/tables/small/neighbors?token=" + b"a" * 100_000 + b" HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
+    response, _ = refused_while_sending(server, raw)
+    assert error_of(response, 414)["code"] == "request_line_too_long"
+
+
+def test_many_headers_adding_up_over_the_limit_are_431(server: Server) -> None:
+    # 300 headers of 37 bytes: 11 KB, each one harmless, sent in one write.
+    raw = request("GET", "/healthz", headers={f"X-Header-{i:03d}": "v" * 20 for i in range(300)})
+    assert MAX_HEADER_BYTES < len(raw) < 2 * MAX_HEADER_BYTES
+    response, _ = refused_while_sending(server, raw)
+    assert error_of(response, 431)["code"] == "headers_too_large"
+
+
+def trickle(sock: socket.socket, data: bytes, every: float) -> threading.Thread:
+    """Send ``data`` one byte at a time (a slowloris client) until it is sent or the server closes."""
+
+    def send() -> None:
+        with contextlib.suppress(OSError):
+            for byte in data:
+                sock.send(bytes([byte]))
+                time.sleep(every)
+
+    thread = threading.Thread(target=send, daemon=True)
+    thread.start()
+    return thread
+
+
+@pytest.mark.parametrize("kept_alive", [False, True], ids=["new connection", "kept-alive connection"])
+def test_a_slowloris_client_is_cut_after_the_header_timeout(server: Server, kept_alive: bool) -> None:
+    with connect(server.port) as sock:
+        if kept_alive:  # the next request on a connection that has had an answer
+            sock.sendall(request("GET", "/healthz"))
+            assert read_response(sock)[0] == 200
+        started = time.monotonic()
+        # Headers that would take 30 s at one byte per 0.1 s (and never end).
+        sender = trickle(sock, request("GET", "/healthz", headers={"X-Slow": "z" * 300}), every=0.1)
+        error = error_of(read_response(sock), 408)
+        elapsed = time.monotonic() - started
+        assert closed(sock)
+        sender.join()
+    assert error["code"] == "request_timeout"
+    assert HEADER_TIMEOUT - 0.05 <= elapsed < HEADER_TIMEOUT + SLACK
+
+
+def test_a_connection_that_sends_nothing_is_closed(server: Server) -> None:
+    with connect(server.port) as sock:
+        started = time.monotonic()
+        assert sock.recv(65536) == b""  # closed, without an answer
+        elapsed = time.monotonic() - started
+    assert HEADER_TIMEOUT - 0.05 <= elapsed < HEADER_TIMEOUT + SLACK
+
+
+def test_an_idle_kept_alive_connection_is_closed(server: Server) -> None:
+    with connect(server.port) as sock:
+        sock.sendall(request("GET", "/healthz"))
+        assert read_response(sock)[0] == 200
+        started = time.monotonic()
+        assert closed(sock)
+        elapsed = time.monotonic() - started
+    assert KEEP_ALIVE - 0.05 <= elapsed < KEEP_ALIVE + SLACK
+
+
+def test_connections_over_the_limit_get_503(server: Server) -> None:
+    kept = [connect(server.port) for _ in range(MAX_CONNECTIONS)]
+    try:
+        for sock in kept:
+            sock.sendall(request("GET", "/healthz"))
+            assert read_response(sock)[0] == 200
+        with connect(server.port) as extra:
+            extra.sendall(request("GET", "/healthz"))
+            response = read_response(extra)
+            assert closed(extra)
+        error = error_of(response, 503)
+        assert error["code"] == "overloaded" and response[1]["retry-after"] == "1"
+        for sock in kept:  # the connections within the limit are served as before
+            sock.sendall(request("GET", "/readyz"))
+            assert read_response(sock)[0] == 200
+        kept.pop().close()
+
+        def served() -> bool:  # once the server has seen the close, a new connection fits again
+            with connect(server.port) as sock:
+                sock.sendall(request("GET", "/healthz"))
+                return read_response(sock)[0] == 200
+
+        wait_for(served, seconds=5, what="a free connection slot")
+    finally:
+        for sock in kept:
+            sock.close()
+    assert f"over {MAX_CONNECTIONS} connections: answering 503" in server.log()
+
+
+def test_healthy_afterwards(server: Server, small: Table) -> None:
+    vectors = queries(small, 4, seed=5)
+    with connect(server.port) as sock:
+        sock.sendall(request("POST", "/v1/tables/small/search", search_body(vectors, k=10)))
+        status, _, body = read_response(sock)
+    assert status == 200
+    assert_exact_neighbours(small, vectors, 10, json.loads(body))
+    log = server.log()
+    assert "Traceback" not in log and "Exception in ASGI application" not in log

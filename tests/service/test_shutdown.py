@@ -1,0 +1,144 @@
+"""SIGTERM on the real ``embedding-serve``, one worker and two: readiness fails first, the server keeps serving
+through the drain, the requests in flight finish with correct answers, and the process exits 0.
+
+A request is held in flight by its body: it is sent with ``Expect: 100-continue`` and the rest of the body only
+later, so the server has started on it (it asked for the body: ``100 Continue``) before the signal, and it ends
+when the test sends the rest, during the drain or after it, while uvicorn waits for it to finish.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import socket
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from index.table import Table
+from tests.service.raw_http import (
+    assert_exact_neighbours,
+    closed,
+    connect,
+    error_of,
+    queries,
+    read_head,
+    read_response,
+    request,
+    search_body,
+)
+from tests.service.real_server import start, wait_for
+
+DRAIN = 3.0
+IN_FLIGHT = 4
+DRAINING = "readiness fails now"
+SHUTTING_DOWN = "Shutting down"
+
+
+class InFlight:
+    """A search request whose body is held back: the server is working on it until ``finish``."""
+
+    def __init__(self, port: int, vectors: np.ndarray) -> None:
+        self.vectors = vectors
+        body = search_body(vectors, k=5)
+        self.rest = body[10:]
+        self.sock = connect(port)
+        head = request("POST", "/v1/tables/small/search", body, headers={"Expect": "100-continue"})
+        self.sock.sendall(head[: len(head) - len(body)] + body[:10])
+        status, _, self.data = read_head(self.sock)
+        assert status == 100  # the app is reading the body: the request is in flight
+
+    def finish(self, table: Table) -> dict[str, str]:
+        self.sock.sendall(self.rest)
+        status, headers, body = read_response(self.sock, self.data)
+        assert status == 200, body[:300]
+        assert_exact_neighbours(table, self.vectors, 5, json.loads(body))
+        self.sock.close()
+        return headers
+
+
+def readiness(port: int) -> tuple[int, dict[str, str], bytes]:
+    with connect(port) as sock:
+        sock.sendall(request("GET", "/readyz", headers={"Connection": "close"}))
+        return read_response(sock)
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_sigterm_drains_then_finishes_the_requests_in_flight(
+    small_data_dir: Path, small: Table, tmp_path: Path, workers: int
+) -> None:
+    env = {"EMBEDDING_DRAIN_SECONDS": str(DRAIN), "EMBEDDING_SHUTDOWN_TIMEOUT": "20"}
+    server = start(small_data_dir, tmp_path / "server.log", "--workers", str(workers), env=env)
+    try:
+        assert readiness(server.port)[0] == 200
+        kept = connect(server.port)  # a kept-alive connection, answered once before the signal
+        kept.sendall(request("GET", "/healthz"))
+        assert read_response(kept)[0] == 200
+        in_flight = [InFlight(server.port, queries(small, 3, seed=i)) for i in range(IN_FLIGHT)]
+
+        signalled = time.monotonic()
+        server.process.send_signal(signal.SIGTERM)  # with --workers, the supervisor passes it on
+        wait_for(lambda: server.log().count(DRAINING) == workers, seconds=10, what="every worker to drain")
+
+        # The drain: readiness 503 on every worker, and the server still serves.
+        for _ in range(3 * workers):
+            error = error_of(readiness(server.port), 503)
+            assert error["code"] == "not_ready" and error["shutting_down"] is True
+            assert "shutting down" in error["message"]
+        kept.sendall(request("GET", "/healthz"))
+        status, headers, _ = read_response(kept)
+        assert status == 200 and headers["connection"] == "close"  # the client goes elsewhere for the next one
+        assert closed(kept)
+        for request_ in in_flight[:2]:
+            request_.finish(small)
+        assert server.log().count(SHUTTING_DOWN) < workers  # all of that within the drain
+        assert server.process.poll() is None
+
+        # After the drain uvicorn stops accepting connections and waits for the rest.
+        wait_for(lambda: server.log().count(SHUTTING_DOWN) == workers, seconds=DRAIN + 10, what="the shutdown")
+        assert time.monotonic() - signalled >= DRAIN
+        if workers == 1:  # (with --workers the supervisor holds the listening socket until it exits)
+
+            def refused() -> bool:
+                try:
+                    socket.create_connection(("127.0.0.1", server.port), timeout=1).close()
+                except ConnectionRefusedError:
+                    return True
+                return False
+
+            wait_for(refused, seconds=5, what="the listening socket to close")
+        assert server.process.poll() is None  # still waiting for the requests in flight
+        for request_ in in_flight[2:]:
+            headers = request_.finish(small)
+            assert headers["connection"] == "close"
+        assert server.process.wait(timeout=10) == 0
+    finally:
+        server.stop()
+    log = server.log()
+    assert "Traceback" not in log and "Exception in ASGI application" not in log
+    assert log.count("Finished server process") == workers
+
+
+def test_a_request_outlasting_the_shutdown_timeout_is_cut(small_data_dir: Path, small: Table, tmp_path: Path) -> None:
+    """No drain (the default): the server stops accepting at once, gives a request in flight its timeout, then
+    cancels it and exits 0."""
+    env = {"EMBEDDING_SHUTDOWN_TIMEOUT": "1"}
+    server = start(small_data_dir, tmp_path / "server.log", env=env)
+    try:
+        stuck = InFlight(server.port, queries(small, 1, seed=9))  # its body never comes
+        signalled = time.monotonic()
+        server.process.send_signal(signal.SIGTERM)
+        assert server.process.wait(timeout=10) == 0
+        elapsed = time.monotonic() - signalled
+        assert 1.0 <= elapsed < 5.0
+        stuck.sock.settimeout(5)
+        with pytest.raises(ConnectionError):  # cut: closed, or uvicorn's own 500 and closed
+            while True:
+                status, _, stuck.data = read_head(stuck.sock, stuck.data)
+                assert status != 200
+        stuck.sock.close()
+    finally:
+        server.stop()
+    assert "timeout graceful shutdown exceeded" in server.log()

@@ -346,6 +346,7 @@ def test_configmap_keys_are_settings_and_parse(name: str, tmp_path: Path, monkey
     read = {key.removeprefix("EMBEDDING_").lower() for key in data}
     assert read <= settings.model_fields_set, f"not read: {read - settings.model_fields_set}"
     assert settings.threads == 1
+    assert settings.build_deferred is False, "replicas never write their read-only /data"
     # embedding-serve's warning limit: workers x threads within the CPUs the container may use
     cpu_limit = quantity_cores(container["resources"]["limits"]["cpu"])
     assert workers(container.get("args", [])) * (settings.threads or 1) <= cpu_limit

@@ -193,3 +193,42 @@ class Client:
         data = self._call("POST", self._path(table, "project"), json=body)
         points = [Point(p["token"], int(p["id"]), float(p["x"]), float(p["y"])) for p in data["points"]]
         return Projection(points, [float(r) for r in data["explained_variance_ratio"]])
+
+    # ---------------------------------------------------------------------------------- diagnostics
+    def doesnt_match(self, table: str, words: Sequence[str], skip_unknown: bool = False) -> str:
+        """gensim ``doesnt_match``: the word least similar to the mean of the words' unit rows."""
+        body = {"words": list(words), "skip_unknown": skip_unknown}
+        return self._call("POST", self._path(table, "doesnt-match"), json=body)["doesnt_match"]["token"]
+
+    def rank(self, table: str, a: str, b: str) -> int:
+        """gensim ``rank(a, b)``: where ``b`` ranks among the neighbours of ``a`` (1: the nearest)."""
+        return int(self._call("GET", self._path(table, "rank"), params={"a": a, "b": b})["rank"])
+
+    def ranks(self, table: str, pairs: Sequence[tuple[str, str]]) -> list[int | None]:
+        body = {"pairs": [list(p) for p in pairs]}
+        return self._call("POST", self._path(table, "rank"), json=body)["ranks"]
+
+    def closer_than(
+        self, table: str, a: str, b: str, limit: int = 100, order: Literal["index", "score"] = "index"
+    ) -> tuple[int, list[Neighbor]]:
+        """gensim ``closer_than(a, b)``: how many words are closer to ``a`` than ``b`` is, and the first ``limit``."""
+        params = {"a": a, "b": b, "limit": limit, "order": order}
+        data = self._call("GET", self._path(table, "closer-than"), params=params)
+        return int(data["count"]), _neighbors(data["words"])
+
+    def n_similarity(self, table: str, a: Sequence[str], b: Sequence[str], skip_unknown: bool = False) -> float:
+        """gensim ``n_similarity``: cosine of the mean vectors of two word sets."""
+        body = {"a": list(a), "b": list(b), "skip_unknown": skip_unknown}
+        return float(self._call("POST", self._path(table, "n-similarity"), json=body)["similarity"])
+
+    def expected_rank(
+        self, table: str, a: str, b: str, c: str, expect: str, method: Method = "3cosadd", **options: Any
+    ) -> dict[str, Any]:
+        """Where ``expect`` ranks among the answers to "a is to b as c is to ?": token, id, rank, score, margin."""
+        body = {"a": a, "b": b, "c": c, "expect": expect, "k": 1, "method": method, **options}
+        return self._call("POST", self._path(table, "analogy"), json=body)["expect"]
+
+    def compare(self, first: str, second: str, token: str, k: int = 10, **options: Any) -> dict[str, Any]:
+        """``token``'s neighbours in two tables side by side: overlap (overlap@k), shared, first, second."""
+        params = {"first": first, "second": second, "token": token, "k": k, **options}
+        return self._call("GET", "/v1/compare", params=params)

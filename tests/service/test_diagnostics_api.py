@@ -16,6 +16,7 @@ from index import diagnostics
 from index.build import build_table
 from index.sources import RawTable
 from index.table import Table
+from service.client import ApiError, Client
 from service.models import MAX_SET_WORDS
 from tests.conftest import small_raw
 from tests.index.test_diagnostics import keyed_vectors
@@ -228,3 +229,23 @@ def test_documented(api: TestClient) -> None:
     params = {p["name"] for p in paths[f"{T.replace('small', '{table}')}/closer-than"]["get"]["parameters"]}
     assert {"a", "b", "limit", "order"} <= params
     assert "expect" in paths["/v1/tables/{table}/analogy"]["post"]["description"]
+
+
+def test_python_client(api: TestClient, kv: KeyedVectors) -> None:
+    client = Client("http://testserver", http=api)
+    assert client.doesnt_match("small", ["breakfast", "cereal", "dinner", "lunch"]) == "cereal"
+    assert client.rank("small", "king", "queen") == kv.rank("king", "queen")
+    assert client.ranks("small", [("paris", "london"), ("paris", "zzqqxx")]) == [kv.rank("paris", "london"), None]
+    count, words = client.closer_than("small", "paris", "london", limit=3)
+    assert (
+        count == len(kv.closer_than("paris", "london"))
+        and [w.token for w in words] == kv.closer_than("paris", "london")[:3]
+    )
+    assert client.n_similarity("small", ["king"], ["queen"]) == pytest.approx(
+        float(kv.similarity("king", "queen")), abs=TIE
+    )
+    assert client.expected_rank("small", "man", "king", "woman", "queen")["rank"] == 1
+    assert client.compare("small", "small", "heart", k=3)["overlap"] == 1.0
+    with pytest.raises(ApiError) as raised:
+        client.rank("small", "king", "qween")
+    assert raised.value.status == 404 and raised.value.code == "unknown_token" and "queen" in raised.value.suggestions

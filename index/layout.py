@@ -136,6 +136,7 @@ def tsne_layout(rows: np.ndarray, perplexity: float, n_iter: int, seed: int, met
         "metric": metric,
         "initialization": "pca",
         "early_exaggeration_iter": 250,
+        "neighbors": "annoy" if len(data) > 1000 else "exact",
         "library": f"openTSNE {openTSNE.__version__}",
     }
     return Layout(points, _finish({"method": "tsne", "params": params}, points, started))
@@ -251,8 +252,8 @@ class LayoutCache:
                 self._memory.pop(next(iter(self._memory)))
         return value
 
-    def layout(self, name: str, manifest: dict[str, Any], rows: np.ndarray, method: str, **params: Any) -> Layout:
-        """The ``method`` layout of ``rows`` (the table's unit rows, or the first ``params['rows']`` of them)."""
+    def layout(self, name: str, manifest: dict[str, Any], vectors: np.ndarray, method: str, **params: Any) -> Layout:
+        """The ``method`` layout of ``vectors`` (the table's unit rows; t-SNE: the first ``params['rows']``)."""
         suffix = "-".join(f"{k}{v}" for k, v in sorted(params.items()))
         key = f"{name}-{table_key(manifest)}-{method}{suffix and '-' + suffix}-v{LAYOUT_VERSION}"
         found = self._memory.get(key)
@@ -271,9 +272,9 @@ class LayoutCache:
             except (OSError, ValueError, KeyError):
                 pass
             if method == "pca":
-                layout = pca_layout(rows)
+                layout = pca_layout(vectors)
             elif method == "tsne":
-                layout = tsne_layout(rows[: params["rows"]], params["perplexity"], params["n_iter"], params["seed"])
+                layout = tsne_layout(vectors[: params["rows"]], params["perplexity"], params["n_iter"], params["seed"])
                 layout.info["params"]["rows"] = params["rows"]
             else:
                 raise InvalidQuery(f"unknown layout method {method!r}")

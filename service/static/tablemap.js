@@ -511,6 +511,7 @@ export class TableMap {
       return;
     }
     const found = [];
+    const rows = Math.min(this.n, this.labels.length); // a t-SNE map holds the first rows only
     const slashed = /^\/(.+)\/([a-z]*)$/s.exec(text);
     if (slashed) {
       let re;
@@ -521,11 +522,11 @@ export class TableMap {
         out.textContent = `not a regular expression: ${err.message}`;
         return;
       }
-      for (let i = 0; i < this.labels.length; i++) if (re.test(this.labels[i])) found.push(i);
+      for (let i = 0; i < rows; i++) if (re.test(this.labels[i])) found.push(i);
     } else {
       if (!this.lower) this.lower = this.labels.map((label) => label.toLowerCase());
       const needle = text.toLowerCase();
-      for (let i = 0; i < this.lower.length; i++) if (this.lower[i].includes(needle)) found.push(i);
+      for (let i = 0; i < rows; i++) if (this.lower[i].includes(needle)) found.push(i);
     }
     this.matches = Int32Array.from(found);
     this.matchSet = new Uint8Array(this.n);

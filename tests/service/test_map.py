@@ -188,3 +188,37 @@ def test_the_explorer_opens_on_the_default_table(tmp_path: Path, small: Table) -
     (tmp_path / "glove-6b-50d" / artifact.MANIFEST).unlink()
     with client_for(data_dir=tmp_path) as client:
         assert client.get("/v1/explorer").json()["default_table"] == "aaa"
+
+
+def test_tsne_of_the_most_frequent_rows_is_seeded_recorded_and_cached(tmp_path: Path, small: Table) -> None:
+    pytest.importorskip("openTSNE")
+    raw = RawTable(tokens=list(small.tokens[:400]), matrix=np.asarray(small.vectors[:400]).copy())
+    build_table(raw, data_dir=tmp_path, name="few", source={"format": "test", "path": "few"}, index_spec="flat")
+    with client_for(data_dir=tmp_path, map_tsne_rows=200) as client:
+        config = client.get("/v1/explorer").json()
+        assert config["tsne_rows"] == 200 and config["tsne_available"] is True
+        info = client.get("/v1/tables/few/map/info?method=tsne").json()
+        body = client.get("/v1/tables/few/map?method=tsne").content
+    assert info["method"] == "tsne" and info["rows"] == 200 and len(body) == 200 * 4
+    params = info["params"]
+    assert (params["perplexity"], params["seed"], params["rows"], params["metric"]) == (30.0, 42, 200, "cosine")
+    assert params["library"].startswith("openTSNE ")
+    with client_for(data_dir=tmp_path, map_tsne_rows=200) as client:  # another server: the same map, from disk
+        assert client.get("/v1/tables/few/map/info?method=tsne").json()["cached"] is True
+        assert client.get("/v1/tables/few/map?method=tsne").content == body
+    from index.layout import tsne_layout
+
+    few = Table.load(tmp_path / "few")
+    again = tsne_layout(few.vectors[:200], 30.0, 500, 42)  # computed afresh with the recorded parameters
+    np.testing.assert_allclose(decode(body, info), again.points, atol=max(np.ptp(again.points, axis=0)) / 65534)
+    # Neighbourhoods survive: a row's 10 nearest on the map share several of its 10 nearest by cosine.
+    points = again.points.astype(np.float64)
+    unit = np.asarray(few.vectors[:200], dtype=np.float64)
+    cosine = unit @ unit.T
+    planar = -((points[:, None, :] - points[None, :, :]) ** 2).sum(axis=2)
+    np.fill_diagonal(cosine, -np.inf)
+    np.fill_diagonal(planar, -np.inf)
+    near = np.argsort(-cosine, axis=1)[:, :10]
+    near2d = np.argsort(-planar, axis=1)[:, :10]
+    overlap = np.mean([len(set(a) & set(b)) / 10 for a, b in zip(near, near2d, strict=True)])
+    assert overlap > 0.25  # chance: 10 / 199

@@ -17,7 +17,8 @@ from index.build import build_table
 from index.sources import RawTable
 from index.table import Table
 from service.client import ApiError, Client
-from service.models import MAX_SET_WORDS
+from service.deps import TABLE_NAME
+from service.models import MAX_SET_WORDS, CompareParams, CompareRequest
 from tests.conftest import small_raw
 from tests.index.test_diagnostics import keyed_vectors
 from tests.service.conftest import client_for
@@ -208,6 +209,9 @@ def test_compare(two_tables: TestClient, glove_raw: RawTable) -> None:
     assert_invalid(two_tables.get("/v1/compare", params={**tables, "second": "../x", "token": "heart"}))
     assert_invalid(two_tables.get("/v1/compare", params={**tables, "token": "heart", "k": 0}))
     assert_invalid(two_tables.post("/v1/compare", json={**tables, "tokens": []}))
+    for model in (CompareParams, CompareRequest):  # the table names' schema is the path parameter's rule
+        properties = model.model_json_schema()["properties"]
+        assert properties["first"]["pattern"] == properties["second"]["pattern"] == TABLE_NAME
 
 
 # ------------------------------------------------------------------------------------------------- OpenAPI

@@ -163,6 +163,8 @@ class Table:
         }
         if "model" in m:
             out["model"] = m["model"]
+        if deferred := m.get("index", {}).get("deferred"):
+            out["index_deferred"] = deferred["spec"]  # exact search until this index is built
         return out
 
     # ------------------------------------------------------------------- lookup

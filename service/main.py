@@ -14,6 +14,7 @@ import atexit
 import contextlib
 import ctypes
 import logging
+import logging.config
 import os
 import shutil
 import signal
@@ -161,6 +162,7 @@ def start_deferred_builds(settings: Settings) -> None:
 
     pending = deferred_tables(settings.data_dir, settings.tables)
     if pending:
+        logging.config.dictConfig(log_config(settings.log_format, settings.log_level))  # uvicorn's, a bit sooner
         builds = IndexBuilds(settings.data_dir, pending)
         atexit.register(shutil.rmtree, builds.status_dir, ignore_errors=True)
         builds.start()

@@ -1,0 +1,94 @@
+"""A table published with a deferred index: served exactly at once, its index built in the background and swapped
+in by the real ``embedding-serve``, with the build's progress on /readyz and the table summary."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import httpx
+import numpy as np
+import pytest
+
+from index.build import build_table
+from index.sources import RawTable
+from tests.service import real_server
+
+SPEC = "hnsw:M=16,efConstruction=40"
+ROWS = 20_000
+
+
+@pytest.fixture()
+def deferred_dir(tmp_path: Path, glove_raw: RawTable) -> Path:
+    raw = RawTable(tokens=glove_raw.tokens[:ROWS], matrix=glove_raw.matrix[:ROWS].copy())
+    build_table(raw, data_dir=tmp_path, name="words", source={"format": "test"}, index_spec=SPEC, defer_index=True)
+    return tmp_path
+
+
+def neighbours(server: real_server.Server, word: str) -> list[str]:
+    answer = httpx.get(f"{server.base}/v1/tables/words/neighbors", params={"token": word, "k": 8}, timeout=30)
+    assert answer.status_code == 200, answer.text
+    return [hit["token"] for hit in answer.json()["neighbors"]]
+
+
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_served_exact_at_once_then_indexed_in_the_background(deferred_dir: Path, tmp_path: Path, workers: str) -> None:
+    server = real_server.start(deferred_dir, tmp_path / "server.log", "--workers", workers)
+    try:
+        summary = httpx.get(f"{server.base}/v1/tables/words", timeout=10).json()
+        ready = httpx.get(f"{server.base}/readyz", timeout=10)
+        exact = {word: neighbours(server, word) for word in ("heart", "king", "paris")}
+        assert ready.status_code == 200 and ready.json()["loaded"] == ["words"]
+        if not summary["approximate"]:  # the build may already be done on a fast machine
+            assert summary["index"]["kind"] == "flat" and summary["index_deferred"] == SPEC
+            assert summary["building"]["state"] in ("queued", "running")
+            assert set(summary["building"]) >= {"state", "step", "done"}
+            assert "words" in ready.json().get("building", {})
+
+        def indexed() -> bool:  # every worker answers from the new version
+            summaries = [httpx.get(f"{server.base}/v1/tables/words", timeout=10).json() for _ in range(6)]
+            return all(s["approximate"] for s in summaries)
+
+        real_server.wait_for(indexed, seconds=240, what="the background index to be published and loaded")
+        summary = httpx.get(f"{server.base}/v1/tables/words", timeout=10).json()
+        assert summary["index"]["kind"] == "hnsw" and "building" not in summary and "index_deferred" not in summary
+        assert summary["recall_at_10"] >= 0.99
+        assert "building" not in httpx.get(f"{server.base}/readyz", timeout=10).json()
+        for word, before in exact.items():  # the graph finds the exact answers for these words
+            after = neighbours(server, word)
+            assert len(set(after) & set(before)) >= 7, (word, before, after)
+        log = server.log()
+        assert "table 'words': building its index in the background" in log
+        assert "table 'words': adding rows to the index: done (20,000 of 20,000 rows)" in log
+        assert "index of table 'words' published; reloading" in log
+    finally:
+        assert server.stop() == 0
+
+
+def brute_force(raw: RawTable, word: str, rows: int = ROWS, k: int = 8) -> list[str]:
+    matrix = raw.matrix[:rows].astype(np.float64)
+    unit = matrix / np.linalg.norm(matrix, axis=1, keepdims=True)
+    query = raw.tokens.index(word)
+    scores = unit @ unit[query]
+    scores[query] = -np.inf  # the word itself is left out of its neighbours
+    return [raw.tokens[i] for i in np.argsort(-scores, kind="stable")[:k]]
+
+
+def test_a_failing_background_build_keeps_exact_search(deferred_dir: Path, tmp_path: Path, glove_raw: RawTable) -> None:
+    manifest = deferred_dir / "words" / "manifest.json"
+    manifest.write_text(manifest.read_text().replace(SPEC, "ivf:nlist=1000000"))  # refused by the builder
+    server = real_server.start(deferred_dir, tmp_path / "server.log", env={"EMBEDDING_VERIFY_CHECKSUMS": "false"})
+    try:
+
+        def failed() -> bool:
+            status = httpx.get(f"{server.base}/readyz", timeout=10).json().get("building", {}).get("words", {})
+            return status.get("state") == "failed"
+
+        real_server.wait_for(failed, seconds=120, what="the background build to fail")
+        status = httpx.get(f"{server.base}/readyz", timeout=10).json()["building"]["words"]
+        assert "nlist 1000000 is more than the 20000 rows" in status["step"]
+        assert "index build failed" in server.log()
+        summary = httpx.get(f"{server.base}/v1/tables/words", timeout=10).json()
+        assert not summary["approximate"] and summary["building"]["state"] == "failed"
+        assert neighbours(server, "heart") == brute_force(glove_raw, "heart")  # still exact
+    finally:
+        assert server.stop() == 0

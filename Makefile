@@ -31,8 +31,10 @@ install: $(VENV)/.installed
 
 dev: $(VENV)/.dev-installed
 
+# The table is published for exact search within seconds; embedding-serve then builds its HNSW index in the
+# background and swaps it in (`embedding-index build` without --defer-index builds the index first).
 build: install
-	$(BIN)/embedding-index build --data-dir $(DATA_DIR)
+	$(BIN)/embedding-index build --data-dir $(DATA_DIR) --defer-index
 
 run: build
 	$(BIN)/embedding-serve --data-dir $(DATA_DIR) --host $(HOST) --port $(PORT)

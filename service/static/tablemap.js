@@ -359,24 +359,27 @@ export class TableMap {
     const codes = this.codes;
     const size = s > this.fitScale * 40 ? 3 : s > this.fitScale * 8 ? 2 : 1;
     let visible = 0;
-    // Highest id first, so the most frequent row's colour wins a shared pixel.
-    if (size === 1) {
-      for (let i = n - 1; i >= 0; i--) {
-        const px = (x[i] * s + ox) | 0;
-        const py = (oy - y[i] * s) | 0;
-        if (px < 0 || py < 0 || px >= w || py >= h) continue;
-        visible++;
-        const k = py * w + px;
-        if (counts[k]++ === 0) touched[t++] = k;
-        winner[k] = codes[i];
-      }
-    } else {
-      for (let i = n - 1; i >= 0; i--) {
-        const px = (x[i] * s + ox) | 0;
-        const py = (oy - y[i] * s) | 0;
+    // The rows to visit: all of them, highest id first so the most frequent row's colour wins a shared pixel; or,
+    // zoomed in, only the hover index's cells in view (contiguous runs of ``items``, one per cell row).
+    const runs = this.runsInView();
+    const items = this.grid?.items;
+    const half = size >> 1;
+    for (let r = 0; r < runs.length; r += 2) {
+      const from = runs[r];
+      const to = runs[r + 1];
+      for (let j = to - 1; j >= from; j--) {
+        const i = runs === this.allRows ? j : items[j];
+        const px = ((x[i] * s + ox) | 0) - half;
+        const py = ((oy - y[i] * s) | 0) - half;
         if (px < 0 || py < 0 || px > w - size || py > h - size) continue;
         visible++;
         const code = codes[i];
+        if (size === 1) {
+          const k = py * w + px;
+          if (counts[k]++ === 0) touched[t++] = k;
+          winner[k] = code;
+          continue;
+        }
         for (let dy = 0; dy < size; dy++) {
           for (let k = (py + dy) * w + px, end = k + size; k < end; k++) {
             if (counts[k]++ === 0) touched[t++] = k;
@@ -407,6 +410,28 @@ export class TableMap {
     this.ctx.putImageData(this.image, 0, 0);
     this.visible = visible;
     this.drawLabels();
+  }
+
+  /** [from, to) pairs over the grid's ``items`` covering the cells in view, or ``allRows`` when most are. */
+  runsInView() {
+    if (!this.n || !this.grid) return [];
+    if (!this.allRows || this.allRows[1] !== this.n) this.allRows = [0, this.n];
+    const { x0, y0 } = this.bounds;
+    const { start, fx, fy } = this.grid;
+    const a = this.toData(0, this.canvas.height);
+    const b = this.toData(this.canvas.width, 0);
+    const cx0 = Math.max(0, Math.floor((a.x - x0) * fx) - 1);
+    const cx1 = Math.min(GRID - 1, Math.floor((b.x - x0) * fx) + 1);
+    const cy0 = Math.max(0, Math.floor((a.y - y0) * fy) - 1);
+    const cy1 = Math.min(GRID - 1, Math.floor((b.y - y0) * fy) + 1);
+    if (cx1 < cx0 || cy1 < cy0) return [];
+    const from = start[cy0 * GRID + cx0];
+    let inside = 0;
+    for (let cy = cy0; cy <= cy1; cy++) inside += start[cy * GRID + cx1 + 1] - start[cy * GRID + cx0];
+    if (inside > 0.5 * this.n || from === undefined) return this.allRows;
+    const runs = [];
+    for (let cy = cy0; cy <= cy1; cy++) runs.push(start[cy * GRID + cx0], start[cy * GRID + cx1 + 1]);
+    return runs;
   }
 
   /** Square marks of ``side`` pixels on rows ``ids``, written straight into the frame. */

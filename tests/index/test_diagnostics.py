@@ -114,9 +114,9 @@ def test_rank_equals_gensim(small: Table, kv: KeyedVectors, words: list[str]) ->
     left, right = ids(small, [a for a, _ in pairs]), ids(small, [b for _, b in pairs])
     batch, cosines = diagnostics.ranks(small, left, right)
     for (a, b), i, j, ours, cosine in zip(pairs, left, right, batch.tolist(), cosines.tolist(), strict=True):
-        theirs = kv.rank(a, b)
-        assert abs(ours - theirs) <= near_threshold(kv, a, b), (a, b, ours, theirs)
-        assert abs(diagnostics.rank(small, i, j) - theirs) <= near_threshold(kv, a, b)
+        theirs, single = kv.rank(a, b), diagnostics.rank(small, i, j)
+        if ours != theirs or single != theirs:
+            assert max(abs(ours - theirs), abs(single - theirs)) <= near_threshold(kv, a, b), (a, b, ours, theirs)
         assert cosine == pytest.approx(float(kv.similarity(a, b)), abs=TIE)
     assert diagnostics.rank(small, *ids(small, ["heart", "heart"])) == kv.rank("heart", "heart") == 1
 
@@ -132,7 +132,7 @@ def test_closer_than_equals_gensim(small: Table, kv: KeyedVectors, words: list[s
         ours = small.tokens.labels(found.tolist())
         assert found.tolist() == sorted(found.tolist())  # row order, as gensim returns them
         differ = set(ours) ^ set(theirs)
-        assert len(differ) <= near_threshold(kv, a, b), (a, b, sorted(differ))
+        assert not differ or len(differ) <= near_threshold(kv, a, b), (a, b, sorted(differ))
         if not differ:
             assert ours == theirs
         assert len(found) + 1 == diagnostics.rank(small, i, j) or differ
@@ -244,7 +244,7 @@ def test_compare_equals_gensim_on_both_tables(
 # ----------------------------------------------------------------------------------------------- eval --errors
 @pytest.fixture(scope="module")
 def question_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Three sections of gensim's Google analogies, 25 questions each."""
+    """Three sections of gensim's Google analogies, 15 questions each."""
     lines, sections = [], 0
     for line in GOOGLE.read_text().splitlines():
         if line.startswith(": "):
@@ -253,7 +253,7 @@ def question_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
                 break
             lines.append(line)
             kept = 0
-        elif kept < 25:
+        elif kept < 15:
             lines.append(line)
             kept += 1
     path = tmp_path_factory.mktemp("analogies") / "questions.txt"
@@ -282,8 +282,8 @@ def test_eval_errors_equal_gensim(small: Table, kv: KeyedVectors, question_file:
         scores = np.array(score(positive=[b, c], negative=[a], topn=None), dtype=np.float64)
         scores[[kv.key_to_index[w] for w in (a, b, c)]] = -np.inf
         mine = scores[kv.key_to_index[want]]
-        near = int((np.abs(scores - mine) < TIE).sum()) - 1
-        assert abs(error["rank"] - (int((scores > mine).sum()) + 1)) <= near, error
+        rank = int((scores > mine).sum()) + 1
+        assert error["rank"] == rank or abs(error["rank"] - rank) < (np.abs(scores - mine) < TIE).sum(), error
         assert error["rank"] > 1 or error["predicted"] != error["question"][3]
         assert error["margin"] == pytest.approx(scores.max() - mine, abs=1e-5)
 

@@ -90,12 +90,11 @@ def assert_exact_neighbours(table: Table, vectors: np.ndarray, k: int, answer: d
     unit = np.asarray(table.vectors, dtype=np.float64)
     sent = np.asarray(vectors.round(6), dtype=np.float64)
     scores = unit @ (sent / np.linalg.norm(sent, axis=1, keepdims=True)).T  # (rows, queries)
+    best = -np.sort(-np.partition(scores, -k, axis=0)[-k:], axis=0)  # (k, queries), best first
     results = answer["results"]
     assert len(results) == len(vectors)
-    for column, result in enumerate(results):
-        ids = [n["id"] for n in result["neighbors"]]
-        got = np.array([n["score"] for n in result["neighbors"]])
-        best = np.sort(scores[:, column])[::-1][:k]
-        assert len(ids) == k == len(set(ids))
-        np.testing.assert_allclose(got, scores[ids, column], atol=1e-5)
-        np.testing.assert_allclose(got, best, atol=1e-5)
+    ids = np.array([[n["id"] for n in result["neighbors"]] for result in results]).T  # (k, queries)
+    got = np.array([[n["score"] for n in result["neighbors"]] for result in results]).T
+    assert ids.shape == (k, len(vectors)) and all(len(set(column)) == k for column in ids.T)
+    np.testing.assert_allclose(got, np.take_along_axis(scores, ids, axis=0), atol=1e-5)
+    np.testing.assert_allclose(got, best, atol=1e-5)

@@ -80,21 +80,20 @@ def refused_while_sending(server: Server, raw: bytes) -> tuple[tuple[int, dict[s
 
 
 def test_within_the_limits_nothing_changes(server: Server, small: Table) -> None:
-    with connect(server.port) as sock:
-        # Headers just under the limit.
-        filler = "x" * (MAX_HEADER_BYTES - 200)
-        sock.sendall(request("GET", "/healthz", headers={"X-Filler": filler}))
+    with connect(server.port) as sock:  # headers just under the limit
+        sock.sendall(request("GET", "/healthz", headers={"X-Filler": "x" * (MAX_HEADER_BYTES - 200)}))
         status, _, body = read_response(sock)
         assert status == 200 and json.loads(body) == {"status": "ok"}
-        # A body of about 350 KB in one write: the head and much more than the head's limit arrive together.
-        vectors = queries(small, 1024, seed=3)
-        payload = search_body(vectors, k=3)
-        assert len(payload) > 40 * MAX_HEADER_BYTES
+    # A body of about 350 KB in one write: the head and much more than the head's limit arrive together.
+    vectors = queries(small, 1024, seed=3)
+    payload = search_body(vectors, k=3)
+    assert len(payload) > 40 * MAX_HEADER_BYTES
+    with connect(server.port) as sock:
         sock.sendall(request("POST", "/v1/tables/small/search", payload))
         status, _, body = read_response(sock)
-        assert status == 200, body[:300]
-        assert_exact_neighbours(small, vectors, 3, json.loads(body))
-        # Twenty pipelined requests in one write, about 16 KB together: twice the head limit.
+    assert status == 200, body[:300]
+    assert_exact_neighbours(small, vectors, 3, json.loads(body))
+    with connect(server.port) as sock:  # twenty pipelined requests in one write, about 16 KB: twice the limit
         filler = "y" * 700
         sock.sendall(b"".join(request("GET", f"/healthz?n={i}", headers={"X-Filler": filler}) for i in range(20)))
         data = b""
@@ -130,14 +129,16 @@ def test_many_headers_adding_up_over_the_limit_are_431(server: Server) -> None:
     assert error_of(response, 431)["code"] == "headers_too_large"
 
 
-def trickle(sock: socket.socket, data: bytes, every: float) -> threading.Thread:
-    """Send ``data`` one byte at a time (a slowloris client) until it is sent or the server closes."""
+def trickle(sock: socket.socket, data: bytes, every: float, stop: threading.Event) -> threading.Thread:
+    """Send ``data`` one byte at a time (a slowloris client) until it is sent, ``stop`` is set or the server
+    closes."""
 
     def send() -> None:
         with contextlib.suppress(OSError):
             for byte in data:
                 sock.send(bytes([byte]))
-                time.sleep(every)
+                if stop.wait(every):
+                    return
 
     thread = threading.Thread(target=send, daemon=True)
     thread.start()
@@ -152,10 +153,12 @@ def test_a_slowloris_client_is_cut_after_the_header_timeout(server: Server, kept
             assert read_response(sock)[0] == 200
         started = time.monotonic()
         # Headers that would take 30 s at one byte per 0.1 s (and never end).
-        sender = trickle(sock, request("GET", "/healthz", headers={"X-Slow": "z" * 300}), every=0.1)
+        stop = threading.Event()
+        sender = trickle(sock, request("GET", "/healthz", headers={"X-Slow": "z" * 300}), 0.1, stop)
         error = error_of(read_response(sock), 408)
         elapsed = time.monotonic() - started
         assert closed(sock)
+        stop.set()
         sender.join()
     assert error["code"] == "request_timeout"
     assert HEADER_TIMEOUT - 0.05 <= elapsed < HEADER_TIMEOUT + SLACK

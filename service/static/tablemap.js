@@ -5,7 +5,8 @@
 const BACKGROUND = [255, 255, 255];
 const CATEGORY_COLOURS = ["#0072b2", "#d55e00", "#009e73", "#cc79a7", "#e69f00", "#56b4e9", "#7f6d00", "#555555",
   "#9a2a2a", "#2a6f9a", "#6a9a2a", "#9a2a8a", "#2a9a8a", "#8a6a2a", "#4a4a9a", "#999999"];
-const RANK_COLOURS = ["#08306b", "#08519c", "#2171b5", "#4292c6", "#6baed6", "#9ecae1", "#c6dbef"]; // frequent -> rare
+const RANK_COLOURS = ["#b2182b", "#d6604d", "#e08214", "#8073ac", "#2c7bb6", "#4f8fc0", "#8fa9c4"]; // frequent -> rare
+const PROMINENT = 1000; // the most frequent rows are drawn one pixel larger
 const DIM_COLOUR = "#b8bec8";
 const HIGHLIGHT = 0xff0050e6; // ABGR (little-endian RGBA): rgb(230, 80, 0)
 const SELECTED = 0xff2a26a3;
@@ -245,7 +246,7 @@ export class TableMap {
     for (let c = 0; c < 16; c++) {
       const rgb = colours[c % colours.length];
       for (let k = 1; k <= MAX_COUNT; k++) {
-        const a = Math.min(1, 0.35 + 0.65 * (Math.log(k) / Math.log(12)));
+        const a = Math.min(1, 0.45 + 0.55 * (Math.log(k) / Math.log(8)));
         this.lut[c * stride + k] = rgba32(rgb.map((v, j) => Math.round(v * a + BACKGROUND[j] * (1 - a))));
       }
     }
@@ -405,6 +406,7 @@ export class TableMap {
         counts[k] = 0;
       }
     }
+    if (!this.dim) this.prominent(size + 1);
     if (this.matches) this.stamp(this.matches, HIGHLIGHT, size + 2);
     if (this.selected >= 0) this.stamp(this.neighbours.map((nb) => nb.id).concat([this.selected]), SELECTED, size + 4);
     this.ctx.putImageData(this.image, 0, 0);
@@ -432,6 +434,22 @@ export class TableMap {
     const runs = [];
     for (let cy = cy0; cy <= cy1; cy++) runs.push(start[cy * GRID + cx0], start[cy * GRID + cx1 + 1]);
     return runs;
+  }
+
+  /** The PROMINENT most frequent rows once more, ``side`` pixels wide, in their own colours (least frequent first). */
+  prominent(side) {
+    const stride = MAX_COUNT + 1;
+    const top = Math.min(this.n, PROMINENT);
+    const w = this.canvas.width;
+    const h = this.canvas.height;
+    for (let i = top - 1; i >= 0; i--) {
+      const [fx, fy] = this.toPixel(i);
+      const px = (fx | 0) - (side >> 1);
+      const py = (fy | 0) - (side >> 1);
+      if (px < 0 || py < 0 || px + side > w || py + side > h) continue;
+      const colour = this.lut[this.codes[i] * stride + MAX_COUNT];
+      for (let dy = 0; dy < side; dy++) this.pixels.fill(colour, (py + dy) * w + px, (py + dy) * w + px + side);
+    }
   }
 
   /** Square marks of ``side`` pixels on rows ``ids``, written straight into the frame. */

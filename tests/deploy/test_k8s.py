@@ -135,6 +135,16 @@ def workers(args: list[str]) -> int:
     return serve_parser().parse_args(args).workers
 
 
+def configured(objects: list[dict[str, Any]], data_dir: Path, monkeypatch: pytest.MonkeyPatch) -> Settings:
+    """Settings as the server reads them from the rendered ConfigMap alone (``data_dir`` standing in for /data)."""
+    for variable in [v for v in os.environ if v.startswith("EMBEDDING_")]:
+        monkeypatch.delenv(variable)
+    for key, value in one(objects, "ConfigMap")["data"].items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setenv("EMBEDDING_DATA_DIR", str(data_dir))
+    return Settings()
+
+
 # --------------------------------------------------------------------------------------- render and validate
 @pytest.mark.parametrize("name", list(KUSTOMIZATIONS))
 def test_kustomize_renders(name: str) -> None:
@@ -228,10 +238,11 @@ def test_probes_answer_as_kubernetes_expects(tmp_path: Path) -> None:
         assert ready.status_code == 200 and ready.json()["loaded"] == ["probe"]
 
 
-def test_rendered_pod_serves_and_stops_within_its_grace_period(tmp_path: Path) -> None:
+def test_rendered_pod_serves_drains_and_stops_within_its_grace_period(tmp_path: Path) -> None:
     """The base's container command, with the image's ENV and the ConfigMap as its environment, run as a real
-    process (only the address and the data directory changed): the probes' requests answer, and after SIGTERM
-    the server exits within the grace period left after the preStop pause."""
+    process (only the address and the data directory changed): the probes' requests answer; after SIGTERM
+    readiness fails at once while requests are still answered, and the server exits within the grace period
+    left after the preStop pause."""
     objects = render("base")
     container = api_container(objects)
     pod = one(objects, "Deployment")["spec"]["template"]["spec"]
@@ -254,14 +265,23 @@ def test_rendered_pod_serves_and_stops_within_its_grace_period(tmp_path: Path) -
         for probe in ("livenessProbe", "readinessProbe"):
             assert httpx.get(base + container[probe]["httpGet"]["path"], timeout=5).status_code == 200, tail(log)
         left = pod["terminationGracePeriodSeconds"] - container["lifecycle"]["preStop"]["sleep"]["seconds"]
+        drain = float(env["EMBEDDING_DRAIN_SECONDS"])
         began = time.monotonic()
-        os.killpg(server.pid, signal.SIGTERM)  # what the kubelet sends after the preStop hook
+        server.send_signal(signal.SIGTERM)  # what the kubelet sends the container's process after the preStop hook
+        with httpx.Client(base_url=base, timeout=5) as client:
+            readiness = client.get(container["readinessProbe"]["httpGet"]["path"])
+            liveness = client.get(container["livenessProbe"]["httpGet"]["path"])
+        assert time.monotonic() - began < drain, "the checks above ran within the drain"
+        assert readiness.status_code == 503 and readiness.json()["error"]["code"] == "not_ready", tail(log)
+        assert liveness.status_code == 200, "still serving during the drain (no restart by the liveness probe)"
+        assert liveness.headers["connection"] == "close", "kept-alive clients are asked to reconnect elsewhere"
         try:
             server.wait(timeout=left)
         except subprocess.TimeoutExpired:
             pytest.fail(f"still running {left} s after SIGTERM (SIGKILL would follow):\n{tail(log)}")
+        took = time.monotonic() - began
         assert server.returncode == 0, tail(log)
-        assert time.monotonic() - began < left
+        assert drain <= took < left, f"exited {took:.1f} s after SIGTERM"
     finally:
         stop(server)
     assert {p: p.stat().st_mtime_ns for p in data.rglob("*")} == before, "the server wrote to its data directory"
@@ -337,12 +357,7 @@ def test_configmap_keys_are_settings_and_parse(name: str, tmp_path: Path, monkey
     for key in data:
         assert key.startswith("EMBEDDING_"), key
         assert key.removeprefix("EMBEDDING_").lower() in Settings.model_fields, f"{key} is not a setting"
-    for variable in [v for v in os.environ if v.startswith("EMBEDDING_")]:
-        monkeypatch.delenv(variable)
-    for key, value in data.items():
-        monkeypatch.setenv(key, value)
-    monkeypatch.setenv("EMBEDDING_DATA_DIR", str(tmp_path))  # /data does not exist here; checked against the image
-    settings = Settings()
+    settings = configured(objects, tmp_path, monkeypatch)  # /data does not exist here; checked against the image
     read = {key.removeprefix("EMBEDDING_").lower() for key in data}
     assert read <= settings.model_fields_set, f"not read: {read - settings.model_fields_set}"
     assert settings.threads == 1
@@ -369,8 +384,9 @@ def test_api_keys_come_from_a_secret(name: str) -> None:
 
 # ------------------------------------------------------------------------------- rollouts, scaling, disruptions
 @pytest.mark.parametrize("name", SERVING)
-def test_rollout_and_shutdown(name: str) -> None:
-    deployment = one(render(name), "Deployment")
+def test_rollout_and_shutdown(name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    objects = render(name)
+    deployment = one(objects, "Deployment")
     strategy = deployment["spec"]["strategy"]
     assert strategy["type"] == "RollingUpdate"
     assert strategy["rollingUpdate"]["maxUnavailable"] == 0
@@ -379,7 +395,10 @@ def test_rollout_and_shutdown(name: str) -> None:
     pod = deployment["spec"]["template"]["spec"]
     pause = api_container(render(name))["lifecycle"]["preStop"]["sleep"]["seconds"]
     assert pause >= 5, "endpoint removal needs a few seconds to reach every kube-proxy and load balancer"
-    assert pod["terminationGracePeriodSeconds"] - pause >= 30, "time left after the pause to finish requests"
+    settings = configured(objects, tmp_path, monkeypatch)
+    assert settings.drain_seconds > 0, "kept-alive clients are asked to reconnect elsewhere before the stop"
+    budget = pause + settings.drain_seconds + settings.shutdown_timeout + 5  # 5 s for the process to exit
+    assert pod["terminationGracePeriodSeconds"] >= budget, "SIGKILL before the requests in flight could finish"
 
 
 @pytest.mark.parametrize("name", SERVING)

@@ -168,18 +168,23 @@ def set_search_params(index: faiss.Index, ef_search: int | None = None, nprobe: 
 
 
 def estimate_hnsw_seconds(vectors: np.ndarray, spec: IndexSpec, seed: int = 0) -> float:
-    """Seconds to build ``spec``'s graph over all of ``vectors``: a sample's build, timed, scaled by the rows.
+    """Seconds to build ``spec``'s graph over all of ``vectors``: a sample's build, timed, scaled to the rows.
 
-    An insertion costs about the same at any size (the graph's search depth grows very slowly), so the
-    estimate scales linearly (BENCHMARKS.md, "Index choice", compares it with whole builds)."""
+    An insertion into a larger graph costs more (a deeper search, rows no longer in the CPU caches): the cost per
+    row grows about as the square of log(rows), which is how the sample's time is scaled (BENCHMARKS.md, "Index
+    choice", compares the estimate with whole builds). It is the time on an otherwise idle machine: the
+    sample's CPU time spread over FAISS's threads."""
     n = len(vectors)
     size = min(n, ESTIMATE_SAMPLE)
     rows = np.sort(np.random.default_rng(seed).choice(n, size=size, replace=False))
     index = _hnsw(vectors.shape[1], spec)
-    started = time.perf_counter()
-    index.add(np.ascontiguousarray(vectors[rows]))
-    seconds = time.perf_counter() - started
-    return seconds * n / size
+    sample = np.ascontiguousarray(vectors[rows])
+    started = time.process_time()  # CPU time over the build's threads: other load on the machine does not count
+    index.add(sample)
+    seconds = (time.process_time() - started) / max(1, faiss.omp_get_max_threads())
+    if size < 2:
+        return seconds
+    return seconds * (n / size) * (math.log(n) / math.log(size)) ** 2
 
 
 def choose_auto(vectors: np.ndarray, budget: float, seed: int = 0) -> tuple[IndexSpec, dict[str, Any]]:

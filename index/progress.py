@@ -40,9 +40,11 @@ def configure(*, quiet: bool | None = None, status_file: Path | None = None, int
 
 
 def note(message: str) -> None:
-    """One line about what the builder does next (silent with ``--quiet``)."""
+    """One line about what the builder does next (silent with ``--quiet``); also the status file's step."""
     if not CONFIG.quiet:
         print(f"embedding-index: {message}", file=CONFIG.stream or sys.stderr, flush=True)
+    if CONFIG.status_file is not None:
+        write_status(CONFIG.status_file, {"state": "running", "step": message.removesuffix(" ..."), "done": 0.0})
 
 
 def duration(seconds: float) -> str:

@@ -11,8 +11,11 @@ approximate ones after. The child keeps its progress in a status file per table,
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import logging
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -70,10 +73,21 @@ class IndexBuilds:
         for name in tables:
             write_status(self._status(name), {"state": "queued", "step": "waiting for its turn", "done": 0.0})
         self._thread = threading.Thread(target=self._run, name="index-builds", daemon=True)
+        self._child: subprocess.Popen[str] | None = None
 
     def start(self) -> None:
         os.environ[STATUS_VARIABLE] = str(self.status_dir)
+        atexit.register(self.stop)
         self._thread.start()
+
+    def stop(self) -> None:
+        """End a build still running (the server is stopping); its table keeps its exact version."""
+        child = self._child
+        if child is not None and child.poll() is None:
+            child.terminate()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                child.wait(timeout=10)
+        shutil.rmtree(self.status_dir, ignore_errors=True)
 
     def join(self, timeout: float | None = None) -> None:
         self._thread.join(timeout)
@@ -94,7 +108,7 @@ class IndexBuilds:
         env = {**os.environ, "OMP_NUM_THREADS": str(os.cpu_count() or 1)}  # the build may use every core
         log.info("table %r: building its index in the background (exact search until it is ready)", name)
         try:
-            child = subprocess.Popen(
+            self._child = child = subprocess.Popen(
                 command,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,

@@ -163,9 +163,7 @@ def start_deferred_builds(settings: Settings) -> None:
     pending = deferred_tables(settings.data_dir, settings.tables)
     if pending:
         logging.config.dictConfig(log_config(settings.log_format, settings.log_level))  # uvicorn's, a bit sooner
-        builds = IndexBuilds(settings.data_dir, pending)
-        atexit.register(shutil.rmtree, builds.status_dir, ignore_errors=True)
-        builds.start()
+        IndexBuilds(settings.data_dir, pending).start()
 
 
 def serve_workers(options: dict[str, Any]) -> None:

@@ -146,6 +146,9 @@ class Registry:
         """Load and verify one table; on failure record it (logged) and return False."""
         directory = self.data_dir / name
         started = time.perf_counter()
+        size = sum(entry[2] for entry in version if entry[0] != ".")
+        what = "checking every file's sha256" if self.checksums else "checking file sizes"
+        log.info("table %r: loading %.0f MiB, %s ...", name, size / 2**20, what)
         for _ in range(LOAD_ATTEMPTS):
             table, reason = _read(directory, self.checksums)
             after = fingerprint(directory)
@@ -161,12 +164,14 @@ class Registry:
             table.manifest["name"] = name
         self.tables[name] = table
         self.versions[name] = version
+        deferred = table.summary().get("index_deferred")
         log.info(
-            "table %r loaded: %d rows x %d dims, index %s, built at %s, %.2fs",
+            "table %r loaded: %d rows x %d dims, index %s%s, built at %s, verified and mapped in %.2fs",
             name,
             table.rows,
             table.dim,
             table.summary()["index"].get("kind"),
+            f" (exact search until its {deferred!r} index is built)" if deferred else "",
             table.manifest.get("built_at", "?"),
             time.perf_counter() - started,
         )

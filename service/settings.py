@@ -7,6 +7,7 @@ Validators fail fast, so a bad value stops the server at start-up with one clear
 from __future__ import annotations
 
 import json
+import math
 import os
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -176,12 +177,23 @@ class Settings(BaseSettings):
         return value
 
 
-def cores() -> int:
-    """The CPUs this process may run on."""
+CPU_MAX = Path("/sys/fs/cgroup/cpu.max")  # cgroup v2: "QUOTA PERIOD" or "max PERIOD" (a container's CPU limit)
+
+
+def cores(cpu_max: Path = CPU_MAX) -> int:
+    """The CPUs this process may use: those it may run on, fewer when its cgroup's CPU quota allows less (a
+    container's CPU limit, e.g. Kubernetes' ``resources.limits.cpu``), rounded up, at least 1."""
     try:
-        return len(os.sched_getaffinity(0))
+        usable = len(os.sched_getaffinity(0))
     except AttributeError:  # not Linux
-        return os.cpu_count() or 1
+        usable = os.cpu_count() or 1
+    try:
+        quota, period = cpu_max.read_text().split()[:2]
+        if quota != "max" and int(period) > 0:
+            usable = min(usable, max(1, math.ceil(int(quota) / int(period))))
+    except (OSError, ValueError):  # no cgroup v2 file, or not one we can read
+        pass
+    return usable
 
 
 def describe_error(exc: ValidationError) -> str:

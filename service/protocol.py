@@ -7,7 +7,7 @@ API's JSON error envelope. ``embedding-serve`` runs with it (``JsonErrorsProtoco
   ``max_header_bytes``. httptools has no limit of its own (uvicorn's ``h11_max_incomplete_event_size`` is for h11
   only), so the protocol counts the bytes of an unfinished head and stops at the limit: nothing beyond it is
   buffered. A head that starts in the same read as the end of a pipelined request is counted from the next
-  read, so it can reach twice the limit at most.
+  piece of the read (pieces of the limit, 64 KiB inside a body), so it can exceed the limit by that much at most.
 - 408 ``request_timeout``: a head not complete ``header_timeout`` seconds after the connection opened, or after
   the first byte of the next request on a kept-alive connection (a client sending a byte now and then, forever).
   A connection that sent nothing is closed without an answer. Idle kept-alive connections close after uvicorn's
@@ -46,6 +46,7 @@ log = logging.getLogger("uvicorn.error")
 MESSAGE = "the request is not valid HTTP/1.1 (request line, headers or body framing)"
 RETRY_AFTER_SECONDS = 1
 LINGER_SECONDS = 2.0
+BODY_SLICE = 64 << 10  # a body is fed this much at a time (uvicorn stops reading at 64 KiB of unread body)
 JSON = (b"content-type", b"application/json")
 CLOSE = (b"connection", b"close")
 
@@ -116,6 +117,7 @@ class JsonErrorsProtocol(HttpToolsProtocol):
         super().__init__(config, server_state, app_state, _loop)
         self.limit_concurrency = None  # max_connections instead, answered in the envelope
         self.max_head = self.limits.max_header_bytes
+        self.body_slice = max(self.max_head, BODY_SLICE)
         self.head: int | None = 0  # bytes of the unfinished request head counted so far; None inside a body
         self.heads = 0  # request heads parsed on this connection
         self.head_since: float | None = None  # when the head awaited now began; None: no head awaited
@@ -141,7 +143,7 @@ class JsonErrorsProtocol(HttpToolsProtocol):
     def data_received(self, data: bytes) -> None:
         head = self.head
         if head is None:  # inside a body (its limit is the app's)
-            if len(data) <= self.max_head:
+            if len(data) <= self.body_slice:
                 HttpToolsProtocol.data_received(self, data)
                 return
         elif len(data) < self.max_head - head:
@@ -156,14 +158,14 @@ class JsonErrorsProtocol(HttpToolsProtocol):
 
     def _feed_in_pieces(self, data: bytes) -> None:
         """A read longer than what the unfinished head may still take: feed it no more than that at a time, so a
-        head over the limit is refused at the limit."""
-        view = memoryview(data)
+        head over the limit is refused at the limit. Inside a body, pieces of ``body_slice``: a head that starts
+        behind the body's end, in the same piece, is counted from the next piece on."""
         start = 0
-        while start < len(view):
+        while start < len(data) and not self.refused:
             head = self.head
-            piece = view[start : start + self.max_head - (head or 0)]
+            piece = data[start : start + (self.body_slice if head is None else self.max_head - head)]
             heads = self.heads
-            super().data_received(piece)  # type: ignore[arg-type]  (httptools takes any buffer)
+            HttpToolsProtocol.data_received(self, piece)
             start += len(piece)
             if self.refused or self.transport.is_closing():
                 return
@@ -223,15 +225,32 @@ class JsonErrorsProtocol(HttpToolsProtocol):
             self.transport.close()
 
     def _refuse(self, code: str, message: str) -> None:
-        """Answer ``code`` and close (lingering), unless an answer is under way: then just close."""
-        self.refused = True
+        """Answer ``code`` and close (lingering); behind answers still under way (pipelined requests), once the
+        last of them is sent."""
+        if self.refused:  # already refused (e.g. a parser error again, on data read while an answer is sent)
+            return
+        self.refused = True  # nothing more is read into the parser
         if self.head_timer is not None:
             self.head_timer.cancel()
             self.head_timer = None
-        if self.cycle is not None and not self.cycle.response_complete:
-            self.transport.close()
+        cycle = self.cycle
+        if cycle is None or cycle.response_complete:
+            self._answer_and_linger(code, message)
             return
+        self.flow.pause_reading()
+        answered = cycle.on_response  # uvicorn's on_response_complete, called once the answer is sent
+
+        def then_refuse() -> None:
+            answered()
+            self._answer_and_linger(code, message)
+
+        cycle.on_response = then_refuse
+
+    def _answer_and_linger(self, code: str, message: str) -> None:
         transport = self.transport
+        if transport.is_closing():
+            return
+        self._unset_keepalive_if_required()
         transport.write(_answer(code, _body(code, message), self.server_state.default_headers))
         if not transport.can_write_eof():
             transport.close()

@@ -55,6 +55,22 @@ def read_response(sock: socket.socket, data: bytes = b"") -> Response:
     return status, headers, body[:length]
 
 
+def read_responses(sock: socket.socket, count: int) -> list[Response]:
+    """``count`` responses in a row (to pipelined requests; one read may hold the end of one and the next)."""
+    responses, data = [], b""
+    for _ in range(count):
+        status, headers, body = read_head(sock, data)
+        length = int(headers["content-length"])
+        while len(body) < length:
+            chunk = sock.recv(65536)
+            if not chunk:
+                raise ConnectionError("connection closed inside the body")
+            body += chunk
+        responses.append((status, headers, body[:length]))
+        data = body[length:]
+    return responses
+
+
 def closed(sock: socket.socket) -> bool:
     """True once the server has closed the connection (reads to the end, no more bytes expected)."""
     try:

@@ -25,8 +25,8 @@ from tests.service.raw_http import (
     connect,
     error_of,
     queries,
-    read_head,
     read_response,
+    read_responses,
     request,
     search_body,
 )
@@ -96,14 +96,8 @@ def test_within_the_limits_nothing_changes(server: Server, small: Table) -> None
     with connect(server.port) as sock:  # twenty pipelined requests in one write, about 16 KB: twice the limit
         filler = "y" * 700
         sock.sendall(b"".join(request("GET", f"/healthz?n={i}", headers={"X-Filler": filler}) for i in range(20)))
-        data = b""
-        for _ in range(20):
-            status, headers, rest = read_head(sock, data)
-            length = int(headers["content-length"])
-            while len(rest) < length:
-                rest += sock.recv(65536)
-            assert status == 200 and json.loads(rest[:length]) == {"status": "ok"}
-            data = rest[length:]
+        for status, _, body in read_responses(sock, 20):
+            assert status == 200 and json.loads(body) == {"status": "ok"}
 
 
 def test_a_20_mb_header_line_is_refused_at_the_limit(server: Server) -> None:
@@ -113,6 +107,21 @@ def test_a_20_mb_header_line_is_refused_at_the_limit(server: Server) -> None:
     assert error["code"] == "headers_too_large" and str(MAX_HEADER_BYTES) in error["message"]
     assert response[1]["connection"] == "close"
     assert sent < len(raw)  # refused while the client was still sending
+
+
+def test_a_huge_head_pipelined_behind_a_body_is_refused(server: Server, small: Table) -> None:
+    """A search with a body, and in the same write a request with 200 KB of headers: the search is answered, the
+    next head refused (the protocol counts it even though it starts in the middle of a read)."""
+    vectors = queries(small, 64, seed=4)
+    search = request("POST", "/v1/tables/small/search", search_body(vectors, k=3))
+    huge = request("GET", "/healthz", headers={"X-Huge": "h" * 200_000})
+    with connect(server.port) as sock:
+        sock.sendall(search + huge)
+        (status, _, body), refused = read_responses(sock, 2)
+        assert closed(sock)
+    assert status == 200, body[:300]
+    assert_exact_neighbours(small, vectors, 3, json.loads(body))
+    assert error_of(refused, 431)["code"] == "headers_too_large"
 
 
 def test_a_long_request_line_is_414(server: Server) -> None:

@@ -143,10 +143,10 @@ def tsv_field(text: str) -> str:
 
 
 def export(table: Table, body: ExportRequest) -> bytes:
+    for row in body.rows:
+        if row.id is not None and row.id >= table.rows:
+            table.resolve_id(row.id)  # raises unknown_token with the id range (before numpy sees a huge id)
     ids = np.asarray([table.resolve(row.token).id if row.id is None else row.id for row in body.rows], dtype=np.int64)
-    outside = ids[(ids < 0) | (ids >= table.rows)]
-    if len(outside):
-        table.resolve_id(int(outside[0]))  # raises unknown_token with the id range
     if body.file == "vectors":
         rows = (
             np.asarray(table.vectors[ids], dtype=np.float32) * np.asarray(table.norms[ids], dtype=np.float32)[:, None]

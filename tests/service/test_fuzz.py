@@ -42,6 +42,9 @@ CONTENT_422 = {
     f"POST {T}/project": ("at least two distinct",),
     # a and b resolve to the same row (e.g. "King" and "king"); an expected answer that is a, b or c, or past restrict
     f"POST {T}/analogy": ("offset b - a is zero", "the expected word is"),
+    f"GET {T}/map": ("t-SNE maps are off",),  # method=tsne on a server without EMBEDDING_MAP_TSNE_ROWS
+    f"GET {T}/map/info": ("t-SNE maps are off",),
+    f"GET {T}/map/colours/{{column}}": ("no colour column",),  # the table has no metadata column of that name
 }
 MAX_EXAMPLES = 100  # per operation and phase
 

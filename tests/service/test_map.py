@@ -169,6 +169,7 @@ def test_export_reimports_as_a_projector_table(api: TestClient, small: Table, tm
     plain = api.post(f"{T}/export", json={"rows": [{"id": 0}, {"id": 1}], "file": "metadata"})
     assert plain.text == "\n".join(small.tokens.labels([0, 1])) + "\n"
     assert api.post(f"{T}/export", json={"rows": [{"id": 10**9}], "file": "vectors"}).status_code == 404
+    assert api.post(f"{T}/export", json={"rows": [{"id": 2**63}], "file": "metadata"}).status_code == 404
     assert api.post(f"{T}/export", json={"rows": [], "file": "vectors"}).status_code == 422
     assert api.post(f"{T}/export", json={"rows": [{"id": 1, "token": "a"}], "file": "vectors"}).status_code == 422
 

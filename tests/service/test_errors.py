@@ -242,6 +242,12 @@ def test_openapi_lists_error_responses_for_every_operation(api: TestClient) -> N
         (f"{table}/n-similarity", "post"),
         ("/v1/compare", "get"),
         ("/v1/compare", "post"),
+        (f"{table}/map", "get"),
+        (f"{table}/map/info", "get"),
+        (f"{table}/map/labels", "get"),
+        (f"{table}/map/colours/{{column}}", "get"),
+        (f"{table}/export", "post"),
+        ("/v1/explorer", "get"),
         ("/v1/admin/reload", "post"),
     }
     envelope_ref = "#/components/schemas/ErrorResponse"

@@ -27,8 +27,8 @@ from typing import Any
 from bench import report
 from bench.common import REPO, TABLE, Context, machine, versions
 
-NAMES = ("analogy", "neighbours", "import", "startup", "growth", "peers")
-OWN_TABLE = {"peers"}  # benchmarks that build their own table from the package (no --data-dir table needed)
+NAMES = ("analogy", "neighbours", "import", "startup", "growth", "peers", "firstrun")
+OWN_TABLE = {"peers", "firstrun"}  # benchmarks that build their own table from the package (no --data-dir table needed)
 
 
 def runner(name: str) -> Callable[..., dict[str, Any]]:
@@ -42,6 +42,8 @@ def runner(name: str) -> Callable[..., dict[str, Any]]:
         from bench.startup import run
     elif name == "peers":
         from bench.peers import run
+    elif name == "firstrun":
+        from bench.firstrun import run
     else:
         from bench.growth import run
     return run

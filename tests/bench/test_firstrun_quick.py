@@ -1,0 +1,38 @@
+"""``python -m bench --quick --only firstrun``: the first-run benchmark's steps work and its figures hold together.
+
+Timings are not checked (``make bench`` measures them); answers and structure are.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+pytestmark = pytest.mark.slow
+
+
+def test_firstrun_quick(tmp_path: Path) -> None:
+    markdown = tmp_path / "BENCHMARKS.md"
+    argv = [sys.executable, "-m", "bench", "--quick", "--only", "firstrun", "--results-dir", str(tmp_path / "r")]
+    done = subprocess.run([*argv, "--markdown", str(markdown)], cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-4000:]
+    payload = json.loads((tmp_path / "r" / "firstrun.json").read_text())
+    assert payload["status"] == "ok" and payload["quick"]
+    first = payload["result"]["first_answer"]
+    assert 0 < first["published_seconds"] <= first["first_answer_seconds"] <= first["indexed_seconds"]
+    assert first["index"]["kind"] == "flat" and first["recall_at_10"] == 1.0
+    by_spec = {c["spec"]: c for c in payload["result"]["candidates"]}
+    assert by_spec["flat"]["frequent_words_recall_at_10"] == 1.0 and by_spec["flat"]["index_mib"] == 0
+    assert by_spec["ivf"]["described"]["kind"] == "ivf" and by_spec["ivf"]["builder_recall_at_10"] >= 0.99
+    graph = next(c for c in payload["result"]["candidates"] if c["spec"].startswith("hnsw"))
+    assert graph["hnsw_estimate_seconds"] > 0 and graph["index_mib"] > 0
+    assert 0.5 < graph["frequent_words_recall_at_10"] <= 1.0
+    text = markdown.read_text()
+    assert "## 7. The first run: serving at once, and the index choice" in text
+    assert "the first 200 from `/v1/tables/glove-6b-50d/neighbors?token=heart`" in text

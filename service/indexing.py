@@ -74,6 +74,7 @@ class IndexBuilds:
             write_status(self._status(name), {"state": "queued", "step": "waiting for its turn", "done": 0.0})
         self._thread = threading.Thread(target=self._run, name="index-builds", daemon=True)
         self._child: subprocess.Popen[str] | None = None
+        self._stopping = False
 
     def start(self) -> None:
         os.environ[STATUS_VARIABLE] = str(self.status_dir)
@@ -83,6 +84,7 @@ class IndexBuilds:
     def stop(self) -> None:
         """End a build still running (the server is stopping); its table keeps its exact version."""
         child = self._child
+        self._stopping = True
         if child is not None and child.poll() is None:
             child.terminate()
             with contextlib.suppress(subprocess.TimeoutExpired):
@@ -97,6 +99,8 @@ class IndexBuilds:
 
     def _run(self) -> None:
         for name in self.tables:
+            if self._stopping:
+                return
             if self._build(name):
                 log.info("index of table %r published; reloading", name)
                 os.kill(os.getpid(), signal.SIGHUP)  # this process: the server, or the supervisor of its workers
@@ -124,6 +128,9 @@ class IndexBuilds:
             last = line.rstrip()
             log.info("table %r: %s", name, last.removeprefix("embedding-index: "))
         if child.wait() != 0:
+            if self._stopping:
+                log.info("table %r: index build stopped with the server; the next start builds it", name)
+                return False
             log.error("table %r: index build failed (%s); it keeps exact search", name, last)
             write_status(status, {"state": "failed", "step": last.removeprefix("embedding-index: "), "done": 0.0})
             return False

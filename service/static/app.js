@@ -13,7 +13,7 @@ const DEFAULT_WORDS = [
   "people and pronouns: man woman king queen he she",
 ].join("\n");
 const DEFAULTS = {
-  table: "", word: "", a: "man", b: "king", c: "woman", method: "3cosadd", x: "cat", y: "dog", words: "", axes: "",
+  table: "", word: "", a: "man", b: "king", c: "woman", method: "3cosadd", x: "cat", y: "dog", words: "", axes: "", q: "",
 };
 const URL_KEYS = Object.keys(DEFAULTS);
 
@@ -132,6 +132,7 @@ function fillInputs() {
   $("sim-a").value = state.x;
   $("sim-b").value = state.y;
   $("map-words").value = state.words || DEFAULT_WORDS;
+  $("tm-search").value = state.q;
   const pairs = state.axes ? state.axes.split(",") : [];
   ["ax-a", "ax-b", "ax-c", "ax-d"].forEach((id, i) => { $(id).value = pairs[i] || ""; });
   $(pairs.length ? "axes-pairs" : "axes-pca").checked = true;
@@ -536,7 +537,14 @@ function wire() {
 }
 
 async function main() {
-  tableMap = new TableMap($("table-map"), { fetchJSON: api, tablePath });
+  tableMap = new TableMap($("table-map"), {
+    fetchJSON: api,
+    tablePath,
+    onSearch: (text) => {
+      state.q = text;
+      writeURL();
+    },
+  });
   window.explorer = { tableMap, state };
   readURL();
   fillInputs();

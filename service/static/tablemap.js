@@ -714,6 +714,7 @@ export class TableMap {
     search.addEventListener("input", () => {
       clearTimeout(timer);
       timer = setTimeout(() => this.runSearch(), 120);
+      this.deps.onSearch?.(search.value);
     });
     search.addEventListener("keydown", (event) => {
       if (event.key !== "Enter") return;

@@ -520,6 +520,10 @@ def test_search_highlights_the_matching_rows(
     page.wait_for_function("n => document.getElementById('table-map').dataset.matches === String(n)", arg=len(expected))
     assert page.evaluate("Array.from(explorer.tableMap.matches)") == expected
     page.wait_for_function(f"() => ({PIXELS})().highlight > 0")
+    assert watched.state()["q"] == query  # kept in the URL: a reload highlights the same rows
+    page.reload()
+    page.wait_for_function("n => document.getElementById('table-map').dataset.matches === String(n)", arg=len(expected))
+    assert page.input_value("#tm-search") == query
     scale = page.evaluate("explorer.tableMap.view.s")
     page.press("#tm-search", "Enter")  # zooms to the matches
     page.wait_for_function("s => explorer.tableMap.view.s > s", arg=scale)

@@ -442,10 +442,12 @@ export class TableMap {
     const top = Math.min(this.n, PROMINENT);
     const w = this.canvas.width;
     const h = this.canvas.height;
+    const { cx, cy, s } = this.view;
+    const ox = w / 2 - cx * s;
+    const oy = h / 2 + cy * s;
     for (let i = top - 1; i >= 0; i--) {
-      const [fx, fy] = this.toPixel(i);
-      const px = (fx | 0) - (side >> 1);
-      const py = (fy | 0) - (side >> 1);
+      const px = ((this.x[i] * s + ox) | 0) - (side >> 1);
+      const py = ((oy - this.y[i] * s) | 0) - (side >> 1);
       if (px < 0 || py < 0 || px + side > w || py + side > h) continue;
       const colour = this.lut[this.codes[i] * stride + MAX_COUNT];
       for (let dy = 0; dy < side; dy++) this.pixels.fill(colour, (py + dy) * w + px, (py + dy) * w + px + side);
@@ -481,9 +483,13 @@ export class TableMap {
     ctx.lineJoin = "round";
     const rows = Math.ceil(h / cell);
     // -1: off screen, 0: no room, 1: placed.
+    const { cx, cy, s } = this.view;
+    const ox = w / 2 - cx * s;
+    const oy = h / 2 + cy * s;
     const place = (i, strong, force) => {
       if (!this.labels) return 0;
-      const [px, py] = this.toPixel(i);
+      const px = this.x[i] * s + ox;
+      const py = oy - this.y[i] * s;
       if (px < 0 || py < 0 || px > w || py > h) return -1;
       const x0 = px + 5 * dpr;
       const c0 = Math.max(0, Math.floor(x0 / cell));

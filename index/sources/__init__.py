@@ -7,11 +7,12 @@ unpickle: NumPy files are read with ``allow_pickle=False``.
 from __future__ import annotations
 
 import gzip
+import io
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import numpy as np
 
@@ -43,9 +44,11 @@ class RawTable:
 
 
 Reader = Callable[[Path, ReadOptions], RawTable]
+# What open_text returns: a gzip stream or a plain file, both read as bytes.
+BinaryHandle = gzip.GzipFile | io.BufferedReader
 
 
-def open_text(path: Path) -> IO[bytes]:
+def open_text(path: Path) -> BinaryHandle:
     """Open a possibly gzip-compressed file for binary reading."""
     with open(path, "rb") as handle:
         magic = handle.read(2)

@@ -42,7 +42,12 @@ EMBEDDING_NAMES = (
     "token_embedding.weight",  # CLIP text
 )
 OUTPUT_NAMES = ("lm_head.weight", "embed_out.weight", "output.weight", "cls.predictions.decoder.weight")
-DTYPES = {"F32": np.dtype("<f4"), "F16": np.dtype("<f2"), "BF16": np.dtype("<u2"), "F64": np.dtype("<f8")}
+DTYPES: dict[str, np.dtype[Any]] = {
+    "F32": np.dtype("<f4"),
+    "F16": np.dtype("<f2"),
+    "BF16": np.dtype("<u2"),
+    "F64": np.dtype("<f8"),
+}
 DTYPE_NAMES = {"F32": "float32", "F16": "float16", "BF16": "bfloat16", "F64": "float64"}
 BYTE_TOKEN = re.compile(r"^<0x([0-9A-Fa-f]{2})>$")
 
@@ -157,13 +162,16 @@ def read_matrix(tensor: TensorInfo, block_bytes: int = BLOCK_BYTES) -> np.ndarra
         handle.seek(tensor.start)
         if tensor.dtype == "F32":  # straight into place
             for start in range(0, rows, step):
-                _read_exact(handle, memoryview(out[start : start + step]).cast("B"), tensor.file)
+                # numpy declares ndarray.__buffer__ for Python 3.12+ only
+                view = memoryview(out[start : start + step])  # type: ignore[arg-type]
+                _read_exact(handle, view.cast("B"), tensor.file)
             return out
         block = np.empty(step * dim, dtype=source)
         for start in range(0, rows, step):
             n = min(step, rows - start)
             part = block[: n * dim]
-            _read_exact(handle, memoryview(part).cast("B"), tensor.file)
+            view = memoryview(part)  # type: ignore[arg-type]  # as above: ndarray.__buffer__ on 3.12+ only
+            _read_exact(handle, view.cast("B"), tensor.file)
             target = out[start : start + n].reshape(-1)
             if tensor.dtype == "BF16":  # bfloat16 is the top half of a float32
                 np.left_shift(part, 16, out=target.view(np.uint32), dtype=np.uint32)
@@ -247,7 +255,8 @@ def _wordpiece_json(vocab_txt: Path, directory: Path) -> bytes:
         tokenizer = BertWordPieceTokenizer(str(vocab_txt), lowercase=lowercase)
     except Exception as exc:  # tokenizers raises plain Exceptions for unreadable vocabularies
         raise InputError(vocab_txt, f"not a WordPiece vocabulary: {exc}") from None
-    return tokenizer.to_str().encode()
+    text: str = tokenizer.to_str()  # tokenizers leaves this method untyped
+    return text.encode()
 
 
 def read_vocabulary(directory: Path) -> Vocabulary:
@@ -364,8 +373,8 @@ def read(path: Path, options: ReadOptions) -> RawTable:
     files = [path] if path.is_file() else model_files(directory)
     tensors: dict[str, TensorInfo] = {}
     for file in files:
-        for name, info in read_header(file).items():
-            tensors.setdefault(name, info)
+        for name, found in read_header(file).items():
+            tensors.setdefault(name, found)
     where = files[0] if len(files) == 1 else directory
     tensor = find_embedding(tensors, options.tensor, where)
     rows = tensor.shape[0] if len(tensor.shape) == 2 else 0

@@ -78,9 +78,13 @@ def load_matrix(path: Path) -> np.ndarray:
             f"truncated: a {shape[0]:,} x {shape[1]:,} {dtype} matrix needs {needed:,} bytes, {available:,} follow",
         )
     try:
-        if compressed:
-            return np.load(io.BytesIO(data), allow_pickle=False)
-        return np.load(path, mmap_mode="r", allow_pickle=False)
+        # np.load is typed as Any (it may return an archive); a .npy file is one array.
+        matrix: np.ndarray = (
+            np.load(io.BytesIO(data), allow_pickle=False)
+            if compressed
+            else np.load(path, mmap_mode="r", allow_pickle=False)
+        )
+        return matrix
     except NPY_ERRORS as exc:
         raise InputError(path, f"not a readable .npy file ({type(exc).__name__}: {exc})") from None
 

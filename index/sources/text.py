@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import zlib
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,7 +28,7 @@ import pyarrow.csv as pacsv
 
 from index.errors import InputError
 from index.progress import Progress, note
-from index.sources import RawTable, ReadOptions, open_text
+from index.sources import BinaryHandle, RawTable, ReadOptions, open_text
 
 CHUNK_BYTES = 2 << 20
 SAMPLE_LINES = 1000
@@ -141,7 +141,7 @@ def _parse_header(path: Path, line: bytes) -> tuple[int, int]:
     return rows, dim
 
 
-def _read_block(handle, path: Path) -> bytes:  # type: ignore[no-untyped-def]
+def _read_block(handle: BinaryHandle, path: Path) -> bytes:
     try:
         return handle.read(CHUNK_BYTES)
     except (OSError, EOFError, zlib.error) as exc:
@@ -310,7 +310,7 @@ def _parse_irregular(
     parsed = _arrow_parse(joined, len(regular), dim, ncols) if regular else None
     matrix = np.empty((count, dim), dtype=np.float32)
     raw: list[bytes] = [b""] * count
-    todo = range(count)
+    todo: Iterable[int] = range(count)
     if parsed is not None:
         matrix[regular] = parsed[1]
         for i, token in zip(regular, parsed[0].to_pylist(), strict=True):

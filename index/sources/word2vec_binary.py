@@ -19,7 +19,7 @@ from numpy.lib.stride_tricks import sliding_window_view
 
 from index.errors import InputError
 from index.progress import Progress
-from index.sources import RawTable, ReadOptions, open_text
+from index.sources import BinaryHandle, RawTable, ReadOptions, open_text
 
 CHUNK_BYTES = 2 << 20
 MAX_TOKEN = 4096  # bytes; a longer "token" means a wrong dimension or not a word2vec binary file
@@ -108,7 +108,7 @@ def read(path: Path, options: ReadOptions) -> RawTable:
     return RawTable(tokens=tokens, matrix=matrix, first_line=1, report={"tokens_unicode_replaced": replaced})
 
 
-def _read_rest(handle, path: Path) -> bytes:  # type: ignore[no-untyped-def]
+def _read_rest(handle: BinaryHandle, path: Path) -> bytes:
     try:
         return handle.read(1 << 20)
     except (OSError, EOFError, zlib.error) as exc:

@@ -81,30 +81,35 @@ class _Terms:
         return out
 
     def combine(self, pair: np.ndarray, word: np.ndarray) -> np.ndarray:
-        return pair + word if self.add else pair * word
+        combined: np.ndarray = pair + word if self.add else pair * word
+        return combined
 
     def bound(self, pair_max: np.ndarray, word_max: np.ndarray) -> np.ndarray:
-        if self.add:
-            return pair_max + word_max
-        return np.maximum(pair_max, 0) * np.maximum(word_max, 0)
+        bound: np.ndarray = pair_max + word_max if self.add else np.maximum(pair_max, 0) * np.maximum(word_max, 0)
+        return bound
 
     def exact(self, table: Table, q: np.ndarray, r: np.ndarray) -> np.ndarray:
         """Scores of rows ``r`` for questions ``q``, computed as gensim computes them (float32)."""
         rows = _rows_at(table, r)
+        scores: np.ndarray
         if self.add:
-            return np.einsum("ij,ij->i", rows, self.query[q])
+            scores = np.einsum("ij,ij->i", rows, self.query[q])
+            return scores
         b, c, a = ((1 + np.einsum("ij,ij->i", rows, self.vectors[w][q])) / 2 for w in "bca")
-        return b * c / (a + np.float32(COSMUL_EPSILON))
+        scores = b * c / (a + np.float32(COSMUL_EPSILON))
+        return scores
 
 
 def _rows_at(table: Table, ids: np.ndarray) -> np.ndarray:
-    return np.asarray(table.vectors[ids], dtype=np.float32)
+    rows: np.ndarray = np.asarray(table.vectors[ids], dtype=np.float32)
+    return rows
 
 
 def _threshold(best: np.ndarray, scale: np.ndarray) -> np.ndarray:
     """k-th best score so far, in the terms' scale, lowered by the rounding slack."""
     level = best.min(axis=1) * scale
-    return (level - MARGIN * np.maximum(np.abs(level), 1)).astype(np.float32)
+    threshold: np.ndarray = (level - MARGIN * np.maximum(np.abs(level), 1)).astype(np.float32)
+    return threshold
 
 
 def _merge_best(best: np.ndarray, q: np.ndarray, scores: np.ndarray, width: int = 32) -> np.ndarray:

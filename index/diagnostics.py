@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -107,7 +107,8 @@ def _per_block(rows: int, terms: int = 1) -> int:
 
 def row_scores(table: Table, row: int) -> np.ndarray:
     """Cosine of every row with row ``row`` (float32, as gensim's ``distances`` computes them)."""
-    return table.vectors @ table.vectors[row]
+    scores: np.ndarray = table.vectors @ table.vectors[row]
+    return scores
 
 
 def closer_than(table: Table, a: int, b: int) -> tuple[np.ndarray, np.ndarray]:
@@ -153,7 +154,8 @@ class SetSimilarity:
 
 def mean_row(table: Table, ids: np.ndarray) -> np.ndarray:
     """The mean of the ORIGINAL rows (unit row x norm), as gensim ``get_mean_vector(pre_normalize=False)``."""
-    return (_unit(table, ids) * np.asarray(table.norms[ids], dtype=np.float64)[:, None]).mean(axis=0)
+    mean: np.ndarray = (_unit(table, ids) * np.asarray(table.norms[ids], dtype=np.float64)[:, None]).mean(axis=0)
+    return mean
 
 
 def n_similarity(
@@ -203,8 +205,8 @@ def check_expected(
 
 def analogy_expectations(
     table: Table,
-    questions: Sequence[tuple[int, int, int]],
-    expected: Sequence[int],
+    questions: Sequence[tuple[int, int, int]] | np.ndarray,
+    expected: Sequence[int] | np.ndarray,
     method: str = "3cosadd",
     *,
     restrict: int | None = None,
@@ -224,7 +226,8 @@ def analogy_expectations(
     for question, row in zip(questions, expected, strict=True):
         check_expected(table, question, row, limit, drop)
     base = table.vectors[:limit]
-    dropped = (table.flags[:limit] & drop) != 0 if drop else None
+    # drop_flags gives 0 when a table has no flags, so ``drop`` implies flags.
+    dropped = (cast(np.ndarray, table.flags)[:limit] & drop) != 0 if drop else None
     quads = np.asarray(questions, dtype=np.int64).reshape(-1, 3)
     want = np.asarray(expected, dtype=np.int64)
     out: list[Expectation] = []

@@ -102,6 +102,7 @@ class Client:
         self.http.close()
 
     def _call(self, method: str, path: str, **kwargs: Any) -> Any:
+        """The decoded JSON body (Any: each method annotates the part of it that it reads)."""
         response = self.http.request(method, path, **kwargs)
         if response.is_success:
             return response.json()
@@ -122,16 +123,25 @@ class Client:
     def tables(self) -> list[TableInfo]:
         keys = ("name", "rows", "dim", "kind", "index")
         return [
-            TableInfo(*(t[k] for k in keys), extra={k: v for k, v in t.items() if k not in keys})
+            TableInfo(
+                t["name"],
+                t["rows"],
+                t["dim"],
+                t["kind"],
+                t["index"],
+                extra={k: v for k, v in t.items() if k not in keys},
+            )
             for t in self._call("GET", "/v1/tables")["tables"]
         ]
 
     def table(self, table: str) -> dict[str, Any]:
-        return self._call("GET", f"/v1/tables/{segment(table)}")
+        info: dict[str, Any] = self._call("GET", f"/v1/tables/{segment(table)}")
+        return info
 
     def vector(self, table: str, token: str, normalized: bool = False) -> list[float]:
         path = self._path(table, "tokens/" + segment(token))
-        return self._call("GET", path, params={"normalized": normalized})["vector"]
+        vector: list[float] = self._call("GET", path, params={"normalized": normalized})["vector"]
+        return vector
 
     # -------------------------------------------------------------------------------------- queries
     def neighbors(self, table: str, token: str, k: int = 10, **options: Any) -> list[Neighbor]:
@@ -158,7 +168,10 @@ class Client:
 
     def similarities(self, table: str, pairs: Sequence[tuple[str, str]]) -> list[float | None]:
         body = {"pairs": [list(p) for p in pairs]}
-        return self._call("POST", self._path(table, "similarity"), json=body)["similarities"]
+        similarities: list[float | None] = self._call("POST", self._path(table, "similarity"), json=body)[
+            "similarities"
+        ]
+        return similarities
 
     def analogy(
         self, table: str, a: str, b: str, c: str, k: int = 10, method: Method = "3cosadd", **options: Any
@@ -198,7 +211,8 @@ class Client:
     def doesnt_match(self, table: str, words: Sequence[str], skip_unknown: bool = False) -> str:
         """gensim ``doesnt_match``: the word least similar to the mean of the words' unit rows."""
         body = {"words": list(words), "skip_unknown": skip_unknown}
-        return self._call("POST", self._path(table, "doesnt-match"), json=body)["doesnt_match"]["token"]
+        token: str = self._call("POST", self._path(table, "doesnt-match"), json=body)["doesnt_match"]["token"]
+        return token
 
     def rank(self, table: str, a: str, b: str) -> int:
         """gensim ``rank(a, b)``: where ``b`` ranks among the neighbours of ``a`` (1: the nearest)."""
@@ -206,7 +220,8 @@ class Client:
 
     def ranks(self, table: str, pairs: Sequence[tuple[str, str]]) -> list[int | None]:
         body = {"pairs": [list(p) for p in pairs]}
-        return self._call("POST", self._path(table, "rank"), json=body)["ranks"]
+        ranks: list[int | None] = self._call("POST", self._path(table, "rank"), json=body)["ranks"]
+        return ranks
 
     def closer_than(
         self, table: str, a: str, b: str, limit: int = 100, order: Literal["index", "score"] = "index"
@@ -226,9 +241,11 @@ class Client:
     ) -> dict[str, Any]:
         """Where ``expect`` ranks among the answers to "a is to b as c is to ?": token, id, rank, score, margin."""
         body = {"a": a, "b": b, "c": c, "expect": expect, "k": 1, "method": method, **options}
-        return self._call("POST", self._path(table, "analogy"), json=body)["expect"]
+        expectation: dict[str, Any] = self._call("POST", self._path(table, "analogy"), json=body)["expect"]
+        return expectation
 
     def compare(self, first: str, second: str, token: str, k: int = 10, **options: Any) -> dict[str, Any]:
         """``token``'s neighbours in two tables side by side: overlap (overlap@k), shared, first, second."""
         params = {"first": first, "second": second, "token": token, "k": k, **options}
-        return self._call("GET", "/v1/compare", params=params)
+        comparison: dict[str, Any] = self._call("GET", "/v1/compare", params=params)
+        return comparison

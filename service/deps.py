@@ -41,11 +41,12 @@ def _table_name(name: str) -> str:
 
 
 async def get_settings(request: Request) -> Settings:
-    return request.app.state.settings
+    settings: Settings = request.app.state.settings  # set by create_app
+    return settings
 
 
 async def get_registry(request: Request) -> Registry:
-    registry = getattr(request.app.state, "registry", None)
+    registry: Registry | None = getattr(request.app.state, "registry", None)
     if registry is None:
         raise ApiError("not_ready", "the server is still loading its tables")
     return registry
@@ -92,7 +93,7 @@ def query_params(model: type[M]) -> Callable[[F], F]:
     """Mark a route whose query string ``model`` validates (with :func:`parse_query`), for the OpenAPI document."""
 
     def mark(endpoint: F) -> F:
-        endpoint.query_model = model  # type: ignore[attr-defined]
+        endpoint.query_model = model  # type: ignore[attr-defined]  # a function attribute, read back by getattr
         return endpoint
 
     return mark
@@ -143,7 +144,8 @@ class QueryRoute(APIRoute):
                 errors += problems
             if errors:
                 raise RequestValidationError(errors)
-            return await endpoint(**values)
+            response: Response = await endpoint(**values)  # a query_params endpoint answers a Response
+            return response
 
         return handler
 
@@ -168,5 +170,5 @@ def document_query_models(routers: Iterable[APIRouter], schema: dict[str, Any]) 
             }
             for name, field in fields["properties"].items()
         ]
-        for method in route.methods:
+        for method in route.methods or ():
             schema["paths"][route.path_format][method.lower()].setdefault("parameters", []).extend(parameters)

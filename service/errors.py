@@ -8,7 +8,7 @@ so the documentation cannot drift from the behaviour.
 from __future__ import annotations
 
 import logging
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypedDict
 
 import orjson
 from fastapi import FastAPI, Request
@@ -116,8 +116,16 @@ TABLE_ERRORS = ("unknown_table", "unknown_token", "not_found", "invalid_request"
 BODY_ERRORS = (*TABLE_ERRORS, "bad_request", "body_too_large")
 
 
-def _validation_message(errors: list[dict[str, Any]]) -> tuple[str, list[dict[str, Any]]]:
-    details = []
+class ValidationDetail(TypedDict):
+    """One problem of an ``invalid_request`` error, as its ``details`` list shows it."""
+
+    loc: list[str]
+    type: Any  # pydantic's error type (a string such as "int_parsing")
+    message: str
+
+
+def _validation_message(errors: list[dict[str, Any]]) -> tuple[str, list[ValidationDetail]]:
+    details: list[ValidationDetail] = []
     for error in errors:
         loc = [str(p) for p in error.get("loc", ())]
         message = str(error.get("msg", "")).removeprefix("Value error, ")
@@ -165,6 +173,7 @@ async def _unexpected(request: Request, exc: Exception) -> Response:
 
 def install(app: FastAPI) -> None:
     """Route every kind of error through the envelope."""
+    # Starlette types a handler as taking any Exception; each of these takes the class it is registered for.
     app.add_exception_handler(EmbeddingError, _embedding_error)  # type: ignore[arg-type]
     app.add_exception_handler(RequestValidationError, _validation_error)  # type: ignore[arg-type]
     app.add_exception_handler(StarletteHTTPException, _http_error)  # type: ignore[arg-type]

@@ -63,7 +63,8 @@ class Metrics:
             from prometheus_client import multiprocess
 
             registry = CollectorRegistry()
-            multiprocess.MultiProcessCollector(registry)
+            # prometheus_client leaves MultiProcessCollector.__init__ unannotated
+            multiprocess.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
             return generate_latest(registry), CONTENT_TYPE_LATEST
         return generate_latest(self.registry), CONTENT_TYPE_LATEST
 

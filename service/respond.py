@@ -62,10 +62,10 @@ async def search_one(
     started = time.perf_counter()
     scores, ids = await request.app.state.searcher.knn(table, query, fetch)
     request.app.state.metrics.observe_search(operation, table.name, time.perf_counter() - started)
-    hits = table.pick(scores, ids, k, [exclude], drop, partial=fetch == table.rows)
-    if hits is None:  # too many of the hits left out: widen the search (rare), as table.search does
+    picked = table.pick(scores, ids, k, [exclude], drop, partial=fetch == table.rows)
+    if picked is None:  # too many of the hits left out: widen the search (rare), as table.search does
         return table.search(query, k, exclude=[exclude], **options)[0]
-    return hits[0]
+    return picked[0]
 
 
 async def compute(request: Request, table: Table, operation: str, fn: Callable[[], T], light: bool = False) -> T:

@@ -61,7 +61,7 @@ def create_app(settings: Settings) -> FastAPI:
         # FAISS's Python module checks for Ctrl-C after each search by taking the GIL, from whichever thread
         # searches: the searcher thread then waits for the busy event loop before it can finish a round. The
         # server stops through its own signal handlers; one search takes milliseconds at most.
-        faiss.InterruptCallback.clear_instance()
+        faiss.InterruptCallback.clear_instance()  # type: ignore[attr-defined]  # missing from faiss's stubs
         app.state.heavy_calls = anyio.CapacityLimiter(cores())  # see service.respond.compute
         reloader = Reloader(app, on_loaded=lambda registry: table_names.update(registry.tables))
         app.state.reloader = reloader

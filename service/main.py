@@ -207,7 +207,8 @@ def preload_for_fork() -> None:
         kwargs = {"config": config, "target": target, "sockets": sockets, "stdin_fileno": None}
         return fork.Process(target=_subprocess.subprocess_started, kwargs=kwargs)
 
-    multiprocess.get_subprocess = forked_worker  # uvicorn's Process creates its worker through this name
+    # uvicorn's Process creates its worker through this name (imported there, so not among the module's exports)
+    multiprocess.get_subprocess = forked_worker  # type: ignore[attr-defined]
     gc.freeze()  # keep the collector from touching (and so copying) the shared objects in every worker
 
 

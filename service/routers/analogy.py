@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 from fastapi import APIRouter, Request
@@ -28,7 +28,8 @@ def probe(table: Table, question: AnalogyQuery, body: AnalogyRequest) -> queries
     an expected answer that can never be given (one of a, b and c, or a row the search leaves out).
     """
     query = queries.mean_of(table, [question.b, question.c], [question.a])
-    a, b, c = query.info["negative"][0], *query.info["positive"]
+    a = query.info["negative"][0]
+    b, c = query.info["positive"]
     if a["id"] == b["id"] or np.array_equal(table.vectors[a["id"]], table.vectors[b["id"]]):
         raise InvalidQuery(
             f"the analogy's offset b - a is zero ({question.a!r} and {question.b!r} are the same vector): "
@@ -83,7 +84,8 @@ def solve(table: Table, body: AnalogyRequest, probes: list[queries.Probe]) -> li
 )
 async def analogy(request: Request, table: TableDep, body: AnalogyRequest) -> Response:
     if body.queries is None:
-        question = AnalogyQuery(a=body.a, b=body.b, c=body.c, expect=body.expect)  # type: ignore[arg-type]
+        # The request's validator requires a, b and c when there is no batch.
+        question = AnalogyQuery(a=cast(str, body.a), b=cast(str, body.b), c=cast(str, body.c), expect=body.expect)
         query = probe(table, question, body)  # 404 for an unknown token
         if body.method == "3cosadd" and is_light(table, body.exact, body.restrict):  # one index search
             options = search_options(body)
@@ -91,7 +93,7 @@ async def analogy(request: Request, table: TableDep, body: AnalogyRequest) -> Re
         else:
             hits = (await compute(request, table, "analogy", lambda: solve(table, body, [query])))[0]
         info = {k: v for k, v in query.info.items() if k != "expect"}
-        answer = {"query": {**info, "method": body.method}, "neighbors": neighbors(table, hits)}
+        answer: dict[str, Any] = {"query": {**info, "method": body.method}, "neighbors": neighbors(table, hits)}
         if "expect" in query.info:
             answer["expect"] = (
                 await compute(request, table, "analogy_expect", lambda: expectations(table, body, [query]))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from typing import Any
 
 from fastapi import APIRouter, Request
 from starlette.responses import Response
@@ -30,10 +31,10 @@ async def healthz() -> Response:
 async def readyz(registry: RegistryDep) -> Response:
     loaded, missing = sorted(registry.tables), sorted(registry.failed)
     # Names only: why a table was refused is in the server log (reasons can name files).
-    stale = {"stale": sorted(registry.stale)} if registry.stale else {}
+    stale: dict[str, Any] = {"stale": sorted(registry.stale)} if registry.stale else {}
     building = indexing.building(os.environ.get(indexing.STATUS_VARIABLE))
     if building:
-        stale["building"] = building  # type: ignore[assignment]
+        stale["building"] = building
     if registry.ready:
         return FastJSON({"status": "ready", "loaded": loaded, "missing": missing, **stale})
     message = f"tables not loaded: {', '.join(missing)}" if missing else "no tables found in the data directory"

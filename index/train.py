@@ -101,7 +101,7 @@ class Corpus:
 def _progress_callback(epochs: int) -> Any:
     from gensim.models.callbacks import CallbackAny2Vec
 
-    class EpochProgress(CallbackAny2Vec):  # type: ignore[misc]
+    class EpochProgress(CallbackAny2Vec):  # type: ignore[misc]  # gensim is untyped: its base class is Any
         def __init__(self) -> None:
             self.progress: Progress | None = None
 

@@ -139,7 +139,7 @@ def create_app(settings: Settings) -> FastAPI:
         finally:
             LIMITS.reset(token)
 
-    app.openapi = openapi  # type: ignore[method-assign]
+    app.openapi = openapi  # type: ignore[method-assign]  # FastAPI's documented way to customise the schema
     return app
 
 

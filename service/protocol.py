@@ -126,6 +126,7 @@ class JsonErrorsProtocol(HttpToolsProtocol):
         self.drain = app_state.get("drain")  # the app's service.drain.Drain, from its lifespan state
 
     # ------------------------------------------------------------------------------------------ connection
+    # asyncio.Protocol declares a BaseTransport; as in uvicorn itself, an HTTP connection gets a Transport.
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
         if len(self.connections) > self.limits.max_connections:  # this one included
@@ -258,7 +259,7 @@ class JsonErrorsProtocol(HttpToolsProtocol):
         transport.write_eof()
         self.connections.discard(self)  # as uvicorn does when it hands a connection to another protocol
         transport.set_protocol(Lingering(transport, self.loop))
-        self.parser = None  # type: ignore[assignment]
+        self.parser = None  # type: ignore[assignment]  # as uvicorn drops it (the attribute is typed non-None)
 
     def _peer(self) -> str:
         return f"{self.client[0]}:{self.client[1]}" if self.client else "-"

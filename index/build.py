@@ -66,7 +66,7 @@ def build_table(
     for stale in artifact.clean_stale(data_dir):  # left by a build that was killed
         log.info("removed %s, left in %s by a build that did not finish", stale.name, data_dir)
     if artifact.table_dir(data_dir, name).exists() and not force:
-        raise artifact.ArtifactError(f"table {name!r} already exists in {data_dir} (use --force to rebuild it)")
+        raise ArtifactError(f"table {name!r} already exists in {data_dir} (use --force to rebuild it)")
     note(f"cleaning and normalising {len(raw.tokens):,} rows ...")
     raw, report = clean(raw, source.get("path", name), drop_invalid=drop_invalid)
     unit, norms = normalise(raw.matrix)

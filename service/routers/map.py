@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import base64
 import io
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, cast
 
 import numpy as np
 from fastapi import APIRouter, Path, Query, Request
@@ -146,7 +146,10 @@ def export(table: Table, body: ExportRequest) -> bytes:
     for row in body.rows:
         if row.id is not None and row.id >= table.rows:
             table.resolve_id(row.id)  # raises unknown_token with the id range (before numpy sees a huge id)
-    ids = np.asarray([table.resolve(row.token).id if row.id is None else row.id for row in body.rows], dtype=np.int64)
+    # ExportRow's validator gives each row exactly one of token and id.
+    ids = np.asarray(
+        [table.resolve(cast(str, row.token)).id if row.id is None else row.id for row in body.rows], dtype=np.int64
+    )
     if body.file == "vectors":
         rows = (
             np.asarray(table.vectors[ids], dtype=np.float32) * np.asarray(table.norms[ids], dtype=np.float32)[:, None]

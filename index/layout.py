@@ -22,10 +22,10 @@ import os
 import tempfile
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -33,6 +33,7 @@ from index import artifact
 from index.errors import InvalidQuery
 
 log = logging.getLogger(__name__)
+Remembered = TypeVar("Remembered", "Layout", bytes)
 
 LAYOUT_VERSION = 1  # bump when a method's output changes: older cache files are then never read
 BLOCK_BYTES = 32 << 20  # covariance accumulated over blocks of about this size
@@ -54,7 +55,8 @@ def _sign_fix(components: np.ndarray) -> np.ndarray:
     """Each component flipped so that its largest loading is positive (as ``Table.project`` does)."""
     signs = np.sign(components[np.arange(len(components)), np.abs(components).argmax(axis=1)])
     signs[signs == 0] = 1
-    return components * signs[:, None]
+    fixed: np.ndarray = components * signs[:, None]
+    return fixed
 
 
 def pca_components(rows: np.ndarray, n: int = 2) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -236,7 +238,7 @@ class LayoutCache:
     def __init__(self, directory: Path, memory_items: int = 4) -> None:
         self.directory = Path(directory) / "layouts"
         self.memory_items = memory_items
-        self._memory: dict[str, Any] = {}
+        self._memory: dict[str, Any] = {}  # key -> its Layout, or a label list's bytes
         self._locks: dict[str, threading.Lock] = {}
         self._guard = threading.Lock()
 
@@ -244,7 +246,7 @@ class LayoutCache:
         with self._guard:
             return self._locks.setdefault(key, threading.Lock())
 
-    def _remember(self, key: str, value: Any) -> Any:
+    def _remember(self, key: str, value: Remembered) -> Remembered:
         with self._guard:
             self._memory.pop(key, None)
             self._memory[key] = value
@@ -256,13 +258,13 @@ class LayoutCache:
         """The ``method`` layout of ``vectors`` (the table's unit rows; t-SNE: the first ``params['rows']``)."""
         suffix = "-".join(f"{k}{v}" for k, v in sorted(params.items()))
         key = f"{name}-{table_key(manifest)}-{method}{suffix and '-' + suffix}-v{LAYOUT_VERSION}"
-        found = self._memory.get(key)
+        found: Layout | None = self._memory.get(key)  # a layout key holds a Layout
         if found is not None:
             return found
         with self._lock(key):
-            found = self._memory.get(key)
-            if found is not None:
-                return found
+            computed: Layout | None = self._memory.get(key)  # by a request that held the lock before this one
+            if computed is not None:
+                return computed
             points_path, info_path = self.directory / f"{key}.npy", self.directory / f"{key}.json"
             try:
                 points = np.load(points_path)
@@ -287,7 +289,7 @@ class LayoutCache:
     def labels(self, name: str, manifest: dict[str, Any], labels: Sequence[str]) -> bytes:
         """Every row's label as one gzip-compressed JSON array (row id = position)."""
         key = f"{name}-{table_key(manifest, 'tokens.bin')}-labels-v{LAYOUT_VERSION}"
-        found = self._memory.get(key)
+        found: bytes | None = self._memory.get(key)  # a labels key holds bytes
         if found is not None:
             return found
         with self._lock(key):
@@ -302,7 +304,7 @@ class LayoutCache:
             self._write(path, lambda target: target.write_bytes(body))
             return self._remember(key, body)
 
-    def _write(self, path: Path, write: Any) -> None:
+    def _write(self, path: Path, write: Callable[[Path], object]) -> None:
         """Write through a temporary file and rename it into place; a cache that cannot be written is logged."""
         try:
             self.directory.mkdir(parents=True, exist_ok=True)

@@ -19,7 +19,7 @@ import unicodedata
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict, cast
 
 import faiss
 import numpy as np
@@ -57,6 +57,14 @@ class Resolved:
 
 
 Neighbor = tuple[int, float]
+
+
+class RowFilters(TypedDict):
+    """Which rows a search may answer with: the first ``restrict`` rows, less the token kinds left out."""
+
+    restrict: int | None
+    skip_special: bool
+    whole_words_only: bool
 
 
 class Table:
@@ -145,7 +153,8 @@ class Table:
     @property
     def byte_level(self) -> bool:
         """Whether labels are byte-level BPE strings (GPT-2, Llama 3: "Ġ" for a space, bytes as characters)."""
-        return self.manifest.get("model", {}).get("readable_labels", {}).get("scheme") == "byte-level"
+        scheme: str | None = self.manifest.get("model", {}).get("readable_labels", {}).get("scheme")
+        return scheme == "byte-level"
 
     def summary(self) -> dict[str, Any]:
         """What a client needs to know about the table, without the per-file checksums."""
@@ -268,7 +277,7 @@ class Table:
         norms = np.linalg.norm(queries, axis=1)
         if (norms == 0).any():
             raise InvalidQuery("a query vector is all zeros and has no direction")
-        unit = (queries / norms[:, None]).astype(np.float32)
+        unit: np.ndarray = (queries / norms[:, None]).astype(np.float32)
         if not np.isfinite(unit).all():
             raise InvalidQuery("query vectors overflow float32")
         return unit
@@ -335,12 +344,13 @@ class Table:
     ) -> list[list[Neighbor]] | None:
         """Each query's top ``k`` hits once excluded and dropped rows are left out; ``None`` when one is left
         with fewer than ``k`` (fetch more), unless ``partial`` (there is no more)."""
+        flags = cast(np.ndarray, self.flags)  # read only when ``drop``, which drop_flags gives only with flags
         results = []
         for qi in range(len(scores)):
             skip = exclude[qi] if exclude else ()
             row: list[Neighbor] = []
             for score, i in zip(scores[qi].tolist(), ids[qi].tolist(), strict=True):
-                if i < 0 or i in skip or (drop and self.flags[i] & drop):
+                if i < 0 or i in skip or (drop and flags[i] & drop):
                     continue
                 row.append((i, score))
                 if len(row) == k:
@@ -363,7 +373,8 @@ class Table:
         norm = np.sqrt(mean @ mean)  # what np.linalg.norm computes for a vector
         if norm < 1e-12:
             raise InvalidQuery("the positive and negative tokens cancel out: the query vector is zero")
-        return (mean / norm).astype(np.float32)[None, :]
+        query: np.ndarray = (mean / norm).astype(np.float32)[None, :]
+        return query
 
     def most_similar(
         self, positive: Sequence[int], negative: Sequence[int] = (), k: int = 10, **options: Any
@@ -382,7 +393,8 @@ class Table:
         terms = np.asarray(self.vectors[list(positive) + list(negative)], dtype=np.float32)
         shifted = (1 + self.vectors[:limit] @ terms.T) / 2
         pos, neg = shifted[:, : len(positive)], shifted[:, len(positive) :]
-        return np.prod(pos, axis=1) / (np.prod(neg, axis=1) + COSMUL_EPSILON)
+        scores: np.ndarray = np.prod(pos, axis=1) / (np.prod(neg, axis=1) + COSMUL_EPSILON)
+        return scores
 
     def most_similar_cosmul(
         self,
@@ -397,8 +409,8 @@ class Table:
         """gensim ``most_similar_cosmul`` (always exact: it scores every row)."""
         scores = self.cosmul_scores(positive, negative, restrict)
         drop = self.drop_flags(skip_special, whole_words_only)
-        if drop:
-            scores = np.where(self.flags[: len(scores)] & drop, -np.inf, scores)
+        if drop:  # drop_flags gives 0 for a table without flags
+            scores = np.where(cast(np.ndarray, self.flags)[: len(scores)] & drop, -np.inf, scores)
         return top_k(scores, k, set(positive) | set(negative))
 
     def most_similar_cosmul_batch(
@@ -416,7 +428,7 @@ class Table:
             raise InvalidQuery("3CosMul needs at least one positive token")
         limit = self._limit(restrict)
         drop = self.drop_flags(skip_special, whole_words_only)
-        dropped = (self.flags[:limit] & drop) != 0 if drop else None
+        dropped = (cast(np.ndarray, self.flags)[:limit] & drop) != 0 if drop else None  # drop implies flags
         per_chunk = max(1, chunk_bytes // (4 * limit * 4))  # about 3 term rows and 1 score row per query
         results: list[list[Neighbor]] = []
         for start in range(0, len(queries), per_chunk):
@@ -463,7 +475,7 @@ class Table:
         """
         if method not in ("3cosadd", "3cosmul"):
             raise InvalidQuery(f"unknown analogy method {method!r}: use 3cosadd or 3cosmul")
-        options = {"restrict": restrict, "skip_special": skip_special, "whole_words_only": whole_words_only}
+        options = RowFilters(restrict=restrict, skip_special=skip_special, whole_words_only=whole_words_only)
         if self.drop_flags(skip_special, whole_words_only):  # filtered token kinds: the general paths
             if method == "3cosmul":
                 return self.most_similar_cosmul_batch([([b, c], [a]) for a, b, c in questions], k, **options)
@@ -485,11 +497,12 @@ class Table:
     def similarity(self, a: int, b: int) -> float:
         return float(np.dot(self.vectors[a].astype(np.float64), self.vectors[b].astype(np.float64)))
 
-    def similarities(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    def similarities(self, a: np.ndarray | Sequence[int], b: np.ndarray | Sequence[int]) -> np.ndarray:
         """Cosine of each pair of rows (vectorised)."""
         left = np.asarray(self.vectors[a], dtype=np.float64)
         right = np.asarray(self.vectors[b], dtype=np.float64)
-        return np.einsum("ij,ij->i", left, right)
+        cosines: np.ndarray = np.einsum("ij,ij->i", left, right)
+        return cosines
 
     def project(self, ids: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
         """The rows on their own first two principal components: (points n x 2, explained variance ratio)."""

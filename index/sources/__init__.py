@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from index.errors import InputError
+from index.progress import note
 
 
 @dataclass
@@ -152,4 +153,5 @@ def read_source(path: Path, fmt: str = "auto", options: ReadOptions | None = Non
     readers = _registry()
     if fmt not in readers:
         raise InputError(path, f"unknown format {fmt!r}; choose one of {', '.join(FORMATS)}")
+    note(f"reading {path.name} ({fmt}) ...")
     return readers[fmt](path, options), fmt

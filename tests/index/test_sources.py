@@ -696,5 +696,8 @@ def test_console_script_success_and_failure(tmp_path: Path, glove_rows) -> None:
         f"embedding-index: error: {bad}:1235: 47 values after the token, expected 50 "
         "(use --drop-invalid to skip such rows)"
     )
-    assert progress == ["embedding-index: counting the lines of bad.txt ..."]  # then the first bad line stops it
+    assert progress == [  # then the first bad line stops it
+        "embedding-index: reading bad.txt (glove) ...",
+        "embedding-index: counting the lines of bad.txt ...",
+    ]
     assert not (data / "bad").exists() and not list(data.glob(".tmp-*"))

@@ -107,7 +107,8 @@ def parse_spec(spec: str, rows: int) -> IndexSpec:
 
 def default_nlist(rows: int) -> int:
     """A power of two near 2 sqrt(rows): lists of a few hundred rows, k-means in seconds to minutes."""
-    return max(1, min(rows, 2 ** round(math.log2(max(1.0, 2 * math.sqrt(rows))))))
+    power: int = 2 ** round(math.log2(max(1.0, 2 * math.sqrt(rows))))  # int ** int is typed Any (negative powers)
+    return max(1, min(rows, power))
 
 
 def _add(index: faiss.Index, vectors: np.ndarray, block: int) -> None:
@@ -128,6 +129,7 @@ def build_index(vectors: np.ndarray, spec: IndexSpec, seed: int = 0) -> faiss.In
     """Build and fill an inner-product index over unit rows."""
     dim = vectors.shape[1]
     block = ADD_BLOCK
+    index: faiss.Index
     if spec.kind == "flat":
         index = faiss.IndexFlatIP(dim)
     elif spec.kind == "hnsw":

@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import faiss
 import numpy as np
@@ -151,7 +151,7 @@ def build_index(vectors: np.ndarray, spec: IndexSpec, seed: int = 0) -> faiss.In
         note(f"training the index ({type(index).__name__}) ...")
         train = np.ascontiguousarray(vectors)
         if spec.kind == "ivf":  # k-means sees IVF_TRAIN_POINTS_PER_LIST rows per list, drawn here with the seed
-            size = min(len(vectors), index.nlist * IVF_TRAIN_POINTS_PER_LIST)
+            size = min(len(vectors), cast(faiss.IndexIVF, index).nlist * IVF_TRAIN_POINTS_PER_LIST)  # IndexIVFFlat
             rows = np.sort(np.random.default_rng(seed).choice(len(vectors), size=size, replace=False))
             train = np.ascontiguousarray(vectors[rows])
         index.train(train)
@@ -242,7 +242,8 @@ class BuiltIndex:
 def _tune(index: faiss.Index, spec: IndexSpec, probe: RecallProbe, target: float) -> float:
     """Raise efSearch / nprobe step by step until recall@10 reaches ``target``; return the recall reached."""
     hnsw = spec.kind == "hnsw"
-    steps = EF_SEARCH_STEPS if hnsw else (*(s for s in NPROBE_STEPS if s < index.nlist), index.nlist)
+    nlist = 0 if hnsw else cast(faiss.IndexIVF, index).nlist  # tuned: HNSW or IVF
+    steps = EF_SEARCH_STEPS if hnsw else (*(s for s in NPROBE_STEPS if s < nlist), nlist)
     name = "efSearch" if hnsw else "nprobe"
     recall = 0.0
     for step in steps:

@@ -60,9 +60,11 @@ system-deps:
 test: dev system-deps
 	$(BIN)/python -m pytest -q
 
+# ruff over everything; mypy (strict) over index/ and service/, as configured in pyproject.toml.
 lint: dev
 	$(BIN)/ruff check index service tests bench
 	$(BIN)/ruff format --check index service tests bench
+	$(BIN)/mypy
 
 bench: dev $(VENV)/.bench-installed build
 	@command -v wrk >/dev/null 2>&1 || echo "wrk not found: HTTP load runs on an async httpx driver (apt-get install wrk)"
@@ -73,4 +75,4 @@ bench-quick: dev build
 	$(BIN)/python -m bench --data-dir $(DATA_DIR) --quick --results-dir build/bench-quick --markdown build/bench-quick/BENCHMARKS.md
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache
+	rm -rf $(VENV) .pytest_cache .ruff_cache .mypy_cache

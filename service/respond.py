@@ -14,7 +14,7 @@ import orjson
 from fastapi import Request
 from starlette.responses import JSONResponse
 
-from index.table import Neighbor, Table
+from index.table import Neighbor, RowFilters, Table
 
 T = TypeVar("T")
 
@@ -43,6 +43,12 @@ def is_light(table: Table, exact: bool = False, restrict: int | None = None) -> 
     return table.approximate and not exact and restrict is None
 
 
+class SearchOptions(RowFilters):
+    """What a search route passes to the engine beside the queries and ``k``: keywords of ``Table.search``."""
+
+    exact: bool
+
+
 async def search_one(
     request: Request,
     table: Table,
@@ -50,7 +56,7 @@ async def search_one(
     query: np.ndarray,
     k: int,
     exclude: Collection[int],
-    options: dict[str, Any],
+    options: SearchOptions,
 ) -> list[Neighbor]:
     """``table.search`` of one (1, dim) unit query with ``options`` (exact, restrict, skip_special,
     whole_words_only): a light one through the searcher, a heavy one as a heavy call."""

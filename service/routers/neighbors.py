@@ -19,18 +19,18 @@ from service.models import (
     NeighborsResponse,
     TokenOptions,
 )
-from service.respond import FastJSON, compute, neighbors, search_one
+from service.respond import FastJSON, SearchOptions, compute, neighbors, search_one
 
 router = APIRouter(prefix="/v1/tables/{table}", tags=["neighbors"], route_class=QueryRoute)
 
 
-def search_options(options: TokenOptions) -> dict[str, Any]:
-    return {
-        "exact": options.exact,
-        "restrict": options.restrict,
-        "skip_special": options.skip_special,
-        "whole_words_only": options.whole_words_only,
-    }
+def search_options(options: TokenOptions) -> SearchOptions:
+    return SearchOptions(
+        exact=options.exact,
+        restrict=options.restrict,
+        skip_special=options.skip_special,
+        whole_words_only=options.whole_words_only,
+    )
 
 
 def probe(table: Table, item: str | NeighborsQuery, compose: str | None) -> queries.Probe:

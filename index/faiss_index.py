@@ -276,6 +276,7 @@ def build_and_measure(
     info = {"spec": spec.describe(), "faiss_description": type(index).__name__}
     if choice is not None:
         info["choice"] = choice
+    note(f"measuring recall: the exact top {RECALL_K} of {min(RECALL_SAMPLE, len(vectors)):,} sampled rows ...")
     probe = RecallProbe.draw(vectors, seed)  # the exact answers, once: the tuning steps reuse them
     tunable = (spec.kind == "hnsw" and spec.ef_search is None) or (spec.kind == "ivf" and spec.nprobe is None)
     if tunable:

@@ -70,7 +70,7 @@ def build_table(
     note(f"cleaning and normalising {len(raw.tokens):,} rows ...")
     raw, report = clean(raw, source.get("path", name), drop_invalid=drop_invalid)
     unit, norms = normalise(raw.matrix)
-    spec = parse_spec(index_spec, len(unit))
+    spec = parse_spec(index_spec, len(unit), unit.shape[1])
     if defer_index and spec.kind != "flat":
         built = build_and_measure(unit, IndexSpec(kind="flat"), min_recall=min_recall)
         built.info["deferred"] = {"spec": index_spec, "min_recall": min_recall, "budget_seconds": budget, "seed": seed}
@@ -134,7 +134,7 @@ def index_table(
     if not checked.ok:
         raise ArtifactError(f"table {name!r}: " + "; ".join(checked.problems))
     vectors = np.load(directory / artifact.VECTORS, mmap_mode="r")
-    spec = parse_spec(spec_text, len(vectors))
+    spec = parse_spec(spec_text, len(vectors), vectors.shape[1])
     built = build_and_measure(
         vectors,
         spec,

@@ -9,6 +9,12 @@ Rows are unit-normalised, so inner product equals cosine. Specs:
 - ``flat``: exact inner product (the service then searches the memory-mapped matrix directly);
 - ``hnsw`` or ``hnsw:M=32,efConstruction=400,efSearch=48`` (those are the defaults, efSearch apart);
 - ``ivf`` or ``ivf:nlist=2048,nprobe=64`` (nlist defaults to about 2 sqrt(rows), nprobe is tuned when not given);
+- ``ivfpq`` or ``ivfpq:nlist=4096,m=16,nbits=8,nprobe=64,rerank=8``: IVF over product-quantised codes (``m`` codes
+  of ``nbits`` bits per row, ``m`` dividing the dimension; by default the largest divisor of the dimension up to a
+  quarter of it, at most 64); ``opq=1``, or the spec ``opq`` / ``opq:...``, rotates the rows first (an OPQ matrix
+  trained with the codes). Such an index holds a few bytes per row, not the rows: the engine asks it for
+  ``rerank`` x k candidates and re-scores those exactly against the memory-mapped unit rows, so answers keep
+  exact cosines; nprobe is tuned for the re-ranked recall, and the manifest records the codes' own recall too;
 - any other string is passed to ``faiss.index_factory`` (e.g. ``IVF1024,Flat``, ``HNSW16``).
 
 Why these: HNSW answers a query several times faster than IVF at the same recall on word tables, so it is the
@@ -40,11 +46,18 @@ ADD_BLOCK_HNSW = 10_000  # rows per add call: progress lines come often enough
 ADD_BLOCK = 100_000
 IVF_TRAIN_POINTS_PER_LIST = 64
 IVF_TRAIN_ITERATIONS = 10
+PQ_NBITS = 8
+PQ_RERANK = 8  # candidates per answer re-scored exactly, by default
+PQ_TRAIN_POINTS_PER_CODE = 64  # training rows per PQ centroid (2 ** nbits of them per sub-quantiser)
+OPQ_ITERATIONS = 10  # FAISS's 50 cost 5x the time for the same re-ranked recall (docs/builder.md)
+PLATEAU_STEPS = 3  # compressed kinds: stop raising nprobe once this many steps gained under PLATEAU_GAIN
+PLATEAU_GAIN = 0.002
+RERANK_BLOCK_BYTES = 32 << 20  # candidate rows gathered at once when re-ranking a batch
 
 
 @dataclass
 class IndexSpec:
-    kind: str  # "flat", "auto", "hnsw", "ivf" or "factory"
+    kind: str  # "flat", "auto", "hnsw", "ivf", "ivfpq" or "factory"
     factory: str = "Flat"
     m: int = 32
     # 400 rather than FAISS's 40: a better graph needs a lower efSearch for recall@10 0.99, so queries are faster
@@ -54,13 +67,33 @@ class IndexSpec:
     nlist: int | None = None  # IVF lists; None: about 2 sqrt(rows)
     nprobe: int | None = None  # None: tune for the target recall
     target_recall: float | None = None
+    pq_m: int | None = None  # ivfpq: codes per row
+    nbits: int = PQ_NBITS  # ivfpq: bits per code
+    opq: bool = False  # ivfpq: an OPQ rotation before the codes
+    rerank: int = 1  # candidates per answer re-scored exactly against the rows (1: none)
     params: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def compressed(self) -> bool:
+        """Whether the index holds codes rather than the rows (its answers are re-ranked on the rows)."""
+        return self.kind == "ivfpq"
 
     def describe(self) -> dict[str, Any]:
         if self.kind == "hnsw":
             return {"kind": "hnsw", "M": self.m, "efConstruction": self.ef_construction, "efSearch": self.ef_search}
         if self.kind == "ivf":
             return {"kind": "ivf", "nlist": self.nlist, "nprobe": self.nprobe}
+        if self.kind == "ivfpq":
+            return {
+                "kind": "ivfpq",
+                "nlist": self.nlist,
+                "nprobe": self.nprobe,
+                "m": self.pq_m,
+                "nbits": self.nbits,
+                "opq": self.opq,
+                "rerank": self.rerank,
+                "code_bytes_per_row": (self.pq_m or 0) * self.nbits // 8,
+            }
         return {"kind": self.kind, "factory": self.factory}
 
 
@@ -80,8 +113,9 @@ def _options(spec: str, allowed: tuple[str, ...]) -> dict[str, int]:
     return out
 
 
-def parse_spec(spec: str, rows: int) -> IndexSpec:
-    """Turn a command-line index spec into an :class:`IndexSpec` for a table of ``rows`` rows."""
+def parse_spec(spec: str, rows: int, dim: int | None = None) -> IndexSpec:
+    """Turn a command-line index spec into an :class:`IndexSpec` for a table of ``rows`` rows (of ``dim``
+    dimensions: the ``ivfpq`` kinds check and default their code count with it)."""
     spec = spec.strip()
     if spec == "auto":
         if rows < AUTO_FLAT_BELOW:
@@ -102,7 +136,34 @@ def parse_spec(spec: str, rows: int) -> IndexSpec:
         if out.nlist is not None and out.nlist > rows:
             raise InvalidQuery(f"index spec {spec!r}: nlist {out.nlist} is more than the {rows} rows")
         return out
+    for prefix in ("ivfpq", "opq"):
+        if spec == prefix or spec.startswith(prefix + ":"):
+            return _parse_pq(spec, prefix, rows, dim)
     return IndexSpec(kind="factory", factory=spec)
+
+
+def _parse_pq(spec: str, prefix: str, rows: int, dim: int | None) -> IndexSpec:
+    keys = ("nlist", "nprobe", "m", "nbits", "rerank") + (("opq",) if prefix == "ivfpq" else ())
+    given = _options(spec, keys)
+    out = IndexSpec(kind="ivfpq", nlist=given.get("nlist", default_nlist(rows)), nprobe=given.get("nprobe"))
+    out.nbits = given.get("nbits", PQ_NBITS)
+    out.opq = prefix == "opq" or given.get("opq", 0) == 1
+    out.rerank = given.get("rerank", PQ_RERANK)
+    out.pq_m = given.get("m", default_pq_m(dim) if dim else None)
+    if given.get("opq", 1) not in (0, 1) or not 1 <= out.nbits <= 16:
+        raise InvalidQuery(f"index spec {spec!r}: opq is 0 or 1, nbits 1 to 16")
+    if out.nlist is not None and out.nlist > rows:
+        raise InvalidQuery(f"index spec {spec!r}: nlist {out.nlist} is more than the {rows} rows")
+    if rows < 2**out.nbits:
+        raise InvalidQuery(f"index spec {spec!r}: {rows} rows cannot train {2**out.nbits} codes per sub-quantiser")
+    if dim is not None and out.pq_m is not None and dim % out.pq_m:
+        raise InvalidQuery(f"index spec {spec!r}: m={out.pq_m} does not divide the dimension {dim}")
+    return out
+
+
+def default_pq_m(dim: int) -> int:
+    """The largest divisor of ``dim`` up to a quarter of it (at most 64): 32 one-byte codes for 128 dimensions."""
+    return max(m for m in range(1, max(1, min(64, dim // 4)) + 1) if dim % m == 0)
 
 
 def default_nlist(rows: int) -> int:
@@ -138,9 +199,9 @@ def build_index(vectors: np.ndarray, spec: IndexSpec, seed: int = 0) -> faiss.In
     elif spec.kind == "ivf":
         nlist = spec.nlist or default_nlist(len(vectors))
         index = faiss.IndexIVFFlat(faiss.IndexFlatIP(dim), dim, nlist, faiss.METRIC_INNER_PRODUCT)
-        index.cp.niter = IVF_TRAIN_ITERATIONS
-        index.cp.max_points_per_centroid = IVF_TRAIN_POINTS_PER_LIST
-        index.cp.seed = seed
+        _seed_ivf(index, seed)
+    elif spec.kind == "ivfpq":
+        index = _ivfpq(dim, len(vectors), spec, seed)
     else:
         try:
             index = faiss.index_factory(dim, spec.factory, faiss.METRIC_INNER_PRODUCT)
@@ -150,14 +211,50 @@ def build_index(vectors: np.ndarray, spec: IndexSpec, seed: int = 0) -> faiss.In
         started = time.perf_counter()
         note(f"training the index ({type(index).__name__}) ...")
         train = np.ascontiguousarray(vectors)
-        if spec.kind == "ivf":  # k-means sees IVF_TRAIN_POINTS_PER_LIST rows per list, drawn here with the seed
-            size = min(len(vectors), cast(faiss.IndexIVF, index).nlist * IVF_TRAIN_POINTS_PER_LIST)  # IndexIVFFlat
+        if spec.kind in ("ivf", "ivfpq"):  # k-means sees IVF_TRAIN_POINTS_PER_LIST rows per list (and PQ its
+            # PQ_TRAIN_POINTS_PER_CODE rows per code), drawn here with the seed
+            size = (
+                cast(faiss.IndexIVF, index).nlist * IVF_TRAIN_POINTS_PER_LIST  # "ivf": an IndexIVFFlat
+                if spec.kind == "ivf"
+                else _pq_train_size(spec)
+            )
+            size = min(len(vectors), size)
             rows = np.sort(np.random.default_rng(seed).choice(len(vectors), size=size, replace=False))
             train = np.ascontiguousarray(vectors[rows])
         index.train(train)
         note(f"trained in {duration(time.perf_counter() - started)}")
     _add(index, vectors, block)
     return index
+
+
+def _seed_ivf(index: faiss.IndexIVF, seed: int) -> None:
+    index.cp.niter = IVF_TRAIN_ITERATIONS
+    index.cp.max_points_per_centroid = IVF_TRAIN_POINTS_PER_LIST
+    index.cp.seed = seed
+
+
+def _pq_train_size(spec: IndexSpec) -> int:
+    codes: int = 2**spec.nbits  # int ** int is typed Any (negative powers)
+    return max((spec.nlist or 1) * IVF_TRAIN_POINTS_PER_LIST, codes * PQ_TRAIN_POINTS_PER_CODE)
+
+
+def _ivfpq(dim: int, rows: int, spec: IndexSpec, seed: int) -> faiss.Index:
+    """IVF over PQ codes of the (OPQ-rotated) rows, k-means seeded."""
+    spec.nlist = spec.nlist or default_nlist(rows)
+    spec.pq_m = spec.pq_m or default_pq_m(dim)
+    if dim % spec.pq_m:
+        raise InvalidQuery(f"index spec ivfpq: m={spec.pq_m} does not divide the dimension {dim}")
+    ivf = faiss.IndexIVFPQ(faiss.IndexFlatIP(dim), dim, spec.nlist, spec.pq_m, spec.nbits, faiss.METRIC_INNER_PRODUCT)
+    _seed_ivf(ivf, seed)
+    ivf.pq.cp.seed = seed
+    ivf.pq.cp.niter = IVF_TRAIN_ITERATIONS
+    ivf.pq.cp.max_points_per_centroid = PQ_TRAIN_POINTS_PER_CODE
+    if not spec.opq:
+        return ivf
+    opq = faiss.OPQMatrix(dim, spec.pq_m)
+    opq.niter = opq.niter_pq_0 = OPQ_ITERATIONS
+    opq.max_train_points = 2**spec.nbits * PQ_TRAIN_POINTS_PER_CODE
+    return faiss.IndexPreTransform(opq, ivf)
 
 
 def set_search_params(index: faiss.Index, ef_search: int | None = None, nprobe: int | None = None) -> None:
@@ -226,11 +323,49 @@ class RecallProbe:
         _, truth = faiss.knn(queries, np.ascontiguousarray(vectors), k, metric=faiss.METRIC_INNER_PRODUCT)
         return cls(queries, truth)
 
-    def recall(self, index: faiss.Index) -> float:
-        """Recall@10 of ``index`` against exact search."""
-        _, found = index.search(self.queries, self.truth.shape[1])
+    def recall(self, index: faiss.Index, vectors: np.ndarray | None = None, rerank: int = 1) -> float:
+        """Recall@10 of ``index`` against exact search (re-ranked on ``vectors`` when ``rerank`` > 1)."""
+        _, found = search_index(index, self.queries, self.truth.shape[1], vectors, rerank)
         hits = sum(len(np.intersect1d(t, f)) for t, f in zip(self.truth, found, strict=True))
         return hits / self.truth.size
+
+
+def search_index(
+    index: faiss.Index, queries: np.ndarray, k: int, vectors: np.ndarray | None = None, rerank: int = 1
+) -> tuple[np.ndarray, np.ndarray]:
+    """Top-``k`` (scores, ids) of unit ``queries`` from ``index``; with ``rerank`` > 1 (an index of codes), the
+    index's ``rerank`` x k best candidates re-scored exactly against the unit rows ``vectors``."""
+    if rerank <= 1 or vectors is None:
+        return index.search(queries, k)
+    _, candidates = index.search(queries, min(k * rerank, index.ntotal))
+    return rerank_exact(vectors, queries, candidates, k)
+
+
+def rerank_exact(
+    vectors: np.ndarray, queries: np.ndarray, candidates: np.ndarray, k: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """The top ``k`` of each query's ``candidates`` (ids, -1 for none) by exact inner product with its rows.
+
+    Only the candidate rows are read (one gather per block of queries from the, possibly memory-mapped,
+    matrix) and scored with one batched product; ties keep the index's order. Missing places are id -1 with
+    score -inf."""
+    m, width = candidates.shape
+    scores = np.full((m, k), -np.inf, dtype=np.float32)
+    ids = np.full((m, k), -1, dtype=np.int64)
+    keep = min(k, width)
+    step = max(1, RERANK_BLOCK_BYTES // max(1, width * vectors.shape[1] * 4))
+    for start in range(0, m, step):
+        block = candidates[start : start + step]
+        valid = block >= 0
+        rows = vectors[np.where(valid, block, 0)]  # (queries, candidates, dim): the candidate rows only
+        exact = np.matmul(rows, queries[start : start + step, :, None])[..., 0]
+        exact[~valid] = -np.inf
+        order = np.argsort(-exact, axis=1, kind="stable")[:, :keep]
+        scores[start : start + step, :keep] = np.take_along_axis(exact, order, axis=1)
+        ids[start : start + step, :keep] = np.where(
+            np.isfinite(scores[start : start + step, :keep]), np.take_along_axis(block, order, axis=1), -1
+        )
+    return scores, ids
 
 
 @dataclass
@@ -239,13 +374,19 @@ class BuiltIndex:
     info: dict[str, Any]
 
 
-def _tune(index: faiss.Index, spec: IndexSpec, probe: RecallProbe, target: float) -> float:
-    """Raise efSearch / nprobe step by step until recall@10 reaches ``target``; return the recall reached."""
+def _tune(
+    index: faiss.Index, spec: IndexSpec, probe: RecallProbe, target: float, vectors: np.ndarray | None = None
+) -> float:
+    """Raise efSearch / nprobe step by step until recall@10 reaches ``target``; return the recall reached.
+
+    A compressed index's recall is that of its re-ranked answers (on ``vectors``), and is bounded by its codes:
+    the steps stop once ``PLATEAU_STEPS`` in a row gained less than ``PLATEAU_GAIN``."""
     hnsw = spec.kind == "hnsw"
-    nlist = 0 if hnsw else cast(faiss.IndexIVF, index).nlist  # tuned: HNSW or IVF
+    nlist = faiss.extract_index_ivf(index).nlist if not hnsw else 0
     steps = EF_SEARCH_STEPS if hnsw else (*(s for s in NPROBE_STEPS if s < nlist), nlist)
     name = "efSearch" if hnsw else "nprobe"
-    recall = 0.0
+    rerank = spec.rerank if spec.compressed else 1
+    recall, history = 0.0, []
     for step in steps:
         if hnsw:
             set_search_params(index, ef_search=step)
@@ -253,9 +394,14 @@ def _tune(index: faiss.Index, spec: IndexSpec, probe: RecallProbe, target: float
         else:
             set_search_params(index, nprobe=step)
             spec.nprobe = step
-        recall = probe.recall(index)
+        recall = probe.recall(index, vectors, rerank)
         note(f"tuning: {name} {step} gives recall@10 {recall:.4f} (target {target})")
         if recall >= target:
+            break
+        history.append(recall)
+        gain = history[-1] - history[-1 - PLATEAU_STEPS] if len(history) > PLATEAU_STEPS else 1.0
+        if spec.compressed and gain < PLATEAU_GAIN * PLATEAU_STEPS:
+            note(f"tuning: recall@10 stays near {recall:.4f}: the codes, not {name}, limit it")
             break
     return recall
 
@@ -278,13 +424,18 @@ def build_and_measure(
         info["choice"] = choice
     note(f"measuring recall: the exact top {RECALL_K} of {min(RECALL_SAMPLE, len(vectors)):,} sampled rows ...")
     probe = RecallProbe.draw(vectors, seed)  # the exact answers, once: the tuning steps reuse them
-    tunable = (spec.kind == "hnsw" and spec.ef_search is None) or (spec.kind == "ivf" and spec.nprobe is None)
+    tunable = (spec.kind == "hnsw" and spec.ef_search is None) or (
+        spec.kind in ("ivf", "ivfpq") and spec.nprobe is None
+    )
+    rerank = spec.rerank if spec.compressed else 1
     if tunable:
-        recall = _tune(index, spec, probe, spec.target_recall or max(min_recall, AUTO_TARGET_RECALL))
+        recall = _tune(index, spec, probe, spec.target_recall or max(min_recall, AUTO_TARGET_RECALL), vectors)
     else:
         set_search_params(index, ef_search=spec.ef_search, nprobe=spec.nprobe)
-        recall = probe.recall(index)
+        recall = probe.recall(index, vectors, rerank)
     info.update(recall_at_10=round(float(recall), 4), exact=False, recall_sample=min(RECALL_SAMPLE, len(vectors)))
+    if spec.compressed:  # the answers are re-ranked; the codes' own top 10 for comparison
+        info["recall_at_10_without_rerank"] = round(float(probe.recall(index)), 4)
     info["spec"] = spec.describe()
     if recall < min_recall:
         raise InvalidQuery(f"index {spec.describe()} reached recall@10 {recall:.4f}, below --min-recall {min_recall}")

@@ -8,7 +8,9 @@ HTTP API run the very same code. Answers follow gensim's ``KeyedVectors`` semant
 - ``similarity``: cosine of two rows.
 
 Exact search is a brute-force inner product over the memory-mapped unit rows; an approximate FAISS index
-(HNSW, IVF, ...) is used when the table has one and the caller does not ask for ``exact``.
+(HNSW, IVF, ...) is used when the table has one and the caller does not ask for ``exact``. An index of
+compressed codes (IVF-PQ) is asked for ``rerank`` x k candidates, which are re-scored exactly on the
+memory-mapped rows: answers keep exact cosines.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from rapidfuzz import fuzz, process
 
 from index import artifact
 from index.errors import ArtifactError, InvalidQuery, UnknownToken
-from index.faiss_index import set_search_params
+from index.faiss_index import search_index, set_search_params
 from index.sources.huggingface import byte_level_label
 from index.tokens import Tokens
 
@@ -87,6 +89,9 @@ class Table:
         self.norms = norms
         self.tokens = tokens
         self.index = index
+        spec = manifest.get("index", {}).get("spec", {})
+        # Candidates per answer re-scored on the rows (an index of codes: IVF-PQ); 1 for every other index.
+        self.rerank = int(spec.get("rerank") or 1) if index is not None else 1
         self.flags = flags
         self.metadata = metadata or {}
         self._suggestion_pool: list[str] | None = None
@@ -304,7 +309,7 @@ class Table:
         queries = np.ascontiguousarray(queries, dtype=np.float32)
         if exact or self.index is None or limit < self.rows:
             return exact_knn(queries, self.vectors[:limit], k)
-        return self.index.search(queries, k)
+        return search_index(self.index, queries, k, self.vectors, self.rerank)
 
     def search(
         self,

@@ -28,7 +28,7 @@ from bench import report
 from bench.common import REPO, TABLE, Context, machine, versions
 
 NAMES = ("analogy", "neighbours", "import", "startup", "growth", "peers", "firstrun")
-OWN_TABLE = {"peers", "firstrun"}  # benchmarks that build their own table from the package (no --data-dir table needed)
+OWN_TABLE = {"peers", "firstrun", "growth"}  # benchmarks that build their own tables (no --data-dir table needed)
 
 
 def runner(name: str) -> Callable[..., dict[str, Any]]:
@@ -68,6 +68,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--fresh", action="store_true", help="growth: measure the selected sizes again (others are kept)")
     p.add_argument("--growth-rows", type=int, nargs="+", help="growth: row counts (default 100k 500k 1M 2M)")
     p.add_argument("--growth-dims", type=int, nargs="+", help="growth: dimensions (default 128 300)")
+    p.add_argument(
+        "--growth-compressed-rows",
+        type=int,
+        nargs="+",
+        help="growth: tables bigger than memory, N x 128 with a compressed index (e.g. 10000000; default none)",
+    )
     p.add_argument("--peers-rows", type=int, help="peers: the first N GloVe rows (default all; 2,000 with --quick)")
     return p.parse_args(argv)
 
@@ -103,6 +109,7 @@ def main(argv: list[str] | None = None) -> int:
             "fresh": args.fresh,
             "growth_rows": args.growth_rows,
             "growth_dims": args.growth_dims,
+            "growth_compressed_rows": args.growth_compressed_rows,
             "peers_rows": args.peers_rows,
         },
     )

@@ -8,6 +8,13 @@ smallest efSearch reaching recall@10 >= 0.95). Rows are Gaussian with a power-la
 coordinate j proportional to 1/(j+1)), so most of the variance sits in a few dozen directions, as in real
 embedding tables; queries are 1,000 more rows drawn from the same distribution.
 
+Tables bigger than memory (``--growth-compressed-rows``, e.g. 10,000,000; off by default): the same rows at d=128
+built with a compressed index (OPQ + IVF-PQ codes, answers re-ranked exactly on the memory-mapped rows), served by
+a real ``embedding-serve``: its resident memory (RSS, USS, PSS; anonymous and file-backed) after a warm-up of
+queries against the table's size on disk, recall@10 with and without re-ranking against exact answers (faiss.knn
+over the rows, block by block), p50 per query in process and over HTTP, build time and peak build RSS. ``--quick``
+measures a 20,000 x 32 one.
+
 Expensive: every finished table is saved to the results file at once, and a rerun skips what is there
 (``--fresh`` measures the selected sizes again; ``--growth-rows``/``--growth-dims`` select sizes). Generated
 inputs and built tables are deleted as soon as a table is measured.
@@ -19,15 +26,32 @@ import json
 import shutil
 import struct
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import faiss
+import httpx
 import numpy as np
+import psutil
 
-from bench.common import BIN, MIB, Context, dir_size, median, paired, percentile, run_child, target
+from bench.common import (
+    BIN,
+    MIB,
+    Context,
+    dir_size,
+    free_port,
+    median,
+    paired,
+    percentile,
+    run_child,
+    serve,
+    server_env,
+    target,
+)
 from bench.neighbours import timed
+from bench.workers_memory import Mem
 from index.table import Table
 
 K = 10
@@ -39,6 +63,17 @@ HNSW = "hnsw:M=32,efConstruction=80"
 LLAMA = (128_256, 4_096)
 LLAMA_SPECIAL = 256  # Llama 3 reserves its last 256 ids for special tokens
 BLOCK_ROWS = 65_536
+# Tables bigger than memory: 32 one-byte codes per row after an OPQ rotation (the power-law spectrum puts most of
+# the variance in the first coordinates; the rotation spreads it over the codes), 16 x k candidates re-ranked.
+COMPRESSED = "opq:nlist=1024,m=32,rerank=16"
+COMPRESSED_QUICK = (20_000, 32, "ivfpq:nlist=64,m=8,rerank=8")
+COMPRESSED_DIM = 128
+TRUTH_BLOCK = 1_000_000  # rows per faiss.knn call of the exact answers
+WARMUP = 1_000  # HTTP queries before the server's memory is read
+
+
+def compressed_rows(ctx: Context) -> list[int]:
+    return [] if ctx.quick else list(ctx.options.get("growth_compressed_rows") or [])
 
 
 def sizes(ctx: Context) -> list[tuple[int, int]]:
@@ -156,6 +191,113 @@ def measure_cell(ctx: Context, dim: int, rows: int) -> dict[str, Any]:
         shutil.rmtree(work, ignore_errors=True)
 
 
+# ------------------------------------------------------- bigger than memory
+def exact_top(vectors: np.ndarray, queries: np.ndarray, k: int) -> np.ndarray:
+    """Exact top-``k`` ids by inner product, ``TRUTH_BLOCK`` rows at a time (never the whole matrix at once)."""
+    best_scores = np.full((len(queries), 0), -np.inf, dtype=np.float32)
+    best_ids = np.zeros((len(queries), 0), dtype=np.int64)
+    for start in range(0, len(vectors), TRUTH_BLOCK):
+        block = np.ascontiguousarray(vectors[start : start + TRUTH_BLOCK])
+        scores, ids = faiss.knn(queries, block, min(k, len(block)), metric=faiss.METRIC_INNER_PRODUCT)
+        best_scores = np.hstack([best_scores, scores])
+        best_ids = np.hstack([best_ids, ids + start])
+        order = np.argsort(-best_scores, axis=1, kind="stable")[:, :k]
+        best_scores = np.take_along_axis(best_scores, order, axis=1)
+        best_ids = np.take_along_axis(best_ids, order, axis=1)
+    return best_ids
+
+
+def recall_of(truth: np.ndarray, found: list[list[int]] | np.ndarray) -> float:
+    hits = sum(len(np.intersect1d(t, f)) for t, f in zip(truth, found, strict=True))
+    return round(hits / truth.size, 4)
+
+
+def server_memory(pid: int) -> dict[str, float]:
+    """RSS, USS and PSS (psutil) of the server and its children, and PSS split into anonymous and file pages."""
+    root = psutil.Process(pid)
+    rss = uss = pss = anon = file = 0
+    for proc in [root, *root.children(recursive=True)]:
+        full = proc.memory_full_info()
+        rss, uss, pss = rss + full.rss, uss + full.uss, pss + full.pss
+        mem = Mem.of(proc.pid)
+        anon, file = anon + mem.anon, file + mem.file
+    return {
+        "rss_mib": round(rss / MIB, 1),
+        "uss_mib": round(uss / MIB, 1),
+        "pss_mib": round(pss / MIB, 1),
+        "pss_anon_mib": round(anon / MIB, 1),
+        "pss_file_mib": round(file / MIB, 1),
+    }
+
+
+def measure_compressed(ctx: Context, rows: int, dim: int, spec: str) -> dict[str, Any]:
+    """Build a table of ``rows`` x ``dim`` with a compressed index, serve it, and measure memory and recall."""
+    work = ctx.work_dir / f"growth-compressed-d{dim}-r{rows}"
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    try:
+        matrix = work / "rows.npy"
+        vocab = write_npy(matrix, rows, dim, seed=dim * 1_000_003 + rows)
+        data_dir = work / "data"
+        done = run_child(import_argv(matrix, "big", spec, data_dir, vocab)).check()
+        matrix.unlink()
+        vocab.unlink()
+        directory = data_dir / "big"
+        files = {p.name: p.stat().st_size for p in directory.iterdir() if p.is_file()}
+        queries = np.ascontiguousarray(sample(np.random.default_rng(7), 100 if ctx.quick else 1000, dim))
+        queries /= np.linalg.norm(queries, axis=1, keepdims=True)
+        table = Table.load(directory, checksums=False)
+        truth = exact_top(table.vectors, queries, K)
+        reranked = recall_of(truth, [[i for i, _ in hits] for hits in table.search(queries, K)])
+        _, raw = table.index.search(queries, K)
+        probes = queries[: 20 if ctx.quick else 200]
+        rounds = [percentile(latencies(table, probes, exact=False), 50) for _ in range(ctx.rounds)]
+        del table
+        port = free_port()
+        argv = [str(BIN / "embedding-serve"), "--data-dir", str(data_dir), "--tables", "big", "--host", "127.0.0.1"]
+        argv += ["--port", str(port), "--workers", "1", "--log-level", "warning", "--no-access-log"]
+        env = {**server_env(cache=False), "EMBEDDING_VERIFY_CHECKSUMS": "false"}
+        with serve(argv, "/readyz", port, env) as server, httpx.Client(base_url=server.base, timeout=60) as client:
+            idle = server_memory(server.process.pid)
+            warm = min(WARMUP, len(queries)) if not ctx.quick else len(queries)
+            ms, answers = [], []
+            for query in queries[:warm]:
+                started = time.perf_counter()
+                response = client.post("/v1/tables/big/search", json={"vector": query.tolist(), "k": K})
+                ms.append((time.perf_counter() - started) * 1000)
+                response.raise_for_status()
+                answers.append(response.json()["neighbors"])
+            warmed = server_memory(server.process.pid)
+            served_ids = [[h["id"] for h in hits] for hits in answers]
+            rows_check = np.asarray(Table.load(directory, checksums=False).vectors[served_ids[0]], dtype=np.float64)
+            exact_scores = rows_check @ queries[0].astype(np.float64)
+            score_error = float(np.max(np.abs(exact_scores - [h["score"] for h in answers[0]])))
+            command = server.command
+        disk = dir_size(directory)
+        return {
+            "rows": rows,
+            "dim": dim,
+            "spec": spec,
+            "index": json.loads((directory / "manifest.json").read_text())["index"],
+            "build": {"seconds": round(done.seconds, 2), "peak_rss_mib": round(done.max_rss / MIB, 1)},
+            "build_command": done.command,
+            "disk_mib": round(disk / MIB, 1),
+            "files_mib": {name: round(size / MIB, 1) for name, size in sorted(files.items())},
+            "float32_mib": round(rows * dim * 4 / MIB, 1),
+            "server": {"idle": idle, "after_warmup": warmed, "warmup_queries": warm, "command": command},
+            "rss_over_disk": round(warmed["rss_mib"] * MIB / disk, 4),
+            "recall_at_10": reranked,
+            "recall_at_10_served": recall_of(truth[:warm], served_ids),
+            "recall_at_10_without_rerank": recall_of(truth, raw),
+            "served_score_max_error": score_error,
+            "queries": len(queries),
+            "p50_ms": round(median(rounds), 4),
+            "http_p50_ms": round(percentile(ms, 50), 4),
+        }
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
 # -------------------------------------------------------------------- Llama
 def write_safetensors(path: Path, name: str, rows: int, dim: int, seed: int) -> None:
     """One bf16 tensor (float32 draws truncated to their top 16 bits), written block by block."""
@@ -265,8 +407,10 @@ def run(ctx: Context, save: Callable[[dict[str, Any]], None] | None = None) -> d
         if old.get("quick") == ctx.quick:
             result["cells"] = old.get("result", {}).get("cells", {})
             result["llama"] = old.get("result", {}).get("llama")
+            result["compressed"] = old.get("result", {}).get("compressed", {})
     fresh = bool(ctx.options.get("fresh"))
-    for dim, rows in sizes(ctx):
+    only_compressed = bool(compressed_rows(ctx)) and not ctx.options.get("growth_rows")
+    for dim, rows in [] if only_compressed else sizes(ctx):
         key = f"d{dim}-r{rows}"
         if key in result["cells"] and not fresh:
             print(f"growth: {key} already measured, skipped (--fresh to measure it again)", file=sys.stderr)
@@ -275,26 +419,39 @@ def run(ctx: Context, save: Callable[[dict[str, Any]], None] | None = None) -> d
         result["cells"][key] = measure_cell(ctx, dim, rows)
         if save:
             save(result)
+    big = [COMPRESSED_QUICK] if ctx.quick else [(n, COMPRESSED_DIM, COMPRESSED) for n in compressed_rows(ctx)]
+    result.setdefault("compressed", {})
+    for rows, dim, spec in big:
+        key = f"d{dim}-r{rows}"
+        if key in result["compressed"] and not fresh:
+            print(f"growth: compressed {key} already measured, skipped (--fresh to measure it again)", file=sys.stderr)
+            continue
+        print(f"growth: compressed {key} ({spec}) ...", file=sys.stderr)
+        result["compressed"][key] = measure_compressed(ctx, rows, dim, spec)
+        if save:
+            save(result)
     chosen = ctx.options.get("growth_rows") or ctx.options.get("growth_dims")
-    if result["llama"] is None or (fresh and not chosen):
+    if not only_compressed and (result["llama"] is None or (fresh and not chosen)):
         print("growth: Llama-3 shape ...", file=sys.stderr)
         result["llama"] = measure_llama(ctx)
     command = ctx.bench_command("growth")
     llama = result["llama"]
-    targets = [
-        target(
-            f"Llama-3 shape {llama['rows']:,} x {llama['dim']:,} bf16 import (hf reader, --index flat): peak RSS "
-            "vs the float32 table",
-            llama["peak_rss_mib"],
-            llama["float32_mib"],
-            "MiB",
-            llama["peak_over_float32"],
-            "<= 1.5x, neighbours query works",
-            llama["peak_over_float32"] <= 1.5 and llama["query_equals_brute_force"],
-            llama["command"],
-            "float32 table",
+    targets = []
+    if llama is not None:
+        targets.append(
+            target(
+                f"Llama-3 shape {llama['rows']:,} x {llama['dim']:,} bf16 import (hf reader, --index flat): peak RSS "
+                "vs the float32 table",
+                llama["peak_rss_mib"],
+                llama["float32_mib"],
+                "MiB",
+                llama["peak_over_float32"],
+                "<= 1.5x, neighbours query works",
+                llama["peak_over_float32"] <= 1.5 and llama["query_equals_brute_force"],
+                llama["command"],
+                "float32 table",
+            )
         )
-    ]
     largest = max(result["cells"].values(), key=lambda c: (c["rows"], c["dim"]), default=None)
     if largest is not None:
         flat, hnsw = largest["flat"]["p50_ms"], largest["hnsw"]["p50_ms"]
@@ -310,6 +467,22 @@ def run(ctx: Context, save: Callable[[dict[str, Any]], None] | None = None) -> d
                 True,
                 command,
                 "flat (exact)",
+            )
+        )
+    for cell in result.get("compressed", {}).values():
+        targets.append(
+            target(
+                f"{cell['rows']:,} x {cell['dim']} {cell['spec']}: embedding-serve RSS after "
+                f"{cell['server']['warmup_queries']:,} queries (recall@10 {cell['recall_at_10']} re-ranked, "
+                f"{cell['recall_at_10_without_rerank']} codes alone) vs the table on disk",
+                cell["server"]["after_warmup"]["rss_mib"],
+                cell["disk_mib"],
+                "MiB",
+                cell["rss_over_disk"],
+                "reported",
+                True,
+                cell["build_command"],
+                "table on disk",
             )
         )
     result["targets"] = targets

@@ -107,10 +107,40 @@ def test_growth_tables_and_llama_shape(quick_run: dict[str, Any]) -> None:
     for kind in ("flat", "hnsw"):
         assert cell[kind]["seconds"] > 0 and cell[kind]["disk_mib"] > 0 and cell[kind]["p50_ms"] > 0
     assert cell["hnsw"]["efSearch"] in [x["efSearch"] for x in cell["recall_sweep"]]
+    check_compressed(next(iter(r["compressed"].values())))
     llama = r["llama"]
     assert llama["query_equals_brute_force"] is True
     assert llama["query"]["resolved"]["match"] == "space-marked" and len(llama["query"]["neighbors"]) == 10
     assert llama["peak_rss_mib"] > 0
+
+
+def check_compressed(cell: dict[str, Any]) -> None:
+    """A compressed-index table served by embedding-serve: figures present, re-ranking better than the codes."""
+    assert cell["index"]["spec"]["kind"] == "ivfpq" and cell["index"]["spec"]["nprobe"] >= 1
+    assert 0 < cell["recall_at_10_without_rerank"] < cell["recall_at_10"] <= 1
+    assert cell["recall_at_10_served"] == cell["recall_at_10"]  # the service returns the engine's answers
+    assert cell["served_score_max_error"] < 1e-5  # exact cosines, not the codes' estimates
+    assert cell["index"]["recall_at_10_without_rerank"] < cell["index"]["recall_at_10"]
+    for stage in ("idle", "after_warmup"):
+        memory = cell["server"][stage]
+        assert 0 < memory["uss_mib"] <= memory["rss_mib"] and 0 < memory["pss_mib"] <= memory["rss_mib"]
+    assert cell["build"]["seconds"] > 0 and cell["build"]["peak_rss_mib"] > 0 and cell["disk_mib"] > 0
+    assert cell["p50_ms"] > 0 and cell["http_p50_ms"] > 0
+
+
+def test_growth_compressed_quick(tmp_path: Path) -> None:
+    """The bigger-than-memory measurement on its tiny table (no GloVe table needed): a real build and server."""
+    from bench.common import Context
+    from bench.growth import COMPRESSED_QUICK, measure_compressed
+    from bench.report import compressed
+
+    ctx = Context(
+        data_dir=tmp_path, work_dir=tmp_path, results_dir=tmp_path, quick=True, rounds=1, table="-", command="-"
+    )
+    cell = measure_compressed(ctx, *COMPRESSED_QUICK)
+    check_compressed(cell)
+    assert cell["rows"] == COMPRESSED_QUICK[0] and not any(tmp_path.iterdir())  # generated files deleted
+    assert "Bigger than memory" in compressed(cell)
 
 
 def test_markdown_has_every_section(quick_run: dict[str, Any]) -> None:

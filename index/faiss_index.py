@@ -388,22 +388,29 @@ def _tune(
     rerank = spec.rerank if spec.compressed else 1
     recall, history = 0.0, []
     for step in steps:
-        if hnsw:
-            set_search_params(index, ef_search=step)
-            spec.ef_search = step
-        else:
-            set_search_params(index, nprobe=step)
-            spec.nprobe = step
+        _set_step(index, spec, step)
         recall = probe.recall(index, vectors, rerank)
         note(f"tuning: {name} {step} gives recall@10 {recall:.4f} (target {target})")
         if recall >= target:
             break
-        history.append(recall)
-        gain = history[-1] - history[-1 - PLATEAU_STEPS] if len(history) > PLATEAU_STEPS else 1.0
+        history.append((step, recall))
+        gain = recall - history[-1 - PLATEAU_STEPS][1] if len(history) > PLATEAU_STEPS else 1.0
         if spec.compressed and gain < PLATEAU_GAIN * PLATEAU_STEPS:
-            note(f"tuning: recall@10 stays near {recall:.4f}: the codes, not {name}, limit it")
+            # the first step of the plateau: as good, within PLATEAU_GAIN, and cheaper than the last
+            step, recall = next((s, r) for s, r in history if r >= recall - PLATEAU_GAIN)
+            _set_step(index, spec, step)
+            note(f"tuning: recall@10 stays near {recall:.4f} from {name} {step} on: the codes limit it")
             break
     return recall
+
+
+def _set_step(index: faiss.Index, spec: IndexSpec, step: int) -> None:
+    if spec.kind == "hnsw":
+        set_search_params(index, ef_search=step)
+        spec.ef_search = step
+    else:
+        set_search_params(index, nprobe=step)
+        spec.nprobe = step
 
 
 def build_and_measure(

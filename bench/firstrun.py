@@ -132,7 +132,7 @@ def first_answer(ctx: Context, words: list[str]) -> dict[str, Any]:
         finally:
             stop(process)
     return {
-        "build_command": " ".join(build[1:]),
+        "build_command": " ".join(["build", "--data-dir", "DIR", *build[4:]]),  # not the scratch path
         "published_seconds": round(published, 1),
         "first_answer_seconds": round(first, 1),
         "indexed_seconds": round(indexed, 1),

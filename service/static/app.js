@@ -208,6 +208,38 @@ async function runSimilarity() {
   );
 }
 
+// -------------------------------------------------------------- diagnostics
+async function runOddOneOut() {
+  const out = $("odd-out");
+  const words = $("odd-words").value.split(/[\s,]+/).filter(Boolean);
+  if (words.length < 2) return out.replaceChildren(el("p", { class: "muted" }, "Give two words or more."));
+  const done = begin("odd", out);
+  const { ok, data } = await api(tablePath("doesnt-match"), { words });
+  if (!done()) return;
+  if (!ok) return out.replaceChildren(errorBox(data.error || {}));
+  const unknown = data.unknown && data.unknown.length ? ` (not in the table: ${data.unknown.join(", ")})` : "";
+  out.replaceChildren(
+    el("p", { class: "answer" }, "Odd one out: ", el("strong", {}, data.doesnt_match.token), unknown),
+    el("p", { class: "muted" }, "Each word's cosine with the mean of them all:"),
+    scoreList(data.ranking, (w) => searchWord(w)),
+  );
+}
+
+async function runRank() {
+  const out = $("rank-out");
+  const a = $("rank-a").value.trim();
+  const b = $("rank-b").value.trim();
+  if (!a || !b) return out.replaceChildren();
+  const done = begin("rank", out);
+  const { ok, data } = await api(tablePath(`rank?a=${encodeURIComponent(a)}&b=${encodeURIComponent(b)}`));
+  if (!done()) return;
+  if (!ok) return out.replaceChildren(errorBox(data.error || {}));
+  out.replaceChildren(
+    el("p", { class: "answer" }, `“${data.query.b.token}” is neighbour `, el("strong", {}, `no. ${data.rank}`),
+      ` of “${data.query.a.token}” (cosine ${data.similarity.toFixed(3)})`),
+  );
+}
+
 // ---------------------------------------------------------------------- map
 /** "group: w1 w2" lines -> [{word, group}], first occurrence of each word kept. */
 function parseWords(text) {
@@ -476,6 +508,14 @@ function wire() {
     Object.assign(state, { x: $("sim-a").value.trim(), y: $("sim-b").value.trim() });
     writeURL(true);
     runSimilarity();
+  });
+  $("odd-form").addEventListener("submit", (event) => {
+    event.preventDefault();
+    runOddOneOut();
+  });
+  $("rank-form").addEventListener("submit", (event) => {
+    event.preventDefault();
+    runRank();
   });
   $("map-form").addEventListener("submit", (event) => {
     event.preventDefault();

@@ -613,6 +613,35 @@ def test_plate_pairs_are_one_click_away(server: str, api: httpx.Client, watched:
     watched.assert_clean()
 
 
+def test_diagnostics_odd_one_out_and_rank(server: str, api: httpx.Client, watched: Watched) -> None:
+    watched.open(server, f"?table={WORDS_TABLE}")
+    page = watched.page
+    words = ["breakfast", "cereal", "dinner", "lunch"]
+    page.fill("#odd-words", " ".join(words))
+    page.press("#odd-words", "Enter")
+    page.wait_for_selector("#odd-out:not([aria-busy]) strong")
+    expected = api.post(f"/v1/tables/{WORDS_TABLE}/doesnt-match", json={"words": words}).json()
+    assert page.inner_text("#odd-out strong") == expected["doesnt_match"]["token"]
+    assert page.locator("#odd-out .scores button.token").all_inner_texts() == [r["token"] for r in expected["ranking"]]
+    shown = page.locator("#odd-out .scores .score").all_inner_texts()
+    assert shown == [f"{r['score']:.3f}" for r in expected["ranking"]]
+
+    page.fill("#rank-b", "queen")
+    page.fill("#rank-a", "king")
+    page.press("#rank-a", "Enter")
+    page.wait_for_selector("#rank-out:not([aria-busy]) strong")
+    rank = api.get(f"/v1/tables/{WORDS_TABLE}/rank", params={"a": "king", "b": "queen"}).json()
+    assert page.inner_text("#rank-out strong") == f"no. {rank['rank']}"
+    assert f"cosine {rank['similarity']:.3f}" in page.inner_text("#rank-out")
+
+    page.fill("#rank-a", "kingg")  # an unknown word: the error envelope's message, shown
+    page.press("#rank-a", "Enter")
+    page.wait_for_selector("#rank-out:not([aria-busy]) [role=alert]")
+    message = api.get(f"/v1/tables/{WORDS_TABLE}/rank", params={"a": "kingg", "b": "queen"}).json()["error"]["message"]
+    assert message in page.inner_text("#rank-out [role=alert]")
+    watched.assert_clean(expected_404=("kingg",))
+
+
 def test_export_downloads_files_that_reimport(
     server: str, api: httpx.Client, browser: object, data_dir: Path, tmp_path: Path
 ) -> None:

@@ -406,7 +406,8 @@ def test_cli_error_is_one_line(tmp_path: Path) -> None:
     done = run_cli("import", str(model), "--format", "hf", "--name", "x", "--data-dir", str(tmp_path / "data"))
     assert done.returncode == 1
     assert done.stderr.strip().splitlines() == [
-        f"embedding-index: error: {model}: no *.safetensors file (pickled .bin/.pt checkpoints are not read)"
+        "embedding-index: reading empty-model (hf) ...",  # the progress line, then the error in one line
+        f"embedding-index: error: {model}: no *.safetensors file (pickled .bin/.pt checkpoints are not read)",
     ]
     assert not (tmp_path / "data" / "x").exists()
 

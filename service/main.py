@@ -56,8 +56,8 @@ def parser() -> argparse.ArgumentParser:
 
 def threads_per_worker() -> int:
     """EMBEDDING_THREADS, else OMP_NUM_THREADS, else 1: a worker answers concurrent requests on several threads,
-    and BLAS threads per request would fight over the cores (64 concurrent exact queries: 437 requests/s with
-    one thread, 12/s with two); a whole Google analogy batch gains under 10% from a second thread."""
+    and BLAS threads per request would fight over the cores (concurrent exact queries slow down by orders of
+    magnitude with two each), while a whole analogy batch gains little from a second thread (BENCHMARKS.md)."""
     for variable in ("EMBEDDING_THREADS", "OMP_NUM_THREADS"):
         value = os.environ.get(variable, "")
         if value.isdigit() and int(value) > 0:
@@ -68,8 +68,8 @@ def threads_per_worker() -> int:
 def tune_malloc() -> None:
     """glibc's allocator, unless its environment says otherwise: two arenas instead of eight per core, and
     buffers over 128 KiB always mapped and unmapped (an exact search's score buffer for 400,000 rows is 1.6 MB;
-    glibc's default would keep such buffers in the heap once freed). A worker then holds about 25 MiB instead of
-    50 MiB of its own after exact queries (bench/workers_memory.py). Forked workers inherit the settings."""
+    glibc's default would keep such buffers in the heap once freed). A worker then holds about half the private
+    memory after exact queries (bench/workers_memory.py, BENCHMARKS.md). Forked workers inherit the settings."""
     if not sys.platform.startswith("linux"):
         return
     try:

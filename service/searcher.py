@@ -5,11 +5,11 @@ requests overlap (others reach their search within the same turn of the loop, or
 was busy a moment ago), their searches go to one searcher thread, which takes up to ``MAX_BATCH`` queued
 searches at a time, runs them as one FAISS call per table and k and answers them together (one wake-up of
 the loop per round), while the event loop goes on reading and answering other requests. FAISS releases the
-GIL while it searches, so one worker keeps a second core busy (neighbours at 32 connections: about 1.5x the
-requests/s of searching on the event loop; BENCHMARKS.md). On Linux the thread runs at a lower CPU priority
+GIL while it searches, so one worker keeps a second core busy (more searched requests/s than searching on the
+event loop: BENCHMARKS.md, section 2). On Linux the thread runs at a lower CPU priority
 than the event loop (``nice``, default 19): when the worker's threads want more CPU than there is, the loop, which
-every request passes through on its way in and out, goes first (6-12% more searched requests/s at 32 connections on
-two cores, where the loop limits a worker). The thread still takes any core the loop leaves idle.
+every request passes through on its way in and out, goes first (measured in BENCHMARKS.md: on two cores the loop
+limits a worker). The thread still takes any core the loop leaves idle.
 """
 
 from __future__ import annotations

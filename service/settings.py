@@ -82,7 +82,7 @@ class Settings(BaseSettings):
     telemetry: bool = Field(
         False,
         description="FastAPI's OpenTelemetry spans, metrics and logs (needs an OpenTelemetry SDK set up); off, no "
-        "request pays its checks (about 7% more searched requests/s); /metrics is there either way",
+        "request pays its checks (more searched requests/s, BENCHMARKS.md); /metrics is there either way",
     )
 
     # The connection: what a replica that clients reach directly (no proxy in front) needs (service.protocol).

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import logging
+import mmap
 import unicodedata
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
@@ -125,6 +126,10 @@ class Table:
             set_search_params(index, ef_search=spec.get("efSearch"), nprobe=spec.get("nprobe"))
             if index.ntotal != vectors.shape[0] or index.d != vectors.shape[1]:
                 raise ArtifactError(f"table {directory.name!r}: index size disagrees with the vectors")
+        if index is not None and index_info.get("spec", {}).get("rerank", 1) > 1:
+            # Re-ranking reads a few scattered rows per query: no read-ahead around them, or a table bigger than
+            # memory would be read in whole through its first thousand queries.
+            advise_random(vectors)
         flags = np.load(directory / FLAGS, mmap_mode="r") if (directory / FLAGS).is_file() else None
         metadata = None
         if (directory / artifact.METADATA).is_file():
@@ -526,6 +531,13 @@ class Table:
         total = variance.sum()
         ratio = variance[:2] / total if total > 0 else np.zeros(2)
         return points, np.pad(ratio, (0, 2 - len(ratio)))
+
+
+def advise_random(matrix: np.ndarray) -> None:
+    """Tell the kernel a memory-mapped matrix is read at random (MADV_RANDOM: no read-ahead), where it can."""
+    mapping = getattr(matrix, "_mmap", None)
+    if mapping is not None and hasattr(mmap, "MADV_RANDOM"):
+        mapping.madvise(mmap.MADV_RANDOM)
 
 
 def exact_knn(queries: np.ndarray, base: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:

@@ -43,8 +43,8 @@ def read_head(sock: socket.socket, data: bytes = b"") -> tuple[int, dict[str, st
     return int(status_line.split()[1]), headers, rest
 
 
-def read_response(sock: socket.socket, data: bytes = b"") -> Response:
-    """One response framed by its Content-Length (every answer of this server has one)."""
+def read_framed(sock: socket.socket, data: bytes = b"") -> tuple[Response, bytes]:
+    """One response framed by its Content-Length (every answer of this server has one), and the bytes past it."""
     status, headers, body = read_head(sock, data)
     length = int(headers["content-length"])
     while len(body) < length:
@@ -52,22 +52,20 @@ def read_response(sock: socket.socket, data: bytes = b"") -> Response:
         if not chunk:
             raise ConnectionError("connection closed inside the body")
         body += chunk
-    return status, headers, body[:length]
+    return (status, headers, body[:length]), body[length:]
+
+
+def read_response(sock: socket.socket, data: bytes = b"") -> Response:
+    """One response framed by its Content-Length."""
+    return read_framed(sock, data)[0]
 
 
 def read_responses(sock: socket.socket, count: int) -> list[Response]:
     """``count`` responses in a row (to pipelined requests; one read may hold the end of one and the next)."""
     responses, data = [], b""
     for _ in range(count):
-        status, headers, body = read_head(sock, data)
-        length = int(headers["content-length"])
-        while len(body) < length:
-            chunk = sock.recv(65536)
-            if not chunk:
-                raise ConnectionError("connection closed inside the body")
-            body += chunk
-        responses.append((status, headers, body[:length]))
-        data = body[length:]
+        response, data = read_framed(sock, data)
+        responses.append(response)
     return responses
 
 

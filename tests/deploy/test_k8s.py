@@ -68,7 +68,7 @@ OLDEST_KUBERNETES = "1.30.0"  # the preStop sleep action is on by default from 1
 
 # The memory rule of docs/deployment.md, with the figures it cites from BENCHMARKS.md (section 4 and
 # docs/deployment.md's workers table): the default table's files on disk, what the first worker holds of its
-# own (sum of PSS 346-350 MiB minus the table), and what each added worker adds (+25 to +33 MiB).
+# own (the sum of PSS minus the table), and what each added worker adds.
 DEFAULT_TABLE_MIB = 267
 FIRST_WORKER_MIB = 85
 ADDED_WORKER_MIB = 35

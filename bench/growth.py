@@ -28,7 +28,8 @@ import shutil
 import struct
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -136,14 +137,22 @@ def sweep(table: Table, queries: np.ndarray, truth: np.ndarray, quick: bool) -> 
     return out
 
 
-def measure_cell(ctx: Context, dim: int, rows: int) -> dict[str, Any]:
-    work = ctx.work_dir / f"growth-d{dim}-r{rows}"
+@contextmanager
+def generated(ctx: Context, label: str, rows: int, dim: int) -> Iterator[tuple[Path, Path, Path]]:
+    """A scratch directory with a seeded ``rows`` x ``dim`` input (matrix, vocabulary) and a data dir; removed after."""
+    work = ctx.work_dir / f"growth-{label}d{dim}-r{rows}"
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
     try:
         matrix = work / "rows.npy"
         vocab = write_npy(matrix, rows, dim, seed=dim * 1_000_003 + rows)
-        data_dir = work / "data"
+        yield matrix, vocab, work / "data"
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def measure_cell(ctx: Context, dim: int, rows: int) -> dict[str, Any]:
+    with generated(ctx, "", rows, dim) as (matrix, vocab, data_dir):
         builds = {}
         for kind, spec in (("flat", "flat"), ("hnsw", HNSW)):
             done = run_child(import_argv(matrix, kind, spec, data_dir, vocab)).check()
@@ -188,8 +197,6 @@ def measure_cell(ctx: Context, dim: int, rows: int) -> dict[str, Any]:
             "recall_sweep": recall,
             "latency_rounds_p50_ms": rounds,
         }
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
 
 
 # ------------------------------------------------------- bigger than memory
@@ -242,13 +249,7 @@ def evict(path: Path) -> None:
 
 def measure_compressed(ctx: Context, rows: int, dim: int, spec: str) -> dict[str, Any]:
     """Build a table of ``rows`` x ``dim`` with a compressed index, serve it, and measure memory and recall."""
-    work = ctx.work_dir / f"growth-compressed-d{dim}-r{rows}"
-    shutil.rmtree(work, ignore_errors=True)
-    work.mkdir(parents=True)
-    try:
-        matrix = work / "rows.npy"
-        vocab = write_npy(matrix, rows, dim, seed=dim * 1_000_003 + rows)
-        data_dir = work / "data"
+    with generated(ctx, "compressed-", rows, dim) as (matrix, vocab, data_dir):
         done = run_child(import_argv(matrix, "big", spec, data_dir, vocab)).check()
         matrix.unlink()
         vocab.unlink()
@@ -306,8 +307,6 @@ def measure_compressed(ctx: Context, rows: int, dim: int, spec: str) -> dict[str
             "p50_ms": round(median(rounds), 4),
             "http_p50_ms": round(percentile(ms, 50), 4),
         }
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
 
 
 # -------------------------------------------------------------------- Llama

@@ -13,25 +13,25 @@ from __future__ import annotations
 
 import sys
 
-import numpy as np
-
+from index.search import Answers, Search, VectorSearch
 from index.table import Table
 from service import searcher
 from service.main import main
 
 
 def remember_searches() -> None:
-    """Replace ``Searcher.knn`` in this process by a memo of ``table.knn`` (one worker: the server runs here)."""
-    answers: dict[tuple[str, bytes, int], searcher.Hits] = {}
+    """Replace ``Searcher.run`` in this process by a memo of ``table.run`` (one worker: the server runs here)."""
+    answers: dict[tuple[str, object, bytes, str], Answers] = {}
 
-    async def knn(self: searcher.Searcher, table: Table, query: np.ndarray, k: int) -> searcher.Hits:
-        key = (table.name, query.tobytes(), k)
+    async def run(self: searcher.Searcher, table: Table, search: Search) -> Answers:
+        asked = search.queries.tobytes() if isinstance(search, VectorSearch) else b""
+        key = (table.name, search.key(), asked, repr(getattr(search, "exclude", None) or search.questions))
         hits = answers.get(key)
         if hits is None:
-            hits = answers[key] = table.knn(query, k)
+            hits = answers[key] = table.run(search)
         return hits
 
-    searcher.Searcher.knn = knn  # type: ignore[method-assign]
+    searcher.Searcher.run = run  # type: ignore[method-assign]
 
 
 if __name__ == "__main__":

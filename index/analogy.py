@@ -8,21 +8,25 @@ cannot reach a question's current k-th best score is skipped, and the survivors 
 scores are recomputed the way gensim computes them, so the ranking is gensim's up to float rounding.
 
 The evaluation (``index.evaluate``) and the service's batch analogy endpoint both use :func:`analogy_top`.
+:func:`cosmul_top` is the plain 3CosMul (every row scored, any number of positive and negative words), for
+what the pruned search does not cover: gensim's general ``most_similar_cosmul`` and searches that leave token
+kinds out.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import numpy as np
 
-from index.table import COSMUL_EPSILON, exact_knn
+from index.errors import InvalidQuery
+from index.knn import Neighbor, exact_knn, top_k
 
-if TYPE_CHECKING:
-    from index.table import Table
+COSMUL_EPSILON = 1e-6  # gensim's guard against division by zero in 3CosMul
 
 BLOCK = 8  # rows per pruning block
 SUPER = 16  # blocks per superblock (the first, coarser pruning level)
@@ -33,6 +37,53 @@ SEED_ROWS = 16_384  # rows searched exhaustively (3CosAdd) first, for the initia
 BOUND_CELLS = 1 << 22  # (question x block) cells per bound evaluation
 THREADS = max(1, min(4, os.cpu_count() or 1))
 MARGIN = 1e-4  # slack for float rounding between the block bounds and the exact scores
+
+
+class Table(Protocol):
+    """What the analogy search reads of a table: its unit rows."""
+
+    @property
+    def vectors(self) -> np.ndarray: ...
+
+
+def cosmul(positive: np.ndarray, negative: np.ndarray) -> np.ndarray:
+    """Levy and Goldberg's 3CosMul from shifted cosines ``(1 + cos) / 2``, one term per leading row: the product
+    of the positive terms over the product of the negative ones plus gensim's epsilon."""
+    scores: np.ndarray = np.prod(positive, axis=0) / (np.prod(negative, axis=0) + np.float32(COSMUL_EPSILON))
+    return scores
+
+
+def cosmul_top(
+    vectors: np.ndarray,
+    queries: Sequence[tuple[Sequence[int], Sequence[int]]],
+    k: int,
+    limit: int,
+    dropped: np.ndarray | None = None,
+    chunk_bytes: int = 64 << 20,
+) -> list[list[Neighbor]]:
+    """gensim ``most_similar_cosmul`` for each (positive, negative) query over the first ``limit`` rows, its
+    words and the rows ``dropped`` (a boolean per row) left out: one matrix product per chunk of queries."""
+    if any(not positive for positive, _ in queries):
+        raise InvalidQuery("3CosMul needs at least one positive token")
+    base = vectors[:limit]
+    per_chunk = max(1, chunk_bytes // (4 * limit * 4))  # about 3 term rows and 1 score row per query
+    results: list[list[Neighbor]] = []
+    for start in range(0, len(queries), per_chunk):
+        chunk = queries[start : start + per_chunk]
+        terms = [i for positive, negative in chunk for i in (*positive, *negative)]
+        # rows x terms, as gensim scores each term against every row, then one term per leading row
+        shifted = ((1 + base @ np.asarray(vectors[terms], dtype=np.float32).T) / 2).T
+        scores = np.empty((len(chunk), limit), dtype=np.float32)
+        row = 0
+        for qi, (positive, negative) in enumerate(chunk):
+            middle, end = row + len(positive), row + len(positive) + len(negative)
+            scores[qi] = cosmul(shifted[row:middle], shifted[middle:end])
+            row = end
+            scores[qi, [i for i in (*positive, *negative) if i < limit]] = -np.inf
+        if dropped is not None:
+            scores[:, dropped[:limit]] = -np.inf
+        results.extend(top_k(s, k) for s in scores)
+    return results
 
 
 def _rows(table: Table, start: int, stop: int) -> np.ndarray:
@@ -96,8 +147,7 @@ class _Terms:
             scores = np.einsum("ij,ij->i", rows, self.query[q])
             return scores
         b, c, a = ((1 + np.einsum("ij,ij->i", rows, self.vectors[w][q])) / 2 for w in "bca")
-        scores = b * c / (a + np.float32(COSMUL_EPSILON))
-        return scores
+        return cosmul(np.stack([b, c]), a[None, :])
 
 
 def _rows_at(table: Table, ids: np.ndarray) -> np.ndarray:

@@ -20,8 +20,7 @@ from index.errors import ArtifactError
 from index.faiss_index import AUTO_BUDGET_SECONDS, IndexSpec, build_and_measure, parse_spec
 from index.progress import duration, note
 from index.sources import RawTable
-from index.table import FLAGS
-from index.tokens import write_tokens
+from index.tokens import FLAGS, write_tokens
 
 log = logging.getLogger(__name__)
 

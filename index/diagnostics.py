@@ -21,12 +21,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any
 
 import numpy as np
 
+from index.analogy import cosmul
 from index.errors import InvalidQuery, UnknownToken
-from index.table import COSMUL_EPSILON, Neighbor, Resolved, Table
+from index.search import SearchOptions, VectorSearch
+from index.table import Neighbor, Resolved, Table
 
 CHUNK_BYTES = 64 << 20  # memory of one block of (row x query) scores
 
@@ -190,11 +192,11 @@ class Expectation:
 
 
 def check_expected(
-    table: Table, question: tuple[int, int, int], expected: int, limit: int | None = None, drop: int = 0
+    table: Table, question: tuple[int, int, int], expected: int, options: SearchOptions = SearchOptions()
 ) -> None:
     """422 for an expected answer the analogy can never give: one of a, b, c, outside the searched rows, or a
     token kind left out."""
-    limit = table.rows if limit is None else limit
+    limit, drop = table.limit(options), table.drop_bits(options)
     if expected in question:
         raise InvalidQuery("the expected word is one of a, b and c, which are left out of the answers")
     if expected >= limit:
@@ -221,13 +223,12 @@ def analogy_expectations(
     """
     if method not in ("3cosadd", "3cosmul"):
         raise InvalidQuery(f"unknown analogy method {method!r}: use 3cosadd or 3cosmul")
-    limit = table._limit(restrict)
-    drop = table.drop_flags(skip_special, whole_words_only)
+    options = SearchOptions(restrict=restrict, skip_special=skip_special, whole_words_only=whole_words_only)
+    limit = table.limit(options)
     for question, row in zip(questions, expected, strict=True):
-        check_expected(table, question, row, limit, drop)
+        check_expected(table, question, row, options)
     base = table.vectors[:limit]
-    # drop_flags gives 0 when a table has no flags, so ``drop`` implies flags.
-    dropped = (cast(np.ndarray, table.flags)[:limit] & drop) != 0 if drop else None
+    dropped = table.dropped(options)
     quads = np.asarray(questions, dtype=np.int64).reshape(-1, 3)
     want = np.asarray(expected, dtype=np.int64)
     out: list[Expectation] = []
@@ -239,12 +240,12 @@ def analogy_expectations(
             scores = query @ base.T  # questions x rows, gensim most_similar's cosines
         else:
             sa, sb, sc = ((1 + table.vectors[w] @ base.T) / 2 for w in (a, b, c))
-            scores = sb * sc / (sa + np.float32(COSMUL_EPSILON))
+            scores = cosmul(np.stack([sb, sc]), sa[None])
         rows = np.arange(len(a))[:, None]
         inputs = np.stack([a, b, c], axis=1)
         scores[np.broadcast_to(rows, inputs.shape)[inputs < limit], inputs[inputs < limit]] = -np.inf
         if dropped is not None:
-            scores[:, dropped] = -np.inf
+            scores[:, dropped[:limit]] = -np.inf
         mine = scores[rows[:, 0], want[start : start + step]]
         higher = np.count_nonzero(scores > mine[:, None], axis=1)
         top = scores.max(axis=1)
@@ -273,7 +274,7 @@ def compare(
     second: Table,
     rows: Sequence[tuple[int, int]],
     k: int = 10,
-    **options: Any,
+    options: SearchOptions = SearchOptions(),
 ) -> list[Comparison]:
     """For each (row in ``first``, row in ``second``) of one word, its ``k`` neighbours in each table (the word
     left out, as ``most_similar``), one search per table for all the words; tables are matched by label."""
@@ -282,7 +283,7 @@ def compare(
     hits = []
     for table, ids in ((first, [r for r, _ in rows]), (second, [r for _, r in rows])):
         queries = np.asarray(table.vectors[ids], dtype=np.float32)
-        hits.append(table.search(queries, k, exclude=[{i} for i in ids], **options))
+        hits.append(table.run(VectorSearch(queries, k, [{i} for i in ids], options)))
     out = []
     for mine, theirs in zip(*hits, strict=True):
         labels = first.tokens.labels([i for i, _ in mine])

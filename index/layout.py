@@ -31,6 +31,7 @@ import numpy as np
 
 from index import artifact
 from index.errors import InvalidQuery
+from index.tokens import FLAG_CONTINUATION, FLAG_SPECIAL
 
 log = logging.getLogger(__name__)
 Remembered = TypeVar("Remembered", "Layout", bytes)
@@ -38,7 +39,7 @@ Remembered = TypeVar("Remembered", "Layout", bytes)
 LAYOUT_VERSION = 1  # bump when a method's output changes: older cache files are then never read
 BLOCK_BYTES = 32 << 20  # covariance accumulated over blocks of about this size
 TSNE_DEFAULTS: dict[str, Any] = {"perplexity": 30.0, "n_iter": 500, "seed": 42, "metric": "cosine"}
-KIND_FLAGS = (("special", 1), ("continuation", 2))  # index.table FLAG_SPECIAL, FLAG_CONTINUATION
+KIND_FLAGS = (("special", FLAG_SPECIAL), ("continuation", FLAG_CONTINUATION))
 TOKEN_KIND = "token kind"  # the colour column model-token tables get from their token flags
 MAX_CATEGORIES = 16  # a colour column keeps its most common values; the rest are "other"
 

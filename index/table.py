@@ -1,7 +1,10 @@
 """The read-only query engine over one built table.
 
-Everything that answers a question about a table lives here, so the command line, the benchmarks and the
-HTTP API run the very same code. Answers follow gensim's ``KeyedVectors`` semantics:
+The command line, the benchmarks and the HTTP API ask a table the same way: a typed request
+(``index.search``: a vector search or analogy questions) and one call, :meth:`Table.run`, wherever it runs.
+The pieces live beside it: words to rows in ``index.lookup``, top-k kernels in ``index.knn``, 3CosMul and the
+batched exact analogy search in ``index.analogy``, FAISS in ``index.faiss_index``. Answers follow gensim's
+``KeyedVectors`` semantics:
 
 - ``most_similar``: the mean of the unit rows (positive +1, negative -1), re-normalised; the inputs left out;
 - ``most_similar_cosmul``: 3CosMul of Levy and Goldberg with cosines shifted to [0, 1];
@@ -18,56 +21,27 @@ from __future__ import annotations
 import json
 import logging
 import mmap
-import unicodedata
 from collections.abc import Collection, Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypedDict, cast
+from typing import Any
 
 import faiss
 import numpy as np
-from rapidfuzz import fuzz, process
 
 from index import artifact
-from index.errors import ArtifactError, InvalidQuery, UnknownToken
+from index.analogy import analogy_top, cosmul, cosmul_top
+from index.errors import ArtifactError, InvalidQuery
 from index.faiss_index import search_index, set_search_params
-from index.sources.huggingface import byte_level_label
-from index.tokens import Tokens
+from index.knn import Neighbor, exact_knn, keep_hits
+from index.lookup import Lookup, Resolved
+from index.search import AnalogySearch, Answers, Method, Search, SearchOptions, VectorSearch
+from index.tokens import FLAG_CONTINUATION, FLAG_SPECIAL, FLAGS, Tokens
 
 log = logging.getLogger(__name__)
 
-COSMUL_EPSILON = 1e-6  # gensim's guard against division by zero in 3CosMul
-SMALL_BATCH = 2  # up to this many queries a plain matrix product beats FAISS's blocked search
-SUGGESTION_POOL = 50_000  # unknown tokens are matched against the most frequent rows
-FLAGS = "token_flags.npy"
-TOKENIZER = "tokenizer.json"
-FLAG_SPECIAL = 1
-FLAG_CONTINUATION = 2
-SPACE_MARKERS = ("Ġ", "▁", " ")
+DROP_SLACK = 16  # extra hits asked for when token kinds are left out
 
-
-@dataclass(frozen=True)
-class Resolved:
-    """The row a query word resolved to."""
-
-    query: str
-    id: int
-    token: str
-    match: str  # "exact", "space-marked", "casefold" or "id"
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"text": self.query, "token": self.token, "id": self.id, "match": self.match}
-
-
-Neighbor = tuple[int, float]
-
-
-class RowFilters(TypedDict):
-    """Which rows a search may answer with: the first ``restrict`` rows, less the token kinds left out."""
-
-    restrict: int | None
-    skip_special: bool
-    whole_words_only: bool
+__all__ = ["Neighbor", "Resolved", "SearchOptions", "Table"]
 
 
 class Table:
@@ -95,8 +69,7 @@ class Table:
         self.rerank = int(spec.get("rerank") or 1) if index is not None else 1
         self.flags = flags
         self.metadata = metadata or {}
-        self._suggestion_pool: list[str] | None = None
-        self._tokenizer: Any = None
+        self.lookup = Lookup(self.name, tokens, directory, flags, self.kind == "tokens", self.byte_level)
 
     # ------------------------------------------------------------------ loading
     @classmethod
@@ -186,53 +159,30 @@ class Table:
             out["index_deferred"] = deferred["spec"]  # exact search until this index is built
         return out
 
-    # ------------------------------------------------------------------- lookup
+    # ------------------------------------------------------------------- lookup (index.lookup)
     def find(self, text: str) -> Resolved | None:
-        """Resolve a word: exact, then the space-marked form for model tokens, then case-folded."""
-        text = unicodedata.normalize("NFC", text)
-        forms = [text]
-        if self.byte_level:
-            forms.append(byte_level_label(text))  # byte-level BPE labels spell "café" as "cafÃ©"
-        for form in dict.fromkeys(forms):
-            found = self.tokens.find(form)
-            if found is not None:
-                return Resolved(text, found, form, "exact")
-        if self.kind == "tokens":
-            for form in dict.fromkeys(forms):
-                for marker in SPACE_MARKERS:
-                    found = self.tokens.find(marker + form)
-                    if found is not None:
-                        return Resolved(text, found, marker + form, "space-marked")
-        found = self.tokens.find_folded(text)
-        if found is not None:
-            return Resolved(text, found, self.tokens[found], "casefold")
-        return None
+        return self.lookup.find(text)
 
     def resolve(self, text: str) -> Resolved:
-        """Like :meth:`find`, but raise :class:`UnknownToken` with suggestions when nothing matches."""
-        found = self.find(text)
-        if found is None:
-            raise UnknownToken(
-                f"token {text!r} is not in table {self.name!r}", suggestions=self.suggest(text), token=text
-            )
-        return found
+        return self.lookup.resolve(text)
 
     def resolve_id(self, row: int) -> Resolved:
-        if not 0 <= row < self.rows:
-            raise UnknownToken(f"id {row} is outside table {self.name!r} (0..{self.rows - 1})", suggestions=[])
-        return Resolved(str(row), row, self.tokens[row], "id")
+        return self.lookup.resolve_id(row)
 
     def suggest(self, text: str, limit: int = 5) -> list[str]:
-        """Up to ``limit`` known tokens spelled like ``text`` (most frequent rows, and alphabetical neighbours)."""
-        if self._suggestion_pool is None:
-            self._suggestion_pool = self.tokens[: min(self.rows, SUGGESTION_POOL)]
-        pool = self._suggestion_pool + self.tokens.labels(self.tokens.folded_neighbourhood(text, 10))
-        matches = process.extract(text.casefold(), pool, scorer=fuzz.ratio, processor=str.casefold, limit=limit * 3)
-        out: list[str] = []
-        for label, score, _ in matches:
-            if score >= 50 and label not in out:
-                out.append(label)
-        return out[:limit]
+        return self.lookup.suggest(text, limit)
+
+    @property
+    def has_tokenizer(self) -> bool:
+        return self.lookup.has_tokenizer
+
+    def tokenize(self, text: str) -> list[tuple[int, str]]:
+        return self.lookup.tokenize(text)
+
+    def compose(self, text: str) -> tuple[np.ndarray, list[tuple[int, str]]]:
+        """A multi-token word as the normalised mean of its token rows: (1 x dim unit query, its tokens)."""
+        pieces = self.lookup.pieces(text)
+        return self.mean_query([i for i, _ in pieces]), pieces
 
     def row_metadata(self, row: int) -> dict[str, str]:
         """The metadata columns of one row (e.g. a projector table's "kind")."""
@@ -242,39 +192,6 @@ class Table:
         """The row as float32: unit length, or scaled back to its original norm."""
         unit = np.asarray(self.vectors[row], dtype=np.float32)
         return unit if normalized else unit * self.norms[row]
-
-    # ---------------------------------------------------------------- tokenizer
-    @property
-    def has_tokenizer(self) -> bool:
-        return (self.directory / TOKENIZER).is_file()
-
-    def tokenize(self, text: str) -> list[tuple[int, str]]:
-        """The (id, label) pairs the table's own tokenizer gives for ``text``, special tokens left out."""
-        if not self.has_tokenizer:
-            raise InvalidQuery(f"table {self.name!r} has no tokenizer (only model-token tables do)")
-        if self._tokenizer is None:
-            from tokenizers import Tokenizer
-
-            tokenizer = Tokenizer.from_file(str(self.directory / TOKENIZER))
-            tokenizer.no_padding()  # a model's saved padding/truncation would add [PAD]s or cut the text
-            tokenizer.no_truncation()
-            self._tokenizer = tokenizer
-        encoding = self._tokenizer.encode(text, add_special_tokens=False)
-        return [(int(i), self.tokens[int(i)]) for i in encoding.ids if 0 <= int(i) < self.rows]
-
-    def compose(self, text: str) -> tuple[np.ndarray, list[tuple[int, str]]]:
-        """A multi-token word as the normalised mean of its token rows: (1 x dim unit query, its tokens)."""
-        pieces = self.tokenize(text)
-        if not pieces:
-            raise InvalidQuery(f"{text!r} gives no tokens")
-        special = [label for i, label in pieces if self.flags is not None and self.flags[i] & FLAG_SPECIAL]
-        if special:  # e.g. [UNK]: its row says nothing about the text
-            raise UnknownToken(
-                f"token {text!r} is not in table {self.name!r}, and its tokenizer gives {special[0]!r} for it",
-                suggestions=self.suggest(text),
-                token=text,
-            )
-        return self.mean_query([i for i, _ in pieces]), pieces
 
     # ------------------------------------------------------------------- search
     def normalize_queries(self, vectors: np.ndarray) -> np.ndarray:
@@ -292,82 +209,85 @@ class Table:
             raise InvalidQuery("query vectors overflow float32")
         return unit
 
-    def _limit(self, restrict: int | None) -> int:
-        if restrict is None:
-            return self.rows
-        if restrict < 1:
-            raise InvalidQuery("restrict must be at least 1")
-        return min(restrict, self.rows)
+    def limit(self, options: SearchOptions) -> int:
+        """How many rows a search with ``options`` may answer from (the first ones)."""
+        return self.rows if options.restrict is None else min(options.restrict, self.rows)
 
-    def drop_flags(self, skip_special: bool, whole_words_only: bool) -> int:
-        """Bit mask of the token kinds to leave out (0: keep every row)."""
+    def drop_bits(self, options: SearchOptions) -> int:
+        """Bit mask of the token kinds ``options`` leave out (0: keep every row; always 0 without flags)."""
         if self.flags is None:
             return 0
-        return (FLAG_SPECIAL if skip_special else 0) | (FLAG_CONTINUATION if whole_words_only else 0)
+        return (FLAG_SPECIAL if options.skip_special else 0) | (FLAG_CONTINUATION if options.whole_words_only else 0)
+
+    def dropped(self, options: SearchOptions) -> np.ndarray | None:
+        """A boolean per row for the token kinds ``options`` leave out (``None``: none)."""
+        drop = self.drop_bits(options)
+        return None if not drop or self.flags is None else (self.flags & drop) != 0
+
+    # ------------------------------------------------------------------- search: the engine's one call
+    def run(self, search: Search) -> Answers:
+        """Answer one request: for each of its queries, the hits best first."""
+        if isinstance(search, AnalogySearch):
+            return self._analogies(search)
+        return self._nearest(search)
+
+    def is_light(self, search: Search) -> bool:
+        """Whether ``search`` is a search of the approximate index (3CosAdd analogies are one), well under a
+        millisecond a query, rather than scoring every row (exact, restricted, 3CosMul)."""
+        options = search.options
+        light = self.approximate and not options.exact and options.restrict is None
+        return light and (not isinstance(search, AnalogySearch) or search.method == "3cosadd")
 
     def knn(
-        self, queries: np.ndarray, k: int, exact: bool = False, restrict: int | None = None
+        self, queries: np.ndarray, k: int, options: SearchOptions = SearchOptions()
     ) -> tuple[np.ndarray, np.ndarray]:
-        """Top-``k`` (scores, ids) for unit queries; exact brute force unless an approximate index applies."""
-        limit = self._limit(restrict)
+        """Top-``k`` (scores, ids) for unit queries; exact brute force unless the approximate index applies."""
+        limit = self.limit(options)
         k = min(k, limit)
         queries = np.ascontiguousarray(queries, dtype=np.float32)
-        if exact or self.index is None or limit < self.rows:
+        if options.exact or self.index is None or limit < self.rows:
             return exact_knn(queries, self.vectors[:limit], k)
         return search_index(self.index, queries, k, self.vectors, self.rerank)
 
-    def search(
-        self,
-        queries: np.ndarray,
-        k: int,
-        *,
-        exact: bool = False,
-        restrict: int | None = None,
-        exclude: Sequence[Collection[int]] | None = None,
-        skip_special: bool = False,
-        whole_words_only: bool = False,
-    ) -> list[list[Neighbor]]:
-        """Top-``k`` neighbours of each unit query, leaving out ``exclude[i]`` and filtered token kinds."""
-        limit = self._limit(restrict)
-        drop = self.drop_flags(skip_special, whole_words_only)
-        fetch = self.fetch_size(k, exclude, drop)
-        while True:
+    def _nearest(self, search: VectorSearch) -> Answers:
+        """Each query's ``k`` nearest rows less the ones left out: the index is asked for enough hits to leave
+        ``k``, and asked again for more (for the queries left short only) until it has no more."""
+        options, k = search.options, search.k
+        limit = self.limit(options)
+        drop = self.drop_bits(options)
+        fetch = k + max((len(e) for e in search.exclude), default=0) + (DROP_SLACK if drop else 0)
+        answers: list[list[Neighbor]] = [[] for _ in range(len(search))]
+        todo: list[int] = list(range(len(search)))
+        queries = search.queries
+        while todo:
             fetch = min(fetch, limit)
-            scores, ids = self.knn(queries, fetch, exact=exact, restrict=restrict)
-            results = self.pick(scores, ids, k, exclude, drop, partial=fetch >= limit)
-            if results is not None:
-                return results
-            fetch *= 4
+            scores, ids = self.knn(queries, fetch, options)
+            short = []
+            for row, position in enumerate(todo):
+                answers[position] = keep_hits(scores[row], ids[row], k, search.excluded(position), self.flags, drop)
+                if len(answers[position]) < k and fetch < limit:
+                    short.append(position)
+            todo, queries, fetch = short, search.queries[short], fetch * 4
+        return answers
 
-    def fetch_size(self, k: int, exclude: Sequence[Collection[int]] | None, drop: int) -> int:
-        """How many hits to ask the index for first, so that ``k`` are left after leaving rows out."""
-        return k + (max((len(e) for e in exclude), default=0) if exclude else 0) + (16 if drop else 0)
-
-    def pick(
-        self,
-        scores: np.ndarray,
-        ids: np.ndarray,
-        k: int,
-        exclude: Sequence[Collection[int]] | None,
-        drop: int,
-        partial: bool = False,
-    ) -> list[list[Neighbor]] | None:
-        """Each query's top ``k`` hits once excluded and dropped rows are left out; ``None`` when one is left
-        with fewer than ``k`` (fetch more), unless ``partial`` (there is no more)."""
-        flags = cast(np.ndarray, self.flags)  # read only when ``drop``, which drop_flags gives only with flags
+    def _analogies(self, search: AnalogySearch) -> Answers:
+        """3CosAdd on the approximate index, or when token kinds are left out: a search for the normalised
+        b + c - a (``most_similar([b, c], [a])``); otherwise the exact batched analogy search
+        (:func:`index.analogy.analogy_top`), or plain 3CosMul (:func:`index.analogy.cosmul_top`) when token
+        kinds are left out."""
+        questions, options, k = search.questions, search.options, search.k
+        drop = self.drop_bits(options)
+        if search.method == "3cosadd" and (drop or self.is_light(search)):
+            queries = np.vstack([self.mean_query([b, c], [a]) for a, b, c in questions])
+            return self._nearest(VectorSearch(queries, k, [set(q) for q in questions], options))
+        if drop:
+            pairs = [([b, c], [a]) for a, b, c in questions]
+            return cosmul_top(self.vectors, pairs, k, self.limit(options), self.dropped(options))
+        a, b, c = (np.array(column, dtype=np.int64) for column in zip(*questions, strict=True))
+        ids, scores = analogy_top(self, a, b, c, k + 3, search.method, self.limit(options))
         results = []
-        for qi in range(len(scores)):
-            skip = exclude[qi] if exclude else ()
-            row: list[Neighbor] = []
-            for score, i in zip(scores[qi].tolist(), ids[qi].tolist(), strict=True):
-                if i < 0 or i in skip or (drop and flags[i] & drop):
-                    continue
-                row.append((i, score))
-                if len(row) == k:
-                    break
-            if len(row) < k and not partial:
-                return None
-            results.append(row)
+        for row, top, inputs in zip(ids.tolist(), scores.tolist(), questions, strict=True):
+            results.append([(i, s) for i, s in zip(row, top, strict=True) if i >= 0 and i not in inputs][:k])
         return results
 
     def mean_query(self, positive: Sequence[int], negative: Sequence[int] = ()) -> np.ndarray:
@@ -386,123 +306,96 @@ class Table:
         query: np.ndarray = (mean / norm).astype(np.float32)[None, :]
         return query
 
+    # ------------------------------------------------------------------- the same, gensim's way of asking
+    def search(
+        self,
+        queries: np.ndarray,
+        k: int,
+        *,
+        exclude: Sequence[Collection[int]] = (),
+        exact: bool = False,
+        restrict: int | None = None,
+        skip_special: bool = False,
+        whole_words_only: bool = False,
+    ) -> Answers:
+        """Top-``k`` neighbours of each unit query, leaving out ``exclude[i]`` and filtered token kinds."""
+        options = SearchOptions(exact, restrict, skip_special, whole_words_only)
+        return self.run(VectorSearch(queries, k, exclude, options))
+
     def most_similar(
-        self, positive: Sequence[int], negative: Sequence[int] = (), k: int = 10, **options: Any
+        self,
+        positive: Sequence[int],
+        negative: Sequence[int] = (),
+        k: int = 10,
+        *,
+        exact: bool = False,
+        restrict: int | None = None,
+        skip_special: bool = False,
+        whole_words_only: bool = False,
     ) -> list[Neighbor]:
         """gensim ``most_similar``: neighbours of the mean of the inputs, the inputs left out."""
-        query = self.mean_query(positive, negative)
-        return self.search(query, k, exclude=[set(positive) | set(negative)], **options)[0]
-
-    def cosmul_scores(
-        self, positive: Sequence[int], negative: Sequence[int], restrict: int | None = None
-    ) -> np.ndarray:
-        """3CosMul score of every row (first ``restrict`` rows), as gensim ``most_similar_cosmul``."""
-        if not positive:
-            raise InvalidQuery("3CosMul needs at least one positive token")
-        limit = self._limit(restrict)
-        terms = np.asarray(self.vectors[list(positive) + list(negative)], dtype=np.float32)
-        shifted = (1 + self.vectors[:limit] @ terms.T) / 2
-        pos, neg = shifted[:, : len(positive)], shifted[:, len(positive) :]
-        scores: np.ndarray = np.prod(pos, axis=1) / (np.prod(neg, axis=1) + COSMUL_EPSILON)
-        return scores
+        options = SearchOptions(exact, restrict, skip_special, whole_words_only)
+        exclude = [set(positive) | set(negative)]
+        return self.run(VectorSearch(self.mean_query(positive, negative), k, exclude, options))[0]
 
     def most_similar_cosmul(
         self,
         positive: Sequence[int],
         negative: Sequence[int] = (),
         k: int = 10,
+        *,
         restrict: int | None = None,
         skip_special: bool = False,
         whole_words_only: bool = False,
-        **_: Any,
     ) -> list[Neighbor]:
         """gensim ``most_similar_cosmul`` (always exact: it scores every row)."""
-        scores = self.cosmul_scores(positive, negative, restrict)
-        drop = self.drop_flags(skip_special, whole_words_only)
-        if drop:  # drop_flags gives 0 for a table without flags
-            scores = np.where(cast(np.ndarray, self.flags)[: len(scores)] & drop, -np.inf, scores)
-        return top_k(scores, k, set(positive) | set(negative))
+        options = SearchOptions(True, restrict, skip_special, whole_words_only)
+        return cosmul_top(self.vectors, [(positive, negative)], k, self.limit(options), self.dropped(options))[0]
 
-    def most_similar_cosmul_batch(
+    def cosmul_scores(self, positive: Sequence[int], negative: Sequence[int]) -> np.ndarray:
+        """The 3CosMul score of every row, as gensim ``most_similar_cosmul`` scores them (inputs not left out)."""
+        terms = np.asarray(self.vectors[list(positive) + list(negative)], dtype=np.float32)
+        shifted = ((1 + self.vectors @ terms.T) / 2).T
+        return cosmul(shifted[: len(positive)], shifted[len(positive) :])
+
+    def analogy(
         self,
-        queries: Sequence[tuple[Sequence[int], Sequence[int]]],
+        a: int,
+        b: int,
+        c: int,
         k: int = 10,
-        restrict: int | None = None,
-        skip_special: bool = False,
-        whole_words_only: bool = False,
-        chunk_bytes: int = 64 << 20,
-        **_: Any,
-    ) -> list[list[Neighbor]]:
-        """:meth:`most_similar_cosmul` for many (positive, negative) queries: one matrix product per chunk."""
-        if any(not positive for positive, _ in queries):
-            raise InvalidQuery("3CosMul needs at least one positive token")
-        limit = self._limit(restrict)
-        drop = self.drop_flags(skip_special, whole_words_only)
-        dropped = (cast(np.ndarray, self.flags)[:limit] & drop) != 0 if drop else None  # drop implies flags
-        per_chunk = max(1, chunk_bytes // (4 * limit * 4))  # about 3 term rows and 1 score row per query
-        results: list[list[Neighbor]] = []
-        for start in range(0, len(queries), per_chunk):
-            chunk = queries[start : start + per_chunk]
-            terms = [i for positive, negative in chunk for i in (*positive, *negative)]
-            shifted = (1 + np.asarray(self.vectors[terms], dtype=np.float32) @ self.vectors[:limit].T) / 2
-            scores = np.empty((len(chunk), limit), dtype=np.float32)
-            row = 0
-            for qi, (positive, negative) in enumerate(chunk):
-                pos = shifted[row : row + len(positive)]
-                neg = shifted[row + len(positive) : row + len(positive) + len(negative)]
-                row += len(positive) + len(negative)
-                scores[qi] = np.prod(pos, axis=0) / (np.prod(neg, axis=0) + COSMUL_EPSILON)
-                inputs = [i for i in (*positive, *negative) if i < limit]
-                scores[qi, inputs] = -np.inf
-            if dropped is not None:
-                scores[:, dropped] = -np.inf
-            results.extend(top_k(s, k) for s in scores)
-        return results
-
-    def analogy(self, a: int, b: int, c: int, k: int = 10, method: str = "3cosadd", **options: Any) -> list[Neighbor]:
-        """a is to b as c is to ?: 3CosAdd (``most_similar``) or 3CosMul, with a, b and c left out."""
-        if method == "3cosadd":
-            return self.most_similar([b, c], [a], k, **options)
-        if method == "3cosmul":
-            return self.most_similar_cosmul([b, c], [a], k, **options)
-        raise InvalidQuery(f"unknown analogy method {method!r}: use 3cosadd or 3cosmul")
-
-    def analogies(
-        self,
-        questions: Sequence[tuple[int, int, int]],
-        k: int = 10,
-        method: str = "3cosadd",
+        method: Method = "3cosadd",
         *,
         exact: bool = False,
         restrict: int | None = None,
         skip_special: bool = False,
         whole_words_only: bool = False,
-    ) -> list[list[Neighbor]]:
-        """:meth:`analogy` for many (a, b, c) questions at once.
+    ) -> list[Neighbor]:
+        """a is to b as c is to ?: 3CosAdd (``most_similar``) or 3CosMul, with a, b and c left out."""
+        return self.analogies(
+            [(a, b, c)],
+            k,
+            method,
+            exact=exact,
+            restrict=restrict,
+            skip_special=skip_special,
+            whole_words_only=whole_words_only,
+        )[0]
 
-        Exact answers come from :func:`index.analogy.analogy_top`, which prunes whole blocks of rows using the
-        words the questions share; 3CosAdd without ``exact`` on an approximate table is one index search.
-        """
-        if method not in ("3cosadd", "3cosmul"):
-            raise InvalidQuery(f"unknown analogy method {method!r}: use 3cosadd or 3cosmul")
-        options = RowFilters(restrict=restrict, skip_special=skip_special, whole_words_only=whole_words_only)
-        if self.drop_flags(skip_special, whole_words_only):  # filtered token kinds: the general paths
-            if method == "3cosmul":
-                return self.most_similar_cosmul_batch([([b, c], [a]) for a, b, c in questions], k, **options)
-            queries = np.vstack([self.mean_query([b, c], [a]) for a, b, c in questions])
-            return self.search(queries, k, exact=exact, exclude=[set(q) for q in questions], **options)
-        if method == "3cosadd" and not exact and self.approximate and restrict is None:
-            queries = np.vstack([self.mean_query([b, c], [a]) for a, b, c in questions])
-            return self.search(queries, k, exclude=[set(q) for q in questions])
-        from index.analogy import analogy_top
-
-        a, b, c = (np.array(column, dtype=np.int64) for column in zip(*questions, strict=True))
-        ids, scores = analogy_top(self, a, b, c, k + 3, method, self._limit(restrict))
-        results = []
-        for row, top, inputs in zip(ids.tolist(), scores.tolist(), questions, strict=True):
-            hits = [(i, s) for i, s in zip(row, top, strict=True) if i >= 0 and i not in inputs]
-            results.append(hits[:k])
-        return results
+    def analogies(
+        self,
+        questions: Sequence[tuple[int, int, int]],
+        k: int = 10,
+        method: Method = "3cosadd",
+        *,
+        exact: bool = False,
+        restrict: int | None = None,
+        skip_special: bool = False,
+        whole_words_only: bool = False,
+    ) -> Answers:
+        """:meth:`analogy` for many (a, b, c) questions at once."""
+        options = SearchOptions(exact, restrict, skip_special, whole_words_only)
+        return self.run(AnalogySearch(questions, k, method, options))
 
     def similarity(self, a: int, b: int) -> float:
         return float(np.dot(self.vectors[a].astype(np.float64), self.vectors[b].astype(np.float64)))
@@ -538,26 +431,3 @@ def advise_random(matrix: np.ndarray) -> None:
     mapping = getattr(matrix, "_mmap", None)
     if mapping is not None and hasattr(mmap, "MADV_RANDOM"):
         mapping.madvise(mmap.MADV_RANDOM)
-
-
-def exact_knn(queries: np.ndarray, base: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """Brute-force inner-product top-``k``: one BLAS product for a few queries, FAISS's blocked search beyond."""
-    if len(queries) > SMALL_BATCH:
-        return faiss.knn(queries, base, k, metric=faiss.METRIC_INNER_PRODUCT)
-    scores = queries @ np.asarray(base).T  # queries x rows
-    if k < scores.shape[1]:
-        best = np.argpartition(-scores, k - 1, axis=1)[:, :k]
-    else:
-        best = np.broadcast_to(np.arange(scores.shape[1]), scores.shape)
-    top = np.take_along_axis(scores, best, axis=1)
-    order = np.argsort(-top, axis=1, kind="stable")
-    return np.take_along_axis(top, order, axis=1), np.take_along_axis(best, order, axis=1).astype(np.int64)
-
-
-def top_k(scores: np.ndarray, k: int, exclude: Collection[int] = ()) -> list[Neighbor]:
-    """The ``k`` best (id, score) pairs of a full score vector, best first, ``exclude`` left out."""
-    want = min(len(scores), k + len(exclude))
-    best = np.argpartition(-scores, want - 1)[:want] if want < len(scores) else np.arange(len(scores))
-    best = best[np.argsort(-scores[best], kind="stable")]
-    out = [(int(i), float(scores[i])) for i in best if int(i) not in exclude and np.isfinite(scores[i])]
-    return out[:k]

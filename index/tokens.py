@@ -22,6 +22,12 @@ FOLDED_ORDER = "token_folded_order.npy"
 FILES = (BLOB, OFFSETS, ORDER, FOLDED_ORDER)
 PREFIX_BYTES = 8
 
+# Model-token tables: one uint8 of kind bits per row (FLAGS), and the model's own tokenizer (TOKENIZER).
+FLAGS = "token_flags.npy"
+TOKENIZER = "tokenizer.json"
+FLAG_SPECIAL = 1  # [CLS], <s>, [UNK], ... and unused rows
+FLAG_CONTINUATION = 2  # a piece that continues a word ("##ing"; no leading space marker)
+
 
 def write_tokens(directory: Path, tokens: Sequence[str]) -> None:
     """Write the token files for ``tokens`` (row id = position) into ``directory``."""

@@ -15,6 +15,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationInfo, model_validator
 
+from index.search import SearchOptions
+
 
 @dataclass(frozen=True)
 class Limits:
@@ -131,6 +133,10 @@ class QueryOptions(BaseModel):
 class TokenOptions(QueryOptions):
     skip_special: bool = Field(True, description="leave out special tokens ([CLS], <s>, ...) of model-token tables")
     whole_words_only: bool = Field(False, description="leave out word-continuation pieces (##ing) of model tokens")
+
+    def search_options(self) -> SearchOptions:
+        """What the engine is asked beside the queries and ``k``."""
+        return SearchOptions(self.exact, self.restrict, self.skip_special, self.whole_words_only)
 
 
 Compose = Literal["mean"]

@@ -13,12 +13,13 @@ from typing import Any, TypeVar
 import numpy as np
 
 from index.errors import EmbeddingError, InvalidQuery
-from index.table import Neighbor, Table
+from index.knn import Neighbor
+from index.table import Table
 from service.errors import item_error
+from service.models import FLOAT32_MAX
 from service.respond import neighbors
 
 T = TypeVar("T")
-FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 
 @dataclass

@@ -1,10 +1,11 @@
-"""Approximate-index searches of overlapping requests, batched in one thread beside the event loop.
+"""Approximate-index searches of overlapping requests, joined in one thread beside the event loop.
 
 A request that comes alone searches on the event loop: a hand-off to a thread would only add latency. When
 requests overlap (others reach their search within the same turn of the loop, or the thread is still busy or
 was busy a moment ago), their searches go to one searcher thread, which takes up to ``MAX_BATCH`` queued
-searches at a time, runs them as one FAISS call per table and k and answers them together (one wake-up of
-the loop per round), while the event loop goes on reading and answering other requests. FAISS releases the
+searches at a time, joins those that can be joined (same table and ``key``: ``index.search``) into one engine
+call each and answers them together (one wake-up of the loop per round), while the event loop goes on reading
+and answering other requests. FAISS releases the
 GIL while it searches, so one worker keeps a second core busy (more searched requests/s than searching on the
 event loop: BENCHMARKS.md, section 2). On Linux the thread runs at a lower CPU priority
 than the event loop (``nice``, default 19): when the worker's threads want more CPU than there is, the loop, which
@@ -24,27 +25,25 @@ import time
 from dataclasses import dataclass
 
 import faiss
-import numpy as np
 
+from index.search import Answers, Search, join, split
 from index.table import Table
 
 BUSY_WINDOW = 0.002  # s: after an answer from the thread, keep handing off (the load is still on)
 MAX_BATCH = 8  # searches per round of the thread: small rounds keep both threads busy (one round of all
 # would leave the loop waiting while the thread searches, then the thread waiting while the loop answers)
-Hits = tuple[np.ndarray, np.ndarray]  # (scores, ids), one row per query
 
 
 @dataclass
 class Job:
     table: Table
-    query: np.ndarray  # (1, dim) float32 unit query
-    k: int
-    answer: asyncio.Future[Hits]
+    search: Search
+    answer: asyncio.Future[Answers]
 
 
 class Searcher:
-    """``await searcher.knn(table, query, k)``: ``table.knn(query, k)`` on the loop or in the searcher thread
-    (for approximate-index tables: their answers do not depend on the other queries searched with them)."""
+    """``await searcher.run(table, search)``: ``table.run(search)`` on the loop or in the searcher thread (for
+    light searches: approximate-index ones, whose answers do not depend on the queries searched with them)."""
 
     def __init__(self, threads: int | None = None, nice: int = 0) -> None:
         self._threads = threads  # OpenMP threads of the searcher thread (None: FAISS's default)
@@ -56,8 +55,8 @@ class Searcher:
         self._thread.start()
         lower_priority(self._thread.native_id, nice)
 
-    async def knn(self, table: Table, query: np.ndarray, k: int) -> Hits:
-        job = Job(table, query, k, asyncio.get_running_loop().create_future())
+    async def run(self, table: Table, search: Search) -> Answers:
+        job = Job(table, search, asyncio.get_running_loop().create_future())
         if self._outstanding or time.perf_counter() - self._last_answer < BUSY_WINDOW:
             self._hand_off([job])
             return await job.answer
@@ -74,7 +73,7 @@ class Searcher:
             raise
         gathered, self._gathering = self._gathering, None
         if len(gathered) == 1:
-            return table.knn(query, k)
+            return table.run(search)
         self._hand_off(gathered)
         return await job.answer
 
@@ -105,27 +104,28 @@ class Searcher:
                 return
 
     @staticmethod
-    def _search(jobs: list[Job]) -> list[Hits | BaseException]:
-        """One ``knn`` call per (table, k) for all its queries (each call releases and then waits to take back
-        the GIL, which the busy loop holds: one call per round, not one per query). An approximate index answers
-        each row of a batch exactly as it answers that query alone. A failure answers only its call's jobs."""
-        groups: dict[tuple[int, int], list[int]] = {}
+    def _search(jobs: list[Job]) -> list[Answers | BaseException]:
+        """One engine call per (table, request key) for all its jobs (each call releases and then waits to take
+        back the GIL, which the busy loop holds: one call per round, not one per query). An approximate index
+        answers each query of a joined request exactly as it answers that query alone. A failure answers only
+        its call's jobs."""
+        groups: dict[tuple[int, object], list[int]] = {}
         for position, job in enumerate(jobs):
-            groups.setdefault((id(job.table), job.k), []).append(position)
-        answers: list[Hits | BaseException] = [RuntimeError("not searched")] * len(jobs)
+            groups.setdefault((id(job.table), job.search.key()), []).append(position)
+        answers: list[Answers | BaseException] = [RuntimeError("not searched")] * len(jobs)
         for positions in groups.values():
-            first = jobs[positions[0]]
+            searches = [jobs[p].search for p in positions]
             try:
-                scores, ids = first.table.knn(np.vstack([jobs[p].query for p in positions]), first.k)
+                parts = split(searches, jobs[positions[0]].table.run(join(searches)))
             except Exception as exc:  # handed to the requests, raised there
                 for p in positions:
                     answers[p] = exc
                 continue
-            for row, p in enumerate(positions):
-                answers[p] = (scores[row : row + 1], ids[row : row + 1])
+            for p, part in zip(positions, parts, strict=True):
+                answers[p] = part
         return answers
 
-    def _answer(self, jobs: list[Job], answers: list[Hits | BaseException]) -> None:
+    def _answer(self, jobs: list[Job], answers: list[Answers | BaseException]) -> None:
         self._outstanding -= len(jobs)
         self._last_answer = time.perf_counter()
         for job, answer in zip(jobs, answers, strict=True):

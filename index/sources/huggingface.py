@@ -22,9 +22,8 @@ import numpy as np
 
 from index.errors import InputError
 from index.sources import RawTable, ReadOptions
+from index.tokens import FLAG_CONTINUATION, FLAG_SPECIAL, TOKENIZER
 
-FLAG_SPECIAL = 1  # the same bits as index.table.FLAG_SPECIAL / FLAG_CONTINUATION
-FLAG_CONTINUATION = 2
 BLOCK_BYTES = 64 << 20  # rows are read and converted this many source bytes at a time
 MAX_HEADER = 100 << 20
 INDEX_JSON = "model.safetensors.index.json"
@@ -263,7 +262,7 @@ def read_vocabulary(directory: Path) -> Vocabulary:
     """Labels (by id), special tokens and labelling scheme from tokenizer.json (or vocab.txt)."""
     from tokenizers import Tokenizer
 
-    path = directory / "tokenizer.json"
+    path = directory / TOKENIZER
     if path.is_file():
         content = path.read_bytes()
     elif (directory / "vocab.txt").is_file():
@@ -434,5 +433,5 @@ def read(path: Path, options: ReadOptions) -> RawTable:
         flags=flags,
         info=info,
         kind="tokens",
-        extra_files={"tokenizer.json": vocab.tokenizer_json},
+        extra_files={TOKENIZER: vocab.tokenizer_json},
     )

@@ -10,13 +10,13 @@ from starlette.responses import Response
 
 from index import diagnostics
 from index.errors import InvalidQuery
-from index.table import Neighbor, Table
-from service import queries
+from index.search import AnalogySearch
+from index.table import Table
+from service import execute, queries
 from service.deps import TableDep
 from service.errors import BODY_ERRORS, responses
 from service.models import AnalogyBatchResponse, AnalogyQuery, AnalogyRequest, AnalogyResponse
-from service.respond import FastJSON, compute, is_light, neighbors, search_one
-from service.routers.neighbors import search_options
+from service.respond import FastJSON, neighbors
 
 router = APIRouter(prefix="/v1/tables/{table}", tags=["analogy"])
 
@@ -38,9 +38,7 @@ def probe(table: Table, question: AnalogyQuery, body: AnalogyRequest) -> queries
     query.info = {"a": a, "b": b, "c": c}
     if question.expect is not None:
         expect = table.resolve(question.expect)
-        limit = table._limit(body.restrict)
-        drop = table.drop_flags(body.skip_special, body.whole_words_only)
-        diagnostics.check_expected(table, (a["id"], b["id"], c["id"]), expect.id, limit, drop)
+        diagnostics.check_expected(table, (a["id"], b["id"], c["id"]), expect.id, body.search_options())
         query.info["expect"] = expect.as_dict()
     return query
 
@@ -67,10 +65,10 @@ def expectations(table: Table, body: AnalogyRequest, probes: list[queries.Probe]
     return out
 
 
-def solve(table: Table, body: AnalogyRequest, probes: list[queries.Probe]) -> list[list[Neighbor]]:
-    """Every question at once: one index search, or the batched exact analogy search."""
-    questions = [(p.info["a"]["id"], p.info["b"]["id"], p.info["c"]["id"]) for p in probes]
-    return table.analogies(questions, body.k, body.method, **search_options(body))
+def engine_request(body: AnalogyRequest, probes: list[queries.Probe]) -> AnalogySearch:
+    """Every question at once, for one engine call (one index search, or the batched exact analogy search)."""
+    asked = [(p.info["a"]["id"], p.info["b"]["id"], p.info["c"]["id"]) for p in probes]
+    return AnalogySearch(asked, body.k, body.method, body.search_options())
 
 
 @router.post(
@@ -87,23 +85,19 @@ async def analogy(request: Request, table: TableDep, body: AnalogyRequest) -> Re
         # The request's validator requires a, b and c when there is no batch.
         question = AnalogyQuery(a=cast(str, body.a), b=cast(str, body.b), c=cast(str, body.c), expect=body.expect)
         query = probe(table, question, body)  # 404 for an unknown token
-        if body.method == "3cosadd" and is_light(table, body.exact, body.restrict):  # one index search
-            options = search_options(body)
-            hits = await search_one(request, table, "analogy", query.vector[None, :], body.k, query.exclude, options)
-        else:
-            hits = (await compute(request, table, "analogy", lambda: solve(table, body, [query])))[0]
+        (hits,) = await execute.search(request, table, "analogy", engine_request(body, [query]))
         info = {k: v for k, v in query.info.items() if k != "expect"}
         answer: dict[str, Any] = {"query": {**info, "method": body.method}, "neighbors": neighbors(table, hits)}
         if "expect" in query.info:
             answer["expect"] = (
-                await compute(request, table, "analogy_expect", lambda: expectations(table, body, [query]))
+                await execute.compute(request, table, "analogy_expect", lambda: expectations(table, body, [query]))
             )[0]
         return FastJSON(answer)
     questions = body.queries
 
     def many() -> dict[str, Any]:
         batch = queries.Batch.build(lambda question: probe(table, question, body), questions)
-        results = batch.results(table, solve(table, body, batch.queries) if batch.queries else [])
+        results = batch.results(table, table.run(engine_request(body, batch.queries)) if batch.queries else [])
         expected = expectations(table, body, batch.queries) if any("expect" in p.info for p in batch.queries) else []
         for position, found in zip(batch.positions, expected, strict=False):
             if found is not None:
@@ -114,4 +108,4 @@ async def analogy(request: Request, table: TableDep, body: AnalogyRequest) -> Re
                 result["query"]["method"] = body.method
         return {"results": results}
 
-    return FastJSON(await compute(request, table, f"analogy_batch_{body.method}", many))
+    return FastJSON(await execute.compute(request, table, f"analogy_batch_{body.method}", many))

@@ -14,6 +14,7 @@ from index.errors import EmbeddingError
 from index.table import Neighbor, Resolved, Table
 from service.deps import QueryRoute, TableDep, TableName, get_registry, parse_query, query_params, table_named
 from service.errors import BODY_ERRORS, TABLE_ERRORS, item_error, responses
+from service.execute import compute
 from service.models import (
     CloserThanParams,
     CloserThanResponse,
@@ -33,8 +34,7 @@ from service.models import (
     RanksResponse,
     TokenOptions,
 )
-from service.respond import FastJSON, compute, neighbors
-from service.routers.neighbors import search_options
+from service.respond import FastJSON, neighbors
 
 router = APIRouter(tags=["diagnostics"], route_class=QueryRoute)
 T = "/v1/tables/{table}"
@@ -235,7 +235,7 @@ def comparisons(
     """The comparison of each resolved word (``None``: an item whose error is already in place)."""
     good = [(position, pair) for position, pair in enumerate(pairs) if pair is not None]
     found = diagnostics.compare(
-        first, second, [(a.id, b.id) for _, (a, b) in good], options.k, **search_options(options)
+        first, second, [(a.id, b.id) for _, (a, b) in good], options.k, options.search_options()
     )
     out: list[dict[str, Any]] = [{} for _ in pairs]
     for (position, (left, right)), result in zip(good, found, strict=True):

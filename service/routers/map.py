@@ -29,8 +29,9 @@ from index.sources.glove_package import DEFAULT_NAME
 from index.table import Table
 from service.deps import RegistryDep, SettingsDep, TableDep
 from service.errors import BODY_ERRORS, TABLE_ERRORS, responses
+from service.execute import compute
 from service.models import MAX_EXPORT_ROWS, ExplorerConfig, ExportRequest, MapColours, MapInfo
-from service.respond import FastJSON, compute
+from service.respond import FastJSON
 
 router = APIRouter(tags=["map"])
 Method = Annotated[

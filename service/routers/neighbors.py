@@ -7,8 +7,9 @@ from typing import Any
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
+from index.search import VectorSearch
 from index.table import Table
-from service import queries
+from service import execute, queries
 from service.deps import QueryRoute, TableDep, TableName, parse_query, query_params, table_named
 from service.errors import BODY_ERRORS, TABLE_ERRORS, responses
 from service.models import (
@@ -19,18 +20,9 @@ from service.models import (
     NeighborsResponse,
     TokenOptions,
 )
-from service.respond import FastJSON, SearchOptions, compute, neighbors, search_one
+from service.respond import FastJSON, neighbors
 
 router = APIRouter(prefix="/v1/tables/{table}", tags=["neighbors"], route_class=QueryRoute)
-
-
-def search_options(options: TokenOptions) -> SearchOptions:
-    return SearchOptions(
-        exact=options.exact,
-        restrict=options.restrict,
-        skip_special=options.skip_special,
-        whole_words_only=options.whole_words_only,
-    )
 
 
 def probe(table: Table, item: str | NeighborsQuery, compose: str | None) -> queries.Probe:
@@ -47,9 +39,8 @@ async def single(
     request: Request, table: Table, item: str | NeighborsQuery, compose: str | None, options: TokenOptions
 ) -> dict[str, Any]:
     query = probe(table, item, compose)
-    hits = await search_one(
-        request, table, "neighbors", query.vector[None, :], options.k, query.exclude, search_options(options)
-    )
+    search = VectorSearch(query.vector[None, :], options.k, [query.exclude], options.search_options())
+    (hits,) = await execute.search(request, table, "neighbors", search)
     return {"query": query.info, "neighbors": neighbors(table, hits)}
 
 
@@ -83,7 +74,7 @@ async def neighbors_post(request: Request, table: TableDep, body: NeighborsReque
         batch = queries.Batch.build(lambda item: probe(table, item, body.compose), items)
         hits = []
         if batch.queries:
-            hits = table.search(batch.matrix(), body.k, exclude=batch.excludes(), **search_options(body))
+            hits = table.run(VectorSearch(batch.matrix(), body.k, batch.excludes(), body.search_options()))
         return {"results": batch.results(table, hits)}
 
-    return FastJSON(await compute(request, table, "neighbors_batch", run))
+    return FastJSON(await execute.compute(request, table, "neighbors_batch", run))

@@ -14,8 +14,9 @@ from index.layout import axes_projection
 from index.table import Table
 from service.deps import TableDep
 from service.errors import BODY_ERRORS, responses
+from service.execute import compute
 from service.models import ProjectRequest, ProjectResponse
-from service.respond import FastJSON, compute
+from service.respond import FastJSON
 
 router = APIRouter(prefix="/v1/tables/{table}", tags=["projection"])
 

@@ -13,8 +13,9 @@ from index.table import Table
 from service import queries
 from service.deps import QueryRoute, TableDep, TableName, parse_query, query_params, table_named
 from service.errors import BODY_ERRORS, TABLE_ERRORS, item_error, responses
+from service.execute import compute
 from service.models import SimilaritiesResponse, SimilarityParams, SimilarityRequest, SimilarityResponse
-from service.respond import FastJSON, compute
+from service.respond import FastJSON
 
 router = APIRouter(prefix="/v1/tables/{table}", tags=["similarity"], route_class=QueryRoute)
 
@@ -38,7 +39,7 @@ async def similarity_get(request: Request, table: TableName) -> Response:
     found = await table_named(request, table)
     params = parse_query(request, SimilarityParams)
     value, info = await compute(
-        request, found, "similarity", lambda: pair(found, params.a, params.b, params.compose), light=True
+        request, found, "similarity", lambda: pair(found, params.a, params.b, params.compose), on_loop=True
     )
     return FastJSON({"a": params.a, "b": params.b, "similarity": value, "query": info})
 

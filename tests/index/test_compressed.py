@@ -16,7 +16,8 @@ from index.build import build_table
 from index.errors import InvalidQuery
 from index.faiss_index import PQ_RERANK, default_pq_m, parse_spec, rerank_exact
 from index.sources import RawTable
-from index.table import FLAG_SPECIAL, Table
+from index.table import Table
+from index.tokens import FLAG_SPECIAL
 from tests.service.conftest import client_for
 
 ROWS, DIM, CLUSTERS = 30_000, 32, 300

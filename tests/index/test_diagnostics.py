@@ -21,10 +21,12 @@ from index.build import build_table
 from index.cli import app
 from index.errors import InvalidQuery, UnknownToken
 from index.evaluate import default_sets, evaluate_analogies
+from index.search import SearchOptions
 from index.sources import RawTable
 from index.table import Table
 from tests.conftest import small_raw
 
+EXACT = SearchOptions(exact=True)
 TIE = 1e-6  # cosines this close to a threshold may fall either side of it (float rounding)
 GOOGLE, _ = default_sets()
 
@@ -229,14 +231,14 @@ def test_compare_equals_gensim_on_both_tables(
     table, other_kv = other
     tokens = ["heart", "king", "paris", "music", "computer", "river"]
     rows = [(small.find(t).id, table.find(t).id) for t in tokens]  # type: ignore[union-attr]
-    for token, result in zip(tokens, diagnostics.compare(small, table, rows, k=10, exact=True), strict=True):
+    for token, result in zip(tokens, diagnostics.compare(small, table, rows, k=10, options=EXACT), strict=True):
         mine = [w for w, _ in kv.most_similar(token, topn=10)]
         theirs = [w for w, _ in other_kv.most_similar(token, topn=10)]
         assert small.tokens.labels([i for i, _ in result.first]) == mine
         assert table.tokens.labels([i for i, _ in result.second]) == theirs
         assert result.shared == [w for w in mine if w in theirs]
         assert result.overlap == len(set(mine) & set(theirs)) / 10
-    same = diagnostics.compare(small, small, rows[:1], k=5, exact=True)[0]
+    same = diagnostics.compare(small, small, rows[:1], k=5, options=EXACT)[0]
     assert same.overlap == 1.0 and same.first == same.second
     assert diagnostics.compare(small, table, [], k=5) == []
 

@@ -20,7 +20,8 @@ from index.build import build_table
 from index.errors import InputError
 from index.sources import ReadOptions
 from index.sources import huggingface as hf
-from index.table import FLAG_CONTINUATION, FLAG_SPECIAL, Table
+from index.table import Table
+from index.tokens import FLAG_CONTINUATION, FLAG_SPECIAL
 
 REPO = Path(__file__).resolve().parents[2]
 MINILM_TENSOR = "embeddings.word_embeddings.weight"

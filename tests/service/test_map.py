@@ -21,7 +21,8 @@ from index import artifact
 from index.build import build_table
 from index.layout import TOKEN_KIND
 from index.sources import RawTable
-from index.table import FLAG_CONTINUATION, FLAG_SPECIAL, Table
+from index.table import Table
+from index.tokens import FLAG_CONTINUATION, FLAG_SPECIAL
 from tests.service.conftest import MINILM, client_for
 
 T = "/v1/tables/small"

@@ -1,4 +1,4 @@
-"""Light searches: alone on the event loop; overlapping ones batched in the searcher thread, same answers."""
+"""Light searches: alone on the event loop; overlapping ones joined in the searcher thread, same answers."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 
+from index.search import AnalogySearch, Answers, Search, VectorSearch
 from index.table import Table
 from service.app import create_app
 from service.searcher import MAX_BATCH, Searcher
@@ -43,33 +44,41 @@ def calls(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[tuple[str, int]]]:
     yield seen
 
 
-def query(table: Table, word: str) -> np.ndarray:
-    return table.mean_query([table.resolve(word).id])
+def query(table: Table, word: str, k: int = 10) -> VectorSearch:
+    """gensim's most_similar(word): its row, the word left out."""
+    row = table.resolve(word).id
+    return VectorSearch(table.mean_query([row]), k, [{row}])
 
 
-def assert_same(found: tuple[np.ndarray, np.ndarray], expected: tuple[np.ndarray, np.ndarray]) -> None:
-    np.testing.assert_array_equal(found[1], expected[1])
-    np.testing.assert_array_equal(found[0], expected[0])
+def analogy(table: Table, words: str, k: int = 10) -> AnalogySearch:
+    a, b, c = (table.resolve(w).id for w in words.split())
+    return AnalogySearch([(a, b, c)], k, "3cosadd")
+
+
+def alone(table: Table, search: Search) -> Answers:
+    return table.run(search)
 
 
 def test_a_lone_search_runs_on_the_event_loop(glove: Table, calls: list[tuple[str, int]]) -> None:
-    async def scenario() -> tuple[np.ndarray, np.ndarray]:
+    async def scenario() -> Answers:
         searcher = Searcher(threads=1)
         try:
-            return await searcher.knn(glove, query(glove, "heart"), 11)
+            return await searcher.run(glove, query(glove, "heart", 11))
         finally:
             searcher.close()
 
     found = asyncio.run(scenario())
     assert calls == [("MainThread", 1)]
-    assert_same(found, glove.knn(query(glove, "heart"), 11))
-    assert int(found[1][0, 0]) == glove.resolve("heart").id  # its own row first
+    assert found == alone(glove, query(glove, "heart", 11))
+    heart = glove.resolve("heart").id
+    assert len(found[0]) == 11 and heart not in {i for i, _ in found[0]}  # the word itself left out
 
 
 def test_overlapping_searches_are_batched_in_the_thread_with_the_same_answers(
     glove: Table, glove_copy: Table, calls: list[tuple[str, int]]
 ) -> None:
-    asks = [(table, word, k) for table in (glove, glove_copy) for word in WORDS for k in (5, 12)]
+    asks = [(table, query(table, word, k)) for table in (glove, glove_copy) for word in WORDS for k in (5, 12)]
+    asks += [(glove, analogy(glove, words)) for words in ("man king woman", "paris france rome", "good better bad")]
 
     rounds: list[int] = []
     answer = Searcher._answer
@@ -78,10 +87,10 @@ def test_overlapping_searches_are_batched_in_the_thread_with_the_same_answers(
         rounds.append(len(jobs))
         answer(self, jobs, answers)
 
-    async def scenario() -> list[tuple[np.ndarray, np.ndarray]]:
+    async def scenario() -> list[Answers]:
         searcher = Searcher(threads=1)
         try:
-            return await asyncio.gather(*(searcher.knn(t, query(t, w), k) for t, w, k in asks))
+            return await asyncio.gather(*(searcher.run(table, search) for table, search in asks))
         finally:
             searcher.close()
 
@@ -92,15 +101,16 @@ def test_overlapping_searches_are_batched_in_the_thread_with_the_same_answers(
     assert max(n for _, n in calls) > 1  # one search for the queries of a round with the same table and k
     assert max(rounds) <= MAX_BATCH and sum(rounds) == len(asks)
     calls.clear()
-    for (table, word, k), answer in zip(asks, found, strict=True):
-        assert_same(answer, table.knn(query(table, word), k))  # the same, to the last bit, as a search alone
+    for (table, search), answer in zip(asks, found, strict=True):
+        assert answer == alone(table, search)  # the same, to the last bit, as a search alone
+    assert glove.tokens[found[len(WORDS) * 4][0][0][0]] == "queen"
 
 
 def test_a_failed_search_fails_only_its_own_requests(glove: Table, monkeypatch: pytest.MonkeyPatch) -> None:
     knn = Table.knn
 
     def failing(self: Table, queries: np.ndarray, k: int, *args, **kwargs):  # type: ignore[no-untyped-def]
-        if k == 13:
+        if k == 14:  # 13 neighbours and the word left out
             raise RuntimeError("index failure")
         return knn(self, queries, k, *args, **kwargs)
 
@@ -109,23 +119,25 @@ def test_a_failed_search_fails_only_its_own_requests(glove: Table, monkeypatch: 
     async def scenario() -> list[object]:
         searcher = Searcher(threads=1)
         try:
-            asks = [searcher.knn(glove, query(glove, w), 13 if i % 3 == 0 else 10) for i, w in enumerate(WORDS)]
+            asks = [searcher.run(glove, query(glove, w, 13 if i % 3 == 0 else 10)) for i, w in enumerate(WORDS)]
             return await asyncio.gather(*asks, return_exceptions=True)
         finally:
             searcher.close()
 
-    for i, answer in enumerate(asyncio.run(scenario())):
+    found = asyncio.run(scenario())
+    monkeypatch.setattr(Table, "knn", knn)
+    for i, answer in enumerate(found):
         if i % 3 == 0:
             assert isinstance(answer, RuntimeError)
         else:
-            assert_same(answer, knn(glove, query(glove, WORDS[i]), 10))  # type: ignore[arg-type]
+            assert answer == alone(glove, query(glove, WORDS[i]))
 
 
 def test_a_request_that_goes_away_while_gathering_leaves_the_others_answered(glove: Table) -> None:
-    async def scenario() -> list[tuple[np.ndarray, np.ndarray]]:
+    async def scenario() -> list[Answers]:
         searcher = Searcher(threads=1)
         try:
-            tasks = [asyncio.create_task(searcher.knn(glove, query(glove, w), 10)) for w in WORDS[:6]]
+            tasks = [asyncio.create_task(searcher.run(glove, query(glove, w))) for w in WORDS[:6]]
             await asyncio.sleep(0)  # every task reaches its search: the first gathers, the others join it
             tasks[0].cancel()
             done = await asyncio.wait_for(asyncio.gather(*tasks[1:]), timeout=10)
@@ -135,7 +147,7 @@ def test_a_request_that_goes_away_while_gathering_leaves_the_others_answered(glo
             searcher.close()
 
     for word, answer in zip(WORDS[1:6], asyncio.run(scenario()), strict=True):
-        assert_same(answer, glove.knn(query(glove, word), 10))
+        assert answer == alone(glove, query(glove, word))
 
 
 def test_close_stops_the_thread() -> None:

@@ -1,0 +1,51 @@
+"""Top-k kernels over unit rows: exact inner-product search, the best of a score vector, and the hits left
+once some rows are left out."""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+
+import faiss
+import numpy as np
+
+SMALL_BATCH = 2  # up to this many queries a plain matrix product beats FAISS's blocked search
+
+Neighbor = tuple[int, float]  # (row id, score)
+
+
+def exact_knn(queries: np.ndarray, base: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Brute-force inner-product top-``k``: one BLAS product for a few queries, FAISS's blocked search beyond."""
+    if len(queries) > SMALL_BATCH:
+        return faiss.knn(queries, base, k, metric=faiss.METRIC_INNER_PRODUCT)
+    scores = queries @ np.asarray(base).T  # queries x rows
+    if k < scores.shape[1]:
+        best = np.argpartition(-scores, k - 1, axis=1)[:, :k]
+    else:
+        best = np.broadcast_to(np.arange(scores.shape[1]), scores.shape)
+    top = np.take_along_axis(scores, best, axis=1)
+    order = np.argsort(-top, axis=1, kind="stable")
+    return np.take_along_axis(top, order, axis=1), np.take_along_axis(best, order, axis=1).astype(np.int64)
+
+
+def top_k(scores: np.ndarray, k: int, exclude: Collection[int] = ()) -> list[Neighbor]:
+    """The ``k`` best (id, score) pairs of a full score vector, best first, ``exclude`` left out."""
+    want = min(len(scores), k + len(exclude))
+    best = np.argpartition(-scores, want - 1)[:want] if want < len(scores) else np.arange(len(scores))
+    best = best[np.argsort(-scores[best], kind="stable")]
+    out = [(int(i), float(scores[i])) for i in best if int(i) not in exclude and np.isfinite(scores[i])]
+    return out[:k]
+
+
+def keep_hits(
+    scores: np.ndarray, ids: np.ndarray, k: int, exclude: Collection[int], flags: np.ndarray | None, drop: int
+) -> list[Neighbor]:
+    """The first ``k`` of one query's hits (best first) that are not padding (-1), not in ``exclude`` and not of
+    a token kind in the bit mask ``drop`` (``flags``: the kind bits of every row; read only when ``drop``)."""
+    out: list[Neighbor] = []
+    for score, i in zip(scores.tolist(), ids.tolist(), strict=True):
+        if i < 0 or i in exclude or (drop and flags is not None and flags[i] & drop):
+            continue
+        out.append((i, score))
+        if len(out) == k:
+            break
+    return out

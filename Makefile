@@ -60,10 +60,10 @@ system-deps:
 test: dev system-deps
 	$(BIN)/python -m pytest -q
 
-# ruff over everything; mypy (strict) over index/ and service/, as configured in pyproject.toml.
+# ruff over everything; mypy (strict) over index/, service/ and service_client/, as configured in pyproject.toml.
 lint: dev
-	$(BIN)/ruff check index service tests bench
-	$(BIN)/ruff format --check index service tests bench
+	$(BIN)/ruff check index service service_client tests bench
+	$(BIN)/ruff format --check index service service_client tests bench
 	$(BIN)/mypy
 
 bench: dev $(VENV)/.bench-installed build

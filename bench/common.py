@@ -253,12 +253,14 @@ def wait_ready(process: subprocess.Popen[bytes], url: str, log: Any, timeout: fl
 
 
 @contextmanager
-def serve(argv: Sequence[str], ready_path: str, port: int, env: dict[str, str] | None = None) -> Iterator[Server]:
+def serve(
+    argv: Sequence[str], ready_path: str, port: int, env: dict[str, str] | None = None, cwd: Path = REPO
+) -> Iterator[Server]:
     """Start a server process in its own session, wait for ``ready_path``, stop the whole group afterwards."""
     with tempfile.TemporaryFile() as log:
         started = time.perf_counter()
         process = subprocess.Popen(
-            list(argv), stdout=log, stderr=subprocess.STDOUT, env=env, cwd=REPO, start_new_session=True
+            list(argv), stdout=log, stderr=subprocess.STDOUT, env=env, cwd=cwd, start_new_session=True
         )
         try:
             base = f"http://127.0.0.1:{port}"

@@ -288,7 +288,7 @@ class Ours(Side):
         self.start()
 
     def search_many(self, queries: np.ndarray) -> list[list[int]]:
-        from service.client import Client
+        from service_client import Client
 
         out: list[list[int]] = []
         with Client(self.base, timeout=120.0) as api:
@@ -300,7 +300,7 @@ class Ours(Side):
         return out
 
     def client(self) -> tuple[Search, Callable[[], None]]:
-        from service.client import Client
+        from service_client import Client
 
         api = Client(self.base, timeout=60.0)
         return (lambda v: [n.id for n in api.search(TABLE_NAME, v, k=K)]), api.close

@@ -1,4 +1,4 @@
-"""What the connection limits of ``service.protocol`` cost a normal request: uvicorn's own httptools protocol
+"""What the connection limits of ``service.http.protocol`` cost a normal request: uvicorn's own httptools protocol
 against ``JsonErrorsProtocol`` on the same kept-alive connection, parsing one typical GET after another, and a
 4 MiB POST body arriving in 256 KiB reads (which the protocol feeds in slices of the head limit).
 
@@ -21,7 +21,7 @@ from uvicorn.config import Config
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from uvicorn.server import ServerState
 
-from service.protocol import ConnectionLimits, JsonErrorsProtocol
+from service.http.protocol import ConnectionLimits, JsonErrorsProtocol
 
 REQUEST = (
     b"GET /v1/tables/glove-6b-50d/neighbors?token=heart&k=10 HTTP/1.1\r\nHost: 127.0.0.1:8000\r\n"

@@ -28,12 +28,13 @@ from starlette.responses import FileResponse, HTMLResponse, Response
 from starlette.routing import Route
 
 from index import __version__
-from service import auth, errors
-from service.cache import AnswerCache, AnswerCacheMiddleware
-from service.deps import document_query_models
-from service.drain import Drain
-from service.limits import RequestLimitsMiddleware
-from service.metrics import Metrics, MetricsMiddleware
+from service import errors
+from service.http import auth
+from service.http.cache import AnswerCache, AnswerCacheMiddleware
+from service.http.drain import Drain
+from service.http.fastroute import document_query_models
+from service.http.limits import RequestLimitsMiddleware
+from service.http.metrics import Metrics, MetricsMiddleware
 from service.models import LIMITS, Limits
 from service.registry import Registry
 from service.reload import Reloader
@@ -72,8 +73,8 @@ def create_app(settings: Settings) -> FastAPI:
         log.info("ready: %d table(s) loaded, %d failed", len(registry.tables), len(registry.failed))
         reloader.loaded()
         app.state.searcher = Searcher(settings.threads, settings.searcher_nice)  # light searches: see service.searcher
-        # Under uvicorn: SIGTERM fails readiness first, then the server shuts down (service.drain). The state
-        # hands the drain to the HTTP protocol too (service.protocol), which closes connections while it lasts.
+        # Under uvicorn: SIGTERM fails readiness first, then the server shuts down (service.http.drain). The state
+        # hands the drain to the HTTP protocol too (service.http.protocol), which closes connections while it lasts.
         draining = drain.install()
         try:
             yield {"drain": drain}

@@ -2,29 +2,21 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Coroutine, Iterable
-from typing import Annotated, Any, TypeVar
-from urllib.parse import parse_qsl
+from typing import Annotated
 
-from fastapi import APIRouter, Depends, Header, Path, Request
-from fastapi.exceptions import RequestValidationError
-from fastapi.routing import APIRoute
-from pydantic import AfterValidator, BaseModel, ValidationError
-from starlette.responses import Response
-from starlette.routing import request_response
+from fastapi import Depends, Header, Path, Request
+from pydantic import AfterValidator
 
 from index.artifact import check_name
 from index.errors import InvalidQuery
 from index.table import Table
-from service import auth
 from service.errors import ApiError
+from service.http import auth
 from service.registry import Registry
 from service.settings import Settings
 
 # Dependencies are ``async def`` so FastAPI calls them on the event loop instead of a worker thread.
 
-M = TypeVar("M", bound=BaseModel)
-F = TypeVar("F", bound=Callable[..., Any])
 
 # The names ``index.artifact.check_name`` accepts (no "..", no leading dot) as one regular expression, for the
 # OpenAPI document; the check itself is check_name's, so its message names the rule (tests hold the two equal).
@@ -87,88 +79,3 @@ async def require_api_key(
 
 
 AdminDep = Annotated[None, Depends(require_api_key)]
-
-
-def query_params(model: type[M]) -> Callable[[F], F]:
-    """Mark a route whose query string ``model`` validates (with :func:`parse_query`), for the OpenAPI document."""
-
-    def mark(endpoint: F) -> F:
-        endpoint.query_model = model  # type: ignore[attr-defined]  # a function attribute, read back by getattr
-        return endpoint
-
-    return mark
-
-
-def parse_query(request: Request, model: type[M]) -> M:
-    """The whole query string validated by ``model`` in one pydantic call, in the route itself.
-
-    The hot GET routes take the table name as their only parameter and do this and :func:`table_named`
-    themselves: FastAPI's field-by-field query parsing and its dependency solving cost more per request than
-    the lookup they wrap. Errors keep FastAPI's shape (``loc`` starts with "query").
-    """
-    try:
-        # What Starlette's request.query_params holds (the last value of a repeated name), without its multidict.
-        return model.model_validate(
-            dict(parse_qsl(request.scope["query_string"].decode("latin-1"), keep_blank_values=True))
-        )
-    except ValidationError as exc:
-        errors = exc.errors(include_url=False, include_context=False, include_input=False)
-        raise RequestValidationError([{**e, "loc": ("query", *e["loc"])} for e in errors]) from None
-
-
-class QueryRoute(APIRoute):
-    """The route class of routers with :func:`query_params` routes. Such a route's endpoint takes the request and
-    its path parameters only, so it is called directly, in Starlette's plain request wrapper: FastAPI's general
-    parameter solving (dependencies, body, headers, cookies, a sub-response, exit stacks) costs more per request
-    than the whole lookup. The path parameters are still checked by FastAPI's own field validation, with its
-    errors, and the OpenAPI document is built from the same signature. Other routes are FastAPI's as usual."""
-
-    def __init__(self, path: str, endpoint: Callable[..., Any], **kwargs: Any) -> None:
-        super().__init__(path, endpoint, **kwargs)
-        if getattr(endpoint, "query_model", None) is not None:
-            self.app = request_response(self._direct_handler())
-
-    def _direct_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
-        dependant, endpoint = self.dependant, self.endpoint
-        others = (dependant.query_params, dependant.header_params, dependant.cookie_params, dependant.body_params)
-        request_name = dependant.request_param_name
-        if any(others) or dependant.dependencies or request_name is None:
-            raise TypeError(f"{self.path}: a query_params endpoint takes (request, <path parameters>) only")
-        fields = [(field.name, field.alias, field) for field in dependant.path_params]
-
-        async def handler(request: Request) -> Response:
-            values: dict[str, Any] = {request_name: request}
-            errors: list[Any] = []
-            for name, alias, field in fields:  # a matched route has every path parameter
-                values[name], problems = field.validate(request.path_params[alias], loc=("path", alias))
-                errors += problems
-            if errors:
-                raise RequestValidationError(errors)
-            response: Response = await endpoint(**values)  # a query_params endpoint answers a Response
-            return response
-
-        return handler
-
-
-def document_query_models(routers: Iterable[APIRouter], schema: dict[str, Any]) -> None:
-    """Add the fields of each route's :func:`query_params` model to its OpenAPI operation as query parameters."""
-    for route in (r for router in routers for r in router.routes):
-        if not isinstance(route, APIRoute) or route.path_format not in schema["paths"]:
-            continue
-        model = getattr(route.endpoint, "query_model", None)
-        if model is None:
-            continue
-        fields = model.model_json_schema()
-        required = set(fields.get("required", []))
-        parameters = [
-            {
-                "name": name,
-                "in": "query",
-                "required": name in required,
-                "description": field.get("description", ""),
-                "schema": field,
-            }
-            for name, field in fields["properties"].items()
-        ]
-        for method in route.methods or ():
-            schema["paths"][route.path_format][method.lower()].setdefault("parameters", []).extend(parameters)

@@ -3,8 +3,8 @@
 Command-line options override the ``EMBEDDING_*`` environment; workers re-read the environment through the
 app factory ``service.app:app_from_env``. Table files are memory-mapped read-only, so workers share pages.
 SIGHUP makes every worker reload its tables (see ``service.reload``). SIGTERM (or SIGINT) makes every worker fail
-readiness, serve ``EMBEDDING_DRAIN_SECONDS`` more, finish its requests in flight and exit 0 (``service.drain``).
-The HTTP protocol (``service.protocol``) limits request heads, their time and the connections per worker.
+readiness, serve ``EMBEDDING_DRAIN_SECONDS`` more, finish its requests in flight and exit 0 (``service.http.drain``).
+The HTTP protocol (``service.http.protocol``) limits request heads, their time and the connections per worker.
 """
 
 from __future__ import annotations
@@ -27,8 +27,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from service.http.protocol import ConnectionLimits, JsonErrorsProtocol
 from service.logs import log_config
-from service.protocol import ConnectionLimits, JsonErrorsProtocol
 from service.settings import SUPERVISOR_VARIABLE, Settings, cores, describe_error
 
 APP = "service.app:app_from_env"

@@ -69,7 +69,7 @@ class Settings(BaseSettings):
         "background process at start-up, serving exact answers until it is published",
     )
     cache_bytes: int = Field(
-        8 * MIB, ge=0, description="memory per worker for repeated GET answers (service.cache); 0 turns it off"
+        8 * MIB, ge=0, description="memory per worker for repeated GET answers (service.http.cache); 0 turns it off"
     )
     cache_dir: Path | None = Field(
         None,
@@ -85,7 +85,7 @@ class Settings(BaseSettings):
         "request pays its checks (more searched requests/s, BENCHMARKS.md); /metrics is there either way",
     )
 
-    # The connection: what a replica that clients reach directly (no proxy in front) needs (service.protocol).
+    # The connection: what a replica that clients reach directly (no proxy in front) needs (service.http.protocol).
     max_header_bytes: int = Field(
         32 * KIB,
         ge=1 * KIB,

@@ -9,7 +9,7 @@ from __future__ import annotations
 import gzip
 import io
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -155,3 +155,25 @@ def read_source(path: Path, fmt: str = "auto", options: ReadOptions | None = Non
         raise InputError(path, f"unknown format {fmt!r}; choose one of {', '.join(FORMATS)}")
     note(f"reading {path.name} ({fmt}) ...")
     return readers[fmt](path, options), fmt
+
+
+def decode_tokens(
+    raw: Sequence[bytes], options: ReadOptions, fail: Callable[[int, str], InputError]
+) -> tuple[list[str], int]:
+    """The tokens ``raw`` as UTF-8: strictly, raising ``fail(position, problem)`` for the first that is not,
+    or (``--unicode-errors replace``) with U+FFFD; also how many needed it."""
+    out: list[str] = []
+    replaced = 0
+    for position, token in enumerate(raw):
+        try:
+            out.append(token.decode("utf-8"))
+        except UnicodeDecodeError as exc:
+            if options.unicode_errors != "replace":
+                problem = (
+                    f"token is not valid UTF-8 (byte 0x{token[exc.start]:02x} at position {exc.start}); "
+                    "use --unicode-errors replace to substitute U+FFFD"
+                )
+                raise fail(position, problem) from None
+            replaced += 1
+            out.append(token.decode("utf-8", "replace"))
+    return out, replaced

@@ -28,7 +28,7 @@ import pyarrow.csv as pacsv
 
 from index.errors import InputError
 from index.progress import Progress, note
-from index.sources import BinaryHandle, RawTable, ReadOptions, open_text
+from index.sources import BinaryHandle, RawTable, ReadOptions, decode_tokens, open_text
 
 CHUNK_BYTES = 2 << 20
 SAMPLE_LINES = 1000
@@ -259,21 +259,9 @@ def _parse_line(line: bytes, dim: int) -> tuple[bytes, list[float]] | str:
 
 
 def _decode(path: Path, raw: list[bytes], lines: list[int], options: ReadOptions, stats: _Stats) -> list[str]:
-    out = []
-    for token, line in zip(raw, lines, strict=True):
-        try:
-            out.append(token.decode("utf-8"))
-        except UnicodeDecodeError as exc:
-            if options.unicode_errors != "replace":
-                raise InputError(
-                    path,
-                    f"token is not valid UTF-8 (byte 0x{token[exc.start]:02x} at position {exc.start}); "
-                    "use --unicode-errors replace to substitute U+FFFD",
-                    line=line,
-                ) from None
-            stats.tokens_unicode_replaced += 1
-            out.append(token.decode("utf-8", "replace"))
-    return out
+    tokens, replaced = decode_tokens(raw, options, lambda i, problem: InputError(path, problem, line=lines[i]))
+    stats.tokens_unicode_replaced += replaced
+    return tokens
 
 
 def _parse_chunk(

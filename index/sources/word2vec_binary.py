@@ -19,7 +19,7 @@ from numpy.lib.stride_tricks import sliding_window_view
 
 from index.errors import InputError
 from index.progress import Progress
-from index.sources import BinaryHandle, RawTable, ReadOptions, open_text
+from index.sources import BinaryHandle, RawTable, ReadOptions, decode_tokens, open_text
 
 CHUNK_BYTES = 2 << 20
 MAX_TOKEN = 4096  # bytes; a longer "token" means a wrong dimension or not a word2vec binary file
@@ -158,21 +158,13 @@ def _locate(
 
 
 def _decode(path: Path, raw: list[bytes], offsets: list[int], first: int, options: ReadOptions, out: list[str]) -> int:
-    """Append the tokens, decoded as UTF-8 (without the newline word2vec.c writes before each), strictly or with
-    U+FFFD, to ``out``; return how many needed U+FFFD. ``first`` is the row index of ``raw[0]``."""
-    replaced = 0
-    for i, token in enumerate(raw):
-        token = token.lstrip(b"\n")
-        try:
-            out.append(token.decode("utf-8"))
-        except UnicodeDecodeError as exc:
-            if options.unicode_errors != "replace":
-                raise InputError(
-                    path,
-                    f"row {first + i + 1} (byte offset {offsets[i]:,}): token is not valid UTF-8 "
-                    f"(byte 0x{token[exc.start]:02x} at position {exc.start}); use --unicode-errors replace "
-                    "to substitute U+FFFD, or check the header's dimension",
-                ) from None
-            replaced += 1
-            out.append(token.decode("utf-8", "replace"))
+    """Append the tokens (without the newline word2vec.c writes before each) to ``out``; return how many needed
+    U+FFFD. ``first`` is the row index of ``raw[0]``."""
+
+    def fail(i: int, problem: str) -> InputError:
+        where = f"row {first + i + 1} (byte offset {offsets[i]:,})"
+        return InputError(path, f"{where}: {problem}, or check the header's dimension")
+
+    tokens, replaced = decode_tokens([token.lstrip(b"\n") for token in raw], options, fail)
+    out.extend(tokens)
     return replaced

@@ -12,9 +12,10 @@ from starlette.responses import Response
 from index import diagnostics
 from index.errors import EmbeddingError
 from index.table import Neighbor, Resolved, Table
-from service.deps import QueryRoute, TableDep, TableName, get_registry, parse_query, query_params, table_named
+from service.deps import TableDep, TableName, get_registry, table_named
 from service.errors import BODY_ERRORS, TABLE_ERRORS, item_error, responses
 from service.execute import compute
+from service.http.fastroute import QueryRoute, parse_query, query_params
 from service.models import (
     CloserThanParams,
     CloserThanResponse,

@@ -10,8 +10,9 @@ from starlette.responses import Response
 from index.search import VectorSearch
 from index.table import Table
 from service import execute, queries
-from service.deps import QueryRoute, TableDep, TableName, parse_query, query_params, table_named
+from service.deps import TableDep, TableName, table_named
 from service.errors import BODY_ERRORS, TABLE_ERRORS, responses
+from service.http.fastroute import QueryRoute, parse_query, query_params
 from service.models import (
     NeighborsBatchResponse,
     NeighborsParams,

@@ -11,9 +11,10 @@ from starlette.responses import Response
 from index.errors import EmbeddingError
 from index.table import Table
 from service import queries
-from service.deps import QueryRoute, TableDep, TableName, parse_query, query_params, table_named
+from service.deps import TableDep, TableName, table_named
 from service.errors import BODY_ERRORS, TABLE_ERRORS, item_error, responses
 from service.execute import compute
+from service.http.fastroute import QueryRoute, parse_query, query_params
 from service.models import SimilaritiesResponse, SimilarityParams, SimilarityRequest, SimilarityResponse
 from service.respond import FastJSON
 

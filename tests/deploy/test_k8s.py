@@ -36,8 +36,8 @@ from starlette.testclient import TestClient
 from index import cli as index_cli
 from index.build import build_table
 from index.sources import RawTable
-from service import auth
 from service.app import create_app
+from service.http import auth
 from service.main import parser as serve_parser
 from service.settings import Settings
 from tests.deploy.support import (

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from index.table import Table
-from service.cache import Answer, AnswerCache
+from service.http.cache import Answer, AnswerCache
 from tests.service.conftest import client_for
 
 KEY = "read-key-for-tests-0123456789"

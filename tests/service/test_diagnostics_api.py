@@ -16,9 +16,9 @@ from index import diagnostics
 from index.build import build_table
 from index.sources import RawTable
 from index.table import Table
-from service.client import ApiError, Client
 from service.deps import TABLE_NAME
 from service.models import MAX_SET_WORDS, CompareParams, CompareRequest
+from service_client import ApiError, Client
 from tests.conftest import small_raw
 from tests.index.test_diagnostics import keyed_vectors
 from tests.service.conftest import client_for

@@ -13,8 +13,9 @@ from fastapi import APIRouter, FastAPI, Request
 from fastapi.testclient import TestClient
 from starlette.responses import Response
 
-from service.deps import AdminDep, QueryRoute, query_params
+from service.deps import AdminDep
 from service.errors import ERRORS
+from service.http.fastroute import QueryRoute, query_params
 from service.models import NeighborsParams
 from tests.service.conftest import client_for
 

@@ -17,7 +17,7 @@ from service.settings import Settings, cores
 def test_heavy_calls_take_turns(small_data_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     running, most = 0, 0
     lock = threading.Lock()
-    search = Table.search
+    run = Table.run
 
     def counted(self: Table, *args, **kwargs):  # type: ignore[no-untyped-def]
         nonlocal running, most
@@ -25,12 +25,12 @@ def test_heavy_calls_take_turns(small_data_dir: Path, monkeypatch: pytest.Monkey
             running += 1
             most = max(most, running)
         try:
-            return search(self, *args, **kwargs)
+            return run(self, *args, **kwargs)
         finally:
             with lock:
                 running -= 1
 
-    monkeypatch.setattr(Table, "search", counted)
+    monkeypatch.setattr(Table, "run", counted)
     app = create_app(Settings(data_dir=small_data_dir, cache_bytes=0))
     body = {"queries": ["heart", "red", "king", "paris"] * 16, "k": 10, "exact": True}
 

@@ -22,8 +22,8 @@ from index import artifact
 from index.errors import ArtifactError, InputError, InvalidQuery
 from index.sources import ReadOptions, gensim_pickle
 from index.table import Table
-from service import auth
 from service.deps import TABLE_NAME
+from service.http import auth
 from service.settings import Settings
 from tests.service.conftest import client_for
 
@@ -251,7 +251,7 @@ def test_internal_errors_are_a_bare_500_envelope(
     def fail(*args: object, **kwargs: object) -> None:
         raise error
 
-    monkeypatch.setattr(Table, "search", fail)
+    monkeypatch.setattr(Table, "run", fail)
     monkeypatch.setattr(Table, "similarity", fail)
     with client_for(data_dir=data_dir, tables=["t"]) as client:
         for response in (

@@ -12,7 +12,7 @@ import psutil
 import pytest
 
 from index.table import Table
-from service.client import ApiError, Client, Neighbor
+from service_client import ApiError, Client, Neighbor
 from tests.service.real_server import Server, start
 
 

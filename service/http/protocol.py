@@ -15,7 +15,7 @@ API's JSON error envelope. ``embedding-serve`` runs with it (``JsonErrorsProtoco
 - 503 ``overloaded`` with ``Retry-After``: a connection opened while ``max_connections`` are open gets this
   answer to its request and is closed (instead of uvicorn's plain-text ``limit_concurrency`` 503, which also
   refuses requests on connections already served).
-- While the server drains before a shutdown (``service.drain``), every answer says ``Connection: close``, so
+- While the server drains before a shutdown (``service.http.drain``), every answer says ``Connection: close``, so
   clients move to another replica instead of keeping this one.
 
 After one of these refusals the answer is written, the write side shut, and what the client still sends is read
@@ -123,7 +123,7 @@ class JsonErrorsProtocol(HttpToolsProtocol):
         self.head_since: float | None = None  # when the head awaited now began; None: no head awaited
         self.head_timer: asyncio.TimerHandle | None = None
         self.refused = False
-        self.drain = app_state.get("drain")  # the app's service.drain.Drain, from its lifespan state
+        self.drain = app_state.get("drain")  # the app's service.http.drain.Drain, from its lifespan state
 
     # ------------------------------------------------------------------------------------------ connection
     # asyncio.Protocol declares a BaseTransport; as in uvicorn itself, an HTTP connection gets a Transport.

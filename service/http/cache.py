@@ -18,7 +18,7 @@ from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from service.metrics import Metrics
+from service.http.metrics import Metrics
 
 CACHED_PREFIX = "/v1/tables/"
 ENTRY_OVERHEAD = 200  # bytes a cached answer costs beside its body and key (tuple, headers, dict slot)

@@ -4,7 +4,7 @@ ones, waits up to ``EMBEDDING_SHUTDOWN_TIMEOUT`` for the requests in flight, and
 
 uvicorn stops accepting connections the moment it gets the signal; a load balancer or a Kubernetes Service
 still sends new connections to the replica until it sees readiness fail. The drain covers that time. While it
-lasts, every answer carries ``Connection: close`` (``service.protocol``), so kept-alive clients reconnect
+lasts, every answer carries ``Connection: close`` (``service.http.protocol``), so kept-alive clients reconnect
 elsewhere. A second SIGINT (Ctrl-C twice) ends the drain at once; a repeated SIGTERM (from a process manager and
 the ``--workers`` supervisor alike) changes nothing.
 """

@@ -1,6 +1,6 @@
 """A small typed client for the embedding-search API, on httpx.
 
-    from service.client import Client
+    from service_client import Client
 
     with Client("http://127.0.0.1:8000") as api:
         api.neighbors("glove-6b-50d", "heart", k=5)          # [Neighbor(token='pain', id=2901, score=0.827), ...]

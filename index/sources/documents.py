@@ -40,7 +40,8 @@ from index.sources import RawTable, ReadOptions, open_text, read_bytes
 CHUNK_BYTES = 8 << 20  # JSON Lines are parsed this many bytes of whole lines at a time
 BATCH_ROWS = 65_536
 BOM = b"\xef\xbb\xbf"
-BLANK_LINE = re.compile(rb"^[ \t\r]*$", re.MULTILINE)  # what pyarrow's JSON parser skips
+BLANK_LINE = re.compile(rb"\n[ \t\r]*(?=\n|\Z)")  # a blank line (what pyarrow's JSON parser skips), after its newline
+FIRST_BLANK = re.compile(rb"[ \t\r]*(?:\n|\Z)")
 
 
 def read(path: Path, options: ReadOptions) -> RawTable:
@@ -108,12 +109,13 @@ def _passages_without_vectors(path: Path, chunk_words: int) -> InputError:
 
 def _blank_lines(data: bytes) -> np.ndarray:
     """Line numbers (from 1) of the blank lines; the empty piece after a last newline is no line."""
-    found, line, position = [], 1, 0
-    for match in BLANK_LINE.finditer(data):
-        if match.start() == len(data):
+    found = [1] if FIRST_BLANK.match(data) and data else []
+    line, position = 1, 0
+    for match in BLANK_LINE.finditer(data):  # from the newline before each blank line: no scan at every position
+        if match.end() == len(data) and match.end() - match.start() == 1:
             break
-        line += data.count(b"\n", position, match.start())
-        position = match.start()
+        line += data.count(b"\n", position, match.start()) + 1
+        position = match.start() + 1
         found.append(line)
     return np.asarray(found, dtype=np.int64)
 

@@ -722,3 +722,17 @@ def test_real_command(tmp_path: Path, lee: Lee) -> None:
     assert payload is not None
     assert_documents(table, payload, lee)
     assert seconds < 60
+
+
+def test_blank_line_numbers_match_a_split() -> None:
+    """The line numbers messages give for JSON Lines rows skip the blank lines pyarrow skips."""
+
+    def reference(data: bytes) -> list[int]:
+        pieces = data.split(b"\n")[: -1 if data.endswith(b"\n") else None] if data else []
+        return [i + 1 for i, piece in enumerate(pieces) if not piece.strip(b" \t\r")]
+
+    rng = np.random.default_rng(1)
+    cases = [b"\n", b"a\n \n\t\r\nb", b"  \nb\n\n", b"\r\n\r\na\r\n", b"a\n  "]
+    cases += [bytes(rng.choice(list(b"ab \t\r\n\n\n"), size=int(rng.integers(0, 30)))) for _ in range(3000)]
+    for data in cases:
+        assert list(documents_source._blank_lines(data)) == reference(data), data

@@ -275,11 +275,15 @@ def prepare(rows: Rows, options: DocumentOptions) -> Documents:
         raise InputError(rows.path, f"no documents left: all {dropped:,} rows are invalid, {report['invalid_rows'][0]}")
 
     kept = pa.array(keep)
-    columns = {id_name or "id": ids.filter(kept)}
+
+    def chosen_rows(values: pa.Array) -> pa.Array:
+        return values if dropped == 0 else values.filter(kept)
+
+    columns = {id_name or "id": chosen_rows(ids)}
     if text is not None and text_name is not None:
-        columns[text_name] = text.filter(kept)
+        columns[text_name] = chosen_rows(text)
     for name, (values, _) in fields.items():
-        columns[name] = values.filter(kept)
+        columns[name] = chosen_rows(values)
     payload = pa.table(columns)
     matrix = found.matrix if keep[found.rows].all() else found.matrix[keep[found.rows]]
     info = {

@@ -46,7 +46,8 @@ class RawTable:
     report: dict[str, Any] = field(default_factory=dict)  # what the reader cleaned
     info: dict[str, Any] = field(default_factory=dict)  # extra manifest fields (model, tokenizer, ...)
     kind: str = "words"  # "words", "tokens" or "documents"
-    extra_files: dict[str, bytes] = field(default_factory=dict)  # copied into the artifact (e.g. tokenizer.json)
+    # Copied into the artifact (e.g. tokenizer.json, a documents table's payload): bytes, or a view of a buffer.
+    extra_files: dict[str, bytes | memoryview] = field(default_factory=dict)
 
 
 Reader = Callable[[Path, ReadOptions], RawTable]

@@ -52,6 +52,7 @@ def read(path: Path, options: ReadOptions) -> RawTable:
         rows,
         DocumentOptions(options.id_field, options.text_field, options.vector_field, options.drop_invalid),
     )
+    del rows  # the source's bytes and columns, before the payload is written out
     return RawTable(
         tokens=documents.tokens,
         matrix=documents.matrix,

@@ -286,7 +286,7 @@ def _line_problem(line: bytes, number: int, first: dict[str, tuple[str, int]]) -
     except _Repeated as exc:
         return str(exc)
     except json.JSONDecodeError as exc:
-        return f"bad JSON: {exc.msg} at column {exc.colno}"
+        return f"bad JSON: {exc.msg} (column {exc.colno})"
     except (ValueError, RecursionError) as exc:
         return f"bad JSON: {exc}"
     if not isinstance(value, dict):

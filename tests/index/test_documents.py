@@ -470,7 +470,7 @@ JSONL_CASES: dict[str, tuple[Callable[[Lee], list[str]], list[str], str]] = {
     "two objects on a line": (
         lambda lee: (lambda lines: [*lines[:8], lines[8] + " " + lines[9], *lines[10:]])(_edit(lee, 0, lambda r: None)),
         [],
-        ":9: bad JSON: Extra data at column",
+        ":9: bad JSON: Extra data (column",
     ),
     "no such id field": (
         lambda lee: _edit(lee, 0, lambda r: None),
@@ -507,7 +507,7 @@ JSONL_CASES: dict[str, tuple[Callable[[Lee], list[str]], list[str], str]] = {
         [],
         ":104: vector 'vector' has NaN, Inf or null values, or values beyond float32",
     ),
-    "every line bad": (lambda lee: ["", "not JSON", "{oops"], [], ":2: bad JSON: Expecting value at column 1"),
+    "every line bad": (lambda lee: ["", "not JSON", "{oops"], [], ":2: bad JSON: Expecting value (column 1)"),
     "a JSON array": (
         lambda lee: ["[", *_edit(lee, 0, lambda r: None)[:3], "]"],
         [],

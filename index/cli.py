@@ -70,6 +70,7 @@ class Format(StrEnum):
     projector = "projector"
     hf = "hf"
     gensim = "gensim"
+    documents = "documents"
 
 
 @dataclass(frozen=True)
@@ -117,8 +118,8 @@ def _taken(data_dir: Path, name: str, force: bool) -> bool:
 
 def _build_and_report(
     raw: RawTable, *, data_dir: Path, name: str, source: dict[str, Any], build: BuildOptions, params: dict[str, Any]
-) -> None:
-    """Build the table, then print one line: rows, index, recall, time and where it is."""
+) -> dict[str, Any]:
+    """Build the table, then print one line: rows, index, recall, time and where it is; return the manifest."""
     from index.build import build_table
 
     manifest = build_table(
@@ -142,6 +143,20 @@ def _build_and_report(
         f"({index['spec']['kind']}, recall@10 {index['recall_at_10']}){later} in {manifest['build_seconds']} s "
         f"-> {artifact.table_dir(data_dir, manifest['name'])}"
     )
+    return manifest
+
+
+def _report_documents(manifest: dict[str, Any]) -> None:
+    """A documents table's id, text and fields, and what --drop-invalid left out."""
+    info = manifest["documents"]
+    fields = ", ".join(f"{name} {field['type']}" for name, field in info["fields"].items()) or "none"
+    text = f"text {info['text_field']!r}" if info["text_field"] else "no text"
+    ids = f"{info['id_type']} ids from {info['id_field']!r}" if info["ids_from"] == "field" else "row numbers as ids"
+    typer.echo(f"documents: {info['count']:,} ({ids}; {text}; fields: {fields})")
+    cleaning = manifest.get("cleaning", {})
+    if cleaning.get("invalid_rows_dropped"):
+        reasons = "; ".join(cleaning["invalid_rows"])
+        typer.echo(f"dropped {cleaning['invalid_rows_dropped']:,} invalid rows (--drop-invalid), first: {reasons}")
 
 
 @app.command()
@@ -184,7 +199,13 @@ def import_(
     vocab: Annotated[Path | None, typer.Option(help="Vocabulary file (one token per line) for .npy input.")] = None,
     index: IndexOpt = "auto",
     min_recall: MinRecall = 0.95,
-    drop_invalid: Annotated[bool, typer.Option("--drop-invalid", help="Skip rows with NaN/Inf or bad length.")] = False,
+    drop_invalid: Annotated[
+        bool,
+        typer.Option(
+            "--drop-invalid",
+            help="Skip invalid rows (NaN/Inf, bad length; documents: also duplicate ids, wrong types, bad JSON).",
+        ),
+    ] = False,
     unicode_errors: Annotated[
         str, typer.Option("--unicode-errors", help="strict: refuse non-UTF-8 tokens; replace: use U+FFFD.")
     ] = "strict",
@@ -192,22 +213,51 @@ def import_(
     allow_pickle: Annotated[
         bool, typer.Option("--allow-pickle", help="Allow gensim .model/.kv files (pickle: only trusted files).")
     ] = False,
+    id_field: Annotated[
+        str | None, typer.Option("--id-field", help="Documents: the id field (default id, else the row number).")
+    ] = None,
+    text_field: Annotated[
+        str | None, typer.Option("--text-field", help="Documents: the text field (default text, if present).")
+    ] = None,
+    vector_field: Annotated[
+        str | None, typer.Option("--vector-field", help="Documents: the vector field (default vector, else embedding).")
+    ] = None,
+    chunk_words: Annotated[
+        int | None,
+        typer.Option("--chunk-words", min=1, help="Documents from .txt/.md files: words per passage (default 200)."),
+    ] = None,
     force: Force = False,
     seed: Seed = 0,
     defer_index: DeferIndex = False,
     budget: BuildBudget = AUTO_BUDGET_SECONDS,
 ) -> None:
     """Import a table from word2vec (text or binary), GloVe, fastText .vec, .npy + vocabulary, a projector
-    TSV pair or a Hugging Face model directory."""
+    TSV pair, a Hugging Face model directory, or documents with vectors (JSON Lines, Parquet, CSV)."""
     from index.build import source_digest
-    from index.sources import ReadOptions, read_source
+    from index.sources import ReadOptions, read_source, sniff_format
 
     if unicode_errors not in ("strict", "replace"):
         fail("--unicode-errors must be strict or replace")
     if _taken(data_dir, name, force):
         fail(f"table {name!r} already exists in {data_dir} (use --force to rebuild it)")
+    document_options = (("--id-field", id_field), ("--text-field", text_field), ("--vector-field", vector_field))
+    given = [option for option, value in (*document_options, ("--chunk-words", chunk_words)) if value is not None]
+    if (
+        given
+        and format.value != "documents"
+        and (format.value != "auto" or not path.exists() or sniff_format(path) != "documents")
+    ):
+        fail(f"{', '.join(given)}: only for --format documents")
     options = ReadOptions(
-        vocab=vocab, unicode_errors=unicode_errors, drop_invalid=drop_invalid, tensor=tensor, allow_pickle=allow_pickle
+        vocab=vocab,
+        unicode_errors=unicode_errors,
+        drop_invalid=drop_invalid,
+        tensor=tensor,
+        allow_pickle=allow_pickle,
+        id_field=id_field,
+        text_field=text_field,
+        vector_field=vector_field,
+        chunk_words=chunk_words,
     )
     started = time.perf_counter()
     raw, used = read_source(path, format.value, options)
@@ -217,8 +267,13 @@ def import_(
     params["read_seconds"] = read_seconds
     if tensor:
         params["tensor"] = tensor
+    for key, value in (("id_field", id_field), ("text_field", text_field), ("vector_field", vector_field)):
+        if value is not None:
+            params[key] = value
     build = BuildOptions(index, min_recall, force, seed, defer_index, budget, drop_invalid=drop_invalid)
-    _build_and_report(raw, data_dir=data_dir, name=name, source=source, build=build, params=params)
+    manifest = _build_and_report(raw, data_dir=data_dir, name=name, source=source, build=build, params=params)
+    if manifest.get("kind") == "documents":
+        _report_documents(manifest)
 
 
 @app.command()

@@ -6,6 +6,10 @@
 - ``tsne``: openTSNE (when installed) on the ``rows`` most frequent rows (the first rows of a frequency-ordered
   table), seeded, cosine metric, PCA initialisation; its parameters are recorded with the layout.
 
+A few chosen rows (``POST .../project``) are laid out by ``pca_projection`` (their own principal components),
+``axes_projection`` (word-pair axes), ``tsne_projection`` and ``umap_projection`` (openTSNE and umap-learn, seeded,
+their neighbourhood size clamped to the handful of rows).
+
 A layout is a pure function of the table's vectors and the parameters, so it is cached on disk under a key made
 of the ``vectors.npy`` checksum from the manifest, the method and its parameters (``LayoutCache``). The cache
 lives outside the table directory, which is read-only and verified file by file against its manifest.
@@ -39,6 +43,12 @@ Remembered = TypeVar("Remembered", "Layout", bytes)
 LAYOUT_VERSION = 1  # bump when a method's output changes: older cache files are then never read
 BLOCK_BYTES = 32 << 20  # covariance accumulated over blocks of about this size
 TSNE_DEFAULTS: dict[str, Any] = {"perplexity": 30.0, "n_iter": 500, "seed": 42, "metric": "cosine"}
+PROJECTION_SEED = 42  # the default seed of a t-SNE or UMAP projection of chosen rows
+UMAP_DEFAULTS: dict[str, Any] = {"n_neighbors": 15, "min_dist": 0.1, "n_epochs": 500, "metric": "cosine"}
+MIN_NONLINEAR_ROWS = 4  # t-SNE of fewer rows is degenerate; UMAP's spectral initialisation needs four
+# method -> (module to import, the PyPI package that provides it); both come with the ``map`` extra
+PACKAGES = {"tsne": ("openTSNE", "openTSNE"), "umap": ("umap", "umap-learn")}
+_UMAP_LOCK = threading.Lock()  # umap-learn does not promise thread safety; a few rows take milliseconds
 KIND_FLAGS = (("special", FLAG_SPECIAL), ("continuation", FLAG_CONTINUATION))
 TOKEN_KIND = "token kind"  # the colour column model-token tables get from their token flags
 MAX_CATEGORIES = 16  # a colour column keeps its most common values; the rest are "other"
@@ -53,7 +63,7 @@ class Layout:
 
 
 def _sign_fix(components: np.ndarray) -> np.ndarray:
-    """Each component flipped so that its largest loading is positive (as ``Table.project`` does)."""
+    """Each component flipped so that its largest loading is positive (as ``pca_projection`` does)."""
     signs = np.sign(components[np.arange(len(components)), np.abs(components).argmax(axis=1)])
     signs[signs == 0] = 1
     fixed: np.ndarray = components * signs[:, None]
@@ -108,12 +118,39 @@ def tsne_available() -> bool:
     return importlib.util.find_spec("openTSNE") is not None
 
 
+def umap_available() -> bool:
+    """Whether umap-learn is installed (looked up, not imported: importing it loads numba)."""
+    return importlib.util.find_spec("umap") is not None
+
+
+def missing_package(method: str) -> InvalidQuery:
+    """The 422 for a layout method whose package is not installed: it names the package and the extra."""
+    package = PACKAGES[method][1]
+    name = {"tsne": "t-SNE", "umap": "UMAP"}[method]
+    return InvalidQuery(
+        f"{name} needs the {package} package, which this server does not have (pip install 'embedding-search[map]')",
+        package=package,
+        extra="map",
+    )
+
+
+def require(method: str) -> None:
+    """Raise ``missing_package`` when ``method`` (tsne, umap) cannot run here; other methods need nothing."""
+    if method in PACKAGES:
+        try:
+            found = importlib.util.find_spec(PACKAGES[method][0]) is not None
+        except ValueError:  # a module set to None in sys.modules: as good as missing
+            found = False
+        if not found:
+            raise missing_package(method)
+
+
 def tsne_layout(rows: np.ndarray, perplexity: float, n_iter: int, seed: int, metric: str = "cosine") -> Layout:
     """openTSNE of ``rows``: PCA initialisation, seeded, on one thread (reproducible run to run)."""
     try:
         from openTSNE import TSNE
     except ImportError:
-        raise InvalidQuery("t-SNE needs the openTSNE package (pip install 'embedding-search[map]')") from None
+        raise missing_package("tsne") from None
     if len(rows) <= 3 * perplexity:
         raise InvalidQuery(f"t-SNE with perplexity {perplexity:g} needs more than {3 * perplexity:g} rows")
     started = time.perf_counter()
@@ -145,6 +182,47 @@ def tsne_layout(rows: np.ndarray, perplexity: float, n_iter: int, seed: int, met
     return Layout(points, _finish({"method": "tsne", "params": params}, points, started))
 
 
+def umap_layout(
+    rows: np.ndarray,
+    n_neighbors: int,
+    min_dist: float,
+    seed: int,
+    n_epochs: int = UMAP_DEFAULTS["n_epochs"],
+    metric: str = "cosine",
+) -> Layout:
+    """umap-learn of ``rows``: spectral initialisation, seeded (which makes umap-learn run on one thread)."""
+    try:
+        import umap
+    except ImportError:
+        raise missing_package("umap") from None
+    if not 2 <= n_neighbors < len(rows):
+        raise InvalidQuery(f"UMAP with n_neighbors {n_neighbors} needs more than {n_neighbors} rows")
+    started = time.perf_counter()
+    data = np.asarray(rows, dtype=np.float32)
+    reducer = umap.UMAP(
+        n_components=2,
+        n_neighbors=n_neighbors,
+        min_dist=min_dist,
+        metric=metric,
+        n_epochs=n_epochs,
+        init="spectral",
+        random_state=seed,
+        n_jobs=1,
+    )
+    with _UMAP_LOCK:
+        points = np.asarray(reducer.fit_transform(data), dtype=np.float32)
+    params = {
+        "n_neighbors": n_neighbors,
+        "min_dist": min_dist,
+        "n_epochs": n_epochs,
+        "seed": seed,
+        "metric": metric,
+        "init": "spectral",
+        "library": f"umap-learn {umap.__version__}",
+    }
+    return Layout(points, _finish({"method": "umap", "params": params}, points, started))
+
+
 def _finish(info: dict[str, Any], points: np.ndarray, started: float) -> dict[str, Any]:
     lo, hi = points.min(axis=0), points.max(axis=0)
     return {
@@ -173,6 +251,63 @@ def dequantize(codes: np.ndarray, bounds: dict[str, list[float]]) -> np.ndarray:
         span = hi - lo if hi > lo else 1.0
         out[:, axis] = lo + (codes[:, axis].astype(np.float64) + 32767.0) / 65534.0 * span
     return out
+
+
+# ------------------------------------------------------------------------------------ projections of a few rows
+def pca_projection(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The rows on their own first two principal components, by a float64 SVD of the centred rows: (points n x 2,
+    explained variance ratio (2,)). Each component's sign makes its largest loading positive, so the picture is
+    stable; fewer than two independent rows leave the missing coordinates 0."""
+    if len(rows) < 2:
+        raise InvalidQuery("projection needs at least two distinct tokens")
+    data = np.asarray(rows, dtype=np.float64)
+    centred = data - data.mean(axis=0)
+    u, s, vt = np.linalg.svd(centred, full_matrices=False)
+    signs = np.sign(vt[np.arange(len(vt)), np.abs(vt).argmax(axis=1)])
+    signs[signs == 0] = 1
+    points = (u * s * signs)[:, :2]
+    if points.shape[1] < 2:
+        points = np.pad(points, ((0, 0), (0, 2 - points.shape[1])))
+    variance = s**2
+    total = variance.sum()
+    ratio = variance[:2] / total if total > 0 else np.zeros(2)
+    return points, np.pad(ratio, (0, 2 - len(ratio)))
+
+
+def _enough_rows(rows: np.ndarray, name: str) -> None:
+    if len(rows) < MIN_NONLINEAR_ROWS:
+        raise InvalidQuery(f"{name} needs at least {MIN_NONLINEAR_ROWS} distinct tokens, got {len(rows)}")
+
+
+def tsne_projection(
+    rows: np.ndarray,
+    perplexity: float = TSNE_DEFAULTS["perplexity"],
+    seed: int = PROJECTION_SEED,
+    n_iter: int = TSNE_DEFAULTS["n_iter"],
+) -> Layout:
+    """openTSNE of a few rows (``tsne_layout``), the perplexity lowered to (n - 1) / 3 when it is larger: t-SNE
+    looks at about 3 x perplexity neighbours of each row, and n rows have n - 1. ``params`` holds the perplexity
+    used and the one asked for."""
+    _enough_rows(rows, "t-SNE")
+    used = min(float(perplexity), (len(rows) - 1) / 3)
+    layout = tsne_layout(rows, used, n_iter, seed)
+    layout.info["params"]["perplexity_requested"] = float(perplexity)
+    return layout
+
+
+def umap_projection(
+    rows: np.ndarray,
+    n_neighbors: int = UMAP_DEFAULTS["n_neighbors"],
+    min_dist: float = UMAP_DEFAULTS["min_dist"],
+    seed: int = PROJECTION_SEED,
+) -> Layout:
+    """umap-learn of a few rows (``umap_layout``), ``n_neighbors`` lowered to n - 1 when it is larger (UMAP's
+    neighbourhoods hold the row itself and n_neighbors - 1 others). ``params`` holds both values."""
+    _enough_rows(rows, "UMAP")
+    used = min(int(n_neighbors), len(rows) - 1)
+    layout = umap_layout(rows, used, float(min_dist), seed)
+    layout.info["params"]["n_neighbors_requested"] = int(n_neighbors)
+    return layout
 
 
 # ------------------------------------------------------------------------------------------- axes projection

@@ -407,24 +407,6 @@ class Table:
         cosines: np.ndarray = np.einsum("ij,ij->i", left, right)
         return cosines
 
-    def project(self, ids: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
-        """The rows on their own first two principal components: (points n x 2, explained variance ratio)."""
-        if len(ids) < 2:
-            raise InvalidQuery("projection needs at least two distinct tokens")
-        rows = np.asarray(self.vectors[list(ids)], dtype=np.float64)
-        centred = rows - rows.mean(axis=0)
-        u, s, vt = np.linalg.svd(centred, full_matrices=False)
-        # Fix the sign of each component (largest loading positive) so the picture is stable.
-        signs = np.sign(vt[np.arange(len(vt)), np.abs(vt).argmax(axis=1)])
-        signs[signs == 0] = 1
-        points = (u * s * signs)[:, :2]
-        if points.shape[1] < 2:
-            points = np.pad(points, ((0, 0), (0, 2 - points.shape[1])))
-        variance = s**2
-        total = variance.sum()
-        ratio = variance[:2] / total if total > 0 else np.zeros(2)
-        return points, np.pad(ratio, (0, 2 - len(ratio)))
-
 
 def advise_random(matrix: np.ndarray) -> None:
     """Tell the kernel a memory-mapped matrix is read at random (MADV_RANDOM: no read-ahead), where it can."""

@@ -27,6 +27,11 @@ class ReadOptions:
     drop_invalid: bool = False
     tensor: str | None = None
     allow_pickle: bool = False
+    # --format documents: which fields hold the id, the text and the vector (None: the defaults), passage size
+    id_field: str | None = None
+    text_field: str | None = None
+    vector_field: str | None = None
+    chunk_words: int | None = None
 
 
 @dataclass
@@ -40,8 +45,9 @@ class RawTable:
     flags: np.ndarray | None = None  # per-row token kind bits, model tables only
     report: dict[str, Any] = field(default_factory=dict)  # what the reader cleaned
     info: dict[str, Any] = field(default_factory=dict)  # extra manifest fields (model, tokenizer, ...)
-    kind: str = "words"  # "words" or "tokens"
-    extra_files: dict[str, bytes] = field(default_factory=dict)  # copied into the artifact (e.g. tokenizer.json)
+    kind: str = "words"  # "words", "tokens" or "documents"
+    # Copied into the artifact (e.g. tokenizer.json, a documents table's payload): bytes, or a view of a buffer.
+    extra_files: dict[str, bytes | memoryview] = field(default_factory=dict)
 
 
 Reader = Callable[[Path, ReadOptions], RawTable]
@@ -65,7 +71,7 @@ def read_bytes(path: Path) -> bytes:
 
 
 def _registry() -> dict[str, Reader]:
-    from index.sources import gensim_pickle, glove_package, numpy_vocab, projector, text, word2vec_binary
+    from index.sources import documents, gensim_pickle, glove_package, numpy_vocab, projector, text, word2vec_binary
 
     readers: dict[str, Reader] = {
         "word2vec": text.read_word2vec_text,
@@ -76,6 +82,7 @@ def _registry() -> dict[str, Reader]:
         "projector": projector.read,
         "glove-package": glove_package.read,
         "gensim": gensim_pickle.read,
+        "documents": documents.read,
     }
     try:
         from index.sources import huggingface
@@ -97,6 +104,7 @@ FORMATS = (
     "hf",
     "glove-package",
     "gensim",
+    "documents",
 )
 
 
@@ -111,8 +119,14 @@ def sniff_format(path: Path) -> str:
             return "hf"
         if (path / "vectors.tsv").is_file():
             return "projector"
-        raise InputError(path, "directory holds neither a model (config.json, *.safetensors) nor vectors.tsv")
+        if any(p.suffix.lower() in (".txt", ".md") for p in path.iterdir()):
+            return "documents"
+        raise InputError(
+            path, "directory holds neither a model (config.json, *.safetensors), vectors.tsv nor .txt/.md files"
+        )
     name = path.name.lower().removesuffix(".gz")
+    if name.endswith((".jsonl", ".ndjson", ".parquet", ".csv")):
+        return "documents"
     if name.endswith(".npy"):
         return "npy"
     if name.endswith(".tsv"):

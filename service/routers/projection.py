@@ -1,5 +1,6 @@
-"""2-D projection of a handful of tokens: on their own first two principal components (``pca``), or on axes
-given by word pairs (``axes``: x along a - b, y along c - d or the first principal component of the rest)."""
+"""2-D projection of a handful of tokens: on their own first two principal components (``pca``), on axes given
+by word pairs (``axes``: x along a - b, y along c - d or the first principal component of the rest), or by
+openTSNE (``tsne``) or umap-learn (``umap``), seeded. The computations are in ``index.layout``."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from fastapi import APIRouter, Request
 from starlette.responses import Response
 
 from index.errors import InvalidQuery, UnknownToken
-from index.layout import axes_projection
+from index.layout import axes_projection, pca_projection, require, tsne_projection, umap_projection
 from index.table import Table
 from service.deps import TableDep
 from service.errors import BODY_ERRORS, responses
@@ -22,6 +23,7 @@ router = APIRouter(prefix="/v1/tables/{table}", tags=["projection"])
 
 
 def project(table: Table, body: ProjectRequest) -> dict[str, Any]:
+    require(body.method)  # a method whose package is missing: 422 naming it, before any work
     rows: dict[int, str] = {}  # id -> the token that asked for it; repeats of a row are projected once
     unknown = []
     for token in body.tokens:
@@ -34,25 +36,31 @@ def project(table: Table, body: ProjectRequest) -> dict[str, Any]:
             continue
         rows.setdefault(found.id, found.token)
     ids = list(rows)
-    axes = None
+    vectors = np.asarray(table.vectors[ids])
+    extra: dict[str, Any] = {}
     if body.method == "axes" and body.x_axis is not None:
         if len(ids) < 2:
             raise InvalidQuery("projection needs at least two distinct tokens")
         x_axis, x_pair = axis(table, body.x_axis)
         y_axis, y_pair = axis(table, body.y_axis) if body.y_axis is not None else (None, None)
-        points, ratio = axes_projection(table.vectors[ids], x_axis, y_axis)
-        axes = {"x": x_pair, "y": y_pair if y_pair is not None else "pca"}
+        points, ratio = axes_projection(vectors, x_axis, y_axis)
+        extra["axes"] = {"x": x_pair, "y": y_pair if y_pair is not None else "pca"}
+    elif body.method in ("tsne", "umap"):
+        if body.method == "tsne":
+            layout = tsne_projection(vectors, body.perplexity, body.seed)
+        else:
+            layout = umap_projection(vectors, body.n_neighbors, body.min_dist, body.seed)
+        points, ratio = layout.points, None
+        extra["params"] = layout.info["params"]
     else:
-        points, ratio = table.project(ids)  # 422 below two distinct rows
-    out = {
+        points, ratio = pca_projection(vectors)  # 422 below two distinct rows
+    out: dict[str, Any] = {
         "method": body.method,
         "points": [{"token": rows[i], "id": i, "x": x, "y": y} for i, (x, y) in zip(ids, points.tolist(), strict=True)],
-        "explained_variance_ratio": ratio.tolist(),
-        "unknown": unknown,
     }
-    if axes is not None:
-        out["axes"] = axes
-    return out
+    if ratio is not None:
+        out["explained_variance_ratio"] = ratio.tolist()
+    return {**out, "unknown": unknown, **extra}
 
 
 def axis(table: Table, pair: list[str]) -> tuple[np.ndarray, list[str]]:
@@ -68,7 +76,8 @@ def axis(table: Table, pair: list[str]) -> tuple[np.ndarray, list[str]]:
     "/project",
     response_model=ProjectResponse,
     responses=responses(*BODY_ERRORS),
-    summary="The tokens' rows on their own first two principal components (pca), or on word-pair axes (axes)",
+    summary="The tokens' rows on their own first two principal components (pca), on word-pair axes (axes), or laid "
+    "out by t-SNE (tsne) or UMAP (umap)",
 )
 async def project_tokens(request: Request, table: TableDep, body: ProjectRequest) -> Response:
     return FastJSON(await compute(request, table, "project", lambda: project(table, body)))

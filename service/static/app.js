@@ -4,6 +4,10 @@ import { TableMap } from "/static/tablemap.js";
 
 const K_NEIGHBOURS = 8;
 const K_ANALOGY = 5;
+const K_CLOSER = 10; // closer-than: the first words listed, most similar first
+const K_COMPARE = 10;
+const METHOD_NAMES = { tsne: "t-SNE", umap: "UMAP" };
+const METHOD_PARAM = { tsne: "perplexity", umap: "n_neighbors" }; // the one parameter the page sets besides seed
 const PALETTE = ["#0072b2", "#d55e00", "#009e73", "#cc79a7", "#e69f00", "#56b4e9", "#7f6d00", "#555555"];
 const DEFAULT_WORDS = [
   "colours: red green blue yellow purple orange",
@@ -13,7 +17,8 @@ const DEFAULT_WORDS = [
   "people and pronouns: man woman king queen he she",
 ].join("\n");
 const DEFAULTS = {
-  table: "", word: "", a: "man", b: "king", c: "woman", method: "3cosadd", x: "cat", y: "dog", words: "", axes: "", q: "",
+  table: "", word: "", a: "man", b: "king", c: "woman", expect: "", method: "3cosadd", x: "cat", y: "dog", words: "",
+  axes: "", proj: "", q: "",
 };
 const URL_KEYS = Object.keys(DEFAULTS);
 
@@ -129,23 +134,54 @@ function fillInputs() {
   $("an-b").value = state.b;
   $("an-c").value = state.c;
   $("an-method").value = state.method;
+  $("an-expect").value = state.expect;
   $("sim-a").value = state.x;
   $("sim-b").value = state.y;
   $("map-words").value = state.words || DEFAULT_WORDS;
   $("tm-search").value = state.q;
   const pairs = state.axes ? state.axes.split(",") : [];
   ["ax-a", "ax-b", "ax-c", "ax-d"].forEach((id, i) => { $(id).value = pairs[i] || ""; });
-  $(pairs.length ? "axes-pairs" : "axes-pca").checked = true;
-  showAxes();
+  const [method, seed, param] = state.proj ? state.proj.split(",") : [];
+  const nonlinear = METHOD_NAMES[method] ? method : "";
+  $("map-seed").value = nonlinear ? seed || "" : "";
+  $("map-perplexity").value = nonlinear === "tsne" ? param || "" : "";
+  $("map-neighbors").value = nonlinear === "umap" ? param || "" : "";
+  $(nonlinear ? `method-${nonlinear}` : pairs.length ? "axes-pairs" : "axes-pca").checked = true;
+  showMethod();
 }
 
-function showAxes() {
-  $("axis-pairs").hidden = !$("axes-pairs").checked;
+/** The map's method, as the radio buttons say: "pca", "pairs", "tsne" or "umap". */
+function mapMethod() {
+  return document.querySelector("input[name=map-method]:checked")?.value || "pca";
 }
 
-/** The axes inputs as the URL keeps them ("a,b,c,d"), or "" for principal components. */
+function showMethod() {
+  const method = mapMethod();
+  $("axis-pairs").hidden = method !== "pairs";
+  $("nonlinear").hidden = !METHOD_NAMES[method];
+  for (const node of $("nonlinear").querySelectorAll("[data-for]")) node.hidden = node.dataset.for !== method;
+}
+
+/** t-SNE or UMAP with its inputs as the URL keeps them ("tsne,seed,perplexity"), or "" for the other methods. */
+function readProj() {
+  const method = mapMethod();
+  if (!METHOD_NAMES[method]) return "";
+  const param = $(method === "tsne" ? "map-perplexity" : "map-neighbors").value.trim();
+  return [method, $("map-seed").value.trim(), param].join(",").replace(/,+$/, "");
+}
+
+/** A method the server cannot compute (its package is missing): the radio button is disabled and says why. */
+function methodUnavailable(method, message) {
+  const radio = $(`method-${method}`);
+  if (!radio) return;
+  radio.disabled = true;
+  radio.parentElement.title = message;
+  radio.parentElement.classList.add("unavailable");
+}
+
+/** The axes inputs as the URL keeps them ("a,b,c,d"), or "" for the other methods. */
 function readAxes() {
-  if (!$("axes-pairs").checked) return "";
+  if (mapMethod() !== "pairs") return "";
   const words = ["ax-a", "ax-b", "ax-c", "ax-d"].map((id) => $(id).value.trim());
   return words.some(Boolean) ? words.join(",") : "";
 }
@@ -176,10 +212,11 @@ async function runNeighbours() {
 // ------------------------------------------------------------------ analogy
 async function runAnalogy() {
   const out = $("analogy-out");
-  const { a, b, c, method } = state;
+  const { a, b, c, expect, method } = state;
   if (!a || !b || !c) return out.replaceChildren();
   const done = begin("analogy", out);
-  const { ok, data } = await api(tablePath("analogy"), { a, b, c, k: K_ANALOGY, method });
+  const body = { a, b, c, k: K_ANALOGY, method, ...(expect ? { expect } : {}) };
+  const { ok, data } = await api(tablePath("analogy"), body);
   if (!done()) return;
   if (!ok) return out.replaceChildren(errorBox(data.error || {}, replaceUnknown(data.error, "analogy-form")));
   const neighbors = data.neighbors || [];
@@ -189,6 +226,16 @@ async function runAnalogy() {
     el("p", { class: "answer" }, `${a} : ${b} :: ${c} : `, el("strong", {}, best ? best.token : "—")),
     scoreList(neighbors, (w) => searchWord(w), method === "3cosmul" ? top : 1),
   );
+  if (data.expect) out.append(expectation(data.expect));
+}
+
+/** Where the expected answer ranks among the candidates, its score and how far below the top answer it is. */
+function expectation({ token, rank, score, margin }) {
+  const where = rank === 1
+    ? ["is the answer (", el("strong", { class: "expect-rank" }, "no. 1"), ")"]
+    : ["ranks ", el("strong", { class: "expect-rank" }, `no. ${rank.toLocaleString("en")}`)];
+  return el("p", { class: "expect" }, `Expected “${token}” `, ...where,
+    `, score ${score.toFixed(3)}, margin ${margin.toFixed(3)} to the top answer.`);
 }
 
 // --------------------------------------------------------------- similarity
@@ -240,6 +287,86 @@ async function runRank() {
   );
 }
 
+/** Words of a space-separated input. */
+const wordsOf = (id) => $(id).value.split(/[\s,]+/).filter(Boolean);
+
+/** A suggestion picker that swaps the unknown word for the chosen one inside word-list inputs, then asks again. */
+function replaceInLists(error, formId) {
+  const inputs = [...$(formId).querySelectorAll("input")].filter((input) => wordsOf(input.id).includes(error?.token));
+  if (!inputs.length) return null;
+  return (word) => {
+    for (const input of inputs) input.value = wordsOf(input.id).map((w) => (w === error.token ? word : w)).join(" ");
+    $(formId).requestSubmit();
+  };
+}
+
+async function runCloser() {
+  const out = $("closer-out");
+  const a = $("closer-a").value.trim();
+  const b = $("closer-b").value.trim();
+  if (!a || !b) return out.replaceChildren();
+  const done = begin("closer", out);
+  const query = `a=${encodeURIComponent(a)}&b=${encodeURIComponent(b)}&order=score&limit=${K_CLOSER}`;
+  const { ok, data } = await api(tablePath(`closer-than?${query}`));
+  if (!done()) return;
+  if (!ok) return out.replaceChildren(errorBox(data.error || {}, replaceUnknown(data.error, "closer-form")));
+  const [left, right] = [data.query.a.token, data.query.b.token];
+  const count = data.count.toLocaleString("en");
+  const head = data.count === 0
+    ? [`No word is closer to “${left}” than “${right}” is: it is the nearest neighbour.`]
+    : [el("strong", { class: "closer-count" }, count),
+      ` word${data.count === 1 ? " is" : "s are"} closer to “${left}” than “${right}” is ` +
+      `(cosine ${data.similarity.toFixed(3)})${data.count > data.words.length ? `; the ${data.words.length} nearest:` : ":"}`];
+  out.replaceChildren(el("p", { class: "answer" }, ...head));
+  if (data.words.length) out.append(scoreList(data.words, (w) => searchWord(w)));
+}
+
+async function runSetSimilarity() {
+  const out = $("nsim-out");
+  const a = wordsOf("nsim-a");
+  const b = wordsOf("nsim-b");
+  if (!a.length || !b.length) return out.replaceChildren();
+  const done = begin("nsim", out);
+  const { ok, data } = await api(tablePath("n-similarity"), { a, b });
+  if (!done()) return;
+  if (!ok) return out.replaceChildren(errorBox(data.error || {}, replaceInLists(data.error, "nsim-form")));
+  const value = data.similarity;
+  out.replaceChildren(
+    el("p", { class: "answer" }, `cos(mean of ${a.join(" ")}, mean of ${b.join(" ")}) = `,
+      el("strong", {}, value.toFixed(3))),
+    el("span", { class: "bar wide", "aria-hidden": "true" },
+      el("span", { style: `width:${(Math.max(0, value) * 100).toFixed(1)}%` })),
+  );
+}
+
+// ----------------------------------------------------------- compare tables
+async function runCompare(word) {
+  const out = $("compare-out");
+  if (word !== undefined) $("cmp-word").value = word;
+  const token = $("cmp-word").value.trim();
+  const [first, second] = [$("cmp-first").value, $("cmp-second").value];
+  if (!token || !first || !second) return out.replaceChildren();
+  const done = begin("compare", out);
+  const query = new URLSearchParams({ first, second, token, k: K_COMPARE });
+  const { ok, data } = await api(`/v1/compare?${query}`);
+  if (!done()) return;
+  if (!ok) return out.replaceChildren(errorBox(data.error || {}, replaceUnknown(data.error, "compare-form")));
+  const shared = new Set(data.shared);
+  const column = (side) => {
+    const list = scoreList(side.neighbors, (w) => runCompare(w));
+    list.querySelectorAll("li").forEach((item, i) => {
+      if (shared.has(side.neighbors[i].token)) item.classList.add("shared");
+    });
+    return el("div", { class: "compare-side" },
+      el("h3", {}, side.table, el("span", { class: "muted" }, ` · “${side.query.token}”`)), list);
+  };
+  out.replaceChildren(
+    el("p", { class: "answer" }, `overlap@${data.k}: `, el("strong", { class: "overlap" }, data.overlap.toFixed(2)),
+      ` (${data.shared.length} of ${data.k} in both lists, marked)`),
+    el("div", { class: "compare-grid" }, column(data.first), column(data.second)),
+  );
+}
+
 // ---------------------------------------------------------------------- map
 /** "group: w1 w2" lines -> [{word, group}], first occurrence of each word kept. */
 function parseWords(text) {
@@ -264,7 +391,14 @@ async function runMap() {
   const done = begin("map", out);
   const body = { tokens: items.map((item) => item.word), method: "pca", skip_unknown: true };
   const [xa, xb, ya, yb] = state.axes ? state.axes.split(",") : [];
-  if (xa && xb) {
+  const [method, seed, param] = state.proj ? state.proj.split(",") : [];
+  if (METHOD_NAMES[method]) {
+    body.method = method;
+    if (seed) body.seed = Number(seed);
+    if (param) body[METHOD_PARAM[method]] = Number(param);
+    const first = method === "umap" ? " The first UMAP after a server start takes longer: numba compiles it." : "";
+    out.replaceChildren(el("p", { class: "muted" }, `Computing the ${METHOD_NAMES[method]} layout…${first}`));
+  } else if (xa && xb) {
     body.method = "axes";
     body.x_axis = [xa, xb];
     if (ya && yb) body.y_axis = [ya, yb];
@@ -273,6 +407,7 @@ async function runMap() {
   if (!done()) return;
   if (!ok) {
     lastMap = null;
+    if (data.error?.package) methodUnavailable(body.method, data.error.message);
     out.replaceChildren(errorBox(data.error || {}));
     return;
   }
@@ -284,7 +419,10 @@ async function runMap() {
   const points = data.points.map((p, i) => ({
     ...p, ...(aligned ? known[i] : byToken.get(p.token.toLowerCase()) || { word: p.token, group: "words" }),
   }));
-  lastMap = { points, variance: data.explained_variance_ratio, unknown, axes: data.axes || null };
+  lastMap = {
+    points, variance: data.explained_variance_ratio || [], unknown, axes: data.axes || null, method: data.method,
+    params: data.params || null,
+  };
   drawMap();
 }
 
@@ -331,7 +469,8 @@ function placeLabels(points, area) {
 function drawMap() {
   if (!lastMap) return;
   const out = $("map-out");
-  const { points, variance, unknown, axes } = lastMap;
+  const { points, variance, unknown, axes, method, params } = lastMap;
+  const nonlinear = METHOD_NAMES[method];
   const groups = [...new Set(points.map((p) => p.group))];
   const colour = (group) => PALETTE[groups.indexOf(group) % PALETTE.length];
   const width = Math.max(280, Math.round(out.clientWidth || 600));
@@ -344,14 +483,17 @@ function drawMap() {
   const sy = scale(Math.min(...ys), Math.max(...ys), height - pad.bottom - 6, pad.top + 6);
   const pct = (v) => `${((v || 0) * 100).toFixed(1)}%`;
   const pair = (p) => `${p[0]} − ${p[1]}`;
-  const xName = axes ? `x: ${pair(axes.x)} · ${pct(variance[0])}` : `PC1 · ${pct(variance[0])}`;
-  const yName = axes ? `y: ${axes.y === "pca" ? "PC1 of the rest" : pair(axes.y)} · ${pct(variance[1])}`
-    : `PC2 · ${pct(variance[1])}`;
+  const xName = nonlinear ? `${nonlinear} 1`
+    : axes ? `x: ${pair(axes.x)} · ${pct(variance[0])}` : `PC1 · ${pct(variance[0])}`;
+  const yName = nonlinear ? `${nonlinear} 2`
+    : axes ? `y: ${axes.y === "pca" ? "PC1 of the rest" : pair(axes.y)} · ${pct(variance[1])}`
+      : `PC2 · ${pct(variance[1])}`;
 
   const plot = svg("svg", {
     viewBox: `0 0 ${width} ${height}`, width, height, role: "img", class: "scatter",
-    "aria-label": axes ? `Map of ${points.length} words on the axes ${xName} and ${yName}`
-      : `Map of ${points.length} words on their first two principal components`,
+    "aria-label": nonlinear ? `${nonlinear} map of ${points.length} words`
+      : axes ? `Map of ${points.length} words on the axes ${xName} and ${yName}`
+        : `Map of ${points.length} words on their first two principal components`,
   });
   plot.append(
     svg("line", { x1: pad.left, y1: height - pad.bottom, x2: width - pad.right, y2: height - pad.bottom, class: "axis" }),
@@ -378,7 +520,7 @@ function drawMap() {
     legend.append(el("li", {}, el("span", { class: "swatch", style: `background:${colour(group)}` }), group));
   }
   const explained = ((variance[0] || 0) + (variance[1] || 0)) * 100;
-  const caption = axes
+  const caption = nonlinear ? nonlinearCaption(method, params, points.length) : axes
     ? `x is each word's length along ${pair(axes.x)} (the first word at 0.5 more than the second), ` +
       `y ${axes.y === "pca" ? "the first principal component of what x leaves" : `the same along ${pair(axes.y)}`}; ` +
       `the axes carry ${pct(variance[0])} and ${pct(variance[1])} of the variance of these ${points.length} words.`
@@ -386,6 +528,20 @@ function drawMap() {
       `(PC1 ${pct(variance[0])}, PC2 ${pct(variance[1])}).`;
   out.replaceChildren(legend, plot, el("p", { class: "muted" }, caption));
   if (unknown.length) out.append(el("p", { class: "warning" }, `Not in this table, left out: ${unknown.join(", ")}`));
+}
+
+/** What a t-SNE or UMAP map was computed with, from the answer's params. */
+function nonlinearCaption(method, params, n) {
+  const p = params || {};
+  const lowered = (used, asked, limit) =>
+    (asked !== undefined && asked !== used ? ` (${asked} asked for; at most ${limit} for ${n} words)` : "");
+  const detail = method === "tsne"
+    ? `perplexity ${+p.perplexity.toFixed(2)}${lowered(p.perplexity, p.perplexity_requested, "(n − 1) / 3")}, ` +
+      `${p.n_iter} iterations, ${p.initialization === "pca" ? "PCA" : p.initialization} initialisation`
+    : `${p.n_neighbors} neighbours${lowered(p.n_neighbors, p.n_neighbors_requested, "n − 1")}, ` +
+      `min_dist ${p.min_dist}, ${p.n_epochs} epochs, ${p.init} initialisation`;
+  return `${METHOD_NAMES[method]} of these ${n} words by ${p.library}: ${detail}, ${p.metric} metric, ` +
+    `seed ${p.seed} (the same seed draws the same map). Near words are alike; distances between clusters mean little.`;
 }
 
 // ----------------------------------------------------------- the whole table
@@ -466,6 +622,14 @@ async function loadTables() {
   }
   select.value = state.table;
   showTableInfo(tables);
+  for (const id of ["cmp-first", "cmp-second"]) {
+    $(id).replaceChildren(...tables.map((t) => el("option", { value: t.name }, t.name)));
+  }
+  $("cmp-first").value = state.table;
+  $("cmp-second").value = (tables.find((t) => t.name !== state.table) || tables[0]).name;
+  if (!config.tsne_available) {
+    methodUnavailable("tsne", "t-SNE needs the openTSNE package on the server (pip install 'embedding-search[map]')");
+  }
   select.addEventListener("change", () => {
     state.table = select.value;
     showTableInfo(tables);
@@ -499,6 +663,7 @@ function wire() {
     event.preventDefault();
     Object.assign(state, {
       a: $("an-a").value.trim(), b: $("an-b").value.trim(), c: $("an-c").value.trim(), method: $("an-method").value,
+      expect: $("an-expect").value.trim(),
     });
     writeURL(true);
     runAnalogy();
@@ -517,19 +682,37 @@ function wire() {
     event.preventDefault();
     runRank();
   });
+  $("closer-form").addEventListener("submit", (event) => {
+    event.preventDefault();
+    runCloser();
+  });
+  $("nsim-form").addEventListener("submit", (event) => {
+    event.preventDefault();
+    runSetSimilarity();
+  });
+  $("compare-form").addEventListener("submit", (event) => {
+    event.preventDefault();
+    runCompare();
+  });
   $("map-form").addEventListener("submit", (event) => {
     event.preventDefault();
     const text = $("map-words").value.trim();
     state.words = text === DEFAULT_WORDS ? "" : text;
     state.axes = readAxes();
+    state.proj = readProj();
     writeURL(true);
     runMap();
   });
   $("map-words").addEventListener("keydown", (event) => {
     if (event.key === "Enter" && (event.ctrlKey || event.metaKey)) $("map-form").requestSubmit();
   });
-  for (const radio of document.querySelectorAll("input[name=axes]")) radio.addEventListener("change", showAxes);
-  for (const input of $("axis-pairs").querySelectorAll("input")) {
+  for (const radio of document.querySelectorAll("input[name=map-method]")) {
+    radio.addEventListener("change", () => {
+      showMethod();
+      if (radio.value !== "pairs") $("map-form").requestSubmit(); // word pairs draw once their words are in
+    });
+  }
+  for (const input of [...$("axis-pairs").querySelectorAll("input"), ...$("nonlinear").querySelectorAll("input")]) {
     input.addEventListener("keydown", (event) => {
       if (event.key === "Enter") {
         event.preventDefault();
@@ -555,7 +738,7 @@ function wire() {
   $("map-reset").addEventListener("click", () => {
     $("map-words").value = DEFAULT_WORDS;
     $("axes-pca").checked = true;
-    showAxes();
+    showMethod();
     $("map-form").requestSubmit();
   });
   window.addEventListener("popstate", () => {
@@ -585,7 +768,7 @@ async function main() {
       writeURL();
     },
   });
-  window.explorer = { tableMap, state };
+  window.explorer = { tableMap, state, get lastMap() { return lastMap; } };
   readURL();
   fillInputs();
   wire();

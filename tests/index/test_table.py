@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from index.errors import InvalidQuery, UnknownToken
+from index.layout import pca_projection
 from index.table import Table
 
 
@@ -75,7 +76,7 @@ def test_zero_query_and_bad_vectors_refused(small: Table) -> None:
 
 def test_projection_is_pca(small: Table) -> None:
     ids = [small.resolve(w).id for w in ("red", "blue", "green", "one", "two", "three")]
-    points, ratio = small.project(ids)
+    points, ratio = pca_projection(small.vectors[ids])
     rows = np.asarray(small.vectors[ids], dtype=np.float64)
     centred = rows - rows.mean(axis=0)
     _, s, _ = np.linalg.svd(centred)

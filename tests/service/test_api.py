@@ -237,7 +237,9 @@ def test_projection_is_pca_of_the_rows(api: TestClient, small: Table) -> None:
     skipped = api.post(f"{T}/project", json={"tokens": ["red", "blue", "no-such-wordzz"], "skip_unknown": True})
     assert skipped.json()["unknown"] == ["no-such-wordzz"] and len(skipped.json()["points"]) == 2
     assert api.post(f"{T}/project", json={"tokens": ["red", "RED"]}).status_code == 422
-    assert api.post(f"{T}/project", json={"tokens": ["red", "blue"], "method": "tsne"}).status_code == 422
+    assert api.post(f"{T}/project", json={"tokens": ["red", "blue"], "method": "mds"}).status_code == 422  # unknown
+    few = api.post(f"{T}/project", json={"tokens": ["red", "blue"], "method": "tsne"})  # t-SNE needs four
+    assert few.status_code == 422 and "distinct tokens" in few.json()["error"]["message"]
 
 
 # ------------------------------------------------------------------------------- model-token tables

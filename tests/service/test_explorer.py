@@ -6,6 +6,7 @@ model's token embeddings. Every answer the page shows is compared with the API's
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import json
 import os
@@ -14,6 +15,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -76,8 +78,25 @@ def data_dir(tmp_path_factory: pytest.TempPathFactory, small_data_dir: Path) -> 
     return directory
 
 
+def warm_umap(base: str) -> threading.Thread:
+    """Ask the server for a small UMAP in the background: its first UMAP compiles umap-learn's numba code, which
+    takes seconds, and the other tests run meanwhile."""
+    body = {"tokens": ["red", "blue", "green", "one", "two", "three"], "method": "umap"}
+
+    def ask() -> None:
+        with contextlib.suppress(httpx.HTTPError):  # the server stopped first: nothing left to warm
+            httpx.post(f"{base}/v1/tables/{WORDS_TABLE}/project", json=body, timeout=300)
+
+    thread = threading.Thread(target=ask, daemon=True)
+    thread.start()
+    return thread
+
+
+UMAP_WARMUP: list[threading.Thread] = []  # started with the server when a UMAP test of this module will run
+
+
 @pytest.fixture(scope="module")
-def server(data_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def server(data_dir: Path, tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> Iterator[str]:
     """The real ``embedding-serve`` process on a free loopback port; yields its base URL."""
     port = free_port()
     command = [str(Path(sys.executable).with_name("embedding-serve")), "--data-dir", str(data_dir)]
@@ -98,6 +117,9 @@ def server(data_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator
                 except httpx.TransportError:
                     pass
                 time.sleep(0.2)  # polling for readiness, not timing anything
+            mine = [item for item in request.session.items if getattr(item, "module", None) is request.module]
+            if any("umap" in item.name for item in mine):
+                UMAP_WARMUP[:] = [warm_umap(base)]
             yield base
         finally:
             process.terminate()
@@ -141,15 +163,17 @@ class Watched:
         self.page.goto(f"{base}/{query}")
         self.page.wait_for_selector("#map-out svg circle")
 
-    def assert_clean(self, expected_404: tuple[str, ...] = ()) -> None:
-        """No failure except 404s from URLs containing an ``expected_404`` part (and Chromium's log line for them)."""
+    def assert_clean(self, expected_404: tuple[str, ...] = (), expected_422: tuple[str, ...] = ()) -> None:
+        """No failure except 404s (422s) from URLs containing an ``expected_404`` (``expected_422``) part, and
+        Chromium's log line for them."""
 
-        def expected(text: str) -> bool:
-            return any(word in text for word in expected_404)
+        def expected(status: int, text: str) -> bool:
+            parts = {404: expected_404, 422: expected_422}.get(status, ())
+            return any(word in text for word in parts)
 
         assert self.failed == []
-        assert [e for e in self.http_errors if not (e[0] == 404 and expected(e[1]))] == []
-        assert [m for m in self.console if not ("404" in m and expected(m))] == []
+        assert [e for e in self.http_errors if not expected(e[0], e[1])] == []
+        assert [m for m in self.console if not any(str(c) in m and expected(c, m) for c in (404, 422))] == []
 
     def state(self) -> dict[str, str]:
         return {k: v[0] for k, v in parse_qs(urlparse(self.page.url).query).items()}
@@ -687,6 +711,192 @@ def test_export_downloads_files_that_reimport(
         watched.assert_clean()
     finally:
         watched.close()
+
+
+# ------------------------------------------------------------------- diagnostics, compare, t-SNE and UMAP
+@pytest.fixture(scope="module")
+def umap_warm(server: str) -> threading.Thread:
+    """The background UMAP started with the server (``warm_umap``)."""
+    return UMAP_WARMUP[0] if UMAP_WARMUP else warm_umap(server)
+
+
+def test_analogy_shows_where_the_expected_word_ranks(server: str, api: httpx.Client, watched: Watched) -> None:
+    watched.open(server, f"?table={WORDS_TABLE}")
+    page = watched.page
+    page.fill("#an-expect", "princess")
+    page.press("#an-expect", "Enter")
+    page.wait_for_function("() => new URLSearchParams(location.search).get('expect') === 'princess'")
+    page.wait_for_selector("#analogy-out:not([aria-busy]) .expect")
+    body = {"a": "man", "b": "king", "c": "woman", "k": 5, "method": "3cosadd", "expect": "princess"}
+    expect = api.post(f"/v1/tables/{WORDS_TABLE}/analogy", json=body).json()["expect"]
+    assert expect["rank"] > 1
+    shown = page.inner_text("#analogy-out .expect")
+    assert page.inner_text("#analogy-out .expect-rank") == f"no. {expect['rank']}"
+    assert f"score {expect['score']:.3f}, margin {expect['margin']:.3f}" in shown and "“princess”" in shown
+
+    page.fill("#an-expect", "queen")  # the answer itself: rank 1, margin 0
+    page.press("#an-expect", "Enter")
+    page.wait_for_selector("#analogy-out:not([aria-busy]) .expect >> text=is the answer")
+    assert "margin 0.000" in page.inner_text("#analogy-out .expect")
+
+    page.fill("#an-expect", "king")  # one of a, b, c: the API refuses it, and the page says why
+    page.press("#an-expect", "Enter")
+    page.wait_for_selector("#analogy-out:not([aria-busy]) [role=alert]")
+    refused = api.post(f"/v1/tables/{WORDS_TABLE}/analogy", json={**body, "expect": "king"})
+    assert refused.status_code == 422
+    assert refused.json()["error"]["message"] in page.inner_text("#analogy-out [role=alert]")
+    watched.assert_clean(expected_422=("analogy",))
+
+
+def test_diagnostics_closer_than_and_set_similarity(server: str, api: httpx.Client, watched: Watched) -> None:
+    watched.open(server, f"?table={WORDS_TABLE}")
+    page = watched.page
+    for a, b in [("paris", "london"), ("heart", "chest")]:
+        page.fill("#closer-a", a)
+        page.fill("#closer-b", b)
+        page.press("#closer-b", "Enter")
+        page.wait_for_selector(f"#closer-out:not([aria-busy]) >> text=than “{b}” is")
+        params = {"a": a, "b": b, "order": "score", "limit": 10}
+        expected = api.get(f"/v1/tables/{WORDS_TABLE}/closer-than", params=params).json()
+        assert page.inner_text("#closer-out .closer-count") == f"{expected['count']:,}"
+        assert page.locator("#closer-out .scores button.token").all_inner_texts() == [
+            w["token"] for w in expected["words"]
+        ]
+        scores = page.locator("#closer-out .scores .score").all_inner_texts()
+        assert scores == [f"{w['score']:.3f}" for w in expected["words"]]
+        assert f"cosine {expected['similarity']:.3f}" in page.inner_text("#closer-out")
+    assert expected["count"] > 10 and "the 10 nearest" in page.inner_text("#closer-out")
+
+    page.fill("#nsim-a", "breakfast lunchh")  # an unknown word: the API's suggestions, one click from a fix
+    page.fill("#nsim-b", "dinner meal")
+    page.press("#nsim-b", "Enter")
+    page.wait_for_selector("#nsim-out:not([aria-busy]) [role=alert]")
+    error = api.post(
+        f"/v1/tables/{WORDS_TABLE}/n-similarity", json={"a": ["breakfast", "lunchh"], "b": ["dinner", "meal"]}
+    )
+    assert error.status_code == 404 and error.json()["error"]["message"] in page.inner_text("#nsim-out")
+    suggestion = error.json()["error"]["suggestions"][0]
+    page.locator("#nsim-out button.chip").first.click()
+    page.wait_for_selector("#nsim-out:not([aria-busy]) strong")
+    assert page.input_value("#nsim-a") == f"breakfast {suggestion}"
+    body = {"a": ["breakfast", suggestion], "b": ["dinner", "meal"]}
+    value = api.post(f"/v1/tables/{WORDS_TABLE}/n-similarity", json=body).json()["similarity"]
+    assert page.inner_text("#nsim-out strong") == f"{value:.3f}"
+    watched.assert_clean(expected_404=("n-similarity",))
+
+
+def test_compare_tables_side_by_side_with_the_overlap_marked(server: str, api: httpx.Client, watched: Watched) -> None:
+    watched.open(server, f"?table={WORDS_TABLE}")
+    page = watched.page
+    options = page.locator("#cmp-second option").evaluate_all("os => os.map(o => o.value)")
+    assert options == page.locator("#table option").evaluate_all("os => os.map(o => o.value)")
+    assert page.input_value("#cmp-first") == WORDS_TABLE and page.input_value("#cmp-second") == TOKENS_TABLE
+    for word in ["heart", "king"]:
+        page.fill("#cmp-word", word)
+        page.press("#cmp-word", "Enter")
+        page.wait_for_selector(f"#compare-out:not([aria-busy]) .compare-side >> text=“{word}”")
+        params = {"first": WORDS_TABLE, "second": TOKENS_TABLE, "token": word, "k": 10}
+        expected = api.get("/v1/compare", params=params).json()
+        sides = page.locator("#compare-out .compare-side")
+        for i, side in enumerate((expected["first"], expected["second"])):
+            column = sides.nth(i)
+            assert column.locator("h3").inner_text().startswith(side["table"])
+            assert column.locator("button.token").all_inner_texts() == [n["token"] for n in side["neighbors"]]
+            assert column.locator(".score").all_inner_texts() == [f"{n['score']:.3f}" for n in side["neighbors"]]
+            marked = column.locator("li.shared button.token").all_inner_texts()
+            assert marked == [n["token"] for n in side["neighbors"] if n["token"] in expected["shared"]]
+        assert sorted(sides.nth(0).locator("li.shared button.token").all_inner_texts()) == sorted(expected["shared"])
+        assert page.inner_text("#compare-out .overlap") == f"{expected['overlap']:.2f}"
+    assert 0 < len(expected["shared"]) < 10  # two different tables: some neighbours in common, not all
+
+    page.locator("#compare-out .compare-side").nth(1).locator("button.token").first.click()  # compare that word
+    clicked = expected["second"]["neighbors"][0]["token"]
+    page.wait_for_selector(f"#compare-out:not([aria-busy]) .compare-side >> text=“{clicked}”")
+    assert page.input_value("#cmp-word") == clicked
+
+    page.select_option("#cmp-second", WORDS_TABLE)  # a table against itself: everything shared
+    page.click("#compare-form button[type=submit]")
+    page.wait_for_selector("#compare-out:not([aria-busy]) .overlap >> text=1.00")
+    assert page.locator("#compare-out li.shared").count() == 20
+
+    page.fill("#cmp-word", "hearrtt")  # a word the tables lack: the API's error
+    page.press("#cmp-word", "Enter")
+    page.wait_for_selector("#compare-out:not([aria-busy]) [role=alert]")
+    assert "hearrtt" in page.inner_text("#compare-out [role=alert]")
+    watched.assert_clean(expected_404=("hearrtt",))
+
+
+def check_drawn(page, api: httpx.Client, words: list[str], body: dict) -> dict:
+    """The page's map holds the API's answer to ``body`` for ``words`` and draws each point where it says."""
+    answer = api.post(f"/v1/tables/{WORDS_TABLE}/project", json={"tokens": words, "skip_unknown": True, **body}).json()
+    points = page.evaluate("explorer.lastMap.points.map(p => ({token: p.token, x: p.x, y: p.y}))")
+    assert points == [{"token": p["token"], "x": p["x"], "y": p["y"]} for p in answer["points"]]
+    circles = page.locator("#map-out svg circle").evaluate_all(
+        "cs => cs.map(c => [Number(c.getAttribute('cx')), Number(c.getAttribute('cy'))])"
+    )
+    for axis, sign in ((0, 1), (1, -1)):  # y grows downwards on screen
+        values = [p["xy"[axis]] for p in answer["points"]]
+        assert sign * np.corrcoef(values, [c[axis] for c in circles])[0, 1] > 0.9999
+    return answer
+
+
+def test_tsne_draws_the_api_layout_with_its_seed_and_perplexity(
+    server: str, api: httpx.Client, watched: Watched
+) -> None:
+    watched.open(server, f"?table={WORDS_TABLE}")
+    page = watched.page
+    words = map_words(page.input_value("#map-words"))
+    page.check("#method-tsne")  # draws at once, with the default seed and perplexity
+    page.wait_for_function("() => new URLSearchParams(location.search).get('proj') === 'tsne'")
+    page.wait_for_selector("#map-out:not([aria-busy]) svg >> text=t-SNE 1")
+    answer = check_drawn(page, api, words, {"method": "tsne"})
+    caption = page.inner_text("#map-out .muted")
+    assert f"perplexity {answer['params']['perplexity']:.2f} (30 asked for" in caption and "seed 42" in caption
+    page.fill("#map-seed", "7")
+    page.fill("#map-perplexity", "4")
+    page.press("#map-perplexity", "Enter")
+    page.wait_for_function("() => new URLSearchParams(location.search).get('proj') === 'tsne,7,4'")
+    page.wait_for_selector("#map-out:not([aria-busy]) >> text=seed 7")
+    check_drawn(page, api, words, {"method": "tsne", "seed": 7, "perplexity": 4})
+
+    page.fill("#map-words", "colours: red blue green")  # three words: too few, and the page says so
+    page.press("#map-perplexity", "Enter")
+    page.wait_for_selector("#map-out:not([aria-busy]) [role=alert]")
+    assert "t-SNE needs at least 4 distinct tokens, got 3" in page.inner_text("#map-out [role=alert]")
+    watched.assert_clean(expected_422=("project",))
+
+
+def test_umap_draws_the_api_layout_and_a_missing_package_disables_it(
+    server: str, api: httpx.Client, watched: Watched, umap_warm: threading.Thread
+) -> None:
+    umap_warm.join()  # the server's UMAP is compiled by now (or the wait is here, once)
+    watched.open(server, f"?table={WORDS_TABLE}&proj=umap,3,5")  # a link with UMAP, its seed and n_neighbors
+    page = watched.page
+    words = map_words(page.input_value("#map-words"))
+    page.wait_for_selector("#map-out:not([aria-busy]) svg >> text=UMAP 1")
+    assert page.is_checked("#method-umap") and not page.is_visible("#map-perplexity")
+    assert (page.input_value("#map-seed"), page.input_value("#map-neighbors")) == ("3", "5")
+    answer = check_drawn(page, api, words, {"method": "umap", "seed": 3, "n_neighbors": 5})
+    assert "5 neighbours, min_dist 0.1" in page.inner_text("#map-out .muted") and answer["params"]["seed"] == 3
+    page.fill("#map-seed", "")
+    page.fill("#map-neighbors", "")
+    page.press("#map-neighbors", "Enter")  # the server's defaults: seed 42, n_neighbors 15
+    page.wait_for_function("() => new URLSearchParams(location.search).get('proj') === 'umap'")
+    page.wait_for_selector("#map-out:not([aria-busy]) >> text=seed 42")
+    check_drawn(page, api, words, {"method": "umap"})
+
+    # A server without umap-learn answers 422 naming the package (tests/service/test_projection_methods.py): the
+    # page shows the message and disables UMAP.
+    message = "UMAP needs the umap-learn package, which this server does not have (pip install 'embedding-search[map]')"
+    envelope = {"error": {"code": "invalid_request", "message": message, "package": "umap-learn", "extra": "map"}}
+    page.route("**/project", lambda route: route.fulfill(status=422, json=envelope))
+    page.click("#map-form button[type=submit]")
+    page.wait_for_selector("#method-umap:disabled")
+    assert message in page.inner_text("#map-out [role=alert]")
+    page.unroute("**/project")
+    page.check("#axes-pca")
+    page.wait_for_selector("#map-out:not([aria-busy]) svg >> text=/PC1/")
+    watched.assert_clean(expected_422=("project",))
 
 
 def measure(base: str, table: str, frames: int = 120) -> dict[str, object]:

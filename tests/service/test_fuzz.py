@@ -39,7 +39,7 @@ CONTENT_422 = {
     f"POST {T}/similarity": (NO_TOKENIZER,),
     f"POST {T}/tokenize": (NO_TOKENIZER,),
     f"POST {T}/search": ("dimensions", "zero vector"),
-    f"POST {T}/project": ("at least two distinct",),
+    f"POST {T}/project": ("at least two distinct", "distinct tokens, got"),  # t-SNE and UMAP need 4
     # a and b resolve to the same row (e.g. "King" and "king"); an expected answer that is a, b or c, or past restrict
     f"POST {T}/analogy": ("offset b - a is zero", "the expected word is"),
     f"GET {T}/map": ("t-SNE maps are off",),  # method=tsne on a server without EMBEDDING_MAP_TSNE_ROWS

@@ -1,0 +1,738 @@
+"""Documents tables through the real ``embedding-index import``, on gensim's Lee corpus.
+
+The 300 Lee background news documents (one per line of ``lee_background.cor``) get fields derived from their own
+words and a vector each: the mean GloVe 6B 50d row of their words, computed here with one sparse product. They are
+written as JSON Lines, Parquet and gzipped CSV, imported, and read back through :class:`index.payload.Payload`
+and :class:`index.table.Table`: ids, text, every field with its type, and vectors equal to the float64-normalised
+input. Every kind of bad input must fail with status 1 and one line naming the file and line (row for Parquet).
+"""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import io
+import json
+import re
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, date, datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import scipy.sparse
+from gensim.test.utils import datapath
+
+from index import artifact
+from index.errors import InvalidQuery, UnknownToken
+from index.passages import paragraphs, passages_table, split_passages
+from index.payload import ID_LOOKUP, PAYLOAD, Payload, UnknownDocument, search_sorted, sort_ids
+from index.sources import RawTable, sniff_format
+from index.sources import documents as documents_source
+from index.table import Table
+from tests.index.test_sources import import_fails, run_cli
+
+REPO = Path(__file__).resolve().parents[2]
+TYPES = {
+    "year": "integer",
+    "tags": "string_list",
+    "lang": "string",
+    "known": "float",
+    "long": "boolean",
+    "published": "timestamp",
+}
+EPOCH = datetime(2001, 1, 1, tzinfo=UTC)
+
+
+@dataclass
+class Lee:
+    ids: list[str]
+    texts: list[str]
+    vectors: np.ndarray  # float32, the mean GloVe row of each document's words
+    fields: dict[str, list[Any]]  # Python values; timestamps as datetime
+
+    def record(self, i: int) -> dict[str, Any]:
+        """Document ``i`` as the payload gives it back (timestamps as ISO 8601 text)."""
+        values = {name: column[i] for name, column in self.fields.items()}
+        values["published"] = values["published"].strftime("%Y-%m-%dT%H:%M:%SZ")
+        return values
+
+    def unit(self) -> np.ndarray:
+        v = self.vectors.astype(np.float64)
+        return v / np.linalg.norm(v, axis=1, keepdims=True)
+
+
+@pytest.fixture(scope="module")
+def lee(glove_raw: RawTable) -> Lee:
+    texts = Path(datapath("lee_background.cor")).read_text(encoding="utf-8").splitlines()
+    vocab = {token: i for i, token in enumerate(glove_raw.tokens)}
+    words = [re.findall(r"[a-z]+|[0-9]+", text.lower()) for text in texts]
+    known = [[vocab[w] for w in ws if w in vocab] for ws in words]
+    lengths = np.array([len(k) for k in known])
+    counts = scipy.sparse.csr_matrix(
+        (np.ones(lengths.sum(), dtype=np.float32), np.concatenate(known), np.concatenate([[0], np.cumsum(lengths)])),
+        shape=(len(texts), len(glove_raw.tokens)),
+    )
+    vectors = np.asarray((counts @ glove_raw.matrix) / lengths[:, None], dtype=np.float32)
+    long_words = [Counter(w for w in ws if len(w) >= 7).most_common(3) for ws in words]
+    fields: dict[str, list[Any]] = {
+        "year": [1990 + len(ws) % 12 for ws in words],
+        "tags": [None if i % 11 == 0 else [w for w, _ in common] for i, common in enumerate(long_words)],
+        "lang": [None if i % 13 == 0 else "en" for i in range(len(texts))],
+        "known": [len(k) / len(ws) for k, ws in zip(known, words, strict=True)],
+        "long": [len(ws) > 200 for ws in words],
+        "published": [EPOCH + timedelta(hours=37 * i, minutes=len(ws) % 60) for i, ws in enumerate(words)],
+    }
+    return Lee([f"lee-{i:03d}" for i in range(len(texts))], texts, vectors, fields)
+
+
+# ------------------------------------------------------------------------------------------------ writers
+
+
+def jsonl_records(lee: Lee) -> list[dict[str, Any]]:
+    records = []
+    for i in range(len(lee.ids)):
+        record = {"id": lee.ids[i], "text": lee.texts[i], **lee.record(i)}
+        record["vector"] = lee.vectors[i].tolist()  # float32 -> float -> JSON -> float32 gives the same values
+        records.append(record)
+    return records
+
+
+def write_jsonl(path: Path, records: list[dict[str, Any]], lines: list[str] | None = None) -> Path:
+    text = "\n".join(lines if lines is not None else [json.dumps(r) for r in records]) + "\n"
+    path.write_bytes(gzip.compress(text.encode()) if path.suffix == ".gz" else text.encode())
+    return path
+
+
+def write_parquet(path: Path, lee: Lee, vectors: np.ndarray | None = None) -> Path:
+    matrix = lee.vectors if vectors is None else vectors
+    table = pa.table(
+        {
+            "id": lee.ids,
+            "text": lee.texts,
+            "year": pa.array(lee.fields["year"], pa.int32()),
+            "tags": lee.fields["tags"],
+            "lang": lee.fields["lang"],
+            "known": lee.fields["known"],
+            "long": lee.fields["long"],
+            "published": pa.array(lee.fields["published"], pa.timestamp("ms", tz="UTC")),
+            "vector": pa.FixedSizeListArray.from_arrays(pa.array(matrix.reshape(-1)), matrix.shape[1]),
+        }
+    )
+    pq.write_table(table, path, row_group_size=128)
+    return path
+
+
+def csv_rows(lee: Lee) -> list[list[str]]:
+    rows = [["id", "text", *TYPES, "vector"]]
+    for i, record in enumerate(jsonl_records(lee)):
+        cells = [record["id"], record["text"], str(record["year"])]
+        cells.append("" if record["tags"] is None else json.dumps(record["tags"]))
+        cells += [record["lang"] or "", repr(record["known"]), "true" if record["long"] else "false"]
+        cells += [record["published"], json.dumps(record["vector"])]
+        assert len(cells) == len(rows[0]), i
+        rows.append(cells)
+    return rows
+
+
+def write_csv(path: Path, rows: list[list[str]]) -> Path:
+    out = io.StringIO(newline="")
+    csv.writer(out, lineterminator="\n").writerows(rows)
+    data = out.getvalue().encode()
+    path.write_bytes(gzip.compress(data) if path.suffix == ".gz" else data)
+    return path
+
+
+def import_ok(path: Path, data_dir: Path, name: str = "lee", *extra: object) -> tuple[Table, Payload, str]:
+    result = run_cli("import", path, "--format", "documents", "--name", name, "--data-dir", data_dir, *extra)
+    assert result.code == 0, result.err
+    assert artifact.verify(data_dir / name).ok
+    table = Table.load(data_dir / name)
+    payload = Payload.open(data_dir / name)
+    assert payload is not None
+    return table, payload, result.out
+
+
+def assert_documents(table: Table, payload: Payload, lee: Lee, rows: list[int] | None = None) -> None:
+    """The table holds documents ``rows`` of ``lee`` in order: ids, text, fields, unit vectors."""
+    rows = list(range(len(lee.ids))) if rows is None else rows
+    n = len(rows)
+    assert table.kind == "documents" and table.rows == n and len(payload) == n
+    assert list(table.tokens[:n]) == [lee.ids[i] for i in rows]
+    assert payload.ids(range(n)) == [lee.ids[i] for i in rows]
+    assert payload.text(range(n)) == [lee.texts[i] for i in rows]
+    assert payload.fields == TYPES
+    assert payload.records(range(n)) == [lee.record(i) for i in rows]
+    np.testing.assert_allclose(np.asarray(table.vectors), lee.unit()[rows], rtol=0, atol=2e-7)
+    restored = np.asarray(table.vectors, dtype=np.float64) * np.asarray(table.norms)[:, None]
+    np.testing.assert_allclose(restored, lee.vectors[rows], rtol=1e-6, atol=1e-7)
+    order = np.random.default_rng(0).permutation(n)
+    assert np.array_equal(payload.row_of([lee.ids[rows[i]] for i in order]), order)
+
+
+# ------------------------------------------------------------------------------------------------ round trips
+
+
+@pytest.mark.parametrize("kind", ["jsonl", "parquet", "csv.gz"])
+def test_round_trip(tmp_path: Path, lee: Lee, kind: str) -> None:
+    path = tmp_path / f"lee.{kind}"
+    if kind == "jsonl":
+        write_jsonl(path, jsonl_records(lee))
+    elif kind == "parquet":
+        write_parquet(path, lee)
+    else:
+        write_csv(path, csv_rows(lee))
+    table, payload, out = import_ok(path, tmp_path / "data")
+    assert_documents(table, payload, lee)
+    fields = ", ".join(f"{name} {kind}" for name, kind in TYPES.items())
+    assert f"documents: 300 (string ids from 'id'; text 'text'; fields: {fields})" in out
+
+    info = table.manifest["documents"]
+    assert (info["id_field"], info["id_type"], info["text_field"], info["vector_field"]) == (
+        "id",
+        "string",
+        "text",
+        "vector",
+    )
+    assert info["text_non_null"] == 300 and info["dim"] == 50
+    for name, values in lee.fields.items():
+        assert info["fields"][name] == {"type": TYPES[name], "non_null": sum(v is not None for v in values)}
+    assert info["fields"]["tags"]["non_null"] == 300 - 28 and info["fields"]["lang"]["non_null"] == 300 - 24
+    assert {PAYLOAD, ID_LOOKUP} <= set(table.manifest["files"])
+
+    # The columns, for filters: Arrow arrays of the stored types, over the mapped file.
+    assert payload.column("year").type == pa.int64() and payload.column("year").to_pylist() == lee.fields["year"]
+    assert payload.column("published").type == pa.timestamp("us", tz="UTC")
+    assert payload.column("published").to_pylist() == lee.fields["published"]
+    assert payload.column("long").to_pylist() == lee.fields["long"]
+    assert payload.column("tags").to_pylist() == lee.fields["tags"]
+    assert payload.records([5, 2], fields=["id", "published", "known"]) == [
+        {"id": lee.ids[i], "published": lee.record(i)["published"], "known": lee.fields["known"][i]} for i in (5, 2)
+    ]
+    # The table's word routes work on the ids.
+    assert table.tokens.find("lee-042") == 42
+
+
+def test_payload_errors_and_lookup_by_row_number(tmp_path: Path, lee: Lee) -> None:
+    """Without an id field the ids are the row numbers (digit strings find them too); clear errors otherwise."""
+    records = jsonl_records(lee)
+    for record in records:
+        record["doc"] = record.pop("id")
+        record["embedding"] = record.pop("vector")
+    path = write_jsonl(tmp_path / "noid.jsonl", records)
+    table, payload, out = import_ok(path, tmp_path / "data", "rows", "--text-field", "text")
+    assert "documents: 300 (row numbers as ids;" in out
+    assert payload.id_type == "integer" and payload.ids([0, 299]) == [0, 299]
+    assert payload.records([3])[0]["doc"] == lee.ids[3]
+    assert np.array_equal(payload.row_of(["12", 7, np.int64(250)]), [12, 7, 250])
+    assert np.array_equal(payload.row_of(np.array([3, 1])), [3, 1])
+    assert table.manifest["documents"]["vector_field"] == "embedding"
+    with pytest.raises(UnknownDocument) as unknown:
+        payload.row_of([5, "x", 300, -1, "lee-001", 2.5, 10**30])
+    assert isinstance(unknown.value, UnknownToken) and unknown.value.code == "unknown_token"
+    assert "no document with id 'x', 300, -1, 'lee-001', 2.5 and 1 more in table 'rows'" in unknown.value.message
+    with pytest.raises(InvalidQuery, match="row 300 is outside the table's 300 rows"):
+        payload.ids([0, 300])
+    with pytest.raises(InvalidQuery, match="has no field 'nope'"):
+        payload.records([0], fields=["year", "nope"])
+    with pytest.raises(InvalidQuery, match="has no field 'nope'"):
+        payload.column("nope")
+    assert payload.row_of([]).shape == (0,)
+
+
+def test_string_id_search_matches_a_dict(lee: Lee) -> None:
+    """The vectorised binary search over sorted string ids, on the corpus's own words (with shared prefixes)."""
+    words = sorted({w for text in lee.texts for w in text.split()}, key=lambda w: (len(w), w))
+    words += ["é", "éa", "ü-über", "中文", "中"]
+    ids = pa.array(words)
+    order = sort_ids(ids)
+    haystack = ids.take(pa.array(order))
+    queries = [*words[::7], "", "zzzz-not-a-word", "Australia!!", "中文字", "é"]
+    positions = search_sorted(haystack, pa.array(queries))
+    row_of = {w: i for i, w in enumerate(words)}
+    found = [int(order[p]) if p >= 0 else None for p in positions]
+    assert found == [row_of.get(q) for q in queries]
+    assert len(words) > 8000
+
+
+def test_payload_open_is_none_for_a_words_table(tmp_path: Path, glove_raw: RawTable) -> None:
+    lines = [
+        t + " " + " ".join(map(repr, r.tolist()))
+        for t, r in zip(glove_raw.tokens[:50], glove_raw.matrix[:50], strict=True)
+    ]
+    path = tmp_path / "words.txt"
+    path.write_text("\n".join(lines) + "\n")
+    assert run_cli("import", path, "--name", "words", "--data-dir", tmp_path / "data").code == 0
+    assert Payload.open(tmp_path / "data" / "words") is None
+
+
+def test_sniffing_and_options_need_documents(tmp_path: Path, lee: Lee) -> None:
+    path = write_jsonl(tmp_path / "lee.jsonl", jsonl_records(lee)[:20])
+    assert sniff_format(path) == "documents"
+    _, payload, _ = import_ok(path, tmp_path / "data", "sniffed")
+    assert len(payload) == 20
+    glove = tmp_path / "g.txt"
+    glove.write_text("a 1 2\nb 3 4\n")
+    message = import_fails(glove, tmp_path / "data", "--id-field", "x")
+    assert message.endswith("--id-field: only for --format documents")
+
+
+# ------------------------------------------------------------------------------------------------ passages
+
+
+def markdown_files(directory: Path, lee: Lee) -> dict[str, str]:
+    """Markdown and text files of real Lee paragraphs: sentences grouped 1-4 to a paragraph, with headings,
+    runs of blank lines (some holding spaces), a CRLF file and a file in a sub-directory."""
+    files: dict[str, str] = {}
+    separators = ["\n\n", "\n  \n\n", "\n\t\n", "\n\n\n\n"]
+    for f in range(6):
+        parts = [f"# Lee document {f * 5}"]
+        for d in range(f * 5, f * 5 + 5):
+            sentences = re.split(r"(?<=\.) ", lee.texts[d])
+            size = 1 + d % 4
+            joiner = "\n" if d % 3 == 0 else " "  # some paragraphs span several lines
+            parts += [joiner.join(sentences[i : i + size]) for i in range(0, len(sentences), size)]
+        text = ""
+        for i, part in enumerate(parts):
+            text += part + (separators[i % len(separators)] if i < len(parts) - 1 else "\n")
+        name = ["a.md", "b.txt", "sub/c.md", "d.md", "e.TXT", "f.md"][f]
+        if f == 3:
+            text = text.replace("\n", "\r\n")
+        files[name] = text
+        (directory / name).parent.mkdir(parents=True, exist_ok=True)
+        (directory / name).write_bytes(text.encode())
+    (directory / "ignored.json").write_text("{}")
+    return files
+
+
+@pytest.mark.parametrize("chunk_words", [1, 60, 250])
+def test_passages_join_paragraphs_up_to_chunk_words(tmp_path: Path, lee: Lee, chunk_words: int) -> None:
+    files = markdown_files(tmp_path, lee)
+    table = passages_table(tmp_path, chunk_words).to_pylist()
+    assert sorted({row["source"] for row in table}) == sorted(files)
+    for source, text in files.items():
+        rows = [row for row in table if row["source"] == source]
+        assert [row["chunk"] for row in rows] == list(range(len(rows)))
+        assert [row["id"] for row in rows] == [f"{source}#{i}" for i in range(len(rows))]
+        # Paragraphs, found independently: what lies between blank lines, trimmed.
+        spans, position = [], 0
+        for block in re.split(r"(\r?\n[ \t]*\r?\n(?:[ \t]*\r?\n)*)", text):
+            if block.strip() and not re.fullmatch(r"\s+", block):
+                start = position + len(block) - len(block.lstrip())
+                spans.append((start, start + len(block.strip()), len(block.split())))
+            position += len(block)
+        starts, ends = [s for s, _, _ in spans], [e for _, e, _ in spans]
+        covered = []
+        for row in rows:
+            assert text[row["start"] : row["end"]] == row["text"]  # the offsets slice the file to the passage
+            first, last = starts.index(row["start"]), ends.index(row["end"])  # boundaries are paragraph bounds
+            covered += list(range(first, last + 1))
+            words = sum(w for _, _, w in spans[first : last + 1])
+            assert words == len(row["text"].split())
+            assert words <= chunk_words or first == last
+            if last + 1 < len(spans):  # greedy: the next paragraph would not have fitted
+                assert words + spans[last + 1][2] > chunk_words
+        assert covered == list(range(len(spans)))
+    text = "one\n\ntwo three\n\n\nfour"
+    assert [(p.start, p.end, p.words) for p in split_passages(text, 2)] == [(0, 3, 1), (5, 14, 2), (17, 21, 1)]
+    assert [(p.start, p.end, p.words) for p in split_passages(text, 3)] == [(0, 14, 3), (17, 21, 1)]
+    assert [(p.start, p.end, p.words) for p in paragraphs("  a b\n c\n\n\t\n d \n")] == [(2, 8, 3), (13, 14, 1)]
+
+
+def test_directory_of_passages_needs_vectors(tmp_path: Path, lee: Lee) -> None:
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    markdown_files(docs, lee)
+    assert sniff_format(docs) == "documents"
+    message = import_fails(docs, tmp_path / "data", "--format", "documents", "--chunk-words", "80")
+    rows = passages_table(docs, 80).num_rows
+    assert message == (
+        f"embedding-index: error: {docs}: {rows} passages from 6 .txt/.md files, but no vectors: documents need a "
+        "vector each from your own encoder, and no encoder is available here yet; import a JSONL, Parquet or CSV "
+        "file with each document's vector in a field (--vector-field, default 'vector', else 'embedding')"
+    )
+    (docs / "e.TXT").write_bytes(b"fine\n\ncaf\xe9\n")
+    message = import_fails(docs, tmp_path / "data", "--format", "documents")
+    assert message == f"embedding-index: error: {docs / 'e.TXT'}:3: not UTF-8 text (byte 0xe9)"
+
+
+# ------------------------------------------------------------------------------------------------ bad input
+
+
+def _edit(lee: Lee, row: int, change: Callable[[dict[str, Any]], None]) -> list[str]:
+    records = jsonl_records(lee)
+    change(records[row])
+    return [json.dumps(r) for r in records]
+
+
+def _set(key: str, value: Any) -> Callable[[dict[str, Any]], None]:
+    return lambda record: record.__setitem__(key, value)
+
+
+def _bad_json(lee: Lee) -> list[str]:
+    lines = [json.dumps(r) for r in jsonl_records(lee)]
+    lines[60] = lines[60][:-30]
+    return ["", *lines[:10], "   ", *lines[10:]]  # two blank lines: row 60 is on line 63
+
+
+JSONL_CASES: dict[str, tuple[Callable[[Lee], list[str]], list[str], str]] = {
+    # case: (lines of the file, extra options, the message after "docs.jsonl")
+    "missing vector": (
+        lambda lee: _edit(lee, 41, lambda r: r.pop("vector")),
+        [],
+        ":42: no vector ('vector' is missing or null)",
+    ),
+    "null vector": (lambda lee: _edit(lee, 0, _set("vector", None)), [], ":1: no vector ('vector' is missing or null)"),
+    "ragged vector": (
+        lambda lee: _edit(lee, 7, lambda r: r["vector"].pop()),
+        [],
+        ":8: vector 'vector' has 49 values, expected 50 (as most rows)",
+    ),
+    "empty vector": (lambda lee: _edit(lee, 9, _set("vector", [])), [], ":10: vector 'vector' is empty"),
+    "NaN in vector": (
+        lambda lee: _edit(lee, 100, lambda r: r["vector"].__setitem__(3, float("nan"))),
+        [],
+        ":101: vector 'vector' has NaN, Inf or null values, or values beyond float32",
+    ),
+    "null in vector": (
+        lambda lee: _edit(lee, 101, lambda r: r["vector"].__setitem__(0, None)),
+        [],
+        ":102: vector 'vector' has NaN, Inf or null values, or values beyond float32",
+    ),
+    "beyond float32": (
+        lambda lee: _edit(lee, 102, lambda r: r["vector"].__setitem__(1, 1e39)),
+        [],
+        ":103: vector 'vector' has NaN, Inf or null values, or values beyond float32",
+    ),
+    "zero vector": (lambda lee: _edit(lee, 5, _set("vector", [0.0] * 50)), [], ":6: vector 'vector' is all zeros"),
+    "vector of strings": (
+        lambda lee: _edit(lee, 3, _set("vector", "0.1 0.2")),
+        [],
+        ":4: field 'vector' is a string, but its first value (line 1) is a list of numbers",
+    ),
+    "duplicate id": (
+        lambda lee: _edit(lee, 200, _set("id", "lee-003")),
+        [],
+        ":201: duplicate id 'lee-003', first at line 4",
+    ),
+    "empty id": (lambda lee: _edit(lee, 12, _set("id", "")), [], ":13: empty id"),
+    "null id": (lambda lee: _edit(lee, 13, _set("id", None)), [], ":14: no id ('id' is missing or null)"),
+    "float ids": (
+        lambda lee: [json.dumps({**r, "id": i + 0.5}) for i, r in enumerate(jsonl_records(lee))],
+        [],
+        ":1: the id field 'id' holds floats; ids are strings or integers",
+    ),
+    "string in an integer field": (
+        lambda lee: _edit(lee, 50, _set("year", "1999")),
+        [],
+        ":51: field 'year' is a string, but its first value (line 1) is a number",
+    ),
+    "number in a list of strings": (
+        lambda lee: _edit(lee, 30, _set("tags", ["a", 1])),
+        [],
+        ":31: field 'tags' is a list mixing numbers and strings",
+    ),
+    "NaN in a float field": (
+        lambda lee: _edit(lee, 70, _set("known", float("nan"))),
+        [],
+        ":71: field 'known' is NaN or infinite",
+    ),
+    "object field": (
+        lambda lee: _edit(lee, 20, _set("meta", {"a": 1})),
+        [],
+        ":21: field 'meta' holds objects; a document field holds strings, integers, floats, booleans, timestamps "
+        "or lists of strings",
+    ),
+    "text that is a number": (
+        lambda lee: [json.dumps({**r, "text": len(r["text"])}) for r in jsonl_records(lee)],
+        [],
+        ":1: the text field 'text' holds integers, not strings",
+    ),
+    "bad JSON": (_bad_json, [], ":63: bad JSON: "),
+    "not an object": (
+        lambda lee: [*_edit(lee, 0, lambda r: None)[:5], "[1, 2]"],
+        [],
+        ":6: not a JSON object but a list of numbers",
+    ),
+    "repeated key": (
+        lambda lee: [*_edit(lee, 0, lambda r: None)[:5], '{"id": "x", "id": "y"}'],
+        [],
+        ":6: field 'id' appears twice in the object",
+    ),
+    "two objects on a line": (
+        lambda lee: (lambda lines: [*lines[:8], lines[8] + " " + lines[9], *lines[10:]])(_edit(lee, 0, lambda r: None)),
+        [],
+        ":9: bad JSON: Extra data (column",
+    ),
+    "no such id field": (
+        lambda lee: _edit(lee, 0, lambda r: None),
+        ["--id-field", "doc"],
+        ": --id-field 'doc': no such field",
+    ),
+    "no such text field": (
+        lambda lee: _edit(lee, 0, lambda r: None),
+        ["--text-field", "body"],
+        ": --text-field 'body': no such field",
+    ),
+    "no such vector field": (
+        lambda lee: _edit(lee, 0, lambda r: None),
+        ["--vector-field", "emb"],
+        ": --vector-field 'emb': no such field; the fields are 'id', 'text', 'year', 'tags', 'lang', 'known', "
+        "'long', 'published', 'vector'",
+    ),
+    "two options, one field": (
+        lambda lee: _edit(lee, 0, lambda r: None),
+        ["--text-field", "id"],
+        ": field 'id' is named for two of --id-field, --text-field, --vector-field",
+    ),
+    "no vectors at all": (
+        lambda lee: [json.dumps({"id": i, "text": t}) for i, t in zip(lee.ids, lee.texts, strict=True)],
+        [],
+        ": no vector field ('vector' or 'embedding'; name yours with --vector-field): documents need a vector each "
+        "from your own encoder, as no encoder is available here yet; the fields are 'id', 'text'",
+    ),
+    "empty file": (lambda lee: ["", "  "], [], ": empty file: no documents"),
+    "blank lines before a NaN": (
+        lambda lee: (lambda lines: ["", *lines[:5], "", " \t", *lines[5:]])(
+            _edit(lee, 100, lambda r: r["vector"].__setitem__(0, float("inf")))
+        ),
+        [],
+        ":104: vector 'vector' has NaN, Inf or null values, or values beyond float32",
+    ),
+    "every line bad": (lambda lee: ["", "not JSON", "{oops"], [], ":2: bad JSON: Expecting value (column 1)"),
+    "a JSON array": (
+        lambda lee: ["[", *_edit(lee, 0, lambda r: None)[:3], "]"],
+        [],
+        ":1: a JSON array, not JSON Lines",
+    ),
+}
+FILE_PROBLEMS = {"float ids", "object field", "text that is a number", "a JSON array"}  # not one row's fault
+
+
+@pytest.mark.parametrize("case", sorted(JSONL_CASES))
+def test_bad_jsonl_fails_with_file_and_line(tmp_path: Path, lee: Lee, case: str) -> None:
+    make, extra, expected = JSONL_CASES[case]
+    path = write_jsonl(tmp_path / "docs.jsonl", [], make(lee))
+    data_dir = tmp_path / "data"
+    message = import_fails(path, data_dir, "--format", "documents", *extra)
+    assert message.startswith(f"embedding-index: error: {path}{expected}"), message
+    row_problem = expected.split(":")[1].isdigit() and case not in FILE_PROBLEMS
+    assert message.endswith("(use --drop-invalid to skip such rows)") == row_problem, message
+    assert not data_dir.exists() or not any(data_dir.iterdir())
+
+
+@pytest.mark.parametrize("chunk", [1, 5000, 8 << 20])
+def test_jsonl_blocks_do_not_change_the_result(tmp_path: Path, lee: Lee, chunk: int, monkeypatch) -> None:
+    """Blocks of lines are parsed apart; a field typed apart by two blocks is typed as for the whole file."""
+    monkeypatch.setattr(documents_source, "CHUNK_BYTES", chunk)
+    records = jsonl_records(lee)
+    for i, record in enumerate(records):
+        record["note"] = "2001-02-03" if i < 150 else "n/a"  # dates in the first blocks, then text: strings
+        record["weight"] = i if i < 200 else i + 0.5  # integers, then floats: floats
+        record["since"] = None if i < 250 else "2001-02-03T04:05:06.5+01:00"  # nulls, then times: timestamps
+    lines = [json.dumps(r) for r in records]
+    path = write_jsonl(tmp_path / "docs.jsonl", [], [*lines[:100], "", *lines[100:]])
+    table, payload, _ = import_ok(path, tmp_path / "data")
+    assert payload.fields == {**TYPES, "note": "string", "weight": "float", "since": "timestamp"}
+    assert payload.column("note").to_pylist() == [r["note"] for r in records]
+    assert payload.column("weight").to_pylist() == [float(r["weight"]) for r in records]
+    assert payload.records([249, 299], fields=["since"]) == [{"since": None}, {"since": "2001-02-03T03:05:06.5Z"}]
+    assert payload.ids(range(300)) == lee.ids and payload.text(range(300)) == lee.texts
+    np.testing.assert_allclose(np.asarray(table.vectors), lee.unit(), rtol=0, atol=2e-7)
+
+
+def test_parquet_and_csv_types(tmp_path: Path, lee: Lee) -> None:
+    """Parquet's own types map onto the field types; CSV cells are typed by what all of a column's cells are."""
+    offset = timezone(timedelta(hours=2))
+    table = pa.table(
+        {
+            "id": pa.array(range(1000, 1300), pa.uint32()),
+            "body": pa.array(lee.texts).dictionary_encode(),
+            "embedding": [v.tolist() for v in lee.vectors.astype(np.float64)],
+            "day": pa.array([date(2001, 1, 1) + timedelta(days=i) for i in range(300)], pa.date32()),
+            "local": pa.array(
+                [datetime(2001, 5, 1, 12) + timedelta(seconds=i) for i in range(300)], pa.timestamp("ns")
+            ),
+            "east": pa.array([datetime(2001, 5, 1, 12, tzinfo=offset)] * 300, pa.timestamp("s", tz="+02:00")),
+            "ratio": pa.array(lee.fields["known"], pa.float32()),
+            "big": pa.array(lee.texts, pa.large_string()),
+            "kinds": pa.array(lee.fields["tags"], pa.large_list(pa.string())),
+            "flag": pa.array(lee.fields["long"]),
+        }
+    )
+    pq.write_table(table, tmp_path / "typed.parquet")
+    _, payload, _ = import_ok(tmp_path / "typed.parquet", tmp_path / "data", "typed", "--text-field", "body")
+    assert payload.id_type == "integer" and payload.text_field == "body"
+    assert payload.fields == {
+        "day": "timestamp",
+        "local": "timestamp",
+        "east": "timestamp",
+        "ratio": "float",
+        "big": "string",
+        "kinds": "string_list",
+        "flag": "boolean",
+    }
+    assert payload.records([2])[0] == {
+        "day": "2001-01-03T00:00:00Z",
+        "local": "2001-05-01T12:00:02Z",
+        "east": "2001-05-01T10:00:00Z",
+        "ratio": float(np.float32(lee.fields["known"][2])),
+        "big": lee.texts[2],
+        "kinds": lee.fields["tags"][2],
+        "flag": lee.fields["long"][2],
+    }
+    assert np.array_equal(payload.row_of([1005, "1299"]), [5, 299]) and payload.text([7]) == [lee.texts[7]]
+
+    header = ["id", "code", "count", "flag", "when", "ratio", "mixed", "vector"]
+    rows = [header]
+    for i in range(300):
+        code = f"{i:03d}"  # leading zeros: text
+        mixed = str(i) if i < 299 else "n/a"  # one cell is not a number: a string field
+        when = f"2001-02-{1 + i % 28:02d}" if i % 5 else ""
+        vector = json.dumps(lee.vectors[i].tolist())
+        rows.append([str(i + 1), code, str(i * 7), ["True", "false"][i % 2], when, f"{i / 3:.6g}", mixed, vector])
+    _, payload, _ = import_ok(write_csv(tmp_path / "typed.csv", rows), tmp_path / "data", "csv")
+    assert payload.id_type == "integer" and payload.text_field is None
+    assert payload.fields == {
+        "code": "string",
+        "count": "integer",
+        "flag": "boolean",
+        "when": "timestamp",
+        "ratio": "float",
+        "mixed": "string",
+    }
+    assert payload.records([0, 7]) == [
+        {"code": "000", "count": 0, "flag": True, "when": None, "ratio": 0.0, "mixed": "0"},
+        {
+            "code": "007",
+            "count": 49,
+            "flag": False,
+            "when": "2001-02-08T00:00:00Z",
+            "ratio": float("2.33333"),
+            "mixed": "7",
+        },
+    ]
+    assert payload.text([0]) == [None] and np.array_equal(payload.row_of([300, 1]), [299, 0])
+
+
+def test_bad_csv_and_parquet_name_the_line_or_row(tmp_path: Path, lee: Lee) -> None:
+    rows = csv_rows(lee)
+    rows[3][1] = 'A quoted "text"\nover two lines, with a comma'  # row 2 spans lines 4 and 5
+    rows[11][-1] = json.dumps(json.loads(rows[11][-1])[:-2])  # row 10: line 13
+    path = write_csv(tmp_path / "docs.csv.gz", rows)
+    message = import_fails(path, tmp_path / "data")
+    assert message == (
+        f"embedding-index: error: {path}:13: vector 'vector' has 48 values, expected 50 (as most rows) "
+        "(use --drop-invalid to skip such rows)"
+    )
+    rows = csv_rows(lee)
+    rows[3][1] = "two\nlines"
+    rows[20] = rows[20][:4]
+    rows[30][3] = '["a", 3'  # not JSON
+    path = write_csv(tmp_path / "cells.csv", rows)
+    message = import_fails(path, tmp_path / "data")
+    assert (
+        message
+        == f"embedding-index: error: {path}:22: 4 cells, the header has 9 (use --drop-invalid to skip such rows)"
+    )
+    _, payload, out = import_ok(path, tmp_path / "data", "cells", "--drop-invalid")
+    assert (
+        len(payload) == 298 and "line 22: 4 cells, the header has 9; line 32: field 'tags' is not a JSON array" in out
+    )
+
+    vectors = lee.vectors.copy()
+    vectors[17, 4] = np.nan
+    path = write_parquet(tmp_path / "docs.parquet", lee, vectors)
+    message = import_fails(path, tmp_path / "data")
+    assert message == (
+        f"embedding-index: error: {path}: row 18: vector 'vector' has NaN, Inf or null values, or values beyond "
+        "float32 (use --drop-invalid to skip such rows)"
+    )
+
+
+def test_drop_invalid_skips_and_reports(tmp_path: Path, lee: Lee) -> None:
+    records = jsonl_records(lee)
+    lines = [json.dumps(r) for r in records]
+    lines[10] = lines[10][:50]  # bad JSON
+    lines[20] = json.dumps({**records[20], "id": "lee-002"})  # duplicate of row 2: row 2 stays
+    records[30]["vector"][0] = float("nan")
+    lines[30] = json.dumps(records[30])
+    lines[40] = json.dumps({**records[40], "year": "MMI"})  # wrong type
+    lines[299] = json.dumps({**records[299], "vector": records[299]["vector"][:10]})  # ragged
+    path = write_jsonl(tmp_path / "docs.jsonl", [], lines)
+    message = import_fails(path, tmp_path / "data", "--format", "documents")
+    assert message.startswith(f"embedding-index: error: {path}:11: bad JSON:")
+    table, payload, out = import_ok(path, tmp_path / "data", "lee", "--drop-invalid")
+    kept = [i for i in range(300) if i not in (10, 20, 30, 40, 299)]
+    assert_documents(table, payload, lee, kept)
+    reasons = table.manifest["cleaning"]["invalid_rows"]
+    assert table.manifest["cleaning"]["invalid_rows_dropped"] == 5 and len(reasons) == 5
+    assert reasons[0].startswith("line 11: bad JSON: ")
+    assert reasons[1:] == [
+        "line 21: duplicate id 'lee-002', first at line 3",
+        "line 31: vector 'vector' has NaN, Inf or null values, or values beyond float32",
+        "line 41: field 'year' is a string, but its first value (line 1) is a number",
+        "line 300: vector 'vector' has 10 values, expected 50 (as most rows)",
+    ]
+    assert f"dropped 5 invalid rows (--drop-invalid), first: {'; '.join(reasons)}" in out
+
+
+def test_failed_import_leaves_the_existing_table_untouched(tmp_path: Path, lee: Lee) -> None:
+    data_dir = tmp_path / "data"
+    good = write_jsonl(tmp_path / "good.jsonl", jsonl_records(lee))
+    import_ok(good, data_dir)
+    before = {p.name: p.read_bytes() for p in (data_dir / "lee").iterdir()}
+    bad = write_jsonl(tmp_path / "bad.jsonl", [], _edit(lee, 150, _set("id", "lee-000")))
+    message = import_fails(bad, data_dir, "--format", "documents", "--force", name="lee")
+    assert f"{bad}:151: duplicate id 'lee-000', first at line 1" in message
+    assert {p.name: p.read_bytes() for p in (data_dir / "lee").iterdir()} == before
+    assert artifact.list_tables(data_dir) == ["lee"]
+    assert not list(data_dir.glob(".tmp-*")) and not list(data_dir.glob(".old-*"))
+    table = Table.load(data_dir / "lee")
+    payload = Payload.open(data_dir / "lee")
+    assert payload is not None
+    assert_documents(table, payload, lee)
+    # A payload file that disagrees with the manifest is caught like any other file.
+    (data_dir / "lee" / PAYLOAD).write_bytes(before[PAYLOAD][:-8] + b"\0" * 8)
+    assert not artifact.verify(data_dir / "lee").ok
+
+
+def test_real_command(tmp_path: Path, lee: Lee) -> None:
+    """``python -m index import`` as a user runs it: progress on stderr, the summary on stdout."""
+    path = write_jsonl(tmp_path / "lee.jsonl.gz", jsonl_records(lee))
+    data_dir = tmp_path / "data"
+    command = [sys.executable, "-m", "index", "import", path, "--format", "documents", "--name", "lee"]
+    started = time.perf_counter()
+    done = subprocess.run([*command, "--data-dir", data_dir], capture_output=True, text=True, timeout=120, cwd=REPO)
+    seconds = time.perf_counter() - started
+    assert done.returncode == 0, done.stderr
+    assert "built 'lee': 300 rows x 50 (flat, recall@10 1.0)" in done.stdout
+    assert "documents: 300 (string ids from 'id'; text 'text'; fields: year integer" in done.stdout
+    assert "embedding-index: reading lee.jsonl.gz: done (300 of 300 rows)" in done.stderr
+    table = Table.load(data_dir / "lee")
+    payload = Payload.open(data_dir / "lee")
+    assert payload is not None
+    assert_documents(table, payload, lee)
+    assert seconds < 60
+
+
+def test_blank_line_numbers_match_a_split() -> None:
+    """The line numbers messages give for JSON Lines rows skip the blank lines pyarrow skips."""
+
+    def reference(data: bytes) -> list[int]:
+        pieces = data.split(b"\n")[: -1 if data.endswith(b"\n") else None] if data else []
+        return [i + 1 for i, piece in enumerate(pieces) if not piece.strip(b" \t\r")]
+
+    rng = np.random.default_rng(1)
+    cases = [b"\n", b"a\n \n\t\r\nb", b"  \nb\n\n", b"\r\n\r\na\r\n", b"a\n  "]
+    cases += [bytes(rng.choice(list(b"ab \t\r\n\n\n"), size=int(rng.integers(0, 30)))) for _ in range(3000)]
+    for data in cases:
+        assert list(documents_source._blank_lines(data)) == reference(data), data

@@ -1,0 +1,142 @@
+"""Projections of a few chosen rows (index.layout): PCA against a float64 SVD, t-SNE and UMAP against openTSNE and
+umap-learn called directly with the same seed and parameters, on the 20,000-row GloVe table."""
+
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+import pytest
+
+from index.errors import InvalidQuery
+from index.layout import (
+    MIN_NONLINEAR_ROWS,
+    PROJECTION_SEED,
+    pca_projection,
+    require,
+    tsne_projection,
+    umap_projection,
+)
+from index.table import Table
+
+GROUPS = {  # the explorer's opening word map
+    "colours": "red green blue yellow purple orange",
+    "numbers": "one two three four five six",
+    "body parts": "hand foot head eye heart arm",
+    "animals": "dog cat horse cow bird fish",
+    "people": "man woman king queen he she",
+}
+WORDS = [w for line in GROUPS.values() for w in line.split()]
+GROUP_OF = [g for g, line in GROUPS.items() for _ in line.split()]
+
+
+@pytest.fixture(scope="module")
+def rows(small: Table) -> np.ndarray:
+    return np.asarray(small.vectors[[small.resolve(w).id for w in WORDS]])
+
+
+def same_group_share(points: np.ndarray) -> float:
+    """The share of points whose nearest other point (in 2-D) is of their own group."""
+    distances = np.linalg.norm(points[:, None, :] - points[None, :, :], axis=2)
+    np.fill_diagonal(distances, np.inf)
+    nearest = distances.argmin(axis=1)
+    return float(np.mean([GROUP_OF[i] == GROUP_OF[j] for i, j in enumerate(nearest)]))
+
+
+def test_pca_projection_is_a_float64_svd_of_the_centred_rows(small: Table) -> None:
+    ids = [small.resolve(w).id for w in ("red", "blue", "green", "one", "two", "three")]
+    points, ratio = pca_projection(small.vectors[ids])
+    data = np.asarray(small.vectors[ids], dtype=np.float64)
+    u, s, vt = np.linalg.svd(data - data.mean(axis=0), full_matrices=False)
+    np.testing.assert_allclose(ratio, (s**2 / (s**2).sum())[:2], rtol=1e-9)
+    np.testing.assert_allclose(np.abs(points), np.abs(u[:, :2] * s[:2]), atol=1e-12)
+    for axis in range(2):  # the sign makes each component's largest loading positive
+        component = vt[axis] * np.sign(points[:, axis] @ (u[:, axis] * s[axis]))
+        assert component[np.abs(component).argmax()] > 0
+    assert np.sign(points[:3, 0]).tolist() != np.sign(points[3:, 0]).tolist()  # colours and numbers apart
+    with pytest.raises(InvalidQuery, match="at least two distinct"):
+        pca_projection(small.vectors[ids[:1]])
+    two, two_ratio = pca_projection(small.vectors[ids[:2]])  # two rows differ along one direction: y is 0
+    assert two.shape == (2, 2) and np.abs(two[:, 1]).max() < 1e-9 and two_ratio[0] == pytest.approx(1.0)
+
+
+def test_tsne_equals_opentsne_with_the_same_seed_and_the_perplexity_lowered(rows: np.ndarray) -> None:
+    from openTSNE import TSNE
+
+    layout = tsne_projection(rows)
+    n = len(rows)
+    perplexity = (n - 1) / 3  # 30 asked for; 29 other rows
+    direct = TSNE(
+        n_components=2,
+        perplexity=perplexity,
+        metric="cosine",
+        initialization="pca",
+        n_iter=500,
+        random_state=PROJECTION_SEED,
+        n_jobs=1,
+        neighbors="exact",
+        verbose=False,
+    ).fit(np.asarray(rows, dtype=np.float32))
+    np.testing.assert_array_equal(layout.points, np.asarray(direct, dtype=np.float32))
+    params = layout.info["params"]
+    assert params["perplexity"] == pytest.approx(perplexity) and params["perplexity_requested"] == 30.0
+    assert params["seed"] == PROJECTION_SEED and params["metric"] == "cosine" and params["n_iter"] == 500
+    assert params["library"].startswith("openTSNE ")
+    assert same_group_share(layout.points) >= 0.8  # words of a group end up beside each other
+
+    low = tsne_projection(rows, perplexity=4.0, seed=7)  # below the cap: kept
+    assert low.info["params"]["perplexity"] == 4.0 and low.info["params"]["seed"] == 7
+    np.testing.assert_array_equal(tsne_projection(rows, perplexity=4.0, seed=7).points, low.points)
+    assert not np.array_equal(tsne_projection(rows, perplexity=4.0, seed=8).points, low.points)
+
+
+def test_umap_equals_umap_learn_with_the_same_seed_and_n_neighbors_lowered(rows: np.ndarray) -> None:
+    import umap
+
+    few = rows[:10]
+    layout = umap_projection(few)  # 15 asked for; 9 other rows
+    direct = umap.UMAP(
+        n_components=2,
+        n_neighbors=9,
+        min_dist=0.1,
+        metric="cosine",
+        n_epochs=500,
+        init="spectral",
+        random_state=PROJECTION_SEED,
+        n_jobs=1,
+    ).fit_transform(np.asarray(few, dtype=np.float32))
+    np.testing.assert_array_equal(layout.points, np.asarray(direct, dtype=np.float32))
+    params = layout.info["params"]
+    assert params["n_neighbors"] == 9 and params["n_neighbors_requested"] == 15
+    assert params["min_dist"] == 0.1 and params["seed"] == PROJECTION_SEED and params["init"] == "spectral"
+    assert params["library"].startswith("umap-learn ")
+
+    every = umap_projection(rows, n_neighbors=5, min_dist=0.3, seed=3)  # below the cap: kept
+    assert every.info["params"]["n_neighbors"] == 5 and every.info["params"]["min_dist"] == 0.3
+    np.testing.assert_array_equal(umap_projection(rows, n_neighbors=5, min_dist=0.3, seed=3).points, every.points)
+    assert not np.array_equal(umap_projection(rows, n_neighbors=5, min_dist=0.3, seed=4).points, every.points)
+    assert same_group_share(every.points) >= 0.8
+
+
+@pytest.mark.parametrize(("project", "name"), [(tsne_projection, "t-SNE"), (umap_projection, "UMAP")])
+def test_too_few_rows_are_refused(rows: np.ndarray, project: object, name: str) -> None:
+    with pytest.raises(InvalidQuery, match=f"{name} needs at least {MIN_NONLINEAR_ROWS} distinct tokens, got 3"):
+        project(rows[:3])  # type: ignore[operator]
+
+
+@pytest.mark.parametrize(
+    ("method", "module", "package", "project"),
+    [("tsne", "openTSNE", "openTSNE", tsne_projection), ("umap", "umap", "umap-learn", umap_projection)],
+)
+def test_a_missing_package_is_named_with_its_extra(
+    rows: np.ndarray, monkeypatch: pytest.MonkeyPatch, method: str, module: str, package: str, project: object
+) -> None:
+    require(method)  # installed here (the dev extra)
+    monkeypatch.setitem(sys.modules, module, None)  # import fails as if it were not installed
+    for call in (lambda: require(method), lambda: project(rows)):  # type: ignore[operator]
+        with pytest.raises(InvalidQuery) as missing:
+            call()
+        assert package in missing.value.message and "embedding-search[map]" in missing.value.message
+        assert missing.value.details == {"package": package, "extra": "map"}
+    require("pca")
+    require("axes")

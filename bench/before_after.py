@@ -66,17 +66,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--connections", type=int, default=32)
     parser.add_argument("--words", type=int, default=2048)
+    parser.add_argument("--env", action="append", default=[], help="NAME=VALUE for both servers (repeatable)")
     parser.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "before_after.json")
     args = parser.parse_args(argv)
 
     table = Table.load(args.data_dir / args.table, checksums=False)
     ctx = Context(data_dir=args.data_dir, work_dir=args.out.parent, results_dir=args.out.parent, table=args.table)
     items = http_requests(args.table, sample_words(table, args.words))["hnsw_get"]
-    env = server_env(cache=False)
+    env = server_env(cache=False) | dict(item.split("=", 1) for item in args.env)
     with tempfile.TemporaryDirectory(prefix="before-") as scratch:
         before_tree = Path(scratch)
         commit = export(args.before, before_tree)
+        # Each server imports its own tree first (PYTHONPATH comes before the installed packages).
         before_env = {**env, "PYTHONPATH": str(before_tree)}
+        after_env = {**env, "PYTHONPATH": str(REPO)}
         before_port, after_port = free_port(), free_port()
         with (
             serve(
@@ -86,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
                 before_env,
                 cwd=before_tree,
             ) as before,
-            serve(embedding_serve(ctx, after_port), "/readyz", after_port, env) as after,
+            serve(embedding_serve(ctx, after_port), "/readyz", after_port, after_env) as after,
         ):
             servers = {"before": before, "after": after}
             with httpx.Client(timeout=60) as client:

@@ -13,25 +13,32 @@ from __future__ import annotations
 
 import sys
 
-from index.search import Answers, Search, VectorSearch
+import numpy as np
+
+from index.knn import Hits
+from index.search import SearchOptions
 from index.table import Table
-from service import searcher
 from service.main import main
 
 
 def remember_searches() -> None:
-    """Replace ``Searcher.run`` in this process by a memo of ``table.run`` (one worker: the server runs here)."""
-    answers: dict[tuple[str, object, bytes, str], Answers] = {}
+    """Replace ``Table.knn`` (the index search) in this process by a memo of its answer for each query row (one
+    worker: the server runs here); everything around it, the searcher thread included, still runs."""
+    answers: dict[tuple[str, bytes, int, SearchOptions], tuple[np.ndarray, np.ndarray]] = {}
+    knn = Table.knn
 
-    async def run(self: searcher.Searcher, table: Table, search: Search) -> Answers:
-        asked = search.queries.tobytes() if isinstance(search, VectorSearch) else b""
-        key = (table.name, search.key(), asked, repr(getattr(search, "exclude", None) or search.questions))
-        hits = answers.get(key)
-        if hits is None:
-            hits = answers[key] = table.run(search)
-        return hits
+    def remembered(table: Table, queries: np.ndarray, k: int, options: SearchOptions = SearchOptions()) -> Hits:
+        rows = []
+        for query in queries:
+            key = (table.name, query.tobytes(), k, options)
+            found = answers.get(key)
+            if found is None:
+                scores, ids = knn(table, query[None, :], k, options)  # a row searched alone answers as in a batch
+                found = answers[key] = (scores[0], ids[0])
+            rows.append(found)
+        return np.vstack([r[0] for r in rows]), np.vstack([r[1] for r in rows])
 
-    searcher.Searcher.run = run  # type: ignore[method-assign]
+    Table.knn = remembered  # type: ignore[method-assign]
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ import numpy as np
 SMALL_BATCH = 2  # up to this many queries a plain matrix product beats FAISS's blocked search
 
 Neighbor = tuple[int, float]  # (row id, score)
+Hits = tuple[np.ndarray, np.ndarray]  # (scores, ids), one row per query, best first; id -1 pads
 
 
 def exact_knn(queries: np.ndarray, base: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:

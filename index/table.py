@@ -22,6 +22,7 @@ import json
 import logging
 import mmap
 from collections.abc import Collection, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +33,7 @@ from index import artifact
 from index.analogy import analogy_top, cosmul, cosmul_top
 from index.errors import ArtifactError, InvalidQuery
 from index.faiss_index import search_index, set_search_params
-from index.knn import Neighbor, exact_knn, keep_hits
+from index.knn import Hits, Neighbor, exact_knn, keep_hits
 from index.lookup import Lookup, Resolved
 from index.search import AnalogySearch, Answers, Method, Search, SearchOptions, VectorSearch
 from index.tokens import FLAG_CONTINUATION, FLAG_SPECIAL, FLAGS, Tokens
@@ -211,7 +212,11 @@ class Table:
 
     def limit(self, options: SearchOptions) -> int:
         """How many rows a search with ``options`` may answer from (the first ones)."""
-        return self.rows if options.restrict is None else min(options.restrict, self.rows)
+        if options.restrict is None:
+            return self.rows
+        if options.restrict < 1:
+            raise InvalidQuery("restrict must be at least 1")
+        return min(options.restrict, self.rows)
 
     def drop_bits(self, options: SearchOptions) -> int:
         """Bit mask of the token kinds ``options`` leave out (0: keep every row; always 0 without flags)."""
@@ -229,7 +234,7 @@ class Table:
         """Answer one request: for each of its queries, the hits best first."""
         if isinstance(search, AnalogySearch):
             return self._analogies(search)
-        return self._nearest(search)
+        return self.plan(search).run()
 
     def is_light(self, search: Search) -> bool:
         """Whether ``search`` is a search of the approximate index (3CosAdd analogies are one), well under a
@@ -238,9 +243,7 @@ class Table:
         light = self.approximate and not options.exact and options.restrict is None
         return light and (not isinstance(search, AnalogySearch) or search.method == "3cosadd")
 
-    def knn(
-        self, queries: np.ndarray, k: int, options: SearchOptions = SearchOptions()
-    ) -> tuple[np.ndarray, np.ndarray]:
+    def knn(self, queries: np.ndarray, k: int, options: SearchOptions = SearchOptions()) -> Hits:
         """Top-``k`` (scores, ids) for unit queries; exact brute force unless the approximate index applies."""
         limit = self.limit(options)
         k = min(k, limit)
@@ -249,26 +252,17 @@ class Table:
             return exact_knn(queries, self.vectors[:limit], k)
         return search_index(self.index, queries, k, self.vectors, self.rerank)
 
-    def _nearest(self, search: VectorSearch) -> Answers:
-        """Each query's ``k`` nearest rows less the ones left out: the index is asked for enough hits to leave
-        ``k``, and asked again for more (for the queries left short only) until it has no more."""
-        options, k = search.options, search.k
-        limit = self.limit(options)
-        drop = self.drop_bits(options)
-        fetch = k + max((len(e) for e in search.exclude), default=0) + (DROP_SLACK if drop else 0)
-        answers: list[list[Neighbor]] = [[] for _ in range(len(search))]
-        todo: list[int] = list(range(len(search)))
-        queries = search.queries
-        while todo:
-            fetch = min(fetch, limit)
-            scores, ids = self.knn(queries, fetch, options)
-            short = []
-            for row, position in enumerate(todo):
-                answers[position] = keep_hits(scores[row], ids[row], k, search.excluded(position), self.flags, drop)
-                if len(answers[position]) < k and fetch < limit:
-                    short.append(position)
-            todo, queries, fetch = short, search.queries[short], fetch * 4
-        return answers
+    def plan(self, search: Search) -> Plan:
+        """The nearest-row search behind ``search`` (a 3CosAdd analogy's is the normalised b + c - a), in two
+        steps: see :class:`Plan`."""
+        if isinstance(search, AnalogySearch):
+            if search.method != "3cosadd":
+                raise TypeError("3CosMul scores every row: it has no nearest-row search to plan")
+            queries = np.vstack([self.mean_query([b, c], [a]) for a, b, c in search.questions])
+            search = VectorSearch(queries, search.k, [set(q) for q in search.questions], search.options)
+        drop, limit = self.drop_bits(search.options), self.limit(search.options)
+        fetch = search.k + max(map(len, search.exclude), default=0) + (DROP_SLACK if drop else 0)
+        return Plan(self, search, min(fetch, limit), drop, limit)
 
     def _analogies(self, search: AnalogySearch) -> Answers:
         """3CosAdd on the approximate index, or when token kinds are left out: a search for the normalised
@@ -278,8 +272,7 @@ class Table:
         questions, options, k = search.questions, search.options, search.k
         drop = self.drop_bits(options)
         if search.method == "3cosadd" and (drop or self.is_light(search)):
-            queries = np.vstack([self.mean_query([b, c], [a]) for a, b, c in questions])
-            return self._nearest(VectorSearch(queries, k, [set(q) for q in questions], options))
+            return self.plan(search).run()
         if drop:
             pairs = [([b, c], [a]) for a, b, c in questions]
             return cosmul_top(self.vectors, pairs, k, self.limit(options), self.dropped(options))
@@ -406,6 +399,49 @@ class Table:
         right = np.asarray(self.vectors[b], dtype=np.float64)
         cosines: np.ndarray = np.einsum("ij,ij->i", left, right)
         return cosines
+
+
+@dataclass(slots=True, eq=False)
+class Plan:
+    """A nearest-row search in two steps. :meth:`kernel`: the index (or exact) search of every query for
+    ``fetch`` hits, FAISS's work, which runs without the GIL; :meth:`finish`: the ``k`` best left of each after
+    the excluded rows and token kinds, searching again for the queries left short (rare). :meth:`run` does
+    both; the service's searcher runs the kernels of overlapping requests as one call in its own thread and each
+    finish where the request is, so that its thread holds the GIL as little as it can."""
+
+    table: Table
+    search: VectorSearch
+    fetch: int  # hits asked for first: k plus the widest exclusion, and some slack when token kinds are dropped
+    drop: int  # bit mask of the token kinds left out
+    limit: int  # rows searched (the first ones)
+
+    def key(self) -> tuple[int, SearchOptions]:
+        """Plans of one table with the same key can share one kernel call (and answer as they would alone)."""
+        return self.fetch, self.search.options
+
+    def kernel(self) -> Hits:
+        return self.table.knn(self.search.queries, self.fetch, self.search.options)
+
+    def finish(self, hits: Hits) -> Answers:
+        search, k, flags, drop, exclude = self.search, self.search.k, self.table.flags, self.drop, self.search.exclude
+        n = len(search.queries)
+        answers: list[list[Neighbor]] = [[]] * n  # every place is set in the first round
+        todo: Sequence[int] = range(n)
+        (scores, ids), fetch = hits, self.fetch
+        while True:
+            short = []
+            for row, position in enumerate(todo):
+                kept = keep_hits(scores[row], ids[row], k, exclude[position] if exclude else (), flags, drop)
+                answers[position] = kept
+                if len(kept) < k and fetch < self.limit:
+                    short.append(position)
+            if not short:
+                return answers
+            todo, fetch = short, min(fetch * 4, self.limit)
+            scores, ids = self.table.knn(search.queries[short], fetch, search.options)
+
+    def run(self) -> Answers:
+        return self.finish(self.kernel())
 
 
 def advise_random(matrix: np.ndarray) -> None:

@@ -8,6 +8,7 @@ different settings can run in one process. JSON bodies are strict: ``k: true`` o
 
 from __future__ import annotations
 
+import functools
 import re
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -124,6 +125,9 @@ SINGLE_QUERY_FORMS = (_given("token"), _given("id"), {"anyOf": [_nonempty("posit
 
 
 # ------------------------------------------------------------------ options shared by every query form
+# A few combinations of options are asked for over and over: one (immutable) object each, made once.
+search_options = functools.lru_cache(maxsize=256)(SearchOptions)
+
 class QueryOptions(BaseModel):
     k: K = 10
     exact: bool = Field(False, description="force brute force even when the table's index is approximate")
@@ -136,7 +140,7 @@ class TokenOptions(QueryOptions):
 
     def search_options(self) -> SearchOptions:
         """What the engine is asked beside the queries and ``k``."""
-        return SearchOptions(self.exact, self.restrict, self.skip_special, self.whole_words_only)
+        return search_options(self.exact, self.restrict, self.skip_special, self.whole_words_only)
 
 
 Compose = Literal["mean"]

@@ -3,9 +3,10 @@
 A request that comes alone searches on the event loop: a hand-off to a thread would only add latency. When
 requests overlap (others reach their search within the same turn of the loop, or the thread is still busy or
 was busy a moment ago), their searches go to one searcher thread, which takes up to ``MAX_BATCH`` queued
-searches at a time, joins those that can be joined (same table and ``key``: ``index.search``) into one engine
-call each and answers them together (one wake-up of the loop per round), while the event loop goes on reading
-and answering other requests. FAISS releases the
+searches at a time and runs their kernels (``index.table.Plan``: the FAISS part of a search) as one call per
+table and plan key, and answers them together (one wake-up of the loop per round), while the event loop goes on
+reading and answering other requests; each request finishes its own search (exclusions, token kinds) where it
+is, so that the thread holds the GIL as little as it can. FAISS releases the
 GIL while it searches, so one worker keeps a second core busy (more searched requests/s than searching on the
 event loop: BENCHMARKS.md, section 2). On Linux the thread runs at a lower CPU priority
 than the event loop (``nice``, default 19): when the worker's threads want more CPU than there is, the loop, which
@@ -25,9 +26,11 @@ import time
 from dataclasses import dataclass
 
 import faiss
+import numpy as np
 
-from index.search import Answers, Search, join, split
-from index.table import Table
+from index.knn import Hits
+from index.search import Answers, Search
+from index.table import Plan, Table
 
 BUSY_WINDOW = 0.002  # s: after an answer from the thread, keep handing off (the load is still on)
 MAX_BATCH = 8  # searches per round of the thread: small rounds keep both threads busy (one round of all
@@ -36,9 +39,8 @@ MAX_BATCH = 8  # searches per round of the thread: small rounds keep both thread
 
 @dataclass
 class Job:
-    table: Table
-    search: Search
-    answer: asyncio.Future[Answers]
+    plan: Plan
+    answer: asyncio.Future[Hits]
 
 
 class Searcher:
@@ -56,13 +58,14 @@ class Searcher:
         lower_priority(self._thread.native_id, nice)
 
     async def run(self, table: Table, search: Search) -> Answers:
-        job = Job(table, search, asyncio.get_running_loop().create_future())
+        plan = table.plan(search)
+        job = Job(plan, asyncio.get_running_loop().create_future())
         if self._outstanding or time.perf_counter() - self._last_answer < BUSY_WINDOW:
             self._hand_off([job])
-            return await job.answer
+            return plan.finish(await job.answer)
         if self._gathering is not None:
             self._gathering.append(job)
-            return await job.answer
+            return plan.finish(await job.answer)
         self._gathering = [job]
         try:
             await asyncio.sleep(0)  # one turn of the loop: requests already read reach their search too
@@ -73,9 +76,9 @@ class Searcher:
             raise
         gathered, self._gathering = self._gathering, None
         if len(gathered) == 1:
-            return table.run(search)
+            return plan.run()
         self._hand_off(gathered)
-        return await job.answer
+        return plan.finish(await job.answer)
 
     def close(self) -> None:
         """Stop the thread once it has answered every search handed to it."""
@@ -104,28 +107,32 @@ class Searcher:
                 return
 
     @staticmethod
-    def _search(jobs: list[Job]) -> list[Answers | BaseException]:
-        """One engine call per (table, request key) for all its jobs (each call releases and then waits to take
-        back the GIL, which the busy loop holds: one call per round, not one per query). An approximate index
-        answers each query of a joined request exactly as it answers that query alone. A failure answers only
-        its call's jobs."""
+    def _search(jobs: list[Job]) -> list[Hits | BaseException]:
+        """One kernel call per (table, plan key) for all its jobs (each call releases and then waits to take back
+        the GIL, which the busy loop holds: one call per round, not one per query). An approximate index answers
+        each row of a batch exactly as it answers that query alone. A failure answers only its call's jobs."""
         groups: dict[tuple[int, object], list[int]] = {}
         for position, job in enumerate(jobs):
-            groups.setdefault((id(job.table), job.search.key()), []).append(position)
-        answers: list[Answers | BaseException] = [RuntimeError("not searched")] * len(jobs)
+            groups.setdefault((id(job.plan.table), job.plan.key()), []).append(position)
+        answers: list[Hits | BaseException] = [RuntimeError("not searched")] * len(jobs)
         for positions in groups.values():
-            searches = [jobs[p].search for p in positions]
+            plans = [jobs[p].plan for p in positions]
+            first = plans[0]
             try:
-                parts = split(searches, jobs[positions[0]].table.run(join(searches)))
+                queries = first.search.queries if len(plans) == 1 else np.vstack([p.search.queries for p in plans])
+                scores, ids = first.table.knn(queries, first.fetch, first.search.options)
             except Exception as exc:  # handed to the requests, raised there
                 for p in positions:
                     answers[p] = exc
                 continue
-            for p, part in zip(positions, parts, strict=True):
-                answers[p] = part
+            start = 0
+            for p, plan in zip(positions, plans, strict=True):
+                stop = start + len(plan.search)
+                answers[p] = (scores[start:stop], ids[start:stop])
+                start = stop
         return answers
 
-    def _answer(self, jobs: list[Job], answers: list[Answers | BaseException]) -> None:
+    def _answer(self, jobs: list[Job], answers: list[Hits | BaseException]) -> None:
         self._outstanding -= len(jobs)
         self._last_answer = time.perf_counter()
         for job, answer in zip(jobs, answers, strict=True):

@@ -10,7 +10,7 @@ the table's tokens are the document ids and its payload (ids, text, fields) goes
 - **CSV** (``.csv``, ``.csv.gz``): a header line, then one row per record (quoted cells may span lines). Cells
   are text: each column is typed by what all its cells are (see ``index.documents.infer_text``); vectors and
   lists of strings are JSON arrays in a cell.
-- **Parquet** (``.parquet``): typed columns, read a row group at a time.
+- **Parquet** (``.parquet``): typed columns, read in batches of 65,536 rows.
 - **A directory** of ``.txt``/``.md`` files: passages (:mod:`index.passages`), which have no vectors yet.
 """
 

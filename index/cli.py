@@ -18,7 +18,7 @@ from index import artifact
 from index.errors import EmbeddingError
 from index.faiss_index import AUTO_BUDGET_SECONDS
 from index.progress import note
-from index.sources import RawTable
+from index.sources import FORMATS, RawTable
 
 app = typer.Typer(
     help="Build and inspect embedding tables for embedding-search.",
@@ -60,17 +60,10 @@ Force = Annotated[bool, typer.Option("--force", help="Replace an existing table 
 Seed = Annotated[int, typer.Option("--seed", help="Seed for sampling and training.")]
 
 
-class Format(StrEnum):
-    auto = "auto"
-    word2vec = "word2vec"
-    word2vec_binary = "word2vec-binary"
-    glove = "glove"
-    fasttext = "fasttext"
-    npy = "npy"
-    projector = "projector"
-    hf = "hf"
-    gensim = "gensim"
-    documents = "documents"
+# What `import --format` takes: every reader's format but the installed GloVe package, which `build` reads.
+ImportFormat = StrEnum(  # type: ignore[misc]  # built from the reader table, so mypy cannot list its members
+    "ImportFormat", {name: name for name in FORMATS if name != "glove-package"}
+)
 
 
 @dataclass(frozen=True)
@@ -195,7 +188,9 @@ def import_(
     path: Annotated[Path, typer.Argument(help="File or model directory to import.")],
     name: Annotated[str, typer.Option(help="Table name.")],
     data_dir: DataDir = Path("data"),
-    format: Annotated[Format, typer.Option("--format", help="Input format (sniffed when auto).")] = Format.auto,
+    format: Annotated[ImportFormat, typer.Option("--format", help="Input format (sniffed when auto).")] = ImportFormat(
+        "auto"
+    ),
     vocab: Annotated[Path | None, typer.Option(help="Vocabulary file (one token per line) for .npy input.")] = None,
     index: IndexOpt = "auto",
     min_recall: MinRecall = 0.95,
@@ -242,11 +237,7 @@ def import_(
         fail(f"table {name!r} already exists in {data_dir} (use --force to rebuild it)")
     document_options = (("--id-field", id_field), ("--text-field", text_field), ("--vector-field", vector_field))
     given = [option for option, value in (*document_options, ("--chunk-words", chunk_words)) if value is not None]
-    if (
-        given
-        and format.value != "documents"
-        and (format.value != "auto" or not path.exists() or sniff_format(path) != "documents")
-    ):
+    if given and format != "documents" and (format != "auto" or not path.exists() or sniff_format(path) != "documents"):
         fail(f"{', '.join(given)}: only for --format documents")
     options = ReadOptions(
         vocab=vocab,
@@ -260,7 +251,7 @@ def import_(
         chunk_words=chunk_words,
     )
     started = time.perf_counter()
-    raw, used = read_source(path, format.value, options)
+    raw, used = read_source(path, str(format), options)
     read_seconds = round(time.perf_counter() - started, 3)
     source = {"format": used, "path": str(path), "sha256": source_digest([path] + ([vocab] if vocab else []))}
     params: dict[str, Any] = {"drop_invalid": drop_invalid, "unicode_errors": unicode_errors}

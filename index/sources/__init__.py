@@ -7,6 +7,7 @@ unpickle: NumPy files are read with ``allow_pickle=False``.
 from __future__ import annotations
 
 import gzip
+import importlib
 import io
 import zlib
 from collections.abc import Callable, Sequence
@@ -70,42 +71,26 @@ def read_bytes(path: Path) -> bytes:
             raise InputError(path, f"cannot read: {exc}") from None
 
 
-def _registry() -> dict[str, Reader]:
-    from index.sources import documents, gensim_pickle, glove_package, numpy_vocab, projector, text, word2vec_binary
-
-    readers: dict[str, Reader] = {
-        "word2vec": text.read_word2vec_text,
-        "glove": text.read_glove_text,
-        "fasttext": text.read_word2vec_text,
-        "word2vec-binary": word2vec_binary.read,
-        "npy": numpy_vocab.read,
-        "projector": projector.read,
-        "glove-package": glove_package.read,
-        "gensim": gensim_pickle.read,
-        "documents": documents.read,
-    }
-    try:
-        from index.sources import huggingface
-
-        readers["hf"] = huggingface.read
-    except ImportError:  # pragma: no cover - optional until the model reader lands
-        pass
-    return readers
+# format name -> (module of index.sources, its reader): one reader per format, imported when first used.
+READERS: dict[str, tuple[str, str]] = {
+    "word2vec": ("text", "read_word2vec_text"),
+    "word2vec-binary": ("word2vec_binary", "read"),
+    "glove": ("text", "read_glove_text"),
+    "fasttext": ("text", "read_word2vec_text"),
+    "npy": ("numpy_vocab", "read"),
+    "projector": ("projector", "read"),
+    "hf": ("huggingface", "read"),
+    "glove-package": ("glove_package", "read"),
+    "gensim": ("gensim_pickle", "read"),
+    "documents": ("documents", "read"),
+}
+FORMATS = ("auto", *READERS)
 
 
-FORMATS = (
-    "auto",
-    "word2vec",
-    "word2vec-binary",
-    "glove",
-    "fasttext",
-    "npy",
-    "projector",
-    "hf",
-    "glove-package",
-    "gensim",
-    "documents",
-)
+def reader(fmt: str) -> Reader:
+    module, name = READERS[fmt]
+    found: Reader = getattr(importlib.import_module(f"index.sources.{module}"), name)
+    return found
 
 
 NUMBER_TEXT = frozenset(b"0123456789.-+eEnNaAiIfFtTyY \t\r\n")  # what the values of a text row are made of
@@ -164,11 +149,10 @@ def read_source(path: Path, fmt: str = "auto", options: ReadOptions | None = Non
     if fmt != "glove-package" and not path.exists():
         raise InputError(path, "no such file or directory")
     fmt = sniff_format(path) if fmt == "auto" else fmt
-    readers = _registry()
-    if fmt not in readers:
+    if fmt not in READERS:
         raise InputError(path, f"unknown format {fmt!r}; choose one of {', '.join(FORMATS)}")
     note(f"reading {path.name} ({fmt}) ...")
-    return readers[fmt](path, options), fmt
+    return reader(fmt)(path, options), fmt
 
 
 def decode_tokens(

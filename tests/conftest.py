@@ -5,15 +5,20 @@
   ``data/`` (what ``make run`` built and indexed) is linked in instead of building it again. Otherwise its build,
   minutes long, starts in a child process as soon as the tests are collected, and the modules that use the
   table run last: the other tests run while its graph is built.
+- ``gensim_google``: gensim's own evaluation of the whole Google analogy set on the same rows, computed the same
+  way in the background and kept in the cache (``tests/gensim_reference.py``).
 - ``small_data_dir``: the 20,000 most frequent GloVe rows as an exact (flat) table, built per session.
 """
 
 from __future__ import annotations
 
+import fcntl
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -23,6 +28,7 @@ from index.errors import ArtifactError, UnknownTable
 from index.faiss_index import IndexSpec
 from index.sources import RawTable, glove_package
 from index.table import Table
+from tests import gensim_reference
 
 REPO = Path(__file__).resolve().parent.parent
 SMALL_ROWS = 20_000
@@ -64,33 +70,102 @@ def link_table(source: Path, data_dir: Path) -> bool:
     return True
 
 
-class CacheBuild:
-    """The default table's build into the test cache, in a child process started at collection."""
+class Background:
+    """Work that later tests read, done by a child process started as soon as the tests are collected.
 
-    process: subprocess.Popen[bytes] | None = None
-    log: Path | None = None
+    ``ready()`` says whether its output is there and current; ``prepare()`` may provide it without a child
+    (True: done). Under pytest-xdist every worker collects: the first to take the job's lock file starts the
+    child, which inherits the lock and holds it until it exits; a worker that needs the output takes the lock
+    after it, so it waits for the child whichever worker started it."""
 
-    @classmethod
-    def start(cls) -> None:
-        data_dir = cache_dir()
-        if cls.process is not None or is_current(data_dir / glove_package.DEFAULT_NAME):
+    def __init__(
+        self,
+        name: str,
+        command: list[str],
+        ready: Callable[[], bool],
+        prepare: Callable[[], bool] = lambda: False,
+        env: dict[str, str] | None = None,
+    ) -> None:
+        self.name, self.command, self.ready, self.prepare = name, command, ready, prepare
+        self.env = None if env is None else {**os.environ, **env}
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def lock(self) -> Path:
+        return cache_dir() / f"{self.name}.lock"
+
+    @property
+    def log(self) -> Path:
+        return cache_dir() / f"{self.name}.log"
+
+    def start(self) -> None:
+        if self.process is not None or self.ready():
             return
-        made = REPO / "data" / glove_package.DEFAULT_NAME
-        if is_current(made) and link_table(made, data_dir):
-            return
-        data_dir.mkdir(parents=True, exist_ok=True)
-        cls.log = data_dir / "build.log"
-        command = [sys.executable, "-m", "index", "build", "--data-dir", str(data_dir), "--force"]
-        with cls.log.open("wb") as log:
-            cls.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, cwd=REPO)
+        cache_dir().mkdir(parents=True, exist_ok=True)
+        with self.lock.open("a") as lock:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:  # another worker started it
+                return
+            if self.ready() or self.prepare():  # done meanwhile, or without a child
+                return
+            with self.log.open("wb") as log:
+                self.process = subprocess.Popen(
+                    self.command,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    cwd=REPO,
+                    env=self.env,
+                    pass_fds=(lock.fileno(),),
+                )
 
-    @classmethod
-    def wait(cls) -> Path:
-        cls.start()
-        if cls.process is not None and cls.process.wait() != 0:
-            log = cls.log.read_text(errors="replace")[-3000:] if cls.log else ""
-            pytest.fail(f"building the default table for the tests failed:\n{log}")
-        return cache_dir()
+    def wait(self) -> None:
+        self.start()
+        if self.process is not None:
+            self.process.wait()
+        with self.lock.open("a") as lock:  # a child another worker started: until it is done
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        if not self.ready():
+            tail = self.log.read_text(errors="replace")[-3000:] if self.log.exists() else ""
+            pytest.fail(f"{self.name} for the tests failed:\n{tail}")
+
+    def finish(self, exitstatus: int) -> None:
+        if self.process is None or self.process.poll() is not None:
+            return
+        if os.environ.get("PYTEST_XDIST_WORKER") and exitstatus != pytest.ExitCode.INTERRUPTED:
+            self.process.wait()  # another worker may be waiting for it
+        else:  # stopped early: nothing left running behind
+            self.process.terminate()
+            self.process.wait()
+
+
+def glove_table() -> Path:
+    return cache_dir() / glove_package.DEFAULT_NAME
+
+
+def link_made_table() -> bool:
+    """The table ``make run`` built and indexed in data/, when it is current: linked instead of built."""
+    made = REPO / "data" / glove_package.DEFAULT_NAME
+    return is_current(made) and link_table(made, cache_dir())
+
+
+def gensim_google_file() -> Path:
+    return cache_dir() / "gensim-google.json"
+
+
+GLOVE_BUILD = Background(
+    "build",
+    [sys.executable, "-m", "index", "build", "--data-dir", str(cache_dir()), "--force"],
+    ready=lambda: is_current(glove_table()),
+    prepare=link_made_table,
+)
+GENSIM_GOOGLE = Background(
+    "gensim-google",
+    [sys.executable, "-m", "tests.gensim_reference", str(gensim_google_file())],
+    ready=lambda: gensim_reference.is_current(gensim_google_file()),
+    env={"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"},  # one core: the tests have the other
+)
+BACKGROUND = {"glove_data_dir": GLOVE_BUILD, "gensim_google": GENSIM_GOOGLE}  # fixture -> its background job
 
 
 def needs_glove(item: pytest.Item) -> bool:
@@ -104,19 +179,27 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
-    if any(needs_glove(item) for item in session.items):
-        CacheBuild.start()
+    for fixture, job in BACKGROUND.items():
+        if any(fixture in getattr(item, "fixturenames", ()) for item in session.items):
+            job.start()
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    if CacheBuild.process is not None and CacheBuild.process.poll() is None:  # stopped early: no build left behind
-        CacheBuild.process.terminate()
-        CacheBuild.process.wait()
+    for job in BACKGROUND.values():
+        job.finish(exitstatus)
 
 
 @pytest.fixture(scope="session")
 def glove_data_dir() -> Path:
-    return CacheBuild.wait()
+    GLOVE_BUILD.wait()
+    return cache_dir()
+
+
+@pytest.fixture(scope="session")
+def gensim_google() -> list[dict[str, Any]]:
+    """gensim's evaluate_word_analogies of the whole Google set on the GloVe rows (``tests.gensim_reference``)."""
+    GENSIM_GOOGLE.wait()
+    return gensim_reference.read(gensim_google_file())
 
 
 @pytest.fixture(scope="session")

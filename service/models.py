@@ -128,6 +128,7 @@ SINGLE_QUERY_FORMS = (_given("token"), _given("id"), {"anyOf": [_nonempty("posit
 # A few combinations of options are asked for over and over: one (immutable) object each, made once.
 search_options = functools.lru_cache(maxsize=256)(SearchOptions)
 
+
 class QueryOptions(BaseModel):
     k: K = 10
     exact: bool = Field(False, description="force brute force even when the table's index is approximate")

@@ -57,10 +57,10 @@ system-deps:
 		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing >/dev/null; \
 	fi
 
-# One pytest worker per core (pytest-xdist), each test module in one worker; the default table's build and
-# gensim's whole-set evaluation run in the background from the start (tests/conftest.py).
+# The default table's build and gensim's whole-set evaluation run in the background from the start
+# (tests/conftest.py), beside the tests that do not need them.
 test: dev system-deps
-	$(BIN)/python -m pytest -q -n auto --dist loadfile
+	$(BIN)/python -m pytest -q
 
 # ruff over everything; mypy (strict) over index/, service/ and service_client/, as configured in pyproject.toml.
 lint: dev

@@ -74,9 +74,9 @@ class Background:
     """Work that later tests read, done by a child process started as soon as the tests are collected.
 
     ``ready()`` says whether its output is there and current; ``prepare()`` may provide it without a child
-    (True: done). Under pytest-xdist every worker collects: the first to take the job's lock file starts the
-    child, which inherits the lock and holds it until it exits; a worker that needs the output takes the lock
-    after it, so it waits for the child whichever worker started it."""
+    (True: done). The child inherits the job's lock file and holds it until it exits, so that another test
+    process on the same cache (a second ``pytest``, or each pytest-xdist worker: each collects) waits for it
+    instead of starting its own."""
 
     def __init__(
         self,

@@ -135,7 +135,7 @@ def test_progress_lines_and_status_file(tmp_path: Path) -> None:
     status = tmp_path / "status.json"
     progress.CONFIG.stream = stream
     try:
-        progress.configure(status_file=status, interval=0)
+        progress.configure(quiet=False, status_file=status, interval=0)  # whatever an earlier test left
         with progress.Progress("adding rows to the index", 400) as step:
             step.advance(100)
             assert progress.read_status(status) == {
@@ -150,7 +150,8 @@ def test_progress_lines_and_status_file(tmp_path: Path) -> None:
             step.advance(10)
     finally:
         progress.CONFIG.stream = None
-        progress.configure()
+        progress.CONFIG.status_file = None
+        progress.configure(quiet=False, interval=progress.INTERVAL)
     lines = stream.getvalue().splitlines()
     assert lines[0].startswith("embedding-index: adding rows to the index: 25% (100 of 400 rows), ")
     assert lines[0].endswith(" left")

@@ -65,8 +65,8 @@ HNSW = "hnsw:M=32,efConstruction=80"
 LLAMA = (128_256, 4_096)
 LLAMA_SPECIAL = 256  # Llama 3 reserves its last 256 ids for special tokens
 BLOCK_ROWS = 65_536
-# Tables bigger than memory: 32 one-byte codes per row after an OPQ rotation (the power-law spectrum puts most of
-# the variance in the first coordinates; the rotation spreads it over the codes), 16 x k candidates re-ranked.
+# Tables bigger than memory: one-byte codes after an OPQ rotation (the power-law spectrum puts most of the
+# variance in the first coordinates; the rotation spreads it over the codes), the candidates re-ranked on the rows.
 COMPRESSED = "opq:nlist=1024,m=32,rerank=16"
 COMPRESSED_QUICK = (20_000, 32, "ivfpq:nlist=64,m=8,rerank=8")
 COMPRESSED_DIM = 128

@@ -224,7 +224,7 @@ class Payload:
         For an integer-id table, digit strings (``"12"``, as a URL carries them) are taken as the integer.
         """
         needles = self._needles(ids)
-        if needles.type != self._sorted_ids.type:  # large strings: ids past 2 GiB in all
+        if needles.type != self._sorted_ids.type:  # the stored ids are large_string when they need 64-bit offsets
             needles = needles.cast(self._sorted_ids.type)
         if not len(needles):
             return np.zeros(0, dtype=np.int64)

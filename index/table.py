@@ -365,15 +365,8 @@ class Table:
         whole_words_only: bool = False,
     ) -> list[Neighbor]:
         """a is to b as c is to ?: 3CosAdd (``most_similar``) or 3CosMul, with a, b and c left out."""
-        return self.analogies(
-            [(a, b, c)],
-            k,
-            method,
-            exact=exact,
-            restrict=restrict,
-            skip_special=skip_special,
-            whole_words_only=whole_words_only,
-        )[0]
+        options = SearchOptions(exact, restrict, skip_special, whole_words_only)
+        return self.run(AnalogySearch([(a, b, c)], k, method, options))[0]
 
     def analogies(
         self,

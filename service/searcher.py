@@ -44,8 +44,10 @@ class Job:
 
 
 class Searcher:
-    """``await searcher.run(table, search)``: ``table.run(search)`` on the loop or in the searcher thread (for
-    light searches: approximate-index ones, whose answers do not depend on the queries searched with them)."""
+    """``await searcher.run(table, search)``: the answers of ``table.run(search)``, for light searches
+    (approximate-index ones, whose answers do not depend on the queries searched with them). The search's plan
+    (``Table.plan``) runs whole on the loop when it comes alone; otherwise its kernel runs in the searcher thread
+    with those of the overlapping requests, and its finish back on the loop."""
 
     def __init__(self, threads: int | None = None, nice: int = 0) -> None:
         self._threads = threads  # OpenMP threads of the searcher thread (None: FAISS's default)

@@ -75,8 +75,7 @@ class Background:
 
     ``ready()`` says whether its output is there and current; ``prepare()`` may provide it without a child
     (True: done). The child inherits the job's lock file and holds it until it exits, so that another test
-    process on the same cache (a second ``pytest``, or each pytest-xdist worker: each collects) waits for it
-    instead of starting its own."""
+    process on the same cache (a second ``pytest``) waits for it instead of starting its own."""
 
     def __init__(
         self,
@@ -129,12 +128,9 @@ class Background:
             tail = self.log.read_text(errors="replace")[-3000:] if self.log.exists() else ""
             pytest.fail(f"{self.name} for the tests failed:\n{tail}")
 
-    def finish(self, exitstatus: int) -> None:
-        if self.process is None or self.process.poll() is not None:
-            return
-        if os.environ.get("PYTEST_XDIST_WORKER") and exitstatus != pytest.ExitCode.INTERRUPTED:
-            self.process.wait()  # another worker may be waiting for it
-        else:  # stopped early: nothing left running behind
+    def stop(self) -> None:
+        """At the end of the session: a child still running (the tests stopped early) is not left behind."""
+        if self.process is not None and self.process.poll() is None:
             self.process.terminate()
             self.process.wait()
 
@@ -186,7 +182,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     for job in BACKGROUND.values():
-        job.finish(exitstatus)
+        job.stop()
 
 
 @pytest.fixture(scope="session")

@@ -277,8 +277,8 @@ def test_openapi_lists_error_responses_for_every_operation(api: TestClient) -> N
 
 
 def test_query_routes_check_path_parameters_as_fastapi_does(api: TestClient) -> None:
-    """GET neighbours and similarity skip FastAPI's parameter solving (``service.deps.QueryRoute``); a bad table
-    name gets the very error a route that FastAPI validates gives."""
+    """GET neighbours and similarity skip FastAPI's parameter solving (``service.http.fastroute.QueryRoute``); a
+    bad table name gets the very error a route that FastAPI validates gives."""
     for name in (".hidden", "a" * 65):
         search = api.post(f"/v1/tables/{name}/search", json={"vector": [1.0] * 50})
         expected = envelope(search, 422, "invalid_request")

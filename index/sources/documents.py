@@ -32,6 +32,7 @@ import pyarrow.parquet as pq
 from index.documents import DocumentOptions, prepare
 from index.errors import InputError
 from index.fields import Rows
+from index.keyword import for_documents
 from index.passages import DEFAULT_CHUNK_WORDS, passages_table, text_files
 from index.payload import KIND, payload_files
 from index.progress import Progress
@@ -53,13 +54,14 @@ def read(path: Path, options: ReadOptions) -> RawTable:
         DocumentOptions(options.id_field, options.text_field, options.vector_field, options.drop_invalid),
     )
     del rows  # the source's bytes and columns, before the payload is written out
+    keyword_info, keyword_files = for_documents(documents.payload, documents.info)  # BM25 over the text, if any
     return RawTable(
         tokens=documents.tokens,
         matrix=documents.matrix,
         report=documents.report,
-        info={KIND: documents.info},
+        info={KIND: documents.info, **keyword_info},
         kind=KIND,
-        extra_files=payload_files(documents.payload),
+        extra_files={**payload_files(documents.payload), **keyword_files},
     )
 
 

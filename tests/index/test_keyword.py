@@ -1,0 +1,329 @@
+"""Keyword (BM25) search over gensim's Lee background corpus, imported as a documents table.
+
+The 300 Lee news documents get a vector each (the mean GloVe 6B 50d row of their words) and go through the real
+``embedding-index import --format documents``, which builds the keyword index. Its arrays must be the ones
+``bm25s.BM25.index`` computes for the same words, its scores those of a float64 BM25 (Lucene's variant, bm25s's
+default method) over words counted here by a plain ``re.findall``, and a filtered search the brute-force
+filtered ranking.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pytest
+import scipy.sparse
+from gensim.test.utils import datapath
+
+from index import artifact
+from index.errors import ArtifactError, InvalidQuery
+from index.keyword import FILES, KEYWORD, Built, KeywordIndex, Tokenizer, build, english_stopwords
+from index.sources import RawTable
+from index.table import Table
+from tests.index.test_sources import run_cli
+
+
+@dataclass
+class Lee:
+    texts: list[str]
+    directory: Path
+    manifest: dict[str, object]
+    index: KeywordIndex
+    words: list[list[str]]  # each document's words, by re.findall(r"\w+", text.lower())
+
+
+def write_lee(path: Path, texts: list[str], glove: RawTable, with_text: bool = True) -> Path:
+    vocab = {token: i for i, token in enumerate(glove.tokens)}
+    known = [[vocab[w] for w in re.findall(r"[a-z]+|[0-9]+", text.lower()) if w in vocab] for text in texts]
+    lengths = np.array([len(k) for k in known])
+    counts = scipy.sparse.csr_matrix(
+        (np.ones(lengths.sum(), dtype=np.float32), np.concatenate(known), np.concatenate([[0], np.cumsum(lengths)])),
+        shape=(len(texts), len(glove.tokens)),
+    )
+    vectors = np.asarray((counts @ glove.matrix) / lengths[:, None], dtype=np.float32)
+    with open(path, "w", encoding="utf-8") as out:
+        for i, text in enumerate(texts):
+            record = {"id": f"lee-{i:03d}", "year": 1990 + i % 12, "vector": vectors[i].tolist()}
+            if with_text:
+                record["text"] = text
+            out.write(json.dumps(record) + "\n")
+    return path
+
+
+def import_table(source: Path, data_dir: Path, name: str) -> Path:
+    result = run_cli("import", source, "--format", "documents", "--name", name, "--data-dir", data_dir)
+    assert result.code == 0, result.err
+    return data_dir / name
+
+
+@pytest.fixture(scope="module")
+def lee(tmp_path_factory: pytest.TempPathFactory, glove_raw: RawTable) -> Lee:
+    texts = Path(datapath("lee_background.cor")).read_text(encoding="utf-8").splitlines()
+    work = tmp_path_factory.mktemp("keyword")
+    directory = import_table(write_lee(work / "lee.jsonl", texts, glove_raw), work / "data", "lee")
+    manifest = Table.load(directory).manifest  # checks every file against the manifest, the keyword files too
+    index = KeywordIndex.open(directory, manifest)
+    assert index is not None
+    return Lee(texts, directory, manifest, index, [re.findall(r"\w+", text.lower()) for text in texts])
+
+
+def open_built(built: Built, directory: Path, rows: int) -> KeywordIndex:
+    for name, content in built.files.items():
+        (directory / name).write_bytes(content)
+    index = KeywordIndex.open(directory, {"rows": rows, KEYWORD: built.info})
+    assert index is not None
+    return index
+
+
+def bm25_reference(lee: Lee, queries: list[str], k1: float, b: float) -> np.ndarray:
+    """Scores (queries x documents) of Lucene's BM25 in float64, from words counted with Counter."""
+    counts = [Counter(words) for words in lee.words]
+    lengths = np.array([len(words) for words in lee.words], dtype=np.float64)
+    n, average = len(counts), lengths.mean()
+    df = Counter(word for c in counts for word in c)
+    scores = np.zeros((len(queries), n))
+    for q, query in enumerate(queries):
+        for word in re.findall(r"\w+", query.lower()):  # a word given twice counts twice
+            if word not in df:
+                continue
+            idf = np.log(1.0 + (n - df[word] + 0.5) / (df[word] + 0.5))
+            tf = np.array([c.get(word, 0) for c in counts], dtype=np.float64)
+            scores[q] += idf * tf / (tf + k1 * (1.0 - b + b * lengths / average))
+    return scores
+
+
+def ranking(scores: np.ndarray, k: int, allowed: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Brute force: rows with a positive score that pass, best first, equal scores by row, padded to k."""
+    rows = np.flatnonzero((scores > 0) & (allowed if allowed is not None else True))
+    rows = rows[np.lexsort((rows, -scores[rows]))][:k]
+    out_rows = np.full(k, -1, dtype=np.int64)
+    out_scores = np.full(k, -np.inf, dtype=scores.dtype)
+    out_rows[: len(rows)], out_scores[: len(rows)] = rows, scores[rows]
+    return out_scores, out_rows
+
+
+def queries_of(lee: Lee) -> list[str]:
+    """Real queries: the first words of some documents, rare and common words, a repeated word, a phrase."""
+    rng = np.random.default_rng(7)
+    heads = [" ".join(lee.texts[i].split()[:8]) for i in rng.choice(len(lee.texts), 40, replace=False)]
+    return [*heads, "Australian cricket captain", "the", "bushfires Sydney Sydney", "Arafat Hamas Israel", "AIDS"]
+
+
+# ------------------------------------------------------------------------------------------------ the tokenizer
+
+
+def test_tokenizer() -> None:
+    tokenizer = Tokenizer()
+    assert tokenizer.words("  Straße_1 ÉTÉ, naïve 3.14 don't!") == ["straße_1", "été", "naïve", "3", "14", "don", "t"]
+    assert tokenizer.words("हिन्दी भाषा") == ["हिन्दी", "भाषा"]  # combining marks stay inside their word
+    assert tokenizer.words("...") == [] and tokenizer.words("") == []
+    tokens = tokenizer(pa.array(["b a", None, "", "c"]))
+    assert tokens.terms.to_pylist() == ["b", "a", "c"] and tokens.rows.tolist() == [0, 0, 3]
+    english = Tokenizer.english()
+    assert english.words("The cat is on the mat") == ["cat", "mat"]
+    assert english.stopwords == english_stopwords() and len(english.stopwords) == 33
+    assert Tokenizer.from_settings(english.settings()) == english
+    with pytest.raises(ArtifactError):
+        Tokenizer.from_settings({**english.settings(), "word": r"\S+"})
+
+
+def test_queries_and_documents_are_cut_alike() -> None:
+    """A few texts are cut by Python's re, many by Arrow: alike, over every code point and its lower case."""
+    rng = np.random.default_rng(0)
+    points = np.concatenate([np.arange(0xD800), np.arange(0xE000, sys.maxunicode + 1)])
+    blob = "".join(map(chr, rng.permutation(points).tolist()))
+    texts = [blob[i : i + 4000] for i in range(0, len(blob), 4000)]
+    assert len(texts) > 64  # Arrow's way
+    tokenizer = Tokenizer()
+    many = tokenizer(pa.array(texts))
+    few = [tokenizer([text]) for text in texts]
+    assert many.terms.to_pylist() == [w for one in few for w in one.terms.to_pylist()]
+    assert many.rows.tolist() == [i for i, one in enumerate(few) for _ in range(len(one.terms))]
+    assert len(many.terms) > 10_000
+    with pytest.raises(InvalidQuery):
+        tokenizer(["\ud800"])
+
+
+def test_the_tokenizer_cuts_lee_as_word_characters_do(lee: Lee) -> None:
+    tokenizer = Tokenizer()
+    assert [tokenizer.words(text) for text in lee.texts] == lee.words
+
+
+# ------------------------------------------------------------------------------------------------ the import
+
+
+def test_the_import_writes_the_keyword_index(lee: Lee) -> None:
+    info = lee.manifest[KEYWORD]
+    assert isinstance(info, dict)
+    assert info["field"] == "text" and info["method"] == "lucene" and (info["k1"], info["b"]) == (1.2, 0.75)
+    assert info["tokenizer"] == Tokenizer().settings()
+    vocabulary = {w for words in lee.words for w in words}
+    assert info["documents"] == info["documents_with_words"] == 300
+    assert info["terms"] == len(vocabulary)
+    assert info["words"] == sum(map(len, lee.words))
+    assert info["postings"] == sum(len(set(words)) for words in lee.words)
+    files = lee.manifest["files"]
+    assert isinstance(files, dict) and set(FILES) <= set(files) and info["files"] == list(FILES)
+    assert artifact.verify(lee.directory).ok
+    scores = lee.index._model.scores
+    assert all(isinstance(scores[name], np.memmap) for name in ("data", "indices", "indptr"))
+
+
+def test_the_arrays_are_bm25s_own(lee: Lee) -> None:
+    """bm25s's BM25.index over the same words gives the same postings and scores, word by word."""
+    import bm25s
+
+    model = bm25s.BM25(k1=1.2, b=0.75)
+    model.index(lee.words, show_progress=False, create_empty_token=False)
+    theirs = scipy.sparse.csc_matrix(
+        (model.scores["data"], model.scores["indices"], model.scores["indptr"]), shape=(300, len(model.vocab_dict))
+    )
+    stored = lee.index._model.scores
+    ours = scipy.sparse.csc_matrix(
+        (np.asarray(stored["data"]), np.asarray(stored["indices"]), np.asarray(stored["indptr"])),
+        shape=(300, lee.index.info["terms"]),
+    )
+    terms = lee.index._terms.to_pylist()
+    theirs = theirs[:, [model.vocab_dict[t] for t in terms]]  # their columns in our (sorted) order
+    assert (ours != theirs).nnz == 0
+    assert (ours.indptr == theirs.indptr).all() and (ours.indices == theirs.indices).all()
+
+
+def test_a_table_without_text_has_no_keyword_index(tmp_path: Path, glove_raw: RawTable) -> None:
+    texts = Path(datapath("lee_background.cor")).read_text(encoding="utf-8").splitlines()[:20]
+    directory = import_table(write_lee(tmp_path / "no-text.jsonl", texts, glove_raw, with_text=False), tmp_path, "t")
+    manifest = artifact.read_manifest(directory)
+    assert KEYWORD not in manifest and not set(FILES) & set(manifest["files"])
+    assert KeywordIndex.open(directory, manifest) is None
+    assert build(pa.array(["...", None, ""])) is None  # text, but not a word in it
+
+
+def test_a_manifest_that_disagrees_is_refused(lee: Lee) -> None:
+    manifest = dict(lee.manifest)
+    with pytest.raises(ArtifactError, match="rows"):
+        KeywordIndex.open(lee.directory, {**manifest, "rows": 299})
+    info = dict(lee.manifest[KEYWORD])  # type: ignore[call-overload]
+    with pytest.raises(ArtifactError, match="k1"):
+        KeywordIndex.open(lee.directory, {**manifest, KEYWORD: {**info, "k1": 1.5}})
+
+
+# ------------------------------------------------------------------------------------------------ searching
+
+
+def test_scores_are_bm25_in_float64(lee: Lee) -> None:
+    queries = queries_of(lee)
+    reference = bm25_reference(lee, queries, 1.2, 0.75)
+    scores, rows = lee.index.search(queries, 300)
+    assert scores.shape == rows.shape == (len(queries), 300) and scores.dtype == np.float32
+    for q in range(len(queries)):
+        hits = rows[q] >= 0
+        assert set(rows[q, hits].tolist()) == set(np.flatnonzero(reference[q] > 0).tolist())
+        np.testing.assert_allclose(scores[q, hits], reference[q, rows[q, hits]], rtol=2e-6)
+        assert (np.diff(reference[q, rows[q, hits]]) <= 1e-9).all()  # best first, by the float64 scores too
+        assert (scores[q, ~hits] == -np.inf).all()
+        assert rows[q].tolist() == ranking(scores_of(lee, queries[q]), 300)[1].tolist()
+
+
+def scores_of(lee: Lee, query: str) -> np.ndarray:
+    """One query's float32 score of every row, through bm25s's own scoring of the stored index."""
+    index = lee.index
+    columns = index.term_ids(index.tokenizer(pa.array([query])).terms)
+    return np.asarray(index._model.get_scores_from_ids(columns[columns >= 0]), dtype=np.float32)
+
+
+def test_other_parameters_give_other_bm25(tmp_path: Path, lee: Lee) -> None:
+    built = build(pa.array(lee.texts), k1=1.5, b=0.3)
+    assert built is not None
+    index = open_built(built, tmp_path, 300)
+    assert (index.k1, index.b) == (1.5, 0.3)
+    queries = queries_of(lee)[:10]
+    reference = bm25_reference(lee, queries, 1.5, 0.3)
+    scores, rows = index.search(queries, 10)
+    for q in range(len(queries)):
+        np.testing.assert_allclose(scores[q], reference[q, rows[q]], rtol=2e-6)
+        np.testing.assert_allclose(scores[q], np.sort(reference[q])[::-1][:10], rtol=2e-6)
+
+
+def test_filtered_search_is_the_filtered_ranking(lee: Lee) -> None:
+    queries = queries_of(lee)
+    rng = np.random.default_rng(3)
+    years = np.array([1990 + i % 12 for i in range(300)])
+    masks = {
+        "random 30%": rng.random(300) < 0.3,
+        "year >= 1999": years >= 1999,
+        "three rows": np.isin(np.arange(300), [5, 150, 299]),
+        "none": np.zeros(300, dtype=bool),
+        "all": np.ones(300, dtype=bool),
+    }
+    unfiltered = lee.index.search(queries, 10)
+    for name, mask in masks.items():
+        scores, rows = lee.index.search(queries, 10, allowed=mask)
+        for q, query in enumerate(queries):
+            expected_scores, expected_rows = ranking(scores_of(lee, query), 10, mask)
+            assert rows[q].tolist() == expected_rows.tolist(), (name, query)
+            np.testing.assert_array_equal(scores[q], expected_scores)
+            assert mask[rows[q][rows[q] >= 0]].all()
+        if name == "all":
+            np.testing.assert_array_equal(rows, unfiltered[1])
+
+
+def test_the_k_best_that_pass_not_the_k_best_then_filtered(lee: Lee) -> None:
+    """Leave out the unfiltered top 10: the filtered search still gives 10 hits, the next best."""
+    query = ["Australian cricket captain"]
+    _, rows = lee.index.search(query, 20)
+    mask = np.ones(300, dtype=bool)
+    mask[rows[0, :10]] = False
+    _, filtered = lee.index.search(query, 10, allowed=mask)
+    assert filtered[0].tolist() == rows[0, 10:20].tolist()
+
+
+def test_queries_without_known_words_have_no_hits(lee: Lee) -> None:
+    queries = ["zzzqqq xyzzy", "", "!!! ...", "Australian cricket captain", "qwertyuiop cricket"]
+    scores, rows = lee.index.search(queries, 5)
+    assert (rows[:3] == -1).all() and (scores[:3] == -np.inf).all()
+    assert (rows[3:] >= 0).all()
+    np.testing.assert_array_equal(rows[4], lee.index.search(["cricket"], 5)[1][0])  # the unknown word adds nothing
+    assert lee.index.search([], 5)[1].shape == (0, 5)
+
+
+def test_k_beyond_the_hits_pads(lee: Lee) -> None:
+    _, rows = lee.index.search(["Arafat"], 400)
+    hits = int((bm25_reference(lee, ["Arafat"], 1.2, 0.75) > 0).sum())
+    assert 0 < hits < 300
+    assert (rows[0, :hits] >= 0).all() and (rows[0, hits:] == -1).all() and rows.shape == (1, 400)
+
+
+def test_stop_words(tmp_path: Path, lee: Lee) -> None:
+    built = build(pa.array(lee.texts), Tokenizer.english())
+    assert built is not None and built.info["tokenizer"]["stopwords"] == "en"
+    index = open_built(built, tmp_path, 300)
+    assert index.tokenizer == Tokenizer.english()
+    assert (index.search(["the of and"], 5)[1] == -1).all()
+    assert (index.search(["the cricket"], 5)[1] >= 0).all()
+    assert built.info["terms"] == lee.index.info["terms"] - len(
+        set(english_stopwords()) & set(lee.index._terms.to_pylist())
+    )
+
+
+def test_documents_without_text_are_never_hit(tmp_path: Path) -> None:
+    built = build(pa.array(["red fox", None, "red red hen", "", "blue fox"]))
+    assert built is not None and built.info["documents_with_words"] == 3 and built.info["average_length"] == 1.4
+    index = open_built(built, tmp_path, 5)
+    _, rows = index.search(["red fox", "hen"], 5)
+    assert rows.tolist() == [[0, 2, 4, -1, -1], [2, -1, -1, -1, -1]]
+
+
+@pytest.mark.parametrize(
+    ("k", "allowed"),
+    [(0, None), (5, np.ones(299, dtype=bool)), (5, np.ones(300, dtype=np.int8)), (5, np.ones((300, 1), dtype=bool))],
+)
+def test_bad_calls_are_refused(lee: Lee, k: int, allowed: np.ndarray | None) -> None:
+    with pytest.raises(InvalidQuery):
+        lee.index.search(["cricket"], k, allowed=allowed)

@@ -227,7 +227,7 @@ def import_(
     budget: BuildBudget = AUTO_BUDGET_SECONDS,
 ) -> None:
     """Import a table from word2vec (text or binary), GloVe, fastText .vec, .npy + vocabulary, a projector
-    TSV pair, a Hugging Face model directory, or documents with vectors (JSON Lines, Parquet, CSV)."""
+    TSV pair, a Hugging Face or model2vec model directory, or documents with vectors (JSON Lines, Parquet, CSV)."""
     from index.build import source_digest
     from index.sources import ReadOptions, read_source, sniff_format
 
@@ -326,6 +326,28 @@ def index_(
     typer.echo(
         f"indexed {name!r}: {info['spec']['kind']} {json.dumps(info['spec'])}, recall@10 {info['recall_at_10']}, "
         f"built in {info['build_seconds']} s"
+    )
+
+
+@app.command()
+def sif(
+    name: str,
+    data_dir: DataDir = Path("data"),
+    corpus: Annotated[
+        Path | None,
+        typer.Option("--corpus", help="Reference texts, one a line (default: gensim's Lee background corpus)."),
+    ] = None,
+    a: Annotated[float, typer.Option("--a", min=1e-12, help="SIF's a in a / (a + p(w)).")] = 1e-3,
+) -> None:
+    """Compute a word table's SIF common component from a reference corpus (for POST .../embed with pooling sif)
+    and publish the new version of the table with it."""
+    from index.sif import sif_table
+
+    info = sif_table(data_dir, name, corpus, a)["sif"]
+    made = info["corpus"]
+    typer.echo(
+        f"SIF component of {name!r}: {made['texts']:,} texts of {made['path']} ({made['skipped']:,} lines skipped), "
+        f"a = {info['a']}, p(w) from {info['frequencies']}, {made['explained']:.1%} of their squared length along it"
     )
 
 

@@ -80,6 +80,7 @@ READERS: dict[str, tuple[str, str]] = {
     "npy": ("numpy_vocab", "read"),
     "projector": ("projector", "read"),
     "hf": ("huggingface", "read"),
+    "model2vec": ("model2vec", "read"),
     "glove-package": ("glove_package", "read"),
     "gensim": ("gensim_pickle", "read"),
     "documents": ("documents", "read"),
@@ -101,7 +102,9 @@ def sniff_format(path: Path) -> str:
     path = Path(path)
     if path.is_dir():
         if (path / "config.json").is_file() or any(path.glob("*.safetensors")):
-            return "hf"
+            from index.sources.model2vec import is_model2vec
+
+            return "model2vec" if is_model2vec(path) else "hf"
         if (path / "vectors.tsv").is_file():
             return "projector"
         if any(p.suffix.lower() in (".txt", ".md") for p in path.iterdir()):

@@ -1,0 +1,448 @@
+"""Text encoders (index.encode) on real tables, against float64 brute force written here from the definitions:
+
+- all-MiniLM-L6-v2's token table: the mean of the original rows of the tokenizer's pieces, special pieces left out;
+- a model2vec model written here in model2vec's own layout from MiniLM's rows (token weights and a quantised
+  vocabulary), imported with ``--format model2vec``, also against model2vec's own ``StaticModel``;
+- GloVe 6B 50d: SIF (Arora, Liang and Ma 2017) with gensim's Lee background corpus as the reference corpus, p(w)
+  by Zipf over the row order or from a counts column (the Lee corpus's own counts), and the plain mean.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pytest
+from gensim.test.utils import datapath
+from safetensors import safe_open
+from safetensors.numpy import save_file
+from tokenizers import Tokenizer
+
+from index import artifact
+from index.build import build_table
+from index.encode import DEFAULT_A, SIF_COMPONENT, Encoder, encoder_for
+from index.errors import InputError, InvalidQuery
+from index.sif import sif_table
+from index.sources import RawTable, ReadOptions, read_source, sniff_format
+from index.sources import huggingface as hf
+from index.sources import model2vec as m2v_source
+from index.table import Table
+from index.tokens import WEIGHTS
+from tests.index.test_huggingface import MINILM_TENSOR, SPECIALS, minilm_dir
+
+REPO = Path(__file__).resolve().parents[2]
+WORD = re.compile(r"\w+")
+TEXTS = [
+    "The heart pumps blood through the body.",
+    "Heartbeat, heartache and a broken heart",
+    "Stock markets fell sharply on Monday as investors sold shares.",
+    "☃ snowman in the snow",  # ☃ is [UNK] in MiniLM's vocabulary, and no GloVe word
+    "x",
+]
+CLUSTERS = 2048  # the quantised vocabulary of the model2vec fixture
+
+
+def lee(name: str) -> list[str]:
+    """gensim's Lee corpus, a document a line (lee.cor has one byte that is not UTF-8: a Latin-1 pound sign)."""
+    return Path(datapath(name)).read_bytes().decode("utf-8", "replace").splitlines()
+
+
+# ------------------------------------------------------------------------------------------- tables
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("encode-data")
+
+
+@pytest.fixture(scope="module")
+def glove(data_dir: Path, glove_raw: RawTable) -> Table:
+    """The whole GloVe 6B 50d table (exact search: no index is needed to embed), with its SIF component."""
+    raw = RawTable(tokens=list(glove_raw.tokens), matrix=glove_raw.matrix.copy())
+    build_table(raw, data_dir=data_dir, name="glove", source={"format": "glove-package"}, index_spec="flat")
+    sif_table(data_dir, "glove")  # gensim's Lee background corpus by default
+    return Table.load(data_dir / "glove")
+
+
+@pytest.fixture(scope="module")
+def minilm_matrix() -> np.ndarray:
+    with safe_open(str(minilm_dir() / "model.safetensors"), framework="numpy") as f:
+        return f.get_tensor(MINILM_TENSOR)
+
+
+@pytest.fixture(scope="module")
+def tokenizer() -> Tokenizer:
+    tok = Tokenizer.from_file(str(minilm_dir() / "tokenizer.json"))
+    tok.no_padding()
+    tok.no_truncation()
+    return tok
+
+
+@pytest.fixture(scope="module")
+def minilm(data_dir: Path) -> Table:
+    build_table(hf.read(minilm_dir(), ReadOptions()), data_dir=data_dir, name="minilm", source={"format": "hf"})
+    return Table.load(data_dir / "minilm")
+
+
+def write_model2vec(
+    directory: Path, embeddings: np.ndarray, weights: np.ndarray | None, mapping: np.ndarray | None
+) -> Path:
+    """A model2vec model directory as model2vec's ``save_pretrained`` writes it: model.safetensors (embeddings,
+    weights, mapping), tokenizer.json, config.json and modules.json."""
+    directory.mkdir(parents=True)
+    tensors = {"embeddings": embeddings}
+    if weights is not None:
+        tensors["weights"] = weights
+    if mapping is not None:
+        tensors["mapping"] = mapping
+    save_file(tensors, directory / "model.safetensors")
+    (directory / "tokenizer.json").write_bytes((minilm_dir() / "tokenizer.json").read_bytes())
+    config = {
+        "model_type": "model2vec",
+        "architectures": ["StaticModel"],
+        "tokenizer_name": "sentence-transformers/all-MiniLM-L6-v2",
+        "apply_pca": None,
+        "apply_zipf": True,
+        "hidden_dim": int(embeddings.shape[1]),
+        "seq_length": 1000000,
+        "normalize": True,
+        "embedding_dtype": str(embeddings.dtype),
+    }
+    if mapping is not None:
+        config["vocabulary_quantization"] = int(embeddings.shape[0])
+    (directory / "config.json").write_text(json.dumps(config, indent=4))
+    modules = [{"idx": 0, "name": "0", "path": ".", "type": "sentence_transformers.models.StaticEmbedding"}]
+    (directory / "modules.json").write_text(json.dumps(modules))
+    return directory
+
+
+@pytest.fixture(scope="module")
+def m2v_parts(minilm_matrix: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """MiniLM's rows as model2vec would keep them: Zipf SIF weights per token, and the vocabulary quantised to
+    2,048 rows (each token mapped to the most similar of 2,048 of its rows)."""
+    rows = len(minilm_matrix)
+    zipf = 1.0 / np.arange(1, rows + 1)
+    weights = (1e-4 / (1e-4 + zipf / zipf.sum())).astype(np.float32)
+    centres = np.random.default_rng(0).choice(rows, CLUSTERS, replace=False)
+    unit = minilm_matrix / np.linalg.norm(minilm_matrix, axis=1, keepdims=True)
+    mapping = np.argmax(unit @ unit[centres].T, axis=1).astype(np.int64)
+    return minilm_matrix[centres].copy(), weights, mapping
+
+
+@pytest.fixture(scope="module")
+def m2v_model(tmp_path_factory: pytest.TempPathFactory, m2v_parts: tuple[np.ndarray, ...]) -> Path:
+    embeddings, weights, mapping = m2v_parts
+    return write_model2vec(tmp_path_factory.mktemp("m2v") / "potion-minilm", embeddings, weights, mapping)
+
+
+@pytest.fixture(scope="module")
+def m2v(data_dir: Path, m2v_model: Path) -> Table:
+    done = run_cli("import", str(m2v_model), "--name", "m2v", "--data-dir", str(data_dir))  # format sniffed
+    assert done.returncode == 0, done.stderr
+    return Table.load(data_dir / "m2v")
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "index", *args], capture_output=True, text=True, cwd=REPO)
+
+
+# -------------------------------------------------------------------------------- brute force (float64)
+def unit(matrix: np.ndarray) -> np.ndarray:
+    return matrix / np.linalg.norm(matrix, axis=-1, keepdims=True)
+
+
+def token_mean(
+    texts: list[str], tokenizer: Tokenizer, rows: np.ndarray, weights: np.ndarray | None = None
+) -> tuple[np.ndarray, list[int], list[int]]:
+    """Each text's unit-length mean of its pieces' rows (times their weights), special pieces left out."""
+    special = {tokenizer.token_to_id(t) for t in SPECIALS}
+    out, used, unknown = [], [], []
+    for text in texts:
+        ids = tokenizer.encode(text, add_special_tokens=False).ids
+        kept = [i for i in ids if i not in special]
+        vectors = rows[kept].astype(np.float64) * (1.0 if weights is None else weights[kept, None])
+        out.append(unit(vectors.mean(axis=0)))
+        used.append(len(kept))
+        unknown.append(len(ids) - len(kept))
+    return np.array(out), used, unknown
+
+
+def words_of(text: str, rows: dict[str, int]) -> tuple[list[int], int]:
+    words = WORD.findall(text.lower())
+    known = [rows[w] for w in words if w in rows]
+    return known, len(words) - len(known)
+
+
+def sif_vectors(texts: list[str], matrix: np.ndarray, rows: dict[str, int], p: np.ndarray) -> np.ndarray:
+    """Each text's SIF-weighted mean of its words' rows (not yet unit length; zero without a known word)."""
+    out = np.zeros((len(texts), matrix.shape[1]))
+    for n, text in enumerate(texts):
+        known, _ = words_of(text, rows)
+        if known:
+            weights = DEFAULT_A / (DEFAULT_A + p[known])
+            out[n] = (weights[:, None] * matrix[known].astype(np.float64)).mean(axis=0)
+    return out
+
+
+def first_singular_vector(vectors: np.ndarray) -> np.ndarray:
+    """As the paper's code: TruncatedSVD (no centring) of the reference sentence vectors."""
+    from sklearn.decomposition import TruncatedSVD
+
+    svd = TruncatedSVD(n_components=1, n_iter=7, random_state=0).fit(vectors)
+    return svd.components_[0]
+
+
+def zipf(rows: int) -> np.ndarray:
+    p = 1.0 / np.arange(1, rows + 1)
+    return p / p.sum()
+
+
+@pytest.fixture(scope="module")
+def glove_rows(glove_raw: RawTable) -> dict[str, int]:
+    rows: dict[str, int] = {}
+    for i, token in enumerate(glove_raw.tokens):
+        rows.setdefault(token, i)
+    return rows
+
+
+# --------------------------------------------------------------------------------------- model tokens
+def test_minilm_token_mean_equals_brute_force(minilm: Table, minilm_matrix: np.ndarray, tokenizer: Tokenizer) -> None:
+    encoded = Encoder(minilm).encode(TEXTS)
+    expected, used, unknown = token_mean(TEXTS, tokenizer, minilm_matrix)
+    assert encoded.pooling == "mean" and encoded.vectors.dtype == np.float32
+    np.testing.assert_allclose(encoded.vectors, expected, atol=2e-7)
+    assert (encoded.tokens, encoded.unknown) == (used, unknown)
+    assert encoded.unknown[3] == 1  # the snowman
+    np.testing.assert_allclose(np.linalg.norm(encoded.vectors, axis=1), 1, atol=1e-6)
+
+
+def test_minilm_mean_is_of_the_original_rows(minilm: Table, minilm_matrix: np.ndarray, tokenizer: Tokenizer) -> None:
+    """The model's rows as they are (a frequent piece has a smaller norm), not the unit rows."""
+    encoded = Encoder(minilm).encode(TEXTS[:3])
+    of_units, _, _ = token_mean(TEXTS[:3], tokenizer, unit(minilm_matrix.astype(np.float64)))
+    assert np.all(np.einsum("ij,ij->i", encoded.vectors, of_units) < 0.9999)
+
+
+def test_minilm_special_tokens_typed_in_text_are_left_out(minilm: Table) -> None:
+    encoder = Encoder(minilm)
+    plain, marked = encoder.encode(["a red heart", "[CLS] a red heart [SEP]"]).vectors
+    np.testing.assert_allclose(plain, marked, atol=1e-7)
+    assert encoder.encode(["[CLS] a red heart [SEP]"]).unknown == [2]
+
+
+def test_batch_order_and_size_do_not_change_a_vector(minilm: Table, glove: Table) -> None:
+    for table in (minilm, glove):
+        encoder = Encoder(table)
+        alone = np.vstack([encoder.encode([text]).vectors for text in TEXTS[:4]])
+        together = encoder.encode(TEXTS[:4][::-1]).vectors[::-1]
+        np.testing.assert_allclose(alone, together, atol=1e-7)
+
+
+# ------------------------------------------------------------------------------------------- model2vec
+def test_model2vec_import_is_a_token_table_with_weights(
+    m2v: Table, m2v_parts: tuple[np.ndarray, ...], tokenizer: Tokenizer
+) -> None:
+    embeddings, weights, mapping = m2v_parts
+    assert (m2v.kind, m2v.rows, m2v.dim) == ("tokens", 30_522, 384)
+    assert m2v.manifest["source"]["format"] == "model2vec"
+    info = m2v.manifest["model2vec"]
+    assert info["weights"] is True and info["quantized_rows"] == CLUSTERS and info["max_length"] == 512
+    assert info["config"]["normalize"] is True
+    ids = np.arange(0, m2v.rows, 509)
+    np.testing.assert_allclose(np.stack([m2v.row(int(i)) for i in ids]), embeddings[mapping[ids]], rtol=1e-6)
+    np.testing.assert_array_equal(np.load(m2v.directory / WEIGHTS), weights)
+    assert m2v.tokenize("heartache") == [(2540, "heart"), (15395, "##ache")]
+    assert artifact.verify(m2v.directory).ok
+
+
+def test_model2vec_encode_equals_brute_force_and_model2vec(
+    m2v: Table, m2v_model: Path, m2v_parts: tuple[np.ndarray, ...], tokenizer: Tokenizer
+) -> None:
+    embeddings, weights, mapping = m2v_parts
+    encoded = Encoder(m2v).encode(TEXTS)
+    expected, used, unknown = token_mean(TEXTS, tokenizer, embeddings[mapping], weights)
+    np.testing.assert_allclose(encoded.vectors, expected, atol=2e-7)
+    assert (encoded.tokens, encoded.unknown) == (used, unknown)
+    model2vec = pytest.importorskip("model2vec")
+    theirs = model2vec.StaticModel.from_pretrained(m2v_model).encode(TEXTS)
+    np.testing.assert_allclose(encoded.vectors, theirs, atol=1e-6)
+
+
+def test_model2vec_max_length_cuts_long_texts_as_model2vec_does(m2v: Table, m2v_model: Path) -> None:
+    long = [" ".join(lee("lee_background.cor")[:3]), "heart " * 600 + "stock market"]
+    encoded = Encoder(m2v).encode(long)
+    assert encoded.tokens[1] == 512  # the first 512 pieces: "stock market" is past them
+    model2vec = pytest.importorskip("model2vec")
+    theirs = model2vec.StaticModel.from_pretrained(m2v_model).encode(long)
+    np.testing.assert_allclose(encoded.vectors, theirs, atol=1e-6)
+
+
+def test_model2vec_without_weights_or_mapping(data_dir: Path, tmp_path: Path, minilm_matrix: np.ndarray) -> None:
+    half = minilm_matrix.astype(np.float16)
+    directory = write_model2vec(tmp_path / "plain", half, None, None)
+    assert sniff_format(directory) == "model2vec" and sniff_format(minilm_dir()) == "hf"
+    raw, fmt = read_source(directory)
+    assert fmt == "model2vec" and WEIGHTS not in raw.extra_files and raw.info["model"]["dtype"] == "float16"
+    build_table(raw, data_dir=data_dir, name="m2v-plain", source={"format": fmt})
+    table = Table.load(data_dir / "m2v-plain")
+    expected, _, _ = token_mean(TEXTS[:3], Tokenizer.from_file(str(minilm_dir() / "tokenizer.json")), half)
+    np.testing.assert_allclose(Encoder(table).encode(TEXTS[:3]).vectors, expected, atol=2e-7)
+
+
+def test_model2vec_reader_errors(tmp_path: Path, m2v_parts: tuple[np.ndarray, ...]) -> None:
+    embeddings, weights, mapping = m2v_parts
+    cases = {
+        "no-embeddings": ({"vectors": embeddings}, "no 'embeddings' tensor"),
+        "rows": ({"embeddings": embeddings}, "'embeddings' has 2048 rows but tokenizer.json has 30522 tokens"),
+        "mapping": ({"embeddings": embeddings, "mapping": mapping + CLUSTERS - 1}, "tensor 'mapping' sends token"),
+        "weights": ({"embeddings": embeddings[mapping], "weights": weights[:10]}, "'weights' has shape [10]"),
+        "nan": (
+            {"embeddings": embeddings[mapping], "weights": np.where(np.arange(len(weights)) == 7, np.nan, weights)},
+            "not finite for token 7",
+        ),
+    }
+    for name, (tensors, problem) in cases.items():
+        directory = write_model2vec(tmp_path / name, embeddings, None, None)
+        save_file({k: np.ascontiguousarray(v) for k, v in tensors.items()}, directory / "model.safetensors")
+        with pytest.raises(InputError, match=re.escape(problem)) as caught:
+            m2v_source.read(directory, ReadOptions())
+        assert str(directory / "model.safetensors") in caught.value.message
+    with pytest.raises(InputError, match=r"no model\.safetensors"):
+        m2v_source.read(tmp_path, ReadOptions())
+
+
+# ---------------------------------------------------------------------------------------- words: SIF
+@pytest.fixture(scope="module")
+def reference(glove_raw: RawTable, glove_rows: dict[str, int]) -> np.ndarray:
+    """The common component of the Lee background corpus's SIF vectors, by brute force (Zipf p(w))."""
+    vectors = sif_vectors(lee("lee_background.cor"), glove_raw.matrix, glove_rows, zipf(len(glove_raw.tokens)))
+    return first_singular_vector(vectors[np.linalg.norm(vectors, axis=1) > 0])
+
+
+def test_sif_component_equals_brute_force(glove: Table, reference: np.ndarray) -> None:
+    component = np.load(glove.directory / SIF_COMPONENT)
+    assert component.dtype == np.float64 and component.shape == (50,)
+    assert abs(component @ reference) == pytest.approx(1, abs=1e-9)
+    info = glove.manifest["sif"]
+    assert info["file"] == SIF_COMPONENT and info["a"] == DEFAULT_A and info["frequencies"] == "zipf"
+    assert info["corpus"]["path"] == "gensim:lee_background.cor"
+    assert (info["corpus"]["lines"], info["corpus"]["texts"], info["corpus"]["skipped"]) == (300, 300, 0)
+    assert SIF_COMPONENT in glove.manifest["files"] and artifact.verify(glove.directory).ok
+
+
+def test_glove_sif_equals_brute_force(
+    glove: Table, glove_raw: RawTable, glove_rows: dict[str, int], reference: np.ndarray
+) -> None:
+    texts = TEXTS[:4] + lee("lee.cor")[:20]
+    encoded = Encoder(glove).encode(texts)
+    assert encoded.pooling == "sif"  # the default once the table has its component
+    weighted = sif_vectors(texts, glove_raw.matrix, glove_rows, zipf(len(glove_raw.tokens)))
+    expected = unit(weighted - np.outer(weighted @ reference, reference))
+    np.testing.assert_allclose(encoded.vectors, expected, atol=2e-6)
+    counts = [words_of(text, glove_rows) for text in texts]
+    assert encoded.tokens == [len(known) for known, _ in counts]
+    assert encoded.unknown == [missing for _, missing in counts]
+    assert encoded.unknown[3] == 0 and encoded.tokens[3] == 4  # ☃ is no \w word
+
+
+def test_glove_mean_equals_brute_force(glove: Table, glove_raw: RawTable, glove_rows: dict[str, int]) -> None:
+    texts = TEXTS[:4] + lee("lee.cor")[:10]
+    encoded = Encoder(glove).encode(texts, "mean")
+    expected = [unit(glove_raw.matrix[words_of(t, glove_rows)[0]].astype(np.float64).mean(axis=0)) for t in texts]
+    np.testing.assert_allclose(encoded.vectors, np.array(expected), atol=2e-6)
+
+
+def test_sif_removes_what_documents_share(glove: Table) -> None:
+    """The plain means of unrelated news documents all point much the same way; SIF's do not."""
+    documents = lee("lee.cor")
+    encoder = Encoder(glove)
+    mean, sif = (encoder.encode(documents, pooling).vectors for pooling in ("mean", "sif"))
+    off_diagonal = ~np.eye(len(documents), dtype=bool)
+    assert (mean @ mean.T)[off_diagonal].mean() > 0.85
+    assert (sif @ sif.T)[off_diagonal].mean() < 0.5
+
+
+def test_sif_with_a_counts_column(data_dir: Path, glove_raw: RawTable, glove_rows: dict[str, int]) -> None:
+    """p(w) = count / total from the table's counts column: the Lee corpus's own word counts."""
+    counts = Counter(w for line in lee("lee_background.cor") for w in WORD.findall(line.lower()))
+    words = [w for w, _ in counts.most_common() if w in glove_rows]
+    matrix = glove_raw.matrix[[glove_rows[w] for w in words]]
+    raw = RawTable(tokens=words, matrix=matrix.copy(), metadata={"count": [str(counts[w]) for w in words]})
+    build_table(raw, data_dir=data_dir, name="lee-words", source={"format": "test"})
+    sif_table(data_dir, "lee-words", corpus=Path(datapath("lee_background.cor")))
+    table = Table.load(data_dir / "lee-words")
+    assert table.manifest["sif"]["frequencies"] == "column count"
+    rows = {w: i for i, w in enumerate(words)}
+    p = np.array([counts[w] for w in words], dtype=np.float64)
+    p /= p.sum()
+    reference = first_singular_vector(sif_vectors(lee("lee_background.cor"), matrix, rows, p))
+    texts = lee("lee.cor")[:10]
+    weighted = sif_vectors(texts, matrix, rows, p)
+    expected = unit(weighted - np.outer(weighted @ reference, reference))
+    np.testing.assert_allclose(Encoder(table).encode(texts).vectors, expected, atol=2e-6)
+
+
+def test_cased_table_matches_words_case_folded(data_dir: Path, glove_raw: RawTable) -> None:
+    tokens = [t.capitalize() if t in ("paris", "france") else t for t in glove_raw.tokens[:5000]]
+    raw = RawTable(tokens=tokens, matrix=glove_raw.matrix[:5000].copy())
+    build_table(raw, data_dir=data_dir, name="cased", source={"format": "test"})
+    encoder = Encoder(Table.load(data_dir / "cased"))
+    assert encoder.cased
+    encoded = encoder.encode(["Paris is in France", "paris is in france"], "mean")
+    assert encoded.tokens == [4, 4] and encoded.unknown == [0, 0]
+    np.testing.assert_allclose(encoded.vectors[0], encoded.vectors[1], atol=1e-7)
+    assert not Encoder(Table.load(data_dir / "lee-words")).cased
+
+
+def test_word_lookup_in_bulk_equals_one_by_one(glove: Table) -> None:
+    labels = glove.tokens[::7]
+    words = [*labels, *(w.upper() for w in labels[:500]), *(w + "q" for w in labels[:2000]), "", "a" * 40]
+    found = glove.tokens.find_many(words)
+    assert found.tolist() == [-1 if (i := glove.tokens.find(w)) is None else i for w in words]
+    assert (found[: len(labels)] >= 0).all()
+
+
+# ----------------------------------------------------------------------------------------------- errors
+def test_a_text_without_a_known_token_is_named(glove: Table, minilm: Table) -> None:
+    with pytest.raises(InvalidQuery, match=r"text 1 \('zzqxv qqqzx'\) has no known token in table 'glove': 2 unknown"):
+        Encoder(glove).encode(["a heart", "zzqxv qqqzx"])
+    with pytest.raises(InvalidQuery, match=r"text 0 \('☃ ☃'\) has no known token in table 'minilm': 2 unknown") as e:
+        Encoder(minilm).encode(["☃ ☃", "heart"])
+    assert e.value.details == {"text": 0}
+    with pytest.raises(InvalidQuery, match=r"text 0 \('\.\.\. !'\) .*: it has no tokens"):
+        Encoder(glove).encode(["... !"])
+
+
+def test_pooling_choices(glove: Table, minilm: Table, small: Table) -> None:
+    with pytest.raises(InvalidQuery, match="sif pooling is for word tables"):
+        Encoder(minilm).encode(["heart"], "sif")
+    with pytest.raises(InvalidQuery, match="has no SIF component yet: `embedding-index sif small`"):
+        Encoder(small).encode(["heart"], "sif")
+    assert Encoder(small).encode(["heart"]).pooling == "mean"  # no component: the mean by default
+    with pytest.raises(InvalidQuery, match="unknown pooling 'max'"):
+        Encoder(glove).encode(["heart"], "max")  # type: ignore[arg-type]
+    assert encoder_for(glove) is encoder_for(glove)
+
+
+def test_sif_command_and_its_errors(data_dir: Path, tmp_path: Path, glove_raw: RawTable, minilm: Table) -> None:
+    raw = RawTable(tokens=glove_raw.tokens[:20000], matrix=glove_raw.matrix[:20000].copy())
+    build_table(raw, data_dir=data_dir, name="glove-20k", source={"format": "test"})
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("the cat sat on the mat\n\nzzqxv\nstocks fell on monday\n", encoding="utf-8")
+    done = run_cli("sif", "glove-20k", "--corpus", str(corpus), "--a", "0.01", "--data-dir", str(data_dir))
+    assert done.returncode == 0, done.stderr
+    assert "SIF component of 'glove-20k': 2 texts of" in done.stdout and "(2 lines skipped), a = 0.01" in done.stdout
+    table = Table.load(data_dir / "glove-20k")
+    assert table.manifest["sif"]["a"] == 0.01 and Encoder(table).a == 0.01
+    corpus.write_bytes(b"fine line\nbad \xff line\n")
+    with pytest.raises(InputError, match=re.escape(f"{corpus}:2: not UTF-8 (byte 0xff at column 5)")):
+        sif_table(data_dir, "glove-20k", corpus)
+    corpus.write_text("zzqxv qqqzx\n")
+    with pytest.raises(InputError, match=re.escape("no line has a word of table 'glove-20k' (1 lines)")):
+        sif_table(data_dir, "glove-20k", corpus)
+    done = run_cli("sif", "minilm", "--data-dir", str(data_dir))
+    assert done.returncode == 1 and "SIF is for word tables" in done.stderr
+    assert Table.load(data_dir / "glove-20k").manifest["sif"]["a"] == 0.01  # a failed step changed nothing

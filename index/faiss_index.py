@@ -53,6 +53,7 @@ OPQ_ITERATIONS = 10  # fewer than FAISS's 50: the same re-ranked recall for less
 PLATEAU_STEPS = 3  # compressed kinds: stop raising nprobe once this many steps gained under PLATEAU_GAIN
 PLATEAU_GAIN = 0.002
 RERANK_BLOCK_BYTES = 32 << 20  # candidate rows gathered at once when re-ranking a batch
+FILTER_MAX_EF = 4096  # the widest HNSW search a filter asks for
 
 
 @dataclass
@@ -331,14 +332,55 @@ class RecallProbe:
 
 
 def search_index(
-    index: faiss.Index, queries: np.ndarray, k: int, vectors: np.ndarray | None = None, rerank: int = 1
+    index: faiss.Index,
+    queries: np.ndarray,
+    k: int,
+    vectors: np.ndarray | None = None,
+    rerank: int = 1,
+    params: faiss.SearchParameters | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Top-``k`` (scores, ids) of unit ``queries`` from ``index``; with ``rerank`` > 1 (an index of codes), the
-    index's ``rerank`` x k best candidates re-scored exactly against the unit rows ``vectors``."""
+    index's ``rerank`` x k best candidates re-scored exactly against the unit rows ``vectors``. ``params``: the
+    search's own parameters (e.g. :func:`filtered_params`)."""
     if rerank <= 1 or vectors is None:
-        return index.search(queries, k)
-    _, candidates = index.search(queries, min(k * rerank, index.ntotal))
+        return index.search(queries, k, params=params)
+    _, candidates = index.search(queries, min(k * rerank, index.ntotal), params=params)
     return rerank_exact(vectors, queries, candidates, k)
+
+
+def filtered_params(index: faiss.Index, selector: faiss.IDSelector, fraction: float) -> faiss.SearchParameters | None:
+    """Search parameters that keep an HNSW or IVF search to the rows ``selector`` passes (``fraction`` of all).
+
+    A filter leaves fewer passing rows near a query, so the search looks wider by 1/sqrt(fraction): efSearch for
+    HNSW, nprobe for IVF (BENCHMARKS.md, "Filtered search", measures the recall). None: ``index`` takes no
+    selector (the caller searches the passing rows exactly)."""
+    widen = 1 / np.sqrt(max(fraction, 1e-6))
+    params: Any  # FAISS's stubs lack the search parameter classes' fields
+    if isinstance(index, faiss.IndexHNSW):
+        params = faiss.SearchParametersHNSW()  # type: ignore[attr-defined]
+        params.efSearch = min(FILTER_MAX_EF, int(np.ceil(index.hnsw.efSearch * widen)))
+        params.sel = selector
+        return cast(faiss.SearchParameters, params)
+    ivf = faiss.try_extract_index_ivf(index)
+    if ivf is None or not isinstance(index, faiss.IndexIVF | faiss.IndexPreTransform):
+        return None
+    params = inner = faiss.SearchParametersIVF()
+    inner.nprobe = min(ivf.nlist, int(np.ceil(ivf.nprobe * widen)))
+    inner.sel = selector
+    if isinstance(index, faiss.IndexPreTransform):  # OPQ + IVF: the selector goes to the IVF inside
+        params = faiss.SearchParametersPreTransform()
+        params.index_params = inner
+        params.keep = inner  # the outer parameters do not own the inner ones: keep them alive together
+    return cast(faiss.SearchParameters, params)
+    nprobe = min(ivf.nlist, int(np.ceil(ivf.nprobe * widen)))
+    inner = faiss.SearchParametersIVF(sel=selector, nprobe=nprobe)
+    if isinstance(index, faiss.IndexIVF):
+        return inner
+    if isinstance(index, faiss.IndexPreTransform):  # OPQ + IVF: the selector goes to the IVF inside
+        outer = faiss.SearchParametersPreTransform(index_params=inner)
+        outer.sel_keep = inner  # the outer parameters do not own the inner ones: keep them alive together
+        return outer
+    return None
 
 
 def rerank_exact(

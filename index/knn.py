@@ -9,6 +9,8 @@ import faiss
 import numpy as np
 
 SMALL_BATCH = 2  # up to this many queries a plain matrix product beats FAISS's blocked search
+GATHER_BELOW = 4  # a filtered exact search gathers its rows when fewer than 1 in GATHER_BELOW pass
+MASKED_BLOCK_BYTES = 64 << 20  # scores of a filtered exact search computed at once
 
 Neighbor = tuple[int, float]  # (row id, score)
 Hits = tuple[np.ndarray, np.ndarray]  # (scores, ids), one row per query, best first; id -1 pads
@@ -18,7 +20,11 @@ def exact_knn(queries: np.ndarray, base: np.ndarray, k: int) -> tuple[np.ndarray
     """Brute-force inner-product top-``k``: one BLAS product for a few queries, FAISS's blocked search beyond."""
     if len(queries) > SMALL_BATCH:
         return faiss.knn(queries, base, k, metric=faiss.METRIC_INNER_PRODUCT)
-    scores = queries @ np.asarray(base).T  # queries x rows
+    return best_of(queries @ np.asarray(base).T, k)
+
+
+def best_of(scores: np.ndarray, k: int) -> Hits:
+    """The ``k`` best (scores, ids) of each row of a queries x rows score matrix, best first."""
     if k < scores.shape[1]:
         best = np.argpartition(-scores, k - 1, axis=1)[:, :k]
     else:
@@ -26,6 +32,24 @@ def exact_knn(queries: np.ndarray, base: np.ndarray, k: int) -> tuple[np.ndarray
     top = np.take_along_axis(scores, best, axis=1)
     order = np.argsort(-top, axis=1, kind="stable")
     return np.take_along_axis(top, order, axis=1), np.take_along_axis(best, order, axis=1).astype(np.int64)
+
+
+def exact_knn_rows(queries: np.ndarray, base: np.ndarray, k: int, rows: np.ndarray, mask: np.ndarray) -> Hits:
+    """:func:`exact_knn` over only the rows ``rows`` of ``base`` (``mask``: the same rows as a boolean per row).
+
+    A few rows are gathered and searched; many are searched in place, the others' scores set to -inf (a gather
+    would copy most of the matrix). Ids are rows of ``base``; ``k`` at most ``len(rows)``."""
+    if len(rows) * GATHER_BELOW < len(base):
+        scores, ids = exact_knn(queries, np.ascontiguousarray(base[rows]), k)
+        return scores, np.where(ids >= 0, rows[np.maximum(ids, 0)], -1)
+    out_scores = np.empty((len(queries), k), dtype=np.float32)
+    out_ids = np.empty((len(queries), k), dtype=np.int64)
+    step = max(1, MASKED_BLOCK_BYTES // (4 * len(base)))
+    for start in range(0, len(queries), step):
+        scores = queries[start : start + step] @ np.asarray(base).T
+        scores[:, ~mask] = -np.inf
+        out_scores[start : start + step], out_ids[start : start + step] = best_of(scores, k)
+    return out_scores, out_ids
 
 
 def top_k(scores: np.ndarray, k: int, exclude: Collection[int] = ()) -> list[Neighbor]:

@@ -50,7 +50,9 @@ LOOKUP_LIMIT = 5  # unknown ids named in one error
 
 
 class UnknownDocument(UnknownToken):
-    """Ids that are not in the table (a document's id is its row's token, hence the token error code)."""
+    """Ids that are not in the table (a document's id is its row's token)."""
+
+    code = "unknown_document"
 
 
 def type_name(arrow_type: pa.DataType) -> str:

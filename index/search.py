@@ -3,7 +3,8 @@
 - :class:`SearchOptions`: which rows may answer (``restrict``, token kinds) and whether to skip the
   approximate index (``exact``);
 - :class:`VectorSearch`: the ``k`` nearest rows to each of some unit query vectors, each with its own rows left
-  out (gensim leaves a query's input words out of its answer);
+  out (gensim leaves a query's input words out of its answer), optionally only among the rows a filter passes
+  (``index.filters``), from an offset (paging) and above a score;
 - :class:`AnalogySearch`: "a is to b as c is to ?" questions, by 3CosAdd or 3CosMul.
 
 ``Table.run(request)`` answers one; ``Table.plan(request)`` splits a nearest-row search into its FAISS part and
@@ -19,6 +20,7 @@ from typing import Literal
 import numpy as np
 
 from index.errors import InvalidQuery
+from index.filters import RowSet
 from index.knn import Neighbor
 
 Method = Literal["3cosadd", "3cosmul"]
@@ -45,6 +47,9 @@ class VectorSearch:
     k: int
     exclude: Sequence[Collection[int]] = ()  # empty, or one collection per query
     options: SearchOptions = field(default_factory=SearchOptions)
+    rows: RowSet | None = None  # only these rows may answer (a filter's), None: every row
+    offset: int = 0  # hits skipped first (paging): the answer is hits offset .. offset + k - 1
+    min_score: float | None = None  # hits scoring below it left out
 
     def __len__(self) -> int:
         return len(self.queries)

@@ -21,6 +21,8 @@ from __future__ import annotations
 import json
 import logging
 import mmap
+import threading
+from collections import OrderedDict
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,15 +34,21 @@ import numpy as np
 from index import artifact
 from index.analogy import analogy_top, cosmul, cosmul_top
 from index.errors import ArtifactError, InvalidQuery
-from index.faiss_index import search_index, set_search_params
-from index.knn import Hits, Neighbor, exact_knn, keep_hits
+from index.faiss_index import filtered_params, search_index, set_search_params
+from index.filters import RowSet, evaluate
+from index.knn import Hits, Neighbor, exact_knn, exact_knn_rows, keep_hits
 from index.lookup import Lookup, Resolved
+from index.payload import Payload
 from index.search import AnalogySearch, Answers, Method, Search, SearchOptions, VectorSearch
 from index.tokens import FLAG_CONTINUATION, FLAG_SPECIAL, FLAGS, Tokens
 
 log = logging.getLogger(__name__)
 
 DROP_SLACK = 16  # extra hits asked for when token kinds are left out
+# A filtered search uses the approximate index when at least this fraction of the rows pass, else it scores the
+# passing rows exactly (BENCHMARKS.md, "Filtered search", measures both sides of the line).
+FILTER_INDEX_FRACTION = 0.05
+FILTER_CACHE = 64  # filters whose passing rows a table keeps, the most recently used
 
 __all__ = ["Neighbor", "Resolved", "SearchOptions", "Table"]
 
@@ -58,6 +66,7 @@ class Table:
         index: faiss.Index | None,
         flags: np.ndarray | None = None,
         metadata: dict[str, list[str]] | None = None,
+        payload: Payload | None = None,
     ) -> None:
         self.directory = directory
         self.manifest = manifest
@@ -70,6 +79,9 @@ class Table:
         self.rerank = int(spec.get("rerank") or 1) if index is not None else 1
         self.flags = flags
         self.metadata = metadata or {}
+        self.payload = payload  # a documents table's ids, text and fields
+        self._filters: OrderedDict[str, RowSet] = OrderedDict()
+        self._filters_lock = threading.Lock()
         self.lookup = Lookup(self.name, tokens, directory, flags, self.kind == "tokens", self.byte_level)
 
     # ------------------------------------------------------------------ loading
@@ -111,7 +123,8 @@ class Table:
         # Plain ndarray views of the read-only maps: indexing a np.memmap costs microseconds on every query.
         vectors, norms = vectors.view(np.ndarray), norms.view(np.ndarray)
         flags = None if flags is None else flags.view(np.ndarray)
-        return cls(directory, manifest, vectors, norms, Tokens(directory), index, flags, metadata)
+        payload = Payload.open(directory, manifest)
+        return cls(directory, manifest, vectors, norms, Tokens(directory), index, flags, metadata, payload)
 
     # ---------------------------------------------------------------- properties
     @property
@@ -156,6 +169,9 @@ class Table:
         }
         if "model" in m:
             out["model"] = m["model"]
+        if self.payload is not None:
+            info = self.payload.info
+            out["documents"] = {key: info.get(key) for key in ("id_field", "id_type", "text_field", "fields")}
         if deferred := m.get("index", {}).get("deferred"):
             out["index_deferred"] = deferred["spec"]  # exact search until this index is built
         return out
@@ -238,19 +254,60 @@ class Table:
 
     def is_light(self, search: Search) -> bool:
         """Whether ``search`` is a search of the approximate index (3CosAdd analogies are one), well under a
-        millisecond a query, rather than scoring every row (exact, restricted, 3CosMul)."""
+        millisecond a query, rather than scoring every row (exact, restricted, 3CosMul) or filtered."""
         options = search.options
         light = self.approximate and not options.exact and options.restrict is None
-        return light and (not isinstance(search, AnalogySearch) or search.method == "3cosadd")
+        if isinstance(search, VectorSearch):
+            return light and search.rows is None
+        return light and search.method == "3cosadd"
 
-    def knn(self, queries: np.ndarray, k: int, options: SearchOptions = SearchOptions()) -> Hits:
-        """Top-``k`` (scores, ids) for unit queries; exact brute force unless the approximate index applies."""
+    def knn(
+        self, queries: np.ndarray, k: int, options: SearchOptions = SearchOptions(), rows: RowSet | None = None
+    ) -> Hits:
+        """Top-``k`` (scores, ids) for unit queries, among ``rows`` when given; exact brute force unless the
+        approximate index applies."""
         limit = self.limit(options)
-        k = min(k, limit)
         queries = np.ascontiguousarray(queries, dtype=np.float32)
+        if rows is not None:
+            return self._filtered_knn(queries, k, options, rows if limit == self.rows else rows.head(limit))
+        k = min(k, limit)
         if options.exact or self.index is None or limit < self.rows:
             return exact_knn(queries, self.vectors[:limit], k)
         return search_index(self.index, queries, k, self.vectors, self.rerank)
+
+    def _filtered_knn(self, queries: np.ndarray, k: int, options: SearchOptions, rows: RowSet) -> Hits:
+        """The ``k`` best of ``rows`` (all of them when fewer pass): from the approximate index told to keep to
+        them when enough pass, exactly otherwise, and exactly again for any query the index left short."""
+        k = min(k, len(rows))
+        if k == 0:
+            return np.zeros((len(queries), 0), dtype=np.float32), np.zeros((len(queries), 0), dtype=np.int64)
+        index, params = self.index, None
+        if index is not None and not options.exact and rows.fraction >= FILTER_INDEX_FRACTION:
+            params = filtered_params(index, rows.selector(), rows.fraction)
+        if index is None or params is None:
+            return exact_knn_rows(queries, self.vectors, k, rows.ids, rows.mask)
+        scores, ids = search_index(index, queries, k, self.vectors, self.rerank, params)
+        short = np.flatnonzero(ids[:, k - 1] < 0)
+        if len(short):
+            scores[short], ids[short] = exact_knn_rows(queries[short], self.vectors, k, rows.ids, rows.mask)
+        return scores, ids
+
+    def filter(self, spec: Any) -> RowSet:
+        """The rows passing the filter ``spec`` (``index.filters``) of a documents table; the last
+        :data:`FILTER_CACHE` filters asked are remembered."""
+        if self.payload is None:
+            raise InvalidQuery(f"table {self.name!r} has no payload fields to filter on: it is not a documents table")
+        key = json.dumps(spec, sort_keys=True, separators=(",", ":"))
+        with self._filters_lock:
+            if (cached := self._filters.get(key)) is not None:
+                self._filters.move_to_end(key)
+                return cached
+        rows = evaluate(self.payload, spec)
+        with self._filters_lock:
+            self._filters[key] = rows
+            while len(self._filters) > FILTER_CACHE:
+                self._filters.popitem(last=False)
+        return rows
 
     def plan(self, search: Search) -> Plan:
         """The nearest-row search behind ``search`` (a 3CosAdd analogy's is the normalised b + c - a), in two
@@ -261,7 +318,12 @@ class Table:
             queries = np.vstack([self.mean_query([b, c], [a]) for a, b, c in search.questions])
             search = VectorSearch(queries, search.k, [set(q) for q in search.questions], search.options)
         drop, limit = self.drop_bits(search.options), self.limit(search.options)
-        fetch = search.k + max(map(len, search.exclude), default=0) + (DROP_SLACK if drop else 0)
+        if search.offset < 0:
+            raise InvalidQuery("offset must be at least 0")
+        if search.rows is not None:
+            limit = min(limit, int(search.rows.mask[:limit].sum()) if limit < self.rows else len(search.rows))
+        want = search.offset + search.k
+        fetch = want + max(map(len, search.exclude), default=0) + (DROP_SLACK if drop else 0)
         return Plan(self, search, min(fetch, limit), drop, limit)
 
     def _analogies(self, search: AnalogySearch) -> Answers:
@@ -409,14 +471,16 @@ class Plan:
     limit: int  # rows searched (the first ones)
 
     def key(self) -> tuple[int, SearchOptions]:
-        """Plans of one table with the same key can share one kernel call (and answer as they would alone)."""
+        """Plans of one table with the same key can share one kernel call (and answer as they would alone);
+        only plans without a filter (``rows``) are joined."""
         return self.fetch, self.search.options
 
     def kernel(self) -> Hits:
-        return self.table.knn(self.search.queries, self.fetch, self.search.options)
+        return self.table.knn(self.search.queries, self.fetch, self.search.options, self.search.rows)
 
     def finish(self, hits: Hits) -> Answers:
-        search, k, flags, drop, exclude = self.search, self.search.k, self.table.flags, self.drop, self.search.exclude
+        search, flags, drop, exclude = self.search, self.table.flags, self.drop, self.search.exclude
+        want = search.offset + search.k
         n = len(search.queries)
         answers: list[list[Neighbor]] = [[]] * n  # every place is set in the first round
         todo: Sequence[int] = range(n)
@@ -424,14 +488,18 @@ class Plan:
         while True:
             short = []
             for row, position in enumerate(todo):
-                kept = keep_hits(scores[row], ids[row], k, exclude[position] if exclude else (), flags, drop)
+                kept = keep_hits(scores[row], ids[row], want, exclude[position] if exclude else (), flags, drop)
                 answers[position] = kept
-                if len(kept) < k and fetch < self.limit:
+                if len(kept) < want and fetch < self.limit:
                     short.append(position)
             if not short:
-                return answers
+                break
             todo, fetch = short, min(fetch * 4, self.limit)
-            scores, ids = self.table.knn(search.queries[short], fetch, search.options)
+            scores, ids = self.table.knn(search.queries[short], fetch, search.options, search.rows)
+        if search.offset or search.min_score is not None:
+            floor = -np.inf if search.min_score is None else search.min_score
+            answers = [[hit for hit in hits[search.offset :] if hit[1] >= floor] for hits in answers]
+        return answers
 
     def run(self) -> Answers:
         return self.finish(self.kernel())

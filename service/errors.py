@@ -30,6 +30,7 @@ class ErrorKind(NamedTuple):
 ERRORS: dict[str, ErrorKind] = {
     "unknown_table": ErrorKind(404, "No loaded table has that name (with up to 5 close `suggestions`)"),
     "unknown_token": ErrorKind(404, "The token is not in the table (with up to 5 close `suggestions`)"),
+    "unknown_document": ErrorKind(404, "No document of the documents table has that id (the ids are named)"),
     "not_found": ErrorKind(404, "No such path"),
     "method_not_allowed": ErrorKind(405, "The path does not accept this HTTP method"),
     "bad_request": ErrorKind(400, "The request is malformed (e.g. a body that is not UTF-8, a bad Content-Length)"),
@@ -112,7 +113,7 @@ def responses(*codes: str) -> dict[int | str, dict[str, Any]]:
 
 
 # Codes every operation on a table can answer with; POST operations can also get bad_request and body_too_large.
-TABLE_ERRORS = ("unknown_table", "unknown_token", "not_found", "invalid_request", "not_ready")
+TABLE_ERRORS = ("unknown_table", "unknown_token", "unknown_document", "not_found", "invalid_request", "not_ready")
 BODY_ERRORS = (*TABLE_ERRORS, "bad_request", "body_too_large")
 
 

@@ -208,21 +208,98 @@ class NeighborsRequest(TokenOptions):
 
 # ------------------------------------------------------------------------------------------- search
 VectorBatch = Annotated[list[BatchVector], batch_of("a batch of query vectors"), CHECK_BATCH]
+DocumentId = Annotated[
+    Token | Annotated[int, Whole],
+    Field(description="a document's id (documents tables)", union_mode="left_to_right"),
+]
+DocumentIds = Annotated[list[DocumentId], Field(max_length=MAX_DIM)]
+Offset = Annotated[int, Field(ge=0, description="hits skipped first, for paging (offset + k <= max_k)"), Whole]
+MinScore = Annotated[
+    float, Field(ge=-1, le=1, allow_inf_nan=False, description="leave out hits whose cosine is below it")
+]
+Filter = Annotated[
+    dict[str, Any],
+    Field(
+        min_length=1,
+        description="documents tables: a filter on payload fields: {field: value}, {field: {in: [...]}}, "
+        "{field: {gte, gt, lte, lt, eq, ne}}, {not: F}, {and: [F, ...]}, {or: [F, ...]}",
+    ),
+]
+FieldNames = Annotated[list[Token], Field(max_length=1024, description="documents tables: the fields a hit carries")]
+DOCUMENT_FORMS = (_given("vector"), _given("id"), {"anyOf": [_nonempty("positive"), _nonempty("negative")]})
 
 
-class SearchRequest(TokenOptions):
-    """``POST .../search``: a raw ``vector`` or a batch of ``vectors``, normalised server-side."""
+def _check_page(k: int, offset: int) -> None:
+    limit = LIMITS.get().max_k
+    if offset + k > limit:
+        raise ValueError(f"offset + k must be at most {limit} (the server's max_k), got {offset + k}")
 
-    model_config = one_form(_given("vector"), _given("vectors"))
+
+class PageOptions(BaseModel):
+    """What a document search keeps of its hits: only those passing ``filter``, from ``offset``, above
+    ``min_score``."""
+
+    filter: Filter | None = None
+    offset: Offset = 0
+    min_score: MinScore | None = None
+
+
+class DocumentQuery(PageOptions):
+    """One query of a document search batch: a ``vector``, a document ``id`` (more like it, itself left out), or
+    ``positive``/``negative`` document ids (the normalised mean of their unit vectors, the inputs left out)."""
+
+    model_config = one_form(*DOCUMENT_FORMS)
+
+    vector: BatchVector | None = None
+    id: DocumentId | None = None
+    positive: DocumentIds = []
+    negative: DocumentIds = []
+
+    @model_validator(mode="after")
+    def _one_form(self) -> DocumentQuery:
+        if (self.vector is not None) + (self.id is not None) + bool(self.positive or self.negative) != 1:
+            raise ValueError("give exactly one of vector, id, or positive/negative document ids")
+        return self
+
+
+DocumentBatch = Annotated[list[DocumentQuery], batch_of("a batch of document queries"), CHECK_BATCH]
+
+
+class SearchRequest(TokenOptions, PageOptions):
+    """``POST .../search``: a raw ``vector`` or a batch of ``vectors``, normalised server-side; on a documents
+    table also a document ``id``, ``positive``/``negative`` ids, or a batch of ``queries``, with ``filter``,
+    ``offset``, ``min_score`` and ``fields``."""
+
+    model_config = one_form(*DOCUMENT_FORMS, _given("vectors"), _given("queries"))
 
     vector: Vector | None = None
     vectors: VectorBatch | None = None
+    id: DocumentId | None = None
+    positive: DocumentIds = []
+    negative: DocumentIds = []
+    queries: DocumentBatch | None = None
+    fields: FieldNames | None = None
 
     @model_validator(mode="after")
     def _one_form(self) -> SearchRequest:
-        if (self.vector is None) == (self.vectors is None):
-            raise ValueError("give exactly one of vector or vectors")
+        forms = (self.vector is not None) + (self.vectors is not None) + (self.id is not None)
+        forms += bool(self.positive or self.negative) + (self.queries is not None)
+        if forms != 1:
+            raise ValueError("give exactly one of vector, vectors, id, positive/negative document ids, or queries")
+        _check_page(self.k, max([self.offset, *(q.offset for q in self.queries or [])]))
         return self
+
+    def document_query(self) -> DocumentQuery:
+        """The single query of the request (not ``vectors`` or ``queries``)."""
+        return DocumentQuery.model_construct(
+            vector=self.vector,
+            id=self.id,
+            positive=self.positive,
+            negative=self.negative,
+            filter=self.filter,
+            offset=self.offset,
+            min_score=self.min_score,
+        )
 
 
 # --------------------------------------------------------------------------------------- similarity
@@ -564,6 +641,29 @@ class SearchResponse(BaseModel):
 
 class SearchBatchResponse(BaseModel):
     results: list[SearchResponse | ItemErrorResponse]
+
+
+class DocumentHit(BaseModel):
+    id: str | int
+    score: float
+    text: str | None = Field(description="the document's text (null when the table has none)")
+    fields: dict[str, Any] = Field(description="payload fields (timestamps as ISO 8601 text, missing as null)")
+
+
+class DocumentSearchResponse(BaseModel):
+    hits: list[DocumentHit]
+    passing: int | None = Field(None, description="with a filter: how many documents pass it")
+
+
+class DocumentSearchBatchResponse(BaseModel):
+    results: list[DocumentSearchResponse | ItemErrorResponse]
+
+
+class DocumentResponse(BaseModel):
+    id: str | int
+    text: str | None
+    fields: dict[str, Any]
+    vector: list[float] | None = Field(None, description="with ?vector=true: the document's vector as imported")
 
 
 class SimilarityResponse(BaseModel):

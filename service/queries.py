@@ -16,7 +16,7 @@ from index.errors import EmbeddingError, InvalidQuery
 from index.knn import Neighbor
 from index.table import Table
 from service.errors import item_error
-from service.models import FLOAT32_MAX
+from service.models import FLOAT32_MAX, DocumentQuery
 from service.respond import neighbors
 
 T = TypeVar("T")
@@ -70,6 +70,22 @@ def raw_vector(table: Table, values: Sequence[float]) -> Probe:
     if np.abs(array).max() > FLOAT32_MAX:
         raise InvalidQuery(f"vector values must fit in float32 (|x| <= {FLOAT32_MAX:.4g})")
     return Probe(table.normalize_queries(array[None, :])[0], set(), {})
+
+
+def document(table: Table, query: DocumentQuery) -> Probe:
+    """A documents table's query: a vector, more like one document (itself left out), or the normalised mean of
+    positive and negative documents' unit vectors (gensim ``most_similar``; they are left out)."""
+    if query.vector is not None:
+        return raw_vector(table, query.vector)
+    payload = table.payload
+    if payload is None:
+        raise InvalidQuery(f"table {table.name!r} is not a documents table: search it by vector")
+    if query.id is not None:
+        (row,) = payload.row_of([query.id]).tolist()
+        return Probe(table.mean_query([row])[0], {row}, {"id": query.id})
+    pos, neg = payload.row_of(query.positive).tolist(), payload.row_of(query.negative).tolist()
+    info = {"positive": query.positive, "negative": query.negative}
+    return Probe(table.mean_query(pos, neg)[0], set(pos) | set(neg), info)
 
 
 @dataclass

@@ -28,3 +28,16 @@ def neighbors(table: Table, hits: list[Neighbor]) -> list[dict[str, Any]]:
             if readable is not None:
                 item["readable"] = readable[i]
     return out
+
+
+def documents(table: Table, hits: list[Neighbor], fields: list[str] | None = None) -> list[dict[str, Any]]:
+    """Hits of a documents table: ``{"id", "score", "text", "fields"}``, with ``fields`` (default: all)."""
+    payload = table.payload
+    if payload is None:
+        raise TypeError(f"table {table.name!r} is not a documents table")
+    rows = [i for i, _ in hits]
+    ids, texts, records = payload.ids(rows), payload.text(rows), payload.records(rows, fields)
+    return [
+        {"id": ident, "score": score, "text": text, "fields": record}
+        for ident, text, record, (_, score) in zip(ids, texts, records, hits, strict=True)
+    ]

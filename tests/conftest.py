@@ -26,9 +26,10 @@ from index import artifact
 from index.build import build_table
 from index.errors import ArtifactError, UnknownTable
 from index.faiss_index import IndexSpec
-from index.sources import RawTable, glove_package
+from index.sources import RawTable, glove_package, read_source
 from index.table import Table
 from tests import gensim_reference
+from tests.lee import Lee, jsonl_records, make_lee, write_jsonl
 
 REPO = Path(__file__).resolve().parent.parent
 SMALL_ROWS = 20_000
@@ -211,6 +212,21 @@ def small_raw(raw: RawTable, rows: int = SMALL_ROWS) -> RawTable:
 def small_data_dir(tmp_path_factory: pytest.TempPathFactory, glove_raw: RawTable) -> Path:
     data_dir = tmp_path_factory.mktemp("small-data")
     build_table(small_raw(glove_raw), data_dir=data_dir, name="small", source={"format": "test", "path": "glove"})
+    return data_dir
+
+
+@pytest.fixture(scope="session")
+def lee_docs(glove_raw: RawTable) -> Lee:
+    return make_lee(glove_raw)
+
+
+@pytest.fixture(scope="session")
+def lee_data_dir(tmp_path_factory: pytest.TempPathFactory, lee_docs: Lee) -> Path:
+    """A data directory holding ``lee``: the Lee background corpus imported as a documents table (JSON Lines)."""
+    data_dir = tmp_path_factory.mktemp("lee-data")
+    path = write_jsonl(data_dir.parent / "lee.jsonl", jsonl_records(lee_docs))
+    raw, fmt = read_source(path, "documents")
+    build_table(raw, data_dir=data_dir, name="lee", source={"format": fmt, "path": path.name})
     return data_dir
 
 

@@ -17,10 +17,8 @@ import re
 import subprocess
 import sys
 import time
-from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass
-from datetime import UTC, date, datetime, timedelta, timezone
+from datetime import date, datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
@@ -28,8 +26,6 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-import scipy.sparse
-from gensim.test.utils import datapath
 
 from index import artifact
 from index.errors import InvalidQuery, UnknownToken
@@ -39,96 +35,17 @@ from index.sources import RawTable, sniff_format
 from index.sources import documents as documents_source
 from index.table import Table
 from tests.index.test_sources import import_fails, run_cli
+from tests.lee import TYPES, Lee, jsonl_records, make_lee, write_jsonl, write_parquet
 
 REPO = Path(__file__).resolve().parents[2]
-TYPES = {
-    "year": "integer",
-    "tags": "string_list",
-    "lang": "string",
-    "known": "float",
-    "long": "boolean",
-    "published": "timestamp",
-}
-EPOCH = datetime(2001, 1, 1, tzinfo=UTC)
-
-
-@dataclass
-class Lee:
-    ids: list[str]
-    texts: list[str]
-    vectors: np.ndarray  # float32, the mean GloVe row of each document's words
-    fields: dict[str, list[Any]]  # Python values; timestamps as datetime
-
-    def record(self, i: int) -> dict[str, Any]:
-        """Document ``i`` as the payload gives it back (timestamps as ISO 8601 text)."""
-        values = {name: column[i] for name, column in self.fields.items()}
-        values["published"] = values["published"].strftime("%Y-%m-%dT%H:%M:%SZ")
-        return values
-
-    def unit(self) -> np.ndarray:
-        v = self.vectors.astype(np.float64)
-        return v / np.linalg.norm(v, axis=1, keepdims=True)
 
 
 @pytest.fixture(scope="module")
 def lee(glove_raw: RawTable) -> Lee:
-    texts = Path(datapath("lee_background.cor")).read_text(encoding="utf-8").splitlines()
-    vocab = {token: i for i, token in enumerate(glove_raw.tokens)}
-    words = [re.findall(r"[a-z]+|[0-9]+", text.lower()) for text in texts]
-    known = [[vocab[w] for w in ws if w in vocab] for ws in words]
-    lengths = np.array([len(k) for k in known])
-    counts = scipy.sparse.csr_matrix(
-        (np.ones(lengths.sum(), dtype=np.float32), np.concatenate(known), np.concatenate([[0], np.cumsum(lengths)])),
-        shape=(len(texts), len(glove_raw.tokens)),
-    )
-    vectors = np.asarray((counts @ glove_raw.matrix) / lengths[:, None], dtype=np.float32)
-    long_words = [Counter(w for w in ws if len(w) >= 7).most_common(3) for ws in words]
-    fields: dict[str, list[Any]] = {
-        "year": [1990 + len(ws) % 12 for ws in words],
-        "tags": [None if i % 11 == 0 else [w for w, _ in common] for i, common in enumerate(long_words)],
-        "lang": [None if i % 13 == 0 else "en" for i in range(len(texts))],
-        "known": [len(k) / len(ws) for k, ws in zip(known, words, strict=True)],
-        "long": [len(ws) > 200 for ws in words],
-        "published": [EPOCH + timedelta(hours=37 * i, minutes=len(ws) % 60) for i, ws in enumerate(words)],
-    }
-    return Lee([f"lee-{i:03d}" for i in range(len(texts))], texts, vectors, fields)
+    return make_lee(glove_raw)
 
 
 # ------------------------------------------------------------------------------------------------ writers
-
-
-def jsonl_records(lee: Lee) -> list[dict[str, Any]]:
-    records = []
-    for i in range(len(lee.ids)):
-        record = {"id": lee.ids[i], "text": lee.texts[i], **lee.record(i)}
-        record["vector"] = lee.vectors[i].tolist()  # float32 -> float -> JSON -> float32 gives the same values
-        records.append(record)
-    return records
-
-
-def write_jsonl(path: Path, records: list[dict[str, Any]], lines: list[str] | None = None) -> Path:
-    text = "\n".join(lines if lines is not None else [json.dumps(r) for r in records]) + "\n"
-    path.write_bytes(gzip.compress(text.encode()) if path.suffix == ".gz" else text.encode())
-    return path
-
-
-def write_parquet(path: Path, lee: Lee, vectors: np.ndarray | None = None) -> Path:
-    matrix = lee.vectors if vectors is None else vectors
-    table = pa.table(
-        {
-            "id": lee.ids,
-            "text": lee.texts,
-            "year": pa.array(lee.fields["year"], pa.int32()),
-            "tags": lee.fields["tags"],
-            "lang": lee.fields["lang"],
-            "known": lee.fields["known"],
-            "long": lee.fields["long"],
-            "published": pa.array(lee.fields["published"], pa.timestamp("ms", tz="UTC")),
-            "vector": pa.FixedSizeListArray.from_arrays(pa.array(matrix.reshape(-1)), matrix.shape[1]),
-        }
-    )
-    pq.write_table(table, path, row_group_size=128)
-    return path
 
 
 def csv_rows(lee: Lee) -> list[list[str]]:
@@ -237,7 +154,7 @@ def test_payload_errors_and_lookup_by_row_number(tmp_path: Path, lee: Lee) -> No
     assert table.manifest["documents"]["vector_field"] == "embedding"
     with pytest.raises(UnknownDocument) as unknown:
         payload.row_of([5, "x", 300, -1, "lee-001", 2.5, 10**30])
-    assert isinstance(unknown.value, UnknownToken) and unknown.value.code == "unknown_token"
+    assert isinstance(unknown.value, UnknownToken) and unknown.value.code == "unknown_document"
     assert "no document with id 'x', 300, -1, 'lee-001', 2.5 and 1 more in table 'rows'" in unknown.value.message
     with pytest.raises(InvalidQuery, match="row 300 is outside the table's 300 rows"):
         payload.ids([0, 300])

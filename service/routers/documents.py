@@ -1,0 +1,43 @@
+"""One document of a documents table, by its id: text, fields and (when asked) its vector."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Path, Query
+from starlette.responses import Response
+
+from index.errors import InvalidQuery
+from service.deps import TableDep
+from service.errors import TABLE_ERRORS, responses
+from service.models import MAX_TOKEN_CHARS, DocumentResponse
+from service.respond import FastJSON
+
+router = APIRouter(prefix="/v1/tables/{table}", tags=["documents"])
+
+
+@router.get(
+    "/documents/{document}",
+    response_model=DocumentResponse,
+    responses=responses(*TABLE_ERRORS),
+    summary="One document by its id: text and fields, with ?vector=true its vector",
+)
+async def get_document(
+    table: TableDep,
+    document: Annotated[str, Path(min_length=1, max_length=MAX_TOKEN_CHARS, description="the document's id")],
+    vector: Annotated[bool, Query(description="also return the document's vector as imported")] = False,
+    fields: Annotated[str | None, Query(max_length=MAX_TOKEN_CHARS, description="comma-separated fields")] = None,
+) -> Response:
+    payload = table.payload
+    if payload is None:
+        raise InvalidQuery(f"table {table.name!r} holds {table.kind}, not documents: look a row up by token")
+    (row,) = payload.row_of([document]).tolist()  # 404 unknown_document
+    names = None if fields is None else [name.strip() for name in fields.split(",") if name.strip()]
+    out: dict[str, Any] = {
+        "id": payload.ids([row])[0],
+        "text": payload.text([row])[0],
+        "fields": payload.records([row], names)[0],
+    }
+    if vector:
+        out["vector"] = table.row(row)
+    return FastJSON(out)

@@ -1,0 +1,181 @@
+"""The search of a documents table over HTTP, on a real ``embedding-serve`` process serving gensim's Lee corpus
+(300 news documents with fields, imported from JSON Lines; vectors: the mean GloVe row of their words).
+
+Hits are checked against a float64 brute force over the documents that pass the filter, evaluated here row by
+row on the values the test wrote; paging, more-like-this, recommendations, batches with bad items, one
+document by id, and the errors of every kind of bad request.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+import pytest
+
+from tests.lee import TYPES, Lee
+from tests.service import real_server
+
+K = 5
+
+
+@pytest.fixture(scope="module")
+def base(lee_data_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    server = real_server.start(lee_data_dir, tmp_path_factory.mktemp("lee-serve") / "serve.log")
+    try:
+        yield server.base
+    finally:
+        server.stop()
+
+
+def post(base: str, body: dict[str, Any], table: str = "lee") -> httpx.Response:
+    return httpx.post(f"{base}/v1/tables/{table}/search", json=body, timeout=30)
+
+
+def ranking(lee: Lee, query: np.ndarray, passing: np.ndarray, leave_out: set[int] = frozenset()) -> list[str]:  # type: ignore[assignment]
+    """Ids of the passing documents by float64 cosine with ``query``, best first."""
+    unit = lee.unit()
+    scores = unit @ (query / np.linalg.norm(query))
+    order = [int(i) for i in np.argsort(-scores, kind="stable") if passing[i] and int(i) not in leave_out]
+    return [lee.ids[i] for i in order]
+
+
+def test_the_table_lists_its_fields(base: str) -> None:
+    summary = httpx.get(f"{base}/v1/tables/lee").json()
+    assert summary["kind"] == "documents" and summary["rows"] == 300
+    documents = summary["documents"]
+    assert (documents["id_field"], documents["id_type"], documents["text_field"]) == ("id", "string", "text")
+    assert {name: field["type"] for name, field in documents["fields"].items()} == TYPES
+
+
+def test_a_filtered_vector_search(base: str, lee_docs: Lee) -> None:
+    query = lee_docs.vectors[42].astype(np.float64) + lee_docs.vectors[7]
+    spec = {"year": {"gte": 1995}, "lang": "en"}
+    passing = np.array(
+        [y >= 1995 and lang == "en" for y, lang in zip(lee_docs.fields["year"], lee_docs.fields["lang"], strict=True)]
+    )
+    answer = post(base, {"vector": query.tolist(), "k": K, "filter": spec}).json()
+    assert [hit["id"] for hit in answer["hits"]] == ranking(lee_docs, query, passing)[:K]
+    assert answer["passing"] == int(passing.sum())
+    for hit in answer["hits"]:
+        row = lee_docs.ids.index(hit["id"])
+        assert hit["text"] == lee_docs.texts[row]
+        assert hit["fields"] == lee_docs.record(row)
+        expected = lee_docs.unit()[row] @ (query / np.linalg.norm(query))
+        assert hit["score"] == pytest.approx(expected, abs=1e-5)
+
+
+def test_more_like_this_pages_and_fields(base: str, lee_docs: Lee) -> None:
+    row = 12
+    passing = np.array(
+        [
+            lang != "en" or "government" not in (tags or [])
+            for lang, tags in zip(lee_docs.fields["lang"], lee_docs.fields["tags"], strict=True)
+        ]
+    )
+    spec = {"not": {"lang": "en", "tags": "government"}}
+    expected = ranking(lee_docs, lee_docs.vectors[row].astype(np.float64), passing, {row})
+    pages = []
+    for offset in range(0, 20, K):
+        body = {"id": lee_docs.ids[row], "k": K, "offset": offset, "filter": spec, "fields": ["year"]}
+        answer = post(base, body).json()
+        assert all(set(hit["fields"]) == {"year"} for hit in answer["hits"])
+        pages += [hit["id"] for hit in answer["hits"]]
+    assert pages == expected[:20]
+    floor = post(base, {"id": lee_docs.ids[row], "k": 20, "filter": spec}).json()["hits"][9]["score"]
+    cut = post(base, {"id": lee_docs.ids[row], "k": 20, "filter": spec, "min_score": floor}).json()["hits"]
+    assert [hit["id"] for hit in cut] == expected[:10]
+
+
+def test_recommend_from_positive_and_negative_documents(base: str, lee_docs: Lee) -> None:
+    unit = lee_docs.unit()
+    query = (unit[3] + unit[30] - unit[100]) / 3
+    everyone = np.ones(300, dtype=bool)
+    body = {"positive": [lee_docs.ids[3], lee_docs.ids[30]], "negative": [lee_docs.ids[100]], "k": K}
+    answer = post(base, body).json()
+    expected = ranking(lee_docs, query, everyone, {3, 30, 100})
+    # Cosines with a difference of mean vectors are close together: compare the scores of the ranks
+    cosine = {i: float(unit[i] @ query / np.linalg.norm(query)) for i in range(300)}
+    got = [cosine[lee_docs.ids.index(hit["id"])] for hit in answer["hits"]]
+    want = [cosine[lee_docs.ids.index(ident)] for ident in expected[:K]]
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-6)
+    np.testing.assert_allclose([hit["score"] for hit in answer["hits"]], want, rtol=0, atol=1e-5)
+
+
+def test_a_batch_keeps_its_order_and_its_bad_items_apart(base: str, lee_docs: Lee) -> None:
+    items = [
+        {"id": lee_docs.ids[1]},
+        {"id": "no-such-document"},
+        {"vector": lee_docs.vectors[2].tolist(), "filter": {"long": True}},
+        {"id": lee_docs.ids[4], "filter": {"year": "late"}},
+        {"positive": [lee_docs.ids[5]], "offset": 3},
+    ]
+    results = post(base, {"queries": items, "k": 3, "fields": []}).json()["results"]
+    assert results[1]["error"]["code"] == "unknown_document" and "no-such-document" in results[1]["error"]["message"]
+    assert results[3]["error"]["code"] == "invalid_request" and "year" in results[3]["error"]["message"]
+    for position in (0, 2, 4):
+        one = {key: value for key, value in items[position].items()}
+        alone = post(base, {**one, "k": 3, "fields": []}).json()
+        assert results[position]["hits"] == alone["hits"], position
+    assert all(hit["fields"] == {} for hit in results[0]["hits"])
+    long_rows = {lee_docs.ids[i] for i, long in enumerate(lee_docs.fields["long"]) if long}
+    assert {hit["id"] for hit in results[2]["hits"]} <= long_rows
+
+
+def test_one_document_by_id(base: str, lee_docs: Lee) -> None:
+    row = 77
+    document = httpx.get(f"{base}/v1/tables/lee/documents/{lee_docs.ids[row]}", params={"vector": "true"}).json()
+    assert document["id"] == lee_docs.ids[row] and document["text"] == lee_docs.texts[row]
+    assert document["fields"] == lee_docs.record(row)
+    np.testing.assert_allclose(document["vector"], lee_docs.vectors[row], rtol=1e-6, atol=1e-7)
+    some = httpx.get(f"{base}/v1/tables/lee/documents/{lee_docs.ids[row]}", params={"fields": "year,tags"}).json()
+    assert some["fields"] == {"year": lee_docs.fields["year"][row], "tags": lee_docs.fields["tags"][row]}
+    assert "vector" not in some or some["vector"] is None
+    missing = httpx.get(f"{base}/v1/tables/lee/documents/lee-999")
+    assert missing.status_code == 404 and missing.json()["error"]["code"] == "unknown_document"
+
+
+@pytest.mark.parametrize(
+    "body, words",
+    [
+        ({"id": "lee-001", "filter": {"yeer": 1990}}, "no field 'yeer'"),
+        ({"id": "lee-001", "filter": {"lang": {"gt": "en"}}}, "takes the operators"),
+        ({"id": "lee-001", "filter": {"published": {"gte": 2001}}}, "ISO 8601"),
+        ({"id": "lee-001", "k": 900, "offset": 200}, "offset + k must be at most 1000"),
+        ({"id": "lee-001", "offset": -1}, "offset"),
+        ({"id": "lee-001", "min_score": 2}, "min_score"),
+        ({"id": "lee-001", "fields": ["nope"]}, "no field 'nope'"),
+        ({"id": "lee-001", "vector": [0.1] * 50}, "exactly one of"),
+        ({"vector": [0.0] * 50}, "all zeros"),
+        ({"vector": [0.1] * 49}, "50 dimensions"),
+    ],
+)
+def test_bad_requests_are_422s_that_say_why(base: str, body: dict[str, Any], words: str) -> None:
+    response = post(base, body)
+    assert response.status_code == 422, response.text
+    error = response.json()["error"]
+    assert error["code"] == "invalid_request" and words in error["message"], error
+
+
+def test_unknown_documents_are_404s(base: str) -> None:
+    response = post(base, {"positive": ["lee-001", "nope-1", "nope-2"]})
+    assert response.status_code == 404
+    error = response.json()["error"]
+    assert error["code"] == "unknown_document" and error["ids"] == ["nope-1", "nope-2"]
+
+
+def test_word_tables_refuse_document_options(api: Any) -> None:
+    vector = [0.1] * 50
+    for extra in ({"filter": {"lang": "en"}}, {"fields": ["a"]}):
+        response = api.post("/v1/tables/small/search", json={"vector": vector, **extra})
+        assert response.status_code == 422
+        assert "only for documents tables" in response.json()["error"]["message"]
+    response = api.post("/v1/tables/small/search", json={"id": "heart"})
+    assert response.status_code == 422
+    assert api.get("/v1/tables/small/documents/heart").status_code == 422
+    whole = api.post("/v1/tables/small/search", json={"vector": vector, "k": 12}).json()["neighbors"]
+    page = api.post("/v1/tables/small/search", json={"vector": vector, "k": 4, "offset": 8}).json()["neighbors"]
+    assert page == whole[8:12]

@@ -194,7 +194,8 @@ def _value(kind: str, value: Any, where: str) -> Any:
     else:
         return _timestamp(value, where)
     if not ok:
-        raise InvalidQuery(f"{where}: a {kind} field is compared with {_expected(kind)}, got {_show(value)}")
+        article = "an" if kind == INTEGER else "a"
+        raise InvalidQuery(f"{where}: {article} {kind} field is compared with {_expected(kind)}, got {_show(value)}")
     return value
 
 

@@ -89,7 +89,7 @@ def test_filter_equals_python(
     "spec, words",
     [
         ({"yeer": 1}, "no field 'yeer'"),
-        ({"year": "1990"}, "integer field is compared with a whole number, got '1990'"),
+        ({"year": "1990"}, "an integer field is compared with a whole number, got '1990'"),
         ({"year": 1.5}, "got 1.5"),
         ({"lang": 3}, "string field is compared with text"),
         ({"long": 1}, "boolean field is compared with true or false"),

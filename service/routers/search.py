@@ -8,10 +8,13 @@ import json
 from collections import defaultdict
 from typing import Any
 
+import numpy as np
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
 from index.errors import EmbeddingError, InvalidQuery
+from index.filters import RowSet
+from index.knn import Neighbor
 from index.search import SearchOptions, VectorSearch
 from index.table import Table
 from service import execute, queries
@@ -72,20 +75,14 @@ async def _documents(request: Request, table: Table, body: SearchRequest) -> dic
     if body.queries is None and body.vectors is None:  # one query
         query = body.document_query()
         if query.filter is None:  # no filter to evaluate: the searcher's path, as for a word table
-            probe = queries.document(table, query)
-            search = VectorSearch(
-                probe.vector[None, :], body.k, [probe.exclude], options, None, query.offset, query.min_score
-            )
+            search = _request([queries.document(table, query)], query, body.k, options, None)
             (hits,) = await execute.search(request, table, "search", search)
-            return {"hits": documents(table, hits, body.fields)}
+            return _shape(table, hits, body, None)
 
         def filtered() -> dict[str, Any]:
             rows = table.filter(query.filter)
-            probe = queries.document(table, query)
-            search = VectorSearch(
-                probe.vector[None, :], body.k, [probe.exclude], options, rows, query.offset, query.min_score
-            )
-            return {"hits": documents(table, table.run(search)[0], body.fields), "passing": len(rows)}
+            (hits,) = table.run(_request([queries.document(table, query)], query, body.k, options, rows))
+            return _shape(table, hits, body, rows)
 
         return await execute.compute(request, table, "search", filtered)
     items = body.queries
@@ -102,6 +99,21 @@ async def _documents(request: Request, table: Table, body: SearchRequest) -> dic
     }
 
 
+def _request(
+    probes: list[queries.Probe], page: DocumentQuery, k: int, options: SearchOptions, rows: RowSet | None
+) -> VectorSearch:
+    """The engine's request for ``probes`` that share a filter's ``rows`` and ``page``'s offset and score floor."""
+    matrix = np.vstack([probe.vector for probe in probes]).astype(np.float32, copy=False)
+    return VectorSearch(matrix, k, [probe.exclude for probe in probes], options, rows, page.offset, page.min_score)
+
+
+def _shape(table: Table, hits: list[Neighbor], body: SearchRequest, rows: RowSet | None) -> dict[str, Any]:
+    out: dict[str, Any] = {"hits": documents(table, hits, body.fields)}
+    if rows is not None:
+        out["passing"] = len(rows)
+    return out
+
+
 def _answer(
     table: Table, items: list[DocumentQuery], body: SearchRequest, options: SearchOptions
 ) -> list[dict[str, Any]]:
@@ -112,20 +124,15 @@ def _answer(
         try:
             probe = queries.document(table, item)
             if item.filter is not None:
-                table.filter(item.filter)  # an error in the filter is this item's
+                table.filter(item.filter)  # an error in the filter is this item's (the rows are kept for below)
         except EmbeddingError as exc:
             out[position] = item_error(exc)
             continue
-        key = json.dumps([item.filter, item.offset, item.min_score], sort_keys=True)
-        groups[key].append((position, probe))
+        groups[json.dumps([item.filter, item.offset, item.min_score], sort_keys=True)].append((position, probe))
     for members in groups.values():
-        first = items[members[0][0]]
-        rows = None if first.filter is None else table.filter(first.filter)
-        probes = [probe for _, probe in members]
-        matrix = queries.Batch(len(probes), probes, [], {}).matrix()
-        search = VectorSearch(matrix, body.k, [p.exclude for p in probes], options, rows, first.offset, first.min_score)
-        for (position, _), hits in zip(members, table.run(search), strict=True):
-            out[position] = {"hits": documents(table, hits, body.fields)}
-            if rows is not None:
-                out[position]["passing"] = len(rows)
+        page = items[members[0][0]]
+        rows = None if page.filter is None else table.filter(page.filter)
+        answers = table.run(_request([probe for _, probe in members], page, body.k, options, rows))
+        for (position, _), hits in zip(members, answers, strict=True):
+            out[position] = _shape(table, hits, body, rows)
     return out

@@ -236,6 +236,7 @@ def test_openapi_lists_error_responses_for_every_operation(api: TestClient) -> N
         (f"{table}/analogy", "post"),
         (f"{table}/search", "post"),
         (f"{table}/documents/{{document}}", "get"),
+        (f"{table}/fields", "get"),
         (f"{table}/project", "post"),
         (f"{table}/doesnt-match", "post"),
         (f"{table}/rank", "get"),

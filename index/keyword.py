@@ -1,9 +1,10 @@
 """Keyword search over a documents table's text: BM25 (Lucene's variant) in the file layout of ``bm25s``.
 
 The tokenizer lower-cases (Arrow's ``utf8_lower``, Unicode's per-character mapping) and cuts the text into
-words: maximal runs of letters, combining marks, digits and underscores (Unicode classes L, M and N, and ``_``;
-``\\w+`` that keeps a word's combining marks inside it). Stop words are optional (bm25s's English list); the words
-themselves are kept in the manifest, so queries are always cut as the documents were.
+words: maximal runs of letters, combining marks, digits and underscores (Unicode classes L, M and N, and ``_``:
+``\\w+`` that keeps a word's combining marks inside it), as RE2 classes the code points. The cut runs over the
+UTF-8 bytes of many texts at once (numpy), documents and queries alike. Stop words are optional (bm25s's English
+list); the words themselves are kept in the manifest, so queries are always cut as the documents were.
 
 A document's score for a query is the sum, over the query's words (a word given twice counts twice), of
 
@@ -27,7 +28,6 @@ import functools
 import importlib.metadata
 import io
 import json
-import re
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -37,6 +37,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import scipy.sparse
 
 from index.errors import ArtifactError, InvalidQuery
 from index.payload import contiguous, search_sorted
@@ -49,10 +50,8 @@ FILES = (DATA, INDICES, INDPTR, PARAMS, TERMS)
 METHOD = "lucene"
 K1, B = 1.2, 0.75  # Lucene's and Elasticsearch's defaults
 WORD = r"[\p{L}\p{M}\p{N}_]+"  # what a word is (RE2 syntax)
-SEPARATOR = r"[^\p{L}\p{M}\p{N}_]+"  # what the text is cut at
 LOWERCASE = "utf8_lower"
-BLOCK_ROWS = 16_384  # documents tokenized at a time
-FEW_TEXTS = 64  # up to this many texts are cut by Python's re (word_pattern), more by Arrow
+BLOCK_BYTES = 8 << 20  # text tokenized at a time
 
 
 def english_stopwords() -> tuple[str, ...]:
@@ -68,30 +67,77 @@ class Tokens:
     rows: np.ndarray  # int64, the text each word came from (ascending)
 
 
-@functools.cache
-def word_pattern() -> re.Pattern[str]:
-    """:data:`WORD` for Python's ``re``: the code points RE2 (Arrow's regex engine) takes for word characters.
+WORD_BYTES = np.zeros(256, dtype=bool)  # the ASCII bytes that are word characters (no other byte is ASCII)
+for first, last in (("0", "9"), ("A", "Z"), ("a", "z"), ("_", "_")):
+    WORD_BYTES[ord(first) : ord(last) + 1] = True
 
-    Arrow compiles a pattern at every call, and these Unicode classes take milliseconds to compile: a few texts
-    (queries) are cut by this pattern instead, derived once from RE2 itself, so both ways cut alike.
-    """
+
+@functools.cache
+def word_characters() -> np.ndarray:
+    """For every code point, whether it is a word character: what RE2 (Arrow's regex engine) matches to
+    :data:`WORD`, asked once for all of them (the first time a text is not ASCII)."""
     code_points = np.concatenate([np.arange(0xD800), np.arange(0xE000, sys.maxunicode + 1)]).astype(np.uint32)
     utf8 = code_points.astype("<u4").tobytes().decode("utf-32-le").encode("utf-8")
     sizes = 1 + (code_points >= 0x80) + (code_points >= 0x800) + (code_points >= 0x10000)
     offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int32)
     each = pa.StringArray.from_buffers(len(code_points), pa.py_buffer(offsets), pa.py_buffer(utf8))
-    word = code_points[bools(pc.match_substring_regex(each, pattern=f"^{WORD}$"))]
-    starts = np.concatenate([[True], np.diff(word) != 1])
-    ends = np.concatenate([np.diff(word) != 1, [True]])
-    ranges = "".join(
-        re.escape(chr(a)) if a == b else f"{re.escape(chr(a))}-{re.escape(chr(b))}"
-        for a, b in zip(word[starts].tolist(), word[ends].tolist(), strict=True)
-    )
-    return re.compile(f"[{ranges}]+")
+    table = np.zeros(sys.maxunicode + 1, dtype=bool)
+    table[code_points] = bools(pc.match_substring_regex(each, pattern=f"^{WORD}$"))
+    return table
 
 
 def bools(array: pa.Array) -> np.ndarray:
     return np.asarray(array.to_numpy(zero_copy_only=False), dtype=bool)
+
+
+def word_bytes(data: np.ndarray) -> np.ndarray:
+    """Whether each byte of UTF-8 text belongs to a word character: a table lookup per ASCII byte; the other
+    characters decoded (from their first byte and the low six bits of the next ones) and looked up."""
+    word = WORD_BYTES[data]
+    beyond = np.flatnonzero(data >= 0x80)
+    if len(beyond):
+        leads = data[beyond] >= 0xC0  # a character's first byte (the others are 10xxxxxx)
+        at = beyond[leads]
+        padded = np.concatenate([data, np.zeros(3, dtype=np.uint8)])
+        b0 = padded[at].astype(np.uint32)
+        b1, b2, b3 = (padded[at + i].astype(np.uint32) & 0x3F for i in (1, 2, 3))
+        code = np.where(
+            b0 < 0xE0,
+            (b0 & 0x1F) << 6 | b1,
+            np.where(b0 < 0xF0, (b0 & 0x0F) << 12 | b1 << 6 | b2, (b0 & 0x07) << 18 | b1 << 12 | b2 << 6 | b3),
+        )
+        word[beyond] = word_characters()[code][np.cumsum(leads) - 1]
+    return np.asarray(word, dtype=bool)
+
+
+def _cut(lowered: pa.Array) -> Tokens:
+    """The words of each text: the runs of word bytes, a text's end ending a run (all vectorised)."""
+    wide = pa.types.is_large_string(lowered.type)
+    _, offsets_buffer, data_buffer = lowered.buffers()
+    offsets = np.frombuffer(offsets_buffer, dtype=np.int64 if wide else np.int32)[
+        lowered.offset : lowered.offset + len(lowered) + 1
+    ]
+    everything = np.frombuffer(data_buffer, dtype=np.uint8) if data_buffer is not None else np.zeros(0, np.uint8)
+    data = everything[offsets[0] : offsets[-1]]
+    starts_of_texts = (offsets - offsets[0]).astype(np.int64)
+    word = word_bytes(data)
+    step = np.diff(word.view(np.int8), prepend=np.int8(0), append=np.int8(0))
+    starts, ends = np.flatnonzero(step == 1), np.flatnonzero(step == -1)  # ends: one past a run's last byte
+    inner = starts_of_texts[(starts_of_texts > 0) & (starts_of_texts < len(data))]
+    joined = np.unique(inner[word[inner] & word[inner - 1]])  # runs that go on from one text into the next
+    if len(joined):
+        starts = np.insert(starts, np.searchsorted(starts, joined), joined)
+        ends = np.insert(ends, np.searchsorted(ends, joined), joined)
+    term_offsets = np.zeros(len(starts) + 1, dtype=np.int64)
+    np.cumsum(ends - starts, out=term_offsets[1:])
+    large = term_offsets[-1] >= 2**31
+    terms = (pa.LargeStringArray if large else pa.StringArray).from_buffers(
+        len(starts),
+        pa.py_buffer(term_offsets if large else term_offsets.astype(np.int32)),
+        pa.py_buffer(np.ascontiguousarray(data[word])),  # the word bytes, run after run: the words end to end
+    )
+    per_text = np.diff(np.searchsorted(starts, starts_of_texts))
+    return Tokens(terms, np.repeat(np.arange(len(per_text), dtype=np.int64), per_text))
 
 
 @dataclass(frozen=True)
@@ -110,16 +156,8 @@ class Tokenizer:
             column = texts if isinstance(texts, pa.Array) else pa.array(list(texts), pa.string())
         except (UnicodeError, pa.ArrowInvalid, pa.ArrowTypeError) as exc:
             raise InvalidQuery(f"texts must be valid Unicode strings ({exc})") from None
-        lowered = pc.utf8_lower(column)
-        if len(column) <= FEW_TEXTS:
-            found = [word_pattern().findall(text) if text else [] for text in lowered.to_pylist()]
-            terms = pa.array([w for words in found for w in words], pa.string())
-            rows = np.repeat(np.arange(len(found), dtype=np.int64), [len(words) for words in found])
-        else:
-            pieces = pc.split_pattern_regex(lowered, pattern=SEPARATOR)
-            terms, parents = pc.list_flatten(pieces), pc.list_parent_indices(pieces)
-            nonempty = pc.greater(pc.binary_length(terms), 0)  # the pieces before a leading / after a last separator
-            terms, rows = terms.filter(nonempty), np.asarray(parents.filter(nonempty).to_numpy(), dtype=np.int64)
+        cut = _cut(pc.utf8_lower(column.fill_null("")))
+        terms, rows = cut.terms, cut.rows
         if self.stopwords and len(terms):
             keep = pc.invert(pc.is_in(terms, value_set=pa.array(self.stopwords, terms.type)))
             terms, rows = terms.filter(keep), rows[bools(keep)]
@@ -156,30 +194,41 @@ class Built:
 
 @dataclass
 class _Counts:
-    """(word, row, count) of every word in a row, with the words as text until the vocabulary is known."""
+    """Each row's distinct words and their counts, block by block, the words as text until all are known."""
 
     words: list[pa.Array] = field(default_factory=list)  # each block's distinct words
-    word_of: list[np.ndarray] = field(default_factory=list)  # per pair: the word, as an index into its block's words
+    word_of: list[np.ndarray] = field(default_factory=list)  # per (row, word) pair: the word, in its block's words
     rows: list[np.ndarray] = field(default_factory=list)
     counts: list[np.ndarray] = field(default_factory=list)
+
+
+def _blocks(texts: pa.Array) -> list[tuple[int, int]]:
+    """(start, stop) rows of about BLOCK_BYTES of text each (at least one row)."""
+    ends = np.cumsum(np.asarray(pc.binary_length(texts).fill_null(0).to_numpy(), dtype=np.int64))
+    blocks, start = [], 0
+    while start < len(texts):
+        before = ends[start - 1] if start else 0
+        stop = max(start + 1, int(np.searchsorted(ends, before + BLOCK_BYTES, side="right")))
+        blocks.append((start, stop))
+        start = stop
+    return blocks
 
 
 def _count(texts: pa.Array, tokenizer: Tokenizer, lengths: np.ndarray) -> _Counts:
     """Each block's words counted per row (one sort per block); ``lengths`` gets each row's word count."""
     counts = _Counts()
     with Progress("keyword index", len(texts)) as progress:
-        for start in range(0, len(texts), BLOCK_ROWS):
-            block = texts.slice(start, BLOCK_ROWS)
-            tokens = tokenizer(block)
+        for start, stop in _blocks(texts):
+            tokens = tokenizer(texts.slice(start, stop - start))
             encoded = pc.dictionary_encode(tokens.terms)
-            word = np.asarray(encoded.indices.to_numpy(), dtype=np.int64)
-            lengths[start : start + len(block)] = np.bincount(tokens.rows, minlength=len(block))
-            pairs, tf = np.unique(tokens.rows * len(encoded.dictionary) + word, return_counts=True)
+            size = max(len(encoded.dictionary), 1)
+            lengths[start:stop] = np.bincount(tokens.rows, minlength=stop - start)
+            pairs, tf = np.unique(tokens.rows * size + encoded.indices.to_numpy(), return_counts=True)
             counts.words.append(encoded.dictionary)
-            counts.word_of.append(pairs % max(len(encoded.dictionary), 1))
-            counts.rows.append(pairs // max(len(encoded.dictionary), 1) + start)
-            counts.counts.append(tf)
-            progress.advance(len(block))
+            counts.word_of.append((pairs % size).astype(np.int32))
+            counts.rows.append((pairs // size + start).astype(np.int32))
+            counts.counts.append(tf.astype(np.int32))
+            progress.advance(stop - start)
     return counts
 
 
@@ -211,9 +260,9 @@ def build(texts: pa.Array, tokenizer: Tokenizer | None = None, k1: float = K1, b
     term = np.concatenate(
         [search_sorted(terms, words)[word_of] for words, word_of in zip(counts.words, counts.word_of, strict=True)]
     )
+    del counts.word_of
     rows, tf = np.concatenate(counts.rows), np.concatenate(counts.counts)
-    order = np.argsort(term, kind="stable")  # by word, then row (each block's rows follow the previous block's)
-    term, rows, tf = term[order], rows[order], tf[order]
+    del counts
 
     # The arithmetic of bm25s's scoring.py, operation by operation (idf in float64 stored as float32, the term
     # frequency part in float64, their product stored as float32), so that the arrays are the ones it computes.
@@ -222,8 +271,11 @@ def build(texts: pa.Array, tokenizer: Tokenizer | None = None, k1: float = K1, b
     average = lengths.mean()
     tfc = tf / (k1 * ((1 - b) + b * lengths[rows] / average) + tf)
     data = (idf[term] * tfc).astype(np.float32)
-    indptr = np.zeros(len(terms) + 1, dtype=np.int64)
-    np.cumsum(df, out=indptr[1:])
+    del tfc
+    # Rows x words, by word: scipy's COO to CSC is a counting sort, which keeps each word's rows ascending.
+    matrix = scipy.sparse.csc_matrix((data, (rows, term)), shape=(n, len(terms)))
+    del data, rows, term
+    indptr = matrix.indptr.astype(np.int64)
 
     params = {
         "k1": k1,
@@ -238,8 +290,8 @@ def build(texts: pa.Array, tokenizer: Tokenizer | None = None, k1: float = K1, b
         "backend": "numpy",
     }
     files: dict[str, bytes | memoryview] = {
-        DATA: _npy(data),
-        INDICES: _npy(rows.astype(np.int32)),
+        DATA: _npy(matrix.data),
+        INDICES: _npy(matrix.indices.astype(np.int32)),
         INDPTR: _npy(indptr),
         PARAMS: (json.dumps(params, indent=4) + "\n").encode(),
         TERMS: _arrow_file(pa.RecordBatch.from_arrays([terms], names=["term"])),
@@ -252,12 +304,12 @@ def build(texts: pa.Array, tokenizer: Tokenizer | None = None, k1: float = K1, b
         "documents": n,
         "documents_with_words": int(np.count_nonzero(lengths)),
         "terms": len(terms),
-        "postings": len(data),
+        "postings": matrix.nnz,
         "words": int(lengths.sum()),
         "average_length": round(float(average), 3),
         "files": list(FILES),
     }
-    note(f"keyword index: {len(terms):,} words, {len(data):,} postings over {n:,} documents")
+    note(f"keyword index: {len(terms):,} words, {matrix.nnz:,} postings over {n:,} documents")
     return Built(files, info)
 
 
@@ -337,7 +389,7 @@ class KeywordIndex:
             problems.append(f"{PARAMS} disagrees with the manifest on k1, b or the method")
         if problems:
             raise ArtifactError(f"table {directory.name!r}: keyword index: " + "; ".join(problems))
-        word_pattern()  # derived once per process, before the first query
+        word_characters()  # once per process, before a first query that is not ASCII
         return cls(directory, info, model, terms)
 
     def term_ids(self, terms: pa.Array) -> np.ndarray:

@@ -1,0 +1,140 @@
+"""Known-item retrieval on gensim's Lee background corpus: does a document's first half find its second half?
+
+Each of the 300 news documents is cut in two by its whitespace-separated words (the first ``n // 2`` words and
+the rest). The second halves are imported as a documents table (``embedding-index import --format documents``'s
+reader and builder, each half's vector the mean GloVe 6B 50d row of its words); the first halves are the queries.
+Each query has one right answer, its own second half: MRR@10 (1 / its rank when within the first 10, else 0) and
+recall@10 (how often it is within the first 10), over the 300 queries.
+
+    .venv/bin/python -m bench.retrieval                  # the table printed
+    .venv/bin/python -m bench.retrieval --json out.json  # and the figures as JSON
+
+Each method is one function from the queries to their best rows; the keyword rows are BM25 with the builder's
+settings and two variants of them (built apart from the table, over the same texts).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+from gensim.test.utils import datapath
+
+from index import artifact
+from index.build import build_table
+from index.keyword import K1, KeywordIndex, Tokenizer, build
+from index.progress import configure
+from index.sources import ReadOptions, glove_package
+from index.sources import documents as documents_source
+
+K = 10
+Search = Callable[[list[str], int], np.ndarray]  # queries, k -> rows (queries x k), -1 pads
+
+
+def halves() -> tuple[list[str], list[str]]:
+    """(first halves, second halves) of the Lee documents, by whitespace-separated words."""
+    texts = Path(datapath("lee_background.cor")).read_text(encoding="utf-8").splitlines()
+    cut = [text.split() for text in texts]
+    return [" ".join(w[: len(w) // 2]) for w in cut], [" ".join(w[len(w) // 2 :]) for w in cut]
+
+
+def mean_glove(texts: list[str]) -> np.ndarray:
+    glove = glove_package.read()
+    row = {token: i for i, token in enumerate(glove.tokens)}
+    vectors = np.zeros((len(texts), glove.matrix.shape[1]), dtype=np.float32)
+    for i, text in enumerate(texts):
+        found = [row[w] for w in re.findall(r"[a-z]+|[0-9]+", text.lower()) if w in row]
+        vectors[i] = glove.matrix[found].mean(axis=0)
+    return vectors
+
+
+def import_documents(texts: list[str], work: Path) -> Path:
+    """The second halves as a documents table, through the import's reader and builder."""
+    source = work / "lee-second-halves.jsonl"
+    with open(source, "w", encoding="utf-8") as out:
+        for i, (text, vector) in enumerate(zip(texts, mean_glove(texts), strict=True)):
+            out.write(json.dumps({"id": f"lee-{i:03d}", "text": text, "vector": vector.tolist()}) + "\n")
+    raw = documents_source.read(source, ReadOptions())
+    build_table(raw, data_dir=work / "data", name="lee-halves", source={"path": str(source)}, index_spec="flat")
+    return work / "data" / "lee-halves"
+
+
+def keyword_search(index: KeywordIndex) -> Search:
+    return lambda queries, k: index.search(queries, k)[1]
+
+
+def keyword_variant(texts: list[str], work: Path, **settings: Any) -> Search:
+    built = build(pa.array(texts), **settings)
+    assert built is not None
+    directory = Path(tempfile.mkdtemp(dir=work))
+    for name, content in built.files.items():
+        (directory / name).write_bytes(content)
+    index = KeywordIndex.open(directory, {"rows": len(texts), "keyword": built.info})
+    assert index is not None
+    return keyword_search(index)
+
+
+def measure(search: Search, queries: list[str]) -> dict[str, float]:
+    """The figures of one method; its time is that of one call with every query, after a first call."""
+    search(queries[:1], K)
+    started = time.perf_counter()
+    rows = search(queries, K)
+    seconds = time.perf_counter() - started
+    right = rows == np.arange(len(queries))[:, None]
+    found = right.any(axis=1)
+    rank = right.argmax(axis=1) + 1
+    return {
+        "mrr@10": float(np.where(found, 1.0 / rank, 0.0).mean()),
+        "recall@10": float(found.mean()),
+        "recall@1": float(right[:, 0].mean()),
+        "ms_per_query": 1000 * seconds / len(queries),
+    }
+
+
+def run() -> dict[str, Any]:
+    configure(quiet=True)
+    queries, documents = halves()
+    with tempfile.TemporaryDirectory(prefix="bench-retrieval-") as scratch:
+        work = Path(scratch)
+        directory = import_documents(documents, work)
+        manifest = artifact.read_manifest(directory)
+        index = KeywordIndex.open(directory, manifest)
+        assert index is not None
+        methods: dict[str, Search] = {
+            f"keyword: BM25 k1 {index.k1}, b {index.b}, no stop words (the import's)": keyword_search(index),
+            f"keyword: BM25 k1 {K1}, b 0.75, English stop words": keyword_variant(
+                documents, work, tokenizer=Tokenizer.english()
+            ),
+            "keyword: BM25 k1 1.5, b 0.75 (bm25s's defaults), no stop words": keyword_variant(documents, work, k1=1.5),
+        }
+        rows = {name: measure(search, queries) for name, search in methods.items()}
+    return {"queries": len(queries), "documents": len(documents), "k": K, "keyword": manifest["keyword"], "rows": rows}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--json", type=Path, help="also write the figures here")
+    args = parser.parse_args()
+    result = run()
+    width = max(map(len, result["rows"]))
+    print(f"{result['queries']} first halves -> {result['documents']} second halves (Lee background corpus)")
+    print(f"{'method':<{width}}  MRR@10  recall@10  recall@1  ms/query")
+    for name, figures in result["rows"].items():
+        print(
+            f"{name:<{width}}  {figures['mrr@10']:.4f}  {figures['recall@10']:9.4f}  {figures['recall@1']:8.4f}"
+            f"  {figures['ms_per_query']:8.3f}"
+        )
+    if args.json:
+        args.json.write_text(json.dumps(result, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -35,11 +35,13 @@ from service.http.drain import Drain
 from service.http.fastroute import document_query_models
 from service.http.limits import RequestLimitsMiddleware
 from service.http.metrics import Metrics, MetricsMiddleware
+from service.http.openai_errors import OpenAIErrorsMiddleware
 from service.models import LIMITS, Limits
 from service.registry import Registry
 from service.reload import Reloader
 from service.respond import FastJSON
 from service.routers import ROUTERS
+from service.routers.embed import ROUTERS as EMBED_ROUTERS
 from service.searcher import Searcher
 from service.settings import SUPERVISOR_VARIABLE, Settings, cores
 
@@ -104,7 +106,7 @@ def create_app(settings: Settings) -> FastAPI:
     # The routes themselves, not include_router: FastAPI matches an included router's routes lazily, through a
     # layer that costs tens of microseconds on every request. Ahead of /openapi.json and /docs, which are
     # asked for far less often: routes are tried in order.
-    routes = [route for router in ROUTERS for route in router.routes]
+    routes = [route for router in (*ROUTERS, *EMBED_ROUTERS) for route in router.routes]
     app.router.routes[:0] = routes
     app.state.api_routes = [route for route in routes if isinstance(route, APIRoute)]
     _mount_explorer(app)
@@ -123,6 +125,7 @@ def create_app(settings: Settings) -> FastAPI:
         )
     app.add_middleware(RequestLimitsMiddleware, max_body_bytes=settings.max_body_bytes, limits=limits)
     app.add_middleware(MetricsMiddleware, metrics=metrics, tables=table_names)
+    app.add_middleware(OpenAIErrorsMiddleware)  # outermost: every error of POST /v1/embeddings in OpenAI's shape
 
     build_openapi = app.openapi
     documented: list[dict[str, Any]] = []  # the schema FastAPI cached, once the query models are added to it

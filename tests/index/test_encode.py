@@ -67,10 +67,14 @@ def glove(data_dir: Path, glove_raw: RawTable) -> Table:
     return Table.load(data_dir / "glove")
 
 
-@pytest.fixture(scope="module")
-def minilm_matrix() -> np.ndarray:
+def minilm_rows() -> np.ndarray:
     with safe_open(str(minilm_dir() / "model.safetensors"), framework="numpy") as f:
         return f.get_tensor(MINILM_TENSOR)
+
+
+@pytest.fixture(scope="module")
+def minilm_matrix() -> np.ndarray:
+    return minilm_rows()
 
 
 @pytest.fixture(scope="module")
@@ -119,17 +123,21 @@ def write_model2vec(
     return directory
 
 
-@pytest.fixture(scope="module")
-def m2v_parts(minilm_matrix: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """MiniLM's rows as model2vec would keep them: Zipf SIF weights per token, and the vocabulary quantised to
-    2,048 rows (each token mapped to the most similar of 2,048 of its rows)."""
-    rows = len(minilm_matrix)
+def model2vec_parts(matrix: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """MiniLM's rows as model2vec keeps them: Zipf SIF weights per token, and the vocabulary quantised to 2,048
+    rows (each token mapped to the most similar of 2,048 of its rows): (embeddings, weights, mapping)."""
+    rows = len(matrix)
     zipf = 1.0 / np.arange(1, rows + 1)
     weights = (1e-4 / (1e-4 + zipf / zipf.sum())).astype(np.float32)
     centres = np.random.default_rng(0).choice(rows, CLUSTERS, replace=False)
-    unit = minilm_matrix / np.linalg.norm(minilm_matrix, axis=1, keepdims=True)
+    unit = matrix / np.linalg.norm(matrix, axis=1, keepdims=True)
     mapping = np.argmax(unit @ unit[centres].T, axis=1).astype(np.int64)
-    return minilm_matrix[centres].copy(), weights, mapping
+    return matrix[centres].copy(), weights, mapping
+
+
+@pytest.fixture(scope="module")
+def m2v_parts(minilm_matrix: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    return model2vec_parts(minilm_matrix)
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,105 @@
+"""Request and response models of the text-embedding routes: ``POST /v1/tables/{table}/embed`` and the
+OpenAI-compatible ``POST /v1/embeddings``. Limits as everywhere: a batch holds 1..max_batch texts, each of
+1..``MAX_EMBED_CHARS`` characters (about 1,500 words: a longer text is better split into passages, whose
+vectors say more than one mean of everything)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+
+from index.encode import Pooling
+from service.models import CHECK_BATCH, STRICT, TableNameField, Whole, batch_of
+
+POOLING_HELP = (
+    "word tables: 'sif' (SIF-weighted mean, common component removed; the default once `embedding-index sif` "
+    "has computed the component) or 'mean'; model-token tables: 'mean' (the tokens' rows, weighted by a "
+    "model2vec model's token weights)"
+)
+MAX_EMBED_CHARS = 10_000
+Text = Annotated[str, Field(min_length=1, max_length=MAX_EMBED_CHARS)]
+Texts = Annotated[list[Text], batch_of("the texts, 1..max_batch"), CHECK_BATCH]
+PoolingField = Annotated[Pooling | None, Field(description=POOLING_HELP)]
+
+
+class EmbedRequest(BaseModel):
+    """``POST .../embed``: texts to vectors with the table's rows."""
+
+    model_config = STRICT
+
+    texts: Texts
+    pooling: PoolingField = None
+
+
+class EmbedResponse(BaseModel):
+    table: str
+    pooling: Pooling
+    dim: int
+    vectors: list[list[float]] = Field(description="one unit vector a text (float32 values)")
+    tokens: list[int] = Field(description="per text: the tokens (words, or model pieces) its vector is made of")
+    unknown: list[int] = Field(description="per text: words not in the table (model tables: special pieces)")
+
+
+# ------------------------------------------------------------------------------ OpenAI-compatible
+def _text_input(value: Any) -> Any:
+    """OpenAI's ``input`` is a text or texts here: token ids (integers, or lists of them) are refused by name."""
+    items = value if isinstance(value, list) else [value]
+    if any(isinstance(item, int | list) for item in items):
+        raise ValueError("token-id input (integers, or lists of them) is not accepted: send text, a string or strings")
+    if not items or "" in items:
+        raise ValueError("input must not be empty, nor hold an empty string")
+    return value
+
+
+OpenAIInput = Annotated[
+    Text | Texts, BeforeValidator(_text_input), Field(description="a text, or a list of texts (token ids are refused)")
+]
+
+
+class OpenAIEmbeddingsRequest(BaseModel):
+    """OpenAI's embeddings request; ``model`` names a table."""
+
+    model_config = ConfigDict(strict=True, extra="forbid")
+
+    model: TableNameField
+    input: OpenAIInput
+    encoding_format: Literal["float", "base64"] = Field(
+        "float", description="float: lists of numbers; base64: each vector's little-endian float32 bytes"
+    )
+    dimensions: Annotated[int, Field(ge=1), Whole] | None = Field(
+        None, description="if given, the table's dimension (vectors are not cut)"
+    )
+    user: str | None = Field(None, max_length=256, description="accepted and not used")
+    pooling: PoolingField = None
+
+
+class OpenAIEmbedding(BaseModel):
+    object: Literal["embedding"]
+    index: int
+    embedding: list[float] | str
+
+
+class OpenAIUsage(BaseModel):
+    prompt_tokens: int = Field(description="tokens of the inputs, known and unknown")
+    total_tokens: int
+
+
+class OpenAIEmbeddingsResponse(BaseModel):
+    object: Literal["list"]
+    data: list[OpenAIEmbedding]
+    model: str
+    usage: OpenAIUsage
+
+
+class OpenAIErrorBody(BaseModel):
+    message: str
+    type: str = Field(description="invalid_request_error (4xx) or server_error (5xx)")
+    param: str | None
+    code: str | None
+
+
+class OpenAIErrorResponse(BaseModel):
+    """Every error of ``POST /v1/embeddings``, in OpenAI's shape (the status is the service's own)."""
+
+    error: OpenAIErrorBody

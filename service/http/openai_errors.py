@@ -1,0 +1,83 @@
+"""Errors of the OpenAI-compatible paths in OpenAI's shape.
+
+The service answers every error as ``{"error": {"code", "message", ...}}``; on the paths an OpenAI client calls
+(``POST /v1/embeddings``) this pure ASGI middleware rewrites such an answer, whoever gave it (validation, the
+body limit, the read key, the route), into ``{"error": {"message", "type", "param", "code"}}``, keeping its
+status. Answers below 400 pass through untouched.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+PATHS = frozenset({"/v1/embeddings"})
+CODES = {"unknown_table": "model_not_found"}  # OpenAI's name where it has one
+PARAMS = {"unknown_table": "model"}
+
+
+def _param(details: Any) -> str | None:
+    """``input`` or ``input[2]`` from the first validation problem's location (after "body")."""
+    if not isinstance(details, list) or not details or not isinstance(details[0], dict):
+        return None
+    loc = [str(part) for part in details[0].get("loc", [])][1:]
+    if not loc:
+        return None
+    item = next((part for part in loc[1:] if part.isdigit()), None)  # a list's item (union tags left out)
+    return loc[0] + (f"[{item}]" if item is not None else "")
+
+
+def openai_error(status: int, body: bytes) -> bytes:
+    """The service's error body as OpenAI's (a body that is not the service's envelope is kept as the message)."""
+    try:
+        error = orjson.loads(body).get("error")
+    except (orjson.JSONDecodeError, AttributeError):
+        error = None
+    if not isinstance(error, dict):
+        error = {"message": body.decode("utf-8", "replace") or "error"}
+    if {"type", "param"} <= error.keys():  # already OpenAI's
+        return body
+    code = error.get("code")
+    param = error.get("param") or PARAMS.get(str(code)) or _param(error.get("details"))
+    shaped = {
+        "message": str(error.get("message", "")),
+        "type": "server_error" if status >= 500 else "invalid_request_error",
+        "param": param,
+        "code": CODES.get(str(code), code),
+    }
+    return orjson.dumps({"error": shaped})
+
+
+class OpenAIErrorsMiddleware:
+    """Rewrite error answers on ``paths`` into OpenAI's error shape."""
+
+    def __init__(self, app: ASGIApp, paths: frozenset[str] = PATHS) -> None:
+        self.app = app
+        self.paths = paths
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["path"] not in self.paths:
+            await self.app(scope, receive, send)
+            return
+        start: Message | None = None
+        chunks: list[bytes] = []
+
+        async def reshaped(message: Message) -> None:
+            nonlocal start
+            if message["type"] == "http.response.start" and message["status"] >= 400:
+                start = message  # held until the whole body is there
+                return
+            if start is None or message["type"] != "http.response.body":
+                await send(message)
+                return
+            chunks.append(message.get("body", b""))
+            if message.get("more_body", False):
+                return
+            body = openai_error(start["status"], b"".join(chunks))
+            headers = [(k, v) for k, v in start.get("headers", []) if k.lower() != b"content-length"]
+            await send({**start, "headers": [*headers, (b"content-length", str(len(body)).encode())]})
+            await send({"type": "http.response.body", "body": body})
+
+        await self.app(scope, receive, reshaped)

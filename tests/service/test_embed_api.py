@@ -1,0 +1,258 @@
+"""Text embedding over HTTP: ``POST /v1/tables/{table}/embed`` in process, and the OpenAI-compatible
+``POST /v1/embeddings`` through OpenAI's own Python client against the real ``embedding-serve`` process, on
+GloVe 6B 50d (SIF, with the Lee background corpus's component), all-MiniLM-L6-v2's token table and a model2vec
+model written from it. Every answer is compared with the encoder called directly (``index.encode``)."""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import numpy as np
+import pytest
+from fastapi.testclient import TestClient
+from tokenizers import Tokenizer
+
+from index.build import build_table
+from index.encode import Encoder
+from index.sif import sif_table
+from index.sources import RawTable, ReadOptions, read_source
+from index.sources import huggingface as hf
+from index.table import Table
+from service.embed_models import MAX_EMBED_CHARS
+from tests.index.test_encode import minilm_rows, model2vec_parts, token_mean, write_model2vec
+from tests.index.test_huggingface import minilm_dir
+from tests.service import real_server
+from tests.service.conftest import client_for
+
+openai = pytest.importorskip("openai")
+
+TEXTS = [
+    "The heart pumps blood through the body.",
+    "Stock markets fell sharply on Monday as investors sold shares.",
+    "☃ snowman in the snow",
+]
+TABLES = ("glove", "minilm", "m2v")
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory: pytest.TempPathFactory, glove_raw: RawTable) -> Path:
+    root = tmp_path_factory.mktemp("embed-api")
+    data = root / "data"
+    raw = RawTable(tokens=list(glove_raw.tokens), matrix=glove_raw.matrix.copy())
+    build_table(raw, data_dir=data, name="glove", source={"format": "glove-package"}, index_spec="flat")
+    sif_table(data, "glove")
+    words = RawTable(tokens=glove_raw.tokens[:5000], matrix=glove_raw.matrix[:5000].copy())
+    build_table(words, data_dir=data, name="glove-5k", source={"format": "glove-package"})  # no SIF component
+    build_table(hf.read(minilm_dir(), ReadOptions()), data_dir=data, name="minilm", source={"format": "hf"})
+    model = write_model2vec(root / "m2v-model", *model2vec_parts(minilm_rows()))
+    raw, fmt = read_source(model)
+    build_table(raw, data_dir=data, name="m2v", source={"format": fmt})
+    return data
+
+
+@pytest.fixture(scope="module")
+def tables(data_dir: Path) -> dict[str, Table]:
+    return {name: Table.load(data_dir / name) for name in (*TABLES, "glove-5k")}
+
+
+@pytest.fixture(scope="module")
+def client(data_dir: Path) -> Iterator[TestClient]:
+    with client_for(data_dir=data_dir, max_batch=8) as test_client:
+        yield test_client
+
+
+@pytest.fixture(scope="module")
+def server(data_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[real_server.Server]:
+    log = tmp_path_factory.mktemp("embed-serve") / "server.log"
+    server = real_server.start(data_dir, log, env={"EMBEDDING_VERIFY_CHECKSUMS": "false"})  # the tables are fresh
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="module")
+def oai(server: real_server.Server) -> openai.OpenAI:
+    return openai.OpenAI(base_url=f"{server.base}/v1", api_key="not-needed", max_retries=0)
+
+
+def vectors(body: dict) -> np.ndarray:
+    return np.array(body["vectors"], dtype=np.float32)
+
+
+# ----------------------------------------------------------------------------------------- POST .../embed
+@pytest.mark.parametrize("name", TABLES)
+def test_embed_equals_the_encoder(client: TestClient, tables: dict[str, Table], name: str) -> None:
+    response = client.post(f"/v1/tables/{name}/embed", json={"texts": TEXTS})
+    assert response.status_code == 200, response.text
+    body = response.json()
+    direct = Encoder(tables[name]).encode(TEXTS)
+    assert body["table"] == name and body["dim"] == tables[name].dim
+    assert body["pooling"] == ("sif" if name == "glove" else "mean") == direct.pooling
+    np.testing.assert_array_equal(vectors(body), direct.vectors)  # float32 values survive the JSON exactly
+    assert (body["tokens"], body["unknown"]) == (direct.tokens, direct.unknown)
+
+
+def test_embed_minilm_equals_brute_force(client: TestClient) -> None:
+    tokenizer = Tokenizer.from_file(str(minilm_dir() / "tokenizer.json"))
+    tokenizer.no_padding()  # the model's file pads to 128 pieces
+    body = client.post("/v1/tables/minilm/embed", json={"texts": TEXTS}).json()
+    expected, used, unknown = token_mean(TEXTS, tokenizer, minilm_rows())
+    np.testing.assert_allclose(vectors(body), expected, atol=2e-7)
+    assert (body["tokens"], body["unknown"]) == (used, unknown) and unknown == [0, 0, 1]
+
+
+def test_embed_pooling_mean_on_a_word_table(client: TestClient, tables: dict[str, Table]) -> None:
+    body = client.post("/v1/tables/glove/embed", json={"texts": TEXTS, "pooling": "mean"}).json()
+    assert body["pooling"] == "mean"
+    np.testing.assert_array_equal(vectors(body), Encoder(tables["glove"]).encode(TEXTS, "mean").vectors)
+    assert client.post("/v1/tables/glove-5k/embed", json={"texts": TEXTS}).json()["pooling"] == "mean"
+
+
+def test_embed_runs_in_a_worker_thread_and_is_timed(client: TestClient) -> None:
+    client.post("/v1/tables/minilm/embed", json={"texts": TEXTS})
+    metrics = client.get("/metrics").text
+    assert 'embedding_search_seconds_count{operation="embed",table="minilm"}' in metrics
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "status", "message"),
+    [
+        ("/v1/tables/glovee/embed", {"texts": ["a"]}, 404, "no table named 'glovee'"),
+        ("/v1/tables/glove/embed", {"texts": ["heart", "zzqxv qqqzx"]}, 422, "text 1 ('zzqxv qqqzx') has no known"),
+        ("/v1/tables/minilm/embed", {"texts": ["☃"]}, 422, "text 0 ('☃') has no known token in table 'minilm'"),
+        ("/v1/tables/minilm/embed", {"texts": ["a"], "pooling": "sif"}, 422, "sif pooling is for word tables"),
+        ("/v1/tables/glove-5k/embed", {"texts": ["a"], "pooling": "sif"}, 422, "`embedding-index sif glove-5k`"),
+        ("/v1/tables/glove/embed", {"texts": ["a"], "pooling": "max"}, 422, "pooling: Input should be 'mean' or"),
+        ("/v1/tables/glove/embed", {"texts": []}, 422, "texts: List should have at least 1 item"),
+        ("/v1/tables/glove/embed", {"texts": ["a"] * 9}, 422, "a batch holds at most 8 items"),
+        ("/v1/tables/glove/embed", {"texts": [""]}, 422, "texts.0: String should have at least 1 character"),
+        ("/v1/tables/glove/embed", {"texts": ["a" * (MAX_EMBED_CHARS + 1)]}, 422, "at most 10000 characters"),
+        ("/v1/tables/glove/embed", {"texts": "a heart"}, 422, "texts: Input should be a valid list"),
+        ("/v1/tables/glove/embed", {"texts": ["a"], "k": 3}, 422, "k: Extra inputs are not permitted"),
+    ],
+)
+def test_embed_errors(client: TestClient, path: str, body: dict, status: int, message: str) -> None:
+    response = client.post(path, json=body)
+    assert response.status_code == status
+    error = response.json()["error"]
+    assert set(error) >= {"code", "message"} and message in error["message"], error
+
+
+def test_embed_error_names_the_text(client: TestClient) -> None:
+    error = client.post("/v1/tables/glove/embed", json={"texts": ["heart", "qqqzx"]}).json()["error"]
+    assert (error["code"], error["text"]) == ("invalid_request", 1)
+
+
+# ----------------------------------------------------------------------------- POST /v1/embeddings (OpenAI)
+@pytest.mark.parametrize("name", TABLES)
+@pytest.mark.parametrize("encoding", ["base64", "float"])
+def test_openai_client_gets_the_encoders_vectors(
+    oai: openai.OpenAI, tables: dict[str, Table], name: str, encoding: str
+) -> None:
+    answer = oai.embeddings.create(model=name, input=TEXTS, encoding_format=encoding)  # type: ignore[arg-type]
+    direct = Encoder(tables[name]).encode(TEXTS)
+    assert answer.object == "list" and answer.model == name
+    assert [item.index for item in answer.data] == [0, 1, 2] and {item.object for item in answer.data} == {"embedding"}
+    if encoding == "base64":  # asked for by name, the client hands it over as it came
+        got = np.stack([np.frombuffer(base64.b64decode(item.embedding), dtype="<f4") for item in answer.data])
+    else:
+        got = np.array([item.embedding for item in answer.data], dtype=np.float32)
+    np.testing.assert_array_equal(got, direct.vectors)
+    used = sum(direct.tokens) + sum(direct.unknown)
+    assert (answer.usage.prompt_tokens, answer.usage.total_tokens) == (used, used)
+
+
+def test_openai_client_default_format_and_one_string(oai: openai.OpenAI, tables: dict[str, Table]) -> None:
+    """The client asks for base64 unless told otherwise, and decodes it; one string is one embedding."""
+    answer = oai.embeddings.create(model="glove", input="The heart pumps blood through the body.")
+    assert len(answer.data) == 1 and len(answer.data[0].embedding) == 50
+    expected = Encoder(tables["glove"]).encode(TEXTS[:1]).vectors[0]
+    np.testing.assert_array_equal(np.float32(answer.data[0].embedding), expected)
+
+
+def test_raw_http_answer(server: real_server.Server, tables: dict[str, Table]) -> None:
+    body = {"model": "minilm", "input": TEXTS[:2]}
+    response = httpx.post(f"{server.base}/v1/embeddings", json=body)
+    assert response.status_code == 200 and response.headers["content-type"] == "application/json"
+    answer = response.json()
+    assert set(answer) == {"object", "data", "model", "usage"}
+    assert set(answer["data"][0]) == {"object", "index", "embedding"}
+    got = np.array([item["embedding"] for item in answer["data"]], dtype=np.float32)  # floats by default
+    np.testing.assert_array_equal(got, Encoder(tables["minilm"]).encode(TEXTS[:2]).vectors)
+
+
+def test_openai_pooling_as_an_extra_field(oai: openai.OpenAI, tables: dict[str, Table]) -> None:
+    answer = oai.embeddings.create(model="glove", input=TEXTS, extra_body={"pooling": "mean"})
+    got = np.array([item.embedding for item in answer.data], dtype=np.float32)
+    np.testing.assert_array_equal(got, Encoder(tables["glove"]).encode(TEXTS, "mean").vectors)
+
+
+def openai_error(exc: openai.APIStatusError) -> dict:
+    body = exc.response.json()
+    assert set(body) == {"error"} and set(body["error"]) == {"message", "type", "param", "code"}
+    return body["error"]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "kind", "param", "code", "message"),
+    [
+        ({"model": "glovee", "input": "a"}, "NotFoundError", "model", "model_not_found", "no table named 'glovee'"),
+        ({"model": "glove", "input": [[1, 2, 3]]}, "UnprocessableEntityError", "input", "invalid_request", "token-id"),
+        ({"model": "glove", "input": [1, 2, 3]}, "UnprocessableEntityError", "input", "invalid_request", "token-id"),
+        ({"model": "glove", "input": ["heart", "qqqzx"]}, "UnprocessableEntityError", "input[1]", "invalid_request",
+         "text 1 ('qqqzx') has no known token in table 'glove'"),
+        ({"model": "glove", "input": ""}, "UnprocessableEntityError", "input", "invalid_request", "must not be empty"),
+        ({"model": "glove", "input": "a", "dimensions": 8}, "UnprocessableEntityError", "dimensions",
+         "invalid_request", "dimensions must be 50"),
+        ({"model": "minilm", "input": "a", "extra_body": {"pooling": "sif"}}, "UnprocessableEntityError", "pooling",
+         "invalid_request", "sif pooling is for word tables"),
+        ({"model": "glove", "input": ["a"] * 1025}, "UnprocessableEntityError", "input", "invalid_request",
+         "at most 1024 items"),
+    ],
+)  # fmt: skip
+def test_openai_errors_in_openais_shape(
+    oai: openai.OpenAI, kwargs: dict, kind: str, param: str, code: str, message: str
+) -> None:
+    with pytest.raises(getattr(openai, kind)) as caught:
+        oai.embeddings.create(encoding_format="float", **kwargs)
+    error = openai_error(caught.value)
+    assert (error["type"], error["param"], error["code"]) == ("invalid_request_error", param, code)
+    assert message in error["message"] and message in str(caught.value)
+
+
+def test_errors_before_the_route_are_in_openais_shape_too(data_dir: Path) -> None:
+    """The body limit and the read key answer ahead of the route: reshaped all the same; a client that sends
+    the read key (as X-API-Key) is let in."""
+    settings = {"data_dir": data_dir, "tables": ["glove"], "max_body_bytes": 1024, "read_api_key": "r" * 32}
+    with client_for(**settings) as test_client:
+        plain = openai.OpenAI(base_url="http://testserver/v1", api_key="x", http_client=test_client, max_retries=0)
+        with pytest.raises(openai.AuthenticationError) as caught:
+            plain.embeddings.create(model="glove", input="a heart")
+        assert openai_error(caught.value)["code"] == "unauthorized"
+        keyed = openai.OpenAI(
+            base_url="http://testserver/v1",
+            api_key="x",
+            http_client=test_client,
+            max_retries=0,
+            default_headers={"X-API-Key": "r" * 32},
+        )
+        assert len(keyed.embeddings.create(model="glove", input="a heart").data[0].embedding) == 50
+        with pytest.raises(openai.APIStatusError) as caught:
+            keyed.embeddings.create(model="glove", input=["a heart"] * 200)
+        assert caught.value.status_code == 413 and openai_error(caught.value)["code"] == "body_too_large"
+        response = test_client.get("/v1/embeddings", headers={"X-API-Key": "r" * 32})
+        assert response.status_code == 405 and response.json()["error"]["type"] == "invalid_request_error"
+        # the table routes keep the service's envelope
+        error = test_client.post("/v1/tables/glove/embed", json={"texts": "x"}, headers={"X-API-Key": "r" * 32})
+        assert set(error.json()["error"]) >= {"code", "message"} and "type" not in error.json()["error"]
+
+
+def test_openapi_documents_both_routes(client: TestClient) -> None:
+    paths = client.get("/openapi.json").json()["paths"]
+    assert "/v1/tables/{table}/embed" in paths and "/v1/embeddings" in paths
+    errors = paths["/v1/embeddings"]["post"]["responses"]["422"]["content"]["application/json"]["schema"]
+    assert errors["$ref"].endswith("/OpenAIErrorResponse")

@@ -31,7 +31,6 @@ MANIFEST = "manifest.json"
 VECTORS = "vectors.npy"
 NORMS = "norms.npy"
 INDEX = "index.faiss"
-METADATA = "metadata.json"
 
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 

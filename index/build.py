@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import os
 import shutil
@@ -18,6 +17,7 @@ from index import artifact
 from index.clean import clean, normalise
 from index.errors import ArtifactError
 from index.faiss_index import AUTO_BUDGET_SECONDS, IndexSpec, build_and_measure, parse_spec
+from index.metadata import METADATA, metadata_file
 from index.progress import duration, note
 from index.sources import RawTable
 from index.tokens import FLAGS, write_tokens
@@ -88,7 +88,7 @@ def build_table(
         for file_name, content in raw.extra_files.items():
             (tmp / artifact.check_name(file_name)).write_bytes(content)
         if raw.metadata:
-            (tmp / artifact.METADATA).write_text(json.dumps(raw.metadata, ensure_ascii=False))
+            (tmp / METADATA).write_bytes(metadata_file(raw.metadata))
         manifest = artifact.write_manifest(
             tmp,
             {

@@ -26,7 +26,7 @@ import os
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -455,7 +455,7 @@ class LayoutCache:
 
 # ---------------------------------------------------------------------------------------------- colour columns
 def colour_column(
-    metadata: dict[str, list[str]], flags: np.ndarray | None, column: str
+    metadata: Mapping[str, Sequence[str]], flags: np.ndarray | None, column: str
 ) -> tuple[list[str], np.ndarray]:
     """(categories, uint8 code per row) of a metadata column, or of the token kind of a model-token table.
 
@@ -481,7 +481,7 @@ def colour_column(
     return categories, code_of[inverse.ravel()]
 
 
-def colour_columns(metadata: dict[str, list[str]], flags: np.ndarray | None) -> list[str]:
+def colour_columns(metadata: Mapping[str, Sequence[str]], flags: np.ndarray | None) -> list[str]:
     """The columns a map can be coloured by: the token kind (model-token tables), then the metadata columns."""
     names = [TOKEN_KIND] if flags is not None else []
     return names + sorted(name for name in metadata if name != "readable")

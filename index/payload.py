@@ -78,7 +78,7 @@ def contiguous(column: pa.ChunkedArray | pa.Array) -> pa.Array:
         return column.cast(large.get(column.type, column.type)).combine_chunks()
 
 
-def _serialise(batch: pa.RecordBatch) -> memoryview:
+def serialise(batch: pa.RecordBatch) -> memoryview:
     """The batch as an Arrow IPC file in memory (a view of Arrow's buffer: no copy into bytes)."""
     sink = pa.BufferOutputStream()
     with pa.ipc.new_file(sink, batch.schema) as writer:
@@ -100,10 +100,10 @@ def payload_files(table: pa.Table) -> dict[str, bytes | memoryview]:
     ids = columns[0]
     order = sort_ids(ids)
     lookup = pa.RecordBatch.from_arrays([ids.take(pa.array(order)), pa.array(order, pa.int64())], names=["id", "row"])
-    return {PAYLOAD: _serialise(batch), ID_LOOKUP: _serialise(lookup)}
+    return {PAYLOAD: serialise(batch), ID_LOOKUP: serialise(lookup)}
 
 
-def _open_batch(path: Path) -> pa.RecordBatch:
+def open_batch(path: Path) -> pa.RecordBatch:
     """The file's one record batch, its buffers pointing into a read-only map of the file."""
     try:
         reader = pa.ipc.open_file(pa.memory_map(str(path), "r"))
@@ -179,8 +179,8 @@ class Payload:
         info = manifest.get(KIND)
         if not isinstance(info, dict):
             raise ArtifactError(f"table {directory.name!r}: a documents table whose manifest has no 'documents'")
-        batch = _open_batch(directory / PAYLOAD)
-        lookup = _open_batch(directory / ID_LOOKUP)
+        batch = open_batch(directory / PAYLOAD)
+        lookup = open_batch(directory / ID_LOOKUP)
         expected = [info["id_field"], *([info["text_field"]] if info.get("text_field") else []), *info["fields"]]
         rows = manifest.get("rows")
         problems = []

@@ -23,7 +23,7 @@ import logging
 import mmap
 import threading
 from collections import OrderedDict
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -38,6 +38,7 @@ from index.faiss_index import filtered_params, search_index, set_search_params
 from index.filters import RowSet, evaluate
 from index.knn import Hits, Neighbor, exact_knn, exact_knn_rows, keep_hits
 from index.lookup import Lookup, Resolved
+from index.metadata import load_metadata
 from index.payload import Payload
 from index.search import AnalogySearch, Answers, Method, Search, SearchOptions, VectorSearch
 from index.tokens import FLAG_CONTINUATION, FLAG_SPECIAL, FLAGS, Tokens
@@ -65,7 +66,7 @@ class Table:
         tokens: Tokens,
         index: faiss.Index | None,
         flags: np.ndarray | None = None,
-        metadata: dict[str, list[str]] | None = None,
+        metadata: Mapping[str, Sequence[str]] | None = None,
         payload: Payload | None = None,
     ) -> None:
         self.directory = directory
@@ -117,9 +118,7 @@ class Table:
             # memory would be read in whole through its first thousand queries.
             advise_random(vectors)
         flags = np.load(directory / FLAGS, mmap_mode="r") if (directory / FLAGS).is_file() else None
-        metadata = None
-        if (directory / artifact.METADATA).is_file():
-            metadata = json.loads((directory / artifact.METADATA).read_text())
+        metadata = load_metadata(directory)
         # Plain ndarray views of the read-only maps: indexing a np.memmap costs microseconds on every query.
         vectors, norms = vectors.view(np.ndarray), norms.view(np.ndarray)
         flags = None if flags is None else flags.view(np.ndarray)

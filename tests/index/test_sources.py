@@ -259,11 +259,27 @@ def test_projector_pair_keeps_kind_column(tmp_path: Path, data_dir: Path, glove_
     assert sniff_format(directory / "vectors.tsv") == "projector"
     table = import_ok(directory, data_dir)
     assert_rows(table, tokens, matrix)
-    assert table.metadata == {"kind": kinds}
+    assert {name: list(values) for name, values in table.metadata.items()} == {"kind": kinds}
     assert table.manifest["metadata_columns"] == ["kind"]
+    assert (data_dir / "t" / "metadata.arrow").is_file()  # memory-mapped, as a documents payload
     # The vectors file alone finds its metadata beside it.
     table = import_ok(directory / "vectors.tsv", data_dir, "t2")
-    assert table.metadata["kind"] == kinds
+    assert list(table.metadata["kind"]) == kinds
+
+
+def test_tables_with_json_metadata_still_load(tmp_path: Path, data_dir: Path, glove_rows) -> None:
+    """A table built when metadata was one JSON file (metadata.json) loads with the same columns."""
+    tokens, matrix = glove_rows
+    kinds = [f"k{i % 7}" for i in range(len(tokens))]
+    table = import_ok(_projector(tmp_path / "proj", tokens, matrix, kinds), data_dir)
+    directory = table.directory
+    (directory / "metadata.arrow").unlink()
+    (directory / "metadata.json").write_text(json.dumps({"kind": kinds}))
+    manifest = artifact.read_manifest(directory)
+    del manifest["files"]
+    artifact.write_manifest(directory, manifest)
+    old = Table.load(directory)
+    assert list(old.metadata["kind"]) == kinds and old.row_metadata(5) == {"kind": "k5"}
 
 
 def test_projector_metadata_follows_dropped_rows(tmp_path: Path, data_dir: Path, glove_rows) -> None:
@@ -278,7 +294,7 @@ def test_projector_metadata_follows_dropped_rows(tmp_path: Path, data_dir: Path,
     table = import_ok(directory, data_dir, "t", "--drop-invalid")
     keep = [i for i in range(100) if i != 10]
     assert list(table.tokens[:]) == [tokens[i] for i in keep]
-    assert table.metadata["kind"] == [kinds[i] for i in keep]
+    assert list(table.metadata["kind"]) == [kinds[i] for i in keep]
     assert table.manifest["cleaning"]["malformed_rows_dropped"] == 1
     assert table.manifest["cleaning"]["duplicate_tokens_dropped"] == 1
 

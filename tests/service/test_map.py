@@ -161,7 +161,7 @@ def test_export_reimports_as_a_projector_table(api: TestClient, small: Table, tm
     table = run_import(out, tmp_path / "data", "exported")
     ids = [small.resolve(r["token"]).id if "token" in r else r["id"] for r in rows]
     assert list(table.tokens[:]) == small.tokens.labels(ids)
-    assert table.metadata["group"] == ["colours", "colours", "", "numbers", "numbers", "numbers"]
+    assert list(table.metadata["group"]) == ["colours", "colours", "", "numbers", "numbers", "numbers"]
     original = np.asarray(small.vectors[ids], dtype=np.float64) * np.asarray(small.norms[ids])[:, None]
     again = np.asarray(table.vectors, dtype=np.float64) * np.asarray(table.norms)[:, None]
     np.testing.assert_allclose(again, original, rtol=1e-6, atol=1e-7)

@@ -44,6 +44,7 @@ SIF_COMPONENT = "sif_component.npy"  # a word table's common component (float64,
 COUNT_COLUMNS = ("count", "counts")  # metadata columns read as word counts
 WORD = re.compile(r"\w+")
 PREVIEW_CHARS = 60
+DENSE_MIXING = 1 << 12  # cells of a mixing matrix multiplied dense (below) or sparse (above)
 
 
 @dataclass(frozen=True, slots=True)
@@ -222,14 +223,20 @@ class Encoder:
 
     def means(self, pieces: Pieces, weights: np.ndarray, texts: int) -> tuple[np.ndarray, np.ndarray]:
         """Each text's weighted mean of its pieces' original rows (float64; zero for a text with none), and
-        how many pieces each has. A sparse (texts x distinct rows) mixing matrix times those rows."""
+        how many pieces each has: a (texts x distinct rows) mixing matrix times those rows, dense when it is
+        small (a few texts), sparse otherwise."""
         unique, inverse = np.unique(pieces.ids, return_inverse=True)
+        inverse = inverse.ravel()
         rows = np.asarray(self.table.vectors[unique], dtype=np.float64)
         rows *= np.asarray(self.table.norms[unique], dtype=np.float64)[:, None]
         used = np.bincount(pieces.text_of, minlength=texts)
         share = weights / np.maximum(used, 1)[pieces.text_of]
-        mixing = sparse.csr_matrix((share, (pieces.text_of, inverse.ravel())), shape=(texts, len(unique)))
-        means: np.ndarray = np.asarray(mixing @ rows, dtype=np.float64).reshape(texts, self.table.dim)
+        if texts * len(unique) <= DENSE_MIXING:
+            cells = np.bincount(pieces.text_of * len(unique) + inverse, share, minlength=texts * len(unique))
+            means: np.ndarray = cells.reshape(texts, len(unique)) @ rows
+        else:
+            mixing = sparse.csr_matrix((share, (pieces.text_of, inverse)), shape=(texts, len(unique)))
+            means = np.asarray(mixing @ rows, dtype=np.float64).reshape(texts, self.table.dim)
         return means, used
 
     def encode(self, texts: list[str], pooling: Pooling | None = None) -> Encoded:

@@ -40,24 +40,26 @@ def default_corpus() -> Path:
     return Path(datapath(DEFAULT_CORPUS))
 
 
-def read_lines(path: Path, batch: int = BATCH_LINES) -> Iterator[tuple[list[str], int]]:
-    """The corpus's lines in batches with their size in bytes, decoded strictly: a line that is not UTF-8 is
-    an error naming it."""
+def count_lines(path: Path) -> int:
+    with open_text(path) as handle:
+        return sum(1 for _ in handle)
+
+
+def read_lines(path: Path, batch: int = BATCH_LINES) -> Iterator[list[str]]:
+    """The corpus's lines in batches, decoded strictly: a line that is not UTF-8 is an error naming it."""
     with open_text(path) as handle:
         lines: list[str] = []
-        size = 0
         for number, raw in enumerate(handle, start=1):
             try:
                 lines.append(raw.decode("utf-8"))
             except UnicodeDecodeError as exc:
                 problem = f"not UTF-8 (byte 0x{raw[exc.start]:02x} at column {exc.start + 1})"
                 raise InputError(path, problem, number) from None
-            size += len(raw)
             if len(lines) == batch:
-                yield lines, size
-                lines, size = [], 0
+                yield lines
+                lines = []
         if lines:
-            yield lines, size
+            yield lines
 
 
 def first_component(gram: np.ndarray) -> tuple[np.ndarray, float]:
@@ -76,14 +78,14 @@ def corpus_component(encoder: Encoder, corpus: Path) -> tuple[np.ndarray, dict[s
     dim = encoder.table.dim
     gram = np.zeros((dim, dim), dtype=np.float64)
     lines = texts = 0
-    with Progress("sif", corpus.stat().st_size, "bytes") as progress:
-        for batch, size in read_lines(corpus):
+    with Progress("sif", count_lines(corpus), "lines") as progress:
+        for batch in read_lines(corpus):
             pieces = encoder.pieces(batch)
             means, used = encoder.means(pieces, encoder.weights(pieces.ids, "sif"), len(batch))
             known = means[used > 0]
             gram += known.T @ known
             lines, texts = lines + len(batch), texts + len(known)
-            progress.advance(size)
+            progress.advance(len(batch))
     if not texts:
         raise InputError(corpus, f"no line has a word of table {encoder.table.name!r} ({lines} lines)")
     component, share = first_component(gram)

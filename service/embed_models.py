@@ -36,9 +36,9 @@ class EmbedResponse(BaseModel):
     table: str
     pooling: Pooling
     dim: int
-    vectors: list[list[float]] = Field(description="one unit vector a text (float32 values)")
     tokens: list[int] = Field(description="per text: the tokens (words, or model pieces) its vector is made of")
     unknown: list[int] = Field(description="per text: words not in the table (model tables: special pieces)")
+    vectors: list[list[float]] = Field(description="one unit vector a text (float32 values)")
 
 
 # ------------------------------------------------------------------------------ OpenAI-compatible

@@ -41,8 +41,8 @@ async def encode(request: Request, table: Table, operation: str, texts: list[str
 )
 async def embed(request: Request, table: TableDep, body: EmbedRequest) -> Response:
     encoded = await encode(request, table, "embed", body.texts, body.pooling)
-    out = {"table": table.name, "pooling": encoded.pooling, "dim": table.dim, "vectors": encoded.vectors}
-    return FastJSON({**out, "tokens": encoded.tokens, "unknown": encoded.unknown})
+    out = {"table": table.name, "pooling": encoded.pooling, "dim": table.dim}
+    return FastJSON({**out, "tokens": encoded.tokens, "unknown": encoded.unknown, "vectors": encoded.vectors})
 
 
 def openai_responses(*codes: str) -> dict[int | str, dict[str, Any]]:

@@ -250,6 +250,8 @@ def test_openapi_lists_error_responses_for_every_operation(api: TestClient) -> N
         (f"{table}/map/labels", "get"),
         (f"{table}/map/colours/{{column}}", "get"),
         (f"{table}/export", "post"),
+        (f"{table}/embed", "post"),
+        ("/v1/embeddings", "post"),
         ("/v1/explorer", "get"),
         ("/v1/admin/reload", "post"),
     }
@@ -262,7 +264,8 @@ def test_openapi_lists_error_responses_for_every_operation(api: TestClient) -> N
             assert expected <= set(responses), (path, method, sorted(responses))
         for status, response in responses.items():
             if status != "200":
-                assert response["content"]["application/json"]["schema"]["$ref"] == envelope_ref, (path, status)
+                ref = "#/components/schemas/OpenAIErrorResponse" if path == "/v1/embeddings" else envelope_ref
+                assert response["content"]["application/json"]["schema"]["$ref"] == ref, (path, status)
     assert "503" in schema["paths"]["/readyz"]["get"]["responses"]
     query = {
         (path, p["name"]): p["required"]

@@ -1,5 +1,6 @@
 // Embedding explorer: a small page over the JSON API (no build step, no dependencies).
 
+import { DocumentSearch } from "/static/documents.js";
 import { TableMap } from "/static/tablemap.js";
 
 const K_NEIGHBOURS = 8;
@@ -18,7 +19,7 @@ const DEFAULT_WORDS = [
 ].join("\n");
 const DEFAULTS = {
   table: "", word: "", a: "man", b: "king", c: "woman", expect: "", method: "3cosadd", x: "cat", y: "dog", words: "",
-  axes: "", proj: "", q: "",
+  axes: "", proj: "", q: "", doc: "", filter: "", offset: "", per: "",
 };
 const URL_KEYS = Object.keys(DEFAULTS);
 
@@ -28,6 +29,8 @@ const pending = {}; // section -> number of its latest request, so stale answers
 let lastMap = null;
 let config = { default_table: null, tsne_rows: 0, tsne_available: false, max_export_rows: 50000 };
 let tableMap = null;
+let documentSearch = null;
+let tables = []; // GET /v1/tables
 
 // ------------------------------------------------------------------ helpers
 function el(tag, attrs = {}, ...children) {
@@ -610,9 +613,10 @@ async function loadTables() {
     $("table-info").textContent = data.error?.message || "could not list tables";
     return false;
   }
-  const tables = data.tables || [];
+  tables = data.tables || [];
+  const note = { tokens: ", model tokens", documents: ", documents" };
   select.replaceChildren(...tables.map((t) => el("option", { value: t.name },
-    `${t.name} (${t.rows.toLocaleString("en")} × ${t.dim}${t.kind === "tokens" ? ", model tokens" : ""})`)));
+    `${t.name} (${t.rows.toLocaleString("en")} × ${t.dim}${note[t.kind] || ""})`)));
   if (!tables.length) {
     $("table-info").textContent = "no tables loaded";
     return false;
@@ -632,6 +636,7 @@ async function loadTables() {
   }
   select.addEventListener("change", () => {
     state.table = select.value;
+    Object.assign(state, { doc: "", filter: "", offset: "" }); // a document query belongs to its table
     showTableInfo(tables);
     writeURL(true);
     runAll();
@@ -645,7 +650,26 @@ function showTableInfo(tables) {
   $("table-info").textContent = table ? `${table.kind || "words"} · ${index} index` : "";
 }
 
+/** The cards for a table's kind: the Search card for documents tables, the word cards for the others. */
+function tableKind() {
+  const kind = tables.find((t) => t.name === state.table)?.kind;
+  return kind === "documents" || kind === "tokens" ? kind : "words";
+}
+
+function showCards(kind) {
+  $("cards").dataset.kind = kind;
+  for (const card of $("cards").querySelectorAll(":scope > [data-kinds]")) {
+    card.hidden = !card.dataset.kinds.split(" ").includes(kind);
+  }
+}
+
 function runAll() {
+  const kind = tableKind();
+  showCards(kind);
+  if (kind === "documents") {
+    documentSearch.open(tables.find((t) => t.name === state.table));
+    return;
+  }
   runTableMap();
   runMap();
   runNeighbours();
@@ -768,7 +792,8 @@ async function main() {
       writeURL();
     },
   });
-  window.explorer = { tableMap, state, get lastMap() { return lastMap; } };
+  documentSearch = new DocumentSearch($("doc-search"), { api, tablePath, el, errorBox, state, writeURL });
+  window.explorer = { tableMap, documentSearch, state, get lastMap() { return lastMap; } };
   readURL();
   fillInputs();
   wire();

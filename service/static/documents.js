@@ -1,0 +1,583 @@
+// The Search card of a documents table: the documents most like one document (POST .../search {"id"}), filtered
+// by the table's fields with controls built from GET .../fields, paged by offset. Each hit shows its score, id,
+// fields and the start of its text, with the words it shares with the query document marked.
+
+const DEFAULT_K = 10;
+const CHIPS_SHOWN = 8; // values of a field shown before its "more" button
+const SNIPPET_CHARS = 240; // whole sentences from the start of a text, until about this long
+const MIN_WORD = 3; // shorter words are never marked
+// Common English words, never marked as shared: two news stories share "the" and "said" whatever they are about.
+const STOPWORDS = new Set((
+  "about after again all also and any are because been before being but can could did does down during each few " +
+  "for from had has have her here hers him his how into its just more most not now off once only other our out " +
+  "over own said same she should some such than that the their theirs them then there these they this those " +
+  "through too under until very was were what when where which while who whom why will with would you your"
+).split(" "));
+
+/**
+ * Text queries: the card has a text box that stays disabled while the page has no way to search by text. One plugs
+ * in here: ``query(table, text)`` resolving to {ok: true, query} (the request's query part: {"vector": …} from an
+ * encoder, or a keyword search's fields) or, as the page's api() answers, {ok: false, status, data: {error}}. With
+ * one set, the box is enabled, a text in it is searched before the document id, and each hit marks its words.
+ */
+export const textSearch = { query: null };
+
+let uid = 0;
+const nextId = (stem) => `${stem}-${++uid}`;
+const WORD = /[\p{L}\p{N}]+(?:['’][\p{L}]+)*/gu;
+
+/** The distinct lower-cased words of ``text`` that may be marked. */
+function markable(text) {
+  const words = new Set();
+  for (const [word] of (text || "").matchAll(WORD)) {
+    const lower = word.toLowerCase();
+    if (lower.length >= MIN_WORD && !STOPWORDS.has(lower)) words.add(lower);
+  }
+  return words;
+}
+
+/** Whole sentences from the start of ``text``, about SNIPPET_CHARS long (cut at a word when one is longer). */
+function snippet(text) {
+  const sentences = (text || "").match(/[^.!?]+(?:[.!?]+["'’”)]*|$)\s*/g) || [];
+  let out = "";
+  for (const sentence of sentences) {
+    if (out && out.length + sentence.length > SNIPPET_CHARS) break;
+    out += sentence;
+  }
+  out = out.trim();
+  if (out.length > SNIPPET_CHARS * 1.5) out = `${out.slice(0, SNIPPET_CHARS).replace(/\s+\S*$/, "")}`;
+  return out.length < (text || "").trim().length ? `${out} …` : out;
+}
+
+/** Filter JSON text as the URL keeps it (compact), or the text itself when it is not JSON. */
+function compact(text) {
+  try {
+    return text.trim() ? JSON.stringify(JSON.parse(text)) : "";
+  } catch {
+    return text.trim();
+  }
+}
+
+/** Filter JSON text for the text box: one top-level condition per line. */
+function pretty(text) {
+  let spec;
+  try {
+    spec = JSON.parse(text);
+  } catch {
+    return text;
+  }
+  if (!isPlain(spec) || !Object.keys(spec).length) return JSON.stringify(spec);
+  const lines = Object.entries(spec).map(([key, value]) => `  ${JSON.stringify(key)}: ${JSON.stringify(value)}`);
+  return `{\n${lines.join(",\n")}\n}`;
+}
+
+const DAY_MS = 86_400_000;
+const dayAfter = (day, step = 1) => new Date(Date.parse(`${day}T00:00:00Z`) + step * DAY_MS).toISOString().slice(0, 10);
+const isNumber = (v) => typeof v === "number" && Number.isFinite(v);
+const isPlain = (v) => v !== null && typeof v === "object" && !Array.isArray(v);
+const only = (object, keys) => isPlain(object) && Object.keys(object).every((k) => keys.includes(k));
+
+/** A field's value as a hit shows it. */
+export function showValue(value, type) {
+  if (value === null || value === undefined) return "—";
+  if (Array.isArray(value)) return value.length ? value.join(", ") : "(none)";
+  if (type === "float") return String(+value.toFixed(4));
+  if (type === "boolean") return value ? "yes" : "no";
+  return String(value);
+}
+
+export class DocumentSearch {
+  /**
+   * @param {HTMLElement} root the Search card
+   * @param {{api: Function, tablePath: Function, el: Function, errorBox: Function, state: object,
+   *          writeURL: Function}} deps the page's helpers and its URL state (keys doc, filter, offset, per)
+   */
+  constructor(root, deps) {
+    this.root = root;
+    this.deps = deps;
+    this.table = null;
+    this.summary = null;
+    this.example = "";
+    this.controls = [];
+    this.documents = new Map(); // id -> promise of the query document ({id, text}), or null when unknown
+    this.ticket = 0;
+    this.last = null; // {body, status, data}: the latest request and its answer
+    this.wire();
+  }
+
+  $(id) {
+    return this.root.querySelector(`#${id}`);
+  }
+
+  // ------------------------------------------------------------------ opening a table
+  /** Show the card for ``summary`` (a documents table from GET /v1/tables) with the query in the URL state. */
+  async open(summary) {
+    if (summary.name !== this.table) {
+      this.table = summary.name;
+      this.summary = summary;
+      this.documents.clear();
+      this.controls = [];
+      this.$("ds-controls").replaceChildren(this.deps.el("p", { class: "muted" }, "Loading the fields…"));
+      const { api, tablePath } = this.deps;
+      const [stats, first] = await Promise.all([api(tablePath("fields")), api(tablePath("ids/0"))]);
+      if (this.table !== summary.name) return;
+      this.example = first.ok ? String(first.data.token) : "";
+      this.$("ds-id").placeholder = this.example ? `a document id, e.g. ${this.example}` : "a document id";
+      this.buildControls(stats);
+    }
+    this.enableText();
+    this.fill();
+    await this.run();
+  }
+
+  /** The text box: on only when a text search is plugged in (see ``textSearch``). */
+  enableText() {
+    const on = typeof textSearch.query === "function";
+    this.$("ds-text").disabled = !on;
+    this.$("ds-text-note").hidden = on;
+  }
+
+  /** The inputs as the URL state says. */
+  fill() {
+    const { state } = this.deps;
+    this.$("ds-id").value = state.doc || this.example;
+    this.$("ds-k").value = String(this.k());
+    this.$("ds-filter").value = state.filter ? pretty(state.filter) : "";
+    this.writeControls(state.filter || "");
+  }
+
+  k() {
+    const k = Number(this.deps.state.per);
+    return [5, 10, 20, 50].includes(k) ? k : DEFAULT_K;
+  }
+
+  offset() {
+    const offset = Number(this.deps.state.offset);
+    return Number.isInteger(offset) && offset > 0 ? offset : 0;
+  }
+
+  // ------------------------------------------------------------------ filter controls
+  buildControls({ ok, data }) {
+    const box = this.$("ds-controls");
+    if (!ok) {
+      box.replaceChildren(this.deps.errorBox(data.error || {}));
+      return;
+    }
+    const changed = () => this.controlsChanged();
+    this.controls = Object.entries(data.fields).map(([name, stats]) => this.control(name, stats, data.rows, changed));
+    box.replaceChildren(...this.controls.map((c) => c.node));
+    if (!this.controls.length) box.replaceChildren(this.deps.el("p", { class: "muted" }, "No fields to filter on."));
+  }
+
+  /** One field's control: {name, node, read() -> its filter or undefined, write(filter) -> whether it could}. */
+  control(name, stats, rows, onChange) {
+    const { el } = this.deps;
+    const head = nextId("ds-field");
+    const n = (count) => count.toLocaleString("en");
+    const set = stats.non_null === rows ? "every document" : `${n(stats.non_null)} of ${n(rows)}`;
+    const node = el("div", { class: "ds-field", role: "group", "aria-labelledby": head, "data-field": name },
+      el("div", { class: "ds-field-name", id: head }, name, " ",
+        el("span", { class: "muted" }, `${stats.type.replace("_", " ")} · ${set}`)));
+    const make = { string: valuePicker, string_list: valuePicker, boolean: triState, timestamp: dateRange };
+    const part = (make[stats.type] || numberRange)(el, name, stats, onChange);
+    node.append(...part.nodes);
+    return { name, node, read: part.read, write: part.write, reset: () => part.write(undefined) };
+  }
+
+  readControls() {
+    const spec = {};
+    for (const control of this.controls) {
+      const value = control.read();
+      if (value !== undefined) spec[control.name] = value;
+    }
+    return spec;
+  }
+
+  /** Set the controls from filter JSON text where they can show it (one condition per field, of their shapes);
+   * a note says when the filter holds more than they show. */
+  writeControls(text) {
+    let spec = {};
+    try {
+      spec = text ? JSON.parse(text) : {};
+    } catch {
+      spec = null;
+    }
+    const plain = isPlain(spec);
+    let fits = plain && Object.keys(spec).every((name) => this.controls.some((c) => c.name === name));
+    for (const control of this.controls) fits = control.write(plain ? spec[control.name] : undefined) && fits;
+    this.$("ds-hand").hidden = fits || !this.controls.length;
+  }
+
+  controlsChanged() {
+    const spec = this.readControls();
+    const text = Object.keys(spec).length ? JSON.stringify(spec) : "";
+    this.$("ds-filter").value = text && pretty(text);
+    this.$("ds-hand").hidden = true;
+    Object.assign(this.deps.state, { filter: text, offset: "" });
+    this.deps.writeURL(true);
+    this.run();
+  }
+
+  // ------------------------------------------------------------------ searching
+  wire() {
+    this.$("ds-form").addEventListener("submit", (event) => {
+      event.preventDefault();
+      const filter = compact(this.$("ds-filter").value);
+      const per = this.$("ds-k").value;
+      Object.assign(this.deps.state, {
+        doc: this.$("ds-id").value.trim(), filter, offset: "", per: per === String(DEFAULT_K) ? "" : per,
+      });
+      this.writeControls(filter);
+      this.deps.writeURL(true);
+      this.run();
+    });
+    this.$("ds-k").addEventListener("change", () => this.$("ds-form").requestSubmit());
+    this.$("ds-filter").addEventListener("keydown", (event) => {
+      if (event.key === "Enter" && !event.shiftKey) {
+        event.preventDefault();
+        this.$("ds-form").requestSubmit();
+      }
+    });
+    this.$("ds-clear").addEventListener("click", () => {
+      for (const control of this.controls) control.reset();
+      this.controlsChanged();
+    });
+  }
+
+  /** The query document's text (for the words it shares with each hit); null when it cannot be had. */
+  document(id) {
+    if (!this.documents.has(id)) {
+      const path = this.deps.tablePath(`documents/${encodeURIComponent(id)}?fields=`);
+      this.documents.set(id, this.deps.api(path).then(({ ok, data }) => (ok ? data : null)));
+    }
+    return this.documents.get(id);
+  }
+
+  searchFrom(id) {
+    Object.assign(this.deps.state, { doc: id, offset: "" });
+    this.$("ds-id").value = id;
+    this.$("ds-text").value = "";
+    this.deps.writeURL(true);
+    this.run();
+  }
+
+  page(offset) {
+    this.deps.state.offset = offset ? String(offset) : "";
+    this.deps.writeURL(true);
+    this.run().then(() => this.root.scrollIntoView({ block: "start" }));
+  }
+
+  /** A text query, when a text search is plugged in and the text box has text; else "". */
+  textQuery() {
+    return typeof textSearch.query === "function" ? this.$("ds-text").value.trim() : "";
+  }
+
+  async run() {
+    const { el, api, tablePath, errorBox, state } = this.deps;
+    const out = this.$("ds-out");
+    const text = this.textQuery();
+    const id = state.doc || this.example;
+    const ticket = ++this.ticket;
+    if (!id && !text) return out.replaceChildren(el("p", { class: "muted" }, "Give a document id to search from."));
+    let filter = null;
+    const spec = (state.filter || "").trim();
+    if (spec) {
+      try {
+        filter = JSON.parse(spec);
+      } catch (err) {
+        this.last = null;
+        return out.replaceChildren(errorBox({ message: `The filter is not valid JSON: ${err.message}` }));
+      }
+    }
+    const page = { k: this.k(), offset: this.offset(), ...(filter === null ? {} : { filter }) };
+    out.setAttribute("aria-busy", "true");
+    let body;
+    let query; // what the hits are marked against: {label, text}
+    if (text) {
+      const asked = await textSearch.query(this.table, text);
+      if (ticket !== this.ticket) return;
+      if (!asked.ok) {
+        out.removeAttribute("aria-busy");
+        return out.replaceChildren(this.failure(asked));
+      }
+      body = { ...asked.query, ...page };
+      query = { label: `“${text}”`, text, words: markable(text) };
+    } else {
+      body = { id, ...page };
+    }
+    const [answer, document] = await Promise.all([api(tablePath("search"), body), text ? null : this.document(id)]);
+    if (ticket !== this.ticket) return;
+    out.removeAttribute("aria-busy");
+    query ??= { label: id, text: document?.text || "", words: markable(document?.text), id };
+    this.last = { body, status: answer.status, data: answer.data };
+    if (!answer.ok) return out.replaceChildren(this.failure(answer), this.request(body));
+    out.replaceChildren(...this.results(body, answer.data, query), this.request(body));
+  }
+
+  failure({ status, data }) {
+    const { el, errorBox } = this.deps;
+    const error = data?.error || {};
+    const box = errorBox(error);
+    box.append(el("p", { class: "muted ds-code" }, `${error.code || "error"} · HTTP ${status || "—"}`));
+    if (error.code === "unknown_document" && this.example) {
+      box.append(el("p", { class: "muted" }, `Ids are as the documents were imported, e.g. ${this.example}.`));
+    }
+    return box;
+  }
+
+  /** The request as sent, to copy. */
+  request(body) {
+    const { el } = this.deps;
+    return el("details", { class: "ds-request" },
+      el("summary", {}, `Request: POST ${this.deps.tablePath("search")}`),
+      el("pre", { id: "ds-request" }, JSON.stringify(body, null, 1).replace(/\n\s*/g, " ")));
+  }
+
+  results(body, data, query) {
+    const { el } = this.deps;
+    const hits = data.hits || [];
+    const rows = this.summary.rows;
+    const types = Object.fromEntries(Object.entries(this.summary.documents?.fields || {}).map(([n, f]) => [n, f.type]));
+    const shared = query.words;
+    const head = el("p", { class: "answer" }, query.id ? "More like " : "Nearest to ",
+      el("strong", { class: "ds-query" }, query.label));
+    if (query.id && query.text) {
+      head.append(el("span", { class: "muted ds-query-text" }, ` — ${snippet(query.text)}`));
+    }
+    const count = el("p", { class: "ds-count" });
+    if (data.passing !== undefined) {
+      count.append(el("strong", { class: "ds-passing" }, data.passing.toLocaleString("en")),
+        ` of ${rows.toLocaleString("en")} documents pass the filter`);
+    } else {
+      count.append(`${rows.toLocaleString("en")} documents, no filter`);
+    }
+    const range = hits.length ? `hits ${body.offset + 1}–${body.offset + hits.length}` : "no hits";
+    count.append(` · ${range}`);
+    const list = el("ol", { class: "ds-hits", start: body.offset + 1 });
+    for (const hit of hits) list.append(this.hit(hit, types, shared));
+    const parts = [head, count];
+    if (hits.length && shared.size) {
+      const against = query.id ? "" : "the query ";
+      parts.push(el("p", { class: "muted ds-legend" }, `Marked: the words a hit shares with ${against}`,
+        el("strong", {}, query.label), ` (${MIN_WORD} letters or more, common English words left out).`));
+    }
+    if (!hits.length) {
+      parts.push(el("p", { class: "muted" }, body.offset ? "No more hits: go back a page."
+        : data.passing === 0 ? "No document passes the filter." : "No hits."));
+    }
+    parts.push(list, this.pager(body, hits.length, data.passing));
+    return parts;
+  }
+
+  hit(hit, types, shared) {
+    const { el } = this.deps;
+    const words = markable(hit.text);
+    const common = new Set([...words].filter((w) => shared.has(w)));
+    const values = el("ul", { class: "ds-values" });
+    for (const [name, value] of Object.entries(hit.fields || {})) {
+      values.append(el("li", { "data-field": name }, el("span", { class: "ds-key" }, name), " ",
+        el("span", { class: "ds-value" }, showValue(value, types[name]))));
+    }
+    const item = el("li", { class: "ds-hit", "data-id": String(hit.id) },
+      el("div", { class: "ds-hit-head" },
+        el("span", { class: "ds-id" }, String(hit.id)),
+        el("span", { class: "score", title: "cosine with the query" }, hit.score.toFixed(3)),
+        shared.size ? el("span", { class: "muted ds-shared" }, `${common.size} shared words`) : null,
+        el("button", {
+          type: "button", class: "secondary small ds-more", onclick: () => this.searchFrom(String(hit.id)),
+          "aria-label": `More like ${hit.id}`,
+        }, "more like this")),
+      values);
+    if (hit.text) {
+      const start = snippet(hit.text);
+      item.append(el("p", { class: "ds-snippet" }, ...marked(el, start, common)));
+      if (start.endsWith(" …")) {
+        item.append(el("details", { class: "ds-whole" },
+          el("summary", {}, `whole text (${hit.text.length.toLocaleString("en")} characters)`),
+          el("p", {}, ...marked(el, hit.text, common))));
+      }
+    }
+    return item;
+  }
+
+  pager(body, shown, passing) {
+    const { el } = this.deps;
+    const { k, offset } = body;
+    const more = shown === k && (passing === undefined || offset + k < passing);
+    return el("div", { class: "row ds-pages", role: "navigation", "aria-label": "Pages of hits" },
+      el("button", {
+        type: "button", class: "secondary small ds-prev", onclick: () => this.page(Math.max(0, offset - k)),
+        ...(offset > 0 ? {} : { disabled: "" }),
+      }, "← previous"),
+      el("span", { class: "muted" }, `page ${Math.floor(offset / k) + 1}`),
+      el("button", { type: "button", class: "secondary small ds-next", onclick: () => this.page(offset + k),
+        ...(more ? {} : { disabled: "" }) }, "next →"));
+  }
+}
+
+/** ``text`` as nodes, the words in ``words`` (lower-cased) inside <mark>. */
+function marked(el, text, words) {
+  if (!words.size) return [text];
+  const nodes = [];
+  let at = 0;
+  for (const match of text.matchAll(WORD)) {
+    if (!words.has(match[0].toLowerCase())) continue;
+    if (match.index > at) nodes.push(text.slice(at, match.index));
+    nodes.push(el("mark", {}, match[0]));
+    at = match.index + match[0].length;
+  }
+  nodes.push(text.slice(at));
+  return nodes;
+}
+
+// ---------------------------------------------------------------------- the controls of each field type
+/** Strings and tags: the most common values as check chips (any of them), and a box for another value when the
+ * field has more values than GET .../fields lists. */
+function valuePicker(el, name, stats, onChange) {
+  const values = stats.values || [];
+  const boxes = values.map(({ value, count }, i) => {
+    const input = el("input", { type: "checkbox", value, onchange: onChange });
+    const chip = el("label", { class: "ds-chip", ...(i >= CHIPS_SHOWN ? { hidden: "" } : {}) },
+      input, value, el("span", { class: "ds-n" }, count.toLocaleString("en")));
+    return { input, chip };
+  });
+  const chips = el("div", { class: "ds-chips" }, ...boxes.map((b) => b.chip));
+  const nodes = [chips];
+  const hidden = boxes.length - CHIPS_SHOWN;
+  let more = null;
+  if (hidden > 0) {
+    more = el("button", { type: "button", class: "secondary small ds-more-values" }, `${hidden} more`);
+    more.addEventListener("click", () => {
+      for (const b of boxes) b.chip.hidden = false;
+      more.remove();
+    });
+    chips.append(more);
+  }
+  const showAll = () => more?.click();
+  let other = null;
+  if (stats.distinct > values.length) {
+    const id = nextId("ds-other");
+    const what = stats.type === "string_list" ? "tag" : "value";
+    other = el("input", {
+      id, type: "search", placeholder: `another ${what}`, autocomplete: "off", spellcheck: "false",
+    });
+    other.addEventListener("change", onChange);
+    other.addEventListener("keydown", (event) => {
+      if (event.key === "Enter") {
+        event.preventDefault();
+        onChange();
+      }
+    });
+    nodes.push(el("div", { class: "row ds-other" },
+      el("label", { for: id },
+        `or any other (the ${values.length} most common of ${stats.distinct.toLocaleString("en")} are listed)`),
+      other));
+  }
+  if (!values.length) nodes.push(el("p", { class: "muted" }, "no values"));
+  const read = () => {
+    const chosen = boxes.filter((b) => b.input.checked).map((b) => b.input.value);
+    const extra = other?.value.trim();
+    if (extra && !chosen.includes(extra)) chosen.push(extra);
+    if (!chosen.length) return undefined;
+    return chosen.length === 1 ? chosen[0] : { in: chosen };
+  };
+  const write = (spec) => {
+    for (const b of boxes) b.input.checked = false;
+    if (other) other.value = "";
+    if (spec === undefined) return true;
+    const wanted = typeof spec === "string" ? [spec] : only(spec, ["in"]) && Array.isArray(spec.in) ? spec.in : null;
+    if (!wanted || !wanted.every((v) => typeof v === "string")) return false;
+    let fits = true;
+    for (const value of wanted) {
+      const box = boxes.find((b) => b.input.value === value);
+      if (box) {
+        box.input.checked = true;
+        if (box.chip.hidden) showAll();
+      } else if (other && !other.value) other.value = value;
+      else fits = false;
+    }
+    return fits;
+  };
+  return { nodes, read, write };
+}
+
+/** Booleans: any, yes or no. */
+function triState(el, name, stats, onChange) {
+  const group = nextId("ds-bool");
+  const counts = Object.fromEntries((stats.values || []).map((v) => [String(v.value), v.count]));
+  const radios = [["any", ""], ["yes", "true"], ["no", "false"]].map(([label, value]) => {
+    const input = el("input", { type: "radio", name: group, value, onchange: onChange });
+    if (!value) input.checked = true;
+    const n = value ? el("span", { class: "ds-n" }, (counts[value] || 0).toLocaleString("en")) : null;
+    return { input, node: el("label", { class: "ds-radio" }, input, label, n) };
+  });
+  const read = () => {
+    const value = radios.find((r) => r.input.checked)?.input.value;
+    return value ? value === "true" : undefined;
+  };
+  const write = (spec) => {
+    const value = spec === undefined ? "" : typeof spec === "boolean" ? String(spec) : null;
+    for (const r of radios) r.input.checked = r.input.value === (value ?? "");
+    return value !== null;
+  };
+  return { nodes: [el("div", { class: "row ds-tri" }, ...radios.map((r) => r.node))], read, write };
+}
+
+/** Integers and floats: from and to (inclusive), the field's range as placeholders. */
+function numberRange(el, name, stats, onChange) {
+  const step = stats.type === "integer" ? "1" : "any";
+  const show = (v) => (isNumber(v) ? String(stats.type === "float" ? +v.toFixed(4) : v) : "");
+  const [low, high] = ["from", "to"].map((word, i) => {
+    const id = nextId("ds-num");
+    const bound = i ? stats.max : stats.min;
+    const input = el("input", {
+      id, type: "number", step, inputmode: "decimal", placeholder: show(bound), onchange: onChange,
+    });
+    return { input, nodes: [el("label", { for: id }, word), input] };
+  });
+  const read = () => {
+    const spec = {};
+    if (low.input.value !== "" && isNumber(low.input.valueAsNumber)) spec.gte = low.input.valueAsNumber;
+    if (high.input.value !== "" && isNumber(high.input.valueAsNumber)) spec.lte = high.input.valueAsNumber;
+    return Object.keys(spec).length ? spec : undefined;
+  };
+  const write = (spec) => {
+    low.input.value = "";
+    high.input.value = "";
+    if (spec === undefined) return true;
+    if (!only(spec, ["gte", "lte"]) || !Object.values(spec).every(isNumber)) return false;
+    if (spec.gte !== undefined) low.input.value = String(spec.gte);
+    if (spec.lte !== undefined) high.input.value = String(spec.lte);
+    return true;
+  };
+  return { nodes: [el("div", { class: "row ds-range" }, ...low.nodes, ...high.nodes)], read, write };
+}
+
+/** Timestamps: from the start of one day to the end of another (UTC), within the field's range. */
+function dateRange(el, name, stats, onChange) {
+  const [first, last] = [stats.min, stats.max].map((v) => (typeof v === "string" ? v.slice(0, 10) : ""));
+  const [low, high] = ["from", "to"].map((word) => {
+    const id = nextId("ds-date");
+    const input = el("input", { id, type: "date", onchange: onChange, ...(first ? { min: first, max: last } : {}) });
+    return { input, nodes: [el("label", { for: id }, word), input] };
+  });
+  const read = () => {
+    const spec = {};
+    if (low.input.value) spec.gte = `${low.input.value}T00:00:00Z`;
+    if (high.input.value) spec.lt = `${dayAfter(high.input.value)}T00:00:00Z`;
+    return Object.keys(spec).length ? spec : undefined;
+  };
+  const midnight = (v) => typeof v === "string" && /^\d{4}-\d{2}-\d{2}T00:00:00Z$/.test(v);
+  const write = (spec) => {
+    low.input.value = "";
+    high.input.value = "";
+    if (spec === undefined) return true;
+    if (!only(spec, ["gte", "lt"]) || !Object.values(spec).every(midnight)) return false;
+    if (spec.gte) low.input.value = spec.gte.slice(0, 10);
+    if (spec.lt) high.input.value = dayAfter(spec.lt.slice(0, 10), -1);
+    return true;
+  };
+  const range = first ? el("p", { class: "muted ds-span" }, `${first} to ${last} (UTC)`) : null;
+  const nodes = [el("div", { class: "row ds-range" }, ...low.nodes, ...high.nodes), range].filter(Boolean);
+  return { nodes, read, write };
+}

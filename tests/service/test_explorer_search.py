@@ -1,0 +1,388 @@
+"""The explorer's Search card for documents tables, driven in headless Chromium against a real ``embedding-serve``
+process serving gensim's Lee corpus (``lee``, 300 news stories with fields) beside a words table (``small``, the
+20,000 most frequent GloVe words), so that the page switches cards with the table.
+
+Every list of hits the page shows is compared with the API's own answer to the request the page sent, fetched
+here with httpx; the filter is checked against what its controls were set to, paging against offsets, more like
+this against the new query, and errors against the API's envelope.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+import pytest
+
+from tests.lee import Lee
+from tests.service import real_server
+from tests.service.test_explorer import (
+    CHROMIUM,
+    CHROMIUM_ARGS,
+    SCREENSHOTS,
+    Watched,
+    playwright_api,
+    save_screenshot,
+)
+
+DOCS, WORDS = "lee", "small"
+FIRST = "lee-000"  # the first document: the card's query until one is given
+DOCUMENTS_JS = "/static/documents.js"
+
+
+@pytest.fixture(scope="module")
+def server(lee_data_dir: Path, small_data_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    data_dir = tmp_path_factory.mktemp("search-data")
+    shutil.copytree(lee_data_dir / DOCS, data_dir / DOCS)
+    shutil.copytree(small_data_dir / WORDS, data_dir / WORDS)
+    started = real_server.start(data_dir, tmp_path_factory.mktemp("search-log") / "serve.log")
+    try:
+        yield started.base
+    finally:
+        started.stop()
+
+
+@pytest.fixture(scope="module")
+def api(server: str) -> Iterator[httpx.Client]:
+    with httpx.Client(base_url=server, timeout=30) as client:
+        yield client
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    with playwright_api.sync_playwright() as p:
+        chromium = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield chromium
+        chromium.close()
+
+
+@pytest.fixture
+def watched(browser: Any) -> Iterator[Watched]:
+    page = Watched(browser)
+    yield page
+    page.close()
+
+
+def open_search(watched: Watched, base: str, query: str = "") -> Any:
+    page = watched.page
+    page.goto(f"{base}/?table={DOCS}{query}")
+    settle(page)
+    return page
+
+
+def settle(page: Any) -> None:
+    """Until the card shows an answer (hits, or an error) to its latest request."""
+    page.wait_for_selector("#ds-out:not([aria-busy]) :is(.ds-count, .error)")
+    page.wait_for_function("() => !document.querySelector('#ds-out[aria-busy]')")
+
+
+def sent(page: Any) -> dict[str, Any]:
+    """The request body the page sent last, as it shows it."""
+    body: dict[str, Any] = json.loads(page.text_content("#ds-request") or "")
+    return body
+
+
+def search(api: httpx.Client, body: dict[str, Any]) -> httpx.Response:
+    return api.post(f"/v1/tables/{DOCS}/search", json=body)
+
+
+def shown_hits(page: Any) -> list[dict[str, Any]]:
+    return page.eval_on_selector_all(
+        "#ds-out .ds-hit",
+        """items => items.map(li => ({
+            id: li.querySelector('.ds-id').textContent,
+            score: li.querySelector('.score').textContent,
+            fields: Object.fromEntries([...li.querySelectorAll('.ds-values li')].map(
+                v => [v.dataset.field, v.querySelector('.ds-value').textContent])),
+            snippet: li.querySelector('.ds-snippet')?.textContent ?? '',
+            marked: [...li.querySelectorAll('.ds-snippet mark')].map(m => m.textContent),
+        }))""",
+    )
+
+
+def shown(value: Any, kind: str) -> str:
+    """A field value as the card writes it."""
+    if value is None:
+        return "—"
+    if isinstance(value, list):
+        return ", ".join(value) if value else "(none)"
+    if kind == "float":
+        return f"{value:.4f}".rstrip("0").rstrip(".")
+    if kind == "boolean":
+        return "yes" if value else "no"
+    return str(value)
+
+
+def assert_same_hits(page: Any, api: httpx.Client, types: dict[str, str]) -> dict[str, Any]:
+    """The hits shown are the API's answer to the request the page sent (ids, scores, fields, text)."""
+    body = sent(page)
+    answer = search(api, body).json()
+    hits = shown_hits(page)
+    assert [h["id"] for h in hits] == [h["id"] for h in answer["hits"]]
+    assert [h["score"] for h in hits] == [f"{h['score']:.3f}" for h in answer["hits"]]
+    for got, want in zip(hits, answer["hits"], strict=True):
+        assert got["fields"] == {name: shown(value, types[name]) for name, value in want["fields"].items()}
+        start = got["snippet"].removesuffix(" …")
+        assert want["text"].startswith(start) and len(start) >= min(len(want["text"]), 40)
+    ranks = page.eval_on_selector("#ds-out .ds-hits", "ol => ol.start")
+    assert ranks == body["offset"] + 1
+    passing = page.locator("#ds-out .ds-passing")
+    if "passing" in answer:
+        assert passing.inner_text() == f"{answer['passing']:,}"
+    else:
+        assert passing.count() == 0
+    return answer
+
+
+@pytest.fixture(scope="module")
+def types(api: httpx.Client) -> dict[str, str]:
+    fields = api.get(f"/v1/tables/{DOCS}").json()["documents"]["fields"]
+    return {name: field["type"] for name, field in fields.items()}
+
+
+def test_a_documents_table_shows_the_search_card_and_a_words_table_the_word_cards(
+    server: str, api: httpx.Client, watched: Watched, types: dict[str, str]
+) -> None:
+    page = open_search(watched, server)
+    assert page.is_visible("#doc-search") and not page.is_visible("#neighbours") and not page.is_visible("#table-map")
+    assert "documents" in page.inner_text(f"#table option[value='{DOCS}']")
+    assert page.input_value("#ds-id") == FIRST and page.is_disabled("#ds-text")
+    assert "needs an encoder" in page.inner_text("#ds-text-note")
+    assert sent(page) == {"id": FIRST, "k": 10, "offset": 0}
+    answer = assert_same_hits(page, api, types)
+    assert FIRST not in [hit["id"] for hit in answer["hits"]]
+
+    page.select_option("#table", WORDS)
+    page.wait_for_selector("#neighbours:not([hidden])")
+    assert not page.is_visible("#doc-search") and page.is_visible("#map")
+    page.wait_for_selector("#map-out svg circle")
+    page.go_back()
+    page.wait_for_selector("#doc-search:not([hidden])")
+    settle(page)
+    assert [h["id"] for h in shown_hits(page)] == [h["id"] for h in answer["hits"]]
+    watched.assert_clean()
+
+
+def test_the_filter_controls_send_their_filter_and_show_the_api_hits(
+    server: str, api: httpx.Client, watched: Watched, types: dict[str, str], lee_docs: Lee, tmp_path: Path
+) -> None:
+    page = open_search(watched, server)
+    stats = api.get(f"/v1/tables/{DOCS}/fields").json()["fields"]
+    tags = page.locator("#ds-controls [data-field='tags'] label.ds-chip")
+    assert tags.count() == len(stats["tags"]["values"])  # the 50 most common, 8 shown until "more"
+    top = stats["tags"]["values"][0]
+    assert tags.first.inner_text().split() == [top["value"], str(top["count"])]
+
+    page.click("#ds-controls [data-field='lang'] label.ds-chip:has(input[value='en'])")
+    settle(page)
+    page.locator("#ds-controls [data-field='year'] input").first.fill("1995")
+    page.locator("#ds-controls [data-field='year'] input").first.press("Enter")
+    settle(page)
+    page.locator("#ds-controls [data-field='long'] label", has_text="yes").click()
+    settle(page)
+    dates = page.locator("#ds-controls [data-field='published'] input")
+    dates.nth(0).fill("2001-03-01")
+    dates.nth(1).fill("2001-12-31")
+    dates.nth(1).dispatch_event("change")
+    settle(page)
+    expected = {
+        "lang": "en",
+        "year": {"gte": 1995},
+        "long": True,
+        "published": {"gte": "2001-03-01T00:00:00Z", "lt": "2002-01-01T00:00:00Z"},
+    }
+    assert json.loads(page.input_value("#ds-filter")) == expected
+    assert sent(page) == {"id": FIRST, "k": 10, "offset": 0, "filter": expected}
+    answer = assert_same_hits(page, api, types)
+    records = [lee_docs.record(i) for i in range(300)]
+    passing = [
+        r
+        for r in records
+        if r["lang"] == "en" and r["year"] >= 1995 and r["long"] and "2001-03-01" <= r["published"] < "2002-01-01"
+    ]
+    assert answer["passing"] == len(passing) > 10
+
+    first, later = stats["tags"]["values"][1]["value"], stats["tags"]["values"][12]["value"]
+    page.click(f"#ds-controls [data-field='tags'] label.ds-chip:has(input[value='{first}'])")
+    settle(page)
+    assert sent(page)["filter"]["tags"] == first
+    assert_same_hits(page, api, types)
+    save_screenshot(page, "explorer-search", tmp_path)  # and as JPEG, the README's format (docs/explorer-search.jpg)
+    page.screenshot(path=str(SCREENSHOTS / "explorer-search.jpg"), type="jpeg", quality=75, full_page=True)
+    assert not page.is_visible(f"#ds-controls label.ds-chip:has(input[value='{later}'])")
+    page.click("#ds-controls [data-field='tags'] button.ds-more-values")
+    page.click(f"#ds-controls [data-field='tags'] label.ds-chip:has(input[value='{later}'])")
+    settle(page)
+    assert sent(page)["filter"]["tags"] == {"in": [first, later]}
+    assert_same_hits(page, api, types)
+
+    page.click("#ds-clear")
+    settle(page)
+    assert page.input_value("#ds-filter") == "" and "filter" not in sent(page)
+    assert page.locator("#ds-controls input:checked").count() == 1  # "any" of the boolean
+    watched.assert_clean()
+
+
+def test_paging_moves_by_k_and_the_url_keeps_the_page(
+    server: str, api: httpx.Client, watched: Watched, types: dict[str, str]
+) -> None:
+    spec = {"lang": "en"}
+    page = open_search(watched, server, f"&filter={json.dumps(spec)}")
+    assert page.locator("#ds-controls [data-field='lang'] input").is_checked()
+    page.select_option("#ds-k", "5")
+    settle(page)
+    whole = search(api, {"id": FIRST, "k": 15, "filter": spec}).json()["hits"]
+    assert page.is_disabled("#ds-out .ds-prev")
+    for offset in (0, 5, 10):
+        assert sent(page) == {"id": FIRST, "k": 5, "offset": offset, "filter": spec}
+        assert [h["id"] for h in shown_hits(page)] == [h["id"] for h in whole[offset : offset + 5]]
+        assert_same_hits(page, api, types)
+        if offset < 10:
+            page.click("#ds-out .ds-next")
+            settle(page)
+    assert watched.state()["offset"] == "10" and watched.state()["per"] == "5"
+    page.reload()
+    settle(page)
+    assert [h["id"] for h in shown_hits(page)] == [h["id"] for h in whole[10:15]]
+    page.click("#ds-out .ds-prev")
+    settle(page)
+    assert sent(page)["offset"] == 5
+
+    last = search(api, {"id": FIRST, "k": 50, "filter": {"tags": "australian"}}).json()
+    page.fill("#ds-filter", '{"tags": "australian"}')
+    page.press("#ds-filter", "Enter")
+    settle(page)
+    pages = -(-len(last["hits"]) // 5)
+    for _ in range(pages - 1):
+        page.click("#ds-out .ds-next")
+        settle(page)
+    assert [h["id"] for h in shown_hits(page)] == [h["id"] for h in last["hits"][(pages - 1) * 5 :]]
+    assert page.is_disabled("#ds-out .ds-next")  # the last page
+    watched.assert_clean()
+
+
+WORD = re.compile(r"[^\W_]+(?:['’][^\W\d_]+)*")
+
+
+def test_more_like_this_searches_from_the_hit(
+    server: str, api: httpx.Client, watched: Watched, types: dict[str, str]
+) -> None:
+    page = open_search(watched, server, '&filter={"long": true}')
+    second = shown_hits(page)[1]["id"]
+    page.locator(f"#ds-out .ds-hit[data-id='{second}'] button.ds-more").click()
+    page.wait_for_function("id => new URLSearchParams(location.search).get('doc') === id", arg=second)
+    settle(page)
+    assert page.input_value("#ds-id") == second
+    assert page.inner_text("#ds-out .ds-query") == second
+    assert sent(page) == {"id": second, "k": 10, "offset": 0, "filter": {"long": True}}
+    answer = assert_same_hits(page, api, types)
+    assert second not in [hit["id"] for hit in answer["hits"]]
+    query_words = {w.lower() for w in WORD.findall(api.get(f"/v1/tables/{DOCS}/documents/{second}").json()["text"])}
+    texts = {hit["id"]: hit["text"] for hit in answer["hits"]}
+    marked = 0
+    for hit in shown_hits(page):
+        hit_words = {w.lower() for w in WORD.findall(texts[hit["id"]])}
+        for word in hit["marked"]:
+            assert word.lower() in query_words & hit_words and len(word) >= 3, (hit["id"], word)
+        marked += len(hit["marked"])
+        assert "the" not in {w.lower() for w in hit["marked"]}
+    assert marked > 10
+    page.go_back()
+    page.wait_for_function("() => !new URLSearchParams(location.search).get('doc')")
+    settle(page)
+    assert sent(page)["id"] == FIRST
+    watched.assert_clean()
+
+
+def test_bad_filters_and_unknown_documents_show_the_api_error(
+    server: str, api: httpx.Client, watched: Watched, types: dict[str, str], lee_docs: Lee
+) -> None:
+    page = open_search(watched, server)
+    for text in ('{"yeer": 1990}', '{"published": {"gte": 2001}}', '{"lang": {"gt": "en"}}'):
+        page.fill("#ds-filter", text)
+        page.press("#ds-filter", "Enter")
+        settle(page)
+        expected = search(api, {"id": FIRST, "k": 10, "offset": 0, "filter": json.loads(text)})
+        assert expected.status_code == 422
+        error = expected.json()["error"]
+        box = page.locator("#ds-out .error")
+        assert box.locator("p").first.inner_text() == error["message"]
+        assert box.locator(".ds-code").inner_text() == "invalid_request · HTTP 422"
+        assert page.locator("#ds-out .ds-hit").count() == 0
+    assert page.is_visible("#ds-hand")  # the controls cannot show these
+    page.fill("#ds-filter", '{"not": {"lang": "en"}}')
+    page.press("#ds-filter", "Enter")
+    settle(page)
+    assert page.is_visible("#ds-hand") and sent(page)["filter"] == {"not": {"lang": "en"}}
+    answer = assert_same_hits(page, api, types)
+    assert answer["passing"] == sum(r is None for r in lee_docs.fields["lang"])
+    page.fill("#ds-filter", '{"lang": "en"')
+    page.press("#ds-filter", "Enter")
+    settle(page)
+    assert page.inner_text("#ds-out .error").startswith("The filter is not valid JSON")
+    page.fill("#ds-filter", "")
+    page.fill("#ds-id", "lee-999")
+    page.press("#ds-id", "Enter")
+    settle(page)
+    missing = search(api, {"id": "lee-999"}).json()["error"]
+    assert page.locator("#ds-out .error p").first.inner_text() == missing["message"]
+    assert page.inner_text("#ds-out .ds-code") == "unknown_document · HTTP 404"
+    watched.assert_clean(expected_404=("/documents/lee-999", f"/{DOCS}/search"), expected_422=(f"/{DOCS}/search",))
+
+
+ENCODER = """async ([words, path]) => {
+    const module = await import(path);
+    module.textSearch.query = async (table, text) => {
+        const rows = [];
+        for (const word of text.toLowerCase().match(/[a-z]+/g)) {
+            const response = await fetch(`/v1/tables/${words}/tokens/${encodeURIComponent(word)}`);
+            if (!response.ok) return { ok: false, status: response.status, data: await response.json() };
+            rows.push((await response.json()).vector);
+        }
+        const mean = rows[0].map((_, i) => rows.reduce((sum, row) => sum + row[i], 0) / rows.length);
+        return { ok: true, query: { vector: mean } };
+    };
+    explorer.documentSearch.enableText();
+}"""
+
+
+def test_a_text_search_plugs_into_the_text_box(
+    server: str, api: httpx.Client, watched: Watched, types: dict[str, str]
+) -> None:
+    """The hook for text queries: with an encoder (here the mean of the words table's rows, as the Lee vectors
+    are made), the text box turns on, its text is searched as a vector and each hit marks the query's words."""
+    page = open_search(watched, server)
+    page.evaluate(ENCODER, [WORDS, DOCUMENTS_JS])
+    assert not page.is_disabled("#ds-text") and not page.is_visible("#ds-text-note")
+    page.fill("#ds-text", "fire firefighters wind")
+    page.press("#ds-text", "Enter")
+    settle(page)
+    body = sent(page)
+    rows = [api.get(f"/v1/tables/{WORDS}/tokens/{w}").json()["vector"] for w in ("fire", "firefighters", "wind")]
+    np.testing.assert_allclose(body["vector"], np.mean(rows, axis=0), rtol=1e-6, atol=1e-7)
+    assert page.inner_text("#ds-out .ds-query") == "“fire firefighters wind”"
+    answer = assert_same_hits(page, api, types)
+    assert sum("fire" in hit["text"].lower() for hit in answer["hits"][:5]) >= 3
+    marks = {m.lower() for hit in shown_hits(page) for m in hit["marked"]}
+    assert marks and marks <= {"fire", "firefighters", "wind"}
+    page.fill("#ds-text", "zzqqxv")
+    page.press("#ds-text", "Enter")
+    settle(page)
+    assert page.inner_text("#ds-out .ds-code") == "unknown_token · HTTP 404"
+    watched.assert_clean(expected_404=("/tokens/zzqqxv",))
+
+
+def test_phone_width_has_no_horizontal_scroll(server: str, browser: Any, api: httpx.Client) -> None:
+    phone = Watched(browser, width=375, height=812)
+    try:
+        page = open_search(phone, server)
+        assert page.evaluate("document.documentElement.scrollWidth") <= 375
+        phone.assert_clean()
+    finally:
+        phone.close()

@@ -221,6 +221,14 @@ def import_(
         int | None,
         typer.Option("--chunk-words", min=1, help="Documents from .txt/.md files: words per passage (default 200)."),
     ] = None,
+    encoder: Annotated[
+        str | None,
+        typer.Option(
+            "--encoder",
+            help="Documents without vectors: embed their text with this table of --data-dir (words: SIF or mean; "
+            "model tokens: the mean of their rows).",
+        ),
+    ] = None,
     force: Force = False,
     seed: Seed = 0,
     defer_index: DeferIndex = False,
@@ -235,8 +243,14 @@ def import_(
         fail("--unicode-errors must be strict or replace")
     if _taken(data_dir, name, force):
         fail(f"table {name!r} already exists in {data_dir} (use --force to rebuild it)")
-    document_options = (("--id-field", id_field), ("--text-field", text_field), ("--vector-field", vector_field))
-    given = [option for option, value in (*document_options, ("--chunk-words", chunk_words)) if value is not None]
+    document_options: tuple[tuple[str, object], ...] = (
+        ("--id-field", id_field),
+        ("--text-field", text_field),
+        ("--vector-field", vector_field),
+        ("--chunk-words", chunk_words),
+        ("--encoder", encoder),
+    )
+    given = [option for option, value in document_options if value is not None]
     if given and format != "documents" and (format != "auto" or not path.exists() or sniff_format(path) != "documents"):
         fail(f"{', '.join(given)}: only for --format documents")
     options = ReadOptions(
@@ -249,6 +263,7 @@ def import_(
         text_field=text_field,
         vector_field=vector_field,
         chunk_words=chunk_words,
+        encoder=None if encoder is None else data_dir / artifact.check_name(encoder),
     )
     started = time.perf_counter()
     raw, used = read_source(path, str(format), options)
@@ -258,7 +273,8 @@ def import_(
     params["read_seconds"] = read_seconds
     if tensor:
         params["tensor"] = tensor
-    for key, value in (("id_field", id_field), ("text_field", text_field), ("vector_field", vector_field)):
+    named = (("id_field", id_field), ("text_field", text_field), ("vector_field", vector_field), ("encoder", encoder))
+    for key, value in named:
         if value is not None:
             params[key] = value
     build = BuildOptions(index, min_recall, force, seed, defer_index, budget, drop_invalid=drop_invalid)

@@ -17,6 +17,7 @@ A field whose type no document field can have (an object, a list of numbers, ...
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -49,12 +50,18 @@ REPORTED = 5  # reasons kept in the report of an import with drop_invalid
 VECTOR_FIELDS = ("vector", "embedding")
 
 
+# Documents without vectors: texts -> (unit rows of the texts it could embed, a boolean per text: embedded)
+Embed = Callable[[Sequence[str | None]], tuple[np.ndarray, np.ndarray]]
+
+
 @dataclass
 class DocumentOptions:
     id_field: str | None = None  # None: "id", else the row number
     text_field: str | None = None  # None: "text", else no text
     vector_field: str | None = None  # None: "vector", else "embedding"
     drop_invalid: bool = False
+    embed: Embed | None = None  # when the documents have no vector field: embeds their text
+    encoder: dict[str, Any] | None = None  # the manifest's record of what ``embed`` is
 
 
 @dataclass
@@ -74,6 +81,17 @@ class Vectors:
     matrix: np.ndarray  # float32, the rows listed in ``rows`` (those whose vector has the common length)
     rows: np.ndarray
     dim: int
+
+
+def embedded(name: str, column: pa.Array, checks: Checks, embed: Embed) -> Vectors:
+    """The text field embedded: documents without text, or with no token the encoder knows, are row problems."""
+    texts: list[str | None] = column.to_pylist()
+    matrix, ok = embed(texts)
+    checks.add(
+        ~ok,
+        lambda row: f"text {name!r} has no word the encoder knows" if texts[row] else f"no text to embed ({name!r})",
+    )
+    return Vectors(matrix, np.flatnonzero(ok), int(matrix.shape[1]))
 
 
 def vectors(name: str, column: pa.Array, checks: Checks, rows: Rows) -> Vectors:
@@ -197,8 +215,8 @@ def no_vectors(rows: Rows) -> InputError:
     known = ", ".join(repr(n) for n in rows.table.column_names)
     return InputError(
         rows.path,
-        "no vector field ('vector' or 'embedding'; name yours with --vector-field): documents need a vector each "
-        f"from your own encoder, as no encoder is available here yet; the fields are {known}",
+        "no vector field ('vector' or 'embedding'; name yours with --vector-field): documents need a vector each, "
+        f"from your own encoder or embedded here from their text with --encoder TABLE; the fields are {known}",
     )
 
 
@@ -225,8 +243,10 @@ def prepare(rows: Rows, options: DocumentOptions) -> Documents:
     if repeated:
         raise locate(rows, 1, f"field {repeated[0]!r} appears twice")
     vector_name = _field(rows, options.vector_field, VECTOR_FIELDS, "--vector-field")
-    if vector_name is None:
+    if vector_name is None and options.embed is None:
         raise no_vectors(rows)
+    if vector_name is not None and options.embed is not None:
+        raise InputError(rows.path, f"the documents have vectors ({vector_name!r}): --encoder is for documents without")
     id_name = _field(rows, options.id_field, ("id",), "--id-field")
     text_name = _field(rows, options.text_field, ("text",), "--text-field")
     chosen = [n for n in (vector_name, id_name, text_name) if n is not None]
@@ -241,7 +261,12 @@ def prepare(rows: Rows, options: DocumentOptions) -> Documents:
     def column(name: str) -> pa.Array:
         return contiguous(table.column(name))
 
-    found = vectors(vector_name, column(vector_name), checks, rows)
+    if vector_name is not None:
+        found = vectors(vector_name, column(vector_name), checks, rows)
+    elif text_name is None or options.embed is None:
+        raise InputError(rows.path, "--encoder embeds each document's text, and the documents have no text field")
+    else:
+        found = embedded(text_name, column(text_name), checks, options.embed)
     if id_name is not None:
         ids, id_type = document_ids(id_name, column(id_name), checks, rows)
     else:
@@ -295,6 +320,7 @@ def prepare(rows: Rows, options: DocumentOptions) -> Documents:
         "text_field": text_name,
         "text_non_null": payload.num_rows - payload.column(text_name).null_count if text_name is not None else 0,
         "vector_field": vector_name,
+        **({"encoder": options.encoder} if vector_name is None and options.encoder else {}),
         "dim": found.dim,
         "fields": {
             name: {"type": kind, "non_null": payload.num_rows - payload.column(name).null_count}

@@ -50,7 +50,7 @@ class Rows:
 def locate(rows: Rows, number: int, problem: str) -> InputError:
     if rows.unit == "line":
         return InputError(rows.path, problem, line=number)
-    return InputError(rows.path, f"row {number}: {problem}")
+    return InputError(rows.path, f"{rows.unit} {number}: {problem}")
 
 
 def where(rows: Rows, number: int) -> str:

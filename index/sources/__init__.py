@@ -33,6 +33,7 @@ class ReadOptions:
     text_field: str | None = None
     vector_field: str | None = None
     chunk_words: int | None = None
+    encoder: Path | None = None  # documents without vectors: the table that embeds their text
 
 
 @dataclass

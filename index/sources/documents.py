@@ -30,6 +30,7 @@ import pyarrow.json as pajson
 import pyarrow.parquet as pq
 
 from index.documents import DocumentOptions, prepare
+from index.embed_documents import TextEncoder
 from index.errors import InputError
 from index.fields import Rows
 from index.keyword import for_documents
@@ -48,11 +49,12 @@ FIRST_BLANK = re.compile(rb"[ \t\r]*(?:\n|\Z)")
 def read(path: Path, options: ReadOptions) -> RawTable:
     """Documents and their vectors as a table whose tokens are the ids; the payload rides along as files."""
     path = Path(path)
+    encoder = None if options.encoder is None else TextEncoder.open(options.encoder)
     rows = read_rows(path, options)
-    documents = prepare(
-        rows,
-        DocumentOptions(options.id_field, options.text_field, options.vector_field, options.drop_invalid),
-    )
+    document_options = DocumentOptions(options.id_field, options.text_field, options.vector_field, options.drop_invalid)
+    if encoder is not None:
+        document_options.embed, document_options.encoder = encoder.embed, encoder.info()
+    documents = prepare(rows, document_options)
     del rows  # the source's bytes and columns, before the payload is written out
     keyword_info, keyword_files = for_documents(documents.payload, documents.info)  # BM25 over the text, if any
     return RawTable(
@@ -84,7 +86,13 @@ def file_kind(path: Path) -> str:
 
 def read_rows(path: Path, options: ReadOptions) -> Rows:
     if path.is_dir():
-        raise _passages_without_vectors(path, options.chunk_words or DEFAULT_CHUNK_WORDS)
+        chunk_words = options.chunk_words or DEFAULT_CHUNK_WORDS
+        if options.encoder is None:
+            raise _passages_without_vectors(path, chunk_words)
+        if not text_files(path):
+            raise InputError(path, "no .txt or .md files in this directory")
+        passages = passages_table(path, chunk_words)
+        return Rows(passages, path, "passages", lambda found: np.asarray(found, dtype=np.int64) + 1, unit="passage")
     kind = file_kind(path)
     if kind == "parquet":
         return read_parquet(path)
@@ -101,9 +109,9 @@ def _passages_without_vectors(path: Path, chunk_words: int) -> InputError:
     passages = passages_table(path, chunk_words)
     return InputError(
         path,
-        f"{passages.num_rows:,} passages from {len(files):,} .txt/.md files, but no vectors: documents need a "
-        "vector each from your own encoder, and no encoder is available here yet; import a JSONL, Parquet or CSV "
-        "file with each document's vector in a field (--vector-field, default 'vector', else 'embedding')",
+        f"{passages.num_rows:,} passages from {len(files):,} .txt/.md files, but no vectors: embed them with "
+        "--encoder TABLE (a table of --data-dir), or import a JSONL, Parquet or CSV file with each document's "
+        "vector in a field (--vector-field, default 'vector', else 'embedding')",
     )
 
 

@@ -272,9 +272,9 @@ def test_directory_of_passages_needs_vectors(tmp_path: Path, lee: Lee) -> None:
     message = import_fails(docs, tmp_path / "data", "--format", "documents", "--chunk-words", "80")
     rows = passages_table(docs, 80).num_rows
     assert message == (
-        f"embedding-index: error: {docs}: {rows} passages from 6 .txt/.md files, but no vectors: documents need a "
-        "vector each from your own encoder, and no encoder is available here yet; import a JSONL, Parquet or CSV "
-        "file with each document's vector in a field (--vector-field, default 'vector', else 'embedding')"
+        f"embedding-index: error: {docs}: {rows} passages from 6 .txt/.md files, but no vectors: embed them with "
+        "--encoder TABLE (a table of --data-dir), or import a JSONL, Parquet or CSV file with each document's "
+        "vector in a field (--vector-field, default 'vector', else 'embedding')"
     )
     (docs / "e.TXT").write_bytes(b"fine\n\ncaf\xe9\n")
     message = import_fails(docs, tmp_path / "data", "--format", "documents")
@@ -413,8 +413,8 @@ JSONL_CASES: dict[str, tuple[Callable[[Lee], list[str]], list[str], str]] = {
     "no vectors at all": (
         lambda lee: [json.dumps({"id": i, "text": t}) for i, t in zip(lee.ids, lee.texts, strict=True)],
         [],
-        ": no vector field ('vector' or 'embedding'; name yours with --vector-field): documents need a vector each "
-        "from your own encoder, as no encoder is available here yet; the fields are 'id', 'text'",
+        ": no vector field ('vector' or 'embedding'; name yours with --vector-field): documents need a vector each, "
+        "from your own encoder or embedded here from their text with --encoder TABLE; the fields are 'id', 'text'",
     ),
     "empty file": (lambda lee: ["", "  "], [], ": empty file: no documents"),
     "blank lines before a NaN": (

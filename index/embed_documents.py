@@ -1,0 +1,70 @@
+"""Documents without vectors, embedded at import by a table the data directory already has (``--encoder``).
+
+The encoder table is loaded and verified like any served table and its encoder (``index.encode``) embeds the
+text field in blocks, with progress. A document with no text, or whose text has no token the encoder knows,
+is a bad row (named by its line, or dropped with ``--drop-invalid``). The manifest records the encoder: its
+name, kind, pooling, dimension and the sha256 of its vectors, so that the server can check that the table it
+embeds query texts with is the one the documents were embedded with.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from index import artifact
+from index.encode import Encoder, encoder_for
+from index.errors import InputError, UnknownTable
+from index.progress import Progress
+from index.table import Table
+
+BLOCK_TEXTS = 4096  # texts embedded at a time (one progress step)
+
+
+@dataclass
+class TextEncoder:
+    """What the documents reader calls: ``embed(texts)`` -> (unit vectors of the texts it can embed, which)."""
+
+    table: Table
+    encoder: Encoder
+
+    @classmethod
+    def open(cls, directory: Path) -> TextEncoder:
+        try:
+            table = Table.load(directory)
+        except UnknownTable:
+            known = ", ".join(artifact.list_tables(directory.parent)) or "none"
+            problem = f"--encoder: no table {directory.name!r} in the data directory (its tables: {known})"
+            raise InputError(directory, problem) from None
+        return cls(table, encoder_for(table))
+
+    def info(self) -> dict[str, Any]:
+        """The manifest's record of the encoder."""
+        files = self.table.manifest.get("files", {})
+        return {
+            "table": self.table.name,
+            "kind": self.table.kind,
+            "pooling": self.encoder.default_pooling,
+            "dim": self.table.dim,
+            "vectors_sha256": files.get(artifact.VECTORS, {}).get("sha256"),
+        }
+
+    def embed(self, texts: Sequence[str | None]) -> tuple[np.ndarray, np.ndarray]:
+        """(float32 unit rows of the embeddable texts, in order; a boolean per text: embedded or not)."""
+        ok = np.zeros(len(texts), dtype=bool)
+        blocks = []
+        with Progress(f"embedding with {self.table.name}", len(texts), "documents") as progress:
+            for start in range(0, len(texts), BLOCK_TEXTS):
+                block = [text or "" for text in texts[start : start + BLOCK_TEXTS]]
+                known = np.bincount(self.encoder.pieces(block).text_of, minlength=len(block)) > 0
+                good = [text for text, keep in zip(block, known, strict=True) if keep]
+                if good:
+                    blocks.append(self.encoder.encode(good).vectors)
+                ok[start : start + len(block)] = known
+                progress.advance(len(block))
+        matrix = np.vstack(blocks) if blocks else np.zeros((0, self.table.dim), dtype=np.float32)
+        return matrix, ok

@@ -1,0 +1,112 @@
+"""Documents without vectors, embedded at import with ``--encoder`` (a table of the data directory).
+
+On gensim's Lee corpus without its vectors and on a directory of Markdown passages, through the real
+``embedding-index import``: the vectors equal the encoder (``index.encode``) called directly on the same texts,
+the manifest records the encoder, and bad rows (no text, no known word) are named or dropped.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from index.encode import encoder_for
+from index.passages import passages_table
+from index.table import Table
+from tests.index.test_documents import markdown_files
+from tests.index.test_sources import import_fails, run_cli
+from tests.lee import Lee, jsonl_records, write_jsonl
+
+
+@pytest.fixture
+def data_dir(tmp_path: Path, small_data_dir: Path) -> Path:
+    """A data directory holding the 20,000-row GloVe table ``small`` (the encoder)."""
+    data = tmp_path / "data"
+    data.mkdir()
+    shutil.copytree(small_data_dir / "small", data / "small")
+    return data
+
+
+def without_vectors(lee: Lee) -> list[dict[str, object]]:
+    return [{key: value for key, value in record.items() if key != "vector"} for record in jsonl_records(lee)]
+
+
+def imported(path: Path, data_dir: Path, *extra: object, name: str = "docs") -> Table:
+    result = run_cli("import", path, "--format", "documents", "--name", name, "--data-dir", data_dir, *extra)
+    assert result.code == 0, result.err
+    return Table.load(data_dir / name)
+
+
+def test_lee_embedded_with_a_word_table(tmp_path: Path, data_dir: Path, lee_docs: Lee) -> None:
+    path = write_jsonl(tmp_path / "lee.jsonl", without_vectors(lee_docs))
+    table = imported(path, data_dir, "--encoder", "small")
+    small = Table.load(data_dir / "small")
+    expected = encoder_for(small).encode(lee_docs.texts).vectors
+    np.testing.assert_allclose(np.asarray(table.vectors), expected, rtol=0, atol=1e-6)
+    assert table.payload is not None and table.payload.ids(range(3)) == lee_docs.ids[:3]
+    encoder = table.manifest["documents"]["encoder"]
+    assert encoder == {
+        "table": "small",
+        "kind": "words",
+        "pooling": "mean",
+        "dim": 50,
+        "vectors_sha256": small.manifest["files"]["vectors.npy"]["sha256"],
+    }
+    assert table.manifest["documents"]["vector_field"] is None
+
+
+def test_markdown_passages_embedded(tmp_path: Path, data_dir: Path, lee_docs: Lee) -> None:
+    docs = tmp_path / "docs"
+    markdown_files(docs, lee_docs)
+    table = imported(docs, data_dir, "--encoder", "small", "--chunk-words", "80")
+    passages = passages_table(docs, 80)
+    assert table.rows == passages.num_rows
+    texts = passages.column("text").to_pylist()
+    expected = encoder_for(Table.load(data_dir / "small")).encode(texts).vectors
+    np.testing.assert_allclose(np.asarray(table.vectors), expected, rtol=0, atol=1e-6)
+    assert table.payload is not None and table.payload.fields == {
+        "source": "string",
+        "chunk": "integer",
+        "start": "integer",
+        "end": "integer",
+    }
+
+
+def test_rows_that_cannot_be_embedded(tmp_path: Path, data_dir: Path, lee_docs: Lee) -> None:
+    records = without_vectors(lee_docs)[:20]
+    records[4]["text"] = None
+    records[9]["text"] = "zzqx qqzv"  # no word GloVe knows
+    path = write_jsonl(tmp_path / "bad.jsonl", records)
+    message = import_fails(path, data_dir, "--format", "documents", "--encoder", "small")
+    assert message.endswith(f"{path}:5: no text to embed ('text') (use --drop-invalid to skip such rows)"), message
+    table = imported(path, data_dir, "--encoder", "small", "--drop-invalid")
+    assert table.rows == 18 and table.manifest["cleaning"]["invalid_rows_dropped"] == 2
+    assert table.payload is not None and lee_docs.ids[9] not in table.payload.ids(range(18))
+    records[4]["text"] = lee_docs.texts[4]
+    path = write_jsonl(tmp_path / "bad2.jsonl", records)
+    message = import_fails(path, data_dir, "--format", "documents", "--encoder", "small")
+    assert message.endswith(
+        f"{path}:10: text 'text' has no word the encoder knows (use --drop-invalid to skip such rows)"
+    )
+
+
+def test_encoder_mistakes(tmp_path: Path, data_dir: Path, lee_docs: Lee) -> None:
+    path = write_jsonl(tmp_path / "lee.jsonl", without_vectors(lee_docs)[:5])
+    message = import_fails(path, data_dir, "--format", "documents", "--encoder", "nope")
+    assert "--encoder: no table 'nope' in the data directory (its tables: small)" in message
+    message = import_fails(path, data_dir, "--format", "documents", "--encoder", "../small")
+    assert "invalid table name '../small'" in message
+    with_vectors = write_jsonl(tmp_path / "vectors.jsonl", jsonl_records(lee_docs)[:5])
+    message = import_fails(with_vectors, data_dir, "--format", "documents", "--encoder", "small")
+    assert "the documents have vectors ('vector'): --encoder is for documents without" in message
+    no_text = write_jsonl(tmp_path / "ids.jsonl", [{"id": i} for i in range(3)])
+    message = import_fails(no_text, data_dir, "--format", "documents", "--encoder", "small")
+    assert "no text field" in message
+    words = tmp_path / "words.txt"
+    words.write_text("heart " + " ".join(["0.1"] * 50) + "\n")
+    assert "--encoder: only for --format documents" in import_fails(words, data_dir, "--encoder", "small")
+    assert json.loads((data_dir / "small" / "manifest.json").read_text())["name"] == "small"

@@ -41,6 +41,7 @@ CONTENT_422 = {
     # document ids, filters and fields on a table of words; a page past max_k (offset + k)
     f"POST {T}/search": ("dimensions", "zero vector", "only for documents tables", "offset + k must be at most"),
     f"GET {T}/documents/{{document}}": ("not documents",),
+    f"GET {T}/fields": ("not documents",),
     f"POST {T}/project": ("at least two distinct", "distinct tokens, got"),  # t-SNE and UMAP need 4
     # a and b resolve to the same row (e.g. "King" and "king"); an expected answer that is a, b or c, or past restrict
     f"POST {T}/analogy": ("offset b - a is zero", "the expected word is"),

@@ -36,6 +36,7 @@ from index.analogy import analogy_top, cosmul, cosmul_top
 from index.errors import ArtifactError, InvalidQuery
 from index.faiss_index import filtered_params, search_index, set_search_params
 from index.filters import RowSet, evaluate
+from index.keyword import KeywordIndex
 from index.knn import Hits, Neighbor, exact_knn, exact_knn_rows, keep_hits
 from index.lookup import Lookup, Resolved
 from index.metadata import load_metadata
@@ -68,6 +69,7 @@ class Table:
         flags: np.ndarray | None = None,
         metadata: Mapping[str, Sequence[str]] | None = None,
         payload: Payload | None = None,
+        keyword: KeywordIndex | None = None,
     ) -> None:
         self.directory = directory
         self.manifest = manifest
@@ -81,6 +83,7 @@ class Table:
         self.flags = flags
         self.metadata = metadata or {}
         self.payload = payload  # a documents table's ids, text and fields
+        self.keyword = keyword  # a documents table's BM25 index of its text (None: no text)
         self._filters: OrderedDict[str, RowSet] = OrderedDict()
         self._filters_lock = threading.Lock()
         self.lookup = Lookup(self.name, tokens, directory, flags, self.kind == "tokens", self.byte_level)
@@ -123,7 +126,8 @@ class Table:
         vectors, norms = vectors.view(np.ndarray), norms.view(np.ndarray)
         flags = None if flags is None else flags.view(np.ndarray)
         payload = Payload.open(directory, manifest)
-        return cls(directory, manifest, vectors, norms, Tokens(directory), index, flags, metadata, payload)
+        keyword = KeywordIndex.open(directory, manifest)
+        return cls(directory, manifest, vectors, norms, Tokens(directory), index, flags, metadata, payload, keyword)
 
     # ---------------------------------------------------------------- properties
     @property
@@ -171,6 +175,7 @@ class Table:
         if self.payload is not None:
             info = self.payload.info
             out["documents"] = {key: info.get(key) for key in ("id_field", "id_type", "text_field", "fields")}
+            out["documents"]["keyword"] = self.keyword is not None  # keyword and hybrid search
         if deferred := m.get("index", {}).get("deferred"):
             out["index_deferred"] = deferred["spec"]  # exact search until this index is built
         return out

@@ -117,8 +117,16 @@ def _nonempty(field: str) -> dict[str, Any]:
     return {"required": [field], "properties": {field: {"minItems": 1}}}
 
 
-def one_form(*forms: dict[str, Any]) -> ConfigDict:
-    return ConfigDict(strict=True, extra="forbid", json_schema_extra={"oneOf": list(forms)})
+def one_form(
+    *forms: dict[str, Any], any_of: tuple[dict[str, Any], ...] = (), never: tuple[dict[str, Any], ...] = ()
+) -> ConfigDict:
+    """Exactly one of ``forms``; given ``any_of``, at least one of those too; none of ``never``."""
+    extra: dict[str, Any] = {"oneOf": list(forms)}
+    if any_of:
+        extra["anyOf"] = list(any_of)
+    if never:
+        extra["not"] = {"anyOf": list(never)}
+    return ConfigDict(strict=True, extra="forbid", json_schema_extra=extra)
 
 
 SINGLE_QUERY_FORMS = (_given("token"), _given("id"), {"anyOf": [_nonempty("positive"), _nonempty("negative")]})
@@ -215,8 +223,43 @@ DocumentId = Annotated[
 DocumentIds = Annotated[list[DocumentId], Field(max_length=MAX_DIM)]
 Offset = Annotated[int, Field(ge=0, description="hits skipped first, for paging (offset + k <= max_k)"), Whole]
 MinScore = Annotated[
-    float, Field(ge=-1, le=1, allow_inf_nan=False, description="leave out hits whose cosine is below it")
+    float,
+    Field(
+        allow_inf_nan=False,
+        description="leave out hits scoring below it: the cosine in mode vector (-1..1), BM25 in mode keyword, the "
+        "fused RRF score in mode hybrid",
+    ),
 ]
+SearchMode = Literal["vector", "keyword", "hybrid"]
+MODE_HELP = (
+    "documents tables: vector (by vector, id or positive/negative ids), keyword (BM25 over the text), hybrid (both, "
+    "fused by Reciprocal Rank Fusion)"
+)
+QueryText = Annotated[
+    str,
+    Field(
+        min_length=1,
+        max_length=MAX_TEXT_CHARS,
+        description="documents tables: the query text of modes keyword and hybrid",
+    ),
+]
+Diversity = Annotated[
+    float,
+    Field(
+        ge=0,
+        le=1,
+        allow_inf_nan=False,
+        description="documents tables, modes vector and hybrid: Maximal Marginal Relevance re-ranking, 0 (plain "
+        "relevance) to 1 (only unlike what is already chosen)",
+    ),
+]
+RrfK = Annotated[
+    float,
+    Field(
+        ge=0, le=1e6, allow_inf_nan=False, description="mode hybrid: the RRF constant k (score: sum of w / (k + rank))"
+    ),
+]
+Weight = Annotated[float, Field(ge=0, le=1e6, allow_inf_nan=False)]
 Filter = Annotated[
     dict[str, Any],
     Field(
@@ -227,12 +270,61 @@ Filter = Annotated[
 ]
 FieldNames = Annotated[list[Token], Field(max_length=1024, description="documents tables: the fields a hit carries")]
 DOCUMENT_FORMS = (_given("vector"), _given("id"), {"anyOf": [_nonempty("positive"), _nonempty("negative")]})
+NO_DOCUMENTS = {"properties": {"positive": {"maxItems": 0}, "negative": {"maxItems": 0}}}
+TEXT_FORM = {"allOf": [_given("text"), _absent("vector", "vectors", "id", "queries"), NO_DOCUMENTS]}
+VECTOR_QUERY = {"anyOf": [_given("vector"), _given("id"), _nonempty("positive"), _nonempty("negative")]}
+# What each mode asks of a request (beside its form): a vector search's score floor is a cosine; keyword search
+# takes text alone and no diversity; hybrid search text and a vector query; a batch's items carry their own.
+MODE_FORMS = (
+    {"properties": {"mode": {"const": "vector"}, "min_score": {"minimum": -1, "maximum": 1}}},
+    {
+        "required": ["mode"],
+        "properties": {"mode": {"const": "keyword"}, "diversity": {"maximum": 0}},
+        "anyOf": [{"allOf": [_given("text"), _absent("vector", "id"), NO_DOCUMENTS]}, _given("queries")],
+    },
+    {
+        "required": ["mode"],
+        "properties": {"mode": {"const": "hybrid"}},
+        "anyOf": [{"allOf": [_given("text"), VECTOR_QUERY]}, _given("queries")],
+    },
+)
 
 
 def _check_page(k: int, offset: int) -> None:
     limit = LIMITS.get().max_k
     if offset + k > limit:
         raise ValueError(f"offset + k must be at most {limit} (the server's max_k), got {offset + k}")
+
+
+class FusionWeights(BaseModel):
+    """Each list's weight in a hybrid search's fusion."""
+
+    model_config = STRICT
+
+    vector: Weight = 1.0
+    keyword: Weight = 1.0
+
+
+def check_options(mode: str, min_score: float | None, diversity: float | None) -> None:
+    """What a mode asks of the score floor and diversity (``MODE_FORMS``); a ValueError says what is wrong."""
+    if mode == "vector" and min_score is not None and not -1 <= min_score <= 1:
+        raise ValueError(f"min_score of mode vector is a cosine, between -1 and 1, got {min_score}")
+    if mode == "keyword" and diversity:
+        raise ValueError("diversity needs a query vector: it is for modes vector and hybrid, not keyword")
+
+
+def check_mode(
+    mode: str, text: str | None, vector_query: bool, min_score: float | None, diversity: float | None
+) -> None:
+    """What a mode asks of one query (``MODE_FORMS``); a ValueError says what is missing or out of place."""
+    check_options(mode, min_score, diversity)
+    if mode == "keyword":
+        if text is None:
+            raise ValueError("mode keyword needs text")
+        if vector_query:
+            raise ValueError("mode keyword searches by text alone: leave out vector, id and positive/negative ids")
+    if mode == "hybrid" and (text is None or not vector_query):
+        raise ValueError("mode hybrid needs text and a vector, id or positive/negative ids")
 
 
 class PageOptions(BaseModel):
@@ -248,18 +340,25 @@ class DocumentQuery(PageOptions):
     """One query of a document search batch: a ``vector``, a document ``id`` (more like it, itself left out), or
     ``positive``/``negative`` document ids (the normalised mean of their unit vectors, the inputs left out)."""
 
-    model_config = one_form(*DOCUMENT_FORMS)
+    model_config = one_form(*DOCUMENT_FORMS, {"allOf": [_given("text"), _absent("vector", "id"), NO_DOCUMENTS]})
 
     vector: BatchVector | None = None
     id: DocumentId | None = None
     positive: DocumentIds = []
     negative: DocumentIds = []
+    text: QueryText | None = None
+    mode: SearchMode | None = Field(None, description="this item's mode (default: the request's)")
 
     @model_validator(mode="after")
     def _one_form(self) -> DocumentQuery:
-        if (self.vector is not None) + (self.id is not None) + bool(self.positive or self.negative) != 1:
-            raise ValueError("give exactly one of vector, id, or positive/negative document ids")
+        vector_query = (self.vector is not None) + (self.id is not None) + bool(self.positive or self.negative)
+        if vector_query + (self.text is not None and not vector_query) != 1:
+            raise ValueError("give exactly one of vector, id, or positive/negative document ids (or text alone)")
         return self
+
+    @property
+    def vector_query(self) -> bool:
+        return self.vector is not None or self.id is not None or bool(self.positive or self.negative)
 
 
 DocumentBatch = Annotated[list[DocumentQuery], batch_of("a batch of document queries"), CHECK_BATCH]
@@ -270,7 +369,14 @@ class SearchRequest(TokenOptions, PageOptions):
     table also a document ``id``, ``positive``/``negative`` ids, or a batch of ``queries``, with ``filter``,
     ``offset``, ``min_score`` and ``fields``."""
 
-    model_config = one_form(*DOCUMENT_FORMS, _given("vectors"), _given("queries"))
+    model_config = one_form(
+        *DOCUMENT_FORMS,
+        _given("vectors"),
+        _given("queries"),
+        TEXT_FORM,
+        any_of=MODE_FORMS,
+        never=(_given("text", "vectors"), _given("text", "queries")),  # a batch's items carry their own text
+    )
 
     vector: Vector | None = None
     vectors: VectorBatch | None = None
@@ -279,13 +385,26 @@ class SearchRequest(TokenOptions, PageOptions):
     negative: DocumentIds = []
     queries: DocumentBatch | None = None
     fields: FieldNames | None = None
+    text: QueryText | None = None
+    mode: SearchMode = Field("vector", description=MODE_HELP)
+    diversity: Diversity | None = None
+    rrf_k: RrfK = 60.0
+    weights: FusionWeights | None = Field(None, description="mode hybrid: each list's weight (default 1 each)")
 
     @model_validator(mode="after")
     def _one_form(self) -> SearchRequest:
-        forms = (self.vector is not None) + (self.vectors is not None) + (self.id is not None)
-        forms += bool(self.positive or self.negative) + (self.queries is not None)
-        if forms != 1:
-            raise ValueError("give exactly one of vector, vectors, id, positive/negative document ids, or queries")
+        vector_query = (self.vector is not None) + (self.id is not None) + bool(self.positive or self.negative)
+        batch = (self.vectors is not None) + (self.queries is not None)
+        if batch and self.text is not None:
+            raise ValueError("text belongs to one query: give each item of queries its own text")
+        if vector_query + batch + (self.text is not None and not vector_query) != 1:
+            raise ValueError(
+                "give exactly one of vector, vectors, id, positive/negative document ids, queries, or text alone"
+            )
+        if self.queries is None:
+            check_mode(self.mode, self.text, bool(vector_query), self.min_score, self.diversity)
+        else:  # the items' texts and vector queries are checked one by one (a bad item fails alone)
+            check_options(self.mode, self.min_score, self.diversity)
         _check_page(self.k, max([self.offset, *(q.offset for q in self.queries or [])]))
         return self
 
@@ -299,6 +418,8 @@ class SearchRequest(TokenOptions, PageOptions):
             filter=self.filter,
             offset=self.offset,
             min_score=self.min_score,
+            text=self.text,
+            mode=self.mode,
         )
 
 
@@ -648,6 +769,9 @@ class DocumentHit(BaseModel):
     score: float
     text: str | None = Field(description="the document's text (null when the table has none)")
     fields: dict[str, Any] = Field(description="payload fields (timestamps as ISO 8601 text, missing as null)")
+    ranks: dict[str, int] | None = Field(
+        None, description="modes keyword and hybrid: the hit's rank (from 1) in each list holding it (vector, keyword)"
+    )
 
 
 class DocumentSearchResponse(BaseModel):

@@ -7,6 +7,7 @@ from typing import Any
 import orjson
 from starlette.responses import JSONResponse
 
+from index.hybrid import Hit
 from index.knn import Neighbor
 from index.table import Table
 
@@ -41,3 +42,12 @@ def documents(table: Table, hits: list[Neighbor], fields: list[str] | None = Non
         {"id": ident, "score": score, "text": text, "fields": record}
         for ident, text, record, (_, score) in zip(ids, texts, records, hits, strict=True)
     ]
+
+
+def ranked_documents(table: Table, hits: list[Hit], fields: list[str] | None = None) -> list[dict[str, Any]]:
+    """:func:`documents` of a keyword, hybrid or diverse search, each hit with its ``ranks`` when it has them."""
+    out = documents(table, [(hit.row, hit.score) for hit in hits], fields)
+    for item, hit in zip(out, hits, strict=True):
+        if hit.ranks is not None:
+            item["ranks"] = hit.ranks
+    return out

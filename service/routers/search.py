@@ -1,6 +1,7 @@
 """Nearest rows to raw query vectors (normalised server-side), and the search of a documents table: by vector,
-by document (more like it) or by positive/negative documents, with filters, paging and a score floor. A batch is
-one matrix product per group of queries sharing a filter and page."""
+by document (more like it) or by positive/negative documents, by keyword (BM25) or both fused (``index.hybrid``),
+with filters, paging, a score floor and diversity. A batch is one search per group of queries sharing a filter,
+page and mode."""
 
 from __future__ import annotations
 
@@ -14,7 +15,8 @@ from starlette.responses import Response
 
 from index.errors import EmbeddingError, InvalidQuery
 from index.filters import RowSet
-from index.knn import Neighbor
+from index.hybrid import DocumentSearch, Mode
+from index.hybrid import run as run_hybrid
 from index.search import SearchOptions, VectorSearch
 from index.table import Table
 from service import execute, queries
@@ -27,12 +29,25 @@ from service.models import (
     SearchBatchResponse,
     SearchRequest,
     SearchResponse,
+    check_mode,
 )
-from service.respond import FastJSON, documents, neighbors
+from service.respond import FastJSON, documents, neighbors, ranked_documents
 
 router = APIRouter(prefix="/v1/tables/{table}", tags=["search"])
 
-DOCUMENT_ONLY = ("id", "positive", "negative", "queries", "filter", "fields")
+DOCUMENT_ONLY = (
+    "id",
+    "positive",
+    "negative",
+    "queries",
+    "filter",
+    "fields",
+    "text",
+    "mode",
+    "diversity",
+    "rrf_k",
+    "weights",
+)
 
 
 @router.post(
@@ -40,7 +55,7 @@ DOCUMENT_ONLY = ("id", "positive", "negative", "queries", "filter", "fields")
     response_model=SearchResponse | SearchBatchResponse | DocumentSearchResponse | DocumentSearchBatchResponse,
     responses=responses(*BODY_ERRORS),
     summary="Nearest rows to a raw vector ({vector}) or to each of several ({vectors}); on a documents table also "
-    "by document id, filtered and paged",
+    "by document id, by keyword or hybrid (text, mode), filtered, paged and diversified",
 )
 async def search(request: Request, table: TableDep, body: SearchRequest) -> Response:
     if table.payload is not None:
@@ -74,22 +89,31 @@ async def _documents(request: Request, table: Table, body: SearchRequest) -> dic
     options = body.search_options()
     if body.queries is None and body.vectors is None:  # one query
         query = body.document_query()
-        if query.filter is None:  # no filter to evaluate: the searcher's path, as for a word table
-            search = _request([queries.document(table, query)], query, body.k, options, None)
+        mode, probe = _prepare(table, query, body)
+        if mode == "vector" and not body.diversity and query.filter is None:  # the searcher's path, as for words
+            assert probe is not None
+            search = _request([probe], query, body.k, options, None)
             (hits,) = await execute.search(request, table, "search", search)
-            return _shape(table, hits, body, None)
+            return _shape(documents(table, hits, body.fields), None)
 
-        def filtered() -> dict[str, Any]:
-            rows = table.filter(query.filter)
-            (hits,) = table.run(_request([queries.document(table, query)], query, body.k, options, rows))
-            return _shape(table, hits, body, rows)
+        def one() -> dict[str, Any]:
+            rows = None if query.filter is None else table.filter(query.filter)
+            (shaped,) = _run(table, mode, [(probe, query.text)], query, body, options, rows)
+            return _shape(shaped, rows)
 
-        return await execute.compute(request, table, "search", filtered)
+        return await execute.compute(request, table, "search", one)
     items = body.queries
     if items is None:  # a batch of vectors, sharing the request's filter and page
         items = [
             DocumentQuery.model_construct(
-                vector=v, positive=[], negative=[], filter=body.filter, offset=body.offset, min_score=body.min_score
+                vector=v,
+                positive=[],
+                negative=[],
+                filter=body.filter,
+                offset=body.offset,
+                min_score=body.min_score,
+                text=None,
+                mode=None,
             )
             for v in body.vectors or []
         ]
@@ -97,6 +121,32 @@ async def _documents(request: Request, table: Table, body: SearchRequest) -> dic
     return {
         "results": await execute.compute(request, table, "search_batch", lambda: _answer(table, batch, body, options))
     }
+
+
+def _prepare(table: Table, query: DocumentQuery, body: SearchRequest) -> tuple[Mode, queries.Probe | None]:
+    """A query's mode (its own, else the request's) and its vector query (None in mode keyword); a 422 for what
+    the mode lacks or the table cannot do."""
+    mode: Mode = query.mode or body.mode
+    try:
+        check_mode(mode, query.text, query.vector_query, query.min_score, body.diversity)
+    except ValueError as exc:
+        raise InvalidQuery(str(exc)) from None
+    if mode == "vector" and query.text is not None:
+        encoder = (table.payload.info.get("encoder") if table.payload is not None else None) or {}
+        if not encoder:
+            raise InvalidQuery(
+                f"text: table {table.name!r} records no encoder to turn text into a vector; send a vector with it, or "
+                "use mode keyword or hybrid"
+            )
+        raise InvalidQuery(
+            f"text: mode vector searches by a vector, id or positive/negative ids (table {table.name!r} was embedded "
+            f"with {encoder.get('table')!r}: embed the text with POST .../embed there); or use mode keyword or hybrid"
+        )
+    if mode != "vector" and table.keyword is None:
+        raise InvalidQuery(
+            f"mode {mode}: table {table.name!r} has no keyword index (its documents have no text); search it by vector"
+        )
+    return mode, queries.document(table, query) if query.vector_query else None
 
 
 def _request(
@@ -107,8 +157,42 @@ def _request(
     return VectorSearch(matrix, k, [probe.exclude for probe in probes], options, rows, page.offset, page.min_score)
 
 
-def _shape(table: Table, hits: list[Neighbor], body: SearchRequest, rows: RowSet | None) -> dict[str, Any]:
-    out: dict[str, Any] = {"hits": documents(table, hits, body.fields)}
+def _run(
+    table: Table,
+    mode: Mode,
+    members: list[tuple[queries.Probe | None, str | None]],
+    page: DocumentQuery,
+    body: SearchRequest,
+    options: SearchOptions,
+    rows: RowSet | None,
+) -> list[list[dict[str, Any]]]:
+    """The shaped hits of queries sharing a mode, a filter's ``rows`` and ``page``'s offset and score floor: a plain
+    vector search (``Table.run``) unless the mode or diversity asks for ``index.hybrid``."""
+    probes = [probe for probe, _ in members if probe is not None]
+    if mode == "vector" and not body.diversity:
+        return [
+            documents(table, hits, body.fields) for hits in table.run(_request(probes, page, body.k, options, rows))
+        ]
+    texts = [text for _, text in members if text is not None]
+    search = DocumentSearch(
+        mode,
+        body.k,
+        None if mode == "keyword" else np.vstack([p.vector for p in probes]).astype(np.float32, copy=False),
+        None if mode == "vector" else texts,
+        [] if mode == "keyword" else [p.exclude for p in probes],
+        options,
+        rows,
+        page.offset,
+        page.min_score,
+        body.rrf_k,
+        None if body.weights is None else (body.weights.vector, body.weights.keyword),
+        body.diversity or 0.0,
+    )
+    return [ranked_documents(table, hits, body.fields) for hits in run_hybrid(table, search)]
+
+
+def _shape(hits: list[dict[str, Any]], rows: RowSet | None) -> dict[str, Any]:
+    out: dict[str, Any] = {"hits": hits}
     if rows is not None:
         out["passing"] = len(rows)
     return out
@@ -117,22 +201,24 @@ def _shape(table: Table, hits: list[Neighbor], body: SearchRequest, rows: RowSet
 def _answer(
     table: Table, items: list[DocumentQuery], body: SearchRequest, options: SearchOptions
 ) -> list[dict[str, Any]]:
-    """Each item's hits (or its error), in order: one search per group of items with the same filter and page."""
+    """Each item's hits (or its error), in order: one search per group of items with the same filter, page and
+    mode."""
     out: list[dict[str, Any]] = [{} for _ in items]
-    groups: dict[str, list[tuple[int, queries.Probe]]] = defaultdict(list)
+    groups: dict[str, list[tuple[int, Mode, queries.Probe | None, str | None]]] = defaultdict(list)
     for position, item in enumerate(items):
         try:
-            probe = queries.document(table, item)
+            mode, probe = _prepare(table, item, body)
             if item.filter is not None:
                 table.filter(item.filter)  # an error in the filter is this item's (the rows are kept for below)
         except EmbeddingError as exc:
             out[position] = item_error(exc)
             continue
-        groups[json.dumps([item.filter, item.offset, item.min_score], sort_keys=True)].append((position, probe))
+        key = json.dumps([item.filter, item.offset, item.min_score, mode], sort_keys=True)
+        groups[key].append((position, mode, probe, item.text))
     for members in groups.values():
-        page = items[members[0][0]]
+        page, mode = items[members[0][0]], members[0][1]
         rows = None if page.filter is None else table.filter(page.filter)
-        answers = table.run(_request([probe for _, probe in members], page, body.k, options, rows))
-        for (position, _), hits in zip(members, answers, strict=True):
-            out[position] = _shape(table, hits, body, rows)
+        shaped = _run(table, mode, [(probe, text) for _, _, probe, text in members], page, body, options, rows)
+        for (position, *_), hits in zip(members, shaped, strict=True):
+            out[position] = _shape(hits, rows)
     return out

@@ -10,7 +10,9 @@ recall@10 (how often it is within the first 10), over the 300 queries.
     .venv/bin/python -m bench.retrieval --json out.json  # and the figures as JSON
 
 Each method is one function from the queries to their best rows; the keyword rows are BM25 with the builder's
-settings and two variants of them (built apart from the table, over the same texts).
+settings and two variants of them (built apart from the table, over the same texts); the vector row is the
+engine's nearest rows to each first half's mean GloVe vector, and the hybrid rows Reciprocal Rank Fusion of the
+two (``index.hybrid``, as ``POST .../search`` with ``mode: hybrid`` runs it).
 """
 
 from __future__ import annotations
@@ -30,10 +32,14 @@ from gensim.test.utils import datapath
 
 from index import artifact
 from index.build import build_table
+from index.hybrid import DocumentSearch
+from index.hybrid import run as run_hybrid
 from index.keyword import K1, KeywordIndex, Tokenizer, build
 from index.progress import configure
+from index.search import VectorSearch
 from index.sources import ReadOptions, glove_package
 from index.sources import documents as documents_source
+from index.table import Table
 
 K = 10
 Search = Callable[[list[str], int], np.ndarray]  # queries, k -> rows (queries x k), -1 pads
@@ -69,6 +75,34 @@ def import_documents(texts: list[str], work: Path) -> Path:
 
 def keyword_search(index: KeywordIndex) -> Search:
     return lambda queries, k: index.search(queries, k)[1]
+
+
+def padded(answers: list[list[int]], k: int) -> np.ndarray:
+    rows = np.full((len(answers), k), -1, dtype=np.int64)
+    for i, found in enumerate(answers):
+        rows[i, : len(found)] = found[:k]
+    return rows
+
+
+def vector_search(table: Table, vectors: dict[str, np.ndarray]) -> Search:
+    """The nearest rows to each query's mean GloVe vector (``vectors``: by query text)."""
+
+    def search(queries: list[str], k: int) -> np.ndarray:
+        units = table.normalize_queries(np.vstack([vectors[q] for q in queries]))
+        return padded([[i for i, _ in hits] for hits in table.run(VectorSearch(units, k))], k)
+
+    return search
+
+
+def hybrid_search(table: Table, vectors: dict[str, np.ndarray], **settings: Any) -> Search:
+    """RRF of the vector list and the keyword list (``index.hybrid``), as the HTTP API's mode hybrid runs it."""
+
+    def search(queries: list[str], k: int) -> np.ndarray:
+        units = table.normalize_queries(np.vstack([vectors[q] for q in queries]))
+        answers = run_hybrid(table, DocumentSearch("hybrid", k, units, queries, **settings))
+        return padded([[hit.row for hit in hits] for hits in answers], k)
+
+    return search
 
 
 def keyword_variant(texts: list[str], work: Path, **settings: Any) -> Search:
@@ -115,6 +149,11 @@ def run() -> dict[str, Any]:
             ),
             "keyword: BM25 k1 1.5, b 0.75 (bm25s's defaults), no stop words": keyword_variant(documents, work, k1=1.5),
         }
+        table = Table.load(directory)
+        vectors = dict(zip(queries, mean_glove(queries), strict=True))
+        methods["vector: mean GloVe 6B 50d, cosine"] = vector_search(table, vectors)
+        methods["hybrid: RRF k 60 of vector and keyword lists (100 deep)"] = hybrid_search(table, vectors)
+        methods["hybrid: RRF k 60, keyword weight 2"] = hybrid_search(table, vectors, weights=(1.0, 2.0))
         rows = {name: measure(search, queries) for name, search in methods.items()}
     return {"queries": len(queries), "documents": len(documents), "k": K, "keyword": manifest["keyword"], "rows": rows}
 

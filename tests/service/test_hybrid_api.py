@@ -218,6 +218,27 @@ def test_hybrid_pages_and_filters(base: str, lee_docs: Lee, keyword: KeywordInde
     assert rows_of(lee_docs, cut) == [i for i, hit in zip(ids, whole, strict=True) if hit["score"] >= floor]
 
 
+def test_every_mode_keeps_to_the_filter(base: str, lee_docs: Lee) -> None:
+    spec = {"or": [{"tags": {"in": ["government", "australian"]}}, {"long": False, "year": {"lt": 1994}}]}
+    fields = zip(lee_docs.fields["tags"], lee_docs.fields["long"], lee_docs.fields["year"], strict=True)
+    passing = np.array(
+        [
+            bool(set(tags or []) & {"government", "australian"}) or (not long and year < 1994)
+            for tags, long, year in fields
+        ]
+    )
+    vector, text = lee_docs.vectors[20].tolist(), "government police"
+    for body in (
+        {"text": text, "mode": "keyword"},
+        {"vector": vector, "text": text, "mode": "hybrid"},
+        {"vector": vector, "text": text, "mode": "hybrid", "diversity": 0.7},
+        {"vector": vector, "diversity": 0.7},
+    ):
+        answer = post(base, {**body, "k": 20, "filter": spec, "fields": []}).json()
+        assert answer["passing"] == int(passing.sum()), body
+        assert len(answer["hits"]) == 20 and all(passing[row] for row in rows_of(lee_docs, answer["hits"])), body
+
+
 def test_diversity_zero_is_the_plain_search(base: str, lee_docs: Lee) -> None:
     for body in (
         {"id": lee_docs.ids[12], "k": K},

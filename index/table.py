@@ -176,6 +176,7 @@ class Table:
             info = self.payload.info
             out["documents"] = {key: info.get(key) for key in ("id_field", "id_type", "text_field", "fields")}
             out["documents"]["keyword"] = self.keyword is not None  # keyword and hybrid search
+            out["documents"]["encoder"] = info.get("encoder")  # what embeds text queries (None: the client does)
         if deferred := m.get("index", {}).get("deferred"):
             out["index_deferred"] = deferred["spec"]  # exact search until this index is built
         return out

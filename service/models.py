@@ -274,7 +274,8 @@ NO_DOCUMENTS = {"properties": {"positive": {"maxItems": 0}, "negative": {"maxIte
 TEXT_FORM = {"allOf": [_given("text"), _absent("vector", "vectors", "id", "queries"), NO_DOCUMENTS]}
 VECTOR_QUERY = {"anyOf": [_given("vector"), _given("id"), _nonempty("positive"), _nonempty("negative")]}
 # What each mode asks of a request (beside its form): a vector search's score floor is a cosine; keyword search
-# takes text alone and no diversity; hybrid search text and a vector query; a batch's items carry their own.
+# takes text alone and no diversity; hybrid search text (and a vector query, or the table's encoder embeds the
+# text); a batch's items carry their own.
 MODE_FORMS = (
     {"properties": {"mode": {"const": "vector"}, "min_score": {"minimum": -1, "maximum": 1}}},
     {
@@ -285,7 +286,7 @@ MODE_FORMS = (
     {
         "required": ["mode"],
         "properties": {"mode": {"const": "hybrid"}},
-        "anyOf": [{"allOf": [_given("text"), VECTOR_QUERY]}, _given("queries")],
+        "anyOf": [_given("text"), _given("queries")],  # the vector side: a vector query, or the table's encoder
     },
 )
 
@@ -323,8 +324,11 @@ def check_mode(
             raise ValueError("mode keyword needs text")
         if vector_query:
             raise ValueError("mode keyword searches by text alone: leave out vector, id and positive/negative ids")
-    if mode == "hybrid" and (text is None or not vector_query):
-        raise ValueError("mode hybrid needs text and a vector, id or positive/negative ids")
+    if mode == "hybrid" and text is None:
+        raise ValueError(
+            "mode hybrid needs text (with a vector, id or positive/negative ids, or alone on a table "
+            "whose documents were embedded with --encoder)"
+        )
 
 
 class PageOptions(BaseModel):

@@ -12,6 +12,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
+from index.encode import encoder_for
 from index.errors import EmbeddingError, InvalidQuery
 from index.knn import Neighbor
 from index.table import Table
@@ -86,6 +87,20 @@ def document(table: Table, query: DocumentQuery) -> Probe:
     pos, neg = payload.row_of(query.positive).tolist(), payload.row_of(query.negative).tolist()
     info = {"positive": query.positive, "negative": query.negative}
     return Probe(table.mean_query(pos, neg)[0], set(pos) | set(neg), info)
+
+
+def document_text(encoder: Table | None, table: Table, text: str) -> Probe:
+    """A documents table's text query, embedded by ``encoder``: the table that embedded its documents at import
+    (``Registry.encoder_of``), with the same pooling."""
+    record = (table.manifest.get("documents") or {}).get("encoder")
+    if record is None or encoder is None:
+        raise InvalidQuery(
+            f"table {table.name!r} records no encoder (its vectors came with the documents): send the query's "
+            "vector from your own model, or search by keyword"
+        )
+    encoded = encoder_for(encoder).encode([text], record.get("pooling"))
+    info = {"text": text, "encoder": encoder.name, "tokens": encoded.tokens[0], "unknown": encoded.unknown[0]}
+    return Probe(encoded.vectors[0], set(), info)
 
 
 @dataclass

@@ -125,6 +125,11 @@ class Registry:
                 report["refused"].append(name)
             else:
                 report["missing"].append(name)
+        for name in nxt._without_encoder():
+            for outcome in ("loaded", "unchanged", "refused"):
+                if name in report[outcome]:
+                    report[outcome].remove(name)
+            report["missing"].append(name)
         report["removed"] = sorted(name for name in self.tables if name not in nxt.tables)
         for name in report["removed"]:
             log.warning("table %r is no longer in the data directory; no longer served", name)
@@ -176,6 +181,37 @@ class Registry:
             time.perf_counter() - started,
         )
         return True
+
+    def encoder_of(self, table: Table) -> Table | None:
+        """The table that embedded a documents table's text at import (``--encoder``), which embeds its query
+        texts too; None when its vectors came from elsewhere."""
+        record = (table.manifest.get("documents") or {}).get("encoder")
+        return None if record is None else self.tables.get(record["table"])
+
+    def _without_encoder(self) -> list[str]:
+        """Refuse the documents tables whose encoder is not loaded, or is not the one that embedded them."""
+        refused = []
+        for name, table in list(self.tables.items()):
+            record = (table.manifest.get("documents") or {}).get("encoder")
+            if record is None:
+                continue
+            encoder = self.tables.get(record["table"])
+            if encoder is None:
+                reason = (
+                    f"its documents were embedded with table {record['table']!r}, which is not loaded; serve that "
+                    "table too (it embeds the query texts)"
+                )
+            elif encoder.manifest.get("files", {}).get(artifact.VECTORS, {}).get("sha256") != record["vectors_sha256"]:
+                reason = (
+                    f"its documents were embedded with other vectors than table {record['table']!r} holds now "
+                    "(rebuilt since?); import the documents again with --encoder"
+                )
+            else:
+                continue
+            del self.tables[name], self.versions[name]
+            self._fail(name, reason)
+            refused.append(name)
+        return refused
 
     def _fail(self, name: str, reason: str) -> None:
         log.error("table %r not loaded, skipped: %s", name, reason)

@@ -20,7 +20,7 @@ from index.hybrid import run as run_hybrid
 from index.search import SearchOptions, VectorSearch
 from index.table import Table
 from service import execute, queries
-from service.deps import TableDep
+from service.deps import RegistryDep, TableDep
 from service.errors import BODY_ERRORS, item_error, responses
 from service.models import (
     DocumentQuery,
@@ -57,9 +57,9 @@ DOCUMENT_ONLY = (
     summary="Nearest rows to a raw vector ({vector}) or to each of several ({vectors}); on a documents table also "
     "by document id, by keyword or hybrid (text, mode), filtered, paged and diversified",
 )
-async def search(request: Request, table: TableDep, body: SearchRequest) -> Response:
+async def search(request: Request, table: TableDep, registry: RegistryDep, body: SearchRequest) -> Response:
     if table.payload is not None:
-        return FastJSON(await _documents(request, table, body))
+        return FastJSON(await _documents(request, table, body, registry.encoder_of(table)))
     if given := [name for name in DOCUMENT_ONLY if name in body.model_fields_set]:
         raise InvalidQuery(
             f"{', '.join(given)}: only for documents tables; table {table.name!r} holds {table.kind}, search it "
@@ -85,18 +85,20 @@ async def search(request: Request, table: TableDep, body: SearchRequest) -> Resp
     return FastJSON(await execute.compute(request, table, "search_batch", many))
 
 
-async def _documents(request: Request, table: Table, body: SearchRequest) -> dict[str, Any]:
+async def _documents(request: Request, table: Table, body: SearchRequest, encoder: Table | None) -> dict[str, Any]:
     options = body.search_options()
     if body.queries is None and body.vectors is None:  # one query
         query = body.document_query()
-        mode, probe = _prepare(table, query, body)
-        if mode == "vector" and not body.diversity and query.filter is None:  # the searcher's path, as for words
+        fast = (query.mode or body.mode) == "vector" and not body.diversity and query.filter is None
+        if fast and query.vector_query:  # the searcher's path, as for words
+            _, probe = _prepare(table, query, body, encoder)
             assert probe is not None
             search = _request([probe], query, body.k, options, None)
             (hits,) = await execute.search(request, table, "search", search)
             return _shape(documents(table, hits, body.fields), None)
 
         def one() -> dict[str, Any]:
+            mode, probe = _prepare(table, query, body, encoder)
             rows = None if query.filter is None else table.filter(query.filter)
             (shaped,) = _run(table, mode, [(probe, query.text)], query, body, options, rows)
             return _shape(shaped, rows)
@@ -118,35 +120,38 @@ async def _documents(request: Request, table: Table, body: SearchRequest) -> dic
             for v in body.vectors or []
         ]
     batch = items
-    return {
-        "results": await execute.compute(request, table, "search_batch", lambda: _answer(table, batch, body, options))
-    }
+
+    def answer() -> list[dict[str, Any]]:
+        return _answer(table, batch, body, options, encoder)
+
+    return {"results": await execute.compute(request, table, "search_batch", answer)}
 
 
-def _prepare(table: Table, query: DocumentQuery, body: SearchRequest) -> tuple[Mode, queries.Probe | None]:
-    """A query's mode (its own, else the request's) and its vector query (None in mode keyword); a 422 for what
-    the mode lacks or the table cannot do."""
+def _prepare(
+    table: Table, query: DocumentQuery, body: SearchRequest, encoder: Table | None
+) -> tuple[Mode, queries.Probe | None]:
+    """A query's mode (its own, else the request's) and its vector query (None in mode keyword): from its
+    vector, id or positive/negative ids, else its text embedded by ``encoder`` (the table that embedded the
+    documents); a 422 for what the mode lacks or the table cannot do."""
     mode: Mode = query.mode or body.mode
     try:
         check_mode(mode, query.text, query.vector_query, query.min_score, body.diversity)
     except ValueError as exc:
         raise InvalidQuery(str(exc)) from None
-    if mode == "vector" and query.text is not None:
-        encoder = (table.payload.info.get("encoder") if table.payload is not None else None) or {}
-        if not encoder:
-            raise InvalidQuery(
-                f"text: table {table.name!r} records no encoder to turn text into a vector; send a vector with it, or "
-                "use mode keyword or hybrid"
-            )
-        raise InvalidQuery(
-            f"text: mode vector searches by a vector, id or positive/negative ids (table {table.name!r} was embedded "
-            f"with {encoder.get('table')!r}: embed the text with POST .../embed there); or use mode keyword or hybrid"
-        )
     if mode != "vector" and table.keyword is None:
         raise InvalidQuery(
             f"mode {mode}: table {table.name!r} has no keyword index (its documents have no text); search it by vector"
         )
-    return mode, queries.document(table, query) if query.vector_query else None
+    if mode == "vector" and query.text is not None and query.vector_query:
+        raise InvalidQuery(
+            "text: mode vector searches by one query: a vector, id or positive/negative ids, or text alone (embedded "
+            "by the table's encoder); use mode hybrid to search by both"
+        )
+    if query.vector_query:
+        return mode, queries.document(table, query)
+    if mode == "keyword" or query.text is None:
+        return mode, None
+    return mode, queries.document_text(encoder, table, query.text)  # 422 when the table records no encoder
 
 
 def _request(
@@ -199,7 +204,7 @@ def _shape(hits: list[dict[str, Any]], rows: RowSet | None) -> dict[str, Any]:
 
 
 def _answer(
-    table: Table, items: list[DocumentQuery], body: SearchRequest, options: SearchOptions
+    table: Table, items: list[DocumentQuery], body: SearchRequest, options: SearchOptions, encoder: Table | None
 ) -> list[dict[str, Any]]:
     """Each item's hits (or its error), in order: one search per group of items with the same filter, page and
     mode."""
@@ -207,7 +212,7 @@ def _answer(
     groups: dict[str, list[tuple[int, Mode, queries.Probe | None, str | None]]] = defaultdict(list)
     for position, item in enumerate(items):
         try:
-            mode, probe = _prepare(table, item, body)
+            mode, probe = _prepare(table, item, body, encoder)
             if item.filter is not None:
                 table.filter(item.filter)  # an error in the filter is this item's (the rows are kept for below)
         except EmbeddingError as exc:

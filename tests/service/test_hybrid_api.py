@@ -291,10 +291,10 @@ def test_a_batch_mixes_modes(base: str, lee_docs: Lee) -> None:
     [
         ({"mode": "keyword"}, "give exactly one of"),
         ({"text": "fire", "vector": [0.1] * 50, "mode": "keyword"}, "text alone"),
-        ({"id": "lee-001", "mode": "hybrid"}, "mode hybrid needs text and a vector"),
-        ({"text": "fire", "mode": "hybrid"}, "mode hybrid needs text and a vector"),
+        ({"id": "lee-001", "mode": "hybrid"}, "mode hybrid needs text (with a vector"),
+        ({"text": "fire", "mode": "hybrid"}, "records no encoder"),  # its vectors came with the documents
         ({"text": "fire"}, "records no encoder"),
-        ({"text": "fire", "vector": [0.1] * 50}, "records no encoder"),
+        ({"text": "fire", "vector": [0.1] * 50}, "use mode hybrid to search by both"),
         ({"text": "fire", "mode": "keyword", "diversity": 0.5}, "diversity needs a query vector"),
         ({"id": "lee-001", "diversity": 1.5}, "diversity"),
         ({"id": "lee-001", "min_score": 2}, "between -1 and 1"),

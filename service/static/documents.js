@@ -130,11 +130,30 @@ export class DocumentSearch {
     await this.run();
   }
 
-  /** The text box: on only when a text search is plugged in (see ``textSearch``). */
+  /** The search modes a text can use on this table: vector and hybrid when its documents were embedded by an
+   * encoder of the server's (which embeds the text too), keyword and hybrid when it has a keyword index. */
+  textModes() {
+    const documents = this.summary?.documents || {};
+    const modes = [];
+    if (documents.encoder) modes.push("vector");
+    if (documents.keyword) modes.push("keyword");
+    if (documents.encoder && documents.keyword) modes.push("hybrid");
+    return modes;
+  }
+
+  /** The text box: on when the table can search by text, or a text search is plugged in (``textSearch``). */
   enableText() {
-    const on = typeof textSearch.query === "function";
+    const plugged = typeof textSearch.query === "function";
+    const modes = this.textModes();
+    const on = plugged || modes.length > 0;
     this.$("ds-text").disabled = !on;
+    this.$("ds-text").placeholder = on ? "words to search for" : "text search needs an encoder";
     this.$("ds-text-note").hidden = on;
+    const select = this.$("ds-mode");
+    select.hidden = plugged || modes.length === 0;
+    const { el } = this.deps;
+    select.replaceChildren(...modes.map((mode) => el("option", { value: mode }, mode)));
+    if (modes.includes("hybrid")) select.value = "hybrid";
   }
 
   /** The inputs as the URL state says. */
@@ -269,7 +288,8 @@ export class DocumentSearch {
 
   /** A text query, when a text search is plugged in and the text box has text; else "". */
   textQuery() {
-    return typeof textSearch.query === "function" ? this.$("ds-text").value.trim() : "";
+    const on = typeof textSearch.query === "function" || this.textModes().length > 0;
+    return on ? this.$("ds-text").value.trim() : "";
   }
 
   async run() {
@@ -293,7 +313,10 @@ export class DocumentSearch {
     out.setAttribute("aria-busy", "true");
     let body;
     let query; // what the hits are marked against: {label, text}
-    if (text) {
+    if (text && typeof textSearch.query !== "function") {
+      body = { text, mode: this.$("ds-mode").value, ...page };
+      query = { label: `“${text}”`, text, words: markable(text) };
+    } else if (text) {
       const asked = await textSearch.query(this.table, text);
       if (ticket !== this.ticket) return;
       if (!asked.ok) {

@@ -20,7 +20,9 @@ import httpx
 import numpy as np
 import pytest
 
-from tests.lee import Lee
+from tests.index.test_embed_documents import without_vectors
+from tests.index.test_sources import run_cli
+from tests.lee import Lee, write_jsonl
 from tests.service import real_server
 from tests.service.test_explorer import (
     CHROMIUM,
@@ -32,15 +34,23 @@ from tests.service.test_explorer import (
 )
 
 DOCS, WORDS = "lee", "small"
+EMBEDDED = "lee-text"  # the Lee stories without their vectors, embedded at import by the words table
 FIRST = "lee-000"  # the first document: the card's query until one is given
 DOCUMENTS_JS = "/static/documents.js"
 
 
 @pytest.fixture(scope="module")
-def server(lee_data_dir: Path, small_data_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def server(
+    lee_data_dir: Path, small_data_dir: Path, lee_docs: Lee, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[str]:
     data_dir = tmp_path_factory.mktemp("search-data")
     shutil.copytree(lee_data_dir / DOCS, data_dir / DOCS)
     shutil.copytree(small_data_dir / WORDS, data_dir / WORDS)
+    texts = write_jsonl(data_dir.parent / "lee-text.jsonl", without_vectors(lee_docs))
+    imported = run_cli(
+        "import", texts, "--format", "documents", "--name", EMBEDDED, "--encoder", WORDS, "--data-dir", data_dir
+    )
+    assert imported.code == 0, imported.err
     started = real_server.start(data_dir, tmp_path_factory.mktemp("search-log") / "serve.log")
     try:
         yield started.base
@@ -152,8 +162,8 @@ def test_a_documents_table_shows_the_search_card_and_a_words_table_the_word_card
     page = open_search(watched, server)
     assert page.is_visible("#doc-search") and not page.is_visible("#neighbours") and not page.is_visible("#table-map")
     assert "documents" in page.inner_text(f"#table option[value='{DOCS}']")
-    assert page.input_value("#ds-id") == FIRST and page.is_disabled("#ds-text")
-    assert "needs an encoder" in page.inner_text("#ds-text-note")
+    assert page.input_value("#ds-id") == FIRST and not page.is_disabled("#ds-text")  # by keyword: no encoder
+    assert page.eval_on_selector_all("#ds-mode option", "os => os.map(o => o.value)") == ["keyword"]
     assert sent(page) == {"id": FIRST, "k": 10, "offset": 0}
     answer = assert_same_hits(page, api, types)
     assert FIRST not in [hit["id"] for hit in answer["hits"]]
@@ -376,6 +386,34 @@ def test_a_text_search_plugs_into_the_text_box(
     settle(page)
     assert page.inner_text("#ds-out .ds-code") == "unknown_token · HTTP 404"
     watched.assert_clean(expected_404=("/tokens/zzqqxv",))
+
+
+def test_text_searches_by_the_tables_own_modes(
+    server: str, api: httpx.Client, watched: Watched, types: dict[str, str]
+) -> None:
+    """A table embedded at import by the server's encoder searches text by meaning, keyword or both (hybrid by
+    default); the hits are the API's answer to the request sent, each text's words marked."""
+    page = watched.page
+    page.goto(f"{server}/?table={EMBEDDED}")
+    settle(page)
+    assert page.eval_on_selector_all("#ds-mode option", "os => os.map(o => o.value)") == [
+        "vector",
+        "keyword",
+        "hybrid",
+    ]
+    assert page.input_value("#ds-mode") == "hybrid" and page.is_visible("#ds-mode")
+    for mode in ("hybrid", "keyword", "vector"):
+        page.select_option("#ds-mode", mode)
+        page.fill("#ds-text", "firefighters battle bushfires near Sydney")
+        page.press("#ds-text", "Enter")
+        settle(page)
+        body = sent(page)
+        assert body == {"text": "firefighters battle bushfires near Sydney", "mode": mode, "k": 10, "offset": 0}
+        answer = api.post(f"/v1/tables/{EMBEDDED}/search", json=body).json()
+        assert [hit["id"] for hit in shown_hits(page)] == [hit["id"] for hit in answer["hits"]]
+        if mode != "vector":  # BM25 finds the fire stories; a mean of GloVe rows is a weaker guide
+            assert sum("fire" in hit["text"].lower() for hit in answer["hits"][:5]) >= 3, mode
+    watched.assert_clean()
 
 
 def test_phone_width_has_no_horizontal_scroll(server: str, browser: Any, api: httpx.Client) -> None:

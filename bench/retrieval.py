@@ -32,6 +32,7 @@ from gensim.test.utils import datapath
 
 from index import artifact
 from index.build import build_table
+from index.encode import encoder_for
 from index.hybrid import DocumentSearch
 from index.hybrid import run as run_hybrid
 from index.keyword import K1, KeywordIndex, Tokenizer, build
@@ -62,15 +63,33 @@ def mean_glove(texts: list[str]) -> np.ndarray:
     return vectors
 
 
-def import_documents(texts: list[str], work: Path) -> Path:
-    """The second halves as a documents table, through the import's reader and builder."""
-    source = work / "lee-second-halves.jsonl"
+def import_documents(texts: list[str], work: Path, vectors: np.ndarray | None = None, name: str = "lee-halves") -> Path:
+    """The second halves as a documents table, through the import's reader and builder (``vectors``: one per
+    text, by default each text's mean GloVe row)."""
+    source = work / f"{name}.jsonl"
+    vectors = mean_glove(texts) if vectors is None else vectors
     with open(source, "w", encoding="utf-8") as out:
-        for i, (text, vector) in enumerate(zip(texts, mean_glove(texts), strict=True)):
+        for i, (text, vector) in enumerate(zip(texts, vectors, strict=True)):
             out.write(json.dumps({"id": f"lee-{i:03d}", "text": text, "vector": vector.tolist()}) + "\n")
     raw = documents_source.read(source, ReadOptions())
-    build_table(raw, data_dir=work / "data", name="lee-halves", source={"path": str(source)}, index_spec="flat")
-    return work / "data" / "lee-halves"
+    build_table(raw, data_dir=work / "data", name=name, source={"path": str(source)}, index_spec="flat")
+    return work / "data" / name
+
+
+def encoder_rows(work: Path, queries: list[str], documents: list[str]) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """(query vectors, document vectors) of the server's encoders (``index.encode``): GloVe 6B 50d by SIF, its
+    component from the Lee background corpus itself (as the SIF paper takes it from the sentences embedded), and
+    all-MiniLM-L6-v2's token table by the mean of the pieces' rows. The tables are built as bench.lee_similarity
+    builds them."""
+    from bench.lee_similarity import GLOVE, MINILM, build_tables
+
+    data_dir = work / "encoders"
+    build_tables(data_dir, None)
+    out = {}
+    for label, name, pooling in (("GloVe 6B 50d SIF", GLOVE, "sif"), ("MiniLM token mean", MINILM, "mean")):
+        encoder = encoder_for(Table.load(data_dir / name))
+        out[label] = (encoder.encode(queries, pooling).vectors, encoder.encode(documents, pooling).vectors)
+    return out
 
 
 def keyword_search(index: KeywordIndex) -> Search:
@@ -154,6 +173,12 @@ def run() -> dict[str, Any]:
         methods["vector: mean GloVe 6B 50d, cosine"] = vector_search(table, vectors)
         methods["hybrid: RRF k 60 of vector and keyword lists (100 deep)"] = hybrid_search(table, vectors)
         methods["hybrid: RRF k 60, keyword weight 2"] = hybrid_search(table, vectors, weights=(1.0, 2.0))
+        for label, (query_rows, document_rows) in encoder_rows(work, queries, documents).items():
+            slug = label.split()[0].lower()
+            encoded = Table.load(import_documents(documents, work, document_rows, f"lee-halves-{slug}"))
+            by_text = dict(zip(queries, query_rows, strict=True))
+            methods[f"vector: {label}, cosine"] = vector_search(encoded, by_text)
+            methods[f"hybrid: RRF k 60 of {label} and keyword lists"] = hybrid_search(encoded, by_text)
         rows = {name: measure(search, queries) for name, search in methods.items()}
     return {"queries": len(queries), "documents": len(documents), "k": K, "keyword": manifest["keyword"], "rows": rows}
 

@@ -15,7 +15,7 @@ import re
 import shutil
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -213,3 +213,36 @@ def verify(directory: Path, checksums: bool = True, progress: Callable[[int], No
 
 def now_iso() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+def republish(
+    data_dir: Path,
+    name: str,
+    manifest: dict[str, Any],
+    write: Callable[[Path], None],
+    replaced: Collection[str],
+    changes: dict[str, Any],
+    what: str,
+) -> dict[str, Any]:
+    """Publish the next version of table ``name`` (whose manifest is ``manifest``): its files but ``replaced``
+    linked (or copied) unchanged, ``write(staging_directory)`` writing the new ones, the manifest updated with
+    ``changes``. The current version serves until the new one is renamed into place, and stays as it was if
+    anything fails, or if the table was rebuilt meanwhile (``what`` says what was being done)."""
+    directory = table_dir(data_dir, name)
+    with staging(data_dir, name, force=True) as tmp:
+        for child in directory.iterdir():
+            if child.name != MANIFEST and child.name not in replaced:
+                _link_or_copy(child, tmp / child.name)
+        write(tmp)
+        kept = {k: v for k, v in manifest.items() if k not in ("format_version", "files", *changes)}
+        published = write_manifest(tmp, {**kept, **changes})
+        if read_manifest(directory).get("built_at") != manifest.get("built_at"):
+            raise ArtifactError(f"table {name!r} was rebuilt while {what}; nothing replaced")
+    return published
+
+
+def _link_or_copy(source: Path, target: Path) -> None:
+    try:
+        os.link(source, target)  # same file system (the staging directory is beside the table): no copy
+    except OSError:
+        shutil.copy2(source, target)

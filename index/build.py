@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import os
-import shutil
 import time
 from pathlib import Path
 from typing import Any
@@ -142,24 +140,14 @@ def index_table(
         budget=budget if budget is not None else deferred.get("budget_seconds", AUTO_BUDGET_SECONDS),
     )
     note(f"writing the new version of {directory} ...")
-    with artifact.staging(data_dir, name, force=True) as tmp:
-        for child in directory.iterdir():
-            if child.name not in (artifact.MANIFEST, artifact.INDEX):
-                _link_or_copy(child, tmp / child.name)
+
+    def write(tmp: Path) -> None:
         if built.index is not None:
             faiss.write_index(built.index, str(tmp / artifact.INDEX))
-        kept = {k: v for k, v in manifest.items() if k not in ("format_version", "files", "index")}
-        kept["index"] = built.info
-        kept["indexed_at"] = artifact.now_iso()
-        published = artifact.write_manifest(tmp, kept)
-        if artifact.read_manifest(directory).get("built_at") != manifest.get("built_at"):
-            raise ArtifactError(f"table {name!r} was rebuilt while its index was being built; nothing replaced")
+
+    changes = {"index": built.info, "indexed_at": artifact.now_iso()}
+    published = artifact.republish(
+        data_dir, name, manifest, write, (artifact.INDEX,), changes, "its index was being built"
+    )
     note(f"indexed {name!r} in {duration(time.perf_counter() - started)}")
     return published
-
-
-def _link_or_copy(source: Path, target: Path) -> None:
-    try:
-        os.link(source, target)  # same file system (the staging directory is beside the table): no copy
-    except OSError:
-        shutil.copy2(source, target)

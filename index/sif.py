@@ -13,8 +13,6 @@ the other files linked unchanged. Lines without a known word are skipped and cou
 
 from __future__ import annotations
 
-import os
-import shutil
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,7 +23,7 @@ import numpy as np
 from index import artifact
 from index.build import source_digest
 from index.encode import DEFAULT_A, SIF_COMPONENT, Encoder
-from index.errors import ArtifactError, InputError, InvalidQuery
+from index.errors import InputError, InvalidQuery
 from index.progress import Progress, duration, note
 from index.sources import open_text
 from index.table import Table
@@ -117,22 +115,14 @@ def sif_table(data_dir: Path, name: str, corpus: Path | None = None, a: float = 
         },
         "computed_at": artifact.now_iso(),
     }
-    manifest = table.manifest
-    with artifact.staging(data_dir, name, force=True) as tmp:
-        for child in directory.iterdir():
-            if child.name not in (artifact.MANIFEST, SIF_COMPONENT):
-                _link_or_copy(child, tmp / child.name)
-        np.save(tmp / SIF_COMPONENT, component, allow_pickle=False)
-        kept = {k: v for k, v in manifest.items() if k not in ("format_version", "files")}
-        published = artifact.write_manifest(tmp, {**kept, "sif": info})
-        if artifact.read_manifest(directory).get("built_at") != manifest.get("built_at"):
-            raise ArtifactError(f"table {name!r} was rebuilt while its SIF component was computed; nothing replaced")
+    published = artifact.republish(
+        data_dir,
+        name,
+        table.manifest,
+        lambda tmp: np.save(tmp / SIF_COMPONENT, component, allow_pickle=False),
+        (SIF_COMPONENT,),
+        {"sif": info},
+        "its SIF component was computed",
+    )
     note(f"SIF component of {name!r} in {duration(time.perf_counter() - started)}")
     return published
-
-
-def _link_or_copy(source: Path, target: Path) -> None:
-    try:
-        os.link(source, target)  # the staging directory is beside the table: the same file system
-    except OSError:
-        shutil.copy2(source, target)

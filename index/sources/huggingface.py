@@ -332,6 +332,20 @@ def readable_label(label: str, scheme: str, prefix: str | None) -> str:
     return label
 
 
+def token_kinds(vocab: Vocabulary, flags: np.ndarray) -> dict[str, Any]:
+    """The manifest's count of special and continuation tokens, and how the readable labels were made."""
+    return {
+        "special_tokens": int((flags & FLAG_SPECIAL).sum()),
+        "continuation_tokens": int((flags & FLAG_CONTINUATION).sum()),
+        "readable_labels": {
+            "column": "readable",
+            "scheme": vocab.scheme,
+            "continuation_prefix": vocab.continuation_prefix,
+            "space_marker": {"byte-level": "Ġ", "metaspace": "▁"}.get(vocab.scheme),
+        },
+    }
+
+
 def token_flags(vocab: Vocabulary) -> np.ndarray:
     """Per-id bits: special token, and sub-word continuation (``##x``, or no word-initial space marker)."""
     labels = vocab.labels
@@ -415,14 +429,7 @@ def read(path: Path, options: ReadOptions) -> RawTable:
             "output_tensor": output.name if output is not None else None,
             "vocab_size": len(vocab.labels),
             "unused_rows": unused,
-            "special_tokens": int((flags & FLAG_SPECIAL).sum()),
-            "continuation_tokens": int((flags & FLAG_CONTINUATION).sum()),
-            "readable_labels": {
-                "column": "readable",
-                "scheme": vocab.scheme,
-                "continuation_prefix": vocab.continuation_prefix,
-                "space_marker": {"byte-level": "Ġ", "metaspace": "▁"}.get(vocab.scheme),
-            },
+            **token_kinds(vocab, flags),
         }
     }
     return RawTable(

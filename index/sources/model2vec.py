@@ -29,8 +29,9 @@ from index.sources.huggingface import (
     read_vocabulary,
     readable_label,
     token_flags,
+    token_kinds,
 )
-from index.tokens import FLAG_CONTINUATION, FLAG_SPECIAL, TOKENIZER, WEIGHTS
+from index.tokens import TOKENIZER, WEIGHTS
 
 MODEL = "model.safetensors"
 TENSORS = ("embeddings", "weights", "mapping")
@@ -148,14 +149,7 @@ def read(path: Path, options: ReadOptions) -> RawTable:
             "shape": list(embeddings.shape),
             "tokenizer_type": vocab.tokenizer_type,
             "vocab_size": size,
-            "special_tokens": int((flags & FLAG_SPECIAL).sum()),
-            "continuation_tokens": int((flags & FLAG_CONTINUATION).sum()),
-            "readable_labels": {
-                "column": "readable",
-                "scheme": vocab.scheme,
-                "continuation_prefix": vocab.continuation_prefix,
-                "space_marker": {"byte-level": "Ġ", "metaspace": "▁"}.get(vocab.scheme),
-            },
+            **token_kinds(vocab, flags),
         },
         "model2vec": {
             "weights": "weights" in tensors,

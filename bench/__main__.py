@@ -27,8 +27,9 @@ from typing import Any
 from bench import report
 from bench.common import REPO, TABLE, Context, machine, versions
 
-NAMES = ("analogy", "neighbours", "import", "startup", "growth", "peers", "firstrun")
-OWN_TABLE = {"peers", "firstrun", "growth"}  # benchmarks that build their own tables (no --data-dir table needed)
+NAMES = ("analogy", "neighbours", "import", "startup", "growth", "peers", "firstrun", "documents")
+# benchmarks that build their own tables (no --data-dir table needed)
+OWN_TABLE = {"peers", "firstrun", "growth", "documents"}
 
 
 def runner(name: str) -> Callable[..., dict[str, Any]]:
@@ -44,6 +45,8 @@ def runner(name: str) -> Callable[..., dict[str, Any]]:
         from bench.peers import run
     elif name == "firstrun":
         from bench.firstrun import run
+    elif name == "documents":
+        from bench.documents import run
     else:
         from bench.growth import run
     return run

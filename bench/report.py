@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-NAMES = ("analogy", "neighbours", "import", "startup", "growth", "peers", "firstrun")
+NAMES = ("analogy", "neighbours", "import", "startup", "growth", "peers", "firstrun", "documents")
 TITLES = {
     "analogy": "1. Analogy evaluation (Google set)",
     "neighbours": "2. Neighbours",
@@ -15,6 +15,7 @@ TITLES = {
     "growth": "5. Growth with table size: flat or HNSW?",
     "peers": "6. Peers: vector databases side by side",
     "firstrun": "7. The first run: serving at once, and the index choice",
+    "documents": "8. Documents tables: import, filtered search, worker memory",
 }
 
 
@@ -483,6 +484,207 @@ def firstrun(r: dict[str, Any]) -> str:
     )
 
 
+def documents(r: dict[str, Any]) -> str:
+    imp, search, engine = r["import"], r["search"], r["engine"]
+    flat, hnsw = imp["flat"], imp["hnsw_documents"]
+    sizes = {name: size / (1 << 20) for name, size in imp["sizes"].items()}
+    spec = hnsw["index"]
+    described = ", ".join(f"{k} {v}" for k, v in spec.items() if k != "kind")
+    import_rows = [
+        [
+            f"documents.parquet ({num(sizes['documents.parquet'])} MiB)",
+            "flat",
+            flat["documents"]["seconds"],
+            flat["documents"]["read_seconds"],
+            flat["documents"]["build_seconds"],
+            flat["documents"]["peak_rss_mib"],
+            flat["documents"]["disk_mib"],
+            ", ".join(num(x["seconds"]) for x in flat["documents"]["rounds"]),
+        ],
+        [
+            f"vectors.npy + vocabulary ({num(sizes['vectors.npy'] + sizes['vectors.vocab.txt'])} MiB)",
+            "flat",
+            flat["npy"]["seconds"],
+            flat["npy"]["read_seconds"],
+            flat["npy"]["build_seconds"],
+            flat["npy"]["peak_rss_mib"],
+            flat["npy"]["disk_mib"],
+            ", ".join(num(x["seconds"]) for x in flat["npy"]["rounds"]),
+        ],
+        [
+            "documents.parquet",
+            f"hnsw ({described}; recall@10 {hnsw['recall_at_10']})",
+            hnsw["seconds"],
+            hnsw["read_seconds"],
+            hnsw["build_seconds"],
+            hnsw["peak_rss_mib"],
+            hnsw["disk_mib"],
+            "one run",
+        ],
+    ]
+    search_rows = []
+    for case, spec_ in r["filters"].items():
+        c = search[case]
+        row = [
+            "none" if spec_ is None else code(json.dumps(spec_)),
+            f"{c['passing']:,} ({100 * c['fraction']:.3g}%)",
+        ]
+        for side in ("flat", "hnsw"):
+            t = c[side]
+            row += [num(t["p50_ms"]), num(t["p90_ms"]), "-" if case == "none" else f"{num(t['ratio_p50'])}x"]
+        row += [
+            f"{c['flat']['hits_min']} / {c['hnsw']['hits_min']}",
+            f"{c['hnsw_recall_at_10']:.4f} ({c['hnsw_recall_min']:.1f})",
+            f"{c['flat_equals_brute_force']} of {c['queries']}",
+        ]
+        search_rows.append(row)
+    engine_rows = []
+    for case in r["filters"]:
+        c = search[case]
+        engine_rows.append(
+            [
+                case,
+                "-" if case == "none" else num(engine["filter_evaluation_ms"][case]),
+                num(engine["p50_ms"][f"flat:{case}"]),
+                num(c["flat"]["p50_ms"]),
+                num(engine["p50_ms"][f"hnsw:{case}"]),
+                num(c["hnsw"]["p50_ms"]),
+            ]
+        )
+    sweep_rows = []
+    for point in engine["crossover"]:
+        ms, recall, ef = point["p50_ms"], point["recall_at_10"], point["efSearch"]
+        sweep_rows.append(
+            [
+                f"{100 * point['fraction']:.3g}%",
+                point["engine_uses"],
+                num(ms["exact"]),
+                f"{num(ms['exact_gathered'])} ({num(point['gathered_mib'])} MiB)",
+                f"{num(ms['index'])} / {recall['index']:.3f} (ef {ef['index']})",
+                f"{num(ms['index_fourth_root'])} / {recall['index_fourth_root']:.3f} (ef {ef['index_fourth_root']})",
+                f"{num(ms['index_unwidened'])} / {recall['index_unwidened']:.3f} (ef {ef['index_unwidened']})",
+            ]
+        )
+    workers = r["workers"]
+    worker_rows = [
+        [
+            n,
+            len(w["warm"]["processes"]),
+            w["idle"]["sum_pss_mib"],
+            w["warm"]["sum_pss_mib"],
+            f"{num(w['idle']['worker_uss_mib'])} -> {num(w['warm']['worker_uss_mib'])}",
+            w["warm"]["worker_private_dirty_mib"],
+            w["warm"]["worker_private_clean_mib"],
+            w["warm"]["worker_pss_mib"],
+            w["warm"]["worker_rss_mib"],
+        ]
+        for n, w in workers.items()
+    ]
+    counts = sorted(workers, key=int)
+    most = workers[counts[-1]]["warm"]
+    table_mib = r["workers_table_mib"]
+    growth = ""
+    if len(counts) > 1:
+        fewest = workers[counts[0]]["warm"]
+        step = (most["sum_pss_mib"] - fewest["sum_pss_mib"]) / (int(counts[-1]) - int(counts[0]))
+        growth = (
+            f" The whole server grows by {num(step)} MiB of summed PSS per worker from {counts[0]} to {counts[-1]} "
+            "(the supervisor included; a single worker is the server's own process, not forked)."
+        )
+    commands = [
+        flat["documents"]["command"],
+        flat["npy"]["command"],
+        hnsw["command"],
+        r["server_command"],
+        workers[counts[-1]]["command"],
+        engine["command"],
+    ]
+    return "\n\n".join(
+        [
+            f"{r['rows']:,} synthetic documents (seeded): the GloVe 6B 50d rows as vectors ({r['dim']} dimensions), "
+            "the GloVe words as ids, and the fields `lang` (string, seven values from 55% to 0.1%), `year` (integer, "
+            "1925-2024) and `tags` (list of strings), written as Parquet. Import: `embedding-index import` of the "
+            "Parquet file against the same vectors as `.npy` + vocabulary, both `--index flat`, in alternating "
+            "order; each child's wall time and peak RSS; read and build seconds from the manifest:",
+            table(
+                ["Input", "Index", "Median s", "Read s", "Build s", "Peak RSS MiB", "Table MiB", "Rounds s"],
+                import_rows,
+            ),
+            f"Parquet / .npy (paired by round): time **{num(imp['time_ratio'])}x**, peak RSS "
+            f"**{num(imp['peak_ratio'])}x**.",
+            f"Filtered search over HTTP, `POST /v1/tables/NAME/search` with `vector`, `k` {r['k']} and the filter, "
+            f"one request at a time (answer cache off), {search['none']['queries']} query vectors (table rows drawn "
+            "at random), every query asked of both tables unfiltered and with every filter in rotating order; p50 "
+            "and p90 in ms, ratio = filtered p50 / unfiltered p50 on the same table; hits: the fewest in an answer; "
+            "recall@10 of the HNSW answers against the flat table's (exact filtered search), mean (lowest); the "
+            "flat answers checked against a float64 brute force over the passing documents:",
+            table(
+                [
+                    "Filter",
+                    "Passing",
+                    "Flat p50",
+                    "Flat p90",
+                    "Flat ratio",
+                    "HNSW p50",
+                    "HNSW p90",
+                    "HNSW ratio",
+                    "Hits flat / HNSW",
+                    "HNSW recall@10",
+                    "Flat = brute force",
+                ],
+                search_rows,
+            ),
+            "The engine alone, in one process on one thread (`Table.run`, filters already evaluated), beside the "
+            "HTTP p50; the filter's own evaluation without the table's filter cache (what the first request with "
+            "that filter pays):",
+            table(
+                ["Filter", "Evaluation ms", "Flat engine p50", "Flat HTTP p50", "HNSW engine p50", "HNSW HTTP p50"],
+                engine_rows,
+            ),
+            "Both sides of the line (`FILTER_INDEX_FRACTION`): the engine's two ways of a filtered search on the "
+            f"HNSW table at fractions around it (`year` ranges), one query at a time in process, p50 ms over "
+            f"{engine['sweep_queries']} queries, and the index's recall@10 "
+            "against the exact answer. Exact: as the engine does it (rows gathered below 25% passing, scores masked "
+            "above); pre-gathered: over the passing rows copied out beforehand (their size in brackets); index: "
+            "efSearch widened by 1/sqrt(fraction) as the engine does, by 1/fraction^(1/4), and not at all:",
+            table(
+                [
+                    "Passing",
+                    "Engine uses",
+                    "Exact",
+                    "Exact, pre-gathered",
+                    "Index 1/sqrt / recall",
+                    "Index 1/4th root / recall",
+                    "Index unwidened / recall",
+                ],
+                sweep_rows,
+            ),
+            f"Worker memory over the HNSW table ({num(table_mib)} MiB on disk), after `/readyz` (idle) and after "
+            "filtered and unfiltered searches on new connections (warm); psutil, MiB, per worker the mean; a "
+            "worker's USS split (smaps_rollup) into written pages (heap: Private_Dirty) and clean ones (mostly "
+            "table pages no other process has touched yet):",
+            table(
+                [
+                    "Workers",
+                    "Processes",
+                    "Sum PSS idle",
+                    "Sum PSS warm",
+                    "Worker USS idle -> warm",
+                    "of it written",
+                    "of it clean",
+                    "Worker PSS",
+                    "Worker RSS",
+                ],
+                worker_rows,
+            ),
+            f"Each of {counts[-1]} workers holds **{num(most['worker_uss_mib'])} MiB of its own (USS) = "
+            f"{100 * most['worker_uss_mib'] / table_mib:.3g}% of the table** on disk: the workers are forked from a "
+            "supervisor that imported their modules, so that is what one more worker adds." + growth,
+            "Commands:  \n" + "  \n".join(code(c) for c in commands),
+        ]
+    )
+
+
 RENDER = {
     "analogy": analogy,
     "neighbours": neighbours,
@@ -490,6 +692,7 @@ RENDER = {
     "startup": startup,
     "growth": growth,
     "firstrun": firstrun,
+    "documents": documents,
 }
 WITH_RUN = {"peers": peers}  # renderers that also take the run's header (machine, date)
 
@@ -505,7 +708,7 @@ def render(results: dict[str, dict[str, Any]]) -> str:
         "than the absolute times.",
         "Rerun everything with `make bench`, or one benchmark with "
         "`.venv/bin/python -m bench --data-dir data --only NAME` (analogy, neighbours, import, startup, growth, "
-        "peers); "
+        "peers, firstrun, documents); "
         "every figure is also in `bench/results/NAME.json`.",
     ]
     if first is None:

@@ -9,9 +9,11 @@ PORT ?= 8000
 .PHONY: install dev run build test lint bench bench-quick system-deps clean
 
 # Packages install with uv (itself installed from PyPI by pip) when it installs here, several times faster than
-# pip; otherwise with pip. Either way from the same registry.
+# pip; otherwise with pip. Either way from the same registry, and compiled to bytecode at install as pip does (an
+# environment with PYTHONDONTWRITEBYTECODE set would otherwise compile every module again in every process).
 PIP_INSTALL = if $(BIN)/python -m uv --version >/dev/null 2>&1; then \
-	$(BIN)/python -m uv pip install --quiet --python $(BIN)/python $(1); else $(BIN)/pip install --quiet $(1); fi
+	$(BIN)/python -m uv pip install --quiet --compile-bytecode --python $(BIN)/python $(1); \
+	else $(BIN)/pip install --quiet $(1); fi
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -59,7 +61,9 @@ system-deps:
 
 # The default table's build and gensim's whole-set evaluation run in the background from the start
 # (tests/conftest.py), beside the tests that do not need them.
+# The project's own modules are compiled first: the tests start dozens of Python processes (servers, commands).
 test: dev system-deps
+	$(BIN)/python -m compileall -q index service service_client tests bench >/dev/null
 	$(BIN)/python -m pytest -q
 
 # ruff over everything; mypy (strict) over index/, service/ and service_client/, as configured in pyproject.toml.

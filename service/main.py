@@ -69,7 +69,12 @@ def tune_malloc() -> None:
     """glibc's allocator, unless its environment says otherwise: two arenas instead of eight per core, and
     buffers over 128 KiB always mapped and unmapped (an exact search's score buffer for 400,000 rows is 1.6 MB;
     glibc's default would keep such buffers in the heap once freed). A worker then holds about half the private
-    memory after exact queries (bench/workers_memory.py, BENCHMARKS.md). Forked workers inherit the settings."""
+    memory after exact queries (bench/workers_memory.py, BENCHMARKS.md). Forked workers inherit the settings.
+
+    Arrow allocates through the same allocator (``ARROW_DEFAULT_MEMORY_POOL=system``) rather than its own pool,
+    which keeps what a filter's evaluation allocated over a documents table's columns (BENCHMARKS.md, section 8).
+    """
+    os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "system")  # read when pyarrow first allocates
     if not sys.platform.startswith("linux"):
         return
     try:

@@ -68,6 +68,12 @@ class RowSet:
         return len(self.ids)
 
     @property
+    def nbytes(self) -> int:
+        """What the set holds: its mask, its row ids and (once made) the selector's bitmap."""
+        bitmap = 0 if self._bitmap is None else self._bitmap.nbytes
+        return int(self.mask.nbytes + self.ids.nbytes + bitmap)
+
+    @property
     def fraction(self) -> float:
         return len(self.ids) / max(1, len(self.mask))
 

@@ -50,7 +50,8 @@ DROP_SLACK = 16  # extra hits asked for when token kinds are left out
 # A filtered search uses the approximate index when at least this fraction of the rows pass, else it scores the
 # passing rows exactly (BENCHMARKS.md, "Filtered search", measures both sides of the line).
 FILTER_INDEX_FRACTION = 0.05
-FILTER_CACHE = 64  # filters whose passing rows a table keeps, the most recently used
+FILTER_CACHE = 64  # filters whose passing rows a table keeps, the most recently used ...
+FILTER_CACHE_BYTES = 32 << 20  # ... while their masks and row ids take at most this much
 
 __all__ = ["Neighbor", "Resolved", "SearchOptions", "Table"]
 
@@ -299,7 +300,7 @@ class Table:
 
     def filter(self, spec: Any) -> RowSet:
         """The rows passing the filter ``spec`` (``index.filters``) of a documents table; the last
-        :data:`FILTER_CACHE` filters asked are remembered."""
+        :data:`FILTER_CACHE` filters asked are remembered, within :data:`FILTER_CACHE_BYTES`."""
         if self.payload is None:
             raise InvalidQuery(f"table {self.name!r} has no payload fields to filter on: it is not a documents table")
         key = json.dumps(spec, sort_keys=True, separators=(",", ":"))
@@ -310,8 +311,9 @@ class Table:
         rows = evaluate(self.payload, spec)
         with self._filters_lock:
             self._filters[key] = rows
-            while len(self._filters) > FILTER_CACHE:
-                self._filters.popitem(last=False)
+            held = sum(kept.nbytes for kept in self._filters.values())
+            while len(self._filters) > 1 and (len(self._filters) > FILTER_CACHE or held > FILTER_CACHE_BYTES):
+                held -= self._filters.popitem(last=False)[1].nbytes
         return rows
 
     def plan(self, search: Search) -> Plan:

@@ -207,3 +207,18 @@ def test_the_selector_reaches_an_ivf_index(glove_raw: Any) -> None:
     truth = brute_force(vectors, queries, mask, K)
     recall = np.mean([len(set(found.tolist()) & set(best)) / K for found, best in zip(ids, truth, strict=True)])
     assert recall >= 0.9, recall
+
+
+def test_the_filter_cache_keeps_the_latest_within_its_bytes(lee_table: Table, monkeypatch: pytest.MonkeyPatch) -> None:
+    import index.table
+
+    specs = [{"year": 1990 + i} for i in range(6)]
+    sizes = [lee_table.filter(spec).nbytes for spec in specs]
+    assert sizes[0] == 300 + 8 * len(lee_table.filter(specs[0]))  # a bool per row and the passing rows' ids
+    lee_table._filters.clear()
+    monkeypatch.setattr(index.table, "FILTER_CACHE_BYTES", int(2.5 * max(sizes)))
+    first = [lee_table.filter(spec) for spec in specs]
+    assert len(lee_table._filters) == 2
+    assert lee_table.filter(specs[-1]) is first[-1]  # kept
+    assert lee_table.filter(specs[0]) is not first[0]  # the oldest made room
+    assert sum(rows.nbytes for rows in lee_table._filters.values()) <= index.table.FILTER_CACHE_BYTES

@@ -201,10 +201,13 @@ def preload_for_fork() -> None:
     import gc
     import multiprocessing
 
+    import pyarrow
     from uvicorn import _subprocess
     from uvicorn.supervisors import multiprocess
 
     import service.app  # noqa: F401  (numpy, FAISS, FastAPI, pydantic: the bulk of a worker's memory)
+
+    pyarrow.array([0])  # pyarrow imports pandas (when installed) on its first array: here, once, for all workers
 
     fork = multiprocessing.get_context("fork")
 

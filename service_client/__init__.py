@@ -12,14 +12,15 @@ Every error the server answers with is raised as :class:`ApiError` (status, code
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 from urllib.parse import quote
 
 import httpx
 
 Method = Literal["3cosadd", "3cosmul"]
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -53,6 +54,24 @@ class Projection:
     explained_variance_ratio: list[float]
 
 
+@dataclass(frozen=True)
+class Hit:
+    """A documents table's hit: the document's id, score, text and fields; ``ranks`` in keyword and hybrid modes
+    (its rank in each list that holds it)."""
+
+    id: str | int
+    score: float
+    text: str | None
+    fields: dict[str, Any]
+    ranks: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Hits:
+    hits: list[Hit]
+    passing: int | None = None  # with a filter: how many documents pass it
+
+
 class ApiError(Exception):
     """An error response: HTTP status, the envelope's code and message, and its other fields."""
 
@@ -74,16 +93,25 @@ def _neighbors(items: list[dict[str, Any]]) -> list[Neighbor]:
     return [Neighbor(n["token"], int(n["id"]), float(n["score"])) for n in items]
 
 
-def _batch(results: list[dict[str, Any]]) -> list[list[Neighbor] | ApiError]:
-    """Per item: the neighbours, or the item's error (the batch itself succeeded)."""
-    out: list[list[Neighbor] | ApiError] = []
+def _hits(answer: dict[str, Any]) -> Hits:
+    hits = [Hit(h["id"], h["score"], h.get("text"), h.get("fields", {}), h.get("ranks", {})) for h in answer["hits"]]
+    return Hits(hits, answer.get("passing"))
+
+
+def _items(results: list[dict[str, Any]], shape: Callable[[dict[str, Any]], T]) -> list[T | ApiError]:
+    """Per item of a batch: its answer shaped, or the item's error (the batch itself succeeded)."""
+    out: list[T | ApiError] = []
     for item in results:
         if "error" in item:
             error = dict(item["error"])
             out.append(ApiError(200, error.pop("code"), error.pop("message"), error))
         else:
-            out.append(_neighbors(item["neighbors"]))
+            out.append(shape(item))
     return out
+
+
+def _batch(results: list[dict[str, Any]]) -> list[list[Neighbor] | ApiError]:
+    return _items(results, lambda item: _neighbors(item["neighbors"]))
 
 
 class Client:
@@ -200,6 +228,30 @@ class Client:
     ) -> list[list[Neighbor] | ApiError]:
         body = {"vectors": [[float(x) for x in v] for v in vectors], "k": k, **options}
         return _batch(self._call("POST", self._path(table, "search"), json=body)["results"])
+
+    def search_documents(self, table: str, k: int = 10, **query: Any) -> Hits:
+        """A documents table's search: ``query`` is the request's fields (``vector``, ``id``, ``positive``,
+        ``negative``, ``text``, ``mode``, ``filter``, ``offset``, ``min_score``, ``fields``, ``diversity``, ...)."""
+        if "vector" in query:
+            query["vector"] = [float(x) for x in query["vector"]]
+        return _hits(self._call("POST", self._path(table, "search"), json={"k": k, **query}))
+
+    def search_documents_batch(
+        self, table: str, queries: Sequence[dict[str, Any]], k: int = 10, **options: Any
+    ) -> list[Hits | ApiError]:
+        body = {"queries": list(queries), "k": k, **options}
+        return _items(self._call("POST", self._path(table, "search"), json=body)["results"], _hits)
+
+    def document(self, table: str, id: str | int, vector: bool = False) -> dict[str, Any]:
+        """One document: ``{"id", "text", "fields"}`` (and ``"vector"`` when asked)."""
+        params = {"vector": "true"} if vector else {}
+        document: dict[str, Any] = self._call("GET", self._path(table, f"documents/{segment(str(id))}"), params=params)
+        return document
+
+    def embed(self, table: str, texts: Sequence[str], pooling: str | None = None) -> list[list[float]]:
+        """Vectors of ``texts`` by the table's encoder (``POST .../embed``)."""
+        body: dict[str, Any] = {"texts": list(texts), **({"pooling": pooling} if pooling else {})}
+        return [list(v) for v in self._call("POST", self._path(table, "embed"), json=body)["vectors"]]
 
     def project(self, table: str, tokens: Sequence[str], skip_unknown: bool = False) -> Projection:
         body = {"tokens": list(tokens), "method": "pca", "skip_unknown": skip_unknown}

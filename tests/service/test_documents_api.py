@@ -179,3 +179,24 @@ def test_word_tables_refuse_document_options(api: Any) -> None:
     whole = api.post("/v1/tables/small/search", json={"vector": vector, "k": 12}).json()["neighbors"]
     page = api.post("/v1/tables/small/search", json={"vector": vector, "k": 4, "offset": 8}).json()["neighbors"]
     assert page == whole[8:12]
+
+
+def test_the_python_client_searches_documents(base: str, lee_docs: Lee) -> None:
+    from service_client import ApiError, Client
+
+    body = {"id": lee_docs.ids[8], "k": 4, "filter": {"long": True}, "fields": ["year"]}
+    with Client(base) as api:
+        found = api.search_documents("lee", **{key: value for key, value in body.items() if key != "k"}, k=4)
+        raw = post(base, body).json()
+        assert [(hit.id, hit.score, hit.text, hit.fields) for hit in found.hits] == [
+            (hit["id"], hit["score"], hit["text"], hit["fields"]) for hit in raw["hits"]
+        ]
+        assert found.passing == raw["passing"]
+        batch = api.search_documents_batch("lee", [{"id": lee_docs.ids[1]}, {"id": "nope"}], k=2)
+        assert isinstance(batch[1], ApiError) and batch[1].code == "unknown_document"
+        assert not isinstance(batch[0], ApiError) and len(batch[0].hits) == 2
+        document = api.document("lee", lee_docs.ids[5])
+        assert document["text"] == lee_docs.texts[5] and "vector" not in document
+        with pytest.raises(ApiError) as missing:
+            api.document("lee", "lee-999")
+        assert missing.value.status == 404 and missing.value.code == "unknown_document"

@@ -99,3 +99,18 @@ def test_tables_whose_vectors_came_with_them_refuse_text_queries(lee_data_dir: P
         response = client.post("/v1/tables/lee/search", json={"text": "fires", "k": 3})
     assert response.status_code == 422
     assert "records no encoder" in response.json()["error"]["message"]
+
+
+def test_the_python_client_embeds_and_searches_text(client: TestClient, data_dir: Path) -> None:
+    from service_client import Client
+
+    api = Client("http://testserver", http=client)
+    text = "storms cut power to thousands of homes"
+    vector = api.embed("small", [text])[0]
+    expected = encoder_for(Table.load(data_dir / "small")).encode([text]).vectors[0]
+    np.testing.assert_allclose(vector, expected, rtol=0, atol=1e-7)
+    by_text = api.search_documents("lee", text=text, k=3)
+    by_vector = api.search_documents("lee", vector=vector, k=3)
+    assert [hit.id for hit in by_text.hits] == [hit.id for hit in by_vector.hits]
+    hybrid = api.search_documents("lee", text=text, mode="hybrid", k=3)
+    assert all(hit.ranks for hit in hybrid.hits)

@@ -27,9 +27,9 @@ from typing import Any
 from bench import report
 from bench.common import REPO, TABLE, Context, machine, versions
 
-NAMES = ("analogy", "neighbours", "import", "startup", "growth", "peers", "firstrun", "documents")
+NAMES = ("analogy", "neighbours", "import", "startup", "growth", "peers", "firstrun", "documents", "text")
 # benchmarks that build their own tables (no --data-dir table needed)
-OWN_TABLE = {"peers", "firstrun", "growth", "documents"}
+OWN_TABLE = {"peers", "firstrun", "growth", "documents", "text"}
 
 
 def runner(name: str) -> Callable[..., dict[str, Any]]:
@@ -47,6 +47,8 @@ def runner(name: str) -> Callable[..., dict[str, Any]]:
         from bench.firstrun import run
     elif name == "documents":
         from bench.documents import run
+    elif name == "text":
+        from bench.text import run
     else:
         from bench.growth import run
     return run

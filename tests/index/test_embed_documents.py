@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from index.encode import encoder_for
+from index.errors import InvalidQuery
 from index.passages import passages_table
 from index.table import Table
 from tests.index.test_documents import markdown_files
@@ -110,3 +111,14 @@ def test_encoder_mistakes(tmp_path: Path, data_dir: Path, lee_docs: Lee) -> None
     words.write_text("heart " + " ".join(["0.1"] * 50) + "\n")
     assert "--encoder: only for --format documents" in import_fails(words, data_dir, "--encoder", "small")
     assert json.loads((data_dir / "small" / "manifest.json").read_text())["name"] == "small"
+
+
+def test_encoding_that_leaves_out_what_it_cannot_embed(data_dir: Path) -> None:
+    encoder = encoder_for(Table.load(data_dir / "small"))
+    texts = ["the heart of the city", "zzqx qqzv", "", "red and blue"]
+    loose = encoder.encode(texts, strict=False)
+    assert loose.tokens[1] == loose.tokens[2] == 0 and not loose.vectors[[1, 2]].any()
+    strict = encoder.encode([texts[0], texts[3]])
+    np.testing.assert_array_equal(loose.vectors[[0, 3]], strict.vectors)
+    with pytest.raises(InvalidQuery, match=r"text 1 .* has no known token"):
+        encoder.encode(texts)

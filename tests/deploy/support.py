@@ -107,15 +107,16 @@ def start(argv: list[str], env: dict[str, str], log: Path, cwd: Path | None = No
 def wait_ready(url: str, process: subprocess.Popen[bytes], log: Path, timeout: float = START_TIMEOUT) -> None:
     """Poll ``url`` until it answers 200; fail with the log's tail if the process exits or time runs out."""
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise AssertionError(f"{process.args} exited with {process.returncode}:\n{tail(log)}")
-        try:
-            if httpx.get(url, timeout=2.0).status_code == 200:
-                return
-        except httpx.TransportError:
-            pass
-        time.sleep(0.2)  # polling interval while the server loads, not a timing assumption
+    with httpx.Client(timeout=2.0) as probe:  # one client for every poll: a new one loads the CA bundle each time
+        while time.monotonic() < deadline:
+            if process.poll() is not None:
+                raise AssertionError(f"{process.args} exited with {process.returncode}:\n{tail(log)}")
+            try:
+                if probe.get(url).status_code == 200:
+                    return
+            except httpx.TransportError:
+                pass
+            time.sleep(0.2)  # polling interval while the server loads, not a timing assumption
     raise AssertionError(f"{url} not ready after {timeout:.0f} s:\n{tail(log)}")
 
 

@@ -20,6 +20,10 @@ import httpx
 
 START_SECONDS = 180  # the full GloVe table is checksummed on load
 BIN = Path(sys.executable).parent
+# The tests' plain requests to real servers (``httpx.get`` loads the CA bundle into a new client per call: tens of
+# milliseconds of CPU, at every poll). No keep-alive: each request opens its own connection, as ``httpx.get`` does,
+# so a server's workers share them.
+HTTP = httpx.Client(limits=httpx.Limits(max_keepalive_connections=0))
 
 
 def free_port() -> int:
@@ -74,7 +78,7 @@ def start(
             raise AssertionError(f"embedding-serve exited {process.returncode}: {server.log()[-3000:]}")
         try:
             # One worker answering is not all of them: each logs its own start-up.
-            if httpx.get(f"{server.base}/healthz", timeout=2).status_code == 200 and workers_started(server) == workers:
+            if HTTP.get(f"{server.base}/healthz", timeout=2).status_code == 200 and workers_started(server) == workers:
                 return server
         except httpx.TransportError:
             pass  # not listening yet

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import httpx
 import numpy as np
 import pytest
 
 from index.build import build_table
 from index.sources import RawTable
 from tests.service import real_server
+from tests.service.real_server import HTTP
 
 SPEC = "hnsw:M=16,efConstruction=40"
 ROWS = 20_000
@@ -25,7 +25,7 @@ def deferred_dir(tmp_path: Path, glove_raw: RawTable) -> Path:
 
 
 def neighbours(server: real_server.Server, word: str) -> list[str]:
-    answer = httpx.get(f"{server.base}/v1/tables/words/neighbors", params={"token": word, "k": 8}, timeout=30)
+    answer = HTTP.get(f"{server.base}/v1/tables/words/neighbors", params={"token": word, "k": 8}, timeout=30)
     assert answer.status_code == 200, answer.text
     return [hit["token"] for hit in answer.json()["neighbors"]]
 
@@ -34,8 +34,8 @@ def neighbours(server: real_server.Server, word: str) -> list[str]:
 def test_served_exact_at_once_then_indexed_in_the_background(deferred_dir: Path, tmp_path: Path, workers: str) -> None:
     server = real_server.start(deferred_dir, tmp_path / "server.log", "--workers", workers)
     try:
-        summary = httpx.get(f"{server.base}/v1/tables/words", timeout=10).json()
-        ready = httpx.get(f"{server.base}/readyz", timeout=10)
+        summary = HTTP.get(f"{server.base}/v1/tables/words", timeout=10).json()
+        ready = HTTP.get(f"{server.base}/readyz", timeout=10)
         exact = {word: neighbours(server, word) for word in ("heart", "king", "paris")}
         assert ready.status_code == 200 and ready.json()["loaded"] == ["words"]
         if not summary["approximate"]:  # the build may already be done on a fast machine
@@ -45,14 +45,14 @@ def test_served_exact_at_once_then_indexed_in_the_background(deferred_dir: Path,
             assert "words" in ready.json().get("building", {})
 
         def indexed() -> bool:  # every worker answers from the new version
-            summaries = [httpx.get(f"{server.base}/v1/tables/words", timeout=10).json() for _ in range(6)]
+            summaries = [HTTP.get(f"{server.base}/v1/tables/words", timeout=10).json() for _ in range(6)]
             return all(s["approximate"] for s in summaries)
 
         real_server.wait_for(indexed, seconds=240, what="the background index to be published and loaded")
-        summary = httpx.get(f"{server.base}/v1/tables/words", timeout=10).json()
+        summary = HTTP.get(f"{server.base}/v1/tables/words", timeout=10).json()
         assert summary["index"]["kind"] == "hnsw" and "building" not in summary and "index_deferred" not in summary
         assert summary["recall_at_10"] >= 0.99
-        assert "building" not in httpx.get(f"{server.base}/readyz", timeout=10).json()
+        assert "building" not in HTTP.get(f"{server.base}/readyz", timeout=10).json()
         for word, before in exact.items():  # the graph finds the exact answers for these words
             after = neighbours(server, word)
             assert len(set(after) & set(before)) >= 7, (word, before, after)
@@ -80,14 +80,14 @@ def test_a_failing_background_build_keeps_exact_search(deferred_dir: Path, tmp_p
     try:
 
         def failed() -> bool:
-            status = httpx.get(f"{server.base}/readyz", timeout=10).json().get("building", {}).get("words", {})
+            status = HTTP.get(f"{server.base}/readyz", timeout=10).json().get("building", {}).get("words", {})
             return status.get("state") == "failed"
 
         real_server.wait_for(failed, seconds=120, what="the background build to fail")
-        status = httpx.get(f"{server.base}/readyz", timeout=10).json()["building"]["words"]
+        status = HTTP.get(f"{server.base}/readyz", timeout=10).json()["building"]["words"]
         assert "nlist 1000000 is more than the 20000 rows" in status["step"]
         assert "index build failed" in server.log()
-        summary = httpx.get(f"{server.base}/v1/tables/words", timeout=10).json()
+        summary = HTTP.get(f"{server.base}/v1/tables/words", timeout=10).json()
         assert not summary["approximate"] and summary["building"]["state"] == "failed"
         assert neighbours(server, "heart") == brute_force(glove_raw, "heart")  # still exact
     finally:

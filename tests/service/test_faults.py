@@ -15,14 +15,13 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-import httpx
 import numpy as np
 import pytest
 
 from index import artifact
 from index.build import build_table
 from index.sources import RawTable
-from tests.service.real_server import BIN, Server, start
+from tests.service.real_server import BIN, HTTP, Server, start
 
 KEY = "faults-admin-key-0123456789"
 ADMIN = {"x-api-key": KEY}
@@ -58,7 +57,7 @@ CORRUPTIONS: dict[str, Callable[[Path], str]] = {
 
 
 def neighbours(server: Server, table: str) -> list[int]:
-    response = httpx.get(f"{server.base}/v1/tables/{table}/neighbors", params={"token": "heart", "k": 8}, timeout=30)
+    response = HTTP.get(f"{server.base}/v1/tables/{table}/neighbors", params={"token": "heart", "k": 8}, timeout=30)
     assert response.status_code == 200, response.text
     return [n["id"] for n in response.json()["neighbors"]]
 
@@ -77,7 +76,7 @@ def test_corrupted_tables_are_refused_at_start_up(small_data_dir: Path, tmp_path
         expected[name] = corrupt(data_dir / name)
     server = start(data_dir, tmp_path / "server.log")
     try:
-        ready = httpx.get(f"{server.base}/readyz")
+        ready = HTTP.get(f"{server.base}/readyz")
         assert ready.status_code == 503
         error = ready.json()["error"]
         assert error["code"] == "not_ready" and error["missing"] == sorted(CORRUPTIONS) and error["loaded"] == ["good"]
@@ -85,11 +84,11 @@ def test_corrupted_tables_are_refused_at_start_up(small_data_dir: Path, tmp_path
         for name, reason in expected.items():  # one clear line each: which table, which file, what is wrong
             [line] = log_lines(server, "ERROR", f"table {name!r} not loaded, skipped")
             assert "vectors.npy" in line and reason in line, line
-            refused = httpx.get(f"{server.base}/v1/tables/{name}/neighbors", params={"token": "heart"})
+            refused = HTTP.get(f"{server.base}/v1/tables/{name}/neighbors", params={"token": "heart"})
             assert refused.status_code == 503 and refused.json()["error"]["code"] == "not_ready"
         good = neighbours(server, "good")
         assert len(good) == 8
-        assert httpx.get(f"{server.base}/v1/tables").json()["unavailable"] == sorted(CORRUPTIONS)
+        assert HTTP.get(f"{server.base}/v1/tables").json()["unavailable"] == sorted(CORRUPTIONS)
     finally:
         server.stop()
 
@@ -108,7 +107,7 @@ def served(small_data_dir: Path, tmp_path: Path) -> Iterator[tuple[Server, Path]
 
 
 def reload(server: Server) -> dict:
-    response = httpx.post(f"{server.base}/v1/admin/reload", headers=ADMIN, timeout=120)
+    response = HTTP.post(f"{server.base}/v1/admin/reload", headers=ADMIN, timeout=120)
     assert response.status_code == 200, response.text
     return response.json()
 
@@ -127,7 +126,7 @@ def test_corrupted_rebuilds_are_refused_on_reload(
         assert body["refused"] == ["b"] and body["unchanged"] == ["a"] and body["ready"] is True, kind
         lines = log_lines(server, "ERROR", "table 'b': new files refused, still serving the version built at")
         assert len(lines) == number and reason in lines[-1], lines
-        ready = httpx.get(f"{server.base}/readyz").json()
+        ready = HTTP.get(f"{server.base}/readyz").json()
         assert ready["status"] == "ready" and ready["stale"] == ["b"]
         assert neighbours(server, "b") == before and len(neighbours(server, "a")) == 8
 
@@ -137,14 +136,14 @@ def test_corrupted_rebuilds_are_refused_on_reload(
     body = reload(server)
     assert body["missing"] == ["c"] and body["ready"] is False
     assert log_lines(server, "ERROR", "table 'c' not loaded, skipped", "sha256 differs")
-    ready = httpx.get(f"{server.base}/readyz")
+    ready = HTTP.get(f"{server.base}/readyz")
     assert ready.status_code == 503 and ready.json()["error"]["missing"] == ["c"]
     assert "c" in ready.json()["error"]["message"]
     assert neighbours(server, "a") == before
 
     shutil.rmtree(data_dir / "c")  # taken away again: nothing is missing any more
     assert reload(server)["ready"] is True
-    assert httpx.get(f"{server.base}/readyz").status_code == 200
+    assert HTTP.get(f"{server.base}/readyz").status_code == 200
 
 
 # -------------------------------------------------------------------------------- a builder killed

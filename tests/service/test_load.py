@@ -31,7 +31,7 @@ import pytest
 
 from index.build import build_table
 from index.sources import RawTable, glove_package
-from tests.service.real_server import BIN, start
+from tests.service.real_server import BIN, HTTP, start
 
 CONNECTIONS = 64
 MAIN_SECONDS = 15.0
@@ -149,7 +149,7 @@ def test_fifteen_seconds_of_mixed_load_without_a_failure(
         deadline = time.monotonic() + MAIN_SECONDS
         stats = asyncio.run(drive(server.base, lambda: time.monotonic() >= deadline, mixed(name, words, 50), seed=1))
         assert server.process.poll() is None
-        assert httpx.get(f"{server.base}/readyz").status_code == 200
+        assert HTTP.get(f"{server.base}/readyz").status_code == 200
     finally:
         server.stop()
     show(capsys, stats.report(f"load on {name} (HNSW)"))
@@ -199,7 +199,7 @@ def test_rebuild_and_reload_under_load_without_a_failure(
 
     try:
         stats, report = asyncio.run(scenario())
-        after = httpx.get(f"{server.base}/v1/tables/t/ids/{v2 - 1}")
+        after = HTTP.get(f"{server.base}/v1/tables/t/ids/{v2 - 1}")
     finally:
         server.stop()
     show(capsys, stats.report("load on t while it is rebuilt and reloaded"))

@@ -12,7 +12,6 @@ import shutil
 import signal
 from pathlib import Path
 
-import httpx
 import pytest
 
 from index import artifact
@@ -20,7 +19,7 @@ from index.build import build_table
 from index.sources import RawTable
 from index.table import Table
 from tests.service.conftest import client_for
-from tests.service.real_server import Server, start, wait_for
+from tests.service.real_server import HTTP, Server, start, wait_for
 
 KEY = "admin-key-for-tests-0123456789"
 ADMIN = {"x-api-key": KEY}
@@ -166,7 +165,7 @@ def test_admin_endpoints_need_the_admin_key(data_dir: Path) -> None:
 
 # ------------------------------------------------------------------------------------- the real server
 def served_rows(base: str) -> int:
-    return httpx.get(f"{base}/v1/tables/t", timeout=10).json()["rows"]
+    return HTTP.get(f"{base}/v1/tables/t", timeout=10).json()["rows"]
 
 
 @pytest.mark.parametrize("workers", [1, 2])
@@ -210,7 +209,7 @@ def test_http_reload_reaches_every_worker(data_dir: Path, glove_raw: RawTable, t
     )
     try:
         build(glove_raw, data_dir, "t", V2)
-        body = httpx.post(f"{server.base}/v1/admin/reload", headers=ADMIN, timeout=60).json()
+        body = HTTP.post(f"{server.base}/v1/admin/reload", headers=ADMIN, timeout=60).json()
         assert body["loaded"] == ["t"] and body["other_workers_signalled"] is True
         # The worker that answered reloaded at once; the supervisor passes SIGHUP on to both (the answering
         # worker then finds nothing new). Two workers, two reloads that load t.

@@ -6,14 +6,13 @@ import signal
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import numpy as np
 import psutil
 import pytest
 
 from index.table import Table
 from service_client import ApiError, Client, Neighbor
-from tests.service.real_server import Server, start
+from tests.service.real_server import HTTP, Server, start
 
 
 def stop(server: Server) -> None:
@@ -32,14 +31,14 @@ def server(small_data_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> It
 
 
 def test_real_server_answers_neighbours_of_heart(server: str, small: Table) -> None:
-    response = httpx.get(f"{server}/v1/tables/small/neighbors", params={"token": "heart", "k": 8})
+    response = HTTP.get(f"{server}/v1/tables/small/neighbors", params={"token": "heart", "k": 8})
     assert response.status_code == 200 and response.headers["content-type"] == "application/json"
     body = response.json()
     heart = small.tokens.find("heart")
     assert body["query"]["id"] == heart
     assert [n["id"] for n in body["neighbors"]] == [i for i, _ in small.most_similar([heart], k=8)]
     assert "server" not in response.headers  # no server banner
-    metrics = httpx.get(f"{server}/metrics").text
+    metrics = HTTP.get(f"{server}/metrics").text
     assert 'embedding_http_requests_total{method="GET",route="/v1/tables/{table}/neighbors"' in metrics
 
 
@@ -101,7 +100,7 @@ def test_two_workers_share_the_tables_and_the_metrics(small_data_dir: Path, tmp_
         with Client(base) as api:
             for _ in range(6):
                 assert api.neighbors("small", "heart", k=3)
-        metrics = httpx.get(f"{base}/metrics").text
+        metrics = HTTP.get(f"{base}/metrics").text
         counted = [
             float(line.rsplit(" ", 1)[1])
             for line in metrics.splitlines()

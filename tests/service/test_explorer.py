@@ -28,6 +28,7 @@ import pytest
 from index.build import build_table
 from index.sources import ReadOptions, huggingface
 from index.table import Table
+from tests.service.real_server import HTTP
 
 playwright_api = pytest.importorskip("playwright.sync_api")
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
@@ -85,7 +86,7 @@ def warm_umap(base: str) -> threading.Thread:
 
     def ask() -> None:
         with contextlib.suppress(httpx.HTTPError):  # the server stopped first: nothing left to warm
-            httpx.post(f"{base}/v1/tables/{WORDS_TABLE}/project", json=body, timeout=300)
+            HTTP.post(f"{base}/v1/tables/{WORDS_TABLE}/project", json=body, timeout=300)
 
     thread = threading.Thread(target=ask, daemon=True)
     thread.start()
@@ -112,7 +113,7 @@ def server(data_dir: Path, tmp_path_factory: pytest.TempPathFactory, request: py
                 assert process.poll() is None, f"embedding-serve exited: {log_path.read_text()[-2000:]}"
                 assert time.monotonic() < deadline, f"embedding-serve never got ready: {log_path.read_text()[-2000:]}"
                 try:
-                    if httpx.get(f"{base}/readyz", timeout=2).status_code == 200:
+                    if HTTP.get(f"{base}/readyz", timeout=2).status_code == 200:
                         break
                 except httpx.TransportError:
                     pass

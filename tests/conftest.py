@@ -11,11 +11,16 @@
   the tests for the installed versions (and checked against gensim on a sample by ``test_evaluate``), else
   computed the same way in the background; kept in the cache (``tests/gensim_reference.py``).
 - ``small_data_dir``: the 20,000 most frequent GloVe rows as an exact (flat) table, built per session.
+
+Every process the tests start shares one numba cache in the test cache (``NUMBA_CACHE_DIR``), filled in the
+background at collection (``tests/numba_cache.py``); commands a test declares with ``tests.early.Early`` start at
+collection too.
 """
 
 from __future__ import annotations
 
 import fcntl
+import importlib.util
 import os
 import subprocess
 import sys
@@ -31,7 +36,8 @@ from index.errors import ArtifactError, UnknownTable
 from index.faiss_index import IndexSpec, parse_spec
 from index.sources import RawTable, glove_package, read_source
 from index.table import Table
-from tests import gensim_reference
+from tests import gensim_reference, numba_cache
+from tests.early import JOBS
 from tests.lee import Lee, jsonl_records, make_lee, write_jsonl
 
 REPO = Path(__file__).resolve().parent.parent
@@ -48,6 +54,9 @@ GLOVE_FIXTURES = {"glove_data_dir"}  # what needs the cached default table (othe
 
 def cache_dir() -> Path:
     return Path(os.environ.get("EMBEDDING_TEST_CACHE", REPO / ".cache" / "test-data"))
+
+
+os.environ.setdefault("NUMBA_CACHE_DIR", str(cache_dir() / "numba"))  # before numba loads, here and in children
 
 
 TEST_INDEX = "hnsw:M=32,efConstruction=40"  # the test cache's graph (efSearch tuned by the builder)
@@ -124,13 +133,17 @@ class Background:
                     pass_fds=(lock.fileno(),),
                 )
 
-    def wait(self) -> None:
+    def done(self) -> bool:
+        """Wait for the work; whether its output is there."""
         self.start()
         if self.process is not None:
             self.process.wait()
         with self.lock.open("a") as lock:  # a child another worker started: until it is done
             fcntl.flock(lock, fcntl.LOCK_EX)
-        if not self.ready():
+        return self.ready()
+
+    def wait(self) -> None:
+        if not self.done():
             tail = self.log.read_text(errors="replace")[-3000:] if self.log.exists() else ""
             pytest.fail(f"{self.name} for the tests failed:\n{tail}")
 
@@ -169,6 +182,12 @@ GENSIM_GOOGLE = Background(
     env={"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"},  # one core: the tests have the other
 )
 BACKGROUND = {"glove_data_dir": GLOVE_BUILD, "gensim_google": GENSIM_GOOGLE}  # fixture -> its background job
+NUMBA_STAMP = cache_dir() / "numba.json"
+NUMBA = Background(
+    "numba",
+    [sys.executable, "-m", "tests.numba_cache", str(NUMBA_STAMP)],
+    ready=lambda: numba_cache.is_current(NUMBA_STAMP),
+)
 
 
 def needs_glove(item: pytest.Item) -> bool:
@@ -182,14 +201,22 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
+    used = {fixture for item in session.items for fixture in getattr(item, "fixturenames", ())}
     for fixture, job in BACKGROUND.items():
-        if any(fixture in getattr(item, "fixturenames", ()) for item in session.items):
+        if fixture in used:
             job.start()
+    if importlib.util.find_spec("umap") is not None and session.items:
+        NUMBA.start()
+    for fixture, early in JOBS.items():
+        if fixture in used:
+            early.start(after=GLOVE_BUILD.done if early.needs_glove else None)
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    for job in BACKGROUND.values():
+    for job in [*BACKGROUND.values(), NUMBA]:
         job.stop()
+    for early in JOBS.values():
+        early.stop()
 
 
 @pytest.fixture(scope="session")

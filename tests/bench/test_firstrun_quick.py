@@ -6,23 +6,33 @@ Timings are not checked (``make bench`` measures them); answers and structure ar
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
+from tests.early import Done, Early
 
 pytestmark = pytest.mark.slow
 
 
-def test_firstrun_quick(tmp_path: Path) -> None:
-    markdown = tmp_path / "BENCHMARKS.md"
-    argv = [sys.executable, "-m", "bench", "--quick", "--only", "firstrun", "--results-dir", str(tmp_path / "r")]
-    done = subprocess.run([*argv, "--markdown", str(markdown)], cwd=REPO, capture_output=True, text=True, timeout=600)
+def firstrun_argv(out: Path) -> list[str]:
+    argv = [sys.executable, "-m", "bench", "--quick", "--only", "firstrun", "--results-dir", str(out / "r")]
+    return [*argv, "--markdown", str(out / "BENCHMARKS.md")]
+
+
+FIRSTRUN = Early("firstrun_run", firstrun_argv, timeout=600)  # started at collection (tests/early.py)
+
+
+@pytest.fixture
+def firstrun_run() -> Done:
+    return FIRSTRUN.result()
+
+
+def test_firstrun_quick(firstrun_run: Done) -> None:
+    done, markdown = firstrun_run, firstrun_run.out / "BENCHMARKS.md"
     assert done.returncode == 0, done.stderr[-4000:]
-    payload = json.loads((tmp_path / "r" / "firstrun.json").read_text())
+    payload = json.loads((done.out / "r" / "firstrun.json").read_text())
     assert payload["status"] == "ok" and payload["quick"]
     first = payload["result"]["first_answer"]
     assert 0 < first["published_seconds"] <= first["first_answer_seconds"] <= first["indexed_seconds"]

@@ -1,0 +1,91 @@
+"""A test's own command, started in a child process as soon as the tests are collected instead of when the test
+comes: it runs on the core the test process leaves idle, beside the tests before it.
+
+A module declares ``Early(fixture, argv)``; ``tests/conftest.py`` starts it at collection when a collected test
+uses that fixture (with ``needs_glove``: once the default table is ready, waited for in a thread), and the
+fixture reads ``result()``, which waits for the child. Nothing is cached: every session runs the command again,
+in a temporary directory of its own that ``stop()`` removes at the end of the session.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import tempfile
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@dataclass(frozen=True)
+class Done:
+    returncode: int
+    stdout: str
+    stderr: str
+    out: Path  # the command's directory
+
+
+@dataclass
+class Early:
+    fixture: str  # started when a collected test uses this fixture
+    argv: Callable[[Path], list[str]]  # the command, given its directory
+    needs_glove: bool = False  # started once the default table is ready (the data directory is given then)
+    timeout: float = 900.0
+    _thread: threading.Thread | None = field(default=None, repr=False)
+    _process: subprocess.Popen[bytes] | None = field(default=None, repr=False)
+    _out: Path | None = field(default=None, repr=False)
+    _failure: str = field(default="", repr=False)
+    _stopped: bool = field(default=False, repr=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def __post_init__(self) -> None:
+        JOBS[self.fixture] = self
+
+    def start(self, after: Callable[[], bool] | None = None) -> None:
+        """Run the command from a thread (after ``after()`` returns True, when given)."""
+        if self._thread is None:
+            self._out = Path(tempfile.mkdtemp(prefix=f"embedding-tests-{self.fixture}-"))
+            self._thread = threading.Thread(target=self._run, args=(after,), name=self.fixture, daemon=True)
+            self._thread.start()
+
+    def _run(self, after: Callable[[], bool] | None) -> None:
+        if after is not None and not after():
+            self._failure = "not run: what it needs was not made"
+            return
+        assert self._out is not None
+        with (self._out / "stdout").open("wb") as stdout, (self._out / "stderr").open("wb") as stderr:
+            with self._lock:
+                if self._stopped:
+                    return
+                self._process = subprocess.Popen(self.argv(self._out), cwd=REPO, stdout=stdout, stderr=stderr)
+            self._process.wait()
+
+    def result(self) -> Done:
+        self.start()
+        assert self._thread is not None and self._out is not None
+        self._thread.join(self.timeout)
+        if self._thread.is_alive() and self._process is not None:
+            self._process.kill()
+            self._thread.join()
+            self._failure = f"killed after {self.timeout:.0f} s"
+        if self._process is None or self._failure:
+            return Done(-1, "", self._failure or "not run", self._out)
+        out = self._out
+        stdout, stderr = ((out / name).read_text(errors="replace") for name in ("stdout", "stderr"))
+        return Done(self._process.returncode, stdout, stderr, out)
+
+    def stop(self) -> None:
+        """At the end of the session: the child is not left behind, nor its directory."""
+        with self._lock:
+            self._stopped = True
+        if self._process is not None and self._process.poll() is None:
+            self._process.terminate()
+            self._process.wait()
+        if self._out is not None:
+            shutil.rmtree(self._out, ignore_errors=True)
+
+
+JOBS: dict[str, Early] = {}  # fixture -> its job, filled as the test modules are imported

@@ -22,6 +22,7 @@ from __future__ import annotations
 import fcntl
 import importlib.util
 import os
+import shutil
 import subprocess
 import sys
 from collections.abc import Callable
@@ -85,6 +86,11 @@ def link_table(source: Path, data_dir: Path) -> bool:
     return True
 
 
+# Background work runs at a lower priority: the tests' own process and its servers, which the run waits for,
+# come first; the background takes the rest of the machine.
+BELOW = ["nice", "-n", "10"] if shutil.which("nice") else []
+
+
 class Background:
     """Work that later tests read, done by a child process started as soon as the tests are collected.
 
@@ -125,7 +131,7 @@ class Background:
                 return
             with self.log.open("wb") as log:
                 self.process = subprocess.Popen(
-                    self.command,
+                    [*BELOW, *self.command],
                     stdout=log,
                     stderr=subprocess.STDOUT,
                     cwd=REPO,

@@ -1,7 +1,8 @@
 """A test's own command, started in a child process as soon as the tests are collected instead of when the test
 comes: it runs on the core the test process leaves idle, beside the tests before it.
 
-A module declares ``Early(fixture, argv)``; ``tests/conftest.py`` starts it at collection when a collected test
+The child runs at a lower priority (nice 10): the tests the session is waiting for come first. A module
+declares ``Early(fixture, argv)``; ``tests/conftest.py`` starts it at collection when a collected test
 uses that fixture (with ``needs_glove``: once the default table is ready, waited for in a thread), and the
 fixture reads ``result()``, which waits for the child. Nothing is cached: every session runs the command again,
 in a temporary directory of its own that ``stop()`` removes at the end of the session.
@@ -18,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+BELOW = ["nice", "-n", "10"] if shutil.which("nice") else []  # below the tests' own process, as in conftest
 
 
 @dataclass(frozen=True)
@@ -60,7 +62,8 @@ class Early:
             with self._lock:
                 if self._stopped:
                     return
-                self._process = subprocess.Popen(self.argv(self._out), cwd=REPO, stdout=stdout, stderr=stderr)
+                argv = [*BELOW, *self.argv(self._out)]
+                self._process = subprocess.Popen(argv, cwd=REPO, stdout=stdout, stderr=stderr)
             self._process.wait()
 
     def result(self) -> Done:

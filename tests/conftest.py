@@ -10,6 +10,8 @@
 - ``gensim_google``: gensim's own evaluation of the whole Google analogy set on the same rows, as recorded with
   the tests for the installed versions (and checked against gensim on a sample by ``test_evaluate``), else
   computed the same way in the background; kept in the cache (``tests/gensim_reference.py``).
+- ``gensim_answers``: gensim's answers to the questions of the other gensim comparisons, computed in the
+  background too and kept in the cache (``tests.gensim_reference.answers``).
 - ``small_data_dir``: the 20,000 most frequent GloVe rows as an exact (flat) table, built per session.
 
 Every process the tests start shares one numba cache in the test cache (``NUMBA_CACHE_DIR``), filled in the
@@ -187,7 +189,17 @@ GENSIM_GOOGLE = Background(
     prepare=lambda: gensim_reference.install_recorded(gensim_google_file()),
     env={"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"},  # one core: the tests have the other
 )
-BACKGROUND = {"glove_data_dir": GLOVE_BUILD, "gensim_google": GENSIM_GOOGLE}  # fixture -> its background job
+GENSIM_ANSWERS = Background(
+    "gensim-answers",
+    [sys.executable, "-m", "tests.gensim_reference", "--answers", str(cache_dir() / "gensim-answers.json")],
+    ready=lambda: gensim_reference.answers_current(cache_dir() / "gensim-answers.json"),
+    env={"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"},
+)
+BACKGROUND = {  # fixture -> its background job
+    "glove_data_dir": GLOVE_BUILD,
+    "gensim_google": GENSIM_GOOGLE,
+    "gensim_answers": GENSIM_ANSWERS,
+}
 NUMBA_STAMP = cache_dir() / "numba.json"
 NUMBA = Background(
     "numba",
@@ -236,6 +248,13 @@ def gensim_google() -> list[dict[str, Any]]:
     """gensim's evaluate_word_analogies of the whole Google set on the GloVe rows (``tests.gensim_reference``)."""
     GENSIM_GOOGLE.wait()
     return gensim_reference.read(gensim_google_file())
+
+
+@pytest.fixture(scope="session")
+def gensim_answers() -> dict[str, Any]:
+    """gensim's answers to the parity sample and the trimmed Google sets (``tests.gensim_reference.answers``)."""
+    GENSIM_ANSWERS.wait()
+    return gensim_reference.read_answers(cache_dir() / "gensim-answers.json")
 
 
 @pytest.fixture(scope="session")

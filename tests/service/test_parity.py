@@ -1,25 +1,28 @@
 """Answers through the API equal gensim's on the full GloVe 6B 50d table (exact=true): most_similar for
 neighbours and 3CosAdd, most_similar_cosmul for 3CosMul, similarity; a few thousand Google analogy questions
-through the batch endpoint. Differences are allowed only at float ties (equal scores)."""
+through the batch endpoint. Differences are allowed only at float ties (equal scores).
+
+gensim's answers to the Google questions are computed in the background from the start of the session and kept
+in the test cache (the ``gensim_answers`` fixture, ``tests.gensim_reference.answers``)."""
 
 from __future__ import annotations
 
 import random
-from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 from gensim.models import KeyedVectors
-from gensim.test.utils import datapath
 
 from index.sources import glove_package
+from tests.gensim_reference import PARITY_SAMPLE as GOOGLE_SAMPLE
+from tests.gensim_reference import PARITY_TOP5, google_sample
 
 pytestmark = pytest.mark.slow
 
 T = f"/v1/tables/{glove_package.DEFAULT_NAME}"
 SCORE_TOL = 1e-5
-GOOGLE_SAMPLE = 2000
 WORDS = ["heart", "king", "paris", "computer", "music", "water", "run", "beautiful", "london", "science"]
 
 
@@ -43,16 +46,12 @@ def sample_words(kv: KeyedVectors) -> list[str]:
 
 
 @pytest.fixture(scope="session")
-def google(kv: KeyedVectors) -> list[tuple[str, str, str, str]]:
-    """The Google analogy questions (lower-cased, all four words in the table), a seeded sample."""
-    questions = []
-    for line in Path(datapath("questions-words.txt")).read_text().splitlines():
-        if line.startswith(":"):
-            continue
-        words = tuple(line.lower().split())
-        if len(words) == 4 and all(w in kv.key_to_index for w in words):
-            questions.append(words)
-    return random.Random(0).sample(questions, GOOGLE_SAMPLE)
+def google(kv: KeyedVectors, gensim_answers: dict[str, Any]) -> list[tuple[str, str, str, str]]:
+    """The Google analogy questions (lower-cased, all four words in the table), a seeded sample: the ones
+    gensim's answers in ``gensim_answers`` are to."""
+    questions = google_sample(kv.key_to_index)
+    assert len(questions) == GOOGLE_SAMPLE and gensim_answers["google"] == questions
+    return questions
 
 
 def same_ranking(api: list[dict], gensim: list[tuple[str, float]]) -> int:
@@ -90,15 +89,20 @@ def test_most_similar_positive_negative_and_restrict(glove_api: TestClient, kv: 
 
 @pytest.mark.parametrize("method", ["3cosadd", "3cosmul"])
 def test_analogy_equals_gensim(
-    glove_api: TestClient, kv: KeyedVectors, google: list[tuple[str, str, str, str]], method: str
+    glove_api: TestClient,
+    kv: KeyedVectors,
+    google: list[tuple[str, str, str, str]],
+    gensim_answers: dict[str, Any],
+    method: str,
 ) -> None:
     gensim = kv.most_similar if method == "3cosadd" else kv.most_similar_cosmul
-    questions = google[:150]
+    questions = google[:PARITY_TOP5]
     body = {"queries": [{"a": a, "b": b, "c": c} for a, b, c, _ in questions], "k": 5, "method": method, "exact": True}
     results = glove_api.post(f"{T}/analogy", json=body).json()["results"]
     differing = 0
-    for (a, b, c, _), result in zip(questions, results, strict=True):
-        differing += same_ranking(result["neighbors"], gensim(positive=[b, c], negative=[a], topn=5))
+    # gensim's most_similar / most_similar_cosmul(positive=[b, c], negative=[a], topn=5) of each question
+    for result, theirs in zip(results, gensim_answers[method], strict=True):
+        differing += same_ranking(result["neighbors"], theirs)
     assert differing <= len(questions) * 5 // 100
     single = glove_api.post(f"{T}/analogy", json={"a": "man", "b": "king", "c": "woman", "k": 5, "method": method})
     assert same_ranking(single.json()["neighbors"], gensim(positive=["king", "woman"], negative=["man"], topn=5)) == 0
@@ -116,7 +120,7 @@ def test_similarity_equals_gensim(glove_api: TestClient, kv: KeyedVectors) -> No
 
 
 def test_google_analogies_by_batch_equal_gensim(
-    glove_api: TestClient, kv: KeyedVectors, google: list[tuple[str, str, str, str]]
+    glove_api: TestClient, google: list[tuple[str, str, str, str]], gensim_answers: dict[str, Any]
 ) -> None:
     answers: list[dict] = []
     for start in range(0, len(google), 1000):
@@ -125,8 +129,8 @@ def test_google_analogies_by_batch_equal_gensim(
         answers += glove_api.post(f"{T}/analogy", json=body).json()["results"]
     differing = 0
     api_correct = gensim_correct = 0
-    for (a, b, c, expected), result in zip(google, answers, strict=True):
-        top = kv.most_similar(positive=[b, c], negative=[a], topn=1)
+    # gensim's most_similar(positive=[b, c], negative=[a], topn=1) of each question
+    for (_, _, _, expected), result, top in zip(google, answers, gensim_answers["top1"], strict=True):
         differing += same_ranking(result["neighbors"], top)
         api_correct += result["neighbors"][0]["token"] == expected
         gensim_correct += top[0][0] == expected

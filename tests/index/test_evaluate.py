@@ -17,6 +17,8 @@ from index import analogy
 from index.analogy import analogy_top
 from index.evaluate import default_sets, evaluate_analogies, evaluate_pairs, format_report
 from index.table import Table
+from tests.conftest import cache_dir
+from tests.early import Done, Early
 from tests.gensim_reference import TRIMMED, gensim_analogies, trimmed_key
 
 REPO = Path(__file__).resolve().parents[2]
@@ -151,15 +153,23 @@ def test_published_figures(google_report, pair_reports) -> None:
     assert lines[-1].startswith("pairs simlex999.txt: Spearman 0.263")
 
 
+# `embedding-index eval --json` of the default table, started once the table is ready (tests/early.py)
+EVAL_JSON = Early(
+    "eval_json_run",
+    lambda _: [sys.executable, "-m", "index", "eval", "glove-6b-50d", "--data-dir", str(cache_dir()), "--json"],
+    needs_glove=True,
+    timeout=600,
+)
+
+
+@pytest.fixture
+def eval_json_run(glove_data_dir: Path) -> Done:
+    return EVAL_JSON.result()
+
+
 @pytest.mark.slow
-def test_cli_eval_json(glove_data_dir: Path, google_report, pair_reports) -> None:
-    done = subprocess.run(
-        [sys.executable, "-m", "index", "eval", "glove-6b-50d", "--data-dir", str(glove_data_dir), "--json"],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        timeout=600,
-    )
+def test_cli_eval_json(eval_json_run: Done, google_report, pair_reports) -> None:
+    done = eval_json_run
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)
     assert report["table"] == "glove-6b-50d" and report["restrict"] == 300_000

@@ -1,44 +1,79 @@
-"""``embedding-index train`` on gensim's bundled Lee corpus: a verified table equal to gensim's own model."""
+"""``embedding-index train`` on gensim's bundled Lee corpus: a verified table equal to gensim's own model.
+
+The trainings of the Lee corpus start at collection, beside the tests before this module (``tests/early.py``);
+the refused corpora's commands start together."""
 
 from __future__ import annotations
 
 import json
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import pytest
 from gensim.models import Word2Vec
+from gensim.test.utils import datapath
 
 from index.table import Table
 from index.train import TrainParams, train_word2vec
+from tests.early import Early
 
 REPO = Path(__file__).resolve().parents[2]
 SMALL = ("--dim", "32", "--epochs", "2", "--workers", "1", "--min-count", "5", "--index", "flat")
+LEE = Path(datapath("lee_background.cor"))
 
 
 def cli(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "index", *args], capture_output=True, text=True, cwd=REPO, timeout=300)
 
 
-def train(corpus: Path, data_dir: Path, name: str, *extra: str) -> Path:
-    done = cli("train", str(corpus), "--name", name, "--data-dir", str(data_dir), *SMALL, *extra)
+def train_argv(name: str, *extra: str) -> Callable[[Path], list[str]]:
+    """``embedding-index train`` of the Lee corpus into table ``name`` of the job's directory."""
+    train = [sys.executable, "-m", "index", "train", str(LEE), "--name", name, *SMALL, *extra]
+    return lambda out: [*train, "--data-dir", str(out / "data")]
+
+
+TRAININGS = {  # fixture (and table name) -> its training
+    "trained": Early("trained", train_argv("lee", "--seed", "7")),
+    "again": Early("again", train_argv("again", "--seed", "7")),
+    "other": Early("other", train_argv("other", "--seed", "8")),
+    "cbow": Early("cbow", train_argv("cbow", "--seed", "7", "--cbow", "--window", "3")),
+}
+
+
+def trained_table(fixture: str) -> Path:
+    done = TRAININGS[fixture].result()
+    name = "lee" if fixture == "trained" else fixture
     assert done.returncode == 0, done.stderr
     assert f"built {name!r}" in done.stdout
-    return data_dir / name
+    return done.out / "data" / name
 
 
 @pytest.fixture(scope="module")
 def lee() -> Path:
-    from gensim.test.utils import datapath
-
-    return Path(datapath("lee_background.cor"))
+    return LEE
 
 
 @pytest.fixture(scope="module")
-def trained(tmp_path_factory: pytest.TempPathFactory, lee: Path) -> Path:
-    return train(lee, tmp_path_factory.mktemp("trained"), "lee", "--seed", "7")
+def trained() -> Path:
+    return trained_table("trained")
+
+
+@pytest.fixture
+def again() -> Path:
+    return trained_table("again")
+
+
+@pytest.fixture
+def other() -> Path:
+    return trained_table("other")
+
+
+@pytest.fixture
+def cbow() -> Path:
+    return trained_table("cbow")
 
 
 def test_table_is_gensims_model(trained: Path, lee: Path) -> None:
@@ -59,17 +94,15 @@ def test_table_is_gensims_model(trained: Path, lee: Path) -> None:
     assert manifest["corpus"]["words"] == sum(len(s) for s in sentences)
 
 
-def test_same_seed_same_table_other_seed_differs(trained: Path, lee: Path, tmp_path: Path) -> None:
-    again = train(lee, tmp_path, "again", "--seed", "7")
+def test_same_seed_same_table_other_seed_differs(trained: Path, again: Path, other: Path) -> None:
+    # again: the same training with --seed 7; other: with --seed 8
     assert (again / "vectors.npy").read_bytes() == (trained / "vectors.npy").read_bytes()
     assert (again / "tokens.bin").read_bytes() == (trained / "tokens.bin").read_bytes()
-    other = train(lee, tmp_path, "other", "--seed", "8")
     assert (other / "tokens.bin").read_bytes() == (trained / "tokens.bin").read_bytes()
     assert not np.allclose(np.load(other / "vectors.npy"), np.load(trained / "vectors.npy"), atol=1e-3)
 
 
-def test_cbow(trained: Path, lee: Path, tmp_path: Path) -> None:
-    cbow = train(lee, tmp_path, "cbow", "--seed", "7", "--cbow", "--window", "3")
+def test_cbow(trained: Path, cbow: Path) -> None:  # trained with --seed 7 --cbow --window 3
     training = json.loads((cbow / "manifest.json").read_text())["build"]["training"]
     assert training["sg"] is False and training["method"] == "cbow" and training["window"] == 3
     table = Table.load(cbow)
@@ -91,24 +124,38 @@ def test_several_files_and_gzip(lee: Path, tmp_path: Path) -> None:
     np.testing.assert_array_equal(split.matrix, whole.matrix)
 
 
-@pytest.mark.parametrize(
-    ("content", "problem"),
-    [
-        (None, "corpus file not found"),
-        (b"", "corpus file has no words"),
-        (b"  \n\t\n", "corpus file has no words"),
-        (b"fine words here\nbad \xff byte\n", ":2: not UTF-8 text"),
-        (b"each word once only\n", "no word occurs at least 5 times (--min-count)"),
-    ],
-)
-def test_bad_corpus_is_refused(tmp_path: Path, content: bytes | None, problem: str) -> None:
-    corpus = tmp_path / "corpus.txt"
-    if content is not None:
-        corpus.write_bytes(content)
-    data_dir = tmp_path / "data"
-    done = cli("train", str(corpus), "--name", "bad", "--data-dir", str(data_dir), *SMALL)
-    assert done.returncode == 1
-    lines = done.stderr.strip().splitlines()
+BAD = [
+    (None, "corpus file not found"),
+    (b"", "corpus file has no words"),
+    (b"  \n\t\n", "corpus file has no words"),
+    (b"fine words here\nbad \xff byte\n", ":2: not UTF-8 text"),
+    (b"each word once only\n", "no word occurs at least 5 times (--min-count)"),
+]
+
+
+@pytest.fixture(scope="module")
+def refusals(tmp_path_factory: pytest.TempPathFactory) -> list[tuple[Path, Path, subprocess.Popen[str]]]:
+    """(corpus, data directory, its ``embedding-index train``) of each bad corpus, the commands started together."""
+    started = []
+    for content, _ in BAD:
+        work = tmp_path_factory.mktemp("bad")
+        corpus = work / "corpus.txt"
+        if content is not None:
+            corpus.write_bytes(content)
+        argv = [sys.executable, "-m", "index", "train", str(corpus), "--name", "bad", "--data-dir", str(work / "data")]
+        process = subprocess.Popen([*argv, *SMALL], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        started.append((corpus, work / "data", process))
+    return started
+
+
+@pytest.mark.parametrize(("content", "problem"), BAD)
+def test_bad_corpus_is_refused(
+    refusals: list[tuple[Path, Path, subprocess.Popen[str]]], content: bytes | None, problem: str
+) -> None:
+    corpus, data_dir, process = refusals[BAD.index((content, problem))]
+    _, stderr = process.communicate(timeout=300)
+    assert process.returncode == 1
+    lines = stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"embedding-index: error: {corpus}")
     assert problem in lines[0]
     assert not (data_dir / "bad").exists()

@@ -213,9 +213,16 @@ def needs_glove(item: pytest.Item) -> bool:
 
 
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
-    """The modules that use the default table run after the others, which run while it is built."""
+    """The modules that use the default table run after the others, which run while it is built; in each part,
+    the modules that read an early command's result (``tests.early``) run last, while it runs."""
     late = {item.module for item in items if needs_glove(item)}  # type: ignore[attr-defined]
-    items.sort(key=lambda item: getattr(item, "module", None) in late)  # stable: the order within each part stays
+    reads = {job.module for job in JOBS}
+
+    def part(item: pytest.Item) -> tuple[bool, bool]:
+        module = getattr(item, "module", None)
+        return module in late, getattr(module, "__name__", None) in reads
+
+    items.sort(key=part)  # stable: the order within each part stays
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
@@ -225,15 +232,20 @@ def pytest_collection_finish(session: pytest.Session) -> None:
             job.start()
     if importlib.util.find_spec("umap") is not None and session.items:
         NUMBA.start()
-    for fixture, early in JOBS.items():
-        if fixture in used:
+    readers = {
+        (getattr(getattr(item, "module", None), "__name__", None), fixture)
+        for item in session.items
+        for fixture in getattr(item, "fixturenames", ())
+    }
+    for early in JOBS:
+        if (early.module, early.fixture) in readers:
             early.start(after=GLOVE_BUILD.done if early.needs_glove else None)
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     for job in [*BACKGROUND.values(), NUMBA]:
         job.stop()
-    for early in JOBS.values():
+    for early in JOBS:
         early.stop()
 
 

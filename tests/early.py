@@ -1,11 +1,11 @@
 """A test's own command, started in a child process as soon as the tests are collected instead of when the test
 comes: it runs on the core the test process leaves idle, beside the tests before it.
 
-The child runs at a lower priority (nice 10): the tests the session is waiting for come first. A module
-declares ``Early(fixture, argv)``; ``tests/conftest.py`` starts it at collection when a collected test
-uses that fixture (with ``needs_glove``: once the default table is ready, waited for in a thread), and the
-fixture reads ``result()``, which waits for the child. Nothing is cached: every session runs the command again,
-in a temporary directory of its own that ``stop()`` removes at the end of the session.
+The child runs at a lower priority (nice 10): the tests the session is waiting for come first. A test module
+declares ``Early(__name__, fixture, argv)``; ``tests/conftest.py`` starts it at collection when a collected test of
+that module uses that fixture (with ``needs_glove``: once the default table is ready, waited for in a thread),
+and the fixture reads ``result()``, which waits for the child. Nothing is cached: every session runs the command
+again, in a temporary directory of its own that ``stop()`` removes at the end of the session.
 """
 
 from __future__ import annotations
@@ -32,7 +32,8 @@ class Done:
 
 @dataclass
 class Early:
-    fixture: str  # started when a collected test uses this fixture
+    module: str  # the test module that reads it (``__name__``)
+    fixture: str  # that module's fixture that reads it: started when a collected test of the module uses it
     argv: Callable[[Path], list[str]]  # the command, given its directory
     needs_glove: bool = False  # started once the default table is ready (the data directory is given then)
     timeout: float = 900.0
@@ -44,7 +45,7 @@ class Early:
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def __post_init__(self) -> None:
-        JOBS[self.fixture] = self
+        JOBS.append(self)
 
     def start(self, after: Callable[[], bool] | None = None) -> None:
         """Run the command from a thread (after ``after()`` returns True, when given)."""
@@ -91,4 +92,4 @@ class Early:
             shutil.rmtree(self._out, ignore_errors=True)
 
 
-JOBS: dict[str, Early] = {}  # fixture -> its job, filled as the test modules are imported
+JOBS: list[Early] = []  # filled as the test modules are imported

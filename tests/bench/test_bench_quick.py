@@ -32,7 +32,7 @@ def quick_argv(out: Path) -> list[str]:
 
 
 # Started as soon as the default table is ready, beside the tests before this module (tests/early.py).
-QUICK = Early("quick_run", quick_argv, needs_glove=True)
+QUICK = Early(__name__, "quick_run", quick_argv, needs_glove=True)
 
 
 @pytest.fixture(scope="module")
@@ -165,7 +165,7 @@ def peers_argv(out: Path) -> list[str]:
     return [*argv, "--results-dir", str(out / "results"), "--markdown", str(out / "BENCHMARKS.md")]
 
 
-PEERS_RUN = Early("peers_run", peers_argv, timeout=300)  # started at collection (tests/early.py)
+PEERS_RUN = Early(__name__, "peers_run", peers_argv, timeout=300)  # started at collection (tests/early.py)
 
 
 @pytest.fixture(scope="module")

@@ -155,6 +155,7 @@ def test_published_figures(google_report, pair_reports) -> None:
 
 # `embedding-index eval --json` of the default table, started once the table is ready (tests/early.py)
 EVAL_JSON = Early(
+    __name__,
     "eval_json_run",
     lambda _: [sys.executable, "-m", "index", "eval", "glove-6b-50d", "--data-dir", str(cache_dir()), "--json"],
     needs_glove=True,

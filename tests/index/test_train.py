@@ -36,10 +36,10 @@ def train_argv(name: str, *extra: str) -> Callable[[Path], list[str]]:
 
 
 TRAININGS = {  # fixture (and table name) -> its training
-    "trained": Early("trained", train_argv("lee", "--seed", "7")),
-    "again": Early("again", train_argv("again", "--seed", "7")),
-    "other": Early("other", train_argv("other", "--seed", "8")),
-    "cbow": Early("cbow", train_argv("cbow", "--seed", "7", "--cbow", "--window", "3")),
+    "trained": Early(__name__, "trained", train_argv("lee", "--seed", "7")),
+    "again": Early(__name__, "again", train_argv("again", "--seed", "7")),
+    "other": Early(__name__, "other", train_argv("other", "--seed", "8")),
+    "cbow": Early(__name__, "cbow", train_argv("cbow", "--seed", "7", "--cbow", "--window", "3")),
 }
 
 

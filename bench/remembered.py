@@ -15,6 +15,7 @@ import sys
 
 import numpy as np
 
+from index.filters import RowSet
 from index.knn import Hits
 from index.search import SearchOptions
 from index.table import Table
@@ -27,16 +28,20 @@ def remember_searches() -> None:
     answers: dict[tuple[str, bytes, int, SearchOptions], tuple[np.ndarray, np.ndarray]] = {}
     knn = Table.knn
 
-    def remembered(table: Table, queries: np.ndarray, k: int, options: SearchOptions = SearchOptions()) -> Hits:
-        rows = []
+    def remembered(
+        table: Table, queries: np.ndarray, k: int, options: SearchOptions = SearchOptions(), rows: RowSet | None = None
+    ) -> Hits:
+        if rows is not None:  # a filtered search: its passing rows are part of the question, so it is not remembered
+            return knn(table, queries, k, options, rows)
+        found_rows = []
         for query in queries:
             key = (table.name, query.tobytes(), k, options)
             found = answers.get(key)
             if found is None:
                 scores, ids = knn(table, query[None, :], k, options)  # a row searched alone answers as in a batch
                 found = answers[key] = (scores[0], ids[0])
-            rows.append(found)
-        return np.vstack([r[0] for r in rows]), np.vstack([r[1] for r in rows])
+            found_rows.append(found)
+        return np.vstack([r[0] for r in found_rows]), np.vstack([r[1] for r in found_rows])
 
     Table.knn = remembered  # type: ignore[method-assign]
 

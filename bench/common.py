@@ -103,6 +103,19 @@ def wrk_path() -> str | None:
 
 
 # --------------------------------------------------------------- statistics
+@dataclass
+class Stages:
+    """Seconds per stage of a run: ``done(name)`` closes the stage that began at the previous call."""
+
+    seconds: dict[str, float] = field(default_factory=dict)
+    _clock: float = field(default_factory=time.perf_counter)
+
+    def done(self, stage: str) -> None:
+        now = time.perf_counter()
+        self.seconds[stage] = round(now - self._clock, 1)
+        self._clock = now
+
+
 def median(values: Sequence[float]) -> float:
     return float(statistics.median(values))
 

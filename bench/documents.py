@@ -45,6 +45,7 @@ from bench.common import (
     BIN,
     MIB,
     Context,
+    Stages,
     dir_size,
     display,
     free_port,
@@ -532,13 +533,8 @@ def run(ctx: Context) -> dict[str, Any]:
     rows = QUICK_ROWS if ctx.quick else ROWS
     work = Path(tempfile.mkdtemp(prefix="documents-", dir=ctx.work_dir))
     data_dir = work / "data"
-    stages: dict[str, float] = {}
-    clock = time.perf_counter()
-
-    def done(stage: str) -> None:
-        nonlocal clock
-        stages[stage] = round(time.perf_counter() - clock, 1)
-        clock = time.perf_counter()
+    stages = Stages()
+    done = stages.done
 
     try:
         corpus = make_corpus(rows)
@@ -566,7 +562,7 @@ def run(ctx: Context) -> dict[str, Any]:
         done("workers")
         result["engine"] = engine(data_dir, queries, work)
         done("engine")
-        result["stage_seconds"] = stages
+        result["stage_seconds"] = stages.seconds
     finally:
         shutil.rmtree(work, ignore_errors=True)
     result["targets"] = targets(ctx, result)

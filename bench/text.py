@@ -33,7 +33,7 @@ from typing import Any
 import httpx
 import numpy as np
 
-from bench.common import MIB, Context, dir_size, free_port, median, percentile, run_child, serve
+from bench.common import MIB, Context, Stages, dir_size, free_port, median, percentile, run_child, serve
 from bench.documents import import_argv, serve_argv, server_env
 
 ROWS, QUICK_ROWS = 400_000, 5_000
@@ -303,13 +303,8 @@ def run(ctx: Context) -> dict[str, Any]:
     rows = QUICK_ROWS if quick else ROWS
     work = Path(tempfile.mkdtemp(prefix="text-", dir=ctx.work_dir))
     data_dir = work / "data"
-    stages: dict[str, float] = {}
-    clock = time.perf_counter()
-
-    def done(stage: str) -> None:
-        nonlocal clock
-        stages[stage] = round(time.perf_counter() - clock, 1)
-        clock = time.perf_counter()
+    stages = Stages()
+    done = stages.done
 
     try:
         result: dict[str, Any] = {"tables": build_tables(data_dir)}
@@ -350,7 +345,7 @@ def run(ctx: Context) -> dict[str, Any]:
             result["queries"] = text_queries(client, queries, query_vectors)
             result["queries"]["example"] = queries[0]
             done("queries")
-        result["stage_seconds"] = stages
+        result["stage_seconds"] = stages.seconds
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return result

@@ -8,34 +8,21 @@ passing documents, every answer holds k hits, the passing counts are the ones co
 
 from __future__ import annotations
 
-import json
 import math
-import subprocess
-import sys
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 
 from bench.documents import FILTERS, QUICK_ROWS, TABLES, WORKERS, K, make_corpus
-
-REPO = Path(__file__).resolve().parents[2]
+from tests.bench.quick import quick_run as run_quick
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
 def quick_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    out = tmp_path_factory.mktemp("bench-documents")
-    markdown = out / "BENCHMARKS.md"
-    argv = [sys.executable, "-m", "bench", "--quick", "--only", "documents", "--data-dir", str(out / "no-table")]
-    argv += ["--results-dir", str(out / "results"), "--markdown", str(markdown)]
-    done = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-4000:]
-    payload = json.loads((out / "results" / "documents.json").read_text())
-    assert payload["status"] == "ok" and payload["quick"] is True, payload.get("error")
-    return {"result": payload["result"], "markdown": markdown.read_text()}
+    return run_quick("documents", tmp_path_factory.mktemp("bench-documents"), timeout=600)
 
 
 def test_the_filters_pass_what_the_fields_say() -> None:

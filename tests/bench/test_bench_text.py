@@ -8,34 +8,21 @@ in mode vector answers as its SIF vector does, every answer holds k hits.
 
 from __future__ import annotations
 
-import json
 import re
-import subprocess
-import sys
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 
 from bench.text import BATCHES, DOC_WORDS, HTTP_BATCHES, MODES, QUICK_QUERIES, QUICK_ROWS, K, lee_windows, zipf_texts
-
-REPO = Path(__file__).resolve().parents[2]
+from tests.bench.quick import quick_run as run_quick
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
 def quick_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    out = tmp_path_factory.mktemp("bench-text")
-    markdown = out / "BENCHMARKS.md"
-    argv = [sys.executable, "-m", "bench", "--quick", "--only", "text", "--data-dir", str(out / "no-table")]
-    argv += ["--results-dir", str(out / "results"), "--markdown", str(markdown)]
-    done = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-4000:]
-    payload = json.loads((out / "results" / "text.json").read_text())
-    assert payload["status"] == "ok" and payload["quick"] is True, payload.get("error")
-    return {"result": payload["result"], "markdown": markdown.read_text()}
+    return run_quick("text", tmp_path_factory.mktemp("bench-text"), timeout=300)
 
 
 def test_inputs_are_seeded_words_and_windows() -> None:

@@ -21,11 +21,13 @@ import subprocess
 import sys
 import tempfile
 import threading
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
 from index import artifact
 from index.progress import read_status, write_status
+from index.table import Table
 
 log = logging.getLogger("service.indexing")
 STATUS_VARIABLE = "EMBEDDING_INDEX_STATUS_DIR"  # set by embedding-serve for its app: where the status files are
@@ -47,8 +49,12 @@ def deferred_tables(data_dir: Path, names: list[str] | None = None) -> list[str]
     return pending
 
 
-def building(status_dir: str | None) -> dict[str, dict[str, Any]]:
-    """The status of each background build (running, failed) by table name; empty when none runs."""
+def building(status_dir: str | None, deferred: Collection[str] = ()) -> dict[str, dict[str, Any]]:
+    """The status of each background build (running, failed) by table name; empty when none runs.
+
+    ``deferred``: the tables this process still serves exactly. A build of one of them that is done is reported
+    as running until the process has loaded the new version, so that a build no longer reported means the
+    answers come from the index."""
     if not status_dir:
         return {}
     out: dict[str, dict[str, Any]] = {}
@@ -58,9 +64,18 @@ def building(status_dir: str | None) -> dict[str, dict[str, Any]]:
         return {}
     for path in paths:
         status = read_status(path)
-        if status is not None and status.get("state") != "done":
+        if status is None:
+            continue
+        if status.get("state") != "done":
             out[path.stem] = status
+        elif path.stem in deferred:
+            out[path.stem] = {"state": "running", "step": "loading the new version", "done": 1.0}
     return out
+
+
+def serving_deferred(tables: dict[str, Table]) -> set[str]:
+    """The names of the loaded tables whose approximate index their build left for later."""
+    return {name for name, table in tables.items() if table.manifest.get("index", {}).get("deferred")}
 
 
 class IndexBuilds:

@@ -24,7 +24,9 @@ def summary(table: Table) -> dict[str, Any]:
     source = out.get("source")
     if isinstance(source, dict) and isinstance(source.get("path"), str):  # no paths of the build machine
         out["source"] = {**source, "path": PurePath(source["path"]).name}
-    building = indexing.building(os.environ.get(indexing.STATUS_VARIABLE)).get(table.name)
+    building = indexing.building(
+        os.environ.get(indexing.STATUS_VARIABLE), indexing.serving_deferred({table.name: table})
+    ).get(table.name)
     if building is not None:
         out["building"] = building
     return out

@@ -9,7 +9,9 @@ import numpy as np
 import pytest
 
 from index.build import build_table
+from index.progress import write_status
 from index.sources import RawTable
+from service import indexing
 from tests.service import real_server
 from tests.service.real_server import HTTP
 
@@ -48,6 +50,13 @@ def test_served_exact_at_once_then_indexed_in_the_background(deferred_dir: Path,
             summaries = [HTTP.get(f"{server.base}/v1/tables/words", timeout=10).json() for _ in range(6)]
             return all(s["approximate"] for s in summaries)
 
+        if workers == "1":  # one process: once /readyz reports no build, its answers come from the index
+
+            def reported_done() -> bool:
+                return "building" not in HTTP.get(f"{server.base}/readyz", timeout=10).json()
+
+            real_server.wait_for(reported_done, seconds=240, what="/readyz to stop reporting the build")
+            assert HTTP.get(f"{server.base}/v1/tables/words", timeout=10).json()["approximate"]
         real_server.wait_for(indexed, seconds=240, what="the background index to be published and loaded")
         summary = HTTP.get(f"{server.base}/v1/tables/words", timeout=10).json()
         assert summary["index"]["kind"] == "hnsw" and "building" not in summary and "index_deferred" not in summary
@@ -92,3 +101,13 @@ def test_a_failing_background_build_keeps_exact_search(deferred_dir: Path, tmp_p
         assert neighbours(server, "heart") == brute_force(glove_raw, "heart")  # still exact
     finally:
         assert server.stop() == 0
+
+
+def test_a_done_build_is_reported_until_its_table_is_loaded(tmp_path: Path) -> None:
+    """Between the build's publication and this process's reload, /readyz still reports the build."""
+    write_status(tmp_path / "words.json", {"state": "done", "step": "published", "done": 1.0})
+    write_status(tmp_path / "other.json", {"state": "running", "step": "adding rows to the index", "done": 0.5})
+    serving_exactly = indexing.building(str(tmp_path), deferred={"words"})
+    assert serving_exactly["words"] == {"state": "running", "step": "loading the new version", "done": 1.0}
+    assert serving_exactly["other"]["step"] == "adding rows to the index"
+    assert "words" not in indexing.building(str(tmp_path), deferred=set())  # loaded: no longer reported

@@ -452,6 +452,16 @@ def firstrun(r: dict[str, Any]) -> str:
             c["frequent_words_recall_at_10"],
             num(c["p50_ms"], 4),
             c["index_mib"],
+            *(
+                [
+                    num(c["http"]["p50_ms_c1"], 3),
+                    num(c["http"]["rps_c32"]),
+                    c["http"]["p50_vs_first"],
+                    c["http"]["rps_vs_first"],
+                ]
+                if "http" in c
+                else ["-"] * 4
+            ),
         ]
         for c in r["candidates"]
     ]
@@ -466,7 +476,9 @@ def firstrun(r: dict[str, Any]) -> str:
             f"exact, {f['indexed_p50_ms']} ms once indexed.",
             f"The index candidates for the {r['rows']:,}-row table, built one after another in one process with the "
             "builder's code (search parameter tuned to recall@10 >= 0.99 on the builder's 1,000-row sample; recall "
-            "and p50 on 1,000 of the 20,000 most frequent words, one query at a time on one thread):",
+            "and p50 on 1,000 of the 20,000 most frequent words, one query at a time on one thread; then each table "
+            "served by `embedding-serve`, one worker, answer cache off, all at once, the neighbours benchmark's "
+            "one-query load in interleaved rounds, ratios against the first row in the same round):",
             table(
                 [
                     "Spec",
@@ -478,6 +490,10 @@ def firstrun(r: dict[str, Any]) -> str:
                     "Recall (frequent words)",
                     "p50 ms",
                     "Index MiB",
+                    "HTTP p50 ms (c=1)",
+                    "HTTP req/s (c=32)",
+                    "HTTP p50 vs first",
+                    "HTTP req/s vs first",
                 ],
                 rows,
             ),

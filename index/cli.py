@@ -40,7 +40,7 @@ IndexOpt = Annotated[
     typer.Option(
         "--index",
         help="auto (flat under 100,000 rows, else HNSW tuned to recall@10 >= 0.99), flat, hnsw, "
-        "hnsw:M=32,efConstruction=400,efSearch=48, or a FAISS factory string.",
+        "hnsw:M=32,efConstruction=200,efSearch=48, or a FAISS factory string.",
     ),
 ]
 DeferIndex = Annotated[

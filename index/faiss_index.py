@@ -3,11 +3,11 @@
 Rows are unit-normalised, so inner product equals cosine. Specs:
 
 - ``auto``: ``flat`` below 100,000 rows; else the index that is fastest to search among those whose build fits
-  the build-time budget (``--build-budget``): HNSW (M=32, efConstruction=400) when a timed build of a 5,000-row
+  the build-time budget (``--build-budget``): HNSW (M=32, efConstruction=200) when a timed build of a 5,000-row
   sample, scaled to the whole table, fits; else IVF. Either way the search parameter (efSearch, nprobe) is raised
   until recall@10 >= 0.99 on a sample of rows, and the manifest records the estimate and why the index was chosen;
 - ``flat``: exact inner product (the service then searches the memory-mapped matrix directly);
-- ``hnsw`` or ``hnsw:M=32,efConstruction=400,efSearch=48`` (those are the defaults, efSearch apart);
+- ``hnsw`` or ``hnsw:M=32,efConstruction=200,efSearch=48`` (those are the defaults, efSearch apart);
 - ``ivf`` or ``ivf:nlist=2048,nprobe=64`` (nlist defaults to about 2 sqrt(rows), nprobe is tuned when not given);
 - ``ivfpq`` or ``ivfpq:nlist=4096,m=16,nbits=8,nprobe=64,rerank=8``: IVF over product-quantised codes (``m`` codes
   of ``nbits`` bits per row, ``m`` dividing the dimension; by default the largest divisor of the dimension up to a
@@ -38,7 +38,7 @@ AUTO_FLAT_BELOW = 100_000
 AUTO_TARGET_RECALL = 0.99
 AUTO_BUDGET_SECONDS = 900.0
 ESTIMATE_SAMPLE = 5_000
-EF_SEARCH_STEPS = (16, 24, 32, 40, 48, 64, 96, 128, 192, 256, 384, 512, 1024)
+EF_SEARCH_STEPS = (16, 24, 32, 40, 48, 56, 64, 80, 96, 128, 160, 192, 256, 384, 512, 1024)
 NPROBE_STEPS = (1, 2, 4, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024, 1536, 2048)
 RECALL_SAMPLE = 1000
 RECALL_K = 10
@@ -63,7 +63,7 @@ class IndexSpec:
     m: int = 32
     # 400 rather than FAISS's 40: a better graph needs a lower efSearch for recall@10 0.99, so queries are faster
     # for a longer build (BENCHMARKS.md, "Index choice").
-    ef_construction: int = 400
+    ef_construction: int = 200
     ef_search: int | None = None  # None: tune for the target recall
     nlist: int | None = None  # IVF lists; None: about 2 sqrt(rows)
     nprobe: int | None = None  # None: tune for the target recall

@@ -43,6 +43,11 @@ def test_firstrun_quick(firstrun_run: Done) -> None:
     graph = next(c for c in payload["result"]["candidates"] if c["spec"].startswith("hnsw"))
     assert graph["hnsw_estimate_seconds"] > 0 and graph["index_mib"] > 0
     assert 0.5 < graph["frequent_words_recall_at_10"] <= 1.0
+    # over HTTP: every index served and measured against the first candidate (itself: ratio 1); exact search not
+    assert graph["http"]["p50_vs_first"] == graph["http"]["rps_vs_first"] == 1.0
+    assert by_spec["ivf"]["http"]["p50_ms_c1"] > 0 and by_spec["ivf"]["http"]["rps_c32"] > 0
+    assert "http" not in by_spec["flat"]
     text = markdown.read_text()
     assert "## 7. The first run: serving at once, and the index choice" in text
     assert "the first 200 from `/v1/tables/glove-6b-50d/neighbors?token=heart`" in text
+    assert "| HTTP p50 ms (c=1) | HTTP req/s (c=32) | HTTP p50 vs first | HTTP req/s vs first |" in text

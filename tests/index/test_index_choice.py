@@ -57,7 +57,7 @@ def test_specs_parse_and_refuse() -> None:
     assert (ivf.kind, ivf.nlist, ivf.nprobe) == ("ivf", 64, 8)
     assert parse_spec("ivf", 1_000_000).nlist == default_nlist(1_000_000) == 2048
     hnsw = parse_spec("hnsw:M=16,efSearch=32", 10)
-    assert (hnsw.m, hnsw.ef_construction, hnsw.ef_search) == (16, 400, 32)
+    assert (hnsw.m, hnsw.ef_construction, hnsw.ef_search) == (16, 200, 32)
     for bad, why in [
         ("ivf:nlist=0", "positive"),
         ("ivf:nlist=20", "more than the 10 rows"),
@@ -85,7 +85,7 @@ def test_auto_takes_ivf_when_hnsw_would_exceed_the_budget(tmp_path: Path, large:
 def test_auto_keeps_hnsw_within_the_budget(large: np.ndarray) -> None:
     unit = large / np.linalg.norm(large, axis=1, keepdims=True)
     spec, why = choose_auto(np.ascontiguousarray(unit, dtype=np.float32), budget=1e6)
-    assert spec.kind == "hnsw" and (spec.m, spec.ef_construction) == (32, 400) and why["chosen"] == "hnsw"
+    assert spec.kind == "hnsw" and (spec.m, spec.ef_construction) == (32, 200) and why["chosen"] == "hnsw"
     assert 0 < why["hnsw_estimate_seconds"] < 1e6
 
 

@@ -4,9 +4,8 @@
   with an HNSW graph tuned to recall@10 >= 0.99), cached across runs in ``.cache/test-data`` (or
   ``$EMBEDDING_TEST_CACHE``). A current copy of the table in ``data/`` (what ``make run`` built and indexed) is
   linked in instead of building it again. Otherwise it is built in a child process started as soon as the tests
-  are collected, and the modules that use the table run last: the other tests run while its graph is built. That
-  graph is ``TEST_INDEX``, cheaper to build than the builder's default (efConstruction 40 instead of 400, for a
-  higher efSearch at the same recall): the tests use an HNSW table of every row, not how its graph was built.
+  are collected, with the builder's defaults (``embedding-index build``), and the modules that use the table run
+  last: the other tests run while its graph is built.
 - ``gensim_google``: gensim's own evaluation of the whole Google analogy set on the same rows, as recorded with
   the tests for the installed versions (and checked against gensim on a sample by ``test_evaluate``), else
   computed the same way in the background; kept in the cache (``tests/gensim_reference.py``).
@@ -36,7 +35,7 @@ import pytest
 from index import artifact
 from index.build import build_table
 from index.errors import ArtifactError, UnknownTable
-from index.faiss_index import IndexSpec, parse_spec
+from index.faiss_index import IndexSpec
 from index.sources import RawTable, glove_package, read_source
 from index.table import Table
 from tests import gensim_reference, numba_cache
@@ -62,19 +61,16 @@ def cache_dir() -> Path:
 os.environ.setdefault("NUMBA_CACHE_DIR", str(cache_dir() / "numba"))  # before numba loads, here and in children
 
 
-TEST_INDEX = "hnsw:M=32,efConstruction=40"  # the test cache's graph (efSearch tuned by the builder)
-
-
 def is_current(directory: Path) -> bool:
-    """A complete table with the test cache's graph or the builder's default one (what ``make run`` builds); not
-    a deferred index, not an older builder's."""
+    """A complete table with the builder's default graph (what ``make run`` builds); not a deferred index, not an
+    older builder's."""
     try:
         manifest = Table.load(directory, checksums=False).manifest
     except (ArtifactError, UnknownTable):
         return False
-    spec = manifest["index"].get("spec", {})
-    graphs = {(s.m, s.ef_construction) for s in (IndexSpec(kind="hnsw"), parse_spec(TEST_INDEX, 0))}
-    return not manifest["index"].get("deferred") and (spec.get("M"), spec.get("efConstruction")) in graphs
+    spec, default = manifest["index"].get("spec", {}), IndexSpec(kind="hnsw")
+    graph = (spec.get("kind"), spec.get("M"), spec.get("efConstruction"))
+    return not manifest["index"].get("deferred") and graph == ("hnsw", default.m, default.ef_construction)
 
 
 def link_table(source: Path, data_dir: Path) -> bool:
@@ -178,7 +174,7 @@ def gensim_google_file() -> Path:
 
 GLOVE_BUILD = Background(
     "build",
-    [sys.executable, "-m", "index", "build", "--data-dir", str(cache_dir()), "--index", TEST_INDEX, "--force"],
+    [sys.executable, "-m", "index", "build", "--data-dir", str(cache_dir()), "--force"],
     ready=lambda: is_current(glove_table()),
     prepare=link_made_table,
 )

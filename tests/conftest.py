@@ -9,8 +9,8 @@
 - ``gensim_google``: gensim's own evaluation of the whole Google analogy set on the same rows, as recorded with
   the tests for the installed versions (and checked against gensim on a sample by ``test_evaluate``), else
   computed the same way in the background; kept in the cache (``tests/gensim_reference.py``).
-- ``gensim_answers``: gensim's answers to the questions of the other gensim comparisons, computed in the
-  background too and kept in the cache (``tests.gensim_reference.answers``).
+- ``gensim_answers``: gensim's answers to the questions of the other gensim comparisons
+  (``tests.gensim_reference.answers``), recorded with the tests the same way, else computed in the background.
 - ``small_data_dir``: the 20,000 most frequent GloVe rows as an exact (flat) table, built per session.
 
 Every process the tests start shares one numba cache in the test cache (``NUMBA_CACHE_DIR``), filled in the
@@ -189,6 +189,9 @@ GENSIM_ANSWERS = Background(
     "gensim-answers",
     [sys.executable, "-m", "tests.gensim_reference", "--answers", str(cache_dir() / "gensim-answers.json")],
     ready=lambda: gensim_reference.answers_current(cache_dir() / "gensim-answers.json"),
+    prepare=lambda: gensim_reference.install_recorded(
+        cache_dir() / "gensim-answers.json", gensim_reference.ANSWERS_RECORDED, gensim_reference.answers_current
+    ),
     env={"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"},
 )
 BACKGROUND = {  # fixture -> its background job

@@ -9,11 +9,11 @@ versions it was computed with (xz-compressed when OUT ends in ``.xz``).
 sets through evaluate_word_analogies. The tests compute them in the background at collection as well and keep
 them in the cache, so that gensim's per-question searches run beside the other tests.
 
-``RECORDED`` is the whole-set output as this command wrote it, kept with the tests: when its versions are the installed
-ones, the test cache takes it (``install_recorded``) instead of spending gensim's minutes of per-question
-searches again, and a test runs gensim on a sample of the questions to check it. Otherwise (another gensim,
-numpy or GloVe package) the tests compute it in the background at collection (``tests/conftest.py``), beside
-the other tests.
+``RECORDED`` and ``ANSWERS_RECORDED`` are the two outputs as these commands wrote them, kept with the tests: when
+their versions are the installed ones, the test cache takes them (``install_recorded``) instead of spending
+gensim's minutes of per-question searches again, and tests run gensim on a sample of the questions to check
+them (``tests/index/test_evaluate.py``). Otherwise (another gensim, numpy or GloVe package) the tests compute them
+in the background at collection (``tests/conftest.py``), beside the other tests.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ import lzma
 import random
 import sys
 import tempfile
+from collections.abc import Callable
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -37,6 +38,7 @@ from index.sources import glove_package
 
 GOOGLE = default_sets()[0]
 RECORDED = Path(__file__).parent / "data" / "gensim-google.json.xz"
+ANSWERS_RECORDED = Path(__file__).parent / "data" / "gensim-answers.json.xz"
 PARITY_SAMPLE = 2000  # seeded Google questions through the API's batch endpoint (tests/service/test_parity.py)
 PARITY_TOP5 = 150  # the first of them, asked for five answers by each method
 # (method, restrict_vocab, case_insensitive, questions per section) of tests/index/test_evaluate.py
@@ -148,12 +150,13 @@ def is_current(path: Path) -> bool:
         return False
 
 
-def install_recorded(out: Path) -> bool:
-    """Write ``RECORDED`` to ``out`` when it was computed with the installed versions; False otherwise."""
-    if not is_current(RECORDED):
+def install_recorded(out: Path, recorded: Path = RECORDED, current: Callable[[Path], bool] = is_current) -> bool:
+    """Write ``recorded`` to ``out`` when it was computed with the installed versions (``current``); False
+    otherwise."""
+    if not current(recorded):
         return False
     tmp = out.with_suffix(".tmp")
-    tmp.write_text(_text(RECORDED))
+    tmp.write_text(_text(recorded))
     tmp.replace(out)
     return True
 

@@ -19,7 +19,7 @@ from index.evaluate import default_sets, evaluate_analogies, evaluate_pairs, for
 from index.table import Table
 from tests.conftest import cache_dir
 from tests.early import Done, Early
-from tests.gensim_reference import TRIMMED, gensim_analogies, trimmed_key
+from tests.gensim_reference import PARITY_TOP5, TRIMMED, gensim_analogies, google_sample, trimmed_key
 
 REPO = Path(__file__).resolve().parents[2]
 GOOGLE, (WORDSIM, SIMLEX) = default_sets()
@@ -88,6 +88,43 @@ def test_the_gensim_reference_is_gensims_own(glove_kv: KeyedVectors, gensim_goog
         assert len(now["correct"]) + len(now["incorrect"]) > 0, now["section"]
     for outcome in ("correct", "incorrect"):  # the total is the sections' questions, in order
         assert total[outcome] == [q for s in parts for q in s[outcome]]
+
+
+def same_hits(live: list[tuple[str, float]], recorded: list[tuple[str, float]]) -> bool:
+    return [t for t, _ in live] == [t for t, _ in recorded] and np.allclose(
+        [s for _, s in live], [s for _, s in recorded], rtol=0, atol=1e-6
+    )
+
+
+def test_the_recorded_answers_are_gensims_own(
+    glove_kv: KeyedVectors, gensim_answers: dict[str, Any], tmp_path: Path
+) -> None:
+    """The other comparisons' gensim answers (recorded with the tests or computed in the background) are what gensim
+    answers: gensim, run here on every 50th question of the parity sample (every 25th of its top-5 part) and on the
+    first two questions of each section of every trimmed set, gives the same hits and scores each of them alike."""
+    google = gensim_answers["google"]
+    assert google == google_sample(glove_kv.key_to_index)
+    for i in range(0, len(google), 50):
+        a, b, c, _ = google[i]
+        assert same_hits(glove_kv.most_similar(positive=[b, c], negative=[a], topn=1), gensim_answers["top1"][i]), i
+    for i in range(0, PARITY_TOP5, 25):
+        a, b, c, _ = google[i]
+        top5 = glove_kv.most_similar(positive=[b, c], negative=[a], topn=5)
+        cosmul = glove_kv.most_similar_cosmul(positive=[b, c], negative=[a], topn=5)
+        assert same_hits(top5, gensim_answers["3cosadd"][i]) and same_hits(cosmul, gensim_answers["3cosmul"][i]), i
+    first_two = subset(GOOGLE, tmp_path / "first-two.txt", 2)
+    for method, restrict, case_insensitive, per_section in TRIMMED:
+        live = gensim_analogies(glove_kv, first_two, restrict, method, case_insensitive)
+        recorded = {
+            s["section"]: s
+            for s in gensim_answers["trimmed"][trimmed_key(method, restrict, case_insensitive, per_section)]
+        }
+        assert {s["section"] for s in live} <= set(recorded)
+        for now in live:
+            asked = set(now["correct"]) | set(now["incorrect"])
+            for outcome in ("correct", "incorrect"):
+                kept = [q for q in recorded[now["section"]][outcome] if q in asked]
+                assert now[outcome] == kept, (method, restrict, now["section"], outcome)
 
 
 # (3cosmul, 300,000): gensim's 3CosMul scores all 400,000 rows whatever restrict says; (3cosmul, 30,000): answers

@@ -31,7 +31,6 @@ from itertools import chain
 from typing import Any, Literal, get_args
 
 import numpy as np
-from scipy import sparse
 
 from index.errors import InvalidQuery
 from index.table import Table
@@ -235,6 +234,8 @@ class Encoder:
             cells = np.bincount(pieces.text_of * len(unique) + inverse, share, minlength=texts * len(unique))
             means: np.ndarray = cells.reshape(texts, len(unique)) @ rows
         else:
+            from scipy import sparse  # on first use: a server that never embeds a large batch does not load scipy
+
             mixing = sparse.csr_matrix((share, (pieces.text_of, inverse)), shape=(texts, len(unique)))
             means = np.asarray(mixing @ rows, dtype=np.float64).reshape(texts, self.table.dim)
         return means, used

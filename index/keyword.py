@@ -37,7 +37,6 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import scipy.sparse
 
 from index.errors import ArtifactError, InvalidQuery
 from index.payload import contiguous, search_sorted
@@ -272,7 +271,10 @@ def build(texts: pa.Array, tokenizer: Tokenizer | None = None, k1: float = K1, b
     tfc = tf / (k1 * ((1 - b) + b * lengths[rows] / average) + tf)
     data = (idf[term] * tfc).astype(np.float32)
     del tfc
-    # Rows x words, by word: scipy's COO to CSC is a counting sort, which keeps each word's rows ascending.
+    # Rows x words, by word: scipy's COO to CSC is a counting sort, which keeps each word's rows ascending. scipy
+    # is imported here, not with the module: the processes that only search (every server) never need it.
+    import scipy.sparse
+
     matrix = scipy.sparse.csc_matrix((data, (rows, term)), shape=(n, len(terms)))
     del data, rows, term
     indptr = matrix.indptr.astype(np.int64)

@@ -19,22 +19,25 @@ from service.respond import FastJSON
 router = APIRouter(prefix="/v1/tables", tags=["tables"])
 
 
-def summary(table: Table) -> dict[str, Any]:
+def building(tables: dict[str, Table]) -> dict[str, dict[str, Any]]:
+    """The background builds of these tables, from one read of the status files."""
+    return indexing.building(os.environ.get(indexing.STATUS_VARIABLE), indexing.serving_deferred(tables))
+
+
+def summary(table: Table, builds: dict[str, dict[str, Any]]) -> dict[str, Any]:
     out = {**table.summary(), "approximate": table.approximate, "has_tokenizer": table.has_tokenizer}
     source = out.get("source")
     if isinstance(source, dict) and isinstance(source.get("path"), str):  # no paths of the build machine
         out["source"] = {**source, "path": PurePath(source["path"]).name}
-    building = indexing.building(
-        os.environ.get(indexing.STATUS_VARIABLE), indexing.serving_deferred({table.name: table})
-    ).get(table.name)
-    if building is not None:
-        out["building"] = building
+    if table.name in builds:
+        out["building"] = builds[table.name]
     return out
 
 
 @router.get("", response_model=TablesResponse, responses=responses("not_ready"), summary="List the loaded tables")
 async def list_tables(registry: RegistryDep) -> Response:
-    tables = [summary(registry.tables[name]) for name in sorted(registry.tables)]
+    builds = building(registry.tables)
+    tables = [summary(registry.tables[name], builds) for name in sorted(registry.tables)]
     return FastJSON({"tables": tables, "unavailable": sorted(registry.failed)})
 
 
@@ -42,4 +45,4 @@ async def list_tables(registry: RegistryDep) -> Response:
     "/{table}", response_model=TableSummary, responses=responses(*TABLE_ERRORS), summary="One table's manifest summary"
 )
 async def get_table(table: TableDep) -> Response:
-    return FastJSON(summary(table))
+    return FastJSON(summary(table, building({table.name: table})))

@@ -79,15 +79,18 @@ def p50_one_by_one(index: faiss.Index | None, unit: np.ndarray, queries: np.ndar
     return percentile(times, 50)
 
 
-def build_candidate(ctx: Context, raw: RawTable, text: str, number: int) -> tuple[dict[str, Any], Path]:
+def build_candidate(
+    ctx: Context, raw: RawTable, unit: np.ndarray, text: str, number: int
+) -> tuple[dict[str, Any], Path]:
     """One candidate as the builder makes it (a whole table, the search parameter tuned to recall@10 >= 0.99 on
-    its sample), in this process; its data directory for the HTTP measurements."""
+    its sample), in this process; its data directory for the HTTP measurements. ``unit``: the normalised rows,
+    for the ``auto`` rule's HNSW estimate."""
     data_dir = ctx.work_dir / f"candidate-{number}"
     spec = parse_spec(text, len(raw.tokens))
     estimate = None
     if spec.kind == "hnsw":
         graph = IndexSpec(kind="hnsw", m=spec.m, ef_construction=spec.ef_construction)
-        estimate = estimate_hnsw_seconds(normalise(np.ascontiguousarray(raw.matrix))[0], graph)
+        estimate = estimate_hnsw_seconds(unit, graph)
     cpu, wall = time.process_time(), time.perf_counter()
     manifest = build_table(
         raw,
@@ -144,6 +147,7 @@ def over_http(ctx: Context, built: list[tuple[dict[str, Any], Path]], words: lis
             plan.warm(server, items)
         rounds: list[list[tuple[float, float]]] = [[] for _ in servers]
         for r in range(ctx.rounds):
+            print(f"bench: firstrun: over HTTP, round {r + 1} of {ctx.rounds}", file=sys.stderr, flush=True)
             order = list(range(len(servers)))
             for i in order[r % len(order) :] + order[: r % len(order)]:
                 c1, c32 = plan.latency(servers[i], items), plan.throughput(servers[i], items)
@@ -160,16 +164,14 @@ def over_http(ctx: Context, built: list[tuple[dict[str, Any], Path]], words: lis
 
 
 def candidates(ctx: Context, raw: RawTable) -> list[dict[str, Any]]:
+    unit, _ = normalise(np.ascontiguousarray(raw.matrix))  # the rows every candidate's table stores
     rng = np.random.default_rng(1)
-    rows = len(raw.tokens)
-    ids = rng.choice(min(FREQUENT, rows), size=min(QUERIES, rows), replace=False)
+    ids = rng.choice(min(FREQUENT, len(unit)), size=min(QUERIES, len(unit)), replace=False)
+    queries = np.ascontiguousarray(unit[ids])
+    _, truth = faiss.knn(queries, unit, K, metric=faiss.METRIC_INNER_PRODUCT)
     built = []
     for number, text in enumerate((QUICK_SPEC, "ivf", "flat") if ctx.quick else CANDIDATES):
-        result, data_dir = build_candidate(ctx, raw, text, number)
-        if number == 0:
-            unit = np.asarray(Table.load(data_dir / ctx.table, checksums=False).vectors)
-            queries = np.ascontiguousarray(unit[ids])
-            _, truth = faiss.knn(queries, unit, K, metric=faiss.METRIC_INNER_PRODUCT)
+        result, data_dir = build_candidate(ctx, raw, unit, text, number)
         in_process(result, data_dir, ctx.table, queries, truth)
         print(f"bench: firstrun: {text}: {result}", file=sys.stderr, flush=True)
         built.append((result, data_dir))

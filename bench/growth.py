@@ -59,8 +59,8 @@ from index.table import Table
 K = 10
 EF_SEARCH = (16, 32, 64, 128, 256, 512, 1024)
 RECALL_GOAL = 0.95
-# The graph measured for the growth table (efSearch tuned by the builder). The builder's default has
-# efConstruction 200, about 2.5x slower to build: these sizes were measured once with 80 and are kept.
+# The graph measured for the growth table (efSearch tuned by the builder). The builder's default graph has a
+# higher efConstruction and builds more slowly: these sizes were measured once with 80 and are kept.
 HNSW = "hnsw:M=32,efConstruction=80"
 LLAMA = (128_256, 4_096)
 LLAMA_SPECIAL = 256  # Llama 3 reserves its last 256 ids for special tokens

@@ -12,7 +12,8 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -86,6 +87,16 @@ def start(
             server.stop()
             raise AssertionError(f"embedding-serve did not start in {START_SECONDS}s: {server.log()[-3000:]}")
         time.sleep(0.1)  # poll interval while the process starts
+
+
+@contextmanager
+def running(data_dir: Path, log_path: Path, *args: str, env: dict[str, str] | None = None) -> Iterator[Server]:
+    """``start``, then ``stop`` when the block ends."""
+    server = start(data_dir, log_path, *args, env=env)
+    try:
+        yield server
+    finally:
+        server.stop()
 
 
 def workers_started(server: Server) -> int:

@@ -24,11 +24,8 @@ K = 5
 
 @pytest.fixture(scope="module")
 def base(lee_data_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    server = real_server.start(lee_data_dir, tmp_path_factory.mktemp("lee-serve") / "serve.log")
-    try:
+    with real_server.running(lee_data_dir, tmp_path_factory.mktemp("lee-serve") / "serve.log") as server:
         yield server.base
-    finally:
-        server.stop()
 
 
 def post(base: str, body: dict[str, Any], table: str = "lee") -> httpx.Response:

@@ -67,11 +67,8 @@ def client(data_dir: Path) -> Iterator[TestClient]:
 @pytest.fixture(scope="module")
 def server(data_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[real_server.Server]:
     log = tmp_path_factory.mktemp("embed-serve") / "server.log"
-    server = real_server.start(data_dir, log, env={"EMBEDDING_VERIFY_CHECKSUMS": "false"})  # the tables are fresh
-    try:
+    with real_server.running(data_dir, log, env={"EMBEDDING_VERIFY_CHECKSUMS": "false"}) as server:  # fresh tables
         yield server
-    finally:
-        server.stop()
 
 
 @pytest.fixture(scope="module")

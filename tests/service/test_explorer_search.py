@@ -51,11 +51,8 @@ def server(
         "import", texts, "--format", "documents", "--name", EMBEDDED, "--encoder", WORDS, "--data-dir", data_dir
     )
     assert imported.code == 0, imported.err
-    started = real_server.start(data_dir, tmp_path_factory.mktemp("search-log") / "serve.log")
-    try:
+    with real_server.running(data_dir, tmp_path_factory.mktemp("search-log") / "serve.log") as started:
         yield started.base
-    finally:
-        started.stop()
 
 
 @pytest.fixture(scope="module")

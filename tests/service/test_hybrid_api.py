@@ -47,11 +47,8 @@ def data_dir(lee_data_dir: Path, lee_docs: Lee, tmp_path_factory: pytest.TempPat
 
 @pytest.fixture(scope="module")
 def base(data_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    server = real_server.start(data_dir, tmp_path_factory.mktemp("hybrid-serve") / "serve.log")
-    try:
+    with real_server.running(data_dir, tmp_path_factory.mktemp("hybrid-serve") / "serve.log") as server:
         yield server.base
-    finally:
-        server.stop()
 
 
 @pytest.fixture(scope="module")

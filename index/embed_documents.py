@@ -44,13 +44,12 @@ class TextEncoder:
 
     def info(self) -> dict[str, Any]:
         """The manifest's record of the encoder."""
-        files = self.table.manifest.get("files", {})
         return {
             "table": self.table.name,
             "kind": self.table.kind,
             "pooling": self.encoder.default_pooling,
             "dim": self.table.dim,
-            "vectors_sha256": files.get(artifact.VECTORS, {}).get("sha256"),
+            "vectors_sha256": self.table.vectors_sha256,
         }
 
     def embed(self, texts: Sequence[str | None]) -> tuple[np.ndarray, np.ndarray]:

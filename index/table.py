@@ -152,6 +152,19 @@ class Table:
         return self.index is not None
 
     @property
+    def vectors_sha256(self) -> str | None:
+        """The checksum its manifest records for its rows (what identifies an encoder's vectors)."""
+        digest: str | None = self.manifest.get("files", {}).get(artifact.VECTORS, {}).get("sha256")
+        return digest
+
+    @property
+    def encoder_record(self) -> dict[str, Any] | None:
+        """A documents table's record of the table that embedded its text at import (``--encoder``); None when
+        its vectors came with the documents."""
+        record: dict[str, Any] | None = (self.manifest.get("documents") or {}).get("encoder")
+        return record
+
+    @property
     def byte_level(self) -> bool:
         """Whether labels are byte-level BPE strings (GPT-2, Llama 3: "Ġ" for a space, bytes as characters)."""
         scheme: str | None = self.manifest.get("model", {}).get("readable_labels", {}).get("scheme")

@@ -92,7 +92,7 @@ def document(table: Table, query: DocumentQuery) -> Probe:
 def document_text(encoder: Table | None, table: Table, text: str) -> Probe:
     """A documents table's text query, embedded by ``encoder``: the table that embedded its documents at import
     (``Registry.encoder_of``), with the same pooling."""
-    record = (table.manifest.get("documents") or {}).get("encoder")
+    record = table.encoder_record
     if record is None or encoder is None:
         raise InvalidQuery(
             f"table {table.name!r} records no encoder (its vectors came with the documents): send the query's "

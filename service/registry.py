@@ -185,14 +185,14 @@ class Registry:
     def encoder_of(self, table: Table) -> Table | None:
         """The table that embedded a documents table's text at import (``--encoder``), which embeds its query
         texts too; None when its vectors came from elsewhere."""
-        record = (table.manifest.get("documents") or {}).get("encoder")
+        record = table.encoder_record
         return None if record is None else self.tables.get(record["table"])
 
     def _without_encoder(self) -> list[str]:
         """Refuse the documents tables whose encoder is not loaded, or is not the one that embedded them."""
         refused = []
         for name, table in list(self.tables.items()):
-            record = (table.manifest.get("documents") or {}).get("encoder")
+            record = table.encoder_record
             if record is None:
                 continue
             encoder = self.tables.get(record["table"])
@@ -201,7 +201,7 @@ class Registry:
                     f"its documents were embedded with table {record['table']!r}, which is not loaded; serve that "
                     "table too (it embeds the query texts)"
                 )
-            elif encoder.manifest.get("files", {}).get(artifact.VECTORS, {}).get("sha256") != record["vectors_sha256"]:
+            elif encoder.vectors_sha256 != record["vectors_sha256"]:
                 reason = (
                     f"its documents were embedded with other vectors than table {record['table']!r} holds now "
                     "(rebuilt since?); import the documents again with --encoder"

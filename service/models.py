@@ -117,11 +117,37 @@ def _nonempty(field: str) -> dict[str, Any]:
     return {"required": [field], "properties": {field: {"minItems": 1}}}
 
 
+@dataclass(frozen=True)
+class Form:
+    """One request form: the schema of a request that uses it, and of one that does not (None: the form itself
+    rules the others out)."""
+
+    used: dict[str, Any]
+    unused: dict[str, Any] | None = None
+
+
+def given(*fields: str) -> Form:
+    """The form of these fields: given (not null), or left out (or null)."""
+    return Form(_given(*fields), _absent(*fields))
+
+
+NO_POSITIVE_NEGATIVE = {"properties": {"positive": {"maxItems": 0}, "negative": {"maxItems": 0}}}
+POSITIVE_NEGATIVE = Form({"anyOf": [_nonempty("positive"), _nonempty("negative")]}, NO_POSITIVE_NEGATIVE)
+
+
 def one_form(
-    *forms: dict[str, Any], any_of: tuple[dict[str, Any], ...] = (), never: tuple[dict[str, Any], ...] = ()
+    *forms: Form, any_of: tuple[dict[str, Any], ...] = (), never: tuple[dict[str, Any], ...] = ()
 ) -> ConfigDict:
-    """Exactly one of ``forms``; given ``any_of``, at least one of those too; none of ``never``."""
-    extra: dict[str, Any] = {"oneOf": list(forms)}
+    """Exactly one of ``forms``; given ``any_of``, at least one of those too; none of ``never``.
+
+    Each form is written with the other forms unused, so the forms exclude one another in the schema itself: a
+    generator that draws a request from one form gets a valid one, instead of searching for the rare draw that
+    happens to match only one of overlapping forms."""
+    one_of = []
+    for form in forms:
+        unused = [other.unused for other in forms if other is not form and other.unused is not None]
+        one_of.append({"allOf": [form.used, *unused]} if unused else form.used)
+    extra: dict[str, Any] = {"oneOf": one_of}
     if any_of:
         extra["anyOf"] = list(any_of)
     if never:
@@ -129,7 +155,7 @@ def one_form(
     return ConfigDict(strict=True, extra="forbid", json_schema_extra=extra)
 
 
-SINGLE_QUERY_FORMS = (_given("token"), _given("id"), {"anyOf": [_nonempty("positive"), _nonempty("negative")]})
+SINGLE_QUERY_FORMS = (given("token"), given("id"), POSITIVE_NEGATIVE)
 
 
 # ------------------------------------------------------------------ options shared by every query form
@@ -195,7 +221,7 @@ NeighborsBatch = Annotated[list[Token | NeighborsQuery], batch_of("a batch: toke
 class NeighborsRequest(TokenOptions):
     """``POST .../neighbors``: ``positive``/``negative`` (or ``token``) for one query, or ``queries`` for a batch."""
 
-    model_config = one_form(*SINGLE_QUERY_FORMS, _given("queries"))
+    model_config = one_form(*SINGLE_QUERY_FORMS, given("queries"))
 
     positive: Tokens = []
     negative: Tokens = []
@@ -269,9 +295,9 @@ Filter = Annotated[
     ),
 ]
 FieldNames = Annotated[list[Token], Field(max_length=1024, description="documents tables: the fields a hit carries")]
-DOCUMENT_FORMS = (_given("vector"), _given("id"), {"anyOf": [_nonempty("positive"), _nonempty("negative")]})
-NO_DOCUMENTS = {"properties": {"positive": {"maxItems": 0}, "negative": {"maxItems": 0}}}
-TEXT_FORM = {"allOf": [_given("text"), _absent("vector", "vectors", "id", "queries"), NO_DOCUMENTS]}
+DOCUMENT_FORMS = (given("vector"), given("id"), POSITIVE_NEGATIVE)
+TEXT_ALONE = {"allOf": [_given("text"), _absent("vector", "id"), NO_POSITIVE_NEGATIVE]}  # no vector query
+TEXT_FORM = Form({"allOf": [_given("text"), _absent("vector", "vectors", "id", "queries"), NO_POSITIVE_NEGATIVE]})
 VECTOR_QUERY = {"anyOf": [_given("vector"), _given("id"), _nonempty("positive"), _nonempty("negative")]}
 # What each mode asks of a request (beside its form): a vector search's score floor is a cosine; keyword search
 # takes text alone and no diversity; hybrid search text (and a vector query, or the table's encoder embeds the
@@ -281,7 +307,7 @@ MODE_FORMS = (
     {
         "required": ["mode"],
         "properties": {"mode": {"const": "keyword"}, "diversity": {"maximum": 0}},
-        "anyOf": [{"allOf": [_given("text"), _absent("vector", "id"), NO_DOCUMENTS]}, _given("queries")],
+        "anyOf": [TEXT_ALONE, _given("queries")],
     },
     {
         "required": ["mode"],
@@ -344,7 +370,7 @@ class DocumentQuery(PageOptions):
     """One query of a document search batch: a ``vector``, a document ``id`` (more like it, itself left out), or
     ``positive``/``negative`` document ids (the normalised mean of their unit vectors, the inputs left out)."""
 
-    model_config = one_form(*DOCUMENT_FORMS, {"allOf": [_given("text"), _absent("vector", "id"), NO_DOCUMENTS]})
+    model_config = one_form(*DOCUMENT_FORMS, Form(TEXT_ALONE))
 
     vector: BatchVector | None = None
     id: DocumentId | None = None
@@ -375,8 +401,8 @@ class SearchRequest(TokenOptions, PageOptions):
 
     model_config = one_form(
         *DOCUMENT_FORMS,
-        _given("vectors"),
-        _given("queries"),
+        given("vectors"),
+        given("queries"),
         TEXT_FORM,
         any_of=MODE_FORMS,
         never=(_given("text", "vectors"), _given("text", "queries")),  # a batch's items carry their own text
@@ -468,10 +494,7 @@ AnalogyBatch = Annotated[list[AnalogyQuery], batch_of("a batch of analogy questi
 class AnalogyRequest(TokenOptions):
     """``a`` is to ``b`` as ``c`` is to ?; or ``queries`` for a batch."""
 
-    model_config = one_form(
-        {"allOf": [_given("a", "b", "c"), _absent("queries")]},
-        {"allOf": [_given("queries"), _absent("a", "b", "c", "expect")]},
-    )
+    model_config = one_form(Form(_given("a", "b", "c"), _absent("a", "b", "c", "expect")), given("queries"))
 
     a: Token | None = None
     b: Token | None = None
@@ -531,7 +554,7 @@ class ProjectRequest(BaseModel):
     seeded non-linear layout of the tokens (at least 4), cosine metric; ``perplexity`` is lowered to
     (n - 1) / 3 and ``n_neighbors`` to n - 1 for n tokens, and ``params`` in the answer says what was used."""
 
-    model_config = one_form(*PROJECT_FORMS)
+    model_config = one_form(*map(Form, PROJECT_FORMS))  # each form names its method
 
     tokens: ProjectTokens
     method: Literal["pca", "axes", "tsne", "umap"] = "pca"
@@ -575,7 +598,7 @@ MAX_EXPORT_ROWS = 50_000
 
 
 class ExportRow(BaseModel):
-    model_config = one_form(_given("token"), _given("id"))
+    model_config = one_form(given("token"), given("id"))
 
     token: Token | None = None
     id: RowId | None = None
@@ -627,7 +650,7 @@ TableNameField = Annotated[
 class DoesntMatchRequest(BaseModel):
     """``words`` for one question, or ``queries`` (word lists) for a batch."""
 
-    model_config = one_form(_given("words"), _given("queries"))
+    model_config = one_form(given("words"), given("queries"))
 
     words: WordSet | None = None
     queries: WordSetBatch | None = None
@@ -682,9 +705,7 @@ SetPairBatch = Annotated[list[SetPair], batch_of("a batch of {a, b} word-set pai
 class NSimilarityRequest(BaseModel):
     """Two word sets ``a`` and ``b``, or ``queries`` (pairs of sets) for a batch."""
 
-    model_config = one_form(
-        {"allOf": [_given("a", "b"), _absent("queries")]}, {"allOf": [_given("queries"), _absent("a", "b")]}
-    )
+    model_config = one_form(given("a", "b"), given("queries"))
 
     a: WordSet | None = None
     b: WordSet | None = None

@@ -17,15 +17,19 @@ Two things the fuzzer is told, as a client would know them:
 from __future__ import annotations
 
 import copy
+import json
 from pathlib import Path
 from typing import Any
 
+import jsonschema
 import pytest
 import schemathesis
 from hypothesis import HealthCheck, settings
+from pydantic import BaseModel, ValidationError
 from schemathesis import CheckContext
 from schemathesis.specs.openapi.checks import positive_data_acceptance
 
+from service import models
 from service.app import create_app
 from service.settings import Settings
 
@@ -34,7 +38,7 @@ T = "/v1/tables/{table}"
 NO_TOKENIZER = "has no tokenizer"  # compose=mean and tokenize on a table of words
 CONTENT_422 = {
     f"GET {T}/neighbors": ("give exactly one of token or id", NO_TOKENIZER),
-    f"POST {T}/neighbors": (NO_TOKENIZER,),
+    f"POST {T}/neighbors": (NO_TOKENIZER, "cancel out"),  # positive and negative tokens whose mean is zero
     f"GET {T}/similarity": (NO_TOKENIZER,),
     f"POST {T}/similarity": (NO_TOKENIZER,),
     f"POST {T}/tokenize": (NO_TOKENIZER,),
@@ -111,6 +115,64 @@ def test_every_operation_is_fuzzed(small_data_dir: Path) -> None:
     documented = {(m.upper(), p) for p, item in app.openapi()["paths"].items() for m in item}
     routes = {(m, r.path_format) for r in app.state.api_routes if r.include_in_schema for m in r.methods}
     assert documented == routes and len(documented) == 32
+
+
+# Each request model's form fields, with a value each: every combination of them (given or left out) is one body.
+FORM_FIELDS: dict[type[BaseModel], dict[str, Any]] = {
+    models.SearchRequest: {
+        "vector": [0.1, 0.2],
+        "vectors": [[0.1, 0.2]],
+        "id": "d1",
+        "positive": ["d1"],
+        "negative": ["d2"],
+        "queries": [{"vector": [0.1, 0.2]}],
+        "text": "red",
+        "mode": ["vector", "keyword", "hybrid"],  # a list of choices: each is tried, and leaving it out
+    },
+    models.DocumentQuery: {"vector": [0.1], "id": 7, "positive": ["d1"], "negative": ["d2"], "text": "red"},
+    models.NeighborsRequest: {"token": "red", "id": 3, "positive": ["red"], "negative": ["blue"], "queries": ["red"]},
+    models.NeighborsQuery: {"token": "red", "id": 3, "positive": ["red"], "negative": ["blue"]},
+    models.AnalogyRequest: {
+        "a": "man",
+        "b": "king",
+        "c": "woman",
+        "expect": "queen",
+        "queries": [{"a": "man", "b": "king", "c": "woman"}],
+    },
+    models.NSimilarityRequest: {"a": ["red"], "b": ["blue"], "queries": [{"a": ["red"], "b": ["blue"]}]},
+    models.DoesntMatchRequest: {"words": ["red", "blue", "dog"], "queries": [["red", "blue", "dog"]]},
+    models.ExportRow: {"token": "red", "id": 3},
+}
+
+
+def bodies(fields: dict[str, Any]) -> list[dict[str, Any]]:
+    choices = [[(name, v) for v in (value if name == "mode" else [value])] for name, value in fields.items()]
+    every: list[dict[str, Any]] = [{}]
+    for options in choices:
+        every = [*every, *({**body, name: value} for body in every for name, value in options)]
+    return every
+
+
+def accepted(model: type[BaseModel], body: dict[str, Any]) -> bool:
+    try:
+        model.model_validate_json(json.dumps(body))
+    except ValidationError:
+        return False
+    return True
+
+
+@pytest.mark.parametrize("model", list(FORM_FIELDS), ids=lambda m: m.__name__)
+def test_the_schema_accepts_what_the_validators_accept_in_every_combination_of_forms(
+    small_data_dir: Path, model: type[BaseModel]
+) -> None:
+    """The ``oneOf`` forms spell out "exactly one of ...": a body that gives any combination of the form fields
+    is valid by the OpenAPI document exactly when the request model accepts it."""
+    document = create_app(Settings(data_dir=small_data_dir)).openapi()
+    validator = jsonschema.Draft202012Validator({"$ref": f"#/components/schemas/{model.__name__}", **document})
+    every = bodies(FORM_FIELDS[model])
+    disagree = [body for body in every if validator.is_valid(body) != accepted(model, body)]
+    assert disagree == [], disagree[:5]
+    assert 0 < sum(map(validator.is_valid, every)) < len(every)  # some forms are valid, some are not
 
 
 # ------------------------------------------------------------------------- findings, kept as regressions

@@ -3,9 +3,10 @@
 Rows are unit-normalised, so inner product equals cosine. Specs:
 
 - ``auto``: ``flat`` below 100,000 rows; else the index that is fastest to search among those whose build fits
-  the build-time budget (``--build-budget``): HNSW (M=32, efConstruction=200) when a timed build of a 5,000-row
-  sample, scaled to the whole table, fits; else IVF. Either way the search parameter (efSearch, nprobe) is raised
-  until recall@10 >= 0.99 on a sample of rows, and the manifest records the estimate and why the index was chosen;
+  the build-time budget (``--build-budget``): HNSW (M=32, efConstruction=200) when a timed build of a 20,000-row
+  sample, scaled to the whole table by the growth measured on it, fits; else IVF. Either way the search parameter
+  (efSearch, nprobe) is raised until recall@10 >= 0.99 on a sample of rows, and the manifest records the estimate
+  and why the index was chosen;
 - ``flat``: exact inner product (the service then searches the memory-mapped matrix directly);
 - ``hnsw`` or ``hnsw:M=32,efConstruction=200,efSearch=48`` (those are the defaults, efSearch apart);
 - ``ivf`` or ``ivf:nlist=2048,nprobe=64`` (nlist defaults to about 2 sqrt(rows), nprobe is tuned when not given);
@@ -37,7 +38,7 @@ from index.progress import Progress, duration, note
 AUTO_FLAT_BELOW = 100_000
 AUTO_TARGET_RECALL = 0.99
 AUTO_BUDGET_SECONDS = 900.0
-ESTIMATE_SAMPLE = 5_000
+ESTIMATE_SAMPLE = 20_000
 EF_SEARCH_STEPS = (16, 24, 32, 40, 48, 56, 64, 80, 96, 128, 160, 192, 256, 384, 512, 1024)
 NPROBE_STEPS = (1, 2, 4, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024, 1536, 2048)
 RECALL_SAMPLE = 1000
@@ -270,21 +271,43 @@ def set_search_params(index: faiss.Index, ef_search: int | None = None, nprobe: 
 def estimate_hnsw_seconds(vectors: np.ndarray, spec: IndexSpec, seed: int = 0) -> float:
     """Seconds to build ``spec``'s graph over all of ``vectors``: a sample's build, timed, scaled to the rows.
 
-    An insertion into a larger graph costs more (a deeper search, rows no longer in the CPU caches): the cost per
-    row grows about as the square of log(rows), which is how the sample's time is scaled (BENCHMARKS.md, "Index
-    choice", compares the estimate with whole builds). It is the time on an otherwise idle machine: the
-    sample's CPU time spread over FAISS's threads."""
+    An insertion into a larger graph costs more (a longer search, rows no longer in the CPU caches), by how much
+    depends on the rows (more for high-dimensional noise than for word vectors), so the growth is measured: the
+    sample, in random order, is added in parts (an eighth, a quarter, a half, all of it) and the build time taken
+    to grow as a power of the rows, fitted to the times at those points (``scaled_build_seconds``; BENCHMARKS.md,
+    "Index choice", compares the estimate with whole builds). The sample is built on one thread, whose CPU time
+    does not depend on other load on the machine (several threads spend more of it on so few rows); the estimate
+    is that time spread over FAISS's threads, as the whole build spreads it."""
     n = len(vectors)
     size = min(n, ESTIMATE_SAMPLE)
-    rows = np.sort(np.random.default_rng(seed).choice(n, size=size, replace=False))
-    index = _hnsw(vectors.shape[1], spec)
-    sample = np.ascontiguousarray(vectors[rows])
-    started = time.process_time()  # CPU time over the build's threads: other load on the machine does not count
-    index.add(sample)
-    seconds = (time.process_time() - started) / max(1, faiss.omp_get_max_threads())
-    if size < 2:
-        return seconds
-    return seconds * (n / size) * (math.log(n) / math.log(size)) ** 2
+    rng = np.random.default_rng(seed)
+    rows = np.sort(rng.choice(n, size=size, replace=False))
+    sample = np.ascontiguousarray(vectors[rows][rng.permutation(size)])
+    index, points = (
+        _hnsw(vectors.shape[1], spec),
+        sorted({max(1, size // 8), max(1, size // 4), max(1, size // 2), size}),
+    )
+    threads = max(1, faiss.omp_get_max_threads())
+    faiss.omp_set_num_threads(1)
+    try:
+        started, seconds, done = time.process_time(), [], 0
+        for point in points:
+            index.add(sample[done:point])
+            seconds.append(time.process_time() - started)
+            done = point
+    finally:
+        faiss.omp_set_num_threads(threads)
+    return scaled_build_seconds(points, seconds, n) / threads
+
+
+def scaled_build_seconds(rows: list[int], seconds: list[float], total: int) -> float:
+    """The build time of ``total`` rows, from the times ``seconds`` a sample's build took to reach ``rows`` rows:
+    time = a * rows ** power, fitted (least squares on the logarithms), the power between 1 (a constant cost per
+    row) and 2, scaled from the last point."""
+    if total <= rows[-1] or len(rows) < 2 or min(seconds) <= 0:
+        return seconds[-1] * total / rows[-1]
+    power = float(np.polyfit(np.log(rows), np.log(seconds), 1)[0])
+    return float(seconds[-1] * (total / rows[-1]) ** min(2.0, max(1.0, power)))
 
 
 def choose_auto(vectors: np.ndarray, budget: float, seed: int = 0) -> tuple[IndexSpec, dict[str, Any]]:

@@ -15,7 +15,7 @@ import pytest
 from index import artifact, progress
 from index.build import build_table, index_table
 from index.errors import InvalidQuery
-from index.faiss_index import AUTO_FLAT_BELOW, choose_auto, default_nlist, parse_spec
+from index.faiss_index import AUTO_FLAT_BELOW, choose_auto, default_nlist, parse_spec, scaled_build_seconds
 from index.sources import RawTable
 from index.table import Table
 
@@ -66,6 +66,21 @@ def test_specs_parse_and_refuse() -> None:
     ]:
         with pytest.raises(InvalidQuery, match=why):
             parse_spec(bad, 10)
+
+
+def test_the_estimate_scales_the_sample_by_the_growth_measured_on_it() -> None:
+    """The times a sample's build took to reach its parts give the power the build time grows by; the whole
+    table's time follows it."""
+    parts = [2_500, 5_000, 10_000, 20_000]
+
+    def build_seconds(rows: int) -> float:  # a build whose time grows as rows ** 1.3
+        return 1e-4 * rows**1.3
+
+    estimate = scaled_build_seconds(parts, [build_seconds(r) for r in parts], 2_000_000)
+    assert estimate == pytest.approx(build_seconds(2_000_000))
+    assert scaled_build_seconds(parts, [1.0, 2.0, 4.0, 8.0], 80_000) == pytest.approx(32.0)  # a constant cost per row
+    assert scaled_build_seconds(parts, [1.0, 8.0, 64.0, 512.0], 40_000) == pytest.approx(2048.0)  # the power stops at 2
+    assert scaled_build_seconds(parts, [1.0, 2.0, 4.0, 8.0], 20_000) == 8.0  # the sample was the whole table
 
 
 def test_auto_takes_ivf_when_hnsw_would_exceed_the_budget(tmp_path: Path, large: np.ndarray) -> None:

@@ -62,8 +62,8 @@ class IndexSpec:
     kind: str  # "flat", "auto", "hnsw", "ivf", "ivfpq" or "factory"
     factory: str = "Flat"
     m: int = 32
-    # 400 rather than FAISS's 40: a better graph needs a lower efSearch for recall@10 0.99, so queries are faster
-    # for a longer build (BENCHMARKS.md, "Index choice").
+    # 200 rather than FAISS's 40: a better graph needs a lower efSearch for recall@10 0.99, so queries are faster
+    # for a longer build; 400 builds nearly twice as long for no faster query (BENCHMARKS.md, section 7).
     ef_construction: int = 200
     ef_search: int | None = None  # None: tune for the target recall
     nlist: int | None = None  # IVF lists; None: about 2 sqrt(rows)
@@ -274,8 +274,8 @@ def estimate_hnsw_seconds(vectors: np.ndarray, spec: IndexSpec, seed: int = 0) -
     An insertion into a larger graph costs more (a longer search, rows no longer in the CPU caches), by how much
     depends on the rows (more for high-dimensional noise than for word vectors), so the growth is measured: the
     sample, in random order, is added in parts (an eighth, a quarter, a half, all of it) and the build time taken
-    to grow as a power of the rows, fitted to the times at those points (``scaled_build_seconds``; BENCHMARKS.md,
-    "Index choice", compares the estimate with whole builds). The sample is built on one thread, whose CPU time
+    to grow as a power of the rows, fitted to the times at those points (``scaled_build_seconds``; the notes to
+    BENCHMARKS.md section 7 compare the estimate with whole builds). The sample is built on one thread, whose CPU time
     does not depend on other load on the machine (several threads spend more of it on so few rows); the estimate
     is that time spread over FAISS's threads, as the whole build spreads it."""
     n = len(vectors)
@@ -283,10 +283,8 @@ def estimate_hnsw_seconds(vectors: np.ndarray, spec: IndexSpec, seed: int = 0) -
     rng = np.random.default_rng(seed)
     rows = np.sort(rng.choice(n, size=size, replace=False))
     sample = np.ascontiguousarray(vectors[rows][rng.permutation(size)])
-    index, points = (
-        _hnsw(vectors.shape[1], spec),
-        sorted({max(1, size // 8), max(1, size // 4), max(1, size // 2), size}),
-    )
+    index = _hnsw(vectors.shape[1], spec)
+    points = sorted({max(1, size // part) for part in (8, 4, 2, 1)})  # rows added when each time is taken
     threads = max(1, faiss.omp_get_max_threads())
     faiss.omp_set_num_threads(1)
     try:

@@ -288,11 +288,13 @@ def estimate_hnsw_seconds(vectors: np.ndarray, spec: IndexSpec, seed: int = 0) -
     threads = max(1, faiss.omp_get_max_threads())
     faiss.omp_set_num_threads(1)
     try:
-        started, seconds, done = time.process_time(), [], 0
-        for point in points:
-            index.add(sample[done:point])
-            seconds.append(time.process_time() - started)
-            done = point
+        with Progress("estimating the HNSW build time", size) as progress:
+            started, seconds, done = time.process_time(), [], 0
+            for point in points:
+                index.add(sample[done:point])
+                seconds.append(time.process_time() - started)
+                progress.advance(point - done)
+                done = point
     finally:
         faiss.omp_set_num_threads(threads)
     return scaled_build_seconds(points, seconds, n) / threads

@@ -101,7 +101,7 @@ class Progress:
         now = time.monotonic()
         if now - self.last >= CONFIG.interval:
             self.last = now
-            if self._bar is None and not CONFIG.quiet:
+            if self._bar is None and not CONFIG.quiet and self.done < self.total:  # at the end: the closing line
                 self._line()
             self._status({"state": "running"})
 

@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 import subprocess
@@ -139,7 +140,7 @@ def over_http(ctx: Context, built: list[tuple[dict[str, Any], Path]], words: lis
         servers = []
         for _, data_dir in measured:
             port = free_port()
-            variant = Context(data_dir=data_dir, work_dir=ctx.work_dir, results_dir=ctx.results_dir, table=ctx.table)
+            variant = dataclasses.replace(ctx, data_dir=data_dir)
             servers.append(
                 stack.enter_context(serve(embedding_serve(variant, port), "/readyz", port, server_env(cache=False)))
             )

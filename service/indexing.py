@@ -78,6 +78,12 @@ def serving_deferred(tables: dict[str, Table]) -> set[str]:
     return {name for name, table in tables.items() if table.manifest.get("index", {}).get("deferred")}
 
 
+def builds_of(tables: dict[str, Table]) -> dict[str, dict[str, Any]]:
+    """``building`` in this process's app (its status directory in ``STATUS_VARIABLE``), for the tables it serves:
+    one read of the status files."""
+    return building(os.environ.get(STATUS_VARIABLE), serving_deferred(tables))
+
+
 class IndexBuilds:
     """Runs the deferred index builds of a data directory one after another on a daemon thread."""
 

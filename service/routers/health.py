@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -32,7 +31,7 @@ async def readyz(registry: RegistryDep) -> Response:
     loaded, missing = sorted(registry.tables), sorted(registry.failed)
     # Names only: why a table was refused is in the server log (reasons can name files).
     stale: dict[str, Any] = {"stale": sorted(registry.stale)} if registry.stale else {}
-    building = indexing.building(os.environ.get(indexing.STATUS_VARIABLE), indexing.serving_deferred(registry.tables))
+    building = indexing.builds_of(registry.tables)
     if building:
         stale["building"] = building
     if registry.ready:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import PurePath
 from typing import Any
 
@@ -19,11 +18,6 @@ from service.respond import FastJSON
 router = APIRouter(prefix="/v1/tables", tags=["tables"])
 
 
-def building(tables: dict[str, Table]) -> dict[str, dict[str, Any]]:
-    """The background builds of these tables, from one read of the status files."""
-    return indexing.building(os.environ.get(indexing.STATUS_VARIABLE), indexing.serving_deferred(tables))
-
-
 def summary(table: Table, builds: dict[str, dict[str, Any]]) -> dict[str, Any]:
     out = {**table.summary(), "approximate": table.approximate, "has_tokenizer": table.has_tokenizer}
     source = out.get("source")
@@ -36,7 +30,7 @@ def summary(table: Table, builds: dict[str, dict[str, Any]]) -> dict[str, Any]:
 
 @router.get("", response_model=TablesResponse, responses=responses("not_ready"), summary="List the loaded tables")
 async def list_tables(registry: RegistryDep) -> Response:
-    builds = building(registry.tables)
+    builds = indexing.builds_of(registry.tables)
     tables = [summary(registry.tables[name], builds) for name in sorted(registry.tables)]
     return FastJSON({"tables": tables, "unavailable": sorted(registry.failed)})
 
@@ -45,4 +39,4 @@ async def list_tables(registry: RegistryDep) -> Response:
     "/{table}", response_model=TableSummary, responses=responses(*TABLE_ERRORS), summary="One table's manifest summary"
 )
 async def get_table(table: TableDep) -> Response:
-    return FastJSON(summary(table, building({table.name: table})))
+    return FastJSON(summary(table, indexing.builds_of({table.name: table})))

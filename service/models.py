@@ -808,7 +808,9 @@ class DocumentSearchResponse(BaseModel):
     hits: list[DocumentHit]
     passing: int | None = Field(None, description="with a filter: how many documents pass it")
     fallback: Fallback | None = Field(
-        None, description="mode hybrid on text alone whose words the encoder does not know: searched by keyword"
+        None,
+        description="mode hybrid with one list empty: text alone whose words the encoder does not know is searched "
+        "by keyword, text none of whose words a document holds by vector",
     )
 
 

@@ -13,6 +13,7 @@ import numpy as np
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
+from index.encode import preview
 from index.errors import EmbeddingError, InvalidQuery
 from index.filters import RowSet
 from index.hybrid import DocumentSearch, Mode
@@ -134,7 +135,8 @@ def _prepare(
     taken, if any: from its vector, id or positive/negative ids, else its text embedded by ``encoder`` (the
     table that embedded the documents); a 422 for what the mode lacks or the table cannot do. Text alone in mode
     hybrid none of whose words the encoder knows (a command name, a product code, a typo) is searched by keyword
-    alone, and the answer says so (``fallback``)."""
+    alone, and the answer says so (``fallback``); text none of whose words a document holds, by vector alone.
+    ``min_score`` (a floor on fused scores) keeps mode hybrid as asked."""
     mode: Mode = query.mode or body.mode
     try:
         check_mode(mode, query.text, query.vector_query, query.min_score, body.diversity)
@@ -150,16 +152,30 @@ def _prepare(
             "by the table's encoder); use mode hybrid to search by both"
         )
     if query.vector_query:
-        return mode, queries.document(table, query), None
-    if mode == "keyword" or query.text is None:
+        probe = queries.document(table, query)
+    elif mode == "keyword" or query.text is None:
         return mode, None, None
-    try:
-        return mode, queries.document_text(encoder, table, query.text), None  # 422 when the table records no encoder
-    except queries.NoKnownWord as exc:
-        if mode != "hybrid" or body.diversity or query.min_score is not None:  # these need a vector (or RRF scores)
-            raise
-        reason = exc.message.removesuffix("; modes keyword and hybrid find words as written")
-        return "keyword", None, {"mode": "keyword", "reason": reason}
+    else:
+        try:
+            probe = queries.document_text(encoder, table, query.text)  # 422 when the table records no encoder
+        except queries.NoKnownWord as exc:
+            if mode != "hybrid" or body.diversity or query.min_score is not None:  # these need a vector
+                raise
+            reason = exc.message.removesuffix("; modes keyword and hybrid find words as written")
+            return "keyword", None, {"mode": "keyword", "reason": reason}
+    if mode == "hybrid" and query.text is not None and query.min_score is None and not _has_keyword(table, query.text):
+        reason = (
+            f"no document of {table.name!r} holds a word of text {preview(query.text)} as the keyword index reads it"
+        )
+        return "vector", probe, {"mode": "vector", "reason": reason}
+    return mode, probe, None
+
+
+def _has_keyword(table: Table, text: str) -> bool:
+    """Whether some document holds a word of ``text`` (mode hybrid's keyword list is not empty, filter aside)."""
+    assert table.keyword is not None  # checked by _prepare for modes keyword and hybrid
+    _, rows = table.keyword.search([text], 1)
+    return bool(rows[0, 0] >= 0)
 
 
 def _request(

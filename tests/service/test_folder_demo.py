@@ -113,6 +113,21 @@ def test_hybrid_falls_back_to_keyword_for_words_the_encoder_does_not_know(base: 
     assert any(set(hit["ranks"]) == {"vector", "keyword"} for hit in results[1]["hits"])
 
 
+def test_hybrid_falls_back_to_vector_for_words_no_document_holds(base: str) -> None:
+    text = "banana smoothie recipe"  # words GloVe knows; not one of them is in a licence
+    answer = search(base, {"text": text, "mode": "hybrid", "k": 5, "fields": ["source"]})
+    assert answer.status_code == 200, answer.text
+    vector = search(base, {"text": text, "k": 5, "fields": ["source"]}).json()
+    assert answer.json()["hits"] == vector["hits"] and len(vector["hits"]) == 5
+    assert answer.json()["fallback"] == {
+        "mode": "vector",
+        "reason": f"no document of 'licences' holds a word of text '{text}' as the keyword index reads it",
+    }
+    assert search(base, {"text": text, "mode": "keyword", "k": 5}).json()["hits"] == []
+    floor = search(base, {"text": text, "mode": "hybrid", "k": 5, "min_score": 0.001}).json()  # RRF scores kept
+    assert "fallback" not in floor and all(set(hit["ranks"]) == {"vector"} for hit in floor["hits"])
+
+
 @pytest.mark.parametrize(
     "body",
     [

@@ -19,6 +19,7 @@ from service.routers import (
     similarity,
     tables,
     tokens,
+    writes,
 )
 
 ROUTERS: tuple[APIRouter, ...] = (
@@ -27,6 +28,7 @@ ROUTERS: tuple[APIRouter, ...] = (
     analogy.router,
     search.router,
     documents.router,
+    writes.router,
     fields.router,
     tokens.router,
     projection.router,

@@ -1,0 +1,98 @@
+"""The live part of each loaded documents table: its write log and the delta the log holds beyond the version.
+
+Each worker process keeps one :class:`Live` per loaded documents table (looked up by the table object, so a
+reload that reuses a table reuses its delta, and a new version starts a new one). At load the log is recovered
+and replayed (``index.writelog.recover``); before each read, :meth:`Live.refresh` compares the log's size with
+what it has applied and reads only the new records, so a write answered by any worker is seen by the next
+search in every worker. A write holds the log's exclusive lock while it catches up, checks and appends.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import weakref
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+from index import writelog
+from index.delta import Delta
+from index.table import Table
+
+T = TypeVar("T")
+_LIVE: weakref.WeakKeyDictionary[Table, Live] = weakref.WeakKeyDictionary()
+_LOCK = threading.Lock()
+
+
+class Live:
+    def __init__(self, delta: Delta, path: Path) -> None:
+        self.path = path
+        self.delta = delta
+        self.lock = threading.Lock()
+
+    def refresh(self) -> Delta:
+        """The delta with every record the log holds now applied (a stat when nothing was written)."""
+        try:
+            size = os.stat(self.path).st_size
+        except FileNotFoundError:
+            size = 0
+        if size != self.delta.offset:
+            with self.lock:
+                records, _ = writelog.read_new(self.path, self.delta.offset, self.delta.last)
+                self.delta.apply(records)
+        return self.delta
+
+    def write(self, make: Callable[[Delta], tuple[dict[str, Any] | None, T]], sync: bool) -> tuple[int, T]:
+        """Under the log's lock: catch up, ``make(delta)`` the record's body (None: nothing to write) and what to
+        answer, append it (durable when this returns, with ``sync``), apply it. Returns the sequence number."""
+        with self.lock, writelog.appending(self.path, sync) as log:
+            records, _ = log.new_records(self.delta.offset, self.delta.last)
+            self.delta.apply(records)
+            body, answer = make(self.delta)
+            if body is not None:
+                self.delta.apply([log.append(self.delta.seq + 1, body)])
+            return self.delta.seq, answer
+
+
+def attach(table: Table, directory: Path) -> None:
+    """Recover and replay the write log of the documents table loaded from ``directory`` (a torn tail is cut with
+    a warning; a damaged record in the middle raises ``writelog.LogCorrupt``, naming it)."""
+    if table.payload is None:
+        return
+    covered = int(table.manifest.get("log_sequence", 0))
+    delta = Delta(table.payload, table.rows, table.dim, covered)
+    live = Live(delta, writelog.log_path(directory.parent, directory.name))
+    try:
+        live.delta.apply(writelog.recover(live.path))
+    except writelog.LogCorrupt as exc:
+        raise writelog.LogCorrupt(f"table {directory.name!r}: write log {live.path.name}: {exc.message}") from None
+    with _LOCK:
+        _LIVE[table] = live
+
+
+def live_of(table: Table) -> Live | None:
+    """The live state of a loaded documents table (None for other tables, or one loaded without ``attach``)."""
+    return _LIVE.get(table)
+
+
+def delta_of(table: Table) -> Delta | None:
+    """The table's delta, brought up to date with its log; None when nothing was written since its version."""
+    live = _LIVE.get(table)
+    if live is None:
+        return None
+    delta = live.refresh()
+    return delta if delta.documents or delta.deleted.any() else None
+
+
+def log_lengths() -> tuple[int, ...]:
+    """The length of every loaded documents table's write log (a stat each): what cached answers depend on."""
+    with _LOCK:
+        paths = [state.path for state in _LIVE.values()]
+    lengths = []
+    for path in paths:
+        try:
+            lengths.append(os.stat(path).st_size)
+        except FileNotFoundError:
+            lengths.append(0)
+    return tuple(lengths)

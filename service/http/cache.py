@@ -14,12 +14,12 @@ metrics middleware, which sees a hit under its route as any other request;
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from service import live
 from service.http.metrics import Metrics
 
 CACHED_PREFIX = "/v1/tables/"
@@ -83,9 +83,12 @@ class AnswerCache:
 
 
 class AnswerCacheMiddleware:
-    def __init__(self, app: ASGIApp, cache: AnswerCache, metrics: Metrics) -> None:
+    def __init__(
+        self, app: ASGIApp, cache: AnswerCache, metrics: Metrics, writes: Callable[[], tuple[int, ...]] = tuple
+    ) -> None:
         self.app = app
         self.cache = cache
+        self.writes = writes  # the lengths of the tables' write logs (service.live.log_lengths)
         self.hit = metrics.cache.labels("hit")
         self.miss = metrics.cache.labels("miss")
 
@@ -98,7 +101,7 @@ class AnswerCacheMiddleware:
             await self.app(scope, receive, send)
             return
         key = (scope["path"], scope["query_string"])
-        writes = live.log_lengths()  # a write to any table empties the cache, in every worker
+        writes = self.writes()  # a write to any table empties the cache, in every worker
         answer = self.cache.get(registry, key, writes)
         if answer is not None:
             self.hit.inc()

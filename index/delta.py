@@ -18,7 +18,10 @@ import numpy as np
 import pyarrow as pa
 
 from index.clean import normalise
+from index.filters import RowSet
 from index.payload import ARROW_TYPES, INTEGER, LOOKUP_LIMIT, TIMESTAMP, Payload, UnknownDocument
+from index.search import VectorSearch
+from index.table import Table
 from index.writelog import Record
 
 Key = str | int
@@ -184,3 +187,43 @@ class DeltaColumns:
         if kind == TIMESTAMP:
             values = [None if v is None else parse_timestamp(v) for v in values]
         return pa.array(values, ARROW_TYPES[kind])
+
+
+def vector_search(
+    table: Table, delta: Delta, search: VectorSearch, written: np.ndarray | None
+) -> list[list[tuple[int, float]]]:
+    """``Table.run(search)`` over the version and the delta as one source: the version's rows that are not
+    deleted (and pass ``search.rows``), and the written documents (those ``written`` lets through, a boolean per
+    document in write order; None: all), scored exactly. A written document's hit row is ``table.rows`` plus its
+    place in write order; exclusions name such rows too. Equal scores keep the version's rows first, as a fresh
+    import that appends the written documents would order them."""
+    mask = ~delta.deleted if search.rows is None else search.rows.mask & ~delta.deleted
+    want = search.offset + search.k
+    base = table.rows
+    widest = max((len(e) for e in search.exclude), default=0)
+    version_exclude = [{r for r in e if r < base} for e in search.exclude] if search.exclude else []
+    rows = RowSet(mask)
+    found = (
+        table.run(VectorSearch(search.queries, want + widest, version_exclude, search.options, rows))
+        if len(rows)
+        else []
+    )
+    _, vectors, _ = delta.matrix()
+    usable = np.ones(len(vectors), dtype=bool) if written is None else written.copy()
+    if search.options.restrict is not None:  # the first rows of the version only
+        usable[:] = False
+    answers = []
+    for q in range(len(search.queries)):
+        hits = list(found[q]) if found else []
+        if usable.any():
+            scores = np.asarray(search.queries[q : q + 1] @ vectors.T, dtype=np.float32)[0]
+            excluded = search.excluded(q)
+            for i in np.flatnonzero(usable).tolist():
+                if base + i not in excluded:
+                    hits.append((base + i, float(scores[i])))
+        hits.sort(key=lambda hit: -hit[1])  # stable: the version's rows first among equal scores
+        page = hits[search.offset : want]
+        if search.min_score is not None:
+            page = [hit for hit in page if hit[1] >= search.min_score]
+        answers.append(page)
+    return answers

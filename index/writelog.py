@@ -1,4 +1,5 @@
-"""The write log of a table: ``<data-dir>/<name>.log``, beside the table's immutable version directory.
+"""The write log of a table: ``<data-dir>/.writes/<name>.log``, beside the table's immutable version directory
+(``.writes`` is no table's name, so no table can collide with a log).
 
 A record is one frame: a two-byte mark, the payload's length (u32), the sequence number (u64), a CRC32 of the
 sequence number and payload (u32), then the payload (UTF-8 JSON: an upsert or a delete, never pickle). Frames
@@ -31,6 +32,7 @@ from index.errors import ArtifactError
 
 log = logging.getLogger(__name__)
 
+DIRECTORY = ".writes"
 SUFFIX = ".log"
 MARK = b"\xe5\x1f"
 HEADER = struct.Struct("<2sIQI")  # mark, payload length, sequence number, crc32(sequence + payload)
@@ -50,7 +52,7 @@ class Record:
 
 
 def log_path(data_dir: Path, name: str) -> Path:
-    return Path(data_dir) / f"{artifact.check_name(name)}{SUFFIX}"
+    return Path(data_dir) / DIRECTORY / f"{artifact.check_name(name)}{SUFFIX}"
 
 
 def frame(seq: int, body: dict[str, Any]) -> bytes:
@@ -222,6 +224,10 @@ class Appender:
 def appending(path: Path, sync: bool = True) -> Iterator[Appender]:
     """The log at ``path`` (created, with its directory entry fsynced, if new) under its exclusive lock."""
     new = not path.exists()
+    if not path.parent.is_dir():
+        path.parent.mkdir(exist_ok=True)
+        if sync:
+            _fsync_dir(path.parent.parent)
     with _locked(path, os.O_RDWR | os.O_CREAT, fcntl.LOCK_EX) as fd:
         if new and sync:
             _fsync_dir(path.parent)

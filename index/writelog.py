@@ -15,6 +15,7 @@ the record, since replaying past it would lose acknowledged writes silently.
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import json
 import logging
@@ -156,7 +157,14 @@ def recover(path: Path) -> list[Record]:
     (logged as a warning with the bytes lost). Raises :class:`LogCorrupt` for a damaged record in the middle."""
     if not path.is_file():
         return []
-    with _locked(path, os.O_RDWR, fcntl.LOCK_EX) as fd:
+    try:
+        lock = _locked(path, os.O_RDWR, fcntl.LOCK_EX)
+        fd = lock.__enter__()
+    except OSError as exc:
+        if exc.errno not in (errno.EROFS, errno.EACCES):
+            raise
+        return _replica_read(path)  # a replica on a read-only mount: it reads, the writer cuts
+    try:
         data = _read_from(fd, 0)
         records, end, problem = scan(data)
         if problem is not None:
@@ -171,12 +179,24 @@ def recover(path: Path) -> list[Record]:
             )
             os.ftruncate(fd, end)
             os.fsync(fd)
+    finally:
+        lock.__exit__(None, None, None)
+    return records
+
+
+def _replica_read(path: Path) -> list[Record]:
+    """The good records of a log this process may not write; a damaged tail is left for the writer to cut."""
+    with _locked(path, os.O_RDONLY, fcntl.LOCK_SH) as fd:
+        data = _read_from(fd, 0)
+    records, end, problem = scan(data)
+    if problem is not None:
+        log.warning("write log %s: %d bytes at byte %d not read (%s)", path, len(data) - end, end, problem)
     return records
 
 
 def read_new(path: Path, start: int, previous: int) -> tuple[list[Record], int]:
     """The records appended since byte ``start`` (the last record read had sequence ``previous``), and the offset
-    after them. A bad frame here is corruption (writers hold the exclusive lock while a frame is incomplete)."""
+    after them. Damage with good records after it raises :class:`LogCorrupt`; a damaged tail is not read."""
     try:
         lock = _locked(path, os.O_RDONLY, fcntl.LOCK_SH)
         fd = lock.__enter__()
@@ -186,9 +206,7 @@ def read_new(path: Path, start: int, previous: int) -> tuple[list[Record], int]:
         data = _read_from(fd, start)
     finally:
         lock.__exit__(None, None, None)
-    records, end, problem = scan(data, 0, previous)
-    if problem is not None:
-        raise LogCorrupt(f"write log {path}: record at byte {start + end} is damaged: {problem}")
+    records, end, _ = scan(data, 0, previous)  # a damaged tail is not read (the writer cuts it before appending)
     shifted = [Record(r.seq, r.offset + start, r.end + start, r.body) for r in records]
     return shifted, start + end
 
@@ -204,8 +222,11 @@ class Appender:
     def new_records(self, start: int, previous: int) -> tuple[list[Record], int]:
         data = _read_from(self.fd, start)
         records, end, problem = scan(data, 0, previous)
-        if problem is not None:
-            raise LogCorrupt(f"write log {self.path}: record at byte {start + end} is damaged: {problem}")
+        if problem is not None:  # a damaged tail: cut, so that the next record follows the last good one
+            log.warning("write log %s: cut %d bytes at byte %d (%s)", self.path, len(data) - end, start + end, problem)
+            os.ftruncate(self.fd, start + end)
+            if self.sync:
+                os.fsync(self.fd)
         return [Record(r.seq, r.offset + start, r.end + start, r.body) for r in records], start + end
 
     def append(self, seq: int, body: dict[str, Any]) -> Record:

@@ -5,8 +5,10 @@ take turns; a cut keeps the records after the position it covered. Payloads are 
 
 from __future__ import annotations
 
+import errno
 import logging
 import multiprocessing
+import os
 from pathlib import Path
 from typing import Any
 
@@ -93,6 +95,39 @@ def test_a_damaged_middle_record_refuses_the_log(tmp_path: Path, where: str) -> 
     assert path.read_bytes() == before  # nothing cut: the records after it are acknowledged writes
     with pytest.raises(writelog.LogCorrupt):
         writelog.read_new(path, records[1].end, 2)
+
+
+def test_a_damaged_tail_met_while_appending_is_cut_first(tmp_path: Path) -> None:
+    path = tmp_path / "t.log"
+    records = write(path, 3)
+    with path.open("ab") as handle:
+        handle.write(writelog.frame(4, body(3))[:-9])  # torn after this process read the log
+    assert writelog.read_new(path, records[-1].end, 3) == ([], records[-1].end)  # not read
+    with writelog.appending(path) as log:
+        assert log.new_records(records[-1].end, 3) == ([], records[-1].end)
+        log.append(4, body(9))
+    assert [(r.seq, r.body) for r in writelog.recover(path)][-1] == (4, body(9))
+
+
+def test_a_replica_on_a_read_only_mount_reads_and_cuts_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = tmp_path / "t.log"
+    write(path, 3)
+    with path.open("ab") as handle:
+        handle.write(b"\xe5\x1f torn")
+    size = path.stat().st_size
+    real_open = os.open
+
+    def read_only(name: Any, flags: int, *args: Any) -> int:
+        if flags & (os.O_RDWR | os.O_WRONLY):
+            raise OSError(errno.EROFS, "Read-only file system", str(name))
+        return real_open(name, flags, *args)
+
+    monkeypatch.setattr(os, "open", read_only)
+    with caplog.at_level(logging.WARNING, logger="index.writelog"):
+        assert [r.seq for r in writelog.recover(path)] == [1, 2, 3]
+    assert path.stat().st_size == size and "7 bytes at byte" in caplog.text and "not read" in caplog.text
 
 
 def test_a_gap_in_the_sequence_is_damage(tmp_path: Path) -> None:

@@ -126,10 +126,11 @@ class Delta:
 
     def apply(self, records: Iterable[Record]) -> None:
         for record in records:
-            self.last = record.seq
             self.offset = record.end
-            if record.seq <= self.covered:  # folded into the version already
+            if record.seq <= self.seq:  # folded into the version, or applied before the log was cut
+                self.last = max(self.last, record.seq)
                 continue
+            self.last = record.seq
             body = record.body
             if body.get("op") == "upsert":
                 self._upsert(body["documents"])

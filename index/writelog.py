@@ -194,21 +194,26 @@ def _replica_read(path: Path) -> list[Record]:
     return records
 
 
-def read_new(path: Path, start: int, previous: int) -> tuple[list[Record], int]:
-    """The records appended since byte ``start`` (the last record read had sequence ``previous``), and the offset
-    after them. Damage with good records after it raises :class:`LogCorrupt`; a damaged tail is not read."""
+def read_new(path: Path, start: int, previous: int, inode: int | None = None) -> tuple[list[Record], int, int]:
+    """The records appended since byte ``start`` (the last record read had sequence ``previous``), the offset
+    after them and the log file's inode. When the file is not ``inode`` (a compaction cut the log since), it is
+    read from its start. Damage with good records after it raises :class:`LogCorrupt`; a damaged tail is not
+    read."""
     try:
         lock = _locked(path, os.O_RDONLY, fcntl.LOCK_SH)
         fd = lock.__enter__()
     except FileNotFoundError:
-        return [], start
+        return [], start, -1
     try:
+        current = os.fstat(fd).st_ino
+        if inode is not None and current != inode:
+            start, previous = 0, 0
         data = _read_from(fd, start)
     finally:
         lock.__exit__(None, None, None)
     records, end, _ = scan(data, 0, previous)  # a damaged tail is not read (the writer cuts it before appending)
     shifted = [Record(r.seq, r.offset + start, r.end + start, r.body) for r in records]
-    return shifted, start + end
+    return shifted, start + end, current
 
 
 class Appender:
@@ -219,7 +224,15 @@ class Appender:
         self.fd = fd
         self.sync = sync
 
-    def new_records(self, start: int, previous: int) -> tuple[list[Record], int]:
+    @property
+    def inode(self) -> int:
+        return os.fstat(self.fd).st_ino
+
+    def new_records(self, start: int, previous: int, inode: int | None = None) -> tuple[list[Record], int]:
+        """As :func:`read_new`, under the exclusive lock; a damaged tail is cut (with a warning) so that the next
+        record follows the last good one."""
+        if inode is not None and inode != self.inode:
+            start, previous = 0, 0
         data = _read_from(self.fd, start)
         records, end, problem = scan(data, 0, previous)
         if problem is not None:  # a damaged tail: cut, so that the next record follows the last good one

@@ -36,25 +36,30 @@ class Live:
         self.path = path
         self.delta = delta
         self.lock = threading.Lock()
+        self.inode: int | None = None  # of the log file read (a compaction replaces it with a shorter one)
 
     def refresh(self) -> Delta:
         """The delta with every record the log holds now applied (a stat when nothing was written)."""
         try:
-            size = os.stat(self.path).st_size
+            found = os.stat(self.path)
         except FileNotFoundError:
-            size = 0
-        if size != self.delta.offset:
+            return self.delta
+        if found.st_size != self.delta.offset or found.st_ino != self.inode:
             with self.lock:
-                records, _ = writelog.read_new(self.path, self.delta.offset, self.delta.last)
+                records, offset, self.inode = writelog.read_new(
+                    self.path, self.delta.offset, self.delta.last, self.inode
+                )
                 self.delta.apply(records)
+                self.delta.offset = offset
         return self.delta
 
     def write(self, make: Callable[[Delta], tuple[dict[str, Any] | None, T]], sync: bool) -> tuple[int, T]:
         """Under the log's lock: catch up, ``make(delta)`` the record's body (None: nothing to write) and what to
         answer, append it (durable when this returns, with ``sync``), apply it. Returns the sequence number."""
         with self.lock, writelog.appending(self.path, sync) as log:
-            records, _ = log.new_records(self.delta.offset, self.delta.last)
+            records, offset = log.new_records(self.delta.offset, self.delta.last, self.inode)
             self.delta.apply(records)
+            self.delta.offset, self.inode = offset, log.inode
             body, answer = make(self.delta)
             if body is not None:
                 self.delta.apply([log.append(self.delta.seq + 1, body)])
@@ -71,6 +76,7 @@ def attach(table: Table, directory: Path) -> None:
     live = Live(delta, writelog.log_path(directory.parent, directory.name))
     try:
         live.delta.apply(writelog.recover(live.path))
+        live.inode = os.stat(live.path).st_ino if live.path.exists() else None
     except writelog.LogCorrupt as exc:
         raise writelog.LogCorrupt(f"table {directory.name!r}: write log {live.path.name}: {exc.message}") from None
     with _LOCK:

@@ -41,13 +41,16 @@ def test_records_come_back_as_written(tmp_path: Path) -> None:
 def test_reading_only_what_was_appended(tmp_path: Path) -> None:
     path = tmp_path / "t.log"
     first = write(path, 3)
-    records, offset = writelog.read_new(path, 0, 0)
-    assert [r.seq for r in records] == [1, 2, 3] and offset == first[-1].end
-    assert writelog.read_new(path, offset, 3) == ([], offset)
+    records, offset, inode = writelog.read_new(path, 0, 0)
+    assert [r.seq for r in records] == [1, 2, 3] and offset == first[-1].end and inode == path.stat().st_ino
+    assert writelog.read_new(path, offset, 3, inode) == ([], offset, inode)
     write(path, 2, first=4)
-    records, end = writelog.read_new(path, offset, 3)
+    records, end, _ = writelog.read_new(path, offset, 3, inode)
     assert [r.seq for r in records] == [4, 5] and end == path.stat().st_size
-    assert writelog.read_new(tmp_path / "none.log", 0, 0) == ([], 0)
+    assert writelog.read_new(tmp_path / "none.log", 0, 0) == ([], 0, -1)
+    writelog.cut(path, 4)  # a compaction: another, shorter file; read from its start
+    records, end, again = writelog.read_new(path, end, 5, inode)
+    assert [r.seq for r in records] == [5] and end == path.stat().st_size and again != inode
 
 
 @pytest.mark.parametrize("keep", [1, 5, writelog.HEADER.size, writelog.HEADER.size + 40, -1])
@@ -102,7 +105,7 @@ def test_a_damaged_tail_met_while_appending_is_cut_first(tmp_path: Path) -> None
     records = write(path, 3)
     with path.open("ab") as handle:
         handle.write(writelog.frame(4, body(3))[:-9])  # torn after this process read the log
-    assert writelog.read_new(path, records[-1].end, 3) == ([], records[-1].end)  # not read
+    assert writelog.read_new(path, records[-1].end, 3)[:2] == ([], records[-1].end)  # not read
     with writelog.appending(path) as log:
         assert log.new_records(records[-1].end, 3) == ([], records[-1].end)
         log.append(4, body(9))

@@ -83,6 +83,19 @@ def attach(table: Table, directory: Path) -> None:
         _LIVE[table] = live
 
 
+def summary(state: Live) -> dict[str, Any]:
+    """What ``GET /v1/tables/{table}`` says of a documents table's writes: the sequence its version holds, the
+    table's sequence (its last write), and the documents written and deleted since the version."""
+    delta = state.refresh()
+    return {
+        "version_sequence": delta.covered,
+        "sequence": delta.seq,
+        "written": len(delta.documents),
+        "deleted": int(delta.deleted.sum()),
+        "log_bytes": delta.offset,
+    }
+
+
 def live_of(table: Table) -> Live | None:
     """The live state of a loaded documents table (None for other tables, or one loaded without ``attach``)."""
     return _LIVE.get(table)

@@ -71,6 +71,9 @@ def test_compaction_while_writes_go_on(lee_data_dir: Path, lee_docs: Lee, tmp_pa
         real_server.wait_for(
             lambda: real_server.HTTP.get(url).json()["built_at"] == manifest["built_at"], what="the new version"
         )
+        writes = real_server.HTTP.get(url).json()["writes"]
+        assert writes["version_sequence"] == covered and writes["sequence"] == covered + len(kept)
+        assert writes["written"] == len(kept) and writes["deleted"] == 0
         for ident in acked:
             assert real_server.HTTP.get(f"{url}/documents/{ident}").json()["fields"]["year"] == 3000
         # Without the documents written during the compaction, the table is the fresh import of ``final``.

@@ -69,6 +69,18 @@ class Settings(BaseSettings):
     write_sync: bool = Field(
         True, description="fsync the write log before a write is answered; off, a crash of the machine may lose writes"
     )
+    compact_rows: int = Field(
+        10_000,
+        ge=0,
+        description="compact a documents table in the background once this many documents were written or deleted "
+        "since its version; 0: not by count",
+    )
+    compact_seconds: float = Field(
+        0.0,
+        ge=0,
+        description="compact a documents table in the background once its oldest write since its version is this "
+        "many seconds old; 0: not by age",
+    )
     verify_checksums: bool = Field(True, description="check every table file's sha256 against its manifest on load")
     build_deferred: bool = Field(
         True,

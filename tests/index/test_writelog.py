@@ -178,3 +178,23 @@ def test_a_cut_keeps_the_records_after_what_it_covered(tmp_path: Path) -> None:
 def test_a_payload_must_be_json(tmp_path: Path) -> None:
     with pytest.raises(ValueError):
         writelog.frame(1, {"score": float("nan")})
+
+
+@pytest.mark.parametrize("sync", [True, False])
+def test_a_record_is_fsynced_before_append_returns_unless_sync_is_off(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sync: bool
+) -> None:
+    path = tmp_path / "t.log"
+    write(path, 1)
+    synced: list[int] = []
+    real_fsync = os.fsync
+
+    def counting(fd: int) -> None:
+        synced.append(fd)
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", counting)
+    with writelog.appending(path, sync=sync) as log:
+        log.append(2, body(1))
+        assert len(synced) == (1 if sync else 0)  # on disk before the write is answered
+    assert [r.seq for r in writelog.recover(path)] == [1, 2]

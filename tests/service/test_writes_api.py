@@ -20,6 +20,7 @@ import pytest
 from index import writelog
 from index.encode import encoder_for
 from index.table import Table
+from service_client import ApiError, Client
 from tests.index.test_embed_documents import without_vectors
 from tests.index.test_sources import run_cli
 from tests.lee import Lee, write_jsonl
@@ -173,6 +174,21 @@ def test_writes_need_a_write_key(server: real_server.Server, small_data_dir: Pat
         assert "read-only" in refused.json()["error"]["message"]
         assert "EMBEDDING_WRITE_KEYS" in refused.json()["error"]["message"]
         assert client.delete("/v1/tables/small/documents/x").status_code == 403
+
+
+def test_the_python_client_writes(server: real_server.Server, lee_docs: Lee) -> None:
+    with Client(server.base, api_key=KEY) as client:
+        added = client.upsert_documents("lee", [{"id": "client/1", "text": NOTE, "vector": lee_docs.vectors[5]}])
+        assert added["upserted"] == 1
+        assert client.document("lee", "client/1")["text"] == NOTE
+        hits = client.search_documents("lee", k=1, vector=lee_docs.vectors[5] * 3)
+        assert hits.hits[0].id in ("client/1", lee_docs.ids[5])
+        assert client.delete_documents("lee", ids=["client/1", "nowhere"])["deleted"] == 1
+        assert client.delete_document("lee", "client/1")["deleted"] == 0
+        assert client.delete_documents("lee", filter={"year": 1985})["sequence"] >= added["sequence"]
+    with Client(server.base) as reader, pytest.raises(ApiError) as refused:
+        reader.upsert_documents("lee", [{"id": "x", "text": NOTE}])
+    assert refused.value.status == 401
 
 
 def test_a_restart_replays_the_log_and_cuts_a_torn_tail(

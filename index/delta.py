@@ -9,6 +9,7 @@ replaying them is deterministic, so every worker that applies the same records h
 
 from __future__ import annotations
 
+import copy
 import datetime as dt
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -124,7 +125,19 @@ class Delta:
         written = np.array([k in self.documents for k in keys], dtype=bool)
         return written | (self.live_version_rows(keys) >= 0)
 
+    def snapshot(self) -> Delta:
+        """A view that later writes leave as it is (``apply`` replaces the documents and the mask, never changes
+        them in place): what one search reads, whatever other requests apply meanwhile."""
+        view = copy.copy(self)
+        view.matrix()
+        return view
+
     def apply(self, records: Iterable[Record]) -> None:
+        records = list(records)
+        if not records:
+            return
+        self.documents, self.deleted = dict(self.documents), self.deleted.copy()  # copies: snapshots keep theirs
+        self._matrix = None
         for record in records:
             self.offset = record.end
             if record.seq <= self.seq:  # folded into the version, or applied before the log was cut

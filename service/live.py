@@ -102,11 +102,14 @@ def live_of(table: Table) -> Live | None:
 
 
 def delta_of(table: Table) -> Delta | None:
-    """The table's delta, brought up to date with its log; None when nothing was written since its version."""
+    """A snapshot of the table's delta, brought up to date with its log (later writes leave it as it is); None
+    when nothing was written since its version."""
     live = _LIVE.get(table)
     if live is None:
         return None
-    delta = live.refresh()
+    live.refresh()
+    with live.lock:
+        delta = live.delta.snapshot()
     return delta if delta.documents or delta.deleted.any() else None
 
 

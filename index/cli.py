@@ -413,10 +413,13 @@ def verify(name: str, data_dir: DataDir = Path("data")) -> None:
 
 @app.command()
 def remove(name: str, data_dir: DataDir = Path("data")) -> None:
-    """Delete a table."""
+    """Delete a table, and its write log (the documents written to it over HTTP)."""
+    from index.writelog import log_path
+
     directory = artifact.table_dir(data_dir, name)
     artifact.read_manifest(directory)
     shutil.rmtree(directory)
+    log_path(data_dir, name).unlink(missing_ok=True)
     typer.echo(f"removed {name}")
 
 

@@ -61,3 +61,14 @@ def test_kill_9_during_compaction(lee_data_dir: Path, lee_docs: Lee, tmp_path: P
         for i in range(0, written, 7):
             shown = real_server.HTTP.get(f"{server.base}/v1/tables/lee/documents/k/{i}")
             assert shown.status_code == 200 and shown.json()["fields"]["year"] == i
+
+
+def test_removing_a_table_removes_its_log(lee_data_dir: Path, lee_docs: Lee, tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    data.mkdir()
+    shutil.copytree(lee_data_dir / "lee", data / "lee")
+    path = writelog.log_path(data, "lee")
+    path.parent.mkdir()
+    append(path, lee_docs, 0, 3)
+    removed = subprocess.run([str(real_server.BIN / "embedding-index"), "remove", "lee", "--data-dir", str(data)])
+    assert removed.returncode == 0 and not (data / "lee").exists() and not path.exists()

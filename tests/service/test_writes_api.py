@@ -152,6 +152,41 @@ def test_a_bad_document_is_a_422_naming_it(
     assert get(server, "ok-0").status_code == before.status_code  # nothing of the request was written
 
 
+@pytest.mark.parametrize(
+    ("path", "body"),
+    [
+        ("/documents", {"documents": []}),
+        ("/documents", {"documents": [{"id": "", "text": NOTE}]}),
+        ("/documents", {"documents": [{"id": 1.5, "text": NOTE}]}),
+        ("/documents", {"documents": [{"id": None, "text": NOTE}]}),
+        ("/documents", {"documents": [{"id": True, "text": NOTE}]}),
+        ("/documents", {"documents": [{"id": "h", "text": 7}]}),
+        ("/documents", {"documents": [{"id": "h", "vector": ["a"] * 50}]}),
+        ("/documents", {"documents": [{"id": "h", "vector": [1e39] * 50}]}),
+        ("/documents", {"documents": [{"id": "h", "text": NOTE, "fields": {"year": {"nested": 1}}}]}),
+        ("/documents", {"documents": [{"id": "h", "text": NOTE, "fields": {"year": 2**70}}]}),
+        ("/documents", {"documents": [{"id": "h", "text": NOTE, "fields": {"tags": "not-a-list"}}]}),
+        ("/documents", {"documents": [{"id": "h", "text": NOTE, "fields": {"long": "yes"}}]}),
+        ("/documents", {"documents": [{"id": "h", "text": NOTE, "fields": {"known": True}}]}),
+        ("/documents", {"documents": [{"id": "h", "text": NOTE, "fields": {"published": 12345}}]}),
+        ("/documents", {"documents": [{"id": "h", "text": NOTE, "fields": ["year"]}]}),
+        ("/documents", {"documents": [{"id": "h", "text": NOTE, "colour": "red"}]}),
+        ("/documents", {"documents": "h"}),
+        ("/documents/delete", {"filter": {"nowhere": 1}}),
+        ("/documents/delete", {"filter": {"year": {"near": 3}}}),
+        ("/documents/delete", {"filter": "year"}),
+        ("/documents/delete", {"ids": [[1]]}),
+        ("/documents/delete", {"ids": []}),
+    ],
+)
+def test_hostile_writes_are_422s(server: real_server.Server, path: str, body: Any) -> None:
+    before = real_server.HTTP.get(f"{server.base}/v1/tables/lee").json()["writes"]["sequence"]
+    answer = post(server, path, body)
+    assert answer.status_code == 422, answer.text
+    assert answer.json()["error"]["code"] == "invalid_request" and answer.json()["error"]["message"]
+    assert real_server.HTTP.get(f"{server.base}/v1/tables/lee").json()["writes"]["sequence"] == before
+
+
 def test_request_limits(server: real_server.Server) -> None:
     many = post(server, "/documents", {"documents": [{"id": f"n{i}", "text": NOTE} for i in range(65)]})
     assert many.status_code == 422 and "at most 64 items" in many.text

@@ -226,15 +226,20 @@ def vector_search(
     usable = np.ones(len(vectors), dtype=bool) if written is None else written.copy()
     if search.options.restrict is not None:  # the first rows of the version only
         usable[:] = False
+    candidates = np.flatnonzero(usable)
+    scores = np.asarray(search.queries @ vectors[candidates].T, dtype=np.float32) if len(candidates) else None
     answers = []
     for q in range(len(search.queries)):
         hits = list(found[q]) if found else []
-        if usable.any():
-            scores = np.asarray(search.queries[q : q + 1] @ vectors.T, dtype=np.float32)[0]
-            excluded = search.excluded(q)
-            for i in np.flatnonzero(usable).tolist():
-                if base + i not in excluded:
-                    hits.append((base + i, float(scores[i])))
+        if scores is not None:
+            excluded = [r - base for r in search.excluded(q) if r >= base]
+            allowed = ~np.isin(candidates, excluded) if excluded else np.ones(len(candidates), dtype=bool)
+            mine, places = scores[q][allowed], candidates[allowed]
+            top = min(want, len(places))
+            if top:
+                best = np.argpartition(-mine, top - 1)[:top] if top < len(places) else np.arange(len(places))
+                best = best[np.lexsort((places[best], -mine[best]))]  # by score, equal scores in write order
+                hits += list(zip((places[best] + base).tolist(), mine[best].astype(np.float64).tolist(), strict=True))
         hits.sort(key=lambda hit: -hit[1])  # stable: the version's rows first among equal scores
         page = hits[search.offset : want]
         if search.min_score is not None:

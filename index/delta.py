@@ -73,6 +73,7 @@ class Delta:
         self.documents: dict[Key, Document] = {}
         self.deleted = np.zeros(rows, dtype=bool)
         self._matrix: tuple[list[Key], np.ndarray, np.ndarray] | None = None
+        self._written: list[Document] = []
 
     @property
     def seq(self) -> int:
@@ -128,9 +129,8 @@ class Delta:
     def snapshot(self) -> Delta:
         """A view that later writes leave as it is (``apply`` replaces the documents and the mask, never changes
         them in place): what one search reads, whatever other requests apply meanwhile."""
-        view = copy.copy(self)
-        view.matrix()
-        return view
+        self.matrix()  # made once per change, shared by the snapshots taken until the next
+        return copy.copy(self)
 
     def apply(self, records: Iterable[Record]) -> None:
         records = list(records)
@@ -171,15 +171,20 @@ class Delta:
     def matrix(self) -> tuple[list[Key], np.ndarray, np.ndarray]:
         """The written documents' ids, unit vectors (n, dim) and norms, in write order."""
         if self._matrix is None:
-            docs = list(self.documents.values())
+            docs = self._written = list(self.documents.values())
             vectors = np.vstack([d.vector for d in docs]) if docs else np.zeros((0, self.dim), dtype=np.float32)
             norms = np.array([d.norm for d in docs], dtype=np.float32)
             self._matrix = ([d.id for d in docs], vectors, norms)
         return self._matrix
 
+    def written_in_order(self) -> list[Document]:
+        """The written documents in write order (a hit's row past the version's is its place here)."""
+        self.matrix()
+        return self._written
+
     def columns(self) -> DeltaColumns:
         """The written documents' fields as Arrow columns, for the search filter language."""
-        return DeltaColumns(self.payload, list(self.documents.values()))
+        return DeltaColumns(self.payload, self.written_in_order())
 
 
 class DeltaColumns:
@@ -227,7 +232,8 @@ def vector_search(
     if search.options.restrict is not None:  # the first rows of the version only
         usable[:] = False
     candidates = np.flatnonzero(usable)
-    scores = np.asarray(search.queries @ vectors[candidates].T, dtype=np.float32) if len(candidates) else None
+    chosen = vectors if len(candidates) == len(vectors) else vectors[candidates]  # no copy without a filter
+    scores = np.asarray(search.queries @ chosen.T, dtype=np.float32) if len(candidates) else None
     answers = []
     for q in range(len(search.queries)):
         hits = list(found[q]) if found else []

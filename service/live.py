@@ -149,7 +149,7 @@ def documents(table: Table, delta: Delta, hits: list[Neighbor], fields: list[str
     """``respond.documents`` of hits from the version and from the written documents (rows past the version's)."""
     base = table.rows
     shown = respond.documents(table, [hit for hit in hits if hit[0] < base], fields)
-    written = list(delta.documents.values())
+    written = delta.written_in_order()
     out, version = [], iter(shown)
     payload = writes.documents_of(table)
     for row, score in hits:

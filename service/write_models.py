@@ -6,7 +6,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, Field, StrictInt, StrictStr, model_validator
 
-from service.models import CHECK_BATCH, MAX_TEXT_CHARS, MAX_TOKEN_CHARS, STRICT, Vector, batch_of
+from service.models import CHECK_BATCH, MAX_TEXT_CHARS, MAX_TOKEN_CHARS, STRICT, Vector, batch_of, given, one_form
 
 DocumentId = Annotated[StrictStr, Field(min_length=1, max_length=MAX_TOKEN_CHARS)] | StrictInt
 
@@ -29,7 +29,7 @@ class UpsertRequest(BaseModel):
 
 
 class DeleteRequest(BaseModel):
-    model_config = STRICT
+    model_config = STRICT | one_form(given("ids"), given("filter"))
 
     ids: Annotated[list[DocumentId], batch_of("ids of the documents to delete"), CHECK_BATCH] | None = None
     filter: dict[str, Any] | None = Field(None, description="delete every document this filter lets through")

@@ -75,7 +75,8 @@ def upsert_body(
         name = f"documents[{i}] (id {document.id!r})"
         key = delta.key(document.id)
         if key is None:
-            raise InvalidQuery(f"{name}: the ids of table {table.name!r} are integers", document=i)
+            kind = "integers" if payload.id_type == INTEGER else "strings"
+            raise InvalidQuery(f"{name}: the ids of table {table.name!r} are {kind}", document=i)
         if key in seen:
             raise InvalidQuery(f"{name}: the id comes twice in this request", document=i)
         seen.add(key)

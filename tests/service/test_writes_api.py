@@ -137,7 +137,7 @@ def test_ids_with_slashes_and_deletes_by_ids_and_by_filter(server: real_server.S
         ({"id": "bad", "vector": [0.0] * 50}, ["all zeros"]),
         ({"id": "bad"}, ["give its vector, or its text"]),
         ({"id": "bad", "text": "zzqxv qqqzx"}, ["no word of its text is known to 'small'"]),
-        ({"id": 7, "text": NOTE}, ["the ids of table 'lee' are integers"]),
+        ({"id": 7, "text": NOTE}, ["the ids of table 'lee' are strings"]),
         ({"id": "ok-0", "text": NOTE}, ["the id comes twice in this request"]),
     ],
 )

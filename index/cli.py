@@ -58,6 +58,7 @@ BuildBudget = Annotated[
 MinRecall = Annotated[float, typer.Option("--min-recall", help="Refuse an approximate index below this recall@10.")]
 Force = Annotated[bool, typer.Option("--force", help="Replace an existing table of the same name.")]
 Seed = Annotated[int, typer.Option("--seed", help="Seed for sampling and training.")]
+DEFAULT_STOPWORDS, DEFAULT_STEMMER = "en", "english"  # the keyword index's defaults (index.keyword's)
 
 
 # What `import --format` takes: every reader's format but the installed GloVe package, which `build` reads.
@@ -229,6 +230,22 @@ def import_(
             "model tokens: the mean of their rows).",
         ),
     ] = None,
+    stopwords: Annotated[
+        str,
+        typer.Option(
+            "--stopwords",
+            help="Documents with text: the keyword index's stop words, one of bm25s's lists (en, en_plus, da, de, es, "
+            "fr, it, ko, nl, no, pt, ru, sv, tr, zh) or none.",
+        ),
+    ] = DEFAULT_STOPWORDS,
+    stemmer: Annotated[
+        str,
+        typer.Option(
+            "--stemmer",
+            help="Documents with text: the keyword index's stemmer, a Snowball algorithm of PyStemmer (english, "
+            "german, porter, ...) or none.",
+        ),
+    ] = DEFAULT_STEMMER,
     force: Force = False,
     seed: Seed = 0,
     defer_index: DeferIndex = False,
@@ -237,6 +254,7 @@ def import_(
     """Import a table from word2vec (text or binary), GloVe, fastText .vec, .npy + vocabulary, a projector
     TSV pair, a Hugging Face or model2vec model directory, or documents with vectors (JSON Lines, Parquet, CSV)."""
     from index.build import source_digest
+    from index.keyword import Tokenizer
     from index.sources import ReadOptions, read_source, sniff_format
 
     if unicode_errors not in ("strict", "replace"):
@@ -249,10 +267,16 @@ def import_(
         ("--vector-field", vector_field),
         ("--chunk-words", chunk_words),
         ("--encoder", encoder),
+        ("--stopwords", None if stopwords == DEFAULT_STOPWORDS else stopwords),
+        ("--stemmer", None if stemmer == DEFAULT_STEMMER else stemmer),
     )
     given = [option for option, value in document_options if value is not None]
     if given and format != "documents" and (format != "auto" or not path.exists() or sniff_format(path) != "documents"):
         fail(f"{', '.join(given)}: only for --format documents")
+    try:
+        Tokenizer.named(None if stopwords == "none" else stopwords, None if stemmer == "none" else stemmer)
+    except ValueError as exc:
+        fail(f"--stopwords/--stemmer: {exc}")
     options = ReadOptions(
         vocab=vocab,
         unicode_errors=unicode_errors,
@@ -264,6 +288,8 @@ def import_(
         vector_field=vector_field,
         chunk_words=chunk_words,
         encoder=None if encoder is None else data_dir / artifact.check_name(encoder),
+        stopwords=None if stopwords == "none" else stopwords,
+        stemmer=None if stemmer == "none" else stemmer,
     )
     started = time.perf_counter()
     raw, used = read_source(path, str(format), options)

@@ -34,6 +34,9 @@ class ReadOptions:
     vector_field: str | None = None
     chunk_words: int | None = None
     encoder: Path | None = None  # documents without vectors: the table that embeds their text
+    # documents with text: the keyword index's stop-word list and stemmer (None: none); index.keyword's defaults
+    stopwords: str | None = "en"
+    stemmer: str | None = "english"
 
 
 @dataclass

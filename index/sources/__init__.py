@@ -117,7 +117,7 @@ def sniff_format(path: Path) -> str:
             path, "directory holds neither a model (config.json, *.safetensors), vectors.tsv nor .txt/.md files"
         )
     name = path.name.lower().removesuffix(".gz")
-    if name.endswith((".jsonl", ".ndjson", ".parquet", ".csv")):
+    if name.endswith((".jsonl", ".ndjson", ".json", ".parquet", ".csv")):
         return "documents"
     if name.endswith(".npy"):
         return "npy"

@@ -199,7 +199,7 @@ def test_sniffing_and_options_need_documents(tmp_path: Path, lee: Lee) -> None:
     glove = tmp_path / "g.txt"
     glove.write_text("a 1 2\nb 3 4\n")
     message = import_fails(glove, tmp_path / "data", "--id-field", "x")
-    assert message.endswith("--id-field: only for --format documents")
+    assert message.endswith(f"--id-field: only for --format documents, and {glove} reads as glove")
 
 
 # ------------------------------------------------------------------------------------------------ passages

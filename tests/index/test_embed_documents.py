@@ -109,7 +109,8 @@ def test_encoder_mistakes(tmp_path: Path, data_dir: Path, lee_docs: Lee) -> None
     assert "no text field" in message
     words = tmp_path / "words.txt"
     words.write_text("heart " + " ".join(["0.1"] * 50) + "\n")
-    assert "--encoder: only for --format documents" in import_fails(words, data_dir, "--encoder", "small")
+    message = import_fails(words, data_dir, "--encoder", "small")
+    assert message.endswith(f"--encoder: only for --format documents, and {words} reads as glove")
     assert json.loads((data_dir / "small" / "manifest.json").read_text())["name"] == "small"
 
 

@@ -158,6 +158,11 @@ def _report_documents(manifest: dict[str, Any]) -> None:
     text = f"text {info['text_field']!r}" if info["text_field"] else "no text"
     ids = f"{info['id_type']} ids from {info['id_field']!r}" if info["ids_from"] == "field" else "row numbers as ids"
     typer.echo(f"documents: {info['count']:,} ({ids}; {text}; fields: {fields})")
+    source = manifest.get("source", {})
+    if "files_read" in source:
+        why = ", ".join(f"{count:,} {reason}" for reason, count in source["skipped_reasons"].items())
+        skipped = f" ({why}; each is listed in the manifest's source)" if why else ""
+        typer.echo(f"files: {source['files_read']:,} read, {source['files_skipped']:,} skipped{skipped}")
     cleaning = manifest.get("cleaning", {})
     if cleaning.get("invalid_rows_dropped"):
         reasons = "; ".join(cleaning["invalid_rows"])
@@ -317,7 +322,9 @@ def import_(
     started = time.perf_counter()
     raw, used = read_source(path, str(format), options)
     read_seconds = round(time.perf_counter() - started, 3)
-    source = {"format": used, "path": str(path), "sha256": source_digest([path] + ([vocab] if vocab else []))}
+    source = {"format": used, "path": str(path)}
+    # A folder of text files hashes the files it read (raw.source); any other source, its files.
+    source |= raw.source or {"sha256": source_digest([path] + ([vocab] if vocab else []))}
     params: dict[str, Any] = {"drop_invalid": drop_invalid, "unicode_errors": unicode_errors}
     params["read_seconds"] = read_seconds
     if tensor:

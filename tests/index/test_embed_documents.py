@@ -71,6 +71,7 @@ def test_markdown_passages_embedded(tmp_path: Path, data_dir: Path, lee_docs: Le
     np.testing.assert_allclose(np.asarray(table.vectors), expected, rtol=0, atol=1e-6)
     assert table.payload is not None and table.payload.fields == {
         "source": "string",
+        "folder": "string",
         "chunk": "integer",
         "start": "integer",
         "end": "integer",

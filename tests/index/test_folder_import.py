@@ -182,3 +182,15 @@ def test_the_manifest_of_a_folder_verifies(folder: Path, data_dir: Path) -> None
     result = run_cli("import", folder, "--name", "m", "--data-dir", data_dir, "--encoder", "small", "--drop-invalid")
     assert result.code == 0, result.err
     assert artifact.verify(data_dir / "m").ok
+
+
+def test_unicode_errors_replace_reads_the_file(folder: Path, data_dir: Path) -> None:
+    extra = ("--encoder", "small", "--drop-invalid", "--unicode-errors", "replace")
+    result = run_cli("import", folder, "--name", "r", "--data-dir", data_dir, *extra)
+    assert result.code == 0, result.err
+    table = Table.load(data_dir / "r")
+    source = table.manifest["source"]
+    assert source["unicode_replaced"] == ["latin1.txt"] and "latin1.txt" not in {s["path"] for s in source["skipped"]}
+    assert table.payload is not None
+    first = table.payload.column("source").to_pylist().index("latin1.txt")
+    assert table.payload.column("text")[first].as_py().startswith("Licence publique Mozilla, traduction fran\ufffdaise")

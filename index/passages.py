@@ -137,7 +137,12 @@ def folder_files(directory: Path) -> tuple[list[tuple[str, Path]], list[tuple[st
     folders and the broken links, skipped. Links to folders are not followed (a folder is read once)."""
     found: list[tuple[str, Path]] = []
     skipped: list[tuple[str, str]] = []
-    for root, folders, names in os.walk(directory):
+
+    def unreadable(error: OSError) -> None:
+        place = Path(error.filename or directory).relative_to(directory).as_posix()
+        skipped.append((f"{place}/", f"unreadable folder: {error.strerror or error}"))
+
+    for root, folders, names in os.walk(directory, onerror=unreadable):
         here = Path(root)
         for name in [f for f in folders if f.startswith(".")]:
             skipped.append(((here / name).relative_to(directory).as_posix() + "/", "hidden folder"))

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from index import artifact
-from index.passages import MAX_FILE_BYTES, read_folder
+from index.passages import MAX_FILE_BYTES, folder_files, read_folder
 from index.table import Table
 from tests.index.test_sources import REPO, run_cli
 
@@ -171,6 +171,7 @@ def test_a_folder_with_nothing_to_read(tmp_path: Path, data_dir: Path) -> None:
         f"embedding-index: error: {empty}: no text files in this folder: 1 skipped (first: a.jpg: binary "
         "(a NUL byte at offset 4))"
     )
+    assert folder_files(LICENSES / "GPL-3") == ([], [("./", "unreadable folder: Not a directory")])
     big = tmp_path / "big"
     big.mkdir()
     (big / "huge.txt.gz").write_bytes(gzip.compress(b"word " * (MAX_FILE_BYTES // 5 + 1)))

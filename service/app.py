@@ -2,9 +2,10 @@
 
 Nothing happens at import time. Tables are loaded in the lifespan (memory-mapped read-only, verified against
 their manifests) onto ``app.state.registry``; a table that fails to load is logged and skipped, and
-``/readyz`` stays 503 until every requested table is loaded. ``POST /v1/admin/reload`` and SIGHUP load new and
-changed tables while the server runs (``service.reload``). ``app_from_env`` is the uvicorn factory used by
-``embedding-serve`` (``uvicorn --factory service.app:app_from_env``), reading settings from ``EMBEDDING_*``.
+``/readyz`` stays 503 until every requested table is loaded. ``POST /v1/admin/reload``, SIGHUP and the data
+directory's watcher (``service.watch``) load new and changed tables while the server runs (``service.reload``).
+``app_from_env`` is the uvicorn factory used by ``embedding-serve`` (``uvicorn --factory
+service.app:app_from_env``), reading settings from ``EMBEDDING_*``.
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ from service.routers import ROUTERS
 from service.routers.embed import ROUTERS as EMBED_ROUTERS
 from service.searcher import Searcher
 from service.settings import SUPERVISOR_VARIABLE, Settings, cores
+from service.watch import Watcher
 
 log = logging.getLogger(__name__)
 STATIC = Path(__file__).resolve().parent / "static"
@@ -69,11 +71,13 @@ def create_app(settings: Settings) -> FastAPI:
         reloader = Reloader(app, on_loaded=lambda registry: table_names.update(registry.tables))
         app.state.reloader = reloader
         sighup = reloader.install_sighup()  # under uvicorn (main thread): SIGHUP reloads the tables
+        watcher = Watcher(settings.data_dir, settings.watch_seconds, reloader)  # sees the directory before the load
         registry = await run_in_threadpool(Registry.load, settings.data_dir, settings.tables, settings.verify_checksums)
         table_names.update(registry.tables)
         app.state.registry = registry
         log.info("ready: %d table(s) loaded, %d failed", len(registry.tables), len(registry.failed))
         reloader.loaded()
+        watcher.start()  # a table published, rebuilt or removed in the data directory is reloaded (service.watch)
         app.state.searcher = Searcher(settings.threads, settings.searcher_nice)  # light searches: see service.searcher
         # Under uvicorn: SIGTERM fails readiness first, then the server shuts down (service.http.drain). The state
         # hands the drain to the HTTP protocol too (service.http.protocol), which closes connections while it lasts.
@@ -81,6 +85,7 @@ def create_app(settings: Settings) -> FastAPI:
         try:
             yield {"drain": drain}
         finally:
+            watcher.stop()
             if draining:
                 drain.remove()
             if sighup:

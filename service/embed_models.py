@@ -92,6 +92,20 @@ class OpenAIEmbeddingsResponse(BaseModel):
     usage: OpenAIUsage
 
 
+class OpenAIModel(BaseModel):
+    id: str = Field(description="the table's name: the model to ask POST /v1/embeddings for")
+    object: Literal["model"]
+    created: int = Field(description="when the table was built (Unix seconds)")
+    owned_by: str
+
+
+class OpenAIModelList(BaseModel):
+    """The tables that embed text (word tables, model-token tables with a tokenizer), as OpenAI lists models."""
+
+    object: Literal["list"]
+    data: list[OpenAIModel]
+
+
 class OpenAIErrorBody(BaseModel):
     message: str
     type: str = Field(description="invalid_request_error (4xx) or server_error (5xx)")
@@ -100,6 +114,7 @@ class OpenAIErrorBody(BaseModel):
 
 
 class OpenAIErrorResponse(BaseModel):
-    """Every error of ``POST /v1/embeddings``, in OpenAI's shape (the status is the service's own)."""
+    """Every error of ``POST /v1/embeddings`` and ``/v1/models``, in OpenAI's shape (the status is the service's
+    own)."""
 
     error: OpenAIErrorBody

@@ -8,6 +8,7 @@ so the documentation cannot drift from the behaviour.
 from __future__ import annotations
 
 import logging
+import re
 from typing import Any, NamedTuple, TypedDict
 
 import orjson
@@ -125,9 +126,28 @@ class ValidationDetail(TypedDict):
     message: str
 
 
+# The tags pydantic puts in a location for the member of a union it tried ("constrained-str",
+# "function-after[_check_batch(), list[constrained-str]]"): type names, not the client's words.
+_UNION_TAG = re.compile(r"^(?:constrained-[a-z]+|str|int|float|bool|[a-z-]+\[.*\])$")
+
+
+def _client_errors(errors: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The errors with union tags left out of their locations; of a union whose value fits one member (a list of
+    texts for ``str | list[str]``), only that member's complaints, not the others' "should be a valid string"."""
+    shown: list[tuple[dict[str, Any], tuple[str, ...], bool]] = []
+    for error in errors:
+        loc = [str(p) for p in error.get("loc", ())]
+        tag = next((i for i, p in enumerate(loc) if _UNION_TAG.match(p)), None)
+        mismatch = tag == len(loc) - 1 and str(error.get("type", "")).endswith("_type")  # wrong type for the member
+        union = tuple(loc[:tag]) if tag is not None else ()
+        shown.append(({**error, "loc": [p for p in loc if not _UNION_TAG.match(p)]}, union, mismatch))
+    fitting = {union for _, union, mismatch in shown if union and not mismatch}
+    return [error for error, union, mismatch in shown if not (mismatch and union in fitting)]
+
+
 def _validation_message(errors: list[dict[str, Any]]) -> tuple[str, list[ValidationDetail]]:
     details: list[ValidationDetail] = []
-    for error in errors:
+    for error in _client_errors(errors):
         loc = [str(p) for p in error.get("loc", ())]
         message = str(error.get("msg", "")).removeprefix("Value error, ")
         details.append({"loc": loc, "type": error.get("type"), "message": message})

@@ -799,9 +799,19 @@ class DocumentHit(BaseModel):
     )
 
 
+class Fallback(BaseModel):
+    mode: str = Field(description="the mode the query was searched in instead of the one asked for")
+    reason: str = Field(description="why: e.g. no word of the text is known to the documents' encoder")
+
+
 class DocumentSearchResponse(BaseModel):
     hits: list[DocumentHit]
     passing: int | None = Field(None, description="with a filter: how many documents pass it")
+    fallback: Fallback | None = Field(
+        None,
+        description="mode hybrid with one list empty: text alone whose words the encoder does not know is searched "
+        "by keyword, text none of whose words a document holds by vector",
+    )
 
 
 class DocumentSearchBatchResponse(BaseModel):

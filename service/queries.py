@@ -12,7 +12,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from index.encode import encoder_for
+from index.encode import WORD, Encoded, encoder_for, preview
 from index.errors import EmbeddingError, InvalidQuery
 from index.knn import Neighbor
 from index.table import Table
@@ -89,16 +89,53 @@ def document(table: Table, query: DocumentQuery) -> Probe:
     return Probe(table.mean_query(pos, neg)[0], set(pos) | set(neg), info)
 
 
+class NoKnownWord(InvalidQuery):
+    """A text none of whose words the encoder knows: its vector cannot be made (a keyword search can still
+    find the words as written)."""
+
+
+SHOWN_WORDS = 10  # unknown words a message names
+
+
+def words_of(text: str) -> list[str]:
+    """The text's distinct words, lower-cased, as a word table's encoder looks them up (else its symbols)."""
+    return list(dict.fromkeys(WORD.findall(text.lower()) or text.split()))
+
+
+def no_known_word(content: str, whose: str, **details: Any) -> NoKnownWord:
+    """The error for a text (``content``) with no word ``whose`` vocabulary holds, naming its words."""
+    words = words_of(content)
+    if not words:
+        return NoKnownWord(f"{preview(content)} has no words to embed", words=[], **details)
+    more = f" (and {len(words) - SHOWN_WORDS} more)" if len(words) > SHOWN_WORDS else ""
+    shown = ", ".join(words[:SHOWN_WORDS]) + more
+    message = f"{preview(content)}: no word of it is known to {whose}: unknown {shown}"
+    return NoKnownWord(message, words=words, **details)
+
+
+def check_known(encoded: Encoded, texts: Sequence[str], whose: str, name: str) -> None:
+    """A :class:`NoKnownWord` for the first of ``texts`` (called ``name[i]``) that ``encoded`` made no vector of."""
+    for i, tokens in enumerate(encoded.tokens):
+        if tokens == 0:
+            error = no_known_word(texts[i], whose, text=i)
+            raise NoKnownWord(f"{name}[{i}] {error.message}", **error.details)
+
+
 def document_text(encoder: Table | None, table: Table, text: str) -> Probe:
     """A documents table's text query, embedded by ``encoder``: the table that embedded its documents at import
-    (``Registry.encoder_of``), with the same pooling."""
+    (``Registry.encoder_of``), with the same pooling. A text with no word the encoder knows is a
+    :class:`NoKnownWord`."""
     record = table.encoder_record
     if record is None or encoder is None:
         raise InvalidQuery(
             f"table {table.name!r} records no encoder (its vectors came with the documents): send the query's "
             "vector from your own model, or search by keyword"
         )
-    encoded = encoder_for(encoder).encode([text], record.get("pooling"))
+    encoded = encoder_for(encoder).encode([text], record.get("pooling"), strict=False)
+    if encoded.tokens[0] == 0:
+        whose = f"the vocabulary the documents of {table.name!r} were embedded with ({encoder.name})"
+        error = no_known_word(text, whose)
+        raise NoKnownWord(f"text {error.message}; modes keyword and hybrid find words as written", **error.details)
     info = {"text": text, "encoder": encoder.name, "tokens": encoded.tokens[0], "unknown": encoded.unknown[0]}
     return Probe(encoded.vectors[0], set(), info)
 

@@ -120,6 +120,13 @@ class Settings(BaseSettings):
         description="on SIGTERM or SIGINT, seconds the server keeps serving with /readyz answering 503 before it "
         "stops accepting connections",
     )
+    watch_seconds: float = Field(
+        2.0,
+        ge=0,
+        le=3600,
+        description="how often the data directory is checked for new, rebuilt or removed tables (a stat of each "
+        "table's manifest), which are then reloaded as on SIGHUP; 0 turns the watching off",
+    )
     shutdown_timeout: float = Field(
         20.0,
         ge=0,

@@ -84,6 +84,11 @@ class ApiError(Exception):
         return list(self.details.get("suggestions", []))
 
 
+# The HTTP status of each code a batch item's error can have (docs/api.md, "Errors"): the batch answers 200, the
+# item's error is what the same query alone would have answered.
+ITEM_STATUS = {"unknown_table": 404, "unknown_token": 404, "unknown_document": 404, "invalid_request": 422}
+
+
 def segment(text: str) -> str:
     """``text`` as one path segment: every reserved character escaped, dots too (so "." and ".." survive)."""
     return quote(text, safe="").replace(".", "%2E")
@@ -104,7 +109,8 @@ def _items(results: list[dict[str, Any]], shape: Callable[[dict[str, Any]], T]) 
     for item in results:
         if "error" in item:
             error = dict(item["error"])
-            out.append(ApiError(200, error.pop("code"), error.pop("message"), error))
+            code = error.pop("code")
+            out.append(ApiError(ITEM_STATUS.get(code, 422), code, error.pop("message"), error))
         else:
             out.append(shape(item))
     return out

@@ -97,7 +97,8 @@ class AnswerCacheMiddleware:
         if answer is not None:
             self.hit.inc()
             scope["route"], scope["path_params"] = answer.route, answer.path_params
-            await send({"type": "http.response.start", "status": 200, "headers": answer.headers})
+            # A copy: the middlewares outside (CORS) add this request's own headers to the list they are sent.
+            await send({"type": "http.response.start", "status": 200, "headers": list(answer.headers)})
             await send({"type": "http.response.body", "body": answer.body})
             return
         self.miss.inc()
@@ -107,7 +108,7 @@ class AnswerCacheMiddleware:
         async def keep(message: Message) -> None:
             nonlocal start, whole
             if message["type"] == "http.response.start":
-                start = message
+                start = {**message, "headers": list(message.get("headers", []))}  # before CORS adds its own
             elif message["type"] == "http.response.body":
                 if message.get("more_body", False):
                     whole = False

@@ -1,4 +1,6 @@
-"""Request limits: the body-size cap (413 in the error envelope) and the model limits of this app.
+"""Request limits: the body-size cap (413 in the error envelope) and the model limits of this app; and every POST
+body read as JSON whatever its ``Content-Type`` says (``curl -d`` sends ``application/x-www-form-urlencoded``,
+which FastAPI would hand to the models as bytes: a 422 that names no cause).
 
 A pure ASGI middleware (no per-request task), so it costs next to nothing on the hot path.
 """
@@ -17,6 +19,20 @@ class BodyTooLarge(HTTPException):
         super().__init__(413, f"request body is larger than the limit of {limit} bytes")
 
 
+def is_json(content_type: bytes) -> bool:
+    media = content_type.split(b";", 1)[0].strip().lower()
+    return media == b"application/json" or (media.startswith(b"application/") and media.endswith(b"+json"))
+
+
+def as_json(scope: Scope) -> Scope:
+    """``scope`` with ``Content-Type: application/json`` in place of any other (or of none)."""
+    headers: list[tuple[bytes, bytes]] = scope["headers"]
+    if any(name == b"content-type" and is_json(value) for name, value in headers):
+        return scope
+    kept = [(name, value) for name, value in headers if name != b"content-type"]
+    return {**scope, "headers": [*kept, (b"content-type", b"application/json")]}
+
+
 class RequestLimitsMiddleware:
     """Refuse bodies over ``max_body_bytes`` and publish ``limits`` to the request models."""
 
@@ -30,6 +46,8 @@ class RequestLimitsMiddleware:
             await self.app(scope, receive, send)
             return
         LIMITS.set(self.limits)
+        if scope["method"] == "POST":
+            scope = as_json(scope)
         limit = self.max_body_bytes
         for name, value in scope["headers"]:
             if name == b"content-length":

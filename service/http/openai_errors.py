@@ -1,9 +1,9 @@
 """Errors of the OpenAI-compatible paths in OpenAI's shape.
 
 The service answers every error as ``{"error": {"code", "message", ...}}``; on the paths an OpenAI client calls
-(``POST /v1/embeddings``) this pure ASGI middleware rewrites such an answer, whoever gave it (validation, the
-body limit, the read key, the route), into ``{"error": {"message", "type", "param", "code"}}``, keeping its
-status. Answers below 400 pass through untouched.
+(``POST /v1/embeddings``, ``GET /v1/models`` and ``/v1/models/{model}``) this pure ASGI middleware rewrites such
+an answer, whoever gave it (validation, the body limit, the read key, the route), into ``{"error": {"message",
+"type", "param", "code"}}``, keeping its status. Answers below 400 pass through untouched.
 """
 
 from __future__ import annotations
@@ -13,7 +13,8 @@ from typing import Any
 import orjson
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-PATHS = frozenset({"/v1/embeddings"})
+PATHS = frozenset({"/v1/embeddings", "/v1/models"})
+PREFIXES = ("/v1/models/",)  # every path under it, even one that names no model, answers in OpenAI's shape
 CODES = {"unknown_table": "model_not_found"}  # OpenAI's name where it has one
 PARAMS = {"unknown_table": "model"}
 
@@ -58,7 +59,7 @@ class OpenAIErrorsMiddleware:
         self.paths = paths
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["path"] not in self.paths:
+        if scope["type"] != "http" or (scope["path"] not in self.paths and not scope["path"].startswith(PREFIXES)):
             await self.app(scope, receive, send)
             return
         start: Message | None = None

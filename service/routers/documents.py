@@ -17,7 +17,7 @@ router = APIRouter(prefix="/v1/tables/{table}", tags=["documents"])
 
 
 @router.get(
-    "/documents/{document}",
+    "/documents/{document:path}",  # an id may hold "/" (a passage of a sub-folder's file), raw or as %2F
     response_model=DocumentResponse,
     responses=responses(*TABLE_ERRORS),
     summary="One document by its id: text and fields, with ?vector=true its vector",

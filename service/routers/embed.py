@@ -1,25 +1,35 @@
 """Text to vectors: ``POST /v1/tables/{table}/embed`` and the OpenAI-compatible ``POST /v1/embeddings`` (``model``
-names a table). The encoders are ``index.encode``'s; the work runs in a worker thread (``execute.compute``).
-Errors of ``/v1/embeddings`` leave in OpenAI's shape (``service.http.openai_errors``)."""
+names a table) and ``GET /v1/models`` (the tables that embed text). The encoders are ``index.encode``'s; the work
+runs in a worker thread (``execute.compute``). Errors of the OpenAI paths leave in OpenAI's shape
+(``service.http.openai_errors``)."""
 
 from __future__ import annotations
 
 import base64
 import logging
-from typing import Any
+from datetime import datetime
+from typing import Annotated, Any
 
 import numpy as np
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Depends, Path, Request
 from starlette.responses import Response
 
 from index.encode import Encoded, encoder_for
 from index.errors import EmbeddingError, InvalidQuery
 from index.table import Table
-from service.deps import TableDep, get_registry
-from service.embed_models import EmbedRequest, EmbedResponse, OpenAIEmbeddingsRequest, OpenAIEmbeddingsResponse
+from service.deps import NAME_SCHEMA, RegistryDep, TableDep, get_registry, table_named
+from service.embed_models import (
+    EmbedRequest,
+    EmbedResponse,
+    OpenAIEmbeddingsRequest,
+    OpenAIEmbeddingsResponse,
+    OpenAIModel,
+    OpenAIModelList,
+)
 from service.embed_models import OpenAIErrorResponse as OpenAIError
 from service.errors import BODY_ERRORS, ERRORS, ApiError, responses
 from service.execute import compute
+from service.queries import check_known
 from service.respond import FastJSON
 
 log = logging.getLogger(__name__)
@@ -28,9 +38,12 @@ router = APIRouter(prefix="/v1/tables/{table}", tags=["embed"])
 openai_router = APIRouter(tags=["embed"])
 
 
-async def encode(request: Request, table: Table, operation: str, texts: list[str], pooling: Any) -> Encoded:
+async def encode(request: Request, table: Table, operation: str, texts: list[str], pooling: Any, name: str) -> Encoded:
+    """The texts' vectors; a 422 naming the first text (``name[i]``) with no word the table knows, and its words."""
     encoder = encoder_for(table)  # cheap: what it loads, it loads on first use, in the worker thread
-    return await compute(request, table, operation, lambda: encoder.encode(texts, pooling))
+    encoded = await compute(request, table, operation, lambda: encoder.encode(texts, pooling, strict=False))
+    check_known(encoded, texts, f"table {table.name!r}", name)
+    return encoded
 
 
 @router.post(
@@ -40,9 +53,16 @@ async def encode(request: Request, table: Table, operation: str, texts: list[str
     summary="Texts to unit vectors with the table's rows: SIF or mean of word rows, mean of model-token rows",
 )
 async def embed(request: Request, table: TableDep, body: EmbedRequest) -> Response:
-    encoded = await encode(request, table, "embed", body.texts, body.pooling)
+    encoded = await encode(request, table, "embed", body.texts, body.pooling, "texts")
     out = {"table": table.name, "pooling": encoded.pooling, "dim": table.dim}
     return FastJSON({**out, "tokens": encoded.tokens, "unknown": encoded.unknown, "vectors": encoded.vectors})
+
+
+ModelName = Annotated[str, Path(description="a table's name", max_length=64, json_schema_extra=NAME_SCHEMA)]
+
+
+async def model_table(request: Request, model: ModelName) -> Table:
+    return await table_named(request, model)  # the registry checks the name: 422 for one that is no table name
 
 
 def openai_responses(*codes: str) -> dict[int | str, dict[str, Any]]:
@@ -71,10 +91,11 @@ async def create_embeddings(request: Request, body: OpenAIEmbeddingsRequest) -> 
         raise ApiError(exc.code, exc.message, param="pooling") from None
     try:
         texts = [body.input] if isinstance(body.input, str) else body.input
-        encoded = await encode(request, table, "embeddings", texts, body.pooling)
+        encoded = await encode(request, table, "embeddings", texts, body.pooling, "input")
     except InvalidQuery as exc:
         item = exc.details.get("text")
-        raise ApiError(exc.code, exc.message, param="input" if item is None else f"input[{item}]") from None
+        param = "input" if item is None else f"input[{item}]"
+        raise ApiError(exc.code, exc.message, param=param, words=exc.details.get("words")) from None
     except EmbeddingError:
         raise
     except Exception:  # past the error handlers' reach on this path: answered here, in OpenAI's shape
@@ -89,6 +110,43 @@ async def create_embeddings(request: Request, body: OpenAIEmbeddingsRequest) -> 
     used = int(sum(encoded.tokens) + sum(encoded.unknown))
     usage = {"prompt_tokens": used, "total_tokens": used}
     return FastJSON({"object": "list", "data": data, "model": table.name, "usage": usage})
+
+
+def _embeds_text(table: Table) -> bool:
+    return table.kind == "words" or (table.kind == "tokens" and table.has_tokenizer)
+
+
+def _model(table: Table) -> dict[str, Any]:
+    built = table.manifest.get("built_at")
+    try:
+        created = int(datetime.fromisoformat(str(built)).timestamp())
+    except ValueError:
+        created = 0
+    return {"id": table.name, "object": "model", "created": created, "owned_by": "embedding-search"}
+
+
+@openai_router.get(
+    "/v1/models",
+    response_model=OpenAIModelList,
+    responses=openai_responses("not_ready"),
+    summary="OpenAI-compatible: the tables that embed text (models of POST /v1/embeddings)",
+)
+async def list_models(registry: RegistryDep) -> Response:
+    tables = [registry.tables[name] for name in sorted(registry.tables)]
+    return FastJSON({"object": "list", "data": [_model(table) for table in tables if _embeds_text(table)]})
+
+
+@openai_router.get(
+    "/v1/models/{model}",
+    response_model=OpenAIModel,
+    responses=openai_responses("unknown_table", "invalid_request", "not_ready"),
+    summary="OpenAI-compatible: one table that embeds text, as a model",
+)
+async def get_model(table: Annotated[Table, Depends(model_table)]) -> Response:
+    if not _embeds_text(table):
+        kind = "a model-token table without a tokenizer" if table.kind == "tokens" else f"a table of {table.kind}"
+        raise ApiError("unknown_table", f"table {table.name!r} is {kind}, not a model that embeds text")
+    return FastJSON(_model(table))
 
 
 ROUTERS = (router, openai_router)

@@ -13,6 +13,7 @@ import numpy as np
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
+from index.encode import preview
 from index.errors import EmbeddingError, InvalidQuery
 from index.filters import RowSet
 from index.hybrid import DocumentSearch, Mode
@@ -91,17 +92,17 @@ async def _documents(request: Request, table: Table, body: SearchRequest, encode
         query = body.document_query()
         fast = (query.mode or body.mode) == "vector" and not body.diversity and query.filter is None
         if fast and query.vector_query:  # the searcher's path, as for words
-            _, probe = _prepare(table, query, body, encoder)
+            _, probe, _ = _prepare(table, query, body, encoder)
             assert probe is not None
             search = _request([probe], query, body.k, options, None)
             (hits,) = await execute.search(request, table, "search", search)
             return _shape(documents(table, hits, body.fields), None)
 
         def one() -> dict[str, Any]:
-            mode, probe = _prepare(table, query, body, encoder)
+            mode, probe, fallback = _prepare(table, query, body, encoder)
             rows = None if query.filter is None else table.filter(query.filter)
             (shaped,) = _run(table, mode, [(probe, query.text)], query, body, options, rows)
-            return _shape(shaped, rows)
+            return _shape(shaped, rows, fallback)
 
         return await execute.compute(request, table, "search", one)
     items = body.queries
@@ -129,10 +130,13 @@ async def _documents(request: Request, table: Table, body: SearchRequest, encode
 
 def _prepare(
     table: Table, query: DocumentQuery, body: SearchRequest, encoder: Table | None
-) -> tuple[Mode, queries.Probe | None]:
-    """A query's mode (its own, else the request's) and its vector query (None in mode keyword): from its
-    vector, id or positive/negative ids, else its text embedded by ``encoder`` (the table that embedded the
-    documents); a 422 for what the mode lacks or the table cannot do."""
+) -> tuple[Mode, queries.Probe | None, dict[str, str] | None]:
+    """A query's mode (its own, else the request's), its vector query (None in mode keyword) and the fallback
+    taken, if any: from its vector, id or positive/negative ids, else its text embedded by ``encoder`` (the
+    table that embedded the documents); a 422 for what the mode lacks or the table cannot do. Text alone in mode
+    hybrid none of whose words the encoder knows (a command name, a product code, a typo) is searched by keyword
+    alone, and the answer says so (``fallback``); text none of whose words a document holds, by vector alone.
+    ``min_score`` (a floor on fused scores) keeps mode hybrid as asked."""
     mode: Mode = query.mode or body.mode
     try:
         check_mode(mode, query.text, query.vector_query, query.min_score, body.diversity)
@@ -148,10 +152,30 @@ def _prepare(
             "by the table's encoder); use mode hybrid to search by both"
         )
     if query.vector_query:
-        return mode, queries.document(table, query)
-    if mode == "keyword" or query.text is None:
-        return mode, None
-    return mode, queries.document_text(encoder, table, query.text)  # 422 when the table records no encoder
+        probe = queries.document(table, query)
+    elif mode == "keyword" or query.text is None:
+        return mode, None, None
+    else:
+        try:
+            probe = queries.document_text(encoder, table, query.text)  # 422 when the table records no encoder
+        except queries.NoKnownWord as exc:
+            if mode != "hybrid" or body.diversity or query.min_score is not None:  # these need a vector
+                raise
+            reason = exc.message.removesuffix("; modes keyword and hybrid find words as written")
+            return "keyword", None, {"mode": "keyword", "reason": reason}
+    if mode == "hybrid" and query.text is not None and query.min_score is None and not _has_keyword(table, query.text):
+        reason = (
+            f"no document of {table.name!r} holds a word of text {preview(query.text)} as the keyword index reads it"
+        )
+        return "vector", probe, {"mode": "vector", "reason": reason}
+    return mode, probe, None
+
+
+def _has_keyword(table: Table, text: str) -> bool:
+    """Whether some document holds a word of ``text`` (mode hybrid's keyword list is not empty, filter aside)."""
+    assert table.keyword is not None  # checked by _prepare for modes keyword and hybrid
+    _, rows = table.keyword.search([text], 1)
+    return bool(rows[0, 0] >= 0)
 
 
 def _request(
@@ -196,10 +220,12 @@ def _run(
     return [ranked_documents(table, hits, body.fields) for hits in run_hybrid(table, search)]
 
 
-def _shape(hits: list[dict[str, Any]], rows: RowSet | None) -> dict[str, Any]:
+def _shape(hits: list[dict[str, Any]], rows: RowSet | None, fallback: dict[str, str] | None = None) -> dict[str, Any]:
     out: dict[str, Any] = {"hits": hits}
     if rows is not None:
         out["passing"] = len(rows)
+    if fallback is not None:
+        out["fallback"] = fallback
     return out
 
 
@@ -210,9 +236,12 @@ def _answer(
     mode."""
     out: list[dict[str, Any]] = [{} for _ in items]
     groups: dict[str, list[tuple[int, Mode, queries.Probe | None, str | None]]] = defaultdict(list)
+    fallbacks: dict[int, dict[str, str]] = {}
     for position, item in enumerate(items):
         try:
-            mode, probe = _prepare(table, item, body, encoder)
+            mode, probe, fallback = _prepare(table, item, body, encoder)
+            if fallback is not None:
+                fallbacks[position] = fallback
             if item.filter is not None:
                 table.filter(item.filter)  # an error in the filter is this item's (the rows are kept for below)
         except EmbeddingError as exc:
@@ -225,5 +254,5 @@ def _answer(
         rows = None if page.filter is None else table.filter(page.filter)
         shaped = _run(table, mode, [(probe, text) for _, _, probe, text in members], page, body, options, rows)
         for (position, *_), hits in zip(members, shaped, strict=True):
-            out[position] = _shape(hits, rows)
+            out[position] = _shape(hits, rows, fallbacks.get(position))
     return out

@@ -379,6 +379,10 @@ export class DocumentSearch {
     const list = el("ol", { class: "ds-hits", start: body.offset + 1 });
     for (const hit of hits) list.append(this.hit(hit, types, shared));
     const parts = [head, count];
+    if (data.fallback) { // hybrid on a text whose words the encoder does not know: searched by keyword alone
+      parts.push(el("p", { class: "muted ds-fallback" }, `Searched by ${data.fallback.mode} only: `,
+        data.fallback.reason, "."));
+    }
     if (hits.length && shared.size) {
       const against = query.id ? "" : "the query ";
       parts.push(el("p", { class: "muted ds-legend" }, `Marked: the words a hit shares with ${against}`,

@@ -22,8 +22,9 @@ MINILM = "minilm"
 
 
 def client_for(**settings: object) -> TestClient:
-    """A TestClient over a fresh app; use it as a context manager so the lifespan loads the tables."""
-    return TestClient(create_app(Settings(**settings)), raise_server_exceptions=False)
+    """A TestClient over a fresh app; use it as a context manager so the lifespan loads the tables. The data
+    directory is not watched unless asked (``watch_seconds``): the reload tests count reloads."""
+    return TestClient(create_app(Settings(**{"watch_seconds": 0, **settings})), raise_server_exceptions=False)
 
 
 @pytest.fixture(scope="session")

@@ -1,7 +1,7 @@
 """The real ``embedding-serve`` process on a free loopback port, for tests that need a server over the network.
 
 Its stdout and stderr (the server log) go to a file the test can read. Environment variables ``EMBEDDING_*`` of
-the test run are dropped; ``env`` adds the ones a test wants (keys, limits).
+the test run are dropped; ``env`` adds the ones a test wants (keys, limits, watching the data directory).
 """
 
 from __future__ import annotations
@@ -67,7 +67,9 @@ def start(
     workers = int(args[args.index("--workers") + 1]) if "--workers" in args else 1
     port = free_port()
     command = [str(BIN / "embedding-serve"), "--data-dir", str(data_dir), "--host", "127.0.0.1", "--port", str(port)]
-    environment = {k: v for k, v in os.environ.items() if not k.startswith("EMBEDDING_")} | (env or {})
+    # The data directory is not watched unless a test asks (EMBEDDING_WATCH_SECONDS): the reload tests count reloads.
+    environment = {k: v for k, v in os.environ.items() if not k.startswith("EMBEDDING_")}
+    environment |= {"EMBEDDING_WATCH_SECONDS": "0"} | (env or {})
     with log_path.open("wb") as log:
         process = subprocess.Popen([*command, *args], stdout=log, stderr=subprocess.STDOUT, env=environment)
     server = Server(process, f"http://127.0.0.1:{port}", port, log_path)

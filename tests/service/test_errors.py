@@ -252,6 +252,8 @@ def test_openapi_lists_error_responses_for_every_operation(api: TestClient) -> N
         (f"{table}/export", "post"),
         (f"{table}/embed", "post"),
         ("/v1/embeddings", "post"),
+        ("/v1/models", "get"),
+        ("/v1/models/{model}", "get"),
         ("/v1/explorer", "get"),
         ("/v1/admin/reload", "post"),
     }
@@ -264,7 +266,8 @@ def test_openapi_lists_error_responses_for_every_operation(api: TestClient) -> N
             assert expected <= set(responses), (path, method, sorted(responses))
         for status, response in responses.items():
             if status != "200":
-                ref = "#/components/schemas/OpenAIErrorResponse" if path == "/v1/embeddings" else envelope_ref
+                openai_paths = ("/v1/embeddings", "/v1/models", "/v1/models/{model}")
+                ref = "#/components/schemas/OpenAIErrorResponse" if path in openai_paths else envelope_ref
                 assert response["content"]["application/json"]["schema"]["$ref"] == ref, (path, status)
     assert "503" in schema["paths"]["/readyz"]["get"]["responses"]
     query = {

@@ -410,6 +410,18 @@ def test_text_searches_by_the_tables_own_modes(
         assert [hit["id"] for hit in shown_hits(page)] == [hit["id"] for hit in answer["hits"]]
         if mode != "vector":  # BM25 finds the fire stories; a mean of GloVe rows is a weaker guide
             assert sum("fire" in hit["text"].lower() for hit in answer["hits"][:5]) >= 3, mode
+        assert not page.is_visible("#ds-out .ds-fallback")
+    # A word the encoder does not know (10 of the stories; not one of the 20,000 words): hybrid falls back to
+    # keyword, and the card says so.
+    page.select_option("#ds-mode", "hybrid")
+    page.fill("#ds-text", "canyoning")
+    page.press("#ds-text", "Enter")
+    settle(page)
+    answer = api.post(f"/v1/tables/{EMBEDDED}/search", json=sent(page)).json()
+    assert answer["fallback"]["mode"] == "keyword" and len(answer["hits"]) == 10
+    assert [hit["id"] for hit in shown_hits(page)] == [hit["id"] for hit in answer["hits"]]
+    note = page.inner_text("#ds-out .ds-fallback")
+    assert note.startswith("Searched by keyword only: text 'canyoning': no word of it is known") and "(small)" in note
     watched.assert_clean()
 
 

@@ -53,8 +53,8 @@ CONTENT_422 = {
     f"GET {T}/map/info": ("t-SNE maps are off",),
     f"GET {T}/map/colours/{{column}}": ("no colour column",),  # the table has no metadata column of that name
     # a text without a known word; pooling sif on a table without its component; dimensions other than the table's
-    f"POST {T}/embed": ("has no known token", "pools to a zero vector", "has no SIF component"),
-    "POST /v1/embeddings": ("has no known token", "pools to a zero vector", "has no SIF", "dimensions must be"),
+    f"POST {T}/embed": ("no word of it is known", "has no words to embed", "has no SIF component"),
+    "POST /v1/embeddings": ("no word of it is known", "has no words to embed", "has no SIF", "dimensions must be"),
 }
 MAX_EXAMPLES = 25  # per operation and phase: the fuzzing on top of the coverage phase's cases
 
@@ -79,7 +79,7 @@ def api_schema(small_data_dir: Path, request: pytest.FixtureRequest) -> Any:
     for item in document["paths"].values():
         for operation in item.values():
             for parameter in operation.get("parameters", []):
-                if parameter["in"] == "path" and parameter["name"] == "table":
+                if parameter["in"] == "path" and parameter["name"] in ("table", "model"):
                     parameter["schema"] = {"type": "string", "enum": [TABLE]}
     schema = schemathesis.openapi.from_dict(document)
     schema.app = app  # requests go to the app in process (ASGI), which schemathesis starts with its lifespan
@@ -114,7 +114,7 @@ def test_every_operation_is_fuzzed(small_data_dir: Path) -> None:
     app = create_app(Settings(data_dir=small_data_dir))
     documented = {(m.upper(), p) for p, item in app.openapi()["paths"].items() for m in item}
     routes = {(m, r.path_format) for r in app.state.api_routes if r.include_in_schema for m in r.methods}
-    assert documented == routes and len(documented) == 32
+    assert documented == routes and len(documented) == 34
 
 
 # Each request model's form fields, with a value each: every combination of them (given or left out) is one body.

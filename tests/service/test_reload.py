@@ -10,6 +10,7 @@ import logging
 import os
 import shutil
 import signal
+import time
 from pathlib import Path
 
 import pytest
@@ -215,5 +216,63 @@ def test_http_reload_reaches_every_worker(data_dir: Path, glove_raw: RawTable, t
         # worker then finds nothing new). Two workers, two reloads that load t.
         wait_for(lambda: server.log().count("reload: 1 loaded") == 2, seconds=180, what="the other worker to reload")
         assert all(served_rows(server.base) == V2 for _ in range(20))
+    finally:
+        server.stop()
+
+
+def test_a_watched_data_directory_is_served_without_a_signal(
+    data_dir: Path, glove_raw: RawTable, tmp_path: Path
+) -> None:
+    """A table published into the data directory, rebuilt there, removed from it, or copied in file by file is
+    served (or no longer) within the watch interval, with no signal and no admin key."""
+    seconds = 1.0
+    server = start(data_dir, tmp_path / "server.log", env={"EMBEDDING_WATCH_SECONDS": str(seconds)})
+    try:
+        assert HTTP.get(f"{server.base}/v1/tables/new", timeout=10).status_code == 404
+        # Built elsewhere and published into the data directory, as the builder publishes: one rename.
+        build(glove_raw, tmp_path / "work", "new", 2_000)
+        published = time.monotonic()
+        artifact.publish(tmp_path / "work" / "new", data_dir / "new")
+        wait_for(lambda: HTTP.get(f"{server.base}/v1/tables/new", timeout=10).status_code == 200, what="the new table")
+        assert time.monotonic() - published < seconds + 10  # an interval, and a small load when busy
+        build(glove_raw, data_dir, "t", V2)  # rebuilt in place
+        wait_for(lambda: served_rows(server.base) == V2, seconds=seconds + 10, what="the rebuilt table")
+        shutil.rmtree(data_dir / "u")
+        wait_for(
+            lambda: HTTP.get(f"{server.base}/v1/tables/u", timeout=10).status_code == 404,
+            seconds=seconds + 10,
+            what="the removed table to go",
+        )
+        # Copied in by hand, manifest first: refused at first, then served once the other files are there too.
+        build(glove_raw, tmp_path / "work", "late", 1_000)
+        (data_dir / "late").mkdir()
+        shutil.copy(tmp_path / "work" / "late" / artifact.MANIFEST, data_dir / "late")
+        wait_for(lambda: server.log().count("reloading them") == 4, seconds=seconds + 10, what="the manifest seen")
+        assert HTTP.get(f"{server.base}/v1/tables/late", timeout=10).status_code == 503  # refused: files missing
+        for path in (tmp_path / "work" / "late").iterdir():
+            shutil.copy(path, data_dir / "late")
+        wait_for(
+            lambda: HTTP.get(f"{server.base}/v1/tables/late", timeout=10).status_code == 200,
+            seconds=seconds + 10,
+            what="the table whose files came after its manifest",
+        )
+        log = server.log()
+        reloads = log.count("the data directory's tables changed: reloading them")
+        assert reloads >= 5, log[-2000:]  # more if a look fell between two of the files copied
+        assert "SIGHUP" not in log
+        time.sleep(3 * seconds)  # nothing changes: no more reloads
+        assert server.log().count("reloading them") == reloads
+    finally:
+        server.stop()
+
+
+def test_watching_is_off_at_zero(data_dir: Path, glove_raw: RawTable, tmp_path: Path) -> None:
+    server = start(data_dir, tmp_path / "server.log", env={"EMBEDDING_WATCH_SECONDS": "0"})
+    try:
+        build(glove_raw, data_dir, "t", V2)
+        time.sleep(3)  # the default interval and more
+        assert served_rows(server.base) == V1
+        os.kill(server.process.pid, signal.SIGHUP)
+        wait_for(lambda: served_rows(server.base) == V2, what="the reload SIGHUP asked for")
     finally:
         server.stop()

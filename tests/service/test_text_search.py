@@ -50,7 +50,12 @@ def test_a_text_query_is_embedded_by_the_documents_encoder(client: TestClient, d
     long_ids = {lee_docs.ids[i] for i, long in enumerate(lee_docs.fields["long"]) if long}
     assert len(filtered["hits"]) == 3 and {hit["id"] for hit in filtered["hits"]} <= long_ids
     unknown = client.post("/v1/tables/lee/search", json={"text": "zzqx qqzv", "k": 3})
-    assert unknown.status_code == 422 and "no known token" in unknown.json()["error"]["message"]
+    assert unknown.status_code == 422, unknown.text
+    assert unknown.json()["error"]["message"] == (
+        "text 'zzqx qqzv': no word of it is known to the vocabulary the documents of 'lee' were embedded with "
+        "(small): unknown zzqx, qqzv; modes keyword and hybrid find words as written"
+    )
+    assert unknown.json()["error"]["words"] == ["zzqx", "qqzv"]
 
 
 def test_hybrid_and_batches_embed_text_alone(client: TestClient, data_dir: Path) -> None:

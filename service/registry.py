@@ -76,6 +76,11 @@ class Registry:
     def load(cls, data_dir: Path, names: list[str] | None = None, checksums: bool = True) -> Registry:
         """Load ``names`` (default: every table in ``data_dir``); a table that fails is logged and skipped."""
         registry = cls(data_dir=Path(data_dir), names=list(names) if names is not None else None, checksums=checksums)
+        try:
+            for path, what in artifact.recover(registry.data_dir):  # left by a publisher that was killed
+                log.warning("%s: %s", path, what)
+        except OSError as exc:
+            log.warning("%s: leftovers of killed builds not looked for: %s", data_dir, exc.strerror)
         return registry.reload()[0]
 
     def reload(self) -> tuple[Registry, dict[str, list[str]]]:

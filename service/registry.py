@@ -194,7 +194,8 @@ class Registry:
         return None if record is None else self.tables.get(record["table"])
 
     def _without_encoder(self) -> list[str]:
-        """Refuse the documents tables whose encoder is not loaded, or is not the one that embedded them."""
+        """Refuse the documents tables whose encoder is not loaded, or is not the one that embedded them (other
+        vectors, or no longer the SIF component their documents were embedded with)."""
         refused = []
         for name, table in list(self.tables.items()):
             record = table.encoder_record
@@ -210,6 +211,17 @@ class Registry:
                 reason = (
                     f"its documents were embedded with other vectors than table {record['table']!r} holds now "
                     "(rebuilt since?); import the documents again with --encoder"
+                )
+            elif record.get("pooling") == "sif" and encoder.sif_sha256 is None:
+                reason = (
+                    f"its documents were embedded with table {record['table']!r}'s SIF component, which that table "
+                    f"no longer has: `embedding-index sif {record['table']}` computes one, then import the documents "
+                    "again with --encoder"
+                )
+            elif record.get("sif_sha256", encoder.sif_sha256) != encoder.sif_sha256:
+                reason = (
+                    f"its documents were embedded with another SIF component than table {record['table']!r} holds "
+                    "now (computed again since?); import the documents again with --encoder"
                 )
             else:
                 continue

@@ -19,6 +19,7 @@ import hashlib
 import json
 import os
 import re
+import resource
 import shutil
 import time
 import uuid
@@ -124,11 +125,29 @@ def staging(
                 publish(tmp, final)
         except OSError as exc:
             if exc.filename is None:  # a write that failed (no space left, a file size limit): say which file
-                raise type(exc)(exc.errno, exc.strerror, str(_newest(tmp))) from exc
+                raise _named(exc, _newest(tmp)) from exc
             raise
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
         os.close(lock)
+
+
+def _named(exc: OSError, path: Path) -> OSError:
+    """``exc`` with the file it failed to write; a short write without an error number (numpy's) gets its cause."""
+    if exc.errno is not None:
+        return type(exc)(exc.errno, exc.strerror, str(path))
+    try:
+        space = os.statvfs(path.parent)
+        free = (space.f_bfree if os.geteuid() == 0 else space.f_bavail) * space.f_frsize
+        size = path.stat().st_size
+    except OSError:
+        return OSError(errno.EIO, str(exc), str(path))
+    limit = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
+    if free < 1 << 16:
+        return OSError(errno.ENOSPC, f"{os.strerror(errno.ENOSPC)} ({exc})", str(path))
+    if limit != resource.RLIM_INFINITY and size >= limit:
+        return OSError(errno.EFBIG, f"{os.strerror(errno.EFBIG)}: the file size limit (ulimit -f) ({exc})", str(path))
+    return OSError(errno.EIO, str(exc), str(path))
 
 
 def _newest(directory: Path) -> Path:

@@ -21,6 +21,7 @@ from index import artifact
 from index.build import build_table
 from index.progress import read_status
 from index.sources import RawTable
+from service import indexing
 from tests.conftest import small_raw
 from tests.index.test_embed_documents import without_vectors
 from tests.lee import Lee, write_jsonl
@@ -87,8 +88,12 @@ def test_a_background_build_keeps_the_extras_published_while_it_ran(
         pid, status_file = found
         pause_once_it_has_read(pid, status_file)  # the version without SIF; it publishes after the others
         assert json.loads((data_dir / "w" / artifact.MANIFEST).read_text())["index"]["deferred"]
-        status = HTTP.get(f"{server.base}/readyz", timeout=10).json()
-        assert status["building"]["w"]["state"] in ("queued", "running"), status
+        # What the build costs, as it reported it last (its nice level, elapsed and CPU seconds so far).
+        build = HTTP.get(f"{server.base}/readyz", timeout=10).json()["building"]["w"]
+        assert build["state"] == "running" and build["nice"] == indexing.CHILD_NICE, build
+        assert build["elapsed_seconds"] > 0 and build["cpu_seconds"] > 0, build
+        summary = HTTP.get(f"{server.base}/v1/tables/w", timeout=10).json()
+        assert summary["building"]["nice"] == indexing.CHILD_NICE and summary["building"]["cpu_seconds"] > 0
 
         made = cli("sif", "w", "--data-dir", data_dir)
         assert made.returncode == 0, made.stderr

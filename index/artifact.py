@@ -304,6 +304,17 @@ def verify(directory: Path, checksums: bool = True, progress: Callable[[int], No
     return Verification(ok=not problems, problems=problems)
 
 
+def verified(directory: Path, attempts: int = 3) -> tuple[dict[str, Any], Verification]:
+    """The manifest of the version in ``directory`` and that version's verification, read again if a publisher
+    replaced the version while it was being checked (its files would then disagree with the manifest read)."""
+    for _ in range(attempts):
+        manifest = read_manifest(directory)
+        checked = verify(directory)
+        if checked.ok or read_manifest(directory) == manifest:
+            break
+    return manifest, checked
+
+
 def now_iso() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 

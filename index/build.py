@@ -123,11 +123,11 @@ def index_table(
     """
     started = time.perf_counter()
     directory = artifact.table_dir(data_dir, name)
-    manifest = artifact.read_manifest(directory)
+    artifact.read_manifest(directory)  # no such table: say so before anything else
+    note(f"verifying {directory} ...")
+    manifest, checked = artifact.verified(directory)
     deferred = manifest.get("index", {}).get("deferred") or {}
     spec_text = index_spec or deferred.get("spec") or "auto"
-    note(f"verifying {directory} ...")
-    checked = artifact.verify(directory)
     if not checked.ok:
         raise ArtifactError(f"table {name!r}: " + "; ".join(checked.problems))
     vectors = np.load(directory / artifact.VECTORS, mmap_mode="r")

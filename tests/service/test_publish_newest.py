@@ -46,16 +46,17 @@ def builder_of(data_dir: Path) -> tuple[int, Path] | None:
     return None
 
 
-def building(status: Path) -> bool:
-    """The build has read and verified the table and is building its index."""
+def reached(status: Path, stage: str) -> bool:
+    """The build is ``verifying`` the table, or has verified it and is ``building`` its index."""
     step = read_status(status) or {}
-    return step.get("state") == "running" and "verifying" not in str(step.get("step"))
+    verifying = "verifying" in str(step.get("step"))
+    return step.get("state") == "running" and verifying == (stage == "verifying")
 
 
-def pause_once_it_has_read(pid: int, status: Path) -> None:
-    """Stop the build once it has read and verified the table, while it builds the index."""
+def pause_at(pid: int, status: Path, stage: str) -> None:
+    """Stop the build once it is at ``stage`` (step by step: it runs 2 ms at a time until then)."""
     os.kill(pid, signal.SIGSTOP)
-    while not building(status):
+    while not reached(status, stage):
         os.kill(pid, signal.SIGCONT)
         time.sleep(0.002)
         os.kill(pid, signal.SIGSTOP)
@@ -71,8 +72,9 @@ def search(server: real_server.Server) -> int:
     return answer.status_code
 
 
+@pytest.mark.parametrize("stage", ["verifying", "building"])
 def test_a_background_build_keeps_the_extras_published_while_it_ran(
-    tmp_path: Path, glove_raw: RawTable, lee_docs: Lee
+    tmp_path: Path, glove_raw: RawTable, lee_docs: Lee, stage: str
 ) -> None:
     data_dir = tmp_path / "data"
     source = {"format": "test", "path": "glove"}
@@ -86,7 +88,7 @@ def test_a_background_build_keeps_the_extras_published_while_it_ran(
         found = builder_of(data_dir)
         assert found is not None
         pid, status_file = found
-        pause_once_it_has_read(pid, status_file)  # the version without SIF; it publishes after the others
+        pause_at(pid, status_file, stage)  # reading the version without SIF; it publishes after the others
         assert json.loads((data_dir / "w" / artifact.MANIFEST).read_text())["index"]["deferred"]
         # What the build costs, as it reported it last (its nice level, elapsed and CPU seconds so far).
         build = HTTP.get(f"{server.base}/readyz", timeout=10).json()["building"]["w"]
@@ -109,6 +111,7 @@ def test_a_background_build_keeps_the_extras_published_while_it_ran(
 
         def indexed() -> bool:
             summary = HTTP.get(f"{server.base}/v1/tables/w", timeout=10).json()
+            assert summary.get("building", {}).get("state") != "failed", summary["building"]
             return bool(summary["approximate"]) and "building" not in summary
 
         real_server.wait_for(indexed, seconds=300, what="the background build to publish and be loaded")

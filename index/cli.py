@@ -446,8 +446,11 @@ def inspect(name: str, data_dir: DataDir = Path("data"), quiet: Quiet = False) -
 
 @app.command()
 def verify(name: str, data_dir: DataDir = Path("data"), quiet: Quiet = False) -> None:
-    """Check every file of a table against its manifest (sizes and sha256)."""
+    """Check every file of a table against its manifest (sizes and sha256), after finishing what killed builds left
+    in the data directory (each leftover is named with what was done)."""
     directory = artifact.table_dir(data_dir, name)
+    for path, what in artifact.recover(data_dir):
+        note(f"{path}: {what}")
     result = artifact.verify(directory)
     if not result.ok:
         fail(f"{directory}: " + "; ".join(result.problems))

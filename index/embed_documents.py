@@ -3,8 +3,8 @@
 The encoder table is loaded and verified like any served table and its encoder (``index.encode``) embeds the
 text field in blocks, with progress. A document with no text, or whose text has no token the encoder knows,
 is a bad row (named by its line, or dropped with ``--drop-invalid``). The manifest records the encoder: its
-name, kind, pooling, dimension and the sha256 of its vectors, so that the server can check that the table it
-embeds query texts with is the one the documents were embedded with.
+name, kind, pooling, dimension and the sha256 of its vectors (and of its SIF component), so that the server can
+check that the table it embeds query texts with is the one the documents were embedded with.
 """
 
 from __future__ import annotations
@@ -43,13 +43,16 @@ class TextEncoder:
         return cls(table, encoder_for(table))
 
     def info(self) -> dict[str, Any]:
-        """The manifest's record of the encoder."""
+        """The manifest's record of the encoder (with SIF pooling, the checksum of the component it used)."""
+        pooling = self.encoder.default_pooling
+        sif = {"sif_sha256": self.table.sif_sha256} if pooling == "sif" else {}
         return {
             "table": self.table.name,
             "kind": self.table.kind,
-            "pooling": self.encoder.default_pooling,
+            "pooling": pooling,
             "dim": self.table.dim,
             "vectors_sha256": self.table.vectors_sha256,
+            **sif,
         }
 
     def embed(self, texts: Sequence[str | None]) -> tuple[np.ndarray, np.ndarray]:

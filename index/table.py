@@ -158,6 +158,15 @@ class Table:
         return digest
 
     @property
+    def sif_sha256(self) -> str | None:
+        """The checksum of its SIF component (``embedding-index sif``), None when it has none."""
+        sif = self.manifest.get("sif")
+        if not isinstance(sif, dict):
+            return None
+        digest: str | None = self.manifest.get("files", {}).get(str(sif.get("file")), {}).get("sha256")
+        return digest
+
+    @property
     def encoder_record(self) -> dict[str, Any] | None:
         """A documents table's record of the table that embedded its text at import (``--encoder``); None when
         its vectors came with the documents."""

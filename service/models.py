@@ -1035,6 +1035,12 @@ class BuildStatus(BaseModel):
     step: str = Field(description="what the build is doing, e.g. adding rows to the index")
     done: float = Field(description="fraction of the step done, 0 to 1")
     seconds_left: float | None = Field(None, description="estimated seconds left in the step, at the rate so far")
+    nice: int | None = Field(None, description="the build process's nice level (it yields the CPU to requests)")
+    elapsed_seconds: float | None = Field(None, description="seconds since the build started")
+    cpu_seconds: float | None = Field(None, description="CPU seconds the build has used so far, all its threads")
+    hnsw_estimate_seconds: float | None = Field(
+        None, description="the estimated time of the HNSW build, when the auto rule estimated it"
+    )
 
 
 class Ready(BaseModel):

@@ -21,6 +21,7 @@ from index.encode import Encoder, encoder_for
 from index.errors import InputError, UnknownTable
 from index.progress import Progress
 from index.table import Table
+from index.transformer_encoder import TransformerEncoder
 
 BLOCK_TEXTS = 4096  # texts embedded at a time (one progress step)
 
@@ -30,7 +31,7 @@ class TextEncoder:
     """What the documents reader calls: ``embed(texts)`` -> (unit vectors of the texts it can embed, which)."""
 
     table: Table
-    encoder: Encoder
+    encoder: Encoder | TransformerEncoder
 
     @classmethod
     def open(cls, directory: Path) -> TextEncoder:

@@ -20,7 +20,7 @@ from index.table import Table
 from service.registry import Registry
 from tests.index.test_embed_documents import without_vectors
 from tests.index.test_sources import run_cli
-from tests.index.test_transformer import RECORDED, _edit, _model_copy, cosine, minilm_dir
+from tests.index.test_transformer import RECORDED, Reference, _edit, _model_copy, cosine, minilm_dir
 from tests.lee import Lee, write_jsonl
 from tests.service import real_server
 from tests.service.conftest import client_for
@@ -126,3 +126,55 @@ def test_documents_are_served_only_beside_the_same_model(tmp_path: Path, data_di
     registry = Registry.load(copy)
     assert "st" in registry.tables and "lee" not in registry.tables
     assert "other vectors than table 'st' holds now" in registry.failed["lee"]
+
+
+# ------------------------------------------------------------------ POST .../contextual
+BANK = ["the river bank was muddy", "she deposited money at the bank", "we fished from the bank of the river"]
+
+
+def test_contextual_bank(client: TestClient, st: Table) -> None:
+    response = client.post("/v1/tables/st/contextual", json={"texts": BANK, "token": "bank", "k": 5})
+    assert response.status_code == 200, response.text
+    body = response.json()
+    first = body["texts"][0]
+    assert [t["token"] for t in first["tokens"]] == ["[CLS]", "the", "river", "bank", "was", "muddy", "[SEP]"]
+    assert first["truncated"] is False and len(first["tokens"][3]["vector"]) == 384
+    # the last-layer vectors are the model's: the float64 forward pass of the same weights agrees
+    reference = Reference(minilm_dir()).tokens([t["id"] for t in first["tokens"]])
+    got = np.array([t["vector"] for t in first["tokens"]])
+    assert min(cosine(a, b) for a, b in zip(got, reference, strict=True)) >= 0.9999
+    word = body["token"]
+    assert word["pieces"] == [{"id": 2924, "token": "bank"}]
+    assert [(o["text"], o["position"]) for o in word["occurrences"]] == [(0, 3), (1, 6), (2, 5)]
+    for o in word["occurrences"]:
+        assert np.allclose(o["vector"], body["texts"][o["text"]]["tokens"][o["position"]]["vector"])
+        assert np.isclose(o["static_cosine"], cosine(np.array(o["vector"]), np.array(word["static"]["vector"])))
+        assert o["neighbors"][0]["token"] == "bank" and len(o["neighbors"]) == 5
+    static = np.asarray(st.vectors[2924], dtype=np.float64) * float(st.norms[2924])
+    np.testing.assert_allclose(word["static"]["vector"], static, rtol=1e-6)
+    cosines = np.array(word["cosines"])
+    # the two river banks are nearer each other than either is to the bank of money
+    assert cosines[0, 2] > max(cosines[0, 1], cosines[1, 2])
+    assert np.allclose(np.diag(cosines), 1) and np.allclose(cosines, cosines.T)
+
+
+def test_contextual_word_of_several_pieces(client: TestClient) -> None:
+    texts = ["heartache after the loss", "no heartache here"]
+    word = client.post("/v1/tables/st/contextual", json={"texts": texts, "token": "heartache"}).json()["token"]
+    assert [p["token"] for p in word["pieces"]] == ["heart", "##ache"]
+    assert [(o["text"], o["position"]) for o in word["occurrences"]] == [(0, 1), (1, 2)]
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "message"),
+    [
+        ("/v1/tables/lee/contextual", {"texts": ["a"]}, "table 'lee' is not a transformer table"),
+        ("/v1/tables/st/contextual", {"texts": ["the river"], "token": "bank"}, "'bank' (bank) occurs in none"),
+        ("/v1/tables/st/contextual", {"texts": ["a"] * 17}, "texts: List should have at most 16 items"),
+        ("/v1/tables/st/contextual", {"texts": ["a"], "k": 0}, "k: Input should be greater than or equal to 1"),
+    ],
+)
+def test_contextual_errors(client: TestClient, path: str, body: dict[str, Any], message: str) -> None:
+    response = client.post(path, json=body)
+    assert response.status_code == 422
+    assert message in response.json()["error"]["message"]

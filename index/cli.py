@@ -226,7 +226,7 @@ def import_(
         typer.Option(
             "--encoder",
             help="Documents without vectors: embed their text with this table of --data-dir (words: SIF or mean; "
-            "model tokens: the mean of their rows).",
+            "model tokens: the mean of their rows; a transformer table: its model).",
         ),
     ] = None,
     force: Force = False,

@@ -34,7 +34,7 @@ from gensim.test.utils import datapath
 
 from index import artifact
 from index.build import build_table
-from index.encode import encoder_for
+from index.encode import Pooling, encoder_for
 from index.hybrid import DocumentSearch
 from index.hybrid import run as run_hybrid
 from index.keyword import K1, KeywordIndex, Tokenizer, build
@@ -88,14 +88,19 @@ def import_documents(texts: list[str], work: Path, vectors: np.ndarray | None = 
 def encoder_rows(work: Path, queries: list[str], documents: list[str]) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     """(query vectors, document vectors) of the server's encoders (``index.encode``): GloVe 6B 50d by SIF, its
     component from the Lee background corpus itself (as the SIF paper takes it from the sentences embedded), and
-    all-MiniLM-L6-v2's token table by the mean of the pieces' rows. The tables are built as bench.lee_similarity
-    builds them."""
-    from bench.lee_similarity import GLOVE, MINILM, build_tables
+    all-MiniLM-L6-v2's token table by the mean of the pieces' rows, and all-MiniLM-L6-v2 itself (its transformer
+    table, run by ONNX Runtime). The tables are built as bench.lee_similarity builds them."""
+    from bench.lee_similarity import GLOVE, MINILM, TRANSFORMER, build_tables
 
     data_dir = work / "encoders"
     build_tables(data_dir, None)
     out = {}
-    for label, name, pooling in (("GloVe 6B 50d SIF", GLOVE, "sif"), ("MiniLM token mean", MINILM, "mean")):
+    encoders: tuple[tuple[str, str, Pooling | None], ...] = (
+        ("GloVe 6B 50d SIF", GLOVE, "sif"),
+        ("MiniLM token mean", MINILM, "mean"),
+        ("MiniLM transformer", TRANSFORMER, None),
+    )
+    for label, name, pooling in encoders:
         encoder = encoder_for(Table.load(data_dir / name))
         out[label] = (encoder.encode(queries, pooling).vectors, encoder.encode(documents, pooling).vectors)
     return out
@@ -191,7 +196,7 @@ def run() -> dict[str, Any]:
         methods["hybrid: RRF k 60 of vector and keyword lists (100 deep)"] = hybrid_search(table, vectors)
         methods["hybrid: RRF k 60, keyword weight 2"] = hybrid_search(table, vectors, weights=(1.0, 2.0))
         for label, (query_rows, document_rows) in encoder_rows(work, queries, documents).items():
-            slug = label.split()[0].lower()
+            slug = "-".join(label.split()[:2]).lower()
             encoded = Table.load(import_documents(documents, work, document_rows, f"lee-halves-{slug}"))
             by_text = dict(zip(queries, query_rows, strict=True))
             methods[f"vector: {label}, cosine"] = vector_search(encoded, by_text)

@@ -249,7 +249,8 @@ def import_(
         typer.Option(
             "--encoder",
             help="Documents without vectors (a folder of text files, or records without a vector field): embed "
-            "their text with this table of --data-dir (words: SIF or mean; model tokens: the mean of their rows).",
+            "their text with this table of --data-dir (words: SIF or mean; model tokens: the mean of their rows; a "
+            "transformer table: its model).",
         ),
     ] = None,
     stopwords: Annotated[

@@ -207,7 +207,10 @@ class Registry:
                     f"its documents were embedded with table {record['table']!r}, which is not loaded; serve that "
                     "table too (it embeds the query texts)"
                 )
-            elif encoder.vectors_sha256 != record["vectors_sha256"]:
+            elif (encoder.vectors_sha256, encoder.graph_sha256) != (
+                record["vectors_sha256"],
+                record.get("graph_sha256"),
+            ):
                 reason = (
                     f"its documents were embedded with other vectors than table {record['table']!r} holds now "
                     "(rebuilt since?); import the documents again with --encoder"

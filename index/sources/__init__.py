@@ -86,6 +86,7 @@ READERS: dict[str, tuple[str, str]] = {
     "npy": ("numpy_vocab", "read"),
     "projector": ("projector", "read"),
     "hf": ("huggingface", "read"),
+    "transformer": ("transformer", "read"),
     "model2vec": ("model2vec", "read"),
     "glove-package": ("glove_package", "read"),
     "gensim": ("gensim_pickle", "read"),

@@ -62,6 +62,14 @@ def pause_at(pid: int, status: Path, stage: str) -> None:
         os.kill(pid, signal.SIGSTOP)
 
 
+# The background build stops itself as it starts (a ``sitecustomize`` on the server's PYTHONPATH, which its child
+# inherits), so that the test reaches it before it has verified the table, however slowly the server starts.
+STOP_AT_START = """import os, signal, sys
+if "--status-file" in sys.argv:
+    os.kill(os.getpid(), signal.SIGSTOP)
+"""
+
+
 def cli(*args: str | Path) -> subprocess.CompletedProcess[str]:
     command = [str(BIN / "embedding-index"), *map(str, args)]
     return subprocess.run(command, capture_output=True, text=True, timeout=600, check=False)
@@ -81,7 +89,11 @@ def test_a_background_build_keeps_the_extras_published_while_it_ran(
     build_table(small_raw(glove_raw), data_dir=data_dir, name="w", source=source, index_spec=SPEC, defer_index=True)
     before_sif = tmp_path / "w-before-sif"
     shutil.copytree(data_dir / "w", before_sif)
-    server = real_server.start(data_dir, tmp_path / "server.log", env={"EMBEDDING_API_KEY": KEY})
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(STOP_AT_START)
+    path = os.pathsep.join(filter(None, [str(hook), os.environ.get("PYTHONPATH")]))
+    server = real_server.start(data_dir, tmp_path / "server.log", env={"EMBEDDING_API_KEY": KEY, "PYTHONPATH": path})
     pid = None
     try:
         real_server.wait_for(lambda: builder_of(data_dir) is not None, seconds=60, what="the background build")

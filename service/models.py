@@ -31,6 +31,7 @@ MAX_TOKEN_CHARS = 1024
 MAX_TEXT_CHARS = 100_000
 MAX_DIM = 65_536
 FLOAT32_MAX = 3.4028234663852886e38
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 
 
 def _check_k(k: int) -> int:
@@ -240,10 +241,43 @@ class NeighborsRequest(TokenOptions):
         return self
 
 
+def _utf8_json(value: Any, where: str = "") -> None:
+    """Raise ValueError at the first text (key or value) of free-form JSON that UTF-8 cannot encode: a lone
+    surrogate such as ``"\\ud800"`` is valid JSON, and pydantic's ``str`` refuses it, but ``Any`` lets it through."""
+    if isinstance(value, str):
+        try:
+            value.encode()
+        except UnicodeEncodeError:
+            raise ValueError(
+                f"{where or 'text'}: text must be valid Unicode (a lone UTF-16 surrogate is not)"
+            ) from None
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            _utf8_json(key, f"{where}.<a key>" if where else "<a key>")
+            _utf8_json(item, f"{where}.{key}" if where else key)
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            _utf8_json(item, f"{where}[{i}]")
+
+
+def _valid_text(value: Any) -> Any:
+    _utf8_json(value)
+    return value
+
+
+def _int64_schema(schema: dict[str, Any]) -> None:
+    """The int64 range as the OpenAPI document can say it: its bounds become floats, which a checker compares as
+    floats, so they stay a float's step (1024) inside it (a client that keeps within the schema is never refused)."""
+    schema["minimum"], schema["maximum"] = INT64_MIN + 1024, INT64_MAX + 1 - 1024
+
+
+ValidText = AfterValidator(_valid_text)  # for free-form JSON (``Any``); typed ``str`` fields refuse surrogates already
+
+
 # ------------------------------------------------------------------------------------------- search
 VectorBatch = Annotated[list[BatchVector], batch_of("a batch of query vectors"), CHECK_BATCH]
 DocumentId = Annotated[
-    Token | Annotated[int, Whole],
+    Token | Annotated[int, Field(ge=INT64_MIN, le=INT64_MAX, json_schema_extra=_int64_schema), Whole],
     Field(description="a document's id (documents tables)", union_mode="left_to_right"),
 ]
 DocumentIds = Annotated[list[DocumentId], Field(max_length=MAX_DIM)]
@@ -293,6 +327,7 @@ Filter = Annotated[
         description="documents tables: a filter on payload fields: {field: value}, {field: {in: [...]}}, "
         "{field: {gte, gt, lte, lt, eq, ne}}, {not: F}, {and: [F, ...]}, {or: [F, ...]}",
     ),
+    ValidText,
 ]
 FieldNames = Annotated[list[Token], Field(max_length=1024, description="documents tables: the fields a hit carries")]
 DOCUMENT_FORMS = (given("vector"), given("id"), POSITIVE_NEGATIVE)

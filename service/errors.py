@@ -43,7 +43,10 @@ ERRORS: dict[str, ErrorKind] = {
         "NaN/Inf, zero vector, unknown method)",
     ),
     "not_ready": ErrorKind(503, "The table (or the server) is not loaded, or the server is shutting down"),
-    "request_timeout": ErrorKind(408, "The request line and headers did not arrive within the server's time"),
+    "request_timeout": ErrorKind(
+        408, "The request line and headers, or the body, did not arrive within the server's time"
+    ),
+    "http_version_not_supported": ErrorKind(505, "The request line names an HTTP version other than 1.0 and 1.1"),
     "request_line_too_long": ErrorKind(414, "The request line (mostly the URL) is longer than the server's limit"),
     "headers_too_large": ErrorKind(431, "The request line and headers together are larger than the server's limit"),
     "overloaded": ErrorKind(503, "The worker has as many connections open as it takes; retry after `Retry-After`"),

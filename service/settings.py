@@ -99,6 +99,12 @@ class Settings(BaseSettings):
         description="seconds a client has for a request line and headers, from connecting or from the first byte of "
         "the next request on a kept-alive connection: then 408 (or the connection closed, if nothing came)",
     )
+    body_timeout: float = Field(
+        30.0,
+        gt=0,
+        le=3600,
+        description="seconds a client has for a request body once its head has arrived (a body that stalls): then 408",
+    )
     keep_alive_timeout: float = Field(
         75.0,
         gt=0,

@@ -143,6 +143,7 @@ class JsonErrorsProtocol(HttpToolsProtocol):
         self.head: int | None = 0  # bytes of the unfinished request head counted so far; None inside a body
         self.heads = 0  # request heads parsed on this connection
         self.head_since: float | None = None  # when the head awaited now began; None: no head awaited
+        self.begun = False  # the parser has begun a request whose head is not complete
         self.head_timer: asyncio.TimerHandle | None = None
         self.in_body = False  # a request head is parsed and its body is not complete
         self.body_timer: asyncio.TimerHandle | None = None  # armed once a body goes on past the read that began it
@@ -214,12 +215,19 @@ class JsonErrorsProtocol(HttpToolsProtocol):
                     return
 
     # ------------------------------------------------------------------------------------------ parser callbacks
+    def on_message_begin(self) -> None:
+        self.begun = True
+        if self.head_since is None:  # a head that began in the read that ended the request before it
+            self.head_since = self.loop.time()
+        HttpToolsProtocol.on_message_begin(self)
+
     def on_headers_complete(self) -> None:
         if self.parser.get_http_version() not in ("1.0", "1.1"):  # httptools parses HTTP/2.0 as if it were 1.1
             self.bad_version = True
             raise httptools.HttpParserError("unsupported HTTP version")  # the parser stops: send_400_response
         self.heads += 1
         self.head = self.head_since = None
+        self.begun = False
         self.in_body = True
         HttpToolsProtocol.on_headers_complete(self)
         if self.drain is not None and self.drain.draining and self.cycle is not None:
@@ -265,7 +273,7 @@ class JsonErrorsProtocol(HttpToolsProtocol):
             self._arm(current + timeout)
         elif self.cycle is not None and not self.cycle.response_complete:  # pipelined behind an answer
             self._arm(self.loop.time() + timeout)
-        elif self.head:
+        elif self.head or self.begun:
             log.info("%s - request head not complete after %gs: answering 408", self._peer(), timeout)
             self._refuse("request_timeout", f"the request line and headers must arrive within {timeout:g} seconds")
         else:

@@ -175,6 +175,25 @@ def test_a_slowloris_client_is_cut_after_the_header_timeout(server: Server, kept
     assert HEADER_TIMEOUT - 0.05 <= elapsed < HEADER_TIMEOUT + SLACK
 
 
+@pytest.mark.parametrize("then", [b"", b"lthz HTTP/1.1\r\nX-Slow: " + b"z" * 300], ids=["silence", "a trickle"])
+def test_a_head_begun_behind_an_answered_request_is_408_at_the_header_timeout(server: Server, then: bytes) -> None:
+    """A kept-alive client that turns slowloris: the next head begins in the same write as the request before it
+    (so the protocol counts none of its bytes), then stalls or trickles."""
+    with connect(server.port) as sock:
+        sock.sendall(request("GET", "/healthz") + b"GET /hea")
+        started = time.monotonic()
+        assert read_response(sock)[0] == 200
+        stop = threading.Event()
+        sender = trickle(sock, then, 0.1, stop)
+        error = error_of(read_response(sock), 408)
+        elapsed = time.monotonic() - started
+        assert closed(sock)
+        stop.set()
+        sender.join()
+    assert error["code"] == "request_timeout"
+    assert HEADER_TIMEOUT - 0.05 <= elapsed < HEADER_TIMEOUT + SLACK
+
+
 def test_a_connection_that_sends_nothing_is_closed(server: Server) -> None:
     with connect(server.port) as sock:
         started = time.monotonic()

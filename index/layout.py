@@ -390,25 +390,39 @@ class LayoutCache:
                 self._memory.pop(next(iter(self._memory)))
         return value
 
-    def layout(self, name: str, manifest: dict[str, Any], vectors: np.ndarray, method: str, **params: Any) -> Layout:
-        """The ``method`` layout of ``vectors`` (the table's unit rows; t-SNE: the first ``params['rows']``)."""
+    @staticmethod
+    def _key(name: str, manifest: dict[str, Any], method: str, params: dict[str, Any]) -> str:
         suffix = "-".join(f"{k}{v}" for k, v in sorted(params.items()))
-        key = f"{name}-{table_key(manifest)}-{method}{suffix and '-' + suffix}-v{LAYOUT_VERSION}"
+        return f"{name}-{table_key(manifest)}-{method}{suffix and '-' + suffix}-v{LAYOUT_VERSION}"
+
+    def _kept(self, key: str) -> Layout | None:
         found: Layout | None = self._memory.get(key)  # a layout key holds a Layout
         if found is not None:
             return found
+        try:
+            points = np.load(self.directory / f"{key}.npy")
+            info = json.loads((self.directory / f"{key}.json").read_text())
+            if points.shape == (int(info["rows"]), 2) and points.dtype == np.float32:
+                return self._remember(key, Layout(points, {**info, "cached": True}))
+        except (OSError, ValueError, KeyError):
+            pass
+        return None
+
+    def kept(self, name: str, manifest: dict[str, Any], method: str, **params: Any) -> Layout | None:
+        """The layout :meth:`layout` would give if it is kept already (in memory or on disk), else None."""
+        return self._kept(self._key(name, manifest, method, params))
+
+    def layout(self, name: str, manifest: dict[str, Any], vectors: np.ndarray, method: str, **params: Any) -> Layout:
+        """The ``method`` layout of ``vectors`` (the table's unit rows; t-SNE: the first ``params['rows']``)."""
+        key = self._key(name, manifest, method, params)
+        found: Layout | None = self._memory.get(key)
+        if found is not None:
+            return found
         with self._lock(key):
-            computed: Layout | None = self._memory.get(key)  # by a request that held the lock before this one
-            if computed is not None:
-                return computed
+            kept = self._kept(key)  # also by a request that held the lock before this one
+            if kept is not None:
+                return kept
             points_path, info_path = self.directory / f"{key}.npy", self.directory / f"{key}.json"
-            try:
-                points = np.load(points_path)
-                info = json.loads(info_path.read_text())
-                if points.shape == (int(info["rows"]), 2) and points.dtype == np.float32:
-                    return self._remember(key, Layout(points, {**info, "cached": True}))
-            except (OSError, ValueError, KeyError):
-                pass
             if method == "pca":
                 layout = pca_layout(vectors)
             elif method == "tsne":

@@ -80,4 +80,5 @@ def axis(table: Table, pair: list[str]) -> tuple[np.ndarray, list[str]]:
     "out by t-SNE (tsne) or UMAP (umap)",
 )
 async def project_tokens(request: Request, table: TableDep, body: ProjectRequest) -> Response:
-    return FastJSON(await compute(request, table, "project", lambda: project(table, body)))
+    long = body.method in ("tsne", "umap")  # a layout of seconds: in the long computations' slots
+    return FastJSON(await compute(request, table, "project", lambda: project(table, body), long=long))

@@ -288,6 +288,16 @@ class JsonErrorsProtocol(HttpToolsProtocol):
         if any(cycle is self.cycle for cycle, _ in self.pipeline):  # queued behind answers: its body is not read yet
             self.body_timer = self.loop.call_later(timeout, self._body_timeout)
             return
+        cycle = self.cycle
+        if cycle is not None and cycle.response_started and not cycle.response_complete:  # answering still
+            self.body_timer = self.loop.call_later(timeout, self._body_timeout)
+            return
+        if cycle is not None and cycle.response_complete:  # answered without its body (e.g. 413)
+            log.info("%s - request body not complete after %gs, its answer sent: closing", self._peer(), timeout)
+            self.refused = True
+            self._cancel_timers()
+            self._linger()
+            return
         log.info("%s - request body not complete after %gs: answering 408", self._peer(), timeout)
         self._refuse("request_timeout", f"the request body must arrive within {timeout:g} seconds of its head")
 
@@ -333,6 +343,11 @@ class JsonErrorsProtocol(HttpToolsProtocol):
             return
         self._unset_keepalive_if_required()
         transport.write(_answer(code, _body(code, message), self.server_state.default_headers))
+        self._linger()
+
+    def _linger(self) -> None:
+        """Shut the write side and hand the connection to :class:`Lingering` (or close it)."""
+        transport = self.transport
         if not transport.can_write_eof():
             transport.close()
             return

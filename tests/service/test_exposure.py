@@ -299,6 +299,21 @@ def test_a_body_that_stalls_is_408_at_the_body_timeout(server: Server, kept_aliv
     assert BODY_TIMEOUT - 0.05 <= elapsed < BODY_TIMEOUT + SLACK
 
 
+def test_a_body_refused_by_its_declared_length_gets_one_answer_then_the_connection_closes(server: Server) -> None:
+    """413 before the body is read; the body never comes: the connection is closed at the body timeout, with no
+    second answer to the same request."""
+    with connect(server.port, timeout=10) as sock:
+        sock.sendall(
+            request("POST", SEARCH, headers={"Content-Type": "application/json", "Content-Length": "99999999"})
+        )
+        sock.sendall(b'{"vector":')
+        started = time.monotonic()
+        assert error_of(read_response(sock), 413)["code"] == "body_too_large"
+        assert sock.recv(65536) == b""  # nothing more: closed
+        elapsed = time.monotonic() - started
+    assert elapsed < BODY_TIMEOUT + SLACK
+
+
 def test_a_body_sent_slowly_within_the_body_timeout_is_answered(server: Server, small: Table) -> None:
     vectors = queries(small, 2, seed=7)
     payload = search_body(vectors, k=3)

@@ -10,12 +10,15 @@
   (``EMBEDDING_LAYOUT_SLOTS``), so they never hold the slots searches wait for; at most
   ``EMBEDDING_LAYOUT_QUEUE`` wait for one, and a request beyond them is a 503 ``overloaded`` at once.
 
-Work that waited for a slot is not started when its client has gone meanwhile (status 499 in the request metrics).
+Work that waited for a slot is not started when its client has gone meanwhile (status 499 in the request metrics);
+work that can stop midway (a t-SNE projection) is given ``gone``, set when the client goes.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import threading
 import time
 from collections.abc import Callable
 from typing import TypeVar
@@ -24,6 +27,7 @@ import anyio.to_thread
 import faiss
 from fastapi import Request
 
+from index.errors import Abandoned
 from index.search import Answers, Search
 from index.table import Table
 from service.errors import ApiError
@@ -51,10 +55,12 @@ async def compute(
     on_loop: bool = False,
     long: bool = False,
     check_client: bool = True,
+    gone: threading.Event | None = None,
 ) -> T:
     """Run ``fn`` (an engine call): in a worker thread (a long one with ``long``), or on the event loop with
     ``on_loop``; not at all if, by the time it has a slot, its client has gone (unless ``check_client`` is off: work
-    that other requests wait for too)."""
+    that other requests wait for too). ``gone`` is set if the client goes while ``fn`` runs, for work that can
+    stop midway."""
     metrics = request.app.state.metrics
     threads = request.app.state.settings.threads
 
@@ -86,4 +92,20 @@ async def compute(
         if check_client and await request.is_disconnected():
             log.info("%s %s: the client has gone, its work is not started", request.method, request.url.path)
             raise ApiError("client_closed_request", "the client closed the connection before its work started")
-        return await anyio.to_thread.run_sync(timed)
+        if gone is None:
+            return await anyio.to_thread.run_sync(timed)
+        watching = asyncio.ensure_future(_watch(request, gone))
+        try:
+            return await anyio.to_thread.run_sync(timed)
+        except Abandoned:
+            log.info("%s %s: the client has gone, its work is stopped", request.method, request.url.path)
+            raise
+        finally:
+            watching.cancel()
+
+
+async def _watch(request: Request, gone: threading.Event) -> None:
+    """Set ``gone`` once the client disconnects (its request's body is read: what comes next is the disconnect)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+    gone.set()

@@ -197,3 +197,20 @@ def test_a_map_layout_asked_for_by_many_at_once_is_computed_once(
     infos = [a.json() for a in answers[::2]]
     assert all(info["rows"] == 300 and info["bounds"] == infos[0]["bounds"] for info in infos)
     assert len({a.content for a in answers[1::2]}) == 1 and len(answers[1].content) == 300 * 4
+
+
+def test_a_t_sne_projection_whose_client_goes_is_stopped(server: Server, words: list[str]) -> None:
+    tsne = {"tokens": words[:TSNE_TOKENS], "method": "tsne", "perplexity": PERPLEXITY, "seed": 7}
+    started = time.monotonic()
+    whole = httpx.post(f"{server.base}{SMALL}/project", json=tsne, timeout=600)
+    full = time.monotonic() - started
+    assert whole.status_code == 200, whole.text[:300]
+    stopped = server.log().count("its work is stopped")
+    with connect(server.port, timeout=600) as sock:
+        sock.sendall(request("POST", f"{SMALL}/project", json.dumps(tsne).encode()))
+        time.sleep(full / 4)
+    closed_at = time.monotonic()
+    wait_for(lambda: server.log().count("its work is stopped") > stopped, seconds=full * 2, what="the stop")
+    assert time.monotonic() - closed_at < full / 2, (time.monotonic() - closed_at, full)
+    again = httpx.post(f"{server.base}{SMALL}/project", json=tsne, timeout=600)  # the slot is free again
+    assert again.status_code == 200 and again.json()["points"] == whole.json()["points"]

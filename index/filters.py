@@ -45,6 +45,7 @@ OPERATORS: dict[str, tuple[str, ...]] = {
 }
 MAX_DEPTH = 32  # nesting of and/or/not
 MAX_VALUES = 10_000  # values of one "in"
+FLOAT_MAX = float(np.finfo(np.float64).max)
 COMPARE: dict[str, Callable[..., Any]] = {
     "eq": pc.equal,
     "ne": pc.not_equal,
@@ -218,7 +219,7 @@ def _value(kind: str, value: Any, where: str) -> Any:
             value = int(value)
         ok = isinstance(value, int) and not isinstance(value, bool) and -(2**63) <= value < 2**63
     elif kind == FLOAT:
-        ok = isinstance(value, int | float) and not isinstance(value, bool) and np.isfinite(value)
+        ok = isinstance(value, int | float) and not isinstance(value, bool) and abs(value) <= FLOAT_MAX
         value = float(value) if ok else value
     else:
         return _timestamp(value, where)
@@ -234,8 +235,13 @@ def _timestamp(value: Any, where: str) -> dt.datetime:
             moment = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
         except ValueError:
             moment = None
+        if moment is not None and moment.tzinfo is None:
+            return moment.replace(tzinfo=dt.UTC)
         if moment is not None:
-            return moment.replace(tzinfo=dt.UTC) if moment.tzinfo is None else moment.astimezone(dt.UTC)
+            try:
+                return moment.astimezone(dt.UTC)
+            except OverflowError:  # the offset moves it out of years 1..9999
+                raise InvalidQuery(f"{where}: {_show(value)} falls outside the years 1 to 9999 in UTC") from None
     raise InvalidQuery(
         f"{where}: a timestamp field is compared with ISO 8601 text (2001-12-24T05:30:00Z), got {_show(value)}"
     )

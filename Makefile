@@ -6,7 +6,7 @@ DATA_DIR ?= data
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: install dev run build test lint bench bench-quick system-deps clean
+.PHONY: install dev run build import sif test lint bench bench-quick system-deps clean
 
 # Packages install with uv (itself installed from PyPI by pip) when it installs here, several times faster than
 # pip; otherwise with pip. Either way from the same registry, and compiled to bytecode at install as pip does (an
@@ -45,6 +45,16 @@ build: install
 
 run: build
 	$(BIN)/embedding-serve --data-dir $(DATA_DIR) --host $(HOST) --port $(PORT)
+
+# The builder's common steps without activating the environment: `make import SRC=notes NAME=notes
+# ENCODER=glove-6b-50d` (a folder of text files, embedded with a table of DATA_DIR; ARGS='...' for more options),
+# `make import SRC=vectors.txt NAME=mine`, `make sif` (the default table's SIF component, which --encoder uses).
+import: install
+	$(if $(and $(SRC),$(NAME)),,$(error make import needs SRC=file-or-folder and NAME=table-name))
+	$(BIN)/embedding-index import $(SRC) --name $(NAME) --data-dir $(DATA_DIR) $(if $(ENCODER),--encoder $(ENCODER)) $(ARGS)
+
+sif: build
+	$(BIN)/embedding-index sif $(or $(NAME),glove-6b-50d) --data-dir $(DATA_DIR)
 
 # System packages the tests drive for real: Chromium (explorer page), nginx (load balancer), docker-compose
 # (compose file validation). Installed only when missing.

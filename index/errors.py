@@ -31,6 +31,12 @@ class InvalidQuery(EmbeddingError):
     code = "invalid_request"
 
 
+class Abandoned(EmbeddingError):
+    """A computation stopped because no one waits for its answer any more (its client has gone)."""
+
+    code = "client_closed_request"
+
+
 class InputError(EmbeddingError):
     """A builder input file is malformed; names the file and, where it applies, the line."""
 

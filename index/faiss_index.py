@@ -33,7 +33,7 @@ import faiss
 import numpy as np
 
 from index.errors import InvalidQuery
-from index.progress import Progress, duration, note
+from index.progress import Progress, duration, note, record
 
 AUTO_FLAT_BELOW = 100_000
 AUTO_TARGET_RECALL = 0.99
@@ -315,6 +315,7 @@ def choose_auto(vectors: np.ndarray, budget: float, seed: int = 0) -> tuple[Inde
     hnsw = IndexSpec(kind="hnsw", target_recall=AUTO_TARGET_RECALL)
     note(f"estimating the HNSW build time from {min(len(vectors), ESTIMATE_SAMPLE):,} rows ...")
     estimate = estimate_hnsw_seconds(vectors, hnsw, seed)
+    record(hnsw_estimate_seconds=round(estimate, 1))
     why: dict[str, Any] = {
         "rule": "flat below 100,000 rows; else HNSW when its estimated build time fits the budget, else IVF; "
         "the search parameter tuned to recall@10 >= 0.99",

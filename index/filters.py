@@ -4,6 +4,9 @@ A filter is JSON, as the search request carries it:
 
 - ``{"lang": "en"}``: equality (for a list-of-strings field, "has this tag");
 - ``{"tags": {"in": ["a", "b"]}}``: any of the values (for a list field, any of its tags);
+- ``{"source": {"prefix": "licenses/"}}``: text that starts so (for a list field, a tag that does);
+- ``{"tags": {"contains": ["a", "b"]}}``: a list field holding all of these tags (one tag: a string);
+  ``{"title": {"contains": "GPL"}}``: text holding this substring (case-sensitive);
 - ``{"year": {"gte": 2000, "lt": 2010}}``: a range, for integer, float and timestamp fields (timestamps as
   ISO 8601 text); ``{"year": {"eq": 2001}}`` and ``{"ne": ...}`` as well;
 - ``{"not": F}``, ``{"and": [F, ...]}``, ``{"or": [F, ...]}``; several keys in one object all must hold.
@@ -33,8 +36,8 @@ from index.payload import BOOLEAN, FLOAT, INTEGER, STRING, STRING_LIST, TIMESTAM
 LOGICAL = ("and", "or", "not")
 RANGE = ("gt", "gte", "lt", "lte")
 OPERATORS: dict[str, tuple[str, ...]] = {
-    STRING: ("eq", "ne", "in"),
-    STRING_LIST: ("eq", "ne", "in"),
+    STRING: ("eq", "ne", "in", "prefix", "contains"),
+    STRING_LIST: ("eq", "ne", "in", "prefix", "contains"),
     BOOLEAN: ("eq", "ne"),
     INTEGER: ("eq", "ne", "in", *RANGE),
     FLOAT: ("eq", "ne", "in", *RANGE),
@@ -42,6 +45,7 @@ OPERATORS: dict[str, tuple[str, ...]] = {
 }
 MAX_DEPTH = 32  # nesting of and/or/not
 MAX_VALUES = 10_000  # values of one "in"
+FLOAT_MAX = float(np.finfo(np.float64).max)
 COMPARE: dict[str, Callable[..., Any]] = {
     "eq": pc.equal,
     "ne": pc.not_equal,
@@ -154,12 +158,32 @@ def _condition(column: pa.Array, kind: str, op: str, value: Any, where: str) -> 
         if kind == STRING_LIST:
             return _any_tag(column, lambda tags: pc.is_in(tags, value_set=values))
         return pc.fill_null(pc.is_in(column, value_set=values), False)
+    if op == "contains" and kind == STRING_LIST:  # all of these tags
+        tags = value if isinstance(value, list) else [value]
+        if not tags or len(tags) > MAX_VALUES:
+            raise InvalidQuery(f"{where}: takes a tag or a list of 1 to {MAX_VALUES:,} tags")
+        wanted = pa.array([_value(kind, tag, f"{where}[{i}]") for i, tag in enumerate(tags)], pa.string())
+        return _combine([_any_tag(column, _equal_to(tag)) for tag in wanted], pc.and_)
+    if op in ("prefix", "contains"):
+        match = _text_match(op, _value(kind, value, where))
+        return _any_tag(column, match) if kind == STRING_LIST else pc.fill_null(match(column), False)
     scalar = pa.scalar(_value(kind, value, where), _scalar_type(kind))
     if kind == STRING_LIST:  # "has this tag"; ne: has it not
         has = _any_tag(column, lambda tags: pc.equal(tags, scalar))
         return pc.invert(has) if op == "ne" else has
     passing = COMPARE[op](column, scalar)
     return pc.fill_null(passing, op == "ne")
+
+
+def _equal_to(tag: pa.Scalar) -> Callable[[pa.Array], pa.Array]:
+    return lambda items: pc.equal(items, tag)
+
+
+def _text_match(op: str, text: str) -> Callable[[pa.Array], pa.Array]:
+    """prefix: the strings that start with ``text``; contains: those that hold it."""
+    if op == "prefix":
+        return lambda items: pc.starts_with(items, pattern=text)
+    return lambda items: pc.match_substring(items, pattern=text)
 
 
 def _any_tag(column: pa.Array, test: Callable[[pa.Array], pa.Array]) -> pa.Array:
@@ -195,7 +219,7 @@ def _value(kind: str, value: Any, where: str) -> Any:
             value = int(value)
         ok = isinstance(value, int) and not isinstance(value, bool) and -(2**63) <= value < 2**63
     elif kind == FLOAT:
-        ok = isinstance(value, int | float) and not isinstance(value, bool) and np.isfinite(value)
+        ok = isinstance(value, int | float) and not isinstance(value, bool) and abs(value) <= FLOAT_MAX
         value = float(value) if ok else value
     else:
         return _timestamp(value, where)
@@ -211,8 +235,13 @@ def _timestamp(value: Any, where: str) -> dt.datetime:
             moment = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
         except ValueError:
             moment = None
+        if moment is not None and moment.tzinfo is None:
+            return moment.replace(tzinfo=dt.UTC)
         if moment is not None:
-            return moment.replace(tzinfo=dt.UTC) if moment.tzinfo is None else moment.astimezone(dt.UTC)
+            try:
+                return moment.astimezone(dt.UTC)
+            except OverflowError:  # the offset moves it out of years 1..9999
+                raise InvalidQuery(f"{where}: {_show(value)} falls outside the years 1 to 9999 in UTC") from None
     raise InvalidQuery(
         f"{where}: a timestamp field is compared with ISO 8601 text (2001-12-24T05:30:00Z), got {_show(value)}"
     )

@@ -3,8 +3,10 @@
 The tokenizer lower-cases (Arrow's ``utf8_lower``, Unicode's per-character mapping) and cuts the text into
 words: maximal runs of letters, combining marks, digits and underscores (Unicode classes L, M and N, and ``_``:
 ``\\w+`` that keeps a word's combining marks inside it), as RE2 classes the code points. The cut runs over the
-UTF-8 bytes of many texts at once (numpy), documents and queries alike. Stop words are optional (bm25s's English
-list); the words themselves are kept in the manifest, so queries are always cut as the documents were.
+UTF-8 bytes of many texts at once (numpy), documents and queries alike. Stop words (one of bm25s's lists) and
+stemming (a Snowball stemmer of PyStemmer, the stemmer bm25s takes) are import options, applied in bm25s's order:
+lower-case, cut, drop the stop words, stem. The manifest keeps the stop words themselves and the stemmer's name,
+so queries are always cut as the documents were.
 
 A document's score for a query is the sum, over the query's words (a word given twice counts twice), of
 
@@ -29,6 +31,7 @@ import importlib.metadata
 import io
 import json
 import sys
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -48,16 +51,70 @@ PARAMS, TERMS = "keyword_params.json", "keyword_terms.arrow"
 FILES = (DATA, INDICES, INDPTR, PARAMS, TERMS)
 METHOD = "lucene"
 K1, B = 1.2, 0.75  # Lucene's and Elasticsearch's defaults
+# The import's default: bm25s's English stop words and PyStemmer's English stemmer (BENCHMARKS.md, known-item
+# retrieval on the Lee corpus: as good on long queries, better on short ones).
+DEFAULT_STOPWORDS, DEFAULT_STEMMER = "en", "english"
 WORD = r"[\p{L}\p{M}\p{N}_]+"  # what a word is (RE2 syntax)
 LOWERCASE = "utf8_lower"
 BLOCK_BYTES = 8 << 20  # text tokenized at a time
 
 
+# bm25s's stop-word lists, by the names its tokenizer takes (``bm25s.stopwords``).
+STOPWORD_LISTS = {
+    "en": "STOPWORDS_EN",
+    "en_plus": "STOPWORDS_EN_PLUS",
+    "da": "STOPWORDS_DANISH",
+    "de": "STOPWORDS_GERMAN",
+    "es": "STOPWORDS_SPANISH",
+    "fr": "STOPWORDS_FRENCH",
+    "it": "STOPWORDS_ITALIAN",
+    "ko": "STOPWORDS_KOREAN",
+    "nl": "STOPWORDS_DUTCH",
+    "no": "STOPWORDS_NORWEGIAN",
+    "pt": "STOPWORDS_PORTUGUESE",
+    "ru": "STOPWORDS_RUSSIAN",
+    "sv": "STOPWORDS_SWEDISH",
+    "tr": "STOPWORDS_TURKISH",
+    "zh": "STOPWORDS_CHINESE",
+}
+
+
+def stopword_list(name: str) -> tuple[str, ...]:
+    """One of bm25s's stop-word lists by name (``en``: its English list, 33 words)."""
+    import bm25s.stopwords
+
+    if name not in STOPWORD_LISTS:
+        raise ValueError(f"no stop-word list {name!r}; the lists are {', '.join(STOPWORD_LISTS)}")
+    return tuple(getattr(bm25s.stopwords, STOPWORD_LISTS[name]))
+
+
 def english_stopwords() -> tuple[str, ...]:
     """bm25s's English stop words (``bm25s.stopwords.STOPWORDS_EN``, 33 words)."""
-    from bm25s.stopwords import STOPWORDS_EN
+    return stopword_list("en")
 
-    return tuple(STOPWORDS_EN)
+
+def stemmers() -> tuple[str, ...]:
+    """The Snowball algorithms PyStemmer has (``english``, ``german``, ``porter``, ...)."""
+    import Stemmer
+
+    return tuple(sorted(Stemmer.algorithms()))
+
+
+_stemmers = threading.local()  # a PyStemmer object is not to be shared between threads
+
+
+def stem(algorithm: str, words: list[str]) -> list[str]:
+    """``words`` stemmed by PyStemmer's ``algorithm``, as bm25s stems (``Stemmer.stemWords``)."""
+    import Stemmer
+
+    cache = _stemmers.__dict__
+    if algorithm not in cache:
+        try:
+            cache[algorithm] = Stemmer.Stemmer(algorithm)
+        except KeyError:
+            raise ValueError(f"no stemmer {algorithm!r}; PyStemmer has {', '.join(stemmers())}") from None
+    stemmed: list[str] = cache[algorithm].stemWords(words)
+    return stemmed
 
 
 @dataclass(frozen=True)
@@ -141,14 +198,22 @@ def _cut(lowered: pa.Array) -> Tokens:
 
 @dataclass(frozen=True)
 class Tokenizer:
-    """Lower-case, cut into words, drop the stop words (none by default)."""
+    """Lower-case, cut into words, drop the stop words, stem (no stop words and no stemming by default)."""
 
     stopwords: tuple[str, ...] = ()
-    stopwords_name: str | None = None  # "en" for bm25s's English list
+    stopwords_name: str | None = None  # the list's name ("en": bm25s's English list)
+    stemmer: str | None = None  # a Snowball algorithm of PyStemmer ("english")
 
     @classmethod
     def english(cls) -> Tokenizer:
         return cls(english_stopwords(), "en")
+
+    @classmethod
+    def named(cls, stopwords: str | None = None, stemmer: str | None = None) -> Tokenizer:
+        """The tokenizer of a stop-word list and a stemmer, by name (None: none); ValueError for unknown names."""
+        if stemmer is not None:
+            stem(stemmer, [])  # an unknown algorithm is refused here, not at the first text
+        return cls(stopword_list(stopwords) if stopwords else (), stopwords, stemmer)
 
     def __call__(self, texts: pa.Array | Sequence[str | None]) -> Tokens:
         try:
@@ -160,6 +225,10 @@ class Tokenizer:
         if self.stopwords and len(terms):
             keep = pc.invert(pc.is_in(terms, value_set=pa.array(self.stopwords, terms.type)))
             terms, rows = terms.filter(keep), rows[bools(keep)]
+        if self.stemmer and len(terms):
+            encoded = pc.dictionary_encode(terms)  # each distinct word stemmed once
+            stems = pa.array(stem(self.stemmer, encoded.dictionary.to_pylist()), terms.type)
+            terms = stems.take(encoded.indices)
         return Tokens(terms, rows)
 
     def words(self, text: str) -> list[str]:
@@ -168,18 +237,26 @@ class Tokenizer:
         return result
 
     def settings(self) -> dict[str, Any]:
-        return {
+        settings: dict[str, Any] = {
             "lowercase": LOWERCASE,
             "word": WORD,
             "stopwords": self.stopwords_name if self.stopwords else None,
             "stopword_list": list(self.stopwords),
+            "stemmer": self.stemmer,
         }
+        if self.stemmer:
+            settings["stemmer_library"] = f"PyStemmer {importlib.metadata.version('PyStemmer')}"
+        return settings
 
     @classmethod
     def from_settings(cls, settings: dict[str, Any]) -> Tokenizer:
+        """The tokenizer a manifest records (a table built before stemming was an option has no ``stemmer``)."""
         if settings.get("lowercase") != LOWERCASE or settings.get("word") != WORD:
             raise ArtifactError(f"keyword index tokenized otherwise than this version does: {settings}")
-        return cls(tuple(settings.get("stopword_list") or ()), settings.get("stopwords"))
+        stemmer = settings.get("stemmer")
+        if stemmer is not None and stemmer not in stemmers():
+            raise ArtifactError(f"keyword index stemmed by {stemmer!r}, which PyStemmer does not have")
+        return cls(tuple(settings.get("stopword_list") or ()), settings.get("stopwords"), stemmer)
 
 
 # ---------------------------------------------------------------------------------------------- building
@@ -315,12 +392,16 @@ def build(texts: pa.Array, tokenizer: Tokenizer | None = None, k1: float = K1, b
     return Built(files, info)
 
 
-def for_documents(payload: pa.Table, info: dict[str, Any]) -> tuple[dict[str, Any], dict[str, bytes | memoryview]]:
-    """What a documents table's import adds for keyword search: (manifest fields, files); nothing without text."""
+def for_documents(
+    payload: pa.Table, info: dict[str, Any], tokenizer: Tokenizer | None = None
+) -> tuple[dict[str, Any], dict[str, bytes | memoryview]]:
+    """What a documents table's import adds for keyword search: (manifest fields, files); nothing without text.
+    ``tokenizer``: the import's (by default its default stop words and stemmer)."""
     text_field = info.get("text_field")
     if not text_field or not info.get("text_non_null"):
         return {}, {}
-    built = build(contiguous(payload.column(text_field)))
+    tokenizer = tokenizer or Tokenizer.named(DEFAULT_STOPWORDS, DEFAULT_STEMMER)
+    built = build(contiguous(payload.column(text_field)), tokenizer)
     if built is None:
         return {}, {}
     return {KEYWORD: {"field": text_field, **built.info}}, built.files

@@ -34,7 +34,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from index import artifact
-from index.errors import InvalidQuery
+from index.errors import Abandoned, InvalidQuery
 from index.tokens import FLAG_CONTINUATION, FLAG_SPECIAL
 
 log = logging.getLogger(__name__)
@@ -44,6 +44,7 @@ LAYOUT_VERSION = 1  # bump when a method's output changes: older cache files are
 BLOCK_BYTES = 32 << 20  # covariance accumulated over blocks of about this size
 TSNE_DEFAULTS: dict[str, Any] = {"perplexity": 30.0, "n_iter": 500, "seed": 42, "metric": "cosine"}
 PROJECTION_SEED = 42  # the default seed of a t-SNE or UMAP projection of chosen rows
+STOP_EVERY_ITERS = 25  # how often a t-SNE layout asks whether it is still wanted
 UMAP_DEFAULTS: dict[str, Any] = {"n_neighbors": 15, "min_dist": 0.1, "n_epochs": 500, "metric": "cosine"}
 MIN_NONLINEAR_ROWS = 4  # t-SNE of fewer rows is degenerate; UMAP's spectral initialisation needs four
 # method -> (module to import, the PyPI package that provides it); both come with the ``map`` extra
@@ -145,8 +146,16 @@ def require(method: str) -> None:
             raise missing_package(method)
 
 
-def tsne_layout(rows: np.ndarray, perplexity: float, n_iter: int, seed: int, metric: str = "cosine") -> Layout:
-    """openTSNE of ``rows``: PCA initialisation, seeded, on one thread (reproducible run to run)."""
+def tsne_layout(
+    rows: np.ndarray,
+    perplexity: float,
+    n_iter: int,
+    seed: int,
+    metric: str = "cosine",
+    stop: Callable[[], bool] | None = None,
+) -> Layout:
+    """openTSNE of ``rows``: PCA initialisation, seeded, on one thread (reproducible run to run). ``stop`` is asked
+    every few iterations; when it says so, the layout is abandoned (:class:`Abandoned`)."""
     try:
         from openTSNE import TSNE
     except ImportError:
@@ -165,8 +174,12 @@ def tsne_layout(rows: np.ndarray, perplexity: float, n_iter: int, seed: int, met
         n_jobs=1,
         neighbors="annoy" if len(data) > 1000 else "exact",
         verbose=False,
+        callbacks=None if stop is None else (lambda *_: stop()),
+        callbacks_every_iters=STOP_EVERY_ITERS,
     )
-    points = np.asarray(tsne.fit(data), dtype=np.float32)
+    points = np.asarray(tsne.fit(data), dtype=np.float32)  # a stop cuts each phase short (openTSNE logs it)
+    if stop is not None and stop():
+        raise Abandoned("the t-SNE layout was abandoned: no one waits for it")
     import openTSNE
 
     params = {
@@ -284,13 +297,14 @@ def tsne_projection(
     perplexity: float = TSNE_DEFAULTS["perplexity"],
     seed: int = PROJECTION_SEED,
     n_iter: int = TSNE_DEFAULTS["n_iter"],
+    stop: Callable[[], bool] | None = None,
 ) -> Layout:
     """openTSNE of a few rows (``tsne_layout``), the perplexity lowered to (n - 1) / 3 when it is larger: t-SNE
     looks at about 3 x perplexity neighbours of each row, and n rows have n - 1. ``params`` holds the perplexity
     used and the one asked for."""
     _enough_rows(rows, "t-SNE")
     used = min(float(perplexity), (len(rows) - 1) / 3)
-    layout = tsne_layout(rows, used, n_iter, seed)
+    layout = tsne_layout(rows, used, n_iter, seed, stop=stop)
     layout.info["params"]["perplexity_requested"] = float(perplexity)
     return layout
 
@@ -390,25 +404,39 @@ class LayoutCache:
                 self._memory.pop(next(iter(self._memory)))
         return value
 
-    def layout(self, name: str, manifest: dict[str, Any], vectors: np.ndarray, method: str, **params: Any) -> Layout:
-        """The ``method`` layout of ``vectors`` (the table's unit rows; t-SNE: the first ``params['rows']``)."""
+    @staticmethod
+    def _key(name: str, manifest: dict[str, Any], method: str, params: dict[str, Any]) -> str:
         suffix = "-".join(f"{k}{v}" for k, v in sorted(params.items()))
-        key = f"{name}-{table_key(manifest)}-{method}{suffix and '-' + suffix}-v{LAYOUT_VERSION}"
+        return f"{name}-{table_key(manifest)}-{method}{suffix and '-' + suffix}-v{LAYOUT_VERSION}"
+
+    def _kept(self, key: str) -> Layout | None:
         found: Layout | None = self._memory.get(key)  # a layout key holds a Layout
         if found is not None:
             return found
+        try:
+            points = np.load(self.directory / f"{key}.npy")
+            info = json.loads((self.directory / f"{key}.json").read_text())
+            if points.shape == (int(info["rows"]), 2) and points.dtype == np.float32:
+                return self._remember(key, Layout(points, {**info, "cached": True}))
+        except (OSError, ValueError, KeyError):
+            pass
+        return None
+
+    def kept(self, name: str, manifest: dict[str, Any], method: str, **params: Any) -> Layout | None:
+        """The layout :meth:`layout` would give if it is kept already (in memory or on disk), else None."""
+        return self._kept(self._key(name, manifest, method, params))
+
+    def layout(self, name: str, manifest: dict[str, Any], vectors: np.ndarray, method: str, **params: Any) -> Layout:
+        """The ``method`` layout of ``vectors`` (the table's unit rows; t-SNE: the first ``params['rows']``)."""
+        key = self._key(name, manifest, method, params)
+        found: Layout | None = self._memory.get(key)
+        if found is not None:
+            return found
         with self._lock(key):
-            computed: Layout | None = self._memory.get(key)  # by a request that held the lock before this one
-            if computed is not None:
-                return computed
+            kept = self._kept(key)  # also by a request that held the lock before this one
+            if kept is not None:
+                return kept
             points_path, info_path = self.directory / f"{key}.npy", self.directory / f"{key}.json"
-            try:
-                points = np.load(points_path)
-                info = json.loads(info_path.read_text())
-                if points.shape == (int(info["rows"]), 2) and points.dtype == np.float32:
-                    return self._remember(key, Layout(points, {**info, "cached": True}))
-            except (OSError, ValueError, KeyError):
-                pass
             if method == "pca":
                 layout = pca_layout(vectors)
             elif method == "tsne":

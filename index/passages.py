@@ -1,25 +1,46 @@
-"""Passages of a directory of plain-text (``.txt``) and Markdown (``.md``) files.
+"""Passages of a folder of text files: any file whose content is text (not its name), ``.gz`` decompressed.
 
-A paragraph is a run of lines that are not blank; paragraphs are separated by one or more blank lines
-(whitespace only). Consecutive paragraphs of a file are joined into one passage while the passage stays within
-``chunk_words`` words (words split on whitespace); a paragraph longer than that is a passage of its own. A
+**Which files.** Every file under the folder (sub-folders too, links to files followed, hidden files and folders
+left out), in the order of their relative paths. A file is read when its content is text: gzip-compressed files
+are decompressed first (their magic bytes, not their name, say so), and then a file is text when it holds no NUL
+byte and is UTF-8 (a byte-order mark is skipped). The others are skipped, each with its reason (binary, empty,
+larger than :data:`MAX_FILE_BYTES`, a broken gzip stream, unreadable); a file that is not UTF-8 stops the import,
+naming its line, unless ``--drop-invalid`` skips it or ``--unicode-errors replace`` reads it with U+FFFD for its
+bad bytes. :class:`Folder` keeps what was read, what was skipped and why, and the folder's sha256 (of the files
+read, with their relative paths).
+
+**Passages.** A paragraph is a run of lines that are not blank; paragraphs are separated by one or more blank
+lines (whitespace only). Consecutive paragraphs of a file are joined into one passage while the passage stays
+within ``chunk_words`` words (words split on whitespace); a paragraph longer than that is a passage of its own. A
 passage's text is the file's text from its first paragraph's first character to its last paragraph's last
 (the blank lines between them included), so ``text[start:end]`` of the file gives it back exactly. Offsets
-count characters of the decoded file (after a UTF-8 byte-order mark, if any); line ends are kept as they are.
+count characters of the decoded file (after a UTF-8 byte-order mark, if any, and after decompression); line ends
+are kept as they are.
 """
 
 from __future__ import annotations
 
+import gzip
+import hashlib
+import io
+import os
 import re
-from dataclasses import dataclass
+import zlib
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 
 from index.errors import InputError
+from index.progress import Progress, note
 
-SUFFIXES = (".txt", ".md")
 DEFAULT_CHUNK_WORDS = 200
+MAX_FILE_BYTES = 64 << 20  # a file's text (decompressed) read at most
+GZIP_MAGIC = b"\x1f\x8b"
+SHOWN_SKIPPED = 20  # the skipped files named on stderr (the manifest lists them all, up to MAX_LISTED)
+MAX_LISTED = 1000
+TOP = "."  # the folder field of the files at the top of the folder
 PARAGRAPH = re.compile(r"^[^\S\n]*\S.*(?:\n[^\S\n]*\S.*)*", re.MULTILINE)  # lines holding something, in a row
 
 
@@ -60,37 +81,167 @@ def split_passages(text: str, chunk_words: int = DEFAULT_CHUNK_WORDS) -> list[Pa
     return passages
 
 
-def text_files(directory: Path) -> list[Path]:
-    """The ``.txt`` and ``.md`` files under ``directory`` (sub-directories too), sorted by relative path."""
-    return sorted(
-        (p for p in Path(directory).rglob("*") if p.is_file() and p.suffix.lower() in SUFFIXES),
-        key=lambda p: p.relative_to(directory).as_posix(),
-    )
+@dataclass(frozen=True)
+class TextFile:
+    source: str  # the path relative to the folder (POSIX)
+    text: str
 
 
-def read_text(path: Path) -> str:
-    data = path.read_bytes()
+@dataclass
+class Folder:
+    """A folder's text files as the import reads them, and the files it skipped, with the reason."""
+
+    directory: Path
+    files: list[TextFile] = field(default_factory=list)
+    skipped: list[tuple[str, str]] = field(default_factory=list)  # (relative path, why)
+    replaced: list[str] = field(default_factory=list)  # read with U+FFFD for bytes that are not UTF-8
+    sha256: str = ""  # of the files read: each one's relative path and the sha256 of its bytes, in order
+
+    def source_info(self) -> dict[str, Any]:
+        """What the manifest's ``source`` records: the files read, and the skipped ones with the reason."""
+        info: dict[str, Any] = {"sha256": self.sha256, "files_read": len(self.files)}
+        info["files_skipped"] = len(self.skipped)
+        info["skipped_reasons"] = self.reasons()
+        info["skipped"] = [{"path": path, "reason": why} for path, why in self.skipped[:MAX_LISTED]]
+        if self.replaced:
+            info["unicode_replaced"] = self.replaced[:MAX_LISTED]
+        return info
+
+    def reasons(self) -> dict[str, int]:
+        """How many files were skipped for each kind of reason (``binary``, ``empty``, ...)."""
+        reasons: dict[str, int] = {}
+        for _, why in self.skipped:
+            kind = why.split(" (")[0].split(":")[0].split(",")[0]
+            reasons[kind] = reasons.get(kind, 0) + 1
+        return reasons
+
+    def report(self) -> None:
+        """A line for what was read and skipped, then a line for each skipped file (the first ones)."""
+        if not self.skipped:
+            note(f"read {len(self.files):,} text files of {self.directory}")
+            return
+        summary = ", ".join(f"{count:,} {kind}" for kind, count in self.reasons().items())
+        note(f"read {len(self.files):,} text files of {self.directory}; skipped {len(self.skipped):,}: {summary}")
+        for path, why in self.skipped[:SHOWN_SKIPPED]:
+            note(f"skipped {path}: {why}")
+        if len(self.skipped) > SHOWN_SKIPPED:
+            note(f"... and {len(self.skipped) - SHOWN_SKIPPED:,} more skipped (the manifest's source lists them)")
+        if self.replaced:
+            note(
+                f"{len(self.replaced):,} files not UTF-8, read with U+FFFD for their bad bytes: {self.replaced[0]}, ..."
+            )
+
+
+def folder_files(directory: Path) -> tuple[list[tuple[str, Path]], list[tuple[str, str]]]:
+    """Every file under ``directory`` as (relative path, path), sorted by relative path; and the hidden files and
+    folders and the broken links, skipped. Links to folders are not followed (a folder is read once)."""
+    found: list[tuple[str, Path]] = []
+    skipped: list[tuple[str, str]] = []
+
+    def unreadable(error: OSError) -> None:
+        place = Path(error.filename or directory).relative_to(directory).as_posix()
+        skipped.append((f"{place}/", f"unreadable folder: {error.strerror or error}"))
+
+    for root, folders, names in os.walk(directory, onerror=unreadable):
+        here = Path(root)
+        for name in [f for f in folders if f.startswith(".")]:
+            skipped.append(((here / name).relative_to(directory).as_posix() + "/", "hidden folder"))
+        folders[:] = [f for f in folders if not f.startswith(".")]
+        for name in names:
+            path = here / name
+            relative = path.relative_to(directory).as_posix()
+            if name.startswith("."):
+                skipped.append((relative, "hidden file"))
+            elif not path.is_file():
+                skipped.append((relative, "not a regular file (a broken link?)"))
+            else:
+                found.append((relative, path))
+    found.sort(key=lambda item: item[0])
+    skipped.sort()
+    return found, skipped
+
+
+def _content(path: Path) -> tuple[bytes, bytes] | str:
+    """(the file's bytes, its text's bytes: decompressed if gzip), or why it is not read."""
     try:
-        return data.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        line = data.count(b"\n", 0, exc.start) + 1
-        raise InputError(path, f"not UTF-8 text (byte 0x{data[exc.start]:02x})", line=line) from None
+        with open(path, "rb") as handle:
+            raw = handle.read(MAX_FILE_BYTES + 1)
+    except OSError as exc:
+        return f"unreadable: {exc.strerror or exc}"
+    if len(raw) > MAX_FILE_BYTES:
+        return f"larger than {MAX_FILE_BYTES >> 20} MiB"
+    data = raw
+    if raw.startswith(GZIP_MAGIC):
+        try:
+            with gzip.GzipFile(fileobj=io.BytesIO(raw)) as stream:
+                data = stream.read(MAX_FILE_BYTES + 1)
+        except (OSError, EOFError, zlib.error) as exc:
+            return f"broken gzip: {exc}"
+        if len(data) > MAX_FILE_BYTES:
+            return f"larger than {MAX_FILE_BYTES >> 20} MiB decompressed"
+    if not data.strip():
+        return "empty"
+    nul = data.find(b"\0")
+    if nul >= 0:
+        return f"binary (a NUL byte at offset {nul:,})"
+    return raw, data
 
 
-def passages_table(directory: Path, chunk_words: int = DEFAULT_CHUNK_WORDS) -> pa.Table:
-    """One row per passage: ``id`` (``source#chunk``), ``text``, ``source`` (the file's path relative to
-    ``directory``), ``chunk`` (the passage's number in its file, from 0), ``start`` and ``end``."""
+def read_folder(directory: Path, unicode_errors: str = "strict", drop_invalid: bool = False) -> Folder:
+    """The text files of ``directory`` (see the module's docstring); a file that is not UTF-8 is an InputError
+    naming its line, unless ``drop_invalid`` skips it or ``unicode_errors`` is ``replace``."""
     directory = Path(directory)
-    columns: dict[str, list[object]] = {name: [] for name in ("id", "text", "source", "chunk", "start", "end")}
-    for path in text_files(directory):
-        text = read_text(path)
-        source = path.relative_to(directory).as_posix()
+    paths, skipped = folder_files(directory)
+    folder = Folder(directory, skipped=skipped)
+    digest = hashlib.sha256()
+    with Progress(f"reading the files of {directory.name or directory}", len(paths), unit="files") as progress:
+        for relative, path in paths:
+            progress.advance(1)
+            content = _content(path)
+            if isinstance(content, str):
+                folder.skipped.append((relative, content))
+                continue
+            raw, data = content
+            try:
+                text = data.decode("utf-8-sig")
+            except UnicodeDecodeError as exc:
+                line = data.count(b"\n", 0, exc.start) + 1
+                problem = f"not UTF-8 text (byte 0x{data[exc.start]:02x})"
+                if unicode_errors == "replace":
+                    text = data.decode("utf-8-sig", errors="replace")
+                    folder.replaced.append(relative)
+                elif drop_invalid:
+                    folder.skipped.append((relative, f"{problem}, line {line}"))
+                    continue
+                else:
+                    hint = " (use --drop-invalid to skip such files, or --unicode-errors replace)"
+                    raise InputError(path, problem + hint, line=line) from None
+            folder.files.append(TextFile(relative, text))
+            digest.update(f"{relative}\0{hashlib.sha256(raw).hexdigest()}\n".encode())
+    folder.skipped.sort()
+    folder.sha256 = digest.hexdigest()
+    return folder
+
+
+def folder_of(source: str) -> str:
+    """The sub-folder a file's relative path is in (``.`` at the top)."""
+    parent = source.rpartition("/")[0]
+    return parent or TOP
+
+
+def passages_table(directory: Path | Folder, chunk_words: int = DEFAULT_CHUNK_WORDS) -> pa.Table:
+    """One row per passage: ``id`` (``source#chunk``), ``text``, ``source`` (the file's path relative to the
+    folder), ``folder`` (its sub-folder, ``.`` at the top), ``chunk`` (the passage's number in its file, from 0),
+    ``start`` and ``end``."""
+    folder = directory if isinstance(directory, Folder) else read_folder(Path(directory))
+    names = ("id", "text", "source", "folder", "chunk", "start", "end")
+    columns: dict[str, list[object]] = {name: [] for name in names}
+    for file in folder.files:
+        text, source = file.text, file.source
+        place = folder_of(source)
         for chunk, passage in enumerate(split_passages(text, chunk_words)):
-            for name, value in zip(
-                columns,
-                (f"{source}#{chunk}", text[passage.start : passage.end], source, chunk, passage.start, passage.end),
-                strict=True,
-            ):
+            values = (f"{source}#{chunk}", text[passage.start : passage.end], source, place, chunk)
+            for name, value in zip(names, (*values, passage.start, passage.end), strict=True):
                 columns[name].append(value)
-    types = [pa.string(), pa.string(), pa.string(), pa.int64(), pa.int64(), pa.int64()]
+    types = [pa.string()] * 4 + [pa.int64()] * 3
     return pa.table({name: pa.array(values, t) for (name, values), t in zip(columns.items(), types, strict=True)})

@@ -4,7 +4,8 @@ On a terminal (stderr is a TTY) each step is a tqdm bar. Elsewhere (make, Docker
 background index build) a step prints ``embedding-index: STEP: 45% (180,000 of 400,000 rows), 1m12s left`` at
 most every ``INTERVAL`` seconds, and once when it ends. ``configure(quiet=True)`` (``--quiet``) turns both off.
 ``configure(status_file=...)`` also keeps the latest state of the running step in a small JSON file, which
-``embedding-serve`` reads to say what it is building and how far it is.
+``embedding-serve`` reads to say what it is building, how far it is and what it has cost so far (its nice level,
+elapsed and CPU seconds, and what :func:`record` adds, such as the estimated build time).
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ class _Config:
     status_file: Path | None = None
     interval = INTERVAL
     stream: TextIO | None = None  # None: sys.stderr at the time of writing
+    started = time.monotonic()
+    facts: dict[str, Any] = {}  # noqa: RUF012  # one process-wide configuration
 
 
 CONFIG = _Config()
@@ -35,6 +38,7 @@ def configure(*, quiet: bool | None = None, status_file: Path | None = None, int
         CONFIG.quiet = quiet
     if status_file is not None:
         CONFIG.status_file = Path(status_file)
+        CONFIG.started = time.monotonic()
     if interval is not None:
         CONFIG.interval = interval
 
@@ -44,7 +48,23 @@ def note(message: str) -> None:
     if not CONFIG.quiet:
         print(f"embedding-index: {message}", file=CONFIG.stream or sys.stderr, flush=True)
     if CONFIG.status_file is not None:
-        write_status(CONFIG.status_file, {"state": "running", "step": message.removesuffix(" ..."), "done": 0.0})
+        step = {"state": "running", "step": message.removesuffix(" ..."), "done": 0.0}
+        write_status(CONFIG.status_file, {**step, **cost()})
+
+
+def record(**facts: Any) -> None:
+    """Facts about the build for its status file from now on (e.g. ``hnsw_estimate_seconds``)."""
+    CONFIG.facts.update(facts)
+
+
+def cost() -> dict[str, Any]:
+    """What this build has cost so far: its nice level, elapsed and CPU seconds (all its threads), and its facts."""
+    return {
+        "nice": os.getpriority(os.PRIO_PROCESS, 0),
+        "elapsed_seconds": round(time.monotonic() - CONFIG.started, 1),
+        "cpu_seconds": round(time.process_time(), 1),
+        **CONFIG.facts,
+    }
 
 
 def duration(seconds: float) -> str:
@@ -143,6 +163,7 @@ class Progress:
                 "done": round(self.fraction(), 4),
                 "seconds_left": None if left is None else round(left, 1),
                 **extra,
+                **cost(),
             },
         )
 

@@ -158,6 +158,23 @@ class Table:
         return digest
 
     @property
+    def sif_sha256(self) -> str | None:
+        """The checksum of its SIF component (``embedding-index sif``), None when it has none."""
+        sif = self.manifest.get("sif")
+        if not isinstance(sif, dict):
+            return None
+        digest: str | None = self.manifest.get("files", {}).get(str(sif.get("file")), {}).get("sha256")
+        return digest
+
+    @property
+    def graph_sha256(self) -> str | None:
+        """A transformer table's checksum of its model graph (what identifies it as an encoder beside its rows);
+        None for other tables."""
+        graph = (self.manifest.get("transformer") or {}).get("graph")
+        digest: str | None = self.manifest.get("files", {}).get(graph, {}).get("sha256") if graph else None
+        return digest
+
+    @property
     def encoder_record(self) -> dict[str, Any] | None:
         """A documents table's record of the table that embedded its text at import (``--encoder``); None when
         its vectors came with the documents."""
@@ -186,6 +203,9 @@ class Table:
         }
         if "model" in m:
             out["model"] = m["model"]
+        if "transformer" in m:  # the model a worker loads on its first text: its graph's bytes, held in memory
+            graph = m["transformer"].get("graph")
+            out["transformer"] = {**m["transformer"], "graph_bytes": m.get("files", {}).get(graph, {}).get("bytes")}
         if self.payload is not None:
             info = self.payload.info
             out["documents"] = {key: info.get(key) for key in ("id_field", "id_type", "text_field", "fields")}

@@ -55,7 +55,14 @@ embedding table built into the data directory. Every error is `{"error": {"code"
 
 
 def create_app(settings: Settings) -> FastAPI:
-    limits = Limits(max_k=settings.max_k, max_batch=settings.max_batch)
+    limits = Limits(
+        max_k=settings.max_k,
+        max_batch=settings.max_batch,
+        max_hits=settings.max_hits,
+        max_filter_conditions=settings.max_filter_conditions,
+        max_words=settings.max_words,
+        max_layout_work=settings.max_layout_work,
+    )
     metrics = Metrics()
     table_names: set[str] = set()  # label values the metrics accept
 
@@ -67,7 +74,8 @@ def create_app(settings: Settings) -> FastAPI:
         # searches: the searcher thread then waits for the busy event loop before it can finish a round. The
         # server stops through its own signal handlers; one search takes milliseconds at most.
         faiss.InterruptCallback.clear_instance()  # type: ignore[attr-defined]  # missing from faiss's stubs
-        app.state.heavy_calls = anyio.CapacityLimiter(cores())  # see service.respond.compute
+        app.state.heavy_calls = anyio.CapacityLimiter(cores())  # see service.execute.compute
+        app.state.long_calls = anyio.CapacityLimiter(settings.layout_slots)
         reloader = Reloader(app, on_loaded=lambda registry: table_names.update(registry.tables))
         app.state.reloader = reloader
         sighup = reloader.install_sighup()  # under uvicorn (main thread): SIGHUP reloads the tables

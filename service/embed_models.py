@@ -15,7 +15,7 @@ from service.models import CHECK_BATCH, STRICT, TableNameField, Whole, batch_of
 POOLING_HELP = (
     "word tables: 'sif' (SIF-weighted mean, common component removed; the default once `embedding-index sif` "
     "has computed the component) or 'mean'; model-token tables: 'mean' (the tokens' rows, weighted by a "
-    "model2vec model's token weights)"
+    "model2vec model's token weights); transformer tables: the model's own pooling, 'mean' or 'cls'"
 )
 MAX_EMBED_CHARS = 10_000
 Text = Annotated[str, Field(min_length=1, max_length=MAX_EMBED_CHARS)]
@@ -39,6 +39,9 @@ class EmbedResponse(BaseModel):
     tokens: list[int] = Field(description="per text: the tokens (words, or model pieces) its vector is made of")
     unknown: list[int] = Field(description="per text: words not in the table (model tables: special pieces)")
     vectors: list[list[float]] = Field(description="one unit vector a text (float32 values)")
+    truncated: list[bool] | None = Field(
+        None, description="transformer tables: per text, whether it was cut to the model's max_seq_length"
+    )
 
 
 # ------------------------------------------------------------------------------ OpenAI-compatible

@@ -44,10 +44,20 @@ ERRORS: dict[str, ErrorKind] = {
         "NaN/Inf, zero vector, unknown method)",
     ),
     "not_ready": ErrorKind(503, "The table (or the server) is not loaded, or the server is shutting down"),
-    "request_timeout": ErrorKind(408, "The request line and headers did not arrive within the server's time"),
+    "request_timeout": ErrorKind(
+        408, "The request line and headers, or the body, did not arrive within the server's time"
+    ),
+    "http_version_not_supported": ErrorKind(505, "The request line names an HTTP version other than 1.0 and 1.1"),
     "request_line_too_long": ErrorKind(414, "The request line (mostly the URL) is longer than the server's limit"),
     "headers_too_large": ErrorKind(431, "The request line and headers together are larger than the server's limit"),
-    "overloaded": ErrorKind(503, "The worker has as many connections open as it takes; retry after `Retry-After`"),
+    "overloaded": ErrorKind(
+        503,
+        "The worker has as many connections open as it takes, or as many long computations (projections, maps) "
+        "running and waiting; retry after `Retry-After`",
+    ),
+    "client_closed_request": ErrorKind(
+        499, "The client closed the connection before its work started (no one reads this answer; for the logs)"
+    ),
     "internal": ErrorKind(500, "Unexpected server error (details are in the server log, never in the response)"),
 }
 
@@ -160,7 +170,8 @@ async def _embedding_error(_: Request, exc: EmbeddingError) -> Response:
     if exc.code not in ERRORS:  # an engine error no client can cause (e.g. a corrupt table)
         log.error("unexpected %s: %s", type(exc).__name__, exc.message)
         return error_response("internal", "internal server error")
-    return error_response(exc.code, exc.message, **exc.details)
+    headers = {"Retry-After": "1"} if exc.code == "overloaded" else None
+    return error_response(exc.code, exc.message, headers=headers, **exc.details)
 
 
 async def _validation_error(_: Request, exc: RequestValidationError) -> Response:

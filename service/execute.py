@@ -5,11 +5,20 @@
   overlapping requests in the searcher thread otherwise. Anything heavier runs as :func:`compute` does.
 - :func:`compute`: any other engine work (a batch with its per-item parsing, exact scoring of every row) in a
   worker thread, at most ``app.state.heavy_calls`` at once (one per core); ``on_loop`` for calls of a few
-  microseconds (one cosine), which a thread hand-off would only slow down.
+  microseconds (one cosine), which a thread hand-off would only slow down. Long computations (``long=True``:
+  t-SNE and UMAP projections, t-SNE map layouts) take slots of their own, ``app.state.long_calls``
+  (``EMBEDDING_LAYOUT_SLOTS``), so they never hold the slots searches wait for; at most
+  ``EMBEDDING_LAYOUT_QUEUE`` wait for one, and a request beyond them is a 503 ``overloaded`` at once.
+
+Work that waited for a slot is not started when its client has gone meanwhile (status 499 in the request metrics);
+work that can stop midway (a t-SNE projection) is given ``gone``, set when the client goes.
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
+import threading
 import time
 from collections.abc import Callable
 from typing import TypeVar
@@ -18,8 +27,12 @@ import anyio.to_thread
 import faiss
 from fastapi import Request
 
+from index.errors import Abandoned
 from index.search import Answers, Search
 from index.table import Table
+from service.errors import ApiError
+
+log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
@@ -34,8 +47,20 @@ async def search(request: Request, table: Table, operation: str, search: Search)
     return answers
 
 
-async def compute(request: Request, table: Table, operation: str, fn: Callable[[], T], on_loop: bool = False) -> T:
-    """Run ``fn`` (an engine call): in a worker thread, or on the event loop with ``on_loop``."""
+async def compute(
+    request: Request,
+    table: Table,
+    operation: str,
+    fn: Callable[[], T],
+    on_loop: bool = False,
+    long: bool = False,
+    check_client: bool = True,
+    gone: threading.Event | None = None,
+) -> T:
+    """Run ``fn`` (an engine call): in a worker thread (a long one with ``long``), or on the event loop with
+    ``on_loop``; not at all if, by the time it has a slot, its client has gone (unless ``check_client`` is off: work
+    that other requests wait for too). ``gone`` is set if the client goes while ``fn`` runs, for work that can
+    stop midway."""
     metrics = request.app.state.metrics
     threads = request.app.state.settings.threads
 
@@ -50,5 +75,37 @@ async def compute(request: Request, table: Table, operation: str, fn: Callable[[
 
     if on_loop:
         return timed()
-    # Heavy calls take turns, a few at a time: all at once they would share the CPU and all finish late.
-    return await anyio.to_thread.run_sync(timed, limiter=request.app.state.heavy_calls)
+    state = request.app.state
+    if long:
+        limiter: anyio.CapacityLimiter = state.long_calls
+        queue = state.settings.layout_queue
+        if limiter.available_tokens == 0 and limiter.statistics().tasks_waiting >= queue:
+            raise ApiError(
+                "overloaded",
+                f"{limiter.total_tokens} long computations (projections, maps) are running and {queue} waiting: "
+                "retry in a moment",
+            )
+    else:
+        # Heavy calls take turns, a few at a time: all at once they would share the CPU and all finish late.
+        limiter = state.heavy_calls
+    async with limiter:
+        if check_client and await request.is_disconnected():
+            log.info("%s %s: the client has gone, its work is not started", request.method, request.url.path)
+            raise ApiError("client_closed_request", "the client closed the connection before its work started")
+        if gone is None:
+            return await anyio.to_thread.run_sync(timed)
+        watching = asyncio.ensure_future(_watch(request, gone))
+        try:
+            return await anyio.to_thread.run_sync(timed)
+        except Abandoned:
+            log.info("%s %s: the client has gone, its work is stopped", request.method, request.url.path)
+            raise
+        finally:
+            watching.cancel()
+
+
+async def _watch(request: Request, gone: threading.Event) -> None:
+    """Set ``gone`` once the client disconnects (its request's body is read: what comes next is the disconnect)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+    gone.set()

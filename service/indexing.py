@@ -92,7 +92,8 @@ class IndexBuilds:
         self.tables = tables
         self.status_dir = Path(tempfile.mkdtemp(prefix="embedding-index-status-"))
         for name in tables:
-            write_status(self._status(name), {"state": "queued", "step": "waiting for its turn", "done": 0.0})
+            queued = {"state": "queued", "step": "waiting for its turn", "done": 0.0, "nice": CHILD_NICE}
+            write_status(self._status(name), queued)
         self._thread = threading.Thread(target=self._run, name="index-builds", daemon=True)
         self._child: subprocess.Popen[str] | None = None
         self._stopping = False

@@ -125,7 +125,9 @@ def main(argv: list[str] | None = None) -> int:
     start_deferred_builds(settings)
     start_compaction(settings)
 
-    limits = ConnectionLimits(settings.max_header_bytes, settings.header_timeout, settings.max_connections)
+    limits = ConnectionLimits(
+        settings.max_header_bytes, settings.header_timeout, settings.max_connections, settings.body_timeout
+    )
     options: dict[str, Any] = {
         "factory": True,
         "host": args.host,

@@ -1,14 +1,16 @@
 """Request and response models.
 
 Limits live in the models: ``k`` is 1..max_k and batches hold at most max_batch items, where max_k and
-max_batch are the serving app's settings. The app publishes them per request in :data:`LIMITS` (set by the
-request-limits middleware) and the validators and OpenAPI schema read them from there, so two apps with
-different settings can run in one process. JSON bodies are strict: ``k: true`` or ``k: 1.5`` is a 422.
+max_batch are the serving app's settings; so do the bounds on a request's total work (hits, filter conditions,
+words, layout points x neighbourhood), each a 422 before any work starts. The app publishes them per request in
+:data:`LIMITS` (set by the request-limits middleware) and the validators and OpenAPI schema read them from there,
+so two apps with different settings can run in one process. JSON bodies are strict: ``k: true`` or ``k: 1.5`` is a 422.
 """
 
 from __future__ import annotations
 
 import functools
+import math
 import re
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -23,6 +25,10 @@ from index.search import SearchOptions
 class Limits:
     max_k: int = 1000
     max_batch: int = 1024
+    max_hits: int = 102_400  # items x (offset + k) in one request
+    max_filter_conditions: int = 4096  # conditions of all the filters of one request
+    max_words: int = 20_000  # words of all the word lists of one request (doesnt-match, n-similarity)
+    max_layout_work: int = 32_768  # tokens x perplexity (t-SNE) or x n_neighbors (UMAP) of one projection
 
 
 LIMITS: ContextVar[Limits] = ContextVar("embedding_limits", default=Limits())  # noqa: B039 (frozen)
@@ -31,6 +37,7 @@ MAX_TOKEN_CHARS = 1024
 MAX_TEXT_CHARS = 100_000
 MAX_DIM = 65_536
 FLOAT32_MAX = 3.4028234663852886e38
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 
 
 def _check_k(k: int) -> int:
@@ -45,6 +52,18 @@ def _check_batch(items: list[Any]) -> list[Any]:
     if len(items) > limit:
         raise ValueError(f"a batch holds at most {limit} items (the server's max_batch), got {len(items)}")
     return items
+
+
+def check_work(amount: int, limit_name: str, what: str) -> None:
+    """ValueError when ``amount`` is over the limit ``limit_name`` of :class:`Limits` (a request's total work)."""
+    limit = getattr(LIMITS.get(), limit_name)
+    if amount > limit:
+        raise ValueError(f"{what}: {amount:,}, more than the server's {limit_name} of {limit:,}")
+
+
+def _check_hits(items: int, k: int) -> None:
+    if items > 1:
+        check_work(items * k, "max_hits", f"hits asked for ({items:,} items x k {k:,}, offset included)")
 
 
 def _k_schema(schema: dict[str, Any]) -> None:
@@ -237,13 +256,63 @@ class NeighborsRequest(TokenOptions):
             raise ValueError("give either queries (a batch) or one query, not both")
         if self.queries is None and single != 1:
             raise ValueError("give exactly one of token, id, positive/negative tokens, or queries")
+        _check_hits(len(self.queries or ()), self.k)
         return self
+
+
+def _utf8_json(value: Any, where: str = "") -> None:
+    """Raise ValueError at the first text (key or value) of free-form JSON that UTF-8 cannot encode: a lone
+    surrogate such as ``"\\ud800"`` is valid JSON, and pydantic's ``str`` refuses it, but ``Any`` lets it through."""
+    if isinstance(value, str):
+        try:
+            value.encode()
+        except UnicodeEncodeError:
+            raise ValueError(
+                f"{where or 'text'}: text must be valid Unicode (a lone UTF-16 surrogate is not)"
+            ) from None
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            _utf8_json(key, f"{where}.<a key>" if where else "<a key>")
+            _utf8_json(item, f"{where}.{key}" if where else key)
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            _utf8_json(item, f"{where}[{i}]")
+
+
+def _valid_text(value: Any) -> Any:
+    _utf8_json(value)
+    return value
+
+
+def _int64_schema(schema: dict[str, Any]) -> None:
+    """The int64 range as the OpenAPI document can say it: its bounds become floats, which a checker compares as
+    floats, so they stay a float's step (1024) inside it (a client that keeps within the schema is never refused)."""
+    schema["minimum"], schema["maximum"] = INT64_MIN + 1024, INT64_MAX + 1 - 1024
+
+
+def conditions(spec: Any) -> int:
+    """How many conditions a filter holds: one per operator on a field and per and/or/not (each is one pass over
+    a column or over the rows' booleans)."""
+    if isinstance(spec, list):
+        return sum(conditions(item) for item in spec)
+    if not isinstance(spec, dict):
+        return 1
+    count = 0
+    for key, value in spec.items():
+        if key in ("and", "or", "not"):
+            count += 1 + conditions(value)
+        else:
+            count += len(value) if isinstance(value, dict) and value else 1
+    return count
+
+
+ValidText = AfterValidator(_valid_text)  # for free-form JSON (``Any``); typed ``str`` fields refuse surrogates already
 
 
 # ------------------------------------------------------------------------------------------- search
 VectorBatch = Annotated[list[BatchVector], batch_of("a batch of query vectors"), CHECK_BATCH]
 DocumentId = Annotated[
-    Token | Annotated[int, Whole],
+    Token | Annotated[int, Field(ge=INT64_MIN, le=INT64_MAX, json_schema_extra=_int64_schema), Whole],
     Field(description="a document's id (documents tables)", union_mode="left_to_right"),
 ]
 DocumentIds = Annotated[list[DocumentId], Field(max_length=MAX_DIM)]
@@ -293,6 +362,7 @@ Filter = Annotated[
         description="documents tables: a filter on payload fields: {field: value}, {field: {in: [...]}}, "
         "{field: {gte, gt, lte, lt, eq, ne}}, {not: F}, {and: [F, ...]}, {or: [F, ...]}",
     ),
+    ValidText,
 ]
 FieldNames = Annotated[list[Token], Field(max_length=1024, description="documents tables: the fields a hit carries")]
 DOCUMENT_FORMS = (given("vector"), given("id"), POSITIVE_NEGATIVE)
@@ -436,6 +506,12 @@ class SearchRequest(TokenOptions, PageOptions):
         else:  # the items' texts and vector queries are checked one by one (a bad item fails alone)
             check_options(self.mode, self.min_score, self.diversity)
         _check_page(self.k, max([self.offset, *(q.offset for q in self.queries or [])]))
+        items = len(self.queries or self.vectors or ())
+        _check_hits(items, self.k + max([self.offset, *(q.offset for q in self.queries or [])]))
+        filters = [self.filter, *(q.filter for q in self.queries or [])]
+        check_work(
+            sum(conditions(f) for f in filters if f is not None), "max_filter_conditions", "conditions in the filters"
+        )
         return self
 
     def document_query(self) -> DocumentQuery:
@@ -510,6 +586,7 @@ class AnalogyRequest(TokenOptions):
             raise ValueError("give either queries (a batch) or a, b and c (and expect), not both")
         if self.queries is None and not all(given):
             raise ValueError("give a, b and c (or queries)")
+        _check_hits(len(self.queries or ()), self.k)
         return self
 
 
@@ -591,6 +668,16 @@ class ProjectRequest(BaseModel):
             raise ValueError("perplexity belongs to method tsne")
         if self.method != "umap" and given & set(UMAP_FIELDS):
             raise ValueError("n_neighbors and min_dist belong to method umap")
+        if self.method == "tsne":
+            work = len(self.tokens) * math.ceil(self.perplexity)
+            check_work(
+                work, "max_layout_work", f"t-SNE work ({len(self.tokens):,} tokens x perplexity {self.perplexity:g})"
+            )
+        if self.method == "umap":
+            work = len(self.tokens) * self.n_neighbors
+            check_work(
+                work, "max_layout_work", f"UMAP work ({len(self.tokens):,} tokens x n_neighbors {self.n_neighbors})"
+            )
         return self
 
 
@@ -660,6 +747,7 @@ class DoesntMatchRequest(BaseModel):
     def _one_form(self) -> DoesntMatchRequest:
         if (self.words is None) == (self.queries is None):
             raise ValueError("give exactly one of words or queries")
+        check_work(sum(map(len, self.queries or ())), "max_words", "words in the lists")
         return self
 
 
@@ -719,6 +807,8 @@ class NSimilarityRequest(BaseModel):
             raise ValueError("give either queries (a batch) or a and b, not both")
         if self.queries is None and not single:
             raise ValueError("give a and b (two word sets), or queries")
+        words = sum(len(pair.a) + len(pair.b) for pair in self.queries or ())
+        check_work(words, "max_words", "words in the sets")
         return self
 
 
@@ -739,6 +829,11 @@ class CompareRequest(TokenOptions):
     first: TableNameField
     second: TableNameField
     tokens: CompareTokens
+
+    @model_validator(mode="after")
+    def _work(self) -> CompareRequest:
+        _check_hits(len(self.tokens), self.k)
+        return self
 
 
 # -------------------------------------------------------------------------------------------- responses
@@ -1035,6 +1130,12 @@ class BuildStatus(BaseModel):
     step: str = Field(description="what the build is doing, e.g. adding rows to the index")
     done: float = Field(description="fraction of the step done, 0 to 1")
     seconds_left: float | None = Field(None, description="estimated seconds left in the step, at the rate so far")
+    nice: int | None = Field(None, description="the build process's nice level (it yields the CPU to requests)")
+    elapsed_seconds: float | None = Field(None, description="seconds since the build started")
+    cpu_seconds: float | None = Field(None, description="CPU seconds the build has used so far, all its threads")
+    hnsw_estimate_seconds: float | None = Field(
+        None, description="the estimated time of the HNSW build, when the auto rule estimated it"
+    )
 
 
 class Ready(BaseModel):

@@ -121,6 +121,9 @@ def check_known(encoded: Encoded, texts: Sequence[str], whose: str, name: str) -
             raise NoKnownWord(f"{name}[{i}] {error.message}", **error.details)
 
 
+KEYWORD_HINT = "; mode keyword (and hybrid, which falls back to it) finds the words by the keyword index"
+
+
 def document_text(encoder: Table | None, table: Table, text: str) -> Probe:
     """A documents table's text query, embedded by ``encoder``: the table that embedded its documents at import
     (``Registry.encoder_of``), with the same pooling. A text with no word the encoder knows is a
@@ -135,7 +138,7 @@ def document_text(encoder: Table | None, table: Table, text: str) -> Probe:
     if encoded.tokens[0] == 0:
         whose = f"the vocabulary the documents of {table.name!r} were embedded with ({encoder.name})"
         error = no_known_word(text, whose)
-        raise NoKnownWord(f"text {error.message}; modes keyword and hybrid find words as written", **error.details)
+        raise NoKnownWord(f"text {error.message}{KEYWORD_HINT}", **error.details)
     info = {"text": text, "encoder": encoder.name, "tokens": encoded.tokens[0], "unknown": encoded.unknown[0]}
     return Probe(encoded.vectors[0], set(), info)
 

@@ -78,6 +78,11 @@ class Registry:
     def load(cls, data_dir: Path, names: list[str] | None = None, checksums: bool = True) -> Registry:
         """Load ``names`` (default: every table in ``data_dir``); a table that fails is logged and skipped."""
         registry = cls(data_dir=Path(data_dir), names=list(names) if names is not None else None, checksums=checksums)
+        try:
+            for path, what in artifact.recover(registry.data_dir):  # left by a publisher that was killed
+                log.warning("%s: %s", path, what)
+        except OSError as exc:
+            log.warning("%s: leftovers of killed builds not looked for: %s", data_dir, exc.strerror)
         return registry.reload()[0]
 
     def reload(self) -> tuple[Registry, dict[str, list[str]]]:
@@ -191,7 +196,8 @@ class Registry:
         return None if record is None else self.tables.get(record["table"])
 
     def _without_encoder(self) -> list[str]:
-        """Refuse the documents tables whose encoder is not loaded, or is not the one that embedded them."""
+        """Refuse the documents tables whose encoder is not loaded, or is not the one that embedded them (other
+        vectors, or no longer the SIF component their documents were embedded with)."""
         refused = []
         for name, table in list(self.tables.items()):
             record = table.encoder_record
@@ -203,10 +209,24 @@ class Registry:
                     f"its documents were embedded with table {record['table']!r}, which is not loaded; serve that "
                     "table too (it embeds the query texts)"
                 )
-            elif encoder.vectors_sha256 != record["vectors_sha256"]:
+            elif (encoder.vectors_sha256, encoder.graph_sha256) != (
+                record["vectors_sha256"],
+                record.get("graph_sha256"),
+            ):
                 reason = (
                     f"its documents were embedded with other vectors than table {record['table']!r} holds now "
                     "(rebuilt since?); import the documents again with --encoder"
+                )
+            elif record.get("pooling") == "sif" and encoder.sif_sha256 is None:
+                reason = (
+                    f"its documents were embedded with table {record['table']!r}'s SIF component, which that table "
+                    f"no longer has: `embedding-index sif {record['table']}` computes one, then import the documents "
+                    "again with --encoder"
+                )
+            elif record.get("sif_sha256", encoder.sif_sha256) != encoder.sif_sha256:
+                reason = (
+                    f"its documents were embedded with another SIF component than table {record['table']!r} holds "
+                    "now (computed again since?); import the documents again with --encoder"
                 )
             else:
                 continue

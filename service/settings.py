@@ -42,6 +42,46 @@ class Settings(BaseSettings):
     )
     max_k: int = Field(1000, ge=1, le=100_000, description="largest k a query may ask for")
     max_batch: int = Field(1024, ge=1, le=100_000, description="most items in one batch request")
+    max_hits: int = Field(
+        102_400,
+        ge=1,
+        le=100_000_000,
+        description="most hits one batch request may ask for: items x k (offset + k), e.g. 1,024 queries at k 100; "
+        "more is a 422 before any work",
+    )
+    max_filter_conditions: int = Field(
+        4096,
+        ge=1,
+        le=10_000_000,
+        description="most conditions (one per operator on a field, and per and/or/not) in all the filters of one "
+        "request; more is a 422 before any work",
+    )
+    max_words: int = Field(
+        20_000,
+        ge=1,
+        le=100_000_000,
+        description="most words in all the word lists of one doesnt-match or n-similarity batch; more is a 422",
+    )
+    max_layout_work: int = Field(
+        32_768,
+        ge=1,
+        le=100_000_000,
+        description="largest t-SNE or UMAP projection: tokens x perplexity (t-SNE) or tokens x n_neighbors (UMAP), "
+        "e.g. 1,024 tokens at perplexity 32; more is a 422",
+    )
+    layout_slots: int = Field(
+        1,
+        ge=1,
+        le=512,
+        description="long computations (t-SNE and UMAP projections, t-SNE map layouts) running at once per "
+        "worker, in slots of their own: searches never wait behind them",
+    )
+    layout_queue: int = Field(
+        4,
+        ge=0,
+        le=100_000,
+        description="long computations waiting for a slot per worker; one more is answered 503 overloaded at once",
+    )
     max_body_bytes: int = Field(4 * MIB, ge=1024, description="largest request body; larger bodies get 413")
     cors_origins: Annotated[list[str], NoDecode] = Field(
         default_factory=list, description="origins allowed by CORS (default none: CORS closed)"
@@ -117,6 +157,12 @@ class Settings(BaseSettings):
         le=3600,
         description="seconds a client has for a request line and headers, from connecting or from the first byte of "
         "the next request on a kept-alive connection: then 408 (or the connection closed, if nothing came)",
+    )
+    body_timeout: float = Field(
+        30.0,
+        gt=0,
+        le=3600,
+        description="seconds a client has for a request body once its head has arrived (a body that stalls): then 408",
     )
     keep_alive_timeout: float = Field(
         75.0,

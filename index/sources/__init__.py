@@ -9,6 +9,7 @@ from __future__ import annotations
 import gzip
 import importlib
 import io
+import os
 import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -34,6 +35,9 @@ class ReadOptions:
     vector_field: str | None = None
     chunk_words: int | None = None
     encoder: Path | None = None  # documents without vectors: the table that embeds their text
+    # documents with text: the keyword index's stop-word list and stemmer (None: none); index.keyword's defaults
+    stopwords: str | None = "en"
+    stemmer: str | None = "english"
 
 
 @dataclass
@@ -50,6 +54,7 @@ class RawTable:
     kind: str = "words"  # "words", "tokens" or "documents"
     # Copied into the artifact (e.g. tokenizer.json, a documents table's payload): bytes, or a view of a buffer.
     extra_files: dict[str, bytes | memoryview] = field(default_factory=dict)
+    source: dict[str, Any] = field(default_factory=dict)  # added to the manifest's source (a folder: files read)
 
 
 Reader = Callable[[Path, ReadOptions], RawTable]
@@ -81,6 +86,7 @@ READERS: dict[str, tuple[str, str]] = {
     "npy": ("numpy_vocab", "read"),
     "projector": ("projector", "read"),
     "hf": ("huggingface", "read"),
+    "transformer": ("transformer", "read"),
     "model2vec": ("model2vec", "read"),
     "glove-package": ("glove_package", "read"),
     "gensim": ("gensim_pickle", "read"),
@@ -108,13 +114,12 @@ def sniff_format(path: Path) -> str:
             return "model2vec" if is_model2vec(path) else "hf"
         if (path / "vectors.tsv").is_file():
             return "projector"
-        if any(p.suffix.lower() in (".txt", ".md") for p in path.iterdir()):
-            return "documents"
-        raise InputError(
-            path, "directory holds neither a model (config.json, *.safetensors), vectors.tsv nor .txt/.md files"
-        )
+        with os.scandir(path) as entries:
+            if any(entries):
+                return "documents"  # a folder of text files (the reader says which files are not)
+        raise InputError(path, "empty directory: neither a model (config.json, *.safetensors), vectors.tsv nor files")
     name = path.name.lower().removesuffix(".gz")
-    if name.endswith((".jsonl", ".ndjson", ".parquet", ".csv")):
+    if name.endswith((".jsonl", ".ndjson", ".json", ".parquet", ".csv")):
         return "documents"
     if name.endswith(".npy"):
         return "npy"

@@ -11,7 +11,8 @@ the table's tokens are the document ids and its payload (ids, text, fields) goes
   are text: each column is typed by what all its cells are (see ``index.documents.infer_text``); vectors and
   lists of strings are JSON arrays in a cell.
 - **Parquet** (``.parquet``): typed columns, read in batches of 65,536 rows.
-- **A directory** of ``.txt``/``.md`` files: passages (:mod:`index.passages`), which have no vectors yet.
+- **A folder** of text files (any file whose content is text, ``.gz`` decompressed): passages
+  (:mod:`index.passages`), which have no vectors yet; what it skipped goes into the manifest's source.
 """
 
 from __future__ import annotations
@@ -33,8 +34,8 @@ from index.documents import DocumentOptions, prepare
 from index.embed_documents import TextEncoder
 from index.errors import InputError
 from index.fields import Rows
-from index.keyword import for_documents
-from index.passages import DEFAULT_CHUNK_WORDS, passages_table, text_files
+from index.keyword import Tokenizer, for_documents
+from index.passages import DEFAULT_CHUNK_WORDS, Folder, passages_table, read_folder
 from index.payload import KIND, payload_files
 from index.progress import Progress
 from index.sources import RawTable, ReadOptions, open_text, read_bytes
@@ -49,14 +50,19 @@ FIRST_BLANK = re.compile(rb"[ \t\r]*(?:\n|\Z)")
 def read(path: Path, options: ReadOptions) -> RawTable:
     """Documents and their vectors as a table whose tokens are the ids; the payload rides along as files."""
     path = Path(path)
+    try:
+        tokenizer = Tokenizer.named(options.stopwords, options.stemmer)
+    except ValueError as exc:
+        raise InputError(path, str(exc)) from None
     encoder = None if options.encoder is None else TextEncoder.open(options.encoder)
-    rows = read_rows(path, options)
+    folder = read_folder(path, options.unicode_errors, options.drop_invalid) if path.is_dir() else None
+    rows = read_rows(path, options, folder)
     document_options = DocumentOptions(options.id_field, options.text_field, options.vector_field, options.drop_invalid)
     if encoder is not None:
         document_options.embed, document_options.encoder = encoder.embed, encoder.info()
     documents = prepare(rows, document_options)
     del rows  # the source's bytes and columns, before the payload is written out
-    keyword_info, keyword_files = for_documents(documents.payload, documents.info)  # BM25 over the text, if any
+    keyword_info, keyword_files = for_documents(documents.payload, documents.info, tokenizer)  # BM25, if any text
     return RawTable(
         tokens=documents.tokens,
         matrix=documents.matrix,
@@ -64,6 +70,7 @@ def read(path: Path, options: ReadOptions) -> RawTable:
         info={KIND: documents.info, **keyword_info},
         kind=KIND,
         extra_files={**payload_files(documents.payload), **keyword_files},
+        source={} if folder is None else folder.source_info(),
     )
 
 
@@ -84,14 +91,17 @@ def file_kind(path: Path) -> str:
     return "jsonl" if start.startswith(b"{") else "csv"
 
 
-def read_rows(path: Path, options: ReadOptions) -> Rows:
+def read_rows(path: Path, options: ReadOptions, folder: Folder | None = None) -> Rows:
     if path.is_dir():
+        folder = folder or read_folder(path, options.unicode_errors, options.drop_invalid)
+        folder.report()
         chunk_words = options.chunk_words or DEFAULT_CHUNK_WORDS
+        if not folder.files:
+            first = f" (first: {folder.skipped[0][0]}: {folder.skipped[0][1]})" if folder.skipped else ""
+            raise InputError(path, f"no text files in this folder: {len(folder.skipped):,} skipped{first}")
+        passages = passages_table(folder, chunk_words)
         if options.encoder is None:
-            raise _passages_without_vectors(path, chunk_words)
-        if not text_files(path):
-            raise InputError(path, "no .txt or .md files in this directory")
-        passages = passages_table(path, chunk_words)
+            raise _passages_without_vectors(path, folder, passages.num_rows)
         return Rows(passages, path, "passages", lambda found: np.asarray(found, dtype=np.int64) + 1, unit="passage")
     kind = file_kind(path)
     if kind == "parquet":
@@ -101,15 +111,11 @@ def read_rows(path: Path, options: ReadOptions) -> Rows:
     return read_jsonl(path)
 
 
-def _passages_without_vectors(path: Path, chunk_words: int) -> InputError:
+def _passages_without_vectors(path: Path, folder: Folder, passages: int) -> InputError:
     """Passages are found and checked (bad UTF-8 names its file and line), but they have no vectors yet."""
-    files = text_files(path)
-    if not files:
-        return InputError(path, "no .txt or .md files in this directory")
-    passages = passages_table(path, chunk_words)
     return InputError(
         path,
-        f"{passages.num_rows:,} passages from {len(files):,} .txt/.md files, but no vectors: embed them with "
+        f"{passages:,} passages from {len(folder.files):,} text files, but no vectors: embed them with "
         "--encoder TABLE (a table of --data-dir), or import a JSONL, Parquet or CSV file with each document's "
         "vector in a field (--vector-field, default 'vector', else 'embedding')",
     )

@@ -2,7 +2,12 @@
 API's JSON error envelope. ``embedding-serve`` runs with it (``JsonErrorsProtocol.with_limits(...)``).
 
 - 400 ``bad_request``: a request that is not valid HTTP/1.1 (raw non-ASCII bytes or a NUL in the request line, a
-  bad Content-Length, a broken header), which uvicorn would answer itself in plain text.
+  bad Content-Length, a broken header, broken chunked framing, a Transfer-Encoding other than chunked), which
+  uvicorn would answer itself in plain text; also a body the client ends (shuts its side) before it is complete.
+  A request whose body breaks off this way is given up at once (its app sees ``http.disconnect``): the refusal
+  is its answer, and waits only for answers to earlier (pipelined) requests.
+- 505 ``http_version_not_supported``: a request line of another version than HTTP/1.0 or 1.1 (httptools parses
+  ``HTTP/2.0`` as if it were 1.1).
 - 431 ``headers_too_large`` / 414 ``request_line_too_long``: a request head (request line and headers) over
   ``max_header_bytes``. httptools has no limit of its own (uvicorn's ``h11_max_incomplete_event_size`` is for h11
   only), so the protocol counts the bytes of an unfinished head and stops at the limit: nothing beyond it is
@@ -12,6 +17,8 @@ API's JSON error envelope. ``embedding-serve`` runs with it (``JsonErrorsProtoco
   the first byte of the next request on a kept-alive connection (a client sending a byte now and then, forever).
   A connection that sent nothing is closed without an answer. Idle kept-alive connections close after uvicorn's
   ``timeout_keep_alive``.
+- 408 ``request_timeout`` too: a body not complete ``body_timeout`` seconds after the read that ended its head
+  (a timer armed only for a body that goes on past that read).
 - 503 ``overloaded`` with ``Retry-After``: a connection opened while ``max_connections`` are open gets this
   answer to its request and is closed (instead of uvicorn's plain-text ``limit_concurrency`` 503, which also
   refuses requests on connections already served).
@@ -22,8 +29,9 @@ After one of these refusals the answer is written, the write side shut, and what
 and dropped for up to ``LINGER_SECONDS`` before the connection closes: closing with unread bytes would reset the
 connection, which can destroy the answer before the client reads it.
 
-What a normal request pays: a length comparison per read, a counter and two assignments per request; the timer
-is one per connection (re-armed every ``header_timeout``), none per request.
+What a normal request pays: a length comparison per read, a counter and two assignments per request; the head timer
+is one per connection (re-armed every ``header_timeout``), none per request; the body timer, one per request whose
+body spans reads.
 """
 
 from __future__ import annotations
@@ -34,6 +42,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+import httptools
 import orjson
 from uvicorn.config import Config
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
@@ -56,6 +65,7 @@ class ConnectionLimits:
     max_header_bytes: int = 32 << 10
     header_timeout: float = 10.0
     max_connections: int = 1000
+    body_timeout: float = 30.0
 
 
 def _body(code: str, message: str) -> bytes:
@@ -72,6 +82,18 @@ def _answer(code: str, body: bytes, default_headers: list[tuple[bytes, bytes]], 
 
 OVERLOADED_BODY = _body("overloaded", "the server has as many connections open as it takes: retry in a moment")
 OVERLOADED_HEADERS = [JSON, (b"retry-after", b"%d" % RETRY_AFTER_SECONDS), CLOSE]
+
+
+def refusal(code: str, message: str) -> Any:
+    """The ASGI app answering ``code`` and closing, for a queued (pipelined) request refused before it runs."""
+    body = _body(code, message)
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        headers = [JSON, CLOSE, (b"content-length", b"%d" % len(body))]
+        await send({"type": "http.response.start", "status": status_of(code), "headers": headers})
+        await send({"type": "http.response.body", "body": body})
+
+    return app
 
 
 async def overloaded(scope: Any, receive: Any, send: Any) -> None:
@@ -121,7 +143,11 @@ class JsonErrorsProtocol(HttpToolsProtocol):
         self.head: int | None = 0  # bytes of the unfinished request head counted so far; None inside a body
         self.heads = 0  # request heads parsed on this connection
         self.head_since: float | None = None  # when the head awaited now began; None: no head awaited
+        self.begun = False  # the parser has begun a request whose head is not complete
         self.head_timer: asyncio.TimerHandle | None = None
+        self.in_body = False  # a request head is parsed and its body is not complete
+        self.body_timer: asyncio.TimerHandle | None = None  # armed once a body goes on past the read that began it
+        self.bad_version = False  # the parser error at hand is a request line's HTTP version
         self.refused = False
         self.drain = app_state.get("drain")  # the app's service.http.drain.Drain, from its lifespan state
 
@@ -136,12 +162,22 @@ class JsonErrorsProtocol(HttpToolsProtocol):
         self._arm(self.head_since + self.limits.header_timeout)
 
     def connection_lost(self, exc: Exception | None) -> None:
-        if self.head_timer is not None:
-            self.head_timer.cancel()
-            self.head_timer = None
+        self._cancel_timers()
         super().connection_lost(exc)
 
+    def eof_received(self) -> None:
+        """The client shut its side: inside a body, that body can never be complete (400, then closed)."""
+        if self.in_body and not self.refused:
+            log.info("%s - the client ended the connection inside a request body: answering 400", self._peer())
+            self._refuse("bad_request", "the connection ended inside the request body")
+        # returning None: asyncio closes the transport once what is written is sent
+
     def data_received(self, data: bytes) -> None:
+        self._receive(data)
+        if self.in_body and self.body_timer is None and not self.refused:
+            self.body_timer = self.loop.call_later(self.limits.body_timeout, self._body_timeout)
+
+    def _receive(self, data: bytes) -> None:
         head = self.head
         if head is None:  # inside a body (its limit is the app's)
             if len(data) <= self.body_slice:
@@ -179,19 +215,38 @@ class JsonErrorsProtocol(HttpToolsProtocol):
                     return
 
     # ------------------------------------------------------------------------------------------ parser callbacks
+    def on_message_begin(self) -> None:
+        self.begun = True
+        if self.head_since is None:  # a head that began in the read that ended the request before it
+            self.head_since = self.loop.time()
+        HttpToolsProtocol.on_message_begin(self)
+
     def on_headers_complete(self) -> None:
+        if self.parser.get_http_version() not in ("1.0", "1.1"):  # httptools parses HTTP/2.0 as if it were 1.1
+            self.bad_version = True
+            raise httptools.HttpParserError("unsupported HTTP version")  # the parser stops: send_400_response
         self.heads += 1
         self.head = self.head_since = None
+        self.begun = False
+        self.in_body = True
         HttpToolsProtocol.on_headers_complete(self)
         if self.drain is not None and self.drain.draining and self.cycle is not None:
             self.cycle.keep_alive = False  # answered with Connection: close
 
     def on_message_complete(self) -> None:
         self.head = 0
+        self.in_body = False
+        if self.body_timer is not None:
+            self.body_timer.cancel()
+            self.body_timer = None
         HttpToolsProtocol.on_message_complete(self)
 
     # ------------------------------------------------------------------------------------------ refusals
     def send_400_response(self, msg: str) -> None:
+        if self.bad_version:
+            log.info("%s - request line of an HTTP version other than 1.0 and 1.1: answering 505", self._peer())
+            self._refuse("http_version_not_supported", "this server speaks HTTP/1.1 (and 1.0) only")
+            return
         self._refuse("bad_request", MESSAGE)
 
     def _head_too_large(self) -> None:
@@ -218,23 +273,58 @@ class JsonErrorsProtocol(HttpToolsProtocol):
             self._arm(current + timeout)
         elif self.cycle is not None and not self.cycle.response_complete:  # pipelined behind an answer
             self._arm(self.loop.time() + timeout)
-        elif self.head:
+        elif self.head or self.begun:
             log.info("%s - request head not complete after %gs: answering 408", self._peer(), timeout)
             self._refuse("request_timeout", f"the request line and headers must arrive within {timeout:g} seconds")
         else:
             log.debug("%s - nothing sent for %gs: closing", self._peer(), timeout)
             self.transport.close()
 
+    def _body_timeout(self) -> None:
+        self.body_timer = None
+        if self.refused or self.transport.is_closing() or not self.in_body:
+            return
+        timeout = self.limits.body_timeout
+        if any(cycle is self.cycle for cycle, _ in self.pipeline):  # queued behind answers: its body is not read yet
+            self.body_timer = self.loop.call_later(timeout, self._body_timeout)
+            return
+        cycle = self.cycle
+        if cycle is not None and cycle.response_started and not cycle.response_complete:  # answering still
+            self.body_timer = self.loop.call_later(timeout, self._body_timeout)
+            return
+        if cycle is not None and cycle.response_complete:  # answered without its body (e.g. 413)
+            log.info("%s - request body not complete after %gs, its answer sent: closing", self._peer(), timeout)
+            self.refused = True
+            self._cancel_timers()
+            self._linger()
+            return
+        log.info("%s - request body not complete after %gs: answering 408", self._peer(), timeout)
+        self._refuse("request_timeout", f"the request body must arrive within {timeout:g} seconds of its head")
+
+    def _cancel_timers(self) -> None:
+        for timer in (self.head_timer, self.body_timer):
+            if timer is not None:
+                timer.cancel()
+        self.head_timer = self.body_timer = None
+
     def _refuse(self, code: str, message: str) -> None:
         """Answer ``code`` and close (lingering); behind answers still under way (pipelined requests), once the
-        last of them is sent."""
+        last of them is sent. A request whose body will never come (a broken chunk, a stalled body) is given up:
+        its app is told the client left, and the refusal is its answer (or takes its place in the queue)."""
         if self.refused:  # already refused (e.g. a parser error again, on data read while an answer is sent)
             return
         self.refused = True  # nothing more is read into the parser
-        if self.head_timer is not None:
-            self.head_timer.cancel()
-            self.head_timer = None
+        self._cancel_timers()
         cycle = self.cycle
+        if cycle is not None and self.in_body and not cycle.response_started:
+            queued = [i for i, (waiting, _) in enumerate(self.pipeline) if waiting is cycle]
+            if queued:
+                self.pipeline[queued[0]] = (cycle, refusal(code, message))
+                return
+            cycle.disconnected = True  # its app's receive() says http.disconnect; what it sends is dropped
+            cycle.message_event.set()
+            self._answer_and_linger(code, message)
+            return
         if cycle is None or cycle.response_complete:
             self._answer_and_linger(code, message)
             return
@@ -253,6 +343,11 @@ class JsonErrorsProtocol(HttpToolsProtocol):
             return
         self._unset_keepalive_if_required()
         transport.write(_answer(code, _body(code, message), self.server_state.default_headers))
+        self._linger()
+
+    def _linger(self) -> None:
+        """Shut the write side and hand the connection to :class:`Lingering` (or close it)."""
+        transport = self.transport
         if not transport.can_write_eof():
             transport.close()
             return

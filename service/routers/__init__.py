@@ -8,6 +8,7 @@ from fastapi import APIRouter
 from service.routers import (
     admin,
     analogy,
+    contextual,
     diagnostics,
     documents,
     fields,
@@ -31,6 +32,7 @@ ROUTERS: tuple[APIRouter, ...] = (
     writes.router,
     fields.router,
     tokens.router,
+    contextual.router,
     projection.router,
     diagnostics.router,
     map.router,

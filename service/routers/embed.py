@@ -55,6 +55,8 @@ async def encode(request: Request, table: Table, operation: str, texts: list[str
 async def embed(request: Request, table: TableDep, body: EmbedRequest) -> Response:
     encoded = await encode(request, table, "embed", body.texts, body.pooling, "texts")
     out = {"table": table.name, "pooling": encoded.pooling, "dim": table.dim}
+    if encoded.truncated is not None:
+        out["truncated"] = encoded.truncated
     return FastJSON({**out, "tokens": encoded.tokens, "unknown": encoded.unknown, "vectors": encoded.vectors})
 
 

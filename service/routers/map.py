@@ -15,6 +15,7 @@ Layouts are computed on first request, off the event loop, and cached on disk by
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import io
 from typing import Annotated, Any, Literal, cast
@@ -52,20 +53,43 @@ def layout_cache(request: Request) -> LayoutCache:
 
 
 async def get_layout(request: Request, table: Table, method: str) -> Any:
+    """The table's layout: a kept one read in the ordinary slots; one to compute computed once however many requests
+    ask for it meanwhile, a t-SNE one in the long computations' slots."""
     cache = layout_cache(request)
-    if method == "pca":
-        return await compute(
-            request, table, "map", lambda: cache.layout(table.name, table.manifest, table.vectors, "pca")
+    params: dict[str, Any] = {}
+    if method == "tsne":
+        rows = request.app.state.settings.map_tsne_rows
+        if not rows:
+            raise InvalidQuery("t-SNE maps are off on this server (EMBEDDING_MAP_TSNE_ROWS=0)")
+        if not tsne_available():
+            raise InvalidQuery("t-SNE maps need the openTSNE package, which this server does not have")
+        params = {**TSNE, "rows": min(rows, table.rows)}
+    kept = await compute(request, table, "map", lambda: cache.kept(table.name, table.manifest, method, **params))
+    if kept is not None:
+        return kept
+    running: dict[tuple[str, int, str], asyncio.Future[Any]] | None = getattr(request.app.state, "computing", None)
+    if running is None:
+        running = request.app.state.computing = {}
+    key = (table.name, id(table), method)
+    task = running.get(key)
+    if task is None:
+        work = compute(
+            request,
+            table,
+            "map",
+            lambda: cache.layout(table.name, table.manifest, table.vectors, method, **params),
+            long=method == "tsne",  # a t-SNE map takes minutes, a PCA one seconds at most
+            check_client=False,  # others may be waiting for it too
         )
-    rows = request.app.state.settings.map_tsne_rows
-    if not rows:
-        raise InvalidQuery("t-SNE maps are off on this server (EMBEDDING_MAP_TSNE_ROWS=0)")
-    if not tsne_available():
-        raise InvalidQuery("t-SNE maps need the openTSNE package, which this server does not have")
-    params = {**TSNE, "rows": min(rows, table.rows)}
-    return await compute(
-        request, table, "map", lambda: cache.layout(table.name, table.manifest, table.vectors, "tsne", **params)
-    )
+        task = running[key] = asyncio.ensure_future(work)
+
+        def finished(done: asyncio.Future[Any]) -> None:
+            running.pop(key, None)
+            if not done.cancelled():
+                done.exception()  # retrieved: the requests awaiting it raise it, even if none is left
+
+        task.add_done_callback(finished)
+    return await asyncio.shield(task)
 
 
 @router.get(

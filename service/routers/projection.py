@@ -4,6 +4,8 @@ openTSNE (``tsne``) or umap-learn (``umap``), seeded. The computations are in ``
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -22,7 +24,7 @@ from service.respond import FastJSON
 router = APIRouter(prefix="/v1/tables/{table}", tags=["projection"])
 
 
-def project(table: Table, body: ProjectRequest) -> dict[str, Any]:
+def project(table: Table, body: ProjectRequest, stop: Callable[[], bool] | None = None) -> dict[str, Any]:
     require(body.method)  # a method whose package is missing: 422 naming it, before any work
     rows: dict[int, str] = {}  # id -> the token that asked for it; repeats of a row are projected once
     unknown = []
@@ -47,7 +49,7 @@ def project(table: Table, body: ProjectRequest) -> dict[str, Any]:
         extra["axes"] = {"x": x_pair, "y": y_pair if y_pair is not None else "pca"}
     elif body.method in ("tsne", "umap"):
         if body.method == "tsne":
-            layout = tsne_projection(vectors, body.perplexity, body.seed)
+            layout = tsne_projection(vectors, body.perplexity, body.seed, stop=stop)
         else:
             layout = umap_projection(vectors, body.n_neighbors, body.min_dist, body.seed)
         points, ratio = layout.points, None
@@ -80,4 +82,7 @@ def axis(table: Table, pair: list[str]) -> tuple[np.ndarray, list[str]]:
     "out by t-SNE (tsne) or UMAP (umap)",
 )
 async def project_tokens(request: Request, table: TableDep, body: ProjectRequest) -> Response:
-    return FastJSON(await compute(request, table, "project", lambda: project(table, body)))
+    long = body.method in ("tsne", "umap")  # a layout of seconds: in the long computations' slots
+    gone = threading.Event()  # set when the client goes; t-SNE then stops within a few iterations
+    answer = await compute(request, table, "project", lambda: project(table, body, gone.is_set), long=long, gone=gone)
+    return FastJSON(answer)

@@ -163,7 +163,7 @@ def _prepare(
         except queries.NoKnownWord as exc:
             if mode != "hybrid" or body.diversity or query.min_score is not None:  # these need a vector
                 raise
-            reason = exc.message.removesuffix("; modes keyword and hybrid find words as written")
+            reason = exc.message.removesuffix(queries.KEYWORD_HINT)
             return "keyword", None, {"mode": "keyword", "reason": reason}
     if mode == "hybrid" and query.text is not None and query.min_score is None and not _has_keyword(table, query.text):
         reason = (

@@ -107,7 +107,14 @@ def test_every_method_is_measured(quick_run: dict[str, Any]) -> None:
     assert r["glove_rows"] == lee.QUICK_GLOVE_ROWS and r["tables"]["minilm_rows"] == 30522
     assert r["tables"]["sif"]["corpus"]["texts"] == 300  # lee_background.cor, every line
     methods = by_name(quick_run)
-    expected = {"GloVe 6B 50d mean", "GloVe 6B 50d SIF", "MiniLM token mean", "BM25 cosine", "gensim LSI"}
+    expected = {
+        "GloVe 6B 50d mean",
+        "GloVe 6B 50d SIF",
+        "MiniLM token mean",
+        "MiniLM transformer",
+        "BM25 cosine",
+        "gensim LSI",
+    }
     assert set(methods) == expected
     for m in methods.values():
         low, high = m["pearson_95"]
@@ -133,6 +140,8 @@ def test_figures_hold_together(quick_run: dict[str, Any]) -> None:
         low, high = d["difference_95"]
         assert low <= d["median"] <= high and 0 <= d["first_ahead"] <= 1
     assert differences[("GloVe 6B 50d SIF", "GloVe 6B 50d mean")]["first_ahead"] > 0.9
+    # the model's own sentence vectors follow the ratings better than the static mean of its input rows
+    assert methods["MiniLM transformer"]["pearson"] > methods["MiniLM token mean"]["pearson"] + 0.1
 
 
 def test_glove_mean_equals_a_brute_force(quick_run: dict[str, Any]) -> None:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -97,3 +99,26 @@ def test_stale_temporary_directories_are_cleaned(tmp_path: Path) -> None:
     removed = artifact.clean_stale(tmp_path)
     assert len(removed) == 2
     assert artifact.list_tables(tmp_path) == ["t", "u"]
+
+
+def test_leftovers_on_a_read_only_data_directory_are_reported_not_fixed(tmp_path: Path) -> None:
+    """A read-only mount (the replicas' /data): recovery names each leftover and what to run, and changes nothing."""
+    if os.geteuid() != 0 or not shutil.which("mount"):
+        pytest.skip("a read-only bind mount needs root")
+    data_dir, mounted = tmp_path / "data", tmp_path / "ro"
+    build_table(_raw(), data_dir=data_dir, name="t", source={})
+    (data_dir / "t").rename(data_dir / ".old-t-12345678")  # killed between the two renames of a publish
+    (data_dir / ".tmp-u-deadbeef").mkdir()
+    mounted.mkdir()
+    if subprocess.run(["mount", "--bind", str(data_dir), str(mounted)], check=False).returncode != 0:
+        pytest.skip("this system does not allow bind mounts")
+    try:
+        subprocess.run(["mount", "-o", "remount,bind,ro", str(mounted)], check=True)
+        done = {path.name: what for path, what in artifact.recover(mounted)}
+    finally:
+        subprocess.run(["umount", str(mounted)], check=False)
+    advice = "left as it is (Read-only file system); run `embedding-index verify` where the data directory is writable"
+    assert done == {".old-t-12345678": advice, ".tmp-u-deadbeef": advice}
+    assert sorted(p.name for p in data_dir.iterdir()) == [".old-t-12345678", ".tmp-u-deadbeef"]
+    assert [path.name for path, _ in artifact.recover(data_dir)] == [".tmp-u-deadbeef", ".old-t-12345678"]
+    assert artifact.list_tables(data_dir) == ["t"] and artifact.verify(data_dir / "t").ok

@@ -199,7 +199,7 @@ def test_sniffing_and_options_need_documents(tmp_path: Path, lee: Lee) -> None:
     glove = tmp_path / "g.txt"
     glove.write_text("a 1 2\nb 3 4\n")
     message = import_fails(glove, tmp_path / "data", "--id-field", "x")
-    assert message.endswith("--id-field: only for --format documents")
+    assert message.endswith(f"--id-field: only for --format documents, and {glove} reads as glove")
 
 
 # ------------------------------------------------------------------------------------------------ passages
@@ -226,7 +226,7 @@ def markdown_files(directory: Path, lee: Lee) -> dict[str, str]:
         files[name] = text
         (directory / name).parent.mkdir(parents=True, exist_ok=True)
         (directory / name).write_bytes(text.encode())
-    (directory / "ignored.json").write_text("{}")
+    (directory / "screenshot.jpg").write_bytes((REPO / "docs" / "explorer-map.jpg").read_bytes())  # binary: skipped
     return files
 
 
@@ -272,13 +272,16 @@ def test_directory_of_passages_needs_vectors(tmp_path: Path, lee: Lee) -> None:
     message = import_fails(docs, tmp_path / "data", "--format", "documents", "--chunk-words", "80")
     rows = passages_table(docs, 80).num_rows
     assert message == (
-        f"embedding-index: error: {docs}: {rows} passages from 6 .txt/.md files, but no vectors: embed them with "
+        f"embedding-index: error: {docs}: {rows} passages from 6 text files, but no vectors: embed them with "
         "--encoder TABLE (a table of --data-dir), or import a JSONL, Parquet or CSV file with each document's "
         "vector in a field (--vector-field, default 'vector', else 'embedding')"
     )
     (docs / "e.TXT").write_bytes(b"fine\n\ncaf\xe9\n")
     message = import_fails(docs, tmp_path / "data", "--format", "documents")
-    assert message == f"embedding-index: error: {docs / 'e.TXT'}:3: not UTF-8 text (byte 0xe9)"
+    assert message == (
+        f"embedding-index: error: {docs / 'e.TXT'}:3: not UTF-8 text (byte 0xe9) "
+        "(use --drop-invalid to skip such files, or --unicode-errors replace)"
+    )
 
 
 # ------------------------------------------------------------------------------------------------ bad input

@@ -71,6 +71,7 @@ def test_markdown_passages_embedded(tmp_path: Path, data_dir: Path, lee_docs: Le
     np.testing.assert_allclose(np.asarray(table.vectors), expected, rtol=0, atol=1e-6)
     assert table.payload is not None and table.payload.fields == {
         "source": "string",
+        "folder": "string",
         "chunk": "integer",
         "start": "integer",
         "end": "integer",
@@ -109,7 +110,8 @@ def test_encoder_mistakes(tmp_path: Path, data_dir: Path, lee_docs: Lee) -> None
     assert "no text field" in message
     words = tmp_path / "words.txt"
     words.write_text("heart " + " ".join(["0.1"] * 50) + "\n")
-    assert "--encoder: only for --format documents" in import_fails(words, data_dir, "--encoder", "small")
+    message = import_fails(words, data_dir, "--encoder", "small")
+    assert message.endswith(f"--encoder: only for --format documents, and {words} reads as glove")
     assert json.loads((data_dir / "small" / "manifest.json").read_text())["name"] == "small"
 
 

@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -151,14 +152,21 @@ def test_progress_lines_and_status_file(tmp_path: Path) -> None:
     progress.CONFIG.stream = stream
     try:
         progress.configure(quiet=False, status_file=status, interval=0)  # whatever an earlier test left
+        progress.record(hnsw_estimate_seconds=12.5)
         with progress.Progress("adding rows to the index", 400) as step:
             step.advance(100)
-            assert progress.read_status(status) == {
+            written = progress.read_status(status)
+            assert written == {
                 "step": "adding rows to the index",
                 "done": 0.25,
-                "seconds_left": pytest.approx(progress.read_status(status)["seconds_left"]),
+                "seconds_left": pytest.approx(written["seconds_left"]),
                 "state": "running",
+                "nice": os.getpriority(os.PRIO_PROCESS, 0),
+                "elapsed_seconds": pytest.approx(written["elapsed_seconds"]),
+                "cpu_seconds": pytest.approx(written["cpu_seconds"]),
+                "hnsw_estimate_seconds": 12.5,
             }
+            assert 0 <= written["elapsed_seconds"] < 60 and 0 < written["cpu_seconds"] <= time.process_time() + 0.05
             step.advance(300)
         progress.configure(quiet=True)
         with progress.Progress("silent", 10) as step:
@@ -166,6 +174,7 @@ def test_progress_lines_and_status_file(tmp_path: Path) -> None:
     finally:
         progress.CONFIG.stream = None
         progress.CONFIG.status_file = None
+        progress.CONFIG.facts.clear()
         progress.configure(quiet=False, interval=progress.INTERVAL)
     lines = stream.getvalue().splitlines()
     assert lines[0].startswith("embedding-index: adding rows to the index: 25% (100 of 400 rows), ")

@@ -23,10 +23,20 @@ import pytest
 import scipy.sparse
 from gensim.test.utils import datapath
 
-from index import artifact
+from index import artifact, cli
 from index.errors import ArtifactError, InvalidQuery
-from index.keyword import FILES, KEYWORD, Built, KeywordIndex, Tokenizer, build, english_stopwords
-from index.sources import RawTable
+from index.keyword import (
+    DEFAULT_STEMMER,
+    DEFAULT_STOPWORDS,
+    FILES,
+    KEYWORD,
+    Built,
+    KeywordIndex,
+    Tokenizer,
+    build,
+    english_stopwords,
+)
+from index.sources import RawTable, ReadOptions
 from index.table import Table
 from tests.index.test_sources import run_cli
 
@@ -58,8 +68,10 @@ def write_lee(path: Path, texts: list[str], glove: RawTable, with_text: bool = T
     return path
 
 
-def import_table(source: Path, data_dir: Path, name: str) -> Path:
-    result = run_cli("import", source, "--format", "documents", "--name", name, "--data-dir", data_dir)
+def import_table(source: Path, data_dir: Path, name: str, options: tuple[str, ...] | None = None) -> Path:
+    """The import, unless ``options`` are given without stop words or stemming (the words the reference counts)."""
+    options = ("--stopwords", "none", "--stemmer", "none") if options is None else options
+    result = run_cli("import", source, "--format", "documents", "--name", name, "--data-dir", data_dir, *options)
     assert result.code == 0, result.err
     return data_dir / name
 
@@ -339,3 +351,107 @@ def test_documents_without_text_are_never_hit(tmp_path: Path) -> None:
 def test_bad_calls_are_refused(lee: Lee, k: int, allowed: np.ndarray | None) -> None:
     with pytest.raises(InvalidQuery):
         lee.index.search(["cricket"], k, allowed=allowed)
+
+
+# ------------------------------------------------------------------------------------ stop words and stemming
+
+
+def bm25s_words(texts: list[str], stopwords: str | None, stemmer: str | None) -> list[list[str]]:
+    """bm25s's own tokenizer, its pattern set to this tokenizer's words (the Lee texts' words are \\w+)."""
+    import bm25s
+    import Stemmer
+
+    return bm25s.tokenize(  # type: ignore[no-any-return]
+        texts,
+        token_pattern=r"(?u)\w+",
+        stopwords=stopwords or [],
+        stemmer=Stemmer.Stemmer(stemmer) if stemmer else None,
+        return_ids=False,
+        show_progress=False,
+    )
+
+
+@pytest.mark.parametrize(("stopwords", "stemmer"), [(None, "english"), ("en", None), ("en", "english")])
+def test_stemmed_and_stop_word_answers_are_bm25s_own(
+    tmp_path: Path, lee: Lee, stopwords: str | None, stemmer: str | None
+) -> None:
+    """With stop words, stemming or both, the arrays and every query's scores are bm25s's, its tokenizer given
+    the same list and PyStemmer's stemmer."""
+    import bm25s
+
+    tokenizer = Tokenizer.named(stopwords, stemmer)
+    built = build(pa.array(lee.texts), tokenizer)
+    assert built is not None
+    index = open_built(built, tmp_path, 300)
+    assert index.tokenizer == tokenizer and built.info["tokenizer"]["stemmer"] == stemmer
+    words = bm25s_words(lee.texts, stopwords, stemmer)
+    assert [tokenizer.words(text) for text in lee.texts] == words
+    model = bm25s.BM25(k1=1.2, b=0.75)
+    model.index(words, show_progress=False, create_empty_token=False)
+    terms = index._terms.to_pylist()
+    assert sorted(model.vocab_dict) == sorted(terms)
+    queries = queries_of(lee)
+    scores, rows = index.search(queries, 10)
+    for q, query_words in enumerate(bm25s_words(queries, stopwords, stemmer)):
+        known = [model.vocab_dict[w] for w in query_words if w in model.vocab_dict]
+        theirs = np.asarray(model.get_scores_from_ids(known), dtype=np.float32) if known else np.zeros(300)
+        expected_scores, expected_rows = ranking(theirs, 10)
+        assert rows[q].tolist() == expected_rows.tolist(), queries[q]
+        np.testing.assert_array_equal(scores[q], expected_scores)
+
+
+def test_the_import_stems_and_drops_english_stop_words_by_default(tmp_path: Path, glove_raw: RawTable) -> None:
+    """A licence's "Contributor" is found by "contributors"; "the" alone finds nothing; the manifest says how."""
+    texts = [
+        text
+        for name in ("MPL-2.0", "Apache-2.0", "GPL-3", "BSD")
+        for text in Path(f"/usr/share/common-licenses/{name}").read_text(encoding="utf-8").split("\n\n")
+        if text.strip()
+    ]
+    directory = import_table(write_lee(tmp_path / "licences.jsonl", texts, glove_raw), tmp_path, "licences", ())
+    manifest = artifact.read_manifest(directory)
+    settings = manifest[KEYWORD]["tokenizer"]
+    assert (settings["stopwords"], settings["stemmer"]) == (DEFAULT_STOPWORDS, DEFAULT_STEMMER) == ("en", "english")
+    assert settings["stopword_list"] == list(english_stopwords())
+    assert (
+        (ReadOptions.stopwords, ReadOptions.stemmer)
+        == (cli.DEFAULT_STOPWORDS, cli.DEFAULT_STEMMER)
+        == ("en", "english")
+    )
+    index = KeywordIndex.open(directory, manifest)
+    assert index is not None and index.tokenizer == Tokenizer.named("en", "english")
+    _, rows = index.search(["contributors", "Contributor", "redistributions", "the"], 5)
+    singular = [i for i, text in enumerate(texts) if re.search(r"\bContributor\b", text)]
+    assert set(rows[0].tolist()) <= set(range(len(texts))) and (rows[0] >= 0).all()
+    assert rows[0].tolist() == rows[1].tolist()  # the same stem, the same answer
+    assert set(rows[0].tolist()) & set(singular)
+    assert (rows[2] >= 0).any() and (rows[3] == -1).all()
+
+
+def test_a_table_built_before_stemming_keeps_its_words(tmp_path: Path, lee: Lee) -> None:
+    """A manifest without "stemmer" (as every table built before it was an option) is searched unstemmed."""
+    settings = dict(lee.manifest[KEYWORD]["tokenizer"])  # type: ignore[index]
+    del settings["stemmer"]
+    info = {**lee.manifest[KEYWORD], "tokenizer": settings}  # type: ignore[dict-item]
+    index = KeywordIndex.open(lee.directory, {**lee.manifest, KEYWORD: info})
+    assert index is not None and index.tokenizer == Tokenizer()
+    queries = queries_of(lee)
+    np.testing.assert_array_equal(index.search(queries, 10)[1], lee.index.search(queries, 10)[1])
+    with pytest.raises(ArtifactError, match="klingon"):
+        KeywordIndex.open(
+            lee.directory, {**lee.manifest, KEYWORD: {**info, "tokenizer": {**settings, "stemmer": "klingon"}}}
+        )
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        (("--stemmer", "klingon"), "--stopwords/--stemmer: no stemmer 'klingon'; PyStemmer has"),
+        (("--stopwords", "xx"), "--stopwords/--stemmer: no stop-word list 'xx'; the lists are en, en_plus"),
+    ],
+)
+def test_unknown_stemmers_and_lists_are_refused(tmp_path: Path, options: tuple[str, str], message: str) -> None:
+    source = tmp_path / "one.jsonl"
+    source.write_text(json.dumps({"id": "a", "text": "red fox", "vector": [1.0, 0.0]}) + "\n")
+    result = run_cli("import", source, "--name", "t", "--data-dir", tmp_path / "data", *options)
+    assert result.code == 1 and message in result.err and not (tmp_path / "data" / "t").exists()

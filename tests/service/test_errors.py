@@ -229,6 +229,7 @@ def test_openapi_lists_error_responses_for_every_operation(api: TestClient) -> N
         (f"{table}/tokens/{{token}}", "get"),
         (f"{table}/ids/{{id}}", "get"),
         (f"{table}/tokenize", "post"),
+        (f"{table}/contextual", "post"),
         (f"{table}/neighbors", "get"),
         (f"{table}/neighbors", "post"),
         (f"{table}/similarity", "get"),

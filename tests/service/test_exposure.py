@@ -34,12 +34,14 @@ from tests.service.real_server import Server, start, wait_for
 
 MAX_HEADER_BYTES = 8192
 HEADER_TIMEOUT = 1.0
+BODY_TIMEOUT = 1.5
 KEEP_ALIVE = 2.0
 MAX_CONNECTIONS = 4
 SLACK = 1.0  # how late a timeout may act on the shared two-core machine
 ENV = {
     "EMBEDDING_MAX_HEADER_BYTES": str(MAX_HEADER_BYTES),
     "EMBEDDING_HEADER_TIMEOUT": str(HEADER_TIMEOUT),
+    "EMBEDDING_BODY_TIMEOUT": str(BODY_TIMEOUT),
     "EMBEDDING_KEEP_ALIVE_TIMEOUT": str(KEEP_ALIVE),
     "EMBEDDING_MAX_CONNECTIONS": str(MAX_CONNECTIONS),
 }
@@ -173,6 +175,25 @@ def test_a_slowloris_client_is_cut_after_the_header_timeout(server: Server, kept
     assert HEADER_TIMEOUT - 0.05 <= elapsed < HEADER_TIMEOUT + SLACK
 
 
+@pytest.mark.parametrize("then", [b"", b"lthz HTTP/1.1\r\nX-Slow: " + b"z" * 300], ids=["silence", "a trickle"])
+def test_a_head_begun_behind_an_answered_request_is_408_at_the_header_timeout(server: Server, then: bytes) -> None:
+    """A kept-alive client that turns slowloris: the next head begins in the same write as the request before it
+    (so the protocol counts none of its bytes), then stalls or trickles."""
+    with connect(server.port) as sock:
+        sock.sendall(request("GET", "/healthz") + b"GET /hea")
+        started = time.monotonic()
+        assert read_response(sock)[0] == 200
+        stop = threading.Event()
+        sender = trickle(sock, then, 0.1, stop)
+        error = error_of(read_response(sock), 408)
+        elapsed = time.monotonic() - started
+        assert closed(sock)
+        stop.set()
+        sender.join()
+    assert error["code"] == "request_timeout"
+    assert HEADER_TIMEOUT - 0.05 <= elapsed < HEADER_TIMEOUT + SLACK
+
+
 def test_a_connection_that_sends_nothing_is_closed(server: Server) -> None:
     with connect(server.port) as sock:
         started = time.monotonic()
@@ -218,6 +239,116 @@ def test_connections_over_the_limit_get_503(server: Server) -> None:
         for sock in kept:
             sock.close()
     assert f"over {MAX_CONNECTIONS} connections: answering 503" in server.log()
+
+
+SEARCH = "/v1/tables/small/search"
+CHUNKED = request("POST", SEARCH, headers={"Content-Type": "application/json", "Transfer-Encoding": "chunked"})
+BROKEN_BODIES = {
+    "a chunk size that is not hex": CHUNKED + b"zz\r\n",
+    "a chunk size of 20 hex digits": CHUNKED + b"f" * 20 + b"\r\n",
+    "a negative chunk size": CHUNKED + b"-1\r\n",
+    "a chunk shorter than its size, then the end": CHUNKED + b"4\r\nab\r\n0\r\n\r\n",
+    "gzip without chunked": request("POST", SEARCH, headers={"Transfer-Encoding": "gzip"}) + b"\x1f\x8b\x08",
+}
+
+
+def first_answered(sock: socket.socket) -> None:
+    """A request answered on ``sock``, which then stays open (kept alive)."""
+    sock.sendall(request("GET", "/healthz"))
+    assert read_response(sock)[0] == 200
+
+
+@pytest.mark.parametrize("kept_alive", [False, True], ids=["new connection", "kept-alive connection"])
+@pytest.mark.parametrize("raw", BROKEN_BODIES.values(), ids=BROKEN_BODIES.keys())
+def test_a_broken_body_framing_is_400_at_once(server: Server, raw: bytes, kept_alive: bool) -> None:
+    with connect(server.port, timeout=10) as sock:
+        if kept_alive:
+            first_answered(sock)
+        started = time.monotonic()
+        sock.sendall(raw)
+        error = error_of(read_response(sock), 400)
+        assert closed(sock)
+        elapsed = time.monotonic() - started
+    assert error["code"] == "bad_request"
+    assert elapsed < min(HEADER_TIMEOUT, BODY_TIMEOUT)  # refused at once, not at a timeout
+
+
+def test_a_broken_chunk_pipelined_behind_a_search_is_400_after_it(server: Server, small: Table) -> None:
+    vectors = queries(small, 16, seed=6)
+    with connect(server.port, timeout=10) as sock:
+        sock.sendall(request("POST", SEARCH, search_body(vectors, k=3)) + BROKEN_BODIES["a negative chunk size"])
+        (status, _, body), refused = read_responses(sock, 2)
+        assert closed(sock)
+    assert status == 200, body[:300]
+    assert_exact_neighbours(small, vectors, 3, json.loads(body))
+    assert error_of(refused, 400)["code"] == "bad_request"
+
+
+@pytest.mark.parametrize("kept_alive", [False, True], ids=["new connection", "kept-alive connection"])
+def test_a_body_that_stalls_is_408_at_the_body_timeout(server: Server, kept_alive: bool) -> None:
+    with connect(server.port, timeout=10) as sock:
+        if kept_alive:
+            first_answered(sock)
+        sock.sendall(request("POST", SEARCH, headers={"Content-Type": "application/json", "Content-Length": "100"}))
+        started = time.monotonic()
+        sock.sendall(b'{"vector":')  # 10 of 100 bytes, then nothing
+        error = error_of(read_response(sock), 408)
+        elapsed = time.monotonic() - started
+        assert closed(sock)
+    assert error["code"] == "request_timeout" and "body" in error["message"]
+    assert BODY_TIMEOUT - 0.05 <= elapsed < BODY_TIMEOUT + SLACK
+
+
+def test_a_body_refused_by_its_declared_length_gets_one_answer_then_the_connection_closes(server: Server) -> None:
+    """413 before the body is read; the body never comes: the connection is closed at the body timeout, with no
+    second answer to the same request."""
+    with connect(server.port, timeout=10) as sock:
+        sock.sendall(
+            request("POST", SEARCH, headers={"Content-Type": "application/json", "Content-Length": "99999999"})
+        )
+        sock.sendall(b'{"vector":')
+        started = time.monotonic()
+        assert error_of(read_response(sock), 413)["code"] == "body_too_large"
+        assert sock.recv(65536) == b""  # nothing more: closed
+        elapsed = time.monotonic() - started
+    assert elapsed < BODY_TIMEOUT + SLACK
+
+
+def test_a_body_sent_slowly_within_the_body_timeout_is_answered(server: Server, small: Table) -> None:
+    vectors = queries(small, 2, seed=7)
+    payload = search_body(vectors, k=3)
+    with connect(server.port, timeout=10) as sock:  # the body in four pieces over half the body timeout
+        head = request("POST", SEARCH, payload)[: -len(payload)]
+        sock.sendall(head)
+        for start in range(0, len(payload), len(payload) // 4 + 1):
+            time.sleep(BODY_TIMEOUT / 8)
+            sock.sendall(payload[start : start + len(payload) // 4 + 1])
+        status, _, body = read_response(sock)
+    assert status == 200, body[:300]
+    assert_exact_neighbours(small, vectors, 3, json.loads(body))
+
+
+def test_a_body_cut_by_the_client_is_400(server: Server) -> None:
+    with connect(server.port, timeout=10) as sock:
+        sock.sendall(request("POST", SEARCH, headers={"Content-Type": "application/json", "Content-Length": "100"}))
+        sock.sendall(b'{"vector":')
+        sock.shutdown(socket.SHUT_WR)  # the client's end: the other 90 bytes can never come
+        error = error_of(read_response(sock), 400)
+        assert closed(sock)
+    assert error["code"] == "bad_request" and "inside the request body" in error["message"]
+
+
+@pytest.mark.parametrize("version", [b"HTTP/2.0", b"HTTP/0.9"])
+def test_a_request_line_of_another_http_version_is_505(server: Server, version: bytes) -> None:
+    with connect(server.port, timeout=10) as sock:
+        sock.sendall(b"GET /healthz " + version + b"\r\nHost: 127.0.0.1\r\n\r\n")
+        response = read_response(sock)
+        assert closed(sock)
+    assert error_of(response, 505)["code"] == "http_version_not_supported"
+    with connect(server.port, timeout=10) as sock:  # HTTP/1.0 is still answered
+        sock.sendall(b"GET /healthz HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
+        status, _, body = read_response(sock)
+    assert status == 200 and json.loads(body) == {"status": "ok"}
 
 
 def test_healthy_afterwards(server: Server, small: Table) -> None:

@@ -98,7 +98,8 @@ def test_hybrid_falls_back_to_keyword_for_words_the_encoder_does_not_know(base: 
     assert answer.status_code == 200, answer.text
     keyword = search(base, {"text": UNKNOWN, "mode": "keyword", "k": 5, "fields": ["source"]}).json()
     assert answer.json()["hits"] == keyword["hits"] and len(keyword["hits"]) == 5
-    assert all(UNKNOWN in hit["text"].lower() for hit in keyword["hits"])
+    # Each hit holds the word or another of its forms (the keyword index stems: merchantable, merchant).
+    assert all(re.search(r"\bmerchant", hit["text"], re.I) for hit in keyword["hits"])
     fallback = answer.json()["fallback"]
     assert fallback["mode"] == "keyword" and f"unknown {UNKNOWN}" in fallback["reason"], fallback
     assert "fallback" not in keyword

@@ -36,12 +36,15 @@ from service.settings import Settings
 TABLE = "small"
 T = "/v1/tables/{table}"
 NO_TOKENIZER = "has no tokenizer"  # compose=mean and tokenize on a table of words
+NO_WORDS = ("no word of it is known", "has no words to embed", "has no known token", "pools to a zero vector")
+CLS = "cls pooling is a transformer model's"  # pooling cls on a table of words
 CONTENT_422 = {
     f"GET {T}/neighbors": ("give exactly one of token or id", NO_TOKENIZER),
     f"POST {T}/neighbors": (NO_TOKENIZER, "cancel out"),  # positive and negative tokens whose mean is zero
     f"GET {T}/similarity": (NO_TOKENIZER,),
     f"POST {T}/similarity": (NO_TOKENIZER,),
     f"POST {T}/tokenize": (NO_TOKENIZER,),
+    f"POST {T}/contextual": ("not a transformer table",),  # the fuzzed table is a table of words
     # document ids, filters and fields on a table of words; a page past max_k (offset + k)
     f"POST {T}/search": ("dimensions", "zero vector", "only for documents tables", "offset + k must be at most"),
     f"GET {T}/documents/{{document}}": ("not documents",),
@@ -52,9 +55,10 @@ CONTENT_422 = {
     f"GET {T}/map": ("t-SNE maps are off",),  # method=tsne on a server without EMBEDDING_MAP_TSNE_ROWS
     f"GET {T}/map/info": ("t-SNE maps are off",),
     f"GET {T}/map/colours/{{column}}": ("no colour column",),  # the table has no metadata column of that name
-    # a text without a known word; pooling sif on a table without its component; dimensions other than the table's
-    f"POST {T}/embed": ("no word of it is known", "has no words to embed", "has no SIF component"),
-    "POST /v1/embeddings": ("no word of it is known", "has no words to embed", "has no SIF", "dimensions must be"),
+    # a text without a known word; pooling sif on a table without its component, cls on a table that is no
+    # transformer; dimensions other than the table's
+    f"POST {T}/embed": (*NO_WORDS, "has no SIF component", CLS),
+    "POST /v1/embeddings": (*NO_WORDS, "has no SIF", "dimensions must be", CLS),
 }
 MAX_EXAMPLES = 25  # per operation and phase: the fuzzing on top of the coverage phase's cases
 
@@ -115,7 +119,7 @@ def test_every_operation_is_fuzzed(small_data_dir: Path) -> None:
     app = create_app(Settings(data_dir=small_data_dir))
     documented = {(m.upper(), p) for p, item in app.openapi()["paths"].items() for m in item}
     routes = {(m, r.path_format) for r in app.state.api_routes if r.include_in_schema for m in r.methods}
-    assert documented == routes and len(documented) == 37
+    assert documented == routes and len(documented) == 38
 
 
 # Each request model's form fields, with a value each: every combination of them (given or left out) is one body.

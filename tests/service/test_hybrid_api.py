@@ -69,13 +69,24 @@ def hits(base: str, body: dict[str, Any]) -> list[dict[str, Any]]:
     return found
 
 
+def words(text: str) -> list[str]:
+    """The import's default words: lower-cased ``\\w+`` runs, bm25s's English stop words dropped, the rest stemmed
+    by PyStemmer's English stemmer."""
+    import Stemmer
+    from bm25s.stopwords import STOPWORDS_EN
+
+    kept = [w for w in re.findall(r"\w+", text.lower()) if w not in STOPWORDS_EN]
+    stems: list[str] = Stemmer.Stemmer("english").stemWords(kept)
+    return stems
+
+
 def bm25(lee: Lee, text: str, k1: float = 1.2, b: float = 0.75) -> np.ndarray:
     """Every document's BM25 score for ``text`` (Lucene's variant), in float64, one document at a time."""
-    docs = [Counter(re.findall(r"\w+", t.lower())) for t in lee.texts]
+    docs = [Counter(words(t)) for t in lee.texts]
     lengths = np.array([sum(c.values()) for c in docs], dtype=np.float64)
     average, n = lengths.mean(), len(docs)
     scores = np.zeros(n)
-    for word in re.findall(r"\w+", text.lower()):
+    for word in words(text):
         df = sum(word in c for c in docs)
         idf = math.log(1 + (n - df + 0.5) / (df + 0.5))
         for i, c in enumerate(docs):

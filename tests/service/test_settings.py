@@ -164,11 +164,16 @@ def test_cors_closed_unless_configured(small_data_dir: Path) -> None:
         assert "access-control-allow-origin" not in other.headers
 
 
+async def connected() -> dict[str, object]:
+    """An ASGI receive whose client is still there (its request had no body)."""
+    return {"type": "http.request", "body": b"", "more_body": False}
+
+
 def test_threads_setting_applies_where_the_engine_runs(small_data_dir: Path) -> None:
     with client_for(data_dir=small_data_dir, threads=1) as client:
         app = client.app
         table = app.state.registry.tables["small"]
-        request = Request({"type": "http", "app": app})
+        request = Request({"type": "http", "app": app}, receive=connected)
         before = faiss.omp_get_max_threads()
         try:
             for light in (True, False):  # on the event loop (here: this thread), and in a worker thread

@@ -53,7 +53,8 @@ def test_a_text_query_is_embedded_by_the_documents_encoder(client: TestClient, d
     assert unknown.status_code == 422, unknown.text
     assert unknown.json()["error"]["message"] == (
         "text 'zzqx qqzv': no word of it is known to the vocabulary the documents of 'lee' were embedded with "
-        "(small): unknown zzqx, qqzv; modes keyword and hybrid find words as written"
+        "(small): unknown zzqx, qqzv; mode keyword (and hybrid, which falls back to it) finds the words by the "
+        "keyword index"
     )
     assert unknown.json()["error"]["words"] == ["zzqx", "qqzv"]
 

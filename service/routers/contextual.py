@@ -1,0 +1,32 @@
+"""A transformer table's contextual token vectors: ``POST /v1/tables/{table}/contextual`` (``index.contextual``)."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request
+from starlette.responses import Response
+
+from index.contextual import contextual
+from index.encode import encoder_for
+from index.errors import InvalidQuery
+from index.transformer_encoder import TransformerEncoder
+from service.contextual_models import ContextualRequest, ContextualResponse
+from service.deps import TableDep
+from service.errors import BODY_ERRORS, responses
+from service.execute import compute
+from service.respond import FastJSON
+
+router = APIRouter(prefix="/v1/tables/{table}", tags=["embed"])
+
+
+@router.post(
+    "/contextual",
+    response_model=ContextualResponse,
+    responses=responses(*BODY_ERRORS),
+    summary="A transformer table's last-layer token vectors; a word's in each text beside its static row",
+)
+async def post_contextual(request: Request, table: TableDep, body: ContextualRequest) -> Response:
+    encoder = encoder_for(table) if "transformer" in table.manifest else None
+    if not isinstance(encoder, TransformerEncoder):
+        raise InvalidQuery(f"table {table.name!r} is not a transformer table (import --format transformer)")
+    answer = await compute(request, table, "contextual", lambda: contextual(encoder, body.texts, body.token, body.k))
+    return FastJSON(answer)

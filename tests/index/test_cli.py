@@ -1,0 +1,106 @@
+"""The ``embedding-index`` command's options as a user types them: the real problem first, ``--quiet`` on either
+side of the command, the import's help, and the Makefile's shortcuts for the common steps."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from index.table import Table
+from tests.index.test_sources import REPO, run_cli
+from tests.lee import Lee, jsonl_records
+
+EXE = Path(sys.executable).with_name("embedding-index")
+
+
+@pytest.fixture
+def data_dir(tmp_path: Path, small_data_dir: Path) -> Path:
+    """A data directory holding the 20,000-row GloVe table ``small`` (the encoder)."""
+    data = tmp_path / "data"
+    data.mkdir()
+    shutil.copytree(small_data_dir / "small", data / "small")
+    return data
+
+
+def lee_json(path: Path, lee: Lee, rows: int = 20, vectors: bool = False) -> Path:
+    """JSON Lines of Lee documents in a file named ``.json``."""
+    records = [{k: v for k, v in r.items() if vectors or k != "vector"} for r in jsonl_records(lee)[:rows]]
+    path.write_text("".join(json.dumps(record) + "\n" for record in records), encoding="utf-8")
+    return path
+
+
+def test_a_missing_file_is_named_before_any_option(tmp_path: Path, data_dir: Path) -> None:
+    missing = tmp_path / "notes.jsonl"
+    result = run_cli("import", missing, "--name", "t", "--data-dir", data_dir, "--encoder", "small")
+    assert result.code == 1
+    assert result.err.strip() == f"embedding-index: error: {missing}: no such file or directory"
+
+
+def test_a_json_file_is_documents(tmp_path: Path, data_dir: Path, lee_docs: Lee) -> None:
+    """A ``.json`` file of JSON Lines is read as documents (with --encoder, or its own vectors)."""
+    embedded = lee_json(tmp_path / "lee.json", lee_docs)
+    result = run_cli("import", embedded, "--name", "embedded", "--data-dir", data_dir, "--encoder", "small")
+    assert result.code == 0, result.err
+    assert Table.load(data_dir / "embedded").manifest["kind"] == "documents"
+    own = lee_json(tmp_path / "own.json", lee_docs, vectors=True)
+    result = run_cli("import", own, "--name", "own", "--data-dir", data_dir, "--id-field", "id")
+    assert result.code == 0, result.err
+    array = tmp_path / "array.json"
+    array.write_text(json.dumps(jsonl_records(lee_docs)[:3], indent=1), encoding="utf-8")
+    result = run_cli("import", array, "--name", "array", "--data-dir", data_dir, "--encoder", "small")
+    assert result.code == 1 and "only for" not in result.err
+    assert f"{array}:1: " in result.err  # what is wrong with the file, at its line
+
+
+def test_document_options_on_another_format_say_what_the_file_is(tmp_path: Path, data_dir: Path) -> None:
+    words = tmp_path / "words.vec"
+    words.write_text("1 3\nheart 0.1 0.2 0.3\n", encoding="utf-8")
+    result = run_cli("import", words, "--name", "t", "--data-dir", data_dir, "--encoder", "small", "--stemmer", "none")
+    assert result.code == 1
+    assert result.err.strip().endswith(
+        f"--encoder, --stemmer: only for --format documents, and {words} reads as fasttext"
+    )
+
+
+def run(*args: object, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*map(str, args)], capture_output=True, text=True, timeout=300, cwd=cwd)
+
+
+def test_quiet_before_or_after_the_command(tmp_path: Path, data_dir: Path, lee_docs: Lee) -> None:
+    source = lee_json(tmp_path / "lee.json", lee_docs)
+    loud = run(EXE, "import", source, "--name", "loud", "--data-dir", data_dir, "--encoder", "small")
+    assert loud.returncode == 0, loud.stderr
+    assert "embedding-index: keyword index:" in loud.stderr
+    for i, where in enumerate((["--quiet", "import"], ["import", "--quiet"], ["-q", "import"], ["import", "-q"])):
+        done = run(EXE, *where, source, "--name", f"q{i}", "--data-dir", data_dir, "--encoder", "small")
+        assert done.returncode == 0 and done.stderr == "", (where, done.stderr)
+        assert done.stdout.splitlines()[0].startswith(f"built 'q{i}': 20 rows x 50")
+    listed = run(EXE, "list", "--data-dir", data_dir, "--quiet")
+    assert listed.returncode == 0 and "q3\t20 x 50\tdocuments" in listed.stdout
+
+
+def test_import_help_names_folders_and_the_documents_options() -> None:
+    done = run(EXE, "import", "--help")
+    assert done.returncode == 0
+    text = " ".join(done.stdout.replace("│", " ").split())
+    for words in ("folder of text files", "--encoder", "--chunk-words", "--stopwords", "--stemmer", "--quiet"):
+        assert words in text, words
+
+
+def test_make_import_runs_the_builder(tmp_path: Path, data_dir: Path, lee_docs: Lee) -> None:
+    """``make import SRC=... NAME=... ENCODER=...`` from the repository, without activating the environment."""
+    if shutil.which("make") is None:
+        pytest.skip("make is not installed")
+    source = lee_json(tmp_path / "lee.json", lee_docs)
+    make = ["make", "-s", "-o", ".venv/.installed", "import"]
+    done = run(*make, f"SRC={source}", "NAME=made", f"DATA_DIR={data_dir}", "ENCODER=small", "ARGS=-q", cwd=REPO)
+    assert done.returncode == 0, done.stderr
+    assert "built 'made': 20 rows x 50" in done.stdout and done.stderr == ""
+    assert Table.load(data_dir / "made").manifest["source"]["path"] == str(source)
+    missing = run(*make, f"SRC={source}", cwd=REPO)
+    assert missing.returncode != 0 and "make import needs SRC=file-or-folder and NAME=table-name" in missing.stderr

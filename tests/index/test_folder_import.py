@@ -1,0 +1,209 @@
+"""A folder of real text files imported as passages: licence texts (/usr/share/common-licenses, most without an
+extension), package READMEs (/usr/share/doc: plain, Markdown, reStructuredText, gzip-compressed), man pages as
+installed (gzip-compressed roff), and beside them a Latin-1 file, a JPEG, an empty file, a hidden file and a
+broken link. Files are read by their content; what is skipped is said, with the reason, and recorded."""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from index import artifact
+from index.passages import MAX_FILE_BYTES, folder_files, read_folder
+from index.table import Table
+from tests.index.test_sources import REPO, run_cli
+
+EXE = Path(sys.executable).with_name("embedding-index")
+LICENSES = Path("/usr/share/common-licenses")
+MAN = Path("/usr/share/man/man1")
+
+
+def plain_text(path: Path) -> bool:
+    """Whether a file is UTF-8 text with something in it, gzip-compressed or not (checked here apart)."""
+    data = path.read_bytes()
+    if data[:2] == b"\x1f\x8b":
+        data = gzip.decompress(data)
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return b"\0" not in data and bool(data.strip())
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("mixed") / "mixed"
+    (root / "licenses").mkdir(parents=True)
+    for path in sorted(LICENSES.iterdir()):
+        shutil.copyfile(path, root / "licenses" / path.name)
+    for path in sorted(Path("/usr/share/doc").glob("*/README*")):
+        if path.is_file() and plain_text(path):  # the files skipped here are the ones planted below
+            (root / "doc" / path.parent.name).mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(path, root / "doc" / path.parent.name / path.name)
+    (root / "man").mkdir()
+    for path in sorted(MAN.glob("*.1.gz"))[:5]:
+        shutil.copyfile(path, root / "man" / path.name)
+    french = "Licence publique Mozilla, traduction française\n\n" + (LICENSES / "MPL-2.0").read_text()[:2000]
+    (root / "latin1.txt").write_bytes(french.encode("latin-1"))
+    (root / "screenshot.jpg").write_bytes((REPO / "docs" / "explorer-map.jpg").read_bytes())
+    (root / "empty.md").write_text(" \n\n")
+    (root / ".notes.txt").write_text("hidden\n")
+    (root / "gone.txt").symlink_to(root / "nowhere.txt")
+    return root
+
+
+SKIPPED = {
+    ".notes.txt": "hidden file",
+    "empty.md": "empty",
+    "gone.txt": "not a regular file (a broken link?)",
+    "latin1.txt": "not UTF-8 text (byte 0xe7), line 1",
+    "screenshot.jpg": "binary (a NUL byte at offset 4)",
+}
+
+
+def expected_sha256(root: Path, sources: list[str]) -> str:
+    digest = hashlib.sha256()
+    for source in sources:
+        digest.update(f"{source}\0{hashlib.sha256((root / source).read_bytes()).hexdigest()}\n".encode())
+    return digest.hexdigest()
+
+
+def test_files_are_read_by_their_content(folder: Path) -> None:
+    read = read_folder(folder, drop_invalid=True)
+    sources = [file.source for file in read.files]
+    assert sources == sorted(sources)
+    assert dict(read.skipped) == SKIPPED
+    licenses = sorted(f"licenses/{p.name}" for p in LICENSES.iterdir())
+    assert [s for s in sources if s.startswith("licenses/")] == licenses and "licenses/GPL-3" in licenses
+    docs = [s for s in sources if s.startswith("doc/")]
+    for kind in (r"/README", ".md", ".gz", ".rst.gz", ".Debian"):  # extension-less, Markdown, compressed
+        assert any(s.endswith(kind) for s in docs), kind
+    assert len(docs) == sum(1 for p in (folder / "doc").rglob("*") if p.is_file()) > 100
+    text = {file.source: file.text for file in read.files}
+    for source in [s for s in sources if s.endswith(".gz")]:
+        assert text[source] == gzip.decompress((folder / source).read_bytes()).decode("utf-8-sig"), source
+    assert text["licenses/GPL-3"] == (LICENSES / "GPL-3").read_text(encoding="utf-8")
+    assert read.sha256 == expected_sha256(folder, sources) != hashlib.sha256(b"").hexdigest()
+    assert read.source_info()["skipped_reasons"] == {
+        "hidden file": 1,
+        "empty": 1,
+        "not a regular file": 1,
+        "not UTF-8 text": 1,
+        "binary": 1,
+    }
+
+
+def test_a_file_that_is_not_utf8_stops_the_import_unless_told(folder: Path, tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    result = run_cli("import", folder, "--name", "t", "--data-dir", data)
+    assert result.code == 1 and not (data / "t").exists()
+    assert result.err.strip() == (
+        f"embedding-index: error: {folder / 'latin1.txt'}:1: not UTF-8 text (byte 0xe7) "
+        "(use --drop-invalid to skip such files, or --unicode-errors replace)"
+    )
+    replaced = read_folder(folder, unicode_errors="replace")
+    assert replaced.replaced == ["latin1.txt"] and "latin1.txt" not in dict(replaced.skipped)
+    assert next(f.text for f in replaced.files if f.source == "latin1.txt").startswith(
+        "Licence publique Mozilla, traduction fran\ufffdaise"
+    )
+
+
+def test_the_import_says_what_it_skipped_and_records_it(folder: Path, data_dir: Path) -> None:
+    command = [EXE, "import", folder, "--name", "mixed", "--data-dir", data_dir, "--encoder", "small"]
+    done = subprocess.run([*map(str, command), "--drop-invalid"], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    read = read_folder(folder, drop_invalid=True)
+    assert (
+        f"embedding-index: read {len(read.files):,} text files of {folder}; skipped 5: 1 hidden file, 1 empty, "
+        "1 not a regular file, 1 not UTF-8 text, 1 binary"
+    ) in done.stderr.splitlines()
+    for path, why in SKIPPED.items():
+        assert f"embedding-index: skipped {path}: {why}" in done.stderr.splitlines()
+    assert (
+        f"files: {len(read.files):,} read, 5 skipped (1 hidden file, 1 empty, 1 not a regular file, "
+        "1 not UTF-8 text, 1 binary; each is listed in the manifest's source)"
+    ) in done.stdout.splitlines()
+    table = Table.load(data_dir / "mixed")
+    source = table.manifest["source"]
+    assert source["sha256"] == read.sha256 and source["files_read"] == len(read.files)
+    assert source["skipped"] == [{"path": path, "reason": why} for path, why in sorted(SKIPPED.items())]
+
+    assert table.payload is not None
+    rows = range(table.rows)
+    sources = table.payload.column("source").to_pylist()
+    folders = table.payload.column("folder").to_pylist()
+    assert folders == [s.rpartition("/")[0] or "." for s in sources]
+    licences = table.filter({"folder": "licenses"})
+    assert licences.ids.tolist() == [i for i in rows if sources[i].startswith("licenses/")] and len(licences) > 0
+    manuals = table.filter({"source": {"prefix": "man/"}})
+    assert manuals.ids.tolist() == [i for i in rows if sources[i].startswith("man/")] and len(manuals) > 0
+    assert table.filter({"folder": {"prefix": "doc/"}}).ids.tolist() == [
+        i for i in rows if folders[i] != "." and folders[i].startswith("doc/")
+    ]
+
+
+def test_the_folder_hash_follows_the_files_read(folder: Path, tmp_path: Path) -> None:
+    """The hash is of the files read, with their paths: not of the folder's top level (which holds no file here)."""
+    copy = tmp_path / "copy"
+    shutil.copytree(folder / "licenses", copy / "licenses")
+    first = read_folder(copy).sha256
+    assert first == expected_sha256(copy, sorted(f"licenses/{p.name}" for p in LICENSES.iterdir()))
+    assert first != hashlib.sha256(b"").hexdigest() and read_folder(copy).sha256 == first
+    (copy / "picture.jpg").write_bytes((REPO / "docs" / "explorer.jpg").read_bytes())  # skipped: not hashed
+    assert read_folder(copy).sha256 == first
+    (copy / "licenses" / "GPL-3").rename(copy / "licenses" / "GPL-3.0")  # the same bytes under another path
+    assert read_folder(copy).sha256 != first
+
+
+def test_a_folder_with_nothing_to_read(tmp_path: Path, data_dir: Path) -> None:
+    empty = tmp_path / "pictures"
+    empty.mkdir()
+    (empty / "a.jpg").write_bytes((REPO / "docs" / "explorer.jpg").read_bytes())
+    result = run_cli("import", empty, "--name", "t", "--data-dir", data_dir, "--encoder", "small")
+    assert result.code == 1
+    assert result.err.strip() == (
+        f"embedding-index: error: {empty}: no text files in this folder: 1 skipped (first: a.jpg: binary "
+        "(a NUL byte at offset 4))"
+    )
+    assert folder_files(LICENSES / "GPL-3") == ([], [("./", "unreadable folder: Not a directory")])
+    big = tmp_path / "big"
+    big.mkdir()
+    (big / "huge.txt.gz").write_bytes(gzip.compress(b"word " * (MAX_FILE_BYTES // 5 + 1)))
+    (big / "broken.gz").write_bytes(gzip.compress(b"some text\n")[:-6])
+    assert dict(read_folder(big).skipped) == {
+        "huge.txt.gz": f"larger than {MAX_FILE_BYTES >> 20} MiB decompressed",
+        "broken.gz": "broken gzip: Compressed file ended before the end-of-stream marker was reached",
+    }
+
+
+@pytest.fixture
+def data_dir(tmp_path: Path, small_data_dir: Path) -> Path:
+    """A data directory holding the 20,000-row GloVe table ``small`` (the encoder)."""
+    data = tmp_path / "data"
+    data.mkdir()
+    shutil.copytree(small_data_dir / "small", data / "small")
+    return data
+
+
+def test_the_manifest_of_a_folder_verifies(folder: Path, data_dir: Path) -> None:
+    result = run_cli("import", folder, "--name", "m", "--data-dir", data_dir, "--encoder", "small", "--drop-invalid")
+    assert result.code == 0, result.err
+    assert artifact.verify(data_dir / "m").ok
+
+
+def test_unicode_errors_replace_reads_the_file(folder: Path, data_dir: Path) -> None:
+    extra = ("--encoder", "small", "--drop-invalid", "--unicode-errors", "replace")
+    result = run_cli("import", folder, "--name", "r", "--data-dir", data_dir, *extra)
+    assert result.code == 0, result.err
+    table = Table.load(data_dir / "r")
+    source = table.manifest["source"]
+    assert source["unicode_replaced"] == ["latin1.txt"] and "latin1.txt" not in {s["path"] for s in source["skipped"]}
+    assert table.payload is not None
+    first = table.payload.column("source").to_pylist().index("latin1.txt")
+    assert table.payload.column("text")[first].as_py().startswith("Licence publique Mozilla, traduction fran\ufffdaise")

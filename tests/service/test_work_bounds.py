@@ -1,0 +1,216 @@
+"""A request's total work is bounded before it starts, and long computations do not starve searches.
+
+- Within today's per-field limits (batch 1,024, k 1,000, 1,000 words a list, perplexity 100, n_neighbors 200),
+  the products that make a request long (items x k, filter conditions, words x lists, tokens x perplexity or
+  n_neighbors) are 422s naming the setting, before any work; requests just within them are answered.
+- On a real server with one slot for long computations and a queue of one: a t-SNE projection runs, a second
+  waits, a third is a 503 ``overloaded`` at once, and a filtered exact search is answered while the first runs;
+  the waiting one, whose client has gone, is never started.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from fastapi.testclient import TestClient
+
+from index import layout
+from index.table import Table
+from service.app import create_app
+from service.settings import Settings
+from tests.service.conftest import client_for
+from tests.service.raw_http import assert_exact_neighbours, connect, error_of, queries, request, search_body
+from tests.service.real_server import Server, start, wait_for
+
+SMALL, LEE = "/v1/tables/small", "/v1/tables/lee"
+
+
+@pytest.fixture(scope="module")
+def data_dir(lee_data_dir: Path, small_data_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    directory = tmp_path_factory.mktemp("work-bounds")
+    for source in (lee_data_dir / "lee", small_data_dir / "small"):
+        (directory / source.name).symlink_to(source)
+    return directory
+
+
+@pytest.fixture(scope="module")
+def client(data_dir: Path) -> Iterator[TestClient]:
+    with client_for(data_dir=data_dir) as client:
+        yield client
+
+
+@pytest.fixture(scope="module")
+def words(small: Table) -> list[str]:
+    """1,024 distinct frequent words of the table."""
+    return [str(label) for label in small.tokens.labels(list(range(100, 1124)))]
+
+
+def over(client: TestClient, path: str, body: dict[str, Any], setting: str) -> None:
+    response = client.post(path, json=body)
+    assert response.status_code == 422, response.text[:300]
+    error = response.json()["error"]
+    assert error["code"] == "invalid_request" and setting in error["message"], error
+
+
+def test_a_batch_of_many_items_at_a_large_k_is_a_422(client: TestClient, small: Table, words: list[str]) -> None:
+    vectors = queries(small, 1024, seed=11)
+    over(client, f"{SMALL}/search", {"vectors": vectors.round(6).tolist(), "k": 1000}, "max_hits")
+    over(client, f"{SMALL}/neighbors", {"queries": words, "k": 1000}, "max_hits")
+    over(client, "/v1/compare", {"first": "small", "second": "small", "tokens": words, "k": 1000}, "max_hits")
+    questions = [{"a": "man", "b": "king", "c": w} for w in words[:200]]
+    over(client, f"{SMALL}/analogy", {"queries": questions, "k": 1000}, "max_hits")
+    lee = [{"id": f"lee-{i:03d}", "offset": 900} for i in range(200)]
+    over(client, f"{LEE}/search", {"queries": lee, "k": 100}, "max_hits")  # offset + k counts
+    # Within the bound: 1,024 queries at k 100, checked against a float64 brute force.
+    response = client.post(f"{SMALL}/search", json=json.loads(search_body(vectors, 100)))
+    assert response.status_code == 200, response.text[:300]
+    assert_exact_neighbours(small, vectors, 100, response.json())
+    one = client.post(f"{SMALL}/search", json={"vector": vectors[0].round(6).tolist(), "k": 1000})
+    assert one.status_code == 200 and len(one.json()["neighbors"]) == 1000  # a single query keeps max_k
+
+
+def test_a_filter_of_many_conditions_is_a_422(client: TestClient) -> None:
+    many = {"or": [{"year": 1990 + i % 30} for i in range(150_000)]}
+    over(client, f"{LEE}/search", {"id": "lee-000", "filter": many}, "max_filter_conditions")
+    batch = [{"id": "lee-000", "filter": {"or": [{"year": y} for y in range(2000, 2010)]}}] * 400  # 4,400 in all
+    over(client, f"{LEE}/search", {"queries": batch}, "max_filter_conditions")
+    within = {"or": [{"year": 1990 + i} for i in range(30)] + [{"tags": {"in": ["a", "b"]}}]}
+    response = client.post(f"{LEE}/search", json={"id": "lee-000", "k": 1, "filter": within})
+    assert response.status_code == 200, response.text[:300]
+
+
+def test_many_word_lists_are_a_422(client: TestClient, words: list[str]) -> None:
+    over(client, f"{SMALL}/doesnt-match", {"queries": [words[:1000]] * 400}, "max_words")
+    pairs = [{"a": words[:600], "b": words[600:1000]}] * 30
+    over(client, f"{SMALL}/n-similarity", {"queries": pairs}, "max_words")
+    response = client.post(f"{SMALL}/doesnt-match", json={"queries": [words[:100]] * 20})
+    assert response.status_code == 200 and len(response.json()["results"]) == 20
+
+
+def test_a_projection_of_many_points_at_a_large_neighbourhood_is_a_422(client: TestClient, words: list[str]) -> None:
+    over(client, f"{SMALL}/project", {"tokens": words, "method": "tsne", "perplexity": 100}, "max_layout_work")
+    over(client, f"{SMALL}/project", {"tokens": words, "method": "umap", "n_neighbors": 200}, "max_layout_work")
+    response = client.post(f"{SMALL}/project", json={"tokens": words[:60], "method": "tsne", "perplexity": 100})
+    assert response.status_code == 200 and len(response.json()["points"]) == 60, response.text[:300]
+
+
+def test_the_bounds_are_settings(data_dir: Path, words: list[str]) -> None:
+    with client_for(data_dir=data_dir, max_hits=10, max_words=5, max_layout_work=100) as client:
+        over(client, f"{SMALL}/neighbors", {"queries": words[:3], "k": 4}, "max_hits of 10")
+        assert client.post(f"{SMALL}/neighbors", json={"queries": words[:2], "k": 5}).status_code == 200
+        over(client, f"{SMALL}/doesnt-match", {"queries": [words[:3]] * 2}, "max_words of 5")
+        over(client, f"{SMALL}/project", {"tokens": words[:11], "method": "umap", "n_neighbors": 10}, "of 100")
+
+
+# ------------------------------------------------------------------------------------- long computations
+TSNE_TOKENS, PERPLEXITY = 1024, 100  # seconds of work (the server's max_layout_work is raised to take it)
+
+
+@pytest.fixture(scope="module")
+def server(data_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    env = {"EMBEDDING_LAYOUT_SLOTS": "1", "EMBEDDING_LAYOUT_QUEUE": "1", "EMBEDDING_MAX_LAYOUT_WORK": "102400"}
+    process = start(data_dir, tmp_path_factory.mktemp("work-bounds-serve") / "server.log", env=env)
+    try:
+        yield process
+    finally:
+        assert process.stop() == 0
+
+
+def project_count(server: Server) -> float:
+    text = httpx.get(f"{server.base}/metrics", timeout=30).text
+    found = re.search(r'embedding_search_seconds_count\{operation="project",table="small"\} ([0-9.e+]+)', text)
+    return float(found.group(1)) if found else 0.0
+
+
+def test_long_computations_have_their_own_slots_and_a_bounded_queue(server: Server, words: list[str]) -> None:
+    tsne = {"tokens": words[:TSNE_TOKENS], "method": "tsne", "perplexity": PERPLEXITY}
+    done: dict[str, float] = {}
+    answers: dict[str, httpx.Response] = {}
+
+    def run_first() -> None:
+        answers["first"] = httpx.post(f"{server.base}{SMALL}/project", json=tsne, timeout=600)
+        done["first"] = time.monotonic()
+
+    first = threading.Thread(target=run_first)
+    first.start()
+    time.sleep(1.0)  # the first takes the slot
+    # The second waits for the slot, on a raw socket its client will close; the third finds the queue full.
+    waiting = connect(server.port, timeout=600)
+    waiting.sendall(request("POST", f"{SMALL}/project", json.dumps(tsne).encode()))
+    time.sleep(0.5)
+    third = httpx.post(f"{server.base}{SMALL}/project", json=tsne, timeout=60)
+    error = error_of((third.status_code, dict(third.headers), third.content), 503)
+    assert error["code"] == "overloaded" and third.headers["retry-after"] == "1"
+    assert "first" not in done, "the t-SNE layout ended too soon for this test to show anything"
+    # A filtered exact search does not wait behind the t-SNE layout.
+    started = time.monotonic()
+    search = httpx.post(
+        f"{server.base}{LEE}/search", json={"id": "lee-000", "exact": True, "filter": {"year": {"gte": 2000}}}
+    )
+    searched = time.monotonic()
+    assert search.status_code == 200 and search.json()["hits"], search.text[:300]
+    waiting.shutdown(socket.SHUT_RDWR)  # the waiting client gives up
+    waiting.close()
+    first.join()
+    assert answers["first"].status_code == 200 and len(answers["first"].json()["points"]) == TSNE_TOKENS
+    assert searched < done["first"], (searched - started, done["first"] - started)
+    wait_for(lambda: "the client has gone, its work is not started" in server.log(), seconds=30, what="the drop")
+    assert project_count(server) == 1  # the t-SNE that was answered, and no other
+
+
+def test_a_map_layout_asked_for_by_many_at_once_is_computed_once(
+    data_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Eight requests for a t-SNE map not kept yet: one computation in the one long slot, which the others await
+    without taking a place in the queue (none left here), and all get the same layout."""
+    computed: list[int] = []
+    tsne_layout = layout.tsne_layout
+
+    def counted(vectors: Any, *args: Any) -> Any:
+        computed.append(len(vectors))
+        return tsne_layout(vectors, *args)
+
+    monkeypatch.setattr(layout, "tsne_layout", counted)
+    settings = Settings(data_dir=data_dir, cache_dir=tmp_path, cache_bytes=0, map_tsne_rows=300, layout_queue=0)
+    app = create_app(settings)
+
+    async def scenario() -> list[httpx.Response]:
+        async with app.router.lifespan_context(app):
+            transport = httpx.ASGITransport(app=app)
+            async with httpx.AsyncClient(transport=transport, base_url="http://test", timeout=600) as client:
+                paths = [f"{SMALL}/map/info?method=tsne", f"{SMALL}/map?method=tsne"] * 4
+                return list(await asyncio.gather(*(client.get(path) for path in paths)))
+
+    answers = asyncio.run(scenario())
+    assert [a.status_code for a in answers] == [200] * 8, [a.text[:200] for a in answers]
+    assert computed == [300]  # once, for all eight
+    infos = [a.json() for a in answers[::2]]
+    assert all(info["rows"] == 300 and info["bounds"] == infos[0]["bounds"] for info in infos)
+    assert len({a.content for a in answers[1::2]}) == 1 and len(answers[1].content) == 300 * 4
+
+
+def test_a_t_sne_projection_whose_client_goes_is_stopped(server: Server, words: list[str]) -> None:
+    tsne = {"tokens": words[:TSNE_TOKENS], "method": "tsne", "perplexity": PERPLEXITY, "seed": 7}
+    started = time.monotonic()
+    whole = httpx.post(f"{server.base}{SMALL}/project", json=tsne, timeout=600)
+    full = time.monotonic() - started
+    assert whole.status_code == 200, whole.text[:300]
+    stopped = server.log().count("its work is stopped")
+    with connect(server.port, timeout=600) as sock:
+        sock.sendall(request("POST", f"{SMALL}/project", json.dumps(tsne).encode()))
+        time.sleep(full / 4)
+    closed_at = time.monotonic()
+    wait_for(lambda: server.log().count("its work is stopped") > stopped, seconds=full * 2, what="the stop")
+    assert time.monotonic() - closed_at < full / 2, (time.monotonic() - closed_at, full)
+    again = httpx.post(f"{server.base}{SMALL}/project", json=tsne, timeout=600)  # the slot is free again
+    assert again.status_code == 200 and again.json()["points"] == whole.json()["points"]

@@ -79,7 +79,9 @@ def _compact(data_dir: Path, name: str, directory: Path, path: Path) -> dict[str
         info["text_non_null"] = documents.num_rows - documents.column(payload.text_field).null_count
     for field in payload.fields:
         info["fields"][field]["non_null"] = documents.num_rows - documents.column(field).null_count
-    keyword_info, keyword_files = for_documents(documents, info)
+    # The table's own stop words and stemmer (an import's options), else the defaults
+    tokenizer = table.keyword.tokenizer if table.keyword is not None else None
+    keyword_info, keyword_files = for_documents(documents, info, tokenizer)
     raw = RawTable(
         tokens=[str(i) for i in documents.column(0).to_pylist()],
         matrix=matrix,

@@ -10,7 +10,9 @@ import time
 from pathlib import Path
 
 from index import artifact, writelog
-from tests.lee import Lee
+from index.compact import compact
+from tests.index.test_sources import run_cli
+from tests.lee import Lee, jsonl_records, write_jsonl
 from tests.service import real_server
 from tests.service.test_live_search import KEY
 
@@ -19,6 +21,7 @@ ROUNDS = 6
 
 def append(path: Path, lee: Lee, first: int, count: int) -> None:
     """Upserts as the server logs them: one record per document, the next sequence numbers."""
+    path.parent.mkdir(exist_ok=True)
     with writelog.appending(path) as log:
         records, _ = log.new_records(0, 0)
         covered = artifact.read_manifest(path.parent.parent / "lee").get("log_sequence", 0)
@@ -72,3 +75,15 @@ def test_removing_a_table_removes_its_log(lee_data_dir: Path, lee_docs: Lee, tmp
     append(path, lee_docs, 0, 3)
     removed = subprocess.run([str(real_server.BIN / "embedding-index"), "remove", "lee", "--data-dir", str(data)])
     assert removed.returncode == 0 and not (data / "lee").exists() and not path.exists()
+
+
+def test_compaction_keeps_the_keyword_options_of_the_import(lee_docs: Lee, tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    path = write_jsonl(tmp_path / "lee.jsonl", jsonl_records(lee_docs))
+    options = ("--stopwords", "none", "--stemmer", "porter")
+    assert run_cli("import", path, "--format", "documents", "--name", "lee", "--data-dir", data, *options).code == 0
+    before = artifact.read_manifest(data / "lee")["keyword"]["tokenizer"]
+    append(writelog.log_path(data, "lee"), lee_docs, 0, 2)
+    assert compact(data, "lee")["written"] == 2
+    after = artifact.read_manifest(data / "lee")["keyword"]["tokenizer"]
+    assert after == before and after["stemmer"] == "porter" and not after["stopword_list"]

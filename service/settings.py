@@ -243,7 +243,7 @@ class Settings(BaseSettings):
     @field_validator("write_keys")
     @classmethod
     def _write_keys(cls, value: list[str]) -> list[str]:
-        return [cls._key(key) for key in value]
+        return [key for key in (cls._key(given) for given in value) if key is not None]  # empty entries dropped
 
     @field_validator("cors_origins")
     @classmethod

@@ -405,6 +405,22 @@ def index_(
 
 
 @app.command()
+def compact(name: str, data_dir: DataDir = Path("data"), quiet: Quiet = False) -> None:
+    """Fold a documents table's write log (the documents added, replaced and deleted over HTTP) into its next
+    version, published atomically; the log is then cut at the last write it holds, keeping later writes."""
+    from index.compact import compact as fold
+
+    done = fold(data_dir, name)
+    if not done["written"]:
+        typer.echo(f"{name!r}: no writes since its version (sequence {done['log_sequence']}); nothing to do")
+        return
+    typer.echo(
+        f"compacted {name!r}: {done['written']:,} writes folded in, {done['rows']:,} documents, sequence "
+        f"{done['log_sequence']}; {done['kept']:,} later writes kept in the log"
+    )
+
+
+@app.command()
 def sif(
     name: str,
     data_dir: DataDir = Path("data"),
@@ -460,10 +476,13 @@ def verify(name: str, data_dir: DataDir = Path("data"), quiet: Quiet = False) ->
 
 @app.command()
 def remove(name: str, data_dir: DataDir = Path("data"), quiet: Quiet = False) -> None:
-    """Delete a table."""
+    """Delete a table, and its write log (the documents written to it over HTTP)."""
+    from index.writelog import log_path
+
     directory = artifact.table_dir(data_dir, name)
     artifact.read_manifest(directory)
     shutil.rmtree(directory)
+    log_path(data_dir, name).unlink(missing_ok=True)
     typer.echo(f"removed {name}")
 
 

@@ -244,6 +244,17 @@ class Payload:
             )
         return np.asarray(self._sorted_rows[positions], dtype=np.int64)
 
+    def find_rows(self, ids: Sequence[str | int]) -> np.ndarray:
+        """The row of each id, -1 for an id the table does not have (a write's upsert or delete)."""
+        needles = self._needles(ids)
+        if needles.type != self._sorted_ids.type:
+            needles = needles.cast(self._sorted_ids.type)
+        if not len(needles):
+            return np.zeros(0, dtype=np.int64)
+        positions = search_sorted(self._sorted_ids, needles.fill_null(0 if self.id_type == INTEGER else ""))
+        positions[np.asarray(needles.is_null().to_numpy(zero_copy_only=False), dtype=bool)] = -1
+        return np.where(positions >= 0, self._sorted_rows[np.maximum(positions, 0)], -1).astype(np.int64)
+
     def ids(self, rows: Sequence[int] | np.ndarray) -> list[str | int]:
         """The ids of ``rows``."""
         result: list[str | int] = self._batch.column(0).take(self._rows(rows)).to_pylist()

@@ -29,7 +29,7 @@ from starlette.responses import FileResponse, HTMLResponse, Response
 from starlette.routing import Route
 
 from index import __version__
-from service import errors
+from service import errors, live
 from service.http import auth
 from service.http.cache import AnswerCache, AnswerCacheMiddleware
 from service.http.drain import Drain
@@ -128,9 +128,12 @@ def create_app(settings: Settings) -> FastAPI:
     # CORS answers preflights before the read key is asked for; the answer cache serves only allowed requests.
     if settings.cache_bytes:
         app.state.answer_cache = AnswerCache(settings.cache_bytes)
-        app.add_middleware(AnswerCacheMiddleware, cache=app.state.answer_cache, metrics=metrics)
+        app.add_middleware(
+            AnswerCacheMiddleware, cache=app.state.answer_cache, metrics=metrics, writes=live.log_lengths
+        )
     if settings.read_api_key is not None:
         keys = tuple(key for key in (auth.key_bytes(settings.read_api_key), auth.key_bytes(settings.api_key)) if key)
+        keys += tuple(key.encode("ascii") for key in settings.write_keys)  # a writer reads too
         app.add_middleware(auth.ReadKeyMiddleware, keys=keys)
     if settings.cors_origins:
         app.add_middleware(

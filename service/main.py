@@ -123,6 +123,7 @@ def main(argv: list[str] | None = None) -> int:
         atexit.register(shutil.rmtree, metrics_dir, ignore_errors=True)
         os.environ["PROMETHEUS_MULTIPROC_DIR"] = metrics_dir
     start_deferred_builds(settings)
+    start_compaction(settings)
 
     limits = ConnectionLimits(
         settings.max_header_bytes, settings.header_timeout, settings.max_connections, settings.body_timeout
@@ -171,6 +172,19 @@ def start_deferred_builds(settings: Settings) -> None:
     if pending:
         logging.config.dictConfig(log_config(settings.log_format, settings.log_level))  # uvicorn's, a bit sooner
         IndexBuilds(settings.data_dir, pending).start()
+
+
+def start_compaction(settings: Settings) -> None:
+    """Compact documents tables whose writes pass EMBEDDING_COMPACT_ROWS or EMBEDDING_COMPACT_SECONDS
+    (``service.compacting``): one thread for the whole server, which is sent SIGHUP after each compaction."""
+    if not settings.write_keys or not (settings.compact_rows or settings.compact_seconds):
+        return
+    from service.compacting import AutoCompaction
+
+    logging.config.dictConfig(log_config(settings.log_format, settings.log_level))
+    compaction = AutoCompaction(settings.data_dir, settings.compact_rows, settings.compact_seconds)
+    compaction.start()
+    atexit.register(compaction.stop)
 
 
 def serve_workers(options: dict[str, Any]) -> None:

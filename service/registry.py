@@ -19,6 +19,7 @@ from rapidfuzz import fuzz, process
 from index import artifact
 from index.errors import EmbeddingError
 from index.table import Table
+from service import live
 from service.errors import ApiError
 
 log = logging.getLogger(__name__)
@@ -49,6 +50,7 @@ def _read(directory: Path, checksums: bool) -> tuple[Table | None, str]:
     try:
         table = Table.load(directory, checksums=checksums)
         table.tokens.prepare_lookup()  # now rather than in the first request
+        live.attach(table, directory)  # a documents table's write log, replayed
         return table, ""
     except EmbeddingError as exc:
         return None, exc.message

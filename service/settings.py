@@ -102,6 +102,25 @@ class Settings(BaseSettings):
     read_api_key: SecretStr | None = Field(
         None, description="key every /v1 read must carry (X-API-Key header; the admin key works too); unset: open"
     )
+    write_keys: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="keys that may write to documents tables (X-API-Key header; comma-separated); none: read-only",
+    )
+    write_sync: bool = Field(
+        True, description="fsync the write log before a write is answered; off, a crash of the machine may lose writes"
+    )
+    compact_rows: int = Field(
+        10_000,
+        ge=0,
+        description="compact a documents table in the background once this many documents were written or deleted "
+        "since its version; 0: not by count",
+    )
+    compact_seconds: float = Field(
+        0.0,
+        ge=0,
+        description="compact a documents table in the background once its oldest write since its version is this "
+        "many seconds old; 0: not by age",
+    )
     verify_checksums: bool = Field(True, description="check every table file's sha256 against its manifest on load")
     build_deferred: bool = Field(
         True,
@@ -180,7 +199,7 @@ class Settings(BaseSettings):
         description="after the drain, seconds requests in flight have to finish before they are cancelled",
     )
 
-    @field_validator("tables", "cors_origins", mode="before")
+    @field_validator("tables", "cors_origins", "write_keys", mode="before")
     @classmethod
     def _lists(cls, value: Any) -> Any:
         return _split_list(value)
@@ -220,6 +239,11 @@ class Settings(BaseSettings):
         if not isinstance(value, str) or not value.isascii() or not value.isprintable() or value != value.strip():
             raise ValueError("an API key must be printable ASCII without surrounding spaces (it is sent in a header)")
         return value
+
+    @field_validator("write_keys")
+    @classmethod
+    def _write_keys(cls, value: list[str]) -> list[str]:
+        return [key for key in (cls._key(given) for given in value) if key is not None]  # empty entries dropped
 
     @field_validator("cors_origins")
     @classmethod

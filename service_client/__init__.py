@@ -120,11 +120,22 @@ def _batch(results: list[dict[str, Any]]) -> list[list[Neighbor] | ApiError]:
     return _items(results, lambda item: _neighbors(item["neighbors"]))
 
 
+def _document(document: dict[str, Any]) -> dict[str, Any]:
+    """A document to write, its vector (a list or an array of any float type) as plain floats."""
+    if document.get("vector") is None:
+        return {k: v for k, v in document.items() if k != "vector"}
+    return {**document, "vector": [float(x) for x in document["vector"]]}
+
+
 class Client:
     """Synchronous client; ``options`` of query methods are ``exact``, ``restrict``, ``skip_special``, ..."""
 
-    def __init__(self, base_url: str, timeout: float = 30.0, http: httpx.Client | None = None) -> None:
-        self.http = http or httpx.Client(base_url=base_url, timeout=timeout)
+    def __init__(
+        self, base_url: str, timeout: float = 30.0, http: httpx.Client | None = None, api_key: str | None = None
+    ) -> None:
+        """``api_key``: sent as ``X-API-Key`` (a read key, or a write key for the write methods)."""
+        headers = {"X-API-Key": api_key} if api_key else {}
+        self.http = http or httpx.Client(base_url=base_url, timeout=timeout, headers=headers)
 
     def __enter__(self) -> Client:
         return self
@@ -253,6 +264,26 @@ class Client:
         params = {"vector": "true"} if vector else {}
         document: dict[str, Any] = self._call("GET", self._path(table, f"documents/{segment(str(id))}"), params=params)
         return document
+
+    # ---------------------------------------------------------------------------------------- writes
+    def upsert_documents(self, table: str, documents: Sequence[dict[str, Any]]) -> dict[str, Any]:
+        """Add documents, or replace them by id: each ``{"id", "text", "vector", "fields"}`` (no ``vector``: the
+        table's encoder embeds the text). Answers ``{"table", "sequence", "upserted"}``; needs a write key."""
+        body = {"documents": [_document(d) for d in documents]}
+        answer: dict[str, Any] = self._call("POST", self._path(table, "documents"), json=body)
+        return answer
+
+    def delete_documents(
+        self, table: str, ids: Sequence[str | int] | None = None, filter: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
+        """Delete documents by ``ids`` or by a search ``filter``: ``{"table", "sequence", "deleted"}``."""
+        body = {"ids": list(ids)} if ids is not None else {"filter": filter}
+        answer: dict[str, Any] = self._call("POST", self._path(table, "documents/delete"), json=body)
+        return answer
+
+    def delete_document(self, table: str, id: str | int) -> dict[str, Any]:
+        answer: dict[str, Any] = self._call("DELETE", self._path(table, f"documents/{segment(str(id))}"))
+        return answer
 
     def embed(self, table: str, texts: Sequence[str], pooling: str | None = None) -> list[list[float]]:
         """Vectors of ``texts`` by the table's encoder (``POST .../embed``)."""

@@ -1,8 +1,9 @@
 """The answer cache: whole ``GET /v1/tables/...`` answers kept in memory, so a repeated query costs no search.
 
-A table never changes once loaded (a rebuild is a new registry, see ``service.registry``), so an answer is a
-function of the URL and the registry that computed it. Only 200 answers are kept; the cache is emptied when the
-app publishes a new registry, and an answer computed by an older registry is never stored. Least recently used
+A table's version never changes once loaded (a rebuild is a new registry, see ``service.registry``), and its
+writes grow its log (``service.live``), so an answer is a function of the URL, the registry that computed it and
+the lengths of the write logs. Only 200 answers are kept; the cache is emptied when the app publishes a new
+registry or a log grows, and an answer computed by an older registry is never stored. Least recently used
 answers go first once ``max_bytes`` is reached (``EMBEDDING_CACHE_BYTES``, 0 turns the cache off).
 
 The middleware sits inside the read-key check (a request without the key never reaches it) and inside the
@@ -13,6 +14,7 @@ metrics middleware, which sees a hit under its route as any other request;
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,11 +44,12 @@ class AnswerCache:
         self.misses = 0
         self._answers: OrderedDict[tuple[str, bytes], Answer] = OrderedDict()
         self._registry: object = None  # whose answers the cache holds
+        self._writes: tuple[int, ...] = ()  # and the lengths of the write logs they saw (service.live)
 
-    def get(self, registry: object, key: tuple[str, bytes]) -> Answer | None:
-        if registry is not self._registry:
+    def get(self, registry: object, key: tuple[str, bytes], writes: tuple[int, ...] = ()) -> Answer | None:
+        if registry is not self._registry or writes != self._writes:
             self.clear()
-            self._registry = registry
+            self._registry, self._writes = registry, writes
         answer = self._answers.get(key)
         if answer is None:
             self.misses += 1
@@ -55,10 +58,12 @@ class AnswerCache:
         self.hits += 1
         return answer
 
-    def put(self, registry: object, key: tuple[str, bytes], answer: Answer) -> None:
+    def put(self, registry: object, key: tuple[str, bytes], answer: Answer, writes: tuple[int, ...] = ()) -> None:
         size = self._size(key, answer)
-        if registry is not self._registry or size > self.max_bytes // 8 or key in self._answers:
-            return  # computed before a reload, too big to be worth a place, or stored meanwhile
+        if registry is not self._registry or writes != self._writes:
+            return  # computed before a reload or a write
+        if size > self.max_bytes // 8 or key in self._answers:
+            return  # too big to be worth a place, or stored meanwhile
         self._answers[key] = answer
         self.bytes += size
         while self.bytes > self.max_bytes:
@@ -78,9 +83,12 @@ class AnswerCache:
 
 
 class AnswerCacheMiddleware:
-    def __init__(self, app: ASGIApp, cache: AnswerCache, metrics: Metrics) -> None:
+    def __init__(
+        self, app: ASGIApp, cache: AnswerCache, metrics: Metrics, writes: Callable[[], tuple[int, ...]] = tuple
+    ) -> None:
         self.app = app
         self.cache = cache
+        self.writes = writes  # the lengths of the tables' write logs (service.live.log_lengths)
         self.hit = metrics.cache.labels("hit")
         self.miss = metrics.cache.labels("miss")
 
@@ -93,7 +101,8 @@ class AnswerCacheMiddleware:
             await self.app(scope, receive, send)
             return
         key = (scope["path"], scope["query_string"])
-        answer = self.cache.get(registry, key)
+        writes = self.writes()  # a write to any table empties the cache, in every worker
+        answer = self.cache.get(registry, key, writes)
         if answer is not None:
             self.hit.inc()
             scope["route"], scope["path_params"] = answer.route, answer.path_params
@@ -116,7 +125,7 @@ class AnswerCacheMiddleware:
                     answer = Answer(
                         list(start["headers"]), message["body"], scope.get("route"), scope.get("path_params", {})
                     )
-                    self.cache.put(registry, key, answer)
+                    self.cache.put(registry, key, answer, writes)
             await send(message)
 
         await self.app(scope, receive, keep)

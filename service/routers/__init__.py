@@ -20,6 +20,7 @@ from service.routers import (
     similarity,
     tables,
     tokens,
+    writes,
 )
 
 ROUTERS: tuple[APIRouter, ...] = (
@@ -28,6 +29,7 @@ ROUTERS: tuple[APIRouter, ...] = (
     analogy.router,
     search.router,
     documents.router,
+    writes.router,
     fields.router,
     tokens.router,
     contextual.router,

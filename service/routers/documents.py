@@ -8,6 +8,7 @@ from fastapi import APIRouter, Path, Query
 from starlette.responses import Response
 
 from index.errors import InvalidQuery
+from service import live
 from service.deps import TableDep
 from service.errors import TABLE_ERRORS, responses
 from service.models import MAX_TOKEN_CHARS, DocumentResponse
@@ -31,8 +32,13 @@ async def get_document(
     payload = table.payload
     if payload is None:
         raise InvalidQuery(f"table {table.name!r} holds {table.kind}, not documents: look a row up by token")
-    (row,) = payload.row_of([document]).tolist()  # 404 unknown_document
     names = None if fields is None else [name.strip() for name in fields.split(",") if name.strip()]
+    delta = live.delta_of(table)
+    if delta is not None:
+        written = delta.written(document)
+        if written is not None:
+            return FastJSON(written.show(payload, names, vector))
+    (row,) = (delta or payload).row_of([document]).tolist()  # 404 unknown_document (deleted too)
     out: dict[str, Any] = {
         "id": payload.ids([row])[0],
         "text": payload.text([row])[0],

@@ -13,6 +13,7 @@ import numpy as np
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
+from index.delta import Delta, vector_search
 from index.encode import preview
 from index.errors import EmbeddingError, InvalidQuery
 from index.filters import RowSet
@@ -20,7 +21,7 @@ from index.hybrid import DocumentSearch, Mode
 from index.hybrid import run as run_hybrid
 from index.search import SearchOptions, VectorSearch
 from index.table import Table
-from service import execute, queries
+from service import execute, live, queries
 from service.deps import RegistryDep, TableDep
 from service.errors import BODY_ERRORS, item_error, responses
 from service.models import (
@@ -88,10 +89,11 @@ async def search(request: Request, table: TableDep, registry: RegistryDep, body:
 
 async def _documents(request: Request, table: Table, body: SearchRequest, encoder: Table | None) -> dict[str, Any]:
     options = body.search_options()
+    delta = live.delta_of(table)  # the documents written since the version, if any: searched beside it
     if body.queries is None and body.vectors is None:  # one query
         query = body.document_query()
         fast = (query.mode or body.mode) == "vector" and not body.diversity and query.filter is None
-        if fast and query.vector_query:  # the searcher's path, as for words
+        if fast and query.vector_query and delta is None:  # the searcher's path, as for words
             _, probe, _ = _prepare(table, query, body, encoder)
             assert probe is not None
             search = _request([probe], query, body.k, options, None)
@@ -99,10 +101,10 @@ async def _documents(request: Request, table: Table, body: SearchRequest, encode
             return _shape(documents(table, hits, body.fields), None)
 
         def one() -> dict[str, Any]:
-            mode, probe, fallback = _prepare(table, query, body, encoder)
+            mode, probe, fallback = _prepare(table, query, body, encoder, delta)
             rows = None if query.filter is None else table.filter(query.filter)
-            (shaped,) = _run(table, mode, [(probe, query.text)], query, body, options, rows)
-            return _shape(shaped, rows, fallback)
+            (shaped,) = _run(table, mode, [(probe, query.text)], query, body, options, rows, delta)
+            return _shape(shaped, rows, fallback, live.passing(delta, query.filter, rows))
 
         return await execute.compute(request, table, "search", one)
     items = body.queries
@@ -123,13 +125,13 @@ async def _documents(request: Request, table: Table, body: SearchRequest, encode
     batch = items
 
     def answer() -> list[dict[str, Any]]:
-        return _answer(table, batch, body, options, encoder)
+        return _answer(table, batch, body, options, encoder, delta)
 
     return {"results": await execute.compute(request, table, "search_batch", answer)}
 
 
 def _prepare(
-    table: Table, query: DocumentQuery, body: SearchRequest, encoder: Table | None
+    table: Table, query: DocumentQuery, body: SearchRequest, encoder: Table | None, delta: Delta | None = None
 ) -> tuple[Mode, queries.Probe | None, dict[str, str] | None]:
     """A query's mode (its own, else the request's), its vector query (None in mode keyword) and the fallback
     taken, if any: from its vector, id or positive/negative ids, else its text embedded by ``encoder`` (the
@@ -152,7 +154,7 @@ def _prepare(
             "by the table's encoder); use mode hybrid to search by both"
         )
     if query.vector_query:
-        probe = queries.document(table, query)
+        probe = queries.document(table, query) if delta is None else live.document_probe(table, delta, query)
     elif mode == "keyword" or query.text is None:
         return mode, None, None
     else:
@@ -194,10 +196,19 @@ def _run(
     body: SearchRequest,
     options: SearchOptions,
     rows: RowSet | None,
+    delta: Delta | None = None,
 ) -> list[list[dict[str, Any]]]:
     """The shaped hits of queries sharing a mode, a filter's ``rows`` and ``page``'s offset and score floor: a plain
-    vector search (``Table.run``) unless the mode or diversity asks for ``index.hybrid``."""
+    vector search (``Table.run``) unless the mode or diversity asks for ``index.hybrid``. With a ``delta``, a
+    vector search merges the version and the written documents; keyword, hybrid and diverse searches read the
+    version's rows that are not deleted (the written documents join them when the table is compacted)."""
     probes = [probe for probe, _ in members if probe is not None]
+    if delta is not None:
+        if mode == "vector" and not body.diversity:
+            merged = _request(probes, page, body.k, options, rows)
+            answers = vector_search(table, delta, merged, live.written_passing(delta, page.filter))
+            return [live.documents(table, delta, hits, body.fields) for hits in answers]
+        rows = RowSet((np.ones(table.rows, dtype=bool) if rows is None else rows.mask) & ~delta.deleted)
     if mode == "vector" and not body.diversity:
         return [
             documents(table, hits, body.fields) for hits in table.run(_request(probes, page, body.k, options, rows))
@@ -220,17 +231,24 @@ def _run(
     return [ranked_documents(table, hits, body.fields) for hits in run_hybrid(table, search)]
 
 
-def _shape(hits: list[dict[str, Any]], rows: RowSet | None, fallback: dict[str, str] | None = None) -> dict[str, Any]:
+def _shape(
+    hits: list[dict[str, Any]], rows: RowSet | None, fallback: dict[str, str] | None = None, passing: int | None = None
+) -> dict[str, Any]:
     out: dict[str, Any] = {"hits": hits}
     if rows is not None:
-        out["passing"] = len(rows)
+        out["passing"] = len(rows) if passing is None else passing
     if fallback is not None:
         out["fallback"] = fallback
     return out
 
 
 def _answer(
-    table: Table, items: list[DocumentQuery], body: SearchRequest, options: SearchOptions, encoder: Table | None
+    table: Table,
+    items: list[DocumentQuery],
+    body: SearchRequest,
+    options: SearchOptions,
+    encoder: Table | None,
+    delta: Delta | None = None,
 ) -> list[dict[str, Any]]:
     """Each item's hits (or its error), in order: one search per group of items with the same filter, page and
     mode."""
@@ -239,7 +257,7 @@ def _answer(
     fallbacks: dict[int, dict[str, str]] = {}
     for position, item in enumerate(items):
         try:
-            mode, probe, fallback = _prepare(table, item, body, encoder)
+            mode, probe, fallback = _prepare(table, item, body, encoder, delta)
             if fallback is not None:
                 fallbacks[position] = fallback
             if item.filter is not None:
@@ -252,7 +270,8 @@ def _answer(
     for members in groups.values():
         page, mode = items[members[0][0]], members[0][1]
         rows = None if page.filter is None else table.filter(page.filter)
-        shaped = _run(table, mode, [(probe, text) for _, _, probe, text in members], page, body, options, rows)
+        shaped = _run(table, mode, [(probe, text) for _, _, probe, text in members], page, body, options, rows, delta)
+        passing = live.passing(delta, page.filter, rows)
         for (position, *_), hits in zip(members, shaped, strict=True):
-            out[position] = _shape(hits, rows, fallbacks.get(position))
+            out[position] = _shape(hits, rows, fallbacks.get(position), passing)
     return out

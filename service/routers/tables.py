@@ -9,7 +9,7 @@ from fastapi import APIRouter
 from starlette.responses import Response
 
 from index.table import Table
-from service import indexing
+from service import indexing, live
 from service.deps import RegistryDep, TableDep
 from service.errors import TABLE_ERRORS, responses
 from service.models import TablesResponse, TableSummary
@@ -25,6 +25,9 @@ def summary(table: Table, builds: dict[str, dict[str, Any]]) -> dict[str, Any]:
         out["source"] = {**source, "path": PurePath(source["path"]).name}
     if table.name in builds:
         out["building"] = builds[table.name]
+    state = live.live_of(table)
+    if state is not None:
+        out["writes"] = live.summary(state)
     return out
 
 

@@ -27,7 +27,7 @@ import schemathesis
 from hypothesis import HealthCheck, settings
 from pydantic import BaseModel, ValidationError
 from schemathesis import CheckContext
-from schemathesis.specs.openapi.checks import positive_data_acceptance
+from schemathesis.specs.openapi.checks import allow_header_conformance, positive_data_acceptance
 
 from service import models
 from service.app import create_app
@@ -103,9 +103,10 @@ schema = schemathesis.pytest.from_fixture("api_schema")
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much, HealthCheck.data_too_large],
 )
 def test_api_conforms_to_its_openapi_document(case: Any) -> None:
-    response = case.call_and_validate(
-        excluded_checks=[positive_data_acceptance], additional_checks=[accepts_valid_requests]
-    )
+    excluded = [positive_data_acceptance]
+    if case.operation.label == f"POST {T}/documents/delete":  # also the path of a document whose id is "delete":
+        excluded.append(allow_header_conformance)  # its GET and DELETE are rightly in Allow
+    response = case.call_and_validate(excluded_checks=excluded, additional_checks=[accepts_valid_requests])
     assert response.status_code < 500, response.text
     if response.status_code >= 400:  # every error, whatever the request, is the envelope
         error = response.json()["error"]
@@ -118,7 +119,7 @@ def test_every_operation_is_fuzzed(small_data_dir: Path) -> None:
     app = create_app(Settings(data_dir=small_data_dir))
     documented = {(m.upper(), p) for p, item in app.openapi()["paths"].items() for m in item}
     routes = {(m, r.path_format) for r in app.state.api_routes if r.include_in_schema for m in r.methods}
-    assert documented == routes and len(documented) == 35
+    assert documented == routes and len(documented) == 38
 
 
 # Each request model's form fields, with a value each: every combination of them (given or left out) is one body.

@@ -228,3 +228,12 @@ def test_fastapi_telemetry_only_when_asked(clean_env: pytest.MonkeyPatch, small_
     for value in (False, True):
         app = create_app(Settings(data_dir=small_data_dir, telemetry=value))
         assert [app._telemetry[part] for part in ("tracing", "metrics", "logs")] == [value] * 3
+
+
+def test_write_keys(tmp_path: Path) -> None:
+    settings = Settings(data_dir=tmp_path, write_keys="first-key-123, second-key-456")  # type: ignore[arg-type]
+    assert settings.write_keys == ["first-key-123", "second-key-456"] and settings.write_sync is True
+    assert Settings(data_dir=tmp_path, write_keys='["", "only-key-789"]').write_keys == ["only-key-789"]  # type: ignore[arg-type]
+    assert Settings(data_dir=tmp_path).write_keys == []
+    with pytest.raises(ValidationError, match="printable ASCII"):
+        Settings(data_dir=tmp_path, write_keys=["cl\u00e9-not-ascii"])

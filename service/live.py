@@ -1,0 +1,191 @@
+"""The live part of each loaded documents table: its write log and the delta the log holds beyond the version.
+
+Each worker process keeps one :class:`Live` per loaded documents table (looked up by the table object, so a
+reload that reuses a table reuses its delta, and a new version starts a new one). At load the log is recovered
+and replayed (``index.writelog.recover``); before each read, :meth:`Live.refresh` compares the log's size with
+what it has applied and reads only the new records, so a write answered by any worker is seen by the next
+search in every worker. A write holds the log's exclusive lock while it catches up, checks and appends.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import weakref
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import numpy as np
+
+from index import filters, writelog
+from index.delta import Delta
+from index.errors import InvalidQuery
+from index.filters import RowSet
+from index.knn import Neighbor
+from index.table import Table
+from service import queries, respond, writes
+
+T = TypeVar("T")
+_LIVE: weakref.WeakKeyDictionary[Table, Live] = weakref.WeakKeyDictionary()
+_LOCK = threading.Lock()
+
+
+class Live:
+    def __init__(self, delta: Delta, path: Path) -> None:
+        self.path = path
+        self.delta = delta
+        self.lock = threading.Lock()
+        self.inode: int | None = None  # of the log file read (a compaction replaces it with a shorter one)
+
+    def refresh(self) -> Delta:
+        """The delta with every record the log holds now applied (a stat when nothing was written)."""
+        try:
+            found = os.stat(self.path)
+        except FileNotFoundError:
+            return self.delta
+        if found.st_size != self.delta.offset or found.st_ino != self.inode:
+            with self.lock:
+                records, offset, self.inode = writelog.read_new(
+                    self.path, self.delta.offset, self.delta.last, self.inode
+                )
+                self.delta.apply(records)
+                self.delta.offset = offset
+        return self.delta
+
+    def write(self, make: Callable[[Delta], tuple[dict[str, Any] | None, T]], sync: bool) -> tuple[int, T]:
+        """Under the log's lock: catch up, ``make(delta)`` the record's body (None: nothing to write) and what to
+        answer, append it (durable when this returns, with ``sync``), apply it. Returns the sequence number."""
+        with self.lock, writelog.appending(self.path, sync) as log:
+            records, offset = log.new_records(self.delta.offset, self.delta.last, self.inode)
+            self.delta.apply(records)
+            self.delta.offset, self.inode = offset, log.inode
+            body, answer = make(self.delta)
+            if body is not None:
+                self.delta.apply([log.append(self.delta.seq + 1, body)])
+            return self.delta.seq, answer
+
+
+def attach(table: Table, directory: Path) -> None:
+    """Recover and replay the write log of the documents table loaded from ``directory`` (a torn tail is cut with
+    a warning; a damaged record in the middle raises ``writelog.LogCorrupt``, naming it)."""
+    if table.payload is None:
+        return
+    covered = int(table.manifest.get("log_sequence", 0))
+    delta = Delta(table.payload, table.rows, table.dim, covered)
+    live = Live(delta, writelog.log_path(directory.parent, directory.name))
+    try:
+        live.delta.apply(writelog.recover(live.path))
+        live.inode = os.stat(live.path).st_ino if live.path.exists() else None
+    except writelog.LogCorrupt as exc:
+        raise writelog.LogCorrupt(f"table {directory.name!r}: write log {live.path.name}: {exc.message}") from None
+    with _LOCK:
+        _LIVE[table] = live
+
+
+def summary(state: Live) -> dict[str, Any]:
+    """What ``GET /v1/tables/{table}`` says of a documents table's writes: the sequence its version holds, the
+    table's sequence (its last write), and the documents written and deleted since the version."""
+    delta = state.refresh()
+    return {
+        "version_sequence": delta.covered,
+        "sequence": delta.seq,
+        "written": len(delta.documents),
+        "deleted": int(delta.deleted.sum()),
+        "log_bytes": delta.offset,
+    }
+
+
+def live_of(table: Table) -> Live | None:
+    """The live state of a loaded documents table (None for other tables, or one loaded without ``attach``)."""
+    return _LIVE.get(table)
+
+
+def delta_of(table: Table) -> Delta | None:
+    """A snapshot of the table's delta, brought up to date with its log (later writes leave it as it is); None
+    when nothing was written since its version."""
+    live = _LIVE.get(table)
+    if live is None:
+        return None
+    live.refresh()
+    with live.lock:
+        delta = live.delta.snapshot()
+    return delta if delta.documents or delta.deleted.any() else None
+
+
+def log_lengths() -> tuple[int, ...]:
+    """The length of every loaded documents table's write log (a stat each): what cached answers depend on."""
+    with _LOCK:
+        paths = [state.path for state in _LIVE.values()]
+    lengths = []
+    for path in paths:
+        try:
+            lengths.append(os.stat(path).st_size)
+        except FileNotFoundError:
+            lengths.append(0)
+    return tuple(lengths)
+
+
+# ---------------------------------------------------------------------------------------------- searching
+def written_passing(delta: Delta, spec: Any) -> np.ndarray | None:
+    """A boolean per written document (in write order): passes the filter ``spec`` (None: no filter)."""
+    if spec is None:
+        return None
+    columns = delta.columns()
+    if not columns.documents:
+        return np.zeros(0, dtype=bool)
+    return filters.evaluate(columns, spec).mask  # type: ignore[arg-type]
+
+
+def passing(delta: Delta | None, spec: Any, rows: RowSet | None) -> int | None:
+    """How many live documents pass the filter (None: use the version's count, there is no delta)."""
+    if delta is None or rows is None:
+        return None
+    written = written_passing(delta, spec)
+    return int((rows.mask & ~delta.deleted).sum()) + (0 if written is None else int(written.sum()))
+
+
+def documents(table: Table, delta: Delta, hits: list[Neighbor], fields: list[str] | None) -> list[dict[str, Any]]:
+    """``respond.documents`` of hits from the version and from the written documents (rows past the version's)."""
+    base = table.rows
+    shown = respond.documents(table, [hit for hit in hits if hit[0] < base], fields)
+    written = delta.written_in_order()
+    out, version = [], iter(shown)
+    payload = writes.documents_of(table)
+    for row, score in hits:
+        if row < base:
+            out.append(next(version))
+        else:
+            document = written[row - base].show(payload, fields, False)
+            out.append({"id": document["id"], "score": score, "text": document["text"], "fields": document["fields"]})
+    return out
+
+
+def document_probe(table: Table, delta: Delta, query: Any) -> queries.Probe:
+    """``queries.document`` over the version and the written documents: a vector, more like one document, or
+    the normalised mean of positive and negative documents (gensim ``most_similar``), the inputs left out."""
+    if query.vector is not None:
+        return queries.raw_vector(table, query.vector)
+    asked = [query.id] if query.id is not None else [*query.positive, *query.negative]
+    positive = 1 if query.id is not None else len(query.positive)
+    order = {key: i for i, key in enumerate(delta.documents)}
+    rows, vectors = [], []
+    for ident in asked:
+        document = delta.written(ident)
+        if document is not None:
+            rows.append(table.rows + order[document.id])
+            vectors.append(document.vector)
+        else:
+            (row,) = delta.row_of([ident]).tolist()  # 404 for an unknown or deleted id
+            rows.append(row)
+            vectors.append(table.vectors[row])
+    if len(asked) == 1 and positive == 1:
+        mean = np.asarray(vectors[0], dtype=np.float64)
+    else:
+        weights = np.array([1.0] * positive + [-1.0] * (len(asked) - positive))
+        mean = weights @ np.asarray(vectors, dtype=np.float64) / len(asked)
+    norm = np.sqrt(mean @ mean)
+    if norm < 1e-12:
+        raise InvalidQuery("the positive and negative documents cancel out: the query vector is zero")
+    info = {"id": query.id} if query.id is not None else {"positive": query.positive, "negative": query.negative}
+    return queries.Probe((mean / norm).astype(np.float32), set(rows), info)

@@ -1,0 +1,111 @@
+"""Writes to a documents table: upsert documents, delete them by id or by filter (``service.writes``).
+
+Every write route needs a write key (``EMBEDDING_WRITE_KEYS``) in the ``X-API-Key`` header; a server started
+without one keeps its tables read-only and answers 403 saying so. A write is answered once its record is in the
+table's log (fsynced, unless ``EMBEDDING_WRITE_SYNC`` is off), with the table's sequence number.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Header, Path
+from starlette.concurrency import run_in_threadpool
+from starlette.responses import Response
+
+from index.delta import Delta
+from index.table import Table
+from service import live, writes
+from service.deps import RegistryDep, SettingsDep, TableDep
+from service.errors import BODY_ERRORS, ApiError, responses
+from service.http import auth
+from service.models import MAX_TOKEN_CHARS
+from service.respond import FastJSON
+from service.write_models import DeleteRequest, UpsertRequest, WriteResponse
+
+router = APIRouter(prefix="/v1/tables/{table}", tags=["writes"])
+WRITE_ERRORS = (*BODY_ERRORS, "unauthorized", "forbidden")
+
+
+async def require_write_key(
+    settings: SettingsDep, x_api_key: Annotated[str | None, Header(description="a write key")] = None
+) -> None:
+    """403 when the server has no write key (its tables are read-only), 401 without a key, 403 with a wrong one."""
+    keys = tuple(key.encode("ascii") for key in settings.write_keys)
+    if not keys:
+        raise ApiError(
+            "forbidden",
+            "this server's tables are read-only: start it with EMBEDDING_WRITE_KEYS (one or more keys, "
+            "comma-separated) to accept writes from clients sending one in the X-API-Key header",
+        )
+    auth.check(x_api_key, keys)
+
+
+WriteKey = Annotated[None, Depends(require_write_key)]
+
+
+def _live(table: Table) -> live.Live:
+    writes.documents_of(table)
+    state = live.live_of(table)
+    if state is None:
+        raise ApiError("not_ready", f"table {table.name!r} is not ready for writes", table=table.name)
+    return state
+
+
+async def _write(table: Table, make: Any, sync: bool, what: str) -> Response:
+    state = _live(table)
+    sequence, count = await run_in_threadpool(state.write, make, sync)
+    return FastJSON({"table": table.name, "sequence": sequence, what: count})
+
+
+@router.post(
+    "/documents",
+    response_model=WriteResponse,
+    responses=responses(*WRITE_ERRORS),
+    summary="Add documents, or replace them by id (upsert); searchable as soon as this answers",
+)
+async def upsert(
+    _: WriteKey, table: TableDep, registry: RegistryDep, settings: SettingsDep, body: UpsertRequest
+) -> Response:
+    encoder = registry.encoder_of(table)
+
+    def make(delta: Delta) -> tuple[dict[str, Any], int]:
+        return writes.upsert_body(table, encoder, body.documents, delta), len(body.documents)
+
+    return await _write(table, make, settings.write_sync, "upserted")
+
+
+@router.post(
+    "/documents/delete",
+    response_model=WriteResponse,
+    responses=responses(*WRITE_ERRORS),
+    summary="Delete documents by id or by a search filter; answers how many were deleted",
+)
+async def delete_many(_: WriteKey, table: TableDep, settings: SettingsDep, body: DeleteRequest) -> Response:
+    def make(delta: Delta) -> tuple[dict[str, Any] | None, int]:
+        if body.ids is not None:
+            ids = writes.delete_ids(table, body.ids, delta)
+        else:
+            ids = writes.filter_ids(table, body.filter, delta)
+        return ({"op": "delete", "ids": ids} if ids else None), len(ids)
+
+    return await _write(table, make, settings.write_sync, "deleted")
+
+
+@router.delete(
+    "/documents/{document:path}",  # an id may hold "/", as GET allows
+    response_model=WriteResponse,
+    responses=responses(*WRITE_ERRORS),
+    summary="Delete one document by its id",
+)
+async def delete_one(
+    _: WriteKey,
+    table: TableDep,
+    settings: SettingsDep,
+    document: Annotated[str, Path(min_length=1, max_length=MAX_TOKEN_CHARS, description="the document's id")],
+) -> Response:
+    def make(delta: Delta) -> tuple[dict[str, Any] | None, int]:
+        ids = writes.delete_ids(table, [document], delta)
+        return ({"op": "delete", "ids": ids} if ids else None), len(ids)
+
+    return await _write(table, make, settings.write_sync, "deleted")

@@ -1,0 +1,48 @@
+"""Request and response bodies of the write routes (``service.routers.writes``)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from pydantic import BaseModel, Field, StrictInt, StrictStr, model_validator
+
+from service.models import CHECK_BATCH, MAX_TEXT_CHARS, MAX_TOKEN_CHARS, STRICT, Vector, batch_of, given, one_form
+
+DocumentId = Annotated[StrictStr, Field(min_length=1, max_length=MAX_TOKEN_CHARS)] | StrictInt
+
+
+class WriteDocument(BaseModel):
+    model_config = STRICT
+
+    id: DocumentId = Field(description="the document's id: a new id adds it, an existing id replaces it")
+    text: Annotated[str, Field(max_length=MAX_TEXT_CHARS)] | None = Field(
+        None, description="its text (stored, searched by keyword; embedded when no vector is given)"
+    )
+    vector: Vector | None = Field(None, description="its vector (default: its text embedded by the table's encoder)")
+    fields: dict[str, Any] | None = Field(None, description="its fields, of the table's fields and their types")
+
+
+class UpsertRequest(BaseModel):
+    model_config = STRICT
+
+    documents: Annotated[list[WriteDocument], batch_of("documents to add or replace, by id"), CHECK_BATCH]
+
+
+class DeleteRequest(BaseModel):
+    model_config = STRICT | one_form(given("ids"), given("filter"))
+
+    ids: Annotated[list[DocumentId], batch_of("ids of the documents to delete"), CHECK_BATCH] | None = None
+    filter: dict[str, Any] | None = Field(None, description="delete every document this filter lets through")
+
+    @model_validator(mode="after")
+    def _one(self) -> DeleteRequest:
+        if (self.ids is None) == (self.filter is None):
+            raise ValueError("give exactly one of ids or filter")
+        return self
+
+
+class WriteResponse(BaseModel):
+    table: str
+    sequence: int = Field(description="the table's sequence number after this write (its last write)")
+    upserted: int | None = Field(None, description="documents added or replaced")
+    deleted: int | None = Field(None, description="documents deleted (ids that were not there are not counted)")

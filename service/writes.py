@@ -1,0 +1,135 @@
+"""Writes to a documents table: the documents of an upsert checked against the table and made into a log record,
+and deletes by id or by filter counted against what the table holds (``service.live``).
+
+A document's fields are checked against the table's field types (a field the table does not have, or a value of
+another type, is an error naming the document and the field); a document without a vector is embedded by the
+table's encoder, as at import; a vector's length must be the table's dimension.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from index import filters
+from index.delta import Delta, Key, parse_timestamp
+from index.encode import encoder_for
+from index.errors import InvalidQuery
+from index.payload import BOOLEAN, FLOAT, INTEGER, STRING, STRING_LIST, TIMESTAMP, Payload
+from index.table import Table
+from service.write_models import WriteDocument
+
+
+def documents_of(table: Table) -> Payload:
+    if table.payload is None:
+        raise InvalidQuery(f"table {table.name!r} holds {table.kind}, not documents: only documents tables take writes")
+    return table.payload
+
+
+def _field_value(kind: str, value: Any) -> Any:
+    """The value as the log keeps it (timestamps as ISO 8601 text in UTC); ValueError when it is not of ``kind``."""
+    if value is None:
+        return None
+    if kind == STRING and isinstance(value, str):
+        return value
+    if kind == INTEGER and isinstance(value, int) and not isinstance(value, bool) and -(2**63) <= value < 2**63:
+        return value
+    if kind == FLOAT and isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
+        return float(value)
+    if kind == BOOLEAN and isinstance(value, bool):
+        return value
+    if kind == TIMESTAMP and isinstance(value, str):
+        return parse_timestamp(value).strftime("%Y-%m-%dT%H:%M:%S.%fZ").replace(".000000Z", "Z")
+    if kind == STRING_LIST and isinstance(value, list) and all(isinstance(v, str) for v in value):
+        return value
+    raise ValueError(kind)
+
+
+def _fields(payload: Payload, name: str, given: dict[str, Any] | None) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for field, value in (given or {}).items():
+        kind = payload.fields.get(field)
+        if kind is None:
+            known = ", ".join(repr(f) for f in payload.fields) or "none"
+            raise InvalidQuery(f"{name}: the table has no field {field!r} (its fields: {known})", field=field)
+        try:
+            out[field] = _field_value(kind, value)
+        except ValueError:
+            shown = repr(value)[:80]
+            raise InvalidQuery(f"{name}: field {field!r} is a {kind} field, not {shown}", field=field) from None
+    return out
+
+
+def upsert_body(
+    table: Table, encoder: Table | None, documents: Sequence[WriteDocument], delta: Delta
+) -> dict[str, Any]:
+    """The log record of an upsert of ``documents``: ids, text, vectors (embedded when not given), typed fields."""
+    payload = documents_of(table)
+    out: list[dict[str, Any]] = []
+    seen: set[Key] = set()
+    to_embed: list[int] = []
+    for i, document in enumerate(documents):
+        name = f"documents[{i}] (id {document.id!r})"
+        key = delta.key(document.id)
+        if key is None:
+            kind = "integers" if payload.id_type == INTEGER else "strings"
+            raise InvalidQuery(f"{name}: the ids of table {table.name!r} are {kind}", document=i)
+        if key in seen:
+            raise InvalidQuery(f"{name}: the id comes twice in this request", document=i)
+        seen.add(key)
+        if document.text is not None and payload.text_field is None:
+            raise InvalidQuery(f"{name}: table {table.name!r} keeps no text (its documents were imported without)")
+        vector = None
+        if document.vector is not None:
+            if len(document.vector) != table.dim:
+                raise InvalidQuery(f"{name}: a vector of {len(document.vector)} values; the table's have {table.dim}")
+            if not any(document.vector):
+                raise InvalidQuery(f"{name}: the vector is all zeros (it has no direction to search by)")
+            vector = [float(np.float32(v)) for v in document.vector]
+        elif document.text is None:
+            raise InvalidQuery(f"{name}: give its vector, or its text for the table's encoder to embed", document=i)
+        else:
+            to_embed.append(i)
+        fields = _fields(payload, name, document.fields)
+        out.append({"id": key, "text": document.text, "vector": vector, "fields": fields})
+    if to_embed:
+        record = table.encoder_record
+        if record is None or encoder is None:
+            i = to_embed[0]
+            raise InvalidQuery(
+                f"documents[{i}] (id {documents[i].id!r}) has no vector, and table {table.name!r} records no encoder "
+                "(its vectors came with the documents): send each document's vector",
+                document=i,
+            )
+        texts = [documents[i].text or "" for i in to_embed]
+        encoded = encoder_for(encoder).encode(texts, record.get("pooling"), strict=False)
+        for i, vector, tokens in zip(to_embed, encoded.vectors, encoded.tokens, strict=True):
+            if tokens == 0:
+                raise InvalidQuery(
+                    f"documents[{i}] (id {documents[i].id!r}): no word of its text is known to {encoder.name!r}, "
+                    "which embeds this table's documents: send its vector",
+                    document=i,
+                )
+            out[i]["vector"] = vector.astype(np.float64).tolist()
+    return {"op": "upsert", "documents": out}
+
+
+def delete_ids(table: Table, ids: Sequence[str | int], delta: Delta) -> list[Key]:
+    """The ids among ``ids`` that a live document has (each once): what a delete of them removes."""
+    documents_of(table)
+    keys = list(dict.fromkeys(k for k in (delta.key(i) for i in ids) if k is not None))
+    found = delta.exists(keys)
+    return [k for k, there in zip(keys, found.tolist(), strict=True) if there]
+
+
+def filter_ids(table: Table, spec: Any, delta: Delta) -> list[Key]:
+    """The ids of the live documents the search filter ``spec`` lets through."""
+    payload = documents_of(table)
+    rows = np.flatnonzero(filters.evaluate(payload, spec).mask & ~delta.deleted)
+    written = delta.columns()
+    passing = filters.evaluate(written, spec).mask if written.documents else np.zeros(0, dtype=bool)  # type: ignore[arg-type]
+    keys: list[Key] = payload.ids(rows) if len(rows) else []
+    return keys + [d.id for d, ok in zip(written.documents, passing.tolist(), strict=True) if ok]

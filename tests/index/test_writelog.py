@@ -1,0 +1,200 @@
+"""The write log (``index.writelog``): framed, checksummed records; a torn or corrupt tail is cut with a warning
+naming the bytes lost, a damaged record in the middle refuses the log naming it; appenders in several processes
+take turns; a cut keeps the records after the position it covered. Payloads are real text (the GPL's paragraphs).
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import multiprocessing
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from index import writelog
+
+PARAGRAPHS = [p for p in Path("/usr/share/common-licenses/GPL-3").read_text().split("\n\n") if p.strip()][:40]
+
+
+def body(i: int) -> dict[str, Any]:
+    return {"op": "upsert", "documents": [{"id": f"gpl-{i}", "text": PARAGRAPHS[i % len(PARAGRAPHS)], "vector": [i]}]}
+
+
+def write(path: Path, count: int, first: int = 1) -> list[writelog.Record]:
+    with writelog.appending(path) as log:
+        return [log.append(first + i, body(first + i - 1)) for i in range(count)]
+
+
+def test_records_come_back_as_written(tmp_path: Path) -> None:
+    path = tmp_path / "t.log"
+    written = write(path, 12)
+    assert path.stat().st_size == written[-1].end
+    again = writelog.recover(path)
+    assert [r.seq for r in again] == list(range(1, 13))
+    assert [r.body for r in again] == [body(i) for i in range(12)]
+    assert [(r.offset, r.end) for r in again] == [(r.offset, r.end) for r in written]
+
+
+def test_reading_only_what_was_appended(tmp_path: Path) -> None:
+    path = tmp_path / "t.log"
+    first = write(path, 3)
+    records, offset, inode = writelog.read_new(path, 0, 0)
+    assert [r.seq for r in records] == [1, 2, 3] and offset == first[-1].end and inode == path.stat().st_ino
+    assert writelog.read_new(path, offset, 3, inode) == ([], offset, inode)
+    write(path, 2, first=4)
+    records, end, _ = writelog.read_new(path, offset, 3, inode)
+    assert [r.seq for r in records] == [4, 5] and end == path.stat().st_size
+    assert writelog.read_new(tmp_path / "none.log", 0, 0) == ([], 0, -1)
+    writelog.cut(path, 4)  # a compaction: another, shorter file; read from its start
+    records, end, again = writelog.read_new(path, end, 5, inode)
+    assert [r.seq for r in records] == [5] and end == path.stat().st_size and again != inode
+
+
+@pytest.mark.parametrize("keep", [1, 5, writelog.HEADER.size, writelog.HEADER.size + 40, -1])
+def test_a_torn_tail_is_cut_with_a_warning(tmp_path: Path, caplog: pytest.LogCaptureFixture, keep: int) -> None:
+    path = tmp_path / "t.log"
+    records = write(path, 6)
+    last = records[-1]
+    cut_at = last.offset + keep if keep >= 0 else last.end - 1
+    with path.open("r+b") as handle:
+        handle.truncate(cut_at)
+    with caplog.at_level(logging.WARNING, logger="index.writelog"):
+        kept = writelog.recover(path)
+    assert [r.seq for r in kept] == [1, 2, 3, 4, 5]
+    assert path.stat().st_size == last.offset
+    lost = cut_at - last.offset
+    assert f"cut {lost} bytes at byte {last.offset}" in caplog.text and "sequence number 5" in caplog.text
+    write(path, 1, first=6)  # appending goes on after the cut
+    assert [r.seq for r in writelog.recover(path)] == [1, 2, 3, 4, 5, 6]
+
+
+def test_a_corrupt_last_record_is_cut(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    path = tmp_path / "t.log"
+    records = write(path, 4)
+    data = bytearray(path.read_bytes())
+    data[records[-1].end - 3] ^= 0x20  # a flipped bit in the last record's payload
+    path.write_bytes(bytes(data))
+    with caplog.at_level(logging.WARNING, logger="index.writelog"):
+        assert [r.seq for r in writelog.recover(path)] == [1, 2, 3]
+    size = records[-1].end - records[-1].offset
+    assert f"cut {size} bytes at byte {records[-1].offset} (a checksum that does not match)" in caplog.text
+
+
+@pytest.mark.parametrize("where", ["payload", "length", "mark"])
+def test_a_damaged_middle_record_refuses_the_log(tmp_path: Path, where: str) -> None:
+    path = tmp_path / "t.log"
+    records = write(path, 5)
+    damaged = records[2]
+    at = {"payload": damaged.end - 10, "length": damaged.offset + 3, "mark": damaged.offset}[where]
+    data = bytearray(path.read_bytes())
+    data[at] ^= 0x41
+    path.write_bytes(bytes(data))
+    before = path.read_bytes()
+    with pytest.raises(writelog.LogCorrupt, match=f"record at byte {damaged.offset} \\(after sequence number 2\\)"):
+        writelog.recover(path)
+    assert path.read_bytes() == before  # nothing cut: the records after it are acknowledged writes
+    with pytest.raises(writelog.LogCorrupt):
+        writelog.read_new(path, records[1].end, 2)
+
+
+def test_a_damaged_tail_met_while_appending_is_cut_first(tmp_path: Path) -> None:
+    path = tmp_path / "t.log"
+    records = write(path, 3)
+    with path.open("ab") as handle:
+        handle.write(writelog.frame(4, body(3))[:-9])  # torn after this process read the log
+    assert writelog.read_new(path, records[-1].end, 3)[:2] == ([], records[-1].end)  # not read
+    with writelog.appending(path) as log:
+        assert log.new_records(records[-1].end, 3) == ([], records[-1].end)
+        log.append(4, body(9))
+    assert [(r.seq, r.body) for r in writelog.recover(path)][-1] == (4, body(9))
+
+
+def test_a_replica_on_a_read_only_mount_reads_and_cuts_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = tmp_path / "t.log"
+    write(path, 3)
+    with path.open("ab") as handle:
+        handle.write(b"\xe5\x1f torn")
+    size = path.stat().st_size
+    real_open = os.open
+
+    def read_only(name: Any, flags: int, *args: Any) -> int:
+        if flags & (os.O_RDWR | os.O_WRONLY):
+            raise OSError(errno.EROFS, "Read-only file system", str(name))
+        return real_open(name, flags, *args)
+
+    monkeypatch.setattr(os, "open", read_only)
+    with caplog.at_level(logging.WARNING, logger="index.writelog"):
+        assert [r.seq for r in writelog.recover(path)] == [1, 2, 3]
+    assert path.stat().st_size == size and "7 bytes at byte" in caplog.text and "not read" in caplog.text
+
+
+def test_a_gap_in_the_sequence_is_damage(tmp_path: Path) -> None:
+    path = tmp_path / "t.log"
+    write(path, 2)
+    write(path, 2, first=4)
+    with pytest.raises(writelog.LogCorrupt, match="sequence number 4 after 2"):
+        writelog.recover(path)
+
+
+def _append_many(path: str, worker: int, count: int) -> None:
+    for i in range(count):
+        with writelog.appending(Path(path)) as log:
+            records, _ = log.new_records(0, 0)
+            last = records[-1].seq if records else 0
+            log.append(last + 1, {"op": "delete", "ids": [f"w{worker}-{i}"]})
+
+
+def test_appenders_in_several_processes_take_turns(tmp_path: Path) -> None:
+    path = tmp_path / "t.log"
+    context = multiprocessing.get_context("spawn")
+    workers = [context.Process(target=_append_many, args=(str(path), w, 40)) for w in range(3)]
+    for process in workers:
+        process.start()
+    for process in workers:
+        process.join(60)
+        assert process.exitcode == 0
+    records = writelog.recover(path)
+    assert [r.seq for r in records] == list(range(1, 121))
+    ids = sorted(r.body["ids"][0] for r in records)
+    assert ids == sorted(f"w{w}-{i}" for w in range(3) for i in range(40))
+
+
+def test_a_cut_keeps_the_records_after_what_it_covered(tmp_path: Path) -> None:
+    path = tmp_path / "t.log"
+    write(path, 7)
+    assert writelog.cut(path, 4) == 3
+    kept = writelog.recover(path)
+    assert [r.seq for r in kept] == [5, 6, 7] and kept[0].offset == 0
+    assert [r.body for r in kept] == [body(4), body(5), body(6)]
+    write(path, 1, first=8)
+    assert [r.seq for r in writelog.recover(path)] == [5, 6, 7, 8]
+
+
+def test_a_payload_must_be_json(tmp_path: Path) -> None:
+    with pytest.raises(ValueError):
+        writelog.frame(1, {"score": float("nan")})
+
+
+@pytest.mark.parametrize("sync", [True, False])
+def test_a_record_is_fsynced_before_append_returns_unless_sync_is_off(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sync: bool
+) -> None:
+    path = tmp_path / "t.log"
+    write(path, 1)
+    synced: list[int] = []
+    real_fsync = os.fsync
+
+    def counting(fd: int) -> None:
+        synced.append(fd)
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", counting)
+    with writelog.appending(path, sync=sync) as log:
+        log.append(2, body(1))
+        assert len(synced) == (1 if sync else 0)  # on disk before the write is answered
+    assert [r.seq for r in writelog.recover(path)] == [1, 2]

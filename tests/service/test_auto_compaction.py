@@ -1,0 +1,50 @@
+"""Automatic compaction on a real server with two workers: once the documents written since the version reach
+``EMBEDDING_COMPACT_ROWS``, the server compacts the table in a child process and every worker reloads it; the
+written documents are then in the version (and found by keyword), none is lost, and the log is cut."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from index import artifact, writelog
+from tests.lee import Lee
+from tests.service import real_server
+from tests.service.test_live_search import HEADERS, KEY
+
+
+def test_a_table_is_compacted_when_its_writes_reach_the_setting(
+    lee_data_dir: Path, lee_docs: Lee, tmp_path: Path
+) -> None:
+    data = tmp_path / "data"
+    data.mkdir()
+    shutil.copytree(lee_data_dir / "lee", data / "lee")
+    env = {"EMBEDDING_WRITE_KEYS": KEY, "EMBEDDING_COMPACT_ROWS": "6"}
+    with real_server.running(data, tmp_path / "serve.log", "--workers", "2", env=env) as server:
+        url = f"{server.base}/v1/tables/lee"
+
+        def write(first: int, count: int) -> int:
+            docs = [
+                {"id": f"auto/{i}", "text": f"zebracrossing number {i}", "vector": lee_docs.vectors[i].tolist()}
+                for i in range(first, first + count)
+            ]
+            answer = real_server.HTTP.post(f"{url}/documents", json={"documents": docs}, headers=HEADERS)
+            assert answer.status_code == 200, answer.text
+            sequence: int = answer.json()["sequence"]
+            return sequence
+
+        write(0, 4)
+        real_server.wait_for(lambda: "writes" in real_server.HTTP.get(url).json(), what="the summary")
+        assert artifact.read_manifest(data / "lee").get("log_sequence") is None  # 4 < 6: not compacted
+        last = write(4, 3)
+
+        def compacted_everywhere() -> bool:  # over new connections: both workers
+            return all(real_server.HTTP.get(url).json()["writes"]["version_sequence"] == last for _ in range(6))
+
+        real_server.wait_for(compacted_everywhere, seconds=90, what="the compacted version in both workers")
+        assert artifact.read_manifest(data / "lee")["log_sequence"] == last
+        assert real_server.HTTP.get(url).json()["rows"] == 307
+        assert writelog.recover(writelog.log_path(data, "lee")) == []
+        found = real_server.HTTP.post(f"{url}/search", json={"text": "zebracrossing", "mode": "keyword", "k": 10})
+        assert sorted(hit["id"] for hit in found.json()["hits"]) == [f"auto/{i}" for i in range(7)]
+        assert "compacting 7 written or deleted documents" in server.log()

@@ -1,0 +1,93 @@
+"""Compaction on a real server: gensim's Lee corpus written to over HTTP (two workers), then ``embedding-index
+compact lee`` run as its own process while a client keeps writing. The new version holds every write up to the
+sequence it records, the log keeps exactly the later ones, the server swaps to the new version (watching the data
+directory) and answers as a fresh import of the final documents does; no acknowledged write is lost.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import threading
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+
+from index import artifact, writelog
+from tests.index.test_sources import run_cli
+from tests.lee import Lee, write_jsonl
+from tests.service import real_server
+from tests.service.conftest import client_for
+from tests.service.test_live_search import HEADERS, KEY, QUERIES, as_write, hits_of, ranked, resolve, written
+
+
+def test_compaction_while_writes_go_on(lee_data_dir: Path, lee_docs: Lee, tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    data.mkdir()
+    shutil.copytree(lee_data_dir / "lee", data / "lee")
+    final, batches, deletes = written(lee_docs)
+    env = {"EMBEDDING_WRITE_KEYS": KEY, "EMBEDDING_WATCH_SECONDS": "0.2"}
+    cli = real_server.BIN / "embedding-index"
+    nothing = subprocess.run([cli, "compact", "lee", "--data-dir", data], capture_output=True, text=True, check=True)
+    assert "no writes since its version" in nothing.stdout
+    with real_server.running(data, tmp_path / "serve.log", "--workers", "2", env=env) as server:
+        url = f"{server.base}/v1/tables/lee"
+        for batch in batches:
+            body = {"documents": [as_write(r) for r in batch]}
+            assert real_server.HTTP.post(f"{url}/documents", json=body, headers=HEADERS).status_code == 200
+        for body in deletes:
+            last = real_server.HTTP.post(f"{url}/documents/delete", json=body, headers=HEADERS).json()["sequence"]
+        acked: list[str] = []
+        stop = threading.Event()
+
+        def keep_writing() -> None:
+            client = httpx.Client(timeout=30)
+            i = 0
+            while not stop.is_set():
+                doc = {"id": f"during/{i}", "vector": lee_docs.vectors[i % 300].tolist(), "fields": {"year": 3000}}
+                answer = client.post(f"{url}/documents", json={"documents": [doc]}, headers=HEADERS)
+                assert answer.status_code == 200, answer.text
+                acked.append(doc["id"])
+                i += 1
+
+        writer = threading.Thread(target=keep_writing)
+        writer.start()
+        try:
+            done = subprocess.run([cli, "compact", "lee", "--data-dir", data], capture_output=True, text=True)
+        finally:
+            stop.set()
+            writer.join(60)
+        assert done.returncode == 0, done.stderr
+        manifest = artifact.read_manifest(data / "lee")
+        covered = manifest["log_sequence"]
+        assert covered >= last and f"sequence {covered}" in done.stdout
+        kept = writelog.recover(writelog.log_path(data, "lee"))
+        assert all(r.seq > covered for r in kept)
+        assert [r.seq for r in kept] == list(range(covered + 1, covered + 1 + len(kept)))
+        in_version = manifest["rows"] - len(final)
+        assert in_version + len(kept) == len(acked)  # each write made during the compaction: in one place only
+        real_server.wait_for(
+            lambda: real_server.HTTP.get(url).json()["built_at"] == manifest["built_at"], what="the new version"
+        )
+        writes = real_server.HTTP.get(url).json()["writes"]
+        assert writes["version_sequence"] == covered and writes["sequence"] == covered + len(kept)
+        assert writes["written"] == len(kept) and writes["deleted"] == 0
+        for ident in acked:
+            assert real_server.HTTP.get(f"{url}/documents/{ident}").json()["fields"]["year"] == 3000
+        # Without the documents written during the compaction, the table is the fresh import of ``final``.
+        wiped = real_server.HTTP.post(f"{url}/documents/delete", json={"filter": {"year": 3000}}, headers=HEADERS)
+        assert wiped.json()["deleted"] == len(acked)
+        fresh_dir = tmp_path / "fresh"
+        path = write_jsonl(tmp_path / "final.jsonl", final)
+        assert run_cli("import", path, "--format", "documents", "--name", "lee", "--data-dir", fresh_dir).code == 0
+        with client_for(data_dir=fresh_dir) as fresh:
+            for body in QUERIES:
+                request = resolve(body, lee_docs)
+                expected: dict[str, Any] = fresh.post("/v1/tables/lee/search", json=request).json()
+                got = real_server.HTTP.post(f"{url}/search", json=request).json()
+                for mine, theirs in zip(hits_of(got), hits_of(expected), strict=True):
+                    assert ranked(mine) == ranked(theirs), body
+                    assert {h["id"]: h["fields"] for h in mine} == {h["id"]: h["fields"] for h in theirs}
+                    np.testing.assert_allclose([h["score"] for h in mine], [h["score"] for h in theirs], atol=1e-6)

@@ -1,0 +1,89 @@
+"""kill -9 of ``embedding-index compact`` at random points: the table always verifies, the old version (or the
+new one) serves with the log, no write is lost, and the next compaction completes."""
+
+from __future__ import annotations
+
+import random
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+from index import artifact, writelog
+from index.compact import compact
+from tests.index.test_sources import run_cli
+from tests.lee import Lee, jsonl_records, write_jsonl
+from tests.service import real_server
+from tests.service.test_live_search import KEY
+
+ROUNDS = 6
+
+
+def append(path: Path, lee: Lee, first: int, count: int) -> None:
+    """Upserts as the server logs them: one record per document, the next sequence numbers."""
+    path.parent.mkdir(exist_ok=True)
+    with writelog.appending(path) as log:
+        records, _ = log.new_records(0, 0)
+        covered = artifact.read_manifest(path.parent.parent / "lee").get("log_sequence", 0)
+        last = records[-1].seq if records else int(covered)
+        for i in range(first, first + count):
+            vector = lee.vectors[i % 300].tolist()
+            document = {"id": f"k/{i}", "text": lee.texts[i % 300], "vector": vector, "fields": {"year": i}}
+            last += 1
+            log.append(last, {"op": "upsert", "documents": [document]})
+
+
+def test_kill_9_during_compaction(lee_data_dir: Path, lee_docs: Lee, tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    data.mkdir()
+    shutil.copytree(lee_data_dir / "lee", data / "lee")
+    path = writelog.log_path(data, "lee")
+    path.parent.mkdir()
+    rng = random.Random(5)
+    written = 0
+    cli = [str(real_server.BIN / "embedding-index"), "compact", "lee", "--data-dir", str(data)]
+    outcomes = set()
+    for _ in range(ROUNDS):
+        append(path, lee_docs, written, 40)
+        written += 40
+        child = subprocess.Popen(cli, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(rng.uniform(0.0, 1.2))
+        child.kill()
+        outcomes.add("killed" if child.wait() < 0 else "finished")
+        assert artifact.verify(data / "lee").ok
+        covered = int(artifact.read_manifest(data / "lee").get("log_sequence", 0))
+        rows = artifact.read_manifest(data / "lee")["rows"]
+        after = [r for r in writelog.recover(path) if r.seq > covered]
+        assert rows - 300 + len(after) == written  # every write: in the version or in the log, once
+    assert "killed" in outcomes
+    done = subprocess.run(cli, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert artifact.read_manifest(data / "lee")["rows"] == 300 + written
+    assert not list(data.glob(".tmp-*")) and not list(data.glob(".old-*"))  # the last build cleaned up after kills
+    with real_server.running(data, tmp_path / "serve.log", env={"EMBEDDING_WRITE_KEYS": KEY}) as server:
+        for i in range(0, written, 7):
+            shown = real_server.HTTP.get(f"{server.base}/v1/tables/lee/documents/k/{i}")
+            assert shown.status_code == 200 and shown.json()["fields"]["year"] == i
+
+
+def test_removing_a_table_removes_its_log(lee_data_dir: Path, lee_docs: Lee, tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    data.mkdir()
+    shutil.copytree(lee_data_dir / "lee", data / "lee")
+    path = writelog.log_path(data, "lee")
+    path.parent.mkdir()
+    append(path, lee_docs, 0, 3)
+    removed = subprocess.run([str(real_server.BIN / "embedding-index"), "remove", "lee", "--data-dir", str(data)])
+    assert removed.returncode == 0 and not (data / "lee").exists() and not path.exists()
+
+
+def test_compaction_keeps_the_keyword_options_of_the_import(lee_docs: Lee, tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    path = write_jsonl(tmp_path / "lee.jsonl", jsonl_records(lee_docs))
+    options = ("--stopwords", "none", "--stemmer", "porter")
+    assert run_cli("import", path, "--format", "documents", "--name", "lee", "--data-dir", data, *options).code == 0
+    before = artifact.read_manifest(data / "lee")["keyword"]["tokenizer"]
+    append(writelog.log_path(data, "lee"), lee_docs, 0, 2)
+    assert compact(data, "lee")["written"] == 2
+    after = artifact.read_manifest(data / "lee")["keyword"]["tokenizer"]
+    assert after == before and after["stemmer"] == "porter" and not after["stopword_list"]

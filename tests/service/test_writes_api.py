@@ -1,0 +1,270 @@
+"""Writes over HTTP on a real ``embedding-serve`` process with two workers: gensim's Lee corpus imported as a
+documents table embedded by ``small`` (GloVe's first rows), then documents added, replaced and deleted.
+
+Each answer carries the table's sequence number; a write is read back by the next request, whichever worker
+answers it; a restart replays the log; a damaged log tail is cut with a warning, a damaged middle refuses that
+table only. Writes need a write key: without one configured the routes answer 403 saying how to enable them.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+import pytest
+
+from index import writelog
+from index.encode import encoder_for
+from index.table import Table
+from service_client import ApiError, Client
+from tests.index.test_embed_documents import without_vectors
+from tests.index.test_sources import run_cli
+from tests.lee import Lee, write_jsonl
+from tests.service import real_server
+from tests.service.conftest import client_for
+
+KEY = "writer-" + "k" * 24
+HEADERS = {"X-API-Key": KEY}
+ENV = {"EMBEDDING_WRITE_KEYS": f"other-key-1234,{KEY}", "EMBEDDING_MAX_BATCH": "64"}
+NOTE = "The committee met on Tuesday to discuss the new budget for schools and hospitals."
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory: pytest.TempPathFactory, small_data_dir: Path, lee_docs: Lee) -> Path:
+    data = tmp_path_factory.mktemp("writes-data")
+    shutil.copytree(small_data_dir / "small", data / "small")
+    path = write_jsonl(data.parent / "lee-writes.jsonl", without_vectors(lee_docs))
+    args = ("import", path, "--format", "documents", "--name", "lee", "--encoder", "small", "--data-dir", data)
+    assert run_cli(*args).code == 0
+    return data
+
+
+@pytest.fixture(scope="module")
+def server(data_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[real_server.Server]:
+    log = tmp_path_factory.mktemp("writes-serve") / "serve.log"
+    with real_server.running(data_dir, log, "--workers", "2", env=ENV) as server:
+        yield server
+
+
+def post(server: real_server.Server, path: str, body: Any, headers: dict[str, str] = HEADERS) -> httpx.Response:
+    return real_server.HTTP.post(f"{server.base}/v1/tables/lee{path}", json=body, headers=headers, timeout=30)
+
+
+def get(server: real_server.Server, document: str, **params: Any) -> httpx.Response:
+    return real_server.HTTP.get(f"{server.base}/v1/tables/lee/documents/{document}", params=params, timeout=30)
+
+
+def every_worker(server: real_server.Server, document: str, **params: Any) -> list[httpx.Response]:
+    """The same GET a few times over new connections, so that both workers answer it."""
+    return [get(server, document, **params) for _ in range(8)]
+
+
+def test_an_upsert_with_a_vector_is_read_back_by_every_worker(server: real_server.Server, lee_docs: Lee) -> None:
+    vector = (lee_docs.vectors[3] * 2.5).tolist()
+    fields = {"year": 2024, "tags": ["budget", "schools"], "lang": "en", "published": "2024-05-01T09:30:00+02:00"}
+    answer = post(
+        server, "/documents", {"documents": [{"id": "note-1", "text": NOTE, "vector": vector, "fields": fields}]}
+    )
+    assert answer.status_code == 200, answer.text
+    first = answer.json()
+    assert first["table"] == "lee" and first["upserted"] == 1 and first["sequence"] >= 1
+    for response in every_worker(server, "note-1", vector="true"):
+        assert response.status_code == 200
+        shown = response.json()
+        assert shown["text"] == NOTE
+        assert shown["fields"] == {**fields, "published": "2024-05-01T07:30:00Z", "known": None, "long": None}
+        assert shown["vector"] == pytest.approx(vector, rel=1e-6)
+    again = post(server, "/documents", {"documents": [{"id": "note-2", "vector": vector}]}).json()
+    assert again["sequence"] == first["sequence"] + 1
+
+
+def test_a_document_without_a_vector_is_embedded_by_the_encoder(server: real_server.Server, data_dir: Path) -> None:
+    answer = post(server, "/documents", {"documents": [{"id": "note-text", "text": NOTE}]})
+    assert answer.status_code == 200, answer.text
+    expected = encoder_for(Table.load(data_dir / "small")).encode([NOTE]).vectors[0]
+    for response in every_worker(server, "note-text", vector="true"):
+        assert np.array_equal(np.asarray(response.json()["vector"], dtype=np.float32), expected)
+
+
+def test_replacing_and_deleting_documents_of_the_version(server: real_server.Server, lee_docs: Lee) -> None:
+    target = lee_docs.ids[10]
+    assert get(server, target).json()["text"] == lee_docs.texts[10]
+    replaced = post(server, "/documents", {"documents": [{"id": target, "text": NOTE, "fields": {"year": 1}}]})
+    assert replaced.status_code == 200, replaced.text
+    for response in every_worker(server, target):
+        assert response.json()["text"] == NOTE and response.json()["fields"]["year"] == 1
+    gone = real_server.HTTP.delete(f"{server.base}/v1/tables/lee/documents/{lee_docs.ids[11]}", headers=HEADERS)
+    assert gone.status_code == 200 and gone.json()["deleted"] == 1
+    for response in every_worker(server, lee_docs.ids[11]):
+        assert response.status_code == 404 and response.json()["error"]["code"] == "unknown_document"
+    twice = real_server.HTTP.delete(f"{server.base}/v1/tables/lee/documents/{lee_docs.ids[11]}", headers=HEADERS)
+    assert twice.json() == {"table": "lee", "sequence": gone.json()["sequence"], "deleted": 0}
+
+
+def test_ids_with_slashes_and_deletes_by_ids_and_by_filter(server: real_server.Server, lee_docs: Lee) -> None:
+    docs = [{"id": f"notes/2024/{i}", "text": NOTE, "fields": {"year": 1985}} for i in range(3)]
+    assert post(server, "/documents", {"documents": docs}).json()["upserted"] == 3
+    assert get(server, "notes/2024/1").json()["id"] == "notes/2024/1"
+    one = real_server.HTTP.delete(f"{server.base}/v1/tables/lee/documents/notes/2024/0", headers=HEADERS)
+    assert one.json()["deleted"] == 1 and get(server, "notes/2024/0").status_code == 404
+    # The ids not there (one deleted, one never written) are not counted.
+    by_ids = post(server, "/documents/delete", {"ids": ["notes/2024/0", "notes/2024/1", "nowhere", lee_docs.ids[0]]})
+    assert by_ids.status_code == 200 and by_ids.json()["deleted"] == 2
+    assert get(server, lee_docs.ids[0]).status_code == 404
+    # 1991 documents of the version, and the written 1985 one, by the search filter language.
+    year_1991 = {i for i, y in enumerate(lee_docs.fields["year"]) if y == 1991} - {0, 10, 11}
+    spec = {"or": [{"year": 1991}, {"year": {"lt": 1986, "gt": 1984}}]}
+    by_filter = post(server, "/documents/delete", {"filter": spec})
+    assert by_filter.status_code == 200, by_filter.text
+    assert by_filter.json()["deleted"] == len(year_1991) + 1
+    assert get(server, "notes/2024/2").status_code == 404
+    assert all(get(server, lee_docs.ids[i]).status_code == 404 for i in sorted(year_1991)[:5])
+    assert post(server, "/documents/delete", {"filter": spec}).json()["deleted"] == 0
+
+
+@pytest.mark.parametrize(
+    ("document", "words"),
+    [
+        ({"id": "bad", "text": NOTE, "fields": {"colour": "red"}}, ["documents[1] (id 'bad')", "no field 'colour'"]),
+        ({"id": "bad", "text": NOTE, "fields": {"year": "1999"}}, ["documents[1] (id 'bad')", "'year' is a integer"]),
+        ({"id": "bad", "text": NOTE, "fields": {"tags": [1, 2]}}, ["field 'tags' is a string_list field"]),
+        ({"id": "bad", "text": NOTE, "fields": {"published": "tuesday"}}, ["field 'published' is a timestamp"]),
+        ({"id": "bad", "vector": [0.5, 1.0]}, ["a vector of 2 values; the table's have 50"]),
+        ({"id": "bad", "vector": [0.0] * 50}, ["all zeros"]),
+        ({"id": "bad"}, ["give its vector, or its text"]),
+        ({"id": "bad", "text": "zzqxv qqqzx"}, ["no word of its text is known to 'small'"]),
+        ({"id": 7, "text": NOTE}, ["the ids of table 'lee' are strings"]),
+        ({"id": "ok-0", "text": NOTE}, ["the id comes twice in this request"]),
+    ],
+)
+def test_a_bad_document_is_a_422_naming_it(
+    server: real_server.Server, document: dict[str, Any], words: list[str]
+) -> None:
+    before = get(server, "ok-0")
+    answer = post(server, "/documents", {"documents": [{"id": "ok-0", "text": NOTE}, document]})
+    assert answer.status_code == 422, answer.text
+    message = answer.json()["error"]["message"]
+    assert all(word in message for word in words), message
+    assert get(server, "ok-0").status_code == before.status_code  # nothing of the request was written
+
+
+@pytest.mark.parametrize(
+    ("path", "body"),
+    [
+        ("/documents", {"documents": []}),
+        ("/documents", {"documents": [{"id": "", "text": NOTE}]}),
+        ("/documents", {"documents": [{"id": 1.5, "text": NOTE}]}),
+        ("/documents", {"documents": [{"id": None, "text": NOTE}]}),
+        ("/documents", {"documents": [{"id": True, "text": NOTE}]}),
+        ("/documents", {"documents": [{"id": "h", "text": 7}]}),
+        ("/documents", {"documents": [{"id": "h", "vector": ["a"] * 50}]}),
+        ("/documents", {"documents": [{"id": "h", "vector": [1e39] * 50}]}),
+        ("/documents", {"documents": [{"id": "h", "text": NOTE, "fields": {"year": {"nested": 1}}}]}),
+        ("/documents", {"documents": [{"id": "h", "text": NOTE, "fields": {"year": 2**70}}]}),
+        ("/documents", {"documents": [{"id": "h", "text": NOTE, "fields": {"tags": "not-a-list"}}]}),
+        ("/documents", {"documents": [{"id": "h", "text": NOTE, "fields": {"long": "yes"}}]}),
+        ("/documents", {"documents": [{"id": "h", "text": NOTE, "fields": {"known": True}}]}),
+        ("/documents", {"documents": [{"id": "h", "text": NOTE, "fields": {"published": 12345}}]}),
+        ("/documents", {"documents": [{"id": "h", "text": NOTE, "fields": ["year"]}]}),
+        ("/documents", {"documents": [{"id": "h", "text": NOTE, "colour": "red"}]}),
+        ("/documents", {"documents": "h"}),
+        ("/documents/delete", {"filter": {"nowhere": 1}}),
+        ("/documents/delete", {"filter": {"year": {"near": 3}}}),
+        ("/documents/delete", {"filter": "year"}),
+        ("/documents/delete", {"ids": [[1]]}),
+        ("/documents/delete", {"ids": []}),
+    ],
+)
+def test_hostile_writes_are_422s(server: real_server.Server, path: str, body: Any) -> None:
+    before = real_server.HTTP.get(f"{server.base}/v1/tables/lee").json()["writes"]["sequence"]
+    answer = post(server, path, body)
+    assert answer.status_code == 422, answer.text
+    assert answer.json()["error"]["code"] == "invalid_request" and answer.json()["error"]["message"]
+    assert real_server.HTTP.get(f"{server.base}/v1/tables/lee").json()["writes"]["sequence"] == before
+
+
+def test_request_limits(server: real_server.Server) -> None:
+    many = post(server, "/documents", {"documents": [{"id": f"n{i}", "text": NOTE} for i in range(65)]})
+    assert many.status_code == 422 and "at most 64 items" in many.text
+    assert post(server, "/documents/delete", {"ids": ["a"], "filter": {"year": 1}}).status_code == 422
+    assert post(server, "/documents/delete", {}).status_code == 422
+    huge = post(server, "/documents", {"documents": [{"id": "big", "text": "word " * 1_000_000}]})
+    assert huge.status_code == 413 and huge.json()["error"]["code"] == "body_too_large"
+
+
+def test_writes_need_a_write_key(server: real_server.Server, small_data_dir: Path) -> None:
+    body = {"documents": [{"id": "x", "text": NOTE}]}
+    assert post(server, "/documents", body, headers={}).status_code == 401
+    wrong = post(server, "/documents", body, headers={"X-API-Key": "not-the-key"})
+    assert wrong.status_code == 403 and wrong.json()["error"]["code"] == "forbidden"
+    tokens = real_server.HTTP.post(f"{server.base}/v1/tables/small/documents", json=body, headers=HEADERS)
+    assert tokens.status_code == 422 and "not documents" in tokens.json()["error"]["message"]
+    with client_for(data_dir=small_data_dir) as client:  # no write key configured: read-only
+        refused = client.post("/v1/tables/small/documents", json=body, headers=HEADERS)
+        assert refused.status_code == 403
+        assert "read-only" in refused.json()["error"]["message"]
+        assert "EMBEDDING_WRITE_KEYS" in refused.json()["error"]["message"]
+        assert client.delete("/v1/tables/small/documents/x").status_code == 403
+
+
+def test_the_python_client_writes(server: real_server.Server, lee_docs: Lee) -> None:
+    with Client(server.base, api_key=KEY) as client:
+        added = client.upsert_documents("lee", [{"id": "client/1", "text": NOTE, "vector": lee_docs.vectors[5]}])
+        assert added["upserted"] == 1
+        assert client.document("lee", "client/1")["text"] == NOTE
+        hits = client.search_documents("lee", k=1, vector=lee_docs.vectors[5] * 3)
+        assert hits.hits[0].id in ("client/1", lee_docs.ids[5])
+        assert client.delete_documents("lee", ids=["client/1", "nowhere"])["deleted"] == 1
+        assert client.delete_document("lee", "client/1")["deleted"] == 0
+        assert client.delete_documents("lee", filter={"year": 1985})["sequence"] >= added["sequence"]
+    with Client(server.base) as reader, pytest.raises(ApiError) as refused:
+        reader.upsert_documents("lee", [{"id": "x", "text": NOTE}])
+    assert refused.value.status == 401
+
+
+def test_a_restart_replays_the_log_and_cuts_a_torn_tail(
+    server: real_server.Server, data_dir: Path, tmp_path: Path
+) -> None:
+    post(server, "/documents", {"documents": [{"id": "before-restart", "text": NOTE}]})
+    sequence = post(server, "/documents", {"documents": [{"id": "last-one", "text": NOTE}]}).json()["sequence"]
+    server.stop()
+    copy = tmp_path / "data"
+    shutil.copytree(data_dir, copy)
+    log = writelog.log_path(copy, "lee")
+    with log.open("ab") as handle:
+        handle.write(writelog.frame(sequence + 1, {"op": "delete", "ids": ["last-one"]})[:-7])  # a torn write
+    size = log.stat().st_size
+    with real_server.running(copy, tmp_path / "serve.log", env=ENV) as again:
+        assert real_server.HTTP.get(f"{again.base}/v1/tables/lee/documents/before-restart").status_code == 200
+        assert real_server.HTTP.get(f"{again.base}/v1/tables/lee/documents/last-one").status_code == 200
+        assert real_server.HTTP.get(f"{again.base}/v1/tables/lee/documents/{'lee-011'}").status_code == 404
+        assert f"cut {size - log.stat().st_size} bytes" in again.log()
+        next_one = real_server.HTTP.post(
+            f"{again.base}/v1/tables/lee/documents", json={"ids": ["last-one"]}, headers=HEADERS
+        )
+        assert next_one.status_code == 422  # an upsert body without documents
+        deleted = real_server.HTTP.post(
+            f"{again.base}/v1/tables/lee/documents/delete", json={"ids": ["last-one"]}, headers=HEADERS
+        )
+        assert deleted.json() == {"table": "lee", "sequence": sequence + 1, "deleted": 1}
+
+
+def test_a_damaged_middle_refuses_only_that_table(data_dir: Path, tmp_path: Path) -> None:
+    copy = tmp_path / "data"
+    shutil.copytree(data_dir, copy)
+    log = writelog.log_path(copy, "lee")
+    records = writelog.recover(log)
+    assert len(records) > 3
+    data = bytearray(log.read_bytes())
+    data[records[1].end - 5] ^= 0x10
+    log.write_bytes(bytes(data))
+    with real_server.running(copy, tmp_path / "serve.log", env=ENV) as server:
+        answer = real_server.HTTP.get(f"{server.base}/v1/tables/lee/documents/lee-000")
+        assert answer.status_code == 503
+        assert real_server.HTTP.get(f"{server.base}/v1/tables/small").status_code == 200
+        assert f"record at byte {records[1].offset} (after sequence number {records[0].seq}) is damaged" in server.log()
+        assert "lee.log" in server.log()

@@ -74,7 +74,8 @@ def list_tables(data_dir: Path) -> list[str]:
     return sorted(p.name for p in data_dir.iterdir() if NAME_PATTERN.fullmatch(p.name) and (p / MANIFEST).is_file())
 
 
-def _fsync_dir(path: Path) -> None:
+def fsync_dir(path: Path) -> None:
+    """Make a directory's entries (a rename, a new file) durable."""
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
@@ -121,7 +122,7 @@ def staging(
                 for child in tmp.iterdir():
                     with open(child, "rb") as handle:
                         os.fsync(handle.fileno())
-                _fsync_dir(tmp)
+                fsync_dir(tmp)
                 publish(tmp, final)
         except OSError as exc:
             if exc.filename is None:  # a write that failed (no space left, a file size limit): say which file
@@ -188,7 +189,7 @@ def publish(tmp: Path, final: Path) -> None:
         old = final.with_name(f".old-{final.name}-{uuid.uuid4().hex[:8]}")
         os.rename(final, old)
         os.rename(tmp, final)  # killed before this, recover() puts the old version back
-    _fsync_dir(final.parent)
+    fsync_dir(final.parent)
     shutil.rmtree(old, ignore_errors=True)
 
 

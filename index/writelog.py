@@ -120,14 +120,6 @@ def scan(data: bytes, start: int = 0, previous: int = 0) -> tuple[list[Record], 
     return records, at, None
 
 
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 @contextmanager
 def _locked(path: Path, mode: int, kind: int) -> Iterator[int]:
     """``path`` opened and locked; opened again if :func:`cut` replaced it while this waited for the lock."""
@@ -261,10 +253,10 @@ def appending(path: Path, sync: bool = True) -> Iterator[Appender]:
     if not path.parent.is_dir():
         path.parent.mkdir(exist_ok=True)
         if sync:
-            _fsync_dir(path.parent.parent)
+            artifact.fsync_dir(path.parent.parent)
     with _locked(path, os.O_RDWR | os.O_CREAT, fcntl.LOCK_EX) as fd:
         if new and sync:
-            _fsync_dir(path.parent)
+            artifact.fsync_dir(path.parent)
         yield Appender(path, fd, sync)
 
 
@@ -287,5 +279,5 @@ def cut(path: Path, covered: int) -> int:
             handle.flush()
             os.fsync(handle.fileno())
         os.rename(tmp, path)
-        _fsync_dir(path.parent)
+        artifact.fsync_dir(path.parent)
     return len(kept)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -21,3 +22,13 @@ def gensim_data() -> dict[str, Path]:
 
     names = ("questions-words.txt", "wordsim353.tsv", "simlex999.txt", "lee_background.cor")
     return {name: Path(datapath(name)) for name in names}
+
+
+# The modules that import documents with --encoder; a module that needs another data directory defines its own.
+@pytest.fixture
+def data_dir(tmp_path: Path, small_data_dir: Path) -> Path:
+    """A data directory holding the 20,000-row GloVe table ``small`` (the encoder)."""
+    data = tmp_path / "data"
+    data.mkdir()
+    shutil.copytree(small_data_dir / "small", data / "small")
+    return data

@@ -18,15 +18,6 @@ from tests.lee import Lee, jsonl_records
 EXE = Path(sys.executable).with_name("embedding-index")
 
 
-@pytest.fixture
-def data_dir(tmp_path: Path, small_data_dir: Path) -> Path:
-    """A data directory holding the 20,000-row GloVe table ``small`` (the encoder)."""
-    data = tmp_path / "data"
-    data.mkdir()
-    shutil.copytree(small_data_dir / "small", data / "small")
-    return data
-
-
 def lee_json(path: Path, lee: Lee, rows: int = 20, vectors: bool = False) -> Path:
     """JSON Lines of Lee documents in a file named ``.json``."""
     records = [{k: v for k, v in r.items() if vectors or k != "vector"} for r in jsonl_records(lee)[:rows]]

@@ -8,7 +8,6 @@ the manifest records the encoder, and bad rows (no text, no known word) are name
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import numpy as np
@@ -21,15 +20,6 @@ from index.table import Table
 from tests.index.test_documents import markdown_files
 from tests.index.test_sources import import_fails, run_cli
 from tests.lee import Lee, jsonl_records, write_jsonl
-
-
-@pytest.fixture
-def data_dir(tmp_path: Path, small_data_dir: Path) -> Path:
-    """A data directory holding the 20,000-row GloVe table ``small`` (the encoder)."""
-    data = tmp_path / "data"
-    data.mkdir()
-    shutil.copytree(small_data_dir / "small", data / "small")
-    return data
 
 
 def without_vectors(lee: Lee) -> list[dict[str, object]]:

@@ -182,15 +182,6 @@ def test_a_folder_with_nothing_to_read(tmp_path: Path, data_dir: Path) -> None:
     }
 
 
-@pytest.fixture
-def data_dir(tmp_path: Path, small_data_dir: Path) -> Path:
-    """A data directory holding the 20,000-row GloVe table ``small`` (the encoder)."""
-    data = tmp_path / "data"
-    data.mkdir()
-    shutil.copytree(small_data_dir / "small", data / "small")
-    return data
-
-
 def test_the_manifest_of_a_folder_verifies(folder: Path, data_dir: Path) -> None:
     result = run_cli("import", folder, "--name", "m", "--data-dir", data_dir, "--encoder", "small", "--drop-invalid")
     assert result.code == 0, result.err

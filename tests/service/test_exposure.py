@@ -15,6 +15,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -156,6 +157,21 @@ def trickle(sock: socket.socket, data: bytes, every: float, stop: threading.Even
     return thread
 
 
+def timed_out_while_trickling(sock: socket.socket, data: bytes, started: float) -> tuple[dict[str, Any], float]:
+    """Trickle ``data`` until the server answers: its 408 error and the seconds since ``started``; the server has
+    closed the connection."""
+    stop = threading.Event()
+    sender = trickle(sock, data, 0.1, stop)
+    try:
+        error = error_of(read_response(sock), 408)
+        elapsed = time.monotonic() - started
+        assert closed(sock)
+    finally:
+        stop.set()
+        sender.join()
+    return error, elapsed
+
+
 @pytest.mark.parametrize("kept_alive", [False, True], ids=["new connection", "kept-alive connection"])
 def test_a_slowloris_client_is_cut_after_the_header_timeout(server: Server, kept_alive: bool) -> None:
     with connect(server.port) as sock:
@@ -164,13 +180,9 @@ def test_a_slowloris_client_is_cut_after_the_header_timeout(server: Server, kept
             assert read_response(sock)[0] == 200
         started = time.monotonic()
         # Headers that would take 30 s at one byte per 0.1 s (and never end).
-        stop = threading.Event()
-        sender = trickle(sock, request("GET", "/healthz", headers={"X-Slow": "z" * 300}), 0.1, stop)
-        error = error_of(read_response(sock), 408)
-        elapsed = time.monotonic() - started
-        assert closed(sock)
-        stop.set()
-        sender.join()
+        error, elapsed = timed_out_while_trickling(
+            sock, request("GET", "/healthz", headers={"X-Slow": "z" * 300}), started
+        )
     assert error["code"] == "request_timeout"
     assert HEADER_TIMEOUT - 0.05 <= elapsed < HEADER_TIMEOUT + SLACK
 
@@ -183,13 +195,7 @@ def test_a_head_begun_behind_an_answered_request_is_408_at_the_header_timeout(se
         sock.sendall(request("GET", "/healthz") + b"GET /hea")
         started = time.monotonic()
         assert read_response(sock)[0] == 200
-        stop = threading.Event()
-        sender = trickle(sock, then, 0.1, stop)
-        error = error_of(read_response(sock), 408)
-        elapsed = time.monotonic() - started
-        assert closed(sock)
-        stop.set()
-        sender.join()
+        error, elapsed = timed_out_while_trickling(sock, then, started)
     assert error["code"] == "request_timeout"
     assert HEADER_TIMEOUT - 0.05 <= elapsed < HEADER_TIMEOUT + SLACK
 

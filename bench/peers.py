@@ -825,7 +825,7 @@ def raw_ratio(ours: list[dict[str, Any]], peer: list[dict[str, Any]]) -> dict[st
     ]
     if not pairs:
         return {}
-    return {"raw_http_rps": paired([p for _, p in pairs], [o for o, _ in pairs])}
+    return {"raw_http_rps": paired([o for o, _ in pairs], [p for _, p in pairs])}  # requests/s: more is better
 
 
 def targets(

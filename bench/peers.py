@@ -753,8 +753,8 @@ def run(ctx: Context) -> dict[str, Any]:
             "matrix product in a loop on one BLAS thread, for every busy measurement and busy load",
             "systems": busy,
             "ratios": ratios(busy, rounds["busy"]),
-            "targets": targets(ctx, busy, rounds["busy"], "busy: "),
         }
+        out["targets"] += targets(ctx, busy, rounds["busy"], "busy: ")
     return out
 
 
@@ -841,12 +841,17 @@ def targets(
             continue
         r = ratios(systems, rounds)[name]
         rows = (
-            ("load + index time", o["load"]["seconds"], p["load"]["seconds"], "s", r["load_seconds"]),
-            ("one query p50 at concurrency 1", o["p50_ms"], p["p50_ms"], "ms", r["p50"]),
-            (f"queries/s with {CLIENTS} clients", o["qps"], p["qps"], "q/s", r["qps"]),
-            ("server resident memory (RSS of the tree)", o["rss_mib"], p["rss_mib"], "MiB", r["rss"]),
+            ("load + index time", o["load"]["seconds"], p["load"]["seconds"], "s", r["load_seconds"], 1.2),
+            ("one query p50 at concurrency 1", o["p50_ms"], p["p50_ms"], "ms", r["p50"], 1.2),
+            (f"queries/s with {CLIENTS} clients", o["qps"], p["qps"], "q/s", r["qps"], 1.5),
+            ("server resident memory (RSS of the tree)", o["rss_mib"], p["rss_mib"], "MiB", r["rss"], 1.3),
         )
-        for figure, ours, theirs, unit, ratio in rows:
+        if "raw_http_rps" in r:
+            rps = (o["raw_http_rps"], p["raw_http_rps"])
+            rows += (
+                (f"wrk requests/s on the search route, {CLIENTS} connections", *rps, "req/s", r["raw_http_rps"], 1.5),
+            )
+        for figure, ours, theirs, unit, ratio, least in rows:
             out.append(
                 target(
                     f"peers: {condition}{figure}, each at recall@10 >= {TARGET_RECALL} (x = times better)",
@@ -854,8 +859,8 @@ def targets(
                     theirs,
                     unit,
                     ratio,
-                    "ahead (> 1x)",
-                    ratio > 1,
+                    f">= {least:g}x",
+                    ratio >= least,
                     command,
                     name,
                 )

@@ -30,8 +30,10 @@ $(VENV)/.dev-installed: pyproject.toml | $(BIN)/python
 	touch $@ $(VENV)/.installed
 
 # The vector databases of bench/peers.py (chromadb, milvus-lite, pymilvus): the `bench` extra, for `make bench` only.
+# (The extras are named through a variable: a comma in $(call ...)'s argument would split it.)
+BENCH_EXTRAS := .[dev,bench]
 $(VENV)/.bench-installed: pyproject.toml | $(VENV)/.dev-installed
-	$(call PIP_INSTALL,-e '.[dev,bench]')
+	$(call PIP_INSTALL,-e '$(BENCH_EXTRAS)')
 	touch $@
 
 install: $(VENV)/.installed

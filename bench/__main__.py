@@ -80,6 +80,20 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="growth: tables bigger than memory, N x 128 with a compressed index (e.g. 10000000; default none)",
     )
     p.add_argument("--peers-rows", type=int, help="peers: the first N GloVe rows (default all; 2,000 with --quick)")
+    p.add_argument(
+        "--peers-busy",
+        action="store_true",
+        help="peers: every round measured quiet and again under a fixed background load on the same cores",
+    )
+    p.add_argument(
+        "--peers-systems",
+        nargs="+",
+        choices=("milvus-lite", "chroma"),
+        help="peers: the peers to compare with (default every one installed)",
+    )
+    p.add_argument(
+        "--peers-latency-seconds", type=float, help="peers: most seconds of each one-query measurement (default 30)"
+    )
     return p.parse_args(argv)
 
 
@@ -116,6 +130,9 @@ def main(argv: list[str] | None = None) -> int:
             "growth_dims": args.growth_dims,
             "growth_compressed_rows": args.growth_compressed_rows,
             "peers_rows": args.peers_rows,
+            "peers_busy": args.peers_busy,
+            "peers_systems": args.peers_systems,
+            "peers_latency_seconds": args.peers_latency_seconds,
         },
     )
     failed = []

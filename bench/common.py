@@ -52,6 +52,14 @@ class Context:
         if self.quick:
             parts.append("--quick")
         parts += ["--rounds", str(self.rounds)]
+        if name == "peers":
+            for option in ("peers_rows", "peers_latency_seconds", "peers_systems", "peers_busy"):
+                value = self.options.get(option)
+                if value:
+                    flag = "--" + option.replace("_", "-")
+                    parts += (
+                        [flag] if value is True else [flag, *map(str, value if isinstance(value, list) else [value])]
+                    )
         return shlex.join(parts)
 
 

@@ -433,9 +433,50 @@ def peers(r: dict[str, Any], run: dict[str, Any]) -> str:
         "What load + index covers:  \n" + loads,
         "Servers:  \n" + servers,
     ]
+    parts += peers_raw_and_busy(r, many)
     if missing:
-        parts.append("Not measured (package not installed): " + ", ".join(missing) + ".")
+        parts.append("Not measured: " + ", ".join(f"{name} ({systems[name]['status']})" for name in missing) + ".")
     return "\n\n".join(parts)
+
+
+def peers_raw_and_busy(r: dict[str, Any], many: int) -> list[str]:
+    """The quiet and busy figures side by side, paired by round, when the run measured under a background load."""
+    busy = r.get("busy")
+    if not busy:
+        return []
+    rows, ratio_rows = [], []
+    for condition, part in (("quiet", r), ("busy", busy)):
+        for name, s in part["systems"].items():
+            if s.get("status") == "ok":
+                raw = s.get("raw_http_rps")
+                rows.append(
+                    [condition, name, s["load"]["seconds"], s["p50_ms"], s["qps"], raw if raw else "-", s["rss_mib"]]
+                )
+        for name, x in part.get("ratios", {}).items():
+            raw_ratio = f"{x['raw_http_rps']:.2f}x" if "raw_http_rps" in x else "-"
+            figures = [f"{x[key]:.2f}x" for key in ("load_seconds", "p50", "qps")]
+            ratio_rows.append([condition, name, *figures, raw_ratio, f"{x['rss']:.2f}x"])
+    return [
+        f"**Quiet and busy** (busy: {busy['load']}; wrk: {many} connections on each server's own HTTP search route, "
+        "POST with one vector):",
+        table(
+            [
+                "Machine",
+                "System",
+                "load + index s",
+                "p50 ms (c=1)",
+                f"queries/s (c={many})",
+                "wrk requests/s",
+                "RSS MiB",
+            ],
+            rows,
+        ),
+        "**Ratios, quiet and busy** (how many times better embedding-search is; paired by round):",
+        table(
+            ["Machine", "Against", "load + index", "p50 (c=1)", f"queries/s (c={many})", "wrk requests/s", "RSS"],
+            ratio_rows,
+        ),
+    ]
 
 
 def firstrun(r: dict[str, Any]) -> str:

@@ -8,10 +8,11 @@ table and plan key, and answers them together (one wake-up of the loop per round
 reading and answering other requests; each request finishes its own search (exclusions, token kinds) where it
 is, so that the thread holds the GIL as little as it can. FAISS releases the
 GIL while it searches, so one worker keeps a second core busy (more searched requests/s than searching on the
-event loop: BENCHMARKS.md, section 2). On Linux the thread runs at a lower CPU priority
-than the event loop (``nice``, default 19): when the worker's threads want more CPU than there is, the loop, which
-every request passes through on its way in and out, goes first (measured in BENCHMARKS.md: on two cores the loop
-limits a worker). The thread still takes any core the loop leaves idle.
+event loop: BENCHMARKS.md, section 2). On Linux the thread can run at a lower CPU priority
+than the event loop (``nice``, ``EMBEDDING_SEARCHER_NICE``): the loop, which every request passes through, then
+goes first among the worker's own threads, but every other process at normal priority goes first too, and on a
+machine where others compute the searches starve (BENCHMARKS.md, section 6); so the default is the loop's own
+priority.
 """
 
 from __future__ import annotations

@@ -90,11 +90,12 @@ class Settings(BaseSettings):
     log_level: Literal["critical", "error", "warning", "info", "debug"] = "info"
     threads: int | None = Field(None, ge=1, le=512, description="FAISS/BLAS threads per process (default 1)")
     searcher_nice: int = Field(
-        19,
+        0,
         ge=0,
         le=19,
         description="how much lower the CPU priority of each worker's searcher thread is than its event loop's "
-        "(Linux nice; 0: the same)",
+        "(Linux nice; 0, the default: the same; a higher value starves the searches whenever other processes "
+        "want the cores)",
     )
     api_key: SecretStr | None = Field(
         None, description="key for the admin endpoints (X-API-Key header); unset: admin endpoints are disabled"

@@ -11,6 +11,7 @@ import importlib.util
 import json
 import math
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -162,6 +163,7 @@ PEERS = {"milvus-lite": ("milvus_lite", "pymilvus"), "chroma": ("chromadb",)}
 
 def peers_argv(out: Path) -> list[str]:
     argv = [sys.executable, "-m", "bench", "--quick", "--only", "peers", "--data-dir", str(out / "no-table")]
+    argv.append("--peers-busy")  # every round again under the background load
     return [*argv, "--results-dir", str(out / "results"), "--markdown", str(out / "BENCHMARKS.md")]
 
 
@@ -198,5 +200,40 @@ def test_peers_same_recall_on_every_side_that_runs(peers_run: dict[str, Any]) ->
         assert s["errors"] == 0 and s["qps"] > 0 and 0 < s["p50_ms"] <= s["p99_ms"], name
         assert s["load"]["seconds"] > 0 and s["rss_mib"] > 0, name
     assert set(r["ratios"]) == set(ran) - {"embedding-search"}
-    assert len(r["targets"]) == 4 * (len(ran) - 1)
+    # Four figures per peer, five where wrk measured both servers' HTTP search routes; quiet and busy.
+    per_peer = [4 + ("raw_http_rps" in x) for x in r["ratios"].values()]
+    assert len(r["targets"]) == 2 * sum(per_peer)
     assert "## 6. Peers" in peers_run["markdown"]
+
+
+def test_peers_busy_measures_every_side_again_under_the_background_load(peers_run: dict[str, Any]) -> None:
+    r = result(peers_run, "peers")
+    busy = r["busy"]
+    ran = [name for name, s in r["systems"].items() if s["status"] == "ok"]
+    assert [name for name, s in busy["systems"].items() if s["status"] == "ok"] == ran
+    for name in ran:
+        quiet, loaded = r["systems"][name], busy["systems"][name]
+        assert len(loaded["rounds"]) == len(quiet["rounds"]) > 0, name  # paired by round
+        assert loaded["ef"] == quiet["ef"], name  # the same ef, the same answers expected
+        assert loaded["latency_calls"] > 0 and loaded["same_answers"] == loaded["latency_calls"], name
+        assert loaded["errors"] == 0 and loaded["qps"] > 0, name
+        assert loaded["load"]["seconds"] > 0 and loaded["load"]["wall_seconds"] > 0, name  # loaded again, busy
+    assert set(busy["ratios"]) == set(ran) - {"embedding-search"}
+    assert any(t["figure"].startswith("peers: busy: ") for t in r["targets"])
+    assert "**Quiet and busy**" in peers_run["markdown"]
+
+
+def test_the_background_load_computes_while_it_runs_and_stops_after() -> None:
+    import psutil
+
+    from bench.peers import LOAD_PROCESSES, background_load
+
+    with background_load() as load:
+        processes = [psutil.Process(pid) for pid in load["pids"]]
+        assert len(processes) == LOAD_PROCESSES
+        before = [sum(p.cpu_times()[:2]) for p in processes]
+        deadline = time.monotonic() + 10
+        while any(sum(p.cpu_times()[:2]) - b < 0.2 for p, b in zip(processes, before, strict=True)):
+            assert time.monotonic() < deadline, "a background process does not compute"
+        assert all(p.nice() == psutil.Process().nice() for p in processes)  # the caller's priority
+    assert not any(p.is_running() and p.status() != psutil.STATUS_ZOMBIE for p in processes)

@@ -3,12 +3,14 @@
 Tokenisation is sentence-transformers': the table's ``tokenizer.json`` with [CLS] and [SEP] added, truncated to
 the model's ``max_seq_length`` (``sentence_bert_config.json``, which overrides the truncation and the fixed
 padding the file may carry) and padded to the longest text of a batch. Texts are sorted by length and run in
-batches of ``BATCH``, so short texts are not padded to long ones. A text longer than the limit is cut as
-sentence-transformers cuts it, and ``truncated`` says so.
+batches of about ``TOKENS`` tokens (texts x padded length, one text at least), so short texts are not padded to
+long ones and a run's activations stay in a core's cache: larger runs cost more per text. A text longer than the
+limit is cut as sentence-transformers cuts it, and ``truncated`` says so.
 
 The session is made once per loaded table, on first use; its intra-op threads are FAISS's (``EMBEDDING_THREADS``
-when set, as ``embedding-serve`` sets it per worker, else OpenMP's count), and ONNX Runtime releases the GIL while
-it runs.
+when set, as ``embedding-serve`` sets it per worker, else OpenMP's count), they sleep between runs instead of
+spinning (on cores shared with other work, spinning threads take the cores the running ones need), and ONNX
+Runtime releases the GIL while it runs.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from index.onnx_graph import GRAPH
 from index.table import Table
 from index.tokens import TOKENIZER
 
-BATCH = 32  # texts a run, after sorting by length
+TOKENS = 256  # texts x padded length a run, after sorting by length (one text at least)
 
 
 def threads() -> int:
@@ -37,6 +39,17 @@ def threads() -> int:
     import faiss
 
     return max(1, int(faiss.omp_get_max_threads()))
+
+
+def batches(lengths: np.ndarray, order: np.ndarray) -> list[np.ndarray]:
+    """``order`` (texts sorted by their ``lengths``, ascending) cut into runs of at most ``TOKENS`` tokens padded."""
+    out = []
+    start = 0
+    for end in range(1, len(order) + 1):
+        if end == len(order) or (end + 1 - start) * int(lengths[end]) > TOKENS:
+            out.append(order[start:end])
+            start = end
+    return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,6 +113,7 @@ class TransformerEncoder:
         options.intra_op_num_threads = threads()
         options.inter_op_num_threads = 1
         options.log_severity_level = 3  # warnings and below stay quiet
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         path = str(self.table.directory / GRAPH)
         return onnxruntime.InferenceSession(path, options, providers=["CPUExecutionProvider"])
 
@@ -114,8 +128,7 @@ class TransformerEncoder:
         vectors = np.zeros((len(ids), self.table.dim), dtype=np.float32)
         per_text: list[np.ndarray] = [np.zeros((0, self.table.dim), dtype=np.float32)] * len(ids)
         outputs = ["sentence_embedding", "token_embeddings"] if tokens else ["sentence_embedding"]
-        for start in range(0, len(ids), BATCH):
-            chosen = order[start : start + BATCH]
+        for chosen in batches(lengths[order], order):
             width = int(lengths[chosen].max())
             batch = np.zeros((len(chosen), width), dtype=np.int64)
             for row, i in enumerate(chosen.tolist()):

@@ -1,5 +1,6 @@
 // Embedding explorer: a small page over the JSON API (no build step, no dependencies).
 
+import { Contextual, DEFAULT_WORD } from "/static/contextual.js";
 import { DocumentSearch } from "/static/documents.js";
 import { TableMap } from "/static/tablemap.js";
 
@@ -19,7 +20,7 @@ const DEFAULT_WORDS = [
 ].join("\n");
 const DEFAULTS = {
   table: "", word: "", a: "man", b: "king", c: "woman", expect: "", method: "3cosadd", x: "cat", y: "dog", words: "",
-  axes: "", proj: "", q: "", doc: "", filter: "", offset: "", per: "",
+  axes: "", proj: "", q: "", doc: "", filter: "", offset: "", per: "", ctx: "", cw: DEFAULT_WORD,
 };
 const URL_KEYS = Object.keys(DEFAULTS);
 
@@ -30,6 +31,7 @@ let lastMap = null;
 let config = { default_table: null, tsne_rows: 0, tsne_available: false, max_export_rows: 50000 };
 let tableMap = null;
 let documentSearch = null;
+let contextual = null;
 let tables = []; // GET /v1/tables
 
 // ------------------------------------------------------------------ helpers
@@ -656,10 +658,16 @@ function tableKind() {
   return kind === "documents" || kind === "tokens" ? kind : "words";
 }
 
+/** Whether the table has what a card needs (data-needs: a key of its summary, e.g. "transformer"). */
+function tableHas(key) {
+  return Boolean(tables.find((t) => t.name === state.table)?.[key]);
+}
+
 function showCards(kind) {
   $("cards").dataset.kind = kind;
   for (const card of $("cards").querySelectorAll(":scope > [data-kinds]")) {
-    card.hidden = !card.dataset.kinds.split(" ").includes(kind);
+    const needs = card.dataset.needs;
+    card.hidden = !card.dataset.kinds.split(" ").includes(kind) || (needs !== undefined && !tableHas(needs));
   }
 }
 
@@ -675,6 +683,7 @@ function runAll() {
   runNeighbours();
   runAnalogy();
   runSimilarity();
+  if (tableHas("transformer")) contextual.open();
 }
 
 // --------------------------------------------------------------------- wire
@@ -793,7 +802,10 @@ async function main() {
     },
   });
   documentSearch = new DocumentSearch($("doc-search"), { api, tablePath, el, errorBox, state, writeURL });
-  window.explorer = { tableMap, documentSearch, state, get lastMap() { return lastMap; } };
+  contextual = new Contextual($("contextual"), {
+    api, tablePath, el, svg, errorBox, scoreList, onPickRow: (w) => searchWord(w), state, writeURL,
+  });
+  window.explorer = { tableMap, documentSearch, contextual, state, get lastMap() { return lastMap; } };
   readURL();
   fillInputs();
   wire();

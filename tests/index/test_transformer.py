@@ -4,6 +4,7 @@ sentence-transformers itself gave (recorded once by ``bench/record_sentence_tran
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import shutil
@@ -24,7 +25,7 @@ from index.onnx_graph import GRAPH
 from index.sources import ReadOptions
 from index.sources import transformer as transformer_source
 from index.table import Table
-from index.transformer_encoder import TransformerEncoder
+from index.transformer_encoder import TOKENS, TransformerEncoder, batches
 
 REPO = Path(__file__).resolve().parents[2]
 RECORDED = REPO / "tests" / "data" / "sentence-transformers-minilm.json"
@@ -253,6 +254,19 @@ def test_batches_by_length_give_each_text_its_own_vector(encoder: TransformerEnc
     together = encoder.encode(texts).vectors
     alone = np.vstack([encoder.encode([text]).vectors for text in texts[::9]])
     assert np.abs(together[::9] - alone).max() < 1e-5
+
+
+def test_runs_hold_about_tokens_padded_and_every_text_once() -> None:
+    lengths = np.array([300, 3, 40, 12, 12, 256, 7, 90, 30, 30, 30, 30, 30, 30, 30, 30, 30], dtype=np.int64)
+    order = np.argsort(lengths, kind="stable")
+    runs = batches(lengths[order], order)
+    assert np.array_equal(np.concatenate(runs), order)
+    for run in runs:
+        assert len(run) == 1 or len(run) * lengths[run].max() <= TOKENS
+    # each run as full as the budget allows: the next text would not have fitted
+    for run, following in itertools.pairwise(runs):
+        assert (len(run) + 1) * lengths[following[0]] > TOKENS
+    assert [len(run) for run in runs] == [8, 6, 1, 1, 1]
 
 
 def test_pooling_is_the_models(encoder: TransformerEncoder) -> None:

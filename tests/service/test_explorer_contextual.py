@@ -1,0 +1,215 @@
+"""The explorer's Contextual vectors card, driven in headless Chromium against a real ``embedding-serve`` process
+serving all-MiniLM-L6-v2 imported with ``--format transformer`` (``st``) beside the same model's token rows
+imported as a plain model-token table (``minilm``), which has no model to run and so no card.
+
+Every cosine, neighbour list and map coordinate the card shows is compared with the API's own answer to the same
+request (fetched here with httpx) and, for the map, with NumPy's principal components of the answer's vectors.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+import pytest
+
+from index.build import build_table
+from index.sources import ReadOptions, huggingface
+from tests.index.test_sources import run_cli
+from tests.index.test_transformer import minilm_dir
+from tests.service import real_server
+from tests.service.test_explorer import CHROMIUM, CHROMIUM_ARGS, SCREENSHOTS, Watched, playwright_api, save_screenshot
+
+MODEL, TOKENS = "st", "minilm"
+BANK = ["the river bank was muddy", "she deposited money at the bank", "we fished from the bank of the river"]
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    data = tmp_path_factory.mktemp("contextual") / "data"
+    done = run_cli("import", minilm_dir(), "--format", "transformer", "--name", MODEL, "--data-dir", data)
+    assert done.code == 0, done.err
+    raw = huggingface.read(minilm_dir(), ReadOptions())
+    build_table(raw, data_dir=data, name=TOKENS, source={"format": "huggingface", "path": "minilm"})
+    with real_server.running(data, tmp_path_factory.mktemp("contextual-log") / "serve.log") as started:
+        yield started.base
+
+
+@pytest.fixture(scope="module")
+def api(server: str) -> Iterator[httpx.Client]:
+    with httpx.Client(base_url=server, timeout=60) as client:
+        yield client
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    with playwright_api.sync_playwright() as p:
+        chromium = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield chromium
+        chromium.close()
+
+
+@pytest.fixture
+def watched(browser: Any) -> Iterator[Watched]:
+    page = Watched(browser)
+    yield page
+    page.close()
+
+
+def settle(page: Any) -> None:
+    """Until the card shows an answer (the sentences, or an error) to its latest request."""
+    page.wait_for_selector("#cx-out:not([aria-busy]) :is(.cx-texts, .error)")
+    page.wait_for_function("() => !document.querySelector('#cx-out[aria-busy]')")
+
+
+def open_card(watched: Watched, base: str, query: str = f"?table={MODEL}") -> Any:
+    page = watched.page
+    page.goto(f"{base}/{query}")
+    page.wait_for_selector("#contextual:not([hidden])")
+    settle(page)
+    return page
+
+
+def contextual(api: httpx.Client, texts: list[str], token: str) -> dict[str, Any]:
+    response = api.post(f"/v1/tables/{MODEL}/contextual", json={"texts": texts, "token": token, "k": 5})
+    assert response.status_code == 200, response.text
+    view: dict[str, Any] = response.json()["token"]
+    return view
+
+
+def shown_matrix(page: Any) -> list[list[str]]:
+    return page.eval_on_selector_all(
+        "#cx-out .cx-matrix tbody tr", "rows => rows.map(r => [...r.querySelectorAll('td')].map(c => c.textContent))"
+    )
+
+
+def expected_matrix(view: dict[str, Any]) -> list[list[str]]:
+    """The static row first, then each occurrence: the cosines as the API gives them, to three places."""
+    static = [o["static_cosine"] for o in view["occurrences"]]
+    rows = [[1.0, *static]] + [[static[i], *row] for i, row in enumerate(view["cosines"])]
+    return [[f"{value:.3f}" for value in row] for row in rows]
+
+
+def shown_neighbours(page: Any) -> list[list[list[str]]]:
+    return page.eval_on_selector_all(
+        "#cx-out .cx-side",
+        """sides => sides.map(s => [...s.querySelectorAll('.scores li')].map(
+            li => [li.querySelector('.token').textContent, li.querySelector('.score').textContent]))""",
+    )
+
+
+def expected_neighbours(view: dict[str, Any]) -> list[list[list[str]]]:
+    lists = [view["static"]["neighbors"]] + [o["neighbors"] for o in view["occurrences"]]
+    return [[[row["token"], f"{row['score']:.3f}"] for row in rows] for rows in lists]
+
+
+def numpy_map(view: dict[str, Any]) -> np.ndarray:
+    """The vectors' first two principal components, each axis turned so that its largest coordinate is positive."""
+    points = np.array([view["static"]["vector"]] + [o["vector"] for o in view["occurrences"]], dtype=np.float64)
+    centred = points - points.mean(axis=0)
+    u, s, _ = np.linalg.svd(centred, full_matrices=False)
+    coords = u[:, :2] * s[:2]
+    for axis in range(2):
+        if coords[np.argmax(np.abs(coords[:, axis])), axis] < 0:
+            coords[:, axis] *= -1
+    out: np.ndarray = coords
+    return out
+
+
+def shown_map(page: Any) -> np.ndarray:
+    pairs = page.eval_on_selector_all(
+        "#cx-out .cx-map g.point", "gs => gs.map(g => [Number(g.dataset.x), Number(g.dataset.y)])"
+    )
+    return np.array(pairs, dtype=np.float64)
+
+
+def test_the_bank_view_shows_the_api_answer(server: str, api: httpx.Client, watched: Watched, tmp_path: Path) -> None:
+    page = open_card(watched, server)
+    assert page.input_value("#cx-texts").splitlines() == BANK and page.input_value("#cx-word") == "bank"
+    view = contextual(api, BANK, "bank")
+    assert [o["text"] for o in view["occurrences"]] == [0, 1, 2]
+    assert shown_matrix(page) == expected_matrix(view)
+    # the model's reading, as the card shows it: the two river banks are nearer each other than the money bank
+    cells = [[float(c) for c in row] for row in shown_matrix(page)]
+    assert cells[1][3] > max(cells[1][2], cells[2][3]) and max(cells[0][1:]) < cells[1][2]
+    assert shown_neighbours(page) == expected_neighbours(view)
+    assert page.locator("#cx-out .cx-map g.point").count() == 4 and page.locator("#cx-out .cx-static").count() == 1
+    np.testing.assert_allclose(shown_map(page), numpy_map(view), atol=1e-6)
+    hits = page.eval_on_selector_all(
+        "#cx-out .cx-texts li", "ls => ls.map(l => [...l.querySelectorAll('.cx-hit')].map(b => b.textContent))"
+    )
+    assert hits == [["bank"], ["bank"], ["bank"]]
+    assert page.locator("#neighbours").is_visible()  # the model's token rows keep their own cards
+    card = tmp_path / "contextual-card.png"
+    page.locator("#contextual").screenshot(path=str(card))
+    assert card.stat().st_size > 10_000
+    save_screenshot(page, "contextual-page", tmp_path)
+    shutil.copyfile(card, SCREENSHOTS / card.name)
+    watched.assert_clean()
+
+
+def test_a_click_on_a_word_follows_it_and_the_url_keeps_the_view(
+    server: str, api: httpx.Client, watched: Watched
+) -> None:
+    page = open_card(watched, server)
+    page.locator("#cx-out .cx-texts li[data-text='2'] button.cx-word", has_text="river").click()
+    page.wait_for_function("() => new URLSearchParams(location.search).get('cw') === 'river'")
+    settle(page)
+    view = contextual(api, BANK, "river")
+    assert [o["text"] for o in view["occurrences"]] == [0, 2]
+    assert shown_matrix(page) == expected_matrix(view)
+    assert shown_neighbours(page) == expected_neighbours(view)
+    texts = ["My heartache is gone.", "Heartache and sorrow fill the song."]
+    page.fill("#cx-texts", "\n".join(texts))
+    page.fill("#cx-word", "heartache")
+    page.press("#cx-word", "Enter")
+    page.wait_for_function("() => new URLSearchParams(location.search).get('cw') === 'heartache'")
+    settle(page)
+    view = contextual(api, texts, "heartache")
+    assert [p["token"] for p in view["pieces"]] == ["heart", "##ache"]
+    assert shown_matrix(page) == expected_matrix(view)
+    assert "heart ##ache" in page.text_content("#cx-out .cx-block .cx-note")
+    assert page.locator("#cx-out .cx-hit").all_inner_texts() == ["heartache", "heartache"]
+    page.reload()
+    settle(page)
+    assert page.input_value("#cx-word") == "heartache" and page.input_value("#cx-texts").splitlines() == texts
+    assert shown_matrix(page) == expected_matrix(view)
+    watched.assert_clean()
+
+
+def test_a_word_not_in_the_sentences_shows_the_error_and_their_words(
+    server: str, api: httpx.Client, watched: Watched
+) -> None:
+    page = open_card(watched, server)
+    page.fill("#cx-word", "cathedral")
+    page.press("#cx-word", "Enter")
+    settle(page)
+    refused = api.post(f"/v1/tables/{MODEL}/contextual", json={"texts": BANK, "token": "cathedral", "k": 5})
+    assert refused.status_code == 422
+    assert page.text_content("#cx-out .error p") == refused.json()["error"]["message"]
+    assert page.locator("#cx-out .cx-matrix").count() == 0
+    words = page.locator("#cx-out .cx-texts li[data-text='1'] button.cx-word").all_inner_texts()
+    assert words == BANK[1].split()
+    page.fill("#cx-texts", "only one sentence")
+    page.press("#cx-word", "Enter")
+    page.wait_for_selector("#cx-out >> text=Type two sentences or more")
+    watched.assert_clean(expected_422=("contextual",))
+
+
+def test_the_card_is_shown_only_for_a_transformer_table(server: str, watched: Watched) -> None:
+    page = watched.page
+    page.goto(f"{server}/?table={TOKENS}")
+    page.wait_for_selector("#neighbours:not([hidden])")
+    page.wait_for_selector("#map-out svg circle")
+    assert page.locator("#contextual").is_hidden()
+    page.select_option("#table", MODEL)
+    page.wait_for_selector("#contextual:not([hidden])")
+    settle(page)
+    assert page.locator("#cx-out .cx-matrix").is_visible()
+    page.select_option("#table", TOKENS)
+    page.wait_for_selector("#contextual[hidden]", state="attached")
+    watched.assert_clean()

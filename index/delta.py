@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import copy
 import datetime as dt
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import pyarrow as pa
@@ -26,6 +26,7 @@ from index.table import Table
 from index.writelog import Record
 
 Key = str | int
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -74,6 +75,7 @@ class Delta:
         self.deleted = np.zeros(rows, dtype=bool)
         self._matrix: tuple[list[Key], np.ndarray, np.ndarray] | None = None
         self._written: list[Document] = []
+        self._cache: dict[str, Any] = {}  # what searches derive from the delta, shared by its snapshots
 
     @property
     def seq(self) -> int:
@@ -138,6 +140,7 @@ class Delta:
             return
         self.documents, self.deleted = dict(self.documents), self.deleted.copy()  # copies: snapshots keep theirs
         self._matrix = None
+        self._cache = {}
         for record in records:
             self.offset = record.end
             if record.seq <= self.seq:  # folded into the version, or applied before the log was cut
@@ -176,6 +179,13 @@ class Delta:
             norms = np.array([d.norm for d in docs], dtype=np.float32)
             self._matrix = ([d.id for d in docs], vectors, norms)
         return self._matrix
+
+    def cached(self, name: str, make: Callable[[], T]) -> T:
+        """``make()`` once per change of the delta, shared by the snapshots taken until the next."""
+        if name not in self._cache:
+            self._cache[name] = make()
+        result: T = self._cache[name]
+        return result
 
     def written_in_order(self) -> list[Document]:
         """The written documents in write order (a hit's row past the version's is its place here)."""

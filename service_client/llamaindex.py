@@ -22,7 +22,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from llama_index.core.schema import BaseNode, MetadataMode
+from llama_index.core.schema import BaseNode, MetadataMode, TextNode
 from llama_index.core.vector_stores.types import (
     BasePydanticVectorStore,
     FilterCondition,
@@ -139,12 +139,13 @@ class EmbeddingSearchVectorStore(BasePydanticVectorStore):
 
     def _node(self, ident: str | int, text: str | None, fields: dict[str, Any]) -> BaseNode:
         stored = fields.get(METADATA)
-        if isinstance(stored, str):
-            node = metadata_dict_to_node(json.loads(stored), text=text or "")
-        else:
-            from llama_index.core.schema import TextNode
-
-            node = TextNode(text=text or "", metadata={k: v for k, v in fields.items() if v is not None})
+        metadata = json.loads(stored) if isinstance(stored, str) else None
+        if isinstance(metadata, dict) and "_node_content" in metadata:  # a node this store wrote
+            node = metadata_dict_to_node(metadata, text=text or "")
+        else:  # a document written otherwise: its metadata, or its fields
+            if not isinstance(metadata, dict):
+                metadata = {k: v for k, v in fields.items() if v is not None and k != METADATA}
+            node = TextNode(text=text or "", metadata=metadata)
         node.id_ = str(ident)
         return node
 

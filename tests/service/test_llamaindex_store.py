@@ -207,3 +207,18 @@ def test_a_vector_store_index_over_the_store(server_url: str, store: EmbeddingSe
     other = EmbeddingSearchVectorStore(Client(server_url), "li")
     (seen,) = other.get_nodes(["story-3"])
     assert (seen.node_id, seen.metadata, seen.get_content()) == ("story-3", {"topic": "lee"}, lee_docs.texts[3])
+
+
+def test_documents_written_otherwise_come_back_as_text_nodes(store: EmbeddingSearchVectorStore) -> None:
+    """A document written by another program (the client, a LangChain store) is a TextNode of its metadata."""
+    vector = FAKE.embed_query("foo")
+    store.client.upsert_documents(
+        "li", [{"id": "x", "text": "foo", "vector": vector, "fields": {"metadata": '{"topic": "a"}', "topic": "a"}}]
+    )
+    store.client.upsert_documents("li", [{"id": "y", "text": "foo", "vector": vector, "fields": {"topic": "b"}}])
+    result = store.query(VectorStoreQuery(query_embedding=vector, similarity_top_k=2))
+    assert result.nodes is not None
+    assert sorted((n.node_id, n.get_content(), str(n.metadata)) for n in result.nodes) == [
+        ("x", "foo", "{'topic': 'a'}"),
+        ("y", "foo", "{'topic': 'b'}"),
+    ]

@@ -237,3 +237,14 @@ def test_keyword_hybrid_and_diverse_searches_after_writes_equal_a_fresh_import(
             else:
                 np.testing.assert_allclose([h["score"] for h in mine], [h["score"] for h in reference], atol=1e-6)
         assert passing(got.json()) == passing(expected.json())
+
+
+def test_fields_after_writes_equal_a_fresh_import(live: str, fresh: TestClient) -> None:
+    """``GET .../fields`` counts written documents and leaves deleted ones out, as a fresh import does."""
+    expected = fresh.get("/v1/tables/lee/fields")
+    assert expected.status_code == 200, expected.text
+    for _ in range(4):  # both workers
+        got = real_server.HTTP.get(f"{live}/v1/tables/lee/fields", timeout=30)
+        assert got.status_code == 200, got.text
+        assert got.json() == expected.json()
+    assert got.json()["fields"]["year"]["min"] == 1970  # the replaced documents' year: written, not imported

@@ -75,6 +75,7 @@ class Delta:
         self.deleted = np.zeros(rows, dtype=bool)
         self._matrix: tuple[list[Key], np.ndarray, np.ndarray] | None = None
         self._written: list[Document] = []
+        self._built: tuple[list[Document], tuple[list[Key], np.ndarray, np.ndarray]] | None = None  # the last made
         self._cache: dict[str, Any] = {}  # what searches derive from the delta, shared by its snapshots
 
     @property
@@ -175,9 +176,14 @@ class Delta:
         """The written documents' ids, unit vectors (n, dim) and norms, in write order."""
         if self._matrix is None:
             docs = self._written = list(self.documents.values())
-            vectors = np.vstack([d.vector for d in docs]) if docs else np.zeros((0, self.dim), dtype=np.float32)
-            norms = np.array([d.norm for d in docs], dtype=np.float32)
-            self._matrix = ([d.id for d in docs], vectors, norms)
+            before, made = self._built or ([], ([], np.zeros((0, self.dim), dtype=np.float32), np.zeros(0, np.float32)))
+            if len(before) > len(docs) or any(a is not b for a, b in zip(before, docs, strict=False)):
+                before, made = [], ([], np.zeros((0, self.dim), dtype=np.float32), np.zeros(0, np.float32))
+            added = docs[len(before) :]  # only appended since the last matrix: its rows are reused
+            vectors = np.vstack([made[1], *[d.vector for d in added]]) if added else made[1]
+            norms = np.concatenate([made[2], np.array([d.norm for d in added], dtype=np.float32)])
+            self._matrix = (made[0] + [d.id for d in added], vectors, norms)
+            self._built = (docs, self._matrix)
         return self._matrix
 
     def cached(self, name: str, make: Callable[[], T]) -> T:

@@ -77,6 +77,7 @@ class Delta:
         self._written: list[Document] = []
         self._built: tuple[list[Document], tuple[list[Key], np.ndarray, np.ndarray]] | None = None  # the last made
         self._cache: dict[str, Any] = {}  # what searches derive from the delta, shared by its snapshots
+        self._lasting: dict[str, Any] = {}  # what searches keep across changes (never replaced)
 
     @property
     def seq(self) -> int:
@@ -191,6 +192,11 @@ class Delta:
         if name not in self._cache:
             self._cache[name] = make()
         result: T = self._cache[name]
+        return result
+
+    def lasting(self, name: str, make: Callable[[], T]) -> T:
+        """``make()`` once for this delta and every later state of it (what it holds must follow changes itself)."""
+        result: T = self._lasting.setdefault(name, make()) if name not in self._lasting else self._lasting[name]
         return result
 
     def written_in_order(self) -> list[Document]:

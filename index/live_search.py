@@ -11,7 +11,8 @@ documents' counts, cut by the table's own tokenizer. The arithmetic is ``index.k
 operation by operation, so scores and order equal a fresh import's.
 
 The version's document lengths are not stored: the first keyword search beside a delta cuts the version's text
-once (per process and version) to count them.
+once (per process and version) to count them. Each written document is cut once (:class:`WrittenWords`, kept
+across the delta's changes while the document stays written).
 """
 
 from __future__ import annotations
@@ -22,12 +23,11 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
-from index.delta import Delta, vector_search
+from index.delta import Delta, Document, vector_search
 from index.errors import InvalidQuery
 from index.filters import RowSet
-from index.keyword import KeywordIndex, _best, _blocks
+from index.keyword import KeywordIndex, Tokenizer, _best, _blocks
 from index.knn import Neighbor
 from index.payload import contiguous
 from index.search import SearchOptions, VectorSearch
@@ -54,6 +54,43 @@ def version_lengths(table: Table, index: KeywordIndex) -> np.ndarray:
     return cached
 
 
+class WrittenWords:
+    """The written documents' word counts, each document cut once (kept while it stays written, across changes of
+    the delta), the words numbered in a vocabulary of their own."""
+
+    def __init__(self, tokenizer: Tokenizer) -> None:
+        self.tokenizer = tokenizer
+        self.vocabulary: dict[str, int] = {}
+        self.counted: dict[int, tuple[Document, np.ndarray, np.ndarray]] = {}  # by id(document)
+        self.lock = threading.Lock()
+
+    def of(self, written: list[Document]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(word, document, count) triples sorted by word then document, and each document's length."""
+        with self.lock:
+            new = [d for d in written if id(d) not in self.counted]
+            if new:
+                tokens = self.tokenizer(pa.array([d.text for d in new], pa.string()))
+                terms: list[str] = tokens.terms.to_pylist()
+                vocabulary = self.vocabulary
+                ids = np.fromiter((vocabulary.setdefault(t, len(vocabulary)) for t in terms), np.int64, len(terms))
+                bounds = np.searchsorted(tokens.rows, np.arange(len(new) + 1))
+                for j, document in enumerate(new):
+                    words, counts = np.unique(ids[bounds[j] : bounds[j + 1]], return_counts=True)
+                    self.counted[id(document)] = (document, words, counts.astype(np.int32))
+            entries = [self.counted[id(d)] for d in written]
+            self.counted = {id(d): entry for d, entry in zip(written, entries, strict=True)}  # the rest forgotten
+        sizes = np.array([len(words) for _, words, _ in entries], dtype=np.int64)
+        if not sizes.sum():
+            empty = np.zeros(0, dtype=np.int64)
+            return empty, empty, np.zeros(0, dtype=np.int32), np.zeros(len(written), dtype=np.int64)
+        words = np.concatenate([words for _, words, _ in entries])
+        counts = np.concatenate([counts for _, _, counts in entries])
+        documents = np.repeat(np.arange(len(written), dtype=np.int64), sizes)
+        lengths = np.array([int(counts.sum()) for _, _, counts in entries], dtype=np.int64)
+        order = np.lexsort((documents, words))
+        return words[order], documents[order], counts[order], lengths
+
+
 class LiveKeyword:
     """BM25 over the version's live rows and the written documents (``KeywordIndex.search``'s contract)."""
 
@@ -65,26 +102,21 @@ class LiveKeyword:
         self.deleted = delta.deleted
         written = delta.written_in_order()
         self.rows = self.base + len(written)
-        tokens = index.tokenizer(pa.array([d.text for d in written], pa.string()))
-        self.written_lengths = np.bincount(tokens.rows, minlength=len(written)).astype(np.int64)
-        self.postings: dict[str, tuple[np.ndarray, np.ndarray]] = {}
-        if len(tokens.terms):
-            encoded = pc.dictionary_encode(tokens.terms)
-            words = encoded.dictionary.to_pylist()
-            size = len(words)
-            pairs, tf = np.unique(tokens.rows * size + encoded.indices.to_numpy(), return_counts=True)
-            word, document = pairs % size, pairs // size
-            order = np.argsort(word, kind="stable")  # by word, each word's documents ascending
-            word, document, tf = word[order], document[order], tf[order].astype(np.int32)
-            bounds = np.searchsorted(word, np.arange(size + 1))
-            for w, name in enumerate(words):
-                self.postings[name] = (document[bounds[w] : bounds[w + 1]], tf[bounds[w] : bounds[w + 1]])
+        counts = delta.lasting("keyword", lambda: WrittenWords(index.tokenizer))
+        self.vocabulary = counts.vocabulary
+        self.words, self.documents, self.tf, self.written_lengths = counts.of(written)
         self.lengths = version_lengths(table, index)
         self.old_average = self.lengths.mean()
         everything = np.concatenate([self.lengths[~self.deleted], self.written_lengths])
         self.n = len(everything)
         self.average = everything.mean() if self.n else 0.0
         self.all_lengths = np.concatenate([self.lengths, self.written_lengths])
+
+    def _written_postings(self, word: str) -> tuple[np.ndarray, np.ndarray]:
+        """The written documents holding ``word`` (places in write order, ascending) and its count in each."""
+        ident = self.vocabulary.get(word, -1)
+        low, high = np.searchsorted(self.words, [ident, ident + 1]) if ident >= 0 else (0, 0)
+        return self.documents[low:high], self.tf[low:high]
 
     def _version_postings(self, word: str) -> tuple[np.ndarray, np.ndarray]:
         """The version's live rows holding ``word`` and its count in each (recovered from the stored score)."""
@@ -121,7 +153,7 @@ class LiveKeyword:
             for word in query:
                 if word not in cache:
                     rows, tf = self._version_postings(word)
-                    documents, written_tf = self.postings.get(word, (np.zeros(0, np.int64), np.zeros(0, np.int32)))
+                    documents, written_tf = self._written_postings(word)
                     cache[word] = (
                         np.concatenate([rows, documents + self.base]),
                         np.concatenate([tf, written_tf]),

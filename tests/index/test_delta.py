@@ -59,3 +59,46 @@ def test_the_matrix_after_appends_replacements_and_deletes(lee_data_dir: Path, l
         np.testing.assert_array_equal(matrix, want_matrix)
         np.testing.assert_array_equal(norms, want_norms)
         assert [d.id for d in snapshot.written_in_order()] == ids
+
+
+def test_keyword_search_after_each_change_equals_a_delta_made_at_once(lee_data_dir: Path, lee_docs: Lee) -> None:
+    """The written documents' words are cut once each and kept across changes; after every change, BM25 over the
+    delta equals that of a delta that applied the same records at once (which equals a fresh import:
+    tests/service/test_live_search.py)."""
+    from index.live_search import LiveSource
+
+    table = Table.load(lee_data_dir / "lee")
+    assert table.payload is not None and table.keyword is not None
+    growing = Delta(table.payload, table.rows, table.dim, 0)
+    records: list[Record] = []
+    texts = lee_docs.texts
+
+    def record(body: dict[str, object]) -> None:
+        records.append(Record(len(records) + 1, 0, 0, body))
+        growing.apply(records[-1:])
+
+    def upsert(ids: list[str], rows: list[int]) -> dict[str, object]:
+        docs = [
+            {"id": i, "text": texts[r], "vector": lee_docs.vectors[r].tolist()} for i, r in zip(ids, rows, strict=True)
+        ]
+        return {"op": "upsert", "documents": docs}
+
+    queries = [" ".join(texts[r].split()[:10]) for r in (3, 40, 77, 150)]
+    steps = [
+        upsert([f"n{i}" for i in range(10)], list(range(3, 13))),
+        upsert(["n10"], [40]),
+        upsert(["n2"], [77]),  # a written document replaced
+        {"op": "delete", "ids": ["n4", "lee-040"]},
+        upsert(["lee-003"], [150]),  # an imported document replaced
+        {"op": "delete", "ids": [f"n{i}" for i in range(11)]},
+    ]
+    for body in steps:
+        record(body)
+        at_once = Delta(table.payload, table.rows, table.dim, 0)
+        at_once.apply(records)
+        mine = LiveSource(table, growing.snapshot()).keyword
+        theirs = LiveSource(table, at_once.snapshot()).keyword
+        assert mine is not None and theirs is not None
+        got, want = mine.search(queries, 20), theirs.search(queries, 20)
+        np.testing.assert_array_equal(got[1], want[1])
+        np.testing.assert_array_equal(got[0], want[0])

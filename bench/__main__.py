@@ -27,9 +27,9 @@ from typing import Any
 from bench import report
 from bench.common import REPO, TABLE, Context, machine, versions
 
-NAMES = ("analogy", "neighbours", "import", "startup", "growth", "peers", "firstrun", "documents", "text")
+NAMES = ("analogy", "neighbours", "import", "startup", "growth", "peers", "firstrun", "documents", "text", "writes")
 # benchmarks that build their own tables (no --data-dir table needed)
-OWN_TABLE = {"peers", "firstrun", "growth", "documents", "text"}
+OWN_TABLE = {"peers", "firstrun", "growth", "documents", "text", "writes"}
 
 
 def runner(name: str) -> Callable[..., dict[str, Any]]:
@@ -49,6 +49,8 @@ def runner(name: str) -> Callable[..., dict[str, Any]]:
         from bench.documents import run
     elif name == "text":
         from bench.text import run
+    elif name == "writes":
+        from bench.writes import run
     else:
         from bench.growth import run
     return run

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-NAMES = ("analogy", "neighbours", "import", "startup", "growth", "peers", "firstrun", "documents", "text")
+NAMES = ("analogy", "neighbours", "import", "startup", "growth", "peers", "firstrun", "documents", "text", "writes")
 TITLES = {
     "analogy": "1. Analogy evaluation (Google set)",
     "neighbours": "2. Neighbours",
@@ -17,6 +17,7 @@ TITLES = {
     "firstrun": "7. The first run: serving at once, and the index choice",
     "documents": "8. Documents tables: import, filtered search, worker memory",
     "text": "9. Text in: encoding and text queries",
+    "writes": "10. Live tables: writes, visibility, searches beside a delta, compaction; beside Chroma",
 }
 
 
@@ -859,6 +860,49 @@ def text(r: dict[str, Any], run: dict[str, Any]) -> str:
     )
 
 
+def writes(r: dict[str, Any]) -> str:
+    ours, chroma, compaction = r["ours"], r.get("chroma"), r["compaction"]
+    rows = []
+    for batch in (1, 100, 1000):
+        theirs = chroma["throughput"] if chroma else {}
+        rows.append(
+            [
+                f"{batch:,}",
+                ours["throughput"][f"fsync, batch {batch}"],
+                ours["throughput"][f"no fsync, batch {batch}"],
+                theirs.get(f"add, batch {batch}", "-"),
+                theirs.get(f"upsert, batch {batch}", "-"),
+            ]
+        )
+    out = [
+        f"Documents: {r['documents']}; a table of {r['base_rows']:,} imported first, then written to over HTTP, one "
+        "request after another, one server worker (Chroma: `chroma run`, its Python HttpClient, "
+        f"{'chromadb ' + chroma['version'] if chroma else 'not installed'}).",
+        table(
+            ["Batch", "ours, fsync docs/s", "ours, no fsync docs/s", "Chroma add docs/s", "Chroma upsert docs/s"], rows
+        ),
+        "From a write's answer to the end of the first search that finds it (20 single-document writes, each "
+        "followed by searches for its own vector, k 1; median / max ms, and how many were found by the very first "
+        f"search): ours {ours['visible_ms']['median']} / {ours['visible_ms']['max']}, "
+        f"{ours['visible_ms'].get('first_search', '-')} of 20"
+        + (
+            f"; Chroma {chroma['visible_ms']['median']} / {chroma['visible_ms']['max']}, "
+            f"{chroma['visible_ms'].get('first_search', '-')} of 20."
+            if chroma
+            else "."
+        ),
+        table(
+            ["Delta (written, not compacted)", "search p50 ms", "p90 ms"],
+            [[name, v["p50_ms"], v["p90_ms"]] for name, v in ours["search"].items()],
+        ),
+        f"Compaction (`embedding-index compact`) of {compaction['rows']:,} rows after {compaction['new']:,} new "
+        f"documents, {compaction['replaced']:,} replaced and {compaction['deleted']:,} deleted: "
+        f"{compaction['seconds']} s, peak RSS {compaction['peak_rss_mib']} MiB (import of the table: "
+        f"{compaction['import_seconds']} s).",
+    ]
+    return "\n\n".join(out)
+
+
 RENDER = {
     "analogy": analogy,
     "neighbours": neighbours,
@@ -867,6 +911,7 @@ RENDER = {
     "growth": growth,
     "firstrun": firstrun,
     "documents": documents,
+    "writes": writes,
 }
 WITH_RUN = {"peers": peers, "text": text}  # renderers that also take the run's header (machine, date)
 
@@ -882,7 +927,7 @@ def render(results: dict[str, dict[str, Any]]) -> str:
         "than the absolute times.",
         "Rerun everything with `make bench`, or one benchmark with "
         "`.venv/bin/python -m bench --data-dir data --only NAME` (analogy, neighbours, import, startup, growth, "
-        "peers, firstrun, documents, text); "
+        "peers, firstrun, documents, text, writes); "
         "every figure is also in `bench/results/NAME.json`.",
     ]
     if first is None:

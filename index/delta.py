@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import copy
 import datetime as dt
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import pyarrow as pa
@@ -26,6 +26,7 @@ from index.table import Table
 from index.writelog import Record
 
 Key = str | int
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -74,6 +75,9 @@ class Delta:
         self.deleted = np.zeros(rows, dtype=bool)
         self._matrix: tuple[list[Key], np.ndarray, np.ndarray] | None = None
         self._written: list[Document] = []
+        self._built: tuple[list[Document], tuple[list[Key], np.ndarray, np.ndarray]] | None = None  # the last made
+        self._cache: dict[str, Any] = {}  # what searches derive from the delta, shared by its snapshots
+        self._lasting: dict[str, Any] = {}  # what searches keep across changes (never replaced)
 
     @property
     def seq(self) -> int:
@@ -138,6 +142,7 @@ class Delta:
             return
         self.documents, self.deleted = dict(self.documents), self.deleted.copy()  # copies: snapshots keep theirs
         self._matrix = None
+        self._cache = {}
         for record in records:
             self.offset = record.end
             if record.seq <= self.seq:  # folded into the version, or applied before the log was cut
@@ -172,10 +177,27 @@ class Delta:
         """The written documents' ids, unit vectors (n, dim) and norms, in write order."""
         if self._matrix is None:
             docs = self._written = list(self.documents.values())
-            vectors = np.vstack([d.vector for d in docs]) if docs else np.zeros((0, self.dim), dtype=np.float32)
-            norms = np.array([d.norm for d in docs], dtype=np.float32)
-            self._matrix = ([d.id for d in docs], vectors, norms)
+            before, made = self._built or ([], ([], np.zeros((0, self.dim), dtype=np.float32), np.zeros(0, np.float32)))
+            if len(before) > len(docs) or any(a is not b for a, b in zip(before, docs, strict=False)):
+                before, made = [], ([], np.zeros((0, self.dim), dtype=np.float32), np.zeros(0, np.float32))
+            added = docs[len(before) :]  # only appended since the last matrix: its rows are reused
+            vectors = np.vstack([made[1], *[d.vector for d in added]]) if added else made[1]
+            norms = np.concatenate([made[2], np.array([d.norm for d in added], dtype=np.float32)])
+            self._matrix = (made[0] + [d.id for d in added], vectors, norms)
+            self._built = (docs, self._matrix)
         return self._matrix
+
+    def cached(self, name: str, make: Callable[[], T]) -> T:
+        """``make()`` once per change of the delta, shared by the snapshots taken until the next."""
+        if name not in self._cache:
+            self._cache[name] = make()
+        result: T = self._cache[name]
+        return result
+
+    def lasting(self, name: str, make: Callable[[], T]) -> T:
+        """``make()`` once for this delta and every later state of it (what it holds must follow changes itself)."""
+        result: T = self._lasting.setdefault(name, make()) if name not in self._lasting else self._lasting[name]
+        return result
 
     def written_in_order(self) -> list[Document]:
         """The written documents in write order (a hit's row past the version's is its place here)."""

@@ -17,21 +17,42 @@ from __future__ import annotations
 
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal, Protocol
 
 import numpy as np
 
 from index.errors import InvalidQuery
 from index.filters import RowSet
 from index.fusion import RRF_K, mmr, rrf
+from index.knn import Neighbor
 from index.search import SearchOptions, VectorSearch
-from index.table import Table
 
 Mode = Literal["vector", "keyword", "hybrid"]
 MODES: tuple[Mode, ...] = ("vector", "keyword", "hybrid")
 LISTS = ("vector", "keyword")  # the lists a hybrid search fuses, in this order
 DEPTH = 100  # candidates each list gives a hybrid search, at least
 DIVERSE = 4  # candidates per hit a diverse search re-ranks
+
+
+class KeywordSearch(Protocol):
+    def search(
+        self, texts: Sequence[str], k: int, allowed: np.ndarray | None = None
+    ) -> tuple[np.ndarray, np.ndarray]: ...
+
+
+class Source(Protocol):
+    """What a search here reads of a table (``index.table.Table``, or ``index.live_search.LiveSource``)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def rows(self) -> int: ...
+    @property
+    def keyword(self) -> KeywordSearch | None: ...
+    @property
+    def vectors(self) -> Any: ...
+    def limit(self, options: SearchOptions) -> int: ...
+    def run(self, search: VectorSearch) -> list[list[Neighbor]]: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,7 +92,7 @@ def depths(search: DocumentSearch, rows: int) -> tuple[int, int]:
     return min(per_list, rows), min(pool, rows)
 
 
-def run(table: Table, search: DocumentSearch) -> list[list[Hit]]:
+def run(table: Source, search: DocumentSearch) -> list[list[Hit]]:
     """Answer ``search`` on ``table``: per query, its hits best first."""
     _check(table, search)
     m = len(search)
@@ -97,7 +118,7 @@ def run(table: Table, search: DocumentSearch) -> list[list[Hit]]:
     return answers
 
 
-def _check(table: Table, search: DocumentSearch) -> None:
+def _check(table: Source, search: DocumentSearch) -> None:
     if search.mode not in MODES:
         raise InvalidQuery(f"unknown search mode {search.mode!r}: use vector, keyword or hybrid")
     if search.k < 1 or search.offset < 0:
@@ -117,7 +138,7 @@ def _check(table: Table, search: DocumentSearch) -> None:
         raise InvalidQuery("diversity needs a query vector: it is for modes vector and hybrid, not keyword")
 
 
-def _vector_lists(table: Table, search: DocumentSearch, depth: int) -> list[tuple[np.ndarray, np.ndarray]]:
+def _vector_lists(table: Source, search: DocumentSearch, depth: int) -> list[tuple[np.ndarray, np.ndarray]]:
     """Each query's nearest rows (ids, cosines), ``depth`` of them (fewer when fewer rows pass), equal cosines by
     row (as the keyword list's equal scores are)."""
     assert search.queries is not None
@@ -131,7 +152,7 @@ def _vector_lists(table: Table, search: DocumentSearch, depth: int) -> list[tupl
     return out
 
 
-def _keyword_lists(table: Table, search: DocumentSearch, depth: int, m: int) -> list[tuple[np.ndarray, np.ndarray]]:
+def _keyword_lists(table: Source, search: DocumentSearch, depth: int, m: int) -> list[tuple[np.ndarray, np.ndarray]]:
     """Each query text's best rows by BM25 (ids, scores) among the rows that may answer, inputs left out."""
     assert table.keyword is not None and search.texts is not None
     allowed = None if search.rows is None else search.rows.mask
@@ -151,7 +172,7 @@ def _keyword_lists(table: Table, search: DocumentSearch, depth: int, m: int) -> 
     return out
 
 
-def _diverse(table: Table, search: DocumentSearch, q: int, ids: np.ndarray, scores: np.ndarray) -> np.ndarray:
+def _diverse(table: Source, search: DocumentSearch, q: int, ids: np.ndarray, scores: np.ndarray) -> np.ndarray:
     """The page's candidates in MMR order (indices into ``ids``)."""
     assert search.queries is not None
     want = search.offset + search.k

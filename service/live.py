@@ -22,6 +22,7 @@ from index import filters, writelog
 from index.delta import Delta
 from index.errors import InvalidQuery
 from index.filters import RowSet
+from index.hybrid import Hit
 from index.knn import Neighbor
 from index.table import Table
 from service import queries, respond, writes
@@ -158,6 +159,15 @@ def documents(table: Table, delta: Delta, hits: list[Neighbor], fields: list[str
         else:
             document = written[row - base].show(payload, fields, False)
             out.append({"id": document["id"], "score": score, "text": document["text"], "fields": document["fields"]})
+    return out
+
+
+def ranked_documents(table: Table, delta: Delta, hits: list[Hit], fields: list[str] | None) -> list[dict[str, Any]]:
+    """:func:`documents` of a keyword, hybrid or diverse search, each hit with its ``ranks`` when it has them."""
+    out = documents(table, delta, [(hit.row, hit.score) for hit in hits], fields)
+    for item, hit in zip(out, hits, strict=True):
+        if hit.ranks is not None:
+            item["ranks"] = hit.ranks
     return out
 
 

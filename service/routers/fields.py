@@ -3,7 +3,8 @@
 Per field: its type and non-null count; for strings, lists of strings (tags) and booleans the number of distinct
 values and the :data:`TOP_VALUES` most common with the documents that have each (as many as the filter
 ``{name: value}`` passes); for integers, floats and timestamps the smallest and largest value. Each statistic is
-one Arrow compute call over the whole column; the answer is computed once per loaded table and kept.
+one Arrow compute call over the whole column; the answer is computed once per loaded table and kept (with
+documents written since the version: over the live documents, once per change of the delta).
 """
 
 from __future__ import annotations
@@ -19,9 +20,11 @@ from fastapi import APIRouter, Request
 from pydantic import BaseModel, Field
 from starlette.responses import Response
 
+from index.delta import Delta
 from index.errors import InvalidQuery
 from index.payload import BOOLEAN, FLOAT, INTEGER, STRING, STRING_LIST, TIMESTAMP, Payload
 from index.table import Table
+from service import live
 from service.deps import TableDep
 from service.errors import TABLE_ERRORS, responses
 from service.execute import compute
@@ -66,6 +69,9 @@ async def get_fields(request: Request, table: TableDep) -> Response:
     payload = table.payload
     if payload is None:
         raise InvalidQuery(f"table {table.name!r} holds {table.kind}, not documents: it has no fields")
+    delta = live.delta_of(table)  # written documents count, deleted ones do not (as in a fresh import)
+    if delta is not None:
+        return FastJSON(delta.cached("fields", lambda: field_stats(table.name, payload, delta)))
     with _lock:
         known = _cache.get(table)
     if known is None:
@@ -75,9 +81,17 @@ async def get_fields(request: Request, table: TableDep) -> Response:
     return FastJSON(known)
 
 
-def field_stats(name: str, payload: Payload) -> dict[str, Any]:
-    fields = {field: _stats(kind, payload.column(field)) for field, kind in payload.fields.items()}
-    return {"table": name, "rows": len(payload), "fields": fields}
+def field_stats(name: str, payload: Payload, delta: Delta | None = None) -> dict[str, Any]:
+    """The statistics of every field, over the version's rows, or the live documents when a ``delta`` is given."""
+    if delta is None:
+        fields = {field: _stats(kind, payload.column(field)) for field, kind in payload.fields.items()}
+        return {"table": name, "rows": len(payload), "fields": fields}
+    keep, written = pa.array(~delta.deleted), delta.columns()
+    fields = {}
+    for field, kind in payload.fields.items():
+        column = payload.column(field).filter(keep)
+        fields[field] = _stats(kind, pa.concat_arrays([column, written.column(field).cast(column.type)]))
+    return {"table": name, "rows": keep.true_count + len(written.documents), "fields": fields}
 
 
 def _stats(kind: str, column: pa.Array) -> dict[str, Any]:

@@ -19,6 +19,7 @@ from index.errors import EmbeddingError, InvalidQuery
 from index.filters import RowSet
 from index.hybrid import DocumentSearch, Mode
 from index.hybrid import run as run_hybrid
+from index.live_search import LiveSource
 from index.search import SearchOptions, VectorSearch
 from index.table import Table
 from service import execute, live, queries
@@ -200,15 +201,19 @@ def _run(
 ) -> list[list[dict[str, Any]]]:
     """The shaped hits of queries sharing a mode, a filter's ``rows`` and ``page``'s offset and score floor: a plain
     vector search (``Table.run``) unless the mode or diversity asks for ``index.hybrid``. With a ``delta``, a
-    vector search merges the version and the written documents; keyword, hybrid and diverse searches read the
-    version's rows that are not deleted (the written documents join them when the table is compacted)."""
+    search merges the version and the written documents as one table (``index.live_search``)."""
     probes = [probe for probe, _ in members if probe is not None]
+    source: Table | LiveSource = table
     if delta is not None:
+        written = live.written_passing(delta, page.filter)
         if mode == "vector" and not body.diversity:
             merged = _request(probes, page, body.k, options, rows)
-            answers = vector_search(table, delta, merged, live.written_passing(delta, page.filter))
+            answers = vector_search(table, delta, merged, written)
             return [live.documents(table, delta, hits, body.fields) for hits in answers]
-        rows = RowSet((np.ones(table.rows, dtype=bool) if rows is None else rows.mask) & ~delta.deleted)
+        source = LiveSource(table, delta)
+        version = (np.ones(table.rows, dtype=bool) if rows is None else rows.mask) & ~delta.deleted
+        extra = np.ones(source.rows - table.rows, dtype=bool) if written is None else written
+        rows = RowSet(np.concatenate([version, extra]))
     if mode == "vector" and not body.diversity:
         return [
             documents(table, hits, body.fields) for hits in table.run(_request(probes, page, body.k, options, rows))
@@ -228,6 +233,8 @@ def _run(
         None if body.weights is None else (body.weights.vector, body.weights.keyword),
         body.diversity or 0.0,
     )
+    if delta is not None:
+        return [live.ranked_documents(table, delta, hits, body.fields) for hits in run_hybrid(source, search)]
     return [ranked_documents(table, hits, body.fields) for hits in run_hybrid(table, search)]
 
 

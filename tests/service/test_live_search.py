@@ -180,3 +180,71 @@ def test_a_written_document_is_found_at_once(live: str, lee_docs: Lee) -> None:
         f"{live}/v1/tables/lee/search", json={"vector": lee_docs.vectors[259].tolist(), "k": 2}, timeout=30
     ).json()
     assert {hit["id"] for hit in near["hits"]} == {"lee-259", "new/07"}
+
+
+def words(lee: Lee, row: int, count: int = 12) -> str:
+    return " ".join(lee.texts[row].split()[:count])
+
+
+TEXT_QUERIES: list[dict[str, Any]] = [
+    {"text": "text:5", "mode": "keyword", "k": 20},
+    {"text": "text:104", "mode": "keyword", "k": 50},  # a deleted document's words
+    {"text": "text:0", "mode": "keyword", "k": 10},  # a replaced document's words
+    {"text": "text:37", "mode": "keyword", "k": 8, "filter": {"year": {"gte": 1970, "lt": 1990}}},
+    {"text": "text:74", "mode": "keyword", "k": 5, "offset": 3, "min_score": 4.0},
+    {"queries": [{"text": "text:111"}, {"text": "text:148", "offset": 2}, {"text": "fire fire bushfires"}], "k": 6},
+    {"vector": "doc:148", "text": "text:148", "mode": "hybrid", "k": 10},
+    {"id": "new/02", "text": "text:185", "mode": "hybrid", "k": 8, "rrf_k": 10, "weights": {"keyword": 2}},
+    {"vector": "doc:60", "text": "text:60", "mode": "hybrid", "k": 5, "offset": 5, "filter": {"not": {"lang": "en"}}},
+    {"vector": "doc:70", "text": "text:70", "mode": "hybrid", "k": 6, "diversity": 0.5},
+    {"vector": "doc:259", "k": 6, "diversity": 0.7},
+    {"id": "new/12", "k": 5, "diversity": 0.3, "filter": {"year": {"gte": 1970}}},
+]
+
+
+def resolve_text(body: dict[str, Any], lee: Lee) -> dict[str, Any]:
+    def text(v: Any) -> Any:
+        return words(lee, int(v[5:])) if isinstance(v, str) and v.startswith("text:") else v
+
+    request = resolve(body, lee)
+    if "text" in request:
+        request["text"] = text(request["text"])
+    for item in request.get("queries", []):
+        item.update(mode="keyword", text=text(item["text"]))
+    return request
+
+
+@pytest.mark.parametrize("body", TEXT_QUERIES, ids=[str(i) for i in range(len(TEXT_QUERIES))])
+def test_keyword_hybrid_and_diverse_searches_after_writes_equal_a_fresh_import(
+    live: str, fresh: TestClient, lee_docs: Lee, body: dict[str, Any]
+) -> None:
+    """BM25 with the live documents' statistics (count, average length, each word's document frequency) and the
+    written documents' words: the same hits in the same order, the same scores and ranks as a fresh import."""
+    request = resolve_text(body, lee_docs)
+    expected = fresh.post("/v1/tables/lee/search", json=request)
+    assert expected.status_code == 200, expected.text
+    theirs = hits_of(expected.json())
+    assert any(h["id"].startswith("new/") for hits in theirs for h in hits) or body.get("filter")
+    for _ in range(4):  # over new connections: both workers
+        got = real_server.HTTP.post(f"{live}/v1/tables/lee/search", json=request, timeout=30)
+        assert got.status_code == 200, got.text
+        for mine, reference in zip(hits_of(got.json()), theirs, strict=True):
+            assert [h["id"] for h in mine] == [h["id"] for h in reference]
+            assert [h.get("ranks") for h in mine] == [h.get("ranks") for h in reference]
+            assert shown(mine) == shown(reference)
+            if request.get("mode") == "keyword":  # BM25 to the bit
+                assert [h["score"] for h in mine] == [h["score"] for h in reference]
+            else:
+                np.testing.assert_allclose([h["score"] for h in mine], [h["score"] for h in reference], atol=1e-6)
+        assert passing(got.json()) == passing(expected.json())
+
+
+def test_fields_after_writes_equal_a_fresh_import(live: str, fresh: TestClient) -> None:
+    """``GET .../fields`` counts written documents and leaves deleted ones out, as a fresh import does."""
+    expected = fresh.get("/v1/tables/lee/fields")
+    assert expected.status_code == 200, expected.text
+    for _ in range(4):  # both workers
+        got = real_server.HTTP.get(f"{live}/v1/tables/lee/fields", timeout=30)
+        assert got.status_code == 200, got.text
+        assert got.json() == expected.json()
+    assert got.json()["fields"]["year"]["min"] == 1970  # the replaced documents' year: written, not imported

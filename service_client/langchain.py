@@ -1,0 +1,189 @@
+"""A LangChain ``VectorStore`` over a documents table of an embedding-search server (``pip install
+embedding-search[langchain]``).
+
+    from service_client import Client
+    from service_client.langchain import EmbeddingSearchStore
+
+    store = EmbeddingSearchStore(Client(url, api_key=WRITE_KEY), "notes", embedding=embeddings)
+    store.add_texts(["a note"], metadatas=[{"folder": "inbox"}], ids=["note-1"])
+    store.similarity_search("note", k=4, filter={"folder": "inbox"})
+
+Documents are written with ``POST .../documents`` (upserts by id) and deleted with ``.../documents/delete``; a
+search is ``POST .../search`` (``max_marginal_relevance_search``: its ``diversity``, ``1 - lambda_mult``), seen
+at once. A document's metadata is kept whole, as JSON, in the table's string field ``metadata`` (so it comes
+back as it went in, whatever its keys); a metadata key that is also a field of the table is written to that
+field too, where ``filter`` (the server's filter language) can test it. Ids are strings (a table of string ids).
+Without an ``embedding``, texts are embedded by the table's encoder on the server.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+from langchain_core.documents import Document
+from langchain_core.embeddings import Embeddings
+from langchain_core.vectorstores import VectorStore
+
+from service_client import ApiError, Client, Hit
+
+METADATA = "metadata"  # the table's string field holding each document's metadata as JSON
+BATCH = 256  # documents per write request
+
+
+class EmbeddingSearchStore(VectorStore):
+    def __init__(self, client: Client, table: str, embedding: Embeddings | None = None) -> None:
+        self.client = client
+        self.table = table
+        self.embedding = embedding
+        self._fields: dict[str, str] | None = None
+
+    @property
+    def embeddings(self) -> Embeddings | None:
+        return self.embedding
+
+    def fields(self) -> dict[str, str]:
+        """The table's fields and their types (read once)."""
+        if self._fields is None:
+            self._fields = dict(self.client.table(self.table)["documents"]["fields"])
+        return self._fields
+
+    def _row_fields(self, metadata: dict[str, Any]) -> dict[str, Any]:
+        fields = {name: value for name, value in metadata.items() if name in self.fields() and name != METADATA}
+        if METADATA in self.fields():
+            fields[METADATA] = json.dumps(metadata, sort_keys=True)
+        return fields
+
+    def _document(self, hit: Hit | dict[str, Any]) -> Document:
+        ident, text, fields = (
+            (hit.id, hit.text, hit.fields)
+            if isinstance(hit, Hit)
+            else (hit["id"], hit.get("text"), hit.get("fields", {}))
+        )
+        stored = fields.get(METADATA)
+        metadata = json.loads(stored) if isinstance(stored, str) else {k: v for k, v in fields.items() if v is not None}
+        return Document(id=str(ident), page_content=text or "", metadata=metadata)
+
+    # ------------------------------------------------------------------------------------------ writes
+    def add_texts(
+        self,
+        texts: Iterable[str],
+        metadatas: list[dict[str, Any]] | None = None,
+        *,
+        ids: list[str] | None = None,
+        **kwargs: Any,
+    ) -> list[str]:
+        texts = list(texts)
+        metadatas = metadatas or [{} for _ in texts]
+        ids = (
+            [str(i) if i is not None else str(uuid.uuid4()) for i in ids] if ids else [str(uuid.uuid4()) for _ in texts]
+        )
+        vectors = self.embedding.embed_documents(texts) if self.embedding is not None else None
+        documents = []
+        for i, (ident, text, metadata) in enumerate(zip(ids, texts, metadatas, strict=True)):
+            document: dict[str, Any] = {"id": ident, "text": text, "fields": self._row_fields(metadata)}
+            if vectors is not None:
+                document["vector"] = vectors[i]
+            documents.append(document)
+        for start in range(0, len(documents), BATCH):
+            self.client.upsert_documents(self.table, documents[start : start + BATCH])
+        return ids
+
+    def delete(self, ids: list[str] | None = None, **kwargs: Any) -> bool | None:
+        """Delete by ids (ids not there are no error), or by ``filter=`` (the server's filter language)."""
+        if ids is None and kwargs.get("filter") is None:
+            raise ValueError("delete needs ids or a filter")
+        if ids is None:
+            self.client.delete_documents(self.table, filter=kwargs["filter"])
+        for start in range(0, len(ids or []), BATCH):
+            self.client.delete_documents(self.table, ids=(ids or [])[start : start + BATCH])
+        return True
+
+    def get_by_ids(self, ids: Sequence[str], /) -> list[Document]:
+        found = []
+        for ident in ids:
+            try:
+                found.append(self._document(self.client.document(self.table, ident)))
+            except ApiError as error:
+                if error.code != "unknown_document":
+                    raise
+        return found
+
+    # ----------------------------------------------------------------------------------------- searches
+    def _search(self, query: dict[str, Any], k: int, filter: dict[str, Any] | None) -> list[tuple[Document, float]]:
+        if filter is not None:
+            query["filter"] = filter
+        hits = self.client.search_documents(self.table, k=k, **query).hits
+        return [(self._document(hit), hit.score) for hit in hits]
+
+    def _query(self, text: str) -> dict[str, Any]:
+        if self.embedding is None:
+            return {"text": text}
+        return {"vector": self.embedding.embed_query(text)}
+
+    def similarity_search(
+        self, query: str, k: int = 4, filter: dict[str, Any] | None = None, **kwargs: Any
+    ) -> list[Document]:
+        return [document for document, _ in self.similarity_search_with_score(query, k, filter)]
+
+    def similarity_search_with_score(
+        self, query: str, k: int = 4, filter: dict[str, Any] | None = None, **kwargs: Any
+    ) -> list[tuple[Document, float]]:
+        """The ``k`` nearest documents and their cosine similarity (higher is nearer)."""
+        return self._search(self._query(query), k, filter)
+
+    def similarity_search_by_vector(
+        self, embedding: list[float], k: int = 4, filter: dict[str, Any] | None = None, **kwargs: Any
+    ) -> list[Document]:
+        return [document for document, _ in self.similarity_search_by_vector_with_score(embedding, k, filter)]
+
+    def similarity_search_by_vector_with_score(
+        self, embedding: list[float], k: int = 4, filter: dict[str, Any] | None = None
+    ) -> list[tuple[Document, float]]:
+        return self._search({"vector": list(embedding)}, k, filter)
+
+    def max_marginal_relevance_search(
+        self,
+        query: str,
+        k: int = 4,
+        fetch_k: int = 20,
+        lambda_mult: float = 0.5,
+        filter: dict[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> list[Document]:
+        """MMR by the server (``diversity`` ``1 - lambda_mult``, over its own ``4 * k`` candidates: ``fetch_k``
+        is not used)."""
+        query_ = {**self._query(query), "diversity": 1.0 - lambda_mult}
+        return [document for document, _ in self._search(query_, k, filter)]
+
+    def max_marginal_relevance_search_by_vector(
+        self,
+        embedding: list[float],
+        k: int = 4,
+        fetch_k: int = 20,
+        lambda_mult: float = 0.5,
+        filter: dict[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> list[Document]:
+        query = {"vector": list(embedding), "diversity": 1.0 - lambda_mult}
+        return [document for document, _ in self._search(query, k, filter)]
+
+    def _select_relevance_score_fn(self) -> Callable[[float], float]:
+        return lambda cosine: (cosine + 1.0) / 2.0  # cosine in [-1, 1] to a relevance in [0, 1]
+
+    @classmethod
+    def from_texts(
+        cls,
+        texts: list[str],
+        embedding: Embeddings,
+        metadatas: list[dict[str, Any]] | None = None,
+        *,
+        ids: list[str] | None = None,
+        **kwargs: Any,
+    ) -> EmbeddingSearchStore:
+        """A store over ``table=`` of ``client=`` (an existing documents table), ``texts`` added to it."""
+        store = cls(kwargs["client"], kwargs["table"], embedding)
+        store.add_texts(texts, metadatas, ids=ids)
+        return store

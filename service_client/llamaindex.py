@@ -1,0 +1,195 @@
+"""A LlamaIndex vector store over a documents table of an embedding-search server (``pip install
+embedding-search[llamaindex]``).
+
+    from llama_index.core import StorageContext, VectorStoreIndex
+    from service_client import Client
+    from service_client.llamaindex import EmbeddingSearchVectorStore
+
+    store = EmbeddingSearchVectorStore(client=Client(url, api_key=WRITE_KEY), table="notes")
+    index = VectorStoreIndex(nodes, storage_context=StorageContext.from_defaults(vector_store=store))
+
+``add`` upserts each node by its id (its embedding as the vector, its text, its metadata and relationships kept
+whole, as JSON, in the table's string field ``metadata``; a metadata key that is also a field of the table is
+written to that field too, and its source document's id to a ``ref_doc_id`` field when the table has one);
+``delete(ref_doc_id)`` deletes the nodes of a source document (by that field); ``query`` searches by the query
+embedding with ``MetadataFilters`` translated to the server's filter language (on the table's fields), mode
+``mmr`` by the server's ``diversity`` (``1 - mmr_threshold``, 0.5 by default).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from llama_index.core.schema import BaseNode, MetadataMode, TextNode
+from llama_index.core.vector_stores.types import (
+    BasePydanticVectorStore,
+    FilterCondition,
+    FilterOperator,
+    MetadataFilter,
+    MetadataFilters,
+    VectorStoreQuery,
+    VectorStoreQueryMode,
+    VectorStoreQueryResult,
+)
+from llama_index.core.vector_stores.utils import metadata_dict_to_node, node_to_metadata_dict
+from pydantic import PrivateAttr
+
+from service_client import Client
+
+METADATA = "metadata"
+REF_DOC_ID = "ref_doc_id"
+BATCH = 256
+RANGES = {FilterOperator.GT: "gt", FilterOperator.GTE: "gte", FilterOperator.LT: "lt", FilterOperator.LTE: "lte"}
+
+
+def filter_of(filters: MetadataFilters) -> dict[str, Any]:
+    """LlamaIndex's ``MetadataFilters`` in the server's filter language; ValueError for what it cannot say."""
+    parts: list[dict[str, Any]] = []
+    for item in filters.filters:
+        if isinstance(item, MetadataFilters):
+            parts.append(filter_of(item))
+            continue
+        parts.append(_condition(item))
+    if filters.condition == FilterCondition.NOT:
+        return {"not": {"or": parts}}
+    return {"or" if filters.condition == FilterCondition.OR else "and": parts}
+
+
+def _condition(item: MetadataFilter) -> dict[str, Any]:
+    key, value, operator = item.key, item.value, item.operator
+    if operator == FilterOperator.EQ:
+        return {key: {"eq": value}}
+    if operator == FilterOperator.NE:
+        return {key: {"ne": value}}
+    if operator in RANGES:
+        return {key: {RANGES[operator]: value}}
+    if operator in (FilterOperator.IN, FilterOperator.ANY):
+        return {key: {"in": list(value) if isinstance(value, list) else [value]}}
+    if operator == FilterOperator.NIN:
+        return {"not": {key: {"in": list(value) if isinstance(value, list) else [value]}}}
+    if operator in (FilterOperator.ALL, FilterOperator.CONTAINS):
+        return {key: {"contains": value}}
+    raise ValueError(f"filter operator {operator.value!r} has no equivalent in the server's filter language")
+
+
+class EmbeddingSearchVectorStore(BasePydanticVectorStore):
+    stores_text: bool = True
+    flat_metadata: bool = False
+    _table: str = PrivateAttr()
+    _client: Client = PrivateAttr()
+    _fields: dict[str, str] | None = PrivateAttr(default=None)
+
+    def __init__(self, client: Client, table: str, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._client, self._table = client, table
+
+    @property
+    def table(self) -> str:
+        return self._table
+
+    @property
+    def client(self) -> Client:
+        return self._client
+
+    def fields(self) -> dict[str, str]:
+        if self._fields is None:
+            self._fields = dict(self._client.table(self.table)["documents"]["fields"])
+        return self._fields
+
+    def add(self, nodes: Sequence[BaseNode], **kwargs: Any) -> list[str]:
+        documents = []
+        for node in nodes:
+            stored = node_to_metadata_dict(node, remove_text=True, flat_metadata=False)
+            fields = {k: v for k, v in node.metadata.items() if k in self.fields() and k not in (METADATA, REF_DOC_ID)}
+            if METADATA in self.fields():
+                fields[METADATA] = json.dumps(stored, sort_keys=True)
+            if REF_DOC_ID in self.fields():
+                fields[REF_DOC_ID] = node.ref_doc_id
+            document: dict[str, Any] = {
+                "id": node.node_id,
+                "text": node.get_content(metadata_mode=MetadataMode.NONE),
+                "fields": fields,
+            }
+            if node.embedding is not None:
+                document["vector"] = node.embedding
+            documents.append(document)
+        for start in range(0, len(documents), BATCH):
+            self._client.upsert_documents(self.table, documents[start : start + BATCH])
+        return [node.node_id for node in nodes]
+
+    def delete(self, ref_doc_id: str, **delete_kwargs: Any) -> None:
+        self._client.delete_documents(self.table, filter={REF_DOC_ID: ref_doc_id})
+
+    def delete_nodes(
+        self,
+        node_ids: list[str] | None = None,
+        filters: MetadataFilters | None = None,
+        **delete_kwargs: Any,
+    ) -> None:
+        if node_ids is not None:
+            for start in range(0, len(node_ids), BATCH):
+                self._client.delete_documents(self.table, ids=node_ids[start : start + BATCH])
+        if filters is not None:
+            self._client.delete_documents(self.table, filter=filter_of(filters))
+
+    def clear(self) -> None:
+        self._client.delete_documents(self.table, filter={"not": {METADATA: "\u0000"}})
+
+    def _node(self, ident: str | int, text: str | None, fields: dict[str, Any]) -> BaseNode:
+        stored = fields.get(METADATA)
+        metadata = json.loads(stored) if isinstance(stored, str) else None
+        if isinstance(metadata, dict) and "_node_content" in metadata:  # a node this store wrote
+            node = metadata_dict_to_node(metadata, text=text or "")
+        else:  # a document written otherwise: its metadata, or its fields
+            if not isinstance(metadata, dict):
+                metadata = {k: v for k, v in fields.items() if v is not None and k != METADATA}
+            node = TextNode(text=text or "", metadata=metadata)
+        node.id_ = str(ident)
+        return node
+
+    def get_nodes(self, node_ids: list[str] | None = None, filters: MetadataFilters | None = None) -> list[BaseNode]:
+        if node_ids is None:
+            raise ValueError("get_nodes needs node_ids")
+        from service_client import ApiError
+
+        found = []
+        for ident in node_ids:
+            try:
+                document = self._client.document(self.table, ident)
+            except ApiError as error:
+                if error.code != "unknown_document":
+                    raise
+                continue
+            found.append(self._node(document["id"], document.get("text"), document.get("fields", {})))
+        return found
+
+    def query(self, query: VectorStoreQuery, **kwargs: Any) -> VectorStoreQueryResult:
+        body: dict[str, Any] = {}
+        if query.query_embedding is not None:
+            body["vector"] = list(query.query_embedding)
+        elif query.query_str is not None:
+            body["text"] = query.query_str  # embedded by the table's encoder
+        else:
+            raise ValueError("a query needs an embedding or a text")
+        if query.mode == VectorStoreQueryMode.MMR:
+            threshold = query.mmr_threshold if query.mmr_threshold is not None else 0.5
+            body["diversity"] = 1.0 - threshold
+        elif query.mode != VectorStoreQueryMode.DEFAULT:
+            raise ValueError(f"query mode {query.mode.value!r} is not supported: use default or mmr")
+        conditions = []
+        if query.filters is not None:
+            conditions.append(filter_of(query.filters))
+        if query.doc_ids:
+            conditions.append({REF_DOC_ID: {"in": list(query.doc_ids)}})
+        if query.node_ids:
+            raise ValueError("a query by node_ids is not supported: use get_nodes")
+        if conditions:
+            body["filter"] = conditions[0] if len(conditions) == 1 else {"and": conditions}
+        hits = self._client.search_documents(self.table, k=query.similarity_top_k, **body).hits
+        return VectorStoreQueryResult(
+            nodes=[self._node(hit.id, hit.text, hit.fields) for hit in hits],
+            similarities=[hit.score for hit in hits],
+            ids=[str(hit.id) for hit in hits],
+        )

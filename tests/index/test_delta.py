@@ -1,0 +1,104 @@
+"""The delta's matrix of written documents, made again after each change (reusing the rows of the last one when
+documents were only appended), always equals the one made from scratch: ids, unit rows and norms in write order."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from index.delta import Delta
+from index.table import Table
+from index.writelog import Record
+from tests.lee import Lee
+
+
+def fresh(delta: Delta) -> tuple[list[object], np.ndarray, np.ndarray]:
+    docs = list(delta.documents.values())
+    return [d.id for d in docs], np.vstack([d.vector for d in docs]), np.array([d.norm for d in docs], np.float32)
+
+
+def test_the_matrix_after_appends_replacements_and_deletes(lee_data_dir: Path, lee_docs: Lee) -> None:
+    table = Table.load(lee_data_dir / "lee")
+    assert table.payload is not None
+    delta = Delta(table.payload, table.rows, table.dim, 0)
+    vectors = lee_docs.vectors
+    seq = 0
+
+    def upsert(ids: list[str], rows: list[int]) -> None:
+        nonlocal seq
+        seq += 1
+        docs = [
+            {"id": i, "text": lee_docs.texts[r], "vector": vectors[r].tolist()} for i, r in zip(ids, rows, strict=True)
+        ]
+        delta.apply([Record(seq, 0, 0, {"op": "upsert", "documents": docs})])
+
+    def delete(ids: list[str]) -> None:
+        nonlocal seq
+        seq += 1
+        delta.apply([Record(seq, 0, 0, {"op": "delete", "ids": ids})])
+
+    steps = [
+        lambda: upsert([f"n{i}" for i in range(20)], list(range(20))),
+        lambda: upsert(["n20", "n21"], [40, 41]),  # appended: the last matrix's rows reused
+        lambda: upsert(["n3"], [99]),  # a written document replaced: it moves to the end
+        lambda: delete(["n5", "lee-010"]),  # a written and an imported document deleted
+        lambda: upsert(["n22"], [50]),
+        lambda: delete([f"n{i}" for i in range(23)]),  # none left
+        lambda: upsert(["n30"], [60]),
+    ]
+    for step in steps:
+        step()
+        snapshot = delta.snapshot()
+        ids, matrix, norms = snapshot.matrix()
+        if not snapshot.documents:
+            assert ids == [] and matrix.shape == (0, table.dim)
+            continue
+        want_ids, want_matrix, want_norms = fresh(snapshot)
+        assert ids == want_ids
+        np.testing.assert_array_equal(matrix, want_matrix)
+        np.testing.assert_array_equal(norms, want_norms)
+        assert [d.id for d in snapshot.written_in_order()] == ids
+
+
+def test_keyword_search_after_each_change_equals_a_delta_made_at_once(lee_data_dir: Path, lee_docs: Lee) -> None:
+    """The written documents' words are cut once each and kept across changes; after every change, BM25 over the
+    delta equals that of a delta that applied the same records at once (which equals a fresh import:
+    tests/service/test_live_search.py)."""
+    from index.live_search import LiveSource
+
+    table = Table.load(lee_data_dir / "lee")
+    assert table.payload is not None and table.keyword is not None
+    growing = Delta(table.payload, table.rows, table.dim, 0)
+    records: list[Record] = []
+    texts = lee_docs.texts
+
+    def record(body: dict[str, object]) -> None:
+        records.append(Record(len(records) + 1, 0, 0, body))
+        growing.apply(records[-1:])
+
+    def upsert(ids: list[str], rows: list[int]) -> dict[str, object]:
+        docs = [
+            {"id": i, "text": texts[r], "vector": lee_docs.vectors[r].tolist()} for i, r in zip(ids, rows, strict=True)
+        ]
+        return {"op": "upsert", "documents": docs}
+
+    queries = [" ".join(texts[r].split()[:10]) for r in (3, 40, 77, 150)]
+    steps = [
+        upsert([f"n{i}" for i in range(10)], list(range(3, 13))),
+        upsert(["n10"], [40]),
+        upsert(["n2"], [77]),  # a written document replaced
+        {"op": "delete", "ids": ["n4", "lee-040"]},
+        upsert(["lee-003"], [150]),  # an imported document replaced
+        {"op": "delete", "ids": [f"n{i}" for i in range(11)]},
+    ]
+    for body in steps:
+        record(body)
+        at_once = Delta(table.payload, table.rows, table.dim, 0)
+        at_once.apply(records)
+        mine = LiveSource(table, growing.snapshot()).keyword
+        theirs = LiveSource(table, at_once.snapshot()).keyword
+        assert mine is not None and theirs is not None
+        got, want = mine.search(queries, 20), theirs.search(queries, 20)
+        np.testing.assert_array_equal(got[1], want[1])
+        np.testing.assert_array_equal(got[0], want[0])

@@ -1,0 +1,135 @@
+"""The LangChain vector store (``service_client.langchain``) against a real ``embedding-serve`` (two workers):
+LangChain's own standard tests (``langchain_tests.integration_tests.VectorStoreIntegrationTests``), then filters,
+scores, MMR and the server's encoder."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+
+import numpy as np
+import pytest
+from langchain_core.documents import Document
+from langchain_core.embeddings import DeterministicFakeEmbedding
+from langchain_core.vectorstores import VectorStore
+from langchain_core.vectorstores.utils import maximal_marginal_relevance
+from langchain_tests.integration_tests import VectorStoreIntegrationTests
+
+from service_client import Client
+from service_client.langchain import EmbeddingSearchStore
+from tests.index.test_sources import run_cli
+from tests.lee import Lee
+from tests.service import real_server
+
+KEY = "langchain-writer-key-0123456789ab"
+DIM = 6  # langchain_tests' DeterministicFakeEmbedding
+
+
+@pytest.fixture(scope="module")
+def server_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A server with ``lc``: a documents table of 6 dimensions with a ``metadata`` field and a ``topic`` field,
+    imported with one placeholder document that each test's store deletes."""
+    data = tmp_path_factory.mktemp("langchain-data")
+    source = data.parent / "lc.jsonl"
+    placeholder = {"id": "placeholder", "text": "placeholder", "vector": [1.0] + [0.0] * (DIM - 1)}
+    source.write_text(json.dumps({**placeholder, "metadata": "{}", "topic": "none"}) + "\n")
+    assert run_cli("import", source, "--format", "documents", "--name", "lc", "--data-dir", data).code == 0
+    log = tmp_path_factory.mktemp("langchain-serve") / "serve.log"
+    with real_server.running(data, log, "--workers", "2", env={"EMBEDDING_WRITE_KEYS": KEY}) as server:
+        yield server.base
+
+
+def empty_store(url: str, embedding: object) -> EmbeddingSearchStore:
+    store = EmbeddingSearchStore(Client(url, api_key=KEY), "lc", embedding=embedding)  # type: ignore[arg-type]
+    store.delete(filter={"not": {"metadata": "\u0000"}})  # every document
+    return store
+
+
+class TestStandard(VectorStoreIntegrationTests):
+    @pytest.fixture()
+    def vectorstore(self, server_url: str) -> Iterator[VectorStore]:  # type: ignore[override]
+        store = empty_store(server_url, self.get_embeddings())
+        try:
+            yield store
+        finally:
+            store.delete(filter={"not": {"metadata": "\u0000"}})
+
+
+def everything(store: EmbeddingSearchStore) -> None:
+    store.delete(filter={"not": {"metadata": "\u0000"}})
+
+
+@pytest.fixture()
+def lee_store(server_url: str, lee_docs: Lee) -> Iterator[tuple[EmbeddingSearchStore, list[str]]]:
+    """The store holding the first 40 Lee stories, with their metadata: a table field (topic) and others."""
+    store = empty_store(server_url, DeterministicFakeEmbedding(size=DIM))
+    texts = lee_docs.texts[:40]
+    metadatas = [{"topic": "even" if i % 2 == 0 else "odd", "row": i, "tags": ["lee", str(i)]} for i in range(40)]
+    store.add_texts(texts, metadatas, ids=[f"lee-{i}" for i in range(40)])
+    try:
+        yield store, texts
+    finally:
+        everything(store)
+
+
+def test_metadata_comes_back_whole_and_filters_on_table_fields(
+    lee_store: tuple[EmbeddingSearchStore, list[str]],
+) -> None:
+    store, texts = lee_store
+    found = store.similarity_search(texts[3], k=5, filter={"topic": "odd"})
+    assert found[0] == Document(
+        id="lee-3", page_content=texts[3], metadata={"topic": "odd", "row": 3, "tags": ["lee", "3"]}
+    )
+    assert len(found) == 5 and all(d.metadata["row"] % 2 == 1 for d in found)
+    assert store.get_by_ids(["lee-8", "nowhere"])[0].metadata["row"] == 8
+
+
+def test_scores_are_the_cosines_and_a_new_client_sees_writes(
+    lee_store: tuple[EmbeddingSearchStore, list[str]], server_url: str
+) -> None:
+    store, texts = lee_store
+    embedding = DeterministicFakeEmbedding(size=DIM)
+    matrix = np.array(embedding.embed_documents(texts))
+    matrix /= np.linalg.norm(matrix, axis=1, keepdims=True)
+    query = np.array(embedding.embed_query("bushfires near Sydney"))
+    cosines = matrix @ (query / np.linalg.norm(query))
+    best = np.argsort(-cosines)[:10]
+    for reader in range(3):  # new connections: both workers
+        other = EmbeddingSearchStore(Client(server_url), "lc", embedding=embedding)
+        hits = other.similarity_search_with_score("bushfires near Sydney", k=10)
+        assert [d.id for d, _ in hits] == [f"lee-{i}" for i in best], reader
+        np.testing.assert_allclose([s for _, s in hits], cosines[best], atol=1e-6)
+    by_vector = store.similarity_search_by_vector(query.tolist(), k=3)
+    assert [d.id for d in by_vector] == [f"lee-{i}" for i in best[:3]]
+    relevance = store.similarity_search_with_relevance_scores("bushfires near Sydney", k=2)
+    np.testing.assert_allclose([s for _, s in relevance], (cosines[best[:2]] + 1) / 2, atol=1e-6)
+
+
+@pytest.mark.parametrize("lambda_mult", [0.25, 0.5, 0.9])
+def test_mmr_equals_langchains_own(lee_store: tuple[EmbeddingSearchStore, list[str]], lambda_mult: float) -> None:
+    """With every document among the server's candidates (40 <= 4 * k), MMR chooses as LangChain's
+    ``maximal_marginal_relevance`` does."""
+    store, texts = lee_store
+    embedding = DeterministicFakeEmbedding(size=DIM)
+    query = embedding.embed_query("election")
+    chosen = maximal_marginal_relevance(np.array(query), embedding.embed_documents(texts), lambda_mult, k=10)
+    found = store.max_marginal_relevance_search("election", k=10, lambda_mult=lambda_mult)
+    assert [d.id for d in found] == [f"lee-{i}" for i in chosen]
+    assert [d.id for d in store.max_marginal_relevance_search_by_vector(query, k=10, lambda_mult=lambda_mult)] == [
+        d.id for d in found
+    ]
+
+
+def test_delete_by_filter_and_from_texts(lee_store: tuple[EmbeddingSearchStore, list[str]], server_url: str) -> None:
+    store, texts = lee_store
+    assert store.delete(filter={"topic": "even"})
+    assert {d.metadata["topic"] for d in store.similarity_search(texts[0], k=40)} == {"odd"}
+    made = EmbeddingSearchStore.from_texts(
+        ["a written note"],
+        DeterministicFakeEmbedding(size=DIM),
+        [{"topic": "note"}],
+        ids=["note"],
+        client=Client(server_url, api_key=KEY),
+        table="lc",
+    )
+    assert made.similarity_search("a written note", k=1, filter={"topic": "note"})[0].id == "note"

@@ -1,0 +1,224 @@
+"""The LlamaIndex vector store (``service_client.llamaindex``) against a real ``embedding-serve`` (two workers).
+LlamaIndex ships no standard vector-store tests; these are their equivalent of LangChain's (an empty store, add,
+idempotent re-add, replacement by id, delete by source document and by node ids, missing ids, metadata that comes
+back whole), then ``MetadataFilters``, scores, MMR and a ``VectorStoreIndex`` built and queried over the store."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import pytest
+from langchain_core.embeddings import DeterministicFakeEmbedding
+from langchain_core.vectorstores.utils import maximal_marginal_relevance
+from llama_index.core import StorageContext, VectorStoreIndex
+from llama_index.core.base.embeddings.base import BaseEmbedding
+from llama_index.core.schema import NodeRelationship, RelatedNodeInfo, TextNode
+from llama_index.core.vector_stores.types import (
+    FilterCondition,
+    FilterOperator,
+    MetadataFilter,
+    MetadataFilters,
+    VectorStoreQuery,
+    VectorStoreQueryMode,
+)
+
+from service_client import Client
+from service_client.llamaindex import EmbeddingSearchVectorStore, filter_of
+from tests.index.test_sources import run_cli
+from tests.lee import Lee
+from tests.service import real_server
+
+KEY = "llamaindex-writer-key-0123456789a"
+DIM = 6
+FAKE = DeterministicFakeEmbedding(size=DIM)  # vectors from a hash of the text: deterministic, not meaningful
+
+
+class FakeEmbedding(BaseEmbedding):
+    """LangChain's deterministic fake embedding as a LlamaIndex embedding model."""
+
+    def _get_query_embedding(self, query: str) -> list[float]:
+        return FAKE.embed_query(query)
+
+    def _get_text_embedding(self, text: str) -> list[float]:
+        return FAKE.embed_query(text)
+
+    async def _aget_query_embedding(self, query: str) -> list[float]:
+        return FAKE.embed_query(query)
+
+
+@pytest.fixture(scope="module")
+def server_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    data = tmp_path_factory.mktemp("llamaindex-data")
+    source = data.parent / "li.jsonl"
+    row = {"id": "placeholder", "text": "placeholder", "vector": [1.0] + [0.0] * (DIM - 1), "metadata": "{}"}
+    source.write_text(json.dumps({**row, "ref_doc_id": "none", "topic": "none", "row": -1}) + "\n")
+    assert run_cli("import", source, "--format", "documents", "--name", "li", "--data-dir", data).code == 0
+    log = tmp_path_factory.mktemp("llamaindex-serve") / "serve.log"
+    with real_server.running(data, log, "--workers", "2", env={"EMBEDDING_WRITE_KEYS": KEY}) as server:
+        yield server.base
+
+
+@pytest.fixture()
+def store(server_url: str) -> Iterator[EmbeddingSearchVectorStore]:
+    """An empty store (the table's documents all deleted before and after each test)."""
+    made = EmbeddingSearchVectorStore(Client(server_url, api_key=KEY), "li")
+    made.clear()
+    try:
+        yield made
+    finally:
+        made.clear()
+
+
+def node(ident: str, text: str, source: str = "doc-a", **metadata: Any) -> TextNode:
+    made = TextNode(id_=ident, text=text, metadata=metadata, embedding=FAKE.embed_query(text))
+    made.relationships[NodeRelationship.SOURCE] = RelatedNodeInfo(node_id=source)
+    return made
+
+
+def ask(store: EmbeddingSearchVectorStore, text: str, k: int, **options: Any) -> list[str]:
+    result = store.query(VectorStoreQuery(query_embedding=FAKE.embed_query(text), similarity_top_k=k, **options))
+    return list(result.ids or [])
+
+
+def test_an_empty_store_answers_nothing(store: EmbeddingSearchVectorStore) -> None:
+    assert ask(store, "foo", 1) == []
+
+
+def test_add_then_query_returns_the_nodes_whole(store: EmbeddingSearchVectorStore) -> None:
+    nodes = [node("1", "foo", topic="a", row=1, extra={"deep": [1, 2]}), node("2", "bar", topic="b", row=2)]
+    assert store.add(nodes) == ["1", "2"]
+    result = store.query(VectorStoreQuery(query_embedding=FAKE.embed_query("bar"), similarity_top_k=2))
+    assert result.ids == ["2", "1"]
+    assert result.similarities is not None and result.similarities[0] == pytest.approx(1.0, abs=1e-6)
+    assert result.nodes is not None
+    first, second = result.nodes
+    assert (first.get_content(), first.metadata, first.ref_doc_id) == ("bar", {"topic": "b", "row": 2}, "doc-a")
+    assert second.metadata == {"topic": "a", "row": 1, "extra": {"deep": [1, 2]}}
+
+
+def test_adding_twice_replaces_and_a_mutation_by_id_is_seen(store: EmbeddingSearchVectorStore) -> None:
+    store.add([node("1", "foo"), node("2", "bar")])
+    store.add([node("1", "foo"), node("2", "bar")])
+    assert ask(store, "bar", 5) == ["2", "1"]
+    store.add([node("1", "new foo", topic="changed")])
+    result = store.query(VectorStoreQuery(query_embedding=FAKE.embed_query("new foo"), similarity_top_k=5))
+    assert result.ids == ["1", "2"] and result.nodes is not None
+    assert (result.nodes[0].get_content(), result.nodes[0].metadata) == ("new foo", {"topic": "changed"})
+
+
+def test_delete_by_source_document_and_by_node_ids(store: EmbeddingSearchVectorStore) -> None:
+    store.add(
+        [node("1", "foo", "doc-a"), node("2", "bar", "doc-b"), node("3", "baz", "doc-a"), node("4", "qux", "doc-c")]
+    )
+    store.delete("doc-a")
+    assert sorted(ask(store, "foo", 10)) == ["2", "4"]
+    store.delete_nodes(["4", "missing"])
+    assert ask(store, "foo", 10) == ["2"]
+    store.delete("nothing-of-it")  # no error
+
+
+def test_get_nodes_skips_missing_ids(store: EmbeddingSearchVectorStore) -> None:
+    store.add([node("1", "foo", topic="a")])
+    found = store.get_nodes(["1", "2"])
+    assert [(n.node_id, n.get_content(), n.metadata) for n in found] == [("1", "foo", {"topic": "a"})]
+
+
+@pytest.fixture()
+def lee_nodes(store: EmbeddingSearchVectorStore, lee_docs: Lee) -> list[TextNode]:
+    nodes = [node(f"lee-{i}", lee_docs.texts[i], f"doc-{i % 3}", topic=f"t{i % 4}", row=i) for i in range(40)]
+    store.add(nodes)
+    return nodes
+
+
+FILTERS = [
+    (MetadataFilters(filters=[MetadataFilter(key="topic", value="t1")]), lambda i: i % 4 == 1),
+    (MetadataFilters(filters=[MetadataFilter(key="row", value=30, operator=FilterOperator.GTE)]), lambda i: i >= 30),
+    (
+        MetadataFilters(
+            filters=[
+                MetadataFilter(key="topic", value=["t0", "t2"], operator=FilterOperator.IN),
+                MetadataFilter(key="row", value=10, operator=FilterOperator.LT),
+            ]
+        ),
+        lambda i: i % 4 in (0, 2) and i < 10,
+    ),
+    (
+        MetadataFilters(
+            filters=[
+                MetadataFilter(key="topic", value=["t0", "t1", "t2"], operator=FilterOperator.NIN),
+                MetadataFilter(key="row", value=5, operator=FilterOperator.LTE),
+            ],
+            condition=FilterCondition.OR,
+        ),
+        lambda i: i % 4 == 3 or i <= 5,
+    ),
+    (
+        MetadataFilters(filters=[MetadataFilter(key="topic", value="t3", operator=FilterOperator.NE)]),
+        lambda i: i % 4 != 3,
+    ),
+]
+
+
+@pytest.mark.parametrize(("filters", "keep"), FILTERS, ids=[str(i) for i in range(len(FILTERS))])
+def test_metadata_filters_keep_what_they_say(
+    store: EmbeddingSearchVectorStore, lee_nodes: list[TextNode], filters: MetadataFilters, keep: Any
+) -> None:
+    query = FAKE.embed_query("bushfires")
+    matrix = np.array([n.embedding for n in lee_nodes])
+    cosines = matrix @ query / np.linalg.norm(matrix, axis=1) / np.linalg.norm(query)
+    wanted = [i for i in np.argsort(-cosines) if keep(int(i))][:8]
+    result = store.query(VectorStoreQuery(query_embedding=query, similarity_top_k=8, filters=filters))
+    assert result.ids == [f"lee-{i}" for i in wanted]
+    np.testing.assert_allclose(result.similarities or [], cosines[wanted], atol=1e-6)
+
+
+def test_a_filter_the_server_cannot_say_is_refused() -> None:
+    text = MetadataFilters(filters=[MetadataFilter(key="topic", value="t", operator=FilterOperator.TEXT_MATCH)])
+    with pytest.raises(ValueError, match="text_match"):
+        filter_of(text)
+
+
+def test_mmr_is_maximal_marginal_relevance(store: EmbeddingSearchVectorStore, lee_nodes: list[TextNode]) -> None:
+    """Mode mmr by the server: standard MMR (each candidate's highest similarity to all chosen), as LangChain's
+    ``maximal_marginal_relevance`` computes it, with every node among the candidates."""
+    query = FAKE.embed_query("election")
+    for threshold in (0.3, 0.7):
+        chosen = maximal_marginal_relevance(np.array(query), [n.embedding for n in lee_nodes], threshold, k=10)
+        got = ask(store, "election", 10, mode=VectorStoreQueryMode.MMR, mmr_threshold=threshold)
+        assert got == [f"lee-{i}" for i in chosen]
+
+
+def test_a_vector_store_index_over_the_store(server_url: str, store: EmbeddingSearchVectorStore, lee_docs: Lee) -> None:
+    """LlamaIndex's own index and retriever write and search through the store; another client sees the nodes."""
+    nodes = [
+        TextNode(
+            id_=f"story-{i}", text=lee_docs.texts[i], metadata={"topic": "lee"}, excluded_embed_metadata_keys=["topic"]
+        )
+        for i in range(12)
+    ]
+    index = VectorStoreIndex(
+        nodes, storage_context=StorageContext.from_defaults(vector_store=store), embed_model=FakeEmbedding()
+    )
+    retrieved = index.as_retriever(similarity_top_k=3).retrieve(lee_docs.texts[7])
+    assert retrieved[0].node.node_id == "story-7" and retrieved[0].score == pytest.approx(1.0, abs=1e-6)
+    other = EmbeddingSearchVectorStore(Client(server_url), "li")
+    (seen,) = other.get_nodes(["story-3"])
+    assert (seen.node_id, seen.metadata, seen.get_content()) == ("story-3", {"topic": "lee"}, lee_docs.texts[3])
+
+
+def test_documents_written_otherwise_come_back_as_text_nodes(store: EmbeddingSearchVectorStore) -> None:
+    """A document written by another program (the client, a LangChain store) is a TextNode of its metadata."""
+    vector = FAKE.embed_query("foo")
+    store.client.upsert_documents(
+        "li", [{"id": "x", "text": "foo", "vector": vector, "fields": {"metadata": '{"topic": "a"}', "topic": "a"}}]
+    )
+    store.client.upsert_documents("li", [{"id": "y", "text": "foo", "vector": vector, "fields": {"topic": "b"}}])
+    result = store.query(VectorStoreQuery(query_embedding=vector, similarity_top_k=2))
+    assert result.nodes is not None
+    assert sorted((n.node_id, n.get_content(), str(n.metadata)) for n in result.nodes) == [
+        ("x", "foo", "{'topic': 'a'}"),
+        ("y", "foo", "{'topic': 'b'}"),
+    ]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
@@ -53,3 +54,22 @@ def minilm_data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def minilm_api(minilm_data_dir: Path) -> Iterator[TestClient]:
     with client_for(data_dir=minilm_data_dir) as client:
         yield client
+
+
+# The explorer's browser: imported when a test asks for it (tests.service.browser skips where Chromium is missing).
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    from tests.service.browser import launched
+
+    with launched() as chromium:
+        yield chromium
+
+
+@pytest.fixture
+def watched(browser: Any) -> Iterator[Any]:
+    """A fresh page of the module's browser, its errors recorded (``tests.service.browser.Watched``)."""
+    from tests.service.browser import Watched
+
+    page = Watched(browser)
+    yield page
+    page.close()

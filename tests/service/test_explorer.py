@@ -19,7 +19,6 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from urllib.parse import parse_qs, urlparse
 
 import httpx
 import numpy as np
@@ -28,27 +27,11 @@ import pytest
 from index.build import build_table
 from index.sources import ReadOptions, huggingface
 from index.table import Table
+from tests.service.browser import Watched, launched, save_screenshot
 from tests.service.real_server import HTTP
 
-playwright_api = pytest.importorskip("playwright.sync_api")
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-if not Path(CHROMIUM).exists():
-    pytest.skip("Chromium is not installed (make system-deps installs it)", allow_module_level=True)
-
-REPO = Path(__file__).resolve().parents[2]
-SCREENSHOTS = REPO / ".cache" / "screenshots"
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--headless",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
 WORDS_TABLE = "small"
 TOKENS_TABLE = "minilm"
-TIMEOUT_MS = 20_000
 
 
 def map_words(text: str) -> list[str]:
@@ -137,59 +120,6 @@ def api(server: str) -> Iterator[httpx.Client]:
         yield client
 
 
-@pytest.fixture(scope="module")
-def browser() -> Iterator[object]:
-    with playwright_api.sync_playwright() as p:
-        chromium = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        yield chromium
-        chromium.close()
-
-
-class Watched:
-    """A page with every console error, page error, failed request and HTTP error response recorded."""
-
-    def __init__(self, browser: object, width: int = 1280, height: int = 900) -> None:
-        self.context = browser.new_context(viewport={"width": width, "height": height})
-        self.page = self.context.new_page()
-        self.page.set_default_timeout(TIMEOUT_MS)
-        self.console: list[str] = []
-        self.failed: list[str] = []
-        self.http_errors: list[tuple[int, str]] = []
-        self.page.on("console", lambda m: m.type == "error" and self.console.append(f"{m.text} @ {m.location}"))
-        self.page.on("pageerror", lambda e: self.console.append(f"page error: {e}"))
-        self.page.on("requestfailed", lambda r: self.failed.append(f"{r.url}: {r.failure}"))
-        self.page.on("response", lambda r: r.status >= 400 and self.http_errors.append((r.status, r.url)))
-
-    def open(self, base: str, query: str = "") -> None:
-        self.page.goto(f"{base}/{query}")
-        self.page.wait_for_selector("#map-out svg circle")
-
-    def assert_clean(self, expected_404: tuple[str, ...] = (), expected_422: tuple[str, ...] = ()) -> None:
-        """No failure except 404s (422s) from URLs containing an ``expected_404`` (``expected_422``) part, and
-        Chromium's log line for them."""
-
-        def expected(status: int, text: str) -> bool:
-            parts = {404: expected_404, 422: expected_422}.get(status, ())
-            return any(word in text for word in parts)
-
-        assert self.failed == []
-        assert [e for e in self.http_errors if not expected(e[0], e[1])] == []
-        assert [m for m in self.console if not any(str(c) in m and expected(c, m) for c in (404, 422))] == []
-
-    def state(self) -> dict[str, str]:
-        return {k: v[0] for k, v in parse_qs(urlparse(self.page.url).query).items()}
-
-    def close(self) -> None:
-        self.context.close()
-
-
-@pytest.fixture
-def watched(browser: object) -> Iterator[Watched]:
-    page = Watched(browser)
-    yield page
-    page.close()
-
-
 def neighbour_tokens(page) -> list[str]:
     return page.locator("#neighbours-out .scores button.token").all_inner_texts()
 
@@ -200,15 +130,6 @@ def search(watched: Watched, word: str) -> None:
     page.press("#word", "Enter")
     page.wait_for_function("w => new URLSearchParams(location.search).get('word') === w", arg=word)
     page.wait_for_selector("#neighbours-out:not([aria-busy])")
-
-
-def save_screenshot(page, name: str, tmp_path: Path) -> Path:
-    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-    path = tmp_path / f"{name}.png"
-    page.screenshot(path=str(path), full_page=True)
-    shutil.copyfile(path, SCREENSHOTS / path.name)
-    assert path.stat().st_size > 10_000
-    return path
 
 
 def test_page_loads_with_every_table_and_no_errors(server: str, api: httpx.Client, watched: Watched) -> None:
@@ -902,8 +823,7 @@ def test_umap_draws_the_api_layout_and_a_missing_package_disables_it(
 
 def measure(base: str, table: str, frames: int = 120) -> dict[str, object]:
     """First view and pan/zoom frame times of ``table`` in headless Chromium against a running server."""
-    with playwright_api.sync_playwright() as p:
-        chromium = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+    with launched() as chromium:
         page = chromium.new_context(viewport={"width": 1280, "height": 900}).new_page()
         started = time.perf_counter()
         page.goto(f"{base}/?table={table}")
@@ -912,7 +832,6 @@ def measure(base: str, table: str, frames: int = 120) -> dict[str, object]:
         page.wait_for_selector("#tm-canvas[data-labels=true]", timeout=60_000)
         labels = time.perf_counter() - started
         stats = page.evaluate(FRAMES, frames)
-        chromium.close()
     return {"first_view_s": round(first_view, 3), "labels_s": round(labels, 3), **stats}
 
 

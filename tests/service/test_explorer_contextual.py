@@ -22,7 +22,7 @@ from index.sources import ReadOptions, huggingface
 from tests.index.test_sources import run_cli
 from tests.index.test_transformer import minilm_dir
 from tests.service import real_server
-from tests.service.test_explorer import CHROMIUM, CHROMIUM_ARGS, SCREENSHOTS, Watched, playwright_api, save_screenshot
+from tests.service.browser import SCREENSHOTS, Watched, save_screenshot
 
 MODEL, TOKENS = "st", "minilm"
 BANK = ["the river bank was muddy", "she deposited money at the bank", "we fished from the bank of the river"]
@@ -43,21 +43,6 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 def api(server: str) -> Iterator[httpx.Client]:
     with httpx.Client(base_url=server, timeout=60) as client:
         yield client
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    with playwright_api.sync_playwright() as p:
-        chromium = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        yield chromium
-        chromium.close()
-
-
-@pytest.fixture
-def watched(browser: Any) -> Iterator[Watched]:
-    page = Watched(browser)
-    yield page
-    page.close()
 
 
 def settle(page: Any) -> None:

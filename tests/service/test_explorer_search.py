@@ -24,14 +24,7 @@ from tests.index.test_embed_documents import without_vectors
 from tests.index.test_sources import run_cli
 from tests.lee import Lee, write_jsonl
 from tests.service import real_server
-from tests.service.test_explorer import (
-    CHROMIUM,
-    CHROMIUM_ARGS,
-    SCREENSHOTS,
-    Watched,
-    playwright_api,
-    save_screenshot,
-)
+from tests.service.browser import SCREENSHOTS, Watched, save_screenshot
 
 DOCS, WORDS = "lee", "small"
 EMBEDDED = "lee-text"  # the Lee stories without their vectors, embedded at import by the words table
@@ -59,21 +52,6 @@ def server(
 def api(server: str) -> Iterator[httpx.Client]:
     with httpx.Client(base_url=server, timeout=30) as client:
         yield client
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    with playwright_api.sync_playwright() as p:
-        chromium = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        yield chromium
-        chromium.close()
-
-
-@pytest.fixture
-def watched(browser: Any) -> Iterator[Watched]:
-    page = Watched(browser)
-    yield page
-    page.close()
 
 
 def open_search(watched: Watched, base: str, query: str = "") -> Any:

@@ -51,8 +51,8 @@ PARAMS, TERMS = "keyword_params.json", "keyword_terms.arrow"
 FILES = (DATA, INDICES, INDPTR, PARAMS, TERMS)
 METHOD = "lucene"
 K1, B = 1.2, 0.75  # Lucene's and Elasticsearch's defaults
-# The import's default: bm25s's English stop words and PyStemmer's English stemmer (BENCHMARKS.md, known-item
-# retrieval on the Lee corpus: as good on long queries, better on short ones).
+# The import's default: bm25s's English stop words and PyStemmer's English stemmer, chosen by the known-item
+# retrieval figures on the Lee corpus (BENCHMARKS.md).
 DEFAULT_STOPWORDS, DEFAULT_STEMMER = "en", "english"
 WORD = r"[\p{L}\p{M}\p{N}_]+"  # what a word is (RE2 syntax)
 LOWERCASE = "utf8_lower"

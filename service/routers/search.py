@@ -19,7 +19,8 @@ from index.errors import EmbeddingError, InvalidQuery
 from index.filters import RowSet
 from index.hybrid import DocumentSearch, Mode
 from index.hybrid import run as run_hybrid
-from index.live_search import LiveSource
+from index.keyword import KeywordIndex
+from index.live_search import LiveKeyword, LiveSource
 from index.search import SearchOptions, VectorSearch
 from index.table import Table
 from service import execute, live, queries
@@ -166,7 +167,12 @@ def _prepare(
                 raise
             reason = exc.message.removesuffix(queries.KEYWORD_HINT)
             return "keyword", None, {"mode": "keyword", "reason": reason}
-    if mode == "hybrid" and query.text is not None and query.min_score is None and not _has_keyword(table, query.text):
+    if (
+        mode == "hybrid"
+        and query.text is not None
+        and query.min_score is None
+        and not _has_keyword(table, query.text, delta)
+    ):
         reason = (
             f"no document of {table.name!r} holds a word of text {preview(query.text)} as the keyword index reads it"
         )
@@ -174,10 +180,17 @@ def _prepare(
     return mode, probe, None
 
 
-def _has_keyword(table: Table, text: str) -> bool:
-    """Whether some document holds a word of ``text`` (mode hybrid's keyword list is not empty, filter aside)."""
-    assert table.keyword is not None  # checked by _prepare for modes keyword and hybrid
-    _, rows = table.keyword.search([text], 1)
+def _has_keyword(table: Table, text: str, delta: Delta | None) -> bool:
+    """Whether some live document holds a word of ``text`` (mode hybrid's keyword list is not empty, filter aside):
+    with a ``delta``, a written one counts and a deleted one does not."""
+    allowed = None
+    index: KeywordIndex | LiveKeyword | None = table.keyword
+    if delta is not None:
+        source = LiveSource(table, delta)
+        index = source.keyword
+        allowed = np.concatenate([~delta.deleted, np.ones(source.rows - table.rows, dtype=bool)])
+    assert index is not None  # checked by _prepare for modes keyword and hybrid
+    _, rows = index.search([text], 1, allowed)
     return bool(rows[0, 0] >= 0)
 
 

@@ -248,3 +248,24 @@ def test_fields_after_writes_equal_a_fresh_import(live: str, fresh: TestClient) 
         assert got.status_code == 200, got.text
         assert got.json() == expected.json()
     assert got.json()["fields"]["year"]["min"] == 1970  # the replaced documents' year: written, not imported
+
+
+def test_a_word_only_a_written_document_holds_keeps_mode_hybrid(
+    lee_data_dir: Path, lee_docs: Lee, tmp_path: Path
+) -> None:
+    """Hybrid falls back to vector only when no live document holds a word of the text: a written one counts."""
+    word = "quixotically"
+    assert not any(word in text.lower() for text in lee_docs.texts)
+    data = tmp_path / "data"
+    data.mkdir()
+    shutil.copytree(lee_data_dir / "lee", data / "lee")
+    with real_server.running(data, tmp_path / "serve.log", env={"EMBEDDING_WRITE_KEYS": KEY}) as server:
+        document = as_write({**jsonl_records(lee_docs)[0], "id": "new/word", "text": f"a {word} worded note"})
+        url = f"{server.base}/v1/tables/lee"
+        written = real_server.HTTP.post(f"{url}/documents", json={"documents": [document]}, headers=HEADERS)
+        assert written.status_code == 200, written.text
+        body = {"vector": lee_docs.vectors[5].tolist(), "text": word, "mode": "hybrid", "k": 5}
+        answer = real_server.HTTP.post(f"{url}/search", json=body, timeout=30)
+        assert answer.status_code == 200, answer.text
+        assert "fallback" not in answer.json(), answer.json()
+        assert "new/word" in {hit["id"] for hit in answer.json()["hits"]}

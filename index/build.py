@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -51,8 +52,10 @@ def build_table(
     seed: int = 0,
     defer_index: bool = False,
     budget: float = AUTO_BUDGET_SECONDS,
+    complete: Callable[[Path], None] | None = None,
 ) -> dict[str, Any]:
-    """Build table ``name`` under ``data_dir`` from ``raw``; return its manifest.
+    """Build table ``name`` under ``data_dir`` from ``raw``; return its manifest. ``complete``, if given, runs under
+    the publish lock just before the new version takes the name (``artifact.staging``; it may refuse by raising).
 
     With ``defer_index`` an approximate index is not built now: the table is published for exact search at once,
     with the index spec recorded under ``index.deferred`` for :func:`index_table` (which ``embedding-serve`` runs
@@ -75,7 +78,7 @@ def build_table(
     else:
         built = build_and_measure(unit, spec, min_recall=min_recall, seed=seed, budget=budget)
     note(f"writing {artifact.table_dir(data_dir, name)} ...")
-    with artifact.staging(data_dir, name, force=force) as tmp:
+    with artifact.staging(data_dir, name, force=force, complete=complete) as tmp:
         np.save(tmp / artifact.VECTORS, unit, allow_pickle=False)
         np.save(tmp / artifact.NORMS, norms, allow_pickle=False)
         write_tokens(tmp, raw.tokens)

@@ -90,8 +90,11 @@ def _compact(data_dir: Path, name: str, directory: Path, path: Path) -> dict[str
         extra_files={**payload_files(documents), **keyword_files},
     )
     build = manifest.get("build", {})
-    if artifact.read_manifest(directory).get("built_at") != manifest.get("built_at"):
-        raise ArtifactError(f"table {name!r} was rebuilt while it was being compacted; nothing replaced")
+
+    def unchanged(_: Path) -> None:  # under the publish lock: no other version was published since this one
+        if artifact.read_manifest(directory) != manifest:
+            raise ArtifactError(f"table {name!r} was published again while it was being compacted; nothing replaced")
+
     published = build_table(
         raw,
         data_dir=data_dir,
@@ -102,6 +105,7 @@ def _compact(data_dir: Path, name: str, directory: Path, path: Path) -> dict[str
         params=build,
         force=True,
         seed=int(build.get("seed", 0)),
+        complete=unchanged,
     )
     kept = writelog.cut(path, delta.seq)
     return {

@@ -8,9 +8,14 @@ import shutil
 import subprocess
 import time
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 from index import artifact, writelog
+from index import compact as compact_module
 from index.compact import compact
+from index.errors import ArtifactError
 from tests.index.test_sources import run_cli
 from tests.lee import Lee, jsonl_records, write_jsonl
 from tests.service import real_server
@@ -87,3 +92,28 @@ def test_compaction_keeps_the_keyword_options_of_the_import(lee_docs: Lee, tmp_p
     assert compact(data, "lee")["written"] == 2
     after = artifact.read_manifest(data / "lee")["keyword"]["tokenizer"]
     assert after == before and after["stemmer"] == "porter" and not after["stopword_list"]
+
+
+def test_a_compaction_never_publishes_over_a_version_published_meanwhile(
+    lee_docs: Lee, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A version published while a compaction builds (here an import --force) stays; the log is kept whole."""
+    data = tmp_path / "data"
+    path = write_jsonl(tmp_path / "lee.jsonl", jsonl_records(lee_docs))
+    assert run_cli("import", path, "--format", "documents", "--name", "lee", "--data-dir", data).code == 0
+    log = writelog.log_path(data, "lee")
+    append(log, lee_docs, 0, 2)
+    size = log.stat().st_size
+    fewer = write_jsonl(tmp_path / "fewer.jsonl", jsonl_records(lee_docs)[:50])
+    build = compact_module.build_table
+
+    def import_meanwhile(*args: Any, **kwargs: Any) -> dict[str, Any]:
+        cmd = ("import", fewer, "--format", "documents", "--name", "lee", "--data-dir", data, "--force")
+        assert run_cli(*cmd).code == 0
+        return build(*args, **kwargs)
+
+    monkeypatch.setattr(compact_module, "build_table", import_meanwhile)
+    with pytest.raises(ArtifactError, match="published again while it was being compacted"):
+        compact(data, "lee")
+    assert artifact.read_manifest(data / "lee")["rows"] == 50 and artifact.verify(data / "lee").ok
+    assert log.stat().st_size == size

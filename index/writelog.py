@@ -106,9 +106,11 @@ def scan(data: bytes, start: int = 0, previous: int = 0) -> tuple[list[Record], 
     while at < len(data):
         parsed = _parse(data, at, previous)
         if isinstance(parsed, str):
+            after = f"sequence number {previous}" if previous else "the start of the log"
+            if isinstance(_parse(data, at, 0), Record):  # whole and checksummed: it may hold an answered write
+                raise LogCorrupt(f"record at byte {at} (after {after}) is out of sequence: {parsed}; not a torn tail")
             later = _good_frame_after(data, at + 1)
             if later is not None:
-                after = f"sequence number {previous}" if previous else "the start of the log"
                 raise LogCorrupt(
                     f"record at byte {at} (after {after}) is damaged: {parsed}; good records follow at byte "
                     f"{later}, so it is not a torn tail"

@@ -141,6 +141,17 @@ def test_a_gap_in_the_sequence_is_damage(tmp_path: Path) -> None:
         writelog.recover(path)
 
 
+def test_a_whole_record_out_of_sequence_at_the_end_is_not_cut(tmp_path: Path) -> None:
+    """A last record whose frame is whole and checksummed may hold an answered write: damage, not a torn tail."""
+    path = tmp_path / "t.log"
+    write(path, 2)
+    write(path, 1, first=4)
+    size = path.stat().st_size
+    with pytest.raises(writelog.LogCorrupt, match="out of sequence: sequence number 4 after 2"):
+        writelog.recover(path)
+    assert path.stat().st_size == size
+
+
 def _append_many(path: str, worker: int, count: int) -> None:
     for i in range(count):
         with writelog.appending(Path(path)) as log:

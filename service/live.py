@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from index import filters, writelog
+from index import artifact, filters, writelog
 from index.delta import Delta
 from index.errors import InvalidQuery
 from index.filters import RowSet
@@ -33,8 +33,9 @@ _LOCK = threading.Lock()
 
 
 class Live:
-    def __init__(self, delta: Delta, path: Path) -> None:
+    def __init__(self, delta: Delta, path: Path, directory: Path) -> None:
         self.path = path
+        self.directory = directory  # the table's, whose manifest says which writes its version holds
         self.delta = delta
         self.lock = threading.Lock()
         self.inode: int | None = None  # of the log file read (a compaction replaces it with a shorter one)
@@ -58,6 +59,9 @@ class Live:
         """Under the log's lock: catch up, ``make(delta)`` the record's body (None: nothing to write) and what to
         answer, append it (durable when this returns, with ``sync``), apply it. Returns the sequence number."""
         with self.lock, writelog.appending(self.path, sync) as log:
+            if log.inode != self.inode:  # another log file: a compaction cut the log after it published
+                folded = int(artifact.read_manifest(self.directory).get("log_sequence", 0))
+                self.delta.last = max(self.delta.last, folded)  # the next write numbered after what it folded
             records, offset = log.new_records(self.delta.offset, self.delta.last, self.inode)
             self.delta.apply(records)
             self.delta.offset, self.inode = offset, log.inode
@@ -74,7 +78,7 @@ def attach(table: Table, directory: Path) -> None:
         return
     covered = int(table.manifest.get("log_sequence", 0))
     delta = Delta(table.payload, table.rows, table.dim, covered)
-    live = Live(delta, writelog.log_path(directory.parent, directory.name))
+    live = Live(delta, writelog.log_path(directory.parent, directory.name), directory)
     try:
         live.delta.apply(writelog.recover(live.path))
         live.inode = os.stat(live.path).st_ino if live.path.exists() else None

@@ -16,6 +16,8 @@ from index import artifact, writelog
 from index import compact as compact_module
 from index.compact import compact
 from index.errors import ArtifactError
+from index.table import Table
+from service import live
 from tests.index.test_sources import run_cli
 from tests.lee import Lee, jsonl_records, write_jsonl
 from tests.service import real_server
@@ -117,3 +119,24 @@ def test_a_compaction_never_publishes_over_a_version_published_meanwhile(
         compact(data, "lee")
     assert artifact.read_manifest(data / "lee")["rows"] == 50 and artifact.verify(data / "lee").ok
     assert log.stat().st_size == size
+
+
+def test_a_worker_that_missed_the_folded_writes_numbers_its_next_after_them(lee_docs: Lee, tmp_path: Path) -> None:
+    """Two workers of one table: one appended writes the other never read, a compaction folded them and cut the
+    log to nothing; the other's next write is numbered after them, so the next version keeps it."""
+    data = tmp_path / "data"
+    path = write_jsonl(tmp_path / "lee.jsonl", jsonl_records(lee_docs))
+    assert run_cli("import", path, "--format", "documents", "--name", "lee", "--data-dir", data).code == 0
+    stale = Table.load(data / "lee")
+    live.attach(stale, data / "lee")
+    state = live.live_of(stale)
+    assert state is not None
+    log = writelog.log_path(data, "lee")
+    append(log, lee_docs, 0, 3)  # another worker's writes, 1..3
+    assert compact(data, "lee")["log_sequence"] == 3 and writelog.recover(log) == []
+    document = {"id": "late/1", "text": lee_docs.texts[7], "vector": lee_docs.vectors[7].tolist(), "fields": {}}
+    seq, _ = state.write(lambda delta: ({"op": "upsert", "documents": [document]}, None), sync=True)
+    assert seq == 4
+    assert compact(data, "lee")["written"] == 1
+    payload = Table.load(data / "lee").payload
+    assert payload is not None and payload.find_rows(["late/1"])[0] >= 0

@@ -119,15 +119,18 @@ def delta_of(table: Table) -> Delta | None:
 
 
 def log_lengths() -> tuple[int, ...]:
-    """The length of every loaded documents table's write log (a stat each): what cached answers depend on."""
+    """The length and file of every loaded documents table's write log (a stat each): what cached answers depend
+    on (a log cut by a compaction is another file, which may grow back to an earlier length)."""
     with _LOCK:
         paths = [state.path for state in _LIVE.values()]
-    lengths = []
+    lengths: list[int] = []
     for path in paths:
         try:
-            lengths.append(os.stat(path).st_size)
+            found = os.stat(path)
         except FileNotFoundError:
-            lengths.append(0)
+            lengths += (0, 0)
+            continue
+        lengths += (found.st_size, found.st_ino)
     return tuple(lengths)
 
 

@@ -1,7 +1,7 @@
 """The Google analogy set on the benchmark table, counted as gensim counts (restrict_vocab 300,000,
 case-insensitive, questions with unknown words skipped, 3CosAdd), through
 
-- ``index.evaluate.evaluate_analogies`` in process (what ``embedding-index eval`` runs),
+- ``index.build.evaluate.evaluate_analogies`` in process (what ``embedding-index eval`` runs),
 - the ``embedding-index eval`` process (start-up, table load and verification included),
 - the HTTP batch analogy endpoint of a real ``embedding-serve`` (exact, batches of 1,024),
 
@@ -31,7 +31,7 @@ from bench.common import (
     target,
 )
 from bench.neighbours import keyed_vectors
-from index.table import Table
+from index.engine.table import Table
 
 RESTRICT = 300_000
 BATCH = 1024
@@ -93,7 +93,7 @@ def summarise(report: dict[str, Any]) -> dict[str, Any]:
 
 
 def run_function(table: Table, path: Path) -> tuple[float, dict[str, Any]]:
-    from index.evaluate import evaluate_analogies
+    from index.build.evaluate import evaluate_analogies
 
     started = time.perf_counter()
     report = evaluate_analogies(table, path, restrict=RESTRICT, method="3cosadd")

@@ -38,7 +38,7 @@ from bench.common import (
     wrk_path,
 )
 from bench.neighbours import http_requests, sample_words
-from index.table import Table
+from index.engine.table import Table
 
 
 def export(ref: str, into: Path) -> str:

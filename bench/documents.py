@@ -92,7 +92,7 @@ class Corpus:
     rare: np.ndarray  # has the rare tag
 
     def passing(self, case: str) -> np.ndarray:
-        """The documents a case's filter passes, computed here with numpy (not with ``index.filters``)."""
+        """The documents a case's filter passes, computed here with numpy (not with ``index.engine.filters``)."""
         fr = self.lang == "fr"
         masks: dict[str, np.ndarray] = {
             "none": np.ones(len(self.ids), dtype=bool),
@@ -105,7 +105,7 @@ class Corpus:
 
 
 def make_corpus(rows: int, seed: int = 0) -> Corpus:
-    from index.sources import glove_package
+    from index.build.sources import glove_package
 
     raw = glove_package.read()
     rng = np.random.default_rng(seed)
@@ -419,9 +419,9 @@ def engine_child(data_dir: Path, queries_path: Path, out: Path) -> None:
     p50 of ``Table.run`` for every (table, case), in the HTTP measurement's order."""
     import faiss
 
-    from index.filters import evaluate
-    from index.search import SearchOptions, VectorSearch
-    from index.table import Table
+    from index.engine.filters import evaluate
+    from index.engine.search import SearchOptions, VectorSearch
+    from index.engine.table import Table
 
     faiss.omp_set_num_threads(1)
     queries = np.load(queries_path)
@@ -472,9 +472,9 @@ def crossover(table: Any, queries: np.ndarray) -> list[dict[str, Any]]:
 def sweep_point(table: Any, rows: Any, queries: np.ndarray) -> dict[str, Any]:
     import faiss
 
-    from index.faiss_index import filtered_params, search_index
-    from index.knn import exact_knn, exact_knn_rows
-    from index.table import FILTER_INDEX_FRACTION
+    from index.engine.faiss_search import filtered_params, search_index
+    from index.engine.knn import exact_knn, exact_knn_rows
+    from index.engine.table import FILTER_INDEX_FRACTION
 
     index, vectors = table.index, table.vectors
     gathered = np.ascontiguousarray(vectors[rows.ids])

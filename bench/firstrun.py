@@ -44,12 +44,12 @@ from bench.common import (
     wait_ready,
 )
 from bench.neighbours import HttpLoad, http_requests
-from index import artifact
-from index.build import build_table
-from index.clean import normalise
-from index.faiss_index import IndexSpec, estimate_hnsw_seconds, parse_spec
-from index.sources import RawTable, glove_package
-from index.table import Table
+from index.build.index_choice import IndexSpec, estimate_hnsw_seconds, parse_spec
+from index.build.sources import RawTable, glove_package
+from index.build.writer import build_table
+from index.engine.table import Table
+from index.store import artifact
+from index.store.rows import normalise
 
 K = 10
 QUERIES = 1_000

@@ -54,7 +54,7 @@ from bench.common import (
 )
 from bench.neighbours import timed
 from bench.workers_memory import Mem
-from index.table import Table
+from index.engine.table import Table
 
 K = 10
 EF_SEARCH = (16, 32, 64, 128, 256, 512, 1024)

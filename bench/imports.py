@@ -30,7 +30,7 @@ def write_inputs(ctx: Context, rows: int) -> dict[str, Path]:
     import pyarrow.csv as pacsv
     from gensim.models import KeyedVectors
 
-    from index.sources import glove_package
+    from index.build.sources import glove_package
 
     raw = glove_package.read()
     tokens, matrix = raw.tokens[:rows], raw.matrix[:rows]
@@ -58,7 +58,7 @@ def write_inputs(ctx: Context, rows: int) -> dict[str, Path]:
 
 
 def read_ours(path: Path, fmt: str) -> tuple[list[str], np.ndarray]:
-    from index.sources import ReadOptions, read_source
+    from index.build.sources import ReadOptions, read_source
 
     raw, _ = read_source(path, fmt, ReadOptions())
     return raw.tokens, raw.matrix
@@ -75,8 +75,8 @@ def child(side: str, path: Path, fmt: str) -> None:
     """Entry point of one child: import the side's library, then time one read; print a JSON line."""
     reader = read_ours if side == "ours" else read_gensim
     if side == "ours":
-        import index.sources.text
-        import index.sources.word2vec_binary  # noqa: F401
+        import index.build.sources.text
+        import index.build.sources.word2vec_binary  # noqa: F401
     else:
         import gensim.models  # noqa: F401
     before = current_rss()

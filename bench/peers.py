@@ -57,9 +57,9 @@ from bench.common import (
     wrk_path,
 )
 from bench.load import Request
-from index.build import build_table
-from index.clean import normalise
-from index.sources import RawTable, glove_package
+from index.build.sources import RawTable, glove_package
+from index.build.writer import build_table
+from index.store.rows import normalise
 
 K = 10
 M = 32

@@ -15,10 +15,10 @@ import sys
 
 import numpy as np
 
-from index.filters import RowSet
-from index.knn import Hits
-from index.search import SearchOptions
-from index.table import Table
+from index.engine.filters import RowSet
+from index.engine.knn import Hits
+from index.engine.search import SearchOptions
+from index.engine.table import Table
 from service.main import main
 
 

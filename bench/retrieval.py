@@ -14,7 +14,7 @@ settings and variants of them (built apart from the table, over the same texts):
 stemming alone, stop words alone, both, and bm25s's k1; they are also measured on short queries (each first
 half's first 5 and 10 words), where a word's other forms matter most; the vector row is the
 engine's nearest rows to each first half's mean GloVe vector, and the hybrid rows Reciprocal Rank Fusion of the
-two (``index.hybrid``, as ``POST .../search`` with ``mode: hybrid`` runs it).
+two (``index.engine.hybrid``, as ``POST .../search`` with ``mode: hybrid`` runs it).
 """
 
 from __future__ import annotations
@@ -32,17 +32,17 @@ import numpy as np
 import pyarrow as pa
 from gensim.test.utils import datapath
 
-from index import artifact
-from index.build import build_table
-from index.encode import Pooling, encoder_for
-from index.hybrid import DocumentSearch
-from index.hybrid import run as run_hybrid
-from index.keyword import K1, KeywordIndex, Tokenizer, build
+from index.build.sources import ReadOptions, glove_package
+from index.build.sources import documents as documents_source
+from index.build.writer import build_table
+from index.engine.encode import Pooling, encoder_for
+from index.engine.hybrid import DocumentSearch
+from index.engine.hybrid import run as run_hybrid
+from index.engine.keyword import K1, KeywordIndex, Tokenizer, build
+from index.engine.search import VectorSearch
+from index.engine.table import Table
 from index.progress import configure
-from index.search import VectorSearch
-from index.sources import ReadOptions, glove_package
-from index.sources import documents as documents_source
-from index.table import Table
+from index.store import artifact
 
 K = 10
 SHORT = (5, 10)  # the short queries' words
@@ -86,7 +86,7 @@ def import_documents(texts: list[str], work: Path, vectors: np.ndarray | None = 
 
 
 def encoder_rows(work: Path, queries: list[str], documents: list[str]) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    """(query vectors, document vectors) of the server's encoders (``index.encode``): GloVe 6B 50d by SIF, its
+    """(query vectors, document vectors) of the server's encoders (``index.engine.encode``): GloVe 6B 50d by SIF, its
     component from the Lee background corpus itself (as the SIF paper takes it from the sentences embedded), and
     all-MiniLM-L6-v2's token table by the mean of the pieces' rows, and all-MiniLM-L6-v2 itself (its transformer
     table, run by ONNX Runtime). The tables are built as bench.lee_similarity builds them."""
@@ -128,7 +128,7 @@ def vector_search(table: Table, vectors: dict[str, np.ndarray]) -> Search:
 
 
 def hybrid_search(table: Table, vectors: dict[str, np.ndarray], **settings: Any) -> Search:
-    """RRF of the vector list and the keyword list (``index.hybrid``), as the HTTP API's mode hybrid runs it."""
+    """RRF of the vector list and the keyword list (``index.engine.hybrid``), as the HTTP API's mode hybrid runs it."""
 
     def search(queries: list[str], k: int) -> np.ndarray:
         units = table.normalize_queries(np.vstack([vectors[q] for q in queries]))

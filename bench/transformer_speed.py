@@ -32,12 +32,12 @@ from typing import Any
 import numpy as np
 from gensim.test.utils import datapath
 
-from index.build import build_table
-from index.onnx_graph import GRAPH
+from index.build.sources import ReadOptions, transformer
+from index.build.writer import build_table
+from index.engine.table import Table
+from index.engine.transformer_encoder import TransformerEncoder
 from index.progress import configure
-from index.sources import ReadOptions, transformer
-from index.table import Table
-from index.transformer_encoder import TransformerEncoder
+from index.store.artifact import GRAPH
 
 LENGTHS = {20: 256, 200: 64}  # words a text -> texts measured
 CALLS = (1, 32, 256)

@@ -165,7 +165,7 @@ def main() -> None:
     args = parser.parse_args()
     extra_env = dict(item.split("=", 1) for item in args.env)
 
-    from index.table import Table
+    from index.engine.table import Table
 
     source = args.data_dir / args.table
     words = Table.load(source, checksums=False).tokens[:5000]

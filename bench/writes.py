@@ -33,7 +33,7 @@ TABLE = "live"
 
 
 def glove() -> tuple[list[str], np.ndarray]:
-    from index.sources import glove_package
+    from index.build.sources import glove_package
 
     raw = glove_package.read()
     return list(raw.tokens), np.asarray(raw.matrix, dtype=np.float32)

@@ -1,3 +1,3 @@
-from index.cli import main
+from index.build.cli import main
 
 main()

@@ -21,7 +21,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from index import artifact, writelog
+from index.store import artifact, writelog
 
 log = logging.getLogger("service.compacting")
 CHILD_NICE = 10

@@ -1,6 +1,6 @@
 """Where the engine's calls run, timed into the search-latency metric.
 
-- :func:`search`: one engine request (``index.search``). A light one (a search of the approximate index) goes to
+- :func:`search`: one engine request (``index.engine.search``). A light one (a search of the approximate index) goes to
   the searcher (``service.searcher``): on the event loop when it comes alone, joined with the searches of
   overlapping requests in the searcher thread otherwise. Anything heavier runs as :func:`compute` does.
 - :func:`compute`: any other engine work (a batch with its per-item parsing, exact scoring of every row) in a
@@ -27,9 +27,9 @@ import anyio.to_thread
 import faiss
 from fastapi import Request
 
+from index.engine.search import Answers, Search
+from index.engine.table import Table
 from index.errors import Abandoned
-from index.search import Answers, Search
-from index.table import Table
 from service.errors import ApiError
 
 log = logging.getLogger(__name__)

@@ -2,7 +2,7 @@
 
 Each worker process keeps one :class:`Live` per loaded documents table (looked up by the table object, so a
 reload that reuses a table reuses its delta, and a new version starts a new one). At load the log is recovered
-and replayed (``index.writelog.recover``); before each read, :meth:`Live.refresh` compares the log's size with
+and replayed (``index.store.writelog.recover``); before each read, :meth:`Live.refresh` compares the log's size with
 what it has applied and reads only the new records, so a write answered by any worker is seen by the next
 search in every worker. A write holds the log's exclusive lock while it catches up, checks and appends.
 """
@@ -18,13 +18,14 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from index import artifact, filters, writelog
-from index.delta import Delta
+from index.engine import filters
+from index.engine.delta import Delta
+from index.engine.filters import RowSet
+from index.engine.hybrid import Hit
+from index.engine.knn import Neighbor
+from index.engine.table import Table
 from index.errors import InvalidQuery
-from index.filters import RowSet
-from index.hybrid import Hit
-from index.knn import Neighbor
-from index.table import Table
+from index.store import artifact, writelog
 from service import queries, respond, writes
 
 T = TypeVar("T")

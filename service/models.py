@@ -18,7 +18,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationInfo, model_validator
 
-from index.search import SearchOptions
+from index.engine.search import SearchOptions
 
 
 @dataclass(frozen=True)

@@ -12,10 +12,10 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from index.encode import WORD, Encoded, encoder_for, preview
+from index.engine.encode import WORD, Encoded, encoder_for, preview
+from index.engine.knn import Neighbor
+from index.engine.table import Table
 from index.errors import EmbeddingError, InvalidQuery
-from index.knn import Neighbor
-from index.table import Table
 from service.errors import item_error
 from service.models import FLOAT32_MAX, DocumentQuery
 from service.respond import neighbors

@@ -16,9 +16,9 @@ from pathlib import Path
 
 from rapidfuzz import fuzz, process
 
-from index import artifact
+from index.engine.table import Table
 from index.errors import EmbeddingError
-from index.table import Table
+from index.store import artifact
 from service import live
 from service.errors import ApiError
 

@@ -7,9 +7,9 @@ from typing import Any
 import orjson
 from starlette.responses import JSONResponse
 
-from index.hybrid import Hit
-from index.knn import Neighbor
-from index.table import Table
+from index.engine.hybrid import Hit
+from index.engine.knn import Neighbor
+from index.engine.table import Table
 
 
 class FastJSON(JSONResponse):

@@ -3,7 +3,7 @@
 A request that comes alone searches on the event loop: a hand-off to a thread would only add latency. When
 requests overlap (others reach their search within the same turn of the loop, or the thread is still busy or
 was busy a moment ago), their searches go to one searcher thread, which takes up to ``MAX_BATCH`` queued
-searches at a time and runs their kernels (``index.table.Plan``: the FAISS part of a search) as one call per
+searches at a time and runs their kernels (``index.engine.table.Plan``: the FAISS part of a search) as one call per
 table and plan key, and answers them together (one wake-up of the loop per round), while the event loop goes on
 reading and answering other requests; each request finishes its own search (exclusions, token kinds) where it
 is, so that the thread holds the GIL as little as it can. FAISS releases the
@@ -29,9 +29,9 @@ from dataclasses import dataclass
 import faiss
 import numpy as np
 
-from index.knn import Hits
-from index.search import Answers, Search
-from index.table import Plan, Table
+from index.engine.knn import Hits
+from index.engine.search import Answers, Search
+from index.engine.table import Plan, Table
 
 BUSY_WINDOW = 0.002  # s: after an answer from the thread, keep handing off (the load is still on)
 MAX_BATCH = 8  # searches per round of the thread: small rounds keep both threads busy (one round of all

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from starlette.concurrency import run_in_threadpool
 
-from index.artifact import MANIFEST, NAME_PATTERN
+from index.store.artifact import MANIFEST, NAME_PATTERN
 from service.registry import Registry, fingerprint
 from service.reload import Reloader
 

@@ -14,12 +14,12 @@ from typing import Any
 
 import numpy as np
 
-from index import filters
-from index.delta import Delta, Key, parse_timestamp
-from index.encode import encoder_for
+from index.engine import filters
+from index.engine.delta import Delta, Key, parse_timestamp
+from index.engine.encode import encoder_for
+from index.engine.table import Table
 from index.errors import InvalidQuery
-from index.payload import BOOLEAN, FLOAT, INTEGER, STRING, STRING_LIST, TIMESTAMP, Payload
-from index.table import Table
+from index.store.payload import BOOLEAN, FLOAT, INTEGER, STRING, STRING_LIST, TIMESTAMP, Payload
 from service.write_models import WriteDocument
 
 

@@ -32,12 +32,12 @@ from typing import Any
 
 import pytest
 
-from index import artifact
-from index.build import build_table
+from index.build.index_choice import IndexSpec
+from index.build.sources import RawTable, glove_package, read_source
+from index.build.writer import build_table
+from index.engine.table import Table
 from index.errors import ArtifactError, UnknownTable
-from index.faiss_index import IndexSpec
-from index.sources import RawTable, glove_package, read_source
-from index.table import Table
+from index.store import artifact
 from tests import gensim_reference, numba_cache
 from tests.early import JOBS
 from tests.lee import Lee, jsonl_records, make_lee, write_jsonl

@@ -33,8 +33,8 @@ import pyarrow.parquet as pq
 from gensim.models import KeyedVectors
 
 from bench.analogy import subset
-from index.evaluate import default_sets
-from index.sources import glove_package
+from index.build.evaluate import default_sets
+from index.build.sources import glove_package
 
 GOOGLE = default_sets()[0]
 RECORDED = Path(__file__).parent / "data" / "gensim-google.json.xz"

@@ -19,7 +19,7 @@ import pyarrow.parquet as pq
 import scipy.sparse
 from gensim.test.utils import datapath
 
-from index.sources import RawTable
+from index.build.sources import RawTable
 
 TYPES = {
     "year": "integer",

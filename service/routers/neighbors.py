@@ -7,8 +7,8 @@ from typing import Any
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
-from index.search import VectorSearch
-from index.table import Table
+from index.engine.search import VectorSearch
+from index.engine.table import Table
 from service import execute, queries
 from service.deps import TableDep, TableName, table_named
 from service.errors import BODY_ERRORS, TABLE_ERRORS, responses

@@ -1,6 +1,6 @@
 """2-D projection of a handful of tokens: on their own first two principal components (``pca``), on axes given
 by word pairs (``axes``: x along a - b, y along c - d or the first principal component of the rest), or by
-openTSNE (``tsne``) or umap-learn (``umap``), seeded. The computations are in ``index.layout``."""
+openTSNE (``tsne``) or umap-learn (``umap``), seeded. The computations are in ``index.engine.layout``."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ import numpy as np
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
+from index.engine.layout import axes_projection, pca_projection, require, tsne_projection, umap_projection
+from index.engine.table import Table
 from index.errors import InvalidQuery, UnknownToken
-from index.layout import axes_projection, pca_projection, require, tsne_projection, umap_projection
-from index.table import Table
 from service.deps import TableDep
 from service.errors import BODY_ERRORS, responses
 from service.execute import compute

@@ -1,5 +1,5 @@
 """Nearest rows to raw query vectors (normalised server-side), and the search of a documents table: by vector,
-by document (more like it) or by positive/negative documents, by keyword (BM25) or both fused (``index.hybrid``),
+by document (more like it) or by positive/negative documents, by keyword (BM25) or both fused (``index.engine.hybrid``),
 with filters, paging, a score floor and diversity. A batch is one search per group of queries sharing a filter,
 page and mode."""
 
@@ -13,16 +13,16 @@ import numpy as np
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
-from index.delta import Delta, vector_search
-from index.encode import preview
+from index.engine.delta import Delta, vector_search
+from index.engine.encode import preview
+from index.engine.filters import RowSet
+from index.engine.hybrid import DocumentSearch, Mode
+from index.engine.hybrid import run as run_hybrid
+from index.engine.keyword import KeywordIndex
+from index.engine.live_search import LiveKeyword, LiveSource
+from index.engine.search import SearchOptions, VectorSearch
+from index.engine.table import Table
 from index.errors import EmbeddingError, InvalidQuery
-from index.filters import RowSet
-from index.hybrid import DocumentSearch, Mode
-from index.hybrid import run as run_hybrid
-from index.keyword import KeywordIndex
-from index.live_search import LiveKeyword, LiveSource
-from index.search import SearchOptions, VectorSearch
-from index.table import Table
 from service import execute, live, queries
 from service.deps import RegistryDep, TableDep
 from service.errors import BODY_ERRORS, item_error, responses
@@ -213,8 +213,8 @@ def _run(
     delta: Delta | None = None,
 ) -> list[list[dict[str, Any]]]:
     """The shaped hits of queries sharing a mode, a filter's ``rows`` and ``page``'s offset and score floor: a plain
-    vector search (``Table.run``) unless the mode or diversity asks for ``index.hybrid``. With a ``delta``, a
-    search merges the version and the written documents as one table (``index.live_search``)."""
+    vector search (``Table.run``) unless the mode or diversity asks for ``index.engine.hybrid``. With a ``delta``, a
+    search merges the version and the written documents as one table (``index.engine.live_search``)."""
     probes = [probe for probe, _ in members if probe is not None]
     source: Table | LiveSource = table
     if delta is not None:

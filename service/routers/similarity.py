@@ -8,8 +8,8 @@ import numpy as np
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
+from index.engine.table import Table
 from index.errors import EmbeddingError
-from index.table import Table
 from service import queries
 from service.deps import TableDep, TableName, table_named
 from service.errors import BODY_ERRORS, TABLE_ERRORS, item_error, responses

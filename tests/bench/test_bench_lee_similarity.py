@@ -17,7 +17,7 @@ import pytest
 from gensim.test.utils import datapath
 
 from bench import lee_similarity as lee
-from index.sources import glove_package
+from index.build.sources import glove_package
 
 
 @pytest.fixture(scope="module")
@@ -158,7 +158,7 @@ def test_glove_mean_equals_a_brute_force(quick_run: dict[str, Any]) -> None:
 
 
 def test_bm25_rows_are_the_documents_words() -> None:
-    from index.keyword import Tokenizer
+    from index.engine.keyword import Tokenizer
 
     texts = lee.lee_documents()
     vectors = lee.bm25_vectors(texts)

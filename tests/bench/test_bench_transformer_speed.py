@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 
 from bench.transformer_speed import CALLS, ours, texts_of
-from index.build import build_table
-from index.sources import ReadOptions, transformer
-from index.table import Table
+from index.build.sources import ReadOptions, transformer
+from index.build.writer import build_table
+from index.engine.table import Table
 from tests.index.test_transformer import minilm_dir
 
 

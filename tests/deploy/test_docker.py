@@ -18,7 +18,7 @@ import httpx
 import pytest
 import yaml
 
-from index.table import Table
+from index.engine.table import Table
 from tests.deploy.support import (
     DOCKERFILE,
     REPO,

@@ -33,9 +33,9 @@ import yaml
 from pydantic import SecretStr
 from starlette.testclient import TestClient
 
-from index import cli as index_cli
-from index.build import build_table
-from index.sources import RawTable
+from index.build import cli as index_cli
+from index.build.sources import RawTable
+from index.build.writer import build_table
 from service.app import create_app
 from service.http import auth
 from service.main import parser as serve_parser

@@ -11,11 +11,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from index import artifact
-from index.build import build_table
+from index.build.sources import RawTable
+from index.build.writer import build_table
+from index.engine.table import Table
 from index.errors import ArtifactError, InvalidQuery
-from index.sources import RawTable
-from index.table import Table
+from index.store import artifact
 
 
 def _raw(rows: int = 300, dim: int = 8, seed: int = 0) -> RawTable:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from index.table import Table
+from index.engine.table import Table
 from tests.index.test_sources import REPO, run_cli
 from tests.lee import Lee, jsonl_records
 

@@ -12,12 +12,13 @@ import faiss
 import numpy as np
 import pytest
 
-from index.build import build_table
+from index.build.index_choice import PQ_RERANK, default_pq_m, parse_spec
+from index.build.sources import RawTable
+from index.build.writer import build_table
+from index.engine.faiss_search import rerank_exact
+from index.engine.table import Table
 from index.errors import InvalidQuery
-from index.faiss_index import PQ_RERANK, default_pq_m, parse_spec, rerank_exact
-from index.sources import RawTable
-from index.table import Table
-from index.tokens import FLAG_SPECIAL
+from index.store.tokens import FLAG_SPECIAL
 from tests.service.conftest import client_for
 
 ROWS, DIM, CLUSTERS = 30_000, 32, 300

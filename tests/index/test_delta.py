@@ -7,9 +7,9 @@ from pathlib import Path
 
 import numpy as np
 
-from index.delta import Delta
-from index.table import Table
-from index.writelog import Record
+from index.engine.delta import Delta
+from index.engine.table import Table
+from index.store.writelog import Record
 from tests.lee import Lee
 
 
@@ -65,7 +65,7 @@ def test_keyword_search_after_each_change_equals_a_delta_made_at_once(lee_data_d
     """The written documents' words are cut once each and kept across changes; after every change, BM25 over the
     delta equals that of a delta that applied the same records at once (which equals a fresh import:
     tests/service/test_live_search.py)."""
-    from index.live_search import LiveSource
+    from index.engine.live_search import LiveSource
 
     table = Table.load(lee_data_dir / "lee")
     assert table.payload is not None and table.keyword is not None

@@ -16,14 +16,14 @@ import pytest
 from gensim.models import KeyedVectors
 from typer.testing import CliRunner
 
-from index import diagnostics
-from index.build import build_table
-from index.cli import app
+from index.build.cli import app
+from index.build.evaluate import default_sets, evaluate_analogies
+from index.build.sources import RawTable
+from index.build.writer import build_table
+from index.engine import diagnostics
+from index.engine.search import SearchOptions
+from index.engine.table import Table
 from index.errors import InvalidQuery, UnknownToken
-from index.evaluate import default_sets, evaluate_analogies
-from index.search import SearchOptions
-from index.sources import RawTable
-from index.table import Table
 from tests.conftest import small_raw
 
 EXACT = SearchOptions(exact=True)

@@ -18,11 +18,11 @@ import faiss
 import numpy as np
 import pytest
 
+from index.engine.faiss_search import filtered_params, search_index
+from index.engine.filters import RowSet
+from index.engine.search import VectorSearch
+from index.engine.table import FILTER_INDEX_FRACTION, Table
 from index.errors import InvalidQuery
-from index.faiss_index import filtered_params, search_index
-from index.filters import RowSet
-from index.search import VectorSearch
-from index.table import FILTER_INDEX_FRACTION, Table
 from tests.lee import Lee
 
 K = 10
@@ -229,15 +229,15 @@ def test_the_selector_reaches_an_ivf_index(glove_raw: Any) -> None:
 
 
 def test_the_filter_cache_keeps_the_latest_within_its_bytes(lee_table: Table, monkeypatch: pytest.MonkeyPatch) -> None:
-    import index.table
+    import index.engine.table
 
     specs = [{"year": 1990 + i} for i in range(6)]
     sizes = [lee_table.filter(spec).nbytes for spec in specs]
     assert sizes[0] == 300 + 8 * len(lee_table.filter(specs[0]))  # a bool per row and the passing rows' ids
     lee_table._filters.clear()
-    monkeypatch.setattr(index.table, "FILTER_CACHE_BYTES", int(2.5 * max(sizes)))
+    monkeypatch.setattr(index.engine.table, "FILTER_CACHE_BYTES", int(2.5 * max(sizes)))
     first = [lee_table.filter(spec) for spec in specs]
     assert len(lee_table._filters) == 2
     assert lee_table.filter(specs[-1]) is first[-1]  # kept
     assert lee_table.filter(specs[0]) is not first[0]  # the oldest made room
-    assert sum(rows.nbytes for rows in lee_table._filters.values()) <= index.table.FILTER_CACHE_BYTES
+    assert sum(rows.nbytes for rows in lee_table._filters.values()) <= index.engine.table.FILTER_CACHE_BYTES

@@ -2,8 +2,8 @@
 
 The 300 Lee background news documents (one per line of ``lee_background.cor``) get fields derived from their own
 words and a vector each: the mean GloVe 6B 50d row of their words, computed here with one sparse product. They are
-written as JSON Lines, Parquet and gzipped CSV, imported, and read back through :class:`index.payload.Payload`
-and :class:`index.table.Table`: ids, text, every field with its type, and vectors equal to the float64-normalised
+written as JSON Lines, Parquet and gzipped CSV, imported, and read back through :class:`index.store.payload.Payload`
+and :class:`index.engine.table.Table`: ids, text, every field with its type, and vectors equal to the float64-normalised
 input. Every kind of bad input must fail with status 1 and one line naming the file and line (row for Parquet).
 """
 
@@ -27,13 +27,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from index import artifact
+from index.build.passages import paragraphs, passages_table, split_passages
+from index.build.sources import RawTable, sniff_format
+from index.build.sources import documents as documents_source
+from index.engine.table import Table
 from index.errors import InvalidQuery, UnknownToken
-from index.passages import paragraphs, passages_table, split_passages
-from index.payload import ID_LOOKUP, PAYLOAD, Payload, UnknownDocument, search_sorted, sort_ids
-from index.sources import RawTable, sniff_format
-from index.sources import documents as documents_source
-from index.table import Table
+from index.store import artifact
+from index.store.payload import ID_LOOKUP, PAYLOAD, Payload, UnknownDocument, search_sorted, sort_ids
 from tests.index.test_sources import import_fails, run_cli
 from tests.lee import TYPES, Lee, jsonl_records, make_lee, write_jsonl, write_parquet
 

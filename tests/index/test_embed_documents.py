@@ -1,7 +1,7 @@
 """Documents without vectors, embedded at import with ``--encoder`` (a table of the data directory).
 
 On gensim's Lee corpus without its vectors and on a directory of Markdown passages, through the real
-``embedding-index import``: the vectors equal the encoder (``index.encode``) called directly on the same texts,
+``embedding-index import``: the vectors equal the encoder (``index.engine.encode``) called directly on the same texts,
 the manifest records the encoder, and bad rows (no text, no known word) are named or dropped.
 """
 
@@ -13,10 +13,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from index.encode import encoder_for
+from index.build.passages import passages_table
+from index.engine.encode import encoder_for
+from index.engine.table import Table
 from index.errors import InvalidQuery
-from index.passages import passages_table
-from index.table import Table
 from tests.index.test_documents import markdown_files
 from tests.index.test_sources import import_fails, run_cli
 from tests.lee import Lee, jsonl_records, write_jsonl

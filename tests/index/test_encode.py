@@ -1,4 +1,4 @@
-"""Text encoders (index.encode) on real tables, against float64 brute force written here from the definitions:
+"""Text encoders (index.engine.encode) on real tables, against float64 brute force written here from the definitions:
 
 - all-MiniLM-L6-v2's token table: the mean of the original rows of the tokenizer's pieces, special pieces left out;
 - a model2vec model written here in model2vec's own layout from MiniLM's rows (token weights and a quantised
@@ -23,16 +23,16 @@ from safetensors import safe_open
 from safetensors.numpy import save_file
 from tokenizers import Tokenizer
 
-from index import artifact
-from index.build import build_table
-from index.encode import DEFAULT_A, SIF_COMPONENT, Encoder, encoder_for
+from index.build.sif import sif_table
+from index.build.sources import RawTable, ReadOptions, read_source, sniff_format
+from index.build.sources import huggingface as hf
+from index.build.sources import model2vec as m2v_source
+from index.build.writer import build_table
+from index.engine.encode import DEFAULT_A, SIF_COMPONENT, Encoder, encoder_for
+from index.engine.table import Table
 from index.errors import InputError, InvalidQuery
-from index.sif import sif_table
-from index.sources import RawTable, ReadOptions, read_source, sniff_format
-from index.sources import huggingface as hf
-from index.sources import model2vec as m2v_source
-from index.table import Table
-from index.tokens import WEIGHTS
+from index.store import artifact
+from index.store.tokens import WEIGHTS
 from tests.index.test_huggingface import MINILM_TENSOR, SPECIALS, minilm_dir
 
 REPO = Path(__file__).resolve().parents[2]

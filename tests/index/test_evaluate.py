@@ -13,10 +13,10 @@ import pytest
 from gensim.models import KeyedVectors
 
 from bench.analogy import subset
-from index import analogy
-from index.analogy import analogy_top
-from index.evaluate import default_sets, evaluate_analogies, evaluate_pairs, format_report
-from index.table import Table
+from index.build.evaluate import default_sets, evaluate_analogies, evaluate_pairs, format_report
+from index.engine import analogy
+from index.engine.analogy import analogy_top
+from index.engine.table import Table
 from tests.conftest import cache_dir
 from tests.early import Done, Early
 from tests.gensim_reference import PARITY_TOP5, TRIMMED, gensim_analogies, google_sample, trimmed_key

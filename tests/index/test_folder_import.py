@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from index import artifact
-from index.passages import MAX_FILE_BYTES, folder_files, read_folder
-from index.table import Table
+from index.build.passages import MAX_FILE_BYTES, folder_files, read_folder
+from index.engine.table import Table
+from index.store import artifact
 from tests.index.test_sources import REPO, run_cli
 
 EXE = Path(sys.executable).with_name("embedding-index")

@@ -17,9 +17,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from index import artifact
-from index.build import build_table
-from index.sources import RawTable
+from index.build.sources import RawTable
+from index.build.writer import build_table
+from index.store import artifact
 from tests.conftest import small_raw
 from tests.service.real_server import BIN
 

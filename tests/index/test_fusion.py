@@ -16,9 +16,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from index.build.sources import RawTable
+from index.engine.fusion import RRF_K, mmr, rrf
 from index.errors import InvalidQuery
-from index.fusion import RRF_K, mmr, rrf
-from index.sources import RawTable
 
 # ------------------------------------------------------------------------------------------------ RRF
 

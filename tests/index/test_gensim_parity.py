@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from gensim.models import KeyedVectors
 
-from index.table import Neighbor, Table
+from index.engine.table import Neighbor, Table
 
 WORDS = (  # noqa: SIM905
     "the king queen paris computer heart music river dog cat apple microsoft einstein physics guitar coffee "

@@ -16,12 +16,12 @@ from safetensors import TensorSpec, safe_open, serialize_file
 from safetensors.numpy import save_file
 from tokenizers import ByteLevelBPETokenizer, SentencePieceBPETokenizer, SentencePieceUnigramTokenizer, Tokenizer
 
-from index.build import build_table
+from index.build.sources import ReadOptions
+from index.build.sources import huggingface as hf
+from index.build.writer import build_table
+from index.engine.table import Table
 from index.errors import InputError
-from index.sources import ReadOptions
-from index.sources import huggingface as hf
-from index.table import Table
-from index.tokens import FLAG_CONTINUATION, FLAG_SPECIAL
+from index.store.tokens import FLAG_CONTINUATION, FLAG_SPECIAL
 
 REPO = Path(__file__).resolve().parents[2]
 MINILM_TENSOR = "embeddings.word_embeddings.weight"

@@ -13,12 +13,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from index import artifact, progress
-from index.build import build_table, index_table
+from index import progress
+from index.build.index_choice import AUTO_FLAT_BELOW, choose_auto, default_nlist, parse_spec, scaled_build_seconds
+from index.build.sources import RawTable
+from index.build.writer import build_table, index_table
+from index.engine.table import Table
 from index.errors import InvalidQuery
-from index.faiss_index import AUTO_FLAT_BELOW, choose_auto, default_nlist, parse_spec, scaled_build_seconds
-from index.sources import RawTable
-from index.table import Table
+from index.store import artifact
 
 REPO = Path(__file__).resolve().parents[2]
 

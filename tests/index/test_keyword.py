@@ -23,9 +23,9 @@ import pytest
 import scipy.sparse
 from gensim.test.utils import datapath
 
-from index import artifact, cli
-from index.errors import ArtifactError, InvalidQuery
-from index.keyword import (
+from index.build import cli
+from index.build.sources import RawTable, ReadOptions
+from index.engine.keyword import (
     DEFAULT_STEMMER,
     DEFAULT_STOPWORDS,
     FILES,
@@ -36,8 +36,9 @@ from index.keyword import (
     build,
     english_stopwords,
 )
-from index.sources import RawTable, ReadOptions
-from index.table import Table
+from index.engine.table import Table
+from index.errors import ArtifactError, InvalidQuery
+from index.store import artifact
 from tests.index.test_sources import run_cli
 
 

@@ -8,9 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from index import artifact
-from index.errors import InvalidQuery
-from index.layout import (
+from index.engine.layout import (
     TOKEN_KIND,
     LayoutCache,
     axes_projection,
@@ -22,7 +20,9 @@ from index.layout import (
     pca_layout,
     quantize,
 )
-from index.table import Table
+from index.engine.table import Table
+from index.errors import InvalidQuery
+from index.store import artifact
 
 
 def reference_pca(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -50,7 +50,7 @@ def test_pca_signs_follow_the_largest_loading_and_blocks_do_not_change_the_answe
     for component in components:
         assert component[np.abs(component).argmax()] > 0
     np.testing.assert_allclose(mean, np.asarray(small.vectors, dtype=np.float64).mean(axis=0), atol=1e-7)
-    monkeypatch.setattr("index.layout.BLOCK_BYTES", 4096)  # many small blocks
+    monkeypatch.setattr("index.engine.layout.BLOCK_BYTES", 4096)  # many small blocks
     np.testing.assert_allclose(pca_components(small.vectors)[1], components, atol=1e-5)
     with pytest.raises(InvalidQuery):
         pca_components(small.vectors[:1])

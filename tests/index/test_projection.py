@@ -1,4 +1,4 @@
-"""Projections of a few chosen rows (index.layout): PCA against a float64 SVD, t-SNE and UMAP against openTSNE and
+"""Projections of a few chosen rows (engine.layout): PCA against a float64 SVD, t-SNE and UMAP against openTSNE and
 umap-learn called directly with the same seed and parameters, on the 20,000-row GloVe table."""
 
 from __future__ import annotations
@@ -8,8 +8,7 @@ import sys
 import numpy as np
 import pytest
 
-from index.errors import InvalidQuery
-from index.layout import (
+from index.engine.layout import (
     MIN_NONLINEAR_ROWS,
     PROJECTION_SEED,
     pca_projection,
@@ -17,7 +16,8 @@ from index.layout import (
     tsne_projection,
     umap_projection,
 )
-from index.table import Table
+from index.engine.table import Table
+from index.errors import InvalidQuery
 
 GROUPS = {  # the explorer's opening word map
     "colours": "red green blue yellow purple orange",

@@ -22,11 +22,11 @@ import numpy as np
 import pytest
 from gensim.models import KeyedVectors
 
-from index import artifact
-from index.cli import main
+from index.build.cli import main
+from index.build.sources import RawTable, ReadOptions, read_source, sniff_format, text, word2vec_binary
+from index.engine.table import Table
 from index.errors import InputError
-from index.sources import RawTable, ReadOptions, read_source, sniff_format, text, word2vec_binary
-from index.table import Table
+from index.store import artifact
 
 REPO = Path(__file__).resolve().parents[2]
 ROWS = 3000
@@ -43,7 +43,7 @@ class Result:
 
 
 def run_cli(*args: object) -> Result:
-    """Run ``embedding-index --quiet`` in this process through its console entry point ``index.cli.main``."""
+    """Run ``embedding-index --quiet`` in this process through its console entry point ``index.build.cli.main``."""
     out, err = io.StringIO(), io.StringIO()
     argv = ["embedding-index", "--quiet", *map(str, args)]
     with mock.patch.object(sys, "argv", argv), redirect_stdout(out), redirect_stderr(err):

@@ -19,9 +19,9 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from index import artifact
-from index.sources import RawTable, text, word2vec_binary
-from index.table import Table
+from index.build.sources import RawTable, text, word2vec_binary
+from index.engine.table import Table
+from index.store import artifact
 from tests.index.test_sources import Result, run_cli
 
 ROWS, DIM = 12, 6

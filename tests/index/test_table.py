@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from index.engine.layout import pca_projection
+from index.engine.table import Table
 from index.errors import InvalidQuery, UnknownToken
-from index.layout import pca_projection
-from index.table import Table
 
 
 def brute_force(table: Table, query: np.ndarray, k: int, exclude: set[int]) -> list[int]:

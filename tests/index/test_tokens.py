@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from index.table import Table
-from index.tokens import Tokens, write_tokens
+from index.engine.table import Table
+from index.store.tokens import Tokens, write_tokens
 
 AWKWARD = [
     "",  # an empty label

@@ -16,8 +16,8 @@ import pytest
 from gensim.models import Word2Vec
 from gensim.test.utils import datapath
 
-from index.table import Table
-from index.train import TrainParams, train_word2vec
+from index.build.train import TrainParams, train_word2vec
+from index.engine.table import Table
 from tests.early import Early
 
 REPO = Path(__file__).resolve().parents[2]

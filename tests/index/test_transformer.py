@@ -18,14 +18,14 @@ import pytest
 from safetensors.numpy import load_file
 from scipy.special import erf
 
-from index import artifact
-from index.encode import encoder_for
+from index.build.sources import ReadOptions
+from index.build.sources import transformer as transformer_source
+from index.engine.encode import encoder_for
+from index.engine.table import Table
+from index.engine.transformer_encoder import TOKENS, TransformerEncoder, batches
 from index.errors import ArtifactError, InputError, InvalidQuery
-from index.onnx_graph import GRAPH
-from index.sources import ReadOptions
-from index.sources import transformer as transformer_source
-from index.table import Table
-from index.transformer_encoder import TOKENS, TransformerEncoder, batches
+from index.store import artifact
+from index.store.artifact import GRAPH
 
 REPO = Path(__file__).resolve().parents[2]
 RECORDED = REPO / "tests" / "data" / "sentence-transformers-minilm.json"

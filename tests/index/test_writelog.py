@@ -1,4 +1,4 @@
-"""The write log (``index.writelog``): framed, checksummed records; a torn or corrupt tail is cut with a warning
+"""The write log (``index.store.writelog``): framed, checksummed records; a torn or corrupt tail is cut with a warning
 naming the bytes lost, a damaged record in the middle refuses the log naming it; appenders in several processes
 take turns; a cut keeps the records after the position it covered. Payloads are real text (the GPL's paragraphs).
 """
@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from index import writelog
+from index.store import writelog
 
 PARAGRAPHS = [p for p in Path("/usr/share/common-licenses/GPL-3").read_text().split("\n\n") if p.strip()][:40]
 
@@ -61,7 +61,7 @@ def test_a_torn_tail_is_cut_with_a_warning(tmp_path: Path, caplog: pytest.LogCap
     cut_at = last.offset + keep if keep >= 0 else last.end - 1
     with path.open("r+b") as handle:
         handle.truncate(cut_at)
-    with caplog.at_level(logging.WARNING, logger="index.writelog"):
+    with caplog.at_level(logging.WARNING, logger="index.store.writelog"):
         kept = writelog.recover(path)
     assert [r.seq for r in kept] == [1, 2, 3, 4, 5]
     assert path.stat().st_size == last.offset
@@ -77,7 +77,7 @@ def test_a_corrupt_last_record_is_cut(tmp_path: Path, caplog: pytest.LogCaptureF
     data = bytearray(path.read_bytes())
     data[records[-1].end - 3] ^= 0x20  # a flipped bit in the last record's payload
     path.write_bytes(bytes(data))
-    with caplog.at_level(logging.WARNING, logger="index.writelog"):
+    with caplog.at_level(logging.WARNING, logger="index.store.writelog"):
         assert [r.seq for r in writelog.recover(path)] == [1, 2, 3]
     size = records[-1].end - records[-1].offset
     assert f"cut {size} bytes at byte {records[-1].offset} (a checksum that does not match)" in caplog.text
@@ -128,7 +128,7 @@ def test_a_replica_on_a_read_only_mount_reads_and_cuts_nothing(
         return real_open(name, flags, *args)
 
     monkeypatch.setattr(os, "open", read_only)
-    with caplog.at_level(logging.WARNING, logger="index.writelog"):
+    with caplog.at_level(logging.WARNING, logger="index.store.writelog"):
         assert [r.seq for r in writelog.recover(path)] == [1, 2, 3]
     assert path.stat().st_size == size and "7 bytes at byte" in caplog.text and "not read" in caplog.text
 

@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from index.build import build_table
-from index.sources import ReadOptions, glove_package, huggingface
+from index.build.sources import ReadOptions, glove_package, huggingface
+from index.build.writer import build_table
 from service.app import create_app
 from service.settings import Settings
 

@@ -18,7 +18,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from index import artifact, cli
+from index.build import cli
+from index.store import artifact
 
 STEP, MODE = int(sys.argv[1]), sys.argv[2]
 done = 0

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from index.table import Table
+from index.engine.table import Table
 
 Response = tuple[int, dict[str, str], bytes]
 

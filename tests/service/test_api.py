@@ -11,8 +11,8 @@ import pytest
 from fastapi.testclient import TestClient
 from tokenizers import Tokenizer
 
-from index.sources import RawTable
-from index.table import Table
+from index.build.sources import RawTable
+from index.engine.table import Table
 
 T = "/v1/tables/small"
 

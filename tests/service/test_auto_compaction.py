@@ -7,7 +7,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from index import artifact, writelog
+from index.store import artifact, writelog
 from tests.lee import Lee
 from tests.service import real_server
 from tests.service.test_live_search import HEADERS, KEY

@@ -8,9 +8,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from index.build import build_table
+from index.build.sources import RawTable
+from index.build.writer import build_table
 from index.progress import write_status
-from index.sources import RawTable
 from service import indexing
 from tests.service import real_server
 from tests.service.real_server import HTTP

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from index.table import Table
+from index.engine.table import Table
 from service.http.cache import Answer, AnswerCache
 from tests.service.conftest import client_for
 

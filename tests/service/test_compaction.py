@@ -15,7 +15,7 @@ from typing import Any
 import httpx
 import numpy as np
 
-from index import artifact, writelog
+from index.store import artifact, writelog
 from tests.index.test_sources import run_cli
 from tests.lee import Lee, write_jsonl
 from tests.service import real_server

@@ -12,11 +12,11 @@ from typing import Any
 
 import pytest
 
-from index import artifact, writelog
-from index import compact as compact_module
-from index.compact import compact
+from index.build import compact as compact_module
+from index.build.compact import compact
+from index.engine.table import Table
 from index.errors import ArtifactError
-from index.table import Table
+from index.store import artifact, writelog
 from service import live
 from tests.index.test_sources import run_cli
 from tests.lee import Lee, jsonl_records, write_jsonl

@@ -12,10 +12,10 @@ import pytest
 from fastapi.testclient import TestClient
 from gensim.models import KeyedVectors
 
-from index import diagnostics
-from index.build import build_table
-from index.sources import RawTable
-from index.table import Table
+from index.build.sources import RawTable
+from index.build.writer import build_table
+from index.engine import diagnostics
+from index.engine.table import Table
 from service.deps import TABLE_NAME
 from service.models import MAX_SET_WORDS, CompareParams, CompareRequest
 from service_client import ApiError, Client

@@ -1,7 +1,7 @@
 """Text embedding over HTTP: ``POST /v1/tables/{table}/embed`` in process, and the OpenAI-compatible
 ``POST /v1/embeddings`` through OpenAI's own Python client against the real ``embedding-serve`` process, on
 GloVe 6B 50d (SIF, with the Lee background corpus's component), all-MiniLM-L6-v2's token table and a model2vec
-model written from it. Every answer is compared with the encoder called directly (``index.encode``)."""
+model written from it. Every answer is compared with the encoder called directly (``index.engine.encode``)."""
 
 from __future__ import annotations
 
@@ -15,12 +15,12 @@ import pytest
 from fastapi.testclient import TestClient
 from tokenizers import Tokenizer
 
-from index.build import build_table
-from index.encode import Encoder
-from index.sif import sif_table
-from index.sources import RawTable, ReadOptions, read_source
-from index.sources import huggingface as hf
-from index.table import Table
+from index.build.sif import sif_table
+from index.build.sources import RawTable, ReadOptions, read_source
+from index.build.sources import huggingface as hf
+from index.build.writer import build_table
+from index.engine.encode import Encoder
+from index.engine.table import Table
 from service.embed_models import MAX_EMBED_CHARS
 from tests.index.test_encode import minilm_rows, model2vec_parts, token_mean, write_model2vec
 from tests.index.test_huggingface import minilm_dir

@@ -24,9 +24,9 @@ import httpx
 import numpy as np
 import pytest
 
-from index.build import build_table
-from index.sources import ReadOptions, huggingface
-from index.table import Table
+from index.build.sources import ReadOptions, huggingface
+from index.build.writer import build_table
+from index.engine.table import Table
 from tests.service.browser import Watched, launched, save_screenshot
 from tests.service.real_server import HTTP
 

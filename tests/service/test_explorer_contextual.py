@@ -17,8 +17,8 @@ import httpx
 import numpy as np
 import pytest
 
-from index.build import build_table
-from index.sources import ReadOptions, huggingface
+from index.build.sources import ReadOptions, huggingface
+from index.build.writer import build_table
 from tests.index.test_sources import run_cli
 from tests.index.test_transformer import minilm_dir
 from tests.service import real_server

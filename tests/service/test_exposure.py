@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from index.table import Table
+from index.engine.table import Table
 from tests.service.raw_http import (
     assert_exact_neighbours,
     closed,

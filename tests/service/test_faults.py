@@ -18,9 +18,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from index import artifact
-from index.build import build_table
-from index.sources import RawTable
+from index.build.sources import RawTable
+from index.build.writer import build_table
+from index.store import artifact
 from tests.service.real_server import BIN, HTTP, Server, start
 
 KEY = "faults-admin-key-0123456789"

@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from index.build import build_table
-from index.sources import read_source
+from index.build.sources import read_source
+from index.build.writer import build_table
 from service.routers import fields
 from tests.lee import TYPES, Lee
 from tests.service.conftest import client_for

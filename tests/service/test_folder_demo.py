@@ -23,8 +23,8 @@ import numpy as np
 import openai
 import pytest
 
-from index.sources import glove_package
-from index.table import Table
+from index.build.sources import glove_package
+from index.engine.table import Table
 from service_client import ApiError, Client
 from tests.conftest import REPO, link_table
 from tests.index.test_sources import run_cli

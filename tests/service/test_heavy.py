@@ -9,7 +9,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from index.table import Table
+from index.engine.table import Table
 from service.app import create_app
 from service.settings import Settings, cores
 

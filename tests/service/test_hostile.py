@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from index.table import Table
+from index.engine.table import Table
 from tests.service.real_server import Server, start
 
 T = b"/v1/tables/small"

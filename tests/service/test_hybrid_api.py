@@ -2,7 +2,7 @@
 gensim's Lee corpus (300 news documents; vectors: the mean GloVe row of their words).
 
 Keyword hits are checked against the table's ``KeywordIndex`` called directly and a float64 BM25 brute force
-written here; hybrid hits against ``index.fusion.rrf`` of a float64 brute-force vector list and the keyword list;
+written here; hybrid hits against ``index.engine.fusion.rrf`` of a float64 brute-force vector list and the keyword list;
 diverse hits against a float64 greedy MMR written here. Filters, paging, batches and the errors of each mode.
 """
 
@@ -20,12 +20,12 @@ import httpx
 import numpy as np
 import pytest
 
-from index.build import build_table
-from index.fusion import rrf
-from index.hybrid import DEPTH, DIVERSE
-from index.keyword import KeywordIndex
-from index.sources import read_source
-from index.table import Table
+from index.build.sources import read_source
+from index.build.writer import build_table
+from index.engine.fusion import rrf
+from index.engine.hybrid import DEPTH, DIVERSE
+from index.engine.keyword import KeywordIndex
+from index.engine.table import Table
 from tests.lee import Lee, jsonl_records, write_jsonl
 from tests.service import real_server
 

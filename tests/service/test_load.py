@@ -29,8 +29,8 @@ import httpx
 import numpy as np
 import pytest
 
-from index.build import build_table
-from index.sources import RawTable, glove_package
+from index.build.sources import RawTable, glove_package
+from index.build.writer import build_table
 from tests.service.real_server import BIN, HTTP, start
 
 CONNECTIONS = 64

@@ -17,12 +17,12 @@ import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 
-from index import artifact
-from index.build import build_table
-from index.layout import TOKEN_KIND
-from index.sources import RawTable
-from index.table import Table
-from index.tokens import FLAG_CONTINUATION, FLAG_SPECIAL
+from index.build.sources import RawTable
+from index.build.writer import build_table
+from index.engine.layout import TOKEN_KIND
+from index.engine.table import Table
+from index.store import artifact
+from index.store.tokens import FLAG_CONTINUATION, FLAG_SPECIAL
 from tests.service.conftest import MINILM, client_for
 
 T = "/v1/tables/small"
@@ -208,7 +208,7 @@ def test_tsne_of_the_most_frequent_rows_is_seeded_recorded_and_cached(tmp_path: 
     with client_for(data_dir=tmp_path, map_tsne_rows=200) as client:  # another server: the same map, from disk
         assert client.get("/v1/tables/few/map/info?method=tsne").json()["cached"] is True
         assert client.get("/v1/tables/few/map?method=tsne").content == body
-    from index.layout import tsne_layout
+    from index.engine.layout import tsne_layout
 
     few = Table.load(tmp_path / "few")
     again = tsne_layout(few.vectors[:200], 30.0, 500, 42)  # computed afresh with the recorded parameters

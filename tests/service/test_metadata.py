@@ -6,8 +6,8 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
-from index.cli import app as cli
-from index.sources import RawTable
+from index.build.cli import app as cli
+from index.build.sources import RawTable
 from tests.service.conftest import client_for
 
 WORDS = 2_000

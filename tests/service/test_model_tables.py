@@ -11,9 +11,9 @@ from fastapi.testclient import TestClient
 from safetensors import safe_open
 from tokenizers import Tokenizer
 
-from index.build import build_table
-from index.sources import RawTable, ReadOptions
-from index.sources import huggingface as hf
+from index.build.sources import RawTable, ReadOptions
+from index.build.sources import huggingface as hf
+from index.build.writer import build_table
 from service.app import create_app
 from service.settings import Settings
 from tests.index.test_huggingface import MINILM_TENSOR, SPECIALS, minilm_dir, unit_rows, write_model

@@ -15,7 +15,7 @@ import pytest
 from fastapi.testclient import TestClient
 from gensim.models import KeyedVectors
 
-from index.sources import glove_package
+from index.build.sources import glove_package
 from tests.gensim_reference import PARITY_SAMPLE as GOOGLE_SAMPLE
 from tests.gensim_reference import PARITY_TOP5, google_sample
 

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 
-from index.table import Table
+from index.engine.table import Table
 
 T = "/v1/tables/small"
 WORDS = ["red", "green", "blue", "yellow", "one", "two", "three", "four"]

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from index import artifact
-from index.build import build_table
-from index.sources import RawTable
+from index.build.sources import RawTable
+from index.build.writer import build_table
+from index.store import artifact
 from tests.conftest import small_raw
 from tests.service.real_server import BIN, HTTP, start
 

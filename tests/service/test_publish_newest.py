@@ -17,10 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from index import artifact
-from index.build import build_table
+from index.build.sources import RawTable
+from index.build.writer import build_table
 from index.progress import read_status
-from index.sources import RawTable
+from index.store import artifact
 from service import indexing
 from tests.conftest import small_raw
 from tests.index.test_embed_documents import without_vectors

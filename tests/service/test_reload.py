@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from index import artifact
-from index.build import build_table
-from index.sources import RawTable
-from index.table import Table
+from index.build.sources import RawTable
+from index.build.writer import build_table
+from index.engine.table import Table
+from index.store import artifact
 from tests.service.conftest import client_for
 from tests.service.real_server import HTTP, Server, start, wait_for
 

@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 
-from index.search import AnalogySearch, Answers, Search, VectorSearch
-from index.table import Table
+from index.engine.search import AnalogySearch, Answers, Search, VectorSearch
+from index.engine.table import Table
 from service.app import create_app
 from service.searcher import MAX_BATCH, Searcher
 from service.settings import Settings

@@ -18,10 +18,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from index import artifact
+from index.build.sources import ReadOptions, gensim_pickle
+from index.engine.table import Table
 from index.errors import ArtifactError, InputError, InvalidQuery
-from index.sources import ReadOptions, gensim_pickle
-from index.table import Table
+from index.store import artifact
 from service.deps import TABLE_NAME
 from service.http import auth
 from service.settings import Settings

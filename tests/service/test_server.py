@@ -10,7 +10,7 @@ import numpy as np
 import psutil
 import pytest
 
-from index.table import Table
+from index.engine.table import Table
 from service_client import ApiError, Client, Neighbor
 from tests.service.real_server import HTTP, Server, start
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from index.table import Table
+from index.engine.table import Table
 from tests.service.raw_http import (
     assert_exact_neighbours,
     closed,

@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 
-from index.encode import encoder_for
-from index.table import Table
+from index.engine.encode import encoder_for
+from index.engine.table import Table
 from service.registry import Registry
 from tests.index.test_embed_documents import without_vectors
 from tests.index.test_sources import run_cli

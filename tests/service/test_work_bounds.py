@@ -24,8 +24,8 @@ import httpx
 import pytest
 from fastapi.testclient import TestClient
 
-from index import layout
-from index.table import Table
+from index.engine import layout
+from index.engine.table import Table
 from service.app import create_app
 from service.settings import Settings
 from tests.service.conftest import client_for

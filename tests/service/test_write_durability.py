@@ -17,7 +17,7 @@ from typing import Any
 import httpx
 import psutil
 
-from index import writelog
+from index.store import writelog
 from tests.lee import Lee
 from tests.service import real_server
 

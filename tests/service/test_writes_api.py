@@ -17,9 +17,9 @@ import httpx
 import numpy as np
 import pytest
 
-from index import writelog
-from index.encode import encoder_for
-from index.table import Table
+from index.engine.encode import encoder_for
+from index.engine.table import Table
+from index.store import writelog
 from service_client import ApiError, Client
 from tests.index.test_embed_documents import without_vectors
 from tests.index.test_sources import run_cli

@@ -1,0 +1,74 @@
+"""Cleaning shared by every source: duplicate tokens, invalid rows, empty tokens, zero rows.
+
+Duplicates keep their first row. Rows with NaN/Inf (or values whose norm overflows float32) and empty tokens
+are refused with the source line number unless ``drop_invalid`` is set. Zero rows are kept (they have no
+direction, so their cosine with everything is 0) and counted. Model tables keep every row, since row id is
+token id there.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from index.build.sources import RawTable
+from index.errors import InputError
+from index.store.rows import row_norms
+
+
+def clean(raw: RawTable, path: Path | str, drop_invalid: bool = False) -> tuple[RawTable, dict[str, Any]]:
+    """Return the cleaned table and a report of what was changed."""
+    matrix = raw.matrix
+    if matrix.ndim != 2 or matrix.shape[0] == 0 or matrix.shape[1] == 0:
+        raise InputError(path, f"no vectors found (matrix shape {list(matrix.shape)})")
+    if len(raw.tokens) != matrix.shape[0]:
+        raise InputError(path, f"{len(raw.tokens)} tokens for {matrix.shape[0]} vectors")
+    # Row-major float32 (a no-op when it already is): searches and row reads need contiguous rows.
+    matrix = np.ascontiguousarray(matrix, dtype=np.float32)
+    report: dict[str, Any] = dict(raw.report)
+    rows = matrix.shape[0]
+
+    with np.errstate(over="ignore", invalid="ignore"):
+        norms = row_norms(matrix)
+    invalid = ~np.isfinite(norms)
+    empty = np.fromiter((not t for t in raw.tokens), dtype=bool, count=rows)
+    bad = invalid | empty
+    keep = np.ones(rows, dtype=bool)
+    if bad.any():
+        first = int(np.argmax(bad))
+        if raw.kind == "tokens" or not drop_invalid:
+            what = "an empty token" if empty[first] else f"NaN, Inf or overflowing values for {raw.tokens[first]!r}"
+            hint = "" if raw.kind == "tokens" else " (use --drop-invalid to skip such rows)"
+            raise InputError(path, what + hint, line=raw.first_line + first)
+        keep &= ~bad
+        report["invalid_rows_dropped"] = int(bad.sum())
+
+    if raw.kind != "tokens":
+        tokens = raw.tokens
+        first_of = dict(zip(reversed(tokens), range(rows - 1, -1, -1), strict=True))
+        if len(first_of) < rows:
+            unique = np.zeros(rows, dtype=bool)
+            unique[np.fromiter(first_of.values(), dtype=np.int64, count=len(first_of))] = True
+            report["duplicate_tokens_dropped"] = int((keep & ~unique).sum())
+            keep &= unique
+
+    report["zero_rows"] = int(((norms == 0) & keep).sum())
+    if not keep.all():
+        ids = np.flatnonzero(keep)
+        raw = RawTable(
+            tokens=[raw.tokens[i] for i in ids],
+            matrix=matrix[ids],
+            first_line=raw.first_line,
+            metadata={k: [v[i] for i in ids] for k, v in raw.metadata.items()},
+            flags=None if raw.flags is None else raw.flags[ids],
+            report=report,
+            info=raw.info,
+            kind=raw.kind,
+            extra_files=raw.extra_files,
+        )
+    else:
+        raw.matrix = matrix
+    raw.report = report
+    return raw, report

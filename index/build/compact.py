@@ -1,0 +1,117 @@
+"""Compaction: a documents table's write log folded into its next version (``embedding-index compact``).
+
+The next version holds the current version's documents that were not deleted or replaced, in their order, then
+the written documents in write order, as a fresh import of those documents would: the same payload columns and
+types, vectors normalised by the builder, the keyword index and the approximate index rebuilt by the same code
+and options. Its manifest records ``log_sequence``, the last write it holds; it is published atomically as every
+build is, and the log is then cut at that sequence, keeping the writes that arrived meanwhile. A server reloads
+the new version as after any build (watching the data directory, SIGHUP, or ``POST /v1/admin/reload``), and
+replays only the later writes over it.
+"""
+
+from __future__ import annotations
+
+import copy
+import fcntl
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from index.build.sources import RawTable
+from index.build.writer import build_table
+from index.engine.delta import Delta
+from index.engine.keyword import for_documents
+from index.engine.table import Table
+from index.errors import ArtifactError, InvalidQuery
+from index.progress import note
+from index.store import artifact, writelog
+from index.store.payload import KIND, payload_files
+
+
+def compact(data_dir: Path, name: str) -> dict[str, Any]:
+    """Fold table ``name``'s write log into its next version; return what was done (``written`` 0: nothing to do)."""
+    directory = artifact.table_dir(data_dir, name)
+    path = writelog.log_path(data_dir, name)
+    path.parent.mkdir(exist_ok=True)
+    lock_fd = os.open(path.with_suffix(".compacting"), os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise ArtifactError(f"table {name!r} is being compacted by another process") from None
+        return _compact(data_dir, name, directory, path)
+    finally:
+        os.close(lock_fd)
+
+
+def _compact(data_dir: Path, name: str, directory: Path, path: Path) -> dict[str, Any]:
+    note(f"verifying {directory} ...")
+    table = Table.load(directory)
+    payload = table.payload
+    if payload is None:
+        raise InvalidQuery(f"table {name!r} holds {table.kind}, not documents: only documents tables take writes")
+    manifest = table.manifest
+    covered = int(manifest.get("log_sequence", 0))
+    delta = Delta(payload, table.rows, table.dim, covered)
+    delta.apply(writelog.recover(path))
+    if delta.seq == covered:
+        return {"table": name, "log_sequence": covered, "written": 0, "rows": table.rows}
+    note(f"folding writes {covered + 1}..{delta.seq} into {name!r} ...")
+    keep = np.flatnonzero(~delta.deleted)
+    names = [payload.id_field, *([payload.text_field] if payload.text_field else []), *payload.fields]
+    written = delta.columns()
+    columns = []
+    for column in names:
+        old = payload.column(column).take(pa.array(keep))
+        new = written.column(column).cast(old.type)
+        columns.append(pa.concat_arrays([old, new]))
+    documents = pa.table(columns, names=names)
+    _, units, norms = delta.matrix()
+    matrix = np.vstack(
+        [table.vectors[keep] * table.norms[keep][:, None], units * norms[:, None]]  # the vectors as imported
+    ).astype(np.float32)
+    info = copy.deepcopy(manifest[KIND])
+    info["count"] = documents.num_rows
+    if payload.text_field:
+        info["text_non_null"] = documents.num_rows - documents.column(payload.text_field).null_count
+    for field in payload.fields:
+        info["fields"][field]["non_null"] = documents.num_rows - documents.column(field).null_count
+    # The table's own stop words and stemmer (an import's options), else the defaults
+    tokenizer = table.keyword.tokenizer if table.keyword is not None else None
+    keyword_info, keyword_files = for_documents(documents, info, tokenizer)
+    raw = RawTable(
+        tokens=[str(i) for i in documents.column(0).to_pylist()],
+        matrix=matrix,
+        info={KIND: info, **keyword_info, "log_sequence": delta.seq, "compacted_at": artifact.now_iso()},
+        kind=KIND,
+        extra_files={**payload_files(documents), **keyword_files},
+    )
+    build = manifest.get("build", {})
+
+    def unchanged(_: Path) -> None:  # under the publish lock: no other version was published since this one
+        if artifact.read_manifest(directory) != manifest:
+            raise ArtifactError(f"table {name!r} was published again while it was being compacted; nothing replaced")
+
+    published = build_table(
+        raw,
+        data_dir=data_dir,
+        name=name,
+        source=manifest.get("source", {}),
+        index_spec=str(build.get("index", "auto")),
+        min_recall=float(build.get("min_recall", 0.95)),
+        params=build,
+        force=True,
+        seed=int(build.get("seed", 0)),
+        complete=unchanged,
+    )
+    kept = writelog.cut(path, delta.seq)
+    return {
+        "table": name,
+        "log_sequence": delta.seq,
+        "written": delta.seq - covered,
+        "rows": published["rows"],
+        "kept": kept,
+    }

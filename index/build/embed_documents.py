@@ -1,0 +1,81 @@
+"""Documents without vectors, embedded at import by a table the data directory already has (``--encoder``).
+
+The encoder table is loaded and verified like any served table and its encoder (``index.engine.encode``) embeds the
+text field in blocks, with progress. A document with no text, or whose text has no token the encoder knows,
+is a bad row (named by its line, or dropped with ``--drop-invalid``). The manifest records the encoder: its
+name, kind, pooling, dimension and the sha256 of its vectors (and of its SIF component; a transformer table's:
+of its model graph), so that the server can check that the table it embeds query texts with is the one the
+documents were embedded with.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from index.engine.encode import Encoder, encoder_for
+from index.engine.table import Table
+from index.engine.transformer_encoder import TransformerEncoder
+from index.errors import InputError, UnknownTable
+from index.progress import Progress, note
+from index.store import artifact
+
+BLOCK_TEXTS = 4096  # texts embedded at a time (one progress step)
+MODEL_BLOCK_TEXTS = 256  # the same for a transformer table, whose texts take longer
+
+
+@dataclass
+class TextEncoder:
+    """What the documents reader calls: ``embed(texts)`` -> (unit vectors of the texts it can embed, which)."""
+
+    table: Table
+    encoder: Encoder | TransformerEncoder
+
+    @classmethod
+    def open(cls, directory: Path) -> TextEncoder:
+        try:
+            table = Table.load(directory)
+        except UnknownTable:
+            known = ", ".join(artifact.list_tables(directory.parent)) or "none"
+            problem = f"--encoder: no table {directory.name!r} in the data directory (its tables: {known})"
+            raise InputError(directory, problem) from None
+        return cls(table, encoder_for(table))
+
+    def info(self) -> dict[str, Any]:
+        """The manifest's record of the encoder (with SIF pooling, the checksum of the component it used)."""
+        pooling = self.encoder.default_pooling
+        sif = {"sif_sha256": self.table.sif_sha256} if pooling == "sif" else {}
+        return {
+            "table": self.table.name,
+            "kind": self.table.kind,
+            "pooling": pooling,
+            "dim": self.table.dim,
+            "vectors_sha256": self.table.vectors_sha256,
+            **sif,
+            **({"graph_sha256": self.table.graph_sha256} if self.table.graph_sha256 else {}),
+        }
+
+    def embed(self, texts: Sequence[str | None]) -> tuple[np.ndarray, np.ndarray]:
+        """(float32 unit rows of the embeddable texts, in order; a boolean per text: embedded or not)."""
+        ok = np.zeros(len(texts), dtype=bool)
+        blocks = []
+        step = MODEL_BLOCK_TEXTS if self.table.graph_sha256 else BLOCK_TEXTS
+        started = time.perf_counter()
+        with Progress(f"embedding with {self.table.name}", len(texts), "documents") as progress:
+            for start in range(0, len(texts), step):
+                block = [text or "" for text in texts[start : start + step]]
+                encoded = self.encoder.encode(block, strict=False)  # zero rows for texts it cannot embed
+                # a blank text is no document (a transformer would embed it as [CLS] [SEP] alone)
+                known = (np.asarray(encoded.tokens) > 0) & np.array([bool(text.strip()) for text in block], dtype=bool)
+                blocks.append(encoded.vectors[known])
+                ok[start : start + len(block)] = known
+                progress.advance(len(block))
+        seconds = time.perf_counter() - started
+        note(f"embedded {len(texts):,} texts in {seconds:.1f} s ({len(texts) / max(seconds, 1e-9):,.0f} texts/s)")
+        matrix = np.vstack(blocks) if blocks else np.zeros((0, self.table.dim), dtype=np.float32)
+        return matrix, ok

@@ -1,0 +1,427 @@
+"""FAISS index construction from a spec, recall measurement against exact search, and the ``auto`` choice.
+
+Rows are unit-normalised, so inner product equals cosine. Specs:
+
+- ``auto``: ``flat`` below 100,000 rows; else the index that is fastest to search among those whose build fits
+  the build-time budget (``--build-budget``): HNSW (M=32, efConstruction=200) when a timed build of a 20,000-row
+  sample, scaled to the whole table by the growth measured on it, fits; else IVF. Either way the search parameter
+  (efSearch, nprobe) is raised until recall@10 >= 0.99 on a sample of rows, and the manifest records the estimate
+  and why the index was chosen;
+- ``flat``: exact inner product (the service then searches the memory-mapped matrix directly);
+- ``hnsw`` or ``hnsw:M=32,efConstruction=200,efSearch=48`` (those are the defaults, efSearch apart);
+- ``ivf`` or ``ivf:nlist=2048,nprobe=64`` (nlist defaults to about 2 sqrt(rows), nprobe is tuned when not given);
+- ``ivfpq`` or ``ivfpq:nlist=4096,m=16,nbits=8,nprobe=64,rerank=8``: IVF over product-quantised codes (``m`` codes
+  of ``nbits`` bits per row, ``m`` dividing the dimension; by default the largest divisor of the dimension up to a
+  quarter of it, at most 64); ``opq=1``, or the spec ``opq`` / ``opq:...``, rotates the rows first (an OPQ matrix
+  trained with the codes). Such an index holds a few bytes per row, not the rows: the engine asks it for
+  ``rerank`` x k candidates and re-scores those exactly against the memory-mapped unit rows, so answers keep
+  exact cosines; nprobe is tuned for the re-ranked recall, and the manifest records the codes' own recall too;
+- any other string is passed to ``faiss.index_factory`` (e.g. ``IVF1024,Flat``, ``HNSW16``).
+
+Why these: HNSW answers a query several times faster than IVF at the same recall on word tables, so it is the
+choice whenever its build is affordable; an IVF build costs seconds to minutes at any size.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any, cast
+
+import faiss
+import numpy as np
+
+from index.engine.faiss_search import search_index, set_search_params
+from index.errors import InvalidQuery
+from index.progress import Progress, duration, note, record
+
+AUTO_FLAT_BELOW = 100_000
+AUTO_TARGET_RECALL = 0.99
+AUTO_BUDGET_SECONDS = 900.0
+ESTIMATE_SAMPLE = 20_000
+EF_SEARCH_STEPS = (16, 24, 32, 40, 48, 56, 64, 80, 96, 128, 160, 192, 256, 384, 512, 1024)
+NPROBE_STEPS = (1, 2, 4, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024, 1536, 2048)
+RECALL_SAMPLE = 1000
+RECALL_K = 10
+ADD_BLOCK_HNSW = 10_000  # rows per add call: progress lines come often enough
+ADD_BLOCK = 100_000
+IVF_TRAIN_POINTS_PER_LIST = 64
+IVF_TRAIN_ITERATIONS = 10
+PQ_NBITS = 8
+PQ_RERANK = 8  # candidates per answer re-scored exactly, by default
+PQ_TRAIN_POINTS_PER_CODE = 64  # training rows per PQ centroid (2 ** nbits of them per sub-quantiser)
+OPQ_ITERATIONS = 10  # fewer than FAISS's 50: the same re-ranked recall for less training (docs/builder.md)
+PLATEAU_STEPS = 3  # compressed kinds: stop raising nprobe once this many steps gained under PLATEAU_GAIN
+PLATEAU_GAIN = 0.002
+
+
+@dataclass
+class IndexSpec:
+    kind: str  # "flat", "auto", "hnsw", "ivf", "ivfpq" or "factory"
+    factory: str = "Flat"
+    m: int = 32
+    # 200 rather than FAISS's 40: a better graph needs a lower efSearch for recall@10 0.99, so queries are faster
+    # for a longer build; 400 builds nearly twice as long for no faster query (BENCHMARKS.md, section 7).
+    ef_construction: int = 200
+    ef_search: int | None = None  # None: tune for the target recall
+    nlist: int | None = None  # IVF lists; None: about 2 sqrt(rows)
+    nprobe: int | None = None  # None: tune for the target recall
+    target_recall: float | None = None
+    pq_m: int | None = None  # ivfpq: codes per row
+    nbits: int = PQ_NBITS  # ivfpq: bits per code
+    opq: bool = False  # ivfpq: an OPQ rotation before the codes
+    rerank: int = 1  # candidates per answer re-scored exactly against the rows (1: none)
+    params: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def compressed(self) -> bool:
+        """Whether the index holds codes rather than the rows (its answers are re-ranked on the rows)."""
+        return self.kind == "ivfpq"
+
+    def describe(self) -> dict[str, Any]:
+        if self.kind == "hnsw":
+            return {"kind": "hnsw", "M": self.m, "efConstruction": self.ef_construction, "efSearch": self.ef_search}
+        if self.kind == "ivf":
+            return {"kind": "ivf", "nlist": self.nlist, "nprobe": self.nprobe}
+        if self.kind == "ivfpq":
+            return {
+                "kind": "ivfpq",
+                "nlist": self.nlist,
+                "nprobe": self.nprobe,
+                "m": self.pq_m,
+                "nbits": self.nbits,
+                "opq": self.opq,
+                "rerank": self.rerank,
+                "code_bytes_per_row": (self.pq_m or 0) * self.nbits // 8,
+            }
+        return {"kind": self.kind, "factory": self.factory}
+
+
+def _options(spec: str, allowed: tuple[str, ...]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for item in filter(None, spec.partition(":")[2].split(",")):
+        key, _, value = item.partition("=")
+        try:
+            number = int(value)
+        except ValueError:
+            raise InvalidQuery(f"index spec {spec!r}: {item!r} is not KEY=INTEGER") from None
+        if key not in allowed:
+            raise InvalidQuery(f"index spec {spec!r}: unknown option {key!r} ({', '.join(allowed)})")
+        if number < 1:
+            raise InvalidQuery(f"index spec {spec!r}: options must be positive")
+        out[key] = number
+    return out
+
+
+def parse_spec(spec: str, rows: int, dim: int | None = None) -> IndexSpec:
+    """Turn a command-line index spec into an :class:`IndexSpec` for a table of ``rows`` rows (of ``dim``
+    dimensions: the ``ivfpq`` kinds check and default their code count with it)."""
+    spec = spec.strip()
+    if spec == "auto":
+        if rows < AUTO_FLAT_BELOW:
+            return IndexSpec(kind="flat")
+        return IndexSpec(kind="auto", target_recall=AUTO_TARGET_RECALL)
+    if spec == "flat":
+        return IndexSpec(kind="flat")
+    if spec == "hnsw" or spec.startswith("hnsw:"):
+        given = _options(spec, ("M", "efConstruction", "efSearch"))
+        out = IndexSpec(kind="hnsw")
+        out.m = given.get("M", out.m)
+        out.ef_construction = given.get("efConstruction", out.ef_construction)
+        out.ef_search = given.get("efSearch")
+        return out
+    if spec == "ivf" or spec.startswith("ivf:"):
+        given = _options(spec, ("nlist", "nprobe"))
+        out = IndexSpec(kind="ivf", nlist=given.get("nlist", default_nlist(rows)), nprobe=given.get("nprobe"))
+        if out.nlist is not None and out.nlist > rows:
+            raise InvalidQuery(f"index spec {spec!r}: nlist {out.nlist} is more than the {rows} rows")
+        return out
+    for prefix in ("ivfpq", "opq"):
+        if spec == prefix or spec.startswith(prefix + ":"):
+            return _parse_pq(spec, prefix, rows, dim)
+    return IndexSpec(kind="factory", factory=spec)
+
+
+def _parse_pq(spec: str, prefix: str, rows: int, dim: int | None) -> IndexSpec:
+    keys = ("nlist", "nprobe", "m", "nbits", "rerank") + (("opq",) if prefix == "ivfpq" else ())
+    given = _options(spec, keys)
+    out = IndexSpec(kind="ivfpq", nlist=given.get("nlist", default_nlist(rows)), nprobe=given.get("nprobe"))
+    out.nbits = given.get("nbits", PQ_NBITS)
+    out.opq = prefix == "opq" or given.get("opq", 0) == 1
+    out.rerank = given.get("rerank", PQ_RERANK)
+    out.pq_m = given.get("m", default_pq_m(dim) if dim else None)
+    if given.get("opq", 1) not in (0, 1) or not 1 <= out.nbits <= 16:
+        raise InvalidQuery(f"index spec {spec!r}: opq is 0 or 1, nbits 1 to 16")
+    if out.nlist is not None and out.nlist > rows:
+        raise InvalidQuery(f"index spec {spec!r}: nlist {out.nlist} is more than the {rows} rows")
+    if rows < 2**out.nbits:
+        raise InvalidQuery(f"index spec {spec!r}: {rows} rows cannot train {2**out.nbits} codes per sub-quantiser")
+    if dim is not None and out.pq_m is not None and dim % out.pq_m:
+        raise InvalidQuery(f"index spec {spec!r}: m={out.pq_m} does not divide the dimension {dim}")
+    return out
+
+
+def default_pq_m(dim: int) -> int:
+    """The largest divisor of ``dim`` up to a quarter of it (at most 64): 32 one-byte codes for 128 dimensions."""
+    return max(m for m in range(1, max(1, min(64, dim // 4)) + 1) if dim % m == 0)
+
+
+def default_nlist(rows: int) -> int:
+    """A power of two near 2 sqrt(rows): lists of a few hundred rows, k-means in seconds to minutes."""
+    power: int = 2 ** round(math.log2(max(1.0, 2 * math.sqrt(rows))))  # int ** int is typed Any (negative powers)
+    return max(1, min(rows, power))
+
+
+def _add(index: faiss.Index, vectors: np.ndarray, block: int) -> None:
+    with Progress("adding rows to the index", len(vectors)) as progress:
+        for start in range(0, len(vectors), block):
+            part = np.ascontiguousarray(vectors[start : start + block])
+            index.add(part)
+            progress.advance(len(part))
+
+
+def _hnsw(dim: int, spec: IndexSpec) -> faiss.Index:
+    index = faiss.IndexHNSWFlat(dim, spec.m, faiss.METRIC_INNER_PRODUCT)
+    index.hnsw.efConstruction = spec.ef_construction
+    return index
+
+
+def build_index(vectors: np.ndarray, spec: IndexSpec, seed: int = 0) -> faiss.Index:
+    """Build and fill an inner-product index over unit rows."""
+    dim = vectors.shape[1]
+    block = ADD_BLOCK
+    index: faiss.Index
+    if spec.kind == "flat":
+        index = faiss.IndexFlatIP(dim)
+    elif spec.kind == "hnsw":
+        index = _hnsw(dim, spec)
+        block = ADD_BLOCK_HNSW
+    elif spec.kind == "ivf":
+        nlist = spec.nlist or default_nlist(len(vectors))
+        index = faiss.IndexIVFFlat(faiss.IndexFlatIP(dim), dim, nlist, faiss.METRIC_INNER_PRODUCT)
+        _seed_ivf(index, seed)
+    elif spec.kind == "ivfpq":
+        index = _ivfpq(dim, len(vectors), spec, seed)
+    else:
+        try:
+            index = faiss.index_factory(dim, spec.factory, faiss.METRIC_INNER_PRODUCT)
+        except RuntimeError as exc:
+            raise InvalidQuery(f"FAISS cannot build index {spec.factory!r}: {str(exc).splitlines()[0]}") from None
+    if not index.is_trained:
+        started = time.perf_counter()
+        note(f"training the index ({type(index).__name__}) ...")
+        train = np.ascontiguousarray(vectors)
+        if spec.kind in ("ivf", "ivfpq"):  # k-means sees IVF_TRAIN_POINTS_PER_LIST rows per list (and PQ its
+            # PQ_TRAIN_POINTS_PER_CODE rows per code), drawn here with the seed
+            size = (
+                cast(faiss.IndexIVF, index).nlist * IVF_TRAIN_POINTS_PER_LIST  # "ivf": an IndexIVFFlat
+                if spec.kind == "ivf"
+                else _pq_train_size(spec)
+            )
+            size = min(len(vectors), size)
+            rows = np.sort(np.random.default_rng(seed).choice(len(vectors), size=size, replace=False))
+            train = np.ascontiguousarray(vectors[rows])
+        index.train(train)
+        note(f"trained in {duration(time.perf_counter() - started)}")
+    _add(index, vectors, block)
+    return index
+
+
+def _seed_ivf(index: faiss.IndexIVF, seed: int) -> None:
+    index.cp.niter = IVF_TRAIN_ITERATIONS
+    index.cp.max_points_per_centroid = IVF_TRAIN_POINTS_PER_LIST
+    index.cp.seed = seed
+
+
+def _pq_train_size(spec: IndexSpec) -> int:
+    codes: int = 2**spec.nbits  # int ** int is typed Any (negative powers)
+    return max((spec.nlist or 1) * IVF_TRAIN_POINTS_PER_LIST, codes * PQ_TRAIN_POINTS_PER_CODE)
+
+
+def _ivfpq(dim: int, rows: int, spec: IndexSpec, seed: int) -> faiss.Index:
+    """IVF over PQ codes of the (OPQ-rotated) rows, k-means seeded."""
+    spec.nlist = spec.nlist or default_nlist(rows)
+    spec.pq_m = spec.pq_m or default_pq_m(dim)
+    if dim % spec.pq_m:
+        raise InvalidQuery(f"index spec ivfpq: m={spec.pq_m} does not divide the dimension {dim}")
+    ivf = faiss.IndexIVFPQ(faiss.IndexFlatIP(dim), dim, spec.nlist, spec.pq_m, spec.nbits, faiss.METRIC_INNER_PRODUCT)
+    _seed_ivf(ivf, seed)
+    ivf.pq.cp.seed = seed
+    ivf.pq.cp.niter = IVF_TRAIN_ITERATIONS
+    ivf.pq.cp.max_points_per_centroid = PQ_TRAIN_POINTS_PER_CODE
+    if not spec.opq:
+        return ivf
+    opq = faiss.OPQMatrix(dim, spec.pq_m)
+    opq.niter = opq.niter_pq_0 = OPQ_ITERATIONS
+    opq.max_train_points = 2**spec.nbits * PQ_TRAIN_POINTS_PER_CODE
+    return faiss.IndexPreTransform(opq, ivf)
+
+
+def estimate_hnsw_seconds(vectors: np.ndarray, spec: IndexSpec, seed: int = 0) -> float:
+    """Seconds to build ``spec``'s graph over all of ``vectors``: a sample's build, timed, scaled to the rows.
+
+    An insertion into a larger graph costs more (a longer search, rows no longer in the CPU caches), by how much
+    depends on the rows (more for high-dimensional noise than for word vectors), so the growth is measured: the
+    sample, in random order, is added in parts (an eighth, a quarter, a half, all of it) and the build time taken
+    to grow as a power of the rows, fitted to the times at those points (``scaled_build_seconds``; the notes to
+    BENCHMARKS.md section 7 compare the estimate with whole builds). The sample is built on one thread, whose CPU time
+    does not depend on other load on the machine (several threads spend more of it on so few rows); the estimate
+    is that time spread over FAISS's threads, as the whole build spreads it."""
+    n = len(vectors)
+    size = min(n, ESTIMATE_SAMPLE)
+    rng = np.random.default_rng(seed)
+    rows = np.sort(rng.choice(n, size=size, replace=False))
+    sample = np.ascontiguousarray(vectors[rows][rng.permutation(size)])
+    index = _hnsw(vectors.shape[1], spec)
+    points = sorted({max(1, size // part) for part in (8, 4, 2, 1)})  # rows added when each time is taken
+    threads = max(1, faiss.omp_get_max_threads())
+    faiss.omp_set_num_threads(1)
+    try:
+        with Progress("estimating the HNSW build time", size) as progress:
+            started, seconds, done = time.process_time(), [], 0
+            for point in points:
+                index.add(sample[done:point])
+                seconds.append(time.process_time() - started)
+                progress.advance(point - done)
+                done = point
+    finally:
+        faiss.omp_set_num_threads(threads)
+    return scaled_build_seconds(points, seconds, n) / threads
+
+
+def scaled_build_seconds(rows: list[int], seconds: list[float], total: int) -> float:
+    """The build time of ``total`` rows, from the times ``seconds`` a sample's build took to reach ``rows`` rows:
+    time = a * rows ** power, fitted (least squares on the logarithms), the power between 1 (a constant cost per
+    row) and 2, scaled from the last point."""
+    if total <= rows[-1] or len(rows) < 2 or min(seconds) <= 0:
+        return seconds[-1] * total / rows[-1]
+    power = float(np.polyfit(np.log(rows), np.log(seconds), 1)[0])
+    return float(seconds[-1] * (total / rows[-1]) ** min(2.0, max(1.0, power)))
+
+
+def choose_auto(vectors: np.ndarray, budget: float, seed: int = 0) -> tuple[IndexSpec, dict[str, Any]]:
+    """The ``auto`` rule for a table of at least ``AUTO_FLAT_BELOW`` rows: HNSW if its build fits ``budget``."""
+    hnsw = IndexSpec(kind="hnsw", target_recall=AUTO_TARGET_RECALL)
+    note(f"estimating the HNSW build time from {min(len(vectors), ESTIMATE_SAMPLE):,} rows ...")
+    estimate = estimate_hnsw_seconds(vectors, hnsw, seed)
+    record(hnsw_estimate_seconds=round(estimate, 1))
+    why: dict[str, Any] = {
+        "rule": "flat below 100,000 rows; else HNSW when its estimated build time fits the budget, else IVF; "
+        "the search parameter tuned to recall@10 >= 0.99",
+        "budget_seconds": budget,
+        "hnsw_estimate_seconds": round(estimate, 1),
+    }
+    if estimate <= budget:
+        why["chosen"] = "hnsw"
+        note(f"HNSW: about {duration(estimate)} to build, within the budget of {duration(budget)}")
+        return hnsw, why
+    ivf = IndexSpec(kind="ivf", nlist=default_nlist(len(vectors)), target_recall=AUTO_TARGET_RECALL)
+    why["chosen"] = "ivf"
+    note(f"IVF: HNSW would take about {duration(estimate)}, over the budget of {duration(budget)}")
+    return ivf, why
+
+
+@dataclass
+class RecallProbe:
+    """``sample`` rows drawn with ``seed`` as queries, with their exact top-10 computed once."""
+
+    queries: np.ndarray
+    truth: np.ndarray
+
+    @classmethod
+    def draw(cls, vectors: np.ndarray, seed: int = 0, sample: int = RECALL_SAMPLE) -> RecallProbe:
+        rng = np.random.default_rng(seed)
+        ids = np.sort(rng.choice(len(vectors), size=min(sample, len(vectors)), replace=False))
+        queries = np.ascontiguousarray(vectors[ids])
+        k = min(RECALL_K, len(vectors))
+        _, truth = faiss.knn(queries, np.ascontiguousarray(vectors), k, metric=faiss.METRIC_INNER_PRODUCT)
+        return cls(queries, truth)
+
+    def recall(self, index: faiss.Index, vectors: np.ndarray | None = None, rerank: int = 1) -> float:
+        """Recall@10 of ``index`` against exact search (re-ranked on ``vectors`` when ``rerank`` > 1)."""
+        _, found = search_index(index, self.queries, self.truth.shape[1], vectors, rerank)
+        hits = sum(len(np.intersect1d(t, f)) for t, f in zip(self.truth, found, strict=True))
+        return hits / self.truth.size
+
+
+@dataclass
+class BuiltIndex:
+    index: faiss.Index | None  # None for "flat"
+    info: dict[str, Any]
+
+
+def _tune(
+    index: faiss.Index, spec: IndexSpec, probe: RecallProbe, target: float, vectors: np.ndarray | None = None
+) -> float:
+    """Raise efSearch / nprobe step by step until recall@10 reaches ``target``; return the recall reached.
+
+    A compressed index's recall is that of its re-ranked answers (on ``vectors``), and is bounded by its codes:
+    the steps stop once ``PLATEAU_STEPS`` in a row gained less than ``PLATEAU_GAIN``."""
+    hnsw = spec.kind == "hnsw"
+    nlist = faiss.extract_index_ivf(index).nlist if not hnsw else 0
+    steps = EF_SEARCH_STEPS if hnsw else (*(s for s in NPROBE_STEPS if s < nlist), nlist)
+    name = "efSearch" if hnsw else "nprobe"
+    rerank = spec.rerank if spec.compressed else 1
+    recall, history = 0.0, []
+    for step in steps:
+        _set_step(index, spec, step)
+        recall = probe.recall(index, vectors, rerank)
+        note(f"tuning: {name} {step} gives recall@10 {recall:.4f} (target {target})")
+        if recall >= target:
+            break
+        history.append((step, recall))
+        gain = recall - history[-1 - PLATEAU_STEPS][1] if len(history) > PLATEAU_STEPS else 1.0
+        if spec.compressed and gain < PLATEAU_GAIN * PLATEAU_STEPS:
+            # the first step of the plateau: as good, within PLATEAU_GAIN, and cheaper than the last
+            step, recall = next((s, r) for s, r in history if r >= recall - PLATEAU_GAIN)
+            _set_step(index, spec, step)
+            note(f"tuning: recall@10 stays near {recall:.4f} from {name} {step} on: the codes limit it")
+            break
+    return recall
+
+
+def _set_step(index: faiss.Index, spec: IndexSpec, step: int) -> None:
+    if spec.kind == "hnsw":
+        set_search_params(index, ef_search=step)
+        spec.ef_search = step
+    else:
+        set_search_params(index, nprobe=step)
+        spec.nprobe = step
+
+
+def build_and_measure(
+    vectors: np.ndarray, spec: IndexSpec, min_recall: float, seed: int = 0, budget: float = AUTO_BUDGET_SECONDS
+) -> BuiltIndex:
+    """Build the index, measure recall@10 (tuning efSearch/nprobe where asked) and refuse it below ``min_recall``."""
+    started = time.perf_counter()
+    if spec.kind == "flat":  # exact search runs on the stored matrix: no index, and no copy of the vectors
+        info: dict[str, Any] = {"spec": spec.describe(), "faiss_description": "IndexFlatIP"}
+        info.update(recall_at_10=1.0, exact=True, build_seconds=round(time.perf_counter() - started, 3))
+        return BuiltIndex(index=None, info=info)
+    choice = None
+    if spec.kind == "auto":
+        spec, choice = choose_auto(vectors, budget, seed)
+    index = build_index(vectors, spec, seed)
+    info = {"spec": spec.describe(), "faiss_description": type(index).__name__}
+    if choice is not None:
+        info["choice"] = choice
+    note(f"measuring recall: the exact top {RECALL_K} of {min(RECALL_SAMPLE, len(vectors)):,} sampled rows ...")
+    probe = RecallProbe.draw(vectors, seed)  # the exact answers, once: the tuning steps reuse them
+    tunable = (spec.kind == "hnsw" and spec.ef_search is None) or (
+        spec.kind in ("ivf", "ivfpq") and spec.nprobe is None
+    )
+    rerank = spec.rerank if spec.compressed else 1
+    if tunable:
+        recall = _tune(index, spec, probe, spec.target_recall or max(min_recall, AUTO_TARGET_RECALL), vectors)
+    else:
+        set_search_params(index, ef_search=spec.ef_search, nprobe=spec.nprobe)
+        recall = probe.recall(index, vectors, rerank)
+    info.update(recall_at_10=round(float(recall), 4), exact=False, recall_sample=min(RECALL_SAMPLE, len(vectors)))
+    if spec.compressed:  # the answers are re-ranked; the codes' own top 10 for comparison
+        info["recall_at_10_without_rerank"] = round(float(probe.recall(index)), 4)
+    info["spec"] = spec.describe()
+    if recall < min_recall:
+        raise InvalidQuery(f"index {spec.describe()} reached recall@10 {recall:.4f}, below --min-recall {min_recall}")
+    info["build_seconds"] = round(time.perf_counter() - started, 3)
+    return BuiltIndex(index=index, info=info)

@@ -1,0 +1,186 @@
+"""Readers for every input format. Each turns a file (or directory) into a :class:`RawTable`.
+
+Readers raise :class:`index.errors.InputError` naming the file, the line and the problem. They never
+unpickle: NumPy files are read with ``allow_pickle=False``.
+"""
+
+from __future__ import annotations
+
+import gzip
+import importlib
+import io
+import os
+import zlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from index.errors import InputError
+from index.progress import note
+
+
+@dataclass
+class ReadOptions:
+    vocab: Path | None = None
+    unicode_errors: str = "strict"  # or "replace"
+    drop_invalid: bool = False
+    tensor: str | None = None
+    allow_pickle: bool = False
+    # --format documents: which fields hold the id, the text and the vector (None: the defaults), passage size
+    id_field: str | None = None
+    text_field: str | None = None
+    vector_field: str | None = None
+    chunk_words: int | None = None
+    encoder: Path | None = None  # documents without vectors: the table that embeds their text
+    # documents with text: the keyword index's stop-word list and stemmer (None: none); index.engine.keyword's defaults
+    stopwords: str | None = "en"
+    stemmer: str | None = "english"
+
+
+@dataclass
+class RawTable:
+    """What a reader yields: row ``i`` of ``matrix`` belongs to ``tokens[i]``."""
+
+    tokens: list[str]
+    matrix: np.ndarray  # float32, rows x dim
+    first_line: int = 1  # line number of row 0 in the source, for error messages
+    metadata: dict[str, list[str]] = field(default_factory=dict)
+    flags: np.ndarray | None = None  # per-row token kind bits, model tables only
+    report: dict[str, Any] = field(default_factory=dict)  # what the reader cleaned
+    info: dict[str, Any] = field(default_factory=dict)  # extra manifest fields (model, tokenizer, ...)
+    kind: str = "words"  # "words", "tokens" or "documents"
+    # Copied into the artifact (e.g. tokenizer.json, a documents table's payload): bytes, or a view of a buffer.
+    extra_files: dict[str, bytes | memoryview] = field(default_factory=dict)
+    source: dict[str, Any] = field(default_factory=dict)  # added to the manifest's source (a folder: files read)
+
+
+Reader = Callable[[Path, ReadOptions], RawTable]
+# What open_text returns: a gzip stream or a plain file, both read as bytes.
+BinaryHandle = gzip.GzipFile | io.BufferedReader
+
+
+def open_text(path: Path) -> BinaryHandle:
+    """Open a possibly gzip-compressed file for binary reading."""
+    with open(path, "rb") as handle:
+        magic = handle.read(2)
+    return gzip.open(path, "rb") if magic == b"\x1f\x8b" else open(path, "rb")
+
+
+def read_bytes(path: Path) -> bytes:
+    with open_text(path) as handle:
+        try:
+            return handle.read()
+        except (OSError, EOFError, zlib.error) as exc:
+            raise InputError(path, f"cannot read: {exc}") from None
+
+
+# format name -> (module of index.build.sources, its reader): one reader per format, imported when first used.
+READERS: dict[str, tuple[str, str]] = {
+    "word2vec": ("text", "read_word2vec_text"),
+    "word2vec-binary": ("word2vec_binary", "read"),
+    "glove": ("text", "read_glove_text"),
+    "fasttext": ("text", "read_word2vec_text"),
+    "npy": ("numpy_vocab", "read"),
+    "projector": ("projector", "read"),
+    "hf": ("huggingface", "read"),
+    "transformer": ("transformer", "read"),
+    "model2vec": ("model2vec", "read"),
+    "glove-package": ("glove_package", "read"),
+    "gensim": ("gensim_pickle", "read"),
+    "documents": ("documents", "read"),
+}
+FORMATS = ("auto", *READERS)
+
+
+def reader(fmt: str) -> Reader:
+    module, name = READERS[fmt]
+    found: Reader = getattr(importlib.import_module(f"index.build.sources.{module}"), name)
+    return found
+
+
+NUMBER_TEXT = frozenset(b"0123456789.-+eEnNaAiIfFtTyY \t\r\n")  # what the values of a text row are made of
+
+
+def sniff_format(path: Path) -> str:
+    """Guess the format of ``path`` from its name and first bytes."""
+    path = Path(path)
+    if path.is_dir():
+        if (path / "config.json").is_file() or any(path.glob("*.safetensors")):
+            from index.build.sources.model2vec import is_model2vec
+
+            return "model2vec" if is_model2vec(path) else "hf"
+        if (path / "vectors.tsv").is_file():
+            return "projector"
+        with os.scandir(path) as entries:
+            if any(entries):
+                return "documents"  # a folder of text files (the reader says which files are not)
+        raise InputError(path, "empty directory: neither a model (config.json, *.safetensors), vectors.tsv nor files")
+    name = path.name.lower().removesuffix(".gz")
+    if name.endswith((".jsonl", ".ndjson", ".json", ".parquet", ".csv")):
+        return "documents"
+    if name.endswith(".npy"):
+        return "npy"
+    if name.endswith(".tsv"):
+        return "projector"
+    if name.endswith(".safetensors"):
+        return "hf"
+    if name.endswith((".model", ".kv", ".pkl", ".pickle")):
+        return "gensim"  # the reader refuses it unless --allow-pickle is given
+    try:
+        with open_text(path) as handle:
+            head = handle.read(4096).removeprefix(b"\xef\xbb\xbf")
+    except (OSError, EOFError, zlib.error) as exc:
+        raise InputError(path, f"cannot read: {exc}") from None
+    if head.startswith((b"\x93NUMPY", b"PK\x03\x04")):
+        return "npy"
+    if len(head) > 1 and head[0] == 0x80 and 2 <= head[1] <= 5:
+        return "gensim"  # a pickle
+    first = head.split(b"\n", 1)[0]
+    parts = first.split()
+    if len(parts) == 2 and all(p.isdigit() for p in parts):
+        # word2vec binary: after the header, a token, a space, then raw float32 bytes (not number text).
+        rest = head[len(first) + 1 :]
+        space = rest.find(b" ")
+        values = rest[space + 1 : space + 1 + min(4 * int(parts[1]), 256)] if space >= 0 else b""
+        if any(b not in NUMBER_TEXT for b in values):
+            return "word2vec-binary"
+        return "fasttext" if name.endswith(".vec") else "word2vec"
+    return "glove"
+
+
+def read_source(path: Path, fmt: str = "auto", options: ReadOptions | None = None) -> tuple[RawTable, str]:
+    """Read ``path`` in ``fmt`` (sniffed when "auto"); return the raw table and the format used."""
+    path = Path(path)
+    options = options or ReadOptions()
+    if fmt != "glove-package" and not path.exists():
+        raise InputError(path, "no such file or directory")
+    fmt = sniff_format(path) if fmt == "auto" else fmt
+    if fmt not in READERS:
+        raise InputError(path, f"unknown format {fmt!r}; choose one of {', '.join(FORMATS)}")
+    note(f"reading {path.name} ({fmt}) ...")
+    return reader(fmt)(path, options), fmt
+
+
+def decode_tokens(
+    raw: Sequence[bytes], options: ReadOptions, fail: Callable[[int, str], InputError]
+) -> tuple[list[str], int]:
+    """The tokens ``raw`` as UTF-8: strictly, raising ``fail(position, problem)`` for the first that is not,
+    or (``--unicode-errors replace``) with U+FFFD; also how many needed it."""
+    out: list[str] = []
+    replaced = 0
+    for position, token in enumerate(raw):
+        try:
+            out.append(token.decode("utf-8"))
+        except UnicodeDecodeError as exc:
+            if options.unicode_errors != "replace":
+                problem = (
+                    f"token is not valid UTF-8 (byte 0x{token[exc.start]:02x} at position {exc.start}); "
+                    "use --unicode-errors replace to substitute U+FFFD"
+                )
+                raise fail(position, problem) from None
+            replaced += 1
+            out.append(token.decode("utf-8", "replace"))
+    return out, replaced

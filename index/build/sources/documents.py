@@ -1,0 +1,431 @@
+"""Documents with vectors: JSON Lines, Parquet or CSV (one document per row), or a directory of text files.
+
+The reader finds the rows (:class:`index.build.fields.Rows`); :func:`index.build.documents.prepare` checks and
+types them; the table's tokens are the document ids and its payload (ids, text, fields) goes into the artifact as
+``payload.arrow`` and ``payload_ids.arrow`` (:mod:`index.store.payload`).
+
+- **JSON Lines** (``.jsonl``, ``.ndjson``, ``.json``; ``.gz`` too): one JSON object per line; blank lines are
+  skipped. pyarrow's JSON parser reads blocks of lines; when it refuses the file (bad JSON, a value whose type
+  differs from the field's first value) the lines are checked one by one in Python, which names each bad line.
+- **CSV** (``.csv``, ``.csv.gz``): a header line, then one row per record (quoted cells may span lines). Cells
+  are text: each column is typed by what all its cells are (see ``index.build.documents.infer_text``); vectors and
+  lists of strings are JSON arrays in a cell.
+- **Parquet** (``.parquet``): typed columns, read in batches of 65,536 rows.
+- **A folder** of text files (any file whose content is text, ``.gz`` decompressed): passages
+  (:mod:`index.build.passages`), which have no vectors yet; what it skipped goes into the manifest's source.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import re
+import zlib
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.csv as pacsv
+import pyarrow.json as pajson
+import pyarrow.parquet as pq
+
+from index.build.documents import DocumentOptions, prepare
+from index.build.embed_documents import TextEncoder
+from index.build.fields import Rows
+from index.build.passages import DEFAULT_CHUNK_WORDS, Folder, passages_table, read_folder
+from index.build.sources import RawTable, ReadOptions, open_text, read_bytes
+from index.engine.keyword import Tokenizer, for_documents
+from index.errors import InputError
+from index.progress import Progress
+from index.store.payload import KIND, payload_files
+
+CHUNK_BYTES = 8 << 20  # JSON Lines are parsed this many bytes of whole lines at a time
+BATCH_ROWS = 65_536
+BOM = b"\xef\xbb\xbf"
+BLANK_LINE = re.compile(rb"\n[ \t\r]*(?=\n|\Z)")  # a blank line (what pyarrow's JSON parser skips), after its newline
+FIRST_BLANK = re.compile(rb"[ \t\r]*(?:\n|\Z)")
+
+
+def read(path: Path, options: ReadOptions) -> RawTable:
+    """Documents and their vectors as a table whose tokens are the ids; the payload rides along as files."""
+    path = Path(path)
+    try:
+        tokenizer = Tokenizer.named(options.stopwords, options.stemmer)
+    except ValueError as exc:
+        raise InputError(path, str(exc)) from None
+    encoder = None if options.encoder is None else TextEncoder.open(options.encoder)
+    folder = read_folder(path, options.unicode_errors, options.drop_invalid) if path.is_dir() else None
+    rows = read_rows(path, options, folder)
+    document_options = DocumentOptions(options.id_field, options.text_field, options.vector_field, options.drop_invalid)
+    if encoder is not None:
+        document_options.embed, document_options.encoder = encoder.embed, encoder.info()
+    documents = prepare(rows, document_options)
+    del rows  # the source's bytes and columns, before the payload is written out
+    keyword_info, keyword_files = for_documents(documents.payload, documents.info, tokenizer)  # BM25, if any text
+    return RawTable(
+        tokens=documents.tokens,
+        matrix=documents.matrix,
+        report=documents.report,
+        info={KIND: documents.info, **keyword_info},
+        kind=KIND,
+        extra_files={**payload_files(documents.payload), **keyword_files},
+        source={} if folder is None else folder.source_info(),
+    )
+
+
+def file_kind(path: Path) -> str:
+    """jsonl, csv or parquet: from the name, else from the first bytes."""
+    name = path.name.lower().removesuffix(".gz")
+    for kind, suffixes in (("jsonl", (".jsonl", ".ndjson", ".json")), ("csv", (".csv",)), ("parquet", (".parquet",))):
+        if name.endswith(suffixes):
+            return kind
+    with open(path, "rb") as handle:
+        if handle.read(4) == b"PAR1":
+            return "parquet"
+    try:
+        with open_text(path) as handle:
+            start = handle.read(4096).removeprefix(BOM).lstrip()
+    except (OSError, EOFError, zlib.error) as exc:
+        raise InputError(path, f"cannot read: {exc}") from None
+    return "jsonl" if start.startswith(b"{") else "csv"
+
+
+def read_rows(path: Path, options: ReadOptions, folder: Folder | None = None) -> Rows:
+    if path.is_dir():
+        folder = folder or read_folder(path, options.unicode_errors, options.drop_invalid)
+        folder.report()
+        chunk_words = options.chunk_words or DEFAULT_CHUNK_WORDS
+        if not folder.files:
+            first = f" (first: {folder.skipped[0][0]}: {folder.skipped[0][1]})" if folder.skipped else ""
+            raise InputError(path, f"no text files in this folder: {len(folder.skipped):,} skipped{first}")
+        passages = passages_table(folder, chunk_words)
+        if options.encoder is None:
+            raise _passages_without_vectors(path, folder, passages.num_rows)
+        return Rows(passages, path, "passages", lambda found: np.asarray(found, dtype=np.int64) + 1, unit="passage")
+    kind = file_kind(path)
+    if kind == "parquet":
+        return read_parquet(path)
+    if kind == "csv":
+        return read_csv(path)
+    return read_jsonl(path)
+
+
+def _passages_without_vectors(path: Path, folder: Folder, passages: int) -> InputError:
+    """Passages are found and checked (bad UTF-8 names its file and line), but they have no vectors yet."""
+    return InputError(
+        path,
+        f"{passages:,} passages from {len(folder.files):,} text files, but no vectors: embed them with "
+        "--encoder TABLE (a table of --data-dir), or import a JSONL, Parquet or CSV file with each document's "
+        "vector in a field (--vector-field, default 'vector', else 'embedding')",
+    )
+
+
+# ---------------------------------------------------------------------------------------------- line numbers
+
+
+def _blank_lines(data: bytes) -> np.ndarray:
+    """Line numbers (from 1) of the blank lines; the empty piece after a last newline is no line."""
+    found = [1] if FIRST_BLANK.match(data) and data else []
+    line, position = 1, 0
+    for match in BLANK_LINE.finditer(data):  # from the newline before each blank line: no scan at every position
+        if match.end() == len(data) and match.end() - match.start() == 1:
+            break
+        line += data.count(b"\n", position, match.start()) + 1
+        position = match.start() + 1
+        found.append(line)
+    return np.asarray(found, dtype=np.int64)
+
+
+def _line_count(data: bytes) -> int:
+    return data.count(b"\n") + (0 if data.endswith(b"\n") or not data else 1)
+
+
+class _Lines:
+    """Row -> line number for JSON Lines (a row per line that is not blank), worked out when a message needs it."""
+
+    def __init__(self, data: bytes) -> None:
+        self._data = data
+        self._numbers: np.ndarray | None = None
+
+    def __call__(self, rows: np.ndarray) -> np.ndarray:
+        if self._numbers is None:
+            everything = np.arange(1, _line_count(self._data) + 1, dtype=np.int64)
+            self._numbers = np.setdiff1d(everything, _blank_lines(self._data), assume_unique=True)
+        return self._numbers[np.asarray(rows, dtype=np.int64)]
+
+
+# ---------------------------------------------------------------------------------------------- JSON Lines
+
+
+def read_jsonl(path: Path) -> Rows:
+    data = read_bytes(path).removeprefix(BOM)
+    if not data.strip():
+        raise InputError(path, "empty file: no documents")
+    if data.lstrip().startswith(b"["):
+        raise InputError(path, "a JSON array, not JSON Lines: write one JSON object per line", line=1)
+    table = _parse_jsonl(path, data)
+    if table is not None:
+        return Rows(table, path, "jsonl", _Lines(data))
+    return _checked_jsonl(path, data)
+
+
+class _Refused(Exception):
+    """pyarrow's JSON parser refused a block: the lines are checked one by one instead."""
+
+
+def _parse_jsonl(path: Path, data: bytes) -> pa.Table | None:
+    """Blocks of whole lines through pyarrow's JSON parser; None when it refuses them."""
+    buffer = pa.py_buffer(data)
+    tables, start = [], 0
+    try:
+        with Progress(f"reading {path.name}", _line_count(data)) as progress:
+            while start < len(data):
+                end = data.find(b"\n", min(start + CHUNK_BYTES, len(data)) - 1)
+                end = len(data) if end < 0 else end + 1
+                chunk = data[start:end]
+                lines = _line_count(chunk)
+                try:
+                    table = pajson.read_json(
+                        pa.BufferReader(buffer.slice(start, end - start)),
+                        read_options=pajson.ReadOptions(block_size=max(1 << 20, len(chunk) + 1)),
+                    )
+                except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+                    raise _Refused from None
+                if table.num_rows != lines - len(_blank_lines(chunk)):
+                    raise _Refused  # a line held two objects: the line-by-line check names it
+                tables.append(table)
+                progress.advance(lines)
+                start = end
+    except _Refused:
+        return None
+    try:
+        return pa.concat_tables(tables, promote_options="permissive")
+    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
+        # Blocks typed a field apart (all timestamps in one, other strings in another): the whole file at once.
+        try:
+            return pajson.read_json(pa.BufferReader(buffer))
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            return None
+
+
+class _Repeated(ValueError):
+    pass
+
+
+def _pairs(pairs: list[tuple[str, object]]) -> dict[str, object]:
+    result = dict(pairs)
+    if len(result) < len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise _Repeated(f"field {key!r} appears twice in the object")
+            seen.add(key)
+    return result
+
+
+def _finite_number(text: str) -> float:
+    value = float(text)
+    if not np.isfinite(value):
+        raise ValueError(f"the number {text[:40]} is too large for a double")
+    return value
+
+
+PLURALS = {"a boolean": "booleans", "a number": "numbers", "a string": "strings", "an object": "objects"}
+
+
+def _kind(value: object) -> str:
+    """A JSON value's kind as pyarrow's parser tells them apart (ints and floats are both numbers)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, dict):
+        return "an object"
+    assert isinstance(value, list)
+    kinds = sorted({PLURALS.get(k, "lists") for k in map(_kind, value) if k != "null"})
+    if not kinds:
+        return "a list"
+    if len(kinds) > 1:
+        return "a list mixing " + " and ".join(kinds)
+    return f"a list of {kinds[0]}"
+
+
+def _fits(kind: str, first: str) -> bool:
+    if kind == first or "null" in (kind, first):
+        return True
+    return kind.startswith("a list") and first.startswith("a list") and "a list" in (kind, first)
+
+
+def _checked_jsonl(path: Path, data: bytes) -> Rows:
+    """Check each line in Python: bad lines are the reader's problems, the others are parsed by pyarrow."""
+    problems: list[tuple[int, str]] = []
+    kept: list[bytes] = []
+    numbers: list[int] = []
+    first: dict[str, tuple[str, int]] = {}  # field -> the kind of its first value, and that line
+    lines = data.split(b"\n")
+    with Progress(f"checking {path.name} line by line", len(lines)) as progress:
+        for number, line in enumerate(lines, 1):
+            progress.advance(1)
+            if not line.strip():
+                continue
+            problem = _line_problem(line, number, first)
+            if problem is not None:
+                problems.append((number, problem))
+                continue
+            kept.append(line)
+            numbers.append(number)
+    if not kept:
+        return Rows(pa.table({}), path, "jsonl", lambda rows: rows + 1, problems=problems)
+    try:
+        table = pajson.read_json(pa.BufferReader(b"\n".join(kept)))
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+        raise InputError(path, f"cannot read as JSON Lines: {exc}") from None
+    if table.num_rows != len(kept):
+        raise InputError(path, f"cannot read as JSON Lines: {table.num_rows:,} objects in {len(kept):,} lines")
+    line_numbers = np.asarray(numbers, dtype=np.int64)
+    return Rows(table, path, "jsonl", lambda rows: line_numbers[rows], problems=problems)
+
+
+def _line_problem(line: bytes, number: int, first: dict[str, tuple[str, int]]) -> str | None:
+    """What is wrong with one JSON line, given the kinds of the fields' first values (updated)."""
+    try:
+        text = line.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return f"not UTF-8 text (byte 0x{line[exc.start]:02x} at column {exc.start + 1})"
+    try:
+        value = json.loads(text, object_pairs_hook=_pairs, parse_float=_finite_number)
+    except _Repeated as exc:
+        return str(exc)
+    except json.JSONDecodeError as exc:
+        return f"bad JSON: {exc.msg} (column {exc.colno})"
+    except (ValueError, RecursionError) as exc:
+        return f"bad JSON: {exc}"
+    if not isinstance(value, dict):
+        return f"not a JSON object but {_kind(value)}"
+    kinds = {key: _kind(v) for key, v in value.items()}
+    for key, kind in kinds.items():
+        if "mixing" in kind:
+            return f"field {key!r} is {kind}"
+        if key in first and not _fits(kind, first[key][0]):
+            seen, at = first[key]
+            return f"field {key!r} is {kind}, but its first value (line {at}) is {seen}"
+    for key, kind in kinds.items():
+        if kind != "null" and (key not in first or first[key][0] in ("null", "a list")):
+            first[key] = (kind, number)
+    return None
+
+
+# ---------------------------------------------------------------------------------------------- CSV
+
+
+def read_csv(path: Path) -> Rows:
+    data = read_bytes(path).removeprefix(BOM)
+    if not data.strip():
+        raise InputError(path, "empty file: no documents")
+    refused: list[tuple[int, int, int]] = []  # (record number, cells, expected cells)
+
+    def invalid(row: pacsv.InvalidRow) -> str:
+        refused.append((row.number, row.actual_columns, row.expected_columns))
+        return "skip"
+
+    parse = pacsv.ParseOptions(newlines_in_values=True, invalid_row_handler=invalid)
+    try:
+        header = pacsv.ParseOptions(newlines_in_values=True, invalid_row_handler=lambda row: "skip")
+        head = pacsv.open_csv(pa.BufferReader(data), parse_options=header)
+        names = head.schema.names
+        head.close()
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+        raise _csv_error(path, data, exc) from None
+    for i, name in enumerate(names):
+        if not name.strip():
+            raise InputError(path, f"header column {i + 1} has no name", line=1)
+    convert = pacsv.ConvertOptions(
+        column_types=dict.fromkeys(names, pa.string()),
+        strings_can_be_null=True,
+        quoted_strings_can_be_null=True,
+        null_values=[""],
+    )
+    batches = []
+    try:
+        reader = pacsv.open_csv(
+            pa.BufferReader(data),
+            read_options=pacsv.ReadOptions(use_threads=False, block_size=4 << 20),
+            parse_options=parse,
+            convert_options=convert,
+        )
+        with Progress(f"reading {path.name}", max(0, _line_count(data) - 1)) as progress:
+            for batch in reader:
+                batches.append(batch)
+                progress.advance(batch.num_rows)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+        raise _csv_error(path, data, exc) from None
+    table = pa.Table.from_batches(batches, schema=reader.schema)
+    records = _CsvRecords(data, table.num_rows, [number for number, _, _ in refused])
+    problems = [
+        (records.line(number), f"{cells} cells, the header has {expected}") for number, cells, expected in refused
+    ]
+    return Rows(table, path, "csv", records, problems=problems, text_only=True)
+
+
+def _csv_error(path: Path, data: bytes, exc: Exception) -> InputError:
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError as bad:
+        line = data.count(b"\n", 0, bad.start) + 1
+        return InputError(path, f"not UTF-8 text (byte 0x{data[bad.start]:02x})", line=line)
+    return InputError(path, f"cannot read as CSV: {exc}")
+
+
+class _CsvRecords:
+    """Row -> line number of a CSV file, worked out when a message needs it: quoted cells may span lines, the
+    header is record 1, and refused records count (pyarrow numbers records so; blank lines are none)."""
+
+    def __init__(self, data: bytes, rows: int, refused: list[int]) -> None:
+        self._data = data
+        self._record_of_row = np.delete(np.arange(2, rows + len(refused) + 2), np.asarray(refused, dtype=np.int64) - 2)
+        self._starts: np.ndarray | None = None
+
+    def _lines_of_records(self, records: np.ndarray) -> np.ndarray:
+        if self._starts is None:  # one pass of Python's csv module, which splits records as pyarrow does
+            starts, previous = [], 0
+            reader = csv.reader(io.StringIO(self._data.decode("utf-8"), newline=""))
+            for record in reader:
+                if record:
+                    starts.append(previous + 1)
+                previous = reader.line_num
+            self._starts = np.asarray(starts, dtype=np.int64)
+        return np.asarray(self._starts[records - 1], dtype=np.int64)
+
+    def line(self, record: int) -> int:
+        return int(self._lines_of_records(np.asarray([record], dtype=np.int64))[0])
+
+    def __call__(self, rows: np.ndarray) -> np.ndarray:
+        return self._lines_of_records(self._record_of_row[np.asarray(rows, dtype=np.int64)])
+
+
+# ---------------------------------------------------------------------------------------------- Parquet
+
+
+def read_parquet(path: Path) -> Rows:
+    try:
+        parquet = pq.ParquetFile(path)
+        schema = parquet.schema_arrow
+    except (OSError, pa.ArrowInvalid) as exc:
+        raise InputError(path, f"not a Parquet file ({exc})") from None
+    batches = []
+    try:
+        with Progress(f"reading {path.name}", parquet.metadata.num_rows) as progress:
+            for batch in parquet.iter_batches(batch_size=BATCH_ROWS):
+                batches.append(batch)
+                progress.advance(batch.num_rows)
+    except (OSError, pa.ArrowInvalid) as exc:
+        raise InputError(path, f"cannot read the Parquet file ({exc})") from None
+    table = pa.Table.from_batches(batches, schema=schema)
+    return Rows(
+        table, path, "parquet", lambda rows: np.asarray(rows, dtype=np.int64) + 1, unit="row", infer_timestamps=False
+    )

@@ -1,0 +1,119 @@
+"""A NumPy ``.npy`` matrix (rows x dim, any real numeric dtype) plus a vocabulary file, one token per line.
+
+The matrix is read with ``allow_pickle=False`` always: an object array is refused, never unpickled. Row
+numbers (1-based) stand in for line numbers in messages about the matrix.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import zlib
+from pathlib import Path
+from tokenize import TokenError
+
+import numpy as np
+import numpy.lib.format as npformat
+
+from index.build.sources import RawTable, ReadOptions, open_text, read_bytes
+from index.errors import InputError
+
+BOM = "\ufeff"
+MAGIC = b"\x93NUMPY"
+# What numpy raises on a damaged header or body (the header is a Python literal, parsed with tokenize and ast).
+NPY_ERRORS = (ValueError, TypeError, KeyError, SyntaxError, TokenError, EOFError, OSError, UnicodeDecodeError)
+
+
+def read(path: Path, options: ReadOptions) -> RawTable:
+    path = Path(path)
+    if options.vocab is None:
+        raise InputError(path, "a .npy matrix needs its vocabulary: --vocab FILE (one token per line)")
+    vocab = Path(options.vocab)
+    if not vocab.is_file():
+        raise InputError(vocab, "no such vocabulary file")
+    matrix = load_matrix(path)
+    tokens, replaced = read_lines(vocab, options)
+    if len(tokens) != matrix.shape[0]:
+        raise InputError(vocab, f"{len(tokens):,} tokens, but {path.name} has {matrix.shape[0]:,} rows")
+    if not options.drop_invalid and "" in tokens:
+        raise InputError(vocab, "empty line: each line must hold one token", line=tokens.index("") + 1)
+    with np.errstate(over="ignore", invalid="ignore"):
+        matrix = np.array(matrix, dtype=np.float32)
+    return RawTable(tokens=tokens, matrix=matrix, first_line=1, report={"tokens_unicode_replaced": replaced})
+
+
+def load_matrix(path: Path) -> np.ndarray:
+    """The 2-D numeric array in ``path`` (memory-mapped when uncompressed), never unpickling.
+
+    The header is checked first (dtype, shape, and that the data it describes is there), so a damaged
+    header can neither unpickle nor make a large allocation.
+    """
+    try:
+        with open_text(path) as handle:
+            compressed = isinstance(handle, gzip.GzipFile)
+            data = handle.read() if compressed else handle.read(6)
+    except (OSError, EOFError, zlib.error) as exc:
+        raise InputError(path, f"cannot read: {exc}") from None
+    if not data.startswith(MAGIC):
+        what = "an .npz archive; give the .npy matrix itself" if data[:4] == b"PK\x03\x04" else "not a .npy file"
+        raise InputError(path, what)
+    with io.BytesIO(data) if compressed else open(path, "rb") as stream:
+        try:
+            version = npformat.read_magic(stream)
+            header = npformat.read_array_header_1_0 if version == (1, 0) else npformat.read_array_header_2_0
+            shape, _, dtype = header(stream)
+            available = (len(data) if compressed else path.stat().st_size) - stream.tell()
+        except NPY_ERRORS as exc:
+            raise InputError(path, f"not a readable .npy file ({type(exc).__name__}: {exc})") from None
+    if dtype.hasobject:
+        raise InputError(path, "holds Python objects (dtype object); refused, since reading it would unpickle")
+    if dtype.kind not in "fiu":
+        raise InputError(path, f"dtype {dtype} is not a real numeric matrix")
+    if len(shape) != 2:
+        raise InputError(path, f"expected a 2-D matrix (rows x dim), found shape {list(shape)}")
+    needed = shape[0] * shape[1] * dtype.itemsize
+    if needed > available:
+        raise InputError(
+            path,
+            f"truncated: a {shape[0]:,} x {shape[1]:,} {dtype} matrix needs {needed:,} bytes, {available:,} follow",
+        )
+    try:
+        # np.load is typed as Any (it may return an archive); a .npy file is one array.
+        matrix: np.ndarray = (
+            np.load(io.BytesIO(data), allow_pickle=False)
+            if compressed
+            else np.load(path, mmap_mode="r", allow_pickle=False)
+        )
+        return matrix
+    except NPY_ERRORS as exc:
+        raise InputError(path, f"not a readable .npy file ({type(exc).__name__}: {exc})") from None
+
+
+def read_lines(path: Path, options: ReadOptions) -> tuple[list[str], int]:
+    """One token per line (CR LF or LF; a final newline is optional); return (tokens, lines with U+FFFD)."""
+    data = read_bytes(path)
+    try:
+        text = data.decode("utf-8")
+        replaced = 0
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        if options.unicode_errors != "replace":
+            raise InputError(
+                path,
+                f"not valid UTF-8 (byte 0x{data[exc.start]:02x}); use --unicode-errors replace to substitute U+FFFD",
+                line=line,
+            ) from None
+        text = data.decode("utf-8", "replace")
+        replaced = sum(1 for raw in data.split(b"\n") if not _is_utf8(raw))
+    lines = text.removeprefix(BOM).split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    return [line.removesuffix("\r") for line in lines], replaced
+
+
+def _is_utf8(raw: bytes) -> bool:
+    try:
+        raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True

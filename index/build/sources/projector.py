@@ -1,0 +1,159 @@
+"""The TensorFlow Embedding Projector pair: ``vectors.tsv`` + ``metadata.tsv``.
+
+``vectors.tsv`` holds one row per line, tab-separated numbers, no header. ``metadata.tsv`` holds the row
+labels: with one column, one token per line and no header; with more columns, a header line, the token in
+the first column and the other columns (e.g. a "kind" per word) kept as table metadata. ``path`` may be the
+vectors file (the metadata file is found beside it, or given with ``--vocab``), the metadata file, or a
+directory holding both.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.csv as pacsv
+
+from index.build.sources import RawTable, ReadOptions, read_bytes
+from index.build.sources.numpy_vocab import read_lines
+from index.errors import InputError
+
+DROP_HINT = " (use --drop-invalid to skip such rows)"
+
+
+def locate(path: Path, vocab: Path | None = None) -> tuple[Path, Path]:
+    """Return (vectors file, metadata file) for ``path``."""
+    path = Path(path)
+    if path.is_dir():
+        vectors, metadata = path / "vectors.tsv", path / "metadata.tsv"
+    elif "metadata" in path.name and vocab is None:
+        vectors, metadata = path.with_name(path.name.replace("metadata", "vectors")), path
+    else:
+        vectors = path
+        guess = path.name.replace("vectors", "metadata") if "vectors" in path.name else "metadata.tsv"
+        metadata = path.with_name(guess)
+    if vocab is not None:
+        metadata = Path(vocab)
+    if not vectors.is_file():
+        raise InputError(vectors, "no such file (the projector's vectors.tsv)")
+    if not metadata.is_file():
+        raise InputError(metadata, "no such file: the projector needs metadata.tsv (the tokens) or --vocab FILE")
+    return vectors, metadata
+
+
+def read(path: Path, options: ReadOptions) -> RawTable:
+    vectors_path, metadata_path = locate(path, options.vocab)
+    tokens, columns, replaced = read_metadata(metadata_path, options)
+    matrix, keep = read_vectors(vectors_path, options)
+    if len(keep) != len(tokens):
+        raise InputError(metadata_path, f"{len(tokens):,} rows, but {vectors_path.name} has {len(keep):,}")
+    report = {"malformed_rows_dropped": int((~keep).sum()), "tokens_unicode_replaced": replaced}
+    if not keep.all():
+        ids = np.flatnonzero(keep).tolist()
+        tokens = [tokens[i] for i in ids]
+        columns = {name: [values[i] for i in ids] for name, values in columns.items()}
+    return RawTable(
+        tokens=tokens,
+        matrix=matrix,
+        first_line=1,
+        metadata=columns,
+        report=report,
+        info={"projector_metadata": str(metadata_path)},
+    )
+
+
+def read_metadata(path: Path, options: ReadOptions) -> tuple[list[str], dict[str, list[str]], int]:
+    """Return (tokens, extra columns by name, lines with U+FFFD)."""
+    lines, replaced = read_lines(path, options)
+    while lines and not lines[-1].strip():
+        lines.pop()
+    if not lines:
+        raise InputError(path, "empty file: no tokens")
+    if "\t" not in lines[0]:
+        tokens, columns, first = lines, {}, 1
+    else:
+        header = lines[0].split("\t")
+        for i, name in enumerate(header):
+            if not name.strip():
+                raise InputError(path, f"header column {i + 1} has no name", line=1)
+        duplicated = [name for name, n in Counter(header).items() if n > 1]
+        if duplicated:
+            raise InputError(path, f"header names column {duplicated[0]!r} twice", line=1)
+        rows = [line.split("\t") for line in lines[1:]]
+        for i, row in enumerate(rows):
+            if len(row) != len(header):
+                raise InputError(path, f"{len(row)} columns, the header has {len(header)}", line=i + 2)
+        tokens = [row[0] for row in rows]
+        columns = {name: [row[j] for row in rows] for j, name in enumerate(header) if j}
+        first = 2
+    if not options.drop_invalid and "" in tokens:
+        raise InputError(path, "empty token", line=tokens.index("") + first)
+    return tokens, columns, replaced
+
+
+def read_vectors(path: Path, options: ReadOptions) -> tuple[np.ndarray, np.ndarray]:
+    """Return (float32 matrix of the rows kept, which lines were kept)."""
+    data = read_bytes(path).removeprefix(b"\xef\xbb\xbf").rstrip(b"\r\n")
+    if not data.strip():
+        raise InputError(path, "empty file: no vectors")
+    data += b"\n"
+    sample = [line.strip() for line in data[: 1 << 20].split(b"\n", 1000)[:1000] if line.strip()]
+    counts = Counter(len(line.split(b"\t")) for line in sample)
+    dim = min(counts, key=lambda n: (-counts[n], n))
+    matrix = _arrow_parse(data, dim)
+    if matrix is not None:
+        return matrix, np.ones(len(matrix), dtype=bool)
+    lines = data.split(b"\n")[:-1]
+    matrix = np.empty((len(lines), dim), dtype=np.float32)
+    keep = np.ones(len(lines), dtype=bool)
+    for i, line in enumerate(lines):
+        problem = _parse_line(line, dim, matrix[i])
+        if problem:
+            if not options.drop_invalid:
+                raise InputError(path, problem + DROP_HINT, line=i + 1)
+            keep[i] = False
+    return (matrix if keep.all() else matrix[keep]), keep
+
+
+def _arrow_parse(data: bytes, dim: int) -> np.ndarray | None:
+    names = [f"c{i}" for i in range(dim)]
+    try:
+        table = pacsv.read_csv(
+            pa.py_buffer(data),
+            read_options=pacsv.ReadOptions(column_names=names, block_size=max(1 << 20, len(data) // 4 + 1)),
+            parse_options=pacsv.ParseOptions(
+                delimiter="\t", quote_char=False, double_quote=False, escape_char=False, ignore_empty_lines=False
+            ),
+            convert_options=pacsv.ConvertOptions(
+                column_types=dict.fromkeys(names, pa.float64()), null_values=[], strings_can_be_null=False
+            ),
+        )
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        return None
+    if table.num_rows != data.count(b"\n"):
+        return None
+    matrix = np.empty((table.num_rows, dim), dtype=np.float32)
+    with np.errstate(over="ignore", invalid="ignore"):
+        for i in range(dim):
+            matrix[:, i] = table.column(i).to_numpy()
+    return matrix
+
+
+def _parse_line(line: bytes, dim: int, out: np.ndarray) -> str | None:
+    """Parse one line into ``out``; return what is wrong with it, or None."""
+    fields = line.strip().split(b"\t")
+    if not line.strip():
+        return "empty line"
+    if len(fields) != dim:
+        return f"{len(fields)} values, expected {dim}"
+    for j, field in enumerate(fields):
+        try:
+            value = float(field)
+        except ValueError:
+            shown = field[:40].decode("utf-8", "replace")
+            return f"{shown!r} is not a number" if field else "empty value (two tabs in a row?)"
+        with np.errstate(over="ignore"):
+            out[j] = value
+    return None

@@ -1,0 +1,326 @@
+"""Text embedding files: word2vec text and fastText ``.vec`` (first line ``ROWS DIM``) and GloVe (no header).
+
+Each row is one line: a token, then DIM numbers separated by single spaces (a trailing space, as fastText
+writes, and CRLF line ends are fine). A token may itself contain spaces (GloVe 840B): the last DIM fields of
+a line are the vector. Files may be gzip-compressed.
+
+Reading is two streaming passes over the file, so memory stays near the size of the final matrix:
+
+1. a scan counts the lines, so a word2vec header that disagrees with the file is refused before anything
+   large is allocated, and the matrix can be allocated once at its final size;
+2. a parse of chunks of whole lines with pyarrow's CSV reader (multi-threaded C++, numbers parsed as
+   float64 and rounded to float32 exactly as gensim does). A chunk that pyarrow refuses (a token with spaces,
+   a short row, a bad number, ...) is parsed again line by line in Python, which gives the exact line number.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections import Counter
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pacompute
+import pyarrow.csv as pacsv
+
+from index.build.sources import BinaryHandle, RawTable, ReadOptions, decode_tokens, open_text
+from index.errors import InputError
+from index.progress import Progress, note
+
+CHUNK_BYTES = 2 << 20
+SAMPLE_LINES = 1000
+MAX_HEAD = 64 << 20  # the longest first line accepted
+BOM = b"\xef\xbb\xbf"
+DROP_HINT = " (use --drop-invalid to skip such rows)"
+
+
+def read_word2vec_text(path: Path, options: ReadOptions) -> RawTable:
+    """word2vec text or fastText ``.vec``: a ``ROWS DIM`` header line, then one row per line."""
+    return _read(Path(path), options, header=True)
+
+
+def read_glove_text(path: Path, options: ReadOptions) -> RawTable:
+    """GloVe text: one row per line, no header; the dimension is taken from the rows."""
+    return _read(Path(path), options, header=False)
+
+
+@dataclass
+class _Stats:
+    malformed_rows_dropped: int = 0
+    tokens_with_spaces: int = 0
+    tokens_unicode_replaced: int = 0
+
+
+@dataclass
+class _Chunk:
+    tokens: list[str]
+    matrix: np.ndarray  # float32 rows x dim
+
+
+def _read(path: Path, options: ReadOptions, header: bool) -> RawTable:
+    note(f"counting the lines of {path.name} ...")
+    lines, nbytes, head = _scan(path)
+    if lines == 0:
+        raise InputError(path, "empty file: no vectors")
+    head_lines = head.split(b"\n")
+    if len(head) < nbytes:
+        head_lines.pop()  # the block ends inside a line
+    if not head_lines:
+        raise InputError(path, f"the first line is longer than {MAX_HEAD >> 20} MiB: not an embedding file", line=1)
+    first_line = 1
+    if header:
+        rows, dim = _parse_header(path, head_lines[0])
+        head_lines = head_lines[1:]
+        first_line = 2
+        if rows != lines - 1:
+            raise InputError(path, f"the header says {rows:,} rows but the file has {lines - 1:,}", line=1)
+    else:
+        rows = lines
+    sample = [line for line in head_lines[: min(SAMPLE_LINES, rows)] if line.strip()]
+    if not sample:
+        raise InputError(path, "no vectors found", line=first_line)
+    counts = Counter(len(line.rstrip().split(b" ")) - 1 for line in sample)
+    # The most common number of values; on a tie the smaller one (extra fields are tokens with spaces).
+    found = min(counts, key=lambda n: (-counts[n], n))
+    if header and found != dim:
+        raise InputError(path, f"the header says dimension {dim} but the rows have {found} values", line=1)
+    if not header:
+        dim = found
+        if dim < 1:
+            raise InputError(path, "no vector values after the token", line=1)
+    trailing = sum(line.rstrip(b"\r").endswith(b" ") for line in sample) * 2 > len(sample)
+    ncols = dim + 1 + trailing
+    del head, head_lines, sample
+
+    stats = _Stats()
+    # A row needs at least 2 bytes per value; if the sample dimension cannot fit, do not preallocate.
+    out = np.empty((rows, dim), dtype=np.float32) if rows * 2 * dim <= nbytes else None
+    blocks: list[np.ndarray] = []
+    tokens: list[str] = []
+    filled = 0
+    with Progress(f"reading {path.name}", rows) as progress:
+        for chunk, line_no, count in _chunks(path, lines, skip_first=header):
+            target = out[filled : filled + count] if out is not None else None
+            part = _parse_chunk(chunk, line_no, count, dim, ncols, path, options, stats, target)
+            tokens.extend(part.tokens)
+            if out is not None:
+                if part.matrix is not target:  # parsed elsewhere (a chunk with irregular lines)
+                    out[filled : filled + len(part.tokens)] = part.matrix
+            else:
+                blocks.append(part.matrix)
+            filled += len(part.tokens)
+            progress.advance(count)
+    if out is None:
+        matrix = np.concatenate(blocks) if blocks else np.empty((0, dim), dtype=np.float32)
+    else:
+        matrix = out if filled == rows else out[:filled]
+    report = {
+        "malformed_rows_dropped": stats.malformed_rows_dropped,
+        "tokens_with_spaces": stats.tokens_with_spaces,
+        "tokens_unicode_replaced": stats.tokens_unicode_replaced,
+    }
+    return RawTable(tokens=tokens, matrix=matrix, first_line=first_line, report=report)
+
+
+def _parse_header(path: Path, line: bytes) -> tuple[int, int]:
+    parts = line.split()
+    if len(parts) != 2 or not all(p.isdigit() for p in parts):
+        shown = line[:60].decode("utf-8", "replace").strip()
+        raise InputError(
+            path,
+            f"expected a word2vec header 'ROWS DIM' on the first line, found {shown!r} "
+            "(use --format glove for a file without a header)",
+            line=1,
+        )
+    rows, dim = int(parts[0]), int(parts[1])
+    if rows < 1 or dim < 1:
+        raise InputError(path, f"the header says {rows} rows of dimension {dim}: no vectors", line=1)
+    return rows, dim
+
+
+def _read_block(handle: BinaryHandle, path: Path) -> bytes:
+    try:
+        return handle.read(CHUNK_BYTES)
+    except (OSError, EOFError, zlib.error) as exc:
+        raise InputError(path, f"cannot read: {exc}") from None
+
+
+def _scan(path: Path) -> tuple[int, int, bytes]:
+    """Return (lines up to the last non-blank one, total bytes, the first block(s): at least two whole lines)."""
+    lines = newlines = total = 0
+    head = b""
+    head_done = False
+    with open_text(path) as handle:
+        while block := _read_block(handle, path):
+            if not total:
+                block = block.removeprefix(BOM)
+            if not head_done:
+                head += block
+                head_done = head.count(b"\n") >= 2 or len(head) >= MAX_HEAD
+            count = block.count(b"\n")
+            end = len(block.rstrip())
+            if end:
+                lines = newlines + count - block.count(b"\n", end) + 1
+            newlines += count
+            total += len(block)
+    return lines, total, head
+
+
+def _chunks(path: Path, lines: int, skip_first: bool) -> Iterator[tuple[bytes, int, int]]:
+    """Yield (whole lines ending in a newline, number of the first, how many) for the first ``lines`` lines."""
+    done = 0
+    carry = b""
+    first = True
+    with open_text(path) as handle:
+        while done < lines:
+            block = _read_block(handle, path)
+            if first:
+                block = block.removeprefix(BOM)
+                first = False
+            data = carry + block if carry else block
+            if not block:
+                if not data:
+                    return
+                data += b"\n"
+            cut = data.rfind(b"\n") + 1
+            if not cut:
+                carry = data
+                continue
+            count = data.count(b"\n", 0, cut)
+            if done + count > lines:
+                ends = np.flatnonzero(np.frombuffer(data, dtype=np.uint8, count=cut) == 10)
+                cut = int(ends[lines - done - 1]) + 1
+                count = lines - done
+            chunk, carry = data[:cut], data[cut:]
+            start, done = done + 1, done + count
+            if skip_first and start == 1:
+                chunk = chunk[chunk.index(b"\n") + 1 :]
+                start, count = 2, count - 1
+            if chunk:
+                yield chunk, start, count
+
+
+# ------------------------------------------------------------------------------------------------ parsing
+
+
+def _arrow_parse(
+    chunk: bytes, lines: int, dim: int, ncols: int, out: np.ndarray | None = None
+) -> tuple[pa.ChunkedArray, np.ndarray] | None:
+    """Parse ``lines`` regular lines (exactly ``ncols`` space-separated fields) with pyarrow, into ``out`` if
+    given; None if any line is not regular."""
+    names = [f"c{i}" for i in range(ncols)]
+    types = {name: pa.float64() for name in names[1 : dim + 1]}
+    types[names[0]] = pa.binary()
+    if ncols > dim + 1:
+        types[names[-1]] = pa.binary()
+    try:
+        table = pacsv.read_csv(
+            pa.py_buffer(chunk),
+            read_options=pacsv.ReadOptions(column_names=names, block_size=len(chunk) + 1, use_threads=False),
+            parse_options=pacsv.ParseOptions(
+                delimiter=" ", quote_char=False, double_quote=False, escape_char=False, ignore_empty_lines=False
+            ),
+            convert_options=pacsv.ConvertOptions(
+                column_types=types, null_values=[], strings_can_be_null=False, quoted_strings_can_be_null=False
+            ),
+        )
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        return None
+    if table.num_rows != lines:  # a lone CR is a line break to pyarrow, not to us
+        return None
+    if ncols > dim + 1 and table.num_rows and pacompute.max(pacompute.binary_length(table.column(ncols - 1))).as_py():
+        return None
+    matrix = np.empty((table.num_rows, dim), dtype=np.float32) if out is None else out
+    with np.errstate(over="ignore", invalid="ignore"):
+        for i in range(dim):
+            matrix[:, i] = table.column(i + 1).to_numpy()  # float64 -> float32, rounded as gensim rounds
+    return table.column(0), matrix
+
+
+def _parse_line(line: bytes, dim: int) -> tuple[bytes, list[float]] | str:
+    """The reference parse of one line: (token, values), or what is wrong with it."""
+    stripped = line.rstrip()
+    if not stripped:
+        return "empty line"
+    parts = stripped.split(b" ")
+    if len(parts) < dim + 1:
+        return f"{len(parts) - 1} values after the token, expected {dim}"
+    values = []
+    for part in parts[-dim:]:
+        try:
+            values.append(float(part))
+        except ValueError:
+            shown = part[:40].decode("utf-8", "replace")
+            return f"{shown!r} is not a number" if part else "empty value (two spaces in a row?)"
+    return b" ".join(parts[:-dim]), values
+
+
+def _decode(path: Path, raw: list[bytes], lines: list[int], options: ReadOptions, stats: _Stats) -> list[str]:
+    tokens, replaced = decode_tokens(raw, options, lambda i, problem: InputError(path, problem, line=lines[i]))
+    stats.tokens_unicode_replaced += replaced
+    return tokens
+
+
+def _parse_chunk(
+    chunk: bytes,
+    line_no: int,
+    count: int,
+    dim: int,
+    ncols: int,
+    path: Path,
+    options: ReadOptions,
+    stats: _Stats,
+    out: np.ndarray | None = None,
+) -> _Chunk:
+    parsed = _arrow_parse(chunk, count, dim, ncols, out)
+    if parsed is not None:
+        column, matrix = parsed
+        try:
+            tokens = column.cast(pa.string()).to_pylist()
+        except pa.ArrowInvalid:
+            raw = column.to_pylist()
+            tokens = _decode(path, raw, list(range(line_no, line_no + len(raw))), options, stats)
+        return _Chunk(tokens, matrix)
+    return _parse_irregular(chunk, line_no, dim, ncols, path, options, stats)
+
+
+def _parse_irregular(
+    chunk: bytes, line_no: int, dim: int, ncols: int, path: Path, options: ReadOptions, stats: _Stats
+) -> _Chunk:
+    """A chunk pyarrow refused: its regular lines still go through pyarrow, the others line by line."""
+    lines = chunk.split(b"\n")[:-1]
+    count = len(lines)
+    regular = [i for i, line in enumerate(lines) if line.count(b" ") == ncols - 1]
+    joined = b"\n".join(lines[i] for i in regular) + b"\n"
+    parsed = _arrow_parse(joined, len(regular), dim, ncols) if regular else None
+    matrix = np.empty((count, dim), dtype=np.float32)
+    raw: list[bytes] = [b""] * count
+    todo: Iterable[int] = range(count)
+    if parsed is not None:
+        matrix[regular] = parsed[1]
+        for i, token in zip(regular, parsed[0].to_pylist(), strict=True):
+            raw[i] = token
+        done = np.zeros(count, dtype=bool)
+        done[regular] = True
+        todo = np.flatnonzero(~done).tolist()
+    keep = np.ones(count, dtype=bool)
+    for i in todo:
+        result = _parse_line(lines[i], dim)
+        if isinstance(result, str):
+            if not options.drop_invalid:
+                raise InputError(path, result + DROP_HINT, line=line_no + i)
+            stats.malformed_rows_dropped += 1
+            keep[i] = False
+            continue
+        raw[i], values = result
+        stats.tokens_with_spaces += b" " in raw[i]
+        with np.errstate(over="ignore"):
+            matrix[i] = np.asarray(values, dtype=np.float64)
+    numbers = (np.flatnonzero(keep) + line_no).tolist()
+    if not keep.all():
+        matrix = matrix[keep]
+        raw = [t for t, k in zip(raw, keep.tolist(), strict=True) if k]
+    return _Chunk(_decode(path, raw, numbers, options, stats), matrix)

@@ -1,0 +1,170 @@
+"""word2vec binary files (the GoogleNews format), optionally gzip-compressed.
+
+Layout: a text header ``ROWS DIM\\n``, then for each row the token's bytes, a space, DIM little-endian float32
+values and (as word2vec.c writes it) an optional newline. Tokens hold no spaces.
+
+The header is checked against the file size before the matrix is allocated. The rows are located by a short
+loop that only finds each token's end; the floats of a whole chunk are then gathered at once with numpy.
+Errors name the row (1-based) and its byte offset; row numbers stand in for line numbers.
+"""
+
+from __future__ import annotations
+
+import gzip
+import zlib
+from pathlib import Path
+
+import numpy as np
+from numpy.lib.stride_tricks import sliding_window_view
+
+from index.build.sources import BinaryHandle, RawTable, ReadOptions, decode_tokens, open_text
+from index.errors import InputError
+from index.progress import Progress
+
+CHUNK_BYTES = 2 << 20
+MAX_TOKEN = 4096  # bytes; a longer "token" means a wrong dimension or not a word2vec binary file
+WRONG_HEADER = "wrong dimension in the header, or not a word2vec binary file?"
+
+
+def _size(path: Path) -> int:
+    """Size of the (decompressed) content."""
+    with open_text(path) as handle:
+        if not isinstance(handle, gzip.GzipFile):
+            return Path(path).stat().st_size
+        total = 0
+        try:
+            while block := handle.read(CHUNK_BYTES):
+                total += len(block)
+        except (OSError, EOFError, zlib.error) as exc:
+            raise InputError(path, f"cannot read: {exc}") from None
+        return total
+
+
+def _header(path: Path, line: bytes) -> tuple[int, int]:
+    parts = line.split()
+    if len(parts) != 2 or not all(p.isdigit() for p in parts):
+        shown = line[:60].decode("utf-8", "replace").strip()
+        raise InputError(path, f"expected a word2vec header 'ROWS DIM' on the first line, found {shown!r}", line=1)
+    rows, dim = int(parts[0]), int(parts[1])
+    if rows < 1 or dim < 1:
+        raise InputError(path, f"the header says {rows} rows of dimension {dim}: no vectors", line=1)
+    return rows, dim
+
+
+def read(path: Path, options: ReadOptions) -> RawTable:
+    path = Path(path)
+    size = _size(path)
+    with open_text(path) as handle:
+        try:
+            first = handle.readline(256)
+        except (OSError, EOFError, zlib.error) as exc:
+            raise InputError(path, f"cannot read: {exc}") from None
+        if not first:
+            raise InputError(path, "empty file: no vectors")
+        rows, dim = _header(path, first)
+        width = 4 * dim
+        body = size - len(first)
+        if rows * (width + 2) > body:
+            raise InputError(
+                path,
+                f"the header says {rows:,} rows of {dim} float32 values (at least {rows * (width + 2):,} bytes) "
+                f"but only {body:,} bytes follow: truncated file or wrong header",
+                line=1,
+            )
+        matrix = np.empty((rows, dim), dtype=np.float32)
+        tokens: list[str] = []
+        replaced = 0
+        data = b""
+        base = len(first)  # file offset of data[0]
+        eof = False
+        row = 0
+        with Progress(f"reading {path.name}", rows) as progress:
+            while row < rows:
+                if not eof:
+                    try:
+                        block = handle.read(CHUNK_BYTES)
+                    except (OSError, EOFError, zlib.error) as exc:
+                        raise InputError(path, f"cannot read: {exc}") from None
+                    eof = not block
+                    data += block
+                raw: list[bytes] = []
+                offsets: list[int] = []  # byte offset of each row, for messages
+                pos, starts, done = _locate(path, data, base, width, rows, row, raw, offsets, eof)
+                if starts:
+                    windows = sliding_window_view(np.frombuffer(data, dtype=np.uint8), width)
+                    matrix[row:done] = windows[np.asarray(starts, dtype=np.int64)].view("<f4")
+                    replaced += _decode(path, raw, offsets, row, options, tokens)
+                progress.advance(done - row)
+                row = done
+                data = data[pos:]
+                base += pos
+        rest = data + (b"" if eof else _read_rest(handle, path))
+        if rest.strip():
+            raise InputError(
+                path,
+                f"{size - base:,} bytes follow the {rows:,} rows the header announces (byte offset {base:,}); "
+                + WRONG_HEADER,
+            )
+    return RawTable(tokens=tokens, matrix=matrix, first_line=1, report={"tokens_unicode_replaced": replaced})
+
+
+def _read_rest(handle: BinaryHandle, path: Path) -> bytes:
+    try:
+        return handle.read(1 << 20)
+    except (OSError, EOFError, zlib.error) as exc:
+        raise InputError(path, f"cannot read: {exc}") from None
+
+
+def _locate(
+    path: Path,
+    data: bytes,
+    base: int,
+    width: int,
+    rows: int,
+    row: int,
+    raw: list[bytes],
+    offsets: list[int],
+    eof: bool,
+) -> tuple[int, list[int], int]:
+    """Find the rows that lie wholly in ``data``; return (where the next row starts, float offsets, rows done)."""
+    pos = 0
+    size = len(data)
+    starts: list[int] = []
+    find = data.find
+    while row < rows:
+        space = find(b" ", pos, pos + MAX_TOKEN + 1)
+        if space < 0:
+            if eof or size - pos > MAX_TOKEN:
+                where = f"row {row + 1} of {rows:,} (byte offset {base + pos:,})"
+                if size - pos <= MAX_TOKEN:
+                    raise InputError(path, f"the file ends inside {where}: truncated file or wrong header")
+                raise InputError(path, f"{where}: no token within {MAX_TOKEN:,} bytes; " + WRONG_HEADER)
+            break
+        end = space + 1 + width
+        if end > size:
+            if eof:
+                raise InputError(
+                    path,
+                    f"the file ends inside row {row + 1} of {rows:,} (byte offset {base + pos:,}): "
+                    "truncated file or wrong header",
+                )
+            break
+        raw.append(data[pos:space])
+        offsets.append(base + pos)
+        starts.append(space + 1)
+        pos = end
+        row += 1
+    return pos, starts, row
+
+
+def _decode(path: Path, raw: list[bytes], offsets: list[int], first: int, options: ReadOptions, out: list[str]) -> int:
+    """Append the tokens (without the newline word2vec.c writes before each) to ``out``; return how many needed
+    U+FFFD. ``first`` is the row index of ``raw[0]``."""
+
+    def fail(i: int, problem: str) -> InputError:
+        where = f"row {first + i + 1} (byte offset {offsets[i]:,})"
+        return InputError(path, f"{where}: {problem}, or check the header's dimension")
+
+    tokens, replaced = decode_tokens([token.lstrip(b"\n") for token in raw], options, fail)
+    out.extend(tokens)
+    return replaced

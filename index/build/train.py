@@ -1,0 +1,155 @@
+"""Train a word2vec table (skip-gram or CBOW, negative sampling) with gensim's ``Word2Vec``.
+
+Tokenisation, exactly as gensim's ``LineSentence`` and the original word2vec tool read text:
+
+- every line of every corpus file is one sentence (files are read in the order given; ``.gz`` is read
+  transparently);
+- a line is split on Unicode whitespace (``str.split()``); nothing else is done: no lowercasing, no punctuation
+  stripping, no Unicode normalisation. Preprocess the corpus first if you want any of these;
+- lines longer than 10,000 tokens are cut into sentences of 10,000 tokens (gensim's ``MAX_WORDS_IN_BATCH``);
+- files must be UTF-8.
+
+Rows come out in gensim's order: descending corpus frequency, ties in order of first appearance.
+
+Reproducibility: ``seed`` fixes the initial vectors, negative sampling and downsampling. With ``workers=1`` the
+same corpus and parameters give the same vectors bit for bit; with more threads the order in which they update
+the shared weights varies. The word hash gensim may use for seeding is a fixed CRC32, so results do not depend
+on ``PYTHONHASHSEED``.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import zlib
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from index.build.sources import RawTable, open_text
+from index.errors import InputError
+from index.progress import Progress
+
+log = logging.getLogger(__name__)
+
+MAX_SENTENCE = 10_000  # gensim's MAX_WORDS_IN_BATCH: longer lines are cut, as LineSentence does
+
+
+@dataclass(frozen=True)
+class TrainParams:
+    dim: int = 100
+    window: int = 5
+    min_count: int = 5
+    epochs: int = 5
+    negative: int = 5
+    sg: bool = True  # skip-gram; False: CBOW
+    seed: int = 1
+    workers: int = 1
+
+    def as_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "method": "skip-gram" if self.sg else "cbow", "hs": 0}
+
+
+def stable_hash(text: str) -> int:
+    """A hash that does not change between interpreter runs (unlike ``hash`` on str)."""
+    return zlib.crc32(text.encode("utf-8"))
+
+
+class Corpus:
+    """The corpus files as a re-iterable stream of sentences (lists of tokens)."""
+
+    def __init__(self, paths: list[Path]) -> None:
+        self.paths = [Path(p) for p in paths]
+
+    def check(self) -> tuple[int, int]:
+        """Read every file once: refuse missing, unreadable, non-UTF-8 or wordless files; return (lines, words)."""
+        if not self.paths:
+            raise InputError("corpus", "give at least one corpus file")
+        lines = words = 0
+        for path in self.paths:
+            if not path.is_file():
+                raise InputError(path, "corpus file not found" if not path.exists() else "not a regular file")
+            file_words = 0
+            with open_text(path) as handle:
+                try:
+                    for number, raw in enumerate(handle, start=1):
+                        try:
+                            file_words += len(raw.decode("utf-8").split())
+                        except UnicodeDecodeError as exc:
+                            problem = f"not UTF-8 text ({exc.reason} at byte {exc.start})"
+                            raise InputError(path, problem, number) from None
+                        lines += 1
+                except (OSError, EOFError) as exc:
+                    raise InputError(path, f"cannot read: {exc}") from None
+            if file_words == 0:
+                raise InputError(path, "corpus file has no words")
+            words += file_words
+        return lines, words
+
+    def __iter__(self) -> Iterator[list[str]]:
+        for path in self.paths:
+            with open_text(path) as handle:
+                for raw in handle:
+                    tokens = raw.decode("utf-8").split()
+                    for start in range(0, len(tokens), MAX_SENTENCE):
+                        yield tokens[start : start + MAX_SENTENCE]
+
+
+def _progress_callback(epochs: int) -> Any:
+    from gensim.models.callbacks import CallbackAny2Vec
+
+    class EpochProgress(CallbackAny2Vec):  # type: ignore[misc]  # gensim is untyped: its base class is Any
+        def __init__(self) -> None:
+            self.progress: Progress | None = None
+
+        def on_train_begin(self, model: Any) -> None:
+            self.progress = Progress("training", epochs, "epochs").__enter__()
+
+        def on_epoch_end(self, model: Any) -> None:
+            if self.progress is not None:
+                self.progress.advance(1)
+
+        def on_train_end(self, model: Any) -> None:
+            if self.progress is not None:
+                self.progress.__exit__(None, None, None)
+
+    return EpochProgress()
+
+
+def train_word2vec(corpus_paths: list[Path], params: TrainParams) -> RawTable:
+    """Train word2vec on the corpus files; rows in gensim's frequency order."""
+    from gensim.models import Word2Vec
+
+    corpus = Corpus(corpus_paths)
+    lines, words = corpus.check()
+    model = Word2Vec(
+        vector_size=params.dim,
+        window=params.window,
+        min_count=params.min_count,
+        sg=1 if params.sg else 0,
+        hs=0,
+        negative=params.negative,
+        seed=params.seed,
+        workers=params.workers,
+        epochs=params.epochs,
+        hashfxn=stable_hash,
+    )
+    started = time.perf_counter()
+    model.build_vocab(corpus_iterable=corpus)
+    where = ", ".join(str(p) for p in corpus.paths)
+    if len(model.wv) == 0:
+        raise InputError(where, f"no word occurs at least {params.min_count} times (--min-count)")
+    model.train(
+        corpus_iterable=corpus,
+        total_examples=model.corpus_count,
+        epochs=params.epochs,
+        callbacks=[_progress_callback(params.epochs)],
+    )
+    tokens = list(model.wv.index_to_key)
+    matrix = np.array(model.wv.vectors, dtype=np.float32)
+    log.info("trained %d x %d on %d lines, %d words", len(tokens), params.dim, lines, words)
+    corpus_info = {"lines": lines, "words": words, "train_seconds": round(time.perf_counter() - started, 3)}
+    return RawTable(tokens=tokens, matrix=matrix, info={"corpus": corpus_info})

@@ -1,0 +1,157 @@
+"""Turn a raw table into a verified artifact: clean, normalise, index, write atomically."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import faiss
+import numpy as np
+
+from index.build.clean import clean
+from index.build.index_choice import AUTO_BUDGET_SECONDS, IndexSpec, build_and_measure, parse_spec
+from index.build.sources import RawTable
+from index.errors import ArtifactError
+from index.progress import duration, note
+from index.store import artifact
+from index.store.metadata import METADATA, metadata_file
+from index.store.rows import normalise
+from index.store.tokens import FLAGS, write_tokens
+
+log = logging.getLogger(__name__)
+
+
+def source_digest(paths: list[Path]) -> str:
+    """sha256 of the source files (a directory counts as its top-level files, sorted by name)."""
+    files: list[Path] = []
+    for path in paths:
+        path = Path(path)
+        files.extend(sorted(p for p in path.iterdir() if p.is_file()) if path.is_dir() else [path])
+    if len(files) == 1:
+        return artifact.sha256_file(files[0])
+    digest = hashlib.sha256()
+    for f in files:
+        digest.update(f"{f.name}:{artifact.sha256_file(f)}\n".encode())
+    return digest.hexdigest()
+
+
+def build_table(
+    raw: RawTable,
+    *,
+    data_dir: Path,
+    name: str,
+    source: dict[str, Any],
+    index_spec: str = "auto",
+    min_recall: float = 0.95,
+    params: dict[str, Any] | None = None,
+    force: bool = False,
+    drop_invalid: bool = False,
+    seed: int = 0,
+    defer_index: bool = False,
+    budget: float = AUTO_BUDGET_SECONDS,
+    complete: Callable[[Path], None] | None = None,
+) -> dict[str, Any]:
+    """Build table ``name`` under ``data_dir`` from ``raw``; return its manifest. ``complete``, if given, runs under
+    the publish lock just before the new version takes the name (``artifact.staging``; it may refuse by raising).
+
+    With ``defer_index`` an approximate index is not built now: the table is published for exact search at once,
+    with the index spec recorded under ``index.deferred`` for :func:`index_table` (which ``embedding-serve`` runs
+    in the background) to build later.
+    """
+    started = time.perf_counter()
+    artifact.check_name(name)
+    for path, what in artifact.recover(data_dir):  # left by a build that was killed
+        log.warning("%s: %s", path, what)
+    if artifact.table_dir(data_dir, name).exists() and not force:
+        raise ArtifactError(f"table {name!r} already exists in {data_dir} (use --force to rebuild it)")
+    note(f"cleaning and normalising {len(raw.tokens):,} rows ...")
+    raw, report = clean(raw, source.get("path", name), drop_invalid=drop_invalid)
+    unit, norms = normalise(raw.matrix)
+    spec = parse_spec(index_spec, len(unit), unit.shape[1])
+    if defer_index and spec.kind != "flat":
+        built = build_and_measure(unit, IndexSpec(kind="flat"), min_recall=min_recall)
+        built.info["deferred"] = {"spec": index_spec, "min_recall": min_recall, "budget_seconds": budget, "seed": seed}
+        note(f"exact search for now; the {index_spec!r} index is left for `embedding-index index {name}`")
+    else:
+        built = build_and_measure(unit, spec, min_recall=min_recall, seed=seed, budget=budget)
+    note(f"writing {artifact.table_dir(data_dir, name)} ...")
+    with artifact.staging(data_dir, name, force=force, complete=complete) as tmp:
+        np.save(tmp / artifact.VECTORS, unit, allow_pickle=False)
+        np.save(tmp / artifact.NORMS, norms, allow_pickle=False)
+        write_tokens(tmp, raw.tokens)
+        if built.index is not None:
+            faiss.write_index(built.index, str(tmp / artifact.INDEX))
+        if raw.flags is not None:
+            np.save(tmp / FLAGS, np.asarray(raw.flags, dtype=np.uint8), allow_pickle=False)
+        for file_name, content in raw.extra_files.items():
+            (tmp / artifact.check_name(file_name)).write_bytes(content)
+        if raw.metadata:
+            (tmp / METADATA).write_bytes(metadata_file(raw.metadata))
+        manifest = artifact.write_manifest(
+            tmp,
+            {
+                "name": name,
+                "kind": raw.kind,
+                "rows": int(unit.shape[0]),
+                "dim": int(unit.shape[1]),
+                "source": source,
+                "build": params or {},
+                "index": built.info,
+                "cleaning": report,
+                "metadata_columns": sorted(raw.metadata),
+                **raw.info,
+                "built_at": artifact.now_iso(),
+                "build_seconds": round(time.perf_counter() - started, 3),
+            },
+        )
+    return manifest
+
+
+def index_table(
+    data_dir: Path,
+    name: str,
+    *,
+    index_spec: str | None = None,
+    min_recall: float | None = None,
+    budget: float | None = None,
+    seed: int | None = None,
+) -> dict[str, Any]:
+    """Build the index of an existing table (by default the one its build deferred) and publish the new version.
+
+    The table's other files are linked (or copied) unchanged into the new version; the existing version keeps
+    serving until the new one is renamed into place, and stays as it was if anything fails.
+    """
+    started = time.perf_counter()
+    directory = artifact.table_dir(data_dir, name)
+    artifact.read_manifest(directory)  # no such table: say so before anything else
+    note(f"verifying {directory} ...")
+    manifest, checked = artifact.verified(directory)
+    deferred = manifest.get("index", {}).get("deferred") or {}
+    spec_text = index_spec or deferred.get("spec") or "auto"
+    if not checked.ok:
+        raise ArtifactError(f"table {name!r}: " + "; ".join(checked.problems))
+    vectors = np.load(directory / artifact.VECTORS, mmap_mode="r")
+    spec = parse_spec(spec_text, len(vectors), vectors.shape[1])
+    built = build_and_measure(
+        vectors,
+        spec,
+        min_recall=min_recall if min_recall is not None else deferred.get("min_recall", 0.95),
+        seed=seed if seed is not None else deferred.get("seed", 0),
+        budget=budget if budget is not None else deferred.get("budget_seconds", AUTO_BUDGET_SECONDS),
+    )
+    note(f"writing the new version of {directory} ...")
+
+    def write(tmp: Path) -> None:
+        if built.index is not None:
+            faiss.write_index(built.index, str(tmp / artifact.INDEX))
+
+    changes = {"index": built.info, "indexed_at": artifact.now_iso()}
+    published = artifact.republish(
+        data_dir, name, manifest, write, (artifact.INDEX,), changes, "its index was being built"
+    )
+    note(f"indexed {name!r} in {duration(time.perf_counter() - started)}")
+    return published

@@ -1,0 +1,109 @@
+"""Contextual token vectors of a transformer table: what the model's layers make of each token of a text.
+
+For each text, every token's last-layer vector (``[CLS]`` and ``[SEP]`` included). For a chosen word (split by
+the model's tokenizer; a word of several pieces is the mean of its pieces' vectors at each place it occurs), each
+occurrence's vector, its cosine with the word's static row (the mean of its pieces' original input rows), its
+nearest rows in the model's own input table, and the cosines between the occurrences: "bank" by a river and
+"bank" of money are one static row and two contextual vectors.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from index.engine.search import VectorSearch
+from index.engine.table import Table
+from index.engine.transformer_encoder import TransformerEncoder
+from index.errors import InvalidQuery
+
+
+@dataclass(frozen=True)
+class Occurrence:
+    text: int
+    position: int  # of the word's first piece among the text's tokens
+    vector: np.ndarray  # float32, the mean of its pieces' last-layer vectors
+
+
+def _cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    a = np.asarray(a, dtype=np.float64)
+    b = np.asarray(b, dtype=np.float64)
+    a = a / np.maximum(np.linalg.norm(a, axis=-1, keepdims=True), 1e-12)
+    b = b / np.maximum(np.linalg.norm(b, axis=-1, keepdims=True), 1e-12)
+    out: np.ndarray = a @ b.T
+    return out
+
+
+def _occurrences(ids: list[list[int]], vectors: list[np.ndarray], pieces: list[int]) -> list[Occurrence]:
+    width = len(pieces)
+    found = []
+    for text, row in enumerate(ids):
+        for start in range(len(row) - width + 1):
+            if row[start : start + width] == pieces:
+                found.append(Occurrence(text, start, vectors[text][start : start + width].mean(axis=0)))
+    return found
+
+
+def _neighbours(table: Table, vectors: np.ndarray, k: int) -> list[list[dict[str, Any]]]:
+    units = table.normalize_queries(np.asarray(vectors, dtype=np.float32))
+    readable = table.metadata.get("readable")
+    out = []
+    for hits in table.run(VectorSearch(units, k)):
+        rows = [row for row, _ in hits]
+        labels = table.tokens.labels(rows)
+        out.append(
+            [
+                {"id": row, "token": label, "score": score, **({"readable": readable[row]} if readable else {})}
+                for (row, score), label in zip(hits, labels, strict=True)
+            ]
+        )
+    return out
+
+
+def contextual(encoder: TransformerEncoder, texts: list[str], token: str | None = None, k: int = 5) -> dict[str, Any]:
+    """Every text's tokens with their last-layer vectors; with ``token``, that word's view (module docstring)."""
+    table = encoder.table
+    tokenised = encoder.tokenise(texts)
+    forward = encoder.forward(tokenised.ids, tokens=True)
+    assert forward.tokens is not None  # asked for
+    answer: dict[str, Any] = {"table": table.name, "texts": []}
+    for text, ids, truncated, vectors in zip(texts, tokenised.ids, tokenised.truncated, forward.tokens, strict=True):
+        labels = table.tokens.labels(ids)
+        tokens = [{"id": i, "token": t, "vector": v} for i, t, v in zip(ids, labels, vectors, strict=True)]
+        answer["texts"].append({"text": text, "truncated": truncated, "tokens": tokens})
+    if token is None:
+        return answer
+    pieces = encoder.tokenizer.encode(token, add_special_tokens=False).ids
+    if not pieces:
+        raise InvalidQuery(f"token {token!r} has no piece in table {table.name!r}'s tokenizer")
+    found = _occurrences(tokenised.ids, forward.tokens, pieces)
+    if not found:
+        split = " ".join(table.tokens.labels(pieces))
+        raise InvalidQuery(f"{token!r} ({split}) occurs in none of the texts")
+    rows = (
+        np.asarray(table.vectors[pieces], dtype=np.float64) * np.asarray(table.norms[pieces], dtype=np.float64)[:, None]
+    )
+    static = rows.mean(axis=0)
+    matrix = np.vstack([o.vector for o in found])
+    static_cosine = _cosines(matrix, static[None, :])[:, 0]
+    neighbours = _neighbours(table, matrix, k)
+    static_neighbours = _neighbours(table, static[None, :], k)[0]
+    answer["token"] = {
+        "token": token,
+        "pieces": [{"id": i, "token": t} for i, t in zip(pieces, table.tokens.labels(pieces), strict=True)],
+        "static": {"vector": static.astype(np.float32), "neighbors": static_neighbours},
+        "occurrences": [
+            {
+                "text": o.text,
+                "position": o.position,
+                "vector": o.vector,
+                "static_cosine": float(static_cosine[n]),
+                "neighbors": neighbours[n],
+            }
+            for n, o in enumerate(found)
+        ],
+        "cosines": _cosines(matrix, matrix).round(6).tolist(),
+    }
+    return answer

@@ -1,0 +1,276 @@
+"""The delta of a documents table: what its write log holds beyond the table's published version.
+
+Upserts (``{"op": "upsert", "documents": [{"id", "text", "vector", "fields"}]}``) and deletes (``{"op":
+"delete", "ids": [...]}``) are applied in sequence order into the documents written since the version (their
+unit vectors, norms, text and fields, kept in write order) and a deletion mask over the version's rows (a row
+deleted, or replaced by a newer document of its id). The log's records were checked when they were written;
+replaying them is deterministic, so every worker that applies the same records holds the same delta.
+"""
+
+from __future__ import annotations
+
+import copy
+import datetime as dt
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import numpy as np
+import pyarrow as pa
+
+from index.engine.filters import RowSet
+from index.engine.search import VectorSearch
+from index.engine.table import Table
+from index.store.payload import ARROW_TYPES, INTEGER, LOOKUP_LIMIT, TIMESTAMP, Payload, UnknownDocument
+from index.store.rows import normalise
+from index.store.writelog import Record
+
+Key = str | int
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Document:
+    id: Key
+    vector: np.ndarray  # unit float32, as the builder makes it (index.build.clean.normalise)
+    norm: float
+    text: str | None
+    fields: dict[str, Any]  # JSON-ready: timestamps as ISO 8601 text
+
+    def show(self, payload: Payload, names: Sequence[str] | None, vector: bool) -> dict[str, Any]:
+        """As ``GET .../documents/{id}`` shows a document: id, text, the fields (``names``: these), its vector."""
+        record: dict[str, Any] = {}
+        for name in list(payload.fields) if names is None else names:
+            if name == payload.id_field:
+                record[name] = self.id
+            elif name == payload.text_field:
+                record[name] = self.text
+            elif name in payload.fields:
+                record[name] = self.fields.get(name)
+            else:
+                payload.column(name)  # the error naming the table's fields
+        out: dict[str, Any] = {"id": self.id, "text": self.text, "fields": record}
+        if vector:
+            out["vector"] = self.vector * np.float32(self.norm)
+        return out
+
+
+def parse_timestamp(text: str) -> dt.datetime:
+    """ISO 8601 text as a UTC datetime (no zone: UTC); ValueError when it is not one."""
+    stamp = dt.datetime.fromisoformat(text.replace("Z", "+00:00") if text.endswith("Z") else text)
+    return stamp.replace(tzinfo=dt.UTC) if stamp.tzinfo is None else stamp.astimezone(dt.UTC)
+
+
+class Delta:
+    """The documents written and deleted since a documents table's version (sequence ``covered``)."""
+
+    def __init__(self, payload: Payload, rows: int, dim: int, covered: int) -> None:
+        self.payload = payload
+        self.rows = rows
+        self.dim = dim
+        self.covered = covered
+        self.last = 0  # sequence number of the last record read from the log
+        self.offset = 0  # bytes of the log read
+        self.documents: dict[Key, Document] = {}
+        self.deleted = np.zeros(rows, dtype=bool)
+        self._matrix: tuple[list[Key], np.ndarray, np.ndarray] | None = None
+        self._written: list[Document] = []
+        self._built: tuple[list[Document], tuple[list[Key], np.ndarray, np.ndarray]] | None = None  # the last made
+        self._cache: dict[str, Any] = {}  # what searches derive from the delta, shared by its snapshots
+        self._lasting: dict[str, Any] = {}  # what searches keep across changes (never replaced)
+
+    @property
+    def seq(self) -> int:
+        """The table's sequence number: the last write it holds."""
+        return max(self.covered, self.last)
+
+    def key(self, value: Any) -> Key | None:
+        """An id as the table stores it (digits are an integer id's text); None when no id can equal it."""
+        if self.payload.id_type == INTEGER:
+            if isinstance(value, bool):
+                return None
+            if isinstance(value, int):
+                return value
+            if isinstance(value, str) and value.strip().lstrip("+-").isdigit() and value.isascii():
+                return int(value)
+            return None
+        return value if isinstance(value, str) else None
+
+    def version_rows(self, keys: Sequence[Key]) -> np.ndarray:
+        """The version's row of each id (-1 when it has none), deleted or not."""
+        return self.payload.find_rows(list(keys))
+
+    def live_version_rows(self, keys: Sequence[Key]) -> np.ndarray:
+        """The version's row of each id while it is not deleted or replaced (else -1)."""
+        rows = self.version_rows(keys)
+        found = rows >= 0
+        rows[found] = np.where(self.deleted[rows[found]], -1, rows[found])
+        return rows
+
+    def written(self, value: Any) -> Document | None:
+        """The document of id ``value`` written since the version (None: not written, or deleted)."""
+        key = self.key(value)
+        return None if key is None else self.documents.get(key)
+
+    def row_of(self, ids: Sequence[Any]) -> np.ndarray:
+        """``Payload.row_of`` for the version's rows that are not deleted or replaced (the others are unknown)."""
+        rows = self.payload.row_of(ids)
+        gone = self.deleted[rows]
+        if gone.any():
+            shown = ", ".join(repr(i) for i in np.asarray(ids, dtype=object)[gone][:LOOKUP_LIMIT])
+            raise UnknownDocument(
+                f"no document with id {shown} in table {self.payload.directory.name!r} (deleted)",
+                ids=list(np.asarray(ids, dtype=object)[gone][:LOOKUP_LIMIT]),
+                count=int(gone.sum()),
+            )
+        return rows
+
+    def exists(self, keys: Sequence[Key]) -> np.ndarray:
+        """A boolean per id: a live document has it (written since the version, or in it and not deleted)."""
+        written = np.array([k in self.documents for k in keys], dtype=bool)
+        return written | (self.live_version_rows(keys) >= 0)
+
+    def snapshot(self) -> Delta:
+        """A view that later writes leave as it is (``apply`` replaces the documents and the mask, never changes
+        them in place): what one search reads, whatever other requests apply meanwhile."""
+        self.matrix()  # made once per change, shared by the snapshots taken until the next
+        return copy.copy(self)
+
+    def apply(self, records: Iterable[Record]) -> None:
+        records = list(records)
+        if not records:
+            return
+        self.documents, self.deleted = dict(self.documents), self.deleted.copy()  # copies: snapshots keep theirs
+        self._matrix = None
+        self._cache = {}
+        for record in records:
+            self.offset = record.end
+            if record.seq <= self.seq:  # folded into the version, or applied before the log was cut
+                self.last = max(self.last, record.seq)
+                continue
+            self.last = record.seq
+            body = record.body
+            if body.get("op") == "upsert":
+                self._upsert(body["documents"])
+            elif body.get("op") == "delete":
+                self._delete([k for k in (self.key(i) for i in body["ids"]) if k is not None])
+            self._matrix = None
+
+    def _upsert(self, documents: list[dict[str, Any]]) -> None:
+        keys = [self.key(d["id"]) for d in documents]
+        rows = self.version_rows([k for k in keys if k is not None])
+        self.deleted[rows[rows >= 0]] = True
+        units, norms = normalise(np.array([d["vector"] for d in documents], dtype=np.float32).reshape(-1, self.dim))
+        for key, document, unit, norm in zip(keys, documents, units, norms.tolist(), strict=True):
+            if key is None:
+                continue
+            self.documents.pop(key, None)  # a replaced document moves to the end, as a fresh import would order it
+            self.documents[key] = Document(key, unit, norm, document.get("text"), document.get("fields") or {})
+
+    def _delete(self, keys: list[Key]) -> None:
+        rows = self.version_rows(keys)
+        self.deleted[rows[rows >= 0]] = True
+        for key in keys:
+            self.documents.pop(key, None)
+
+    def matrix(self) -> tuple[list[Key], np.ndarray, np.ndarray]:
+        """The written documents' ids, unit vectors (n, dim) and norms, in write order."""
+        if self._matrix is None:
+            docs = self._written = list(self.documents.values())
+            before, made = self._built or ([], ([], np.zeros((0, self.dim), dtype=np.float32), np.zeros(0, np.float32)))
+            if len(before) > len(docs) or any(a is not b for a, b in zip(before, docs, strict=False)):
+                before, made = [], ([], np.zeros((0, self.dim), dtype=np.float32), np.zeros(0, np.float32))
+            added = docs[len(before) :]  # only appended since the last matrix: its rows are reused
+            vectors = np.vstack([made[1], *[d.vector for d in added]]) if added else made[1]
+            norms = np.concatenate([made[2], np.array([d.norm for d in added], dtype=np.float32)])
+            self._matrix = (made[0] + [d.id for d in added], vectors, norms)
+            self._built = (docs, self._matrix)
+        return self._matrix
+
+    def cached(self, name: str, make: Callable[[], T]) -> T:
+        """``make()`` once per change of the delta, shared by the snapshots taken until the next."""
+        if name not in self._cache:
+            self._cache[name] = make()
+        result: T = self._cache[name]
+        return result
+
+    def lasting(self, name: str, make: Callable[[], T]) -> T:
+        """``make()`` once for this delta and every later state of it (what it holds must follow changes itself)."""
+        result: T = self._lasting.setdefault(name, make()) if name not in self._lasting else self._lasting[name]
+        return result
+
+    def written_in_order(self) -> list[Document]:
+        """The written documents in write order (a hit's row past the version's is its place here)."""
+        self.matrix()
+        return self._written
+
+    def columns(self) -> DeltaColumns:
+        """The written documents' fields as Arrow columns, for the search filter language."""
+        return DeltaColumns(self.payload, self.written_in_order())
+
+
+class DeltaColumns:
+    """What ``filters.evaluate`` reads of a payload (``fields``, ``column``), over the written documents."""
+
+    def __init__(self, payload: Payload, documents: list[Document]) -> None:
+        self.fields = payload.fields
+        self.id_field = payload.id_field
+        self.text_field = payload.text_field
+        self.documents = documents
+
+    def column(self, name: str) -> pa.Array:
+        if name == self.id_field:
+            return pa.array([d.id for d in self.documents])
+        if name == self.text_field:
+            return pa.array([d.text for d in self.documents], pa.string())
+        kind = self.fields[name]
+        values = [d.fields.get(name) for d in self.documents]
+        if kind == TIMESTAMP:
+            values = [None if v is None else parse_timestamp(v) for v in values]
+        return pa.array(values, ARROW_TYPES[kind])
+
+
+def vector_search(
+    table: Table, delta: Delta, search: VectorSearch, written: np.ndarray | None
+) -> list[list[tuple[int, float]]]:
+    """``Table.run(search)`` over the version and the delta as one source: the version's rows that are not
+    deleted (and pass ``search.rows``), and the written documents (those ``written`` lets through, a boolean per
+    document in write order; None: all), scored exactly. A written document's hit row is ``table.rows`` plus its
+    place in write order; exclusions name such rows too. Equal scores keep the version's rows first, as a fresh
+    import that appends the written documents would order them."""
+    mask = ~delta.deleted if search.rows is None else search.rows.mask & ~delta.deleted
+    want = search.offset + search.k
+    base = table.rows
+    widest = max((len(e) for e in search.exclude), default=0)
+    version_exclude = [{r for r in e if r < base} for e in search.exclude] if search.exclude else []
+    rows = RowSet(mask)
+    found = (
+        table.run(VectorSearch(search.queries, want + widest, version_exclude, search.options, rows))
+        if len(rows)
+        else []
+    )
+    _, vectors, _ = delta.matrix()
+    usable = np.ones(len(vectors), dtype=bool) if written is None else written.copy()
+    if search.options.restrict is not None:  # the first rows of the version only
+        usable[:] = False
+    candidates = np.flatnonzero(usable)
+    chosen = vectors if len(candidates) == len(vectors) else vectors[candidates]  # no copy without a filter
+    scores = np.asarray(search.queries @ chosen.T, dtype=np.float32) if len(candidates) else None
+    answers = []
+    for q in range(len(search.queries)):
+        hits = list(found[q]) if found else []
+        if scores is not None:
+            excluded = [r - base for r in search.excluded(q) if r >= base]
+            allowed = ~np.isin(candidates, excluded) if excluded else np.ones(len(candidates), dtype=bool)
+            mine, places = scores[q][allowed], candidates[allowed]
+            top = min(want, len(places))
+            if top:
+                best = np.argpartition(-mine, top - 1)[:top] if top < len(places) else np.arange(len(places))
+                best = best[np.lexsort((places[best], -mine[best]))]  # by score, equal scores in write order
+                hits += list(zip((places[best] + base).tolist(), mine[best].astype(np.float64).tolist(), strict=True))
+        hits.sort(key=lambda hit: -hit[1])  # stable: the version's rows first among equal scores
+        page = hits[search.offset : want]
+        if search.min_score is not None:
+            page = [hit for hit in page if hit[1] >= search.min_score]
+        answers.append(page)
+    return answers

@@ -1,0 +1,23 @@
+"""What every text encoder answers (the static poolings of ``encode`` and ``transformer_encoder``'s
+model): the poolings there are, and the vectors of a batch of texts with what each was made of."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal, get_args
+
+import numpy as np
+
+Pooling = Literal["mean", "sif", "cls"]  # cls: a transformer model's own pooling
+POOLINGS: tuple[Pooling, ...] = get_args(Pooling)
+
+
+@dataclass(frozen=True, slots=True)
+class Encoded:
+    """The vectors of a batch of texts, with what each was made of."""
+
+    vectors: np.ndarray  # (texts, dim) float32, unit rows
+    tokens: list[int]  # per text: the tokens (words, or model pieces) its vector is the mean of
+    unknown: list[int]  # per text: words not in the table, or special pieces left out
+    pooling: Pooling
+    truncated: list[bool] | None = None  # transformer tables: per text, whether it was cut to the model's limit

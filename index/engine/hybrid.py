@@ -1,0 +1,202 @@
+"""A documents table's search by vector, by keyword (BM25) or both (Reciprocal Rank Fusion), optionally re-ranked
+for diversity (Maximal Marginal Relevance); the same filters, paging and score floor as a vector search.
+
+- ``vector``: the nearest rows (``Table.run``); the score is the cosine.
+- ``keyword``: ``KeywordIndex.search`` over the passing rows; the score is BM25.
+- ``hybrid``: both lists, each ``max(offset + k, DEPTH)`` deep (every passing row when fewer pass), fused by
+  :func:`index.engine.fusion.rrf`; the score is the fused RRF score.
+
+Keyword and hybrid hits say their rank in each list that holds them. With ``diversity`` above 0 (vector and
+hybrid: it needs a query vector) the best ``DIVERSE * (offset + k)`` candidates (at least ``DEPTH`` in hybrid
+mode) are re-ranked by :func:`index.engine.fusion.mmr` on their unit rows, relevance being the cosine (vector) or the
+fused score over the highest it can be (hybrid); a hit keeps its mode's own score. The page (``offset``) is taken
+after the re-ranking, and ``min_score`` applies last, to the mode's score. Diversity 0 is the plain search.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+import numpy as np
+
+from index.engine.filters import RowSet
+from index.engine.fusion import RRF_K, mmr, rrf
+from index.engine.knn import Neighbor
+from index.engine.search import SearchOptions, VectorSearch
+from index.errors import InvalidQuery
+
+Mode = Literal["vector", "keyword", "hybrid"]
+MODES: tuple[Mode, ...] = ("vector", "keyword", "hybrid")
+LISTS = ("vector", "keyword")  # the lists a hybrid search fuses, in this order
+DEPTH = 100  # candidates each list gives a hybrid search, at least
+DIVERSE = 4  # candidates per hit a diverse search re-ranks
+
+
+class KeywordSearch(Protocol):
+    def search(
+        self, texts: Sequence[str], k: int, allowed: np.ndarray | None = None
+    ) -> tuple[np.ndarray, np.ndarray]: ...
+
+
+class Source(Protocol):
+    """What a search here reads of a table (``table.Table``, or ``live_search.LiveSource``)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def rows(self) -> int: ...
+    @property
+    def keyword(self) -> KeywordSearch | None: ...
+    @property
+    def vectors(self) -> Any: ...
+    def limit(self, options: SearchOptions) -> int: ...
+    def run(self, search: VectorSearch) -> list[list[Neighbor]]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Hit:
+    row: int
+    score: float  # the mode's: cosine, BM25 or the fused RRF score
+    ranks: dict[str, int] | None = None  # keyword and hybrid: the hit's rank (from 1) in each list holding it
+
+
+@dataclass(slots=True, eq=False)
+class DocumentSearch:
+    """The ``k`` best documents for each query: ``queries`` (m x dim unit vectors, vector and hybrid modes) and
+    ``texts`` (m query texts, keyword and hybrid modes), ``exclude[i]`` left out of both lists."""
+
+    mode: Mode
+    k: int
+    queries: np.ndarray | None = None
+    texts: Sequence[str] | None = None
+    exclude: Sequence[Collection[int]] = ()
+    options: SearchOptions = field(default_factory=SearchOptions)
+    rows: RowSet | None = None  # only these rows may answer (a filter's), None: every row
+    offset: int = 0
+    min_score: float | None = None
+    rrf_k: float = RRF_K
+    weights: tuple[float, float] | None = None  # (vector, keyword) weights of the fusion
+    diversity: float = 0.0
+
+    def __len__(self) -> int:
+        return len(self.queries) if self.queries is not None else len(self.texts or ())
+
+
+def depths(search: DocumentSearch, rows: int) -> tuple[int, int]:
+    """(candidates per list, candidates kept for the page or the re-ranking), both at most ``rows``."""
+    want = search.offset + search.k
+    pool = DIVERSE * want if search.diversity > 0 else want
+    per_list = pool if search.mode != "hybrid" else max(pool, DEPTH)
+    return min(per_list, rows), min(pool, rows)
+
+
+def run(table: Source, search: DocumentSearch) -> list[list[Hit]]:
+    """Answer ``search`` on ``table``: per query, its hits best first."""
+    _check(table, search)
+    m = len(search)
+    per_list, pool = depths(search, table.rows)
+    vector = _vector_lists(table, search, per_list) if search.mode != "keyword" else None
+    keyword = _keyword_lists(table, search, per_list, m) if search.mode != "vector" else None
+    answers = []
+    for q in range(m):
+        if search.mode == "vector" and vector is not None:
+            ids, scores = vector[q]
+            ranks = None
+        elif search.mode == "keyword" and keyword is not None:
+            ids, scores = keyword[q]
+            ranks = np.arange(1, len(ids) + 1)[:, None]
+        else:
+            assert vector is not None and keyword is not None
+            fused = rrf([vector[q][0], keyword[q][0]], k=search.rrf_k, weights=search.weights, limit=pool)
+            ids, scores, ranks = fused.ids, fused.scores, fused.ranks
+        order = np.arange(min(pool, len(ids)))
+        if search.diversity > 0 and search.queries is not None:
+            order = _diverse(table, search, q, ids[:pool], scores[:pool])
+        answers.append(_page(search, ids, scores, ranks, order))
+    return answers
+
+
+def _check(table: Source, search: DocumentSearch) -> None:
+    if search.mode not in MODES:
+        raise InvalidQuery(f"unknown search mode {search.mode!r}: use vector, keyword or hybrid")
+    if search.k < 1 or search.offset < 0:
+        raise InvalidQuery("k must be at least 1 and offset at least 0")
+    if search.mode != "keyword" and search.queries is None:
+        raise InvalidQuery(f"mode {search.mode} needs a query vector")
+    if search.mode != "vector":
+        if search.texts is None:
+            raise InvalidQuery(f"mode {search.mode} needs a query text")
+        if table.keyword is None:
+            raise InvalidQuery(
+                f"table {table.name!r} has no keyword index (its documents have no text): search it by vector"
+            )
+    if not 0.0 <= search.diversity <= 1.0:
+        raise InvalidQuery(f"diversity must be between 0 and 1, not {search.diversity}")
+    if search.diversity > 0 and search.queries is None:
+        raise InvalidQuery("diversity needs a query vector: it is for modes vector and hybrid, not keyword")
+
+
+def _vector_lists(table: Source, search: DocumentSearch, depth: int) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Each query's nearest rows (ids, cosines), ``depth`` of them (fewer when fewer rows pass), equal cosines by
+    row (as the keyword list's equal scores are)."""
+    assert search.queries is not None
+    answers = table.run(VectorSearch(search.queries, depth, search.exclude, search.options, search.rows))
+    out = []
+    for hits in answers:
+        ids = np.array([i for i, _ in hits], dtype=np.int64)
+        scores = np.array([s for _, s in hits], dtype=np.float64)
+        order = np.lexsort((ids, -scores))
+        out.append((ids[order], scores[order]))
+    return out
+
+
+def _keyword_lists(table: Source, search: DocumentSearch, depth: int, m: int) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Each query text's best rows by BM25 (ids, scores) among the rows that may answer, inputs left out."""
+    assert table.keyword is not None and search.texts is not None
+    allowed = None if search.rows is None else search.rows.mask
+    limit = table.limit(search.options)
+    if limit < table.rows:
+        allowed = (np.ones(table.rows, dtype=bool) if allowed is None else allowed.copy()) & (
+            np.arange(table.rows) < limit
+        )
+    widest = max(map(len, search.exclude), default=0)
+    scores, ids = table.keyword.search(search.texts, min(depth + widest, table.rows), allowed)
+    out = []
+    for q in range(m):
+        real = ids[q] >= 0
+        if search.exclude and search.exclude[q]:
+            real &= ~np.isin(ids[q], np.fromiter(search.exclude[q], dtype=np.int64))
+        out.append((ids[q][real][:depth], scores[q][real][:depth].astype(np.float64)))
+    return out
+
+
+def _diverse(table: Source, search: DocumentSearch, q: int, ids: np.ndarray, scores: np.ndarray) -> np.ndarray:
+    """The page's candidates in MMR order (indices into ``ids``)."""
+    assert search.queries is not None
+    want = search.offset + search.k
+    relevance = None
+    if search.mode == "hybrid":
+        weights = (1.0, 1.0) if search.weights is None else search.weights
+        best = sum(weights) / (search.rrf_k + 1)  # a hit first in every list
+        relevance = scores / best if best > 0 else scores
+    chosen, _ = mmr(search.queries[q], table.vectors[ids], want, search.diversity, relevance)
+    return chosen
+
+
+def _page(
+    search: DocumentSearch, ids: np.ndarray, scores: np.ndarray, ranks: np.ndarray | None, order: np.ndarray
+) -> list[Hit]:
+    """Hits ``offset .. offset + k - 1`` of ``order``, those scoring below ``min_score`` left out."""
+    floor = -np.inf if search.min_score is None else search.min_score
+    hits = []
+    for i in order[search.offset : search.offset + search.k].tolist():
+        if scores[i] < floor:
+            continue
+        named = None
+        if ranks is not None:
+            lists = LISTS if ranks.shape[1] == 2 else ("keyword",)
+            named = {name: int(rank) for name, rank in zip(lists, ranks[i].tolist(), strict=True) if rank}
+        hits.append(Hit(int(ids[i]), float(scores[i]), named))
+    return hits

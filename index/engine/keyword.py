@@ -1,0 +1,511 @@
+"""Keyword search over a documents table's text: BM25 (Lucene's variant) in the file layout of ``bm25s``.
+
+The tokenizer lower-cases (Arrow's ``utf8_lower``, Unicode's per-character mapping) and cuts the text into
+words: maximal runs of letters, combining marks, digits and underscores (Unicode classes L, M and N, and ``_``:
+``\\w+`` that keeps a word's combining marks inside it), as RE2 classes the code points. The cut runs over the
+UTF-8 bytes of many texts at once (numpy), documents and queries alike. Stop words (one of bm25s's lists) and
+stemming (a Snowball stemmer of PyStemmer, the stemmer bm25s takes) are import options, applied in bm25s's order:
+lower-case, cut, drop the stop words, stem. The manifest keeps the stop words themselves and the stemmer's name,
+so queries are always cut as the documents were.
+
+A document's score for a query is the sum, over the query's words (a word given twice counts twice), of
+
+    idf(t) * tf / (tf + k1 * (1 - b + b * len(d) / avglen)),   idf(t) = ln(1 + (N - df(t) + 0.5) / (df(t) + 0.5))
+
+with ``tf`` the word's count in the document, ``len(d)`` the document's word count, ``N`` the table's rows (a
+document without text counts, with length 0) and ``df(t)`` the documents holding the word: bm25s's default
+method, ``lucene``. The index is built over whole columns (Arrow compute, numpy); its arrays are the ones
+``bm25s.BM25.index`` computes for the same words (the tests hold them equal), kept in bm25s's file layout under
+names of their own, and ``bm25s.BM25.load(mmap=True)`` maps them; the sorted words are an Arrow file, mapped too.
+
+Files: ``keyword_data.npy`` (float32, each posting's score), ``keyword_indices.npy`` (int32, each posting's row),
+``keyword_indptr.npy`` (int64, where each word's postings start: a CSC matrix, rows x words),
+``keyword_params.json`` (bm25s's parameters) and ``keyword_terms.arrow`` (the words, sorted; word ``i`` is
+column ``i``). The manifest's ``keyword`` records the tokenizer, k1, b and the counts.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.metadata
+import io
+import json
+import sys
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from index.errors import ArtifactError, InvalidQuery
+from index.progress import Progress, note
+from index.store.payload import contiguous, search_sorted
+
+KEYWORD = "keyword"  # the manifest's section
+DATA, INDICES, INDPTR = "keyword_data.npy", "keyword_indices.npy", "keyword_indptr.npy"
+PARAMS, TERMS = "keyword_params.json", "keyword_terms.arrow"
+FILES = (DATA, INDICES, INDPTR, PARAMS, TERMS)
+METHOD = "lucene"
+K1, B = 1.2, 0.75  # Lucene's and Elasticsearch's defaults
+# The import's default: bm25s's English stop words and PyStemmer's English stemmer, chosen by the known-item
+# retrieval figures on the Lee corpus (BENCHMARKS.md).
+DEFAULT_STOPWORDS, DEFAULT_STEMMER = "en", "english"
+WORD = r"[\p{L}\p{M}\p{N}_]+"  # what a word is (RE2 syntax)
+LOWERCASE = "utf8_lower"
+BLOCK_BYTES = 8 << 20  # text tokenized at a time
+
+
+# bm25s's stop-word lists, by the names its tokenizer takes (``bm25s.stopwords``).
+STOPWORD_LISTS = {
+    "en": "STOPWORDS_EN",
+    "en_plus": "STOPWORDS_EN_PLUS",
+    "da": "STOPWORDS_DANISH",
+    "de": "STOPWORDS_GERMAN",
+    "es": "STOPWORDS_SPANISH",
+    "fr": "STOPWORDS_FRENCH",
+    "it": "STOPWORDS_ITALIAN",
+    "ko": "STOPWORDS_KOREAN",
+    "nl": "STOPWORDS_DUTCH",
+    "no": "STOPWORDS_NORWEGIAN",
+    "pt": "STOPWORDS_PORTUGUESE",
+    "ru": "STOPWORDS_RUSSIAN",
+    "sv": "STOPWORDS_SWEDISH",
+    "tr": "STOPWORDS_TURKISH",
+    "zh": "STOPWORDS_CHINESE",
+}
+
+
+def stopword_list(name: str) -> tuple[str, ...]:
+    """One of bm25s's stop-word lists by name (``en``: its English list, 33 words)."""
+    import bm25s.stopwords
+
+    if name not in STOPWORD_LISTS:
+        raise ValueError(f"no stop-word list {name!r}; the lists are {', '.join(STOPWORD_LISTS)}")
+    return tuple(getattr(bm25s.stopwords, STOPWORD_LISTS[name]))
+
+
+def english_stopwords() -> tuple[str, ...]:
+    """bm25s's English stop words (``bm25s.stopwords.STOPWORDS_EN``, 33 words)."""
+    return stopword_list("en")
+
+
+def stemmers() -> tuple[str, ...]:
+    """The Snowball algorithms PyStemmer has (``english``, ``german``, ``porter``, ...)."""
+    import Stemmer
+
+    return tuple(sorted(Stemmer.algorithms()))
+
+
+_stemmers = threading.local()  # a PyStemmer object is not to be shared between threads
+
+
+def stem(algorithm: str, words: list[str]) -> list[str]:
+    """``words`` stemmed by PyStemmer's ``algorithm``, as bm25s stems (``Stemmer.stemWords``)."""
+    import Stemmer
+
+    cache = _stemmers.__dict__
+    if algorithm not in cache:
+        try:
+            cache[algorithm] = Stemmer.Stemmer(algorithm)
+        except KeyError:
+            raise ValueError(f"no stemmer {algorithm!r}; PyStemmer has {', '.join(stemmers())}") from None
+    stemmed: list[str] = cache[algorithm].stemWords(words)
+    return stemmed
+
+
+@dataclass(frozen=True)
+class Tokens:
+    terms: pa.Array  # utf8, every word of every text, in text order
+    rows: np.ndarray  # int64, the text each word came from (ascending)
+
+
+WORD_BYTES = np.zeros(256, dtype=bool)  # the ASCII bytes that are word characters (no other byte is ASCII)
+for first, last in (("0", "9"), ("A", "Z"), ("a", "z"), ("_", "_")):
+    WORD_BYTES[ord(first) : ord(last) + 1] = True
+
+
+@functools.cache
+def word_characters() -> np.ndarray:
+    """For every code point, whether it is a word character: what RE2 (Arrow's regex engine) matches to
+    :data:`WORD`, asked once for all of them (the first time a text is not ASCII)."""
+    code_points = np.concatenate([np.arange(0xD800), np.arange(0xE000, sys.maxunicode + 1)]).astype(np.uint32)
+    utf8 = code_points.astype("<u4").tobytes().decode("utf-32-le").encode("utf-8")
+    sizes = 1 + (code_points >= 0x80) + (code_points >= 0x800) + (code_points >= 0x10000)
+    offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int32)
+    each = pa.StringArray.from_buffers(len(code_points), pa.py_buffer(offsets), pa.py_buffer(utf8))
+    table = np.zeros(sys.maxunicode + 1, dtype=bool)
+    table[code_points] = bools(pc.match_substring_regex(each, pattern=f"^{WORD}$"))
+    return table
+
+
+def bools(array: pa.Array) -> np.ndarray:
+    return np.asarray(array.to_numpy(zero_copy_only=False), dtype=bool)
+
+
+def word_bytes(data: np.ndarray) -> np.ndarray:
+    """Whether each byte of UTF-8 text belongs to a word character: a table lookup per ASCII byte; the other
+    characters decoded (from their first byte and the low six bits of the next ones) and looked up."""
+    word = WORD_BYTES[data]
+    beyond = np.flatnonzero(data >= 0x80)
+    if len(beyond):
+        leads = data[beyond] >= 0xC0  # a character's first byte (the others are 10xxxxxx)
+        at = beyond[leads]
+        padded = np.concatenate([data, np.zeros(3, dtype=np.uint8)])
+        b0 = padded[at].astype(np.uint32)
+        b1, b2, b3 = (padded[at + i].astype(np.uint32) & 0x3F for i in (1, 2, 3))
+        code = np.where(
+            b0 < 0xE0,
+            (b0 & 0x1F) << 6 | b1,
+            np.where(b0 < 0xF0, (b0 & 0x0F) << 12 | b1 << 6 | b2, (b0 & 0x07) << 18 | b1 << 12 | b2 << 6 | b3),
+        )
+        word[beyond] = word_characters()[code][np.cumsum(leads) - 1]
+    return np.asarray(word, dtype=bool)
+
+
+def _cut(lowered: pa.Array) -> Tokens:
+    """The words of each text: the runs of word bytes, a text's end ending a run (all vectorised)."""
+    wide = pa.types.is_large_string(lowered.type)
+    _, offsets_buffer, data_buffer = lowered.buffers()
+    offsets = np.frombuffer(offsets_buffer, dtype=np.int64 if wide else np.int32)[
+        lowered.offset : lowered.offset + len(lowered) + 1
+    ]
+    everything = np.frombuffer(data_buffer, dtype=np.uint8) if data_buffer is not None else np.zeros(0, np.uint8)
+    data = everything[offsets[0] : offsets[-1]]
+    starts_of_texts = (offsets - offsets[0]).astype(np.int64)
+    word = word_bytes(data)
+    step = np.diff(word.view(np.int8), prepend=np.int8(0), append=np.int8(0))
+    starts, ends = np.flatnonzero(step == 1), np.flatnonzero(step == -1)  # ends: one past a run's last byte
+    inner = starts_of_texts[(starts_of_texts > 0) & (starts_of_texts < len(data))]
+    joined = np.unique(inner[word[inner] & word[inner - 1]])  # runs that go on from one text into the next
+    if len(joined):
+        starts = np.insert(starts, np.searchsorted(starts, joined), joined)
+        ends = np.insert(ends, np.searchsorted(ends, joined), joined)
+    term_offsets = np.zeros(len(starts) + 1, dtype=np.int64)
+    np.cumsum(ends - starts, out=term_offsets[1:])
+    large = term_offsets[-1] >= 2**31
+    terms = (pa.LargeStringArray if large else pa.StringArray).from_buffers(
+        len(starts),
+        pa.py_buffer(term_offsets if large else term_offsets.astype(np.int32)),
+        pa.py_buffer(np.ascontiguousarray(data[word])),  # the word bytes, run after run: the words end to end
+    )
+    per_text = np.diff(np.searchsorted(starts, starts_of_texts))
+    return Tokens(terms, np.repeat(np.arange(len(per_text), dtype=np.int64), per_text))
+
+
+@dataclass(frozen=True)
+class Tokenizer:
+    """Lower-case, cut into words, drop the stop words, stem (no stop words and no stemming by default)."""
+
+    stopwords: tuple[str, ...] = ()
+    stopwords_name: str | None = None  # the list's name ("en": bm25s's English list)
+    stemmer: str | None = None  # a Snowball algorithm of PyStemmer ("english")
+
+    @classmethod
+    def english(cls) -> Tokenizer:
+        return cls(english_stopwords(), "en")
+
+    @classmethod
+    def named(cls, stopwords: str | None = None, stemmer: str | None = None) -> Tokenizer:
+        """The tokenizer of a stop-word list and a stemmer, by name (None: none); ValueError for unknown names."""
+        if stemmer is not None:
+            stem(stemmer, [])  # an unknown algorithm is refused here, not at the first text
+        return cls(stopword_list(stopwords) if stopwords else (), stopwords, stemmer)
+
+    def __call__(self, texts: pa.Array | Sequence[str | None]) -> Tokens:
+        try:
+            column = texts if isinstance(texts, pa.Array) else pa.array(list(texts), pa.string())
+        except (UnicodeError, pa.ArrowInvalid, pa.ArrowTypeError) as exc:
+            raise InvalidQuery(f"texts must be valid Unicode strings ({exc})") from None
+        cut = _cut(pc.utf8_lower(column.fill_null("")))
+        terms, rows = cut.terms, cut.rows
+        if self.stopwords and len(terms):
+            keep = pc.invert(pc.is_in(terms, value_set=pa.array(self.stopwords, terms.type)))
+            terms, rows = terms.filter(keep), rows[bools(keep)]
+        if self.stemmer and len(terms):
+            encoded = pc.dictionary_encode(terms)  # each distinct word stemmed once
+            stems = pa.array(stem(self.stemmer, encoded.dictionary.to_pylist()), terms.type)
+            terms = stems.take(encoded.indices)
+        return Tokens(terms, rows)
+
+    def words(self, text: str) -> list[str]:
+        """The words of one text, as the index sees them."""
+        result: list[str] = self([text]).terms.to_pylist()
+        return result
+
+    def settings(self) -> dict[str, Any]:
+        settings: dict[str, Any] = {
+            "lowercase": LOWERCASE,
+            "word": WORD,
+            "stopwords": self.stopwords_name if self.stopwords else None,
+            "stopword_list": list(self.stopwords),
+            "stemmer": self.stemmer,
+        }
+        if self.stemmer:
+            settings["stemmer_library"] = f"PyStemmer {importlib.metadata.version('PyStemmer')}"
+        return settings
+
+    @classmethod
+    def from_settings(cls, settings: dict[str, Any]) -> Tokenizer:
+        """The tokenizer a manifest records (a table built before stemming was an option has no ``stemmer``)."""
+        if settings.get("lowercase") != LOWERCASE or settings.get("word") != WORD:
+            raise ArtifactError(f"keyword index tokenized otherwise than this version does: {settings}")
+        stemmer = settings.get("stemmer")
+        if stemmer is not None and stemmer not in stemmers():
+            raise ArtifactError(f"keyword index stemmed by {stemmer!r}, which PyStemmer does not have")
+        return cls(tuple(settings.get("stopword_list") or ()), settings.get("stopwords"), stemmer)
+
+
+# ---------------------------------------------------------------------------------------------- building
+
+
+@dataclass
+class Built:
+    files: dict[str, bytes | memoryview]
+    info: dict[str, Any]  # the manifest's "keyword"
+
+
+@dataclass
+class _Counts:
+    """Each row's distinct words and their counts, block by block, the words as text until all are known."""
+
+    words: list[pa.Array] = field(default_factory=list)  # each block's distinct words
+    word_of: list[np.ndarray] = field(default_factory=list)  # per (row, word) pair: the word, in its block's words
+    rows: list[np.ndarray] = field(default_factory=list)
+    counts: list[np.ndarray] = field(default_factory=list)
+
+
+def _blocks(texts: pa.Array) -> list[tuple[int, int]]:
+    """(start, stop) rows of about BLOCK_BYTES of text each (at least one row)."""
+    ends = np.cumsum(np.asarray(pc.binary_length(texts).fill_null(0).to_numpy(), dtype=np.int64))
+    blocks, start = [], 0
+    while start < len(texts):
+        before = ends[start - 1] if start else 0
+        stop = max(start + 1, int(np.searchsorted(ends, before + BLOCK_BYTES, side="right")))
+        blocks.append((start, stop))
+        start = stop
+    return blocks
+
+
+def _count(texts: pa.Array, tokenizer: Tokenizer, lengths: np.ndarray) -> _Counts:
+    """Each block's words counted per row (one sort per block); ``lengths`` gets each row's word count."""
+    counts = _Counts()
+    with Progress("keyword index", len(texts)) as progress:
+        for start, stop in _blocks(texts):
+            tokens = tokenizer(texts.slice(start, stop - start))
+            encoded = pc.dictionary_encode(tokens.terms)
+            size = max(len(encoded.dictionary), 1)
+            lengths[start:stop] = np.bincount(tokens.rows, minlength=stop - start)
+            pairs, tf = np.unique(tokens.rows * size + encoded.indices.to_numpy(), return_counts=True)
+            counts.words.append(encoded.dictionary)
+            counts.word_of.append((pairs % size).astype(np.int32))
+            counts.rows.append((pairs // size + start).astype(np.int32))
+            counts.counts.append(tf.astype(np.int32))
+            progress.advance(stop - start)
+    return counts
+
+
+def _npy(array: np.ndarray) -> bytes:
+    buffer = io.BytesIO()
+    np.save(buffer, array, allow_pickle=False)
+    return buffer.getvalue()
+
+
+def _arrow_file(batch: pa.RecordBatch) -> memoryview:
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_file(sink, batch.schema) as writer:
+        writer.write_batch(batch)
+    return memoryview(sink.getvalue())
+
+
+def build(texts: pa.Array, tokenizer: Tokenizer | None = None, k1: float = K1, b: float = B) -> Built | None:
+    """The keyword index of ``texts`` (row ``i`` is the table's row ``i``; nulls are documents without text);
+    None when no text holds a word."""
+    tokenizer = tokenizer or Tokenizer()
+    texts = contiguous(texts)
+    n = len(texts)
+    lengths = np.zeros(n, dtype=np.int64)
+    counts = _count(texts, tokenizer, lengths)
+    if not lengths.any():
+        return None
+    vocabulary = contiguous(pc.unique(pa.chunked_array(counts.words, counts.words[0].type)))
+    terms = vocabulary.take(pc.sort_indices(vocabulary))  # byte order, as search_sorted needs
+    term = np.concatenate(
+        [search_sorted(terms, words)[word_of] for words, word_of in zip(counts.words, counts.word_of, strict=True)]
+    )
+    del counts.word_of
+    rows, tf = np.concatenate(counts.rows), np.concatenate(counts.counts)
+    del counts
+
+    # The arithmetic of bm25s's scoring.py, operation by operation (idf in float64 stored as float32, the term
+    # frequency part in float64, their product stored as float32), so that the arrays are the ones it computes.
+    df = np.bincount(term, minlength=len(terms))
+    idf = np.log(1 + (n - df + 0.5) / (df + 0.5)).astype(np.float32)
+    average = lengths.mean()
+    tfc = tf / (k1 * ((1 - b) + b * lengths[rows] / average) + tf)
+    data = (idf[term] * tfc).astype(np.float32)
+    del tfc
+    # Rows x words, by word: scipy's COO to CSC is a counting sort, which keeps each word's rows ascending. scipy
+    # is imported here, not with the module: the processes that only search (every server) never need it.
+    import scipy.sparse
+
+    matrix = scipy.sparse.csc_matrix((data, (rows, term)), shape=(n, len(terms)))
+    del data, rows, term
+    indptr = matrix.indptr.astype(np.int64)
+
+    params = {
+        "k1": k1,
+        "b": b,
+        "delta": 0.5,
+        "method": METHOD,
+        "idf_method": METHOD,
+        "dtype": "float32",
+        "int_dtype": "int32",
+        "num_docs": n,
+        "version": importlib.metadata.version("bm25s"),
+        "backend": "numpy",
+    }
+    files: dict[str, bytes | memoryview] = {
+        DATA: _npy(matrix.data),
+        INDICES: _npy(matrix.indices.astype(np.int32)),
+        INDPTR: _npy(indptr),
+        PARAMS: (json.dumps(params, indent=4) + "\n").encode(),
+        TERMS: _arrow_file(pa.RecordBatch.from_arrays([terms], names=["term"])),
+    }
+    info = {
+        "tokenizer": tokenizer.settings(),
+        "method": METHOD,
+        "k1": k1,
+        "b": b,
+        "documents": n,
+        "documents_with_words": int(np.count_nonzero(lengths)),
+        "terms": len(terms),
+        "postings": matrix.nnz,
+        "words": int(lengths.sum()),
+        "average_length": round(float(average), 3),
+        "files": list(FILES),
+    }
+    note(f"keyword index: {len(terms):,} words, {matrix.nnz:,} postings over {n:,} documents")
+    return Built(files, info)
+
+
+def for_documents(
+    payload: pa.Table, info: dict[str, Any], tokenizer: Tokenizer | None = None
+) -> tuple[dict[str, Any], dict[str, bytes | memoryview]]:
+    """What a documents table's import adds for keyword search: (manifest fields, files); nothing without text.
+    ``tokenizer``: the import's (by default its default stop words and stemmer)."""
+    text_field = info.get("text_field")
+    if not text_field or not info.get("text_non_null"):
+        return {}, {}
+    tokenizer = tokenizer or Tokenizer.named(DEFAULT_STOPWORDS, DEFAULT_STEMMER)
+    built = build(contiguous(payload.column(text_field)), tokenizer)
+    if built is None:
+        return {}, {}
+    return {KEYWORD: {"field": text_field, **built.info}}, built.files
+
+
+# ---------------------------------------------------------------------------------------------- searching
+
+
+def _best(scores: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """The rows with a positive score, at most ``k``, best first; equal scores by row."""
+    rows = np.flatnonzero(scores > 0)
+    values = scores[rows]
+    if len(rows) > k:
+        kth = np.partition(values, len(values) - k)[len(values) - k]  # the k-th best score
+        above = np.flatnonzero(values > kth)
+        tied = np.flatnonzero(values == kth)[: k - len(above)]
+        chosen = np.sort(np.concatenate([above, tied]))
+        rows, values = rows[chosen], values[chosen]
+    order = np.lexsort((rows, -values))
+    return values[order], rows[order]
+
+
+class KeywordIndex:
+    """A table's BM25 index, mapped read-only."""
+
+    def __init__(self, directory: Path, info: dict[str, Any], model: Any, terms: pa.Array) -> None:
+        self.directory = directory
+        self.info = info
+        self.tokenizer = Tokenizer.from_settings(info["tokenizer"])
+        self.k1: float = info["k1"]
+        self.b: float = info["b"]
+        self.rows: int = model.scores["num_docs"]
+        self._model = model
+        self._terms = terms
+
+    @classmethod
+    def open(cls, directory: Path, manifest: dict[str, Any]) -> KeywordIndex | None:
+        """Map the keyword index of the table in ``directory``; None when the table has none.
+
+        The files are not checksummed here: ``Table.load`` (``artifact.verify``) checks them with the rest.
+        """
+        info = manifest.get(KEYWORD)
+        if info is None:
+            return None
+        directory = Path(directory)
+        import bm25s
+
+        try:
+            model = bm25s.BM25.load(
+                directory,
+                data_name=DATA,
+                indices_name=INDICES,
+                indptr_name=INDPTR,
+                params_name=PARAMS,
+                load_vocab=False,
+                mmap=True,
+            )
+            reader = pa.ipc.open_file(pa.memory_map(str(directory / TERMS), "r"))
+            terms = reader.get_batch(0).column(0)
+        except (OSError, ValueError, KeyError, pa.ArrowInvalid) as exc:
+            raise ArtifactError(f"table {directory.name!r}: unreadable keyword index ({exc})") from exc
+        problems = []
+        if model.scores["num_docs"] != manifest.get("rows"):
+            problems.append(f"{model.scores['num_docs']:,} documents for {manifest.get('rows'):,} rows")
+        if len(model.scores["indptr"]) != len(terms) + 1 or len(terms) != info.get("terms"):
+            problems.append(f"{len(terms):,} words for {len(model.scores['indptr']) - 1:,} postings lists")
+        if (model.k1, model.b, model.method) != (info.get("k1"), info.get("b"), info.get("method")):
+            problems.append(f"{PARAMS} disagrees with the manifest on k1, b or the method")
+        if problems:
+            raise ArtifactError(f"table {directory.name!r}: keyword index: " + "; ".join(problems))
+        word_characters()  # once per process, before a first query that is not ASCII
+        return cls(directory, info, model, terms)
+
+    def term_ids(self, terms: pa.Array) -> np.ndarray:
+        """The column of each word, -1 for a word no document holds."""
+        if terms.type != self._terms.type:
+            terms = terms.cast(self._terms.type)
+        return search_sorted(self._terms, terms) if len(terms) else np.zeros(0, dtype=np.int64)
+
+    def search(self, texts: Sequence[str], k: int, allowed: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """The ``k`` best documents of each query text: (scores float32, rows int64), shaped (queries, k), best
+        first, equal scores by row; -1 (score -inf) pads. ``allowed``: a boolean per row; only those rows are
+        ranked (the ``k`` best that pass, not the ``k`` best then filtered). A query with no known word has no
+        hits."""
+        if k < 1:
+            raise InvalidQuery(f"k must be at least 1, not {k}")
+        weight = None
+        if allowed is not None:
+            allowed = np.asarray(allowed)
+            if allowed.dtype != np.bool_ or allowed.shape != (self.rows,):
+                raise InvalidQuery(
+                    f"allowed must be a boolean per row ({self.rows:,}), not {allowed.dtype} {allowed.shape}"
+                )
+            weight = allowed.astype(np.float32)
+        m = len(texts)
+        scores = np.full((m, k), -np.inf, dtype=np.float32)
+        ids = np.full((m, k), -1, dtype=np.int64)
+        tokens = self.tokenizer(pa.array(list(texts), pa.string()))
+        columns = self.term_ids(tokens.terms)
+        known = columns >= 0
+        columns, owners = columns[known], tokens.rows[known]
+        bounds = np.searchsorted(owners, np.arange(m + 1))
+        for q in np.flatnonzero(np.diff(bounds)):  # the queries with a known word
+            row_scores = self._model.get_scores_from_ids(columns[bounds[q] : bounds[q + 1]], weight_mask=weight)
+            best_scores, best_rows = _best(row_scores, k)
+            scores[q, : len(best_rows)], ids[q, : len(best_rows)] = best_scores, best_rows
+        return scores, ids

@@ -1,0 +1,515 @@
+"""2-D layouts of a whole table for the explorer's map, and the axes projection of a few rows.
+
+- ``pca``: every row (unit length, as every cosine query sees it) on the table's first two principal components.
+  The 2 x dim components come from the dim x dim covariance, accumulated block by block in float32 products and
+  summed in float64, so a 400,000 x 50 table needs no full-size temporary; the points are one float32 product.
+- ``tsne``: openTSNE (when installed) on the ``rows`` most frequent rows (the first rows of a frequency-ordered
+  table), seeded, cosine metric, PCA initialisation; its parameters are recorded with the layout.
+
+A few chosen rows (``POST .../project``) are laid out by ``pca_projection`` (their own principal components),
+``axes_projection`` (word-pair axes), ``tsne_projection`` and ``umap_projection`` (openTSNE and umap-learn, seeded,
+their neighbourhood size clamped to the handful of rows).
+
+A layout is a pure function of the table's vectors and the parameters, so it is cached on disk under a key made
+of the ``vectors.npy`` checksum from the manifest, the method and its parameters (``LayoutCache``). The cache
+lives outside the table directory, which is read-only and verified file by file against its manifest.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import importlib.util
+import json
+import logging
+import os
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+import numpy as np
+
+from index.errors import Abandoned, InvalidQuery
+from index.store import artifact
+from index.store.tokens import FLAG_CONTINUATION, FLAG_SPECIAL
+
+log = logging.getLogger(__name__)
+Remembered = TypeVar("Remembered", "Layout", bytes)
+
+LAYOUT_VERSION = 1  # bump when a method's output changes: older cache files are then never read
+BLOCK_BYTES = 32 << 20  # covariance accumulated over blocks of about this size
+TSNE_DEFAULTS: dict[str, Any] = {"perplexity": 30.0, "n_iter": 500, "seed": 42, "metric": "cosine"}
+PROJECTION_SEED = 42  # the default seed of a t-SNE or UMAP projection of chosen rows
+STOP_EVERY_ITERS = 25  # how often a t-SNE layout asks whether it is still wanted
+UMAP_DEFAULTS: dict[str, Any] = {"n_neighbors": 15, "min_dist": 0.1, "n_epochs": 500, "metric": "cosine"}
+MIN_NONLINEAR_ROWS = 4  # t-SNE of fewer rows is degenerate; UMAP's spectral initialisation needs four
+# method -> (module to import, the PyPI package that provides it); both come with the ``map`` extra
+PACKAGES = {"tsne": ("openTSNE", "openTSNE"), "umap": ("umap", "umap-learn")}
+_UMAP_LOCK = threading.Lock()  # umap-learn does not promise thread safety; a few rows take milliseconds
+KIND_FLAGS = (("special", FLAG_SPECIAL), ("continuation", FLAG_CONTINUATION))
+TOKEN_KIND = "token kind"  # the colour column model-token tables get from their token flags
+MAX_CATEGORIES = 16  # a colour column keeps its most common values; the rest are "other"
+
+
+@dataclass(frozen=True)
+class Layout:
+    """``points``: float32 (rows, 2); ``info``: method, parameters, rows, bounds, explained variance, timing."""
+
+    points: np.ndarray
+    info: dict[str, Any]
+
+
+def _sign_fix(components: np.ndarray) -> np.ndarray:
+    """Each component flipped so that its largest loading is positive (as ``pca_projection`` does)."""
+    signs = np.sign(components[np.arange(len(components)), np.abs(components).argmax(axis=1)])
+    signs[signs == 0] = 1
+    fixed: np.ndarray = components * signs[:, None]
+    return fixed
+
+
+def pca_components(rows: np.ndarray, n: int = 2) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(mean (dim,), top-``n`` components (n, dim), their explained variance ratio (n,)) of ``rows``.
+
+    Two passes over blocks of rows: the mean, then the centred covariance as float32 block products summed in
+    float64; the dim x dim eigenproblem is solved in float64.
+    """
+    count, dim = rows.shape
+    if count < 2:
+        raise InvalidQuery("a layout needs at least two rows")
+    step = max(1, BLOCK_BYTES // max(1, dim * 4))
+    total = np.zeros(dim, dtype=np.float64)
+    for start in range(0, count, step):
+        total += np.asarray(rows[start : start + step], dtype=np.float32).sum(axis=0, dtype=np.float64)
+    mean = total / count
+    mean32 = mean.astype(np.float32)
+    cov = np.zeros((dim, dim), dtype=np.float64)
+    for start in range(0, count, step):
+        block = np.asarray(rows[start : start + step], dtype=np.float32) - mean32
+        cov += block.T @ block
+    cov /= count
+    values, vectors = np.linalg.eigh(cov)
+    order = np.argsort(values)[::-1]
+    values, vectors = np.clip(values[order], 0, None), vectors[:, order]
+    components = _sign_fix(vectors[:, :n].T)
+    variance = values.sum()
+    ratio = values[:n] / variance if variance > 0 else np.zeros(n)
+    if len(ratio) < n:
+        components = np.pad(components, ((0, n - len(components)), (0, 0)))
+        ratio = np.pad(ratio, (0, n - len(ratio)))
+    return mean, components, ratio
+
+
+def pca_layout(rows: np.ndarray) -> Layout:
+    """Every row on the first two principal components of all rows (float32)."""
+    started = time.perf_counter()
+    mean, components, ratio = pca_components(rows)
+    comp32 = np.ascontiguousarray(components.T, dtype=np.float32)  # dim x 2
+    points = np.asarray(rows, dtype=np.float32) @ comp32
+    points -= (mean @ components.T).astype(np.float32)
+    info = {"method": "pca", "params": {}, "explained_variance_ratio": ratio.tolist()}
+    return Layout(points, _finish(info, points, started))
+
+
+def tsne_available() -> bool:
+    """Whether openTSNE is installed (looked up, not imported: importing it loads scikit-learn)."""
+    return importlib.util.find_spec("openTSNE") is not None
+
+
+def umap_available() -> bool:
+    """Whether umap-learn is installed (looked up, not imported: importing it loads numba)."""
+    return importlib.util.find_spec("umap") is not None
+
+
+def missing_package(method: str) -> InvalidQuery:
+    """The 422 for a layout method whose package is not installed: it names the package and the extra."""
+    package = PACKAGES[method][1]
+    name = {"tsne": "t-SNE", "umap": "UMAP"}[method]
+    return InvalidQuery(
+        f"{name} needs the {package} package, which this server does not have (pip install 'embedding-search[map]')",
+        package=package,
+        extra="map",
+    )
+
+
+def require(method: str) -> None:
+    """Raise ``missing_package`` when ``method`` (tsne, umap) cannot run here; other methods need nothing."""
+    if method in PACKAGES:
+        try:
+            found = importlib.util.find_spec(PACKAGES[method][0]) is not None
+        except ValueError:  # a module set to None in sys.modules: as good as missing
+            found = False
+        if not found:
+            raise missing_package(method)
+
+
+def tsne_layout(
+    rows: np.ndarray,
+    perplexity: float,
+    n_iter: int,
+    seed: int,
+    metric: str = "cosine",
+    stop: Callable[[], bool] | None = None,
+) -> Layout:
+    """openTSNE of ``rows``: PCA initialisation, seeded, on one thread (reproducible run to run). ``stop`` is asked
+    every few iterations; when it says so, the layout is abandoned (:class:`Abandoned`)."""
+    try:
+        from openTSNE import TSNE
+    except ImportError:
+        raise missing_package("tsne") from None
+    if len(rows) <= 3 * perplexity:
+        raise InvalidQuery(f"t-SNE with perplexity {perplexity:g} needs more than {3 * perplexity:g} rows")
+    started = time.perf_counter()
+    data = np.asarray(rows, dtype=np.float32)
+    tsne = TSNE(
+        n_components=2,
+        perplexity=perplexity,
+        metric=metric,
+        initialization="pca",
+        n_iter=n_iter,
+        random_state=seed,
+        n_jobs=1,
+        neighbors="annoy" if len(data) > 1000 else "exact",
+        verbose=False,
+        callbacks=None if stop is None else (lambda *_: stop()),
+        callbacks_every_iters=STOP_EVERY_ITERS,
+    )
+    points = np.asarray(tsne.fit(data), dtype=np.float32)  # a stop cuts each phase short (openTSNE logs it)
+    if stop is not None and stop():
+        raise Abandoned("the t-SNE layout was abandoned: no one waits for it")
+    import openTSNE
+
+    params = {
+        "perplexity": perplexity,
+        "n_iter": n_iter,
+        "seed": seed,
+        "metric": metric,
+        "initialization": "pca",
+        "early_exaggeration_iter": 250,
+        "neighbors": "annoy" if len(data) > 1000 else "exact",
+        "library": f"openTSNE {openTSNE.__version__}",
+    }
+    return Layout(points, _finish({"method": "tsne", "params": params}, points, started))
+
+
+def umap_layout(
+    rows: np.ndarray,
+    n_neighbors: int,
+    min_dist: float,
+    seed: int,
+    n_epochs: int = UMAP_DEFAULTS["n_epochs"],
+    metric: str = "cosine",
+) -> Layout:
+    """umap-learn of ``rows``: spectral initialisation, seeded (which makes umap-learn run on one thread)."""
+    try:
+        import umap
+    except ImportError:
+        raise missing_package("umap") from None
+    if not 2 <= n_neighbors < len(rows):
+        raise InvalidQuery(f"UMAP with n_neighbors {n_neighbors} needs more than {n_neighbors} rows")
+    started = time.perf_counter()
+    data = np.asarray(rows, dtype=np.float32)
+    reducer = umap.UMAP(
+        n_components=2,
+        n_neighbors=n_neighbors,
+        min_dist=min_dist,
+        metric=metric,
+        n_epochs=n_epochs,
+        init="spectral",
+        random_state=seed,
+        n_jobs=1,
+    )
+    with _UMAP_LOCK:
+        points = np.asarray(reducer.fit_transform(data), dtype=np.float32)
+    params = {
+        "n_neighbors": n_neighbors,
+        "min_dist": min_dist,
+        "n_epochs": n_epochs,
+        "seed": seed,
+        "metric": metric,
+        "init": "spectral",
+        "library": f"umap-learn {umap.__version__}",
+    }
+    return Layout(points, _finish({"method": "umap", "params": params}, points, started))
+
+
+def _finish(info: dict[str, Any], points: np.ndarray, started: float) -> dict[str, Any]:
+    lo, hi = points.min(axis=0), points.max(axis=0)
+    return {
+        **info,
+        "rows": len(points),
+        "bounds": {"x": [float(lo[0]), float(hi[0])], "y": [float(lo[1]), float(hi[1])]},
+        "seconds": round(time.perf_counter() - started, 3),
+    }
+
+
+def quantize(points: np.ndarray, bounds: dict[str, list[float]]) -> np.ndarray:
+    """Points as little-endian int16 pairs: -32767..32767 spans each axis's bounds (``dequantize`` undoes it)."""
+    out = np.empty(points.shape, dtype="<i2")
+    for axis, name in enumerate(("x", "y")):
+        lo, hi = bounds[name]
+        span = hi - lo if hi > lo else 1.0
+        scaled = (points[:, axis].astype(np.float64) - lo) / span * 65534.0 - 32767.0
+        out[:, axis] = np.rint(np.clip(scaled, -32767, 32767))
+    return out
+
+
+def dequantize(codes: np.ndarray, bounds: dict[str, list[float]]) -> np.ndarray:
+    out = np.empty(codes.shape, dtype=np.float64)
+    for axis, name in enumerate(("x", "y")):
+        lo, hi = bounds[name]
+        span = hi - lo if hi > lo else 1.0
+        out[:, axis] = lo + (codes[:, axis].astype(np.float64) + 32767.0) / 65534.0 * span
+    return out
+
+
+# ------------------------------------------------------------------------------------ projections of a few rows
+def pca_projection(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The rows on their own first two principal components, by a float64 SVD of the centred rows: (points n x 2,
+    explained variance ratio (2,)). Each component's sign makes its largest loading positive, so the picture is
+    stable; fewer than two independent rows leave the missing coordinates 0."""
+    if len(rows) < 2:
+        raise InvalidQuery("projection needs at least two distinct tokens")
+    data = np.asarray(rows, dtype=np.float64)
+    centred = data - data.mean(axis=0)
+    u, s, vt = np.linalg.svd(centred, full_matrices=False)
+    signs = np.sign(vt[np.arange(len(vt)), np.abs(vt).argmax(axis=1)])
+    signs[signs == 0] = 1
+    points = (u * s * signs)[:, :2]
+    if points.shape[1] < 2:
+        points = np.pad(points, ((0, 0), (0, 2 - points.shape[1])))
+    variance = s**2
+    total = variance.sum()
+    ratio = variance[:2] / total if total > 0 else np.zeros(2)
+    return points, np.pad(ratio, (0, 2 - len(ratio)))
+
+
+def _enough_rows(rows: np.ndarray, name: str) -> None:
+    if len(rows) < MIN_NONLINEAR_ROWS:
+        raise InvalidQuery(f"{name} needs at least {MIN_NONLINEAR_ROWS} distinct tokens, got {len(rows)}")
+
+
+def tsne_projection(
+    rows: np.ndarray,
+    perplexity: float = TSNE_DEFAULTS["perplexity"],
+    seed: int = PROJECTION_SEED,
+    n_iter: int = TSNE_DEFAULTS["n_iter"],
+    stop: Callable[[], bool] | None = None,
+) -> Layout:
+    """openTSNE of a few rows (``tsne_layout``), the perplexity lowered to (n - 1) / 3 when it is larger: t-SNE
+    looks at about 3 x perplexity neighbours of each row, and n rows have n - 1. ``params`` holds the perplexity
+    used and the one asked for."""
+    _enough_rows(rows, "t-SNE")
+    used = min(float(perplexity), (len(rows) - 1) / 3)
+    layout = tsne_layout(rows, used, n_iter, seed, stop=stop)
+    layout.info["params"]["perplexity_requested"] = float(perplexity)
+    return layout
+
+
+def umap_projection(
+    rows: np.ndarray,
+    n_neighbors: int = UMAP_DEFAULTS["n_neighbors"],
+    min_dist: float = UMAP_DEFAULTS["min_dist"],
+    seed: int = PROJECTION_SEED,
+) -> Layout:
+    """umap-learn of a few rows (``umap_layout``), ``n_neighbors`` lowered to n - 1 when it is larger (UMAP's
+    neighbourhoods hold the row itself and n_neighbors - 1 others). ``params`` holds both values."""
+    _enough_rows(rows, "UMAP")
+    used = min(int(n_neighbors), len(rows) - 1)
+    layout = umap_layout(rows, used, float(min_dist), seed)
+    layout.info["params"]["n_neighbors_requested"] = int(n_neighbors)
+    return layout
+
+
+# ------------------------------------------------------------------------------------------- axes projection
+def axes_projection(rows: np.ndarray, x_axis: np.ndarray, y_axis: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+    """Rows on word-pair axes, as whatlies plots them: x = v . d / |d|^2 for the direction d = a - b (a's
+    own point has x = a . d / |d|^2), y the same for c - d, or when ``y_axis`` is None the first principal
+    component of the rows with the x direction removed. Returns (points n x 2, each axis's share of the rows'
+    variance)."""
+    rows = np.asarray(rows, dtype=np.float64)
+    centred = rows - rows.mean(axis=0)
+    total = float((centred**2).sum())
+
+    def along(direction: np.ndarray) -> tuple[np.ndarray, float]:
+        length2 = float(direction @ direction)
+        if length2 <= 1e-12:
+            raise InvalidQuery("an axis needs two different words (a - b is zero)")
+        unit = direction / np.sqrt(length2)
+        share = float(((centred @ unit) ** 2).sum()) / total if total > 0 else 0.0
+        return rows @ direction / length2, share
+
+    x, x_share = along(np.asarray(x_axis, dtype=np.float64))
+    if y_axis is not None:
+        y, y_share = along(np.asarray(y_axis, dtype=np.float64))
+    else:
+        unit = np.asarray(x_axis, dtype=np.float64) / np.linalg.norm(x_axis)
+        rest = centred - np.outer(centred @ unit, unit)
+        _, s, vt = np.linalg.svd(rest, full_matrices=False)
+        component = _sign_fix(vt[:1])[0]
+        y = rest @ component
+        y_share = float(s[0] ** 2) / total if total > 0 and len(s) else 0.0
+    return np.stack([x, y], axis=1), np.asarray([x_share, y_share])
+
+
+# ------------------------------------------------------------------------------------------------ the cache
+def table_key(manifest: dict[str, Any], file: str = artifact.VECTORS) -> str:
+    """The first 16 hex digits of a table file's sha256 from its manifest (a rebuild with other rows, another
+    key); a manifest without checksums gets a key from its name and build time."""
+    digest = manifest.get("files", {}).get(file, {}).get("sha256")
+    if not digest:
+        digest = hashlib.sha256(f"{manifest.get('name')}|{manifest.get('built_at')}".encode()).hexdigest()
+    return str(digest)[:16]
+
+
+def default_cache_dir(data_dir: Path) -> Path:
+    """``<data_dir>/.cache`` when it can be written (the registry skips names starting with a dot), else a
+    directory under the system's temporary directory."""
+    candidate = Path(data_dir) / ".cache"
+    try:
+        candidate.mkdir(exist_ok=True)
+        probe = candidate / f".probe-{os.getpid()}"
+        probe.write_bytes(b"")
+        probe.unlink()
+        return candidate
+    except OSError:
+        fallback = Path(tempfile.gettempdir()) / f"embedding-search-cache-{os.getuid()}"
+        fallback.mkdir(exist_ok=True, mode=0o700)
+        return fallback
+
+
+class LayoutCache:
+    """Layouts and label lists kept on disk (``<dir>/layouts``) and the last few in memory, computed once per
+    key even when requests for it arrive together."""
+
+    def __init__(self, directory: Path, memory_items: int = 4) -> None:
+        self.directory = Path(directory) / "layouts"
+        self.memory_items = memory_items
+        self._memory: dict[str, Any] = {}  # key -> its Layout, or a label list's bytes
+        self._locks: dict[str, threading.Lock] = {}
+        self._guard = threading.Lock()
+
+    def _lock(self, key: str) -> threading.Lock:
+        with self._guard:
+            return self._locks.setdefault(key, threading.Lock())
+
+    def _remember(self, key: str, value: Remembered) -> Remembered:
+        with self._guard:
+            self._memory.pop(key, None)
+            self._memory[key] = value
+            while len(self._memory) > self.memory_items:
+                self._memory.pop(next(iter(self._memory)))
+        return value
+
+    @staticmethod
+    def _key(name: str, manifest: dict[str, Any], method: str, params: dict[str, Any]) -> str:
+        suffix = "-".join(f"{k}{v}" for k, v in sorted(params.items()))
+        return f"{name}-{table_key(manifest)}-{method}{suffix and '-' + suffix}-v{LAYOUT_VERSION}"
+
+    def _kept(self, key: str) -> Layout | None:
+        found: Layout | None = self._memory.get(key)  # a layout key holds a Layout
+        if found is not None:
+            return found
+        try:
+            points = np.load(self.directory / f"{key}.npy")
+            info = json.loads((self.directory / f"{key}.json").read_text())
+            if points.shape == (int(info["rows"]), 2) and points.dtype == np.float32:
+                return self._remember(key, Layout(points, {**info, "cached": True}))
+        except (OSError, ValueError, KeyError):
+            pass
+        return None
+
+    def kept(self, name: str, manifest: dict[str, Any], method: str, **params: Any) -> Layout | None:
+        """The layout :meth:`layout` would give if it is kept already (in memory or on disk), else None."""
+        return self._kept(self._key(name, manifest, method, params))
+
+    def layout(self, name: str, manifest: dict[str, Any], vectors: np.ndarray, method: str, **params: Any) -> Layout:
+        """The ``method`` layout of ``vectors`` (the table's unit rows; t-SNE: the first ``params['rows']``)."""
+        key = self._key(name, manifest, method, params)
+        found: Layout | None = self._memory.get(key)
+        if found is not None:
+            return found
+        with self._lock(key):
+            kept = self._kept(key)  # also by a request that held the lock before this one
+            if kept is not None:
+                return kept
+            points_path, info_path = self.directory / f"{key}.npy", self.directory / f"{key}.json"
+            if method == "pca":
+                layout = pca_layout(vectors)
+            elif method == "tsne":
+                layout = tsne_layout(vectors[: params["rows"]], params["perplexity"], params["n_iter"], params["seed"])
+                layout.info["params"]["rows"] = params["rows"]
+            else:
+                raise InvalidQuery(f"unknown layout method {method!r}")
+            info = {**layout.info, "key": key, "computed_at": artifact.now_iso()}
+            self._write(points_path, lambda path: np.save(path, layout.points))
+            self._write(info_path, lambda path: path.write_text(json.dumps(info, indent=1)))
+            log.info("layout %s: %s of %d rows in %.2f s", key, method, layout.info["rows"], layout.info["seconds"])
+            return self._remember(key, Layout(layout.points, {**info, "cached": False}))
+
+    def labels(self, name: str, manifest: dict[str, Any], labels: Sequence[str]) -> bytes:
+        """Every row's label as one gzip-compressed JSON array (row id = position)."""
+        key = f"{name}-{table_key(manifest, 'tokens.bin')}-labels-v{LAYOUT_VERSION}"
+        found: bytes | None = self._memory.get(key)  # a labels key holds bytes
+        if found is not None:
+            return found
+        with self._lock(key):
+            path = self.directory / f"{key}.json.gz"
+            try:
+                return self._remember(key, path.read_bytes())
+            except OSError:
+                pass
+            import orjson
+
+            body = gzip.compress(orjson.dumps(list(labels)), compresslevel=6, mtime=0)
+            self._write(path, lambda target: target.write_bytes(body))
+            return self._remember(key, body)
+
+    def _write(self, path: Path, write: Callable[[Path], object]) -> None:
+        """Write through a temporary file and rename it into place; a cache that cannot be written is logged."""
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}")
+            if tmp.suffix != path.suffix:  # np.save adds .npy to names without it
+                tmp = tmp.with_name(tmp.name + path.suffix)
+            write(tmp)
+            os.replace(tmp, path)
+        except OSError as exc:
+            log.warning("layout cache %s not written: %s", path, exc)
+
+
+# ---------------------------------------------------------------------------------------------- colour columns
+def colour_column(
+    metadata: Mapping[str, Sequence[str]], flags: np.ndarray | None, column: str
+) -> tuple[list[str], np.ndarray]:
+    """(categories, uint8 code per row) of a metadata column, or of the token kind of a model-token table.
+
+    The ``MAX_CATEGORIES - 1`` most common values keep their own code; the rest share the last one, "other".
+    """
+    if column == TOKEN_KIND and flags is not None:
+        codes = np.zeros(len(flags), dtype=np.uint8)
+        flags = np.asarray(flags)
+        codes[(flags & KIND_FLAGS[1][1]) != 0] = 1
+        codes[(flags & KIND_FLAGS[0][1]) != 0] = 2
+        return ["word start", "continuation", "special"], codes
+    if column not in metadata:
+        names = ", ".join(colour_columns(metadata, flags)) or "none"
+        raise InvalidQuery(f"no colour column {column!r}; the columns of this table: {names}")
+    values, inverse, counts = np.unique(
+        np.asarray(metadata[column], dtype=object), return_inverse=True, return_counts=True
+    )
+    order = np.argsort(-counts, kind="stable")
+    keep = order[: MAX_CATEGORIES - 1] if len(values) > MAX_CATEGORIES else order
+    code_of = np.full(len(values), len(keep), dtype=np.uint8)
+    code_of[keep] = np.arange(len(keep), dtype=np.uint8)
+    categories = [str(values[i]) for i in keep] + (["other"] if len(values) > len(keep) else [])
+    return categories, code_of[inverse.ravel()]
+
+
+def colour_columns(metadata: Mapping[str, Sequence[str]], flags: np.ndarray | None) -> list[str]:
+    """The columns a map can be coloured by: the token kind (model-token tables), then the metadata columns."""
+    names = [TOKEN_KIND] if flags is not None else []
+    return names + sorted(name for name in metadata if name != "readable")

@@ -1,0 +1,224 @@
+"""Keyword, hybrid and diverse search over a documents table's version and its delta, as one table.
+
+:class:`LiveSource` is what ``index.engine.hybrid.run`` reads of a table (its rows, vectors, vector search and keyword
+index) over the version's rows and the written documents: row ``table.rows + i`` is the ``i``-th written
+document (write order), the version's deleted or replaced rows never answer. Its keyword index,
+:class:`LiveKeyword`, scores BM25 with the statistics a fresh import of the live documents would have: their
+count, their average length and each query word's document frequency, over the version's live rows and the
+written documents. Only the query's words are scored: the version's postings of each word (its term frequency
+recovered from the stored score, given the row's length and the version's statistics) and the written
+documents' counts, cut by the table's own tokenizer. The arithmetic is ``index.engine.keyword.build``'s and bm25s's,
+operation by operation, so scores and order equal a fresh import's.
+
+The version's document lengths are not stored: the first keyword search beside a delta cuts the version's text
+once (per process and version) to count them. Each written document is cut once (:class:`WrittenWords`, kept
+across the delta's changes while the document stays written).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from index.engine.delta import Delta, Document, vector_search
+from index.engine.filters import RowSet
+from index.engine.keyword import KeywordIndex, Tokenizer, _best, _blocks
+from index.engine.knn import Neighbor
+from index.engine.search import SearchOptions, VectorSearch
+from index.engine.table import Table
+from index.errors import InvalidQuery
+from index.store.payload import contiguous
+
+_LENGTHS_LOCK = threading.Lock()
+
+
+def version_lengths(table: Table, index: KeywordIndex) -> np.ndarray:
+    """Each version row's word count as the keyword index cut it (cached on the index)."""
+    cached: np.ndarray | None = getattr(index, "_live_lengths", None)
+    if cached is not None:
+        return cached
+    with _LENGTHS_LOCK:
+        cached = getattr(index, "_live_lengths", None)
+        if cached is None:
+            assert table.payload is not None
+            texts = contiguous(table.payload.column(index.info["field"]))
+            cached = np.zeros(len(texts), dtype=np.int64)
+            for start, stop in _blocks(texts):
+                tokens = index.tokenizer(texts.slice(start, stop - start))
+                cached[start:stop] = np.bincount(tokens.rows, minlength=stop - start)
+            index._live_lengths = cached  # type: ignore[attr-defined]
+    return cached
+
+
+class WrittenWords:
+    """The written documents' word counts, each document cut once (kept while it stays written, across changes of
+    the delta), the words numbered in a vocabulary of their own."""
+
+    def __init__(self, tokenizer: Tokenizer) -> None:
+        self.tokenizer = tokenizer
+        self.vocabulary: dict[str, int] = {}
+        self.counted: dict[int, tuple[Document, np.ndarray, np.ndarray]] = {}  # by id(document)
+        self.lock = threading.Lock()
+
+    def of(self, written: list[Document]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(word, document, count) triples sorted by word then document, and each document's length."""
+        with self.lock:
+            new = [d for d in written if id(d) not in self.counted]
+            if new:
+                tokens = self.tokenizer(pa.array([d.text for d in new], pa.string()))
+                terms: list[str] = tokens.terms.to_pylist()
+                vocabulary = self.vocabulary
+                ids = np.fromiter((vocabulary.setdefault(t, len(vocabulary)) for t in terms), np.int64, len(terms))
+                bounds = np.searchsorted(tokens.rows, np.arange(len(new) + 1))
+                for j, document in enumerate(new):
+                    words, counts = np.unique(ids[bounds[j] : bounds[j + 1]], return_counts=True)
+                    self.counted[id(document)] = (document, words, counts.astype(np.int32))
+            entries = [self.counted[id(d)] for d in written]
+            self.counted = {id(d): entry for d, entry in zip(written, entries, strict=True)}  # the rest forgotten
+        sizes = np.array([len(words) for _, words, _ in entries], dtype=np.int64)
+        if not sizes.sum():
+            empty = np.zeros(0, dtype=np.int64)
+            return empty, empty, np.zeros(0, dtype=np.int32), np.zeros(len(written), dtype=np.int64)
+        words = np.concatenate([words for _, words, _ in entries])
+        counts = np.concatenate([counts for _, _, counts in entries])
+        documents = np.repeat(np.arange(len(written), dtype=np.int64), sizes)
+        lengths = np.array([int(counts.sum()) for _, _, counts in entries], dtype=np.int64)
+        order = np.lexsort((documents, words))
+        return words[order], documents[order], counts[order], lengths
+
+
+class LiveKeyword:
+    """BM25 over the version's live rows and the written documents (``KeywordIndex.search``'s contract)."""
+
+    def __init__(self, table: Table, delta: Delta) -> None:
+        assert table.keyword is not None
+        self.index = index = table.keyword
+        self.tokenizer = index.tokenizer
+        self.base = table.rows
+        self.deleted = delta.deleted
+        written = delta.written_in_order()
+        self.rows = self.base + len(written)
+        counts = delta.lasting("keyword", lambda: WrittenWords(index.tokenizer))
+        self.vocabulary = counts.vocabulary
+        self.words, self.documents, self.tf, self.written_lengths = counts.of(written)
+        self.lengths = version_lengths(table, index)
+        self.old_average = self.lengths.mean()
+        everything = np.concatenate([self.lengths[~self.deleted], self.written_lengths])
+        self.n = len(everything)
+        self.average = everything.mean() if self.n else 0.0
+        self.all_lengths = np.concatenate([self.lengths, self.written_lengths])
+
+    def _written_postings(self, word: str) -> tuple[np.ndarray, np.ndarray]:
+        """The written documents holding ``word`` (places in write order, ascending) and its count in each."""
+        ident = self.vocabulary.get(word, -1)
+        low, high = np.searchsorted(self.words, [ident, ident + 1]) if ident >= 0 else (0, 0)
+        return self.documents[low:high], self.tf[low:high]
+
+    def _version_postings(self, word: str) -> tuple[np.ndarray, np.ndarray]:
+        """The version's live rows holding ``word`` and its count in each (recovered from the stored score)."""
+        (column,) = self.index.term_ids(pa.array([word], pa.string())).tolist()
+        if column < 0:
+            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int32)
+        scores = self.index._model.scores
+        start, stop = int(scores["indptr"][column]), int(scores["indptr"][column + 1])
+        rows = np.asarray(scores["indices"][start:stop], dtype=np.int64)
+        data = np.asarray(scores["data"][start:stop], dtype=np.float64)
+        n, df = self.base, stop - start
+        idf = float(np.log(1 + (n - np.array([df]) + 0.5) / (np.array([df]) + 0.5)).astype(np.float32)[0])
+        k1, b = self.index.k1, self.index.b
+        norm = k1 * ((1 - b) + b * self.lengths[rows] / self.old_average)
+        x = np.minimum(data / idf, 1 - 1e-12)
+        tf = np.rint(norm * x / (1 - x)).astype(np.int32)
+        live = ~self.deleted[rows]
+        return rows[live], tf[live]
+
+    def search(self, texts: Sequence[str], k: int, allowed: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        if k < 1:
+            raise InvalidQuery(f"k must be at least 1, not {k}")
+        m = len(texts)
+        out_scores = np.full((m, k), -np.inf, dtype=np.float32)
+        out_ids = np.full((m, k), -1, dtype=np.int64)
+        tokens = self.tokenizer(pa.array(list(texts), pa.string()))
+        words: list[str] = tokens.terms.to_pylist()
+        bounds = np.searchsorted(tokens.rows, np.arange(m + 1))
+        k1, b = self.index.k1, self.index.b
+        cache: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+        for q in range(m):
+            query = words[bounds[q] : bounds[q + 1]]
+            lists = []
+            for word in query:
+                if word not in cache:
+                    rows, tf = self._version_postings(word)
+                    documents, written_tf = self._written_postings(word)
+                    cache[word] = (
+                        np.concatenate([rows, documents + self.base]),
+                        np.concatenate([tf, written_tf]),
+                    )
+                if len(cache[word][0]):
+                    lists.append(cache[word])
+            if not lists:
+                continue
+            df = np.array([len(rows) for rows, _ in lists], dtype=np.int64)
+            idf = np.log(1 + (self.n - df + 0.5) / (df + 0.5)).astype(np.float32)
+            scores = np.zeros(self.rows, dtype=np.float32)
+            for weight, (rows, tf) in zip(idf, lists, strict=True):
+                tfc = tf / (k1 * ((1 - b) + b * self.all_lengths[rows] / self.average) + tf)
+                np.add.at(scores, rows, (weight * tfc).astype(np.float32))
+            if allowed is not None:
+                scores[~allowed] = 0
+            scores[: self.base][self.deleted] = 0
+            best_scores, best_rows = _best(scores, k)
+            out_scores[q, : len(best_rows)], out_ids[q, : len(best_rows)] = best_scores, best_rows
+        return out_scores, out_ids
+
+
+class _Rows:
+    """The unit rows of the version and the written documents, by merged row number (``vectors[ids]``)."""
+
+    def __init__(self, version: np.ndarray, written: np.ndarray) -> None:
+        self.version = version
+        self.written = written
+
+    def __getitem__(self, ids: Any) -> np.ndarray:
+        ids = np.asarray(ids, dtype=np.int64)
+        base = len(self.version)
+        out = np.empty((len(ids), self.version.shape[1]), dtype=np.float32)
+        mine = ids < base
+        out[mine] = self.version[ids[mine]]
+        out[~mine] = self.written[ids[~mine] - base]
+        return out
+
+
+class LiveSource:
+    """What ``index.engine.hybrid.run`` reads of a table, over the version's live rows and the written documents."""
+
+    def __init__(self, table: Table, delta: Delta) -> None:
+        self.table = table
+        self.delta = delta
+        self.name = table.name
+        _, written, _ = delta.matrix()
+        self.rows = table.rows + len(written)
+        self.vectors = _Rows(table.vectors, written)
+        self.keyword = None if table.keyword is None else delta.cached("keyword", lambda: LiveKeyword(table, delta))
+
+    def limit(self, options: SearchOptions) -> int:
+        """Every row, written ones too; ``restrict``: the version's first rows (as ``vector_search`` reads it)."""
+        return self.rows if options.restrict is None else self.table.limit(options)
+
+    def run(self, search: VectorSearch) -> list[list[Neighbor]]:
+        base = self.table.rows
+        mask = np.ones(self.rows, dtype=bool) if search.rows is None else search.rows.mask
+        version = VectorSearch(
+            search.queries,
+            search.k,
+            search.exclude,
+            search.options,
+            RowSet(mask[:base]),
+            offset=search.offset,
+            min_score=search.min_score,
+        )
+        return vector_search(self.table, self.delta, version, mask[base:])

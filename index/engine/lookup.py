@@ -1,0 +1,136 @@
+"""From what a person types to a row: exact, space-marked (model tokens) or case-folded matches, spelling
+suggestions for a miss, and a model-token table's own tokenizer."""
+
+from __future__ import annotations
+
+import unicodedata
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from rapidfuzz import fuzz, process
+
+from index.errors import InvalidQuery, UnknownToken
+from index.store.tokens import FLAG_SPECIAL, TOKENIZER, Tokens, byte_level_label
+
+SUGGESTION_POOL = 50_000  # unknown tokens are matched against the most frequent rows
+SPACE_MARKERS = ("Ġ", "▁", " ")
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """The row a query word resolved to."""
+
+    query: str
+    id: int
+    token: str
+    match: str  # "exact", "space-marked", "casefold" or "id"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"text": self.query, "token": self.token, "id": self.id, "match": self.match}
+
+
+class Lookup:
+    """Word -> row for one table (``name`` for messages; ``model_tokens``: try space-marked forms;
+    ``byte_level``: labels are byte-level BPE strings, "Ġ" for a space)."""
+
+    def __init__(
+        self,
+        name: str,
+        tokens: Tokens,
+        directory: Path,
+        flags: np.ndarray | None,
+        model_tokens: bool,
+        byte_level: bool,
+    ) -> None:
+        self.name = name
+        self.tokens = tokens
+        self.directory = directory
+        self.flags = flags
+        self.model_tokens = model_tokens
+        self.byte_level = byte_level
+        self._suggestion_pool: list[str] | None = None
+        self._tokenizer: Any = None
+
+    def find(self, text: str) -> Resolved | None:
+        """Resolve a word: exact, then the space-marked form for model tokens, then case-folded."""
+        text = unicodedata.normalize("NFC", text)
+        forms = [text]
+        if self.byte_level:
+            forms.append(byte_level_label(text))  # byte-level BPE labels spell "café" as "cafÃ©"
+        for form in dict.fromkeys(forms):
+            found = self.tokens.find(form)
+            if found is not None:
+                return Resolved(text, found, form, "exact")
+        if self.model_tokens:
+            for form in dict.fromkeys(forms):
+                for marker in SPACE_MARKERS:
+                    found = self.tokens.find(marker + form)
+                    if found is not None:
+                        return Resolved(text, found, marker + form, "space-marked")
+        found = self.tokens.find_folded(text)
+        if found is not None:
+            return Resolved(text, found, self.tokens[found], "casefold")
+        return None
+
+    def resolve(self, text: str) -> Resolved:
+        """Like :meth:`find`, but raise :class:`UnknownToken` with suggestions when nothing matches."""
+        found = self.find(text)
+        if found is None:
+            raise UnknownToken(
+                f"token {text!r} is not in table {self.name!r}", suggestions=self.suggest(text), token=text
+            )
+        return found
+
+    def resolve_id(self, row: int) -> Resolved:
+        rows = len(self.tokens)
+        if not 0 <= row < rows:
+            raise UnknownToken(f"id {row} is outside table {self.name!r} (0..{rows - 1})", suggestions=[])
+        return Resolved(str(row), row, self.tokens[row], "id")
+
+    def suggest(self, text: str, limit: int = 5) -> list[str]:
+        """Up to ``limit`` known tokens spelled like ``text`` (most frequent rows, and alphabetical neighbours)."""
+        if self._suggestion_pool is None:
+            self._suggestion_pool = self.tokens[: min(len(self.tokens), SUGGESTION_POOL)]
+        pool = self._suggestion_pool + self.tokens.labels(self.tokens.folded_neighbourhood(text, 10))
+        matches = process.extract(text.casefold(), pool, scorer=fuzz.ratio, processor=str.casefold, limit=limit * 3)
+        out: list[str] = []
+        for label, score, _ in matches:
+            if score >= 50 and label not in out:
+                out.append(label)
+        return out[:limit]
+
+    @property
+    def has_tokenizer(self) -> bool:
+        return (self.directory / TOKENIZER).is_file()
+
+    def tokenize(self, text: str) -> list[tuple[int, str]]:
+        """The (id, label) pairs the table's own tokenizer gives for ``text``, special tokens left out."""
+        if not self.has_tokenizer:
+            raise InvalidQuery(f"table {self.name!r} has no tokenizer (only model-token tables do)")
+        if self._tokenizer is None:
+            from tokenizers import Tokenizer
+
+            tokenizer = Tokenizer.from_file(str(self.directory / TOKENIZER))
+            tokenizer.no_padding()  # a model's saved padding/truncation would add [PAD]s or cut the text
+            tokenizer.no_truncation()
+            self._tokenizer = tokenizer
+        encoding = self._tokenizer.encode(text, add_special_tokens=False)
+        rows = len(self.tokens)
+        return [(int(i), self.tokens[int(i)]) for i in encoding.ids if 0 <= int(i) < rows]
+
+    def pieces(self, text: str) -> list[tuple[int, str]]:
+        """The tokenizer's pieces of a word that is not one row; :class:`UnknownToken` when one of them is a
+        special token (e.g. [UNK]: its row says nothing about the text)."""
+        pieces = self.tokenize(text)
+        if not pieces:
+            raise InvalidQuery(f"{text!r} gives no tokens")
+        special = [label for i, label in pieces if self.flags is not None and self.flags[i] & FLAG_SPECIAL]
+        if special:
+            raise UnknownToken(
+                f"token {text!r} is not in table {self.name!r}, and its tokenizer gives {special[0]!r} for it",
+                suggestions=self.suggest(text),
+                token=text,
+            )
+        return pieces

@@ -1,0 +1,153 @@
+"""Texts to vectors with a transformer table (``import --format transformer``): its ONNX graph run by ONNX Runtime.
+
+Tokenisation is sentence-transformers': the table's ``tokenizer.json`` with [CLS] and [SEP] added, truncated to
+the model's ``max_seq_length`` (``sentence_bert_config.json``, which overrides the truncation and the fixed
+padding the file may carry) and padded to the longest text of a batch. Texts are sorted by length and run in
+batches of about ``TOKENS`` tokens (texts x padded length, one text at least), so short texts are not padded to
+long ones and a run's activations stay in a core's cache: larger runs cost more per text. A text longer than the
+limit is cut as sentence-transformers cuts it, and ``truncated`` says so.
+
+The session is made once per loaded table, on first use; its intra-op threads are FAISS's (``EMBEDDING_THREADS``
+when set, as ``embedding-serve`` sets it per worker, else OpenMP's count), they sleep between runs instead of
+spinning (on cores shared with other work, spinning threads take the cores the running ones need), and ONNX
+Runtime releases the GIL while it runs.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Any
+
+import numpy as np
+
+from index.engine.encoding import Encoded, Pooling
+from index.engine.table import Table
+from index.errors import InvalidQuery
+from index.store.artifact import GRAPH
+from index.store.tokens import TOKENIZER
+
+TOKENS = 256  # texts x padded length a run, after sorting by length (one text at least)
+
+
+def threads() -> int:
+    """ONNX Runtime's intra-op threads: as many as FAISS uses in this process."""
+    given = os.environ.get("EMBEDDING_THREADS", "")
+    if given.isdigit() and int(given) > 0:
+        return int(given)
+    import faiss
+
+    return max(1, int(faiss.omp_get_max_threads()))
+
+
+def batches(lengths: np.ndarray, order: np.ndarray) -> list[np.ndarray]:
+    """``order`` (texts sorted by their ``lengths``, ascending) cut into runs of at most ``TOKENS`` tokens padded."""
+    out = []
+    start = 0
+    for end in range(1, len(order) + 1):
+        if end == len(order) or (end + 1 - start) * int(lengths[end]) > TOKENS:
+            out.append(order[start:end])
+            start = end
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class Tokenised:
+    """The model's input ids of each text (with [CLS] and [SEP]), and whether the text was cut."""
+
+    ids: list[list[int]]
+    truncated: list[bool]
+
+
+@dataclass(frozen=True, slots=True)
+class Forward:
+    vectors: np.ndarray  # (texts, hidden) float32: the pooled (and, if the model does, normalised) vectors
+    tokens: list[np.ndarray] | None  # per text: (its ids, hidden) last-layer vectors, when asked for
+
+
+class TransformerEncoder:
+    """A transformer table's encoder: the same calls as :class:`index.engine.encode.Encoder`."""
+
+    def __init__(self, table: Table) -> None:
+        info = table.manifest.get("transformer")
+        if not isinstance(info, dict):
+            raise InvalidQuery(f"table {table.name!r} is not a transformer table")
+        self.table = table
+        self.info = info
+        self.max_length = int(info["max_seq_length"])
+        self.pooling: Pooling = "cls" if info["pooling"] == "cls" else "mean"
+
+    @property
+    def default_pooling(self) -> Pooling:
+        return self.pooling
+
+    def check(self, pooling: str | None) -> Pooling:
+        """The model's own pooling; any other is an :class:`InvalidQuery`."""
+        if pooling is not None and pooling != self.pooling:
+            raise InvalidQuery(
+                f"table {self.table.name!r} is a transformer that pools by {self.pooling}: ask for pooling "
+                f"{self.pooling} or leave it out"
+            )
+        return self.pooling
+
+    @cached_property
+    def tokenizer(self) -> Any:
+        from tokenizers import Tokenizer
+
+        tokenizer = Tokenizer.from_file(str(self.table.directory / TOKENIZER))
+        tokenizer.enable_truncation(max_length=self.max_length)
+        tokenizer.no_padding()  # padded here, to the longest text of each batch
+        return tokenizer
+
+    @cached_property
+    def unknown_id(self) -> int | None:
+        found: int | None = self.tokenizer.token_to_id("[UNK]")
+        return found
+
+    @cached_property
+    def session(self) -> Any:
+        import onnxruntime
+
+        options = onnxruntime.SessionOptions()
+        options.intra_op_num_threads = threads()
+        options.inter_op_num_threads = 1
+        options.log_severity_level = 3  # warnings and below stay quiet
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        path = str(self.table.directory / GRAPH)
+        return onnxruntime.InferenceSession(path, options, providers=["CPUExecutionProvider"])
+
+    def tokenise(self, texts: list[str]) -> Tokenised:
+        encodings = self.tokenizer.encode_batch_fast(texts, add_special_tokens=True)
+        return Tokenised([e.ids for e in encodings], [bool(e.overflowing) for e in encodings])
+
+    def forward(self, ids: list[list[int]], tokens: bool = False) -> Forward:
+        """The graph run over ``ids`` sorted by length, in batches padded to their longest member."""
+        lengths = np.fromiter(map(len, ids), dtype=np.int64, count=len(ids))
+        order = np.argsort(lengths, kind="stable")
+        vectors = np.zeros((len(ids), self.table.dim), dtype=np.float32)
+        per_text: list[np.ndarray] = [np.zeros((0, self.table.dim), dtype=np.float32)] * len(ids)
+        outputs = ["sentence_embedding", "token_embeddings"] if tokens else ["sentence_embedding"]
+        for chosen in batches(lengths[order], order):
+            width = int(lengths[chosen].max())
+            batch = np.zeros((len(chosen), width), dtype=np.int64)
+            for row, i in enumerate(chosen.tolist()):
+                batch[row, : lengths[i]] = ids[i]
+            mask = (np.arange(width) < lengths[chosen][:, None]).astype(np.int64)
+            found = self.session.run(outputs, {"input_ids": batch, "attention_mask": mask})
+            vectors[chosen] = found[0]
+            if tokens:
+                for row, i in enumerate(chosen.tolist()):
+                    per_text[i] = np.asarray(found[1][row, : lengths[i]], dtype=np.float32)
+        return Forward(vectors, per_text if tokens else None)
+
+    def encode(self, texts: list[str], pooling: str | None = None, strict: bool = True) -> Encoded:
+        """Unit vectors of ``texts`` (every text has one: an empty text is [CLS] [SEP])."""
+        chosen = self.check(pooling)
+        tokenised = self.tokenise(texts)
+        vectors = self.forward(tokenised.ids).vectors
+        norms = np.linalg.norm(vectors.astype(np.float64), axis=1)
+        vectors = (vectors / np.where(norms > 0, norms, 1.0)[:, None]).astype(np.float32)
+        unknown = [sum(1 for t in ids if t == self.unknown_id) for ids in tokenised.ids]
+        used = [len(ids) - u for ids, u in zip(tokenised.ids, unknown, strict=True)]
+        return Encoded(vectors, used, unknown, chosen, tokenised.truncated)

@@ -1,0 +1,368 @@
+"""The on-disk table: ``<data-dir>/<name>/`` with a manifest that names and checksums every file.
+
+A table is written into a hidden temporary directory beside its final place and published in one step: a new
+table is renamed into place; a new version is exchanged with the current one (Linux ``renameat2`` with
+``RENAME_EXCHANGE``), so that the table's name holds a complete version at every instant, the old one or the
+new one. A build that fails or is killed leaves no table and never touches an existing table of that name. Where
+the file system cannot exchange, the old version is renamed aside first and :func:`recover` (run by every build,
+by ``verify`` and by the server at start-up) puts it back if the publisher died between the two renames. Every
+publish holds the data directory's lock, under which a new version is completed from the newest one
+(:func:`republish`). The loader checks every file against the manifest and refuses a table that disagrees.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import fcntl
+import hashlib
+import json
+import os
+import re
+import resource
+import shutil
+import time
+import uuid
+from collections.abc import Callable, Collection, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from index.errors import ArtifactError, InvalidQuery, UnknownTable
+from index.progress import Progress
+
+FORMAT_VERSION = 1
+MANIFEST = "manifest.json"
+VECTORS = "vectors.npy"
+NORMS = "norms.npy"
+INDEX = "index.faiss"
+GRAPH = "model.onnx"  # the graph's file in a table's directory
+
+NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+
+
+def check_name(name: str) -> str:
+    """Return ``name`` if it is a safe table name (no path separators, no leading dot), else raise."""
+    if not isinstance(name, str) or not NAME_PATTERN.fullmatch(name) or ".." in name:
+        raise InvalidQuery(
+            f"invalid table name {name!r}: use 1-64 letters, digits, '.', '_' or '-', starting with a letter or digit"
+        )
+    return name
+
+
+def table_dir(data_dir: Path, name: str) -> Path:
+    return Path(data_dir) / check_name(name)
+
+
+def sha256_file(path: Path, chunk: int = 1 << 22, progress: Progress | None = None) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while block := handle.read(chunk):
+            digest.update(block)
+            if progress is not None:
+                progress.advance(len(block))
+    return digest.hexdigest()
+
+
+def list_tables(data_dir: Path) -> list[str]:
+    """Names of the table directories (with a manifest) under ``data_dir``, sorted."""
+    data_dir = Path(data_dir)
+    if not data_dir.is_dir():
+        return []
+    return sorted(p.name for p in data_dir.iterdir() if NAME_PATTERN.fullmatch(p.name) and (p / MANIFEST).is_file())
+
+
+def fsync_dir(path: Path) -> None:
+    """Make a directory's entries (a rename, a new file) durable."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+@contextmanager
+def publish_lock(data_dir: Path) -> Iterator[None]:
+    """Held while a version is completed and published, and while :func:`recover` looks at the data directory:
+    one publisher at a time sees the newest version and replaces it."""
+    fd = os.open(data_dir, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
+
+
+@contextmanager
+def staging(
+    data_dir: Path, name: str, force: bool = False, complete: Callable[[Path], None] | None = None
+) -> Iterator[Path]:
+    """Yield a fresh temporary directory; on success publish it as ``<data_dir>/<name>`` atomically.
+
+    ``complete(directory)``, if given, runs under the publish lock just before the swap (it may refuse by raising).
+    On any failure (or interruption) the temporary directory is removed and an existing table of the same
+    name is left as it was. An error without a file name (a full disk) is given the name of the file it stopped.
+    """
+    final = table_dir(data_dir, name)
+    if final.exists() and not force:
+        raise ArtifactError(f"table {name!r} already exists in {data_dir} (use --force to rebuild it)")
+    Path(data_dir).mkdir(parents=True, exist_ok=True)
+    tmp = Path(data_dir) / f".tmp-{name}-{uuid.uuid4().hex[:8]}"
+    tmp.mkdir()
+    lock = os.open(tmp, os.O_RDONLY)
+    fcntl.flock(lock, fcntl.LOCK_EX)  # held while building: recover() leaves a live build's directory alone
+    try:
+        try:
+            yield tmp
+            with publish_lock(data_dir):
+                if complete is not None:
+                    complete(tmp)
+                for child in tmp.iterdir():
+                    with open(child, "rb") as handle:
+                        os.fsync(handle.fileno())
+                fsync_dir(tmp)
+                publish(tmp, final)
+        except OSError as exc:
+            if exc.filename is None:  # a write that failed (no space left, a file size limit): say which file
+                raise _named(exc, _newest(tmp)) from exc
+            raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+        os.close(lock)
+
+
+def _named(exc: OSError, path: Path) -> OSError:
+    """``exc`` with the file it failed to write; a short write without an error number (numpy's) gets its cause."""
+    if exc.errno is not None:
+        return type(exc)(exc.errno, exc.strerror, str(path))
+    try:
+        space = os.statvfs(path.parent)
+        free = (space.f_bfree if os.geteuid() == 0 else space.f_bavail) * space.f_frsize
+        size = path.stat().st_size
+    except OSError:
+        return OSError(errno.EIO, str(exc), str(path))
+    limit = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
+    if free < 1 << 16:
+        return OSError(errno.ENOSPC, f"{os.strerror(errno.ENOSPC)} ({exc})", str(path))
+    if limit != resource.RLIM_INFINITY and size >= limit:
+        return OSError(errno.EFBIG, f"{os.strerror(errno.EFBIG)}: the file size limit (ulimit -f) ({exc})", str(path))
+    return OSError(errno.EIO, str(exc), str(path))
+
+
+def _newest(directory: Path) -> Path:
+    """The file of ``directory`` written last (the one a failed write was writing), else the directory."""
+    try:
+        files = [(child.stat().st_mtime_ns, child) for child in directory.iterdir()]
+    except OSError:
+        return directory
+    return max(files)[1] if files else directory
+
+
+_RENAME_EXCHANGE = 2
+_AT_FDCWD = -100
+
+
+def _exchange(first: Path, second: Path) -> bool:
+    """Swap two paths in one step (``renameat2(RENAME_EXCHANGE)``); False where the system or file system cannot."""
+    try:
+        renameat2 = ctypes.CDLL(None, use_errno=True).renameat2
+    except (AttributeError, OSError):  # not Linux, or a C library without it
+        return False
+    renameat2.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    if renameat2(_AT_FDCWD, os.fsencode(first), _AT_FDCWD, os.fsencode(second), _RENAME_EXCHANGE) == 0:
+        return True
+    code = ctypes.get_errno()
+    if code in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP, errno.ENOTSUP):
+        return False
+    raise OSError(code, os.strerror(code), str(second))
+
+
+def publish(tmp: Path, final: Path) -> None:
+    """Move a finished table directory into place. An older version is exchanged with it in one step (then ``tmp``
+    holds the older version, removed here); where the file system cannot exchange, it is renamed aside first."""
+    old = tmp
+    if not final.exists():
+        os.rename(tmp, final)
+    elif not _exchange(tmp, final):
+        old = final.with_name(f".old-{final.name}-{uuid.uuid4().hex[:8]}")
+        os.rename(final, old)
+        os.rename(tmp, final)  # killed before this, recover() puts the old version back
+    fsync_dir(final.parent)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def _in_use(path: Path) -> bool:
+    """A build that is still running holds a lock on its temporary directory (released when it dies)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+    return False
+
+
+def clean_stale(data_dir: Path) -> list[Path]:
+    """Remove temporary directories left by builds that were killed; return what was removed."""
+    return [path for path, _ in recover(data_dir)]
+
+
+def recover(data_dir: Path) -> list[tuple[Path, str]]:
+    """Finish what killed publishers left in ``data_dir``: (path, what was done) for each leftover.
+
+    A temporary directory that no live build holds is removed (an unfinished build, or the older version a
+    publish swapped out). A version parked as ``.old-<name>-*`` by a publish that died between its two renames
+    is put back under its name (the unfinished new version is discarded). A leftover that cannot be changed (a
+    read-only mount) is reported, not fixed."""
+    data_dir = Path(data_dir)
+    done: list[tuple[Path, str]] = []
+    if not data_dir.is_dir():
+        return done
+    with publish_lock(data_dir):
+        for p in sorted(data_dir.glob(".tmp-*")):
+            if not _in_use(p):
+                done.append((p, _attempt(shutil.rmtree, p, None, "removed, left by a build that did not finish")))
+        for p in sorted(data_dir.glob(".old-*")):
+            target = data_dir / p.name[len(".old-") :].rsplit("-", 1)[0]
+            if target.exists():
+                done.append((p, _attempt(shutil.rmtree, p, None, "removed, an older version already replaced")))
+            else:
+                what = f"restored as {target.name!r}: a publish was interrupted, the previous version serves"
+                done.append((p, _attempt(os.rename, p, target, what)))
+    return done
+
+
+def _attempt(action: Callable[..., object], path: Path, target: Path | None, what: str) -> str:
+    try:
+        action(path) if target is None else action(path, target)
+    except OSError as exc:
+        return f"left as it is ({exc.strerror}); run `embedding-index verify` where the data directory is writable"
+    return what
+
+
+def write_manifest(directory: Path, manifest: dict[str, Any]) -> dict[str, Any]:
+    """Checksum every file in ``directory`` into ``manifest['files']`` and write ``manifest.json``."""
+    files = {}
+    children = [child for child in sorted(directory.iterdir()) if child.name != MANIFEST]
+    with Progress("checksums", sum(child.stat().st_size for child in children), "bytes") as progress:
+        for child in children:
+            files[child.name] = {"bytes": child.stat().st_size, "sha256": sha256_file(child, progress=progress)}
+    manifest = {"format_version": FORMAT_VERSION, **manifest, "files": files}
+    (directory / MANIFEST).write_text(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n")
+    return manifest
+
+
+def read_manifest(directory: Path) -> dict[str, Any]:
+    path = directory / MANIFEST
+    if not path.is_file():
+        raise UnknownTable(f"no table at {directory.name!r}")
+    try:
+        manifest = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise ArtifactError(f"{path}: unreadable manifest ({exc})") from exc
+    if not isinstance(manifest, dict) or manifest.get("format_version") != FORMAT_VERSION:
+        raise ArtifactError(f"{path}: unsupported format version {manifest.get('format_version')!r}")
+    return manifest
+
+
+@dataclass(frozen=True)
+class Verification:
+    ok: bool
+    problems: list[str]
+
+
+def verify(directory: Path, checksums: bool = True, progress: Callable[[int], None] | None = None) -> Verification:
+    """Compare the files of a table with its manifest: presence, sizes, and (by default) sha256."""
+    manifest = read_manifest(directory)
+    problems = []
+    listed = manifest.get("files", {})
+    for name, info in listed.items():
+        path = directory / name
+        if not path.is_file():
+            problems.append(f"{name}: missing")
+            continue
+        size = path.stat().st_size
+        if size != info.get("bytes"):
+            problems.append(f"{name}: {size} bytes, manifest says {info.get('bytes')}")
+            continue
+        if checksums and sha256_file(path) != info.get("sha256"):
+            problems.append(f"{name}: sha256 differs from the manifest")
+        if progress:
+            progress(size)
+    for child in directory.iterdir():
+        if child.name != MANIFEST and child.name not in listed:
+            problems.append(f"{child.name}: not listed in the manifest")
+    if VECTORS in listed and not problems:
+        shape = np.load(directory / VECTORS, mmap_mode="r").shape
+        if shape != (manifest.get("rows"), manifest.get("dim")):
+            problems.append(f"{VECTORS}: shape {shape}, manifest says {manifest.get('rows')} x {manifest.get('dim')}")
+    return Verification(ok=not problems, problems=problems)
+
+
+def verified(directory: Path, attempts: int = 3) -> tuple[dict[str, Any], Verification]:
+    """The manifest of the version in ``directory`` and that version's verification, read again if a publisher
+    replaced the version while it was being checked (its files would then disagree with the manifest read)."""
+    for _ in range(attempts):
+        manifest = read_manifest(directory)
+        checked = verify(directory)
+        if checked.ok or read_manifest(directory) == manifest:
+            break
+    return manifest, checked
+
+
+def now_iso() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+def republish(
+    data_dir: Path,
+    name: str,
+    manifest: dict[str, Any],
+    write: Callable[[Path], None],
+    replaced: Collection[str],
+    changes: dict[str, Any],
+    what: str,
+) -> dict[str, Any]:
+    """Publish the next version of table ``name``, made from the version whose manifest is ``manifest``:
+    ``write(staging_directory)`` writes the new files ``replaced``, the manifest gets ``changes``.
+
+    Under the publish lock, the version is completed from the NEWEST version of the table, not the one the work
+    started from: its other files are linked (or copied) unchanged and its manifest carries every other entry
+    forward (another publisher's SIF component, index, ...). If the table was rebuilt meanwhile (other vectors,
+    or another build), nothing is replaced (``what`` says what was being done). The current version serves until
+    the new one takes its place, and stays as it was if anything fails."""
+    directory = table_dir(data_dir, name)
+    published: dict[str, Any] = {}
+
+    def complete(tmp: Path) -> None:
+        newest = read_manifest(directory)
+        if _lineage(newest) != _lineage(manifest):
+            raise ArtifactError(f"table {name!r} was rebuilt while {what}; nothing replaced")
+        for child in directory.iterdir():
+            if child.name != MANIFEST and child.name not in replaced:
+                _link_or_copy(child, tmp / child.name)
+        kept = {k: v for k, v in newest.items() if k not in ("format_version", "files", *changes)}
+        published.update(write_manifest(tmp, {**kept, **changes}))
+
+    with staging(data_dir, name, force=True, complete=complete) as tmp:
+        write(tmp)
+    return published
+
+
+def _lineage(manifest: dict[str, Any]) -> tuple[Any, Any]:
+    """What later versions of one build share: the build's time and its vectors."""
+    return manifest.get("built_at"), manifest.get("files", {}).get(VECTORS, {}).get("sha256")
+
+
+def _link_or_copy(source: Path, target: Path) -> None:
+    try:
+        os.link(source, target)  # same file system (the staging directory is beside the table): no copy
+    except OSError:
+        shutil.copy2(source, target)

@@ -1,0 +1,285 @@
+"""The write log of a table: ``<data-dir>/.writes/<name>.log``, beside the table's immutable version directory
+(``.writes`` is no table's name, so no table can collide with a log).
+
+A record is one frame: a two-byte mark, the payload's length (u32), the sequence number (u64), a CRC32 of the
+sequence number and payload (u32), then the payload (UTF-8 JSON: an upsert or a delete, never pickle). Frames
+are appended under an exclusive ``flock`` and fsynced before the write is answered; readers take a shared lock,
+so a frame is never read half written. Sequence numbers rise by one from the sequence the table's version
+covers (its manifest's ``log_sequence``, 0 for an imported table).
+
+On start-up :func:`recover` reads the whole log: a torn or corrupt tail (no good frame after the bad bytes: a
+write cut short by a crash) is cut at the last good record, with a warning naming the bytes lost; a bad frame
+with good frames after it is corruption in the middle, and the table is refused (:class:`LogCorrupt`) naming
+the record, since replaying past it would lose acknowledged writes silently.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import json
+import logging
+import os
+import struct
+import zlib
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from index.errors import ArtifactError
+from index.store import artifact
+
+log = logging.getLogger(__name__)
+
+DIRECTORY = ".writes"
+SUFFIX = ".log"
+MARK = b"\xe5\x1f"
+HEADER = struct.Struct("<2sIQI")  # mark, payload length, sequence number, crc32(sequence + payload)
+MAX_RECORD = 256 << 20  # a frame claiming more is corrupt (bodies are limited far below this)
+
+
+class LogCorrupt(ArtifactError):
+    """A record in the middle of a table's log is damaged: the table is not served until it is repaired."""
+
+
+@dataclass(frozen=True)
+class Record:
+    seq: int
+    offset: int  # where its frame starts
+    end: int  # where the next frame starts
+    body: dict[str, Any]
+
+
+def log_path(data_dir: Path, name: str) -> Path:
+    return Path(data_dir) / DIRECTORY / f"{artifact.check_name(name)}{SUFFIX}"
+
+
+def frame(seq: int, body: dict[str, Any]) -> bytes:
+    payload = json.dumps(body, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode("utf-8")
+    seq_bytes = struct.pack("<Q", seq)
+    return HEADER.pack(MARK, len(payload), seq, zlib.crc32(seq_bytes + payload)) + payload
+
+
+def _parse(data: bytes | memoryview, at: int, previous: int) -> Record | str:
+    """The record whose frame starts at ``at``, or why there is none (incomplete, bad mark, checksum...)."""
+    if len(data) - at < HEADER.size:
+        return f"{len(data) - at} bytes, shorter than a record header"
+    mark, length, seq, crc = HEADER.unpack_from(data, at)
+    if mark != MARK:
+        return "no record mark"
+    if length > MAX_RECORD:
+        return f"a record length of {length} bytes"
+    end = at + HEADER.size + length
+    if end > len(data):
+        return f"a record of {length} bytes with only {len(data) - at - HEADER.size} present"
+    payload = bytes(data[at + HEADER.size : end])
+    if zlib.crc32(struct.pack("<Q", seq) + payload) != crc:
+        return "a checksum that does not match"
+    if previous and seq != previous + 1:
+        return f"sequence number {seq} after {previous}"
+    try:
+        body = json.loads(payload)
+    except ValueError:
+        return "a payload that is not JSON"
+    if not isinstance(body, dict):
+        return "a payload that is not a JSON object"
+    return Record(seq, at, end, body)
+
+
+def _good_frame_after(data: bytes, start: int) -> int | None:
+    """The offset of the first whole, checksummed frame after ``start`` (corruption in the middle), or None."""
+    at = data.find(MARK, start)
+    while at >= 0:
+        if isinstance(_parse(data, at, 0), Record):
+            return at
+        at = data.find(MARK, at + 1)
+    return None
+
+
+def scan(data: bytes, start: int = 0, previous: int = 0) -> tuple[list[Record], int, str | None]:
+    """The good records from ``start``, the offset after the last of them, and why reading stopped before the
+    end of ``data`` (None: it did not). Raises :class:`LogCorrupt` when good frames follow a bad one."""
+    records: list[Record] = []
+    at = start
+    while at < len(data):
+        parsed = _parse(data, at, previous)
+        if isinstance(parsed, str):
+            after = f"sequence number {previous}" if previous else "the start of the log"
+            if isinstance(_parse(data, at, 0), Record):  # whole and checksummed: it may hold an answered write
+                raise LogCorrupt(f"record at byte {at} (after {after}) is out of sequence: {parsed}; not a torn tail")
+            later = _good_frame_after(data, at + 1)
+            if later is not None:
+                raise LogCorrupt(
+                    f"record at byte {at} (after {after}) is damaged: {parsed}; good records follow at byte "
+                    f"{later}, so it is not a torn tail"
+                )
+            return records, at, parsed
+        records.append(parsed)
+        previous = parsed.seq
+        at = parsed.end
+    return records, at, None
+
+
+@contextmanager
+def _locked(path: Path, mode: int, kind: int) -> Iterator[int]:
+    """``path`` opened and locked; opened again if :func:`cut` replaced it while this waited for the lock."""
+    while True:
+        fd = os.open(path, mode, 0o644)
+        fcntl.flock(fd, kind)
+        try:
+            current = os.stat(path).st_ino
+        except FileNotFoundError:
+            current = -1
+        if current == os.fstat(fd).st_ino:
+            break
+        os.close(fd)
+    try:
+        yield fd
+    finally:
+        os.close(fd)  # releases the lock
+
+
+def _read_from(fd: int, start: int) -> bytes:
+    size = os.fstat(fd).st_size
+    return os.pread(fd, max(0, size - start), start) if size > start else b""
+
+
+def recover(path: Path) -> list[Record]:
+    """Every good record of the log at ``path`` (none if there is no log), after cutting a torn or corrupt tail
+    (logged as a warning with the bytes lost). Raises :class:`LogCorrupt` for a damaged record in the middle."""
+    if not path.is_file():
+        return []
+    try:
+        lock = _locked(path, os.O_RDWR, fcntl.LOCK_EX)
+        fd = lock.__enter__()
+    except OSError as exc:
+        if exc.errno not in (errno.EROFS, errno.EACCES):
+            raise
+        return _replica_read(path)  # a replica on a read-only mount: it reads, the writer cuts
+    try:
+        data = _read_from(fd, 0)
+        records, end, problem = scan(data)
+        if problem is not None:
+            last = f"sequence number {records[-1].seq}" if records else "no record"
+            log.warning(
+                "write log %s: cut %d bytes at byte %d (%s); last good record: %s",
+                path,
+                len(data) - end,
+                end,
+                problem,
+                last,
+            )
+            os.ftruncate(fd, end)
+            os.fsync(fd)
+    finally:
+        lock.__exit__(None, None, None)
+    return records
+
+
+def _replica_read(path: Path) -> list[Record]:
+    """The good records of a log this process may not write; a damaged tail is left for the writer to cut."""
+    with _locked(path, os.O_RDONLY, fcntl.LOCK_SH) as fd:
+        data = _read_from(fd, 0)
+    records, end, problem = scan(data)
+    if problem is not None:
+        log.warning("write log %s: %d bytes at byte %d not read (%s)", path, len(data) - end, end, problem)
+    return records
+
+
+def read_new(path: Path, start: int, previous: int, inode: int | None = None) -> tuple[list[Record], int, int]:
+    """The records appended since byte ``start`` (the last record read had sequence ``previous``), the offset
+    after them and the log file's inode. When the file is not ``inode`` (a compaction cut the log since), it is
+    read from its start. Damage with good records after it raises :class:`LogCorrupt`; a damaged tail is not
+    read."""
+    try:
+        lock = _locked(path, os.O_RDONLY, fcntl.LOCK_SH)
+        fd = lock.__enter__()
+    except FileNotFoundError:
+        return [], start, -1
+    try:
+        current = os.fstat(fd).st_ino
+        if inode is not None and current != inode:
+            start, previous = 0, 0
+        data = _read_from(fd, start)
+    finally:
+        lock.__exit__(None, None, None)
+    records, end, _ = scan(data, 0, previous)  # a damaged tail is not read (the writer cuts it before appending)
+    shifted = [Record(r.seq, r.offset + start, r.end + start, r.body) for r in records]
+    return shifted, start + end, current
+
+
+class Appender:
+    """The log held under its exclusive lock: read what other processes appended, then append."""
+
+    def __init__(self, path: Path, fd: int, sync: bool) -> None:
+        self.path = path
+        self.fd = fd
+        self.sync = sync
+
+    @property
+    def inode(self) -> int:
+        return os.fstat(self.fd).st_ino
+
+    def new_records(self, start: int, previous: int, inode: int | None = None) -> tuple[list[Record], int]:
+        """As :func:`read_new`, under the exclusive lock; a damaged tail is cut (with a warning) so that the next
+        record follows the last good one."""
+        if inode is not None and inode != self.inode:
+            start, previous = 0, 0
+        data = _read_from(self.fd, start)
+        records, end, problem = scan(data, 0, previous)
+        if problem is not None:  # a damaged tail: cut, so that the next record follows the last good one
+            log.warning("write log %s: cut %d bytes at byte %d (%s)", self.path, len(data) - end, start + end, problem)
+            os.ftruncate(self.fd, start + end)
+            if self.sync:
+                os.fsync(self.fd)
+        return [Record(r.seq, r.offset + start, r.end + start, r.body) for r in records], start + end
+
+    def append(self, seq: int, body: dict[str, Any]) -> Record:
+        """Append one record; it is on disk (fsynced, unless ``sync`` is off) when this returns."""
+        data = frame(seq, body)
+        at = os.lseek(self.fd, 0, os.SEEK_END)
+        written = 0
+        while written < len(data):
+            written += os.pwrite(self.fd, data[written:], at + written)
+        if self.sync:
+            os.fsync(self.fd)
+        return Record(seq, at, at + len(data), body)
+
+
+@contextmanager
+def appending(path: Path, sync: bool = True) -> Iterator[Appender]:
+    """The log at ``path`` (created, with its directory entry fsynced, if new) under its exclusive lock."""
+    new = not path.exists()
+    if not path.parent.is_dir():
+        path.parent.mkdir(exist_ok=True)
+        if sync:
+            artifact.fsync_dir(path.parent.parent)
+    with _locked(path, os.O_RDWR | os.O_CREAT, fcntl.LOCK_EX) as fd:
+        if new and sync:
+            artifact.fsync_dir(path.parent)
+        yield Appender(path, fd, sync)
+
+
+def cut(path: Path, covered: int) -> int:
+    """Drop the records up to sequence ``covered`` (folded into a published version): the later ones are written
+    to a new file renamed over the log, under the lock, so writes arriving meanwhile are kept. Returns the
+    records kept."""
+    if not path.is_file():
+        return 0
+    with _locked(path, os.O_RDWR, fcntl.LOCK_EX) as fd:
+        data = _read_from(fd, 0)
+        records, end, problem = scan(data)
+        if problem is not None:
+            raise LogCorrupt(f"write log {path}: record at byte {end} is damaged: {problem}")
+        kept = [r for r in records if r.seq > covered]
+        tmp = path.with_name(f".{path.name}.cut")
+        with open(tmp, "wb") as handle:
+            for record in kept:
+                handle.write(data[record.offset : record.end])
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.rename(tmp, path)
+        artifact.fsync_dir(path.parent)
+    return len(kept)

@@ -269,6 +269,16 @@ def import_(
             "german, porter, ...) or none.",
         ),
     ] = DEFAULT_STEMMER,
+    shards: Annotated[
+        int | None,
+        typer.Option(
+            "--shards",
+            min=1,
+            max=1024,
+            help="Documents: split the table into this many shards by a stable hash of the id, each a complete "
+            "table, scored for keyword search with the whole table's statistics (docs/deployment.md).",
+        ),
+    ] = None,
     force: Force = False,
     seed: Seed = 0,
     defer_index: DeferIndex = False,
@@ -296,6 +306,7 @@ def import_(
         ("--encoder", encoder),
         ("--stopwords", None if stopwords == DEFAULT_STOPWORDS else stopwords),
         ("--stemmer", None if stemmer == DEFAULT_STEMMER else stemmer),
+        ("--shards", shards),
     )
     given = [option for option, value in document_options if value is not None]
     if given and format != "documents":
@@ -306,6 +317,7 @@ def import_(
         Tokenizer.named(None if stopwords == "none" else stopwords, None if stemmer == "none" else stemmer)
     except ValueError as exc:
         fail(f"--stopwords/--stemmer: {exc}")
+    build = BuildOptions(index, min_recall, force, seed, defer_index, budget, drop_invalid=drop_invalid)
     options = ReadOptions(
         vocab=vocab,
         unicode_errors=unicode_errors,
@@ -320,6 +332,9 @@ def import_(
         stopwords=None if stopwords == "none" else stopwords,
         stemmer=None if stemmer == "none" else stemmer,
     )
+    if shards is not None:
+        _import_sharded(path, options, shards, data_dir=data_dir, name=name, drop_invalid=drop_invalid, build=build)
+        return
     started = time.perf_counter()
     raw, used = read_source(path, str(format), options)
     read_seconds = round(time.perf_counter() - started, 3)
@@ -334,10 +349,56 @@ def import_(
     for key, value in named:
         if value is not None:
             params[key] = value
-    build = BuildOptions(index, min_recall, force, seed, defer_index, budget, drop_invalid=drop_invalid)
     manifest = _build_and_report(raw, data_dir=data_dir, name=name, source=source, build=build, params=params)
     if manifest.get("kind") == "documents":
         _report_documents(manifest)
+
+
+def _import_sharded(
+    path: Path, options: Any, shards: int, *, data_dir: Path, name: str, drop_invalid: bool, build: BuildOptions
+) -> None:
+    """``import --shards N``: the documents read once, each shard built as a table with the import's index options."""
+    from index.build.shard import import_sharded
+    from index.build.sources.documents import read_documents
+    from index.build.writer import build_table, source_digest
+
+    started = time.perf_counter()
+    documents, tokenizer, read_source_info = read_documents(path, options)
+    source = {"format": "documents", "path": str(path)} | (read_source_info or {"sha256": source_digest([path])})
+    params = {"index": build.index, "min_recall": build.min_recall, "seed": build.seed, "drop_invalid": drop_invalid}
+    params["read_seconds"] = round(time.perf_counter() - started, 3)
+
+    def build_shard(raw: RawTable, directory: Path, shard: str) -> dict[str, Any]:
+        return build_table(
+            raw,
+            data_dir=directory,
+            name=shard,
+            source=source,
+            index_spec=build.index,
+            min_recall=build.min_recall,
+            params=params,
+            drop_invalid=build.drop_invalid,
+            seed=build.seed,
+            defer_index=build.defer_index,
+            budget=build.budget,
+        )
+
+    manifest = import_sharded(
+        documents,
+        tokenizer,
+        shards=shards,
+        data_dir=data_dir,
+        name=name,
+        source=source,
+        build_shard=build_shard,
+        params=params,
+        force=build.force,
+    )
+    rows = ", ".join(f"{count:,}" for count in manifest["shards"]["rows"])
+    typer.echo(
+        f"built {name!r}: {manifest['rows']:,} rows x {manifest['dim']} in {shards} shards ({rows} rows) "
+        f"in {manifest['build_seconds']} s -> {artifact.table_dir(data_dir, name)}"
+    )
 
 
 @app.command()
@@ -468,7 +529,10 @@ def verify(name: str, data_dir: DataDir = Path("data"), quiet: Quiet = False) ->
     directory = artifact.table_dir(data_dir, name)
     for path, what in artifact.recover(data_dir):
         note(f"{path}: {what}")
-    result = artifact.verify(directory)
+    from index.store import shardmap
+
+    sharded = shardmap.is_sharded(artifact.read_manifest(directory))
+    result = shardmap.verify(directory) if sharded else artifact.verify(directory)
     if not result.ok:
         fail(f"{directory}: " + "; ".join(result.problems))
     typer.echo(f"{name}: ok")

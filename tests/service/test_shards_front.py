@@ -1,0 +1,176 @@
+"""The front of a sharded table over HTTP: three real shard servers (``embedding-index import --shards 3`` of
+gensim's Lee corpus, each shard served alone) and a real front (``EMBEDDING_SHARDS``) on loopback, against a
+real server of the same documents imported whole.
+
+Every form the front takes (vector, keyword, hybrid with weights and its RRF constant, filters, paging,
+``min_score``, ``fields``) answers as the whole table does: the same documents, scores, ranks, text and fields
+(exactly where the lists merged hold no equal scores: the front orders those by shard, the whole table by row).
+Shard 0 has two replicas, one of which is down: every search still answers (the retry). A shard stopped: 503,
+or with ``EMBEDDING_PARTIAL=true`` the other shards' merged answer flagged ``partial``; a stopped (SIGSTOP)
+shard: 504 after its deadline.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from index.store import shardmap
+from service.models import SearchRequest
+from service.scatter import shard_body
+from tests.index.test_shards import EXE, run
+from tests.lee import Lee, jsonl_records, write_jsonl
+from tests.service import real_server
+from tests.service.real_server import HTTP, Server
+
+SHARDS = 3
+TEXTS = ("bushfires in Sydney", "Taliban fighters in Afghanistan", "the government said on Monday", "Qantas")
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory: pytest.TempPathFactory, lee_docs: Lee) -> Path:
+    root = tmp_path_factory.mktemp("front")
+    source = write_jsonl(root / "lee.jsonl", jsonl_records(lee_docs))
+    for name, extra, where in (("lee", (), "whole"), ("lee", ("--shards", SHARDS), "sharded")):
+        done = run(EXE, "import", source, "--name", name, *extra, "--data-dir", root / where, "-q")
+        assert done.returncode == 0, done.stderr
+    (root / "front").mkdir()
+    return root
+
+
+@pytest.fixture(scope="module")
+def servers(root: Path) -> Iterator[dict[str, Any]]:
+    started: list[Server] = []
+    try:
+        whole = real_server.start(root / "whole", root / "whole.log")
+        started.append(whole)
+        shards = []
+        for s in range(SHARDS):
+            name = shardmap.shard_name(s)
+            shard = real_server.start(root / "sharded" / "lee", root / f"{name}.log", "--tables", name)
+            started.append(shard)
+            shards.append(shard)
+        down = f"http://127.0.0.1:{real_server.free_port()}/v1/tables/{shardmap.shard_name(0)}"  # nothing listens
+        replicas = [[f"{shard.base}/v1/tables/{shardmap.shard_name(s)}"] for s, shard in enumerate(shards)]
+        replicas[0].insert(0, down)
+        config = json.dumps({"lee": replicas})
+        fronts = {}
+        for partial in ("false", "true"):
+            env = {"EMBEDDING_SHARDS": config, "EMBEDDING_PARTIAL": partial, "EMBEDDING_SHARD_TIMEOUT": "1.5"}
+            fronts[partial] = real_server.start(root / "front", root / f"front-{partial}.log", env=env)
+            started.append(fronts[partial])
+        yield {"whole": whole, "shards": shards, "front": fronts["false"], "partial": fronts["true"]}
+    finally:
+        for server in started:
+            if server.process.poll() is None:
+                server.process.send_signal(signal.SIGCONT)
+            server.stop()
+
+
+def search(server: Server, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+    answer = HTTP.post(f"{server.base}/v1/tables/lee/search", json=body, timeout=30)
+    return answer.status_code, answer.json()
+
+
+def lists_without_ties(server: Server, body: dict[str, Any]) -> bool:
+    """Whether the whole table's lists the front merges for ``body`` (vector, keyword, as deep as the front asks
+    each shard) hold no two equal scores: the front orders those by shard, the whole table by row."""
+    answer = HTTP.post(
+        f"{server.base}/v1/tables/lee/search", json=shard_body(SearchRequest.model_validate(body), body), timeout=30
+    )
+    assert answer.status_code == 200, answer.text
+    return all(len({h["score"] for h in item["hits"]}) == len(item["hits"]) for item in answer.json()["results"])
+
+
+def bodies(lee: Lee) -> list[dict[str, Any]]:
+    vector = lee.vectors[7].tolist()
+    other = lee.vectors[123].tolist()
+    spec = {"or": [{"long": True}, {"tags": {"prefix": "australia"}}]}
+    out: list[dict[str, Any]] = [
+        {"vector": vector, "k": 10},
+        {"vector": other, "k": 5, "offset": 7, "fields": ["year", "tags"]},
+        {"vector": vector, "k": 10, "min_score": 0.98},
+        {"vector": other, "k": 8, "filter": spec},
+        *({"vector": lee.vectors[i].tolist(), "k": 20, "offset": 5} for i in (50, 150, 250)),
+    ]
+    for text in TEXTS:
+        out += [
+            {"text": text, "mode": "keyword", "k": 10},
+            {"text": text, "mode": "keyword", "k": 4, "offset": 3, "filter": {"lang": "en"}},
+            {"vector": vector, "text": text, "mode": "hybrid", "k": 10},
+            {"vector": other, "text": text, "mode": "hybrid", "k": 6, "offset": 4, "rrf_k": 10},
+            {"vector": other, "text": text, "mode": "hybrid", "k": 10, "weights": {"vector": 1, "keyword": 3}},
+            {"vector": vector, "text": text, "mode": "hybrid", "k": 10, "filter": spec, "fields": ["year"]},
+        ]
+    return out
+
+
+def test_the_front_answers_as_the_whole_table(servers: dict[str, Any], lee_docs: Lee) -> None:
+    """Exactly, on every query whose lists hold no equal scores; the others with the same scores (vector and
+    keyword modes) or the same number of hits (hybrid: a tie's order moves the fused scores)."""
+    exact = 0
+    for body in bodies(lee_docs):
+        without_ties = lists_without_ties(servers["whole"], body)
+        for _ in range(2):  # shard 0's replicas taken in turn: the one that is down, then the other
+            status, got = search(servers["front"], body)
+            expected_status, expected = search(servers["whole"], body)
+            assert status == expected_status == 200, (body, got)
+            assert got.keys() == expected.keys() and got.get("passing") == expected.get("passing"), body
+            if without_ties:
+                assert got == expected, body
+            elif body.get("mode", "vector") != "hybrid":
+                assert [h["score"] for h in got["hits"]] == [h["score"] for h in expected["hits"]], body
+            else:
+                assert len(got["hits"]) == len(expected["hits"]), body
+        exact += without_ties
+        assert got["hits"] or body.get("min_score"), body
+    assert exact >= 12, exact  # of 31 (the others hold equal scores)
+
+
+def test_the_front_checks_requests_as_any_search(servers: dict[str, Any], lee_docs: Lee) -> None:
+    for body in (
+        {"vector": [1.0, 2.0], "k": 5},
+        {"text": "Qantas", "mode": "keyword", "k": 0},
+        {"vector": lee_docs.vectors[0].tolist(), "k": 5, "filter": {"nope": 1}},
+    ):
+        status, got = search(servers["front"], body)
+        expected_status, _ = search(servers["whole"], body)
+        assert status == expected_status == 422 and got["error"]["code"] == "invalid_request", (body, got)
+    status, got = search(servers["front"], {"id": "lee-001", "k": 5})
+    assert status == 422 and "not taken by the front of sharded table 'lee'" in got["error"]["message"]
+
+
+def test_a_slow_shard_hits_its_deadline(servers: dict[str, Any], lee_docs: Lee) -> None:
+    shard = servers["shards"][1]
+    shard.process.send_signal(signal.SIGSTOP)
+    try:
+        started = time.monotonic()
+        status, got = search(servers["front"], {"vector": lee_docs.vectors[3].tolist(), "k": 5})
+        took = time.monotonic() - started
+    finally:
+        shard.process.send_signal(signal.SIGCONT)
+    assert status == 504 and got["error"]["code"] == "shard_timeout" and got["error"]["shard"] == 1, got
+    assert 1.5 <= took < 10, took
+
+
+def test_a_stopped_shard_fails_or_is_flagged(servers: dict[str, Any], lee_docs: Lee) -> None:
+    body = {"text": "government", "mode": "keyword", "k": 20}
+    _, whole = search(servers["whole"], {**body, "k": 100})
+    servers["shards"][2].stop()
+    status, got = search(servers["front"], body)
+    assert status == 503 and got["error"]["code"] == "shard_unavailable" and got["error"]["shard"] == 2, got
+    status, got = search(servers["partial"], body)
+    assert status == 200 and got["partial"]["shards"] == SHARDS and got["partial"]["answered"] == SHARDS - 1
+    assert [m["shard"] for m in got["partial"]["missing"]] == [2]
+    kept = [h for h in whole["hits"] if shardmap.shard_of_id(h["id"], SHARDS) != 2][:20]
+    assert [h["score"] for h in got["hits"]] == [h["score"] for h in kept] and len(kept) == 20
+    assert {h["id"] for h in got["hits"] if h["score"] > kept[-1]["score"]} == {
+        h["id"] for h in kept if h["score"] > kept[-1]["score"]
+    }
+    assert {h["id"] for h in whole["hits"][:20]} - {h["id"] for h in got["hits"]}  # shard 2's are missing

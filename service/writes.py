@@ -17,6 +17,7 @@ import numpy as np
 from index.engine import filters
 from index.engine.delta import Delta, Key, parse_timestamp
 from index.engine.encode import encoder_for
+from index.engine.shards import ShardedTable
 from index.engine.table import Table
 from index.errors import InvalidQuery
 from index.store.payload import BOOLEAN, FLOAT, INTEGER, STRING, STRING_LIST, TIMESTAMP, Payload
@@ -26,6 +27,8 @@ from service.write_models import WriteDocument
 def documents_of(table: Table) -> Payload:
     if table.payload is None:
         raise InvalidQuery(f"table {table.name!r} holds {table.kind}, not documents: only documents tables take writes")
+    if isinstance(table, ShardedTable):
+        raise InvalidQuery(f"table {table.name!r} is sharded: it takes no writes (import it again to change it)")
     return table.payload
 
 

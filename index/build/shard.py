@@ -28,6 +28,7 @@ from index.errors import ArtifactError
 from index.progress import note
 from index.store import artifact, shardmap
 from index.store.payload import KIND, contiguous, payload_files
+from index.store.tokens import write_tokens
 
 log = logging.getLogger(__name__)
 
@@ -132,6 +133,7 @@ def import_sharded(
             (built / shard_dir).rename(tmp / shard_dir)
         built.rmdir()
         (tmp / shardmap.ASSIGNMENT).write_bytes(_npy(assignment))
+        write_tokens(tmp, documents.tokens)  # the ids in the whole table's order: its lookups, served whole
         statistics: dict[str, Any] | None = None
         if whole is not None:
             (tmp / shardmap.DF).write_bytes(_npy(whole.df))

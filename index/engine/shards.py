@@ -20,18 +20,22 @@ from __future__ import annotations
 
 from collections.abc import Collection, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
+import pyarrow as pa
 
 from index.engine.filters import RowSet
 from index.engine.hybrid import DocumentSearch, Hit
 from index.engine.hybrid import run as run_documents
-from index.engine.knn import Neighbor
-from index.engine.search import Answers, SearchOptions, VectorSearch
+from index.engine.keyword import KeywordIndex
+from index.engine.knn import Hits, Neighbor
+from index.engine.search import Answers, Search, SearchOptions, VectorSearch
 from index.engine.table import Table
-from index.errors import InvalidQuery
+from index.errors import ArtifactError, InvalidQuery
 from index.store import shardmap
+from index.store.payload import KIND, Payload, sort_ids
+from index.store.tokens import Tokens
 
 
 def merge(lists: Sequence[tuple[np.ndarray, np.ndarray]], k: int) -> tuple[np.ndarray, np.ndarray]:
@@ -49,27 +53,44 @@ def page(hits: list[Neighbor], offset: int, min_score: float | None) -> list[Nei
 
 
 class _Rows:
-    """The unit rows of the whole table's rows, read from their shards (``table.vectors[rows]``)."""
+    """The unit rows (or norms) of the whole table, read from their shards: ``rows[i]``, ``rows[[i, j]]``."""
 
-    def __init__(self, table: ShardedTable) -> None:
-        self._table = table
+    def __init__(self, table: ShardedTable, parts: Sequence[np.ndarray], dim: int | None) -> None:
+        self._table, self._parts = table, list(parts)
+        self.shape = (len(table.assignment),) if dim is None else (len(table.assignment), dim)
+        self.dtype = np.dtype(np.float32)
+        self.ndim = len(self.shape)
+
+    def __len__(self) -> int:
+        return self.shape[0]
 
     def __getitem__(self, rows: Any) -> np.ndarray:
-        rows = np.asarray(rows, dtype=np.int64).reshape(-1)
-        out = np.empty((len(rows), self._table.dim), dtype=np.float32)
-        owner = self._table.assignment[rows]
-        for s, shard in enumerate(self._table.shards):
+        if isinstance(rows, (int, np.integer)):
+            shard, local = self._table.shard_of(int(rows))
+            return np.asarray(self._parts[shard][local])
+        wanted = np.asarray(rows, dtype=np.int64).reshape(-1)
+        out = np.empty((len(wanted), *self.shape[1:]), dtype=np.float32)
+        owner = self._table.assignment[wanted]
+        for s, part in enumerate(self._parts):
             mine = owner == s
             if mine.any():
-                out[mine] = shard.vectors[self._table.local[rows[mine]]]
+                out[mine] = part[self._table.local[wanted[mine]]]
         return out
 
 
-class _Keyword:
+class _Keyword(KeywordIndex):
     """The shards' keyword indexes as one (``KeywordIndex.search``'s answer, in the whole table's rows)."""
 
-    def __init__(self, table: ShardedTable) -> None:
+    def __init__(self, table: ShardedTable, first: KeywordIndex) -> None:  # the shards' indexes are mapped already
         self._table = table
+        self.directory = table.directory
+        self.info = table.manifest.get("keyword_statistics") or first.info
+        self.tokenizer = first.tokenizer
+        self.k1, self.b = first.k1, first.b
+        self.rows = table.rows
+
+    def term_ids(self, terms: Any) -> np.ndarray:
+        raise InvalidQuery("a sharded table's keyword index is its shards'")
 
     def search(self, texts: Sequence[str], k: int, allowed: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
         table = self._table
@@ -95,45 +116,68 @@ class _Keyword:
         return scores, ids
 
 
-class ShardedTable:
-    """A sharded documents table's shards, loaded in one process and searched as the whole table."""
+def _whole_payload(
+    directory: Path, info: dict[str, Any], shards: Sequence[Table], rows: Sequence[np.ndarray]
+) -> Payload:
+    """The shards' payloads as the whole table's (its rows in order), gathered in memory."""
+    batches = []
+    for shard in shards:
+        assert shard.payload is not None
+        batches.append(shard.payload._batch)
+    joined = pa.Table.from_batches(batches).combine_chunks()
+    at = np.empty(sum(map(len, rows)), dtype=np.int64)  # each row's place among the joined shards' rows
+    at[np.concatenate(rows)] = np.arange(len(at))
+    batch = joined.take(pa.array(at)).to_batches()[0] if len(at) else joined.to_batches()[0]
+    ids = batch.column(0)
+    order = sort_ids(ids)
+    lookup = pa.RecordBatch.from_arrays([ids.take(pa.array(order)), pa.array(order, pa.int64())], names=["id", "row"])
+    return Payload(directory, info, batch, lookup)
+
+
+class ShardedTable(Table):
+    """A sharded documents table's shards, loaded in one process and searched as the whole table: a ``Table``
+    whose rows are read from their shards and whose searches are the shards' answers merged. Its ids, text and
+    fields are gathered in memory in the whole table's order (for filters and answers); its rows stay mapped."""
 
     def __init__(self, shard_map: shardmap.ShardMap, shards: Sequence[Table]) -> None:
         if len(shards) != shard_map.count:
             raise InvalidQuery(f"{len(shards)} shards for a map of {shard_map.count}")
         self.map = shard_map
-        self.manifest = shard_map.manifest
-        self.directory = shard_map.directory
         self.shards = list(shards)
         self.assignment = np.asarray(shard_map.assignment, dtype=np.int64)
         self.global_rows = [shard_map.rows_of(s) for s in range(shard_map.count)]
         self.local = np.empty(len(self.assignment), dtype=np.int64)  # each row's row in its shard
         for rows in self.global_rows:
             self.local[rows] = np.arange(len(rows))
-        self.vectors = _Rows(self)
-        self.keyword = _Keyword(self) if any(shard.keyword is not None for shard in shards) else None
+        manifest = shard_map.manifest
+        dim = int(manifest["dim"])
+        vectors = cast(np.ndarray, _Rows(self, [shard.vectors for shard in shards], dim))
+        norms = cast(np.ndarray, _Rows(self, [shard.norms for shard in shards], None))
+        payload = _whole_payload(shard_map.directory, manifest[KIND], shards, self.global_rows)
+        keyword = next((shard.keyword for shard in shards if shard.keyword is not None), None)
+        super().__init__(shard_map.directory, manifest, vectors, norms, Tokens(shard_map.directory), None)
+        self.payload = payload
+        self.keyword = None if keyword is None else _Keyword(self, keyword)
 
     @classmethod
     def load(cls, directory: Path, checksums: bool = True) -> ShardedTable:
         """Every shard of the sharded table in ``directory`` (each checked as ``Table.load`` checks a table)."""
-        shard_map = shardmap.read(Path(directory))
+        directory = Path(directory)
+        result = shardmap.verify(directory, checksums)
+        if not result.ok:
+            raise ArtifactError(f"table {directory.name!r} disagrees with its manifest: " + "; ".join(result.problems))
+        shard_map = shardmap.read(directory)
         return cls(shard_map, [Table.load(shard_map.shard_directory(s), checksums) for s in range(shard_map.count)])
 
     @property
-    def name(self) -> str:
-        return self.map.name
-
-    @property
-    def rows(self) -> int:
-        return len(self.assignment)
-
-    @property
-    def dim(self) -> int:
-        return int(self.manifest["dim"])
-
-    @property
     def kind(self) -> str:
-        return "documents"
+        return KIND
+
+    def summary(self) -> dict[str, Any]:
+        out = super().summary()
+        out["index"] = self.manifest["shards"]["index"][0]
+        out["shards"] = {"count": self.map.count, "rows": self.manifest["shards"]["rows"]}
+        return out
 
     def limit(self, options: SearchOptions) -> int:
         if options.restrict is not None:
@@ -142,28 +186,14 @@ class ShardedTable:
 
     def shard_of(self, row: int) -> tuple[int, int]:
         """(shard, its row) of the whole table's ``row``."""
+        if not 0 <= row < self.rows:
+            raise InvalidQuery(f"row {row} is outside the table's {self.rows:,} rows")
         return int(self.assignment[row]), int(self.local[row])
-
-    def row(self, row: int) -> np.ndarray:
-        shard, local = self.shard_of(row)
-        return np.asarray(self.shards[shard].vectors[local])
 
     def ids(self, rows: Sequence[int]) -> list[Any]:
         """The document ids of the whole table's ``rows``."""
-        found = []
-        for row in rows:
-            shard, local = self.shard_of(int(row))
-            payload = self.shards[shard].payload
-            assert payload is not None
-            found.append(payload.ids([local])[0])
-        return found
-
-    def filter(self, spec: Any) -> RowSet:
-        """The whole table's rows passing the filter ``spec``: each shard's rows that pass."""
-        mask = np.zeros(self.rows, dtype=bool)
-        for s, shard in enumerate(self.shards):
-            mask[self.global_rows[s]] = shard.filter(spec).mask
-        return RowSet(mask)
+        assert self.payload is not None
+        return self.payload.ids(rows)
 
     def _local_exclude(self, exclude: Sequence[Collection[int]], shard: int) -> list[Collection[int]]:
         out: list[Collection[int]] = []
@@ -172,7 +202,22 @@ class ShardedTable:
             out.append(set(self.local[found[self.assignment[found] == shard]].tolist()))
         return out
 
-    def run(self, search: VectorSearch) -> Answers:
+    def is_light(self, search: Search) -> bool:
+        return False  # every search is the shards' searches and a merge: a worker thread's
+
+    def knn(
+        self, queries: np.ndarray, k: int, options: SearchOptions = SearchOptions(), rows: RowSet | None = None
+    ) -> Hits:
+        """Top-``k`` (scores, rows) of the whole table: the shards' merged."""
+        answers = self.run(VectorSearch(np.asarray(queries, dtype=np.float32), k, (), options, rows))
+        scores = np.full((len(queries), k), -np.inf, dtype=np.float32)
+        ids = np.full((len(queries), k), -1, dtype=np.int64)
+        for q, hits in enumerate(answers):
+            ids[q, : len(hits)] = [row for row, _ in hits]
+            scores[q, : len(hits)] = [score for _, score in hits]
+        return scores, ids
+
+    def run(self, search: Search) -> Answers:
         """The whole table's answer to ``search``: every shard's ``offset + k`` best, merged, paged."""
         if not isinstance(search, VectorSearch):
             raise InvalidQuery("a sharded table answers searches of documents only")
@@ -198,6 +243,6 @@ class ShardedTable:
             merged.append(page(hits, search.offset, search.min_score))
         return merged
 
-    def search(self, search: DocumentSearch) -> list[list[Hit]]:
+    def documents(self, search: DocumentSearch) -> list[list[Hit]]:
         """A documents search (vector, keyword or hybrid; filters, paging, floor, diversity) of the whole table."""
         return run_documents(self, search)

@@ -7,6 +7,7 @@
     <name>/assignment.npy       uint16, the shard of each row of the whole table, in import order
     <name>/keyword_terms.arrow  the whole table's words (sorted) and ...
     <name>/keyword_df.npy       ... the documents holding each (int64): BM25's document frequencies
+    <name>/tokens.bin, ...      the ids in the whole table's order (``index.store.tokens``), for its lookups
     <name>/shard-000/ ...       each a complete table (its own manifest, checksums, index, payload, keyword index)
 
 The shards live inside the table's directory, so a sharded table is written, published, exchanged and recovered

@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from index.store import shardmap
@@ -65,7 +66,10 @@ def servers(root: Path) -> Iterator[dict[str, Any]]:
             env = {"EMBEDDING_SHARDS": config, "EMBEDDING_PARTIAL": partial, "EMBEDDING_SHARD_TIMEOUT": "1.5"}
             fronts[partial] = real_server.start(root / "front", root / f"front-{partial}.log", env=env)
             started.append(fronts[partial])
-        yield {"whole": whole, "shards": shards, "front": fronts["false"], "partial": fronts["true"]}
+        env = {"EMBEDDING_WRITE_KEYS": "writer"}
+        one = real_server.start(root / "sharded", root / "one.log", env=env)  # the sharded table served whole
+        started.append(one)
+        yield {"whole": whole, "shards": shards, "front": fronts["false"], "partial": fronts["true"], "one": one}
     finally:
         for server in started:
             if server.process.poll() is None:
@@ -174,3 +178,41 @@ def test_a_stopped_shard_fails_or_is_flagged(servers: dict[str, Any], lee_docs: 
         h["id"] for h in kept if h["score"] > kept[-1]["score"]
     }
     assert {h["id"] for h in whole["hits"][:20]} - {h["id"] for h in got["hits"]}  # shard 2's are missing
+
+
+def test_one_server_serves_a_sharded_table_whole(servers: dict[str, Any], lee_docs: Lee) -> None:
+    """``embedding-serve`` over a data directory holding the sharded table: its shards in one process, merged by
+    ``index.engine.shards``, answer every form as the whole table does: the same hits, scores, ranks, text and
+    fields, in the same order (of two equal documents at one score, either may come first or stand at a page's
+    edge: equal scores go by row here, as FAISS gives them in the whole table)."""
+    more: list[dict[str, Any]] = [
+        {"id": "lee-010", "k": 10},
+        {"positive": ["lee-010", "lee-020"], "negative": ["lee-030"], "k": 10, "filter": {"lang": "en"}},
+        {"vector": lee_docs.vectors[40].tolist(), "k": 8, "diversity": 0.4},
+        {"vector": lee_docs.vectors[41].tolist(), "text": "fire", "mode": "hybrid", "k": 8, "diversity": 0.2},
+        {"queries": [{"id": "lee-005"}, {"text": "Qantas", "mode": "keyword", "offset": 2}], "k": 5},
+    ]
+    vectors = lee_docs.unit()
+    row = {ident: i for i, ident in enumerate(lee_docs.ids)}
+    for body in [*bodies(lee_docs), *more]:
+        status, got = search(servers["one"], body)
+        expected_status, expected = search(servers["whole"], body)
+        assert status == expected_status == 200, (body, got)
+        for answer, want in zip(got.get("results", [got]), expected.get("results", [expected]), strict=True):
+            assert answer.keys() == want.keys() and len(answer["hits"]) == len(want["hits"]), body
+            for mine, theirs in zip(answer["hits"], want["hits"], strict=True):
+                if mine["id"] != theirs["id"]:  # two equal documents at one score: FAISS's order, or by row
+                    assert mine["score"] == theirs["score"], body
+                    assert np.array_equal(vectors[row[mine["id"]]], vectors[row[theirs["id"]]]), body
+                else:
+                    assert mine == theirs, body
+    one = HTTP.get(f"{servers['one'].base}/v1/tables/lee/documents/lee-123?vector=true").json()
+    assert one == HTTP.get(f"{servers['whole'].base}/v1/tables/lee/documents/lee-123?vector=true").json()
+    summary = HTTP.get(f"{servers['one'].base}/v1/tables/lee").json()
+    assert summary["rows"] == 300 and summary["kind"] == "documents" and summary["shards"]["count"] == SHARDS
+    written = HTTP.post(
+        f"{servers['one'].base}/v1/tables/lee/documents",
+        json={"documents": [{"id": "new", "vector": lee_docs.vectors[0].tolist()}]},
+        headers={"x-api-key": "writer"},
+    )
+    assert written.status_code == 422 and "is sharded: it takes no writes" in written.json()["error"]["message"]

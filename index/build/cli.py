@@ -279,6 +279,14 @@ def import_(
             "table, scored for keyword search with the whole table's statistics (docs/deployment.md).",
         ),
     ] = None,
+    ray: Annotated[
+        str | None,
+        typer.Option(
+            "--ray",
+            help="With --shards: run the import on Ray (auto: the cluster RAY_ADDRESS names, else a local one; or a "
+            "cluster's address): embedding by actors holding the encoder, each shard built by a task.",
+        ),
+    ] = None,
     force: Force = False,
     seed: Seed = 0,
     defer_index: DeferIndex = False,
@@ -332,8 +340,12 @@ def import_(
         stopwords=None if stopwords == "none" else stopwords,
         stemmer=None if stemmer == "none" else stemmer,
     )
+    if ray is not None and shards is None:
+        fail("--ray: only with --shards")
     if shards is not None:
-        _import_sharded(path, options, shards, data_dir=data_dir, name=name, drop_invalid=drop_invalid, build=build)
+        _import_sharded(
+            path, options, shards, data_dir=data_dir, name=name, drop_invalid=drop_invalid, build=build, ray=ray
+        )
         return
     started = time.perf_counter()
     raw, used = read_source(path, str(format), options)
@@ -355,15 +367,27 @@ def import_(
 
 
 def _import_sharded(
-    path: Path, options: Any, shards: int, *, data_dir: Path, name: str, drop_invalid: bool, build: BuildOptions
+    path: Path,
+    options: Any,
+    shards: int,
+    *,
+    data_dir: Path,
+    name: str,
+    drop_invalid: bool,
+    build: BuildOptions,
+    ray: str | None,
 ) -> None:
-    """``import --shards N``: the documents read once, each shard built as a table with the import's index options."""
-    from index.build.shard import import_sharded
+    """``import --shards N``: the documents read once, each shard built as a table with the import's index options;
+    with ``--ray``, embedded and built on a Ray cluster (``index.build.ray_build``)."""
+    from index.build import ray_build
+    from index.build.shard import import_sharded, one_by_one
     from index.build.sources.documents import read_documents
     from index.build.writer import build_table, source_digest
 
     started = time.perf_counter()
-    documents, tokenizer, read_source_info = read_documents(path, options)
+    cluster = None if ray is None else ray_build.connect(ray)
+    embed_with = None if cluster is None else lambda encoder: ray_build.embedder(cluster, encoder)
+    documents, tokenizer, read_source_info = read_documents(path, options, embed_with)
     source = {"format": "documents", "path": str(path)} | (read_source_info or {"sha256": source_digest([path])})
     params = {"index": build.index, "min_recall": build.min_recall, "seed": build.seed, "drop_invalid": drop_invalid}
     params["read_seconds"] = round(time.perf_counter() - started, 3)
@@ -393,6 +417,7 @@ def _import_sharded(
         build_shard=build_shard,
         params=params,
         force=build.force,
+        run_all=one_by_one if cluster is None else lambda jobs: ray_build.run_all(cluster, jobs, "shards on Ray"),
     )
     rows = ", ".join(f"{count:,}" for count in manifest["shards"]["rows"])
     typer.echo(

@@ -14,7 +14,8 @@ from __future__ import annotations
 import io
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +35,31 @@ log = logging.getLogger(__name__)
 
 # Builds one shard's table: (its raw table, the staging directory, its name) -> its manifest.
 BuildShard = Callable[[RawTable, Path, str], dict[str, Any]]
+# Runs the shards' builds (each a call without arguments) and gives their manifests in order: one after the
+# other here, as Ray tasks all at once (``index.build.ray_build``).
+RunAll = Callable[[Sequence[Callable[[], dict[str, Any]]]], list[dict[str, Any]]]
+
+
+def one_by_one(jobs: Sequence[Callable[[], dict[str, Any]]]) -> list[dict[str, Any]]:
+    return [job() for job in jobs]
+
+
+def _build_job(
+    documents: Documents,
+    tokenizer: keyword.Tokenizer,
+    whole: keyword.Statistics | None,
+    source: dict[str, Any],
+    build_shard: BuildShard,
+    directory: Path,
+    name: str,
+) -> Callable[[], dict[str, Any]]:
+    def job() -> dict[str, Any]:
+        part = documents
+        if not part.matrix.flags.writeable:  # as Ray hands an array over: mapped from its object store
+            part = replace(part, matrix=part.matrix.copy())
+        return build_shard(shard_raw(part, tokenizer, whole, source), directory, name)
+
+    return job
 
 
 def shard_documents(documents: Documents, rows: np.ndarray) -> Documents:
@@ -93,6 +119,7 @@ def import_sharded(
     build_shard: BuildShard,
     params: dict[str, Any],
     force: bool = False,
+    run_all: RunAll = one_by_one,
 ) -> dict[str, Any]:
     """Publish ``documents`` as table ``name`` of ``shards`` shards; return the sharded table's manifest.
 
@@ -114,12 +141,12 @@ def import_sharded(
         if not whole.words:
             whole = None
     names = [shardmap.shard_name(s) for s in range(shards)]
-    manifests = []
     with artifact.staging(data_dir, name, force=force) as tmp:
         # Each shard is published into a directory of its own first (a build locks the data directory it
         # publishes into, and the staging directory is locked by this build), then moved beside the map.
         built = tmp / ".shards"
         built.mkdir()
+        jobs = []
         for shard, shard_dir in enumerate(names):
             rows = np.flatnonzero(assignment == shard)
             if not len(rows):
@@ -128,8 +155,10 @@ def import_sharded(
                     "use fewer shards"
                 )
             note(f"shard {shard + 1} of {shards}: {len(rows):,} documents")
-            raw = shard_raw(shard_documents(documents, rows), tokenizer, whole, source)
-            manifests.append(build_shard(raw, built, shard_dir))
+            part = shard_documents(documents, rows)
+            jobs.append(_build_job(part, tokenizer, whole, source, build_shard, built, shard_dir))
+        manifests = run_all(jobs)
+        for shard_dir in names:
             (built / shard_dir).rename(tmp / shard_dir)
         built.rmdir()
         (tmp / shardmap.ASSIGNMENT).write_bytes(_npy(assignment))

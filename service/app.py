@@ -79,7 +79,9 @@ def create_app(settings: Settings) -> FastAPI:
         reloader = Reloader(app, on_loaded=lambda registry: table_names.update(registry.tables))
         app.state.reloader = reloader
         sighup = reloader.install_sighup()  # under uvicorn (main thread): SIGHUP reloads the tables
-        watcher = Watcher(settings.data_dir, settings.watch_seconds, reloader)  # sees the directory before the load
+        watcher = Watcher(
+            settings.data_dir, settings.watch_seconds, reloader, settings.tables
+        )  # sees the directory before the load
         registry = await run_in_threadpool(Registry.load, settings.data_dir, settings.tables, settings.verify_checksums)
         table_names.update(registry.tables)
         app.state.registry = registry

@@ -20,7 +20,7 @@ from index.engine.encode import encoder_for
 from index.engine.table import Table
 from index.errors import InvalidQuery
 from index.store.payload import BOOLEAN, FLOAT, INTEGER, STRING, STRING_LIST, TIMESTAMP, Payload
-from service.write_models import WriteDocument
+from service.schemas.writes import WriteDocument
 
 
 def documents_of(table: Table) -> Payload:

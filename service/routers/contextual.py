@@ -9,11 +9,11 @@ from index.engine.contextual import contextual
 from index.engine.encode import encoder_for
 from index.engine.transformer_encoder import TransformerEncoder
 from index.errors import InvalidQuery
-from service.contextual_models import ContextualRequest, ContextualResponse
 from service.deps import TableDep
 from service.errors import BODY_ERRORS, responses
 from service.execute import compute
 from service.respond import FastJSON
+from service.schemas.contextual import ContextualRequest, ContextualResponse
 
 router = APIRouter(prefix="/v1/tables/{table}", tags=["embed"])
 

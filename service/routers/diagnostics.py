@@ -16,7 +16,9 @@ from service.deps import TableDep, TableName, get_registry, table_named
 from service.errors import BODY_ERRORS, TABLE_ERRORS, item_error, responses
 from service.execute import compute
 from service.http.fastroute import QueryRoute, parse_query, query_params
-from service.models import (
+from service.respond import FastJSON, neighbors
+from service.schemas.common import TokenOptions
+from service.schemas.diagnostics import (
     CloserThanParams,
     CloserThanResponse,
     CompareBatchResponse,
@@ -33,9 +35,7 @@ from service.models import (
     RankRequest,
     RankResponse,
     RanksResponse,
-    TokenOptions,
 )
-from service.respond import FastJSON, neighbors
 
 router = APIRouter(tags=["diagnostics"], route_class=QueryRoute)
 T = "/v1/tables/{table}"

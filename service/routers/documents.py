@@ -11,8 +11,9 @@ from index.errors import InvalidQuery
 from service import live
 from service.deps import TableDep
 from service.errors import TABLE_ERRORS, responses
-from service.models import MAX_TOKEN_CHARS, DocumentResponse
 from service.respond import FastJSON
+from service.schemas.common import MAX_TOKEN_CHARS
+from service.schemas.documents import DocumentResponse
 
 router = APIRouter(prefix="/v1/tables/{table}", tags=["documents"])
 

@@ -18,7 +18,11 @@ from index.engine.encode import Encoded, encoder_for
 from index.engine.table import Table
 from index.errors import EmbeddingError, InvalidQuery
 from service.deps import NAME_SCHEMA, RegistryDep, TableDep, get_registry, table_named
-from service.embed_models import (
+from service.errors import BODY_ERRORS, ERRORS, ApiError, responses
+from service.execute import compute
+from service.queries import check_known
+from service.respond import FastJSON
+from service.schemas.embed import (
     EmbedRequest,
     EmbedResponse,
     OpenAIEmbeddingsRequest,
@@ -26,11 +30,7 @@ from service.embed_models import (
     OpenAIModel,
     OpenAIModelList,
 )
-from service.embed_models import OpenAIErrorResponse as OpenAIError
-from service.errors import BODY_ERRORS, ERRORS, ApiError, responses
-from service.execute import compute
-from service.queries import check_known
-from service.respond import FastJSON
+from service.schemas.embed import OpenAIErrorResponse as OpenAIError
 
 log = logging.getLogger(__name__)
 

@@ -31,8 +31,8 @@ from index.errors import InvalidQuery
 from service.deps import RegistryDep, SettingsDep, TableDep
 from service.errors import BODY_ERRORS, TABLE_ERRORS, responses
 from service.execute import compute
-from service.models import MAX_EXPORT_ROWS, ExplorerConfig, ExportRequest, MapColours, MapInfo
 from service.respond import FastJSON
+from service.schemas.map import MAX_EXPORT_ROWS, ExplorerConfig, ExportRequest, MapColours, MapInfo
 
 router = APIRouter(tags=["map"])
 Method = Annotated[

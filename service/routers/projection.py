@@ -18,8 +18,8 @@ from index.errors import InvalidQuery, UnknownToken
 from service.deps import TableDep
 from service.errors import BODY_ERRORS, responses
 from service.execute import compute
-from service.models import ProjectRequest, ProjectResponse
 from service.respond import FastJSON
+from service.schemas.projection import ProjectRequest, ProjectResponse
 
 router = APIRouter(prefix="/v1/tables/{table}", tags=["projection"])
 

@@ -19,9 +19,9 @@ from service import live, writes
 from service.deps import RegistryDep, SettingsDep, TableDep
 from service.errors import BODY_ERRORS, ApiError, responses
 from service.http import auth
-from service.models import MAX_TOKEN_CHARS
 from service.respond import FastJSON
-from service.write_models import DeleteRequest, UpsertRequest, WriteResponse
+from service.schemas.common import MAX_TOKEN_CHARS
+from service.schemas.writes import DeleteRequest, UpsertRequest, WriteResponse
 
 router = APIRouter(prefix="/v1/tables/{table}", tags=["writes"])
 WRITE_ERRORS = (*BODY_ERRORS, "unauthorized", "forbidden")

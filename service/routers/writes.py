@@ -45,7 +45,7 @@ WriteKey = Annotated[None, Depends(require_write_key)]
 
 
 def _live(table: Table) -> live.Live:
-    writes.documents_of(table)
+    table.documents(writes.WRITES_ONLY)
     state = live.live_of(table)
     if state is None:
         raise ApiError("not_ready", f"table {table.name!r} is not ready for writes", table=table.name)

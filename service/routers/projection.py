@@ -29,16 +29,6 @@ router = APIRouter(prefix="/v1/tables/{table}", tags=["projection"])
 async def project_tokens(request: Request, table: TableDep, body: ProjectRequest) -> Response:
     long = body.method in ("tsne", "umap")  # a layout of seconds: in the long computations' slots
     gone = threading.Event()  # set when the client goes; t-SNE then stops within a few iterations
-    asked = Projection(
-        tokens=body.tokens,
-        method=body.method,
-        skip_unknown=body.skip_unknown,
-        x_axis=body.x_axis,
-        y_axis=body.y_axis,
-        seed=body.seed,
-        perplexity=body.perplexity,
-        n_neighbors=body.n_neighbors,
-        min_dist=body.min_dist,
-    )
+    asked = Projection(**body.model_dump())  # the request's fields are the projection's
     answer = await compute(request, table, "project", lambda: project(table, asked, gone.is_set), long=long, gone=gone)
     return FastJSON(answer)

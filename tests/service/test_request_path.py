@@ -64,3 +64,10 @@ def test_a_hybrid_search_with_a_filter(lee: TracedClient, lee_docs: Lee) -> None
     path = followed(lee, "POST", "/v1/tables/lee/search", json=body)
     assert {"index.engine.hybrid", "index.engine.keyword", "index.engine.filters"} <= set(path.modules)
     assert within(path, HYBRID_LIMITS), path.report()
+
+
+def test_the_path_counts_modules_and_returns() -> None:
+    path = RequestPath(visits=["a", "b", "a", "c", "b", "a"], middleware=["service.http.metrics"])
+    assert path.modules == ["a", "b", "c"]
+    assert path.returns == {"a": 2, "b": 1} and path.most_returns == 2
+    assert within(path, (3, 2)) and not within(path, (2, 2)) and not within(path, (3, 1))

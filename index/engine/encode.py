@@ -271,6 +271,11 @@ def _is_number(value: str) -> bool:
     return True
 
 
+def embeds_text(table: Table) -> bool:
+    """Whether ``encoder_for(table)`` embeds text: a word table, a model-token table with a tokenizer."""
+    return table.kind == "words" or (table.kind == "tokens" and table.has_tokenizer)
+
+
 def encoder_for(table: Table) -> Encoder | TransformerEncoder:
     """The table's encoder, made once per loaded table (its tokenizer, frequencies or model session are loaded on
     first use): a transformer table's model, else the pooling of its rows."""

@@ -113,6 +113,11 @@ def upsert_body(
     return {"op": "upsert", "documents": out}
 
 
+def delete_body(ids: list[Key]) -> tuple[dict[str, Any] | None, int]:
+    """The log record of a delete of ``ids`` (None: none is there, nothing to write) and how many it deletes."""
+    return ({"op": "delete", "ids": ids} if ids else None), len(ids)
+
+
 def delete_ids(table: Table, ids: Sequence[str | int], delta: Delta) -> list[Key]:
     """The ids among ``ids`` that a live document has (each once): what a delete of them removes."""
     table.documents(WRITES_ONLY)

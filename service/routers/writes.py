@@ -87,7 +87,7 @@ async def delete_many(_: WriteKey, table: TableDep, settings: SettingsDep, body:
             ids = writes.delete_ids(table, body.ids, delta)
         else:
             ids = writes.filter_ids(table, body.filter, delta)
-        return ({"op": "delete", "ids": ids} if ids else None), len(ids)
+        return writes.delete_body(ids)
 
     return await _write(table, make, settings.write_sync, "deleted")
 
@@ -105,7 +105,6 @@ async def delete_one(
     document: Annotated[str, Path(min_length=1, max_length=MAX_TOKEN_CHARS, description="the document's id")],
 ) -> Response:
     def make(delta: Delta) -> tuple[dict[str, Any] | None, int]:
-        ids = writes.delete_ids(table, [document], delta)
-        return ({"op": "delete", "ids": ids} if ids else None), len(ids)
+        return writes.delete_body(writes.delete_ids(table, [document], delta))
 
     return await _write(table, make, settings.write_sync, "deleted")

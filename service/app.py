@@ -37,12 +37,12 @@ from service.http.fastroute import document_query_models
 from service.http.limits import RequestLimitsMiddleware
 from service.http.metrics import Metrics, MetricsMiddleware
 from service.http.openai_errors import OpenAIErrorsMiddleware
-from service.models import LIMITS, Limits
 from service.registry import Registry
 from service.reload import Reloader
 from service.respond import FastJSON
 from service.routers import ROUTERS
 from service.routers.embed import ROUTERS as EMBED_ROUTERS
+from service.schemas.common import LIMITS, Limits
 from service.searcher import Searcher
 from service.settings import SUPERVISOR_VARIABLE, Settings, cores
 from service.watch import Watcher

@@ -61,10 +61,21 @@ def cost() -> dict[str, Any]:
     """What this build has cost so far: its nice level, elapsed and CPU seconds (all its threads), and its facts."""
     return {
         "nice": os.getpriority(os.PRIO_PROCESS, 0),
-        "elapsed_seconds": round(time.monotonic() - CONFIG.started, 1),
+        "elapsed_seconds": round(_running_seconds(), 1),
         "cpu_seconds": round(time.process_time(), 1),
         **CONFIG.facts,
     }
+
+
+def _running_seconds() -> float:
+    """Seconds since this process started (its start-up and imports included), from /proc; elsewhere, since its
+    status file was set."""
+    try:
+        fields = Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()
+        started = int(fields[19]) / os.sysconf("SC_CLK_TCK")  # field 22, starttime, in clock ticks after boot
+        return max(0.0, float(Path("/proc/uptime").read_text().split()[0]) - started)
+    except (OSError, ValueError, IndexError):
+        return time.monotonic() - CONFIG.started
 
 
 def duration(seconds: float) -> str:

@@ -37,12 +37,12 @@ from service.http.fastroute import document_query_models
 from service.http.limits import RequestLimitsMiddleware
 from service.http.metrics import Metrics, MetricsMiddleware
 from service.http.openai_errors import OpenAIErrorsMiddleware
-from service.models import LIMITS, Limits
 from service.registry import Registry
 from service.reload import Reloader
 from service.respond import FastJSON
 from service.routers import ROUTERS
 from service.routers.embed import ROUTERS as EMBED_ROUTERS
+from service.schemas.common import LIMITS, Limits
 from service.searcher import Searcher
 from service.settings import SUPERVISOR_VARIABLE, Settings, cores
 from service.watch import Watcher
@@ -79,7 +79,9 @@ def create_app(settings: Settings) -> FastAPI:
         reloader = Reloader(app, on_loaded=lambda registry: table_names.update(registry.tables))
         app.state.reloader = reloader
         sighup = reloader.install_sighup()  # under uvicorn (main thread): SIGHUP reloads the tables
-        watcher = Watcher(settings.data_dir, settings.watch_seconds, reloader)  # sees the directory before the load
+        watcher = Watcher(
+            settings.data_dir, settings.watch_seconds, reloader, settings.tables
+        )  # sees the directory before the load
         registry = await run_in_threadpool(Registry.load, settings.data_dir, settings.tables, settings.verify_checksums)
         table_names.update(registry.tables)
         app.state.registry = registry

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import logging
 import re
-from typing import Any, NamedTuple, TypedDict
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, NamedTuple, TypedDict, TypeVar
 
 import orjson
 from fastapi import FastAPI, Request
@@ -21,6 +22,8 @@ from starlette.responses import Response
 from index.errors import EmbeddingError
 
 log = logging.getLogger(__name__)
+Item = TypeVar("Item")
+R = TypeVar("R")
 
 
 class ErrorKind(NamedTuple):
@@ -103,6 +106,25 @@ def error_body(code: str, message: str, **details: Any) -> dict[str, Any]:
 def item_error(exc: EmbeddingError) -> dict[str, Any]:
     """The envelope for one failed item of a batch (the batch itself succeeds)."""
     return error_body(exc.code, exc.message, **exc.details)
+
+
+def per_item(items: Iterable[Item], run: Callable[[Item], R]) -> tuple[list[R | None], dict[int, dict[str, Any]]]:
+    """``run(item)`` for each item of a batch: the results (None for an item that failed) and, by position, the
+    :func:`item_error` of each item that failed (the batch itself succeeds)."""
+    results: list[R | None] = []
+    errors: dict[int, dict[str, Any]] = {}
+    for position, item in enumerate(items):
+        try:
+            results.append(run(item))
+        except EmbeddingError as exc:
+            results.append(None)
+            errors[position] = item_error(exc)
+    return results, errors
+
+
+def with_errors(results: Sequence[Any], errors: dict[int, dict[str, Any]]) -> list[Any]:
+    """A batch's ``results``, each failed item's error envelope in its place."""
+    return [errors.get(position, result) for position, result in enumerate(results)]
 
 
 def error_response(code: str, message: str, headers: dict[str, str] | None = None, **details: Any) -> Response:

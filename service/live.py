@@ -160,7 +160,7 @@ def documents(table: Table, delta: Delta, hits: list[Neighbor], fields: list[str
     shown = respond.documents(table, [hit for hit in hits if hit[0] < base], fields)
     written = delta.written_in_order()
     out, version = [], iter(shown)
-    payload = writes.documents_of(table)
+    payload = table.documents(writes.WRITES_ONLY)
     for row, score in hits:
         if row < base:
             out.append(next(version))

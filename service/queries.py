@@ -17,8 +17,9 @@ from index.engine.knn import Neighbor
 from index.engine.table import Table
 from index.errors import EmbeddingError, InvalidQuery
 from service.errors import item_error
-from service.models import FLOAT32_MAX, DocumentQuery
 from service.respond import neighbors
+from service.schemas.common import FLOAT32_MAX
+from service.schemas.search import DocumentQuery
 
 T = TypeVar("T")
 

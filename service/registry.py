@@ -16,10 +16,10 @@ from pathlib import Path
 
 from rapidfuzz import fuzz, process
 
-from index.engine.shards import ShardedTable
+from index.engine.shards import ShardedTable, is_sharded
 from index.engine.table import Table
 from index.errors import EmbeddingError
-from index.store import artifact, shardmap
+from index.store import artifact
 from service import live
 from service.errors import ApiError
 
@@ -49,7 +49,7 @@ def _stat(st: os.stat_result) -> tuple[int, int, int]:
 def _read(directory: Path, checksums: bool) -> tuple[Table | None, str]:
     """The table in ``directory`` (verified against its manifest), or None and why not."""
     try:
-        if shardmap.is_sharded(artifact.read_manifest(directory)):  # its shards, searched as one (no writes yet)
+        if is_sharded(directory):  # its shards, searched as one (no writes yet)
             table: Table = ShardedTable.load(directory, checksums=checksums)
             table.tokens.prepare_lookup()
             return table, ""

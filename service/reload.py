@@ -35,6 +35,7 @@ class Reloader:
         self._lock = threading.Lock()
         self._tasks: set[asyncio.Task[Any]] = set()
         self.owed = False  # a SIGHUP came while the tables were loading
+        self.before_scan: Callable[[], None] | None = None  # the data directory's watcher takes its picture
 
     def loaded(self) -> None:
         """The start-up load is done: run the reload a SIGHUP asked for meanwhile."""
@@ -49,6 +50,8 @@ class Reloader:
             if current is None:
                 raise RuntimeError("the tables are still loading")
             started = time.perf_counter()
+            if self.before_scan is not None:
+                self.before_scan()
             registry, report = current.reload()
             self.on_loaded(registry)
             self.app.state.registry = registry  # the swap: one reference assignment

@@ -39,13 +39,13 @@ from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 from starlette.responses import Response
 
-from index.engine.fusion import rrf
 from index.engine.hybrid import DEPTH, LISTS
+from index.engine.shards import fuse
 from index.errors import InvalidQuery
 from index.store import artifact
 from service.errors import BODY_ERRORS, ApiError, responses
-from service.models import SearchRequest
 from service.respond import FastJSON
+from service.schemas.search import SearchRequest
 
 UNSUPPORTED = ("id", "positive", "negative", "queries", "vectors", "diversity")
 
@@ -152,21 +152,12 @@ def merged_answer(body: SearchRequest, parts: list[dict[str, Any] | None]) -> li
     for position, name in enumerate(n for n in LISTS if mode in (n, "hybrid")):
         lists[name] = merge_lists([part["results"][position]["hits"] for part in answered], depth)
     if mode == "hybrid":
-        by_id: dict[Any, dict[str, Any]] = {}
-        numbered: list[list[int]] = []
-        keys: dict[str, int] = {}
-        for name in LISTS:
-            numbers = []
-            for hit in lists[name]:
-                key = json.dumps(hit["id"])
-                numbers.append(keys.setdefault(key, len(keys)))
-                by_id.setdefault(keys[key], hit)
-            numbered.append(numbers)
+        by_key = {json.dumps(hit["id"]): hit for name in reversed(LISTS) for hit in lists[name]}
+        keys = [[json.dumps(hit["id"]) for hit in lists[name]] for name in LISTS]
         weights = None if body.weights is None else (body.weights.vector, body.weights.keyword)
-        fused = rrf(numbered, k=body.rrf_k, weights=weights, limit=want)
         hits = []
-        for number, score, ranks in zip(fused.ids.tolist(), fused.scores.tolist(), fused.ranks.tolist(), strict=True):
-            hit = {k: v for k, v in by_id[number].items() if k != "ranks"}
+        for key, score, ranks in fuse(keys, body.rrf_k, weights, want):
+            hit = {k: v for k, v in by_key[str(key)].items() if k != "ranks"}
             hit["score"] = score
             hit["ranks"] = {name: rank for name, rank in zip(LISTS, ranks, strict=True) if rank}
             hits.append(hit)

@@ -6,7 +6,9 @@ removed takes its manifest with it). A table whose files were refused (or that i
 file by file (``registry.fingerprint``): files copied in after their manifest are seen too. When that picture
 differs from the last one, it reloads the tables as SIGHUP does (``service.reload``): new and changed tables
 are loaded and verified, unchanged ones are kept. A change is served within one interval plus the time its
-files take to verify.
+files take to verify. A server given ``EMBEDDING_TABLES`` watches those tables only. Every reload (the watcher's,
+SIGHUP's or ``POST /v1/admin/reload``'s) takes the picture the next look compares with just before it scans, so
+a change a signal has already loaded is not loaded again.
 """
 
 from __future__ import annotations
@@ -27,13 +29,17 @@ log = logging.getLogger(__name__)
 Picture = tuple[tuple[str, object], ...]
 
 
-def picture(data_dir: Path, closely: frozenset[str] = frozenset()) -> Picture:
+def picture(data_dir: Path, closely: frozenset[str] = frozenset(), only: frozenset[str] | None = None) -> Picture:
     """Each table directory's name and its manifest's inode, size and mtime (a cheap stat per table); for the
-    tables named in ``closely``, every file's."""
+    tables named in ``closely``, every file's. ``only``: the tables served (None: every table)."""
     entries: list[tuple[str, object]] = []
     try:
         with os.scandir(data_dir) as children:
-            names = [child.name for child in children if NAME_PATTERN.fullmatch(child.name)]
+            names = [
+                child.name
+                for child in children
+                if NAME_PATTERN.fullmatch(child.name) and (only is None or child.name in only)
+            ]
     except OSError:
         return ()
     for name in sorted(names):
@@ -54,14 +60,29 @@ def doubtful(registry: Registry | None) -> frozenset[str]:
 
 
 class Watcher:
-    """Polls ``data_dir`` every ``seconds`` and reloads through ``reloader`` when its tables change."""
+    """Polls ``data_dir`` every ``seconds`` and reloads through ``reloader`` when its tables (``names``, or every
+    table) change."""
 
-    def __init__(self, data_dir: Path, seconds: float, reloader: Reloader) -> None:
+    def __init__(self, data_dir: Path, seconds: float, reloader: Reloader, names: list[str] | None = None) -> None:
         self.data_dir = data_dir
         self.seconds = seconds
         self.reloader = reloader
-        self.seen = picture(data_dir)  # taken before the tables load: a change while they load is caught
+        self.only = None if names is None else frozenset(names)
+        self.closely: frozenset[str] = frozenset()  # the tables the last picture looked at file by file
+        self.seen = self.look()  # taken before the tables load: a change while they load is caught
+        reloader.before_scan = self.before_reload
         self._task: asyncio.Task[None] | None = None
+
+    def look(self, closely: frozenset[str] | None = None) -> Picture:
+        """The picture of the data directory now, the tables in doubt (or ``closely``) file by file."""
+        closely = doubtful(getattr(self.reloader.app.state, "registry", None)) if closely is None else closely
+        return picture(self.data_dir, closely, self.only)
+
+    def before_reload(self) -> None:
+        """Called by every reload (in its thread) just before it scans the data directory: what it loads is what
+        the next look compares with."""
+        self.closely = doubtful(getattr(self.reloader.app.state, "registry", None))
+        self.seen = self.look(self.closely)
 
     def start(self) -> None:
         if self.seconds > 0:
@@ -74,20 +95,17 @@ class Watcher:
     async def _run(self) -> None:
         while True:
             await asyncio.sleep(self.seconds)
-            closely = doubtful(getattr(self.reloader.app.state, "registry", None))
-            now = await run_in_threadpool(picture, self.data_dir, closely)
-            if now == self.seen:
+            if await run_in_threadpool(self.look, self.closely) == self.seen:
                 continue
             log.info("the data directory's tables changed: reloading them")
             try:
                 await self.reloader()
             except Exception:
                 log.exception("reload after a change in the data directory failed")
-                continue  # tried again at the next look
-            # As the reload left the tables: the picture of the tables it refused is the close one from now on.
-            registry = getattr(self.reloader.app.state, "registry", None)
-            self.seen = (
-                now
-                if doubtful(registry) == closely
-                else await run_in_threadpool(picture, self.data_dir, doubtful(registry))
-            )
+                self.seen = ()  # tried again at the next look
+                continue
+            # The tables the reload refused are watched file by file from now on: their picture is taken anew.
+            closely = doubtful(getattr(self.reloader.app.state, "registry", None))
+            if closely != self.closely:
+                self.closely = closely
+                self.seen = await run_in_threadpool(self.look, closely)

@@ -17,19 +17,12 @@ import numpy as np
 from index.engine import filters
 from index.engine.delta import Delta, Key, parse_timestamp
 from index.engine.encode import encoder_for
-from index.engine.shards import ShardedTable
 from index.engine.table import Table
 from index.errors import InvalidQuery
 from index.store.payload import BOOLEAN, FLOAT, INTEGER, STRING, STRING_LIST, TIMESTAMP, Payload
-from service.write_models import WriteDocument
+from service.schemas.writes import WriteDocument
 
-
-def documents_of(table: Table) -> Payload:
-    if table.payload is None:
-        raise InvalidQuery(f"table {table.name!r} holds {table.kind}, not documents: only documents tables take writes")
-    if isinstance(table, ShardedTable):
-        raise InvalidQuery(f"table {table.name!r} is sharded: it takes no writes (import it again to change it)")
-    return table.payload
+WRITES_ONLY = "only documents tables take writes"  # why a table that is not a documents table refuses a write
 
 
 def _field_value(kind: str, value: Any) -> Any:
@@ -70,7 +63,7 @@ def upsert_body(
     table: Table, encoder: Table | None, documents: Sequence[WriteDocument], delta: Delta
 ) -> dict[str, Any]:
     """The log record of an upsert of ``documents``: ids, text, vectors (embedded when not given), typed fields."""
-    payload = documents_of(table)
+    payload = table.documents(WRITES_ONLY)
     out: list[dict[str, Any]] = []
     seen: set[Key] = set()
     to_embed: list[int] = []
@@ -120,9 +113,14 @@ def upsert_body(
     return {"op": "upsert", "documents": out}
 
 
+def delete_body(ids: list[Key]) -> tuple[dict[str, Any] | None, int]:
+    """The log record of a delete of ``ids`` (None: none is there, nothing to write) and how many it deletes."""
+    return ({"op": "delete", "ids": ids} if ids else None), len(ids)
+
+
 def delete_ids(table: Table, ids: Sequence[str | int], delta: Delta) -> list[Key]:
     """The ids among ``ids`` that a live document has (each once): what a delete of them removes."""
-    documents_of(table)
+    table.documents(WRITES_ONLY)
     keys = list(dict.fromkeys(k for k in (delta.key(i) for i in ids) if k is not None))
     found = delta.exists(keys)
     return [k for k, there in zip(keys, found.tolist(), strict=True) if there]
@@ -130,7 +128,7 @@ def delete_ids(table: Table, ids: Sequence[str | int], delta: Delta) -> list[Key
 
 def filter_ids(table: Table, spec: Any, delta: Delta) -> list[Key]:
     """The ids of the live documents the search filter ``spec`` lets through."""
-    payload = documents_of(table)
+    payload = table.documents(WRITES_ONLY)
     rows = np.flatnonzero(filters.evaluate(payload, spec).mask & ~delta.deleted)
     written = delta.columns()
     passing = filters.evaluate(written, spec).mask if written.documents else np.zeros(0, dtype=bool)  # type: ignore[arg-type]

@@ -82,6 +82,36 @@ def test_the_engine_imports_without_the_builders_dependencies() -> None:
     assert done.returncode == 0, done.stderr[-2000:]
 
 
+def test_the_server_does_not_import_the_builder() -> None:
+    """The server runs the engine and reads the store; the builder's modules (and their dependencies) stay out."""
+    offenders = {module_name(p): sorted(n for n in imports_of(p) if room_of(n) == "build") for p in sources("service")}
+    assert {m: names for m, names in offenders.items() if names} == {}
+
+
+SERVICE_INDEX_MODULES = 20  # the most modules of index that service/ imports, all its modules together
+
+
+def index_modules_imported(path: Path) -> set[str]:
+    """The modules (and packages) of ``index`` a file imports: ``from index.store import artifact`` names
+    ``index.store.artifact``, ``from index.engine.table import Table`` names ``index.engine.table``."""
+    modules = {module_name(p) for p in sources("index")}
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.update(
+                f"{node.module}.{alias.name}" if f"{node.module}.{alias.name}" in modules else node.module
+                for alias in node.names
+            )
+        elif isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+    return {name for name in found if name.split(".")[0] == "index"}
+
+
+def test_the_server_imports_few_index_modules() -> None:
+    imported = set().union(*(index_modules_imported(p) for p in sources("service")))
+    assert len(imported) <= SERVICE_INDEX_MODULES, sorted(imported)
+
+
 def test_the_server_does_not_import_its_client() -> None:
     offenders = [
         module_name(p) for p in sources("service") if any(n.startswith("service_client") for n in imports_of(p))

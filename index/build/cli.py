@@ -16,6 +16,7 @@ import typer
 
 from index.build.index_choice import AUTO_BUDGET_SECONDS
 from index.build.sources import FORMATS, RawTable
+from index.engine.keyword import DEFAULT_STEMMER, DEFAULT_STOPWORDS
 from index.errors import EmbeddingError
 from index.progress import note
 from index.store import artifact
@@ -58,7 +59,6 @@ BuildBudget = Annotated[
 MinRecall = Annotated[float, typer.Option("--min-recall", help="Refuse an approximate index below this recall@10.")]
 Force = Annotated[bool, typer.Option("--force", help="Replace an existing table of the same name.")]
 Seed = Annotated[int, typer.Option("--seed", help="Seed for sampling and training.")]
-DEFAULT_STOPWORDS, DEFAULT_STEMMER = "en", "english"  # the keyword index's defaults (index.engine.keyword's)
 
 
 def _quiet(value: bool) -> None:

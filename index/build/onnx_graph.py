@@ -16,7 +16,6 @@ layer). Linear weights are stored transposed (in x out), as MatMul wants them.
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,8 +23,9 @@ from typing import Any, Literal
 
 import numpy as np
 
-from index.build.sources.huggingface import DTYPES, TensorInfo, model_files, read_header
+from index.build.sources.huggingface import TensorInfo, model_files, read_header, read_json, read_tensor
 from index.errors import InputError
+from index.progress import Progress
 from index.store.artifact import GRAPH
 
 OPSET = 17  # LayerNormalization is an ONNX operator from opset 17
@@ -92,43 +92,13 @@ class Checkpoint:
         return read_tensor(found)
 
 
-def read_tensor(tensor: TensorInfo) -> np.ndarray:
-    """Any float tensor of a safetensors file as a float32 array of its shape."""
-    if tensor.dtype not in DTYPES:
-        raise InputError(tensor.file, f"tensor {tensor.name!r} has dtype {tensor.dtype}; expected F32, F16 or BF16")
-    source = DTYPES[tensor.dtype]
-    count = math.prod(tensor.shape)
-    if tensor.end - tensor.start != count * source.itemsize:
-        raise InputError(tensor.file, f"tensor {tensor.name!r}: byte range disagrees with its shape and dtype")
-    with open(tensor.file, "rb") as handle:
-        handle.seek(tensor.start)
-        raw = np.frombuffer(handle.read(tensor.end - tensor.start), dtype=source)
-    if tensor.dtype == "BF16":  # bfloat16 is the top half of a float32
-        return (raw.astype(np.uint32) << 16).view(np.float32).reshape(tensor.shape)
-    return raw.astype(np.float32).reshape(tensor.shape)
-
-
-def _json(path: Path) -> dict[str, Any] | list[Any]:
-    if not path.is_file():
-        raise InputError(path, "missing (a sentence-transformers model directory has it)")
-    try:
-        data: dict[str, Any] | list[Any] = json.loads(path.read_text(encoding="utf-8"))
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise InputError(path, f"not valid JSON: {exc}") from None
-    return data
-
-
-def _object(path: Path) -> dict[str, Any]:
-    data = _json(path)
-    if not isinstance(data, dict):
-        raise InputError(path, "expected a JSON object")
-    return data
+MISSING = "missing (a sentence-transformers model directory has it)"
 
 
 def _modules(directory: Path) -> tuple[Path, bool]:
     """The pooling module's directory and whether a Normalize module follows, from ``modules.json``."""
     path = directory / "modules.json"
-    modules = _json(path)
+    modules = read_json(path, missing=MISSING, expect=object)  # its shape is checked below
     if not isinstance(modules, list) or not all(isinstance(m, dict) for m in modules):
         raise InputError(path, "expected a JSON list of modules")
     types = [str(m.get("type", "")) for m in modules]
@@ -145,7 +115,7 @@ def _modules(directory: Path) -> tuple[Path, bool]:
 
 def _pooling(directory: Path) -> Pooling:
     path = directory / "config.json"
-    config = _object(path)
+    config = read_json(path, missing=MISSING)
     modes = sorted(k.removeprefix("pooling_mode_") for k, v in config.items() if k.startswith("pooling_mode_") and v)
     if modes == ["mean_tokens"]:
         return "mean"
@@ -157,7 +127,7 @@ def _pooling(directory: Path) -> Pooling:
 def read_checkpoint(directory: Path) -> Checkpoint:
     """The model directory's configuration and weights (headers only), checked for what the graph supports."""
     config_path = directory / "config.json"
-    config = _object(config_path)
+    config = read_json(config_path, missing=MISSING)
     model_type = config.get("model_type")
     if model_type not in SUPPORTED_TYPES:
         raise InputError(config_path, f"model_type {model_type!r} is not supported (BERT-family encoders: bert)")
@@ -173,7 +143,7 @@ def read_checkpoint(directory: Path) -> Checkpoint:
     pooling_dir, normalize = _modules(directory)
     pooling = _pooling(pooling_dir)
     st_path = directory / "sentence_bert_config.json"
-    max_seq = _object(st_path).get("max_seq_length")
+    max_seq = read_json(st_path, missing=MISSING).get("max_seq_length")
     positions = int(config.get("max_position_embeddings", 512))
     if not isinstance(max_seq, int) or not 2 <= max_seq <= positions:
         raise InputError(st_path, f"max_seq_length must be an integer from 2 to {positions}, got {max_seq!r}")
@@ -270,45 +240,53 @@ def build_graph(checkpoint: Checkpoint) -> bytes:
     bias = g.op("Mul", [g.op("Sub", [ones, mask_f]), big])
     bias = g.op("Unsqueeze", [bias, g.const("axes_1_2", np.array([1, 2], dtype=np.int64))])  # batch, 1, 1, length
 
-    for i in range(checkpoint.layers):
-        name = f"encoder.layer.{i}"
-        context = _attention(g, x, bias, checkpoint, f"{name}.attention.self")
-        attended = g.linear(context, checkpoint, f"{name}.attention.output.dense")
-        x = g.layer_norm(g.op("Add", [attended, x]), checkpoint, f"{name}.attention.output.LayerNorm")
-        inner = _gelu(g, g.linear(x, checkpoint, f"{name}.intermediate.dense"), f"{name}.intermediate")
-        out = g.linear(inner, checkpoint, f"{name}.output.dense")
-        x = g.layer_norm(g.op("Add", [out, x]), checkpoint, f"{name}.output.LayerNorm")
-    g.nodes.append(helper.make_node("Identity", [x], ["token_embeddings"], name="token_embeddings"))
+    with Progress(
+        "building the ONNX graph", checkpoint.layers + 2, "steps"
+    ) as progress:  # layers, serialising, checking
+        for i in range(checkpoint.layers):
+            progress.advance()
+            name = f"encoder.layer.{i}"
+            context = _attention(g, x, bias, checkpoint, f"{name}.attention.self")
+            attended = g.linear(context, checkpoint, f"{name}.attention.output.dense")
+            x = g.layer_norm(g.op("Add", [attended, x]), checkpoint, f"{name}.attention.output.LayerNorm")
+            inner = _gelu(g, g.linear(x, checkpoint, f"{name}.intermediate.dense"), f"{name}.intermediate")
+            out = g.linear(inner, checkpoint, f"{name}.output.dense")
+            x = g.layer_norm(g.op("Add", [out, x]), checkpoint, f"{name}.output.LayerNorm")
+        g.nodes.append(helper.make_node("Identity", [x], ["token_embeddings"], name="token_embeddings"))
 
-    if checkpoint.pooling == "cls":
-        first = g.op("Gather", [x, g.const("first", np.array(0, dtype=np.int64))], axis=1)
-    else:
-        weights = g.op("Unsqueeze", [mask_f, g.const("axes_2", np.array([2], dtype=np.int64))])
-        total = g.op("ReduceSum", [g.op("Mul", [x, weights]), one_axis], keepdims=0)
-        count = g.op("ReduceSum", [weights, one_axis], keepdims=0)
-        floor = g.const("count_floor", np.array(1e-9, dtype=np.float32))
-        first = g.op("Div", [total, g.op("Max", [count, floor])])
-    if checkpoint.normalize:
-        norm = g.op("ReduceL2", [first], axes=[-1], keepdims=1)  # axes an attribute until opset 18
-        first = g.op("Div", [first, g.op("Max", [norm, g.const("norm_floor", np.array(1e-12, dtype=np.float32))])])
-    g.nodes.append(helper.make_node("Identity", [first], ["sentence_embedding"], name="sentence_embedding"))
+        if checkpoint.pooling == "cls":
+            first = g.op("Gather", [x, g.const("first", np.array(0, dtype=np.int64))], axis=1)
+        else:
+            weights = g.op("Unsqueeze", [mask_f, g.const("axes_2", np.array([2], dtype=np.int64))])
+            total = g.op("ReduceSum", [g.op("Mul", [x, weights]), one_axis], keepdims=0)
+            count = g.op("ReduceSum", [weights, one_axis], keepdims=0)
+            floor = g.const("count_floor", np.array(1e-9, dtype=np.float32))
+            first = g.op("Div", [total, g.op("Max", [count, floor])])
+        if checkpoint.normalize:
+            norm = g.op("ReduceL2", [first], axes=[-1], keepdims=1)  # axes an attribute until opset 18
+            first = g.op("Div", [first, g.op("Max", [norm, g.const("norm_floor", np.array(1e-12, dtype=np.float32))])])
+        g.nodes.append(helper.make_node("Identity", [first], ["sentence_embedding"], name="sentence_embedding"))
 
-    hidden = checkpoint.hidden
-    graph = helper.make_graph(
-        g.nodes,
-        "sentence_encoder",
-        [
-            helper.make_tensor_value_info(ids, TensorProto.INT64, ["batch", "length"]),
-            helper.make_tensor_value_info(mask, TensorProto.INT64, ["batch", "length"]),
-        ],
-        [
-            helper.make_tensor_value_info("sentence_embedding", TensorProto.FLOAT, ["batch", hidden]),
-            helper.make_tensor_value_info("token_embeddings", TensorProto.FLOAT, ["batch", "length", hidden]),
-        ],
-        g.initializers,
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)], producer_name="embedding-index")
-    model.ir_version = 8  # readable by every onnxruntime that runs opset 17
-    checker.check_model(model)
-    serialised: bytes = model.SerializeToString()
+        hidden = checkpoint.hidden
+        graph = helper.make_graph(
+            g.nodes,
+            "sentence_encoder",
+            [
+                helper.make_tensor_value_info(ids, TensorProto.INT64, ["batch", "length"]),
+                helper.make_tensor_value_info(mask, TensorProto.INT64, ["batch", "length"]),
+            ],
+            [
+                helper.make_tensor_value_info("sentence_embedding", TensorProto.FLOAT, ["batch", hidden]),
+                helper.make_tensor_value_info("token_embeddings", TensorProto.FLOAT, ["batch", "length", hidden]),
+            ],
+            g.initializers,
+        )
+        model = helper.make_model(
+            graph, opset_imports=[helper.make_opsetid("", OPSET)], producer_name="embedding-index"
+        )
+        model.ir_version = 8  # readable by every onnxruntime that runs opset 17
+        serialised: bytes = model.SerializeToString()
+        progress.advance()
+        checker.check_model(serialised)  # the bytes themselves: the model is serialised once
+        progress.advance()
     return serialised

@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from index.engine.encode import encoder_for
 from index.engine.search import VectorSearch
 from index.engine.table import Table
 from index.engine.transformer_encoder import TransformerEncoder
@@ -60,6 +61,14 @@ def _neighbours(table: Table, vectors: np.ndarray, k: int) -> list[list[dict[str
             ]
         )
     return out
+
+
+def transformer_of(table: Table) -> TransformerEncoder:
+    """The encoder of a transformer table; an InvalidQuery for any other table."""
+    encoder = encoder_for(table) if "transformer" in table.manifest else None
+    if not isinstance(encoder, TransformerEncoder):
+        raise InvalidQuery(f"table {table.name!r} is not a transformer table (import --format transformer)")
+    return encoder
 
 
 def contextual(encoder: TransformerEncoder, texts: list[str], token: str | None = None, k: int = 5) -> dict[str, Any]:

@@ -26,8 +26,6 @@ its :class:`index.engine.transformer_encoder.TransformerEncoder`, which answers 
 from __future__ import annotations
 
 import re
-import threading
-import weakref
 from dataclasses import dataclass
 from functools import cached_property
 from itertools import chain
@@ -273,20 +271,20 @@ def _is_number(value: str) -> bool:
     return True
 
 
-_ENCODERS: weakref.WeakKeyDictionary[Table, Encoder | TransformerEncoder] = weakref.WeakKeyDictionary()
-_LOCK = threading.Lock()
+def embeds_text(table: Table) -> bool:
+    """Whether ``encoder_for(table)`` embeds text: a word table, a model-token table with a tokenizer."""
+    return table.kind == "words" or (table.kind == "tokens" and table.has_tokenizer)
 
 
 def encoder_for(table: Table) -> Encoder | TransformerEncoder:
     """The table's encoder, made once per loaded table (its tokenizer, frequencies or model session are loaded on
     first use): a transformer table's model, else the pooling of its rows."""
-    with _LOCK:
-        encoder = _ENCODERS.get(table)
-        if encoder is None:
-            if "transformer" in table.manifest:
-                from index.engine.transformer_encoder import TransformerEncoder
+    return table.cached("encoder", lambda: _make_encoder(table))
 
-                encoder = _ENCODERS[table] = TransformerEncoder(table)
-            else:
-                encoder = _ENCODERS[table] = Encoder(table)
-        return encoder
+
+def _make_encoder(table: Table) -> Encoder | TransformerEncoder:
+    if "transformer" in table.manifest:
+        from index.engine.transformer_encoder import TransformerEncoder
+
+        return TransformerEncoder(table)
+    return Encoder(table)

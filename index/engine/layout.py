@@ -33,7 +33,8 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from index.errors import Abandoned, InvalidQuery
+from index.engine.table import Table
+from index.errors import Abandoned, InvalidQuery, UnknownToken
 from index.store import artifact
 from index.store.tokens import FLAG_CONTINUATION, FLAG_SPECIAL
 
@@ -353,6 +354,76 @@ def axes_projection(rows: np.ndarray, x_axis: np.ndarray, y_axis: np.ndarray | N
         y = rest @ component
         y_share = float(s[0] ** 2) / total if total > 0 and len(s) else 0.0
     return np.stack([x, y], axis=1), np.asarray([x_share, y_share])
+
+
+# ------------------------------------------------------------------------------------ a table's chosen tokens
+@dataclass(frozen=True)
+class Projection:
+    """What to project: ``tokens`` of a table by ``method`` (pca, axes, tsne or umap) and that method's settings;
+    unknown tokens are an error, or with ``skip_unknown`` left out and listed."""
+
+    tokens: Sequence[str]
+    method: str = "pca"
+    skip_unknown: bool = False
+    x_axis: Sequence[str] | None = None
+    y_axis: Sequence[str] | None = None
+    seed: int = PROJECTION_SEED
+    perplexity: float = TSNE_DEFAULTS["perplexity"]
+    n_neighbors: int = UMAP_DEFAULTS["n_neighbors"]
+    min_dist: float = UMAP_DEFAULTS["min_dist"]
+
+
+def project(table: Table, asked: Projection, stop: Callable[[], bool] | None = None) -> dict[str, Any]:
+    """The tokens' rows (each row once, named by the first token that asked for it) laid out in 2-D:
+    ``{"method", "points": [{"token", "id", "x", "y"}], "explained_variance_ratio"?, "unknown"}``, with ``axes``
+    (method axes) or ``params`` (tsne, umap). ``stop`` ends a t-SNE layout early (its client went)."""
+    require(asked.method)  # a method whose package is missing: 422 naming it, before any work
+    rows: dict[int, str] = {}  # id -> the token that asked for it; repeats of a row are projected once
+    unknown = []
+    for token in asked.tokens:
+        try:
+            found = table.resolve(token)
+        except UnknownToken:
+            if not asked.skip_unknown:
+                raise
+            unknown.append(token)
+            continue
+        rows.setdefault(found.id, found.token)
+    ids = list(rows)
+    vectors = np.asarray(table.vectors[ids])
+    extra: dict[str, Any] = {}
+    if asked.method == "axes" and asked.x_axis is not None:
+        if len(ids) < 2:
+            raise InvalidQuery("projection needs at least two distinct tokens")
+        x_axis, x_pair = _axis(table, asked.x_axis)
+        y_axis, y_pair = _axis(table, asked.y_axis) if asked.y_axis is not None else (None, None)
+        points, ratio = axes_projection(vectors, x_axis, y_axis)
+        extra["axes"] = {"x": x_pair, "y": y_pair if y_pair is not None else "pca"}
+    elif asked.method in ("tsne", "umap"):
+        if asked.method == "tsne":
+            layout = tsne_projection(vectors, asked.perplexity, asked.seed, stop=stop)
+        else:
+            layout = umap_projection(vectors, asked.n_neighbors, asked.min_dist, asked.seed)
+        points, ratio = layout.points, None
+        extra["params"] = layout.info["params"]
+    else:
+        points, ratio = pca_projection(vectors)  # 422 below two distinct rows
+    out: dict[str, Any] = {
+        "method": asked.method,
+        "points": [{"token": rows[i], "id": i, "x": x, "y": y} for i, (x, y) in zip(ids, points.tolist(), strict=True)],
+    }
+    if ratio is not None:
+        out["explained_variance_ratio"] = ratio.tolist()
+    return {**out, "unknown": unknown, **extra}
+
+
+def _axis(table: Table, pair: Sequence[str]) -> tuple[np.ndarray, list[str]]:
+    """The direction a - b of two tokens' unit rows, and the tokens they resolved to (unknown: 404)."""
+    a, b = (table.resolve(token) for token in pair)
+    if a.id == b.id:
+        raise InvalidQuery(f"an axis needs at least two distinct tokens: {pair[0]!r} and {pair[1]!r} are one row")
+    direction = np.asarray(table.vectors[a.id], dtype=np.float64) - np.asarray(table.vectors[b.id], dtype=np.float64)
+    return direction, [a.token, b.token]
 
 
 # ------------------------------------------------------------------------------------------------ the cache

@@ -18,7 +18,7 @@ the merge of the shards' lists is the whole table's list.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Hashable, Sequence
 from pathlib import Path
 from typing import Any, cast
 
@@ -26,6 +26,7 @@ import numpy as np
 import pyarrow as pa
 
 from index.engine.filters import RowSet
+from index.engine.fusion import rrf
 from index.engine.hybrid import DocumentSearch, Hit
 from index.engine.hybrid import run as run_documents
 from index.engine.keyword import KeywordIndex
@@ -33,7 +34,7 @@ from index.engine.knn import Hits, Neighbor
 from index.engine.search import Answers, Search, SearchOptions, VectorSearch
 from index.engine.table import Table
 from index.errors import ArtifactError, InvalidQuery
-from index.store import shardmap
+from index.store import artifact, shardmap
 from index.store.payload import KIND, Payload, sort_ids
 from index.store.tokens import Tokens
 
@@ -44,6 +45,26 @@ def merge(lists: Sequence[tuple[np.ndarray, np.ndarray]], k: int) -> tuple[np.nd
     scores = np.concatenate([np.zeros(0, dtype=np.float64), *(np.asarray(s, dtype=np.float64) for _, s in lists)])
     order = np.lexsort((rows, -scores))[:k]
     return rows[order], scores[order]
+
+
+def fuse(
+    lists: Sequence[Sequence[Hashable]], k: float, weights: tuple[float, float] | None, limit: int
+) -> list[tuple[Hashable, float, list[int]]]:
+    """Reciprocal Rank Fusion (:func:`index.engine.fusion.rrf`) of merged lists of keys (a front's document ids):
+    (key, fused score, its rank in each list, 0 where absent), best first."""
+    numbers: dict[Hashable, int] = {}
+    numbered = [[numbers.setdefault(key, len(numbers)) for key in keys] for keys in lists]
+    keys = list(numbers)
+    fused = rrf(numbered, k=k, weights=weights, limit=limit)
+    return [
+        (keys[number], score, ranks)
+        for number, score, ranks in zip(fused.ids.tolist(), fused.scores.tolist(), fused.ranks.tolist(), strict=True)
+    ]
+
+
+def is_sharded(directory: Path) -> bool:
+    """Whether the table in ``directory`` is a sharded table (its manifest says so)."""
+    return shardmap.is_sharded(artifact.read_manifest(directory))
 
 
 def page(hits: list[Neighbor], offset: int, min_score: float | None) -> list[Neighbor]:
@@ -243,6 +264,6 @@ class ShardedTable(Table):
             merged.append(page(hits, search.offset, search.min_score))
         return merged
 
-    def documents(self, search: DocumentSearch) -> list[list[Hit]]:
+    def search_documents(self, search: DocumentSearch) -> list[list[Hit]]:
         """A documents search (vector, keyword or hybrid; filters, paging, floor, diversity) of the whole table."""
         return run_documents(self, search)

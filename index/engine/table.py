@@ -23,10 +23,10 @@ import logging
 import mmap
 import threading
 from collections import OrderedDict
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import faiss
 import numpy as np
@@ -52,6 +52,7 @@ DROP_SLACK = 16  # extra hits asked for when token kinds are left out
 FILTER_INDEX_FRACTION = 0.05
 FILTER_CACHE = 64  # filters whose passing rows a table keeps, the most recently used ...
 FILTER_CACHE_BYTES = 32 << 20  # ... while their masks and row ids take at most this much
+T = TypeVar("T")
 
 __all__ = ["Neighbor", "Resolved", "SearchOptions", "Table"]
 
@@ -87,6 +88,8 @@ class Table:
         self.keyword = keyword  # a documents table's BM25 index of its text (None: no text)
         self._filters: OrderedDict[str, RowSet] = OrderedDict()
         self._filters_lock = threading.Lock()
+        self._derived: dict[str, Any] = {}  # what callers derive from the table's files (see cached)
+        self._derived_lock = threading.Lock()
         self.lookup = Lookup(self.name, tokens, directory, flags, self.kind == "tokens", self.byte_level)
 
     # ------------------------------------------------------------------ loading
@@ -248,6 +251,25 @@ class Table:
         """The row as float32: unit length, or scaled back to its original norm."""
         unit = np.asarray(self.vectors[row], dtype=np.float32)
         return unit if normalized else unit * self.norms[row]
+
+    # ------------------------------------------------------------------- derived
+    def documents(self, use: str) -> Payload:
+        """The payload of a documents table; for any other table an InvalidQuery that names ``use``."""
+        if self.payload is None:
+            raise InvalidQuery(f"table {self.name!r} holds {self.kind}, not documents: {use}")
+        return self.payload
+
+    def cached(self, name: str, make: Callable[[], T]) -> T:
+        """``make()`` once per loaded table (a version's files never change), shared by every caller; two first
+        callers at once may both make it, and the first one kept is the answer."""
+        with self._derived_lock:
+            if name in self._derived:
+                known: T = self._derived[name]
+                return known
+        made = make()
+        with self._derived_lock:
+            kept: T = self._derived.setdefault(name, made)
+        return kept
 
     # ------------------------------------------------------------------- search
     def normalize_queries(self, vectors: np.ndarray) -> np.ndarray:

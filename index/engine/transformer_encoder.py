@@ -16,8 +16,8 @@ Runtime releases the GIL while it runs.
 from __future__ import annotations
 
 import os
+import threading
 from dataclasses import dataclass
-from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -77,6 +77,9 @@ class TransformerEncoder:
         self.info = info
         self.max_length = int(info["max_seq_length"])
         self.pooling: Pooling = "cls" if info["pooling"] == "cls" else "mean"
+        self._tokenizer: Any = None
+        self._session: Any = None
+        self._loading = threading.Lock()  # one tokenizer and one session per table, however many ask at first
 
     @property
     def default_pooling(self) -> Pooling:
@@ -91,8 +94,28 @@ class TransformerEncoder:
             )
         return self.pooling
 
-    @cached_property
+    @property
     def tokenizer(self) -> Any:
+        if self._tokenizer is None:
+            with self._loading:
+                if self._tokenizer is None:
+                    self._tokenizer = self._open_tokenizer()
+        return self._tokenizer
+
+    @property
+    def unknown_id(self) -> int | None:
+        found: int | None = self.tokenizer.token_to_id("[UNK]")
+        return found
+
+    @property
+    def session(self) -> Any:
+        if self._session is None:
+            with self._loading:
+                if self._session is None:
+                    self._session = self._open_session()
+        return self._session
+
+    def _open_tokenizer(self) -> Any:
         from tokenizers import Tokenizer
 
         tokenizer = Tokenizer.from_file(str(self.table.directory / TOKENIZER))
@@ -100,13 +123,7 @@ class TransformerEncoder:
         tokenizer.no_padding()  # padded here, to the longest text of each batch
         return tokenizer
 
-    @cached_property
-    def unknown_id(self) -> int | None:
-        found: int | None = self.tokenizer.token_to_id("[UNK]")
-        return found
-
-    @cached_property
-    def session(self) -> Any:
+    def _open_session(self) -> Any:
         import onnxruntime
 
         options = onnxruntime.SessionOptions()
@@ -148,6 +165,7 @@ class TransformerEncoder:
         vectors = self.forward(tokenised.ids).vectors
         norms = np.linalg.norm(vectors.astype(np.float64), axis=1)
         vectors = (vectors / np.where(norms > 0, norms, 1.0)[:, None]).astype(np.float32)
-        unknown = [sum(1 for t in ids if t == self.unknown_id) for ids in tokenised.ids]
+        unknown_id = self.unknown_id
+        unknown = [ids.count(unknown_id) if unknown_id is not None else 0 for ids in tokenised.ids]
         used = [len(ids) - u for ids, u in zip(tokenised.ids, unknown, strict=True)]
         return Encoded(vectors, used, unknown, chosen, tokenised.truncated)

@@ -107,17 +107,21 @@ def staging(
     name is left as it was. An error without a file name (a full disk) is given the name of the file it stopped.
     """
     final = table_dir(data_dir, name)
+    exists = ArtifactError(f"table {name!r} already exists in {data_dir} (use --force to rebuild it)")
     if final.exists() and not force:
-        raise ArtifactError(f"table {name!r} already exists in {data_dir} (use --force to rebuild it)")
+        raise exists
     Path(data_dir).mkdir(parents=True, exist_ok=True)
     tmp = Path(data_dir) / f".tmp-{name}-{uuid.uuid4().hex[:8]}"
-    tmp.mkdir()
-    lock = os.open(tmp, os.O_RDONLY)
-    fcntl.flock(lock, fcntl.LOCK_EX)  # held while building: recover() leaves a live build's directory alone
+    with publish_lock(data_dir):  # made and locked at once: recover() never takes it for a dead build's
+        tmp.mkdir()
+        lock = os.open(tmp, os.O_RDONLY)
+        fcntl.flock(lock, fcntl.LOCK_EX)  # held while building: recover() leaves a live build's directory alone
     try:
         try:
             yield tmp
             with publish_lock(data_dir):
+                if final.exists() and not force:  # another build published the name meanwhile
+                    raise exists
                 if complete is not None:
                     complete(tmp)
                 for child in tmp.iterdir():

@@ -11,7 +11,7 @@ from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from service.errors import error_response
-from service.models import LIMITS, Limits
+from service.schemas.common import LIMITS, Limits
 
 
 class BodyTooLarge(HTTPException):

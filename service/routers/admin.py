@@ -7,9 +7,9 @@ from starlette.responses import Response
 
 from service.deps import AdminDep
 from service.errors import ApiError, responses
-from service.models import ReloadResponse
 from service.reload import signal_supervisor
 from service.respond import FastJSON
+from service.schemas.admin import ReloadResponse
 
 router = APIRouter(prefix="/v1/admin", tags=["admin"])
 

@@ -15,8 +15,8 @@ from index.errors import InvalidQuery
 from service import execute, queries
 from service.deps import TableDep
 from service.errors import BODY_ERRORS, responses
-from service.models import AnalogyBatchResponse, AnalogyQuery, AnalogyRequest, AnalogyResponse
 from service.respond import FastJSON, neighbors
+from service.schemas.analogy import AnalogyBatchResponse, AnalogyQuery, AnalogyRequest, AnalogyResponse
 
 router = APIRouter(prefix="/v1/tables/{table}", tags=["analogy"])
 

@@ -5,15 +5,12 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
-from index.engine.contextual import contextual
-from index.engine.encode import encoder_for
-from index.engine.transformer_encoder import TransformerEncoder
-from index.errors import InvalidQuery
-from service.contextual_models import ContextualRequest, ContextualResponse
+from index.engine.contextual import contextual, transformer_of
 from service.deps import TableDep
 from service.errors import BODY_ERRORS, responses
 from service.execute import compute
 from service.respond import FastJSON
+from service.schemas.contextual import ContextualRequest, ContextualResponse
 
 router = APIRouter(prefix="/v1/tables/{table}", tags=["embed"])
 
@@ -25,8 +22,6 @@ router = APIRouter(prefix="/v1/tables/{table}", tags=["embed"])
     summary="A transformer table's last-layer token vectors; a word's in each text beside its static row",
 )
 async def post_contextual(request: Request, table: TableDep, body: ContextualRequest) -> Response:
-    encoder = encoder_for(table) if "transformer" in table.manifest else None
-    if not isinstance(encoder, TransformerEncoder):
-        raise InvalidQuery(f"table {table.name!r} is not a transformer table (import --format transformer)")
+    encoder = transformer_of(table)
     answer = await compute(request, table, "contextual", lambda: contextual(encoder, body.texts, body.token, body.k))
     return FastJSON(answer)

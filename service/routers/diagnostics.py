@@ -11,12 +11,13 @@ from starlette.responses import Response
 
 from index.engine import diagnostics
 from index.engine.table import Neighbor, Resolved, Table
-from index.errors import EmbeddingError
 from service.deps import TableDep, TableName, get_registry, table_named
-from service.errors import BODY_ERRORS, TABLE_ERRORS, item_error, responses
+from service.errors import BODY_ERRORS, TABLE_ERRORS, per_item, responses, with_errors
 from service.execute import compute
 from service.http.fastroute import QueryRoute, parse_query, query_params
-from service.models import (
+from service.respond import FastJSON, neighbors
+from service.schemas.common import TokenOptions
+from service.schemas.diagnostics import (
     CloserThanParams,
     CloserThanResponse,
     CompareBatchResponse,
@@ -33,23 +34,10 @@ from service.models import (
     RankRequest,
     RankResponse,
     RanksResponse,
-    TokenOptions,
 )
-from service.respond import FastJSON, neighbors
 
 router = APIRouter(tags=["diagnostics"], route_class=QueryRoute)
 T = "/v1/tables/{table}"
-
-
-def _each(items: list[Any], run: Any) -> list[dict[str, Any]]:
-    """``run(item)`` for each item of a batch; an item that fails gets its own error envelope."""
-    out = []
-    for item in items:
-        try:
-            out.append(run(item))
-        except EmbeddingError as exc:
-            out.append(item_error(exc))
-    return out
 
 
 # ----------------------------------------------------------------------------------------- doesnt_match
@@ -78,7 +66,7 @@ async def doesnt_match(request: Request, table: TableDep, body: DoesntMatchReque
     queries = body.queries
 
     def many() -> dict[str, Any]:
-        return {"results": _each(queries, lambda words: odd_one_out(table, words, body.skip_unknown))}
+        return {"results": with_errors(*per_item(queries, lambda words: odd_one_out(table, words, body.skip_unknown)))}
 
     return FastJSON(await compute(request, table, "doesnt_match_batch", many))
 
@@ -128,18 +116,14 @@ async def rank_post(request: Request, table: TableDep, body: RankRequest) -> Res
         size = len(body.pairs)
         ranks: list[int | None] = [None] * size
         similarities: list[float | None] = [None] * size
-        errors: list[dict[str, Any] | None] = [None] * size
-        good: list[tuple[int, int, int]] = []  # (position, id a, id b)
-        for position, (a, b) in enumerate(body.pairs):
-            try:
-                good.append((position, table.resolve(a).id, table.resolve(b).id))
-            except EmbeddingError as exc:
-                errors[position] = item_error(exc)["error"]
+        rows, failed = per_item(body.pairs, lambda pair: (table.resolve(pair[0]).id, table.resolve(pair[1]).id))
+        good = [(position, *ids) for position, ids in enumerate(rows) if ids is not None]  # (position, id a, id b)
         if good:
             positions, left, right = (list(column) for column in zip(*good, strict=True))
             found, cosines = diagnostics.ranks(table, left, right)
             for position, value, cosine in zip(positions, found.tolist(), cosines.tolist(), strict=True):
                 ranks[position], similarities[position] = value, cosine
+        errors = [failed[position]["error"] if position in failed else None for position in range(size)]
         return {"ranks": ranks, "similarities": similarities, "errors": errors}
 
     return FastJSON(await compute(request, table, "rank_batch", run))
@@ -210,7 +194,8 @@ async def n_similarity(request: Request, table: TableDep, body: NSimilarityReque
     pairs = body.queries
 
     def many() -> dict[str, Any]:
-        return {"results": _each(pairs, lambda pair: set_similarity(table, pair.a, pair.b, body.skip_unknown))}
+        found = per_item(pairs, lambda pair: set_similarity(table, pair.a, pair.b, body.skip_unknown))
+        return {"results": with_errors(*found)}
 
     return FastJSON(await compute(request, table, "n_similarity_batch", many))
 
@@ -282,17 +267,7 @@ async def compare_post(request: Request, body: CompareRequest) -> Response:
     first, second = registry.get(body.first), registry.get(body.second)
 
     def run() -> dict[str, Any]:
-        pairs: list[Pair | None] = []
-        errors: dict[int, dict[str, Any]] = {}
-        for position, token in enumerate(body.tokens):
-            try:
-                pairs.append((first.resolve(token), second.resolve(token)))
-            except EmbeddingError as exc:
-                pairs.append(None)
-                errors[position] = item_error(exc)
-        results = comparisons(first, second, body.tokens, pairs, body)
-        for position, error in errors.items():
-            results[position] = error
-        return {"results": results}
+        pairs, errors = per_item(body.tokens, lambda token: (first.resolve(token), second.resolve(token)))
+        return {"results": with_errors(comparisons(first, second, body.tokens, pairs, body), errors)}
 
     return FastJSON(await compute(request, first, "compare_batch", run))

@@ -7,12 +7,12 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Path, Query
 from starlette.responses import Response
 
-from index.errors import InvalidQuery
 from service import live
 from service.deps import TableDep
 from service.errors import TABLE_ERRORS, responses
-from service.models import MAX_TOKEN_CHARS, DocumentResponse
 from service.respond import FastJSON
+from service.schemas.common import MAX_TOKEN_CHARS
+from service.schemas.documents import DocumentResponse
 
 router = APIRouter(prefix="/v1/tables/{table}", tags=["documents"])
 
@@ -29,9 +29,7 @@ async def get_document(
     vector: Annotated[bool, Query(description="also return the document's vector as imported")] = False,
     fields: Annotated[str | None, Query(max_length=MAX_TOKEN_CHARS, description="comma-separated fields")] = None,
 ) -> Response:
-    payload = table.payload
-    if payload is None:
-        raise InvalidQuery(f"table {table.name!r} holds {table.kind}, not documents: look a row up by token")
+    payload = table.documents("look a row up by token")
     names = None if fields is None else [name.strip() for name in fields.split(",") if name.strip()]
     delta = live.delta_of(table)
     if delta is not None:

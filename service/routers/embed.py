@@ -14,11 +14,15 @@ import numpy as np
 from fastapi import APIRouter, Depends, Path, Request
 from starlette.responses import Response
 
-from index.engine.encode import Encoded, encoder_for
+from index.engine.encode import Encoded, embeds_text, encoder_for
 from index.engine.table import Table
 from index.errors import EmbeddingError, InvalidQuery
 from service.deps import NAME_SCHEMA, RegistryDep, TableDep, get_registry, table_named
-from service.embed_models import (
+from service.errors import BODY_ERRORS, ERRORS, ApiError, responses
+from service.execute import compute
+from service.queries import check_known
+from service.respond import FastJSON
+from service.schemas.embed import (
     EmbedRequest,
     EmbedResponse,
     OpenAIEmbeddingsRequest,
@@ -26,11 +30,7 @@ from service.embed_models import (
     OpenAIModel,
     OpenAIModelList,
 )
-from service.embed_models import OpenAIErrorResponse as OpenAIError
-from service.errors import BODY_ERRORS, ERRORS, ApiError, responses
-from service.execute import compute
-from service.queries import check_known
-from service.respond import FastJSON
+from service.schemas.embed import OpenAIErrorResponse as OpenAIError
 
 log = logging.getLogger(__name__)
 
@@ -114,10 +114,6 @@ async def create_embeddings(request: Request, body: OpenAIEmbeddingsRequest) -> 
     return FastJSON({"object": "list", "data": data, "model": table.name, "usage": usage})
 
 
-def _embeds_text(table: Table) -> bool:
-    return table.kind == "words" or (table.kind == "tokens" and table.has_tokenizer)
-
-
 def _model(table: Table) -> dict[str, Any]:
     built = table.manifest.get("built_at")
     try:
@@ -135,7 +131,7 @@ def _model(table: Table) -> dict[str, Any]:
 )
 async def list_models(registry: RegistryDep) -> Response:
     tables = [registry.tables[name] for name in sorted(registry.tables)]
-    return FastJSON({"object": "list", "data": [_model(table) for table in tables if _embeds_text(table)]})
+    return FastJSON({"object": "list", "data": [_model(table) for table in tables if embeds_text(table)]})
 
 
 @openai_router.get(
@@ -145,7 +141,7 @@ async def list_models(registry: RegistryDep) -> Response:
     summary="OpenAI-compatible: one table that embeds text, as a model",
 )
 async def get_model(table: Annotated[Table, Depends(model_table)]) -> Response:
-    if not _embeds_text(table):
+    if not embeds_text(table):
         kind = "a model-token table without a tokenizer" if table.kind == "tokens" else f"a table of {table.kind}"
         raise ApiError("unknown_table", f"table {table.name!r} is {kind}, not a model that embeds text")
     return FastJSON(_model(table))

@@ -10,8 +10,8 @@ from starlette.responses import Response
 from service import indexing
 from service.deps import RegistryDep
 from service.errors import error_response, responses
-from service.models import Health, Ready
 from service.respond import FastJSON
+from service.schemas.health import Health, Ready
 
 router = APIRouter(tags=["health"])
 

@@ -24,15 +24,14 @@ import numpy as np
 from fastapi import APIRouter, Path, Query, Request
 from starlette.responses import Response
 
-from index.build.sources.glove_package import DEFAULT_NAME
 from index.engine.layout import LayoutCache, colour_column, colour_columns, default_cache_dir, quantize, tsne_available
 from index.engine.table import Table
 from index.errors import InvalidQuery
 from service.deps import RegistryDep, SettingsDep, TableDep
 from service.errors import BODY_ERRORS, TABLE_ERRORS, responses
 from service.execute import compute
-from service.models import MAX_EXPORT_ROWS, ExplorerConfig, ExportRequest, MapColours, MapInfo
 from service.respond import FastJSON
+from service.schemas.map import MAX_EXPORT_ROWS, ExplorerConfig, ExportRequest, MapColours, MapInfo
 
 router = APIRouter(tags=["map"])
 Method = Annotated[
@@ -41,6 +40,7 @@ Method = Annotated[
 ]
 TSNE = {"perplexity": 30.0, "n_iter": 500, "seed": 42}  # recorded in the layout's params
 MAP_FORMAT = "int16-le-xy"
+DEFAULT_NAME = "glove-6b-50d"  # the table `make run` builds: the GloVe package's, under its default name
 
 
 def layout_cache(request: Request) -> LayoutCache:

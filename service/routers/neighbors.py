@@ -13,15 +13,15 @@ from service import execute, queries
 from service.deps import TableDep, TableName, table_named
 from service.errors import BODY_ERRORS, TABLE_ERRORS, responses
 from service.http.fastroute import QueryRoute, parse_query, query_params
-from service.models import (
+from service.respond import FastJSON, neighbors
+from service.schemas.common import TokenOptions
+from service.schemas.neighbors import (
     NeighborsBatchResponse,
     NeighborsParams,
     NeighborsQuery,
     NeighborsRequest,
     NeighborsResponse,
-    TokenOptions,
 )
-from service.respond import FastJSON, neighbors
 
 router = APIRouter(prefix="/v1/tables/{table}", tags=["neighbors"], route_class=QueryRoute)
 

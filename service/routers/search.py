@@ -26,7 +26,8 @@ from index.errors import EmbeddingError, InvalidQuery
 from service import execute, live, queries
 from service.deps import RegistryDep, TableDep
 from service.errors import BODY_ERRORS, item_error, responses
-from service.models import (
+from service.respond import FastJSON, documents, neighbors, ranked_documents
+from service.schemas.search import (
     DocumentQuery,
     DocumentSearchBatchResponse,
     DocumentSearchResponse,
@@ -35,7 +36,6 @@ from service.models import (
     SearchResponse,
     check_mode,
 )
-from service.respond import FastJSON, documents, neighbors, ranked_documents
 
 router = APIRouter(prefix="/v1/tables/{table}", tags=["search"])
 

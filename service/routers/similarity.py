@@ -15,8 +15,8 @@ from service.deps import TableDep, TableName, table_named
 from service.errors import BODY_ERRORS, TABLE_ERRORS, item_error, responses
 from service.execute import compute
 from service.http.fastroute import QueryRoute, parse_query, query_params
-from service.models import SimilaritiesResponse, SimilarityParams, SimilarityRequest, SimilarityResponse
 from service.respond import FastJSON
+from service.schemas.similarity import SimilaritiesResponse, SimilarityParams, SimilarityRequest, SimilarityResponse
 
 router = APIRouter(prefix="/v1/tables/{table}", tags=["similarity"], route_class=QueryRoute)
 

@@ -12,8 +12,8 @@ from index.engine.table import Table
 from service import indexing, live
 from service.deps import RegistryDep, TableDep
 from service.errors import TABLE_ERRORS, responses
-from service.models import TablesResponse, TableSummary
 from service.respond import FastJSON
+from service.schemas.tables import TablesResponse, TableSummary
 
 router = APIRouter(prefix="/v1/tables", tags=["tables"])
 

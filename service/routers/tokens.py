@@ -11,8 +11,9 @@ from starlette.responses import Response
 from index.engine.table import Resolved, Table
 from service.deps import TableDep
 from service.errors import BODY_ERRORS, TABLE_ERRORS, responses
-from service.models import MAX_TOKEN_CHARS, TokenizeRequest, TokenizeResponse, TokenResponse
 from service.respond import FastJSON
+from service.schemas.common import MAX_TOKEN_CHARS
+from service.schemas.tokens import TokenizeRequest, TokenizeResponse, TokenResponse
 
 router = APIRouter(prefix="/v1/tables/{table}", tags=["tokens"])
 

@@ -14,14 +14,16 @@ from starlette.concurrency import run_in_threadpool
 from starlette.responses import Response
 
 from index.engine.delta import Delta
+from index.engine.shards import ShardedTable
 from index.engine.table import Table
+from index.errors import InvalidQuery
 from service import live, writes
 from service.deps import RegistryDep, SettingsDep, TableDep
 from service.errors import BODY_ERRORS, ApiError, responses
 from service.http import auth
-from service.models import MAX_TOKEN_CHARS
 from service.respond import FastJSON
-from service.write_models import DeleteRequest, UpsertRequest, WriteResponse
+from service.schemas.common import MAX_TOKEN_CHARS
+from service.schemas.writes import DeleteRequest, UpsertRequest, WriteResponse
 
 router = APIRouter(prefix="/v1/tables/{table}", tags=["writes"])
 WRITE_ERRORS = (*BODY_ERRORS, "unauthorized", "forbidden")
@@ -45,7 +47,9 @@ WriteKey = Annotated[None, Depends(require_write_key)]
 
 
 def _live(table: Table) -> live.Live:
-    writes.documents_of(table)
+    table.documents(writes.WRITES_ONLY)
+    if isinstance(table, ShardedTable):
+        raise InvalidQuery(f"table {table.name!r} is sharded: it takes no writes (import it again to change it)")
     state = live.live_of(table)
     if state is None:
         raise ApiError("not_ready", f"table {table.name!r} is not ready for writes", table=table.name)
@@ -87,7 +91,7 @@ async def delete_many(_: WriteKey, table: TableDep, settings: SettingsDep, body:
             ids = writes.delete_ids(table, body.ids, delta)
         else:
             ids = writes.filter_ids(table, body.filter, delta)
-        return ({"op": "delete", "ids": ids} if ids else None), len(ids)
+        return writes.delete_body(ids)
 
     return await _write(table, make, settings.write_sync, "deleted")
 
@@ -105,7 +109,6 @@ async def delete_one(
     document: Annotated[str, Path(min_length=1, max_length=MAX_TOKEN_CHARS, description="the document's id")],
 ) -> Response:
     def make(delta: Delta) -> tuple[dict[str, Any] | None, int]:
-        ids = writes.delete_ids(table, [document], delta)
-        return ({"op": "delete", "ids": ids} if ids else None), len(ids)
+        return writes.delete_body(writes.delete_ids(table, [document], delta))
 
     return await _write(table, make, settings.write_sync, "deleted")

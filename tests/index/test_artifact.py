@@ -63,6 +63,23 @@ def test_existing_table_needs_force_and_survives_failed_rebuild(tmp_path: Path) 
     assert (tmp_path / "t" / artifact.VECTORS).read_bytes() != before
 
 
+def test_a_name_published_while_building_is_not_replaced_without_force(tmp_path: Path) -> None:
+    """Two builds of a new name at once: the one that publishes second is refused (without --force) and the
+    table the first published is left as it is."""
+    with pytest.raises(ArtifactError, match="already exists"), artifact.staging(tmp_path, "t") as tmp:
+        (tmp / "marker").write_text("the second build")
+        build_table(_raw(seed=1), data_dir=tmp_path, name="t", source={})  # the other build, published meanwhile
+    assert artifact.verify(tmp_path / "t").ok and not (tmp_path / "t" / "marker").exists()
+    assert not list(tmp_path.glob(".tmp-*"))
+
+
+def test_a_build_that_has_just_begun_is_not_taken_for_a_dead_one(tmp_path: Path) -> None:
+    """A recovery (a server starting, another build) never removes a build's directory, even one just made."""
+    with artifact.staging(tmp_path, "t") as tmp:
+        assert artifact.recover(tmp_path) == []
+        assert tmp.is_dir()
+
+
 @pytest.mark.parametrize("damage", ["truncate", "flip", "manifest", "extra", "missing"])
 def test_loader_refuses_damaged_table(tmp_path: Path, damage: str) -> None:
     build_table(_raw(), data_dir=tmp_path, name="t", source={})

@@ -28,7 +28,7 @@ from index.build.sources import RawTable, ReadOptions, read_source, sniff_format
 from index.build.sources import huggingface as hf
 from index.build.sources import model2vec as m2v_source
 from index.build.writer import build_table
-from index.engine.encode import DEFAULT_A, SIF_COMPONENT, Encoder, encoder_for
+from index.engine.encode import DEFAULT_A, SIF_COMPONENT, Encoder, embeds_text, encoder_for
 from index.engine.table import Table
 from index.errors import InputError, InvalidQuery
 from index.store import artifact
@@ -454,3 +454,14 @@ def test_sif_command_and_its_errors(data_dir: Path, tmp_path: Path, glove_raw: R
     done = run_cli("sif", "minilm", "--data-dir", str(data_dir))
     assert done.returncode == 1 and "SIF is for word tables" in done.stderr
     assert Table.load(data_dir / "glove-20k").manifest["sif"]["a"] == 0.01  # a failed step changed nothing
+
+
+def test_the_tables_that_embed_text_are_those_with_an_encoder(glove: Table, minilm: Table, lee_data_dir: Path) -> None:
+    """``embeds_text`` (what /v1/models lists) answers as ``encoder_for`` does: a word table and a model-token table
+    with a tokenizer embed text; a documents table does not."""
+    documents = Table.load(lee_data_dir / "lee")
+    assert [embeds_text(t) for t in (glove, minilm, documents)] == [True, True, False]
+    for table in (glove, minilm):
+        assert encoder_for(table).encode(["the heart"]).vectors.shape == (1, table.dim)
+    with pytest.raises(InvalidQuery, match="text is embedded with a word or model table"):
+        encoder_for(documents)

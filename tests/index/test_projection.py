@@ -11,13 +11,15 @@ import pytest
 from index.engine.layout import (
     MIN_NONLINEAR_ROWS,
     PROJECTION_SEED,
+    Projection,
     pca_projection,
+    project,
     require,
     tsne_projection,
     umap_projection,
 )
 from index.engine.table import Table
-from index.errors import InvalidQuery
+from index.errors import InvalidQuery, UnknownToken
 
 GROUPS = {  # the explorer's opening word map
     "colours": "red green blue yellow purple orange",
@@ -140,3 +142,35 @@ def test_a_missing_package_is_named_with_its_extra(
         assert missing.value.details == {"package": package, "extra": "map"}
     require("pca")
     require("axes")
+
+
+def test_a_table_s_tokens_projected_each_row_once_unknown_ones_listed(small: Table) -> None:
+    """``project`` resolves the tokens (a repeated word is one point, named as first asked), leaves unknown ones out
+    when asked, and lays out the rows as ``pca_projection`` does."""
+    tokens = ["king", "queen", "zzqx-unknown", "man", "king", "woman"]
+    answer = project(small, Projection(tokens, skip_unknown=True))
+    ids = [small.resolve(w).id for w in ("king", "queen", "man", "woman")]
+    points, ratio = pca_projection(np.asarray(small.vectors[ids]))
+    assert [(p["token"], p["id"]) for p in answer["points"]] == list(
+        zip(["king", "queen", "man", "woman"], ids, strict=True)
+    )
+    np.testing.assert_allclose([[p["x"], p["y"]] for p in answer["points"]], points)
+    assert answer["explained_variance_ratio"] == ratio.tolist() and answer["unknown"] == ["zzqx-unknown"]
+    with pytest.raises(UnknownToken):
+        project(small, Projection(tokens))
+
+
+def test_word_pair_axes_of_a_table(small: Table) -> None:
+    """x along king - queen, y along man - woman: each point's coordinates are its unit row's projections."""
+    answer = project(small, Projection(WORDS, method="axes", x_axis=["king", "queen"], y_axis=["man", "woman"]))
+    unit = {
+        w: np.asarray(small.vectors[small.resolve(w).id], dtype=np.float64) for w in ("king", "queen", "man", "woman")
+    }
+    x_dir, y_dir = unit["king"] - unit["queen"], unit["man"] - unit["woman"]
+    for point in answer["points"]:
+        row = np.asarray(small.vectors[point["id"]], dtype=np.float64)
+        assert point["x"] == pytest.approx(row @ x_dir / (x_dir @ x_dir))
+        assert point["y"] == pytest.approx(row @ y_dir / (y_dir @ y_dir))
+    assert answer["axes"] == {"x": ["king", "queen"], "y": ["man", "woman"]}
+    with pytest.raises(InvalidQuery, match="are one row"):
+        project(small, Projection(WORDS, method="axes", x_axis=["king", "king"]))

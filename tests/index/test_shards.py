@@ -238,9 +238,9 @@ def same(got: list[list[Hit]], expected: list[list[Hit]], vectors: np.ndarray) -
 def test_every_document_search_equals_the_whole_tables(whole: Table, sharded: ShardedTable, lee_docs: Lee) -> None:
     vectors, texts, picked = queries(lee_docs)
     for search in document_searches(vectors, texts, picked):
-        same(sharded.documents(search), run_documents(whole, search), whole.vectors)
+        same(sharded.search_documents(search), run_documents(whole, search), whole.vectors)
         spec = {"or": [{"long": True}, {"tags": {"prefix": "australia"}}]}
-        got = sharded.documents(filtered(search, sharded, spec))
+        got = sharded.search_documents(filtered(search, sharded, spec))
         same(got, run_documents(whole, filtered(search, whole, spec)), whole.vectors)
 
 

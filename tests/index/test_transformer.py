@@ -10,6 +10,8 @@ import math
 import shutil
 import subprocess
 import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -279,3 +281,32 @@ def test_threads_follow_faiss(table: Table, monkeypatch: pytest.MonkeyPatch) -> 
     monkeypatch.setenv("EMBEDDING_THREADS", "1")
     fresh = TransformerEncoder(table)
     assert fresh.session.get_session_options().intra_op_num_threads == 1
+
+
+def test_requests_that_come_together_share_one_session(table: Table, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The first requests of a table, arriving together in worker threads, load one tokenizer and one session."""
+    import onnxruntime
+    import tokenizers
+
+    opened: list[str] = []
+    real_session, real_tokenizer = onnxruntime.InferenceSession, tokenizers.Tokenizer
+
+    def slow_session(*args: Any, **kwargs: Any) -> Any:
+        opened.append("session")
+        time.sleep(0.2)  # long enough for every thread to ask while the first one loads
+        return real_session(*args, **kwargs)
+
+    class SlowTokenizer:
+        @staticmethod
+        def from_file(path: str) -> Any:
+            opened.append("tokenizer")
+            time.sleep(0.2)
+            return real_tokenizer.from_file(path)
+
+    monkeypatch.setattr(onnxruntime, "InferenceSession", slow_session)
+    monkeypatch.setattr(tokenizers, "Tokenizer", SlowTokenizer)
+    fresh = TransformerEncoder(table)
+    with ThreadPoolExecutor(8) as pool:
+        vectors = list(pool.map(lambda text: fresh.encode([text]).vectors[0], ["heart"] * 8))
+    assert sorted(opened) == ["session", "tokenizer"]
+    assert all(np.array_equal(v, vectors[0]) for v in vectors)

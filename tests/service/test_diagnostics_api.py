@@ -17,7 +17,7 @@ from index.build.writer import build_table
 from index.engine import diagnostics
 from index.engine.table import Table
 from service.deps import TABLE_NAME
-from service.models import MAX_SET_WORDS, CompareParams, CompareRequest
+from service.schemas.diagnostics import MAX_SET_WORDS, CompareParams, CompareRequest
 from service_client import ApiError, Client
 from tests.conftest import small_raw
 from tests.index.test_diagnostics import keyed_vectors

@@ -21,7 +21,7 @@ from index.build.sources import huggingface as hf
 from index.build.writer import build_table
 from index.engine.encode import Encoder
 from index.engine.table import Table
-from service.embed_models import MAX_EMBED_CHARS
+from service.schemas.embed import MAX_EMBED_CHARS
 from tests.index.test_encode import minilm_rows, model2vec_parts, token_mean, write_model2vec
 from tests.index.test_huggingface import minilm_dir
 from tests.service import real_server

@@ -16,7 +16,7 @@ from starlette.responses import Response
 from service.deps import AdminDep
 from service.errors import ERRORS
 from service.http.fastroute import QueryRoute, query_params
-from service.models import NeighborsParams
+from service.schemas.neighbors import NeighborsParams
 from tests.service.conftest import client_for
 
 T = "/v1/tables/small"

@@ -29,8 +29,12 @@ from pydantic import BaseModel, ValidationError
 from schemathesis import CheckContext
 from schemathesis.specs.openapi.checks import allow_header_conformance, positive_data_acceptance
 
-from service import models
 from service.app import create_app
+from service.schemas.analogy import AnalogyRequest
+from service.schemas.diagnostics import DoesntMatchRequest, NSimilarityRequest
+from service.schemas.map import ExportRow
+from service.schemas.neighbors import NeighborsQuery, NeighborsRequest
+from service.schemas.search import DocumentQuery, SearchRequest
 from service.settings import Settings
 
 TABLE = "small"
@@ -124,7 +128,7 @@ def test_every_operation_is_fuzzed(small_data_dir: Path) -> None:
 
 # Each request model's form fields, with a value each: every combination of them (given or left out) is one body.
 FORM_FIELDS: dict[type[BaseModel], dict[str, Any]] = {
-    models.SearchRequest: {
+    SearchRequest: {
         "vector": [0.1, 0.2],
         "vectors": [[0.1, 0.2]],
         "id": "d1",
@@ -134,19 +138,19 @@ FORM_FIELDS: dict[type[BaseModel], dict[str, Any]] = {
         "text": "red",
         "mode": ["vector", "keyword", "hybrid"],  # a list of choices: each is tried, and leaving it out
     },
-    models.DocumentQuery: {"vector": [0.1], "id": 7, "positive": ["d1"], "negative": ["d2"], "text": "red"},
-    models.NeighborsRequest: {"token": "red", "id": 3, "positive": ["red"], "negative": ["blue"], "queries": ["red"]},
-    models.NeighborsQuery: {"token": "red", "id": 3, "positive": ["red"], "negative": ["blue"]},
-    models.AnalogyRequest: {
+    DocumentQuery: {"vector": [0.1], "id": 7, "positive": ["d1"], "negative": ["d2"], "text": "red"},
+    NeighborsRequest: {"token": "red", "id": 3, "positive": ["red"], "negative": ["blue"], "queries": ["red"]},
+    NeighborsQuery: {"token": "red", "id": 3, "positive": ["red"], "negative": ["blue"]},
+    AnalogyRequest: {
         "a": "man",
         "b": "king",
         "c": "woman",
         "expect": "queen",
         "queries": [{"a": "man", "b": "king", "c": "woman"}],
     },
-    models.NSimilarityRequest: {"a": ["red"], "b": ["blue"], "queries": [{"a": ["red"], "b": ["blue"]}]},
-    models.DoesntMatchRequest: {"words": ["red", "blue", "dog"], "queries": [["red", "blue", "dog"]]},
-    models.ExportRow: {"token": "red", "id": 3},
+    NSimilarityRequest: {"a": ["red"], "b": ["blue"], "queries": [{"a": ["red"], "b": ["blue"]}]},
+    DoesntMatchRequest: {"words": ["red", "blue", "dog"], "queries": [["red", "blue", "dog"]]},
+    ExportRow: {"token": "red", "id": 3},
 }
 
 

@@ -17,12 +17,13 @@ import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 
-from index.build.sources import RawTable
+from index.build.sources import RawTable, glove_package
 from index.build.writer import build_table
 from index.engine.layout import TOKEN_KIND
 from index.engine.table import Table
 from index.store import artifact
 from index.store.tokens import FLAG_CONTINUATION, FLAG_SPECIAL
+from service.routers import map as map_routes
 from tests.service.conftest import MINILM, client_for
 
 T = "/v1/tables/small"
@@ -179,6 +180,7 @@ def test_the_explorer_opens_on_the_default_table(tmp_path: Path, small: Table) -
     raw = RawTable(tokens=list(small.tokens[:500]), matrix=np.asarray(small.vectors[:500]).copy())
     for name in ("aaa", "glove-6b-50d", "zzz"):
         build_table(raw, data_dir=tmp_path, name=name, source={"format": "test", "path": name}, index_spec="flat")
+    assert map_routes.DEFAULT_NAME == glove_package.DEFAULT_NAME == "glove-6b-50d"  # named without the builder
     with client_for(data_dir=tmp_path) as client:
         assert client.get("/v1/explorer").json()["default_table"] == "glove-6b-50d"
     with client_for(data_dir=tmp_path, tables=["zzz", "aaa"]) as client:

@@ -276,3 +276,38 @@ def test_watching_is_off_at_zero(data_dir: Path, glove_raw: RawTable, tmp_path: 
         wait_for(lambda: served_rows(server.base) == V2, what="the reload SIGHUP asked for")
     finally:
         server.stop()
+
+
+def test_a_change_a_signal_loaded_is_not_loaded_again(data_dir: Path, glove_raw: RawTable, tmp_path: Path) -> None:
+    """A rebuild loaded by SIGHUP (as the background index build sends it) is what the watcher compares with next:
+    it does not reload the same change a second time."""
+    seconds = 1.0
+    server = start(data_dir, tmp_path / "server.log", env={"EMBEDDING_WATCH_SECONDS": str(seconds)})
+    try:
+        build(glove_raw, data_dir, "t", V2)
+        os.kill(server.process.pid, signal.SIGHUP)
+        wait_for(lambda: served_rows(server.base) == V2, what="the reload SIGHUP asked for")
+        looked = server.log().count("reloading them")  # 1 if a look fell between the build and the signal
+        time.sleep(3 * seconds)
+        log = server.log()
+        assert log.count("reloading them") == looked, log[-2000:]
+        assert log.count("reload: 1 loaded") == 1, log[-2000:]
+    finally:
+        server.stop()
+
+
+def test_only_the_served_tables_are_watched(data_dir: Path, glove_raw: RawTable, tmp_path: Path) -> None:
+    """A server given EMBEDDING_TABLES does not reload for a table it does not serve, and still does for its own."""
+    seconds = 0.5
+    env = {"EMBEDDING_WATCH_SECONDS": str(seconds), "EMBEDDING_TABLES": "t"}
+    server = start(data_dir, tmp_path / "server.log", env=env)
+    try:
+        build(glove_raw, data_dir, "other", 1_000)
+        build(glove_raw, data_dir, "u", 2_000)  # a table of the directory it does not serve, rebuilt
+        time.sleep(4 * seconds)
+        assert "reloading them" not in server.log()
+        build(glove_raw, data_dir, "t", V2)
+        wait_for(lambda: served_rows(server.base) == V2, seconds=seconds + 10, what="the served table's rebuild")
+        assert server.log().count("reloading them") == 1
+    finally:
+        server.stop()

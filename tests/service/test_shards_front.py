@@ -23,8 +23,8 @@ import numpy as np
 import pytest
 
 from index.store import shardmap
-from service.models import SearchRequest
 from service.scatter import shard_body
+from service.schemas.search import SearchRequest
 from tests.index.test_shards import EXE, run
 from tests.lee import Lee, jsonl_records, write_jsonl
 from tests.service import real_server

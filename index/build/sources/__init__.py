@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from index.engine.keyword import DEFAULT_STEMMER, DEFAULT_STOPWORDS
 from index.errors import InputError
 from index.progress import note
 
@@ -35,9 +36,9 @@ class ReadOptions:
     vector_field: str | None = None
     chunk_words: int | None = None
     encoder: Path | None = None  # documents without vectors: the table that embeds their text
-    # documents with text: the keyword index's stop-word list and stemmer (None: none); index.engine.keyword's defaults
-    stopwords: str | None = "en"
-    stemmer: str | None = "english"
+    # documents with text: the keyword index's stop-word list and stemmer (None: none)
+    stopwords: str | None = DEFAULT_STOPWORDS
+    stemmer: str | None = DEFAULT_STEMMER
 
 
 @dataclass

@@ -12,9 +12,10 @@ process, so plain reads are used instead.
 from __future__ import annotations
 
 import json
+import math
 import re
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -185,6 +186,14 @@ def read_matrix(tensor: TensorInfo, block_bytes: int = BLOCK_BYTES) -> np.ndarra
     return out
 
 
+def read_tensor(tensor: TensorInfo) -> np.ndarray:
+    """Any float tensor as a float32 array of its shape (read as the matrix of its last axis)."""
+    count = math.prod(tensor.shape)
+    last = tensor.shape[-1] if tensor.shape and tensor.shape[-1] > 0 else 1
+    flat = replace(tensor, shape=(count // last, last))
+    return read_matrix(flat).reshape(tensor.shape)
+
+
 def same_bytes(a: TensorInfo, b: TensorInfo, block_bytes: int = BLOCK_BYTES) -> bool:
     """Whether two tensors hold identical data (compared block by block)."""
     if (a.dtype, a.shape) != (b.dtype, b.shape):
@@ -232,7 +241,7 @@ def _wordpiece_json(vocab_txt: Path, directory: Path) -> bytes:
     """A tokenizer.json for a BERT ``vocab.txt`` (lower-casing as ``tokenizer_config.json`` says)."""
     from tokenizers import BertWordPieceTokenizer
 
-    lowercase = bool(_read_json(directory / "tokenizer_config.json", {}).get("do_lower_case", True))
+    lowercase = bool(read_json(directory / "tokenizer_config.json", {}).get("do_lower_case", True))
     try:
         tokenizer = BertWordPieceTokenizer(str(vocab_txt), lowercase=lowercase)
     except Exception as exc:  # tokenizers raises plain Exceptions for unreadable vocabularies
@@ -347,17 +356,18 @@ def token_flags(vocab: Vocabulary) -> np.ndarray:
 
 
 # ------------------------------------------------------------------------ read
-def _read_json(path: Path, default: dict[str, Any] | None = None) -> dict[str, Any]:
+def read_json(path: Path, default: Any = None, missing: str = "missing", expect: type = dict) -> Any:
+    """A model directory's JSON file (``default`` when it is absent, if given): an ``expect`` (object or list)."""
     if not path.is_file():
         if default is not None:
             return default
-        raise InputError(path, "missing")
+        raise InputError(path, missing)
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (ValueError, UnicodeDecodeError) as exc:
         raise InputError(path, f"not valid JSON: {exc}") from None
-    if not isinstance(data, dict):
-        raise InputError(path, "expected a JSON object")
+    if not isinstance(data, expect):
+        raise InputError(path, "expected a JSON object" if expect is dict else "expected a JSON list")
     return data
 
 
@@ -365,7 +375,7 @@ def read(path: Path, options: ReadOptions) -> RawTable:
     """Read a model directory (or one ``.safetensors`` file inside it) as a token table."""
     path = Path(path)
     directory = path.parent if path.is_file() else path
-    config = _read_json(directory / "config.json", {})
+    config = read_json(directory / "config.json", {})
     files = [path] if path.is_file() else model_files(directory)
     tensors: dict[str, TensorInfo] = {}
     for file in files:

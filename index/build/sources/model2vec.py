@@ -22,8 +22,8 @@ from index.build.sources.huggingface import (
     DTYPE_NAMES,
     TensorInfo,
     _read_exact,
-    _read_json,
     read_header,
+    read_json,
     read_matrix,
     read_vocabulary,
     readable_label,
@@ -101,7 +101,7 @@ def read(path: Path, options: ReadOptions) -> RawTable:
     model = directory / MODEL
     if not model.is_file():
         raise InputError(directory, f"no {MODEL} (a model2vec model holds {MODEL}, {TOKENIZER} and config.json)")
-    config = _read_json(directory / "config.json")
+    config = read_json(directory / "config.json")
     tensors = read_header(model)
     if "embeddings" not in tensors:
         listing = ", ".join(f"{n} {list(t.shape)}" for n, t in sorted(tensors.items())) or "none"

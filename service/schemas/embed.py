@@ -10,7 +10,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 from index.engine.encode import Pooling
-from service.models import CHECK_BATCH, STRICT, TableNameField, Whole, batch_of
+from service.schemas.common import CHECK_BATCH, STRICT, TableNameField, Whole, batch_of
 
 POOLING_HELP = (
     "word tables: 'sif' (SIF-weighted mean, common component removed; the default once `embedding-index sif` "

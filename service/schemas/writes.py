@@ -6,7 +6,16 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, Field, StrictInt, StrictStr, model_validator
 
-from service.models import CHECK_BATCH, MAX_TEXT_CHARS, MAX_TOKEN_CHARS, STRICT, Vector, batch_of, given, one_form
+from service.schemas.common import (
+    CHECK_BATCH,
+    MAX_TEXT_CHARS,
+    MAX_TOKEN_CHARS,
+    STRICT,
+    Vector,
+    batch_of,
+    given,
+    one_form,
+)
 
 DocumentId = Annotated[StrictStr, Field(min_length=1, max_length=MAX_TOKEN_CHARS)] | StrictInt
 

@@ -1,0 +1,83 @@
+"""Request and response schemas of ``GET``/``POST .../analogy``."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from service.schemas.common import (
+    CHECK_BATCH,
+    STRICT,
+    Form,
+    ItemErrorResponse,
+    Token,
+    TokenOptions,
+    absent,
+    batch_of,
+    check_hits,
+    given,
+    one_form,
+    present,
+)
+from service.schemas.neighbors import NeighborsResponse
+
+Method = Literal["3cosadd", "3cosmul"]
+
+
+EXPECT_HELP = "the answer you expect: its rank among the candidates (1: the answer), score and margin are reported"
+
+
+class AnalogyQuery(BaseModel):
+    model_config = STRICT
+
+    a: Token
+    b: Token
+    c: Token
+    expect: Token | None = Field(None, description=EXPECT_HELP)
+
+
+AnalogyBatch = Annotated[list[AnalogyQuery], batch_of("a batch of analogy questions"), CHECK_BATCH]
+
+
+class AnalogyRequest(TokenOptions):
+    """``a`` is to ``b`` as ``c`` is to ?; or ``queries`` for a batch."""
+
+    model_config = one_form(Form(present("a", "b", "c"), absent("a", "b", "c", "expect")), given("queries"))
+
+    a: Token | None = None
+    b: Token | None = None
+    c: Token | None = None
+    expect: Token | None = Field(None, description=EXPECT_HELP + " (a batch: each question's own expect)")
+    queries: AnalogyBatch | None = None
+    method: Method = "3cosadd"
+
+    @model_validator(mode="after")
+    def _one_form(self) -> AnalogyRequest:
+        given = [x is not None for x in (self.a, self.b, self.c)]
+        if self.queries is not None and (any(given) or self.expect is not None):
+            raise ValueError("give either queries (a batch) or a, b and c (and expect), not both")
+        if self.queries is None and not all(given):
+            raise ValueError("give a, b and c (or queries)")
+        check_hits(len(self.queries or ()), self.k)
+        return self
+
+
+class Expected(BaseModel):
+    """Where the expected answer ranks among the candidates: 1 is the answer; margin = best score - its score."""
+
+    model_config = ConfigDict(extra="allow")
+
+    token: str
+    id: int
+    rank: int
+    score: float
+    margin: float
+
+
+class AnalogyResponse(NeighborsResponse):
+    expect: Expected | None = Field(None, description="only when the request names an expected answer")
+
+
+class AnalogyBatchResponse(BaseModel):
+    results: list[AnalogyResponse | ItemErrorResponse]

@@ -1,0 +1,296 @@
+"""What every request and response schema shares: the limits, the field types and their validators, the request
+forms written into the JSON schema, the query options, and the parts of answers that many routes give.
+
+Limits live in the models: ``k`` is 1..max_k and batches hold at most max_batch items, where max_k and
+max_batch are the serving app's settings; so do the bounds on a request's total work (hits, filter conditions,
+words, layout points x neighbourhood), each a 422 before any work starts. The app publishes them per request in
+:data:`LIMITS` (set by the request-limits middleware) and the validators and OpenAPI schema read them from there,
+so two apps with different settings can run in one process. JSON bodies are strict: ``k: true`` or ``k: 1.5`` is a 422.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from contextvars import ContextVar
+from dataclasses import dataclass
+from typing import Annotated, Any, Literal
+
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationInfo
+
+from index.engine.search import SearchOptions
+
+
+@dataclass(frozen=True)
+class Limits:
+    max_k: int = 1000
+    max_batch: int = 1024
+    max_hits: int = 102_400  # items x (offset + k) in one request
+    max_filter_conditions: int = 4096  # conditions of all the filters of one request
+    max_words: int = 20_000  # words of all the word lists of one request (doesnt-match, n-similarity)
+    max_layout_work: int = 32_768  # tokens x perplexity (t-SNE) or x n_neighbors (UMAP) of one projection
+
+
+LIMITS: ContextVar[Limits] = ContextVar("embedding_limits", default=Limits())  # noqa: B039 (frozen)
+
+MAX_TOKEN_CHARS = 1024
+MAX_TEXT_CHARS = 100_000
+MAX_DIM = 65_536
+FLOAT32_MAX = 3.4028234663852886e38
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+
+
+def check_k(k: int) -> int:
+    limit = LIMITS.get().max_k
+    if k > limit:
+        raise ValueError(f"k must be at most {limit} (the server's max_k)")
+    return k
+
+
+def _check_batch(items: list[Any]) -> list[Any]:
+    limit = LIMITS.get().max_batch
+    if len(items) > limit:
+        raise ValueError(f"a batch holds at most {limit} items (the server's max_batch), got {len(items)}")
+    return items
+
+
+def check_work(amount: int, limit_name: str, what: str) -> None:
+    """ValueError when ``amount`` is over the limit ``limit_name`` of :class:`Limits` (a request's total work)."""
+    limit = getattr(LIMITS.get(), limit_name)
+    if amount > limit:
+        raise ValueError(f"{what}: {amount:,}, more than the server's {limit_name} of {limit:,}")
+
+
+def check_hits(items: int, k: int) -> None:
+    if items > 1:
+        check_work(items * k, "max_hits", f"hits asked for ({items:,} items x k {k:,}, offset included)")
+
+
+def k_schema(schema: dict[str, Any]) -> None:
+    schema["maximum"] = LIMITS.get().max_k
+
+
+def _batch_schema(schema: dict[str, Any]) -> None:
+    schema["maxItems"] = LIMITS.get().max_batch
+
+
+WHOLE_NUMBER = re.compile(r"-?[0-9]+(\.[0-9]+)?([eE][+-]?[0-9]+)?")
+
+
+def _whole_number(value: Any, info: ValidationInfo) -> Any:
+    """JSON Schema (and so OpenAPI 3.1) counts 2.0 and 2e0 as the integer 2; booleans and 2.5 stay refused.
+
+    Strings are numbers only in a query string (lax models); a JSON body's ``"5"`` is a string, refused.
+    """
+    strict = bool(info.config and info.config.get("strict"))
+    if isinstance(value, str) and not strict and WHOLE_NUMBER.fullmatch(value.strip()):
+        value = float(value)
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
+Whole = BeforeValidator(_whole_number)
+# The constraints come before the validator, so the schema says "minimum" (pydantic's order rule).
+K = Annotated[
+    int,
+    Field(ge=1, json_schema_extra=k_schema, description="number of neighbours, 1..max_k"),
+    Whole,
+    AfterValidator(check_k),
+]
+Restrict = Annotated[int, Field(ge=1, description="search only the first N rows (gensim's restrict_vocab)"), Whole]
+RowId = Annotated[int, Field(ge=0, description="a row id instead of a token"), Whole]
+Token = Annotated[str, Field(min_length=1, max_length=MAX_TOKEN_CHARS)]
+Component = Annotated[float, Field(ge=-FLOAT32_MAX, le=FLOAT32_MAX, allow_inf_nan=False, description="a float32 value")]
+Vector = Annotated[list[Component], Field(min_length=1, max_length=MAX_DIM)]
+# Items of a batch are checked one by one (a bad vector gets its own error), so the schema takes any numbers.
+BatchVector = Annotated[list[float], Field(min_length=1, max_length=MAX_DIM)]
+Tokens = Annotated[list[Token], Field(max_length=MAX_DIM)]
+
+
+def batch_of(description: str, min_items: int = 1) -> Any:
+    """The field of a batch: ``Annotated[list[Item], batch_of(...), CHECK_BATCH]`` is ``min_items``..max_batch items.
+
+    The annotation is written out at each use (not built by a function) so a type checker sees the item type.
+    """
+    return Field(min_length=min_items, json_schema_extra=_batch_schema, description=description)
+
+
+CHECK_BATCH = AfterValidator(_check_batch)
+
+
+STRICT = ConfigDict(strict=True, extra="forbid")
+
+
+# The request forms, written into the JSON schema as ``oneOf`` so the OpenAPI document says what the model
+# validators enforce ("exactly one of ..."): a client (or a fuzzer) that follows the schema is never refused.
+def present(*fields: str) -> dict[str, Any]:
+    return {"required": list(fields), "properties": {f: {"not": {"type": "null"}} for f in fields}}
+
+
+def absent(*fields: str) -> dict[str, Any]:
+    return {"properties": {f: {"type": "null"} for f in fields}}
+
+
+def nonempty(field: str) -> dict[str, Any]:
+    return {"required": [field], "properties": {field: {"minItems": 1}}}
+
+
+@dataclass(frozen=True)
+class Form:
+    """One request form: the schema of a request that uses it, and of one that does not (None: the form itself
+    rules the others out)."""
+
+    used: dict[str, Any]
+    unused: dict[str, Any] | None = None
+
+
+def given(*fields: str) -> Form:
+    """The form of these fields: given (not null), or left out (or null)."""
+    return Form(present(*fields), absent(*fields))
+
+
+NO_POSITIVE_NEGATIVE = {"properties": {"positive": {"maxItems": 0}, "negative": {"maxItems": 0}}}
+POSITIVE_NEGATIVE = Form({"anyOf": [nonempty("positive"), nonempty("negative")]}, NO_POSITIVE_NEGATIVE)
+
+
+def one_form(
+    *forms: Form, any_of: tuple[dict[str, Any], ...] = (), never: tuple[dict[str, Any], ...] = ()
+) -> ConfigDict:
+    """Exactly one of ``forms``; given ``any_of``, at least one of those too; none of ``never``.
+
+    Each form is written with the other forms unused, so the forms exclude one another in the schema itself: a
+    generator that draws a request from one form gets a valid one, instead of searching for the rare draw that
+    happens to match only one of overlapping forms."""
+    one_of = []
+    for form in forms:
+        unused = [other.unused for other in forms if other is not form and other.unused is not None]
+        one_of.append({"allOf": [form.used, *unused]} if unused else form.used)
+    extra: dict[str, Any] = {"oneOf": one_of}
+    if any_of:
+        extra["anyOf"] = list(any_of)
+    if never:
+        extra["not"] = {"anyOf": list(never)}
+    return ConfigDict(strict=True, extra="forbid", json_schema_extra=extra)
+
+
+SINGLE_QUERY_FORMS = (given("token"), given("id"), POSITIVE_NEGATIVE)
+
+
+# ------------------------------------------------------------------ options shared by every query form
+# A few combinations of options are asked for over and over: one (immutable) object each, made once.
+search_options = functools.lru_cache(maxsize=256)(SearchOptions)
+
+
+class QueryOptions(BaseModel):
+    k: K = 10
+    exact: bool = Field(False, description="force brute force even when the table's index is approximate")
+    restrict: Restrict | None = None
+
+
+class TokenOptions(QueryOptions):
+    skip_special: bool = Field(True, description="leave out special tokens ([CLS], <s>, ...) of model-token tables")
+    whole_words_only: bool = Field(False, description="leave out word-continuation pieces (##ing) of model tokens")
+
+    def search_options(self) -> SearchOptions:
+        """What the engine is asked beside the queries and ``k``."""
+        return search_options(self.exact, self.restrict, self.skip_special, self.whole_words_only)
+
+
+Compose = Literal["mean"]
+COMPOSE_HELP = "'mean': a word that is not one row is composed as the mean of its tokenizer pieces' rows"
+
+
+def _utf8_json(value: Any, where: str = "") -> None:
+    """Raise ValueError at the first text (key or value) of free-form JSON that UTF-8 cannot encode: a lone
+    surrogate such as ``"\\ud800"`` is valid JSON, and pydantic's ``str`` refuses it, but ``Any`` lets it through."""
+    if isinstance(value, str):
+        try:
+            value.encode()
+        except UnicodeEncodeError:
+            raise ValueError(
+                f"{where or 'text'}: text must be valid Unicode (a lone UTF-16 surrogate is not)"
+            ) from None
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            _utf8_json(key, f"{where}.<a key>" if where else "<a key>")
+            _utf8_json(item, f"{where}.{key}" if where else key)
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            _utf8_json(item, f"{where}[{i}]")
+
+
+def _valid_text(value: Any) -> Any:
+    _utf8_json(value)
+    return value
+
+
+def int64_schema(schema: dict[str, Any]) -> None:
+    """The int64 range as the OpenAPI document can say it: its bounds become floats, which a checker compares as
+    floats, so they stay a float's step (1024) inside it (a client that keeps within the schema is never refused)."""
+    schema["minimum"], schema["maximum"] = INT64_MIN + 1024, INT64_MAX + 1 - 1024
+
+
+def conditions(spec: Any) -> int:
+    """How many conditions a filter holds: one per operator on a field and per and/or/not (each is one pass over
+    a column or over the rows' booleans)."""
+    if isinstance(spec, list):
+        return sum(conditions(item) for item in spec)
+    if not isinstance(spec, dict):
+        return 1
+    count = 0
+    for key, value in spec.items():
+        if key in ("and", "or", "not"):
+            count += 1 + conditions(value)
+        else:
+            count += len(value) if isinstance(value, dict) and value else 1
+    return count
+
+
+ValidText = AfterValidator(_valid_text)  # for free-form JSON (``Any``); typed ``str`` fields refuse surrogates already
+
+
+PairBatch = Annotated[
+    list[Annotated[list[Token], Field(min_length=2, max_length=2)]], batch_of("pairs of tokens"), CHECK_BATCH
+]
+
+
+TableNameField = Annotated[
+    str,
+    Field(
+        min_length=1,
+        max_length=64,
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9_-]*(?:\.[A-Za-z0-9_-]+)*\.?$",
+        description="table name, as listed by GET /v1/tables",
+    ),
+]
+
+
+class Neighbor(BaseModel):
+    token: str
+    id: int
+    score: float
+    readable: str | None = Field(None, description="model-token tables: the text the token stands for (' heart')")
+    metadata: dict[str, str] | None = Field(None, description="the row's metadata columns, for tables that have them")
+
+
+class QueryInfo(BaseModel):
+    """Which row(s) a query used: ``token``/``id`` of the resolved row and how it matched."""
+
+    model_config = ConfigDict(extra="allow")
+
+    text: str | None = None
+    token: str | None = None
+    id: int | None = None
+    match: str | None = Field(None, description="exact, casefold, space-marked, id, or composed")
+
+
+class ItemError(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    code: str
+    message: str
+
+
+class ItemErrorResponse(BaseModel):
+    error: ItemError

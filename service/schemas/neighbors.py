@@ -1,0 +1,92 @@
+"""Request and response schemas of the neighbour routes: ``GET``/``POST .../neighbors``."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from pydantic import BaseModel, Field, model_validator
+
+from service.schemas.common import (
+    CHECK_BATCH,
+    COMPOSE_HELP,
+    SINGLE_QUERY_FORMS,
+    Compose,
+    ItemErrorResponse,
+    Neighbor,
+    QueryInfo,
+    RowId,
+    Token,
+    TokenOptions,
+    Tokens,
+    batch_of,
+    check_hits,
+    given,
+    one_form,
+)
+
+
+class NeighborsParams(TokenOptions):
+    """Query string of ``GET .../neighbors``: one token (or row id)."""
+
+    token: Token | None = None
+    id: RowId | None = None
+    compose: Compose | None = Field(None, description=COMPOSE_HELP)
+
+    @model_validator(mode="after")
+    def _one_query(self) -> NeighborsParams:
+        if (self.token is None) == (self.id is None):
+            raise ValueError("give exactly one of token or id")
+        return self
+
+
+class NeighborsQuery(BaseModel):
+    """One query of a batch: a token, a row id, or positive/negative tokens (gensim ``most_similar``)."""
+
+    model_config = one_form(*SINGLE_QUERY_FORMS)
+
+    token: Token | None = None
+    id: RowId | None = None
+    positive: Tokens = []
+    negative: Tokens = []
+
+    @model_validator(mode="after")
+    def _one_form(self) -> NeighborsQuery:
+        forms = (self.token is not None) + (self.id is not None) + bool(self.positive or self.negative)
+        if forms != 1:
+            raise ValueError("give exactly one of token, id, or positive/negative tokens")
+        return self
+
+
+NeighborsBatch = Annotated[list[Token | NeighborsQuery], batch_of("a batch: tokens or query objects"), CHECK_BATCH]
+
+
+class NeighborsRequest(TokenOptions):
+    """``POST .../neighbors``: ``positive``/``negative`` (or ``token``) for one query, or ``queries`` for a batch."""
+
+    model_config = one_form(*SINGLE_QUERY_FORMS, given("queries"))
+
+    positive: Tokens = Field([])
+    negative: Tokens = Field([])
+    token: Token | None = None
+    id: RowId | None = None
+    queries: NeighborsBatch | None = None
+    compose: Compose | None = Field(None, description=COMPOSE_HELP)
+
+    @model_validator(mode="after")
+    def _one_form(self) -> NeighborsRequest:
+        single = (self.token is not None) + (self.id is not None) + bool(self.positive or self.negative)
+        if self.queries is not None and single:
+            raise ValueError("give either queries (a batch) or one query, not both")
+        if self.queries is None and single != 1:
+            raise ValueError("give exactly one of token, id, positive/negative tokens, or queries")
+        check_hits(len(self.queries or ()), self.k)
+        return self
+
+
+class NeighborsResponse(BaseModel):
+    query: QueryInfo | dict[str, Any]
+    neighbors: list[Neighbor]
+
+
+class NeighborsBatchResponse(BaseModel):
+    results: list[NeighborsResponse | ItemErrorResponse]

@@ -1,0 +1,294 @@
+"""Request and response schemas of ``POST .../search``: raw vectors, and on a documents table document ids, text,
+filters, paging, the search modes and their fusion, diversity."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, Field, model_validator
+
+from service.schemas.common import (
+    CHECK_BATCH,
+    INT64_MAX,
+    INT64_MIN,
+    LIMITS,
+    MAX_DIM,
+    MAX_TEXT_CHARS,
+    NO_POSITIVE_NEGATIVE,
+    POSITIVE_NEGATIVE,
+    STRICT,
+    BatchVector,
+    Form,
+    ItemErrorResponse,
+    Neighbor,
+    Token,
+    TokenOptions,
+    ValidText,
+    Vector,
+    Whole,
+    absent,
+    batch_of,
+    check_hits,
+    check_work,
+    conditions,
+    given,
+    int64_schema,
+    nonempty,
+    one_form,
+    present,
+)
+
+VectorBatch = Annotated[list[BatchVector], batch_of("a batch of query vectors"), CHECK_BATCH]
+DocumentId = Annotated[
+    Token | Annotated[int, Field(ge=INT64_MIN, le=INT64_MAX, json_schema_extra=int64_schema), Whole],
+    Field(description="a document's id (documents tables)", union_mode="left_to_right"),
+]
+DocumentIds = Annotated[list[DocumentId], Field(max_length=MAX_DIM)]
+Offset = Annotated[int, Field(ge=0, description="hits skipped first, for paging (offset + k <= max_k)"), Whole]
+MinScore = Annotated[
+    float,
+    Field(
+        allow_inf_nan=False,
+        description="leave out hits scoring below it: the cosine in mode vector (-1..1), BM25 in mode keyword, the "
+        "fused RRF score in mode hybrid",
+    ),
+]
+SearchMode = Literal["vector", "keyword", "hybrid"]
+MODE_HELP = (
+    "documents tables: vector (by vector, id or positive/negative ids), keyword (BM25 over the text), hybrid (both, "
+    "fused by Reciprocal Rank Fusion)"
+)
+QueryText = Annotated[
+    str,
+    Field(
+        min_length=1,
+        max_length=MAX_TEXT_CHARS,
+        description="documents tables: the query text of modes keyword and hybrid",
+    ),
+]
+Diversity = Annotated[
+    float,
+    Field(
+        ge=0,
+        le=1,
+        allow_inf_nan=False,
+        description="documents tables, modes vector and hybrid: Maximal Marginal Relevance re-ranking, 0 (plain "
+        "relevance) to 1 (only unlike what is already chosen)",
+    ),
+]
+RrfK = Annotated[
+    float,
+    Field(
+        ge=0, le=1e6, allow_inf_nan=False, description="mode hybrid: the RRF constant k (score: sum of w / (k + rank))"
+    ),
+]
+Weight = Annotated[float, Field(ge=0, le=1e6, allow_inf_nan=False)]
+Filter = Annotated[
+    dict[str, Any],
+    Field(
+        min_length=1,
+        description="documents tables: a filter on payload fields: {field: value}, {field: {in: [...]}}, "
+        "{field: {gte, gt, lte, lt, eq, ne}}, {not: F}, {and: [F, ...]}, {or: [F, ...]}",
+    ),
+    ValidText,
+]
+FieldNames = Annotated[list[Token], Field(max_length=1024, description="documents tables: the fields a hit carries")]
+DOCUMENT_FORMS = (given("vector"), given("id"), POSITIVE_NEGATIVE)
+TEXT_ALONE = {"allOf": [present("text"), absent("vector", "id"), NO_POSITIVE_NEGATIVE]}  # no vector query
+TEXT_FORM = Form({"allOf": [present("text"), absent("vector", "vectors", "id", "queries"), NO_POSITIVE_NEGATIVE]})
+VECTOR_QUERY = {"anyOf": [present("vector"), present("id"), nonempty("positive"), nonempty("negative")]}
+# What each mode asks of a request (beside its form): a vector search's score floor is a cosine; keyword search
+# takes text alone and no diversity; hybrid search text (and a vector query, or the table's encoder embeds the
+# text); a batch's items carry their own.
+MODE_FORMS = (
+    {"properties": {"mode": {"const": "vector"}, "min_score": {"minimum": -1, "maximum": 1}}},
+    {
+        "required": ["mode"],
+        "properties": {"mode": {"const": "keyword"}, "diversity": {"maximum": 0}},
+        "anyOf": [TEXT_ALONE, present("queries")],
+    },
+    {
+        "required": ["mode"],
+        "properties": {"mode": {"const": "hybrid"}},
+        "anyOf": [present("text"), present("queries")],  # the vector side: a vector query, or the table's encoder
+    },
+)
+
+
+def _check_page(k: int, offset: int) -> None:
+    limit = LIMITS.get().max_k
+    if offset + k > limit:
+        raise ValueError(f"offset + k must be at most {limit} (the server's max_k), got {offset + k}")
+
+
+class FusionWeights(BaseModel):
+    """Each list's weight in a hybrid search's fusion."""
+
+    model_config = STRICT
+
+    vector: Weight = 1.0
+    keyword: Weight = 1.0
+
+
+def check_options(mode: str, min_score: float | None, diversity: float | None) -> None:
+    """What a mode asks of the score floor and diversity (``MODE_FORMS``); a ValueError says what is wrong."""
+    if mode == "vector" and min_score is not None and not -1 <= min_score <= 1:
+        raise ValueError(f"min_score of mode vector is a cosine, between -1 and 1, got {min_score}")
+    if mode == "keyword" and diversity:
+        raise ValueError("diversity needs a query vector: it is for modes vector and hybrid, not keyword")
+
+
+def check_mode(
+    mode: str, text: str | None, vector_query: bool, min_score: float | None, diversity: float | None
+) -> None:
+    """What a mode asks of one query (``MODE_FORMS``); a ValueError says what is missing or out of place."""
+    check_options(mode, min_score, diversity)
+    if mode == "keyword":
+        if text is None:
+            raise ValueError("mode keyword needs text")
+        if vector_query:
+            raise ValueError("mode keyword searches by text alone: leave out vector, id and positive/negative ids")
+    if mode == "hybrid" and text is None:
+        raise ValueError(
+            "mode hybrid needs text (with a vector, id or positive/negative ids, or alone on a table "
+            "whose documents were embedded with --encoder)"
+        )
+
+
+class PageOptions(BaseModel):
+    """What a document search keeps of its hits: only those passing ``filter``, from ``offset``, above
+    ``min_score``."""
+
+    filter: Filter | None = None
+    offset: Offset = 0
+    min_score: MinScore | None = None
+
+
+class DocumentQuery(PageOptions):
+    """One query of a document search batch: a ``vector``, a document ``id`` (more like it, itself left out), or
+    ``positive``/``negative`` document ids (the normalised mean of their unit vectors, the inputs left out)."""
+
+    model_config = one_form(*DOCUMENT_FORMS, Form(TEXT_ALONE))
+
+    vector: BatchVector | None = None
+    id: DocumentId | None = None
+    positive: DocumentIds = []
+    negative: DocumentIds = []
+    text: QueryText | None = None
+    mode: SearchMode | None = Field(None, description="this item's mode (default: the request's)")
+
+    @model_validator(mode="after")
+    def _one_form(self) -> DocumentQuery:
+        vector_query = (self.vector is not None) + (self.id is not None) + bool(self.positive or self.negative)
+        if vector_query + (self.text is not None and not vector_query) != 1:
+            raise ValueError("give exactly one of vector, id, or positive/negative document ids (or text alone)")
+        return self
+
+    @property
+    def vector_query(self) -> bool:
+        return self.vector is not None or self.id is not None or bool(self.positive or self.negative)
+
+
+DocumentBatch = Annotated[list[DocumentQuery], batch_of("a batch of document queries"), CHECK_BATCH]
+
+
+class SearchRequest(TokenOptions, PageOptions):
+    """``POST .../search``: a raw ``vector`` or a batch of ``vectors``, normalised server-side; on a documents
+    table also a document ``id``, ``positive``/``negative`` ids, or a batch of ``queries``, with ``filter``,
+    ``offset``, ``min_score`` and ``fields``."""
+
+    model_config = one_form(
+        *DOCUMENT_FORMS,
+        given("vectors"),
+        given("queries"),
+        TEXT_FORM,
+        any_of=MODE_FORMS,
+        never=(present("text", "vectors"), present("text", "queries")),  # a batch's items carry their own text
+    )
+
+    vector: Vector | None = None
+    vectors: VectorBatch | None = None
+    id: DocumentId | None = None
+    positive: DocumentIds = []
+    negative: DocumentIds = []
+    queries: DocumentBatch | None = None
+    fields: FieldNames | None = None
+    text: QueryText | None = None
+    mode: SearchMode = Field("vector", description=MODE_HELP)
+    diversity: Diversity | None = None
+    rrf_k: RrfK = 60.0
+    weights: FusionWeights | None = Field(None, description="mode hybrid: each list's weight (default 1 each)")
+
+    @model_validator(mode="after")
+    def _one_form(self) -> SearchRequest:
+        vector_query = (self.vector is not None) + (self.id is not None) + bool(self.positive or self.negative)
+        batch = (self.vectors is not None) + (self.queries is not None)
+        if batch and self.text is not None:
+            raise ValueError("text belongs to one query: give each item of queries its own text")
+        if vector_query + batch + (self.text is not None and not vector_query) != 1:
+            raise ValueError(
+                "give exactly one of vector, vectors, id, positive/negative document ids, queries, or text alone"
+            )
+        if self.queries is None:
+            check_mode(self.mode, self.text, bool(vector_query), self.min_score, self.diversity)
+        else:  # the items' texts and vector queries are checked one by one (a bad item fails alone)
+            check_options(self.mode, self.min_score, self.diversity)
+        _check_page(self.k, max([self.offset, *(q.offset for q in self.queries or [])]))
+        items = len(self.queries or self.vectors or ())
+        check_hits(items, self.k + max([self.offset, *(q.offset for q in self.queries or [])]))
+        filters = [self.filter, *(q.filter for q in self.queries or [])]
+        check_work(
+            sum(conditions(f) for f in filters if f is not None), "max_filter_conditions", "conditions in the filters"
+        )
+        return self
+
+    def document_query(self) -> DocumentQuery:
+        """The single query of the request (not ``vectors`` or ``queries``)."""
+        return DocumentQuery.model_construct(
+            vector=self.vector,
+            id=self.id,
+            positive=self.positive,
+            negative=self.negative,
+            filter=self.filter,
+            offset=self.offset,
+            min_score=self.min_score,
+            text=self.text,
+            mode=self.mode,
+        )
+
+
+class SearchResponse(BaseModel):
+    neighbors: list[Neighbor]
+
+
+class SearchBatchResponse(BaseModel):
+    results: list[SearchResponse | ItemErrorResponse]
+
+
+class DocumentHit(BaseModel):
+    id: str | int
+    score: float
+    text: str | None = Field(description="the document's text (null when the table has none)")
+    fields: dict[str, Any] = Field(description="payload fields (timestamps as ISO 8601 text, missing as null)")
+    ranks: dict[str, int] | None = Field(
+        None, description="modes keyword and hybrid: the hit's rank (from 1) in each list holding it (vector, keyword)"
+    )
+
+
+class Fallback(BaseModel):
+    mode: str = Field(description="the mode the query was searched in instead of the one asked for")
+    reason: str = Field(description="why: e.g. no word of the text is known to the documents' encoder")
+
+
+class DocumentSearchResponse(BaseModel):
+    hits: list[DocumentHit]
+    passing: int | None = Field(None, description="with a filter: how many documents pass it")
+    fallback: Fallback | None = Field(
+        None,
+        description="mode hybrid with one list empty: text alone whose words the encoder does not know is searched "
+        "by keyword, text none of whose words a document holds by vector",
+    )
+
+
+class DocumentSearchBatchResponse(BaseModel):
+    results: list[DocumentSearchResponse | ItemErrorResponse]

@@ -1,0 +1,34 @@
+"""Request and response schemas of ``GET``/``POST .../similarity``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from service.schemas.common import COMPOSE_HELP, STRICT, Compose, ItemError, PairBatch, Token
+
+
+class SimilarityParams(BaseModel):
+    a: Token
+    b: Token
+    compose: Compose | None = Field(None, description=COMPOSE_HELP)
+
+
+class SimilarityRequest(BaseModel):
+    model_config = STRICT
+
+    pairs: PairBatch
+    compose: Compose | None = Field(None, description=COMPOSE_HELP)
+
+
+class SimilarityResponse(BaseModel):
+    a: str
+    b: str
+    similarity: float
+    query: dict[str, Any]
+
+
+class SimilaritiesResponse(BaseModel):
+    similarities: list[float | None]
+    errors: list[ItemError | None] = Field(description="why a pair's similarity is null (null when it is not)")

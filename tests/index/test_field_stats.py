@@ -1,0 +1,94 @@
+"""``index.engine.field_stats`` on gensim's Lee corpus imported as a documents table, in process: every count, top
+list and range against plain Python over the values the test wrote, for the version's rows and for the live
+documents after writes (replacements, deletions, a NaN, repeated tags, missing values)."""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from index.engine.delta import Delta
+from index.engine.field_stats import TOP_VALUES, field_stats
+from index.engine.table import Table
+from index.errors import InvalidQuery
+from index.store.writelog import Record
+from tests.lee import TYPES, Lee
+
+NUMBERS = ("integer", "float", "timestamp")
+
+
+def oracle(records: list[dict[str, Any]]) -> dict[str, Any]:
+    """The statistics of each of Lee's fields over ``records`` (timestamps as ISO 8601 text), in plain Python."""
+    out: dict[str, Any] = {}
+    for name, kind in TYPES.items():
+        present = [r[name] for r in records if r.get(name) is not None]
+        stats: dict[str, Any] = {"type": kind, "non_null": len(present)}
+        if kind in ("string", "boolean", "string_list"):
+            counts = Counter(tag for v in present for tag in set(v)) if kind == "string_list" else Counter(present)
+            order = sorted(counts.items(), key=lambda item: (-item[1], item[0]))
+            stats["distinct"] = len(counts)
+            stats["values"] = [{"value": value, "count": count} for value, count in order[:TOP_VALUES]]
+        if kind in NUMBERS:
+            numbers = [v for v in present if not (isinstance(v, float) and math.isnan(v))]
+            stats["min"], stats["max"] = (min(numbers), max(numbers)) if numbers else (None, None)
+        out[name] = stats
+    return out
+
+
+@pytest.fixture(scope="module")
+def lee(lee_data_dir: Path) -> Table:
+    return Table.load(lee_data_dir / "lee")
+
+
+def test_the_version_s_fields(lee: Table, lee_docs: Lee) -> None:
+    records = [lee_docs.record(i) for i in range(len(lee_docs.ids))]
+    found = field_stats(lee.documents("it has no fields"))
+    assert found == {"rows": 300, "fields": oracle(records)}
+    assert found["fields"]["tags"]["distinct"] > TOP_VALUES  # the top list is cut
+
+
+def test_the_live_documents_fields(lee: Table, lee_docs: Lee) -> None:
+    payload = lee.documents("it has no fields")
+    delta = Delta(payload, lee.rows, lee.dim, 0)
+    written: list[dict[str, Any]] = [
+        {"id": "new-0", "year": 1900, "tags": ["zz", "zz", "aa"], "lang": "fr", "known": math.nan, "long": True},
+        {"id": "new-1", "year": None, "tags": [], "lang": "fr", "known": 2.5, "published": "1999-12-31T23:59:59Z"},
+        {"id": "lee-004", "year": 2100, "tags": ["zz"], "lang": None, "known": -1.0, "long": False},  # replaced
+    ]
+    vector = lee_docs.vectors[0].tolist()
+    documents = [
+        {"id": d["id"], "text": "a written one", "vector": vector, "fields": {k: v for k, v in d.items() if k != "id"}}
+        for d in written
+    ]
+    delta.apply([Record(1, 0, 0, {"op": "upsert", "documents": documents})])
+    delta.apply([Record(2, 0, 0, {"op": "delete", "ids": ["lee-000", "lee-007", "new-9"]})])
+
+    kept = [
+        lee_docs.record(i) for i in range(len(lee_docs.ids)) if lee_docs.ids[i] not in {"lee-000", "lee-004", "lee-007"}
+    ]
+    live = kept + [{k: v for k, v in d.items() if k != "id"} for d in written]
+    found = field_stats(payload, delta)
+    assert found == {"rows": 300 - 3 + 3, "fields": oracle(live)}
+    assert found["fields"]["year"]["min"] == 1900 and found["fields"]["known"]["min"] == -1.0
+    assert found["fields"]["published"]["min"] == "1999-12-31T23:59:59Z"
+    assert found != field_stats(payload)  # the writes count
+
+
+def test_word_tables_have_no_fields(small_data_dir: Path) -> None:
+    words = Table.load(small_data_dir / "small")
+    with pytest.raises(InvalidQuery, match="holds words, not documents: it has no fields"):
+        words.documents("it has no fields")
+
+
+def test_made_once_per_loaded_table(lee: Table) -> None:
+    calls: list[int] = []
+
+    def make() -> int:
+        calls.append(1)
+        return len(calls)
+
+    assert (lee.cached("test-stats", make), lee.cached("test-stats", make), calls) == (1, 1, [1])

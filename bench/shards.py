@@ -91,19 +91,41 @@ def http(data: Path, shards: int, queries: np.ndarray, connections: int, seconds
         argv = [str(BIN / "embedding-serve"), "--data-dir", str(directory), "--port", str(port), *(extra or [])]
         return serve([*argv, "--no-access-log"], "/readyz", port, env={**env, **(more or {})})
 
+    def measured(base: str, pids: list[int]) -> dict[str, Any]:
+        """The load's result, and the servers' CPU seconds per answered request (every process of the path)."""
+        before = cpu_seconds(pids)
+        result = run(base, requests, connections, seconds, use_wrk=True).as_dict()
+        spent = cpu_seconds(pids) - before
+        result["server_cpu_ms_per_request"] = round(spent / max(int(result["requests"]), 1) * 1000, 3)
+        return result
+
     for label, directory in (("whole", data / "whole"), ("one_process", data / "sharded")):
         with serve_on(directory) as server:
-            out[label] = run(server.base, requests, connections, seconds, use_wrk=True).as_dict()
+            out[label] = measured(server.base, [server.process.pid])
     from contextlib import ExitStack
 
     with ExitStack() as stack:
-        replicas = []
+        replicas, pids = [], []
         for s in range(shards):
             server = stack.enter_context(serve_on(data / "sharded" / "docs", ["--tables", f"shard-{s:03d}"]))
             replicas.append([f"{server.base}/v1/tables/shard-{s:03d}"])
+            pids.append(server.process.pid)
         front = stack.enter_context(serve_on(data / "front", more={"EMBEDDING_SHARDS": json.dumps({"docs": replicas})}))
-        out["front"] = run(front.base, requests, connections, seconds, use_wrk=True).as_dict()
+        out["front"] = measured(front.base, [front.process.pid, *pids])
     return out
+
+
+def cpu_seconds(pids: list[int]) -> float:
+    """User and system CPU seconds of the processes and their children."""
+    import psutil
+
+    total = 0.0
+    for pid in pids:
+        root = psutil.Process(pid)
+        for proc in [root, *root.children(recursive=True)]:
+            times = proc.cpu_times()
+            total += times.user + times.system
+    return total
 
 
 def main() -> None:

@@ -33,6 +33,7 @@ from typing import Any
 
 import httpx
 import numpy as np
+import orjson
 from fastapi import Request
 from fastapi.routing import APIRoute
 from pydantic import Field
@@ -112,7 +113,7 @@ class Front:
     async def ask(self, shard_number: int, shard: Shard, body: dict[str, Any]) -> dict[str, Any]:
         """One shard's answer to ``body`` (``POST <replica>/search``): each replica in turn, at most two."""
         reasons, timed_out = [], False
-        payload = json.dumps(body).encode()
+        payload = orjson.dumps(body)
         headers = {"content-type": "application/json"}
         for replica in shard.order()[:2]:
             try:
@@ -131,8 +132,8 @@ class Front:
             if answer.status_code != 200:
                 reasons.append(f"{replica}: status {answer.status_code}")
                 continue
-            result: dict[str, Any] = answer.json()
-            return result
+            result: dict[str, Any] = orjson.loads(answer.content)
+            return result if "results" in result else {"results": [result]}  # a single query's answer
         raise ShardFailed(shard_number, "; ".join(reasons), timed_out and len(reasons) == 1)
 
 
@@ -180,7 +181,8 @@ def shard_body(body: SearchRequest, given: dict[str, Any]) -> dict[str, Any]:
         items.append({name: query[name] for name in (*probe, "filter") if name in query} | {"mode": "vector"})
     if body.mode in ("keyword", "hybrid"):
         items.append({name: query[name] for name in ("text", "filter") if name in query} | {"mode": "keyword"})
-    out: dict[str, Any] = {"queries": items, "k": depth}
+    # One list: the single query form (a shard answers it on its light path); two: a batch of both.
+    out: dict[str, Any] = {**items[0], "k": depth} if len(items) == 1 else {"queries": items, "k": depth}
     if "fields" in given:
         out["fields"] = given["fields"]
     return out

@@ -366,6 +366,15 @@ def import_(
         _report_documents(manifest)
 
 
+def _whole_only(data_dir: Path, name: str, why: str) -> None:
+    """Refuse a sharded table (``why``: what it has instead) before a command meant for one table."""
+    from index.store import shardmap
+
+    directory = artifact.table_dir(data_dir, name)
+    if (directory / artifact.MANIFEST).is_file() and shardmap.is_sharded(artifact.read_manifest(directory)):
+        fail(f"table {name!r} is sharded: {why} (import it again to change it)")
+
+
 def _import_sharded(
     path: Path,
     options: Any,
@@ -482,6 +491,7 @@ def index_(
     the old version keeps serving until then, and is left as it was if anything fails."""
     from index.build.writer import index_table
 
+    _whole_only(data_dir, name, "each shard's index is built by its import")
     manifest = index_table(data_dir, name, index_spec=index, min_recall=min_recall, budget=budget)
     info = manifest["index"]
     typer.echo(
@@ -496,6 +506,7 @@ def compact(name: str, data_dir: DataDir = Path("data"), quiet: Quiet = False) -
     version, published atomically; the log is then cut at the last write it holds, keeping later writes."""
     from index.build.compact import compact as fold
 
+    _whole_only(data_dir, name, "it takes no writes")
     done = fold(data_dir, name)
     if not done["written"]:
         typer.echo(f"{name!r}: no writes since its version (sequence {done['log_sequence']}); nothing to do")

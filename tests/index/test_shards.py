@@ -254,3 +254,9 @@ def test_keyword_answers_equal_on_every_lee_document(whole: Table, sharded: Shar
     np.testing.assert_array_equal(rows, expected_rows)
     np.testing.assert_array_equal(scores, expected_scores)
     assert (rows[:, 0] >= 0).all()
+
+
+def test_index_and_compact_refuse_a_sharded_table(data_dir: Path) -> None:
+    for command, why in (("index", "each shard's index is built by its import"), ("compact", "it takes no writes")):
+        done = run(EXE, command, "lee3", "--data-dir", data_dir)
+        assert done.returncode == 1 and f"table 'lee3' is sharded: {why}" in done.stderr, done.stderr

@@ -14,7 +14,7 @@ import numpy as np
 from fastapi import APIRouter, Depends, Path, Request
 from starlette.responses import Response
 
-from index.engine.encode import Encoded, encoder_for
+from index.engine.encode import Encoded, check_known, encoder_for
 from index.engine.table import Table
 from index.errors import EmbeddingError, InvalidQuery
 from service.deps import NAME_SCHEMA, RegistryDep, TableDep, get_registry, table_named
@@ -29,7 +29,6 @@ from service.embed_models import (
 from service.embed_models import OpenAIErrorResponse as OpenAIError
 from service.errors import BODY_ERRORS, ERRORS, ApiError, responses
 from service.execute import compute
-from service.queries import check_known
 from service.respond import FastJSON
 
 log = logging.getLogger(__name__)

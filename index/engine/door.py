@@ -412,10 +412,7 @@ def _run_group(table: Table, items: list[_Item], delta: Delta | None) -> list[An
         search = VectorSearch(
             matrix, first.k, excludes if any(excludes) else (), first.options, rows, first.offset, first.min_score
         )
-        if delta is None:
-            found = table.run(search)
-        else:
-            found = vector_search(table, delta, search, _written(delta, first))
+        found = table.run(search) if delta is None else vector_search(table, delta, search, _written(delta, first))
     else:
         source: Table | LiveSource = table
         if delta is not None:

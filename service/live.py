@@ -16,8 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from index.engine.delta import Delta
-from index.engine.table import Table
+from index.engine.door import Delta, Table
 from index.store import artifact, writelog
 
 T = TypeVar("T")

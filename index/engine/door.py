@@ -352,7 +352,7 @@ def split(table: Table, query: Query, encoder: Table | None = None, delta: Delta
         )
 
     def finish(answers: Answers) -> list[Answer]:
-        return [_result(query, found, answers[0], False)]
+        return [_result(query, found, answers[0])]
 
     return Split(search, finish)
 
@@ -401,7 +401,7 @@ def _run_group(table: Table, items: list[_Item], delta: Delta | None) -> list[An
     if first.analogy is not None:
         asked = [(p.info["a"]["id"], p.info["b"]["id"], p.info["c"]["id"]) for p in probes]
         answers = table.run(AnalogySearch(asked, first.k, first.method, first.options))
-        return [_result(item.query, p, hits, False) for item, p, hits in zip(items, probes, answers, strict=True)]
+        return [_result(item.query, p, hits) for item, p, hits in zip(items, probes, answers, strict=True)]
     rows = None if first.filter is None else table.filter(first.filter)
     passing = None if rows is None else _passing(delta, first, rows)
     excludes = [p.exclude | set(item.query.exclude) for item, p in zip(items, probes, strict=False)]
@@ -444,11 +444,11 @@ def _run_group(table: Table, items: list[_Item], delta: Delta | None) -> list[An
     return out
 
 
-def _result(query: Query, found: Probe, hits: list[Neighbor], ranked: bool) -> Result:
+def _result(query: Query, found: Probe, hits: list[Neighbor]) -> Result:
     """A plain search's result; an analogy's echoes a, b and c and the method, and holds its expected answer
     (rank, score and margin reported by :func:`expectations`)."""
     if query.analogy is None:
-        return Result(hits, found.info, ranked=ranked)
+        return Result(hits, found.info)
     info = found.info
     shown = {"a": info["a"], "b": info["b"], "c": info["c"], "method": query.method}
     expect = info.get("expect")

@@ -52,14 +52,15 @@ def analogy(question: AnalogyQuery, body: AnalogyRequest) -> Query:
 def vectors(table: Table, body: SearchRequest) -> list[Query]:
     """A vector search of a table of words or model tokens: ``vector``, or each of ``vectors``; the fields of a
     documents table's search are a 422 here."""
-    if given := [name for name in DOCUMENT_ONLY if name in body.model_fields_set]:
+    asked = body.model_fields_set
+    if given := [name for name in DOCUMENT_ONLY if name in asked]:
         raise InvalidQuery(
             f"{', '.join(given)}: only for documents tables; table {table.name!r} holds {table.kind}, search it "
             "by vector"
         )
     options = body.search_options()
-    asked = [body.vector] if body.vector is not None else body.vectors or []
-    return [Query(vector=v, k=body.k, offset=body.offset, min_score=body.min_score, options=options) for v in asked]
+    items = [body.vector] if body.vector is not None else body.vectors or []
+    return [Query(vector=v, k=body.k, offset=body.offset, min_score=body.min_score, options=options) for v in items]
 
 
 def documents(body: SearchRequest) -> list[Query]:

@@ -312,16 +312,10 @@ def _has_keyword(table: Table, text: str, delta: Delta | None) -> bool:
 
 # ------------------------------------------------------------------------------------------------- runs
 def _plain(query: Query, delta: Delta | None) -> bool:
-    """Whether ``query`` is one engine request with nothing around it: a word table's input, or a vector input
-    in mode vector, undiversified, unfiltered, with nothing written since the version."""
-    if _words_input(query):
-        return True
+    """Whether ``query`` is one engine request with nothing around it: an input that stands for a vector, in mode
+    vector, undiversified, unfiltered, with nothing written since the version."""
     return (
-        query.mode == "vector"
-        and not query.diversity
-        and query.filter is None
-        and delta is None
-        and (query.vector is not None or query.document is not None or query.examples is not None)
+        query.vector_input and query.mode == "vector" and not query.diversity and query.filter is None and delta is None
     )
 
 
@@ -338,17 +332,26 @@ def split(table: Table, query: Query, encoder: Table | None = None, delta: Delta
     diverse, text alone, or with writes to merge): :func:`run` answers it then. Its error raises here."""
     if not _plain(query, delta):
         return None
-    item = _prepare(table, query, encoder, delta)
-    assert item.probe is not None
-    found = item.probe
+    if query.text is None and query.min_score is None:  # nothing of the mode rules to check: the hot path
+        found = probe(table, query, encoder, delta)
+    else:
+        item = _prepare(table, query, encoder, delta)
+        assert item.probe is not None
+        found = item.probe
     if query.analogy is not None:
         info = found.info
         question = (info["a"]["id"], info["b"]["id"], info["c"]["id"])
         search: Search = AnalogySearch([question], query.k, query.method, query.options)
     else:
-        exclude = [found.exclude | set(query.exclude)] if query.exclude else [found.exclude]
+        exclude = found.exclude | set(query.exclude) if query.exclude else found.exclude
         search = VectorSearch(
-            found.vector[None, :], query.k, exclude, query.options, None, query.offset, query.min_score
+            found.vector[None, :],
+            query.k,
+            [exclude] if exclude else (),
+            query.options,
+            None,
+            query.offset,
+            query.min_score,
         )
 
     def finish(answers: Answers) -> list[Answer]:

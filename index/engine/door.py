@@ -391,8 +391,20 @@ def _ready(table: Table, query: Query, encoder: Table | None, delta: Delta | Non
 def _key(item: _Item) -> Any:
     """What the items of one engine request share."""
     q = item.query
-    page = json.dumps([q.filter, q.offset, q.min_score, item.mode], sort_keys=True)
-    return (page, q.analogy is not None, q.k, q.options, q.diversity, q.rrf_k, q.weights, q.method)
+    spec = None if q.filter is None else json.dumps(q.filter, sort_keys=True)
+    return (
+        spec,
+        q.offset,
+        q.min_score,
+        item.mode,
+        q.analogy is not None,
+        q.k,
+        q.options,
+        q.diversity,
+        q.rrf_k,
+        q.weights,
+        q.method,
+    )
 
 
 def _run_group(table: Table, items: list[_Item], delta: Delta | None) -> list[Answer]:

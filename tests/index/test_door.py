@@ -350,3 +350,28 @@ def test_hybrids_fallbacks(encoded: tuple[Table, Table]) -> None:
     assert vector_only.fallback is not None and vector_only.fallback["mode"] == "vector"
     assert vector_only.hits == one(lee, Query(text=absent, k=5), encoder=small).hits
     assert not vector_only.ranked
+
+
+def test_split_gives_plain_queries_one_joinable_request(glove: Table, lee: Table, lee_docs: Lee) -> None:
+    """A plain query (an input that stands for a vector, mode vector, no filter, diversity or writes) is one engine
+    request the searcher can join, light on an approximate table; anything else is answered whole by run."""
+    for query in (
+        Query(token="heart"),
+        Query(row=3),
+        Query(examples=Examples(["king"], ["man"])),
+        Query(vector=[0.5] * glove.dim),
+        Query(analogy=Analogy("man", "king", "woman")),
+    ):
+        split = door.split(glove, query)
+        assert split is not None and glove.is_light(split.search), query
+    assert not glove.is_light(door.split(glove, Query(token="heart", options=EXACT)).search)  # type: ignore[union-attr]
+    vector = lee_docs.vectors[3].tolist()
+    assert door.split(lee, Query(document=lee_docs.ids[3])) is not None
+    for query in (
+        Query(vector=vector, filter={"lang": "en"}),
+        Query(vector=vector, diversity=0.5),
+        Query(text="fire", mode="keyword"),
+        Query(vector=vector, text="fire", mode="hybrid"),
+        Query(text="fire"),
+    ):
+        assert door.split(lee, query) is None, query

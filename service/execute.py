@@ -1,5 +1,9 @@
 """Where the engine's calls run, timed into the search-latency metric.
 
+- :func:`one` and :func:`batch`: queries through the engine's door (``index.engine.door``). A single plain query
+  (a word's, a vector's, an analogy's; no filter, keyword or fusion) is split into its one engine request, run as
+  :func:`search` runs it, and finished where the request is; anything else (a batch, a filtered, keyword, hybrid
+  or diverse search, writes to merge) runs whole as :func:`compute` runs it.
 - :func:`search`: one engine request (``index.engine.search``). A light one (a search of the approximate index) goes to
   the searcher (``service.searcher``): on the event loop when it comes alone, joined with the searches of
   overlapping requests in the searcher thread otherwise. Anything heavier runs as :func:`compute` does.
@@ -27,14 +31,55 @@ import anyio.to_thread
 import faiss
 from fastapi import Request
 
-from index.engine.search import Answers, Search
-from index.engine.table import Table
+from index.engine import door
+from index.engine.door import Answer, Answers, Delta, Failed, Query, Result, Search, Table
 from index.errors import Abandoned
 from service.errors import ApiError
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+
+
+async def one(
+    request: Request,
+    table: Table,
+    operation: str,
+    query: Query,
+    encoder: Table | None = None,
+    delta: Delta | None = None,
+) -> Result:
+    """The result of one query, wherever it runs best; its error raises."""
+    split = door.split(table, query, encoder, delta)
+    if split is None:
+        answers = await compute(request, table, operation, lambda: _run(table, [query], encoder, delta))
+    else:
+        answers = split.finish(await search(request, table, operation, split.search))
+        if door.expecting(answers):  # an analogy's expected answer: every row scored
+            await compute(request, table, f"{operation}_expect", lambda: door.expectations(table, [query], answers))
+    (answer,) = answers
+    if isinstance(answer, Failed):
+        raise answer.error
+    return answer
+
+
+async def batch(
+    request: Request,
+    table: Table,
+    operation: str,
+    queries: list[Query],
+    encoder: Table | None = None,
+    delta: Delta | None = None,
+) -> list[Answer]:
+    """Each query's result or error, in order, in a worker thread."""
+    return await compute(request, table, operation, lambda: _run(table, queries, encoder, delta))
+
+
+def _run(table: Table, queries: list[Query], encoder: Table | None, delta: Delta | None) -> list[Answer]:
+    answers = door.run(table, queries, encoder, delta)
+    if door.expecting(answers):
+        door.expectations(table, queries, answers)
+    return answers
 
 
 async def search(request: Request, table: Table, operation: str, search: Search) -> Answers:

@@ -16,17 +16,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-import numpy as np
-
-from index.engine import filters
-from index.engine.delta import Delta
-from index.engine.filters import RowSet
-from index.engine.hybrid import Hit
-from index.engine.knn import Neighbor
-from index.engine.table import Table
-from index.errors import InvalidQuery
+from index.engine.door import Delta, Table
 from index.store import artifact, writelog
-from service import queries, respond, writes
 
 T = TypeVar("T")
 _LIVE: weakref.WeakKeyDictionary[Table, Live] = weakref.WeakKeyDictionary()
@@ -133,77 +124,3 @@ def log_lengths() -> tuple[int, ...]:
             continue
         lengths += (found.st_size, found.st_ino)
     return tuple(lengths)
-
-
-# ---------------------------------------------------------------------------------------------- searching
-def written_passing(delta: Delta, spec: Any) -> np.ndarray | None:
-    """A boolean per written document (in write order): passes the filter ``spec`` (None: no filter)."""
-    if spec is None:
-        return None
-    columns = delta.columns()
-    if not columns.documents:
-        return np.zeros(0, dtype=bool)
-    return filters.evaluate(columns, spec).mask  # type: ignore[arg-type]
-
-
-def passing(delta: Delta | None, spec: Any, rows: RowSet | None) -> int | None:
-    """How many live documents pass the filter (None: use the version's count, there is no delta)."""
-    if delta is None or rows is None:
-        return None
-    written = written_passing(delta, spec)
-    return int((rows.mask & ~delta.deleted).sum()) + (0 if written is None else int(written.sum()))
-
-
-def documents(table: Table, delta: Delta, hits: list[Neighbor], fields: list[str] | None) -> list[dict[str, Any]]:
-    """``respond.documents`` of hits from the version and from the written documents (rows past the version's)."""
-    base = table.rows
-    shown = respond.documents(table, [hit for hit in hits if hit[0] < base], fields)
-    written = delta.written_in_order()
-    out, version = [], iter(shown)
-    payload = table.documents(writes.WRITES_ONLY)
-    for row, score in hits:
-        if row < base:
-            out.append(next(version))
-        else:
-            document = written[row - base].show(payload, fields, False)
-            out.append({"id": document["id"], "score": score, "text": document["text"], "fields": document["fields"]})
-    return out
-
-
-def ranked_documents(table: Table, delta: Delta, hits: list[Hit], fields: list[str] | None) -> list[dict[str, Any]]:
-    """:func:`documents` of a keyword, hybrid or diverse search, each hit with its ``ranks`` when it has them."""
-    out = documents(table, delta, [(hit.row, hit.score) for hit in hits], fields)
-    for item, hit in zip(out, hits, strict=True):
-        if hit.ranks is not None:
-            item["ranks"] = hit.ranks
-    return out
-
-
-def document_probe(table: Table, delta: Delta, query: Any) -> queries.Probe:
-    """``queries.document`` over the version and the written documents: a vector, more like one document, or
-    the normalised mean of positive and negative documents (gensim ``most_similar``), the inputs left out."""
-    if query.vector is not None:
-        return queries.raw_vector(table, query.vector)
-    asked = [query.id] if query.id is not None else [*query.positive, *query.negative]
-    positive = 1 if query.id is not None else len(query.positive)
-    order = {key: i for i, key in enumerate(delta.documents)}
-    rows, vectors = [], []
-    for ident in asked:
-        document = delta.written(ident)
-        if document is not None:
-            rows.append(table.rows + order[document.id])
-            vectors.append(document.vector)
-        else:
-            (row,) = delta.row_of([ident]).tolist()  # 404 for an unknown or deleted id
-            rows.append(row)
-            vectors.append(table.vectors[row])
-    if len(asked) == 1 and positive == 1:
-        mean = np.asarray(vectors[0], dtype=np.float64)
-    else:
-        weights = np.array([1.0] * positive + [-1.0] * (len(asked) - positive))
-        mean = weights @ np.asarray(vectors, dtype=np.float64) / len(asked)
-    norm = np.sqrt(mean @ mean)
-    if norm < 1e-12:
-        raise InvalidQuery("the positive and negative documents cancel out: the query vector is zero")
-    info = {"id": query.id} if query.id is not None else {"positive": query.positive, "negative": query.negative}
-    return queries.Probe((mean / norm).astype(np.float32), set(rows), info)

@@ -1,15 +1,15 @@
-"""Responses: JSON rendered fast, and hits shaped as the API gives them."""
+"""Responses: JSON rendered fast, and the door's answers (``index.engine.door``) shaped as the API gives them."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import orjson
 from starlette.responses import JSONResponse
 
-from index.engine.hybrid import Hit
-from index.engine.knn import Neighbor
-from index.engine.table import Table
+from index.engine.door import Answer, Delta, Failed, Hit, Neighbor, Payload, Result, Table
+from service.errors import item_error
 
 
 class FastJSON(JSONResponse):
@@ -19,7 +19,7 @@ class FastJSON(JSONResponse):
         return orjson.dumps(content, option=orjson.OPT_SERIALIZE_NUMPY)
 
 
-def neighbors(table: Table, hits: list[Neighbor]) -> list[dict[str, Any]]:
+def neighbors(table: Table, hits: Sequence[Neighbor]) -> list[dict[str, Any]]:
     labels = table.tokens.labels([i for i, _ in hits])
     out = [{"token": label, "id": i, "score": score} for label, (i, score) in zip(labels, hits, strict=True)]
     if table.metadata:  # e.g. a projector table's "kind" per word; model tables' readable form
@@ -31,11 +31,16 @@ def neighbors(table: Table, hits: list[Neighbor]) -> list[dict[str, Any]]:
     return out
 
 
-def documents(table: Table, hits: list[Neighbor], fields: list[str] | None = None) -> list[dict[str, Any]]:
-    """Hits of a documents table: ``{"id", "score", "text", "fields"}``, with ``fields`` (default: all)."""
+def documents(
+    table: Table, hits: Sequence[Neighbor], fields: list[str] | None = None, delta: Delta | None = None
+) -> list[dict[str, Any]]:
+    """Hits of a documents table: ``{"id", "score", "text", "fields"}``, with ``fields`` (default: all); with a
+    ``delta``, hits of the written documents too (rows past the version's)."""
     payload = table.payload
     if payload is None:
         raise TypeError(f"table {table.name!r} is not a documents table")
+    if delta is not None:
+        return _live_documents(table, payload, delta, hits, fields)
     rows = [i for i, _ in hits]
     ids, texts, records = payload.ids(rows), payload.text(rows), payload.records(rows, fields)
     return [
@@ -44,10 +49,56 @@ def documents(table: Table, hits: list[Neighbor], fields: list[str] | None = Non
     ]
 
 
-def ranked_documents(table: Table, hits: list[Hit], fields: list[str] | None = None) -> list[dict[str, Any]]:
+def _live_documents(
+    table: Table, payload: Payload, delta: Delta, hits: Sequence[Neighbor], fields: list[str] | None
+) -> list[dict[str, Any]]:
+    """:func:`documents` of hits from the version and from the written documents (rows past the version's)."""
+    base = table.rows
+    shown = documents(table, [hit for hit in hits if hit[0] < base], fields)
+    written = delta.written_in_order()
+    out, version = [], iter(shown)
+    for row, score in hits:
+        if row < base:
+            out.append(next(version))
+        else:
+            document = written[row - base].show(payload, fields, False)
+            out.append({"id": document["id"], "score": score, "text": document["text"], "fields": document["fields"]})
+    return out
+
+
+def ranked_documents(
+    table: Table, hits: Sequence[Hit], fields: list[str] | None = None, delta: Delta | None = None
+) -> list[dict[str, Any]]:
     """:func:`documents` of a keyword, hybrid or diverse search, each hit with its ``ranks`` when it has them."""
-    out = documents(table, [(hit.row, hit.score) for hit in hits], fields)
+    out = documents(table, [(hit.row, hit.score) for hit in hits], fields, delta)
     for item, hit in zip(out, hits, strict=True):
         if hit.ranks is not None:
             item["ranks"] = hit.ranks
     return out
+
+
+def words(table: Table, result: Result) -> dict[str, Any]:
+    """A word table's answer: the query as it was read, its neighbours, an analogy's expected answer."""
+    out = {"query": result.query, "neighbors": neighbors(table, result.hits)}  # type: ignore[arg-type]
+    if result.expect is not None:
+        out["expect"] = result.expect
+    return out
+
+
+def hits(table: Table, result: Result, fields: list[str] | None = None, delta: Delta | None = None) -> dict[str, Any]:
+    """A documents table's answer: its hits, how many documents its filter passes, the fallback mode taken."""
+    if result.ranked:
+        shown = ranked_documents(table, result.hits, fields, delta)  # type: ignore[arg-type]
+    else:
+        shown = documents(table, result.hits, fields, delta)  # type: ignore[arg-type]
+    out: dict[str, Any] = {"hits": shown}
+    if result.passing is not None:
+        out["passing"] = result.passing
+    if result.fallback is not None:
+        out["fallback"] = result.fallback
+    return out
+
+
+def results(answers: Sequence[Answer], shape: Callable[[Result], dict[str, Any]]) -> list[dict[str, Any]]:
+    """A batch's answers in order: each result shaped, each error as its envelope."""
+    return [item_error(answer.error) if isinstance(answer, Failed) else shape(answer) for answer in answers]

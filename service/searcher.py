@@ -29,9 +29,7 @@ from dataclasses import dataclass
 import faiss
 import numpy as np
 
-from index.engine.knn import Hits
-from index.engine.search import Answers, Search
-from index.engine.table import Plan, Table
+from index.engine.door import Answers, Hits, Plan, Search, Table
 
 BUSY_WINDOW = 0.002  # s: after an answer from the thread, keep handing off (the load is still on)
 MAX_BATCH = 8  # searches per round of the thread: small rounds keep both threads busy (one round of all

@@ -26,6 +26,7 @@ its :class:`index.engine.transformer_encoder.TransformerEncoder`, which answers 
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from itertools import chain
@@ -62,6 +63,38 @@ class Pieces:
 
 def preview(text: str) -> str:
     return repr(text if len(text) <= PREVIEW_CHARS else text[:PREVIEW_CHARS] + "…")
+
+
+class NoKnownWord(InvalidQuery):
+    """A text none of whose words the encoder knows: its vector cannot be made (a keyword search can still
+    find the words as written)."""
+
+
+SHOWN_WORDS = 10  # unknown words a message names
+
+
+def words_of(text: str) -> list[str]:
+    """The text's distinct words, lower-cased, as a word table's encoder looks them up (else its symbols)."""
+    return list(dict.fromkeys(WORD.findall(text.lower()) or text.split()))
+
+
+def no_known_word(label: str, content: str, whose: str, **details: Any) -> NoKnownWord:
+    """The error for a text (``content``, called ``label``) with no word ``whose`` vocabulary holds, naming its
+    words."""
+    words = words_of(content)
+    if not words:
+        return NoKnownWord(f"{label} {preview(content)} has no words to embed", words=[], **details)
+    more = f" (and {len(words) - SHOWN_WORDS} more)" if len(words) > SHOWN_WORDS else ""
+    shown = ", ".join(words[:SHOWN_WORDS]) + more
+    message = f"{label} {preview(content)}: no word of it is known to {whose}: unknown {shown}"
+    return NoKnownWord(message, words=words, **details)
+
+
+def check_known(encoded: Encoded, texts: Sequence[str], whose: str, name: str) -> None:
+    """A :class:`NoKnownWord` for the first of ``texts`` (called ``name[i]``) that ``encoded`` made no vector of."""
+    for i, tokens in enumerate(encoded.tokens):
+        if tokens == 0:
+            raise no_known_word(f"{name}[{i}]", texts[i], whose, text=i)
 
 
 class Encoder:

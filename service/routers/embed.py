@@ -14,13 +14,12 @@ import numpy as np
 from fastapi import APIRouter, Depends, Path, Request
 from starlette.responses import Response
 
-from index.engine.encode import Encoded, embeds_text, encoder_for
+from index.engine.encode import Encoded, check_known, embeds_text, encoder_for
 from index.engine.table import Table
 from index.errors import EmbeddingError, InvalidQuery
 from service.deps import NAME_SCHEMA, RegistryDep, TableDep, get_registry, table_named
 from service.errors import BODY_ERRORS, ERRORS, ApiError, responses
 from service.execute import compute
-from service.queries import check_known
 from service.respond import FastJSON
 from service.schemas.embed import (
     EmbedRequest,

@@ -2,19 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Any
+import functools
+from typing import cast
 
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
-from index.engine.search import VectorSearch
-from index.engine.table import Table
-from service import execute, queries
+from service import convert, execute
 from service.deps import TableDep, TableName, table_named
 from service.errors import BODY_ERRORS, TABLE_ERRORS, responses
 from service.http.fastroute import QueryRoute, parse_query, query_params
-from service.respond import FastJSON, neighbors
-from service.schemas.common import TokenOptions
+from service.respond import FastJSON, results, words
 from service.schemas.neighbors import (
     NeighborsBatchResponse,
     NeighborsParams,
@@ -24,25 +22,6 @@ from service.schemas.neighbors import (
 )
 
 router = APIRouter(prefix="/v1/tables/{table}", tags=["neighbors"], route_class=QueryRoute)
-
-
-def probe(table: Table, item: str | NeighborsQuery, compose: str | None) -> queries.Probe:
-    if isinstance(item, str):
-        return queries.word(table, item, compose)
-    if item.token is not None:
-        return queries.word(table, item.token, compose)
-    if item.id is not None:
-        return queries.row_id(table, item.id)
-    return queries.mean_of(table, item.positive, item.negative)
-
-
-async def single(
-    request: Request, table: Table, item: str | NeighborsQuery, compose: str | None, options: TokenOptions
-) -> dict[str, Any]:
-    query = probe(table, item, compose)
-    search = VectorSearch(query.vector[None, :], options.k, [query.exclude], options.search_options())
-    (hits,) = await execute.search(request, table, "neighbors", search)
-    return {"query": query.info, "neighbors": neighbors(table, hits)}
 
 
 @router.get(
@@ -55,8 +34,9 @@ async def single(
 async def neighbors_get(request: Request, table: TableName) -> Response:
     found = await table_named(request, table)
     params = parse_query(request, NeighborsParams)
-    item = params.token if params.token is not None else NeighborsQuery(id=params.id)
-    return FastJSON(await single(request, found, item, params.compose, params))
+    item = params.token if params.token is not None else cast(int, params.id)  # the validator asks for one
+    query = convert.word(item, params, params.compose)
+    return FastJSON(words(found, await execute.one(request, found, "neighbors", query)))
 
 
 @router.post(
@@ -68,14 +48,8 @@ async def neighbors_get(request: Request, table: TableName) -> Response:
 async def neighbors_post(request: Request, table: TableDep, body: NeighborsRequest) -> Response:
     if body.queries is None:
         item = NeighborsQuery(token=body.token, id=body.id, positive=body.positive, negative=body.negative)
-        return FastJSON(await single(request, table, item, body.compose, body))
-    items = body.queries
-
-    def run() -> dict[str, Any]:
-        batch = queries.Batch.build(lambda item: probe(table, item, body.compose), items)
-        hits = []
-        if batch.queries:
-            hits = table.run(VectorSearch(batch.matrix(), body.k, batch.excludes(), body.search_options()))
-        return {"results": batch.results(table, hits)}
-
-    return FastJSON(await execute.compute(request, table, "neighbors_batch", run))
+        query = convert.word(item, body, body.compose)
+        return FastJSON(words(table, await execute.one(request, table, "neighbors", query)))
+    queries = [convert.word(item, body, body.compose) for item in body.queries]
+    answers = await execute.batch(request, table, "neighbors_batch", queries)
+    return FastJSON({"results": results(answers, functools.partial(words, table))})

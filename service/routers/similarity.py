@@ -8,9 +8,8 @@ import numpy as np
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
-from index.engine.table import Table
-from index.errors import EmbeddingError
-from service import queries
+from index.engine import door
+from index.engine.door import EmbeddingError, Query, Table
 from service.deps import TableDep, TableName, table_named
 from service.errors import BODY_ERRORS, TABLE_ERRORS, item_error, responses
 from service.execute import compute
@@ -21,8 +20,8 @@ from service.schemas.similarity import SimilaritiesResponse, SimilarityParams, S
 router = APIRouter(prefix="/v1/tables/{table}", tags=["similarity"], route_class=QueryRoute)
 
 
-def pair(table: Table, a: str, b: str, compose: str | None) -> tuple[float, dict[str, Any]]:
-    left, right = queries.word(table, a, compose), queries.word(table, b, compose)
+def pair(table: Table, a: str, b: str, compose: Any) -> tuple[float, dict[str, Any]]:
+    left, right = door.probe(table, Query(token=a, compose=compose)), door.probe(table, Query(token=b, compose=compose))
     info = {"a": left.info, "b": right.info}
     if "compose" in left.info or "compose" in right.info:
         return float(np.dot(left.vector.astype(np.float64), right.vector.astype(np.float64))), info

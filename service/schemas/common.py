@@ -18,7 +18,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationInfo
 
-from index.engine.search import SearchOptions
+from index.engine.door import FLOAT32_MAX, SearchOptions
 
 
 @dataclass(frozen=True)
@@ -36,7 +36,6 @@ LIMITS: ContextVar[Limits] = ContextVar("embedding_limits", default=Limits())  #
 MAX_TOKEN_CHARS = 1024
 MAX_TEXT_CHARS = 100_000
 MAX_DIM = 65_536
-FLOAT32_MAX = 3.4028234663852886e38
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 
 

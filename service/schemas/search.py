@@ -7,6 +7,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field, model_validator
 
+from index.engine.door import check_mode, check_options
 from service.schemas.common import (
     CHECK_BATCH,
     INT64_MAX,
@@ -128,31 +129,6 @@ class FusionWeights(BaseModel):
 
     vector: Weight = 1.0
     keyword: Weight = 1.0
-
-
-def check_options(mode: str, min_score: float | None, diversity: float | None) -> None:
-    """What a mode asks of the score floor and diversity (``MODE_FORMS``); a ValueError says what is wrong."""
-    if mode == "vector" and min_score is not None and not -1 <= min_score <= 1:
-        raise ValueError(f"min_score of mode vector is a cosine, between -1 and 1, got {min_score}")
-    if mode == "keyword" and diversity:
-        raise ValueError("diversity needs a query vector: it is for modes vector and hybrid, not keyword")
-
-
-def check_mode(
-    mode: str, text: str | None, vector_query: bool, min_score: float | None, diversity: float | None
-) -> None:
-    """What a mode asks of one query (``MODE_FORMS``); a ValueError says what is missing or out of place."""
-    check_options(mode, min_score, diversity)
-    if mode == "keyword":
-        if text is None:
-            raise ValueError("mode keyword needs text")
-        if vector_query:
-            raise ValueError("mode keyword searches by text alone: leave out vector, id and positive/negative ids")
-    if mode == "hybrid" and text is None:
-        raise ValueError(
-            "mode hybrid needs text (with a vector, id or positive/negative ids, or alone on a table "
-            "whose documents were embedded with --encoder)"
-        )
 
 
 class PageOptions(BaseModel):

@@ -1,0 +1,520 @@
+"""The engine's one door: a batch of :class:`~index.engine.query.Query` run against a table, each item answered
+in order by a :class:`~index.engine.query.Result` or its :class:`~index.engine.query.Failed` (a single query is a
+batch of one).
+
+Inside, once: tokens, row ids, document ids and examples become unit query vectors with the rows they leave out
+(:func:`probe`); a text is embedded by the table's encoder (the table that embedded its documents), with mode
+hybrid's fallbacks; a filter is compiled; the mode rules are checked; the items are grouped into one engine
+request per filter, page and mode; the write log's delta is searched beside the version; hybrid fusion and MMR
+run (``index.engine.hybrid``).
+
+:func:`run` does all of it; :func:`split` gives a plain query's one engine request (a ``VectorSearch`` or
+``AnalogySearch``, which the service's searcher can join with others) and the step that finishes its answers, so
+that the caller decides where the request runs. :func:`expectations` reports analogies' expected answers, work
+that scores every row.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from index.engine import diagnostics, filters
+from index.engine.delta import Delta, vector_search
+from index.engine.encode import NoKnownWord, encoder_for, no_known_word, preview
+from index.engine.filters import RowSet
+from index.engine.hybrid import DocumentSearch, Hit, Mode
+from index.engine.hybrid import run as run_hybrid
+from index.engine.keyword import KeywordIndex
+from index.engine.knn import Hits, Neighbor
+from index.engine.live_search import LiveKeyword, LiveSource
+from index.engine.query import (
+    Analogy,
+    Answer,
+    Examples,
+    Failed,
+    Query,
+    Result,
+    attempt,
+    check_mode,
+    check_options,
+)
+from index.engine.search import AnalogySearch, Answers, Search, SearchOptions, VectorSearch
+from index.engine.table import Plan, Table
+from index.errors import EmbeddingError, InvalidQuery
+from index.store.payload import Payload
+
+__all__ = [
+    "Analogy",
+    "Answer",
+    "Answers",
+    "Delta",
+    "EmbeddingError",
+    "Examples",
+    "Failed",
+    "Hit",
+    "Hits",
+    "Mode",
+    "Neighbor",
+    "Payload",
+    "Plan",
+    "Query",
+    "Result",
+    "Search",
+    "SearchOptions",
+    "Split",
+    "Table",
+    "attempt",
+    "check_mode",
+    "check_options",
+    "expectations",
+    "expecting",
+    "probe",
+    "run",
+    "split",
+]
+
+FLOAT32_MAX = 3.4028234663852886e38
+KEYWORD_HINT = "; mode keyword (and hybrid, which falls back to it) finds the words by the keyword index"
+
+
+@dataclass(slots=True)
+class Probe:
+    """A query's unit vector, the rows left out of its answer (its inputs, as gensim does) and the query as the
+    answer echoes it."""
+
+    vector: np.ndarray  # (dim,) float32, unit length
+    exclude: set[int]
+    info: dict[str, Any]
+
+
+# ---------------------------------------------------------------------------------------- inputs to vectors
+def _word(table: Table, text: str, compose: str | None) -> Probe:
+    """One word: its row if the table has it, else (with ``compose="mean"``) the mean of its tokenizer pieces."""
+    found = table.find(text)
+    if found is None and compose == "mean":
+        vector, pieces = table.compose(text)
+        info = {
+            "text": text,
+            "match": "composed",
+            "compose": "mean",
+            "tokens": [{"id": i, "token": t} for i, t in pieces],
+        }
+        return Probe(vector[0], {i for i, _ in pieces}, info)
+    if found is None:
+        found = table.resolve(text)  # raises UnknownToken with suggestions
+    return Probe(table.mean_query([found.id])[0], {found.id}, found.as_dict())
+
+
+def _row(table: Table, row: int) -> Probe:
+    found = table.resolve_id(row)
+    return Probe(table.mean_query([row])[0], {row}, found.as_dict())
+
+
+def _mean_of(table: Table, positive: Sequence[str], negative: Sequence[str]) -> Probe:
+    """gensim ``most_similar``: the normalised mean of the unit rows, positive +1 and negative -1."""
+    pos = [table.resolve(t) for t in positive]
+    neg = [table.resolve(t) for t in negative]
+    vector = table.mean_query([r.id for r in pos], [r.id for r in neg])[0]
+    info = {"positive": [r.as_dict() for r in pos], "negative": [r.as_dict() for r in neg]}
+    return Probe(vector, {r.id for r in pos + neg}, info)
+
+
+def _raw_vector(table: Table, values: Sequence[float]) -> Probe:
+    """A client's vector: right length, finite, within float32, not zero; normalised here."""
+    array = np.asarray(values, dtype=np.float64)
+    if array.shape != (table.dim,):
+        raise InvalidQuery(f"the vector has {array.size} values; table {table.name!r} has {table.dim} dimensions")
+    if not np.isfinite(array).all():
+        raise InvalidQuery("the vector must contain only finite numbers (no NaN or Infinity)")
+    if np.abs(array).max() > FLOAT32_MAX:
+        raise InvalidQuery(f"vector values must fit in float32 (|x| <= {FLOAT32_MAX:.4g})")
+    return Probe(table.normalize_queries(array[None, :])[0], set(), {})
+
+
+def _documents(table: Table, query: Query, delta: Delta | None) -> Probe:
+    """More like one document (itself left out), or the normalised mean of positive and negative documents'
+    unit vectors (gensim ``most_similar``; they are left out); with a ``delta``, written documents too."""
+    if table.payload is None:
+        raise InvalidQuery(f"table {table.name!r} is not a documents table: search it by vector")
+    if query.document is not None:
+        asked, positive, info = [query.document], 1, {"id": query.document}
+    else:
+        assert query.examples is not None
+        examples = query.examples
+        asked, positive = [*examples.positive, *examples.negative], len(examples.positive)
+        info = {"positive": examples.positive, "negative": examples.negative}
+    if delta is None:
+        pos, neg = table.payload.row_of(asked[:positive]).tolist(), table.payload.row_of(asked[positive:]).tolist()
+        return Probe(table.mean_query(pos, neg)[0], set(pos) | set(neg), info)
+    order = {key: i for i, key in enumerate(delta.documents)}
+    rows, vectors = [], []
+    for ident in asked:
+        document = delta.written(ident)
+        if document is not None:
+            rows.append(table.rows + order[document.id])
+            vectors.append(document.vector)
+        else:
+            (row,) = delta.row_of([ident]).tolist()  # 404 for an unknown or deleted id
+            rows.append(row)
+            vectors.append(table.vectors[row])
+    if len(asked) == 1 and positive == 1:
+        mean = np.asarray(vectors[0], dtype=np.float64)
+    else:
+        weights = np.array([1.0] * positive + [-1.0] * (len(asked) - positive))
+        mean = weights @ np.asarray(vectors, dtype=np.float64) / len(asked)
+    norm = np.sqrt(mean @ mean)
+    if norm < 1e-12:
+        raise InvalidQuery("the positive and negative documents cancel out: the query vector is zero")
+    return Probe((mean / norm).astype(np.float32), set(rows), info)
+
+
+def _text(table: Table, encoder: Table | None, text: str) -> Probe:
+    """A documents table's text query, embedded by ``encoder``: the table that embedded its documents at import,
+    with the same pooling. A text with no word the encoder knows is a :class:`NoKnownWord`."""
+    record = table.encoder_record
+    if record is None or encoder is None:
+        raise InvalidQuery(
+            f"table {table.name!r} records no encoder (its vectors came with the documents): send the query's "
+            "vector from your own model, or search by keyword"
+        )
+    encoded = encoder_for(encoder).encode([text], record.get("pooling"), strict=False)
+    if encoded.tokens[0] == 0:
+        whose = f"the vocabulary the documents of {table.name!r} were embedded with ({encoder.name})"
+        raise no_known_word("text", text, whose)
+    info = {"text": text, "encoder": encoder.name, "tokens": encoded.tokens[0], "unknown": encoded.unknown[0]}
+    return Probe(encoded.vectors[0], set(), info)
+
+
+def _analogy(table: Table, query: Query) -> Probe:
+    """b + c - a as gensim ``most_similar(positive=[b, c], negative=[a])``; a, b and c are left out.
+
+    A question whose offset b - a is zero ("a is to a as c is to ?") has no answer beyond c itself: 422. So is
+    an expected answer that can never be given (one of a, b and c, or a row the search leaves out)."""
+    question = query.analogy
+    assert question is not None
+    found = _mean_of(table, [question.b, question.c], [question.a])
+    a = found.info["negative"][0]
+    b, c = found.info["positive"]
+    if a["id"] == b["id"] or np.array_equal(table.vectors[a["id"]], table.vectors[b["id"]]):
+        raise InvalidQuery(
+            f"the analogy's offset b - a is zero ({question.a!r} and {question.b!r} are the same vector): "
+            "give two different words for a and b"
+        )
+    found.info = {"a": a, "b": b, "c": c}
+    if question.expect is not None:
+        expect = table.resolve(question.expect)
+        diagnostics.check_expected(table, (a["id"], b["id"], c["id"]), expect.id, query.options)
+        found.info["expect"] = expect.as_dict()
+    return found
+
+
+def probe(table: Table, query: Query, encoder: Table | None = None, delta: Delta | None = None) -> Probe:
+    """The unit vector ``query``'s input stands for and the rows it leaves out (its text is embedded by
+    ``encoder``; document ids are looked up in the version and, with a ``delta``, the written documents)."""
+    if query.token is not None:
+        return _word(table, query.token, query.compose)
+    if query.row is not None:
+        return _row(table, query.row)
+    if query.vector is not None:
+        return _raw_vector(table, query.vector)
+    if query.analogy is not None:
+        return _analogy(table, query)
+    examples = query.examples
+    if examples is not None and not examples.documents:
+        return _mean_of(table, examples.positive, examples.negative)
+    if query.document is not None or examples is not None:
+        return _documents(table, query, delta)
+    if query.text is not None:
+        return _text(table, encoder, query.text)
+    raise InvalidQuery("a query needs an input: a token, id, vector, positive/negative examples or text")
+
+
+# ------------------------------------------------------------------------------------------- mode rules
+@dataclass(slots=True)
+class _Item:
+    """A query made ready: the mode it runs in, its vector side (None in mode keyword) and the fallback taken."""
+
+    query: Query
+    mode: Mode
+    probe: Probe | None
+    fallback: dict[str, str] | None = None
+
+
+def _words_input(query: Query) -> bool:
+    """A word table's input (token, row, word examples, analogy): searched by vector, no mode of its own."""
+    return (
+        query.token is not None
+        or query.row is not None
+        or query.analogy is not None
+        or (query.examples is not None and not query.examples.documents)
+    )
+
+
+def _prepare(table: Table, query: Query, encoder: Table | None, delta: Delta | None) -> _Item:
+    """A query's mode, vector side and fallback; a 422 for what the mode lacks or the table cannot do. Text alone
+    in mode hybrid none of whose words the encoder knows (a command name, a product code, a typo) is searched by
+    keyword alone, and the answer says so (``fallback``); text none of whose words a document holds, by vector
+    alone. ``min_score`` (a floor on fused scores) and ``diversity`` keep mode hybrid as asked."""
+    if _words_input(query):
+        return _Item(query, "vector", probe(table, query))
+    mode, text, vector_input = query.mode, query.text, query.vector_input
+    if text is None and not vector_input:
+        raise InvalidQuery("a query needs an input: a token, id, vector, positive/negative examples or text")
+    try:
+        check_mode(mode, text, vector_input, query.min_score, query.diversity)
+    except ValueError as exc:
+        raise InvalidQuery(str(exc)) from None
+    if mode != "vector" and table.keyword is None:
+        raise InvalidQuery(
+            f"mode {mode}: table {table.name!r} has no keyword index (its documents have no text); search it by vector"
+        )
+    if mode == "vector" and text is not None and vector_input:
+        raise InvalidQuery(
+            "text: mode vector searches by one query: a vector, id or positive/negative ids, or text alone (embedded "
+            "by the table's encoder); use mode hybrid to search by both"
+        )
+    if vector_input:
+        found = probe(table, query, encoder, delta)
+    elif mode == "keyword" or text is None:
+        return _Item(query, mode, None)
+    else:
+        try:
+            found = _text(table, encoder, text)  # 422 when the table records no encoder
+        except NoKnownWord as exc:
+            if mode != "hybrid" or query.diversity or query.min_score is not None:  # these need a vector
+                raise NoKnownWord(exc.message + KEYWORD_HINT, **exc.details) from None
+            return _Item(query, "keyword", None, {"mode": "keyword", "reason": exc.message})
+    if mode == "hybrid" and text is not None and query.min_score is None and not _has_keyword(table, text, delta):
+        reason = f"no document of {table.name!r} holds a word of text {preview(text)} as the keyword index reads it"
+        return _Item(query, "vector", found, {"mode": "vector", "reason": reason})
+    return _Item(query, mode, found)
+
+
+def _has_keyword(table: Table, text: str, delta: Delta | None) -> bool:
+    """Whether some live document holds a word of ``text`` (mode hybrid's keyword list is not empty, filter aside):
+    with a ``delta``, a written one counts and a deleted one does not."""
+    allowed = None
+    index: KeywordIndex | LiveKeyword | None = table.keyword
+    if delta is not None:
+        source = LiveSource(table, delta)
+        index = source.keyword
+        allowed = np.concatenate([~delta.deleted, np.ones(source.rows - table.rows, dtype=bool)])
+    assert index is not None  # checked by _prepare for modes keyword and hybrid
+    _, rows = index.search([text], 1, allowed)
+    return bool(rows[0, 0] >= 0)
+
+
+# ------------------------------------------------------------------------------------------------- runs
+def _plain(query: Query, delta: Delta | None) -> bool:
+    """Whether ``query`` is one engine request with nothing around it: an input that stands for a vector, in mode
+    vector, undiversified, unfiltered, with nothing written since the version."""
+    return (
+        query.vector_input and query.mode == "vector" and not query.diversity and query.filter is None and delta is None
+    )
+
+
+@dataclass(slots=True)
+class Split:
+    """A plain query's one engine request (:attr:`search`) and the step that makes its answers results."""
+
+    search: Search
+    finish: Callable[[Answers], list[Answer]]
+
+
+def split(table: Table, query: Query, encoder: Table | None = None, delta: Delta | None = None) -> Split | None:
+    """``query`` as one engine request and its finish, or None when it is not plain (filtered, keyword, hybrid,
+    diverse, text alone, or with writes to merge): :func:`run` answers it then. Its error raises here."""
+    if not _plain(query, delta):
+        return None
+    if query.text is None and query.min_score is None:  # nothing of the mode rules to check: the hot path
+        found = probe(table, query, encoder, delta)
+    else:
+        item = _prepare(table, query, encoder, delta)
+        assert item.probe is not None
+        found = item.probe
+    if query.analogy is not None:
+        info = found.info
+        question = (info["a"]["id"], info["b"]["id"], info["c"]["id"])
+        search: Search = AnalogySearch([question], query.k, query.method, query.options)
+    else:
+        exclude = found.exclude | set(query.exclude) if query.exclude else found.exclude
+        search = VectorSearch(
+            found.vector[None, :],
+            query.k,
+            [exclude] if exclude else (),
+            query.options,
+            None,
+            query.offset,
+            query.min_score,
+        )
+
+    def finish(answers: Answers) -> list[Answer]:
+        return [_result(query, found, answers[0])]
+
+    return Split(search, finish)
+
+
+def run(
+    table: Table, queries: Sequence[Query], encoder: Table | None = None, delta: Delta | None = None
+) -> list[Answer]:
+    """Answer each of ``queries`` in order (its result, or its error): one engine request per group of items
+    sharing a filter, page and mode. ``encoder`` embeds texts; ``delta`` holds the documents written since the
+    version, searched beside it."""
+    out: list[Answer] = [Failed(InvalidQuery("not run"))] * len(queries)
+    groups: dict[Any, list[tuple[int, _Item]]] = {}
+    for position, query in enumerate(queries):
+        item = attempt(functools.partial(_ready, table, query, encoder, delta))
+        if isinstance(item, Failed):
+            out[position] = item
+            continue
+        groups.setdefault(_key(item), []).append((position, item))
+    for members in groups.values():
+        items = [item for _, item in members]
+        for (position, _), answer in zip(members, _run_group(table, items, delta), strict=True):
+            out[position] = answer
+    return out
+
+
+def _ready(table: Table, query: Query, encoder: Table | None, delta: Delta | None) -> _Item:
+    item = _prepare(table, query, encoder, delta)
+    if query.filter is not None:
+        table.filter(query.filter)  # an error in the filter is this item's (the rows are kept for the search)
+    return item
+
+
+def _key(item: _Item) -> Any:
+    """What the items of one engine request share."""
+    q = item.query
+    spec = None if q.filter is None else json.dumps(q.filter, sort_keys=True)
+    return (
+        spec,
+        q.offset,
+        q.min_score,
+        item.mode,
+        q.analogy is not None,
+        q.k,
+        q.options,
+        q.diversity,
+        q.rrf_k,
+        q.weights,
+        q.method,
+    )
+
+
+def _run_group(table: Table, items: list[_Item], delta: Delta | None) -> list[Answer]:
+    """The answers of items sharing a mode, a filter and a page: a plain vector search (``Table.run``, or the
+    version and the written documents merged) unless the mode or diversity asks for ``index.engine.hybrid``."""
+    first = items[0].query
+    mode = items[0].mode
+    probes = [item.probe for item in items if item.probe is not None]
+    if first.analogy is not None:
+        asked = [(p.info["a"]["id"], p.info["b"]["id"], p.info["c"]["id"]) for p in probes]
+        answers = table.run(AnalogySearch(asked, first.k, first.method, first.options))
+        return [_result(item.query, p, hits) for item, p, hits in zip(items, probes, answers, strict=True)]
+    rows = None if first.filter is None else table.filter(first.filter)
+    passing = None if rows is None else _passing(delta, first, rows)
+    excludes = [p.exclude | set(item.query.exclude) for item, p in zip(items, probes, strict=False)]
+    found: Any  # per item: Neighbor hits, or Hit when ranked
+    ranked = bool(mode != "vector" or first.diversity)
+    if not ranked:
+        matrix = np.vstack([p.vector for p in probes]).astype(np.float32, copy=False)
+        search = VectorSearch(
+            matrix, first.k, excludes if any(excludes) else (), first.options, rows, first.offset, first.min_score
+        )
+        found = table.run(search) if delta is None else vector_search(table, delta, search, _written(delta, first))
+    else:
+        source: Table | LiveSource = table
+        if delta is not None:
+            source = LiveSource(table, delta)
+            version = (np.ones(table.rows, dtype=bool) if rows is None else rows.mask) & ~delta.deleted
+            written = _written(delta, first)
+            extra = np.ones(source.rows - table.rows, dtype=bool) if written is None else written
+            rows = RowSet(np.concatenate([version, extra]))
+        texts = [item.query.text for item in items if item.query.text is not None]
+        search_documents = DocumentSearch(
+            mode,
+            first.k,
+            None if mode == "keyword" else np.vstack([p.vector for p in probes]).astype(np.float32, copy=False),
+            None if mode == "vector" else texts,
+            [] if mode == "keyword" else excludes,
+            first.options,
+            rows,
+            first.offset,
+            first.min_score,
+            first.rrf_k,
+            first.weights,
+            first.diversity or 0.0,
+        )
+        found = run_hybrid(source, search_documents)
+    out: list[Answer] = []
+    for item, shown in zip(items, found, strict=True):
+        info = {} if item.probe is None else item.probe.info
+        out.append(Result(shown, info, passing, item.fallback, ranked=ranked))
+    return out
+
+
+def _result(query: Query, found: Probe, hits: list[Neighbor]) -> Result:
+    """A plain search's result; an analogy's echoes a, b and c and the method, and holds its expected answer
+    (rank, score and margin reported by :func:`expectations`)."""
+    if query.analogy is None:
+        return Result(hits, found.info)
+    info = found.info
+    shown = {"a": info["a"], "b": info["b"], "c": info["c"], "method": query.method}
+    expect = info.get("expect")
+    return Result(hits, shown, expect=None if expect is None else {"token": expect["token"], "id": expect["id"]})
+
+
+def _written(delta: Delta, query: Query) -> np.ndarray | None:
+    """A boolean per written document (in write order): passes the query's filter (None: no filter)."""
+    if query.filter is None:
+        return None
+    columns = delta.columns()
+    if not columns.documents:
+        return np.zeros(0, dtype=bool)
+    return filters.evaluate(columns, query.filter).mask  # type: ignore[arg-type]
+
+
+def _passing(delta: Delta | None, query: Query, rows: RowSet) -> int:
+    """How many live documents pass the query's filter (``rows``: those of the version)."""
+    if delta is None:
+        return len(rows)
+    written = _written(delta, query)
+    return int((rows.mask & ~delta.deleted).sum()) + (0 if written is None else int(written.sum()))
+
+
+# ----------------------------------------------------------------------------------------------- analogies
+def expecting(answers: Sequence[Answer]) -> bool:
+    """Whether some analogy among ``answers`` has an expected answer to report."""
+    return any(isinstance(answer, Result) and answer.expect is not None for answer in answers)
+
+
+def expectations(table: Table, queries: Sequence[Query], answers: Sequence[Answer]) -> None:
+    """Each analogy's expected answer's rank among every candidate its method scores, its score and the best
+    candidate's margin over it (``index.engine.diagnostics``), added to its result's ``expect``; exact even on an
+    approximate table, so it scores every row."""
+    asked = [
+        (query, answer)
+        for query, answer in zip(queries, answers, strict=True)
+        if isinstance(answer, Result) and answer.expect is not None
+    ]
+    if not asked:
+        return
+    first = asked[0][0]
+    found = diagnostics.analogy_expectations(
+        table,
+        [(r.query["a"]["id"], r.query["b"]["id"], r.query["c"]["id"]) for _, r in asked],
+        [r.expect["id"] for _, r in asked if r.expect is not None],
+        first.method,
+        restrict=first.options.restrict,
+        skip_special=first.options.skip_special,
+        whole_words_only=first.options.whole_words_only,
+    )
+    for (_, result), expectation in zip(asked, found, strict=True):
+        assert result.expect is not None
+        result.expect.update(expectation.as_dict())

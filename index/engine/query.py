@@ -1,0 +1,145 @@
+"""The one typed query every search form converges to, its per-item result and its per-item error.
+
+A :class:`Query` names its input (exactly one of a token, a row id, a document id, positive/negative examples,
+a raw vector or an analogy question; or a text, alone or beside a vector input in mode hybrid) and what to
+answer: ``k`` hits from ``offset`` at or above ``min_score``, among the rows a ``filter`` passes, its inputs and
+``exclude`` left out, by ``mode`` (vector, keyword or both fused) with the fusion's settings, re-ranked for
+``diversity``. ``index.engine.door`` runs a batch of them against a table and answers each with a
+:class:`Result` or a :class:`Failed`: one bad item never fails the others.
+
+The mode rules (:func:`check_mode`) live here once: the request schemas check a single query with them, the door
+checks each item of a batch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal, TypeVar
+
+from index.engine.fusion import RRF_K
+from index.engine.hybrid import Hit, Mode
+from index.engine.knn import Neighbor
+from index.engine.search import Method, SearchOptions
+from index.errors import EmbeddingError
+
+T = TypeVar("T")
+DEFAULT_OPTIONS = SearchOptions()
+
+
+@dataclass(frozen=True, slots=True)
+class Examples:
+    """gensim ``most_similar``'s inputs: the normalised mean of the positive rows minus the negative ones, the
+    inputs left out. ``documents``: the names are a documents table's ids, else tokens."""
+
+    positive: Sequence[Any]
+    negative: Sequence[Any]
+    documents: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Analogy:
+    """a is to b as c is to ?; ``expect``: the answer whose rank, score and margin are reported."""
+
+    a: str
+    b: str
+    c: str
+    expect: str | None = None
+
+
+# Made once per query on the hot path and never changed after: a plain slotted class.
+@dataclass(slots=True, eq=False)
+class Query:
+    """One search. Input: exactly one of ``token``, ``row``, ``document``, ``examples``, ``vector`` and
+    ``analogy``, or ``text`` alone (embedded by the table's encoder); ``text`` beside a vector input in mode
+    hybrid (the keyword side)."""
+
+    token: str | None = None
+    row: int | None = None
+    document: Any = None  # a documents table's id: more like it, itself left out
+    examples: Examples | None = None
+    vector: Sequence[float] | None = None  # a client's vector, normalised by the door
+    text: str | None = None
+    analogy: Analogy | None = None
+    k: int = 10
+    offset: int = 0
+    min_score: float | None = None
+    filter: Any = None  # a filter on payload fields (``index.engine.filters``), None: every row
+    exclude: Collection[int] = ()  # rows left out beside the inputs
+    options: SearchOptions = DEFAULT_OPTIONS
+    compose: Literal["mean"] | None = None  # a word that is not one row: the mean of its tokenizer pieces
+    mode: Mode = "vector"
+    rrf_k: float = RRF_K
+    weights: tuple[float, float] | None = None  # (vector, keyword) weights of a hybrid search's fusion
+    diversity: float | None = None  # Maximal Marginal Relevance's trade-off (None and 0: none)
+    method: Method = "3cosadd"  # an analogy's
+    fields: list[str] | None = None  # a documents table's payload fields to return (None: all)
+
+    @property
+    def vector_input(self) -> bool:
+        """Whether the query has an input that stands for a vector (text aside)."""
+        return (
+            self.vector is not None
+            or self.document is not None
+            or self.examples is not None
+            or self.token is not None
+            or self.row is not None
+            or self.analogy is not None
+        )
+
+
+@dataclass(slots=True, eq=False)
+class Result:
+    """One query's answer: its hits best first (``Hit`` when ``ranked``: a keyword, hybrid or diverse search, with
+    each hit's ranks), the query as the answer echoes it, how many documents the filter passes (``passing``, with
+    a filter), the mode taken instead of the one asked (``fallback``), and an analogy's expected answer."""
+
+    hits: list[Neighbor] | list[Hit]
+    query: dict[str, Any]
+    passing: int | None = None
+    fallback: dict[str, str] | None = None
+    expect: dict[str, Any] | None = None
+    ranked: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Failed:
+    """One item's error: the batch answers its other items."""
+
+    error: EmbeddingError
+
+
+Answer = Result | Failed
+
+
+def attempt(make: Callable[[], T]) -> T | Failed:
+    """``make()``, or the :class:`Failed` of the query error it raised: one item's work in a batch."""
+    try:
+        return make()
+    except EmbeddingError as exc:
+        return Failed(exc)
+
+
+def check_options(mode: str, min_score: float | None, diversity: float | None) -> None:
+    """What a mode asks of the score floor and diversity; a ValueError says what is wrong."""
+    if mode == "vector" and min_score is not None and not -1 <= min_score <= 1:
+        raise ValueError(f"min_score of mode vector is a cosine, between -1 and 1, got {min_score}")
+    if mode == "keyword" and diversity:
+        raise ValueError("diversity needs a query vector: it is for modes vector and hybrid, not keyword")
+
+
+def check_mode(
+    mode: str, text: str | None, vector_query: bool, min_score: float | None, diversity: float | None
+) -> None:
+    """What a mode asks of one query; a ValueError says what is missing or out of place."""
+    check_options(mode, min_score, diversity)
+    if mode == "keyword":
+        if text is None:
+            raise ValueError("mode keyword needs text")
+        if vector_query:
+            raise ValueError("mode keyword searches by text alone: leave out vector, id and positive/negative ids")
+    if mode == "hybrid" and text is None:
+        raise ValueError(
+            "mode hybrid needs text (with a vector, id or positive/negative ids, or alone on a table "
+            "whose documents were embedded with --encoder)"
+        )

@@ -19,9 +19,11 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
+from index.engine import door
 from index.engine.filters import RowSet
 from index.engine.hybrid import DocumentSearch, Hit
 from index.engine.hybrid import run as run_documents
+from index.engine.query import Examples, Failed, Query, Result
 from index.engine.search import SearchOptions, VectorSearch
 from index.engine.shards import ShardedTable, merge
 from index.engine.table import Table
@@ -260,3 +262,54 @@ def test_index_and_compact_refuse_a_sharded_table(data_dir: Path) -> None:
     for command, why in (("index", "each shard's index is built by its import"), ("compact", "it takes no writes")):
         done = run(EXE, command, "lee3", "--data-dir", data_dir)
         assert done.returncode == 1 and f"table 'lee3' is sharded: {why}" in done.stderr, done.stderr
+
+
+def door_queries(lee: Lee) -> list[Query]:
+    vector = lee.vectors[7].tolist()
+    spec = {"or": [{"long": True}, {"tags": {"prefix": "australia"}}]}
+    queries = [
+        Query(document="lee-010"),
+        Query(document="lee-011", k=7, offset=3, filter={"lang": "en"}),
+        Query(examples=Examples(["lee-010", "lee-020"], ["lee-030"], documents=True)),
+        Query(vector=vector, min_score=0.97),
+        Query(vector=vector, diversity=0.4, k=8),
+        Query(document="lee-099", diversity=0.2, filter=spec),
+        Query(document="lee-123", fields=["year"]),
+        Query(document="nope"),  # an unknown id fails alone
+    ]
+    for text in ("bushfires in Sydney", "Taliban fighters in Afghanistan", "the government said on Monday"):
+        queries += [
+            Query(text=text, mode="keyword"),
+            Query(text=text, mode="keyword", offset=4, filter=spec),
+            Query(vector=vector, text=text, mode="hybrid"),
+            Query(document="lee-050", text=text, mode="hybrid", rrf_k=10, weights=(1.0, 2.0), k=6, offset=2),
+            Query(vector=vector, text=text, mode="hybrid", diversity=0.3),
+        ]
+    return queries
+
+
+def test_a_sharded_table_answers_the_doors_batch_as_the_whole_table(
+    whole: Table, sharded: ShardedTable, lee_docs: Lee
+) -> None:
+    """A batch of the engine door's queries (by id, examples, vector, text; keyword, hybrid; filters, pages,
+    floors, diversity; a failing item) answered by the sharded table as by the whole table: the same results
+    (hits, ranks, passing counts, the echoed query), the same failures."""
+    queries = door_queries(lee_docs)
+    got, expected = door.run(sharded, queries), door.run(whole, queries)
+    assert len(got) == len(expected) == len(queries)
+    for query, mine, theirs in zip(queries, got, expected, strict=True):
+        if isinstance(theirs, Failed):
+            assert isinstance(mine, Failed) and mine.error.message.replace("lee3", "lee") == theirs.error.message
+            continue
+        assert isinstance(mine, Result), (query, mine)
+        assert (mine.query, mine.passing, mine.fallback, mine.ranked) == (
+            theirs.query,
+            theirs.passing,
+            theirs.fallback,
+            theirs.ranked,
+        )
+        if mine.ranked:
+            same([mine.hits], [theirs.hits], whole.vectors)  # type: ignore[list-item]
+        else:
+            equal_up_to_ties(mine.hits, theirs.hits, whole.vectors)  # type: ignore[arg-type]
+    assert sum(isinstance(answer, Failed) for answer in got) == 1

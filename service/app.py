@@ -124,7 +124,7 @@ def create_app(settings: Settings) -> FastAPI:
     # asked for far less often: routes are tried in order.
     routes = [route for router in (*ROUTERS, *EMBED_ROUTERS) for route in router.routes]
     app.router.routes[:0] = routes
-    front = scatter.Front(scatter.ShardSettings())  # sharded tables answered by their shards' servers
+    front = scatter.Front(scatter.front_settings())  # sharded tables answered by their shards' servers
     app.state.front = front
     app.router.routes[:0] = [scatter.route(front, name) for name in front.tables]
     app.state.api_routes = [route for route in routes if isinstance(route, APIRoute)]

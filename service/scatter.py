@@ -36,14 +36,14 @@ import numpy as np
 import orjson
 from fastapi import Request
 from fastapi.routing import APIRoute
-from pydantic import Field
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import Field, ValidationError
+from pydantic_settings import BaseSettings, SettingsConfigDict, SettingsError
 from starlette.responses import Response
 
 from index.engine.hybrid import DEPTH, LISTS
 from index.engine.shards import fuse
 from index.errors import InvalidQuery
-from index.store import artifact
+from index.store.artifact import NAME_PATTERN as NAME
 from service.errors import BODY_ERRORS, ApiError, responses
 from service.respond import FastJSON
 from service.schemas.search import SearchRequest
@@ -61,6 +61,28 @@ class ShardSettings(BaseSettings):
     )
     partial: bool = Field(False, description="answer with the shards that answered, flagged partial, or fail")
     shard_timeout: float = Field(2.0, gt=0, le=600, description="seconds each attempt at a shard may take")
+
+
+def front_settings() -> ShardSettings:
+    """The front's settings from the environment; ValueError naming the variable for one that is wrong."""
+    try:
+        settings = ShardSettings()
+    except SettingsError as exc:
+        form = "{table: [[replica URL, ...], ...]}"
+        raise ValueError(f"EMBEDDING_SHARDS: not JSON of the form {form} ({exc})") from None
+    except ValidationError as exc:
+        problems = "; ".join(f"EMBEDDING_{'.'.join(map(str, e['loc'])).upper()}: {e['msg']}" for e in exc.errors())
+        raise ValueError(problems) from None
+    for name, shards in settings.shards.items():
+        if not NAME.fullmatch(name) or ".." in name:
+            raise ValueError(f"EMBEDDING_SHARDS: {name!r} is not a table name")
+        if not shards or not all(shards):
+            raise ValueError(f"EMBEDDING_SHARDS: table {name!r} needs at least one replica URL per shard")
+        for replicas in shards:
+            for url in replicas:
+                if not url.startswith(("http://", "https://")):
+                    raise ValueError(f"EMBEDDING_SHARDS: table {name!r}: {url!r} is not an http(s) URL")
+    return settings
 
 
 @dataclass
@@ -92,10 +114,6 @@ class Front:
     """The sharded tables this process fronts, and the one HTTP client it asks their shards with."""
 
     def __init__(self, settings: ShardSettings) -> None:
-        for name, shards in settings.shards.items():
-            artifact.check_name(name)
-            if not shards or not all(shards):
-                raise ValueError(f"EMBEDDING_SHARDS: table {name!r} needs at least one replica URL per shard")
         self.settings = settings
         self.tables = {name: [Shard(list(replicas)) for replicas in shards] for name, shards in settings.shards.items()}
         self._client: httpx.AsyncClient | None = None

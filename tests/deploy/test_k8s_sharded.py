@@ -73,8 +73,13 @@ def test_each_service_and_policy_selects_its_own_pods() -> None:
 
 def test_the_front_names_every_shards_service() -> None:
     found = objects()
-    config = config_of(found, found["Deployment", "embedding-search-front"])
+    deployment = found["Deployment", "embedding-search-front"]
+    config = config_of(found, deployment)
     assert "EMBEDDING_TABLES" not in config and config["EMBEDDING_PARTIAL"] == "false"
+    pod = deployment["spec"]["template"]["spec"]
+    (mount,) = [m for m in pod["containers"][0]["volumeMounts"] if m["mountPath"] == config["EMBEDDING_DATA_DIR"]]
+    (empty,) = [v for v in pod["volumes"] if v["name"] == mount["name"]]
+    assert "emptyDir" in empty  # an empty data directory that exists: no table loaded, none missing
     settings = ShardSettings.model_validate({"shards": json.loads(config["EMBEDDING_SHARDS"])})
     assert list(settings.shards) == ["passages"] and len(settings.shards["passages"]) == SHARDS
     for s, replicas in enumerate(settings.shards["passages"]):

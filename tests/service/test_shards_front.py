@@ -13,7 +13,10 @@ shard: 504 after its deadline.
 from __future__ import annotations
 
 import json
+import os
+import re
 import signal
+import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,7 +26,7 @@ import numpy as np
 import pytest
 
 from index.store import shardmap
-from service.scatter import shard_body
+from service.scatter import front_settings, shard_body
 from service.schemas.search import SearchRequest
 from tests.index.test_shards import EXE, run
 from tests.lee import Lee, jsonl_records, write_jsonl
@@ -147,6 +150,8 @@ def test_the_front_checks_requests_as_any_search(servers: dict[str, Any], lee_do
         status, got = search(servers["front"], body)
         expected_status, _ = search(servers["whole"], body)
         assert status == expected_status == 422 and got["error"]["code"] == "invalid_request", (body, got)
+    ready = HTTP.get(f"{servers['front'].base}/readyz")  # no table of its own, the sharded one fronted
+    assert ready.status_code == 200 and ready.json()["loaded"] == ["lee"], ready.text
     status, got = search(servers["front"], {"id": "lee-001", "k": 5})
     assert status == 422 and "not taken by the front of sharded table 'lee'" in got["error"]["message"]
 
@@ -217,3 +222,33 @@ def test_one_server_serves_a_sharded_table_whole(servers: dict[str, Any], lee_do
         headers={"x-api-key": "writer"},
     )
     assert written.status_code == 422 and "is sharded: it takes no writes" in written.json()["error"]["message"]
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("nonsense", "EMBEDDING_SHARDS: not JSON of the form {table: [[replica URL, ...], ...]}"),
+        ('{"a/b": [["http://x"]]}', "EMBEDDING_SHARDS: 'a/b' is not a table name"),
+        ('{"lee": [[]]}', "EMBEDDING_SHARDS: table 'lee' needs at least one replica URL per shard"),
+        ('{"lee": [["ftp://x"]]}', "EMBEDDING_SHARDS: table 'lee': 'ftp://x' is not an http(s) URL"),
+        ('{"lee": [["http://x"]]}', None),
+    ],
+)
+def test_a_bad_shard_setting_is_one_line(
+    value: str, message: str | None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("EMBEDDING_SHARDS", value)
+    if message is None:
+        assert list(front_settings().shards) == ["lee"]
+        return
+    with pytest.raises(ValueError, match="^" + re.escape(message)):
+        front_settings()
+    done = subprocess.run(
+        [str(real_server.BIN / "embedding-serve"), "--data-dir", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**{k: v for k, v in os.environ.items() if not k.startswith("EMBEDDING_")}, "EMBEDDING_SHARDS": value},
+    )
+    assert done.returncode == 2 and done.stderr.startswith(f"embedding-serve: invalid settings: {message}")
+    assert "Traceback" not in done.stderr

@@ -18,8 +18,9 @@ A shard that does not answer (refused, failed, or past its deadline) fails the s
 504 ``shard_timeout``), unless ``EMBEDDING_PARTIAL=true``: then the answer merges the shards that answered and
 says which did not (``partial``). A shard's own 4xx (a bad filter, a text with no known word) is the answer.
 
-Not here (yet): queries by document id or positive/negative ids, batches, and diversity; a sharded table
-served whole by one process (its shards in one process) answers them all.
+A batch (``queries``) is each of its queries scattered as a request of its own, at once; an item's error (a
+shard's refusal of it) stands in its place. Not here (yet): queries by document id or positive/negative ids,
+and diversity (they need the rows); a sharded table served whole by one process answers them all.
 """
 
 from __future__ import annotations
@@ -42,13 +43,13 @@ from starlette.responses import Response
 
 from index.engine.hybrid import DEPTH, LISTS
 from index.engine.shards import fuse
-from index.errors import InvalidQuery
+from index.errors import EmbeddingError, InvalidQuery
 from index.store.artifact import NAME_PATTERN as NAME
-from service.errors import BODY_ERRORS, ApiError, responses
+from service.errors import BODY_ERRORS, ApiError, item_error, responses
 from service.respond import FastJSON
 from service.schemas.search import SearchRequest
 
-UNSUPPORTED = ("id", "positive", "negative", "queries", "vectors", "diversity")
+UNSUPPORTED = ("id", "positive", "negative", "vectors", "diversity")
 
 
 class ShardSettings(BaseSettings):
@@ -210,12 +211,13 @@ def route(front: Front, name: str) -> APIRoute:
     """``POST /v1/tables/<name>/search`` for the sharded table ``name`` (ahead of the route of every table)."""
     shards = front.tables[name]
 
-    async def search(request: Request, body: SearchRequest) -> Response:
-        given = body.model_dump(exclude_unset=True, mode="json")
+    async def one(body: SearchRequest, given: dict[str, Any]) -> dict[str, Any]:
+        """One query's merged answer; a shard's refusal raises :class:`ShardRefused`, a shard that did not answer
+        an ``ApiError`` (unless partial answers are taken)."""
         if unsupported := [option for option in UNSUPPORTED if option in given]:
             raise InvalidQuery(
                 f"{', '.join(unsupported)}: not taken by the front of sharded table {name!r} (a vector or a text, "
-                "by vector, keyword or hybrid, filtered and paged)"
+                "by vector, keyword or hybrid, filtered and paged; a batch of such queries)"
             )
         outcomes = await asyncio.gather(
             *(front.ask(i, shard, shard_body(body, given)) for i, shard in enumerate(shards)), return_exceptions=True
@@ -223,8 +225,6 @@ def route(front: Front, name: str) -> APIRoute:
         parts: list[dict[str, Any] | None] = []
         missing = []
         for outcome in outcomes:
-            if isinstance(outcome, ShardRefused):
-                return Response(outcome.body, outcome.status, media_type="application/json")
             if isinstance(outcome, ShardFailed):
                 if not front.settings.partial:
                     code = "shard_timeout" if outcome.timed_out else "shard_unavailable"
@@ -245,7 +245,36 @@ def route(front: Front, name: str) -> APIRoute:
             out["passing"] = sum(part["results"][0].get("passing", 0) for part in parts if part is not None)
         if missing:
             out["partial"] = {"shards": len(shards), "answered": len(shards) - len(missing), "missing": missing}
-        return FastJSON(out)
+        return out
+
+    async def item(common: dict[str, Any], query: dict[str, Any]) -> dict[str, Any]:
+        """One query of a batch, answered as a request of its own; its error in its place."""
+        try:
+            given = {**common, **query}
+            return await one(SearchRequest.model_validate(given), given)
+        except ShardRefused as refused:
+            error: dict[str, Any] = orjson.loads(refused.body)
+            return error
+        except ValidationError as exc:
+            return item_error(InvalidQuery("; ".join(e["msg"].removeprefix("Value error, ") for e in exc.errors())))
+        except ApiError as exc:
+            if exc.code in ("shard_timeout", "shard_unavailable"):
+                raise
+            return item_error(exc)
+        except EmbeddingError as exc:
+            return item_error(exc)
+
+    async def search(request: Request, body: SearchRequest) -> Response:
+        given = body.model_dump(exclude_unset=True, mode="json")
+        if "queries" in given:
+            shared = ("k", "fields", "mode", "rrf_k", "weights")
+            common: dict[str, Any] = {key: given[key] for key in shared if key in given}
+            answers = await asyncio.gather(*(item(common, query) for query in given["queries"]))
+            return FastJSON({"results": answers})
+        try:
+            return FastJSON(await one(body, given))
+        except ShardRefused as refused:
+            return Response(refused.body, refused.status, media_type="application/json")
 
     return APIRoute(
         f"/v1/tables/{name}/search",

@@ -7,7 +7,7 @@ from typing import Annotated
 from fastapi import Depends, Header, Path, Request
 from pydantic import AfterValidator
 
-from index.engine.table import Table
+from index.engine.door import Table
 from index.errors import InvalidQuery
 from index.store.artifact import check_name
 from service.errors import ApiError

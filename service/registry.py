@@ -16,7 +16,7 @@ from pathlib import Path
 
 from rapidfuzz import fuzz, process
 
-from index.engine.table import Table
+from index.engine.door import Table
 from index.errors import EmbeddingError
 from index.store import artifact
 from service import live

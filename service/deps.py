@@ -58,7 +58,8 @@ TableName = Annotated[
 
 async def table_named(request: Request, table: str) -> Table:
     """The loaded table ``table``: 404 unknown (with suggestions), 503 failed to load."""
-    return (await get_registry(request)).get(table)
+    registry = await get_registry(request)
+    return registry.tables.get(table) or registry.get(table)
 
 
 async def get_table(request: Request, table: TableName) -> Table:

@@ -246,10 +246,10 @@ class Registry:
 
     def get(self, name: str) -> Table:
         """The loaded table ``name``; 422 for an invalid name, 503 if it failed to load, else 404."""
-        artifact.check_name(name)
         table = self.tables.get(name)
-        if table is not None:
+        if table is not None:  # a loaded table's name was checked when it was loaded
             return table
+        artifact.check_name(name)
         if name in self.failed:
             message = f"table {name!r} is not loaded: its files were refused (see the server log)"
             raise ApiError("not_ready", message, table=name)

@@ -14,6 +14,7 @@ import logging
 import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +29,6 @@ from starlette.requests import Request
 from starlette.responses import FileResponse, HTMLResponse, Response
 from starlette.routing import Route
 
-from index import __version__
 from service import errors, live, scatter
 from service.http import auth
 from service.http.cache import AnswerCache, AnswerCacheMiddleware
@@ -105,7 +105,7 @@ def create_app(settings: Settings) -> FastAPI:
 
     app = FastAPI(
         title="embedding-search",
-        version=__version__,
+        version=version("embedding-search"),
         description=DESCRIPTION,
         lifespan=lifespan,
         default_response_class=FastJSON,

@@ -7,7 +7,7 @@ from typing import Annotated
 from fastapi import Depends, Header, Path, Request
 from pydantic import AfterValidator
 
-from index.engine.table import Table
+from index.engine.door import Table
 from index.errors import InvalidQuery
 from index.store.artifact import check_name
 from service.errors import ApiError
@@ -58,7 +58,8 @@ TableName = Annotated[
 
 async def table_named(request: Request, table: str) -> Table:
     """The loaded table ``table``: 404 unknown (with suggestions), 503 failed to load."""
-    return (await get_registry(request)).get(table)
+    registry = await get_registry(request)
+    return registry.tables.get(table) or registry.get(table)
 
 
 async def get_table(request: Request, table: TableName) -> Table:

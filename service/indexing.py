@@ -25,9 +25,9 @@ from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
-from index.engine.table import Table
-from index.progress import read_status, write_status
+from index.engine.door import Table
 from index.store import artifact
+from index.store.artifact import read_status, write_status
 
 log = logging.getLogger("service.indexing")
 STATUS_VARIABLE = "EMBEDDING_INDEX_STATUS_DIR"  # set by embedding-serve for its app: where the status files are

@@ -16,8 +16,7 @@ from pathlib import Path
 
 from rapidfuzz import fuzz, process
 
-from index.engine.shards import ShardedTable, is_sharded
-from index.engine.table import Table
+from index.engine.door import ShardedTable, Table, is_sharded
 from index.errors import EmbeddingError
 from index.store import artifact
 from service import live
@@ -251,10 +250,10 @@ class Registry:
 
     def get(self, name: str) -> Table:
         """The loaded table ``name``; 422 for an invalid name, 503 if it failed to load, else 404."""
-        artifact.check_name(name)
         table = self.tables.get(name)
-        if table is not None:
+        if table is not None:  # a loaded table's name was checked when it was loaded
             return table
+        artifact.check_name(name)
         if name in self.failed:
             message = f"table {name!r} is not loaded: its files were refused (see the server log)"
             raise ApiError("not_ready", message, table=name)

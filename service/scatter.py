@@ -41,8 +41,7 @@ from pydantic import Field, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict, SettingsError
 from starlette.responses import Response
 
-from index.engine.hybrid import DEPTH, LISTS
-from index.engine.shards import fuse
+from index.engine.door import DEPTH, LISTS, fuse
 from index.errors import EmbeddingError, InvalidQuery
 from index.store.artifact import NAME_PATTERN as NAME
 from service.errors import BODY_ERRORS, ApiError, item_error, responses

@@ -14,12 +14,22 @@ from typing import Any
 
 import numpy as np
 
-from index.engine import filters
-from index.engine.delta import Delta, Key, parse_timestamp
-from index.engine.encode import encoder_for
-from index.engine.table import Table
+from index.engine.door import (
+    BOOLEAN,
+    FLOAT,
+    INTEGER,
+    STRING,
+    STRING_LIST,
+    TIMESTAMP,
+    Delta,
+    Key,
+    Payload,
+    Table,
+    encoder_for,
+    filters,
+    parse_timestamp,
+)
 from index.errors import InvalidQuery
-from index.store.payload import BOOLEAN, FLOAT, INTEGER, STRING, STRING_LIST, TIMESTAMP, Payload
 from service.schemas.writes import WriteDocument
 
 WRITES_ONLY = "only documents tables take writes"  # why a table that is not a documents table refuses a write

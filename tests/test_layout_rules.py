@@ -88,7 +88,9 @@ def test_the_server_does_not_import_the_builder() -> None:
     assert {m: names for m, names in offenders.items() if names} == {}
 
 
-SERVICE_INDEX_MODULES = 20  # the most modules of index that service/ imports, all its modules together
+# The modules of index that service/ imports, all its modules together: the engine through its one door, the
+# errors, and the store's artifact (the data directory's tables and build status files) and write logs.
+SERVICE_INDEX_MODULES = {"index.engine.door", "index.errors", "index.store.artifact", "index.store.writelog"}
 
 
 def index_modules_imported(path: Path) -> set[str]:
@@ -109,7 +111,7 @@ def index_modules_imported(path: Path) -> set[str]:
 
 def test_the_server_imports_few_index_modules() -> None:
     imported = set().union(*(index_modules_imported(p) for p in sources("service")))
-    assert len(imported) <= SERVICE_INDEX_MODULES, sorted(imported)
+    assert imported <= SERVICE_INDEX_MODULES, sorted(imported - SERVICE_INDEX_MODULES)
 
 
 def test_the_server_does_not_import_its_client() -> None:

@@ -25,13 +25,34 @@ from typing import Any
 import numpy as np
 
 from index.engine import diagnostics, filters
-from index.engine.delta import Delta, vector_search
-from index.engine.encode import NoKnownWord, encoder_for, no_known_word, preview
+from index.engine.contextual import contextual, transformer_of
+from index.engine.delta import Delta, Key, parse_timestamp, vector_search
+from index.engine.encode import (
+    Encoded,
+    NoKnownWord,
+    Pooling,
+    check_known,
+    embeds_text,
+    encoder_for,
+    no_known_word,
+    preview,
+)
+from index.engine.field_stats import TOP_VALUES, field_stats
 from index.engine.filters import RowSet
-from index.engine.hybrid import DocumentSearch, Hit, Mode
+from index.engine.hybrid import DEPTH, LISTS, DocumentSearch, Hit, Mode
 from index.engine.hybrid import run as run_hybrid
 from index.engine.keyword import KeywordIndex
 from index.engine.knn import Hits, Neighbor
+from index.engine.layout import (
+    LayoutCache,
+    Projection,
+    colour_column,
+    colour_columns,
+    default_cache_dir,
+    project,
+    quantize,
+    tsne_available,
+)
 from index.engine.live_search import LiveKeyword, LiveSource
 from index.engine.query import (
     Analogy,
@@ -45,38 +66,72 @@ from index.engine.query import (
     check_options,
 )
 from index.engine.search import AnalogySearch, Answers, Search, SearchOptions, VectorSearch
-from index.engine.table import Plan, Table
+from index.engine.shards import ShardedTable, fuse, is_sharded
+from index.engine.table import Plan, Resolved, Table
 from index.errors import EmbeddingError, InvalidQuery
-from index.store.payload import Payload
+from index.store.payload import BOOLEAN, FLOAT, INTEGER, STRING, STRING_LIST, TIMESTAMP, Payload
 
 __all__ = [
+    "BOOLEAN",
+    "DEPTH",
+    "FLOAT",
+    "INTEGER",
+    "LISTS",
+    "STRING",
+    "STRING_LIST",
+    "TIMESTAMP",
+    "TOP_VALUES",
     "Analogy",
     "Answer",
     "Answers",
     "Delta",
     "EmbeddingError",
+    "Encoded",
     "Examples",
     "Failed",
     "Hit",
     "Hits",
+    "Key",
+    "LayoutCache",
     "Mode",
     "Neighbor",
     "Payload",
     "Plan",
+    "Pooling",
+    "Projection",
     "Query",
+    "Resolved",
     "Result",
     "Search",
     "SearchOptions",
+    "ShardedTable",
     "Split",
     "Table",
     "attempt",
+    "check_known",
     "check_mode",
     "check_options",
+    "colour_column",
+    "colour_columns",
+    "contextual",
+    "default_cache_dir",
+    "diagnostics",
+    "embeds_text",
+    "encoder_for",
     "expectations",
     "expecting",
+    "field_stats",
+    "filters",
+    "fuse",
+    "is_sharded",
+    "parse_timestamp",
     "probe",
+    "project",
+    "quantize",
     "run",
     "split",
+    "transformer_of",
+    "tsne_available",
 ]
 
 FLOAT32_MAX = 3.4028234663852886e38

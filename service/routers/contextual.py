@@ -5,7 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
-from index.engine.contextual import contextual, transformer_of
+from index.engine.door import contextual, transformer_of
 from service.deps import TableDep
 from service.errors import BODY_ERRORS, responses
 from service.execute import compute

@@ -9,8 +9,7 @@ import numpy as np
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
-from index.engine import diagnostics
-from index.engine.table import Neighbor, Resolved, Table
+from index.engine.door import Neighbor, Resolved, Table, diagnostics
 from service.deps import TableDep, TableName, get_registry, table_named
 from service.errors import BODY_ERRORS, TABLE_ERRORS, per_item, responses, with_errors
 from service.execute import compute

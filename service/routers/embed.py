@@ -14,8 +14,7 @@ import numpy as np
 from fastapi import APIRouter, Depends, Path, Request
 from starlette.responses import Response
 
-from index.engine.encode import Encoded, check_known, embeds_text, encoder_for
-from index.engine.table import Table
+from index.engine.door import Encoded, Table, check_known, embeds_text, encoder_for
 from index.errors import EmbeddingError, InvalidQuery
 from service.deps import NAME_SCHEMA, RegistryDep, TableDep, get_registry, table_named
 from service.errors import BODY_ERRORS, ERRORS, ApiError, responses

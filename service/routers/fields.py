@@ -11,7 +11,7 @@ from typing import Any
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
-from index.engine.field_stats import field_stats
+from index.engine.door import field_stats
 from service import live
 from service.deps import TableDep
 from service.errors import TABLE_ERRORS, responses

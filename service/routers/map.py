@@ -24,8 +24,15 @@ import numpy as np
 from fastapi import APIRouter, Path, Query, Request
 from starlette.responses import Response
 
-from index.engine.layout import LayoutCache, colour_column, colour_columns, default_cache_dir, quantize, tsne_available
-from index.engine.table import Table
+from index.engine.door import (
+    LayoutCache,
+    Table,
+    colour_column,
+    colour_columns,
+    default_cache_dir,
+    quantize,
+    tsne_available,
+)
 from index.errors import InvalidQuery
 from service.deps import RegistryDep, SettingsDep, TableDep
 from service.errors import BODY_ERRORS, TABLE_ERRORS, responses

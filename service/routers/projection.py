@@ -9,7 +9,7 @@ import threading
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
-from index.engine.layout import Projection, project
+from index.engine.door import Projection, project
 from service.deps import TableDep
 from service.errors import BODY_ERRORS, responses
 from service.execute import compute

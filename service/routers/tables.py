@@ -8,7 +8,7 @@ from typing import Any
 from fastapi import APIRouter
 from starlette.responses import Response
 
-from index.engine.table import Table
+from index.engine.door import Table
 from service import indexing, live
 from service.deps import RegistryDep, TableDep
 from service.errors import TABLE_ERRORS, responses

@@ -8,7 +8,7 @@ import numpy as np
 from fastapi import APIRouter, Path, Query
 from starlette.responses import Response
 
-from index.engine.table import Resolved, Table
+from index.engine.door import Resolved, Table
 from service.deps import TableDep
 from service.errors import BODY_ERRORS, TABLE_ERRORS, responses
 from service.respond import FastJSON

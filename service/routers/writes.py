@@ -13,9 +13,7 @@ from fastapi import APIRouter, Depends, Header, Path
 from starlette.concurrency import run_in_threadpool
 from starlette.responses import Response
 
-from index.engine.delta import Delta
-from index.engine.shards import ShardedTable
-from index.engine.table import Table
+from index.engine.door import Delta, ShardedTable, Table
 from index.errors import InvalidQuery
 from service import live, writes
 from service.deps import RegistryDep, SettingsDep, TableDep

@@ -9,7 +9,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
-from index.engine.encode import Pooling
+from index.engine.door import Pooling
 from service.schemas.common import CHECK_BATCH, STRICT, TableNameField, Whole, batch_of
 
 POOLING_HELP = (

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
-from index.engine.field_stats import TOP_VALUES
+from index.engine.door import TOP_VALUES
 
 
 class FieldValue(BaseModel):

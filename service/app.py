@@ -29,7 +29,7 @@ from starlette.requests import Request
 from starlette.responses import FileResponse, HTMLResponse, Response
 from starlette.routing import Route
 
-from service import errors, live
+from service import errors, live, scatter
 from service.http import auth
 from service.http.cache import AnswerCache, AnswerCacheMiddleware
 from service.http.drain import Drain
@@ -101,6 +101,7 @@ def create_app(settings: Settings) -> FastAPI:
             if sighup:
                 reloader.remove_sighup()
             app.state.searcher.close()
+            await app.state.front.close()
 
     app = FastAPI(
         title="embedding-search",
@@ -123,6 +124,9 @@ def create_app(settings: Settings) -> FastAPI:
     # asked for far less often: routes are tried in order.
     routes = [route for router in (*ROUTERS, *EMBED_ROUTERS) for route in router.routes]
     app.router.routes[:0] = routes
+    front = scatter.Front(scatter.front_settings())  # sharded tables answered by their shards' servers
+    app.state.front = front
+    app.router.routes[:0] = [scatter.route(front, name) for name in front.tables]
     app.state.api_routes = [route for route in routes if isinstance(route, APIRoute)]
     _mount_explorer(app)
 

@@ -47,6 +47,8 @@ ERRORS: dict[str, ErrorKind] = {
         "NaN/Inf, zero vector, unknown method)",
     ),
     "not_ready": ErrorKind(503, "The table (or the server) is not loaded, or the server is shutting down"),
+    "shard_unavailable": ErrorKind(503, "A shard of the sharded table did not answer (no replica could be reached)"),
+    "shard_timeout": ErrorKind(504, "A shard of the sharded table did not answer within its deadline"),
     "request_timeout": ErrorKind(
         408, "The request line and headers, or the body, did not arrive within the server's time"
     ),

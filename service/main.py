@@ -29,6 +29,7 @@ from pydantic import ValidationError
 
 from service.http.protocol import ConnectionLimits, JsonErrorsProtocol
 from service.logs import log_config
+from service.scatter import front_settings
 from service.settings import SUPERVISOR_VARIABLE, Settings, cores, describe_error
 
 APP = "service.app:app_from_env"
@@ -110,8 +111,12 @@ def main(argv: list[str] | None = None) -> int:
         os.environ[variable] = str(threads)
     try:
         settings = Settings()
+        front_settings()  # EMBEDDING_SHARDS, ... (service.scatter): checked here, not in every worker
     except ValidationError as exc:
         print(f"embedding-serve: {describe_error(exc)}", file=sys.stderr)
+        return 2
+    except ValueError as exc:
+        print(f"embedding-serve: invalid settings: {exc}", file=sys.stderr)
         return 2
     if args.workers * threads > cores():
         print(

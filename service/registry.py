@@ -16,7 +16,7 @@ from pathlib import Path
 
 from rapidfuzz import fuzz, process
 
-from index.engine.door import Table
+from index.engine.door import ShardedTable, Table, is_sharded
 from index.errors import EmbeddingError
 from index.store import artifact
 from service import live
@@ -48,6 +48,10 @@ def _stat(st: os.stat_result) -> tuple[int, int, int]:
 def _read(directory: Path, checksums: bool) -> tuple[Table | None, str]:
     """The table in ``directory`` (verified against its manifest), or None and why not."""
     try:
+        if is_sharded(directory):  # its shards, searched as one (no writes yet)
+            table: Table = ShardedTable.load(directory, checksums=checksums)
+            table.tokens.prepare_lookup()
+            return table, ""
         table = Table.load(directory, checksums=checksums)
         table.tokens.prepare_lookup()  # now rather than in the first request
         live.attach(table, directory)  # a documents table's write log, replayed

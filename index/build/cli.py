@@ -269,6 +269,24 @@ def import_(
             "german, porter, ...) or none.",
         ),
     ] = DEFAULT_STEMMER,
+    shards: Annotated[
+        int | None,
+        typer.Option(
+            "--shards",
+            min=1,
+            max=1024,
+            help="Documents: split the table into this many shards by a stable hash of the id, each a complete "
+            "table, scored for keyword search with the whole table's statistics (docs/deployment.md).",
+        ),
+    ] = None,
+    ray: Annotated[
+        str | None,
+        typer.Option(
+            "--ray",
+            help="With --shards: run the import on Ray (auto: the cluster RAY_ADDRESS names, else a local one; or a "
+            "cluster's address): embedding by actors holding the encoder, each shard built by a task.",
+        ),
+    ] = None,
     force: Force = False,
     seed: Seed = 0,
     defer_index: DeferIndex = False,
@@ -296,6 +314,7 @@ def import_(
         ("--encoder", encoder),
         ("--stopwords", None if stopwords == DEFAULT_STOPWORDS else stopwords),
         ("--stemmer", None if stemmer == DEFAULT_STEMMER else stemmer),
+        ("--shards", shards),
     )
     given = [option for option, value in document_options if value is not None]
     if given and format != "documents":
@@ -306,6 +325,7 @@ def import_(
         Tokenizer.named(None if stopwords == "none" else stopwords, None if stemmer == "none" else stemmer)
     except ValueError as exc:
         fail(f"--stopwords/--stemmer: {exc}")
+    build = BuildOptions(index, min_recall, force, seed, defer_index, budget, drop_invalid=drop_invalid)
     options = ReadOptions(
         vocab=vocab,
         unicode_errors=unicode_errors,
@@ -320,6 +340,13 @@ def import_(
         stopwords=None if stopwords == "none" else stopwords,
         stemmer=None if stemmer == "none" else stemmer,
     )
+    if ray is not None and shards is None:
+        fail("--ray: only with --shards")
+    if shards is not None:
+        _import_sharded(
+            path, options, shards, data_dir=data_dir, name=name, drop_invalid=drop_invalid, build=build, ray=ray
+        )
+        return
     started = time.perf_counter()
     raw, used = read_source(path, str(format), options)
     read_seconds = round(time.perf_counter() - started, 3)
@@ -334,10 +361,78 @@ def import_(
     for key, value in named:
         if value is not None:
             params[key] = value
-    build = BuildOptions(index, min_recall, force, seed, defer_index, budget, drop_invalid=drop_invalid)
     manifest = _build_and_report(raw, data_dir=data_dir, name=name, source=source, build=build, params=params)
     if manifest.get("kind") == "documents":
         _report_documents(manifest)
+
+
+def _whole_only(data_dir: Path, name: str, why: str) -> None:
+    """Refuse a sharded table (``why``: what it has instead) before a command meant for one table."""
+    from index.store import shardmap
+
+    directory = artifact.table_dir(data_dir, name)
+    if (directory / artifact.MANIFEST).is_file() and shardmap.is_sharded(artifact.read_manifest(directory)):
+        fail(f"table {name!r} is sharded: {why} (import it again to change it)")
+
+
+def _import_sharded(
+    path: Path,
+    options: Any,
+    shards: int,
+    *,
+    data_dir: Path,
+    name: str,
+    drop_invalid: bool,
+    build: BuildOptions,
+    ray: str | None,
+) -> None:
+    """``import --shards N``: the documents read once, each shard built as a table with the import's index options;
+    with ``--ray``, embedded and built on a Ray cluster (``index.build.ray_build``)."""
+    from index.build import ray_build
+    from index.build.shard import import_sharded, one_by_one
+    from index.build.sources.documents import read_documents
+    from index.build.writer import build_table, source_digest
+
+    started = time.perf_counter()
+    cluster = None if ray is None else ray_build.connect(ray)
+    embed_with = None if cluster is None else lambda encoder: ray_build.embedder(cluster, encoder)
+    documents, tokenizer, read_source_info = read_documents(path, options, embed_with)
+    source = {"format": "documents", "path": str(path)} | (read_source_info or {"sha256": source_digest([path])})
+    params = {"index": build.index, "min_recall": build.min_recall, "seed": build.seed, "drop_invalid": drop_invalid}
+    params["read_seconds"] = round(time.perf_counter() - started, 3)
+
+    def build_shard(raw: RawTable, directory: Path, shard: str) -> dict[str, Any]:
+        return build_table(
+            raw,
+            data_dir=directory,
+            name=shard,
+            source=source,
+            index_spec=build.index,
+            min_recall=build.min_recall,
+            params=params,
+            drop_invalid=build.drop_invalid,
+            seed=build.seed,
+            defer_index=build.defer_index,
+            budget=build.budget,
+        )
+
+    manifest = import_sharded(
+        documents,
+        tokenizer,
+        shards=shards,
+        data_dir=data_dir,
+        name=name,
+        source=source,
+        build_shard=build_shard,
+        params=params,
+        force=build.force,
+        run_all=one_by_one if cluster is None else lambda jobs: ray_build.run_all(cluster, jobs, "shards on Ray"),
+    )
+    rows = ", ".join(f"{count:,}" for count in manifest["shards"]["rows"])
+    typer.echo(
+        f"built {name!r}: {manifest['rows']:,} rows x {manifest['dim']} in {shards} shards ({rows} rows) "
+        f"in {manifest['build_seconds']} s -> {artifact.table_dir(data_dir, name)}"
+    )
 
 
 @app.command()
@@ -396,6 +491,7 @@ def index_(
     the old version keeps serving until then, and is left as it was if anything fails."""
     from index.build.writer import index_table
 
+    _whole_only(data_dir, name, "each shard's index is built by its import")
     manifest = index_table(data_dir, name, index_spec=index, min_recall=min_recall, budget=budget)
     info = manifest["index"]
     typer.echo(
@@ -410,6 +506,7 @@ def compact(name: str, data_dir: DataDir = Path("data"), quiet: Quiet = False) -
     version, published atomically; the log is then cut at the last write it holds, keeping later writes."""
     from index.build.compact import compact as fold
 
+    _whole_only(data_dir, name, "it takes no writes")
     done = fold(data_dir, name)
     if not done["written"]:
         typer.echo(f"{name!r}: no writes since its version (sequence {done['log_sequence']}); nothing to do")
@@ -468,7 +565,10 @@ def verify(name: str, data_dir: DataDir = Path("data"), quiet: Quiet = False) ->
     directory = artifact.table_dir(data_dir, name)
     for path, what in artifact.recover(data_dir):
         note(f"{path}: {what}")
-    result = artifact.verify(directory)
+    from index.store import shardmap
+
+    sharded = shardmap.is_sharded(artifact.read_manifest(directory))
+    result = shardmap.verify(directory) if sharded else artifact.verify(directory)
     if not result.ok:
         fail(f"{directory}: " + "; ".join(result.problems))
     typer.echo(f"{name}: ok")

@@ -39,7 +39,7 @@ from index.engine.encode import (
 )
 from index.engine.field_stats import TOP_VALUES, field_stats
 from index.engine.filters import RowSet
-from index.engine.hybrid import DocumentSearch, Hit, Mode
+from index.engine.hybrid import DEPTH, LISTS, DocumentSearch, Hit, Mode
 from index.engine.hybrid import run as run_hybrid
 from index.engine.keyword import KeywordIndex
 from index.engine.knn import Hits, Neighbor
@@ -66,14 +66,17 @@ from index.engine.query import (
     check_options,
 )
 from index.engine.search import AnalogySearch, Answers, Search, SearchOptions, VectorSearch
+from index.engine.shards import ShardedTable, fuse, is_sharded
 from index.engine.table import Plan, Resolved, Table
 from index.errors import EmbeddingError, InvalidQuery
 from index.store.payload import BOOLEAN, FLOAT, INTEGER, STRING, STRING_LIST, TIMESTAMP, Payload
 
 __all__ = [
     "BOOLEAN",
+    "DEPTH",
     "FLOAT",
     "INTEGER",
+    "LISTS",
     "STRING",
     "STRING_LIST",
     "TIMESTAMP",
@@ -101,6 +104,7 @@ __all__ = [
     "Result",
     "Search",
     "SearchOptions",
+    "ShardedTable",
     "Split",
     "Table",
     "attempt",
@@ -118,6 +122,8 @@ __all__ = [
     "expecting",
     "field_stats",
     "filters",
+    "fuse",
+    "is_sharded",
     "parse_timestamp",
     "probe",
     "project",

@@ -321,16 +321,34 @@ def _arrow_file(batch: pa.RecordBatch) -> memoryview:
     return memoryview(sink.getvalue())
 
 
-def build(texts: pa.Array, tokenizer: Tokenizer | None = None, k1: float = K1, b: float = B) -> Built | None:
-    """The keyword index of ``texts`` (row ``i`` is the table's row ``i``; nulls are documents without text);
-    None when no text holds a word."""
-    tokenizer = tokenizer or Tokenizer()
+@dataclass(frozen=True)
+class Statistics:
+    """What BM25 scores a document against beyond the document itself: the table's documents, their average
+    length and each word's document frequency (``terms`` sorted, ``df[i]`` the documents holding ``terms[i]``).
+    A shard of a table is indexed with its whole table's, so that it scores as the whole table does."""
+
+    documents: int
+    average_length: float
+    words: int  # every document's words, summed
+    terms: pa.Array
+    df: np.ndarray  # int64
+
+    def of(self, terms: pa.Array) -> np.ndarray:
+        """The document frequency of each of ``terms`` (sorted words every one of which these statistics hold)."""
+        at = search_sorted(self.terms, terms.cast(self.terms.type) if terms.type != self.terms.type else terms)
+        if (at < 0).any():
+            raise ValueError("statistics of other documents: a word of these is missing from them")
+        return np.asarray(self.df[at], dtype=np.int64)
+
+
+def _terms_of(texts: pa.Array, tokenizer: Tokenizer) -> tuple[pa.Array, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(sorted words, each posting's word, row and count, each row's length) of ``texts``; no words: empty."""
     texts = contiguous(texts)
-    n = len(texts)
-    lengths = np.zeros(n, dtype=np.int64)
+    lengths = np.zeros(len(texts), dtype=np.int64)
     counts = _count(texts, tokenizer, lengths)
     if not lengths.any():
-        return None
+        empty = np.zeros(0, dtype=np.int64)
+        return pa.array([], pa.string()), empty, empty, empty, lengths
     vocabulary = contiguous(pc.unique(pa.chunked_array(counts.words, counts.words[0].type)))
     terms = vocabulary.take(pc.sort_indices(vocabulary))  # byte order, as search_sorted needs
     term = np.concatenate(
@@ -338,13 +356,38 @@ def build(texts: pa.Array, tokenizer: Tokenizer | None = None, k1: float = K1, b
     )
     del counts.word_of
     rows, tf = np.concatenate(counts.rows), np.concatenate(counts.counts)
-    del counts
+    return terms, term, rows, tf, lengths
+
+
+def statistics(texts: pa.Array, tokenizer: Tokenizer) -> Statistics:
+    """The BM25 statistics of ``texts`` (a whole table's, for its shards)."""
+    terms, term, _, _, lengths = _terms_of(texts, tokenizer)
+    df = np.bincount(term, minlength=len(terms)).astype(np.int64)
+    return Statistics(len(lengths), float(lengths.mean()) if len(lengths) else 0.0, int(lengths.sum()), terms, df)
+
+
+def build(
+    texts: pa.Array,
+    tokenizer: Tokenizer | None = None,
+    k1: float = K1,
+    b: float = B,
+    whole: Statistics | None = None,
+) -> Built | None:
+    """The keyword index of ``texts`` (row ``i`` is the table's row ``i``; nulls are documents without text);
+    None when no text holds a word. ``whole``: the statistics to score with (a shard's table's), by default
+    those of ``texts``."""
+    tokenizer = tokenizer or Tokenizer()
+    terms, term, rows, tf, lengths = _terms_of(texts, tokenizer)
+    n = len(lengths)
+    if not lengths.any():
+        return None
 
     # The arithmetic of bm25s's scoring.py, operation by operation (idf in float64 stored as float32, the term
     # frequency part in float64, their product stored as float32), so that the arrays are the ones it computes.
-    df = np.bincount(term, minlength=len(terms))
-    idf = np.log(1 + (n - df + 0.5) / (df + 0.5)).astype(np.float32)
-    average = lengths.mean()
+    df = np.bincount(term, minlength=len(terms)) if whole is None else whole.of(terms)
+    scored = n if whole is None else whole.documents
+    idf = np.log(1 + (scored - df + 0.5) / (df + 0.5)).astype(np.float32)
+    average = lengths.mean() if whole is None else whole.average_length
     tfc = tf / (k1 * ((1 - b) + b * lengths[rows] / average) + tf)
     data = (idf[term] * tfc).astype(np.float32)
     del tfc
@@ -388,6 +431,8 @@ def build(texts: pa.Array, tokenizer: Tokenizer | None = None, k1: float = K1, b
         "average_length": round(float(average), 3),
         "files": list(FILES),
     }
+    if whole is not None:
+        info["statistics"] = {"documents": whole.documents, "words": whole.words, "terms": len(whole.terms)}
     note(f"keyword index: {len(terms):,} words, {matrix.nnz:,} postings over {n:,} documents")
     return Built(files, info)
 

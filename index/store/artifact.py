@@ -129,6 +129,9 @@ def staging(
                 if complete is not None:
                     complete(tmp)
                 for child in tmp.iterdir():
+                    if child.is_dir():  # a sharded table's shard, published into it (and synced) already
+                        fsync_dir(child)
+                        continue
                     with open(child, "rb") as handle:
                         os.fsync(handle.fileno())
                 fsync_dir(tmp)

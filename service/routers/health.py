@@ -27,14 +27,15 @@ async def healthz() -> Response:
     responses=responses("not_ready"),
     summary="Readiness: 200 once every requested table is loaded and verified, else 503 naming the missing ones",
 )
-async def readyz(registry: RegistryDep) -> Response:
-    loaded, missing = sorted(registry.tables), sorted(registry.failed)
+async def readyz(request: Request, registry: RegistryDep) -> Response:
+    fronted = sorted(request.app.state.front.tables)  # sharded tables answered by their shards (service.scatter)
+    loaded, missing = sorted([*registry.tables, *fronted]), sorted(registry.failed)
     # Names only: why a table was refused is in the server log (reasons can name files).
     stale: dict[str, Any] = {"stale": sorted(registry.stale)} if registry.stale else {}
     building = indexing.builds_of(registry.tables)
     if building:
         stale["building"] = building
-    if registry.ready:
+    if registry.ready or (fronted and not registry.failed):
         return FastJSON({"status": "ready", "loaded": loaded, "missing": missing, **stale})
     message = f"tables not loaded: {', '.join(missing)}" if missing else "no tables found in the data directory"
     return error_response("not_ready", message, loaded=loaded, missing=missing, **stale)

@@ -13,7 +13,8 @@ from fastapi import APIRouter, Depends, Header, Path
 from starlette.concurrency import run_in_threadpool
 from starlette.responses import Response
 
-from index.engine.door import Delta, Table
+from index.engine.door import Delta, ShardedTable, Table
+from index.errors import InvalidQuery
 from service import live, writes
 from service.deps import RegistryDep, SettingsDep, TableDep
 from service.errors import BODY_ERRORS, ApiError, responses
@@ -45,6 +46,8 @@ WriteKey = Annotated[None, Depends(require_write_key)]
 
 def _live(table: Table) -> live.Live:
     table.documents(writes.WRITES_ONLY)
+    if isinstance(table, ShardedTable):
+        raise InvalidQuery(f"table {table.name!r} is sharded: it takes no writes (import it again to change it)")
     state = live.live_of(table)
     if state is None:
         raise ApiError("not_ready", f"table {table.name!r} is not ready for writes", table=table.name)

@@ -60,10 +60,11 @@ KUSTOMIZATIONS = {
     "base": API_KINDS,
     "overlays/example": API_KINDS,
     "overlays/volume": API_KINDS | {"PersistentVolumeClaim"},
+    "overlays/sharded": API_KINDS | {"PersistentVolumeClaim"},  # one API per shard and the front: test_k8s_sharded
     "tables-job": {"PersistentVolumeClaim", "Job"},
 }
 VENV_BIN = Path(sys.executable).parent
-SERVING = [name for name in KUSTOMIZATIONS if name != "tables-job"]
+SERVING = [name for name in KUSTOMIZATIONS if name not in ("tables-job", "overlays/sharded")]
 OLDEST_KUBERNETES = "1.30.0"  # the preStop sleep action is on by default from 1.30 (GA in 1.34)
 
 # The memory rule of docs/deployment.md, with the figures it cites from BENCHMARKS.md (section 4 and

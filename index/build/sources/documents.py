@@ -22,7 +22,9 @@ import io
 import json
 import re
 import zlib
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -30,7 +32,7 @@ import pyarrow.csv as pacsv
 import pyarrow.json as pajson
 import pyarrow.parquet as pq
 
-from index.build.documents import DocumentOptions, prepare
+from index.build.documents import DocumentOptions, Documents, Embed, prepare
 from index.build.embed_documents import TextEncoder
 from index.build.fields import Rows
 from index.build.passages import DEFAULT_CHUNK_WORDS, Folder, passages_table, read_folder
@@ -49,6 +51,25 @@ FIRST_BLANK = re.compile(rb"[ \t\r]*(?:\n|\Z)")
 
 def read(path: Path, options: ReadOptions) -> RawTable:
     """Documents and their vectors as a table whose tokens are the ids; the payload rides along as files."""
+    documents, tokenizer, source = read_documents(path, options)
+    keyword_info, keyword_files = for_documents(documents.payload, documents.info, tokenizer)  # BM25, if any text
+    return RawTable(
+        tokens=documents.tokens,
+        matrix=documents.matrix,
+        report=documents.report,
+        info={KIND: documents.info, **keyword_info},
+        kind=KIND,
+        extra_files={**payload_files(documents.payload), **keyword_files},
+        source=source,
+    )
+
+
+def read_documents(
+    path: Path, options: ReadOptions, embed_with: Callable[[TextEncoder], Embed] | None = None
+) -> tuple[Documents, Tokenizer, dict[str, Any]]:
+    """The documents of ``path``, checked and embedded; the keyword index's tokenizer; the manifest's source
+    additions (a folder: the files read). ``embed_with(encoder)``: what embeds the texts instead of
+    ``encoder.embed`` (Ray's actors, ``index.build.ray_build``)."""
     path = Path(path)
     try:
         tokenizer = Tokenizer.named(options.stopwords, options.stemmer)
@@ -59,19 +80,11 @@ def read(path: Path, options: ReadOptions) -> RawTable:
     rows = read_rows(path, options, folder)
     document_options = DocumentOptions(options.id_field, options.text_field, options.vector_field, options.drop_invalid)
     if encoder is not None:
-        document_options.embed, document_options.encoder = encoder.embed, encoder.info()
+        embed = encoder.embed if embed_with is None else embed_with(encoder)
+        document_options.embed, document_options.encoder = embed, encoder.info()
     documents = prepare(rows, document_options)
     del rows  # the source's bytes and columns, before the payload is written out
-    keyword_info, keyword_files = for_documents(documents.payload, documents.info, tokenizer)  # BM25, if any text
-    return RawTable(
-        tokens=documents.tokens,
-        matrix=documents.matrix,
-        report=documents.report,
-        info={KIND: documents.info, **keyword_info},
-        kind=KIND,
-        extra_files={**payload_files(documents.payload), **keyword_files},
-        source={} if folder is None else folder.source_info(),
-    )
+    return documents, tokenizer, {} if folder is None else folder.source_info()
 
 
 def file_kind(path: Path) -> str:

@@ -1,0 +1,211 @@
+"""A documents table imported as shards (``embedding-index import ... --shards N``).
+
+The documents are read, checked and embedded once, as for a whole table; each is then assigned to a shard by a
+stable hash of its id (``index.store.shardmap``), and each shard is built as a complete table of its rows, in
+the whole table's order: vectors, index, payload, and a keyword index scored with the WHOLE table's BM25
+statistics (documents, average length, document frequencies: ``keyword.Statistics``), so that a shard's BM25
+scores are the ones the unsharded table gives the same documents. The shard map, the assignment of every row
+and those statistics are written beside the shards, and the whole is published as one table
+(``index.store.shardmap`` describes the layout).
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from index.build.documents import Documents
+from index.build.sources import RawTable
+from index.engine import keyword
+from index.errors import ArtifactError
+from index.progress import note
+from index.store import artifact, shardmap
+from index.store.payload import KIND, contiguous, payload_files
+from index.store.tokens import write_tokens
+
+log = logging.getLogger(__name__)
+
+# Builds one shard's table: (its raw table, the staging directory, its name) -> its manifest.
+BuildShard = Callable[[RawTable, Path, str], dict[str, Any]]
+# Runs the shards' builds (each a call without arguments) and gives their manifests in order: one after the
+# other here, as Ray tasks all at once (``index.build.ray_build``).
+RunAll = Callable[[Sequence[Callable[[], dict[str, Any]]]], list[dict[str, Any]]]
+
+
+def one_by_one(jobs: Sequence[Callable[[], dict[str, Any]]]) -> list[dict[str, Any]]:
+    return [job() for job in jobs]
+
+
+def _build_job(
+    documents: Documents,
+    tokenizer: keyword.Tokenizer,
+    whole: keyword.Statistics | None,
+    source: dict[str, Any],
+    build_shard: BuildShard,
+    directory: Path,
+    name: str,
+) -> Callable[[], dict[str, Any]]:
+    def job() -> dict[str, Any]:
+        part = documents
+        if not part.matrix.flags.writeable:  # as Ray hands an array over: mapped from its object store
+            part = replace(part, matrix=part.matrix.copy())
+        return build_shard(shard_raw(part, tokenizer, whole, source), directory, name)
+
+    return job
+
+
+def shard_documents(documents: Documents, rows: np.ndarray) -> Documents:
+    """The documents at ``rows`` (ascending), with the manifest's counts of theirs."""
+    taken = pa.array(rows, pa.int64())
+    payload = documents.payload.take(taken)
+    info = dict(documents.info)
+    info["count"] = payload.num_rows
+    text = info.get("text_field")
+    if text:
+        info["text_non_null"] = payload.num_rows - payload.column(text).null_count
+    info["fields"] = {
+        name: {**field, "non_null": payload.num_rows - payload.column(name).null_count}
+        for name, field in documents.info["fields"].items()
+    }
+    tokens = [documents.tokens[i] for i in rows.tolist()]
+    return Documents(payload, documents.matrix[rows], tokens, info, documents.report)
+
+
+def shard_raw(
+    documents: Documents, tokenizer: keyword.Tokenizer, whole: keyword.Statistics | None, source: dict[str, Any]
+) -> RawTable:
+    """One shard's documents as the raw table of a documents table, its keyword index scored with ``whole``."""
+    files = payload_files(documents.payload)
+    info: dict[str, Any] = {KIND: documents.info}
+    text = documents.info.get("text_field")
+    if text and whole is not None:
+        built = keyword.build(contiguous(documents.payload.column(text)), tokenizer, whole=whole)
+        if built is not None:
+            info[keyword.KEYWORD] = {"field": text, **built.info}
+            files |= built.files
+    return RawTable(
+        tokens=documents.tokens,
+        matrix=documents.matrix,
+        report=documents.report,
+        info=info,
+        kind=KIND,
+        extra_files=files,
+        source=source,
+    )
+
+
+def _npy(array: np.ndarray) -> bytes:
+    buffer = io.BytesIO()
+    np.save(buffer, array, allow_pickle=False)
+    return buffer.getvalue()
+
+
+def import_sharded(
+    documents: Documents,
+    tokenizer: keyword.Tokenizer,
+    *,
+    shards: int,
+    data_dir: Path,
+    name: str,
+    source: dict[str, Any],
+    build_shard: BuildShard,
+    params: dict[str, Any],
+    force: bool = False,
+    run_all: RunAll = one_by_one,
+) -> dict[str, Any]:
+    """Publish ``documents`` as table ``name`` of ``shards`` shards; return the sharded table's manifest.
+
+    ``build_shard(raw, directory, name)`` builds one shard as a table of ``directory`` (``build_table`` with the
+    import's index options)."""
+    started = time.perf_counter()
+    shardmap.check_count(shards)
+    artifact.check_name(name)
+    for path, what in artifact.recover(data_dir):
+        log.warning("%s: %s", path, what)
+    if artifact.table_dir(data_dir, name).exists() and not force:
+        raise ArtifactError(f"table {name!r} already exists in {data_dir} (use --force to rebuild it)")
+    assignment = shardmap.assign(documents.payload.column(0).combine_chunks(), shards)
+    text = documents.info.get("text_field")
+    whole = None
+    if text and documents.info.get("text_non_null"):
+        note("keyword statistics of the whole table ...")
+        whole = keyword.statistics(contiguous(documents.payload.column(text)), tokenizer)
+        if not whole.words:
+            whole = None
+    names = [shardmap.shard_name(s) for s in range(shards)]
+    with artifact.staging(data_dir, name, force=force) as tmp:
+        # Each shard is published into a directory of its own first (a build locks the data directory it
+        # publishes into, and the staging directory is locked by this build), then moved beside the map.
+        built = tmp / ".shards"
+        built.mkdir()
+        jobs = []
+        for shard, shard_dir in enumerate(names):
+            rows = np.flatnonzero(assignment == shard)
+            if not len(rows):
+                raise ArtifactError(
+                    f"shard {shard} of {shards} would hold no documents ({len(assignment):,} documents): "
+                    "use fewer shards"
+                )
+            note(f"shard {shard + 1} of {shards}: {len(rows):,} documents")
+            part = shard_documents(documents, rows)
+            jobs.append(_build_job(part, tokenizer, whole, source, build_shard, built, shard_dir))
+        manifests = run_all(jobs)
+        for shard_dir in names:
+            (built / shard_dir).rename(tmp / shard_dir)
+        built.rmdir()
+        (tmp / shardmap.ASSIGNMENT).write_bytes(_npy(assignment))
+        write_tokens(tmp, documents.tokens)  # the ids in the whole table's order: its lookups, served whole
+        statistics: dict[str, Any] | None = None
+        if whole is not None:
+            (tmp / shardmap.DF).write_bytes(_npy(whole.df))
+            terms = pa.RecordBatch.from_arrays([whole.terms], names=["term"])
+            sink = pa.BufferOutputStream()
+            with pa.ipc.new_file(sink, terms.schema) as writer:
+                writer.write_batch(terms)
+            (tmp / shardmap.TERMS).write_bytes(sink.getvalue().to_pybytes())
+            statistics = {
+                "field": text,
+                "tokenizer": tokenizer.settings(),
+                "k1": keyword.K1,
+                "b": keyword.B,
+                "documents": whole.documents,
+                "average_length": whole.average_length,
+                "words": whole.words,
+                "terms": len(whole.terms),
+                "files": [shardmap.TERMS, shardmap.DF],
+            }
+        first = manifests[0]
+        manifest = shardmap.write_manifest(
+            tmp,
+            {
+                "name": name,
+                "kind": shardmap.KIND,
+                "of": KIND,
+                "rows": len(assignment),
+                "dim": first["dim"],
+                "source": source,
+                "build": params,
+                "shards": {
+                    "count": shards,
+                    "hash": shardmap.HASH,
+                    "names": names,
+                    "rows": [m["rows"] for m in manifests],
+                    "index": [m["index"]["spec"] for m in manifests],
+                },
+                KIND: {**documents.info},
+                "keyword_statistics": statistics,
+                "cleaning": documents.report,
+                "built_at": artifact.now_iso(),
+                "build_seconds": round(time.perf_counter() - started, 3),
+            },
+            names,
+        )
+    return manifest

@@ -1,0 +1,269 @@
+"""A sharded documents table searched as one: each shard answers, the answers merge into the whole table's.
+
+Rows here are the WHOLE table's rows (a shard's row ``i`` is the table's row ``ShardMap.rows_of(s)[i]``: the
+shards keep the import's order), so a merged answer names the rows the unsharded table would.
+
+- vector: each shard gives its ``offset + k`` best (offset 0, no score floor), each with its own rows left out
+  and its own part of the filter; the lists merge by cosine (:func:`merge`), then the page and ``min_score``
+  are taken, as ``Table.run`` takes them. A cosine is the same number in a shard as in the whole table.
+- keyword: every shard's keyword index was built with the whole table's BM25 statistics
+  (``index.build.shard``), so its scores are the whole table's; the lists merge by score.
+- hybrid and diversity: :func:`index.engine.hybrid.run` over a :class:`ShardedTable`, whose vector and keyword
+  lists are the merged ones: Reciprocal Rank Fusion of the merged lists, Maximal Marginal Relevance over the
+  merged candidates (their rows read from their shards), then the page and the floor.
+
+Equal scores go by row, as in the unsharded table; a shard's best ``n`` are its best ``n`` by (score, row), so
+the merge of the shards' lists is the whole table's list.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Hashable, Sequence
+from pathlib import Path
+from typing import Any, cast
+
+import numpy as np
+import pyarrow as pa
+
+from index.engine.filters import RowSet
+from index.engine.fusion import rrf
+from index.engine.hybrid import DocumentSearch, Hit
+from index.engine.hybrid import run as run_documents
+from index.engine.keyword import KeywordIndex
+from index.engine.knn import Hits, Neighbor
+from index.engine.search import Answers, Search, SearchOptions, VectorSearch
+from index.engine.table import Table
+from index.errors import ArtifactError, InvalidQuery
+from index.store import artifact, shardmap
+from index.store.payload import KIND, Payload, sort_ids
+from index.store.tokens import Tokens
+
+
+def merge(lists: Sequence[tuple[np.ndarray, np.ndarray]], k: int) -> tuple[np.ndarray, np.ndarray]:
+    """The ``k`` best of several ranked lists of (rows, scores): by score, equal scores by row."""
+    rows = np.concatenate([np.zeros(0, dtype=np.int64), *(np.asarray(r, dtype=np.int64) for r, _ in lists)])
+    scores = np.concatenate([np.zeros(0, dtype=np.float64), *(np.asarray(s, dtype=np.float64) for _, s in lists)])
+    order = np.lexsort((rows, -scores))[:k]
+    return rows[order], scores[order]
+
+
+def fuse(
+    lists: Sequence[Sequence[Hashable]], k: float, weights: tuple[float, float] | None, limit: int
+) -> list[tuple[Hashable, float, list[int]]]:
+    """Reciprocal Rank Fusion (:func:`index.engine.fusion.rrf`) of merged lists of keys (a front's document ids):
+    (key, fused score, its rank in each list, 0 where absent), best first."""
+    numbers: dict[Hashable, int] = {}
+    numbered = [[numbers.setdefault(key, len(numbers)) for key in keys] for keys in lists]
+    keys = list(numbers)
+    fused = rrf(numbered, k=k, weights=weights, limit=limit)
+    return [
+        (keys[number], score, ranks)
+        for number, score, ranks in zip(fused.ids.tolist(), fused.scores.tolist(), fused.ranks.tolist(), strict=True)
+    ]
+
+
+def is_sharded(directory: Path) -> bool:
+    """Whether the table in ``directory`` is a sharded table (its manifest says so)."""
+    return shardmap.is_sharded(artifact.read_manifest(directory))
+
+
+def page(hits: list[Neighbor], offset: int, min_score: float | None) -> list[Neighbor]:
+    """Hits from ``offset``, those below ``min_score`` left out (``Plan.finish``'s rule)."""
+    floor = -np.inf if min_score is None else min_score
+    return [hit for hit in hits[offset:] if hit[1] >= floor]
+
+
+class _Rows:
+    """The unit rows (or norms) of the whole table, read from their shards: ``rows[i]``, ``rows[[i, j]]``."""
+
+    def __init__(self, table: ShardedTable, parts: Sequence[np.ndarray], dim: int | None) -> None:
+        self._table, self._parts = table, list(parts)
+        self.shape = (len(table.assignment),) if dim is None else (len(table.assignment), dim)
+        self.dtype = np.dtype(np.float32)
+        self.ndim = len(self.shape)
+
+    def __len__(self) -> int:
+        return self.shape[0]
+
+    def __getitem__(self, rows: Any) -> np.ndarray:
+        if isinstance(rows, (int, np.integer)):
+            shard, local = self._table.shard_of(int(rows))
+            return np.asarray(self._parts[shard][local])
+        wanted = np.asarray(rows, dtype=np.int64).reshape(-1)
+        out = np.empty((len(wanted), *self.shape[1:]), dtype=np.float32)
+        owner = self._table.assignment[wanted]
+        for s, part in enumerate(self._parts):
+            mine = owner == s
+            if mine.any():
+                out[mine] = part[self._table.local[wanted[mine]]]
+        return out
+
+
+class _Keyword(KeywordIndex):
+    """The shards' keyword indexes as one (``KeywordIndex.search``'s answer, in the whole table's rows)."""
+
+    def __init__(self, table: ShardedTable, first: KeywordIndex) -> None:  # the shards' indexes are mapped already
+        self._table = table
+        self.directory = table.directory
+        self.info = table.manifest.get("keyword_statistics") or first.info
+        self.tokenizer = first.tokenizer
+        self.k1, self.b = first.k1, first.b
+        self.rows = table.rows
+
+    def term_ids(self, terms: Any) -> np.ndarray:
+        raise InvalidQuery("a sharded table's keyword index is its shards'")
+
+    def search(self, texts: Sequence[str], k: int, allowed: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        table = self._table
+        if k < 1:
+            raise InvalidQuery(f"k must be at least 1, not {k}")
+        if allowed is not None and np.asarray(allowed).shape != (table.rows,):
+            raise InvalidQuery(f"allowed must be a boolean per row ({table.rows:,})")
+        answers = []
+        for s, shard in enumerate(table.shards):
+            if shard.keyword is None:
+                continue
+            mine = None if allowed is None else np.asarray(allowed, dtype=bool)[table.global_rows[s]]
+            answers.append((s, shard.keyword.search(texts, k, mine)))
+        scores = np.full((len(texts), k), -np.inf, dtype=np.float32)
+        ids = np.full((len(texts), k), -1, dtype=np.int64)
+        for q in range(len(texts)):
+            lists = []
+            for s, (shard_scores, shard_ids) in answers:
+                real = shard_ids[q] >= 0
+                lists.append((table.global_rows[s][shard_ids[q][real]], shard_scores[q][real]))
+            rows, best = merge(lists, k)
+            scores[q, : len(rows)], ids[q, : len(rows)] = best, rows
+        return scores, ids
+
+
+def _whole_payload(
+    directory: Path, info: dict[str, Any], shards: Sequence[Table], rows: Sequence[np.ndarray]
+) -> Payload:
+    """The shards' payloads as the whole table's (its rows in order), gathered in memory."""
+    batches = []
+    for shard in shards:
+        assert shard.payload is not None
+        batches.append(shard.payload._batch)
+    joined = pa.Table.from_batches(batches).combine_chunks()
+    at = np.empty(sum(map(len, rows)), dtype=np.int64)  # each row's place among the joined shards' rows
+    at[np.concatenate(rows)] = np.arange(len(at))
+    batch = joined.take(pa.array(at)).to_batches()[0] if len(at) else joined.to_batches()[0]
+    ids = batch.column(0)
+    order = sort_ids(ids)
+    lookup = pa.RecordBatch.from_arrays([ids.take(pa.array(order)), pa.array(order, pa.int64())], names=["id", "row"])
+    return Payload(directory, info, batch, lookup)
+
+
+class ShardedTable(Table):
+    """A sharded documents table's shards, loaded in one process and searched as the whole table: a ``Table``
+    whose rows are read from their shards and whose searches are the shards' answers merged. Its ids, text and
+    fields are gathered in memory in the whole table's order (for filters and answers); its rows stay mapped."""
+
+    def __init__(self, shard_map: shardmap.ShardMap, shards: Sequence[Table]) -> None:
+        if len(shards) != shard_map.count:
+            raise InvalidQuery(f"{len(shards)} shards for a map of {shard_map.count}")
+        self.map = shard_map
+        self.shards = list(shards)
+        self.assignment = np.asarray(shard_map.assignment, dtype=np.int64)
+        self.global_rows = [shard_map.rows_of(s) for s in range(shard_map.count)]
+        self.local = np.empty(len(self.assignment), dtype=np.int64)  # each row's row in its shard
+        for rows in self.global_rows:
+            self.local[rows] = np.arange(len(rows))
+        manifest = shard_map.manifest
+        dim = int(manifest["dim"])
+        vectors = cast(np.ndarray, _Rows(self, [shard.vectors for shard in shards], dim))
+        norms = cast(np.ndarray, _Rows(self, [shard.norms for shard in shards], None))
+        payload = _whole_payload(shard_map.directory, manifest[KIND], shards, self.global_rows)
+        keyword = next((shard.keyword for shard in shards if shard.keyword is not None), None)
+        super().__init__(shard_map.directory, manifest, vectors, norms, Tokens(shard_map.directory), None)
+        self.payload = payload
+        self.keyword = None if keyword is None else _Keyword(self, keyword)
+
+    @classmethod
+    def load(cls, directory: Path, checksums: bool = True) -> ShardedTable:
+        """Every shard of the sharded table in ``directory`` (each checked as ``Table.load`` checks a table)."""
+        directory = Path(directory)
+        result = shardmap.verify(directory, checksums)
+        if not result.ok:
+            raise ArtifactError(f"table {directory.name!r} disagrees with its manifest: " + "; ".join(result.problems))
+        shard_map = shardmap.read(directory)
+        return cls(shard_map, [Table.load(shard_map.shard_directory(s), checksums) for s in range(shard_map.count)])
+
+    @property
+    def kind(self) -> str:
+        return KIND
+
+    def summary(self) -> dict[str, Any]:
+        out = super().summary()
+        out["index"] = self.manifest["shards"]["index"][0]
+        out["shards"] = {"count": self.map.count, "rows": self.manifest["shards"]["rows"]}
+        return out
+
+    def limit(self, options: SearchOptions) -> int:
+        if options.restrict is not None:
+            raise InvalidQuery("restrict (the first rows of a word table) is not for a sharded documents table")
+        return self.rows
+
+    def shard_of(self, row: int) -> tuple[int, int]:
+        """(shard, its row) of the whole table's ``row``."""
+        if not 0 <= row < self.rows:
+            raise InvalidQuery(f"row {row} is outside the table's {self.rows:,} rows")
+        return int(self.assignment[row]), int(self.local[row])
+
+    def ids(self, rows: Sequence[int]) -> list[Any]:
+        """The document ids of the whole table's ``rows``."""
+        assert self.payload is not None
+        return self.payload.ids(rows)
+
+    def _local_exclude(self, exclude: Sequence[Collection[int]], shard: int) -> list[Collection[int]]:
+        out: list[Collection[int]] = []
+        for rows in exclude:
+            found = np.fromiter(rows, dtype=np.int64, count=len(rows))
+            out.append(set(self.local[found[self.assignment[found] == shard]].tolist()))
+        return out
+
+    def is_light(self, search: Search) -> bool:
+        return False  # every search is the shards' searches and a merge: a worker thread's
+
+    def knn(
+        self, queries: np.ndarray, k: int, options: SearchOptions = SearchOptions(), rows: RowSet | None = None
+    ) -> Hits:
+        """Top-``k`` (scores, rows) of the whole table: the shards' merged."""
+        answers = self.run(VectorSearch(np.asarray(queries, dtype=np.float32), k, (), options, rows))
+        scores = np.full((len(queries), k), -np.inf, dtype=np.float32)
+        ids = np.full((len(queries), k), -1, dtype=np.int64)
+        for q, hits in enumerate(answers):
+            ids[q, : len(hits)] = [row for row, _ in hits]
+            scores[q, : len(hits)] = [score for _, score in hits]
+        return scores, ids
+
+    def run(self, search: Search) -> Answers:
+        """The whole table's answer to ``search``: every shard's ``offset + k`` best, merged, paged."""
+        if not isinstance(search, VectorSearch):
+            raise InvalidQuery("a sharded table answers searches of documents only")
+        if search.k < 1 or search.offset < 0:
+            raise InvalidQuery("k must be at least 1 and offset at least 0")
+        rows, options = search.rows, search.options
+        self.limit(options)
+        want = search.offset + search.k
+        answers = []
+        for s, shard in enumerate(self.shards):
+            local_rows = None if rows is None else RowSet(rows.mask[self.global_rows[s]])
+            exclude = self._local_exclude(search.exclude, s) if search.exclude else ()
+            answers.append(shard.run(VectorSearch(search.queries, want, exclude, options, local_rows)))
+        merged: Answers = []
+        for q in range(len(search)):
+            lists = []
+            for s, answer in enumerate(answers):
+                hits = answer[q]
+                local = np.array([row for row, _ in hits], dtype=np.int64)
+                lists.append((self.global_rows[s][local], np.array([score for _, score in hits])))
+            best_rows, best_scores = merge(lists, want)
+            hits = list(zip(best_rows.tolist(), best_scores.tolist(), strict=True))
+            merged.append(page(hits, search.offset, search.min_score))
+        return merged
+
+    def search_documents(self, search: DocumentSearch) -> list[list[Hit]]:
+        """A documents search (vector, keyword or hybrid; filters, paging, floor, diversity) of the whole table."""
+        return run_documents(self, search)

@@ -1,0 +1,163 @@
+"""A sharded table on disk: ``<data-dir>/<name>/`` holds its shard map and one complete table per shard.
+
+::
+
+    <name>/manifest.json        kind "sharded": the map (how rows are assigned, each shard's rows and manifest
+                                checksum), the whole table's documents and keyword statistics, its own files
+    <name>/assignment.npy       uint16, the shard of each row of the whole table, in import order
+    <name>/keyword_terms.arrow  the whole table's words (sorted) and ...
+    <name>/keyword_df.npy       ... the documents holding each (int64): BM25's document frequencies
+    <name>/tokens.bin, ...      the ids in the whole table's order (``index.store.tokens``), for its lookups
+    <name>/shard-000/ ...       each a complete table (its own manifest, checksums, index, payload, keyword index)
+
+The shards live inside the table's directory, so a sharded table is written, published, exchanged and recovered
+in one step as any table is (``artifact.staging``): a reader sees every shard of one version with the map and
+the statistics they were built with, never shards of two versions. Each shard is a table on its own: verified
+by ``artifact.verify``, loaded by ``Table.load``, served alone by a shard replica.
+
+A document's shard is the first 8 bytes of the BLAKE2b digest of its id (the id's text in UTF-8, an integer id
+in decimal), read big-endian, modulo the number of shards: stable across runs, machines and versions, and
+computable by any writer that knows the id.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from index.errors import ArtifactError, InvalidQuery
+from index.store import artifact
+
+KIND = "sharded"
+ASSIGNMENT = "assignment.npy"
+TERMS, DF = "keyword_terms.arrow", "keyword_df.npy"
+HASH = "blake2b-64(id as UTF-8 text, integers in decimal), big-endian, mod shards"
+MAX_SHARDS = 1024
+
+
+def shard_name(shard: int) -> str:
+    return f"shard-{shard:03d}"
+
+
+def check_count(count: int) -> int:
+    if not 1 <= count <= MAX_SHARDS:
+        raise InvalidQuery(f"shards must be between 1 and {MAX_SHARDS}, not {count}")
+    return count
+
+
+def shard_of_id(document_id: str | int, count: int) -> int:
+    """The shard that owns the document ``document_id`` in a table of ``count`` shards."""
+    digest = hashlib.blake2b(str(document_id).encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") % count
+
+
+def assign(ids: pa.Array, count: int) -> np.ndarray:
+    """The shard (uint16) of each of ``ids`` (strings or int64): :func:`shard_of_id` of every one."""
+    check_count(count)
+    texts = pc.cast(ids, pa.string()).to_pylist()
+    blake2b = hashlib.blake2b
+    digests = b"".join(blake2b(text.encode(), digest_size=8).digest() for text in texts)
+    hashed = np.frombuffer(digests, dtype=">u8")
+    return (hashed % np.uint64(count)).astype(np.uint16)
+
+
+def is_sharded(manifest: dict[str, Any]) -> bool:
+    return manifest.get("kind") == KIND
+
+
+@dataclass(frozen=True)
+class ShardMap:
+    """A sharded table's map, read from its directory."""
+
+    directory: Path
+    manifest: dict[str, Any]
+    names: tuple[str, ...]  # the shards' directory names, in shard order
+    assignment: np.ndarray  # the shard of each row of the whole table
+
+    @property
+    def count(self) -> int:
+        return len(self.names)
+
+    @property
+    def name(self) -> str:
+        return str(self.manifest["name"])
+
+    def rows_of(self, shard: int) -> np.ndarray:
+        """The whole table's rows (ascending) that shard ``shard`` holds: its row ``i`` is the table's row
+        ``rows_of(shard)[i]``."""
+        return np.flatnonzero(self.assignment == shard)
+
+    def shard_directory(self, shard: int) -> Path:
+        return self.directory / self.names[shard]
+
+
+def read(directory: Path) -> ShardMap:
+    """The map of the sharded table in ``directory`` (its own files checked for size, not checksummed)."""
+    manifest = artifact.read_manifest(directory)
+    if not is_sharded(manifest):
+        raise ArtifactError(f"table {directory.name!r} is not sharded")
+    shards = manifest.get("shards") or {}
+    names = tuple(shards.get("names") or ())
+    if not names or any(name != shard_name(i) for i, name in enumerate(names)):
+        raise ArtifactError(f"table {directory.name!r}: a shard map without its shards' names")
+    try:
+        assignment = np.load(directory / ASSIGNMENT, mmap_mode="r", allow_pickle=False)
+    except (OSError, ValueError) as exc:
+        raise ArtifactError(f"table {directory.name!r}: unreadable {ASSIGNMENT} ({exc})") from exc
+    if assignment.shape != (manifest.get("rows"),):
+        raise ArtifactError(f"table {directory.name!r}: {ASSIGNMENT} disagrees with the manifest's rows")
+    return ShardMap(Path(directory), manifest, names, np.asarray(assignment))
+
+
+def write_manifest(directory: Path, manifest: dict[str, Any], names: list[str]) -> dict[str, Any]:
+    """Checksum the sharded table's own files and each shard's manifest into ``manifest`` and write it."""
+    files = {}
+    for child in sorted(directory.iterdir()):
+        if child.is_file() and child.name != artifact.MANIFEST:
+            files[child.name] = {"bytes": child.stat().st_size, "sha256": artifact.sha256_file(child)}
+    shards = dict(manifest["shards"])
+    shards["manifests"] = {name: artifact.sha256_file(directory / name / artifact.MANIFEST) for name in names}
+    written = {"format_version": artifact.FORMAT_VERSION, **manifest, "shards": shards, "files": files}
+    (directory / artifact.MANIFEST).write_text(json.dumps(written, indent=2, ensure_ascii=False) + "\n")
+    return written
+
+
+def verify(directory: Path, checksums: bool = True) -> artifact.Verification:
+    """A sharded table's own files against its manifest, each shard's manifest against the checksum the map
+    holds, and each shard's files against its manifest (``artifact.verify``)."""
+    manifest = artifact.read_manifest(directory)
+    problems: list[str] = []
+    listed = manifest.get("files", {})
+    shards = manifest.get("shards", {})
+    names = list(shards.get("names") or ())
+    for name, info in listed.items():
+        path = directory / name
+        if not path.is_file():
+            problems.append(f"{name}: missing")
+        elif path.stat().st_size != info.get("bytes"):
+            problems.append(f"{name}: {path.stat().st_size} bytes, manifest says {info.get('bytes')}")
+        elif checksums and artifact.sha256_file(path) != info.get("sha256"):
+            problems.append(f"{name}: sha256 differs from the manifest")
+    for child in directory.iterdir():
+        if child.name != artifact.MANIFEST and child.name not in listed and child.name not in names:
+            problems.append(f"{child.name}: not listed in the manifest")
+    rows = 0
+    for name in names:
+        shard = directory / name
+        if not (shard / artifact.MANIFEST).is_file():
+            problems.append(f"{name}: missing")
+            continue
+        if artifact.sha256_file(shard / artifact.MANIFEST) != shards.get("manifests", {}).get(name):
+            problems.append(f"{name}: its manifest is not the one the shard map names")
+        problems.extend(f"{name}/{problem}" for problem in artifact.verify(shard, checksums).problems)
+        rows += int(artifact.read_manifest(shard).get("rows", 0))
+    if not problems and rows != manifest.get("rows"):
+        problems.append(f"the shards hold {rows:,} rows, the map says {manifest.get('rows'):,}")
+    return artifact.Verification(ok=not problems, problems=problems)

@@ -1,0 +1,315 @@
+"""Sharded documents tables: ``embedding-index import --shards 3`` of gensim's Lee corpus against the same
+documents imported whole.
+
+The union of the shards is the whole table (ids, vectors, payload, in the import's order); each shard is a
+table that verifies and loads alone; each shard's keyword postings are the whole table's postings of its rows
+(BM25 with the whole table's statistics), and every search form of the merged shards (vector, keyword, hybrid,
+filters, paging, score floor, diversity, documents left out) answers exactly as the unsharded table does.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from index.engine import door
+from index.engine.filters import RowSet
+from index.engine.hybrid import DocumentSearch, Hit
+from index.engine.hybrid import run as run_documents
+from index.engine.query import Examples, Failed, Query, Result
+from index.engine.search import SearchOptions, VectorSearch
+from index.engine.shards import ShardedTable, merge
+from index.engine.table import Table
+from index.store import artifact, shardmap
+from tests.lee import Lee, jsonl_records, write_jsonl
+
+EXE = Path(sys.executable).parent / "embedding-index"
+SHARDS = 3
+
+
+def run(*args: object) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*map(str, args)], capture_output=True, text=True, timeout=300)
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory: pytest.TempPathFactory, lee_docs: Lee) -> Path:
+    """``lee`` (whole) and ``lee3`` (3 shards), imported by the command from one JSON Lines file."""
+    root = tmp_path_factory.mktemp("shards")
+    source = write_jsonl(root / "lee.jsonl", jsonl_records(lee_docs))
+    data = root / "data"
+    whole = run(EXE, "import", source, "--name", "lee", "--data-dir", data, "-q")
+    assert whole.returncode == 0, whole.stderr
+    sharded = run(EXE, "import", source, "--name", "lee3", "--shards", SHARDS, "--data-dir", data, "-q")
+    assert sharded.returncode == 0, sharded.stderr
+    assert sharded.stdout.startswith(f"built 'lee3': 300 rows x 50 in {SHARDS} shards (")
+    return data
+
+
+@pytest.fixture(scope="module")
+def whole(data_dir: Path) -> Table:
+    return Table.load(data_dir / "lee")
+
+
+@pytest.fixture(scope="module")
+def sharded(data_dir: Path) -> ShardedTable:
+    return ShardedTable.load(data_dir / "lee3")
+
+
+def test_the_shards_union_is_the_whole_table(whole: Table, sharded: ShardedTable, lee_docs: Lee) -> None:
+    assert whole.payload is not None
+    shard_map = sharded.map
+    assert shard_map.count == SHARDS and shard_map.manifest["shards"]["hash"] == shardmap.HASH
+    expected = np.array([shardmap.shard_of_id(i, SHARDS) for i in lee_docs.ids])
+    np.testing.assert_array_equal(shard_map.assignment, expected)
+    assert sorted(np.bincount(expected).tolist()) == sorted(shard_map.manifest["shards"]["rows"])
+    rows = np.concatenate(sharded.global_rows)
+    assert sorted(rows.tolist()) == list(range(whole.rows))  # every row in exactly one shard
+    for s, shard in enumerate(sharded.shards):
+        mine = sharded.global_rows[s]
+        assert shard.payload is not None and shard.rows == len(mine) > 0
+        assert shard.payload.ids(range(shard.rows)) == whole.payload.ids(mine)
+        assert shard.payload.records(range(shard.rows)) == whole.payload.records(mine)
+        assert shard.payload.text(range(shard.rows)) == whole.payload.text(mine)
+        np.testing.assert_array_equal(shard.vectors, whole.vectors[mine])
+        np.testing.assert_array_equal(shard.norms, whole.norms[mine])
+        assert shard.manifest["documents"]["count"] == len(mine)
+    assert sharded.ids([0, 299]) == [lee_docs.ids[0], lee_docs.ids[299]]
+
+
+def test_each_shard_is_a_table_alone(data_dir: Path, sharded: ShardedTable) -> None:
+    for s in range(SHARDS):
+        directory = sharded.map.shard_directory(s)
+        assert artifact.verify(directory).ok
+        alone = Table.load(directory)
+        assert alone.kind == "documents" and alone.keyword is not None
+    assert shardmap.verify(data_dir / "lee3").ok
+    done = run(EXE, "verify", "lee3", "--data-dir", data_dir)
+    assert done.returncode == 0 and done.stdout.strip() == "lee3: ok", done.stderr
+
+
+def test_a_damaged_shard_or_map_fails_verify(tmp_path: Path, data_dir: Path) -> None:
+    copy = tmp_path / "data"
+    shutil.copytree(data_dir / "lee3", copy / "lee3")
+    vectors = copy / "lee3" / "shard-001" / artifact.VECTORS
+    data = bytearray(vectors.read_bytes())
+    data[-1] ^= 1
+    vectors.write_bytes(bytes(data))
+    done = run(EXE, "verify", "lee3", "--data-dir", copy)
+    assert done.returncode == 1 and "shard-001/vectors.npy: sha256 differs from the manifest" in done.stderr
+    shutil.rmtree(copy / "lee3")
+    shutil.copytree(data_dir / "lee3", copy / "lee3")
+    manifest = copy / "lee3" / "shard-002" / artifact.MANIFEST
+    changed = json.loads(manifest.read_text())
+    changed["built_at"] = "2000-01-01T00:00:00Z"
+    manifest.write_text(json.dumps(changed))
+    done = run(EXE, "verify", "lee3", "--data-dir", copy)
+    assert done.returncode == 1 and "shard-002: its manifest is not the one the shard map names" in done.stderr
+
+
+def test_shards_only_for_documents(tmp_path: Path, data_dir: Path) -> None:
+    words = tmp_path / "words.txt"
+    words.write_text("a 1 0\nb 0 1\n")
+    done = run(EXE, "import", words, "--name", "w", "--shards", 2, "--data-dir", data_dir)
+    assert done.returncode == 1 and "--shards: only for --format documents" in done.stderr
+
+
+def test_keyword_statistics_are_the_whole_tables(whole: Table, sharded: ShardedTable) -> None:
+    """Each shard's postings hold the scores the whole table gives its rows, bit for bit."""
+    assert whole.keyword is not None
+    stats = sharded.manifest["keyword_statistics"]
+    assert stats["documents"] == whole.rows and stats["words"] == whole.keyword.info["words"]
+    assert stats["terms"] == whole.keyword.info["terms"]
+    full = whole.keyword._model.scores
+    full_terms = whole.keyword._terms
+    for s, shard in enumerate(sharded.shards):
+        assert shard.keyword is not None
+        part = shard.keyword._model.scores
+        terms = shard.keyword._terms
+        columns = whole.keyword.term_ids(terms)
+        assert (columns >= 0).all() and pa.compute.all(pa.compute.equal(full_terms.take(columns), terms)).as_py()
+        mine = sharded.global_rows[s]
+        is_mine = np.zeros(whole.rows, dtype=bool)
+        is_mine[mine] = True
+        for j, column in enumerate(columns.tolist()):
+            rows = full["indices"][full["indptr"][column] : full["indptr"][column + 1]]
+            data = full["data"][full["indptr"][column] : full["indptr"][column + 1]]
+            shard_rows = part["indices"][part["indptr"][j] : part["indptr"][j + 1]]
+            shard_data = part["data"][part["indptr"][j] : part["indptr"][j + 1]]
+            np.testing.assert_array_equal(mine[shard_rows], rows[is_mine[rows]])
+            np.testing.assert_array_equal(shard_data, data[is_mine[rows]])
+
+
+def test_merge_by_score_then_row() -> None:
+    rows, scores = merge([(np.array([4, 9]), np.array([0.9, 0.5])), (np.array([2, 7]), np.array([0.9, 0.6]))], 3)
+    assert rows.tolist() == [2, 4, 7] and scores.tolist() == [0.9, 0.9, 0.6]
+
+
+def queries(lee_docs: Lee, count: int = 24) -> tuple[np.ndarray, list[str], list[int]]:
+    picked = list(range(0, 300, 300 // count))[:count]
+    vectors = lee_docs.unit()[picked].astype(np.float32)
+    texts = [" ".join(lee_docs.texts[i].split()[:12]) for i in picked]
+    return vectors, texts, picked
+
+
+def equal_up_to_ties(got: list[tuple[int, float]], expected: list[tuple[int, float]], vectors: np.ndarray) -> None:
+    """The same scores bit for bit and the same rows in the same order but among equal scores (the merge gives
+    those by row, ``Table.run`` as FAISS gives them); at a page's edge a row may stand for another of the same
+    vector (Lee's duplicate documents: 230 and 236, 263 and 271, ...)."""
+    assert [score for _, score in got] == [score for _, score in expected]
+    scores = np.array([score for _, score in got])
+    for score in np.unique(scores):
+        at = np.flatnonzero(scores == score)
+        mine, theirs = sorted(got[i][0] for i in at), sorted(expected[i][0] for i in at)
+        if mine != theirs:  # at a page's edge, one of two equal documents is in, the other out
+            assert all(any(np.array_equal(vectors[a], vectors[b]) for b in theirs) for a in mine), (mine, theirs)
+
+
+def test_vector_search_equals_the_whole_tables(whole: Table, sharded: ShardedTable, lee_docs: Lee) -> None:
+    """Cosines bit for bit; equal cosines by row (``Table.run`` leaves their order to FAISS: Lee has two
+    documents at one cosine from some queries, and the whole table gives them in either order)."""
+    vectors, _, picked = queries(lee_docs)
+    for search in (
+        VectorSearch(vectors, 10),
+        VectorSearch(vectors, 7, [{i} for i in picked]),
+        VectorSearch(vectors, 5, offset=6),
+        VectorSearch(vectors, 10, min_score=0.97),
+        VectorSearch(vectors, 10, options=SearchOptions(exact=True)),
+        VectorSearch(vectors, 8, rows=whole.filter({"lang": "en", "year": {"lt": 1997}})),
+        VectorSearch(vectors, 300),
+    ):
+        expected = whole.run(search)
+        if search.rows is not None:
+            search.rows = sharded.filter({"lang": "en", "year": {"lt": 1997}})
+        got = sharded.run(search)
+        for hits, wanted in zip(got, expected, strict=True):
+            equal_up_to_ties(hits, wanted, whole.vectors)
+        assert any(len(hits) for hits in got)
+
+
+def document_searches(vectors: np.ndarray, texts: list[str], picked: list[int]) -> list[DocumentSearch]:
+    left_out = [{i} for i in picked]
+    return [
+        DocumentSearch("vector", 10, vectors),
+        DocumentSearch("keyword", 10, texts=texts),
+        DocumentSearch("keyword", 10, texts=texts, exclude=left_out),
+        DocumentSearch("hybrid", 10, vectors, texts),
+        DocumentSearch("hybrid", 10, vectors, texts, exclude=left_out, weights=(1.0, 2.0), rrf_k=10),
+        DocumentSearch("keyword", 5, texts=texts, offset=5),
+        DocumentSearch("hybrid", 5, vectors, texts, offset=10),
+        DocumentSearch("keyword", 10, texts=texts, min_score=8.0),
+        DocumentSearch("vector", 10, vectors, diversity=0.5),
+        DocumentSearch("hybrid", 6, vectors, texts, diversity=0.3, offset=2),
+        DocumentSearch("vector", 10, vectors, offset=3, min_score=0.95, diversity=0.2),
+    ]
+
+
+def filtered(search: DocumentSearch, table: Table | ShardedTable, spec: dict[str, object]) -> DocumentSearch:
+    rows: RowSet = table.filter(spec)
+    return DocumentSearch(
+        search.mode,
+        search.k,
+        search.queries,
+        search.texts,
+        search.exclude,
+        search.options,
+        rows,
+        search.offset,
+        search.min_score,
+        search.rrf_k,
+        search.weights,
+        search.diversity,
+    )
+
+
+def same(got: list[list[Hit]], expected: list[list[Hit]], vectors: np.ndarray) -> None:
+    """Equal answers (:func:`equal_up_to_ties`), each hit with its ranks in the fused lists."""
+    assert sum(map(len, got)) > 0
+    for hits, wanted in zip(got, expected, strict=True):
+        equal_up_to_ties([(h.row, h.score) for h in hits], [(h.row, h.score) for h in wanted], vectors)
+        ranks = {h.row: h.ranks for h in wanted}
+        assert all(h.ranks == ranks[h.row] for h in hits if h.row in ranks)
+
+
+def test_every_document_search_equals_the_whole_tables(whole: Table, sharded: ShardedTable, lee_docs: Lee) -> None:
+    vectors, texts, picked = queries(lee_docs)
+    for search in document_searches(vectors, texts, picked):
+        same(sharded.search_documents(search), run_documents(whole, search), whole.vectors)
+        spec = {"or": [{"long": True}, {"tags": {"prefix": "australia"}}]}
+        got = sharded.search_documents(filtered(search, sharded, spec))
+        same(got, run_documents(whole, filtered(search, whole, spec)), whole.vectors)
+
+
+def test_keyword_answers_equal_on_every_lee_document(whole: Table, sharded: ShardedTable, lee_docs: Lee) -> None:
+    """Each Lee document's first sentence as a keyword query: the merged shards' BM25 list is the whole table's,
+    scores bit for bit, 50 deep."""
+    assert whole.keyword is not None and sharded.keyword is not None
+    texts = [text.split(".")[0] for text in lee_docs.texts]
+    expected_scores, expected_rows = whole.keyword.search(texts, 50)
+    scores, rows = sharded.keyword.search(texts, 50)
+    np.testing.assert_array_equal(rows, expected_rows)
+    np.testing.assert_array_equal(scores, expected_scores)
+    assert (rows[:, 0] >= 0).all()
+
+
+def test_index_and_compact_refuse_a_sharded_table(data_dir: Path) -> None:
+    for command, why in (("index", "each shard's index is built by its import"), ("compact", "it takes no writes")):
+        done = run(EXE, command, "lee3", "--data-dir", data_dir)
+        assert done.returncode == 1 and f"table 'lee3' is sharded: {why}" in done.stderr, done.stderr
+
+
+def door_queries(lee: Lee) -> list[Query]:
+    vector = lee.vectors[7].tolist()
+    spec = {"or": [{"long": True}, {"tags": {"prefix": "australia"}}]}
+    queries = [
+        Query(document="lee-010"),
+        Query(document="lee-011", k=7, offset=3, filter={"lang": "en"}),
+        Query(examples=Examples(["lee-010", "lee-020"], ["lee-030"], documents=True)),
+        Query(vector=vector, min_score=0.97),
+        Query(vector=vector, diversity=0.4, k=8),
+        Query(document="lee-099", diversity=0.2, filter=spec),
+        Query(document="lee-123", fields=["year"]),
+        Query(document="nope"),  # an unknown id fails alone
+    ]
+    for text in ("bushfires in Sydney", "Taliban fighters in Afghanistan", "the government said on Monday"):
+        queries += [
+            Query(text=text, mode="keyword"),
+            Query(text=text, mode="keyword", offset=4, filter=spec),
+            Query(vector=vector, text=text, mode="hybrid"),
+            Query(document="lee-050", text=text, mode="hybrid", rrf_k=10, weights=(1.0, 2.0), k=6, offset=2),
+            Query(vector=vector, text=text, mode="hybrid", diversity=0.3),
+        ]
+    return queries
+
+
+def test_a_sharded_table_answers_the_doors_batch_as_the_whole_table(
+    whole: Table, sharded: ShardedTable, lee_docs: Lee
+) -> None:
+    """A batch of the engine door's queries (by id, examples, vector, text; keyword, hybrid; filters, pages,
+    floors, diversity; a failing item) answered by the sharded table as by the whole table: the same results
+    (hits, ranks, passing counts, the echoed query), the same failures."""
+    queries = door_queries(lee_docs)
+    got, expected = door.run(sharded, queries), door.run(whole, queries)
+    assert len(got) == len(expected) == len(queries)
+    for query, mine, theirs in zip(queries, got, expected, strict=True):
+        if isinstance(theirs, Failed):
+            assert isinstance(mine, Failed) and mine.error.message.replace("lee3", "lee") == theirs.error.message
+            continue
+        assert isinstance(mine, Result), (query, mine)
+        assert (mine.query, mine.passing, mine.fallback, mine.ranked) == (
+            theirs.query,
+            theirs.passing,
+            theirs.fallback,
+            theirs.ranked,
+        )
+        if mine.ranked:
+            same([mine.hits], [theirs.hits], whole.vectors)  # type: ignore[list-item]
+        else:
+            equal_up_to_ties(mine.hits, theirs.hits, whole.vectors)  # type: ignore[arg-type]
+    assert sum(isinstance(answer, Failed) for answer in got) == 1

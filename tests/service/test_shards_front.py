@@ -1,0 +1,284 @@
+"""The front of a sharded table over HTTP: three real shard servers (``embedding-index import --shards 3`` of
+gensim's Lee corpus, each shard served alone) and a real front (``EMBEDDING_SHARDS``) on loopback, against a
+real server of the same documents imported whole.
+
+Every form the front takes (vector, keyword, hybrid with weights and its RRF constant, filters, paging,
+``min_score``, ``fields``) answers as the whole table does: the same documents, scores, ranks, text and fields
+(exactly where the lists merged hold no equal scores: the front orders those by shard, the whole table by row).
+Shard 0 has two replicas, one of which is down: every search still answers (the retry). A shard stopped: 503,
+or with ``EMBEDDING_PARTIAL=true`` the other shards' merged answer flagged ``partial``; a stopped (SIGSTOP)
+shard: 504 after its deadline.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from index.store import shardmap
+from service.scatter import front_settings, shard_body
+from service.schemas.search import SearchRequest
+from tests.index.test_shards import EXE, run
+from tests.lee import Lee, jsonl_records, write_jsonl
+from tests.service import real_server
+from tests.service.real_server import HTTP, Server
+
+SHARDS = 3
+TIMEOUT = 4.0  # seconds a shard may take: far above a busy machine's answer, well below the test's patience
+TEXTS = ("bushfires in Sydney", "Taliban fighters in Afghanistan", "the government said on Monday", "Qantas")
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory: pytest.TempPathFactory, lee_docs: Lee) -> Path:
+    root = tmp_path_factory.mktemp("front")
+    source = write_jsonl(root / "lee.jsonl", jsonl_records(lee_docs))
+    for name, extra, where in (("lee", (), "whole"), ("lee", ("--shards", SHARDS), "sharded")):
+        done = run(EXE, "import", source, "--name", name, *extra, "--data-dir", root / where, "-q")
+        assert done.returncode == 0, done.stderr
+    (root / "front").mkdir()
+    return root
+
+
+@pytest.fixture(scope="module")
+def servers(root: Path) -> Iterator[dict[str, Any]]:
+    started: list[Server] = []
+    try:
+        whole = real_server.start(root / "whole", root / "whole.log")
+        started.append(whole)
+        shards = []
+        for s in range(SHARDS):
+            name = shardmap.shard_name(s)
+            shard = real_server.start(root / "sharded" / "lee", root / f"{name}.log", "--tables", name)
+            started.append(shard)
+            shards.append(shard)
+        down = f"http://127.0.0.1:{real_server.free_port()}/v1/tables/{shardmap.shard_name(0)}"  # nothing listens
+        replicas = [[f"{shard.base}/v1/tables/{shardmap.shard_name(s)}"] for s, shard in enumerate(shards)]
+        replicas[0].insert(0, down)
+        config = json.dumps({"lee": replicas})
+        fronts = {}
+        for partial in ("false", "true"):
+            env = {"EMBEDDING_SHARDS": config, "EMBEDDING_PARTIAL": partial, "EMBEDDING_SHARD_TIMEOUT": str(TIMEOUT)}
+            fronts[partial] = real_server.start(root / "front", root / f"front-{partial}.log", env=env)
+            started.append(fronts[partial])
+        env = {"EMBEDDING_WRITE_KEYS": "writer"}
+        one = real_server.start(root / "sharded", root / "one.log", env=env)  # the sharded table served whole
+        started.append(one)
+        yield {"whole": whole, "shards": shards, "front": fronts["false"], "partial": fronts["true"], "one": one}
+    finally:
+        for server in started:
+            if server.process.poll() is None:
+                server.process.send_signal(signal.SIGCONT)
+            server.stop()
+
+
+def search(server: Server, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+    answer = HTTP.post(f"{server.base}/v1/tables/lee/search", json=body, timeout=30)
+    return answer.status_code, answer.json()
+
+
+def lists_without_ties(server: Server, body: dict[str, Any]) -> bool:
+    """Whether the whole table's lists the front merges for ``body`` (vector, keyword, as deep as the front asks
+    each shard) hold no two equal scores: the front orders those by shard, the whole table by row."""
+    answer = HTTP.post(
+        f"{server.base}/v1/tables/lee/search", json=shard_body(SearchRequest.model_validate(body), body), timeout=30
+    )
+    assert answer.status_code == 200, answer.text
+    items = answer.json().get("results", [answer.json()])  # one list: the single query form
+    return all(len({h["score"] for h in item["hits"]}) == len(item["hits"]) for item in items)
+
+
+def bodies(lee: Lee) -> list[dict[str, Any]]:
+    vector = lee.vectors[7].tolist()
+    other = lee.vectors[123].tolist()
+    spec = {"or": [{"long": True}, {"tags": {"prefix": "australia"}}]}
+    out: list[dict[str, Any]] = [
+        {"vector": vector, "k": 10},
+        {"vector": other, "k": 5, "offset": 7, "fields": ["year", "tags"]},
+        {"vector": vector, "k": 10, "min_score": 0.98},
+        {"vector": other, "k": 8, "filter": spec},
+        *({"vector": lee.vectors[i].tolist(), "k": 20, "offset": 5} for i in (50, 150, 250)),
+    ]
+    for text in TEXTS:
+        out += [
+            {"text": text, "mode": "keyword", "k": 10},
+            {"text": text, "mode": "keyword", "k": 4, "offset": 3, "filter": {"lang": "en"}},
+            {"vector": vector, "text": text, "mode": "hybrid", "k": 10},
+            {"vector": other, "text": text, "mode": "hybrid", "k": 6, "offset": 4, "rrf_k": 10},
+            {"vector": other, "text": text, "mode": "hybrid", "k": 10, "weights": {"vector": 1, "keyword": 3}},
+            {"vector": vector, "text": text, "mode": "hybrid", "k": 10, "filter": spec, "fields": ["year"]},
+        ]
+    return out
+
+
+def test_the_front_answers_as_the_whole_table(servers: dict[str, Any], lee_docs: Lee) -> None:
+    """Exactly, on every query whose lists hold no equal scores; the others with the same scores (vector and
+    keyword modes) or the same number of hits (hybrid: a tie's order moves the fused scores)."""
+    exact = 0
+    for body in bodies(lee_docs):
+        without_ties = lists_without_ties(servers["whole"], body)
+        for _ in range(2):  # shard 0's replicas taken in turn: the one that is down, then the other
+            status, got = search(servers["front"], body)
+            expected_status, expected = search(servers["whole"], body)
+            assert status == expected_status == 200, (body, got)
+            assert got.keys() == expected.keys() and got.get("passing") == expected.get("passing"), body
+            if without_ties:
+                assert got == expected, body
+            elif body.get("mode", "vector") != "hybrid":
+                assert [h["score"] for h in got["hits"]] == [h["score"] for h in expected["hits"]], body
+            else:
+                assert len(got["hits"]) == len(expected["hits"]), body
+        exact += without_ties
+        assert got["hits"] or body.get("min_score"), body
+    assert exact >= 12, exact  # of 31 (the others hold equal scores)
+
+
+def test_the_front_checks_requests_as_any_search(servers: dict[str, Any], lee_docs: Lee) -> None:
+    for body in (
+        {"vector": [1.0, 2.0], "k": 5},
+        {"text": "Qantas", "mode": "keyword", "k": 0},
+        {"vector": lee_docs.vectors[0].tolist(), "k": 5, "filter": {"nope": 1}},
+    ):
+        status, got = search(servers["front"], body)
+        expected_status, _ = search(servers["whole"], body)
+        assert status == expected_status == 422 and got["error"]["code"] == "invalid_request", (body, got)
+    ready = HTTP.get(f"{servers['front'].base}/readyz")  # no table of its own, the sharded one fronted
+    assert ready.status_code == 200 and ready.json()["loaded"] == ["lee"], ready.text
+    status, got = search(servers["front"], {"id": "lee-001", "k": 5})
+    assert status == 422 and "not taken by the front of sharded table 'lee'" in got["error"]["message"]
+
+
+def test_the_front_answers_a_batch_item_by_item(servers: dict[str, Any], lee_docs: Lee) -> None:
+    """A batch: each query scattered on its own; each item as the whole table answers it (its scores; its hits
+    where no two scores are equal), an item's error in its place."""
+    items: list[dict[str, Any]] = [
+        {"vector": lee_docs.vectors[50].tolist()},
+        {"text": "Qantas", "mode": "keyword", "offset": 2},
+        {"vector": lee_docs.vectors[150].tolist(), "text": "Taliban fighters", "mode": "hybrid"},
+        {"vector": lee_docs.vectors[250].tolist(), "filter": {"nope": 1}},
+        {"vector": lee_docs.vectors[250].tolist(), "filter": {"lang": "en"}, "min_score": 0.97},
+    ]
+    body = {"queries": items, "k": 6, "fields": ["year"]}
+    status, got = search(servers["front"], body)
+    expected_status, expected = search(servers["whole"], body)
+    assert status == expected_status == 200, got
+    assert len(got["results"]) == len(expected["results"]) == len(items)
+    for query, mine, theirs in zip(items, got["results"], expected["results"], strict=True):
+        if "error" in theirs:
+            assert mine["error"]["code"] == theirs["error"]["code"] == "invalid_request", mine
+            continue
+        assert mine.keys() == theirs.keys(), (query, mine)
+        assert [h["score"] for h in mine["hits"]] == [h["score"] for h in theirs["hits"]] or query.get("mode")
+        single = {**query, "k": 6, "fields": ["year"]}
+        if lists_without_ties(servers["whole"], single):
+            assert mine == theirs, query
+    status, got = search(servers["front"], {"queries": [{"id": "lee-001"}, {"text": "fire", "mode": "keyword"}]})
+    assert status == 200 and "not taken by the front" in got["results"][0]["error"]["message"]
+    assert got["results"][1]["hits"]
+
+
+def test_a_slow_shard_hits_its_deadline(servers: dict[str, Any], lee_docs: Lee) -> None:
+    shard = servers["shards"][1]
+    shard.process.send_signal(signal.SIGSTOP)
+    try:
+        started = time.monotonic()
+        status, got = search(servers["front"], {"vector": lee_docs.vectors[3].tolist(), "k": 5})
+        took = time.monotonic() - started
+    finally:
+        shard.process.send_signal(signal.SIGCONT)
+    assert status == 504 and got["error"]["code"] == "shard_timeout" and got["error"]["shard"] == 1, got
+    assert TIMEOUT <= took < 4 * TIMEOUT, took
+
+
+def test_a_stopped_shard_fails_or_is_flagged(servers: dict[str, Any], lee_docs: Lee) -> None:
+    body = {"text": "government", "mode": "keyword", "k": 20}
+    _, whole = search(servers["whole"], {**body, "k": 100})
+    servers["shards"][2].stop()
+    status, got = search(servers["front"], body)
+    assert status == 503 and got["error"]["code"] == "shard_unavailable" and got["error"]["shard"] == 2, got
+    status, got = search(servers["partial"], body)
+    assert status == 200 and got["partial"]["shards"] == SHARDS and got["partial"]["answered"] == SHARDS - 1
+    assert [m["shard"] for m in got["partial"]["missing"]] == [2]
+    kept = [h for h in whole["hits"] if shardmap.shard_of_id(h["id"], SHARDS) != 2][:20]
+    assert [h["score"] for h in got["hits"]] == [h["score"] for h in kept] and len(kept) == 20
+    assert {h["id"] for h in got["hits"] if h["score"] > kept[-1]["score"]} == {
+        h["id"] for h in kept if h["score"] > kept[-1]["score"]
+    }
+    assert {h["id"] for h in whole["hits"][:20]} - {h["id"] for h in got["hits"]}  # shard 2's are missing
+
+
+def test_one_server_serves_a_sharded_table_whole(servers: dict[str, Any], lee_docs: Lee) -> None:
+    """``embedding-serve`` over a data directory holding the sharded table: its shards in one process, merged by
+    ``index.engine.shards``, answer every form as the whole table does: the same hits, scores, ranks, text and
+    fields, in the same order (of two equal documents at one score, either may come first or stand at a page's
+    edge: equal scores go by row here, as FAISS gives them in the whole table)."""
+    more: list[dict[str, Any]] = [
+        {"id": "lee-010", "k": 10},
+        {"positive": ["lee-010", "lee-020"], "negative": ["lee-030"], "k": 10, "filter": {"lang": "en"}},
+        {"vector": lee_docs.vectors[40].tolist(), "k": 8, "diversity": 0.4},
+        {"vector": lee_docs.vectors[41].tolist(), "text": "fire", "mode": "hybrid", "k": 8, "diversity": 0.2},
+        {"queries": [{"id": "lee-005"}, {"text": "Qantas", "mode": "keyword", "offset": 2}], "k": 5},
+    ]
+    vectors = lee_docs.unit()
+    row = {ident: i for i, ident in enumerate(lee_docs.ids)}
+    for body in [*bodies(lee_docs), *more]:
+        status, got = search(servers["one"], body)
+        expected_status, expected = search(servers["whole"], body)
+        assert status == expected_status == 200, (body, got)
+        for answer, want in zip(got.get("results", [got]), expected.get("results", [expected]), strict=True):
+            assert answer.keys() == want.keys() and len(answer["hits"]) == len(want["hits"]), body
+            for mine, theirs in zip(answer["hits"], want["hits"], strict=True):
+                if mine["id"] != theirs["id"]:  # two equal documents at one score: FAISS's order, or by row
+                    assert mine["score"] == theirs["score"], body
+                    assert np.array_equal(vectors[row[mine["id"]]], vectors[row[theirs["id"]]]), body
+                else:
+                    assert mine == theirs, body
+    one = HTTP.get(f"{servers['one'].base}/v1/tables/lee/documents/lee-123?vector=true").json()
+    assert one == HTTP.get(f"{servers['whole'].base}/v1/tables/lee/documents/lee-123?vector=true").json()
+    summary = HTTP.get(f"{servers['one'].base}/v1/tables/lee").json()
+    assert summary["rows"] == 300 and summary["kind"] == "documents" and summary["shards"]["count"] == SHARDS
+    written = HTTP.post(
+        f"{servers['one'].base}/v1/tables/lee/documents",
+        json={"documents": [{"id": "new", "vector": lee_docs.vectors[0].tolist()}]},
+        headers={"x-api-key": "writer"},
+    )
+    assert written.status_code == 422 and "is sharded: it takes no writes" in written.json()["error"]["message"]
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("nonsense", "EMBEDDING_SHARDS: not JSON of the form {table: [[replica URL, ...], ...]}"),
+        ('{"a/b": [["http://x"]]}', "EMBEDDING_SHARDS: 'a/b' is not a table name"),
+        ('{"lee": [[]]}', "EMBEDDING_SHARDS: table 'lee' needs at least one replica URL per shard"),
+        ('{"lee": [["ftp://x"]]}', "EMBEDDING_SHARDS: table 'lee': 'ftp://x' is not an http(s) URL"),
+        ('{"lee": [["http://x"]]}', None),
+    ],
+)
+def test_a_bad_shard_setting_is_one_line(
+    value: str, message: str | None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("EMBEDDING_SHARDS", value)
+    if message is None:
+        assert list(front_settings().shards) == ["lee"]
+        return
+    with pytest.raises(ValueError, match="^" + re.escape(message)):
+        front_settings()
+    done = subprocess.run(
+        [str(real_server.BIN / "embedding-serve"), "--data-dir", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**{k: v for k, v in os.environ.items() if not k.startswith("EMBEDDING_")}, "EMBEDDING_SHARDS": value},
+    )
+    assert done.returncode == 2 and done.stderr.startswith(f"embedding-serve: invalid settings: {message}")
+    assert "Traceback" not in done.stderr

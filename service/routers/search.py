@@ -26,6 +26,7 @@ from index.errors import EmbeddingError, InvalidQuery
 from service import execute, live, queries
 from service.deps import RegistryDep, TableDep
 from service.errors import BODY_ERRORS, item_error, responses
+from service.http.fastroute import QueryRoute, plain_body
 from service.models import (
     DocumentQuery,
     DocumentSearchBatchResponse,
@@ -35,9 +36,10 @@ from service.models import (
     SearchResponse,
     check_mode,
 )
+from service.plain_search import plain_vector_search
 from service.respond import FastJSON, documents, neighbors, ranked_documents
 
-router = APIRouter(prefix="/v1/tables/{table}", tags=["search"])
+router = APIRouter(prefix="/v1/tables/{table}", tags=["search"], route_class=QueryRoute)
 
 DOCUMENT_ONLY = (
     "id",
@@ -61,6 +63,7 @@ DOCUMENT_ONLY = (
     summary="Nearest rows to a raw vector ({vector}) or to each of several ({vectors}); on a documents table also "
     "by document id, by keyword or hybrid (text, mode), filtered, paged and diversified",
 )
+@plain_body(plain_vector_search)  # one raw vector: answered without the request model (service.http.fastroute)
 async def search(request: Request, table: TableDep, registry: RegistryDep, body: SearchRequest) -> Response:
     if table.payload is not None:
         return FastJSON(await _documents(request, table, body, registry.encoder_of(table)))

@@ -131,7 +131,9 @@ class QueryRoute(APIRoute):
     its path parameters only, so it is called directly, in Starlette's plain request wrapper: FastAPI's general
     parameter solving (dependencies, body, headers, cookies, a sub-response, exit stacks) costs more per request
     than the whole lookup. The path parameters are still checked by FastAPI's own field validation, with its
-    errors, and the OpenAPI document is built from the same signature. Other routes are FastAPI's as usual."""
+    errors, and the OpenAPI document is built from the same signature. A route marked with :func:`plain_body`
+    answers its plain bodies with its handler first and leaves every other body to FastAPI. Other routes are
+    FastAPI's as usual."""
 
     def __init__(self, path: str, endpoint: Callable[..., Any], **kwargs: Any) -> None:
         super().__init__(path, endpoint, **kwargs)

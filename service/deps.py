@@ -22,6 +22,7 @@ from service.settings import Settings
 # OpenAPI document; the check itself is check_name's, so its message names the rule (tests hold the two equal).
 TABLE_NAME = r"^[A-Za-z0-9][A-Za-z0-9_-]*(?:\.[A-Za-z0-9_-]+)*\.?$"
 NAME_SCHEMA = {"pattern": TABLE_NAME}
+MAX_NAME = 64
 
 
 def _table_name(name: str) -> str:
@@ -51,7 +52,7 @@ RegistryDep = Annotated[Registry, Depends(get_registry)]
 # The ``{table}`` path parameter: 422 with the naming rule for a name that could escape the data directory.
 TableName = Annotated[
     str,
-    Path(description="table name, as listed by GET /v1/tables", max_length=64, json_schema_extra=NAME_SCHEMA),
+    Path(description="table name, as listed by GET /v1/tables", max_length=MAX_NAME, json_schema_extra=NAME_SCHEMA),
     AfterValidator(_table_name),
 ]
 

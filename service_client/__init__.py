@@ -12,12 +12,14 @@ Every error the server answers with is raised as :class:`ApiError` (status, code
 
 from __future__ import annotations
 
+import json as _json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar
 from urllib.parse import quote
 
 import httpx
+import orjson
 
 Method = Literal["3cosadd", "3cosmul"]
 T = TypeVar("T")
@@ -146,11 +148,22 @@ class Client:
     def close(self) -> None:
         self.http.close()
 
-    def _call(self, method: str, path: str, **kwargs: Any) -> Any:
-        """The decoded JSON body (Any: each method annotates the part of it that it reads)."""
+    def _call(self, method: str, path: str, json: Any = None, **kwargs: Any) -> Any:
+        """The decoded JSON body (Any: each method annotates the part of it that it reads). Bodies are encoded and
+        answers decoded with orjson: a quarter of the client's own CPU per search call, which is what limits
+        many threads of one client process (BENCHMARKS.md section 6). A value orjson cannot write (an integer
+        beyond 64 bits) is written by ``json``; NaN and infinities are written as null, which the server
+        refuses as it refuses any value that is not a number."""
+        if json is not None:
+            try:
+                content = orjson.dumps(json)
+            except orjson.JSONEncodeError:
+                content = _json.dumps(json, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
+            kwargs["content"] = content
+            kwargs["headers"] = {**kwargs.get("headers", {}), "Content-Type": "application/json"}
         response = self.http.request(method, path, **kwargs)
         if response.is_success:
-            return response.json()
+            return orjson.loads(response.content)
         try:
             error = dict(response.json()["error"])
         except (ValueError, KeyError, TypeError):

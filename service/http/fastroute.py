@@ -7,23 +7,97 @@ route marked with :func:`query_params` is called directly, in Starlette's plain 
 its whole query string with its model in one call (:func:`parse_query`). Everything a client sees is as for any
 FastAPI route: the same errors (``loc`` starts with "query"), and the parameters in the OpenAPI document
 (:func:`document_query_models`).
+
+``POST .../search`` with one raw vector is asked for as often, and its body costs FastAPI more still: the
+JSON read by ``json.loads``, then the whole search request model (every form of a documents search, its
+validators) for a body that is a list of numbers and ``k``. A route marked with :func:`plain_body` first reads
+the body with orjson and checks that common form itself (:func:`plain_vector`): a vector of finite numbers within
+float32, ``k``, ``offset`` and ``min_score`` as plain JSON numbers inside the limits, nothing else. Such a body is
+one the request model accepts as it is, so the fast handler answers as the route would. Any other body (another
+form or field, a number the model would convert or refuse, a documents table) takes the route's normal path,
+which gives its answer or its error; tests send the same bodies both ways and compare the responses.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Coroutine, Iterable
+from collections.abc import Awaitable, Callable, Coroutine, Iterable
+from dataclasses import dataclass
 from typing import Any, TypeVar
 from urllib.parse import parse_qsl
 
+import numpy as np
+import orjson
 from fastapi import APIRouter, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.routing import APIRoute
+from fastapi.routing import request_response as with_exit_stacks
 from pydantic import BaseModel, ValidationError
 from starlette.responses import Response
 from starlette.routing import request_response
 
+from index.engine.door import FLOAT32_MAX
+from service.schemas.common import LIMITS, MAX_DIM
+
 M = TypeVar("M", bound=BaseModel)
 F = TypeVar("F", bound=Callable[..., Any])
+
+
+@dataclass(frozen=True)
+class PlainVector:
+    """``{"vector": [...], "k": n, "offset": n, "min_score": x}``, the last three optional, as the model reads it."""
+
+    vector: list[float | int]
+    k: int = 10
+    offset: int = 0
+    min_score: float | None = None
+
+
+PLAIN_FIELDS = frozenset({"vector", "k", "offset", "min_score"})
+Handler = Callable[[Request, PlainVector], Awaitable[Response | None]]
+
+
+def _number(value: Any) -> bool:
+    return type(value) is int or type(value) is float  # not bool, whose type is a subclass of int
+
+
+def plain_vector(content_type: str | None, body: bytes) -> PlainVector | None:
+    """The body's one raw vector when it has the plain form the search request model accepts unchanged, else None
+    (the route's normal path then reads it, with its errors)."""
+    if content_type is None or content_type.lower() != "application/json":
+        return None
+    try:
+        data = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return None
+    if type(data) is not dict or "vector" not in data or not data.keys() <= PLAIN_FIELDS:
+        return None
+    vector, k, offset = data["vector"], data.get("k", 10), data.get("offset", 0)
+    min_score = data.get("min_score")
+    if type(vector) is not list or not 1 <= len(vector) <= MAX_DIM or not all(map(_number, vector)):
+        return None
+    if (
+        type(k) is not int
+        or type(offset) is not int
+        or not (k >= 1 and offset >= 0 and k + offset <= LIMITS.get().max_k)
+    ):
+        return None
+    if min_score is not None and not (_number(min_score) and -1 <= min_score <= 1):
+        return None
+    values = np.asarray(vector, dtype=np.float64)
+    if not np.isfinite(values).all() or np.abs(values).max() > FLOAT32_MAX:
+        return None
+    return PlainVector(vector, k, offset, None if min_score is None else float(min_score))
+
+
+def plain_body(handler: Handler) -> Callable[[F], F]:
+    """Mark a route whose plain bodies (:func:`plain_vector`) ``handler`` answers first; it answers None to leave
+    one to the route (a table it does not serve)."""
+
+    def mark(endpoint: F) -> F:
+        endpoint.plain_body = handler  # type: ignore[attr-defined]  # a function attribute, read back by getattr
+        return endpoint
+
+    return mark
 
 
 def query_params(model: type[M]) -> Callable[[F], F]:
@@ -58,12 +132,32 @@ class QueryRoute(APIRoute):
     its path parameters only, so it is called directly, in Starlette's plain request wrapper: FastAPI's general
     parameter solving (dependencies, body, headers, cookies, a sub-response, exit stacks) costs more per request
     than the whole lookup. The path parameters are still checked by FastAPI's own field validation, with its
-    errors, and the OpenAPI document is built from the same signature. Other routes are FastAPI's as usual."""
+    errors, and the OpenAPI document is built from the same signature. A route marked with :func:`plain_body`
+    answers its plain bodies with its handler first and leaves every other body to FastAPI. Other routes are
+    FastAPI's as usual."""
 
     def __init__(self, path: str, endpoint: Callable[..., Any], **kwargs: Any) -> None:
         super().__init__(path, endpoint, **kwargs)
         if getattr(endpoint, "query_model", None) is not None:
             self.app = request_response(self._direct_handler())
+        elif (fast := getattr(endpoint, "plain_body", None)) is not None:
+            # FastAPI's wrapper: the route's own path (the fallback) needs its exit stacks in the scope
+            self.app = with_exit_stacks(self._plain_first(fast))
+
+    def _plain_first(self, fast: Handler) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        """The route's handler, with ``fast`` answering the plain bodies first (the body read once, kept by the
+        request for the route's own path)."""
+        route = self.get_route_handler()
+
+        async def handler(request: Request) -> Response:
+            plain = plain_vector(request.headers.get("content-type"), await request.body())
+            if plain is not None:
+                response = await fast(request, plain)
+                if response is not None:
+                    return response
+            return await route(request)
+
+        return handler
 
     def _direct_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
         dependant, endpoint = self.dependant, self.endpoint

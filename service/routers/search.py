@@ -13,6 +13,8 @@ from index.engine.door import Result
 from service import convert, execute, live
 from service.deps import RegistryDep, TableDep
 from service.errors import BODY_ERRORS, responses
+from service.http.fastroute import QueryRoute, plain_body
+from service.plain_search import plain_vector_search
 from service.respond import FastJSON, hits, neighbors, results
 from service.schemas.search import (
     DocumentSearchBatchResponse,
@@ -22,7 +24,7 @@ from service.schemas.search import (
     SearchResponse,
 )
 
-router = APIRouter(prefix="/v1/tables/{table}", tags=["search"])
+router = APIRouter(prefix="/v1/tables/{table}", tags=["search"], route_class=QueryRoute)
 
 
 @router.post(
@@ -32,6 +34,7 @@ router = APIRouter(prefix="/v1/tables/{table}", tags=["search"])
     summary="Nearest rows to a raw vector ({vector}) or to each of several ({vectors}); on a documents table also "
     "by document id, by keyword or hybrid (text, mode), filtered, paged and diversified",
 )
+@plain_body(plain_vector_search)  # one raw vector: answered without the request model (service.http.fastroute)
 async def search(request: Request, table: TableDep, registry: RegistryDep, body: SearchRequest) -> Response:
     single = body.queries is None and body.vectors is None
     encoder, delta = None, None

@@ -1,0 +1,121 @@
+"""The HTTP floors: the service's hot routes against a bare FastAPI app on the same paths, side by side.
+
+    python -m bench.floors [--data-dir data] [--rounds 5] [--seconds 5] [--connections 32] [--busy]
+
+The floor (``bench/floor_app.py``, uvicorn with embedding-serve's settings) answers each route with a constant
+body captured from the service, after doing what any FastAPI app does with the request: the query parameters of
+``GET .../neighbors`` parsed, the body of ``POST .../search`` parsed into a pydantic model of a vector and ``k``.
+The service is ``embedding-serve`` at its defaults with the answer cache off, so every request searches:
+searched ``GET .../neighbors?token=<word>&k=10`` and ``POST .../search`` with ``{"vector": <the word's row>,
+"k": 10}`` on the GloVe table. Each round measures every (server, route) pair at ``--connections`` connections
+(wrk when installed), in an order rotated round by round; the figure is the service's requests/s over the
+floor's, per round and the median. ``--busy`` runs the same under ``bench.peers``' background load (two
+processes spinning NumPy matrix products), both sides under it. The load average is recorded at the start and
+at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any
+
+from bench import load
+from bench.before_after import vector_requests
+from bench.common import REPO, TABLE, Context, embedding_serve, free_port, machine, median, serve, server_env
+from bench.neighbours import check_answers, floor_command, http_requests, sample_words
+from index.engine.table import Table
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--data-dir", type=Path, default=REPO / "data")
+    parser.add_argument("--table", default=TABLE)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--seconds", type=float, default=5.0)
+    parser.add_argument("--connections", type=int, default=32)
+    parser.add_argument("--words", type=int, default=2048)
+    parser.add_argument("--busy", action="store_true", help="under bench.peers' background load")
+    parser.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "floors.json")
+    args = parser.parse_args(argv)
+    load_start = [round(x, 2) for x in os.getloadavg()]
+
+    table = Table.load(args.data_dir / args.table, checksums=False)
+    words = sample_words(table, args.words)
+    routes = {
+        "neighbors": http_requests(args.table, words)["hnsw_get"],
+        "search_vector": vector_requests(table, args.table, words),
+    }
+    ctx = Context(data_dir=args.data_dir, work_dir=args.out.parent, results_dir=args.out.parent, table=args.table)
+    ours_port, floor_port = free_port(), free_port()
+    with tempfile.TemporaryDirectory(prefix="floors-") as scratch, ExitStack() as stack:
+        ours = stack.enter_context(serve(embedding_serve(ctx, ours_port), "/readyz", ours_port, server_env(False)))
+        answers = check_answers(ours.base, routes)
+        bodies = Path(scratch) / "floor-bodies.json"
+        bodies.write_text(
+            json.dumps(
+                {
+                    "get": answers["neighbors"][0].decode(),
+                    "post": "{}",
+                    "search": answers["search_vector"][0].decode(),
+                }
+            )
+        )
+        floor_env = {**server_env(), "BENCH_FLOOR_BODIES": str(bodies)}
+        floor = stack.enter_context(serve(floor_command(floor_port), "/readyz", floor_port, floor_env))
+        check_answers(floor.base, routes)
+        if args.busy:
+            from bench.peers import background_load
+
+            stack.enter_context(background_load())
+        servers = {"ours": ours, "floor": floor}
+        cases = [(server, route) for route in routes for server in servers]
+        for server, route in cases:  # warm
+            load.run(servers[server].base, routes[route], 4, 1.0, use_wrk=True)
+        rounds: dict[str, list[float]] = {f"{s}:{r}": [] for s, r in cases}
+        for r in range(args.rounds):
+            for server, route in cases[r % len(cases) :] + cases[: r % len(cases)]:
+                result = load.run(servers[server].base, routes[route], args.connections, args.seconds, use_wrk=True)
+                rounds[f"{server}:{route}"].append(result.rps)
+                print(f"round {r + 1} {server} {route}: {result.rps:,.0f} requests/s", flush=True)
+    ratios: dict[str, Any] = {}
+    for route in routes:
+        ours_rps, floor_rps = rounds[f"ours:{route}"], rounds[f"floor:{route}"]
+        ratios[route] = {
+            "ours_rps": median(ours_rps),
+            "floor_rps": median(floor_rps),
+            "ratio": median(ours_rps) / median(floor_rps),
+            "ratio_rounds": [a / b for a, b in zip(ours_rps, floor_rps, strict=True)],
+        }
+    load_end = [round(x, 2) for x in os.getloadavg()]
+    out = {
+        "table": args.table,
+        "busy": args.busy,
+        "connections": args.connections,
+        "seconds": args.seconds,
+        "load_average": {"start": load_start, "end": load_end},
+        "machine": machine(),
+        "ratios": ratios,
+        "rounds": rounds,
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(out, indent=2))
+    for route, r in ratios.items():
+        spread = ", ".join(f"{x:.2f}" for x in r["ratio_rounds"])
+        print(
+            f"{route:14} ours {r['ours_rps']:8,.0f}  floor {r['floor_rps']:8,.0f} requests/s  "
+            f"ours/floor {r['ratio']:.2f} (rounds {spread})"
+        )
+    print(
+        f"load average {load_start[0]:.2f} at the start, {load_end[0]:.2f} at the end{' (busy)' if args.busy else ''}"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,45 @@
+"""The before/after benchmark's requests: the raw-vector and the hybrid search bodies it replays, and its table."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+from gensim.test.utils import datapath
+
+from bench.before_after import DOCUMENTS, K, documents_table, table_of, vector_requests
+from bench.neighbours import sample_words
+from index.engine.table import Table
+
+
+def test_vector_requests_carry_each_words_row(glove: Table) -> None:
+    words = sample_words(glove, 16)
+    items = vector_requests(glove, glove.name, words)
+    assert len(items) == 16
+    for item, (_, row) in zip(items, words, strict=True):
+        assert (item.method, item.path) == ("POST", f"/v1/tables/{glove.name}/search")
+        body = json.loads(item.body or b"")
+        assert set(body) == {"vector", "k"} and body["k"] == K
+        np.testing.assert_allclose(body["vector"], glove.vectors[row], atol=5e-7)
+
+
+def test_documents_table_is_the_lee_corpus_with_hybrid_queries(tmp_path: Path) -> None:
+    table_dir, items = documents_table(tmp_path)
+    table = Table.load(table_dir)
+    texts = Path(datapath("lee_background.cor")).read_text(encoding="utf-8").splitlines()
+    assert table.name == DOCUMENTS and table.rows == len(texts) == len(items) == 300
+    assert table.keyword is not None  # mode hybrid needs the documents' text indexed
+    for item, text in zip(items, texts, strict=True):
+        body = json.loads(item.body or b"")
+        assert item.path == f"/v1/tables/{DOCUMENTS}/search"
+        assert body["mode"] == "hybrid" and body["k"] == K
+        assert body["text"] == " ".join(text.split()[:10])
+        assert len(body["vector"]) == table.dim and np.linalg.norm(body["vector"]) > 0
+
+
+def test_table_of_prints_a_row_of_ratios_per_route() -> None:
+    summary = {"neighbors": {"before": {"p50_ms": 0.5, "rps": 2000.0}, "after": {"p50_ms": 0.4, "rps": 2500.0}}}
+    ratios = {"neighbors": {"p50": 0.8, "rps": 1.25}}
+    lines = table_of(summary, ratios).splitlines()
+    assert len(lines) == 2 and lines[1].split() == ["neighbors", "0.500ms", "0.400ms", "0.80", "2,000", "2,500", "1.25"]

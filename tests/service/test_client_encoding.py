@@ -1,0 +1,47 @@
+"""The Python client's bodies (orjson, ``json`` for what orjson cannot write) and answers, on the wire."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import httpx
+import numpy as np
+import pytest
+
+from service_client import ApiError, Client
+
+ANSWER = {"neighbors": [{"token": "heart", "id": 1, "score": 0.5}, {"token": "héart", "id": 2, "score": -0.25}]}
+
+
+def client_seeing(sent: list[httpx.Request], answer: Any = ANSWER, status: int = 200) -> Client:
+    def handler(request: httpx.Request) -> httpx.Response:
+        sent.append(request)
+        return httpx.Response(status, content=json.dumps(answer).encode(), headers={"content-type": "application/json"})
+
+    return Client("http://test", http=httpx.Client(base_url="http://test", transport=httpx.MockTransport(handler)))
+
+
+def test_a_search_body_carries_the_vector_exactly_as_json() -> None:
+    sent: list[httpx.Request] = []
+    vector = np.random.default_rng(0).standard_normal(50).astype(np.float32)
+    hits = client_seeing(sent).search("t", vector, k=2, exact=True)
+    (request,) = sent
+    assert request.headers["content-type"] == "application/json"
+    body = json.loads(request.content)
+    assert body == {"vector": [float(x) for x in vector], "k": 2, "exact": True}
+    assert [(h.token, h.id, h.score) for h in hits] == [("heart", 1, 0.5), ("héart", 2, -0.25)]
+
+
+def test_an_integer_beyond_64_bits_is_written_by_json() -> None:
+    sent: list[httpx.Request] = []
+    client_seeing(sent, {"upserted": 1}).upsert_documents("docs", [{"id": 2**70, "text": "x"}])
+    assert json.loads(sent[0].content) == {"documents": [{"id": 2**70, "text": "x"}]}
+
+
+def test_an_error_answer_is_still_the_servers_envelope() -> None:
+    sent: list[httpx.Request] = []
+    error = {"error": {"code": "invalid_request", "message": "the vector has 1 values"}}
+    with pytest.raises(ApiError) as raised:
+        client_seeing(sent, error, 422).search("t", [1.0])
+    assert (raised.value.status, raised.value.code) == (422, "invalid_request")

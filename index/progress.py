@@ -33,12 +33,20 @@ class _Config:
 CONFIG = _Config()
 
 
-def configure(*, quiet: bool | None = None, status_file: Path | None = None, interval: float | None = None) -> None:
+def configure(
+    *,
+    quiet: bool | None = None,
+    status_file: Path | None = None,
+    interval: float | None = None,
+    whole_process: bool = False,
+) -> None:
+    """``whole_process``: the build is this process (the command line), so its elapsed seconds count from the
+    process's start, imports included; else from now."""
     if quiet is not None:
         CONFIG.quiet = quiet
     if status_file is not None:
         CONFIG.status_file = Path(status_file)
-        CONFIG.started = time.monotonic()
+        CONFIG.started = time.monotonic() - (_process_age() if whole_process else 0.0)
     if interval is not None:
         CONFIG.interval = interval
 
@@ -61,21 +69,20 @@ def cost() -> dict[str, Any]:
     """What this build has cost so far: its nice level, elapsed and CPU seconds (all its threads), and its facts."""
     return {
         "nice": os.getpriority(os.PRIO_PROCESS, 0),
-        "elapsed_seconds": round(_running_seconds(), 1),
+        "elapsed_seconds": round(time.monotonic() - CONFIG.started, 1),
         "cpu_seconds": round(time.process_time(), 1),
         **CONFIG.facts,
     }
 
 
-def _running_seconds() -> float:
-    """Seconds since this process started (its start-up and imports included), from /proc; elsewhere, since its
-    status file was set."""
+def _process_age() -> float:
+    """Seconds since this process started, from /proc (0 where there is none)."""
     try:
         fields = Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()
         started = int(fields[19]) / os.sysconf("SC_CLK_TCK")  # field 22, starttime, in clock ticks after boot
         return max(0.0, float(Path("/proc/uptime").read_text().split()[0]) - started)
     except (OSError, ValueError, IndexError):
-        return time.monotonic() - CONFIG.started
+        return 0.0
 
 
 def duration(seconds: float) -> str:

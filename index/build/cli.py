@@ -106,7 +106,7 @@ def options(
 ) -> None:
     from index import progress
 
-    progress.configure(quiet=quiet, status_file=status_file)
+    progress.configure(quiet=quiet, status_file=status_file, whole_process=True)
     if nice:
         os.nice(nice)
 

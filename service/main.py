@@ -29,7 +29,6 @@ from pydantic import ValidationError
 
 from service.http.protocol import ConnectionLimits, JsonErrorsProtocol
 from service.logs import log_config
-from service.scatter import front_settings
 from service.settings import SUPERVISOR_VARIABLE, Settings, cores, describe_error
 
 APP = "service.app:app_from_env"
@@ -109,6 +108,8 @@ def main(argv: list[str] | None = None) -> int:
     os.environ["EMBEDDING_THREADS"] = str(threads)
     for variable in THREAD_VARIABLES:
         os.environ[variable] = str(threads)
+    from service.scatter import front_settings  # imported here: it loads numpy, which reads the thread variables
+
     try:
         settings = Settings()
         front_settings()  # EMBEDDING_SHARDS, ... (service.scatter): checked here, not in every worker

@@ -32,6 +32,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.routing import APIRoute
 from fastapi.routing import request_response as with_exit_stacks
 from pydantic import BaseModel, ValidationError
+from starlette.requests import ClientDisconnect
 from starlette.responses import Response
 from starlette.routing import request_response
 
@@ -150,7 +151,11 @@ class QueryRoute(APIRoute):
         route = self.get_route_handler()
 
         async def handler(request: Request) -> Response:
-            plain = plain_vector(request.headers.get("content-type"), await request.body())
+            try:
+                body = await request.body()
+            except ClientDisconnect:  # the client went mid-body: the route's own path answers it (FastAPI's 400)
+                return await route(request)
+            plain = plain_vector(request.headers.get("content-type"), body)
             if plain is not None:
                 response = await fast(request, plain)
                 if response is not None:

@@ -8,8 +8,6 @@ document by id, and the errors of every kind of bad request.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -23,9 +21,9 @@ K = 5
 
 
 @pytest.fixture(scope="module")
-def base(lee_data_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    with real_server.running(lee_data_dir, tmp_path_factory.mktemp("lee-serve") / "serve.log") as server:
-        yield server.base
+def base(documents_server: real_server.Server) -> str:
+    """The shared server over the Lee tables (tests/service/conftest.py)."""
+    return documents_server.base
 
 
 def post(base: str, body: dict[str, Any], table: str = "lee") -> httpx.Response:

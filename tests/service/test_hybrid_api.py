@@ -49,7 +49,7 @@ def keyword(data_dir: Path) -> KeywordIndex:
 
 
 def post(base: str, body: dict[str, Any], table: str = "lee") -> httpx.Response:
-    return httpx.post(f"{base}/v1/tables/{table}/search", json=body, timeout=30)
+    return real_server.HTTP.post(f"{base}/v1/tables/{table}/search", json=body, timeout=30)
 
 
 def hits(base: str, body: dict[str, Any]) -> list[dict[str, Any]]:
@@ -122,8 +122,8 @@ def greedy_mmr(
 
 
 def test_the_summary_says_the_table_has_a_keyword_index(base: str) -> None:
-    assert httpx.get(f"{base}/v1/tables/lee").json()["documents"]["keyword"] is True
-    assert httpx.get(f"{base}/v1/tables/no-text").json()["documents"]["keyword"] is False
+    assert real_server.HTTP.get(f"{base}/v1/tables/lee").json()["documents"]["keyword"] is True
+    assert real_server.HTTP.get(f"{base}/v1/tables/no-text").json()["documents"]["keyword"] is False
 
 
 @pytest.mark.parametrize("text", TEXTS)

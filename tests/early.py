@@ -10,7 +10,10 @@ again, in a temporary directory of its own that ``stop()`` removes at the end of
 
 from __future__ import annotations
 
+import contextlib
+import os
 import shutil
+import signal
 import subprocess
 import tempfile
 import threading
@@ -64,7 +67,8 @@ class Early:
                 if self._stopped:
                     return
                 argv = [*BELOW, *self.argv(self._out)]
-                self._process = subprocess.Popen(argv, cwd=REPO, stdout=stdout, stderr=stderr)
+                # A session of its own: stopping it stops what it started too (servers, a shell's commands).
+                self._process = subprocess.Popen(argv, cwd=REPO, stdout=stdout, stderr=stderr, start_new_session=True)
             self._process.wait()
 
     def result(self) -> Done:
@@ -72,7 +76,7 @@ class Early:
         assert self._thread is not None and self._out is not None
         self._thread.join(self.timeout)
         if self._thread.is_alive() and self._process is not None:
-            self._process.kill()
+            self._signal(signal.SIGKILL)
             self._thread.join()
             self._failure = f"killed after {self.timeout:.0f} s"
         if self._process is None or self._failure:
@@ -81,12 +85,18 @@ class Early:
         stdout, stderr = ((out / name).read_text(errors="replace") for name in ("stdout", "stderr"))
         return Done(self._process.returncode, stdout, stderr, out)
 
+    def _signal(self, number: int) -> None:
+        """``number`` to the command and every process it started (its process group)."""
+        assert self._process is not None
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self._process.pid, number)
+
     def stop(self) -> None:
         """At the end of the session: the child is not left behind, nor its directory."""
         with self._lock:
             self._stopped = True
         if self._process is not None and self._process.poll() is None:
-            self._process.terminate()
+            self._signal(signal.SIGTERM)
             self._process.wait()
         if self._out is not None:
             shutil.rmtree(self._out, ignore_errors=True)

@@ -1,11 +1,13 @@
 """A test's own command, started in a child process as soon as the tests are collected instead of when the test
 comes: it runs on the core the test process leaves idle, beside the tests before it.
 
-The child runs at a lower priority (nice 10): the tests the session is waiting for come first. A test module
-declares ``Early(__name__, fixture, argv)``; ``tests/conftest.py`` starts it at collection when a collected test of
-that module uses that fixture (with ``needs_glove``: once the default table is ready, waited for in a thread),
-and the fixture reads ``result()``, which waits for the child. Nothing is cached: every session runs the command
-again, in a temporary directory of its own that ``stop()`` removes at the end of the session.
+The child runs at the lowest priority (nice 19): the tests the session is waiting for come first, and the default
+table's build (nice 10, ``tests/conftest.py``) before it (to the scheduler, a dozen commands at nice 10 weigh as
+much as the tests' own process). A test module declares ``Early(__name__, fixture, argv)``; ``tests/conftest.py``
+starts it at collection when a collected test of that module uses that fixture (with ``needs_glove``: once the
+default table is ready, waited for in a thread), and the fixture reads ``result()``, which waits for the child.
+Nothing is cached: every session runs the command again, in a temporary directory of its own that ``stop()``
+removes at the end of the session.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-BELOW = ["nice", "-n", "10"] if shutil.which("nice") else []  # below the tests' own process, as in conftest
+BELOW = ["nice", "-n", "19"] if shutil.which("nice") else []  # below the tests' own process and the table's build
 
 
 @dataclass(frozen=True)

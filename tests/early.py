@@ -1,16 +1,21 @@
 """A test's own command, started in a child process as soon as the tests are collected instead of when the test
 comes: it runs on the core the test process leaves idle, beside the tests before it.
 
-The child runs at a lower priority (nice 10): the tests the session is waiting for come first. A test module
-declares ``Early(__name__, fixture, argv)``; ``tests/conftest.py`` starts it at collection when a collected test of
-that module uses that fixture (with ``needs_glove``: once the default table is ready, waited for in a thread),
-and the fixture reads ``result()``, which waits for the child. Nothing is cached: every session runs the command
-again, in a temporary directory of its own that ``stop()`` removes at the end of the session.
+The child runs at the lowest priority (nice 19): the tests the session is waiting for come first, and the default
+table's build (nice 10, ``tests/conftest.py``) before it (to the scheduler, a dozen commands at nice 10 weigh as
+much as the tests' own process). A test module declares ``Early(__name__, fixture, argv)``; ``tests/conftest.py``
+starts it at collection when a collected test of that module uses that fixture (with ``needs_glove``: once the
+default table is ready, waited for in a thread), and the fixture reads ``result()``, which waits for the child.
+Nothing is cached: every session runs the command again, in a temporary directory of its own that ``stop()``
+removes at the end of the session.
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
 import shutil
+import signal
 import subprocess
 import tempfile
 import threading
@@ -19,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-BELOW = ["nice", "-n", "10"] if shutil.which("nice") else []  # below the tests' own process, as in conftest
+BELOW = ["nice", "-n", "19"] if shutil.which("nice") else []  # below the tests' own process and the table's build
 
 
 @dataclass(frozen=True)
@@ -64,7 +69,8 @@ class Early:
                 if self._stopped:
                     return
                 argv = [*BELOW, *self.argv(self._out)]
-                self._process = subprocess.Popen(argv, cwd=REPO, stdout=stdout, stderr=stderr)
+                # A session of its own: stopping it stops what it started too (servers, a shell's commands).
+                self._process = subprocess.Popen(argv, cwd=REPO, stdout=stdout, stderr=stderr, start_new_session=True)
             self._process.wait()
 
     def result(self) -> Done:
@@ -72,7 +78,7 @@ class Early:
         assert self._thread is not None and self._out is not None
         self._thread.join(self.timeout)
         if self._thread.is_alive() and self._process is not None:
-            self._process.kill()
+            self._signal(signal.SIGKILL)
             self._thread.join()
             self._failure = f"killed after {self.timeout:.0f} s"
         if self._process is None or self._failure:
@@ -81,12 +87,18 @@ class Early:
         stdout, stderr = ((out / name).read_text(errors="replace") for name in ("stdout", "stderr"))
         return Done(self._process.returncode, stdout, stderr, out)
 
+    def _signal(self, number: int) -> None:
+        """``number`` to the command and every process it started (its process group)."""
+        assert self._process is not None
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self._process.pid, number)
+
     def stop(self) -> None:
         """At the end of the session: the child is not left behind, nor its directory."""
         with self._lock:
             self._stopped = True
         if self._process is not None and self._process.poll() is None:
-            self._process.terminate()
+            self._signal(signal.SIGTERM)
             self._process.wait()
         if self._out is not None:
             shutil.rmtree(self._out, ignore_errors=True)

@@ -15,14 +15,18 @@ import numpy as np
 import pytest
 
 from bench.documents import FILTERS, QUICK_ROWS, TABLES, WORKERS, K, make_corpus
+from tests.bench.quick import quick_early
 from tests.bench.quick import quick_run as run_quick
 
 pytestmark = pytest.mark.slow
 
 
+QUICK = quick_early(__name__, "quick_run", "documents", timeout=600)  # started at collection (tests/early.py)
+
+
 @pytest.fixture(scope="module")
-def quick_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    return run_quick("documents", tmp_path_factory.mktemp("bench-documents"), timeout=600)
+def quick_run() -> dict[str, Any]:
+    return run_quick(QUICK, "documents")
 
 
 def test_the_filters_pass_what_the_fields_say() -> None:

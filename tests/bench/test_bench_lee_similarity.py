@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -18,13 +19,22 @@ from gensim.test.utils import datapath
 
 from bench import lee_similarity as lee
 from index.build.sources import glove_package
+from tests.early import Early
+
+
+def quick_argv(out: Path) -> list[str]:
+    argv = [sys.executable, "-m", "bench.lee_similarity", "--quick", "--work-dir", str(out / "work")]
+    return [*argv, "--json", str(out / "lee.json"), "--markdown", str(out / "lee.md")]
+
+
+QUICK = Early(__name__, "quick_run", quick_argv)  # started at collection (tests/early.py)
 
 
 @pytest.fixture(scope="module")
-def quick_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    out = tmp_path_factory.mktemp("lee-similarity")
-    argv = ["--quick", "--work-dir", str(out / "work"), "--json", str(out / "lee.json")]
-    assert lee.main([*argv, "--markdown", str(out / "lee.md")]) == 0
+def quick_run() -> dict[str, Any]:
+    done = QUICK.result()
+    assert done.returncode == 0, done.stderr[-4000:]
+    out = done.out
     payload = json.loads((out / "lee.json").read_text())
     return {"payload": payload, "markdown": (out / "lee.md").read_text(), "work": out / "work"}
 

@@ -15,14 +15,18 @@ import numpy as np
 import pytest
 
 from bench.text import BATCHES, DOC_WORDS, HTTP_BATCHES, MODES, QUICK_QUERIES, QUICK_ROWS, K, lee_windows, zipf_texts
+from tests.bench.quick import quick_early
 from tests.bench.quick import quick_run as run_quick
 
 pytestmark = pytest.mark.slow
 
 
+QUICK = quick_early(__name__, "quick_run", "text", timeout=300)  # started at collection (tests/early.py)
+
+
 @pytest.fixture(scope="module")
-def quick_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    return run_quick("text", tmp_path_factory.mktemp("bench-text"), timeout=300)
+def quick_run() -> dict[str, Any]:
+    return run_quick(QUICK, "text")
 
 
 def test_inputs_are_seeded_words_and_windows() -> None:

@@ -3,17 +3,25 @@ seen by the first search after its answer, and the report renders (timings are n
 
 from __future__ import annotations
 
-from pathlib import Path
+from typing import Any
 
 import pytest
 
-from tests.bench.quick import quick_run
+from tests.bench.quick import quick_early
+from tests.bench.quick import quick_run as run_quick
 
 pytestmark = pytest.mark.slow
 
+QUICK = quick_early(__name__, "quick_run", "writes", timeout=600)  # started at collection (tests/early.py)
 
-def test_writes_quick(tmp_path: Path) -> None:
-    run = quick_run("writes", tmp_path, timeout=600)
+
+@pytest.fixture
+def quick_run() -> dict[str, Any]:
+    return run_quick(QUICK, "writes")
+
+
+def test_writes_quick(quick_run: dict[str, Any]) -> None:
+    run = quick_run
     result, markdown = run["result"], run["markdown"]
     ours = result["ours"]
     assert set(ours["throughput"]) == {f"{s}, batch {b}" for s in ("fsync", "no fsync") for b in (1, 100, 1000)}

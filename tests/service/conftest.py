@@ -3,10 +3,19 @@
 - ``api``: the 20,000-row GloVe table ``small`` (flat, exact);
 - ``glove_api``: the full GloVe 6B 50d table (HNSW);
 - ``minilm_api``: the MiniLM model's token embeddings (a model-token table with a tokenizer).
+
+Real ``embedding-serve`` processes with the default settings, shared by the modules that only read them:
+
+- ``small_server``: over ``small_data_dir`` (the table ``small`` alone);
+- ``documents_server``: over ``documents_data_dir`` (``lee``, ``no-text``, ``small`` and ``lee-text``).
+
+A module that needs other settings, other tables or writes starts its own (``tests/service/real_server.py``).
 """
 
 from __future__ import annotations
 
+import shutil
+import signal
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -14,10 +23,12 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from index.build.sources import ReadOptions, glove_package, huggingface
+from index.build.sources import ReadOptions, glove_package, huggingface, read_source
 from index.build.writer import build_table
 from service.app import create_app
 from service.settings import Settings
+from tests.lee import Lee, jsonl_records, write_jsonl
+from tests.service import real_server
 
 MINILM = "minilm"
 
@@ -54,6 +65,50 @@ def minilm_data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def minilm_api(minilm_data_dir: Path) -> Iterator[TestClient]:
     with client_for(data_dir=minilm_data_dir) as client:
         yield client
+
+
+@pytest.fixture(scope="session")
+def small_server(small_data_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[real_server.Server]:
+    """The real server over ``small_data_dir``; at the end of the session it exits gracefully (uvicorn re-raises
+    SIGTERM after shutting down cleanly)."""
+    server = real_server.start(small_data_dir, tmp_path_factory.mktemp("small-serve") / "server.log")
+    try:
+        yield server
+    finally:
+        assert server.stop() in (0, -signal.SIGTERM)
+        assert "Application shutdown complete" in server.log()
+
+
+@pytest.fixture(scope="session")
+def documents_data_dir(
+    lee_data_dir: Path, small_data_dir: Path, lee_docs: Lee, tmp_path_factory: pytest.TempPathFactory
+) -> Path:
+    """``lee`` (the Lee corpus with its fields and text); ``no-text``, the same documents without their text (a
+    table with no keyword index); ``small``, the words table; ``lee-text``, the Lee stories without their vectors,
+    embedded at import by ``small``."""
+    from tests.index.test_embed_documents import without_vectors
+    from tests.index.test_sources import run_cli
+
+    directory = tmp_path_factory.mktemp("documents-data")
+    shutil.copytree(lee_data_dir / "lee", directory / "lee")
+    shutil.copytree(small_data_dir / "small", directory / "small")
+    records = [{key: value for key, value in record.items() if key != "text"} for record in jsonl_records(lee_docs)]
+    path = write_jsonl(directory.parent / "lee-no-text.jsonl", records)
+    raw, fmt = read_source(path, "documents")
+    build_table(raw, data_dir=directory, name="no-text", source={"format": fmt, "path": path.name})
+    texts = write_jsonl(directory.parent / "lee-text.jsonl", without_vectors(lee_docs))
+    args = ("import", texts, "--format", "documents", "--name", "lee-text", "--encoder", "small")
+    imported = run_cli(*args, "--data-dir", directory)
+    assert imported.code == 0, imported.err
+    return directory
+
+
+@pytest.fixture(scope="session")
+def documents_server(
+    documents_data_dir: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[real_server.Server]:
+    with real_server.running(documents_data_dir, tmp_path_factory.mktemp("documents-serve") / "serve.log") as server:
+        yield server
 
 
 # The explorer's browser: imported when a test asks for it (tests.service.browser skips where Chromium is missing).

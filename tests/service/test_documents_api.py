@@ -8,8 +8,6 @@ document by id, and the errors of every kind of bad request.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -23,13 +21,13 @@ K = 5
 
 
 @pytest.fixture(scope="module")
-def base(lee_data_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    with real_server.running(lee_data_dir, tmp_path_factory.mktemp("lee-serve") / "serve.log") as server:
-        yield server.base
+def base(documents_server: real_server.Server) -> str:
+    """The shared server over the Lee tables (tests/service/conftest.py)."""
+    return documents_server.base
 
 
 def post(base: str, body: dict[str, Any], table: str = "lee") -> httpx.Response:
-    return httpx.post(f"{base}/v1/tables/{table}/search", json=body, timeout=30)
+    return real_server.HTTP.post(f"{base}/v1/tables/{table}/search", json=body, timeout=30)
 
 
 def ranking(lee: Lee, query: np.ndarray, passing: np.ndarray, leave_out: set[int] = frozenset()) -> list[str]:  # type: ignore[assignment]
@@ -41,7 +39,7 @@ def ranking(lee: Lee, query: np.ndarray, passing: np.ndarray, leave_out: set[int
 
 
 def test_the_table_lists_its_fields(base: str) -> None:
-    summary = httpx.get(f"{base}/v1/tables/lee").json()
+    summary = real_server.HTTP.get(f"{base}/v1/tables/lee").json()
     assert summary["kind"] == "documents" and summary["rows"] == 300
     documents = summary["documents"]
     assert (documents["id_field"], documents["id_type"], documents["text_field"]) == ("id", "string", "text")
@@ -124,14 +122,18 @@ def test_a_batch_keeps_its_order_and_its_bad_items_apart(base: str, lee_docs: Le
 
 def test_one_document_by_id(base: str, lee_docs: Lee) -> None:
     row = 77
-    document = httpx.get(f"{base}/v1/tables/lee/documents/{lee_docs.ids[row]}", params={"vector": "true"}).json()
+    document = real_server.HTTP.get(
+        f"{base}/v1/tables/lee/documents/{lee_docs.ids[row]}", params={"vector": "true"}
+    ).json()
     assert document["id"] == lee_docs.ids[row] and document["text"] == lee_docs.texts[row]
     assert document["fields"] == lee_docs.record(row)
     np.testing.assert_allclose(document["vector"], lee_docs.vectors[row], rtol=1e-6, atol=1e-7)
-    some = httpx.get(f"{base}/v1/tables/lee/documents/{lee_docs.ids[row]}", params={"fields": "year,tags"}).json()
+    some = real_server.HTTP.get(
+        f"{base}/v1/tables/lee/documents/{lee_docs.ids[row]}", params={"fields": "year,tags"}
+    ).json()
     assert some["fields"] == {"year": lee_docs.fields["year"][row], "tags": lee_docs.fields["tags"][row]}
     assert "vector" not in some or some["vector"] is None
-    missing = httpx.get(f"{base}/v1/tables/lee/documents/lee-999")
+    missing = real_server.HTTP.get(f"{base}/v1/tables/lee/documents/lee-999")
     assert missing.status_code == 404 and missing.json()["error"]["code"] == "unknown_document"
 
 

@@ -9,7 +9,6 @@ import base64
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import numpy as np
 import pytest
 from fastapi.testclient import TestClient
@@ -178,7 +177,7 @@ def test_openai_client_default_format_and_one_string(oai: openai.OpenAI, tables:
 
 def test_raw_http_answer(server: real_server.Server, tables: dict[str, Table]) -> None:
     body = {"model": "minilm", "input": TEXTS[:2]}
-    response = httpx.post(f"{server.base}/v1/embeddings", json=body)
+    response = real_server.HTTP.post(f"{server.base}/v1/embeddings", json=body)
     assert response.status_code == 200 and response.headers["content-type"] == "application/json"
     answer = response.json()
     assert set(answer) == {"object", "data", "model", "usage"}

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,9 +19,7 @@ import httpx
 import numpy as np
 import pytest
 
-from tests.index.test_embed_documents import without_vectors
-from tests.index.test_sources import run_cli
-from tests.lee import Lee, write_jsonl
+from tests.lee import Lee
 from tests.service import real_server
 from tests.service.browser import SCREENSHOTS, Watched, save_screenshot
 
@@ -33,19 +30,9 @@ DOCUMENTS_JS = "/static/documents.js"
 
 
 @pytest.fixture(scope="module")
-def server(
-    lee_data_dir: Path, small_data_dir: Path, lee_docs: Lee, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[str]:
-    data_dir = tmp_path_factory.mktemp("search-data")
-    shutil.copytree(lee_data_dir / DOCS, data_dir / DOCS)
-    shutil.copytree(small_data_dir / WORDS, data_dir / WORDS)
-    texts = write_jsonl(data_dir.parent / "lee-text.jsonl", without_vectors(lee_docs))
-    imported = run_cli(
-        "import", texts, "--format", "documents", "--name", EMBEDDED, "--encoder", WORDS, "--data-dir", data_dir
-    )
-    assert imported.code == 0, imported.err
-    with real_server.running(data_dir, tmp_path_factory.mktemp("search-log") / "serve.log") as started:
-        yield started.base
+def server(documents_server: real_server.Server) -> str:
+    """The shared server over ``lee``, ``small`` and ``lee-text`` (and ``no-text``; tests/service/conftest.py)."""
+    return documents_server.base
 
 
 @pytest.fixture(scope="module")

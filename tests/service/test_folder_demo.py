@@ -71,7 +71,7 @@ def base(data_dir: Path) -> Iterator[str]:
 
 
 def search(base: str, body: dict[str, Any]) -> httpx.Response:
-    return httpx.post(f"{base}/v1/tables/licences/search", json=body, timeout=60)
+    return real_server.HTTP.post(f"{base}/v1/tables/licences/search", json=body, timeout=60)
 
 
 def test_a_passage_of_a_sub_folder_by_its_id(base: str, folder: Path) -> None:
@@ -79,8 +79,8 @@ def test_a_passage_of_a_sub_folder_by_its_id(base: str, folder: Path) -> None:
     (hit,) = search(base, {"text": "Free Documentation License", "mode": "keyword", "k": 1}).json()["hits"]
     passage_id = hit["id"]
     assert "/" in passage_id and "#" in passage_id, passage_id
-    raw = httpx.get(f"{base}/v1/tables/licences/documents/{quote(passage_id, safe='/')}")
-    encoded = httpx.get(f"{base}/v1/tables/licences/documents/{quote(passage_id, safe='')}")
+    raw = real_server.HTTP.get(f"{base}/v1/tables/licences/documents/{quote(passage_id, safe='/')}")
+    encoded = real_server.HTTP.get(f"{base}/v1/tables/licences/documents/{quote(passage_id, safe='')}")
     assert raw.status_code == 200, raw.text
     assert encoded.status_code == 200, encoded.text
     with Client(base) as client:
@@ -89,7 +89,7 @@ def test_a_passage_of_a_sub_folder_by_its_id(base: str, folder: Path) -> None:
     fields = document["fields"]
     assert document["id"] == passage_id and fields["source"] == passage_id.split("#")[0]
     assert document["text"] == (folder / fields["source"]).read_text()[fields["start"] : fields["end"]]
-    missing = httpx.get(f"{base}/v1/tables/licences/documents/gnu/GPL-3.txt%23999")
+    missing = real_server.HTTP.get(f"{base}/v1/tables/licences/documents/gnu/GPL-3.txt%23999")
     assert missing.status_code == 404 and missing.json()["error"]["code"] == "unknown_document"
 
 
@@ -159,30 +159,32 @@ def test_embeddings_name_the_input_without_a_known_word(base: str) -> None:
         "param": "input[1]",
         "code": "invalid_request",
     }
-    embed = httpx.post(f"{base}/v1/tables/{GLOVE}/embed", json={"texts": ["warranty", UNKNOWN]})
+    embed = real_server.HTTP.post(f"{base}/v1/tables/{GLOVE}/embed", json={"texts": ["warranty", UNKNOWN]})
     assert embed.status_code == 422
     assert embed.json()["error"]["message"].startswith(f"texts[1] '{UNKNOWN}': no word of it is known")
 
 
 def test_embeddings_errors_name_fields_not_pydantic_types(base: str) -> None:
     for body in ({"model": GLOVE, "input": ["a" * 10_001]}, {"model": GLOVE, "input": ["a"] * 2000}):
-        response = httpx.post(f"{base}/v1/embeddings", json=body)
+        response = real_server.HTTP.post(f"{base}/v1/embeddings", json=body)
         assert response.status_code == 422
         message = response.json()["error"]["message"]
         assert not re.search(r"function-after|constrained-str|_check_batch|valid string", message), message
-    too_long = httpx.post(f"{base}/v1/embeddings", json={"model": GLOVE, "input": ["a" * 10_001]}).json()["error"]
+    too_long = real_server.HTTP.post(f"{base}/v1/embeddings", json={"model": GLOVE, "input": ["a" * 10_001]}).json()[
+        "error"
+    ]
     assert too_long["message"] == "input.0: String should have at most 10000 characters"
     assert too_long["param"] == "input[0]"
 
 
 def test_models_in_openais_shape(base: str, data_dir: Path) -> None:
     """The tables that embed text are the models; the documents table is not one."""
-    listed = httpx.get(f"{base}/v1/models").json()
+    listed = real_server.HTTP.get(f"{base}/v1/models").json()
     built = Table.load(data_dir / GLOVE, checksums=False).manifest["built_at"]
     model = {"id": GLOVE, "object": "model", "created": int(datetime.fromisoformat(built).timestamp()),
              "owned_by": "embedding-search"}  # fmt: skip
     assert listed == {"object": "list", "data": [model]}
-    assert httpx.get(f"{base}/v1/models/{GLOVE}").json() == model
+    assert real_server.HTTP.get(f"{base}/v1/models/{GLOVE}").json() == model
     oai = openai.OpenAI(base_url=f"{base}/v1", api_key="unused", max_retries=0)
     assert [m.id for m in oai.models.list()] == [GLOVE] and oai.models.retrieve(GLOVE).created == model["created"]
     for name, words in (("licences", "table 'licences' is a table of documents"), ("glove", "no table named")):
@@ -211,23 +213,25 @@ def test_the_documented_langchain_and_llamaindex_examples_run(
     scope: dict[str, Any] = {}
     exec(compile(code.replace(DOCS_BASE, base), f"docs/documents.md:{name}", "exec"), scope)
     texts, query = scope["texts"], scope["query"]
-    expected = httpx.post(f"{base}/v1/tables/{GLOVE}/embed", json={"texts": [*texts, query]}).json()["vectors"]
+    expected = real_server.HTTP.post(f"{base}/v1/tables/{GLOVE}/embed", json={"texts": [*texts, query]}).json()[
+        "vectors"
+    ]
     np.testing.assert_allclose(scope["vectors"], expected[:-1], rtol=1e-6, atol=1e-7)
     np.testing.assert_allclose(scope["query_vector"], expected[-1], rtol=1e-6, atol=1e-7)
 
 
 def test_cors_headers_are_each_requests_own_with_the_answer_cache(base: str) -> None:
     url = f"{base}/v1/tables/{GLOVE}/neighbors?token=licence&k=3"
-    answers = [httpx.get(url, headers={"origin": origin}) for origin in (*ORIGINS, ORIGINS[0])]
-    plain = httpx.get(url)
+    answers = [real_server.HTTP.get(url, headers={"origin": origin}) for origin in (*ORIGINS, ORIGINS[0])]
+    plain = real_server.HTTP.get(url)
     assert all(answer.content == plain.content for answer in answers)
     for answer, origin in zip(answers, (*ORIGINS, ORIGINS[0]), strict=True):
         assert answer.headers["access-control-allow-origin"] == origin
         assert answer.headers.get_list("vary") == ["Origin"], answer.headers
-    other = httpx.get(url, headers={"origin": "http://localhost:5500"})  # an origin not allowed
+    other = real_server.HTTP.get(url, headers={"origin": "http://localhost:5500"})  # an origin not allowed
     for refused in (plain, other):  # no stale origin from the cache; Starlette's one "Vary: Origin" on every answer
         assert "access-control-allow-origin" not in refused.headers and refused.headers.get_list("vary") == ["Origin"]
-    metrics = httpx.get(f"{base}/metrics").text
+    metrics = real_server.HTTP.get(f"{base}/metrics").text
     assert re.search(r'embedding_answer_cache_total\{result="hit"\} [1-9]', metrics)  # the answers came from it
 
 
@@ -236,10 +240,10 @@ def test_a_json_body_is_read_whatever_its_content_type(base: str, content_type: 
     """``curl -d`` without ``-H 'content-type: application/json'`` sends a form's content type."""
     body = b'{"text": "warranty", "mode": "keyword", "k": 2}'
     headers = {} if content_type is None else {"content-type": content_type}
-    response = httpx.post(f"{base}/v1/tables/licences/search", content=body, headers=headers)
+    response = real_server.HTTP.post(f"{base}/v1/tables/licences/search", content=body, headers=headers)
     assert response.status_code == 200, response.text
     assert response.json() == search(base, {"text": "warranty", "mode": "keyword", "k": 2}).json()
-    broken = httpx.post(f"{base}/v1/tables/licences/search", content=b"text=warranty", headers=headers)
+    broken = real_server.HTTP.post(f"{base}/v1/tables/licences/search", content=b"text=warranty", headers=headers)
     assert broken.status_code == 422 and "JSON" in broken.json()["error"]["message"], broken.text
 
 

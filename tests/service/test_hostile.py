@@ -10,13 +10,12 @@ import contextlib
 import json
 import socket
 import threading
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 
 import pytest
 
 from index.engine.table import Table
-from tests.service.real_server import Server, start
+from tests.service.real_server import Server
 
 T = b"/v1/tables/small"
 MB = 1 << 20
@@ -24,12 +23,9 @@ FIFTY = ", ".join(["1.0"] * 49)
 
 
 @pytest.fixture(scope="module")
-def server(small_data_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    process = start(small_data_dir, tmp_path_factory.mktemp("hostile") / "server.log")
-    try:
-        yield process
-    finally:
-        process.stop()
+def server(small_server: Server) -> Server:
+    """The shared server over the small table (tests/service/conftest.py)."""
+    return small_server
 
 
 def http(method: str, target: bytes, body: bytes | None = None, headers: dict[str, str] | None = None) -> bytes:

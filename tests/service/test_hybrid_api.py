@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import math
 import re
-import shutil
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,13 +18,11 @@ import httpx
 import numpy as np
 import pytest
 
-from index.build.sources import read_source
-from index.build.writer import build_table
 from index.engine.fusion import rrf
 from index.engine.hybrid import DEPTH, DIVERSE
 from index.engine.keyword import KeywordIndex
 from index.engine.table import Table
-from tests.lee import Lee, jsonl_records, write_jsonl
+from tests.lee import Lee
 from tests.service import real_server
 
 K = 10
@@ -34,21 +30,15 @@ TEXTS = ("bushfires in Sydney", "Taliban fighters in Afghanistan", "the governme
 
 
 @pytest.fixture(scope="module")
-def data_dir(lee_data_dir: Path, lee_docs: Lee, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The Lee table, and beside it the same documents without their text (a table with no keyword index)."""
-    directory = tmp_path_factory.mktemp("hybrid-data")
-    shutil.copytree(lee_data_dir / "lee", directory / "lee")
-    records = [{key: value for key, value in record.items() if key != "text"} for record in jsonl_records(lee_docs)]
-    path = write_jsonl(directory.parent / "lee-no-text.jsonl", records)
-    raw, fmt = read_source(path, "documents")
-    build_table(raw, data_dir=directory, name="no-text", source={"format": fmt, "path": path.name})
-    return directory
+def data_dir(documents_data_dir: Path) -> Path:
+    """The Lee table, and beside it the same documents without their text (``no-text``, a table with no keyword
+    index), shared with other modules (tests/service/conftest.py)."""
+    return documents_data_dir
 
 
 @pytest.fixture(scope="module")
-def base(data_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    with real_server.running(data_dir, tmp_path_factory.mktemp("hybrid-serve") / "serve.log") as server:
-        yield server.base
+def base(documents_server: real_server.Server) -> str:
+    return documents_server.base
 
 
 @pytest.fixture(scope="module")
@@ -59,7 +49,7 @@ def keyword(data_dir: Path) -> KeywordIndex:
 
 
 def post(base: str, body: dict[str, Any], table: str = "lee") -> httpx.Response:
-    return httpx.post(f"{base}/v1/tables/{table}/search", json=body, timeout=30)
+    return real_server.HTTP.post(f"{base}/v1/tables/{table}/search", json=body, timeout=30)
 
 
 def hits(base: str, body: dict[str, Any]) -> list[dict[str, Any]]:
@@ -132,8 +122,8 @@ def greedy_mmr(
 
 
 def test_the_summary_says_the_table_has_a_keyword_index(base: str) -> None:
-    assert httpx.get(f"{base}/v1/tables/lee").json()["documents"]["keyword"] is True
-    assert httpx.get(f"{base}/v1/tables/no-text").json()["documents"]["keyword"] is False
+    assert real_server.HTTP.get(f"{base}/v1/tables/lee").json()["documents"]["keyword"] is True
+    assert real_server.HTTP.get(f"{base}/v1/tables/no-text").json()["documents"]["keyword"] is False
 
 
 @pytest.mark.parametrize("text", TEXTS)

@@ -4,6 +4,7 @@ the killed publisher left is cleaned up and named.
 
 The publisher is a real ``embedding-index index`` process (tests/service/publish_killer.py) that kills itself right
 after the N-th operation it makes on the data directory under the publish lock; N runs over every step it makes.
+Each step has a data directory, a publisher, a ``verify`` and a server of its own: two steps run at a time.
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ import json
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -24,6 +27,7 @@ from tests.service.real_server import BIN, HTTP, start
 
 ROOT = Path(__file__).resolve().parents[2]
 NEW_INDEX = "hnsw:M=16,efConstruction=40,efSearch=32"
+ROWS = 2_000  # the steps of a publish are the same for any number of rows; each step builds the index again
 SERVE = {"EMBEDDING_BUILD_DEFERRED": "false"}  # the restored old version must not be indexed behind the test's back
 
 
@@ -32,7 +36,7 @@ def pristine(tmp_path_factory: pytest.TempPathFactory, glove_raw: RawTable) -> P
     """A data directory whose table ``t`` waits for its approximate index (built with --defer-index)."""
     data_dir = tmp_path_factory.mktemp("pristine") / "data"
     source = {"format": "test", "path": "glove"}
-    raw = small_raw(glove_raw)
+    raw = small_raw(glove_raw, ROWS)
     build_table(raw, data_dir=data_dir, name="t", source=source, index_spec=NEW_INDEX, defer_index=True)
     return data_dir
 
@@ -79,18 +83,24 @@ def serves(data_dir: Path, log: Path) -> str:
         server.stop()
 
 
+def each(steps: Iterable[int], check: Callable[[int], str | None]) -> list[str | None]:
+    """``check(step)`` of every step, in order, two steps at a time (they share nothing but ``pristine``)."""
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        return list(pool.map(check, steps))
+
+
 def test_a_publish_killed_at_any_step_leaves_the_table_whole(pristine: Path, tmp_path: Path) -> None:
     trace = steps(pristine, tmp_path, "exchange")
     assert any(s.startswith("exchange") for s in trace) and not any(s.startswith("rename") for s in trace), trace
-    seen = []
-    for step in range(len(trace) + 1):
+
+    def killed_at(step: int) -> str:
         data_dir = tmp_path / f"exchange-{step}"
         shutil.copytree(pristine, data_dir)
         killed = publish(data_dir, step, "exchange")
         assert killed.returncode == -9, (step, killed.returncode, killed.stderr[-2000:])
         # Right after the kill, before anyone repairs anything: a complete, verified version under the name.
         assert artifact.verify(data_dir / "t").ok, step
-        seen.append(version(data_dir))
+        seen = version(data_dir)
         left = leftovers(data_dir)
         checked = verify(data_dir)
         assert checked.returncode == 0 and checked.stdout == "t: ok\n", (step, checked.stdout, checked.stderr)
@@ -98,6 +108,9 @@ def test_a_publish_killed_at_any_step_leaves_the_table_whole(pristine: Path, tmp
             assert f"{name}: removed" in checked.stderr, (step, checked.stderr)
         assert leftovers(data_dir) == []
         serves(data_dir, tmp_path / f"exchange-{step}.log")
+        return seen
+
+    seen = each(range(len(trace) + 1), killed_at)
     exchanged = next(i for i, s in enumerate(trace) if s.startswith("exchange")) + 1
     assert seen == ["old"] * exchanged + ["new"] * (len(seen) - exchanged), (trace, seen)
 
@@ -110,7 +123,8 @@ def test_a_publish_by_two_renames_killed_between_them_is_rolled_back_at_start_up
     trace = steps(pristine, tmp_path, "renames")
     renames = [i + 1 for i, s in enumerate(trace) if s.startswith("rename")]
     assert len(renames) == 2, trace
-    for step in range(renames[0] - 1, len(trace) + 1):
+
+    def killed_at(step: int) -> None:
         data_dir = tmp_path / f"renames-{step}"
         shutil.copytree(pristine, data_dir)
         killed = publish(data_dir, step, "renames")
@@ -127,3 +141,5 @@ def test_a_publish_by_two_renames_killed_between_them_is_rolled_back_at_start_up
         checked = verify(data_dir)
         assert checked.returncode == 0 and checked.stdout == "t: ok\n", (step, checked.stderr)
         assert version(data_dir) == ("new" if step >= renames[1] else "old")
+
+    each(range(renames[0] - 1, len(trace) + 1), killed_at)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import signal
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -22,12 +21,9 @@ def stop(server: Server) -> None:
 
 
 @pytest.fixture(scope="module")
-def server(small_data_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    server = start(small_data_dir, tmp_path_factory.mktemp("serve") / "server.log")
-    try:
-        yield server.base
-    finally:
-        stop(server)
+def server(small_server: Server) -> str:
+    """The shared server over the small table (tests/service/conftest.py; its graceful exit checked there)."""
+    return small_server.base
 
 
 def test_real_server_answers_neighbours_of_heart(server: str, small: Table) -> None:

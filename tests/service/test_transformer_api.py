@@ -6,7 +6,9 @@ The vectors are checked against the encoder called directly and against sentence
 from __future__ import annotations
 
 import json
+import shlex
 import shutil
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -15,13 +17,15 @@ import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 
+from index.build.sources import glove_package
 from index.engine.encode import encoder_for
 from index.engine.table import Table
 from service.registry import Registry
+from tests.early import Early
 from tests.index.test_embed_documents import without_vectors
 from tests.index.test_sources import run_cli
 from tests.index.test_transformer import RECORDED, Reference, _edit, _model_copy, cosine, minilm_dir
-from tests.lee import Lee, write_jsonl
+from tests.lee import Lee, make_lee, write_jsonl
 from tests.service import real_server
 from tests.service.conftest import client_for
 
@@ -30,16 +34,24 @@ openai = pytest.importorskip("openai")
 TEXTS = ["The heart pumps blood through the body.", "she deposited money at the bank", "word " * 300]
 
 
+def imports_argv(out: Path) -> list[str]:
+    """``embedding-index import`` of the model as ``st``, then of the Lee stories without their vectors, embedded
+    by it at import (``--encoder st``): one shell command, started at collection (tests/early.py)."""
+    path = write_jsonl(out / "lee-text.jsonl", without_vectors(make_lee(glove_package.read())))
+    data, index = out / "data", [sys.executable, "-m", "index", "import"]
+    model = [*index, str(minilm_dir()), "--format", "transformer", "--name", "st", "--data-dir", str(data)]
+    lee = [*index, str(path), "--format", "documents", "--name", "lee", "--encoder", "st", "--data-dir", str(data)]
+    return ["sh", "-c", f"{shlex.join(model)} && {shlex.join(lee)}"]
+
+
+IMPORTS = Early(__name__, "data_dir", imports_argv)
+
+
 @pytest.fixture(scope="module")
-def data_dir(tmp_path_factory: pytest.TempPathFactory, lee_docs: Lee) -> Path:
-    data = tmp_path_factory.mktemp("transformer-api") / "data"
-    done = run_cli("import", minilm_dir(), "--format", "transformer", "--name", "st", "--data-dir", data)
-    assert done.code == 0, done.err
-    path = write_jsonl(data.parent / "lee-text.jsonl", without_vectors(lee_docs))
-    args = ("import", path, "--format", "documents", "--name", "lee", "--encoder", "st", "--data-dir", data)
-    done = run_cli(*args)
-    assert done.code == 0, done.err
-    return data
+def data_dir() -> Path:
+    done = IMPORTS.result()
+    assert done.returncode == 0, done.stderr[-4000:]
+    return done.out / "data"
 
 
 @pytest.fixture(scope="module")

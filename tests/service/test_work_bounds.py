@@ -30,7 +30,7 @@ from service.app import create_app
 from service.settings import Settings
 from tests.service.conftest import client_for
 from tests.service.raw_http import assert_exact_neighbours, connect, error_of, queries, request, search_body
-from tests.service.real_server import Server, start, wait_for
+from tests.service.real_server import HTTP, Server, start, wait_for
 
 SMALL, LEE = "/v1/tables/small", "/v1/tables/lee"
 
@@ -127,7 +127,7 @@ def server(data_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator
 
 
 def project_count(server: Server) -> float:
-    text = httpx.get(f"{server.base}/metrics", timeout=30).text
+    text = HTTP.get(f"{server.base}/metrics", timeout=30).text
     found = re.search(r'embedding_search_seconds_count\{operation="project",table="small"\} ([0-9.e+]+)', text)
     return float(found.group(1)) if found else 0.0
 
@@ -138,7 +138,7 @@ def test_long_computations_have_their_own_slots_and_a_bounded_queue(server: Serv
     answers: dict[str, httpx.Response] = {}
 
     def run_first() -> None:
-        answers["first"] = httpx.post(f"{server.base}{SMALL}/project", json=tsne, timeout=600)
+        answers["first"] = HTTP.post(f"{server.base}{SMALL}/project", json=tsne, timeout=600)
         done["first"] = time.monotonic()
 
     first = threading.Thread(target=run_first)
@@ -148,13 +148,13 @@ def test_long_computations_have_their_own_slots_and_a_bounded_queue(server: Serv
     waiting = connect(server.port, timeout=600)
     waiting.sendall(request("POST", f"{SMALL}/project", json.dumps(tsne).encode()))
     time.sleep(0.5)
-    third = httpx.post(f"{server.base}{SMALL}/project", json=tsne, timeout=60)
+    third = HTTP.post(f"{server.base}{SMALL}/project", json=tsne, timeout=60)
     error = error_of((third.status_code, dict(third.headers), third.content), 503)
     assert error["code"] == "overloaded" and third.headers["retry-after"] == "1"
     assert "first" not in done, "the t-SNE layout ended too soon for this test to show anything"
     # A filtered exact search does not wait behind the t-SNE layout.
     started = time.monotonic()
-    search = httpx.post(
+    search = HTTP.post(
         f"{server.base}{LEE}/search", json={"id": "lee-000", "exact": True, "filter": {"year": {"gte": 2000}}}
     )
     searched = time.monotonic()
@@ -202,7 +202,7 @@ def test_a_map_layout_asked_for_by_many_at_once_is_computed_once(
 def test_a_t_sne_projection_whose_client_goes_is_stopped(server: Server, words: list[str]) -> None:
     tsne = {"tokens": words[:TSNE_TOKENS], "method": "tsne", "perplexity": PERPLEXITY, "seed": 7}
     started = time.monotonic()
-    whole = httpx.post(f"{server.base}{SMALL}/project", json=tsne, timeout=600)
+    whole = HTTP.post(f"{server.base}{SMALL}/project", json=tsne, timeout=600)
     full = time.monotonic() - started
     assert whole.status_code == 200, whole.text[:300]
     stopped = server.log().count("its work is stopped")
@@ -212,5 +212,5 @@ def test_a_t_sne_projection_whose_client_goes_is_stopped(server: Server, words: 
     closed_at = time.monotonic()
     wait_for(lambda: server.log().count("its work is stopped") > stopped, seconds=full * 2, what="the stop")
     assert time.monotonic() - closed_at < full / 2, (time.monotonic() - closed_at, full)
-    again = httpx.post(f"{server.base}{SMALL}/project", json=tsne, timeout=600)  # the slot is free again
+    again = HTTP.post(f"{server.base}{SMALL}/project", json=tsne, timeout=600)  # the slot is free again
     assert again.status_code == 200 and again.json()["points"] == whole.json()["points"]

@@ -10,6 +10,7 @@ service.app:app_from_env``), reading settings from ``EMBEDDING_*``.
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
 from collections.abc import AsyncIterator
@@ -48,6 +49,8 @@ from service.settings import SUPERVISOR_VARIABLE, Settings, cores
 from service.watch import Watcher
 
 log = logging.getLogger(__name__)
+
+GC_YOUNG_THRESHOLD = 7000  # allocations between collections of the youngest generation (Python's default: 700)
 STATIC = Path(__file__).resolve().parent / "static"
 
 DESCRIPTION = """Nearest neighbours, similarity, analogies, raw-vector search and 2-D projection over every
@@ -89,6 +92,12 @@ def create_app(settings: Settings) -> FastAPI:
         reloader.loaded()
         watcher.start()  # a table published, rebuilt or removed in the data directory is reloaded (service.watch)
         app.state.searcher = Searcher(settings.threads, settings.searcher_nice)  # light searches: see service.searcher
+        # What start-up made (modules, schemas, the tables' labels and metadata) lives as long as the server: kept out
+        # of the collector's scans, which then walk only what requests make, and less often (a request's objects are
+        # freed by their counts; BENCHMARKS.md, "The search path, before and after").
+        gc.collect()
+        gc.freeze()
+        gc.set_threshold(GC_YOUNG_THRESHOLD)
         # Under uvicorn: SIGTERM fails readiness first, then the server shuts down (service.http.drain). The state
         # hands the drain to the HTTP protocol too (service.http.protocol), which closes connections while it lasts.
         draining = drain.install()

@@ -237,3 +237,20 @@ def test_write_keys(tmp_path: Path) -> None:
     assert Settings(data_dir=tmp_path).write_keys == []
     with pytest.raises(ValidationError, match="printable ASCII"):
         Settings(data_dir=tmp_path, write_keys=["cl\u00e9-not-ascii"])
+
+
+def test_start_up_objects_are_kept_out_of_the_collectors_scans(tmp_path: Path) -> None:
+    """Once its tables are loaded, a server freezes what start-up made (the collector no longer walks it) and
+    collects its youngest generation less often: what the searched GET route's requests/s depend on."""
+    import gc
+
+    from service.app import GC_YOUNG_THRESHOLD
+
+    before = gc.get_threshold()
+    try:
+        with client_for(data_dir=tmp_path):
+            assert gc.get_freeze_count() > 0
+            assert gc.get_threshold()[0] == GC_YOUNG_THRESHOLD
+    finally:
+        gc.unfreeze()
+        gc.set_threshold(*before)

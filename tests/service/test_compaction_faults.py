@@ -49,12 +49,19 @@ def test_kill_9_during_compaction(lee_data_dir: Path, lee_docs: Lee, tmp_path: P
     rng = random.Random(5)
     written = 0
     cli = [str(real_server.BIN / "embedding-index"), "compact", "lee", "--data-dir", str(data)]
+    # How long one compaction takes here (on a copy): each kill below lands at a random point within it.
+    trial = tmp_path / "trial"
+    shutil.copytree(data, trial, symlinks=True)
+    append(writelog.log_path(trial, "lee"), lee_docs, 0, 40)
+    started = time.monotonic()
+    subprocess.run([*cli[:-1], str(trial)], check=True, capture_output=True)
+    lasts = time.monotonic() - started
     outcomes = set()
     for _ in range(ROUNDS):
         append(path, lee_docs, written, 40)
         written += 40
         child = subprocess.Popen(cli, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        time.sleep(rng.uniform(0.0, 1.2))
+        time.sleep(rng.uniform(0.0, 0.9 * lasts))
         child.kill()
         outcomes.add("killed" if child.wait() < 0 else "finished")
         assert artifact.verify(data / "lee").ok

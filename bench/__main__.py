@@ -4,6 +4,7 @@
     python -m bench --data-dir data --only neighbours    # one benchmark; the others' last results are kept
     python -m bench --data-dir data --quick              # tiny sizes, one round: checks that the scripts work
     python -m bench --only peers                         # vector databases side by side (the `bench` extra)
+    python -m bench --only peers-text                    # the text path beside Chroma (query text -> top 10)
 
 Each benchmark writes ``<results-dir>/<name>.json`` (machine, versions, command, every figure); BENCHMARKS.md is
 then rendered from every results file present, so benchmarks can be run (and rerun) one at a time.
@@ -27,9 +28,21 @@ from typing import Any
 from bench import report
 from bench.common import REPO, TABLE, Context, machine, versions
 
-NAMES = ("analogy", "neighbours", "import", "startup", "growth", "peers", "firstrun", "documents", "text", "writes")
+NAMES = (
+    "analogy",
+    "neighbours",
+    "import",
+    "startup",
+    "growth",
+    "peers",
+    "peers-text",
+    "firstrun",
+    "documents",
+    "text",
+    "writes",
+)
 # benchmarks that build their own tables (no --data-dir table needed)
-OWN_TABLE = {"peers", "firstrun", "growth", "documents", "text", "writes"}
+OWN_TABLE = {"peers", "peers-text", "firstrun", "growth", "documents", "text", "writes"}
 
 
 def runner(name: str) -> Callable[..., dict[str, Any]]:
@@ -43,6 +56,8 @@ def runner(name: str) -> Callable[..., dict[str, Any]]:
         from bench.startup import run
     elif name == "peers":
         from bench.peers import run
+    elif name == "peers-text":
+        from bench.peers_text import run
     elif name == "firstrun":
         from bench.firstrun import run
     elif name == "documents":
@@ -81,11 +96,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         nargs="+",
         help="growth: tables bigger than memory, N x 128 with a compressed index (e.g. 10000000; default none)",
     )
-    p.add_argument("--peers-rows", type=int, help="peers: the first N GloVe rows (default all; 2,000 with --quick)")
+    p.add_argument(
+        "--peers-rows",
+        type=int,
+        help="peers: the first N GloVe rows (default all; 2,000 with --quick); peers-text: the first N passages "
+        "(default 1,000; 64 with --quick)",
+    )
     p.add_argument(
         "--peers-busy",
         action="store_true",
-        help="peers: every round measured quiet and again under a fixed background load on the same cores",
+        help="peers, peers-text: every round measured quiet and again under a fixed background load on the same cores",
     )
     p.add_argument(
         "--peers-systems",

@@ -52,7 +52,7 @@ class Context:
         if self.quick:
             parts.append("--quick")
         parts += ["--rounds", str(self.rounds)]
-        if name == "peers":
+        if name in ("peers", "peers-text"):
             for option in ("peers_rows", "peers_latency_seconds", "peers_systems", "peers_busy"):
                 value = self.options.get(option)
                 if value:

@@ -6,7 +6,19 @@ import json
 from pathlib import Path
 from typing import Any
 
-NAMES = ("analogy", "neighbours", "import", "startup", "growth", "peers", "firstrun", "documents", "text", "writes")
+NAMES = (
+    "analogy",
+    "neighbours",
+    "import",
+    "startup",
+    "growth",
+    "peers",
+    "peers-text",
+    "firstrun",
+    "documents",
+    "text",
+    "writes",
+)
 TITLES = {
     "analogy": "1. Analogy evaluation (Google set)",
     "neighbours": "2. Neighbours",
@@ -14,6 +26,7 @@ TITLES = {
     "startup": "4. Start-up and memory",
     "growth": "5. Growth with table size: flat or HNSW?",
     "peers": "6. Peers: vector databases side by side",
+    "peers-text": "6b. Peers: the text path beside Chroma (query text -> top 10 hits)",
     "firstrun": "7. The first run: serving at once, and the index choice",
     "documents": "8. Documents tables: import, filtered search, worker memory",
     "text": "9. Text in: encoding and text queries",
@@ -913,7 +926,90 @@ RENDER = {
     "documents": documents,
     "writes": writes,
 }
-WITH_RUN = {"peers": peers, "text": text}  # renderers that also take the run's header (machine, date)
+
+
+def peers_text(r: dict[str, Any], run: dict[str, Any]) -> str:
+    """The text path: both sides' figures per condition, the paired ratios, and the checks that they agree."""
+    m = run["machine"]
+    many = r["clients"]
+    rows, ratio_rows, loads, servers = [], [], {}, {}
+    for condition, part in r["conditions"].items():
+        for name, s in part["systems"].items():
+            if s.get("status") != "ok":
+                continue
+            calls = f"{s['same_answers']:,} of {s['latency_calls']:,}"
+            rows.append([condition, name, s["p50_ms"], s["p99_ms"], s["qps"], s["errors"], calls, s["rss_mib"]])
+            loads[name], servers[name] = s["load"], s["server"]
+        for name, x in part["ratios"].items():
+            rounds = f"p50 {', '.join(f'{v:.2f}' for v in x['p50_rounds'])}; q/s " + ", ".join(
+                f"{v:.2f}" for v in x["qps_rounds"]
+            )
+            ratio_rows.append([condition, name, f"{x['p50']:.2f}x", f"{x['qps']:.2f}x", rounds])
+    c = r["checks"]
+    missing = [
+        f"{name} ({s['status']})"
+        for name, s in next(iter(r["conditions"].values()))["systems"].items()
+        if s.get("status") != "ok"
+    ]
+    parts = [
+        f"Run at {run.get('started', m['date'])} on {m['cpu']}, {m['cores']} cores (nproc), {m['ram_gib']} GiB RAM, "
+        f"load average at the end {' / '.join(f'{x:g}' for x in m['load_average'])}.",
+        f"{r['passages']:,} passages ({r['words']} words each, consecutive windows of gensim's Lee background "
+        f"corpus), {r['queries']:,} queries (the sentences of gensim's Lee test corpus), k = {r['k']}. Both sides "
+        "embed with all-MiniLM-L6-v2 through ONNX Runtime: our server embeds each query (`POST .../search` with "
+        "`text`, through `service_client`); Chroma's client embeds it with chromadb's `ONNXMiniLM_L6_V2` (given "
+        "our transformer table's graph and the checkpoint's tokenizer, no download), then queries. One-query p50 "
+        f"at concurrency 1 (the queries in order, at most {r['latency_seconds']:g} s a round); queries/s with "
+        f"{many} client threads, {r['seconds_per_measurement']:g} s each; server memory after each round "
+        "(Chroma's embedding runs in the client, so its server holds no model). Medians over rounds.",
+        table(
+            [
+                "Machine",
+                "System",
+                "p50 ms (c=1)",
+                "p99 ms (c=1)",
+                f"queries/s (c={many})",
+                "errors",
+                "same answers (c=1)",
+                "server RSS MiB",
+            ],
+            rows,
+        ),
+    ]
+    if ratio_rows:
+        parts += [
+            "**Ratios** (how many times better embedding-search is; paired by round; each round's ratio after):",
+            table(["Machine", "Against", "p50 (c=1)", f"queries/s (c={many})", "rounds"], ratio_rows),
+        ]
+    if "top10_overlap" in c:
+        recall = ", ".join(f"{name} {v:.4f}" for name, v in c["recall_at_10"].items())
+        parts.append(
+            f"Checks: each passage's two vectors, cosine min {c['passage_cosine_min']:.6f}, median "
+            f"{c['passage_cosine_median']:.6f}; the two sides' top 10s share {c['top10_overlap']:.4f} of their hits "
+            f"({c['same_top10_sets']:,} of {r['queries']:,} queries the same set); recall@10 against the exact top "
+            f"10 ({c['exact_from']}): {recall}."
+        )
+    ratio = ""
+    if {"embedding-search", "chroma"} <= set(loads):  # one load each, quiet
+        faster = loads["chroma"]["seconds"] / loads["embedding-search"]["seconds"]
+        ratio = f" (embedding-search {faster:.2f}x faster)"
+    parts.append(
+        f"Load (quiet, once){ratio}:  \n"
+        + "  \n".join(f"{name}: {load['seconds']:g} s, {load['what']}" for name, load in loads.items())
+    )
+    parts.append("Servers:  \n" + "  \n".join(f"{name}: {code(command)}" for name, command in servers.items()))
+    if "busy_load" in r:
+        parts.append(f"Busy: {r['busy_load']}.")
+    if missing:
+        parts.append("Not measured: " + ", ".join(missing) + ".")
+    return "\n\n".join(parts)
+
+
+WITH_RUN = {
+    "peers": peers,
+    "peers-text": peers_text,
+    "text": text,
+}  # renderers that also take the run's header (machine, date)
 
 
 def render(results: dict[str, dict[str, Any]]) -> str:
@@ -927,7 +1023,7 @@ def render(results: dict[str, dict[str, Any]]) -> str:
         "than the absolute times.",
         "Rerun everything with `make bench`, or one benchmark with "
         "`.venv/bin/python -m bench --data-dir data --only NAME` (analogy, neighbours, import, startup, growth, "
-        "peers, firstrun, documents, text, writes); "
+        "peers, peers-text, firstrun, documents, text, writes); "
         "every figure is also in `bench/results/NAME.json`.",
     ]
     if first is None:

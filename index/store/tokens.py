@@ -141,12 +141,19 @@ class Tokens(Sequence[str]):
         return self._exact_prefixes
 
     def find(self, token: str) -> int | None:
-        """Row id of exactly ``token``, or None: the sorted 8-byte prefixes narrow the search (two numpy binary
-        searches), then a binary search over the few tokens that share the prefix compares bytes."""
+        """Row id of exactly ``token``, or None: the sorted 8-byte prefixes narrow the search (a numpy binary
+        search); a token of up to 8 bytes is then the first label with its prefix or none, a longer one is found by
+        a binary search over the few labels that share the prefix, comparing bytes."""
         prefixes = self.prepare_lookup()
         key = token.encode("utf-8", "surrogatepass")  # a lone surrogate matches no token, but must not raise
         prefix = np.uint64(int.from_bytes(key[:PREFIX_BYTES].ljust(PREFIX_BYTES, b"\0"), "big"))
         lo = int(prefixes.searchsorted(prefix, "left"))
+        if len(key) <= PREFIX_BYTES and not key.endswith(b"\0"):
+            # Every other label with this prefix extends ``key``, so sorts after it: it is the first, or absent.
+            if lo == len(prefixes) or prefixes[lo] != prefix:
+                return None
+            row = int(self._order[lo])
+            return row if int(self._offsets[row + 1]) - int(self._offsets[row]) == len(key) else None
         hi = int(prefixes.searchsorted(prefix, "right"))
         pos = bisect.bisect_left(self._exact, key, lo, hi)
         if pos < hi and self._exact[pos] == key:

@@ -49,6 +49,7 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from uvicorn.server import ServerState
 
 from service.errors import error_body, status_of
+from service.http.one_write import use_one_write
 
 log = logging.getLogger("uvicorn.error")
 
@@ -230,6 +231,7 @@ class JsonErrorsProtocol(HttpToolsProtocol):
         self.begun = False
         self.in_body = True
         HttpToolsProtocol.on_headers_complete(self)
+        use_one_write(self.cycle)
         if self.drain is not None and self.drain.draining and self.cycle is not None:
             self.cycle.keep_alive = False  # answered with Connection: close
 

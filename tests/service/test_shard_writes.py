@@ -6,6 +6,7 @@ them, in-process, over gensim's Lee corpus imported whole and as 3 shards).
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -215,3 +216,13 @@ def test_compaction_folds_every_shards_log(data: Path, tables: tuple[Table, Shar
     done = upsert(whole, sharded, [{"id": "after", "vector": lee_docs.vectors[1].tolist()}])
     owner = shardmap.shard_of_id("after", SHARDS)
     assert [(d.shard, d.sequence) for d in done] == [(owner, sharded.shards[owner].manifest["log_sequence"] + 1)]
+
+
+def test_remove_takes_the_shards_logs_along(data: Path, tables: tuple[Table, ShardedTable], tmp_path: Path) -> None:
+    copy = tmp_path / "data"
+    shutil.copytree(data / "sharded", copy)
+    logs = copy / writelog.DIRECTORY / "lee"
+    assert sorted(p.name for p in logs.iterdir()) == [f"{shardmap.shard_name(s)}.log" for s in range(SHARDS)]
+    done = run(EXE, "remove", "lee", "--data-dir", copy)
+    assert done.returncode == 0, done.stderr
+    assert not (copy / "lee").exists() and not logs.exists()

@@ -25,6 +25,7 @@ from index.engine.delta import Delta
 from index.engine.keyword import DEFAULT_STEMMER, DEFAULT_STOPWORDS, Tokenizer
 from index.engine.shard_writes import WholeDelta
 from index.engine.shards import ShardedTable
+from index.errors import ArtifactError
 from index.progress import note
 from index.store import artifact, shardmap, writelog
 
@@ -72,6 +73,10 @@ def _compact(data_dir: Path, name: str, directory: Path) -> dict[str, Any]:
             seed=int(build.get("seed", 0)),
         )
 
+    def unchanged(_: Path) -> None:  # under the publish lock: no other version was published since this one
+        if artifact.read_manifest(directory) != manifest:
+            raise ArtifactError(f"table {name!r} was published again while it was being compacted; nothing replaced")
+
     tokens = [str(i) for i in documents.column(0).to_pylist()]
     published = import_sharded(
         Documents(documents, matrix, tokens, info, manifest.get("cleaning", {})),
@@ -83,6 +88,7 @@ def _compact(data_dir: Path, name: str, directory: Path) -> dict[str, Any]:
         build_shard=build_shard,
         params=build,
         force=True,
+        complete=unchanged,
     )
     kept = 0
     for s, sequence in enumerate(sequences):

@@ -30,7 +30,7 @@ from starlette.requests import Request
 from starlette.responses import FileResponse, HTMLResponse, Response
 from starlette.routing import Route
 
-from service import errors, live, scatter
+from service import errors, live, scatter, scatter_writes
 from service.http import auth
 from service.http.cache import AnswerCache, AnswerCacheMiddleware
 from service.http.drain import Drain
@@ -136,6 +136,7 @@ def create_app(settings: Settings) -> FastAPI:
     front = scatter.Front(scatter.front_settings())  # sharded tables answered by their shards' servers
     app.state.front = front
     app.router.routes[:0] = [scatter.route(front, name) for name in front.tables]
+    app.router.routes[:0] = [route for name in front.tables for route in scatter_writes.routes(front, name)]
     app.state.api_routes = [route for route in routes if isinstance(route, APIRoute)]
     _mount_explorer(app)
 

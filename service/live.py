@@ -5,6 +5,10 @@ reload that reuses a table reuses its delta, and a new version starts a new one)
 and replayed (``index.store.writelog.recover``); before each read, :meth:`Live.refresh` compares the log's size with
 what it has applied and reads only the new records, so a write answered by any worker is seen by the next
 search in every worker. A write holds the log's exclusive lock while it catches up, checks and appends.
+
+A sharded table served whole has one :class:`Live` per shard, over the shard's own log
+(``writelog.table_log``), and a :class:`Sharded` that writes to the shards that own the ids and gathers their
+deltas into the whole table's (``index.engine.door.WholeDelta``) for its searches.
 """
 
 from __future__ import annotations
@@ -13,14 +17,16 @@ import os
 import threading
 import weakref
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 
-from index.engine.door import Delta, Table
+from index.engine.door import Delta, ShardedTable, Table, WholeDelta
 from index.store import artifact, writelog
 
 T = TypeVar("T")
 _LIVE: weakref.WeakKeyDictionary[Table, Live] = weakref.WeakKeyDictionary()
+_SHARDED: weakref.WeakKeyDictionary[Table, Sharded] = weakref.WeakKeyDictionary()
 _LOCK = threading.Lock()
 
 
@@ -63,14 +69,11 @@ class Live:
             return self.delta.seq, answer
 
 
-def attach(table: Table, directory: Path) -> None:
-    """Recover and replay the write log of the documents table loaded from ``directory`` (a torn tail is cut with
-    a warning; a damaged record in the middle raises ``writelog.LogCorrupt``, naming it)."""
-    if table.payload is None:
-        return
+def _attach(table: Table, directory: Path) -> Live:
     covered = int(table.manifest.get("log_sequence", 0))
+    assert table.payload is not None
     delta = Delta(table.payload, table.rows, table.dim, covered)
-    live = Live(delta, writelog.log_path(directory.parent, directory.name), directory)
+    live = Live(delta, writelog.table_log(directory), directory)
     try:
         live.delta.apply(writelog.recover(live.path))
         live.inode = os.stat(live.path).st_ino if live.path.exists() else None
@@ -78,6 +81,54 @@ def attach(table: Table, directory: Path) -> None:
         raise writelog.LogCorrupt(f"table {directory.name!r}: write log {live.path.name}: {exc.message}") from None
     with _LOCK:
         _LIVE[table] = live
+    return live
+
+
+def attach(table: Table, directory: Path) -> None:
+    """Recover and replay the write log of the documents table loaded from ``directory`` (a torn tail is cut with
+    a warning; a damaged record in the middle raises ``writelog.LogCorrupt``, naming it); of a sharded table,
+    every shard's log."""
+    if isinstance(table, ShardedTable):
+        lives = [_attach(shard, table.map.shard_directory(s)) for s, shard in enumerate(table.shards)]
+        with _LOCK:
+            _SHARDED[table] = Sharded(table, lives)
+    elif table.payload is not None:
+        _attach(table, directory)
+
+
+class Sharded:
+    """A sharded table's shards' live states: a write goes to the shard owning each id, a search sees them all."""
+
+    def __init__(self, table: ShardedTable, shards: list[Live]) -> None:
+        self.shards = shards
+        self.whole = WholeDelta(table)
+
+    def delta(self) -> Delta:
+        """A snapshot of the whole table's delta, every shard's log read up to now."""
+        parts = []
+        for state in self.shards:
+            state.refresh()
+            with state.lock:
+                parts.append(state.delta.snapshot())
+        return self.whole.of(parts)
+
+    def write(
+        self, makes: dict[int, Callable[[Delta], tuple[dict[str, Any] | None, T]]], sync: bool
+    ) -> list[Written[T]]:
+        """Each shard's write (``Live.write``) in shard order: (shard, its sequence, what to answer) of each."""
+        return [Written(shard, *self.shards[shard].write(make, sync)) for shard, make in sorted(makes.items())]
+
+    def summary(self) -> dict[str, Any]:
+        parts = [summary(state) for state in self.shards]
+        totals = {key: sum(part[key] for part in parts) for key in ("written", "deleted", "log_bytes")}
+        return {**totals, "shards": parts}
+
+
+@dataclass(frozen=True)
+class Written(Generic[T]):
+    shard: int
+    sequence: int
+    answer: T
 
 
 def summary(state: Live) -> dict[str, Any]:
@@ -93,6 +144,11 @@ def summary(state: Live) -> dict[str, Any]:
     }
 
 
+def sharded_of(table: Table) -> Sharded | None:
+    """The live state of a loaded sharded table's shards (None for any other table)."""
+    return _SHARDED.get(table)
+
+
 def live_of(table: Table) -> Live | None:
     """The live state of a loaded documents table (None for other tables, or one loaded without ``attach``)."""
     return _LIVE.get(table)
@@ -101,6 +157,10 @@ def live_of(table: Table) -> Live | None:
 def delta_of(table: Table) -> Delta | None:
     """A snapshot of the table's delta, brought up to date with its log (later writes leave it as it is); None
     when nothing was written since its version."""
+    sharded = _SHARDED.get(table)
+    if sharded is not None:
+        whole = sharded.delta()
+        return whole if whole.documents or whole.deleted.any() else None
     live = _LIVE.get(table)
     if live is None:
         return None

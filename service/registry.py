@@ -48,9 +48,10 @@ def _stat(st: os.stat_result) -> tuple[int, int, int]:
 def _read(directory: Path, checksums: bool) -> tuple[Table | None, str]:
     """The table in ``directory`` (verified against its manifest), or None and why not."""
     try:
-        if is_sharded(directory):  # its shards, searched as one (no writes yet)
+        if is_sharded(directory):  # its shards, searched as one
             table: Table = ShardedTable.load(directory, checksums=checksums)
             table.tokens.prepare_lookup()
+            live.attach(table, directory)  # each shard's write log, replayed
             return table, ""
         table = Table.load(directory, checksums=checksums)
         table.tokens.prepare_lookup()  # now rather than in the first request

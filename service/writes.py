@@ -4,12 +4,15 @@ and deletes by id or by filter counted against what the table holds (``service.l
 A document's fields are checked against the table's field types (a field the table does not have, or a value of
 another type, is an error naming the document and the field); a document without a vector is embedded by the
 table's encoder, as at import; a vector's length must be the table's dimension.
+
+A sharded table's write is made per shard (``sharded_*``): each shard's part of it, for the shard that owns each
+id (``index.engine.door.owner``, the import's assignment), as the record of that shard's own log.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -24,7 +27,9 @@ from index.engine.door import (
     Delta,
     Key,
     Payload,
+    ShardedTable,
     Table,
+    by_owner,
     encoder_for,
     filters,
     parse_timestamp,
@@ -33,6 +38,7 @@ from index.errors import InvalidQuery
 from service.schemas.writes import WriteDocument
 
 WRITES_ONLY = "only documents tables take writes"  # why a table that is not a documents table refuses a write
+Make = Callable[[Delta], tuple[dict[str, Any] | None, int]]  # a write's record made under its log's lock
 
 
 def _field_value(kind: str, value: Any) -> Any:
@@ -144,3 +150,52 @@ def filter_ids(table: Table, spec: Any, delta: Delta) -> list[Key]:
     passing = filters.evaluate(written, spec).mask if written.documents else np.zeros(0, dtype=bool)  # type: ignore[arg-type]
     keys: list[Key] = payload.ids(rows) if len(rows) else []
     return keys + [d.id for d, ok in zip(written.documents, passing.tolist(), strict=True) if ok]
+
+
+def _upserting(documents: list[dict[str, Any]]) -> Make:
+    def make(_: Delta) -> tuple[dict[str, Any], int]:
+        return {"op": "upsert", "documents": documents}, len(documents)
+
+    return make
+
+
+def _deleting(shard: Table, ids: list[Key]) -> Make:
+    def make(delta: Delta) -> tuple[dict[str, Any] | None, int]:
+        return delete_body(delete_ids(shard, ids, delta))
+
+    return make
+
+
+def _filtering(shard: Table, spec: Any) -> Make:
+    def make(delta: Delta) -> tuple[dict[str, Any] | None, int]:
+        return delete_body(filter_ids(shard, spec, delta))
+
+    return make
+
+
+def sharded_upsert(
+    table: Table, encoder: Table | None, documents: Sequence[WriteDocument], whole: Delta
+) -> dict[int, Make]:
+    """An upsert of a sharded table, by shard: every document checked (and embedded) first, as one batch (a
+    refused document writes none), then each owner's documents as its record."""
+    assert isinstance(table, ShardedTable)
+    checked = upsert_body(table, encoder, documents, whole)["documents"]
+    groups = by_owner((d["id"] for d in checked), table.map.count)
+    return {shard: _upserting([checked[i] for i in places]) for shard, places in groups.items()}
+
+
+def sharded_delete(table: Table, ids: Sequence[str | int], whole: Delta) -> dict[int, Make]:
+    """A delete by id of a sharded table, by shard: each id to its owner (none the table could hold: shard 0,
+    which writes nothing)."""
+    assert isinstance(table, ShardedTable)
+    table.documents(WRITES_ONLY)
+    keys = list(dict.fromkeys(k for k in (whole.key(i) for i in ids) if k is not None))
+    groups = by_owner(keys, table.map.count) or {0: []}
+    return {shard: _deleting(table.shards[shard], [keys[i] for i in places]) for shard, places in groups.items()}
+
+
+def sharded_filter_delete(table: Table, spec: Any) -> dict[int, Make]:
+    """A delete by filter of a sharded table: every shard deletes what the filter lets through of its own."""
+    assert isinstance(table, ShardedTable)
+    table.documents(WRITES_ONLY)
+    return {shard: _filtering(part, spec) for shard, part in enumerate(table.shards)}

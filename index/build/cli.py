@@ -503,11 +503,15 @@ def index_(
 @app.command()
 def compact(name: str, data_dir: DataDir = Path("data"), quiet: Quiet = False) -> None:
     """Fold a documents table's write log (the documents added, replaced and deleted over HTTP) into its next
-    version, published atomically; the log is then cut at the last write it holds, keeping later writes."""
+    version, published atomically; the log is then cut at the last write it holds, keeping later writes. A
+    sharded table: every shard's log, the shards built again with the new whole table's statistics."""
     from index.build.compact import compact as fold
+    from index.build.compact_shards import compact_sharded
+    from index.store import shardmap
 
-    _whole_only(data_dir, name, "it takes no writes")
-    done = fold(data_dir, name)
+    directory = artifact.table_dir(data_dir, name)
+    sharded = (directory / artifact.MANIFEST).is_file() and shardmap.is_sharded(artifact.read_manifest(directory))
+    done = compact_sharded(data_dir, name) if sharded else fold(data_dir, name)
     if not done["written"]:
         typer.echo(f"{name!r}: no writes since its version (sequence {done['log_sequence']}); nothing to do")
         return
@@ -576,13 +580,14 @@ def verify(name: str, data_dir: DataDir = Path("data"), quiet: Quiet = False) ->
 
 @app.command()
 def remove(name: str, data_dir: DataDir = Path("data"), quiet: Quiet = False) -> None:
-    """Delete a table, and its write log (the documents written to it over HTTP)."""
+    """Delete a table, and its write log (the documents written to it over HTTP; a sharded table's: its shards')."""
     from index.store.writelog import log_path
 
     directory = artifact.table_dir(data_dir, name)
     artifact.read_manifest(directory)
     shutil.rmtree(directory)
     log_path(data_dir, name).unlink(missing_ok=True)
+    shutil.rmtree(log_path(data_dir, name).with_suffix(""), ignore_errors=True)  # a sharded table's shards' logs
     typer.echo(f"removed {name}")
 
 

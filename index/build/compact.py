@@ -14,6 +14,8 @@ from __future__ import annotations
 import copy
 import fcntl
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +36,13 @@ from index.store.payload import KIND, payload_files
 def compact(data_dir: Path, name: str) -> dict[str, Any]:
     """Fold table ``name``'s write log into its next version; return what was done (``written`` 0: nothing to do)."""
     directory = artifact.table_dir(data_dir, name)
+    with locked(data_dir, name):
+        return _compact(data_dir, name, directory, writelog.log_path(data_dir, name))
+
+
+@contextmanager
+def locked(data_dir: Path, name: str) -> Iterator[None]:
+    """Table ``name``'s compaction lock held (``ArtifactError`` when another process holds it)."""
     path = writelog.log_path(data_dir, name)
     path.parent.mkdir(exist_ok=True)
     lock_fd = os.open(path.with_suffix(".compacting"), os.O_RDWR | os.O_CREAT, 0o644)
@@ -42,9 +51,36 @@ def compact(data_dir: Path, name: str) -> dict[str, Any]:
             fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             raise ArtifactError(f"table {name!r} is being compacted by another process") from None
-        return _compact(data_dir, name, directory, path)
+        yield
     finally:
         os.close(lock_fd)
+
+
+def folded(table: Table, delta: Delta) -> tuple[pa.Table, np.ndarray, dict[str, Any]]:
+    """The documents a fresh import of the table's live documents would hold (the version's that were not
+    deleted or replaced, in order, then the written ones in write order): payload, vectors, manifest info."""
+    payload = table.payload
+    assert payload is not None
+    keep = np.flatnonzero(~delta.deleted)
+    names = [payload.id_field, *([payload.text_field] if payload.text_field else []), *payload.fields]
+    written = delta.columns()
+    columns = []
+    for column in names:
+        old = payload.column(column).take(pa.array(keep))
+        new = written.column(column).cast(old.type)
+        columns.append(pa.concat_arrays([old, new]))
+    documents = pa.table(columns, names=names)
+    _, units, norms = delta.matrix()
+    matrix = np.vstack(
+        [table.vectors[keep] * table.norms[keep][:, None], units * norms[:, None]]  # the vectors as imported
+    ).astype(np.float32)
+    info = copy.deepcopy(table.manifest[KIND])
+    info["count"] = documents.num_rows
+    if payload.text_field:
+        info["text_non_null"] = documents.num_rows - documents.column(payload.text_field).null_count
+    for field in payload.fields:
+        info["fields"][field]["non_null"] = documents.num_rows - documents.column(field).null_count
+    return documents, matrix, info
 
 
 def _compact(data_dir: Path, name: str, directory: Path, path: Path) -> dict[str, Any]:
@@ -60,25 +96,7 @@ def _compact(data_dir: Path, name: str, directory: Path, path: Path) -> dict[str
     if delta.seq == covered:
         return {"table": name, "log_sequence": covered, "written": 0, "rows": table.rows}
     note(f"folding writes {covered + 1}..{delta.seq} into {name!r} ...")
-    keep = np.flatnonzero(~delta.deleted)
-    names = [payload.id_field, *([payload.text_field] if payload.text_field else []), *payload.fields]
-    written = delta.columns()
-    columns = []
-    for column in names:
-        old = payload.column(column).take(pa.array(keep))
-        new = written.column(column).cast(old.type)
-        columns.append(pa.concat_arrays([old, new]))
-    documents = pa.table(columns, names=names)
-    _, units, norms = delta.matrix()
-    matrix = np.vstack(
-        [table.vectors[keep] * table.norms[keep][:, None], units * norms[:, None]]  # the vectors as imported
-    ).astype(np.float32)
-    info = copy.deepcopy(manifest[KIND])
-    info["count"] = documents.num_rows
-    if payload.text_field:
-        info["text_non_null"] = documents.num_rows - documents.column(payload.text_field).null_count
-    for field in payload.fields:
-        info["fields"][field]["non_null"] = documents.num_rows - documents.column(field).null_count
+    documents, matrix, info = folded(table, delta)
     # The table's own stop words and stemmer (an import's options), else the defaults
     tokenizer = table.keyword.tokenizer if table.keyword is not None else None
     keyword_info, keyword_files = for_documents(documents, info, tokenizer)

@@ -120,11 +120,12 @@ def import_sharded(
     params: dict[str, Any],
     force: bool = False,
     run_all: RunAll = one_by_one,
+    complete: Callable[[Path], None] | None = None,
 ) -> dict[str, Any]:
     """Publish ``documents`` as table ``name`` of ``shards`` shards; return the sharded table's manifest.
 
     ``build_shard(raw, directory, name)`` builds one shard as a table of ``directory`` (``build_table`` with the
-    import's index options)."""
+    import's index options); ``complete``, if given, runs under the publish lock before the swap (it may refuse)."""
     started = time.perf_counter()
     shardmap.check_count(shards)
     artifact.check_name(name)
@@ -141,7 +142,7 @@ def import_sharded(
         if not whole.words:
             whole = None
     names = [shardmap.shard_name(s) for s in range(shards)]
-    with artifact.staging(data_dir, name, force=force) as tmp:
+    with artifact.staging(data_dir, name, force=force, complete=complete) as tmp:
         # Each shard is published into a directory of its own first (a build locks the data directory it
         # publishes into, and the staging directory is locked by this build), then moved beside the map.
         built = tmp / ".shards"

@@ -136,6 +136,14 @@ class Delta:
         self.matrix()  # made once per change, shared by the snapshots taken until the next
         return copy.copy(self)
 
+    def replace(self, documents: dict[Key, Document], deleted: np.ndarray, covered: int, last: int) -> None:
+        """Hold ``documents`` and the mask ``deleted`` instead (a sharded table's shards' deltas, gathered), as
+        ``apply`` changes a delta: what snapshots hold is left as it was."""
+        self.documents, self.deleted = documents, deleted
+        self.covered, self.last = covered, last
+        self._matrix = None
+        self._cache = {}
+
     def apply(self, records: Iterable[Record]) -> None:
         records = list(records)
         if not records:

@@ -66,6 +66,7 @@ from index.engine.query import (
     check_options,
 )
 from index.engine.search import AnalogySearch, Answers, Search, SearchOptions, VectorSearch
+from index.engine.shard_writes import WholeDelta, by_owner, owner
 from index.engine.shards import ShardedTable, fuse, is_sharded
 from index.engine.table import Plan, Resolved, Table
 from index.errors import EmbeddingError, InvalidQuery
@@ -107,7 +108,9 @@ __all__ = [
     "ShardedTable",
     "Split",
     "Table",
+    "WholeDelta",
     "attempt",
+    "by_owner",
     "check_known",
     "check_mode",
     "check_options",
@@ -124,6 +127,7 @@ __all__ = [
     "filters",
     "fuse",
     "is_sharded",
+    "owner",
     "parse_timestamp",
     "probe",
     "project",

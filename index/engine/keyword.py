@@ -526,6 +526,16 @@ class KeywordIndex:
             terms = terms.cast(self._terms.type)
         return search_sorted(self._terms, terms) if len(terms) else np.zeros(0, dtype=np.int64)
 
+    def postings(self, word: str) -> tuple[np.ndarray, np.ndarray]:
+        """The rows holding ``word`` and their stored scores for it (none when no document holds it)."""
+        (column,) = self.term_ids(pa.array([word], pa.string())).tolist()
+        if column < 0:
+            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float64)
+        scores = self._model.scores
+        start, stop = int(scores["indptr"][column]), int(scores["indptr"][column + 1])
+        rows = np.asarray(scores["indices"][start:stop], dtype=np.int64)
+        return rows, np.asarray(scores["data"][start:stop], dtype=np.float64)
+
     def search(self, texts: Sequence[str], k: int, allowed: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
         """The ``k`` best documents of each query text: (scores float32, rows int64), shaped (queries, k), best
         first, equal scores by row; -1 (score -inf) pads. ``allowed``: a boolean per row; only those rows are

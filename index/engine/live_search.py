@@ -120,14 +120,10 @@ class LiveKeyword:
 
     def _version_postings(self, word: str) -> tuple[np.ndarray, np.ndarray]:
         """The version's live rows holding ``word`` and its count in each (recovered from the stored score)."""
-        (column,) = self.index.term_ids(pa.array([word], pa.string())).tolist()
-        if column < 0:
-            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int32)
-        scores = self.index._model.scores
-        start, stop = int(scores["indptr"][column]), int(scores["indptr"][column + 1])
-        rows = np.asarray(scores["indices"][start:stop], dtype=np.int64)
-        data = np.asarray(scores["data"][start:stop], dtype=np.float64)
-        n, df = self.base, stop - start
+        rows, data = self.index.postings(word)  # a sharded table's: its shards', scored with its statistics
+        if not len(rows):
+            return rows, np.zeros(0, dtype=np.int32)
+        n, df = self.base, len(rows)
         idf = float(np.log(1 + (n - np.array([df]) + 0.5) / (np.array([df]) + 0.5)).astype(np.float32)[0])
         k1, b = self.index.k1, self.index.b
         norm = k1 * ((1 - b) + b * self.lengths[rows] / self.old_average)

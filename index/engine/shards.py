@@ -113,6 +113,17 @@ class _Keyword(KeywordIndex):
     def term_ids(self, terms: Any) -> np.ndarray:
         raise InvalidQuery("a sharded table's keyword index is its shards'")
 
+    def postings(self, word: str) -> tuple[np.ndarray, np.ndarray]:
+        """The whole table's rows holding ``word`` and their scores: every shard's (scored with the whole table's
+        statistics), in the whole table's rows."""
+        rows, data = [np.zeros(0, dtype=np.int64)], [np.zeros(0, dtype=np.float64)]
+        for s, shard in enumerate(self._table.shards):
+            if shard.keyword is not None:
+                local, scores = shard.keyword.postings(word)
+                rows.append(self._table.global_rows[s][local])
+                data.append(scores)
+        return np.concatenate(rows), np.concatenate(data)
+
     def search(self, texts: Sequence[str], k: int, allowed: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
         table = self._table
         if k < 1:

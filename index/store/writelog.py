@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from index.errors import ArtifactError
-from index.store import artifact
+from index.store import artifact, shardmap
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +54,18 @@ class Record:
 
 def log_path(data_dir: Path, name: str) -> Path:
     return Path(data_dir) / DIRECTORY / f"{artifact.check_name(name)}{SUFFIX}"
+
+
+def table_log(directory: Path) -> Path:
+    """The log of the table loaded from ``directory``: ``<data-dir>/.writes/<name>.log``; for a shard of a sharded
+    table (a directory inside the table's), ``<data-dir>/.writes/<table>/<shard>.log``, outside every version and
+    the same file whether one server loads the whole table or a shard's server loads the shard alone."""
+    directory = Path(directory)
+    parent = directory.parent
+    if (parent / artifact.MANIFEST).is_file() and shardmap.is_sharded(artifact.read_manifest(parent)):
+        artifact.check_name(parent.name)
+        return parent.parent / DIRECTORY / parent.name / f"{artifact.check_name(directory.name)}{SUFFIX}"
+    return log_path(parent, directory.name)
 
 
 def frame(seq: int, body: dict[str, Any]) -> bytes:
@@ -252,10 +264,12 @@ class Appender:
 def appending(path: Path, sync: bool = True) -> Iterator[Appender]:
     """The log at ``path`` (created, with its directory entry fsynced, if new) under its exclusive lock."""
     new = not path.exists()
-    if not path.parent.is_dir():
-        path.parent.mkdir(exist_ok=True)
-        if sync:
-            artifact.fsync_dir(path.parent.parent)
+    top = path.parent if path.parent.name == DIRECTORY else path.parent.parent  # a shard's log is a level deeper
+    for directory in dict.fromkeys((top, path.parent)):
+        if not directory.is_dir():
+            directory.mkdir(exist_ok=True)
+            if sync:
+                artifact.fsync_dir(directory.parent)
     with _locked(path, os.O_RDWR | os.O_CREAT, fcntl.LOCK_EX) as fd:
         if new and sync:
             artifact.fsync_dir(path.parent)

@@ -28,6 +28,9 @@ def summary(table: Table, builds: dict[str, dict[str, Any]]) -> dict[str, Any]:
     state = live.live_of(table)
     if state is not None:
         out["writes"] = live.summary(state)
+    sharded = live.sharded_of(table)
+    if sharded is not None:
+        out["writes"] = sharded.summary()
     return out
 
 

@@ -3,6 +3,10 @@
 Every write route needs a write key (``EMBEDDING_WRITE_KEYS``) in the ``X-API-Key`` header; a server started
 without one keeps its tables read-only and answers 403 saying so. A write is answered once its record is in the
 table's log (fsynced, unless ``EMBEDDING_WRITE_SYNC`` is off), with the table's sequence number.
+
+A sharded table's write goes to the shards that own its ids (``index.engine.door.owner``), each into its own log:
+an upsert's documents are all checked (and embedded) first, so a refused document writes none; a delete by
+filter is every shard's. The answer adds what each shard did (``shards``).
 """
 
 from __future__ import annotations
@@ -14,7 +18,6 @@ from starlette.concurrency import run_in_threadpool
 from starlette.responses import Response
 
 from index.engine.door import Delta, ShardedTable, Table
-from index.errors import InvalidQuery
 from service import live, writes
 from service.deps import RegistryDep, SettingsDep, TableDep
 from service.errors import BODY_ERRORS, ApiError, responses
@@ -46,18 +49,30 @@ WriteKey = Annotated[None, Depends(require_write_key)]
 
 def _live(table: Table) -> live.Live:
     table.documents(writes.WRITES_ONLY)
-    if isinstance(table, ShardedTable):
-        raise InvalidQuery(f"table {table.name!r} is sharded: it takes no writes (import it again to change it)")
     state = live.live_of(table)
     if state is None:
         raise ApiError("not_ready", f"table {table.name!r} is not ready for writes", table=table.name)
     return state
 
 
+def _sharded(table: Table) -> live.Sharded | None:
+    table.documents(writes.WRITES_ONLY)
+    return live.sharded_of(table) if isinstance(table, ShardedTable) else None
+
+
 async def _write(table: Table, make: Any, sync: bool, what: str) -> Response:
     state = _live(table)
     sequence, count = await run_in_threadpool(state.write, make, sync)
     return FastJSON({"table": table.name, "sequence": sequence, what: count})
+
+
+async def _write_shards(table: Table, state: live.Sharded, makes: dict[int, Any], sync: bool, what: str) -> Response:
+    """Each shard's part of a write to a sharded table, in shard order; the answer says what each shard did
+    (``sequence``: the highest of theirs)."""
+    done = await run_in_threadpool(state.write, makes, sync)
+    shards = [{"shard": d.shard, "sequence": d.sequence, what: d.answer} for d in done]
+    sequence = max((d.sequence for d in done), default=0)
+    return FastJSON({"table": table.name, "sequence": sequence, what: sum(d.answer for d in done), "shards": shards})
 
 
 @router.post(
@@ -70,6 +85,10 @@ async def upsert(
     _: WriteKey, table: TableDep, registry: RegistryDep, settings: SettingsDep, body: UpsertRequest
 ) -> Response:
     encoder = registry.encoder_of(table)
+    sharded = _sharded(table)
+    if sharded is not None:  # the whole batch checked (and embedded) first, then each shard's part written
+        makes = await run_in_threadpool(writes.sharded_upsert, table, encoder, body.documents, sharded.whole.delta)
+        return await _write_shards(table, sharded, makes, settings.write_sync, "upserted")
 
     def make(delta: Delta) -> tuple[dict[str, Any], int]:
         return writes.upsert_body(table, encoder, body.documents, delta), len(body.documents)
@@ -84,6 +103,14 @@ async def upsert(
     summary="Delete documents by id or by a search filter; answers how many were deleted",
 )
 async def delete_many(_: WriteKey, table: TableDep, settings: SettingsDep, body: DeleteRequest) -> Response:
+    sharded = _sharded(table)
+    if sharded is not None:
+        if body.ids is not None:
+            makes = writes.sharded_delete(table, list(body.ids), sharded.whole.delta)
+        else:
+            makes = writes.sharded_filter_delete(table, body.filter)
+        return await _write_shards(table, sharded, makes, settings.write_sync, "deleted")
+
     def make(delta: Delta) -> tuple[dict[str, Any] | None, int]:
         if body.ids is not None:
             ids = writes.delete_ids(table, body.ids, delta)
@@ -106,6 +133,11 @@ async def delete_one(
     settings: SettingsDep,
     document: Annotated[str, Path(min_length=1, max_length=MAX_TOKEN_CHARS, description="the document's id")],
 ) -> Response:
+    sharded = _sharded(table)
+    if sharded is not None:
+        makes = writes.sharded_delete(table, [document], sharded.whole.delta)
+        return await _write_shards(table, sharded, makes, settings.write_sync, "deleted")
+
     def make(delta: Delta) -> tuple[dict[str, Any] | None, int]:
         return writes.delete_body(writes.delete_ids(table, [document], delta))
 

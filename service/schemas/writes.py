@@ -50,8 +50,18 @@ class DeleteRequest(BaseModel):
         return self
 
 
+class ShardWrite(BaseModel):
+    shard: int = Field(description="the shard, numbered from 0")
+    sequence: int = Field(description="the shard's sequence number after this write")
+    upserted: int | None = None
+    deleted: int | None = None
+
+
 class WriteResponse(BaseModel):
     table: str
     sequence: int = Field(description="the table's sequence number after this write (its last write)")
     upserted: int | None = Field(None, description="documents added or replaced")
     deleted: int | None = Field(None, description="documents deleted (ids that were not there are not counted)")
+    shards: list[ShardWrite] | None = Field(
+        None, description="a sharded table: what each shard written to did (sequence above: the highest of theirs)"
+    )

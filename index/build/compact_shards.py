@@ -1,0 +1,102 @@
+"""Compaction of a sharded documents table: every shard's write log folded into the table's next version.
+
+The shards' logs (``<data-dir>/.writes/<table>/shard-NNN.log``) are read as the server reads them and gathered
+into the whole table's delta (``index.engine.shard_writes.WholeDelta``); the live documents (the version's that
+were not deleted or replaced, in order, then the written ones, by shard and in write order) are imported again
+as shards by the import's own code (``index.build.shard``): each document stays in the shard that owns its id,
+each shard is built with the import's index options and its manifest records the last write of its log it
+holds (``log_sequence``), the keyword statistics are the new whole table's, and the map, its assignment and the
+shards are published as one table. Each shard's log is then cut at its ``log_sequence``, keeping the writes that
+arrived meanwhile. Every shard is rebuilt, written to or not: the whole table's BM25 statistics, which every
+shard's keyword index is scored with, change with any shard's writes.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from index.build.compact import folded, locked
+from index.build.documents import Documents
+from index.build.shard import import_sharded
+from index.build.sources import RawTable
+from index.build.writer import build_table
+from index.engine.delta import Delta
+from index.engine.keyword import DEFAULT_STEMMER, DEFAULT_STOPWORDS, Tokenizer
+from index.engine.shard_writes import WholeDelta
+from index.engine.shards import ShardedTable
+from index.errors import ArtifactError
+from index.progress import note
+from index.store import artifact, shardmap, writelog
+
+
+def compact_sharded(data_dir: Path, name: str) -> dict[str, Any]:
+    """Fold the shards' logs of the sharded table ``name`` into its next version (under the table's compaction
+    lock); what was done, as ``compact.compact`` says it."""
+    with locked(data_dir, name):
+        return _compact(data_dir, name, artifact.table_dir(data_dir, name))
+
+
+def _compact(data_dir: Path, name: str, directory: Path) -> dict[str, Any]:
+    note(f"verifying {directory} ...")
+    table = ShardedTable.load(directory)
+    parts = []
+    for s, shard in enumerate(table.shards):
+        assert shard.payload is not None
+        delta = Delta(shard.payload, shard.rows, shard.dim, int(shard.manifest.get("log_sequence", 0)))
+        delta.apply(writelog.recover(writelog.table_log(table.map.shard_directory(s))))
+        parts.append(delta)
+    written = sum(part.seq - part.covered for part in parts)
+    sequences = [part.seq for part in parts]
+    if not written:
+        return {"table": name, "log_sequence": sum(sequences), "written": 0, "rows": table.rows}
+    note(f"folding {written:,} writes into the {len(parts)} shards of {name!r} ...")
+    documents, matrix, info = folded(table, WholeDelta(table).of(parts))
+    tokenizer = (
+        table.keyword.tokenizer if table.keyword is not None else Tokenizer.named(DEFAULT_STOPWORDS, DEFAULT_STEMMER)
+    )
+    manifest = table.manifest
+    build = manifest.get("build", {})
+    source = manifest.get("source", {})
+
+    def build_shard(raw: RawTable, staging: Path, shard: str) -> dict[str, Any]:
+        raw.info["log_sequence"] = sequences[table.map.names.index(shard)]
+        raw.info["compacted_at"] = artifact.now_iso()
+        return build_table(
+            raw,
+            data_dir=staging,
+            name=shard,
+            source=source,
+            index_spec=str(build.get("index", "auto")),
+            min_recall=float(build.get("min_recall", 0.95)),
+            params=build,
+            seed=int(build.get("seed", 0)),
+        )
+
+    def unchanged(_: Path) -> None:  # under the publish lock: no other version was published since this one
+        if artifact.read_manifest(directory) != manifest:
+            raise ArtifactError(f"table {name!r} was published again while it was being compacted; nothing replaced")
+
+    tokens = [str(i) for i in documents.column(0).to_pylist()]
+    published = import_sharded(
+        Documents(documents, matrix, tokens, info, manifest.get("cleaning", {})),
+        tokenizer,
+        shards=table.map.count,
+        data_dir=data_dir,
+        name=name,
+        source=source,
+        build_shard=build_shard,
+        params=build,
+        force=True,
+        complete=unchanged,
+    )
+    kept = 0
+    for s, sequence in enumerate(sequences):
+        kept += writelog.cut(writelog.table_log(directory / shardmap.shard_name(s)), sequence)
+    return {
+        "table": name,
+        "log_sequence": sum(sequences),
+        "written": written,
+        "rows": published["rows"],
+        "kept": kept,
+    }

@@ -1,0 +1,173 @@
+"""The front's writes to a sharded table: each document's write forwarded to the shard that owns its id.
+
+The owner is computed from the id by the function the import assigns rows with (``index.engine.door.owner``:
+BLAKE2b of the id's text, modulo the number of shards), so a write lands in the shard that holds, or will hold,
+the document. A shard's writer is the FIRST replica ``EMBEDDING_SHARDS`` lists for it (one writer per shard, as
+one writer per table: its other replicas read the shard's log); a write is never retried on another replica.
+The client's ``X-API-Key`` goes along: the shard's server checks it.
+
+- ``POST .../documents``: the documents split by owner, each part sent to its shard's writer (at once);
+  ``POST .../documents/delete`` with ``ids``: likewise; with ``filter``: sent to every shard's writer;
+  ``DELETE .../documents/{id}``: to the id's owner.
+- One shard written: its answer is the front's (``table`` the sharded table's name, ``shards`` added). Several:
+  the counts summed, ``sequence`` the highest of theirs, ``shards`` what each did. A shard's own refusal (4xx)
+  is the answer, with its status; when other shards of the same write answered, the envelope says in
+  ``shards`` what each did (a write through the front is not atomic across shards). A writer that cannot be
+  reached or fails: 503 ``shard_unavailable``; no answer in time: 504 ``shard_timeout`` (the write may have been
+  applied: repeating an upsert or a delete is harmless).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from typing import Annotated, Any
+from urllib.parse import quote
+
+import httpx
+import orjson
+from fastapi import Header, Path
+from fastapi.routing import APIRoute
+from starlette.responses import Response
+
+from index.engine.door import by_owner
+from service.errors import BODY_ERRORS, ApiError, responses
+from service.respond import FastJSON
+from service.scatter import Front
+from service.schemas.common import MAX_TOKEN_CHARS
+from service.schemas.writes import DeleteRequest, UpsertRequest, WriteResponse
+
+WRITE_SECONDS = 60.0  # a write may embed its texts: longer than a search's deadline, which bounds the connect
+ERRORS = (*BODY_ERRORS, "unauthorized", "forbidden", "shard_unavailable", "shard_timeout")
+PLACE = re.compile(r"^documents\[(\d+)\]")
+
+
+class Refused(Exception):
+    """A shard's own 4xx answer to its part of a write."""
+
+    def __init__(self, status: int, body: dict[str, Any]) -> None:
+        super().__init__(status)
+        self.status, self.body = status, body
+
+
+async def _send(front: Front, table: str, shard: int, method: str, path: str, body: Any, key: str | None) -> Any:
+    """The answer of shard ``shard``'s writer to one request; :class:`Refused` for its 4xx, ``ApiError`` when it
+    cannot be reached, fails or does not answer in time."""
+    writer = front.tables[table][shard].replicas[0]
+    headers = {"content-type": "application/json"}
+    if key is not None:
+        headers["x-api-key"] = key
+    timeout = httpx.Timeout(WRITE_SECONDS, connect=front.settings.shard_timeout)
+    content = None if body is None else orjson.dumps(body)
+    try:
+        url = f"{writer}{path}"
+        answer = await front.client.request(method, url, content=content, headers=headers, timeout=timeout)
+    except httpx.TimeoutException:
+        message = f"the writer of shard {shard} of table {table!r} ({writer}) did not answer in time; the write may "
+        raise ApiError("shard_timeout", message + "have been applied", table=table, shard=shard) from None
+    except httpx.TransportError as exc:
+        message = f"the writer of shard {shard} of table {table!r} ({writer}) cannot be reached: {type(exc).__name__}"
+        raise ApiError("shard_unavailable", message, table=table, shard=shard) from None
+    if 400 <= answer.status_code < 500:
+        try:
+            refusal = orjson.loads(answer.content)
+        except orjson.JSONDecodeError:
+            refusal = {"error": {"code": "invalid_request", "message": answer.text[:200]}}
+        raise Refused(answer.status_code, refusal)
+    if answer.status_code != 200:
+        message = f"the writer of shard {shard} of table {table!r} ({writer}) failed: status {answer.status_code}"
+        raise ApiError("shard_unavailable", message, table=table, shard=shard)
+    return orjson.loads(answer.content)
+
+
+def _renumbered(refusal: dict[str, Any], places: list[int]) -> dict[str, Any]:
+    """A shard's refusal of its part of a batch, its ``documents[i]`` numbered as in the client's batch."""
+    error = dict(refusal.get("error") or {})
+    if isinstance(error.get("document"), int) and error["document"] < len(places):
+        error["document"] = places[error["document"]]
+    message = error.get("message")
+    if isinstance(message, str):
+        error["message"] = PLACE.sub(
+            lambda m: f"documents[{places[int(m[1])]}]" if int(m[1]) < len(places) else m[0], message
+        )
+    return {**refusal, "error": error}
+
+
+async def _scatter(
+    front: Front, table: str, parts: dict[int, tuple[str, str, Any, list[int]]], key: str | None, what: str
+) -> Response:
+    """Each shard's part (method, path, body, the client's places it holds) sent to its writer at once; the
+    merged answer, or the first refusal or failure (in shard order) with what each shard did."""
+    shards = sorted(parts)
+    outcomes = await asyncio.gather(
+        *(_send(front, table, s, *parts[s][:3], key) for s in shards), return_exceptions=True
+    )
+    done: list[dict[str, Any]] = []
+    first: Refused | ApiError | None = None
+    for shard, outcome in zip(shards, outcomes, strict=True):
+        if isinstance(outcome, Refused | ApiError):
+            places = parts[shard][3]
+            if isinstance(outcome, Refused):
+                outcome.body = _renumbered(outcome.body, places)
+                done.append({"shard": shard, **outcome.body})
+            else:
+                done.append({"shard": shard, "error": {"code": outcome.code, "message": outcome.message}})
+            first = first or outcome
+        elif isinstance(outcome, BaseException):
+            raise outcome
+        else:
+            done.append({"shard": shard, "sequence": outcome["sequence"], what: outcome[what]})
+    if first is None:
+        total = sum(d[what] for d in done)
+        return FastJSON({"table": table, "sequence": max(d["sequence"] for d in done), what: total, "shards": done})
+    others = {"shards": done} if len(done) > 1 else {}
+    if isinstance(first, ApiError):
+        raise ApiError(first.code, first.message, **first.details, **others)
+    error = {**first.body.get("error", {}), **others}
+    return Response(orjson.dumps({**first.body, "error": error}), first.status, media_type="application/json")
+
+
+def routes(front: Front, name: str) -> list[APIRoute]:
+    """The write routes of the sharded table ``name`` (ahead of the routes of every table)."""
+    count = len(front.tables[name])
+    prefix = f"/v1/tables/{name}/documents"
+
+    async def upsert(body: UpsertRequest, x_api_key: Annotated[str | None, Header()] = None) -> Response:
+        documents = [d.model_dump(exclude_unset=True, mode="json") for d in body.documents]
+        parts = {
+            shard: ("POST", "/documents", {"documents": [documents[i] for i in places]}, places)
+            for shard, places in by_owner((d["id"] for d in documents), count).items()
+        }
+        return await _scatter(front, name, parts, x_api_key, "upserted")
+
+    async def delete_many(body: DeleteRequest, x_api_key: Annotated[str | None, Header()] = None) -> Response:
+        parts: dict[int, tuple[str, str, Any, list[int]]]
+        if body.ids is None:
+            spec = {"filter": body.filter}
+            parts = {shard: ("POST", "/documents/delete", spec, []) for shard in range(count)}
+        else:
+            ids = list(body.ids)
+            parts = {
+                shard: ("POST", "/documents/delete", {"ids": [ids[i] for i in places]}, places)
+                for shard, places in by_owner(ids, count).items()
+            }
+        return await _scatter(front, name, parts, x_api_key, "deleted")
+
+    async def delete_one(
+        document: Annotated[str, Path(min_length=1, max_length=MAX_TOKEN_CHARS)],
+        x_api_key: Annotated[str | None, Header()] = None,
+    ) -> Response:
+        (shard,) = by_owner([document], count)
+        parts = {shard: ("DELETE", f"/documents/{quote(document, safe='')}", None, [0])}
+        return await _scatter(front, name, parts, x_api_key, "deleted")
+
+    common: dict[str, Any] = {
+        "response_model": WriteResponse,
+        "responses": responses(*ERRORS),
+        "include_in_schema": False,
+    }
+    return [
+        APIRoute(prefix, upsert, methods=["POST"], summary=f"Upsert into the sharded table {name}", **common),
+        APIRoute(f"{prefix}/delete", delete_many, methods=["POST"], summary=f"Delete from {name}", **common),
+        APIRoute(prefix + "/{document:path}", delete_one, methods=["DELETE"], summary=f"Delete from {name}", **common),
+    ]

@@ -1,0 +1,228 @@
+"""Writes to a sharded table served whole by one process: each document's write lands in the log of the shard
+that owns its id, and the door answers every search form over the shards and their writes exactly as the
+unsharded table answers with the same writes (``service.live`` and ``service.writes`` as the write routes call
+them, in-process, over gensim's Lee corpus imported whole and as 3 shards).
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from index.engine import door
+from index.engine.delta import Delta
+from index.engine.query import Examples, Failed, Query, Result
+from index.engine.shards import ShardedTable
+from index.engine.table import Table
+from index.store import shardmap, writelog
+from service import live, writes
+from service.schemas.writes import WriteDocument
+from tests.index.test_shards import EXE, door_queries, run
+from tests.lee import Lee, jsonl_records, write_jsonl
+from tests.service.test_live_search import as_write, written
+
+SHARDS = 3
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory: pytest.TempPathFactory, lee_docs: Lee) -> Path:
+    root = tmp_path_factory.mktemp("shard-writes")
+    source = write_jsonl(root / "lee.jsonl", jsonl_records(lee_docs))
+    for where, extra in (("whole", ()), ("sharded", ("--shards", SHARDS))):
+        done = run(EXE, "import", source, "--name", "lee", *extra, "--data-dir", root / where, "-q")
+        assert done.returncode == 0, done.stderr
+    return root
+
+
+def load(data: Path) -> tuple[Table, ShardedTable]:
+    whole = Table.load(data / "whole" / "lee")
+    live.attach(whole, data / "whole" / "lee")
+    sharded = ShardedTable.load(data / "sharded" / "lee")
+    live.attach(sharded, data / "sharded" / "lee")
+    return whole, sharded
+
+
+def upsert(whole: Table, sharded: ShardedTable, documents: list[dict[str, Any]]) -> list[Any]:
+    models = [WriteDocument.model_validate(d) for d in documents]
+    state = live.live_of(whole)
+    assert state is not None
+    state.write(lambda delta: (writes.upsert_body(whole, None, models, delta), len(models)), True)
+    shards = live.sharded_of(sharded)
+    assert shards is not None
+    return shards.write(writes.sharded_upsert(sharded, None, models, shards.whole.delta), True)
+
+
+def delete(whole: Table, sharded: ShardedTable, body: dict[str, Any]) -> tuple[int, int]:
+    state, shards = live.live_of(whole), live.sharded_of(sharded)
+    assert state is not None and shards is not None
+    if "ids" in body:
+        _, expected = state.write(lambda d: writes.delete_body(writes.delete_ids(whole, body["ids"], d)), True)
+        done = shards.write(writes.sharded_delete(sharded, body["ids"], shards.whole.delta), True)
+    else:
+        _, expected = state.write(lambda d: writes.delete_body(writes.filter_ids(whole, body["filter"], d)), True)
+        done = shards.write(writes.sharded_filter_delete(sharded, body["filter"]), True)
+    return expected, sum(d.answer for d in done)
+
+
+def history(lee: Lee) -> tuple[list[list[dict[str, Any]]], list[Any]]:
+    """``test_live_search.written``'s writes, each new document's text made its own (a copy of an imported
+    document's text would tie with the document replacing it: equal scores among written documents go by write
+    order in the whole table, by shard then write order in a sharded one)."""
+    _, batches, deletes = written(lee)
+    batches = [
+        [{**r, "text": f"{r['text']} note{r['id'][4:]}"} if r["id"].startswith("new/") else r for r in batch]
+        for batch in batches
+    ]
+    return batches, deletes
+
+
+@pytest.fixture(scope="module")
+def tables(data: Path, lee_docs: Lee) -> tuple[Table, ShardedTable]:
+    """Both tables after the same writes: new documents, replaced ones, deletes by id and by filter."""
+    whole, sharded = load(data)
+    batches, deletes = history(lee_docs)
+    for batch in batches:
+        done = upsert(whole, sharded, [as_write(r) for r in batch])
+        assert sum(d.answer for d in done) == len(batch) and len(done) > 1  # a batch spans shards
+    for body in deletes:
+        expected, got = delete(whole, sharded, body)
+        assert got == expected > 0
+    return whole, sharded
+
+
+def queries(lee: Lee) -> list[Query]:
+    vector = (lee.vectors[5] * 1.5).tolist()
+    out = door_queries(lee)
+    out += [
+        Query(document="new/07", k=8),
+        Query(document="lee-006", k=6),  # replaced
+        Query(document="lee-100"),  # deleted: fails
+        Query(examples=Examples(["new/02", "lee-200"], ["lee-030"], documents=True), k=6),
+        Query(vector=vector, k=20, filter={"year": {"gte": 1970, "lt": 1990}}),
+        Query(vector=vector, k=10, offset=5, min_score=0.5),
+        Query(text="police", mode="keyword", k=20),
+        Query(text="police", mode="keyword", k=10, filter={"year": 1980}),
+        Query(vector=vector, text="fire Sydney", mode="hybrid", k=15, diversity=0.3),
+    ]
+    return out
+
+
+def ids_of(table: Table, delta: Delta | None, hits: Sequence[Any]) -> list[tuple[Any, float]]:
+    """(id, score) of each hit: a row past the version's is a written document (its place in write order)."""
+    written_docs = [] if delta is None else delta.written_in_order()
+    out = []
+    for hit in hits:
+        row, score = (hit.row, hit.score) if hasattr(hit, "row") else hit
+        assert table.payload is not None
+        out.append((table.payload.ids([row])[0] if row < table.rows else written_docs[row - table.rows].id, score))
+    return out
+
+
+def same_answers(whole: Table, sharded: ShardedTable, lee: Lee, written: bool = True) -> int:
+    """The door's batch over each table and its delta: the same failures, and the same ids and scores (among
+    equal scores, the same set); returns how many queries were compared."""
+    qs = queries(lee)
+    expected_delta, delta = live.delta_of(whole), live.delta_of(sharded)
+    assert (expected_delta is not None and delta is not None) == written
+    expected, got = door.run(whole, qs, None, expected_delta), door.run(sharded, qs, None, delta)
+    for query, mine, theirs in zip(qs, got, expected, strict=True):
+        if isinstance(theirs, Failed):
+            assert isinstance(mine, Failed), query
+            assert mine.error.message == theirs.error.message, query
+            continue
+        assert isinstance(mine, Result), (query, mine)
+        assert (mine.query, mine.passing, mine.fallback) == (theirs.query, theirs.passing, theirs.fallback), query
+        a, b = ids_of(sharded, delta, mine.hits), ids_of(whole, expected_delta, theirs.hits)
+        if not written:  # FAISS over the shards' and the whole table's rows: a cosine may differ in its last bit
+            a, b = ([(i, round(s, 6)) for i, s in pairs] for pairs in (a, b))
+        assert [s for _, s in a] == [s for _, s in b], query
+        for score in {s for _, s in b}:
+            edge = score == b[-1][1]  # at a page's edge, either of two equal documents may stand
+            mine_ids = {i for i, s in a if s == score}
+            assert edge or mine_ids == {i for i, s in b if s == score}, query
+    return len(qs)
+
+
+def test_each_write_lands_in_its_owners_log(data: Path, tables: tuple[Table, ShardedTable]) -> None:
+    logs = data / "sharded" / writelog.DIRECTORY / "lee"
+    assert sorted(p.name for p in logs.iterdir()) == [f"{shardmap.shard_name(s)}.log" for s in range(SHARDS)]
+    for s in range(SHARDS):
+        records = writelog.recover(logs / f"{shardmap.shard_name(s)}.log")
+        ids = [d["id"] for r in records for d in r.body.get("documents", ())]
+        ids += [i for r in records for i in r.body.get("ids", ())]
+        assert ids and all(shardmap.shard_of_id(i, SHARDS) == s for i in ids), s
+        assert [r.seq for r in records] == list(range(1, len(records) + 1))
+    assert not (data / "sharded" / "lee" / writelog.DIRECTORY).exists()  # outside the version
+    assert shardmap.verify(data / "sharded" / "lee").ok
+
+
+def test_the_sharded_table_answers_as_the_whole_table_with_the_same_writes(
+    tables: tuple[Table, ShardedTable], lee_docs: Lee
+) -> None:
+    whole, sharded = tables
+    assert same_answers(whole, sharded, lee_docs) >= 32
+    shards = live.sharded_of(sharded)
+    state = live.live_of(whole)
+    assert shards is not None and state is not None
+    summary, expected = shards.summary(), live.summary(state)
+    assert summary["written"] == expected["written"] and summary["deleted"] == expected["deleted"]
+
+
+def test_a_reload_replays_every_shards_log(data: Path, tables: tuple[Table, ShardedTable], lee_docs: Lee) -> None:
+    whole, sharded = load(data)  # new table objects: every log recovered and replayed
+    assert same_answers(whole, sharded, lee_docs) >= 32
+    got = door.run(sharded, [Query(document="new/07", k=3)], None, live.delta_of(sharded))[0]
+    assert isinstance(got, Result) and len(got.hits) == 3
+
+
+def test_a_refused_document_writes_nothing(tables: tuple[Table, ShardedTable], lee_docs: Lee) -> None:
+    _, sharded = tables
+    shards = live.sharded_of(sharded)
+    assert shards is not None
+    before = shards.summary()
+    good = {"id": "fine", "vector": lee_docs.vectors[0].tolist()}
+    bad = {"id": "bad", "vector": lee_docs.vectors[0].tolist(), "fields": {"nope": 1}}
+    documents = [WriteDocument.model_validate(d) for d in (good, bad)]
+    with pytest.raises(door.InvalidQuery, match="the table has no field 'nope'"):
+        writes.sharded_upsert(sharded, None, documents, shards.whole.delta)
+    with pytest.raises(door.InvalidQuery):
+        shards.write(writes.sharded_filter_delete(sharded, {"nope": 1}), True)
+    assert shards.summary() == before
+
+
+def test_compaction_folds_every_shards_log(data: Path, tables: tuple[Table, ShardedTable], lee_docs: Lee) -> None:
+    """``embedding-index compact`` of the sharded table: every shard rebuilt with its log folded in (the map
+    valid, each document still in the shard that owns its id), the logs cut; the compacted sharded table answers
+    as the compacted whole table, and a later write is numbered after what was folded."""
+    for where in ("whole", "sharded"):
+        done = run(EXE, "compact", "lee", "--data-dir", data / where)
+        assert done.returncode == 0 and done.stdout.startswith("compacted 'lee': "), done.stderr
+    directory = data / "sharded" / "lee"
+    assert shardmap.verify(directory).ok
+    shard_map = shardmap.read(directory)
+    sharded = ShardedTable.load(directory)
+    assert sharded.payload is not None
+    owners = [shardmap.shard_of_id(i, SHARDS) for i in sharded.payload.ids(range(sharded.rows))]
+    assert owners == shard_map.assignment.tolist()
+    for s in range(SHARDS):
+        log = writelog.table_log(shard_map.shard_directory(s))
+        assert log.stat().st_size == 0 and int(sharded.shards[s].manifest["log_sequence"]) > 0
+    whole, sharded = load(data)
+    assert same_answers(whole, sharded, lee_docs, written=False) >= 32
+    done = upsert(whole, sharded, [{"id": "after", "vector": lee_docs.vectors[1].tolist()}])
+    owner = shardmap.shard_of_id("after", SHARDS)
+    assert [(d.shard, d.sequence) for d in done] == [(owner, sharded.shards[owner].manifest["log_sequence"] + 1)]
+
+
+def test_remove_takes_the_shards_logs_along(data: Path, tables: tuple[Table, ShardedTable], tmp_path: Path) -> None:
+    copy = tmp_path / "data"
+    shutil.copytree(data / "sharded", copy)
+    logs = copy / writelog.DIRECTORY / "lee"
+    assert sorted(p.name for p in logs.iterdir()) == [f"{shardmap.shard_name(s)}.log" for s in range(SHARDS)]
+    done = run(EXE, "remove", "lee", "--data-dir", copy)
+    assert done.returncode == 0, done.stderr
+    assert not (copy / "lee").exists() and not logs.exists()

@@ -1,0 +1,218 @@
+"""Writes to a sharded table over HTTP, on loopback: three real shard servers and a real front
+(``EMBEDDING_SHARDS``) over gensim's Lee corpus imported as 3 shards, one real server of the same sharded table
+served whole, and one of the table imported whole, every server taking writes.
+
+The same writes (new documents, replaced ones, deletes by id, by filter and one by one) go through the front and
+into the whole table's server: the front forwards each document to the shard that owns its id (the import's
+hash), with the write key, and says what each shard did. The shard servers and the server of the sharded table
+served whole share the shards' logs, so both see every write: the one-process server then answers every search
+form as the whole table's server does, and the front answers vector searches as the whole table does. A write
+to the one-process server is seen by a search through the front. Refusals (no key, a wrong key, a bad document in a
+batch spanning shards) come back as the shard's error envelope; a writer that cannot be reached: 503.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import pytest
+
+from index.store import shardmap, writelog
+from tests.index.test_shards import EXE, run
+from tests.lee import Lee, jsonl_records, write_jsonl
+from tests.service import real_server
+from tests.service.real_server import HTTP, Server
+from tests.service.test_live_search import as_write
+from tests.service.test_shard_writes import history
+from tests.service.test_shards_front import bodies, lists_without_ties
+
+SHARDS = 3
+KEY = "shard-writer-key-0123456789"
+HEADERS = {"x-api-key": KEY}
+
+
+@pytest.fixture(scope="module")
+def servers(tmp_path_factory: pytest.TempPathFactory, lee_docs: Lee) -> Iterator[dict[str, Any]]:
+    root = tmp_path_factory.mktemp("front-writes")
+    source = write_jsonl(root / "lee.jsonl", jsonl_records(lee_docs))
+    for where, extra in (("whole", ()), ("sharded", ("--shards", SHARDS))):
+        done = run(EXE, "import", source, "--name", "lee", *extra, "--data-dir", root / where, "-q")
+        assert done.returncode == 0, done.stderr
+    (root / "front").mkdir()
+    env = {"EMBEDDING_WRITE_KEYS": KEY}
+    started: list[Server] = []
+    try:
+        whole = real_server.start(root / "whole", root / "whole.log", env=env)
+        started.append(whole)
+        shards = []
+        for s in range(SHARDS):
+            name = shardmap.shard_name(s)
+            shards.append(real_server.start(root / "sharded" / "lee", root / f"{name}.log", "--tables", name, env=env))
+            started.append(shards[-1])
+        replicas = [[f"{shard.base}/v1/tables/{shardmap.shard_name(s)}"] for s, shard in enumerate(shards)]
+        front_env = {"EMBEDDING_SHARDS": json.dumps({"lee": replicas})}
+        front = real_server.start(root / "front", root / "front.log", env=front_env)
+        started.append(front)
+        down = f"http://127.0.0.1:{real_server.free_port()}/v1/tables/{shardmap.shard_name(2)}"  # nothing listens
+        broken_env = {"EMBEDDING_SHARDS": json.dumps({"lee": [*replicas[:2], [down, replicas[2][0]]]})}
+        broken = real_server.start(root / "front", root / "broken.log", env=broken_env)
+        started.append(broken)
+        one = real_server.start(root / "sharded", root / "one.log", env=env)
+        started.append(one)
+        yield {"root": root, "whole": whole, "front": front, "broken": broken, "one": one, "shards": shards}
+    finally:
+        for server in started:
+            server.stop()
+
+
+def post(server: Server, path: str, body: dict[str, Any], headers: dict[str, str] | None = None) -> Any:
+    return HTTP.post(f"{server.base}/v1/tables/lee/{path}", json=body, headers=HEADERS if headers is None else headers)
+
+
+@pytest.fixture(scope="module")
+def written(servers: dict[str, Any], lee_docs: Lee) -> dict[str, Any]:
+    """The same writes through the front and into the whole table's server, answered alike."""
+    front, whole = servers["front"], servers["whole"]
+    batches, deletes = history(lee_docs)
+    for batch in batches:
+        body = {"documents": [as_write(r) for r in batch]}
+        got, expected = post(front, "documents", body), post(whole, "documents", body)
+        assert got.status_code == expected.status_code == 200, got.text
+        answer = got.json()
+        assert answer["table"] == "lee" and answer["upserted"] == expected.json()["upserted"] == len(batch)
+        assert len(answer["shards"]) > 1 and sum(s["upserted"] for s in answer["shards"]) == len(batch)
+        assert answer["sequence"] == max(s["sequence"] for s in answer["shards"])
+    for body in deletes:
+        got, expected = post(front, "documents/delete", body), post(whole, "documents/delete", body)
+        assert got.status_code == 200 and got.json()["deleted"] == expected.json()["deleted"] > 0, got.text
+    one = HTTP.delete(f"{front.base}/v1/tables/lee/documents/lee-201", headers=HEADERS)
+    assert one.status_code == 200 and one.json()["deleted"] == 1, one.text
+    owner = shardmap.shard_of_id("lee-201", SHARDS)
+    assert [s["shard"] for s in one.json()["shards"]] == [owner]
+    assert HTTP.delete(f"{whole.base}/v1/tables/lee/documents/lee-201", headers=HEADERS).json()["deleted"] == 1
+    return servers
+
+
+def test_each_write_is_in_its_owners_log(written: dict[str, Any]) -> None:
+    logs = written["root"] / "sharded" / writelog.DIRECTORY / "lee"
+    for s in range(SHARDS):
+        records = writelog.recover(logs / f"{shardmap.shard_name(s)}.log")
+        ids = [d["id"] for r in records for d in r.body.get("documents", ())]
+        ids += [i for r in records for i in r.body.get("ids", ())]
+        assert ids and {shardmap.shard_of_id(i, SHARDS) for i in ids} == {s}
+
+
+def search(server: Server, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+    answer = HTTP.post(f"{server.base}/v1/tables/lee/search", json=body, timeout=30)
+    return answer.status_code, answer.json()
+
+
+def test_one_process_answers_as_the_whole_table_with_the_same_writes(written: dict[str, Any], lee_docs: Lee) -> None:
+    """Every form, hits with their text and fields; two documents of one vector at one score may swap (equal
+    scores go by row in the merge, in FAISS's order in the whole table)."""
+    vectors = {d: v for d, v in zip(lee_docs.ids, lee_docs.unit(), strict=True)}
+    more: list[dict[str, Any]] = [
+        {"id": "new/07", "k": 10},
+        {"id": "lee-006", "k": 8, "filter": {"lang": "en"}},
+        {"positive": ["new/02", "lee-010"], "negative": ["lee-030"], "k": 10},
+        {"vector": lee_docs.vectors[40].tolist(), "k": 8, "diversity": 0.4},
+        {"text": "police", "mode": "keyword", "k": 20, "fields": ["year"]},
+        {"vector": lee_docs.vectors[41].tolist(), "text": "fire", "mode": "hybrid", "k": 8, "diversity": 0.2},
+    ]
+    for body in [*bodies(lee_docs), *more]:
+        status, got = search(written["one"], body)
+        expected_status, expected = search(written["whole"], body)
+        assert status == expected_status == 200, (body, got)
+        assert got.keys() == expected.keys() and len(got["hits"]) == len(expected["hits"]), body
+        for mine, theirs in zip(got["hits"], expected["hits"], strict=True):
+            if mine["id"] != theirs["id"]:
+                assert mine["score"] == theirs["score"], body
+                assert np.array_equal(vectors[mine["id"]], vectors[theirs["id"]]), body
+            else:
+                assert mine == theirs, body
+    for ident in ("new/07", "lee-006", "lee-201"):
+        url = f"/v1/tables/lee/documents/{ident}"
+        got, expected = HTTP.get(written["one"].base + url), HTTP.get(written["whole"].base + url)
+        assert got.status_code == expected.status_code and got.json() == expected.json(), ident
+    summary = HTTP.get(f"{written['one'].base}/v1/tables/lee").json()["writes"]
+    assert summary["written"] == HTTP.get(f"{written['whole'].base}/v1/tables/lee").json()["writes"]["written"]
+    assert [s["sequence"] for s in summary["shards"]] == [
+        len(writelog.recover(written["root"] / "sharded" / ".writes" / "lee" / f"{shardmap.shard_name(s)}.log"))
+        for s in range(SHARDS)
+    ]
+
+
+def test_the_front_answers_vector_searches_as_the_whole_table_with_the_same_writes(
+    written: dict[str, Any], lee_docs: Lee
+) -> None:
+    """Vector searches exactly (where no two scores tie); keyword and hybrid searches see the writes, but score
+    BM25 with each shard's own live statistics (docs/deployment.md): not compared."""
+    exact = 0
+    more = [{"vector": lee_docs.vectors[i].tolist(), "k": 12, "filter": {"year": {"gte": 1970}}} for i in (0, 60, 90)]
+    for body in [*bodies(lee_docs), *more]:
+        status, got = search(written["front"], body)
+        expected_status, expected = search(written["whole"], body)
+        assert status == expected_status == 200, (body, got)
+        if body.get("mode", "vector") != "vector":
+            assert got["hits"], body
+        elif lists_without_ties(written["whole"], {**body, "k": body["k"] + 1}):  # none at the page's edge either
+            assert got == expected, body
+            exact += 1
+        else:
+            assert [h["score"] for h in got["hits"]] == [h["score"] for h in expected["hits"]], body
+    assert exact >= 5, exact
+
+
+def test_a_write_to_one_process_is_seen_through_the_front(written: dict[str, Any], lee_docs: Lee) -> None:
+    vector = (-lee_docs.vectors[3]).tolist()  # a direction no document has
+    document = {"id": "seen/1", "text": "a note on kangaroos", "vector": vector, "fields": {"year": 2001}}
+    answer = post(written["one"], "documents", {"documents": [document]})
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["shards"][0]["shard"] == shardmap.shard_of_id("seen/1", SHARDS)
+    status, got = search(written["front"], {"vector": vector, "k": 1})
+    assert status == 200 and got["hits"][0]["id"] == "seen/1" and got["hits"][0]["score"] == pytest.approx(1.0)
+    status, got = search(written["front"], {"text": "kangaroos", "mode": "keyword", "k": 3})
+    assert status == 200 and [h["id"] for h in got["hits"]] == ["seen/1"], got
+    gone = HTTP.delete(f"{written['front'].base}/v1/tables/lee/documents/seen%2F1", headers=HEADERS)
+    assert gone.status_code == 200 and gone.json()["deleted"] == 1, gone.text
+    status, got = search(written["one"], {"text": "kangaroos", "mode": "keyword", "k": 3})
+    assert status == 200 and got["hits"] == []
+
+
+def test_refusals_come_back_as_the_shards_envelope(written: dict[str, Any], lee_docs: Lee) -> None:
+    front = written["front"]
+    vector = lee_docs.vectors[0].tolist()
+    body = {"documents": [{"id": "key/1", "vector": vector}]}
+    assert post(front, "documents", body, {}).status_code == 401
+    refused = post(front, "documents", body, {"x-api-key": "wrong"})
+    assert refused.status_code == 403 and refused.json()["error"]["code"] == "forbidden"
+    ids = [f"mixed/{i}" for i in range(12)]
+    by_shard = {shardmap.shard_of_id(i, SHARDS) for i in ids}
+    assert len(by_shard) == SHARDS
+    bad = 7
+    documents: list[dict[str, Any]] = [{"id": i, "vector": vector} for i in ids]
+    documents[bad]["fields"] = {"nope": 1}
+    answer = post(front, "documents", {"documents": documents})
+    assert answer.status_code == 422, answer.text
+    error = answer.json()["error"]
+    assert error["message"].startswith(f"documents[{bad}] (id 'mixed/{bad}'): the table has no field 'nope'")
+    outcomes = {s["shard"]: s for s in error["shards"]}
+    owner = shardmap.shard_of_id(ids[bad], SHARDS)
+    assert set(outcomes) == by_shard and "error" in outcomes[owner]
+    assert all("sequence" in outcomes[s] for s in by_shard - {owner})  # the other shards wrote their part
+    assert post(front, "documents", {"documents": [{"id": 5}]}).status_code == 422  # checked by the front too
+
+
+def test_an_unreachable_writer_is_a_503(written: dict[str, Any], lee_docs: Lee) -> None:
+    ident = next(f"far/{i}" for i in range(100) if shardmap.shard_of_id(f"far/{i}", SHARDS) == 2)
+    body = {"documents": [{"id": ident, "vector": lee_docs.vectors[0].tolist()}]}
+    answer = post(written["broken"], "documents", body)
+    assert answer.status_code == 503, answer.text
+    error = answer.json()["error"]
+    assert error["code"] == "shard_unavailable" and error["shard"] == 2 and "cannot be reached" in error["message"]
+    near = next(f"far/{i}" for i in range(100) if shardmap.shard_of_id(f"far/{i}", SHARDS) == 0)
+    answer = post(written["broken"], "documents/delete", {"ids": [near]})
+    assert answer.status_code == 200 and answer.json()["deleted"] == 0, answer.text

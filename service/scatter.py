@@ -60,6 +60,7 @@ from service.respond import FastJSON
 from service.schemas.search import SearchRequest
 
 EVERY_ROW = 1 << 62  # the front does not know the table's rows: a list is as deep as its shards make it
+WRITTEN, MAX_HITS = 1 << 61, 1 << 20  # the merge's order of a shard's written documents: after every row
 ASKED = ("row", "vector")  # what a shard's hits carry for the front (``include``): the order and MMR's rows
 
 
@@ -185,8 +186,14 @@ class Front:
 def merge_lists(lists: Sequence[list[dict[str, Any]]], depth: int, drop: frozenset[Any]) -> list[dict[str, Any]]:
     """The ``depth`` best hits of the shards' lists (each best first, each hit with its whole-table ``row``) but
     the documents ``drop`` names: by score, equal scores by row, as the whole table orders them
-    (``index.engine.door.merge``)."""
-    by_row = {hit["row"]: hit for hits in lists for hit in hits if hit["id"] not in drop}
+    (``index.engine.door.merge``). A document written since its shard's version has no row (null): among equal
+    scores it comes after the version's rows, by shard, then by its rank there (its ``row`` here says so)."""
+    by_row = {}
+    for shard, hits in enumerate(lists):
+        for rank, hit in enumerate(hits):
+            if hit["id"] not in drop:
+                row = hit["row"] if hit["row"] is not None else WRITTEN + shard * MAX_HITS + rank
+                by_row[row] = hit if hit["row"] is not None else {**hit, "row": row}
     rows = np.fromiter(by_row, dtype=np.int64, count=len(by_row))
     scores = np.array([hit["score"] for hit in by_row.values()], dtype=np.float64)
     best, _ = merge([(rows, scores)], depth)
@@ -250,7 +257,11 @@ def merged_answer(
     floor = -np.inf if body.min_score is None else body.min_score
     shown = [hits[i] for i in order[body.offset : body.offset + body.k] if hits[i]["score"] >= floor]
     kept = tuple(body.include or ())
-    return [{k: v for k, v in hit.items() if k not in ASKED or k in kept} for hit in shown]
+    out = [{k: v for k, v in hit.items() if k not in ASKED or k in kept} for hit in shown]
+    for hit in out:
+        if hit.get("row", 0) >= WRITTEN:
+            hit["row"] = None
+    return out
 
 
 def shard_body(body: SearchRequest, given: dict[str, Any], extra: int = 0) -> dict[str, Any]:

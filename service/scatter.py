@@ -296,6 +296,8 @@ def route(front: Front, name: str) -> APIRoute:
         """``given`` with its documents (``id``, ``positive``/``negative``) made the vector the whole table
         searches by (their unit rows from their shards, averaged by the engine), the documents its answer leaves
         out, and the unit query vector a diverse search re-ranks by."""
+        if "restrict" in given:  # as the one-process server refuses it (index.engine.shards)
+            raise InvalidQuery("restrict (the first rows of a word table) is not for a sharded documents table")
         positive = [given["id"]] if "id" in given else list(given.get("positive", ()))
         negative = list(given.get("negative", ()))
         if not positive and not negative:
@@ -366,7 +368,7 @@ def route(front: Front, name: str) -> APIRoute:
     async def search(request: Request, body: SearchRequest) -> Response:
         given = body.model_dump(exclude_unset=True, mode="json")
         if "queries" in given:
-            shared = ("k", "fields", "mode", "rrf_k", "weights", "diversity", "include", "exact")
+            shared = ("k", "fields", "mode", "rrf_k", "weights", "diversity", "include", "exact", "restrict")
             common: dict[str, Any] = {key: given[key] for key in shared if key in given}
             answers = await asyncio.gather(*(item(common, query) for query in given["queries"]))
             return FastJSON({"results": answers})

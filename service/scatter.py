@@ -30,7 +30,8 @@ document) is the answer.
 A batch (``queries``, or ``vectors`` sharing the request's filter and page) is each of its queries scattered as
 a request of its own, at once; an item's error (a shard's refusal of it) stands in its place. Not here: text
 alone with diversity (the front has no encoder for the query's vector; a sharded table served whole by one
-process answers it).
+process answers it). The table's other routes (its summary, fields, the word routes) answer a 404 that names
+the front (:func:`elsewhere`); its documents' own routes are left to the documents' routing.
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ from fastapi.routing import APIRoute
 from pydantic import Field, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict, SettingsError
 from starlette.responses import Response
+from starlette.routing import BaseRoute, Route
 
 from index.engine.door import LISTS, DocumentSearch, depths, diverse, merge, rrf, unit_mean, unit_queries
 from index.errors import EmbeddingError, InvalidQuery
@@ -61,6 +63,7 @@ from service.schemas.search import SearchRequest
 
 EVERY_ROW = 1 << 62  # the front does not know the table's rows: a list is as deep as its shards make it
 WRITTEN, MAX_HITS = 1 << 61, 1 << 20  # the merge's order of a shard's written documents: after every row
+TABLE = "/v1/tables/{table}"  # the table routes' prefix
 ASKED = ("row", "vector")  # what a shard's hits carry for the front (``include``): the order and MMR's rows
 
 
@@ -390,3 +393,29 @@ def route(front: Front, name: str) -> APIRoute:
         summary=f"Search the sharded table {name}: scattered to its shards, merged",
         include_in_schema=False,
     )
+
+
+def elsewhere(front: Front, routes: Sequence[BaseRoute]) -> list[Route]:
+    """For each sharded table fronted here, its table routes among ``routes`` that the front does not answer
+    (every one but ``POST .../search`` and the documents' own routes): a 404 that says so, not "no table named"."""
+    out = []
+    for name in front.tables:
+
+        async def refuse(request: Request, name: str = name) -> Response:
+            raise ApiError(
+                "not_found",
+                f"table {name!r} is sharded and this server is its front: it answers POST /v1/tables/{name}/search "
+                f"only; {request.method} {request.url.path} is for a server of one of its shards, or of the whole "
+                "table",
+                table=name,
+            )
+
+        for route in routes:
+            path = getattr(route, "path", "")
+            methods = getattr(route, "methods", None) or set()
+            if not path.startswith(TABLE) or path.startswith(f"{TABLE}/documents"):
+                continue
+            if path == f"{TABLE}/search":
+                continue
+            out.append(Route(path.replace(TABLE, f"/v1/tables/{name}", 1), refuse, methods=sorted(methods)))
+    return out

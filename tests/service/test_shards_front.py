@@ -185,6 +185,16 @@ def test_the_front_checks_requests_as_any_search(servers: dict[str, Any], lee_do
     assert ready.status_code == 200 and ready.json()["loaded"] == ["lee"], ready.text
     status, got = search(servers["front"], {"text": "fire", "mode": "hybrid", "k": 5, "diversity": 0.5})
     assert status == 422 and "re-ranks by the query's vector" in got["error"]["message"], got
+    base = f"{servers['front'].base}/v1/tables/lee"
+    for answer in (
+        HTTP.get(base),
+        HTTP.get(f"{base}/fields"),
+        HTTP.get(f"{base}/neighbors?token=fire"),
+        HTTP.post(f"{base}/similarity", json={"pairs": [["a", "b"]]}),
+    ):
+        error = answer.json()["error"]
+        assert answer.status_code == 404 and error["code"] == "not_found", answer.text
+        assert "table 'lee' is sharded and this server is its front" in error["message"], answer.text
     for server in (servers["front"], servers["one"]):  # the first rows of a table split by hash mean nothing
         status, got = search(server, {"vector": lee_docs.vectors[0].tolist(), "k": 5, "restrict": 10})
         assert status == 422 and "restrict" in got["error"]["message"], got

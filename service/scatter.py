@@ -62,7 +62,7 @@ from service.respond import FastJSON
 from service.schemas.search import SearchRequest
 
 EVERY_ROW = 1 << 62  # the front does not know the table's rows: a list is as deep as its shards make it
-WRITTEN, MAX_HITS = 1 << 61, 1 << 20  # the merge's order of a shard's written documents: after every row
+WRITTEN = 1 << 61  # the merge's order of a shard's written documents: after every row
 TABLE = "/v1/tables/{table}"  # the table routes' prefix
 ASKED = ("row", "vector")  # what a shard's hits carry for the front (``include``): the order and MMR's rows
 
@@ -186,21 +186,30 @@ class Front:
         raise ShardFailed(shard_number, "; ".join(reasons), timed_out and len(reasons) == 1)
 
 
-def merge_lists(lists: Sequence[list[dict[str, Any]]], depth: int, drop: frozenset[Any]) -> list[dict[str, Any]]:
+def merge_lists(
+    lists: Sequence[list[dict[str, Any]]], depth: int, drop: frozenset[Any], written: dict[Any, int] | None = None
+) -> list[dict[str, Any]]:
     """The ``depth`` best hits of the shards' lists (each best first, each hit with its whole-table ``row``) but
     the documents ``drop`` names: by score, equal scores by row, as the whole table orders them
-    (``index.engine.door.merge``). A document written since its shard's version has no row (null): among equal
-    scores it comes after the version's rows, by shard, then by its rank there (its ``row`` here says so)."""
-    by_row = {}
+    (``index.engine.door.merge``). Each hit gets its place in that order (``order``: its row and shard; a shard
+    built before shards knew their rows in the whole table gives its own, which then order equal scores). A
+    document written since its shard's version has no row (null): among equal scores it comes after the rows,
+    numbered in ``written`` (shared by the lists a hybrid search fuses, so a document is one in both)."""
+    written = {} if written is None else written
+    by_order = {}
     for shard, hits in enumerate(lists):
-        for rank, hit in enumerate(hits):
-            if hit["id"] not in drop:
-                row = hit["row"] if hit["row"] is not None else WRITTEN + shard * MAX_HITS + rank
-                by_row[row] = hit if hit["row"] is not None else {**hit, "row": row}
-    rows = np.fromiter(by_row, dtype=np.int64, count=len(by_row))
-    scores = np.array([hit["score"] for hit in by_row.values()], dtype=np.float64)
-    best, _ = merge([(rows, scores)], depth)
-    return [by_row[row] for row in best.tolist()]
+        for hit in hits:
+            if hit["id"] in drop:
+                continue
+            if hit["row"] is None:
+                order = written.setdefault((shard, str(hit["id"])), WRITTEN + len(written))
+            else:
+                order = hit["row"] * len(lists) + shard
+            by_order[order] = {**hit, "order": order}
+    orders = np.fromiter(by_order, dtype=np.int64, count=len(by_order))
+    scores = np.array([hit["score"] for hit in by_order.values()], dtype=np.float64)
+    best, _ = merge([(orders, scores)], depth)
+    return [by_order[order] for order in best.tolist()]
 
 
 def engine_search(body: SearchRequest) -> DocumentSearch:
@@ -235,16 +244,17 @@ def merged_answer(
     mode = body.mode
     per_list, pool = depths(search, EVERY_ROW)
     answered = [part for part in parts if part is not None]
-    lists = {}
+    lists: dict[str, list[dict[str, Any]]] = {}
+    written: dict[Any, int] = {}
     for position, name in enumerate(n for n in LISTS if mode in (n, "hybrid")):
-        lists[name] = merge_lists([part["results"][position]["hits"] for part in answered], per_list, drop)
+        lists[name] = merge_lists([part["results"][position]["hits"] for part in answered], per_list, drop, written)
     if mode == "hybrid":
-        by_row = {hit["row"]: hit for name in reversed(LISTS) for hit in lists[name]}
-        ranked = [[hit["row"] for hit in lists[name]] for name in LISTS]
+        by_order = {hit["order"]: hit for name in reversed(LISTS) for hit in lists[name]}
+        ranked = [[hit["order"] for hit in lists[name]] for name in LISTS]
         fused = rrf(ranked, k=search.rrf_k, weights=search.weights, limit=pool)
         hits = []
-        for row, score, ranks in zip(fused.ids.tolist(), fused.scores.tolist(), fused.ranks.tolist(), strict=True):
-            hit = {k: v for k, v in by_row[row].items() if k != "ranks"}
+        for key, score, ranks in zip(fused.ids.tolist(), fused.scores.tolist(), fused.ranks.tolist(), strict=True):
+            hit = {k: v for k, v in by_order[key].items() if k != "ranks"}
             hit["score"] = score
             hit["ranks"] = {name: rank for name, rank in zip(LISTS, ranks, strict=True) if rank}
             hits.append(hit)
@@ -260,11 +270,7 @@ def merged_answer(
     floor = -np.inf if body.min_score is None else body.min_score
     shown = [hits[i] for i in order[body.offset : body.offset + body.k] if hits[i]["score"] >= floor]
     kept = tuple(body.include or ())
-    out = [{k: v for k, v in hit.items() if k not in ASKED or k in kept} for hit in shown]
-    for hit in out:
-        if hit.get("row", 0) >= WRITTEN:
-            hit["row"] = None
-    return out
+    return [{k: v for k, v in hit.items() if k != "order" and (k not in ASKED or k in kept)} for hit in shown]
 
 
 def shard_body(body: SearchRequest, given: dict[str, Any], extra: int = 0) -> dict[str, Any]:

@@ -339,6 +339,22 @@ def test_the_merge_orders_equal_scores_by_row_and_written_documents_last() -> No
     ]
     merged = merge_lists(lists, 6, frozenset({"q"}))
     assert [hit["id"] for hit in merged] == ["c", "a", "w2", "b", "d", "w1"]
+    local = [
+        [{"id": "a", "score": 0.5, "row": 1}],
+        [{"id": "b", "score": 0.5, "row": 0}, {"id": "c", "score": 0.5, "row": 1}],
+    ]
+    assert [hit["id"] for hit in merge_lists(local, 3, frozenset())] == ["b", "a", "c"]  # rows of their own: none lost
+    hybrid = SearchRequest.model_validate({"vector": [1.0] * 50, "text": "x", "mode": "hybrid", "k": 3})
+    both = [
+        {
+            "results": [
+                {"hits": [{"id": "w", "score": 0.9, "row": None}]},
+                {"hits": [{"id": "w", "score": 2.0, "row": None}]},
+            ]
+        }
+    ]
+    fused = merged_answer(hybrid, both)  # a written document in both lists is one document, in both
+    assert [(hit["id"], hit["ranks"]) for hit in fused] == [("w", {"vector": 1, "keyword": 1})]
     body = SearchRequest.model_validate({"vector": [1.0] * 50, "k": 4, "offset": 1, "include": ["row"]})
     parts: list[dict[str, Any] | None] = [{"results": [{"hits": hits}]} for hits in lists]
     page = merged_answer(body, parts, frozenset({"q"}))

@@ -135,7 +135,7 @@ def create_app(settings: Settings) -> FastAPI:
     app.router.routes[:0] = routes
     front = scatter.Front(scatter.front_settings())  # sharded tables answered by their shards' servers
     app.state.front = front
-    app.router.routes[:0] = [scatter.route(front, name) for name in front.tables]
+    app.router.routes[:0] = [*(scatter.route(front, name) for name in front.tables), *scatter.elsewhere(front, routes)]
     app.router.routes[:0] = [route for name in front.tables for route in scatter_writes.routes(front, name)]
     app.state.api_routes = [route for route in routes if isinstance(route, APIRoute)]
     _mount_explorer(app)

@@ -18,6 +18,7 @@ DOCUMENT_ONLY = (
     "queries",
     "filter",
     "fields",
+    "include",
     "text",
     "mode",
     "diversity",

@@ -5,10 +5,11 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import numpy as np
 import orjson
 from starlette.responses import JSONResponse
 
-from index.engine.door import Answer, Delta, Failed, Hit, Neighbor, Payload, Result, Table
+from index.engine.door import Answer, Delta, Failed, Hit, Neighbor, Payload, Result, Table, whole_rows
 from service.errors import item_error
 
 
@@ -75,6 +76,34 @@ def ranked_documents(
         if hit.ranks is not None:
             item["ranks"] = hit.ranks
     return out
+
+
+def include(
+    table: Table, result: Result, shown: dict[str, Any], asked: Sequence[str], delta: Delta | None = None
+) -> dict[str, Any]:
+    """``shown`` (:func:`hits` of ``result``) with each hit's ``row`` (a shard's: in the whole table) and unit
+    ``vector`` where ``asked``; a written document's row is null (it has none in the version)."""
+    if not asked:
+        return shown
+    written = [] if delta is None else delta.written_in_order()
+    rows = [hit.row if isinstance(hit, Hit) else hit[0] for hit in result.hits]
+    kept = np.array([row for row in rows if row < table.rows], dtype=np.int64)
+    whole = whole_rows(table)[kept].tolist() if "row" in asked else []
+    vectors = table.vectors[kept] if "vector" in asked else None
+    at = 0
+    for item, row in zip(shown["hits"], rows, strict=True):
+        if row >= table.rows:  # a written document (service.live)
+            if "row" in asked:
+                item["row"] = None
+            if "vector" in asked:
+                item["vector"] = written[row - table.rows].vector
+            continue
+        if "row" in asked:
+            item["row"] = whole[at]
+        if vectors is not None:
+            item["vector"] = vectors[at]
+        at += 1
+    return shown
 
 
 def words(table: Table, result: Result) -> dict[str, Any]:

@@ -6,31 +6,42 @@
              ["http://lee-1a:8000/v1/tables/shard-001"], ["http://lee-2a:8000/v1/tables/shard-002"]]}
 
 ``POST /v1/tables/lee/search`` is then answered here: the request is checked as any search is (the same model,
-the same 422s), and every shard is asked, in parallel, for its part: its vector list and its keyword list,
-``offset + k`` deep (hybrid: at least ``index.engine.hybrid.DEPTH``), filtered by the shard itself. A shard's
-replicas are tried in turn from a rotating start, each attempt within ``EMBEDDING_SHARD_TIMEOUT`` seconds, at
-most two attempts per shard. The lists merge by score (a cosine and a BM25 score with the whole table's
-statistics are the same number on a shard as on the whole table, ``index.engine.shards``); equal scores go by
-shard, then by their rank in the shard. Mode hybrid fuses the merged lists with the engine's
-:func:`index.engine.fusion.rrf`; then the page and ``min_score`` are taken, as on one table.
+the same 422s), and every shard is asked, in parallel, for its part: its vector list and its keyword list, as
+deep as the engine takes them for the page (``index.engine.door.depths``: ``offset + k``, hybrid's fusion
+depth, diversity's candidates), filtered by the shard itself, each hit with its row in the whole table
+(``include``). A shard's replicas are tried in turn from a rotating start, each attempt within
+``EMBEDDING_SHARD_TIMEOUT`` seconds, at most two attempts per shard. The lists merge by score (a cosine and a
+BM25 score with the whole table's statistics are the same number on a shard as on the whole table,
+``index.engine.shards``), equal scores by row, as the whole table orders them (``index.engine.door.merge``).
+Mode hybrid fuses the merged lists with the engine's RRF; diversity re-ranks the merged candidates (their unit
+vectors sent by the shards) by the engine's MMR (``index.engine.door.diverse``); then the page and
+``min_score`` are taken, as on one table.
+
+A query by document id, or by positive/negative ids, becomes a vector here: each document's unit vector from
+the shard that owns it (``index.store.shardmap.shard_of_id``), averaged by the engine
+(``index.engine.door.unit_mean``); the shards are asked that vector, as many hits deeper as it has documents,
+which the merge leaves out (the whole table leaves a query's documents out).
 
 A shard that does not answer (refused, failed, or past its deadline) fails the search (503 ``shard_unavailable``,
 504 ``shard_timeout``), unless ``EMBEDDING_PARTIAL=true``: then the answer merges the shards that answered and
-says which did not (``partial``). A shard's own 4xx (a bad filter, a text with no known word) is the answer.
+says which did not (``partial``). A shard's own 4xx (a bad filter, a text with no known word, an unknown
+document) is the answer.
 
-A batch (``queries``) is each of its queries scattered as a request of its own, at once; an item's error (a
-shard's refusal of it) stands in its place. Not here (yet): queries by document id or positive/negative ids,
-and diversity (they need the rows); a sharded table served whole by one process answers them all.
+A batch (``queries``, or ``vectors`` sharing the request's filter and page) is each of its queries scattered as
+a request of its own, at once; an item's error (a shard's refusal of it) stands in its place. Not here: text
+alone with diversity (the front has no encoder for the query's vector; a sharded table served whole by one
+process answers it). The table's other routes (its summary, fields, the word routes) answer a 404 that names
+the front (:func:`elsewhere`); its documents' own routes are left to the documents' routing.
 """
 
 from __future__ import annotations
 
 import asyncio
 import itertools
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 import numpy as np
@@ -40,15 +51,20 @@ from fastapi.routing import APIRoute
 from pydantic import Field, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict, SettingsError
 from starlette.responses import Response
+from starlette.routing import BaseRoute, Route
 
-from index.engine.door import DEPTH, LISTS, fuse
+from index.engine.door import LISTS, DocumentSearch, depths, diverse, merge, rrf, unit_mean, unit_queries
 from index.errors import EmbeddingError, InvalidQuery
 from index.store.artifact import NAME_PATTERN as NAME
+from index.store.shardmap import shard_of_id
 from service.errors import BODY_ERRORS, ApiError, item_error, responses
 from service.respond import FastJSON
 from service.schemas.search import SearchRequest
 
-UNSUPPORTED = ("id", "positive", "negative", "vectors", "diversity")
+EVERY_ROW = 1 << 62  # the front does not know the table's rows: a list is as deep as its shards make it
+WRITTEN = 1 << 61  # the merge's order of a shard's written documents: after every row
+TABLE = "/v1/tables/{table}"  # the table routes' prefix
+ASKED = ("row", "vector")  # what a shard's hits carry for the front (``include``): the order and MMR's rows
 
 
 class ShardSettings(BaseSettings):
@@ -130,14 +146,29 @@ class Front:
 
     async def ask(self, shard_number: int, shard: Shard, body: dict[str, Any]) -> dict[str, Any]:
         """One shard's answer to ``body`` (``POST <replica>/search``): each replica in turn, at most two."""
+        result = await self.request(shard_number, shard, "/search", orjson.dumps(body))
+        return result if "results" in result else {"results": [result]}  # a single query's answer
+
+    async def unit_row(self, shards: list[Shard], document: str | int) -> np.ndarray:
+        """The unit vector of ``document``, from the shard that owns it (``GET <replica>/documents/{id}``)."""
+        owner = shard_of_id(document, len(shards))
+        path = f"/documents/{quote(str(document), safe='')}?vector=true&normalized=true"
+        found = await self.request(owner, shards[owner], path, None)
+        return np.asarray(found["vector"], dtype=np.float32)
+
+    async def request(self, shard_number: int, shard: Shard, path: str, payload: bytes | None) -> dict[str, Any]:
+        """A shard's JSON answer to ``POST`` ``payload`` (``GET`` without one) at ``<replica><path>``: each replica
+        in turn, at most two; its 4xx raises :class:`ShardRefused`, no answer :class:`ShardFailed`."""
         reasons, timed_out = [], False
-        payload = orjson.dumps(body)
         headers = {"content-type": "application/json"}
         for replica in shard.order()[:2]:
             try:
-                answer = await self.client.post(
-                    f"{replica}/search", content=payload, headers=headers, timeout=self.settings.shard_timeout
-                )
+                if payload is None:
+                    answer = await self.client.get(f"{replica}{path}", timeout=self.settings.shard_timeout)
+                else:
+                    answer = await self.client.post(
+                        f"{replica}{path}", content=payload, headers=headers, timeout=self.settings.shard_timeout
+                    )
             except httpx.TimeoutException:
                 reasons.append(f"{replica}: no answer within {self.settings.shard_timeout:g} s")
                 timed_out = True
@@ -151,51 +182,102 @@ class Front:
                 reasons.append(f"{replica}: status {answer.status_code}")
                 continue
             result: dict[str, Any] = orjson.loads(answer.content)
-            return result if "results" in result else {"results": [result]}  # a single query's answer
+            return result
         raise ShardFailed(shard_number, "; ".join(reasons), timed_out and len(reasons) == 1)
 
 
-def merge_lists(lists: Sequence[list[dict[str, Any]]], depth: int) -> list[dict[str, Any]]:
-    """The ``depth`` best hits of the shards' lists (each best first): by score, then shard, then rank."""
-    keyed = [(-hit["score"], shard, rank, hit) for shard, hits in enumerate(lists) for rank, hit in enumerate(hits)]
-    keyed.sort(key=lambda entry: entry[:3])
-    return [hit for *_, hit in keyed[:depth]]
+def merge_lists(
+    lists: Sequence[list[dict[str, Any]]], depth: int, drop: frozenset[Any], written: dict[Any, int] | None = None
+) -> list[dict[str, Any]]:
+    """The ``depth`` best hits of the shards' lists (each best first, each hit with its whole-table ``row``) but
+    the documents ``drop`` names: by score, equal scores by row, as the whole table orders them
+    (``index.engine.door.merge``). Each hit gets its place in that order (``order``: its row and shard; a shard
+    built before shards knew their rows in the whole table gives its own, which then order equal scores). A
+    document written since its shard's version has no row (null): among equal scores it comes after the rows,
+    numbered in ``written`` (shared by the lists a hybrid search fuses, so a document is one in both)."""
+    written = {} if written is None else written
+    by_order = {}
+    for shard, hits in enumerate(lists):
+        for hit in hits:
+            if hit["id"] in drop:
+                continue
+            if hit["row"] is None:
+                order = written.setdefault((shard, str(hit["id"])), WRITTEN + len(written))
+            else:
+                order = hit["row"] * len(lists) + shard
+            by_order[order] = {**hit, "order": order}
+    orders = np.fromiter(by_order, dtype=np.int64, count=len(by_order))
+    scores = np.array([hit["score"] for hit in by_order.values()], dtype=np.float64)
+    best, _ = merge([(orders, scores)], depth)
+    return [by_order[order] for order in best.tolist()]
+
+
+def engine_search(body: SearchRequest) -> DocumentSearch:
+    """What the engine would be asked for ``body``'s page: its depths (``index.engine.door.depths``) and its
+    re-ranking (``diverse``) are the front's."""
+    weights = None if body.weights is None else (body.weights.vector, body.weights.keyword)
+    return DocumentSearch(
+        body.mode,
+        body.k,
+        offset=body.offset,
+        min_score=body.min_score,
+        rrf_k=body.rrf_k,
+        weights=weights,
+        diversity=body.diversity or 0.0,
+    )
 
 
 def depth_of(body: SearchRequest) -> int:
-    """How deep each shard's list is asked: the page's end, and hybrid's fusion depth at least."""
-    want = body.offset + body.k
-    return want if body.mode != "hybrid" else max(want, DEPTH)
+    """How deep each shard's list is asked: the engine's depth of each list for the page (and its re-ranking)."""
+    return depths(engine_search(body), EVERY_ROW)[0]
 
 
-def merged_answer(body: SearchRequest, parts: list[dict[str, Any] | None]) -> list[dict[str, Any]]:
-    """The page of hits from the shards' answers (``None``: a shard that did not answer)."""
-    mode, want, depth = body.mode, body.offset + body.k, depth_of(body)
+def merged_answer(
+    body: SearchRequest,
+    parts: list[dict[str, Any] | None],
+    drop: frozenset[Any] = frozenset(),
+    query: np.ndarray | None = None,
+) -> list[dict[str, Any]]:
+    """The page of hits from the shards' answers (``None``: a shard that did not answer), the documents ``drop``
+    names left out (a query's own); with diversity, re-ranked by MMR for the unit vector ``query``."""
+    search = engine_search(body)
+    mode = body.mode
+    per_list, pool = depths(search, EVERY_ROW)
     answered = [part for part in parts if part is not None]
-    lists = {}
+    lists: dict[str, list[dict[str, Any]]] = {}
+    written: dict[Any, int] = {}
     for position, name in enumerate(n for n in LISTS if mode in (n, "hybrid")):
-        lists[name] = merge_lists([part["results"][position]["hits"] for part in answered], depth)
+        lists[name] = merge_lists([part["results"][position]["hits"] for part in answered], per_list, drop, written)
     if mode == "hybrid":
-        by_key = {json.dumps(hit["id"]): hit for name in reversed(LISTS) for hit in lists[name]}
-        keys = [[json.dumps(hit["id"]) for hit in lists[name]] for name in LISTS]
-        weights = None if body.weights is None else (body.weights.vector, body.weights.keyword)
+        by_order = {hit["order"]: hit for name in reversed(LISTS) for hit in lists[name]}
+        ranked = [[hit["order"] for hit in lists[name]] for name in LISTS]
+        fused = rrf(ranked, k=search.rrf_k, weights=search.weights, limit=pool)
         hits = []
-        for key, score, ranks in fuse(keys, body.rrf_k, weights, want):
-            hit = {k: v for k, v in by_key[str(key)].items() if k != "ranks"}
+        for key, score, ranks in zip(fused.ids.tolist(), fused.scores.tolist(), fused.ranks.tolist(), strict=True):
+            hit = {k: v for k, v in by_order[key].items() if k != "ranks"}
             hit["score"] = score
             hit["ranks"] = {name: rank for name, rank in zip(LISTS, ranks, strict=True) if rank}
             hits.append(hit)
     else:
-        hits = lists[mode]
+        hits = lists[mode][:pool]
         if mode == "keyword":
             hits = [{**hit, "ranks": {"keyword": rank}} for rank, hit in enumerate(hits, 1)]
+    order: list[int] = list(range(len(hits)))
+    if search.diversity > 0 and query is not None and hits:
+        candidates = np.array([hit["vector"] for hit in hits], dtype=np.float32)
+        scores = np.array([hit["score"] for hit in hits], dtype=np.float64)
+        order = diverse(search, query, candidates, scores).tolist()
     floor = -np.inf if body.min_score is None else body.min_score
-    return [hit for hit in hits[body.offset : want] if hit["score"] >= floor]
+    shown = [hits[i] for i in order[body.offset : body.offset + body.k] if hits[i]["score"] >= floor]
+    kept = tuple(body.include or ())
+    return [{k: v for k, v in hit.items() if k != "order" and (k not in ASKED or k in kept)} for hit in shown]
 
 
-def shard_body(body: SearchRequest, given: dict[str, Any]) -> dict[str, Any]:
-    """What every shard is asked: the query once per list its mode needs, each ``depth_of`` deep, from offset 0."""
-    depth = depth_of(body)
+def shard_body(body: SearchRequest, given: dict[str, Any], extra: int = 0) -> dict[str, Any]:
+    """What every shard is asked: the query once per list its mode needs, each ``depth_of`` deep (and ``extra``
+    deeper, for the documents the front leaves out), from offset 0, its hits with their rows (and their unit
+    vectors, for a diverse search or a client that asks for them)."""
+    depth = depth_of(body) + extra
     query: dict[str, Any] = {name: given[name] for name in ("vector", "text", "filter") if name in given}
     items: list[dict[str, Any]] = []
     if body.mode in ("vector", "hybrid"):
@@ -205,8 +287,11 @@ def shard_body(body: SearchRequest, given: dict[str, Any]) -> dict[str, Any]:
         items.append({name: query[name] for name in ("text", "filter") if name in query} | {"mode": "keyword"})
     # One list: the single query form (a shard answers it on its light path); two: a batch of both.
     out: dict[str, Any] = {**items[0], "k": depth} if len(items) == 1 else {"queries": items, "k": depth}
-    if "fields" in given:
-        out["fields"] = given["fields"]
+    for option in ("fields", "exact"):
+        if option in given:
+            out[option] = given[option]
+    wanted = {"row", *(body.include or ()), *(("vector",) if body.diversity else ())}
+    out["include"] = [name for name in ASKED if name in wanted]
     return out
 
 
@@ -214,16 +299,38 @@ def route(front: Front, name: str) -> APIRoute:
     """``POST /v1/tables/<name>/search`` for the sharded table ``name`` (ahead of the route of every table)."""
     shards = front.tables[name]
 
+    async def by_vector(
+        body: SearchRequest, given: dict[str, Any]
+    ) -> tuple[dict[str, Any], frozenset[Any], np.ndarray | None]:
+        """``given`` with its documents (``id``, ``positive``/``negative``) made the vector the whole table
+        searches by (their unit rows from their shards, averaged by the engine), the documents its answer leaves
+        out, and the unit query vector a diverse search re-ranks by."""
+        if "restrict" in given:  # as the one-process server refuses it (index.engine.shards)
+            raise InvalidQuery("restrict (the first rows of a word table) is not for a sharded documents table")
+        positive = [given["id"]] if "id" in given else list(given.get("positive", ()))
+        negative = list(given.get("negative", ()))
+        if not positive and not negative:
+            if "vector" not in given:
+                if body.diversity:
+                    raise InvalidQuery(
+                        f"diversity: the front of sharded table {name!r} re-ranks by the query's vector; give it "
+                        "(vector, id or positive/negative ids) beside the text"
+                    )
+                return given, frozenset(), None
+            return given, frozenset(), unit_queries(np.asarray([given["vector"]], dtype=np.float64))[0]
+        rows = await asyncio.gather(*(front.unit_row(shards, document) for document in positive + negative))
+        vector = unit_mean(np.vstack(rows), len(positive))[0]
+        rest = {k: v for k, v in given.items() if k not in ("id", "positive", "negative")}
+        rest["vector"] = vector.astype(np.float64).tolist()  # each float32 exactly
+        return rest, frozenset(positive + negative), vector
+
     async def one(body: SearchRequest, given: dict[str, Any]) -> dict[str, Any]:
         """One query's merged answer; a shard's refusal raises :class:`ShardRefused`, a shard that did not answer
         an ``ApiError`` (unless partial answers are taken)."""
-        if unsupported := [option for option in UNSUPPORTED if option in given]:
-            raise InvalidQuery(
-                f"{', '.join(unsupported)}: not taken by the front of sharded table {name!r} (a vector or a text, "
-                "by vector, keyword or hybrid, filtered and paged; a batch of such queries)"
-            )
+        given, drop, query = await by_vector(body, given)
+        asked = shard_body(body, given, len(drop))
         outcomes = await asyncio.gather(
-            *(front.ask(i, shard, shard_body(body, given)) for i, shard in enumerate(shards)), return_exceptions=True
+            *(front.ask(i, shard, asked) for i, shard in enumerate(shards)), return_exceptions=True
         )
         parts: list[dict[str, Any] | None] = []
         missing = []
@@ -243,7 +350,7 @@ def route(front: Front, name: str) -> APIRoute:
             for item in part["results"] if part is not None else ():
                 if "error" in item:
                     raise ApiError(item["error"]["code"], item["error"]["message"], table=name)
-        out: dict[str, Any] = {"hits": merged_answer(body, parts)}
+        out: dict[str, Any] = {"hits": merged_answer(body, parts, drop, query)}
         if "filter" in given:
             out["passing"] = sum(part["results"][0].get("passing", 0) for part in parts if part is not None)
         if missing:
@@ -270,10 +377,15 @@ def route(front: Front, name: str) -> APIRoute:
     async def search(request: Request, body: SearchRequest) -> Response:
         given = body.model_dump(exclude_unset=True, mode="json")
         if "queries" in given:
-            shared = ("k", "fields", "mode", "rrf_k", "weights")
+            shared = ("k", "fields", "mode", "rrf_k", "weights", "diversity", "include", "exact", "restrict")
             common: dict[str, Any] = {key: given[key] for key in shared if key in given}
             answers = await asyncio.gather(*(item(common, query) for query in given["queries"]))
             return FastJSON({"results": answers})
+        if "vectors" in given:  # each vector a query of its own, the request's filter and page shared
+            paged = {key: given[key] for key in ("filter", "offset", "min_score") if key in given}
+            common = {key: v for key, v in given.items() if key not in ("vectors", *paged)}
+            items = [{"vector": vector, **paged} for vector in given["vectors"]]
+            return FastJSON({"results": await asyncio.gather(*(item(common, query) for query in items))})
         try:
             return FastJSON(await one(body, given))
         except ShardRefused as refused:
@@ -287,3 +399,29 @@ def route(front: Front, name: str) -> APIRoute:
         summary=f"Search the sharded table {name}: scattered to its shards, merged",
         include_in_schema=False,
     )
+
+
+def elsewhere(front: Front, routes: Sequence[BaseRoute]) -> list[Route]:
+    """For each sharded table fronted here, its table routes among ``routes`` that the front does not answer
+    (every one but ``POST .../search`` and the documents' own routes): a 404 that says so, not "no table named"."""
+    out = []
+    for name in front.tables:
+
+        async def refuse(request: Request, name: str = name) -> Response:
+            raise ApiError(
+                "not_found",
+                f"table {name!r} is sharded and this server is its front: it answers POST /v1/tables/{name}/search "
+                f"and the writes of documents only; {request.method} {request.url.path} is for a server of one of its "
+                "shards, or of the whole table",
+                table=name,
+            )
+
+        for route in routes:
+            path = getattr(route, "path", "")
+            methods = getattr(route, "methods", None) or set()
+            if not path.startswith(TABLE) or path.startswith(f"{TABLE}/documents"):
+                continue
+            if path == f"{TABLE}/search":
+                continue
+            out.append(Route(path.replace(TABLE, f"/v1/tables/{name}", 1), refuse, methods=sorted(methods)))
+    return out

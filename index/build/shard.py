@@ -46,6 +46,7 @@ def one_by_one(jobs: Sequence[Callable[[], dict[str, Any]]]) -> list[dict[str, A
 
 def _build_job(
     documents: Documents,
+    rows: np.ndarray,
     tokenizer: keyword.Tokenizer,
     whole: keyword.Statistics | None,
     source: dict[str, Any],
@@ -57,7 +58,7 @@ def _build_job(
         part = documents
         if not part.matrix.flags.writeable:  # as Ray hands an array over: mapped from its object store
             part = replace(part, matrix=part.matrix.copy())
-        return build_shard(shard_raw(part, tokenizer, whole, source), directory, name)
+        return build_shard(shard_raw(part, tokenizer, whole, source, rows), directory, name)
 
     return job
 
@@ -80,10 +81,17 @@ def shard_documents(documents: Documents, rows: np.ndarray) -> Documents:
 
 
 def shard_raw(
-    documents: Documents, tokenizer: keyword.Tokenizer, whole: keyword.Statistics | None, source: dict[str, Any]
+    documents: Documents,
+    tokenizer: keyword.Tokenizer,
+    whole: keyword.Statistics | None,
+    source: dict[str, Any],
+    rows: np.ndarray | None = None,
 ) -> RawTable:
-    """One shard's documents as the raw table of a documents table, its keyword index scored with ``whole``."""
+    """One shard's documents as the raw table of a documents table, its keyword index scored with ``whole``;
+    ``rows``: the whole table's row of each (written beside them, ``shardmap.WHOLE_ROWS``)."""
     files = payload_files(documents.payload)
+    if rows is not None:
+        files[shardmap.WHOLE_ROWS] = _npy(np.asarray(rows, dtype=np.int64))
     info: dict[str, Any] = {KIND: documents.info}
     text = documents.info.get("text_field")
     if text and whole is not None:
@@ -157,7 +165,7 @@ def import_sharded(
                 )
             note(f"shard {shard + 1} of {shards}: {len(rows):,} documents")
             part = shard_documents(documents, rows)
-            jobs.append(_build_job(part, tokenizer, whole, source, build_shard, built, shard_dir))
+            jobs.append(_build_job(part, rows, tokenizer, whole, source, build_shard, built, shard_dir))
         manifests = run_all(jobs)
         for shard_dir in names:
             (built / shard_dir).rename(tmp / shard_dir)

@@ -39,7 +39,8 @@ from index.engine.encode import (
 )
 from index.engine.field_stats import TOP_VALUES, field_stats
 from index.engine.filters import RowSet
-from index.engine.hybrid import DEPTH, LISTS, DocumentSearch, Hit, Mode
+from index.engine.fusion import rrf
+from index.engine.hybrid import DEPTH, LISTS, DocumentSearch, Hit, Mode, depths, diverse
 from index.engine.hybrid import run as run_hybrid
 from index.engine.keyword import KeywordIndex
 from index.engine.knn import Hits, Neighbor
@@ -67,8 +68,8 @@ from index.engine.query import (
 )
 from index.engine.search import AnalogySearch, Answers, Search, SearchOptions, VectorSearch
 from index.engine.shard_writes import WholeDelta, by_owner, owner
-from index.engine.shards import ShardedTable, fuse, is_sharded
-from index.engine.table import Plan, Resolved, Table
+from index.engine.shards import ShardedTable, is_sharded, merge, whole_rows
+from index.engine.table import Plan, Resolved, Table, unit_mean, unit_queries
 from index.errors import EmbeddingError, InvalidQuery
 from index.store.payload import BOOLEAN, FLOAT, INTEGER, STRING, STRING_LIST, TIMESTAMP, Payload
 
@@ -86,6 +87,7 @@ __all__ = [
     "Answer",
     "Answers",
     "Delta",
+    "DocumentSearch",
     "EmbeddingError",
     "Encoded",
     "Examples",
@@ -118,24 +120,30 @@ __all__ = [
     "colour_columns",
     "contextual",
     "default_cache_dir",
+    "depths",
     "diagnostics",
+    "diverse",
     "embeds_text",
     "encoder_for",
     "expectations",
     "expecting",
     "field_stats",
     "filters",
-    "fuse",
     "is_sharded",
+    "merge",
     "owner",
     "parse_timestamp",
     "probe",
     "project",
     "quantize",
+    "rrf",
     "run",
     "split",
     "transformer_of",
     "tsne_available",
+    "unit_mean",
+    "unit_queries",
+    "whole_rows",
 ]
 
 FLOAT32_MAX = 3.4028234663852886e38

@@ -175,13 +175,19 @@ def _keyword_lists(table: Source, search: DocumentSearch, depth: int, m: int) ->
 def _diverse(table: Source, search: DocumentSearch, q: int, ids: np.ndarray, scores: np.ndarray) -> np.ndarray:
     """The page's candidates in MMR order (indices into ``ids``)."""
     assert search.queries is not None
-    want = search.offset + search.k
+    return diverse(search, search.queries[q], table.vectors[ids], scores)
+
+
+def diverse(search: DocumentSearch, query: np.ndarray, candidates: np.ndarray, scores: np.ndarray) -> np.ndarray:
+    """The order (indices into ``candidates``, the unit rows of the best hits, best first, scored ``scores`` in
+    the search's mode) in which MMR picks the page's candidates for the unit vector ``query``: relevance is the
+    cosine (vector) or the fused score over the highest it can be (hybrid)."""
     relevance = None
     if search.mode == "hybrid":
         weights = (1.0, 1.0) if search.weights is None else search.weights
         best = sum(weights) / (search.rrf_k + 1)  # a hit first in every list
         relevance = scores / best if best > 0 else scores
-    chosen, _ = mmr(search.queries[q], table.vectors[ids], want, search.diversity, relevance)
+    chosen, _ = mmr(query, candidates, search.offset + search.k, search.diversity, relevance)
     return chosen
 
 

@@ -11,6 +11,7 @@ import numpy as np
 SMALL_BATCH = 2  # up to this many queries a plain matrix product beats FAISS's blocked search
 GATHER_BELOW = 4  # a filtered exact search gathers its rows when fewer than 1 in GATHER_BELOW pass
 MASKED_BLOCK_BYTES = 64 << 20  # scores of a filtered exact search computed at once
+TAIL_BLOCK = 16  # a multiple of the rows BLAS's inner-product kernels take at once (see inner_products)
 
 Neighbor = tuple[int, float]  # (row id, score)
 Hits = tuple[np.ndarray, np.ndarray]  # (scores, ids), one row per query, best first; id -1 pads
@@ -20,17 +21,51 @@ def exact_knn(queries: np.ndarray, base: np.ndarray, k: int) -> tuple[np.ndarray
     """Brute-force inner-product top-``k``: one BLAS product for a few queries, FAISS's blocked search beyond."""
     if len(queries) > SMALL_BATCH:
         return faiss.knn(queries, base, k, metric=faiss.METRIC_INNER_PRODUCT)
-    return best_of(queries @ np.asarray(base).T, k)
+    return best_of(inner_products(queries, base), k)
+
+
+def inner_products(queries: np.ndarray, base: np.ndarray) -> np.ndarray:
+    """``queries @ base.T`` (float32); for up to ``SMALL_BATCH`` queries, each row's score the same wherever the
+    row sits in ``base``.
+
+    BLAS computes the last rows of a matrix (its length modulo the kernel's block) with another kernel, whose
+    sums round differently: the same row would score one unit in the last place apart at the end of a shard and
+    in the middle of the whole table. The last ``len(base) % TAIL_BLOCK`` rows are scored in a zero-padded block
+    of their own, through the main kernel as every other row. A larger batch is one matrix product, whose tiles
+    round by their place in both matrices (so a batch's cosine may differ in the last place from one query's)."""
+    matrix = np.asarray(base)
+    if len(queries) > SMALL_BATCH:
+        product: np.ndarray = queries @ matrix.T
+        return product
+    n = len(matrix)
+    head = n - n % TAIL_BLOCK
+    out = np.empty((len(queries), n), dtype=np.float32)
+    np.matmul(queries, matrix[:head].T, out=out[:, :head])
+    if head < n:
+        tail = np.zeros((TAIL_BLOCK, matrix.shape[1]), dtype=np.float32)
+        tail[: n - head] = matrix[head:]
+        out[:, head:] = (queries @ tail.T)[:, : n - head]
+    return out
 
 
 def best_of(scores: np.ndarray, k: int) -> Hits:
-    """The ``k`` best (scores, ids) of each row of a queries x rows score matrix, best first."""
-    if k < scores.shape[1]:
-        best = np.argpartition(-scores, k - 1, axis=1)[:, :k]
+    """The ``k`` best (scores, ids) of each row of a queries x rows score matrix, best first, equal scores by id
+    (also at the k-th place: of equal scores there, the lowest ids are kept)."""
+    n = scores.shape[1]
+    if k >= n:
+        best = np.broadcast_to(np.arange(n), scores.shape)
+        top = scores
     else:
-        best = np.broadcast_to(np.arange(scores.shape[1]), scores.shape)
-    top = np.take_along_axis(scores, best, axis=1)
-    order = np.argsort(-top, axis=1, kind="stable")
+        best = np.argpartition(-scores, k - 1, axis=1)[:, :k]
+        top = np.take_along_axis(scores, best, axis=1)
+        last = top.min(axis=1)
+        for q in np.flatnonzero(np.count_nonzero(scores == last[:, None], axis=1) > (top == last[:, None]).sum(1)):
+            # more rows score the k-th score than were kept: keep those of the lowest ids
+            above = np.flatnonzero(scores[q] > last[q])
+            tied = np.flatnonzero(scores[q] == last[q])[: k - len(above)]
+            best[q] = np.concatenate([above, tied])
+            top[q] = scores[q, best[q]]
+    order = np.lexsort((best, -top), axis=1) if len(best) else np.zeros(best.shape, dtype=np.int64)
     return np.take_along_axis(top, order, axis=1), np.take_along_axis(best, order, axis=1).astype(np.int64)
 
 
@@ -46,7 +81,7 @@ def exact_knn_rows(queries: np.ndarray, base: np.ndarray, k: int, rows: np.ndarr
     out_ids = np.empty((len(queries), k), dtype=np.int64)
     step = max(1, MASKED_BLOCK_BYTES // (4 * len(base)))
     for start in range(0, len(queries), step):
-        scores = queries[start : start + step] @ np.asarray(base).T
+        scores = inner_products(queries[start : start + step], base)
         scores[:, ~mask] = -np.inf
         out_scores[start : start + step], out_ids[start : start + step] = best_of(scores, k)
     return out_scores, out_ids

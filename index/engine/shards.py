@@ -18,7 +18,7 @@ the merge of the shards' lists is the whole table's list.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Hashable, Sequence
+from collections.abc import Collection, Sequence
 from pathlib import Path
 from typing import Any, cast
 
@@ -26,7 +26,6 @@ import numpy as np
 import pyarrow as pa
 
 from index.engine.filters import RowSet
-from index.engine.fusion import rrf
 from index.engine.hybrid import DocumentSearch, Hit
 from index.engine.hybrid import run as run_documents
 from index.engine.keyword import KeywordIndex
@@ -47,19 +46,20 @@ def merge(lists: Sequence[tuple[np.ndarray, np.ndarray]], k: int) -> tuple[np.nd
     return rows[order], scores[order]
 
 
-def fuse(
-    lists: Sequence[Sequence[Hashable]], k: float, weights: tuple[float, float] | None, limit: int
-) -> list[tuple[Hashable, float, list[int]]]:
-    """Reciprocal Rank Fusion (:func:`index.engine.fusion.rrf`) of merged lists of keys (a front's document ids):
-    (key, fused score, its rank in each list, 0 where absent), best first."""
-    numbers: dict[Hashable, int] = {}
-    numbered = [[numbers.setdefault(key, len(numbers)) for key in keys] for keys in lists]
-    keys = list(numbers)
-    fused = rrf(numbered, k=k, weights=weights, limit=limit)
-    return [
-        (keys[number], score, ranks)
-        for number, score, ranks in zip(fused.ids.tolist(), fused.scores.tolist(), fused.ranks.tolist(), strict=True)
-    ]
+def whole_rows(table: Table) -> np.ndarray:
+    """Each row's row in the whole table: a shard's from the file its import wrote beside it
+    (``shardmap.WHOLE_ROWS``), any other table's its own."""
+
+    def load() -> np.ndarray:
+        path = table.directory / shardmap.WHOLE_ROWS
+        if not path.is_file():
+            return np.arange(table.rows, dtype=np.int64)
+        rows = np.load(path, mmap_mode="r", allow_pickle=False)
+        if rows.shape != (table.rows,):
+            raise ArtifactError(f"table {table.name!r}: {shardmap.WHOLE_ROWS} disagrees with its rows")
+        return np.asarray(rows, dtype=np.int64)
+
+    return table.cached("whole_rows", load)
 
 
 def is_sharded(directory: Path) -> bool:

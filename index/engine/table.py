@@ -277,15 +277,7 @@ class Table:
         queries = np.asarray(vectors, dtype=np.float64)
         if queries.ndim != 2 or queries.shape[1] != self.dim:
             raise InvalidQuery(f"query vectors must have {self.dim} values each, got shape {list(queries.shape)}")
-        if not np.isfinite(queries).all():
-            raise InvalidQuery("query vectors must contain only finite numbers")
-        norms = np.linalg.norm(queries, axis=1)
-        if (norms == 0).any():
-            raise InvalidQuery("a query vector is all zeros and has no direction")
-        unit: np.ndarray = (queries / norms[:, None]).astype(np.float32)
-        if not np.isfinite(unit).all():
-            raise InvalidQuery("query vectors overflow float32")
-        return unit
+        return unit_queries(queries)
 
     def limit(self, options: SearchOptions) -> int:
         """How many rows a search with ``options`` may answer from (the first ones)."""
@@ -412,16 +404,8 @@ class Table:
         if not positive and not negative:
             raise InvalidQuery("give at least one positive or negative token")
         if len(positive) == 1 and not negative:  # one word: its row (the same float64 arithmetic, faster)
-            mean = self.vectors[positive[0]].astype(np.float64)
-        else:
-            ids = list(positive) + list(negative)
-            weights = np.array([1.0] * len(positive) + [-1.0] * len(negative))
-            mean = weights @ np.asarray(self.vectors[ids], dtype=np.float64) / len(ids)
-        norm = np.sqrt(mean @ mean)  # what np.linalg.norm computes for a vector
-        if norm < 1e-12:
-            raise InvalidQuery("the positive and negative tokens cancel out: the query vector is zero")
-        query: np.ndarray = (mean / norm).astype(np.float32)[None, :]
-        return query
+            return unit_mean(self.vectors[positive[0]][None, :], 1)
+        return unit_mean(self.vectors[list(positive) + list(negative)], len(positive))
 
     # ------------------------------------------------------------------- the same, gensim's way of asking
     def search(
@@ -565,6 +549,36 @@ class Plan:
 
     def run(self) -> Answers:
         return self.finish(self.kernel())
+
+
+def unit_queries(queries: np.ndarray) -> np.ndarray:
+    """Query vectors (m, dim; finite) scaled to unit length, in float32: a raw vector query as the engine reads it."""
+    queries = np.asarray(queries, dtype=np.float64)
+    if not np.isfinite(queries).all():
+        raise InvalidQuery("query vectors must contain only finite numbers")
+    norms = np.linalg.norm(queries, axis=1)
+    if (norms == 0).any():
+        raise InvalidQuery("a query vector is all zeros and has no direction")
+    unit: np.ndarray = (queries / norms[:, None]).astype(np.float32)
+    if not np.isfinite(unit).all():
+        raise InvalidQuery("query vectors overflow float32")
+    return unit
+
+
+def unit_mean(rows: np.ndarray, positive: int) -> np.ndarray:
+    """gensim's ``most_similar`` query of unit ``rows`` (the first ``positive`` weighted +1, the others -1): their
+    mean, normalised (1 x dim, float32). One positive row alone is itself, through the same float64 arithmetic."""
+    matrix = np.asarray(rows, dtype=np.float64)
+    if len(matrix) == 1 and positive == 1:
+        mean = matrix[0]
+    else:
+        weights = np.array([1.0] * positive + [-1.0] * (len(matrix) - positive))
+        mean = weights @ matrix / len(matrix)
+    norm = np.sqrt(mean @ mean)  # what np.linalg.norm computes for a vector
+    if norm < 1e-12:
+        raise InvalidQuery("the positive and negative tokens cancel out: the query vector is zero")
+    query: np.ndarray = (mean / norm).astype(np.float32)[None, :]
+    return query
 
 
 def advise_random(matrix: np.ndarray) -> None:

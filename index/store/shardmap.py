@@ -8,7 +8,9 @@
     <name>/keyword_terms.arrow  the whole table's words (sorted) and ...
     <name>/keyword_df.npy       ... the documents holding each (int64): BM25's document frequencies
     <name>/tokens.bin, ...      the ids in the whole table's order (``index.store.tokens``), for its lookups
-    <name>/shard-000/ ...       each a complete table (its own manifest, checksums, index, payload, keyword index)
+    <name>/shard-000/ ...       each a complete table (its own manifest, checksums, index, payload, keyword index,
+                                and whole_rows.npy: the whole table's row of each of its rows, for a front that
+                                orders equal scores as the whole table does)
 
 The shards live inside the table's directory, so a sharded table is written, published, exchanged and recovered
 in one step as any table is (``artifact.staging``): a reader sees every shard of one version with the map and
@@ -37,6 +39,7 @@ from index.store import artifact
 
 KIND = "sharded"
 ASSIGNMENT = "assignment.npy"
+WHOLE_ROWS = "whole_rows.npy"  # in each shard: the whole table's row of each of its rows (int64)
 TERMS, DF = "keyword_terms.arrow", "keyword_df.npy"
 HASH = "blake2b-64(id as UTF-8 text, integers in decimal), big-endian, mod shards"
 MAX_SHARDS = 1024

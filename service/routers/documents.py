@@ -27,6 +27,7 @@ async def get_document(
     table: TableDep,
     document: Annotated[str, Path(min_length=1, max_length=MAX_TOKEN_CHARS, description="the document's id")],
     vector: Annotated[bool, Query(description="also return the document's vector as imported")] = False,
+    normalized: Annotated[bool, Query(description="with vector: its unit vector, as searches use it")] = False,
     fields: Annotated[str | None, Query(max_length=MAX_TOKEN_CHARS, description="comma-separated fields")] = None,
 ) -> Response:
     payload = table.documents("look a row up by token")
@@ -35,7 +36,10 @@ async def get_document(
     if delta is not None:
         written = delta.written(document)
         if written is not None:
-            return FastJSON(written.show(payload, names, vector))
+            shown = written.show(payload, names, vector)
+            if vector and normalized:
+                shown["vector"] = written.vector
+            return FastJSON(shown)
     (row,) = (delta or payload).row_of([document]).tolist()  # 404 unknown_document (deleted too)
     out: dict[str, Any] = {
         "id": payload.ids([row])[0],
@@ -43,5 +47,5 @@ async def get_document(
         "fields": payload.records([row], names)[0],
     }
     if vector:
-        out["vector"] = table.row(row)
+        out["vector"] = table.row(row, normalized=normalized)
     return FastJSON(out)

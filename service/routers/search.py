@@ -15,7 +15,7 @@ from service.deps import RegistryDep, TableDep
 from service.errors import BODY_ERRORS, responses
 from service.http.fastroute import QueryRoute, plain_body
 from service.plain_search import plain_vector_search
-from service.respond import FastJSON, hits, neighbors, results
+from service.respond import FastJSON, hits, include, neighbors, results
 from service.schemas.search import (
     DocumentSearchBatchResponse,
     DocumentSearchResponse,
@@ -50,7 +50,7 @@ async def search(request: Request, table: TableDep, registry: RegistryDep, body:
         delta = live.delta_of(table)  # the documents written since the version, if any: searched beside them
 
         def shape(result: Result) -> dict[str, Any]:
-            return hits(table, result, body.fields, delta)
+            return include(table, result, hits(table, result, body.fields, delta), body.include or (), delta)
 
     if single:
         return FastJSON(shape(await execute.one(request, table, "search", queries[0], encoder, delta)))

@@ -94,6 +94,14 @@ Filter = Annotated[
     ValidText,
 ]
 FieldNames = Annotated[list[Token], Field(max_length=1024, description="documents tables: the fields a hit carries")]
+Include = Annotated[
+    list[Literal["row", "vector"]],
+    Field(
+        max_length=2,
+        description="documents tables: what else each hit carries: its row (a shard's: in the whole sharded table, "
+        "the order equal scores go by) and its unit vector (what a front re-ranks by diversity)",
+    ),
+]
 DOCUMENT_FORMS = (given("vector"), given("id"), POSITIVE_NEGATIVE)
 TEXT_ALONE = {"allOf": [present("text"), absent("vector", "id"), NO_POSITIVE_NEGATIVE]}  # no vector query
 TEXT_FORM = Form({"allOf": [present("text"), absent("vector", "vectors", "id", "queries"), NO_POSITIVE_NEGATIVE]})
@@ -189,6 +197,7 @@ class SearchRequest(TokenOptions, PageOptions):
     negative: DocumentIds = []
     queries: DocumentBatch | None = None
     fields: FieldNames | None = None
+    include: Include | None = None
     text: QueryText | None = None
     mode: SearchMode = Field("vector", description=MODE_HELP)
     diversity: Diversity | None = None
@@ -249,6 +258,8 @@ class DocumentHit(BaseModel):
     ranks: dict[str, int] | None = Field(
         None, description="modes keyword and hybrid: the hit's rank (from 1) in each list holding it (vector, keyword)"
     )
+    row: int | None = Field(None, description='with include "row": the row (of a shard: in the whole table)')
+    vector: list[float] | None = Field(None, description='with include "vector": the unit vector')
 
 
 class Fallback(BaseModel):

@@ -30,9 +30,8 @@ import itertools
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import httpx
 import numpy as np
 import orjson
 from fastapi import Request
@@ -47,6 +46,9 @@ from index.store.artifact import NAME_PATTERN as NAME
 from service.errors import BODY_ERRORS, ApiError, item_error, responses
 from service.respond import FastJSON
 from service.schemas.search import SearchRequest
+
+if TYPE_CHECKING:  # imported where a front asks its shards: a server without shards never loads it
+    import httpx
 
 UNSUPPORTED = ("id", "positive", "negative", "vectors", "diversity")
 
@@ -121,6 +123,8 @@ class Front:
     @property
     def client(self) -> httpx.AsyncClient:
         if self._client is None:  # made in the event loop that uses it
+            import httpx
+
             self._client = httpx.AsyncClient(limits=httpx.Limits(max_connections=256, max_keepalive_connections=64))
         return self._client
 
@@ -130,6 +134,8 @@ class Front:
 
     async def ask(self, shard_number: int, shard: Shard, body: dict[str, Any]) -> dict[str, Any]:
         """One shard's answer to ``body`` (``POST <replica>/search``): each replica in turn, at most two."""
+        import httpx
+
         reasons, timed_out = [], False
         payload = orjson.dumps(body)
         headers = {"content-type": "application/json"}

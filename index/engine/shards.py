@@ -20,10 +20,9 @@ from __future__ import annotations
 
 from collections.abc import Collection, Hashable, Sequence
 from pathlib import Path
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
-import pyarrow as pa
 
 from index.engine.filters import RowSet
 from index.engine.fusion import rrf
@@ -37,6 +36,11 @@ from index.errors import ArtifactError, InvalidQuery
 from index.store import artifact, shardmap
 from index.store.payload import KIND, Payload, sort_ids
 from index.store.tokens import Tokens
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+else:
+    from index.lazy import pa
 
 
 def merge(lists: Sequence[tuple[np.ndarray, np.ndarray]], k: int) -> tuple[np.ndarray, np.ndarray]:

@@ -194,8 +194,8 @@ def hnsw_add_threads() -> int:
     sets them. The inserts of a level end at a barrier and take each touched node's lock; with a thread per core,
     libgomp waits there by spinning, and a thread slowed by other work on the machine keeps its static share of the
     rows while the rest spin. With more threads than cores libgomp sleeps instead of spinning and the kernel
-    spreads the threads over the cores: the same graph's build took half the time and less CPU on a shared machine
-    (BENCHMARKS.md, "Server memory and load + index, before and after")."""
+    spreads the threads over the cores: the same graph for less CPU, and on a machine shared with other work
+    often in less time (BENCHMARKS.md, "Server memory and load + index, before and after")."""
     threads = max(1, faiss.omp_get_max_threads())
     return threads if os.environ.get("OMP_NUM_THREADS") else HNSW_THREADS_PER_CORE * threads
 

@@ -40,10 +40,9 @@ import asyncio
 import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
-import httpx
 import numpy as np
 import orjson
 from fastapi import Request
@@ -60,6 +59,9 @@ from index.store.shardmap import shard_of_id
 from service.errors import BODY_ERRORS, ApiError, item_error, responses
 from service.respond import FastJSON
 from service.schemas.search import SearchRequest
+
+if TYPE_CHECKING:  # imported where a front asks its shards: a server without shards never loads it
+    import httpx
 
 EVERY_ROW = 1 << 62  # the front does not know the table's rows: a list is as deep as its shards make it
 WRITTEN = 1 << 61  # the merge's order of a shard's written documents: after every row
@@ -137,6 +139,8 @@ class Front:
     @property
     def client(self) -> httpx.AsyncClient:
         if self._client is None:  # made in the event loop that uses it
+            import httpx
+
             self._client = httpx.AsyncClient(limits=httpx.Limits(max_connections=256, max_keepalive_connections=64))
         return self._client
 
@@ -159,6 +163,8 @@ class Front:
     async def request(self, shard_number: int, shard: Shard, path: str, payload: bytes | None) -> dict[str, Any]:
         """A shard's JSON answer to ``POST`` ``payload`` (``GET`` without one) at ``<replica><path>``: each replica
         in turn, at most two; its 4xx raises :class:`ShardRefused`, no answer :class:`ShardFailed`."""
+        import httpx
+
         reasons, timed_out = [], False
         headers = {"content-type": "application/json"}
         for replica in shard.order()[:2]:

@@ -23,7 +23,7 @@ import pyarrow.compute as pc
 import pyarrow.json as pajson
 
 from index.errors import InputError
-from index.store.payload import BOOLEAN, FLOAT, INTEGER, STRING, STRING_LIST, TIMESTAMP, TIMESTAMP_TYPE, contiguous
+from index.store.payload import BOOLEAN, FLOAT, INTEGER, STRING, STRING_LIST, TIMESTAMP, contiguous, timestamp_type
 
 BLOCK_ROWS = 16_384  # rows per block when vectors are copied out of Arrow lists, or CSV cells parsed as JSON
 SUPPORTED = "strings, integers, floats, booleans, timestamps or lists of strings"
@@ -115,7 +115,7 @@ def as_timestamps(column: pa.Array) -> pa.Array | None:
     zoned = pc.match_substring_regex(text, r"(?:Z|[+-]\d{2}:?\d{2})$")
     text = pc.if_else(zoned, text, pc.binary_join_element_wise(text, "Z", ""))
     try:
-        return pc.cast(text, TIMESTAMP_TYPE)
+        return pc.cast(text, timestamp_type())
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
         return None  # e.g. month 13: not dates after all
 
@@ -178,7 +178,7 @@ def typed_field(name: str, column: pa.Array, checks: Checks, rows: Rows) -> tupl
     if pa.types.is_timestamp(kind) or pa.types.is_date(kind):
         if pa.types.is_date(kind) or kind.tz is None:  # no zone: the time is UTC
             column = column.cast(pa.timestamp("us"), safe=False)
-        return column.cast(TIMESTAMP_TYPE, safe=False), TIMESTAMP
+        return column.cast(timestamp_type(), safe=False), TIMESTAMP
     if pa.types.is_list(kind) or pa.types.is_large_list(kind) or pa.types.is_fixed_size_list(kind):
         inner = kind.value_type
         if pa.types.is_dictionary(inner):

@@ -25,6 +25,7 @@ choice whenever its build is affordable; an IVF build costs seconds to minutes a
 from __future__ import annotations
 
 import math
+import os
 import time
 from dataclasses import dataclass, field
 from typing import Any, cast
@@ -46,6 +47,7 @@ RECALL_SAMPLE = 1000
 RECALL_K = 10
 ADD_BLOCK_HNSW = 10_000  # rows per add call: progress lines come often enough
 ADD_BLOCK = 100_000
+HNSW_THREADS_PER_CORE = 2  # OpenMP threads per core while an HNSW graph is built (hnsw_add_threads)
 IVF_TRAIN_POINTS_PER_LIST = 64
 IVF_TRAIN_ITERATIONS = 10
 PQ_NBITS = 8
@@ -173,12 +175,29 @@ def default_nlist(rows: int) -> int:
     return max(1, min(rows, power))
 
 
-def _add(index: faiss.Index, vectors: np.ndarray, block: int) -> None:
-    with Progress("adding rows to the index", len(vectors)) as progress:
-        for start in range(0, len(vectors), block):
-            part = np.ascontiguousarray(vectors[start : start + block])
-            index.add(part)
-            progress.advance(len(part))
+def _add(index: faiss.Index, vectors: np.ndarray, block: int, threads: int | None = None) -> None:
+    before = faiss.omp_get_max_threads()
+    if threads is not None:
+        faiss.omp_set_num_threads(threads)
+    try:
+        with Progress("adding rows to the index", len(vectors)) as progress:
+            for start in range(0, len(vectors), block):
+                part = np.ascontiguousarray(vectors[start : start + block])
+                index.add(part)
+                progress.advance(len(part))
+    finally:
+        faiss.omp_set_num_threads(before)
+
+
+def hnsw_add_threads() -> int:
+    """OpenMP threads for an HNSW graph's inserts: twice FAISS's default (one per core), unless OMP_NUM_THREADS
+    sets them. The inserts of a level end at a barrier and take each touched node's lock; with a thread per core,
+    libgomp waits there by spinning, and a thread slowed by other work on the machine keeps its static share of the
+    rows while the rest spin. With more threads than cores libgomp sleeps instead of spinning and the kernel
+    spreads the threads over the cores: the same graph for less CPU, and on a machine shared with other work
+    often in less time (BENCHMARKS.md, "Server memory and load + index, before and after")."""
+    threads = max(1, faiss.omp_get_max_threads())
+    return threads if os.environ.get("OMP_NUM_THREADS") else HNSW_THREADS_PER_CORE * threads
 
 
 def _hnsw(dim: int, spec: IndexSpec) -> faiss.Index:
@@ -224,7 +243,7 @@ def build_index(vectors: np.ndarray, spec: IndexSpec, seed: int = 0) -> faiss.In
             train = np.ascontiguousarray(vectors[rows])
         index.train(train)
         note(f"trained in {duration(time.perf_counter() - started)}")
-    _add(index, vectors, block)
+    _add(index, vectors, block, hnsw_add_threads() if spec.kind == "hnsw" else None)
     return index
 
 

@@ -13,17 +13,21 @@ import copy
 import datetime as dt
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
-import pyarrow as pa
 
 from index.engine.filters import RowSet
 from index.engine.search import VectorSearch
 from index.engine.table import Table
-from index.store.payload import ARROW_TYPES, INTEGER, LOOKUP_LIMIT, TIMESTAMP, Payload, UnknownDocument
+from index.store.payload import INTEGER, LOOKUP_LIMIT, TIMESTAMP, Payload, UnknownDocument, arrow_types
 from index.store.rows import normalise
 from index.store.writelog import Record
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+else:
+    from index.lazy import pa
 
 Key = str | int
 T = TypeVar("T")
@@ -235,7 +239,7 @@ class DeltaColumns:
         values = [d.fields.get(name) for d in self.documents]
         if kind == TIMESTAMP:
             values = [None if v is None else parse_timestamp(v) for v in values]
-        return pa.array(values, ARROW_TYPES[kind])
+        return pa.array(values, arrow_types()[kind])
 
 
 def vector_search(

@@ -10,13 +10,16 @@ documents (the version's rows not deleted, then the written ones) when a delta i
 from __future__ import annotations
 
 import datetime as dt
-from typing import Any
-
-import pyarrow as pa
-import pyarrow.compute as pc
+from typing import TYPE_CHECKING, Any
 
 from index.engine.delta import Delta
 from index.store.payload import BOOLEAN, FLOAT, INTEGER, STRING, STRING_LIST, TIMESTAMP, Payload
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    import pyarrow.compute as pc
+else:
+    from index.lazy import pa, pc
 
 TOP_VALUES = 50
 

@@ -23,15 +23,19 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import faiss
 import numpy as np
-import pyarrow as pa
-import pyarrow.compute as pc
 
 from index.errors import InvalidQuery
-from index.store.payload import BOOLEAN, FLOAT, INTEGER, STRING, STRING_LIST, TIMESTAMP, TIMESTAMP_TYPE, Payload
+from index.store.payload import BOOLEAN, FLOAT, INTEGER, STRING, STRING_LIST, TIMESTAMP, Payload, timestamp_type
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    import pyarrow.compute as pc
+else:
+    from index.lazy import pa, pc
 
 LOGICAL = ("and", "or", "not")
 RANGE = ("gt", "gte", "lt", "lte")
@@ -46,14 +50,7 @@ OPERATORS: dict[str, tuple[str, ...]] = {
 MAX_DEPTH = 32  # nesting of and/or/not
 MAX_VALUES = 10_000  # values of one "in"
 FLOAT_MAX = float(np.finfo(np.float64).max)
-COMPARE: dict[str, Callable[..., Any]] = {
-    "eq": pc.equal,
-    "ne": pc.not_equal,
-    "gt": pc.greater,
-    "gte": pc.greater_equal,
-    "lt": pc.less,
-    "lte": pc.less_equal,
-}
+COMPARE = {"eq": "equal", "ne": "not_equal", "gt": "greater", "gte": "greater_equal", "lt": "less", "lte": "less_equal"}
 
 
 @dataclass(eq=False)
@@ -171,7 +168,7 @@ def _condition(column: pa.Array, kind: str, op: str, value: Any, where: str) -> 
     if kind == STRING_LIST:  # "has this tag"; ne: has it not
         has = _any_tag(column, lambda tags: pc.equal(tags, scalar))
         return pc.invert(has) if op == "ne" else has
-    passing = COMPARE[op](column, scalar)
+    passing = getattr(pc, COMPARE[op])(column, scalar)  # Arrow's compute function by name
     return pc.fill_null(passing, op == "ne")
 
 
@@ -203,7 +200,7 @@ def _scalar_type(kind: str) -> pa.DataType:
         INTEGER: pa.int64(),
         FLOAT: pa.float64(),
         BOOLEAN: pa.bool_(),
-        TIMESTAMP: TIMESTAMP_TYPE,
+        TIMESTAMP: timestamp_type(),
     }[kind]
 
 

@@ -35,15 +35,19 @@ import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pyarrow as pa
-import pyarrow.compute as pc
 
 from index.errors import ArtifactError, InvalidQuery
 from index.progress import Progress, note
 from index.store.payload import contiguous, search_sorted
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    import pyarrow.compute as pc
+else:
+    from index.lazy import pa, pc
 
 KEYWORD = "keyword"  # the manifest's section
 DATA, INDICES, INDPTR = "keyword_data.npy", "keyword_indices.npy", "keyword_indptr.npy"

@@ -19,10 +19,9 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pyarrow as pa
 
 from index.engine.delta import Delta, Document, vector_search
 from index.engine.filters import RowSet
@@ -32,6 +31,11 @@ from index.engine.search import SearchOptions, VectorSearch
 from index.engine.table import Table
 from index.errors import InvalidQuery
 from index.store.payload import contiguous
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+else:
+    from index.lazy import pa
 
 _LENGTHS_LOCK = threading.Lock()
 

@@ -10,12 +10,16 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, overload
+from typing import TYPE_CHECKING, Any, overload
 
 import numpy as np
-import pyarrow as pa
 
 from index.store.payload import open_batch, serialise
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+else:
+    from index.lazy import pa
 
 METADATA = "metadata.arrow"
 METADATA_JSON = "metadata.json"  # tables built before the Arrow store

@@ -15,15 +15,20 @@ Field types and their Arrow types: string (utf8), integer (int64), float (float6
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pyarrow as pa
-import pyarrow.compute as pc
 
 from index.errors import ArtifactError, InvalidQuery, UnknownToken
 from index.store import artifact
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    import pyarrow.compute as pc
+else:
+    from index.lazy import pa, pc
 
 PAYLOAD = "payload.arrow"
 ID_LOOKUP = "payload_ids.arrow"
@@ -37,15 +42,27 @@ STRING, INTEGER, FLOAT, BOOLEAN, TIMESTAMP, STRING_LIST = (
     "timestamp",
     "string_list",
 )
-TIMESTAMP_TYPE = pa.timestamp("us", tz="UTC")
-ARROW_TYPES: dict[str, pa.DataType] = {
-    STRING: pa.string(),
-    INTEGER: pa.int64(),
-    FLOAT: pa.float64(),
-    BOOLEAN: pa.bool_(),
-    TIMESTAMP: TIMESTAMP_TYPE,
-    STRING_LIST: pa.list_(pa.string()),
-}
+
+
+@cache
+def timestamp_type() -> pa.DataType:
+    """How a timestamp field is stored (a function, not a constant: pyarrow is imported on first use)."""
+    return pa.timestamp("us", tz="UTC")
+
+
+@cache
+def arrow_types() -> dict[str, pa.DataType]:
+    """The Arrow type each field type is stored as."""
+    return {
+        STRING: pa.string(),
+        INTEGER: pa.int64(),
+        FLOAT: pa.float64(),
+        BOOLEAN: pa.bool_(),
+        TIMESTAMP: timestamp_type(),
+        STRING_LIST: pa.list_(pa.string()),
+    }
+
+
 LOOKUP_LIMIT = 5  # unknown ids named in one error
 
 
@@ -61,7 +78,7 @@ def type_name(arrow_type: pa.DataType) -> str:
         return STRING
     if pa.types.is_list(arrow_type) or pa.types.is_large_list(arrow_type):
         return STRING_LIST
-    for name, stored in ARROW_TYPES.items():
+    for name, stored in arrow_types().items():
         if arrow_type == stored:
             return name
     raise ArtifactError(f"no field type stores Arrow type {arrow_type}")
@@ -278,7 +295,7 @@ class Payload:
         columns = []
         for name in names:
             column = self.column(name).take(indices)
-            columns.append(_iso(column) if column.type == TIMESTAMP_TYPE else column)
+            columns.append(_iso(column) if column.type == timestamp_type() else column)
         if not columns:
             return [{} for _ in range(len(indices))]
         result: list[dict[str, Any]] = pa.RecordBatch.from_arrays(columns, names=names).to_pylist()

@@ -10,11 +10,20 @@ import sys
 import time
 from pathlib import Path
 
+import faiss
 import numpy as np
 import pytest
 
 from index import progress
-from index.build.index_choice import AUTO_FLAT_BELOW, choose_auto, default_nlist, parse_spec, scaled_build_seconds
+from index.build.index_choice import (
+    AUTO_FLAT_BELOW,
+    build_and_measure,
+    choose_auto,
+    default_nlist,
+    hnsw_add_threads,
+    parse_spec,
+    scaled_build_seconds,
+)
 from index.build.sources import RawTable
 from index.build.writer import build_table, index_table
 from index.engine.table import Table
@@ -214,3 +223,35 @@ def test_index_command_and_quiet(tmp_path: Path) -> None:
         [*command, "index", "nope", "--data-dir", tmp_path], capture_output=True, text=True, cwd=REPO
     )
     assert missing.returncode == 1 and missing.stderr.strip() == "embedding-index: error: no table at 'nope'"
+
+
+def test_the_graph_is_built_on_twice_faiss_s_threads_unless_omp_num_threads_sets_them(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    threads = faiss.omp_get_max_threads()
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    assert hnsw_add_threads() == 2 * threads
+    monkeypatch.setenv("OMP_NUM_THREADS", str(threads))
+    assert hnsw_add_threads() == threads
+
+
+def test_an_hnsw_build_adds_on_those_threads_and_gives_faiss_its_own_back(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    before = faiss.omp_get_max_threads()
+    during: list[int] = []
+    add = faiss.IndexHNSWFlat.add
+
+    def counted(index: faiss.IndexHNSWFlat, rows: np.ndarray) -> None:
+        during.append(faiss.omp_get_max_threads())
+        add(index, rows)
+
+    monkeypatch.setattr(faiss.IndexHNSWFlat, "add", counted)
+    unit = clustered(12_000, 32)
+    unit /= np.linalg.norm(unit, axis=1, keepdims=True)
+    built = build_and_measure(unit, parse_spec("hnsw:M=16,efConstruction=80", len(unit)), min_recall=0.99)
+    assert during == [2 * before, 2 * before] and faiss.omp_get_max_threads() == before
+    queries = unit[:: len(unit) // 200]
+    _, found = built.index.search(queries, 10)
+    truth = exact_top10(unit, queries)
+    recall = np.mean([len(np.intersect1d(t, f)) / 10 for t, f in zip(truth, found, strict=True)])
+    assert built.info["recall_at_10"] >= 0.99 and recall >= 0.99

@@ -1,0 +1,76 @@
+"""A server of word tables never loads the libraries only other tables use (index.lazy): their pages would be
+resident in every server process (BENCHMARKS.md, "Server memory and load + index, before and after").
+
+Checked on the real ``embedding-serve`` process, by the shared libraries mapped into it after it answered, and
+against a server of documents tables, which must map Arrow's (so the check sees a library when it is there).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import psutil
+import pytest
+
+from index.engine.table import Table
+from tests.service.real_server import HTTP, Server
+
+# Shared objects of libraries a word table never calls: pyarrow (documents, filters, metadata columns), ONNX
+# Runtime and tokenizers (transformer and model-token tables), PyStemmer (keyword search), SciPy, pandas.
+UNUSED_BY_WORDS = ("libarrow", "pyarrow", "onnxruntime", "tokenizers", "Stemmer", "scipy/", "pandas/")
+# Pure-Python modules the same start-up must not import: the above, and httpx (only a sharded front asks shards).
+UNIMPORTED = ("pyarrow", "httpx", "onnxruntime", "tokenizers", "Stemmer", "bm25s", "scipy", "pandas")
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/PID/maps")
+
+
+def mapped(server: Server) -> set[str]:
+    """The files mapped into the server's processes (the worker and any process it started)."""
+    root = psutil.Process(server.process.pid)
+    paths: set[str] = set()
+    for proc in [root, *root.children(recursive=True)]:
+        paths.update(m.path for m in proc.memory_maps() if m.path.startswith("/"))
+    return paths
+
+
+def unused(paths: set[str]) -> list[str]:
+    return sorted(p for p in paths if any(name in p for name in UNUSED_BY_WORDS))
+
+
+def test_a_word_table_server_maps_no_library_it_never_calls(small_server: Server, small: Table) -> None:
+    base = f"{small_server.base}/v1/tables/small"
+    assert HTTP.get(f"{base}/neighbors", params={"token": "heart", "k": 5}).status_code == 200
+    vector = small.vectors[small.tokens.find("heart")].tolist()
+    assert HTTP.post(f"{base}/search", json={"vector": vector, "k": 5}).status_code == 200
+    assert HTTP.get(f"{base}/similarity", params={"a": "heart", "b": "lung"}).status_code == 200
+    paths = mapped(small_server)
+    assert any("faiss" in p for p in paths)  # what it does use is seen
+    assert unused(paths) == []
+
+
+def test_a_documents_server_maps_arrow(documents_server: Server) -> None:
+    body = {"text": "bushfires", "mode": "keyword", "k": 3, "filter": {"year": {"gte": 1995}, "lang": "en"}}
+    response = HTTP.post(f"{documents_server.base}/v1/tables/lee/search", json=body)
+    assert response.status_code == 200, response.text
+    assert any("libarrow" in p for p in unused(mapped(documents_server)))
+
+
+def test_the_app_and_a_word_table_loaded_import_none_of_them(small_data_dir: Path) -> None:
+    """In a fresh interpreter: the server's modules imported, its app made, the word table loaded and searched."""
+    script = f"""
+import sys
+import numpy as np
+import service.main
+from service.app import create_app
+from service.registry import Registry
+from service.settings import Settings
+create_app(Settings(data_dir={str(small_data_dir)!r}))
+table = Registry.load({str(small_data_dir)!r}).tables["small"]
+table.most_similar([table.tokens.find("heart")], k=5)
+print(" ".join(sorted(m for m in sys.modules if m.split(".")[0] in {UNIMPORTED!r})))
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.split() == []

@@ -22,7 +22,8 @@ from typing import Any
 
 class LazyModule:
     """Stands for the module ``name``, imported by the first attribute read (the import system's own lock makes
-    concurrent first reads import it once)."""
+    concurrent first reads import it once). Each attribute read is kept on the instance, so that later reads of it
+    are plain attribute reads, with no call."""
 
     def __init__(self, name: str) -> None:
         self._name = name
@@ -32,7 +33,9 @@ class LazyModule:
         module = self._module
         if module is None:
             module = self._module = importlib.import_module(self._name)
-        return getattr(module, attribute)
+        value = getattr(module, attribute)
+        self.__dict__[attribute] = value
+        return value
 
     def __repr__(self) -> str:
         return f"<lazy module {self._name!r}{'' if self._module is None else ' (imported)'}>"

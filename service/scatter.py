@@ -52,10 +52,9 @@ from pydantic_settings import BaseSettings, SettingsConfigDict, SettingsError
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
-from index.engine.door import LISTS, DocumentSearch, depths, diverse, merge, rrf, unit_mean, unit_queries
+from index.engine.door import LISTS, DocumentSearch, depths, diverse, merge, owner, rrf, unit_mean, unit_queries
 from index.errors import EmbeddingError, InvalidQuery
 from index.store.artifact import NAME_PATTERN as NAME
-from index.store.shardmap import shard_of_id
 from service.errors import BODY_ERRORS, ApiError, item_error, responses
 from service.respond import FastJSON
 from service.schemas.search import SearchRequest
@@ -155,9 +154,9 @@ class Front:
 
     async def unit_row(self, shards: list[Shard], document: str | int) -> np.ndarray:
         """The unit vector of ``document``, from the shard that owns it (``GET <replica>/documents/{id}``)."""
-        owner = shard_of_id(document, len(shards))
+        shard = owner(document, len(shards))
         path = f"/documents/{quote(str(document), safe='')}?vector=true&normalized=true"
-        found = await self.request(owner, shards[owner], path, None)
+        found = await self.request(shard, shards[shard], path, None)
         return np.asarray(found["vector"], dtype=np.float32)
 
     async def request(self, shard_number: int, shard: Shard, path: str, payload: bytes | None) -> dict[str, Any]:

@@ -24,7 +24,6 @@ import re
 from typing import Annotated, Any
 from urllib.parse import quote
 
-import httpx
 import orjson
 from fastapi import Header, Path
 from fastapi.routing import APIRoute
@@ -53,6 +52,8 @@ class Refused(Exception):
 async def _send(front: Front, table: str, shard: int, method: str, path: str, body: Any, key: str | None) -> Any:
     """The answer of shard ``shard``'s writer to one request; :class:`Refused` for its 4xx, ``ApiError`` when it
     cannot be reached, fails or does not answer in time."""
+    import httpx  # here: a server without shards never loads it
+
     writer = front.tables[table][shard].replicas[0]
     headers = {"content-type": "application/json"}
     if key is not None:

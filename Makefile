@@ -6,7 +6,7 @@ DATA_DIR ?= data
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: install dev run build import sif test lint bench bench-quick system-deps clean
+.PHONY: install dev run build import sif test lint bench bench-quick bench-ray system-deps clean
 
 # Packages install with uv (itself installed from PyPI by pip) when it installs here, several times faster than
 # pip; otherwise with pip. Either way from the same registry, and compiled to bytecode at install as pip does (an
@@ -91,6 +91,12 @@ bench: dev $(VENV)/.bench-installed build
 # The benchmark scripts at tiny sizes (seconds), into build/ so BENCHMARKS.md is left alone.
 bench-quick: dev build
 	$(BIN)/python -m bench --data-dir $(DATA_DIR) --quick --results-dir build/bench-quick --markdown build/bench-quick/BENCHMARKS.md
+
+# A 100,000-passage MiniLM import with --shards 3, locally and on a local Ray cluster (an hour or more on two
+# cores); PASSAGES=2000 for a quick one. Its figures: build/bench-ray.json.
+bench-ray: dev
+	mkdir -p build
+	$(BIN)/python -m bench.ray_import --passages $(or $(PASSAGES),100000) --shards 3 --json build/bench-ray.json
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .mypy_cache

@@ -27,6 +27,9 @@ A shard that does not answer (refused, failed, or past its deadline) fails the s
 says which did not (``partial``). A shard's own 4xx (a bad filter, a text with no known word, an unknown
 document) is the answer.
 
+A sharded word table's search is by vector alone (``service.scatter_words``): each shard's ``offset + k`` best,
+merged by cosine, equal cosines by row; its kind is asked of its shards once (``GET <replica>``).
+
 A batch (``queries``, or ``vectors`` sharing the request's filter and page) is each of its queries scattered as
 a request of its own, at once; an item's error (a shard's refusal of it) stands in its place. Not here: text
 alone with diversity (the front has no encoder for the query's vector; a sharded table served whole by one
@@ -57,8 +60,10 @@ from index.engine.door import LISTS, DocumentSearch, depths, diverse, merge, rrf
 from index.errors import EmbeddingError, InvalidQuery
 from index.store.artifact import NAME_PATTERN as NAME
 from index.store.shardmap import shard_of_id
+from service.convert import words_only
 from service.errors import BODY_ERRORS, ApiError, item_error, responses
 from service.respond import FastJSON
+from service.scatter_words import WORDS, merged_neighbors, word_body
 from service.schemas.search import SearchRequest
 
 EVERY_ROW = 1 << 62  # the front does not know the table's rows: a list is as deep as its shards make it
@@ -133,6 +138,22 @@ class Front:
         self.settings = settings
         self.tables = {name: [Shard(list(replicas)) for replicas in shards] for name, shards in settings.shards.items()}
         self._client: httpx.AsyncClient | None = None
+        self.kinds: dict[str, str] = {}  # each table's kind ("documents", "words"), as its shards say
+
+    async def kind_of(self, name: str) -> str:
+        """What sharded table ``name`` holds, from the first of its shards that answers (``GET <replica>``)."""
+        if name not in self.kinds:
+            failed: ShardFailed | None = None
+            for number, shard in enumerate(self.tables[name]):
+                try:
+                    self.kinds[name] = str((await self.request(number, shard, "", None)).get("kind", "documents"))
+                    break
+                except ShardFailed as exc:
+                    failed = failed or exc
+            else:
+                assert failed is not None
+                raise failed
+        return self.kinds[name]
 
     @property
     def client(self) -> httpx.AsyncClient:
@@ -306,7 +327,7 @@ def route(front: Front, name: str) -> APIRoute:
         searches by (their unit rows from their shards, averaged by the engine), the documents its answer leaves
         out, and the unit query vector a diverse search re-ranks by."""
         if "restrict" in given:  # as the one-process server refuses it (index.engine.shards)
-            raise InvalidQuery("restrict (the first rows of a word table) is not for a sharded documents table")
+            raise InvalidQuery("restrict (the first rows of a table) is not for a sharded table")
         positive = [given["id"]] if "id" in given else list(given.get("positive", ()))
         negative = list(given.get("negative", ()))
         if not positive and not negative:
@@ -327,8 +348,9 @@ def route(front: Front, name: str) -> APIRoute:
     async def one(body: SearchRequest, given: dict[str, Any]) -> dict[str, Any]:
         """One query's merged answer; a shard's refusal raises :class:`ShardRefused`, a shard that did not answer
         an ``ApiError`` (unless partial answers are taken)."""
+        words = await front.kind_of(name) == WORDS
         given, drop, query = await by_vector(body, given)
-        asked = shard_body(body, given, len(drop))
+        asked = word_body(body, given) if words else shard_body(body, given, len(drop))
         outcomes = await asyncio.gather(
             *(front.ask(i, shard, asked) for i, shard in enumerate(shards)), return_exceptions=True
         )
@@ -350,7 +372,10 @@ def route(front: Front, name: str) -> APIRoute:
             for item in part["results"] if part is not None else ():
                 if "error" in item:
                     raise ApiError(item["error"]["code"], item["error"]["message"], table=name)
-        out: dict[str, Any] = {"hits": merged_answer(body, parts, drop, query)}
+        if words:
+            out: dict[str, Any] = {"neighbors": merged_neighbors(body, parts)}
+        else:
+            out = {"hits": merged_answer(body, parts, drop, query)}
         if "filter" in given:
             out["passing"] = sum(part["results"][0].get("passing", 0) for part in parts if part is not None)
         if missing:
@@ -376,6 +401,13 @@ def route(front: Front, name: str) -> APIRoute:
 
     async def search(request: Request, body: SearchRequest) -> Response:
         given = body.model_dump(exclude_unset=True, mode="json")
+        try:
+            if await front.kind_of(name) == WORDS:  # a documents table's fields are a 422, as on the whole table
+                words_only(name, WORDS, body.model_fields_set)
+        except ShardFailed as outcome:
+            code = "shard_timeout" if outcome.timed_out else "shard_unavailable"
+            message = f"shard {outcome.shard} of table {name!r} did not answer: {outcome.reason}"
+            raise ApiError(code, message, table=name, shard=outcome.shard) from None
         if "queries" in given:
             shared = ("k", "fields", "mode", "rrf_k", "weights", "diversity", "include", "exact", "restrict")
             common: dict[str, Any] = {key: given[key] for key in shared if key in given}

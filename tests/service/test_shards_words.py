@@ -10,6 +10,7 @@ exact), 3CosAdd analogies with an expected answer, similarity, rows, the map; wh
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,7 @@ import pytest
 
 from index.build.sources import RawTable
 from index.engine.table import Table
+from index.store import shardmap
 from tests.index.test_shards import EXE, equal_up_to_ties, run
 from tests.service import real_server
 from tests.service.real_server import HTTP, Server
@@ -133,3 +135,52 @@ def test_what_one_process_cannot_answer_is_a_422(one: Server) -> None:
         assert status == 422 and got["error"]["code"] == "invalid_request", (path, got)
         assert message in got["error"]["message"]
         assert ask(one, "words", method, path, body)[0] == 200
+
+
+@pytest.fixture(scope="module")
+def front(root: Path) -> Iterator[Server]:
+    """Three shard servers (each serving its shard alone) and the front of ``words3``."""
+    started: list[Server] = []
+    try:
+        replicas = []
+        for s in range(SHARDS):
+            name = shardmap.shard_name(s)
+            shard = real_server.start(root / "data" / "words3", root / f"{name}.log", "--tables", name)
+            started.append(shard)
+            replicas.append([f"{shard.base}/v1/tables/{name}"])
+        (root / "front").mkdir()
+        env = {"EMBEDDING_SHARDS": json.dumps({"words3": replicas}), "EMBEDDING_SHARD_TIMEOUT": "10"}
+        started.append(real_server.start(root / "front", root / "front.log", env=env))
+        yield started[-1]
+    finally:
+        for server in started:
+            server.stop()
+
+
+def test_the_front_searches_the_sharded_word_table_as_the_whole_table(
+    one: Server, front: Server, vectors: list[list[float]], whole_rows: np.ndarray
+) -> None:
+    """Every vector form (one, a batch, pages, floors, exact, rows and unit vectors included) answered as the whole
+    table answers it; a documents table's field, a zero vector and ``restrict`` are the whole table's 422."""
+    bodies: list[dict[str, Any]] = [
+        {"vector": vectors[0], "k": 15},
+        {"vector": vectors[1], "k": 40, "exact": True},
+        {"vector": vectors[2], "k": 10, "offset": 5, "min_score": 0.6},
+        {"vector": vectors[2], "k": 3, "offset": 200},
+        {"vectors": vectors, "k": 7},
+        {"vector": vectors[2], "k": 5, "include": ["row", "vector"]},
+        {"vector": [0.0] * 50},
+        {"vector": vectors[0], "positive": ["king"]},
+        {"vector": vectors[0], "queries": [{"vector": vectors[0]}]},
+    ]
+    for body in bodies:
+        status, expected = ask(one, "words", "POST", "/search", body)
+        mine, got = ask(front, "words3", "POST", "/search", body)
+        assert mine == status, (body, got, expected)
+        same_answer(got, expected, whole_rows)
+    status, got = ask(front, "words3", "POST", "/search", {"vector": [0.1] * 49})  # a shard's 422, as it is
+    assert status == 422 and "the vector has 49 values" in got["error"]["message"], got
+    status, got = ask(front, "words3", "POST", "/search", {"vector": vectors[0], "restrict": 100})
+    assert status == 422 and "restrict" in got["error"]["message"], got
+    status, got = ask(front, "words3", "GET", "/neighbors?token=king")
+    assert status == 404 and "this server is its front" in got["error"]["message"], got

@@ -43,7 +43,7 @@ import asyncio
 import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 from urllib.parse import quote
 
 import httpx
@@ -63,7 +63,8 @@ from index.store.shardmap import shard_of_id
 from service.convert import words_only
 from service.errors import BODY_ERRORS, ApiError, item_error, responses
 from service.respond import FastJSON
-from service.scatter_words import WORDS, merged_neighbors, word_body
+from service.scatter_words import WORDS, merged_neighbors, query_of, resolved, token_body, token_neighbors, word_body
+from service.schemas.neighbors import NeighborsParams
 from service.schemas.search import SearchRequest
 
 EVERY_ROW = 1 << 62  # the front does not know the table's rows: a list is as deep as its shards make it
@@ -294,6 +295,76 @@ def merged_answer(
     return [{k: v for k, v in hit.items() if k != "order" and (k not in ASKED or k in kept)} for hit in shown]
 
 
+def failed(name: str, outcome: ShardFailed) -> ApiError:
+    """The error of a search that a shard did not answer: 504 past its deadline, else 503."""
+    code = "shard_timeout" if outcome.timed_out else "shard_unavailable"
+    message = f"shard {outcome.shard} of table {name!r} did not answer: {outcome.reason}"
+    return ApiError(code, message, table=name, shard=outcome.shard)
+
+
+async def kind(front: Front, name: str) -> str:
+    """What the sharded table ``name`` holds (its shards say, once); no shard answering is the search's 503/504."""
+    try:
+        return await front.kind_of(name)
+    except ShardFailed as outcome:
+        raise failed(name, outcome) from None
+
+
+def token_neighbors_route(front: Front, name: str, refuse: Any) -> Any:
+    """``GET /v1/tables/<name>/neighbors?token=`` of a sharded word table: the token looked up on every shard (the
+    whole table's match: ``scatter_words.resolved``), its unit row searched on every shard, the lists merged. A
+    documents table's: ``refuse``."""
+    shards = front.tables[name]
+
+    async def neighbors(request: Request) -> Response:
+        if await kind(front, name) != WORDS:
+            return cast(Response, await refuse(request))
+        params = dict(request.query_params)
+        if "token" not in params or set(params) - {"token", "k", "exact"}:
+            raise InvalidQuery(
+                f"the front of sharded table {name!r} answers GET .../neighbors by token, with k and exact; the "
+                "other forms are for a server of the whole table"
+            )
+        try:
+            asked = NeighborsParams.model_validate(params)
+        except ValidationError as exc:
+            raise InvalidQuery("; ".join(e["msg"].removeprefix("Value error, ") for e in exc.errors())) from None
+        token = cast(str, asked.token)
+        path = f"/tokens/{quote(token, safe='')}?normalized=true&row=true"
+        outcomes = await asyncio.gather(
+            *(front.request(i, shard, path, None) for i, shard in enumerate(shards)), return_exceptions=True
+        )
+        found: list[dict[str, Any] | None] = []
+        for outcome in outcomes:
+            if isinstance(outcome, ShardFailed):  # the token may stand on it: no partial lookup
+                raise failed(name, outcome)
+            if isinstance(outcome, ShardRefused) and outcome.status == 404:
+                found.append(None)
+            elif isinstance(outcome, BaseException):
+                raise outcome
+            else:
+                found.append(outcome)
+        match = resolved(found)
+        if match is None:  # the shard its hash names says so, with its suggestions
+            refusal = outcomes[shard_of_id(token, len(shards))]
+            assert isinstance(refusal, ShardRefused)
+            return Response(refusal.body, refusal.status, media_type="application/json")
+        body = token_body(match, asked.k, asked.exact)
+        answers = await asyncio.gather(
+            *(front.ask(i, shard, body) for i, shard in enumerate(shards)), return_exceptions=True
+        )
+        parts: list[dict[str, Any] | None] = []
+        for answer in answers:
+            if isinstance(answer, ShardFailed):
+                raise failed(name, answer)
+            if isinstance(answer, BaseException):
+                raise answer
+            parts.append(answer)
+        return FastJSON({"query": query_of(match), "neighbors": token_neighbors(match, asked.k, parts)})
+
+    return neighbors
+
+
 def shard_body(body: SearchRequest, given: dict[str, Any], extra: int = 0) -> dict[str, Any]:
     """What every shard is asked: the query once per list its mode needs, each ``depth_of`` deep (and ``extra``
     deeper, for the documents the front leaves out), from offset 0, its hits with their rows (and their unit
@@ -401,13 +472,8 @@ def route(front: Front, name: str) -> APIRoute:
 
     async def search(request: Request, body: SearchRequest) -> Response:
         given = body.model_dump(exclude_unset=True, mode="json")
-        try:
-            if await front.kind_of(name) == WORDS:  # a documents table's fields are a 422, as on the whole table
-                words_only(name, WORDS, body.model_fields_set)
-        except ShardFailed as outcome:
-            code = "shard_timeout" if outcome.timed_out else "shard_unavailable"
-            message = f"shard {outcome.shard} of table {name!r} did not answer: {outcome.reason}"
-            raise ApiError(code, message, table=name, shard=outcome.shard) from None
+        if await kind(front, name) == WORDS:  # a documents table's fields are a 422, as on the whole table
+            words_only(name, WORDS, body.model_fields_set)
         if "queries" in given:
             shared = ("k", "fields", "mode", "rrf_k", "weights", "diversity", "include", "exact", "restrict")
             common: dict[str, Any] = {key: given[key] for key in shared if key in given}
@@ -454,6 +520,10 @@ def elsewhere(front: Front, routes: Sequence[BaseRoute]) -> list[Route]:
             if not path.startswith(TABLE) or path.startswith(f"{TABLE}/documents"):
                 continue
             if path == f"{TABLE}/search":
+                continue
+            if path == f"{TABLE}/neighbors" and "POST" not in methods:  # a word table's, by token
+                handler = token_neighbors_route(front, name, refuse)
+                out.append(Route(path.replace(TABLE, f"/v1/tables/{name}", 1), handler, methods=sorted(methods)))
                 continue
             out.append(Route(path.replace(TABLE, f"/v1/tables/{name}", 1), refuse, methods=sorted(methods)))
     return out

@@ -45,3 +45,38 @@ def merged_neighbors(body: SearchRequest, parts: list[dict[str, Any] | None]) ->
         if hit["score"] >= floor:
             shown.append({**{k: v for k, v in hit.items() if k not in ASKED or k in kept}, "id": row})
     return shown
+
+
+def resolved(found: list[dict[str, Any] | None]) -> dict[str, Any] | None:
+    """The whole table's match among the shards' own (``GET .../tokens/{token}?row=true``; None: no match on that
+    shard): the exact one (on the shard its token's hash names), else the case-folded one of the lowest row in the
+    whole table, as the unsharded table's lookup picks."""
+    matches = [f for f in found if f is not None]
+    exact = [f for f in matches if f["query"]["match"] == "exact"]
+    return exact[0] if exact else min(matches, key=lambda f: int(f["row"]), default=None)
+
+
+def query_of(found: dict[str, Any]) -> dict[str, Any]:
+    """The query as the whole table echoes it: its id the row in the whole table."""
+    return {**found["query"], "id": found["row"]}
+
+
+def token_body(found: dict[str, Any], k: int, exact: bool) -> dict[str, Any]:
+    """What every shard is asked for a token's neighbours: its unit row (each float32 exactly), one deeper (the
+    token's own row is left out of the merge)."""
+    vector = np.asarray(found["vector"], dtype=np.float32).astype(np.float64).tolist()
+    out: dict[str, Any] = {"vector": vector, "k": k + 1, "include": ["row"]}
+    if exact:
+        out["exact"] = True
+    return out
+
+
+def token_neighbors(found: dict[str, Any], k: int, parts: list[dict[str, Any] | None]) -> list[dict[str, Any]]:
+    """The ``k`` nearest rows to the token's, its own left out: the shards' lists merged by cosine, then row."""
+    own = int(found["row"])
+    hits = [h for part in parts if part is not None for h in part["results"][0]["neighbors"] if h["row"] != own]
+    rows = np.array([hit["row"] for hit in hits], dtype=np.int64)
+    scores = np.array([hit["score"] for hit in hits], dtype=np.float64)
+    by_row = {hit["row"]: hit for hit in hits}
+    best, _ = merge([(rows, scores)], k)
+    return [{**{key: v for key, v in by_row[row].items() if key not in ASKED}, "id": row} for row in best.tolist()]

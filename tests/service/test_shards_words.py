@@ -182,5 +182,30 @@ def test_the_front_searches_the_sharded_word_table_as_the_whole_table(
     assert status == 422 and "the vector has 49 values" in got["error"]["message"], got
     status, got = ask(front, "words3", "POST", "/search", {"vector": vectors[0], "restrict": 100})
     assert status == 422 and "restrict" in got["error"]["message"], got
-    status, got = ask(front, "words3", "GET", "/neighbors?token=king")
+    status, got = ask(front, "words3", "GET", "/similarity?a=king&b=queen")
     assert status == 404 and "this server is its front" in got["error"]["message"], got
+
+
+def test_the_front_answers_a_tokens_neighbours_as_the_whole_table(
+    one: Server, front: Server, whole_rows: np.ndarray
+) -> None:
+    """The token looked up on every shard: exact where its hash puts it, else the case-folded match of the lowest
+    row in the whole table ("PARIS": "paris", not "Paris" of a higher row, on another shard)."""
+    owners = {token: shardmap.shard_of_id(token, SHARDS) for token in ("paris", "Paris")}
+    assert owners["paris"] != owners["Paris"], owners
+    for path in (
+        "/neighbors?token=king&k=10",
+        "/neighbors?token=PARIS&k=20",
+        "/neighbors?token=Paris&k=5",
+        "/neighbors?token=THE&k=5",
+        "/neighbors?token=heart&k=50&exact=true",
+    ):
+        status, expected = ask(one, "words", "GET", path)
+        mine, got = ask(front, "words3", "GET", path)
+        assert status == mine == 200, (path, got)
+        same_answer(got, expected, whole_rows)
+    status, got = ask(front, "words3", "GET", "/neighbors?token=kingz")
+    assert status == 404 and got["error"]["code"] == "unknown_token" and "kings" in got["error"]["suggestions"]
+    for path in ("/neighbors?id=5", "/neighbors?token=king&restrict=10", "/neighbors?token=king&k=0"):
+        status, got = ask(front, "words3", "GET", path)
+        assert status == 422 and got["error"]["code"] == "invalid_request", (path, got)

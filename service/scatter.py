@@ -28,7 +28,8 @@ says which did not (``partial``). A shard's own 4xx (a bad filter, a text with n
 document) is the answer.
 
 A sharded word table's search is by vector alone (``service.scatter_words``): each shard's ``offset + k`` best,
-merged by cosine, equal cosines by row; its kind is asked of its shards once (``GET <replica>``).
+merged by cosine, equal cosines by row; its kind is asked of its shards once (``GET <replica>``). Its
+``GET .../neighbors?token=`` is answered here too (:func:`token_neighbors_route`).
 
 A batch (``queries``, or ``vectors`` sharing the request's filter and page) is each of its queries scattered as
 a request of its own, at once; an item's error (a shard's refusal of it) stands in its place. Not here: text

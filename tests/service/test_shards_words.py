@@ -5,7 +5,8 @@ table), and by three real shard servers behind a real front (``EMBEDDING_SHARDS`
 Every word route answers the sharded table as the whole table: neighbours by token (exact, case-folded: the
 lowest row of the whole table wins), by id, by positive/negative tokens, by vector (one, a batch, pages, floors,
 exact), 3CosAdd analogies with an expected answer, similarity, rows, the map; what it cannot answer (3CosMul,
-``restrict``) is a 422. The front answers ``POST .../search`` by vector as the whole table does.
+``restrict``) is a 422. The front answers ``POST .../search`` by vector and ``GET .../neighbors?token=`` (the
+whole table's match: exact, else case-folded, lowest row) as the whole table does.
 """
 
 from __future__ import annotations

@@ -18,7 +18,6 @@ DOCUMENT_ONLY = (
     "queries",
     "filter",
     "fields",
-    "include",
     "text",
     "mode",
     "diversity",
@@ -49,15 +48,19 @@ def analogy(question: AnalogyQuery, body: AnalogyRequest) -> Query:
 def vectors(table: Table, body: SearchRequest) -> list[Query]:
     """A vector search of a table of words or model tokens: ``vector``, or each of ``vectors``; the fields of a
     documents table's search are a 422 here."""
-    asked = body.model_fields_set
-    if given := [name for name in DOCUMENT_ONLY if name in asked]:
-        raise InvalidQuery(
-            f"{', '.join(given)}: only for documents tables; table {table.name!r} holds {table.kind}, search it "
-            "by vector"
-        )
+    words_only(table.name, table.kind, body.model_fields_set)
     options = body.search_options()
     items = [body.vector] if body.vector is not None else body.vectors or []
     return [Query(vector=v, k=body.k, offset=body.offset, min_score=body.min_score, options=options) for v in items]
+
+
+def words_only(name: str, kind: str, asked: Any) -> None:
+    """The 422 for a documents table's fields in the search of table ``name`` of ``kind`` (words, model tokens);
+    ``include`` (each hit's row in the whole table, its unit vector) is for every table."""
+    if given := [field for field in DOCUMENT_ONLY if field in asked]:
+        raise InvalidQuery(
+            f"{', '.join(given)}: only for documents tables; table {name!r} holds {kind}, search it by vector"
+        )
 
 
 def documents(body: SearchRequest) -> list[Query]:

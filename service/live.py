@@ -88,7 +88,7 @@ def attach(table: Table, directory: Path) -> None:
     """Recover and replay the write log of the documents table loaded from ``directory`` (a torn tail is cut with
     a warning; a damaged record in the middle raises ``writelog.LogCorrupt``, naming it); of a sharded table,
     every shard's log."""
-    if isinstance(table, ShardedTable):
+    if isinstance(table, ShardedTable) and table.payload is not None:  # a sharded word table takes no writes
         lives = [_attach(shard, table.map.shard_directory(s)) for s, shard in enumerate(table.shards)]
         with _LOCK:
             _SHARDED[table] = Sharded(table, lives)

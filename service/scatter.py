@@ -27,6 +27,10 @@ A shard that does not answer (refused, failed, or past its deadline) fails the s
 says which did not (``partial``). A shard's own 4xx (a bad filter, a text with no known word, an unknown
 document) is the answer.
 
+A sharded word table's search is by vector alone (``service.scatter_words``): each shard's ``offset + k`` best,
+merged by cosine, equal cosines by row; its kind is asked of its shards once (``GET <replica>``). Its
+``GET .../neighbors?token=`` is answered here too (:func:`token_neighbors_route`).
+
 A batch (``queries``, or ``vectors`` sharing the request's filter and page) is each of its queries scattered as
 a request of its own, at once; an item's error (a shard's refusal of it) stands in its place. Not here: text
 alone with diversity (the front has no encoder for the query's vector; a sharded table served whole by one
@@ -40,7 +44,7 @@ import asyncio
 import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 from urllib.parse import quote
 
 import numpy as np
@@ -55,8 +59,11 @@ from starlette.routing import BaseRoute, Route
 from index.engine.door import LISTS, DocumentSearch, depths, diverse, merge, owner, rrf, unit_mean, unit_queries
 from index.errors import EmbeddingError, InvalidQuery
 from index.store.artifact import NAME_PATTERN as NAME
+from service.convert import words_only
 from service.errors import BODY_ERRORS, ApiError, item_error, responses
 from service.respond import FastJSON
+from service.scatter_words import WORDS, merged_neighbors, query_of, resolved, token_body, token_neighbors, word_body
+from service.schemas.neighbors import NeighborsParams
 from service.schemas.search import SearchRequest
 
 if TYPE_CHECKING:  # imported where a front asks its shards: a server without shards never loads it
@@ -134,6 +141,22 @@ class Front:
         self.settings = settings
         self.tables = {name: [Shard(list(replicas)) for replicas in shards] for name, shards in settings.shards.items()}
         self._client: httpx.AsyncClient | None = None
+        self.kinds: dict[str, str] = {}  # each table's kind ("documents", "words"), as its shards say
+
+    async def kind_of(self, name: str) -> str:
+        """What sharded table ``name`` holds, from the first of its shards that answers (``GET <replica>``)."""
+        if name not in self.kinds:
+            failed: ShardFailed | None = None
+            for number, shard in enumerate(self.tables[name]):
+                try:
+                    self.kinds[name] = str((await self.request(number, shard, "", None)).get("kind", "documents"))
+                    break
+                except ShardFailed as exc:
+                    failed = failed or exc
+            else:
+                assert failed is not None
+                raise failed
+        return self.kinds[name]
 
     @property
     def client(self) -> httpx.AsyncClient:
@@ -278,6 +301,76 @@ def merged_answer(
     return [{k: v for k, v in hit.items() if k != "order" and (k not in ASKED or k in kept)} for hit in shown]
 
 
+def failed(name: str, outcome: ShardFailed) -> ApiError:
+    """The error of a search that a shard did not answer: 504 past its deadline, else 503."""
+    code = "shard_timeout" if outcome.timed_out else "shard_unavailable"
+    message = f"shard {outcome.shard} of table {name!r} did not answer: {outcome.reason}"
+    return ApiError(code, message, table=name, shard=outcome.shard)
+
+
+async def kind(front: Front, name: str) -> str:
+    """What the sharded table ``name`` holds (its shards say, once); no shard answering is the search's 503/504."""
+    try:
+        return await front.kind_of(name)
+    except ShardFailed as outcome:
+        raise failed(name, outcome) from None
+
+
+def token_neighbors_route(front: Front, name: str, refuse: Any) -> Any:
+    """``GET /v1/tables/<name>/neighbors?token=`` of a sharded word table: the token looked up on every shard (the
+    whole table's match: ``scatter_words.resolved``), its unit row searched on every shard, the lists merged. A
+    documents table's: ``refuse``."""
+    shards = front.tables[name]
+
+    async def neighbors(request: Request) -> Response:
+        if await kind(front, name) != WORDS:
+            return cast(Response, await refuse(request))
+        params = dict(request.query_params)
+        if "token" not in params or set(params) - {"token", "k", "exact"}:
+            raise InvalidQuery(
+                f"the front of sharded table {name!r} answers GET .../neighbors by token, with k and exact; the "
+                "other forms are for a server of the whole table"
+            )
+        try:
+            asked = NeighborsParams.model_validate(params)
+        except ValidationError as exc:
+            raise InvalidQuery("; ".join(e["msg"].removeprefix("Value error, ") for e in exc.errors())) from None
+        token = cast(str, asked.token)
+        path = f"/tokens/{quote(token, safe='')}?normalized=true&row=true"
+        outcomes = await asyncio.gather(
+            *(front.request(i, shard, path, None) for i, shard in enumerate(shards)), return_exceptions=True
+        )
+        found: list[dict[str, Any] | None] = []
+        for outcome in outcomes:
+            if isinstance(outcome, ShardFailed):  # the token may stand on it: no partial lookup
+                raise failed(name, outcome)
+            if isinstance(outcome, ShardRefused) and outcome.status == 404:
+                found.append(None)
+            elif isinstance(outcome, BaseException):
+                raise outcome
+            else:
+                found.append(outcome)
+        match = resolved(found)
+        if match is None:  # the shard its hash names says so, with its suggestions
+            refusal = outcomes[owner(token, len(shards))]
+            assert isinstance(refusal, ShardRefused)
+            return Response(refusal.body, refusal.status, media_type="application/json")
+        body = token_body(match, asked.k, asked.exact)
+        answers = await asyncio.gather(
+            *(front.ask(i, shard, body) for i, shard in enumerate(shards)), return_exceptions=True
+        )
+        parts: list[dict[str, Any] | None] = []
+        for answer in answers:
+            if isinstance(answer, ShardFailed):
+                raise failed(name, answer)
+            if isinstance(answer, BaseException):
+                raise answer
+            parts.append(answer)
+        return FastJSON({"query": query_of(match), "neighbors": token_neighbors(match, asked.k, parts)})
+
+    return neighbors
+
+
 def shard_body(body: SearchRequest, given: dict[str, Any], extra: int = 0) -> dict[str, Any]:
     """What every shard is asked: the query once per list its mode needs, each ``depth_of`` deep (and ``extra``
     deeper, for the documents the front leaves out), from offset 0, its hits with their rows (and their unit
@@ -311,7 +404,7 @@ def route(front: Front, name: str) -> APIRoute:
         searches by (their unit rows from their shards, averaged by the engine), the documents its answer leaves
         out, and the unit query vector a diverse search re-ranks by."""
         if "restrict" in given:  # as the one-process server refuses it (index.engine.shards)
-            raise InvalidQuery("restrict (the first rows of a word table) is not for a sharded documents table")
+            raise InvalidQuery("restrict (the first rows of a table) is not for a sharded table")
         positive = [given["id"]] if "id" in given else list(given.get("positive", ()))
         negative = list(given.get("negative", ()))
         if not positive and not negative:
@@ -332,8 +425,9 @@ def route(front: Front, name: str) -> APIRoute:
     async def one(body: SearchRequest, given: dict[str, Any]) -> dict[str, Any]:
         """One query's merged answer; a shard's refusal raises :class:`ShardRefused`, a shard that did not answer
         an ``ApiError`` (unless partial answers are taken)."""
+        words = await front.kind_of(name) == WORDS
         given, drop, query = await by_vector(body, given)
-        asked = shard_body(body, given, len(drop))
+        asked = word_body(body, given) if words else shard_body(body, given, len(drop))
         outcomes = await asyncio.gather(
             *(front.ask(i, shard, asked) for i, shard in enumerate(shards)), return_exceptions=True
         )
@@ -355,7 +449,10 @@ def route(front: Front, name: str) -> APIRoute:
             for item in part["results"] if part is not None else ():
                 if "error" in item:
                     raise ApiError(item["error"]["code"], item["error"]["message"], table=name)
-        out: dict[str, Any] = {"hits": merged_answer(body, parts, drop, query)}
+        if words:
+            out: dict[str, Any] = {"neighbors": merged_neighbors(body, parts)}
+        else:
+            out = {"hits": merged_answer(body, parts, drop, query)}
         if "filter" in given:
             out["passing"] = sum(part["results"][0].get("passing", 0) for part in parts if part is not None)
         if missing:
@@ -381,6 +478,8 @@ def route(front: Front, name: str) -> APIRoute:
 
     async def search(request: Request, body: SearchRequest) -> Response:
         given = body.model_dump(exclude_unset=True, mode="json")
+        if await kind(front, name) == WORDS:  # a documents table's fields are a 422, as on the whole table
+            words_only(name, WORDS, body.model_fields_set)
         if "queries" in given:
             shared = ("k", "fields", "mode", "rrf_k", "weights", "diversity", "include", "exact", "restrict")
             common: dict[str, Any] = {key: given[key] for key in shared if key in given}
@@ -427,6 +526,10 @@ def elsewhere(front: Front, routes: Sequence[BaseRoute]) -> list[Route]:
             if not path.startswith(TABLE) or path.startswith(f"{TABLE}/documents"):
                 continue
             if path == f"{TABLE}/search":
+                continue
+            if path == f"{TABLE}/neighbors" and "POST" not in methods:  # a word table's, by token
+                handler = token_neighbors_route(front, name, refuse)
+                out.append(Route(path.replace(TABLE, f"/v1/tables/{name}", 1), handler, methods=sorted(methods)))
                 continue
             out.append(Route(path.replace(TABLE, f"/v1/tables/{name}", 1), refuse, methods=sorted(methods)))
     return out

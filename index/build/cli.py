@@ -275,8 +275,9 @@ def import_(
             "--shards",
             min=1,
             max=1024,
-            help="Documents: split the table into this many shards by a stable hash of the id, each a complete "
-            "table, scored for keyword search with the whole table's statistics (docs/deployment.md).",
+            help="Split the table into this many shards by a stable hash of the id (documents) or token (words), "
+            "each a complete table; documents scored for keyword search with the whole table's statistics "
+            "(docs/deployment.md).",
         ),
     ] = None,
     ray: Annotated[
@@ -314,7 +315,6 @@ def import_(
         ("--encoder", encoder),
         ("--stopwords", None if stopwords == DEFAULT_STOPWORDS else stopwords),
         ("--stemmer", None if stemmer == DEFAULT_STEMMER else stemmer),
-        ("--shards", shards),
     )
     given = [option for option, value in document_options if value is not None]
     if given and format != "documents":
@@ -342,11 +342,13 @@ def import_(
     )
     if ray is not None and shards is None:
         fail("--ray: only with --shards")
-    if shards is not None:
+    if shards is not None and (format == "documents" or (format == "auto" and sniff_format(path) == "documents")):
         _import_sharded(
             path, options, shards, data_dir=data_dir, name=name, drop_invalid=drop_invalid, build=build, ray=ray
         )
         return
+    if ray is not None:
+        fail("--ray: only for --format documents (a word table is read and built in this process)")
     started = time.perf_counter()
     raw, used = read_source(path, str(format), options)
     read_seconds = round(time.perf_counter() - started, 3)
@@ -361,6 +363,9 @@ def import_(
     for key, value in named:
         if value is not None:
             params[key] = value
+    if shards is not None:
+        _import_sharded_words(raw, shards, data_dir=data_dir, name=name, source=source, build=build, params=params)
+        return
     manifest = _build_and_report(raw, data_dir=data_dir, name=name, source=source, build=build, params=params)
     if manifest.get("kind") == "documents":
         _report_documents(manifest)
@@ -427,6 +432,55 @@ def _import_sharded(
         params=params,
         force=build.force,
         run_all=one_by_one if cluster is None else lambda jobs: ray_build.run_all(cluster, jobs, "shards on Ray"),
+    )
+    rows = ", ".join(f"{count:,}" for count in manifest["shards"]["rows"])
+    typer.echo(
+        f"built {name!r}: {manifest['rows']:,} rows x {manifest['dim']} in {shards} shards ({rows} rows) "
+        f"in {manifest['build_seconds']} s -> {artifact.table_dir(data_dir, name)}"
+    )
+
+
+def _import_sharded_words(
+    raw: RawTable,
+    shards: int,
+    *,
+    data_dir: Path,
+    name: str,
+    source: dict[str, Any],
+    build: BuildOptions,
+    params: dict[str, Any],
+) -> None:
+    """``import --shards N`` of word vectors: the rows cleaned once, each shard built with the import's index
+    options (``index.build.shard_words``)."""
+    from index.build.shard_words import import_sharded_words
+    from index.build.writer import build_table
+
+    params = {**params, "index": build.index, "min_recall": build.min_recall, "seed": build.seed}
+
+    def build_shard(part: RawTable, directory: Path, shard: str) -> dict[str, Any]:
+        return build_table(
+            part,
+            data_dir=directory,
+            name=shard,
+            source=source,
+            index_spec=build.index,
+            min_recall=build.min_recall,
+            params=params,
+            seed=build.seed,
+            defer_index=build.defer_index,
+            budget=build.budget,
+        )
+
+    manifest = import_sharded_words(
+        raw,
+        shards=shards,
+        data_dir=data_dir,
+        name=name,
+        source=source,
+        build_shard=build_shard,
+        params=params,
+        force=build.force,
+        drop_invalid=build.drop_invalid,
     )
     rows = ", ".join(f"{count:,}" for count in manifest["shards"]["rows"])
     typer.echo(

@@ -25,7 +25,7 @@ from index.engine.delta import Delta
 from index.engine.keyword import DEFAULT_STEMMER, DEFAULT_STOPWORDS, Tokenizer
 from index.engine.shard_writes import WholeDelta
 from index.engine.shards import ShardedTable
-from index.errors import ArtifactError
+from index.errors import ArtifactError, InvalidQuery
 from index.progress import note
 from index.store import artifact, shardmap, writelog
 
@@ -40,6 +40,8 @@ def compact_sharded(data_dir: Path, name: str) -> dict[str, Any]:
 def _compact(data_dir: Path, name: str, directory: Path) -> dict[str, Any]:
     note(f"verifying {directory} ...")
     table = ShardedTable.load(directory)
+    if table.payload is None:
+        raise InvalidQuery(f"table {name!r} holds {table.kind}, not documents: only documents tables take writes")
     parts = []
     for s, shard in enumerate(table.shards):
         assert shard.payload is not None

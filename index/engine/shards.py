@@ -29,7 +29,7 @@ from index.engine.hybrid import DocumentSearch, Hit
 from index.engine.hybrid import run as run_documents
 from index.engine.keyword import KeywordIndex
 from index.engine.knn import Hits, Neighbor
-from index.engine.search import Answers, Search, SearchOptions, VectorSearch
+from index.engine.search import AnalogySearch, Answers, Search, SearchOptions, VectorSearch
 from index.engine.table import Table
 from index.errors import ArtifactError, InvalidQuery
 from index.store import artifact, shardmap
@@ -89,10 +89,17 @@ class _Rows:
     def __len__(self) -> int:
         return self.shape[0]
 
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        """Every row, gathered (``np.asarray`` of the whole table's rows: a layout's)."""
+        whole = self[slice(None)]
+        return whole if dtype is None else whole.astype(dtype, copy=False)
+
     def __getitem__(self, rows: Any) -> np.ndarray:
         if isinstance(rows, (int, np.integer)):
             shard, local = self._table.shard_of(int(rows))
             return np.asarray(self._parts[shard][local])
+        if isinstance(rows, slice):  # a run of rows (a layout's, a diagnostic's blocks): gathered from the shards
+            rows = np.arange(*rows.indices(len(self)))
         wanted = np.asarray(rows, dtype=np.int64).reshape(-1)
         out = np.empty((len(wanted), *self.shape[1:]), dtype=np.float32)
         owner = self._table.assignment[wanted]
@@ -189,7 +196,10 @@ class ShardedTable(Table):
         dim = int(manifest["dim"])
         vectors = cast(np.ndarray, _Rows(self, [shard.vectors for shard in shards], dim))
         norms = cast(np.ndarray, _Rows(self, [shard.norms for shard in shards], None))
-        payload = _whole_payload(shard_map.directory, manifest[KIND], shards, self.global_rows)
+        of_documents = manifest.get("of", KIND) == KIND
+        payload = (
+            _whole_payload(shard_map.directory, manifest[KIND], shards, self.global_rows) if of_documents else None
+        )
         keyword = next((shard.keyword for shard in shards if shard.keyword is not None), None)
         super().__init__(shard_map.directory, manifest, vectors, norms, Tokens(shard_map.directory), None)
         self.payload = payload
@@ -207,7 +217,7 @@ class ShardedTable(Table):
 
     @property
     def kind(self) -> str:
-        return KIND
+        return str(self.manifest.get("of", KIND))  # "documents", or "words": a word table's shards
 
     def summary(self) -> dict[str, Any]:
         out = super().summary()
@@ -217,7 +227,7 @@ class ShardedTable(Table):
 
     def limit(self, options: SearchOptions) -> int:
         if options.restrict is not None:
-            raise InvalidQuery("restrict (the first rows of a word table) is not for a sharded documents table")
+            raise InvalidQuery("restrict (the first rows of a table) is not for a sharded table")
         return self.rows
 
     def shard_of(self, row: int) -> tuple[int, int]:
@@ -255,8 +265,8 @@ class ShardedTable(Table):
 
     def run(self, search: Search) -> Answers:
         """The whole table's answer to ``search``: every shard's ``offset + k`` best, merged, paged."""
-        if not isinstance(search, VectorSearch):
-            raise InvalidQuery("a sharded table answers searches of documents only")
+        if isinstance(search, AnalogySearch):
+            search = self._analogy_search(search)
         if search.k < 1 or search.offset < 0:
             raise InvalidQuery("k must be at least 1 and offset at least 0")
         rows, options = search.rows, search.options
@@ -278,6 +288,14 @@ class ShardedTable(Table):
             hits = list(zip(best_rows.tolist(), best_scores.tolist(), strict=True))
             merged.append(page(hits, search.offset, search.min_score))
         return merged
+
+    def _analogy_search(self, search: AnalogySearch) -> VectorSearch:
+        """3CosAdd as the search for the normalised b + c - a, a, b and c left out (its scores are those cosines, as
+        the whole table's); 3CosMul scores every row with each question's three rows: not across shards."""
+        if search.method != "3cosadd":
+            raise InvalidQuery(f"method {search.method}: a sharded table answers analogies by 3cosadd only")
+        queries = np.vstack([self.mean_query([b, c], [a]) for a, b, c in search.questions])
+        return VectorSearch(queries, search.k, [set(q) for q in search.questions], search.options)
 
     def search_documents(self, search: DocumentSearch) -> list[list[Hit]]:
         """A documents search (vector, keyword or hybrid; filters, paging, floor, diversity) of the whole table."""

@@ -42,7 +42,10 @@ async def search(request: Request, table: TableDep, registry: RegistryDep, body:
         queries = convert.vectors(table, body)
 
         def shape(result: Result) -> dict[str, Any]:
-            return {"neighbors": neighbors(table, result.hits)}  # type: ignore[arg-type]
+            shown = neighbors(table, result.hits)  # type: ignore[arg-type]
+            if body.include:  # each hit's row in the whole table (a shard's), its unit vector: in place
+                include(table, result, {"hits": shown}, body.include)
+            return {"neighbors": shown}
 
     else:
         queries = convert.documents(body)

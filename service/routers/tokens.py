@@ -8,7 +8,7 @@ import numpy as np
 from fastapi import APIRouter, Path, Query
 from starlette.responses import Response
 
-from index.engine.door import Resolved, Table
+from index.engine.door import Resolved, Table, whole_rows
 from service.deps import TableDep
 from service.errors import BODY_ERRORS, TABLE_ERRORS, responses
 from service.respond import FastJSON
@@ -18,9 +18,10 @@ from service.schemas.tokens import TokenizeRequest, TokenizeResponse, TokenRespo
 router = APIRouter(prefix="/v1/tables/{table}", tags=["tokens"])
 
 Normalized = Annotated[bool, Query(description="return the unit-length row instead of the original vector")]
+WholeRow = Annotated[bool, Query(description="add the row's row in the whole table (a shard's: in the sharded table)")]
 
 
-def row_json(table: Table, found: Resolved, normalized: bool) -> dict[str, Any]:
+def row_json(table: Table, found: Resolved, normalized: bool, whole_row: bool = False) -> dict[str, Any]:
     out = {
         "token": found.token,
         "id": found.id,
@@ -30,6 +31,8 @@ def row_json(table: Table, found: Resolved, normalized: bool) -> dict[str, Any]:
         "norm": float(table.norms[found.id]),
         "query": found.as_dict(),
     }
+    if whole_row:
+        out["row"] = int(whole_rows(table)[found.id])
     if table.metadata:
         out["metadata"] = table.row_metadata(found.id)
     if "readable" in table.metadata:  # model tables
@@ -47,8 +50,9 @@ async def get_token(
     table: TableDep,
     token: Annotated[str, Path(min_length=1, max_length=MAX_TOKEN_CHARS)],
     normalized: Normalized = False,
+    row: WholeRow = False,
 ) -> Response:
-    return FastJSON(row_json(table, table.resolve(token), normalized))
+    return FastJSON(row_json(table, table.resolve(token), normalized, row))
 
 
 @router.get(

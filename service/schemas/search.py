@@ -98,8 +98,8 @@ Include = Annotated[
     list[Literal["row", "vector"]],
     Field(
         max_length=2,
-        description="documents tables: what else each hit carries: its row (a shard's: in the whole sharded table, "
-        "the order equal scores go by) and its unit vector (what a front re-ranks by diversity)",
+        description="what else each hit carries: its row (a shard's: in the whole sharded table, the order equal "
+        "scores go by) and its unit vector (what a front re-ranks by diversity)",
     ),
 ]
 DOCUMENT_FORMS = (given("vector"), given("id"), POSITIVE_NEGATIVE)

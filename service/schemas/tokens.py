@@ -24,6 +24,7 @@ class TokenResponse(BaseModel):
     normalized: bool
     norm: float
     query: QueryInfo
+    row: int | None = Field(None, description="with row=true: the row in the whole table (a shard's: sharded table's)")
 
 
 class TokenPiece(BaseModel):

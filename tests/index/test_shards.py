@@ -113,13 +113,6 @@ def test_a_damaged_shard_or_map_fails_verify(tmp_path: Path, data_dir: Path) -> 
     assert done.returncode == 1 and "shard-002: its manifest is not the one the shard map names" in done.stderr
 
 
-def test_shards_only_for_documents(tmp_path: Path, data_dir: Path) -> None:
-    words = tmp_path / "words.txt"
-    words.write_text("a 1 0\nb 0 1\n")
-    done = run(EXE, "import", words, "--name", "w", "--shards", 2, "--data-dir", data_dir)
-    assert done.returncode == 1 and "--shards: only for --format documents" in done.stderr
-
-
 def test_keyword_statistics_are_the_whole_tables(whole: Table, sharded: ShardedTable) -> None:
     """Each shard's postings hold the scores the whole table gives its rows, bit for bit."""
     assert whole.keyword is not None

@@ -1,0 +1,82 @@
+"""The front of a sharded word table: ``POST .../search`` by vector scattered to every shard, the lists merged.
+
+Each shard is asked the query's ``offset + k`` best (from offset 0, no floor), each hit with its row in the whole
+table (``include``: the import writes each shard's rows beside it, ``whole_rows.npy``); the lists merge by cosine,
+equal cosines by row, as the whole table orders them (``index.engine.door.merge``); then the page and
+``min_score`` are taken, as ``Table.run`` takes them. A hit's ``id`` is its row in the whole table, as the
+unsharded table names it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from index.engine.door import merge
+from service.schemas.search import SearchRequest
+
+WORDS = "words"
+ASKED = ("row", "vector")  # what a shard's hits carry for the front: the order, and a client's unit vectors
+
+
+def word_body(body: SearchRequest, given: dict[str, Any]) -> dict[str, Any]:
+    """What every shard is asked: the vector, ``offset + k`` deep from offset 0, its hits with their rows."""
+    out: dict[str, Any] = {"vector": given["vector"], "k": body.offset + body.k}
+    if "exact" in given:
+        out["exact"] = given["exact"]
+    wanted = {"row", *(body.include or ())}
+    out["include"] = [name for name in ASKED if name in wanted]
+    return out
+
+
+def merged_neighbors(body: SearchRequest, parts: list[dict[str, Any] | None]) -> list[dict[str, Any]]:
+    """The page of neighbours from the shards' answers (``None``: a shard that did not answer)."""
+    hits = [hit for part in parts if part is not None for hit in part["results"][0]["neighbors"]]
+    rows = np.array([hit["row"] for hit in hits], dtype=np.int64)
+    scores = np.array([hit["score"] for hit in hits], dtype=np.float64)
+    by_row = {hit["row"]: hit for hit in hits}
+    best, _ = merge([(rows, scores)], body.offset + body.k)
+    floor = -np.inf if body.min_score is None else body.min_score
+    kept = tuple(body.include or ())
+    shown = []
+    for row in best.tolist()[body.offset :]:
+        hit = by_row[row]
+        if hit["score"] >= floor:
+            shown.append({**{k: v for k, v in hit.items() if k not in ASKED or k in kept}, "id": row})
+    return shown
+
+
+def resolved(found: list[dict[str, Any] | None]) -> dict[str, Any] | None:
+    """The whole table's match among the shards' own (``GET .../tokens/{token}?row=true``; None: no match on that
+    shard): the exact one (on the shard its token's hash names), else the case-folded one of the lowest row in the
+    whole table, as the unsharded table's lookup picks."""
+    matches = [f for f in found if f is not None]
+    exact = [f for f in matches if f["query"]["match"] == "exact"]
+    return exact[0] if exact else min(matches, key=lambda f: int(f["row"]), default=None)
+
+
+def query_of(found: dict[str, Any]) -> dict[str, Any]:
+    """The query as the whole table echoes it: its id the row in the whole table."""
+    return {**found["query"], "id": found["row"]}
+
+
+def token_body(found: dict[str, Any], k: int, exact: bool) -> dict[str, Any]:
+    """What every shard is asked for a token's neighbours: its unit row (each float32 exactly), one deeper (the
+    token's own row is left out of the merge)."""
+    vector = np.asarray(found["vector"], dtype=np.float32).astype(np.float64).tolist()
+    out: dict[str, Any] = {"vector": vector, "k": k + 1, "include": ["row"]}
+    if exact:
+        out["exact"] = True
+    return out
+
+
+def token_neighbors(found: dict[str, Any], k: int, parts: list[dict[str, Any] | None]) -> list[dict[str, Any]]:
+    """The ``k`` nearest rows to the token's, its own left out: the shards' lists merged by cosine, then row."""
+    own = int(found["row"])
+    hits = [h for part in parts if part is not None for h in part["results"][0]["neighbors"] if h["row"] != own]
+    rows = np.array([hit["row"] for hit in hits], dtype=np.int64)
+    scores = np.array([hit["score"] for hit in hits], dtype=np.float64)
+    by_row = {hit["row"]: hit for hit in hits}
+    best, _ = merge([(rows, scores)], k)
+    return [{**{key: v for key, v in by_row[row].items() if key not in ASKED}, "id": row} for row in best.tolist()]

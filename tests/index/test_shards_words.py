@@ -1,0 +1,152 @@
+"""Sharded word tables: ``embedding-index import --shards 3`` of a GloVe slice against the same file imported
+whole.
+
+The union of the shards is the whole table (tokens, unit rows and norms, in the import's order, each row in the
+shard the hash of its token names); each shard is a word table that verifies and loads alone; the shards loaded
+as one answer the engine door's word queries (token, case-folded token, row, vector, positive/negative tokens,
+3CosAdd analogies, pages and floors) as the whole table does, and refuse what they cannot answer with a 422.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from index.build.sources import RawTable
+from index.engine import door
+from index.engine.query import Analogy, Examples, Failed, Query, Result
+from index.engine.search import SearchOptions
+from index.engine.shards import ShardedTable, whole_rows
+from index.engine.table import Table
+from index.errors import InvalidQuery
+from index.store import artifact, shardmap
+from tests.index.test_shards import equal_up_to_ties
+from tests.words import CASED, write_words
+
+EXE = Path(sys.executable).parent / "embedding-index"
+SHARDS = 3
+
+
+def run(*args: object) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*map(str, args)], capture_output=True, text=True, timeout=300)
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory: pytest.TempPathFactory, glove_raw: RawTable) -> Path:
+    """``words`` (whole) and ``words3`` (3 shards), imported by the command from one word2vec text file."""
+    root = tmp_path_factory.mktemp("word-shards")
+    source = write_words(glove_raw, root / "words.txt")
+    data = root / "data"
+    whole = run(EXE, "import", source, "--name", "words", "--data-dir", data, "-q")
+    assert whole.returncode == 0, whole.stderr
+    sharded = run(EXE, "import", source, "--name", "words3", "--shards", SHARDS, "--data-dir", data, "-q")
+    assert sharded.returncode == 0, sharded.stderr
+    assert sharded.stdout.startswith(f"built 'words3': 20,002 rows x 50 in {SHARDS} shards (")
+    return data
+
+
+@pytest.fixture(scope="module")
+def whole(data_dir: Path) -> Table:
+    return Table.load(data_dir / "words")
+
+
+@pytest.fixture(scope="module")
+def sharded(data_dir: Path) -> ShardedTable:
+    return ShardedTable.load(data_dir / "words3")
+
+
+def test_the_shards_union_is_the_whole_table(whole: Table, sharded: ShardedTable) -> None:
+    tokens = whole.tokens[: whole.rows]
+    expected = np.array([shardmap.shard_of_id(token, SHARDS) for token in tokens])
+    np.testing.assert_array_equal(sharded.map.assignment, expected)
+    assert sorted(np.concatenate(sharded.global_rows).tolist()) == list(range(whole.rows))
+    assert sharded.kind == "words" and sharded.rows == whole.rows and sharded.payload is None
+    for s, shard in enumerate(sharded.shards):
+        mine = sharded.global_rows[s]
+        assert shard.kind == "words" and shard.rows == len(mine) > 0
+        assert shard.tokens[: shard.rows] == [tokens[i] for i in mine.tolist()]
+        np.testing.assert_array_equal(shard.vectors, whole.vectors[mine])
+        np.testing.assert_array_equal(shard.norms, whole.norms[mine])
+        np.testing.assert_array_equal(whole_rows(shard), mine)
+    np.testing.assert_array_equal(sharded.vectors[[5, 0, 20_001]], whole.vectors[[5, 0, 20_001]])
+    np.testing.assert_array_equal(np.asarray(sharded.vectors), whole.vectors)
+
+
+def test_each_shard_is_a_word_table_alone(data_dir: Path, sharded: ShardedTable) -> None:
+    for s in range(SHARDS):
+        directory = sharded.map.shard_directory(s)
+        assert artifact.verify(directory).ok
+        assert Table.load(directory).kind == "words"
+    done = run(EXE, "verify", "words3", "--data-dir", data_dir)
+    assert done.returncode == 0 and done.stdout.strip() == "words3: ok", done.stderr
+    for command in ("compact", "index"):  # no writes to fold in; each shard's index is built by its import
+        done = run(EXE, command, "words3", "--data-dir", data_dir)
+        assert done.returncode == 1 and "error: table 'words3'" in done.stderr and "Traceback" not in done.stderr
+    vectors = sharded.map.shard_directory(1) / artifact.VECTORS
+    original = vectors.read_bytes()
+    try:
+        vectors.write_bytes(original[:-4] + b"\0\0\0\0")
+        done = run(EXE, "verify", "words3", "--data-dir", data_dir)
+        assert done.returncode == 1 and "shard-001/vectors.npy" in done.stderr, done.stderr
+    finally:
+        vectors.write_bytes(original)
+
+
+def test_shards_refused_where_they_do_not_apply(tmp_path: Path, data_dir: Path) -> None:
+    words = tmp_path / "words.txt"
+    words.write_text("a 1 0\nb 0 1\nc 1 1\n")
+    done = run(EXE, "import", words, "--name", "w", "--shards", 2, "--ray", "auto", "--data-dir", tmp_path)
+    assert done.returncode == 1 and "--ray: only for --format documents" in done.stderr, done.stderr
+    done = run(EXE, "import", words, "--name", "w", "--shards", 2, "--id-field", "x", "--data-dir", tmp_path)
+    assert done.returncode == 1 and "--id-field: only for --format documents" in done.stderr, done.stderr
+    done = run(EXE, "import", words, "--name", "w", "--shards", 40, "--data-dir", tmp_path)
+    assert done.returncode == 1 and "would hold no rows" in done.stderr, done.stderr
+    assert not (tmp_path / "w").exists()
+
+
+def word_queries(whole: Table) -> list[Query]:
+    rng = np.random.default_rng(7)
+    vectors = rng.normal(size=(3, whole.dim)).tolist()
+    return [
+        Query(token="king"),
+        Query(token="PARIS", k=20),  # case-folded: "paris" and "Paris" match, the lower row wins
+        Query(token="Paris", k=5),
+        Query(token="The"),
+        Query(row=77, k=5, offset=3),
+        Query(row=20_001, k=12),
+        *(Query(vector=vector, k=15) for vector in vectors),
+        Query(vector=(whole.vectors[691] * 3).tolist(), k=10, min_score=0.7),  # king's, floored
+        Query(token="king", k=10, options=SearchOptions(exact=True)),
+        Query(examples=Examples(["king", "woman"], ["man"])),
+        Query(examples=Examples(["paris", "germany"], ["france"]), k=25, offset=5),
+        Query(analogy=Analogy("man", "king", "woman")),
+        Query(analogy=Analogy("france", "paris", "japan"), k=30),
+        Query(token="nosuchwordzz"),  # an unknown token fails alone
+    ]
+
+
+def test_the_shards_answer_the_doors_word_queries_as_the_whole_table(whole: Table, sharded: ShardedTable) -> None:
+    assert door.run(sharded, [Query(token="PARIS")])[0].query["id"] == whole.tokens.find("paris")  # type: ignore[union-attr]
+    assert {token: whole.tokens.find(token) for token in CASED} == {"Paris": 20_000, "The": 20_001}
+    queries = word_queries(whole)
+    got, expected = door.run(sharded, queries), door.run(whole, queries)
+    for query, mine, theirs in zip(queries, got, expected, strict=True):
+        if isinstance(theirs, Failed):
+            assert isinstance(mine, Failed) and mine.error.message.replace("words3", "words") == theirs.error.message
+            continue
+        assert isinstance(mine, Result) and mine.query == theirs.query, (query, mine)
+        assert len(mine.hits) == len(theirs.hits) > 0
+        equal_up_to_ties(mine.hits, theirs.hits, whole.vectors)  # type: ignore[arg-type]
+
+
+def test_what_the_shards_cannot_answer_is_a_422(sharded: ShardedTable) -> None:
+    for query, message in (
+        (Query(analogy=Analogy("man", "king", "woman"), method="3cosmul"), "3cosadd only"),
+        (Query(token="king", options=SearchOptions(restrict=1000)), "restrict"),
+    ):
+        with pytest.raises(InvalidQuery, match=message):  # the HTTP layer's 422
+            door.run(sharded, [query])

@@ -1,0 +1,212 @@
+"""A sharded word table over HTTP: a GloVe slice imported whole (``words``) and as 3 shards (``words3``) in one
+data directory, served by one real ``embedding-serve`` (the shards loaded in one process and searched as one
+table), and by three real shard servers behind a real front (``EMBEDDING_SHARDS``) on loopback.
+
+Every word route answers the sharded table as the whole table: neighbours by token (exact, case-folded: the
+lowest row of the whole table wins), by id, by positive/negative tokens, by vector (one, a batch, pages, floors,
+exact), 3CosAdd analogies with an expected answer, similarity, rows, the map; what it cannot answer (3CosMul,
+``restrict``) is a 422. The front answers ``POST .../search`` by vector and ``GET .../neighbors?token=`` (the
+whole table's match: exact, else case-folded, lowest row) as the whole table does.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from index.build.sources import RawTable
+from index.engine.table import Table
+from index.store import shardmap
+from tests.index.test_shards import EXE, equal_up_to_ties, run
+from tests.service import real_server
+from tests.service.real_server import HTTP, Server
+from tests.words import write_words
+
+SHARDS = 3
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory: pytest.TempPathFactory, glove_raw: RawTable) -> Path:
+    root = tmp_path_factory.mktemp("word-front")
+    source = write_words(glove_raw, root / "words.txt")
+    for name, extra in (("words", ()), ("words3", ("--shards", SHARDS))):
+        done = run(EXE, "import", source, "--name", name, *extra, "--data-dir", root / "data", "-q")
+        assert done.returncode == 0, done.stderr
+    return root
+
+
+@pytest.fixture(scope="module")
+def one(root: Path) -> Iterator[Server]:
+    with real_server.running(root / "data", root / "one.log") as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def vectors(glove_raw: RawTable) -> list[list[float]]:
+    rng = np.random.default_rng(11)
+    return [*rng.normal(size=(2, 50)).tolist(), (glove_raw.matrix[691] * 2).tolist()]
+
+
+def ask(server: Server, table: str, method: str, path: str, body: Any = None) -> tuple[int, Any]:
+    answer = HTTP.request(method, f"{server.base}/v1/tables/{table}{path}", json=body, timeout=60)
+    return answer.status_code, answer.json()
+
+
+def same_neighbors(got: list[dict[str, Any]], expected: list[dict[str, Any]], whole: np.ndarray) -> None:
+    """The same rows and tokens, scores up to a batch's float32 rounding, equal scores by row."""
+    equal_up_to_ties([(h["id"], h["score"]) for h in got], [(h["id"], h["score"]) for h in expected], whole)
+    tokens = {h["id"]: h["token"] for h in expected}
+    assert all(tokens.get(h["id"], h["token"]) == h["token"] for h in got)
+
+
+def same_answer(got: Any, expected: Any, whole: np.ndarray) -> None:
+    """Two answers of the word routes: equal but for their neighbours (:func:`same_neighbors`)."""
+    if isinstance(expected, dict):
+        assert isinstance(got, dict) and got.keys() == expected.keys(), (got, expected)
+        for key, value in expected.items():
+            if key == "neighbors":
+                same_neighbors(got[key], value, whole)
+            else:
+                same_answer(got[key], value, whole)
+    elif isinstance(expected, list):
+        assert isinstance(got, list) and len(got) == len(expected)
+        for mine, theirs in zip(got, expected, strict=True):
+            same_answer(mine, theirs, whole)
+    elif isinstance(expected, str):
+        assert got == expected.replace("'words'", "'words3'")
+    else:
+        assert got == expected
+
+
+@pytest.fixture(scope="module")
+def whole_rows(root: Path) -> np.ndarray:
+    """The whole table's unit rows (ties among equal rows are judged on these)."""
+    return np.asarray(Table.load(root / "data" / "words").vectors)
+
+
+def word_requests(vectors: list[list[float]]) -> list[tuple[str, str, Any]]:
+    return [
+        ("GET", "/neighbors?token=king&k=10", None),
+        ("GET", "/neighbors?token=PARIS&k=20", None),  # case-folded: "paris" (a lower row than "Paris")
+        ("GET", "/neighbors?token=Paris&k=5", None),
+        ("GET", "/neighbors?id=20001&k=8", None),
+        ("GET", "/neighbors?token=heart&k=10&exact=true", None),
+        ("GET", "/neighbors?token=kingz", None),  # 404 with suggestions
+        ("POST", "/neighbors", {"positive": ["king", "woman"], "negative": ["man"], "k": 10}),
+        ("POST", "/neighbors", {"queries": ["france", {"id": 5}, "nosuchwordzz"], "k": 6}),
+        ("POST", "/search", {"vector": vectors[0], "k": 15}),
+        ("POST", "/search", {"vector": vectors[2], "k": 10, "offset": 5, "min_score": 0.6}),
+        ("POST", "/search", {"vectors": vectors, "k": 7, "exact": True}),
+        ("POST", "/search", {"vector": [0.0] * 50}),  # 422: no direction
+        ("POST", "/analogy", {"a": "man", "b": "king", "c": "woman", "k": 10, "expect": "queen"}),
+        ("POST", "/analogy", {"queries": [{"a": "france", "b": "paris", "c": "japan"}], "k": 5}),
+        ("GET", "/similarity?a=king&b=queen", None),
+        ("GET", "/tokens/PARIS", None),
+        ("GET", "/ids/20000", None),
+    ]
+
+
+def test_one_process_serves_the_sharded_word_table_whole(
+    one: Server, vectors: list[list[float]], whole_rows: np.ndarray
+) -> None:
+    for method, path, body in word_requests(vectors):
+        status, expected = ask(one, "words", method, path, body)
+        mine, got = ask(one, "words3", method, path, body)
+        assert mine == status, (path, body, got, expected)
+        same_answer(got, expected, whole_rows)
+    status, summary = ask(one, "words3", "GET", "")
+    assert status == 200 and summary["kind"] == "words" and summary["shards"]["count"] == SHARDS
+    assert summary["rows"] == 20_002 == sum(summary["shards"]["rows"])
+    status, mapped = ask(one, "words3", "GET", "/map/info")
+    assert status == 200 and mapped["rows"] == 20_002
+
+
+def test_what_one_process_cannot_answer_is_a_422(one: Server) -> None:
+    for method, path, body, message in (
+        ("POST", "/analogy", {"a": "man", "b": "king", "c": "woman", "method": "3cosmul"}, "3cosadd only"),
+        ("GET", "/neighbors?token=king&restrict=1000", None, "restrict"),
+        ("POST", "/search", {"vector": [0.1] * 50, "restrict": 1000}, "restrict"),
+    ):
+        status, got = ask(one, "words3", method, path, body)
+        assert status == 422 and got["error"]["code"] == "invalid_request", (path, got)
+        assert message in got["error"]["message"]
+        assert ask(one, "words", method, path, body)[0] == 200
+
+
+@pytest.fixture(scope="module")
+def front(root: Path) -> Iterator[Server]:
+    """Three shard servers (each serving its shard alone) and the front of ``words3``."""
+    started: list[Server] = []
+    try:
+        replicas = []
+        for s in range(SHARDS):
+            name = shardmap.shard_name(s)
+            shard = real_server.start(root / "data" / "words3", root / f"{name}.log", "--tables", name)
+            started.append(shard)
+            replicas.append([f"{shard.base}/v1/tables/{name}"])
+        (root / "front").mkdir()
+        env = {"EMBEDDING_SHARDS": json.dumps({"words3": replicas}), "EMBEDDING_SHARD_TIMEOUT": "10"}
+        started.append(real_server.start(root / "front", root / "front.log", env=env))
+        yield started[-1]
+    finally:
+        for server in started:
+            server.stop()
+
+
+def test_the_front_searches_the_sharded_word_table_as_the_whole_table(
+    one: Server, front: Server, vectors: list[list[float]], whole_rows: np.ndarray
+) -> None:
+    """Every vector form (one, a batch, pages, floors, exact, rows and unit vectors included) answered as the whole
+    table answers it; a documents table's field, a zero vector and ``restrict`` are the whole table's 422."""
+    bodies: list[dict[str, Any]] = [
+        {"vector": vectors[0], "k": 15},
+        {"vector": vectors[1], "k": 40, "exact": True},
+        {"vector": vectors[2], "k": 10, "offset": 5, "min_score": 0.6},
+        {"vector": vectors[2], "k": 3, "offset": 200},
+        {"vectors": vectors, "k": 7},
+        {"vector": vectors[2], "k": 5, "include": ["row", "vector"]},
+        {"vector": [0.0] * 50},
+        {"vector": vectors[0], "positive": ["king"]},
+        {"vector": vectors[0], "queries": [{"vector": vectors[0]}]},
+    ]
+    for body in bodies:
+        status, expected = ask(one, "words", "POST", "/search", body)
+        mine, got = ask(front, "words3", "POST", "/search", body)
+        assert mine == status, (body, got, expected)
+        same_answer(got, expected, whole_rows)
+    status, got = ask(front, "words3", "POST", "/search", {"vector": [0.1] * 49})  # a shard's 422, as it is
+    assert status == 422 and "the vector has 49 values" in got["error"]["message"], got
+    status, got = ask(front, "words3", "POST", "/search", {"vector": vectors[0], "restrict": 100})
+    assert status == 422 and "restrict" in got["error"]["message"], got
+    status, got = ask(front, "words3", "GET", "/similarity?a=king&b=queen")
+    assert status == 404 and "this server is its front" in got["error"]["message"], got
+
+
+def test_the_front_answers_a_tokens_neighbours_as_the_whole_table(
+    one: Server, front: Server, whole_rows: np.ndarray
+) -> None:
+    """The token looked up on every shard: exact where its hash puts it, else the case-folded match of the lowest
+    row in the whole table ("PARIS": "paris", not "Paris" of a higher row, on another shard)."""
+    owners = {token: shardmap.shard_of_id(token, SHARDS) for token in ("paris", "Paris")}
+    assert owners["paris"] != owners["Paris"], owners
+    for path in (
+        "/neighbors?token=king&k=10",
+        "/neighbors?token=PARIS&k=20",
+        "/neighbors?token=Paris&k=5",
+        "/neighbors?token=THE&k=5",
+        "/neighbors?token=heart&k=50&exact=true",
+    ):
+        status, expected = ask(one, "words", "GET", path)
+        mine, got = ask(front, "words3", "GET", path)
+        assert status == mine == 200, (path, got)
+        same_answer(got, expected, whole_rows)
+    status, got = ask(front, "words3", "GET", "/neighbors?token=kingz")
+    assert status == 404 and got["error"]["code"] == "unknown_token" and "kings" in got["error"]["suggestions"]
+    for path in ("/neighbors?id=5", "/neighbors?token=king&restrict=10", "/neighbors?token=king&k=0"):
+        status, got = ask(front, "words3", "GET", path)
+        assert status == 422 and got["error"]["code"] == "invalid_request", (path, got)

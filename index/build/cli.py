@@ -7,6 +7,7 @@ import os
 import shutil
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
@@ -380,6 +381,39 @@ def _whole_only(data_dir: Path, name: str, why: str) -> None:
         fail(f"table {name!r} is sharded: {why} (import it again to change it)")
 
 
+def _shard_builder(
+    build: BuildOptions, source: dict[str, Any], params: dict[str, Any], *, drop_invalid: bool
+) -> Callable[[RawTable, Path, str], dict[str, Any]]:
+    """``build_shard(raw, directory, name)`` for a sharded import: one shard built as a table of ``directory`` with
+    the import's index options."""
+    from index.build.writer import build_table
+
+    def build_shard(raw: RawTable, directory: Path, shard: str) -> dict[str, Any]:
+        return build_table(
+            raw,
+            data_dir=directory,
+            name=shard,
+            source=source,
+            index_spec=build.index,
+            min_recall=build.min_recall,
+            params=params,
+            drop_invalid=drop_invalid,
+            seed=build.seed,
+            defer_index=build.defer_index,
+            budget=build.budget,
+        )
+
+    return build_shard
+
+
+def _say_sharded(manifest: dict[str, Any], data_dir: Path, name: str) -> None:
+    rows = ", ".join(f"{count:,}" for count in manifest["shards"]["rows"])
+    typer.echo(
+        f"built {name!r}: {manifest['rows']:,} rows x {manifest['dim']} in {manifest['shards']['count']} shards "
+        f"({rows} rows) in {manifest['build_seconds']} s -> {artifact.table_dir(data_dir, name)}"
+    )
+
+
 def _import_sharded(
     path: Path,
     options: Any,
@@ -396,7 +430,7 @@ def _import_sharded(
     from index.build import ray_build
     from index.build.shard import import_sharded, one_by_one
     from index.build.sources.documents import read_documents
-    from index.build.writer import build_table, source_digest
+    from index.build.writer import source_digest
 
     started = time.perf_counter()
     cluster = None if ray is None else ray_build.connect(ray)
@@ -406,21 +440,7 @@ def _import_sharded(
     params = {"index": build.index, "min_recall": build.min_recall, "seed": build.seed, "drop_invalid": drop_invalid}
     params["read_seconds"] = round(time.perf_counter() - started, 3)
 
-    def build_shard(raw: RawTable, directory: Path, shard: str) -> dict[str, Any]:
-        return build_table(
-            raw,
-            data_dir=directory,
-            name=shard,
-            source=source,
-            index_spec=build.index,
-            min_recall=build.min_recall,
-            params=params,
-            drop_invalid=build.drop_invalid,
-            seed=build.seed,
-            defer_index=build.defer_index,
-            budget=build.budget,
-        )
-
+    build_shard = _shard_builder(build, source, params, drop_invalid=build.drop_invalid)
     manifest = import_sharded(
         documents,
         tokenizer,
@@ -433,11 +453,7 @@ def _import_sharded(
         force=build.force,
         run_all=one_by_one if cluster is None else lambda jobs: ray_build.run_all(cluster, jobs, "shards on Ray"),
     )
-    rows = ", ".join(f"{count:,}" for count in manifest["shards"]["rows"])
-    typer.echo(
-        f"built {name!r}: {manifest['rows']:,} rows x {manifest['dim']} in {shards} shards ({rows} rows) "
-        f"in {manifest['build_seconds']} s -> {artifact.table_dir(data_dir, name)}"
-    )
+    _say_sharded(manifest, data_dir, name)
 
 
 def _import_sharded_words(
@@ -453,24 +469,10 @@ def _import_sharded_words(
     """``import --shards N`` of word vectors: the rows cleaned once, each shard built with the import's index
     options (``index.build.shard_words``)."""
     from index.build.shard_words import import_sharded_words
-    from index.build.writer import build_table
 
     params = {**params, "index": build.index, "min_recall": build.min_recall, "seed": build.seed}
 
-    def build_shard(part: RawTable, directory: Path, shard: str) -> dict[str, Any]:
-        return build_table(
-            part,
-            data_dir=directory,
-            name=shard,
-            source=source,
-            index_spec=build.index,
-            min_recall=build.min_recall,
-            params=params,
-            seed=build.seed,
-            defer_index=build.defer_index,
-            budget=build.budget,
-        )
-
+    build_shard = _shard_builder(build, source, params, drop_invalid=False)  # the rows were cleaned once
     manifest = import_sharded_words(
         raw,
         shards=shards,
@@ -482,11 +484,7 @@ def _import_sharded_words(
         force=build.force,
         drop_invalid=build.drop_invalid,
     )
-    rows = ", ".join(f"{count:,}" for count in manifest["shards"]["rows"])
-    typer.echo(
-        f"built {name!r}: {manifest['rows']:,} rows x {manifest['dim']} in {shards} shards ({rows} rows) "
-        f"in {manifest['build_seconds']} s -> {artifact.table_dir(data_dir, name)}"
-    )
+    _say_sharded(manifest, data_dir, name)
 
 
 @app.command()

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import random
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
@@ -18,8 +17,7 @@ import httpx
 from index.store import shardmap, writelog
 from tests.index.test_shards import EXE, run
 from tests.lee import Lee, jsonl_records, write_jsonl
-from tests.service import real_server
-from tests.service.test_write_durability import kill_9
+from tests.service.test_write_durability import kill_in_streams
 
 KEY = "sharded-durability-key-0123456789"
 HEADERS = {"X-API-Key": KEY}
@@ -63,32 +61,7 @@ def test_kill_9_in_a_stream_of_sharded_writes_loses_no_acknowledged_write(lee_do
     data = tmp_path / "data"
     done = run(EXE, "import", source, "--name", "lee", "--shards", SHARDS, "--data-dir", data, "-q")
     assert done.returncode == 0, done.stderr
-    rng = random.Random(30)
-    acked: dict[str, int] = {}
-    refused: set[str] = set()
-    env = {"EMBEDDING_WRITE_KEYS": KEY}
-    for round_ in range(ROUNDS):
-        server = real_server.start(data, tmp_path / f"serve-{round_}.log", "--workers", "2", env=env)
-        try:
-            for ident, year in rng.sample(sorted(acked.items()), min(40, len(acked))):
-                shown = real_server.HTTP.get(f"{server.base}/v1/tables/lee/documents/{ident}")
-                assert shown.status_code == 200 and shown.json()["fields"]["year"] == year, (round_, ident)
-            for ident in refused:
-                assert real_server.HTTP.get(f"{server.base}/v1/tables/lee/documents/{ident}").status_code == 404
-            stop = threading.Event()
-            writers = [
-                threading.Thread(target=stream, args=(server.base, lee_docs, start, acked, refused, stop))
-                for start in ((round_ * 2 + w) * 100_000 for w in range(2))
-            ]
-            for writer in writers:
-                writer.start()
-            time.sleep(rng.uniform(0.5, 2.0))
-            kill_9(server)
-            stop.set()
-            for writer in writers:
-                writer.join(30)
-        finally:
-            server.stop()
+    acked, refused = kill_in_streams(data, tmp_path, lee_docs, stream, random.Random(30), ROUNDS, KEY)
     assert len(acked) > 20 and refused
     logged: set[str] = set()
     for s in range(SHARDS):

@@ -11,6 +11,7 @@ import shutil
 import signal
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -55,18 +56,20 @@ def kill_9(server: real_server.Server) -> None:
     psutil.wait_procs(processes[1:], timeout=10)
 
 
-def test_kill_9_in_a_stream_of_writes_loses_no_acknowledged_write(
-    lee_data_dir: Path, lee_docs: Lee, tmp_path: Path
-) -> None:
-    data = tmp_path / "data"
-    data.mkdir()
-    shutil.copytree(lee_data_dir / "lee", data / "lee")
-    rng = random.Random(28)
+Stream = Callable[[str, Lee, int, dict[str, int], set[str], threading.Event], None]
+
+
+def kill_in_streams(
+    data: Path, logs: Path, lee_docs: Lee, stream: Stream, rng: random.Random, rounds: int, key: str
+) -> tuple[dict[str, int], set[str]]:
+    """``rounds`` rounds of: a real ``embedding-serve`` of ``data`` with two workers, where every write answered
+    200 so far is found and no refused one is, then two writers running ``stream`` until kill -9 at a random
+    point. Returns the acknowledged writes (id -> year) and the refused ids."""
     acked: dict[str, int] = {}
     refused: set[str] = set()
-    env = {"EMBEDDING_WRITE_KEYS": KEY}
-    for round_ in range(ROUNDS):
-        server = real_server.start(data, tmp_path / f"serve-{round_}.log", "--workers", "2", env=env)
+    env = {"EMBEDDING_WRITE_KEYS": key}
+    for round_ in range(rounds):
+        server = real_server.start(data, logs / f"serve-{round_}.log", "--workers", "2", env=env)
         try:
             for ident, year in rng.sample(sorted(acked.items()), min(40, len(acked))):
                 shown = real_server.HTTP.get(f"{server.base}/v1/tables/lee/documents/{ident}")
@@ -87,6 +90,16 @@ def test_kill_9_in_a_stream_of_writes_loses_no_acknowledged_write(
                 writer.join(30)
         finally:
             server.stop()
+    return acked, refused
+
+
+def test_kill_9_in_a_stream_of_writes_loses_no_acknowledged_write(
+    lee_data_dir: Path, lee_docs: Lee, tmp_path: Path
+) -> None:
+    data = tmp_path / "data"
+    data.mkdir()
+    shutil.copytree(lee_data_dir / "lee", data / "lee")
+    acked, refused = kill_in_streams(data, tmp_path, lee_docs, stream, random.Random(28), ROUNDS, KEY)
     assert len(acked) > 20 and refused
     records = writelog.recover(writelog.log_path(data, "lee"))
     assert [r.seq for r in records] == list(range(1, len(records) + 1))

@@ -21,6 +21,7 @@ import json
 import logging
 import os
 import struct
+import threading
 import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -134,9 +135,57 @@ def scan(data: bytes, start: int = 0, previous: int = 0) -> tuple[list[Record], 
     return records, at, None
 
 
+class _ForkGuard:
+    """A fork waits until no thread of this process has a log open. A lock taken with ``flock`` belongs to the open
+    file, which a forked child shares: a child forked while a thread held a log open (the server's supervisor
+    forks its workers while its compaction thread reads the logs) would hold that lock for its whole life, and
+    its own first exclusive lock on the log would wait for it forever."""
+
+    def __init__(self) -> None:
+        self.changed = threading.Condition()
+        self.open = 0
+
+    def enter(self) -> None:
+        with self.changed:
+            self.open += 1
+
+    def leave(self) -> None:
+        with self.changed:
+            self.open -= 1
+            self.changed.notify_all()
+
+    def before_fork(self) -> None:
+        self.changed.acquire()  # held through the fork: no thread opens a log meanwhile
+        self.changed.wait_for(lambda: self.open == 0)
+
+    def after_fork_in_parent(self) -> None:
+        self.changed.release()
+
+    def after_fork_in_child(self) -> None:
+        self.__init__()  # type: ignore[misc]  # the child's only thread has no log open
+
+
+_FORKS = _ForkGuard()
+os.register_at_fork(
+    before=_FORKS.before_fork,
+    after_in_parent=_FORKS.after_fork_in_parent,
+    after_in_child=_FORKS.after_fork_in_child,
+)
+
+
 @contextmanager
 def _locked(path: Path, mode: int, kind: int) -> Iterator[int]:
     """``path`` opened and locked; opened again if :func:`cut` replaced it while this waited for the lock."""
+    _FORKS.enter()
+    try:
+        with _opened_and_locked(path, mode, kind) as fd:
+            yield fd
+    finally:
+        _FORKS.leave()
+
+
+@contextmanager
+def _opened_and_locked(path: Path, mode: int, kind: int) -> Iterator[int]:
     while True:
         fd = os.open(path, mode, 0o644)
         fcntl.flock(fd, kind)

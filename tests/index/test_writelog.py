@@ -6,9 +6,12 @@ take turns; a cut keeps the records after the position it covered. Payloads are 
 from __future__ import annotations
 
 import errno
+import fcntl
 import logging
 import multiprocessing
 import os
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -209,3 +212,41 @@ def test_a_record_is_fsynced_before_append_returns_unless_sync_is_off(
         log.append(2, body(1))
         assert len(synced) == (1 if sync else 0)  # on disk before the write is answered
     assert [r.seq for r in writelog.recover(path)] == [1, 2]
+
+
+def _lock_exclusively_later(path: str) -> None:
+    """In a forked child: once the parent's reader has closed the log, take an exclusive lock on it at once."""
+    time.sleep(1.0)
+    fd = os.open(path, os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os._exit(1)  # a lock inherited from the parent, which no one in this process can release
+    os._exit(0)
+
+
+def test_a_fork_waits_until_no_thread_has_a_log_open(tmp_path: Path) -> None:
+    """A server's supervisor forks its workers while its compaction thread reads the logs: a child forked while
+    the log was open would share that open file and its lock for its whole life, and its own recover (an
+    exclusive lock) would wait forever. The fork waits for the reader instead."""
+    path = tmp_path / "lee.log"
+    path.write_bytes(b"")
+    inside, release = threading.Event(), threading.Event()
+
+    def reader() -> None:
+        with writelog._locked(path, os.O_RDONLY, fcntl.LOCK_SH):
+            inside.set()
+            release.wait(10)
+
+    thread = threading.Thread(target=reader)
+    thread.start()
+    assert inside.wait(10)
+    threading.Timer(0.3, release.set).start()
+    started = time.monotonic()
+    child = multiprocessing.get_context("fork").Process(target=_lock_exclusively_later, args=(str(path),))
+    child.start()
+    waited = time.monotonic() - started
+    thread.join(10)
+    child.join(20)
+    assert child.exitcode == 0, "the child inherited the reader's lock on the log"
+    assert waited >= 0.2, waited  # the fork waited for the reader to close the log

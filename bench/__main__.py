@@ -28,19 +28,7 @@ from typing import Any
 from bench import report
 from bench.common import REPO, TABLE, Context, machine, versions
 
-NAMES = (
-    "analogy",
-    "neighbours",
-    "import",
-    "startup",
-    "growth",
-    "peers",
-    "peers-text",
-    "firstrun",
-    "documents",
-    "text",
-    "writes",
-)
+NAMES = report.NAMES  # every benchmark, in the report's order
 # benchmarks that build their own tables (no --data-dir table needed)
 OWN_TABLE = {"peers", "peers-text", "firstrun", "growth", "documents", "text", "writes"}
 

@@ -57,11 +57,11 @@ class Live:
         """Under the log's lock: catch up, ``make(delta)`` the record's body (None: nothing to write) and what to
         answer, append it (durable when this returns, with ``sync``), apply it. Returns the sequence number."""
         with self.lock, writelog.appending(self.path, sync) as log:
+            records, offset = log.new_records(self.delta.offset, self.delta.last, self.inode)
+            self.delta.apply(records)
             if log.inode != self.inode:  # another log file: a compaction cut the log after it published
                 folded = int(artifact.read_manifest(self.directory).get("log_sequence", 0))
                 self.delta.last = max(self.delta.last, folded)  # the next write numbered after what it folded
-            records, offset = log.new_records(self.delta.offset, self.delta.last, self.inode)
-            self.delta.apply(records)
             self.delta.offset, self.inode = offset, log.inode
             body, answer = make(self.delta)
             if body is not None:

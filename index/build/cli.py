@@ -633,13 +633,12 @@ def verify(name: str, data_dir: DataDir = Path("data"), quiet: Quiet = False) ->
 @app.command()
 def remove(name: str, data_dir: DataDir = Path("data"), quiet: Quiet = False) -> None:
     """Delete a table, and its write log (the documents written to it over HTTP; a sharded table's: its shards')."""
-    from index.store.writelog import log_path
+    from index.store.writelog import remove_logs
 
     directory = artifact.table_dir(data_dir, name)
     artifact.read_manifest(directory)
     shutil.rmtree(directory)
-    log_path(data_dir, name).unlink(missing_ok=True)
-    shutil.rmtree(log_path(data_dir, name).with_suffix(""), ignore_errors=True)  # a sharded table's shards' logs
+    remove_logs(data_dir, name)
     typer.echo(f"removed {name}")
 
 

@@ -11,6 +11,10 @@ On start-up :func:`recover` reads the whole log: a torn or corrupt tail (no good
 write cut short by a crash) is cut at the last good record, with a warning naming the bytes lost; a bad frame
 with good frames after it is corruption in the middle, and the table is refused (:class:`LogCorrupt`) naming
 the record, since replaying past it would lose acknowledged writes silently.
+
+A compaction cuts the log (:func:`cut`): the records its new version holds are dropped, the later ones move to a
+new file renamed over the log. The file it replaced stays as ``.<name>.log.previous`` until the next cut, so a
+reader still on the older version reads the records it had not read yet before it reads the new file.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import fcntl
 import json
 import logging
 import os
+import shutil
 import struct
 import threading
 import zlib
@@ -55,6 +60,14 @@ class Record:
 
 def log_path(data_dir: Path, name: str) -> Path:
     return Path(data_dir) / DIRECTORY / f"{artifact.check_name(name)}{SUFFIX}"
+
+
+def remove_logs(data_dir: Path, name: str) -> None:
+    """Delete a table's write log and the file its last cut replaced; a sharded table's: its shards'."""
+    path = log_path(data_dir, name)
+    path.unlink(missing_ok=True)
+    previous_path(path).unlink(missing_ok=True)
+    shutil.rmtree(path.with_suffix(""), ignore_errors=True)
 
 
 def table_log(directory: Path) -> Path:
@@ -261,14 +274,43 @@ def read_new(path: Path, start: int, previous: int, inode: int | None = None) ->
         return [], start, -1
     try:
         current = os.fstat(fd).st_ino
+        before: list[Record] = []
         if inode is not None and current != inode:
-            start, previous = 0, 0
+            before, start, previous = _unread_before_cut(path, inode, start, previous), 0, 0
         data = _read_from(fd, start)
     finally:
         lock.__exit__(None, None, None)
     records, end, _ = scan(data, 0, previous)  # a damaged tail is not read (the writer cuts it before appending)
     shifted = [Record(r.seq, r.offset + start, r.end + start, r.body) for r in records]
-    return shifted, start + end, current
+    return _joined(before, shifted), start + end, current
+
+
+def previous_path(path: Path) -> Path:
+    """Where :func:`cut` keeps the log file it replaced, until the next cut."""
+    return path.with_name(f".{path.name}.previous")
+
+
+def _unread_before_cut(path: Path, inode: int, start: int, previous: int) -> list[Record]:
+    """The records after byte ``start`` of the log file ``inode`` that a cut replaced since it was read (none when
+    a later cut replaced it too). Nothing writes to a replaced file: it is read without a lock. Their offsets are
+    in that file; the reader's offset is the new file's."""
+    try:
+        fd = os.open(previous_path(path), os.O_RDONLY)
+    except FileNotFoundError:
+        return []
+    try:
+        if os.fstat(fd).st_ino != inode:
+            return []
+        data = _read_from(fd, start)
+    finally:
+        os.close(fd)
+    return scan(data, 0, previous)[0]
+
+
+def _joined(before: list[Record], records: list[Record]) -> list[Record]:
+    """The records read from a replaced file, then the new file's that come after them (the new file holds the
+    replaced file's last records again when the cut kept them)."""
+    return before + [r for r in records if r.seq > before[-1].seq] if before else records
 
 
 class Appender:
@@ -286,8 +328,9 @@ class Appender:
     def new_records(self, start: int, previous: int, inode: int | None = None) -> tuple[list[Record], int]:
         """As :func:`read_new`, under the exclusive lock; a damaged tail is cut (with a warning) so that the next
         record follows the last good one."""
+        before: list[Record] = []
         if inode is not None and inode != self.inode:
-            start, previous = 0, 0
+            before, start, previous = _unread_before_cut(self.path, inode, start, previous), 0, 0
         data = _read_from(self.fd, start)
         records, end, problem = scan(data, 0, previous)
         if problem is not None:  # a damaged tail: cut, so that the next record follows the last good one
@@ -295,7 +338,8 @@ class Appender:
             os.ftruncate(self.fd, start + end)
             if self.sync:
                 os.fsync(self.fd)
-        return [Record(r.seq, r.offset + start, r.end + start, r.body) for r in records], start + end
+        shifted = [Record(r.seq, r.offset + start, r.end + start, r.body) for r in records]
+        return _joined(before, shifted), start + end
 
     def append(self, seq: int, body: dict[str, Any]) -> Record:
         """Append one record; it is on disk (fsynced, unless ``sync`` is off) when this returns."""
@@ -327,8 +371,8 @@ def appending(path: Path, sync: bool = True) -> Iterator[Appender]:
 
 def cut(path: Path, covered: int) -> int:
     """Drop the records up to sequence ``covered`` (folded into a published version): the later ones are written
-    to a new file renamed over the log, under the lock, so writes arriving meanwhile are kept. Returns the
-    records kept."""
+    to a new file renamed over the log, under the lock, so writes arriving meanwhile are kept; the replaced file
+    stays at :func:`previous_path` until the next cut. Returns the records kept."""
     if not path.is_file():
         return 0
     with _locked(path, os.O_RDWR, fcntl.LOCK_EX) as fd:
@@ -343,6 +387,9 @@ def cut(path: Path, covered: int) -> int:
                 handle.write(data[record.offset : record.end])
             handle.flush()
             os.fsync(handle.fileno())
+        previous = previous_path(path)
+        previous.unlink(missing_ok=True)
+        os.link(path, previous)
         os.rename(tmp, path)
         artifact.fsync_dir(path.parent)
     return len(kept)

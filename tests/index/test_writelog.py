@@ -189,6 +189,22 @@ def test_a_cut_keeps_the_records_after_what_it_covered(tmp_path: Path) -> None:
     assert [r.seq for r in writelog.recover(path)] == [5, 6, 7, 8]
 
 
+def test_a_reader_behind_a_cut_reads_what_it_had_not_read_from_the_replaced_file(tmp_path: Path) -> None:
+    path = tmp_path / "t.log"
+    write(path, 3)
+    records, offset, inode = writelog.read_new(path, 0, 0)  # a reader on the older version has read 1..3
+    write(path, 4, first=4)
+    assert writelog.cut(path, 5) == 2  # a compaction folded 1..5 into a version the reader has not loaded yet
+    records, end, again = writelog.read_new(path, offset, 3, inode)
+    assert [r.seq for r in records] == [4, 5, 6, 7] and end == path.stat().st_size and again != inode
+    assert [r.body for r in records] == [body(i) for i in range(3, 7)]
+    write(path, 1, first=8)
+    with writelog.appending(path) as log:  # a writer on the older version catches up the same way
+        assert [r.seq for r in log.new_records(offset, 3, inode)[0]] == [4, 5, 6, 7, 8]
+    assert writelog.cut(path, 7) == 1  # a second cut: the file the reader read is gone; the new file is all it gets
+    assert [r.seq for r in writelog.read_new(path, offset, 3, inode)[0]] == [8]
+
+
 def test_a_payload_must_be_json(tmp_path: Path) -> None:
     with pytest.raises(ValueError):
         writelog.frame(1, {"score": float("nan")})

@@ -15,7 +15,7 @@ import io
 import logging
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -135,12 +135,7 @@ def import_sharded(
     ``build_shard(raw, directory, name)`` builds one shard as a table of ``directory`` (``build_table`` with the
     import's index options); ``complete``, if given, runs under the publish lock before the swap (it may refuse)."""
     started = time.perf_counter()
-    shardmap.check_count(shards)
-    artifact.check_name(name)
-    for path, what in artifact.recover(data_dir):
-        log.warning("%s: %s", path, what)
-    if artifact.table_dir(data_dir, name).exists() and not force:
-        raise ArtifactError(f"table {name!r} already exists in {data_dir} (use --force to rebuild it)")
+    check_target(data_dir, name, shards, force)
     assignment = shardmap.assign(documents.payload.column(0).combine_chunks(), shards)
     text = documents.info.get("text_field")
     whole = None
@@ -149,29 +144,12 @@ def import_sharded(
         whole = keyword.statistics(contiguous(documents.payload.column(text)), tokenizer)
         if not whole.words:
             whole = None
-    names = [shardmap.shard_name(s) for s in range(shards)]
-    with artifact.staging(data_dir, name, force=force, complete=complete) as tmp:
-        # Each shard is published into a directory of its own first (a build locks the data directory it
-        # publishes into, and the staging directory is locked by this build), then moved beside the map.
-        built = tmp / ".shards"
-        built.mkdir()
-        jobs = []
-        for shard, shard_dir in enumerate(names):
-            rows = np.flatnonzero(assignment == shard)
-            if not len(rows):
-                raise ArtifactError(
-                    f"shard {shard} of {shards} would hold no documents ({len(assignment):,} documents): "
-                    "use fewer shards"
-                )
-            note(f"shard {shard + 1} of {shards}: {len(rows):,} documents")
-            part = shard_documents(documents, rows)
-            jobs.append(_build_job(part, rows, tokenizer, whole, source, build_shard, built, shard_dir))
-        manifests = run_all(jobs)
-        for shard_dir in names:
-            (built / shard_dir).rename(tmp / shard_dir)
-        built.rmdir()
-        (tmp / shardmap.ASSIGNMENT).write_bytes(_npy(assignment))
-        write_tokens(tmp, documents.tokens)  # the ids in the whole table's order: its lookups, served whole
+
+    def job(rows: np.ndarray, directory: Path, shard_dir: str) -> Callable[[], dict[str, Any]]:
+        part = shard_documents(documents, rows)
+        return _build_job(part, rows, tokenizer, whole, source, build_shard, directory, shard_dir)
+
+    def beside(tmp: Path) -> dict[str, Any]:
         statistics: dict[str, Any] | None = None
         if whole is not None:
             (tmp / shardmap.DF).write_bytes(_npy(whole.df))
@@ -191,30 +169,100 @@ def import_sharded(
                 "terms": len(whole.terms),
                 "files": [shardmap.TERMS, shardmap.DF],
             }
-        first = manifests[0]
-        manifest = shardmap.write_manifest(
+        return {KIND: {**documents.info}, "keyword_statistics": statistics, "cleaning": documents.report}
+
+    return publish(
+        Sharding(data_dir, name, shards, assignment, documents.tokens, KIND, "documents", source, params, started),
+        job,
+        beside,
+        force=force,
+        run_all=run_all,
+        complete=complete,
+    )
+
+
+def check_target(data_dir: Path, name: str, shards: int, force: bool) -> None:
+    """Before a sharded import reads anything more: the count and the name are valid, what killed builds left is
+    cleared, and the table is not there unless ``force``."""
+    shardmap.check_count(shards)
+    artifact.check_name(name)
+    for path, what in artifact.recover(data_dir):
+        log.warning("%s: %s", path, what)
+    if artifact.table_dir(data_dir, name).exists() and not force:
+        raise ArtifactError(f"table {name!r} already exists in {data_dir} (use --force to rebuild it)")
+
+
+@dataclass(frozen=True)
+class Sharding:
+    """What a sharded import publishes: where, every row's shard, the whole table's tokens (ids), its kind."""
+
+    data_dir: Path
+    name: str
+    shards: int
+    assignment: np.ndarray
+    tokens: Sequence[str]
+    of: str  # the kind of table each shard is
+    unit: str  # what its rows are called in messages
+    source: dict[str, Any]
+    params: dict[str, Any]
+    started: float
+
+
+def publish(
+    sharding: Sharding,
+    job: Callable[[np.ndarray, Path, str], Callable[[], dict[str, Any]]],
+    beside: Callable[[Path], dict[str, Any]],
+    *,
+    force: bool,
+    run_all: RunAll = one_by_one,
+    complete: Callable[[Path], None] | None = None,
+) -> dict[str, Any]:
+    """Build every shard (``job(rows, directory, name)``: the build of the shard of those rows, as a call), move
+    them beside the map, the assignment and the whole table's tokens, add what ``beside(staging)`` writes and
+    returns for the manifest, and publish the whole as one table. Returns its manifest."""
+    assignment, count = sharding.assignment, sharding.shards
+    names = [shardmap.shard_name(s) for s in range(count)]
+    with artifact.staging(sharding.data_dir, sharding.name, force=force, complete=complete) as tmp:
+        # Each shard is published into a directory of its own first (a build locks the data directory it
+        # publishes into, and the staging directory is locked by this build), then moved beside the map.
+        built = tmp / ".shards"
+        built.mkdir()
+        jobs = []
+        for shard, shard_dir in enumerate(names):
+            rows = np.flatnonzero(assignment == shard)
+            if not len(rows):
+                raise ArtifactError(
+                    f"shard {shard} of {count} would hold no {sharding.unit} ({len(assignment):,} {sharding.unit}): "
+                    "use fewer shards"
+                )
+            note(f"shard {shard + 1} of {count}: {len(rows):,} {sharding.unit}")
+            jobs.append(job(rows, built, shard_dir))
+        manifests = run_all(jobs)
+        for shard_dir in names:
+            (built / shard_dir).rename(tmp / shard_dir)
+        built.rmdir()
+        (tmp / shardmap.ASSIGNMENT).write_bytes(_npy(assignment))
+        write_tokens(tmp, sharding.tokens)  # the whole table's tokens (ids): its lookups, served whole
+        return shardmap.write_manifest(
             tmp,
             {
-                "name": name,
+                "name": sharding.name,
                 "kind": shardmap.KIND,
-                "of": KIND,
+                "of": sharding.of,
                 "rows": len(assignment),
-                "dim": first["dim"],
-                "source": source,
-                "build": params,
+                "dim": manifests[0]["dim"],
+                "source": sharding.source,
+                "build": sharding.params,
                 "shards": {
-                    "count": shards,
+                    "count": count,
                     "hash": shardmap.HASH,
                     "names": names,
                     "rows": [m["rows"] for m in manifests],
                     "index": [m["index"]["spec"] for m in manifests],
                 },
-                KIND: {**documents.info},
-                "keyword_statistics": statistics,
-                "cleaning": documents.report,
+                **beside(tmp),
                 "built_at": artifact.now_iso(),
-                "build_seconds": round(time.perf_counter() - started, 3),
+                "build_seconds": round(time.perf_counter() - sharding.started, 3),
             },
             names,
         )
-    return manifest

@@ -10,8 +10,8 @@ published as one table, as a sharded documents table is (``index.build.shard``).
 
 from __future__ import annotations
 
-import logging
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -20,14 +20,12 @@ import numpy as np
 import pyarrow as pa
 
 from index.build.clean import clean
-from index.build.shard import BuildShard, _npy
+from index.build.shard import BuildShard, Sharding, _npy, check_target, publish
 from index.build.sources import RawTable
 from index.errors import ArtifactError
 from index.progress import note
-from index.store import artifact, shardmap
-from index.store.tokens import write_tokens
+from index.store import shardmap
 
-log = logging.getLogger(__name__)
 WORDS = "words"
 
 
@@ -59,56 +57,16 @@ def import_sharded_words(
 
     ``build_shard(raw, directory, name)`` builds one shard as a table of ``directory``."""
     started = time.perf_counter()
-    shardmap.check_count(shards)
-    artifact.check_name(name)
-    for path, what in artifact.recover(data_dir):
-        log.warning("%s: %s", path, what)
+    check_target(data_dir, name, shards, force)
     if raw.kind != WORDS:
         raise ArtifactError(f"--shards: a {raw.kind} table stays whole (words and documents tables shard)")
-    if artifact.table_dir(data_dir, name).exists() and not force:
-        raise ArtifactError(f"table {name!r} already exists in {data_dir} (use --force to rebuild it)")
     note(f"cleaning {len(raw.tokens):,} rows ...")
     raw, report = clean(raw, source.get("path", name), drop_invalid=drop_invalid)
     raw = replace(raw, report=report)
     assignment = shardmap.assign(pa.array(raw.tokens, pa.string()), shards)
-    names = [shardmap.shard_name(s) for s in range(shards)]
-    with artifact.staging(data_dir, name, force=force) as tmp:
-        built = tmp / ".shards"  # each shard published on its own first (see index.build.shard)
-        built.mkdir()
-        manifests = []
-        for shard, shard_dir in enumerate(names):
-            rows = np.flatnonzero(assignment == shard)
-            if not len(rows):
-                raise ArtifactError(
-                    f"shard {shard} of {shards} would hold no rows ({len(assignment):,} rows): use fewer shards"
-                )
-            note(f"shard {shard + 1} of {shards}: {len(rows):,} rows")
-            manifests.append(build_shard(shard_rows(raw, rows), built, shard_dir))
-        for shard_dir in names:
-            (built / shard_dir).rename(tmp / shard_dir)
-        built.rmdir()
-        (tmp / shardmap.ASSIGNMENT).write_bytes(_npy(assignment))
-        write_tokens(tmp, raw.tokens)  # the whole table's tokens: its lookups, served whole
-        return shardmap.write_manifest(
-            tmp,
-            {
-                "name": name,
-                "kind": shardmap.KIND,
-                "of": WORDS,
-                "rows": len(assignment),
-                "dim": manifests[0]["dim"],
-                "source": source,
-                "build": params,
-                "shards": {
-                    "count": shards,
-                    "hash": shardmap.HASH,
-                    "names": names,
-                    "rows": [m["rows"] for m in manifests],
-                    "index": [m["index"]["spec"] for m in manifests],
-                },
-                "cleaning": report,
-                "built_at": artifact.now_iso(),
-                "build_seconds": round(time.perf_counter() - started, 3),
-            },
-            names,
-        )
+
+    def job(rows: np.ndarray, directory: Path, shard_dir: str) -> Callable[[], dict[str, Any]]:
+        return lambda: build_shard(shard_rows(raw, rows), directory, shard_dir)
+
+    sharding = Sharding(data_dir, name, shards, assignment, raw.tokens, WORDS, "rows", source, params, started)
+    return publish(sharding, job, lambda _: {"cleaning": report}, force=force)

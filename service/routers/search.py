@@ -9,6 +9,7 @@ from typing import Any
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
+from index.engine import dfs
 from index.engine.door import Result
 from service import convert, execute, live
 from service.deps import RegistryDep, TableDep
@@ -16,6 +17,7 @@ from service.errors import BODY_ERRORS, responses
 from service.http.fastroute import QueryRoute, plain_body
 from service.plain_search import plain_vector_search
 from service.respond import FastJSON, hits, include, neighbors, results
+from service.schemas.keyword_statistics import GatherRequest
 from service.schemas.search import (
     DocumentSearchBatchResponse,
     DocumentSearchResponse,
@@ -59,3 +61,13 @@ async def search(request: Request, table: TableDep, registry: RegistryDep, body:
         return FastJSON(shape(await execute.one(request, table, "search", queries[0], encoder, delta)))
     answers = await execute.batch(request, table, "search_batch", queries, encoder, delta)
     return FastJSON({"results": results(answers, shape)})
+
+
+@router.post("/search/statistics", responses=responses(*BODY_ERRORS), include_in_schema=False)
+async def search_statistics(request: Request, table: TableDep, body: GatherRequest) -> Response:
+    """This table's part of the keyword statistics of the texts' words (``index.engine.dfs.gather``): what the
+    front of a sharded table sums over its shards and sends with a keyword or hybrid search."""
+    delta = live.delta_of(table)
+    return FastJSON(
+        await execute.compute(request, table, "search_statistics", lambda: dfs.gather(table, delta, body.texts))
+    )

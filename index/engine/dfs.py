@@ -85,7 +85,7 @@ def gather(table: Table, delta: Delta | None, texts: Sequence[str]) -> dict[str,
         terms[word] = [len(rows), int((~index.deleted[rows]).sum()) + len(written)]
     return {
         "documents": [index.base, index.n],
-        "words": [int(index.lengths.sum()), int(index.lengths[~index.deleted].sum() + index.written_lengths.sum())],
+        "words": list(index.word_counts),
         "terms": terms,
         "written": bool(delta is not None and (delta.documents or delta.deleted.any())),
     }

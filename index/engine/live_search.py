@@ -120,6 +120,10 @@ class LiveKeyword:
         self.n = len(everything)
         self.average = everything.mean() if self.n else 0.0
         self.all_lengths = np.concatenate([self.lengths, self.written_lengths])
+        self.word_counts = (
+            int(self.lengths.sum()),
+            int(everything.sum()),
+        )  # the version's documents' and the live ones'
         self.statistics: Statistics | None = None
 
     def scored_with(self, statistics: Statistics | None) -> LiveKeyword:
@@ -129,7 +133,7 @@ class LiveKeyword:
             return self
         if statistics.documents[0] < self.base or statistics.documents[1] < self.n:
             raise InvalidQuery("keyword_statistics: fewer documents than this table holds")
-        if statistics.words[1] < self.average * self.n - 0.5:
+        if statistics.words[0] < self.word_counts[0] or statistics.words[1] < self.word_counts[1]:
             raise InvalidQuery("keyword_statistics: fewer words than this table's documents hold")
         other = copy.copy(self)
         other.statistics = statistics

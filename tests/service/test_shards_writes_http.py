@@ -233,6 +233,9 @@ def test_the_front_answers_keyword_hybrid_and_diverse_searches_as_one_process_wi
         same_hits(got, expected, body)
         compared += 1
     assert compared >= 20, compared
+    body = {"text": "police note07", "mode": "keyword", "k": 20}  # shard 2's statistics from its second replica
+    for _ in range(2):
+        assert search(written["broken"], body) == search(written["front"], body), body
 
 
 def test_a_shard_scores_with_the_statistics_it_is_sent_and_refuses_impossible_ones(written: dict[str, Any]) -> None:

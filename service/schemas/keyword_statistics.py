@@ -9,12 +9,12 @@ from pydantic import BaseModel, Field, PrivateAttr, model_validator
 
 from index.engine.dfs import Statistics
 from index.errors import InvalidQuery
-from service.schemas.common import INT64_MAX, MAX_TEXT_CHARS, MAX_TOKEN_CHARS, STRICT, Whole
+from service.schemas.common import INT64_MAX, MAX_TEXT_CHARS, STRICT, Whole
 
 MAX_TERMS = 10_000
 Count = Annotated[int, Field(ge=0, le=INT64_MAX), Whole]
 Pair = Annotated[list[Count], Field(min_length=2, max_length=2)]
-Word = Annotated[str, Field(min_length=1, max_length=MAX_TOKEN_CHARS)]
+Word = Annotated[str, Field(min_length=1, max_length=MAX_TEXT_CHARS)]  # a word of a query text, as cut
 
 
 class KeywordStatistics(BaseModel):

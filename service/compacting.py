@@ -3,9 +3,12 @@ documents, or whose oldest such write is ``EMBEDDING_COMPACT_SECONDS`` old, is c
 
 One thread in the server's main process (the supervisor under ``--workers N``) looks at the write logs every
 second, reading only what each log gained, and runs ``embedding-index compact NAME`` in a child process at a low
-CPU priority, one table at a time; writes go on meanwhile. Once the new version is published the server is sent
-SIGHUP and reloads it (``service.reload``), as after a deferred index build. A failed compaction is logged; the
-table keeps its version and its log, and is tried again after ``EMBEDDING_COMPACT_SECONDS`` (at least a minute).
+CPU priority, one table at a time; writes go on meanwhile. A sharded table's writes are its shards' logs
+(``.writes/<table>/shard-NNN.log``, each beyond its shard's version), counted together: the server whose data
+directory holds the table (and so those logs) compacts it, every shard at once, as the command does. Once the
+new version is published the server is sent SIGHUP and reloads it (``service.reload``), as after a deferred
+index build. A failed compaction is logged; the table keeps its version and its log, and is tried again after
+``EMBEDDING_COMPACT_SECONDS`` (at least a minute).
 """
 
 from __future__ import annotations
@@ -39,7 +42,6 @@ class Pending:
     last: int = 0
     documents: int = 0  # documents written or deleted since the version
     since: float = 0.0  # when the first of them was seen
-    failed_at: float = 0.0
 
 
 class AutoCompaction:
@@ -47,7 +49,8 @@ class AutoCompaction:
         self.data_dir = Path(data_dir)
         self.rows = rows
         self.seconds = seconds
-        self.pending: dict[str, Pending] = {}
+        self.pending: dict[str, Pending] = {}  # by log: a table's name, or a sharded table's "<name>/<shard>"
+        self.failed: dict[str, float] = {}  # by table: when its last compaction failed
         self._stop = threading.Event()
         self._child: subprocess.Popen[str] | None = None
         self._thread = threading.Thread(target=self._run, name="compaction", daemon=True)
@@ -69,35 +72,57 @@ class AutoCompaction:
                 if self._stop.is_set():
                     return
                 if self._compact(name):
-                    self.pending.pop(name, None)
+                    for key in [key for key in self.pending if key == name or key.startswith(f"{name}/")]:
+                        del self.pending[key]
+                    self.failed.pop(name, None)
                     os.kill(os.getpid(), signal.SIGHUP)  # this process: the server, or the supervisor of its workers
                 else:
-                    self.pending[name].failed_at = time.monotonic()
+                    self.failed[name] = time.monotonic()
+
+    def logs(self) -> dict[str, list[tuple[str, Path, Path]]]:
+        """Each table with a write log here: (its key in :attr:`pending`, the log, the directory of the table
+        or shard whose manifest says which writes its version holds) of each of its logs."""
+        top = self.data_dir / writelog.DIRECTORY
+        out: dict[str, list[tuple[str, Path, Path]]] = {}
+        for path in sorted(top.iterdir()) if top.is_dir() else []:
+            if path.is_dir():  # a sharded table's: a log per shard
+                shards = sorted(path.glob(f"shard-*{writelog.SUFFIX}"))
+                table = artifact.table_dir(self.data_dir, path.name)
+                out[path.name] = [
+                    (f"{path.name}/{log.stem}", log, table / log.name.removesuffix(writelog.SUFFIX)) for log in shards
+                ]
+            elif path.name.endswith(writelog.SUFFIX) and not path.name.startswith("."):
+                name = path.name.removesuffix(writelog.SUFFIX)
+                out[name] = [(name, path, artifact.table_dir(self.data_dir, name))]
+        return out
 
     def due(self) -> list[str]:
         """The tables whose writes since their version call for a compaction now."""
         out = []
-        logs = self.data_dir / writelog.DIRECTORY
-        for path in sorted(logs.glob(f"*{writelog.SUFFIX}")) if logs.is_dir() else []:
-            name = path.name.removesuffix(writelog.SUFFIX)
+        for name, logs in self.logs().items():
             try:
-                manifest = artifact.read_manifest(artifact.table_dir(self.data_dir, name))
-                state = self._read(name, path, int(manifest.get("log_sequence", 0)))
+                states = [
+                    self._read(key, path, int(artifact.read_manifest(directory).get("log_sequence", 0)))
+                    for key, path, directory in logs
+                ]
             except Exception:  # a table being replaced, or refused: the registry reports it
                 continue
-            if not state.documents:
+            documents = sum(state.documents for state in states)
+            if not documents:
                 continue
+            since = min(state.since for state in states if state.documents)
             now = time.monotonic()
-            if state.failed_at and now - state.failed_at < max(RETRY_SECONDS, self.seconds):
+            failed_at = self.failed.get(name, 0.0)
+            if failed_at and now - failed_at < max(RETRY_SECONDS, self.seconds):
                 continue
-            if (self.rows and state.documents >= self.rows) or (self.seconds and now - state.since >= self.seconds):
+            if (self.rows and documents >= self.rows) or (self.seconds and now - since >= self.seconds):
                 out.append(name)
         return out
 
-    def _read(self, name: str, path: Path, covered: int) -> Pending:
-        state = self.pending.get(name)
+    def _read(self, key: str, path: Path, covered: int) -> Pending:
+        state = self.pending.get(key)
         if state is None or state.covered != covered:
-            state = self.pending[name] = Pending(covered=covered)
+            state = self.pending[key] = Pending(covered=covered)
         records, state.offset, inode = writelog.read_new(path, state.offset, state.last, state.inode)
         if inode != state.inode and state.inode is not None:  # cut by a compaction: counted again from its start
             state.documents = 0
@@ -115,7 +140,7 @@ class AutoCompaction:
     def _compact(self, name: str) -> bool:
         command = [sys.executable, "-m", "index", "--nice", str(CHILD_NICE), "compact", name]
         command += ["--data-dir", str(self.data_dir)]
-        documents = self.pending[name].documents
+        documents = sum(state.documents for key, state in self.pending.items() if key.split("/")[0] == name)
         log.info("table %r: compacting %d written or deleted documents into its next version", name, documents)
         try:
             self._child = child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)

@@ -105,5 +105,6 @@ def _search(body: SearchRequest, options: SearchOptions, mode: Mode, **given: An
         weights=weights,
         diversity=body.diversity,
         fields=body.fields,
+        statistics=None if body.keyword_statistics is None else body.keyword_statistics.engine(),
         **given,
     )

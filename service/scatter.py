@@ -13,6 +13,10 @@ depth, diversity's candidates), filtered by the shard itself, each hit with its 
 ``EMBEDDING_SHARD_TIMEOUT`` seconds, at most two attempts per shard. The lists merge by score (a cosine and a
 BM25 score with the whole table's statistics are the same number on a shard as on the whole table,
 ``index.engine.shards``), equal scores by row, as the whole table orders them (``index.engine.door.merge``).
+After writes a shard's own statistics are no longer the whole table's: for a keyword or hybrid search by text the
+front first gathers every shard's part of the statistics of the query's words (``POST <replica>/search/statistics``)
+and, when some shard was written to, sends their sums with the search (``keyword_statistics``,
+``index.engine.dfs``), so that every shard scores as one process serving the table whole.
 Mode hybrid fuses the merged lists with the engine's RRF; diversity re-ranks the merged candidates (their unit
 vectors sent by the shards) by the engine's MMR (``index.engine.door.diverse``); then the page and
 ``min_score`` are taken, as on one table.
@@ -56,6 +60,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict, SettingsError
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
+from index.engine.dfs import summed
 from index.engine.door import LISTS, DocumentSearch, depths, diverse, merge, owner, rrf, unit_mean, unit_queries
 from index.errors import EmbeddingError, InvalidQuery
 from index.store.artifact import NAME_PATTERN as NAME
@@ -393,6 +398,28 @@ def shard_body(body: SearchRequest, given: dict[str, Any], extra: int = 0) -> di
     return out
 
 
+async def keyword_statistics(
+    front: Front, shards: list[Shard], text: str
+) -> tuple[dict[str, Any] | None, dict[int, ShardFailed]]:
+    """The whole table's keyword statistics for ``text``'s words, summed over the shards' parts
+    (``POST <replica>/search/statistics``, ``index.engine.dfs``), None when no shard was written to since its
+    version; and the shards that did not answer. A shard's refusal raises :class:`ShardRefused`."""
+    payload = orjson.dumps({"texts": [text]})
+    outcomes = await asyncio.gather(
+        *(front.request(i, shard, "/search/statistics", payload) for i, shard in enumerate(shards)),
+        return_exceptions=True,
+    )
+    parts, gone = [], {}
+    for i, outcome in enumerate(outcomes):
+        if isinstance(outcome, ShardFailed):
+            gone[i] = outcome
+        elif isinstance(outcome, BaseException):
+            raise outcome
+        else:
+            parts.append(outcome)
+    return summed(parts), gone
+
+
 def route(front: Front, name: str) -> APIRoute:
     """``POST /v1/tables/<name>/search`` for the sharded table ``name`` (ahead of the route of every table)."""
     shards = front.tables[name]
@@ -428,9 +455,14 @@ def route(front: Front, name: str) -> APIRoute:
         words = await front.kind_of(name) == WORDS
         given, drop, query = await by_vector(body, given)
         asked = word_body(body, given) if words else shard_body(body, given, len(drop))
-        outcomes = await asyncio.gather(
-            *(front.ask(i, shard, asked) for i, shard in enumerate(shards)), return_exceptions=True
-        )
+        gone: dict[int, ShardFailed] = {}  # the shards that did not give their statistics: not asked again
+        if not words and body.mode != "vector" and "text" in given:
+            statistics, gone = await keyword_statistics(front, shards, given["text"])
+            if statistics is not None:
+                asked["keyword_statistics"] = statistics
+        ready = [i for i in range(len(shards)) if i not in gone]
+        answered = await asyncio.gather(*(front.ask(i, shards[i], asked) for i in ready), return_exceptions=True)
+        outcomes = [gone[i] if i in gone else answered[ready.index(i)] for i in range(len(shards))]
         parts: list[dict[str, Any] | None] = []
         missing = []
         for outcome in outcomes:

@@ -471,6 +471,7 @@ def _key(item: _Item) -> Any:
         q.rrf_k,
         q.weights,
         q.method,
+        q.statistics,
     )
 
 
@@ -497,8 +498,10 @@ def _run_group(table: Table, items: list[_Item], delta: Delta | None) -> list[An
         found = table.run(search) if delta is None else vector_search(table, delta, search, _written(delta, first))
     else:
         source: Table | LiveSource = table
+        if first.statistics is not None and delta is None and mode != "vector" and table.payload is not None:
+            delta = Delta(table.payload, table.rows, table.dim, 0)  # nothing written here: scored as the whole
         if delta is not None:
-            source = LiveSource(table, delta)
+            source = LiveSource(table, delta, first.statistics)
             version = (np.ones(table.rows, dtype=bool) if rows is None else rows.mask) & ~delta.deleted
             written = _written(delta, first)
             extra = np.ones(source.rows - table.rows, dtype=bool) if written is None else written

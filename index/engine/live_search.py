@@ -9,6 +9,8 @@ written documents. Only the query's words are scored: the version's postings of 
 recovered from the stored score, given the row's length and the version's statistics) and the written
 documents' counts, cut by the table's own tokenizer. The arithmetic is ``index.engine.keyword.build``'s and bm25s's,
 operation by operation, so scores and order equal a fresh import's.
+A shard of a sharded table searched through a front scores with the whole table's statistics instead
+(:meth:`LiveKeyword.scored_with`, ``index.engine.dfs``).
 
 The version's document lengths are not stored: the first keyword search beside a delta cuts the version's text
 once (per process and version) to count them. Each written document is cut once (:class:`WrittenWords`, kept
@@ -17,6 +19,7 @@ across the delta's changes while the document stays written).
 
 from __future__ import annotations
 
+import copy
 import threading
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -34,6 +37,8 @@ from index.store.payload import contiguous
 
 if TYPE_CHECKING:
     import pyarrow as pa
+
+    from index.engine.dfs import Statistics
 else:
     from index.lazy import pa
 
@@ -115,6 +120,29 @@ class LiveKeyword:
         self.n = len(everything)
         self.average = everything.mean() if self.n else 0.0
         self.all_lengths = np.concatenate([self.lengths, self.written_lengths])
+        self.word_counts = (
+            int(self.lengths.sum()),
+            int(everything.sum()),
+        )  # the version's documents' and the live ones'
+        self.statistics: Statistics | None = None
+
+    def scored_with(self, statistics: Statistics | None) -> LiveKeyword:
+        """This index scoring with ``statistics`` (a sharded table's whole, ``index.engine.dfs``) rather than its
+        own documents'; refused when they hold fewer documents or words than this table's live ones."""
+        if statistics is None:
+            return self
+        if statistics.documents[0] < self.base or statistics.documents[1] < self.n:
+            raise InvalidQuery("keyword_statistics: fewer documents than this table holds")
+        if statistics.words[0] < self.word_counts[0] or statistics.words[1] < self.word_counts[1]:
+            raise InvalidQuery("keyword_statistics: fewer words than this table's documents hold")
+        other = copy.copy(self)
+        other.statistics = statistics
+        other.n, other.average, other.old_average = (
+            statistics.documents[1],
+            statistics.average(True),
+            statistics.average(False),
+        )
+        return other
 
     def _written_postings(self, word: str) -> tuple[np.ndarray, np.ndarray]:
         """The written documents holding ``word`` (places in write order, ascending) and its count in each."""
@@ -128,6 +156,10 @@ class LiveKeyword:
         if not len(rows):
             return rows, np.zeros(0, dtype=np.int32)
         n, df = self.base, len(rows)
+        if self.statistics is not None:  # the version's stored scores: the whole table's statistics at import
+            n, df = self.statistics.documents[0], self.statistics.frequency(word)[0]
+            if df < len(rows):
+                raise InvalidQuery(f"keyword_statistics: fewer documents hold {word!r} than in this table")
         idf = float(np.log(1 + (n - np.array([df]) + 0.5) / (np.array([df]) + 0.5)).astype(np.float32)[0])
         k1, b = self.index.k1, self.index.b
         norm = k1 * ((1 - b) + b * self.lengths[rows] / self.old_average)
@@ -163,6 +195,11 @@ class LiveKeyword:
             if not lists:
                 continue
             df = np.array([len(rows) for rows, _ in lists], dtype=np.int64)
+            if self.statistics is not None:
+                given = np.array([self.statistics.frequency(w)[1] for w in query if len(cache[w][0])])
+                if (given < df).any():
+                    raise InvalidQuery("keyword_statistics: fewer documents hold a word of the query than here")
+                df = given.astype(np.int64)
             idf = np.log(1 + (self.n - df + 0.5) / (df + 0.5)).astype(np.float32)
             scores = np.zeros(self.rows, dtype=np.float32)
             for weight, (rows, tf) in zip(idf, lists, strict=True):
@@ -196,14 +233,18 @@ class _Rows:
 class LiveSource:
     """What ``index.engine.hybrid.run`` reads of a table, over the version's live rows and the written documents."""
 
-    def __init__(self, table: Table, delta: Delta) -> None:
+    def __init__(self, table: Table, delta: Delta, statistics: Statistics | None = None) -> None:
         self.table = table
         self.delta = delta
         self.name = table.name
         _, written, _ = delta.matrix()
         self.rows = table.rows + len(written)
         self.vectors = _Rows(table.vectors, written)
-        self.keyword = None if table.keyword is None else delta.cached("keyword", lambda: LiveKeyword(table, delta))
+        self.keyword = (
+            None
+            if table.keyword is None
+            else delta.cached("keyword", lambda: LiveKeyword(table, delta)).scored_with(statistics)
+        )
 
     def limit(self, options: SearchOptions) -> int:
         """Every row, written ones too; ``restrict``: the version's first rows (as ``vector_search`` reads it)."""

@@ -74,6 +74,7 @@ class Query:
     diversity: float | None = None  # Maximal Marginal Relevance's trade-off (None and 0: none)
     method: Method = "3cosadd"  # an analogy's
     fields: list[str] | None = None  # a documents table's payload fields to return (None: all)
+    statistics: Any = None  # a sharded table's whole keyword statistics to score with (``index.engine.dfs``)
 
     @property
     def vector_input(self) -> bool:

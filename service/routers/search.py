@@ -9,13 +9,15 @@ from typing import Any
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
-from index.engine.door import Result
+from index.engine import dfs
+from index.engine.door import Delta, Result, Table
 from service import convert, execute, live
 from service.deps import RegistryDep, TableDep
 from service.errors import BODY_ERRORS, responses
 from service.http.fastroute import QueryRoute, plain_body
 from service.plain_search import plain_vector_search
 from service.respond import FastJSON, hits, include, neighbors, results
+from service.schemas.keyword_statistics import GatherRequest
 from service.schemas.search import (
     DocumentSearchBatchResponse,
     DocumentSearchResponse,
@@ -51,6 +53,8 @@ async def search(request: Request, table: TableDep, registry: RegistryDep, body:
         queries = convert.documents(body)
         encoder = registry.encoder_of(table)
         delta = live.delta_of(table)  # the documents written since the version, if any: searched beside them
+        if delta is None and body.keyword_statistics is not None:  # scored as the whole: over the live state kept
+            delta = empty_delta(table)
 
         def shape(result: Result) -> dict[str, Any]:
             return include(table, result, hits(table, result, body.fields, delta), body.include or (), delta)
@@ -59,3 +63,24 @@ async def search(request: Request, table: TableDep, registry: RegistryDep, body:
         return FastJSON(shape(await execute.one(request, table, "search", queries[0], encoder, delta)))
     answers = await execute.batch(request, table, "search_batch", queries, encoder, delta)
     return FastJSON({"results": results(answers, shape)})
+
+
+@router.post("/search/statistics", responses=responses(*BODY_ERRORS), include_in_schema=False)
+async def search_statistics(request: Request, table: TableDep, body: GatherRequest) -> Response:
+    """This table's part of the keyword statistics of the texts' words (``index.engine.dfs.gather``): what the
+    front of a sharded table sums over its shards and sends with a keyword or hybrid search."""
+    delta = live.delta_of(table) or empty_delta(table)
+    return FastJSON(
+        await execute.compute(request, table, "search_statistics", lambda: dfs.gather(table, delta, body.texts))
+    )
+
+
+def empty_delta(table: Table) -> Delta | None:
+    """The table's delta with nothing written since its version: what it computes for a keyword search (each
+    document's length) is kept until a write, rather than made again per request."""
+    state = live.live_of(table)
+    if state is None:
+        return None
+    state.refresh()
+    with state.lock:
+        return state.delta.snapshot()

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field, model_validator
+from pydantic.json_schema import SkipJsonSchema
 
 from index.engine.door import check_mode, check_options
 from service.schemas.common import (
@@ -38,6 +39,7 @@ from service.schemas.common import (
     one_form,
     present,
 )
+from service.schemas.keyword_statistics import KeywordStatistics
 
 VectorBatch = Annotated[list[BatchVector], batch_of("a batch of query vectors"), CHECK_BATCH]
 DocumentId = Annotated[
@@ -203,6 +205,7 @@ class SearchRequest(TokenOptions, PageOptions):
     diversity: Diversity | None = None
     rrf_k: RrfK = 60.0
     weights: FusionWeights | None = Field(None, description="mode hybrid: each list's weight (default 1 each)")
+    keyword_statistics: SkipJsonSchema[KeywordStatistics | None] = None  # a sharded table's front's, to its shards
 
     @model_validator(mode="after")
     def _one_form(self) -> SearchRequest:

@@ -1,14 +1,16 @@
 """Automatic compaction on a real server with two workers: once the documents written since the version reach
 ``EMBEDDING_COMPACT_ROWS``, the server compacts the table in a child process and every worker reloads it; the
-written documents are then in the version (and found by keyword), none is lost, and the log is cut."""
+written documents are then in the version (and found by keyword), none is lost, and the log is cut. A sharded
+table's writes are counted over its shards' logs, and every shard is compacted at once."""
 
 from __future__ import annotations
 
 import shutil
 from pathlib import Path
 
-from index.store import artifact, writelog
-from tests.lee import Lee
+from index.store import artifact, shardmap, writelog
+from tests.index.test_shards import EXE, run
+from tests.lee import Lee, jsonl_records, write_jsonl
 from tests.service import real_server
 from tests.service.test_live_search import HEADERS, KEY
 
@@ -47,4 +49,43 @@ def test_a_table_is_compacted_when_its_writes_reach_the_setting(
         assert writelog.recover(writelog.log_path(data, "lee")) == []
         found = real_server.HTTP.post(f"{url}/search", json={"text": "zebracrossing", "mode": "keyword", "k": 10})
         assert sorted(hit["id"] for hit in found.json()["hits"]) == [f"auto/{i}" for i in range(7)]
+        assert "compacting 7 written or deleted documents" in server.log()
+
+
+def test_a_sharded_table_is_compacted_when_its_shards_writes_reach_the_setting(lee_docs: Lee, tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    source = write_jsonl(tmp_path / "lee.jsonl", jsonl_records(lee_docs))
+    done = run(EXE, "import", source, "--name", "lee", "--shards", 3, "--data-dir", data, "-q")
+    assert done.returncode == 0, done.stderr
+    ids = [f"auto/{i}" for i in range(7)]
+    assert len({shardmap.shard_of_id(i, 3) for i in ids[:4]}) > 1  # the first writes span shards
+    env = {"EMBEDDING_WRITE_KEYS": KEY, "EMBEDDING_COMPACT_ROWS": "6"}
+    with real_server.running(data, tmp_path / "serve.log", env=env) as server:
+        url = f"{server.base}/v1/tables/lee"
+
+        def write(first: int, count: int) -> None:
+            docs = [
+                {"id": ids[i], "text": f"zebracrossing number {i}", "vector": lee_docs.vectors[i].tolist()}
+                for i in range(first, first + count)
+            ]
+            answer = real_server.HTTP.post(f"{url}/documents", json={"documents": docs}, headers=HEADERS)
+            assert answer.status_code == 200, answer.text
+
+        write(0, 4)
+        real_server.wait_for(lambda: real_server.HTTP.get(url).json()["writes"]["written"] == 4, what="the writes")
+        write(4, 3)  # 7 >= 6 over the shards' logs, fewer than 6 in any one
+
+        def compacted() -> bool:
+            return real_server.HTTP.get(url).json()["writes"]["written"] == 0
+
+        real_server.wait_for(compacted, seconds=90, what="the compacted version")
+        shards = real_server.HTTP.get(url).json()["writes"]["shards"]
+        assert all(s["version_sequence"] == s["sequence"] for s in shards), shards
+        assert real_server.HTTP.get(url).json()["rows"] == 307
+        for s in range(3):
+            shard = shardmap.shard_name(s)
+            assert artifact.read_manifest(data / "lee" / shard).get("log_sequence") == shards[s]["sequence"]
+            assert writelog.recover(data / writelog.DIRECTORY / "lee" / f"{shard}.log") == []
+        found = real_server.HTTP.post(f"{url}/search", json={"text": "zebracrossing", "mode": "keyword", "k": 10})
+        assert sorted(hit["id"] for hit in found.json()["hits"]) == ids
         assert "compacting 7 written or deleted documents" in server.log()

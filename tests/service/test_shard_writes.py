@@ -13,11 +13,12 @@ from typing import Any
 
 import pytest
 
-from index.engine import door
+from index.engine import dfs, door
 from index.engine.delta import Delta
 from index.engine.query import Examples, Failed, Query, Result
 from index.engine.shards import ShardedTable
 from index.engine.table import Table
+from index.errors import InvalidQuery
 from index.store import shardmap, writelog
 from service import live, writes
 from service.schemas.writes import WriteDocument
@@ -226,3 +227,33 @@ def test_remove_takes_the_shards_logs_along(data: Path, tables: tuple[Table, Sha
     done = run(EXE, "remove", "lee", "--data-dir", copy)
     assert done.returncode == 0, done.stderr
     assert not (copy / "lee").exists() and not logs.exists()
+
+
+def test_a_shard_scored_with_its_whole_tables_statistics_before_writes_answers_as_imported(data: Path) -> None:
+    """The statistics a front gathers, summed, are the ones every shard's keyword index was built with: a shard
+    scoring with them (its stored scores read back into term counts and scored again) answers as it stored."""
+    shards = [Table.load(data / "sharded" / "lee" / shardmap.shard_name(s)) for s in range(SHARDS)]
+    text = "police fire in Sydney police"
+    parts = [dfs.gather(shard, None, [text]) for shard in shards]
+    assert dfs.summed(parts) is None  # nothing written: the shards score with the whole table's already
+    whole = dfs.summed([{**part, "written": True} for part in parts])
+    assert (
+        whole is not None
+        and whole["documents"] == [sum(s.rows for s in shards)] * 2
+        and set(whole["terms"]) == {"polic", "fire", "sydney"}
+    )
+    terms = {word: (version, live) for word, (version, live) in whole["terms"].items()}
+    statistics = dfs.Statistics.of(tuple(whole["documents"]), tuple(whole["words"]), terms)  # type: ignore[arg-type]
+    for shard in shards:
+        for query in (
+            Query(text=text, mode="keyword", k=30),
+            Query(vector=shard.vectors[0].tolist(), text=text, mode="hybrid", k=10),
+        ):
+            (stored,) = door.run(shard, [query])
+            query.statistics = statistics
+            (scored,) = door.run(shard, [query])
+            assert isinstance(stored, Result) and isinstance(scored, Result) and stored.hits
+            assert [(h.row, h.score) for h in scored.hits] == [(h.row, h.score) for h in stored.hits]
+    fewer = dfs.Statistics((1, 1), statistics.words, statistics.terms)  # past Statistics.of's own checks
+    with pytest.raises(InvalidQuery, match="fewer documents"):
+        door.run(shards[0], [Query(text=text, mode="keyword", k=5, statistics=fewer)])

@@ -6,7 +6,9 @@ The same writes (new documents, replaced ones, deletes by id, by filter and one 
 into the whole table's server: the front forwards each document to the shard that owns its id (the import's
 hash), with the write key, and says what each shard did. The shard servers and the server of the sharded table
 served whole share the shards' logs, so both see every write: the one-process server then answers every search
-form as the whole table's server does, and the front answers vector searches as the whole table does. A write
+form as the whole table's server does, the front answers vector searches as the whole table does, and keyword,
+hybrid and diverse searches as the one-process server (the whole table's live BM25 statistics, gathered from the
+shards first: ``index.engine.dfs``). A write
 to the one-process server is seen by a search through the front. Refusals (no key, a wrong key, a bad document in a
 batch spanning shards) come back as the shard's error envelope; a writer that cannot be reached: 503.
 """
@@ -164,9 +166,8 @@ def without_ties(server: Server, body: dict[str, Any]) -> bool:
 def test_the_front_answers_vector_searches_as_the_whole_table_with_the_same_writes(
     written: dict[str, Any], lee_docs: Lee
 ) -> None:
-    """Vector searches exactly (where no two scores tie); keyword and hybrid searches see the writes, but score
-    BM25 with each shard's own live statistics (docs/deployment.md): not compared; nor diversity after writes (one
-    body's selection through the front differed from the whole table's: docs/deployment.md)."""
+    """Vector searches exactly (where no two scores tie); keyword, hybrid and diverse searches are compared with one
+    process serving the sharded table whole (the next test): the unsharded table orders equal scores otherwise."""
     exact = 0
     more = [{"vector": lee_docs.vectors[i].tolist(), "k": 12, "filter": {"year": {"gte": 1970}}} for i in (0, 60, 90)]
     more += [{"vector": lee_docs.vectors[i].tolist(), "k": 9, "offset": 2} for i in (30, 120, 210)]
@@ -184,6 +185,87 @@ def test_the_front_answers_vector_searches_as_the_whole_table_with_the_same_writ
         else:
             assert [h["score"] for h in got["hits"]] == [h["score"] for h in expected["hits"]], body
     assert exact >= 3, exact
+
+
+def same_hits(got: dict[str, Any], expected: dict[str, Any], body: dict[str, Any]) -> None:
+    """The same hits, but two at one score may swap (the front numbers written documents as it meets them), and a
+    cosine (mode vector) may be one unit in float32's last place apart: the one process scores every shard's
+    written documents as one matrix, a shard its own, and a matrix product rounds a row by its place."""
+    assert got.keys() == expected.keys() and len(got["hits"]) == len(expected["hits"]), (body, got, expected)
+    cosine = body.get("mode", "vector") == "vector"
+    for mine, theirs in zip(got["hits"], expected["hits"], strict=True):
+        if cosine:
+            assert mine["score"] == pytest.approx(theirs["score"], rel=0, abs=1.2e-7), (body, mine, theirs)
+            mine, theirs = {**mine, "score": 0}, {**theirs, "score": 0}
+        if mine["id"] != theirs["id"]:
+            assert mine["score"] == theirs["score"], (body, got["hits"], expected["hits"])
+            continue
+        assert mine == theirs, body
+    assert {h["id"] for h in got["hits"]} == {h["id"] for h in expected["hits"]} or got["hits"][-1]["score"] == (
+        expected["hits"][-1]["score"]
+    ), body
+
+
+def test_the_front_answers_keyword_hybrid_and_diverse_searches_as_one_process_with_the_same_writes(
+    written: dict[str, Any], lee_docs: Lee
+) -> None:
+    """BM25 with the whole table's statistics after writes: the front gathers each shard's part for the query's
+    words and every shard scores with their sums, as one process serving the table whole scores."""
+    more: list[dict[str, Any]] = [
+        {"text": "police note07", "mode": "keyword", "k": 20},
+        {"text": "fire police", "mode": "keyword", "k": 15, "offset": 5, "filter": {"year": {"gte": 1970}}},
+        {"vector": lee_docs.vectors[41].tolist(), "text": "fire", "mode": "hybrid", "k": 8, "diversity": 0.2},
+        {"id": "new/07", "text": "police", "mode": "hybrid", "k": 10},
+        {"vector": lee_docs.vectors[3].tolist(), "k": 10, "diversity": 0.5},
+        {"text": "fire", "mode": "keyword", "k": 10, "min_score": 1.0},
+    ]
+    compared = 0
+    for body in [*bodies(lee_docs), *more]:
+        if body.get("mode", "vector") == "vector" and "diversity" not in body:
+            continue
+        status, got = search(written["front"], body)
+        expected_status, expected = search(written["one"], body)
+        assert status == expected_status, (body, got)
+        if status != 200:
+            assert got["error"]["code"] == expected["error"]["code"] == "unknown_document", (body, got)
+            continue
+        assert got["hits"], body
+        same_hits(got, expected, body)
+        compared += 1
+    assert compared >= 20, compared
+    body = {"text": "police note07", "mode": "keyword", "k": 20}  # shard 2's statistics from its second replica
+    for _ in range(2):
+        assert search(written["broken"], body) == search(written["front"], body), body
+
+
+def test_a_shard_scores_with_the_statistics_it_is_sent_and_refuses_impossible_ones(written: dict[str, Any]) -> None:
+    shard = written["shards"][0]
+    url = f"{shard.base}/v1/tables/{shardmap.shard_name(0)}"
+    gathered = HTTP.post(f"{url}/search/statistics", json={"texts": ["police fire"]})
+    assert gathered.status_code == 200, gathered.text
+    part = gathered.json()
+    assert part["written"] and set(part["terms"]) == {"polic", "fire"}
+    body = {"text": "police fire", "mode": "keyword", "k": 5}
+    own = HTTP.post(f"{url}/search", json=body).json()["hits"]
+    whole = {"documents": [3 * n for n in part["documents"]], "words": [3 * w for w in part["words"]]}
+    whole["terms"] = {word: [3 * v, 3 * live] for word, (v, live) in part["terms"].items()}
+    scored = HTTP.post(f"{url}/search", json={**body, "keyword_statistics": whole})
+    assert scored.status_code == 200, scored.text
+    assert [h["score"] for h in scored.json()["hits"]] != [h["score"] for h in own]
+    impossible = [
+        {**whole, "documents": [1, 1]},  # fewer documents than the shard holds
+        {**whole, "terms": {"polic": [0, 0], "fire": [0, 0]}},  # fewer holding a word than on the shard
+        {**whole, "terms": {"polic": whole["terms"]["polic"]}},  # a word of the query missing
+        {**whole, "terms": {"fire": [10**9, 10**9], "polic": [1, 1]}},  # more holding it than documents
+        {**whole, "documents": [-1, 5]},
+        {**whole, "extra": 1},
+    ]
+    for statistics in impossible:
+        refused = HTTP.post(f"{url}/search", json={**body, "keyword_statistics": statistics})
+        assert refused.status_code == 422, (statistics, refused.text)
+        error = refused.json()["error"]
+        assert error["code"] == "invalid_request" and "keyword_statistics" in error["message"], refused.text
+    assert HTTP.post(f"{url}/search/statistics", json={"texts": []}).status_code == 422
 
 
 def test_a_write_to_one_process_is_seen_through_the_front(written: dict[str, Any], lee_docs: Lee) -> None:

@@ -1,0 +1,109 @@
+"""A sharded table's keyword statistics for one query, gathered from its shards: Elasticsearch's
+``dfs_query_then_fetch``.
+
+Every shard's keyword index is scored with the whole table's BM25 statistics as imported; writes change them
+(documents added, replaced and deleted in some shards). So that a front's keyword and hybrid answers after writes
+are the whole table's, it first asks every shard for its :func:`gather` of the query's words: its documents and
+their words (the version's, and the live ones: the version's not deleted and the written ones) and each word's
+document frequency (the version's and the live one). Their sums (:func:`summed`) are the whole table's, which
+every shard then scores with (:class:`Statistics`, ``index.engine.live_search.LiveKeyword.scored_with``): the
+version's to read its stored scores back into term counts, the live ones to score. A shard refuses statistics
+that cannot be those of a whole table holding its own documents (fewer documents or word counts than its own,
+or missing a word of the query).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from index.engine.delta import Delta
+from index.engine.live_search import LiveKeyword
+from index.engine.table import Table
+from index.errors import InvalidQuery
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+else:
+    from index.lazy import pa
+
+Pair = tuple[int, int]  # (the version's, the live documents')
+
+
+@dataclass(frozen=True)
+class Statistics:
+    """The whole table's BM25 statistics for a query's words: documents, words and each word's document
+    frequency, each as (the version's, the live documents')."""
+
+    documents: Pair
+    words: Pair
+    terms: tuple[tuple[str, Pair], ...]
+
+    @classmethod
+    def of(cls, documents: Pair, words: Pair, terms: dict[str, Pair]) -> Statistics:
+        for name, (version, live) in (("documents", documents), ("words", words)):
+            if min(version, live) < 0:
+                raise InvalidQuery(f"keyword_statistics: {name} must not be negative")
+        for word, (version, live) in terms.items():
+            if not (0 <= version <= documents[0] and 0 <= live <= documents[1]):
+                raise InvalidQuery(f"keyword_statistics: the documents holding {word!r} are not among the documents")
+        return cls(documents, words, tuple(sorted(terms.items())))
+
+    def frequency(self, word: str) -> Pair:
+        """The document frequencies of ``word``; a word of the query the statistics lack is the request's fault."""
+        found = dict(self.terms).get(word)
+        if found is None:
+            raise InvalidQuery(f"keyword_statistics: no document frequency for the query's word {word!r}")
+        return found
+
+    def average(self, live: bool) -> float:
+        """The average document length, of the version's documents or the live ones."""
+        documents, words = self.documents[live], self.words[live]
+        return words / documents if documents else 0.0
+
+
+def live_keyword(table: Table, delta: Delta | None) -> LiveKeyword:
+    """The keyword index over the table's version and its writes (``delta``; None: none)."""
+    if table.keyword is None or table.payload is None:
+        raise InvalidQuery(f"table {table.name!r} has no keyword index (its documents have no text)")
+    if delta is None:
+        delta = Delta(table.payload, table.rows, table.dim, 0)
+    return delta.cached("keyword", lambda: LiveKeyword(table, delta))
+
+
+def gather(table: Table, delta: Delta | None, texts: Sequence[str]) -> dict[str, Any]:
+    """This table's part of the statistics of ``texts``' words: ``documents``, ``words`` and each word's
+    document frequency in ``terms``, each [the version's, the live documents'], and whether anything was
+    ``written`` since the version."""
+    index = live_keyword(table, delta)
+    words = sorted(set(index.tokenizer(pa.array(list(texts), pa.string())).terms.to_pylist()))
+    terms = {}
+    for word in words:
+        rows, _ = index.index.postings(word)
+        written, _ = index._written_postings(word)
+        terms[word] = [len(rows), int((~index.deleted[rows]).sum()) + len(written)]
+    return {
+        "documents": [index.base, index.n],
+        "words": list(index.word_counts),
+        "terms": terms,
+        "written": bool(delta is not None and (delta.documents or delta.deleted.any())),
+    }
+
+
+def summed(parts: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
+    """The whole table's statistics from its shards' :func:`gather` (the request field ``keyword_statistics``);
+    None when no shard was written to since its version (each scores with the whole table's already)."""
+    if not any(part["written"] for part in parts):
+        return None
+    terms: dict[str, list[int]] = {}
+    for part in parts:
+        for word, (version, live) in part["terms"].items():
+            counts = terms.setdefault(word, [0, 0])
+            counts[0] += version
+            counts[1] += live
+    return {
+        "documents": [sum(part["documents"][i] for part in parts) for i in (0, 1)],
+        "words": [sum(part["words"][i] for part in parts) for i in (0, 1)],
+        "terms": terms,
+    }

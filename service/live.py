@@ -161,13 +161,19 @@ def delta_of(table: Table) -> Delta | None:
     if sharded is not None:
         whole = sharded.delta()
         return whole if whole.documents or whole.deleted.any() else None
-    live = _LIVE.get(table)
-    if live is None:
+    delta = kept_delta(table)
+    return delta if delta is not None and (delta.documents or delta.deleted.any()) else None
+
+
+def kept_delta(table: Table) -> Delta | None:
+    """The table's delta even with nothing written since its version (None: not a documents table): what it
+    computes for a keyword search (each document's length) is kept until a write, rather than made per request."""
+    state = _LIVE.get(table)
+    if state is None:
         return None
-    live.refresh()
-    with live.lock:
-        delta = live.delta.snapshot()
-    return delta if delta.documents or delta.deleted.any() else None
+    state.refresh()
+    with state.lock:
+        return state.delta.snapshot()
 
 
 def log_lengths() -> tuple[int, ...]:

@@ -10,7 +10,7 @@ from fastapi import APIRouter, Request
 from starlette.responses import Response
 
 from index.engine import dfs
-from index.engine.door import Delta, Result, Table
+from index.engine.door import Result
 from service import convert, execute, live
 from service.deps import RegistryDep, TableDep
 from service.errors import BODY_ERRORS, responses
@@ -54,7 +54,7 @@ async def search(request: Request, table: TableDep, registry: RegistryDep, body:
         encoder = registry.encoder_of(table)
         delta = live.delta_of(table)  # the documents written since the version, if any: searched beside them
         if delta is None and body.keyword_statistics is not None:  # scored as the whole: over the live state kept
-            delta = empty_delta(table)
+            delta = live.kept_delta(table)
 
         def shape(result: Result) -> dict[str, Any]:
             return include(table, result, hits(table, result, body.fields, delta), body.include or (), delta)
@@ -69,18 +69,7 @@ async def search(request: Request, table: TableDep, registry: RegistryDep, body:
 async def search_statistics(request: Request, table: TableDep, body: GatherRequest) -> Response:
     """This table's part of the keyword statistics of the texts' words (``index.engine.dfs.gather``): what the
     front of a sharded table sums over its shards and sends with a keyword or hybrid search."""
-    delta = live.delta_of(table) or empty_delta(table)
+    delta = live.delta_of(table) or live.kept_delta(table)
     return FastJSON(
         await execute.compute(request, table, "search_statistics", lambda: dfs.gather(table, delta, body.texts))
     )
-
-
-def empty_delta(table: Table) -> Delta | None:
-    """The table's delta with nothing written since its version: what it computes for a keyword search (each
-    document's length) is kept until a write, rather than made again per request."""
-    state = live.live_of(table)
-    if state is None:
-        return None
-    state.refresh()
-    with state.lock:
-        return state.delta.snapshot()

@@ -14,9 +14,9 @@ depth, diversity's candidates), filtered by the shard itself, each hit with its 
 BM25 score with the whole table's statistics are the same number on a shard as on the whole table,
 ``index.engine.shards``), equal scores by row, as the whole table orders them (``index.engine.door.merge``).
 After writes a shard's own statistics are no longer the whole table's: for a keyword or hybrid search by text the
-front first gathers every shard's part of the statistics of the query's words (``POST <replica>/search/statistics``)
-and, when some shard was written to, sends their sums with the search (``keyword_statistics``,
-``index.engine.dfs``), so that every shard scores as one process serving the table whole.
+front gathers every shard's part of the statistics of the query's words (``POST <replica>/search/statistics``)
+while it asks the search; when some shard was written to, it asks the search again with their sums
+(``keyword_statistics``, ``index.engine.dfs``), so that every shard scores as one process serving the table whole.
 Mode hybrid fuses the merged lists with the engine's RRF; diversity re-ranks the merged candidates (their unit
 vectors sent by the shards) by the engine's MMR (``index.engine.door.diverse``); then the page and
 ``min_score`` are taken, as on one table.
@@ -455,14 +455,27 @@ def route(front: Front, name: str) -> APIRoute:
         words = await front.kind_of(name) == WORDS
         given, drop, query = await by_vector(body, given)
         asked = word_body(body, given) if words else shard_body(body, given, len(drop))
-        gone: dict[int, ShardFailed] = {}  # the shards that did not give their statistics: not asked again
+        everyone = list(range(len(shards)))
+
+        async def ask(numbers: list[int]) -> list[dict[str, Any] | BaseException]:
+            return list(
+                await asyncio.gather(*(front.ask(i, shards[i], asked) for i in numbers), return_exceptions=True)
+            )
+
         if not words and body.mode != "vector" and "text" in given:
-            statistics, gone = await keyword_statistics(front, shards, given["text"])
+            # The statistics and the search are asked at once: when no shard was written to since its version
+            # (statistics None) the answers stand; else the shards that gave their statistics are asked again
+            # with the sums.
+            (statistics, gone), outcomes = await asyncio.gather(
+                keyword_statistics(front, shards, given["text"]), ask(everyone)
+            )
             if statistics is not None:
                 asked["keyword_statistics"] = statistics
-        ready = [i for i in range(len(shards)) if i not in gone]
-        answered = await asyncio.gather(*(front.ask(i, shards[i], asked) for i in ready), return_exceptions=True)
-        outcomes = [gone[i] if i in gone else answered[ready.index(i)] for i in range(len(shards))]
+                ready = [i for i in everyone if i not in gone]
+                again = await ask(ready)
+                outcomes = [gone[i] if i in gone else again[ready.index(i)] for i in everyone]
+        else:
+            outcomes = await ask(everyone)
         parts: list[dict[str, Any] | None] = []
         missing = []
         for outcome in outcomes:

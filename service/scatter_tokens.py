@@ -1,4 +1,4 @@
-"""The front of a sharded word table: its routes by token (neighbours, similarity, 3CosAdd analogies).
+"""The front of a sharded word table: its routes by token (neighbours, similarity, analogies).
 
 Each token is looked up on every shard (``GET <replica>/tokens/{token}?normalized=true&row=true``, each distinct
 token once per request): the whole table's match is the exact one (on the shard its hash names), else the
@@ -11,13 +11,16 @@ computes it:
 - ``GET``/``POST .../neighbors`` by token or by positive/negative tokens, ``POST .../analogy`` by 3CosAdd: the
   query is gensim's normalised mean of the unit rows (b + c - a for an analogy; ``Table.mean_query``), searched
   on every shard as a vector, as many hits deeper as the query has rows, which the merge leaves out (by cosine,
-  equal cosines by row, as the whole table orders them).
+  equal cosines by row, as the whole table orders them);
+- ``POST .../analogy`` by 3CosMul: a row's score depends only on that row and the three words' rows, so each shard
+  is given those rows and scores its own (``POST <replica>/analogy/rows``, ``index.engine.shards.analogy_part``:
+  the whole table's arithmetic), three deeper; the lists merge by score, then row, the words' rows left out.
 
 A 422 that says why for what the front cannot answer as the whole table does: a row id (a shard numbers its own
-rows), ``compose`` (a word's pieces may lie on several shards), ``restrict`` (the first rows of a table), 3CosMul
-(a row's score needs the three words' rows, which no shard's route takes) and an analogy's ``expect`` (a rank
-among every row). A batch's item answers in its place, its error too; a shard that does not answer fails the
-request (503 ``shard_unavailable``, 504 ``shard_timeout``): no partial answer for a lookup.
+rows), ``compose`` (a word's pieces may lie on several shards), ``restrict`` (the first rows of a table), an
+analogy's ``expect`` (a rank among every row of every shard) and a ``k`` within the query's row count of
+``max_k``. A batch's item answers in its place, its error too; a shard that does not answer fails the request
+(503 ``shard_unavailable``, 504 ``shard_timeout``): no partial answer for a lookup.
 """
 
 from __future__ import annotations
@@ -117,16 +120,30 @@ class Words:
 
     async def nearest(self, vector: np.ndarray, own: set[int], k: int, exact: bool) -> list[dict[str, Any]]:
         """The ``k`` rows nearest the unit ``vector`` in the whole table, its own rows ``own`` left out."""
-        depth = k + len(own)
-        if depth > LIMITS.get().max_k:
+        return await self.merged("/search", vector_body(vector, self.depth(k, own), exact), own, k)
+
+    async def analogy(self, words: list[Found], own: set[int], k: int, method: str) -> list[dict[str, Any]]:
+        """The ``k`` best rows of the whole table for the analogy of the unit rows ``words`` (a, b, c), its words'
+        rows ``own`` left out: each shard's best by the same scores (``POST .../analogy/rows``), merged."""
+        body = {"a": words[0]["vector"], "b": words[1]["vector"], "c": words[2]["vector"], "method": method}
+        return await self.merged("/analogy/rows", {**body, "k": self.depth(k, own)}, own, k)
+
+    def depth(self, k: int, own: set[int]) -> int:
+        """How deep each shard is asked: ``k`` and the query's own rows, which the merge leaves out."""
+        if k + len(own) > LIMITS.get().max_k:
             raise InvalidQuery(
                 f"k: the front of sharded table {self.name!r} asks each shard for k + {len(own)} hits (the query's "
                 f"own rows are left out after the merge), at most max_k ({LIMITS.get().max_k}): ask k <= "
                 f"{LIMITS.get().max_k - len(own)}"
             )
-        body = orjson.dumps(vector_body(vector, depth, exact))
+        return k + len(own)
+
+    async def merged(self, path: str, body: dict[str, Any], own: set[int], k: int) -> list[dict[str, Any]]:
+        """Every shard's answer to ``body`` at ``path`` (its ``neighbors``, each with its row in the whole table),
+        merged by score, then row: the ``k`` best but the rows ``own``."""
+        payload = orjson.dumps(body)
         answers = await asyncio.gather(
-            *(self.front.request(i, shard, "/search", body) for i, shard in enumerate(self.shards)),
+            *(self.front.request(i, shard, path, payload) for i, shard in enumerate(self.shards)),
             return_exceptions=True,
         )
         parts: list[dict[str, Any] | None] = []
@@ -275,8 +292,10 @@ def routes(front: Front, name: str, refuse: Refuse) -> list[Route]:
                 values[position] = value
         return FastJSON({"similarities": values, "errors": errors})
 
-    async def analogy_of(question: AnalogyQuery, k: int, exact: bool, matches: dict[str, Found | Refused]) -> Any:
-        """One 3CosAdd question as the whole table answers it (``index.engine.door``'s checks, in its order)."""
+    async def analogy_of(
+        question: AnalogyQuery, k: int, exact: bool, method: str, matches: dict[str, Found | Refused]
+    ) -> Any:
+        """One question as the whole table answers it (``index.engine.door``'s checks, in its order)."""
         b, c, a = found(matches, [question.b, question.c, question.a])
         if a["row"] == b["row"] or np.array_equal(np.asarray(a["vector"]), np.asarray(b["vector"])):
             raise InvalidQuery(
@@ -284,15 +303,15 @@ def routes(front: Front, name: str, refuse: Refuse) -> list[Route]:
                 "give two different words for a and b"
             )
         own = {int(m["row"]) for m in (a, b, c)}
-        info = {"a": query_of(a), "b": query_of(b), "c": query_of(c), "method": "3cosadd"}
-        return {"query": info, "neighbors": await words.nearest(query_vector([b, c, a], 2), own, k, exact)}
+        info = {"a": query_of(a), "b": query_of(b), "c": query_of(c), "method": method}
+        if method == "3cosadd":
+            return {"query": info, "neighbors": await words.nearest(query_vector([b, c, a], 2), own, k, exact)}
+        return {"query": info, "neighbors": await words.analogy([a, b, c], own, k, method)}
 
     async def analogy(request: Request, body: AnalogyRequest) -> Response:
         if not await is_words():
             return await refuse(request)
         check_options(name, body.restrict)
-        if body.method != "3cosadd":
-            raise not_here(name, f"method {body.method}", "a row's score needs the three words' rows on its shard")
         questions = body.queries
         if questions is None:
             questions = [
@@ -303,13 +322,13 @@ def routes(front: Front, name: str, refuse: Refuse) -> list[Route]:
         matches = await words.lookups(t for q in questions for t in (q.b, q.c, q.a))
         if body.queries is None:
             try:
-                return FastJSON(await analogy_of(questions[0], body.k, body.exact, matches))
+                return FastJSON(await analogy_of(questions[0], body.k, body.exact, body.method, matches))
             except Refused as refused:
                 return refused.response()
 
         async def each(question: AnalogyQuery) -> dict[str, Any]:
             try:
-                answer: dict[str, Any] = await analogy_of(question, body.k, body.exact, matches)
+                answer: dict[str, Any] = await analogy_of(question, body.k, body.exact, body.method, matches)
                 return answer
             except Refused as refused:
                 return refused.body

@@ -1,8 +1,8 @@
 """The front of a sharded word table: its routes by token (neighbours, similarity, analogies).
 
-Each token is looked up on every shard (``GET <replica>/tokens/{token}?normalized=true&row=true``, each distinct
-token once per request): the whole table's match is the exact one (on the shard its hash names), else the
-case-folded one of the lowest row in the whole table (``scatter_words.resolved``); a token no shard holds is the
+Each distinct token of a request is looked up once (``GET <replica>/tokens/{token}?normalized=true&row=true``):
+the whole table's match is the exact one, on the shard its hash names (asked first), else the case-folded one of
+the lowest row in the whole table (every shard asked, ``scatter_words.resolved``); a token no shard holds is the
 404 of the shard its hash names, with that shard's suggestions. Then, from the gathered unit rows, as the engine
 computes it:
 
@@ -89,29 +89,36 @@ class Words:
         self.front, self.name, self.shards = front, name, front.tables[name]
 
     async def lookup(self, token: str) -> Found | Refused:
-        """The whole table's match of ``token``, or the refusal of the shard its hash names."""
-        path = f"/tokens/{quote(token, safe='')}?normalized=true&row=true"
-        outcomes = await asyncio.gather(
-            *(self.front.request(i, shard, path, None) for i, shard in enumerate(self.shards)), return_exceptions=True
-        )
+        """The whole table's match of ``token``, or the refusal of the shard its hash names. That shard is asked
+        first: an exact match stands there alone and wins; else every other shard is asked too (a case-folded match
+        of a lower row of the whole table may stand on any)."""
+        home = owner(token, len(self.shards))
+        answers = {home: await self.ask_token(home, token)}
+        first = answers[home]
+        if not isinstance(first, ShardRefused) and first["query"]["match"] == "exact":
+            return first
+        rest = [shard for shard in range(len(self.shards)) if shard != home]
+        answers.update(zip(rest, await asyncio.gather(*(self.ask_token(s, token) for s in rest)), strict=True))
         found: list[Found | None] = []
-        for outcome in outcomes:
-            if isinstance(outcome, ShardFailed):  # the token may stand on it: no partial lookup
-                raise failed(self.name, outcome)
-            if isinstance(outcome, ShardRefused) and outcome.status == 404:
-                found.append(None)
-            elif isinstance(outcome, ShardRefused):  # the token itself refused (too long for the shard, ...)
-                return Refused.of(outcome)
-            elif isinstance(outcome, BaseException):
-                raise outcome
-            else:
-                found.append(outcome)
+        for answer in answers.values():
+            if isinstance(answer, ShardRefused) and answer.status != 404:  # the token itself (too long, ...)
+                return Refused.of(answer)
+            found.append(None if isinstance(answer, ShardRefused) else answer)
         match = resolved(found)
         if match is None:
-            refusal = outcomes[owner(token, len(self.shards))]
-            assert isinstance(refusal, ShardRefused)
-            return Refused.of(refusal)
+            return Refused.of(cast(ShardRefused, first))
         return match
+
+    async def ask_token(self, shard: int, token: str) -> Found | ShardRefused:
+        """Shard ``shard``'s match of ``token`` (``GET .../tokens/{token}``), or its refusal; one that does not
+        answer fails the request (the token may stand on it: no partial lookup)."""
+        path = f"/tokens/{quote(token, safe='')}?normalized=true&row=true"
+        try:
+            return await self.front.request(shard, self.shards[shard], path, None)
+        except ShardFailed as exc:
+            raise failed(self.name, exc) from None
+        except ShardRefused as refusal:
+            return refusal
 
     async def lookups(self, tokens: Iterable[str]) -> dict[str, Found | Refused]:
         """Each distinct token of ``tokens`` looked up once, all at once."""

@@ -32,13 +32,13 @@ says which did not (``partial``). A shard's own 4xx (a bad filter, a text with n
 document) is the answer.
 
 A sharded word table's search is by vector alone (``service.scatter_words``): each shard's ``offset + k`` best,
-merged by cosine, equal cosines by row; its kind is asked of its shards once (``GET <replica>``). Its
-``GET .../neighbors?token=`` is answered here too (:func:`token_neighbors_route`).
+merged by cosine, equal cosines by row; its kind is asked of its shards once (``GET <replica>``). Its routes by
+token (neighbours, similarity, 3CosAdd analogies) are ``service.scatter_tokens``'.
 
 A batch (``queries``, or ``vectors`` sharing the request's filter and page) is each of its queries scattered as
 a request of its own, at once; an item's error (a shard's refusal of it) stands in its place. Not here: text
 alone with diversity (the front has no encoder for the query's vector; a sharded table served whole by one
-process answers it). The table's other routes (its summary, fields, the word routes) answer a 404 that names
+process answers it). The table's other routes (its summary, fields, a word table's rows) answer a 404 that names
 the front (:func:`elsewhere`); its documents' own routes are left to the documents' routing.
 """
 
@@ -48,7 +48,7 @@ import asyncio
 import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 import numpy as np
@@ -67,8 +67,7 @@ from index.store.artifact import NAME_PATTERN as NAME
 from service.convert import words_only
 from service.errors import BODY_ERRORS, ApiError, item_error, responses
 from service.respond import FastJSON
-from service.scatter_words import WORDS, merged_neighbors, query_of, resolved, token_body, token_neighbors, word_body
-from service.schemas.neighbors import NeighborsParams
+from service.scatter_words import WORDS, merged_neighbors, word_body
 from service.schemas.search import SearchRequest
 
 if TYPE_CHECKING:  # imported where a front asks its shards: a server without shards never loads it
@@ -321,61 +320,6 @@ async def kind(front: Front, name: str) -> str:
         raise failed(name, outcome) from None
 
 
-def token_neighbors_route(front: Front, name: str, refuse: Any) -> Any:
-    """``GET /v1/tables/<name>/neighbors?token=`` of a sharded word table: the token looked up on every shard (the
-    whole table's match: ``scatter_words.resolved``), its unit row searched on every shard, the lists merged. A
-    documents table's: ``refuse``."""
-    shards = front.tables[name]
-
-    async def neighbors(request: Request) -> Response:
-        if await kind(front, name) != WORDS:
-            return cast(Response, await refuse(request))
-        params = dict(request.query_params)
-        if "token" not in params or set(params) - {"token", "k", "exact"}:
-            raise InvalidQuery(
-                f"the front of sharded table {name!r} answers GET .../neighbors by token, with k and exact; the "
-                "other forms are for a server of the whole table"
-            )
-        try:
-            asked = NeighborsParams.model_validate(params)
-        except ValidationError as exc:
-            raise InvalidQuery("; ".join(e["msg"].removeprefix("Value error, ") for e in exc.errors())) from None
-        token = cast(str, asked.token)
-        path = f"/tokens/{quote(token, safe='')}?normalized=true&row=true"
-        outcomes = await asyncio.gather(
-            *(front.request(i, shard, path, None) for i, shard in enumerate(shards)), return_exceptions=True
-        )
-        found: list[dict[str, Any] | None] = []
-        for outcome in outcomes:
-            if isinstance(outcome, ShardFailed):  # the token may stand on it: no partial lookup
-                raise failed(name, outcome)
-            if isinstance(outcome, ShardRefused) and outcome.status == 404:
-                found.append(None)
-            elif isinstance(outcome, BaseException):
-                raise outcome
-            else:
-                found.append(outcome)
-        match = resolved(found)
-        if match is None:  # the shard its hash names says so, with its suggestions
-            refusal = outcomes[owner(token, len(shards))]
-            assert isinstance(refusal, ShardRefused)
-            return Response(refusal.body, refusal.status, media_type="application/json")
-        body = token_body(match, asked.k, asked.exact)
-        answers = await asyncio.gather(
-            *(front.ask(i, shard, body) for i, shard in enumerate(shards)), return_exceptions=True
-        )
-        parts: list[dict[str, Any] | None] = []
-        for answer in answers:
-            if isinstance(answer, ShardFailed):
-                raise failed(name, answer)
-            if isinstance(answer, BaseException):
-                raise answer
-            parts.append(answer)
-        return FastJSON({"query": query_of(match), "neighbors": token_neighbors(match, asked.k, parts)})
-
-    return neighbors
-
-
 def shard_body(body: SearchRequest, given: dict[str, Any], extra: int = 0) -> dict[str, Any]:
     """What every shard is asked: the query once per list its mode needs, each ``depth_of`` deep (and ``extra``
     deeper, for the documents the front leaves out), from offset 0, its hits with their rows (and their unit
@@ -551,9 +495,12 @@ def route(front: Front, name: str) -> APIRoute:
 
 
 def elsewhere(front: Front, routes: Sequence[BaseRoute]) -> list[Route]:
-    """For each sharded table fronted here, its table routes among ``routes`` that the front does not answer
-    (every one but ``POST .../search`` and the documents' own routes): a 404 that says so, not "no table named"."""
-    out = []
+    """For each sharded table fronted here, a word table's routes by token (``service.scatter_tokens``), and its
+    table routes among ``routes`` that the front does not answer (every one but ``POST .../search``, those by token
+    and the documents' own routes): a 404 that says so, not "no table named"."""
+    from service.scatter_tokens import routes as token_routes  # a sharded word table's routes by token
+
+    out: list[Route] = []
     for name in front.tables:
 
         async def refuse(request: Request, name: str = name) -> Response:
@@ -565,16 +512,15 @@ def elsewhere(front: Front, routes: Sequence[BaseRoute]) -> list[Route]:
                 table=name,
             )
 
+        answered = token_routes(front, name, refuse)  # a documents table's: refuse
+        taken = {(getattr(r, "path", ""), method) for r in answered for method in getattr(r, "methods", None) or ()}
+        out += answered
         for route in routes:
             path = getattr(route, "path", "")
-            methods = getattr(route, "methods", None) or set()
-            if not path.startswith(TABLE) or path.startswith(f"{TABLE}/documents"):
+            if not path.startswith(TABLE) or path.startswith(f"{TABLE}/documents") or path == f"{TABLE}/search":
                 continue
-            if path == f"{TABLE}/search":
-                continue
-            if path == f"{TABLE}/neighbors" and "POST" not in methods:  # a word table's, by token
-                handler = token_neighbors_route(front, name, refuse)
-                out.append(Route(path.replace(TABLE, f"/v1/tables/{name}", 1), handler, methods=sorted(methods)))
-                continue
-            out.append(Route(path.replace(TABLE, f"/v1/tables/{name}", 1), refuse, methods=sorted(methods)))
+            mine = path.replace(TABLE, f"/v1/tables/{name}", 1)
+            methods = {m for m in getattr(route, "methods", None) or () if (mine, m) not in taken}
+            if methods:
+                out.append(Route(mine, refuse, methods=sorted(methods)))
     return out

@@ -5,15 +5,20 @@ table (``include``: the import writes each shard's rows beside it, ``whole_rows.
 equal cosines by row, as the whole table orders them (``index.engine.door.merge``); then the page and
 ``min_score`` are taken, as ``Table.run`` takes them. A hit's ``id`` is its row in the whole table, as the
 unsharded table names it.
+
+The routes by token (``service.scatter_tokens``) build their query here: the tokens' unit rows averaged as the
+engine averages them (:func:`query_vector`), searched as a vector, the query's own rows left out of the merge
+(:func:`nearest`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Collection, Sequence
 from typing import Any
 
 import numpy as np
 
-from index.engine.door import merge
+from index.engine.door import merge, unit_mean
 from service.schemas.search import SearchRequest
 
 WORDS = "words"
@@ -61,20 +66,27 @@ def query_of(found: dict[str, Any]) -> dict[str, Any]:
     return {**found["query"], "id": found["row"]}
 
 
-def token_body(found: dict[str, Any], k: int, exact: bool) -> dict[str, Any]:
-    """What every shard is asked for a token's neighbours: its unit row (each float32 exactly), one deeper (the
-    token's own row is left out of the merge)."""
-    vector = np.asarray(found["vector"], dtype=np.float32).astype(np.float64).tolist()
-    out: dict[str, Any] = {"vector": vector, "k": k + 1, "include": ["row"]}
+def query_vector(found: Sequence[dict[str, Any]], positive: int) -> np.ndarray:
+    """The unit query of the whole table's matches ``found`` (their unit rows; the first ``positive`` weighted +1,
+    the others -1), as the engine builds it (``Table.mean_query``: gensim's normalised mean)."""
+    rows = np.vstack([np.asarray(f["vector"], dtype=np.float32) for f in found])
+    query: np.ndarray = unit_mean(rows, positive)[0]
+    return query
+
+
+def vector_body(vector: np.ndarray, depth: int, exact: bool) -> dict[str, Any]:
+    """What every shard is asked for the neighbours of a unit query (each float32 exactly), ``depth`` deep, its
+    hits with their rows."""
+    out: dict[str, Any] = {"vector": vector.astype(np.float64).tolist(), "k": depth, "include": ["row"]}
     if exact:
         out["exact"] = True
     return out
 
 
-def token_neighbors(found: dict[str, Any], k: int, parts: list[dict[str, Any] | None]) -> list[dict[str, Any]]:
-    """The ``k`` nearest rows to the token's, its own left out: the shards' lists merged by cosine, then row."""
-    own = int(found["row"])
-    hits = [h for part in parts if part is not None for h in part["results"][0]["neighbors"] if h["row"] != own]
+def nearest(own: Collection[int], k: int, parts: list[dict[str, Any] | None]) -> list[dict[str, Any]]:
+    """The ``k`` nearest rows, the query's own rows ``own`` left out: the shards' lists merged by cosine, then
+    row."""
+    hits = [h for part in parts if part is not None for h in part["results"][0]["neighbors"] if h["row"] not in own]
     rows = np.array([hit["row"] for hit in hits], dtype=np.int64)
     scores = np.array([hit["score"] for hit in hits], dtype=np.float64)
     by_row = {hit["row"]: hit for hit in hits}

@@ -24,12 +24,13 @@ from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
+from index.engine.analogy import analogy_top
 from index.engine.filters import RowSet
 from index.engine.hybrid import DocumentSearch, Hit
 from index.engine.hybrid import run as run_documents
 from index.engine.keyword import KeywordIndex
 from index.engine.knn import Hits, Neighbor
-from index.engine.search import AnalogySearch, Answers, Search, SearchOptions, VectorSearch
+from index.engine.search import AnalogySearch, Answers, Method, Search, SearchOptions, VectorSearch
 from index.engine.table import Table
 from index.errors import ArtifactError, InvalidQuery
 from index.store import artifact, shardmap
@@ -48,6 +49,47 @@ def merge(lists: Sequence[tuple[np.ndarray, np.ndarray]], k: int) -> tuple[np.nd
     scores = np.concatenate([np.zeros(0, dtype=np.float64), *(np.asarray(s, dtype=np.float64) for _, s in lists)])
     order = np.lexsort((rows, -scores))[:k]
     return rows[order], scores[order]
+
+
+class _Appended:
+    """A table's unit rows with a question's unit vectors after them (row ``rows + i`` is ``extra[i]``): what
+    ``analogy_top`` reads of a table (runs of its rows, and rows by id)."""
+
+    def __init__(self, vectors: np.ndarray, extra: np.ndarray) -> None:
+        self.rows, self.base, self.extra = len(vectors), vectors, extra
+
+    def __getitem__(self, key: Any) -> np.ndarray:
+        if isinstance(key, slice):  # a run of the table's own rows
+            return np.asarray(self.base[key])
+        ids = np.asarray(key, dtype=np.int64)
+        out = np.empty((len(ids), self.extra.shape[1]), dtype=np.float32)
+        mine = ids < self.rows
+        out[mine] = self.base[ids[mine]]
+        out[~mine] = self.extra[ids[~mine] - self.rows]
+        return out
+
+
+class _Question:
+    def __init__(self, vectors: _Appended) -> None:
+        self.vectors = vectors
+
+
+def analogy_part(table: Table, words: np.ndarray, k: int, method: Method) -> list[Neighbor]:
+    """The ``k`` best of ``table``'s rows for an analogy whose words' unit rows ``words`` (a, b, c: float32, rows
+    of the whole table, which may lie on another shard) are given: every row scored as ``analogy_top`` scores it
+    (a row's score depends only on that row and the three words' rows), ties by row. A shard's part of a sharded
+    table's analogy; the words' own rows are not left out here (the merge leaves them out)."""
+    words = np.asarray(words, dtype=np.float32)
+    if words.shape != (3, table.dim):
+        raise InvalidQuery(f"the analogy's words need {table.dim} values each (table {table.name!r})")
+    if method == "3cosadd" and np.linalg.norm(words[1].astype(np.float64) + words[2] - words[0]) < 1e-6:
+        raise InvalidQuery("the analogy's b + c - a is zero: it has no direction")
+    n = table.rows
+    view = cast(Any, _Question(_Appended(table.vectors, words)))
+    a, b, c = (np.array([n + i], dtype=np.int64) for i in range(3))
+    ids, scores = analogy_top(view, a, b, c, min(k, n), method, n)
+    kept = ids[0] >= 0
+    return list(zip(ids[0][kept].tolist(), scores[0][kept].tolist(), strict=True))
 
 
 def whole_rows(table: Table) -> np.ndarray:
@@ -266,6 +308,8 @@ class ShardedTable(Table):
     def run(self, search: Search) -> Answers:
         """The whole table's answer to ``search``: every shard's ``offset + k`` best, merged, paged."""
         if isinstance(search, AnalogySearch):
+            if search.method != "3cosadd":
+                return self._analogies(search)
             search = self._analogy_search(search)
         if search.k < 1 or search.offset < 0:
             raise InvalidQuery("k must be at least 1 and offset at least 0")
@@ -291,11 +335,28 @@ class ShardedTable(Table):
 
     def _analogy_search(self, search: AnalogySearch) -> VectorSearch:
         """3CosAdd as the search for the normalised b + c - a, a, b and c left out (its scores are those cosines, as
-        the whole table's); 3CosMul scores every row with each question's three rows: not across shards."""
-        if search.method != "3cosadd":
-            raise InvalidQuery(f"method {search.method}: a sharded table answers analogies by 3cosadd only")
+        the whole table's)."""
         queries = np.vstack([self.mean_query([b, c], [a]) for a, b, c in search.questions])
         return VectorSearch(queries, search.k, [set(q) for q in search.questions], search.options)
+
+    def _analogies(self, search: AnalogySearch) -> Answers:
+        """3CosMul: each shard's ``k + 3`` best for the question's three rows (:func:`analogy_part`, the whole
+        table's arithmetic), merged by score, then row, a, b and c left out."""
+        if search.k < 1:
+            raise InvalidQuery("k must be at least 1")
+        self.limit(search.options)
+        answers: Answers = []
+        for question in search.questions:
+            words = self.vectors[list(question)]
+            lists = []
+            for s, shard in enumerate(self.shards):
+                hits = analogy_part(shard, words, search.k + 3, search.method)
+                local = np.array([row for row, _ in hits], dtype=np.int64)
+                lists.append((self.global_rows[s][local], np.array([score for _, score in hits])))
+            rows, scores = merge(lists, search.k + 3)
+            kept = [(r, x) for r, x in zip(rows.tolist(), scores.tolist(), strict=True) if r not in question]
+            answers.append(kept[: search.k])
+        return answers
 
     def search_documents(self, search: DocumentSearch) -> list[list[Hit]]:
         """A documents search (vector, keyword or hybrid; filters, paging, floor, diversity) of the whole table."""

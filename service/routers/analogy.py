@@ -1,18 +1,30 @@
-"""Analogies: a is to b as c is to ? by 3CosAdd (gensim most_similar) or 3CosMul (most_similar_cosmul)."""
+"""Analogies: a is to b as c is to ? by 3CosAdd (gensim most_similar) or 3CosMul (most_similar_cosmul); and a
+table's part of a sharded table's analogy, by its words' unit rows."""
 
 from __future__ import annotations
 
 import functools
 from typing import cast
 
+import numpy as np
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
+from index.engine.door import whole_rows
+from index.engine.shards import analogy_part
+from index.errors import InvalidQuery
 from service import convert, execute
 from service.deps import TableDep
 from service.errors import BODY_ERRORS, responses
-from service.respond import FastJSON, results, words
-from service.schemas.analogy import AnalogyBatchResponse, AnalogyQuery, AnalogyRequest, AnalogyResponse
+from service.respond import FastJSON, neighbors, results, words
+from service.schemas.analogy import (
+    AnalogyBatchResponse,
+    AnalogyQuery,
+    AnalogyRequest,
+    AnalogyResponse,
+    AnalogyRowsRequest,
+    AnalogyRowsResponse,
+)
 
 router = APIRouter(prefix="/v1/tables/{table}", tags=["analogy"])
 
@@ -35,3 +47,31 @@ async def analogy(request: Request, table: TableDep, body: AnalogyRequest) -> Re
     queries = [convert.analogy(question, body) for question in body.queries]
     answers = await execute.batch(request, table, f"analogy_batch_{body.method}", queries)
     return FastJSON({"results": results(answers, functools.partial(words, table))})
+
+
+@router.post(
+    "/analogy/rows",
+    response_model=AnalogyRowsResponse,
+    responses=responses(*BODY_ERRORS),
+    summary="A shard's part of a sharded word table's analogy: its best rows for the words' unit rows a, b and c",
+    description="What the front of a sharded word table asks each shard (3CosMul scores a row from that row and the "
+    "three words' rows, which may lie on other shards): the table's `k` best rows, scored as its analogies score "
+    "them, each with its `row` in the whole table; the words' own rows are not left out.",
+)
+async def analogy_rows(request: Request, table: TableDep, body: AnalogyRowsRequest) -> Response:
+    if table.kind != "words":
+        raise InvalidQuery(f"table {table.name!r} holds {table.kind}: analogies are for word tables")
+    if {len(body.a), len(body.b), len(body.c)} != {table.dim}:
+        got = ", ".join(str(len(v)) for v in (body.a, body.b, body.c))
+        raise InvalidQuery(f"a, b and c need {table.dim} values each (table {table.name!r}), got {got}")
+    given = np.array([body.a, body.b, body.c], dtype=np.float64)
+    if not np.isfinite(given.astype(np.float32)).all() or not np.allclose(np.linalg.norm(given, axis=1), 1, atol=1e-3):
+        raise InvalidQuery("a, b and c must be unit rows (of length 1, in float32)")
+    hits = await execute.compute(
+        request, table, "analogy_rows", lambda: analogy_part(table, given.astype(np.float32), body.k, body.method)
+    )
+    shown = neighbors(table, hits)
+    rows = whole_rows(table)
+    for hit in shown:
+        hit["row"] = int(rows[hit["id"]])
+    return FastJSON({"neighbors": shown})

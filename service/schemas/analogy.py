@@ -11,8 +11,11 @@ from service.schemas.common import (
     STRICT,
     Form,
     ItemErrorResponse,
+    K,
+    Neighbor,
     Token,
     TokenOptions,
+    Vector,
     absent,
     batch_of,
     check_hits,
@@ -81,3 +84,20 @@ class AnalogyResponse(NeighborsResponse):
 
 class AnalogyBatchResponse(BaseModel):
     results: list[AnalogyResponse | ItemErrorResponse]
+
+
+class AnalogyRowsRequest(BaseModel):
+    """``POST .../analogy/rows``: an analogy by its words' unit rows (of the whole table, which may lie on another
+    shard), the table's rows scored as its analogies score them, the words' own rows not left out."""
+
+    model_config = STRICT
+
+    a: Vector = Field(description="a's unit row, used as it is")
+    b: Vector = Field(description="b's unit row, used as it is")
+    c: Vector = Field(description="c's unit row, used as it is")
+    k: K = 10
+    method: Method = "3cosadd"
+
+
+class AnalogyRowsResponse(BaseModel):
+    neighbors: list[Neighbor] = Field(description="each with its row in the whole table (a shard's: the sharded one)")

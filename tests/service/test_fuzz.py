@@ -56,6 +56,8 @@ CONTENT_422 = {
     f"POST {T}/project": ("at least two distinct", "distinct tokens, got"),  # t-SNE and UMAP need 4
     # a and b resolve to the same row (e.g. "King" and "king"); an expected answer that is a, b or c, or past restrict
     f"POST {T}/analogy": ("offset b - a is zero", "the expected word is"),
+    # the words' rows of a shard's part of an analogy: the table's length, unit rows, a b + c - a with a direction
+    f"POST {T}/analogy/rows": ("values each", "unit rows", "has no direction"),
     f"GET {T}/map": ("t-SNE maps are off",),  # method=tsne on a server without EMBEDDING_MAP_TSNE_ROWS
     f"GET {T}/map/info": ("t-SNE maps are off",),
     f"GET {T}/map/colours/{{column}}": ("no colour column",),  # the table has no metadata column of that name
@@ -123,7 +125,7 @@ def test_every_operation_is_fuzzed(small_data_dir: Path) -> None:
     app = create_app(Settings(data_dir=small_data_dir))
     documented = {(m.upper(), p) for p, item in app.openapi()["paths"].items() for m in item}
     routes = {(m, r.path_format) for r in app.state.api_routes if r.include_in_schema for m in r.methods}
-    assert documented == routes and len(documented) == 38
+    assert documented == routes and len(documented) == 39
 
 
 # Each request model's form fields, with a value each: every combination of them (given or left out) is one body.

@@ -4,9 +4,12 @@ table), and by three real shard servers behind a real front (``EMBEDDING_SHARDS`
 
 Every word route answers the sharded table as the whole table: neighbours by token (exact, case-folded: the
 lowest row of the whole table wins), by id, by positive/negative tokens, by vector (one, a batch, pages, floors,
-exact), 3CosAdd analogies with an expected answer, similarity, rows, the map; what it cannot answer (3CosMul,
-``restrict``) is a 422. The front answers ``POST .../search`` by vector and ``GET .../neighbors?token=`` (the
-whole table's match: exact, else case-folded, lowest row) as the whole table does.
+exact), 3CosAdd and 3CosMul analogies with an expected answer, similarity, rows, the map; what it cannot answer
+(``restrict``) is a 422. The front answers ``POST .../search`` by vector, neighbours by token (the whole table's
+match: exact, else case-folded, lowest row) and by positive/negative tokens, similarity and analogies by 3CosAdd and
+3CosMul (each shard scoring its own rows given the words' rows, ``POST .../analogy/rows``), one or a batch, as the
+whole table does, its errors with the whole table's status and code; what it cannot answer (``expect``, a row id,
+``compose``, ``restrict``) is a 422 that says why.
 """
 
 from __future__ import annotations
@@ -105,6 +108,8 @@ def word_requests(vectors: list[list[float]]) -> list[tuple[str, str, Any]]:
         ("POST", "/search", {"vector": [0.0] * 50}),  # 422: no direction
         ("POST", "/analogy", {"a": "man", "b": "king", "c": "woman", "k": 10, "expect": "queen"}),
         ("POST", "/analogy", {"queries": [{"a": "france", "b": "paris", "c": "japan"}], "k": 5}),
+        ("POST", "/analogy", {"a": "man", "b": "king", "c": "woman", "k": 10, "method": "3cosmul", "expect": "queen"}),
+        ("POST", "/analogy", {"queries": [{"a": "france", "b": "paris", "c": "japan"}], "method": "3cosmul"}),
         ("GET", "/similarity?a=king&b=queen", None),
         ("GET", "/tokens/PARIS", None),
         ("GET", "/ids/20000", None),
@@ -128,7 +133,6 @@ def test_one_process_serves_the_sharded_word_table_whole(
 
 def test_what_one_process_cannot_answer_is_a_422(one: Server) -> None:
     for method, path, body, message in (
-        ("POST", "/analogy", {"a": "man", "b": "king", "c": "woman", "method": "3cosmul"}, "3cosadd only"),
         ("GET", "/neighbors?token=king&restrict=1000", None, "restrict"),
         ("POST", "/search", {"vector": [0.1] * 50, "restrict": 1000}, "restrict"),
     ):
@@ -183,7 +187,7 @@ def test_the_front_searches_the_sharded_word_table_as_the_whole_table(
     assert status == 422 and "the vector has 49 values" in got["error"]["message"], got
     status, got = ask(front, "words3", "POST", "/search", {"vector": vectors[0], "restrict": 100})
     assert status == 422 and "restrict" in got["error"]["message"], got
-    status, got = ask(front, "words3", "GET", "/similarity?a=king&b=queen")
+    status, got = ask(front, "words3", "GET", "/tokens/king")
     assert status == 404 and "this server is its front" in got["error"]["message"], got
 
 
@@ -210,3 +214,138 @@ def test_the_front_answers_a_tokens_neighbours_as_the_whole_table(
     for path in ("/neighbors?id=5", "/neighbors?token=king&restrict=10", "/neighbors?token=king&k=0"):
         status, got = ask(front, "words3", "GET", path)
         assert status == 422 and got["error"]["code"] == "invalid_request", (path, got)
+
+
+def codes_only(answer: Any) -> Any:
+    """An answer with each error reduced to its code: a shard's message names the shard's table, its suggestions
+    the shard's tokens."""
+    if isinstance(answer, dict):
+        if "error" in answer and isinstance(answer["error"], dict):
+            return {"error": {"code": answer["error"]["code"]}}
+        out = {key: codes_only(value) for key, value in answer.items()}
+        if isinstance(answer.get("errors"), list):  # a similarity batch's, one per pair
+            out["errors"] = [None if e is None else {"code": e["code"]} for e in answer["errors"]]
+        return out
+    if isinstance(answer, list):
+        return [codes_only(item) for item in answer]
+    return answer
+
+
+TOKEN_REQUESTS: list[tuple[str, str, Any]] = [
+    ("GET", "/similarity?a=king&b=queen", None),
+    ("GET", "/similarity?a=PARIS&b=Paris", None),  # case-folded "paris" (one shard) and exact "Paris" (another)
+    ("GET", "/similarity?a=The&b=france", None),
+    ("GET", "/similarity?a=kingz&b=queen", None),  # 404 unknown_token
+    ("GET", "/similarity?a=king", None),  # 422
+    ("POST", "/similarity", {"pairs": [["king", "queen"], ["PARIS", "germany"], ["kingz", "queen"], ["a", "the"]]}),
+    ("POST", "/similarity", {"pairs": [["king"]]}),  # 422
+    ("POST", "/neighbors", {"positive": ["king", "woman"], "negative": ["man"], "k": 10}),
+    ("POST", "/neighbors", {"positive": ["paris", "germany"], "negative": ["france"], "k": 25, "exact": True}),
+    ("POST", "/neighbors", {"negative": ["good"], "k": 5}),
+    ("POST", "/neighbors", {"token": "PARIS", "k": 12}),
+    ("POST", "/neighbors", {"positive": ["king"], "negative": ["king"]}),  # 422: the query vector is zero
+    ("POST", "/neighbors", {"positive": ["king", "kingz"]}),  # 404 unknown_token
+    ("POST", "/neighbors", {"token": "king", "k": 0}),  # 422
+    (
+        "POST",
+        "/neighbors",
+        {"queries": ["france", {"positive": ["king", "woman"], "negative": ["man"]}, "nosuchwordzz", "The"], "k": 6},
+    ),
+    ("POST", "/analogy", {"a": "man", "b": "king", "c": "woman", "k": 10}),
+    ("POST", "/analogy", {"a": "france", "b": "paris", "c": "japan", "k": 30, "exact": True}),
+    ("POST", "/analogy", {"a": "man", "b": "king", "c": "woman", "k": 10, "method": "3cosmul"}),
+    ("POST", "/analogy", {"a": "PARIS", "b": "france", "c": "berlin", "k": 40, "method": "3cosmul"}),
+    ("POST", "/analogy", {"a": "man", "b": "man", "c": "woman"}),  # 422: b - a is zero
+    ("POST", "/analogy", {"a": "man", "b": "kingz", "c": "woman"}),  # 404 unknown_token
+    (
+        "POST",
+        "/analogy",
+        {
+            "queries": [
+                {"a": "france", "b": "paris", "c": "japan"},
+                {"a": "man", "b": "kingz", "c": "woman"},
+                {"a": "good", "b": "better", "c": "bad"},
+                {"a": "king", "b": "king", "c": "queen"},
+            ],
+            "k": 5,
+        },
+    ),
+    (
+        "POST",
+        "/analogy",
+        {
+            "queries": [{"a": "france", "b": "paris", "c": "japan"}, {"a": "good", "b": "better", "c": "zzqq"}],
+            "k": 7,
+            "method": "3cosmul",
+        },
+    ),
+]
+
+
+def test_the_front_answers_the_word_routes_by_token_as_the_whole_table(
+    one: Server, front: Server, whole_rows: np.ndarray
+) -> None:
+    """Similarity (a pair, a batch), neighbours by token and by positive/negative tokens (one, a batch) and
+    analogies by 3CosAdd and 3CosMul (one, a batch): the front's answer is the whole table's (scores up to float32
+    rounding, equal scores by row), its errors the whole table's status and code, each in its place in a batch."""
+    statuses = set()
+    for method, path, body in TOKEN_REQUESTS:
+        status, expected = ask(one, "words", method, path, body)
+        mine, got = ask(front, "words3", method, path, body)
+        assert mine == status, (path, body, got, expected)
+        same_answer(codes_only(got), codes_only(expected), whole_rows)
+        statuses.add(status)
+    assert statuses == {200, 404, 422}
+    status, got = ask(front, "words3", "GET", "/similarity?a=kingz&b=queen")
+    assert got["error"]["code"] == "unknown_token" and "kings" in got["error"]["suggestions"], got
+
+
+def test_what_the_front_cannot_answer_by_token_is_a_422_naming_why(one: Server, front: Server) -> None:
+    for method, path, body, message in (
+        ("POST", "/analogy", {"a": "man", "b": "king", "c": "woman", "expect": "queen"}, "expect"),
+        ("POST", "/neighbors", {"id": 5}, "row id"),
+        ("POST", "/neighbors", {"token": "king", "restrict": 100}, "restrict"),
+        ("GET", "/similarity?a=king&b=queen&compose=mean", None, "compose"),
+        ("POST", "/neighbors", {"positive": ["king", "woman"], "negative": ["man"], "k": 1000}, "k <= 997"),
+    ):
+        status, got = ask(front, "words3", method, path, body)
+        assert status == 422 and got["error"]["code"] == "invalid_request", (path, got)
+        assert message in got["error"]["message"], got
+        assert ask(one, "words", method, path, body)[0] == 200
+    status, got = ask(front, "words3", "POST", "/neighbors", {"queries": ["king", {"id": 5}], "k": 3})
+    assert status == 200 and "error" not in got["results"][0], got
+    assert got["results"][1]["error"]["code"] == "invalid_request" and "row id" in got["results"][1]["error"]["message"]
+
+
+def test_a_tables_part_of_an_analogy_is_its_rows_scored_as_its_analogies_score_them(one: Server) -> None:
+    """``POST .../analogy/rows`` on the whole table, given its words' unit rows: the analogy's answer with the
+    words' own rows in it; a wrong length, a documents-style body and a bad method are 422s."""
+    rows = {t: ask(one, "words", "GET", f"/tokens/{t}?normalized=true")[1] for t in ("man", "king", "woman")}
+    for method in ("3cosmul", "3cosadd"):
+        status, expected = ask(
+            one, "words", "POST", "/analogy", {"a": "man", "b": "king", "c": "woman", "k": 10, "method": method}
+        )
+        body = {
+            "a": rows["man"]["vector"],
+            "b": rows["king"]["vector"],
+            "c": rows["woman"]["vector"],
+            "k": 13,
+            "method": method,
+        }
+        mine, got = ask(one, "words", "POST", "/analogy/rows", body)
+        assert status == mine == 200, got
+        own = {rows[t]["id"] for t in rows}
+        kept = [h for h in got["neighbors"] if h["id"] not in own][:10]
+        assert [(h["id"], h["token"], h["score"]) for h in kept] == [
+            (h["id"], h["token"], h["score"]) for h in expected["neighbors"]
+        ]
+        assert all(h["row"] == h["id"] for h in got["neighbors"])
+    for body in (
+        {"a": [0.1] * 49, "b": [0.1] * 49, "c": [0.1] * 49},
+        {"a": [0.1] * 50, "b": [0.1] * 50, "c": [0.1] * 49},
+        {"a": [0.1] * 50, "b": [0.1] * 50, "c": [0.1] * 50},  # not unit rows
+        {"a": [0.1] * 50, "b": [0.1] * 50, "c": [0.1] * 50, "method": "3cosfoo"},
+        {"a": [0.1] * 50, "b": [0.1] * 50},
+    ):
+        status, got = ask(one, "words", "POST", "/analogy/rows", body)
+        assert status == 422 and got["error"]["code"] == "invalid_request", (body, got)

@@ -1,12 +1,12 @@
-"""The hot routes reached without the router's layers.
+"""The hot GET routes reached without the router's layers.
 
 A searched ``GET .../neighbors`` passes, after this app's own middleware, through FastAPI's exception middleware,
-its exit-stack middleware and the router, which tries the routes in order until one matches: a tenth of the
-event loop's CPU per such request (BENCHMARKS.md, "HTTP floors"). :class:`HotDoor`, the innermost of this app's
-middleware, matches the hot routes itself (the GET routes whose handler validates its own query string,
-``service.http.fastroute.query_params``, and the POST routes with a fast path for plain bodies,
-``service.http.fastroute.plain_body``) and hands the request to the route as the router would: the same route
-object, the same scope keys, the same exception handlers around the handler, so the same answers and errors.
+its exit-stack middleware and the router, which tries the routes in order until one matches. On the event loop
+of a busy server that is about a fifth of what the app spends on such a request outside the search
+(BENCHMARKS.md, "HTTP floors"). :class:`HotDoor`, the innermost of this app's middleware, matches the hot GET
+routes (those whose handler validates its own query string, ``service.http.fastroute.query_params``) itself and
+hands the request to the route as the router would: the same route object, the same scope keys, the same
+exception handlers around the handler, so the same answers and errors.
 
 It only takes a route when nothing could answer the request differently: the route is the first one the
 router would pick for such a path (checked once, on the first request, when every route is in place), no
@@ -17,7 +17,6 @@ sharded table is fronted here (those tables' own routes come first), and FastAPI
 from __future__ import annotations
 
 import re
-from contextlib import AsyncExitStack
 from typing import Any
 
 from fastapi.routing import APIRoute
@@ -28,9 +27,9 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 PARAM = re.compile(r"{[^}]*}")
 
 
-def _first_match(routes: list[BaseRoute], method: str, path: str) -> BaseRoute | None:
-    """The route the router picks for ``method path``: the first full match."""
-    scope = {"type": "http", "method": method, "path": path, "root_path": "", "query_string": b"", "headers": []}
+def _first_match(routes: list[BaseRoute], path: str) -> BaseRoute | None:
+    """The route the router picks for ``GET path``: the first full match."""
+    scope = {"type": "http", "method": "GET", "path": path, "root_path": "", "query_string": b"", "headers": []}
     for route in routes:
         match, _ = route.matches(scope)
         if match is Match.FULL:
@@ -38,37 +37,35 @@ def _first_match(routes: list[BaseRoute], method: str, path: str) -> BaseRoute |
     return None
 
 
-def hot_routes(routes: list[BaseRoute]) -> dict[str, list[APIRoute]]:
-    """By method, the query-string GET routes and plain-body POST routes among ``routes`` that the router would
-    pick for their own paths."""
-    hot: dict[str, list[APIRoute]] = {"GET": [], "POST": []}
+def hot_routes(routes: list[BaseRoute]) -> list[APIRoute]:
+    """The query-string GET routes among ``routes`` that the router would pick for their own paths."""
+    hot = []
     for route in routes:
-        if not isinstance(route, APIRoute):
+        if not isinstance(route, APIRoute) or "GET" not in (route.methods or ()):
             continue
-        for method, mark in (("GET", "query_model"), ("POST", "plain_body")):
-            if method not in (route.methods or ()) or getattr(route.endpoint, mark, None) is None:
-                continue
-            if _first_match(routes, method, PARAM.sub("x", route.path_format)) is route:
-                hot[method].append(route)
+        if getattr(route.endpoint, "query_model", None) is None:
+            continue
+        if _first_match(routes, PARAM.sub("x", route.path_format)) is route:
+            hot.append(route)
     return hot
 
 
 class HotDoor:
-    """Hand a request for a hot route straight to that route (module docstring); the rest to ``app``."""
+    """Hand a request for a hot GET route straight to that route (module docstring); the rest to ``app``."""
 
     def __init__(self, app: ASGIApp, sharded: bool) -> None:
         self.app = app
         # FastAPI's exception middleware is the next layer in: its handlers are the ones the route's wrapper uses
         self.open = isinstance(app, ExceptionMiddleware) and not sharded
-        self.routes: dict[str, list[APIRoute]] | None = None
+        self.routes: list[APIRoute] | None = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if not self.open or scope["type"] != "http" or scope.get("fastapi.telemetry"):
+        if not self.open or scope["type"] != "http" or scope["method"] != "GET" or scope.get("fastapi.telemetry"):
             await self.app(scope, receive, send)
             return
         if self.routes is None:
             self.routes = hot_routes(scope["app"].router.routes)
-        for route in self.routes.get(scope["method"], ()):
+        for route in self.routes:
             match, child = route.matches(scope)
             if match is Match.FULL:
                 break
@@ -79,9 +76,4 @@ class HotDoor:
         scope["starlette.exception_handlers"] = (handlers._exception_handlers, handlers._status_handlers)
         scope.setdefault("router", scope["app"].router)
         scope.update(child)
-        if scope["method"] == "GET":  # a query_params route: its handler opens no exit stack
-            await route.handle(scope, receive, send)
-            return
-        async with AsyncExitStack() as stack:  # what FastAPI's exit-stack middleware gives the route's own path
-            scope["fastapi_middleware_astack"] = stack
-            await route.handle(scope, receive, send)
+        await route.handle(scope, receive, send)

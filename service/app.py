@@ -35,7 +35,6 @@ from service.http import auth
 from service.http.cache import AnswerCache, AnswerCacheMiddleware
 from service.http.drain import Drain
 from service.http.fastroute import document_query_models
-from service.http.hot_door import HotDoor
 from service.http.limits import RequestLimitsMiddleware
 from service.http.metrics import Metrics, MetricsMiddleware
 from service.http.openai_errors import OpenAIErrorsMiddleware
@@ -142,9 +141,7 @@ def create_app(settings: Settings) -> FastAPI:
     _mount_explorer(app)
 
     # The last middleware added runs first: metrics see every request, including refused ones and cache hits;
-    # CORS answers preflights before the read key is asked for; the answer cache serves only allowed requests;
-    # the hot GET routes are reached past the router last (service.http.hot_door).
-    app.add_middleware(HotDoor, sharded=bool(front.tables))
+    # CORS answers preflights before the read key is asked for; the answer cache serves only allowed requests.
     if settings.cache_bytes:
         app.state.answer_cache = AnswerCache(settings.cache_bytes)
         app.add_middleware(

@@ -9,7 +9,9 @@ The service is ``embedding-serve`` at its defaults with the answer cache off, so
 searched ``GET .../neighbors?token=<word>&k=10`` and ``POST .../search`` with ``{"vector": <the word's row>,
 "k": 10}`` on the GloVe table. Each round measures every (server, route) pair at ``--connections`` connections
 (wrk when installed), in an order rotated round by round; the figure is the service's requests/s over the
-floor's, per round and the median. ``--busy`` runs the same under ``bench.peers``' background load (two
+floor's, per round and the median, beside each server's CPU per request (its event loop's, and its other
+threads' together: the searcher thread's; ``bench.thread_cpu``), which requests/s follow when the cores are
+saturated. ``--busy`` runs the same under ``bench.peers``' background load (two
 processes spinning NumPy matrix products), both sides under it. The load average is recorded at the start and
 at the end.
 """
@@ -25,7 +27,7 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
-from bench import load
+from bench import load, thread_cpu
 from bench.before_after import vector_requests
 from bench.common import REPO, TABLE, Context, embedding_serve, free_port, machine, median, serve, server_env
 from bench.neighbours import check_answers, floor_command, http_requests, sample_words
@@ -77,12 +79,21 @@ def main(argv: list[str] | None = None) -> int:
         cases = [(server, route) for route in routes for server in servers]
         for server, route in cases:  # warm
             load.run(servers[server].base, routes[route], 4, 1.0, use_wrk=True)
+        pids = {name: thread_cpu.serving_pid(s.process.pid) for name, s in servers.items()}
         rounds: dict[str, list[float]] = {f"{s}:{r}": [] for s, r in cases}
+        cpu: dict[str, list[dict[str, float]]] = {f"{s}:{r}": [] for s, r in cases}
         for r in range(args.rounds):
             for server, route in cases[r % len(cases) :] + cases[: r % len(cases)]:
+                before = thread_cpu.snapshot(pids[server])
                 result = load.run(servers[server].base, routes[route], args.connections, args.seconds, use_wrk=True)
+                used = thread_cpu.per_request(pids[server], before, thread_cpu.snapshot(pids[server]), result.requests)
                 rounds[f"{server}:{route}"].append(result.rps)
-                print(f"round {r + 1} {server} {route}: {result.rps:,.0f} requests/s", flush=True)
+                cpu[f"{server}:{route}"].append(used)
+                print(
+                    f"round {r + 1} {server} {route}: {result.rps:,.0f} requests/s, CPU per request: loop "
+                    f"{used['loop']:,.0f} us, other threads {used['others']:,.0f} us",
+                    flush=True,
+                )
     ratios: dict[str, Any] = {}
     for route in routes:
         ours_rps, floor_rps = rounds[f"ours:{route}"], rounds[f"floor:{route}"]
@@ -91,6 +102,10 @@ def main(argv: list[str] | None = None) -> int:
             "floor_rps": median(floor_rps),
             "ratio": median(ours_rps) / median(floor_rps),
             "ratio_rounds": [a / b for a, b in zip(ours_rps, floor_rps, strict=True)],
+            "cpu_us_per_request": {
+                server: {part: median([x[part] for x in cpu[f"{server}:{route}"]]) for part in ("loop", "others")}
+                for server in servers
+            },
         }
     load_end = [round(x, 2) for x in os.getloadavg()]
     out = {
@@ -102,6 +117,7 @@ def main(argv: list[str] | None = None) -> int:
         "machine": machine(),
         "ratios": ratios,
         "rounds": rounds,
+        "cpu_us_per_request": cpu,
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(out, indent=2))
@@ -110,6 +126,11 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"{route:14} ours {r['ours_rps']:8,.0f}  floor {r['floor_rps']:8,.0f} requests/s  "
             f"ours/floor {r['ratio']:.2f} (rounds {spread})"
+        )
+        used = r["cpu_us_per_request"]
+        print(
+            f"{'':14} CPU per request (medians): ours loop {used['ours']['loop']:,.0f} us + other threads "
+            f"{used['ours']['others']:,.0f} us, floor loop {used['floor']['loop']:,.0f} us"
         )
     print(
         f"load average {load_start[0]:.2f} at the start, {load_end[0]:.2f} at the end{' (busy)' if args.busy else ''}"

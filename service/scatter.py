@@ -60,8 +60,18 @@ from pydantic_settings import BaseSettings, SettingsConfigDict, SettingsError
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
-from index.engine.dfs import summed
-from index.engine.door import LISTS, DocumentSearch, depths, diverse, merge, owner, rrf, unit_mean, unit_queries
+from index.engine.door import (
+    LISTS,
+    DocumentSearch,
+    depths,
+    diverse,
+    merge,
+    owner,
+    rrf,
+    summed_statistics,
+    unit_mean,
+    unit_queries,
+)
 from index.errors import EmbeddingError, InvalidQuery
 from index.store.artifact import NAME_PATTERN as NAME
 from service.convert import words_only
@@ -361,7 +371,7 @@ async def keyword_statistics(
             raise outcome
         else:
             parts.append(outcome)
-    return summed(parts), gone
+    return summed_statistics(parts), gone
 
 
 def route(front: Front, name: str) -> APIRoute:

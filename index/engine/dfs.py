@@ -6,7 +6,7 @@ Every shard's keyword index is scored with the whole table's BM25 statistics as 
 are the whole table's, it first asks every shard for its :func:`gather` of the query's words: its documents and
 their words (the version's, and the live ones: the version's not deleted and the written ones) and each word's
 document frequency (the version's and the live one). Their sums (:func:`summed`) are the whole table's, which
-every shard then scores with (:class:`Statistics`, ``index.engine.live_search.LiveKeyword.scored_with``): the
+every shard then scores with (``index.engine.live_search.Statistics``, ``LiveKeyword.scored_with``): the
 version's to read its stored scores back into term counts, the live ones to score. A shard refuses statistics
 that cannot be those of a whole table holding its own documents (fewer documents or word counts than its own,
 or missing a word of the query).
@@ -15,7 +15,6 @@ or missing a word of the query).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from index.engine.delta import Delta
@@ -27,40 +26,6 @@ if TYPE_CHECKING:
     import pyarrow as pa
 else:
     from index.lazy import pa
-
-Pair = tuple[int, int]  # (the version's, the live documents')
-
-
-@dataclass(frozen=True)
-class Statistics:
-    """The whole table's BM25 statistics for a query's words: documents, words and each word's document
-    frequency, each as (the version's, the live documents')."""
-
-    documents: Pair
-    words: Pair
-    terms: tuple[tuple[str, Pair], ...]
-
-    @classmethod
-    def of(cls, documents: Pair, words: Pair, terms: dict[str, Pair]) -> Statistics:
-        for name, (version, live) in (("documents", documents), ("words", words)):
-            if min(version, live) < 0:
-                raise InvalidQuery(f"keyword_statistics: {name} must not be negative")
-        for word, (version, live) in terms.items():
-            if not (0 <= version <= documents[0] and 0 <= live <= documents[1]):
-                raise InvalidQuery(f"keyword_statistics: the documents holding {word!r} are not among the documents")
-        return cls(documents, words, tuple(sorted(terms.items())))
-
-    def frequency(self, word: str) -> Pair:
-        """The document frequencies of ``word``; a word of the query the statistics lack is the request's fault."""
-        found = dict(self.terms).get(word)
-        if found is None:
-            raise InvalidQuery(f"keyword_statistics: no document frequency for the query's word {word!r}")
-        return found
-
-    def average(self, live: bool) -> float:
-        """The average document length, of the version's documents or the live ones."""
-        documents, words = self.documents[live], self.words[live]
-        return words / documents if documents else 0.0
 
 
 def live_keyword(table: Table, delta: Delta | None) -> LiveKeyword:

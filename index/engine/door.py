@@ -27,6 +27,8 @@ import numpy as np
 from index.engine import diagnostics, filters
 from index.engine.contextual import contextual, transformer_of
 from index.engine.delta import Delta, Key, parse_timestamp, vector_search
+from index.engine.dfs import gather as keyword_statistics
+from index.engine.dfs import summed as summed_statistics
 from index.engine.encode import (
     Encoded,
     NoKnownWord,
@@ -54,7 +56,7 @@ from index.engine.layout import (
     quantize,
     tsne_available,
 )
-from index.engine.live_search import LiveKeyword, LiveSource
+from index.engine.live_search import LiveKeyword, LiveSource, Statistics
 from index.engine.query import (
     Analogy,
     Answer,
@@ -68,7 +70,7 @@ from index.engine.query import (
 )
 from index.engine.search import AnalogySearch, Answers, Search, SearchOptions, VectorSearch
 from index.engine.shard_writes import WholeDelta, by_owner, owner
-from index.engine.shards import ShardedTable, is_sharded, merge, whole_rows
+from index.engine.shards import ShardedTable, analogy_part, is_sharded, merge, whole_rows
 from index.engine.table import Plan, Resolved, Table, unit_mean, unit_queries
 from index.errors import EmbeddingError, InvalidQuery
 from index.store.payload import BOOLEAN, FLOAT, INTEGER, STRING, STRING_LIST, TIMESTAMP, Payload
@@ -109,8 +111,10 @@ __all__ = [
     "SearchOptions",
     "ShardedTable",
     "Split",
+    "Statistics",
     "Table",
     "WholeDelta",
+    "analogy_part",
     "attempt",
     "by_owner",
     "check_known",
@@ -130,6 +134,7 @@ __all__ = [
     "field_stats",
     "filters",
     "is_sharded",
+    "keyword_statistics",
     "merge",
     "owner",
     "parse_timestamp",
@@ -139,6 +144,7 @@ __all__ = [
     "rrf",
     "run",
     "split",
+    "summed_statistics",
     "transformer_of",
     "tsne_available",
     "unit_mean",

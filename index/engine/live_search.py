@@ -22,6 +22,7 @@ from __future__ import annotations
 import copy
 import threading
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -37,12 +38,45 @@ from index.store.payload import contiguous
 
 if TYPE_CHECKING:
     import pyarrow as pa
-
-    from index.engine.dfs import Statistics
 else:
     from index.lazy import pa
 
 _LENGTHS_LOCK = threading.Lock()
+
+
+Pair = tuple[int, int]  # (the version's, the live documents')
+
+
+@dataclass(frozen=True)
+class Statistics:
+    """The whole table's BM25 statistics for a query's words: documents, words and each word's document
+    frequency, each as (the version's, the live documents')."""
+
+    documents: Pair
+    words: Pair
+    terms: tuple[tuple[str, Pair], ...]
+
+    @classmethod
+    def of(cls, documents: Pair, words: Pair, terms: dict[str, Pair]) -> Statistics:
+        for name, (version, live) in (("documents", documents), ("words", words)):
+            if min(version, live) < 0:
+                raise InvalidQuery(f"keyword_statistics: {name} must not be negative")
+        for word, (version, live) in terms.items():
+            if not (0 <= version <= documents[0] and 0 <= live <= documents[1]):
+                raise InvalidQuery(f"keyword_statistics: the documents holding {word!r} are not among the documents")
+        return cls(documents, words, tuple(sorted(terms.items())))
+
+    def frequency(self, word: str) -> Pair:
+        """The document frequencies of ``word``; a word of the query the statistics lack is the request's fault."""
+        found = dict(self.terms).get(word)
+        if found is None:
+            raise InvalidQuery(f"keyword_statistics: no document frequency for the query's word {word!r}")
+        return found
+
+    def average(self, live: bool) -> float:
+        """The average document length, of the version's documents or the live ones."""
+        documents, words = self.documents[live], self.words[live]
+        return words / documents if documents else 0.0
 
 
 def version_lengths(table: Table, index: KeywordIndex) -> np.ndarray:

@@ -10,8 +10,7 @@ import numpy as np
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
-from index.engine.door import whole_rows
-from index.engine.shards import analogy_part
+from index.engine.door import analogy_part, whole_rows
 from index.errors import InvalidQuery
 from service import convert, execute
 from service.deps import TableDep

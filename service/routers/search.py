@@ -9,8 +9,7 @@ from typing import Any
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
-from index.engine import dfs
-from index.engine.door import Result
+from index.engine.door import Result, keyword_statistics
 from service import convert, execute, live
 from service.deps import RegistryDep, TableDep
 from service.errors import BODY_ERRORS, responses
@@ -71,5 +70,5 @@ async def search_statistics(request: Request, table: TableDep, body: GatherReque
     front of a sharded table sums over its shards and sends with a keyword or hybrid search."""
     delta = live.delta_of(table) or live.kept_delta(table)
     return FastJSON(
-        await execute.compute(request, table, "search_statistics", lambda: dfs.gather(table, delta, body.texts))
+        await execute.compute(request, table, "search_statistics", lambda: keyword_statistics(table, delta, body.texts))
     )

@@ -7,7 +7,7 @@ from typing import Annotated
 
 from pydantic import BaseModel, Field, PrivateAttr, model_validator
 
-from index.engine.dfs import Statistics
+from index.engine.door import Statistics
 from index.errors import InvalidQuery
 from service.schemas.common import INT64_MAX, MAX_TEXT_CHARS, STRICT, Whole
 

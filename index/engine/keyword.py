@@ -41,6 +41,7 @@ import numpy as np
 
 from index.errors import ArtifactError, InvalidQuery
 from index.progress import Progress, note
+from index.store import shardmap
 from index.store.payload import contiguous, search_sorted
 
 if TYPE_CHECKING:
@@ -476,7 +477,9 @@ def _best(scores: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
 class KeywordIndex:
     """A table's BM25 index, mapped read-only."""
 
-    def __init__(self, directory: Path, info: dict[str, Any], model: Any, terms: pa.Array) -> None:
+    def __init__(
+        self, directory: Path, info: dict[str, Any], model: Any, terms: pa.Array, whole: Statistics | None = None
+    ) -> None:
         self.directory = directory
         self.info = info
         self.tokenizer = Tokenizer.from_settings(info["tokenizer"])
@@ -485,6 +488,8 @@ class KeywordIndex:
         self.rows: int = model.scores["num_docs"]
         self._model = model
         self._terms = terms
+        # A shard's: the whole table's statistics its scores were made with (None: its own documents')
+        self.whole = whole
 
     @classmethod
     def open(cls, directory: Path, manifest: dict[str, Any]) -> KeywordIndex | None:
@@ -522,7 +527,12 @@ class KeywordIndex:
         if problems:
             raise ArtifactError(f"table {directory.name!r}: keyword index: " + "; ".join(problems))
         word_characters()  # once per process, before a first query that is not ASCII
-        return cls(directory, info, model, terms)
+        whole = None
+        if "statistics" in info:  # a shard, scored with its whole table's statistics
+            found = shardmap.whole_keyword(directory)
+            if found is not None:
+                whole = Statistics(found.documents, found.average_length, found.words, found.terms, found.df)
+        return cls(directory, info, model, terms, whole)
 
     def term_ids(self, terms: pa.Array) -> np.ndarray:
         """The column of each word, -1 for a word no document holds."""

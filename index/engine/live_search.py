@@ -149,7 +149,8 @@ class LiveKeyword:
         self.vocabulary = counts.vocabulary
         self.words, self.documents, self.tf, self.written_lengths = counts.of(written)
         self.lengths = version_lengths(table, index)
-        self.old_average = self.lengths.mean()
+        whole = index.whole  # a shard served alone: its version's scores were made with its whole table's
+        self.old_average = whole.average_length if whole is not None else self.lengths.mean()
         everything = np.concatenate([self.lengths[~self.deleted], self.written_lengths])
         self.n = len(everything)
         self.average = everything.mean() if self.n else 0.0
@@ -194,6 +195,9 @@ class LiveKeyword:
             n, df = self.statistics.documents[0], self.statistics.frequency(word)[0]
             if df < len(rows):
                 raise InvalidQuery(f"keyword_statistics: fewer documents hold {word!r} than in this table")
+        elif self.index.whole is not None:  # the same, read beside the shard map
+            whole = self.index.whole
+            n, df = whole.documents, int(whole.of(pa.array([word], pa.string()))[0])
         idf = float(np.log(1 + (n - np.array([df]) + 0.5) / (np.array([df]) + 0.5)).astype(np.float32)[0])
         k1, b = self.index.k1, self.index.b
         norm = k1 * ((1 - b) + b * self.lengths[rows] / self.old_average)

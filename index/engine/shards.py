@@ -162,6 +162,7 @@ class _Keyword(KeywordIndex):
         self.tokenizer = first.tokenizer
         self.k1, self.b = first.k1, first.b
         self.rows = table.rows
+        self.whole = None  # its postings are all the whole table's: its own statistics are the whole's
 
     def term_ids(self, terms: Any) -> np.ndarray:
         raise InvalidQuery("a sharded table's keyword index is its shards'")

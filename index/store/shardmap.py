@@ -123,6 +123,43 @@ def read(directory: Path) -> ShardMap:
     return ShardMap(Path(directory), manifest, names, np.asarray(assignment))
 
 
+@dataclass(frozen=True)
+class WholeKeyword:
+    """The keyword statistics of the whole sharded table a shard belongs to, which its stored scores were made
+    with: its documents, their words and average length, and each word's document frequency."""
+
+    documents: int
+    average_length: float
+    words: int
+    terms: pa.Array  # sorted
+    df: np.ndarray
+
+
+def whole_keyword(shard_directory: Path) -> WholeKeyword | None:
+    """The whole table's keyword statistics beside the map of the sharded table holding ``shard_directory`` (None
+    when it is no shard, or its table has no text). Their two files are checked against the map's manifest."""
+    parent = Path(shard_directory).parent
+    try:
+        manifest = artifact.read_manifest(parent)
+    except ArtifactError:
+        return None
+    statistics = manifest.get("keyword_statistics") if is_sharded(manifest) else None
+    if not statistics:
+        return None
+    listed = manifest.get("files", {})
+    for name in (TERMS, DF):
+        path = parent / name
+        if not path.is_file() or artifact.sha256_file(path) != listed.get(name, {}).get("sha256"):
+            raise ArtifactError(f"table {parent.name!r}: {name} is missing or differs from its manifest")
+    terms = pa.ipc.open_file(pa.memory_map(str(parent / TERMS), "r")).get_batch(0).column(0)
+    df = np.load(parent / DF, allow_pickle=False)
+    if df.shape != (len(terms),):
+        raise ArtifactError(f"table {parent.name!r}: {DF} disagrees with {TERMS}")
+    return WholeKeyword(
+        int(statistics["documents"]), float(statistics["average_length"]), int(statistics["words"]), terms, df
+    )
+
+
 def write_manifest(directory: Path, manifest: dict[str, Any], names: list[str]) -> dict[str, Any]:
     """Checksum the sharded table's own files and each shard's manifest into ``manifest`` and write it."""
     files = {}

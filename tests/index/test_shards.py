@@ -20,9 +20,11 @@ import pyarrow as pa
 import pytest
 
 from index.engine import door
+from index.engine.delta import Delta
 from index.engine.filters import RowSet
 from index.engine.hybrid import DocumentSearch, Hit
 from index.engine.hybrid import run as run_documents
+from index.engine.live_search import LiveKeyword
 from index.engine.query import Examples, Failed, Query, Result
 from index.engine.search import SearchOptions, VectorSearch
 from index.engine.shards import ShardedTable, merge
@@ -137,6 +139,30 @@ def test_keyword_statistics_are_the_whole_tables(whole: Table, sharded: ShardedT
             shard_data = part["data"][part["indptr"][j] : part["indptr"][j + 1]]
             np.testing.assert_array_equal(mine[shard_rows], rows[is_mine[rows]])
             np.testing.assert_array_equal(shard_data, data[is_mine[rows]])
+
+
+def test_a_shard_alone_reads_its_scores_back_with_its_whole_tables_statistics(
+    whole: Table, sharded: ShardedTable
+) -> None:
+    """A shard served alone searches beside writes by the term counts its stored scores hold: they were made with
+    the whole table's statistics (beside the map), so they are read back with those, as the whole table reads its
+    own: every posting's count equals the whole table's."""
+    assert whole.keyword is not None and whole.payload is not None
+    expected = LiveKeyword(whole, Delta(whole.payload, whole.rows, whole.dim, 0))
+    words = whole.keyword._terms.to_pylist()[::7]
+    for s in range(SHARDS):
+        alone = Table.load(sharded.map.shard_directory(s))
+        assert alone.keyword is not None and alone.keyword.whole is not None and alone.payload is not None
+        live = LiveKeyword(alone, Delta(alone.payload, alone.rows, alone.dim, 0))
+        mine = sharded.global_rows[s]
+        checked = 0
+        for word in words:
+            rows, counts = live._version_postings(word)
+            whole_rows, whole_counts = expected._version_postings(word)
+            of_row = dict(zip(whole_rows.tolist(), whole_counts.tolist(), strict=True))
+            assert counts.tolist() == [of_row[r] for r in mine[rows].tolist()], word
+            checked += len(rows)
+        assert checked > 500
 
 
 def test_merge_by_score_then_row() -> None:

@@ -243,7 +243,7 @@ def test_a_shard_scored_with_its_whole_tables_statistics_before_writes_answers_a
         and set(whole["terms"]) == {"polic", "fire", "sydney"}
     )
     terms = {word: (version, live) for word, (version, live) in whole["terms"].items()}
-    statistics = dfs.Statistics.of(tuple(whole["documents"]), tuple(whole["words"]), terms)  # type: ignore[arg-type]
+    statistics = door.Statistics.of(tuple(whole["documents"]), tuple(whole["words"]), terms)  # type: ignore[arg-type]
     for shard in shards:
         for query in (
             Query(text=text, mode="keyword", k=30),
@@ -254,6 +254,6 @@ def test_a_shard_scored_with_its_whole_tables_statistics_before_writes_answers_a
             (scored,) = door.run(shard, [query])
             assert isinstance(stored, Result) and isinstance(scored, Result) and stored.hits
             assert [(h.row, h.score) for h in scored.hits] == [(h.row, h.score) for h in stored.hits]
-    fewer = dfs.Statistics((1, 1), statistics.words, statistics.terms)  # past Statistics.of's own checks
+    fewer = door.Statistics((1, 1), statistics.words, statistics.terms)  # past Statistics.of's own checks
     with pytest.raises(InvalidQuery, match="fewer documents"):
         door.run(shards[0], [Query(text=text, mode="keyword", k=5, statistics=fewer)])

@@ -235,6 +235,7 @@ def test_openapi_lists_error_responses_for_every_operation(api: TestClient) -> N
         (f"{table}/similarity", "get"),
         (f"{table}/similarity", "post"),
         (f"{table}/analogy", "post"),
+        (f"{table}/analogy/rows", "post"),
         (f"{table}/search", "post"),
         (f"{table}/documents/{{document}}", "get"),
         (f"{table}/documents", "post"),

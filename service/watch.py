@@ -59,6 +59,21 @@ def doubtful(registry: Registry | None) -> frozenset[str]:
     return frozenset(registry.failed) | frozenset(registry.refused) | frozenset(registry.stale)
 
 
+def unseen_since(registry: Registry | None, now: Picture) -> Picture:
+    """``now`` with each table whose files differ from those its reload refused marked unseen: files copied in
+    between that reload's scan and this picture are a change the next look reloads."""
+    refused = registry.refused if registry is not None else {}
+    return tuple(
+        (
+            name,
+            None
+            if isinstance(entry, tuple) and entry[3] is not None and name in refused and entry[3] != refused[name]
+            else entry,
+        )
+        for name, entry in now
+    )
+
+
 class Watcher:
     """Polls ``data_dir`` every ``seconds`` and reloads through ``reloader`` when its tables (``names``, or every
     table) change."""
@@ -105,7 +120,8 @@ class Watcher:
                 self.seen = ()  # tried again at the next look
                 continue
             # The tables the reload refused are watched file by file from now on: their picture is taken anew.
-            closely = doubtful(getattr(self.reloader.app.state, "registry", None))
+            registry = getattr(self.reloader.app.state, "registry", None)
+            closely = doubtful(registry)
             if closely != self.closely:
                 self.closely = closely
-                self.seen = await run_in_threadpool(self.look, closely)
+                self.seen = unseen_since(registry, await run_in_threadpool(self.look, closely))

@@ -314,3 +314,26 @@ def test_only_the_served_tables_are_watched(data_dir: Path, glove_raw: RawTable,
         assert server.log().count("reloading them") == 1
     finally:
         server.stop()
+
+
+def test_files_copied_in_after_a_refusal_are_a_change_the_next_look_sees(
+    data_dir: Path, glove_raw: RawTable, tmp_path: Path
+) -> None:
+    """A refused table's files copied in between the reload that refused it and the picture taken after that
+    reload: the picture marks the table unseen, so the next look differs from it and reloads."""
+    from service.registry import Registry
+    from service.watch import picture, unseen_since
+
+    build(glove_raw, tmp_path / "work", "late", 1_000)
+    (data_dir / "late").mkdir()
+    shutil.copy(tmp_path / "work" / "late" / artifact.MANIFEST, data_dir / "late")
+    registry = Registry.load(data_dir)
+    assert "late" in registry.refused and "late" not in registry.tables
+    unchanged = picture(data_dir, frozenset({"late"}))
+    assert unseen_since(registry, unchanged) == unchanged  # nothing copied since: nothing to reload
+    for path in (tmp_path / "work" / "late").iterdir():
+        shutil.copy(path, data_dir / "late")
+    now = picture(data_dir, frozenset({"late"}))
+    seen = unseen_since(registry, now)
+    assert dict(seen)["late"] is None and now != seen  # the next look (``now`` again) is a change
+    assert {name: entry for name, entry in seen if name != "late"} == {n: e for n, e in now if n != "late"}

@@ -6,12 +6,19 @@ is a bad row (named by its line, or dropped with ``--drop-invalid``). The manife
 name, kind, pooling, dimension and the sha256 of its vectors (and of its SIF component; a transformer table's:
 of its model graph), so that the server can check that the table it embeds query texts with is the one the
 documents were embedded with.
+
+A transformer table's blocks run on as many threads as the process has cores (:func:`threads`), each through one
+ONNX Runtime session of a single intra-op thread (a session may be run from several threads at once; the GIL is
+released while it runs). Independent single-threaded runs spend less CPU per text than one run spread over the
+cores, whose threads wait for each other at every operator (BENCHMARKS.md, "A sharded table"); a Ray actor, given
+one core, runs one. The vectors do not depend on the threads.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,8 +26,9 @@ from typing import Any
 import numpy as np
 
 from index.engine.encode import Encoder, encoder_for
+from index.engine.encoding import Encoded
 from index.engine.table import Table
-from index.engine.transformer_encoder import TransformerEncoder
+from index.engine.transformer_encoder import TransformerEncoder, threads
 from index.errors import InputError, UnknownTable
 from index.progress import Progress, note
 from index.store import artifact
@@ -35,6 +43,7 @@ class TextEncoder:
 
     table: Table
     encoder: Encoder | TransformerEncoder
+    runs: int = 1  # blocks embedded at once
 
     @classmethod
     def open(cls, directory: Path) -> TextEncoder:
@@ -44,6 +53,8 @@ class TextEncoder:
             known = ", ".join(artifact.list_tables(directory.parent)) or "none"
             problem = f"--encoder: no table {directory.name!r} in the data directory (its tables: {known})"
             raise InputError(directory, problem) from None
+        if "transformer" in table.manifest:
+            return cls(table, TransformerEncoder(table, intra_op_threads=1), runs=threads())
         return cls(table, encoder_for(table))
 
     def info(self) -> dict[str, Any]:
@@ -65,11 +76,15 @@ class TextEncoder:
         ok = np.zeros(len(texts), dtype=bool)
         blocks = []
         step = MODEL_BLOCK_TEXTS if self.table.graph_sha256 else BLOCK_TEXTS
+        given = [[text or "" for text in texts[start : start + step]] for start in range(0, len(texts), step)]
         started = time.perf_counter()
-        with Progress(f"embedding with {self.table.name}", len(texts), "documents") as progress:
-            for start in range(0, len(texts), step):
-                block = [text or "" for text in texts[start : start + step]]
-                encoded = self.encoder.encode(block, strict=False)  # zero rows for texts it cannot embed
+        with (
+            Progress(f"embedding with {self.table.name}", len(texts), "documents") as progress,
+            ThreadPoolExecutor(self.runs) as pool,
+        ):
+            # zero rows for texts the encoder cannot embed; the blocks come back in their order
+            for number, encoded in enumerate(pool.map(self._encode, given)):
+                block, start = given[number], number * step
                 # a blank text is no document (a transformer would embed it as [CLS] [SEP] alone)
                 known = (np.asarray(encoded.tokens) > 0) & np.array([bool(text.strip()) for text in block], dtype=bool)
                 blocks.append(encoded.vectors[known])
@@ -79,3 +94,6 @@ class TextEncoder:
         note(f"embedded {len(texts):,} texts in {seconds:.1f} s ({len(texts) / max(seconds, 1e-9):,.0f} texts/s)")
         matrix = np.vstack(blocks) if blocks else np.zeros((0, self.table.dim), dtype=np.float32)
         return matrix, ok
+
+    def _encode(self, block: list[str]) -> Encoded:
+        return self.encoder.encode(block, strict=False)

@@ -69,7 +69,7 @@ class Forward:
 class TransformerEncoder:
     """A transformer table's encoder: the same calls as :class:`index.engine.encode.Encoder`."""
 
-    def __init__(self, table: Table) -> None:
+    def __init__(self, table: Table, intra_op_threads: int | None = None) -> None:
         info = table.manifest.get("transformer")
         if not isinstance(info, dict):
             raise InvalidQuery(f"table {table.name!r} is not a transformer table")
@@ -77,6 +77,7 @@ class TransformerEncoder:
         self.info = info
         self.max_length = int(info["max_seq_length"])
         self.pooling: Pooling = "cls" if info["pooling"] == "cls" else "mean"
+        self.intra_op_threads = intra_op_threads  # None: :func:`threads`
         self._tokenizer: Any = None
         self._session: Any = None
         self._loading = threading.Lock()  # one tokenizer and one session per table, however many ask at first
@@ -127,7 +128,7 @@ class TransformerEncoder:
         import onnxruntime
 
         options = onnxruntime.SessionOptions()
-        options.intra_op_num_threads = threads()
+        options.intra_op_num_threads = self.intra_op_threads or threads()
         options.inter_op_num_threads = 1
         options.log_severity_level = 3  # warnings and below stay quiet
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")

@@ -283,6 +283,27 @@ def test_threads_follow_faiss(table: Table, monkeypatch: pytest.MonkeyPatch) -> 
     assert fresh.session.get_session_options().intra_op_num_threads == 1
 
 
+def test_an_import_embeds_blocks_on_single_threaded_runs_with_the_same_vectors(
+    table: Table, encoder: TransformerEncoder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An import's blocks run on one thread per core through one single-threaded session: the vectors and the
+    texts found embeddable are those of one run of the table's own encoder, block by block, in order."""
+    from index.build import embed_documents
+    from index.build.embed_documents import TextEncoder
+
+    monkeypatch.setenv("EMBEDDING_THREADS", "3")
+    monkeypatch.setattr(embed_documents, "MODEL_BLOCK_TEXTS", 7)  # many blocks, run out of order
+    opened = TextEncoder.open(table.directory)
+    assert opened.runs == 3 and isinstance(opened.encoder, TransformerEncoder)
+    assert opened.encoder.session.get_session_options().intra_op_num_threads == 1
+    texts = [f"sentence {i} about the {word} of the river bank" for i, word in enumerate(["edge", "money"] * 20)]
+    texts[5], texts[22], texts[39] = "", "   ", None  # blank texts are no documents, wherever they fall
+    matrix, ok = opened.embed(texts)
+    serial, serial_ok = TextEncoder(table, encoder).embed(texts)
+    assert ok.tolist() == [i not in (5, 22, 39) for i in range(40)] and np.array_equal(ok, serial_ok)
+    assert matrix.shape == (37, table.dim) and np.array_equal(matrix, serial)
+
+
 def test_requests_that_come_together_share_one_session(table: Table, monkeypatch: pytest.MonkeyPatch) -> None:
     """The first requests of a table, arriving together in worker threads, load one tokenizer and one session."""
     import onnxruntime

@@ -33,7 +33,7 @@ document) is the answer.
 
 A sharded word table's search is by vector alone (``service.scatter_words``): each shard's ``offset + k`` best,
 merged by cosine, equal cosines by row; its kind is asked of its shards once (``GET <replica>``). Its routes by
-token (neighbours, similarity, 3CosAdd analogies) are ``service.scatter_tokens``'.
+token or row id (neighbours, similarity, analogies) are ``service.scatter_tokens``'.
 
 A batch (``queries``, or ``vectors`` sharing the request's filter and page) is each of its queries scattered as
 a request of its own, at once; an item's error (a shard's refusal of it) stands in its place. Not here: text

@@ -1,24 +1,30 @@
-"""The front of a sharded word table: its routes by token (neighbours, similarity, analogies).
+"""The front of a sharded word table: its routes by token or row id (neighbours, similarity, analogies).
 
 Each distinct token of a request is looked up once (``GET <replica>/tokens/{token}?normalized=true&row=true``):
 the whole table's match is the exact one, on the shard its hash names (asked first), else the case-folded one of
-the lowest row in the whole table (every shard asked, ``scatter_words.resolved``); a token no shard holds is the
-404 of the shard its hash names, with that shard's suggestions. Then, from the gathered unit rows, as the engine
-computes it:
+the lowest row in the whole table (every shard asked, ``scatter_words.resolved``). A token no shard holds is the
+whole table's 404, with the whole table's suggestions: every shard's candidates (``GET <replica>/suggestions/{token}``,
+``index.engine.shards.suggestion_part``) merged as the engine ranks its own (``merged_suggestions``). A row id is a
+row of the whole table: every shard is asked for it (``GET <replica>/rows/{row}``), the one holding it answers; a
+row no shard holds is the whole table's 404 (its range from the shards' row counts). Then, from the gathered unit
+rows, as the engine computes it:
 
 - ``GET``/``POST .../similarity``: the cosine of two unit rows in float64 (``Table.similarity``,
   ``Table.similarities``);
-- ``GET``/``POST .../neighbors`` by token or by positive/negative tokens, ``POST .../analogy`` by 3CosAdd: the
+- ``GET``/``POST .../neighbors`` by token, row id or positive/negative tokens, ``POST .../analogy`` by 3CosAdd: the
   query is gensim's normalised mean of the unit rows (b + c - a for an analogy; ``Table.mean_query``), searched
   on every shard as a vector, as many hits deeper as the query has rows, which the merge leaves out (by cosine,
   equal cosines by row, as the whole table orders them);
 - ``POST .../analogy`` by 3CosMul: a row's score depends only on that row and the three words' rows, so each shard
   is given those rows and scores its own (``POST <replica>/analogy/rows``, ``index.engine.shards.analogy_part``:
-  the whole table's arithmetic), three deeper; the lists merge by score, then row, the words' rows left out.
+  the whole table's arithmetic), three deeper; the lists merge by score, then row, the words' rows left out;
+- an analogy's ``expect``: each shard is also given the expected answer's unit row and the whole table's rows of
+  a, b, c and the answer (``POST <replica>/analogy/rows`` with ``expect``, ``index.engine.shards.expectation_part``)
+  and counts its rows scoring strictly higher; the rank is 1 + their sum, the margin the best score (the shards'
+  and the answer's) less the answer's.
 
-A 422 that says why for what the front cannot answer as the whole table does: a row id (a shard numbers its own
-rows), ``compose`` (a word's pieces may lie on several shards), ``restrict`` (the first rows of a table), an
-analogy's ``expect`` (a rank among every row of every shard) and a ``k`` within the query's row count of
+A 422 that says why for what the front cannot answer as the whole table does: ``compose`` (a word's pieces may lie
+on several shards), ``restrict`` (the first rows of a table) and a ``k`` within the query's row count of
 ``max_k``. A batch's item answers in its place, its error too; a shard that does not answer fails the request
 (503 ``shard_unavailable``, 504 ``shard_timeout``): no partial answer for a lookup.
 """
@@ -37,8 +43,8 @@ from fastapi.routing import APIRoute
 from starlette.responses import Response
 from starlette.routing import Route
 
-from index.engine.door import owner
-from index.errors import InvalidQuery
+from index.engine.door import merged_suggestions, owner
+from index.errors import InvalidQuery, UnknownToken
 from service.errors import BODY_ERRORS, item_error, responses
 from service.http.fastroute import parse_query
 from service.respond import FastJSON
@@ -53,6 +59,7 @@ T = TypeVar("T")
 AT_ONCE = 64  # a request's tokens looked up (or batch items scattered) at once: each asks every shard
 Refuse = Callable[[Request], Awaitable[Response]]
 Found = dict[str, Any]  # a shard's lookup of a token (``GET .../tokens/{token}?row=true``): the whole table's match
+Key = str | int  # what a query names a row by: a token, or its row id in the whole table
 
 
 class Refused(Exception):
@@ -106,8 +113,58 @@ class Words:
             found.append(None if isinstance(answer, ShardRefused) else answer)
         match = resolved(found)
         if match is None:
-            return Refused.of(cast(ShardRefused, first))
+            return await self.unknown(token, cast(ShardRefused, first))
         return match
+
+    async def unknown(self, token: str, refusal: ShardRefused) -> Refused:
+        """The whole table's 404 for a token no shard holds: its suggestions from every shard's candidates
+        (``GET .../suggestions/{token}``), merged as the whole table ranks them (``merged_suggestions``)."""
+        if orjson.loads(refusal.body)["error"]["code"] != UnknownToken.code:
+            return Refused.of(refusal)
+        path = f"/suggestions/{quote(token, safe='')}"
+        try:
+            parts = await self.everywhere(lambda shard: self.front.request(shard, self.shards[shard], path, None))
+        except ShardRefused:  # a shard without its part of the suggestions: the home shard's answer stands
+            return Refused.of(refusal)
+        suggestions = merged_suggestions(token, parts)
+        error = UnknownToken(f"token {token!r} is not in table {self.name!r}", suggestions=suggestions, token=token)
+        return Refused(refusal.status, item_error(error))
+
+    async def lookup_row(self, row: int) -> Found | Refused:
+        """Row ``row`` of the whole table, from the shard that holds it (every shard asked: ``GET .../rows/{row}``,
+        the others answer 404); a row past every shard's is the whole table's 404."""
+        path = f"/rows/{row}"
+
+        async def ask(shard: int) -> Found | None:
+            try:
+                return await self.front.request(shard, self.shards[shard], path, None)
+            except ShardRefused as refusal:
+                if orjson.loads(refusal.body)["error"]["code"] != UnknownToken.code:
+                    raise Refused.of(refusal) from None
+                return None  # not one of its rows
+
+        try:
+            held = [answer for answer in await self.everywhere(ask) if answer is not None]
+        except Refused as refused:
+            return refused
+        if held:
+            return held[0]
+        try:
+            summaries = await self.everywhere(lambda shard: self.front.request(shard, self.shards[shard], "", None))
+        except ShardRefused as refusal:
+            return Refused.of(refusal)
+        rows = sum(int(summary["rows"]) for summary in summaries)
+        return Refused(
+            404, item_error(UnknownToken(f"id {row} is outside table {self.name!r} (0..{rows - 1})", suggestions=[]))
+        )
+
+    async def everywhere(self, ask: Callable[[int], Awaitable[T]]) -> list[T]:
+        """``ask(shard)`` of every shard at once, the answers in shard order; one that does not answer fails the
+        request."""
+        try:
+            return list(await asyncio.gather(*map(ask, range(len(self.shards)))))
+        except ShardFailed as exc:
+            raise failed(self.name, exc) from None
 
     async def ask_token(self, shard: int, token: str) -> Found | ShardRefused:
         """Shard ``shard``'s match of ``token`` (``GET .../tokens/{token}``), or its refusal; one that does not
@@ -120,20 +177,47 @@ class Words:
         except ShardRefused as refusal:
             return refusal
 
-    async def lookups(self, tokens: Iterable[str]) -> dict[str, Found | Refused]:
-        """Each distinct token of ``tokens`` looked up once, all at once."""
-        distinct = list(dict.fromkeys(tokens))
-        return dict(zip(distinct, await bounded(map(self.lookup, distinct)), strict=True))
+    async def lookups(self, keys: Iterable[Key]) -> dict[Key, Found | Refused]:
+        """Each distinct token (or row id) of ``keys`` looked up once, all at once."""
+        distinct = list(dict.fromkeys(keys))
+        calls = (self.lookup(key) if isinstance(key, str) else self.lookup_row(key) for key in distinct)
+        return dict(zip(distinct, await bounded(calls), strict=True))
 
     async def nearest(self, vector: np.ndarray, own: set[int], k: int, exact: bool) -> list[dict[str, Any]]:
         """The ``k`` rows nearest the unit ``vector`` in the whole table, its own rows ``own`` left out."""
-        return await self.merged("/search", vector_body(vector, self.depth(k, own), exact), own, k)
+        return nearest(own, k, await self.parts("/search", vector_body(vector, self.depth(k, own), exact)))
 
     async def analogy(self, words: list[Found], own: set[int], k: int, method: str) -> list[dict[str, Any]]:
         """The ``k`` best rows of the whole table for the analogy of the unit rows ``words`` (a, b, c), its words'
         rows ``own`` left out: each shard's best by the same scores (``POST .../analogy/rows``), merged."""
         body = {"a": words[0]["vector"], "b": words[1]["vector"], "c": words[2]["vector"], "method": method}
-        return await self.merged("/analogy/rows", {**body, "k": self.depth(k, own)}, own, k)
+        return nearest(own, k, await self.parts("/analogy/rows", {**body, "k": self.depth(k, own)}))
+
+    async def expectation(
+        self, words: list[Found], expected: Found, k: int, method: str
+    ) -> tuple[list[dict[str, Any]] | None, dict[str, Any]]:
+        """The rank of the ``expected`` answer of the analogy of ``words`` (a, b, c) among every row of the whole
+        table, its score and the best score's margin over it, as the whole table reports them
+        (``diagnostics.analogy_expectations``): each shard counts its rows scoring higher, the words' and the
+        answer's rows left out (``POST .../analogy/rows`` with ``expect``), the counts summed. For 3CosMul the same
+        requests give the ``k`` best rows too (else None)."""
+        own = {int(m["row"]) for m in words}
+        body = {
+            "a": words[0]["vector"],
+            "b": words[1]["vector"],
+            "c": words[2]["vector"],
+            "method": method,
+            "k": self.depth(k, own) if method == "3cosmul" else 1,
+            "expect": expected["vector"],
+            "leave_out": sorted({*own, int(expected["row"])}),
+        }
+        parts = await self.parts("/analogy/rows", body)
+        counts = [part["results"][0]["expect"] for part in parts if part is not None]
+        score = float(counts[0]["score"])
+        top = max([score, *(float(c["top"]) for c in counts if c["top"] is not None)])
+        rank = 1 + sum(int(c["higher"]) for c in counts)
+        found = {"token": expected["query"]["token"], "id": int(expected["row"]), "rank": rank, "score": score}
+        return (nearest(own, k, parts) if method == "3cosmul" else None), {**found, "margin": top - score}
 
     def depth(self, k: int, own: set[int]) -> int:
         """How deep each shard is asked: ``k`` and the query's own rows, which the merge leaves out."""
@@ -145,9 +229,9 @@ class Words:
             )
         return k + len(own)
 
-    async def merged(self, path: str, body: dict[str, Any], own: set[int], k: int) -> list[dict[str, Any]]:
+    async def parts(self, path: str, body: dict[str, Any]) -> list[dict[str, Any] | None]:
         """Every shard's answer to ``body`` at ``path`` (its ``neighbors``, each with its row in the whole table),
-        merged by score, then row: the ``k`` best but the rows ``own``."""
+        as a batch of one; a shard's refusal raises :class:`Refused`."""
         payload = orjson.dumps(body)
         answers = await asyncio.gather(
             *(self.front.request(i, shard, path, payload) for i, shard in enumerate(self.shards)),
@@ -162,10 +246,10 @@ class Words:
             if isinstance(answer, BaseException):
                 raise answer
             parts.append({"results": [answer]})
-        return nearest(own, k, parts)
+        return parts
 
 
-def found(matches: dict[str, Found | Refused], tokens: Sequence[str]) -> list[Found]:
+def found(matches: dict[Key, Found | Refused], tokens: Sequence[Key]) -> list[Found]:
     """The matches of ``tokens`` in order; the first one missing raises its refusal (as the engine resolves them)."""
     out = []
     for token in tokens:
@@ -198,15 +282,13 @@ def routes(front: Front, name: str, refuse: Refuse) -> list[Route]:
         return await kind(front, name) == WORDS
 
     async def neighbors_of(
-        item: str | NeighborsQuery, k: int, exact: bool, matches: dict[str, Found | Refused]
+        item: str | NeighborsQuery, k: int, exact: bool, matches: dict[Key, Found | Refused]
     ) -> dict[str, Any]:
         """One neighbours query (a token, or positive/negative tokens) as the whole table answers it."""
         if isinstance(item, str):
             item = NeighborsQuery(token=item)
-        if item.id is not None:
-            raise not_here(name, "id", "a row id is a shard's own")
-        if item.token is not None:
-            (match,) = found(matches, [item.token])
+        if item.token is not None or item.id is not None:
+            (match,) = found(matches, [item.token if item.token is not None else cast(int, item.id)])
             rows = [match]
             info: dict[str, Any] = query_of(match)
             positive = 1
@@ -218,13 +300,14 @@ def routes(front: Front, name: str, refuse: Refuse) -> list[Route]:
         own = {int(m["row"]) for m in rows}
         return {"query": info, "neighbors": await words.nearest(vector, own, k, exact)}
 
-    def tokens_of(items: Iterable[str | NeighborsQuery]) -> list[str]:
-        out: list[str] = []
+    def tokens_of(items: Iterable[str | NeighborsQuery]) -> list[Key]:
+        out: list[Key] = []
         for item in items:
             if isinstance(item, str):
                 out.append(item)
             else:
-                out += [*([item.token] if item.token is not None else []), *item.positive, *item.negative]
+                named = [key for key in (item.token, item.id) if key is not None]
+                out += [*named, *item.positive, *item.negative]
         return out
 
     async def neighbors_get(request: Request) -> Response:
@@ -300,7 +383,7 @@ def routes(front: Front, name: str, refuse: Refuse) -> list[Route]:
         return FastJSON({"similarities": values, "errors": errors})
 
     async def analogy_of(
-        question: AnalogyQuery, k: int, exact: bool, method: str, matches: dict[str, Found | Refused]
+        question: AnalogyQuery, k: int, exact: bool, method: str, matches: dict[Key, Found | Refused]
     ) -> Any:
         """One question as the whole table answers it (``index.engine.door``'s checks, in its order)."""
         b, c, a = found(matches, [question.b, question.c, question.a])
@@ -311,6 +394,19 @@ def routes(front: Front, name: str, refuse: Refuse) -> list[Route]:
             )
         own = {int(m["row"]) for m in (a, b, c)}
         info = {"a": query_of(a), "b": query_of(b), "c": query_of(c), "method": method}
+        if question.expect is not None:
+            (expected,) = found(matches, [question.expect])
+            if int(expected["row"]) in own:
+                raise InvalidQuery("the expected word is one of a, b and c, which are left out of the answers")
+            if method == "3cosadd":
+                hits, (_, expect) = await asyncio.gather(
+                    words.nearest(query_vector([b, c, a], 2), own, k, exact),
+                    words.expectation([a, b, c], expected, k, method),
+                )
+            else:
+                best, expect = await words.expectation([a, b, c], expected, k, method)
+                hits = cast(list[dict[str, Any]], best)
+            return {"query": info, "neighbors": hits, "expect": expect}
         if method == "3cosadd":
             return {"query": info, "neighbors": await words.nearest(query_vector([b, c, a], 2), own, k, exact)}
         return {"query": info, "neighbors": await words.analogy([a, b, c], own, k, method)}
@@ -324,9 +420,8 @@ def routes(front: Front, name: str, refuse: Refuse) -> list[Route]:
             questions = [
                 AnalogyQuery(a=cast(str, body.a), b=cast(str, body.b), c=cast(str, body.c), expect=body.expect)
             ]
-        if any(q.expect is not None for q in questions):
-            raise not_here(name, "expect", "the expected answer's rank is among every row of every shard")
-        matches = await words.lookups(t for q in questions for t in (q.b, q.c, q.a))
+        expected = [q.expect for q in questions if q.expect is not None]
+        matches = await words.lookups([*(t for q in questions for t in (q.b, q.c, q.a)), *expected])
         if body.queries is None:
             try:
                 return FastJSON(await analogy_of(questions[0], body.k, body.exact, body.method, matches))

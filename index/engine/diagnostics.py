@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from index.engine.analogy import cosmul
+from index.engine.knn import inner_products
 from index.engine.search import SearchOptions, VectorSearch
 from index.engine.table import Neighbor, Resolved, Table
 from index.errors import InvalidQuery, UnknownToken
@@ -219,7 +220,8 @@ def analogy_expectations(
 
     Every candidate row is scored as :meth:`Table.analogy` scores it (3CosAdd: cosine with the normalised
     b + c - a over the first ``restrict`` rows; 3CosMul: gensim's ``most_similar_cosmul``), a, b, c and
-    left-out token kinds excluded; the rank is 1 + the number of candidates scoring strictly higher.
+    left-out token kinds excluded; the rank is 1 + the number of candidates scoring strictly higher. A question
+    alone scores each row the same wherever it sits (``knn.inner_products``), as a shard of the table scores it.
     """
     if method not in ("3cosadd", "3cosmul"):
         raise InvalidQuery(f"unknown analogy method {method!r}: use 3cosadd or 3cosmul")
@@ -237,9 +239,9 @@ def analogy_expectations(
         a, b, c = quads[start : start + step].T
         if method == "3cosadd":
             query = np.vstack([table.mean_query([bi, ci], [ai]) for ai, bi, ci in zip(a, b, c, strict=True)])
-            scores = query @ base.T  # questions x rows, gensim most_similar's cosines
+            scores = inner_products(query, base)  # questions x rows, gensim most_similar's cosines
         else:
-            sa, sb, sc = ((1 + table.vectors[w] @ base.T) / 2 for w in (a, b, c))
+            sa, sb, sc = ((1 + inner_products(table.vectors[w], base)) / 2 for w in (a, b, c))
             scores = cosmul(np.stack([sb, sc]), sa[None])
         rows = np.arange(len(a))[:, None]
         inputs = np.stack([a, b, c], axis=1)

@@ -70,7 +70,17 @@ from index.engine.query import (
 )
 from index.engine.search import AnalogySearch, Answers, Search, SearchOptions, VectorSearch
 from index.engine.shard_writes import WholeDelta, by_owner, owner
-from index.engine.shards import ShardedTable, analogy_part, is_sharded, merge, whole_rows
+from index.engine.shards import (
+    ShardedTable,
+    analogy_part,
+    expectation_part,
+    is_sharded,
+    local_rows,
+    merge,
+    merged_suggestions,
+    suggestion_part,
+    whole_rows,
+)
 from index.engine.table import Plan, Resolved, Table, unit_mean, unit_queries
 from index.errors import EmbeddingError, InvalidQuery
 from index.store.payload import BOOLEAN, FLOAT, INTEGER, STRING, STRING_LIST, TIMESTAMP, Payload
@@ -129,13 +139,16 @@ __all__ = [
     "diverse",
     "embeds_text",
     "encoder_for",
+    "expectation_part",
     "expectations",
     "expecting",
     "field_stats",
     "filters",
     "is_sharded",
     "keyword_statistics",
+    "local_rows",
     "merge",
+    "merged_suggestions",
     "owner",
     "parse_timestamp",
     "probe",
@@ -144,6 +157,7 @@ __all__ = [
     "rrf",
     "run",
     "split",
+    "suggestion_part",
     "summed_statistics",
     "transformer_of",
     "tsne_available",

@@ -15,7 +15,27 @@ from index.errors import InvalidQuery, UnknownToken
 from index.store.tokens import FLAG_SPECIAL, TOKENIZER, Tokens, byte_level_label
 
 SUGGESTION_POOL = 50_000  # unknown tokens are matched against the most frequent rows
+NEIGHBOURHOOD = 10  # and the tokens that sort next to it case-folded, on either side
 SPACE_MARKERS = ("Ġ", "▁", " ")
+
+
+def ranked_candidates(text: str, pool: list[str], limit: int) -> list[tuple[str, float, int]]:
+    """The ``3 * limit`` labels of ``pool`` spelled most like ``text`` (label, score, place in ``pool``): by
+    score, equal scores by place."""
+    found: list[tuple[str, float, int]] = process.extract(
+        text.casefold(), pool, scorer=fuzz.ratio, processor=str.casefold, limit=limit * 3
+    )
+    return found
+
+
+def best_suggestions(text: str, pool: list[str], limit: int = 5) -> list[str]:
+    """Up to ``limit`` distinct labels of ``pool`` spelled like ``text``: the best :func:`ranked_candidates`, those
+    scoring at least 50."""
+    out: list[str] = []
+    for label, score, _ in ranked_candidates(text, pool, limit):
+        if score >= 50 and label not in out:
+            out.append(label)
+    return out[:limit]
 
 
 @dataclass(frozen=True)
@@ -93,13 +113,8 @@ class Lookup:
         """Up to ``limit`` known tokens spelled like ``text`` (most frequent rows, and alphabetical neighbours)."""
         if self._suggestion_pool is None:
             self._suggestion_pool = self.tokens[: min(len(self.tokens), SUGGESTION_POOL)]
-        pool = self._suggestion_pool + self.tokens.labels(self.tokens.folded_neighbourhood(text, 10))
-        matches = process.extract(text.casefold(), pool, scorer=fuzz.ratio, processor=str.casefold, limit=limit * 3)
-        out: list[str] = []
-        for label, score, _ in matches:
-            if score >= 50 and label not in out:
-                out.append(label)
-        return out[:limit]
+        pool = self._suggestion_pool + self.tokens.labels(self.tokens.folded_neighbourhood(text, NEIGHBOURHOOD))
+        return best_suggestions(text, pool, limit)
 
     @property
     def has_tokenizer(self) -> bool:

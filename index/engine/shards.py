@@ -24,14 +24,15 @@ from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
-from index.engine.analogy import analogy_top
+from index.engine.analogy import analogy_top, cosmul
 from index.engine.filters import RowSet
 from index.engine.hybrid import DocumentSearch, Hit
 from index.engine.hybrid import run as run_documents
 from index.engine.keyword import KeywordIndex
-from index.engine.knn import Hits, Neighbor
+from index.engine.knn import Hits, Neighbor, inner_products
+from index.engine.lookup import NEIGHBOURHOOD, SUGGESTION_POOL, best_suggestions, ranked_candidates
 from index.engine.search import AnalogySearch, Answers, Method, Search, SearchOptions, VectorSearch
-from index.engine.table import Table
+from index.engine.table import Table, unit_mean
 from index.errors import ArtifactError, InvalidQuery
 from index.store import artifact, shardmap
 from index.store.payload import KIND, Payload, sort_ids
@@ -106,6 +107,77 @@ def whole_rows(table: Table) -> np.ndarray:
         return np.asarray(rows, dtype=np.int64)
 
     return table.cached("whole_rows", load)
+
+
+def local_rows(table: Table, rows: Sequence[int]) -> np.ndarray:
+    """The table's own rows of those of the whole table's ``rows`` it holds (a shard holds some, any other table
+    every row of its own)."""
+    whole = whole_rows(table)
+    wanted = np.asarray([row for row in rows if 0 <= row <= np.iinfo(np.int64).max], dtype=np.int64)
+    at = np.searchsorted(whole, wanted)  # a shard's rows keep the whole table's order
+    held = at < len(whole)
+    held[held] = whole[at[held]] == wanted[held]
+    return at[held]
+
+
+def expectation_part(
+    table: Table, words: np.ndarray, expected: np.ndarray, method: Method, leave_out: Sequence[int]
+) -> tuple[int, float, float | None]:
+    """A table's part of the rank of an analogy's expected answer, as ``diagnostics.analogy_expectations`` scores
+    the whole table's rows for the words' unit rows ``words`` (a, b, c) and the expected answer's unit row
+    ``expected`` (rows of the whole table, which may lie on other shards): how many of its rows score strictly
+    higher than the expected answer, that score, and its best row's score (None: no row left); the whole table's
+    rows ``leave_out`` (a, b, c and the expected answer) are left out of both. Each row, and the answer's row given,
+    is scored the same wherever it sits (``knn.inner_products``), as the whole table scores it."""
+    words = np.asarray(words, dtype=np.float32)
+    expected = np.asarray(expected, dtype=np.float32).reshape(1, -1)
+    if words.shape != (3, table.dim) or expected.shape != (1, table.dim):
+        raise InvalidQuery(f"the analogy's words and expected answer need {table.dim} values each")
+    query = unit_mean(words[[1, 2, 0]], 2) if method == "3cosadd" else None  # Table.mean_query([b, c], [a])
+
+    def scored(rows: np.ndarray) -> np.ndarray:
+        if query is not None:
+            cosines: np.ndarray = inner_products(query, rows)[0]
+            return cosines
+        sa, sb, sc = ((1 + inner_products(words[[i]], rows)) / 2 for i in range(3))
+        return cast(np.ndarray, cosmul(np.stack([sb, sc]), sa[None])[0])
+
+    scores = scored(table.vectors[: table.rows])
+    scores[local_rows(table, leave_out)] = -np.inf
+    mine = float(scored(expected)[0])
+    best = float(scores.max()) if len(scores) else -np.inf
+    return int(np.count_nonzero(scores > mine)), mine, best if np.isfinite(best) else None
+
+
+def suggestion_part(table: Table, text: str, limit: int = 5) -> dict[str, list[tuple[str, int]]]:
+    """A table's part of the whole table's suggestions for ``text`` (``Lookup.suggest``), each label with its row
+    in the whole table: ``pool``, its best by spelling among the whole table's first ``SUGGESTION_POOL`` rows
+    (equal scores by row, so that every shard's best hold the whole's); ``below`` and ``above``, its tokens that
+    sort just before ``text`` case-folded and from it on."""
+    whole, tokens = whole_rows(table), table.tokens
+    head = int(np.searchsorted(whole, SUGGESTION_POOL))
+    pool = table.cached("suggestion_pool", lambda: tokens[:head])
+    best = [(label, int(whole[at])) for label, _, at in ranked_candidates(text, pool, limit)]
+    below, above = tokens.folded_sides(text, NEIGHBOURHOOD)
+    return {
+        "pool": best,
+        "below": [(tokens[i], int(whole[i])) for i in below],
+        "above": [(tokens[i], int(whole[i])) for i in above],
+    }
+
+
+def merged_suggestions(text: str, parts: Sequence[dict[str, Any]], limit: int = 5) -> list[str]:
+    """The whole table's suggestions for ``text`` from every shard's :func:`suggestion_part`: the pool's candidates
+    in row order, then the whole table's case-folded neighbourhood (the shards' sides merged by case-folded label,
+    then row), ranked as ``Lookup.suggest`` ranks the whole table's pool and neighbourhood."""
+    pool = sorted({(int(row), str(label)) for part in parts for label, row in part["pool"]})
+
+    def side(name: str) -> list[str]:
+        near = sorted((str(label).casefold(), int(row), str(label)) for part in parts for label, row in part[name])
+        return [label for _, _, label in near]
+
+    candidates = [label for _, label in pool] + side("below")[-NEIGHBOURHOOD:] + side("above")[:NEIGHBOURHOOD]
+    return best_suggestions(text, candidates, limit)
 
 
 def is_sharded(directory: Path) -> bool:

@@ -208,9 +208,15 @@ class Tokens(Sequence[str]):
 
     def folded_neighbourhood(self, token: str, width: int) -> list[int]:
         """Ids of the tokens that sort next to ``token`` case-folded (candidates for suggestions)."""
+        below, above = self.folded_sides(token, width)
+        return below + above
+
+    def folded_sides(self, token: str, width: int) -> tuple[list[int], list[int]]:
+        """Ids of the ``width`` tokens that sort just before ``token`` case-folded, and of the ``width`` from it on
+        (by case-folded label, then id)."""
         pos = bisect.bisect_left(self._folded, token.casefold())
         lo, hi = max(0, pos - width), min(len(self._folded), pos + width)
-        return [int(i) for i in self._folded_order[lo:hi]]
+        return [int(i) for i in self._folded_order[lo:pos]], [int(i) for i in self._folded_order[pos:hi]]
 
 
 # ------------------------------------------------------- byte-level BPE labels

@@ -10,7 +10,7 @@ import numpy as np
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
-from index.engine.door import analogy_part, whole_rows
+from index.engine.door import analogy_part, expectation_part, whole_rows
 from index.errors import InvalidQuery
 from service import convert, execute
 from service.deps import TableDep
@@ -55,7 +55,10 @@ async def analogy(request: Request, table: TableDep, body: AnalogyRequest) -> Re
     summary="A shard's part of a sharded word table's analogy: its best rows for the words' unit rows a, b and c",
     description="What the front of a sharded word table asks each shard (3CosMul scores a row from that row and the "
     "three words' rows, which may lie on other shards): the table's `k` best rows, scored as its analogies score "
-    "them, each with its `row` in the whole table; the words' own rows are not left out.",
+    "them, each with its `row` in the whole table; the words' own rows are not left out. With `expect` (the "
+    "expected answer's unit row), `expect` adds how many of the table's rows score higher than that answer, its "
+    "score and the table's best score, the whole table's rows `leave_out` left out: the front sums the counts "
+    "into the answer's rank.",
 )
 async def analogy_rows(request: Request, table: TableDep, body: AnalogyRowsRequest) -> Response:
     if table.kind != "words":
@@ -73,4 +76,15 @@ async def analogy_rows(request: Request, table: TableDep, body: AnalogyRowsReque
     rows = whole_rows(table)
     for hit in shown:
         hit["row"] = int(rows[hit["id"]])
-    return FastJSON({"neighbors": shown})
+    if body.expect is None:
+        return FastJSON({"neighbors": shown})
+    if len(body.expect) != table.dim:
+        raise InvalidQuery(f"a, b, c and expect need {table.dim} values each (table {table.name!r})")
+    expected = np.asarray(body.expect, dtype=np.float32)
+    higher, score, top = await execute.compute(
+        request,
+        table,
+        "analogy_rows",
+        lambda: expectation_part(table, given.astype(np.float32), expected, body.method, body.leave_out),
+    )
+    return FastJSON({"neighbors": shown, "expect": {"higher": higher, "score": score, "top": top}})

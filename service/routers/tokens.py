@@ -1,14 +1,17 @@
-"""Token lookup by text or row id, and the table's own tokenizer."""
+"""Token lookup by text or row id, and the table's own tokenizer; a shard's parts of a sharded word table's lookups
+(a row by its row in the whole table, suggestions)."""
 
 from __future__ import annotations
 
 from typing import Annotated, Any
 
 import numpy as np
-from fastapi import APIRouter, Path, Query
+from fastapi import APIRouter, Path, Query, Request
 from starlette.responses import Response
 
-from index.engine.door import Resolved, Table, whole_rows
+from index.engine.door import Resolved, Table, local_rows, suggestion_part, whole_rows
+from index.errors import UnknownToken
+from service import execute
 from service.deps import TableDep
 from service.errors import BODY_ERRORS, TABLE_ERRORS, responses
 from service.respond import FastJSON
@@ -60,6 +63,27 @@ async def get_token(
 )
 async def get_id(table: TableDep, id: Annotated[int, Path(ge=0)], normalized: Normalized = False) -> Response:
     return FastJSON(row_json(table, table.resolve_id(id), normalized))
+
+
+@router.get("/rows/{row}", responses=responses(*TABLE_ERRORS), include_in_schema=False)
+async def get_whole_row(table: TableDep, row: Annotated[int, Path(ge=0)]) -> Response:
+    """The table's row that is row ``row`` of the whole table (a shard's: of the sharded one), as its unit row with
+    that row (``GET .../tokens/{token}?normalized=true&row=true``): what the front of a sharded word table asks
+    every shard for a query by row id; 404 for a row the table does not hold."""
+    held = local_rows(table, [row])
+    if not len(held):
+        raise UnknownToken(f"row {row} of the whole table is not in table {table.name!r}", suggestions=[])
+    local = int(held[0])
+    return FastJSON(row_json(table, Resolved(str(row), local, table.tokens[local], "id"), True, True))
+
+
+@router.get("/suggestions/{text:path}", responses=responses(*TABLE_ERRORS), include_in_schema=False)
+async def get_suggestions(
+    request: Request, table: TableDep, text: Annotated[str, Path(min_length=1, max_length=MAX_TOKEN_CHARS)]
+) -> Response:
+    """The table's part of the whole table's suggestions for ``text`` (``index.engine.shards.suggestion_part``):
+    what the front of a sharded word table merges for a token no shard holds."""
+    return FastJSON(await execute.compute(request, table, "suggestions", lambda: suggestion_part(table, text)))
 
 
 @router.post(

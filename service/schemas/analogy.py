@@ -97,7 +97,22 @@ class AnalogyRowsRequest(BaseModel):
     c: Vector = Field(description="c's unit row, used as it is")
     k: K = 10
     method: Method = "3cosadd"
+    expect: Vector | None = Field(
+        None, description="the expected answer's unit row: the answer adds `expect`, its part of that answer's rank"
+    )
+    leave_out: list[Annotated[int, Field(ge=0)]] = Field(
+        default_factory=list,
+        max_length=4,
+        description="rows of the whole table (a, b, c and the expected answer) left out of `expect`'s count",
+    )
+
+
+class ExpectPart(BaseModel):
+    higher: int = Field(description="how many of the table's rows score strictly higher than the expected answer")
+    score: float = Field(description="the expected answer's score")
+    top: float | None = Field(description="the best score among the table's rows (null: none left)")
 
 
 class AnalogyRowsResponse(BaseModel):
     neighbors: list[Neighbor] = Field(description="each with its row in the whole table (a shard's: the sharded one)")
+    expect: ExpectPart | None = Field(None, description="with `expect` asked: this table's part of its rank")

@@ -5,6 +5,8 @@ The union of the shards is the whole table (tokens, unit rows and norms, in the 
 shard the hash of its token names); each shard is a word table that verifies and loads alone; the shards loaded
 as one answer the engine door's word queries (token, case-folded token, row, vector, positive/negative tokens,
 3CosAdd and 3CosMul analogies, pages and floors) as the whole table does, and refuse what they cannot answer with a 422.
+Each shard's parts of what the front of a sharded word table gathers (a row by its row in the whole table, an
+analogy's expected answer's rank, an unknown token's suggestions) add up to the whole table's answer.
 """
 
 from __future__ import annotations
@@ -17,14 +19,22 @@ import numpy as np
 import pytest
 
 from index.build.sources import RawTable
-from index.engine import door
+from index.engine import door, lookup, shards
+from index.engine.diagnostics import analogy_expectations
 from index.engine.query import Analogy, Examples, Failed, Query, Result
 from index.engine.search import SearchOptions
-from index.engine.shards import ShardedTable, whole_rows
+from index.engine.shards import (
+    ShardedTable,
+    expectation_part,
+    local_rows,
+    merged_suggestions,
+    suggestion_part,
+    whole_rows,
+)
 from index.engine.table import Table
 from index.errors import InvalidQuery
 from index.store import artifact, shardmap
-from tests.index.test_shards import equal_up_to_ties
+from tests.index.test_shards import ROUNDING, equal_up_to_ties
 from tests.words import CASED, write_words
 
 EXE = Path(sys.executable).parent / "embedding-index"
@@ -149,3 +159,69 @@ def test_what_the_shards_cannot_answer_is_a_422(sharded: ShardedTable) -> None:
     for query, message in ((Query(token="king", options=SearchOptions(restrict=1000)), "restrict"),):
         with pytest.raises(InvalidQuery, match=message):  # the HTTP layer's 422
             door.run(sharded, [query])
+
+
+def test_a_shard_finds_a_row_by_its_row_in_the_whole_table(sharded: ShardedTable) -> None:
+    asked = [0, 5, 19_999, 20_000, 20_001, 20_002, 1 << 70]
+    for s, shard in enumerate(sharded.shards):
+        held = local_rows(shard, asked)
+        np.testing.assert_array_equal(whole_rows(shard)[held], [r for r in asked[:5] if sharded.assignment[r] == s])
+    assert sum(len(local_rows(shard, [row])) for shard in sharded.shards for row in asked) == 5
+
+
+QUESTIONS = [
+    ("man", "king", "woman", "queen"),
+    ("france", "paris", "japan", "tokyo"),
+    ("good", "better", "bad", "worse"),
+]
+QUESTIONS += [("king", "queen", "man", "the"), ("paris", "france", "berlin", "Paris")]  # a poor answer, a cased one
+
+
+def row_of(table: Table, token: str) -> int:
+    found = table.tokens.find(token)
+    assert found is not None, token
+    return found
+
+
+@pytest.mark.parametrize("method", ["3cosadd", "3cosmul"])
+def test_the_shards_parts_of_an_expected_answers_rank_add_up_to_the_whole_tables(
+    whole: Table, sharded: ShardedTable, method: str
+) -> None:
+    """Each shard counts its rows scoring above the expected answer, a, b, c and the answer left out: the counts'
+    sum + 1 is the whole table's rank; the score and the best score (the margin) are the whole table's up to the
+    float32 rounding of a product."""
+    rows = [[row_of(whole, word) for word in question] for question in QUESTIONS]
+    expected = analogy_expectations(whole, [(q[0], q[1], q[2]) for q in rows], [q[3] for q in rows], method)
+    for question, theirs in zip(rows, expected, strict=True):
+        words = whole.vectors[question[:3]]
+        parts = [
+            expectation_part(shard, words, whole.vectors[question[3]], method, question)  # type: ignore[arg-type]
+            for shard in sharded.shards
+        ]
+        score = parts[0][1]
+        top = max([score, *(best for _, _, best in parts if best is not None)])
+        assert 1 + sum(higher for higher, _, _ in parts) == theirs.rank, (question, parts, theirs)
+        assert abs(score - theirs.score) <= ROUNDING and abs((top - score) - theirs.margin) <= 2 * ROUNDING
+    assert {e.rank == 1 for e in expected} == {True, False}  # answers found and missed
+
+
+SPELLINGS = ["kingz", "nosuchwordzz", "parsi", "PARISS", "thw", "quen", "runing", "aaaa", "a", "zzzzz", "hte"]
+SPELLINGS += ["ÿÿÿ", "Thee", "frnace", "k", "xq"]
+
+
+@pytest.mark.parametrize("pool", [lookup.SUGGESTION_POOL, 5_000])
+def test_the_shards_parts_of_an_unknown_tokens_suggestions_merge_into_the_whole_tables(
+    data_dir: Path, pool: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each shard's best spellings among the whole table's first rows and its tokens next to the word case-folded,
+    merged: the whole table's suggestions, in its order (also with a pool smaller than the table, so that the
+    shards' pools are cut at the whole table's row)."""
+    monkeypatch.setattr(lookup, "SUGGESTION_POOL", pool)
+    monkeypatch.setattr(shards, "SUGGESTION_POOL", pool)
+    whole, sharded = Table.load(data_dir / "words"), ShardedTable.load(data_dir / "words3")  # pools made afresh
+    found = 0
+    for text in SPELLINGS:
+        expected = whole.suggest(text)
+        assert merged_suggestions(text, [suggestion_part(shard, text) for shard in sharded.shards]) == expected, text
+        found += len(expected)
+    assert found > 30

@@ -6,10 +6,11 @@ Every word route answers the sharded table as the whole table: neighbours by tok
 lowest row of the whole table wins), by id, by positive/negative tokens, by vector (one, a batch, pages, floors,
 exact), 3CosAdd and 3CosMul analogies with an expected answer, similarity, rows, the map; what it cannot answer
 (``restrict``) is a 422. The front answers ``POST .../search`` by vector, neighbours by token (the whole table's
-match: exact, else case-folded, lowest row) and by positive/negative tokens, similarity and analogies by 3CosAdd and
-3CosMul (each shard scoring its own rows given the words' rows, ``POST .../analogy/rows``), one or a batch, as the
-whole table does, its errors with the whole table's status and code; what it cannot answer (``expect``, a row id,
-``compose``, ``restrict``) is a 422 that says why.
+match: exact, else case-folded, lowest row), by row id (the shard holding that row of the whole table) and by
+positive/negative tokens, similarity and analogies by 3CosAdd and 3CosMul (each shard scoring its own rows given the
+words' rows, ``POST .../analogy/rows``) with an expected answer's rank (each shard's count of better rows, summed),
+one or a batch, as the whole table does, its errors with the whole table's status and code, an unknown token's
+suggestions the whole table's; what it cannot answer (``compose``, ``restrict``) is a 422 that says why.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ import pytest
 from index.build.sources import RawTable
 from index.engine.table import Table
 from index.store import shardmap
-from tests.index.test_shards import EXE, equal_up_to_ties, run
+from tests.index.test_shards import EXE, ROUNDING, equal_up_to_ties, run
 from tests.service import real_server
 from tests.service.real_server import HTTP, Server
 from tests.words import write_words
@@ -74,6 +75,13 @@ def same_answer(got: Any, expected: Any, whole: np.ndarray) -> None:
         for key, value in expected.items():
             if key == "neighbors":
                 same_neighbors(got[key], value, whole)
+            elif key == "expect":  # its rank exact; its score and margin up to a product's float32 rounding
+                assert got[key].keys() == value.keys() and got[key]["rank"] == value["rank"], (got[key], value)
+                assert {k: v for k, v in got[key].items() if k not in ("score", "margin")} == {
+                    k: v for k, v in value.items() if k not in ("score", "margin")
+                }
+                assert abs(got[key]["score"] - value["score"]) <= ROUNDING, (got[key], value)
+                assert abs(got[key]["margin"] - value["margin"]) <= 2 * ROUNDING, (got[key], value)
             else:
                 same_answer(got[key], value, whole)
     elif isinstance(expected, list):
@@ -204,27 +212,38 @@ def test_the_front_answers_a_tokens_neighbours_as_the_whole_table(
         "/neighbors?token=Paris&k=5",
         "/neighbors?token=THE&k=5",
         "/neighbors?token=heart&k=50&exact=true",
+        "/neighbors?id=0&k=10",
+        "/neighbors?id=5&k=7",
+        "/neighbors?id=20001&k=8",  # "The", on another shard than "the"
+        "/neighbors?id=20000&k=30&exact=true",
     ):
         status, expected = ask(one, "words", "GET", path)
         mine, got = ask(front, "words3", "GET", path)
         assert status == mine == 200, (path, got)
         same_answer(got, expected, whole_rows)
-    status, got = ask(front, "words3", "GET", "/neighbors?token=kingz")
-    assert status == 404 and got["error"]["code"] == "unknown_token" and "kings" in got["error"]["suggestions"]
-    for path in ("/neighbors?id=5", "/neighbors?token=king&restrict=10", "/neighbors?token=king&k=0"):
+    for path in ("/neighbors?token=kingz", "/neighbors?id=20002", f"/neighbors?id={1 << 70}"):
+        status, expected = ask(one, "words", "GET", path)
+        mine, got = ask(front, "words3", "GET", path)
+        assert status == mine == 404 and got["error"]["code"] == "unknown_token", (path, got)
+        same_answer(got, expected, whole_rows)  # the message (its table's name) and the suggestions too
+    for path in ("/neighbors?token=king&restrict=10", "/neighbors?token=king&k=0", "/neighbors?id=-1"):
         status, got = ask(front, "words3", "GET", path)
         assert status == 422 and got["error"]["code"] == "invalid_request", (path, got)
 
 
 def codes_only(answer: Any) -> Any:
-    """An answer with each error reduced to its code: a shard's message names the shard's table, its suggestions
-    the shard's tokens."""
+    """An answer with each error reduced to its code and suggestions (a refusal's message may be worded by the
+    front's own check of the request)."""
+
+    def reduced(error: dict[str, Any]) -> dict[str, Any]:
+        return {key: error[key] for key in ("code", "suggestions") if key in error}
+
     if isinstance(answer, dict):
         if "error" in answer and isinstance(answer["error"], dict):
-            return {"error": {"code": answer["error"]["code"]}}
+            return {"error": reduced(answer["error"])}
         out = {key: codes_only(value) for key, value in answer.items()}
         if isinstance(answer.get("errors"), list):  # a similarity batch's, one per pair
-            out["errors"] = [None if e is None else {"code": e["code"]} for e in answer["errors"]]
+            out["errors"] = [None if e is None else reduced(e) for e in answer["errors"]]
         return out
     if isinstance(answer, list):
         return [codes_only(item) for item in answer]
@@ -251,12 +270,21 @@ TOKEN_REQUESTS: list[tuple[str, str, Any]] = [
         "/neighbors",
         {"queries": ["france", {"positive": ["king", "woman"], "negative": ["man"]}, "nosuchwordzz", "The"], "k": 6},
     ),
+    ("POST", "/neighbors", {"id": 20001, "k": 12}),
+    ("POST", "/neighbors", {"id": 20002}),  # 404: past the table's rows
+    ("POST", "/neighbors", {"queries": [{"id": 3}, "king", {"id": 20002}, {"id": 19_999}, {"token": "kingz"}], "k": 4}),
     ("POST", "/analogy", {"a": "man", "b": "king", "c": "woman", "k": 10}),
     ("POST", "/analogy", {"a": "france", "b": "paris", "c": "japan", "k": 30, "exact": True}),
     ("POST", "/analogy", {"a": "man", "b": "king", "c": "woman", "k": 10, "method": "3cosmul"}),
     ("POST", "/analogy", {"a": "PARIS", "b": "france", "c": "berlin", "k": 40, "method": "3cosmul"}),
     ("POST", "/analogy", {"a": "man", "b": "man", "c": "woman"}),  # 422: b - a is zero
     ("POST", "/analogy", {"a": "man", "b": "kingz", "c": "woman"}),  # 404 unknown_token
+    ("POST", "/analogy", {"a": "man", "b": "king", "c": "woman", "k": 10, "expect": "queen"}),
+    ("POST", "/analogy", {"a": "man", "b": "king", "c": "woman", "expect": "QUEEN", "method": "3cosmul"}),
+    ("POST", "/analogy", {"a": "france", "b": "paris", "c": "japan", "expect": "The", "exact": True}),  # far down
+    ("POST", "/analogy", {"a": "man", "b": "king", "c": "woman", "expect": "king"}),  # 422: one of a, b and c
+    ("POST", "/analogy", {"a": "man", "b": "king", "c": "woman", "expect": "queenz"}),  # 404 unknown_token
+    ("POST", "/analogy", {"a": "man", "b": "man", "c": "woman", "expect": "queenz"}),  # 422 before the 404
     (
         "POST",
         "/analogy",
@@ -279,6 +307,24 @@ TOKEN_REQUESTS: list[tuple[str, str, Any]] = [
             "method": "3cosmul",
         },
     ),
+] + [
+    (
+        "POST",
+        "/analogy",
+        {
+            "queries": [
+                {"a": "france", "b": "paris", "c": "japan", "expect": "tokyo"},
+                {"a": "good", "b": "better", "c": "bad", "expect": "worse"},
+                {"a": "good", "b": "better", "c": "bad"},
+                {"a": "man", "b": "king", "c": "woman", "expect": "qqzz"},
+                {"a": "man", "b": "king", "c": "woman", "expect": "man"},
+                {"a": "paris", "b": "france", "c": "berlin", "expect": "Paris"},
+            ],
+            "k": 6,
+            "method": method,
+        },
+    )
+    for method in ("3cosadd", "3cosmul")
 ]
 
 
@@ -300,10 +346,26 @@ def test_the_front_answers_the_word_routes_by_token_as_the_whole_table(
     assert got["error"]["code"] == "unknown_token" and "kings" in got["error"]["suggestions"], got
 
 
+def test_the_front_suggests_for_an_unknown_token_what_the_whole_table_suggests(
+    one: Server, front: Server, root: Path
+) -> None:
+    """A token no shard holds: the whole table's 404, its message and suggestions (the shards' candidates merged),
+    not those of the shard its hash names (which differ for most of these)."""
+    differ = suggested = 0
+    for token in ("kingz", "nosuchwordzz", "parsi", "PARISS", "thw", "quen", "frnace", "aaaa", "zzzzz", "ÿÿÿ", "xq"):
+        status, expected = ask(one, "words", "GET", f"/neighbors?token={token}")
+        mine, got = ask(front, "words3", "GET", f"/neighbors?token={token}")
+        assert status == mine == 404, (token, got)
+        suggested += len(expected["error"]["suggestions"])
+        whole = expected["error"]["message"].replace("'words'", "'words3'")
+        assert got["error"] == {**expected["error"], "message": whole}, (token, got, expected)
+        home = Table.load(root / "data" / "words3" / shardmap.shard_name(shardmap.shard_of_id(token, SHARDS)))
+        differ += home.suggest(token) != expected["error"]["suggestions"]
+    assert differ >= 5 and suggested >= 40, (differ, suggested)
+
+
 def test_what_the_front_cannot_answer_by_token_is_a_422_naming_why(one: Server, front: Server) -> None:
     for method, path, body, message in (
-        ("POST", "/analogy", {"a": "man", "b": "king", "c": "woman", "expect": "queen"}, "expect"),
-        ("POST", "/neighbors", {"id": 5}, "row id"),
         ("POST", "/neighbors", {"token": "king", "restrict": 100}, "restrict"),
         ("GET", "/similarity?a=king&b=queen&compose=mean", None, "compose"),
         ("POST", "/neighbors", {"positive": ["king", "woman"], "negative": ["man"], "k": 1000}, "k <= 997"),
@@ -312,14 +374,13 @@ def test_what_the_front_cannot_answer_by_token_is_a_422_naming_why(one: Server, 
         assert status == 422 and got["error"]["code"] == "invalid_request", (path, got)
         assert message in got["error"]["message"], got
         assert ask(one, "words", method, path, body)[0] == 200
-    status, got = ask(front, "words3", "POST", "/neighbors", {"queries": ["king", {"id": 5}], "k": 3})
-    assert status == 200 and "error" not in got["results"][0], got
-    assert got["results"][1]["error"]["code"] == "invalid_request" and "row id" in got["results"][1]["error"]["message"]
 
 
 def test_a_tables_part_of_an_analogy_is_its_rows_scored_as_its_analogies_score_them(one: Server) -> None:
     """``POST .../analogy/rows`` on the whole table, given its words' unit rows: the analogy's answer with the
-    words' own rows in it; a wrong length, a documents-style body and a bad method are 422s."""
+    words' own rows in it; with an expected answer's unit row, the count of rows scoring above it (the rows
+    ``leave_out`` left out) is the whole table's rank less one; a wrong length, a documents-style body and a bad
+    method are 422s."""
     rows = {t: ask(one, "words", "GET", f"/tokens/{t}?normalized=true")[1] for t in ("man", "king", "woman")}
     for method in ("3cosmul", "3cosadd"):
         status, expected = ask(
@@ -340,12 +401,26 @@ def test_a_tables_part_of_an_analogy_is_its_rows_scored_as_its_analogies_score_t
             (h["id"], h["token"], h["score"]) for h in expected["neighbors"]
         ]
         assert all(h["row"] == h["id"] for h in got["neighbors"])
+        the = ask(one, "words", "GET", "/tokens/the?normalized=true")[1]
+        question = {"a": "man", "b": "king", "c": "woman", "method": method, "expect": "the"}
+        status, whole = ask(one, "words", "POST", "/analogy", question)
+        asked = {**body, "expect": the["vector"], "leave_out": [*own, the["id"]]}
+        mine, got = ask(one, "words", "POST", "/analogy/rows", asked)
+        assert status == mine == 200 and got["expect"]["higher"] + 1 == whole["expect"]["rank"] > 1, (got, whole)
+        assert abs(got["expect"]["score"] - whole["expect"]["score"]) <= ROUNDING
+        assert abs(got["expect"]["top"] - whole["expect"]["margin"] - whole["expect"]["score"]) <= 2 * ROUNDING
+        queen = ask(one, "words", "GET", "/tokens/queen?normalized=true")[1]
+        mine, got = ask(one, "words", "POST", "/analogy/rows", {**body, "expect": queen["vector"], "leave_out": []})
+        assert mine == 200 and got["expect"]["higher"] <= 3, got  # the answer: only a, b and c may score higher
+    words = {w: rows[t]["vector"] for w, t in zip("abc", ("man", "king", "woman"), strict=True)}
     for body in (
         {"a": [0.1] * 49, "b": [0.1] * 49, "c": [0.1] * 49},
         {"a": [0.1] * 50, "b": [0.1] * 50, "c": [0.1] * 49},
         {"a": [0.1] * 50, "b": [0.1] * 50, "c": [0.1] * 50},  # not unit rows
         {"a": [0.1] * 50, "b": [0.1] * 50, "c": [0.1] * 50, "method": "3cosfoo"},
         {"a": [0.1] * 50, "b": [0.1] * 50},
+        {**words, "expect": [0.1] * 49},
+        {**words, "leave_out": [-1]},
     ):
         status, got = ask(one, "words", "POST", "/analogy/rows", body)
         assert status == 422 and got["error"]["code"] == "invalid_request", (body, got)

@@ -242,6 +242,18 @@ class DeltaColumns:
         return pa.array(values, arrow_types()[kind])
 
 
+def unwritten(table: Table) -> Delta:
+    """The delta of a documents table nothing was written to since its version, made once per loaded table: what
+    a keyword search scored with other statistics than the table's own (a sharded table's whole ones) runs over
+    when no write is to be merged, so that what it derives (``cached``, ``lasting``) is kept with the table
+    rather than made per request."""
+    payload = table.payload
+    if payload is None:
+        raise TypeError(f"table {table.name!r} is not a documents table")
+    covered = int(table.manifest.get("log_sequence", 0))
+    return table.cached("unwritten_delta", lambda: Delta(payload, table.rows, table.dim, covered))
+
+
 def vector_search(
     table: Table, delta: Delta, search: VectorSearch, written: np.ndarray | None
 ) -> list[list[tuple[int, float]]]:

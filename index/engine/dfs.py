@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from index.engine.delta import Delta
+from index.engine.delta import Delta, unwritten
 from index.engine.live_search import LiveKeyword
 from index.engine.table import Table
 from index.errors import InvalidQuery
@@ -32,9 +32,8 @@ def live_keyword(table: Table, delta: Delta | None) -> LiveKeyword:
     """The keyword index over the table's version and its writes (``delta``; None: none)."""
     if table.keyword is None or table.payload is None:
         raise InvalidQuery(f"table {table.name!r} has no keyword index (its documents have no text)")
-    if delta is None:
-        delta = Delta(table.payload, table.rows, table.dim, 0)
-    return delta.cached("keyword", lambda: LiveKeyword(table, delta))
+    written = unwritten(table) if delta is None else delta
+    return written.cached("keyword", lambda: LiveKeyword(table, written))
 
 
 def gather(table: Table, delta: Delta | None, texts: Sequence[str]) -> dict[str, Any]:

@@ -26,7 +26,7 @@ import numpy as np
 
 from index.engine import diagnostics, filters
 from index.engine.contextual import contextual, transformer_of
-from index.engine.delta import Delta, Key, parse_timestamp, vector_search
+from index.engine.delta import Delta, Key, parse_timestamp, unwritten, vector_search
 from index.engine.dfs import gather as keyword_statistics
 from index.engine.dfs import summed as summed_statistics
 from index.engine.encode import (
@@ -519,7 +519,7 @@ def _run_group(table: Table, items: list[_Item], delta: Delta | None) -> list[An
     else:
         source: Table | LiveSource = table
         if first.statistics is not None and delta is None and mode != "vector" and table.payload is not None:
-            delta = Delta(table.payload, table.rows, table.dim, 0)  # nothing written here: scored as the whole
+            delta = unwritten(table)  # nothing written here: scored as the whole, over the table's kept state
         if delta is not None:
             source = LiveSource(table, delta, first.statistics)
             version = (np.ones(table.rows, dtype=bool) if rows is None else rows.mask) & ~delta.deleted

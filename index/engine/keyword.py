@@ -492,8 +492,11 @@ class KeywordIndex:
         self.whole = whole
 
     @classmethod
-    def open(cls, directory: Path, manifest: dict[str, Any]) -> KeywordIndex | None:
-        """Map the keyword index of the table in ``directory``; None when the table has none.
+    def open(
+        cls, directory: Path, manifest: dict[str, Any], whole: shardmap.WholeKeyword | None = None
+    ) -> KeywordIndex | None:
+        """Map the keyword index of the table in ``directory``; None when the table has none. A shard's whole
+        table's statistics are ``whole`` when its loader read them already, else read beside the map.
 
         The files are not checksummed here: ``Table.load`` (``artifact.verify``) checks them with the rest.
         """
@@ -527,12 +530,12 @@ class KeywordIndex:
         if problems:
             raise ArtifactError(f"table {directory.name!r}: keyword index: " + "; ".join(problems))
         word_characters()  # once per process, before a first query that is not ASCII
-        whole = None
+        statistics = None
         if "statistics" in info:  # a shard, scored with its whole table's statistics
-            found = shardmap.whole_keyword(directory)
+            found = whole if whole is not None else shardmap.whole_keyword(directory)
             if found is not None:
-                whole = Statistics(found.documents, found.average_length, found.words, found.terms, found.df)
-        return cls(directory, info, model, terms, whole)
+                statistics = Statistics(found.documents, found.average_length, found.words, found.terms, found.df)
+        return cls(directory, info, model, terms, statistics)
 
     def term_ids(self, terms: pa.Array) -> np.ndarray:
         """The column of each word, -1 for a word no document holds."""

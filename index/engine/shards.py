@@ -322,13 +322,16 @@ class ShardedTable(Table):
 
     @classmethod
     def load(cls, directory: Path, checksums: bool = True) -> ShardedTable:
-        """Every shard of the sharded table in ``directory`` (each checked as ``Table.load`` checks a table)."""
+        """Every shard of the sharded table in ``directory`` (each checked as ``Table.load`` checks a table), the
+        whole table's keyword statistics read once for all of them."""
         directory = Path(directory)
         result = shardmap.verify(directory, checksums)
         if not result.ok:
             raise ArtifactError(f"table {directory.name!r} disagrees with its manifest: " + "; ".join(result.problems))
         shard_map = shardmap.read(directory)
-        return cls(shard_map, [Table.load(shard_map.shard_directory(s), checksums) for s in range(shard_map.count)])
+        whole = shardmap.table_keyword(directory, shard_map.manifest, checked=checksums)
+        shards = [Table.load_with(shard_map.shard_directory(s), checksums, whole) for s in range(shard_map.count)]
+        return cls(shard_map, shards)
 
     @property
     def kind(self) -> str:

@@ -39,7 +39,7 @@ from index.engine.knn import Hits, Neighbor, exact_knn, exact_knn_rows, keep_hit
 from index.engine.lookup import Lookup, Resolved
 from index.engine.search import AnalogySearch, Answers, Method, Search, SearchOptions, VectorSearch
 from index.errors import ArtifactError, InvalidQuery
-from index.store import artifact
+from index.store import artifact, shardmap
 from index.store.metadata import load_metadata
 from index.store.payload import Payload
 from index.store.tokens import FLAG_CONTINUATION, FLAG_SPECIAL, FLAGS, Tokens
@@ -96,6 +96,12 @@ class Table:
     @classmethod
     def load(cls, directory: Path, checksums: bool = True) -> Table:
         """Map a table read-only after checking its files against the manifest."""
+        return cls.load_with(directory, checksums)
+
+    @classmethod
+    def load_with(cls, directory: Path, checksums: bool = True, whole: shardmap.WholeKeyword | None = None) -> Table:
+        """:meth:`load`, given a shard's whole table's keyword statistics (``whole``) when the loader of its
+        sharded table read them already (``KeywordIndex.open`` reads them otherwise)."""
         directory = Path(directory)
         result = artifact.verify(directory, checksums=checksums)
         if not result.ok:
@@ -130,7 +136,7 @@ class Table:
         vectors, norms = vectors.view(np.ndarray), norms.view(np.ndarray)
         flags = None if flags is None else flags.view(np.ndarray)
         payload = Payload.open(directory, manifest)
-        keyword = KeywordIndex.open(directory, manifest)
+        keyword = KeywordIndex.open(directory, manifest, whole)
         return cls(directory, manifest, vectors, norms, Tokens(directory), index, flags, metadata, payload, keyword)
 
     # ---------------------------------------------------------------- properties

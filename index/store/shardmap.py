@@ -137,19 +137,26 @@ class WholeKeyword:
 
 def whole_keyword(shard_directory: Path) -> WholeKeyword | None:
     """The whole table's keyword statistics beside the map of the sharded table holding ``shard_directory`` (None
-    when it is no shard, or its table has no text). Their two files are checked against the map's manifest."""
+    when it is no shard, or its table has no text): :func:`table_keyword` of its parent."""
     parent = Path(shard_directory).parent
     try:
         manifest = artifact.read_manifest(parent)
     except ArtifactError:
         return None
+    return table_keyword(parent, manifest)
+
+
+def table_keyword(parent: Path, manifest: dict[str, Any], checked: bool = False) -> WholeKeyword | None:
+    """The keyword statistics of the table in ``parent`` (``manifest``: its manifest) when it is a sharded table
+    of text, else None: what a loader of the whole table reads once and hands to every shard. Their two files are
+    checked against the manifest unless ``checked`` (:func:`verify` checksummed them already)."""
     statistics = manifest.get("keyword_statistics") if is_sharded(manifest) else None
     if not statistics:
         return None
     listed = manifest.get("files", {})
     for name in (TERMS, DF):
         path = parent / name
-        if not path.is_file() or artifact.sha256_file(path) != listed.get(name, {}).get("sha256"):
+        if not path.is_file() or (not checked and artifact.sha256_file(path) != listed.get(name, {}).get("sha256")):
             raise ArtifactError(f"table {parent.name!r}: {name} is missing or differs from its manifest")
     terms = pa.ipc.open_file(pa.memory_map(str(parent / TERMS), "r")).get_batch(0).column(0)
     df = np.load(parent / DF, allow_pickle=False)

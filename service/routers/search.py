@@ -52,8 +52,6 @@ async def search(request: Request, table: TableDep, registry: RegistryDep, body:
         queries = convert.documents(body)
         encoder = registry.encoder_of(table)
         delta = live.delta_of(table)  # the documents written since the version, if any: searched beside them
-        if delta is None and body.keyword_statistics is not None:  # scored as the whole: over the live state kept
-            delta = live.kept_delta(table)
 
         def shape(result: Result) -> dict[str, Any]:
             return include(table, result, hits(table, result, body.fields, delta), body.include or (), delta)
@@ -68,7 +66,7 @@ async def search(request: Request, table: TableDep, registry: RegistryDep, body:
 async def search_statistics(request: Request, table: TableDep, body: GatherRequest) -> Response:
     """This table's part of the keyword statistics of the texts' words (``index.engine.dfs.gather``): what the
     front of a sharded table sums over its shards and sends with a keyword or hybrid search."""
-    delta = live.delta_of(table) or live.kept_delta(table)
+    delta = live.delta_of(table)
     return FastJSON(
         await execute.compute(request, table, "search_statistics", lambda: keyword_statistics(table, delta, body.texts))
     )

@@ -165,6 +165,45 @@ def test_a_shard_alone_reads_its_scores_back_with_its_whole_tables_statistics(
         assert checked > 500
 
 
+@pytest.mark.parametrize("checksums", [True, False])
+def test_the_whole_tables_statistics_are_read_once_for_every_shard(
+    data_dir: Path, whole: Table, monkeypatch: pytest.MonkeyPatch, checksums: bool
+) -> None:
+    """Loading the sharded table whole checksums its statistics files once (``shardmap.verify``'s, or the
+    loader's own when checksums are off), not once more per shard; every shard scores with the same statistics,
+    the ones a shard loaded alone reads itself."""
+    hashed: list[str] = []
+    sha256_file = artifact.sha256_file
+
+    def counted(path: Path, *args: object, **kwargs: object) -> str:
+        if Path(path).parent == data_dir / "lee3":
+            hashed.append(Path(path).name)
+        return sha256_file(path, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(artifact, "sha256_file", counted)
+    loaded = ShardedTable.load(data_dir / "lee3", checksums=checksums)
+    assert hashed.count(shardmap.TERMS) == 1 and hashed.count(shardmap.DF) == 1, hashed
+    hashed.clear()
+    alone = Table.load(loaded.map.shard_directory(0), checksums=False)
+    assert hashed.count(shardmap.TERMS) == 1 and hashed.count(shardmap.DF) == 1, hashed  # alone: read by itself
+    assert alone.keyword is not None and alone.keyword.whole is not None
+    given = [shard.keyword.whole for shard in loaded.shards if shard.keyword is not None]
+    first = given[0]
+    assert len(given) == SHARDS and first is not None
+    assert all(statistics is not None and statistics.df is first.df for statistics in given)
+    np.testing.assert_array_equal(first.df, alone.keyword.whole.df)
+    assert first.terms.equals(alone.keyword.whole.terms)
+    assert (first.documents, first.average_length, first.words) == (
+        alone.keyword.whole.documents,
+        alone.keyword.whole.average_length,
+        alone.keyword.whole.words,
+    )
+    assert loaded.keyword is not None and whole.keyword is not None
+    texts = ["bushfires in Sydney", "the Australian cricket team", "Arafat and Israel"]
+    for got, expected in zip(loaded.keyword.search(texts, 20), whole.keyword.search(texts, 20), strict=True):
+        np.testing.assert_array_equal(got, expected)
+
+
 def test_merge_by_score_then_row() -> None:
     rows, scores = merge([(np.array([4, 9]), np.array([0.9, 0.5])), (np.array([2, 7]), np.array([0.9, 0.6]))], 3)
     assert rows.tolist() == [2, 4, 7] and scores.tolist() == [0.9, 0.9, 0.6]

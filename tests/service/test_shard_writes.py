@@ -13,7 +13,8 @@ from typing import Any
 
 import pytest
 
-from index.engine import dfs, door
+from index.engine import delta as delta_module
+from index.engine import dfs, door, live_search
 from index.engine.delta import Delta
 from index.engine.query import Examples, Failed, Query, Result
 from index.engine.shards import ShardedTable
@@ -257,3 +258,35 @@ def test_a_shard_scored_with_its_whole_tables_statistics_before_writes_answers_a
     fewer = door.Statistics((1, 1), statistics.words, statistics.terms)  # past Statistics.of's own checks
     with pytest.raises(InvalidQuery, match="fewer documents"):
         door.run(shards[0], [Query(text=text, mode="keyword", k=5, statistics=fewer)])
+
+
+def test_a_shard_scored_with_whole_statistics_keeps_its_keyword_state_with_the_table(
+    data: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With nothing written to merge, the door scores a query sent with the whole table's statistics over the
+    table's one unwritten delta (``index.engine.delta.unwritten``): the live keyword index (each document's length)
+    is made once per loaded table, for the searches and the statistics' gathering alike, not once per request."""
+    made: list[Table] = []
+    init = live_search.LiveKeyword.__init__
+
+    def counted(self: live_search.LiveKeyword, table: Table, delta: Delta) -> None:
+        made.append(table)
+        init(self, table, delta)
+
+    monkeypatch.setattr(live_search.LiveKeyword, "__init__", counted)
+    shard = Table.load(data / "sharded" / "lee" / shardmap.shard_name(1))
+    text = "police fire in Sydney"
+    part = dfs.gather(shard, None, [text])
+    whole = dfs.summed([{**part, "written": True}])
+    assert whole is not None
+    terms = {word: (version, live) for word, (version, live) in whole["terms"].items()}
+    statistics = door.Statistics.of(tuple(whole["documents"]), tuple(whole["words"]), terms)  # type: ignore[arg-type]
+    answers = []
+    for _ in range(3):
+        query = Query(text=text, mode="keyword", k=10, statistics=statistics)
+        (answer,) = door.run(shard, [query])
+        assert isinstance(answer, Result) and answer.hits
+        answers.append([(h.row, h.score) for h in answer.hits])
+        assert dfs.gather(shard, None, [text]) == part
+    assert made == [shard] and answers[0] == answers[1] == answers[2]
+    assert delta_module.unwritten(shard) is delta_module.unwritten(shard)

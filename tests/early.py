@@ -3,9 +3,11 @@ comes: it runs on the core the test process leaves idle, beside the tests before
 
 The child runs at the lowest priority (nice 19): the tests the session is waiting for come first, and the default
 table's build (nice 10, ``tests/conftest.py``) before it (to the scheduler, a dozen commands at nice 10 weigh as
-much as the tests' own process). A test module declares ``Early(__name__, fixture, argv)``; ``tests/conftest.py``
-starts it at collection when a collected test of that module uses that fixture (with ``needs_glove``: once the
-default table is ready, waited for in a thread), and the fixture reads ``result()``, which waits for the child.
+much as the tests' own process). A command whose processes check each other's health on a clock (a Ray cluster)
+runs at the tests' own priority (``nice=0``): starved at nice 19 on busy cores, they would miss those checks.
+A test module declares ``Early(__name__, fixture, argv)``; ``tests/conftest.py`` starts it at collection when a
+collected test of that module uses that fixture (with ``needs_glove``: once the default table is ready, waited for
+in a thread), and the fixture reads ``result()``, which waits for the child.
 Nothing is cached: every session runs the command again, in a temporary directory of its own that ``stop()``
 removes at the end of the session.
 """
@@ -24,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-BELOW = ["nice", "-n", "19"] if shutil.which("nice") else []  # below the tests' own process and the table's build
+NICE = 19  # below the tests' own process and the table's build
 
 
 @dataclass(frozen=True)
@@ -42,6 +44,7 @@ class Early:
     argv: Callable[[Path], list[str]]  # the command, given its directory
     needs_glove: bool = False  # started once the default table is ready (the data directory is given then)
     timeout: float = 900.0
+    nice: int = NICE
     _thread: threading.Thread | None = field(default=None, repr=False)
     _process: subprocess.Popen[bytes] | None = field(default=None, repr=False)
     _out: Path | None = field(default=None, repr=False)
@@ -68,7 +71,8 @@ class Early:
             with self._lock:
                 if self._stopped:
                     return
-                argv = [*BELOW, *self.argv(self._out)]
+                below = ["nice", "-n", str(self.nice)] if self.nice and shutil.which("nice") else []
+                argv = [*below, *self.argv(self._out)]
                 # A session of its own: stopping it stops what it started too (servers, a shell's commands).
                 self._process = subprocess.Popen(argv, cwd=REPO, stdout=stdout, stderr=stderr, start_new_session=True)
             self._process.wait()

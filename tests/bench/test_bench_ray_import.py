@@ -24,7 +24,7 @@ def small_argv(out: Path) -> list[str]:
             str(out / "ray.json")]  # fmt: skip
 
 
-SMALL_RUN = Early(__name__, "small_run", small_argv)  # started at collection (tests/early.py)
+SMALL_RUN = Early(__name__, "small_run", small_argv, nice=0)  # started at collection (tests/early.py)
 
 
 @pytest.fixture(scope="module")

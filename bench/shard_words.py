@@ -25,14 +25,38 @@ from typing import Any
 from bench.common import BIN, free_port, percentile, serve, server_env
 
 WARM = 10
-ROUTES: dict[str, tuple[str, str, dict[str, Any] | None]] = {
-    "similarity, GET": ("GET", "/similarity?a=king&b=queen", None),
-    "similarity, POST 100 pairs": ("POST", "/similarity", {"pairs": [["king", "queen"], ["france", "paris"]] * 50}),
-    "neighbours of a token, GET": ("GET", "/neighbors?token=king&k=10", None),
-    "neighbours, positive/negative": ("POST", "/neighbors", {"positive": ["king", "woman"], "negative": ["man"]}),
-    "analogy, 3CosAdd": ("POST", "/analogy", {"a": "man", "b": "king", "c": "woman", "k": 10}),
-    "analogy, 3CosMul": ("POST", "/analogy", {"a": "man", "b": "king", "c": "woman", "k": 10, "method": "3cosmul"}),
-    "search by vector": ("POST", "/search", {"vector": [0.1] * 50, "k": 10}),
+ROUTES: dict[str, tuple[str, str, dict[str, Any] | None, int]] = {  # method, path, body, the status answered
+    "similarity, GET": ("GET", "/similarity?a=king&b=queen", None, 200),
+    "similarity, POST 100 pairs": (
+        "POST",
+        "/similarity",
+        {"pairs": [["king", "queen"], ["france", "paris"]] * 50},
+        200,
+    ),
+    "neighbours of a token, GET": ("GET", "/neighbors?token=king&k=10", None, 200),
+    "neighbours of a row id, GET": ("GET", "/neighbors?id=1000&k=10", None, 200),
+    "neighbours, positive/negative": ("POST", "/neighbors", {"positive": ["king", "woman"], "negative": ["man"]}, 200),
+    "analogy, 3CosAdd": ("POST", "/analogy", {"a": "man", "b": "king", "c": "woman", "k": 10}, 200),
+    "analogy, 3CosAdd with expect": (
+        "POST",
+        "/analogy",
+        {"a": "man", "b": "king", "c": "woman", "k": 10, "expect": "queen"},
+        200,
+    ),
+    "analogy, 3CosMul": (
+        "POST",
+        "/analogy",
+        {"a": "man", "b": "king", "c": "woman", "k": 10, "method": "3cosmul"},
+        200,
+    ),
+    "analogy, 3CosMul with expect": (
+        "POST",
+        "/analogy",
+        {"a": "man", "b": "king", "c": "woman", "k": 10, "method": "3cosmul", "expect": "queen"},
+        200,
+    ),
+    "unknown token (404, suggestions)": ("GET", "/neighbors?token=kingg&k=10", None, 404),
+    "search by vector": ("POST", "/search", {"vector": [0.1] * 50, "k": 10}, 200),
 }
 
 
@@ -52,11 +76,11 @@ def imported(source: Path, data_dir: Path, name: str, *extra: str) -> None:
     subprocess.run([*argv, *extra], check=True)
 
 
-def timed(client: Any, method: str, url: str, body: Any) -> float:
+def timed(client: Any, method: str, url: str, body: Any, status: int = 200) -> float:
     started = time.perf_counter()
     answer = client.request(method, url, json=body, timeout=60)
     spent = time.perf_counter() - started
-    if answer.status_code != 200:
+    if answer.status_code != status:
         raise RuntimeError(f"{method} {url}: {answer.status_code} {answer.text[:300]}")
     return spent
 
@@ -66,11 +90,11 @@ def side_by_side(whole: str, front: str, requests: int) -> dict[str, Any]:
 
     out: dict[str, Any] = {}
     with httpx.Client() as client:
-        for label, (method, path, body) in ROUTES.items():
+        for label, (method, path, body, status) in ROUTES.items():
             spent: dict[str, list[float]] = {"whole": [], "front": []}
             for i in range(WARM + requests):
                 for who, base in (("whole", whole), ("front", front)):
-                    seconds = timed(client, method, base + path, body)
+                    seconds = timed(client, method, base + path, body, status)
                     if i >= WARM:
                         spent[who].append(seconds)
             p50 = {who: percentile(values, 50) * 1000 for who, values in spent.items()}

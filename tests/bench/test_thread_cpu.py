@@ -40,17 +40,20 @@ def test_a_live_thread_counts_as_other() -> None:
     pid = os.getpid()
     stop = threading.Event()
     started = threading.Event()
+    spent = threading.Event()
 
     def busy() -> None:
+        began = time.thread_time()
         started.set()
         while not stop.is_set():
-            pass
+            if time.thread_time() - began >= 0.4:  # its own CPU, however busy the machine's cores are
+                spent.set()
 
     worker = threading.Thread(target=busy)
     worker.start()
     started.wait()
     before = thread_cpu.snapshot(pid)
-    time.sleep(0.5)  # the main thread sleeps, the worker spins (with the GIL's switches)
+    assert spent.wait(60)  # the main thread waits, the worker spins (with the GIL's switches)
     after = thread_cpu.snapshot(pid)
     stop.set()
     worker.join()

@@ -374,7 +374,7 @@ class Milvus(Side):
     """The ``milvus-lite server`` gRPC server, pymilvus's MilvusClient; HNSW index, search param ``ef``."""
 
     def build(self, raw: RawTable, unit: np.ndarray) -> None:
-        from pymilvus import DataType, MilvusClient
+        from pymilvus import DataType
 
         port = free_port()
         self.uri = f"http://127.0.0.1:{port}"
@@ -382,7 +382,7 @@ class Milvus(Side):
         argv += ["--port", str(port), "--max-workers", str(CLIENTS)]
 
         def ready() -> bool:
-            probe = MilvusClient(uri=self.uri, timeout=2.0)
+            probe = milvus_client(self.uri, 2.0)
             try:
                 probe.list_collections()
             finally:
@@ -391,7 +391,7 @@ class Milvus(Side):
 
         self.server = self.stack.enter_context(process(argv, ready, dict(os.environ), self.root / "logs"))
         started = time.perf_counter()
-        api = MilvusClient(uri=self.uri)
+        api = milvus_client(self.uri, None)
         schema = api.create_schema(auto_id=False, enable_dynamic_field=False)
         schema.add_field("id", DataType.INT64, is_primary=True)
         schema.add_field("vector", DataType.FLOAT_VECTOR, dim=unit.shape[1])
@@ -435,9 +435,7 @@ class Milvus(Side):
         return {"metric_type": "IP", "params": {"ef": self.ef}}
 
     def search_many(self, queries: np.ndarray) -> list[list[int]]:
-        from pymilvus import MilvusClient
-
-        api = MilvusClient(uri=self.uri, timeout=300.0)
+        api = milvus_client(self.uri, 300.0)
         out: list[list[int]] = []
         try:
             for start in range(0, len(queries), 100):
@@ -449,9 +447,7 @@ class Milvus(Side):
         return out
 
     def client(self) -> tuple[Search, Callable[[], None]]:
-        from pymilvus import MilvusClient
-
-        api = MilvusClient(uri=self.uri, timeout=60.0)
+        api = milvus_client(self.uri, 60.0)
         params = self.params()
 
         def search(v: np.ndarray) -> list[int]:
@@ -459,6 +455,14 @@ class Milvus(Side):
             return [int(hit["id"]) for hit in hits]
 
         return search, api.close
+
+
+def milvus_client(uri: str, timeout: float | None) -> Any:
+    """A MilvusClient on its own gRPC channel. pymilvus shares one channel per address by default; left idle for a
+    minute between a run's steps, its health check can meet milvus-lite's "too many pings" refusal and fail."""
+    from pymilvus import MilvusClient
+
+    return MilvusClient(uri=uri, timeout=timeout, dedicated=True)
 
 
 class Chroma(Side):

@@ -21,14 +21,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
 from index.engine.analogy import cosmul
 from index.engine.knn import inner_products
 from index.engine.search import SearchOptions, VectorSearch
-from index.engine.table import Neighbor, Resolved, Table
+from index.engine.table import Neighbor, Resolved, Table, unit_mean
 from index.errors import InvalidQuery, UnknownToken
 
 CHUNK_BYTES = 64 << 20  # memory of one block of (row x query) scores
@@ -206,6 +206,19 @@ def check_expected(
         raise InvalidQuery("the expected word is a token kind left out of the answers (special or continuation)")
 
 
+def analogy_scores(words: np.ndarray, base: np.ndarray, method: str) -> np.ndarray:
+    """Every row of ``base`` scored for each question's unit rows ``words`` (questions x 3 x dim: a, b, c) as
+    :meth:`Table.analogy` scores it (3CosAdd: the cosine with gensim's normalised b + c - a; 3CosMul: gensim's
+    ``most_similar_cosmul``): questions x rows. A question alone scores each row the same wherever it sits
+    (``knn.inner_products``), so that a shard scores its rows as the whole table does."""
+    if method == "3cosadd":
+        query = np.vstack([unit_mean(rows[[1, 2, 0]], 2) for rows in words])  # Table.mean_query([b, c], [a])
+        cosines: np.ndarray = inner_products(query, base)
+        return cosines
+    sa, sb, sc = ((1 + inner_products(words[:, i], base)) / 2 for i in range(3))
+    return cast(np.ndarray, cosmul(np.stack([sb, sc]), sa[None]))
+
+
 def analogy_expectations(
     table: Table,
     questions: Sequence[tuple[int, int, int]] | np.ndarray,
@@ -220,8 +233,8 @@ def analogy_expectations(
 
     Every candidate row is scored as :meth:`Table.analogy` scores it (3CosAdd: cosine with the normalised
     b + c - a over the first ``restrict`` rows; 3CosMul: gensim's ``most_similar_cosmul``), a, b, c and
-    left-out token kinds excluded; the rank is 1 + the number of candidates scoring strictly higher. A question
-    alone scores each row the same wherever it sits (``knn.inner_products``), as a shard of the table scores it.
+    left-out token kinds excluded (:func:`analogy_scores`); the rank is 1 + the number of candidates scoring
+    strictly higher.
     """
     if method not in ("3cosadd", "3cosmul"):
         raise InvalidQuery(f"unknown analogy method {method!r}: use 3cosadd or 3cosmul")
@@ -237,12 +250,7 @@ def analogy_expectations(
     step = _per_block(limit, 3 if method == "3cosmul" else 1)
     for start in range(0, len(quads), step):
         a, b, c = quads[start : start + step].T
-        if method == "3cosadd":
-            query = np.vstack([table.mean_query([bi, ci], [ai]) for ai, bi, ci in zip(a, b, c, strict=True)])
-            scores = inner_products(query, base)  # questions x rows, gensim most_similar's cosines
-        else:
-            sa, sb, sc = ((1 + inner_products(table.vectors[w], base)) / 2 for w in (a, b, c))
-            scores = cosmul(np.stack([sb, sc]), sa[None])
+        scores = analogy_scores(table.vectors[quads[start : start + step]], base, method)
         rows = np.arange(len(a))[:, None]
         inputs = np.stack([a, b, c], axis=1)
         scores[np.broadcast_to(rows, inputs.shape)[inputs < limit], inputs[inputs < limit]] = -np.inf

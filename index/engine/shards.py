@@ -24,15 +24,16 @@ from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
-from index.engine.analogy import analogy_top, cosmul
+from index.engine.analogy import analogy_top
+from index.engine.diagnostics import analogy_scores
 from index.engine.filters import RowSet
 from index.engine.hybrid import DocumentSearch, Hit
 from index.engine.hybrid import run as run_documents
 from index.engine.keyword import KeywordIndex
-from index.engine.knn import Hits, Neighbor, inner_products
+from index.engine.knn import Hits, Neighbor
 from index.engine.lookup import NEIGHBOURHOOD, SUGGESTION_POOL, best_suggestions, ranked_candidates
 from index.engine.search import AnalogySearch, Answers, Method, Search, SearchOptions, VectorSearch
-from index.engine.table import Table, unit_mean
+from index.engine.table import Table
 from index.errors import ArtifactError, InvalidQuery
 from index.store import artifact, shardmap
 from index.store.payload import KIND, Payload, sort_ids
@@ -128,23 +129,14 @@ def expectation_part(
     ``expected`` (rows of the whole table, which may lie on other shards): how many of its rows score strictly
     higher than the expected answer, that score, and its best row's score (None: no row left); the whole table's
     rows ``leave_out`` (a, b, c and the expected answer) are left out of both. Each row, and the answer's row given,
-    is scored the same wherever it sits (``knn.inner_products``), as the whole table scores it."""
+    is scored as the whole table scores it (``diagnostics.analogy_scores``)."""
     words = np.asarray(words, dtype=np.float32)
     expected = np.asarray(expected, dtype=np.float32).reshape(1, -1)
     if words.shape != (3, table.dim) or expected.shape != (1, table.dim):
         raise InvalidQuery(f"the analogy's words and expected answer need {table.dim} values each")
-    query = unit_mean(words[[1, 2, 0]], 2) if method == "3cosadd" else None  # Table.mean_query([b, c], [a])
-
-    def scored(rows: np.ndarray) -> np.ndarray:
-        if query is not None:
-            cosines: np.ndarray = inner_products(query, rows)[0]
-            return cosines
-        sa, sb, sc = ((1 + inner_products(words[[i]], rows)) / 2 for i in range(3))
-        return cast(np.ndarray, cosmul(np.stack([sb, sc]), sa[None])[0])
-
-    scores = scored(table.vectors[: table.rows])
+    scores = analogy_scores(words[None], table.vectors[: table.rows], method)[0]
     scores[local_rows(table, leave_out)] = -np.inf
-    mine = float(scored(expected)[0])
+    mine = float(analogy_scores(words[None], expected, method)[0, 0])
     best = float(scores.max()) if len(scores) else -np.inf
     return int(np.count_nonzero(scores > mine)), mine, best if np.isfinite(best) else None
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any
 
 import numpy as np
 
@@ -216,7 +216,8 @@ def analogy_scores(words: np.ndarray, base: np.ndarray, method: str) -> np.ndarr
         cosines: np.ndarray = inner_products(query, base)
         return cosines
     sa, sb, sc = ((1 + inner_products(words[:, i], base)) / 2 for i in range(3))
-    return cast(np.ndarray, cosmul(np.stack([sb, sc]), sa[None]))
+    scores: np.ndarray = cosmul(np.stack([sb, sc]), sa[None])
+    return scores
 
 
 def analogy_expectations(

@@ -251,7 +251,8 @@ def analogy_expectations(
     step = _per_block(limit, 3 if method == "3cosmul" else 1)
     for start in range(0, len(quads), step):
         a, b, c = quads[start : start + step].T
-        scores = analogy_scores(table.vectors[quads[start : start + step]], base, method)
+        words = table.vectors[quads[start : start + step].ravel()].reshape(len(a), 3, -1)
+        scores = analogy_scores(words, base, method)
         rows = np.arange(len(a))[:, None]
         inputs = np.stack([a, b, c], axis=1)
         scores[np.broadcast_to(rows, inputs.shape)[inputs < limit], inputs[inputs < limit]] = -np.inf

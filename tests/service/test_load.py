@@ -38,7 +38,9 @@ CONNECTIONS = 64
 # burned both cores for as long on any machine); at most MAIN_SECONDS on a machine too busy to reach it.
 REQUESTS, EACH = 2_000, 20
 MAIN_SECONDS = 15.0
-BEFORE_REBUILD = AFTER_RELOAD = 3.0  # seconds of load before the rebuild starts and after the reload
+# Seconds of load before the rebuild starts (the load is under way; the rebuild itself lasts seconds more, under
+# the load) and after the reload answered (the answers stay on the new version).
+BEFORE_REBUILD, AFTER_RELOAD = 1.0, 3.0
 KEY = "load-admin-key-0123456789"
 TIMEOUT = 600  # seconds: on a machine shared with other jobs an answer can be slow; it must not be lost
 # As the image runs it: one BLAS/OpenMP thread per process (concurrent requests are the parallelism).

@@ -37,6 +37,7 @@ CONNECTIONS = 64
 # The mixed load's end: a count, not a duration (what it proves is the requests answered, and a fixed duration
 # burned both cores for as long on any machine); at most MAIN_SECONDS on a machine too busy to reach it.
 REQUESTS, EACH = 2_000, 20
+KINDS = 9  # the kinds of request mixed() sends
 MAIN_SECONDS = 15.0
 # Seconds of load before the rebuild starts (the load is under way; the rebuild itself lasts seconds more, under
 # the load) and after the reload answered (the answers stay on the new version).
@@ -156,7 +157,7 @@ def test_mixed_load_without_a_failure(
 
         def done(stats: Stats) -> bool:
             kinds = stats.latencies.values()
-            enough = stats.count >= REQUESTS and len(kinds) == 9 and min(map(len, kinds)) >= EACH
+            enough = stats.count >= REQUESTS and len(kinds) == KINDS and min(map(len, kinds)) >= EACH
             return enough or time.monotonic() >= deadline
 
         stats = asyncio.run(drive(server.base, done, mixed(name, words, 50), seed=1))
@@ -166,7 +167,7 @@ def test_mixed_load_without_a_failure(
         server.stop()
     show(capsys, stats.report(f"load on {name} (HNSW)"))
     assert stats.failures == [], stats.failures[:10]
-    assert len(stats.latencies) == 9 and all(len(v) > 0 for v in stats.latencies.values())
+    assert len(stats.latencies) == KINDS and all(len(v) > 0 for v in stats.latencies.values())
 
 
 @pytest.mark.slow

@@ -164,6 +164,7 @@ __all__ = [
     "unit_mean",
     "unit_queries",
     "whole_rows",
+    "within_float32",
 ]
 
 FLOAT32_MAX = 3.4028234663852886e38
@@ -212,16 +213,22 @@ def _mean_of(table: Table, positive: Sequence[str], negative: Sequence[str]) -> 
     return Probe(vector, {r.id for r in pos + neg}, info)
 
 
-def _raw_vector(table: Table, values: Sequence[float]) -> Probe:
+def _raw_vector(table: Table, values: Sequence[float] | np.ndarray) -> Probe:
     """A client's vector: right length, finite, within float32, not zero; normalised here."""
     array = np.asarray(values, dtype=np.float64)
     if array.shape != (table.dim,):
         raise InvalidQuery(f"the vector has {array.size} values; table {table.name!r} has {table.dim} dimensions")
-    if not np.isfinite(array).all():
-        raise InvalidQuery("the vector must contain only finite numbers (no NaN or Infinity)")
-    if np.abs(array).max() > FLOAT32_MAX:
+    if not within_float32(array):
+        if not np.isfinite(array).all():
+            raise InvalidQuery("the vector must contain only finite numbers (no NaN or Infinity)")
         raise InvalidQuery(f"vector values must fit in float32 (|x| <= {FLOAT32_MAX:.4g})")
-    return Probe(table.normalize_queries(array[None, :])[0], set(), {})
+    return Probe(unit_queries(array[None, :])[0], set(), {})
+
+
+def within_float32(values: np.ndarray) -> bool:
+    """Whether every one of (at least one) ``values`` is finite and within float32: one pass, as a NaN or an
+    infinity fails the comparison too."""
+    return bool(np.abs(values).max() <= FLOAT32_MAX)
 
 
 def _documents(table: Table, query: Query, delta: Delta | None) -> Probe:

@@ -76,15 +76,17 @@ class Lookup:
     def find(self, text: str) -> Resolved | None:
         """Resolve a word: exact, then the space-marked form for model tokens, then case-folded."""
         text = unicodedata.normalize("NFC", text)
+        found = self.tokens.find(text)
+        if found is not None:  # the usual case, before any other form is made
+            return Resolved(text, found, text, "exact")
         forms = [text]
-        if self.byte_level:
-            forms.append(byte_level_label(text))  # byte-level BPE labels spell "café" as "cafÃ©"
-        for form in dict.fromkeys(forms):
-            found = self.tokens.find(form)
+        if self.byte_level and (label := byte_level_label(text)) != text:
+            forms.append(label)  # byte-level BPE labels spell "café" as "cafÃ©"
+            found = self.tokens.find(label)
             if found is not None:
-                return Resolved(text, found, form, "exact")
+                return Resolved(text, found, label, "exact")
         if self.model_tokens:
-            for form in dict.fromkeys(forms):
+            for form in forms:
                 for marker in SPACE_MARKERS:
                     found = self.tokens.find(marker + form)
                     if found is not None:

@@ -17,6 +17,8 @@ from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
+import numpy as np
+
 from index.engine.fusion import RRF_K
 from index.engine.hybrid import Hit, Mode
 from index.engine.knn import Neighbor
@@ -58,7 +60,7 @@ class Query:
     row: int | None = None
     document: Any = None  # a documents table's id: more like it, itself left out
     examples: Examples | None = None
-    vector: Sequence[float] | None = None  # a client's vector, normalised by the door
+    vector: Sequence[float] | np.ndarray | None = None  # a client's vector, normalised by the door
     text: str | None = None
     analogy: Analogy | None = None
     k: int = 10

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import mmap
 import threading
 from collections import OrderedDict
@@ -562,7 +563,7 @@ def unit_queries(queries: np.ndarray) -> np.ndarray:
     queries = np.asarray(queries, dtype=np.float64)
     if not np.isfinite(queries).all():
         raise InvalidQuery("query vectors must contain only finite numbers")
-    norms = np.linalg.norm(queries, axis=1)
+    norms = np.sqrt(np.add.reduce(queries * queries, axis=1))  # np.linalg.norm's arithmetic, without its dispatch
     if (norms == 0).any():
         raise InvalidQuery("a query vector is all zeros and has no direction")
     unit: np.ndarray = (queries / norms[:, None]).astype(np.float32)
@@ -576,14 +577,14 @@ def unit_mean(rows: np.ndarray, positive: int) -> np.ndarray:
     mean, normalised (1 x dim, float32). One positive row alone is itself, through the same float64 arithmetic."""
     matrix = np.asarray(rows, dtype=np.float64)
     if len(matrix) == 1 and positive == 1:
-        mean = matrix[0]
+        mean = matrix
     else:
         weights = np.array([1.0] * positive + [-1.0] * (len(matrix) - positive))
-        mean = weights @ matrix / len(matrix)
-    norm = np.sqrt(mean @ mean)  # what np.linalg.norm computes for a vector
+        mean = (weights @ matrix / len(matrix))[None, :]
+    norm = math.sqrt(mean[0] @ mean[0])  # what np.linalg.norm computes for a vector (both round sqrt exactly)
     if norm < 1e-12:
         raise InvalidQuery("the positive and negative tokens cancel out: the query vector is zero")
-    query: np.ndarray = (mean / norm).astype(np.float32)[None, :]
+    query: np.ndarray = (mean / norm).astype(np.float32)
     return query
 
 

@@ -21,6 +21,7 @@ ORDER = "token_order.npy"
 FOLDED_ORDER = "token_folded_order.npy"
 FILES = (BLOB, OFFSETS, ORDER, FOLDED_ORDER)
 PREFIX_BYTES = 8
+FEW_LABELS = 64  # up to this many labels are read one by one (Tokens.labels)
 
 # Model-token tables: one uint8 of kind bits per row (FLAGS), and the model's own tokenizer (TOKENIZER).
 FLAGS = "token_flags.npy"
@@ -120,12 +121,15 @@ class Tokens(Sequence[str]):
         return bytes(self._blob[start:end])
 
     def labels(self, ids: Sequence[int]) -> list[str]:
-        """The labels of rows ``ids`` (0 <= id < len): the offsets of all in one numpy lookup, twice as fast as
-        one by one."""
+        """The labels of rows ``ids`` (0 <= id < len): the offsets of many in one numpy lookup, twice as fast as
+        one by one; of a few (a search's hits), one by one, faster than numpy's lookup of so few."""
         if len(ids) and min(ids) < 0:
             raise IndexError("token ids must not be negative")
-        rows = np.asarray(ids, dtype=np.int64)
         blob = memoryview(self._blob)  # type: ignore[arg-type]  # numpy declares ndarray.__buffer__ for Python 3.12+ only
+        if len(ids) <= FEW_LABELS:  # a search's hits: an offset read each costs less than numpy's gathers of so few
+            at = self._offsets.item
+            return [str(blob[at(i) : at(i + 1)], "utf-8") for i in ids]
+        rows = np.asarray(ids, dtype=np.int64)
         starts, ends = self._offsets[rows].tolist(), self._offsets[rows + 1].tolist()
         return [str(blob[start:end], "utf-8") for start, end in zip(starts, ends, strict=True)]
 
@@ -152,8 +156,8 @@ class Tokens(Sequence[str]):
             # Every other label with this prefix extends ``key``, so sorts after it: it is the first, or absent.
             if lo == len(prefixes) or prefixes[lo] != prefix:
                 return None
-            row = int(self._order[lo])
-            return row if int(self._offsets[row + 1]) - int(self._offsets[row]) == len(key) else None
+            row: int = self._order.item(lo)
+            return row if self._offsets.item(row + 1) - self._offsets.item(row) == len(key) else None
         hi = int(prefixes.searchsorted(prefix, "right"))
         pos = bisect.bisect_left(self._exact, key, lo, hi)
         if pos < hi and self._exact[pos] == key:

@@ -36,7 +36,7 @@ from starlette.requests import ClientDisconnect
 from starlette.responses import Response
 from starlette.routing import request_response
 
-from index.engine.door import FLOAT32_MAX
+from index.engine.door import within_float32
 from service.schemas.common import LIMITS, MAX_DIM
 
 M = TypeVar("M", bound=BaseModel)
@@ -47,18 +47,22 @@ F = TypeVar("F", bound=Callable[..., Any])
 class PlainVector:
     """``{"vector": [...], "k": n, "offset": n, "min_score": x}``, the last three optional, as the model reads it."""
 
-    vector: list[float | int]
+    vector: np.ndarray  # float64, as the door reads a client's vector
     k: int = 10
     offset: int = 0
     min_score: float | None = None
 
 
+KNOWN_PATHS = 256  # valid path parameters a query_params route remembers (QueryRoute)
 PLAIN_FIELDS = frozenset({"vector", "k", "offset", "min_score"})
 Handler = Callable[[Request, PlainVector], Awaitable[Response | None]]
 
 
+NUMBERS = frozenset({int, float})  # by exact type: not bool, whose type is a subclass of int
+
+
 def _number(value: Any) -> bool:
-    return type(value) is int or type(value) is float  # not bool, whose type is a subclass of int
+    return type(value) in NUMBERS
 
 
 def plain_vector(content_type: str | None, body: bytes) -> PlainVector | None:
@@ -74,7 +78,7 @@ def plain_vector(content_type: str | None, body: bytes) -> PlainVector | None:
         return None
     vector, k, offset = data["vector"], data.get("k", 10), data.get("offset", 0)
     min_score = data.get("min_score")
-    if type(vector) is not list or not 1 <= len(vector) <= MAX_DIM or not all(map(_number, vector)):
+    if type(vector) is not list or not 1 <= len(vector) <= MAX_DIM or not set(map(type, vector)) <= NUMBERS:
         return None
     if (
         type(k) is not int
@@ -85,9 +89,9 @@ def plain_vector(content_type: str | None, body: bytes) -> PlainVector | None:
     if min_score is not None and not (_number(min_score) and -1 <= min_score <= 1):
         return None
     values = np.asarray(vector, dtype=np.float64)
-    if not np.isfinite(values).all() or np.abs(values).max() > FLOAT32_MAX:
+    if not within_float32(values):
         return None
-    return PlainVector(vector, k, offset, None if min_score is None else float(min_score))
+    return PlainVector(values, k, offset, None if min_score is None else float(min_score))
 
 
 def plain_body(handler: Handler) -> Callable[[F], F]:
@@ -171,13 +175,25 @@ class QueryRoute(APIRoute):
         if any(others) or dependant.dependencies or request_name is None:
             raise TypeError(f"{self.path}: a query_params endpoint takes (request, <path parameters>) only")
         fields = [(field.name, field.alias, field) for field in dependant.path_params]
+        # The path parameters that passed, and their values: a table's name is validated on its first request only
+        # (validation depends on the text alone); at most KNOWN_PATHS are kept, then they start again.
+        known: dict[tuple[str, str], Any] = {}
 
         async def handler(request: Request) -> Response:
             values: dict[str, Any] = {request_name: request}
             errors: list[Any] = []
             for name, alias, field in fields:  # a matched route has every path parameter
-                values[name], problems = field.validate(request.path_params[alias], loc=("path", alias))
-                errors += problems
+                given = request.path_params[alias]
+                if (alias, given) in known:
+                    values[name] = known[alias, given]
+                    continue
+                values[name], problems = field.validate(given, loc=("path", alias))
+                if problems:
+                    errors += problems
+                    continue
+                if len(known) >= KNOWN_PATHS:
+                    known.clear()
+                known[alias, given] = values[name]
             if errors:
                 raise RequestValidationError(errors)
             response: Response = await endpoint(**values)  # a query_params endpoint answers a Response

@@ -74,6 +74,7 @@ def _batch_schema(schema: dict[str, Any]) -> None:
 
 
 WHOLE_NUMBER = re.compile(r"-?[0-9]+(\.[0-9]+)?([eE][+-]?[0-9]+)?")
+EXACT_DIGITS = 15  # a whole number of at most this many digits is read by float() exactly
 
 
 def _whole_number(value: Any, info: ValidationInfo) -> Any:
@@ -81,9 +82,11 @@ def _whole_number(value: Any, info: ValidationInfo) -> Any:
 
     Strings are numbers only in a query string (lax models); a JSON body's ``"5"`` is a string, refused.
     """
-    strict = bool(info.config and info.config.get("strict"))
-    if isinstance(value, str) and not strict and WHOLE_NUMBER.fullmatch(value.strip()):
-        value = float(value)
+    if isinstance(value, str) and not (info.config and info.config.get("strict")):
+        if value.isascii() and value.isdigit() and len(value) <= EXACT_DIGITS:  # "10": what float() gives, sooner
+            return int(value)
+        if WHOLE_NUMBER.fullmatch(value.strip()):
+            value = float(value)
     if isinstance(value, float) and value.is_integer():
         return int(value)
     return value

@@ -4,8 +4,9 @@ The most asked-for routes (neighbours, similarity, rank, closer-than, compare) t
 query string. FastAPI solves such a route's parameters field by field, through its dependency machinery, and
 that costs more per request than the table lookup the route wraps (BENCHMARKS.md, "Reading these figures"). So a
 route marked with :func:`query_params` is called directly, in Starlette's plain request wrapper, and validates
-its whole query string with its model in one call (:func:`parse_query`). Everything a client sees is as for any
-FastAPI route: the same errors (``loc`` starts with "query"), and the parameters in the OpenAPI document
+its whole query string with its model in one call (:func:`parse_query`); its path parameters (the table's name)
+are validated by FastAPI's own fields, once per name (:class:`QueryRoute`). Everything a client sees is as for
+any FastAPI route: the same errors (``loc`` starts with "query"), and the parameters in the OpenAPI document
 (:func:`document_query_models`).
 
 ``POST .../search`` with one raw vector is asked for as often, and its body costs FastAPI more still: the
@@ -13,7 +14,8 @@ JSON read by ``json.loads``, then the whole search request model (every form of 
 validators) for a body that is a list of numbers and ``k``. A route marked with :func:`plain_body` first reads
 the body with orjson and checks that common form itself (:func:`plain_vector`): a vector of finite numbers within
 float32, ``k``, ``offset`` and ``min_score`` as plain JSON numbers inside the limits, nothing else. Such a body is
-one the request model accepts as it is, so the fast handler answers as the route would. Any other body (another
+one the request model accepts as it is, so the fast handler answers as the route would (the vector handed on as
+the float64 array checked here, which the door reads without a copy). Any other body (another
 form or field, a number the model would convert or refuse, a documents table) takes the route's normal path,
 which gives its answer or its error; tests send the same bodies both ways and compare the responses.
 """

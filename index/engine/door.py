@@ -81,7 +81,7 @@ from index.engine.shards import (
     suggestion_part,
     whole_rows,
 )
-from index.engine.table import Plan, Resolved, Table, unit_mean, unit_queries
+from index.engine.table import FLOAT32_MAX, Plan, Resolved, Table, unit_mean, unit_queries, within_float32
 from index.errors import EmbeddingError, InvalidQuery
 from index.store.payload import BOOLEAN, FLOAT, INTEGER, STRING, STRING_LIST, TIMESTAMP, Payload
 
@@ -89,6 +89,7 @@ __all__ = [
     "BOOLEAN",
     "DEPTH",
     "FLOAT",
+    "FLOAT32_MAX",
     "INTEGER",
     "LISTS",
     "STRING",
@@ -167,7 +168,6 @@ __all__ = [
     "within_float32",
 ]
 
-FLOAT32_MAX = 3.4028234663852886e38
 KEYWORD_HINT = "; mode keyword (and hybrid, which falls back to it) finds the words by the keyword index"
 
 
@@ -223,12 +223,6 @@ def _raw_vector(table: Table, values: Sequence[float] | np.ndarray) -> Probe:
             raise InvalidQuery("the vector must contain only finite numbers (no NaN or Infinity)")
         raise InvalidQuery(f"vector values must fit in float32 (|x| <= {FLOAT32_MAX:.4g})")
     return Probe(unit_queries(array[None, :])[0], set(), {})
-
-
-def within_float32(values: np.ndarray) -> bool:
-    """Whether every one of (at least one) ``values`` is finite and within float32: one pass, as a NaN or an
-    infinity fails the comparison too."""
-    return bool(np.abs(values).max() <= FLOAT32_MAX)
 
 
 def _documents(table: Table, query: Query, delta: Delta | None) -> Probe:

@@ -558,6 +558,15 @@ class Plan:
         return self.finish(self.kernel())
 
 
+FLOAT32_MAX = 3.4028234663852886e38
+
+
+def within_float32(values: np.ndarray) -> bool:
+    """Whether every one of (at least one) ``values`` is finite and within float32: one pass, as a NaN or an
+    infinity fails the comparison too."""
+    return bool(np.abs(values).max() <= FLOAT32_MAX)
+
+
 def unit_queries(queries: np.ndarray) -> np.ndarray:
     """Query vectors (m, dim; finite) scaled to unit length, in float32: a raw vector query as the engine reads it."""
     queries = np.asarray(queries, dtype=np.float64)

@@ -55,7 +55,7 @@ async def one(
         answers = await compute(request, table, operation, lambda: _run(table, [query], encoder, delta))
     else:
         answers = split.finish(await search(request, table, operation, split.search))
-        if door.expecting(answers):  # an analogy's expected answer: every row scored
+        if query.analogy is not None and query.analogy.expect is not None:  # its expected answer: every row scored
             await compute(request, table, f"{operation}_expect", lambda: door.expectations(table, [query], answers))
     (answer,) = answers
     if isinstance(answer, Failed):
@@ -84,10 +84,11 @@ def _run(table: Table, queries: list[Query], encoder: Table | None, delta: Delta
 
 async def search(request: Request, table: Table, operation: str, search: Search) -> Answers:
     """``table.run(search)``, wherever it runs best."""
-    if not table.is_light(search):
+    plan = table.light_plan(search)
+    if plan is None:
         return await compute(request, table, operation, lambda: table.run(search))
     started = time.perf_counter()
-    answers: Answers = await request.app.state.searcher.run(table, search)
+    answers: Answers = await request.app.state.searcher.run_plan(plan)
     request.app.state.metrics.observe_search(operation, table.name, time.perf_counter() - started)
     return answers
 

@@ -59,7 +59,10 @@ class Searcher:
         lower_priority(self._thread.native_id, nice)
 
     async def run(self, table: Table, search: Search) -> Answers:
-        plan = table.plan(search)
+        return await self.run_plan(table.plan(search))
+
+    async def run_plan(self, plan: Plan) -> Answers:
+        """:meth:`run` given the search's plan (``Table.light_plan``)."""
         job = Job(plan, asyncio.get_running_loop().create_future())
         if self._outstanding or time.perf_counter() - self._last_answer < BUSY_WINDOW:
             self._hand_off([job])

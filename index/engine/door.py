@@ -20,7 +20,7 @@ import functools
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -184,7 +184,7 @@ class Probe:
 # ---------------------------------------------------------------------------------------- inputs to vectors
 def _word(table: Table, text: str, compose: str | None) -> Probe:
     """One word: its row if the table has it, else (with ``compose="mean"``) the mean of its tokenizer pieces."""
-    found = table.find(text)
+    found = table.lookup.find(text)
     if found is None and compose == "mean":
         vector, pieces = table.compose(text)
         info = {
@@ -196,7 +196,8 @@ def _word(table: Table, text: str, compose: str | None) -> Probe:
         return Probe(vector[0], {i for i, _ in pieces}, info)
     if found is None:
         found = table.resolve(text)  # raises UnknownToken with suggestions
-    return Probe(table.mean_query([found.id])[0], {found.id}, found.as_dict())
+    info = found.as_dict()  # the lookup's part done before the rows are read
+    return Probe(table.mean_query([found.id])[0], {found.id}, info)
 
 
 def _row(table: Table, row: int) -> Probe:
@@ -407,8 +408,7 @@ def _plain(query: Query, delta: Delta | None) -> bool:
     )
 
 
-@dataclass(slots=True)
-class Split:
+class Split(NamedTuple):
     """A plain query's one engine request (:attr:`search`) and the step that makes its answers results."""
 
     search: Search

@@ -1,5 +1,4 @@
-"""Top-k kernels over unit rows: exact inner-product search, the best of a score vector, and the hits left
-once some rows are left out."""
+"""Top-k kernels over unit rows: exact inner-product search and the best of a score vector."""
 
 from __future__ import annotations
 
@@ -94,18 +93,3 @@ def top_k(scores: np.ndarray, k: int, exclude: Collection[int] = ()) -> list[Nei
     best = best[np.argsort(-scores[best], kind="stable")]
     out = [(int(i), float(scores[i])) for i in best if int(i) not in exclude and np.isfinite(scores[i])]
     return out[:k]
-
-
-def keep_hits(
-    scores: np.ndarray, ids: np.ndarray, k: int, exclude: Collection[int], flags: np.ndarray | None, drop: int
-) -> list[Neighbor]:
-    """The first ``k`` of one query's hits (best first) that are not padding (-1), not in ``exclude`` and not of
-    a token kind in the bit mask ``drop`` (``flags``: the kind bits of every row; read only when ``drop``)."""
-    out: list[Neighbor] = []
-    for score, i in zip(scores.tolist(), ids.tolist(), strict=True):
-        if i < 0 or i in exclude or (drop and flags is not None and flags[i] & drop):
-            continue
-        out.append((i, score))
-        if len(out) == k:
-            break
-    return out

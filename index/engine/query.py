@@ -14,7 +14,7 @@ checks each item of a batch.
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar
 
 import numpy as np
@@ -77,11 +77,12 @@ class Query:
     method: Method = "3cosadd"  # an analogy's
     fields: list[str] | None = None  # a documents table's payload fields to return (None: all)
     statistics: Any = None  # a sharded table's whole keyword statistics to score with (``index.engine.dfs``)
+    # Whether the query has an input that stands for a vector (text aside): read where the query is made, so
+    # the door asks the query nothing.
+    vector_input: bool = field(init=False)
 
-    @property
-    def vector_input(self) -> bool:
-        """Whether the query has an input that stands for a vector (text aside)."""
-        return (
+    def __post_init__(self) -> None:
+        self.vector_input = (
             self.vector is not None
             or self.document is not None
             or self.examples is not None

@@ -36,7 +36,7 @@ from index.engine.analogy import analogy_top, cosmul, cosmul_top
 from index.engine.faiss_search import filtered_params, search_index, set_search_params
 from index.engine.filters import RowSet, evaluate
 from index.engine.keyword import KeywordIndex
-from index.engine.knn import Hits, Neighbor, exact_knn, exact_knn_rows, keep_hits
+from index.engine.knn import Hits, Neighbor, exact_knn, exact_knn_rows
 from index.engine.lookup import Lookup, Resolved
 from index.engine.search import AnalogySearch, Answers, Method, Search, SearchOptions, VectorSearch
 from index.errors import ArtifactError, InvalidQuery
@@ -321,6 +321,11 @@ class Table:
             return light and search.rows is None
         return light and search.method == "3cosadd"
 
+    def light_plan(self, search: Search) -> Plan | None:
+        """The :class:`Plan` of ``search`` when it is light (:meth:`is_light`), else None: a search the service's
+        searcher runs."""
+        return self.plan(search) if self.is_light(search) else None
+
     def knn(
         self, queries: np.ndarray, k: int, options: SearchOptions = SearchOptions(), rows: RowSet | None = None
     ) -> Hits:
@@ -556,6 +561,21 @@ class Plan:
 
     def run(self) -> Answers:
         return self.finish(self.kernel())
+
+
+def keep_hits(
+    scores: np.ndarray, ids: np.ndarray, k: int, exclude: Collection[int], flags: np.ndarray | None, drop: int
+) -> list[Neighbor]:
+    """The first ``k`` of one query's hits (best first) that are not padding (-1), not in ``exclude`` and not of
+    a token kind in the bit mask ``drop`` (``flags``: the kind bits of every row; read only when ``drop``)."""
+    out: list[Neighbor] = []
+    for score, i in zip(scores.tolist(), ids.tolist(), strict=True):
+        if i < 0 or i in exclude or (drop and flags is not None and flags[i] & drop):
+            continue
+        out.append((i, score))
+        if len(out) == k:
+            break
+    return out
 
 
 FLOAT32_MAX = 3.4028234663852886e38

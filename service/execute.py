@@ -55,7 +55,7 @@ async def one(
         answers = await compute(request, table, operation, lambda: _run(table, [query], encoder, delta))
     else:
         answers = split.finish(await search(request, table, operation, split.search))
-        if query.analogy is not None and query.analogy.expect is not None:  # its expected answer: every row scored
+        if query.analogy is not None and query.analogy.expect is not None:  # as _expects, without a call
             await compute(request, table, f"{operation}_expect", lambda: door.expectations(table, [query], answers))
     (answer,) = answers
     if isinstance(answer, Failed):
@@ -76,10 +76,16 @@ async def batch(
 
 
 def _run(table: Table, queries: list[Query], encoder: Table | None, delta: Delta | None) -> list[Answer]:
+    expecting = any(_expects(query) for query in queries)  # read before the run: no call back here after it
     answers = door.run(table, queries, encoder, delta)
-    if door.expecting(answers):
-        door.expectations(table, queries, answers)
+    if expecting:
+        door.expectations(table, queries, answers)  # the analogies answered
     return answers
+
+
+def _expects(query: Query) -> bool:
+    """Whether ``query`` is an analogy with an expected answer to report (every row scored, after its search)."""
+    return query.analogy is not None and query.analogy.expect is not None
 
 
 async def search(request: Request, table: Table, operation: str, search: Search) -> Answers:

@@ -16,11 +16,10 @@ that scores every row.
 
 from __future__ import annotations
 
-import functools
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 import numpy as np
 
@@ -333,6 +332,7 @@ class _Item:
     mode: Mode
     probe: Probe | None
     fallback: dict[str, str] | None = None
+    rows: RowSet | None = None  # the rows its filter passes (None: no filter)
 
 
 def _words_input(query: Query) -> bool:
@@ -454,32 +454,29 @@ def run(
     """Answer each of ``queries`` in order (its result, or its error): one engine request per group of items
     sharing a filter, page and mode. ``encoder`` embeds texts; ``delta`` holds the documents written since the
     version, searched beside it."""
-    out: list[Answer] = [Failed(InvalidQuery("not run"))] * len(queries)
+    out: list[Answer | None] = [None] * len(queries)  # every place is set: a failure, or its group's answer
     groups: dict[Any, list[tuple[int, _Item]]] = {}
     for position, query in enumerate(queries):
-        item = attempt(functools.partial(_ready, table, query, encoder, delta))
-        if isinstance(item, Failed):
-            out[position] = item
+        try:  # one item's error is its answer
+            item = _prepare(table, query, encoder, delta)
+            if query.filter is not None:
+                item.rows = table.filter(query.filter)
+        except EmbeddingError as exc:
+            out[position] = Failed(exc)
             continue
         groups.setdefault(_key(item), []).append((position, item))
     for members in groups.values():
         items = [item for _, item in members]
         for (position, _), answer in zip(members, _run_group(table, items, delta), strict=True):
             out[position] = answer
-    return out
-
-
-def _ready(table: Table, query: Query, encoder: Table | None, delta: Delta | None) -> _Item:
-    item = _prepare(table, query, encoder, delta)
-    if query.filter is not None:
-        table.filter(query.filter)  # an error in the filter is this item's (the rows are kept for the search)
-    return item
+    return cast(list[Answer], out)
 
 
 def _key(item: _Item) -> Any:
     """What the items of one engine request share."""
     q = item.query
     spec = None if q.filter is None else json.dumps(q.filter, sort_keys=True)
+    options = q.options  # its fields: hashing the frozen options would be one more call per item
     return (
         spec,
         q.offset,
@@ -487,7 +484,7 @@ def _key(item: _Item) -> Any:
         item.mode,
         q.analogy is not None,
         q.k,
-        q.options,
+        (options.exact, options.restrict, options.skip_special, options.whole_words_only),
         q.diversity,
         q.rrf_k,
         q.weights,
@@ -506,7 +503,7 @@ def _run_group(table: Table, items: list[_Item], delta: Delta | None) -> list[An
         asked = [(p.info["a"]["id"], p.info["b"]["id"], p.info["c"]["id"]) for p in probes]
         answers = table.run(AnalogySearch(asked, first.k, first.method, first.options))
         return [_result(item.query, p, hits) for item, p, hits in zip(items, probes, answers, strict=True)]
-    rows = None if first.filter is None else table.filter(first.filter)
+    rows = items[0].rows
     passing = None if rows is None else _passing(delta, first, rows)
     excludes = [p.exclude | set(item.query.exclude) for item, p in zip(items, probes, strict=False)]
     found: Any  # per item: Neighbor hits, or Hit when ranked
@@ -574,7 +571,7 @@ def _written(delta: Delta, query: Query) -> np.ndarray | None:
 def _passing(delta: Delta | None, query: Query, rows: RowSet) -> int:
     """How many live documents pass the query's filter (``rows``: those of the version)."""
     if delta is None:
-        return len(rows)
+        return rows.count
     written = _written(delta, query)
     return int((rows.mask & ~delta.deleted).sum()) + (0 if written is None else int(written.sum()))
 

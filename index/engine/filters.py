@@ -59,11 +59,13 @@ class RowSet:
 
     mask: np.ndarray
     ids: np.ndarray = field(init=False)
+    count: int = field(init=False)  # how many pass: len(ids), read on every search without a call
     _bitmap: np.ndarray | None = field(default=None, init=False, repr=False)
     _selector: Any = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
         self.ids = np.flatnonzero(self.mask)
+        self.count = len(self.ids)
 
     def __len__(self) -> int:
         return len(self.ids)

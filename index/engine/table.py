@@ -77,6 +77,10 @@ class Table:
         self.directory = directory
         self.manifest = manifest
         self.vectors = vectors
+        # Read on every search: plain attributes (a version's files never change).
+        self.name = str(manifest["name"])
+        self.rows = int(vectors.shape[0])
+        self.dim = int(vectors.shape[1])
         self.norms = norms
         self.tokens = tokens
         self.index = index
@@ -141,18 +145,6 @@ class Table:
         return cls(directory, manifest, vectors, norms, Tokens(directory), index, flags, metadata, payload, keyword)
 
     # ---------------------------------------------------------------- properties
-    @property
-    def name(self) -> str:
-        return str(self.manifest["name"])
-
-    @property
-    def rows(self) -> int:
-        return int(self.vectors.shape[0])
-
-    @property
-    def dim(self) -> int:
-        return int(self.vectors.shape[1])
-
     @property
     def kind(self) -> str:
         return str(self.manifest.get("kind", "words"))
@@ -343,7 +335,7 @@ class Table:
     def _filtered_knn(self, queries: np.ndarray, k: int, options: SearchOptions, rows: RowSet) -> Hits:
         """The ``k`` best of ``rows`` (all of them when fewer pass): from the approximate index told to keep to
         them when enough pass, exactly otherwise, and exactly again for any query the index left short."""
-        k = min(k, len(rows))
+        k = min(k, rows.count)
         if k == 0:
             return np.zeros((len(queries), 0), dtype=np.float32), np.zeros((len(queries), 0), dtype=np.int64)
         index, params = self.index, None
@@ -387,7 +379,7 @@ class Table:
         if search.offset < 0:
             raise InvalidQuery("offset must be at least 0")
         if search.rows is not None:
-            limit = min(limit, int(search.rows.mask[:limit].sum()) if limit < self.rows else len(search.rows))
+            limit = min(limit, int(search.rows.mask[:limit].sum()) if limit < self.rows else search.rows.count)
         want = search.offset + search.k
         fetch = want + max(map(len, search.exclude), default=0) + (DROP_SLACK if drop else 0)
         return Plan(self, search, min(fetch, limit), drop, limit)

@@ -140,7 +140,11 @@ async def compute(
     else:
         # Heavy calls take turns, a few at a time: all at once they would share the CPU and all finish late.
         limiter = state.heavy_calls
-    async with limiter:
+    try:
+        limiter.acquire_nowait()  # a free slot is taken without a turn of the loop (``async with`` yields one)
+    except anyio.WouldBlock:
+        await limiter.acquire()
+    try:
         if check_client and await request.is_disconnected():
             log.info("%s %s: the client has gone, its work is not started", request.method, request.url.path)
             raise ApiError("client_closed_request", "the client closed the connection before its work started")
@@ -154,6 +158,8 @@ async def compute(
             raise
         finally:
             watching.cancel()
+    finally:
+        limiter.release()
 
 
 async def _watch(request: Request, gone: threading.Event) -> None:

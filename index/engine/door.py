@@ -379,10 +379,11 @@ def _prepare(table: Table, query: Query, encoder: Table | None, delta: Delta | N
             if mode != "hybrid" or query.diversity or query.min_score is not None:  # these need a vector
                 raise NoKnownWord(exc.message + KEYWORD_HINT, **exc.details) from None
             return _Item(query, "keyword", None, {"mode": "keyword", "reason": exc.message})
+    item = _Item(query, mode, found)  # made beside the probe, before the keyword index is asked
     if mode == "hybrid" and text is not None and query.min_score is None and not _has_keyword(table, text, delta):
         reason = f"no document of {table.name!r} holds a word of text {preview(text)} as the keyword index reads it"
-        return _Item(query, "vector", found, {"mode": "vector", "reason": reason})
-    return _Item(query, mode, found)
+        item.mode, item.fallback = "vector", {"mode": "vector", "reason": reason}
+    return item
 
 
 def _has_keyword(table: Table, text: str, delta: Delta | None) -> bool:

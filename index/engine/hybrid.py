@@ -156,7 +156,7 @@ def _keyword_lists(table: Source, search: DocumentSearch, depth: int, m: int) ->
     """Each query text's best rows by BM25 (ids, scores) among the rows that may answer, inputs left out."""
     assert table.keyword is not None and search.texts is not None
     allowed = None if search.rows is None else search.rows.mask
-    limit = table.limit(search.options)
+    limit = table.rows if search.options.restrict is None else table.limit(search.options)  # every row, as limit()
     if limit < table.rows:
         allowed = (np.ones(table.rows, dtype=bool) if allowed is None else allowed.copy()) & (
             np.arange(table.rows) < limit

@@ -81,6 +81,9 @@ class Table:
         self.name = str(manifest["name"])
         self.rows = int(vectors.shape[0])
         self.dim = int(vectors.shape[1])
+        # A documents table's record of the table that embedded its text at import (``--encoder``); None when its
+        # vectors came with the documents.
+        self.encoder_record: dict[str, Any] | None = (manifest.get("documents") or {}).get("encoder")
         self.norms = norms
         self.tokens = tokens
         self.index = index
@@ -175,13 +178,6 @@ class Table:
         graph = (self.manifest.get("transformer") or {}).get("graph")
         digest: str | None = self.manifest.get("files", {}).get(graph, {}).get("sha256") if graph else None
         return digest
-
-    @property
-    def encoder_record(self) -> dict[str, Any] | None:
-        """A documents table's record of the table that embedded its text at import (``--encoder``); None when
-        its vectors came with the documents."""
-        record: dict[str, Any] | None = (self.manifest.get("documents") or {}).get("encoder")
-        return record
 
     @property
     def byte_level(self) -> bool:

@@ -18,7 +18,7 @@ from tests.request_path import RequestPath, TracedClient, traced_client
 GLOVE = glove_package.DEFAULT_NAME
 # The most modules each path may enter, and the most times it may go back into any one of them.
 NEIGHBORS_LIMITS = (16, 3)
-HYBRID_LIMITS = (21, 5)
+HYBRID_LIMITS = (21, 4)
 
 
 @pytest.fixture(scope="module")

@@ -10,6 +10,8 @@ Real ``embedding-serve`` processes with the default settings, shared by the modu
 - ``documents_server``: over ``documents_data_dir`` (``lee``, ``no-text``, ``small`` and ``lee-text``).
 
 A module that needs other settings, other tables or writes starts its own (``tests/service/real_server.py``).
+The sharded-table modules copy their data directories from ``lee_imports``: the Lee corpus imported once for the
+session, whole and as shards.
 """
 
 from __future__ import annotations
@@ -109,6 +111,35 @@ def documents_server(
 ) -> Iterator[real_server.Server]:
     with real_server.running(documents_data_dir, tmp_path_factory.mktemp("documents-serve") / "serve.log") as server:
         yield server
+
+
+LEE_SHARDS = 3
+
+
+@pytest.fixture(scope="session")
+def lee_imports(tmp_path_factory: pytest.TempPathFactory, lee_docs: Lee) -> Path:
+    """gensim's Lee corpus imported by ``embedding-index import`` (its entry point, in this process) as ``lee``,
+    whole and as ``LEE_SHARDS`` shards: ``plain/whole``, ``plain/sharded``, and the same with copies of some
+    documents under ids of their own (``copies/...``: equal scores in the lists a front merges). Data
+    directories to copy (``lee_copy``): the modules serve and write to their own."""
+    from tests.index.test_sources import run_cli
+    from tests.service.test_shards_front import copies
+
+    root = tmp_path_factory.mktemp("lee-imports")
+    records = jsonl_records(lee_docs)
+    sources = {"plain": records, "copies": records + [{**records[i], "id": ident} for ident, i in copies()]}
+    for kind, rows in sources.items():
+        source = write_jsonl(root / f"{kind}.jsonl", rows)
+        for where, extra in (("whole", ()), ("sharded", ("--shards", LEE_SHARDS))):
+            done = run_cli("import", source, "--name", "lee", *extra, "--data-dir", root / kind / where)
+            assert done.code == 0, done.err
+    return root
+
+
+def lee_copy(lee_imports: Path, kind: str, where: str, to: Path) -> Path:
+    """A copy of the data directory ``lee_imports / kind / where`` (it holds ``lee``) at ``to``."""
+    shutil.copytree(lee_imports / kind / where, to)
+    return to
 
 
 # The explorer's browser: imported when a test asks for it (tests.service.browser skips where Chromium is missing).

@@ -9,9 +9,9 @@ import shutil
 from pathlib import Path
 
 from index.store import artifact, shardmap, writelog
-from tests.index.test_shards import EXE, run
-from tests.lee import Lee, jsonl_records, write_jsonl
+from tests.lee import Lee
 from tests.service import real_server
+from tests.service.conftest import LEE_SHARDS, lee_copy
 from tests.service.test_live_search import HEADERS, KEY
 
 
@@ -52,13 +52,12 @@ def test_a_table_is_compacted_when_its_writes_reach_the_setting(
         assert "compacting 7 written or deleted documents" in server.log()
 
 
-def test_a_sharded_table_is_compacted_when_its_shards_writes_reach_the_setting(lee_docs: Lee, tmp_path: Path) -> None:
-    data = tmp_path / "data"
-    source = write_jsonl(tmp_path / "lee.jsonl", jsonl_records(lee_docs))
-    done = run(EXE, "import", source, "--name", "lee", "--shards", 3, "--data-dir", data, "-q")
-    assert done.returncode == 0, done.stderr
+def test_a_sharded_table_is_compacted_when_its_shards_writes_reach_the_setting(
+    lee_docs: Lee, lee_imports: Path, tmp_path: Path
+) -> None:
+    data = lee_copy(lee_imports, "plain", "sharded", tmp_path / "data")  # lee as 3 shards
     ids = [f"auto/{i}" for i in range(7)]
-    assert len({shardmap.shard_of_id(i, 3) for i in ids[:4]}) > 1  # the first writes span shards
+    assert len({shardmap.shard_of_id(i, LEE_SHARDS) for i in ids[:4]}) > 1  # the first writes span shards
     env = {"EMBEDDING_WRITE_KEYS": KEY, "EMBEDDING_COMPACT_ROWS": "6"}
     with real_server.running(data, tmp_path / "serve.log", env=env) as server:
         url = f"{server.base}/v1/tables/lee"

@@ -15,8 +15,8 @@ from typing import Any
 import httpx
 
 from index.store import shardmap, writelog
-from tests.index.test_shards import EXE, run
-from tests.lee import Lee, jsonl_records, write_jsonl
+from tests.lee import Lee
+from tests.service.conftest import LEE_SHARDS, lee_copy
 from tests.service.test_write_durability import kill_in_streams
 
 KEY = "sharded-durability-key-0123456789"
@@ -56,11 +56,11 @@ def stream(base: str, lee: Lee, start: int, acked: dict[str, int], refused: set[
         i += 1
 
 
-def test_kill_9_in_a_stream_of_sharded_writes_loses_no_acknowledged_write(lee_docs: Lee, tmp_path: Path) -> None:
-    source = write_jsonl(tmp_path / "lee.jsonl", jsonl_records(lee_docs))
-    data = tmp_path / "data"
-    done = run(EXE, "import", source, "--name", "lee", "--shards", SHARDS, "--data-dir", data, "-q")
-    assert done.returncode == 0, done.stderr
+def test_kill_9_in_a_stream_of_sharded_writes_loses_no_acknowledged_write(
+    lee_docs: Lee, lee_imports: Path, tmp_path: Path
+) -> None:
+    assert SHARDS == LEE_SHARDS
+    data = lee_copy(lee_imports, "plain", "sharded", tmp_path / "data")
     acked, refused = kill_in_streams(data, tmp_path, lee_docs, stream, random.Random(30), ROUNDS, KEY)
     assert len(acked) > 20 and refused
     logged: set[str] = set()

@@ -24,19 +24,20 @@ from index.store import shardmap, writelog
 from service import live, writes
 from service.schemas.writes import WriteDocument
 from tests.index.test_shards import EXE, door_queries, run
-from tests.lee import Lee, jsonl_records, write_jsonl
+from tests.lee import Lee
+from tests.service.conftest import LEE_SHARDS, lee_copy
 from tests.service.test_live_search import as_write, written
 
 SHARDS = 3
 
 
 @pytest.fixture(scope="module")
-def data(tmp_path_factory: pytest.TempPathFactory, lee_docs: Lee) -> Path:
+def data(tmp_path_factory: pytest.TempPathFactory, lee_imports: Path) -> Path:
+    """``lee`` whole and as ``SHARDS`` shards (``lee_imports``)."""
     root = tmp_path_factory.mktemp("shard-writes")
-    source = write_jsonl(root / "lee.jsonl", jsonl_records(lee_docs))
-    for where, extra in (("whole", ()), ("sharded", ("--shards", SHARDS))):
-        done = run(EXE, "import", source, "--name", "lee", *extra, "--data-dir", root / where, "-q")
-        assert done.returncode == 0, done.stderr
+    assert SHARDS == LEE_SHARDS
+    for where in ("whole", "sharded"):
+        lee_copy(lee_imports, "plain", where, root / where)
     return root
 
 

@@ -30,9 +30,9 @@ import pytest
 from index.store import shardmap
 from service.scatter import front_settings, merge_lists, merged_answer, shard_body
 from service.schemas.search import SearchRequest
-from tests.index.test_shards import EXE, run
-from tests.lee import Lee, jsonl_records, write_jsonl
+from tests.lee import Lee, jsonl_records
 from tests.service import real_server
+from tests.service.conftest import LEE_SHARDS, lee_copy
 from tests.service.real_server import HTTP, Server
 
 SHARDS = 3
@@ -56,14 +56,14 @@ def records(lee_docs: Lee) -> list[dict[str, Any]]:
 
 
 @pytest.fixture(scope="module")
-def root(tmp_path_factory: pytest.TempPathFactory, records: list[dict[str, Any]]) -> Path:
+def root(tmp_path_factory: pytest.TempPathFactory, lee_imports: Path) -> Path:
+    """``lee`` whole and as ``SHARDS`` shards, with the copies (the corpus and ``copies()``, ``lee_imports``)."""
     root = tmp_path_factory.mktemp("front")
     owners = {shardmap.shard_of_id(ident, SHARDS) for ident, _ in copies()}
     assert owners == set(range(SHARDS))  # the copies of a document stand on more than one shard
-    source = write_jsonl(root / "lee.jsonl", records)
-    for name, extra, where in (("lee", (), "whole"), ("lee", ("--shards", SHARDS), "sharded")):
-        done = run(EXE, "import", source, "--name", name, *extra, "--data-dir", root / where, "-q")
-        assert done.returncode == 0, done.stderr
+    assert SHARDS == LEE_SHARDS
+    for where in ("whole", "sharded"):
+        lee_copy(lee_imports, "copies", where, root / where)
     (root / "front").mkdir()
     return root
 

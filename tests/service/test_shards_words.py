@@ -26,7 +26,8 @@ import pytest
 from index.build.sources import RawTable
 from index.engine.table import Table
 from index.store import shardmap
-from tests.index.test_shards import EXE, ROUNDING, equal_up_to_ties, run
+from tests.index.test_shards import ROUNDING, equal_up_to_ties
+from tests.index.test_sources import run_cli
 from tests.service import real_server
 from tests.service.real_server import HTTP, Server
 from tests.words import write_words
@@ -38,9 +39,9 @@ SHARDS = 3
 def root(tmp_path_factory: pytest.TempPathFactory, glove_raw: RawTable) -> Path:
     root = tmp_path_factory.mktemp("word-front")
     source = write_words(glove_raw, root / "words.txt")
-    for name, extra in (("words", ()), ("words3", ("--shards", SHARDS))):
-        done = run(EXE, "import", source, "--name", name, *extra, "--data-dir", root / "data", "-q")
-        assert done.returncode == 0, done.stderr
+    for name, extra in (("words", ()), ("words3", ("--shards", SHARDS))):  # the command's entry point, in process
+        done = run_cli("import", source, "--name", name, *extra, "--data-dir", root / "data")
+        assert done.code == 0, done.err
     return root
 
 

@@ -17,19 +17,20 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 
 from index.store import shardmap, writelog
-from tests.index.test_shards import EXE, run
-from tests.lee import Lee, jsonl_records, write_jsonl
+from tests.lee import Lee
 from tests.service import real_server
+from tests.service.conftest import LEE_SHARDS, lee_copy
 from tests.service.real_server import HTTP, Server
 from tests.service.test_live_search import as_write
 from tests.service.test_shard_writes import history
-from tests.service.test_shards_front import bodies, copies
+from tests.service.test_shards_front import bodies
 
 SHARDS = 3
 KEY = "shard-writer-key-0123456789"
@@ -37,13 +38,11 @@ HEADERS = {"x-api-key": KEY}
 
 
 @pytest.fixture(scope="module")
-def servers(tmp_path_factory: pytest.TempPathFactory, lee_docs: Lee) -> Iterator[dict[str, Any]]:
+def servers(tmp_path_factory: pytest.TempPathFactory, lee_imports: Path) -> Iterator[dict[str, Any]]:
     root = tmp_path_factory.mktemp("front-writes")
-    records = jsonl_records(lee_docs)  # with the copies the front's search bodies ask for (equal scores)
-    source = write_jsonl(root / "lee.jsonl", records + [{**records[i], "id": ident} for ident, i in copies()])
-    for where, extra in (("whole", ()), ("sharded", ("--shards", SHARDS))):
-        done = run(EXE, "import", source, "--name", "lee", *extra, "--data-dir", root / where, "-q")
-        assert done.returncode == 0, done.stderr
+    assert SHARDS == LEE_SHARDS
+    for where in ("whole", "sharded"):  # with the copies the front's search bodies ask for (equal scores)
+        lee_copy(lee_imports, "copies", where, root / where)
     (root / "front").mkdir()
     env = {"EMBEDDING_WRITE_KEYS": KEY}
     started: list[Server] = []

@@ -16,6 +16,7 @@ from service.schemas.common import (
     Token,
     TokenOptions,
     Vector,
+    Whole,
     absent,
     batch_of,
     check_hits,
@@ -100,7 +101,7 @@ class AnalogyRowsRequest(BaseModel):
     expect: Vector | None = Field(
         None, description="the expected answer's unit row: the answer adds `expect`, its part of that answer's rank"
     )
-    leave_out: list[Annotated[int, Field(ge=0)]] = Field(
+    leave_out: list[Annotated[int, Field(ge=0), Whole]] = Field(
         default_factory=list,
         max_length=4,
         description="rows of the whole table (a, b, c and the expected answer) left out of `expect`'s count",

@@ -233,6 +233,12 @@ def int64_schema(schema: dict[str, Any]) -> None:
     schema["minimum"], schema["maximum"] = INT64_MIN + 1024, INT64_MAX + 1 - 1024
 
 
+DocumentId = Annotated[
+    Token | Annotated[int, Field(ge=INT64_MIN, le=INT64_MAX, json_schema_extra=int64_schema), Whole],
+    Field(description="a document's id (documents tables)", union_mode="left_to_right"),
+]
+
+
 def conditions(spec: Any) -> int:
     """How many conditions a filter holds: one per operator on a field and per and/or/not (each is one pass over
     a column or over the rows' booleans)."""

@@ -11,8 +11,6 @@ from pydantic.json_schema import SkipJsonSchema
 from index.engine.door import check_mode, check_options
 from service.schemas.common import (
     CHECK_BATCH,
-    INT64_MAX,
-    INT64_MIN,
     LIMITS,
     MAX_DIM,
     MAX_TEXT_CHARS,
@@ -20,6 +18,7 @@ from service.schemas.common import (
     POSITIVE_NEGATIVE,
     STRICT,
     BatchVector,
+    DocumentId,
     Form,
     ItemErrorResponse,
     Neighbor,
@@ -34,7 +33,6 @@ from service.schemas.common import (
     check_work,
     conditions,
     given,
-    int64_schema,
     nonempty,
     one_form,
     present,
@@ -42,10 +40,6 @@ from service.schemas.common import (
 from service.schemas.keyword_statistics import KeywordStatistics
 
 VectorBatch = Annotated[list[BatchVector], batch_of("a batch of query vectors"), CHECK_BATCH]
-DocumentId = Annotated[
-    Token | Annotated[int, Field(ge=INT64_MIN, le=INT64_MAX, json_schema_extra=int64_schema), Whole],
-    Field(description="a document's id (documents tables)", union_mode="left_to_right"),
-]
 DocumentIds = Annotated[list[DocumentId], Field(max_length=MAX_DIM)]
 Offset = Annotated[int, Field(ge=0, description="hits skipped first, for paging (offset + k <= max_k)"), Whole]
 MinScore = Annotated[

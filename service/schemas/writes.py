@@ -4,20 +4,18 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from pydantic import BaseModel, Field, StrictInt, StrictStr, model_validator
+from pydantic import BaseModel, Field, model_validator
 
 from service.schemas.common import (
     CHECK_BATCH,
     MAX_TEXT_CHARS,
-    MAX_TOKEN_CHARS,
     STRICT,
+    DocumentId,
     Vector,
     batch_of,
     given,
     one_form,
 )
-
-DocumentId = Annotated[StrictStr, Field(min_length=1, max_length=MAX_TOKEN_CHARS)] | StrictInt
 
 
 class WriteDocument(BaseModel):

@@ -138,6 +138,7 @@ def test_ids_with_slashes_and_deletes_by_ids_and_by_filter(server: real_server.S
         ({"id": "bad"}, ["give its vector, or its text"]),
         ({"id": "bad", "text": "zzqxv qqqzx"}, ["no word of its text is known to 'small'"]),
         ({"id": 7, "text": NOTE}, ["the ids of table 'lee' are strings"]),
+        ({"id": 7.0, "text": NOTE}, ["the ids of table 'lee' are strings"]),  # 7.0 is JSON Schema's integer 7
         ({"id": "ok-0", "text": NOTE}, ["the id comes twice in this request"]),
     ],
 )
@@ -158,6 +159,7 @@ def test_a_bad_document_is_a_422_naming_it(
         ("/documents", {"documents": []}),
         ("/documents", {"documents": [{"id": "", "text": NOTE}]}),
         ("/documents", {"documents": [{"id": 1.5, "text": NOTE}]}),
+        ("/documents", {"documents": [{"id": 2**70, "text": NOTE}]}),
         ("/documents", {"documents": [{"id": None, "text": NOTE}]}),
         ("/documents", {"documents": [{"id": True, "text": NOTE}]}),
         ("/documents", {"documents": [{"id": "h", "text": 7}]}),

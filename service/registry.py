@@ -178,7 +178,7 @@ class Registry:
             return False
         if table.name != name:  # a table copied or renamed on disk is served under its directory name
             log.warning("table directory %r holds a table built as %r; serving it as %r", name, table.name, name)
-            table.manifest["name"] = name
+            table.serve_as(name)
         self.tables[name] = table
         self.versions[name] = version
         deferred = table.summary().get("index_deferred")

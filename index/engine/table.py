@@ -147,6 +147,10 @@ class Table:
         keyword = KeywordIndex.open(directory, manifest, whole)
         return cls(directory, manifest, vectors, norms, Tokens(directory), index, flags, metadata, payload, keyword)
 
+    def serve_as(self, name: str) -> None:
+        """Take the name it is served under (a table copied or renamed on disk keeps its built name inside)."""
+        self.manifest["name"] = self.name = self.lookup.name = name
+
     # ---------------------------------------------------------------- properties
     @property
     def kind(self) -> str:

@@ -117,10 +117,11 @@ def test_failed_tables_are_skipped_and_reported(mixed_data_dir: Path, caplog: py
             error["code"] == "not_ready" and error["loaded"] == ["good"] and error["missing"] == ["broken", "corrupt"]
         )
         listing = client.get("/v1/tables").json()
-        assert [t["name"] for t in listing["tables"]] == [
-            "good"
-        ]  # served under its directory name and listing["unavailable"] == ["broken", "corrupt"]
+        assert [t["name"] for t in listing["tables"]] == ["good"]  # served under its directory name
+        assert listing["unavailable"] == ["broken", "corrupt"]
         assert client.get("/v1/tables/good/neighbors", params={"token": "heart"}).status_code == 200
+        unknown = client.get("/v1/tables/good/neighbors", params={"token": "zzqxv"}).json()["error"]["message"]
+        assert "table 'good'" in unknown, unknown
         failed = client.get("/v1/tables/corrupt/neighbors", params={"token": "heart"})
         assert failed.status_code == 503 and failed.json()["error"]["code"] == "not_ready"
         assert client.get("/healthz").status_code == 200

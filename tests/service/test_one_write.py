@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import pytest
 from starlette.requests import Request
 from starlette.responses import Response
 from uvicorn.config import Config
@@ -51,9 +52,9 @@ async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
     await Response(BODY + body, media_type="application/json")(scope, receive, send)
 
 
-async def exchange(protocol_class: type[HttpToolsProtocol], *requests: bytes) -> list[bytes | str]:
-    """What the protocol writes for ``requests``, each sent once the answer before it is written."""
-    config = Config(app=app, proxy_headers=False, date_header=False, server_header=False, log_level="warning")
+async def exchange(protocol_class: type[HttpToolsProtocol], *requests: bytes, asgi: Any = app) -> list[bytes | str]:
+    """What the protocol writes for ``requests`` to ``asgi``, each sent once the answer before it is written."""
+    config = Config(app=asgi, proxy_headers=False, date_header=False, server_header=False, log_level="warning")
     config.load()
     transport = Transport()
     protocol = protocol_class(config, ServerState(), {})  # type: ignore[call-arg]
@@ -107,3 +108,60 @@ def test_continue_is_not_held_and_close_follows_the_answer() -> None:
     assert isinstance(answer, bytes)
     assert answer.startswith(b"HTTP/1.1 200 OK\r\n") and b"connection: close\r\n" in answer
     assert answer.endswith(b"\r\n\r\n" + BODY + b"{}")
+
+
+def answering(*messages: dict[str, Any]) -> Any:
+    """An ASGI app that sends ``messages`` as they are."""
+
+    async def asgi(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] == "http":
+            for message in messages:
+                await send(message)
+
+    return asgi
+
+
+def start(*headers: tuple[bytes, bytes], status: int = 200) -> dict[str, Any]:
+    return {"type": "http.response.start", "status": status, "headers": list(headers)}
+
+
+def body(data: bytes, more: bool = False) -> dict[str, Any]:
+    return {"type": "http.response.body", "body": data, "more_body": more}
+
+
+LENGTH = (b"content-length", b"%d" % len(BODY))
+ANSWERS = {
+    "whole body": [start(LENGTH, (b"Content-Type", b"application/json")), body(BODY)],
+    "connection close": [start(LENGTH, (b"connection", b"keep-alive, Close")), body(BODY)],
+    "no content": [start(status=204), body(b"")],
+    "chunked": [start(), body(BODY[:5], more=True), body(BODY[5:], more=True), body(b"")],
+    "in parts": [start(LENGTH), body(BODY[:5], more=True), body(BODY[5:])],
+    "invalid header name": [start(LENGTH, (b"bad name", b"x")), body(BODY)],
+    "invalid header value": [start(LENGTH, (b"x-ok", b"a\nb")), body(BODY)],
+}
+
+
+@pytest.mark.parametrize("name", ANSWERS)
+def test_every_answer_as_uvicorn_writes_it(name: str) -> None:
+    """Whole, body-less, streamed and refused answers: the same bytes as uvicorn's (the head joined with the body's
+    first part), the same close, the same 500 for a header uvicorn refuses."""
+    request = b"GET /v1/tables/t/neighbors?token=a HTTP/1.1\r\nhost: x\r\n\r\n"
+    asgi = answering(*ANSWERS[name])
+    ours = asyncio.run(exchange(JsonErrorsProtocol, request, request, asgi=asgi))
+    theirs = asyncio.run(exchange(HttpToolsProtocol, request, request, asgi=asgi))
+    assert b"".join(e for e in ours if isinstance(e, bytes)) == b"".join(e for e in theirs if isinstance(e, bytes))
+    assert [e for e in ours if e == "close"] == [e for e in theirs if e == "close"]
+    assert ours[-1] == theirs[-1]
+    if name in ("whole body", "connection close", "no content"):  # one write per answer
+        assert len([e for e in ours if isinstance(e, bytes)]) == len([e for e in theirs if isinstance(e, bytes)]) // 2
+
+
+def test_a_body_longer_than_its_length_closes_the_connection() -> None:
+    """uvicorn refuses the body after writing the head; the held head is not written: the connection closes."""
+    request = b"GET /v1/tables/t/neighbors?token=a HTTP/1.1\r\nhost: x\r\n\r\n"
+    asgi = answering(start((b"content-length", b"2")), body(BODY))
+    ours = asyncio.run(exchange(JsonErrorsProtocol, request, asgi=asgi))
+    theirs = asyncio.run(exchange(HttpToolsProtocol, request, asgi=asgi))
+    assert ours[-1] == theirs[-1] == "close"
+    assert not [e for e in ours if isinstance(e, bytes)]
+    assert next(e for e in theirs if isinstance(e, bytes)).startswith(b"HTTP/1.1 200 OK\r\n")  # the head alone

@@ -295,3 +295,21 @@ def test_metrics_count_routes_and_tables(api: TestClient) -> None:
     assert 'route="/v1/tables/{table}/neighbors"' in text and 'table="small"' in text
     assert 'table="unknown"' in text and "nosuch" not in text  # unknown names never become labels
     assert 'embedding_search_seconds_count{operation="neighbors",table="small"}' in text
+
+
+def test_metrics_count_each_status_and_time_every_request(api: TestClient) -> None:
+    def counted(text: str, prefix: str, *labels: str) -> float:
+        lines = [line for line in text.splitlines() if line.startswith(prefix) and all(x in line for x in labels)]
+        return sum(float(line.rsplit(" ", 1)[1]) for line in lines)
+
+    route = ('method="GET"', 'route="/v1/tables/{table}/neighbors"', 'table="small"')
+    before = api.get("/metrics").text
+    for token in ("heart", "no-such-wordzz", "heart", "heart"):
+        api.get(f"{T}/neighbors", params={"token": token})
+    after = api.get("/metrics").text
+    for status, times in (("200", 3), ("404", 1)):
+        label = f'status="{status}"'
+        added = counted(after, "embedding_http_requests_total{", *route, label)
+        assert added - counted(before, "embedding_http_requests_total{", *route, label) == times
+    timed = "embedding_http_request_seconds_count{"
+    assert counted(after, timed, *route) - counted(before, timed, *route) == 4

@@ -15,7 +15,7 @@ from typing import Annotated, Any
 
 import typer
 
-from index.build.index_choice import AUTO_BUDGET_SECONDS
+from index.build.budget import AUTO_BUDGET_SECONDS
 from index.build.sources import FORMATS, RawTable
 from index.engine.keyword import DEFAULT_STEMMER, DEFAULT_STOPWORDS
 from index.errors import EmbeddingError

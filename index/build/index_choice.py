@@ -33,13 +33,13 @@ from typing import Any, cast
 import faiss
 import numpy as np
 
+from index.build.budget import AUTO_BUDGET_SECONDS
 from index.engine.faiss_search import search_index, set_search_params
 from index.errors import InvalidQuery
 from index.progress import Progress, duration, note, record
 
 AUTO_FLAT_BELOW = 100_000
 AUTO_TARGET_RECALL = 0.99
-AUTO_BUDGET_SECONDS = 900.0
 ESTIMATE_SAMPLE = 20_000
 EF_SEARCH_STEPS = (16, 24, 32, 40, 48, 56, 64, 80, 96, 128, 160, 192, 256, 384, 512, 1024)
 NPROBE_STEPS = (1, 2, 4, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024, 1536, 2048)

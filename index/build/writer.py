@@ -12,8 +12,9 @@ from typing import Any
 import faiss
 import numpy as np
 
+from index.build.budget import AUTO_BUDGET_SECONDS
 from index.build.clean import clean
-from index.build.index_choice import AUTO_BUDGET_SECONDS, IndexSpec, build_and_measure, parse_spec
+from index.build.index_choice import IndexSpec, build_and_measure, parse_spec
 from index.build.sources import RawTable
 from index.errors import ArtifactError
 from index.progress import duration, note

@@ -95,3 +95,23 @@ def test_make_import_runs_the_builder(tmp_path: Path, data_dir: Path, lee_docs: 
     assert Table.load(data_dir / "made").manifest["source"]["path"] == str(source)
     missing = run(*make, f"SRC={source}", cwd=REPO)
     assert missing.returncode != 0 and "make import needs SRC=file-or-folder and NAME=table-name" in missing.stderr
+
+
+def test_commands_that_build_no_index_do_not_import_faiss(data_dir: Path) -> None:
+    """``list``, ``inspect``, ``verify`` and ``remove`` run without FAISS (index.build.budget): the tests and the
+    deployments start them as processes, each of which would pay for its import."""
+    script = f"""
+import sys
+from index.build.cli import main
+for command in (["list"], ["inspect", "small"], ["verify", "small"], ["remove", "small"]):
+    sys.argv = ["embedding-index", "--quiet", *command, "--data-dir", {str(data_dir)!r}]
+    try:
+        main()
+    except SystemExit as exit:
+        assert not exit.code, (command, exit.code)
+    assert "faiss" not in sys.modules, command
+print("ok")
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0 and done.stdout.splitlines()[-1] == "ok", done.stderr[-3000:]
+    assert not (data_dir / "small").exists()

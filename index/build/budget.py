@@ -1,0 +1,9 @@
+"""The seconds ``--index auto`` may spend building a table's index by default (``--build-budget``).
+
+Apart from ``index.build.index_choice``, which imports FAISS: the command line names the default in its options
+without importing FAISS, which only the commands that build an index need.
+"""
+
+from __future__ import annotations
+
+AUTO_BUDGET_SECONDS = 900.0

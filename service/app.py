@@ -46,6 +46,7 @@ from service.routers.embed import ROUTERS as EMBED_ROUTERS
 from service.schemas.common import LIMITS, Limits
 from service.searcher import Searcher
 from service.settings import SUPERVISOR_VARIABLE, Settings, cores
+from service.shard_settings import front_settings
 from service.watch import Watcher
 
 log = logging.getLogger(__name__)
@@ -133,7 +134,7 @@ def create_app(settings: Settings) -> FastAPI:
     # asked for far less often: routes are tried in order.
     routes = [route for router in (*ROUTERS, *EMBED_ROUTERS) for route in router.routes]
     app.router.routes[:0] = routes
-    front = scatter.Front(scatter.front_settings())  # sharded tables answered by their shards' servers
+    front = scatter.Front(front_settings())  # sharded tables answered by their shards' servers
     app.state.front = front
     app.router.routes[:0] = [*(scatter.route(front, name) for name in front.tables), *scatter.elsewhere(front, routes)]
     app.router.routes[:0] = [route for name in front.tables for route in scatter_writes.routes(front, name)]

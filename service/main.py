@@ -27,7 +27,6 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from service.http.protocol import ConnectionLimits, JsonErrorsProtocol
 from service.logs import log_config
 from service.settings import SUPERVISOR_VARIABLE, Settings, cores, describe_error
 
@@ -108,11 +107,11 @@ def main(argv: list[str] | None = None) -> int:
     os.environ["EMBEDDING_THREADS"] = str(threads)
     for variable in THREAD_VARIABLES:
         os.environ[variable] = str(threads)
-    from service.scatter import front_settings  # imported here: it loads numpy, which reads the thread variables
+    from service.shard_settings import front_settings  # imported here: it loads numpy, which reads the thread variables
 
     try:
         settings = Settings()
-        front_settings()  # EMBEDDING_SHARDS, ... (service.scatter): checked here, not in every worker
+        front_settings()  # EMBEDDING_SHARDS, ... (service.shard_settings): checked here, not in every worker
     except ValidationError as exc:
         print(f"embedding-serve: {describe_error(exc)}", file=sys.stderr)
         return 2
@@ -130,6 +129,9 @@ def main(argv: list[str] | None = None) -> int:
         os.environ["PROMETHEUS_MULTIPROC_DIR"] = metrics_dir
     start_deferred_builds(settings)
     start_compaction(settings)
+
+    # The HTTP stack (uvicorn, FastAPI) once the settings are known to be good: a wrong one stops the server at once.
+    from service.http.protocol import ConnectionLimits, JsonErrorsProtocol
 
     limits = ConnectionLimits(
         settings.max_header_bytes, settings.header_timeout, settings.max_connections, settings.body_timeout

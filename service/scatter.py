@@ -55,8 +55,7 @@ import numpy as np
 import orjson
 from fastapi import Request
 from fastapi.routing import APIRoute
-from pydantic import Field, ValidationError
-from pydantic_settings import BaseSettings, SettingsConfigDict, SettingsError
+from pydantic import ValidationError
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
@@ -73,12 +72,12 @@ from index.engine.door import (
     unit_queries,
 )
 from index.errors import EmbeddingError, InvalidQuery
-from index.store.artifact import NAME_PATTERN as NAME
 from service.convert import words_only
 from service.errors import BODY_ERRORS, ApiError, item_error, responses
 from service.respond import FastJSON
 from service.scatter_words import WORDS, merged_neighbors, word_body
 from service.schemas.search import SearchRequest
+from service.shard_settings import ShardSettings
 
 if TYPE_CHECKING:  # imported where a front asks its shards: a server without shards never loads it
     import httpx
@@ -87,40 +86,6 @@ EVERY_ROW = 1 << 62  # the front does not know the table's rows: a list is as de
 WRITTEN = 1 << 61  # the merge's order of a shard's written documents: after every row
 TABLE = "/v1/tables/{table}"  # the table routes' prefix
 ASKED = ("row", "vector")  # what a shard's hits carry for the front (``include``): the order and MMR's rows
-
-
-class ShardSettings(BaseSettings):
-    """The front's settings (``EMBEDDING_SHARDS``, ``EMBEDDING_PARTIAL``, ``EMBEDDING_SHARD_TIMEOUT``)."""
-
-    model_config = SettingsConfigDict(env_prefix="EMBEDDING_", extra="ignore")
-
-    shards: dict[str, list[list[str]]] = Field(
-        default_factory=dict, description="per sharded table, each shard's replica URLs (JSON)"
-    )
-    partial: bool = Field(False, description="answer with the shards that answered, flagged partial, or fail")
-    shard_timeout: float = Field(2.0, gt=0, le=600, description="seconds each attempt at a shard may take")
-
-
-def front_settings() -> ShardSettings:
-    """The front's settings from the environment; ValueError naming the variable for one that is wrong."""
-    try:
-        settings = ShardSettings()
-    except SettingsError as exc:
-        form = "{table: [[replica URL, ...], ...]}"
-        raise ValueError(f"EMBEDDING_SHARDS: not JSON of the form {form} ({exc})") from None
-    except ValidationError as exc:
-        problems = "; ".join(f"EMBEDDING_{'.'.join(map(str, e['loc'])).upper()}: {e['msg']}" for e in exc.errors())
-        raise ValueError(problems) from None
-    for name, shards in settings.shards.items():
-        if not NAME.fullmatch(name) or ".." in name:
-            raise ValueError(f"EMBEDDING_SHARDS: {name!r} is not a table name")
-        if not shards or not all(shards):
-            raise ValueError(f"EMBEDDING_SHARDS: table {name!r} needs at least one replica URL per shard")
-        for replicas in shards:
-            for url in replicas:
-                if not url.startswith(("http://", "https://")):
-                    raise ValueError(f"EMBEDDING_SHARDS: table {name!r}: {url!r} is not an http(s) URL")
-    return settings
 
 
 @dataclass

@@ -13,8 +13,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from service.scatter import ShardSettings
 from service.settings import Settings
+from service.shard_settings import ShardSettings
 from tests.deploy.test_k8s import render
 
 SHARDS = 3

@@ -28,8 +28,9 @@ import numpy as np
 import pytest
 
 from index.store import shardmap
-from service.scatter import front_settings, merge_lists, merged_answer, shard_body
+from service.scatter import merge_lists, merged_answer, shard_body
 from service.schemas.search import SearchRequest
+from service.shard_settings import front_settings
 from tests.lee import Lee, jsonl_records
 from tests.service import real_server
 from tests.service.conftest import LEE_SHARDS, lee_copy

@@ -1,0 +1,47 @@
+"""The settings of a sharded table's front (``service.scatter``): ``EMBEDDING_SHARDS``, ``EMBEDDING_PARTIAL``,
+``EMBEDDING_SHARD_TIMEOUT``.
+
+Apart from the front itself, which imports the HTTP framework and the engine: ``embedding-serve`` checks them
+before it imports either, so that a wrong value stops it at once.
+"""
+
+from __future__ import annotations
+
+from pydantic import Field, ValidationError
+from pydantic_settings import BaseSettings, SettingsConfigDict, SettingsError
+
+from index.store.artifact import NAME_PATTERN as NAME
+
+
+class ShardSettings(BaseSettings):
+    """The front's settings (``EMBEDDING_SHARDS``, ``EMBEDDING_PARTIAL``, ``EMBEDDING_SHARD_TIMEOUT``)."""
+
+    model_config = SettingsConfigDict(env_prefix="EMBEDDING_", extra="ignore")
+
+    shards: dict[str, list[list[str]]] = Field(
+        default_factory=dict, description="per sharded table, each shard's replica URLs (JSON)"
+    )
+    partial: bool = Field(False, description="answer with the shards that answered, flagged partial, or fail")
+    shard_timeout: float = Field(2.0, gt=0, le=600, description="seconds each attempt at a shard may take")
+
+
+def front_settings() -> ShardSettings:
+    """The front's settings from the environment; ValueError naming the variable for one that is wrong."""
+    try:
+        settings = ShardSettings()
+    except SettingsError as exc:
+        form = "{table: [[replica URL, ...], ...]}"
+        raise ValueError(f"EMBEDDING_SHARDS: not JSON of the form {form} ({exc})") from None
+    except ValidationError as exc:
+        problems = "; ".join(f"EMBEDDING_{'.'.join(map(str, e['loc'])).upper()}: {e['msg']}" for e in exc.errors())
+        raise ValueError(problems) from None
+    for name, shards in settings.shards.items():
+        if not NAME.fullmatch(name) or ".." in name:
+            raise ValueError(f"EMBEDDING_SHARDS: {name!r} is not a table name")
+        if not shards or not all(shards):
+            raise ValueError(f"EMBEDDING_SHARDS: table {name!r} needs at least one replica URL per shard")
+        for replicas in shards:
+            for url in replicas:
+                if not url.startswith(("http://", "https://")):
+                    raise ValueError(f"EMBEDDING_SHARDS: table {name!r}: {url!r} is not an http(s) URL")
+    return settings

@@ -5,7 +5,10 @@ from __future__ import annotations
 import json
 import logging
 import mmap
+import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import anyio
@@ -84,6 +87,26 @@ def test_embedding_serve_exits_non_zero_on_bad_settings(
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "EMBEDDING_DATA_DIR" in err and "/no/such/dir" in err
     assert serve.main(["--workers", "0"]) == 2
+
+
+@pytest.mark.parametrize("variable", [("EMBEDDING_MAX_K", "0"), ("EMBEDDING_SHARDS", "nonsense")], ids=lambda v: v[0])
+def test_bad_settings_stop_the_server_before_the_http_stack_is_imported(
+    variable: tuple[str, str], tmp_path: Path
+) -> None:
+    """In a fresh interpreter, as ``embedding-serve`` starts: the settings are checked before uvicorn, FastAPI and
+    the engine are imported, so a wrong value costs the process a fraction of its start-up."""
+    script = f"""
+import sys
+from service.main import main
+code = main(["--data-dir", {str(tmp_path)!r}])
+print(code, *sorted({{m.split(".")[0] for m in sys.modules}} & {{"fastapi", "uvicorn", "starlette", "faiss"}}))
+"""
+    environment = {k: v for k, v in os.environ.items() if not k.startswith("EMBEDDING_")} | dict([variable])
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=False, env=environment
+    )
+    assert done.stdout.split() == ["2"], (done.stdout, done.stderr[-3000:])
+    assert done.stderr.startswith("embedding-serve: ") and variable[0] in done.stderr, done.stderr
 
 
 def test_threads_per_worker(clean_env: pytest.MonkeyPatch) -> None:

@@ -89,24 +89,30 @@ def test_embedding_serve_exits_non_zero_on_bad_settings(
     assert serve.main(["--workers", "0"]) == 2
 
 
-@pytest.mark.parametrize("variable", [("EMBEDDING_MAX_K", "0"), ("EMBEDDING_SHARDS", "nonsense")], ids=lambda v: v[0])
-def test_bad_settings_stop_the_server_before_the_http_stack_is_imported(
-    variable: tuple[str, str], tmp_path: Path
-) -> None:
+BAD = {"EMBEDDING_MAX_K": "0", "EMBEDDING_SHARDS": "nonsense"}  # one of the server's settings, one of a front's
+
+
+def test_bad_settings_stop_the_server_before_the_http_stack_is_imported(tmp_path: Path) -> None:
     """In a fresh interpreter, as ``embedding-serve`` starts: the settings are checked before uvicorn, FastAPI and
     the engine are imported, so a wrong value costs the process a fraction of its start-up."""
     script = f"""
-import sys
+import os, sys
 from service.main import main
-code = main(["--data-dir", {str(tmp_path)!r}])
-print(code, *sorted({{m.split(".")[0] for m in sys.modules}} & {{"fastapi", "uvicorn", "starlette", "faiss"}}))
+for variable, value in {BAD!r}.items():
+    os.environ[variable] = value
+    code = main(["--data-dir", {str(tmp_path)!r}])
+    del os.environ[variable]
+    loaded = {{m.split(".")[0] for m in sys.modules}} & {{"fastapi", "uvicorn", "starlette", "faiss"}}
+    print(variable, code, *sorted(loaded))
 """
-    environment = {k: v for k, v in os.environ.items() if not k.startswith("EMBEDDING_")} | dict([variable])
+    environment = {k: v for k, v in os.environ.items() if not k.startswith("EMBEDDING_")}
     done = subprocess.run(
         [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=False, env=environment
     )
-    assert done.stdout.split() == ["2"], (done.stdout, done.stderr[-3000:])
-    assert done.stderr.startswith("embedding-serve: ") and variable[0] in done.stderr, done.stderr
+    assert done.stdout.splitlines() == [f"{variable} 2" for variable in BAD], (done.stdout, done.stderr[-3000:])
+    refusals = done.stderr.splitlines()  # one line each, naming the variable
+    assert [line.split(":")[:2] for line in refusals] == [["embedding-serve", " invalid settings"]] * 2, refusals
+    assert all(variable in line for line, variable in zip(refusals, BAD, strict=True)), refusals
 
 
 def test_threads_per_worker(clean_env: pytest.MonkeyPatch) -> None:

@@ -72,11 +72,10 @@ from index.engine.door import (
     unit_queries,
 )
 from index.errors import EmbeddingError, InvalidQuery
-from service.convert import words_only
 from service.errors import BODY_ERRORS, ApiError, item_error, responses
 from service.respond import FastJSON
 from service.scatter_words import WORDS, merged_neighbors, word_body
-from service.schemas.search import SearchRequest
+from service.schemas.search import SearchRequest, words_only
 from service.shard_settings import ShardSettings
 
 if TYPE_CHECKING:  # imported where a front asks its shards: a server without shards never loads it

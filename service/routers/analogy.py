@@ -12,7 +12,7 @@ from starlette.responses import Response
 
 from index.engine.door import analogy_part, expectation_part, whole_rows
 from index.errors import InvalidQuery
-from service import convert, execute
+from service import execute
 from service.deps import TableDep
 from service.errors import BODY_ERRORS, responses
 from service.respond import FastJSON, neighbors, results, words
@@ -41,9 +41,9 @@ async def analogy(request: Request, table: TableDep, body: AnalogyRequest) -> Re
     if body.queries is None:
         # The request's validator requires a, b and c when there is no batch.
         question = AnalogyQuery(a=cast(str, body.a), b=cast(str, body.b), c=cast(str, body.c), expect=body.expect)
-        result = await execute.one(request, table, "analogy", convert.analogy(question, body))
+        result = await execute.one(request, table, "analogy", body.query(question))
         return FastJSON(words(table, result))
-    queries = [convert.analogy(question, body) for question in body.queries]
+    queries = [body.query(question) for question in body.queries]
     answers = await execute.batch(request, table, f"analogy_batch_{body.method}", queries)
     return FastJSON({"results": results(answers, functools.partial(words, table))})
 

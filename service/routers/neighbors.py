@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import functools
-from typing import cast
 
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
-from service import convert, execute
+from service import execute
 from service.deps import TableDep, TableName, table_named
 from service.errors import BODY_ERRORS, TABLE_ERRORS, responses
 from service.http.fastroute import QueryRoute, parse_query, query_params
@@ -16,7 +15,6 @@ from service.respond import FastJSON, results, words
 from service.schemas.neighbors import (
     NeighborsBatchResponse,
     NeighborsParams,
-    NeighborsQuery,
     NeighborsRequest,
     NeighborsResponse,
 )
@@ -33,9 +31,7 @@ router = APIRouter(prefix="/v1/tables/{table}", tags=["neighbors"], route_class=
 @query_params(NeighborsParams)
 async def neighbors_get(request: Request, table: TableName) -> Response:
     found = await table_named(request, table)
-    params = parse_query(request, NeighborsParams)
-    item = params.token if params.token is not None else cast(int, params.id)  # the validator asks for one
-    query = convert.word(item, params, params.compose)
+    query = parse_query(request, NeighborsParams).query()
     return FastJSON(words(found, await execute.one(request, found, "neighbors", query)))
 
 
@@ -46,10 +42,8 @@ async def neighbors_get(request: Request, table: TableName) -> Response:
     summary="gensim most_similar (positive/negative tokens, inputs left out), or a batch of queries",
 )
 async def neighbors_post(request: Request, table: TableDep, body: NeighborsRequest) -> Response:
+    queries = body.engine_queries()
     if body.queries is None:
-        item = NeighborsQuery(token=body.token, id=body.id, positive=body.positive, negative=body.negative)
-        query = convert.word(item, body, body.compose)
-        return FastJSON(words(table, await execute.one(request, table, "neighbors", query)))
-    queries = [convert.word(item, body, body.compose) for item in body.queries]
+        return FastJSON(words(table, await execute.one(request, table, "neighbors", queries[0])))
     answers = await execute.batch(request, table, "neighbors_batch", queries)
     return FastJSON({"results": results(answers, functools.partial(words, table))})

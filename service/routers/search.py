@@ -10,7 +10,7 @@ from fastapi import APIRouter, Request
 from starlette.responses import Response
 
 from index.engine.door import Result, keyword_statistics
-from service import convert, execute, live
+from service import execute, live
 from service.deps import RegistryDep, TableDep
 from service.errors import BODY_ERRORS, responses
 from service.http.fastroute import QueryRoute, plain_body
@@ -40,7 +40,7 @@ async def search(request: Request, table: TableDep, registry: RegistryDep, body:
     single = body.queries is None and body.vectors is None
     encoder, delta = None, None
     if table.payload is None:
-        queries = convert.vectors(table, body)
+        queries = body.vector_queries(table.name, table.kind)
 
         def shape(result: Result) -> dict[str, Any]:
             shown = neighbors(table, result.hits)  # type: ignore[arg-type]
@@ -49,7 +49,7 @@ async def search(request: Request, table: TableDep, registry: RegistryDep, body:
             return {"neighbors": shown}
 
     else:
-        queries = convert.documents(body)
+        queries = body.document_queries()
         encoder = registry.encoder_of(table)
         delta = live.delta_of(table)  # the documents written since the version, if any: searched beside them
 

@@ -6,6 +6,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from index.engine.door import Analogy, Query
 from service.schemas.common import (
     CHECK_BATCH,
     STRICT,
@@ -65,6 +66,11 @@ class AnalogyRequest(TokenOptions):
             raise ValueError("give a, b and c (or queries)")
         check_hits(len(self.queries or ()), self.k)
         return self
+
+    def query(self, question: AnalogyQuery) -> Query:
+        """The engine's query of one question, with this request's ``k``, method and options."""
+        asked = Analogy(question.a, question.b, question.c, question.expect)
+        return Query(analogy=asked, k=self.k, options=self.search_options(), method=self.method)
 
 
 class Expected(BaseModel):

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, cast
 
 from pydantic import BaseModel, Field, model_validator
 
+from index.engine.door import Examples, Query
 from service.schemas.common import (
     CHECK_BATCH,
     COMPOSE_HELP,
@@ -37,6 +38,11 @@ class NeighborsParams(TokenOptions):
         if (self.token is None) == (self.id is None):
             raise ValueError("give exactly one of token or id")
         return self
+
+    def query(self) -> Query:
+        """The engine's query: this token's (or row's) neighbours."""
+        item = self.token if self.token is not None else cast(int, self.id)  # the validator asks for one
+        return word_query(item, self, self.compose)
 
 
 class NeighborsQuery(BaseModel):
@@ -81,6 +87,29 @@ class NeighborsRequest(TokenOptions):
             raise ValueError("give exactly one of token, id, positive/negative tokens, or queries")
         check_hits(len(self.queries or ()), self.k)
         return self
+
+    def engine_queries(self) -> list[Query]:
+        """The engine's queries: the one query, or each item of ``queries``."""
+        if self.queries is None:
+            item = NeighborsQuery.model_construct(
+                token=self.token, id=self.id, positive=self.positive, negative=self.negative
+            )
+            return [word_query(item, self, self.compose)]
+        return [word_query(item, self, self.compose) for item in self.queries]
+
+
+def word_query(item: str | int | NeighborsQuery, options: TokenOptions, compose: Compose | None = None) -> Query:
+    """A neighbours query: a token, a row id, or positive/negative tokens (gensim ``most_similar``)."""
+    search = options.search_options()
+    if isinstance(item, str):
+        return Query(token=item, k=options.k, options=search, compose=compose)
+    if isinstance(item, int):
+        return Query(row=item, k=options.k, options=search)
+    if item.token is not None:
+        return Query(token=item.token, k=options.k, options=search, compose=compose)
+    if item.id is not None:
+        return Query(row=item.id, k=options.k, options=search)
+    return Query(examples=Examples(item.positive, item.negative), k=options.k, options=search)
 
 
 class NeighborsResponse(BaseModel):

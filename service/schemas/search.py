@@ -8,7 +8,8 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, Field, model_validator
 from pydantic.json_schema import SkipJsonSchema
 
-from index.engine.door import check_mode, check_options
+from index.engine.door import Examples, Mode, Query, SearchOptions, check_mode, check_options
+from index.errors import InvalidQuery
 from service.schemas.common import (
     CHECK_BATCH,
     LIMITS,
@@ -98,6 +99,20 @@ Include = Annotated[
         "scores go by) and its unit vector (what a front re-ranks by diversity)",
     ),
 ]
+# The fields of a documents table's search: a 422 in the search of a table of words or model tokens.
+DOCUMENT_ONLY = (
+    "id",
+    "positive",
+    "negative",
+    "queries",
+    "filter",
+    "fields",
+    "text",
+    "mode",
+    "diversity",
+    "rrf_k",
+    "weights",
+)
 DOCUMENT_FORMS = (given("vector"), given("id"), POSITIVE_NEGATIVE)
 TEXT_ALONE = {"allOf": [present("text"), absent("vector", "id"), NO_POSITIVE_NEGATIVE]}  # no vector query
 TEXT_FORM = Form({"allOf": [present("text"), absent("vector", "vectors", "id", "queries"), NO_POSITIVE_NEGATIVE]})
@@ -118,6 +133,15 @@ MODE_FORMS = (
         "anyOf": [present("text"), present("queries")],  # the vector side: a vector query, or the table's encoder
     },
 )
+
+
+def words_only(name: str, kind: str, asked: Any) -> None:
+    """The 422 for a documents table's fields in the search of table ``name`` of ``kind`` (words, model tokens);
+    ``include`` (each hit's row in the whole table, its unit vector) is for every table."""
+    if given := [field for field in DOCUMENT_ONLY if field in asked]:
+        raise InvalidQuery(
+            f"{', '.join(given)}: only for documents tables; table {name!r} holds {kind}, search it by vector"
+        )
 
 
 def _check_page(k: int, offset: int) -> None:
@@ -215,13 +239,13 @@ class SearchRequest(TokenOptions, PageOptions):
             check_mode(self.mode, self.text, bool(vector_query), self.min_score, self.diversity)
         else:  # the items' texts and vector queries are checked one by one (a bad item fails alone)
             check_options(self.mode, self.min_score, self.diversity)
-        _check_page(self.k, max([self.offset, *(q.offset for q in self.queries or [])]))
-        items = len(self.queries or self.vectors or ())
-        check_hits(items, self.k + max([self.offset, *(q.offset for q in self.queries or [])]))
-        filters = [self.filter, *(q.filter for q in self.queries or [])]
-        check_work(
-            sum(conditions(f) for f in filters if f is not None), "max_filter_conditions", "conditions in the filters"
-        )
+        offset, filters = self.offset, [] if self.filter is None else [self.filter]
+        if self.queries is not None:  # each item's page and filter too
+            offset = max([offset, *[q.offset for q in self.queries]])
+            filters += [q.filter for q in self.queries if q.filter is not None]
+        _check_page(self.k, offset)
+        check_hits(len(self.queries or self.vectors or ()), self.k + offset)
+        check_work(sum(map(conditions, filters)), "max_filter_conditions", "conditions in the filters")
         return self
 
     def document_query(self) -> DocumentQuery:
@@ -236,6 +260,54 @@ class SearchRequest(TokenOptions, PageOptions):
             min_score=self.min_score,
             text=self.text,
             mode=self.mode,
+        )
+
+    def vector_queries(self, name: str, kind: str) -> list[Query]:
+        """The engine's queries of a vector search of table ``name`` of words or model tokens (``kind``):
+        ``vector``, or each of ``vectors``; the fields of a documents table's search are a 422 here."""
+        words_only(name, kind, self.model_fields_set)
+        options = self.search_options()
+        items = [self.vector] if self.vector is not None else self.vectors or []
+        return [Query(vector=v, k=self.k, offset=self.offset, min_score=self.min_score, options=options) for v in items]
+
+    def document_queries(self) -> list[Query]:
+        """The engine's queries of a documents table's search: its one query, or each item of ``queries`` or
+        ``vectors`` (the latter sharing the request's filter and page); an item's mode is its own, else the
+        request's."""
+        options = self.search_options()
+        if self.queries is not None:
+            return [self._document(item, item.mode or self.mode, options) for item in self.queries]
+        if self.vectors is not None:
+            page = {"filter": self.filter, "offset": self.offset, "min_score": self.min_score}
+            return [self._search(options, self.mode, vector=v, **page) for v in self.vectors]
+        return [self._document(self, self.mode, options)]
+
+    def _document(self, item: DocumentQuery | SearchRequest, mode: Mode, options: SearchOptions) -> Query:
+        examples = Examples(item.positive, item.negative, documents=True) if item.positive or item.negative else None
+        return self._search(
+            options,
+            mode,
+            vector=item.vector,
+            document=item.id,
+            examples=examples,
+            text=item.text,
+            filter=item.filter,
+            offset=item.offset,
+            min_score=item.min_score,
+        )
+
+    def _search(self, options: SearchOptions, mode: Mode, **given: Any) -> Query:
+        weights = None if self.weights is None else (self.weights.vector, self.weights.keyword)
+        return Query(
+            k=self.k,
+            options=options,
+            mode=mode,
+            rrf_k=self.rrf_k,
+            weights=weights,
+            diversity=self.diversity,
+            fields=self.fields,
+            statistics=None if self.keyword_statistics is None else self.keyword_statistics.engine(),
+            **given,
         )
 
 

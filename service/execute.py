@@ -21,13 +21,16 @@ work that can stop midway (a t-SNE projection) is given ``gone``, set when the c
 from __future__ import annotations
 
 import asyncio
+import contextvars
+import functools
 import logging
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
-import anyio.to_thread
+import anyio
 import faiss
 from fastapi import Request
 
@@ -39,6 +42,7 @@ from service.errors import ApiError
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+WORKER_THREADS = 40  # anyio's default thread limit: the heavy and long slots bound what runs at once
 
 
 async def one(
@@ -149,10 +153,10 @@ async def compute(
             log.info("%s %s: the client has gone, its work is not started", request.method, request.url.path)
             raise ApiError("client_closed_request", "the client closed the connection before its work started")
         if gone is None:
-            return await anyio.to_thread.run_sync(timed)
+            return await _in_thread(timed)
         watching = asyncio.ensure_future(_watch(request, gone))
         try:
-            return await anyio.to_thread.run_sync(timed)
+            return await _in_thread(timed)
         except Abandoned:
             log.info("%s %s: the client has gone, its work is stopped", request.method, request.url.path)
             raise
@@ -160,6 +164,21 @@ async def compute(
             watching.cancel()
     finally:
         limiter.release()
+
+
+@functools.cache
+def _workers() -> ThreadPoolExecutor:
+    return ThreadPoolExecutor(WORKER_THREADS, thread_name_prefix="worker")
+
+
+async def _in_thread(fn: Callable[[], T]) -> T:
+    """``fn()`` in a worker thread with the request's context variables, awaited in one turn of the loop
+    (``anyio.to_thread.run_sync`` takes three). A cancelled request still waits for its thread, which holds its
+    slot."""
+    future = asyncio.get_running_loop().run_in_executor(_workers(), contextvars.copy_context().run, fn)
+    with anyio.CancelScope(shield=True):
+        result = await future
+    return result
 
 
 async def _watch(request: Request, gone: threading.Event) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Annotated
 
 from fastapi import Depends, Header, Path, Request
@@ -25,6 +26,7 @@ NAME_SCHEMA = {"pattern": TABLE_NAME}
 MAX_NAME = 64
 
 
+@functools.lru_cache(maxsize=256)  # a valid name is checked once; a refused one raises again each time
 def _table_name(name: str) -> str:
     """A table name is validated before any use (422 with the rule); never a path outside the data directory."""
     try:

@@ -54,7 +54,7 @@ async def one(
     delta: Delta | None = None,
 ) -> Result:
     """The result of one query, wherever it runs best; its error raises."""
-    split = door.split(table, query, encoder, delta)
+    split = door.split(table, query, encoder, delta) if query.plain else None  # not plain: never split
     if split is None:
         answers = await compute(request, table, operation, lambda: _run(table, [query], encoder, delta))
     else:

@@ -401,14 +401,6 @@ def _has_keyword(table: Table, text: str, delta: Delta | None) -> bool:
 
 
 # ------------------------------------------------------------------------------------------------- runs
-def _plain(query: Query, delta: Delta | None) -> bool:
-    """Whether ``query`` is one engine request with nothing around it: an input that stands for a vector, in mode
-    vector, undiversified, unfiltered, with nothing written since the version."""
-    return (
-        query.vector_input and query.mode == "vector" and not query.diversity and query.filter is None and delta is None
-    )
-
-
 class Split(NamedTuple):
     """A plain query's one engine request (:attr:`search`) and the step that makes its answers results."""
 
@@ -419,7 +411,7 @@ class Split(NamedTuple):
 def split(table: Table, query: Query, encoder: Table | None = None, delta: Delta | None = None) -> Split | None:
     """``query`` as one engine request and its finish, or None when it is not plain (filtered, keyword, hybrid,
     diverse, text alone, or with writes to merge): :func:`run` answers it then. Its error raises here."""
-    if not _plain(query, delta):
+    if not query.plain or delta is not None:
         return None
     if query.text is None and query.min_score is None:  # nothing of the mode rules to check: the hot path
         found = probe(table, query, encoder, delta)

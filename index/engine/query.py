@@ -80,6 +80,9 @@ class Query:
     # Whether the query has an input that stands for a vector (text aside): read where the query is made, so
     # the door asks the query nothing.
     vector_input: bool = field(init=False)
+    # Whether it is one engine request with nothing around it (``index.engine.door.split``): an input that stands
+    # for a vector, in mode vector, undiversified, unfiltered.
+    plain: bool = field(init=False)
 
     def __post_init__(self) -> None:
         self.vector_input = (
@@ -90,6 +93,7 @@ class Query:
             or self.row is not None
             or self.analogy is not None
         )
+        self.plain = self.vector_input and self.mode == "vector" and not self.diversity and self.filter is None
 
 
 @dataclass(slots=True, eq=False)

@@ -161,8 +161,12 @@ def delta_of(table: Table) -> Delta | None:
     if sharded is not None:
         whole = sharded.delta()
         return whole if whole.documents or whole.deleted.any() else None
-    delta = kept_delta(table)
-    return delta if delta is not None and (delta.documents or delta.deleted.any()) else None
+    state = _LIVE.get(table)
+    if state is None:
+        return None
+    delta = state.refresh()
+    with state.lock:  # a snapshot only when something was written: a search without writes copies nothing
+        return delta.snapshot() if delta.documents or delta.deleted.any() else None
 
 
 def kept_delta(table: Table) -> Delta | None:

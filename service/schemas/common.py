@@ -65,6 +65,12 @@ def check_hits(items: int, k: int) -> None:
         check_work(items * k, "max_hits", f"hits asked for ({items:,} items x k {k:,}, offset included)")
 
 
+def check_page(k: int, offset: int) -> None:
+    limit = LIMITS.get().max_k
+    if offset + k > limit:
+        raise ValueError(f"offset + k must be at most {limit} (the server's max_k), got {offset + k}")
+
+
 def k_schema(schema: dict[str, Any]) -> None:
     schema["maximum"] = LIMITS.get().max_k
 

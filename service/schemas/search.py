@@ -8,11 +8,10 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, Field, model_validator
 from pydantic.json_schema import SkipJsonSchema
 
-from index.engine.door import Examples, Mode, Query, SearchOptions, check_mode, check_options
+from index.engine.door import Examples, Mode, Query, check_mode, check_options
 from index.errors import InvalidQuery
 from service.schemas.common import (
     CHECK_BATCH,
-    LIMITS,
     MAX_DIM,
     MAX_TEXT_CHARS,
     NO_POSITIVE_NEGATIVE,
@@ -31,6 +30,7 @@ from service.schemas.common import (
     absent,
     batch_of,
     check_hits,
+    check_page,
     check_work,
     conditions,
     given,
@@ -144,12 +144,6 @@ def words_only(name: str, kind: str, asked: Any) -> None:
         )
 
 
-def _check_page(k: int, offset: int) -> None:
-    limit = LIMITS.get().max_k
-    if offset + k > limit:
-        raise ValueError(f"offset + k must be at most {limit} (the server's max_k), got {offset + k}")
-
-
 class FusionWeights(BaseModel):
     """Each list's weight in a hybrid search's fusion."""
 
@@ -243,7 +237,7 @@ class SearchRequest(TokenOptions, PageOptions):
         if self.queries is not None:  # each item's page and filter too
             offset = max([offset, *[q.offset for q in self.queries]])
             filters += [q.filter for q in self.queries if q.filter is not None]
-        _check_page(self.k, offset)
+        check_page(self.k, offset)
         check_hits(len(self.queries or self.vectors or ()), self.k + offset)
         check_work(sum(map(conditions, filters)), "max_filter_conditions", "conditions in the filters")
         return self
@@ -274,18 +268,16 @@ class SearchRequest(TokenOptions, PageOptions):
         """The engine's queries of a documents table's search: its one query, or each item of ``queries`` or
         ``vectors`` (the latter sharing the request's filter and page); an item's mode is its own, else the
         request's."""
-        options = self.search_options()
         if self.queries is not None:
-            return [self._document(item, item.mode or self.mode, options) for item in self.queries]
+            return [self._document(item, item.mode or self.mode) for item in self.queries]
         if self.vectors is not None:
             page = {"filter": self.filter, "offset": self.offset, "min_score": self.min_score}
-            return [self._search(options, self.mode, vector=v, **page) for v in self.vectors]
-        return [self._document(self, self.mode, options)]
+            return [self._search(self.mode, vector=v, **page) for v in self.vectors]
+        return [self._document(self, self.mode)]
 
-    def _document(self, item: DocumentQuery | SearchRequest, mode: Mode, options: SearchOptions) -> Query:
+    def _document(self, item: DocumentQuery | SearchRequest, mode: Mode) -> Query:
         examples = Examples(item.positive, item.negative, documents=True) if item.positive or item.negative else None
         return self._search(
-            options,
             mode,
             vector=item.vector,
             document=item.id,
@@ -296,11 +288,11 @@ class SearchRequest(TokenOptions, PageOptions):
             min_score=item.min_score,
         )
 
-    def _search(self, options: SearchOptions, mode: Mode, **given: Any) -> Query:
+    def _search(self, mode: Mode, **given: Any) -> Query:
         weights = None if self.weights is None else (self.weights.vector, self.weights.keyword)
         return Query(
             k=self.k,
-            options=options,
+            options=self.search_options(),
             mode=mode,
             rrf_k=self.rrf_k,
             weights=weights,

@@ -22,10 +22,10 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-import functools
 import logging
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
@@ -43,6 +43,8 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 WORKER_THREADS = 40  # anyio's default thread limit: the heavy and long slots bound what runs at once
+# Each event loop's worker threads (an app's), as anyio keeps them: they go when the loop goes.
+_WORKERS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, ThreadPoolExecutor] = weakref.WeakKeyDictionary()
 
 
 async def one(
@@ -166,16 +168,19 @@ async def compute(
         limiter.release()
 
 
-@functools.cache
-def _workers() -> ThreadPoolExecutor:
-    return ThreadPoolExecutor(WORKER_THREADS, thread_name_prefix="worker")
+def _workers(loop: asyncio.AbstractEventLoop) -> ThreadPoolExecutor:
+    workers = _WORKERS.get(loop)
+    if workers is None:
+        workers = _WORKERS[loop] = ThreadPoolExecutor(WORKER_THREADS, thread_name_prefix="worker")
+    return workers
 
 
 async def _in_thread(fn: Callable[[], T]) -> T:
     """``fn()`` in a worker thread with the request's context variables, awaited in one turn of the loop
     (``anyio.to_thread.run_sync`` takes three). A cancelled request still waits for its thread, which holds its
     slot."""
-    future = asyncio.get_running_loop().run_in_executor(_workers(), contextvars.copy_context().run, fn)
+    loop = asyncio.get_running_loop()
+    future = loop.run_in_executor(_workers(loop), contextvars.copy_context().run, fn)
     with anyio.CancelScope(shield=True):
         result = await future
     return result

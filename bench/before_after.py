@@ -15,8 +15,10 @@ off, so every request searches. The routes measured:
 
 First every request is sent to both: the answers must be byte for byte the same. Then each round measures both,
 in alternating order, route by route: one connection (p50) and ``--connections`` connections (requests/s), with
-``wrk`` when it is installed. The after/before ratios of the medians (and of each round's pair) are printed as a
-small table and written as JSON with every round; a change to the serving path is judged on those ratios.
+``wrk`` when it is installed, and the server's CPU per request in the many-connection run (all its threads,
+``bench.thread_cpu``: on a shared machine it varies far less from round to round than requests/s). The
+after/before ratios of the medians (and of each round's pair) are printed as a small table and written as JSON
+with every round; a change to the serving path is judged on those ratios.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from typing import Any
 
 import httpx
 
-from bench import load
+from bench import load, thread_cpu
 from bench.common import (
     REPO,
     TABLE,
@@ -90,10 +92,16 @@ def vector_requests(table: Table, name: str, words: list[tuple[str, int]]) -> li
     ]
 
 
-def measure(base: str, pid: int, items: list[load.Request], connections: int, seconds: float) -> load.LoadResult:
+def measure(
+    base: str, pid: int, items: list[load.Request], connections: int, seconds: float
+) -> tuple[load.LoadResult, float]:
+    """A load run and the serving process's CPU per request during it (microseconds, all threads)."""
+    serving = thread_cpu.serving_pid(pid)
+    before = thread_cpu.snapshot(serving)
     result = load.run(base, items, connections, seconds, use_wrk=wrk_path() is not None)
+    used = thread_cpu.per_request(serving, before, thread_cpu.snapshot(serving), result.requests)
     wait_idle(pid)
-    return result
+    return result, used["loop"] + used["others"]
 
 
 def same_answers(bases: dict[str, str], items: list[load.Request]) -> None:
@@ -114,13 +122,15 @@ def same_answers(bases: dict[str, str], items: list[load.Request]) -> None:
 def table_of(summary: dict[str, dict[str, dict[str, float]]], ratios: dict[str, dict[str, float]]) -> str:
     lines = [
         f"{'route':14} {'p50 before':>11} {'p50 after':>10} {'after/before':>12} "
-        f"{'rps before':>11} {'rps after':>10} {'after/before':>12}"
+        f"{'rps before':>11} {'rps after':>10} {'after/before':>12} {'CPU us before':>14} {'CPU us after':>13} "
+        f"{'after/before':>12}"
     ]
     for route, r in ratios.items():
         b, a = summary[route]["before"], summary[route]["after"]
         lines.append(
             f"{route:14} {b['p50_ms']:9.3f}ms {a['p50_ms']:8.3f}ms {r['p50']:12.2f} "
-            f"{b['rps']:11,.0f} {a['rps']:10,.0f} {r['rps']:12.2f}"
+            f"{b['rps']:11,.0f} {a['rps']:10,.0f} {r['rps']:12.2f} "
+            f"{b['cpu_us']:14,.0f} {a['cpu_us']:13,.0f} {r['cpu']:12.2f}"
         )
     return "\n".join(lines)
 
@@ -182,11 +192,12 @@ def main(argv: list[str] | None = None) -> int:
                 for name in ("before", "after") if r % 2 == 0 else ("after", "before"):
                     server = servers[name]
                     for route, items in routes.items():
-                        one = measure(server.base, server.process.pid, items, 1, args.seconds)
-                        many = measure(server.base, server.process.pid, items, args.connections, args.seconds)
-                        rounds[route][name].append({"c1": one.as_dict(), "many": many.as_dict()})
+                        one, _ = measure(server.base, server.process.pid, items, 1, args.seconds)
+                        many, cpu = measure(server.base, server.process.pid, items, args.connections, args.seconds)
+                        rounds[route][name].append({"c1": one.as_dict(), "many": many.as_dict(), "cpu_us": cpu})
                         print(
-                            f"round {r + 1} {name} {route}: p50 {one.p50_ms:.3f} ms, {many.rps:,.0f} requests/s",
+                            f"round {r + 1} {name} {route}: p50 {one.p50_ms:.3f} ms, {many.rps:,.0f} requests/s, "
+                            f"{cpu:,.0f} us CPU a request",
                             flush=True,
                         )
     summary = {
@@ -194,6 +205,7 @@ def main(argv: list[str] | None = None) -> int:
             name: {
                 "p50_ms": median([x["c1"]["p50_ms"] for x in rs]),
                 "rps": median([x["many"]["rps"] for x in rs]),
+                "cpu_us": median([x["cpu_us"] for x in rs]),
                 "errors": sum(x["c1"]["errors"] + x["many"]["errors"] for x in rs),
             }
             for name, rs in by_server.items()
@@ -207,9 +219,11 @@ def main(argv: list[str] | None = None) -> int:
             "rps": summary[route]["after"]["rps"] / summary[route]["before"]["rps"],
             # a ratio of times: under 1 is faster
             "p50": summary[route]["after"]["p50_ms"] / summary[route]["before"]["p50_ms"],
+            "cpu": summary[route]["after"]["cpu_us"] / summary[route]["before"]["cpu_us"],
             # per round, the two measured next to each other
             "rps_rounds": [a["many"]["rps"] / b["many"]["rps"] for a, b in pairs],
             "p50_rounds": [a["c1"]["p50_ms"] / b["c1"]["p50_ms"] for a, b in pairs],
+            "cpu_rounds": [a["cpu_us"] / b["cpu_us"] for a, b in pairs],
         }
     out = {
         "before": commit,
@@ -229,7 +243,8 @@ def main(argv: list[str] | None = None) -> int:
     args.out.write_text(json.dumps(out, indent=2))
     print(table_of(summary, ratios))
     print(
-        "p50: after/before time (under 1 is faster); rps: after/before (over 1 is faster); load average "
+        "p50: after/before time (under 1 is faster); rps: after/before (over 1 is faster); "
+        "CPU a request: after/before (under 1 is less); load average "
         f"{load_start[0]:.2f} at the start, {out['load_average']['end'][0]:.2f} at the end"
     )
     return 0

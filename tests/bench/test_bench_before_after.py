@@ -39,7 +39,9 @@ def test_documents_table_is_the_lee_corpus_with_hybrid_queries(tmp_path: Path) -
 
 
 def test_table_of_prints_a_row_of_ratios_per_route() -> None:
-    summary = {"neighbors": {"before": {"p50_ms": 0.5, "rps": 2000.0}, "after": {"p50_ms": 0.4, "rps": 2500.0}}}
-    ratios = {"neighbors": {"p50": 0.8, "rps": 1.25}}
+    before = {"p50_ms": 0.5, "rps": 2000.0, "cpu_us": 400.0}
+    summary = {"neighbors": {"before": before, "after": {"p50_ms": 0.4, "rps": 2500.0, "cpu_us": 380.0}}}
+    ratios = {"neighbors": {"p50": 0.8, "rps": 1.25, "cpu": 0.95}}
     lines = table_of(summary, ratios).splitlines()
-    assert len(lines) == 2 and lines[1].split() == ["neighbors", "0.500ms", "0.400ms", "0.80", "2,000", "2,500", "1.25"]
+    expected = ["neighbors", "0.500ms", "0.400ms", "0.80", "2,000", "2,500", "1.25", "400", "380", "0.95"]
+    assert len(lines) == 2 and lines[1].split() == expected

@@ -61,7 +61,7 @@ async def one(
         answers = await compute(request, table, operation, lambda: _run(table, [query], encoder, delta))
     else:
         answers = split.finish(await search(request, table, operation, split.search))
-        if query.analogy is not None and query.analogy.expect is not None:  # as _expects, without a call
+        if _expects(query):  # an analogy's expected answer: every row scored
             await compute(request, table, f"{operation}_expect", lambda: door.expectations(table, [query], answers))
     (answer,) = answers
     if isinstance(answer, Failed):

@@ -15,11 +15,13 @@ import sys
 from collections.abc import Callable
 from contextlib import redirect_stderr, redirect_stdout
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 from unittest import mock
 
 import numpy as np
 import pytest
+import typer.main
 from gensim.models import KeyedVectors
 
 from index.build.cli import main
@@ -42,11 +44,22 @@ class Result:
     err: str
 
 
+# Typer makes the click command of its app anew at every call (mostly reading the commands' annotations, most of
+# a small import's time): a process that runs one command pays it once, the tests' hundreds of calls each time.
+# The same command, made once per app, is what every call here runs.
+command_of = cache(typer.main.get_command)
+
+
 def run_cli(*args: object) -> Result:
     """Run ``embedding-index --quiet`` in this process through its console entry point ``index.build.cli.main``."""
     out, err = io.StringIO(), io.StringIO()
     argv = ["embedding-index", "--quiet", *map(str, args)]
-    with mock.patch.object(sys, "argv", argv), redirect_stdout(out), redirect_stderr(err):
+    with (
+        mock.patch.object(sys, "argv", argv),
+        mock.patch.object(typer.main, "get_command", command_of),
+        redirect_stdout(out),
+        redirect_stderr(err),
+    ):
         try:
             main()
             code = 0

@@ -30,6 +30,7 @@ from fastapi.routing import APIRoute
 from hypothesis import HealthCheck, settings
 from pydantic import BaseModel, ValidationError
 from schemathesis import CheckContext
+from schemathesis.python.asgi import ASGIClient
 from schemathesis.specs.openapi.checks import allow_header_conformance, positive_data_acceptance
 
 from service.app import create_app
@@ -102,6 +103,17 @@ def api_schema(small_data_dir: Path, request: pytest.FixtureRequest) -> Any:
 
 
 schema = schemathesis.pytest.from_fixture("api_schema")
+CLIENTS: dict[int, ASGIClient] = {}  # the app's id -> the one in-process client that sends all its cases
+
+
+def client_of(app: Any) -> ASGIClient:
+    """One client for every case instead of one per case; it reads no proxy settings from the environment
+    (``trust_env``), which ``requests`` would do twice for every request. The app sets no cookies to carry over."""
+    if id(app) not in CLIENTS:
+        CLIENTS.clear()
+        CLIENTS[id(app)] = ASGIClient(app).__enter__()  # entered: the app's lifespan runs, as for a client a case
+        CLIENTS[id(app)].trust_env = False
+    return CLIENTS[id(app)]
 
 
 @schema.parametrize()
@@ -116,7 +128,9 @@ def test_api_conforms_to_its_openapi_document(case: Any) -> None:
     excluded = [positive_data_acceptance]
     if case.operation.label == f"POST {T}/documents/delete":  # also the path of a document whose id is "delete":
         excluded.append(allow_header_conformance)  # its GET and DELETE are rightly in Allow
-    response = case.call_and_validate(excluded_checks=excluded, additional_checks=[accepts_valid_requests])
+    response = case.call_and_validate(
+        session=client_of(case.operation.app), excluded_checks=excluded, additional_checks=[accepts_valid_requests]
+    )
     assert response.status_code < 500, response.text
     if response.status_code >= 400:  # every error, whatever the request, is the envelope
         error = response.json()["error"]
@@ -124,9 +138,14 @@ def test_api_conforms_to_its_openapi_document(case: Any) -> None:
         assert "Traceback" not in response.text
 
 
-def test_every_operation_is_fuzzed(small_data_dir: Path) -> None:
+@pytest.fixture(scope="module")
+def app(small_data_dir: Path) -> Any:
+    """An app over the small table whose OpenAPI document the tests below read (FastAPI makes it once per app)."""
+    return create_app(Settings(data_dir=small_data_dir))
+
+
+def test_every_operation_is_fuzzed(app: Any) -> None:
     """The fuzzer covers the document; the document covers every API route (none is left out of it)."""
-    app = create_app(Settings(data_dir=small_data_dir))
     documented = {(m.upper(), p) for p, item in app.openapi()["paths"].items() for m in item}
     routes = {(m, r.path_format) for r in app.state.api_routes if r.include_in_schema for m in r.methods}
     assert documented == routes and len(documented) == 39
@@ -178,11 +197,11 @@ def accepted(model: type[BaseModel], body: dict[str, Any]) -> bool:
 
 @pytest.mark.parametrize("model", list(FORM_FIELDS), ids=lambda m: m.__name__)
 def test_the_schema_accepts_what_the_validators_accept_in_every_combination_of_forms(
-    small_data_dir: Path, model: type[BaseModel]
+    app: Any, model: type[BaseModel]
 ) -> None:
     """The ``oneOf`` forms spell out "exactly one of ...": a body that gives any combination of the form fields
     is valid by the OpenAPI document exactly when the request model accepts it."""
-    document = create_app(Settings(data_dir=small_data_dir)).openapi()
+    document = app.openapi()
     validator = jsonschema.Draft202012Validator({"$ref": f"#/components/schemas/{model.__name__}", **document})
     every = bodies(FORM_FIELDS[model])
     disagree = [body for body in every if validator.is_valid(body) != accepted(model, body)]
@@ -222,10 +241,9 @@ def integers_without_whole(annotation: Any, metadata: list[Any], where: str) -> 
             yield from integers_without_whole(argument, metadata if union else [], f"{where}[]")
 
 
-def test_every_integer_of_a_request_body_takes_whole_numbers(small_data_dir: Path) -> None:
+def test_every_integer_of_a_request_body_takes_whole_numbers(app: Any) -> None:
     """A finding: ``leave_out: [135.0]`` was refused where ``k: 3.0`` was taken. Every body's integers, at any
     depth, go through the one validator that reads a whole number as JSON Schema does."""
-    app = create_app(Settings(data_dir=small_data_dir))
     models = {
         route.body_field.field_info.annotation
         for route in app.routes

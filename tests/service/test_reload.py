@@ -225,7 +225,7 @@ def test_a_watched_data_directory_is_served_without_a_signal(
 ) -> None:
     """A table published into the data directory, rebuilt there, removed from it, or copied in file by file is
     served (or no longer) within the watch interval, with no signal and no admin key."""
-    seconds = 1.0
+    seconds = 0.5
     server = start(data_dir, tmp_path / "server.log", env={"EMBEDDING_WATCH_SECONDS": str(seconds)})
     try:
         assert HTTP.get(f"{server.base}/v1/tables/new", timeout=10).status_code == 404
@@ -284,7 +284,7 @@ def test_watching_is_off_at_zero(data_dir: Path, glove_raw: RawTable, tmp_path: 
 def test_a_change_a_signal_loaded_is_not_loaded_again(data_dir: Path, glove_raw: RawTable, tmp_path: Path) -> None:
     """A rebuild loaded by SIGHUP (as the background index build sends it) is what the watcher compares with next:
     it does not reload the same change a second time."""
-    seconds = 1.0
+    seconds = 0.5
     server = start(data_dir, tmp_path / "server.log", env={"EMBEDDING_WATCH_SECONDS": str(seconds)})
     try:
         build(glove_raw, data_dir, "t", V2)

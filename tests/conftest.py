@@ -12,6 +12,7 @@
 - ``gensim_answers``: gensim's answers to the questions of the other gensim comparisons
   (``tests.gensim_reference.answers``), recorded with the tests the same way, else computed in the background.
 - ``small_data_dir``: the 20,000 most frequent GloVe rows as an exact (flat) table, built per session.
+- ``minilm_st_dir``: MiniLM imported as a transformer table by ``embedding-index import``, once per session.
 
 Every process the tests start shares one numba cache in the test cache (``NUMBA_CACHE_DIR``), filled in the
 background at collection (``tests/numba_cache.py``); commands a test declares with ``tests.early.Early`` start at
@@ -297,6 +298,15 @@ def lee_data_dir(tmp_path_factory: pytest.TempPathFactory, lee_docs: Lee) -> Pat
     raw, fmt = read_source(path, "documents")
     build_table(raw, data_dir=data_dir, name="lee", source={"format": fmt, "path": path.name})
     return data_dir
+
+
+@pytest.fixture(scope="session")
+def minilm_st_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A data directory holding MiniLM imported as a transformer table by the command
+    (``tests.index.test_transformer.import_minilm``): its tests and the speed benchmark's read the same one."""
+    from tests.index.test_transformer import import_minilm
+
+    return import_minilm(tmp_path_factory.mktemp("transformer-data"))
 
 
 @pytest.fixture(scope="session")

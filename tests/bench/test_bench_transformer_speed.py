@@ -3,22 +3,19 @@ needs an environment with torch, which the tests never have)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
 from bench.transformer_speed import CALLS, ours, texts_of
-from index.build.sources import ReadOptions, transformer
-from index.build.writer import build_table
 from index.engine.table import Table
-from tests.index.test_transformer import minilm_dir
+from tests.index.test_transformer import NAME
 
 
 @pytest.fixture(scope="module")
-def table(tmp_path_factory: pytest.TempPathFactory) -> Table:
-    data_dir = tmp_path_factory.mktemp("speed-data")
-    raw = transformer.read(minilm_dir(), ReadOptions())
-    build_table(raw, data_dir=data_dir, name="st", source={"format": "transformer"}, index_spec="flat")
-    return Table.load(data_dir / "st")
+def table(minilm_st_dir: Path) -> Table:
+    return Table.load(minilm_st_dir / NAME)
 
 
 def test_texts_have_their_word_counts() -> None:

@@ -43,13 +43,17 @@ def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "index", *args], capture_output=True, text=True, cwd=REPO)
 
 
-@pytest.fixture(scope="module")
-def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    data_dir = tmp_path_factory.mktemp("transformer-data")
+def import_minilm(data_dir: Path) -> Path:
+    """``embedding-index import`` of MiniLM as a transformer table named ``NAME`` into ``data_dir``."""
     done = run_cli("import", str(minilm_dir()), "--format", "transformer", "--name", NAME, "--data-dir", str(data_dir))
     assert done.returncode == 0, done.stderr
     assert "30,522 rows x 384" in done.stdout
     return data_dir
+
+
+@pytest.fixture(scope="module")
+def data_dir(minilm_st_dir: Path) -> Path:
+    return minilm_st_dir
 
 
 @pytest.fixture(scope="module")

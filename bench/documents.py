@@ -472,8 +472,7 @@ def crossover(table: Any, queries: np.ndarray) -> list[dict[str, Any]]:
 def sweep_point(table: Any, rows: Any, queries: np.ndarray) -> dict[str, Any]:
     import faiss
 
-    from index.engine.faiss_search import filtered_params, search_index
-    from index.engine.knn import exact_knn, exact_knn_rows
+    from index.engine.knn import exact_knn, exact_knn_rows, filtered_params, search_index
     from index.engine.table import FILTER_INDEX_FRACTION
 
     index, vectors = table.index, table.vectors

@@ -44,7 +44,7 @@ from index.engine.fusion import rrf
 from index.engine.hybrid import DEPTH, LISTS, DocumentSearch, Hit, Mode, depths, diverse
 from index.engine.hybrid import run as run_hybrid
 from index.engine.keyword import KeywordIndex
-from index.engine.knn import Hits, Neighbor
+from index.engine.knn import FLOAT32_MAX, Hits, Neighbor, mean_query, unit_mean, unit_queries, within_float32
 from index.engine.layout import (
     LayoutCache,
     Projection,
@@ -80,7 +80,7 @@ from index.engine.shards import (
     suggestion_part,
     whole_rows,
 )
-from index.engine.table import FLOAT32_MAX, Plan, Resolved, Table, unit_mean, unit_queries, within_float32
+from index.engine.table import Plan, Resolved, Table
 from index.errors import EmbeddingError, InvalidQuery
 from index.store.payload import BOOLEAN, FLOAT, INTEGER, STRING, STRING_LIST, TIMESTAMP, Payload
 
@@ -196,19 +196,19 @@ def _word(table: Table, text: str, compose: str | None) -> Probe:
     if found is None:
         found = table.resolve(text)  # raises UnknownToken with suggestions
     info = found.as_dict()  # the lookup's part done before the rows are read
-    return Probe(table.mean_query([found.id])[0], {found.id}, info)
+    return Probe(mean_query(table.vectors, [found.id])[0], {found.id}, info)
 
 
 def _row(table: Table, row: int) -> Probe:
     found = table.resolve_id(row)
-    return Probe(table.mean_query([row])[0], {row}, found.as_dict())
+    return Probe(mean_query(table.vectors, [row])[0], {row}, found.as_dict())
 
 
 def _mean_of(table: Table, positive: Sequence[str], negative: Sequence[str]) -> Probe:
     """gensim ``most_similar``: the normalised mean of the unit rows, positive +1 and negative -1."""
     pos = [table.resolve(t) for t in positive]
     neg = [table.resolve(t) for t in negative]
-    vector = table.mean_query([r.id for r in pos], [r.id for r in neg])[0]
+    vector = mean_query(table.vectors, [r.id for r in pos], [r.id for r in neg])[0]
     info = {"positive": [r.as_dict() for r in pos], "negative": [r.as_dict() for r in neg]}
     return Probe(vector, {r.id for r in pos + neg}, info)
 
@@ -239,7 +239,7 @@ def _documents(table: Table, query: Query, delta: Delta | None) -> Probe:
         info = {"positive": examples.positive, "negative": examples.negative}
     if delta is None:
         pos, neg = table.payload.row_of(asked[:positive]).tolist(), table.payload.row_of(asked[positive:]).tolist()
-        return Probe(table.mean_query(pos, neg)[0], set(pos) | set(neg), info)
+        return Probe(mean_query(table.vectors, pos, neg)[0], set(pos) | set(neg), info)
     order = {key: i for i, key in enumerate(delta.documents)}
     rows, vectors = [], []
     for ident in asked:
@@ -402,17 +402,21 @@ def _has_keyword(table: Table, text: str, delta: Delta | None) -> bool:
 
 # ------------------------------------------------------------------------------------------------- runs
 class Split(NamedTuple):
-    """A plain query's one engine request (:attr:`search`) and the step that makes its answers results."""
+    """A plain query's one engine request (:attr:`search`), the step that makes its answers results, and whether
+    an analogy's expected answer is to be reported after it (:func:`expectations`, which scores every row)."""
 
     search: Search
     finish: Callable[[Answers], list[Answer]]
+    expects: bool
 
 
 def split(table: Table, query: Query, encoder: Table | None = None, delta: Delta | None = None) -> Split | None:
-    """``query`` as one engine request and its finish, or None when it is not plain (filtered, keyword, hybrid,
-    diverse, text alone, or with writes to merge): :func:`run` answers it then. Its error raises here."""
-    if not query.plain or delta is not None:
+    """A plain ``query`` (:attr:`Query.plain`: the caller asks, as it decides where a query runs) as one engine
+    request and its finish, or None with writes to merge: :func:`run` answers it then, as it answers a query that
+    is not plain (filtered, keyword, hybrid, diverse, text alone). Its error raises here."""
+    if delta is not None:
         return None
+    expects = expecting(query)
     if query.text is None and query.min_score is None:  # nothing of the mode rules to check: the hot path
         found = probe(table, query, encoder, delta)
     else:
@@ -438,7 +442,7 @@ def split(table: Table, query: Query, encoder: Table | None = None, delta: Delta
     def finish(answers: Answers) -> list[Answer]:
         return [_result(query, found, answers[0])]
 
-    return Split(search, finish)
+    return Split(search, finish, expects)
 
 
 def run(
@@ -570,9 +574,9 @@ def _passing(delta: Delta | None, query: Query, rows: RowSet) -> int:
 
 
 # ----------------------------------------------------------------------------------------------- analogies
-def expecting(answers: Sequence[Answer]) -> bool:
-    """Whether some analogy among ``answers`` has an expected answer to report."""
-    return any(isinstance(answer, Result) and answer.expect is not None for answer in answers)
+def expecting(query: Query) -> bool:
+    """Whether ``query`` is an analogy with an expected answer to report (:func:`expectations`, after its search)."""
+    return query.analogy is not None and query.analogy.expect is not None
 
 
 def expectations(table: Table, queries: Sequence[Query], answers: Sequence[Answer]) -> None:

@@ -2,8 +2,8 @@
 
 The command line, the benchmarks and the HTTP API ask a table the same way: a typed request
 (``index.engine.search``: a vector search or analogy questions) and one call, :meth:`Table.run`, wherever it runs.
-The pieces live beside it: words to rows in ``lookup``, top-k kernels in ``knn``, 3CosMul and the batched exact
-analogy search in ``analogy``, FAISS in ``faiss_search``. Answers follow gensim's
+The pieces live beside it: words to rows in ``lookup``, the kernels (unit query vectors, exact top-k, FAISS) in
+``knn``, 3CosMul and the batched exact analogy search in ``analogy``. Answers follow gensim's
 ``KeyedVectors`` semantics:
 
 - ``most_similar``: the mean of the unit rows (positive +1, negative -1), re-normalised; the inputs left out;
@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import mmap
 import threading
 from collections import OrderedDict
@@ -33,10 +32,19 @@ import faiss
 import numpy as np
 
 from index.engine.analogy import analogy_top, cosmul, cosmul_top
-from index.engine.faiss_search import filtered_params, search_index, set_search_params
 from index.engine.filters import RowSet, evaluate
 from index.engine.keyword import KeywordIndex
-from index.engine.knn import Hits, Neighbor, exact_knn, exact_knn_rows
+from index.engine.knn import (
+    Hits,
+    Neighbor,
+    exact_knn,
+    exact_knn_rows,
+    filtered_params,
+    mean_query,
+    search_index,
+    set_search_params,
+    unit_queries,
+)
 from index.engine.lookup import Lookup, Resolved
 from index.engine.search import AnalogySearch, Answers, Method, Search, SearchOptions, VectorSearch
 from index.errors import ArtifactError, InvalidQuery
@@ -405,11 +413,7 @@ class Table:
 
     def mean_query(self, positive: Sequence[int], negative: Sequence[int] = ()) -> np.ndarray:
         """gensim's ``most_similar`` query: the weighted mean of unit rows, normalised (1 x dim)."""
-        if not positive and not negative:
-            raise InvalidQuery("give at least one positive or negative token")
-        if len(positive) == 1 and not negative:  # one word: its row (the same float64 arithmetic, faster)
-            return unit_mean(self.vectors[positive[0]][None, :], 1)
-        return unit_mean(self.vectors[list(positive) + list(negative)], len(positive))
+        return mean_query(self.vectors, positive, negative)
 
     # ------------------------------------------------------------------- the same, gensim's way of asking
     def search(
@@ -568,45 +572,6 @@ def keep_hits(
         if len(out) == k:
             break
     return out
-
-
-FLOAT32_MAX = 3.4028234663852886e38
-
-
-def within_float32(values: np.ndarray) -> bool:
-    """Whether every one of (at least one) ``values`` is finite and within float32: one pass, as a NaN or an
-    infinity fails the comparison too."""
-    return bool(np.abs(values).max() <= FLOAT32_MAX)
-
-
-def unit_queries(queries: np.ndarray) -> np.ndarray:
-    """Query vectors (m, dim; finite) scaled to unit length, in float32: a raw vector query as the engine reads it."""
-    queries = np.asarray(queries, dtype=np.float64)
-    if not np.isfinite(queries).all():
-        raise InvalidQuery("query vectors must contain only finite numbers")
-    norms = np.sqrt(np.add.reduce(queries * queries, axis=1))  # np.linalg.norm's arithmetic, without its dispatch
-    if (norms == 0).any():
-        raise InvalidQuery("a query vector is all zeros and has no direction")
-    unit: np.ndarray = (queries / norms[:, None]).astype(np.float32)
-    if not np.isfinite(unit).all():
-        raise InvalidQuery("query vectors overflow float32")
-    return unit
-
-
-def unit_mean(rows: np.ndarray, positive: int) -> np.ndarray:
-    """gensim's ``most_similar`` query of unit ``rows`` (the first ``positive`` weighted +1, the others -1): their
-    mean, normalised (1 x dim, float32). One positive row alone is itself, through the same float64 arithmetic."""
-    matrix = np.asarray(rows, dtype=np.float64)
-    if len(matrix) == 1 and positive == 1:
-        mean = matrix
-    else:
-        weights = np.array([1.0] * positive + [-1.0] * (len(matrix) - positive))
-        mean = (weights @ matrix / len(matrix))[None, :]
-    norm = math.sqrt(mean[0] @ mean[0])  # what np.linalg.norm computes for a vector (both round sqrt exactly)
-    if norm < 1e-12:
-        raise InvalidQuery("the positive and negative tokens cancel out: the query vector is zero")
-    query: np.ndarray = (mean / norm).astype(np.float32)
-    return query
 
 
 def advise_random(matrix: np.ndarray) -> None:

@@ -18,8 +18,8 @@ import faiss
 import numpy as np
 import pytest
 
-from index.engine.faiss_search import filtered_params, search_index
 from index.engine.filters import RowSet
+from index.engine.knn import filtered_params, search_index
 from index.engine.search import VectorSearch
 from index.engine.table import FILTER_INDEX_FRACTION, Table
 from index.errors import InvalidQuery

@@ -49,7 +49,7 @@ def within(path: RequestPath, limits: tuple[int, int]) -> bool:
 
 def test_neighbours_of_a_token(glove: TracedClient) -> None:
     path = followed(glove, "GET", f"/v1/tables/{GLOVE}/neighbors?token=heart&k=8")
-    assert {"service.routers.neighbors", "index.engine.table", "index.engine.faiss_search"} <= set(path.modules)
+    assert {"service.routers.neighbors", "index.engine.table", "index.engine.knn"} <= set(path.modules)
     assert within(path, NEIGHBORS_LIMITS), path.report()
 
 

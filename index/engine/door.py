@@ -43,7 +43,6 @@ from index.engine.filters import RowSet
 from index.engine.fusion import rrf
 from index.engine.hybrid import DEPTH, LISTS, DocumentSearch, Hit, Mode, depths, diverse
 from index.engine.hybrid import run as run_hybrid
-from index.engine.keyword import KeywordIndex
 from index.engine.knn import FLOAT32_MAX, Hits, Neighbor, mean_query, unit_mean, unit_queries, within_float32
 from index.engine.layout import (
     LayoutCache,
@@ -55,7 +54,7 @@ from index.engine.layout import (
     quantize,
     tsne_available,
 )
-from index.engine.live_search import LiveKeyword, LiveSource, Statistics
+from index.engine.live_search import LiveSource, Statistics
 from index.engine.query import (
     Analogy,
     Answer,
@@ -335,30 +334,18 @@ class _Item:
     rows: RowSet | None = None  # the rows its filter passes (None: no filter)
 
 
-def _words_input(query: Query) -> bool:
-    """A word table's input (token, row, word examples, analogy): searched by vector, no mode of its own."""
-    return (
-        query.token is not None
-        or query.row is not None
-        or query.analogy is not None
-        or (query.examples is not None and not query.examples.documents)
-    )
-
-
 def _prepare(table: Table, query: Query, encoder: Table | None, delta: Delta | None) -> _Item:
     """A query's mode, vector side and fallback; a 422 for what the mode lacks or the table cannot do. Text alone
     in mode hybrid none of whose words the encoder knows (a command name, a product code, a typo) is searched by
     keyword alone, and the answer says so (``fallback``); text none of whose words a document holds, by vector
     alone. ``min_score`` (a floor on fused scores) and ``diversity`` keep mode hybrid as asked."""
-    if _words_input(query):
+    if query.words_input:
         return _Item(query, "vector", probe(table, query))
     mode, text, vector_input = query.mode, query.text, query.vector_input
     if text is None and not vector_input:
         raise InvalidQuery("a query needs an input: a token, id, vector, positive/negative examples or text")
-    try:
-        check_mode(mode, text, vector_input, query.min_score, query.diversity)
-    except ValueError as exc:
-        raise InvalidQuery(str(exc)) from None
+    if query.problem is not None:  # the mode rules, read where the query was made
+        raise InvalidQuery(query.problem)
     if mode != "vector" and table.keyword is None:
         raise InvalidQuery(
             f"mode {mode}: table {table.name!r} has no keyword index (its documents have no text); search it by vector"
@@ -388,15 +375,14 @@ def _prepare(table: Table, query: Query, encoder: Table | None, delta: Delta | N
 
 def _has_keyword(table: Table, text: str, delta: Delta | None) -> bool:
     """Whether some live document holds a word of ``text`` (mode hybrid's keyword list is not empty, filter aside):
-    with a ``delta``, a written one counts and a deleted one does not."""
-    allowed = None
-    index: KeywordIndex | LiveKeyword | None = table.keyword
-    if delta is not None:
-        source = LiveSource(table, delta)
-        index = source.keyword
-        allowed = np.concatenate([~delta.deleted, np.ones(source.rows - table.rows, dtype=bool)])
-    assert index is not None  # checked by _prepare for modes keyword and hybrid
-    _, rows = index.search([text], 1, allowed)
+    the version's words looked up (``KeywordIndex.holds``); with a ``delta``, a written document counts and a
+    deleted one does not, so the live documents are searched."""
+    if delta is None:
+        assert table.keyword is not None  # checked by _prepare for modes keyword and hybrid
+        return table.keyword.holds(text)
+    source = LiveSource(table, delta)
+    allowed = np.concatenate([~delta.deleted, np.ones(source.rows - table.rows, dtype=bool)])
+    _, rows = source.keyword.search([text], 1, allowed)
     return bool(rows[0, 0] >= 0)
 
 

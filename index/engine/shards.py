@@ -242,6 +242,9 @@ class _Keyword(KeywordIndex):
                 data.append(scores)
         return np.concatenate(rows), np.concatenate(data)
 
+    def holds(self, text: str) -> bool:
+        return any(shard.keyword is not None and shard.keyword.holds(text) for shard in self._table.shards)
+
     def search(self, texts: Sequence[str], k: int, allowed: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
         table = self._table
         if k < 1:

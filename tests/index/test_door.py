@@ -38,7 +38,7 @@ def one(table: Table, query: Query, **given: Any) -> Result:
     """``query``'s result through :func:`door.run`, and (for a plain query) the same through :func:`door.split`."""
     (answer,) = door.run(table, [query], **given)
     assert isinstance(answer, Result), answer
-    split = door.split(table, query, **given)
+    split = door.split(table, query, **given) if query.plain else None  # as service.execute.one asks
     if split is not None:
         (alone,) = split.finish(table.run(split.search))
         assert isinstance(alone, Result)
@@ -355,7 +355,8 @@ def test_hybrids_fallbacks(encoded: tuple[Table, Table]) -> None:
 
 def test_split_gives_plain_queries_one_joinable_request(glove: Table, lee: Table, lee_docs: Lee) -> None:
     """A plain query (an input that stands for a vector, mode vector, no filter, diversity or writes) is one engine
-    request the searcher can join, light on an approximate table; anything else is answered whole by run."""
+    request the searcher can join, light on an approximate table; anything else is not plain (the caller reads
+    Query.plain before it splits) and is answered whole by run."""
     for query in (
         Query(token="heart"),
         Query(row=3),
@@ -375,4 +376,4 @@ def test_split_gives_plain_queries_one_joinable_request(glove: Table, lee: Table
         Query(vector=vector, text="fire", mode="hybrid"),
         Query(text="fire"),
     ):
-        assert door.split(lee, query) is None, query
+        assert not query.plain, query  # not split (service.execute.one asks): answered whole by run

@@ -420,8 +420,7 @@ def engine_child(data_dir: Path, queries_path: Path, out: Path) -> None:
     import faiss
 
     from index.engine.filters import evaluate
-    from index.engine.search import SearchOptions, VectorSearch
-    from index.engine.table import Table
+    from index.engine.table import SearchOptions, Table, VectorSearch
 
     faiss.omp_set_num_threads(1)
     queries = np.load(queries_path)

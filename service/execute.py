@@ -1,12 +1,12 @@
 """Where the engine's calls run, timed into the search-latency metric.
 
 - :func:`one` and :func:`batch`: queries through the engine's door (``index.engine.door``). A single plain query
-  (a word's, a vector's, an analogy's; no filter, keyword or fusion) is split into its one engine request
-  (``index.engine.search``) and finished where the request is: a light request (a search of the approximate
-  index) goes to the :class:`Searcher`, on the event loop when it comes alone, joined with the searches of
-  overlapping requests in the searcher thread otherwise; a heavier one runs as :func:`compute` runs it. Anything
-  else (a batch, a filtered, keyword, hybrid or diverse search, writes to merge) runs whole as :func:`compute`
-  runs it.
+  (a word's, a vector's, an analogy's; no filter, keyword or fusion) is split into its one engine request (a
+  ``VectorSearch`` or ``AnalogySearch`` of ``index.engine.table``) and finished where the request is: a light
+  request (a search of the approximate index) goes to the :class:`Searcher`, on the event loop when it comes
+  alone, joined with the searches of overlapping requests in the searcher thread otherwise; a heavier one runs
+  as :func:`compute` runs it. Anything else (a batch, a filtered, keyword, hybrid or diverse search, writes to
+  merge) runs whole as :func:`compute` runs it.
 - :func:`compute`: any other engine work (a batch with its per-item parsing, exact scoring of every row) in a
   worker thread, at most ``app.state.heavy_calls`` at once (one per core); ``on_loop`` for calls of a few
   microseconds (one cosine), which a thread hand-off would only slow down. Long computations (``long=True``:

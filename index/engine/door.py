@@ -66,7 +66,6 @@ from index.engine.query import (
     check_mode,
     check_options,
 )
-from index.engine.search import AnalogySearch, Answers, Search, SearchOptions, VectorSearch
 from index.engine.shard_writes import WholeDelta, by_owner, owner
 from index.engine.shards import (
     ShardedTable,
@@ -79,7 +78,7 @@ from index.engine.shards import (
     suggestion_part,
     whole_rows,
 )
-from index.engine.table import Plan, Resolved, Table
+from index.engine.table import AnalogySearch, Answers, Plan, Resolved, Search, SearchOptions, Table, VectorSearch
 from index.errors import EmbeddingError, InvalidQuery
 from index.store.payload import BOOLEAN, FLOAT, INTEGER, STRING, STRING_LIST, TIMESTAMP, Payload
 
@@ -381,6 +380,7 @@ def _has_keyword(table: Table, text: str, delta: Delta | None) -> bool:
         assert table.keyword is not None  # checked by _prepare for modes keyword and hybrid
         return table.keyword.holds(text)
     source = LiveSource(table, delta)
+    assert source.keyword is not None  # the version's, with the written documents'
     allowed = np.concatenate([~delta.deleted, np.ones(source.rows - table.rows, dtype=bool)])
     _, rows = source.keyword.search([text], 1, allowed)
     return bool(rows[0, 0] >= 0)

@@ -22,7 +22,7 @@ import numpy as np
 from index.engine.fusion import RRF_K
 from index.engine.hybrid import Hit, Mode
 from index.engine.knn import Neighbor
-from index.engine.search import Method, SearchOptions
+from index.engine.table import Method, SearchOptions
 from index.errors import EmbeddingError
 
 T = TypeVar("T")

@@ -32,8 +32,7 @@ from index.engine.hybrid import run as run_documents
 from index.engine.keyword import KeywordIndex
 from index.engine.knn import Hits, Neighbor
 from index.engine.lookup import NEIGHBOURHOOD, SUGGESTION_POOL, best_suggestions, ranked_candidates
-from index.engine.search import AnalogySearch, Answers, Method, Search, SearchOptions, VectorSearch
-from index.engine.table import Table
+from index.engine.table import AnalogySearch, Answers, Method, Search, SearchOptions, Table, VectorSearch
 from index.errors import ArtifactError, InvalidQuery
 from index.store import artifact, shardmap
 from index.store.payload import KIND, Payload, sort_ids

@@ -20,8 +20,7 @@ import pytest
 
 from index.engine.filters import RowSet
 from index.engine.knn import filtered_params, search_index
-from index.engine.search import VectorSearch
-from index.engine.table import FILTER_INDEX_FRACTION, Table
+from index.engine.table import FILTER_INDEX_FRACTION, Table, VectorSearch
 from index.errors import InvalidQuery
 from tests.lee import Lee
 

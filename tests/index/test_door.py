@@ -20,8 +20,7 @@ from index.engine.door import Analogy, Examples, Failed, Query, Result
 from index.engine.encode import encoder_for
 from index.engine.hybrid import DIVERSE
 from index.engine.keyword import KeywordIndex
-from index.engine.search import SearchOptions
-from index.engine.table import Table
+from index.engine.table import SearchOptions, Table
 from index.store.writelog import Record
 from tests.index.test_embed_documents import without_vectors
 from tests.index.test_gensim_parity import ANALOGIES, QUERIES, assert_same

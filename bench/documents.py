@@ -420,8 +420,7 @@ def engine_child(data_dir: Path, queries_path: Path, out: Path) -> None:
     import faiss
 
     from index.engine.filters import evaluate
-    from index.engine.search import SearchOptions, VectorSearch
-    from index.engine.table import Table
+    from index.engine.table import SearchOptions, Table, VectorSearch
 
     faiss.omp_set_num_threads(1)
     queries = np.load(queries_path)
@@ -472,8 +471,7 @@ def crossover(table: Any, queries: np.ndarray) -> list[dict[str, Any]]:
 def sweep_point(table: Any, rows: Any, queries: np.ndarray) -> dict[str, Any]:
     import faiss
 
-    from index.engine.faiss_search import filtered_params, search_index
-    from index.engine.knn import exact_knn, exact_knn_rows
+    from index.engine.knn import exact_knn, exact_knn_rows, filtered_params, search_index
     from index.engine.table import FILTER_INDEX_FRACTION
 
     index, vectors = table.index, table.vectors

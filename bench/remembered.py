@@ -17,8 +17,7 @@ import numpy as np
 
 from index.engine.filters import RowSet
 from index.engine.knn import Hits
-from index.engine.search import SearchOptions
-from index.engine.table import Table
+from index.engine.table import SearchOptions, Table
 from service.main import main
 
 

@@ -39,8 +39,7 @@ from index.engine.encode import Pooling, encoder_for
 from index.engine.hybrid import DocumentSearch
 from index.engine.hybrid import run as run_hybrid
 from index.engine.keyword import K1, KeywordIndex, Tokenizer, build
-from index.engine.search import VectorSearch
-from index.engine.table import Table
+from index.engine.table import Table, VectorSearch
 from index.progress import configure
 from index.store import artifact
 

@@ -57,9 +57,8 @@ def in_process(data: Path, queries: np.ndarray, words: list[str]) -> dict[str, A
 
     from index.engine.hybrid import DocumentSearch
     from index.engine.hybrid import run as run_documents
-    from index.engine.search import VectorSearch
     from index.engine.shards import ShardedTable
-    from index.engine.table import Table
+    from index.engine.table import Table, VectorSearch
 
     faiss.omp_set_num_threads(1)  # as the server searches: one FAISS thread per worker
     whole = Table.load(data / "whole" / "docs")

@@ -31,6 +31,7 @@ from starlette.responses import FileResponse, HTMLResponse, Response
 from starlette.routing import Route
 
 from service import errors, live, scatter, scatter_writes
+from service.execute import Searcher
 from service.http import auth
 from service.http.cache import AnswerCache, AnswerCacheMiddleware
 from service.http.drain import Drain
@@ -44,7 +45,6 @@ from service.respond import FastJSON
 from service.routers import ROUTERS
 from service.routers.embed import ROUTERS as EMBED_ROUTERS
 from service.schemas.common import LIMITS, Limits
-from service.searcher import Searcher
 from service.settings import SUPERVISOR_VARIABLE, Settings, cores
 from service.shard_settings import front_settings
 from service.watch import Watcher
@@ -92,7 +92,7 @@ def create_app(settings: Settings) -> FastAPI:
         log.info("ready: %d table(s) loaded, %d failed", len(registry.tables), len(registry.failed))
         reloader.loaded()
         watcher.start()  # a table published, rebuilt or removed in the data directory is reloaded (service.watch)
-        app.state.searcher = Searcher(settings.threads, settings.searcher_nice)  # light searches: see service.searcher
+        app.state.searcher = Searcher(settings.threads, settings.searcher_nice)  # light searches: see service.execute
         # What start-up made (modules, schemas, the tables' labels and metadata) lives as long as the server: kept out
         # of the collector's scans, which then walk only what requests make, and less often (a request's objects are
         # freed by their counts; BENCHMARKS.md, "The search path, before and after").

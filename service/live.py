@@ -39,7 +39,8 @@ class Live:
         self.inode: int | None = None  # of the log file read (a compaction replaces it with a shorter one)
 
     def refresh(self) -> Delta:
-        """The delta with every record the log holds now applied (a stat when nothing was written)."""
+        """The delta with every record the log holds now applied (a stat when nothing was written). It is the state's
+        one delta, never replaced, and applied to under the lock: its readers read it under the lock too."""
         try:
             found = os.stat(self.path)
         except FileNotFoundError:
@@ -175,9 +176,9 @@ def kept_delta(table: Table) -> Delta | None:
     state = _LIVE.get(table)
     if state is None:
         return None
-    state.refresh()
+    delta = state.refresh()
     with state.lock:
-        return state.delta.snapshot()
+        return delta.snapshot()
 
 
 def log_lengths() -> tuple[int, ...]:

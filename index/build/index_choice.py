@@ -34,7 +34,7 @@ import faiss
 import numpy as np
 
 from index.build.budget import AUTO_BUDGET_SECONDS
-from index.engine.faiss_search import search_index, set_search_params
+from index.engine.knn import search_index, set_search_params
 from index.errors import InvalidQuery
 from index.progress import Progress, duration, note, record
 

@@ -15,8 +15,7 @@ from typing import Any
 import numpy as np
 
 from index.engine.encode import encoder_for
-from index.engine.search import VectorSearch
-from index.engine.table import Table
+from index.engine.table import Table, VectorSearch
 from index.engine.transformer_encoder import TransformerEncoder
 from index.errors import InvalidQuery
 

@@ -18,8 +18,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import numpy as np
 
 from index.engine.filters import RowSet
-from index.engine.search import VectorSearch
-from index.engine.table import Table
+from index.engine.table import Table, VectorSearch
 from index.store.payload import INTEGER, LOOKUP_LIMIT, TIMESTAMP, Payload, UnknownDocument, arrow_types
 from index.store.rows import normalise
 from index.store.writelog import Record

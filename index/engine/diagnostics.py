@@ -26,9 +26,8 @@ from typing import Any
 import numpy as np
 
 from index.engine.analogy import cosmul
-from index.engine.knn import inner_products
-from index.engine.search import SearchOptions, VectorSearch
-from index.engine.table import Neighbor, Resolved, Table, unit_mean
+from index.engine.knn import inner_products, unit_mean
+from index.engine.table import Neighbor, Resolved, SearchOptions, Table, VectorSearch
 from index.errors import InvalidQuery, UnknownToken
 
 CHUNK_BYTES = 64 << 20  # memory of one block of (row x query) scores

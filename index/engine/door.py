@@ -43,8 +43,7 @@ from index.engine.filters import RowSet
 from index.engine.fusion import rrf
 from index.engine.hybrid import DEPTH, LISTS, DocumentSearch, Hit, Mode, depths, diverse
 from index.engine.hybrid import run as run_hybrid
-from index.engine.keyword import KeywordIndex
-from index.engine.knn import Hits, Neighbor
+from index.engine.knn import FLOAT32_MAX, Hits, Neighbor, mean_query, unit_mean, unit_queries, within_float32
 from index.engine.layout import (
     LayoutCache,
     Projection,
@@ -55,7 +54,7 @@ from index.engine.layout import (
     quantize,
     tsne_available,
 )
-from index.engine.live_search import LiveKeyword, LiveSource, Statistics
+from index.engine.live_search import LiveSource, Statistics
 from index.engine.query import (
     Analogy,
     Answer,
@@ -67,7 +66,6 @@ from index.engine.query import (
     check_mode,
     check_options,
 )
-from index.engine.search import AnalogySearch, Answers, Search, SearchOptions, VectorSearch
 from index.engine.shard_writes import WholeDelta, by_owner, owner
 from index.engine.shards import (
     ShardedTable,
@@ -80,7 +78,7 @@ from index.engine.shards import (
     suggestion_part,
     whole_rows,
 )
-from index.engine.table import FLOAT32_MAX, Plan, Resolved, Table, unit_mean, unit_queries, within_float32
+from index.engine.table import AnalogySearch, Answers, Plan, Resolved, Search, SearchOptions, Table, VectorSearch
 from index.errors import EmbeddingError, InvalidQuery
 from index.store.payload import BOOLEAN, FLOAT, INTEGER, STRING, STRING_LIST, TIMESTAMP, Payload
 
@@ -196,19 +194,19 @@ def _word(table: Table, text: str, compose: str | None) -> Probe:
     if found is None:
         found = table.resolve(text)  # raises UnknownToken with suggestions
     info = found.as_dict()  # the lookup's part done before the rows are read
-    return Probe(table.mean_query([found.id])[0], {found.id}, info)
+    return Probe(mean_query(table.vectors, [found.id])[0], {found.id}, info)
 
 
 def _row(table: Table, row: int) -> Probe:
     found = table.resolve_id(row)
-    return Probe(table.mean_query([row])[0], {row}, found.as_dict())
+    return Probe(mean_query(table.vectors, [row])[0], {row}, found.as_dict())
 
 
 def _mean_of(table: Table, positive: Sequence[str], negative: Sequence[str]) -> Probe:
     """gensim ``most_similar``: the normalised mean of the unit rows, positive +1 and negative -1."""
     pos = [table.resolve(t) for t in positive]
     neg = [table.resolve(t) for t in negative]
-    vector = table.mean_query([r.id for r in pos], [r.id for r in neg])[0]
+    vector = mean_query(table.vectors, [r.id for r in pos], [r.id for r in neg])[0]
     info = {"positive": [r.as_dict() for r in pos], "negative": [r.as_dict() for r in neg]}
     return Probe(vector, {r.id for r in pos + neg}, info)
 
@@ -239,7 +237,7 @@ def _documents(table: Table, query: Query, delta: Delta | None) -> Probe:
         info = {"positive": examples.positive, "negative": examples.negative}
     if delta is None:
         pos, neg = table.payload.row_of(asked[:positive]).tolist(), table.payload.row_of(asked[positive:]).tolist()
-        return Probe(table.mean_query(pos, neg)[0], set(pos) | set(neg), info)
+        return Probe(mean_query(table.vectors, pos, neg)[0], set(pos) | set(neg), info)
     order = {key: i for i, key in enumerate(delta.documents)}
     rows, vectors = [], []
     for ident in asked:
@@ -335,30 +333,18 @@ class _Item:
     rows: RowSet | None = None  # the rows its filter passes (None: no filter)
 
 
-def _words_input(query: Query) -> bool:
-    """A word table's input (token, row, word examples, analogy): searched by vector, no mode of its own."""
-    return (
-        query.token is not None
-        or query.row is not None
-        or query.analogy is not None
-        or (query.examples is not None and not query.examples.documents)
-    )
-
-
 def _prepare(table: Table, query: Query, encoder: Table | None, delta: Delta | None) -> _Item:
     """A query's mode, vector side and fallback; a 422 for what the mode lacks or the table cannot do. Text alone
     in mode hybrid none of whose words the encoder knows (a command name, a product code, a typo) is searched by
     keyword alone, and the answer says so (``fallback``); text none of whose words a document holds, by vector
     alone. ``min_score`` (a floor on fused scores) and ``diversity`` keep mode hybrid as asked."""
-    if _words_input(query):
+    if query.words_input:
         return _Item(query, "vector", probe(table, query))
     mode, text, vector_input = query.mode, query.text, query.vector_input
     if text is None and not vector_input:
         raise InvalidQuery("a query needs an input: a token, id, vector, positive/negative examples or text")
-    try:
-        check_mode(mode, text, vector_input, query.min_score, query.diversity)
-    except ValueError as exc:
-        raise InvalidQuery(str(exc)) from None
+    if query.problem is not None:  # the mode rules, read where the query was made
+        raise InvalidQuery(query.problem)
     if mode != "vector" and table.keyword is None:
         raise InvalidQuery(
             f"mode {mode}: table {table.name!r} has no keyword index (its documents have no text); search it by vector"
@@ -388,31 +374,35 @@ def _prepare(table: Table, query: Query, encoder: Table | None, delta: Delta | N
 
 def _has_keyword(table: Table, text: str, delta: Delta | None) -> bool:
     """Whether some live document holds a word of ``text`` (mode hybrid's keyword list is not empty, filter aside):
-    with a ``delta``, a written one counts and a deleted one does not."""
-    allowed = None
-    index: KeywordIndex | LiveKeyword | None = table.keyword
-    if delta is not None:
-        source = LiveSource(table, delta)
-        index = source.keyword
-        allowed = np.concatenate([~delta.deleted, np.ones(source.rows - table.rows, dtype=bool)])
-    assert index is not None  # checked by _prepare for modes keyword and hybrid
-    _, rows = index.search([text], 1, allowed)
+    the version's words looked up (``KeywordIndex.holds``); with a ``delta``, a written document counts and a
+    deleted one does not, so the live documents are searched."""
+    if delta is None:
+        assert table.keyword is not None  # checked by _prepare for modes keyword and hybrid
+        return table.keyword.holds(text)
+    source = LiveSource(table, delta)
+    assert source.keyword is not None  # the version's, with the written documents'
+    allowed = np.concatenate([~delta.deleted, np.ones(source.rows - table.rows, dtype=bool)])
+    _, rows = source.keyword.search([text], 1, allowed)
     return bool(rows[0, 0] >= 0)
 
 
 # ------------------------------------------------------------------------------------------------- runs
 class Split(NamedTuple):
-    """A plain query's one engine request (:attr:`search`) and the step that makes its answers results."""
+    """A plain query's one engine request (:attr:`search`), the step that makes its answers results, and whether
+    an analogy's expected answer is to be reported after it (:func:`expectations`, which scores every row)."""
 
     search: Search
     finish: Callable[[Answers], list[Answer]]
+    expects: bool
 
 
 def split(table: Table, query: Query, encoder: Table | None = None, delta: Delta | None = None) -> Split | None:
-    """``query`` as one engine request and its finish, or None when it is not plain (filtered, keyword, hybrid,
-    diverse, text alone, or with writes to merge): :func:`run` answers it then. Its error raises here."""
-    if not query.plain or delta is not None:
+    """A plain ``query`` (:attr:`Query.plain`: the caller asks, as it decides where a query runs) as one engine
+    request and its finish, or None with writes to merge: :func:`run` answers it then, as it answers a query that
+    is not plain (filtered, keyword, hybrid, diverse, text alone). Its error raises here."""
+    if delta is not None:
         return None
+    expects = expecting(query)
     if query.text is None and query.min_score is None:  # nothing of the mode rules to check: the hot path
         found = probe(table, query, encoder, delta)
     else:
@@ -438,7 +428,7 @@ def split(table: Table, query: Query, encoder: Table | None = None, delta: Delta
     def finish(answers: Answers) -> list[Answer]:
         return [_result(query, found, answers[0])]
 
-    return Split(search, finish)
+    return Split(search, finish, expects)
 
 
 def run(
@@ -570,9 +560,9 @@ def _passing(delta: Delta | None, query: Query, rows: RowSet) -> int:
 
 
 # ----------------------------------------------------------------------------------------------- analogies
-def expecting(answers: Sequence[Answer]) -> bool:
-    """Whether some analogy among ``answers`` has an expected answer to report."""
-    return any(isinstance(answer, Result) and answer.expect is not None for answer in answers)
+def expecting(query: Query) -> bool:
+    """Whether ``query`` is an analogy with an expected answer to report (:func:`expectations`, after its search)."""
+    return query.analogy is not None and query.analogy.expect is not None
 
 
 def expectations(table: Table, queries: Sequence[Query], answers: Sequence[Answer]) -> None:

@@ -24,7 +24,7 @@ import numpy as np
 from index.engine.filters import RowSet
 from index.engine.fusion import RRF_K, mmr, rrf
 from index.engine.knn import Neighbor
-from index.engine.search import SearchOptions, VectorSearch
+from index.engine.table import SearchOptions, VectorSearch
 from index.errors import InvalidQuery
 
 Mode = Literal["vector", "keyword", "hybrid"]

@@ -553,6 +553,12 @@ class KeywordIndex:
         rows = np.asarray(scores["indices"][start:stop], dtype=np.int64)
         return rows, np.asarray(scores["data"][start:stop], dtype=np.float64)
 
+    def holds(self, text: str) -> bool:
+        """Whether some document holds a word of ``text`` as the index reads it: whether :meth:`search` finds it a
+        hit, every row not filtered out (each word of the index is some document's, which it scores above zero),
+        found in the words without scoring a document."""
+        return bool((self.term_ids(self.tokenizer([text]).terms) >= 0).any())
+
     def search(self, texts: Sequence[str], k: int, allowed: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
         """The ``k`` best documents of each query text: (scores float32, rows int64), shaped (queries, k), best
         first, equal scores by row; -1 (score -inf) pads. ``allowed``: a boolean per row; only those rows are

@@ -1,19 +1,76 @@
-"""Top-k kernels over unit rows: exact inner-product search and the best of a score vector."""
+"""Kernels over unit rows, plain functions over arrays: unit query vectors (a client's vector, gensim's mean of
+rows), exact inner-product top-k and the best of a score vector, and FAISS searched (an index's search
+parameters, the top-k of unit queries, re-scored exactly on the rows for an index of codes, and the parameters
+that keep a search to a filter's rows). Building and choosing an index is the builder's
+(``index.build.index_choice``)."""
 
 from __future__ import annotations
 
-from collections.abc import Collection
+import math
+from collections.abc import Collection, Sequence
+from typing import Any, cast
 
 import faiss
 import numpy as np
+
+from index.errors import InvalidQuery
 
 SMALL_BATCH = 2  # up to this many queries a plain matrix product beats FAISS's blocked search
 GATHER_BELOW = 4  # a filtered exact search gathers its rows when fewer than 1 in GATHER_BELOW pass
 MASKED_BLOCK_BYTES = 64 << 20  # scores of a filtered exact search computed at once
 TAIL_BLOCK = 16  # a multiple of the rows BLAS's inner-product kernels take at once (see inner_products)
+RERANK_BLOCK_BYTES = 32 << 20  # candidate rows gathered at once when re-ranking a batch
+FILTER_MAX_EF = 4096  # the widest HNSW search a filter asks for
+FLOAT32_MAX = 3.4028234663852886e38
 
 Neighbor = tuple[int, float]  # (row id, score)
 Hits = tuple[np.ndarray, np.ndarray]  # (scores, ids), one row per query, best first; id -1 pads
+
+
+def within_float32(values: np.ndarray) -> bool:
+    """Whether every one of (at least one) ``values`` is finite and within float32: one pass, as a NaN or an
+    infinity fails the comparison too."""
+    return bool(np.abs(values).max() <= FLOAT32_MAX)
+
+
+def unit_queries(queries: np.ndarray) -> np.ndarray:
+    """Query vectors (m, dim; finite) scaled to unit length, in float32: a raw vector query as the engine reads it."""
+    queries = np.asarray(queries, dtype=np.float64)
+    if not np.isfinite(queries).all():
+        raise InvalidQuery("query vectors must contain only finite numbers")
+    norms = np.sqrt(np.add.reduce(queries * queries, axis=1))  # np.linalg.norm's arithmetic, without its dispatch
+    if (norms == 0).any():
+        raise InvalidQuery("a query vector is all zeros and has no direction")
+    unit: np.ndarray = (queries / norms[:, None]).astype(np.float32)
+    if not np.isfinite(unit).all():
+        raise InvalidQuery("query vectors overflow float32")
+    return unit
+
+
+def unit_mean(rows: np.ndarray, positive: int) -> np.ndarray:
+    """gensim's ``most_similar`` query of unit ``rows`` (the first ``positive`` weighted +1, the others -1): their
+    mean, normalised (1 x dim, float32). One positive row alone is itself, through the same float64 arithmetic."""
+    matrix = np.asarray(rows, dtype=np.float64)
+    if len(matrix) == 1 and positive == 1:
+        mean = matrix
+    else:
+        weights = np.array([1.0] * positive + [-1.0] * (len(matrix) - positive))
+        mean = (weights @ matrix / len(matrix))[None, :]
+    norm = math.sqrt(mean[0] @ mean[0])  # what np.linalg.norm computes for a vector (both round sqrt exactly)
+    if norm < 1e-12:
+        raise InvalidQuery("the positive and negative tokens cancel out: the query vector is zero")
+    query: np.ndarray = (mean / norm).astype(np.float32)
+    return query
+
+
+def mean_query(vectors: np.ndarray, positive: Sequence[int], negative: Sequence[int] = ()) -> np.ndarray:
+    """gensim's ``most_similar`` query of the rows ``positive`` (+1) and ``negative`` (-1) of the unit rows
+    ``vectors``: their weighted mean, normalised (1 x dim)."""
+    if not positive and not negative:
+        raise InvalidQuery("give at least one positive or negative token")
+    if len(positive) == 1 and not negative:  # one word: its row (the same float64 arithmetic, faster)
+        return unit_mean(vectors[positive[0]][None, :], 1)
+    return unit_mean(vectors[list(positive) + list(negative)], len(positive))
 
 
 def exact_knn(queries: np.ndarray, base: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
@@ -93,3 +150,83 @@ def top_k(scores: np.ndarray, k: int, exclude: Collection[int] = ()) -> list[Nei
     best = best[np.argsort(-scores[best], kind="stable")]
     out = [(int(i), float(scores[i])) for i in best if int(i) not in exclude and np.isfinite(scores[i])]
     return out[:k]
+
+
+# ---------------------------------------------------------------------------------------------- FAISS
+def set_search_params(index: faiss.Index, ef_search: int | None = None, nprobe: int | None = None) -> None:
+    if ef_search is not None and hasattr(index, "hnsw"):
+        index.hnsw.efSearch = ef_search
+    if nprobe is not None:
+        ivf = faiss.try_extract_index_ivf(index)
+        if ivf is not None:
+            ivf.nprobe = nprobe
+
+
+def search_index(
+    index: faiss.Index,
+    queries: np.ndarray,
+    k: int,
+    vectors: np.ndarray | None = None,
+    rerank: int = 1,
+    params: faiss.SearchParameters | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Top-``k`` (scores, ids) of unit ``queries`` from ``index``; with ``rerank`` > 1 (an index of codes), the
+    index's ``rerank`` x k best candidates re-scored exactly against the unit rows ``vectors``. ``params``: the
+    search's own parameters (e.g. :func:`filtered_params`)."""
+    if rerank <= 1 or vectors is None:
+        return index.search(queries, k, params=params)
+    _, candidates = index.search(queries, min(k * rerank, index.ntotal), params=params)
+    return rerank_exact(vectors, queries, candidates, k)
+
+
+def filtered_params(index: faiss.Index, selector: faiss.IDSelector, fraction: float) -> faiss.SearchParameters | None:
+    """Search parameters that keep an HNSW or IVF search to the rows ``selector`` passes (``fraction`` of all).
+
+    A filter leaves fewer passing rows near a query, so the search looks wider by 1/sqrt(fraction): efSearch for
+    HNSW, nprobe for IVF (BENCHMARKS.md, "Filtered search", measures the recall). None: ``index`` takes no
+    selector (the caller searches the passing rows exactly)."""
+    widen = 1 / np.sqrt(max(fraction, 1e-6))
+    params: Any  # FAISS's stubs lack the search parameter classes' fields
+    if isinstance(index, faiss.IndexHNSW):
+        params = faiss.SearchParametersHNSW()  # type: ignore[attr-defined]
+        params.efSearch = min(FILTER_MAX_EF, int(np.ceil(index.hnsw.efSearch * widen)))
+        params.sel = selector
+        return cast(faiss.SearchParameters, params)
+    ivf = faiss.try_extract_index_ivf(index)
+    if ivf is None or not isinstance(index, faiss.IndexIVF | faiss.IndexPreTransform):
+        return None
+    params = inner = faiss.SearchParametersIVF()
+    inner.nprobe = min(ivf.nlist, int(np.ceil(ivf.nprobe * widen)))
+    inner.sel = selector
+    if isinstance(index, faiss.IndexPreTransform):  # OPQ + IVF: the selector goes to the IVF inside
+        params = faiss.SearchParametersPreTransform()
+        params.index_params = inner
+        params.keep = inner  # the outer parameters do not own the inner ones: keep them alive together
+    return cast(faiss.SearchParameters, params)
+
+
+def rerank_exact(
+    vectors: np.ndarray, queries: np.ndarray, candidates: np.ndarray, k: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """The top ``k`` of each query's ``candidates`` (ids, -1 for none) by exact inner product with its rows.
+
+    Only the candidate rows are read (one gather per block of queries from the, possibly memory-mapped,
+    matrix) and scored with one batched product; ties keep the index's order. Missing places are id -1 with
+    score -inf."""
+    m, width = candidates.shape
+    scores = np.full((m, k), -np.inf, dtype=np.float32)
+    ids = np.full((m, k), -1, dtype=np.int64)
+    keep = min(k, width)
+    step = max(1, RERANK_BLOCK_BYTES // max(1, width * vectors.shape[1] * 4))
+    for start in range(0, m, step):
+        block = candidates[start : start + step]
+        valid = block >= 0
+        rows = vectors[np.where(valid, block, 0)]  # (queries, candidates, dim): the candidate rows only
+        exact = np.matmul(rows, queries[start : start + step, :, None])[..., 0]
+        exact[~valid] = -np.inf
+        order = np.argsort(-exact, axis=1, kind="stable")[:, :keep]
+        scores[start : start + step, :keep] = np.take_along_axis(exact, order, axis=1)
+        ids[start : start + step, :keep] = np.where(
+            np.isfinite(scores[start : start + step, :keep]), np.take_along_axis(block, order, axis=1), -1
+        )
+    return scores, ids

@@ -31,8 +31,7 @@ from index.engine.delta import Delta, Document, vector_search
 from index.engine.filters import RowSet
 from index.engine.keyword import KeywordIndex, Tokenizer, _best, _blocks
 from index.engine.knn import Neighbor
-from index.engine.search import SearchOptions, VectorSearch
-from index.engine.table import Table
+from index.engine.table import SearchOptions, Table, VectorSearch
 from index.errors import InvalidQuery
 from index.store.payload import contiguous
 

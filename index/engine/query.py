@@ -7,8 +7,8 @@ answer: ``k`` hits from ``offset`` at or above ``min_score``, among the rows a `
 ``diversity``. ``index.engine.door`` runs a batch of them against a table and answers each with a
 :class:`Result` or a :class:`Failed`: one bad item never fails the others.
 
-The mode rules (:func:`check_mode`) live here once: the request schemas check a single query with them, the door
-checks each item of a batch.
+The mode rules (:func:`check_mode`) live here once: the request schemas check a single query with them, and each
+query made reads them on itself (:attr:`Query.problem`), which the door answers as the query's error.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import numpy as np
 from index.engine.fusion import RRF_K
 from index.engine.hybrid import Hit, Mode
 from index.engine.knn import Neighbor
-from index.engine.search import Method, SearchOptions
+from index.engine.table import Method, SearchOptions
 from index.errors import EmbeddingError
 
 T = TypeVar("T")
@@ -83,17 +83,30 @@ class Query:
     # Whether it is one engine request with nothing around it (``index.engine.door.split``): an input that stands
     # for a vector, in mode vector, undiversified, unfiltered.
     plain: bool = field(init=False)
+    # Whether its input is a word table's (token, row, word examples, analogy): searched by vector, no mode of its own.
+    words_input: bool = field(init=False)
+    # What the mode rules (:func:`check_mode`) find wrong with any other input (None: nothing): the door answers it
+    # as the query's error.
+    problem: str | None = field(init=False)
 
     def __post_init__(self) -> None:
-        self.vector_input = (
-            self.vector is not None
-            or self.document is not None
-            or self.examples is not None
-            or self.token is not None
+        examples = self.examples
+        self.words_input = (
+            self.token is not None
             or self.row is not None
             or self.analogy is not None
+            or (examples is not None and not examples.documents)
+        )
+        self.vector_input = (
+            self.words_input or self.vector is not None or self.document is not None or examples is not None
         )
         self.plain = self.vector_input and self.mode == "vector" and not self.diversity and self.filter is None
+        self.problem = None
+        if not self.words_input:
+            try:
+                check_mode(self.mode, self.text, self.vector_input, self.min_score, self.diversity)
+            except ValueError as exc:
+                self.problem = str(exc)
 
 
 @dataclass(slots=True, eq=False)

@@ -32,8 +32,7 @@ from index.engine.hybrid import run as run_documents
 from index.engine.keyword import KeywordIndex
 from index.engine.knn import Hits, Neighbor
 from index.engine.lookup import NEIGHBOURHOOD, SUGGESTION_POOL, best_suggestions, ranked_candidates
-from index.engine.search import AnalogySearch, Answers, Method, Search, SearchOptions, VectorSearch
-from index.engine.table import Table
+from index.engine.table import AnalogySearch, Answers, Method, Search, SearchOptions, Table, VectorSearch
 from index.errors import ArtifactError, InvalidQuery
 from index.store import artifact, shardmap
 from index.store.payload import KIND, Payload, sort_ids
@@ -241,6 +240,9 @@ class _Keyword(KeywordIndex):
                 rows.append(self._table.global_rows[s][local])
                 data.append(scores)
         return np.concatenate(rows), np.concatenate(data)
+
+    def holds(self, text: str) -> bool:
+        return any(shard.keyword is not None and shard.keyword.holds(text) for shard in self._table.shards)
 
     def search(self, texts: Sequence[str], k: int, allowed: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
         table = self._table

@@ -1,9 +1,19 @@
 """The read-only query engine over one built table.
 
-The command line, the benchmarks and the HTTP API ask a table the same way: a typed request
-(``index.engine.search``: a vector search or analogy questions) and one call, :meth:`Table.run`, wherever it runs.
-The pieces live beside it: words to rows in ``lookup``, top-k kernels in ``knn``, 3CosMul and the batched exact
-analogy search in ``analogy``, FAISS in ``faiss_search``. Answers follow gensim's
+The command line, the benchmarks and the HTTP API ask a table the same way: a typed request and one call,
+:meth:`Table.run`, wherever it runs. The requests are here too:
+
+- :class:`SearchOptions`: which rows may answer (``restrict``, token kinds) and whether to skip the
+  approximate index (``exact``);
+- :class:`VectorSearch`: the ``k`` nearest rows to each of some unit query vectors, each with its own rows left
+  out (gensim leaves a query's input words out of its answer), optionally only among the rows a filter passes
+  (``index.engine.filters``), from an offset (paging) and above a score;
+- :class:`AnalogySearch`: "a is to b as c is to ?" questions, by 3CosAdd or 3CosMul.
+
+:meth:`Table.plan` splits a nearest-row search into its FAISS part and the rest (:class:`Plan`), for the
+service's searcher thread.
+The pieces live beside it: words to rows in ``lookup``, the kernels (unit query vectors, exact top-k, FAISS) in
+``knn``, 3CosMul and the batched exact analogy search in ``analogy``. Answers follow gensim's
 ``KeyedVectors`` semantics:
 
 - ``most_similar``: the mean of the unit rows (positive +1, negative -1), re-normalised; the inputs left out;
@@ -20,25 +30,32 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import mmap
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Collection, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 import faiss
 import numpy as np
 
 from index.engine.analogy import analogy_top, cosmul, cosmul_top
-from index.engine.faiss_search import filtered_params, search_index, set_search_params
 from index.engine.filters import RowSet, evaluate
 from index.engine.keyword import KeywordIndex
-from index.engine.knn import Hits, Neighbor, exact_knn, exact_knn_rows
+from index.engine.knn import (
+    Hits,
+    Neighbor,
+    exact_knn,
+    exact_knn_rows,
+    filtered_params,
+    mean_query,
+    search_index,
+    set_search_params,
+    unit_queries,
+)
 from index.engine.lookup import Lookup, Resolved
-from index.engine.search import AnalogySearch, Answers, Method, Search, SearchOptions, VectorSearch
 from index.errors import ArtifactError, InvalidQuery
 from index.store import artifact, shardmap
 from index.store.metadata import load_metadata
@@ -55,7 +72,74 @@ FILTER_CACHE = 64  # filters whose passing rows a table keeps, the most recently
 FILTER_CACHE_BYTES = 32 << 20  # ... while their masks and row ids take at most this much
 T = TypeVar("T")
 
-__all__ = ["Neighbor", "Resolved", "SearchOptions", "Table"]
+__all__ = [
+    "AnalogySearch",
+    "Answers",
+    "Method",
+    "Neighbor",
+    "Resolved",
+    "Search",
+    "SearchOptions",
+    "Table",
+    "VectorSearch",
+]
+
+
+# ---------------------------------------------------------------------------------- what the table is asked
+Method = Literal["3cosadd", "3cosmul"]
+METHODS: tuple[Method, ...] = ("3cosadd", "3cosmul")
+
+
+@dataclass(frozen=True, slots=True)
+class SearchOptions:
+    """Which rows a search may answer with, and how it searches."""
+
+    exact: bool = False  # brute force over the rows even when the table has an approximate index
+    restrict: int | None = None  # only the first ``restrict`` rows (the most frequent, in frequency order)
+    skip_special: bool = False  # leave out special tokens ([CLS], <s>, ...) of a model-token table
+    whole_words_only: bool = False  # leave out word-piece continuations ("##ing") of a model-token table
+
+
+# Requests are made once per query on the hot path and never changed after: plain slotted classes (a frozen
+# dataclass pays for every field it sets).
+@dataclass(slots=True, eq=False)
+class VectorSearch:
+    """The ``k`` nearest rows to each unit query (``queries``: m x dim float32), ``exclude[i]`` left out."""
+
+    queries: np.ndarray
+    k: int
+    exclude: Sequence[Collection[int]] = ()  # empty, or one collection per query
+    options: SearchOptions = field(default_factory=SearchOptions)
+    rows: RowSet | None = None  # only these rows may answer (a filter's), None: every row
+    offset: int = 0  # hits skipped first (paging): the answer is hits offset .. offset + k - 1
+    min_score: float | None = None  # hits scoring below it left out
+
+    def __len__(self) -> int:
+        return len(self.queries)
+
+    def excluded(self, position: int) -> Collection[int]:
+        return self.exclude[position] if self.exclude else ()
+
+
+@dataclass(slots=True, eq=False)
+class AnalogySearch:
+    """For each question (a, b, c) of row ids: the ``k`` best d for "a is to b as c is to d", a, b, c left out."""
+
+    questions: Sequence[tuple[int, int, int]]
+    k: int
+    method: Method = "3cosadd"
+    options: SearchOptions = field(default_factory=SearchOptions)
+
+    def __post_init__(self) -> None:
+        if self.method not in METHODS:
+            raise InvalidQuery(f"unknown analogy method {self.method!r}: use 3cosadd or 3cosmul")
+
+    def __len__(self) -> int:
+        return len(self.questions)
+
+
+Search = VectorSearch | AnalogySearch
+Answers = list[list[Neighbor]]  # per query, its hits best first
 
 
 class Table:
@@ -405,11 +489,7 @@ class Table:
 
     def mean_query(self, positive: Sequence[int], negative: Sequence[int] = ()) -> np.ndarray:
         """gensim's ``most_similar`` query: the weighted mean of unit rows, normalised (1 x dim)."""
-        if not positive and not negative:
-            raise InvalidQuery("give at least one positive or negative token")
-        if len(positive) == 1 and not negative:  # one word: its row (the same float64 arithmetic, faster)
-            return unit_mean(self.vectors[positive[0]][None, :], 1)
-        return unit_mean(self.vectors[list(positive) + list(negative)], len(positive))
+        return mean_query(self.vectors, positive, negative)
 
     # ------------------------------------------------------------------- the same, gensim's way of asking
     def search(
@@ -568,45 +648,6 @@ def keep_hits(
         if len(out) == k:
             break
     return out
-
-
-FLOAT32_MAX = 3.4028234663852886e38
-
-
-def within_float32(values: np.ndarray) -> bool:
-    """Whether every one of (at least one) ``values`` is finite and within float32: one pass, as a NaN or an
-    infinity fails the comparison too."""
-    return bool(np.abs(values).max() <= FLOAT32_MAX)
-
-
-def unit_queries(queries: np.ndarray) -> np.ndarray:
-    """Query vectors (m, dim; finite) scaled to unit length, in float32: a raw vector query as the engine reads it."""
-    queries = np.asarray(queries, dtype=np.float64)
-    if not np.isfinite(queries).all():
-        raise InvalidQuery("query vectors must contain only finite numbers")
-    norms = np.sqrt(np.add.reduce(queries * queries, axis=1))  # np.linalg.norm's arithmetic, without its dispatch
-    if (norms == 0).any():
-        raise InvalidQuery("a query vector is all zeros and has no direction")
-    unit: np.ndarray = (queries / norms[:, None]).astype(np.float32)
-    if not np.isfinite(unit).all():
-        raise InvalidQuery("query vectors overflow float32")
-    return unit
-
-
-def unit_mean(rows: np.ndarray, positive: int) -> np.ndarray:
-    """gensim's ``most_similar`` query of unit ``rows`` (the first ``positive`` weighted +1, the others -1): their
-    mean, normalised (1 x dim, float32). One positive row alone is itself, through the same float64 arithmetic."""
-    matrix = np.asarray(rows, dtype=np.float64)
-    if len(matrix) == 1 and positive == 1:
-        mean = matrix
-    else:
-        weights = np.array([1.0] * positive + [-1.0] * (len(matrix) - positive))
-        mean = (weights @ matrix / len(matrix))[None, :]
-    norm = math.sqrt(mean[0] @ mean[0])  # what np.linalg.norm computes for a vector (both round sqrt exactly)
-    if norm < 1e-12:
-        raise InvalidQuery("the positive and negative tokens cancel out: the query vector is zero")
-    query: np.ndarray = (mean / norm).astype(np.float32)
-    return query
 
 
 def advise_random(matrix: np.ndarray) -> None:

@@ -15,7 +15,7 @@ import pytest
 from index.build.index_choice import PQ_RERANK, default_pq_m, parse_spec
 from index.build.sources import RawTable
 from index.build.writer import build_table
-from index.engine.faiss_search import rerank_exact
+from index.engine.knn import rerank_exact
 from index.engine.table import Table
 from index.errors import InvalidQuery
 from index.store.tokens import FLAG_SPECIAL

@@ -21,8 +21,7 @@ from index.build.evaluate import default_sets, evaluate_analogies
 from index.build.sources import RawTable
 from index.build.writer import build_table
 from index.engine import diagnostics
-from index.engine.search import SearchOptions
-from index.engine.table import Table
+from index.engine.table import SearchOptions, Table
 from index.errors import InvalidQuery, UnknownToken
 from tests.conftest import small_raw
 

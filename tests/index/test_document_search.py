@@ -18,10 +18,9 @@ import faiss
 import numpy as np
 import pytest
 
-from index.engine.faiss_search import filtered_params, search_index
 from index.engine.filters import RowSet
-from index.engine.search import VectorSearch
-from index.engine.table import FILTER_INDEX_FRACTION, Table
+from index.engine.knn import filtered_params, search_index
+from index.engine.table import FILTER_INDEX_FRACTION, Table, VectorSearch
 from index.errors import InvalidQuery
 from tests.lee import Lee
 

@@ -26,9 +26,8 @@ from index.engine.hybrid import DocumentSearch, Hit
 from index.engine.hybrid import run as run_documents
 from index.engine.live_search import LiveKeyword
 from index.engine.query import Examples, Failed, Query, Result
-from index.engine.search import SearchOptions, VectorSearch
 from index.engine.shards import ShardedTable, merge
-from index.engine.table import Table
+from index.engine.table import SearchOptions, Table, VectorSearch
 from index.store import artifact, shardmap
 from tests.lee import Lee, jsonl_records, write_jsonl
 

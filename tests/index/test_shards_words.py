@@ -22,7 +22,6 @@ from index.build.sources import RawTable
 from index.engine import door, lookup, shards
 from index.engine.diagnostics import analogy_expectations
 from index.engine.query import Analogy, Examples, Failed, Query, Result
-from index.engine.search import SearchOptions
 from index.engine.shards import (
     ShardedTable,
     expectation_part,
@@ -31,7 +30,7 @@ from index.engine.shards import (
     suggestion_part,
     whole_rows,
 )
-from index.engine.table import Table
+from index.engine.table import SearchOptions, Table
 from index.errors import InvalidQuery
 from index.store import artifact, shardmap
 from tests.index.test_shards import ROUNDING, equal_up_to_ties

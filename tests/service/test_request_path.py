@@ -17,8 +17,8 @@ from tests.request_path import RequestPath, TracedClient, traced_client
 
 GLOVE = glove_package.DEFAULT_NAME
 # The most modules each path may enter, and the most times it may go back into any one of them.
-NEIGHBORS_LIMITS = (15, 3)
-HYBRID_LIMITS = (18, 3)
+NEIGHBORS_LIMITS = (13, 2)
+HYBRID_LIMITS = (17, 2)
 
 
 @pytest.fixture(scope="module")
@@ -49,7 +49,7 @@ def within(path: RequestPath, limits: tuple[int, int]) -> bool:
 
 def test_neighbours_of_a_token(glove: TracedClient) -> None:
     path = followed(glove, "GET", f"/v1/tables/{GLOVE}/neighbors?token=heart&k=8")
-    assert {"service.routers.neighbors", "index.engine.table", "index.engine.faiss_search"} <= set(path.modules)
+    assert {"service.routers.neighbors", "index.engine.table", "index.engine.knn"} <= set(path.modules)
     assert within(path, NEIGHBORS_LIMITS), path.report()
 
 

@@ -15,10 +15,9 @@ import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 
-from index.engine.search import AnalogySearch, Answers, Search, VectorSearch
-from index.engine.table import Table
+from index.engine.table import AnalogySearch, Answers, Search, Table, VectorSearch
 from service.app import create_app
-from service.searcher import MAX_BATCH, Searcher
+from service.execute import MAX_BATCH, Searcher
 from service.settings import Settings
 
 WORDS = ["heart", "red", "king", "paris", "music", "river", "doctor", "green", "bank", "light", "train", "stone"]

@@ -10,7 +10,7 @@ from bench.transformer_speed import CALLS, ours, texts_of
 from index.build.sources import ReadOptions, transformer
 from index.build.writer import build_table
 from index.engine.table import Table
-from tests.index.test_transformer import minilm_dir
+from tests.index.build.test_transformer import minilm_dir
 
 
 @pytest.fixture(scope="module")

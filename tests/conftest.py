@@ -303,8 +303,8 @@ def lee_data_dir(tmp_path_factory: pytest.TempPathFactory, lee_docs: Lee) -> Pat
 @pytest.fixture(scope="session")
 def minilm_st_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A data directory holding MiniLM imported as a transformer table by the command
-    (``tests.index.test_transformer.import_minilm``): its tests and the speed benchmark's read the same one."""
-    from tests.index.test_transformer import import_minilm
+    (``tests.index.build.test_transformer.import_minilm``): its tests and the speed benchmark's read the same one."""
+    from tests.index.build.test_transformer import import_minilm
 
     return import_minilm(tmp_path_factory.mktemp("transformer-data"))
 

@@ -12,7 +12,7 @@ them in the cache, so that gensim's per-question searches run beside the other t
 ``RECORDED`` and ``ANSWERS_RECORDED`` are the two outputs as these commands wrote them, kept with the tests: when
 their versions are the installed ones, the test cache takes them (``install_recorded``) instead of spending
 gensim's minutes of per-question searches again, and tests run gensim on a sample of the questions to check
-them (``tests/index/test_evaluate.py``). Otherwise (another gensim, numpy or GloVe package) the tests compute them
+them (``tests/index/build/test_evaluate.py``). Otherwise (another gensim, numpy or GloVe package) the tests compute them
 in the background at collection (``tests/conftest.py``), beside the other tests.
 """
 
@@ -41,7 +41,7 @@ RECORDED = Path(__file__).parent / "data" / "gensim-google.json.xz"
 ANSWERS_RECORDED = Path(__file__).parent / "data" / "gensim-answers.json.xz"
 PARITY_SAMPLE = 2000  # seeded Google questions through the API's batch endpoint (tests/service/test_parity.py)
 PARITY_TOP5 = 150  # the first of them, asked for five answers by each method
-# (method, restrict_vocab, case_insensitive, questions per section) of tests/index/test_evaluate.py
+# (method, restrict_vocab, case_insensitive, questions per section) of tests/index/build/test_evaluate.py
 TRIMMED = [("3cosmul", 300_000, True, 20), ("3cosmul", 30_000, True, 8), ("3cosadd", 30_000, False, 40)]
 Question = tuple[str, str, str, str]
 

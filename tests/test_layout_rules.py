@@ -6,6 +6,7 @@ from __future__ import annotations
 import ast
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -64,6 +65,17 @@ def test_the_rooms_import_downwards_only(room: str) -> None:
 def test_every_index_module_lives_in_a_room() -> None:
     loose = {module_name(p) for p in (REPO / "index").glob("*.py")}
     assert loose == {"index", "index.__main__", "index.errors", "index.lazy", "index.progress"}
+
+
+def test_the_index_tests_mirror_the_rooms() -> None:
+    """A room's tests sit in the room's folder of ``tests/index`` (shared fixtures apart)."""
+    loose = {p.name for p in (REPO / "tests" / "index").glob("*.py")}
+    assert loose == {"__init__.py", "conftest.py"}
+    rooms = {p.name for p in (REPO / "tests" / "index").iterdir() if p.is_dir() and p.name != "__pycache__"}
+    assert rooms == set(ROOMS)
+    # pytest's default norecursedirs holds "build": the project's own list must not skip a room's tests
+    options = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]
+    assert not set(ROOMS) & set(options["norecursedirs"])
 
 
 def test_the_engine_imports_without_the_builders_dependencies() -> None:

@@ -10,7 +10,7 @@ import pytest
 
 from bench.transformer_speed import CALLS, ours, texts_of
 from index.engine.table import Table
-from tests.index.test_transformer import NAME
+from tests.index.build.test_transformer import NAME
 
 
 @pytest.fixture(scope="module")

@@ -20,7 +20,7 @@ from service.deps import TABLE_NAME
 from service.schemas.diagnostics import MAX_SET_WORDS, CompareParams, CompareRequest
 from service_client import ApiError, Client
 from tests.conftest import small_raw
-from tests.index.test_diagnostics import keyed_vectors
+from tests.index.engine.test_diagnostics import keyed_vectors
 from tests.service.conftest import client_for
 
 T = "/v1/tables/small"

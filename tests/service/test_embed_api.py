@@ -21,8 +21,8 @@ from index.build.writer import build_table
 from index.engine.encode import Encoder
 from index.engine.table import Table
 from service.schemas.embed import MAX_EMBED_CHARS
-from tests.index.test_encode import minilm_rows, model2vec_parts, token_mean, write_model2vec
-from tests.index.test_huggingface import minilm_dir
+from tests.index.build.test_huggingface import minilm_dir
+from tests.index.engine.test_encode import minilm_rows, model2vec_parts, token_mean, write_model2vec
 from tests.service import real_server
 from tests.service.conftest import client_for
 

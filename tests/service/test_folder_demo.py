@@ -27,7 +27,7 @@ from index.build.sources import glove_package
 from index.engine.table import Table
 from service_client import ApiError, Client
 from tests.conftest import REPO, link_table
-from tests.index.test_sources import run_cli
+from tests.index.build.test_sources import run_cli
 from tests.service import real_server
 
 LICENCES = Path("/usr/share/common-licenses")

@@ -16,7 +16,7 @@ from index.build.sources import huggingface as hf
 from index.build.writer import build_table
 from service.app import create_app
 from service.settings import Settings
-from tests.index.test_huggingface import MINILM_TENSOR, SPECIALS, minilm_dir, unit_rows, write_model
+from tests.index.build.test_huggingface import MINILM_TENSOR, SPECIALS, minilm_dir, unit_rows, write_model
 
 K = 10
 

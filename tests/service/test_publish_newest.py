@@ -23,7 +23,7 @@ from index.progress import read_status
 from index.store import artifact
 from service import indexing
 from tests.conftest import small_raw
-from tests.index.test_embed_documents import without_vectors
+from tests.index.build.test_embed_documents import without_vectors
 from tests.lee import Lee, write_jsonl
 from tests.service import real_server
 from tests.service.real_server import BIN, HTTP

@@ -23,7 +23,7 @@ from index.errors import InvalidQuery
 from index.store import shardmap, writelog
 from service import live, writes
 from service.schemas.writes import WriteDocument
-from tests.index.test_shards import EXE, door_queries, run
+from tests.index.build.test_shards import EXE, door_queries, run
 from tests.lee import Lee
 from tests.service.conftest import LEE_SHARDS, lee_copy
 from tests.service.test_live_search import as_write, written

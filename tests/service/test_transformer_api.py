@@ -22,9 +22,9 @@ from index.engine.encode import encoder_for
 from index.engine.table import Table
 from service.registry import Registry
 from tests.early import Early
-from tests.index.test_embed_documents import without_vectors
-from tests.index.test_sources import run_cli
-from tests.index.test_transformer import RECORDED, Reference, _edit, _model_copy, cosine, minilm_dir
+from tests.index.build.test_embed_documents import without_vectors
+from tests.index.build.test_sources import run_cli
+from tests.index.build.test_transformer import RECORDED, Reference, _edit, _model_copy, cosine, minilm_dir
 from tests.lee import Lee, make_lee, write_jsonl
 from tests.service import real_server
 from tests.service.conftest import client_for

@@ -29,7 +29,7 @@ from index.errors import ArtifactError, InputError, InvalidQuery
 from index.store import artifact
 from index.store.artifact import GRAPH
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 RECORDED = REPO / "tests" / "data" / "sentence-transformers-minilm.json"
 NAME = "minilm-st"
 

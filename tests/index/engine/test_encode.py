@@ -33,9 +33,9 @@ from index.engine.table import Table
 from index.errors import InputError, InvalidQuery
 from index.store import artifact
 from index.store.tokens import WEIGHTS
-from tests.index.test_huggingface import MINILM_TENSOR, SPECIALS, minilm_dir
+from tests.index.build.test_huggingface import MINILM_TENSOR, SPECIALS, minilm_dir
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 WORD = re.compile(r"\w+")
 TEXTS = [
     "The heart pumps blood through the body.",

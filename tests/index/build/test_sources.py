@@ -30,7 +30,7 @@ from index.engine.table import Table
 from index.errors import InputError
 from index.store import artifact
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 ROWS = 3000
 
 

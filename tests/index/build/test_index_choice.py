@@ -30,7 +30,7 @@ from index.engine.table import Table
 from index.errors import InvalidQuery
 from index.store import artifact
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 
 def clustered(rows: int, dim: int, seed: int = 0) -> np.ndarray:

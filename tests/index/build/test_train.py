@@ -20,7 +20,7 @@ from index.build.train import TrainParams, train_word2vec
 from index.engine.table import Table
 from tests.early import Early
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 SMALL = ("--dim", "32", "--epochs", "2", "--workers", "1", "--min-count", "5", "--index", "flat")
 LEE = Path(datapath("lee_background.cor"))
 

@@ -21,7 +21,7 @@ from tests.conftest import cache_dir
 from tests.early import Done, Early
 from tests.gensim_reference import PARITY_TOP5, TRIMMED, gensim_analogies, google_sample, trimmed_key
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 GOOGLE, (WORDSIM, SIMLEX) = default_sets()
 
 

@@ -23,7 +23,7 @@ from index.engine.table import Table
 from index.errors import InputError
 from index.store.tokens import FLAG_CONTINUATION, FLAG_SPECIAL
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 MINILM_TENSOR = "embeddings.word_embeddings.weight"
 SPECIALS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 

@@ -33,7 +33,7 @@ from index.engine.shards import (
 from index.engine.table import SearchOptions, Table
 from index.errors import InvalidQuery
 from index.store import artifact, shardmap
-from tests.index.test_shards import ROUNDING, equal_up_to_ties
+from tests.index.build.test_shards import ROUNDING, equal_up_to_ties
 from tests.words import CASED, write_words
 
 EXE = Path(sys.executable).parent / "embedding-index"

@@ -16,7 +16,14 @@ from index.build.sources import huggingface as hf
 from index.build.writer import build_table
 from service.app import create_app
 from service.settings import Settings
-from tests.index.build.test_huggingface import MINILM_TENSOR, SPECIALS, minilm_dir, unit_rows, write_model
+from tests.index.build.test_huggingface import (
+    MINILM_TENSOR,
+    SPECIALS,
+    minilm_dir,
+    unit_rows,
+    whole_text_tokenizer,
+    write_model,
+)
 
 K = 10
 
@@ -48,10 +55,7 @@ def unit() -> np.ndarray:
 
 @pytest.fixture(scope="module")
 def tokenizer() -> Tokenizer:
-    tok = Tokenizer.from_file(str(minilm_dir() / "tokenizer.json"))
-    tok.no_padding()
-    tok.no_truncation()
-    return tok
+    return whole_text_tokenizer()
 
 
 @pytest.fixture(scope="module")

@@ -73,12 +73,17 @@ def minilm_matrix() -> np.ndarray:
         return f.get_tensor(MINILM_TENSOR)
 
 
-@pytest.fixture(scope="module")
-def minilm_tokenizer() -> Tokenizer:
+def whole_text_tokenizer() -> Tokenizer:
+    """all-MiniLM-L6-v2's tokenizer without the padding and truncation its file ships with: every text whole."""
     tokenizer = Tokenizer.from_file(str(minilm_dir() / "tokenizer.json"))
     tokenizer.no_padding()
     tokenizer.no_truncation()
     return tokenizer
+
+
+@pytest.fixture(scope="module")
+def minilm_tokenizer() -> Tokenizer:
+    return whole_text_tokenizer()
 
 
 def test_minilm_shape_labels_and_manifest(minilm: Table, minilm_tokenizer: Tokenizer) -> None:

@@ -33,7 +33,7 @@ from index.engine.table import Table
 from index.errors import InputError, InvalidQuery
 from index.store import artifact
 from index.store.tokens import WEIGHTS
-from tests.index.build.test_huggingface import MINILM_TENSOR, SPECIALS, minilm_dir
+from tests.index.build.test_huggingface import MINILM_TENSOR, SPECIALS, minilm_dir, whole_text_tokenizer
 
 REPO = Path(__file__).resolve().parents[3]
 WORD = re.compile(r"\w+")
@@ -79,10 +79,7 @@ def minilm_matrix() -> np.ndarray:
 
 @pytest.fixture(scope="module")
 def tokenizer() -> Tokenizer:
-    tok = Tokenizer.from_file(str(minilm_dir() / "tokenizer.json"))
-    tok.no_padding()
-    tok.no_truncation()
-    return tok
+    return whole_text_tokenizer()
 
 
 @pytest.fixture(scope="module")

@@ -397,10 +397,10 @@ class Split(NamedTuple):
 
 
 def split(table: Table, query: Query, encoder: Table | None = None, delta: Delta | None = None) -> Split | None:
-    """A plain ``query`` (:attr:`Query.plain`: the caller asks, as it decides where a query runs) as one engine
-    request and its finish, or None with writes to merge: :func:`run` answers it then, as it answers a query that
-    is not plain (filtered, keyword, hybrid, diverse, text alone). Its error raises here."""
-    if delta is not None:
+    """A plain ``query`` (:attr:`Query.plain`) as one engine request and its finish, or None when it is not plain
+    (filtered, keyword, hybrid, diverse, text alone) or has writes to merge: :func:`run` answers it then. Its error
+    raises here. (A caller that reads ``plain`` itself, to decide where a query runs, need not call it otherwise.)"""
+    if not query.plain or delta is not None:
         return None
     expects = expecting(query)
     if query.text is None and query.min_score is None:  # nothing of the mode rules to check: the hot path

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import platform
@@ -273,6 +274,21 @@ def wait_ready(process: subprocess.Popen[bytes], url: str, log: Any, timeout: fl
             time.sleep(0.01)
 
 
+def own_session(argv: Sequence[str], **kwargs: Any) -> subprocess.Popen[bytes]:
+    """``subprocess.Popen`` of a server in a session of its own (:func:`stop` stops its whole group), weighed by
+    the scheduler as this process is. With Linux's autogroups (``sched_autogroup_enabled``) every session is one
+    group whose weight is that of nice 0 whatever its processes' nice values: a server started by a benchmark
+    that runs below other work (as the tests run their benchmarks, at nice 19) would otherwise take the cores
+    from that work. Its session's group is given this process's nice value (a nice 0 benchmark changes
+    nothing)."""
+    process = subprocess.Popen(list(argv), start_new_session=True, **kwargs)
+    nice = os.nice(0)
+    if nice > 0:
+        with contextlib.suppress(OSError):  # no autogroups here (another kernel or system)
+            Path(f"/proc/{process.pid}/autogroup").write_text(str(nice))
+    return process
+
+
 @contextmanager
 def serve(
     argv: Sequence[str], ready_path: str, port: int, env: dict[str, str] | None = None, cwd: Path = REPO
@@ -280,9 +296,7 @@ def serve(
     """Start a server process in its own session, wait for ``ready_path``, stop the whole group afterwards."""
     with tempfile.TemporaryFile() as log:
         started = time.perf_counter()
-        process = subprocess.Popen(
-            list(argv), stdout=log, stderr=subprocess.STDOUT, env=env, cwd=cwd, start_new_session=True
-        )
+        process = own_session(argv, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=cwd)
         try:
             base = f"http://127.0.0.1:{port}"
             wait_ready(process, base + ready_path, log)

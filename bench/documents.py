@@ -49,6 +49,7 @@ from bench.common import (
     dir_size,
     display,
     free_port,
+    own_session,
     paired,
     percentile,
     run_child,
@@ -376,7 +377,7 @@ def worker_memory(data_dir: Path, table: str, workers: int, bodies: list[bytes],
     base = f"http://127.0.0.1:{port}"
     with tempfile.TemporaryFile() as log:
         started = time.perf_counter()
-        process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=server_env(), start_new_session=True)
+        process = own_session(argv, stdout=log, stderr=subprocess.STDOUT, env=server_env())
         try:
             while True:
                 log.seek(0)

@@ -36,6 +36,7 @@ from bench.common import (
     embedding_serve,
     free_port,
     median,
+    own_session,
     paired,
     percentile,
     serve,
@@ -206,9 +207,7 @@ def first_answer(ctx: Context, words: list[str]) -> dict[str, Any]:
     port = free_port()
     serve = [str(BIN / "embedding-serve"), "--data-dir", str(data_dir), "--port", str(port), "--no-access-log"]
     with tempfile.TemporaryFile() as log:
-        process = subprocess.Popen(
-            serve, stdout=log, stderr=subprocess.STDOUT, env=server_env(cache=False), cwd=REPO, start_new_session=True
-        )
+        process = own_session(serve, stdout=log, stderr=subprocess.STDOUT, env=server_env(cache=False), cwd=REPO)
         try:
             base = f"http://127.0.0.1:{port}"
             wait_ready(process, f"{base}/v1/tables/glove-6b-50d/neighbors?token=heart", log)

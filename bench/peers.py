@@ -48,6 +48,7 @@ from bench.common import (
     embedding_serve,
     free_port,
     median,
+    own_session,
     paired,
     percentile,
     server_env,
@@ -195,7 +196,7 @@ def process(argv: list[str], ready: Callable[[], bool], env: dict[str, str], log
     log_dir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryFile(dir=log_dir) as log:
         started = time.perf_counter()
-        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=REPO, start_new_session=True)
+        proc = own_session(argv, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=REPO)
         try:
             while True:
                 if proc.poll() is not None or time.perf_counter() - started > 300:

@@ -33,6 +33,8 @@ from pathlib import Path
 import httpx
 import psutil
 
+from bench.common import own_session
+
 MIB = 1 << 20
 BASELINE = """
 import service.app, service.main, faiss, numpy, uvicorn  # what a worker imports, but no table and no app
@@ -128,7 +130,7 @@ def measure(
     env = {**os.environ, "EMBEDDING_DATA_DIR": str(data_dir), "EMBEDDING_THREADS": "1", **extra_env}
     argv = [serve, "--host", "127.0.0.1", "--port", str(port), "--workers", str(workers), "--no-access-log"]
     with tempfile.TemporaryFile() as log:
-        server = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        server = own_session(argv, env=env, stdout=log, stderr=subprocess.STDOUT)
         try:
             base = f"http://127.0.0.1:{port}"
             deadline = time.monotonic() + 600

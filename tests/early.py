@@ -73,8 +73,11 @@ class Early:
                     return
                 below = ["nice", "-n", str(self.nice)] if self.nice and shutil.which("nice") else []
                 argv = [*below, *self.argv(self._out)]
-                # A session of its own: stopping it stops what it started too (servers, a shell's commands).
-                self._process = subprocess.Popen(argv, cwd=REPO, stdout=stdout, stderr=stderr, start_new_session=True)
+                # A process group of its own: stopping it stops what it started too (servers, a shell's commands).
+                # Not a session of its own: with the kernel's autogroups (sched_autogroup_enabled) every session
+                # is weighed as one process against the test session whatever its nice value, and the early
+                # commands, each its own session, took most of the cores from the tests of the first minutes.
+                self._process = subprocess.Popen(argv, cwd=REPO, stdout=stdout, stderr=stderr, process_group=0)
             self._process.wait()
 
     def result(self) -> Done:

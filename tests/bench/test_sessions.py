@@ -1,0 +1,54 @@
+"""Processes started to run beside other work keep their starter's weight with the scheduler: a benchmark's server in
+a session of its own (``bench.common.own_session``), and the commands the tests start early (``tests.early``)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.early import NICE, REPO, Early
+
+needs_autogroups = pytest.mark.skipif(
+    not Path("/proc/self/autogroup").exists(), reason="the kernel here has no scheduler autogroups"
+)
+SERVER = """
+from bench.common import own_session, stop
+server = own_session(["sleep", "30"])
+print(open(f"/proc/{server.pid}/autogroup").read().strip(), open("/proc/self/autogroup").read().strip())
+stop(server)
+"""
+
+
+def autogroup(pid: int | str = "self") -> tuple[str, int]:
+    """The scheduling group of a process (one per session) and the group's nice value."""
+    name, _, nice = Path(f"/proc/{pid}/autogroup").read_text().split()
+    return name, int(nice)
+
+
+@needs_autogroups
+@pytest.mark.parametrize("nice", [0, 19])
+def test_a_server_in_a_session_of_its_own_is_weighed_as_its_starter(nice: int) -> None:
+    starter = ["nice", "-n", str(nice), sys.executable, "-c", SERVER]
+    done = subprocess.run(starter, capture_output=True, text=True, cwd=REPO, timeout=60, check=True)
+    server_group, _, server_nice, starter_group, _, _ = done.stdout.split()
+    assert server_group != starter_group  # its own session: stopped as a group, apart from its starter
+    assert int(server_nice) == min(19, os.nice(0) + nice)  # a nice 0 starter leaves the group's weight as it was
+
+
+@needs_autogroups
+def test_an_early_command_runs_below_the_tests_in_their_scheduling_group() -> None:
+    probe = "import os; print(open('/proc/self/autogroup').read().split()[0], os.getpgid(0) == os.getpid(), os.nice(0))"
+    early = Early(__name__, "probe", lambda out: [sys.executable, "-c", probe])
+    try:
+        done = early.result()
+        assert done.returncode == 0, done.stderr
+        group, own_process_group, nice = done.stdout.split()
+        assert group == autogroup()[0]  # weighed with the tests, so its nice value counts against them
+        assert own_process_group == "True"  # stopped as a group
+        assert int(nice) == min(19, os.nice(0) + NICE)
+    finally:
+        early.stop()

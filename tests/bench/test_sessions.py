@@ -33,7 +33,10 @@ def autogroup(pid: int | str = "self") -> tuple[str, int]:
 @pytest.mark.parametrize("nice", [0, 19])
 def test_a_server_in_a_session_of_its_own_is_weighed_as_its_starter(nice: int) -> None:
     starter = ["nice", "-n", str(nice), sys.executable, "-c", SERVER]
-    done = subprocess.run(starter, capture_output=True, text=True, cwd=REPO, timeout=60, check=True)
+    # The starter in a session of its own too, so that its nice value does not slow it down beside the tests.
+    done = subprocess.run(
+        starter, capture_output=True, text=True, cwd=REPO, timeout=60, check=True, start_new_session=True
+    )
     server_group, _, server_nice, starter_group, _, _ = done.stdout.split()
     assert server_group != starter_group  # its own session: stopped as a group, apart from its starter
     assert int(server_nice) == min(19, os.nice(0) + nice)  # a nice 0 starter leaves the group's weight as it was

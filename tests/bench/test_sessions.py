@@ -3,6 +3,7 @@ a session of its own (``bench.common.own_session``), and the commands the tests 
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -23,12 +24,6 @@ stop(server)
 """
 
 
-def autogroup(pid: int | str = "self") -> tuple[str, int]:
-    """The scheduling group of a process (one per session) and the group's nice value."""
-    name, _, nice = Path(f"/proc/{pid}/autogroup").read_text().split()
-    return name, int(nice)
-
-
 @needs_autogroups
 @pytest.mark.parametrize("nice", [0, 19])
 def test_a_server_in_a_session_of_its_own_is_weighed_as_its_starter(nice: int) -> None:
@@ -44,14 +39,19 @@ def test_a_server_in_a_session_of_its_own_is_weighed_as_its_starter(nice: int) -
 
 @needs_autogroups
 def test_an_early_command_runs_below_the_tests_in_their_scheduling_group() -> None:
-    probe = "import os; print(open('/proc/self/autogroup').read().split()[0], os.getpgid(0) == os.getpid(), os.nice(0))"
+    # The file names the process's scheduling group (one per session), or is empty for a process in the session the
+    # system started in, which the kernel weighs in its root group.
+    probe = (
+        "import json, os; "
+        "print(json.dumps([open('/proc/self/autogroup').read(), os.getpgid(0) == os.getpid(), os.nice(0)]))"
+    )
     early = Early(__name__, "probe", lambda out: [sys.executable, "-c", probe])
     try:
         done = early.result()
         assert done.returncode == 0, done.stderr
-        group, own_process_group, nice = done.stdout.split()
-        assert group == autogroup()[0]  # weighed with the tests, so its nice value counts against them
-        assert own_process_group == "True"  # stopped as a group
-        assert int(nice) == min(19, os.nice(0) + NICE)
+        group, own_process_group, nice = json.loads(done.stdout)
+        assert group == Path("/proc/self/autogroup").read_text()  # weighed with the tests: its nice value counts
+        assert own_process_group  # stopped as a group
+        assert nice == min(19, os.nice(0) + NICE)
     finally:
         early.stop()

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tokenizers import Tokenizer
 
 from index.build.index_choice import IndexSpec
 from index.build.sources import RawTable, glove_package, read_source
@@ -42,6 +43,7 @@ from index.store import artifact
 from tests import gensim_reference, numba_cache
 from tests.early import JOBS
 from tests.lee import Lee, jsonl_records, make_lee, write_jsonl
+from tests.minilm import whole_text_tokenizer
 
 REPO = Path(__file__).resolve().parent.parent
 SMALL_ROWS = 20_000
@@ -267,6 +269,11 @@ def gensim_answers() -> dict[str, Any]:
     """gensim's answers to the parity sample and the trimmed Google sets (``tests.gensim_reference.answers``)."""
     GENSIM_ANSWERS.wait()
     return gensim_reference.read_answers(cache_dir() / "gensim-answers.json")
+
+
+@pytest.fixture(scope="session")
+def minilm_tokenizer() -> Tokenizer:
+    return whole_text_tokenizer()
 
 
 @pytest.fixture(scope="session")

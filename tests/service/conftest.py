@@ -88,8 +88,8 @@ def documents_data_dir(
     """``lee`` (the Lee corpus with its fields and text); ``no-text``, the same documents without their text (a
     table with no keyword index); ``small``, the words table; ``lee-text``, the Lee stories without their vectors,
     embedded at import by ``small``."""
+    from tests.cli import run_cli
     from tests.index.build.test_embed_documents import without_vectors
-    from tests.index.build.test_sources import run_cli
 
     directory = tmp_path_factory.mktemp("documents-data")
     shutil.copytree(lee_data_dir / "lee", directory / "lee")
@@ -122,7 +122,7 @@ def lee_imports(tmp_path_factory: pytest.TempPathFactory, lee_docs: Lee) -> Path
     whole and as ``LEE_SHARDS`` shards: ``plain/whole``, ``plain/sharded``, and the same with copies of some
     documents under ids of their own (``copies/...``: equal scores in the lists a front merges). Data
     directories to copy (``lee_copy``): the modules serve and write to their own."""
-    from tests.index.build.test_sources import run_cli
+    from tests.cli import run_cli
     from tests.service.test_shards_front import copies
 
     root = tmp_path_factory.mktemp("lee-imports")

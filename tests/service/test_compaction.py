@@ -16,7 +16,7 @@ import httpx
 import numpy as np
 
 from index.store import artifact, writelog
-from tests.index.build.test_sources import run_cli
+from tests.cli import run_cli
 from tests.lee import Lee, write_jsonl
 from tests.service import real_server
 from tests.service.conftest import client_for

@@ -18,7 +18,7 @@ from index.engine.table import Table
 from index.errors import ArtifactError
 from index.store import artifact, writelog
 from service import live
-from tests.index.build.test_sources import run_cli
+from tests.cli import run_cli
 from tests.lee import Lee, jsonl_records, write_jsonl
 from tests.service import real_server
 from tests.service.test_live_search import KEY

@@ -21,8 +21,8 @@ from index.build.writer import build_table
 from index.engine.encode import Encoder
 from index.engine.table import Table
 from service.schemas.embed import MAX_EMBED_CHARS
-from tests.index.build.test_huggingface import minilm_dir
 from tests.index.engine.test_encode import minilm_rows, model2vec_parts, token_mean, write_model2vec
+from tests.minilm import minilm_dir
 from tests.service import real_server
 from tests.service.conftest import client_for
 
@@ -92,11 +92,9 @@ def test_embed_equals_the_encoder(client: TestClient, tables: dict[str, Table], 
     assert (body["tokens"], body["unknown"]) == (direct.tokens, direct.unknown)
 
 
-def test_embed_minilm_equals_brute_force(client: TestClient) -> None:
-    tokenizer = Tokenizer.from_file(str(minilm_dir() / "tokenizer.json"))
-    tokenizer.no_padding()  # the model's file pads to 128 pieces
+def test_embed_minilm_equals_brute_force(client: TestClient, minilm_tokenizer: Tokenizer) -> None:
     body = client.post("/v1/tables/minilm/embed", json={"texts": TEXTS}).json()
-    expected, used, unknown = token_mean(TEXTS, tokenizer, minilm_rows())
+    expected, used, unknown = token_mean(TEXTS, minilm_tokenizer, minilm_rows())
     np.testing.assert_allclose(vectors(body), expected, atol=2e-7)
     assert (body["tokens"], body["unknown"]) == (used, unknown) and unknown == [0, 0, 1]
 

@@ -19,8 +19,8 @@ import pytest
 
 from index.build.sources import ReadOptions, huggingface
 from index.build.writer import build_table
-from tests.index.build.test_sources import run_cli
-from tests.index.build.test_transformer import minilm_dir
+from tests.cli import run_cli
+from tests.minilm import minilm_dir
 from tests.service import real_server
 from tests.service.browser import SCREENSHOTS, Watched, save_screenshot
 

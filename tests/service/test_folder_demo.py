@@ -26,8 +26,8 @@ import pytest
 from index.build.sources import glove_package
 from index.engine.table import Table
 from service_client import ApiError, Client
+from tests.cli import run_cli
 from tests.conftest import REPO, link_table
-from tests.index.build.test_sources import run_cli
 from tests.service import real_server
 
 LICENCES = Path("/usr/share/common-licenses")

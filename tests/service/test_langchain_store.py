@@ -17,7 +17,7 @@ from langchain_tests.integration_tests import VectorStoreIntegrationTests
 
 from service_client import Client
 from service_client.langchain import EmbeddingSearchStore
-from tests.index.build.test_sources import run_cli
+from tests.cli import run_cli
 from tests.lee import Lee
 from tests.service import real_server
 

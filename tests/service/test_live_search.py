@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 
-from tests.index.build.test_sources import run_cli
+from tests.cli import run_cli
 from tests.lee import Lee, jsonl_records, write_jsonl
 from tests.service import real_server
 from tests.service.conftest import client_for

@@ -27,7 +27,7 @@ from llama_index.core.vector_stores.types import (
 
 from service_client import Client
 from service_client.llamaindex import EmbeddingSearchVectorStore, filter_of
-from tests.index.build.test_sources import run_cli
+from tests.cli import run_cli
 from tests.lee import Lee
 from tests.service import real_server
 

@@ -16,14 +16,8 @@ from index.build.sources import huggingface as hf
 from index.build.writer import build_table
 from service.app import create_app
 from service.settings import Settings
-from tests.index.build.test_huggingface import (
-    MINILM_TENSOR,
-    SPECIALS,
-    minilm_dir,
-    unit_rows,
-    whole_text_tokenizer,
-    write_model,
-)
+from tests.index.build.test_huggingface import unit_rows, write_model
+from tests.minilm import MINILM_TENSOR, SPECIALS, minilm_dir
 
 K = 10
 
@@ -54,13 +48,8 @@ def unit() -> np.ndarray:
 
 
 @pytest.fixture(scope="module")
-def tokenizer() -> Tokenizer:
-    return whole_text_tokenizer()
-
-
-@pytest.fixture(scope="module")
-def special_ids(tokenizer: Tokenizer) -> set[int]:
-    return {tokenizer.token_to_id(t) for t in SPECIALS}
+def special_ids(minilm_tokenizer: Tokenizer) -> set[int]:
+    return {minilm_tokenizer.token_to_id(t) for t in SPECIALS}
 
 
 def brute_force(unit: np.ndarray, query: np.ndarray, k: int, drop: set[int]) -> list[int]:
@@ -96,10 +85,10 @@ def test_neighbours_of_heart_equal_brute_force(client: TestClient, unit: np.ndar
     assert ids(posted.json()) == brute_force(unit, unit[heart], K, {heart})
 
 
-def test_tokenize_equals_tokenizers(client: TestClient, tokenizer: Tokenizer) -> None:
+def test_tokenize_equals_tokenizers(client: TestClient, minilm_tokenizer: Tokenizer) -> None:
     for text in ("heartbeat", "heartache", "Heartbeats and 心"):
         body = client.post("/v1/tables/minilm/tokenize", json={"text": text}).json()
-        encoding = tokenizer.encode(text, add_special_tokens=False)
+        encoding = minilm_tokenizer.encode(text, add_special_tokens=False)
         assert body == {
             "text": text,
             "tokens": [{"id": i, "token": t} for i, t in zip(encoding.ids, encoding.tokens, strict=True)],
@@ -110,23 +99,23 @@ def test_tokenize_equals_tokenizers(client: TestClient, tokenizer: Tokenizer) ->
     assert refused.status_code == 422 and "no tokenizer" in refused.json()["error"]["message"]
 
 
-def test_ids_endpoint(client: TestClient, tokenizer: Tokenizer) -> None:
+def test_ids_endpoint(client: TestClient, minilm_tokenizer: Tokenizer) -> None:
     with safe_open(str(minilm_dir() / "model.safetensors"), framework="numpy") as f:
         matrix = f.get_tensor(MINILM_TENSOR)
     for token in ("heart", "##beat", "[CLS]"):
-        row = tokenizer.token_to_id(token)
+        row = minilm_tokenizer.token_to_id(token)
         body = client.get(f"/v1/tables/minilm/ids/{row}").json()
         assert (body["token"], body["id"], body["query"]["match"]) == (token, row, "id")
         np.testing.assert_allclose(body["vector"], matrix[row], rtol=1e-6, atol=1e-7)
-    assert client.get(f"/v1/tables/minilm/ids/{tokenizer.token_to_id('##beat')}").json()["readable"] == "beat"
+    assert client.get(f"/v1/tables/minilm/ids/{minilm_tokenizer.token_to_id('##beat')}").json()["readable"] == "beat"
     missing = client.get("/v1/tables/minilm/ids/30522")
     assert missing.status_code == 404 and missing.json()["error"]["code"] == "unknown_token"
-    neighbours = client.get("/v1/tables/minilm/neighbors", params={"id": tokenizer.token_to_id("heart"), "k": 3})
+    neighbours = client.get("/v1/tables/minilm/neighbors", params={"id": minilm_tokenizer.token_to_id("heart"), "k": 3})
     assert neighbours.json()["query"]["match"] == "id"
 
 
-def test_cjk_lookup(client: TestClient, tokenizer: Tokenizer, unit: np.ndarray, special_ids: set[int]) -> None:
-    vocab = tokenizer.get_vocab()
+def test_cjk_lookup(client: TestClient, minilm_tokenizer: Tokenizer, unit: np.ndarray, special_ids: set[int]) -> None:
+    vocab = minilm_tokenizer.get_vocab()
     for char in "心中愛":
         body = client.get(f"/v1/tables/minilm/tokens/{char}").json()
         assert (body["token"], body["id"]) == (char, vocab[char])
@@ -160,29 +149,29 @@ def test_skip_special(client: TestClient, special_ids: set[int]) -> None:
         assert not set(ids(default)) & special_ids and len(ids(default)) == 5
 
 
-def test_whole_words_only(client: TestClient, unit: np.ndarray, tokenizer: Tokenizer) -> None:
-    row = tokenizer.token_to_id("##beat")
+def test_whole_words_only(client: TestClient, unit: np.ndarray, minilm_tokenizer: Tokenizer) -> None:
+    row = minilm_tokenizer.token_to_id("##beat")
     plain = client.get("/v1/tables/minilm/neighbors", params={"id": row, "k": K}).json()
     assert any(n["token"].startswith("##") for n in plain["neighbors"])
     words = client.get("/v1/tables/minilm/neighbors", params={"id": row, "k": K, "whole_words_only": True}).json()
-    vocab = tokenizer.get_vocab()
+    vocab = minilm_tokenizer.get_vocab()
     drop = {i for t, i in vocab.items() if t.startswith("##") or t in SPECIALS} | {row}
     assert ids(words) == brute_force(unit, unit[row], K, drop)
     assert not any(n["token"].startswith("##") for n in words["neighbors"])
 
 
-def test_compose_mean(client: TestClient, unit: np.ndarray, tokenizer: Tokenizer, special_ids: set[int]) -> None:
+def test_compose_mean(client: TestClient, unit: np.ndarray, minilm_tokenizer: Tokenizer, special_ids: set[int]) -> None:
     unknown = client.get("/v1/tables/minilm/neighbors", params={"token": "heartache"})
     assert unknown.status_code == 404
     got = client.get("/v1/tables/minilm/neighbors", params={"token": "heartache", "k": K, "compose": "mean"}).json()
-    pieces = tokenizer.encode("heartache", add_special_tokens=False).ids
+    pieces = minilm_tokenizer.encode("heartache", add_special_tokens=False).ids
     assert got["query"]["match"] == "composed" and got["query"]["compose"] == "mean"
     assert [p["id"] for p in got["query"]["tokens"]] == pieces
     mean = unit[pieces].mean(axis=0)
     assert ids(got) == brute_force(unit, mean, K, set(pieces) | special_ids)
 
     sim = client.get("/v1/tables/minilm/similarity", params={"a": "heartache", "b": "heart", "compose": "mean"}).json()
-    heart = tokenizer.token_to_id("heart")
+    heart = minilm_tokenizer.token_to_id("heart")
     assert sim["similarity"] == pytest.approx(float(mean @ unit[heart] / np.linalg.norm(mean)), rel=1e-5)
     assert sim["query"]["a"]["match"] == "composed" and sim["query"]["b"]["match"] == "exact"
     batch = client.post("/v1/tables/minilm/similarity", json={"pairs": [["heartache", "heart"]], "compose": "mean"})

@@ -26,8 +26,8 @@ import pytest
 from index.build.sources import RawTable
 from index.engine.table import Table
 from index.store import shardmap
+from tests.cli import run_cli
 from tests.index.build.test_shards import ROUNDING, equal_up_to_ties
-from tests.index.build.test_sources import run_cli
 from tests.service import real_server
 from tests.service.real_server import HTTP, Server
 from tests.words import write_words

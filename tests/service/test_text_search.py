@@ -17,8 +17,8 @@ from index.engine.encode import encoder_for
 from index.engine.table import Table
 from index.store import artifact
 from service.registry import Registry
+from tests.cli import run_cli
 from tests.index.build.test_embed_documents import without_vectors
-from tests.index.build.test_sources import run_cli
 from tests.lee import Lee, write_jsonl
 from tests.service.conftest import client_for
 

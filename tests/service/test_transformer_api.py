@@ -21,11 +21,12 @@ from index.build.sources import glove_package
 from index.engine.encode import encoder_for
 from index.engine.table import Table
 from service.registry import Registry
+from tests.cli import run_cli
 from tests.early import Early
 from tests.index.build.test_embed_documents import without_vectors
-from tests.index.build.test_sources import run_cli
-from tests.index.build.test_transformer import RECORDED, Reference, _edit, _model_copy, cosine, minilm_dir
+from tests.index.build.test_transformer import RECORDED, Reference, _edit, _model_copy, cosine
 from tests.lee import Lee, make_lee, write_jsonl
+from tests.minilm import minilm_dir
 from tests.service import real_server
 from tests.service.conftest import client_for
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from index.engine.table import Table
-from tests.index.build.test_sources import REPO, run_cli
+from tests.cli import REPO, run_cli
 from tests.lee import Lee, jsonl_records
 
 EXE = Path(sys.executable).with_name("embedding-index")

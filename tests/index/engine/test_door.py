@@ -22,8 +22,8 @@ from index.engine.hybrid import DIVERSE
 from index.engine.keyword import KeywordIndex
 from index.engine.table import SearchOptions, Table
 from index.store.writelog import Record
+from tests.cli import run_cli
 from tests.index.build.test_embed_documents import without_vectors
-from tests.index.build.test_sources import run_cli
 from tests.index.engine.test_gensim_parity import ANALOGIES, QUERIES, assert_same
 from tests.lee import Lee, write_jsonl
 from tests.service.test_hybrid_api import TEXTS, best, bm25, cosines, fused, greedy_mmr

@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 
@@ -33,7 +31,8 @@ from index.engine.table import Table
 from index.errors import InputError, InvalidQuery
 from index.store import artifact
 from index.store.tokens import WEIGHTS
-from tests.index.build.test_huggingface import MINILM_TENSOR, SPECIALS, minilm_dir, whole_text_tokenizer
+from tests.cli import run_index
+from tests.minilm import MINILM_TENSOR, SPECIALS, minilm_dir
 
 REPO = Path(__file__).resolve().parents[3]
 WORD = re.compile(r"\w+")
@@ -75,11 +74,6 @@ def minilm_rows() -> np.ndarray:
 @pytest.fixture(scope="module")
 def minilm_matrix() -> np.ndarray:
     return minilm_rows()
-
-
-@pytest.fixture(scope="module")
-def tokenizer() -> Tokenizer:
-    return whole_text_tokenizer()
 
 
 @pytest.fixture(scope="module")
@@ -145,13 +139,9 @@ def m2v_model(tmp_path_factory: pytest.TempPathFactory, m2v_parts: tuple[np.ndar
 
 @pytest.fixture(scope="module")
 def m2v(data_dir: Path, m2v_model: Path) -> Table:
-    done = run_cli("import", str(m2v_model), "--name", "m2v", "--data-dir", str(data_dir))  # format sniffed
+    done = run_index("import", str(m2v_model), "--name", "m2v", "--data-dir", str(data_dir))  # format sniffed
     assert done.returncode == 0, done.stderr
     return Table.load(data_dir / "m2v")
-
-
-def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "index", *args], capture_output=True, text=True, cwd=REPO)
 
 
 # -------------------------------------------------------------------------------- brute force (float64)
@@ -214,9 +204,11 @@ def glove_rows(glove_raw: RawTable) -> dict[str, int]:
 
 
 # --------------------------------------------------------------------------------------- model tokens
-def test_minilm_token_mean_equals_brute_force(minilm: Table, minilm_matrix: np.ndarray, tokenizer: Tokenizer) -> None:
+def test_minilm_token_mean_equals_brute_force(
+    minilm: Table, minilm_matrix: np.ndarray, minilm_tokenizer: Tokenizer
+) -> None:
     encoded = Encoder(minilm).encode(TEXTS)
-    expected, used, unknown = token_mean(TEXTS, tokenizer, minilm_matrix)
+    expected, used, unknown = token_mean(TEXTS, minilm_tokenizer, minilm_matrix)
     assert encoded.pooling == "mean" and encoded.vectors.dtype == np.float32
     np.testing.assert_allclose(encoded.vectors, expected, atol=2e-7)
     assert (encoded.tokens, encoded.unknown) == (used, unknown)
@@ -224,10 +216,12 @@ def test_minilm_token_mean_equals_brute_force(minilm: Table, minilm_matrix: np.n
     np.testing.assert_allclose(np.linalg.norm(encoded.vectors, axis=1), 1, atol=1e-6)
 
 
-def test_minilm_mean_is_of_the_original_rows(minilm: Table, minilm_matrix: np.ndarray, tokenizer: Tokenizer) -> None:
+def test_minilm_mean_is_of_the_original_rows(
+    minilm: Table, minilm_matrix: np.ndarray, minilm_tokenizer: Tokenizer
+) -> None:
     """The model's rows as they are (a frequent piece has a smaller norm), not the unit rows."""
     encoded = Encoder(minilm).encode(TEXTS[:3])
-    of_units, _, _ = token_mean(TEXTS[:3], tokenizer, unit(minilm_matrix.astype(np.float64)))
+    of_units, _, _ = token_mean(TEXTS[:3], minilm_tokenizer, unit(minilm_matrix.astype(np.float64)))
     assert np.all(np.einsum("ij,ij->i", encoded.vectors, of_units) < 0.9999)
 
 
@@ -248,7 +242,7 @@ def test_batch_order_and_size_do_not_change_a_vector(minilm: Table, glove: Table
 
 # ------------------------------------------------------------------------------------------- model2vec
 def test_model2vec_import_is_a_token_table_with_weights(
-    m2v: Table, m2v_parts: tuple[np.ndarray, ...], tokenizer: Tokenizer
+    m2v: Table, m2v_parts: tuple[np.ndarray, ...], minilm_tokenizer: Tokenizer
 ) -> None:
     embeddings, weights, mapping = m2v_parts
     assert (m2v.kind, m2v.rows, m2v.dim) == ("tokens", 30_522, 384)
@@ -264,11 +258,11 @@ def test_model2vec_import_is_a_token_table_with_weights(
 
 
 def test_model2vec_encode_equals_brute_force_and_model2vec(
-    m2v: Table, m2v_model: Path, m2v_parts: tuple[np.ndarray, ...], tokenizer: Tokenizer
+    m2v: Table, m2v_model: Path, m2v_parts: tuple[np.ndarray, ...], minilm_tokenizer: Tokenizer
 ) -> None:
     embeddings, weights, mapping = m2v_parts
     encoded = Encoder(m2v).encode(TEXTS)
-    expected, used, unknown = token_mean(TEXTS, tokenizer, embeddings[mapping], weights)
+    expected, used, unknown = token_mean(TEXTS, minilm_tokenizer, embeddings[mapping], weights)
     np.testing.assert_allclose(encoded.vectors, expected, atol=2e-7)
     assert (encoded.tokens, encoded.unknown) == (used, unknown)
     model2vec = pytest.importorskip("model2vec")
@@ -437,7 +431,7 @@ def test_sif_command_and_its_errors(data_dir: Path, tmp_path: Path, glove_raw: R
     build_table(raw, data_dir=data_dir, name="glove-20k", source={"format": "test"})
     corpus = tmp_path / "corpus.txt"
     corpus.write_text("the cat sat on the mat\n\nzzqxv\nstocks fell on monday\n", encoding="utf-8")
-    done = run_cli("sif", "glove-20k", "--corpus", str(corpus), "--a", "0.01", "--data-dir", str(data_dir))
+    done = run_index("sif", "glove-20k", "--corpus", str(corpus), "--a", "0.01", "--data-dir", str(data_dir))
     assert done.returncode == 0, done.stderr
     assert "SIF component of 'glove-20k': 2 texts of" in done.stdout and "(2 lines skipped), a = 0.01" in done.stdout
     table = Table.load(data_dir / "glove-20k")
@@ -448,7 +442,7 @@ def test_sif_command_and_its_errors(data_dir: Path, tmp_path: Path, glove_raw: R
     corpus.write_text("zzqxv qqqzx\n")
     with pytest.raises(InputError, match=re.escape("no line has a word of table 'glove-20k' (1 lines)")):
         sif_table(data_dir, "glove-20k", corpus)
-    done = run_cli("sif", "minilm", "--data-dir", str(data_dir))
+    done = run_index("sif", "minilm", "--data-dir", str(data_dir))
     assert done.returncode == 1 and "SIF is for word tables" in done.stderr
     assert Table.load(data_dir / "glove-20k").manifest["sif"]["a"] == 0.01  # a failed step changed nothing
 

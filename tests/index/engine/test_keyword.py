@@ -39,7 +39,7 @@ from index.engine.keyword import (
 from index.engine.table import Table
 from index.errors import ArtifactError, InvalidQuery
 from index.store import artifact
-from tests.index.build.test_sources import run_cli
+from tests.cli import run_cli
 
 
 @dataclass

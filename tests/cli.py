@@ -1,0 +1,58 @@
+"""The builder's command line, run as the tests run it: in this process through its console entry point
+(:func:`run_cli`, cheap enough for the hundreds of calls the tests make) or in a child process as a user runs it
+(:func:`run_index`: its whole output, progress lines included)."""
+
+from __future__ import annotations
+
+import io
+import subprocess
+import sys
+from contextlib import redirect_stderr, redirect_stdout
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from unittest import mock
+
+import typer.main
+
+from index.build.cli import main
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@dataclass
+class Result:
+    code: int
+    out: str
+    err: str
+
+
+# Typer makes the click command of its app anew at every call (mostly reading the commands' annotations, most of
+# a small import's time): a process that runs one command pays it once, the tests' hundreds of calls each time.
+# The same command, made once per app, is what every call here runs.
+command_of = cache(typer.main.get_command)
+
+
+def run_cli(*args: object) -> Result:
+    """Run ``embedding-index --quiet`` in this process through its console entry point ``index.build.cli.main``."""
+    out, err = io.StringIO(), io.StringIO()
+    argv = ["embedding-index", "--quiet", *map(str, args)]
+    with (
+        mock.patch.object(sys, "argv", argv),
+        mock.patch.object(typer.main, "get_command", command_of),
+        redirect_stdout(out),
+        redirect_stderr(err),
+    ):
+        try:
+            main()
+            code = 0
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else int(exc.code is not None)
+    return Result(code, out.getvalue(), err.getvalue())
+
+
+def run_index(*args: str, timeout: float | None = None) -> subprocess.CompletedProcess[str]:
+    """``python -m index`` with ``args`` in a child process, from the repository's root."""
+    return subprocess.run(
+        [sys.executable, "-m", "index", *args], capture_output=True, text=True, cwd=REPO, timeout=timeout
+    )

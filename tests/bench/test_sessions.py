@@ -39,8 +39,8 @@ def test_a_server_in_a_session_of_its_own_is_weighed_as_its_starter(nice: int) -
 
 @needs_autogroups
 def test_an_early_command_runs_below_the_tests_in_their_scheduling_group() -> None:
-    # The file names the process's scheduling group (one per session), or is empty for a process in the session the
-    # system started in, which the kernel weighs in its root group.
+    # The file names the process's scheduling group (one per session), or is empty in the session the system started
+    # in, which has no group of its own: its processes share one group, where nice values count too.
     probe = (
         "import json, os; "
         "print(json.dumps([open('/proc/self/autogroup').read(), os.getpgid(0) == os.getpid(), os.nice(0)]))"

@@ -23,8 +23,6 @@ from index.store.tokens import FLAG_CONTINUATION, FLAG_SPECIAL
 from tests.cli import run_index
 from tests.minilm import MINILM_TENSOR, SPECIALS, minilm_dir
 
-REPO = Path(__file__).resolve().parents[3]
-
 
 def unit_rows(matrix: np.ndarray) -> np.ndarray:
     norms = np.linalg.norm(matrix.astype(np.float64), axis=1, keepdims=True)

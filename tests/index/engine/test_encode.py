@@ -34,7 +34,6 @@ from index.store.tokens import WEIGHTS
 from tests.cli import run_index
 from tests.minilm import MINILM_TENSOR, SPECIALS, minilm_dir
 
-REPO = Path(__file__).resolve().parents[3]
 WORD = re.compile(r"\w+")
 TEXTS = [
     "The heart pumps blood through the body.",

@@ -10,14 +10,12 @@ import sys
 from contextlib import redirect_stderr, redirect_stdout
 from dataclasses import dataclass
 from functools import cache
-from pathlib import Path
 from unittest import mock
 
 import typer.main
 
 from index.build.cli import main
-
-REPO = Path(__file__).resolve().parents[1]
+from tests import REPO
 
 
 @dataclass

@@ -40,12 +40,11 @@ from index.build.writer import build_table
 from index.engine.table import Table
 from index.errors import ArtifactError, UnknownTable
 from index.store import artifact
-from tests import gensim_reference, numba_cache
+from tests import REPO, gensim_reference, numba_cache
 from tests.early import JOBS
 from tests.lee import Lee, jsonl_records, make_lee, write_jsonl
 from tests.minilm import whole_text_tokenizer
 
-REPO = Path(__file__).resolve().parent.parent
 SMALL_ROWS = 20_000
 
 

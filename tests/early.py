@@ -25,7 +25,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+from tests import REPO
+
 NICE = 19  # below the tests' own process and the table's build
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parent.parent
+from tests import REPO
 
 
 def imports_of(path: Path) -> set[str]:

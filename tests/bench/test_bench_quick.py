@@ -20,7 +20,6 @@ import pytest
 from tests.conftest import cache_dir
 from tests.early import Early
 
-REPO = Path(__file__).resolve().parents[2]
 NAMES = ("analogy", "neighbours", "import", "startup", "growth")
 
 pytestmark = pytest.mark.slow

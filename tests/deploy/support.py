@@ -15,7 +15,8 @@ from pathlib import Path
 
 import httpx
 
-REPO = Path(__file__).resolve().parents[2]
+from tests import REPO
+
 DOCKERFILE = REPO / "Dockerfile"
 START_TIMEOUT = 180.0  # seconds for a server to load its tables (the full GloVe table is checksummed on load)
 

@@ -13,12 +13,13 @@ from urllib.parse import parse_qs, urlparse
 
 import pytest
 
+from tests import REPO
+
 playwright_api = pytest.importorskip("playwright.sync_api")
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 if not Path(CHROMIUM).exists():
     pytest.skip("Chromium is not installed (make system-deps installs it)", allow_module_level=True)
 
-REPO = Path(__file__).resolve().parents[2]
 SCREENSHOTS = REPO / ".cache" / "screenshots"
 CHROMIUM_ARGS = [
     "--no-sandbox",

@@ -22,10 +22,10 @@ import pytest
 from index.build.sources import RawTable
 from index.build.writer import build_table
 from index.store import artifact
+from tests import REPO
 from tests.conftest import small_raw
 from tests.service.real_server import BIN, HTTP, start
 
-ROOT = Path(__file__).resolve().parents[2]
 NEW_INDEX = "hnsw:M=16,efConstruction=40,efSearch=32"
 ROWS = 2_000  # the steps of a publish are the same for any number of rows; each step builds the index again
 SERVE = {"EMBEDDING_BUILD_DEFERRED": "false"}  # the restored old version must not be indexed behind the test's back
@@ -44,7 +44,7 @@ def pristine(tmp_path_factory: pytest.TempPathFactory, glove_raw: RawTable) -> P
 def publish(data_dir: Path, step: int, mode: str) -> subprocess.CompletedProcess[str]:
     command = [sys.executable, "-m", "tests.service.publish_killer", str(step), mode]
     command += ["index", "t", "--data-dir", str(data_dir)]
-    return subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600, check=False)
+    return subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=600, check=False)
 
 
 def steps(pristine: Path, tmp_path: Path, mode: str) -> list[str]:

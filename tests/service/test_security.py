@@ -25,9 +25,9 @@ from index.store import artifact
 from service.deps import TABLE_NAME
 from service.http import auth
 from service.settings import Settings
+from tests import REPO
 from tests.service.conftest import client_for
 
-REPO = Path(__file__).resolve().parents[2]
 READ, ADMIN = "read-key-0123456789abcdef", "admin-key-0123456789abcdef"
 
 

@@ -34,11 +34,10 @@ from index.engine.table import Table
 from index.errors import InvalidQuery, UnknownToken
 from index.store import artifact
 from index.store.payload import ID_LOOKUP, PAYLOAD, Payload, UnknownDocument, search_sorted, sort_ids
+from tests import REPO
 from tests.cli import run_cli
 from tests.index.build.test_sources import import_fails
 from tests.lee import TYPES, Lee, jsonl_records, make_lee, write_jsonl, write_parquet
-
-REPO = Path(__file__).resolve().parents[3]
 
 
 @pytest.fixture(scope="module")

@@ -17,11 +17,11 @@ from index.build.evaluate import default_sets, evaluate_analogies, evaluate_pair
 from index.engine import analogy
 from index.engine.analogy import analogy_top
 from index.engine.table import Table
+from tests import REPO
 from tests.conftest import cache_dir
 from tests.early import Done, Early
 from tests.gensim_reference import PARITY_TOP5, TRIMMED, gensim_analogies, google_sample, trimmed_key
 
-REPO = Path(__file__).resolve().parents[3]
 GOOGLE, (WORDSIM, SIMLEX) = default_sets()
 
 

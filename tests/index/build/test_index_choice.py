@@ -29,8 +29,7 @@ from index.build.writer import build_table, index_table
 from index.engine.table import Table
 from index.errors import InvalidQuery
 from index.store import artifact
-
-REPO = Path(__file__).resolve().parents[3]
+from tests import REPO
 
 
 def clustered(rows: int, dim: int, seed: int = 0) -> np.ndarray:

@@ -18,10 +18,10 @@ from gensim.test.utils import datapath
 
 from index.build.train import TrainParams, train_word2vec
 from index.engine.table import Table
+from tests import REPO
 from tests.cli import run_index
 from tests.early import Early
 
-REPO = Path(__file__).resolve().parents[3]
 SMALL = ("--dim", "32", "--epochs", "2", "--workers", "1", "--min-count", "5", "--index", "flat")
 LEE = Path(datapath("lee_background.cor"))
 

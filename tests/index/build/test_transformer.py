@@ -26,10 +26,10 @@ from index.engine.transformer_encoder import TOKENS, TransformerEncoder, batches
 from index.errors import ArtifactError, InputError, InvalidQuery
 from index.store import artifact
 from index.store.artifact import GRAPH
+from tests import REPO
 from tests.cli import run_index
 from tests.minilm import minilm_dir
 
-REPO = Path(__file__).resolve().parents[3]
 RECORDED = REPO / "tests" / "data" / "sentence-transformers-minilm.json"
 NAME = "minilm-st"
 

@@ -36,7 +36,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, TypedDict, TypeVar, Unpack
 
 import faiss
 import numpy as np
@@ -98,6 +98,15 @@ class SearchOptions:
     restrict: int | None = None  # only the first ``restrict`` rows (the most frequent, in frequency order)
     skip_special: bool = False  # leave out special tokens ([CLS], <s>, ...) of a model-token table
     whole_words_only: bool = False  # leave out word-piece continuations ("##ing") of a model-token table
+
+
+class SearchKeywords(TypedDict, total=False):
+    """:class:`SearchOptions` as keyword arguments, for the gensim-style methods of :class:`Table`."""
+
+    exact: bool
+    restrict: int | None
+    skip_special: bool
+    whole_words_only: bool
 
 
 # Requests are made once per query on the hot path and never changed after: plain slotted classes (a frozen
@@ -498,13 +507,10 @@ class Table:
         k: int,
         *,
         exclude: Sequence[Collection[int]] = (),
-        exact: bool = False,
-        restrict: int | None = None,
-        skip_special: bool = False,
-        whole_words_only: bool = False,
+        **keywords: Unpack[SearchKeywords],
     ) -> Answers:
         """Top-``k`` neighbours of each unit query, leaving out ``exclude[i]`` and filtered token kinds."""
-        options = SearchOptions(exact, restrict, skip_special, whole_words_only)
+        options = SearchOptions(**keywords)
         return self.run(VectorSearch(queries, k, exclude, options))
 
     def most_similar(
@@ -512,14 +518,10 @@ class Table:
         positive: Sequence[int],
         negative: Sequence[int] = (),
         k: int = 10,
-        *,
-        exact: bool = False,
-        restrict: int | None = None,
-        skip_special: bool = False,
-        whole_words_only: bool = False,
+        **keywords: Unpack[SearchKeywords],
     ) -> list[Neighbor]:
         """gensim ``most_similar``: neighbours of the mean of the inputs, the inputs left out."""
-        options = SearchOptions(exact, restrict, skip_special, whole_words_only)
+        options = SearchOptions(**keywords)
         exclude = [set(positive) | set(negative)]
         return self.run(VectorSearch(self.mean_query(positive, negative), k, exclude, options))[0]
 
@@ -550,14 +552,10 @@ class Table:
         c: int,
         k: int = 10,
         method: Method = "3cosadd",
-        *,
-        exact: bool = False,
-        restrict: int | None = None,
-        skip_special: bool = False,
-        whole_words_only: bool = False,
+        **keywords: Unpack[SearchKeywords],
     ) -> list[Neighbor]:
         """a is to b as c is to ?: 3CosAdd (``most_similar``) or 3CosMul, with a, b and c left out."""
-        options = SearchOptions(exact, restrict, skip_special, whole_words_only)
+        options = SearchOptions(**keywords)
         return self.run(AnalogySearch([(a, b, c)], k, method, options))[0]
 
     def analogies(
@@ -565,14 +563,10 @@ class Table:
         questions: Sequence[tuple[int, int, int]],
         k: int = 10,
         method: Method = "3cosadd",
-        *,
-        exact: bool = False,
-        restrict: int | None = None,
-        skip_special: bool = False,
-        whole_words_only: bool = False,
+        **keywords: Unpack[SearchKeywords],
     ) -> Answers:
         """:meth:`analogy` for many (a, b, c) questions at once."""
-        options = SearchOptions(exact, restrict, skip_special, whole_words_only)
+        options = SearchOptions(**keywords)
         return self.run(AnalogySearch(questions, k, method, options))
 
     def similarity(self, a: int, b: int) -> float:

@@ -239,10 +239,19 @@ def dir_size(path: Path) -> int:
 
 
 # ------------------------------------------------------------------ servers
+RESERVED: list[socket.socket] = []  # the ports free_port handed out, held until this process ends
+
+
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    """A loopback port for a server this process starts, held here until this process ends: bound (not listening)
+    with SO_REUSEADDR, which lets the server (uvicorn, nginx and Chroma's set it too) bind the same port while the
+    kernel gives it to no other process's bind. A port let go at once could be handed to another process's server
+    before this one's bound it, and then that server answers this one's readiness poll."""
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", 0))
+    RESERVED.append(sock)
+    return int(sock.getsockname()[1])
 
 
 @dataclass

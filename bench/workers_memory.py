@@ -20,7 +20,6 @@ import os
 import platform
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -33,7 +32,7 @@ from pathlib import Path
 import httpx
 import psutil
 
-from bench.common import own_session
+from bench.common import free_port, own_session
 
 MIB = 1 << 20
 BASELINE = """
@@ -81,12 +80,6 @@ class Run:
 
     def worker_mems(self) -> list[Mem]:
         return [mem for role, mem in self.processes if role == "worker"]
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def table_size(directory: Path) -> int:

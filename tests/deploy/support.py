@@ -7,7 +7,6 @@ import os
 import re
 import shlex
 import signal
-import socket
 import subprocess
 import time
 from dataclasses import dataclass
@@ -83,12 +82,6 @@ def override_option(argv: list[str], option: str, value: str) -> list[str]:
     position = out.index(option)
     out[position + 1] = value
     return out
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def start(argv: list[str], env: dict[str, str], log: Path, cwd: Path | None = None) -> subprocess.Popen[bytes]:

@@ -18,13 +18,13 @@ import httpx
 import pytest
 import yaml
 
+from bench.common import free_port
 from index.engine.table import Table
 from tests.deploy.support import (
     DOCKERFILE,
     REPO,
     exec_form,
     final_stage,
-    free_port,
     image_env,
     override_option,
     parse_dockerfile,

@@ -33,6 +33,7 @@ import yaml
 from pydantic import SecretStr
 from starlette.testclient import TestClient
 
+from bench.common import free_port
 from index.build import cli as index_cli
 from index.build.sources import RawTable
 from index.build.writer import build_table
@@ -44,7 +45,6 @@ from tests.deploy.support import (
     REPO,
     exec_form,
     final_stage,
-    free_port,
     image_env,
     override_option,
     start,

@@ -22,7 +22,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.deploy.support import REPO, free_port, start, stop, tail, wait_ready
+from bench.common import free_port
+from tests.deploy.support import REPO, start, stop, tail, wait_ready
 
 NGINX_CONF = REPO / "deploy" / "nginx.conf"
 NGINX = shutil.which("nginx", path=f"/usr/sbin{os.pathsep}{os.environ.get('PATH', '')}")

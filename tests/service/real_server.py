@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -19,18 +18,14 @@ from pathlib import Path
 
 import httpx
 
+from bench.common import free_port
+
 START_SECONDS = 180  # the full GloVe table is checksummed on load
 BIN = Path(sys.executable).parent
 # The tests' plain requests to real servers (``httpx.get`` loads the CA bundle into a new client per call: tens of
 # milliseconds of CPU, at every poll). No keep-alive: each request opens its own connection, as ``httpx.get`` does,
 # so a server's workers share them.
 HTTP = httpx.Client(limits=httpx.Limits(max_keepalive_connections=0))
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @dataclass

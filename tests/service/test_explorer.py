@@ -12,7 +12,6 @@ import json
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import threading
@@ -24,6 +23,7 @@ import httpx
 import numpy as np
 import pytest
 
+from bench.common import free_port
 from index.build.sources import ReadOptions, huggingface
 from index.build.writer import build_table
 from index.engine.table import Table
@@ -42,12 +42,6 @@ def map_words(text: str) -> list[str]:
             if word and word not in words:
                 words.append(word)
     return words
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @pytest.fixture(scope="module")

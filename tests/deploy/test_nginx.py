@@ -23,7 +23,8 @@ import httpx
 import pytest
 
 from bench.common import free_port
-from tests.deploy.support import REPO, start, stop, tail, wait_ready
+from tests import REPO
+from tests.deploy.support import start, stop, tail, wait_ready
 
 NGINX_CONF = REPO / "deploy" / "nginx.conf"
 NGINX = shutil.which("nginx", path=f"/usr/sbin{os.pathsep}{os.environ.get('PATH', '')}")

@@ -50,7 +50,11 @@ SMALL_ROWS = 20_000
 
 @pytest.fixture(scope="session")
 def glove_raw() -> RawTable:
-    return glove_package.read()
+    """The package's rows as read, shared by the whole session: read-only, so that no test changes them for the
+    tests after it (a build normalises its input's rows in place: it is given a copy)."""
+    raw = glove_package.read()
+    raw.matrix.setflags(write=False)
+    return raw
 
 
 GLOVE_FIXTURES = {"glove_data_dir"}  # what needs the cached default table (other fixtures reach it through these)

@@ -209,8 +209,8 @@ def test_filtered_hnsw_search(glove: Table, fraction: float) -> None:
 
 
 def test_the_selector_reaches_an_ivf_index(glove_raw: Any) -> None:
-    vectors = np.asarray(glove_raw.matrix[:50_000], dtype=np.float32)
-    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    first = glove_raw.matrix[:50_000]
+    vectors = np.ascontiguousarray(first / np.linalg.norm(first, axis=1, keepdims=True), dtype=np.float32)
     ivf = faiss.IndexIVFFlat(faiss.IndexFlatIP(50), 50, 128, faiss.METRIC_INNER_PRODUCT)
     ivf.train(vectors[::5])
     ivf.add(vectors)

@@ -297,7 +297,9 @@ def small_data_dir(tmp_path_factory: pytest.TempPathFactory, glove_raw: RawTable
 
 @pytest.fixture(scope="session")
 def lee_docs(glove_raw: RawTable) -> Lee:
-    return make_lee(glove_raw)
+    lee = make_lee(glove_raw)
+    lee.vectors.setflags(write=False)  # shared by the session, as the GloVe rows are
+    return lee
 
 
 @pytest.fixture(scope="session")

@@ -20,6 +20,7 @@ import scipy.sparse
 from gensim.test.utils import datapath
 
 from index.build.sources import RawTable
+from tests.vectors import unit
 
 TYPES = {
     "year": "integer",
@@ -46,8 +47,7 @@ class Lee:
         return values
 
     def unit(self) -> np.ndarray:
-        v = self.vectors.astype(np.float64)
-        return v / np.linalg.norm(v, axis=1, keepdims=True)
+        return unit(self.vectors)
 
 
 def make_lee(glove_raw: RawTable) -> Lee:

@@ -13,13 +13,9 @@ from tokenizers import Tokenizer
 
 from index.build.sources import RawTable
 from index.engine.table import Table
+from tests.vectors import unit
 
 T = "/v1/tables/small"
-
-
-def unit(matrix: np.ndarray) -> np.ndarray:
-    matrix = np.asarray(matrix, dtype=np.float64)
-    return matrix / np.linalg.norm(matrix, axis=-1, keepdims=True)
 
 
 def brute_force(

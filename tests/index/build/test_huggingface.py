@@ -22,17 +22,13 @@ from index.errors import InputError
 from index.store.tokens import FLAG_CONTINUATION, FLAG_SPECIAL
 from tests.cli import run_index
 from tests.minilm import MINILM_TENSOR, SPECIALS, minilm_dir
-
-
-def unit_rows(matrix: np.ndarray) -> np.ndarray:
-    norms = np.linalg.norm(matrix.astype(np.float64), axis=1, keepdims=True)
-    return matrix / np.where(norms > 0, norms, 1)
+from tests.vectors import unit
 
 
 def brute_top(matrix: np.ndarray, row: int, k: int, keep: np.ndarray | None = None) -> list[int]:
     """Top-k cosine neighbours of ``row`` computed from scratch in float64, ``row`` (and rows not kept) left out."""
-    unit = unit_rows(matrix)
-    scores = unit @ unit[row]
+    rows = unit(matrix)
+    scores = rows @ rows[row]
     scores[row] = -np.inf
     if keep is not None:
         scores[~keep] = -np.inf
@@ -86,8 +82,8 @@ def test_minilm_neighbours_equal_brute_force(minilm: Table, minilm_matrix: np.nd
     row = minilm.resolve(word).id
     got = minilm.most_similar([row], k=10, exact=True)
     assert [i for i, _ in got] == brute_top(minilm_matrix, row, 10)
-    unit = unit_rows(minilm_matrix)
-    np.testing.assert_allclose([s for _, s in got], unit[[i for i, _ in got]] @ unit[row], rtol=1e-5, atol=1e-6)
+    rows = unit(minilm_matrix)
+    np.testing.assert_allclose([s for _, s in got], rows[[i for i, _ in got]] @ rows[row], rtol=1e-5, atol=1e-6)
 
 
 def test_minilm_tokenize_equals_tokenizers(minilm: Table, minilm_tokenizer: Tokenizer) -> None:

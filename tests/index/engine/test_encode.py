@@ -33,6 +33,7 @@ from index.store import artifact
 from index.store.tokens import WEIGHTS
 from tests.cli import run_index
 from tests.minilm import MINILM_TENSOR, SPECIALS, minilm_dir
+from tests.vectors import unit
 
 WORD = re.compile(r"\w+")
 TEXTS = [
@@ -144,10 +145,6 @@ def m2v(data_dir: Path, m2v_model: Path) -> Table:
 
 
 # -------------------------------------------------------------------------------- brute force (float64)
-def unit(matrix: np.ndarray) -> np.ndarray:
-    return matrix / np.linalg.norm(matrix, axis=-1, keepdims=True)
-
-
 def token_mean(
     texts: list[str], tokenizer: Tokenizer, rows: np.ndarray, weights: np.ndarray | None = None
 ) -> tuple[np.ndarray, list[int], list[int]]:

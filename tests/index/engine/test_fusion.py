@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 from index.build.sources import RawTable
 from index.engine.fusion import RRF_K, mmr, rrf
 from index.errors import InvalidQuery
+from tests.vectors import unit
 
 # ------------------------------------------------------------------------------------------------ RRF
 
@@ -129,10 +130,6 @@ def mmr_brute(
         chosen.append(best)
         values.append((1 - diversity) * rel[best] - diversity * closest)
     return chosen, values
-
-
-def unit(matrix: np.ndarray) -> np.ndarray:
-    return matrix / np.linalg.norm(matrix, axis=-1, keepdims=True)
 
 
 @settings(max_examples=120, deadline=None)

@@ -13,6 +13,7 @@ the other files linked unchanged. Lines without a known word are skipped and cou
 
 from __future__ import annotations
 
+import importlib.util
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -33,9 +34,11 @@ DEFAULT_CORPUS = "lee_background.cor"  # gensim's test data
 
 
 def default_corpus() -> Path:
-    from gensim.test.utils import datapath
-
-    return Path(datapath(DEFAULT_CORPUS))
+    """gensim's copy of the corpus, found without importing gensim's test helpers (they import scipy.stats)."""
+    spec = importlib.util.find_spec("gensim")
+    if spec is None or not spec.submodule_search_locations:
+        raise ModuleNotFoundError("gensim is not installed: give the corpus with --corpus")
+    return Path(next(iter(spec.submodule_search_locations))) / "test" / "test_data" / DEFAULT_CORPUS
 
 
 def count_lines(path: Path) -> int:

@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from index.build.gensim_data import gensim_data
 from index.engine.analogy import analogy_top
 from index.engine.table import Table
 from index.errors import InputError, InvalidQuery
@@ -36,9 +37,7 @@ METHODS = ("3cosadd", "3cosmul")
 
 def default_sets() -> tuple[Path, list[Path]]:
     """gensim's bundled Google analogy set and the WordSim353 and SimLex-999 pair sets."""
-    from gensim.test.utils import datapath
-
-    return Path(datapath("questions-words.txt")), [Path(datapath("wordsim353.tsv")), Path(datapath("simlex999.txt"))]
+    return gensim_data("questions-words.txt"), [gensim_data("wordsim353.tsv"), gensim_data("simlex999.txt")]
 
 
 # ---------------------------------------------------------------------------------------------- vocabulary

@@ -13,7 +13,6 @@ the other files linked unchanged. Lines without a known word are skipped and cou
 
 from __future__ import annotations
 
-import importlib.util
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from index.build.gensim_data import gensim_data
 from index.build.sources import open_text
 from index.build.writer import source_digest
 from index.engine.encode import DEFAULT_A, SIF_COMPONENT, Encoder
@@ -34,11 +34,7 @@ DEFAULT_CORPUS = "lee_background.cor"  # gensim's test data
 
 
 def default_corpus() -> Path:
-    """gensim's copy of the corpus, found without importing gensim's test helpers (they import scipy.stats)."""
-    spec = importlib.util.find_spec("gensim")
-    if spec is None or not spec.submodule_search_locations:
-        raise ModuleNotFoundError("gensim is not installed: give the corpus with --corpus")
-    return Path(next(iter(spec.submodule_search_locations))) / "test" / "test_data" / DEFAULT_CORPUS
+    return gensim_data(DEFAULT_CORPUS)
 
 
 def count_lines(path: Path) -> int:

@@ -16,7 +16,8 @@ with ``tf`` the word's count in the document, ``len(d)`` the document's word cou
 document without text counts, with length 0) and ``df(t)`` the documents holding the word: bm25s's default
 method, ``lucene``. The index is built over whole columns (Arrow compute, numpy); its arrays are the ones
 ``bm25s.BM25.index`` computes for the same words (the tests hold them equal), kept in bm25s's file layout under
-names of their own, and ``bm25s.BM25.load(mmap=True)`` maps them; the sorted words are an Arrow file, mapped too.
+names of their own (``bm25s.BM25.load(mmap=True)`` reads them, as the tests do); the server maps them itself
+(:class:`Postings`) and scores as bm25s scores; the sorted words are an Arrow file, mapped too.
 
 Files: ``keyword_data.npy`` (float32, each posting's score), ``keyword_indices.npy`` (int32, each posting's row),
 ``keyword_indptr.npy`` (int64, where each word's postings start: a CSC matrix, rows x words),
@@ -474,19 +475,48 @@ def _best(scores: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     return values[order], rows[order]
 
 
+@dataclass(frozen=True)
+class Postings:
+    """The stored scores in bm25s's layout, mapped: for word (column) ``c``, the rows
+    ``indices[indptr[c]:indptr[c + 1]]`` that hold it and their scores for it, ``data`` at the same places."""
+
+    data: np.ndarray  # float32
+    indices: np.ndarray  # int32
+    indptr: np.ndarray
+    rows: int  # the documents
+
+    def scores(self, columns: np.ndarray, weight: np.ndarray | None = None) -> np.ndarray:
+        """Every row's score for the words ``columns`` (times ``weight``, per row): the sum of its stored scores,
+        added up as bm25s's ``BM25.get_scores_from_ids`` adds them (float32, word by word, in order), so that the
+        scores are its own to the bit. (Read here rather than through bm25s: importing it imports numba and scipy,
+        most of a second at every server's start.)"""
+        scores = np.zeros(self.rows, dtype=np.float32)
+        for column in np.asarray(columns, dtype=np.int32).tolist():  # the query's words, a handful
+            start, stop = self.indptr[column], self.indptr[column + 1]
+            np.add.at(scores, self.indices[start:stop], self.data[start:stop])
+        if weight is not None:
+            scores *= weight
+        return scores
+
+
 class KeywordIndex:
     """A table's BM25 index, mapped read-only."""
 
     def __init__(
-        self, directory: Path, info: dict[str, Any], model: Any, terms: pa.Array, whole: Statistics | None = None
+        self,
+        directory: Path,
+        info: dict[str, Any],
+        postings: Postings,
+        terms: pa.Array,
+        whole: Statistics | None = None,
     ) -> None:
         self.directory = directory
         self.info = info
         self.tokenizer = Tokenizer.from_settings(info["tokenizer"])
         self.k1: float = info["k1"]
         self.b: float = info["b"]
-        self.rows: int = model.scores["num_docs"]
-        self._model = model
+        self.rows: int = postings.rows
+        self._postings = postings
         self._terms = terms
         # A shard's: the whole table's statistics its scores were made with (None: its own documents')
         self.whole = whole
@@ -504,29 +534,23 @@ class KeywordIndex:
         if info is None:
             return None
         directory = Path(directory)
-        import bm25s
-
         try:
-            model = bm25s.BM25.load(
-                directory,
-                data_name=DATA,
-                indices_name=INDICES,
-                indptr_name=INDPTR,
-                params_name=PARAMS,
-                load_vocab=False,
-                mmap=True,
-            )
+            params = json.loads((directory / PARAMS).read_bytes())
+            data, indices, indptr = (np.load(directory / name, mmap_mode="r") for name in (DATA, INDICES, INDPTR))
+            postings = Postings(data, indices, indptr, params["num_docs"])
             reader = pa.ipc.open_file(pa.memory_map(str(directory / TERMS), "r"))
             terms = reader.get_batch(0).column(0)
-        except (OSError, ValueError, KeyError, pa.ArrowInvalid) as exc:
+        except (OSError, ValueError, KeyError, TypeError, pa.ArrowInvalid) as exc:
             raise ArtifactError(f"table {directory.name!r}: unreadable keyword index ({exc})") from exc
         problems = []
-        if model.scores["num_docs"] != manifest.get("rows"):
-            problems.append(f"{model.scores['num_docs']:,} documents for {manifest.get('rows'):,} rows")
-        if len(model.scores["indptr"]) != len(terms) + 1 or len(terms) != info.get("terms"):
-            problems.append(f"{len(terms):,} words for {len(model.scores['indptr']) - 1:,} postings lists")
-        if (model.k1, model.b, model.method) != (info.get("k1"), info.get("b"), info.get("method")):
+        if postings.rows != manifest.get("rows"):
+            problems.append(f"{postings.rows:,} documents for {manifest.get('rows'):,} rows")
+        if len(postings.indptr) != len(terms) + 1 or len(terms) != info.get("terms"):
+            problems.append(f"{len(terms):,} words for {len(postings.indptr) - 1:,} postings lists")
+        if any(params.get(name) != info.get(name) for name in ("k1", "b", "method")):
             problems.append(f"{PARAMS} disagrees with the manifest on k1, b or the method")
+        if (postings.data.dtype, postings.indices.dtype) != (np.dtype(np.float32), np.dtype(np.int32)):
+            problems.append(f"scores of {postings.data.dtype} and rows of {postings.indices.dtype}")
         if problems:
             raise ArtifactError(f"table {directory.name!r}: keyword index: " + "; ".join(problems))
         word_characters()  # once per process, before a first query that is not ASCII
@@ -535,7 +559,7 @@ class KeywordIndex:
             found = whole if whole is not None else shardmap.whole_keyword(directory)
             if found is not None:
                 statistics = Statistics(found.documents, found.average_length, found.words, found.terms, found.df)
-        return cls(directory, info, model, terms, statistics)
+        return cls(directory, info, postings, terms, statistics)
 
     def term_ids(self, terms: pa.Array) -> np.ndarray:
         """The column of each word, -1 for a word no document holds."""
@@ -548,10 +572,10 @@ class KeywordIndex:
         (column,) = self.term_ids(pa.array([word], pa.string())).tolist()
         if column < 0:
             return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float64)
-        scores = self._model.scores
-        start, stop = int(scores["indptr"][column]), int(scores["indptr"][column + 1])
-        rows = np.asarray(scores["indices"][start:stop], dtype=np.int64)
-        return rows, np.asarray(scores["data"][start:stop], dtype=np.float64)
+        postings = self._postings
+        start, stop = int(postings.indptr[column]), int(postings.indptr[column + 1])
+        rows = np.asarray(postings.indices[start:stop], dtype=np.int64)
+        return rows, np.asarray(postings.data[start:stop], dtype=np.float64)
 
     def holds(self, text: str) -> bool:
         """Whether some document holds a word of ``text`` as the index reads it: whether :meth:`search` finds it a
@@ -583,7 +607,7 @@ class KeywordIndex:
         columns, owners = columns[known], tokens.rows[known]
         bounds = np.searchsorted(owners, np.arange(m + 1))
         for q in np.flatnonzero(np.diff(bounds)):  # the queries with a known word
-            row_scores = self._model.get_scores_from_ids(columns[bounds[q] : bounds[q + 1]], weight_mask=weight)
+            row_scores = self._postings.scores(columns[bounds[q] : bounds[q + 1]], weight)
             best_scores, best_rows = _best(row_scores, k)
             scores[q, : len(best_rows)], ids[q, : len(best_rows)] = best_scores, best_rows
         return scores, ids

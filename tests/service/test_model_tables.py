@@ -16,7 +16,8 @@ from index.build.sources import huggingface as hf
 from index.build.writer import build_table
 from service.app import create_app
 from service.settings import Settings
-from tests.index.build.test_huggingface import unit_rows, write_model
+from tests import vectors
+from tests.index.build.test_huggingface import write_model
 from tests.minilm import MINILM_TENSOR, SPECIALS, minilm_dir
 
 K = 10
@@ -44,7 +45,7 @@ def client(data_dir: Path) -> Iterator[TestClient]:
 def unit() -> np.ndarray:
     """all-MiniLM-L6-v2's input embeddings, straight from the safetensors file, as unit rows (float64)."""
     with safe_open(str(minilm_dir() / "model.safetensors"), framework="numpy") as f:
-        return unit_rows(f.get_tensor(MINILM_TENSOR))
+        return vectors.unit(f.get_tensor(MINILM_TENSOR))
 
 
 @pytest.fixture(scope="module")

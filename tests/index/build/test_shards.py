@@ -120,11 +120,11 @@ def test_keyword_statistics_are_the_whole_tables(whole: Table, sharded: ShardedT
     stats = sharded.manifest["keyword_statistics"]
     assert stats["documents"] == whole.rows and stats["words"] == whole.keyword.info["words"]
     assert stats["terms"] == whole.keyword.info["terms"]
-    full = whole.keyword._model.scores
+    full = whole.keyword._postings
     full_terms = whole.keyword._terms
     for s, shard in enumerate(sharded.shards):
         assert shard.keyword is not None
-        part = shard.keyword._model.scores
+        part = shard.keyword._postings
         terms = shard.keyword._terms
         columns = whole.keyword.term_ids(terms)
         assert (columns >= 0).all() and pa.compute.all(pa.compute.equal(full_terms.take(columns), terms)).as_py()
@@ -132,10 +132,10 @@ def test_keyword_statistics_are_the_whole_tables(whole: Table, sharded: ShardedT
         is_mine = np.zeros(whole.rows, dtype=bool)
         is_mine[mine] = True
         for j, column in enumerate(columns.tolist()):
-            rows = full["indices"][full["indptr"][column] : full["indptr"][column + 1]]
-            data = full["data"][full["indptr"][column] : full["indptr"][column + 1]]
-            shard_rows = part["indices"][part["indptr"][j] : part["indptr"][j + 1]]
-            shard_data = part["data"][part["indptr"][j] : part["indptr"][j + 1]]
+            rows = full.indices[full.indptr[column] : full.indptr[column + 1]]
+            data = full.data[full.indptr[column] : full.indptr[column + 1]]
+            shard_rows = part.indices[part.indptr[j] : part.indptr[j + 1]]
+            shard_data = part.data[part.indptr[j] : part.indptr[j + 1]]
             np.testing.assert_array_equal(mine[shard_rows], rows[is_mine[rows]])
             np.testing.assert_array_equal(shard_data, data[is_mine[rows]])
 

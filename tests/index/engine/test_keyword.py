@@ -9,12 +9,14 @@ filtered ranking.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import sys
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -26,10 +28,14 @@ from gensim.test.utils import datapath
 from index.build import cli
 from index.build.sources import RawTable, ReadOptions
 from index.engine.keyword import (
+    DATA,
     DEFAULT_STEMMER,
     DEFAULT_STOPWORDS,
     FILES,
+    INDICES,
+    INDPTR,
     KEYWORD,
+    PARAMS,
     Built,
     KeywordIndex,
     Tokenizer,
@@ -197,8 +203,8 @@ def test_the_import_writes_the_keyword_index(lee: Lee) -> None:
     files = lee.manifest["files"]
     assert isinstance(files, dict) and set(FILES) <= set(files) and info["files"] == list(FILES)
     assert artifact.verify(lee.directory).ok
-    scores = lee.index._model.scores
-    assert all(isinstance(scores[name], np.memmap) for name in ("data", "indices", "indptr"))
+    postings = lee.index._postings
+    assert all(isinstance(getattr(postings, name), np.memmap) for name in ("data", "indices", "indptr"))
 
 
 def test_the_arrays_are_bm25s_own(lee: Lee) -> None:
@@ -210,9 +216,9 @@ def test_the_arrays_are_bm25s_own(lee: Lee) -> None:
     theirs = scipy.sparse.csc_matrix(
         (model.scores["data"], model.scores["indices"], model.scores["indptr"]), shape=(300, len(model.vocab_dict))
     )
-    stored = lee.index._model.scores
+    stored = lee.index._postings
     ours = scipy.sparse.csc_matrix(
-        (np.asarray(stored["data"]), np.asarray(stored["indices"]), np.asarray(stored["indptr"])),
+        (np.asarray(stored.data), np.asarray(stored.indices), np.asarray(stored.indptr)),
         shape=(300, lee.index.info["terms"]),
     )
     terms = lee.index._terms.to_pylist()
@@ -256,11 +262,20 @@ def test_scores_are_bm25_in_float64(lee: Lee) -> None:
         assert rows[q].tolist() == ranking(scores_of(lee, queries[q]), 300)[1].tolist()
 
 
+@functools.cache
+def bm25s_of(directory: Path) -> Any:
+    """The table's stored keyword index as bm25s itself loads it (its files are in bm25s's layout)."""
+    import bm25s
+
+    names = {"data_name": DATA, "indices_name": INDICES, "indptr_name": INDPTR, "params_name": PARAMS}
+    return bm25s.BM25.load(directory, **names, load_vocab=False, mmap=True)
+
+
 def scores_of(lee: Lee, query: str) -> np.ndarray:
     """One query's float32 score of every row, through bm25s's own scoring of the stored index."""
     index = lee.index
     columns = index.term_ids(index.tokenizer(pa.array([query])).terms)
-    return np.asarray(index._model.get_scores_from_ids(columns[columns >= 0]), dtype=np.float32)
+    return np.asarray(bm25s_of(lee.directory).get_scores_from_ids(columns[columns >= 0]), dtype=np.float32)
 
 
 def test_other_parameters_give_other_bm25(tmp_path: Path, lee: Lee) -> None:

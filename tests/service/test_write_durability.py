@@ -6,7 +6,9 @@ restart every write answered 200 is there, every write refused (a 422) is not, a
 from __future__ import annotations
 
 import contextlib
+import os
 import random
+import select
 import shutil
 import signal
 import threading
@@ -49,11 +51,22 @@ def stream(base: str, lee: Lee, start: int, acked: dict[str, int], refused: set[
 def kill_9(server: real_server.Server) -> None:
     """SIGKILL to the workers and their supervisor at once: nothing gets to flush or finish."""
     processes = [psutil.Process(server.process.pid), *psutil.Process(server.process.pid).children(recursive=True)]
-    for process in processes:
-        with contextlib.suppress(psutil.NoSuchProcess):
-            process.send_signal(signal.SIGKILL)
-    server.process.wait()
-    psutil.wait_procs(processes[1:], timeout=10)
+    # Orphaned by the kill, a worker is reaped by init, which can take seconds; its pidfd says sooner that it has
+    # exited, every thread of it (nothing of it writes any more), so the next server may start.
+    pidfds = []
+    for process in processes[1:]:
+        with contextlib.suppress(ProcessLookupError):
+            pidfds.append(os.pidfd_open(process.pid))
+    try:
+        for process in processes:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                process.send_signal(signal.SIGKILL)
+        server.process.wait()
+        for pidfd in pidfds:
+            assert select.select([pidfd], [], [], 10)[0], "a killed worker did not exit in 10 s"
+    finally:
+        for pidfd in pidfds:
+            os.close(pidfd)
 
 
 Stream = Callable[[str, Lee, int, dict[str, int], set[str], threading.Event], None]
@@ -81,9 +94,13 @@ def kill_in_streams(
                 threading.Thread(target=stream, args=(server.base, lee_docs, start, acked, refused, stop))
                 for start in ((round_ * 2 + w) * 100_000 for w in range(2))
             ]
+            answered = len(acked) + len(refused)
             for writer in writers:
                 writer.start()
-            time.sleep(rng.uniform(0.5, 2.0))
+            # Once the stream flows (this round's first answer), kill at a random point of it: the writers answer
+            # some 200 writes a second, so the window spans dozens of writes, each at any stage of its way.
+            real_server.wait_for(lambda n=answered: len(acked) + len(refused) > n, 30, "a first answered write")
+            time.sleep(rng.uniform(0.2, 0.8))
             kill_9(server)
             stop.set()
             for writer in writers:

@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -84,6 +85,31 @@ def start(
             server.stop()
             raise AssertionError(f"embedding-serve did not start in {START_SECONDS}s: {server.log()[-3000:]}")
         time.sleep(0.1)  # poll interval while the process starts
+
+
+def start_together(*starts: Callable[[], Server]) -> list[Server]:
+    """Servers started at once, in the order given: each start-up is mostly its own process's (imports, loading
+    its table), so they overlap. If one fails, the others are stopped and its error raised."""
+    with ThreadPoolExecutor(len(starts)) as pool:
+        futures = [pool.submit(start) for start in starts]
+    started = [future.result() for future in futures if future.exception() is None]
+    for future in futures:
+        if future.exception() is not None:
+            stop_together(started)
+            future.result()
+    return started
+
+
+def stop_together(servers: list[Server]) -> None:
+    """Each server stopped (SIGCONT first, in case a test left it stopped), the shutdowns overlapping."""
+
+    def stop(server: Server) -> None:
+        if server.process.poll() is None:
+            server.process.send_signal(signal.SIGCONT)
+        server.stop()
+
+    with ThreadPoolExecutor(max(len(servers), 1)) as pool:
+        list(pool.map(stop, servers))
 
 
 @contextmanager

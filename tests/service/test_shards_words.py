@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -46,9 +47,32 @@ def root(tmp_path_factory: pytest.TempPathFactory, glove_raw: RawTable) -> Path:
 
 
 @pytest.fixture(scope="module")
-def one(root: Path) -> Iterator[Server]:
-    with real_server.running(root / "data", root / "one.log") as server:
-        yield server
+def servers(root: Path) -> Iterator[dict[str, Any]]:
+    """One server of the data directory (both tables), three shard servers (each serving its shard of ``words3``
+    alone) and the front of ``words3``: the first four started together, then the front, which needs the shards'
+    URLs."""
+    names = [shardmap.shard_name(s) for s in range(SHARDS)]
+    started: list[Server] = []
+    try:
+        started += real_server.start_together(
+            lambda: real_server.start(root / "data", root / "one.log"),
+            *(
+                lambda name=name: real_server.start(root / "data" / "words3", root / f"{name}.log", "--tables", name)
+                for name in names
+            ),
+        )
+        replicas = [[f"{shard.base}/v1/tables/{name}"] for name, shard in zip(names, started[1:], strict=True)]
+        (root / "front").mkdir()
+        env = {"EMBEDDING_SHARDS": json.dumps({"words3": replicas}), "EMBEDDING_SHARD_TIMEOUT": "10"}
+        started += real_server.start_together(lambda: real_server.start(root / "front", root / "front.log", env=env))
+        yield {"one": started[0], "front": started[-1]}
+    finally:
+        real_server.stop_together(started)
+
+
+@pytest.fixture(scope="module")
+def one(servers: dict[str, Any]) -> Server:
+    return servers["one"]
 
 
 @pytest.fixture(scope="module")
@@ -60,6 +84,14 @@ def vectors(glove_raw: RawTable) -> list[list[float]]:
 def ask(server: Server, table: str, method: str, path: str, body: Any = None) -> tuple[int, Any]:
     answer = HTTP.request(method, f"{server.base}/v1/tables/{table}{path}", json=body, timeout=60)
     return answer.status_code, answer.json()
+
+
+def ask_both(whole: Server, sharded: Server, method: str, path: str, body: Any = None) -> tuple[Any, Any]:
+    """The request to ``words`` on ``whole`` and to ``words3`` on ``sharded``, at once: separate processes, their
+    work overlaps on the machine's cores."""
+    with ThreadPoolExecutor(1) as pool:
+        theirs = pool.submit(ask, sharded, "words3", method, path, body)
+        return ask(whole, "words", method, path, body), theirs.result()
 
 
 def same_neighbors(got: list[dict[str, Any]], expected: list[dict[str, Any]], whole: np.ndarray) -> None:
@@ -152,23 +184,8 @@ def test_what_one_process_cannot_answer_is_a_422(one: Server) -> None:
 
 
 @pytest.fixture(scope="module")
-def front(root: Path) -> Iterator[Server]:
-    """Three shard servers (each serving its shard alone) and the front of ``words3``."""
-    started: list[Server] = []
-    try:
-        replicas = []
-        for s in range(SHARDS):
-            name = shardmap.shard_name(s)
-            shard = real_server.start(root / "data" / "words3", root / f"{name}.log", "--tables", name)
-            started.append(shard)
-            replicas.append([f"{shard.base}/v1/tables/{name}"])
-        (root / "front").mkdir()
-        env = {"EMBEDDING_SHARDS": json.dumps({"words3": replicas}), "EMBEDDING_SHARD_TIMEOUT": "10"}
-        started.append(real_server.start(root / "front", root / "front.log", env=env))
-        yield started[-1]
-    finally:
-        for server in started:
-            server.stop()
+def front(servers: dict[str, Any]) -> Server:
+    return servers["front"]
 
 
 def test_the_front_searches_the_sharded_word_table_as_the_whole_table(
@@ -188,8 +205,7 @@ def test_the_front_searches_the_sharded_word_table_as_the_whole_table(
         {"vector": vectors[0], "queries": [{"vector": vectors[0]}]},
     ]
     for body in bodies:
-        status, expected = ask(one, "words", "POST", "/search", body)
-        mine, got = ask(front, "words3", "POST", "/search", body)
+        (status, expected), (mine, got) = ask_both(one, front, "POST", "/search", body)
         assert mine == status, (body, got, expected)
         same_answer(got, expected, whole_rows)
     status, got = ask(front, "words3", "POST", "/search", {"vector": [0.1] * 49})  # a shard's 422, as it is
@@ -218,13 +234,11 @@ def test_the_front_answers_a_tokens_neighbours_as_the_whole_table(
         "/neighbors?id=20001&k=8",  # "The", on another shard than "the"
         "/neighbors?id=20000&k=30&exact=true",
     ):
-        status, expected = ask(one, "words", "GET", path)
-        mine, got = ask(front, "words3", "GET", path)
+        (status, expected), (mine, got) = ask_both(one, front, "GET", path)
         assert status == mine == 200, (path, got)
         same_answer(got, expected, whole_rows)
     for path in ("/neighbors?token=kingz", "/neighbors?id=20002", f"/neighbors?id={1 << 70}"):
-        status, expected = ask(one, "words", "GET", path)
-        mine, got = ask(front, "words3", "GET", path)
+        (status, expected), (mine, got) = ask_both(one, front, "GET", path)
         assert status == mine == 404 and got["error"]["code"] == "unknown_token", (path, got)
         same_answer(got, expected, whole_rows)  # the message (its table's name) and the suggestions too
     for path in ("/neighbors?token=king&restrict=10", "/neighbors?token=king&k=0", "/neighbors?id=-1"):
@@ -337,8 +351,7 @@ def test_the_front_answers_the_word_routes_by_token_as_the_whole_table(
     rounding, equal scores by row), its errors the whole table's status and code, each in its place in a batch."""
     statuses = set()
     for method, path, body in TOKEN_REQUESTS:
-        status, expected = ask(one, "words", method, path, body)
-        mine, got = ask(front, "words3", method, path, body)
+        (status, expected), (mine, got) = ask_both(one, front, method, path, body)
         assert mine == status, (path, body, got, expected)
         same_answer(codes_only(got), codes_only(expected), whole_rows)
         statuses.add(status)
@@ -354,8 +367,7 @@ def test_the_front_suggests_for_an_unknown_token_what_the_whole_table_suggests(
     not those of the shard its hash names (which differ for most of these)."""
     differ = suggested = 0
     for token in ("kingz", "nosuchwordzz", "parsi", "PARISS", "thw", "quen", "frnace", "aaaa", "zzzzz", "ÿÿÿ", "xq"):
-        status, expected = ask(one, "words", "GET", f"/neighbors?token={token}")
-        mine, got = ask(front, "words3", "GET", f"/neighbors?token={token}")
+        (status, expected), (mine, got) = ask_both(one, front, "GET", f"/neighbors?token={token}")
         assert status == mine == 404, (token, got)
         suggested += len(expected["error"]["suggestions"])
         whole = expected["error"]["message"].replace("'words'", "'words3'")

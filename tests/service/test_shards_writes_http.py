@@ -30,7 +30,7 @@ from tests.service.conftest import LEE_SHARDS, lee_copy
 from tests.service.real_server import HTTP, Server
 from tests.service.test_live_search import as_write
 from tests.service.test_shard_writes import history
-from tests.service.test_shards_front import bodies
+from tests.service.test_shards_front import bodies, search_both
 
 SHARDS = 3
 KEY = "shard-writer-key-0123456789"
@@ -45,29 +45,33 @@ def servers(tmp_path_factory: pytest.TempPathFactory, lee_imports: Path) -> Iter
         lee_copy(lee_imports, "copies", where, root / where)
     (root / "front").mkdir()
     env = {"EMBEDDING_WRITE_KEYS": KEY}
+    names = [shardmap.shard_name(s) for s in range(SHARDS)]
     started: list[Server] = []
     try:
-        whole = real_server.start(root / "whole", root / "whole.log", env=env)
-        started.append(whole)
-        shards = []
-        for s in range(SHARDS):
-            name = shardmap.shard_name(s)
-            shards.append(real_server.start(root / "sharded" / "lee", root / f"{name}.log", "--tables", name, env=env))
-            started.append(shards[-1])
-        replicas = [[f"{shard.base}/v1/tables/{shardmap.shard_name(s)}"] for s, shard in enumerate(shards)]
+        # The whole table, the shards and the one-process server first; then the fronts, which need the shards' URLs.
+        started += real_server.start_together(
+            lambda: real_server.start(root / "whole", root / "whole.log", env=env),
+            *(
+                lambda name=name: real_server.start(
+                    root / "sharded" / "lee", root / f"{name}.log", "--tables", name, env=env
+                )
+                for name in names
+            ),
+            lambda: real_server.start(root / "sharded", root / "one.log", env=env),
+        )
+        whole, *shards, one = started
+        replicas = [[f"{shard.base}/v1/tables/{name}"] for name, shard in zip(names, shards, strict=True)]
         front_env = {"EMBEDDING_SHARDS": json.dumps({"lee": replicas})}
-        front = real_server.start(root / "front", root / "front.log", env=front_env)
-        started.append(front)
-        down = f"http://127.0.0.1:{real_server.free_port()}/v1/tables/{shardmap.shard_name(2)}"  # nothing listens
+        down = f"http://127.0.0.1:{real_server.free_port()}/v1/tables/{names[2]}"  # nothing listens
         broken_env = {"EMBEDDING_SHARDS": json.dumps({"lee": [*replicas[:2], [down, replicas[2][0]]]})}
-        broken = real_server.start(root / "front", root / "broken.log", env=broken_env)
-        started.append(broken)
-        one = real_server.start(root / "sharded", root / "one.log", env=env)
-        started.append(one)
+        started += real_server.start_together(
+            lambda: real_server.start(root / "front", root / "front.log", env=front_env),
+            lambda: real_server.start(root / "front", root / "broken.log", env=broken_env),
+        )
+        front, broken = started[-2:]
         yield {"root": root, "whole": whole, "front": front, "broken": broken, "one": one, "shards": shards}
     finally:
-        for server in started:
-            server.stop()
+        real_server.stop_together(started)
 
 
 def post(server: Server, path: str, body: dict[str, Any], headers: dict[str, str] | None = None) -> Any:
@@ -126,8 +130,7 @@ def test_one_process_answers_as_the_whole_table_with_the_same_writes(written: di
     ]
     answered = 0
     for body in [*bodies(lee_docs), *more]:
-        status, got = search(written["one"], body)
-        expected_status, expected = search(written["whole"], body)
+        (status, got), (expected_status, expected) = search_both(written["one"], written["whole"], body)
         assert status == expected_status, (body, got)
         if status != 200:  # a query by a document the writes deleted: the same refusal
             assert got == expected and got["error"]["code"] == "unknown_document", (body, got)
@@ -171,8 +174,7 @@ def test_the_front_answers_vector_searches_as_the_whole_table_with_the_same_writ
     more = [{"vector": lee_docs.vectors[i].tolist(), "k": 12, "filter": {"year": {"gte": 1970}}} for i in (0, 60, 90)]
     more += [{"vector": lee_docs.vectors[i].tolist(), "k": 9, "offset": 2} for i in (30, 120, 210)]
     for body in [*bodies(lee_docs), *more]:
-        status, got = search(written["front"], body)
-        expected_status, expected = search(written["whole"], body)
+        (status, got), (expected_status, expected) = search_both(written["front"], written["whole"], body)
         assert status == expected_status, (body, got)
         if status != 200:  # a query by a document the writes deleted: refused on both
             assert got["error"]["code"] == expected["error"]["code"] == "unknown_document", (body, got)
@@ -222,8 +224,7 @@ def test_the_front_answers_keyword_hybrid_and_diverse_searches_as_one_process_wi
     for body in [*bodies(lee_docs), *more]:
         if body.get("mode", "vector") == "vector" and "diversity" not in body:
             continue
-        status, got = search(written["front"], body)
-        expected_status, expected = search(written["one"], body)
+        (status, got), (expected_status, expected) = search_both(written["front"], written["one"], body)
         assert status == expected_status, (body, got)
         if status != 200:
             assert got["error"]["code"] == expected["error"]["code"] == "unknown_document", (body, got)

@@ -26,6 +26,10 @@ KEY = "admin-key-for-tests-0123456789"
 ADMIN = {"x-api-key": KEY}
 V1, V2 = 5_000, 6_000  # rows of the two versions of table t
 ONLY_IN_V2 = 5_500  # a row id whose token exists in version 2 only
+# The watch interval of the watching servers: a look is two stats, so a short one costs nothing and shortens
+# every wait for a change and every wait that shows nothing more happens.
+WATCH_SECONDS = 0.2
+DEFAULT_WATCH_SECONDS = 2.0  # EMBEDDING_WATCH_SECONDS unset
 
 
 def build(raw: RawTable, data_dir: Path, name: str, rows: int) -> dict:
@@ -225,7 +229,7 @@ def test_a_watched_data_directory_is_served_without_a_signal(
 ) -> None:
     """A table published into the data directory, rebuilt there, removed from it, or copied in file by file is
     served (or no longer) within the watch interval, with no signal and no admin key."""
-    seconds = 0.5
+    seconds = WATCH_SECONDS
     server = start(data_dir, tmp_path / "server.log", env={"EMBEDDING_WATCH_SECONDS": str(seconds)})
     try:
         assert HTTP.get(f"{server.base}/v1/tables/new", timeout=10).status_code == 404
@@ -271,9 +275,10 @@ def test_a_watched_data_directory_is_served_without_a_signal(
 
 def test_watching_is_off_at_zero(data_dir: Path, glove_raw: RawTable, tmp_path: Path) -> None:
     server = start(data_dir, tmp_path / "server.log", env={"EMBEDDING_WATCH_SECONDS": "0"})
+    started = time.monotonic()  # a watcher starts before the server answers: a default one looks within 2 s of now
     try:
         build(glove_raw, data_dir, "t", V2)
-        time.sleep(3)  # the default interval and more
+        time.sleep(max(0.0, started + DEFAULT_WATCH_SECONDS + 0.5 - time.monotonic()))  # past a first look, its reload
         assert served_rows(server.base) == V1
         os.kill(server.process.pid, signal.SIGHUP)
         wait_for(lambda: served_rows(server.base) == V2, what="the reload SIGHUP asked for")
@@ -284,7 +289,7 @@ def test_watching_is_off_at_zero(data_dir: Path, glove_raw: RawTable, tmp_path: 
 def test_a_change_a_signal_loaded_is_not_loaded_again(data_dir: Path, glove_raw: RawTable, tmp_path: Path) -> None:
     """A rebuild loaded by SIGHUP (as the background index build sends it) is what the watcher compares with next:
     it does not reload the same change a second time."""
-    seconds = 0.5
+    seconds = WATCH_SECONDS
     server = start(data_dir, tmp_path / "server.log", env={"EMBEDDING_WATCH_SECONDS": str(seconds)})
     try:
         build(glove_raw, data_dir, "t", V2)
@@ -301,7 +306,7 @@ def test_a_change_a_signal_loaded_is_not_loaded_again(data_dir: Path, glove_raw:
 
 def test_only_the_served_tables_are_watched(data_dir: Path, glove_raw: RawTable, tmp_path: Path) -> None:
     """A server given EMBEDDING_TABLES does not reload for a table it does not serve, and still does for its own."""
-    seconds = 0.5
+    seconds = WATCH_SECONDS
     env = {"EMBEDDING_WATCH_SECONDS": str(seconds), "EMBEDDING_TABLES": "t"}
     server = start(data_dir, tmp_path / "server.log", env=env)
     try:

@@ -156,6 +156,13 @@ def big_source(tmp_path_factory: pytest.TempPathFactory, glove_raw: RawTable) ->
     return directory / "vectors.npy", directory / "vocab.txt"
 
 
+def small_source(glove_raw: RawTable, directory: Path) -> tuple[Path, Path]:
+    """1,000 GloVe rows as a .npy matrix and its vocabulary."""
+    np.save(directory / "small.npy", glove_raw.matrix[:1_000], allow_pickle=False)
+    (directory / "small-vocab.txt").write_text("\n".join(glove_raw.tokens[:1_000]) + "\n")
+    return directory / "small.npy", directory / "small-vocab.txt"
+
+
 def importer(source: tuple[Path, Path], name: str) -> list[str]:
     matrix, vocab = source
     return [str(BIN / "embedding-index"), "import", str(matrix), "--vocab", str(vocab), "--name", name]
@@ -193,9 +200,9 @@ def test_a_killed_build_leaves_the_old_table_and_no_partial_one(
         assert body["unchanged"] == ["t"] and body["loaded"] == [] and body["ready"] is True
         assert neighbours(server, "t") == before
 
-        # The next build removes what the killed one left, then builds.
+        # The next build removes what the killed one left, then builds (a small table: its size is not the point).
         finished = subprocess.run(
-            [*importer(big_source, "u"), "--data-dir", str(data_dir), "--index", "flat"],
+            [*importer(small_source(glove_raw, tmp_path), "u"), "--data-dir", str(data_dir), "--index", "flat"],
             capture_output=True,
             text=True,
             check=False,

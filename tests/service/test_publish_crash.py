@@ -4,7 +4,9 @@ the killed publisher left is cleaned up and named.
 
 The publisher is a real ``embedding-index index`` process (tests/service/publish_killer.py) that kills itself right
 after the N-th operation it makes on the data directory under the publish lock; N runs over every step it makes.
-Each step has a data directory, a publisher, a ``verify`` and a server of its own: two steps run at a time.
+Each step has a data directory, a publisher and a ``verify`` of its own (processes forked from one that imports
+the builder once, two at a time). The table is named after its step (``t3``): what each step's directory holds
+is then moved into one data directory, with the names the publishers gave, and one server start serves them all.
 """
 
 from __future__ import annotations
@@ -13,9 +15,8 @@ import json
 import shutil
 import subprocess
 import sys
-from collections.abc import Callable, Iterable
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -24,7 +25,7 @@ from index.build.writer import build_table
 from index.store import artifact
 from tests import REPO
 from tests.conftest import small_raw
-from tests.service.real_server import BIN, HTTP, start
+from tests.service.real_server import HTTP, start
 
 NEW_INDEX = "hnsw:M=16,efConstruction=40,efSearch=32"
 ROWS = 2_000  # the steps of a publish are the same for any number of rows; each step builds the index again
@@ -41,23 +42,49 @@ def pristine(tmp_path_factory: pytest.TempPathFactory, glove_raw: RawTable) -> P
     return data_dir
 
 
-def publish(data_dir: Path, step: int, mode: str) -> subprocess.CompletedProcess[str]:
-    command = [sys.executable, "-m", "tests.service.publish_killer", str(step), mode]
-    command += ["index", "t", "--data-dir", str(data_dir)]
-    return subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=600, check=False)
+def run(jobs: list[dict[str, Any]]) -> list[subprocess.CompletedProcess[str]]:
+    """Each job's ``embedding-index`` command in a process of its own (tests/service/publish_killer.py)."""
+    command = [sys.executable, "-m", "tests.service.publish_killer"]
+    driver = subprocess.run(command, cwd=REPO, input=json.dumps(jobs), capture_output=True, text=True, timeout=900)
+    assert driver.returncode == 0, driver.stderr
+    return [
+        subprocess.CompletedProcess(job["argv"], r["returncode"], r["stdout"], r["stderr"])
+        for job, r in zip(jobs, json.loads(driver.stdout), strict=True)
+    ]
+
+
+def publisher(data_dir: Path, name: str, step: int, mode: str) -> dict[str, Any]:
+    """``embedding-index index NAME`` killed right after the ``step``-th step of its publish (-1: traced)."""
+    return {"argv": ["index", name, "--data-dir", str(data_dir)], "kill_at": step, "mode": mode}
+
+
+def verifier(data_dir: Path, name: str) -> dict[str, Any]:
+    return {"argv": ["verify", name, "--data-dir", str(data_dir)]}
 
 
 def steps(pristine: Path, tmp_path: Path, mode: str) -> list[str]:
     data_dir = tmp_path / f"trace-{mode}"
     shutil.copytree(pristine, data_dir)
-    traced = publish(data_dir, -1, mode)
+    [traced] = run([publisher(data_dir, "t", -1, mode)])
     assert traced.returncode == 0, traced.stderr
     return [line.removeprefix("step: ") for line in traced.stderr.splitlines() if line.startswith("step: ")]
 
 
-def version(data_dir: Path) -> str:
-    """Which version ``t`` is: ``old`` (exact search, index deferred) or ``new`` (its HNSW index)."""
-    index = json.loads((data_dir / "t" / artifact.MANIFEST).read_text())["index"]
+def step_dirs(pristine: Path, tmp_path: Path, mode: str, kills: range) -> dict[int, Path]:
+    """A data directory for each step, holding pristine's ``t`` as the step's own table (:func:`table`)."""
+    data_dirs = {step: tmp_path / f"{mode}-{step}" for step in kills}
+    for step, data_dir in data_dirs.items():
+        shutil.copytree(pristine / "t", data_dir / table(step))
+    return data_dirs
+
+
+def table(step: int) -> str:
+    return f"t{step}"
+
+
+def version(data_dir: Path, name: str) -> str:
+    """Which version ``name`` is: ``old`` (exact search, index deferred) or ``new`` (its HNSW index)."""
+    index = json.loads((data_dir / name / artifact.MANIFEST).read_text())["index"]
     return "old" if index.get("deferred") else "new"
 
 
@@ -65,52 +92,56 @@ def leftovers(data_dir: Path) -> list[str]:
     return sorted(p.name for p in data_dir.iterdir() if p.name.startswith((".tmp-", ".old-")))
 
 
-def verify(data_dir: Path) -> subprocess.CompletedProcess[str]:
-    command = [str(BIN / "embedding-index"), "verify", "t", "--data-dir", str(data_dir)]
-    return subprocess.run(command, capture_output=True, text=True, timeout=300, check=False)
+def gather(data_dirs: list[Path], into: Path) -> Path:
+    """Move what every step's data directory holds into ``into``, as it is (the names are the steps' own)."""
+    into.mkdir()
+    for data_dir in data_dirs:
+        for entry in data_dir.iterdir():
+            assert not (into / entry.name).exists(), entry
+            entry.rename(into / entry.name)
+    return into
 
 
-def serves(data_dir: Path, log: Path) -> str:
-    """Start a server over ``data_dir``: it is ready with ``t`` and answers from it; return its log."""
+def serves(data_dir: Path, names: list[str], log: Path) -> str:
+    """Start a server over ``data_dir``: it is ready with every table of ``names`` and answers from each; return
+    its log."""
     server = start(data_dir, log, env=SERVE)
     try:
         ready = HTTP.get(f"{server.base}/readyz")
-        assert ready.status_code == 200 and ready.json()["loaded"] == ["t"], ready.text
-        found = HTTP.get(f"{server.base}/v1/tables/t/neighbors", params={"token": "heart", "k": 5}, timeout=30)
-        assert found.status_code == 200 and len(found.json()["neighbors"]) == 5, found.text
+        assert ready.status_code == 200 and ready.json()["loaded"] == sorted(names), ready.text
+        for name in names:
+            params = {"token": "heart", "k": 5}
+            found = HTTP.get(f"{server.base}/v1/tables/{name}/neighbors", params=params, timeout=30)
+            assert found.status_code == 200 and len(found.json()["neighbors"]) == 5, (name, found.text)
         return server.log()
     finally:
         server.stop()
 
 
-def each(steps: Iterable[int], check: Callable[[int], str | None]) -> list[str | None]:
-    """``check(step)`` of every step, in order, two steps at a time (they share nothing but ``pristine``)."""
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        return list(pool.map(check, steps))
-
-
 def test_a_publish_killed_at_any_step_leaves_the_table_whole(pristine: Path, tmp_path: Path) -> None:
     trace = steps(pristine, tmp_path, "exchange")
     assert any(s.startswith("exchange") for s in trace) and not any(s.startswith("rename") for s in trace), trace
+    data_dirs = step_dirs(pristine, tmp_path, "exchange", range(len(trace) + 1))
 
-    def killed_at(step: int) -> str:
-        data_dir = tmp_path / f"exchange-{step}"
-        shutil.copytree(pristine, data_dir)
-        killed = publish(data_dir, step, "exchange")
-        assert killed.returncode == -9, (step, killed.returncode, killed.stderr[-2000:])
+    killed = run([publisher(d, table(step), step, "exchange") for step, d in data_dirs.items()])
+    seen, left = [], []
+    for (step, data_dir), publish in zip(data_dirs.items(), killed, strict=True):
+        assert publish.returncode == -9, (step, publish.returncode, publish.stderr[-2000:])
         # Right after the kill, before anyone repairs anything: a complete, verified version under the name.
-        assert artifact.verify(data_dir / "t").ok, step
-        seen = version(data_dir)
-        left = leftovers(data_dir)
-        checked = verify(data_dir)
-        assert checked.returncode == 0 and checked.stdout == "t: ok\n", (step, checked.stdout, checked.stderr)
-        for name in left:  # each leftover named, with what was done
-            assert f"{name}: removed" in checked.stderr, (step, checked.stderr)
-        assert leftovers(data_dir) == []
-        serves(data_dir, tmp_path / f"exchange-{step}.log")
-        return seen
+        assert artifact.verify(data_dir / table(step)).ok, step
+        seen.append(version(data_dir, table(step)))
+        left.append(leftovers(data_dir))
 
-    seen = each(range(len(trace) + 1), killed_at)
+    checked = run([verifier(d, table(step)) for step, d in data_dirs.items()])
+    for (step, data_dir), verified, its_left in zip(data_dirs.items(), checked, left, strict=True):
+        assert verified.returncode == 0, (step, verified.stderr)
+        assert verified.stdout == f"{table(step)}: ok\n", (step, verified.stdout, verified.stderr)
+        for name in its_left:  # each leftover named, with what was done
+            assert f"{name}: removed" in verified.stderr, (step, verified.stderr)
+        assert [p.name for p in data_dir.iterdir()] == [table(step)], step  # all the server will see of it
+
+    served = gather(list(data_dirs.values()), tmp_path / "served")
+    serves(served, [table(step) for step in data_dirs], tmp_path / "served.log")
     exchanged = next(i for i, s in enumerate(trace) if s.startswith("exchange")) + 1
     assert seen == ["old"] * exchanged + ["new"] * (len(seen) - exchanged), (trace, seen)
 
@@ -123,23 +154,25 @@ def test_a_publish_by_two_renames_killed_between_them_is_rolled_back_at_start_up
     trace = steps(pristine, tmp_path, "renames")
     renames = [i + 1 for i, s in enumerate(trace) if s.startswith("rename")]
     assert len(renames) == 2, trace
+    data_dirs = step_dirs(pristine, tmp_path, "renames", range(renames[0] - 1, len(trace) + 1))
 
-    def killed_at(step: int) -> None:
-        data_dir = tmp_path / f"renames-{step}"
-        shutil.copytree(pristine, data_dir)
-        killed = publish(data_dir, step, "renames")
-        assert killed.returncode == -9, (step, killed.stderr[-2000:])
-        parked = [p.name for p in data_dir.glob(".old-t-*")]
-        between = not (data_dir / "t").exists()
-        assert between == (step == renames[0]) and (parked or not between), (step, leftovers(data_dir))
-        log = serves(data_dir, tmp_path / f"renames-{step}.log")
-        if between:
-            [line] = [line for line in log.splitlines() if "a publish was interrupted" in line]
-            assert parked[0] in line and "restored as 't'" in line, line
-            assert version(data_dir) == "old"
-        assert leftovers(data_dir) == []
-        checked = verify(data_dir)
-        assert checked.returncode == 0 and checked.stdout == "t: ok\n", (step, checked.stderr)
-        assert version(data_dir) == ("new" if step >= renames[1] else "old")
+    killed = run([publisher(d, table(step), step, "renames") for step, d in data_dirs.items()])
+    parked = {}
+    for (step, data_dir), publish in zip(data_dirs.items(), killed, strict=True):
+        assert publish.returncode == -9, (step, publish.stderr[-2000:])
+        parked[step] = [p.name for p in data_dir.glob(f".old-{table(step)}-*")]
+        between = not (data_dir / table(step)).exists()
+        assert between == (step == renames[0]) and (parked[step] or not between), (step, leftovers(data_dir))
 
-    each(range(renames[0] - 1, len(trace) + 1), killed_at)
+    # One start-up over what every killed publisher left: it puts back the version parked between the renames.
+    served = gather(list(data_dirs.values()), tmp_path / "served")
+    log = serves(served, [table(step) for step in data_dirs], tmp_path / "served.log")
+    [line] = [line for line in log.splitlines() if "a publish was interrupted" in line]
+    assert parked[renames[0]][0] in line and f"restored as {table(renames[0])!r}" in line, line
+    assert version(served, table(renames[0])) == "old"
+    assert leftovers(served) == []
+
+    checked = run([verifier(served, table(step)) for step in data_dirs])
+    for step, verified in zip(data_dirs, checked, strict=True):
+        assert verified.returncode == 0 and verified.stdout == f"{table(step)}: ok\n", (step, verified.stderr)
+        assert version(served, table(step)) == ("new" if step >= renames[1] else "old"), step

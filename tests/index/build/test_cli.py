@@ -58,17 +58,30 @@ def test_document_options_on_another_format_say_what_the_file_is(tmp_path: Path,
     )
 
 
+def start(*args: object, cwd: Path | None = None) -> subprocess.Popen[str]:
+    return subprocess.Popen([*map(str, args)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=cwd)
+
+
+def finish(process: subprocess.Popen[str]) -> subprocess.CompletedProcess[str]:
+    stdout, stderr = process.communicate(timeout=300)
+    return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
+
+
 def run(*args: object, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*map(str, args)], capture_output=True, text=True, timeout=300, cwd=cwd)
+    return finish(start(*args, cwd=cwd))
 
 
 def test_quiet_before_or_after_the_command(tmp_path: Path, data_dir: Path, lee_docs: Lee) -> None:
     source = lee_json(tmp_path / "lee.json", lee_docs)
-    loud = run(EXE, "import", source, "--name", "loud", "--data-dir", data_dir, "--encoder", "small")
+    places = (["--quiet", "import"], ["import", "--quiet"], ["-q", "import"], ["import", "-q"])
+    # The imports are independent (a table each): started together, they share the cores instead of queueing.
+    started = [start(EXE, "import", source, "--name", "loud", "--data-dir", data_dir, "--encoder", "small")]
+    for i, where in enumerate(places):
+        started.append(start(EXE, *where, source, "--name", f"q{i}", "--data-dir", data_dir, "--encoder", "small"))
+    loud, *quiet = [finish(process) for process in started]
     assert loud.returncode == 0, loud.stderr
     assert "embedding-index: keyword index:" in loud.stderr
-    for i, where in enumerate((["--quiet", "import"], ["import", "--quiet"], ["-q", "import"], ["import", "-q"])):
-        done = run(EXE, *where, source, "--name", f"q{i}", "--data-dir", data_dir, "--encoder", "small")
+    for i, (where, done) in enumerate(zip(places, quiet, strict=True)):
         assert done.returncode == 0 and done.stderr == "", (where, done.stderr)
         assert done.stdout.splitlines()[0].startswith(f"built 'q{i}': 20 rows x 50")
     listed = run(EXE, "list", "--data-dir", data_dir, "--quiet")
@@ -89,11 +102,12 @@ def test_make_import_runs_the_builder(tmp_path: Path, data_dir: Path, lee_docs: 
         pytest.skip("make is not installed")
     source = lee_json(tmp_path / "lee.json", lee_docs)
     make = ["make", "-s", "-o", ".venv/.installed", "import"]
-    done = run(*make, f"SRC={source}", "NAME=made", f"DATA_DIR={data_dir}", "ENCODER=small", "ARGS=-q", cwd=REPO)
+    importing = start(*make, f"SRC={source}", "NAME=made", f"DATA_DIR={data_dir}", "ENCODER=small", "ARGS=-q", cwd=REPO)
+    missing = run(*make, f"SRC={source}", cwd=REPO)  # while the import runs: it builds nothing
+    done = finish(importing)
     assert done.returncode == 0, done.stderr
     assert "built 'made': 20 rows x 50" in done.stdout and done.stderr == ""
     assert Table.load(data_dir / "made").manifest["source"]["path"] == str(source)
-    missing = run(*make, f"SRC={source}", cwd=REPO)
     assert missing.returncode != 0 and "make import needs SRC=file-or-folder and NAME=table-name" in missing.stderr
 
 

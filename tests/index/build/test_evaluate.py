@@ -18,6 +18,7 @@ from index.engine import analogy
 from index.engine.analogy import analogy_top
 from index.engine.table import Table
 from tests import REPO
+from tests.cli import Result, run_cli
 from tests.conftest import cache_dir
 from tests.early import Done, Early
 from tests.gensim_reference import PARITY_TOP5, TRIMMED, gensim_analogies, google_sample, trimmed_key
@@ -222,37 +223,46 @@ def test_cli_eval_json(eval_json_run: Done, google_report, pair_reports) -> None
 
 
 def test_cli_eval_text_and_errors(small_data_dir: Path, tmp_path: Path) -> None:
-    def run(*args: str) -> subprocess.CompletedProcess[str]:
+    """The report and a refusal as ``python -m index eval`` prints them, each in a process of its own (started
+    together); the other refusals of bad files and options through the same entry point in this process,
+    while those run."""
+
+    def start(*args: str) -> subprocess.Popen[str]:
         argv = [sys.executable, "-m", "index", "eval", "small", "--data-dir", str(small_data_dir), *args]
-        return subprocess.run(argv, capture_output=True, text=True, cwd=REPO, timeout=300)
+        return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
+
+    def run(*args: str) -> Result:
+        return run_cli("eval", "small", "--data-dir", small_data_dir, *args)
 
     questions = subset(GOOGLE, tmp_path / "q.txt", 10)
-    done = run("--analogies", str(questions), "--pairs", str(WORDSIM), "--method", "3cosmul")
-    assert done.returncode == 0, done.stderr
-    assert "analogies q.txt (3cosmul): accuracy" in done.stdout
-    assert "pairs wordsim353.tsv: Spearman" in done.stdout
+    report = start("--analogies", str(questions), "--pairs", str(WORDSIM), "--method", "3cosmul")
+    missing = start("--analogies", str(tmp_path / "nope.txt"))
+    try:
+        headless = tmp_path / "headless.txt"
+        headless.write_text("athens greece berlin germany\n: capitals\n", encoding="utf-8")
+        done = run("--analogies", str(headless))
+        assert done.code == 1
+        assert f"{headless}:1: question before the first ': section' line" in done.err
 
-    missing = run("--analogies", str(tmp_path / "nope.txt"))
+        binary = tmp_path / "latin1.txt"
+        binary.write_bytes(b": s\nathens greece berlin germany\ncaf\xe9 a b c\n")
+        done = run("--analogies", str(binary))
+        assert done.code == 1 and f"{binary}:3: not UTF-8" in done.err
+
+        unknown = tmp_path / "pairs.tsv"
+        unknown.write_text("qqqzzz\txxyyzz\t1.0\n", encoding="utf-8")
+        done = run("--pairs", str(unknown))
+        assert done.code == 1 and "no word pair with both words in the first" in done.err
+
+        assert run("--method", "3cosfoo").code != 0
+    finally:
+        report_out, report_err = report.communicate(timeout=300)
+        _, missing_err = missing.communicate(timeout=300)
+    assert report.returncode == 0, report_err
+    assert "analogies q.txt (3cosmul): accuracy" in report_out
+    assert "pairs wordsim353.tsv: Spearman" in report_out
     assert missing.returncode == 1
-    assert missing.stderr.strip().splitlines() == [f"embedding-index: error: {tmp_path / 'nope.txt'}: file not found"]
-
-    headless = tmp_path / "headless.txt"
-    headless.write_text("athens greece berlin germany\n: capitals\n", encoding="utf-8")
-    done = run("--analogies", str(headless))
-    assert done.returncode == 1
-    assert f"{headless}:1: question before the first ': section' line" in done.stderr
-
-    binary = tmp_path / "latin1.txt"
-    binary.write_bytes(b": s\nathens greece berlin germany\ncaf\xe9 a b c\n")
-    done = run("--analogies", str(binary))
-    assert done.returncode == 1 and f"{binary}:3: not UTF-8" in done.stderr
-
-    unknown = tmp_path / "pairs.tsv"
-    unknown.write_text("qqqzzz\txxyyzz\t1.0\n", encoding="utf-8")
-    done = run("--pairs", str(unknown))
-    assert done.returncode == 1 and "no word pair with both words in the first" in done.stderr
-
-    assert run("--method", "3cosfoo").returncode != 0
+    assert missing_err.strip().splitlines() == [f"embedding-index: error: {tmp_path / 'nope.txt'}: file not found"]
 
 
 # ---------------------------------------------------------------------------------- the batched exact search

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import random
 import shutil
+import signal
 import subprocess
 import time
 from pathlib import Path
@@ -40,6 +41,19 @@ def append(path: Path, lee: Lee, first: int, count: int) -> None:
             log.append(last, {"op": "upsert", "documents": [document]})
 
 
+DONE = "compacted 'lee'"  # the start of the report the command prints when it is done
+
+
+def start_compaction(command: list[str]) -> tuple[subprocess.Popen[str], float]:
+    """``embedding-index compact`` started (its stdout and stderr in one pipe); returned with the time its work
+    began: its first progress line."""
+    child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    assert child.stdout is not None
+    first = child.stdout.readline()
+    assert first.startswith("embedding-index: verifying"), first
+    return child, time.monotonic()
+
+
 def test_kill_9_during_compaction(lee_data_dir: Path, lee_docs: Lee, tmp_path: Path) -> None:
     data = tmp_path / "data"
     data.mkdir()
@@ -49,27 +63,37 @@ def test_kill_9_during_compaction(lee_data_dir: Path, lee_docs: Lee, tmp_path: P
     rng = random.Random(5)
     written = 0
     cli = [str(real_server.BIN / "embedding-index"), "compact", "lee", "--data-dir", str(data)]
-    # How long one compaction takes here (on a copy): each kill below lands at a random point within it.
+    # How long a compaction's own work lasts here (on a copy): from its first progress line (before it, the command
+    # only starts up: imports) to its report, written once the version is published and the log cut (after it, the
+    # process only exits). Each kill below lands at a random point of that work.
     trial = tmp_path / "trial"
     shutil.copytree(data, trial, symlinks=True)
     append(writelog.log_path(trial, "lee"), lee_docs, 0, 40)
-    started = time.monotonic()
-    subprocess.run([*cli[:-1], str(trial)], check=True, capture_output=True)
-    lasts = time.monotonic() - started
+    calibration, began = start_compaction([*cli[:-1], str(trial)])
+    assert calibration.stdout is not None
+    assert any(line.startswith(DONE) for line in calibration.stdout)
+    work = time.monotonic() - began  # its exit, not waited for here, overlaps the rounds
     outcomes = set()
     for _ in range(ROUNDS):
         append(path, lee_docs, written, 40)
         written += 40
-        child = subprocess.Popen(cli, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        time.sleep(rng.uniform(0.0, 0.9 * lasts))
+        child, _ = start_compaction(cli)
+        time.sleep(rng.uniform(0.0, work))
         child.kill()
-        outcomes.add("killed" if child.wait() < 0 else "finished")
+        assert child.stdout is not None
+        finished = DONE in child.stdout.read()  # its work was done before the kill
+        code = child.wait()
+        child.stdout.close()
+        assert finished or code == -signal.SIGKILL, code
+        outcomes.add("finished" if finished else "killed")
         assert artifact.verify(data / "lee").ok
         covered = int(artifact.read_manifest(data / "lee").get("log_sequence", 0))
         rows = artifact.read_manifest(data / "lee")["rows"]
         after = [r for r in writelog.recover(path) if r.seq > covered]
         assert rows - 300 + len(after) == written  # every write: in the version or in the log, once
     assert "killed" in outcomes
+    assert calibration.wait() == 0  # it exited meanwhile
+    calibration.stdout.close()
     done = subprocess.run(cli, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert artifact.read_manifest(data / "lee")["rows"] == 300 + written

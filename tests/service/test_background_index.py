@@ -50,6 +50,10 @@ def test_served_exact_at_once_then_indexed_in_the_background(deferred_dir: Path,
             summaries = [HTTP.get(f"{server.base}/v1/tables/words", timeout=10).json() for _ in range(6)]
             return all(s["approximate"] for s in summaries)
 
+        # Until the build is published, wait on the server's log, not on requests: each request would take the
+        # workers' CPU from the build, which runs at a lower priority.
+        published = "index of table 'words' published; reloading"
+        real_server.wait_for(lambda: published in server.log(), seconds=240, what="the background index")
         if workers == "1":  # one process: once /readyz reports no build, its answers come from the index
 
             def reported_done() -> bool:
@@ -92,6 +96,7 @@ def test_a_failing_background_build_keeps_exact_search(deferred_dir: Path, tmp_p
             status = HTTP.get(f"{server.base}/readyz", timeout=10).json().get("building", {}).get("words", {})
             return status.get("state") == "failed"
 
+        real_server.wait_for(lambda: "index build failed" in server.log(), seconds=120, what="the failure logged")
         real_server.wait_for(failed, seconds=120, what="the background build to fail")
         status = HTTP.get(f"{server.base}/readyz", timeout=10).json()["building"]["words"]
         assert "nlist 1000000 is more than the 20000 rows" in status["step"]

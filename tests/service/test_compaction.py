@@ -30,9 +30,11 @@ def test_compaction_while_writes_go_on(lee_data_dir: Path, lee_docs: Lee, tmp_pa
     final, batches, deletes = written(lee_docs)
     env = {"EMBEDDING_WRITE_KEYS": KEY, "EMBEDDING_WATCH_SECONDS": "0.2"}
     cli = real_server.BIN / "embedding-index"
-    nothing = subprocess.run([cli, "compact", "lee", "--data-dir", data], capture_output=True, text=True, check=True)
-    assert "no writes since its version" in nothing.stdout
+    # Before any write, nothing to compact: that command's start-up overlaps the server's.
+    nothing = subprocess.Popen([cli, "compact", "lee", "--data-dir", data], stdout=subprocess.PIPE, text=True)
     with real_server.running(data, tmp_path / "serve.log", "--workers", "2", env=env) as server:
+        said = nothing.communicate()[0]
+        assert nothing.returncode == 0 and "no writes since its version" in said
         url = f"{server.base}/v1/tables/lee"
         for batch in batches:
             body = {"documents": [as_write(r) for r in batch]}

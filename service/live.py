@@ -76,13 +76,31 @@ def _attach(table: Table, directory: Path) -> Live:
     delta = Delta(table.payload, table.rows, table.dim, covered)
     live = Live(delta, writelog.table_log(directory), directory)
     try:
-        live.delta.apply(writelog.recover(live.path))
-        live.inode = os.stat(live.path).st_ino if live.path.exists() else None
+        records, live.inode = _recovered(live.path)
+        live.delta.apply(records)
     except writelog.LogCorrupt as exc:
         raise writelog.LogCorrupt(f"table {directory.name!r}: write log {live.path.name}: {exc.message}") from None
     with _LOCK:
         _LIVE[table] = live
     return live
+
+
+def _recovered(path: Path) -> tuple[list[writelog.Record], int | None]:
+    """The log's records and the identity (inode) of the file they were read from. Read again when a compaction's
+    cut replaced the file meanwhile: the records' offsets are the replaced file's, and later writes go to the new
+    one, which would then be read from the wrong place."""
+    while True:
+        before = _inode(path)
+        records = writelog.recover(path)
+        if _inode(path) == before:
+            return records, before
+
+
+def _inode(path: Path) -> int | None:
+    try:
+        return os.stat(path).st_ino
+    except FileNotFoundError:
+        return None
 
 
 def attach(table: Table, directory: Path) -> None:

@@ -173,3 +173,38 @@ def test_a_worker_that_missed_the_folded_writes_numbers_its_next_after_them(lee_
     assert compact(data, "lee")["written"] == 1
     payload = Table.load(data / "lee").payload
     assert payload is not None and payload.find_rows(["late/1"])[0] >= 0
+
+
+def test_a_load_that_races_the_cut_of_the_log_sees_the_writes_after_it(
+    lee_data_dir: Path, lee_docs: Lee, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker loads the version a compaction published and reads the log; the compaction cuts the log before the
+    worker looks at the file's identity. The worker must still read the writes made to the new log after it."""
+    data = tmp_path / "data"
+    data.mkdir()
+    shutil.copytree(lee_data_dir / "lee", data / "lee")
+    path = writelog.log_path(data, "lee")
+    path.parent.mkdir()
+    append(path, lee_docs, 0, 3)
+    cut, recover = writelog.cut, writelog.recover
+    with monkeypatch.context() as patched:
+        patched.setattr(writelog, "cut", lambda *args: 0)  # published; its cut comes later, below
+        compact(data, "lee")
+    table = Table.load(data / "lee")  # the new version, holding the three writes
+
+    cuts = [3]
+
+    def read_then_cut(log: Path) -> list[writelog.Record]:
+        records = recover(log)
+        while cuts:  # once, after the first read
+            cut(log, cuts.pop())
+        return records
+
+    with monkeypatch.context() as patched:
+        patched.setattr(writelog, "recover", read_then_cut)
+        live.attach(table, data / "lee")
+    assert not writelog.recover(path)  # the log was cut: the three writes are in the version only
+    append(path, lee_docs, 3, 1)  # another worker's write, to the new log file
+    delta = live.delta_of(table)
+    assert delta is not None and delta.written("k/3") is not None
+    assert artifact.read_manifest(data / "lee")["rows"] == 303

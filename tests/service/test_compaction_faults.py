@@ -27,6 +27,16 @@ from tests.service.test_live_search import KEY
 ROUNDS = 6
 
 
+def lee_with_log(lee_data_dir: Path, tmp_path: Path) -> tuple[Path, Path]:
+    """A data directory holding a copy of the Lee table, and where its write log goes (its folder made)."""
+    data = tmp_path / "data"
+    data.mkdir()
+    shutil.copytree(lee_data_dir / "lee", data / "lee")
+    path = writelog.log_path(data, "lee")
+    path.parent.mkdir()
+    return data, path
+
+
 def append(path: Path, lee: Lee, first: int, count: int) -> None:
     """Upserts as the server logs them: one record per document, the next sequence numbers."""
     path.parent.mkdir(exist_ok=True)
@@ -55,11 +65,7 @@ def start_compaction(command: list[str]) -> tuple[subprocess.Popen[str], float]:
 
 
 def test_kill_9_during_compaction(lee_data_dir: Path, lee_docs: Lee, tmp_path: Path) -> None:
-    data = tmp_path / "data"
-    data.mkdir()
-    shutil.copytree(lee_data_dir / "lee", data / "lee")
-    path = writelog.log_path(data, "lee")
-    path.parent.mkdir()
+    data, path = lee_with_log(lee_data_dir, tmp_path)
     rng = random.Random(5)
     written = 0
     cli = [str(real_server.BIN / "embedding-index"), "compact", "lee", "--data-dir", str(data)]
@@ -105,11 +111,7 @@ def test_kill_9_during_compaction(lee_data_dir: Path, lee_docs: Lee, tmp_path: P
 
 
 def test_removing_a_table_removes_its_log(lee_data_dir: Path, lee_docs: Lee, tmp_path: Path) -> None:
-    data = tmp_path / "data"
-    data.mkdir()
-    shutil.copytree(lee_data_dir / "lee", data / "lee")
-    path = writelog.log_path(data, "lee")
-    path.parent.mkdir()
+    data, path = lee_with_log(lee_data_dir, tmp_path)
     append(path, lee_docs, 0, 3)
     writelog.cut(path, 2)  # the file a cut replaced goes too
     assert writelog.previous_path(path).exists()
@@ -180,11 +182,7 @@ def test_a_load_that_races_the_cut_of_the_log_sees_the_writes_after_it(
 ) -> None:
     """A worker loads the version a compaction published and reads the log; the compaction cuts the log before the
     worker looks at the file's identity. The worker must still read the writes made to the new log after it."""
-    data = tmp_path / "data"
-    data.mkdir()
-    shutil.copytree(lee_data_dir / "lee", data / "lee")
-    path = writelog.log_path(data, "lee")
-    path.parent.mkdir()
+    data, path = lee_with_log(lee_data_dir, tmp_path)
     append(path, lee_docs, 0, 3)
     cut, recover = writelog.cut, writelog.recover
     with monkeypatch.context() as patched:

@@ -1,5 +1,5 @@
 """gensim's bundled test data (the Lee corpora, the Google analogy set, the word-pair sets), found on disk without
-importing gensim's test helpers, which import scipy.stats: a second of start-up for a command that reads a file."""
+importing gensim's test helpers, which import scipy.stats (BENCHMARKS.md section 4)."""
 
 from __future__ import annotations
 

@@ -122,7 +122,7 @@ def _progress_callback(epochs: int) -> Any:
 def train_word2vec(corpus_paths: list[Path], params: TrainParams) -> RawTable:
     """Train word2vec on the corpus files; rows in gensim's frequency order."""
     corpus = Corpus(corpus_paths)
-    lines, words = corpus.check()  # a bad corpus is refused before gensim is imported (a second of start-up)
+    lines, words = corpus.check()  # a bad corpus is refused before gensim is imported
     from gensim.models import Word2Vec
 
     model = Word2Vec(

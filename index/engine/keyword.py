@@ -489,7 +489,7 @@ class Postings:
         """Every row's score for the words ``columns`` (times ``weight``, per row): the sum of its stored scores,
         added up as bm25s's ``BM25.get_scores_from_ids`` adds them (float32, word by word, in order), so that the
         scores are its own to the bit. (Read here rather than through bm25s: importing it imports numba and scipy,
-        most of a second at every server's start.)"""
+        a cost at every server's start, BENCHMARKS.md section 4.)"""
         scores = np.zeros(self.rows, dtype=np.float32)
         for column in np.asarray(columns, dtype=np.int32).tolist():  # the query's words, a handful
             start, stop = self.indptr[column], self.indptr[column + 1]

@@ -602,7 +602,7 @@ def test_export_downloads_files_that_reimport(
 
         command = [str(Path(sys.executable).with_name("embedding-index")), "--quiet", "import", str(out)]
         command += ["--format", "projector", "--name", "exported", "--data-dir", str(tmp_path / "data")]
-        # The import (seconds, most of them the command's start) runs while the page exports the whole table.
+        # The import runs while the page exports the whole table.
         with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as importing:
             # The whole-table map exports its highlighted rows.
             open_table_map(watched, server)

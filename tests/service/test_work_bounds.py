@@ -113,8 +113,8 @@ def test_the_bounds_are_settings(data_dir: Path, words: list[str]) -> None:
 
 
 # ------------------------------------------------------------------------------------- long computations
-# About two seconds of work (the server's max_layout_work is raised to take it): time for the requests that come
-# while it runs, and for a client to go midway through its optimisation (its neighbour search is a tenth of it).
+# Long enough (the server's max_layout_work is raised to take it): time for the requests that come
+# while it runs, and for a client to go midway through its optimisation (after its neighbour search).
 TSNE_TOKENS, PERPLEXITY = 500, 100
 
 

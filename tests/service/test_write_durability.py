@@ -51,7 +51,7 @@ def stream(base: str, lee: Lee, start: int, acked: dict[str, int], refused: set[
 def kill_9(server: real_server.Server) -> None:
     """SIGKILL to the workers and their supervisor at once: nothing gets to flush or finish."""
     processes = [psutil.Process(server.process.pid), *psutil.Process(server.process.pid).children(recursive=True)]
-    # Orphaned by the kill, a worker is reaped by init, which can take seconds; its pidfd says sooner that it has
+    # Orphaned by the kill, a worker is reaped by init, later; its pidfd says sooner that it has
     # exited, every thread of it (nothing of it writes any more), so the next server may start.
     pidfds = []
     for process in processes[1:]:
@@ -98,7 +98,7 @@ def kill_in_streams(
             for writer in writers:
                 writer.start()
             # Once the stream flows (this round's first answer), kill at a random point of it: the writers answer
-            # some 200 writes a second, so the window spans dozens of writes, each at any stage of its way.
+            # many writes a second, so the window spans many writes, each at any stage of its way.
             real_server.wait_for(lambda n=answered: len(acked) + len(refused) > n, 30, "a first answered write")
             time.sleep(rng.uniform(0.2, 0.8))
             kill_9(server)

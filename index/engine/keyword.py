@@ -485,6 +485,11 @@ class Postings:
     indptr: np.ndarray
     rows: int  # the documents
 
+    def column(self, column: int) -> tuple[np.ndarray, np.ndarray]:
+        """The rows holding word ``column`` and their stored scores for it (int32, float32, as mapped)."""
+        start, stop = int(self.indptr[column]), int(self.indptr[column + 1])
+        return self.indices[start:stop], self.data[start:stop]
+
     def scores(self, columns: np.ndarray, weight: np.ndarray | None = None) -> np.ndarray:
         """Every row's score for the words ``columns`` (times ``weight``, per row): the sum of its stored scores,
         added up as bm25s's ``BM25.get_scores_from_ids`` adds them (float32, word by word, in order), so that the
@@ -492,8 +497,7 @@ class Postings:
         a cost at every server's start, BENCHMARKS.md section 4.)"""
         scores = np.zeros(self.rows, dtype=np.float32)
         for column in np.asarray(columns, dtype=np.int32).tolist():  # the query's words, a handful
-            start, stop = self.indptr[column], self.indptr[column + 1]
-            np.add.at(scores, self.indices[start:stop], self.data[start:stop])
+            np.add.at(scores, *self.column(column))
         if weight is not None:
             scores *= weight
         return scores
@@ -572,10 +576,8 @@ class KeywordIndex:
         (column,) = self.term_ids(pa.array([word], pa.string())).tolist()
         if column < 0:
             return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float64)
-        postings = self._postings
-        start, stop = int(postings.indptr[column]), int(postings.indptr[column + 1])
-        rows = np.asarray(postings.indices[start:stop], dtype=np.int64)
-        return rows, np.asarray(postings.data[start:stop], dtype=np.float64)
+        rows, scores = self._postings.column(column)
+        return np.asarray(rows, dtype=np.int64), np.asarray(scores, dtype=np.float64)
 
     def holds(self, text: str) -> bool:
         """Whether some document holds a word of ``text`` as the index reads it: whether :meth:`search` finds it a

@@ -262,11 +262,12 @@ def _replica_read(path: Path) -> list[Record]:
     return records
 
 
-def read_new(path: Path, start: int, previous: int, inode: int | None = None) -> tuple[list[Record], int, int]:
+def read_new(path: Path, start: int, previous: int, inode: int | None) -> tuple[list[Record], int, int]:
     """The records appended since byte ``start`` (the last record read had sequence ``previous``), the offset
-    after them and the log file's inode. When the file is not ``inode`` (a compaction cut the log since), it is
-    read from its start. Damage with good records after it raises :class:`LogCorrupt`; a damaged tail is not
-    read."""
+    after them and the log file's inode. When the file is not ``inode`` (a compaction cut the log since; None: the
+    reader has read no file yet, and a cut may have come since), the records of the file the cut replaced that
+    were not read come first, then the new file's from its start. Damage with good records after it raises
+    :class:`LogCorrupt`; a damaged tail is not read."""
     try:
         lock = _locked(path, os.O_RDONLY, fcntl.LOCK_SH)
         fd = lock.__enter__()
@@ -275,7 +276,7 @@ def read_new(path: Path, start: int, previous: int, inode: int | None = None) ->
     try:
         current = os.fstat(fd).st_ino
         before: list[Record] = []
-        if inode is not None and current != inode:
+        if current != inode:
             before, start, previous = _unread_before_cut(path, inode, start, previous), 0, 0
         data = _read_from(fd, start)
     finally:
@@ -290,16 +291,17 @@ def previous_path(path: Path) -> Path:
     return path.with_name(f".{path.name}.previous")
 
 
-def _unread_before_cut(path: Path, inode: int, start: int, previous: int) -> list[Record]:
+def _unread_before_cut(path: Path, inode: int | None, start: int, previous: int) -> list[Record]:
     """The records after byte ``start`` of the log file ``inode`` that a cut replaced since it was read (none when
-    a later cut replaced it too). Nothing writes to a replaced file: it is read without a lock. Their offsets are
-    in that file; the reader's offset is the new file's."""
+    a later cut replaced it too; every record of the replaced file when the reader had read none, ``inode`` None:
+    those it holds already, by their sequence numbers, it skips). Nothing writes to a replaced file: it is read
+    without a lock. Their offsets are in that file; the reader's offset is the new file's."""
     try:
         fd = os.open(previous_path(path), os.O_RDONLY)
     except FileNotFoundError:
         return []
     try:
-        if os.fstat(fd).st_ino != inode:
+        if inode is not None and os.fstat(fd).st_ino != inode:
             return []
         data = _read_from(fd, start)
     finally:
@@ -325,11 +327,11 @@ class Appender:
     def inode(self) -> int:
         return os.fstat(self.fd).st_ino
 
-    def new_records(self, start: int, previous: int, inode: int | None = None) -> tuple[list[Record], int]:
+    def new_records(self, start: int, previous: int, inode: int | None) -> tuple[list[Record], int]:
         """As :func:`read_new`, under the exclusive lock; a damaged tail is cut (with a warning) so that the next
         record follows the last good one."""
         before: list[Record] = []
-        if inode is not None and inode != self.inode:
+        if inode != self.inode:
             before, start, previous = _unread_before_cut(self.path, inode, start, previous), 0, 0
         data = _read_from(self.fd, start)
         records, end, problem = scan(data, 0, previous)

@@ -41,7 +41,7 @@ def append(path: Path, lee: Lee, first: int, count: int) -> None:
     """Upserts as the server logs them: one record per document, the next sequence numbers."""
     path.parent.mkdir(exist_ok=True)
     with writelog.appending(path) as log:
-        records, _ = log.new_records(0, 0)
+        records, _ = log.new_records(0, 0, None)
         covered = artifact.read_manifest(path.parent.parent / "lee").get("log_sequence", 0)
         last = records[-1].seq if records else int(covered)
         for i in range(first, first + count):
@@ -206,3 +206,24 @@ def test_a_load_that_races_the_cut_of_the_log_sees_the_writes_after_it(
     delta = live.delta_of(table)
     assert delta is not None and delta.written("k/3") is not None
     assert artifact.read_manifest(data / "lee")["rows"] == 303
+
+
+def test_a_worker_that_had_read_no_log_sees_the_writes_a_cut_took_from_it(
+    lee_data_dir: Path, lee_docs: Lee, tmp_path: Path
+) -> None:
+    """A worker loaded its version before anything was written (no log file yet) and read nothing since: every write
+    went to another worker. A compaction folds them into a new version and cuts the log. Until the worker loads
+    that version it must still see them (from the file the cut replaced), and number its own writes after them."""
+    data, path = lee_with_log(lee_data_dir, tmp_path)
+    older = Table.load(data / "lee")
+    live.attach(older, data / "lee")
+    state = live.live_of(older)
+    assert state is not None and state.inode is None
+    append(path, lee_docs, 0, 3)  # another worker's writes, 1..3
+    assert compact(data, "lee")["log_sequence"] == 3 and writelog.recover(path) == []
+    append(path, lee_docs, 3, 1)  # 4, to the new log file
+    delta = live.delta_of(older)
+    assert delta is not None and [delta.written(f"k/{i}") is not None for i in range(4)] == [True] * 4
+    document = {"id": "k/1", "text": lee_docs.texts[9], "vector": lee_docs.vectors[9].tolist(), "fields": {}}
+    seq, known = state.write(lambda d: ({"op": "upsert", "documents": [document]}, d.written("k/1")), sync=True)
+    assert seq == 5 and known is not None  # an update of a document it knows, after the writes it had not read

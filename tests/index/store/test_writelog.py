@@ -44,13 +44,13 @@ def test_records_come_back_as_written(tmp_path: Path) -> None:
 def test_reading_only_what_was_appended(tmp_path: Path) -> None:
     path = tmp_path / "t.log"
     first = write(path, 3)
-    records, offset, inode = writelog.read_new(path, 0, 0)
+    records, offset, inode = writelog.read_new(path, 0, 0, None)
     assert [r.seq for r in records] == [1, 2, 3] and offset == first[-1].end and inode == path.stat().st_ino
     assert writelog.read_new(path, offset, 3, inode) == ([], offset, inode)
     write(path, 2, first=4)
     records, end, _ = writelog.read_new(path, offset, 3, inode)
     assert [r.seq for r in records] == [4, 5] and end == path.stat().st_size
-    assert writelog.read_new(tmp_path / "none.log", 0, 0) == ([], 0, -1)
+    assert writelog.read_new(tmp_path / "none.log", 0, 0, None) == ([], 0, -1)
     writelog.cut(path, 4)  # a compaction: another, shorter file; read from its start
     records, end, again = writelog.read_new(path, end, 5, inode)
     assert [r.seq for r in records] == [5] and end == path.stat().st_size and again != inode
@@ -100,7 +100,7 @@ def test_a_damaged_middle_record_refuses_the_log(tmp_path: Path, where: str) -> 
         writelog.recover(path)
     assert path.read_bytes() == before  # nothing cut: the records after it are acknowledged writes
     with pytest.raises(writelog.LogCorrupt):
-        writelog.read_new(path, records[1].end, 2)
+        writelog.read_new(path, records[1].end, 2, path.stat().st_ino)
 
 
 def test_a_damaged_tail_met_while_appending_is_cut_first(tmp_path: Path) -> None:
@@ -108,9 +108,9 @@ def test_a_damaged_tail_met_while_appending_is_cut_first(tmp_path: Path) -> None
     records = write(path, 3)
     with path.open("ab") as handle:
         handle.write(writelog.frame(4, body(3))[:-9])  # torn after this process read the log
-    assert writelog.read_new(path, records[-1].end, 3)[:2] == ([], records[-1].end)  # not read
+    assert writelog.read_new(path, records[-1].end, 3, path.stat().st_ino)[:2] == ([], records[-1].end)  # not read
     with writelog.appending(path) as log:
-        assert log.new_records(records[-1].end, 3) == ([], records[-1].end)
+        assert log.new_records(records[-1].end, 3, log.inode) == ([], records[-1].end)
         log.append(4, body(9))
     assert [(r.seq, r.body) for r in writelog.recover(path)][-1] == (4, body(9))
 
@@ -158,7 +158,7 @@ def test_a_whole_record_out_of_sequence_at_the_end_is_not_cut(tmp_path: Path) ->
 def _append_many(path: str, worker: int, count: int) -> None:
     for i in range(count):
         with writelog.appending(Path(path)) as log:
-            records, _ = log.new_records(0, 0)
+            records, _ = log.new_records(0, 0, None)
             last = records[-1].seq if records else 0
             log.append(last + 1, {"op": "delete", "ids": [f"w{worker}-{i}"]})
 
@@ -192,7 +192,7 @@ def test_a_cut_keeps_the_records_after_what_it_covered(tmp_path: Path) -> None:
 def test_a_reader_behind_a_cut_reads_what_it_had_not_read_from_the_replaced_file(tmp_path: Path) -> None:
     path = tmp_path / "t.log"
     write(path, 3)
-    records, offset, inode = writelog.read_new(path, 0, 0)  # a reader on the older version has read 1..3
+    records, offset, inode = writelog.read_new(path, 0, 0, None)  # a reader on the older version has read 1..3
     write(path, 4, first=4)
     assert writelog.cut(path, 5) == 2  # a compaction folded 1..5 into a version the reader has not loaded yet
     records, end, again = writelog.read_new(path, offset, 3, inode)
@@ -266,3 +266,15 @@ def test_a_fork_waits_until_no_thread_has_a_log_open(tmp_path: Path) -> None:
     child.join(20)
     assert child.exitcode == 0, "the child inherited the reader's lock on the log"
     assert waited >= 0.2, waited  # the fork waited for the reader to close the log
+
+
+def test_a_reader_that_had_read_no_file_reads_the_one_a_cut_replaced(tmp_path: Path) -> None:
+    path = tmp_path / "t.log"  # no log yet when the reader's version was loaded: it has read no file
+    write(path, 5)
+    assert writelog.cut(path, 3) == 2  # a compaction folded 1..3 into a version the reader has not loaded
+    write(path, 1, first=6)
+    records, end, inode = writelog.read_new(path, 0, 0, None)
+    assert [r.seq for r in records] == [1, 2, 3, 4, 5, 6] and end == path.stat().st_size
+    assert [r.body for r in records] == [body(i) for i in range(6)] and inode == path.stat().st_ino
+    with writelog.appending(path) as log:  # a writer on the older version catches up the same way
+        assert [r.seq for r in log.new_records(0, 0, None)[0]] == [1, 2, 3, 4, 5, 6]

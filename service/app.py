@@ -99,6 +99,7 @@ def create_app(settings: Settings) -> FastAPI:
         gc.collect()
         gc.freeze()
         gc.set_threshold(GC_YOUNG_THRESHOLD)
+        gc.enable()  # embedding-serve turns it off for the start-up (service.main)
         # Under uvicorn: SIGTERM fails readiness first, then the server shuts down (service.http.drain). The state
         # hands the drain to the HTTP protocol too (service.http.protocol), which closes connections while it lasts.
         draining = drain.install()

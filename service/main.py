@@ -13,6 +13,7 @@ import argparse
 import atexit
 import contextlib
 import ctypes
+import gc
 import logging
 import logging.config
 import os
@@ -87,6 +88,17 @@ def tune_malloc() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    # Start-up makes long-lived objects only (modules, schemas, routes, the tables' labels): the collector's passes
+    # over them would find almost nothing. The app's lifespan collects once and freezes them (service.app), then
+    # turns the collector back on; so does the end of the start-up here, whatever its outcome.
+    gc.disable()
+    try:
+        return _main(argv)
+    finally:
+        gc.enable()
+
+
+def _main(argv: list[str] | None) -> int:
     args = parser().parse_args(argv)
     if args.workers < 1:
         print("embedding-serve: --workers must be at least 1", file=sys.stderr)
@@ -107,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ["EMBEDDING_THREADS"] = str(threads)
     for variable in THREAD_VARIABLES:
         os.environ[variable] = str(threads)
-    from service.shard_settings import front_settings  # imported here: it loads numpy, which reads the thread variables
+    from service.shard_settings import front_settings  # here: a front's check loads numpy, which reads them
 
     try:
         settings = Settings()
@@ -222,7 +234,6 @@ def preload_for_fork() -> None:
     its own app and maps the tables itself. A forked worker also inherits the supervisor's SIGHUP handler, so a
     SIGHUP that reaches it before its app handles them does no harm (its tables are not read yet, or the app
     reloads once they are: ``service.reload``)."""
-    import gc
     import multiprocessing
 
     import pyarrow
@@ -242,6 +253,7 @@ def preload_for_fork() -> None:
     # uvicorn's Process creates its worker through this name (imported there, so not among the module's exports)
     multiprocess.get_subprocess = forked_worker  # type: ignore[attr-defined]
     gc.freeze()  # keep the collector from touching (and so copying) the shared objects in every worker
+    gc.enable()  # the supervisor's own objects are collected as usual (main turned the collector off)
 
 
 if __name__ == "__main__":

@@ -72,7 +72,7 @@ from index.engine.door import (
     unit_queries,
 )
 from index.errors import EmbeddingError, InvalidQuery
-from service.errors import BODY_ERRORS, ApiError, item_error, responses
+from service.errors import ApiError, item_error
 from service.respond import FastJSON
 from service.scatter_words import WORDS, merged_neighbors, word_body
 from service.schemas.search import SearchRequest, words_only
@@ -462,7 +462,6 @@ def route(front: Front, name: str) -> APIRoute:
         f"/v1/tables/{name}/search",
         search,
         methods=["POST"],
-        responses=responses(*BODY_ERRORS, "shard_unavailable", "shard_timeout"),
         summary=f"Search the sharded table {name}: scattered to its shards, merged",
         include_in_schema=False,
     )

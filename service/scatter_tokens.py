@@ -45,7 +45,7 @@ from starlette.routing import Route
 
 from index.engine.door import merged_suggestions, owner
 from index.errors import InvalidQuery, UnknownToken
-from service.errors import BODY_ERRORS, item_error, responses
+from service.errors import item_error
 from service.http.fastroute import parse_query
 from service.respond import FastJSON
 from service.scatter import Front, ShardFailed, ShardRefused, failed, kind
@@ -444,7 +444,6 @@ def routes(front: Front, name: str, refuse: Refuse) -> list[Route]:
             f"{prefix}/{path}",
             handler,
             methods=["POST"],
-            responses=responses(*BODY_ERRORS, "shard_unavailable", "shard_timeout"),
             include_in_schema=False,
         )
 

@@ -30,14 +30,13 @@ from fastapi.routing import APIRoute
 from starlette.responses import Response
 
 from index.engine.door import by_owner
-from service.errors import BODY_ERRORS, ApiError, responses
+from service.errors import ApiError
 from service.respond import FastJSON
 from service.scatter import Front
 from service.schemas.common import MAX_TOKEN_CHARS
 from service.schemas.writes import DeleteRequest, UpsertRequest, WriteResponse
 
 WRITE_SECONDS = 60.0  # a write may embed its texts: longer than a search's deadline, which bounds the connect
-ERRORS = (*BODY_ERRORS, "unauthorized", "forbidden", "shard_unavailable", "shard_timeout")
 PLACE = re.compile(r"^documents\[(\d+)\]")
 
 
@@ -164,7 +163,6 @@ def routes(front: Front, name: str) -> list[APIRoute]:
 
     common: dict[str, Any] = {
         "response_model": WriteResponse,
-        "responses": responses(*ERRORS),
         "include_in_schema": False,
     }
     return [

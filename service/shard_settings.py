@@ -10,8 +10,6 @@ from __future__ import annotations
 from pydantic import Field, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict, SettingsError
 
-from index.store.artifact import NAME_PATTERN as NAME
-
 
 class ShardSettings(BaseSettings):
     """The front's settings (``EMBEDDING_SHARDS``, ``EMBEDDING_PARTIAL``, ``EMBEDDING_SHARD_TIMEOUT``)."""
@@ -35,6 +33,10 @@ def front_settings() -> ShardSettings:
     except ValidationError as exc:
         problems = "; ".join(f"EMBEDDING_{'.'.join(map(str, e['loc'])).upper()}: {e['msg']}" for e in exc.errors())
         raise ValueError(problems) from None
+    if not settings.shards:
+        return settings
+    from index.store.artifact import NAME_PATTERN as NAME  # the store (numpy) once there are shards to check
+
     for name, shards in settings.shards.items():
         if not NAME.fullmatch(name) or ".." in name:
             raise ValueError(f"EMBEDDING_SHARDS: {name!r} is not a table name")

@@ -62,7 +62,7 @@ async def search(request: Request, table: TableDep, registry: RegistryDep, body:
     return FastJSON({"results": results(answers, shape)})
 
 
-@router.post("/search/statistics", responses=responses(*BODY_ERRORS), include_in_schema=False)
+@router.post("/search/statistics", include_in_schema=False)
 async def search_statistics(request: Request, table: TableDep, body: GatherRequest) -> Response:
     """This table's part of the keyword statistics of the texts' words (``index.engine.dfs.gather``): what the
     front of a sharded table sums over its shards and sends with a keyword or hybrid search."""

@@ -65,7 +65,7 @@ async def get_id(table: TableDep, id: Annotated[int, Path(ge=0)], normalized: No
     return FastJSON(row_json(table, table.resolve_id(id), normalized))
 
 
-@router.get("/rows/{row}", responses=responses(*TABLE_ERRORS), include_in_schema=False)
+@router.get("/rows/{row}", include_in_schema=False)
 async def get_whole_row(table: TableDep, row: Annotated[int, Path(ge=0)]) -> Response:
     """The table's row that is row ``row`` of the whole table (a shard's: of the sharded one), as its unit row with
     that row (``GET .../tokens/{token}?normalized=true&row=true``): what the front of a sharded word table asks
@@ -77,7 +77,7 @@ async def get_whole_row(table: TableDep, row: Annotated[int, Path(ge=0)]) -> Res
     return FastJSON(row_json(table, Resolved(str(row), local, table.tokens[local], "id"), True, True))
 
 
-@router.get("/suggestions/{text:path}", responses=responses(*TABLE_ERRORS), include_in_schema=False)
+@router.get("/suggestions/{text:path}", include_in_schema=False)
 async def get_suggestions(
     request: Request, table: TableDep, text: Annotated[str, Path(min_length=1, max_length=MAX_TOKEN_CHARS)]
 ) -> Response:

@@ -7,6 +7,7 @@ against a server of documents tables, which must map Arrow's (so the check sees 
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -77,3 +78,94 @@ print(" ".join(sorted(m for m in sys.modules if m.split(".")[0] in {UNIMPORTED!r
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.split() == []
+
+
+# embedding-serve's own start-up in a fresh interpreter (service.main.main: settings, uvicorn, the app factory, the
+# lifespan), until /readyz answers 200: what is imported then, and the collector's state then and after the stop.
+READY = """
+import gc, http.client, os, signal, sys, threading, time
+from service.main import main
+
+seen = {{}}
+
+
+def watch() -> None:
+    while True:
+        try:
+            connection = http.client.HTTPConnection("127.0.0.1", {port}, timeout=5)
+            connection.request("GET", "/readyz")
+            status = connection.getresponse().status
+            connection.close()
+        except OSError:
+            status = None
+        if status == 200:
+            break
+        time.sleep(0.02)
+    seen["imported"] = sorted(m for m in sys.modules if m.split(".")[0] in {unimported!r})
+    seen["collector"] = (gc.isenabled(), gc.get_freeze_count() > 0)
+    os.kill(os.getpid(), signal.SIGTERM)
+
+
+threading.Thread(target=watch, daemon=True).start()
+try:
+    code = main(["--data-dir", {data_dir!r}, *{tables!r}, "--port", "{port}", "--log-level", "warning"])
+except SystemExit as exc:
+    code = exc.code
+print(code, seen["imported"], seen["collector"], gc.isenabled())
+"""
+
+
+def served_until_ready(data_dir: Path, tables: list[str], env: dict[str, str]) -> str:
+    from bench.common import free_port
+
+    script = READY.format(port=free_port(), data_dir=str(data_dir), tables=tables, unimported=UNIMPORTED)
+    environment = {k: v for k, v in os.environ.items() if not k.startswith("EMBEDDING_")}
+    environment |= {"EMBEDDING_WATCH_SECONDS": "0", **env}
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=False, env=environment
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done.stdout.strip()
+
+
+def test_a_word_table_server_at_readyz(small_data_dir: Path) -> None:
+    """Ready to answer: none of the modules only other tables use is imported; the collector runs, with what
+    start-up made frozen, and it still runs once the server has stopped."""
+    assert served_until_ready(small_data_dir, ["--tables", "small"], {}) == "0 [] (True, True) True"
+
+
+def test_a_front_without_tables_at_readyz(tmp_path: Path) -> None:
+    """A sharded table's front with no table of its own: not even httpx until it first asks a shard."""
+    shards = '{"lee": [["http://127.0.0.1:9/v1/tables/shard-000"], ["http://127.0.0.1:9/v1/tables/shard-001"]]}'
+    assert served_until_ready(tmp_path, [], {"EMBEDDING_SHARDS": shards}) == "0 [] (True, True) True"
+
+
+REFUSED = """
+import gc, os, sys
+from service.main import main
+
+codes = []
+for data_dir, environment in {cases!r}:
+    os.environ.update(environment)
+    codes.append(main(["--data-dir", data_dir]))
+heavy = {{"numpy", "faiss", "fastapi", "starlette", "uvicorn", "pyarrow", "httpx"}}
+print(codes, sorted({{m.split(".")[0] for m in sys.modules}} & heavy), gc.isenabled())
+"""
+
+
+def test_a_refusal_imports_no_numpy_and_leaves_the_collector_on(tmp_path: Path) -> None:
+    """Bad settings (a missing data directory, EMBEDDING_SHARDS that is not JSON) stop embedding-serve before
+    numpy is imported, let alone the HTTP stack or FAISS; main returns with the collector on."""
+    cases = [("/no/such/dir", {}), (str(tmp_path), {"EMBEDDING_SHARDS": "nonsense"})]
+    environment = {k: v for k, v in os.environ.items() if not k.startswith("EMBEDDING_")}
+    done = subprocess.run(
+        [sys.executable, "-c", REFUSED.format(cases=cases)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        env=environment,
+    )
+    assert done.stdout.strip() == "[2, 2] [] True", (done.stdout, done.stderr[-3000:])
+    refusals = done.stderr.splitlines()  # one line each, naming the variable
+    assert len(refusals) == 2 and "EMBEDDING_DATA_DIR" in refusals[0] and "EMBEDDING_SHARDS" in refusals[1], refusals

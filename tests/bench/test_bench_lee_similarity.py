@@ -18,7 +18,7 @@ import pytest
 from gensim.test.utils import datapath
 
 from bench import lee_similarity as lee
-from index.build.sources import glove_package
+from index.build.sources import RawTable
 from tests.early import Early
 
 
@@ -154,9 +154,9 @@ def test_figures_hold_together(quick_run: dict[str, Any]) -> None:
     assert methods["MiniLM transformer"]["pearson"] > methods["MiniLM token mean"]["pearson"] + 0.1
 
 
-def test_glove_mean_equals_a_brute_force(quick_run: dict[str, Any]) -> None:
+def test_glove_mean_equals_a_brute_force(quick_run: dict[str, Any], glove_raw: RawTable) -> None:
     """The GloVe mean row, recomputed from the package's raw rows in float64, gives the reported Pearson."""
-    raw = glove_package.read()
+    raw = glove_raw
     row = {token: i for i, token in enumerate(raw.tokens[: lee.QUICK_GLOVE_ROWS])}
     vectors = []
     for text in lee.lee_documents():

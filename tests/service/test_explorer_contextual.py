@@ -17,21 +17,18 @@ import httpx
 import numpy as np
 import pytest
 
-from tests.cli import run_cli
-from tests.minilm import minilm_dir
+from tests.minilm import MINILM, ST
 from tests.service import real_server
 from tests.service.browser import SCREENSHOTS, Watched, save_screenshot
-from tests.service.conftest import MINILM
 
-MODEL, TOKENS = "st", "minilm"
+MODEL, TOKENS = ST, "minilm"
 BANK = ["the river bank was muddy", "she deposited money at the bank", "we fished from the bank of the river"]
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory, minilm_data_dir: Path) -> Iterator[str]:
+def server(tmp_path_factory: pytest.TempPathFactory, minilm_st_dir: Path, minilm_data_dir: Path) -> Iterator[str]:
     data = tmp_path_factory.mktemp("contextual") / "data"
-    done = run_cli("import", minilm_dir(), "--format", "transformer", "--name", MODEL, "--data-dir", data)
-    assert done.code == 0, done.err
+    shutil.copytree(minilm_st_dir / ST, data / MODEL)  # the session's transformer table
     shutil.copytree(minilm_data_dir / MINILM, data / TOKENS)  # the session's model-token table
     with real_server.running(data, tmp_path_factory.mktemp("contextual-log") / "serve.log") as started:
         yield started.base

@@ -24,7 +24,8 @@ from index.engine.table import Table
 from index.store import artifact
 from index.store.tokens import FLAG_CONTINUATION, FLAG_SPECIAL
 from service.routers import map as map_routes
-from tests.service.conftest import MINILM, client_for
+from tests.minilm import MINILM
+from tests.service.conftest import client_for
 
 T = "/v1/tables/small"
 

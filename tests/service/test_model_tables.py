@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,16 +19,16 @@ from service.app import create_app
 from service.settings import Settings
 from tests import vectors
 from tests.index.build.test_huggingface import write_model
-from tests.minilm import MINILM_TENSOR, SPECIALS, minilm_dir
+from tests.minilm import MINILM, MINILM_TENSOR, SPECIALS, minilm_dir
 
 K = 10
 
 
 @pytest.fixture(scope="module")
-def data_dir(tmp_path_factory: pytest.TempPathFactory, glove_raw: RawTable) -> Path:
+def data_dir(tmp_path_factory: pytest.TempPathFactory, glove_raw: RawTable, minilm_data_dir: Path) -> Path:
     root = tmp_path_factory.mktemp("model-tables")
     data = root / "data"
-    build_table(hf.read(minilm_dir(), ReadOptions()), data_dir=data, name="minilm", source={"format": "hf"})
+    shutil.copytree(minilm_data_dir / MINILM, data / MINILM)  # the session's
     tiny = write_model(root / "tiny", "byte-bpe", "BF16", "model.embed_tokens.weight", sharded=False, output=None)
     build_table(hf.read(tiny.directory, ReadOptions()), data_dir=data, name="tiny-bpe", source={"format": "hf"})
     words = RawTable(tokens=glove_raw.tokens[:5000], matrix=glove_raw.matrix[:5000].copy())

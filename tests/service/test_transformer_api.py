@@ -17,7 +17,6 @@ import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 
-from index.build.sources import glove_package
 from index.engine.encode import encoder_for
 from index.engine.table import Table
 from service.registry import Registry
@@ -25,8 +24,8 @@ from tests.cli import run_cli
 from tests.early import Early
 from tests.index.build.test_embed_documents import without_vectors
 from tests.index.build.test_transformer import RECORDED, Reference, _edit, _model_copy, cosine
-from tests.lee import Lee, make_lee, write_jsonl
-from tests.minilm import minilm_dir
+from tests.lee import Lee, lee_stories, write_jsonl
+from tests.minilm import ST, TRANSFORMER, minilm_dir
 from tests.service import real_server
 from tests.service.conftest import client_for
 
@@ -36,16 +35,18 @@ TEXTS = ["The heart pumps blood through the body.", "she deposited money at the 
 
 
 def imports_argv(out: Path) -> list[str]:
-    """``embedding-index import`` of the model as ``st``, then of the Lee stories without their vectors, embedded
-    by it at import (``--encoder st``): one shell command, started at collection (tests/early.py)."""
-    path = write_jsonl(out / "lee-text.jsonl", without_vectors(make_lee(glove_package.read())))
-    data, index = out / "data", [sys.executable, "-m", "index", "import"]
-    model = [*index, str(minilm_dir()), "--format", "transformer", "--name", "st", "--data-dir", str(data)]
-    lee = [*index, str(path), "--format", "documents", "--name", "lee", "--encoder", "st", "--data-dir", str(data)]
-    return ["sh", "-c", f"{shlex.join(model)} && {shlex.join(lee)}"]
+    """A copy of the session's transformer table ``st`` (``tests.minilm.TRANSFORMER``, done before this starts),
+    then the import of the Lee stories without their vectors, embedded by it at import (``--encoder st``): one shell
+    command, started at collection (tests/early.py)."""
+    path = write_jsonl(out / "lee-text.jsonl", without_vectors(lee_stories()))
+    data, model = out / "data", TRANSFORMER.result().out / "data" / ST
+    lee = [sys.executable, "-m", "index", "import", str(path), "--format", "documents", "--name", "lee"]
+    lee += ["--encoder", ST, "--data-dir", str(data)]
+    copy = ["cp", "-R", str(model), str(data / ST)]
+    return ["sh", "-c", f"mkdir -p {shlex.quote(str(data))} && {shlex.join(copy)} && {shlex.join(lee)}"]
 
 
-IMPORTS = Early(__name__, "data_dir", imports_argv)
+IMPORTS = Early(__name__, "data_dir", imports_argv, needs=TRANSFORMER)
 
 
 @pytest.fixture(scope="module")

@@ -37,12 +37,12 @@ from index.store.payload import ID_LOOKUP, PAYLOAD, Payload, UnknownDocument, se
 from tests import REPO
 from tests.cli import run_cli
 from tests.index.build.test_sources import import_fails
-from tests.lee import TYPES, Lee, jsonl_records, make_lee, write_jsonl, write_parquet
+from tests.lee import TYPES, Lee, jsonl_records, write_jsonl, write_parquet
 
 
 @pytest.fixture(scope="module")
-def lee(glove_raw: RawTable) -> Lee:
-    return make_lee(glove_raw)
+def lee(lee_docs: Lee) -> Lee:
+    return lee_docs  # the session's, read-only
 
 
 # ------------------------------------------------------------------------------------------------ writers

@@ -28,20 +28,10 @@ from index.store import artifact
 from index.store.artifact import GRAPH
 from tests import REPO
 from tests.cli import run_index
-from tests.minilm import minilm_dir
+from tests.minilm import ST, minilm_dir
 
 RECORDED = REPO / "tests" / "data" / "sentence-transformers-minilm.json"
-NAME = "minilm-st"
-
-
-def import_minilm(data_dir: Path) -> Path:
-    """``embedding-index import`` of MiniLM as a transformer table named ``NAME`` into ``data_dir``."""
-    done = run_index(
-        "import", str(minilm_dir()), "--format", "transformer", "--name", NAME, "--data-dir", str(data_dir)
-    )
-    assert done.returncode == 0, done.stderr
-    assert "30,522 rows x 384" in done.stdout
-    return data_dir
+NAME = ST  # imported by ``embedding-index import`` once per session (``minilm_st_dir``, tests/minilm.py)
 
 
 @pytest.fixture(scope="module")
@@ -126,7 +116,7 @@ def cosine(a: np.ndarray, b: np.ndarray) -> float:
 
 
 # ------------------------------------------------------------------ import
-def test_import_keeps_the_graph_with_its_checksum(table: Table, data_dir: Path) -> None:
+def test_import_keeps_the_graph_with_its_checksum(table: Table, tmp_path: Path) -> None:
     manifest = table.manifest
     assert manifest["transformer"] == {
         "graph": GRAPH,
@@ -144,7 +134,7 @@ def test_import_keeps_the_graph_with_its_checksum(table: Table, data_dir: Path) 
     graph = table.directory / GRAPH
     assert manifest["files"][GRAPH]["sha256"] == artifact.sha256_file(graph)
     # a damaged graph is a table that does not load
-    damaged = data_dir / "damaged"
+    damaged = tmp_path / "damaged"  # the session's table is read-only for its readers
     shutil.copytree(table.directory, damaged)
     with open(damaged / GRAPH, "r+b") as handle:
         handle.seek(-8, 2)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 from collections import Counter
 from pathlib import Path
 
@@ -23,7 +24,6 @@ from tokenizers import Tokenizer
 
 from index.build.sif import sif_table
 from index.build.sources import RawTable, ReadOptions, read_source, sniff_format
-from index.build.sources import huggingface as hf
 from index.build.sources import model2vec as m2v_source
 from index.build.writer import build_table
 from index.engine.encode import DEFAULT_A, SIF_COMPONENT, Encoder, embeds_text, encoder_for
@@ -32,7 +32,7 @@ from index.errors import InputError, InvalidQuery
 from index.store import artifact
 from index.store.tokens import WEIGHTS
 from tests.cli import run_index
-from tests.minilm import MINILM_TENSOR, SPECIALS, minilm_dir
+from tests.minilm import MINILM, MINILM_TENSOR, SPECIALS, minilm_dir
 from tests.vectors import unit
 
 WORD = re.compile(r"\w+")
@@ -58,11 +58,10 @@ def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def glove(data_dir: Path, glove_raw: RawTable) -> Table:
-    """The whole GloVe 6B 50d table (exact search: no index is needed to embed), with its SIF component."""
-    raw = RawTable(tokens=list(glove_raw.tokens), matrix=glove_raw.matrix.copy())
-    build_table(raw, data_dir=data_dir, name="glove", source={"format": "glove-package"}, index_spec="flat")
-    sif_table(data_dir, "glove")  # gensim's Lee background corpus by default
+def glove(data_dir: Path, glove_sif_dir: Path) -> Table:
+    """The whole GloVe 6B 50d table (exact search: no index is needed to embed), with its SIF component from gensim's
+    Lee background corpus: a copy of the session's (``glove_sif_dir``)."""
+    shutil.copytree(glove_sif_dir / "glove", data_dir / "glove")
     return Table.load(data_dir / "glove")
 
 
@@ -77,8 +76,9 @@ def minilm_matrix() -> np.ndarray:
 
 
 @pytest.fixture(scope="module")
-def minilm(data_dir: Path) -> Table:
-    build_table(hf.read(minilm_dir(), ReadOptions()), data_dir=data_dir, name="minilm", source={"format": "hf"})
+def minilm(data_dir: Path, minilm_data_dir: Path) -> Table:
+    """MiniLM's token embeddings as a model-token table: a copy of the session's (``minilm_data_dir``)."""
+    shutil.copytree(minilm_data_dir / MINILM, data_dir / "minilm")
     return Table.load(data_dir / "minilm")
 
 
@@ -124,11 +124,6 @@ def model2vec_parts(matrix: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndar
     unit = matrix / np.linalg.norm(matrix, axis=1, keepdims=True)
     mapping = np.argmax(unit @ unit[centres].T, axis=1).astype(np.int64)
     return matrix[centres].copy(), weights, mapping
-
-
-@pytest.fixture(scope="module")
-def m2v_parts(minilm_matrix: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    return model2vec_parts(minilm_matrix)
 
 
 @pytest.fixture(scope="module")

@@ -24,7 +24,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from index.store import artifact, writelog
+from index.store import artifact, shardmap, writelog
 
 log = logging.getLogger("service.compacting")
 CHILD_NICE = 10
@@ -86,15 +86,31 @@ class AutoCompaction:
         out: dict[str, list[tuple[str, Path, Path]]] = {}
         for path in sorted(top.iterdir()) if top.is_dir() else []:
             if path.is_dir():  # a sharded table's: a log per shard
+                name = path.name
                 shards = sorted(path.glob(f"shard-*{writelog.SUFFIX}"))
-                table = artifact.table_dir(self.data_dir, path.name)
-                out[path.name] = [
-                    (f"{path.name}/{log.stem}", log, table / log.name.removesuffix(writelog.SUFFIX)) for log in shards
-                ]
+                logs = [(f"{name}/{log.stem}", log, self._table(name) / log.stem) for log in shards]
             elif path.name.endswith(writelog.SUFFIX) and not path.name.startswith("."):
                 name = path.name.removesuffix(writelog.SUFFIX)
-                out[name] = [(name, path, artifact.table_dir(self.data_dir, name))]
+                logs = [(name, path, self._table(name))]
+            else:
+                continue
+            # Only the logs the table reads: not the one of the unsharded table a sharded import replaced, nor a
+            # shard's the table no longer has (they would call for compactions that find nothing to fold).
+            mine = [entry for entry in logs if self._reads(entry[2])]
+            if mine:
+                out[name] = mine
         return out
+
+    def _table(self, name: str) -> Path:
+        return artifact.table_dir(self.data_dir, name)
+
+    @staticmethod
+    def _reads(directory: Path) -> bool:
+        """The table or shard in ``directory`` reads its log at ``writelog.table_log(directory)``."""
+        try:
+            return not shardmap.is_sharded(artifact.read_manifest(directory))
+        except Exception:  # gone, being replaced, or refused: the registry reports it
+            return False
 
     def due(self) -> list[str]:
         """The tables whose writes since their version call for a compaction now."""

@@ -358,16 +358,13 @@ class Appender:
 @contextmanager
 def appending(path: Path, sync: bool = True) -> Iterator[Appender]:
     """The log at ``path`` (created, with its directory entry fsynced, if new) under its exclusive lock."""
-    new = not path.exists()
     top = path.parent if path.parent.name == DIRECTORY else path.parent.parent  # a shard's log is a level deeper
     for directory in dict.fromkeys((top, path.parent)):
-        if not directory.is_dir():
-            directory.mkdir(exist_ok=True)
-            if sync:
-                artifact.fsync_dir(directory.parent)
+        directory.mkdir(exist_ok=True)
     with _locked(path, os.O_RDWR | os.O_CREAT, fcntl.LOCK_EX) as fd:
-        if new and sync:
-            artifact.fsync_dir(path.parent)
+        if sync and os.fstat(fd).st_size == 0:  # the first record waits for the entries of the log and its folders,
+            for directory in dict.fromkeys((top.parent, path.parent.parent, path.parent)):  # whoever made them
+                artifact.fsync_dir(directory)
         yield Appender(path, fd, sync)
 
 

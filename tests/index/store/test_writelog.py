@@ -278,3 +278,30 @@ def test_a_reader_that_had_read_no_file_reads_the_one_a_cut_replaced(tmp_path: P
     assert [r.body for r in records] == [body(i) for i in range(6)] and inode == path.stat().st_ino
     with writelog.appending(path) as log:  # a writer on the older version catches up the same way
         assert [r.seq for r in log.new_records(0, 0, None)[0]] == [1, 2, 3, 4, 5, 6]
+
+
+@pytest.mark.parametrize("shard", [False, True])
+def test_the_first_record_of_a_new_log_waits_for_its_directory_entries(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, shard: bool
+) -> None:
+    """Two writers of a table with no log yet: one makes the log's folder and file, the other takes the lock first
+    and appends. The record is answered only once the entries of the file and its folders are durable, whichever
+    writer made them."""
+    data = tmp_path / "data"
+    folder = data / writelog.DIRECTORY / "lee" if shard else data / writelog.DIRECTORY
+    path = folder / ("shard-000.log" if shard else "lee.log")
+    folder.mkdir(parents=True)  # the other writer's, its folders' entries not yet synced
+    created = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)  # and its file: its lock comes later
+    events: list[str] = []
+    real_fsync = os.fsync
+    monkeypatch.setattr(writelog.artifact, "fsync_dir", lambda d: events.append(str(d.relative_to(tmp_path))))
+    monkeypatch.setattr(os, "fsync", lambda fd: (events.append("record"), real_fsync(fd)))
+    try:
+        write(path, 1)
+    finally:
+        os.close(created)
+    folders = [str(f.relative_to(tmp_path)) for f in (data, data / writelog.DIRECTORY, folder)]
+    assert events == [*dict.fromkeys(folders), "record"]
+    events.clear()
+    write(path, 1, first=2)
+    assert events == ["record"]  # a log with records: its entries were synced before the first

@@ -6,6 +6,12 @@ and replayed (``index.store.writelog.recover``); before each read, :meth:`Live.r
 what it has applied and reads only the new records, so a write answered by any worker is seen by the next
 search in every worker. A write holds the log's exclusive lock while it catches up, checks and appends.
 
+A compaction folds the log into a newer version, then cuts the log; the file it replaced is kept until the next cut,
+so a worker still on the older version reads on from it. A worker that misses two cuts (it did not load the version
+between them: they came within one turn of the data directory's watcher, or it refused that version's files) has
+lost writes that only newer versions now hold: its reads and writes of the table answer 503 ``not_ready`` until it
+has loaded the newest version, rather than answer without them.
+
 A sharded table served whole has one :class:`Live` per shard, over the shard's own log
 (``writelog.table_log``), and a :class:`Sharded` that writes to the shards that own the ids and gathers their
 deltas into the whole table's (``index.engine.door.WholeDelta``) for its searches.
@@ -23,6 +29,7 @@ from typing import Any, Generic, TypeVar
 
 from index.engine.door import Delta, ShardedTable, Table, WholeDelta
 from index.store import artifact, writelog
+from service.errors import ApiError
 
 T = TypeVar("T")
 _LIVE: weakref.WeakKeyDictionary[Table, Live] = weakref.WeakKeyDictionary()
@@ -37,37 +44,64 @@ class Live:
         self.delta = delta
         self.lock = threading.Lock()
         self.inode: int | None = None  # of the log file read (a compaction replaces it with a shorter one)
+        self.behind = 0  # the sequence a newer version holds that the log no longer gives this worker (0: none)
 
     def refresh(self) -> Delta:
         """The delta with every record the log holds now applied (a stat when nothing was written). It is the state's
         one delta, never replaced, and applied to under the lock: its readers read it under the lock too."""
         try:
-            found = os.stat(self.path)
+            found = os.stat(self._reachable().path)
         except FileNotFoundError:
             return self.delta
         if found.st_size != self.delta.offset or found.st_ino != self.inode:
             with self.lock:
-                records, offset, self.inode = writelog.read_new(
-                    self.path, self.delta.offset, self.delta.last, self.inode
-                )
+                inode, before = self.inode, self.delta.seq
+                records, offset, self.inode = writelog.read_new(self.path, self.delta.offset, self.delta.last, inode)
                 self.delta.apply(records)
                 self.delta.offset = offset
-        return self.delta
+                if self.inode != inode:  # another file: a cut since the last read
+                    self._check_reach(before, records)
+        return self._reachable().delta
 
     def write(self, make: Callable[[Delta], tuple[dict[str, Any] | None, T]], sync: bool) -> tuple[int, T]:
         """Under the log's lock: catch up, ``make(delta)`` the record's body (None: nothing to write) and what to
         answer, append it (durable when this returns, with ``sync``), apply it. Returns the sequence number."""
-        with self.lock, writelog.appending(self.path, sync) as log:
+        with self.lock, writelog.appending(self._reachable().path, sync) as log:
+            before = self.delta.seq
             records, offset = log.new_records(self.delta.offset, self.delta.last, self.inode)
             self.delta.apply(records)
-            if log.inode != self.inode:  # another log file: a compaction cut the log after it published
-                folded = int(artifact.read_manifest(self.directory).get("log_sequence", 0))
-                self.delta.last = max(self.delta.last, folded)  # the next write numbered after what it folded
+            cut = log.inode != self.inode  # another log file: a compaction cut the log after it published
             self.delta.offset, self.inode = offset, log.inode
+            if cut:
+                self._check_reach(before, records)
+            self._reachable()
             body, answer = make(self.delta)
             if body is not None:
                 self.delta.apply([log.append(self.delta.seq + 1, body)])
             return self.delta.seq, answer
+
+    def _check_reach(self, before: int, records: list[writelog.Record]) -> None:
+        """After a cut (another log file): the writes read must follow the last one this worker held (``before``),
+        and the newest version hold none after it that the log no longer has; else the file holding them was
+        replaced twice since this worker read it."""
+        first = next((r.seq for r in records if r.seq > before), None)
+        if first is None:
+            folded = int(artifact.read_manifest(self.directory).get("log_sequence", 0))
+            if folded > before:
+                self.behind = folded
+        elif first > before + 1:
+            self.behind = first - 1
+
+    def _reachable(self) -> Live:
+        """This state, while its log gives it every write since its version; else the 503 of its table."""
+        if self.behind:
+            raise ApiError(
+                "not_ready",
+                f"this worker serves an older version of table {self.directory.name!r}, and writes made since (up to "
+                f"sequence {self.behind}) are in a newer one only: it answers again once it has loaded that (in a "
+                "moment)",
+            )
+        return self
 
 
 def _attach(table: Table, directory: Path) -> Live:

@@ -8,10 +8,86 @@ from pathlib import Path
 
 import pytest
 
+from index.build.compact import compact
+from index.engine.table import Table
 from index.store import shardmap, writelog
+from service import live
 from service.compacting import AutoCompaction
+from service.errors import ApiError
 from tests.lee import Lee
 from tests.service.conftest import lee_copy
+from tests.service.test_compaction_faults import append, lee_with_log
+
+
+def attached(data: Path) -> live.Live:
+    """A worker's live state of the table's version now on disk (a table object of its own)."""
+    table = Table.load(data / "lee")
+    live.attach(table, data / "lee")
+    state = live.live_of(table)
+    assert state is not None
+    return state
+
+
+def refused(state: live.Live) -> str:
+    """The 503 a worker's read of the table answers."""
+    with pytest.raises(ApiError) as caught:
+        state.refresh()
+    assert caught.value.code == "not_ready"
+    return caught.value.message
+
+
+def written(state: live.Live, count: int) -> list[bool]:
+    delta = state.refresh()
+    return [delta.written(f"k/{i}") is not None for i in range(count)]
+
+
+def test_a_worker_one_cut_behind_reads_on_and_one_two_cuts_behind_answers_503(
+    lee_data_dir: Path, lee_docs: Lee, tmp_path: Path
+) -> None:
+    """Two workers on the first version read writes 1 and 2. A compaction folds 1..4 and cuts the log; one worker
+    reads then (one cut behind: it reads on from the file the cut replaced), the other not. A second compaction
+    folds 5 and 6 and cuts again: the first worker, one cut behind again, still holds every write; the other has
+    lost the file holding 3..6 (in the newest version only), and answers 503 rather than without them."""
+    data, path = lee_with_log(lee_data_dir, tmp_path)
+    reading, idle = attached(data), attached(data)
+    append(path, lee_docs, 0, 2)  # 1, 2
+    assert written(reading, 2) == written(idle, 2) == [True, True]
+    append(path, lee_docs, 2, 2)  # 3, 4: another worker's
+    assert compact(data, "lee")["log_sequence"] == 4
+    assert written(reading, 4) == [True] * 4
+    append(path, lee_docs, 4, 2)  # 5, 6
+    assert compact(data, "lee")["log_sequence"] == 6
+    append(path, lee_docs, 6, 1)  # 7, to the file the second cut left
+    assert written(reading, 7) == [True] * 7 and reading.delta.seq == 7
+    assert "up to sequence 6" in refused(idle)
+    assert "up to sequence 6" in refused(idle)  # until it loads the newest version
+    newest = attached(data)
+    assert written(newest, 7) == [False] * 6 + [True]  # 1..6 in the version, 7 in the log
+    assert newest.delta.payload.find_rows([f"k/{i}" for i in range(6)]).min() >= 0
+
+
+def test_a_worker_two_cuts_behind_an_empty_log_refuses_its_reads_and_writes(
+    lee_data_dir: Path, lee_docs: Lee, tmp_path: Path
+) -> None:
+    """The second cut leaves the log empty: the worker two cuts behind learns from the newest version's manifest
+    that it lacks writes; it neither answers without them nor writes (the log stays empty), nor calls the next
+    write to the log damage."""
+    data, path = lee_with_log(lee_data_dir, tmp_path)
+    idle = attached(data)
+    append(path, lee_docs, 0, 2)
+    assert written(idle, 2) == [True, True]
+    append(path, lee_docs, 2, 2)
+    compact(data, "lee")
+    append(path, lee_docs, 4, 2)
+    compact(data, "lee")
+    assert writelog.recover(path) == []
+    assert "up to sequence 6" in refused(idle)
+    document = {"id": "late/1", "text": lee_docs.texts[7], "vector": lee_docs.vectors[7].tolist(), "fields": {}}
+    with pytest.raises(ApiError) as caught:
+        idle.write(lambda delta: ({"op": "upsert", "documents": [document]}, None), sync=True)
+    assert caught.value.code == "not_ready" and writelog.recover(path) == []
+    append(path, lee_docs, 6, 1)  # another worker's write, 7
+    assert "up to sequence 6" in refused(idle)
 
 
 def _orphan_log(path: Path, lee: Lee) -> None:

@@ -24,7 +24,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from index.store import artifact, shardmap, writelog
+from index.engine.door import is_sharded
+from index.store import artifact, writelog
 
 log = logging.getLogger("service.compacting")
 CHILD_NICE = 10
@@ -108,7 +109,7 @@ class AutoCompaction:
     def _reads(directory: Path) -> bool:
         """The table or shard in ``directory`` reads its log at ``writelog.table_log(directory)``."""
         try:
-            return not shardmap.is_sharded(artifact.read_manifest(directory))
+            return not is_sharded(directory)
         except Exception:  # gone, being replaced, or refused: the registry reports it
             return False
 

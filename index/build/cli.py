@@ -637,8 +637,8 @@ def remove(name: str, data_dir: DataDir = Path("data"), quiet: Quiet = False) ->
 
     directory = artifact.table_dir(data_dir, name)
     artifact.read_manifest(directory)
+    remove_logs(data_dir, name)  # first: a table imported later under the name never replays these writes
     shutil.rmtree(directory)
-    remove_logs(data_dir, name)
     typer.echo(f"removed {name}")
 
 

@@ -63,11 +63,15 @@ def log_path(data_dir: Path, name: str) -> Path:
 
 
 def remove_logs(data_dir: Path, name: str) -> None:
-    """Delete a table's write log and the file its last cut replaced; a sharded table's: its shards'."""
+    """Delete a table's write log and the file its last cut replaced; a sharded table's: its shards'. The replaced
+    files go first: stopped midway, this never leaves one without its log (a reader that has read no log reads the
+    replaced file whole)."""
     path = log_path(data_dir, name)
+    shards = path.with_suffix("")
+    for previous in [previous_path(path), *shards.glob(f".*{SUFFIX}.previous")]:
+        previous.unlink(missing_ok=True)
     path.unlink(missing_ok=True)
-    previous_path(path).unlink(missing_ok=True)
-    shutil.rmtree(path.with_suffix(""), ignore_errors=True)
+    shutil.rmtree(shards, ignore_errors=True)
 
 
 def table_log(directory: Path) -> Path:

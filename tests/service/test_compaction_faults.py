@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from index.build import cli
 from index.build import compact as compact_module
 from index.build.compact import compact
 from index.engine.table import Table
@@ -117,6 +118,34 @@ def test_removing_a_table_removes_its_log(lee_data_dir: Path, lee_docs: Lee, tmp
     assert writelog.previous_path(path).exists()
     removed = subprocess.run([str(real_server.BIN / "embedding-index"), "remove", "lee", "--data-dir", str(data)])
     assert removed.returncode == 0 and not (data / "lee").exists() and not any(path.parent.iterdir())
+
+
+def test_a_remove_cut_short_leaves_no_writes_for_a_table_imported_later(
+    lee_data_dir: Path, lee_docs: Lee, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``remove`` deletes the log before the table, and the file a cut replaced before the log: stopped at any step,
+    it leaves no write that a table imported later under the name would replay (a table left without its log is
+    still removed by running the command again)."""
+    data, path = lee_with_log(lee_data_dir, tmp_path)
+    append(path, lee_docs, 0, 3)
+    writelog.cut(path, 2)
+    real_unlink = Path.unlink
+
+    def unlink_failing_on_the_log(self: Path, missing_ok: bool = False) -> None:
+        if self == path:
+            raise OSError("stopped here")
+        real_unlink(self, missing_ok=missing_ok)
+
+    with monkeypatch.context() as patched:
+        patched.setattr(Path, "unlink", unlink_failing_on_the_log)
+        with pytest.raises(OSError):
+            writelog.remove_logs(data, "lee")
+    assert not writelog.previous_path(path).exists()  # never a replaced file without its log
+    with monkeypatch.context() as patched:
+        patched.setattr(cli.shutil, "rmtree", lambda *args, **kwargs: (_ for _ in ()).throw(OSError("stopped")))
+        assert run_cli("remove", "lee", "--data-dir", data).code != 0
+    assert not any(path.parent.iterdir()) and (data / "lee").is_dir()
+    assert run_cli("remove", "lee", "--data-dir", data).code == 0 and not (data / "lee").exists()
 
 
 def test_compaction_keeps_the_keyword_options_of_the_import(lee_docs: Lee, tmp_path: Path) -> None:

@@ -128,6 +128,8 @@ def staging(
                     raise exists
                 if complete is not None:
                     complete(tmp)
+                if final.exists():
+                    _continue_log(final, tmp)
                 for child in tmp.iterdir():
                     if child.is_dir():  # a sharded table's shard, published into it (and synced) already
                         fsync_dir(child)
@@ -143,6 +145,23 @@ def staging(
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
         os.close(lock)
+
+
+def _continue_log(final: Path, tmp: Path) -> None:
+    """A version published over another one of the table continues its write log's numbering: when it does not set
+    the sequence it holds (``log_sequence``: a compaction's, a republish's), it keeps the replaced version's, so the
+    log's later writes are replayed over it and the next ones numbered after them (a re-import's, ``--force``)."""
+    try:
+        older = read_manifest(final).get("log_sequence")
+    except (UnknownTable, ArtifactError):  # the name held a damaged table: nothing to continue
+        return
+    path = tmp / MANIFEST
+    manifest = json.loads(path.read_text()) if path.is_file() else None
+    if older is None or not isinstance(manifest, dict) or manifest.get("kind") != "documents":
+        return  # a sharded table's shards keep their own logs' sequences
+    if "log_sequence" in manifest:
+        return
+    path.write_text(json.dumps({**manifest, "log_sequence": older}, indent=2, ensure_ascii=False) + "\n")
 
 
 def _named(exc: OSError, path: Path) -> OSError:

@@ -10,11 +10,12 @@ import pytest
 
 from index.build.compact import compact
 from index.engine.table import Table
-from index.store import shardmap, writelog
+from index.store import artifact, shardmap, writelog
 from service import live
 from service.compacting import AutoCompaction
 from service.errors import ApiError
-from tests.lee import Lee
+from tests.cli import run_cli
+from tests.lee import Lee, jsonl_records, write_jsonl
 from tests.service.conftest import lee_copy
 from tests.service.test_compaction_faults import append, lee_with_log
 
@@ -112,3 +113,25 @@ def test_a_log_the_table_does_not_read_calls_for_no_compaction(
     assert auto.due() == []
     _orphan_log(writelog.table_log(data / "lee" / shardmap.shard_name(0)), lee_docs)  # the table's own writes
     assert auto.due() == ["lee"]
+
+
+def test_a_table_imported_again_over_a_compacted_one_numbers_its_writes_after_the_folded(
+    lee_docs: Lee, tmp_path: Path
+) -> None:
+    """A compaction folded writes 1..3 and cut the log to nothing; the table is then imported again (``--force``).
+    The new version keeps the sequence the older one folded, so the next write is 4: a worker still on the older
+    version reads it as the write after its last, not as a damaged log."""
+    data = tmp_path / "data"
+    path = write_jsonl(tmp_path / "lee.jsonl", jsonl_records(lee_docs))
+    assert run_cli("import", path, "--format", "documents", "--name", "lee", "--data-dir", data).code == 0
+    log = writelog.log_path(data, "lee")
+    append(log, lee_docs, 0, 3)
+    assert compact(data, "lee")["log_sequence"] == 3 and writelog.recover(log) == []
+    older = attached(data)
+    assert run_cli("import", path, "--format", "documents", "--name", "lee", "--data-dir", data, "--force").code == 0
+    assert artifact.read_manifest(data / "lee")["log_sequence"] == 3
+    newer = attached(data)
+    document = {"id": "late/1", "text": lee_docs.texts[7], "vector": lee_docs.vectors[7].tolist(), "fields": {}}
+    seq, _ = newer.write(lambda delta: ({"op": "upsert", "documents": [document]}, None), sync=True)
+    assert seq == 4
+    assert older.refresh().written("late/1") is not None

@@ -49,8 +49,9 @@ class Live:
     def refresh(self) -> Delta:
         """The delta with every record the log holds now applied (a stat when nothing was written). It is the state's
         one delta, never replaced, and applied to under the lock: its readers read it under the lock too."""
+        self._check_behind()
         try:
-            found = os.stat(self._reachable().path)
+            found = os.stat(self.path)
         except FileNotFoundError:
             return self.delta
         if found.st_size != self.delta.offset or found.st_ino != self.inode:
@@ -61,12 +62,14 @@ class Live:
                 self.delta.offset = offset
                 if self.inode != inode:  # another file: a cut since the last read
                     self._check_reach(before, records)
-        return self._reachable().delta
+        self._check_behind()
+        return self.delta
 
     def write(self, make: Callable[[Delta], tuple[dict[str, Any] | None, T]], sync: bool) -> tuple[int, T]:
         """Under the log's lock: catch up, ``make(delta)`` the record's body (None: nothing to write) and what to
         answer, append it (durable when this returns, with ``sync``), apply it. Returns the sequence number."""
-        with self.lock, writelog.appending(self._reachable().path, sync) as log:
+        self._check_behind()
+        with self.lock, writelog.appending(self.path, sync) as log:
             before = self.delta.seq
             records, offset = log.new_records(self.delta.offset, self.delta.last, self.inode)
             self.delta.apply(records)
@@ -74,7 +77,7 @@ class Live:
             self.delta.offset, self.inode = offset, log.inode
             if cut:
                 self._check_reach(before, records)
-            self._reachable()
+            self._check_behind()
             body, answer = make(self.delta)
             if body is not None:
                 self.delta.apply([log.append(self.delta.seq + 1, body)])
@@ -92,8 +95,8 @@ class Live:
         elif first > before + 1:
             self.behind = first - 1
 
-    def _reachable(self) -> Live:
-        """This state, while its log gives it every write since its version; else the 503 of its table."""
+    def _check_behind(self) -> None:
+        """The 503 of its table once the log no longer gives this state every write since its version."""
         if self.behind:
             raise ApiError(
                 "not_ready",
@@ -101,7 +104,6 @@ class Live:
                 f"sequence {self.behind}) are in a newer one only: it answers again once it has loaded that (in a "
                 "moment)",
             )
-        return self
 
 
 def _attach(table: Table, directory: Path) -> Live:

@@ -156,12 +156,10 @@ def _continue_log(final: Path, tmp: Path) -> None:
     except (UnknownTable, ArtifactError):  # the name held a damaged table: nothing to continue
         return
     path = tmp / MANIFEST
-    manifest = json.loads(path.read_text()) if path.is_file() else None
-    if older is None or not isinstance(manifest, dict) or manifest.get("kind") != "documents":
-        return  # a sharded table's shards keep their own logs' sequences
-    if "log_sequence" in manifest:
-        return
-    path.write_text(json.dumps({**manifest, "log_sequence": older}, indent=2, ensure_ascii=False) + "\n")
+    manifest = json.loads(path.read_text())
+    # A documents table's own log only: a sharded table's shards keep their own logs' sequences.
+    if older is not None and manifest.get("kind") == "documents" and "log_sequence" not in manifest:
+        path.write_text(json.dumps({**manifest, "log_sequence": older}, indent=2, ensure_ascii=False) + "\n")
 
 
 def _named(exc: OSError, path: Path) -> OSError:

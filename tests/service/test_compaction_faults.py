@@ -13,7 +13,6 @@ from typing import Any
 
 import pytest
 
-from index.build import cli
 from index.build import compact as compact_module
 from index.build.compact import compact
 from index.engine.table import Table
@@ -141,8 +140,15 @@ def test_a_remove_cut_short_leaves_no_writes_for_a_table_imported_later(
         with pytest.raises(OSError):
             writelog.remove_logs(data, "lee")
     assert not writelog.previous_path(path).exists()  # never a replaced file without its log
+    real_rmtree = shutil.rmtree
+
+    def rmtree_failing_on_the_table(target: Path, *args: Any, **kwargs: Any) -> None:
+        if Path(target) == data / "lee":
+            raise OSError("stopped here")
+        real_rmtree(target, *args, **kwargs)
+
     with monkeypatch.context() as patched:
-        patched.setattr(cli.shutil, "rmtree", lambda *args, **kwargs: (_ for _ in ()).throw(OSError("stopped")))
+        patched.setattr(shutil, "rmtree", rmtree_failing_on_the_table)
         assert run_cli("remove", "lee", "--data-dir", data).code != 0
     assert not any(path.parent.iterdir()) and (data / "lee").is_dir()
     assert run_cli("remove", "lee", "--data-dir", data).code == 0 and not (data / "lee").exists()

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import copy
 import fcntl
+import logging
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -31,6 +32,8 @@ from index.errors import ArtifactError, InvalidQuery
 from index.progress import note
 from index.store import artifact, writelog
 from index.store.payload import KIND, payload_files
+
+log = logging.getLogger(__name__)
 
 
 def compact(data_dir: Path, name: str) -> dict[str, Any]:
@@ -54,6 +57,14 @@ def locked(data_dir: Path, name: str) -> Iterator[None]:
         yield
     finally:
         os.close(lock_fd)
+
+
+def finish(data_dir: Path, logs: list[tuple[Path, int]]) -> int:
+    """After a version is published, by this compaction or by one killed before it finished: the older version it
+    swapped out removed, and each log cut at the last write the version holds. Returns the records kept."""
+    for path, what in artifact.recover(data_dir):
+        log.warning("%s: %s", path, what)
+    return sum(writelog.cut(path, covered) for path, covered in logs)
 
 
 def folded(table: Table, delta: Delta) -> tuple[pa.Table, np.ndarray, dict[str, Any]]:
@@ -94,6 +105,7 @@ def _compact(data_dir: Path, name: str, directory: Path, path: Path) -> dict[str
     delta = Delta(payload, table.rows, table.dim, covered)
     delta.apply(writelog.recover(path))
     if delta.seq == covered:
+        finish(data_dir, [(path, covered)])
         return {"table": name, "log_sequence": covered, "written": 0, "rows": table.rows}
     note(f"folding writes {covered + 1}..{delta.seq} into {name!r} ...")
     documents, matrix, info = folded(table, delta)
@@ -125,7 +137,7 @@ def _compact(data_dir: Path, name: str, directory: Path, path: Path) -> dict[str
         seed=int(build.get("seed", 0)),
         complete=unchanged,
     )
-    kept = writelog.cut(path, delta.seq)
+    kept = finish(data_dir, [(path, delta.seq)])
     return {
         "table": name,
         "log_sequence": delta.seq,

@@ -16,7 +16,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from index.build.compact import folded, locked
+from index.build.compact import finish, folded, locked
 from index.build.documents import Documents
 from index.build.shard import import_sharded
 from index.build.sources import RawTable
@@ -50,7 +50,9 @@ def _compact(data_dir: Path, name: str, directory: Path) -> dict[str, Any]:
         parts.append(delta)
     written = sum(part.seq - part.covered for part in parts)
     sequences = [part.seq for part in parts]
+    logs = [(writelog.table_log(directory / shardmap.shard_name(s)), seq) for s, seq in enumerate(sequences)]
     if not written:
+        finish(data_dir, logs)
         return {"table": name, "log_sequence": sum(sequences), "written": 0, "rows": table.rows}
     note(f"folding {written:,} writes into the {len(parts)} shards of {name!r} ...")
     documents, matrix, info = folded(table, WholeDelta(table).of(parts))
@@ -92,9 +94,7 @@ def _compact(data_dir: Path, name: str, directory: Path) -> dict[str, Any]:
         force=True,
         complete=unchanged,
     )
-    kept = 0
-    for s, sequence in enumerate(sequences):
-        kept += writelog.cut(writelog.table_log(directory / shardmap.shard_name(s)), sequence)
+    kept = finish(data_dir, logs)
     return {
         "table": name,
         "log_sequence": sum(sequences),

@@ -375,7 +375,8 @@ def appending(path: Path, sync: bool = True) -> Iterator[Appender]:
 def cut(path: Path, covered: int) -> int:
     """Drop the records up to sequence ``covered`` (folded into a published version): the later ones are written
     to a new file renamed over the log, under the lock, so writes arriving meanwhile are kept; the replaced file
-    stays at :func:`previous_path` until the next cut. Returns the records kept."""
+    stays at :func:`previous_path` until the next cut. A log without such records is left as it is. Returns the
+    records kept."""
     if not path.is_file():
         return 0
     with _locked(path, os.O_RDWR, fcntl.LOCK_EX) as fd:
@@ -384,6 +385,8 @@ def cut(path: Path, covered: int) -> int:
         if problem is not None:
             raise LogCorrupt(f"write log {path}: record at byte {end} is damaged: {problem}")
         kept = [r for r in records if r.seq > covered]
+        if len(kept) == len(records):
+            return len(kept)
         tmp = path.with_name(f".{path.name}.cut")
         with open(tmp, "wb") as handle:
             for record in kept:

@@ -191,6 +191,30 @@ def test_a_compaction_never_publishes_over_a_version_published_meanwhile(
     assert log.stat().st_size == size
 
 
+def test_the_next_compaction_finishes_one_killed_between_its_publish_and_its_cut(
+    lee_docs: Lee, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Killed after its publish, a compaction can leave the older version it swapped out (in a temporary directory
+    it had not removed yet) and the log uncut; the next one, with nothing to fold, removes the one and cuts the
+    other."""
+    data = tmp_path / "data"
+    path = write_jsonl(tmp_path / "lee.jsonl", jsonl_records(lee_docs))
+    assert run_cli("import", path, "--format", "documents", "--name", "lee", "--data-dir", data).code == 0
+    log = writelog.log_path(data, "lee")
+    append(log, lee_docs, 0, 3)
+    shutil.copytree(data / "lee", tmp_path / "older")
+    monkeypatch.setattr(compact_module, "finish", lambda *_: 0)  # killed here
+    assert compact(data, "lee")["log_sequence"] == 3
+    monkeypatch.undo()
+    (tmp_path / "older").rename(data / ".tmp-lee-0badc0de")  # where the exchange of the two versions put it
+    assert len(writelog.recover(log)) == 3
+    done = compact(data, "lee")
+    assert done["written"] == 0 and done["log_sequence"] == 3
+    assert not list(data.glob(".tmp-*")) and writelog.recover(log) == []
+    assert [r.seq for r in writelog.recover(writelog.previous_path(log))] == [1, 2, 3]
+    assert artifact.verify(data / "lee").ok and artifact.read_manifest(data / "lee")["rows"] == 303
+
+
 def test_a_worker_that_missed_the_folded_writes_numbers_its_next_after_them(lee_docs: Lee, tmp_path: Path) -> None:
     """Two workers of one table: one appended writes the other never read, a compaction folded them and cut the
     log to nothing; the other's next write is numbered after them, so the next version keeps it."""

@@ -189,6 +189,16 @@ def test_a_cut_keeps_the_records_after_what_it_covered(tmp_path: Path) -> None:
     assert [r.seq for r in writelog.recover(path)] == [5, 6, 7, 8]
 
 
+def test_a_cut_with_nothing_to_drop_leaves_the_log_as_it_is(tmp_path: Path) -> None:
+    """Readers take a new file for a cut: a log holding no record up to ``covered`` keeps its file."""
+    path = tmp_path / "t.log"
+    write(path, 3)
+    inode = path.stat().st_ino
+    assert writelog.cut(path, 0) == 3
+    assert path.stat().st_ino == inode and not writelog.previous_path(path).exists()
+    assert writelog.cut(path, 2) == 1 and path.stat().st_ino != inode
+
+
 def test_a_reader_behind_a_cut_reads_what_it_had_not_read_from_the_replaced_file(tmp_path: Path) -> None:
     path = tmp_path / "t.log"
     write(path, 3)

@@ -170,6 +170,7 @@ def create_app(settings: Settings) -> FastAPI:
             schema = build_openapi()  # cached by FastAPI until a route is added
             if not documented or documented[0] is not schema:
                 document_query_models(ROUTERS, schema)
+                errors.document_envelope(schema)
                 if settings.read_api_key is not None:
                     auth.document_read_key(schema)
                 documented[:] = [schema]

@@ -14,7 +14,9 @@ from typing import Any, NamedTuple, TypedDict, TypeVar
 
 import orjson
 from fastapi import FastAPI, Request
+from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
+from fastapi.openapi.models import Schema
 from pydantic import BaseModel, ConfigDict
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
@@ -133,18 +135,34 @@ def error_response(code: str, message: str, headers: dict[str, str] | None = Non
     return Response(body, status_code=status, media_type="application/json", headers=headers)
 
 
+SCHEMAS = "#/components/schemas/"
+
+
 def responses(*codes: str) -> dict[int | str, dict[str, Any]]:
-    """OpenAPI ``responses=`` for an operation that can fail with ``codes`` (plus the generic 500)."""
+    """OpenAPI ``responses=`` for an operation that can fail with ``codes`` (plus the generic 500). The envelope's
+    schema is referred to, not given as a ``model``: FastAPI would build a pydantic field for each operation and
+    status at every start; :func:`document_envelope` puts the schema in the document."""
     by_status: dict[int, list[str]] = {}
     for code in (*codes, "internal"):
         by_status.setdefault(ERRORS[code].status, []).append(code)
     return {
         status: {
-            "model": ErrorResponse,
             "description": " / ".join(f"`{c}`: {ERRORS[c].description}" for c in kinds),
+            "content": {"application/json": {"schema": {"$ref": f"{SCHEMAS}ErrorResponse"}}},
         }
         for status, kinds in sorted(by_status.items())
     }
+
+
+def document_envelope(schema: dict[str, Any]) -> None:
+    """Add the error envelope's schemas (:class:`ErrorResponse`, :class:`ErrorBody`) to an OpenAPI document's
+    components, kept in FastAPI's order (by name)."""
+    envelope = ErrorResponse.model_json_schema(ref_template=SCHEMAS + "{model}", mode="serialization")
+    made = {**envelope.pop("$defs"), ErrorResponse.__name__: envelope}
+    # in the key order of FastAPI's own schemas (its document passes through its OpenAPI models)
+    parts = {name: jsonable_encoder(Schema(**part), by_alias=True, exclude_none=True) for name, part in made.items()}
+    components = schema.setdefault("components", {})
+    components["schemas"] = dict(sorted({**components.get("schemas", {}), **parts}.items()))
 
 
 # Codes every operation on a table can answer with; POST operations can also get bad_request and body_too_large.

@@ -285,7 +285,8 @@ def test_openapi_lists_error_responses_for_every_operation(api: TestClient) -> N
     assert {name for path, name in query if path.endswith("neighbors")} == neighbors
     assert query[(f"{table}/similarity", "a")] and query[(f"{table}/similarity", "b")]
     error_schema = schema["components"]["schemas"]["ErrorResponse"]
-    assert error_schema["required"] == ["error"]
+    assert error_schema["required"] == ["error"] and error_schema["properties"]["error"]["$ref"].endswith("/ErrorBody")
+    assert schema["components"]["schemas"]["ErrorBody"]["required"] == ["code", "message"]
     assert "HTTPValidationError" not in schema["components"]["schemas"]  # 422 uses the envelope too
 
 

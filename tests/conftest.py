@@ -234,6 +234,8 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
+    if session.config.option.collectonly:  # nothing will run: nothing to prepare
+        return
     used = {fixture for item in session.items for fixture in getattr(item, "fixturenames", ())}
     for fixture, job in BACKGROUND.items():
         if fixture in used:

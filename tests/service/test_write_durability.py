@@ -27,6 +27,9 @@ from tests.service import real_server
 KEY = "durability-writer-key-0123456789"
 HEADERS = {"X-API-Key": KEY}
 ROUNDS = 4
+# Answers (by id) in each round before its kill: every round adds acknowledged and refused writes to check, on a
+# machine however slow (two writers' first 20 answers hold a refused write and at least 16 acknowledged ids).
+FLOWING = 20
 
 
 def stream(base: str, lee: Lee, start: int, acked: dict[str, int], refused: set[str], stop: threading.Event) -> None:
@@ -97,9 +100,11 @@ def kill_in_streams(
             answered = len(acked) + len(refused)
             for writer in writers:
                 writer.start()
-            # Once the stream flows (this round's first answer), kill at a random point of it: the writers answer
-            # many writes a second, so the window spans many writes, each at any stage of its way.
-            real_server.wait_for(lambda n=answered: len(acked) + len(refused) > n, 30, "a first answered write")
+            # Once the stream flows (this round's first FLOWING answers, however slowly a busy machine answers
+            # them), kill at a random point of it: the writers answer many writes a second, so the window spans
+            # many writes, each at any stage of its way.
+            flowing = answered + FLOWING
+            real_server.wait_for(lambda n=flowing: len(acked) + len(refused) >= n, 30, "the round's first answers")
             time.sleep(rng.uniform(0.2, 0.8))
             kill_9(server)
             stop.set()

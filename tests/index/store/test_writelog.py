@@ -267,8 +267,8 @@ def test_a_fork_waits_until_no_thread_has_a_log_open(tmp_path: Path) -> None:
     thread = threading.Thread(target=reader)
     thread.start()
     assert inside.wait(10)
+    started = time.monotonic()  # before the timer: the fork returns no sooner than 0.3 s after this
     threading.Timer(0.3, release.set).start()
-    started = time.monotonic()
     child = multiprocessing.get_context("fork").Process(target=_lock_exclusively_later, args=(str(path),))
     child.start()
     waited = time.monotonic() - started

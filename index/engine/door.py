@@ -43,7 +43,16 @@ from index.engine.filters import RowSet
 from index.engine.fusion import rrf
 from index.engine.hybrid import DEPTH, LISTS, DocumentSearch, Hit, Mode, depths, diverse
 from index.engine.hybrid import run as run_hybrid
-from index.engine.knn import FLOAT32_MAX, Hits, Neighbor, mean_query, unit_mean, unit_queries, within_float32
+from index.engine.knn import (
+    FLOAT32_MAX,
+    Hits,
+    Neighbor,
+    mean_query,
+    unit_mean,
+    unit_queries,
+    unit_vector,
+    within_float32,
+)
 from index.engine.layout import (
     LayoutCache,
     Projection,
@@ -220,7 +229,7 @@ def _raw_vector(table: Table, values: Sequence[float] | np.ndarray) -> Probe:
         if not np.isfinite(array).all():
             raise InvalidQuery("the vector must contain only finite numbers (no NaN or Infinity)")
         raise InvalidQuery(f"vector values must fit in float32 (|x| <= {FLOAT32_MAX:.4g})")
-    return Probe(unit_queries(array[None, :])[0], set(), {})
+    return Probe(unit_vector(array), set(), {})
 
 
 def _documents(table: Table, query: Query, delta: Delta | None) -> Probe:

@@ -30,7 +30,7 @@ Hits = tuple[np.ndarray, np.ndarray]  # (scores, ids), one row per query, best f
 def within_float32(values: np.ndarray) -> bool:
     """Whether every one of (at least one) ``values`` is finite and within float32: one pass, as a NaN or an
     infinity fails the comparison too."""
-    return bool(np.abs(values).max() <= FLOAT32_MAX)
+    return bool(np.maximum.reduce(np.abs(values), axis=None) <= FLOAT32_MAX)  # ndarray.max without its wrapper
 
 
 def unit_queries(queries: np.ndarray) -> np.ndarray:
@@ -47,20 +47,34 @@ def unit_queries(queries: np.ndarray) -> np.ndarray:
     return unit
 
 
+def unit_vector(values: np.ndarray) -> np.ndarray:
+    """One query vector (dim; float64, within float32: :func:`within_float32`) scaled to unit length in float32, as
+    :func:`unit_queries` scales it (the same sums; its quotients are finite once the norm is not zero), in a third of
+    its numpy calls: a client's raw vector, asked for on every ``POST .../search``."""
+    norm = math.sqrt(np.add.reduce(values * values))
+    if norm == 0:
+        raise InvalidQuery("a query vector is all zeros and has no direction")
+    unit: np.ndarray = (values / norm).astype(np.float32)
+    return unit
+
+
 def unit_mean(rows: np.ndarray, positive: int) -> np.ndarray:
     """gensim's ``most_similar`` query of unit ``rows`` (the first ``positive`` weighted +1, the others -1): their
     mean, normalised (1 x dim, float32). One positive row alone is itself, through the same float64 arithmetic."""
     matrix = np.asarray(rows, dtype=np.float64)
     if len(matrix) == 1 and positive == 1:
-        mean = matrix
-    else:
-        weights = np.array([1.0] * positive + [-1.0] * (len(matrix) - positive))
-        mean = (weights @ matrix / len(matrix))[None, :]
-    norm = math.sqrt(mean[0] @ mean[0])  # what np.linalg.norm computes for a vector (both round sqrt exactly)
+        return _normalised(matrix[0])
+    weights = np.array([1.0] * positive + [-1.0] * (len(matrix) - positive))
+    return _normalised(weights @ matrix / len(matrix))
+
+
+def _normalised(mean: np.ndarray) -> np.ndarray:
+    """``mean`` (dim, float64) scaled to unit length: 1 x dim, float32."""
+    norm = math.sqrt(mean @ mean)  # what np.linalg.norm computes for a vector (both round sqrt exactly)
     if norm < 1e-12:
         raise InvalidQuery("the positive and negative tokens cancel out: the query vector is zero")
     query: np.ndarray = (mean / norm).astype(np.float32)
-    return query
+    return query[None, :]
 
 
 def mean_query(vectors: np.ndarray, positive: Sequence[int], negative: Sequence[int] = ()) -> np.ndarray:
@@ -69,7 +83,7 @@ def mean_query(vectors: np.ndarray, positive: Sequence[int], negative: Sequence[
     if not positive and not negative:
         raise InvalidQuery("give at least one positive or negative token")
     if len(positive) == 1 and not negative:  # one word: its row (the same float64 arithmetic, faster)
-        return unit_mean(vectors[positive[0]][None, :], 1)
+        return _normalised(vectors[positive[0]].astype(np.float64))
     return unit_mean(vectors[list(positive) + list(negative)], len(positive))
 
 

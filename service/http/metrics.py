@@ -20,6 +20,7 @@ class Metrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
+        self._request_children: dict[tuple[str, str, str, int], tuple[Any, Any]] = {}
         self.requests = Counter(
             "embedding_http_requests",
             "HTTP requests by route template, table and status code",
@@ -57,6 +58,15 @@ class Metrics:
         if child is None:
             child = self._children[key] = metric.labels(*labels)
         return child
+
+    def request_children(self, method: str, route: str, table: str, status: int) -> tuple[Any, Any]:
+        """The request counter's and the latency histogram's children of one request's labels, in one look-up."""
+        key = (method, route, table, status)
+        children = self._request_children.get(key)
+        if children is None:
+            count = self.children(self.requests, method, route, table, str(status))
+            children = self._request_children[key] = (count, self.children(self.latency, method, route, table))
+        return children
 
     def exposition(self) -> tuple[bytes, str]:
         if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
@@ -98,6 +108,6 @@ class MetricsMiddleware:
             table = (scope.get("path_params") or {}).get("table", "")
             if table and table not in self.tables:
                 table = "unknown"
-            method = scope["method"]
-            self.metrics.children(self.metrics.requests, method, template, table, str(status)).inc()
-            self.metrics.children(self.metrics.latency, method, template, table).observe(time.perf_counter() - started)
+            count, latency = self.metrics.request_children(scope["method"], template, table, status)
+            count.inc()
+            latency.observe(time.perf_counter() - started)

@@ -1,10 +1,22 @@
-"""The exact kernel's scores do not depend on where a row sits, and equal scores go by row."""
+"""The exact kernel's scores do not depend on where a row sits, and equal scores go by row; one raw vector is made a
+unit query as a batch's rows are."""
 
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
-from index.engine.knn import TAIL_BLOCK, best_of, exact_knn, inner_products
+from index.engine.knn import (
+    FLOAT32_MAX,
+    TAIL_BLOCK,
+    best_of,
+    exact_knn,
+    inner_products,
+    unit_queries,
+    unit_vector,
+    within_float32,
+)
+from index.errors import InvalidQuery
 
 
 def rows(n: int, seed: int = 3) -> np.ndarray:
@@ -36,3 +48,31 @@ def test_equal_scores_go_by_row_also_at_the_kth_place() -> None:
     assert ids.tolist() == [[1, 3, 0, 2]] and np.allclose(top, [[0.9, 0.9, 0.5, 0.5]])
     _, every = best_of(scores, 6)
     assert every.tolist() == [[1, 3, 0, 2, 5, 4]]
+
+
+def test_one_vector_is_made_a_unit_query_as_a_batch_row_is() -> None:
+    """``unit_vector`` (a client's one vector) answers bit for bit as ``unit_queries`` does for it, at every length
+    and magnitude float32 holds, down to squares that underflow; a zero vector is refused alike."""
+    rng = np.random.default_rng(5)
+    for trial in range(600):
+        dim = int(rng.choice([1, 2, 7, 50, 300, 384, 1024, 4096])) if trial % 3 else int(rng.integers(1, 4097))
+        scale = 10.0 ** rng.choice([rng.uniform(-170, -150), rng.uniform(-45, 0), rng.uniform(0, 38)])
+        values = np.clip(rng.standard_normal(dim) * scale, -FLOAT32_MAX, FLOAT32_MAX)
+        if trial % 5 == 0:
+            values = np.round(values, 6)  # a vector as JSON carries it, often all zeros at these scales
+        assert within_float32(values)
+        try:
+            expected = unit_queries(values[None, :])[0]
+        except InvalidQuery as exc:
+            with pytest.raises(InvalidQuery, match=str(exc)):
+                unit_vector(values)
+            continue
+        assert unit_vector(values).tobytes() == expected.tobytes(), (dim, scale)
+
+
+def test_within_float32_is_false_for_nan_infinity_and_beyond() -> None:
+    ok = np.array([1.0, -FLOAT32_MAX, FLOAT32_MAX])
+    assert within_float32(ok) and within_float32(ok[None, :])
+    for bad in (np.nan, np.inf, -np.inf, FLOAT32_MAX * 1.0001):
+        values = np.array([0.5, bad, 2.0])
+        assert not within_float32(values) and not within_float32(np.vstack([ok, values]))

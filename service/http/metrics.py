@@ -79,6 +79,9 @@ class Metrics:
         return generate_latest(self.registry), CONTENT_TYPE_LATEST
 
 
+METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})  # label values; others are "other"
+
+
 class MetricsMiddleware:
     """Count and time every HTTP request; labels use the route template, never the raw path."""
 
@@ -108,6 +111,7 @@ class MetricsMiddleware:
             table = (scope.get("path_params") or {}).get("table", "")
             if table and table not in self.tables:
                 table = "unknown"
-            count, latency = self.metrics.request_children(scope["method"], template, table, status)
+            method = scope["method"] if scope["method"] in METHODS else "other"  # a client's word: not a label
+            count, latency = self.metrics.request_children(method, template, table, status)
             count.inc()
             latency.observe(time.perf_counter() - started)

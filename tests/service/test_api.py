@@ -293,6 +293,15 @@ def test_metrics_count_routes_and_tables(api: TestClient) -> None:
     assert 'embedding_search_seconds_count{operation="neighbors",table="small"}' in text
 
 
+def test_metrics_label_an_unknown_method_other(api: TestClient) -> None:
+    """A method is the client's word: any number of made-up ones add one label value, not one each."""
+    for i in range(3):
+        assert api.request(f"MADEUP{i}", "/healthz").status_code == 405
+    text = api.get("/metrics").text
+    assert "MADEUP" not in text
+    assert 'method="other",route="/healthz",status="405"' in text
+
+
 def test_metrics_count_each_status_and_time_every_request(api: TestClient) -> None:
     def counted(text: str, prefix: str, *labels: str) -> float:
         lines = [line for line in text.splitlines() if line.startswith(prefix) and all(x in line for x in labels)]

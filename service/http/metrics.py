@@ -64,8 +64,8 @@ class Metrics:
         key = (method, route, table, status)
         children = self._request_children.get(key)
         if children is None:
-            count = self.children(self.requests, method, route, table, str(status))
-            children = self._request_children[key] = (count, self.children(self.latency, method, route, table))
+            count = self.requests.labels(method, route, table, str(status))
+            children = self._request_children[key] = (count, self.latency.labels(method, route, table))
         return children
 
     def exposition(self) -> tuple[bytes, str]:

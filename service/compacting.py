@@ -24,7 +24,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from index.engine.door import is_sharded
+from index.engine.door import manifest_is_sharded
 from index.store import artifact, writelog
 
 log = logging.getLogger("service.compacting")
@@ -80,11 +80,11 @@ class AutoCompaction:
                 else:
                     self.failed[name] = time.monotonic()
 
-    def logs(self) -> dict[str, list[tuple[str, Path, Path]]]:
-        """Each table with a write log here: (its key in :attr:`pending`, the log, the directory of the table
-        or shard whose manifest says which writes its version holds) of each of its logs."""
+    def logs(self) -> dict[str, list[tuple[str, Path, int]]]:
+        """Each table with a write log here: (its key in :attr:`pending`, the log, the last write the version of the
+        table or shard that reads it holds: its manifest's ``log_sequence``) of each of its logs."""
         top = self.data_dir / writelog.DIRECTORY
-        out: dict[str, list[tuple[str, Path, Path]]] = {}
+        out: dict[str, list[tuple[str, Path, int]]] = {}
         for path in sorted(top.iterdir()) if top.is_dir() else []:
             if path.is_dir():  # a sharded table's: a log per shard
                 name = path.name
@@ -97,7 +97,8 @@ class AutoCompaction:
                 continue
             # Only the logs the table reads: not the one of the unsharded table a sharded import replaced, nor a
             # shard's the table no longer has (they would call for compactions that find nothing to fold).
-            mine = [entry for entry in logs if self._reads(entry[2])]
+            covered = [(key, log, self._covered(directory)) for key, log, directory in logs]
+            mine = [(key, log, sequence) for key, log, sequence in covered if sequence is not None]
             if mine:
                 out[name] = mine
         return out
@@ -106,23 +107,23 @@ class AutoCompaction:
         return artifact.table_dir(self.data_dir, name)
 
     @staticmethod
-    def _reads(directory: Path) -> bool:
-        """The table or shard in ``directory`` reads its log at ``writelog.table_log(directory)``."""
+    def _covered(directory: Path) -> int | None:
+        """The last write the version in ``directory`` holds when that table or shard reads its log at
+        ``writelog.table_log(directory)``; None when it does not (a sharded table's own directory), or is gone, being
+        replaced or refused (the registry reports it)."""
         try:
-            return not is_sharded(directory)
-        except Exception:  # gone, being replaced, or refused: the registry reports it
-            return False
+            manifest = artifact.read_manifest(directory)
+        except Exception:
+            return None
+        return None if manifest_is_sharded(manifest) else int(manifest.get("log_sequence", 0))
 
     def due(self) -> list[str]:
         """The tables whose writes since their version call for a compaction now."""
         out = []
         for name, logs in self.logs().items():
             try:
-                states = [
-                    self._read(key, path, int(artifact.read_manifest(directory).get("log_sequence", 0)))
-                    for key, path, directory in logs
-                ]
-            except Exception:  # a table being replaced, or refused: the registry reports it
+                states = [self._read(key, path, covered) for key, path, covered in logs]
+            except Exception:  # a damaged log: the registry reports it
                 continue
             documents = sum(state.documents for state in states)
             if not documents:

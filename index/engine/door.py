@@ -90,6 +90,7 @@ from index.engine.shards import (
 from index.engine.table import AnalogySearch, Answers, Plan, Resolved, Search, SearchOptions, Table, VectorSearch
 from index.errors import EmbeddingError, InvalidQuery
 from index.store.payload import BOOLEAN, FLOAT, INTEGER, STRING, STRING_LIST, TIMESTAMP, Payload
+from index.store.shardmap import is_sharded as manifest_is_sharded
 
 __all__ = [
     "BOOLEAN",
@@ -154,6 +155,7 @@ __all__ = [
     "is_sharded",
     "keyword_statistics",
     "local_rows",
+    "manifest_is_sharded",
     "merge",
     "merged_suggestions",
     "owner",

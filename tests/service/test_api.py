@@ -293,6 +293,13 @@ def test_metrics_count_routes_and_tables(api: TestClient) -> None:
     assert 'embedding_search_seconds_count{operation="neighbors",table="small"}' in text
 
 
+def test_metrics_count_the_engine_calls_holding_a_slot(api: TestClient) -> None:
+    """A batch runs in a worker thread's slot: counted while it runs, not after (the long kind and the waiting
+    state: tests/service/test_work_bounds.py)."""
+    assert api.post(f"{T}/neighbors", json={"queries": ["heart", "brain"], "k": 3}).status_code == 200
+    assert 'embedding_work{kind="heavy",state="running"} 0.0' in api.get("/metrics").text
+
+
 def test_metrics_label_an_unknown_method_other(api: TestClient) -> None:
     """A method is the client's word: any number of made-up ones add one label value, not one each."""
     for i in range(3):

@@ -134,6 +134,13 @@ def project_count(server: Server) -> float:
     return float(found.group(1)) if found else 0.0
 
 
+def long_work(server: Server) -> tuple[float, float]:
+    """The long computations running and waiting, as the server's metrics count them."""
+    text = HTTP.get(f"{server.base}/metrics", timeout=30).text
+    found = dict(re.findall(r'embedding_work\{kind="long",state="(running|waiting)"\} ([0-9.e+]+)', text))
+    return float(found.get("running", 0)), float(found.get("waiting", 0))
+
+
 def test_long_computations_have_their_own_slots_and_a_bounded_queue(server: Server, words: list[str]) -> None:
     tsne = {"tokens": words[:TSNE_TOKENS], "method": "tsne", "perplexity": PERPLEXITY}
     done: dict[str, float] = {}
@@ -145,11 +152,11 @@ def test_long_computations_have_their_own_slots_and_a_bounded_queue(server: Serv
 
     first = threading.Thread(target=run_first)
     first.start()
-    time.sleep(0.5)  # the first takes the slot
+    wait_for(lambda: long_work(server) == (1, 0), seconds=60, what="the first in the slot")
     # The second waits for the slot, on a raw socket its client will close; the third finds the queue full.
     waiting = connect(server.port, timeout=600)
     waiting.sendall(request("POST", f"{SMALL}/project", json.dumps(tsne).encode()))
-    time.sleep(0.25)
+    wait_for(lambda: long_work(server) == (1, 1), seconds=60, what="the second in the queue")
     third = HTTP.post(f"{server.base}{SMALL}/project", json=tsne, timeout=60)
     error = error_of((third.status_code, dict(third.headers), third.content), 503)
     assert error["code"] == "overloaded" and third.headers["retry-after"] == "1"
@@ -168,6 +175,7 @@ def test_long_computations_have_their_own_slots_and_a_bounded_queue(server: Serv
     assert searched < done["first"], (searched - started, done["first"] - started)
     wait_for(lambda: "the client has gone, its work is not started" in server.log(), seconds=30, what="the drop")
     assert project_count(server) == 1  # the t-SNE that was answered, and no other
+    assert long_work(server) == (0, 0)
 
 
 def test_a_map_layout_asked_for_by_many_at_once_is_computed_once(

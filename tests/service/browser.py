@@ -1,6 +1,6 @@
 """The explorer's tests' browser: Debian's Chromium driven by Playwright, and a page that records every error.
 
-The ``browser`` (one per session) and ``watched`` (a fresh page) fixtures are in ``tests/service/conftest.py``."""
+The ``browser`` (one per module) and ``watched`` (a fresh page) fixtures are in ``tests/service/conftest.py``."""
 
 from __future__ import annotations
 

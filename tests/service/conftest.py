@@ -131,9 +131,10 @@ def lee_copy(lee_imports: Path, kind: str, where: str, to: Path) -> Path:
     return to
 
 
-# The explorer's browser: imported when a test asks for it (tests.service.browser skips where Chromium is missing);
-# one for the session, each test in a fresh context of its own (``watched``).
-@pytest.fixture(scope="session")
+# The explorer's browser: imported when a test asks for it (tests.service.browser skips where Chromium is missing).
+# One per module, not per session: while it is open, Playwright's sync API keeps an event loop running in the main
+# thread, and every later test's asyncio.run() would fail.
+@pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
     from tests.service.browser import launched
 
@@ -143,7 +144,7 @@ def browser() -> Iterator[Any]:
 
 @pytest.fixture
 def watched(browser: Any) -> Iterator[Any]:
-    """A fresh page of the session's browser, its errors recorded (``tests.service.browser.Watched``)."""
+    """A fresh page of the module's browser, its errors recorded (``tests.service.browser.Watched``)."""
     from tests.service.browser import Watched
 
     page = Watched(browser)

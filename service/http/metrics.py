@@ -50,7 +50,7 @@ class Metrics:
         )
         self.work = Gauge(
             "embedding_work",
-            "Engine calls by kind (heavy: searches and analyses in worker threads; long: projections and maps) "
+            "Engine calls in worker threads by kind (heavy: searches, analyses, encoding; long: projections, maps) "
             "and state (running: holding a slot; waiting: queued for one)",
             ("kind", "state"),
             multiprocess_mode="livesum",

@@ -294,8 +294,8 @@ def test_metrics_count_routes_and_tables(api: TestClient) -> None:
 
 
 def test_metrics_count_the_engine_calls_holding_a_slot(api: TestClient) -> None:
-    """A batch runs in a worker thread's slot: counted while it runs, not after (the long kind and the waiting
-    state: tests/service/test_work_bounds.py)."""
+    """A batch runs in a worker thread's slot: its kind's gauge is there, back at zero once the batch is answered
+    (a call counted while it runs, and one while it waits: tests/service/test_work_bounds.py)."""
     assert api.post(f"{T}/neighbors", json={"queries": ["heart", "brain"], "k": 3}).status_code == 200
     assert 'embedding_work{kind="heavy",state="running"} 0.0' in api.get("/metrics").text
 

@@ -20,7 +20,7 @@
 
 Every process the tests start shares one numba cache in the test cache (``NUMBA_CACHE_DIR``), filled in the
 background at collection (``tests/numba_cache.py``); commands a test declares with ``tests.early.Early`` start at
-collection too.
+collection too, and so does the second session that runs the modules of ``tests.beside``.
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ from index.build.writer import build_table
 from index.engine.table import Table
 from index.errors import ArtifactError, UnknownTable
 from index.store import artifact
-from tests import REPO, gensim_reference, numba_cache
+from tests import REPO, beside, gensim_reference, numba_cache
 from tests.early import JOBS
 from tests.lee import Lee, glove_rows, jsonl_records, lee_stories, write_jsonl
 from tests.minilm import MINILM, minilm_dir, transformer_data_dir, whole_text_tokenizer
@@ -216,13 +216,24 @@ NUMBA = Background(
 )
 
 
+SECOND_SESSION: list[beside.SecondSession] = []  # the session's last test, when it runs part of it beside
+
+
 def needs_glove(item: pytest.Item) -> bool:
     return bool(GLOVE_FIXTURES & set(getattr(item, "fixturenames", ())))
 
 
+def reads_early(item: pytest.Item) -> bool:
+    """Whether ``item`` reads an early command's result (``tests.early``)."""
+    module = getattr(getattr(item, "module", None), "__name__", None)
+    fixtures = set(getattr(item, "fixturenames", ()))
+    return any(job.fixture in fixtures and (job.module == module or job.shared) for job in JOBS)
+
+
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
     """The modules that use the default table run after the others, which run while it is built; in each part,
-    the modules that read an early command's result (``tests.early``) run last, while it runs."""
+    the modules that read an early command's result (``tests.early``) run last, while it runs. The modules of
+    ``tests.beside`` run in a second session, whose result is the last test."""
     late = {item.module for item in items if needs_glove(item)}  # type: ignore[attr-defined]
     reads = {job.module for job in JOBS}
 
@@ -231,6 +242,18 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
         return module in late, getattr(module, "__name__", None) in reads
 
     items.sort(key=part)  # stable: the order within each part stays
+    kept, others = beside.split(items)
+    if others and not config.option.collectonly:
+        moved = set(others)
+        for item in items:
+            if item.nodeid in moved and (needs_glove(item) or reads_early(item)):
+                raise pytest.UsageError(f"{item.nodeid} reads the default table or an early command: not beside")
+        job = beside.session_job(others)
+        second = beside.SecondSession.from_parent(
+            session, name="second session", nodeid="tests/beside.py::second session", job=job, count=len(others)
+        )
+        SECOND_SESSION.append(second)
+        items[:] = [*kept, second]
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
@@ -250,6 +273,15 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     for early in JOBS:
         if (early.module, early.fixture) in readers or (early.shared and early.fixture in used):
             early.start(after=GLOVE_BUILD.done if early.needs_glove else None)
+    for item in SECOND_SESSION:  # tests.beside
+        item.job.start()
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """The second session's summary line (``tests.beside``), before the suite's own."""
+    for item in SECOND_SESSION:
+        if item.done is not None:
+            terminalreporter.write_line(f"second session (tests/beside.py): {beside.summary(item.done)}")
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:

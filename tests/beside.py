@@ -1,0 +1,125 @@
+"""Test modules that run in a second pytest session, beside the suite's own.
+
+The suite's process runs its tests one after the other, and the server tests among them mostly wait on their
+servers: kill -9 in a stream of writes, restarts, reloads, shutdowns, crashed publications. Meanwhile a core is
+left to the work beside the tests (the default table's graph, the early commands), and once that is done it idles.
+The modules in :data:`MODULES` run in a second session instead (``python -m tests.beside <node ids>``, with a
+temporary directory of its own), started with the suite at the tests' own priority, so the two sessions share
+the cores. The suite's session ends with one test that waits for the second session and fails with its report
+when any of its tests failed; the second session's summary line comes before the suite's.
+
+Only a run of more than these modules is split: a run of some of them alone (``pytest tests/service/test_reload.py``)
+runs them in its own process as before. Every module here starts its own servers and reads no early command and no
+default table (``tests.early``, ``glove_data_dir``; ``tests/conftest.py`` refuses the split otherwise): the second
+session makes only its own small fixtures, and waits for nothing the first one does.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.early import Done, Early
+
+MODULES = frozenset(
+    f"tests/service/{name}.py"
+    for name in (
+        "test_publish_crash",
+        "test_publish_newest",
+        "test_reload",
+        "test_shard_write_durability",
+        "test_shard_writes",
+        "test_shards_front",
+        "test_shards_words",
+        "test_shards_writes_http",
+        "test_shutdown",
+        "test_write_durability",
+        "test_write_load",
+        "test_writes_api",
+    )
+)
+SECOND = "EMBEDDING_TESTS_BESIDE"  # set in the second session: it runs its tests itself
+REPORT_CHARS = 20_000
+
+
+def split(items: list[pytest.Item]) -> tuple[list[pytest.Item], list[str]]:
+    """The items this session runs, and the node ids of those the second session runs (none: all here)."""
+    if os.environ.get(SECOND):
+        return items, []
+    beside = [item.nodeid for item in items if item.nodeid.split("::")[0] in MODULES]
+    if not beside or len(beside) == len(items):
+        return items, []
+    return [item for item in items if item.nodeid.split("::")[0] not in MODULES], beside
+
+
+def session_job(nodeids: list[str]) -> Early:
+    """The second session, as an early command (``tests.early``) at the tests' own priority: its servers answer
+    on clocks (timeouts, drains) that starve at nice 19."""
+
+    def argv(out: Path) -> list[str]:
+        options = ["-q", "-p", "no:cacheprovider", "--basetemp", str(out / "tmp")]
+        return [sys.executable, "-m", __name__, *options, *nodeids]
+
+    return Early(__name__, "beside", argv, nice=0)
+
+
+class Failed(Exception):
+    def __init__(self, done: Done) -> None:
+        super().__init__(done.returncode)
+        self.done = done
+
+
+class SecondSession(pytest.Item):
+    """The suite's last test: the second session's tests all passed."""
+
+    def __init__(self, *, job: Early, count: int, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.job, self.count = job, count
+        self.done: Done | None = None  # once it has ended
+
+    def runtest(self) -> None:
+        self.done = self.job.result()
+        if self.done.returncode != 0:
+            raise Failed(self.done)
+
+    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> str:
+        if not isinstance(excinfo.value, Failed):
+            return str(super().repr_failure(excinfo))
+        done = excinfo.value.done
+        return (
+            f"the second session ({self.count} tests, tests/beside.py) exited with {done.returncode}:\n"
+            f"{report(done.stdout)[-REPORT_CHARS:]}\n{done.stderr[-3000:]}"
+        )
+
+    def reportinfo(self) -> tuple[Path, None, str]:
+        return self.path, None, f"the {self.count} tests of the second session"
+
+
+def report(stdout: str) -> str:
+    """The second session's failures and its short summary, without its progress and slowest durations."""
+    lines = stdout.splitlines()
+    heads = [i for i, line in enumerate(lines) if line.startswith("=")]
+    keep = [i for i in heads if "slowest" not in lines[i]]
+    if not heads:
+        return stdout
+    parts = [lines[i : next((j for j in heads if j > i), len(lines))] for i in keep]
+    return "\n".join(line for part in parts for line in part)
+
+
+def summary(done: Done) -> str:
+    """The second session's summary line (e.g. ``105 passed in 80.12s``)."""
+    lines = [line.strip("= ") for line in done.stdout.splitlines() if line.strip()]
+    return lines[-1] if lines else f"no report (exit status {done.returncode})"
+
+
+def main(argv: list[str]) -> int:
+    os.environ[SECOND] = "1"
+    return int(pytest.main(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -230,6 +230,7 @@ def reads_early(item: pytest.Item) -> bool:
     return any(job.fixture in fixtures and (job.module == module or job.shared) for job in JOBS)
 
 
+@pytest.hookimpl(trylast=True)  # after -k and -m have deselected: only what is selected goes to the second session
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
     """The modules that use the default table run after the others, which run while it is built; in each part,
     the modules that read an early command's result (``tests.early``) run last, while it runs. The modules of
@@ -273,8 +274,9 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     for early in JOBS:
         if (early.module, early.fixture) in readers or (early.shared and early.fixture in used):
             early.start(after=GLOVE_BUILD.done if early.needs_glove else None)
-    for item in SECOND_SESSION:  # tests.beside
-        item.job.start()
+    for item in session.items:  # tests.beside
+        if isinstance(item, beside.SecondSession):
+            item.job.start()
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:

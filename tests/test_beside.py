@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import os
+import re
+import subprocess
+import sys
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 
@@ -61,3 +66,22 @@ def test_the_report_keeps_the_failures_and_the_summary() -> None:
     assert "1 failed, 13 passed" in report
     assert "slowest" not in report and "[100%]" not in report and "1.00s call" not in report
     assert beside.summary(beside.Done(1, STDOUT, "", REPO)) == "1 failed, 13 passed in 9.00s"
+
+
+def test_a_run_selected_with_k_sends_only_the_selected_tests_beside(tmp_path: Path) -> None:
+    """A real run: ``-k`` picks one test here and one of a module of the second session, which runs it (and only
+    it: the split comes after the selection) and reports; the suite's session passes its own and the wait."""
+    selection = "test_the_modules_named_exist or test_admin_endpoints_need_the_admin_key"
+    env = {k: v for k, v in os.environ.items() if k != beside.SECOND}
+    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--basetemp", str(tmp_path), "-k"]
+    run = subprocess.run(
+        [*command, selection, "tests/test_beside.py", "tests/service/test_reload.py"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    assert "second session (tests/beside.py): 1 passed" in run.stdout
+    assert re.search(r"^2 passed, \d+ deselected", run.stdout, re.MULTILINE), run.stdout[-2000:]

@@ -50,10 +50,13 @@ def split(items: list[pytest.Item]) -> tuple[list[pytest.Item], list[str]]:
     """The items this session runs, and the node ids of those the second session runs (none: all here)."""
     if os.environ.get(SECOND):
         return items, []
-    beside = [item.nodeid for item in items if item.nodeid.split("::")[0] in MODULES]
-    if not beside or len(beside) == len(items):
+    here: list[pytest.Item] = []
+    beside: list[pytest.Item] = []
+    for item in items:
+        (beside if item.nodeid.split("::")[0] in MODULES else here).append(item)
+    if not beside or not here:
         return items, []
-    return [item for item in items if item.nodeid.split("::")[0] not in MODULES], beside
+    return here, [item.nodeid for item in beside]
 
 
 def session_job(nodeids: list[str]) -> Early:
@@ -103,10 +106,10 @@ def report(stdout: str) -> str:
     """The second session's failures and its short summary, without its progress and slowest durations."""
     lines = stdout.splitlines()
     heads = [i for i, line in enumerate(lines) if line.startswith("=")]
-    keep = [i for i in heads if "slowest" not in lines[i]]
     if not heads:
         return stdout
-    parts = [lines[i : next((j for j in heads if j > i), len(lines))] for i in keep]
+    ends = [*heads[1:], len(lines)]
+    parts = [lines[i:end] for i, end in zip(heads, ends, strict=True) if "slowest" not in lines[i]]
     return "\n".join(line for part in parts for line in part)
 
 

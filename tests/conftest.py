@@ -274,9 +274,8 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     for early in JOBS:
         if (early.module, early.fixture) in readers or (early.shared and early.fixture in used):
             early.start(after=GLOVE_BUILD.done if early.needs_glove else None)
-    for item in session.items:  # tests.beside
-        if isinstance(item, beside.SecondSession):
-            item.job.start()
+    for second in SECOND_SESSION:  # tests.beside: made after -k and -m, so it is among the items
+        second.job.start()
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:

@@ -82,9 +82,9 @@ def mean_query(vectors: np.ndarray, positive: Sequence[int], negative: Sequence[
     ``vectors``: their weighted mean, normalised (1 x dim)."""
     if not positive and not negative:
         raise InvalidQuery("give at least one positive or negative token")
-    if len(positive) == 1 and not negative:  # one word: its row (the same float64 arithmetic, faster)
-        return _normalised(vectors[positive[0]].astype(np.float64))
-    return unit_mean(vectors[list(positive) + list(negative)], len(positive))
+    if len(positive) == 1 and not negative:  # one word: its row, sliced rather than gathered
+        return unit_mean(vectors[positive[0]][None], 1)
+    return unit_mean(vectors[[*positive, *negative]], len(positive))
 
 
 def exact_knn(queries: np.ndarray, base: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:

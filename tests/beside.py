@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import sys
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +45,9 @@ MODULES = frozenset(
 )
 SECOND = "EMBEDDING_TESTS_BESIDE"  # set in the second session: it runs its tests itself
 REPORT_CHARS = 20_000
+# How often the suite's last test says how far the second session is, while it waits for it.
+PROGRESS_SECONDS = float(os.environ.get("EMBEDDING_TESTS_PROGRESS_SECONDS", "20"))
+RESULT_LETTERS = ".FEsxX"  # what a line of ``pytest -q``'s progress starts with: one letter a test
 
 
 def split(items: list[pytest.Item]) -> tuple[list[pytest.Item], list[str]]:
@@ -65,7 +69,7 @@ def session_job(nodeids: list[str]) -> Early:
 
     def argv(out: Path) -> list[str]:
         options = ["-q", "-p", "no:cacheprovider", "--basetemp", str(out / "tmp")]
-        return [sys.executable, "-m", __name__, *options, *nodeids]
+        return [sys.executable, "-u", "-m", __name__, *options, *nodeids]  # unbuffered: its progress is read
 
     return Early(__name__, "beside", argv, nice=0)
 
@@ -85,9 +89,22 @@ class SecondSession(pytest.Item):
         self.done: Done | None = None  # once it has ended
 
     def runtest(self) -> None:
+        waited = 0.0
+        while waited < self.job.timeout and not self.job.wait(PROGRESS_SECONDS):
+            line = f"waiting for the second session: {tests_run(self.job.stdout())} of its {self.count} tests run"
+            self.say(line if waited else f"\n{line}")  # the first ends the line of this session's progress
+            waited += PROGRESS_SECONDS
         self.done = self.job.result()
         if self.done.returncode != 0:
             raise Failed(self.done)
+
+    def say(self, line: str) -> None:
+        """``line`` on the terminal, now (the test's output is captured otherwise)."""
+        plugins = self.config.pluginmanager
+        reporter, capture = plugins.get_plugin("terminalreporter"), plugins.get_plugin("capturemanager")
+        if reporter is not None:
+            with capture.global_and_fixture_disabled() if capture is not None else nullcontext():
+                reporter.write_line(line)
 
     def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> str:
         if not isinstance(excinfo.value, Failed):
@@ -111,6 +128,16 @@ def report(stdout: str) -> str:
     ends = [*heads[1:], len(lines)]
     parts = [lines[i:end] for i, end in zip(heads, ends, strict=True) if "slowest" not in lines[i]]
     return "\n".join(line for part in parts for line in part)
+
+
+def tests_run(stdout: str) -> int:
+    """How many tests a ``pytest -q`` run has reported so far: the result letters of its progress lines."""
+    run = 0
+    for line in stdout.splitlines():
+        if line.startswith("="):  # its progress is over: failures, summary
+            break
+        run += len(line) - len(line.lstrip(RESULT_LETTERS))
+    return run
 
 
 def summary(done: Done) -> str:

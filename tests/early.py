@@ -96,6 +96,20 @@ class Early:
                 self._process = subprocess.Popen(argv, cwd=REPO, stdout=stdout, stderr=stderr, process_group=0)
             self._process.wait()
 
+    def wait(self, seconds: float) -> bool:
+        """Whether the command has ended, waiting for it up to ``seconds``."""
+        self.start()
+        assert self._thread is not None
+        self._thread.join(seconds)
+        return not self._thread.is_alive()
+
+    def stdout(self) -> str:
+        """What the command has written to its standard output so far."""
+        try:
+            return (self._out / "stdout").read_text(errors="replace") if self._out else ""
+        except FileNotFoundError:  # not started yet, or stopped
+            return ""
+
     def result(self) -> Done:
         self.start()
         assert self._thread is not None and self._out is not None

@@ -68,11 +68,19 @@ def test_the_report_keeps_the_failures_and_the_summary() -> None:
     assert beside.summary(beside.Done(1, STDOUT, "", REPO)) == "1 failed, 13 passed in 9.00s"
 
 
+def test_the_tests_run_so_far_are_counted_from_the_progress_lines() -> None:
+    assert beside.tests_run(STDOUT) == 14
+    assert beside.tests_run("") == 0
+    assert beside.tests_run("..s.\n") == 4  # a line still being written
+    assert beside.tests_run(".....F" + " " * 60 + "[ 50%]\n..x") == 9
+
+
 def test_a_run_selected_with_k_sends_only_the_selected_tests_beside(tmp_path: Path) -> None:
     """A real run: ``-k`` picks one test here and one of a module of the second session, which runs it (and only
-    it: the split comes after the selection) and reports; the suite's session passes its own and the wait."""
+    it: the split comes after the selection) and reports; the suite's session passes its own and the wait, saying
+    (every half second here) how far the second session is while it waits."""
     selection = "test_the_modules_named_exist or test_admin_endpoints_need_the_admin_key"
-    env = {k: v for k, v in os.environ.items() if k != beside.SECOND}
+    env = {k: v for k, v in os.environ.items() if k != beside.SECOND} | {"EMBEDDING_TESTS_PROGRESS_SECONDS": "0.5"}
     command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--basetemp", str(tmp_path), "-k"]
     run = subprocess.run(
         [*command, selection, "tests/test_beside.py", "tests/service/test_reload.py"],
@@ -84,4 +92,5 @@ def test_a_run_selected_with_k_sends_only_the_selected_tests_beside(tmp_path: Pa
     )
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     assert "second session (tests/beside.py): 1 passed" in run.stdout
+    assert re.search(r"^waiting for the second session: [01] of its 1 tests run$", run.stdout, re.MULTILINE)
     assert re.search(r"^2 passed, \d+ deselected", run.stdout, re.MULTILINE), run.stdout[-2000:]

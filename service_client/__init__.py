@@ -22,6 +22,8 @@ import httpx
 import orjson
 
 Method = Literal["3cosadd", "3cosmul"]
+WRITE_DOCUMENTS = 256  # documents per write request of upsert_many, at most
+WRITE_BYTES = 2 * 1024 * 1024  # and about this much JSON: half the server's default body limit
 T = TypeVar("T")
 
 
@@ -122,6 +124,32 @@ def _batch(results: list[dict[str, Any]]) -> list[list[Neighbor] | ApiError]:
     return _items(results, lambda item: _neighbors(item["neighbors"]))
 
 
+def _encoded(value: Any) -> bytes:
+    """``value`` as a JSON request body: orjson, or ``json`` for what orjson cannot write (an integer beyond 64
+    bits); NaN and infinities are written as null, which the server refuses as it refuses any value that is not
+    a number."""
+    try:
+        return orjson.dumps(value)
+    except orjson.JSONEncodeError:
+        return _json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
+
+
+def write_batches(documents: Sequence[dict[str, Any]]) -> list[list[dict[str, Any]]]:
+    """``documents`` (ready to send: :func:`_document`) in runs of at most ``WRITE_DOCUMENTS`` and about
+    ``WRITE_BYTES`` of JSON each, so that each run's request stays under the server's default body limit whatever
+    the vectors' size; a document larger than that goes alone (and the server says if it is too large)."""
+    batches: list[list[dict[str, Any]]] = []
+    size = 0
+    for document in documents:
+        length = len(_encoded(document))
+        if not batches or len(batches[-1]) == WRITE_DOCUMENTS or size + length > WRITE_BYTES:
+            batches.append([])
+            size = 0
+        batches[-1].append(document)
+        size += length
+    return batches
+
+
 def _document(document: dict[str, Any]) -> dict[str, Any]:
     """A document to write, its vector (a list or an array of any float type) as plain floats."""
     if document.get("vector") is None:
@@ -151,15 +179,9 @@ class Client:
     def _call(self, method: str, path: str, json: Any = None, **kwargs: Any) -> Any:
         """The decoded JSON body (Any: each method annotates the part of it that it reads). Bodies are encoded and
         answers decoded with orjson: a quarter of the client's own CPU per search call, which is what limits
-        many threads of one client process (BENCHMARKS.md section 6). A value orjson cannot write (an integer
-        beyond 64 bits) is written by ``json``; NaN and infinities are written as null, which the server
-        refuses as it refuses any value that is not a number."""
+        many threads of one client process (BENCHMARKS.md section 6); see :func:`_encoded`."""
         if json is not None:
-            try:
-                content = orjson.dumps(json)
-            except orjson.JSONEncodeError:
-                content = _json.dumps(json, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
-            kwargs["content"] = content
+            kwargs["content"] = _encoded(json)
             kwargs["headers"] = {**kwargs.get("headers", {}), "Content-Type": "application/json"}
         response = self.http.request(method, path, **kwargs)
         if response.is_success:
@@ -285,6 +307,13 @@ class Client:
         body = {"documents": [_document(d) for d in documents]}
         answer: dict[str, Any] = self._call("POST", self._path(table, "documents"), json=body)
         return answer
+
+    def upsert_many(self, table: str, documents: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+        """:meth:`upsert_documents` for any number of documents, in as many requests as :func:`write_batches`
+        makes of them (each answered as one write: a request refused leaves the runs before it written)."""
+        ready = [_document(d) for d in documents]
+        path = self._path(table, "documents")
+        return [self._call("POST", path, json={"documents": batch}) for batch in write_batches(ready)]
 
     def delete_documents(
         self, table: str, ids: Sequence[str | int] | None = None, filter: dict[str, Any] | None = None

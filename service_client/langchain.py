@@ -27,10 +27,9 @@ from langchain_core.documents import Document
 from langchain_core.embeddings import Embeddings
 from langchain_core.vectorstores import VectorStore
 
-from service_client import ApiError, Client, Hit
+from service_client import WRITE_DOCUMENTS, ApiError, Client, Hit
 
 METADATA = "metadata"  # the table's string field holding each document's metadata as JSON
-BATCH = 256  # documents per write request
 
 
 class EmbeddingSearchStore(VectorStore):
@@ -87,8 +86,7 @@ class EmbeddingSearchStore(VectorStore):
             if vectors is not None:
                 document["vector"] = vectors[i]
             documents.append(document)
-        for start in range(0, len(documents), BATCH):
-            self.client.upsert_documents(self.table, documents[start : start + BATCH])
+        self.client.upsert_many(self.table, documents)
         return ids
 
     def delete(self, ids: list[str] | None = None, **kwargs: Any) -> bool | None:
@@ -97,8 +95,8 @@ class EmbeddingSearchStore(VectorStore):
             raise ValueError("delete needs ids or a filter")
         if ids is None:
             self.client.delete_documents(self.table, filter=kwargs["filter"])
-        for start in range(0, len(ids or []), BATCH):
-            self.client.delete_documents(self.table, ids=(ids or [])[start : start + BATCH])
+        for start in range(0, len(ids or []), WRITE_DOCUMENTS):
+            self.client.delete_documents(self.table, ids=(ids or [])[start : start + WRITE_DOCUMENTS])
         return True
 
     def get_by_ids(self, ids: Sequence[str], /) -> list[Document]:
@@ -113,7 +111,7 @@ class EmbeddingSearchStore(VectorStore):
 
     # ----------------------------------------------------------------------------------------- searches
     def _search(self, query: dict[str, Any], k: int, filter: dict[str, Any] | None) -> list[tuple[Document, float]]:
-        if filter is not None:
+        if filter:  # an empty filter is none
             query["filter"] = filter
         hits = self.client.search_documents(self.table, k=k, **query).hits
         return [(self._document(hit), hit.score) for hit in hits]
@@ -184,6 +182,8 @@ class EmbeddingSearchStore(VectorStore):
         **kwargs: Any,
     ) -> EmbeddingSearchStore:
         """A store over ``table=`` of ``client=`` (an existing documents table), ``texts`` added to it."""
+        if "client" not in kwargs or "table" not in kwargs:
+            raise TypeError("from_texts needs client= (a service_client.Client) and table= (a documents table)")
         store = cls(kwargs["client"], kwargs["table"], embedding)
         store.add_texts(texts, metadatas, ids=ids)
         return store

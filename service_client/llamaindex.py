@@ -36,22 +36,23 @@ from llama_index.core.vector_stores.types import (
 from llama_index.core.vector_stores.utils import metadata_dict_to_node, node_to_metadata_dict
 from pydantic import PrivateAttr
 
-from service_client import Client
+from service_client import WRITE_DOCUMENTS, Client
 
 METADATA = "metadata"
 REF_DOC_ID = "ref_doc_id"
-BATCH = 256
 RANGES = {FilterOperator.GT: "gt", FilterOperator.GTE: "gte", FilterOperator.LT: "lt", FilterOperator.LTE: "lte"}
 
 
-def filter_of(filters: MetadataFilters) -> dict[str, Any]:
-    """LlamaIndex's ``MetadataFilters`` in the server's filter language; ValueError for what it cannot say."""
+def filter_of(filters: MetadataFilters) -> dict[str, Any] | None:
+    """LlamaIndex's ``MetadataFilters`` in the server's filter language (None: no condition, as an empty
+    ``MetadataFilters`` is to LlamaIndex); ValueError for what it cannot say."""
     parts: list[dict[str, Any]] = []
     for item in filters.filters:
-        if isinstance(item, MetadataFilters):
-            parts.append(filter_of(item))
-            continue
-        parts.append(_condition(item))
+        part = filter_of(item) if isinstance(item, MetadataFilters) else _condition(item)
+        if part is not None:
+            parts.append(part)
+    if not parts:
+        return None
     if filters.condition == FilterCondition.NOT:
         return {"not": {"or": parts}}
     return {"or" if filters.condition == FilterCondition.OR else "and": parts}
@@ -115,8 +116,7 @@ class EmbeddingSearchVectorStore(BasePydanticVectorStore):
             if node.embedding is not None:
                 document["vector"] = node.embedding
             documents.append(document)
-        for start in range(0, len(documents), BATCH):
-            self._client.upsert_documents(self.table, documents[start : start + BATCH])
+        self._client.upsert_many(self.table, documents)
         return [node.node_id for node in nodes]
 
     def delete(self, ref_doc_id: str, **delete_kwargs: Any) -> None:
@@ -128,11 +128,18 @@ class EmbeddingSearchVectorStore(BasePydanticVectorStore):
         filters: MetadataFilters | None = None,
         **delete_kwargs: Any,
     ) -> None:
+        """Delete the nodes ``node_ids``, or those ``filters`` match (the nodes of both at once cannot be told
+        apart here: the server deletes by ids or by a filter)."""
+        if node_ids is not None and filters is not None:
+            raise ValueError("delete_nodes takes node_ids or filters, not both")
         if node_ids is not None:
-            for start in range(0, len(node_ids), BATCH):
-                self._client.delete_documents(self.table, ids=node_ids[start : start + BATCH])
+            for start in range(0, len(node_ids), WRITE_DOCUMENTS):
+                self._client.delete_documents(self.table, ids=node_ids[start : start + WRITE_DOCUMENTS])
         if filters is not None:
-            self._client.delete_documents(self.table, filter=filter_of(filters))
+            condition = filter_of(filters)
+            if condition is None:
+                raise ValueError("an empty filter passes every node: clear() deletes them all")
+            self._client.delete_documents(self.table, filter=condition)
 
     def clear(self) -> None:
         self._client.delete_documents(self.table, filter={"not": {METADATA: "\u0000"}})
@@ -150,8 +157,8 @@ class EmbeddingSearchVectorStore(BasePydanticVectorStore):
         return node
 
     def get_nodes(self, node_ids: list[str] | None = None, filters: MetadataFilters | None = None) -> list[BaseNode]:
-        if node_ids is None:
-            raise ValueError("get_nodes needs node_ids")
+        if node_ids is None or filters is not None:
+            raise ValueError("get_nodes takes node_ids, and no filters")
         from service_client import ApiError
 
         found = []
@@ -174,13 +181,14 @@ class EmbeddingSearchVectorStore(BasePydanticVectorStore):
         else:
             raise ValueError("a query needs an embedding or a text")
         if query.mode == VectorStoreQueryMode.MMR:
-            threshold = query.mmr_threshold if query.mmr_threshold is not None else 0.5
+            # A retriever's vector_store_kwargs={"mmr_threshold": ...} come as kwargs, as SimpleVectorStore reads them.
+            threshold = next((t for t in (query.mmr_threshold, kwargs.get("mmr_threshold")) if t is not None), 0.5)
             body["diversity"] = 1.0 - threshold
         elif query.mode != VectorStoreQueryMode.DEFAULT:
             raise ValueError(f"query mode {query.mode.value!r} is not supported: use default or mmr")
         conditions = []
-        if query.filters is not None:
-            conditions.append(filter_of(query.filters))
+        if query.filters is not None and (condition := filter_of(query.filters)) is not None:
+            conditions.append(condition)
         if query.doc_ids:
             conditions.append({REF_DOC_ID: {"in": list(query.doc_ids)}})
         if query.node_ids:

@@ -9,7 +9,8 @@ import httpx
 import numpy as np
 import pytest
 
-from service_client import ApiError, Client
+from service.settings import Settings
+from service_client import WRITE_DOCUMENTS, ApiError, Client
 
 ANSWER = {"neighbors": [{"token": "heart", "id": 1, "score": 0.5}, {"token": "héart", "id": 2, "score": -0.25}]}
 
@@ -45,3 +46,19 @@ def test_an_error_answer_is_still_the_servers_envelope() -> None:
     with pytest.raises(ApiError) as raised:
         client_seeing(sent, error, 422).search("t", [1.0])
     assert (raised.value.status, raised.value.code) == (422, "invalid_request")
+
+
+@pytest.mark.parametrize(("dim", "count"), [(8, 300), (1536, 200), (3072, 80)])
+def test_many_documents_are_written_in_requests_under_the_servers_body_limit(dim: int, count: int) -> None:
+    """``upsert_many`` splits by count and by size: every request holds at most ``WRITE_DOCUMENTS`` documents and
+    stays under the server's default body limit, whatever the vectors' size; all go, in order, each once."""
+    sent: list[httpx.Request] = []
+    rng = np.random.default_rng(dim)
+    documents = [{"id": f"d{i}", "text": f"chunk {i}", "vector": rng.standard_normal(dim)} for i in range(count)]
+    answers = client_seeing(sent, {"upserted": 1}).upsert_many("docs", documents)
+    bodies = [json.loads(request.content)["documents"] for request in sent]
+    assert len(answers) == len(sent) > 1
+    assert [d["id"] for body in bodies for d in body] == [d["id"] for d in documents]
+    assert all(len(body) <= WRITE_DOCUMENTS for body in bodies)
+    assert max(len(request.content) for request in sent) < Settings.model_fields["max_body_bytes"].default
+    assert bodies[0][0]["vector"] == [float(x) for x in documents[0]["vector"]]

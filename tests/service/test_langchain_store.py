@@ -23,17 +23,21 @@ from tests.service import real_server
 
 KEY = "langchain-writer-key-0123456789ab"
 DIM = 6  # langchain_tests' DeterministicFakeEmbedding
+WIDE = 1536  # OpenAI's text-embedding-3-small
 
 
 @pytest.fixture(scope="module")
 def server_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A server with ``lc``: a documents table of 6 dimensions with a ``metadata`` field and a ``topic`` field,
-    imported with one placeholder document that each test's store deletes."""
+    imported with one placeholder document that each test's store deletes; and ``wide``, of 1,536 dimensions."""
     data = tmp_path_factory.mktemp("langchain-data")
     source = data.parent / "lc.jsonl"
     placeholder = {"id": "placeholder", "text": "placeholder", "vector": [1.0] + [0.0] * (DIM - 1)}
     source.write_text(json.dumps({**placeholder, "metadata": "{}", "topic": "none"}) + "\n")
     assert run_cli("import", source, "--format", "documents", "--name", "lc", "--data-dir", data).code == 0
+    wide = data.parent / "wide.jsonl"  # ``wide``: the same with vectors of an OpenAI embedding's size
+    wide.write_text(json.dumps({**placeholder, "vector": [1.0] + [0.0] * (WIDE - 1), "metadata": "{}"}) + "\n")
+    assert run_cli("import", wide, "--format", "documents", "--name", "wide", "--data-dir", data).code == 0
     log = tmp_path_factory.mktemp("langchain-serve") / "serve.log"
     with real_server.running(data, log, "--workers", "2", env={"EMBEDDING_WRITE_KEYS": KEY}) as server:
         yield server.base
@@ -133,3 +137,23 @@ def test_delete_by_filter_and_from_texts(lee_store: tuple[EmbeddingSearchStore, 
         table="lc",
     )
     assert made.similarity_search("a written note", k=1, filter={"topic": "note"})[0].id == "note"
+
+
+def test_many_wide_documents_are_written_and_found(server_url: str) -> None:
+    """200 documents of 1,536 values (6 MB of JSON, above the server's 4 MiB body limit in one request) are all
+    written, in requests under it, and each is its own nearest."""
+    embedding = DeterministicFakeEmbedding(size=WIDE)
+    store = EmbeddingSearchStore(Client(server_url, api_key=KEY), "wide", embedding=embedding)
+    texts = [f"chunk number {i} of a long document" for i in range(200)]
+    assert store.add_texts(texts, ids=[f"c{i}" for i in range(200)]) == [f"c{i}" for i in range(200)]
+    assert len(store.get_by_ids(["c0", "c123", "c199"])) == 3
+    assert [store.similarity_search(texts[i], k=1)[0].id for i in (0, 123, 199)] == ["c0", "c123", "c199"]
+
+
+def test_an_empty_filter_is_none_and_from_texts_names_what_it_needs(
+    lee_store: tuple[EmbeddingSearchStore, list[str]],
+) -> None:
+    store, texts = lee_store
+    assert store.similarity_search(texts[2], k=3, filter={}) == store.similarity_search(texts[2], k=3)
+    with pytest.raises(TypeError, match=r"client= .* and table="):
+        EmbeddingSearchStore.from_texts(["a note"], DeterministicFakeEmbedding(size=DIM))

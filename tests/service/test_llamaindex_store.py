@@ -126,6 +126,29 @@ def test_get_nodes_skips_missing_ids(store: EmbeddingSearchVectorStore) -> None:
     assert [(n.node_id, n.get_content(), n.metadata) for n in found] == [("1", "foo", {"topic": "a"})]
 
 
+def test_ids_with_filters_and_an_empty_filter_to_delete_are_refused(store: EmbeddingSearchVectorStore) -> None:
+    """The server deletes by ids or by a filter: ids that must also pass a filter, and an empty filter (which
+    passes every node), are refused, and nothing is deleted; nor does get_nodes ignore a filter it cannot apply."""
+    store.add([node("1", "foo", topic="sport"), node("2", "bar", topic="fire")])
+    fire = MetadataFilters(filters=[MetadataFilter(key="topic", value="fire")])
+    with pytest.raises(ValueError, match="node_ids or filters, not both"):
+        store.delete_nodes(["1"], filters=fire)
+    with pytest.raises(ValueError, match="every node"):
+        store.delete_nodes(filters=MetadataFilters(filters=[]))
+    with pytest.raises(ValueError, match="no filters"):
+        store.get_nodes(["1"], filters=fire)
+    assert sorted(ask(store, "foo", 5)) == ["1", "2"]
+    store.delete_nodes(filters=fire)
+    assert ask(store, "foo", 5) == ["1"]
+
+
+def test_an_empty_metadata_filter_is_no_filter(store: EmbeddingSearchVectorStore) -> None:
+    store.add([node("1", "foo", topic="a"), node("2", "bar", topic="b")])
+    empty = MetadataFilters(filters=[])
+    assert filter_of(empty) is None
+    assert ask(store, "foo", 5, filters=empty) == ask(store, "foo", 5) == ["1", "2"]
+
+
 @pytest.fixture()
 def lee_nodes(store: EmbeddingSearchVectorStore, lee_docs: Lee) -> list[TextNode]:
     nodes = [node(f"lee-{i}", lee_docs.texts[i], f"doc-{i % 3}", topic=f"t{i % 4}", row=i) for i in range(40)]
@@ -189,6 +212,19 @@ def test_mmr_is_maximal_marginal_relevance(store: EmbeddingSearchVectorStore, le
         chosen = maximal_marginal_relevance(np.array(query), [n.embedding for n in lee_nodes], threshold, k=10)
         got = ask(store, "election", 10, mode=VectorStoreQueryMode.MMR, mmr_threshold=threshold)
         assert got == [f"lee-{i}" for i in chosen]
+
+
+def test_a_retrievers_mmr_threshold_is_the_stores(store: EmbeddingSearchVectorStore, lee_nodes: list[TextNode]) -> None:
+    """A retriever hands ``vector_store_kwargs`` to ``query`` as keyword arguments (as SimpleVectorStore reads
+    ``mmr_threshold``): the threshold given there is the one searched with."""
+    index = VectorStoreIndex.from_vector_store(store, embed_model=FakeEmbedding())
+    for threshold in (0.0, 0.3, 1.0):
+        retriever = index.as_retriever(
+            similarity_top_k=10, vector_store_query_mode="mmr", vector_store_kwargs={"mmr_threshold": threshold}
+        )
+        got = [n.node.node_id for n in retriever.retrieve("election")]
+        assert got == ask(store, "election", 10, mode=VectorStoreQueryMode.MMR, mmr_threshold=threshold)
+    assert ask(store, "election", 10, mode=VectorStoreQueryMode.MMR, mmr_threshold=0.0) != ask(store, "election", 10)
 
 
 def test_a_vector_store_index_over_the_store(server_url: str, store: EmbeddingSearchVectorStore, lee_docs: Lee) -> None:

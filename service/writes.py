@@ -33,6 +33,7 @@ from index.engine.door import (
     encoder_for,
     filters,
     parse_timestamp,
+    written_row,
 )
 from index.errors import InvalidQuery
 from service.schemas.writes import WriteDocument
@@ -49,8 +50,12 @@ def _field_value(kind: str, value: Any) -> Any:
         return value
     if kind == INTEGER and isinstance(value, int) and not isinstance(value, bool) and -(2**63) <= value < 2**63:
         return value
-    if kind == FLOAT and isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
-        return float(value)
+    if kind == FLOAT and isinstance(value, int | float) and not isinstance(value, bool):
+        try:  # an integer too large for a float overflows
+            if math.isfinite(value):
+                return float(value)
+        except OverflowError:
+            pass
     if kind == BOOLEAN and isinstance(value, bool):
         return value
     if kind == TIMESTAMP and isinstance(value, str):
@@ -98,9 +103,10 @@ def upsert_body(
         if document.vector is not None:
             if len(document.vector) != table.dim:
                 raise InvalidQuery(f"{name}: a vector of {len(document.vector)} values; the table's have {table.dim}")
-            if not any(document.vector):
-                raise InvalidQuery(f"{name}: the vector is all zeros (it has no direction to search by)")
-            vector = [float(np.float32(v)) for v in document.vector]
+            try:
+                vector = written_row(document.vector)
+            except InvalidQuery as error:
+                raise InvalidQuery(f"{name}: {error}", document=i) from None
         elif document.text is None:
             raise InvalidQuery(f"{name}: give its vector, or its text for the table's encoder to embed", document=i)
         else:

@@ -19,8 +19,9 @@ import numpy as np
 
 from index.engine.filters import RowSet
 from index.engine.table import Table, VectorSearch
+from index.errors import InvalidQuery
 from index.store.payload import INTEGER, LOOKUP_LIMIT, TIMESTAMP, Payload, UnknownDocument, arrow_types
-from index.store.rows import normalise
+from index.store.rows import normalise, row_norms
 from index.store.writelog import Record
 
 if TYPE_CHECKING:
@@ -59,9 +60,29 @@ class Document:
 
 
 def parse_timestamp(text: str) -> dt.datetime:
-    """ISO 8601 text as a UTC datetime (no zone: UTC); ValueError when it is not one."""
+    """ISO 8601 text as a UTC datetime (no zone: UTC); ValueError when it is not one, or falls outside the years
+    1 to 9999 in UTC."""
     stamp = dt.datetime.fromisoformat(text.replace("Z", "+00:00") if text.endswith("Z") else text)
-    return stamp.replace(tzinfo=dt.UTC) if stamp.tzinfo is None else stamp.astimezone(dt.UTC)
+    try:
+        return stamp.replace(tzinfo=dt.UTC) if stamp.tzinfo is None else stamp.astimezone(dt.UTC)
+    except OverflowError:
+        raise ValueError(f"{text!r} falls outside the years 1 to 9999 in UTC") from None
+
+
+def written_row(values: Sequence[float]) -> list[float]:
+    """A written document's vector as the table keeps it (float32 values), checked as the builder checks an
+    imported row (``index.build.clean``) and as the delta normalises it (:func:`normalise`, its norm in float32):
+    InvalidQuery for values beyond float32 or a norm that overflows float32 (refused at import too), and for a
+    norm of zero (all zeros, or values too small for float32's squares: no direction to search by)."""
+    with np.errstate(over="ignore", under="ignore", invalid="ignore"):
+        row = np.asarray(values, dtype=np.float32)
+        norm = row_norms(row[None])[0]
+    if not np.isfinite(norm):
+        raise InvalidQuery("the vector has values beyond float32, or its norm overflows float32")
+    if norm == 0:
+        raise InvalidQuery("the vector has no direction to search by (all zeros, or too small for float32)")
+    values_kept: list[float] = row.tolist()
+    return values_kept
 
 
 class Delta:

@@ -25,7 +25,7 @@ import numpy as np
 
 from index.engine import diagnostics, filters
 from index.engine.contextual import contextual, transformer_of
-from index.engine.delta import Delta, Key, parse_timestamp, unwritten, vector_search
+from index.engine.delta import Delta, Key, parse_timestamp, unwritten, vector_search, written_row
 from index.engine.dfs import gather as keyword_statistics
 from index.engine.dfs import summed as summed_statistics
 from index.engine.encode import (
@@ -174,6 +174,7 @@ __all__ = [
     "unit_queries",
     "whole_rows",
     "within_float32",
+    "written_row",
 ]
 
 KEYWORD_HINT = "; mode keyword (and hybrid, which falls back to it) finds the words by the keyword index"

@@ -165,6 +165,20 @@ def test_a_bad_document_is_a_422_naming_it(
         ("/documents", {"documents": [{"id": "h", "text": 7}]}),
         ("/documents", {"documents": [{"id": "h", "vector": ["a"] * 50}]}),
         ("/documents", {"documents": [{"id": "h", "vector": [1e39] * 50}]}),
+        # values within float32 whose norm overflows it, or whose squares vanish in it: refused at import too
+        ("/documents", {"documents": [{"id": "h", "vector": [3e38] * 50}]}),
+        ("/documents", {"documents": [{"id": "h", "vector": [0.1] * 49 + [2e19]}]}),
+        ("/documents", {"documents": [{"id": "h", "vector": [1e-30] * 50}]}),
+        ("/documents", {"documents": [{"id": "h", "vector": [1e-46] * 50}]}),
+        ("/documents", {"documents": [{"id": "h", "text": NOTE, "fields": {"known": 10**400}}]}),
+        (
+            "/documents",
+            {"documents": [{"id": "h", "text": NOTE, "fields": {"published": "9999-12-31T23:00:00-05:00"}}]},
+        ),
+        (
+            "/documents",
+            {"documents": [{"id": "h", "text": NOTE, "fields": {"published": "0001-01-01T00:30:00+01:00"}}]},
+        ),
         ("/documents", {"documents": [{"id": "h", "text": NOTE, "fields": {"year": {"nested": 1}}}]}),
         ("/documents", {"documents": [{"id": "h", "text": NOTE, "fields": {"year": 2**70}}]}),
         ("/documents", {"documents": [{"id": "h", "text": NOTE, "fields": {"tags": "not-a-list"}}]}),

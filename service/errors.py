@@ -70,9 +70,9 @@ ERRORS: dict[str, ErrorKind] = {
 
 _BY_STATUS = {404: "not_found", 405: "method_not_allowed", 413: "body_too_large", 400: "bad_request"}
 _MESSAGES = {"not_found": "no such path", "method_not_allowed": "method not allowed"}
-_DETAILS = {  # FastAPI's words for a body it cannot decode (not UTF-8, or nested too deeply for the parser)
+_DETAILS = {  # FastAPI's words for a body it cannot decode (not UTF-8, nested too deeply, an integer too long)
     "There was an error parsing the body": "the request body cannot be read as JSON: it must be UTF-8 text, "
-    "nested less than 1,000 levels deep"
+    "nested less than 1,000 levels deep, its integers at most 4,300 digits long"
 }
 
 

@@ -275,5 +275,7 @@ def test_a_body_that_is_not_utf8_is_a_documented_400(api: Any) -> None:
     )
     assert response.status_code == 400 and response.json()["error"]["code"] == "bad_request"
     assert "UTF-8" in response.json()["error"]["message"]
+    long_integer = api.post(f"/v1/tables/{TABLE}/search", content=b'{"k": ' + b"9" * 5000 + b"}")
+    assert long_integer.status_code == 400 and "4,300 digits" in long_integer.json()["error"]["message"]
     documented = api.get("/openapi.json").json()["paths"][f"{T}/search"]["post"]["responses"]
     assert "400" in documented

@@ -214,6 +214,18 @@ def serve_workers(options: dict[str, Any]) -> None:
     from uvicorn.supervisors import Multiprocess
 
     class ReloadingSupervisor(Multiprocess):
+        def keep_subprocess_alive(self) -> None:
+            """uvicorn's restart of dead workers, then each dead worker's live gauges (the work in flight) taken out
+            of ``/metrics``, which would otherwise count it for ever."""
+            before = {p.pid for p in self.processes}
+            super().keep_subprocess_alive()
+            if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+                from prometheus_client import multiprocess
+
+                for pid in before - {p.pid for p in self.processes}:
+                    if pid is not None:
+                        multiprocess.mark_process_dead(pid)  # type: ignore[no-untyped-call]  # unannotated there
+
         def handle_hup(self) -> None:
             pids = [p.pid for p in self.processes if p.pid is not None and p.process.is_alive()]
             logging.getLogger("uvicorn.error").info("Received SIGHUP, workers %s reload their tables.", pids)

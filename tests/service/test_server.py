@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
+import re
 import signal
+import threading
 from pathlib import Path
 
+import httpx
 import numpy as np
 import psutil
 import pytest
 
 from index.engine.table import Table
 from service_client import ApiError, Client, Neighbor
-from tests.service.real_server import HTTP, Server, start
+from tests.service.real_server import HTTP, Server, start, wait_for
 
 
 def stop(server: Server) -> None:
@@ -89,8 +94,17 @@ def test_python_client_against_the_real_server(server: str, small: Table) -> Non
         assert invalid.value.status == 422
 
 
-def test_two_workers_share_the_tables_and_the_metrics(small_data_dir: Path, tmp_path: Path) -> None:
-    server = start(small_data_dir, tmp_path / "server.log", "--workers", "2", "--threads", "1")
+def work_running(base: str) -> float:
+    """The engine work in flight, heavy and long, as ``/metrics`` adds it up over the workers alive."""
+    found = re.findall(r'embedding_work\{kind="\w+",state="running"\} ([0-9.e+]+)', HTTP.get(f"{base}/metrics").text)
+    return sum(float(value) for value in found)
+
+
+def test_two_workers_share_the_tables_and_the_metrics(small_data_dir: Path, tmp_path: Path, small: Table) -> None:
+    """Requests and metrics shared by two forked workers; a worker killed midway through its work is restarted,
+    and its work in flight is no longer counted."""
+    env = {"EMBEDDING_MAX_LAYOUT_WORK": "102400"}  # a t-SNE layout of 500 words: long enough to be caught running
+    server = start(small_data_dir, tmp_path / "server.log", "--workers", "2", "--threads", "1", env=env)
     base = server.base
     try:
         with Client(base) as api:
@@ -111,5 +125,27 @@ def test_two_workers_share_the_tables_and_the_metrics(small_data_dir: Path, tmp_
             rollup = Path(f"/proc/{worker.pid}/smaps_rollup").read_text().split()
             shared_dirty_kib = int(rollup[rollup.index("Shared_Dirty:") + 1])
             assert shared_dirty_kib > 16 * 1024, shared_dirty_kib
+
+        tsne = {"tokens": small.tokens[100:600], "method": "tsne", "perplexity": 100}
+
+        def project() -> None:
+            with contextlib.suppress(httpx.HTTPError):  # its worker is killed: no answer
+                HTTP.post(f"{base}/v1/tables/small/project", json=tsne, timeout=120)
+
+        projecting = threading.Thread(target=project)
+        projecting.start()
+        wait_for(lambda: work_running(base) == 1, what="the projection running")
+        for worker in workers:
+            os.kill(worker.pid, signal.SIGKILL)
+        projecting.join(120)
+        alive = {worker.pid for worker in workers}
+        wait_for(
+            lambda: (
+                len({c.pid for c in psutil.Process(server.process.pid).children()} - alive) == 2
+                and HTTP.get(f"{base}/readyz").status_code == 200
+            ),
+            what="two new workers ready",
+        )
+        assert work_running(base) == 0
     finally:
         stop(server)

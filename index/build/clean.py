@@ -44,6 +44,8 @@ def clean(raw: RawTable, path: Path | str, drop_invalid: bool = False) -> tuple[
             raise InputError(path, what + hint, line=raw.first_line + first)
         keep &= ~bad
         report["invalid_rows_dropped"] = int(bad.sum())
+        if not keep.any():
+            raise InputError(path, f"no rows left: all {rows:,} rows are invalid (NaN, Inf or overflowing values)")
 
     if raw.kind != "tokens":
         tokens = raw.tokens

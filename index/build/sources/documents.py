@@ -199,6 +199,10 @@ def _parse_jsonl(path: Path, data: bytes) -> pa.Table | None:
                 chunk = data[start:end]
                 lines = _line_count(chunk)
                 try:
+                    chunk.decode("utf-8")  # pyarrow's parser takes any bytes in a string: the line check names them
+                except UnicodeDecodeError:
+                    raise _Refused from None
+                try:
                     table = pajson.read_json(
                         pa.BufferReader(buffer.slice(start, end - start)),
                         read_options=pajson.ReadOptions(block_size=max(1 << 20, len(chunk) + 1)),
@@ -439,6 +443,10 @@ def read_parquet(path: Path) -> Rows:
     except (OSError, pa.ArrowInvalid) as exc:
         raise InputError(path, f"cannot read the Parquet file ({exc})") from None
     table = pa.Table.from_batches(batches, schema=schema)
+    try:
+        table.validate(full=True)  # Parquet's strings are not checked as read: one that is not UTF-8 is refused here
+    except pa.ArrowInvalid as exc:
+        raise InputError(path, f"cannot read the Parquet file ({exc})") from None
     return Rows(
         table, path, "parquet", lambda rows: np.asarray(rows, dtype=np.int64) + 1, unit="row", infer_timestamps=False
     )

@@ -449,6 +449,40 @@ def test_bad_jsonl_fails_with_file_and_line(tmp_path: Path, lee: Lee, case: str)
     assert not data_dir.exists() or not any(data_dir.iterdir())
 
 
+@pytest.mark.parametrize("where", ["text", "id", "tags", "lang"])
+def test_bytes_that_are_not_utf8_are_refused_with_their_line_or_dropped(tmp_path: Path, lee: Lee, where: str) -> None:
+    """A document's bytes that are not UTF-8 (a Latin-1 'é'), in its text, id or any field: the line is named, as
+    any line's problem is, and --drop-invalid skips it; nothing undecodable reaches the table."""
+    records = jsonl_records(lee)[:20]
+    lines = [json.dumps(r, ensure_ascii=False).encode() for r in records]
+    value = records[7][where]
+    swapped = json.dumps(value[0] if where == "tags" else value, ensure_ascii=False).encode()
+    lines[7] = lines[7].replace(swapped, swapped[:-1] + b"caf\xe9" + swapped[-1:], 1)
+    path = tmp_path / "docs.jsonl"
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    data_dir = tmp_path / "data"
+    message = import_fails(path, data_dir, "--format", "documents")
+    assert message.startswith(f"embedding-index: error: {path}:8: not UTF-8 text (byte 0xe9 at column"), message
+    assert (
+        run_cli("import", path, "--format", "documents", "--name", "t", "--data-dir", data_dir, "--drop-invalid").code
+        == 0
+    )
+    table = Table.load(data_dir / "t")
+    assert table.rows == 19 and table.payload is not None
+    assert [r["id"] for r in table.payload.records(range(19), ["id"])] == [
+        r["id"] for i, r in enumerate(records) if i != 7
+    ]
+
+
+def test_a_parquet_string_that_is_not_utf8_is_refused(tmp_path: Path) -> None:
+    """Parquet's strings are not checked as read: a column holding other bytes is refused, not stored."""
+    path = tmp_path / "latin.parquet"
+    names = pa.array([b"caf\xe9", b"tea"], type=pa.binary()).cast(pa.string(), safe=False)
+    pq.write_table(pa.table({"id": ["a", "b"], "name": names, "vector": [[1.0, 2.0], [3.0, 4.0]]}), path)
+    message = import_fails(path, tmp_path / "data", "--format", "documents")
+    assert message.startswith(f"embedding-index: error: {path}: cannot read the Parquet file") and "UTF8" in message
+
+
 @pytest.mark.parametrize("chunk", [1, 5000, 8 << 20])
 def test_jsonl_blocks_do_not_change_the_result(tmp_path: Path, lee: Lee, chunk: int, monkeypatch) -> None:
     """Blocks of lines are parsed apart; a field typed apart by two blocks is typed as for the whole file."""

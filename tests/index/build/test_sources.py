@@ -353,6 +353,16 @@ def test_drop_invalid_skips_bad_rows_and_counts_them(tmp_path: Path, data_dir: P
     assert cleaning["malformed_rows_dropped"] == 2 and cleaning["invalid_rows_dropped"] == 2
 
 
+def test_drop_invalid_never_leaves_an_empty_table_over_a_good_one(tmp_path: Path, data_dir: Path) -> None:
+    """Every row invalid: refused with --drop-invalid too, and the table of that name stays as it was."""
+    good = write(tmp_path / "ok.txt", [b"a 1 2", b"b 3 4", b"c 5 6"])
+    import_ok(good, data_dir, "t")
+    bad = write(tmp_path / "allbad.txt", [b"a nan 1", b"b inf 2"])
+    message = import_fails(bad, data_dir, "--force", "--drop-invalid")
+    assert "no rows left: all 2 rows are invalid" in message, message
+    assert Table.load(data_dir / "t").tokens[:] == ["a", "b", "c"] and artifact.verify(data_dir / "t").ok
+
+
 def test_trailing_blank_lines_and_bom_are_ignored(tmp_path: Path, data_dir: Path, glove_rows) -> None:
     tokens, matrix = glove_rows
     path = tmp_path / "g.txt"

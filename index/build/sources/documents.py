@@ -47,6 +47,10 @@ BATCH_ROWS = 65_536
 BOM = b"\xef\xbb\xbf"
 BLANK_LINE = re.compile(rb"\n[ \t\r]*(?=\n|\Z)")  # a blank line (what pyarrow's JSON parser skips), after its newline
 FIRST_BLANK = re.compile(rb"[ \t\r]*(?:\n|\Z)")
+# An integer literal of 19 digits or more, which may not fit in 64 bits: pyarrow's parser would make its column
+# floats (and round it), so such a block is checked line by line, where one past 64 bits is refused.
+LONG_INTEGER = re.compile(rb"(?<![\w.+-])-?\d{19,}(?![\d.eE])")
+INT64 = range(-(2**63), 2**63)
 
 
 def read(path: Path, options: ReadOptions) -> RawTable:
@@ -202,6 +206,8 @@ def _parse_jsonl(path: Path, data: bytes) -> pa.Table | None:
                     chunk.decode("utf-8")  # pyarrow's parser takes any bytes in a string: the line check names them
                 except UnicodeDecodeError:
                     raise _Refused from None
+                if LONG_INTEGER.search(chunk):
+                    raise _Refused
                 try:
                     table = pajson.read_json(
                         pa.BufferReader(buffer.slice(start, end - start)),
@@ -328,6 +334,10 @@ def _line_problem(line: bytes, number: int, first: dict[str, tuple[str, int]]) -
     for key, kind in kinds.items():
         if "mixing" in kind:
             return f"field {key!r} is {kind}"
+        if any(
+            isinstance(v, int) and v not in INT64 for v in (value[key] if kind.startswith("a list") else [value[key]])
+        ):
+            return f"field {key!r} holds an integer beyond 64 bits"
         if key in first and not _fits(kind, first[key][0]):
             seen, at = first[key]
             return f"field {key!r} is {kind}, but its first value (line {at}) is {seen}"

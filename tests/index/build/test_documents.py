@@ -360,6 +360,11 @@ JSONL_CASES: dict[str, tuple[Callable[[Lee], list[str]], list[str], str]] = {
         [],
         ":31: field 'tags' is a list mixing numbers and strings",
     ),
+    "integer beyond 64 bits": (
+        lambda lee: _edit(lee, 40, _set("year", 2**64 + 1)),
+        [],
+        ":41: field 'year' holds an integer beyond 64 bits",
+    ),
     "NaN in a float field": (
         lambda lee: _edit(lee, 70, _set("known", float("nan"))),
         [],
@@ -472,6 +477,18 @@ def test_bytes_that_are_not_utf8_are_refused_with_their_line_or_dropped(tmp_path
     assert [r["id"] for r in table.payload.records(range(19), ["id"])] == [
         r["id"] for i, r in enumerate(records) if i != 7
     ]
+
+
+def test_long_integers_within_64_bits_stay_integers(tmp_path: Path, lee: Lee) -> None:
+    """Integers of 19 digits within 64 bits (and such digits in a text) are read exactly, as integers."""
+    records = jsonl_records(lee)[:10]
+    records[3]["year"], records[4]["year"] = 2**63 - 1, -(2**63)
+    records[5]["text"] = "call 12345678901234567890123 now"
+    path = write_jsonl(tmp_path / "docs.jsonl", records)
+    assert run_cli("import", path, "--format", "documents", "--name", "t", "--data-dir", tmp_path / "data").code == 0
+    payload = Table.load(tmp_path / "data" / "t").payload
+    assert payload is not None and payload.fields["year"] == "integer"
+    assert [r["year"] for r in payload.records([3, 4], ["year"])] == [2**63 - 1, -(2**63)]
 
 
 def test_a_parquet_string_that_is_not_utf8_is_refused(tmp_path: Path) -> None:

@@ -360,6 +360,11 @@ JSONL_CASES: dict[str, tuple[Callable[[Lee], list[str]], list[str], str]] = {
         [],
         ":31: field 'tags' is a list mixing numbers and strings",
     ),
+    "unpaired surrogate": (
+        lambda lee: _edit(lee, 9, _set("text", "x \ud800 y")),
+        [],
+        ":10: a string holds an unpaired surrogate escape",
+    ),
     "integer beyond 64 bits": (
         lambda lee: _edit(lee, 40, _set("year", 2**64 + 1)),
         [],

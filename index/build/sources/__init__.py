@@ -142,11 +142,14 @@ def sniff_format(path: Path) -> str:
     first = head.split(b"\n", 1)[0]
     parts = first.split()
     if len(parts) == 2 and all(p.isdigit() for p in parts):
-        # word2vec binary: after the header, a token, a space, then raw float32 bytes (not number text).
+        # word2vec binary: after the header, a token, a space, then raw float32 bytes (not number text). Text
+        # holds numbers up to the end of the row: the next row's token, within 4 x dim bytes of short numbers, is
+        # not looked at.
         rest = head[len(first) + 1 :]
         space = rest.find(b" ")
         values = rest[space + 1 : space + 1 + min(4 * int(parts[1]), 256)] if space >= 0 else b""
-        if any(b not in NUMBER_TEXT for b in values):
+        values = values.split(b"\n", 1)[0]
+        if not values.strip() or any(b not in NUMBER_TEXT for b in values):
             return "word2vec-binary"
         return "fasttext" if name.endswith(".vec") else "word2vec"
     return "glove"

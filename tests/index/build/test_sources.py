@@ -136,6 +136,16 @@ def test_word2vec_text_plain_and_gzip(tmp_path: Path, data_dir: Path, glove_rows
     assert_same_as_gensim(path, raw, binary=False)
 
 
+@pytest.mark.parametrize("dim", [1, 2, 3])
+def test_word2vec_text_of_few_short_numbers_is_text(tmp_path: Path, data_dir: Path, dim: int) -> None:
+    """Rows of a few one-digit numbers: the bytes after the first row are the next row's token, not raw floats."""
+    rows = [(f"w{i}", [(i + j) % 9 + 1 for j in range(dim)]) for i in range(3)]
+    lines = [f"{token} {' '.join(map(str, values))}".encode() for token, values in rows]
+    path = write(tmp_path / "small.txt", lines, header=f"3 {dim}".encode())
+    assert sniff_format(path) == "word2vec"
+    assert import_ok(path, data_dir).tokens[:] == ["w0", "w1", "w2"]
+
+
 def test_fasttext_vec_with_trailing_spaces_and_crlf(tmp_path: Path, data_dir: Path, glove_rows) -> None:
     tokens, matrix = glove_rows
     lines = [line + b" " for line in text_lines(tokens, matrix)]  # fastText ends each row with a space

@@ -358,6 +358,11 @@ def read_csv(path: Path) -> Rows:
     data = read_bytes(path).removeprefix(BOM)
     if not data.strip():
         raise InputError(path, "empty file: no documents")
+    try:  # first: pyarrow's handler of a refused row cannot show a row that is not UTF-8 either
+        data.decode("utf-8")
+    except UnicodeDecodeError as bad:
+        line = data.count(b"\n", 0, bad.start) + 1
+        raise InputError(path, f"not UTF-8 text (byte 0x{data[bad.start]:02x})", line=line) from None
     refused: list[tuple[int, int, int]] = []  # (record number, cells, expected cells)
 
     def invalid(row: pacsv.InvalidRow) -> str:
@@ -371,7 +376,7 @@ def read_csv(path: Path) -> Rows:
         names = head.schema.names
         head.close()
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
-        raise _csv_error(path, data, exc) from None
+        raise _csv_error(path, exc) from None
     for i, name in enumerate(names):
         if not name.strip():
             raise InputError(path, f"header column {i + 1} has no name", line=1)
@@ -394,7 +399,7 @@ def read_csv(path: Path) -> Rows:
                 batches.append(batch)
                 progress.advance(batch.num_rows)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
-        raise _csv_error(path, data, exc) from None
+        raise _csv_error(path, exc) from None
     table = pa.Table.from_batches(batches, schema=reader.schema)
     records = _CsvRecords(data, table.num_rows, [number for number, _, _ in refused])
     problems = [
@@ -403,12 +408,7 @@ def read_csv(path: Path) -> Rows:
     return Rows(table, path, "csv", records, problems=problems, text_only=True)
 
 
-def _csv_error(path: Path, data: bytes, exc: Exception) -> InputError:
-    try:
-        data.decode("utf-8")
-    except UnicodeDecodeError as bad:
-        line = data.count(b"\n", 0, bad.start) + 1
-        return InputError(path, f"not UTF-8 text (byte 0x{data[bad.start]:02x})", line=line)
+def _csv_error(path: Path, exc: Exception) -> InputError:
     return InputError(path, f"cannot read as CSV: {exc}")
 
 

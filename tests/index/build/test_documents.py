@@ -599,6 +599,7 @@ def test_parquet_and_csv_types(tmp_path: Path, lee: Lee) -> None:
     assert payload.text([0]) == [None] and np.array_equal(payload.row_of([300, 1]), [299, 0])
 
 
+@pytest.mark.filterwarnings("error::pytest.PytestUnraisableExceptionWarning")  # nothing said beside the error
 def test_bad_csv_and_parquet_name_the_line_or_row(tmp_path: Path, lee: Lee) -> None:
     rows = csv_rows(lee)
     rows[3][1] = 'A quoted "text"\nover two lines, with a comma'  # row 2 spans lines 4 and 5
@@ -613,7 +614,7 @@ def test_bad_csv_and_parquet_name_the_line_or_row(tmp_path: Path, lee: Lee) -> N
     rows[3][1] = "two\nlines"
     rows[20] = rows[20][:4]
     rows[30][3] = '["a", 3'  # not JSON
-    path = write_csv(tmp_path / "cells.csv", rows)
+    path = cells = write_csv(tmp_path / "cells.csv", rows)
     message = import_fails(path, tmp_path / "data")
     assert (
         message
@@ -623,6 +624,13 @@ def test_bad_csv_and_parquet_name_the_line_or_row(tmp_path: Path, lee: Lee) -> N
     assert (
         len(payload) == 298 and "line 22: 4 cells, the header has 9; line 32: field 'tags' is not a JSON array" in out
     )
+
+    # A row that is not UTF-8 and has a cell too many: the one line of the first, nothing else said
+    latin = tmp_path / "latin.csv"
+    lines = cells.read_bytes().split(b"\n")
+    lines[7] += b",extra caf\xe9"
+    latin.write_bytes(b"\n".join(lines))
+    assert import_fails(latin, tmp_path / "data") == f"embedding-index: error: {latin}:8: not UTF-8 text (byte 0xe9)"
 
     vectors = lee.vectors.copy()
     vectors[17, 4] = np.nan

@@ -567,14 +567,16 @@ def test_parquet_and_csv_types(tmp_path: Path, lee: Lee) -> None:
     }
     assert np.array_equal(payload.row_of([1005, "1299"]), [5, 299]) and payload.text([7]) == [lee.texts[7]]
 
-    header = ["id", "code", "count", "flag", "when", "ratio", "mixed", "vector"]
+    header = ["id", "code", "count", "flag", "when", "ratio", "mixed", "huge", "vector"]
     rows = [header]
     for i in range(300):
         code = f"{i:03d}"  # leading zeros: text
         mixed = str(i) if i < 299 else "n/a"  # one cell is not a number: a string field
         when = f"2001-02-{1 + i % 28:02d}" if i % 5 else ""
+        huge = str(i) if i < 299 else str(2**64 + 1)  # one whole number beyond 64 bits: a string field, as written
         vector = json.dumps(lee.vectors[i].tolist())
-        rows.append([str(i + 1), code, str(i * 7), ["True", "false"][i % 2], when, f"{i / 3:.6g}", mixed, vector])
+        flag = ["True", "false"][i % 2]
+        rows.append([str(i + 1), code, str(i * 7), flag, when, f"{i / 3:.6g}", mixed, huge, vector])
     _, payload, _ = import_ok(write_csv(tmp_path / "typed.csv", rows), tmp_path / "data", "csv")
     assert payload.id_type == "integer" and payload.text_field is None
     assert payload.fields == {
@@ -584,9 +586,10 @@ def test_parquet_and_csv_types(tmp_path: Path, lee: Lee) -> None:
         "when": "timestamp",
         "ratio": "float",
         "mixed": "string",
+        "huge": "string",
     }
     assert payload.records([0, 7]) == [
-        {"code": "000", "count": 0, "flag": True, "when": None, "ratio": 0.0, "mixed": "0"},
+        {"code": "000", "count": 0, "flag": True, "when": None, "ratio": 0.0, "mixed": "0", "huge": "0"},
         {
             "code": "007",
             "count": 49,
@@ -594,8 +597,10 @@ def test_parquet_and_csv_types(tmp_path: Path, lee: Lee) -> None:
             "when": "2001-02-08T00:00:00Z",
             "ratio": float("2.33333"),
             "mixed": "7",
+            "huge": "7",
         },
     ]
+    assert payload.records([299], ["huge"]) == [{"huge": "18446744073709551617"}]
     assert payload.text([0]) == [None] and np.array_equal(payload.row_of([300, 1]), [299, 0])
 
 

@@ -137,6 +137,8 @@ def sniff_format(path: Path) -> str:
         raise InputError(path, f"cannot read: {exc}") from None
     if head.startswith((b"\x93NUMPY", b"PK\x03\x04")):
         return "npy"
+    if head.startswith((b"\xfd7zXZ\x00", b"BZh")) and (head[:1] == b"\xfd" or head[4:10] == b"1AY&SY"):
+        raise InputError(path, "xz or bzip2 compressed: decompress it first (gzip is read as it is)")
     if len(head) > 1 and head[0] == 0x80 and 2 <= head[1] <= 5:
         return "gensim"  # a pickle
     first = head.split(b"\n", 1)[0]

@@ -7,9 +7,11 @@ must end with exit status 1, one line on stderr naming the file (and line), and 
 
 from __future__ import annotations
 
+import bz2
 import gzip
 import io
 import json
+import lzma
 import subprocess
 import sys
 from collections.abc import Callable
@@ -472,6 +474,14 @@ def _join(lines: list[bytes]) -> bytes:
 
 
 BAD_CASES: dict[str, tuple[Callable[[Path, object], list[object]], list[str]]] = {
+    "xz compressed": (
+        lambda p, r: _write_case(p, "g.txt.xz", lzma.compress(_join(_lines(r)))),
+        ["g.txt.xz:", "xz or bzip2 compressed: decompress it first"],
+    ),
+    "bzip2 compressed": (
+        lambda p, r: _write_case(p, "g.txt.bz2", bz2.compress(_join(_lines(r)))),
+        ["g.txt.bz2:", "xz or bzip2 compressed: decompress it first"],
+    ),
     "wrong row length": (
         lambda p, r: _write_case(p, "g.txt", _join([*_lines(r)[:57], b"short 0.1 0.2", *_lines(r)[58:]])),
         ["g.txt:58:", "2 values after the token, expected 50"],

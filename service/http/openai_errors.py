@@ -19,12 +19,18 @@ CODES = {"unknown_table": "model_not_found"}  # OpenAI's name where it has one
 PARAMS = {"unknown_table": "model"}
 
 
+def is_openai(path: str) -> bool:
+    """Whether errors on ``path`` are answered in OpenAI's shape."""
+    return path in PATHS or path.startswith(PREFIXES)
+
+
 def _param(details: Any) -> str | None:
-    """``input`` or ``input[2]`` from the first validation problem's location (after "body")."""
+    """``input`` or ``input[2]`` from the first validation problem's location (after "body"); none for a body
+    that is not JSON (its location is a character offset)."""
     if not isinstance(details, list) or not details or not isinstance(details[0], dict):
         return None
     loc = [str(part) for part in details[0].get("loc", [])][1:]
-    if not loc:
+    if not loc or details[0].get("type") == "json_invalid":
         return None
     item = next((part for part in loc[1:] if part.isdigit()), None)  # a list's item (union tags left out)
     return loc[0] + (f"[{item}]" if item is not None else "")
@@ -52,14 +58,13 @@ def openai_error(status: int, body: bytes) -> bytes:
 
 
 class OpenAIErrorsMiddleware:
-    """Rewrite error answers on ``paths`` into OpenAI's error shape."""
+    """Rewrite error answers on the OpenAI-compatible paths into OpenAI's error shape."""
 
-    def __init__(self, app: ASGIApp, paths: frozenset[str] = PATHS) -> None:
+    def __init__(self, app: ASGIApp) -> None:
         self.app = app
-        self.paths = paths
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or (scope["path"] not in self.paths and not scope["path"].startswith(PREFIXES)):
+        if scope["type"] != "http" or not is_openai(scope["path"]):
             await self.app(scope, receive, send)
             return
         start: Message | None = None

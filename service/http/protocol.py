@@ -50,6 +50,7 @@ from uvicorn.server import ServerState
 
 from service.errors import error_body, status_of
 from service.http.one_write import use_one_write
+from service.http.openai_errors import is_openai, openai_error
 
 log = logging.getLogger("uvicorn.error")
 
@@ -85,11 +86,16 @@ OVERLOADED_BODY = _body("overloaded", "the server has as many connections open a
 OVERLOADED_HEADERS = [JSON, (b"retry-after", b"%d" % RETRY_AFTER_SECONDS), CLOSE]
 
 
+def _shaped(scope: Any, code: str, body: bytes) -> bytes:
+    """``body`` as the request's path answers errors: in OpenAI's shape on the OpenAI-compatible paths."""
+    return openai_error(status_of(code), body) if is_openai(scope.get("path", "")) else body
+
+
 def refusal(code: str, message: str) -> Any:
     """The ASGI app answering ``code`` and closing, for a queued (pipelined) request refused before it runs."""
-    body = _body(code, message)
 
     async def app(scope: Any, receive: Any, send: Any) -> None:
+        body = _shaped(scope, code, _body(code, message))
         headers = [JSON, CLOSE, (b"content-length", b"%d" % len(body))]
         await send({"type": "http.response.start", "status": status_of(code), "headers": headers})
         await send({"type": "http.response.body", "body": body})
@@ -99,9 +105,10 @@ def refusal(code: str, message: str) -> Any:
 
 async def overloaded(scope: Any, receive: Any, send: Any) -> None:
     """The ASGI app of a connection opened beyond ``max_connections``."""
-    headers = [*OVERLOADED_HEADERS, (b"content-length", b"%d" % len(OVERLOADED_BODY))]
+    body = _shaped(scope, "overloaded", OVERLOADED_BODY)
+    headers = [*OVERLOADED_HEADERS, (b"content-length", b"%d" % len(body))]
     await send({"type": "http.response.start", "status": status_of("overloaded"), "headers": headers})
-    await send({"type": "http.response.body", "body": OVERLOADED_BODY})
+    await send({"type": "http.response.body", "body": body})
 
 
 class Lingering(asyncio.Protocol):

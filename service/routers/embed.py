@@ -78,13 +78,13 @@ def openai_responses(*codes: str) -> dict[int | str, dict[str, Any]]:
 )
 async def create_embeddings(request: Request, body: OpenAIEmbeddingsRequest) -> Response:
     table = (await get_registry(request)).get(body.model)
-    if body.dimensions is not None and body.dimensions != table.dim:
-        message = f"table {table.name!r} gives {table.dim} dimensions; dimensions must be {table.dim} or left out"
-        raise ApiError("invalid_request", message, param="dimensions")
-    try:
+    try:  # first: a table that embeds no text is the model's fault, whatever the dimensions asked
         encoder = encoder_for(table)
     except InvalidQuery as exc:
         raise ApiError(exc.code, exc.message, param="model") from None
+    if body.dimensions is not None and body.dimensions != table.dim:
+        message = f"table {table.name!r} gives {table.dim} dimensions; dimensions must be {table.dim} or left out"
+        raise ApiError("invalid_request", message, param="dimensions")
     try:
         encoder.check(body.pooling)
     except InvalidQuery as exc:

@@ -234,6 +234,10 @@ def test_connections_over_the_limit_get_503(server: Server) -> None:
             assert closed(extra)
         error = error_of(response, 503)
         assert error["code"] == "overloaded" and response[1]["retry-after"] == "1"
+        with connect(server.port) as extra:  # on an OpenAI-compatible path, in OpenAI's shape
+            extra.sendall(request("GET", "/v1/models"))
+            error = error_of(read_response(extra), 503)
+        assert error == {"message": error["message"], "type": "server_error", "param": None, "code": "overloaded"}
         for sock in kept:  # the connections within the limit are served as before
             sock.sendall(request("GET", "/readyz"))
             assert read_response(sock)[0] == 200

@@ -82,6 +82,16 @@ def test_a_lone_surrogate_in_openai_embeddings_is_a_422(client: TestClient) -> N
         assert status == 422 and answer["error"]["type"] == "invalid_request_error", answer
 
 
+def test_openai_errors_name_the_right_param(client: TestClient) -> None:
+    """A table that embeds no text is the model's fault whatever the dimensions asked; a body that is not JSON
+    names no param (its location is a character offset)."""
+    status, answer = post(client, "/v1/embeddings", {"model": "lee", "input": "heart", "dimensions": 384})
+    assert status == 422 and answer["error"]["param"] == "model", answer
+    broken = client.post("/v1/embeddings", content=b'{"model": "lee", "input": "heart",}')
+    assert broken.status_code == 422 and broken.json()["error"]["param"] is None, broken.text
+    assert set(broken.json()["error"]) == {"message", "type", "param", "code"}
+
+
 def test_the_filters_without_the_surrogate_are_answered(client: TestClient) -> None:
     status, answer = post(client, f"{LEE}/search", {"id": "lee-000", "filter": {"tags": {"in": ["a", "\u00e9"]}}})
     assert status == 200 and answer["passing"] == 0, answer

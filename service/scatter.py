@@ -371,7 +371,10 @@ def route(front: Front, name: str) -> APIRoute:
         """One query's merged answer; a shard's refusal raises :class:`ShardRefused`, a shard that did not answer
         an ``ApiError`` (unless partial answers are taken)."""
         words = await front.kind_of(name) == WORDS
-        given, drop, query = await by_vector(body, given)
+        try:
+            given, drop, query = await by_vector(body, given)
+        except ShardFailed as outcome:  # the shard that owns a query's document did not give its vector
+            raise failed(name, outcome) from None
         asked = word_body(body, given) if words else shard_body(body, given, len(drop))
         everyone = list(range(len(shards)))
 
@@ -399,9 +402,7 @@ def route(front: Front, name: str) -> APIRoute:
         for outcome in outcomes:
             if isinstance(outcome, ShardFailed):
                 if not front.settings.partial:
-                    code = "shard_timeout" if outcome.timed_out else "shard_unavailable"
-                    message = f"shard {outcome.shard} of table {name!r} did not answer: {outcome.reason}"
-                    raise ApiError(code, message, table=name, shard=outcome.shard)
+                    raise failed(name, outcome)
                 missing.append({"shard": outcome.shard, "reason": outcome.reason})
                 parts.append(None)
             elif isinstance(outcome, BaseException):

@@ -313,6 +313,12 @@ def test_a_stopped_shard_fails_or_is_flagged(servers: dict[str, Any], lee_docs: 
         h["id"] for h in kept if h["score"] > kept[-1]["score"]
     }
     assert {h["id"] for h in whole["hits"][:20]} - {h["id"] for h in got["hits"]}  # shard 2's are missing
+    # A query by a document of shard 2 has no vector to search by, partial answers or not
+    owned = next(f"lee-{i:03d}" for i in range(300) if shardmap.shard_of_id(f"lee-{i:03d}", SHARDS) == 2)
+    for front in ("front", "partial"):
+        for query in ({"id": owned, "k": 3}, {"queries": [{"id": owned}], "k": 3}):
+            status, got = search(servers[front], query)
+            assert status == 503 and got["error"]["code"] == "shard_unavailable" and got["error"]["shard"] == 2, got
 
 
 def test_one_server_serves_a_sharded_table_whole(servers: dict[str, Any], lee_docs: Lee) -> None:

@@ -373,8 +373,8 @@ def route(front: Front, name: str) -> APIRoute:
         words = await front.kind_of(name) == WORDS
         try:
             given, drop, query = await by_vector(body, given)
-        except ShardFailed as outcome:  # the shard that owns a query's document did not give its vector
-            raise failed(name, outcome) from None
+        except ShardFailed as silent:  # the shard that owns a query's document did not give its vector
+            raise failed(name, silent) from None
         asked = word_body(body, given) if words else shard_body(body, given, len(drop))
         everyone = list(range(len(shards)))
 

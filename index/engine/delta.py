@@ -309,8 +309,10 @@ def vector_search(
             mine, places = scores[q][allowed], candidates[allowed]
             top = min(want, len(places))
             if top:
-                best = np.argpartition(-mine, top - 1)[:top] if top < len(places) else np.arange(len(places))
-                best = best[np.lexsort((places[best], -mine[best]))]  # by score, equal scores in write order
+                best = np.arange(len(places))
+                if top < len(places):  # the best, and every score equal to the last of them: ties are cut below
+                    best = np.flatnonzero(mine >= mine[np.argpartition(-mine, top - 1)[top - 1]])
+                best = best[np.lexsort((places[best], -mine[best]))][:top]  # by score, equal scores in write order
                 hits += list(zip((places[best] + base).tolist(), mine[best].astype(np.float64).tolist(), strict=True))
         hits.sort(key=lambda hit: -hit[1])  # stable: the version's rows first among equal scores
         page = hits[search.offset : want]

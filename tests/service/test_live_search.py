@@ -269,3 +269,31 @@ def test_a_word_only_a_written_document_holds_keeps_mode_hybrid(
         assert answer.status_code == 200, answer.text
         assert "fallback" not in answer.json(), answer.json()
         assert "new/word" in {hit["id"] for hit in answer.json()["hits"]}
+
+
+def test_pages_through_equal_scores_of_written_documents_see_each_once(
+    lee_data_dir: Path, tmp_path: Path, lee_docs: Lee
+) -> None:
+    """Written documents of one vector tie with the imported one of that vector: pages cut between them show
+    each once, in the order one page of all shows them (the imported row, then the writes in write order)."""
+    shutil.copytree(lee_data_dir / "lee", tmp_path / "lee")
+    vector = lee_docs.vectors[0].tolist()
+    others = np.random.default_rng(3).standard_normal((32, len(vector))).tolist()  # far from it
+    written = [
+        {"id": f"{'tie' if i % 4 == 3 else 'other'}/{i}", "text": "a write", "vector": vector if i % 4 == 3 else row}
+        for i, row in enumerate(others)
+    ]  # the ties among other writes, so that a partition of the scores may cut them in any order
+    ties = [w for w in written if w["id"].startswith("tie/")]
+    with client_for(data_dir=tmp_path, write_keys=[KEY], compact_rows=0) as client:
+        answer = client.post("/v1/tables/lee/documents", json={"documents": written}, headers=HEADERS)
+        assert answer.status_code == 200, answer.text
+        whole = [h["id"] for h in client.post("/v1/tables/lee/search", json={"vector": vector, "k": 9}).json()["hits"]]
+        pages = [
+            h["id"]
+            for offset in (0, 3, 6)
+            for h in client.post("/v1/tables/lee/search", json={"vector": vector, "k": 3, "offset": offset}).json()[
+                "hits"
+            ]
+        ]
+    assert whole == [lee_docs.ids[0], *(t["id"] for t in ties)]
+    assert pages == whole

@@ -75,6 +75,7 @@ from index.errors import EmbeddingError, InvalidQuery
 from service.errors import ApiError, item_error
 from service.respond import FastJSON
 from service.scatter_words import WORDS, merged_neighbors, word_body
+from service.schemas.common import LIMITS
 from service.schemas.search import SearchRequest, words_only
 from service.shard_settings import ShardSettings
 
@@ -299,6 +300,12 @@ def shard_body(body: SearchRequest, given: dict[str, Any], extra: int = 0) -> di
     deeper, for the documents the front leaves out), from offset 0, its hits with their rows (and their unit
     vectors, for a diverse search or a client that asks for them)."""
     depth = depth_of(body) + extra
+    if depth > LIMITS.get().max_k:  # a shard answers at most max_k: said here, as the word routes' front says it
+        raise InvalidQuery(
+            f"k: the front of a sharded table asks each shard for {depth} hits (the page, its re-ranking's "
+            f"candidates and the query's own documents, which the merge leaves out), at most max_k "
+            f"({LIMITS.get().max_k}): ask a smaller page"
+        )
     query: dict[str, Any] = {name: given[name] for name in ("vector", "text", "filter") if name in given}
     items: list[dict[str, Any]] = []
     if body.mode in ("vector", "hybrid"):
@@ -471,7 +478,7 @@ def route(front: Front, name: str) -> APIRoute:
 def elsewhere(front: Front, routes: Sequence[BaseRoute]) -> list[Route]:
     """For each sharded table fronted here, a word table's routes by token (``service.scatter_tokens``), and its
     table routes among ``routes`` that the front does not answer (every one but ``POST .../search``, those by token
-    and the documents' own routes): a 404 that says so, not "no table named"."""
+    and the writes of documents): a 404 that says so, not "no table named"."""
     from service.scatter_tokens import routes as token_routes  # a sharded word table's routes by token
 
     out: list[Route] = []
@@ -491,10 +498,12 @@ def elsewhere(front: Front, routes: Sequence[BaseRoute]) -> list[Route]:
         out += answered
         for route in routes:
             path = getattr(route, "path", "")
-            if not path.startswith(TABLE) or path.startswith(f"{TABLE}/documents") or path == f"{TABLE}/search":
+            if not path.startswith(TABLE) or path == f"{TABLE}/search":
                 continue
             mine = path.replace(TABLE, f"/v1/tables/{name}", 1)
             methods = {m for m in getattr(route, "methods", None) or () if (mine, m) not in taken}
+            if path.startswith(f"{TABLE}/documents"):
+                methods -= {"POST", "DELETE"}  # the writes, which the front answers (service.scatter_writes)
             if methods:
                 out.append(Route(mine, refuse, methods=sorted(methods)))
     return out

@@ -214,10 +214,15 @@ def test_the_front_checks_requests_as_any_search(servers: dict[str, Any], lee_do
         HTTP.get(f"{base}/fields"),
         HTTP.get(f"{base}/neighbors?token=fire"),
         HTTP.post(f"{base}/similarity", json={"pairs": [["a", "b"]]}),
+        HTTP.get(f"{base}/documents/lee-001"),
     ):
         error = answer.json()["error"]
         assert answer.status_code == 404 and error["code"] == "not_found", answer.text
         assert "table 'lee' is sharded and this server is its front" in error["message"], answer.text
+    for body in ({"id": "lee-020", "k": 1000}, {"vector": lee_docs.vectors[0].tolist(), "k": 300, "diversity": 0.5}):
+        status, got = search(servers["front"], body)  # more than a shard answers: said so
+        assert status == 422 and "asks each shard for" in got["error"]["message"], got
+        assert search(servers["front"], {**body, "k": 200})[0] == 200
     for server in (servers["front"], servers["one"]):  # the first rows of a table split by hash mean nothing
         status, got = search(server, {"vector": lee_docs.vectors[0].tolist(), "k": 5, "restrict": 10})
         assert status == 422 and "restrict" in got["error"]["message"], got

@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -91,6 +92,7 @@ ASKED = ("row", "vector")  # what a shard's hits carry for the front (``include`
 @dataclass
 class Shard:
     replicas: list[str]
+    table: str  # the sharded table's name, which its messages say rather than the shard's own
     turn: itertools.count[int] = field(default_factory=itertools.count)
 
     def order(self) -> list[str]:
@@ -103,6 +105,14 @@ class ShardFailed(Exception):
     def __init__(self, shard: int, reason: str, timed_out: bool) -> None:
         super().__init__(reason)
         self.shard, self.reason, self.timed_out = shard, reason, timed_out
+
+
+SHARD_TABLE = re.compile(rb"table '(shard-\d+)'")  # how a shard's messages name its own table
+
+
+def named(table: str, answer: bytes) -> bytes:
+    """A shard's answer as the sharded table's: its messages name ``table``, not the shard's own table."""
+    return SHARD_TABLE.sub(f"table '{table}'".encode(), answer)  # table names are plain (validated) text
 
 
 class ShardRefused(Exception):
@@ -118,7 +128,9 @@ class Front:
 
     def __init__(self, settings: ShardSettings) -> None:
         self.settings = settings
-        self.tables = {name: [Shard(list(replicas)) for replicas in shards] for name, shards in settings.shards.items()}
+        self.tables = {
+            name: [Shard(list(replicas), name) for replicas in shards] for name, shards in settings.shards.items()
+        }
         self._client: httpx.AsyncClient | None = None
         self.kinds: dict[str, str] = {}  # each table's kind ("documents", "words"), as its shards say
 
@@ -184,7 +196,7 @@ class Front:
                 reasons.append(f"{replica}: {type(exc).__name__} ({exc})")
                 continue
             if 400 <= answer.status_code < 500:
-                raise ShardRefused(answer.status_code, answer.content)
+                raise ShardRefused(answer.status_code, named(shard.table, answer.content))
             if answer.status_code != 200:
                 reasons.append(f"{replica}: status {answer.status_code}")
                 continue
@@ -419,7 +431,8 @@ def route(front: Front, name: str) -> APIRoute:
         for part in parts:  # an item's own error (a text with no known word): the request's
             for item in part["results"] if part is not None else ():
                 if "error" in item:
-                    raise ApiError(item["error"]["code"], item["error"]["message"], table=name)
+                    message = named(name, item["error"]["message"].encode()).decode()
+                    raise ApiError(item["error"]["code"], message, table=name)
         if words:
             out: dict[str, Any] = {"neighbors": merged_neighbors(body, parts)}
         else:

@@ -204,6 +204,10 @@ def test_the_front_checks_requests_as_any_search(servers: dict[str, Any], lee_do
     status, got = search(servers["front"], {"id": "nope", "k": 5})
     expected_status, expected = search(servers["whole"], {"id": "nope", "k": 5})
     assert status == expected_status == 404 and got["error"]["code"] == expected["error"]["code"], got
+    for body in ({"id": "nope", "k": 5}, {"vector": lee_docs.vectors[0].tolist(), "k": 5, "fields": ["nope"]}):
+        _, got = search(servers["front"], body)  # a shard's message names the sharded table, as the whole's does
+        _, expected = search(servers["whole"], body)
+        assert got["error"]["message"] == expected["error"]["message"] and "'lee'" in got["error"]["message"], got
     ready = HTTP.get(f"{servers['front'].base}/readyz")  # no table of its own, the sharded one fronted
     assert ready.status_code == 200 and ready.json()["loaded"] == ["lee"], ready.text
     status, got = search(servers["front"], {"text": "fire", "mode": "hybrid", "k": 5, "diversity": 0.5})

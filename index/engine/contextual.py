@@ -36,13 +36,21 @@ def _cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return out
 
 
-def _occurrences(ids: list[list[int]], vectors: list[np.ndarray], pieces: list[int]) -> list[Occurrence]:
+CONTINUATION = "##"  # a WordPiece label that continues the word before it ("heart ##ache")
+
+
+def _occurrences(
+    ids: list[list[int]], vectors: list[np.ndarray], pieces: list[int], labels: list[list[str]]
+) -> list[Occurrence]:
+    """Where the word of ``pieces`` occurs whole: its pieces, not followed by a piece that continues the word (so
+    "heart" is not found in "heartache")."""
     width = len(pieces)
     found = []
     for text, row in enumerate(ids):
         for start in range(len(row) - width + 1):
-            if row[start : start + width] == pieces:
-                found.append(Occurrence(text, start, vectors[text][start : start + width].mean(axis=0)))
+            end = start + width
+            if row[start:end] == pieces and not (end < len(row) and labels[text][end].startswith(CONTINUATION)):
+                found.append(Occurrence(text, start, vectors[text][start:end].mean(axis=0)))
     return found
 
 
@@ -77,8 +85,9 @@ def contextual(encoder: TransformerEncoder, texts: list[str], token: str | None 
     forward = encoder.forward(tokenised.ids, tokens=True)
     assert forward.tokens is not None  # asked for
     answer: dict[str, Any] = {"table": table.name, "texts": []}
-    for text, ids, truncated, vectors in zip(texts, tokenised.ids, tokenised.truncated, forward.tokens, strict=True):
-        labels = table.tokens.labels(ids)
+    every_label = [table.tokens.labels(ids) for ids in tokenised.ids]
+    each = zip(texts, tokenised.ids, every_label, tokenised.truncated, forward.tokens, strict=True)
+    for text, ids, labels, truncated, vectors in each:
         tokens = [{"id": i, "token": t, "vector": v} for i, t, v in zip(ids, labels, vectors, strict=True)]
         answer["texts"].append({"text": text, "truncated": truncated, "tokens": tokens})
     if token is None:
@@ -86,7 +95,7 @@ def contextual(encoder: TransformerEncoder, texts: list[str], token: str | None 
     pieces = encoder.tokenizer.encode(token, add_special_tokens=False).ids
     if not pieces:
         raise InvalidQuery(f"token {token!r} has no piece in table {table.name!r}'s tokenizer")
-    found = _occurrences(tokenised.ids, forward.tokens, pieces)
+    found = _occurrences(tokenised.ids, forward.tokens, pieces, every_label)
     if not found:
         split = " ".join(table.tokens.labels(pieces))
         raise InvalidQuery(f"{token!r} ({split}) occurs in none of the texts")

@@ -179,6 +179,17 @@ def test_contextual_word_of_several_pieces(client: TestClient) -> None:
     assert [(o["text"], o["position"]) for o in word["occurrences"]] == [(0, 1), (1, 2)]
 
 
+def test_contextual_finds_a_word_whole_not_inside_a_longer_one(client: TestClient) -> None:
+    """ "heart" is not found as the first piece of "heartache" (heart ##ache), nor "heartache" in "heartaches"."""
+    texts = ["my heartache will pass", "a heart attack", "so many heartaches"]
+    heart = client.post("/v1/tables/st/contextual", json={"texts": texts, "token": "heart"}).json()["token"]
+    assert [(o["text"], o["position"]) for o in heart["occurrences"]] == [(1, 2)]
+    ache = client.post("/v1/tables/st/contextual", json={"texts": texts, "token": "heartache"}).json()["token"]
+    assert [(o["text"], o["position"]) for o in ache["occurrences"]] == [(0, 2)]
+    bank = client.post("/v1/tables/st/contextual", json={"texts": ["the bankroll was large"], "token": "bank"})
+    assert bank.status_code == 422 and "occurs in none of the texts" in bank.json()["error"]["message"]
+
+
 @pytest.mark.parametrize(
     ("path", "body", "message"),
     [

@@ -83,15 +83,20 @@ class Centrality:
 
 
 def rank_by_centrality(table: Table, words: Sequence[str], skip_unknown: bool = True) -> Centrality:
-    """The words by cosine with the mean of their unit rows, as gensim ``rank_by_centrality``."""
+    """The words by cosine with the mean of their unit rows, as gensim ``rank_by_centrality`` computes it, step for
+    step: the rows summed one after another in float32 and divided by their count, scaled to unit length by
+    BLAS's ``dnrm2`` and ``dscal`` in float64 and rounded back to float32 (``matutils.unitvec``), then one float32
+    product. Two words' scores are equal but for that rounding, so only gensim's own steps give gensim's order."""
+    from scipy.linalg.blas import dnrm2, dscal  # on the first call only: SciPy's BLAS, as gensim calls it
+
     resolved = resolve_words(table, words, skip_unknown)
-    unit = _unit(table, resolved.ids)
-    mean = unit.mean(axis=0)
-    norm = np.sqrt(mean @ mean)
-    scores = unit @ (mean / norm) if norm > 0 else np.zeros(len(unit))  # gensim's unitvec keeps a zero vector
-    # gensim sorts (float32 score, key) pairs in reverse: ties go to the later key in string order. Two words
-    # are always tied (each has the same cosine with their mean): rounded to float32, the tie is gensim's.
-    scores = scores.astype(np.float32).astype(np.float64)
+    unit = np.asarray(table.vectors[resolved.ids], dtype=np.float32)
+    mean = np.cumsum(unit, axis=0)[-1] / np.float32(len(unit))  # summed in order, as gensim's loop adds
+    norm = float(dnrm2(mean.astype(np.float64)))
+    if norm > 0:  # gensim's unitvec keeps a zero vector
+        mean = np.asarray(dscal(1.0 / norm, mean.astype(np.float64)), dtype=np.float32)
+    scores = (unit @ mean).astype(np.float64)
+    # gensim sorts (float32 score, key) pairs in reverse: equal scores go to the later key in string order.
     pairs = sorted(zip(scores.tolist(), resolved.found, strict=True), key=lambda p: (p[0], p[1].token), reverse=True)
     return Centrality([(r, s) for s, r in pairs], resolved.unknown)
 

@@ -22,7 +22,7 @@ import signal
 import socket
 import sys
 import tempfile
-from pathlib import Path
+from collections.abc import Callable
 from types import FrameType
 from typing import Any
 
@@ -42,7 +42,7 @@ def parser() -> argparse.ArgumentParser:
         description="Serve every embedding table in a data directory as a JSON API (docs at /docs). "
         "Every option can also be set as an environment variable: EMBEDDING_DATA_DIR, EMBEDDING_MAX_K, ...",
     )
-    p.add_argument("--data-dir", type=Path, help="directory of built tables (EMBEDDING_DATA_DIR, default ./data)")
+    p.add_argument("--data-dir", help="directory of built tables (EMBEDDING_DATA_DIR, default ./data)")
     p.add_argument("--host", default="127.0.0.1", help="interface to bind (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=8000, help="TCP port (default 8000)")
     p.add_argument("--workers", type=int, default=1, help="worker processes sharing the mapped tables (default 1)")
@@ -52,6 +52,17 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--log-format", choices=["plain", "json"], help="EMBEDDING_LOG_FORMAT (default plain)")
     p.add_argument("--no-access-log", action="store_true", help="do not log one line per request")
     return p
+
+
+def settings_problem(read: Callable[[], object]) -> str:
+    """What is wrong with the settings ``read()`` reads, in one line naming each variable; "" when nothing."""
+    try:
+        read()
+    except ValidationError as exc:
+        return describe_error(exc)
+    except ValueError as exc:
+        return f"invalid settings: {exc}"
+    return ""
 
 
 def threads_per_worker() -> int:
@@ -103,6 +114,9 @@ def _main(argv: list[str] | None) -> int:
     if args.workers < 1:
         print("embedding-serve: --workers must be at least 1", file=sys.stderr)
         return 2
+    if not 0 <= args.port <= 65535:
+        print(f"embedding-serve: --port must be from 0 to 65535, not {args.port}", file=sys.stderr)
+        return 2
     tune_malloc()
     overrides = {
         "EMBEDDING_DATA_DIR": args.data_dir,
@@ -114,6 +128,10 @@ def _main(argv: list[str] | None) -> int:
     for variable, value in overrides.items():
         if value is not None:
             os.environ[variable] = str(value)
+    problem = settings_problem(Settings)  # before EMBEDDING_THREADS is read and written again below
+    if problem:
+        print(f"embedding-serve: {problem}", file=sys.stderr)
+        return 2
     # Before numpy/FAISS load (in the factory), so BLAS and OpenMP start with this many threads.
     threads = threads_per_worker()
     os.environ["EMBEDDING_THREADS"] = str(threads)
@@ -121,15 +139,11 @@ def _main(argv: list[str] | None) -> int:
         os.environ[variable] = str(threads)
     from service.shard_settings import front_settings  # here: a front's check loads numpy, which reads them
 
-    try:
-        settings = Settings()
-        front_settings()  # EMBEDDING_SHARDS, ... (service.shard_settings): checked here, not in every worker
-    except ValidationError as exc:
-        print(f"embedding-serve: {describe_error(exc)}", file=sys.stderr)
+    problem = settings_problem(front_settings)  # EMBEDDING_SHARDS, ...: checked here, not in every worker
+    if problem:
+        print(f"embedding-serve: {problem}", file=sys.stderr)
         return 2
-    except ValueError as exc:
-        print(f"embedding-serve: invalid settings: {exc}", file=sys.stderr)
-        return 2
+    settings = Settings()
     if args.workers * threads > cores():
         print(
             f"embedding-serve: warning: {args.workers} workers x {threads} threads exceeds {cores()} cores",

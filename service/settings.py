@@ -205,11 +205,20 @@ class Settings(BaseSettings):
     def _lists(cls, value: Any) -> Any:
         return _split_list(value)
 
+    @field_validator("data_dir", mode="before")
+    @classmethod
+    def _data_dir_given(cls, value: Any) -> Any:
+        if isinstance(value, str) and not value.strip():  # Path("") is ".": the working directory, not meant
+            raise ValueError("is empty: name a directory (the default is ./data)")
+        return value
+
     @field_validator("data_dir")
     @classmethod
     def _data_dir_exists(cls, value: Path) -> Path:
         if not value.is_dir():
             raise ValueError(f"{value} is not a directory")
+        if not os.access(value, os.R_OK | os.X_OK):
+            raise ValueError(f"{value} is not readable by this user")
         return value
 
     @field_validator("tables")

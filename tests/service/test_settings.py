@@ -87,6 +87,28 @@ def test_embedding_serve_exits_non_zero_on_bad_settings(
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "EMBEDDING_DATA_DIR" in err and "/no/such/dir" in err
     assert serve.main(["--workers", "0"]) == 2
+    capsys.readouterr()
+    assert serve.main(["--port", "84246"]) == 2  # past 65535: refused, not wrapped round to another port
+    assert "--port must be from 0 to 65535" in capsys.readouterr().err
+    for threads in ("abc", "0", "-3", ""):  # never replaced by a default without a word
+        clean_env.setenv("EMBEDDING_THREADS", threads)
+        assert serve.main(["--data-dir", "/tmp"]) == 2, threads
+        assert "EMBEDDING_THREADS" in capsys.readouterr().err
+    clean_env.delenv("EMBEDDING_THREADS")
+    assert serve.main(["--data-dir", "/tmp", "--threads", "0"]) == 2
+    assert "EMBEDDING_THREADS" in capsys.readouterr().err
+    clean_env.delenv("EMBEDDING_THREADS")  # the option is passed on as the variable
+    assert serve.main(["--data-dir", ""]) == 2  # not the working directory
+    assert "EMBEDDING_DATA_DIR: is empty" in capsys.readouterr().err
+
+
+def test_a_data_dir_this_user_cannot_read_is_refused(clean_env: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """What the user cannot list (as root, everything can be: the check is asked of the system, faked here)."""
+    clean_env.setattr(os, "access", lambda path, mode: Path(path) != tmp_path)
+    clean_env.setenv("EMBEDDING_DATA_DIR", str(tmp_path))
+    with pytest.raises(ValidationError) as info:
+        Settings()
+    assert "EMBEDDING_DATA_DIR" in describe_error(info.value) and "not readable" in describe_error(info.value)
 
 
 BAD = {"EMBEDDING_MAX_K": "0", "EMBEDDING_SHARDS": "nonsense"}  # one of the server's settings, one of a front's

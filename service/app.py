@@ -155,7 +155,10 @@ def create_app(settings: Settings) -> FastAPI:
         app.add_middleware(auth.ReadKeyMiddleware, keys=keys)
     if settings.cors_origins:
         app.add_middleware(
-            CORSMiddleware, allow_origins=settings.cors_origins, allow_methods=["GET", "POST"], allow_headers=["*"]
+            CORSMiddleware,
+            allow_origins=settings.cors_origins,
+            allow_methods=["GET", "POST", "DELETE"],
+            allow_headers=["*"],
         )
     app.add_middleware(RequestLimitsMiddleware, max_body_bytes=settings.max_body_bytes, limits=limits)
     app.add_middleware(MetricsMiddleware, metrics=metrics, tables=table_names)

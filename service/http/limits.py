@@ -24,13 +24,14 @@ def is_json(content_type: bytes) -> bool:
     return media == b"application/json" or (media.startswith(b"application/") and media.endswith(b"+json"))
 
 
-def as_json(scope: Scope) -> Scope:
-    """``scope`` with ``Content-Type: application/json`` in place of any other (or of none)."""
+def as_json(scope: Scope) -> None:
+    """``Content-Type: application/json`` in ``scope`` in place of any other (or of none). The scope itself is
+    changed, not a copy: the metrics middleware around this one reads the route the router records in it."""
     headers: list[tuple[bytes, bytes]] = scope["headers"]
     if any(name == b"content-type" and is_json(value) for name, value in headers):
-        return scope
+        return
     kept = [(name, value) for name, value in headers if name != b"content-type"]
-    return {**scope, "headers": [*kept, (b"content-type", b"application/json")]}
+    scope["headers"] = [*kept, (b"content-type", b"application/json")]
 
 
 class RequestLimitsMiddleware:
@@ -47,7 +48,7 @@ class RequestLimitsMiddleware:
             return
         LIMITS.set(self.limits)
         if scope["method"] == "POST":
-            scope = as_json(scope)
+            as_json(scope)
         limit = self.max_body_bytes
         for name, value in scope["headers"]:
             if name == b"content-length":

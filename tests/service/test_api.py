@@ -325,3 +325,14 @@ def test_metrics_count_each_status_and_time_every_request(api: TestClient) -> No
         assert added - counted(before, "embedding_http_requests_total{", *route, label) == times
     timed = "embedding_http_request_seconds_count{"
     assert counted(after, timed, *route) - counted(before, timed, *route) == 4
+    # A POST body sent without its JSON type (curl -d) is read as JSON, and counted under its route too
+    posted = ('method="POST"', 'route="/v1/tables/{table}/neighbors"', 'table="small"', 'status="200"')
+    before = api.get("/metrics").text
+    answer = api.post(f"{T}/neighbors", content=b'{"positive": ["heart"]}', headers={"content-type": "text/plain"})
+    assert answer.status_code == 200, answer.text
+    after = api.get("/metrics").text
+    assert (
+        counted(after, "embedding_http_requests_total{", *posted)
+        - counted(before, "embedding_http_requests_total{", *posted)
+        == 1
+    )

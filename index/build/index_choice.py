@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import time
 from dataclasses import dataclass, field
 from typing import Any, cast
@@ -47,6 +48,7 @@ RECALL_SAMPLE = 1000
 RECALL_K = 10
 ADD_BLOCK_HNSW = 10_000  # rows per add call: progress lines come often enough
 ADD_BLOCK = 100_000
+HNSW_MAX_M = 256  # links per node of an HNSW graph, at most (FAISS needs at least 2)
 HNSW_THREADS_PER_CORE = 2  # OpenMP threads per core while an HNSW graph is built (hnsw_add_threads)
 IVF_TRAIN_POINTS_PER_LIST = 64
 IVF_TRAIN_ITERATIONS = 10
@@ -130,6 +132,8 @@ def parse_spec(spec: str, rows: int, dim: int | None = None) -> IndexSpec:
         given = _options(spec, ("M", "efConstruction", "efSearch"))
         out = IndexSpec(kind="hnsw")
         out.m = given.get("M", out.m)
+        if not 2 <= out.m <= HNSW_MAX_M:  # FAISS crashes on M=1; a huge M writes gigabytes of links
+            raise InvalidQuery(f"index spec {spec!r}: M must be from 2 to {HNSW_MAX_M}")
         out.ef_construction = given.get("efConstruction", out.ef_construction)
         out.ef_search = given.get("efSearch")
         return out
@@ -142,7 +146,21 @@ def parse_spec(spec: str, rows: int, dim: int | None = None) -> IndexSpec:
     for prefix in ("ivfpq", "opq"):
         if spec == prefix or spec.startswith(prefix + ":"):
             return _parse_pq(spec, prefix, rows, dim)
+    if dim is not None:
+        _factory(dim, spec)  # a string FAISS cannot make is refused now, not when a deferred build comes to it
     return IndexSpec(kind="factory", factory=spec)
+
+
+def _factory(dim: int, factory: str) -> faiss.Index:
+    """The empty index of a FAISS factory string; InvalidQuery for one FAISS cannot make."""
+    links = re.search(r"HNSW(\d+)", factory)
+    if links and not 2 <= int(links.group(1)) <= HNSW_MAX_M:  # FAISS crashes on M=1
+        raise InvalidQuery(f"index {factory!r}: an HNSW graph's M must be from 2 to {HNSW_MAX_M}")
+    try:
+        index: faiss.Index = faiss.index_factory(dim, factory, faiss.METRIC_INNER_PRODUCT)
+    except RuntimeError as exc:
+        raise InvalidQuery(f"FAISS cannot build index {factory!r}: {str(exc).splitlines()[0]}") from None
+    return index
 
 
 def _parse_pq(spec: str, prefix: str, rows: int, dim: int | None) -> IndexSpec:
@@ -223,10 +241,17 @@ def build_index(vectors: np.ndarray, spec: IndexSpec, seed: int = 0) -> faiss.In
     elif spec.kind == "ivfpq":
         index = _ivfpq(dim, len(vectors), spec, seed)
     else:
-        try:
-            index = faiss.index_factory(dim, spec.factory, faiss.METRIC_INNER_PRODUCT)
-        except RuntimeError as exc:
-            raise InvalidQuery(f"FAISS cannot build index {spec.factory!r}: {str(exc).splitlines()[0]}") from None
+        index = _factory(dim, spec.factory or "")
+    try:
+        _fill(index, vectors, spec, seed, block)
+    except RuntimeError as exc:  # FAISS refuses what it cannot train or fill (e.g. more lists than rows)
+        what = spec.factory or spec.kind
+        raise InvalidQuery(f"FAISS cannot build index {what!r}: {str(exc).splitlines()[0]}") from None
+    return index
+
+
+def _fill(index: faiss.Index, vectors: np.ndarray, spec: IndexSpec, seed: int, block: int) -> None:
+    """Train ``index`` when it needs it, then add ``vectors``."""
     if not index.is_trained:
         started = time.perf_counter()
         note(f"training the index ({type(index).__name__}) ...")
@@ -244,7 +269,6 @@ def build_index(vectors: np.ndarray, spec: IndexSpec, seed: int = 0) -> faiss.In
         index.train(train)
         note(f"trained in {duration(time.perf_counter() - started)}")
     _add(index, vectors, block, hnsw_add_threads() if spec.kind == "hnsw" else None)
-    return index
 
 
 def _seed_ivf(index: faiss.IndexIVF, seed: int) -> None:

@@ -73,9 +73,26 @@ def test_specs_parse_and_refuse() -> None:
         ("ivf:nlist=20", "more than the 10 rows"),
         ("hnsw:efSearch=x", "KEY=INTEGER"),
         ("ivf:M=4", "unknown option 'M'"),
+        ("hnsw:M=1", "M must be from 2 to 256"),  # FAISS crashes on M=1
+        ("hnsw:M=100000", "M must be from 2 to 256"),
     ]:
         with pytest.raises(InvalidQuery, match=why):
             parse_spec(bad, 10)
+    for factory in ("HNSW1", "garbage"):  # a factory string is made once when parsed: refused before any build
+        with pytest.raises(InvalidQuery, match=r"M must be from 2|FAISS cannot build index 'garbage'"):
+            parse_spec(factory, 10, 8)
+
+
+@pytest.mark.parametrize(
+    ("factory", "why"), [("IVF1000,Flat", "Number of training points"), ("IDMap,Flat", "add does not make sense")]
+)
+def test_a_factory_faiss_cannot_train_or_fill_is_one_line(tmp_path: Path, factory: str, why: str) -> None:
+    """What FAISS refuses while training or adding is the builder's one-line error, nothing written."""
+    with pytest.raises(InvalidQuery, match=f"FAISS cannot build index '{factory}': .*{why}"):
+        build_table(
+            raw_table(clustered(500, 8)), data_dir=tmp_path, name="t", source={"format": "t"}, index_spec=factory
+        )
+    assert not (tmp_path / "t").exists()
 
 
 def test_the_estimate_scales_the_sample_by_the_growth_measured_on_it() -> None:

@@ -343,6 +343,8 @@ def import_(
     )
     if ray is not None and shards is None:
         fail("--ray: only with --shards")
+    if shards is not None and defer_index:  # `index NAME` builds no shard's index: it would never be built
+        fail("--defer-index: not with --shards (each shard's index is built by its import)")
     if shards is not None and (format == "documents" or (format == "auto" and sniff_format(path) == "documents")):
         _import_sharded(
             path, options, shards, data_dir=data_dir, name=name, drop_invalid=drop_invalid, build=build, ray=ray
@@ -378,7 +380,7 @@ def _whole_only(data_dir: Path, name: str, why: str) -> None:
 
     directory = artifact.table_dir(data_dir, name)
     if (directory / artifact.MANIFEST).is_file() and shardmap.is_sharded(artifact.read_manifest(directory)):
-        fail(f"table {name!r} is sharded: {why} (import it again to change it)")
+        fail(f"table {name!r} is sharded: {why}")
 
 
 def _shard_builder(
@@ -543,7 +545,7 @@ def index_(
     the old version keeps serving until then, and is left as it was if anything fails."""
     from index.build.writer import index_table
 
-    _whole_only(data_dir, name, "each shard's index is built by its import")
+    _whole_only(data_dir, name, "each shard's index is built by its import (import it again to change it)")
     manifest = index_table(data_dir, name, index_spec=index, min_recall=min_recall, budget=budget)
     info = manifest["index"]
     typer.echo(
@@ -588,6 +590,7 @@ def sif(
     and publish the new version of the table with it."""
     from index.build.sif import sif_table
 
+    _whole_only(data_dir, name, "a SIF component is a whole table's (import it without --shards for one)")
     info = sif_table(data_dir, name, corpus, a)["sif"]
     made = info["corpus"]
     typer.echo(
@@ -662,6 +665,7 @@ def eval_(
     from index.build.evaluate import default_sets, evaluate_analogies, evaluate_pairs, format_report
     from index.engine.table import Table
 
+    _whole_only(data_dir, name, "eval reads one whole table (import it without --shards to evaluate it)")
     table = Table.load(artifact.table_dir(data_dir, name))
     if analogies is None and not pairs:
         analogies, pairs = default_sets()

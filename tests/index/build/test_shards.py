@@ -332,6 +332,15 @@ def test_index_refuses_a_sharded_table(data_dir: Path) -> None:
     assert done.returncode == 0 and "no writes since its version" in done.stdout, done.stderr
 
 
+def test_shards_with_a_deferred_index_are_refused(tmp_path: Path, lee_docs: Lee) -> None:
+    """No command would ever build the shards' deferred indexes: the import says so, and writes nothing."""
+    source = write_jsonl(tmp_path / "lee.jsonl", jsonl_records(lee_docs))
+    args = ("import", source, "--name", "d", "--shards", "2", "--defer-index", "--data-dir", tmp_path / "data")
+    done = run(EXE, *args)
+    assert done.returncode == 1 and "--defer-index: not with --shards" in done.stderr, done.stderr
+    assert not (tmp_path / "data" / "d").exists()
+
+
 def door_queries(lee: Lee) -> list[Query]:
     vector = lee.vectors[7].tolist()
     spec = {"or": [{"long": True}, {"tags": {"prefix": "australia"}}]}

@@ -92,9 +92,11 @@ def test_each_shard_is_a_word_table_alone(data_dir: Path, sharded: ShardedTable)
         assert Table.load(directory).kind == "words"
     done = run(EXE, "verify", "words3", "--data-dir", data_dir)
     assert done.returncode == 0 and done.stdout.strip() == "words3: ok", done.stderr
-    for command in ("compact", "index"):  # no writes to fold in; each shard's index is built by its import
+    # no writes to fold in; each shard's index is built by its import; eval and sif read one whole table
+    for command in ("compact", "index", "eval", "sif"):
         done = run(EXE, command, "words3", "--data-dir", data_dir)
         assert done.returncode == 1 and "error: table 'words3'" in done.stderr and "Traceback" not in done.stderr
+        assert command == "compact" or "is sharded" in done.stderr, done.stderr
     vectors = sharded.map.shard_directory(1) / artifact.VECTORS
     original = vectors.read_bytes()
     try:

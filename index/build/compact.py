@@ -39,6 +39,9 @@ log = logging.getLogger(__name__)
 def compact(data_dir: Path, name: str) -> dict[str, Any]:
     """Fold table ``name``'s write log into its next version; return what was done (``written`` 0: nothing to do)."""
     directory = artifact.table_dir(data_dir, name)
+    kind = artifact.read_manifest(directory).get("kind", "words")  # no such table: said before any lock is made
+    if kind != "documents":
+        raise InvalidQuery(f"table {name!r} holds {kind}, not documents: only documents tables take writes")
     with locked(data_dir, name):
         return _compact(data_dir, name, directory, writelog.log_path(data_dir, name))
 

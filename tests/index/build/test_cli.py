@@ -129,3 +129,13 @@ print("ok")
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 0 and done.stdout.splitlines()[-1] == "ok", done.stderr[-3000:]
     assert not (data_dir / "small").exists()
+
+
+def test_compact_names_a_missing_or_word_table_and_leaves_no_lock(tmp_path: Path, data_dir: Path) -> None:
+    shutil.copytree(data_dir / "small", tmp_path / "small")
+    for name, why in (("nope", "no table at 'nope'"), ("small", "holds words, not documents")):
+        result = run_cli("compact", name, "--data-dir", tmp_path)
+        assert result.code == 1 and why in result.err, result.err
+    assert not (tmp_path / ".writes").exists()
+    result = run_cli("compact", "x", "--data-dir", tmp_path / "no" / "such")
+    assert result.code == 1 and "no table at 'x'" in result.err, result.err

@@ -57,7 +57,9 @@ BuildBudget = Annotated[
     float,
     typer.Option("--build-budget", min=1, help="Seconds --index auto may spend building (HNSW if it fits, else IVF)."),
 ]
-MinRecall = Annotated[float, typer.Option("--min-recall", help="Refuse an approximate index below this recall@10.")]
+MinRecall = Annotated[
+    float, typer.Option("--min-recall", min=0.0, max=1.0, help="Refuse an approximate index below this recall@10.")
+]
 Force = Annotated[bool, typer.Option("--force", help="Replace an existing table of the same name.")]
 Seed = Annotated[int, typer.Option("--seed", help="Seed for sampling and training.")]
 

@@ -139,3 +139,9 @@ def test_compact_names_a_missing_or_word_table_and_leaves_no_lock(tmp_path: Path
     assert not (tmp_path / ".writes").exists()
     result = run_cli("compact", "x", "--data-dir", tmp_path / "no" / "such")
     assert result.code == 1 and "no table at 'x'" in result.err, result.err
+
+
+def test_min_recall_is_a_fraction(tmp_path: Path, data_dir: Path) -> None:
+    """Refused before anything is read or built, not after a build no recall could pass."""
+    result = run_cli("import", tmp_path / "any.txt", "--name", "t", "--data-dir", data_dir, "--min-recall", "1.5")
+    assert result.code == 2 and "Invalid value for '--min-recall'" in result.err, result.err

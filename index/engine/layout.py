@@ -17,12 +17,14 @@ lives outside the table directory, which is read-only and verified file by file 
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import hashlib
 import importlib.util
 import json
 import logging
 import os
+import stat
 import tempfile
 import threading
 import time
@@ -447,8 +449,13 @@ def default_cache_dir(data_dir: Path) -> Path:
         probe.unlink()
         return candidate
     except OSError:
-        fallback = Path(tempfile.gettempdir()) / f"embedding-search-cache-{os.getuid()}"
-        fallback.mkdir(exist_ok=True, mode=0o700)
+        fallback = Path(tempfile.gettempdir()) / f"embedding-search-cache-{os.getuid()}"  # the workers share it
+        with contextlib.suppress(FileExistsError):
+            fallback.mkdir(mode=0o700)
+        mine = fallback.lstat()
+        if not stat.S_ISDIR(mine.st_mode) or mine.st_uid != os.getuid() or mine.st_mode & 0o022:
+            # made by someone else (a file, a link, a directory others may write): a private one instead
+            return Path(tempfile.mkdtemp(prefix="embedding-search-cache-"))
         return fallback
 
 

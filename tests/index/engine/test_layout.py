@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import stat
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -130,6 +133,32 @@ def test_cache_dir_is_beside_the_tables_or_a_temporary_one(tmp_path: Path) -> No
     (blocked / ".cache").write_text("not a directory")
     fallback = default_cache_dir(blocked)
     assert fallback.is_dir() and blocked not in fallback.parents
+
+
+@pytest.mark.parametrize("made", ["a file", "a directory others may write", "a link"])
+def test_a_temporary_cache_dir_made_by_someone_else_is_not_used(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, made: str
+) -> None:
+    """The shared fallback's name is predictable: a file, a directory others may write or a link there (another
+    user's doing) is passed by, for a private directory of this process."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    shared = tmp_path / f"embedding-search-cache-{os.getuid()}"
+    if made == "a file":
+        shared.write_text("x")
+    elif made == "a link":
+        (tmp_path / "elsewhere").mkdir(mode=0o700)
+        shared.symlink_to(tmp_path / "elsewhere")
+    else:
+        shared.mkdir()
+        shared.chmod(0o777)
+    blocked = tmp_path / "blocked"
+    blocked.mkdir()
+    (blocked / ".cache").write_text("not a directory")
+    fallback = default_cache_dir(blocked)
+    assert fallback.is_dir() and fallback != shared and fallback.parent == tmp_path
+    assert stat.S_IMODE(fallback.stat().st_mode) == 0o700
+    shared.unlink() if not shared.is_dir() or shared.is_symlink() else shared.rmdir()
+    assert default_cache_dir(blocked) == shared and stat.S_IMODE(shared.stat().st_mode) == 0o700  # its own
 
 
 def test_colour_columns_from_metadata_and_token_flags() -> None:

@@ -18,7 +18,7 @@ import typer
 from index.build.budget import AUTO_BUDGET_SECONDS
 from index.build.sources import FORMATS, RawTable
 from index.engine.keyword import DEFAULT_STEMMER, DEFAULT_STOPWORDS
-from index.errors import EmbeddingError
+from index.errors import ArtifactError, EmbeddingError, UnknownTable
 from index.progress import note
 from index.store import artifact
 
@@ -608,7 +608,11 @@ def list_(data_dir: DataDir = Path("data"), quiet: Quiet = False) -> None:
     if not names:
         typer.echo(f"no tables in {data_dir}")
     for name in names:
-        m = artifact.read_manifest(artifact.table_dir(data_dir, name))
+        try:
+            m = artifact.read_manifest(artifact.table_dir(data_dir, name))
+        except ArtifactError as exc:  # one bad table is named among the others, which are listed all the same
+            typer.echo(f"{name}\tunreadable: {exc}")
+            continue
         spec = m.get("index", {}).get("spec", {})
         typer.echo(f"{name}\t{m['rows']} x {m['dim']}\t{m.get('kind', 'words')}\t{spec.get('kind')}")
 
@@ -641,7 +645,8 @@ def remove(name: str, data_dir: DataDir = Path("data"), quiet: Quiet = False) ->
     from index.store.writelog import remove_logs
 
     directory = artifact.table_dir(data_dir, name)
-    artifact.read_manifest(directory)
+    if not (directory / artifact.MANIFEST).is_file():  # a table, even one whose manifest cannot be read
+        raise UnknownTable(f"no table at {name!r}")
     remove_logs(data_dir, name)  # first: a table imported later under the name never replays these writes
     shutil.rmtree(directory)
     typer.echo(f"removed {name}")

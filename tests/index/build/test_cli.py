@@ -145,3 +145,18 @@ def test_min_recall_is_a_fraction(tmp_path: Path, data_dir: Path) -> None:
     """Refused before anything is read or built, not after a build no recall could pass."""
     result = run_cli("import", tmp_path / "any.txt", "--name", "t", "--data-dir", data_dir, "--min-recall", "1.5")
     assert result.code == 2 and "Invalid value for '--min-recall'" in result.err, result.err
+
+
+def test_a_table_with_an_unreadable_manifest_is_listed_as_such_and_can_be_removed(
+    tmp_path: Path, data_dir: Path
+) -> None:
+    shutil.copytree(data_dir / "small", tmp_path / "good")
+    shutil.copytree(data_dir / "small", tmp_path / "bad")
+    (tmp_path / "bad" / "manifest.json").write_text("{bad")
+    listed = run_cli("list", "--data-dir", tmp_path)
+    assert listed.code == 0 and listed.out.splitlines()[0].startswith("bad\tunreadable: "), listed.out
+    assert listed.out.splitlines()[1].startswith("good\t20000 x 50"), listed.out
+    assert run_cli("remove", "bad", "--data-dir", tmp_path).code == 0
+    assert not (tmp_path / "bad").exists() and (tmp_path / "good").is_dir()
+    missing = run_cli("remove", "bad", "--data-dir", tmp_path)
+    assert missing.code == 1 and "no table at 'bad'" in missing.err

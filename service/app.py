@@ -22,7 +22,6 @@ from typing import Any
 import anyio
 import faiss
 from fastapi import FastAPI
-from fastapi.middleware.cors import CORSMiddleware
 from fastapi.routing import APIRoute
 from fastapi.staticfiles import StaticFiles
 from starlette.concurrency import run_in_threadpool
@@ -34,6 +33,7 @@ from service import errors, live, scatter, scatter_writes
 from service.execute import Searcher
 from service.http import auth
 from service.http.cache import AnswerCache, AnswerCacheMiddleware
+from service.http.cors import JsonCORSMiddleware
 from service.http.drain import Drain
 from service.http.fastroute import document_query_models
 from service.http.limits import RequestLimitsMiddleware
@@ -155,7 +155,7 @@ def create_app(settings: Settings) -> FastAPI:
         app.add_middleware(auth.ReadKeyMiddleware, keys=keys)
     if settings.cors_origins:
         app.add_middleware(
-            CORSMiddleware,
+            JsonCORSMiddleware,
             allow_origins=settings.cors_origins,
             allow_methods=["GET", "POST", "DELETE"],
             allow_headers=["*"],

@@ -214,6 +214,9 @@ def test_cors_closed_unless_configured(small_data_dir: Path) -> None:
         assert allowed.status_code == 200 and allowed.headers["access-control-allow-origin"] == "https://app.example"
         other = client.get("/healthz", headers={"origin": "https://evil.example"})
         assert "access-control-allow-origin" not in other.headers
+        refused = client.options("/v1/tables/small/search", headers={**preflight, "origin": "https://evil.example"})
+        assert refused.status_code == 400 and refused.json()["error"]["code"] == "bad_request"  # the envelope
+        assert refused.json()["error"]["message"] == "Disallowed CORS origin"
         delete = {**preflight, "access-control-request-method": "DELETE"}  # DELETE .../documents/{id}, a write
         allowed = client.options("/v1/tables/small/documents/x", headers=delete)
         assert allowed.status_code == 200 and "DELETE" in allowed.headers["access-control-allow-methods"]

@@ -50,10 +50,13 @@ class Rows:
 def locate(rows: Rows, number: int, problem: str) -> InputError:
     if rows.unit == "line":
         return InputError(rows.path, problem, line=number)
-    return InputError(rows.path, f"{rows.unit} {number}: {problem}")
+    return InputError(rows.path, f"{where(rows, number)}: {problem}")
 
 
 def where(rows: Rows, number: int) -> str:
+    """``line 7``, ``row 7``, or a folder's ``passage 7 (notes/a.txt#2)``: the file a passage was cut from."""
+    if rows.unit == "passage":
+        return f"passage {number} ({rows.table.column('id')[number - 1].as_py()})"
     return f"{rows.unit} {number}"
 
 

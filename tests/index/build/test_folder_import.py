@@ -198,3 +198,12 @@ def test_unicode_errors_replace_reads_the_file(folder: Path, data_dir: Path) -> 
     assert table.payload is not None
     first = table.payload.column("source").to_pylist().index("latin1.txt")
     assert table.payload.column("text")[first].as_py().startswith("Licence publique Mozilla, traduction fran\ufffdaise")
+
+
+def test_a_passage_problem_names_the_file_it_was_cut_from(tmp_path: Path, data_dir: Path) -> None:
+    notes = tmp_path / "notes"
+    (notes / "sub").mkdir(parents=True)
+    (notes / "a.txt").write_text("The heart pumps blood through the body.\n")
+    (notes / "sub" / "b.txt").write_text("zzqxvw qqqzzzx wwxxqq\n")  # no word the encoder knows
+    result = run_cli("import", notes, "--name", "n", "--data-dir", data_dir, "--encoder", "small")
+    assert result.code == 1 and "passage 2 (sub/b.txt#0): " in result.err, result.err

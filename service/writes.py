@@ -124,8 +124,9 @@ def upsert_body(
             )
         texts = [documents[i].text or "" for i in to_embed]
         encoded = encoder_for(encoder).encode(texts, record.get("pooling"), strict=False)
-        for i, vector, tokens in zip(to_embed, encoded.vectors, encoded.tokens, strict=True):
-            if tokens == 0:
+        for i, text, vector, tokens in zip(to_embed, texts, encoded.vectors, encoded.tokens, strict=True):
+            # a blank text is no document, as at import (a transformer would embed it as [CLS] [SEP] alone)
+            if tokens == 0 or not text.strip():
                 raise InvalidQuery(
                     f"documents[{i}] (id {documents[i].id!r}): no word of its text is known to {encoder.name!r}, "
                     "which embeds this table's documents: send its vector",

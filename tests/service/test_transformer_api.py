@@ -203,3 +203,19 @@ def test_contextual_errors(client: TestClient, path: str, body: dict[str, Any], 
     response = client.post(path, json=body)
     assert response.status_code == 422
     assert message in response.json()["error"]["message"]
+
+
+def test_a_blank_text_written_to_a_transformer_documents_table_is_refused(data_dir: Path, tmp_path: Path) -> None:
+    """As at import: a transformer embeds a blank text as [CLS] [SEP] alone, which is no document."""
+    shutil.copytree(data_dir, tmp_path / "data")
+    key = {"X-API-Key": "transformer-writer-key-0123456789"}
+    with client_for(data_dir=tmp_path / "data", write_keys=[key["X-API-Key"]]) as writer:
+        for blank in ("", "   \n "):
+            answer = writer.post(
+                "/v1/tables/lee/documents", json={"documents": [{"id": "w", "text": blank}]}, headers=key
+            )
+            assert answer.status_code == 422 and "documents[0] (id 'w')" in answer.text, answer.text
+        written = writer.post(
+            "/v1/tables/lee/documents", json={"documents": [{"id": "w", "text": "a bank"}]}, headers=key
+        )
+        assert written.status_code == 200, written.text

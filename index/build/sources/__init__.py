@@ -144,9 +144,8 @@ def sniff_format(path: Path) -> str:
     first = head.split(b"\n", 1)[0]
     parts = first.split()
     if len(parts) == 2 and all(p.isdigit() for p in parts):
-        # word2vec binary: after the header, a token, a space, then raw float32 bytes (not number text). Text
-        # holds numbers up to the end of the row: the next row's token, within 4 x dim bytes of short numbers, is
-        # not looked at.
+        # word2vec binary: after the header, a token, a space, then raw float32 bytes (not number text). Text is
+        # looked at only up to the end of its first row: a row of short numbers is followed by the next row's token.
         rest = head[len(first) + 1 :]
         space = rest.find(b" ")
         values = rest[space + 1 : space + 1 + min(4 * int(parts[1]), 256)] if space >= 0 else b""

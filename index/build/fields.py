@@ -145,9 +145,9 @@ def infer_text(name: str, column: pa.Array, checks: Checks, rows: Rows) -> tuple
         return lists, STRING_LIST
     if (integers := cast_text(column, INTEGER_TEXT, pa.int64())) is not None:
         return integers, INTEGER
-    if _all(pc.match_substring_regex(present, INTEGER_TEXT)):  # whole numbers beyond 64 bits: kept as written
-        return column.cast(pa.string()), STRING
     if (floats := cast_text(column, FLOAT_TEXT, pa.float64())) is not None:
+        if _all(pc.match_substring_regex(present, INTEGER_TEXT)):  # whole numbers beyond 64 bits: as written
+            return column.cast(pa.string()), STRING
         return floats, FLOAT
     if _all(pc.is_in(present, pa.array(BOOLEAN_TEXT))):
         true = pc.is_in(column, pa.array(BOOLEAN_TEXT[0::2]))

@@ -330,10 +330,11 @@ def _line_problem(line: bytes, number: int, first: dict[str, tuple[str, int]]) -
         return f"bad JSON: {exc}"
     if not isinstance(value, dict):
         return f"not a JSON object but {_kind(value)}"
-    try:
-        json.dumps(value, ensure_ascii=False).encode("utf-8")
-    except UnicodeEncodeError:  # json reads "\ud800" alone as a lone surrogate, which no UTF-8 text holds
-        return "a string holds an unpaired surrogate escape (\\ud800 to \\udfff), which is no character"
+    if b"\\u" in line:  # json reads an escaped "\ud800" alone as a lone surrogate, which no UTF-8 text holds
+        try:
+            json.dumps(value, ensure_ascii=False).encode("utf-8")
+        except UnicodeEncodeError:
+            return "a string holds an unpaired surrogate escape (\\ud800 to \\udfff), which is no character"
     kinds = {key: _kind(v) for key, v in value.items()}
     for key, kind in kinds.items():
         if "mixing" in kind:

@@ -134,20 +134,20 @@ def _encoded(value: Any) -> bytes:
         return _json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
 
 
-def write_batches(documents: Sequence[dict[str, Any]]) -> list[list[dict[str, Any]]]:
-    """``documents`` (ready to send: :func:`_document`) in runs of at most ``WRITE_DOCUMENTS`` and about
-    ``WRITE_BYTES`` of JSON each, so that each run's request stays under the server's default body limit whatever
-    the vectors' size; a document larger than that goes alone (and the server says if it is too large)."""
-    batches: list[list[dict[str, Any]]] = []
+def write_bodies(documents: Sequence[dict[str, Any]]) -> list[bytes]:
+    """The bodies of ``POST .../documents`` for ``documents`` (ready to send: :func:`_document`), each document
+    encoded once: runs of at most ``WRITE_DOCUMENTS`` and about ``WRITE_BYTES`` of JSON, so that each request stays
+    under the server's default body limit whatever the vectors' size; a document larger than that goes alone (and
+    the server says if it is too large)."""
+    runs: list[list[bytes]] = []
     size = 0
-    for document in documents:
-        length = len(_encoded(document))
-        if not batches or len(batches[-1]) == WRITE_DOCUMENTS or size + length > WRITE_BYTES:
-            batches.append([])
+    for encoded in map(_encoded, documents):
+        if not runs or len(runs[-1]) == WRITE_DOCUMENTS or size + len(encoded) > WRITE_BYTES:
+            runs.append([])
             size = 0
-        batches[-1].append(document)
-        size += length
-    return batches
+        runs[-1].append(encoded)
+        size += len(encoded)
+    return [b'{"documents":[' + b",".join(run) + b"]}" for run in runs]
 
 
 def _document(document: dict[str, Any]) -> dict[str, Any]:
@@ -182,6 +182,7 @@ class Client:
         many threads of one client process (BENCHMARKS.md section 6); see :func:`_encoded`."""
         if json is not None:
             kwargs["content"] = _encoded(json)
+        if "content" in kwargs:  # a JSON body, encoded here or by the caller
             kwargs["headers"] = {**kwargs.get("headers", {}), "Content-Type": "application/json"}
         response = self.http.request(method, path, **kwargs)
         if response.is_success:
@@ -309,11 +310,16 @@ class Client:
         return answer
 
     def upsert_many(self, table: str, documents: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-        """:meth:`upsert_documents` for any number of documents, in as many requests as :func:`write_batches`
+        """:meth:`upsert_documents` for any number of documents, in as many requests as :func:`write_bodies`
         makes of them (each answered as one write: a request refused leaves the runs before it written)."""
-        ready = [_document(d) for d in documents]
         path = self._path(table, "documents")
-        return [self._call("POST", path, json={"documents": batch}) for batch in write_batches(ready)]
+        bodies = write_bodies([_document(d) for d in documents])
+        return [self._call("POST", path, content=body) for body in bodies]
+
+    def delete_many(self, table: str, ids: Sequence[str | int]) -> list[dict[str, Any]]:
+        """:meth:`delete_documents` by ``ids``, ``WRITE_DOCUMENTS`` ids a request."""
+        runs = range(0, len(ids), WRITE_DOCUMENTS)
+        return [self.delete_documents(table, ids=ids[start : start + WRITE_DOCUMENTS]) for start in runs]
 
     def delete_documents(
         self, table: str, ids: Sequence[str | int] | None = None, filter: dict[str, Any] | None = None

@@ -27,7 +27,7 @@ from langchain_core.documents import Document
 from langchain_core.embeddings import Embeddings
 from langchain_core.vectorstores import VectorStore
 
-from service_client import WRITE_DOCUMENTS, ApiError, Client, Hit
+from service_client import ApiError, Client, Hit
 
 METADATA = "metadata"  # the table's string field holding each document's metadata as JSON
 
@@ -95,8 +95,8 @@ class EmbeddingSearchStore(VectorStore):
             raise ValueError("delete needs ids or a filter")
         if ids is None:
             self.client.delete_documents(self.table, filter=kwargs["filter"])
-        for start in range(0, len(ids or []), WRITE_DOCUMENTS):
-            self.client.delete_documents(self.table, ids=(ids or [])[start : start + WRITE_DOCUMENTS])
+        else:
+            self.client.delete_many(self.table, ids)
         return True
 
     def get_by_ids(self, ids: Sequence[str], /) -> list[Document]:

@@ -36,7 +36,7 @@ from llama_index.core.vector_stores.types import (
 from llama_index.core.vector_stores.utils import metadata_dict_to_node, node_to_metadata_dict
 from pydantic import PrivateAttr
 
-from service_client import WRITE_DOCUMENTS, Client
+from service_client import Client
 
 METADATA = "metadata"
 REF_DOC_ID = "ref_doc_id"
@@ -133,8 +133,7 @@ class EmbeddingSearchVectorStore(BasePydanticVectorStore):
         if node_ids is not None and filters is not None:
             raise ValueError("delete_nodes takes node_ids or filters, not both")
         if node_ids is not None:
-            for start in range(0, len(node_ids), WRITE_DOCUMENTS):
-                self._client.delete_documents(self.table, ids=node_ids[start : start + WRITE_DOCUMENTS])
+            self._client.delete_many(self.table, node_ids)
         if filters is not None:
             condition = filter_of(filters)
             if condition is None:

@@ -157,7 +157,10 @@ def test_a_temporary_cache_dir_made_by_someone_else_is_not_used(
     fallback = default_cache_dir(blocked)
     assert fallback.is_dir() and fallback != shared and fallback.parent == tmp_path
     assert stat.S_IMODE(fallback.stat().st_mode) == 0o700
-    shared.unlink() if not shared.is_dir() or shared.is_symlink() else shared.rmdir()
+    if shared.is_dir() and not shared.is_symlink():
+        shared.rmdir()
+    else:
+        shared.unlink()
     assert default_cache_dir(blocked) == shared and stat.S_IMODE(shared.stat().st_mode) == 0o700  # its own
 
 

@@ -193,8 +193,24 @@ def search_index(
     return rerank_exact(vectors, queries, candidates, k)
 
 
-def filtered_params(index: faiss.Index, selector: faiss.IDSelector, fraction: float) -> faiss.SearchParameters | None:
-    """Search parameters that keep an HNSW or IVF search to the rows ``selector`` passes (``fraction`` of all).
+def search_width(index: faiss.Index | None) -> int | None:
+    """An HNSW index's efSearch, None for any other: the graph search finds little more than that many rows,
+    however many are asked (:func:`deep_params` widens it)."""
+    return int(index.hnsw.efSearch) if isinstance(index, faiss.IndexHNSW) else None
+
+
+def deep_params(k: int) -> faiss.SearchParameters:
+    """The search parameters of an HNSW search ``k`` wide."""
+    params: Any = faiss.SearchParametersHNSW()  # type: ignore[attr-defined]
+    params.efSearch = k
+    return cast(faiss.SearchParameters, params)
+
+
+def filtered_params(
+    index: faiss.Index, selector: faiss.IDSelector, fraction: float, k: int = 0
+) -> faiss.SearchParameters | None:
+    """Search parameters that keep an HNSW or IVF search of ``k`` hits to the rows ``selector`` passes
+    (``fraction`` of all).
 
     A filter leaves fewer passing rows near a query, so the search looks wider by 1/sqrt(fraction): efSearch for
     HNSW, nprobe for IVF (BENCHMARKS.md, "Filtered search", measures the recall). None: ``index`` takes no
@@ -203,7 +219,7 @@ def filtered_params(index: faiss.Index, selector: faiss.IDSelector, fraction: fl
     params: Any  # FAISS's stubs lack the search parameter classes' fields
     if isinstance(index, faiss.IndexHNSW):
         params = faiss.SearchParametersHNSW()  # type: ignore[attr-defined]
-        params.efSearch = min(FILTER_MAX_EF, int(np.ceil(index.hnsw.efSearch * widen)))
+        params.efSearch = max(k, min(FILTER_MAX_EF, int(np.ceil(index.hnsw.efSearch * widen))))
         params.sel = selector
         return cast(faiss.SearchParameters, params)
     ivf = faiss.try_extract_index_ivf(index)

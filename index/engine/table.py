@@ -47,11 +47,13 @@ from index.engine.keyword import KeywordIndex
 from index.engine.knn import (
     Hits,
     Neighbor,
+    deep_params,
     exact_knn,
     exact_knn_rows,
     filtered_params,
     mean_query,
     search_index,
+    search_width,
     set_search_params,
     unit_queries,
 )
@@ -183,6 +185,7 @@ class Table:
         spec = manifest.get("index", {}).get("spec", {})
         # Candidates per answer re-scored on the rows (an index of codes: IVF-PQ); 1 for every other index.
         self.rerank = int(spec.get("rerank") or 1) if index is not None else 1
+        self.search_width = search_width(index)  # an HNSW index's efSearch: a deeper search is widened
         self.flags = flags
         self.metadata = metadata or {}
         self.payload = payload  # a documents table's ids, text and fields
@@ -423,7 +426,11 @@ class Table:
         k = min(k, limit)
         if options.exact or self.index is None or limit < self.rows:
             return exact_knn(queries, self.vectors[:limit], k)
-        return search_index(self.index, queries, k, self.vectors, self.rerank)
+        deep = deep_params(k) if self.search_width is not None and k > self.search_width else None
+        scores, ids = search_index(self.index, queries, k, self.vectors, self.rerank, deep)
+        if k and len(short := np.flatnonzero(ids[:, k - 1] < 0)):  # the index left them short: exactly
+            scores[short], ids[short] = exact_knn(queries[short], self.vectors, k)
+        return scores, ids
 
     def _filtered_knn(self, queries: np.ndarray, k: int, options: SearchOptions, rows: RowSet) -> Hits:
         """The ``k`` best of ``rows`` (all of them when fewer pass): from the approximate index told to keep to
@@ -433,7 +440,7 @@ class Table:
             return np.zeros((len(queries), 0), dtype=np.float32), np.zeros((len(queries), 0), dtype=np.int64)
         index, params = self.index, None
         if index is not None and not options.exact and rows.fraction >= FILTER_INDEX_FRACTION:
-            params = filtered_params(index, rows.selector(), rows.fraction)
+            params = filtered_params(index, rows.selector(), rows.fraction, k)
         if index is None or params is None:
             return exact_knn_rows(queries, self.vectors, k, rows.ids, rows.mask)
         scores, ids = search_index(index, queries, k, self.vectors, self.rerank, params)
@@ -641,6 +648,8 @@ def keep_hits(
         out.append((i, score))
         if len(out) == k:
             break
+    if len({score for _, score in out}) < len(out):  # equal scores by row, as the exact kernel gives them
+        out.sort(key=lambda hit: (-hit[1], hit[0]))
     return out
 
 

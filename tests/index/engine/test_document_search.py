@@ -208,6 +208,18 @@ def test_filtered_hnsw_search(glove: Table, fraction: float) -> None:
     assert [[i for i, _ in hits] for hits in batched] == [[i for i, _ in hits] for hits in answers]
 
 
+def test_deep_hnsw_pages_are_full(glove: Table) -> None:
+    """k 1,000 from the HNSW index (efSearch 48) is 1,000 hits, nearly all the exact ones, and a page at offset 990
+    is its last ten."""
+    queries = np.ascontiguousarray(glove.vectors[[0, 5, 77]], dtype=np.float32)
+    deep = glove.run(VectorSearch(queries, 1000))
+    truth = brute_force(glove.vectors, queries, np.ones(glove.rows, dtype=bool), 1000)
+    assert [len(hits) for hits in deep] == [1000] * 3
+    assert all(len({i for i, _ in hits} & set(best)) >= 990 for hits, best in zip(deep, truth, strict=True))
+    page = glove.run(VectorSearch(queries, 10, offset=990))
+    assert [[i for i, _ in hits] for hits in page] == [[i for i, _ in hits[990:]] for hits in deep]
+
+
 def test_the_selector_reaches_an_ivf_index(glove_raw: Any) -> None:
     first = glove_raw.matrix[:50_000]
     vectors = np.ascontiguousarray(first / np.linalg.norm(first, axis=1, keepdims=True), dtype=np.float32)

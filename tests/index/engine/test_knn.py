@@ -3,6 +3,7 @@ unit query as a batch's rows are."""
 
 from __future__ import annotations
 
+import faiss
 import numpy as np
 import pytest
 
@@ -10,12 +11,17 @@ from index.engine.knn import (
     FLOAT32_MAX,
     TAIL_BLOCK,
     best_of,
+    deep_params,
     exact_knn,
+    filtered_params,
     inner_products,
+    search_index,
+    search_width,
     unit_queries,
     unit_vector,
     within_float32,
 )
+from index.engine.table import keep_hits
 from index.errors import InvalidQuery
 
 
@@ -76,3 +82,27 @@ def test_within_float32_is_false_for_nan_infinity_and_beyond() -> None:
     for bad in (np.nan, np.inf, -np.inf, FLOAT32_MAX * 1.0001):
         values = np.array([0.5, bad, 2.0])
         assert not within_float32(values) and not within_float32(np.vstack([ok, values]))
+
+
+def test_an_hnsw_search_deeper_than_its_ef_finds_every_hit_asked() -> None:
+    """FAISS's graph search finds little more than efSearch rows whatever k asks: a search k wide, with or without
+    a filter's selector, finds them; equal scores are put in row order as the exact kernel gives them."""
+    matrix = rows(300)
+    copies = np.vstack([matrix, matrix[[5, 5, 5]], matrix[:4]])  # row 5 again at 300, 301, 302
+    index = faiss.IndexHNSWFlat(50, 8, faiss.METRIC_INNER_PRODUCT)
+    index.hnsw.efSearch = 16
+    index.add(copies)
+    assert search_width(index) == 16 and search_width(faiss.IndexFlatIP(50)) is None
+    queries = copies[[5, 17, 250]]
+    exact_scores, exact_ids = exact_knn(queries, copies, 300)
+    everything = faiss.IDSelectorRange(0, len(copies))
+    for params in (deep_params(300), filtered_params(index, everything, 1.0, 300)):
+        scores, ids = search_index(index, queries, 300, params=params)
+        assert (ids >= 0).all()
+        recall = np.mean([len(set(a) & set(b)) / 300 for a, b in zip(ids.tolist(), exact_ids.tolist(), strict=True)])
+        assert recall >= 0.99, recall
+        np.testing.assert_allclose(scores[:, :50], exact_scores[:, :50], rtol=1e-6)
+        kept = keep_hits(scores[0], ids[0], 4, (), None, 0)
+        assert [i for i, _ in kept] == [5, 300, 301, 302]  # four equal scores, by row
+    _, shallow = search_index(index, queries, 300)
+    assert (shallow < 0).any()  # what the widening is for

@@ -464,13 +464,13 @@ def route(front: Front, name: str) -> APIRoute:
         given = body.model_dump(exclude_unset=True, mode="json")
         if await kind(front, name) == WORDS:  # a documents table's fields are a 422, as on the whole table
             words_only(name, WORDS, body.model_fields_set)
-        if "queries" in given:
+        paged = {key: given[key] for key in ("filter", "offset", "min_score") if key in given}
+        if "queries" in given:  # an item's own filter and page, else the request's
             shared = ("k", "fields", "mode", "rrf_k", "weights", "diversity", "include", "exact", "restrict")
             common: dict[str, Any] = {key: given[key] for key in shared if key in given}
-            answers = await asyncio.gather(*(item(common, query) for query in given["queries"]))
-            return FastJSON({"results": answers})
+            items = [{**paged, **query} for query in given["queries"]]
+            return FastJSON({"results": await asyncio.gather(*(item(common, query) for query in items))})
         if "vectors" in given:  # each vector a query of its own, the request's filter and page shared
-            paged = {key: given[key] for key in ("filter", "offset", "min_score") if key in given}
             common = {key: v for key, v in given.items() if key not in ("vectors", *paged)}
             items = [{"vector": vector, **paged} for vector in given["vectors"]]
             return FastJSON({"results": await asyncio.gather(*(item(common, query) for query in items))})

@@ -266,14 +266,20 @@ class SearchRequest(TokenOptions, PageOptions):
 
     def document_queries(self) -> list[Query]:
         """The engine's queries of a documents table's search: its one query, or each item of ``queries`` or
-        ``vectors`` (the latter sharing the request's filter and page); an item's mode is its own, else the
-        request's."""
+        ``vectors`` (the latter sharing the request's filter and page); an item's mode, filter, offset and
+        min_score are its own, else the request's."""
         if self.queries is not None:
-            return [self._document(item, item.mode or self.mode) for item in self.queries]
+            return [self._document(self._with_page(item), item.mode or self.mode) for item in self.queries]
         if self.vectors is not None:
             page = {"filter": self.filter, "offset": self.offset, "min_score": self.min_score}
             return [self._search(self.mode, vector=v, **page) for v in self.vectors]
         return [self._document(self, self.mode)]
+
+    def _with_page(self, item: DocumentQuery) -> DocumentQuery:
+        """``item`` with the request's ``filter``, ``offset`` and ``min_score`` where it gives none of its own."""
+        given = item.model_fields_set
+        shared = {name: getattr(self, name) for name in ("filter", "offset", "min_score") if name not in given}
+        return item.model_copy(update=shared) if shared else item
 
     def _document(self, item: DocumentQuery | SearchRequest, mode: Mode) -> Query:
         examples = Examples(item.positive, item.negative, documents=True) if item.positive or item.negative else None

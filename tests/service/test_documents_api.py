@@ -120,6 +120,19 @@ def test_a_batch_keeps_its_order_and_its_bad_items_apart(base: str, lee_docs: Le
     assert {hit["id"] for hit in results[2]["hits"]} <= long_rows
 
 
+def test_a_batch_item_takes_the_requests_filter_and_page_unless_it_has_its_own(base: str, lee_docs: Lee) -> None:
+    shared = {"filter": {"long": True}, "offset": 2, "min_score": 0.5}
+    items = [{"id": lee_docs.ids[1]}, {"id": lee_docs.ids[4], "offset": 0}, {"id": lee_docs.ids[6], "filter": None}]
+    results = post(base, {"queries": items, "k": 3, "fields": [], **shared}).json()["results"]
+    long_rows = {lee_docs.ids[i] for i, long in enumerate(lee_docs.fields["long"]) if long}
+    for item, result in zip(items, results, strict=True):
+        alone = post(base, {**shared, **item, "k": 3, "fields": []}).json()
+        assert result["hits"] == alone["hits"] and result.get("passing") == alone.get("passing"), item
+    assert {hit["id"] for hit in results[0]["hits"] + results[1]["hits"]} <= long_rows
+    assert results[0]["hits"] and all(hit["score"] >= 0.5 for hit in results[0]["hits"])
+    assert "passing" not in results[2]  # its own filter: none
+
+
 def test_one_document_by_id(base: str, lee_docs: Lee) -> None:
     row = 77
     document = real_server.HTTP.get(

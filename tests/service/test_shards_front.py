@@ -252,6 +252,7 @@ def test_the_front_answers_a_batch_item_by_item(servers: dict[str, Any], lee_doc
         {"queries": items, "k": 6, "fields": ["year"]},
         {"queries": items[:3], "k": 6, "diversity": 0.5},
         {"vectors": vectors, "k": 7, "offset": 1, "filter": {"lang": "en"}},
+        {"queries": [items[0], items[5], items[6]], "k": 5, "offset": 1, "filter": {"lang": "en"}, "min_score": 0.6},
     ):
         status, got = search(servers["front"], body)
         expected_status, expected = search(servers["whole"], body)

@@ -67,6 +67,7 @@ from index.engine.door import (
     diverse,
     merge,
     owner,
+    reaching,
     rrf,
     summed_statistics,
     unit_mean,
@@ -281,13 +282,12 @@ def merged_answer(
         hits = lists[mode][:pool]
         if mode == "keyword":
             hits = [{**hit, "ranks": {"keyword": rank}} for rank, hit in enumerate(hits, 1)]
-    order: list[int] = list(range(len(hits)))
-    if search.diversity > 0 and query is not None and hits:
-        candidates = np.array([hit["vector"] for hit in hits], dtype=np.float32)
-        scores = np.array([hit["score"] for hit in hits], dtype=np.float64)
-        order = diverse(search, query, candidates, scores).tolist()
-    floor = -np.inf if body.min_score is None else body.min_score
-    shown = [hits[i] for i in order[body.offset : body.offset + body.k] if hits[i]["score"] >= floor]
+    scores = np.array([hit["score"] for hit in hits], dtype=np.float64)
+    order = reaching(scores, body.min_score)
+    if search.diversity > 0 and query is not None and len(order):
+        candidates = np.array([hits[i]["vector"] for i in order.tolist()], dtype=np.float32)
+        order = order[diverse(search, query, candidates, scores[order])]
+    shown = [hits[i] for i in order[body.offset : body.offset + body.k].tolist()]
     kept = tuple(body.include or ())
     return [{k: v for k, v in hit.items() if k != "order" and (k not in ASKED or k in kept)} for hit in shown]
 

@@ -41,7 +41,7 @@ from index.engine.encode import (
 from index.engine.field_stats import TOP_VALUES, field_stats
 from index.engine.filters import RowSet
 from index.engine.fusion import rrf
-from index.engine.hybrid import DEPTH, LISTS, DocumentSearch, Hit, Mode, depths, diverse
+from index.engine.hybrid import DEPTH, LISTS, DocumentSearch, Hit, Mode, depths, diverse, reaching
 from index.engine.hybrid import run as run_hybrid
 from index.engine.knn import (
     FLOAT32_MAX,
@@ -163,6 +163,7 @@ __all__ = [
     "probe",
     "project",
     "quantize",
+    "reaching",
     "rrf",
     "run",
     "split",

@@ -9,8 +9,9 @@ for diversity (Maximal Marginal Relevance); the same filters, paging and score f
 Keyword and hybrid hits say their rank in each list that holds them. With ``diversity`` above 0 (vector and
 hybrid: it needs a query vector) the best ``DIVERSE * (offset + k)`` candidates (at least ``DEPTH`` in hybrid
 mode) are re-ranked by :func:`index.engine.fusion.mmr` on their unit rows, relevance being the cosine (vector) or the
-fused score over the highest it can be (hybrid); a hit keeps its mode's own score. The page (``offset``) is taken
-after the re-ranking, and ``min_score`` applies last, to the mode's score. Diversity 0 is the plain search.
+fused score over the highest it can be (hybrid), those scoring below ``min_score`` (the mode's score) left out
+first; a hit keeps its mode's own score. The page (``offset``) is taken after the re-ranking. Diversity 0 is the
+plain search.
 """
 
 from __future__ import annotations
@@ -88,8 +89,10 @@ def depths(search: DocumentSearch, rows: int) -> tuple[int, int]:
     """(candidates per list, candidates kept for the page or the re-ranking), both at most ``rows``."""
     want = search.offset + search.k
     pool = DIVERSE * want if search.diversity > 0 else want
-    per_list = pool if search.mode != "hybrid" else max(pool, DEPTH)
-    return min(per_list, rows), min(pool, rows)
+    if search.mode == "hybrid":
+        pool = max(pool, DEPTH) if search.diversity > 0 else pool
+        return min(max(pool, DEPTH), rows), min(pool, rows)
+    return min(pool, rows), min(pool, rows)
 
 
 def run(table: Source, search: DocumentSearch) -> list[list[Hit]]:
@@ -111,9 +114,9 @@ def run(table: Source, search: DocumentSearch) -> list[list[Hit]]:
             assert vector is not None and keyword is not None
             fused = rrf([vector[q][0], keyword[q][0]], k=search.rrf_k, weights=search.weights, limit=pool)
             ids, scores, ranks = fused.ids, fused.scores, fused.ranks
-        order = np.arange(min(pool, len(ids)))
+        order = reaching(scores[:pool], search.min_score)
         if search.diversity > 0 and search.queries is not None:
-            order = _diverse(table, search, q, ids[:pool], scores[:pool])
+            order = order[_diverse(table, search, q, ids[order], scores[order])]
         answers.append(_page(search, ids, scores, ranks, order))
     return answers
 
@@ -191,15 +194,18 @@ def diverse(search: DocumentSearch, query: np.ndarray, candidates: np.ndarray, s
     return chosen
 
 
+def reaching(scores: np.ndarray, min_score: float | None) -> np.ndarray:
+    """The places of the hits scoring at least ``min_score`` (every hit without one), in order: those a page is
+    taken from, after diversity re-ranks them, so that a floor leaves a page short only when too few reach it."""
+    return np.arange(len(scores)) if min_score is None else np.flatnonzero(scores >= min_score)
+
+
 def _page(
     search: DocumentSearch, ids: np.ndarray, scores: np.ndarray, ranks: np.ndarray | None, order: np.ndarray
 ) -> list[Hit]:
-    """Hits ``offset .. offset + k - 1`` of ``order``, those scoring below ``min_score`` left out."""
-    floor = -np.inf if search.min_score is None else search.min_score
+    """Hits ``offset .. offset + k - 1`` of ``order``."""
     hits = []
     for i in order[search.offset : search.offset + search.k].tolist():
-        if scores[i] < floor:
-            continue
         named = None
         if ranks is not None:
             lists = LISTS if ranks.shape[1] == 2 else ("keyword",)

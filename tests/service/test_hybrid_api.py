@@ -256,9 +256,9 @@ def test_diversity_is_greedy_mmr(base: str, lee_docs: Lee, keyword: KeywordIndex
     assert rows_of(lee_docs, found) == expected
     assert expected != candidates[:k]  # the re-ranking changes the answer
     np.testing.assert_allclose([hit["score"] for hit in found], scores[expected], atol=1e-5)  # each keeps its cosine
-    # Hybrid: the fused list's best, relevance their fused score over the highest it can be (2 / 61)
+    # Hybrid: the fused list's best (at least DEPTH), relevance their fused score over the highest it can be (2 / 61)
     text, diversity = TEXTS[0], 0.9
-    ids, fused_scores, _ = fused(lee_docs, keyword, query, text, DIVERSE * k, None, {row})
+    ids, fused_scores, _ = fused(lee_docs, keyword, query, text, max(DIVERSE * k, DEPTH), None, {row})
     expected = greedy_mmr(lee_docs, query, ids, k, diversity, [s / (2 / 61) for s in fused_scores])
     found = hits(base, {"id": lee_docs.ids[row], "text": text, "mode": "hybrid", "k": k, "diversity": diversity})
     assert rows_of(lee_docs, found) == expected

@@ -18,7 +18,7 @@ from index.engine import door
 from index.engine.delta import Delta
 from index.engine.door import Analogy, Examples, Failed, Query, Result
 from index.engine.encode import encoder_for
-from index.engine.hybrid import DIVERSE
+from index.engine.hybrid import DEPTH, DIVERSE
 from index.engine.keyword import KeywordIndex
 from index.engine.table import SearchOptions, Table
 from index.store.writelog import Record
@@ -247,9 +247,32 @@ def test_diversity_is_greedy_mmr(lee: Table, lee_docs: Lee, keyword: KeywordInde
     expected = greedy_mmr(lee_docs, query, candidates, k, 0.6, [float(cos[i]) for i in candidates])
     assert rows(one(lee, Query(document=lee_docs.ids[row], k=k, diversity=0.6))) == expected
     assert expected != candidates[:k]
-    ids, fused_scores, _ = fused(lee_docs, keyword, query, TEXTS[0], DIVERSE * k, None, {row})
+    ids, fused_scores, _ = fused(lee_docs, keyword, query, TEXTS[0], DEPTH, None, {row})  # at least DEPTH fused
     expected = greedy_mmr(lee_docs, query, ids, k, 0.9, [s / (2 / 61) for s in fused_scores])
     found = one(lee, Query(document=lee_docs.ids[row], text=TEXTS[0], mode="hybrid", k=k, diversity=0.9))
+    assert rows(found) == expected
+    pages = [  # the same candidates for every page within DEPTH / DIVERSE hits: pages of one ranking
+        rows(
+            one(lee, Query(document=lee_docs.ids[row], text=TEXTS[0], mode="hybrid", k=3, offset=offset, diversity=0.9))
+        )
+        for offset in (0, 3)
+    ]
+    assert pages[0] + pages[1] == expected
+
+
+def test_a_score_floor_leaves_a_diverse_page_short_only_when_too_few_reach_it(lee: Table, lee_docs: Lee) -> None:
+    """MMR's order is not the scores' order: the candidates below the floor are left out before the re-ranking,
+    not from its page."""
+    row, k = 12, 6
+    query = lee_docs.vectors[row].astype(np.float64)
+    cos = cosines(lee_docs, query)
+    candidates = best(cos, leave_out={row})[: DIVERSE * k]
+    floor = float(cos[candidates[2 * k]])  # two pages' worth of candidates reach it
+    passing = [i for i in candidates if cos[i] >= floor]
+    expected = greedy_mmr(lee_docs, query, passing, k, 0.8, [float(cos[i]) for i in passing])
+    page_then_floor = greedy_mmr(lee_docs, query, candidates, k, 0.8, [float(cos[i]) for i in candidates])
+    assert len(expected) == k > len([i for i in page_then_floor if cos[i] >= floor])  # the case in point
+    found = one(lee, Query(document=lee_docs.ids[row], k=k, diversity=0.8, min_score=floor))
     assert rows(found) == expected
 
 

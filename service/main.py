@@ -99,6 +99,10 @@ def tune_malloc() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    # SIGTERM during the start-up ends it at once, exit 0. As a container's PID 1 the process would otherwise ignore
+    # SIGTERM until a handler is in place, and the pod wait out its grace period. uvicorn installs its own handlers
+    # once it serves (graceful shutdown), and raises the signal again with this one when done: exit 0 then too.
+    previous = signal.signal(signal.SIGTERM, _stopped)
     # Start-up makes long-lived objects only (modules, schemas, routes, the tables' labels): the collector's passes
     # over them would find almost nothing. The app's lifespan collects once and freezes them (service.app), then
     # turns the collector back on; so does the end of the start-up here, whatever its outcome.
@@ -107,6 +111,8 @@ def main(argv: list[str] | None = None) -> int:
         return _main(argv)
     finally:
         gc.enable()
+        if previous is not None:  # the caller's own handler back (a test calling main in its process)
+            signal.signal(signal.SIGTERM, previous)
 
 
 def _main(argv: list[str] | None) -> int:
@@ -183,8 +189,6 @@ def _main(argv: list[str] | None) -> int:
         # SIGHUP reaches the app itself, which reloads its tables; until the app handles it, one is moot (the
         # tables are not read yet) and must not stop the process.
         signal.signal(signal.SIGHUP, signal.SIG_IGN)
-        # uvicorn raises the SIGTERM it shut down for again once done, with the handler it found: exit 0 then.
-        signal.signal(signal.SIGTERM, _stopped)
         uvicorn.run(APP, **options)
     else:
         serve_workers(options)

@@ -265,22 +265,35 @@ class Settings(BaseSettings):
 
 
 CPU_MAX = Path("/sys/fs/cgroup/cpu.max")  # cgroup v2: "QUOTA PERIOD" or "max PERIOD" (a container's CPU limit)
+# cgroup v1: the cpu controller's directory (named either way) holds cpu.cfs_quota_us (-1: no limit) and
+# cpu.cfs_period_us
+CFS_DIRS = (Path("/sys/fs/cgroup/cpu"), Path("/sys/fs/cgroup/cpu,cpuacct"))
 
 
-def cores(cpu_max: Path = CPU_MAX) -> int:
+def cores(cpu_max: Path = CPU_MAX, cfs_dirs: tuple[Path, ...] = CFS_DIRS) -> int:
     """The CPUs this process may use: those it may run on, fewer when its cgroup's CPU quota allows less (a
-    container's CPU limit, e.g. Kubernetes' ``resources.limits.cpu``), rounded up, at least 1."""
+    container's CPU limit, e.g. Kubernetes' ``resources.limits.cpu``; cgroup v2 or v1), rounded up, at least 1."""
     try:
         usable = len(os.sched_getaffinity(0))
     except AttributeError:  # not Linux
         usable = os.cpu_count() or 1
+    limits = [_quota_cores(cpu_max)] + [_quota_cores(d / "cpu.cfs_quota_us", d / "cpu.cfs_period_us") for d in cfs_dirs]
+    return min([usable, *(limit for limit in limits if limit is not None)])
+
+
+def _quota_cores(quota_file: Path, period_file: Path | None = None) -> int | None:
+    """The CPUs a cgroup's quota allows, rounded up (at least 1): a quota and a period in one file (v2's
+    ``cpu.max``) or in two (v1's); None without a quota ("max", -1) or a file we can read."""
     try:
-        quota, period = cpu_max.read_text().split()[:2]
-        if quota != "max" and int(period) > 0:
-            usable = min(usable, max(1, math.ceil(int(quota) / int(period))))
-    except (OSError, ValueError):  # no cgroup v2 file, or not one we can read
-        pass
-    return usable
+        if period_file is None:
+            quota, period = quota_file.read_text().split()[:2]
+        else:
+            quota, period = quota_file.read_text().strip(), period_file.read_text().strip()
+        if quota == "max" or int(quota) <= 0 or int(period) <= 0:
+            return None
+        return max(1, math.ceil(int(quota) / int(period)))
+    except (OSError, ValueError):  # no such file (the other cgroup version), or not one we can read
+        return None
 
 
 def describe_error(exc: ValidationError) -> str:

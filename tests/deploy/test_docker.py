@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -20,6 +21,7 @@ import yaml
 
 from bench.common import free_port
 from index.engine.table import Table
+from service.settings import Settings
 from tests.deploy.support import (
     DOCKERFILE,
     REPO,
@@ -126,6 +128,32 @@ def test_compose_validates_and_describes_the_stack(compose: dict) -> None:
     assert [p["target"] for p in nginx["ports"]] == [8000]
     assert nginx["depends_on"]["api"]["condition"] == "service_healthy"
     assert "tables" in compose["volumes"]
+
+
+def duration_seconds(value: str) -> float:
+    """A compose duration (``25s``, ``1m30s``, ``500ms``) in seconds."""
+    units = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 0.001, "us": 1e-6}
+    parts = re.findall(r"(\d+(?:\.\d+)?)(ms|us|h|m|s)", value)
+    assert parts and "".join(n + u for n, u in parts) == value, f"not a duration: {value!r}"
+    return sum(float(n) * units[u] for n, u in parts)
+
+
+def test_compose_api_settings_suit_its_read_only_volume_and_its_stop(
+    compose: dict, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The replicas' settings, as the server reads them from the compose environment (a temporary directory
+    standing in for /data): no background index builds on the read-only volume, and Docker's grace period
+    before SIGKILL covers the drain and the shutdown timeout."""
+    api = compose["services"]["api"]
+    for variable in [v for v in os.environ if v.startswith("EMBEDDING_")]:
+        monkeypatch.delenv(variable)
+    for key, value in api["environment"].items():
+        monkeypatch.setenv(key, str(value))
+    monkeypatch.setenv("EMBEDDING_DATA_DIR", str(tmp_path))
+    settings = Settings()
+    assert settings.build_deferred is False, "a deferred build would fail writing to the read-only volume"
+    budget = settings.drain_seconds + settings.shutdown_timeout + 3  # 3 s for the process to exit
+    assert duration_seconds(api["stop_grace_period"]) >= budget, "SIGKILL before the requests in flight finish"
 
 
 def test_compose_builder_command_runs(compose: dict, glove_data_dir: Path, tmp_path: Path) -> None:

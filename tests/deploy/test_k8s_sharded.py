@@ -5,16 +5,19 @@ test_k8s.py: here, that it is the base once per shard and once for the front, wi
 - each Service, autoscaler and disruption budget selects or targets its own Deployment's pods only;
 - the front loads no table, and its ``EMBEDDING_SHARDS`` parses as the front's settings and names, in shard order,
   each shard's Service and the shard's table;
-- every ConfigMap key is a setting of the server or of the front.
+- every ConfigMap key is a setting of the server or of the front;
+- the ``embedding-index`` commands the manifests suggest need nothing the image does not install.
 """
 
 from __future__ import annotations
 
 import json
+import tomllib
 from typing import Any
 
 from service.settings import Settings
 from service.shard_settings import ShardSettings
+from tests.deploy.support import REPO
 from tests.deploy.test_k8s import render
 
 SHARDS = 3
@@ -92,3 +95,16 @@ def test_every_config_key_is_a_setting() -> None:
     for (kind, _), doc in objects().items():
         if kind == "ConfigMap":
             assert set(doc["data"]) <= known, set(doc["data"]) - known
+
+
+def test_suggested_commands_run_on_the_image() -> None:
+    """The image installs the project's base dependencies only (the Dockerfile): ``--ray`` needs the ray extra."""
+    installed = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]
+    assert not any(dependency.startswith("ray") for dependency in installed)
+    suggested = [
+        f"{path.relative_to(REPO)}: {line.strip()}"
+        for path in sorted((REPO / "deploy").rglob("*.yaml"))
+        for line in path.read_text().splitlines()
+        if "embedding-index" in line
+    ]
+    assert suggested and not [line for line in suggested if "--ray" in line]

@@ -1,8 +1,11 @@
 """The repo's nginx config, run by Debian's nginx on loopback in front of two real ``embedding-serve`` processes.
 
 The config is rendered from deploy/nginx.conf itself: only the upstream ``server api:8000 ...`` line (two loopback
-servers with the same parameters), the ``listen`` port and the ``/tmp/`` prefix change. The test checks that
-requests are balanced over both replicas and that killing one (SIGKILL) under load fails no client request.
+servers with the same parameters), the ``listen`` port and the ``/tmp/`` prefix change. The tests check that
+requests are balanced over both replicas and that killing one (SIGKILL) under load fails no client request; that
+the API's own 503s (a table refused at load) take no replica out of service; that nginx passes the request heads
+the server takes and answers its own errors in the API's JSON envelope (OpenAI's shape on the OpenAI paths); and
+that /metrics is not published.
 """
 
 from __future__ import annotations
@@ -11,18 +14,22 @@ import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import threading
 import time
 from collections import Counter
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
 import pytest
 
 from bench.common import free_port
+from index.store import artifact
 from tests import REPO
 from tests.deploy.support import start, stop, tail, wait_ready
 
@@ -61,13 +68,17 @@ def upstreams(access_log: Path) -> list[tuple[str, int, list[str]]]:
     return out
 
 
-@pytest.fixture
-def stack(small_data_dir: Path, tmp_path: Path):
-    """Two embedding-serve replicas and nginx (from the repo's config) in front; everything stopped after."""
+Stack = tuple[str, dict[str, tuple[subprocess.Popen[bytes], Path]], Path]  # nginx's URL, replicas, nginx's log
+
+
+@contextmanager
+def running_stack(data_dir: Path, tmp_path: Path, ready_path: str = "/readyz") -> Iterator[Stack]:
+    """Two embedding-serve replicas of ``data_dir`` and nginx (from the repo's config) in front, each ready when
+    ``ready_path`` answers 200; everything stopped after."""
     if NGINX is None:
         pytest.fail("nginx is not installed: install the Debian package nginx (`make system-deps` does it)")
     serve = Path(sys.executable).parent / "embedding-serve"
-    env = {**os.environ, "EMBEDDING_DATA_DIR": str(small_data_dir), "OMP_NUM_THREADS": "1"}
+    env = {**os.environ, "EMBEDDING_DATA_DIR": str(data_dir), "OMP_NUM_THREADS": "1"}
     processes: list[subprocess.Popen[bytes]] = []
     try:
         backends = {}
@@ -78,7 +89,7 @@ def stack(small_data_dir: Path, tmp_path: Path):
             processes.append(process)
             backends[f"127.0.0.1:{port}"] = (process, log)
         for address, (process, log) in backends.items():
-            wait_ready(f"http://{address}/readyz", process, log)
+            wait_ready(f"http://{address}{ready_path}", process, log)
 
         port = free_port()
         prefix = tmp_path / "nginx"
@@ -91,11 +102,17 @@ def stack(small_data_dir: Path, tmp_path: Path):
         nginx_log = tmp_path / "nginx.log"  # nginx's stdout (the access log) and stderr (the error log)
         nginx = start([*command, "-g", "daemon off;"], dict(os.environ), nginx_log)
         processes.append(nginx)
-        wait_ready(f"http://127.0.0.1:{port}/readyz", nginx, nginx_log)
+        wait_ready(f"http://127.0.0.1:{port}{ready_path}", nginx, nginx_log)
         yield f"http://127.0.0.1:{port}", backends, nginx_log
     finally:
         for process in reversed(processes):
             stop(process, signal.SIGQUIT if process.args[0] == NGINX else signal.SIGTERM)
+
+
+@pytest.fixture
+def stack(small_data_dir: Path, tmp_path: Path) -> Iterator[Stack]:
+    with running_stack(small_data_dir, tmp_path) as running:
+        yield running
 
 
 def neighbours_path(word: str) -> str:
@@ -163,16 +180,108 @@ def test_balances_and_survives_a_killed_replica(stack, small) -> None:
     assert all(u[0] == victim and u[-1] != victim for u in retried), retried
 
 
+def raw_request(base: str, request: bytes) -> tuple[int, str, bytes]:
+    """(status, content type, body) of a request sent as bytes (for what an HTTP client would not send)."""
+    host, port = base.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        sock.sendall(request)
+        answer = b""
+        while chunk := sock.recv(65536):
+            answer += chunk
+    head, _, body = answer.partition(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")
+    headers = dict(line.lower().split(": ", 1) for line in lines[1:])
+    return int(lines[0].split()[1]), headers.get("content-type", ""), body
+
+
+def assert_envelope(response: httpx.Response, status: int, code: str, openai: bool = False) -> None:
+    """The API's JSON error envelope (OpenAI's shape when ``openai``) with this status and code."""
+    assert response.status_code == status, response.text
+    assert response.headers["content-type"].startswith("application/json"), response.text
+    error = response.json()["error"]
+    assert error["code"] == code and error["message"], error
+    if openai:
+        assert error["type"] == ("server_error" if status >= 500 else "invalid_request_error"), error
+        assert "param" in error, error
+
+
 def test_errors_from_nginx_use_the_json_envelope(stack) -> None:
     base, backends, _ = stack
     with httpx.Client(base_url=base, timeout=30) as client:
         response = client.post(f"/v1/tables/{TABLE}/neighbors", content=b"x" * (9 << 20))
-        assert response.status_code == 413
-        assert response.json()["error"]["code"] == "body_too_large"
+        assert_envelope(response, 413, "body_too_large")
+        response = client.post("/v1/embeddings", content=b"x" * (9 << 20))
+        assert_envelope(response, 413, "body_too_large", openai=True)
+
+        # Beyond the server's limits on request heads (32 KiB), nginx answers, in JSON, with the server's codes.
+        assert_envelope(client.get("/v1/tables?q=" + "a" * (33 << 10)), 414, "request_line_too_long")
+        assert_envelope(client.get("/v1/tables", headers={"x-long": "a" * (33 << 10)}), 431, "headers_too_large")
+        too_large = client.get("/v1/models", headers={"x-long": "a" * (33 << 10)})
+        assert_envelope(too_large, 431, "headers_too_large", openai=True)
+        status, content_type, body = raw_request(base, b"GET /v1/tables HTTP/1.1\r\nConnection: close\r\n\r\n")
+        assert (status, content_type) == (400, "application/json"), body  # HTTP/1.1 without Host
+        assert b'"code": "bad_request"' in body
 
         for process, _ in backends.values():
             os.killpg(process.pid, signal.SIGKILL)
             process.wait(10)
-        response = client.get(neighbours_path("king"))
-        assert response.status_code == 503
-        assert response.json()["error"]["code"] == "not_ready"
+        assert_envelope(client.get(neighbours_path("king")), 503, "not_ready")
+        assert_envelope(client.get("/v1/models"), 503, "not_ready", openai=True)
+
+
+def test_request_heads_the_server_takes_reach_it(stack) -> None:
+    """A URL or a header within the server's 32 KiB gets the server's own answer through nginx, as directly."""
+    base, backends, _ = stack
+    direct = f"http://{next(iter(backends))}"
+    long_path = "/v1/" + "a" * 9_212  # 9,216 characters: over nginx's default buffers, within the server's
+    long_header = {"x-long": "a" * 10_000}
+    with httpx.Client(timeout=30) as client:
+        for url in (base, direct):
+            assert_envelope(client.get(url + long_path), 404, "not_found")
+            answered = client.get(url + neighbours_path("king"), headers=long_header)
+            assert answered.status_code == 200, answered.text
+
+
+def test_metrics_are_not_published(stack) -> None:
+    base, backends, _ = stack
+    with httpx.Client(timeout=30) as client:
+        for path in ("/metrics", "/metrics/", "/%6detrics", "/metrics?name=x"):
+            assert_envelope(client.get(base + path), 404, "not_found")
+        status, _, body = raw_request(base, b"GET //metrics HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n")
+        assert status == 404 and b"embedding_" not in body
+        direct = client.get(f"http://{next(iter(backends))}/metrics")  # scraped on each replica's own port
+        assert direct.status_code == 200 and "embedding_http_requests_total" in direct.text
+
+
+@pytest.fixture
+def refused_table_data(small_data_dir: Path, tmp_path: Path) -> Path:
+    """A data directory with ``small`` and ``broken``, a copy of it whose vectors fail their checksum."""
+    data_dir = tmp_path / "data"
+    shutil.copytree(small_data_dir / TABLE, data_dir / TABLE)
+    shutil.copytree(small_data_dir / TABLE, data_dir / "broken")
+    vectors = data_dir / "broken" / artifact.VECTORS
+    data = bytearray(vectors.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    vectors.write_bytes(bytes(data))
+    return data_dir
+
+
+def test_the_apis_503_takes_no_replica_out_of_service(refused_table_data: Path, tmp_path: Path) -> None:
+    """Requests for a table every replica refused at load get the API's 503, from one replica each (not retried),
+    and the loaded table is answered on both replicas right after."""
+    with running_stack(refused_table_data, tmp_path, ready_path=neighbours_path("the")) as (base, backends, log):
+        with httpx.Client(base_url=base, timeout=30) as client:
+            for _ in range(4):
+                refused = client.get("/v1/tables/broken/neighbors?token=king")
+                assert_envelope(refused, 503, "not_ready")
+                assert "broken" in refused.json()["error"]["message"]  # the API's answer, not nginx's
+            logged = len(upstreams(log))
+            for word in WORDS:
+                answered = client.get(neighbours_path(word))
+                assert answered.status_code == 200, answered.text
+        deadline = time.monotonic() + 10
+        while len(upstreams(log)) < logged + len(WORDS) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        entries = upstreams(log)
+        assert all(len(tried) == 1 for request, _, tried in entries if "/broken/" in request), entries
+        assert {tried[-1] for _, _, tried in entries[logged:]} == set(backends)

@@ -23,7 +23,7 @@ from service import main as serve
 from service.app import create_app
 from service.execute import compute
 from service.logs import JsonFormatter
-from service.settings import Settings, describe_error
+from service.settings import Settings, cores, describe_error
 from tests.service.conftest import client_for
 
 SETTINGS_VARIABLES = [f"EMBEDDING_{name.upper()}" for name in Settings.model_fields]
@@ -312,3 +312,37 @@ def test_start_up_objects_are_kept_out_of_the_collectors_scans(tmp_path: Path) -
     finally:
         gc.unfreeze()
         gc.set_threshold(*before)
+
+
+# ------------------------------------------------------------------------------------------- CPU limits
+@pytest.mark.parametrize("directory", ["cpu", "cpu,cpuacct"])  # the cpu controller's directory, by either name
+@pytest.mark.parametrize(
+    ("quota", "period", "expected"),
+    [
+        ("-1", "100000", None),  # no limit: the CPUs it may run on
+        ("100000", "100000", 1),
+        ("50000", "100000", 1),  # half a CPU: still one
+        ("150000", "100000", 2),  # 1.5 CPUs: rounded up
+        ("garbage", "100000", None),
+    ],
+)
+def test_cores_follow_a_cgroup_v1_quota(
+    tmp_path: Path, directory: str, quota: str, period: str, expected: int | None
+) -> None:
+    """A cgroup v1 node (no cpu.max): the CPU limit is cpu.cfs_quota_us over cpu.cfs_period_us."""
+    cpu = tmp_path / directory
+    cpu.mkdir()
+    (cpu / "cpu.cfs_quota_us").write_text(f"{quota}\n")
+    (cpu / "cpu.cfs_period_us").write_text(f"{period}\n")
+    dirs = (tmp_path / "cpu", tmp_path / "cpu,cpuacct")
+    affinity = len(os.sched_getaffinity(0))
+    assert cores(tmp_path / "cpu.max", dirs) == (affinity if expected is None else min(affinity, expected))
+
+
+def test_cores_take_the_lower_of_both_cgroup_versions(tmp_path: Path) -> None:
+    (tmp_path / "cpu.max").write_text("max 100000\n")
+    (tmp_path / "cpu").mkdir()
+    (tmp_path / "cpu" / "cpu.cfs_quota_us").write_text("100000\n")
+    (tmp_path / "cpu" / "cpu.cfs_period_us").write_text("100000\n")
+    assert cores(tmp_path / "cpu.max", (tmp_path / "cpu",)) == 1
+    assert cores(tmp_path / "cpu.max", (tmp_path / "missing",)) == len(os.sched_getaffinity(0))

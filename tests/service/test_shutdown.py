@@ -4,19 +4,27 @@ through the drain, the requests in flight finish with correct answers, and the p
 A request is held in flight by its body: it is sent with ``Expect: 100-continue`` and the rest of the body only
 later, so the server has started on it (it asked for the body: ``100 Continue``) before the signal, and it ends
 when the test sends the rest, during the drain or after it, while uvicorn waits for it to finish.
+
+A SIGTERM during the start-up, before anything serves, ends it at once with exit 0, also when the server is its
+PID namespace's init (PID 1, as a container's command), which ignores a signal it has no handler for.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import signal
 import socket
+import subprocess
+import sys
 import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from bench.common import free_port
 from index.engine.table import Table
 from tests.service.raw_http import (
     assert_exact_neighbours,
@@ -143,3 +151,55 @@ def test_a_request_outlasting_the_shutdown_timeout_is_cut(small_data_dir: Path, 
     finally:
         server.stop()
     assert "timeout graceful shutdown exceeded" in server.log()
+
+
+# The real start-up held at a known point, after the arguments are read and before anything is loaded or served:
+# ``tune_malloc``, main's first step after the arguments, replaced by a wait that only a signal ends.
+HELD_START_UP = """
+import sys, time
+import service.main as serve
+
+def held() -> None:
+    print("start-up held", flush=True)
+    time.sleep(600)
+
+serve.tune_malloc = held
+sys.exit(serve.main())
+"""
+AS_INIT = ["unshare", "--user", "--map-root-user", "--pid", "--fork"]  # a new PID namespace: the command is PID 1
+
+
+def child_of(pid: int) -> int:
+    """The one child process of ``pid`` (the command ``unshare --fork`` runs), once it exists."""
+    children = Path(f"/proc/{pid}/task/{pid}/children")
+    wait_for(lambda: children.read_text().split() != [], seconds=30, what="unshare's child")
+    (child,) = children.read_text().split()
+    return int(child)
+
+
+@pytest.mark.parametrize("as_init", [False, True], ids=["process", "pid-1"])
+def test_sigterm_during_the_start_up_ends_it_at_once(small_data_dir: Path, tmp_path: Path, as_init: bool) -> None:
+    command = [sys.executable, "-c", HELD_START_UP, "--data-dir", str(small_data_dir), "--port", str(free_port())]
+    if as_init:
+        if shutil.which("unshare") is None or subprocess.run([*AS_INIT, "true"], capture_output=True).returncode:
+            pytest.skip("no unprivileged PID namespaces here (`unshare --user --pid` fails)")
+        command = [*AS_INIT, *command]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("EMBEDDING_")}
+    log = tmp_path / "server.log"
+    with log.open("wb") as out:
+        process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    try:
+        server = child_of(process.pid) if as_init else process.pid
+        wait_for(lambda: "start-up held" in log.read_text(), seconds=60, what="the start-up to reach its wait")
+        signalled = time.monotonic()
+        os.kill(server, signal.SIGTERM)
+        try:
+            code = process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            code = None
+        assert code == 0, f"exit {code} ({time.monotonic() - signalled:.1f} s after SIGTERM): {log.read_text()[-2000:]}"
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+    assert "Traceback" not in log.read_text()

@@ -239,6 +239,33 @@ def test_a_client_leaving_in_the_middle_of_pipelined_answers_is_let_go(server: S
     assert send(server, http("GET", b"/healthz"))[0] == 200
 
 
+def send_head(server: Server, path: bytes) -> tuple[int, dict[str, str], bytes]:
+    """Status, headers and everything after the head up to the server's close, of a HEAD request."""
+    with socket.create_connection(("127.0.0.1", server.port), timeout=60) as sock:
+        sock.sendall(http("HEAD", path))
+        data = b""
+        while chunk := sock.recv(65536):
+            data += chunk
+    head, _, rest = data.partition(b"\r\n\r\n")
+    status_line, *lines = head.decode("latin-1").split("\r\n")
+    return int(status_line.split()[1]), {k.lower(): v for k, v in (line.split(": ", 1) for line in lines)}, rest
+
+
+@pytest.mark.parametrize("path", [b"/healthz", b"/readyz", b"/", b"/v1/tables", T, T + b"/neighbors?token=heart"])
+def test_head_is_answered_as_get_without_the_body(server: Server, path: bytes) -> None:
+    status, headers, body = send(server, http("GET", path))
+    assert status == 200
+    head_status, head_headers, rest = send_head(server, path)
+    assert head_status == 200 and rest == b""  # no body, nothing else
+    assert head_headers["content-length"] == headers["content-length"] == str(len(body))
+    assert head_headers["content-type"] == headers["content-type"]
+
+
+def test_head_on_a_post_route_is_405(server: Server) -> None:
+    status, headers, rest = send_head(server, T + b"/search")
+    assert status == 405 and headers["allow"] == "POST" and rest == b""
+
+
 def test_still_healthy_and_correct_afterwards(server: Server, small: Table) -> None:
     # Runs after the hostile requests above (pytest keeps file order): the same process still answers.
     assert server.process.poll() is None

@@ -36,6 +36,7 @@ from service.http.cache import AnswerCache, AnswerCacheMiddleware
 from service.http.cors import JsonCORSMiddleware
 from service.http.drain import Drain
 from service.http.fastroute import document_query_models
+from service.http.head import HeadAsGetMiddleware
 from service.http.limits import RequestLimitsMiddleware
 from service.http.metrics import Metrics, MetricsMiddleware
 from service.http.openai_errors import OpenAIErrorsMiddleware
@@ -143,7 +144,9 @@ def create_app(settings: Settings) -> FastAPI:
     _mount_explorer(app)
 
     # The last middleware added runs first: metrics see every request, including refused ones and cache hits;
-    # CORS answers preflights before the read key is asked for; the answer cache serves only allowed requests.
+    # CORS answers preflights before the read key is asked for; the answer cache serves only allowed requests;
+    # HEAD is routed as GET last, so it is counted as HEAD and never cached.
+    app.add_middleware(HeadAsGetMiddleware)
     if settings.cache_bytes:
         app.state.answer_cache = AnswerCache(settings.cache_bytes)
         app.add_middleware(

@@ -57,7 +57,9 @@ class OneWriteCycle(RequestResponseCycle):
             self.head = held.data
             return
         data, self.head = self.head + held.data, b""
-        if data:
+        if transport.is_closing():  # the client left while the app worked: nothing more can be sent
+            self.disconnected = True
+        elif data:
             transport.write(data)
         if held.closing:
             transport.close()

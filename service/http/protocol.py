@@ -22,6 +22,13 @@ API's JSON error envelope. ``embedding-serve`` runs with it (``JsonErrorsProtoco
 - 503 ``overloaded`` with ``Retry-After``: a connection opened while ``max_connections`` are open gets this
   answer to its request and is closed (instead of uvicorn's plain-text ``limit_concurrency`` 503, which also
   refuses requests on connections already served).
+- A client that reads none of its answers: while answer bytes wait in the write buffer (the client's window is
+  closed), the connection is checked every ``send_timeout`` seconds and aborted once they have not moved since
+  the check before, so the connection slot and the answers' memory are not held forever (a close would wait for
+  them to be sent). Also after the keep-alive timeout, whose close waits for them too.
+- A client that leaves while answers are under way: the request being answered and those queued behind it
+  (pipelined) are marked disconnected, so their answers are dropped (not written to the closed transport) and the
+  queued ones do not run.
 - While the server drains before a shutdown (``service.http.drain``), every answer says ``Connection: close``, so
   clients move to another replica instead of keeping this one.
 
@@ -29,7 +36,8 @@ After one of these refusals the answer is written, the write side shut, and what
 and dropped for up to ``LINGER_SECONDS`` before the connection closes: closing with unread bytes would reset the
 connection, which can destroy the answer before the client reads it.
 
-What a normal request pays: a length comparison per read, a counter and two assignments per request; the head timer
+What a normal request pays: a length comparison per read, a counter, three assignments and a look at the write
+buffer's size per request (the send timer only when bytes wait in it); the head timer
 is one per connection (re-armed every ``header_timeout``), none per request; the body timer, one per request whose
 body spans reads.
 """
@@ -68,6 +76,7 @@ class ConnectionLimits:
     header_timeout: float = 10.0
     max_connections: int = 1000
     body_timeout: float = 30.0
+    send_timeout: float = 30.0
 
 
 def _body(code: str, message: str) -> bytes:
@@ -157,6 +166,8 @@ class JsonErrorsProtocol(HttpToolsProtocol):
         self.body_timer: asyncio.TimerHandle | None = None  # armed once a body goes on past the read that began it
         self.bad_version = False  # the parser error at hand is a request line's HTTP version
         self.refused = False
+        self.running: Any = None  # the request cycle whose app runs (uvicorn's ``cycle`` is the last one parsed)
+        self.send_timer: asyncio.TimerHandle | None = None  # armed while an answer waits in the write buffer
         self.drain = app_state.get("drain")  # the app's service.http.drain.Drain, from its lifespan state
 
     # ------------------------------------------------------------------------------------------ connection
@@ -171,7 +182,51 @@ class JsonErrorsProtocol(HttpToolsProtocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._cancel_timers()
+        if self.send_timer is not None:
+            self.send_timer.cancel()
+        for cycle in (self.running, *(queued for queued, _ in self.pipeline)):
+            if cycle is not None and not cycle.response_complete:  # its app's sends are dropped, receive() ends
+                cycle.disconnected = True
+                cycle.message_event.set()
         super().connection_lost(exc)
+
+    def _start_asgi_task(self, cycle: Any, app: Any) -> None:
+        self.running = cycle
+        super()._start_asgi_task(cycle, app)
+
+    # ------------------------------------------------------------------------------------------ sending
+    def pause_writing(self) -> None:
+        super().pause_writing()
+        self._watch_send()
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        self._watch_send()
+
+    def timeout_keep_alive_handler(self) -> None:
+        super().timeout_keep_alive_handler()  # the close waits for the write buffer to be sent
+        self._watch_send()
+
+    def _watch_send(self) -> None:
+        """Arm the send timer if answer bytes wait in the write buffer (the client reads slower than we write)."""
+        if self.send_timer is None:
+            waiting = self.transport.get_write_buffer_size()
+            if waiting:
+                self.send_timer = self.loop.call_later(self.limits.send_timeout, self._send_timeout, waiting)
+
+    def _send_timeout(self, waiting_before: int) -> None:
+        """Abort the connection if not a byte of the write buffer was sent (and none written) since the timer was
+        armed: a client that reads none of its answer would hold the connection and the answer's memory forever."""
+        self.send_timer = None
+        waiting = self.transport.get_write_buffer_size()
+        if not waiting:
+            return
+        if waiting != waiting_before:  # the client reads (or more was written): watch on
+            self.send_timer = self.loop.call_later(self.limits.send_timeout, self._send_timeout, waiting)
+            return
+        timeout = self.limits.send_timeout
+        log.info("%s - %d bytes of answer not read for %gs: closing", self._peer(), waiting, timeout)
+        self.transport.abort()  # close() would wait for the buffer to be sent
 
     def eof_received(self) -> None:
         """The client shut its side: inside a body, that body can never be complete (400, then closed)."""

@@ -2,6 +2,8 @@
 
 Each one gets a 4xx with the JSON error envelope (a code and a message), never a 5xx, a hang or a plain-text
 answer; afterwards the same server is healthy and still answers a real neighbours query correctly.
+
+Clients that leave or never read in the middle of pipelined answers are let go (the latter at the send timeout).
 """
 
 from __future__ import annotations
@@ -10,15 +12,19 @@ import contextlib
 import json
 import socket
 import threading
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 
 from index.engine.table import Table
-from tests.service.real_server import Server
+from service.http.protocol import ConnectionLimits
+from tests.service.real_server import Server, start
 
 T = b"/v1/tables/small"
 MB = 1 << 20
+SEND_TIMEOUT = ConnectionLimits().send_timeout
 FIFTY = ", ".join(["1.0"] * 49)
 
 
@@ -206,6 +212,60 @@ def test_100_mb_streamed_is_cut_off_at_the_limit(server: Server) -> None:
     assert sent < total  # refused while the client was still sending
 
 
+NEIGHBOURS = b"GET /v1/tables/small/neighbors?id=%d&k=1000 HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
+PIPELINED = b"".join(NEIGHBOURS % i for i in range(200))  # answers larger than the socket buffers
+
+
+def non_reader(port: int) -> socket.socket:
+    """A connection with a small receive buffer that sends ``PIPELINED`` and never reads its answers."""
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # before connecting: the window stays small
+    sock.settimeout(60)
+    sock.connect(("127.0.0.1", port))
+    sock.sendall(PIPELINED)
+    return sock
+
+
+def test_a_client_leaving_in_the_middle_of_pipelined_answers_is_let_go(server: Server) -> None:
+    """The client closes while an answer waits for it to read (the running request is not the last one parsed):
+    the answer is dropped, no traceback is logged."""
+    before = server.log().count("Traceback")
+    for _ in range(5):
+        sock = non_reader(server.port)
+        time.sleep(0.5)  # the server fills the buffers and waits for the client to read
+        sock.close()
+    time.sleep(1)
+    assert server.log().count("Traceback") == before, server.log()[-3000:]
+    assert send(server, http("GET", b"/healthz"))[0] == 200
+
+
+def send_head(server: Server, path: bytes) -> tuple[int, dict[str, str], bytes]:
+    """Status, headers and everything after the head up to the server's close, of a HEAD request."""
+    with socket.create_connection(("127.0.0.1", server.port), timeout=60) as sock:
+        sock.sendall(http("HEAD", path))
+        data = b""
+        while chunk := sock.recv(65536):
+            data += chunk
+    head, _, rest = data.partition(b"\r\n\r\n")
+    status_line, *lines = head.decode("latin-1").split("\r\n")
+    return int(status_line.split()[1]), {k.lower(): v for k, v in (line.split(": ", 1) for line in lines)}, rest
+
+
+@pytest.mark.parametrize("path", [b"/healthz", b"/readyz", b"/", b"/v1/tables", T, T + b"/neighbors?token=heart"])
+def test_head_is_answered_as_get_without_the_body(server: Server, path: bytes) -> None:
+    status, headers, body = send(server, http("GET", path))
+    assert status == 200
+    head_status, head_headers, rest = send_head(server, path)
+    assert head_status == 200 and rest == b""  # no body, nothing else
+    assert head_headers["content-length"] == headers["content-length"] == str(len(body))
+    assert head_headers["content-type"] == headers["content-type"]
+
+
+def test_head_on_a_post_route_is_405(server: Server) -> None:
+    status, headers, rest = send_head(server, T + b"/search")
+    assert status == 405 and headers["allow"] == "POST" and rest == b""
+
+
 def test_still_healthy_and_correct_afterwards(server: Server, small: Table) -> None:
     # Runs after the hostile requests above (pytest keeps file order): the same process still answers.
     assert server.process.poll() is None
@@ -219,3 +279,39 @@ def test_still_healthy_and_correct_afterwards(server: Server, small: Table) -> N
     assert [n["id"] for n in json.loads(body)["neighbors"]] == [i for i, _ in small.most_similar([heart], k=8)]
     log = server.log()
     assert "Traceback" not in log and "Exception in ASGI application" not in log
+
+
+@pytest.fixture(scope="module")
+def one_connection(small_data_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """A server taking one connection at a time, with short timeouts (the send timeout is its own)."""
+    env = {
+        "EMBEDDING_MAX_CONNECTIONS": "1",
+        "EMBEDDING_HEADER_TIMEOUT": "2",
+        "EMBEDDING_BODY_TIMEOUT": "2",
+        "EMBEDDING_KEEP_ALIVE_TIMEOUT": "2",
+    }
+    server = start(small_data_dir, tmp_path_factory.mktemp("one-connection") / "server.log", env=env)
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def test_a_client_that_never_reads_its_answers_is_cut_at_the_send_timeout(one_connection: Server) -> None:
+    """Its answers wait in the write buffer: it holds the only connection slot (others get 503) until the send
+    timeout finds nothing sent for that long and closes the connection; then new clients are served."""
+    sock = non_reader(one_connection.port)
+    try:
+        time.sleep(3)  # past the header, body and keep-alive timeouts
+        assert send(one_connection, http("GET", b"/healthz"))[0] == 503
+        started = time.monotonic()
+        while send(one_connection, http("GET", b"/healthz"))[0] == 503:
+            assert time.monotonic() - started < 2 * SEND_TIMEOUT + 10, "the connection is still held"
+            time.sleep(1)
+        assert "of answer not read for" in one_connection.log()
+        sock.settimeout(10)
+        with contextlib.suppress(ConnectionResetError):  # closed (reset): what the client reads now ends
+            while sock.recv(1 << 20):
+                pass
+    finally:
+        sock.close()

@@ -37,6 +37,9 @@ class Transport(asyncio.Transport):
     def is_closing(self) -> bool:
         return self.closed
 
+    def get_write_buffer_size(self) -> int:
+        return 0  # every write sent at once
+
     def get_extra_info(self, name: str, default: Any = None) -> Any:
         return {"sockname": ("127.0.0.1", 8000), "peername": ("127.0.0.1", 50000)}.get(name, default)
 
@@ -141,16 +144,21 @@ ANSWERS = {
 }
 
 
+def until_closed(events: list[bytes | str]) -> list[bytes | str]:
+    """The events up to the first close: what reaches the client (uvicorn writes on after it, to no effect; the
+    protocol writes nothing to a closing transport)."""
+    return events[: events.index("close") + 1] if "close" in events else events
+
+
 @pytest.mark.parametrize("name", ANSWERS)
 def test_every_answer_as_uvicorn_writes_it(name: str) -> None:
     """Whole, body-less, streamed and refused answers: the same bytes as uvicorn's (the head joined with the body's
     first part), the same close, the same 500 for a header uvicorn refuses."""
     request = b"GET /v1/tables/t/neighbors?token=a HTTP/1.1\r\nhost: x\r\n\r\n"
     asgi = answering(*ANSWERS[name])
-    ours = asyncio.run(exchange(JsonErrorsProtocol, request, request, asgi=asgi))
-    theirs = asyncio.run(exchange(HttpToolsProtocol, request, request, asgi=asgi))
+    ours = until_closed(asyncio.run(exchange(JsonErrorsProtocol, request, request, asgi=asgi)))
+    theirs = until_closed(asyncio.run(exchange(HttpToolsProtocol, request, request, asgi=asgi)))
     assert b"".join(e for e in ours if isinstance(e, bytes)) == b"".join(e for e in theirs if isinstance(e, bytes))
-    assert [e for e in ours if e == "close"] == [e for e in theirs if e == "close"]
     assert ours[-1] == theirs[-1]
     if name in ("whole body", "connection close", "no content"):  # one write per answer
         assert len([e for e in ours if isinstance(e, bytes)]) == len([e for e in theirs if isinstance(e, bytes)]) // 2

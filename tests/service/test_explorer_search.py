@@ -1,6 +1,7 @@
 """The explorer's Search card for documents tables, driven in headless Chromium against a real ``embedding-serve``
 process serving gensim's Lee corpus (``lee``, 300 news stories with fields) beside a words table (``small``, the
-20,000 most frequent GloVe words), so that the page switches cards with the table.
+20,000 most frequent GloVe words), so that the page switches cards with the table. A second server, with a write
+key, serves a copy of ``lee`` written to before the page opens (its first document deleted, two added).
 
 Every list of hits the page shows is compared with the API's own answer to the request the page sent, fetched
 here with httpx; the filter is checked against what its controls were set to, paging against offsets, more like
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -27,12 +29,31 @@ DOCS, WORDS = "lee", "small"
 EMBEDDED = "lee-text"  # the Lee stories without their vectors, embedded at import by the words table
 FIRST = "lee-000"  # the first document: the card's query until one is given
 DOCUMENTS_JS = "/static/documents.js"
+WRITE_KEY = "explorer-writer-" + "k" * 16
 
 
 @pytest.fixture(scope="module")
 def server(documents_server: real_server.Server) -> str:
     """The shared server over ``lee``, ``small`` and ``lee-text`` (and ``no-text``; tests/service/conftest.py)."""
     return documents_server.base
+
+
+@pytest.fixture(scope="module")
+def written(lee_data_dir: Path, lee_docs: Lee, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A server with a write key over a copy of ``lee`` whose first document was deleted and two written (301 live
+    documents)."""
+    directory = tmp_path_factory.mktemp("written-data")
+    shutil.copytree(lee_data_dir / "lee", directory / "lee")
+    log = directory.parent / "written-serve.log"
+    with real_server.running(directory, log, env={"EMBEDDING_WRITE_KEYS": WRITE_KEY}) as server:
+        headers = {"X-API-Key": WRITE_KEY}
+        new = [{"id": f"new-{i}", "text": lee_docs.texts[i], "vector": lee_docs.vectors[i].tolist()} for i in (1, 2)]
+        wrote = real_server.HTTP.post(
+            f"{server.base}/v1/tables/{DOCS}/documents", json={"documents": new}, headers=headers
+        )
+        gone = real_server.HTTP.delete(f"{server.base}/v1/tables/{DOCS}/documents/{FIRST}", headers=headers)
+        assert wrote.status_code == 200 and gone.json()["deleted"] == 1
+        yield server.base
 
 
 @pytest.fixture(scope="module")
@@ -398,3 +419,22 @@ def test_phone_width_has_no_horizontal_scroll(server: str, browser: Any, api: ht
         phone.assert_clean()
     finally:
         phone.close()
+
+
+def test_a_table_written_to_opens_on_a_live_document_and_counts_the_live_ones(written: str, watched: Watched) -> None:
+    page = watched.page
+    page.goto(f"{written}/?table={DOCS}")
+    settle(page)
+    live = real_server.HTTP.get(f"{written}/v1/tables/{DOCS}/fields").json()["rows"]
+    assert live == 301
+    example = page.input_value("#ds-id")  # the first document was deleted: the card opens on a live one
+    assert example != FIRST and page.locator("#ds-out .error").count() == 0
+    assert real_server.HTTP.get(f"{written}/v1/tables/{DOCS}/documents/{example}").status_code == 200
+    assert sent(page)["id"] == example and page.locator("#ds-out .ds-hit").count() == 10
+    assert "301 documents, no filter" in page.inner_text("#ds-out .ds-count")
+    page.click("#ds-controls [data-field='lang'] label.ds-chip:has(input[value='en'])")
+    page.wait_for_function("() => new URLSearchParams(location.search).get('filter')")
+    settle(page)
+    passing = real_server.HTTP.post(f"{written}/v1/tables/{DOCS}/search", json=sent(page)).json()["passing"]
+    assert f"{passing:,} of 301 documents pass the filter" in page.inner_text("#ds-out .ds-count")
+    watched.assert_clean(expected_404=(f"documents/{FIRST}",))

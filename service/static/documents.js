@@ -219,7 +219,7 @@ export class DocumentSearch {
   }
 
   readControls() {
-    const spec = {};
+    const spec = Object.create(null); // a field may be named __proto__
     for (const control of this.controls) {
       const value = control.read();
       if (value !== undefined) spec[control.name] = value;
@@ -238,7 +238,7 @@ export class DocumentSearch {
     }
     const plain = isPlain(spec);
     let fits = plain && Object.keys(spec).every((name) => this.controls.some((c) => c.name === name));
-    for (const control of this.controls) fits = control.write(plain ? spec[control.name] : undefined) && fits;
+    for (const control of this.controls) fits = control.write(plain && Object.hasOwn(spec, control.name) ? spec[control.name] : undefined) && fits;
     this.$("ds-hand").hidden = fits || !this.controls.length;
   }
 

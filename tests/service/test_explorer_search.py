@@ -1,7 +1,8 @@
 """The explorer's Search card for documents tables, driven in headless Chromium against a real ``embedding-serve``
 process serving gensim's Lee corpus (``lee``, 300 news stories with fields) beside a words table (``small``, the
 20,000 most frequent GloVe words), so that the page switches cards with the table. A second server, with a write
-key, serves a copy of ``lee`` written to before the page opens (its first document deleted, two added).
+key, serves a copy of ``lee`` written to before the page opens (its first document deleted, two added) and a table
+whose field is named ``__proto__``.
 
 Every list of hits the page shows is compared with the API's own answer to the request the page sent, fetched
 here with httpx; the filter is checked against what its controls were set to, paging against offsets, more like
@@ -21,7 +22,9 @@ import httpx
 import numpy as np
 import pytest
 
-from tests.lee import Lee
+from index.build.sources import read_source
+from index.build.writer import build_table
+from tests.lee import Lee, write_jsonl
 from tests.service import real_server
 from tests.service.browser import SCREENSHOTS, Watched, save_screenshot
 
@@ -41,9 +44,16 @@ def server(documents_server: real_server.Server) -> str:
 @pytest.fixture(scope="module")
 def written(lee_data_dir: Path, lee_docs: Lee, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A server with a write key over a copy of ``lee`` whose first document was deleted and two written (301 live
-    documents)."""
+    documents), and ``proto``: documents whose one field is named ``__proto__``."""
     directory = tmp_path_factory.mktemp("written-data")
     shutil.copytree(lee_data_dir / "lee", directory / "lee")
+    records = [
+        {"id": f"p{i}", "text": lee_docs.texts[i], "vector": lee_docs.vectors[i].tolist(), "__proto__": "ab"[i % 2]}
+        for i in range(20)
+    ]
+    path = write_jsonl(directory.parent / "proto.jsonl", records)
+    raw, fmt = read_source(path, "documents")
+    build_table(raw, data_dir=directory, name="proto", source={"format": fmt, "path": path.name})
     log = directory.parent / "written-serve.log"
     with real_server.running(directory, log, env={"EMBEDDING_WRITE_KEYS": WRITE_KEY}) as server:
         headers = {"X-API-Key": WRITE_KEY}
@@ -438,3 +448,24 @@ def test_a_table_written_to_opens_on_a_live_document_and_counts_the_live_ones(wr
     passing = real_server.HTTP.post(f"{written}/v1/tables/{DOCS}/search", json=sent(page)).json()["passing"]
     assert f"{passing:,} of 301 documents pass the filter" in page.inner_text("#ds-out .ds-count")
     watched.assert_clean(expected_404=(f"documents/{FIRST}",))
+
+
+def test_a_field_named_proto_filters_with_its_chips(written: str, watched: Watched) -> None:
+    page = watched.page
+    page.goto(f"{written}/?table=proto")
+    settle(page)
+    assert page.is_hidden("#ds-hand")  # no filter: nothing the controls cannot show
+    page.click("#ds-controls [data-field='__proto__'] label.ds-chip:has(input[value='a'])")
+    page.wait_for_function("() => new URLSearchParams(location.search).get('filter')")
+    settle(page)
+    assert sent(page)["filter"] == {"__proto__": "a"}
+    assert page.input_value("#ds-filter") == '{\n  "__proto__": "a"\n}'
+    answer = real_server.HTTP.post(f"{written}/v1/tables/proto/search", json=sent(page)).json()
+    hits = shown_hits(page)
+    assert [h["id"] for h in hits] == [h["id"] for h in answer["hits"]] and len(hits) == 9  # p0 is the query
+    values = page.locator("#ds-out .ds-hit .ds-values li[data-field='__proto__'] .ds-value").all_inner_texts()
+    assert values == ["a"] * 9
+    page.reload()  # the filter from the URL sets the chip again
+    settle(page)
+    assert page.is_checked("#ds-controls [data-field='__proto__'] input[value='a']") and page.is_hidden("#ds-hand")
+    watched.assert_clean()

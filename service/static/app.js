@@ -143,7 +143,7 @@ function fillInputs() {
   $("sim-a").value = state.x;
   $("sim-b").value = state.y;
   $("map-words").value = state.words || DEFAULT_WORDS;
-  $("tm-search").value = state.q;
+  tableMap.setSearch(state.q);
   const pairs = state.axes ? state.axes.split(",") : [];
   ["ax-a", "ax-b", "ax-c", "ax-d"].forEach((id, i) => { $(id).value = pairs[i] || ""; });
   const [method, seed, param] = state.proj ? state.proj.split(",") : [];

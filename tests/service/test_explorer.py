@@ -480,16 +480,38 @@ def test_search_highlights_the_matching_rows(
     page.wait_for_function(f"() => ({PIXELS})().highlight > 0")
     assert watched.state()["q"] == query  # kept in the URL: a reload highlights the same rows
     page.reload()
-    page.wait_for_function("n => document.getElementById('table-map').dataset.matches === String(n)", arg=len(expected))
+    if query.startswith("/"):  # a regular expression from a link waits for Enter
+        page.wait_for_selector("#table-map .tm-matches >> text=press Enter to run it")
+        assert page.evaluate("explorer.tableMap.matches") is None
+    else:
+        page.wait_for_function(
+            "n => document.getElementById('table-map').dataset.matches === String(n)", arg=len(expected)
+        )
     assert page.input_value("#tm-search") == query
     scale = page.evaluate("explorer.tableMap.view.s")
-    page.press("#tm-search", "Enter")  # zooms to the matches
+    page.press("#tm-search", "Enter")  # runs the search and zooms to the matches
     page.wait_for_function("s => explorer.tableMap.view.s > s", arg=scale)
+    assert page.evaluate("Array.from(explorer.tableMap.matches)") == expected
     page.fill("#tm-search", "")
     page.wait_for_function(f"() => ({PIXELS})().highlight === 0")
     page.fill("#tm-search", "/[/")
     page.wait_for_selector("#tm-search[aria-invalid=true]")
     assert "not a regular expression" in page.inner_text("#table-map .tm-matches")
+    watched.assert_clean()
+
+
+def test_a_regular_expression_in_a_link_waits_for_enter(server: str, watched: Watched) -> None:
+    """An expression that backtracks exponentially on every label (a shared link could freeze the tab) is not run
+    when the page opens; a plain substring from a link is."""
+    open_table_map(watched, server, f"?table={WORDS_TABLE}&q=%2F%5E(.%2B)%2B%23%24%2F")
+    page = watched.page
+    page.wait_for_selector("#table-map .tm-matches >> text=press Enter to run it")
+    assert page.input_value("#tm-search") == "/^(.+)+#$/"
+    assert page.evaluate("explorer.tableMap.matches") is None and watched.state()["q"] == "/^(.+)+#$/"
+    page.fill("#tm-search", "/^[0-9]+$/")  # typed: runs as before
+    page.wait_for_function("() => Number(document.getElementById('table-map').dataset.matches) > 0")
+    open_table_map(watched, server, f"?table={WORDS_TABLE}&q=heart")
+    page.wait_for_function("() => Number(document.getElementById('table-map').dataset.matches) > 0")
     watched.assert_clean()
 
 

@@ -143,7 +143,7 @@ function fillInputs() {
   $("sim-a").value = state.x;
   $("sim-b").value = state.y;
   $("map-words").value = state.words || DEFAULT_WORDS;
-  $("tm-search").value = state.q;
+  tableMap.setSearch(state.q);
   const pairs = state.axes ? state.axes.split(",") : [];
   ["ax-a", "ax-b", "ax-c", "ax-d"].forEach((id, i) => { $(id).value = pairs[i] || ""; });
   const [method, seed, param] = state.proj ? state.proj.split(",") : [];
@@ -261,14 +261,18 @@ async function runSimilarity() {
 }
 
 // -------------------------------------------------------------- diagnostics
+/** Words of a space-separated input. */
+const wordsOf = (id) => $(id).value.split(/[\s,]+/).filter(Boolean);
+
 async function runOddOneOut() {
   const out = $("odd-out");
-  const words = $("odd-words").value.split(/[\s,]+/).filter(Boolean);
+  const words = wordsOf("odd-words");
+  if (!words.length) return out.replaceChildren();
   if (words.length < 2) return out.replaceChildren(el("p", { class: "muted" }, "Give two words or more."));
   const done = begin("odd", out);
   const { ok, data } = await api(tablePath("doesnt-match"), { words });
   if (!done()) return;
-  if (!ok) return out.replaceChildren(errorBox(data.error || {}));
+  if (!ok) return out.replaceChildren(errorBox(data.error || {}, replaceInLists(data.error, "odd-form")));
   const unknown = data.unknown && data.unknown.length ? ` (not in the table: ${data.unknown.join(", ")})` : "";
   out.replaceChildren(
     el("p", { class: "answer" }, "Odd one out: ", el("strong", {}, data.doesnt_match.token), unknown),
@@ -285,15 +289,12 @@ async function runRank() {
   const done = begin("rank", out);
   const { ok, data } = await api(tablePath(`rank?a=${encodeURIComponent(a)}&b=${encodeURIComponent(b)}`));
   if (!done()) return;
-  if (!ok) return out.replaceChildren(errorBox(data.error || {}));
+  if (!ok) return out.replaceChildren(errorBox(data.error || {}, replaceUnknown(data.error, "rank-form")));
   out.replaceChildren(
     el("p", { class: "answer" }, `“${data.query.b.token}” is neighbour `, el("strong", {}, `no. ${data.rank}`),
       ` of “${data.query.a.token}” (cosine ${data.similarity.toFixed(3)})`),
   );
 }
-
-/** Words of a space-separated input. */
-const wordsOf = (id) => $(id).value.split(/[\s,]+/).filter(Boolean);
 
 /** A suggestion picker that swaps the unknown word for the chosen one inside word-list inputs, then asks again. */
 function replaceInLists(error, formId) {
@@ -683,7 +684,16 @@ function runAll() {
   runNeighbours();
   runAnalogy();
   runSimilarity();
+  runDiagnostics();
   if (tableHas("transformer")) contextual.open();
+}
+
+/** Each diagnostics tool asked again with its inputs (on the table now picked); one without input is cleared. */
+function runDiagnostics() {
+  runOddOneOut();
+  runRank();
+  runCloser();
+  runSetSimilarity();
 }
 
 // --------------------------------------------------------------------- wire

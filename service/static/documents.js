@@ -97,6 +97,7 @@ export class DocumentSearch {
     this.deps = deps;
     this.table = null;
     this.summary = null;
+    this.rows = null; // the live document count, from GET .../fields
     this.example = "";
     this.controls = [];
     this.documents = new Map(); // id -> promise of the query document ({id, text}), or null when unknown
@@ -115,19 +116,32 @@ export class DocumentSearch {
     if (summary.name !== this.table) {
       this.table = summary.name;
       this.summary = summary;
+      this.rows = null;
       this.documents.clear();
       this.controls = [];
       this.$("ds-controls").replaceChildren(this.deps.el("p", { class: "muted" }, "Loading the fields…"));
       const { api, tablePath } = this.deps;
       const [stats, first] = await Promise.all([api(tablePath("fields")), api(tablePath("ids/0"))]);
       if (this.table !== summary.name) return;
-      this.example = first.ok ? String(first.data.token) : "";
+      const example = first.ok ? await this.liveExample(first.data) : "";
+      if (this.table !== summary.name) return;
+      this.example = example;
       this.$("ds-id").placeholder = this.example ? `a document id, e.g. ${this.example}` : "a document id";
       this.buildControls(stats);
     }
     this.enableText();
     this.fill();
     await this.run();
+  }
+
+  /** The id of a live document to search from until one is given: the table's first row (``GET .../ids/0``), or,
+   * when that document was deleted since the import, the live document nearest its vector. "" when none. */
+  async liveExample(first) {
+    const id = String(first.token);
+    if (await this.document(id)) return id;
+    const nearest = await this.deps.api(this.deps.tablePath("search"), { vector: first.vector, k: 1 });
+    const hit = nearest.ok ? (nearest.data.hits || [])[0] : null;
+    return hit ? String(hit.id) : "";
   }
 
   /** The search modes a text can use on this table: vector and hybrid when its documents were embedded by an
@@ -182,6 +196,7 @@ export class DocumentSearch {
       box.replaceChildren(this.deps.errorBox(data.error || {}));
       return;
     }
+    this.rows = data.rows; // live: written documents in, deleted ones out
     const changed = () => this.controlsChanged();
     this.controls = Object.entries(data.fields).map(([name, stats]) => this.control(name, stats, data.rows, changed));
     box.replaceChildren(...this.controls.map((c) => c.node));
@@ -204,7 +219,7 @@ export class DocumentSearch {
   }
 
   readControls() {
-    const spec = {};
+    const spec = Object.create(null); // a field may be named __proto__
     for (const control of this.controls) {
       const value = control.read();
       if (value !== undefined) spec[control.name] = value;
@@ -223,7 +238,7 @@ export class DocumentSearch {
     }
     const plain = isPlain(spec);
     let fits = plain && Object.keys(spec).every((name) => this.controls.some((c) => c.name === name));
-    for (const control of this.controls) fits = control.write(plain ? spec[control.name] : undefined) && fits;
+    for (const control of this.controls) fits = control.write(plain && Object.hasOwn(spec, control.name) ? spec[control.name] : undefined) && fits;
     this.$("ds-hand").hidden = fits || !this.controls.length;
   }
 
@@ -359,7 +374,7 @@ export class DocumentSearch {
   results(body, data, query) {
     const { el } = this.deps;
     const hits = data.hits || [];
-    const rows = this.summary.rows;
+    const rows = this.rows ?? this.summary.rows;
     const types = Object.fromEntries(Object.entries(this.summary.documents?.fields || {}).map(([n, f]) => [n, f.type]));
     const shared = query.words;
     const head = el("p", { class: "answer" }, query.id ? "More like " : "Nearest to ",

@@ -13,6 +13,7 @@ const SELECTED = 0xff2a26a3;
 const GRID = 512; // hover index: cells per side
 const HOVER_PX = 7;
 const MAX_COUNT = 63; // pixel densities above this look the same
+const SLASHED = /^\/(.+)\/([a-z]*)$/s; // a search written /regular expression/flags
 const AUTO_LABELS = 140; // labels placed on frequent visible rows
 const AUTO_SCAN = 4000;
 
@@ -46,6 +47,7 @@ export class TableMap {
     this.labels = null;
     this.lower = null;
     this.matches = null; // Int32Array of row ids, or null
+    this.held = false; // a regular expression from a link, not run until Enter (one can take minutes)
     this.selected = -1;
     this.neighbours = [];
     this.hovered = -1;
@@ -552,6 +554,13 @@ export class TableMap {
   }
 
   // ------------------------------------------------------------------ search and selection
+  /** Put a search from a link in the box: a substring runs once the labels are in; a regular expression waits
+   * for Enter, since a link can carry one that backtracks for minutes over every label. */
+  setSearch(text) {
+    this.root.querySelector(".tm-search").value = text;
+    this.held = SLASHED.test(text);
+  }
+
   /** Highlight the rows whose label matches: a substring (case-insensitive), or /regular expression/flags. */
   runSearch() {
     const input = this.root.querySelector(".tm-search");
@@ -566,13 +575,21 @@ export class TableMap {
       this.request();
       return;
     }
+    if (this.held) {
+      this.matches = null;
+      this.setDim(false);
+      out.textContent = "a regular expression from the link: press Enter to run it";
+      this.root.dataset.matches = "";
+      this.request();
+      return;
+    }
     if (!this.labels) {
       out.textContent = "labels loading…";
       return;
     }
     const found = [];
     const rows = Math.min(this.n, this.labels.length); // a t-SNE map holds the first rows only
-    const slashed = /^\/(.+)\/([a-z]*)$/s.exec(text);
+    const slashed = SLASHED.exec(text);
     if (slashed) {
       let re;
       try {
@@ -729,6 +746,7 @@ export class TableMap {
     const search = this.root.querySelector(".tm-search");
     let timer = 0;
     search.addEventListener("input", () => {
+      this.held = false;
       clearTimeout(timer);
       timer = setTimeout(() => this.runSearch(), 120);
       this.deps.onSearch?.(search.value);
@@ -737,6 +755,7 @@ export class TableMap {
       if (event.key !== "Enter") return;
       event.preventDefault();
       clearTimeout(timer);
+      this.held = false;
       this.runSearch();
       if (this.matches && this.matches.length) this.fit(this.matches);
     });

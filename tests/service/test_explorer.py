@@ -254,8 +254,17 @@ def test_similarity_and_table_switch(server: str, api: httpx.Client, watched: Wa
     value = api.get(f"/v1/tables/{WORDS_TABLE}/similarity", params={"a": "red", "b": "blue"}).json()["similarity"]
     assert page.inner_text("#similarity-out strong") == f"{value:.3f}"
 
+    page.fill("#closer-a", "paris")
+    page.fill("#closer-b", "london")
+    page.press("#closer-b", "Enter")
+    page.wait_for_selector("#closer-out:not([aria-busy]) .closer-count")
+    page.fill("#odd-words", "breakfast cereal dinner lunch")
+    page.press("#odd-words", "Enter")
+    page.wait_for_selector("#odd-out:not([aria-busy]) strong")
+
     # The model-token table answers the same questions from its own rows.
     search(watched, "heart")
+    before = {out: page.inner_text(out) for out in ("#closer-out", "#odd-out")}
     page.select_option("#table", TOKENS_TABLE)
     page.wait_for_function("t => new URLSearchParams(location.search).get('table') === t", arg=TOKENS_TABLE)
     page.wait_for_selector("#neighbours-out:not([aria-busy]) .scores")
@@ -267,6 +276,19 @@ def test_similarity_and_table_switch(server: str, api: httpx.Client, watched: Wa
     assert page.inner_text("#similarity-out strong") == f"{value:.3f}"
     words = map_words(page.input_value("#map-words"))
     assert page.locator("#map-out svg circle").count() == len(words)
+
+    # The diagnostics are asked again too, not left showing the other table's answers.
+    page.wait_for_function("b => document.getElementById('closer-out').innerText !== b", arg=before["#closer-out"])
+    page.wait_for_function("b => document.getElementById('odd-out').innerText !== b", arg=before["#odd-out"])
+    page.wait_for_selector("#closer-out:not([aria-busy]) .closer-count")
+    page.wait_for_selector("#odd-out:not([aria-busy]) strong")
+    params = {"a": "paris", "b": "london", "order": "score", "limit": 10}
+    closer = api.get(f"/v1/tables/{TOKENS_TABLE}/closer-than", params=params).json()
+    assert page.inner_text("#closer-out .closer-count") == f"{closer['count']:,}"
+    assert page.locator("#closer-out .scores button.token").all_inner_texts() == [w["token"] for w in closer["words"]]
+    body = {"words": ["breakfast", "cereal", "dinner", "lunch"]}
+    odd = api.post(f"/v1/tables/{TOKENS_TABLE}/doesnt-match", json=body).json()
+    assert page.locator("#odd-out .scores .score").all_inner_texts() == [f"{r['score']:.3f}" for r in odd["ranking"]]
     watched.assert_clean()
 
 
@@ -458,16 +480,38 @@ def test_search_highlights_the_matching_rows(
     page.wait_for_function(f"() => ({PIXELS})().highlight > 0")
     assert watched.state()["q"] == query  # kept in the URL: a reload highlights the same rows
     page.reload()
-    page.wait_for_function("n => document.getElementById('table-map').dataset.matches === String(n)", arg=len(expected))
+    if query.startswith("/"):  # a regular expression from a link waits for Enter
+        page.wait_for_selector("#table-map .tm-matches >> text=press Enter to run it")
+        assert page.evaluate("explorer.tableMap.matches") is None
+    else:
+        page.wait_for_function(
+            "n => document.getElementById('table-map').dataset.matches === String(n)", arg=len(expected)
+        )
     assert page.input_value("#tm-search") == query
     scale = page.evaluate("explorer.tableMap.view.s")
-    page.press("#tm-search", "Enter")  # zooms to the matches
+    page.press("#tm-search", "Enter")  # runs the search and zooms to the matches
     page.wait_for_function("s => explorer.tableMap.view.s > s", arg=scale)
+    assert page.evaluate("Array.from(explorer.tableMap.matches)") == expected
     page.fill("#tm-search", "")
     page.wait_for_function(f"() => ({PIXELS})().highlight === 0")
     page.fill("#tm-search", "/[/")
     page.wait_for_selector("#tm-search[aria-invalid=true]")
     assert "not a regular expression" in page.inner_text("#table-map .tm-matches")
+    watched.assert_clean()
+
+
+def test_a_regular_expression_in_a_link_waits_for_enter(server: str, watched: Watched) -> None:
+    """An expression that backtracks exponentially on every label (a shared link could freeze the tab) is not run
+    when the page opens; a plain substring from a link is."""
+    open_table_map(watched, server, f"?table={WORDS_TABLE}&q=%2F%5E(.%2B)%2B%23%24%2F")
+    page = watched.page
+    page.wait_for_selector("#table-map .tm-matches >> text=press Enter to run it")
+    assert page.input_value("#tm-search") == "/^(.+)+#$/"
+    assert page.evaluate("explorer.tableMap.matches") is None and watched.state()["q"] == "/^(.+)+#$/"
+    page.fill("#tm-search", "/^[0-9]+$/")  # typed: runs as before
+    page.wait_for_function("() => Number(document.getElementById('table-map').dataset.matches) > 0")
+    open_table_map(watched, server, f"?table={WORDS_TABLE}&q=heart")
+    page.wait_for_function("() => Number(document.getElementById('table-map').dataset.matches) > 0")
     watched.assert_clean()
 
 
@@ -570,12 +614,32 @@ def test_diagnostics_odd_one_out_and_rank(server: str, api: httpx.Client, watche
     assert page.inner_text("#rank-out strong") == f"no. {rank['rank']}"
     assert f"cosine {rank['similarity']:.3f}" in page.inner_text("#rank-out")
 
-    page.fill("#rank-a", "kingg")  # an unknown word: the error envelope's message, shown
+    page.fill("#rank-a", "kingg")  # an unknown word: the error envelope's message, its suggestions one click away
     page.press("#rank-a", "Enter")
     page.wait_for_selector("#rank-out:not([aria-busy]) [role=alert]")
-    message = api.get(f"/v1/tables/{WORDS_TABLE}/rank", params={"a": "kingg", "b": "queen"}).json()["error"]["message"]
-    assert message in page.inner_text("#rank-out [role=alert]")
-    watched.assert_clean(expected_404=("kingg",))
+    error = api.get(f"/v1/tables/{WORDS_TABLE}/rank", params={"a": "kingg", "b": "queen"}).json()["error"]
+    assert error["message"] in page.inner_text("#rank-out [role=alert]")
+    page.locator("#rank-out button.chip").first.click()
+    page.wait_for_selector("#rank-out:not([aria-busy]) strong")
+    assert page.input_value("#rank-a") == error["suggestions"][0]
+    rank = api.get(f"/v1/tables/{WORDS_TABLE}/rank", params={"a": error["suggestions"][0], "b": "queen"}).json()
+    assert page.inner_text("#rank-out strong") == f"no. {rank['rank']}"
+
+    page.fill("#odd-words", "breakfast cereal dinner lunchh")  # the same in the odd one out's list
+    page.press("#odd-words", "Enter")
+    page.wait_for_selector("#odd-out:not([aria-busy]) [role=alert]")
+    refused = api.post(
+        f"/v1/tables/{WORDS_TABLE}/doesnt-match", json={"words": ["breakfast", "cereal", "dinner", "lunchh"]}
+    )
+    error = refused.json()["error"]
+    assert refused.status_code == 404 and error["message"] in page.inner_text("#odd-out [role=alert]")
+    page.locator("#odd-out button.chip").first.click()
+    page.wait_for_selector("#odd-out:not([aria-busy]) strong")
+    fixed = ["breakfast", "cereal", "dinner", error["suggestions"][0]]
+    assert page.input_value("#odd-words") == " ".join(fixed)
+    odd = api.post(f"/v1/tables/{WORDS_TABLE}/doesnt-match", json={"words": fixed}).json()
+    assert page.locator("#odd-out .scores button.token").all_inner_texts() == [r["token"] for r in odd["ranking"]]
+    watched.assert_clean(expected_404=("kingg", "doesnt-match"))
 
 
 def test_export_downloads_files_that_reimport(

@@ -1,6 +1,8 @@
 """The explorer's Search card for documents tables, driven in headless Chromium against a real ``embedding-serve``
 process serving gensim's Lee corpus (``lee``, 300 news stories with fields) beside a words table (``small``, the
-20,000 most frequent GloVe words), so that the page switches cards with the table.
+20,000 most frequent GloVe words), so that the page switches cards with the table. A second server, with a write
+key, serves a copy of ``lee`` written to before the page opens (its first document deleted, two added) and a table
+whose field is named ``__proto__``.
 
 Every list of hits the page shows is compared with the API's own answer to the request the page sent, fetched
 here with httpx; the filter is checked against what its controls were set to, paging against offsets, more like
@@ -11,6 +13,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,7 +22,9 @@ import httpx
 import numpy as np
 import pytest
 
-from tests.lee import Lee
+from index.build.sources import read_source
+from index.build.writer import build_table
+from tests.lee import Lee, write_jsonl
 from tests.service import real_server
 from tests.service.browser import SCREENSHOTS, Watched, save_screenshot
 
@@ -27,12 +32,38 @@ DOCS, WORDS = "lee", "small"
 EMBEDDED = "lee-text"  # the Lee stories without their vectors, embedded at import by the words table
 FIRST = "lee-000"  # the first document: the card's query until one is given
 DOCUMENTS_JS = "/static/documents.js"
+WRITE_KEY = "explorer-writer-" + "k" * 16
 
 
 @pytest.fixture(scope="module")
 def server(documents_server: real_server.Server) -> str:
     """The shared server over ``lee``, ``small`` and ``lee-text`` (and ``no-text``; tests/service/conftest.py)."""
     return documents_server.base
+
+
+@pytest.fixture(scope="module")
+def written(lee_data_dir: Path, lee_docs: Lee, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A server with a write key over a copy of ``lee`` whose first document was deleted and two written (301 live
+    documents), and ``proto``: documents whose one field is named ``__proto__``."""
+    directory = tmp_path_factory.mktemp("written-data")
+    shutil.copytree(lee_data_dir / "lee", directory / "lee")
+    records = [
+        {"id": f"p{i}", "text": lee_docs.texts[i], "vector": lee_docs.vectors[i].tolist(), "__proto__": "ab"[i % 2]}
+        for i in range(20)
+    ]
+    path = write_jsonl(directory.parent / "proto.jsonl", records)
+    raw, fmt = read_source(path, "documents")
+    build_table(raw, data_dir=directory, name="proto", source={"format": fmt, "path": path.name})
+    log = directory.parent / "written-serve.log"
+    with real_server.running(directory, log, env={"EMBEDDING_WRITE_KEYS": WRITE_KEY}) as server:
+        headers = {"X-API-Key": WRITE_KEY}
+        new = [{"id": f"new-{i}", "text": lee_docs.texts[i], "vector": lee_docs.vectors[i].tolist()} for i in (1, 2)]
+        wrote = real_server.HTTP.post(
+            f"{server.base}/v1/tables/{DOCS}/documents", json={"documents": new}, headers=headers
+        )
+        gone = real_server.HTTP.delete(f"{server.base}/v1/tables/{DOCS}/documents/{FIRST}", headers=headers)
+        assert wrote.status_code == 200 and gone.json()["deleted"] == 1
+        yield server.base
 
 
 @pytest.fixture(scope="module")
@@ -398,3 +429,43 @@ def test_phone_width_has_no_horizontal_scroll(server: str, browser: Any, api: ht
         phone.assert_clean()
     finally:
         phone.close()
+
+
+def test_a_table_written_to_opens_on_a_live_document_and_counts_the_live_ones(written: str, watched: Watched) -> None:
+    page = watched.page
+    page.goto(f"{written}/?table={DOCS}")
+    settle(page)
+    live = real_server.HTTP.get(f"{written}/v1/tables/{DOCS}/fields").json()["rows"]
+    assert live == 301
+    example = page.input_value("#ds-id")  # the first document was deleted: the card opens on a live one
+    assert example != FIRST and page.locator("#ds-out .error").count() == 0
+    assert real_server.HTTP.get(f"{written}/v1/tables/{DOCS}/documents/{example}").status_code == 200
+    assert sent(page)["id"] == example and page.locator("#ds-out .ds-hit").count() == 10
+    assert "301 documents, no filter" in page.inner_text("#ds-out .ds-count")
+    page.click("#ds-controls [data-field='lang'] label.ds-chip:has(input[value='en'])")
+    page.wait_for_function("() => new URLSearchParams(location.search).get('filter')")
+    settle(page)
+    passing = real_server.HTTP.post(f"{written}/v1/tables/{DOCS}/search", json=sent(page)).json()["passing"]
+    assert f"{passing:,} of 301 documents pass the filter" in page.inner_text("#ds-out .ds-count")
+    watched.assert_clean(expected_404=(f"documents/{FIRST}",))
+
+
+def test_a_field_named_proto_filters_with_its_chips(written: str, watched: Watched) -> None:
+    page = watched.page
+    page.goto(f"{written}/?table=proto")
+    settle(page)
+    assert page.is_hidden("#ds-hand")  # no filter: nothing the controls cannot show
+    page.click("#ds-controls [data-field='__proto__'] label.ds-chip:has(input[value='a'])")
+    page.wait_for_function("() => new URLSearchParams(location.search).get('filter')")
+    settle(page)
+    assert sent(page)["filter"] == {"__proto__": "a"}
+    assert page.input_value("#ds-filter") == '{\n  "__proto__": "a"\n}'
+    answer = real_server.HTTP.post(f"{written}/v1/tables/proto/search", json=sent(page)).json()
+    hits = shown_hits(page)
+    assert [h["id"] for h in hits] == [h["id"] for h in answer["hits"]] and len(hits) == 9  # p0 is the query
+    values = page.locator("#ds-out .ds-hit .ds-values li[data-field='__proto__'] .ds-value").all_inner_texts()
+    assert values == ["a"] * 9
+    page.reload()  # the filter from the URL sets the chip again
+    settle(page)
+    assert page.is_checked("#ds-controls [data-field='__proto__'] input[value='a']") and page.is_hidden("#ds-hand")
+    watched.assert_clean()

@@ -166,7 +166,11 @@ def _main(argv: list[str] | None) -> int:
     from service.http.protocol import ConnectionLimits, JsonErrorsProtocol
 
     limits = ConnectionLimits(
-        settings.max_header_bytes, settings.header_timeout, settings.max_connections, settings.body_timeout
+        settings.max_header_bytes,
+        settings.header_timeout,
+        settings.max_connections,
+        settings.body_timeout,
+        settings.send_timeout,
     )
     options: dict[str, Any] = {
         "factory": True,
@@ -178,6 +182,7 @@ def _main(argv: list[str] | None) -> int:
         "access_log": not args.no_access_log,
         "server_header": False,
         "http": JsonErrorsProtocol.with_limits(limits),  # uvicorn's httptools protocol, limits and JSON refusals
+        "ws": "none",  # no WebSocket routes: an upgrade request is answered as the plain request it also is
         "h11_max_incomplete_event_size": settings.max_header_bytes,  # the same limit, should h11 ever be used
         "timeout_keep_alive": settings.keep_alive_timeout,
         "timeout_graceful_shutdown": settings.shutdown_timeout,

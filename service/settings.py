@@ -165,6 +165,13 @@ class Settings(BaseSettings):
         le=3600,
         description="seconds a client has for a request body once its head has arrived (a body that stalls): then 408",
     )
+    send_timeout: float = Field(
+        30.0,
+        gt=0,
+        le=3600,
+        description="seconds an answer may wait with not a byte of it read by the client (it reads none): then the "
+        "connection is closed, freeing its slot and the answer's memory (between one and two times this)",
+    )
     keep_alive_timeout: float = Field(
         75.0,
         gt=0,

@@ -170,6 +170,10 @@ class JsonErrorsProtocol(HttpToolsProtocol):
         self.send_timer: asyncio.TimerHandle | None = None  # armed while an answer waits in the write buffer
         self.drain = app_state.get("drain")  # the app's service.http.drain.Drain, from its lifespan state
 
+    def _unsupported_upgrade_warning(self) -> None:
+        """An upgrade request (WebSocket, h2c) is served as the plain request it also is: nothing to warn of, nor
+        uvicorn's advice to install a WebSocket library."""
+
     # ------------------------------------------------------------------------------------------ connection
     # asyncio.Protocol declares a BaseTransport; as in uvicorn itself, an HTTP connection gets a Transport.
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]

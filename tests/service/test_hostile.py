@@ -19,12 +19,11 @@ from pathlib import Path
 import pytest
 
 from index.engine.table import Table
-from service.http.protocol import ConnectionLimits
 from tests.service.real_server import Server, start
 
 T = b"/v1/tables/small"
 MB = 1 << 20
-SEND_TIMEOUT = ConnectionLimits().send_timeout
+SEND_TIMEOUT = 5  # EMBEDDING_SEND_TIMEOUT of the one-connection server: above its other timeouts
 FIFTY = ", ".join(["1.0"] * 49)
 
 
@@ -266,6 +265,21 @@ def test_head_on_a_post_route_is_405(server: Server) -> None:
     assert status == 405 and headers["allow"] == "POST" and rest == b""
 
 
+def test_a_websocket_upgrade_is_answered_as_the_plain_request(server: Server) -> None:
+    """No route takes a WebSocket: an upgrade request gets the HTTP answer (the JSON envelope for a bad path), not
+    a bare 403 from a WebSocket handshake."""
+    upgrade = {
+        "Connection": "Upgrade",
+        "Upgrade": "websocket",
+        "Sec-WebSocket-Version": "13",
+        "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ==",
+    }
+    status, _, body = send(server, http("GET", T, headers=upgrade))
+    assert status == 200 and json.loads(body)["name"] == "small"
+    status, _, body = send(server, http("GET", b"/nowhere", headers=upgrade))
+    assert status == 404 and json.loads(body)["error"]["code"] == "not_found"
+
+
 def test_still_healthy_and_correct_afterwards(server: Server, small: Table) -> None:
     # Runs after the hostile requests above (pytest keeps file order): the same process still answers.
     assert server.process.poll() is None
@@ -289,6 +303,7 @@ def one_connection(small_data_dir: Path, tmp_path_factory: pytest.TempPathFactor
         "EMBEDDING_HEADER_TIMEOUT": "2",
         "EMBEDDING_BODY_TIMEOUT": "2",
         "EMBEDDING_KEEP_ALIVE_TIMEOUT": "2",
+        "EMBEDDING_SEND_TIMEOUT": str(SEND_TIMEOUT),
     }
     server = start(small_data_dir, tmp_path_factory.mktemp("one-connection") / "server.log", env=env)
     try:

@@ -416,6 +416,40 @@ def test_chunk_boundaries_do_not_change_the_result(tmp_path: Path, glove_rows, c
         read_source(bad)
 
 
+@pytest.mark.parametrize(
+    ("name", "body", "fmt"),
+    [
+        ("silent.txt", b"3 2\nnew abc 1 2\nb 1.5 2.5\nc 0.5 0.5\n", "word2vec"),
+        ("york.txt", b"3 2\nnew york 0.1 0.2\nb 0.3 0.1\nc 0.5 0.5\n", "word2vec"),
+        ("york.vec", b"3 2\nnew york 0.1 0.2 \nb 0.3 0.1 \nc 0.5 0.5 \n", "fasttext"),
+    ],
+)
+def test_word2vec_text_whose_first_token_has_spaces_is_text(
+    tmp_path: Path, data_dir: Path, name: str, body: bytes, fmt: str
+) -> None:
+    """The first row ends in DIM numbers: text, whatever follows the token's first space."""
+    path = tmp_path / name
+    path.write_bytes(body)
+    assert sniff_format(path) == fmt
+    table = import_ok(path, data_dir)
+    assert table.manifest["source"]["format"] == fmt
+    rows = [line.rstrip().rsplit(b" ", 2) for line in body.splitlines()[1:]]
+    expected = np.array([[float(a), float(b)] for _, a, b in rows], dtype=np.float32)
+    assert_rows(table, [row[0].decode() for row in rows], expected)
+    explicit = import_ok(path, data_dir, "explicit", "--format", "word2vec")
+    assert np.array_equal(np.asarray(explicit.vectors), np.asarray(table.vectors))
+
+
+def test_word2vec_text_whose_wide_first_row_has_a_spaced_token(tmp_path: Path, glove_rows) -> None:
+    """A first row longer than the sniffer's first block is still recognised as text."""
+    tokens, matrix = glove_rows
+    wide = np.tile(matrix[:3], 40)  # 2,000 values: the first row does not fit in the first 4 KiB
+    path = write(tmp_path / "wide.txt", text_lines(["new york", *tokens[1:3]], wide), header=b"3 2000")
+    assert sniff_format(path) == "word2vec"
+    raw, _ = read_source(path)
+    assert raw.tokens == ["new york", *tokens[1:3]] and np.array_equal(raw.matrix, wide)
+
+
 # ---------------------------------------------------------------------------------------------- bad input
 
 

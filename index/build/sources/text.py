@@ -26,7 +26,7 @@ import pyarrow as pa
 import pyarrow.compute as pacompute
 import pyarrow.csv as pacsv
 
-from index.build.sources import BinaryHandle, RawTable, ReadOptions, decode_tokens, open_text
+from index.build.sources import BinaryHandle, RawTable, ReadOptions, decode_tokens, is_number, open_text
 from index.errors import InputError
 from index.progress import Progress, note
 
@@ -85,7 +85,7 @@ def _read(path: Path, options: ReadOptions, header: bool) -> RawTable:
     counts = Counter(len(line.rstrip().split(b" ")) - 1 for line in sample)
     # The most common number of values; on a tie the smaller one (extra fields are tokens with spaces).
     found = min(counts, key=lambda n: (-counts[n], n))
-    if header and found != dim:
+    if header and dim not in counts:
         raise InputError(path, f"the header says dimension {dim} but the rows have {found} values", line=1)
     if not header:
         dim = found
@@ -240,21 +240,22 @@ def _arrow_parse(
     return table.column(0), matrix
 
 
-def _parse_line(line: bytes, dim: int) -> tuple[bytes, list[float]] | str:
+def _parse_line(line: bytes, dim: int) -> tuple[bytes, np.ndarray] | str:
     """The reference parse of one line: (token, values), or what is wrong with it."""
     stripped = line.rstrip()
     if not stripped:
         return "empty line"
     parts = stripped.split(b" ")
-    if len(parts) < dim + 1:
+    # Extra fields are part of the token (one with spaces) unless the field before the vector is a number:
+    # then the row has a value too many.
+    if len(parts) < dim + 1 or (len(parts) > dim + 1 and is_number(parts[-dim - 1])):
         return f"{len(parts) - 1} values after the token, expected {dim}"
-    values = []
-    for part in parts[-dim:]:
-        try:
-            values.append(float(part))
-        except ValueError:
-            shown = part[:40].decode("utf-8", "replace")
-            return f"{shown!r} is not a number" if part else "empty value (two spaces in a row?)"
+    try:
+        values = np.array(parts[-dim:], dtype=np.float64)
+    except ValueError:
+        part = next(part for part in parts[-dim:] if not is_number(part))
+        shown = part[:40].decode("utf-8", "replace")
+        return f"{shown!r} is not a number" if part else "empty value (two spaces in a row?)"
     return b" ".join(parts[:-dim]), values
 
 
@@ -318,7 +319,7 @@ def _parse_irregular(
         raw[i], values = result
         stats.tokens_with_spaces += b" " in raw[i]
         with np.errstate(over="ignore"):
-            matrix[i] = np.asarray(values, dtype=np.float64)
+            matrix[i] = values
     numbers = (np.flatnonzero(keep) + line_no).tolist()
     if not keep.all():
         matrix = matrix[keep]

@@ -450,6 +450,43 @@ def test_word2vec_text_whose_wide_first_row_has_a_spaced_token(tmp_path: Path, g
     assert raw.tokens == ["new york", *tokens[1:3]] and np.array_equal(raw.matrix, wide)
 
 
+def test_row_with_a_value_too_many_is_refused_as_gensim_refuses_it(tmp_path: Path, data_dir: Path) -> None:
+    """An extra value is not a token with a space: refused with its line, or dropped; gensim refuses it too."""
+    path = tmp_path / "extra.txt"
+    path.write_bytes(b"5 3\na 1 0 0\nb 0 1 0\nc 0 0 1 5\nd 1 1 0\ne 1 0 1\n")
+    with pytest.raises(ValueError):
+        KeyedVectors.load_word2vec_format(str(path))
+    message = import_fails(path, data_dir)
+    assert "extra.txt:4: 4 values after the token, expected 3" in message, message
+    table = import_ok(path, data_dir, "t", "--drop-invalid")
+    assert table.manifest["cleaning"]["malformed_rows_dropped"] == 1
+    fixed = tmp_path / "fixed.txt"
+    fixed.write_bytes(b"4 3\na 1 0 0\nb 0 1 0\nd 1 1 0\ne 1 0 1\n")
+    kv = KeyedVectors.load_word2vec_format(str(fixed))
+    assert table.tokens[:] == kv.index_to_key
+    np.testing.assert_allclose(np.asarray(table.vectors) * np.asarray(table.norms)[:, None], kv.vectors)
+
+
+def test_token_ending_in_a_number_is_a_row_too_long(tmp_path: Path, data_dir: Path, glove_rows) -> None:
+    """ "1 000" or "windows 7" cannot be told from a row with an extra value: refused like one (GloVe too)."""
+    tokens, matrix = glove_rows
+    lines = text_lines(tokens[:20], matrix[:20])
+    lines[7] = b"windows 7 " + lines[7].split(b" ", 1)[1]
+    path = write(tmp_path / "glove.txt", lines)
+    message = import_fails(path, data_dir)
+    assert "glove.txt:8: 51 values after the token, expected 50" in message, message
+    lines[7] = b"windows seven " + lines[7].split(b" ", 2)[2]
+    table = import_ok(write(path, lines), data_dir)
+    assert table.tokens[7] == "windows seven"
+
+
+def test_last_row_short_is_named_by_its_line(tmp_path: Path, data_dir: Path) -> None:
+    path = tmp_path / "short.txt"
+    path.write_bytes(b"2 2\na 1 2\nb 3\n")
+    message = import_fails(path, data_dir)
+    assert "short.txt:3: 1 values after the token, expected 2" in message, message
+
+
 # ---------------------------------------------------------------------------------------------- bad input
 
 

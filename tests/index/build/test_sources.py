@@ -480,6 +480,16 @@ def test_token_ending_in_a_number_is_a_row_too_long(tmp_path: Path, data_dir: Pa
     assert table.tokens[7] == "windows seven"
 
 
+def test_drop_invalid_keeps_the_valid_later_row_of_a_token(tmp_path: Path, data_dir: Path) -> None:
+    """A token's first row is invalid: its next valid row is the one kept, not dropped as a duplicate."""
+    path = tmp_path / "dup.txt"
+    path.write_bytes(b"a 0 nan 1\nb 0 1 0\na 1 0 0\nc 1 1 1\nb 5 5 5\n")
+    table = import_ok(path, data_dir, "t", "--drop-invalid")
+    assert_rows(table, ["b", "a", "c"], np.array([[0, 1, 0], [1, 0, 0], [1, 1, 1]], dtype=np.float32))
+    cleaning = table.manifest["cleaning"]
+    assert cleaning["invalid_rows_dropped"] == 1 and cleaning["duplicate_tokens_dropped"] == 1
+
+
 def test_last_row_short_is_named_by_its_line(tmp_path: Path, data_dir: Path) -> None:
     path = tmp_path / "short.txt"
     path.write_bytes(b"2 2\na 1 2\nb 3\n")

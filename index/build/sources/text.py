@@ -15,6 +15,7 @@ Reading is two streaming passes over the file, so memory stays near the size of 
 
 from __future__ import annotations
 
+import re
 import zlib
 from collections import Counter
 from collections.abc import Iterable, Iterator
@@ -35,6 +36,7 @@ SAMPLE_LINES = 1000
 MAX_HEAD = 64 << 20  # the longest first line accepted
 BOM = b"\xef\xbb\xbf"
 DROP_HINT = " (use --drop-invalid to skip such rows)"
+BLANK_LINE = re.compile(rb"^[ \t\r\f\v]*\n", re.MULTILINE)
 
 
 def read_word2vec_text(path: Path, options: ReadOptions) -> RawTable:
@@ -75,8 +77,10 @@ def _read(path: Path, options: ReadOptions, header: bool) -> RawTable:
         rows, dim = _parse_header(path, head_lines[0])
         head_lines = head_lines[1:]
         first_line = 2
-        if rows != lines - 1:
-            raise InputError(path, f"the header says {rows:,} rows but the file has {lines - 1:,}", line=1)
+        if rows != lines - 1:  # blank lines between rows are not rows: they are refused or dropped later
+            found_rows = lines - 1 - _count_blank_lines(path, lines)
+            if rows != found_rows:
+                raise InputError(path, f"the header says {rows:,} rows but the file has {found_rows:,}", line=1)
     else:
         rows = lines
     sample = [line for line in head_lines[: min(SAMPLE_LINES, rows)] if line.strip()]
@@ -97,11 +101,13 @@ def _read(path: Path, options: ReadOptions, header: bool) -> RawTable:
 
     stats = _Stats()
     # A row needs at least 2 bytes per value; if the sample dimension cannot fit, do not preallocate.
-    out = np.empty((rows, dim), dtype=np.float32) if rows * 2 * dim <= nbytes else None
+    # Blank lines between rows take a row of ``out`` until they are refused or dropped.
+    slots = lines - 1 if header else lines
+    out = np.empty((slots, dim), dtype=np.float32) if slots * 2 * dim <= nbytes else None
     blocks: list[np.ndarray] = []
     tokens: list[str] = []
     filled = 0
-    with Progress(f"reading {path.name}", rows) as progress:
+    with Progress(f"reading {path.name}", slots) as progress:
         for chunk, line_no, count in _chunks(path, lines, skip_first=header):
             target = out[filled : filled + count] if out is not None else None
             part = _parse_chunk(chunk, line_no, count, dim, ncols, path, options, stats, target)
@@ -116,7 +122,7 @@ def _read(path: Path, options: ReadOptions, header: bool) -> RawTable:
     if out is None:
         matrix = np.concatenate(blocks) if blocks else np.empty((0, dim), dtype=np.float32)
     else:
-        matrix = out if filled == rows else out[:filled]
+        matrix = out if filled == slots else out[:filled]
     report = {
         "malformed_rows_dropped": stats.malformed_rows_dropped,
         "tokens_with_spaces": stats.tokens_with_spaces,
@@ -167,6 +173,11 @@ def _scan(path: Path) -> tuple[int, int, bytes]:
             newlines += count
             total += len(block)
     return lines, total, head
+
+
+def _count_blank_lines(path: Path, lines: int) -> int:
+    """How many of the first ``lines`` lines after the header are blank."""
+    return sum(len(BLANK_LINE.findall(chunk)) for chunk, _, _ in _chunks(path, lines, skip_first=True))
 
 
 def _chunks(path: Path, lines: int, skip_first: bool) -> Iterator[tuple[bytes, int, int]]:

@@ -490,6 +490,23 @@ def test_drop_invalid_keeps_the_valid_later_row_of_a_token(tmp_path: Path, data_
     assert cleaning["invalid_rows_dropped"] == 1 and cleaning["duplicate_tokens_dropped"] == 1
 
 
+def test_blank_line_between_rows_under_a_header(tmp_path: Path, data_dir: Path) -> None:
+    """A blank line is not a row: refused with its own line number, or dropped and counted with --drop-invalid."""
+    lines = [b"a 1 0 0", b"b 0 1 0", b"c 0 0 1", b"d 1 1 0", b"e 1 0 1"]
+    path = tmp_path / "blanks_mid.txt"
+    path.write_bytes(b"5 3\n" + b"\n".join(lines[:3]) + b"\n \r\n" + b"\n".join(lines[3:]) + b"\n\n")
+    message = import_fails(path, data_dir)
+    assert "blanks_mid.txt:5: empty line" in message, message
+    table = import_ok(path, data_dir, "t", "--drop-invalid")
+    assert table.manifest["cleaning"]["malformed_rows_dropped"] == 1
+    kv = KeyedVectors.load_word2vec_format(str(write(tmp_path / "no_blank.txt", lines, header=b"5 3")))
+    assert table.tokens[:] == kv.index_to_key
+    np.testing.assert_allclose(np.asarray(table.vectors) * np.asarray(table.norms)[:, None], kv.vectors)
+    short = tmp_path / "six.txt"
+    short.write_bytes(b"6 3\na 1 0 0\n\nb 0 1 0\n")
+    assert "six.txt:1: the header says 6 rows but the file has 2" in import_fails(short, data_dir, name="six")
+
+
 def test_last_row_short_is_named_by_its_line(tmp_path: Path, data_dir: Path) -> None:
     path = tmp_path / "short.txt"
     path.write_bytes(b"2 2\na 1 2\nb 3\n")

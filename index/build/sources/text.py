@@ -10,7 +10,8 @@ Reading is two streaming passes over the file, so memory stays near the size of 
    large is allocated, and the matrix can be allocated once at its final size;
 2. a parse of chunks of whole lines with pyarrow's CSV reader (multi-threaded C++, numbers parsed as
    float64 and rounded to float32 exactly as gensim does). A chunk that pyarrow refuses (a token with spaces,
-   a short row, a bad number, ...) is parsed again line by line in Python, which gives the exact line number.
+   a short row, a bad number, ...) is parsed again line by line, which gives the exact line number. Rows of
+   more than ``WIDE_DIM`` values are always parsed line by line, each line's values by NumPy at once.
 """
 
 from __future__ import annotations
@@ -36,6 +37,8 @@ SAMPLE_LINES = 1000
 MAX_HEAD = 64 << 20  # the longest first line accepted
 BOM = b"\xef\xbb\xbf"
 DROP_HINT = " (use --drop-invalid to skip such rows)"
+# Rows wider than this are parsed line by line with NumPy: pyarrow's one column per value does not scale.
+WIDE_DIM = 4096
 BLANK_LINE = re.compile(rb"^[ \t\r\f\v]*\n", re.MULTILINE)
 
 
@@ -287,7 +290,7 @@ def _parse_chunk(
     stats: _Stats,
     out: np.ndarray | None = None,
 ) -> _Chunk:
-    parsed = _arrow_parse(chunk, count, dim, ncols, out)
+    parsed = _arrow_parse(chunk, count, dim, ncols, out) if dim <= WIDE_DIM else None
     if parsed is not None:
         column, matrix = parsed
         try:
@@ -302,10 +305,11 @@ def _parse_chunk(
 def _parse_irregular(
     chunk: bytes, line_no: int, dim: int, ncols: int, path: Path, options: ReadOptions, stats: _Stats
 ) -> _Chunk:
-    """A chunk pyarrow refused: its regular lines still go through pyarrow, the others line by line."""
+    """A chunk pyarrow refused (or of wide rows): its regular lines still go through pyarrow, the others line by
+    line."""
     lines = chunk.split(b"\n")[:-1]
     count = len(lines)
-    regular = [i for i, line in enumerate(lines) if line.count(b" ") == ncols - 1]
+    regular = [i for i, line in enumerate(lines) if line.count(b" ") == ncols - 1] if dim <= WIDE_DIM else []
     joined = b"\n".join(lines[i] for i in regular) + b"\n"
     parsed = _arrow_parse(joined, len(regular), dim, ncols) if regular else None
     matrix = np.empty((count, dim), dtype=np.float32)

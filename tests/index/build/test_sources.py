@@ -14,6 +14,7 @@ import json
 import lzma
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -512,6 +513,31 @@ def test_last_row_short_is_named_by_its_line(tmp_path: Path, data_dir: Path) -> 
     path.write_bytes(b"2 2\na 1 2\nb 3\n")
     message = import_fails(path, data_dir)
     assert "short.txt:3: 1 values after the token, expected 2" in message, message
+
+
+def test_very_wide_rows_match_gensim(tmp_path: Path, data_dir: Path) -> None:
+    """600,000 values a row: parsed a line at a time in seconds, not as one pyarrow column per value (minutes)."""
+    matrix = np.random.default_rng(7).standard_normal((2, 600_000)).astype(np.float32)
+    path = write(tmp_path / "wide.txt", text_lines(["first", "second"], matrix))
+    started = time.monotonic()
+    raw, fmt = read_source(path)
+    assert time.monotonic() - started < 20
+    assert fmt == "glove" and np.array_equal(raw.matrix, matrix)
+    assert_same_as_gensim(path, raw, binary=False, no_header=True)
+    table = import_ok(path, data_dir)
+    assert table.dim == 600_000 and table.tokens[:] == ["first", "second"]
+
+
+def test_projector_rows_longer_than_the_sample(tmp_path: Path, data_dir: Path) -> None:
+    """A vectors.tsv whose first line is longer than the sample read for the dimension."""
+    matrix = np.random.default_rng(8).standard_normal((3, 150_000)).astype(np.float32)
+    directory = tmp_path / "wide"
+    directory.mkdir()
+    (directory / "vectors.tsv").write_bytes(b"\n".join(fmt_row(row).replace(b" ", b"\t") for row in matrix) + b"\n")
+    (directory / "metadata.tsv").write_text("a\nb\nc\n")
+    raw, fmt = read_source(directory)
+    assert fmt == "projector" and raw.tokens == ["a", "b", "c"] and np.array_equal(raw.matrix, matrix)
+    assert import_ok(directory, data_dir).dim == 150_000
 
 
 # ---------------------------------------------------------------------------------------------- bad input

@@ -41,7 +41,7 @@ def clean(raw: RawTable, path: Path | str, drop_invalid: bool = False) -> tuple[
         if raw.kind == "tokens" or not drop_invalid:
             what = "an empty token" if empty[first] else f"NaN, Inf or overflowing values for {raw.tokens[first]!r}"
             hint = "" if raw.kind == "tokens" else " (use --drop-invalid to skip such rows)"
-            raise InputError(path, what + hint, line=raw.first_line + first)
+            raise InputError(raw.rows_file or path, what + hint, line=raw.first_line + first)
         keep &= ~bad
         report["invalid_rows_dropped"] = int(bad.sum())
         if not keep.any():

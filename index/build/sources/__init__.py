@@ -56,6 +56,7 @@ class RawTable:
     # Copied into the artifact (e.g. tokenizer.json, a documents table's payload): bytes, or a view of a buffer.
     extra_files: dict[str, bytes | memoryview] = field(default_factory=dict)
     source: dict[str, Any] = field(default_factory=dict)  # added to the manifest's source (a folder: files read)
+    rows_file: Path | None = None  # the file ``first_line`` counts in, when not the path imported (a folder)
 
 
 Reader = Callable[[Path, ReadOptions], RawTable]

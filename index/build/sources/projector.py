@@ -63,14 +63,13 @@ def read(path: Path, options: ReadOptions) -> RawTable:
         metadata=columns,
         report=report,
         info={"projector_metadata": str(metadata_path)},
+        rows_file=vectors_path,
     )
 
 
 def read_metadata(path: Path, options: ReadOptions) -> tuple[list[str], dict[str, list[str]], int]:
     """Return (tokens, extra columns by name, lines with U+FFFD)."""
     lines, replaced = read_lines(path, options)
-    while lines and not lines[-1].strip():
-        lines.pop()
     if not lines:
         raise InputError(path, "empty file: no tokens")
     if "\t" not in lines[0]:

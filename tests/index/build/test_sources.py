@@ -540,6 +540,23 @@ def test_projector_rows_longer_than_the_sample(tmp_path: Path, data_dir: Path) -
     assert import_ok(directory, data_dir).dim == 150_000
 
 
+def test_projector_invalid_value_names_vectors_tsv(tmp_path: Path, data_dir: Path) -> None:
+    directory = tmp_path / "nanrow"
+    directory.mkdir()
+    (directory / "vectors.tsv").write_bytes(b"1\t2\n3\t4\nnan\t1\n")
+    (directory / "metadata.tsv").write_text("a\nb\nc\n")
+    message = import_fails(directory, data_dir)
+    assert f"{directory / 'vectors.tsv'}:3: NaN" in message, message
+
+
+def test_npy_vocabulary_with_trailing_blank_lines(tmp_path: Path, data_dir: Path, glove_rows) -> None:
+    tokens, matrix = glove_rows
+    np.save(tmp_path / "m.npy", matrix[:10])
+    vocab = tmp_path / "vocab.txt"
+    vocab.write_text("\n".join(tokens[:10]) + "\n\n \n\n")
+    assert_rows(import_ok(tmp_path / "m.npy", data_dir, "t", "--vocab", vocab), tokens[:10], matrix[:10])
+
+
 # ---------------------------------------------------------------------------------------------- bad input
 
 

@@ -41,16 +41,17 @@ def clean(raw: RawTable, path: Path | str, drop_invalid: bool = False) -> tuple[
         if raw.kind == "tokens" or not drop_invalid:
             what = "an empty token" if empty[first] else f"NaN, Inf or overflowing values for {raw.tokens[first]!r}"
             hint = "" if raw.kind == "tokens" else " (use --drop-invalid to skip such rows)"
-            raise InputError(path, what + hint, line=raw.first_line + first)
+            raise InputError(raw.rows_file or path, what + hint, line=raw.first_line + first)
         keep &= ~bad
         report["invalid_rows_dropped"] = int(bad.sum())
         if not keep.any():
             raise InputError(path, f"no rows left: all {rows:,} rows are invalid (NaN, Inf or overflowing values)")
 
     if raw.kind != "tokens":
-        tokens = raw.tokens
-        first_of = dict(zip(reversed(tokens), range(rows - 1, -1, -1), strict=True))
-        if len(first_of) < rows:
+        # The first row of each token among the valid ones: an invalid row dropped does not hide a later one.
+        kept = np.flatnonzero(keep)[::-1].tolist()
+        first_of = dict(zip(map(raw.tokens.__getitem__, kept), kept, strict=True))
+        if len(first_of) < len(kept):
             unique = np.zeros(rows, dtype=bool)
             unique[np.fromiter(first_of.values(), dtype=np.int64, count=len(first_of))] = True
             report["duplicate_tokens_dropped"] = int((keep & ~unique).sum())

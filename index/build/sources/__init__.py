@@ -56,6 +56,7 @@ class RawTable:
     # Copied into the artifact (e.g. tokenizer.json, a documents table's payload): bytes, or a view of a buffer.
     extra_files: dict[str, bytes | memoryview] = field(default_factory=dict)
     source: dict[str, Any] = field(default_factory=dict)  # added to the manifest's source (a folder: files read)
+    rows_file: Path | None = None  # the file ``first_line`` counts in, when not the path imported (a folder)
 
 
 Reader = Callable[[Path, ReadOptions], RawTable]
@@ -102,9 +103,6 @@ def reader(fmt: str) -> Reader:
     return found
 
 
-NUMBER_TEXT = frozenset(b"0123456789.-+eEnNaAiIfFtTyY \t\r\n")  # what the values of a text row are made of
-
-
 def sniff_format(path: Path) -> str:
     """Guess the format of ``path`` from its name and first bytes."""
     path = Path(path)
@@ -132,7 +130,8 @@ def sniff_format(path: Path) -> str:
         return "gensim"  # the reader refuses it unless --allow-pickle is given
     try:
         with open_text(path) as handle:
-            head = handle.read(4096).removeprefix(b"\xef\xbb\xbf")
+            block = handle.read(4096)
+        head = block.removeprefix(b"\xef\xbb\xbf")
     except (OSError, EOFError, zlib.error) as exc:
         raise InputError(path, f"cannot read: {exc}") from None
     if head.startswith((b"\x93NUMPY", b"PK\x03\x04")):
@@ -144,16 +143,54 @@ def sniff_format(path: Path) -> str:
     first = head.split(b"\n", 1)[0]
     parts = first.split()
     if len(parts) == 2 and all(p.isdigit() for p in parts):
-        # word2vec binary: after the header, a token, a space, then raw float32 bytes (not number text). Text is
-        # looked at only up to the end of its first row: a row of short numbers is followed by the next row's token.
-        rest = head[len(first) + 1 :]
-        space = rest.find(b" ")
-        values = rest[space + 1 : space + 1 + min(4 * int(parts[1]), 256)] if space >= 0 else b""
-        values = values.split(b"\n", 1)[0]
-        if not values.strip() or any(b not in NUMBER_TEXT for b in values):
+        # word2vec text if the first row is text (its token may contain spaces); else binary: a token, a space,
+        # then raw float32 bytes.
+        dim = int(parts[1])
+        row = head[len(first) + 1 :]
+        if b"\n" not in row:
+            row += _read_line(path, len(block), min(FIRST_ROW_SLACK + 32 * dim, MAX_FIRST_ROW))
+        if not first_row_is_text(row.split(b"\n", 1)[0], dim):
             return "word2vec-binary"
         return "fasttext" if name.endswith(".vec") else "word2vec"
     return "glove"
+
+
+FIRST_ROW_SLACK = 64 << 10  # how far past DIM values of 32 bytes the sniffer looks for the end of the first row
+MAX_FIRST_ROW = 64 << 20
+
+
+def _read_line(path: Path, offset: int, limit: int) -> bytes:
+    """The rest of the line at byte ``offset`` of the (decompressed) file, at most ``limit`` bytes."""
+    try:
+        with open_text(path) as handle:
+            handle.seek(offset)
+            return handle.readline(limit)
+    except (OSError, EOFError, zlib.error) as exc:
+        raise InputError(path, f"cannot read: {exc}") from None
+
+
+def is_number(field: bytes) -> bool:
+    try:
+        float(field)
+    except ValueError:
+        return False
+    return True
+
+
+def first_row_is_text(line: bytes, dim: int) -> bool:
+    """Whether ``line``, the first row under a word2vec header, is text: it ends in ``dim`` numbers (after a
+    token that may contain spaces), or everything after its first field is numbers (a wrong header dimension,
+    which the text reader reports)."""
+    fields = line.rstrip().split(b" ")
+    return (len(fields) > dim and _all_numbers(fields[-dim:])) or (len(fields) > 1 and _all_numbers(fields[1:]))
+
+
+def _all_numbers(fields: list[bytes]) -> bool:
+    try:
+        np.array(fields, dtype=np.float64)
+    except ValueError:
+        return False
+    return True
 
 
 def read_source(path: Path, fmt: str = "auto", options: ReadOptions | None = None) -> tuple[RawTable, str]:

@@ -90,7 +90,7 @@ def load_matrix(path: Path) -> np.ndarray:
 
 
 def read_lines(path: Path, options: ReadOptions) -> tuple[list[str], int]:
-    """One token per line (CR LF or LF; a final newline is optional); return (tokens, lines with U+FFFD)."""
+    """One token per line (CR LF or LF; blank lines at the end are ignored); return (tokens, lines with U+FFFD)."""
     data = read_bytes(path)
     try:
         text = data.decode("utf-8")
@@ -106,7 +106,7 @@ def read_lines(path: Path, options: ReadOptions) -> tuple[list[str], int]:
         text = data.decode("utf-8", "replace")
         replaced = sum(1 for raw in data.split(b"\n") if not _is_utf8(raw))
     lines = text.removeprefix(BOM).split("\n")
-    if lines and lines[-1] == "":
+    while lines and not lines[-1].strip():  # blank lines at the end, as in text files
         lines.pop()
     return [line.removesuffix("\r") for line in lines], replaced
 

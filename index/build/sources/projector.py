@@ -16,11 +16,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.csv as pacsv
 
-from index.build.sources import RawTable, ReadOptions, read_bytes
+from index.build.sources import RawTable, ReadOptions, is_number, read_bytes
 from index.build.sources.numpy_vocab import read_lines
 from index.errors import InputError
 
 DROP_HINT = " (use --drop-invalid to skip such rows)"
+SAMPLE_BYTES = 1 << 20  # the dimension is the most common row length among the whole lines in this much
+WIDE_DIM = 4096  # rows wider than this are parsed line by line with NumPy (pyarrow's one column per value is slow)
 
 
 def locate(path: Path, vocab: Path | None = None) -> tuple[Path, Path]:
@@ -61,14 +63,13 @@ def read(path: Path, options: ReadOptions) -> RawTable:
         metadata=columns,
         report=report,
         info={"projector_metadata": str(metadata_path)},
+        rows_file=vectors_path,
     )
 
 
 def read_metadata(path: Path, options: ReadOptions) -> tuple[list[str], dict[str, list[str]], int]:
     """Return (tokens, extra columns by name, lines with U+FFFD)."""
     lines, replaced = read_lines(path, options)
-    while lines and not lines[-1].strip():
-        lines.pop()
     if not lines:
         raise InputError(path, "empty file: no tokens")
     if "\t" not in lines[0]:
@@ -99,10 +100,11 @@ def read_vectors(path: Path, options: ReadOptions) -> tuple[np.ndarray, np.ndarr
     if not data.strip():
         raise InputError(path, "empty file: no vectors")
     data += b"\n"
-    sample = [line.strip() for line in data[: 1 << 20].split(b"\n", 1000)[:1000] if line.strip()]
+    whole = max(data.rfind(b"\n", 0, SAMPLE_BYTES), data.index(b"\n"))  # at least the first line
+    sample = [line.strip() for line in data[:whole].split(b"\n", 1000)[:1000] if line.strip()]
     counts = Counter(len(line.split(b"\t")) for line in sample)
     dim = min(counts, key=lambda n: (-counts[n], n))
-    matrix = _arrow_parse(data, dim)
+    matrix = _arrow_parse(data, dim) if dim <= WIDE_DIM else None
     if matrix is not None:
         return matrix, np.ones(len(matrix), dtype=bool)
     lines = data.split(b"\n")[:-1]
@@ -148,12 +150,12 @@ def _parse_line(line: bytes, dim: int, out: np.ndarray) -> str | None:
         return "empty line"
     if len(fields) != dim:
         return f"{len(fields)} values, expected {dim}"
-    for j, field in enumerate(fields):
-        try:
-            value = float(field)
-        except ValueError:
-            shown = field[:40].decode("utf-8", "replace")
-            return f"{shown!r} is not a number" if field else "empty value (two tabs in a row?)"
-        with np.errstate(over="ignore"):
-            out[j] = value
+    try:
+        values = np.array(fields, dtype=np.float64)
+    except ValueError:
+        field = next(field for field in fields if not is_number(field))
+        shown = field[:40].decode("utf-8", "replace")
+        return f"{shown!r} is not a number" if field else "empty value (two tabs in a row?)"
+    with np.errstate(over="ignore"):
+        out[:] = values
     return None

@@ -10,11 +10,13 @@ Reading is two streaming passes over the file, so memory stays near the size of 
    large is allocated, and the matrix can be allocated once at its final size;
 2. a parse of chunks of whole lines with pyarrow's CSV reader (multi-threaded C++, numbers parsed as
    float64 and rounded to float32 exactly as gensim does). A chunk that pyarrow refuses (a token with spaces,
-   a short row, a bad number, ...) is parsed again line by line in Python, which gives the exact line number.
+   a short row, a bad number, ...) is parsed again line by line, which gives the exact line number. Rows of
+   more than ``WIDE_DIM`` values are always parsed line by line, each line's values by NumPy at once.
 """
 
 from __future__ import annotations
 
+import re
 import zlib
 from collections import Counter
 from collections.abc import Iterable, Iterator
@@ -26,7 +28,7 @@ import pyarrow as pa
 import pyarrow.compute as pacompute
 import pyarrow.csv as pacsv
 
-from index.build.sources import BinaryHandle, RawTable, ReadOptions, decode_tokens, open_text
+from index.build.sources import BinaryHandle, RawTable, ReadOptions, decode_tokens, is_number, open_text
 from index.errors import InputError
 from index.progress import Progress, note
 
@@ -35,6 +37,9 @@ SAMPLE_LINES = 1000
 MAX_HEAD = 64 << 20  # the longest first line accepted
 BOM = b"\xef\xbb\xbf"
 DROP_HINT = " (use --drop-invalid to skip such rows)"
+# Rows wider than this are parsed line by line with NumPy: pyarrow's one column per value does not scale.
+WIDE_DIM = 4096
+BLANK_LINE = re.compile(rb"^[ \t\r\f\v]*\n", re.MULTILINE)
 
 
 def read_word2vec_text(path: Path, options: ReadOptions) -> RawTable:
@@ -75,8 +80,10 @@ def _read(path: Path, options: ReadOptions, header: bool) -> RawTable:
         rows, dim = _parse_header(path, head_lines[0])
         head_lines = head_lines[1:]
         first_line = 2
-        if rows != lines - 1:
-            raise InputError(path, f"the header says {rows:,} rows but the file has {lines - 1:,}", line=1)
+        if rows != lines - 1:  # blank lines between rows are not rows: they are refused or dropped later
+            found_rows = lines - 1 - _count_blank_lines(path, lines)
+            if rows != found_rows:
+                raise InputError(path, f"the header says {rows:,} rows but the file has {found_rows:,}", line=1)
     else:
         rows = lines
     sample = [line for line in head_lines[: min(SAMPLE_LINES, rows)] if line.strip()]
@@ -85,7 +92,7 @@ def _read(path: Path, options: ReadOptions, header: bool) -> RawTable:
     counts = Counter(len(line.rstrip().split(b" ")) - 1 for line in sample)
     # The most common number of values; on a tie the smaller one (extra fields are tokens with spaces).
     found = min(counts, key=lambda n: (-counts[n], n))
-    if header and found != dim:
+    if header and dim not in counts:
         raise InputError(path, f"the header says dimension {dim} but the rows have {found} values", line=1)
     if not header:
         dim = found
@@ -97,11 +104,13 @@ def _read(path: Path, options: ReadOptions, header: bool) -> RawTable:
 
     stats = _Stats()
     # A row needs at least 2 bytes per value; if the sample dimension cannot fit, do not preallocate.
-    out = np.empty((rows, dim), dtype=np.float32) if rows * 2 * dim <= nbytes else None
+    # Blank lines between rows take a row of ``out`` until they are refused or dropped.
+    slots = lines - 1 if header else lines
+    out = np.empty((slots, dim), dtype=np.float32) if slots * 2 * dim <= nbytes else None
     blocks: list[np.ndarray] = []
     tokens: list[str] = []
     filled = 0
-    with Progress(f"reading {path.name}", rows) as progress:
+    with Progress(f"reading {path.name}", slots) as progress:
         for chunk, line_no, count in _chunks(path, lines, skip_first=header):
             target = out[filled : filled + count] if out is not None else None
             part = _parse_chunk(chunk, line_no, count, dim, ncols, path, options, stats, target)
@@ -116,7 +125,7 @@ def _read(path: Path, options: ReadOptions, header: bool) -> RawTable:
     if out is None:
         matrix = np.concatenate(blocks) if blocks else np.empty((0, dim), dtype=np.float32)
     else:
-        matrix = out if filled == rows else out[:filled]
+        matrix = out if filled == slots else out[:filled]
     report = {
         "malformed_rows_dropped": stats.malformed_rows_dropped,
         "tokens_with_spaces": stats.tokens_with_spaces,
@@ -167,6 +176,11 @@ def _scan(path: Path) -> tuple[int, int, bytes]:
             newlines += count
             total += len(block)
     return lines, total, head
+
+
+def _count_blank_lines(path: Path, lines: int) -> int:
+    """How many of the first ``lines`` lines after the header are blank."""
+    return sum(len(BLANK_LINE.findall(chunk)) for chunk, _, _ in _chunks(path, lines, skip_first=True))
 
 
 def _chunks(path: Path, lines: int, skip_first: bool) -> Iterator[tuple[bytes, int, int]]:
@@ -240,21 +254,22 @@ def _arrow_parse(
     return table.column(0), matrix
 
 
-def _parse_line(line: bytes, dim: int) -> tuple[bytes, list[float]] | str:
+def _parse_line(line: bytes, dim: int) -> tuple[bytes, np.ndarray] | str:
     """The reference parse of one line: (token, values), or what is wrong with it."""
     stripped = line.rstrip()
     if not stripped:
         return "empty line"
     parts = stripped.split(b" ")
-    if len(parts) < dim + 1:
+    # Extra fields are part of the token (one with spaces) unless the field before the vector is a number:
+    # then the row has a value too many.
+    if len(parts) < dim + 1 or (len(parts) > dim + 1 and is_number(parts[-dim - 1])):
         return f"{len(parts) - 1} values after the token, expected {dim}"
-    values = []
-    for part in parts[-dim:]:
-        try:
-            values.append(float(part))
-        except ValueError:
-            shown = part[:40].decode("utf-8", "replace")
-            return f"{shown!r} is not a number" if part else "empty value (two spaces in a row?)"
+    try:
+        values = np.array(parts[-dim:], dtype=np.float64)
+    except ValueError:
+        part = next(part for part in parts[-dim:] if not is_number(part))
+        shown = part[:40].decode("utf-8", "replace")
+        return f"{shown!r} is not a number" if part else "empty value (two spaces in a row?)"
     return b" ".join(parts[:-dim]), values
 
 
@@ -275,7 +290,7 @@ def _parse_chunk(
     stats: _Stats,
     out: np.ndarray | None = None,
 ) -> _Chunk:
-    parsed = _arrow_parse(chunk, count, dim, ncols, out)
+    parsed = _arrow_parse(chunk, count, dim, ncols, out) if dim <= WIDE_DIM else None
     if parsed is not None:
         column, matrix = parsed
         try:
@@ -290,10 +305,11 @@ def _parse_chunk(
 def _parse_irregular(
     chunk: bytes, line_no: int, dim: int, ncols: int, path: Path, options: ReadOptions, stats: _Stats
 ) -> _Chunk:
-    """A chunk pyarrow refused: its regular lines still go through pyarrow, the others line by line."""
+    """A chunk pyarrow refused (or of wide rows): its regular lines still go through pyarrow, the others line by
+    line."""
     lines = chunk.split(b"\n")[:-1]
     count = len(lines)
-    regular = [i for i, line in enumerate(lines) if line.count(b" ") == ncols - 1]
+    regular = [i for i, line in enumerate(lines) if line.count(b" ") == ncols - 1] if dim <= WIDE_DIM else []
     joined = b"\n".join(lines[i] for i in regular) + b"\n"
     parsed = _arrow_parse(joined, len(regular), dim, ncols) if regular else None
     matrix = np.empty((count, dim), dtype=np.float32)
@@ -318,7 +334,7 @@ def _parse_irregular(
         raw[i], values = result
         stats.tokens_with_spaces += b" " in raw[i]
         with np.errstate(over="ignore"):
-            matrix[i] = np.asarray(values, dtype=np.float64)
+            matrix[i] = values
     numbers = (np.flatnonzero(keep) + line_no).tolist()
     if not keep.all():
         matrix = matrix[keep]

@@ -14,6 +14,7 @@ import json
 import lzma
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -414,6 +415,146 @@ def test_chunk_boundaries_do_not_change_the_result(tmp_path: Path, glove_rows, c
     assert np.array_equal(raw.matrix, matrix)
     with pytest.raises(InputError, match=r"bad.txt:556: 2 values after the token"):
         read_source(bad)
+
+
+@pytest.mark.parametrize(
+    ("name", "body", "fmt"),
+    [
+        ("silent.txt", b"3 2\nnew abc 1 2\nb 1.5 2.5\nc 0.5 0.5\n", "word2vec"),
+        ("york.txt", b"3 2\nnew york 0.1 0.2\nb 0.3 0.1\nc 0.5 0.5\n", "word2vec"),
+        ("york.vec", b"3 2\nnew york 0.1 0.2 \nb 0.3 0.1 \nc 0.5 0.5 \n", "fasttext"),
+    ],
+)
+def test_word2vec_text_whose_first_token_has_spaces_is_text(
+    tmp_path: Path, data_dir: Path, name: str, body: bytes, fmt: str
+) -> None:
+    """The first row ends in DIM numbers: text, whatever follows the token's first space."""
+    path = tmp_path / name
+    path.write_bytes(body)
+    assert sniff_format(path) == fmt
+    table = import_ok(path, data_dir)
+    assert table.manifest["source"]["format"] == fmt
+    rows = [line.rstrip().rsplit(b" ", 2) for line in body.splitlines()[1:]]
+    expected = np.array([[float(a), float(b)] for _, a, b in rows], dtype=np.float32)
+    assert_rows(table, [row[0].decode() for row in rows], expected)
+    explicit = import_ok(path, data_dir, "explicit", "--format", "word2vec")
+    assert np.array_equal(np.asarray(explicit.vectors), np.asarray(table.vectors))
+
+
+def test_word2vec_text_whose_wide_first_row_has_a_spaced_token(tmp_path: Path, glove_rows) -> None:
+    """A first row longer than the sniffer's first block is still recognised as text."""
+    tokens, matrix = glove_rows
+    wide = np.tile(matrix[:3], 40)  # 2,000 values: the first row does not fit in the first 4 KiB
+    path = write(tmp_path / "wide.txt", text_lines(["new york", *tokens[1:3]], wide), header=b"3 2000")
+    assert sniff_format(path) == "word2vec"
+    raw, _ = read_source(path)
+    assert raw.tokens == ["new york", *tokens[1:3]] and np.array_equal(raw.matrix, wide)
+
+
+def test_row_with_a_value_too_many_is_refused_as_gensim_refuses_it(tmp_path: Path, data_dir: Path) -> None:
+    """An extra value is not a token with a space: refused with its line, or dropped; gensim refuses it too."""
+    path = tmp_path / "extra.txt"
+    path.write_bytes(b"5 3\na 1 0 0\nb 0 1 0\nc 0 0 1 5\nd 1 1 0\ne 1 0 1\n")
+    with pytest.raises(ValueError):
+        KeyedVectors.load_word2vec_format(str(path))
+    message = import_fails(path, data_dir)
+    assert "extra.txt:4: 4 values after the token, expected 3" in message, message
+    table = import_ok(path, data_dir, "t", "--drop-invalid")
+    assert table.manifest["cleaning"]["malformed_rows_dropped"] == 1
+    fixed = tmp_path / "fixed.txt"
+    fixed.write_bytes(b"4 3\na 1 0 0\nb 0 1 0\nd 1 1 0\ne 1 0 1\n")
+    kv = KeyedVectors.load_word2vec_format(str(fixed))
+    assert table.tokens[:] == kv.index_to_key
+    np.testing.assert_allclose(np.asarray(table.vectors) * np.asarray(table.norms)[:, None], kv.vectors)
+
+
+def test_token_ending_in_a_number_is_a_row_too_long(tmp_path: Path, data_dir: Path, glove_rows) -> None:
+    """ "1 000" or "windows 7" cannot be told from a row with an extra value: refused like one (GloVe too)."""
+    tokens, matrix = glove_rows
+    lines = text_lines(tokens[:20], matrix[:20])
+    lines[7] = b"windows 7 " + lines[7].split(b" ", 1)[1]
+    path = write(tmp_path / "glove.txt", lines)
+    message = import_fails(path, data_dir)
+    assert "glove.txt:8: 51 values after the token, expected 50" in message, message
+    lines[7] = b"windows seven " + lines[7].split(b" ", 2)[2]
+    table = import_ok(write(path, lines), data_dir)
+    assert table.tokens[7] == "windows seven"
+
+
+def test_drop_invalid_keeps_the_valid_later_row_of_a_token(tmp_path: Path, data_dir: Path) -> None:
+    """A token's first row is invalid: its next valid row is the one kept, not dropped as a duplicate."""
+    path = tmp_path / "dup.txt"
+    path.write_bytes(b"a 0 nan 1\nb 0 1 0\na 1 0 0\nc 1 1 1\nb 5 5 5\n")
+    table = import_ok(path, data_dir, "t", "--drop-invalid")
+    assert_rows(table, ["b", "a", "c"], np.array([[0, 1, 0], [1, 0, 0], [1, 1, 1]], dtype=np.float32))
+    cleaning = table.manifest["cleaning"]
+    assert cleaning["invalid_rows_dropped"] == 1 and cleaning["duplicate_tokens_dropped"] == 1
+
+
+def test_blank_line_between_rows_under_a_header(tmp_path: Path, data_dir: Path) -> None:
+    """A blank line is not a row: refused with its own line number, or dropped and counted with --drop-invalid."""
+    lines = [b"a 1 0 0", b"b 0 1 0", b"c 0 0 1", b"d 1 1 0", b"e 1 0 1"]
+    path = tmp_path / "blanks_mid.txt"
+    path.write_bytes(b"5 3\n" + b"\n".join(lines[:3]) + b"\n \r\n" + b"\n".join(lines[3:]) + b"\n\n")
+    message = import_fails(path, data_dir)
+    assert "blanks_mid.txt:5: empty line" in message, message
+    table = import_ok(path, data_dir, "t", "--drop-invalid")
+    assert table.manifest["cleaning"]["malformed_rows_dropped"] == 1
+    kv = KeyedVectors.load_word2vec_format(str(write(tmp_path / "no_blank.txt", lines, header=b"5 3")))
+    assert table.tokens[:] == kv.index_to_key
+    np.testing.assert_allclose(np.asarray(table.vectors) * np.asarray(table.norms)[:, None], kv.vectors)
+    short = tmp_path / "six.txt"
+    short.write_bytes(b"6 3\na 1 0 0\n\nb 0 1 0\n")
+    assert "six.txt:1: the header says 6 rows but the file has 2" in import_fails(short, data_dir, name="six")
+
+
+def test_last_row_short_is_named_by_its_line(tmp_path: Path, data_dir: Path) -> None:
+    path = tmp_path / "short.txt"
+    path.write_bytes(b"2 2\na 1 2\nb 3\n")
+    message = import_fails(path, data_dir)
+    assert "short.txt:3: 1 values after the token, expected 2" in message, message
+
+
+def test_very_wide_rows_match_gensim(tmp_path: Path, data_dir: Path) -> None:
+    """600,000 values a row: parsed a line at a time in seconds, not as one pyarrow column per value (minutes)."""
+    matrix = np.random.default_rng(7).standard_normal((2, 600_000)).astype(np.float32)
+    path = write(tmp_path / "wide.txt", text_lines(["first", "second"], matrix))
+    started = time.monotonic()
+    raw, fmt = read_source(path)
+    assert time.monotonic() - started < 20
+    assert fmt == "glove" and np.array_equal(raw.matrix, matrix)
+    assert_same_as_gensim(path, raw, binary=False, no_header=True)
+    table = import_ok(path, data_dir)
+    assert table.dim == 600_000 and table.tokens[:] == ["first", "second"]
+
+
+def test_projector_rows_longer_than_the_sample(tmp_path: Path, data_dir: Path) -> None:
+    """A vectors.tsv whose first line is longer than the sample read for the dimension."""
+    matrix = np.random.default_rng(8).standard_normal((3, 150_000)).astype(np.float32)
+    directory = tmp_path / "wide"
+    directory.mkdir()
+    (directory / "vectors.tsv").write_bytes(b"\n".join(fmt_row(row).replace(b" ", b"\t") for row in matrix) + b"\n")
+    (directory / "metadata.tsv").write_text("a\nb\nc\n")
+    raw, fmt = read_source(directory)
+    assert fmt == "projector" and raw.tokens == ["a", "b", "c"] and np.array_equal(raw.matrix, matrix)
+    assert import_ok(directory, data_dir).dim == 150_000
+
+
+def test_projector_invalid_value_names_vectors_tsv(tmp_path: Path, data_dir: Path) -> None:
+    directory = tmp_path / "nanrow"
+    directory.mkdir()
+    (directory / "vectors.tsv").write_bytes(b"1\t2\n3\t4\nnan\t1\n")
+    (directory / "metadata.tsv").write_text("a\nb\nc\n")
+    message = import_fails(directory, data_dir)
+    assert f"{directory / 'vectors.tsv'}:3: NaN" in message, message
+
+
+def test_npy_vocabulary_with_trailing_blank_lines(tmp_path: Path, data_dir: Path, glove_rows) -> None:
+    tokens, matrix = glove_rows
+    np.save(tmp_path / "m.npy", matrix[:10])
+    vocab = tmp_path / "vocab.txt"
+    vocab.write_text("\n".join(tokens[:10]) + "\n\n \n\n")
+    assert_rows(import_ok(tmp_path / "m.npy", data_dir, "t", "--vocab", vocab), tokens[:10], matrix[:10])
 
 
 # ---------------------------------------------------------------------------------------------- bad input

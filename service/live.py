@@ -80,7 +80,12 @@ class Live:
             self._check_behind()
             body, answer = make(self.delta)
             if body is not None:
-                self.delta.apply([log.append(self.delta.seq + 1, body)])
+                try:
+                    record = log.append(self.delta.seq + 1, body)
+                except writelog.LogWriteFailed as exc:
+                    message = f"table {self.directory.name!r}: {exc.message}"
+                    raise ApiError("not_ready", message) from None
+                self.delta.apply([record])
             return self.delta.seq, answer
 
     def _apply(self, records: list[writelog.Record]) -> None:

@@ -56,6 +56,10 @@ class LogMismatch(ArtifactError):
     to the one before), or writes missing between the version and the log (an older version restored over it)."""
 
 
+class LogWriteFailed(ArtifactError):
+    """A record could not be written (a full disk, a file size limit): nothing of it is left in the log."""
+
+
 @dataclass(frozen=True)
 class Record:
     seq: int
@@ -437,15 +441,32 @@ class Appender:
         return _joined(before, shifted), start + end
 
     def append(self, seq: int, body: dict[str, Any]) -> Record:
-        """Append one record; it is on disk (fsynced, unless ``sync`` is off) when this returns."""
+        """Append one record; it is on disk (fsynced, unless ``sync`` is off) when this returns. A write that fails
+        (a full disk, a file size limit) is cut off again and raises :class:`LogWriteFailed`: the log ends at its
+        last whole record."""
         data = frame(seq, body)
         at = os.lseek(self.fd, 0, os.SEEK_END)
-        written = 0
-        while written < len(data):
-            written += os.pwrite(self.fd, data[written:], at + written)
-        if self.sync:
-            os.fsync(self.fd)
+        try:
+            written = 0
+            while written < len(data):
+                written += os.pwrite(self.fd, data[written:], at + written)
+            if self.sync:
+                os.fsync(self.fd)
+        except OSError as exc:
+            self._cut_back(at)
+            reason = exc.strerror or str(exc)
+            message = f"write log {self.path.name} could not be written ({reason}); nothing was written"
+            raise LogWriteFailed(message) from exc
         return Record(seq, at, at + len(data), body)
+
+    def _cut_back(self, at: int) -> None:
+        """The log cut back to byte ``at``, where a failed record began (logged if even that fails)."""
+        try:
+            os.ftruncate(self.fd, at)
+            if self.sync:
+                os.fsync(self.fd)
+        except OSError as exc:  # the next writer cuts the torn frame (``new_records``)
+            log.warning("write log %s: a failed record at byte %d not cut off: %s", self.path, at, exc.strerror)
 
 
 @contextmanager

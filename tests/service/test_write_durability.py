@@ -3,7 +3,8 @@ before its answer) is cut by kill -9 of the whole process group at random points
 restart every write answered 200 is there, every write refused (a 422) is not, and the log replays cleanly.
 
 Nothing is served wrongly either: a log the table's version cannot take (written to another schema, or leaving a
-gap after the version) refuses the table, naming the record; a repaired log brings it back.
+gap after the version) refuses the table, naming the record; a repaired log brings it back; a write the disk
+refuses answers 503 and leaves the log at its last whole record.
 """
 
 from __future__ import annotations
@@ -229,3 +230,37 @@ def test_an_older_version_restored_over_a_compacted_log_is_refused(
         assert ready(server) == 503
         assert real_server.HTTP.get(f"{server.base}/v1/tables/lee/documents/g4").status_code == 503
     assert "writes 1 to 3 are in neither" in server.log()
+
+
+def test_a_write_the_disk_refuses_answers_503_and_leaves_no_torn_record(
+    lee_data_dir: Path, tmp_path: Path, lee_docs: Lee
+) -> None:
+    data = tmp_path / "data"
+    shutil.copytree(lee_data_dir / "lee", data / "lee")
+    path = writelog.log_path(data, "lee")
+    url = "/v1/tables/lee/documents"
+    documents = [upsert_body(lee_docs, f"d{i}", i, 2000)["documents"][0] for i in range(3)]
+    with real_server.running(data, tmp_path / "serve.log", env={"EMBEDDING_WRITE_KEYS": KEY}) as server:
+
+        def write(document: dict[str, Any]) -> httpx.Response:
+            return real_server.HTTP.post(f"{server.base}{url}", json={"documents": [document]}, headers=HEADERS)
+
+        assert write(documents[0]).status_code == 200
+        size = path.stat().st_size
+        processes = [psutil.Process(server.process.pid), *psutil.Process(server.process.pid).children(recursive=True)]
+        hard = processes[0].rlimit(psutil.RLIMIT_FSIZE)[1]
+        for process in processes:  # room for part of a record only (ulimit -f)
+            process.rlimit(psutil.RLIMIT_FSIZE, (size + 100, hard))
+        refused = write(documents[1])
+        assert refused.status_code == 503, refused.text
+        error = refused.json()["error"]
+        assert error["code"] == "not_ready" and "File too large" in error["message"], error
+        assert "nothing was written" in error["message"]
+        assert path.stat().st_size == size  # the part written is cut off again
+        for process in processes:
+            process.rlimit(psutil.RLIMIT_FSIZE, (hard, hard))
+        assert write(documents[2]).status_code == 200
+        assert real_server.HTTP.get(f"{server.base}{url}/d1").status_code == 404
+    records = writelog.recover(path)
+    assert [r.seq for r in records] == [1, 2]
+    assert [r.body["documents"][0]["id"] for r in records] == ["d0", "d2"]

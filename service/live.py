@@ -57,9 +57,9 @@ class Live:
         if found.st_size != self.delta.offset or found.st_ino != self.inode:
             with self.lock:
                 inode, before = self.inode, self.delta.seq
-                records, offset, self.inode = writelog.read_new(self.path, self.delta.offset, self.delta.last, inode)
-                self.delta.apply(records)
-                self.delta.offset = offset
+                records, offset, new_inode = writelog.read_new(self.path, self.delta.offset, self.delta.last, inode)
+                self._apply(records)
+                self.delta.offset, self.inode = offset, new_inode
                 if self.inode != inode:  # another file: a cut since the last read
                     self._check_reach(before, records)
         self._check_behind()
@@ -72,7 +72,7 @@ class Live:
         with self.lock, writelog.appending(self.path, sync) as log:
             before = self.delta.seq
             records, offset = log.new_records(self.delta.offset, self.delta.last, self.inode)
-            self.delta.apply(records)
+            self._apply(records)
             cut = log.inode != self.inode  # another log file: a compaction cut the log after it published
             self.delta.offset, self.inode = offset, log.inode
             if cut:
@@ -80,8 +80,22 @@ class Live:
             self._check_behind()
             body, answer = make(self.delta)
             if body is not None:
-                self.delta.apply([log.append(self.delta.seq + 1, body)])
+                try:
+                    record = log.append(self.delta.seq + 1, body)
+                except writelog.LogWriteFailed as exc:
+                    message = f"table {self.directory.name!r}: {exc.message}"
+                    raise ApiError("not_ready", message) from None
+                self.delta.apply([record])
             return self.delta.seq, answer
+
+    def _apply(self, records: list[writelog.Record]) -> None:
+        """Apply records read from the log; one that does not fit the loaded version (written through another
+        version of another schema) makes the table answer 503 until a reload refuses it."""
+        try:
+            self.delta.apply(records)
+        except writelog.LogMismatch as exc:
+            message = f"table {self.directory.name!r}: write log {self.path.name}: {exc.message}"
+            raise ApiError("not_ready", message) from None
 
     def _check_reach(self, before: int, records: list[writelog.Record]) -> None:
         """After a cut (another log file): the writes read must follow the last one this worker held (``before``),
@@ -113,9 +127,10 @@ def _attach(table: Table, directory: Path) -> Live:
     live = Live(delta, writelog.table_log(directory), directory)
     try:
         records, live.inode = _recovered(live.path)
-        live.delta.apply(records)
-    except writelog.LogCorrupt as exc:
-        raise writelog.LogCorrupt(f"table {directory.name!r}: write log {live.path.name}: {exc.message}") from None
+        live.delta.replay(records)
+    except (writelog.LogCorrupt, writelog.LogMismatch) as exc:
+        where = f"table {directory.name!r}: write log {live.path.name}"
+        raise type(exc)(f"{where}: {exc.message}") from None
     with _LOCK:
         _LIVE[table] = live
     return live

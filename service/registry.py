@@ -18,50 +18,72 @@ from rapidfuzz import fuzz, process
 
 from index.engine.door import ShardedTable, Table, is_sharded
 from index.errors import EmbeddingError
-from index.store import artifact
+from index.store import artifact, writelog
 from service import live
 from service.errors import ApiError
 
 log = logging.getLogger(__name__)
 
 # What identifies one version of a table on disk: the directory and every file's inode, size and mtime. A rebuild
-# publishes a new directory (new inodes); a file changed in place changes its size or mtime.
+# publishes a new directory (new inodes); a file changed in place changes its size or mtime. The write logs of the
+# table come last (named by their path in the data directory, from "/"): what a refusal for a damaged log depends on.
 Fingerprint = tuple[tuple[str, int, int, int], ...]
 LOAD_ATTEMPTS = 3  # a table replaced while it was being loaded is loaded again
+LOGS = "/"  # the first character of a log's entry, which no file name in the directory has
 
 
 def fingerprint(directory: Path) -> Fingerprint | None:
-    """The identity of the table files in ``directory``, or None if it is gone."""
+    """The identity of the table files in ``directory`` and of its write logs, or None if it is gone."""
     try:
         entries = [(".", *_stat(os.stat(directory)))]
         with os.scandir(directory) as children:
             entries += [(c.name, *_stat(c.stat(follow_symlinks=True))) for c in children]
     except OSError:
         return None
-    return tuple(sorted(entries))
+    return tuple(sorted(entries)) + _logs(directory)
+
+
+def _logs(directory: Path) -> Fingerprint:
+    """The identity of the write log of the table in ``directory``, and of its shards' logs if it has shards."""
+    path = writelog.log_path(directory.parent, directory.name)
+    entries = []
+    for log_file in [path, *sorted(path.with_suffix("").glob(f"*{writelog.SUFFIX}"))]:
+        try:
+            entries.append((LOGS + str(log_file.relative_to(directory.parent)), *_stat(os.stat(log_file))))
+        except OSError:
+            continue  # no log (nothing written yet)
+    return tuple(entries)
+
+
+def files_of(version: Fingerprint) -> Fingerprint:
+    """The table's own files of a fingerprint: a loaded table is the same version whatever its log holds since."""
+    return tuple(entry for entry in version if not entry[0].startswith(LOGS))
 
 
 def _stat(st: os.stat_result) -> tuple[int, int, int]:
     return st.st_ino, st.st_size, st.st_mtime_ns
 
 
-def _read(directory: Path, checksums: bool) -> tuple[Table | None, str]:
-    """The table in ``directory`` (verified against its manifest), or None and why not."""
+def _read(directory: Path, checksums: bool) -> tuple[Table | None, str, bool]:
+    """The table in ``directory`` (verified against its manifest), or None and why not; and whether its write log
+    was the reason (a refusal that a repaired log lifts)."""
     try:
         if is_sharded(directory):  # its shards, searched as one
             table: Table = ShardedTable.load(directory, checksums=checksums)
             table.tokens.prepare_lookup()
             live.attach(table, directory)  # each shard's write log, replayed
-            return table, ""
+            return table, "", False
         table = Table.load(directory, checksums=checksums)
         table.tokens.prepare_lookup()  # now rather than in the first request
         live.attach(table, directory)  # a documents table's write log, replayed
-        return table, ""
+        return table, "", False
+    except (writelog.LogCorrupt, writelog.LogMismatch) as exc:
+        return None, exc.message, True
     except EmbeddingError as exc:
-        return None, exc.message
+        return None, exc.message, False
     except Exception as exc:  # a corrupt file can fail inside numpy or FAISS
         log.exception("table %r not loaded", directory.name)
-        return None, f"{type(exc).__name__} while loading (see the server log)"
+        return None, f"{type(exc).__name__} while loading (see the server log)", False
 
 
 @dataclass
@@ -113,12 +135,12 @@ class Registry:
                     nxt._fail(name, "no table of that name in the data directory")
                     report["missing"].append(name)
                 continue
-            if old is not None and self.versions.get(name) == version:
+            if old is not None and self.versions.get(name) == files_of(version):
                 nxt._keep(name, old, version, None)
                 report["unchanged"].append(name)
                 continue
-            if self.refused.get(name) == version:  # the same files as last time: the same verdict
-                nxt.refused[name] = version
+            if self.refused.get(name) in (version, files_of(version)):  # the same files (and log): the same verdict
+                nxt.refused[name] = self.refused[name]
                 if old is not None:
                     nxt._keep(name, old, self.versions[name], self.stale.get(name))
                     report["refused"].append(name)
@@ -137,12 +159,14 @@ class Registry:
                 report["refused"].append(name)
             else:
                 report["missing"].append(name)
-        for name in nxt._without_encoder():
+        withdrawn = nxt._without_encoder()
+        for name in withdrawn:
             for outcome in ("loaded", "unchanged", "refused"):
                 if name in report[outcome]:
                     report[outcome].remove(name)
             report["missing"].append(name)
-        report["removed"] = sorted(name for name in self.tables if name not in nxt.tables)
+        # A table withdrawn for its encoder is still in the data directory: missing (its reason logged), not removed
+        report["removed"] = sorted(name for name in self.tables if name not in nxt.tables and name not in withdrawn)
         for name in report["removed"]:
             log.warning("table %r is no longer in the data directory; no longer served", name)
         if not requested:
@@ -163,24 +187,25 @@ class Registry:
         """Load and verify one table; on failure record it (logged) and return False."""
         directory = self.data_dir / name
         started = time.perf_counter()
-        size = sum(entry[2] for entry in version if entry[0] != ".")
+        size = sum(entry[2] for entry in files_of(version) if entry[0] != ".")
         what = "checking every file's sha256" if self.checksums else "checking file sizes"
         log.info("table %r: loading %.0f MiB, %s ...", name, size / 2**20, what)
         for _ in range(LOAD_ATTEMPTS):
-            table, reason = _read(directory, self.checksums)
+            table, reason, by_log = _read(directory, self.checksums)
             after = fingerprint(directory)
-            if after == version or after is None:
+            if after is None or files_of(after) == files_of(version):
                 break
             version = after  # replaced while it was read: what was verified may not be what is mapped; again
-        if table is None or after != version:
-            self.refused[name] = version
+        if table is None or after is None or files_of(after) != files_of(version):
+            # Refused for its log: tried again once the log changes (repaired); else once its files change.
+            self.refused[name] = (after or version) if by_log else files_of(version)
             self._fail(name, reason or "its files changed while they were being loaded")
             return False
         if table.name != name:  # a table copied or renamed on disk is served under its directory name
             log.warning("table directory %r holds a table built as %r; serving it as %r", name, table.name, name)
             table.serve_as(name)
         self.tables[name] = table
-        self.versions[name] = version
+        self.versions[name] = files_of(version)
         deferred = table.summary().get("index_deferred")
         log.info(
             "table %r loaded: %d rows x %d dims, index %s%s, built at %s, verified and mapped in %.2fs",

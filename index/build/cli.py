@@ -129,6 +129,7 @@ def _build_and_report(
 ) -> dict[str, Any]:
     """Build the table, then print one line: rows, index, recall, time and where it is; return the manifest."""
     from index.build.writer import build_table
+    from index.store.writelog import check_reimport
 
     manifest = build_table(
         raw,
@@ -143,6 +144,7 @@ def _build_and_report(
         seed=build.seed,
         defer_index=build.defer_index,
         budget=build.budget,
+        complete=lambda tmp: check_reimport(data_dir, name, tmp),  # the log's writes must fit a re-import
     )
     index = manifest["index"]
     later = " (exact search until `embedding-index index` builds its index)" if index.get("deferred") else ""

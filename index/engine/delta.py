@@ -22,7 +22,7 @@ from index.engine.table import Table, VectorSearch
 from index.errors import InvalidQuery
 from index.store.payload import INTEGER, LOOKUP_LIMIT, TIMESTAMP, Payload, UnknownDocument, arrow_types
 from index.store.rows import normalise, row_norms
-from index.store.writelog import Record
+from index.store.writelog import LogMismatch, Record, Shape, first_misfit
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -168,10 +168,33 @@ class Delta:
         self._matrix = None
         self._cache = {}
 
+    def replay(self, records: list[Record]) -> None:
+        """Apply the log's records at load: they must follow the version without a gap (else
+        :class:`LogMismatch` names the writes missing: an older version restored over a newer log)."""
+        first = next((r.seq for r in records if r.seq > self.covered), None)
+        if first is not None and first > self.covered + 1:
+            raise LogMismatch(
+                f"its first record has sequence {first}, but its version holds the writes up to {self.covered} "
+                f"only: writes {self.covered + 1} to {first - 1} are in neither (an older version restored over a "
+                "newer log?); restore the newest version of the table, or move the log aside to serve this "
+                "version without its writes"
+            )
+        self.apply(records)
+
     def apply(self, records: Iterable[Record]) -> None:
+        """Apply the records not applied yet; :class:`LogMismatch` (nothing applied) when one does not fit the
+        table (another id type, dimension or field types: written to an earlier version of another schema)."""
         records = list(records)
         if not records:
             return
+        found = first_misfit([r for r in records if r.seq > self.seq], self._shape())
+        if found is not None:
+            record, problem = found
+            raise LogMismatch(
+                f"its record of sequence {record.seq} does not fit this version ({problem}): it was written to an "
+                "earlier version of another schema; restore that version and compact it, or move the log aside to "
+                "serve this version without its writes"
+            )
         self.documents, self.deleted = dict(self.documents), self.deleted.copy()  # copies: snapshots keep theirs
         self._matrix = None
         self._cache = {}
@@ -187,6 +210,10 @@ class Delta:
             elif body.get("op") == "delete":
                 self._delete([k for k in (self.key(i) for i in body["ids"]) if k is not None])
             self._matrix = None
+
+    def _shape(self) -> Shape:
+        payload = self.payload
+        return Shape(self.dim, payload.id_type, payload.text_field is not None, payload.fields)
 
     def _upsert(self, documents: list[dict[str, Any]]) -> None:
         keys = [self.key(d["id"]) for d in documents]

@@ -34,8 +34,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from index.errors import ArtifactError
+from index.errors import ArtifactError, UnknownTable
 from index.store import artifact, shardmap
+from index.store.payload import BOOLEAN, FLOAT, INTEGER, KIND, STRING, STRING_LIST, TIMESTAMP
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +49,15 @@ MAX_RECORD = 256 << 20  # a frame claiming more is corrupt (bodies are limited f
 
 class LogCorrupt(ArtifactError):
     """A record in the middle of a table's log is damaged: the table is not served until it is repaired."""
+
+
+class LogMismatch(ArtifactError):
+    """A table's log does not fit its version: a record of another schema (the table was imported again over writes
+    to the one before), or writes missing between the version and the log (an older version restored over it)."""
+
+
+class LogWriteFailed(ArtifactError):
+    """A record could not be written (a full disk, a file size limit): nothing of it is left in the log."""
 
 
 @dataclass(frozen=True)
@@ -84,6 +94,89 @@ def table_log(directory: Path) -> Path:
         artifact.check_name(parent.name)
         return parent.parent / DIRECTORY / parent.name / f"{artifact.check_name(directory.name)}{SUFFIX}"
     return log_path(parent, directory.name)
+
+
+@dataclass(frozen=True)
+class Shape:
+    """What the upserts of a documents table's log must fit: its dimension, id type, text and field types."""
+
+    dim: int
+    id_type: str
+    text: bool
+    fields: dict[str, str]
+
+    @classmethod
+    def of(cls, manifest: dict[str, Any]) -> Shape:
+        info = manifest[KIND]
+        fields = {name: field["type"] for name, field in info["fields"].items()}
+        return cls(int(manifest["dim"]), info["id_type"], bool(info.get("text_field")), fields)
+
+
+_FITS: dict[str, Any] = {  # a field value as the log keeps it, by field type (None fits every type)
+    STRING: lambda v: isinstance(v, str),
+    INTEGER: lambda v: isinstance(v, int) and not isinstance(v, bool),
+    FLOAT: lambda v: isinstance(v, int | float) and not isinstance(v, bool),
+    BOOLEAN: lambda v: isinstance(v, bool),
+    TIMESTAMP: lambda v: isinstance(v, str),
+    STRING_LIST: lambda v: isinstance(v, list) and all(isinstance(s, str) for s in v),
+}
+
+
+def misfit(body: dict[str, Any], shape: Shape) -> str | None:
+    """Why the record ``body`` cannot be applied to a table of ``shape`` (None: it can). A delete always can."""
+    if body.get("op") != "upsert":
+        return None
+    want_id = _FITS[INTEGER] if shape.id_type == INTEGER else _FITS[STRING]
+    for document in body.get("documents", []):
+        ident = document.get("id")
+        vector, fields = document.get("vector"), document.get("fields") or {}
+        if not want_id(ident):
+            return f"document id {ident!r} is not of the table's id type ({shape.id_type})"
+        if not isinstance(vector, list) or len(vector) != shape.dim:
+            shown = len(vector) if isinstance(vector, list) else "no"
+            return f"document {ident!r} has a vector of {shown} values; the table's have {shape.dim}"
+        if document.get("text") is not None and not shape.text:
+            return f"document {ident!r} has text; the table keeps none"
+        for name, value in fields.items():
+            kind = shape.fields.get(name)
+            if kind is None:
+                return f"document {ident!r} has field {name!r}, which the table does not have"
+            if value is not None and not _FITS[kind](value):
+                return f"document {ident!r}: field {name!r} holds {repr(value)[:40]}, not of type {kind}"
+    return None
+
+
+def first_misfit(records: list[Record], shape: Shape) -> tuple[Record, str] | None:
+    """The first of ``records`` that a table of ``shape`` cannot apply, and why (None: every one fits)."""
+    for record in records:
+        problem = misfit(record.body, shape)
+        if problem is not None:
+            return record, problem
+    return None
+
+
+def check_reimport(data_dir: Path, name: str, new: Path) -> None:
+    """Before the documents table at ``new`` is published over table ``name`` (an import with ``--force``): the
+    writes its log holds beyond the replaced version are replayed over the new one, so each must fit it (id type,
+    dimension, field types); else :class:`LogMismatch` names the first that does not, and nothing is replaced."""
+    manifest = artifact.read_manifest(new)
+    final = artifact.table_dir(data_dir, name)
+    if manifest.get("kind") != KIND or "log_sequence" in manifest or shardmap.is_sharded(manifest):
+        return
+    try:
+        covered = int(artifact.read_manifest(final).get("log_sequence", 0))
+    except (UnknownTable, ArtifactError):  # the name holds no table, or a damaged one: nothing is continued
+        return
+    path = log_path(data_dir, name)
+    records = [r for r in _replica_read(path) if r.seq > covered] if path.is_file() else []
+    found = first_misfit(records, Shape.of(manifest))
+    if found is not None:
+        record, problem = found
+        raise LogMismatch(
+            f"table {name!r} not replaced: its write log holds writes the new import cannot take (sequence "
+            f"{record.seq}: {problem}); compact first (`embedding-index compact {name}`) to fold them into the "
+            f"version this import replaces, or remove the table (`embedding-index remove {name}`)"
+        )
 
 
 def frame(seq: int, body: dict[str, Any]) -> bytes:
@@ -348,15 +441,32 @@ class Appender:
         return _joined(before, shifted), start + end
 
     def append(self, seq: int, body: dict[str, Any]) -> Record:
-        """Append one record; it is on disk (fsynced, unless ``sync`` is off) when this returns."""
+        """Append one record; it is on disk (fsynced, unless ``sync`` is off) when this returns. A write that fails
+        (a full disk, a file size limit) is cut off again and raises :class:`LogWriteFailed`: the log ends at its
+        last whole record."""
         data = frame(seq, body)
         at = os.lseek(self.fd, 0, os.SEEK_END)
-        written = 0
-        while written < len(data):
-            written += os.pwrite(self.fd, data[written:], at + written)
-        if self.sync:
-            os.fsync(self.fd)
+        try:
+            written = 0
+            while written < len(data):
+                written += os.pwrite(self.fd, data[written:], at + written)
+            if self.sync:
+                os.fsync(self.fd)
+        except OSError as exc:
+            self._cut_back(at)
+            reason = exc.strerror or str(exc)
+            message = f"write log {self.path.name} could not be written ({reason}); nothing was written"
+            raise LogWriteFailed(message) from exc
         return Record(seq, at, at + len(data), body)
+
+    def _cut_back(self, at: int) -> None:
+        """The log cut back to byte ``at``, where a failed record began (logged if even that fails)."""
+        try:
+            os.ftruncate(self.fd, at)
+            if self.sync:
+                os.fsync(self.fd)
+        except OSError as exc:  # the next writer cuts the torn frame (``new_records``)
+            log.warning("write log %s: a failed record at byte %d not cut off: %s", self.path, at, exc.strerror)
 
 
 @contextmanager

@@ -19,6 +19,9 @@ from index.build.sources import RawTable
 from index.build.writer import build_table
 from index.engine.table import Table
 from index.store import artifact
+from tests.cli import run_cli
+from tests.index.build.test_embed_documents import without_vectors
+from tests.lee import Lee, write_jsonl
 from tests.service.conftest import client_for
 from tests.service.real_server import HTTP, Server, start, wait_for
 
@@ -342,3 +345,23 @@ def test_files_copied_in_after_a_refusal_are_a_change_the_next_look_sees(
     seen = unseen_since(registry, now)
     assert dict(seen)["late"] is None and now != seen  # the next look (``now`` again) is a change
     assert {name: entry for name, entry in seen if name != "late"} == {n: e for n, e in now if n != "late"}
+
+
+def test_a_documents_table_withdrawn_for_its_rebuilt_encoder_is_missing_not_removed(
+    tmp_path: Path, small_data_dir: Path, lee_docs: Lee, glove_raw: RawTable, caplog: pytest.LogCaptureFixture
+) -> None:
+    data = tmp_path / "data"
+    shutil.copytree(small_data_dir / "small", data / "small")
+    texts = write_jsonl(tmp_path / "lee.jsonl", without_vectors(lee_docs))
+    args = ("import", texts, "--format", "documents", "--name", "leeenc", "--encoder", "small", "--data-dir", data)
+    assert run_cli(*args).code == 0
+    rows = artifact.read_manifest(data / "small")["rows"]
+    with client_for(data_dir=data, api_key=KEY) as client:
+        assert client.get("/readyz").json()["loaded"] == ["leeenc", "small"]
+        build(RawTable(glove_raw.tokens, glove_raw.matrix[::-1].copy()), data, "small", rows)  # other vectors
+        with caplog.at_level(logging.WARNING, logger="service.registry"):
+            body = client.post("/v1/admin/reload", headers=ADMIN).json()
+        assert (body["loaded"], body["missing"], body["removed"]) == (["small"], ["leeenc"], [])
+        said = [r.getMessage() for r in caplog.records]
+        assert any("'leeenc'" in line and "other vectors than table 'small'" in line for line in said), said
+        assert not any("no longer in the data directory" in line for line in said), said

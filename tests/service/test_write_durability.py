@@ -1,6 +1,10 @@
 """Nothing acknowledged is lost: a stream of writes to a real ``embedding-serve`` (two workers, each write fsynced
 before its answer) is cut by kill -9 of the whole process group at random points, again and again; after each
 restart every write answered 200 is there, every write refused (a 422) is not, and the log replays cleanly.
+
+Nothing is served wrongly either: a log the table's version cannot take (written to another schema, or leaving a
+gap after the version) refuses the table, naming the record; a repaired log brings it back; a write the disk
+refuses answers 503 and leaves the log at its last whole record.
 """
 
 from __future__ import annotations
@@ -20,8 +24,9 @@ from typing import Any
 import httpx
 import psutil
 
-from index.store import writelog
-from tests.lee import Lee
+from index.store import artifact, writelog
+from tests.cli import Result, run_cli
+from tests.lee import Lee, jsonl_records, write_jsonl
 from tests.service import real_server
 
 KEY = "durability-writer-key-0123456789"
@@ -127,3 +132,135 @@ def test_kill_9_in_a_stream_of_writes_loses_no_acknowledged_write(
     assert [r.seq for r in records] == list(range(1, len(records) + 1))
     logged = {d["id"] for r in records for d in r.body["documents"]}
     assert set(acked) <= logged and not (refused & logged)
+
+
+def upsert_body(lee: Lee, ident: str, row: int, year: int) -> dict[str, Any]:
+    """An upsert record as the server logs it: one document with its vector and a year."""
+    document = {"id": ident, "text": lee.texts[row], "vector": lee.vectors[row].tolist(), "fields": {"year": year}}
+    return {"op": "upsert", "documents": [document]}
+
+
+def append(data: Path, lee: Lee, first: int, idents: list[str]) -> list[writelog.Record]:
+    """Write ``idents`` to table lee's log as a writer would, from sequence ``first``."""
+    with writelog.appending(writelog.log_path(data, "lee")) as log:
+        return [log.append(first + i, upsert_body(lee, ident, i, 2000 + i)) for i, ident in enumerate(idents)]
+
+
+def import_lee(path: Path, data: Path, *more: str) -> Result:
+    return run_cli("import", path, "--format", "documents", "--name", "lee", "--data-dir", data, *more)
+
+
+def ready(server: real_server.Server) -> int:
+    return real_server.HTTP.get(f"{server.base}/readyz").status_code
+
+
+def test_a_reimport_of_another_schema_over_writes_is_refused_and_such_a_log_refuses_the_table(
+    lee_docs: Lee, tmp_path: Path
+) -> None:
+    data = tmp_path / "data"
+    assert import_lee(write_jsonl(tmp_path / "lee.jsonl", jsonl_records(lee_docs)), data).code == 0
+    append(data, lee_docs, 1, ["w1"])  # a write with an integer year
+    other = [{**{k: v for k, v in r.items() if k != "tags"}, "year": str(r["year"])} for r in jsonl_records(lee_docs)]
+    reimport = write_jsonl(tmp_path / "lee-other.jsonl", other)
+    manifest = (data / "lee" / artifact.MANIFEST).read_bytes()
+
+    refused = import_lee(reimport, data, "--force")
+    assert refused.code != 0
+    said = refused.out + refused.err
+    assert "sequence 1: document 'w1': field 'year' holds 2000, not of type string" in said
+    assert "compact first (`embedding-index compact lee`)" in said and "remove the table" in said
+    assert (data / "lee" / artifact.MANIFEST).read_bytes() == manifest  # the old table is left as it was
+
+    # The same table put in place over the log by other means: refused at load, naming the record
+    assert import_lee(reimport, tmp_path / "elsewhere").code == 0
+    assert artifact.read_manifest(tmp_path / "elsewhere" / "lee")["documents"]["fields"]["year"]["type"] == "string"
+    shutil.rmtree(data / "lee")
+    shutil.copytree(tmp_path / "elsewhere" / "lee", data / "lee")
+    with real_server.running(data, tmp_path / "serve.log") as server:
+        assert ready(server) == 503
+        answer = real_server.HTTP.get(f"{server.base}/v1/tables/lee/fields")
+        assert answer.status_code == 503 and answer.json()["error"]["code"] == "not_ready"
+        assert "write log lee.log: its record of sequence 1 does not fit this version" in server.log()
+        assert "field 'year' holds 2000, not of type string" in server.log()
+
+
+def test_a_log_repaired_as_documented_brings_its_table_back_without_a_restart(
+    lee_data_dir: Path, tmp_path: Path, lee_docs: Lee
+) -> None:
+    data = tmp_path / "data"
+    shutil.copytree(lee_data_dir / "lee", data / "lee")
+    records = append(data, lee_docs, 1, ["w1", "w2", "w3"])
+    path = writelog.log_path(data, "lee")
+    damaged = bytearray(path.read_bytes())
+    damaged[records[1].offset + writelog.HEADER.size + 5] ^= 0x01  # inside the middle record's payload
+    path.write_bytes(bytes(damaged))
+    env = {"EMBEDDING_WATCH_SECONDS": "0.2", "EMBEDDING_API_KEY": KEY}
+    with real_server.running(data, tmp_path / "serve.log", env=env) as server:
+
+        def reload() -> dict[str, Any]:
+            answer = real_server.HTTP.post(f"{server.base}/v1/admin/reload", headers=HEADERS, timeout=120)
+            assert answer.status_code == 200, answer.text
+            body: dict[str, Any] = answer.json()
+            return body
+
+        assert ready(server) == 503 and "is damaged" in server.log()
+        assert reload()["missing"] == ["lee"]  # the same damaged log: the same verdict, not verified again
+        os.truncate(path, records[1].offset)  # as docs/operations.md says: the writes from the damaged one are lost
+        real_server.wait_for(lambda: ready(server) == 200, 30, "the watcher to load the table once its log changed")
+        shown = real_server.HTTP.get(f"{server.base}/v1/tables/lee/documents/w1", headers=HEADERS)
+        assert shown.status_code == 200 and shown.json()["fields"]["year"] == 2000
+        assert real_server.HTTP.get(f"{server.base}/v1/tables/lee/documents/w2", headers=HEADERS).status_code == 404
+
+        append(data, lee_docs, 2, ["w4"])  # a loaded table's log that grows is not a new version to load again
+        assert reload()["unchanged"] == ["lee"]
+
+
+def test_an_older_version_restored_over_a_compacted_log_is_refused(
+    lee_data_dir: Path, tmp_path: Path, lee_docs: Lee
+) -> None:
+    data = tmp_path / "data"
+    shutil.copytree(lee_data_dir / "lee", data / "lee")
+    shutil.copytree(data / "lee", tmp_path / "backup")
+    append(data, lee_docs, 1, ["g1", "g2", "g3"])
+    assert run_cli("compact", "lee", "--data-dir", data).code == 0  # its version holds 1..3; the log is cut
+    append(data, lee_docs, 4, ["g4"])
+    shutil.rmtree(data / "lee")
+    shutil.copytree(tmp_path / "backup", data / "lee")  # the version from before the writes
+    with real_server.running(data, tmp_path / "serve.log") as server:
+        assert ready(server) == 503
+        assert real_server.HTTP.get(f"{server.base}/v1/tables/lee/documents/g4").status_code == 503
+    assert "writes 1 to 3 are in neither" in server.log()
+
+
+def test_a_write_the_disk_refuses_answers_503_and_leaves_no_torn_record(
+    lee_data_dir: Path, tmp_path: Path, lee_docs: Lee
+) -> None:
+    data = tmp_path / "data"
+    shutil.copytree(lee_data_dir / "lee", data / "lee")
+    path = writelog.log_path(data, "lee")
+    url = "/v1/tables/lee/documents"
+    documents = [upsert_body(lee_docs, f"d{i}", i, 2000)["documents"][0] for i in range(3)]
+    with real_server.running(data, tmp_path / "serve.log", env={"EMBEDDING_WRITE_KEYS": KEY}) as server:
+
+        def write(document: dict[str, Any]) -> httpx.Response:
+            return real_server.HTTP.post(f"{server.base}{url}", json={"documents": [document]}, headers=HEADERS)
+
+        assert write(documents[0]).status_code == 200
+        size = path.stat().st_size
+        processes = [psutil.Process(server.process.pid), *psutil.Process(server.process.pid).children(recursive=True)]
+        hard = processes[0].rlimit(psutil.RLIMIT_FSIZE)[1]
+        for process in processes:  # room for part of a record only (ulimit -f)
+            process.rlimit(psutil.RLIMIT_FSIZE, (size + 100, hard))
+        refused = write(documents[1])
+        assert refused.status_code == 503, refused.text
+        error = refused.json()["error"]
+        assert error["code"] == "not_ready" and "File too large" in error["message"], error
+        assert "nothing was written" in error["message"]
+        assert path.stat().st_size == size  # the part written is cut off again
+        for process in processes:
+            process.rlimit(psutil.RLIMIT_FSIZE, (hard, hard))
+        assert write(documents[2]).status_code == 200
+        assert real_server.HTTP.get(f"{server.base}{url}/d1").status_code == 404
+    records = writelog.recover(path)
+    assert [r.seq for r in records] == [1, 2]
+    assert [r.body["documents"][0]["id"] for r in records] == ["d0", "d2"]

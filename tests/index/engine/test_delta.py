@@ -6,10 +6,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from index.engine.delta import Delta
 from index.engine.table import Table
-from index.store.writelog import Record
+from index.store.writelog import LogMismatch, Record
 from tests.lee import Lee
 
 
@@ -102,3 +103,43 @@ def test_keyword_search_after_each_change_equals_a_delta_made_at_once(lee_data_d
         got, want = mine.search(queries, 20), theirs.search(queries, 20)
         np.testing.assert_array_equal(got[1], want[1])
         np.testing.assert_array_equal(got[0], want[0])
+
+
+def upsert(seq: int, document: dict[str, object]) -> Record:
+    return Record(seq, 0, 0, {"op": "upsert", "documents": [document]})
+
+
+@pytest.mark.parametrize(
+    ("change", "problem"),
+    [
+        ({"fields": {"year": "1977"}}, "field 'year' holds '1977', not of type integer"),
+        ({"fields": {"colour": "red"}}, "field 'colour', which the table does not have"),
+        ({"vector": [0.5] * 7}, "a vector of 7 values; the table's have 50"),
+        ({"id": 7}, "id 7 is not of the table's id type (string)"),
+    ],
+)
+def test_a_record_that_does_not_fit_the_version_is_refused_unapplied(
+    lee_data_dir: Path, lee_docs: Lee, change: dict[str, object], problem: str
+) -> None:
+    """A log written to an earlier version of another schema: its record is named, and nothing of it applied."""
+    table = Table.load(lee_data_dir / "lee")
+    assert table.payload is not None
+    delta = Delta(table.payload, table.rows, table.dim, 0)
+    good = {"id": "w1", "vector": lee_docs.vectors[0].tolist(), "fields": {"year": 1977}}
+    with pytest.raises(LogMismatch) as refused:
+        delta.replay([upsert(1, good), upsert(2, {**good, "id": "w2", **change})])
+    assert "record of sequence 2 does not fit this version" in refused.value.message
+    assert problem in refused.value.message
+    assert delta.seq == 0 and not delta.documents
+
+
+def test_a_log_that_starts_after_the_version_leaves_a_gap_and_is_refused(lee_data_dir: Path, lee_docs: Lee) -> None:
+    """A version restored from before a compaction, over the log the compaction cut: the writes between are named."""
+    table = Table.load(lee_data_dir / "lee")
+    assert table.payload is not None
+    document = {"id": "g4", "vector": lee_docs.vectors[0].tolist()}
+    with pytest.raises(LogMismatch, match="writes 1 to 3 are in neither"):
+        Delta(table.payload, table.rows, table.dim, 0).replay([upsert(4, document)])
+    delta = Delta(table.payload, table.rows, table.dim, 3)  # the version that holds them: replayed
+    delta.replay([upsert(4, document)])
+    assert list(delta.documents) == ["g4"]

@@ -10,7 +10,9 @@ match: exact, else case-folded, lowest row), by row id (the shard holding that r
 positive/negative tokens, similarity and analogies by 3CosAdd and 3CosMul (each shard scoring its own rows given the
 words' rows, ``POST .../analogy/rows``) with an expected answer's rank (each shard's count of better rows, summed),
 one or a batch, as the whole table does, its errors with the whole table's status and code, an unknown token's
-suggestions the whole table's; what it cannot answer (``compose``, ``restrict``) is a 422 that says why.
+suggestions the whole table's; what it cannot answer (``compose``, ``restrict``) is a 422 that says why. Every
+server takes keys (``EMBEDDING_API_KEY``, ``EMBEDDING_READ_API_KEY``): the front forwards the client's key to its
+shards on every route.
 """
 
 from __future__ import annotations
@@ -34,6 +36,8 @@ from tests.service.real_server import HTTP, Server
 from tests.words import write_words
 
 SHARDS = 3
+READ_KEY = "words-read-key-0123456789"
+KEYS = {"EMBEDDING_API_KEY": "words-admin-key-0123456789", "EMBEDDING_READ_API_KEY": READ_KEY}
 
 
 @pytest.fixture(scope="module")
@@ -55,15 +59,17 @@ def servers(root: Path) -> Iterator[dict[str, Any]]:
     started: list[Server] = []
     try:
         started += real_server.start_together(
-            lambda: real_server.start(root / "data", root / "one.log"),
+            lambda: real_server.start(root / "data", root / "one.log", env=KEYS),
             *(
-                lambda name=name: real_server.start(root / "data" / "words3", root / f"{name}.log", "--tables", name)
+                lambda name=name: real_server.start(
+                    root / "data" / "words3", root / f"{name}.log", "--tables", name, env=KEYS
+                )
                 for name in names
             ),
         )
         replicas = [[f"{shard.base}/v1/tables/{name}"] for name, shard in zip(names, started[1:], strict=True)]
         (root / "front").mkdir()
-        env = {"EMBEDDING_SHARDS": json.dumps({"words3": replicas}), "EMBEDDING_SHARD_TIMEOUT": "10"}
+        env = {"EMBEDDING_SHARDS": json.dumps({"words3": replicas}), "EMBEDDING_SHARD_TIMEOUT": "10", **KEYS}
         started += real_server.start_together(lambda: real_server.start(root / "front", root / "front.log", env=env))
         yield {"one": started[0], "front": started[-1]}
     finally:
@@ -82,7 +88,8 @@ def vectors(glove_raw: RawTable) -> list[list[float]]:
 
 
 def ask(server: Server, table: str, method: str, path: str, body: Any = None) -> tuple[int, Any]:
-    answer = HTTP.request(method, f"{server.base}/v1/tables/{table}{path}", json=body, timeout=60)
+    url = f"{server.base}/v1/tables/{table}{path}"
+    answer = HTTP.request(method, url, json=body, headers={"x-api-key": READ_KEY}, timeout=60)
     return answer.status_code, answer.json()
 
 

@@ -43,7 +43,7 @@ from fastapi.routing import APIRoute
 from starlette.responses import Response
 from starlette.routing import Route
 
-from index.engine.door import merged_suggestions, owner
+from index.engine.door import merged_suggestions, no_direction, owner
 from index.errors import InvalidQuery, UnknownToken
 from service.errors import item_error
 from service.http.fastroute import parse_query
@@ -296,6 +296,8 @@ def routes(front: Front, name: str, refuse: Refuse) -> list[Route]:
             pos, neg = found(matches, item.positive), found(matches, item.negative)
             rows, positive = pos + neg, len(pos)
             info = {"positive": [query_of(m) for m in pos], "negative": [query_of(m) for m in neg]}
+        if not any(np.any(m["vector"]) for m in rows):  # zero rows: named, as the whole table names them
+            raise no_direction([query_of(m) for m in rows])
         vector = query_vector(rows, positive)
         own = {int(m["row"]) for m in rows}
         return {"query": info, "neighbors": await words.nearest(vector, own, k, exact)}

@@ -88,13 +88,16 @@ def _read(directory: Path, checksums: bool) -> tuple[Table | None, str, bool]:
 
 @dataclass
 class Registry:
-    """Loaded tables by name; requested tables that could not be loaded (name -> reason, for the log only); tables
-    that keep serving an older version because their new files were refused (name -> reason)."""
+    """Loaded tables by name; requested tables that could not be loaded (name -> reason, for the log only), and
+    those of them not served for a reason of the data directory's tables rather than of their files (name ->
+    reason, which a request of the table is told); tables that keep serving an older version because their new
+    files were refused (name -> reason)."""
 
     data_dir: Path
     requested: list[str] = field(default_factory=list)
     tables: dict[str, Table] = field(default_factory=dict)
     failed: dict[str, str] = field(default_factory=dict)
+    told: dict[str, str] = field(default_factory=dict)
     stale: dict[str, str] = field(default_factory=dict)
     names: list[str] | None = None  # the tables asked for by name (None: every table in the data directory)
     checksums: bool = True
@@ -132,7 +135,7 @@ class Registry:
                     nxt._keep(name, old, self.versions[name], self.stale.get(name))
                     report["unchanged"].append(name)
                 else:
-                    nxt._fail(name, "no table of that name in the data directory")
+                    nxt._fail(name, "no table of that name in the data directory", told=True)
                     report["missing"].append(name)
                 continue
             if old is not None and self.versions.get(name) == files_of(version):
@@ -261,13 +264,17 @@ class Registry:
             else:
                 continue
             del self.tables[name], self.versions[name]
-            self._fail(name, reason)
+            self._fail(name, reason, told=True)
             refused.append(name)
         return refused
 
-    def _fail(self, name: str, reason: str) -> None:
+    def _fail(self, name: str, reason: str, told: bool = False) -> None:
+        """Record why ``name`` is not served; ``told``: a reason that names tables, not files, which a request of
+        the table is told (a file's refusal may name paths: the log says it)."""
         log.error("table %r not loaded, skipped: %s", name, reason)
         self.failed[name] = reason
+        if told:
+            self.told[name] = reason
 
     @property
     def ready(self) -> bool:
@@ -281,7 +288,8 @@ class Registry:
             return table
         artifact.check_name(name)
         if name in self.failed:
-            message = f"table {name!r} is not loaded: its files were refused (see the server log)"
+            why = self.told.get(name, "its files were refused (see the server log)")
+            message = f"table {name!r} is not loaded: {why}"
             raise ApiError("not_ready", message, table=name)
         raise ApiError(
             "unknown_table",

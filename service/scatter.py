@@ -26,6 +26,8 @@ the shard that owns it (``index.store.shardmap.shard_of_id``), averaged by the e
 (``index.engine.door.unit_mean``); the shards are asked that vector, as many hits deeper as it has documents,
 which the merge leaves out (the whole table leaves a query's documents out).
 
+Every shard request carries the client's ``X-API-Key`` (:data:`CLIENT_KEY`, set by each route from its
+request); a shard that refuses it (401, 403) has not answered: the front took the key, its shards must too.
 A shard that does not answer (refused, failed, or past its deadline) fails the search (503 ``shard_unavailable``,
 504 ``shard_timeout``), unless ``EMBEDDING_PARTIAL=true``: then the answer merges the shards that answered and
 says which did not (``partial``). A shard's own 4xx (a bad filter, a text with no known word, an unknown
@@ -48,6 +50,7 @@ import asyncio
 import itertools
 import re
 from collections.abc import Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
@@ -88,6 +91,10 @@ EVERY_ROW = 1 << 62  # the front does not know the table's rows: a list is as de
 WRITTEN = 1 << 61  # the merge's order of a shard's written documents: after every row
 TABLE = "/v1/tables/{table}"  # the table routes' prefix
 ASKED = ("row", "vector")  # what a shard's hits carry for the front (``include``): the order and MMR's rows
+KEY_HEADER = "x-api-key"
+# The client's API key, set by each route of the front from its request: every shard request carries it.
+CLIENT_KEY: ContextVar[str | None] = ContextVar("client_key", default=None)
+REFUSED_KEY = (401, 403)  # a shard refusing the key the front took: the deployment's fault, not the request's
 
 
 @dataclass
@@ -124,6 +131,19 @@ class ShardRefused(Exception):
         self.status, self.body = status, body
 
 
+def refusal_text(refused: ShardRefused) -> str:
+    """The message of a shard's refusal (its envelope's, else the start of its body)."""
+    try:
+        return str(orjson.loads(refused.body)["error"]["message"])
+    except (orjson.JSONDecodeError, KeyError, TypeError):
+        return refused.body[:200].decode("utf-8", "replace")
+
+
+def forward_key(request: Request) -> None:
+    """The client's API key (``X-API-Key``) for every shard request this request makes."""
+    CLIENT_KEY.set(request.headers.get(KEY_HEADER))
+
+
 class Front:
     """The sharded tables this process fronts, and the one HTTP client it asks their shards with."""
 
@@ -136,7 +156,8 @@ class Front:
         self.kinds: dict[str, str] = {}  # each table's kind ("documents", "words"), as its shards say
 
     async def kind_of(self, name: str) -> str:
-        """What sharded table ``name`` holds, from the first of its shards that answers (``GET <replica>``)."""
+        """What sharded table ``name`` holds, from the first of its shards that answers (``GET <replica>``); a
+        shard's refusal of that summary is its failure (a shard URL that names no table is the deployment's)."""
         if name not in self.kinds:
             failed: ShardFailed | None = None
             for number, shard in enumerate(self.tables[name]):
@@ -145,6 +166,8 @@ class Front:
                     break
                 except ShardFailed as exc:
                     failed = failed or exc
+                except ShardRefused as refused:
+                    failed = failed or ShardFailed(number, f"status {refused.status}: {refusal_text(refused)}", False)
             else:
                 assert failed is not None
                 raise failed
@@ -181,10 +204,15 @@ class Front:
 
         reasons, timed_out = [], False
         headers = {"content-type": "application/json"}
+        key = CLIENT_KEY.get()
+        if key is not None:
+            headers[KEY_HEADER] = key
         for replica in shard.order()[:2]:
             try:
                 if payload is None:
-                    answer = await self.client.get(f"{replica}{path}", timeout=self.settings.shard_timeout)
+                    answer = await self.client.get(
+                        f"{replica}{path}", headers=headers, timeout=self.settings.shard_timeout
+                    )
                 else:
                     answer = await self.client.post(
                         f"{replica}{path}", content=payload, headers=headers, timeout=self.settings.shard_timeout
@@ -195,6 +223,13 @@ class Front:
                 continue
             except httpx.TransportError as exc:
                 reasons.append(f"{replica}: {type(exc).__name__} ({exc})")
+                continue
+            if answer.status_code in REFUSED_KEY:
+                refused = ShardRefused(answer.status_code, answer.content)
+                reasons.append(
+                    f"{replica}: refused the request's API key (status {answer.status_code}: "
+                    f"{refusal_text(refused)}); the front and its shards take the same keys"
+                )
                 continue
             if 400 <= answer.status_code < 500:
                 raise ShardRefused(answer.status_code, named(shard.table, answer.content))
@@ -389,7 +424,7 @@ def route(front: Front, name: str) -> APIRoute:
     async def one(body: SearchRequest, given: dict[str, Any]) -> dict[str, Any]:
         """One query's merged answer; a shard's refusal raises :class:`ShardRefused`, a shard that did not answer
         an ``ApiError`` (unless partial answers are taken)."""
-        words = await front.kind_of(name) == WORDS
+        words = await kind(front, name) == WORDS
         try:
             given, drop, query = await by_vector(body, given)
         except ShardFailed as silent:  # the shard that owns a query's document did not give its vector
@@ -461,6 +496,7 @@ def route(front: Front, name: str) -> APIRoute:
             return item_error(exc)
 
     async def search(request: Request, body: SearchRequest) -> Response:
+        forward_key(request)
         given = body.model_dump(exclude_unset=True, mode="json")
         if await kind(front, name) == WORDS:  # a documents table's fields are a 422, as on the whole table
             words_only(name, WORDS, body.model_fields_set)

@@ -43,12 +43,12 @@ from fastapi.routing import APIRoute
 from starlette.responses import Response
 from starlette.routing import Route
 
-from index.engine.door import merged_suggestions, owner
+from index.engine.door import merged_suggestions, no_direction, owner
 from index.errors import InvalidQuery, UnknownToken
 from service.errors import item_error
 from service.http.fastroute import parse_query
 from service.respond import FastJSON
-from service.scatter import Front, ShardFailed, ShardRefused, failed, kind
+from service.scatter import Front, ShardFailed, ShardRefused, failed, forward_key, kind
 from service.scatter_words import WORDS, nearest, query_of, query_vector, resolved, vector_body
 from service.schemas.analogy import AnalogyQuery, AnalogyRequest
 from service.schemas.common import LIMITS
@@ -296,6 +296,8 @@ def routes(front: Front, name: str, refuse: Refuse) -> list[Route]:
             pos, neg = found(matches, item.positive), found(matches, item.negative)
             rows, positive = pos + neg, len(pos)
             info = {"positive": [query_of(m) for m in pos], "negative": [query_of(m) for m in neg]}
+        if not any(np.any(m["vector"]) for m in rows):  # zero rows: named, as the whole table names them
+            raise no_direction([query_of(m) for m in rows])
         vector = query_vector(rows, positive)
         own = {int(m["row"]) for m in rows}
         return {"query": info, "neighbors": await words.nearest(vector, own, k, exact)}
@@ -311,6 +313,7 @@ def routes(front: Front, name: str, refuse: Refuse) -> list[Route]:
         return out
 
     async def neighbors_get(request: Request) -> Response:
+        forward_key(request)
         if not await is_words():
             return await refuse(request)
         params = parse_query(request, NeighborsParams)
@@ -323,6 +326,7 @@ def routes(front: Front, name: str, refuse: Refuse) -> list[Route]:
         return FastJSON(answer)
 
     async def neighbors_post(request: Request, body: NeighborsRequest) -> Response:
+        forward_key(request)
         if not await is_words():
             return await refuse(request)
         check_options(name, body.restrict, body.compose)
@@ -346,6 +350,7 @@ def routes(front: Front, name: str, refuse: Refuse) -> list[Route]:
         return FastJSON({"results": await bounded(map(each, body.queries))})
 
     async def similarity_get(request: Request) -> Response:
+        forward_key(request)
         if not await is_words():
             return await refuse(request)
         params = parse_query(request, SimilarityParams)
@@ -360,6 +365,7 @@ def routes(front: Front, name: str, refuse: Refuse) -> list[Route]:
         return FastJSON({"a": params.a, "b": params.b, "similarity": value, "query": info})
 
     async def similarity_post(request: Request, body: SimilarityRequest) -> Response:
+        forward_key(request)
         if not await is_words():
             return await refuse(request)
         check_options(name, None, body.compose)
@@ -412,6 +418,7 @@ def routes(front: Front, name: str, refuse: Refuse) -> list[Route]:
         return {"query": info, "neighbors": await words.analogy([a, b, c], own, k, method)}
 
     async def analogy(request: Request, body: AnalogyRequest) -> Response:
+        forward_key(request)
         if not await is_words():
             return await refuse(request)
         check_options(name, body.restrict)

@@ -158,6 +158,7 @@ __all__ = [
     "manifest_is_sharded",
     "merge",
     "merged_suggestions",
+    "no_direction",
     "owner",
     "parse_timestamp",
     "probe",
@@ -207,18 +208,38 @@ def _word(table: Table, text: str, compose: str | None) -> Probe:
     if found is None:
         found = table.resolve(text)  # raises UnknownToken with suggestions
     info = found.as_dict()  # the lookup's part done before the rows are read
+    _directed(table, [found])
     return Probe(mean_query(table.vectors, [found.id])[0], {found.id}, info)
 
 
 def _row(table: Table, row: int) -> Probe:
     found = table.resolve_id(row)
+    _directed(table, [found])
     return Probe(mean_query(table.vectors, [row])[0], {row}, found.as_dict())
+
+
+def no_direction(named: Sequence[dict[str, Any]]) -> InvalidQuery:
+    """The 422 of a query whose rows ``named`` (their lookups, ``Resolved.as_dict``) are all zero vectors."""
+    names = [f"id {n['id']}" if n["match"] == "id" else f"token {n['text']!r}" for n in named]
+    whose = f"the vector of {names[0]} is" if len(names) == 1 else f"the vectors of {', '.join(names)} are"
+    return InvalidQuery(
+        f"{whose} all zeros: no direction to find neighbours by (a zero row's cosine with every row is 0)"
+    )
+
+
+def _directed(table: Table, found: Sequence[Resolved]) -> None:
+    """Refuse a query of rows that are all zero vectors (an import keeps zero rows): their mean has no direction,
+    and the 422 names them rather than saying that positive and negative rows cancel out."""
+    if not table.vectors[[f.id for f in found]].any():
+        raise no_direction([f.as_dict() for f in found])
 
 
 def _mean_of(table: Table, positive: Sequence[str], negative: Sequence[str]) -> Probe:
     """gensim ``most_similar``: the normalised mean of the unit rows, positive +1 and negative -1."""
     pos = [table.resolve(t) for t in positive]
     neg = [table.resolve(t) for t in negative]
+    if pos or neg:
+        _directed(table, pos + neg)
     vector = mean_query(table.vectors, [r.id for r in pos], [r.id for r in neg])[0]
     info = {"positive": [r.as_dict() for r in pos], "negative": [r.as_dict() for r in neg]}
     return Probe(vector, {r.id for r in pos + neg}, info)

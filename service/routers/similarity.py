@@ -20,12 +20,20 @@ from service.schemas.similarity import SimilaritiesResponse, SimilarityParams, S
 router = APIRouter(prefix="/v1/tables/{table}", tags=["similarity"], route_class=QueryRoute)
 
 
+def side(table: Table, token: str, compose: Any) -> tuple[np.ndarray, dict[str, Any]]:
+    """A token's unit vector and its lookup: its row when the table holds it (a zero row stays zero: its cosine
+    with every token is 0, as gensim's), else, with ``compose``, the mean of its tokenizer pieces."""
+    found = table.lookup.find(token)
+    if found is None:  # composed, or UnknownToken with suggestions
+        probed = door.probe(table, Query(token=token, compose=compose))
+        return probed.vector, probed.info
+    return table.vectors[found.id], found.as_dict()
+
+
 def pair(table: Table, a: str, b: str, compose: Any) -> tuple[float, dict[str, Any]]:
-    left, right = door.probe(table, Query(token=a, compose=compose)), door.probe(table, Query(token=b, compose=compose))
-    info = {"a": left.info, "b": right.info}
-    if "compose" in left.info or "compose" in right.info:
-        return float(np.dot(left.vector.astype(np.float64), right.vector.astype(np.float64))), info
-    return table.similarity(left.info["id"], right.info["id"]), info
+    """The cosine of two tokens (``Table.similarity``'s arithmetic) and how each was found."""
+    (left, found_a), (right, found_b) = side(table, a, compose), side(table, b, compose)
+    return float(np.dot(left.astype(np.float64), right.astype(np.float64))), {"a": found_a, "b": found_b}
 
 
 @router.get(

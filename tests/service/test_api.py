@@ -13,6 +13,8 @@ from tokenizers import Tokenizer
 
 from index.build.sources import RawTable
 from index.engine.table import Table
+from tests.cli import run_cli
+from tests.service.conftest import client_for
 from tests.vectors import unit
 
 T = "/v1/tables/small"
@@ -336,3 +338,39 @@ def test_metrics_count_each_status_and_time_every_request(api: TestClient) -> No
         - counted(before, "embedding_http_requests_total{", *posted)
         == 1
     )
+
+
+def test_a_zero_row_scores_zero_and_names_itself_as_a_query(tmp_path: Path) -> None:
+    """A word table's zero row (an import keeps it): its cosine with every token is 0 in both similarity forms,
+    as gensim's; as a neighbours query it has no direction, a 422 that names it."""
+    from gensim.models import KeyedVectors
+
+    source = tmp_path / "zero.txt"
+    source.write_text("6 3\na 1 0 0\nb 0 1 0\nc 0 0 1\nd 1 1 0\ne 1 0 1\nz 0 0 0\n")
+    assert run_cli("import", source, "--name", "zero", "--data-dir", tmp_path / "data").code == 0
+    kv = KeyedVectors.load_word2vec_format(str(source))
+    pairs = [("z", "a"), ("a", "z"), ("z", "z"), ("d", "a"), ("d", "e")]
+    with client_for(data_dir=tmp_path / "data") as client:
+        base = "/v1/tables/zero"
+        batch = client.post(f"{base}/similarity", json={"pairs": [list(p) for p in pairs]}).json()
+        for (a, b), value in zip(pairs, batch["similarities"], strict=True):
+            single = client.get(f"{base}/similarity", params={"a": a, "b": b})
+            assert single.status_code == 200, single.text
+            assert single.json()["similarity"] == value == pytest.approx(float(kv.similarity(a, b)), abs=1e-6)
+        assert batch["similarities"][0] == 0.0
+        for method, params in (
+            ("GET", {"params": {"token": "z"}}),
+            ("POST", {"json": {"token": "z"}}),
+            ("POST", {"json": {"positive": ["z"]}}),
+        ):
+            answer = client.request(method, f"{base}/neighbors", **params)
+            assert answer.status_code == 422, answer.text
+            assert answer.json()["error"]["message"] == (
+                "the vector of token 'z' is all zeros: no direction to find neighbours by (a zero row's cosine "
+                "with every row is 0)"
+            )
+        by_id = client.get(f"{base}/neighbors", params={"id": 5}).json()["error"]["message"]
+        assert by_id.startswith("the vector of id 5 is all zeros")
+        cancel = client.post(f"{base}/neighbors", json={"positive": ["a"], "negative": ["a"]}).json()
+        assert "cancel out" in cancel["error"]["message"]
+        assert client.get(f"{base}/neighbors", params={"token": "d", "k": 2}).status_code == 200

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,9 @@ from service.deps import AdminDep
 from service.errors import ERRORS
 from service.http.fastroute import QueryRoute, query_params
 from service.schemas.neighbors import NeighborsParams
+from tests.cli import run_cli
+from tests.index.build.test_embed_documents import without_vectors
+from tests.lee import Lee, write_jsonl
 from tests.service.conftest import client_for
 
 T = "/v1/tables/small"
@@ -192,6 +196,27 @@ def test_chunked_body_over_the_limit(api: TestClient) -> None:
 
     response = api.post(f"{T}/search", content=chunks(), headers={"content-type": "application/json"})
     envelope(response, 413, "body_too_large")
+
+
+# ---------------------------------------------------------------------------------------------- 503
+def test_a_table_not_served_says_why(tmp_path: Path, small_data_dir: Path, lee_docs: Lee) -> None:
+    """A documents table whose encoder table is not served, or a table asked for that is not in the data
+    directory: the 503 says why (a table's refused files are the server log's)."""
+    data = tmp_path / "data"
+    shutil.copytree(small_data_dir / "small", data / "small")
+    path = write_jsonl(tmp_path / "lee-text.jsonl", without_vectors(lee_docs))
+    args = ("import", path, "--format", "documents", "--name", "lee", "--encoder", "small", "--data-dir", data)
+    assert run_cli(*args).code == 0
+    with client_for(data_dir=data, tables=["lee", "nope"]) as client:
+        error = envelope(client.post("/v1/tables/lee/search", json={"text": "budget", "k": 3}), 503, "not_ready")
+        assert error["message"] == (
+            "table 'lee' is not loaded: its documents were embedded with table 'small', which is not loaded; "
+            "serve that table too (it embeds the query texts)"
+        )
+        error = envelope(client.get("/v1/tables/nope"), 503, "not_ready")
+        assert error["message"] == "table 'nope' is not loaded: no table of that name in the data directory"
+    with client_for(data_dir=data) as client:
+        assert client.post("/v1/tables/lee/search", json={"text": "budget", "k": 3}).status_code == 200
 
 
 # ---------------------------------------------------------------------------------------- 401/403/500

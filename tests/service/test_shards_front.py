@@ -9,7 +9,9 @@ a batch of vectors or of queries, keyword, hybrid with weights and its RRF const
 same scores, ranks, text and fields (equal scores by row, as the whole table orders them). Shard 0 has two
 replicas, one of which is down: every search still answers (the retry). A shard stopped: 503, or with
 ``EMBEDDING_PARTIAL=true`` the other shards' merged answer flagged ``partial``; a stopped (SIGSTOP) shard: 504
-after its deadline.
+after its deadline. Every server takes keys (``EMBEDDING_API_KEY``, ``EMBEDDING_READ_API_KEY``, as deploy/k8s's
+Secret sets them): the front forwards the client's key to its shards; a front whose shards refuse the key it
+took answers 503 ``shard_unavailable`` saying so.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+import httpx
 import numpy as np
 import pytest
 
@@ -35,13 +38,18 @@ from service.shard_settings import front_settings
 from tests.lee import Lee, jsonl_records
 from tests.service import real_server
 from tests.service.conftest import LEE_SHARDS, lee_copy
-from tests.service.real_server import HTTP, Server
+from tests.service.real_server import Server
 
 SHARDS = 3
 TIMEOUT = 4.0  # seconds a shard may take: far above a busy machine's answer, well below the test's patience
 # seconds a shard may take at the front whose deadline is tested: short, since the test waits it out, yet far above
 # a busy machine's answer, so that only the stopped shard misses it
 DEADLINE = 1.0
+READ_KEY = "front-read-key-0123456789"
+STRANGER_KEY = "stranger-read-key-0123456789"  # a front's own key, which its shards do not take
+KEYS = {"EMBEDDING_API_KEY": "front-admin-key-0123456789", "EMBEDDING_READ_API_KEY": READ_KEY}
+# The tests' requests, with the read key every server takes (as ``real_server.HTTP``: no keep-alive).
+HTTP = httpx.Client(headers={"x-api-key": READ_KEY}, limits=httpx.Limits(max_keepalive_connections=0))
 TEXTS = ("bushfires in Sydney", "Taliban fighters in Afghanistan", "the government said on Monday", "Qantas")
 
 
@@ -80,13 +88,17 @@ def servers(root: Path) -> Iterator[dict[str, Any]]:
         # The whole table, the shards and the one-process server first; then the fronts, which need the shards' URLs.
         names = [shardmap.shard_name(s) for s in range(SHARDS)]
         started += real_server.start_together(
-            lambda: real_server.start(root / "whole", root / "whole.log"),
+            lambda: real_server.start(root / "whole", root / "whole.log", env=KEYS),
             *(
-                lambda name=name: real_server.start(root / "sharded" / "lee", root / f"{name}.log", "--tables", name)
+                lambda name=name: real_server.start(
+                    root / "sharded" / "lee", root / f"{name}.log", "--tables", name, env=KEYS
+                )
                 for name in names
             ),
             # the sharded table served whole
-            lambda: real_server.start(root / "sharded", root / "one.log", env={"EMBEDDING_WRITE_KEYS": "writer"}),
+            lambda: real_server.start(
+                root / "sharded", root / "one.log", env={"EMBEDDING_WRITE_KEYS": "writer", **KEYS}
+            ),
         )
         whole, *shards, one = started
         down = f"http://127.0.0.1:{real_server.free_port()}/v1/tables/{names[0]}"  # nothing listens
@@ -94,30 +106,33 @@ def servers(root: Path) -> Iterator[dict[str, Any]]:
         replicas[0].insert(0, down)
         config = json.dumps({"lee": replicas})
 
-        def front(partial: str, timeout: float, log: str) -> Callable[[], Server]:
+        def front(partial: str, timeout: float, log: str, keys: dict[str, str] = KEYS) -> Callable[[], Server]:
             env = {"EMBEDDING_SHARDS": config, "EMBEDDING_PARTIAL": partial, "EMBEDDING_SHARD_TIMEOUT": str(timeout)}
-            return lambda: real_server.start(root / "front", root / log, env=env)
+            return lambda: real_server.start(root / "front", root / log, env={**env, **keys})
 
         started += real_server.start_together(
             front("false", TIMEOUT, "front-false.log"),
             front("true", TIMEOUT, "front-true.log"),
             front("false", DEADLINE, "front-deadline.log"),
+            front("false", TIMEOUT, "front-stranger.log", {"EMBEDDING_READ_API_KEY": STRANGER_KEY}),
         )
-        fronts = started[-3:]
+        fronts = started[-4:]
         yield {
             "whole": whole,
             "shards": shards,
             "front": fronts[0],
             "partial": fronts[1],
             "deadline": fronts[2],
+            "stranger": fronts[3],
             "one": one,
         }
     finally:
         real_server.stop_together(started)
 
 
-def search(server: Server, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
-    answer = HTTP.post(f"{server.base}/v1/tables/lee/search", json=body, timeout=30)
+def search(server: Server, body: dict[str, Any], key: str | None = READ_KEY) -> tuple[int, dict[str, Any]]:
+    headers = {"x-api-key": key} if key is not None else {}
+    answer = real_server.HTTP.post(f"{server.base}/v1/tables/lee/search", json=body, headers=headers, timeout=30)
     return answer.status_code, answer.json()
 
 
@@ -293,6 +308,26 @@ def test_hits_carry_their_rows_and_unit_vectors_when_asked(
     assert seen == SHARDS * 20
     _, plain = search(servers["whole"], {"vector": records[7]["vector"], "k": 3})
     assert all(hit.keys() == {"id", "score", "text", "fields"} for hit in plain["hits"])
+
+
+def test_the_front_forwards_the_clients_key_to_its_shards(servers: dict[str, Any], lee_docs: Lee) -> None:
+    """Every shard request carries the client's key (the kind lookup, a document's vector, the keyword statistics,
+    the search); a key the front takes and its shards refuse is the deployment's fault: 503 naming the refusal."""
+    vector = lee_docs.vectors[7].tolist()
+    for body in (
+        {"vector": vector, "k": 5},
+        {"id": "lee-010", "text": "bushfires in Sydney", "mode": "hybrid", "k": 5},
+        {"queries": [{"positive": ["lee-050"]}, {"text": "Qantas", "mode": "keyword"}], "k": 3},
+    ):
+        (status, got), (_, expected) = search_both(servers["front"], servers["whole"], body)
+        assert status == 200 and got == expected, (body, got)
+    for key, code in ((None, "unauthorized"), ("wrong", "forbidden")):  # the front's own check, as any server's
+        status, got = search(servers["front"], {"vector": vector, "k": 5}, key)
+        assert status == {"unauthorized": 401, "forbidden": 403}[code] and got["error"]["code"] == code, got
+    for body in ({"vector": vector, "k": 5}, {"queries": [{"vector": vector}], "k": 5}):
+        status, got = search(servers["stranger"], body, STRANGER_KEY)
+        assert status == 503 and got["error"]["code"] == "shard_unavailable", got
+        assert "refused the request's API key (status 403" in got["error"]["message"], got
 
 
 def test_a_slow_shard_hits_its_deadline(servers: dict[str, Any], lee_docs: Lee) -> None:

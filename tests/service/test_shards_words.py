@@ -10,7 +10,10 @@ match: exact, else case-folded, lowest row), by row id (the shard holding that r
 positive/negative tokens, similarity and analogies by 3CosAdd and 3CosMul (each shard scoring its own rows given the
 words' rows, ``POST .../analogy/rows``) with an expected answer's rank (each shard's count of better rows, summed),
 one or a batch, as the whole table does, its errors with the whole table's status and code, an unknown token's
-suggestions the whole table's; what it cannot answer (``compose``, ``restrict``) is a 422 that says why.
+suggestions the whole table's; what it cannot answer (``compose``, ``restrict``) is a 422 that says why. Every
+server takes keys (``EMBEDDING_API_KEY``, ``EMBEDDING_READ_API_KEY``): the front forwards the client's key to its
+shards on every route. Both tables end with a zero row (an import keeps it): its cosine with every token is 0, and
+as a neighbours query it is a 422 naming it, through the front as on the whole table.
 """
 
 from __future__ import annotations
@@ -34,12 +37,18 @@ from tests.service.real_server import HTTP, Server
 from tests.words import write_words
 
 SHARDS = 3
+ZERO = "zerorow"  # the token of a zero row, last in both tables
+READ_KEY = "words-read-key-0123456789"
+KEYS = {"EMBEDDING_API_KEY": "words-admin-key-0123456789", "EMBEDDING_READ_API_KEY": READ_KEY}
 
 
 @pytest.fixture(scope="module")
 def root(tmp_path_factory: pytest.TempPathFactory, glove_raw: RawTable) -> Path:
     root = tmp_path_factory.mktemp("word-front")
     source = write_words(glove_raw, root / "words.txt")
+    header, rows = source.read_text().split("\n", 1)
+    count, dim = map(int, header.split())
+    source.write_text(f"{count + 1} {dim}\n{rows}{ZERO} {' '.join(['0'] * dim)}\n")  # an import keeps a zero row
     for name, extra in (("words", ()), ("words3", ("--shards", SHARDS))):  # the command's entry point, in process
         done = run_cli("import", source, "--name", name, *extra, "--data-dir", root / "data")
         assert done.code == 0, done.err
@@ -55,15 +64,17 @@ def servers(root: Path) -> Iterator[dict[str, Any]]:
     started: list[Server] = []
     try:
         started += real_server.start_together(
-            lambda: real_server.start(root / "data", root / "one.log"),
+            lambda: real_server.start(root / "data", root / "one.log", env=KEYS),
             *(
-                lambda name=name: real_server.start(root / "data" / "words3", root / f"{name}.log", "--tables", name)
+                lambda name=name: real_server.start(
+                    root / "data" / "words3", root / f"{name}.log", "--tables", name, env=KEYS
+                )
                 for name in names
             ),
         )
         replicas = [[f"{shard.base}/v1/tables/{name}"] for name, shard in zip(names, started[1:], strict=True)]
         (root / "front").mkdir()
-        env = {"EMBEDDING_SHARDS": json.dumps({"words3": replicas}), "EMBEDDING_SHARD_TIMEOUT": "10"}
+        env = {"EMBEDDING_SHARDS": json.dumps({"words3": replicas}), "EMBEDDING_SHARD_TIMEOUT": "10", **KEYS}
         started += real_server.start_together(lambda: real_server.start(root / "front", root / "front.log", env=env))
         yield {"one": started[0], "front": started[-1]}
     finally:
@@ -82,7 +93,8 @@ def vectors(glove_raw: RawTable) -> list[list[float]]:
 
 
 def ask(server: Server, table: str, method: str, path: str, body: Any = None) -> tuple[int, Any]:
-    answer = HTTP.request(method, f"{server.base}/v1/tables/{table}{path}", json=body, timeout=60)
+    url = f"{server.base}/v1/tables/{table}{path}"
+    answer = HTTP.request(method, url, json=body, headers={"x-api-key": READ_KEY}, timeout=60)
     return answer.status_code, answer.json()
 
 
@@ -167,9 +179,9 @@ def test_one_process_serves_the_sharded_word_table_whole(
         same_answer(got, expected, whole_rows)
     status, summary = ask(one, "words3", "GET", "")
     assert status == 200 and summary["kind"] == "words" and summary["shards"]["count"] == SHARDS
-    assert summary["rows"] == 20_002 == sum(summary["shards"]["rows"])
+    assert summary["rows"] == 20_003 == sum(summary["shards"]["rows"])
     status, mapped = ask(one, "words3", "GET", "/map/info")
-    assert status == 200 and mapped["rows"] == 20_002
+    assert status == 200 and mapped["rows"] == 20_003
 
 
 def test_what_one_process_cannot_answer_is_a_422(one: Server) -> None:
@@ -237,7 +249,7 @@ def test_the_front_answers_a_tokens_neighbours_as_the_whole_table(
         (status, expected), (mine, got) = ask_both(one, front, "GET", path)
         assert status == mine == 200, (path, got)
         same_answer(got, expected, whole_rows)
-    for path in ("/neighbors?token=kingz", "/neighbors?id=20002", f"/neighbors?id={1 << 70}"):
+    for path in ("/neighbors?token=kingz", "/neighbors?id=20003", f"/neighbors?id={1 << 70}"):
         (status, expected), (mine, got) = ask_both(one, front, "GET", path)
         assert status == mine == 404 and got["error"]["code"] == "unknown_token", (path, got)
         same_answer(got, expected, whole_rows)  # the message (its table's name) and the suggestions too
@@ -286,8 +298,8 @@ TOKEN_REQUESTS: list[tuple[str, str, Any]] = [
         {"queries": ["france", {"positive": ["king", "woman"], "negative": ["man"]}, "nosuchwordzz", "The"], "k": 6},
     ),
     ("POST", "/neighbors", {"id": 20001, "k": 12}),
-    ("POST", "/neighbors", {"id": 20002}),  # 404: past the table's rows
-    ("POST", "/neighbors", {"queries": [{"id": 3}, "king", {"id": 20002}, {"id": 19_999}, {"token": "kingz"}], "k": 4}),
+    ("POST", "/neighbors", {"id": 20003}),  # 404: past the table's rows
+    ("POST", "/neighbors", {"queries": [{"id": 3}, "king", {"id": 20003}, {"id": 19_999}, {"token": "kingz"}], "k": 4}),
     ("POST", "/analogy", {"a": "man", "b": "king", "c": "woman", "k": 10}),
     ("POST", "/analogy", {"a": "france", "b": "paris", "c": "japan", "k": 30, "exact": True}),
     ("POST", "/analogy", {"a": "man", "b": "king", "c": "woman", "k": 10, "method": "3cosmul"}),
@@ -358,6 +370,31 @@ def test_the_front_answers_the_word_routes_by_token_as_the_whole_table(
     assert statuses == {200, 404, 422}
     status, got = ask(front, "words3", "GET", "/similarity?a=kingz&b=queen")
     assert got["error"]["code"] == "unknown_token" and "kings" in got["error"]["suggestions"], got
+
+
+def test_a_zero_row_scores_zero_and_is_named_as_a_query_through_the_front(
+    one: Server, front: Server, whole_rows: np.ndarray
+) -> None:
+    """A zero row's cosine with every token is 0 in both similarity forms; as a neighbours query (alone, or in a
+    batch) it has no direction: the whole table's 422 naming the token, through the front too."""
+    for method, path, body in (
+        ("GET", f"/similarity?a={ZERO}&b=king", None),
+        ("POST", "/similarity", {"pairs": [[ZERO, "king"], ["king", ZERO], ["king", "queen"]]}),
+    ):
+        (status, expected), (mine, got) = ask_both(one, front, method, path, body)
+        assert status == mine == 200, (path, got, expected)
+        same_answer(got, expected, whole_rows)
+        assert (got.get("similarity") if method == "GET" else got["similarities"][0]) == 0.0, got
+    message = f"the vector of token {ZERO!r} is all zeros"
+    for method, path, body in (
+        ("GET", f"/neighbors?token={ZERO}", None),
+        ("POST", "/neighbors", {"positive": [ZERO]}),
+    ):
+        (status, expected), (mine, got) = ask_both(one, front, method, path, body)
+        assert status == mine == 422 and got == expected and message in got["error"]["message"], (got, expected)
+    (_, expected), (_, got) = ask_both(one, front, "POST", "/neighbors", {"queries": [ZERO, "king"], "k": 3})
+    assert got["results"][0] == expected["results"][0] and message in got["results"][0]["error"]["message"]
+    same_answer(got["results"][1], expected["results"][1], whole_rows)
 
 
 def test_the_front_suggests_for_an_unknown_token_what_the_whole_table_suggests(

@@ -3,6 +3,8 @@
 - Within today's per-field limits (batch 1,024, k 1,000, 1,000 words a list, perplexity 100, n_neighbors 200),
   the products that make a request long (items x k, filter conditions, words x lists, tokens x perplexity or
   n_neighbors) are 422s naming the setting, before any work; requests just within them are answered.
+- A filter nested deeper than the engine evaluates (32 levels of and/or/not) is its 422 at any depth the JSON
+  parser takes, in a batch item too: never a 500 from a recursion.
 - On a real server with one slot for long computations and a queue of one: a t-SNE projection runs, a second
   waits, a third is a 503 ``overloaded`` at once, and a filtered exact search is answered while the first runs;
   the waiting one, whose client has gone, is never started.
@@ -25,8 +27,10 @@ import pytest
 from fastapi.testclient import TestClient
 
 from index.engine import layout
+from index.engine.filters import MAX_DEPTH
 from index.engine.table import Table
 from service.app import create_app
+from service.schemas.common import MAX_FILTER_DEPTH
 from service.settings import Settings
 from tests.service.conftest import client_for
 from tests.service.raw_http import assert_exact_neighbours, connect, error_of, queries, request, search_body
@@ -87,6 +91,32 @@ def test_a_filter_of_many_conditions_is_a_422(client: TestClient) -> None:
     within = {"or": [{"year": 1990 + i} for i in range(30)] + [{"tags": {"in": ["a", "b"]}}]}
     response = client.post(f"{LEE}/search", json={"id": "lee-000", "k": 1, "filter": within})
     assert response.status_code == 200, response.text[:300]
+
+
+def nested(levels: int, op: str) -> str:
+    """A filter of ``levels`` and/or/not operators, each holding the next, around one condition, as JSON text
+    (written out: deeper than Python's JSON encoder goes)."""
+    opening, closing = (f'{{"{op}": ', "}") if op == "not" else (f'{{"{op}": [', "]}")
+    return opening * levels + '{"year": 2000}' + closing * levels
+
+
+def test_a_filter_nested_deeper_than_the_engine_evaluates_is_a_422(server: Server) -> None:
+    """Up to near the JSON parser's own depth, on a real server: the engine's 422, never a 500 (RecursionError)."""
+    assert MAX_FILTER_DEPTH == MAX_DEPTH == 32
+
+    def post(body: str) -> httpx.Response:
+        return HTTP.post(f"{server.base}{LEE}/search", content=body.encode(), timeout=60)
+
+    for op in ("and", "or", "not"):
+        for levels in (33, 400, 470):
+            one = f'{{"id": "lee-000", "filter": {nested(levels, op)}}}'
+            batch = f'{{"queries": [{{"id": "lee-000"}}, {{"id": "lee-001", "filter": {nested(levels, op)}}}]}}'
+            for body in (one, batch):
+                response = post(body)
+                error = error_of((response.status_code, dict(response.headers), response.content), 422)
+                assert "a filter nests at most 32 levels of and/or/not" in error["message"], (op, levels, error)
+        response = post(f'{{"id": "lee-000", "k": 3, "filter": {nested(32, op)}}}')
+        assert response.status_code == 200, (op, response.text[:300])
 
 
 def test_many_word_lists_are_a_422(client: TestClient, words: list[str]) -> None:

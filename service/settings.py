@@ -60,7 +60,8 @@ class Settings(BaseSettings):
         20_000,
         ge=1,
         le=100_000_000,
-        description="most words in all the word lists of one doesnt-match or n-similarity batch; more is a 422",
+        description="most words in all the word lists of one doesnt-match or n-similarity batch, and in all the "
+        "positive and negative lists of one neighbours request; more is a 422",
     )
     max_layout_work: int = Field(
         32_768,

@@ -27,7 +27,7 @@ class Limits:
     max_batch: int = 1024
     max_hits: int = 102_400  # items x (offset + k) in one request
     max_filter_conditions: int = 4096  # conditions of all the filters of one request
-    max_words: int = 20_000  # words of all the word lists of one request (doesnt-match, n-similarity)
+    max_words: int = 20_000  # words of all the word lists of one request (doesnt-match, n-similarity, neighbours)
     max_layout_work: int = 32_768  # tokens x perplexity (t-SNE) or x n_neighbors (UMAP) of one projection
 
 

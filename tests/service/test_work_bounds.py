@@ -1,8 +1,9 @@
 """A request's total work is bounded before it starts, and long computations do not starve searches.
 
 - Within today's per-field limits (batch 1,024, k 1,000, 1,000 words a list, perplexity 100, n_neighbors 200),
-  the products that make a request long (items x k, filter conditions, words x lists, tokens x perplexity or
-  n_neighbors) are 422s naming the setting, before any work; requests just within them are answered.
+  the products that make a request long (items x k, filter conditions, words x lists, neighbours' positive and
+  negative words x items, tokens x perplexity or n_neighbors) are 422s naming the setting, before any work;
+  requests just within them are answered.
 - A filter nested deeper than the engine evaluates (32 levels of and/or/not) is its 422 at any depth the JSON
   parser takes, in a batch item too: never a 500 from a recursion.
 - On a real server with one slot for long computations and a queue of one: a t-SNE projection runs, a second
@@ -125,6 +126,12 @@ def test_many_word_lists_are_a_422(client: TestClient, words: list[str]) -> None
     over(client, f"{SMALL}/n-similarity", {"queries": pairs}, "max_words")
     response = client.post(f"{SMALL}/doesnt-match", json={"queries": [words[:100]] * 20})
     assert response.status_code == 200 and len(response.json()["results"]) == 20
+    # gensim most_similar's positive and negative words, over the whole request (the batch's items and its own)
+    examples = [{"positive": words[:16], "negative": words[16:21]}] * 1000
+    over(client, f"{SMALL}/neighbors", {"queries": examples, "k": 1}, "max_words")
+    over(client, f"{SMALL}/neighbors", {"positive": words * 20, "negative": words[:1]}, "max_words")
+    response = client.post(f"{SMALL}/neighbors", json={"queries": examples[:100], "k": 1})
+    assert response.status_code == 200 and len(response.json()["results"]) == 100, response.text[:300]
 
 
 def test_a_projection_of_many_points_at_a_large_neighbourhood_is_a_422(client: TestClient, words: list[str]) -> None:
@@ -139,6 +146,8 @@ def test_the_bounds_are_settings(data_dir: Path, words: list[str]) -> None:
         over(client, f"{SMALL}/neighbors", {"queries": words[:3], "k": 4}, "max_hits of 10")
         assert client.post(f"{SMALL}/neighbors", json={"queries": words[:2], "k": 5}).status_code == 200
         over(client, f"{SMALL}/doesnt-match", {"queries": [words[:3]] * 2}, "max_words of 5")
+        examples = {"queries": ["king", {"positive": words[:3], "negative": words[3:6]}], "k": 1}
+        over(client, f"{SMALL}/neighbors", examples, "max_words of 5")
         over(client, f"{SMALL}/project", {"tokens": words[:11], "method": "umap", "n_neighbors": 10}, "of 100")
 
 

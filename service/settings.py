@@ -63,6 +63,14 @@ class Settings(BaseSettings):
         description="most words in all the word lists of one doesnt-match or n-similarity batch, and in all the "
         "positive and negative lists of one neighbours request; more is a 422",
     )
+    max_scored_rows: int = Field(
+        20_000_000,
+        ge=1,
+        le=1_000_000_000_000,
+        description="most rows one analogy batch scores one by one: its questions that score every row searched "
+        "(all of them with method 3cosmul, those with expect otherwise) x those rows, e.g. 50 questions over "
+        "400,000 rows; more is a 422 before any work (a single question is always answered)",
+    )
     max_layout_work: int = Field(
         32_768,
         ge=1,

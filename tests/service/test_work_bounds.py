@@ -2,8 +2,8 @@
 
 - Within today's per-field limits (batch 1,024, k 1,000, 1,000 words a list, perplexity 100, n_neighbors 200),
   the products that make a request long (items x k, filter conditions, words x lists, neighbours' positive and
-  negative words x items, tokens x perplexity or n_neighbors) are 422s naming the setting, before any work;
-  requests just within them are answered.
+  negative words x items, analogy questions scoring every row x rows, tokens x perplexity or n_neighbors) are
+  422s naming the setting, before any work; requests just within them are answered.
 - A filter nested deeper than the engine evaluates (32 levels of and/or/not) is its 422 at any depth the JSON
   parser takes, in a batch item too: never a 500 from a recursion.
 - On a real server with one slot for long computations and a queue of one: a t-SNE projection runs, a second
@@ -134,6 +134,19 @@ def test_many_word_lists_are_a_422(client: TestClient, words: list[str]) -> None
     assert response.status_code == 200 and len(response.json()["results"]) == 100, response.text[:300]
 
 
+def test_a_batch_of_analogies_that_score_every_row_is_a_422(client: TestClient, words: list[str]) -> None:
+    """3CosMul scores each row searched for each question, and so does ranking an expected answer: questions x
+    rows is bounded (1,024 questions over the 20,000 rows of ``small``), within max_hits."""
+    questions = [{"a": "man", "b": "king", "c": w} for w in words]
+    over(client, f"{SMALL}/analogy", {"queries": questions, "k": 10, "method": "3cosmul"}, "max_scored_rows")
+    expecting = [{**question, "expect": "queen"} for question in questions]
+    over(client, f"{SMALL}/analogy", {"queries": expecting, "k": 10}, "max_scored_rows")
+    # Over the first 1,000 rows (restrict) the same batch is within the bound; 3CosAdd alone searches the index.
+    for body in ({"method": "3cosmul", "restrict": 1000}, {"method": "3cosadd"}):
+        response = client.post(f"{SMALL}/analogy", json={"queries": questions, "k": 3, **body})
+        assert response.status_code == 200 and len(response.json()["results"]) == 1024, response.text[:300]
+
+
 def test_a_projection_of_many_points_at_a_large_neighbourhood_is_a_422(client: TestClient, words: list[str]) -> None:
     over(client, f"{SMALL}/project", {"tokens": words, "method": "tsne", "perplexity": 100}, "max_layout_work")
     over(client, f"{SMALL}/project", {"tokens": words, "method": "umap", "n_neighbors": 200}, "max_layout_work")
@@ -142,13 +155,23 @@ def test_a_projection_of_many_points_at_a_large_neighbourhood_is_a_422(client: T
 
 
 def test_the_bounds_are_settings(data_dir: Path, words: list[str]) -> None:
-    with client_for(data_dir=data_dir, max_hits=10, max_words=5, max_layout_work=100) as client:
+    bounds = {"max_hits": 10, "max_words": 5, "max_layout_work": 100, "max_scored_rows": 100_000}
+    with client_for(data_dir=data_dir, **bounds) as client:
         over(client, f"{SMALL}/neighbors", {"queries": words[:3], "k": 4}, "max_hits of 10")
         assert client.post(f"{SMALL}/neighbors", json={"queries": words[:2], "k": 5}).status_code == 200
         over(client, f"{SMALL}/doesnt-match", {"queries": [words[:3]] * 2}, "max_words of 5")
         examples = {"queries": ["king", {"positive": words[:3], "negative": words[3:6]}], "k": 1}
         over(client, f"{SMALL}/neighbors", examples, "max_words of 5")
         over(client, f"{SMALL}/project", {"tokens": words[:11], "method": "umap", "n_neighbors": 10}, "of 100")
+        questions = [{"a": "man", "b": "king", "c": w} for w in words[:6]]  # 6 x the 20,000 rows of small
+        over(
+            client,
+            f"{SMALL}/analogy",
+            {"queries": questions, "k": 1, "method": "3cosmul"},
+            "max_scored_rows of 100,000",
+        )
+        response = client.post(f"{SMALL}/analogy", json={"queries": questions[:5], "k": 2, "method": "3cosmul"})
+        assert response.status_code == 200 and len(response.json()["results"]) == 5, response.text[:300]
 
 
 # ------------------------------------------------------------------------------------- long computations

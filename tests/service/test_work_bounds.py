@@ -4,6 +4,8 @@
   the products that make a request long (items x k, filter conditions, words x lists, neighbours' positive and
   negative words x items, analogy questions scoring every row x rows, tokens x perplexity or n_neighbors) are
   422s naming the setting, before any work; requests just within them are answered.
+- The text a search of documents answers is bounded: on a real server over documents of 50 KB, a batch (or one
+  query) whose hits would carry more than max_answer_text_bytes is a 422 naming it, before the answer is built.
 - A filter nested deeper than the engine evaluates (32 levels of and/or/not) is its 422 at any depth the JSON
   parser takes, in a batch item too: never a 500 from a recursion.
 - On a real server with one slot for long computations and a queue of one: a t-SNE projection runs, a second
@@ -27,12 +29,15 @@ import httpx
 import pytest
 from fastapi.testclient import TestClient
 
+from index.build.sources import read_source
+from index.build.writer import build_table
 from index.engine import layout
 from index.engine.filters import MAX_DEPTH
 from index.engine.table import Table
 from service.app import create_app
 from service.schemas.common import MAX_FILTER_DEPTH
 from service.settings import Settings
+from tests.lee import Lee, jsonl_records, write_jsonl
 from tests.service.conftest import client_for
 from tests.service.raw_http import assert_exact_neighbours, connect, error_of, queries, request, search_body
 from tests.service.real_server import HTTP, Server, start, wait_for
@@ -172,6 +177,43 @@ def test_the_bounds_are_settings(data_dir: Path, words: list[str]) -> None:
         )
         response = client.post(f"{SMALL}/analogy", json={"queries": questions[:5], "k": 2, "method": "3cosmul"})
         assert response.status_code == 200 and len(response.json()["results"]) == 5, response.text[:300]
+
+
+LONG_TEXT_BYTES = 50_000  # a document's text in the table ``long``
+
+
+@pytest.fixture(scope="module")
+def long_server(lee_docs: Lee, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """A real server over ``long``: the Lee documents, each text repeated to 50 KB, answers bounded at 4 MB."""
+    directory = tmp_path_factory.mktemp("work-bounds-long")
+    records = jsonl_records(lee_docs)
+    for record in records:
+        record["text"] = (record["text"] + " ") * (LONG_TEXT_BYTES // len(record["text"]))
+    raw, fmt = read_source(write_jsonl(directory / "long.jsonl", records), "documents")
+    build_table(raw, data_dir=directory / "data", name="long", source={"format": fmt, "path": "long.jsonl"})
+    env = {"EMBEDDING_MAX_ANSWER_TEXT_BYTES": "4000000"}
+    process = start(directory / "data", directory / "server.log", env=env)
+    try:
+        yield process
+    finally:
+        assert process.stop() == 0
+
+
+def test_an_answer_carrying_too_much_document_text_is_a_422(long_server: Server, lee_docs: Lee) -> None:
+    vectors = lee_docs.vectors[:4].tolist()
+
+    def search(body: dict[str, Any]) -> httpx.Response:
+        return HTTP.post(f"{long_server.base}/v1/tables/long/search", json=body, timeout=120)
+
+    for body in ({"vectors": vectors, "k": 300}, {"vector": vectors[0], "k": 100}, {"vector": vectors[0], "k": 90}):
+        response = search(body)
+        error = error_of((response.status_code, dict(response.headers), response.content), 422)
+        assert error["code"] == "invalid_request" and "max_answer_text_bytes of 4.0 MB" in error["message"], error
+        assert "MB of document text" in error["message"] and "ask fewer hits" in error["message"], error
+    within = search({"vectors": vectors[:2], "k": 35})
+    assert within.status_code == 200, within.text[:300]
+    texts = [hit["text"] for result in within.json()["results"] for hit in result["hits"]]
+    assert len(texts) == 70 and 3_000_000 < sum(len(t.encode()) for t in texts) <= 4_000_000
 
 
 # ------------------------------------------------------------------------------------- long computations

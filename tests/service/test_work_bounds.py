@@ -5,7 +5,8 @@
   negative words x items, analogy questions scoring every row x rows, tokens x perplexity or n_neighbors) are
   422s naming the setting, before any work; requests just within them are answered.
 - The text a search of documents answers is bounded: on a real server over documents of 50 KB, a batch (or one
-  query) whose hits would carry more than max_answer_text_bytes is a 422 naming it, before the answer is built.
+  query) whose hits would carry more than max_answer_text_bytes is a 422 naming it, before the answer is built;
+  the text of documents written since the table's version counts too.
 - A filter nested deeper than the engine evaluates (32 levels of and/or/not) is its 422 at any depth the JSON
   parser takes, in a batch item too: never a 500 from a recursion.
 - On a real server with one slot for long computations and a queue of one: a t-SNE projection runs, a second
@@ -18,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import shutil
 import socket
 import threading
 import time
@@ -183,16 +185,22 @@ LONG_TEXT_BYTES = 50_000  # a document's text in the table ``long``
 
 
 @pytest.fixture(scope="module")
-def long_server(lee_docs: Lee, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    """A real server over ``long``: the Lee documents, each text repeated to 50 KB, answers bounded at 4 MB."""
+def long_data_dir(lee_docs: Lee, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A data directory holding ``long``: the Lee documents, each text repeated to 50 KB."""
     directory = tmp_path_factory.mktemp("work-bounds-long")
     records = jsonl_records(lee_docs)
     for record in records:
         record["text"] = (record["text"] + " ") * (LONG_TEXT_BYTES // len(record["text"]))
     raw, fmt = read_source(write_jsonl(directory / "long.jsonl", records), "documents")
     build_table(raw, data_dir=directory / "data", name="long", source={"format": fmt, "path": "long.jsonl"})
+    return directory / "data"
+
+
+@pytest.fixture(scope="module")
+def long_server(long_data_dir: Path) -> Iterator[Server]:
+    """A real server over ``long``, its answers bounded at 4 MB of text."""
     env = {"EMBEDDING_MAX_ANSWER_TEXT_BYTES": "4000000"}
-    process = start(directory / "data", directory / "server.log", env=env)
+    process = start(long_data_dir, long_data_dir.parent / "server.log", env=env)
     try:
         yield process
     finally:
@@ -214,6 +222,19 @@ def test_an_answer_carrying_too_much_document_text_is_a_422(long_server: Server,
     assert within.status_code == 200, within.text[:300]
     texts = [hit["text"] for result in within.json()["results"] for hit in result["hits"]]
     assert len(texts) == 70 and 3_000_000 < sum(len(t.encode()) for t in texts) <= 4_000_000
+
+
+def test_the_text_of_written_documents_counts_too(long_data_dir: Path, lee_docs: Lee, tmp_path: Path) -> None:
+    """Twelve documents of 90 KB written next to the same vector: a search answering them all is over 1 MB."""
+    shutil.copytree(long_data_dir, tmp_path / "data", symlinks=True)
+    vector = lee_docs.vectors[0].tolist()
+    written = [{"id": f"big-{i}", "text": "x" * 90_000, "vector": vector} for i in range(12)]
+    with client_for(data_dir=tmp_path / "data", write_keys=["w"], max_answer_text_bytes=1_000_000) as client:
+        wrote = client.post("/v1/tables/long/documents", json={"documents": written}, headers={"X-API-Key": "w"})
+        assert wrote.status_code == 200, wrote.text[:300]
+        over(client, "/v1/tables/long/search", {"vector": vector, "k": 12}, "max_answer_text_bytes of 1.0 MB")
+        response = client.post("/v1/tables/long/search", json={"vector": vector, "k": 5})
+        assert response.status_code == 200 and len(response.json()["hits"]) == 5, response.text[:300]
 
 
 # ------------------------------------------------------------------------------------- long computations

@@ -132,28 +132,45 @@ def hits(table: Table, result: Result, fields: list[str] | None = None, delta: D
     return out
 
 
-def check_text_bytes(
-    table: Table, answers: Sequence[Answer], fields: list[str] | None, delta: Delta | None, limit: int
+VALUE_BYTES = 12  # a unit vector's value as JSON, about: "-0.08746538,"
+
+
+def check_answer_bytes(
+    table: Table,
+    answers: Sequence[Answer],
+    fields: list[str] | None,
+    include: Sequence[str],
+    delta: Delta | None,
+    limit: int,
 ) -> None:
-    """422 when the hits of a documents table's ``answers`` would carry more than ``limit`` bytes of text: their
-    documents' text and the string ``fields`` shown (default: all), measured from the stored strings' offsets
-    before any is read (a written document's text by its length)."""
-    payload = table.payload
-    if payload is None:
+    """422 when the hits of a search's ``answers`` would carry more than ``limit`` bytes of text and vectors: a
+    documents table's text and string ``fields`` shown (default: all), measured from the stored strings' offsets
+    before any is read (a written document's text by its length), and with ``include`` vector each hit's
+    vector (:data:`VALUE_BYTES` a value)."""
+    payload, vectors = table.payload, "vector" in include
+    if payload is None and not vectors:
         return
     hits = (hit for answer in answers if isinstance(answer, Result) for hit in answer.hits)
     rows = np.array([hit.row if isinstance(hit, Hit) else hit[0] for hit in hits], dtype=np.int64)
-    stored = rows[rows < table.rows]
-    total = sum(int((ends[stored + 1] - ends[stored]).sum()) for ends in _offsets(payload, fields))
-    if delta is not None and len(stored) < len(rows):
-        written = delta.written_in_order()
-        total += sum(len((written[row].text or "").encode()) for row in rows[rows >= table.rows] - table.rows)
+    total = len(rows) * table.dim * VALUE_BYTES if vectors else 0
+    if payload is not None:
+        stored = rows[rows < table.rows]
+        total += sum(int((ends[stored + 1] - ends[stored]).sum()) for ends in _offsets(payload, fields))
+        if delta is not None and len(stored) < len(rows):
+            written = delta.written_in_order()
+            total += sum(len((written[row].text or "").encode()) for row in rows[rows >= table.rows] - table.rows)
     if total > limit:
+        what = "document text" if not vectors else "vectors" if payload is None else "document text and vectors"
         raise InvalidQuery(
-            f"this answer would carry {total / MB:,.1f} MB of document text ({len(rows):,} hits), more than the "
-            f"server's max_answer_text_bytes of {limit / MB:,.1f} MB: ask fewer hits (a smaller k or fewer queries), "
-            'or fewer string fields ("fields")'
+            f"this answer would carry {_size(total)} of {what} ({len(rows):,} hits), more than the server's "
+            f"max_answer_bytes of {_size(limit)}: ask fewer hits (a smaller k or fewer queries)"
+            + (', or fewer string fields ("fields")' if payload is not None else "")
+            + (' or no "vector" in include' if vectors else "")
         )
+
+
+def _size(amount: int) -> str:
+    return f"{amount / MB:,.1f} MB" if amount >= MB else f"{amount:,} bytes"
 
 
 # The offsets of each payload's string columns, read once per payload (as long as it serves).

@@ -71,13 +71,13 @@ class Settings(BaseSettings):
         "(all of them with method 3cosmul, those with expect otherwise) x those rows, e.g. 50 questions over "
         "400,000 rows; more is a 422 before any work (a single question is always answered)",
     )
-    max_answer_text_bytes: int = Field(
+    max_answer_bytes: int = Field(
         64_000_000,
         ge=1,
         le=100_000_000_000,
-        description="most bytes of text one search of a documents table answers: the text and the string fields "
-        "of all its hits together (64 MB: 1,024 queries at k 10 of 6 KB documents); more is a 422 before the "
-        "answer is built",
+        description="most bytes of text and vectors one search answers: the text and string fields of all the hits "
+        "of a documents table, and with include vector every hit's vector at 12 bytes a value (64 MB: 1,024 "
+        "queries at k 10 of 6 KB documents); more is a 422 before the answer is built",
     )
     max_layout_work: int = Field(
         32_768,

@@ -15,7 +15,7 @@ from service.deps import RegistryDep, TableDep
 from service.errors import BODY_ERRORS, responses
 from service.http.fastroute import QueryRoute, plain_body
 from service.plain_search import plain_vector_search
-from service.respond import FastJSON, check_text_bytes, hits, include, neighbors, results
+from service.respond import FastJSON, check_answer_bytes, hits, include, neighbors, results
 from service.schemas.keyword_statistics import GatherRequest
 from service.schemas.search import (
     DocumentSearchBatchResponse,
@@ -57,9 +57,9 @@ async def search(request: Request, table: TableDep, registry: RegistryDep, body:
             return include(table, result, hits(table, result, body.fields, delta), body.include or (), delta)
 
     def bounded(answers: list[Answer]) -> None:
-        """The documents' text the hits carry is bounded before the answer is built."""
-        if table.payload is not None:
-            check_text_bytes(table, answers, body.fields, delta, request.app.state.settings.max_answer_text_bytes)
+        """The text and vectors the hits carry are bounded before the answer is built."""
+        limit = request.app.state.settings.max_answer_bytes
+        check_answer_bytes(table, answers, body.fields, body.include or (), delta, limit)
 
     if single:
         result = await execute.one(request, table, "search", queries[0], encoder, delta)

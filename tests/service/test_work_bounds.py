@@ -5,8 +5,8 @@
   negative words x items, analogy questions scoring every row x rows, tokens x perplexity or n_neighbors) are
   422s naming the setting, before any work; requests just within them are answered.
 - The text a search of documents answers is bounded: on a real server over documents of 50 KB, a batch (or one
-  query) whose hits would carry more than max_answer_text_bytes is a 422 naming it, before the answer is built;
-  the text of documents written since the table's version counts too.
+  query) whose hits would carry more than max_answer_bytes is a 422 naming it, before the answer is built;
+  the text of documents written since the table's version counts too, and so do the vectors asked for.
 - A filter nested deeper than the engine evaluates (32 levels of and/or/not) is its 422 at any depth the JSON
   parser takes, in a batch item too: never a 500 from a recursion.
 - On a real server with one slot for long computations and a queue of one: a t-SNE projection runs, a second
@@ -161,8 +161,9 @@ def test_a_projection_of_many_points_at_a_large_neighbourhood_is_a_422(client: T
     assert response.status_code == 200 and len(response.json()["points"]) == 60, response.text[:300]
 
 
-def test_the_bounds_are_settings(data_dir: Path, words: list[str]) -> None:
+def test_the_bounds_are_settings(data_dir: Path, small: Table, words: list[str]) -> None:
     bounds = {"max_hits": 10, "max_words": 5, "max_layout_work": 100, "max_scored_rows": 100_000}
+    bounds["max_answer_bytes"] = 5000
     with client_for(data_dir=data_dir, **bounds) as client:
         over(client, f"{SMALL}/neighbors", {"queries": words[:3], "k": 4}, "max_hits of 10")
         assert client.post(f"{SMALL}/neighbors", json={"queries": words[:2], "k": 5}).status_code == 200
@@ -179,6 +180,12 @@ def test_the_bounds_are_settings(data_dir: Path, words: list[str]) -> None:
         )
         response = client.post(f"{SMALL}/analogy", json={"queries": questions[:5], "k": 2, "method": "3cosmul"})
         assert response.status_code == 200 and len(response.json()["results"]) == 5, response.text[:300]
+        # Vectors asked for in the hits count at 12 bytes a value: 10 hits of 50 values are 6,000 bytes.
+        vectors = {"vectors": small.vectors[[100, 200]].tolist(), "k": 5}
+        over(client, f"{SMALL}/search", {**vectors, "include": ["vector"]}, "max_answer_bytes of 5,000 bytes")
+        assert client.post(f"{SMALL}/search", json=vectors).status_code == 200
+        response = client.post(f"{SMALL}/search", json={**vectors, "k": 4, "include": ["vector"]})
+        assert response.status_code == 200 and len(response.json()["results"][1]["neighbors"][3]["vector"]) == 50
 
 
 LONG_TEXT_BYTES = 50_000  # a document's text in the table ``long``
@@ -199,7 +206,7 @@ def long_data_dir(lee_docs: Lee, tmp_path_factory: pytest.TempPathFactory) -> Pa
 @pytest.fixture(scope="module")
 def long_server(long_data_dir: Path) -> Iterator[Server]:
     """A real server over ``long``, its answers bounded at 4 MB of text."""
-    env = {"EMBEDDING_MAX_ANSWER_TEXT_BYTES": "4000000"}
+    env = {"EMBEDDING_MAX_ANSWER_BYTES": "4000000"}
     process = start(long_data_dir, long_data_dir.parent / "server.log", env=env)
     try:
         yield process
@@ -216,7 +223,7 @@ def test_an_answer_carrying_too_much_document_text_is_a_422(long_server: Server,
     for body in ({"vectors": vectors, "k": 300}, {"vector": vectors[0], "k": 100}, {"vector": vectors[0], "k": 90}):
         response = search(body)
         error = error_of((response.status_code, dict(response.headers), response.content), 422)
-        assert error["code"] == "invalid_request" and "max_answer_text_bytes of 4.0 MB" in error["message"], error
+        assert error["code"] == "invalid_request" and "max_answer_bytes of 4.0 MB" in error["message"], error
         assert "MB of document text" in error["message"] and "ask fewer hits" in error["message"], error
     within = search({"vectors": vectors[:2], "k": 35})
     assert within.status_code == 200, within.text[:300]
@@ -229,10 +236,10 @@ def test_the_text_of_written_documents_counts_too(long_data_dir: Path, lee_docs:
     shutil.copytree(long_data_dir, tmp_path / "data", symlinks=True)
     vector = lee_docs.vectors[0].tolist()
     written = [{"id": f"big-{i}", "text": "x" * 90_000, "vector": vector} for i in range(12)]
-    with client_for(data_dir=tmp_path / "data", write_keys=["w"], max_answer_text_bytes=1_000_000) as client:
+    with client_for(data_dir=tmp_path / "data", write_keys=["w"], max_answer_bytes=1_000_000) as client:
         wrote = client.post("/v1/tables/long/documents", json={"documents": written}, headers={"X-API-Key": "w"})
         assert wrote.status_code == 200, wrote.text[:300]
-        over(client, "/v1/tables/long/search", {"vector": vector, "k": 12}, "max_answer_text_bytes of 1.0 MB")
+        over(client, "/v1/tables/long/search", {"vector": vector, "k": 12}, "max_answer_bytes of 1.0 MB")
         response = client.post("/v1/tables/long/search", json={"vector": vector, "k": 5})
         assert response.status_code == 200 and len(response.json()["hits"]) == 5, response.text[:300]
 

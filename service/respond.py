@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -10,7 +11,10 @@ import orjson
 from starlette.responses import JSONResponse
 
 from index.engine.door import Answer, Delta, Failed, Hit, Neighbor, Payload, Result, Table, whole_rows
+from index.errors import InvalidQuery
 from service.errors import item_error
+
+MB = 1_000_000
 
 
 class FastJSON(JSONResponse):
@@ -126,6 +130,68 @@ def hits(table: Table, result: Result, fields: list[str] | None = None, delta: D
     if result.fallback is not None:
         out["fallback"] = result.fallback
     return out
+
+
+VALUE_BYTES = 12  # a unit vector's value as JSON, about: "-0.08746538,"
+
+
+def check_answer_bytes(
+    table: Table,
+    answers: Sequence[Answer],
+    fields: list[str] | None,
+    include: Sequence[str],
+    delta: Delta | None,
+    limit: int,
+) -> None:
+    """422 when the hits of a search's ``answers`` would carry more than ``limit`` bytes of text and vectors: a
+    documents table's text and string ``fields`` shown (default: all), measured from the stored strings' offsets
+    before any is read (a written document's text by its length), and with ``include`` vector each hit's
+    vector (:data:`VALUE_BYTES` a value)."""
+    payload, vectors = table.payload, "vector" in include
+    if payload is None and not vectors:
+        return
+    hits = (hit for answer in answers if isinstance(answer, Result) for hit in answer.hits)
+    rows = np.array([hit.row if isinstance(hit, Hit) else hit[0] for hit in hits], dtype=np.int64)
+    total = len(rows) * table.dim * VALUE_BYTES if vectors else 0
+    if payload is not None:
+        stored = rows[rows < table.rows]
+        total += sum(int((ends[stored + 1] - ends[stored]).sum()) for ends in _offsets(payload, fields))
+        if delta is not None and len(stored) < len(rows):
+            written = delta.written_in_order()
+            total += sum(len((written[row].text or "").encode()) for row in rows[rows >= table.rows] - table.rows)
+    if total > limit:
+        what = "document text" if not vectors else "vectors" if payload is None else "document text and vectors"
+        raise InvalidQuery(
+            f"this answer would carry {_size(total)} of {what} ({len(rows):,} hits), more than the server's "
+            f"max_answer_bytes of {_size(limit)}: ask fewer hits (a smaller k or fewer queries)"
+            + (', or fewer string fields ("fields")' if payload is not None else "")
+            + (' or no "vector" in include' if vectors else "")
+        )
+
+
+def _size(amount: int) -> str:
+    return f"{amount / MB:,.1f} MB" if amount >= MB else f"{amount:,} bytes"
+
+
+# The offsets of each payload's string columns, read once per payload (as long as it serves).
+_OFFSETS: weakref.WeakKeyDictionary[Payload, dict[str, np.ndarray]] = weakref.WeakKeyDictionary()
+
+
+def _offsets(payload: Payload, fields: list[str] | None) -> list[np.ndarray]:
+    """Where each row's string starts and ends in the text column (every hit carries it) and in the string
+    fields of ``fields`` (default: all): row ``i``'s bytes are ``ends[i + 1] - ends[i]``."""
+    shown = list(payload.fields) if fields is None else fields
+    strings = [name for name in shown if payload.fields.get(name) == "string" and name != payload.text_field]
+    names = ([payload.text_field] if payload.text_field else []) + strings
+    kept = _OFFSETS.setdefault(payload, {})
+    for name in names:
+        if name not in kept:
+            column = payload.column(name)
+            width = np.int64 if str(column.type).startswith("large_") else np.int32  # large_string: 64-bit offsets
+            kept[name] = np.frombuffer(column.buffers()[1], dtype=width)[
+                column.offset : column.offset + len(column) + 1
+            ]
+    return [kept[name] for name in names]
 
 
 def results(answers: Sequence[Answer], shape: Callable[[Result], dict[str, Any]]) -> list[dict[str, Any]]:

@@ -60,7 +60,24 @@ class Settings(BaseSettings):
         20_000,
         ge=1,
         le=100_000_000,
-        description="most words in all the word lists of one doesnt-match or n-similarity batch; more is a 422",
+        description="most words in all the word lists of one doesnt-match or n-similarity batch, and in all the "
+        "positive and negative lists of one neighbours request; more is a 422",
+    )
+    max_scored_rows: int = Field(
+        20_000_000,
+        ge=1,
+        le=1_000_000_000_000,
+        description="most rows one analogy batch scores one by one: its questions that score every row searched "
+        "(all of them with method 3cosmul, those with expect otherwise) x those rows, e.g. 50 questions over "
+        "400,000 rows; more is a 422 before any work (a single question is always answered)",
+    )
+    max_answer_bytes: int = Field(
+        64_000_000,
+        ge=1,
+        le=100_000_000_000,
+        description="most bytes of text and vectors one search answers: the text and string fields of all the hits "
+        "of a documents table, and with include vector every hit's vector at 12 bytes a value (64 MB: 1,024 "
+        "queries at k 10 of 6 KB documents); more is a 422 before the answer is built",
     )
     max_layout_work: int = Field(
         32_768,

@@ -9,13 +9,13 @@ from typing import Any
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
-from index.engine.door import Result, keyword_statistics
+from index.engine.door import Answer, Result, keyword_statistics
 from service import execute, live
 from service.deps import RegistryDep, TableDep
 from service.errors import BODY_ERRORS, responses
 from service.http.fastroute import QueryRoute, plain_body
 from service.plain_search import plain_vector_search
-from service.respond import FastJSON, hits, include, neighbors, results
+from service.respond import FastJSON, check_answer_bytes, hits, include, neighbors, results
 from service.schemas.keyword_statistics import GatherRequest
 from service.schemas.search import (
     DocumentSearchBatchResponse,
@@ -56,9 +56,17 @@ async def search(request: Request, table: TableDep, registry: RegistryDep, body:
         def shape(result: Result) -> dict[str, Any]:
             return include(table, result, hits(table, result, body.fields, delta), body.include or (), delta)
 
+    def bounded(answers: list[Answer]) -> None:
+        """The text and vectors the hits carry are bounded before the answer is built."""
+        limit = request.app.state.settings.max_answer_bytes
+        check_answer_bytes(table, answers, body.fields, body.include or (), delta, limit)
+
     if single:
-        return FastJSON(shape(await execute.one(request, table, "search", queries[0], encoder, delta)))
+        result = await execute.one(request, table, "search", queries[0], encoder, delta)
+        bounded([result])
+        return FastJSON(shape(result))
     answers = await execute.batch(request, table, "search_batch", queries, encoder, delta)
+    bounded(answers)
     return FastJSON({"results": results(answers, shape)})
 
 

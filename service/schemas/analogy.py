@@ -7,6 +7,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from index.engine.door import Analogy, Query
+from index.errors import InvalidQuery
 from service.schemas.common import (
     CHECK_BATCH,
     STRICT,
@@ -66,6 +67,19 @@ class AnalogyRequest(TokenOptions):
             raise ValueError("give a, b and c (or queries)")
         check_hits(len(self.queries or ()), self.k)
         return self
+
+    def check_scored_rows(self, rows: int, limit: int) -> None:
+        """422 for a batch whose questions that score each of the ``rows`` searched one by one (3CosMul's, or
+        those ranking an expected answer) would score more than ``limit`` (the server's max_scored_rows)."""
+        if self.queries is None:
+            return
+        questions = len(self.queries) if self.method == "3cosmul" else sum(q.expect is not None for q in self.queries)
+        if questions > 1 and questions * rows > limit:
+            which = "by 3CosMul" if self.method == "3cosmul" else "with expect"
+            raise InvalidQuery(
+                f"rows scored one by one ({questions:,} questions {which} x {rows:,} rows): {questions * rows:,}, "
+                f"more than the server's max_scored_rows of {limit:,}; ask fewer questions at a time"
+            )
 
     def query(self, question: AnalogyQuery) -> Query:
         """The engine's query of one question, with this request's ``k``, method and options."""

@@ -27,7 +27,7 @@ class Limits:
     max_batch: int = 1024
     max_hits: int = 102_400  # items x (offset + k) in one request
     max_filter_conditions: int = 4096  # conditions of all the filters of one request
-    max_words: int = 20_000  # words of all the word lists of one request (doesnt-match, n-similarity)
+    max_words: int = 20_000  # words of all the word lists of one request (doesnt-match, n-similarity, neighbours)
     max_layout_work: int = 32_768  # tokens x perplexity (t-SNE) or x n_neighbors (UMAP) of one projection
 
 
@@ -209,23 +209,26 @@ Compose = Literal["mean"]
 COMPOSE_HELP = "'mean': a word that is not one row is composed as the mean of its tokenizer pieces' rows"
 
 
-def _utf8_json(value: Any, where: str = "") -> None:
+def _utf8_json(value: Any) -> None:
     """Raise ValueError at the first text (key or value) of free-form JSON that UTF-8 cannot encode: a lone
-    surrogate such as ``"\\ud800"`` is valid JSON, and pydantic's ``str`` refuses it, but ``Any`` lets it through."""
-    if isinstance(value, str):
-        try:
-            value.encode()
-        except UnicodeEncodeError:
-            raise ValueError(
-                f"{where or 'text'}: text must be valid Unicode (a lone UTF-16 surrogate is not)"
-            ) from None
-    elif isinstance(value, dict):
-        for key, item in value.items():
-            _utf8_json(key, f"{where}.<a key>" if where else "<a key>")
-            _utf8_json(item, f"{where}.{key}" if where else key)
-    elif isinstance(value, list):
-        for i, item in enumerate(value):
-            _utf8_json(item, f"{where}[{i}]")
+    surrogate such as ``"\\ud800"`` is valid JSON, and pydantic's ``str`` refuses it, but ``Any`` lets it through.
+    Walked without recursion: any depth the JSON parser takes is checked."""
+    pending: list[tuple[Any, str]] = [(value, "")]
+    while pending:
+        node, where = pending.pop()
+        if isinstance(node, str):
+            try:
+                node.encode()
+            except UnicodeEncodeError:
+                raise ValueError(
+                    f"{where or 'text'}: text must be valid Unicode (a lone UTF-16 surrogate is not)"
+                ) from None
+        elif isinstance(node, dict):
+            for key, item in reversed(node.items()):
+                pending.append((item, f"{where}.{key}" if where else key))
+                pending.append((key, f"{where}.<a key>" if where else "<a key>"))
+        elif isinstance(node, list):
+            pending.extend((item, f"{where}[{i}]") for i, item in reversed(list(enumerate(node))))
 
 
 def _valid_text(value: Any) -> Any:
@@ -245,19 +248,29 @@ DocumentId = Annotated[
 ]
 
 
+MAX_FILTER_DEPTH = 32  # levels of and/or/not, as the engine evaluates them (index.engine.filters)
+
+
 def conditions(spec: Any) -> int:
     """How many conditions a filter holds: one per operator on a field and per and/or/not (each is one pass over
-    a column or over the rows' booleans)."""
-    if isinstance(spec, list):
-        return sum(conditions(item) for item in spec)
-    if not isinstance(spec, dict):
-        return 1
-    count = 0
-    for key, value in spec.items():
-        if key in ("and", "or", "not"):
-            count += 1 + conditions(value)
+    a column or over the rows' booleans). Counted without recursion, so a filter nested deeper than the engine
+    evaluates is its 422, whatever its depth."""
+    count, pending = 0, [(spec, 0)]
+    while pending:
+        node, depth = pending.pop()
+        if isinstance(node, list):
+            pending.extend((item, depth) for item in node)
+        elif not isinstance(node, dict):
+            count += 1
         else:
-            count += len(value) if isinstance(value, dict) and value else 1
+            for key, value in node.items():
+                if key not in ("and", "or", "not"):
+                    count += len(value) if isinstance(value, dict) and value else 1
+                elif depth == MAX_FILTER_DEPTH:
+                    raise ValueError(f"a filter nests at most {MAX_FILTER_DEPTH} levels of and/or/not")
+                else:
+                    count += 1
+                    pending.append((value, depth + 1))
     return count
 
 

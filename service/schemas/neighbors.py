@@ -21,6 +21,7 @@ from service.schemas.common import (
     Tokens,
     batch_of,
     check_hits,
+    check_work,
     given,
     one_form,
 )
@@ -86,7 +87,13 @@ class NeighborsRequest(TokenOptions):
         if self.queries is None and single != 1:
             raise ValueError("give exactly one of token, id, positive/negative tokens, or queries")
         check_hits(len(self.queries or ()), self.k)
+        check_work(self.example_words(), "max_words", "words in the positive and negative lists")
         return self
+
+    def example_words(self) -> int:
+        """How many words the positive and negative lists of the request and of its items hold together."""
+        items = [q for q in self.queries or () if isinstance(q, NeighborsQuery)]
+        return len(self.positive) + len(self.negative) + sum(len(q.positive) + len(q.negative) for q in items)
 
     def engine_queries(self) -> list[Query]:
         """The engine's queries: the one query, or each item of ``queries``."""

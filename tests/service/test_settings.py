@@ -44,7 +44,10 @@ def test_settings_from_the_environment(clean_env: pytest.MonkeyPatch, tmp_path: 
     clean_env.setenv("EMBEDDING_CORS_ORIGINS", '["https://a.example", "http://b.example:8080"]')
     clean_env.setenv("EMBEDDING_LOG_FORMAT", "json")
     clean_env.setenv("EMBEDDING_API_KEY", "k3y")
+    clean_env.setenv("EMBEDDING_MAX_SCORED_ROWS", "1000000")
+    clean_env.setenv("EMBEDDING_MAX_ANSWER_BYTES", "5000000")
     settings = Settings()
+    assert settings.max_scored_rows == 1_000_000 and settings.max_answer_bytes == 5_000_000
     assert settings.data_dir == tmp_path and settings.tables == ["glove-6b-50d", "small"]
     assert settings.max_k == 50 and settings.max_batch == 1024 and settings.max_body_bytes == 4 << 20
     assert settings.cors_origins == ["https://a.example", "http://b.example:8080"]
@@ -63,6 +66,8 @@ def test_settings_from_the_environment(clean_env: pytest.MonkeyPatch, tmp_path: 
         ("EMBEDDING_MAX_K", "ten", "EMBEDDING_MAX_K"),
         ("EMBEDDING_MAX_BATCH", "-5", "EMBEDDING_MAX_BATCH"),
         ("EMBEDDING_MAX_BODY_BYTES", "10", "EMBEDDING_MAX_BODY_BYTES"),
+        ("EMBEDDING_MAX_SCORED_ROWS", "0", "EMBEDDING_MAX_SCORED_ROWS"),
+        ("EMBEDDING_MAX_ANSWER_BYTES", "-1", "EMBEDDING_MAX_ANSWER_BYTES"),
         ("EMBEDDING_CORS_ORIGINS", "example.com", "EMBEDDING_CORS_ORIGINS"),
         ("EMBEDDING_LOG_FORMAT", "xml", "EMBEDDING_LOG_FORMAT"),
         ("EMBEDDING_THREADS", "0", "EMBEDDING_THREADS"),

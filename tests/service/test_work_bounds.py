@@ -1,8 +1,14 @@
 """A request's total work is bounded before it starts, and long computations do not starve searches.
 
 - Within today's per-field limits (batch 1,024, k 1,000, 1,000 words a list, perplexity 100, n_neighbors 200),
-  the products that make a request long (items x k, filter conditions, words x lists, tokens x perplexity or
-  n_neighbors) are 422s naming the setting, before any work; requests just within them are answered.
+  the products that make a request long (items x k, filter conditions, words x lists, neighbours' positive and
+  negative words x items, analogy questions scoring every row x rows, tokens x perplexity or n_neighbors) are
+  422s naming the setting, before any work; requests just within them are answered.
+- The text a search of documents answers is bounded: on a real server over documents of 50 KB, a batch (or one
+  query) whose hits would carry more than max_answer_bytes is a 422 naming it, before the answer is built;
+  the text of documents written since the table's version counts too, and so do the vectors asked for.
+- A filter nested deeper than the engine evaluates (32 levels of and/or/not) is its 422 at any depth the JSON
+  parser takes, in a batch item too: never a 500 from a recursion.
 - On a real server with one slot for long computations and a queue of one: a t-SNE projection runs, a second
   waits, a third is a 503 ``overloaded`` at once, and a filtered exact search is answered while the first runs;
   the waiting one, whose client has gone, is never started.
@@ -13,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import shutil
 import socket
 import threading
 import time
@@ -24,10 +31,15 @@ import httpx
 import pytest
 from fastapi.testclient import TestClient
 
+from index.build.sources import read_source
+from index.build.writer import build_table
 from index.engine import layout
+from index.engine.filters import MAX_DEPTH
 from index.engine.table import Table
 from service.app import create_app
+from service.schemas.common import MAX_FILTER_DEPTH
 from service.settings import Settings
+from tests.lee import Lee, jsonl_records, write_jsonl
 from tests.service.conftest import client_for
 from tests.service.raw_http import assert_exact_neighbours, connect, error_of, queries, request, search_body
 from tests.service.real_server import HTTP, Server, start, wait_for
@@ -89,12 +101,57 @@ def test_a_filter_of_many_conditions_is_a_422(client: TestClient) -> None:
     assert response.status_code == 200, response.text[:300]
 
 
+def nested(levels: int, op: str) -> str:
+    """A filter of ``levels`` and/or/not operators, each holding the next, around one condition, as JSON text
+    (written out: deeper than Python's JSON encoder goes)."""
+    opening, closing = (f'{{"{op}": ', "}") if op == "not" else (f'{{"{op}": [', "]}")
+    return opening * levels + '{"year": 2000}' + closing * levels
+
+
+def test_a_filter_nested_deeper_than_the_engine_evaluates_is_a_422(server: Server) -> None:
+    """Up to near the JSON parser's own depth, on a real server: the engine's 422, never a 500 (RecursionError)."""
+    assert MAX_FILTER_DEPTH == MAX_DEPTH == 32
+
+    def post(body: str) -> httpx.Response:
+        return HTTP.post(f"{server.base}{LEE}/search", content=body.encode(), timeout=60)
+
+    for op in ("and", "or", "not"):
+        for levels in (33, 400, 470):
+            one = f'{{"id": "lee-000", "filter": {nested(levels, op)}}}'
+            batch = f'{{"queries": [{{"id": "lee-000"}}, {{"id": "lee-001", "filter": {nested(levels, op)}}}]}}'
+            for body in (one, batch):
+                response = post(body)
+                error = error_of((response.status_code, dict(response.headers), response.content), 422)
+                assert "a filter nests at most 32 levels of and/or/not" in error["message"], (op, levels, error)
+        response = post(f'{{"id": "lee-000", "k": 3, "filter": {nested(32, op)}}}')
+        assert response.status_code == 200, (op, response.text[:300])
+
+
 def test_many_word_lists_are_a_422(client: TestClient, words: list[str]) -> None:
     over(client, f"{SMALL}/doesnt-match", {"queries": [words[:1000]] * 400}, "max_words")
     pairs = [{"a": words[:600], "b": words[600:1000]}] * 30
     over(client, f"{SMALL}/n-similarity", {"queries": pairs}, "max_words")
     response = client.post(f"{SMALL}/doesnt-match", json={"queries": [words[:100]] * 20})
     assert response.status_code == 200 and len(response.json()["results"]) == 20
+    # gensim most_similar's positive and negative words, over the whole request (the batch's items and its own)
+    examples = [{"positive": words[:16], "negative": words[16:21]}] * 1000
+    over(client, f"{SMALL}/neighbors", {"queries": examples, "k": 1}, "max_words")
+    over(client, f"{SMALL}/neighbors", {"positive": words * 20, "negative": words[:1]}, "max_words")
+    response = client.post(f"{SMALL}/neighbors", json={"queries": examples[:100], "k": 1})
+    assert response.status_code == 200 and len(response.json()["results"]) == 100, response.text[:300]
+
+
+def test_a_batch_of_analogies_that_score_every_row_is_a_422(client: TestClient, words: list[str]) -> None:
+    """3CosMul scores each row searched for each question, and so does ranking an expected answer: questions x
+    rows is bounded (1,024 questions over the 20,000 rows of ``small``), within max_hits."""
+    questions = [{"a": "man", "b": "king", "c": w} for w in words]
+    over(client, f"{SMALL}/analogy", {"queries": questions, "k": 10, "method": "3cosmul"}, "max_scored_rows")
+    expecting = [{**question, "expect": "queen"} for question in questions]
+    over(client, f"{SMALL}/analogy", {"queries": expecting, "k": 10}, "max_scored_rows")
+    # Over the first 1,000 rows (restrict) the same batch is within the bound; 3CosAdd alone searches the index.
+    for body in ({"method": "3cosmul", "restrict": 1000}, {"method": "3cosadd"}):
+        response = client.post(f"{SMALL}/analogy", json={"queries": questions, "k": 3, **body})
+        assert response.status_code == 200 and len(response.json()["results"]) == 1024, response.text[:300]
 
 
 def test_a_projection_of_many_points_at_a_large_neighbourhood_is_a_422(client: TestClient, words: list[str]) -> None:
@@ -104,12 +161,87 @@ def test_a_projection_of_many_points_at_a_large_neighbourhood_is_a_422(client: T
     assert response.status_code == 200 and len(response.json()["points"]) == 60, response.text[:300]
 
 
-def test_the_bounds_are_settings(data_dir: Path, words: list[str]) -> None:
-    with client_for(data_dir=data_dir, max_hits=10, max_words=5, max_layout_work=100) as client:
+def test_the_bounds_are_settings(data_dir: Path, small: Table, words: list[str]) -> None:
+    bounds = {"max_hits": 10, "max_words": 5, "max_layout_work": 100, "max_scored_rows": 100_000}
+    bounds["max_answer_bytes"] = 5000
+    with client_for(data_dir=data_dir, **bounds) as client:
         over(client, f"{SMALL}/neighbors", {"queries": words[:3], "k": 4}, "max_hits of 10")
         assert client.post(f"{SMALL}/neighbors", json={"queries": words[:2], "k": 5}).status_code == 200
         over(client, f"{SMALL}/doesnt-match", {"queries": [words[:3]] * 2}, "max_words of 5")
+        examples = {"queries": ["king", {"positive": words[:3], "negative": words[3:6]}], "k": 1}
+        over(client, f"{SMALL}/neighbors", examples, "max_words of 5")
         over(client, f"{SMALL}/project", {"tokens": words[:11], "method": "umap", "n_neighbors": 10}, "of 100")
+        questions = [{"a": "man", "b": "king", "c": w} for w in words[:6]]  # 6 x the 20,000 rows of small
+        over(
+            client,
+            f"{SMALL}/analogy",
+            {"queries": questions, "k": 1, "method": "3cosmul"},
+            "max_scored_rows of 100,000",
+        )
+        response = client.post(f"{SMALL}/analogy", json={"queries": questions[:5], "k": 2, "method": "3cosmul"})
+        assert response.status_code == 200 and len(response.json()["results"]) == 5, response.text[:300]
+        # Vectors asked for in the hits count at 12 bytes a value: 10 hits of 50 values are 6,000 bytes.
+        vectors = {"vectors": small.vectors[[100, 200]].tolist(), "k": 5}
+        over(client, f"{SMALL}/search", {**vectors, "include": ["vector"]}, "max_answer_bytes of 5,000 bytes")
+        assert client.post(f"{SMALL}/search", json=vectors).status_code == 200
+        response = client.post(f"{SMALL}/search", json={**vectors, "k": 4, "include": ["vector"]})
+        assert response.status_code == 200 and len(response.json()["results"][1]["neighbors"][3]["vector"]) == 50
+
+
+LONG_TEXT_BYTES = 50_000  # a document's text in the table ``long``
+
+
+@pytest.fixture(scope="module")
+def long_data_dir(lee_docs: Lee, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A data directory holding ``long``: the Lee documents, each text repeated to 50 KB."""
+    directory = tmp_path_factory.mktemp("work-bounds-long")
+    records = jsonl_records(lee_docs)
+    for record in records:
+        record["text"] = (record["text"] + " ") * (LONG_TEXT_BYTES // len(record["text"]))
+    raw, fmt = read_source(write_jsonl(directory / "long.jsonl", records), "documents")
+    build_table(raw, data_dir=directory / "data", name="long", source={"format": fmt, "path": "long.jsonl"})
+    return directory / "data"
+
+
+@pytest.fixture(scope="module")
+def long_server(long_data_dir: Path) -> Iterator[Server]:
+    """A real server over ``long``, its answers bounded at 4 MB of text."""
+    env = {"EMBEDDING_MAX_ANSWER_BYTES": "4000000"}
+    process = start(long_data_dir, long_data_dir.parent / "server.log", env=env)
+    try:
+        yield process
+    finally:
+        assert process.stop() == 0
+
+
+def test_an_answer_carrying_too_much_document_text_is_a_422(long_server: Server, lee_docs: Lee) -> None:
+    vectors = lee_docs.vectors[:4].tolist()
+
+    def search(body: dict[str, Any]) -> httpx.Response:
+        return HTTP.post(f"{long_server.base}/v1/tables/long/search", json=body, timeout=120)
+
+    for body in ({"vectors": vectors, "k": 300}, {"vector": vectors[0], "k": 100}, {"vector": vectors[0], "k": 90}):
+        response = search(body)
+        error = error_of((response.status_code, dict(response.headers), response.content), 422)
+        assert error["code"] == "invalid_request" and "max_answer_bytes of 4.0 MB" in error["message"], error
+        assert "MB of document text" in error["message"] and "ask fewer hits" in error["message"], error
+    within = search({"vectors": vectors[:2], "k": 35})
+    assert within.status_code == 200, within.text[:300]
+    texts = [hit["text"] for result in within.json()["results"] for hit in result["hits"]]
+    assert len(texts) == 70 and 3_000_000 < sum(len(t.encode()) for t in texts) <= 4_000_000
+
+
+def test_the_text_of_written_documents_counts_too(long_data_dir: Path, lee_docs: Lee, tmp_path: Path) -> None:
+    """Twelve documents of 90 KB written next to the same vector: a search answering them all is over 1 MB."""
+    shutil.copytree(long_data_dir, tmp_path / "data", symlinks=True)
+    vector = lee_docs.vectors[0].tolist()
+    written = [{"id": f"big-{i}", "text": "x" * 90_000, "vector": vector} for i in range(12)]
+    with client_for(data_dir=tmp_path / "data", write_keys=["w"], max_answer_bytes=1_000_000) as client:
+        wrote = client.post("/v1/tables/long/documents", json={"documents": written}, headers={"X-API-Key": "w"})
+        assert wrote.status_code == 200, wrote.text[:300]
+        over(client, "/v1/tables/long/search", {"vector": vector, "k": 12}, "max_answer_bytes of 1.0 MB")
+        response = client.post("/v1/tables/long/search", json={"vector": vector, "k": 5})
+        assert response.status_code == 200 and len(response.json()["hits"]) == 5, response.text[:300]
 
 
 # ------------------------------------------------------------------------------------- long computations

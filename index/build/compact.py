@@ -97,6 +97,15 @@ def folded(table: Table, delta: Delta) -> tuple[pa.Table, np.ndarray, dict[str, 
     return documents, matrix, info
 
 
+def replay(name: str, delta: Delta, path: Path) -> None:
+    """The log's writes past the version into ``delta``, as a server replays them at load: a log that does not
+    follow its version (a gap, another schema) stops the compaction, naming the table, before anything is folded."""
+    try:
+        delta.replay(writelog.recover(path))
+    except writelog.LogMismatch as exc:
+        raise writelog.LogMismatch(f"table {name!r} not compacted (its write log): {exc}") from None
+
+
 def _compact(data_dir: Path, name: str, directory: Path, path: Path) -> dict[str, Any]:
     note(f"verifying {directory} ...")
     table = Table.load(directory)
@@ -106,7 +115,7 @@ def _compact(data_dir: Path, name: str, directory: Path, path: Path) -> dict[str
     manifest = table.manifest
     covered = int(manifest.get("log_sequence", 0))
     delta = Delta(payload, table.rows, table.dim, covered)
-    delta.apply(writelog.recover(path))
+    replay(name, delta, path)
     if delta.seq == covered:
         finish(data_dir, [(path, covered)])
         return {"table": name, "log_sequence": covered, "written": 0, "rows": table.rows}

@@ -16,7 +16,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from index.build.compact import finish, folded, locked
+from index.build.compact import finish, folded, locked, replay
 from index.build.documents import Documents
 from index.build.shard import import_sharded
 from index.build.sources import RawTable
@@ -46,7 +46,7 @@ def _compact(data_dir: Path, name: str, directory: Path) -> dict[str, Any]:
     for s, shard in enumerate(table.shards):
         assert shard.payload is not None
         delta = Delta(shard.payload, shard.rows, shard.dim, int(shard.manifest.get("log_sequence", 0)))
-        delta.apply(writelog.recover(writelog.table_log(table.map.shard_directory(s))))
+        replay(f"{name}/{shardmap.shard_name(s)}", delta, writelog.table_log(table.map.shard_directory(s)))
         parts.append(delta)
     written = sum(part.seq - part.covered for part in parts)
     sequences = [part.seq for part in parts]

@@ -230,6 +230,10 @@ def test_an_older_version_restored_over_a_compacted_log_is_refused(
         assert ready(server) == 503
         assert real_server.HTTP.get(f"{server.base}/v1/tables/lee/documents/g4").status_code == 503
     assert "writes 1 to 3 are in neither" in server.log()
+    refused = run_cli("compact", "lee", "--data-dir", data)  # nor does compact fold g4 into it, losing 1..3
+    assert refused.code != 0 and "table 'lee' not compacted (its write log)" in refused.err, refused.err
+    assert "writes 1 to 3 are in neither" in refused.err and "Traceback" not in refused.err
+    assert writelog.recover(writelog.log_path(data, "lee"))[0].seq == 4  # the log is left as it was
 
 
 def test_a_write_the_disk_refuses_answers_503_and_leaves_no_torn_record(

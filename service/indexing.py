@@ -50,11 +50,12 @@ def deferred_tables(data_dir: Path, names: list[str] | None = None) -> list[str]
 
 
 def building(status_dir: str | None, deferred: Collection[str] = ()) -> dict[str, dict[str, Any]]:
-    """The status of each background build (running, failed) by table name; empty when none runs.
+    """The status of each background build (queued, running, failed) by table name; empty when none runs.
 
     ``deferred``: the tables this process still serves exactly. A build of one of them that is done is reported
     as running until the process has loaded the new version, so that a build no longer reported means the
-    answers come from the index."""
+    answers come from the index. A failed build is reported only while its table is among them: a table
+    published again meanwhile (with its index, or removed) has no build pending."""
     if not status_dir:
         return {}
     out: dict[str, dict[str, Any]] = {}
@@ -66,7 +67,11 @@ def building(status_dir: str | None, deferred: Collection[str] = ()) -> dict[str
         status = read_status(path)
         if status is None:
             continue
-        if status.get("state") != "done":
+        state = status.get("state")
+        if state == "failed":
+            if path.stem in deferred:
+                out[path.stem] = status
+        elif state != "done":
             out[path.stem] = status
         elif path.stem in deferred:
             out[path.stem] = {"state": "running", "step": "loading the new version", "done": 1.0}

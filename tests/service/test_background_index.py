@@ -116,3 +116,13 @@ def test_a_done_build_is_reported_until_its_table_is_loaded(tmp_path: Path) -> N
     assert serving_exactly["words"] == {"state": "running", "step": "loading the new version", "done": 1.0}
     assert serving_exactly["other"]["step"] == "adding rows to the index"
     assert "words" not in indexing.building(str(tmp_path), deferred=set())  # loaded: no longer reported
+
+
+def test_a_failed_build_is_reported_only_while_its_table_waits_for_an_index(tmp_path: Path) -> None:
+    """A table published again while its build ran (the build then fails: its table changed) has nothing pending:
+    the failure is not reported for good."""
+    failed = {"state": "failed", "step": "'mid' was rebuilt while its index was being built", "done": 0.0}
+    write_status(tmp_path / "mid.json", failed)
+    write_status(tmp_path / "queued.json", {"state": "queued", "step": "waiting for its turn", "done": 0.0})
+    assert indexing.building(str(tmp_path), deferred={"mid"})["mid"] == failed  # still served exactly
+    assert set(indexing.building(str(tmp_path), deferred=set())) == {"queued"}

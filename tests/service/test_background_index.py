@@ -3,6 +3,7 @@ in by the real ``embedding-serve``, with the build's progress on /readyz and the
 
 from __future__ import annotations
 
+import signal
 from pathlib import Path
 
 import numpy as np
@@ -73,6 +74,41 @@ def test_served_exact_at_once_then_indexed_in_the_background(deferred_dir: Path,
         assert "table 'words': building its index in the background" in log
         assert "table 'words': adding rows to the index: done (20,000 of 20,000 rows)" in log
         assert "index of table 'words' published; reloading" in log
+    finally:
+        assert server.stop() == 0
+
+
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_a_table_published_with_a_deferred_index_while_serving_gets_its_index(
+    tmp_path: Path, glove_raw: RawTable, workers: str
+) -> None:
+    """A table published with ``--defer-index`` into a running server is served exactly, then its index is built
+    in the background and swapped in, as for one found at start-up: after SIGHUP (one process, the data directory
+    not watched), and after the watcher's reload (two workers: the build runs in their supervisor)."""
+    data_dir = tmp_path / "data"
+    raw = RawTable(tokens=glove_raw.tokens[:2_000], matrix=glove_raw.matrix[:2_000].copy())
+    build_table(raw, data_dir=data_dir, name="words", source={"format": "test"}, index_spec="flat")
+    watch = "0" if workers == "1" else "0.5"
+    env = {"EMBEDDING_WATCH_SECONDS": watch}
+    server = real_server.start(data_dir, tmp_path / "server.log", "--workers", workers, env=env)
+    try:
+        late = RawTable(tokens=glove_raw.tokens[:5_000], matrix=glove_raw.matrix[:5_000].copy())
+        build_table(late, data_dir=data_dir, name="late", source={"format": "test"}, index_spec=SPEC, defer_index=True)
+        if workers == "1":
+            server.process.send_signal(signal.SIGHUP)
+        published = "index of table 'late' published; reloading"
+        real_server.wait_for(lambda: published in server.log(), seconds=240, what="the background index")
+
+        def indexed() -> bool:  # every worker answers from the new version
+            answers = [HTTP.get(f"{server.base}/v1/tables/late", timeout=10) for _ in range(6)]
+            return all(a.status_code == 200 and a.json()["approximate"] for a in answers)
+
+        real_server.wait_for(indexed, seconds=120, what="the index to be loaded")
+        summary = HTTP.get(f"{server.base}/v1/tables/late", timeout=10).json()
+        assert summary["index"]["kind"] == "hnsw" and "building" not in summary and "index_deferred" not in summary
+        assert "building" not in HTTP.get(f"{server.base}/readyz", timeout=10).json()
+        assert "table 'late': building its index in the background" in server.log()
+        assert "table 'words': building" not in server.log()  # nothing deferred there
     finally:
         assert server.stop() == 0
 

@@ -3,12 +3,12 @@
 ``embedding-index build --defer-index`` (what ``make run`` does) publishes a table for exact search within
 seconds and records the approximate index it still needs under ``index.deferred`` in its manifest.
 ``embedding-serve`` finds such tables when it starts, and those published into its data directory while it runs
-(looking as often as ``EMBEDDING_WATCH_SECONDS`` says, and whenever its process reloads), and runs
-``embedding-index index NAME`` for each, one at a time, in a child process at a low CPU priority (requests come
-first). The child publishes the indexed table atomically; the server is then sent SIGHUP and reloads it
-(``service.reload``): exact answers until then, approximate ones after. The child keeps its progress in a status
-file per table, which ``/readyz`` and ``GET /v1/tables`` show as ``building``. A failed build is logged and the
-table keeps its exact search until it is published again.
+(looking as often as ``EMBEDDING_WATCH_SECONDS`` says, or every ``LOOK_SECONDS`` when it is 0, and whenever its
+process reloads), and runs ``embedding-index index NAME`` for each, one at a time, in a child process at a low
+CPU priority (requests come first). The child publishes the indexed table atomically; the server is then sent
+SIGHUP and reloads it (``service.reload``): exact answers until then, approximate ones after. The child keeps its
+progress in a status file per table, which ``/readyz`` and ``GET /v1/tables`` show as ``building``. A failed
+build is logged and the table keeps its exact search until it is published again.
 """
 
 from __future__ import annotations
@@ -34,6 +34,8 @@ from index.store.artifact import read_status, write_status
 log = logging.getLogger("service.indexing")
 STATUS_VARIABLE = "EMBEDDING_INDEX_STATUS_DIR"  # set by embedding-serve for its app: where the status files are
 CHILD_NICE = 10
+LOOK_SECONDS = 2.0  # how often the builds look for tables published with a deferred index, when the data
+# directory is not watched (EMBEDDING_WATCH_SECONDS=0): a supervisor of workers sees none of their reloads
 
 
 def deferred_tables(data_dir: Path, names: list[str] | None = None) -> list[str]:
@@ -100,15 +102,15 @@ Version = tuple[str, int, int, int]  # a table's name and its manifest's inode, 
 class IndexBuilds:
     """Runs the deferred index builds of a data directory one after another on a daemon thread.
 
-    The thread looks at the data directory when it starts, every ``seconds`` (0: only when woken), and when its
-    own process reloads its tables (:func:`look_again`): a table published later with a deferred index is built
+    The thread looks at the data directory when it starts, every ``seconds`` (0: every ``LOOK_SECONDS``), and
+    when its own process reloads its tables (:func:`look_again`): a table published later with a deferred index is built
     as one found at start-up. Each version of a table is tried once: a failed build is not run again until the
     table is published anew."""
 
     def __init__(self, data_dir: Path, names: list[str] | None = None, seconds: float = 0.0) -> None:
         self.data_dir = Path(data_dir)
         self.names = names  # the tables served (None: every table)
-        self.seconds = seconds
+        self.seconds = seconds or LOOK_SECONDS
         self.status_dir = Path(tempfile.mkdtemp(prefix="embedding-index-status-"))
         self._deferred: dict[Version, bool] = {}  # whether each manifest seen defers its index
         self._tried: set[Version] = set()  # the versions whose build has run
@@ -189,7 +191,7 @@ class IndexBuilds:
                     log.error("deferred index builds stopped: %s", exc)
                 return
             if not pending:
-                self._wake.wait(self.seconds or None)
+                self._wake.wait(self.seconds)
                 continue
             version = pending[0]
             self._tried.add(version)
@@ -242,7 +244,7 @@ def look_again() -> None:
 
 def start(data_dir: Path, names: list[str] | None, seconds: float) -> IndexBuilds:
     """Build in the background every deferred index of ``data_dir`` (of ``names``, if given), now and as tables
-    are published, looking every ``seconds`` (0: at start-up and on this process's reloads)."""
+    are published, looking every ``seconds`` (0: every ``LOOK_SECONDS``) and on this process's reloads."""
     builds = IndexBuilds(data_dir, names, seconds)
     builds.start()
     return builds

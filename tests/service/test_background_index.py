@@ -78,17 +78,17 @@ def test_served_exact_at_once_then_indexed_in_the_background(deferred_dir: Path,
         assert server.stop() == 0
 
 
-@pytest.mark.parametrize("workers", ["1", "2"])
+@pytest.mark.parametrize(("workers", "watch"), [("1", "0"), ("2", "0.5"), ("2", "0")])
 def test_a_table_published_with_a_deferred_index_while_serving_gets_its_index(
-    tmp_path: Path, glove_raw: RawTable, workers: str
+    tmp_path: Path, glove_raw: RawTable, workers: str, watch: str
 ) -> None:
-    """A table published with ``--defer-index`` into a running server is served exactly, then its index is built
-    in the background and swapped in, as for one found at start-up: after SIGHUP (one process, the data directory
-    not watched), and after the watcher's reload (two workers: the build runs in their supervisor)."""
+    """A table published with ``--defer-index`` into a running server gets its index built in the background and
+    swapped in, as one found at start-up: loaded by SIGHUP (one process, the data directory not watched), by the
+    watcher (two workers: the build runs in their supervisor, which sees none of their reloads), or by the build's
+    own SIGHUP once its index is published (two workers, nothing watched)."""
     data_dir = tmp_path / "data"
     raw = RawTable(tokens=glove_raw.tokens[:2_000], matrix=glove_raw.matrix[:2_000].copy())
     build_table(raw, data_dir=data_dir, name="words", source={"format": "test"}, index_spec="flat")
-    watch = "0" if workers == "1" else "0.5"
     env = {"EMBEDDING_WATCH_SECONDS": watch}
     server = real_server.start(data_dir, tmp_path / "server.log", "--workers", workers, env=env)
     try:

@@ -2,11 +2,13 @@
 
 ``embedding-index build --defer-index`` (what ``make run`` does) publishes a table for exact search within
 seconds and records the approximate index it still needs under ``index.deferred`` in its manifest.
-``embedding-serve`` finds such tables when it starts and runs ``embedding-index index NAME`` for each, one at a
-time, in a child process at a low CPU priority (requests come first). The child publishes the indexed table
-atomically; the server is then sent SIGHUP and reloads it (``service.reload``): exact answers until then,
-approximate ones after. The child keeps its progress in a status file per table, which ``/readyz`` and
-``GET /v1/tables`` show as ``building``. A failed build is logged and the table keeps its exact search.
+``embedding-serve`` finds such tables when it starts, and those published into its data directory while it runs
+(looking as often as ``EMBEDDING_WATCH_SECONDS`` says, or every ``LOOK_SECONDS`` when it is 0, and whenever its
+process reloads), and runs ``embedding-index index NAME`` for each, one at a time, in a child process at a low
+CPU priority (requests come first). The child publishes the indexed table atomically; the server is then sent
+SIGHUP and reloads it (``service.reload``): exact answers until then, approximate ones after. The child keeps its
+progress in a status file per table, which ``/readyz`` and ``GET /v1/tables`` show as ``building``. A failed
+build is logged and the table keeps its exact search until it is published again.
 """
 
 from __future__ import annotations
@@ -32,29 +34,35 @@ from index.store.artifact import read_status, write_status
 log = logging.getLogger("service.indexing")
 STATUS_VARIABLE = "EMBEDDING_INDEX_STATUS_DIR"  # set by embedding-serve for its app: where the status files are
 CHILD_NICE = 10
+LOOK_SECONDS = 2.0  # how often the builds look for tables published with a deferred index, when the data
+# directory is not watched (EMBEDDING_WATCH_SECONDS=0): a supervisor of workers sees none of their reloads
 
 
 def deferred_tables(data_dir: Path, names: list[str] | None = None) -> list[str]:
     """Tables in ``data_dir`` (of ``names``, if given) whose index their build left for later."""
-    pending = []
-    for name in artifact.list_tables(data_dir):
-        if names is not None and name not in names:
-            continue
-        try:
-            manifest = artifact.read_manifest(artifact.table_dir(data_dir, name))
-        except Exception:  # an unreadable table is the registry's to report
-            continue
-        if manifest.get("index", {}).get("deferred"):
-            pending.append(name)
-    return pending
+    return [
+        name
+        for name in artifact.list_tables(data_dir)
+        if (names is None or name in names) and defers_index(artifact.table_dir(data_dir, name))
+    ]
+
+
+def defers_index(directory: Path) -> bool:
+    """Whether the table in ``directory`` has an index its build left for later (False if it cannot be read)."""
+    try:
+        manifest = artifact.read_manifest(directory)
+    except Exception:  # an unreadable table is the registry's to report
+        return False
+    return bool(manifest.get("index", {}).get("deferred"))
 
 
 def building(status_dir: str | None, deferred: Collection[str] = ()) -> dict[str, dict[str, Any]]:
-    """The status of each background build (running, failed) by table name; empty when none runs.
+    """The status of each background build (queued, running, failed) by table name; empty when none runs.
 
     ``deferred``: the tables this process still serves exactly. A build of one of them that is done is reported
     as running until the process has loaded the new version, so that a build no longer reported means the
-    answers come from the index."""
+    answers come from the index. A failed build is reported only while its table is among them: a table
+    published again meanwhile (with its index, or removed) has no build pending."""
     if not status_dir:
         return {}
     out: dict[str, dict[str, Any]] = {}
@@ -66,7 +74,11 @@ def building(status_dir: str | None, deferred: Collection[str] = ()) -> dict[str
         status = read_status(path)
         if status is None:
             continue
-        if status.get("state") != "done":
+        state = status.get("state")
+        if state == "failed":
+            if path.stem in deferred:
+                out[path.stem] = status
+        elif state != "done":
             out[path.stem] = status
         elif path.stem in deferred:
             out[path.stem] = {"state": "running", "step": "loading the new version", "done": 1.0}
@@ -84,29 +96,45 @@ def builds_of(tables: dict[str, Table]) -> dict[str, dict[str, Any]]:
     return building(os.environ.get(STATUS_VARIABLE), serving_deferred(tables))
 
 
-class IndexBuilds:
-    """Runs the deferred index builds of a data directory one after another on a daemon thread."""
+Version = tuple[str, int, int, int]  # a table's name and its manifest's inode, size and mtime
 
-    def __init__(self, data_dir: Path, tables: list[str]) -> None:
+
+class IndexBuilds:
+    """Runs the deferred index builds of a data directory one after another on a daemon thread.
+
+    The thread looks at the data directory when it starts, every ``seconds`` (0: every ``LOOK_SECONDS``), and
+    when its own process reloads its tables (:func:`look_again`): a table published later with a deferred index is built
+    as one found at start-up. Each version of a table is tried once: a failed build is not run again until the
+    table is published anew."""
+
+    def __init__(self, data_dir: Path, names: list[str] | None = None, seconds: float = 0.0) -> None:
         self.data_dir = Path(data_dir)
-        self.tables = tables
+        self.names = names  # the tables served (None: every table)
+        self.seconds = seconds or LOOK_SECONDS
         self.status_dir = Path(tempfile.mkdtemp(prefix="embedding-index-status-"))
-        for name in tables:
-            queued = {"state": "queued", "step": "waiting for its turn", "done": 0.0, "nice": CHILD_NICE}
-            write_status(self._status(name), queued)
+        self._deferred: dict[Version, bool] = {}  # whether each manifest seen defers its index
+        self._tried: set[Version] = set()  # the versions whose build has run
+        self._wake = threading.Event()
         self._thread = threading.Thread(target=self._run, name="index-builds", daemon=True)
         self._child: subprocess.Popen[str] | None = None
         self._stopping = False
 
     def start(self) -> None:
+        global _started
         os.environ[STATUS_VARIABLE] = str(self.status_dir)
         atexit.register(self.stop)
+        self.look()  # the pending builds are reported as queued before the tables load
+        _started = (os.getpid(), self)
         self._thread.start()
+
+    def wake(self) -> None:
+        self._wake.set()
 
     def stop(self) -> None:
         """End a build still running (the server is stopping); its table keeps its exact version."""
         child = self._child
         self._stopping = True
+        self._wake.set()
         if child is not None and child.poll() is None:
             child.terminate()
             with contextlib.suppress(subprocess.TimeoutExpired):
@@ -116,14 +144,59 @@ class IndexBuilds:
     def join(self, timeout: float | None = None) -> None:
         self._thread.join(timeout)
 
+    def look(self) -> list[Version]:
+        """The versions whose deferred index is still to build, in name order. Their tables are reported as
+        queued; a table queued before but no longer pending (published with its index, removed) no longer is."""
+        pending = [version for version in self._versions() if self._deferred[version] and version not in self._tried]
+        names = {version[0] for version in pending}
+        for name in sorted(names):
+            status = read_status(self._status(name))
+            if status is None or status.get("state") != "queued":
+                queued = {"state": "queued", "step": "waiting for its turn", "done": 0.0, "nice": CHILD_NICE}
+                write_status(self._status(name), queued)
+        for path in self.status_dir.glob("*.json"):
+            status = read_status(path)
+            if path.stem not in names and status is not None and status.get("state") == "queued":
+                path.unlink(missing_ok=True)
+        return pending
+
+    def _versions(self) -> list[Version]:
+        """Every table's version now (a stat of its manifest); a manifest is read once per version."""
+        versions = []
+        for name in artifact.list_tables(self.data_dir):
+            if self.names is not None and name not in self.names:
+                continue
+            directory = artifact.table_dir(self.data_dir, name)
+            try:
+                st = os.stat(directory / artifact.MANIFEST)
+            except OSError:
+                continue  # removed or being replaced: seen at the next look
+            version = (name, st.st_ino, st.st_size, st.st_mtime_ns)
+            if version not in self._deferred:
+                self._deferred[version] = defers_index(directory)
+            versions.append(version)
+        self._deferred = {version: self._deferred[version] for version in versions}
+        return versions
+
     def _status(self, name: str) -> Path:
         return self.status_dir / f"{name}.json"
 
     def _run(self) -> None:
-        for name in self.tables:
-            if self._stopping:
+        while not self._stopping:
+            self._wake.clear()
+            try:
+                pending = self.look()
+            except OSError as exc:  # the status directory removed: the server is stopping
+                if not self._stopping:
+                    log.error("deferred index builds stopped: %s", exc)
                 return
-            if self._build(name):
+            if not pending:
+                self._wake.wait(self.seconds)
+                continue
+            version = pending[0]
+            self._tried.add(version)
+            name = version[0]
+            if self._build(name) and not self._stopping:
                 log.info("index of table %r published; reloading", name)
                 os.kill(os.getpid(), signal.SIGHUP)  # this process: the server, or the supervisor of its workers
 
@@ -158,3 +231,20 @@ class IndexBuilds:
             return False
         write_status(status, {"state": "done", "step": "published", "done": 1.0})
         return True
+
+
+_started: tuple[int, IndexBuilds] | None = None  # the builds this process runs, and its pid
+
+
+def look_again() -> None:
+    """Have this process's builds (if it runs them) look at the data directory now: its tables were reloaded."""
+    if _started is not None and _started[0] == os.getpid():  # a forked worker does not run its parent's thread
+        _started[1].wake()
+
+
+def start(data_dir: Path, names: list[str] | None, seconds: float) -> IndexBuilds:
+    """Build in the background every deferred index of ``data_dir`` (of ``names``, if given), now and as tables
+    are published, looking every ``seconds`` (0: every ``LOOK_SECONDS``) and on this process's reloads."""
+    builds = IndexBuilds(data_dir, names, seconds)
+    builds.start()
+    return builds

@@ -205,16 +205,15 @@ def _stopped(signum: int, frame: FrameType | None) -> None:
 
 
 def start_deferred_builds(settings: Settings) -> None:
-    """Build, in the background, the indexes that tables' builds deferred (``service.indexing``): one process for
-    the whole server, whatever the number of workers, reloading them all when an index is published."""
+    """Build, in the background, the indexes that tables' builds deferred (``service.indexing``), at start-up and
+    as such tables are published: one process for the whole server, whatever the number of workers, reloading
+    them all when an index is published."""
     if not settings.build_deferred:
         return
-    from service.indexing import IndexBuilds, deferred_tables
+    from service import indexing
 
-    pending = deferred_tables(settings.data_dir, settings.tables)
-    if pending:
-        logging.config.dictConfig(log_config(settings.log_format, settings.log_level))  # uvicorn's, a bit sooner
-        IndexBuilds(settings.data_dir, pending).start()
+    logging.config.dictConfig(log_config(settings.log_format, settings.log_level))  # uvicorn's, a bit sooner
+    indexing.start(settings.data_dir, settings.tables, settings.watch_seconds)
 
 
 def start_compaction(settings: Settings) -> None:

@@ -21,6 +21,7 @@ from typing import Any
 from fastapi import FastAPI
 from starlette.concurrency import run_in_threadpool
 
+from service import indexing
 from service.registry import Registry
 
 log = logging.getLogger(__name__)
@@ -56,6 +57,7 @@ class Reloader:
             self.on_loaded(registry)
             self.app.state.registry = registry  # the swap: one reference assignment
             seconds = time.perf_counter() - started
+        indexing.look_again()  # a table loaded with a deferred index gets it built, as at start-up
         log.info(
             "reload: %d loaded, %d unchanged, %d refused (previous version kept), %d missing, %d removed, %.2fs",
             *(len(report[k]) for k in ("loaded", "unchanged", "refused", "missing", "removed")),

@@ -65,6 +65,15 @@ class _Sorted(Sequence[Any]):
         return self._key(int(self._order[i]))
 
 
+def _raw_reader(blob: np.ndarray | bytes, offsets: np.ndarray) -> Callable[[int], bytes]:
+    """The UTF-8 bytes of token ``i`` (0 <= i < len), read from ``blob`` and ``offsets`` alone."""
+
+    def raw(i: int) -> bytes:
+        return bytes(blob[int(offsets[i]) : int(offsets[i + 1])])
+
+    return raw
+
+
 def _prefixes(blob: np.ndarray | bytes, offsets: np.ndarray, order: np.ndarray) -> np.ndarray:
     """The first 8 bytes of each token in ``order`` as a big-endian integer (zero-padded): sorted like the tokens."""
     out = np.zeros(len(order), dtype=np.uint64)
@@ -90,8 +99,11 @@ class Tokens(Sequence[str]):
         self._blob = blob
         self._order = np.load(directory / ORDER, mmap_mode="r").view(np.ndarray)
         self._folded_order = np.load(directory / FOLDED_ORDER, mmap_mode="r").view(np.ndarray)
-        self._exact = _Sorted(self._order, self.raw)  # UTF-8 bytes sort as the code points do
-        self._folded = _Sorted(self._folded_order, lambda i: self[i].casefold())
+        # The views' keys read the arrays, not ``self``: a cycle through ``self`` would keep the files mapped
+        # after the table is dropped, until the collector's rare full pass.
+        raw = _raw_reader(blob, self._offsets)
+        self._exact = _Sorted(self._order, raw)  # UTF-8 bytes sort as the code points do
+        self._folded = _Sorted(self._folded_order, lambda i: raw(i).decode("utf-8").casefold())
         self._exact_prefixes: np.ndarray | None = None  # made on the first lookup: 8 bytes a token
 
     def __len__(self) -> int:

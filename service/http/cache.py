@@ -1,10 +1,12 @@
-"""The answer cache: whole ``GET /v1/tables/...`` answers kept in memory, so a repeated query costs no search.
+"""The answer cache: whole ``GET /v1/tables/{table}/...`` answers kept in memory, so a repeated query costs no search.
 
 A table's version never changes once loaded (a rebuild is a new registry, see ``service.registry``), and its
 writes grow its log (``service.live``), so an answer is a function of the URL, the registry that computed it and
 the lengths of the write logs. Only 200 answers are kept; the cache is emptied when the app publishes a new
 registry or a log grows, and an answer computed by an older registry is never stored. Least recently used
-answers go first once ``max_bytes`` is reached (``EMBEDDING_CACHE_BYTES``, 0 turns the cache off).
+answers go first once ``max_bytes`` is reached (``EMBEDDING_CACHE_BYTES``, 0 turns the cache off). A table's
+summary (``GET /v1/tables/{table}``) is not kept: it costs no search, and its ``building`` changes while a
+background index build runs, with no new registry.
 
 The middleware sits inside the read-key check (a request without the key never reaches it) and inside the
 metrics middleware, which sees a hit under its route as any other request;
@@ -24,6 +26,13 @@ from service.http.metrics import Metrics
 
 CACHED_PREFIX = "/v1/tables/"
 ENTRY_OVERHEAD = 200  # bytes a cached answer costs beside its body and key (tuple, headers, dict slot)
+
+
+def cacheable(method: str, path: str) -> bool:
+    """Whether the answer to ``method path`` may be kept: a GET of a table's resource, not of its summary."""
+    if method != "GET" or not path.startswith(CACHED_PREFIX):
+        return False
+    return "/" in path[len(CACHED_PREFIX) :].rstrip("/")
 
 
 @dataclass(frozen=True)
@@ -93,7 +102,7 @@ class AnswerCacheMiddleware:
         self.miss = metrics.cache.labels("miss")
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["method"] != "GET" or not scope["path"].startswith(CACHED_PREFIX):
+        if scope["type"] != "http" or not cacheable(scope["method"], scope["path"]):
             await self.app(scope, receive, send)
             return
         registry = getattr(scope["app"].state, "registry", None)

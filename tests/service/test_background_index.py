@@ -3,6 +3,7 @@ in by the real ``embedding-serve``, with the build's progress on /readyz and the
 
 from __future__ import annotations
 
+import signal
 from pathlib import Path
 
 import numpy as np
@@ -77,6 +78,41 @@ def test_served_exact_at_once_then_indexed_in_the_background(deferred_dir: Path,
         assert server.stop() == 0
 
 
+@pytest.mark.parametrize(("workers", "watch"), [("1", "0"), ("2", "0.5"), ("2", "0")])
+def test_a_table_published_with_a_deferred_index_while_serving_gets_its_index(
+    tmp_path: Path, glove_raw: RawTable, workers: str, watch: str
+) -> None:
+    """A table published with ``--defer-index`` into a running server gets its index built in the background and
+    swapped in, as one found at start-up: loaded by SIGHUP (one process, the data directory not watched), by the
+    watcher (two workers: the build runs in their supervisor, which sees none of their reloads), or by the build's
+    own SIGHUP once its index is published (two workers, nothing watched)."""
+    data_dir = tmp_path / "data"
+    raw = RawTable(tokens=glove_raw.tokens[:2_000], matrix=glove_raw.matrix[:2_000].copy())
+    build_table(raw, data_dir=data_dir, name="words", source={"format": "test"}, index_spec="flat")
+    env = {"EMBEDDING_WATCH_SECONDS": watch}
+    server = real_server.start(data_dir, tmp_path / "server.log", "--workers", workers, env=env)
+    try:
+        late = RawTable(tokens=glove_raw.tokens[:5_000], matrix=glove_raw.matrix[:5_000].copy())
+        build_table(late, data_dir=data_dir, name="late", source={"format": "test"}, index_spec=SPEC, defer_index=True)
+        if workers == "1":
+            server.process.send_signal(signal.SIGHUP)
+        published = "index of table 'late' published; reloading"
+        real_server.wait_for(lambda: published in server.log(), seconds=240, what="the background index")
+
+        def indexed() -> bool:  # every worker answers from the new version
+            answers = [HTTP.get(f"{server.base}/v1/tables/late", timeout=10) for _ in range(6)]
+            return all(a.status_code == 200 and a.json()["approximate"] for a in answers)
+
+        real_server.wait_for(indexed, seconds=120, what="the index to be loaded")
+        summary = HTTP.get(f"{server.base}/v1/tables/late", timeout=10).json()
+        assert summary["index"]["kind"] == "hnsw" and "building" not in summary and "index_deferred" not in summary
+        assert "building" not in HTTP.get(f"{server.base}/readyz", timeout=10).json()
+        assert "table 'late': building its index in the background" in server.log()
+        assert "table 'words': building" not in server.log()  # nothing deferred there
+    finally:
+        assert server.stop() == 0
+
+
 def brute_force(raw: RawTable, word: str, rows: int = ROWS, k: int = 8) -> list[str]:
     matrix = raw.matrix[:rows].astype(np.float64)
     unit = matrix / np.linalg.norm(matrix, axis=1, keepdims=True)
@@ -116,3 +152,13 @@ def test_a_done_build_is_reported_until_its_table_is_loaded(tmp_path: Path) -> N
     assert serving_exactly["words"] == {"state": "running", "step": "loading the new version", "done": 1.0}
     assert serving_exactly["other"]["step"] == "adding rows to the index"
     assert "words" not in indexing.building(str(tmp_path), deferred=set())  # loaded: no longer reported
+
+
+def test_a_failed_build_is_reported_only_while_its_table_waits_for_an_index(tmp_path: Path) -> None:
+    """A table published again while its build ran (the build then fails: its table changed) has nothing pending:
+    the failure is not reported for good."""
+    failed = {"state": "failed", "step": "'mid' was rebuilt while its index was being built", "done": 0.0}
+    write_status(tmp_path / "mid.json", failed)
+    write_status(tmp_path / "queued.json", {"state": "queued", "step": "waiting for its turn", "done": 0.0})
+    assert indexing.building(str(tmp_path), deferred={"mid"})["mid"] == failed  # still served exactly
+    assert set(indexing.building(str(tmp_path), deferred=set())) == {"queued"}

@@ -5,7 +5,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from index.engine.table import Table
+from index.progress import write_status
+from service import indexing
 from service.http.cache import Answer, AnswerCache
 from tests.service.conftest import client_for
 
@@ -54,6 +58,23 @@ def test_errors_and_posts_are_not_kept(small_data_dir: Path) -> None:
             assert client.get("/v1/tables/small/neighbors", params={"token": "qwxzzy"}).status_code == 404
             assert client.get("/v1/tables/nope/neighbors", params={"token": "heart"}).status_code == 404
             assert client.post("/v1/tables/small/neighbors", json={"positive": ["heart"], "k": 2}).status_code == 200
+        assert len(cache) == 0 and cache.hits == 0
+
+
+def test_a_table_summary_shows_its_build_as_it_progresses(
+    small_data_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The summary's ``building`` changes while the registry does not: it is never served from the cache."""
+    monkeypatch.setenv(indexing.STATUS_VARIABLE, str(tmp_path))
+    status = tmp_path / "small.json"
+    with client_for(data_dir=small_data_dir) as client:
+        cache: AnswerCache = client.app.state.answer_cache
+        for done in (0.25, 0.25, 0.5):
+            write_status(status, {"state": "running", "step": "adding rows to the index", "done": done})
+            summary = client.get("/v1/tables/small")
+            assert summary.status_code == 200 and summary.json()["building"]["done"] == done
+        write_status(status, {"state": "queued", "step": "waiting for its turn", "done": 0.0})
+        assert client.get("/v1/tables/small").json()["building"]["state"] == "queued"
         assert len(cache) == 0 and cache.hits == 0
 
 

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import gc
+from collections.abc import Iterator
 from pathlib import Path
 
+import numpy as np
 import pytest
 
+from index.build.sources import RawTable
+from index.build.writer import build_table
 from index.engine.table import Table
 from index.store.tokens import Tokens, write_tokens
 
@@ -63,3 +68,35 @@ def test_labels_of_many_rows_at_once(tmp_path: Path) -> None:
     (tmp_path / "empty").mkdir()
     write_tokens(tmp_path / "empty", ["", ""])
     assert Tokens(tmp_path / "empty").labels([1, 0]) == ["", ""]
+
+
+@pytest.fixture
+def no_collector() -> Iterator[None]:
+    """The cyclic garbage collector off: what is freed is freed by reference counts alone."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def mapped_under(directory: Path) -> list[str]:
+    """The files under ``directory`` this process has mapped."""
+    with open("/proc/self/maps") as maps:
+        return [line.split()[-1] for line in maps if str(directory) in line]
+
+
+@pytest.mark.skipif(not Path("/proc/self/maps").exists(), reason="needs /proc")
+def test_a_dropped_table_unmaps_its_files_at_once(tmp_path: Path, no_collector: None) -> None:
+    """A replaced or removed table's files are unmapped as soon as its last reference goes, without waiting for the
+    collector's full pass (a server swapping tables would otherwise keep every old version's files mapped)."""
+    rng = np.random.default_rng(0)
+    raw = RawTable(tokens=[f"w{i}" for i in range(500)], matrix=rng.standard_normal((500, 8)).astype(np.float32))
+    build_table(raw, data_dir=tmp_path, name="t", source={"format": "test", "path": "rows"}, index_spec="flat")
+    table = Table.load(tmp_path / "t")
+    assert table.tokens.find("w7") == 7 and table.tokens.find_folded("W7") == 7  # the sorted views in use
+    assert any(path.endswith("tokens.bin") for path in mapped_under(tmp_path))
+    del table
+    assert mapped_under(tmp_path) == []

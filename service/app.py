@@ -91,6 +91,7 @@ def create_app(settings: Settings) -> FastAPI:
         table_names.update(registry.tables)
         app.state.registry = registry
         log.info("ready: %d table(s) loaded, %d failed", len(registry.tables), len(registry.failed))
+        del registry  # the app's state holds it, until a reload replaces it: then nothing else may
         reloader.loaded()
         watcher.start()  # a table published, rebuilt or removed in the data directory is reloaded (service.watch)
         app.state.searcher = Searcher(settings.threads, settings.searcher_nice)  # light searches: see service.execute

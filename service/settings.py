@@ -143,7 +143,7 @@ class Settings(BaseSettings):
     build_deferred: bool = Field(
         True,
         description="build the approximate index a table's build deferred (embedding-index build --defer-index) in a "
-        "background process at start-up, serving exact answers until it is published",
+        "background process, at start-up and for a table published later, serving exact answers until it is published",
     )
     cache_bytes: int = Field(
         8 * MIB, ge=0, description="memory per worker for repeated GET answers (service.http.cache); 0 turns it off"

@@ -15,6 +15,7 @@ metrics middleware, which sees a hit under its route as any other request;
 
 from __future__ import annotations
 
+import weakref
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -52,13 +53,14 @@ class AnswerCache:
         self.hits = 0
         self.misses = 0
         self._answers: OrderedDict[tuple[str, bytes], Answer] = OrderedDict()
-        self._registry: object = None  # whose answers the cache holds
+        # Whose answers the cache holds, weakly: a registry a reload replaced is not kept alive (mapped) by it.
+        self._registry: Callable[[], object] = lambda: None
         self._writes: tuple[int, ...] = ()  # and the lengths of the write logs they saw (service.live)
 
     def get(self, registry: object, key: tuple[str, bytes], writes: tuple[int, ...] = ()) -> Answer | None:
-        if registry is not self._registry or writes != self._writes:
+        if registry is not self._registry() or writes != self._writes:
             self.clear()
-            self._registry, self._writes = registry, writes
+            self._registry, self._writes = weakref.ref(registry), writes
         answer = self._answers.get(key)
         if answer is None:
             self.misses += 1
@@ -69,7 +71,7 @@ class AnswerCache:
 
     def put(self, registry: object, key: tuple[str, bytes], answer: Answer, writes: tuple[int, ...] = ()) -> None:
         size = self._size(key, answer)
-        if registry is not self._registry or writes != self._writes:
+        if registry is not self._registry() or writes != self._writes:
             return  # computed before a reload or a write
         if size > self.max_bytes // 8 or key in self._answers:
             return  # too big to be worth a place, or stored meanwhile

@@ -93,12 +93,16 @@ def test_cache_off(small_data_dir: Path) -> None:
         assert client.get("/v1/tables/small/neighbors", params={"token": "heart"}).status_code == 200
 
 
+class Version:
+    """A registry, as the cache sees one: an object it may refer to weakly."""
+
+
 def answer(size: int) -> Answer:
     return Answer([(b"content-type", b"application/json")], b"x" * size, None, {})
 
 
 def test_least_recently_used_answers_go_first_and_stale_ones_are_refused() -> None:
-    registry, newer = object(), object()
+    registry, newer = Version(), Version()
     cache = AnswerCache(max_bytes=8_000)
     assert cache.get(registry, ("/a", b"")) is None
     for name in "abcde":

@@ -23,7 +23,7 @@ from tests.cli import run_cli
 from tests.index.build.test_embed_documents import without_vectors
 from tests.lee import Lee, write_jsonl
 from tests.service.conftest import client_for
-from tests.service.real_server import HTTP, Server, start, wait_for
+from tests.service.real_server import HTTP, Server, running, start, wait_for
 
 KEY = "admin-key-for-tests-0123456789"
 ADMIN = {"x-api-key": KEY}
@@ -365,3 +365,20 @@ def test_a_documents_table_withdrawn_for_its_rebuilt_encoder_is_missing_not_remo
         said = [r.getMessage() for r in caplog.records]
         assert any("'leeenc'" in line and "other vectors than table 'small'" in line for line in said), said
         assert not any("no longer in the data directory" in line for line in said), said
+
+
+def test_swapped_out_versions_are_unmapped(data_dir: Path, glove_raw: RawTable, tmp_path: Path) -> None:
+    """Every version a reload replaced, the first one loaded at start-up too, leaves the server's memory once no
+    request holds it: none of its files stays mapped after they are deleted from disk."""
+
+    def deleted_maps(server: Server) -> list[str]:
+        with open(f"/proc/{server.process.pid}/maps") as maps:
+            return [line.rstrip() for line in maps if str(data_dir) in line and line.rstrip().endswith("(deleted)")]
+
+    with running(data_dir, tmp_path / "serve.log", env={"EMBEDDING_API_KEY": KEY}) as server:
+        assert HTTP.get(f"{server.base}/v1/tables/t/neighbors", params={"token": "heart"}).status_code == 200
+        for version in (V2, V1):
+            build(glove_raw, data_dir, "t", version)
+            assert HTTP.post(f"{server.base}/v1/admin/reload", headers=ADMIN).json()["loaded"] == ["t"]
+            assert HTTP.get(f"{server.base}/v1/tables/t").json()["rows"] == version
+        assert deleted_maps(server) == [], "\n".join(deleted_maps(server))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -192,6 +193,33 @@ def _offsets(payload: Payload, fields: list[str] | None) -> list[np.ndarray]:
                 column.offset : column.offset + len(column) + 1
             ]
     return [kept[name] for name in names]
+
+
+@dataclass(frozen=True)
+class Shown:
+    """What a search's hits show: the documents' ``fields`` (None: all), what ``include`` asks for (row, vector),
+    the documents written since the version (``delta``), and at most ``limit`` bytes of text and vectors."""
+
+    fields: list[str] | None
+    include: Sequence[str]
+    delta: Delta | None
+    limit: int
+
+
+def searched(table: Table, answers: Sequence[Answer], shown: Shown) -> list[dict[str, Any]]:
+    """A search's answers, each result shaped (a word table's neighbours, a documents table's hits) or its error's
+    envelope, once :func:`check_answer_bytes` has bounded what they carry."""
+    check_answer_bytes(table, answers, shown.fields, shown.include, shown.delta, shown.limit)
+
+    def shape(result: Result) -> dict[str, Any]:
+        if table.payload is None:
+            found = neighbors(table, result.hits)  # type: ignore[arg-type]
+            if shown.include:  # each hit's row in the whole table (a shard's), its unit vector: in place
+                include(table, result, {"hits": found}, shown.include)
+            return {"neighbors": found}
+        return include(table, result, hits(table, result, shown.fields, shown.delta), shown.include, shown.delta)
+
+    return results(answers, shape)
 
 
 def results(answers: Sequence[Answer], shape: Callable[[Result], dict[str, Any]]) -> list[dict[str, Any]]:

@@ -208,14 +208,18 @@ def _word(table: Table, text: str, compose: str | None) -> Probe:
     if found is None:
         found = table.resolve(text)  # raises UnknownToken with suggestions
     info = found.as_dict()  # the lookup's part done before the rows are read
-    _directed(table, [found])
-    return Probe(mean_query(table.vectors, [found.id])[0], {found.id}, info)
+    try:
+        return Probe(mean_query(table.vectors, [found.id])[0], {found.id}, info)
+    except InvalidQuery as exc:
+        raise _undirected(table, [found], exc) from None
 
 
 def _row(table: Table, row: int) -> Probe:
     found = table.resolve_id(row)
-    _directed(table, [found])
-    return Probe(mean_query(table.vectors, [row])[0], {row}, found.as_dict())
+    try:
+        return Probe(mean_query(table.vectors, [row])[0], {row}, found.as_dict())
+    except InvalidQuery as exc:
+        raise _undirected(table, [found], exc) from None
 
 
 def no_direction(named: Sequence[dict[str, Any]]) -> InvalidQuery:
@@ -227,20 +231,20 @@ def no_direction(named: Sequence[dict[str, Any]]) -> InvalidQuery:
     )
 
 
-def _directed(table: Table, found: Sequence[Resolved]) -> None:
-    """Refuse a query of rows that are all zero vectors (an import keeps zero rows): their mean has no direction,
-    and the 422 names them rather than saying that positive and negative rows cancel out."""
-    if not table.vectors[[f.id for f in found]].any():
-        raise no_direction([f.as_dict() for f in found])
+def _undirected(table: Table, found: Sequence[Resolved], error: InvalidQuery) -> InvalidQuery:
+    """The error of a query mean without direction (:func:`mean_query`'s ``error``): when every row ``found`` is a
+    zero vector (an import keeps zero rows), the 422 naming them rather than saying that rows cancel out."""
+    return no_direction([f.as_dict() for f in found]) if not table.vectors[[f.id for f in found]].any() else error
 
 
 def _mean_of(table: Table, positive: Sequence[str], negative: Sequence[str]) -> Probe:
     """gensim ``most_similar``: the normalised mean of the unit rows, positive +1 and negative -1."""
     pos = [table.resolve(t) for t in positive]
     neg = [table.resolve(t) for t in negative]
-    if pos or neg:
-        _directed(table, pos + neg)
-    vector = mean_query(table.vectors, [r.id for r in pos], [r.id for r in neg])[0]
+    try:
+        vector = mean_query(table.vectors, [r.id for r in pos], [r.id for r in neg])[0]
+    except InvalidQuery as exc:
+        raise _undirected(table, pos + neg, exc) if pos or neg else exc from None
     info = {"positive": [r.as_dict() for r in pos], "negative": [r.as_dict() for r in neg]}
     return Probe(vector, {r.id for r in pos + neg}, info)
 

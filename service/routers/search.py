@@ -4,18 +4,16 @@ paging, a score floor and diversity. The engine's door (``index.engine.door``) a
 
 from __future__ import annotations
 
-from typing import Any
-
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
-from index.engine.door import Answer, Result, keyword_statistics
+from index.engine.door import keyword_statistics
 from service import execute, live
 from service.deps import RegistryDep, TableDep
 from service.errors import BODY_ERRORS, responses
 from service.http.fastroute import QueryRoute, plain_body
 from service.plain_search import plain_vector_search
-from service.respond import FastJSON, check_answer_bytes, hits, include, neighbors, results
+from service.respond import FastJSON, Shown, searched
 from service.schemas.keyword_statistics import GatherRequest
 from service.schemas.search import (
     DocumentSearchBatchResponse,
@@ -41,33 +39,16 @@ async def search(request: Request, table: TableDep, registry: RegistryDep, body:
     encoder, delta = None, None
     if table.payload is None:
         queries = body.vector_queries(table.name, table.kind)
-
-        def shape(result: Result) -> dict[str, Any]:
-            shown = neighbors(table, result.hits)  # type: ignore[arg-type]
-            if body.include:  # each hit's row in the whole table (a shard's), its unit vector: in place
-                include(table, result, {"hits": shown}, body.include)
-            return {"neighbors": shown}
-
     else:
         queries = body.document_queries()
         encoder = registry.encoder_of(table)
         delta = live.delta_of(table)  # the documents written since the version, if any: searched beside them
-
-        def shape(result: Result) -> dict[str, Any]:
-            return include(table, result, hits(table, result, body.fields, delta), body.include or (), delta)
-
-    def bounded(answers: list[Answer]) -> None:
-        """The text and vectors the hits carry are bounded before the answer is built."""
-        limit = request.app.state.settings.max_answer_bytes
-        check_answer_bytes(table, answers, body.fields, body.include or (), delta, limit)
-
+    shown = Shown(body.fields, body.include or (), delta, request.app.state.settings.max_answer_bytes)
     if single:
         result = await execute.one(request, table, "search", queries[0], encoder, delta)
-        bounded([result])
-        return FastJSON(shape(result))
+        return FastJSON(searched(table, [result], shown)[0])
     answers = await execute.batch(request, table, "search_batch", queries, encoder, delta)
-    bounded(answers)
-    return FastJSON({"results": results(answers, shape)})
+    return FastJSON({"results": searched(table, answers, shown)})
 
 
 @router.post("/search/statistics", include_in_schema=False)

@@ -20,20 +20,24 @@ from service.schemas.similarity import SimilaritiesResponse, SimilarityParams, S
 router = APIRouter(prefix="/v1/tables/{table}", tags=["similarity"], route_class=QueryRoute)
 
 
-def side(table: Table, token: str, compose: Any) -> tuple[np.ndarray, dict[str, Any]]:
-    """A token's unit vector and its lookup: its row when the table holds it (a zero row stays zero: its cosine
-    with every token is 0, as gensim's), else, with ``compose``, the mean of its tokenizer pieces."""
+def side(table: Table, token: str, compose: Any) -> tuple[int | np.ndarray, dict[str, Any]]:
+    """A token's row and its lookup when the table holds it (a zero row too: its cosine with every token is 0, as
+    gensim's), else, with ``compose``, the unit mean of its tokenizer pieces."""
     found = table.lookup.find(token)
     if found is None:  # composed, or UnknownToken with suggestions
         probed = door.probe(table, Query(token=token, compose=compose))
         return probed.vector, probed.info
-    return table.vectors[found.id], found.as_dict()
+    return found.id, found.as_dict()
 
 
 def pair(table: Table, a: str, b: str, compose: Any) -> tuple[float, dict[str, Any]]:
-    """The cosine of two tokens (``Table.similarity``'s arithmetic) and how each was found."""
+    """The cosine of two tokens (``Table.similarity``) and how each was found."""
     (left, found_a), (right, found_b) = side(table, a, compose), side(table, b, compose)
-    return float(np.dot(left.astype(np.float64), right.astype(np.float64))), {"a": found_a, "b": found_b}
+    info = {"a": found_a, "b": found_b}
+    if isinstance(left, int) and isinstance(right, int):
+        return table.similarity(left, right), info
+    one, other = (table.vectors[s] if isinstance(s, int) else s for s in (left, right))
+    return float(np.dot(one.astype(np.float64), other.astype(np.float64))), info
 
 
 @router.get(

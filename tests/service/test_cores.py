@@ -1,4 +1,5 @@
-"""``cores()``: the CPUs a worker may use, including a container's CPU limit (cgroup v2 ``cpu.max``)."""
+"""``cores()``: the CPUs a worker may use, including a container's CPU limit (cgroup v2 ``cpu.max``; cgroup v1 in
+test_settings.py)."""
 
 from __future__ import annotations
 

@@ -634,10 +634,20 @@ def verify(name: str, data_dir: DataDir = Path("data"), quiet: Quiet = False) ->
         note(f"{path}: {what}")
     from index.store import shardmap
 
-    sharded = shardmap.is_sharded(artifact.read_manifest(directory))
+    manifest = artifact.read_manifest(directory)
+    sharded = shardmap.is_sharded(manifest)
     result = shardmap.verify(directory) if sharded else artifact.verify(directory)
     if not result.ok:
         fail(f"{directory}: " + "; ".join(result.problems))
+    if manifest.get("kind") == "documents" and not sharded:  # the writes a server would replay over it
+        from index.build.compact import check_log
+        from index.store import writelog
+
+        path = writelog.log_path(data_dir, name)
+        try:
+            check_log(directory, path)
+        except (writelog.LogCorrupt, writelog.LogMismatch) as exc:
+            fail(f"{directory}: its write log {path.name} would refuse it: {exc}")
     typer.echo(f"{name}: ok")
 
 

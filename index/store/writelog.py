@@ -349,6 +349,12 @@ def recover(path: Path) -> list[Record]:
     return records
 
 
+def read(path: Path) -> list[Record]:
+    """The good records of the log at ``path`` (none if there is none), read only: a torn tail is left for its
+    writer to cut (:func:`recover`); :class:`LogCorrupt` for a damaged record in the middle."""
+    return _replica_read(path) if path.is_file() else []
+
+
 def _replica_read(path: Path) -> list[Record]:
     """The good records of a log this process may not write; a damaged tail is left for the writer to cut."""
     with _locked(path, os.O_RDONLY, fcntl.LOCK_SH) as fd:

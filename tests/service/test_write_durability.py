@@ -222,6 +222,7 @@ def test_an_older_version_restored_over_a_compacted_log_is_refused(
     shutil.copytree(lee_data_dir / "lee", data / "lee")
     shutil.copytree(data / "lee", tmp_path / "backup")
     append(data, lee_docs, 1, ["g1", "g2", "g3"])
+    assert run_cli("verify", "lee", "--data-dir", data).out == "lee: ok\n"  # the writes follow the version
     assert run_cli("compact", "lee", "--data-dir", data).code == 0  # its version holds 1..3; the log is cut
     append(data, lee_docs, 4, ["g4"])
     shutil.rmtree(data / "lee")
@@ -230,6 +231,9 @@ def test_an_older_version_restored_over_a_compacted_log_is_refused(
         assert ready(server) == 503
         assert real_server.HTTP.get(f"{server.base}/v1/tables/lee/documents/g4").status_code == 503
     assert "writes 1 to 3 are in neither" in server.log()
+    checked = run_cli("verify", "lee", "--data-dir", data)  # verify says what the server says
+    assert checked.code != 0 and "its write log lee.log would refuse it" in checked.err, checked.err
+    assert "writes 1 to 3 are in neither" in checked.err
     refused = run_cli("compact", "lee", "--data-dir", data)  # nor does compact fold g4 into it, losing 1..3
     assert refused.code != 0 and "table 'lee' not compacted (its write log)" in refused.err, refused.err
     assert "writes 1 to 3 are in neither" in refused.err and "Traceback" not in refused.err

@@ -138,6 +138,9 @@ def duration_seconds(value: str) -> float:
     return sum(float(n) * units[u] for n, u in parts)
 
 
+EXIT_SECONDS = 3  # what the compose file leaves the process to exit after its shutdown timeout
+
+
 def test_compose_api_settings_suit_its_read_only_volume_and_its_stop(
     compose: dict, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -152,7 +155,7 @@ def test_compose_api_settings_suit_its_read_only_volume_and_its_stop(
     monkeypatch.setenv("EMBEDDING_DATA_DIR", str(tmp_path))
     settings = Settings()
     assert settings.build_deferred is False, "a deferred build would fail writing to the read-only volume"
-    budget = settings.drain_seconds + settings.shutdown_timeout + 3  # 3 s for the process to exit
+    budget = settings.drain_seconds + settings.shutdown_timeout + EXIT_SECONDS
     assert duration_seconds(api["stop_grace_period"]) >= budget, "SIGKILL before the requests in flight finish"
 
 

@@ -16,6 +16,7 @@ from fastapi.testclient import TestClient
 from gensim.models import KeyedVectors
 
 from index.build.sources import glove_package
+from service.settings import Settings
 from tests.gensim_reference import PARITY_SAMPLE as GOOGLE_SAMPLE
 from tests.gensim_reference import PARITY_TOP5, google_sample
 
@@ -98,8 +99,12 @@ def test_analogy_equals_gensim(
     gensim = kv.most_similar if method == "3cosadd" else kv.most_similar_cosmul
     questions = google[:PARITY_TOP5]
     results = []
-    for start in range(0, len(questions), 50):  # 3CosMul scores every row: 50 x 400,000 is max_scored_rows
-        part = questions[start : start + 50]
+    per_batch = (
+        Settings.model_fields["max_scored_rows"].default
+        // glove_api.app.state.registry.tables[glove_package.DEFAULT_NAME].rows
+    )
+    for start in range(0, len(questions), per_batch):  # 3CosMul scores every row: batches within max_scored_rows
+        part = questions[start : start + per_batch]
         body = {"queries": [{"a": a, "b": b, "c": c} for a, b, c, _ in part], "k": 5, "method": method, "exact": True}
         results += glove_api.post(f"{T}/analogy", json=body).json()["results"]
     differing = 0

@@ -167,8 +167,7 @@ def check_reimport(data_dir: Path, name: str, new: Path) -> None:
         covered = int(artifact.read_manifest(final).get("log_sequence", 0))
     except (UnknownTable, ArtifactError):  # the name holds no table, or a damaged one: nothing is continued
         return
-    path = log_path(data_dir, name)
-    records = [r for r in _replica_read(path) if r.seq > covered] if path.is_file() else []
+    records = [r for r in read(log_path(data_dir, name)) if r.seq > covered]
     found = first_misfit(records, Shape.of(manifest))
     if found is not None:
         record, problem = found

@@ -18,7 +18,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationInfo
 
-from index.engine.door import FLOAT32_MAX, SearchOptions
+from index.engine.door import FLOAT32_MAX, SearchOptions, filters
 
 
 @dataclass(frozen=True)
@@ -248,9 +248,6 @@ DocumentId = Annotated[
 ]
 
 
-MAX_FILTER_DEPTH = 32  # levels of and/or/not, as the engine evaluates them (index.engine.filters)
-
-
 def conditions(spec: Any) -> int:
     """How many conditions a filter holds: one per operator on a field and per and/or/not (each is one pass over
     a column or over the rows' booleans). Counted without recursion, so a filter nested deeper than the engine
@@ -266,8 +263,8 @@ def conditions(spec: Any) -> int:
             for key, value in node.items():
                 if key not in ("and", "or", "not"):
                     count += len(value) if isinstance(value, dict) and value else 1
-                elif depth == MAX_FILTER_DEPTH:
-                    raise ValueError(f"a filter nests at most {MAX_FILTER_DEPTH} levels of and/or/not")
+                elif depth == filters.MAX_DEPTH:  # as deep as the engine evaluates them
+                    raise ValueError(f"a filter nests at most {filters.MAX_DEPTH} levels of and/or/not")
                 else:
                     count += 1
                     pending.append((value, depth + 1))

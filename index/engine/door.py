@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, NamedTuple, cast
+from typing import Any, Literal, NamedTuple, cast
 
 import numpy as np
 
@@ -167,6 +167,8 @@ __all__ = [
     "reaching",
     "rrf",
     "run",
+    "similarities",
+    "similarity",
     "split",
     "suggestion_part",
     "summed_statistics",
@@ -193,7 +195,7 @@ class Probe:
 
 
 # ---------------------------------------------------------------------------------------- inputs to vectors
-def _word(table: Table, text: str, compose: str | None) -> Probe:
+def _word(table: Table, text: str, compose: Literal["mean"] | None) -> Probe:
     """One word: its row if the table has it, else (with ``compose="mean"``) the mean of its tokenizer pieces."""
     found = table.lookup.find(text)
     if found is None and compose == "mean":
@@ -357,6 +359,49 @@ def probe(table: Table, query: Query, encoder: Table | None = None, delta: Delta
     if query.text is not None:
         return _text(table, encoder, query.text)
     raise InvalidQuery("a query needs an input: a token, id, vector, positive/negative examples or text")
+
+
+def similarity(table: Table, a: str, b: str, compose: Literal["mean"] | None = None) -> tuple[float, dict[str, Any]]:
+    """gensim ``similarity``: the cosine of two tokens (:meth:`Table.similarity` of their rows; a zero row's is 0),
+    a token the table does not hold composed from its tokenizer pieces with ``compose``; and how each was found."""
+    (left, found_a), (right, found_b) = _side(table, a, compose), _side(table, b, compose)
+    info = {"a": found_a, "b": found_b}
+    if isinstance(left, int) and isinstance(right, int):
+        return table.similarity(left, right), info
+    one, other = (table.vectors[s] if isinstance(s, int) else s for s in (left, right))
+    return float(np.dot(one.astype(np.float64), other.astype(np.float64))), info
+
+
+def similarities(
+    table: Table, pairs: Sequence[Sequence[str]], compose: Literal["mean"] | None = None
+) -> list[float | EmbeddingError]:
+    """The cosine of each pair of tokens, or its error (an unknown token); plain rows scored together."""
+    out: list[float | EmbeddingError] = []
+    rows: list[tuple[int, int, int]] = []  # (position, row a, row b) of the pairs of rows, scored at once
+    for position, (a, b) in enumerate(pairs):
+        try:
+            if compose is None:
+                rows.append((position, table.resolve(a).id, table.resolve(b).id))
+                out.append(0.0)
+            else:
+                out.append(similarity(table, a, b, compose)[0])
+        except EmbeddingError as exc:
+            out.append(exc)
+    if rows:
+        positions, left, right = (list(column) for column in zip(*rows, strict=True))
+        for position, value in zip(positions, table.similarities(left, right).tolist(), strict=True):
+            out[position] = value
+    return out
+
+
+def _side(table: Table, token: str, compose: Literal["mean"] | None) -> tuple[int | np.ndarray, dict[str, Any]]:
+    """A token's row and its lookup when the table holds it (a zero row too: its cosine with every token is 0, as
+    gensim's), else, with ``compose``, the unit mean of its tokenizer pieces."""
+    found = table.lookup.find(token)
+    if found is None:  # composed, or UnknownToken with suggestions
+        probed = probe(table, Query(token=token, compose=compose))
+        return probed.vector, probed.info
+    return found.id, found.as_dict()
 
 
 # ------------------------------------------------------------------------------------------- mode rules

@@ -139,6 +139,8 @@ def create_app(settings: Settings) -> FastAPI:
     app.router.routes[:0] = routes
     front = scatter.Front(front_settings())  # sharded tables answered by their shards' servers
     app.state.front = front
+    if front.tables:
+        app.add_middleware(scatter.ClientKey)  # the client's key for the shard requests
     app.router.routes[:0] = [*(scatter.route(front, name) for name in front.tables), *scatter.elsewhere(front, routes)]
     app.router.routes[:0] = [route for name in front.tables for route in scatter_writes.routes(front, name)]
     app.state.api_routes = [route for route in routes if isinstance(route, APIRoute)]

@@ -26,8 +26,8 @@ the shard that owns it (``index.store.shardmap.shard_of_id``), averaged by the e
 (``index.engine.door.unit_mean``); the shards are asked that vector, as many hits deeper as it has documents,
 which the merge leaves out (the whole table leaves a query's documents out).
 
-Every shard request carries the client's ``X-API-Key`` (:data:`CLIENT_KEY`, set by each route from its
-request); a shard that refuses it (401, 403) has not answered: the front took the key, its shards must too.
+Every shard request carries the client's ``X-API-Key`` (:data:`CLIENT_KEY`, kept by the :class:`ClientKey`
+middleware); a shard that refuses it (401, 403) has not answered: the front took the key, its shards must too.
 A shard that does not answer (refused, failed, or past its deadline) fails the search (503 ``shard_unavailable``,
 504 ``shard_timeout``), unless ``EMBEDDING_PARTIAL=true``: then the answer merges the shards that answered and
 says which did not (``partial``). A shard's own 4xx (a bad filter, a text with no known word, an unknown
@@ -60,8 +60,10 @@ import orjson
 from fastapi import Request
 from fastapi.routing import APIRoute
 from pydantic import ValidationError
+from starlette.datastructures import Headers
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from index.engine.door import (
     LISTS,
@@ -92,7 +94,7 @@ WRITTEN = 1 << 61  # the merge's order of a shard's written documents: after eve
 TABLE = "/v1/tables/{table}"  # the table routes' prefix
 ASKED = ("row", "vector")  # what a shard's hits carry for the front (``include``): the order and MMR's rows
 KEY_HEADER = "x-api-key"
-# The client's API key, set by each route of the front from its request: every shard request carries it.
+# The client's API key, kept by the front's middleware from each request: every shard request carries it.
 CLIENT_KEY: ContextVar[str | None] = ContextVar("client_key", default=None)
 REFUSED_KEY = (401, 403)  # a shard refusing the key the front took: the deployment's fault, not the request's
 
@@ -139,9 +141,17 @@ def refusal_text(refused: ShardRefused) -> str:
         return refused.body[:200].decode("utf-8", "replace")
 
 
-def forward_key(request: Request) -> None:
-    """The client's API key (``X-API-Key``) for every shard request this request makes."""
-    CLIENT_KEY.set(request.headers.get(KEY_HEADER))
+class ClientKey:
+    """The front's middleware: the client's API key (``X-API-Key``) kept for every shard request the request
+    makes (:data:`CLIENT_KEY`)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            CLIENT_KEY.set(Headers(scope=scope).get(KEY_HEADER))
+        await self.app(scope, receive, send)
 
 
 class Front:
@@ -496,7 +506,6 @@ def route(front: Front, name: str) -> APIRoute:
             return item_error(exc)
 
     async def search(request: Request, body: SearchRequest) -> Response:
-        forward_key(request)
         given = body.model_dump(exclude_unset=True, mode="json")
         if await kind(front, name) == WORDS:  # a documents table's fields are a 422, as on the whole table
             words_only(name, WORDS, body.model_fields_set)

@@ -48,7 +48,7 @@ from index.errors import InvalidQuery, UnknownToken
 from service.errors import item_error
 from service.http.fastroute import parse_query
 from service.respond import FastJSON
-from service.scatter import Front, ShardFailed, ShardRefused, failed, forward_key, kind
+from service.scatter import Front, ShardFailed, ShardRefused, failed, kind
 from service.scatter_words import WORDS, nearest, query_of, query_vector, resolved, vector_body
 from service.schemas.analogy import AnalogyQuery, AnalogyRequest
 from service.schemas.common import LIMITS
@@ -313,7 +313,6 @@ def routes(front: Front, name: str, refuse: Refuse) -> list[Route]:
         return out
 
     async def neighbors_get(request: Request) -> Response:
-        forward_key(request)
         if not await is_words():
             return await refuse(request)
         params = parse_query(request, NeighborsParams)
@@ -326,7 +325,6 @@ def routes(front: Front, name: str, refuse: Refuse) -> list[Route]:
         return FastJSON(answer)
 
     async def neighbors_post(request: Request, body: NeighborsRequest) -> Response:
-        forward_key(request)
         if not await is_words():
             return await refuse(request)
         check_options(name, body.restrict, body.compose)
@@ -350,7 +348,6 @@ def routes(front: Front, name: str, refuse: Refuse) -> list[Route]:
         return FastJSON({"results": await bounded(map(each, body.queries))})
 
     async def similarity_get(request: Request) -> Response:
-        forward_key(request)
         if not await is_words():
             return await refuse(request)
         params = parse_query(request, SimilarityParams)
@@ -365,7 +362,6 @@ def routes(front: Front, name: str, refuse: Refuse) -> list[Route]:
         return FastJSON({"a": params.a, "b": params.b, "similarity": value, "query": info})
 
     async def similarity_post(request: Request, body: SimilarityRequest) -> Response:
-        forward_key(request)
         if not await is_words():
             return await refuse(request)
         check_options(name, None, body.compose)
@@ -418,7 +414,6 @@ def routes(front: Front, name: str, refuse: Refuse) -> list[Route]:
         return {"query": info, "neighbors": await words.analogy([a, b, c], own, k, method)}
 
     async def analogy(request: Request, body: AnalogyRequest) -> Response:
-        forward_key(request)
         if not await is_words():
             return await refuse(request)
         check_options(name, body.restrict)

@@ -7,8 +7,9 @@
   much as a frequent one), each times its weight when the table has per-token weights (a model2vec model's
   ``weights``), then scaled to unit length. A model2vec model's ``max_length`` keeps that many pieces a text
   (after cutting the text to ``max_length`` x the median label length in characters), as model2vec does.
-- Word tables (``kind == "words"``): the text's lower-cased Unicode word tokens (``\\w+``), each the row of
-  exactly that label, else of its case-folded match; words not in the table are counted as unknown. ``sif``
+- Word tables (``kind == "words"``): the text's words (:func:`split_words`: lower-cased, NFC, runs of word
+  characters and combining marks, as the keyword index cuts them), each the row of exactly that label, else of
+  its case-folded match; words not in the table are counted as unknown. ``sif``
   (Arora, Liang and Ma 2017, "A simple but tough-to-beat baseline for sentence embeddings"): the mean of the
   original rows weighted a / (a + p(w)), minus its projection on the table's common component (the first
   principal component of a reference corpus's such vectors, computed by ``embedding-index sif``, see
@@ -26,9 +27,11 @@ its :class:`index.engine.transformer_encoder.TransformerEncoder`, which answers 
 from __future__ import annotations
 
 import re
+import sys
+import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cache, cached_property
 from itertools import chain
 from typing import TYPE_CHECKING, Any
 
@@ -73,9 +76,28 @@ class NoKnownWord(InvalidQuery):
 SHOWN_WORDS = 10  # unknown words a message names
 
 
+@cache
+def _word_with_marks() -> re.Pattern[str]:
+    """``\\w+`` that keeps combining marks (Unicode class M) inside a word, as the keyword index cuts words
+    (Python's ``\\w`` has none: it would cut ``हिन्दी`` into ``ह``, ``न`` and ``द``); built on first use."""
+    marks = [c for c in range(sys.maxunicode + 1) if unicodedata.category(chr(c))[0] == "M"]
+    starts = [c for i, c in enumerate(marks) if i == 0 or marks[i - 1] != c - 1]
+    ends = [c for i, c in enumerate(marks) if i == len(marks) - 1 or marks[i + 1] != c + 1]
+    ranges = "".join(f"{chr(a)}-{chr(b)}" for a, b in zip(starts, ends, strict=True))
+    return re.compile(f"[\\w{ranges}]+")
+
+
+def split_words(text: str) -> list[str]:
+    """A word table's words of ``text``: lower-cased, composed (NFC: a decomposed ``café`` is the label ``café``),
+    runs of word characters and combining marks."""
+    if text.isascii():
+        return WORD.findall(text.lower())
+    return _word_with_marks().findall(unicodedata.normalize("NFC", text.lower()))
+
+
 def words_of(text: str) -> list[str]:
-    """The text's distinct words, lower-cased, as a word table's encoder looks them up (else its symbols)."""
-    return list(dict.fromkeys(WORD.findall(text.lower()) or text.split()))
+    """The text's distinct words, as a word table's encoder looks them up (else its symbols)."""
+    return list(dict.fromkeys(split_words(text) or text.split()))
 
 
 def no_known_word(label: str, content: str, whose: str, **details: Any) -> NoKnownWord:
@@ -205,7 +227,7 @@ class Encoder:
         return self._token_pieces(texts) if self.table.kind == "tokens" else self._word_pieces(texts)
 
     def _word_pieces(self, texts: list[str]) -> Pieces:
-        words = [WORD.findall(text.lower()) for text in texts]
+        words = [split_words(text) for text in texts]
         lengths = np.fromiter(map(len, words), dtype=np.int64, count=len(texts))
         flat = list(chain.from_iterable(words))
         distinct = list(dict.fromkeys(flat))

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import base64
 import shutil
+import unicodedata
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -176,6 +177,13 @@ def test_openai_client_default_format_and_one_string(oai: openai.OpenAI, tables:
     assert len(answer.data) == 1 and len(answer.data[0].embedding) == 50
     expected = Encoder(tables["glove"]).encode(TEXTS[:1]).vectors[0]
     np.testing.assert_array_equal(np.float32(answer.data[0].embedding), expected)
+
+
+def test_decomposed_text_embeds_as_composed(oai: openai.OpenAI) -> None:
+    """Text typed decomposed (``i`` and U+0308, as macOS and some PDFs write it) is the same words."""
+    text = "a naïve résumé from Zürich"
+    answer = oai.embeddings.create(model="glove", input=[text, unicodedata.normalize("NFD", text)])
+    assert answer.data[0].embedding == answer.data[1].embedding and answer.usage.prompt_tokens == 10
 
 
 def test_raw_http_answer(server: real_server.Server, tables: dict[str, Table]) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import re
 import shutil
+import unicodedata
 from collections import Counter
 from pathlib import Path
 
@@ -387,6 +388,28 @@ def test_cased_table_matches_words_case_folded(data_dir: Path, glove_raw: RawTab
     assert encoded.tokens == [4, 4] and encoded.unknown == [0, 0]
     np.testing.assert_allclose(encoded.vectors[0], encoded.vectors[1], atol=1e-7)
     assert not Encoder(Table.load(data_dir / "lee-words")).cased
+
+
+def test_words_keep_their_marks_and_are_composed(data_dir: Path, glove_raw: RawTable) -> None:
+    """A word is its letters and combining marks (``हिन्दी`` is one word, not ``ह``, ``न`` and ``द``), looked up
+    composed: ``café`` typed decomposed (``e`` and U+0301) is the label ``café``, not ``cafe``."""
+    labels = ["हिन्दी", "भारत", "café", "cafe", "naïve", "the"]
+    rows = [glove_raw.tokens.index(w) for w in ("hindi", "india", "restaurant", "coffee", "innocent", "the")]
+    build_table(
+        RawTable(tokens=labels, matrix=glove_raw.matrix[rows].copy()),
+        data_dir=data_dir,
+        name="marks",
+        source={"format": "test"},
+    )
+    encoder = Encoder(Table.load(data_dir / "marks"))
+    texts = ["हिन्दी भारत", "the café", "naïve", "the cafe"]
+    decomposed = [unicodedata.normalize("NFD", text) for text in texts]
+    encoded = encoder.encode([*texts, *decomposed], "mean")
+    assert encoded.tokens == [2, 2, 1, 2] * 2 and encoded.unknown == [0] * 8
+    np.testing.assert_array_equal(encoded.vectors[:4], encoded.vectors[4:])
+    means = [unit(glove_raw.matrix[[rows[a], rows[b]]].astype(np.float64).mean(0)) for a, b in ((0, 1), (5, 2))]
+    np.testing.assert_allclose(encoded.vectors[:2], means, atol=1e-6)
+    assert not np.allclose(encoded.vectors[1], encoded.vectors[3])
 
 
 def test_word_lookup_in_bulk_equals_one_by_one(glove: Table) -> None:

@@ -45,13 +45,18 @@ class EmbedResponse(BaseModel):
 
 
 # ------------------------------------------------------------------------------ OpenAI-compatible
+def _token_ids(value: Any) -> bool:
+    """Whether ``value`` is token ids: an integer (not a boolean), or a non-empty list of them."""
+    if isinstance(value, list):
+        return bool(value) and all(type(item) is int for item in value)
+    return type(value) is int
+
+
 def _text_input(value: Any) -> Any:
-    """OpenAI's ``input`` is a text or texts here: token ids (integers, or lists of them) are refused by name."""
-    items = value if isinstance(value, list) else [value]
-    if any(isinstance(item, int | list) for item in items):
+    """OpenAI's ``input`` is a text or texts here: token ids (integers, or lists of them) are refused by name; any
+    other value is validated as text (an empty one is named by its place: ``input.2``)."""
+    if _token_ids(value) or (isinstance(value, list) and any(map(_token_ids, value))):
         raise ValueError("token-id input (integers, or lists of them) is not accepted: send text, a string or strings")
-    if not items or "" in items:
-        raise ValueError("input must not be empty, nor hold an empty string")
     return value
 
 

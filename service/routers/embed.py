@@ -16,7 +16,7 @@ from starlette.responses import Response
 
 from index.engine.door import Encoded, Table, check_known, embeds_text, encoder_for
 from index.errors import EmbeddingError, InvalidQuery
-from service.deps import NAME_SCHEMA, RegistryDep, TableDep, get_registry, table_named
+from service.deps import NAME_SCHEMA, RegistryDep, TableDep, table_named
 from service.errors import BODY_ERRORS, ERRORS, ApiError, responses
 from service.execute import compute
 from service.respond import FastJSON
@@ -62,7 +62,11 @@ ModelName = Annotated[str, Path(description="a table's name", max_length=64, jso
 
 
 async def model_table(request: Request, model: ModelName) -> Table:
-    return await table_named(request, model)  # the registry checks the name: 422 for one that is no table name
+    """The table ``model`` names; the registry checks the name: 422 for one that is no table name (param model)."""
+    try:
+        return await table_named(request, model)
+    except InvalidQuery as exc:
+        raise ApiError(exc.code, exc.message, param="model") from None
 
 
 def openai_responses(*codes: str) -> dict[int | str, dict[str, Any]]:
@@ -77,7 +81,7 @@ def openai_responses(*codes: str) -> dict[int | str, dict[str, Any]]:
     summary="OpenAI-compatible embeddings: model is a table's name, input a text or texts",
 )
 async def create_embeddings(request: Request, body: OpenAIEmbeddingsRequest) -> Response:
-    table = (await get_registry(request)).get(body.model)
+    table = await model_table(request, body.model)
     try:  # first: a table that embeds no text is the model's fault, whatever the dimensions asked
         encoder = encoder_for(table)
     except InvalidQuery as exc:

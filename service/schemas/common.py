@@ -279,12 +279,13 @@ PairBatch = Annotated[
 ]
 
 
+TABLE_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_-]*(?:\.[A-Za-z0-9_-]+)*\.?$"  # what check_name accepts
 TableNameField = Annotated[
     str,
     Field(
         min_length=1,
         max_length=64,
-        pattern=r"^[A-Za-z0-9][A-Za-z0-9_-]*(?:\.[A-Za-z0-9_-]+)*\.?$",
+        pattern=TABLE_NAME_PATTERN,
         description="table name, as listed by GET /v1/tables",
     ),
 ]

@@ -10,7 +10,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 from index.engine.door import Pooling
-from service.schemas.common import CHECK_BATCH, STRICT, TableNameField, Whole, batch_of
+from service.schemas.common import CHECK_BATCH, STRICT, TABLE_NAME_PATTERN, Whole, batch_of
 
 POOLING_HELP = (
     "word tables: 'sif' (SIF-weighted mean, common component removed; the default once `embedding-index sif` "
@@ -65,12 +65,25 @@ OpenAIInput = Annotated[
 ]
 
 
+# Checked by the registry, as a path's table name is (the pattern is the OpenAPI document's): a name that is no
+# table name (``BAAI/bge-small-en-v1.5``) is a 422 that says what a table name is, not a regular expression.
+ModelField = Annotated[
+    str,
+    Field(
+        min_length=1,
+        max_length=64,
+        json_schema_extra={"pattern": TABLE_NAME_PATTERN},
+        description="a table's name (GET /v1/models lists those that embed text)",
+    ),
+]
+
+
 class OpenAIEmbeddingsRequest(BaseModel):
     """OpenAI's embeddings request; ``model`` names a table."""
 
     model_config = ConfigDict(strict=True, extra="forbid")
 
-    model: TableNameField
+    model: ModelField
     input: OpenAIInput
     encoding_format: Literal["float", "base64"] = Field(
         "float", description="float: lists of numbers; base64: each vector's little-endian float32 bytes"

@@ -213,6 +213,8 @@ def openai_error(exc: openai.APIStatusError) -> dict:
     ("kwargs", "kind", "param", "code", "message"),
     [
         ({"model": "glovee", "input": "a"}, "NotFoundError", "model", "model_not_found", "no table named 'glovee'"),
+        ({"model": "BAAI/bge-small-en-v1.5", "input": "a"}, "UnprocessableEntityError", "model", "invalid_request",
+         "invalid table name 'BAAI/bge-small-en-v1.5': use 1-64 letters, digits"),
         ({"model": "glove", "input": [[1, 2, 3]]}, "UnprocessableEntityError", "input", "invalid_request", "token-id"),
         ({"model": "glove", "input": [1, 2, 3]}, "UnprocessableEntityError", "input", "invalid_request", "token-id"),
         ({"model": "glove", "input": ["heart", "qqqzx"]}, "UnprocessableEntityError", "input[1]", "invalid_request",
@@ -241,6 +243,14 @@ def test_openai_errors_in_openais_shape(
     error = openai_error(caught.value)
     assert (error["type"], error["param"], error["code"]) == ("invalid_request_error", param, code)
     assert message in error["message"] and message in str(caught.value)
+
+
+def test_a_model_that_is_no_table_name_is_named(oai: openai.OpenAI) -> None:
+    with pytest.raises(openai.UnprocessableEntityError) as caught:
+        oai.models.retrieve("nomic-embed-text:latest")
+    error = openai_error(caught.value)
+    assert (error["param"], error["code"]) == ("model", "invalid_request")
+    assert "invalid table name 'nomic-embed-text:latest': use 1-64 letters" in error["message"]
 
 
 def test_errors_before_the_route_are_in_openais_shape_too(data_dir: Path) -> None:

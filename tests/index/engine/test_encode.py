@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import re
 import shutil
+import tomllib
 import unicodedata
 from collections import Counter
 from pathlib import Path
@@ -32,6 +33,7 @@ from index.engine.table import Table
 from index.errors import InputError, InvalidQuery
 from index.store import artifact
 from index.store.tokens import WEIGHTS
+from tests import REPO
 from tests.cli import run_index
 from tests.minilm import MINILM, MINILM_TENSOR, SPECIALS, minilm_dir
 from tests.vectors import unit
@@ -472,3 +474,10 @@ def test_the_tables_that_embed_text_are_those_with_an_encoder(glove: Table, mini
         assert encoder_for(table).encode(["the heart"]).vectors.shape == (1, table.dim)
     with pytest.raises(InvalidQuery, match="text is embedded with a word or model table"):
         encoder_for(documents)
+
+
+def test_the_declared_tokenizers_has_the_batch_call_the_encoders_make() -> None:
+    """``Tokenizer.encode_batch_fast`` came with tokenizers 0.20: an older one installed would fail every text."""
+    declared = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]
+    lowest = next(re.fullmatch(r"tokenizers>=(\d+)\.(\d+)\S*", d) for d in declared if d.startswith("tokenizers"))
+    assert lowest is not None and (int(lowest[1]), int(lowest[2])) >= (0, 20)

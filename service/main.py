@@ -65,6 +65,20 @@ def settings_problem(read: Callable[[], object]) -> str:
     return ""
 
 
+def listen_problem(host: str, port: int) -> str:
+    """Why ``host:port`` cannot be listened on (in use, an address of no interface here, a name that does not
+    resolve), bound as uvicorn binds it; "" when it can. uvicorn would say so only once the tables are loaded."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET  # uvicorn's rule
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError as exc:  # socket.gaierror included
+            address = f"[{host}]:{port}" if family == socket.AF_INET6 else f"{host}:{port}"
+            return f"cannot listen on {address}: {exc.strerror or exc}"
+    return ""
+
+
 def threads_per_worker() -> int:
     """EMBEDDING_THREADS, else OMP_NUM_THREADS, else 1: a worker answers concurrent requests on several threads,
     and BLAS threads per request would fight over the cores (concurrent exact queries slow down by orders of
@@ -146,6 +160,10 @@ def _main(argv: list[str] | None) -> int:
     from service.shard_settings import front_settings  # here: a front's check loads numpy, which reads them
 
     problem = settings_problem(front_settings)  # EMBEDDING_SHARDS, ...: checked here, not in every worker
+    if problem:
+        print(f"embedding-serve: {problem}", file=sys.stderr)
+        return 2
+    problem = listen_problem(args.host, args.port)  # before the tables load, which can take minutes
     if problem:
         print(f"embedding-serve: {problem}", file=sys.stderr)
         return 2

@@ -7,6 +7,7 @@ import logging
 import mmap
 import os
 import shutil
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -105,6 +106,25 @@ def test_embedding_serve_exits_non_zero_on_bad_settings(
     clean_env.delenv("EMBEDDING_THREADS")  # the option is passed on as the variable
     assert serve.main(["--data-dir", ""]) == 2  # not the working directory
     assert "EMBEDDING_DATA_DIR: is empty" in capsys.readouterr().err
+
+
+def test_a_port_it_cannot_listen_on_stops_it_before_the_tables_load(
+    clean_env: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A port in use, or an address of no interface here: one line and exit 2 at once, not uvicorn's error line
+    among others once every table is loaded (minutes for large ones), with one worker or several."""
+    loaded: list[object] = []
+    clean_env.setattr(serve, "start_deferred_builds", loaded.append)  # what comes after the check
+    refused = "embedding-serve: cannot listen on {}:{}: {}\n"
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = taken.getsockname()[1]
+        for workers in ("1", "2"):
+            assert serve.main(["--data-dir", str(tmp_path), "--port", str(port), "--workers", workers]) == 2
+            assert capsys.readouterr().err == refused.format("127.0.0.1", port, "Address already in use")
+    assert serve.main(["--data-dir", str(tmp_path), "--host", "192.0.2.1", "--port", str(port)]) == 2  # TEST-NET-1
+    assert capsys.readouterr().err == refused.format("192.0.2.1", port, "Cannot assign requested address")
+    assert loaded == []
+    assert serve.listen_problem("127.0.0.1", port) == ""  # free again
 
 
 def test_a_data_dir_this_user_cannot_read_is_refused(clean_env: pytest.MonkeyPatch, tmp_path: Path) -> None:

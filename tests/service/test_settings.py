@@ -70,6 +70,8 @@ def test_settings_from_the_environment(clean_env: pytest.MonkeyPatch, tmp_path: 
         ("EMBEDDING_MAX_SCORED_ROWS", "0", "EMBEDDING_MAX_SCORED_ROWS"),
         ("EMBEDDING_MAX_ANSWER_BYTES", "-1", "EMBEDDING_MAX_ANSWER_BYTES"),
         ("EMBEDDING_CORS_ORIGINS", "example.com", "EMBEDDING_CORS_ORIGINS"),
+        ("EMBEDDING_CORS_ORIGINS", "http://localhost:99999", "EMBEDDING_CORS_ORIGINS"),
+        ("EMBEDDING_CORS_ORIGINS", "https://", "EMBEDDING_CORS_ORIGINS"),
         ("EMBEDDING_LOG_FORMAT", "xml", "EMBEDDING_LOG_FORMAT"),
         ("EMBEDDING_THREADS", "0", "EMBEDDING_THREADS"),
         ("EMBEDDING_VERIFY_CHECKSUMS", "maybe", "EMBEDDING_VERIFY_CHECKSUMS"),
@@ -245,6 +247,31 @@ def test_cors_closed_unless_configured(small_data_dir: Path) -> None:
         delete = {**preflight, "access-control-request-method": "DELETE"}  # DELETE .../documents/{id}, a write
         allowed = client.options("/v1/tables/small/documents/x", headers=delete)
         assert allowed.status_code == 200 and "DELETE" in allowed.headers["access-control-allow-methods"]
+
+
+@pytest.mark.parametrize(
+    ("written", "sent"),
+    [
+        ("https://app.example/", "https://app.example"),
+        ("https://app.example/page", "https://app.example"),
+        ("https://App.Example", "https://app.example"),
+        ("https://app.example:443", "https://app.example"),
+        ("http://localhost:80", "http://localhost"),
+        ("http://user@localhost:5500", "http://localhost:5500"),
+    ],
+)
+def test_a_cors_origin_no_browser_sends_is_refused(tmp_path: Path, written: str, sent: str) -> None:
+    """Origins are compared as browsers send them (scheme://host[:port], lower case, no default port): one written
+    otherwise would leave CORS closed without a word. Refused at start-up, naming the form that matches."""
+    with pytest.raises(ValidationError) as info:
+        Settings(data_dir=tmp_path, cors_origins=[written])
+    line = describe_error(info.value)
+    assert line.startswith("invalid settings: EMBEDDING_CORS_ORIGINS: ") and f"write it {sent!r}" in line, line
+    with client_for(data_dir=tmp_path, cors_origins=[sent]) as client:  # what a browser on that page sends
+        allowed = client.get("/healthz", headers={"origin": sent})
+        assert allowed.headers["access-control-allow-origin"] == sent
+    origins = ["http://[::1]:5500", "http://localhost:5500", "https://app.example", "*"]
+    assert Settings(data_dir=tmp_path, cors_origins=origins).cors_origins == origins
 
 
 async def connected() -> dict[str, object]:

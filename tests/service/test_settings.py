@@ -6,6 +6,7 @@ import json
 import logging
 import mmap
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -20,14 +21,17 @@ from fastapi.testclient import TestClient
 from pydantic import ValidationError
 from starlette.requests import Request
 
+from service import indexing
 from service import main as serve
 from service.app import create_app
 from service.execute import compute
 from service.logs import JsonFormatter
-from service.settings import Settings, cores, describe_error
+from service.settings import INTERNAL_VARIABLES, SUPERVISOR_VARIABLE, Settings, cores, describe_error
+from tests import REPO
 from tests.service.conftest import client_for
 
 SETTINGS_VARIABLES = [f"EMBEDDING_{name.upper()}" for name in Settings.model_fields]
+README = (REPO / "README.md").read_text()
 
 
 @pytest.fixture
@@ -110,6 +114,11 @@ def test_embedding_serve_exits_non_zero_on_bad_settings(
     assert "EMBEDDING_DATA_DIR: is empty" in capsys.readouterr().err
 
 
+def errors(capsys: pytest.CaptureFixture[str]) -> list[str]:
+    """The lines on stderr but warnings (of the variables the tests' environment may hold: EMBEDDING_TEST_CACHE)."""
+    return [line for line in capsys.readouterr().err.splitlines() if not line.startswith("embedding-serve: warning")]
+
+
 def test_a_port_it_cannot_listen_on_stops_it_before_the_tables_load(
     clean_env: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -117,16 +126,55 @@ def test_a_port_it_cannot_listen_on_stops_it_before_the_tables_load(
     among others once every table is loaded (minutes for large ones), with one worker or several."""
     loaded: list[object] = []
     clean_env.setattr(serve, "start_deferred_builds", loaded.append)  # what comes after the check
-    refused = "embedding-serve: cannot listen on {}:{}: {}\n"
+    refused = "embedding-serve: cannot listen on {}:{}: {}"
     with socket.create_server(("127.0.0.1", 0)) as taken:
         port = taken.getsockname()[1]
         for workers in ("1", "2"):
             assert serve.main(["--data-dir", str(tmp_path), "--port", str(port), "--workers", workers]) == 2
-            assert capsys.readouterr().err == refused.format("127.0.0.1", port, "Address already in use")
+            assert errors(capsys) == [refused.format("127.0.0.1", port, "Address already in use")]
     assert serve.main(["--data-dir", str(tmp_path), "--host", "192.0.2.1", "--port", str(port)]) == 2  # TEST-NET-1
-    assert capsys.readouterr().err == refused.format("192.0.2.1", port, "Cannot assign requested address")
+    assert errors(capsys) == [refused.format("192.0.2.1", port, "Cannot assign requested address")]
     assert loaded == []
     assert serve.listen_problem("127.0.0.1", port) == ""  # free again
+
+
+def test_a_variable_that_is_no_setting_is_named_at_start_up(
+    clean_env: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The settings ignore other EMBEDDING_* variables: a misspelt one is named, with the setting meant."""
+    clean_env.setenv("EMBEDDING_READ_KEY", "s3cret-read-key")  # ignored: every read would stay open
+    clean_env.setenv("EMBEDDING_MAXK", "5")
+    clean_env.setenv("embedding_max_k", "5")  # a setting: their names are not case-sensitive
+    clean_env.setenv(SUPERVISOR_VARIABLE, "1")  # embedding-serve's own
+    with socket.create_server(("127.0.0.1", 0)) as taken:  # and then the start-up stops, at its port
+        assert serve.main(["--data-dir", str(tmp_path), "--port", str(taken.getsockname()[1])]) == 2
+    warnings = [line for line in capsys.readouterr().err.splitlines() if "warning" in line]
+    ignored = "embedding-serve: warning: {} is not a setting of embedding-serve and is ignored (did you mean {}?)"
+    assert ignored.format("EMBEDDING_MAXK", "EMBEDDING_MAX_K") in warnings
+    assert ignored.format("EMBEDDING_READ_KEY", "EMBEDDING_READ_API_KEY") in warnings
+    assert not [line for line in warnings if "max_k " in line or SUPERVISOR_VARIABLE in line or "s3cret" in line]
+    assert indexing.STATUS_VARIABLE in INTERNAL_VARIABLES
+    for name in Settings.model_fields:  # every setting is documented, by its variable
+        assert f"`EMBEDDING_{name.upper()}`" in README, name
+
+
+def test_help_says_which_variable_each_option_overrides(capsys: pytest.CaptureFixture[str]) -> None:
+    """An option that overrides a setting names its variable; the others are said to be options only."""
+    with pytest.raises(SystemExit):
+        serve.main(["--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    actions = [action for action in serve.parser()._actions if action.dest != "help"]
+    overriding = {action.option_strings[0]: re.findall(r"EMBEDDING_\w+", action.help or "") for action in actions}
+    assert {option for option, named in overriding.items() if not named} == {
+        "--host",
+        "--port",
+        "--workers",
+        "--no-access-log",
+    }
+    assert "--host, --port, --workers and --no-access-log are options only" in text
+    for option, named in overriding.items():
+        assert named in ([], [f"EMBEDDING_{option[2:].replace('-', '_').upper()}"]), option
+    assert set(re.findall(r"EMBEDDING_\w+", text)) <= set(SETTINGS_VARIABLES)
 
 
 def test_a_data_dir_this_user_cannot_read_is_refused(clean_env: pytest.MonkeyPatch, tmp_path: Path) -> None:

@@ -239,6 +239,13 @@ class Settings(BaseSettings):
             raise ValueError("is empty: name a directory (the default is ./data)")
         return value
 
+    @field_validator("cache_dir", mode="before")
+    @classmethod
+    def _cache_dir_given(cls, value: Any) -> Any:
+        if isinstance(value, str) and not value.strip():  # EMBEDDING_CACHE_DIR= (empty): the default, not "."
+            return None
+        return value
+
     @field_validator("data_dir")
     @classmethod
     def _data_dir_exists(cls, value: Path) -> Path:

@@ -61,6 +61,17 @@ def test_settings_from_the_environment(clean_env: pytest.MonkeyPatch, tmp_path: 
     assert settings.verify_checksums is True and settings.threads is None
 
 
+def test_an_empty_cache_dir_is_the_default_not_the_working_directory(
+    clean_env: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    clean_env.setenv("EMBEDDING_DATA_DIR", str(tmp_path))
+    for empty in ("", " "):  # as a compose file or a ConfigMap leaves it
+        clean_env.setenv("EMBEDDING_CACHE_DIR", empty)
+        assert Settings().cache_dir is None  # <data_dir>/.cache (Path("") would be ".")
+    clean_env.setenv("EMBEDDING_CACHE_DIR", str(tmp_path / "layouts"))
+    assert Settings().cache_dir == tmp_path / "layouts"
+
+
 @pytest.mark.parametrize(
     ("variable", "value", "named"),
     [

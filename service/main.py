@@ -23,7 +23,7 @@ import signal
 import socket
 import sys
 import tempfile
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, MutableMapping
 from types import FrameType
 from typing import Any
 
@@ -87,6 +87,22 @@ def unknown_variables(environ: Mapping[str, str]) -> list[str]:
         hint = f" (did you mean {nearest[0]}?)" if nearest else ""
         lines.append(f"{variable} is not a setting of embedding-serve and is ignored{hint}")
     return lines
+
+
+def metrics_dir_problem(environ: MutableMapping[str, str]) -> str:
+    """What is wrong with ``PROMETHEUS_MULTIPROC_DIR`` (or prometheus_client's older lower-case name), "" when
+    nothing. Once it is set, even empty, prometheus_client keeps every metric in files there: a directory that is
+    not there or not writable fails every request, and an empty name writes them into the working directory, so
+    an empty one is taken as unset (``--workers N`` then makes one)."""
+    for variable in ("PROMETHEUS_MULTIPROC_DIR", "prometheus_multiproc_dir"):
+        directory = environ.get(variable)
+        if directory is not None and not directory.strip():
+            del environ[variable]
+        elif directory is not None and not os.path.isdir(directory):
+            return f"{variable}: {directory} is not a directory (where the workers keep their metrics)"
+        elif directory is not None and not os.access(directory, os.W_OK | os.X_OK):
+            return f"{variable}: {directory} is not writable by this user (where the workers keep their metrics)"
+    return ""
 
 
 def listen_problem(host: str, port: int) -> str:
@@ -189,7 +205,7 @@ def _main(argv: list[str] | None) -> int:
         return 2
     for line in unknown_variables(os.environ):
         print(f"embedding-serve: warning: {line}", file=sys.stderr)
-    problem = listen_problem(args.host, args.port)  # before the tables load, which can take minutes
+    problem = metrics_dir_problem(os.environ) or listen_problem(args.host, args.port)  # before the tables load
     if problem:
         print(f"embedding-serve: {problem}", file=sys.stderr)
         return 2

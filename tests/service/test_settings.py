@@ -149,6 +149,29 @@ def test_a_port_it_cannot_listen_on_stops_it_before_the_tables_load(
     assert serve.listen_problem("127.0.0.1", port) == ""  # free again
 
 
+def test_a_metrics_directory_that_cannot_hold_the_metrics_stops_it(
+    clean_env: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """PROMETHEUS_MULTIPROC_DIR set (prometheus_client then keeps every metric in files there): a directory that is
+    not there or not writable would fail every request (and the app's start-up, so no table would load)."""
+    (tmp_path / "file").write_text("")
+    unwritable = tmp_path / "unwritable"
+    unwritable.mkdir()
+    clean_env.setattr(os, "access", lambda path, mode: Path(path) != unwritable)  # root may write anything
+    with socket.create_server(("127.0.0.1", 0)) as taken:  # a start-up past the check stops at its port
+        port = str(taken.getsockname()[1])
+        for directory, why in [("absent", "is not a directory"), ("file", "is not a directory"), ("unwritable", "")]:
+            for variable in ("PROMETHEUS_MULTIPROC_DIR", "prometheus_multiproc_dir"):  # its older name too
+                clean_env.setenv(variable, str(tmp_path / directory))
+                for workers in ("1", "2"):
+                    assert serve.main(["--data-dir", str(tmp_path), "--port", port, "--workers", workers]) == 2
+                    expected = f"{variable}: {tmp_path / directory} {why or 'is not writable by this user'}"
+                    assert errors(capsys) == [f"embedding-serve: {expected} (where the workers keep their metrics)"]
+                clean_env.delenv(variable)
+    environ = {"PROMETHEUS_MULTIPROC_DIR": "", "OTHER": "x"}
+    assert serve.metrics_dir_problem(environ) == "" and environ == {"OTHER": "x"}  # empty: unset, not "."
+
+
 def test_a_variable_that_is_no_setting_is_named_at_start_up(
     clean_env: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -23,7 +23,7 @@ from starlette.requests import Request
 
 from service import indexing
 from service import main as serve
-from service.app import create_app
+from service.app import app_from_env, create_app
 from service.execute import compute
 from service.logs import JsonFormatter
 from service.settings import INTERNAL_VARIABLES, SUPERVISOR_VARIABLE, Settings, cores, describe_error
@@ -209,6 +209,21 @@ def test_help_says_which_variable_each_option_overrides(capsys: pytest.CaptureFi
     for option, named in overriding.items():
         assert named in ([], [f"EMBEDDING_{option[2:].replace('-', '_').upper()}"]), option
     assert set(re.findall(r"EMBEDDING_\w+", text)) <= set(SETTINGS_VARIABLES)
+
+
+def test_the_app_factory_refuses_bad_settings_in_one_line_without_their_values(
+    clean_env: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Under plain ``uvicorn --factory service.app:app_from_env``: pydantic's error would show each value, keys
+    included, in a traceback."""
+    clean_env.setenv("EMBEDDING_DATA_DIR", str(tmp_path))
+    clean_env.setenv("EMBEDDING_API_KEY", "s3cret-admin-k\u00e9y")
+    clean_env.setenv("EMBEDDING_MAX_K", "0")
+    with pytest.raises(SystemExit) as info:
+        app_from_env()
+    line = str(info.value.code)
+    assert line.startswith("invalid settings: EMBEDDING_MAX_K: ") and "EMBEDDING_API_KEY: an API key must" in line
+    assert "\n" not in line and "s3cret" not in line and info.value.__suppress_context__
 
 
 def test_a_data_dir_this_user_cannot_read_is_refused(clean_env: pytest.MonkeyPatch, tmp_path: Path) -> None:

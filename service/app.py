@@ -24,6 +24,7 @@ import faiss
 from fastapi import FastAPI
 from fastapi.routing import APIRoute
 from fastapi.staticfiles import StaticFiles
+from pydantic import ValidationError
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import FileResponse, HTMLResponse, Response
@@ -46,7 +47,7 @@ from service.respond import FastJSON
 from service.routers import ROUTERS
 from service.routers.embed import ROUTERS as EMBED_ROUTERS
 from service.schemas.common import LIMITS, Limits
-from service.settings import SUPERVISOR_VARIABLE, Settings, cores
+from service.settings import SUPERVISOR_VARIABLE, Settings, cores, describe_error
 from service.shard_settings import front_settings
 from service.watch import Watcher
 
@@ -212,7 +213,11 @@ def _mount_explorer(app: FastAPI) -> None:
 
 def app_from_env() -> FastAPI:
     """uvicorn factory: settings from the ``EMBEDDING_*`` environment."""
-    app = create_app(Settings())
+    try:
+        settings = Settings()
+    except ValidationError as exc:  # under plain uvicorn: one line, not a traceback showing the values (keys)
+        raise SystemExit(describe_error(exc)) from None
+    app = create_app(settings)
     # Set by ``embedding-serve --workers N``: the process that passes SIGHUP on to every worker.
     supervisor = os.environ.get(SUPERVISOR_VARIABLE, "")
     app.state.supervisor_pid = int(supervisor) if supervisor.isdigit() else None

@@ -237,7 +237,8 @@ async def _http_error(request: Request, exc: StarletteHTTPException) -> Response
     headers = dict(exc.headers or {})
     if exc.status_code == 405:
         headers["Allow"] = _allowed_methods(request)
-    return error_response(code, message, headers=headers)
+    limit = getattr(exc, "limit", None)  # a body over the limit (service.http.limits.BodyTooLarge)
+    return error_response(code, message, headers=headers, **({} if limit is None else {"limit": limit}))
 
 
 async def _unexpected(request: Request, exc: Exception) -> Response:

@@ -30,6 +30,9 @@ def log_config(log_format: str = "plain", level: str = "info") -> dict[str, Any]
     formatter: dict[str, Any] = {"()": "service.logs.JsonFormatter"} if log_format == "json" else {"format": PLAIN}
     handler = {"class": "logging.StreamHandler", "formatter": "default", "stream": "ext://sys.stderr"}
     level = level.upper()
+    # httpx logs each request a sharded table's front sends its shards at info level: one line per shard asked,
+    # beside the request's own access line. Kept for debug (and quieter levels).
+    shard_requests = level if level in ("DEBUG", "ERROR", "CRITICAL") else "WARNING"
     return {
         "version": 1,
         "disable_existing_loggers": False,
@@ -41,5 +44,6 @@ def log_config(log_format: str = "plain", level: str = "info") -> dict[str, Any]
             "uvicorn.error": {"handlers": [], "level": level, "propagate": True},
             "uvicorn.access": {"handlers": [], "level": level, "propagate": True},
             "faiss.loader": {"level": "WARNING"},  # which SIMD build loaded is noise at info level
+            "httpx": {"level": shard_requests},
         },
     }

@@ -13,6 +13,7 @@ import argparse
 import atexit
 import contextlib
 import ctypes
+import difflib
 import gc
 import logging
 import logging.config
@@ -22,14 +23,15 @@ import signal
 import socket
 import sys
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, MutableMapping
 from types import FrameType
 from typing import Any
 
 from pydantic import ValidationError
 
 from service.logs import log_config
-from service.settings import SUPERVISOR_VARIABLE, Settings, cores, describe_error
+from service.settings import INTERNAL_VARIABLES, SUPERVISOR_VARIABLE, Settings, cores, describe_error
+from service.shard_settings import ShardSettings
 
 APP = "service.app:app_from_env"
 M_MMAP_THRESHOLD, M_ARENA_MAX = -3, -8  # glibc mallopt options (malloc.h)
@@ -40,15 +42,23 @@ def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="embedding-serve",
         description="Serve every embedding table in a data directory as a JSON API (docs at /docs). "
-        "Every option can also be set as an environment variable: EMBEDDING_DATA_DIR, EMBEDDING_MAX_K, ...",
+        "The settings are environment variables (EMBEDDING_DATA_DIR, EMBEDDING_MAX_K, ...: README.md, "
+        "Configuration); an option naming one overrides it. --host, --port, --workers and --no-access-log are "
+        "options only.",
     )
     p.add_argument("--data-dir", help="directory of built tables (EMBEDDING_DATA_DIR, default ./data)")
     p.add_argument("--host", default="127.0.0.1", help="interface to bind (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=8000, help="TCP port (default 8000)")
     p.add_argument("--workers", type=int, default=1, help="worker processes sharing the mapped tables (default 1)")
-    p.add_argument("--threads", type=int, help="FAISS/BLAS threads per worker (EMBEDDING_THREADS; default 1)")
+    p.add_argument(
+        "--threads", type=int, help="FAISS/BLAS threads per worker (EMBEDDING_THREADS; default OMP_NUM_THREADS, else 1)"
+    )
     p.add_argument("--tables", help="comma-separated table names to load (EMBEDDING_TABLES; default all)")
-    p.add_argument("--log-level", choices=["critical", "error", "warning", "info", "debug"], help="default info")
+    p.add_argument(
+        "--log-level",
+        choices=["critical", "error", "warning", "info", "debug"],
+        help="EMBEDDING_LOG_LEVEL (default info)",
+    )
     p.add_argument("--log-format", choices=["plain", "json"], help="EMBEDDING_LOG_FORMAT (default plain)")
     p.add_argument("--no-access-log", action="store_true", help="do not log one line per request")
     return p
@@ -62,6 +72,50 @@ def settings_problem(read: Callable[[], object]) -> str:
         return describe_error(exc)
     except ValueError as exc:
         return f"invalid settings: {exc}"
+    return ""
+
+
+def unknown_variables(environ: Mapping[str, str]) -> list[str]:
+    """A line for each ``EMBEDDING_*`` variable that is no setting, naming the nearest one: the settings ignore
+    such a variable, and a misspelt one would change nothing without a word (``EMBEDDING_READ_KEY`` would leave
+    every read open)."""
+    known = {f"EMBEDDING_{name.upper()}" for model in (Settings, ShardSettings) for name in model.model_fields}
+    known |= INTERNAL_VARIABLES
+    lines = []
+    for variable in sorted(v for v in environ if v.upper().startswith("EMBEDDING_") and v.upper() not in known):
+        nearest = difflib.get_close_matches(variable.upper(), known, n=1)
+        hint = f" (did you mean {nearest[0]}?)" if nearest else ""
+        lines.append(f"{variable} is not a setting of embedding-serve and is ignored{hint}")
+    return lines
+
+
+def metrics_dir_problem(environ: MutableMapping[str, str]) -> str:
+    """What is wrong with ``PROMETHEUS_MULTIPROC_DIR`` (or prometheus_client's older lower-case name), "" when
+    nothing. Once it is set, even empty, prometheus_client keeps every metric in files there: a directory that is
+    not there or not writable fails every request, and an empty name writes them into the working directory, so
+    an empty one is taken as unset (``--workers N`` then makes one)."""
+    for variable in ("PROMETHEUS_MULTIPROC_DIR", "prometheus_multiproc_dir"):
+        directory = environ.get(variable)
+        if directory is not None and not directory.strip():
+            del environ[variable]
+        elif directory is not None and not os.path.isdir(directory):
+            return f"{variable}: {directory} is not a directory (where the workers keep their metrics)"
+        elif directory is not None and not os.access(directory, os.W_OK | os.X_OK):
+            return f"{variable}: {directory} is not writable by this user (where the workers keep their metrics)"
+    return ""
+
+
+def listen_problem(host: str, port: int) -> str:
+    """Why ``host:port`` cannot be listened on (in use, an address of no interface here, a name that does not
+    resolve), bound as uvicorn binds it; "" when it can. uvicorn would say so only once the tables are loaded."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET  # uvicorn's rule
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError as exc:  # socket.gaierror included
+            address = f"[{host}]:{port}" if family == socket.AF_INET6 else f"{host}:{port}"
+            return f"cannot listen on {address}: {exc.strerror or exc}"
     return ""
 
 
@@ -146,6 +200,12 @@ def _main(argv: list[str] | None) -> int:
     from service.shard_settings import front_settings  # here: a front's check loads numpy, which reads them
 
     problem = settings_problem(front_settings)  # EMBEDDING_SHARDS, ...: checked here, not in every worker
+    if problem:
+        print(f"embedding-serve: {problem}", file=sys.stderr)
+        return 2
+    for line in unknown_variables(os.environ):
+        print(f"embedding-serve: warning: {line}", file=sys.stderr)
+    problem = metrics_dir_problem(os.environ) or listen_problem(args.host, args.port)  # before the tables load
     if problem:
         print(f"embedding-serve: {problem}", file=sys.stderr)
         return 2

@@ -11,6 +11,7 @@ import math
 import os
 from pathlib import Path
 from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit
 
 from pydantic import Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
@@ -19,6 +20,8 @@ from index.errors import InvalidQuery
 
 KIB, MIB = 1 << 10, 1 << 20
 SUPERVISOR_VARIABLE = "EMBEDDING_SERVE_SUPERVISOR_PID"  # set by embedding-serve --workers N for its workers
+# What embedding-serve sets for its own processes, beside the settings (service.indexing.STATUS_VARIABLE too)
+INTERNAL_VARIABLES = frozenset({SUPERVISOR_VARIABLE, "EMBEDDING_INDEX_STATUS_DIR"})
 
 
 def _split_list(value: Any) -> Any:
@@ -236,6 +239,13 @@ class Settings(BaseSettings):
             raise ValueError("is empty: name a directory (the default is ./data)")
         return value
 
+    @field_validator("cache_dir", mode="before")
+    @classmethod
+    def _cache_dir_given(cls, value: Any) -> Any:
+        if isinstance(value, str) and not value.strip():  # EMBEDDING_CACHE_DIR= (empty): the default, not "."
+            return None
+        return value
+
     @field_validator("data_dir")
     @classmethod
     def _data_dir_exists(cls, value: Path) -> Path:
@@ -285,7 +295,31 @@ class Settings(BaseSettings):
         for origin in value:
             if origin != "*" and not origin.startswith(("http://", "https://")):
                 raise ValueError(f"CORS origin {origin!r} must be '*' or start with http:// or https://")
+            if origin != "*" and _browser_origin(origin) != origin:  # compared as sent: it would never match
+                raise ValueError(
+                    f"CORS origin {origin!r} is not one a browser sends: write it {_browser_origin(origin)!r} "
+                    "(scheme://host[:port] in lower case, no path, no default port)"
+                )
         return value
+
+
+DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+def _browser_origin(url: str) -> str:
+    """The origin of ``url`` as a browser's ``Origin`` header gives it: scheme, host and port (when not the
+    scheme's default) in lower case, nothing else."""
+    parts = urlsplit(url)
+    try:
+        port = parts.port
+    except ValueError:  # not a number, or past 65535
+        raise ValueError(f"CORS origin {url!r}: its port is not a number from 0 to 65535") from None
+    host = parts.hostname or ""
+    if not host:
+        raise ValueError(f"CORS origin {url!r} names no host")
+    host = f"[{host}]" if ":" in host else host  # an IPv6 address
+    scheme = parts.scheme.lower()
+    return f"{scheme}://{host}" + (f":{port}" if port is not None and port != DEFAULT_PORTS[scheme] else "")
 
 
 CPU_MAX = Path("/sys/fs/cgroup/cpu.max")  # cgroup v2: "QUOTA PERIOD" or "max PERIOD" (a container's CPU limit)

@@ -17,6 +17,7 @@ from service.schemas.common import LIMITS, Limits
 class BodyTooLarge(HTTPException):
     def __init__(self, limit: int) -> None:
         super().__init__(413, f"request body is larger than the limit of {limit} bytes")
+        self.limit = limit  # in the answer, as in the 413 for a declared length
 
 
 def is_json(content_type: bytes) -> bool:

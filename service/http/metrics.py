@@ -116,7 +116,7 @@ class MetricsMiddleware:
             await self.app(scope, receive, send_status)
         finally:
             route = scope.get("route")
-            template = getattr(route, "path", None) or "unmatched"
+            template = getattr(route, "path", None) or other_template(scope)
             table = (scope.get("path_params") or {}).get("table", "")
             if table and table not in self.tables:
                 table = "unknown"
@@ -124,3 +124,16 @@ class MetricsMiddleware:
             count, latency = self.metrics.request_children(method, template, table, status)
             count.inc()
             latency.observe(time.perf_counter() - started)
+
+
+def other_template(scope: Scope) -> str:
+    """The path of a matched route FastAPI records no ``route`` for (the docs, the OpenAPI document, the
+    explorer's files under their mount, ``/readyz`` while draining), by the endpoint the router recorded; else
+    "unmatched"."""
+    endpoint = scope.get("endpoint")
+    app = scope.get("app")
+    if endpoint is not None and app is not None:
+        for route in app.router.routes:
+            if getattr(route, "endpoint", None) is endpoint or getattr(route, "app", None) is endpoint:
+                return str(route.path)
+    return "unmatched"

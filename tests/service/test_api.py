@@ -295,6 +295,18 @@ def test_metrics_count_routes_and_tables(api: TestClient) -> None:
     assert 'embedding_search_seconds_count{operation="neighbors",table="small"}' in text
 
 
+def test_metrics_label_the_docs_and_the_explorers_files_by_their_route(api: TestClient) -> None:
+    """Routes FastAPI records none for are labelled by their path too, not as unmatched as a 404 is; any number of
+    files under /static add one label value."""
+    for path in ("/docs", "/openapi.json", "/static/app.js", "/static/style.css", "/static/nosuch.js", "/nosuch"):
+        api.get(path)
+    text = api.get("/metrics").text
+    for route, status in [("/docs", 200), ("/openapi.json", 200), ("/static", 200), ("/static", 404)]:
+        assert f'method="GET",route="{route}",status="{status}"' in text, route
+    assert 'route="unmatched",status="200"' not in text and "app.js" not in text and "nosuch" not in text
+    assert 'route="unmatched",status="404"' in text
+
+
 def test_metrics_count_the_engine_calls_holding_a_slot(api: TestClient) -> None:
     """A batch runs in a worker thread's slot: its kind's gauge is there, back at zero once the batch is answered
     (a call counted while it runs, and one while it waits: tests/service/test_work_bounds.py)."""

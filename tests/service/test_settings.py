@@ -6,7 +6,9 @@ import json
 import logging
 import mmap
 import os
+import re
 import shutil
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -19,14 +21,17 @@ from fastapi.testclient import TestClient
 from pydantic import ValidationError
 from starlette.requests import Request
 
+from service import indexing
 from service import main as serve
-from service.app import create_app
+from service.app import app_from_env, create_app
 from service.execute import compute
 from service.logs import JsonFormatter
-from service.settings import Settings, cores, describe_error
+from service.settings import INTERNAL_VARIABLES, SUPERVISOR_VARIABLE, Settings, cores, describe_error
+from tests import REPO
 from tests.service.conftest import client_for
 
 SETTINGS_VARIABLES = [f"EMBEDDING_{name.upper()}" for name in Settings.model_fields]
+README = (REPO / "README.md").read_text()
 
 
 @pytest.fixture
@@ -56,6 +61,17 @@ def test_settings_from_the_environment(clean_env: pytest.MonkeyPatch, tmp_path: 
     assert settings.verify_checksums is True and settings.threads is None
 
 
+def test_an_empty_cache_dir_is_the_default_not_the_working_directory(
+    clean_env: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    clean_env.setenv("EMBEDDING_DATA_DIR", str(tmp_path))
+    for empty in ("", " "):  # as a compose file or a ConfigMap leaves it
+        clean_env.setenv("EMBEDDING_CACHE_DIR", empty)
+        assert Settings().cache_dir is None  # <data_dir>/.cache (Path("") would be ".")
+    clean_env.setenv("EMBEDDING_CACHE_DIR", str(tmp_path / "layouts"))
+    assert Settings().cache_dir == tmp_path / "layouts"
+
+
 @pytest.mark.parametrize(
     ("variable", "value", "named"),
     [
@@ -69,6 +85,8 @@ def test_settings_from_the_environment(clean_env: pytest.MonkeyPatch, tmp_path: 
         ("EMBEDDING_MAX_SCORED_ROWS", "0", "EMBEDDING_MAX_SCORED_ROWS"),
         ("EMBEDDING_MAX_ANSWER_BYTES", "-1", "EMBEDDING_MAX_ANSWER_BYTES"),
         ("EMBEDDING_CORS_ORIGINS", "example.com", "EMBEDDING_CORS_ORIGINS"),
+        ("EMBEDDING_CORS_ORIGINS", "http://localhost:99999", "EMBEDDING_CORS_ORIGINS"),
+        ("EMBEDDING_CORS_ORIGINS", "https://", "EMBEDDING_CORS_ORIGINS"),
         ("EMBEDDING_LOG_FORMAT", "xml", "EMBEDDING_LOG_FORMAT"),
         ("EMBEDDING_THREADS", "0", "EMBEDDING_THREADS"),
         ("EMBEDDING_VERIFY_CHECKSUMS", "maybe", "EMBEDDING_VERIFY_CHECKSUMS"),
@@ -105,6 +123,107 @@ def test_embedding_serve_exits_non_zero_on_bad_settings(
     clean_env.delenv("EMBEDDING_THREADS")  # the option is passed on as the variable
     assert serve.main(["--data-dir", ""]) == 2  # not the working directory
     assert "EMBEDDING_DATA_DIR: is empty" in capsys.readouterr().err
+
+
+def errors(capsys: pytest.CaptureFixture[str]) -> list[str]:
+    """The lines on stderr but warnings (of the variables the tests' environment may hold: EMBEDDING_TEST_CACHE)."""
+    return [line for line in capsys.readouterr().err.splitlines() if not line.startswith("embedding-serve: warning")]
+
+
+def test_a_port_it_cannot_listen_on_stops_it_before_the_tables_load(
+    clean_env: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A port in use, or an address of no interface here: one line and exit 2 at once, not uvicorn's error line
+    among others once every table is loaded (minutes for large ones), with one worker or several."""
+    loaded: list[object] = []
+    clean_env.setattr(serve, "start_deferred_builds", loaded.append)  # what comes after the check
+    refused = "embedding-serve: cannot listen on {}:{}: {}"
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = taken.getsockname()[1]
+        for workers in ("1", "2"):
+            assert serve.main(["--data-dir", str(tmp_path), "--port", str(port), "--workers", workers]) == 2
+            assert errors(capsys) == [refused.format("127.0.0.1", port, "Address already in use")]
+    assert serve.main(["--data-dir", str(tmp_path), "--host", "192.0.2.1", "--port", str(port)]) == 2  # TEST-NET-1
+    assert errors(capsys) == [refused.format("192.0.2.1", port, "Cannot assign requested address")]
+    assert loaded == []
+    assert serve.listen_problem("127.0.0.1", port) == ""  # free again
+
+
+def test_a_metrics_directory_that_cannot_hold_the_metrics_stops_it(
+    clean_env: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """PROMETHEUS_MULTIPROC_DIR set (prometheus_client then keeps every metric in files there): a directory that is
+    not there or not writable would fail every request (and the app's start-up, so no table would load)."""
+    (tmp_path / "file").write_text("")
+    unwritable = tmp_path / "unwritable"
+    unwritable.mkdir()
+    clean_env.setattr(os, "access", lambda path, mode: Path(path) != unwritable)  # root may write anything
+    with socket.create_server(("127.0.0.1", 0)) as taken:  # a start-up past the check stops at its port
+        port = str(taken.getsockname()[1])
+        for directory, why in [("absent", "is not a directory"), ("file", "is not a directory"), ("unwritable", "")]:
+            for variable in ("PROMETHEUS_MULTIPROC_DIR", "prometheus_multiproc_dir"):  # its older name too
+                clean_env.setenv(variable, str(tmp_path / directory))
+                for workers in ("1", "2"):
+                    assert serve.main(["--data-dir", str(tmp_path), "--port", port, "--workers", workers]) == 2
+                    expected = f"{variable}: {tmp_path / directory} {why or 'is not writable by this user'}"
+                    assert errors(capsys) == [f"embedding-serve: {expected} (where the workers keep their metrics)"]
+                clean_env.delenv(variable)
+    environ = {"PROMETHEUS_MULTIPROC_DIR": "", "OTHER": "x"}
+    assert serve.metrics_dir_problem(environ) == "" and environ == {"OTHER": "x"}  # empty: unset, not "."
+
+
+def test_a_variable_that_is_no_setting_is_named_at_start_up(
+    clean_env: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The settings ignore other EMBEDDING_* variables: a misspelt one is named, with the setting meant."""
+    clean_env.setenv("EMBEDDING_READ_KEY", "s3cret-read-key")  # ignored: every read would stay open
+    clean_env.setenv("EMBEDDING_MAXK", "5")
+    clean_env.setenv("embedding_max_k", "5")  # a setting: their names are not case-sensitive
+    clean_env.setenv(SUPERVISOR_VARIABLE, "1")  # embedding-serve's own
+    with socket.create_server(("127.0.0.1", 0)) as taken:  # and then the start-up stops, at its port
+        assert serve.main(["--data-dir", str(tmp_path), "--port", str(taken.getsockname()[1])]) == 2
+    warnings = [line for line in capsys.readouterr().err.splitlines() if "warning" in line]
+    ignored = "embedding-serve: warning: {} is not a setting of embedding-serve and is ignored (did you mean {}?)"
+    assert ignored.format("EMBEDDING_MAXK", "EMBEDDING_MAX_K") in warnings
+    assert ignored.format("EMBEDDING_READ_KEY", "EMBEDDING_READ_API_KEY") in warnings
+    assert not [line for line in warnings if "max_k " in line or SUPERVISOR_VARIABLE in line or "s3cret" in line]
+    assert indexing.STATUS_VARIABLE in INTERNAL_VARIABLES
+    for name in Settings.model_fields:  # every setting is documented, by its variable
+        assert f"`EMBEDDING_{name.upper()}`" in README, name
+
+
+def test_help_says_which_variable_each_option_overrides(capsys: pytest.CaptureFixture[str]) -> None:
+    """An option that overrides a setting names its variable; the others are said to be options only."""
+    with pytest.raises(SystemExit):
+        serve.main(["--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    actions = [action for action in serve.parser()._actions if action.dest != "help"]
+    overriding = {action.option_strings[0]: re.findall(r"EMBEDDING_\w+", action.help or "") for action in actions}
+    assert {option for option, named in overriding.items() if not named} == {
+        "--host",
+        "--port",
+        "--workers",
+        "--no-access-log",
+    }
+    assert "--host, --port, --workers and --no-access-log are options only" in text
+    for option, named in overriding.items():
+        assert named in ([], [f"EMBEDDING_{option[2:].replace('-', '_').upper()}"]), option
+    assert set(re.findall(r"EMBEDDING_\w+", text)) <= set(SETTINGS_VARIABLES)
+
+
+def test_the_app_factory_refuses_bad_settings_in_one_line_without_their_values(
+    clean_env: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Under plain ``uvicorn --factory service.app:app_from_env``: pydantic's error would show each value, keys
+    included, in a traceback."""
+    clean_env.setenv("EMBEDDING_DATA_DIR", str(tmp_path))
+    clean_env.setenv("EMBEDDING_API_KEY", "s3cret-admin-k\u00e9y")
+    clean_env.setenv("EMBEDDING_MAX_K", "0")
+    with pytest.raises(SystemExit) as info:
+        app_from_env()
+    line = str(info.value.code)
+    assert line.startswith("invalid settings: EMBEDDING_MAX_K: ") and "EMBEDDING_API_KEY: an API key must" in line
+    assert "\n" not in line and "s3cret" not in line and info.value.__suppress_context__
 
 
 def test_a_data_dir_this_user_cannot_read_is_refused(clean_env: pytest.MonkeyPatch, tmp_path: Path) -> None:
@@ -225,6 +344,31 @@ def test_cors_closed_unless_configured(small_data_dir: Path) -> None:
         delete = {**preflight, "access-control-request-method": "DELETE"}  # DELETE .../documents/{id}, a write
         allowed = client.options("/v1/tables/small/documents/x", headers=delete)
         assert allowed.status_code == 200 and "DELETE" in allowed.headers["access-control-allow-methods"]
+
+
+@pytest.mark.parametrize(
+    ("written", "sent"),
+    [
+        ("https://app.example/", "https://app.example"),
+        ("https://app.example/page", "https://app.example"),
+        ("https://App.Example", "https://app.example"),
+        ("https://app.example:443", "https://app.example"),
+        ("http://localhost:80", "http://localhost"),
+        ("http://user@localhost:5500", "http://localhost:5500"),
+    ],
+)
+def test_a_cors_origin_no_browser_sends_is_refused(tmp_path: Path, written: str, sent: str) -> None:
+    """Origins are compared as browsers send them (scheme://host[:port], lower case, no default port): one written
+    otherwise would leave CORS closed without a word. Refused at start-up, naming the form that matches."""
+    with pytest.raises(ValidationError) as info:
+        Settings(data_dir=tmp_path, cors_origins=[written])
+    line = describe_error(info.value)
+    assert line.startswith("invalid settings: EMBEDDING_CORS_ORIGINS: ") and f"write it {sent!r}" in line, line
+    with client_for(data_dir=tmp_path, cors_origins=[sent]) as client:  # what a browser on that page sends
+        allowed = client.get("/healthz", headers={"origin": sent})
+        assert allowed.headers["access-control-allow-origin"] == sent
+    origins = ["http://[::1]:5500", "http://localhost:5500", "https://app.example", "*"]
+    assert Settings(data_dir=tmp_path, cors_origins=origins).cors_origins == origins
 
 
 async def connected() -> dict[str, object]:

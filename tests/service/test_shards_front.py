@@ -203,6 +203,8 @@ def test_the_front_answers_as_the_whole_table(servers: dict[str, Any], lee_docs:
         assert got["hits"] or body.get("min_score"), body
         tied += "id" not in body and "positive" not in body and lists_with_ties(servers["whole"], body)
     assert tied >= 10, tied  # the order of equal scores is tested, not assumed
+    # one access line per request in the front's log, not one more per shard it asked (httpx's own lines)
+    assert "HTTP Request:" not in servers["front"].log()
 
 
 def test_the_front_checks_requests_as_any_search(servers: dict[str, Any], lee_docs: Lee) -> None:

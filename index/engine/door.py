@@ -48,6 +48,7 @@ from index.engine.knn import (
     Hits,
     Neighbor,
     mean_query,
+    pair_cosines,
     unit_mean,
     unit_queries,
     unit_vector,
@@ -160,6 +161,7 @@ __all__ = [
     "merged_suggestions",
     "no_direction",
     "owner",
+    "pair_cosines",
     "parse_timestamp",
     "probe",
     "project",
@@ -369,7 +371,7 @@ def similarity(table: Table, a: str, b: str, compose: Literal["mean"] | None = N
     if isinstance(left, int) and isinstance(right, int):
         return table.similarity(left, right), info
     one, other = (table.vectors[s] if isinstance(s, int) else s for s in (left, right))
-    return float(np.dot(one.astype(np.float64), other.astype(np.float64))), info
+    return float(pair_cosines(one[None], other[None])[0]), info
 
 
 def similarities(

@@ -198,6 +198,16 @@ def test_similarity_get_and_pairs(api: TestClient, small: Table, glove_raw: RawT
     assert many["similarities"][2] == pytest.approx(king, abs=1e-9)
 
 
+def test_similarity_get_equals_pairs_to_the_bit(api: TestClient, small: Table) -> None:
+    """A pair scores the same float alone (GET) and among others (POST pairs), itself included."""
+    rng = np.random.default_rng(3)
+    words = [small.tokens[int(i)] for i in rng.integers(0, len(small.tokens), 60)]
+    pairs = [["heart", "heart"], *([a, b] for a, b in zip(words[::2], words[1::2], strict=True))]
+    many = api.post(f"{T}/similarity", json={"pairs": pairs}).json()["similarities"]
+    alone = [api.get(f"{T}/similarity", params={"a": a, "b": b}).json()["similarity"] for a, b in pairs]
+    assert alone == many
+
+
 # --------------------------------------------------------------------------------------------- analogy
 @pytest.mark.parametrize("method", ["3cosadd", "3cosmul"])
 def test_analogy_single_and_batch(api: TestClient, small: Table, method: str) -> None:

@@ -124,6 +124,14 @@ def test_neighbors_by_id_exact_and_restrict(api: TestClient, small: Table) -> No
     assert ids(limited["neighbors"]) == brute_force(small, small.vectors[row], 10, {row}, restrict=500)
 
 
+def test_query_string_integers_are_read_exactly(api: TestClient) -> None:
+    """A long whole number of a query string is the integer written, not the float nearest it."""
+    missing = api.get(f"{T}/neighbors", params={"id": "12345678901234567"})
+    assert missing.status_code == 404 and "id 12345678901234567 is outside" in missing.json()["error"]["message"]
+    too_many = api.get(f"{T}/neighbors", params={"token": "heart", "k": "9" * 400})
+    assert too_many.status_code == 422 and "at most" in too_many.json()["error"]["message"]
+
+
 def test_neighbors_post_positive_negative(api: TestClient, small: Table) -> None:
     body = api.post(f"{T}/neighbors", json={"positive": ["king", "woman"], "negative": ["man"], "k": 5}).json()
     king, woman, man = (small.tokens.find(w) for w in ("king", "woman", "man"))

@@ -21,9 +21,10 @@ SPACE_MARKERS = ("Ġ", "▁", " ")
 
 def ranked_candidates(text: str, pool: list[str], limit: int) -> list[tuple[str, float, int]]:
     """The ``3 * limit`` labels of ``pool`` spelled most like ``text`` (label, score, place in ``pool``): by
-    score, equal scores by place."""
+    score, equal scores by place. ``text`` is compared in Unicode's composed form, as labels mostly are."""
+    key = unicodedata.normalize("NFC", text).casefold()
     found: list[tuple[str, float, int]] = process.extract(
-        text.casefold(), pool, scorer=fuzz.ratio, processor=str.casefold, limit=limit * 3
+        key, pool, scorer=fuzz.ratio, processor=str.casefold, limit=limit * 3
     )
     return found
 

@@ -45,6 +45,12 @@ def test_lookup_finds_labels_not_in_composed_form(tmp_path: Path) -> None:
     assert table.resolve("CAFE\u0301").token == "caf\u00e9"
 
 
+def test_suggestions_for_decomposed_text(small: Table) -> None:
+    """A misspelling typed decomposed ("e" + combining acute) is matched as the composed labels are spelled."""
+    assert small.suggest("andre\u0301s") == small.suggest("andr\u00e9s")
+    assert small.suggest("andre\u0301s")[0] == "andr\u00e9"
+
+
 def test_token_order_matches_source(small: Table, glove_raw) -> None:
     assert len(small.tokens) == 20_000
     assert small.tokens[:5] == glove_raw.tokens[:5]

@@ -141,6 +141,7 @@ __all__ = [
     "check_options",
     "colour_column",
     "colour_columns",
+    "compared_rows",
     "contextual",
     "default_cache_dir",
     "depths",
@@ -233,6 +234,16 @@ def no_direction(named: Sequence[dict[str, Any]]) -> InvalidQuery:
     return InvalidQuery(
         f"{whose} all zeros: no direction to find neighbours by (a zero row's cosine with every row is 0)"
     )
+
+
+def compared_rows(first: Table, second: Table, token: str) -> tuple[Resolved, Resolved]:
+    """A word's row in each of two tables, whose neighbours ``/v1/compare`` sets side by side: 404 for a word either
+    table lacks, and the 422 of its neighbours' query for a zero row (it has no neighbours to compare)."""
+    rows = first.resolve(token), second.resolve(token)
+    for table, found in zip((first, second), rows, strict=True):
+        if not table.vectors[found.id].any():
+            raise no_direction([found.as_dict()])
+    return rows
 
 
 def _undirected(table: Table, found: Sequence[Resolved], error: InvalidQuery) -> InvalidQuery:

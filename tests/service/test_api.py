@@ -392,3 +392,11 @@ def test_a_zero_row_scores_zero_and_names_itself_as_a_query(tmp_path: Path) -> N
         cancel = client.post(f"{base}/neighbors", json={"positive": ["a"], "negative": ["a"]}).json()
         assert "cancel out" in cancel["error"]["message"]
         assert client.get(f"{base}/neighbors", params={"token": "d", "k": 2}).status_code == 200
+        # its neighbours in two tables side by side: the same 422, alone or as an item of a batch
+        compared = client.get("/v1/compare", params={"first": "zero", "second": "zero", "token": "z"})
+        assert compared.status_code == 422 and compared.json()["error"]["message"].startswith(
+            "the vector of token 'z' is all zeros"
+        )
+        items = client.post("/v1/compare", json={"first": "zero", "second": "zero", "tokens": ["z", "d"], "k": 2})
+        first, second = items.json()["results"]
+        assert first["error"]["code"] == "invalid_request" and second["overlap"] == 1.0

@@ -43,7 +43,7 @@ from fastapi.routing import APIRoute
 from starlette.responses import Response
 from starlette.routing import Route
 
-from index.engine.door import merged_suggestions, no_direction, owner
+from index.engine.door import merged_suggestions, no_direction, owner, pair_cosines
 from index.errors import InvalidQuery, UnknownToken
 from service.errors import item_error
 from service.http.fastroute import parse_query
@@ -356,8 +356,8 @@ def routes(front: Front, name: str, refuse: Refuse) -> list[Route]:
             a, b = found(await words.lookups([params.a, params.b]), [params.a, params.b])
         except Refused as refused:
             return refused.response()
-        left, right = (np.asarray(m["vector"], dtype=np.float32).astype(np.float64) for m in (a, b))
-        value = float(np.dot(left, right))  # Table.similarity's arithmetic
+        left, right = (np.asarray([m["vector"]], dtype=np.float32) for m in (a, b))
+        value = float(pair_cosines(left, right)[0])  # Table.similarity's arithmetic
         info = {"a": query_of(a), "b": query_of(b)}
         return FastJSON({"a": params.a, "b": params.b, "similarity": value, "query": info})
 
@@ -377,10 +377,10 @@ def routes(front: Front, name: str, refuse: Refuse) -> list[Route]:
                 errors[position] = refused.body["error"]
         if scored:  # Table.similarities' arithmetic
             left, right = (
-                np.asarray([m["vector"] for m in column], dtype=np.float32).astype(np.float64)
+                np.asarray([m["vector"] for m in column], dtype=np.float32)
                 for column in ([a for _, a, _ in scored], [b for _, _, b in scored])
             )
-            for (position, _, _), value in zip(scored, np.einsum("ij,ij->i", left, right).tolist(), strict=True):
+            for (position, _, _), value in zip(scored, pair_cosines(left, right).tolist(), strict=True):
                 values[position] = value
         return FastJSON({"similarities": values, "errors": errors})
 

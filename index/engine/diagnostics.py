@@ -112,10 +112,18 @@ def _per_block(rows: int, terms: int = 1) -> int:
     return max(1, CHUNK_BYTES // (4 * rows * terms))
 
 
-def row_scores(table: Table, row: int) -> np.ndarray:
-    """Cosine of every row with row ``row`` (float32, as gensim's ``distances`` computes them)."""
-    scores: np.ndarray = table.vectors @ table.vectors[row]
+def rows_scores(table: Table, rows: np.ndarray) -> np.ndarray:
+    """Cosine of every row with each of ``rows`` (rows x len(rows), float32, as gensim's ``distances`` computes
+    them) by one matrix product at least two columns wide: a row's column is then the same whatever rows come with
+    it, where numpy's product of one column (a matrix-vector product) rounds its sums otherwise."""
+    queries = table.vectors[rows if len(rows) > 1 else np.repeat(rows, 2)]
+    scores: np.ndarray = (table.vectors @ queries.T)[:, : len(rows)]
     return scores
+
+
+def row_scores(table: Table, row: int) -> np.ndarray:
+    """Cosine of every row with row ``row`` (:func:`rows_scores`)."""
+    return rows_scores(table, np.array([row]))[:, 0]
 
 
 def closer_than(table: Table, a: int, b: int) -> tuple[np.ndarray, np.ndarray]:
@@ -137,7 +145,7 @@ def ranks(table: Table, a: Sequence[int], b: Sequence[int]) -> tuple[np.ndarray,
     step = _per_block(table.rows)
     for start in range(0, len(a_ids), step):
         qa, qb = a_ids[start : start + step], b_ids[start : start + step]
-        scores = table.vectors @ table.vectors[qa].T  # rows x pairs
+        scores = rows_scores(table, qa)  # rows x pairs
         columns = np.arange(len(qa))
         threshold = scores[qb, columns]
         above = np.count_nonzero(scores > threshold, axis=0) - (scores[qa, columns] > threshold)

@@ -48,6 +48,7 @@ from index.engine.knn import (
     Hits,
     Neighbor,
     mean_query,
+    pair_cosines,
     unit_mean,
     unit_queries,
     unit_vector,
@@ -140,6 +141,7 @@ __all__ = [
     "check_options",
     "colour_column",
     "colour_columns",
+    "compared_rows",
     "contextual",
     "default_cache_dir",
     "depths",
@@ -160,6 +162,7 @@ __all__ = [
     "merged_suggestions",
     "no_direction",
     "owner",
+    "pair_cosines",
     "parse_timestamp",
     "probe",
     "project",
@@ -231,6 +234,16 @@ def no_direction(named: Sequence[dict[str, Any]]) -> InvalidQuery:
     return InvalidQuery(
         f"{whose} all zeros: no direction to find neighbours by (a zero row's cosine with every row is 0)"
     )
+
+
+def compared_rows(first: Table, second: Table, token: str) -> tuple[Resolved, Resolved]:
+    """A word's row in each of two tables, whose neighbours ``/v1/compare`` sets side by side: 404 for a word either
+    table lacks, and the 422 of its neighbours' query for a zero row (it has no neighbours to compare)."""
+    rows = first.resolve(token), second.resolve(token)
+    for table, found in zip((first, second), rows, strict=True):
+        if not table.vectors[found.id].any():
+            raise no_direction([found.as_dict()])
+    return rows
 
 
 def _undirected(table: Table, found: Sequence[Resolved], error: InvalidQuery) -> InvalidQuery:
@@ -369,7 +382,7 @@ def similarity(table: Table, a: str, b: str, compose: Literal["mean"] | None = N
     if isinstance(left, int) and isinstance(right, int):
         return table.similarity(left, right), info
     one, other = (table.vectors[s] if isinstance(s, int) else s for s in (left, right))
-    return float(np.dot(one.astype(np.float64), other.astype(np.float64))), info
+    return float(pair_cosines(one[None], other[None])[0]), info
 
 
 def similarities(

@@ -47,6 +47,13 @@ def unit_queries(queries: np.ndarray) -> np.ndarray:
     return unit
 
 
+def pair_cosines(left: np.ndarray, right: np.ndarray) -> np.ndarray:
+    """The cosine of each pair of unit rows (two float32 matrices, one pair per row), summed in float64 in one
+    order, so that a pair scores the same alone and in a batch (gensim ``similarity``)."""
+    cosines: np.ndarray = np.einsum("ij,ij->i", left.astype(np.float64), right.astype(np.float64))
+    return cosines
+
+
 def unit_vector(values: np.ndarray) -> np.ndarray:
     """One query vector (dim; float64, within float32: :func:`within_float32`) scaled to unit length in float32, as
     :func:`unit_queries` scales it (the same sums; its quotients are finite once the norm is not zero), in a third of

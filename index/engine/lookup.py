@@ -21,9 +21,10 @@ SPACE_MARKERS = ("Ġ", "▁", " ")
 
 def ranked_candidates(text: str, pool: list[str], limit: int) -> list[tuple[str, float, int]]:
     """The ``3 * limit`` labels of ``pool`` spelled most like ``text`` (label, score, place in ``pool``): by
-    score, equal scores by place."""
+    score, equal scores by place. ``text`` is compared in Unicode's composed form, as labels mostly are."""
+    key = unicodedata.normalize("NFC", text).casefold()
     found: list[tuple[str, float, int]] = process.extract(
-        text.casefold(), pool, scorer=fuzz.ratio, processor=str.casefold, limit=limit * 3
+        key, pool, scorer=fuzz.ratio, processor=str.casefold, limit=limit * 3
     )
     return found
 
@@ -73,27 +74,31 @@ class Lookup:
         self._suggestion_pool: list[str] | None = None
         self._tokenizer: Any = None
 
-    def find(self, text: str) -> Resolved | None:
-        """Resolve a word: exact, then the space-marked form for model tokens, then case-folded."""
-        text = unicodedata.normalize("NFC", text)
-        found = self.tokens.find(text)
+    def find(self, sent: str) -> Resolved | None:
+        """Resolve a word: exact (as sent, then in Unicode's composed form NFC), then the space-marked form for
+        model tokens, then case-folded. A label that is not NFC (a decomposed "café", the Kelvin sign) is found as
+        it is spelled, as gensim finds it, before the composed form could match another row."""
+        found = self.tokens.find(sent)
         if found is not None:  # the usual case, before any other form is made
-            return Resolved(text, found, text, "exact")
+            return Resolved(sent, found, sent, "exact")
+        text = unicodedata.normalize("NFC", sent)
+        if text != sent and (found := self.tokens.find(text)) is not None:
+            return Resolved(sent, found, text, "exact")
         forms = [text]
         if self.byte_level and (label := byte_level_label(text)) != text:
             forms.append(label)  # byte-level BPE labels spell "café" as "cafÃ©"
             found = self.tokens.find(label)
             if found is not None:
-                return Resolved(text, found, label, "exact")
+                return Resolved(sent, found, label, "exact")
         if self.model_tokens:
             for form in forms:
                 for marker in SPACE_MARKERS:
                     found = self.tokens.find(marker + form)
                     if found is not None:
-                        return Resolved(text, found, marker + form, "space-marked")
+                        return Resolved(sent, found, marker + form, "space-marked")
         found = self.tokens.find_folded(text)
         if found is not None:
-            return Resolved(text, found, self.tokens[found], "casefold")
+            return Resolved(sent, found, self.tokens[found], "casefold")
         return None
 
     def resolve(self, text: str) -> Resolved:

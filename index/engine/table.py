@@ -52,6 +52,7 @@ from index.engine.knn import (
     exact_knn_rows,
     filtered_params,
     mean_query,
+    pair_cosines,
     search_index,
     search_width,
     set_search_params,
@@ -577,14 +578,11 @@ class Table:
         return self.run(AnalogySearch(questions, k, method, options))
 
     def similarity(self, a: int, b: int) -> float:
-        return float(np.dot(self.vectors[a].astype(np.float64), self.vectors[b].astype(np.float64)))
+        return float(self.similarities([a], [b])[0])
 
     def similarities(self, a: np.ndarray | Sequence[int], b: np.ndarray | Sequence[int]) -> np.ndarray:
-        """Cosine of each pair of rows (vectorised)."""
-        left = np.asarray(self.vectors[a], dtype=np.float64)
-        right = np.asarray(self.vectors[b], dtype=np.float64)
-        cosines: np.ndarray = np.einsum("ij,ij->i", left, right)
-        return cosines
+        """Cosine of each pair of rows (vectorised; a pair's the same alone or among others)."""
+        return pair_cosines(np.asarray(self.vectors[a]), np.asarray(self.vectors[b]))
 
 
 @dataclass(slots=True, eq=False)

@@ -8,6 +8,7 @@ frequent token, for frequency-ordered tables) wins.
 from __future__ import annotations
 
 import bisect
+import unicodedata
 from collections.abc import Callable, Sequence
 from itertools import pairwise
 from pathlib import Path
@@ -229,8 +230,8 @@ class Tokens(Sequence[str]):
 
     def folded_sides(self, token: str, width: int) -> tuple[list[int], list[int]]:
         """Ids of the ``width`` tokens that sort just before ``token`` case-folded, and of the ``width`` from it on
-        (by case-folded label, then id)."""
-        pos = bisect.bisect_left(self._folded, token.casefold())
+        (by case-folded label, then id); ``token`` in Unicode's composed form (NFC), as labels mostly are."""
+        pos = bisect.bisect_left(self._folded, unicodedata.normalize("NFC", token).casefold())
         lo, hi = max(0, pos - width), min(len(self._folded), pos + width)
         return [int(i) for i in self._folded_order[lo:pos]], [int(i) for i in self._folded_order[pos:hi]]
 

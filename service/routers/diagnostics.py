@@ -9,7 +9,7 @@ import numpy as np
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
-from index.engine.door import Neighbor, Resolved, Table, diagnostics
+from index.engine.door import Neighbor, Resolved, Table, compared_rows, diagnostics
 from service.deps import TableDep, TableName, get_registry, table_named
 from service.errors import BODY_ERRORS, TABLE_ERRORS, per_item, responses, with_errors
 from service.execute import compute
@@ -247,7 +247,7 @@ async def compare_get(request: Request) -> Response:
     params = parse_query(request, CompareParams)
     registry = await get_registry(request)
     first, second = registry.get(params.first), registry.get(params.second)
-    pair = (first.resolve(params.token), second.resolve(params.token))  # 404 for a word either table lacks
+    pair = compared_rows(first, second, params.token)
     (result,) = await compute(
         request, first, "compare", lambda: comparisons(first, second, [params.token], [pair], params)
     )
@@ -266,7 +266,7 @@ async def compare_post(request: Request, body: CompareRequest) -> Response:
     first, second = registry.get(body.first), registry.get(body.second)
 
     def run() -> dict[str, Any]:
-        pairs, errors = per_item(body.tokens, lambda token: (first.resolve(token), second.resolve(token)))
+        pairs, errors = per_item(body.tokens, lambda token: compared_rows(first, second, token))
         return {"results": with_errors(comparisons(first, second, body.tokens, pairs, body), errors)}
 
     return FastJSON(await compute(request, first, "compare_batch", run))

@@ -80,7 +80,7 @@ def _batch_schema(schema: dict[str, Any]) -> None:
 
 
 WHOLE_NUMBER = re.compile(r"-?[0-9]+(\.[0-9]+)?([eE][+-]?[0-9]+)?")
-EXACT_DIGITS = 15  # a whole number of at most this many digits is read by float() exactly
+MAX_DIGITS = 4300  # the longest decimal text int() reads (Python's limit; a JSON body's longer integer is a 400)
 
 
 def _whole_number(value: Any, info: ValidationInfo) -> Any:
@@ -89,7 +89,7 @@ def _whole_number(value: Any, info: ValidationInfo) -> Any:
     Strings are numbers only in a query string (lax models); a JSON body's ``"5"`` is a string, refused.
     """
     if isinstance(value, str) and not (info.config and info.config.get("strict")):
-        if value.isascii() and value.isdigit() and len(value) <= EXACT_DIGITS:  # "10": what float() gives, sooner
+        if value.isascii() and value.isdigit() and len(value) <= MAX_DIGITS:  # "10": exactly, as float() may not
             return int(value)
         if WHOLE_NUMBER.fullmatch(value.strip()):
             value = float(value)

@@ -124,6 +124,14 @@ def test_neighbors_by_id_exact_and_restrict(api: TestClient, small: Table) -> No
     assert ids(limited["neighbors"]) == brute_force(small, small.vectors[row], 10, {row}, restrict=500)
 
 
+def test_query_string_integers_are_read_exactly(api: TestClient) -> None:
+    """A long whole number of a query string is the integer written, not the float nearest it."""
+    missing = api.get(f"{T}/neighbors", params={"id": "12345678901234567"})
+    assert missing.status_code == 404 and "id 12345678901234567 is outside" in missing.json()["error"]["message"]
+    too_many = api.get(f"{T}/neighbors", params={"token": "heart", "k": "9" * 400})
+    assert too_many.status_code == 422 and "at most" in too_many.json()["error"]["message"]
+
+
 def test_neighbors_post_positive_negative(api: TestClient, small: Table) -> None:
     body = api.post(f"{T}/neighbors", json={"positive": ["king", "woman"], "negative": ["man"], "k": 5}).json()
     king, woman, man = (small.tokens.find(w) for w in ("king", "woman", "man"))
@@ -196,6 +204,16 @@ def test_similarity_get_and_pairs(api: TestClient, small: Table, glove_raw: RawT
     assert many["errors"][0] is None and many["errors"][2] is None
     king = api.get(f"{T}/similarity", params={"a": "king", "b": "queen"}).json()["similarity"]
     assert many["similarities"][2] == pytest.approx(king, abs=1e-9)
+
+
+def test_similarity_get_equals_pairs_to_the_bit(api: TestClient, small: Table) -> None:
+    """A pair scores the same float alone (GET) and among others (POST pairs), itself included."""
+    rng = np.random.default_rng(3)
+    words = [small.tokens[int(i)] for i in rng.integers(0, len(small.tokens), 60)]
+    pairs = [["heart", "heart"], *([a, b] for a, b in zip(words[::2], words[1::2], strict=True))]
+    many = api.post(f"{T}/similarity", json={"pairs": pairs}).json()["similarities"]
+    alone = [api.get(f"{T}/similarity", params={"a": a, "b": b}).json()["similarity"] for a, b in pairs]
+    assert alone == many
 
 
 # --------------------------------------------------------------------------------------------- analogy
@@ -386,3 +404,11 @@ def test_a_zero_row_scores_zero_and_names_itself_as_a_query(tmp_path: Path) -> N
         cancel = client.post(f"{base}/neighbors", json={"positive": ["a"], "negative": ["a"]}).json()
         assert "cancel out" in cancel["error"]["message"]
         assert client.get(f"{base}/neighbors", params={"token": "d", "k": 2}).status_code == 200
+        # its neighbours in two tables side by side: the same 422, alone or as an item of a batch
+        compared = client.get("/v1/compare", params={"first": "zero", "second": "zero", "token": "z"})
+        assert compared.status_code == 422 and compared.json()["error"]["message"].startswith(
+            "the vector of token 'z' is all zeros"
+        )
+        items = client.post("/v1/compare", json={"first": "zero", "second": "zero", "tokens": ["z", "d"], "k": 2})
+        first, second = items.json()["results"]
+        assert first["error"]["code"] == "invalid_request" and second["overlap"] == 1.0

@@ -95,6 +95,17 @@ def test_rank(api: TestClient, small: Table, kv: KeyedVectors) -> None:
     assert_invalid(api.post(f"{T}/rank", json={"pairs": [["king"]]}))
 
 
+def test_rank_alone_equals_rank_in_a_batch(api: TestClient, small: Table) -> None:
+    """A pair's rank and cosine are the same asked alone (GET), in a batch (POST) and as closer-than's count."""
+    rng = np.random.default_rng(5)
+    pairs = [[small.tokens[int(i)] for i in rng.integers(0, len(small.tokens), 2)] for _ in range(12)]
+    batch = api.post(f"{T}/rank", json={"pairs": pairs}).json()
+    for (a, b), rank, cosine in zip(pairs, batch["ranks"], batch["similarities"], strict=True):
+        alone = api.get(f"{T}/rank", params={"a": a, "b": b}).json()
+        assert (alone["rank"], alone["similarity"]) == (rank, cosine), (a, b)
+        assert api.get(f"{T}/closer-than", params={"a": a, "b": b}).json()["count"] == rank - 1
+
+
 def test_closer_than(api: TestClient, kv: KeyedVectors) -> None:
     body = api.get(f"{T}/closer-than", params={"a": "paris", "b": "london"}).json()
     theirs = kv.closer_than("paris", "london")

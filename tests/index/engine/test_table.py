@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
+from index.build.sources import RawTable
+from index.build.writer import build_table
 from index.engine.layout import pca_projection
+from index.engine.lookup import Resolved
 from index.engine.table import Table
 from index.errors import InvalidQuery, UnknownToken
 
@@ -25,6 +30,25 @@ def test_lookup_exact_then_casefold(small: Table) -> None:
     with pytest.raises(UnknownToken) as info:
         small.resolve("hearrt")
     assert "heart" in info.value.details["suggestions"]
+
+
+def test_lookup_finds_labels_not_in_composed_form(tmp_path: Path) -> None:
+    """A label as an import keeps it, decomposed or a compatibility character, is its own row (gensim's key); a
+    query in another form still finds the composed row, and ``text`` is what was sent."""
+    labels = ["cafe\u0301", "caf\u00e9", "K", "\u212a", "\uf900", "\u00c5ngstr\u00f6m"]
+    raw = RawTable(tokens=labels, matrix=np.random.default_rng(0).standard_normal((6, 4)).astype(np.float32))
+    build_table(raw, data_dir=tmp_path, name="t", source={"format": "test", "path": "rows"}, index_spec="flat")
+    table = Table.load(tmp_path / "t")
+    for row, label in enumerate(labels):
+        assert table.resolve(label) == Resolved(label, row, label, "exact")
+    assert table.resolve("\u212bngstro\u0308m") == Resolved("\u212bngstro\u0308m", 5, labels[5], "exact")
+    assert table.resolve("CAFE\u0301").token == "caf\u00e9"
+
+
+def test_suggestions_for_decomposed_text(small: Table) -> None:
+    """A misspelling typed decomposed ("e" + combining acute) is matched as the composed labels are spelled."""
+    assert small.suggest("andre\u0301s") == small.suggest("andr\u00e9s")
+    assert small.suggest("andre\u0301s")[0] == "andr\u00e9"
 
 
 def test_token_order_matches_source(small: Table, glove_raw) -> None:

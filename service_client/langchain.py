@@ -28,8 +28,7 @@ from langchain_core.embeddings import Embeddings
 from langchain_core.vectorstores import VectorStore
 
 from service_client import ApiError, Client, Hit
-
-METADATA = "metadata"  # the table's string field holding each document's metadata as JSON
+from service_client.stored import METADATA, metadata_of
 
 
 class EmbeddingSearchStore(VectorStore):
@@ -61,9 +60,7 @@ class EmbeddingSearchStore(VectorStore):
             if isinstance(hit, Hit)
             else (hit["id"], hit.get("text"), hit.get("fields", {}))
         )
-        stored = fields.get(METADATA)
-        metadata = json.loads(stored) if isinstance(stored, str) else {k: v for k, v in fields.items() if v is not None}
-        return Document(id=str(ident), page_content=text or "", metadata=metadata)
+        return Document(id=str(ident), page_content=text or "", metadata=metadata_of(fields))
 
     # ------------------------------------------------------------------------------------------ writes
     def add_texts(

@@ -37,8 +37,8 @@ from llama_index.core.vector_stores.utils import metadata_dict_to_node, node_to_
 from pydantic import PrivateAttr
 
 from service_client import Client
+from service_client.stored import METADATA, metadata_of
 
-METADATA = "metadata"
 REF_DOC_ID = "ref_doc_id"
 RANGES = {FilterOperator.GT: "gt", FilterOperator.GTE: "gte", FilterOperator.LT: "lt", FilterOperator.LTE: "lte"}
 
@@ -144,13 +144,10 @@ class EmbeddingSearchVectorStore(BasePydanticVectorStore):
         self._client.delete_documents(self.table, filter={"not": {METADATA: "\u0000"}})
 
     def _node(self, ident: str | int, text: str | None, fields: dict[str, Any]) -> BaseNode:
-        stored = fields.get(METADATA)
-        metadata = json.loads(stored) if isinstance(stored, str) else None
-        if isinstance(metadata, dict) and "_node_content" in metadata:  # a node this store wrote
+        metadata = metadata_of(fields)
+        if "_node_content" in metadata:  # a node this store wrote
             node = metadata_dict_to_node(metadata, text=text or "")
         else:  # a document written otherwise: its metadata, or its fields
-            if not isinstance(metadata, dict):
-                metadata = {k: v for k, v in fields.items() if v is not None and k != METADATA}
             node = TextNode(text=text or "", metadata=metadata)
         node.id_ = str(ident)
         return node

@@ -157,3 +157,24 @@ def test_an_empty_filter_is_none_and_from_texts_names_what_it_needs(
     assert store.similarity_search(texts[2], k=3, filter={}) == store.similarity_search(texts[2], k=3)
     with pytest.raises(TypeError, match=r"client= .* and table="):
         EmbeddingSearchStore.from_texts(["a note"], DeterministicFakeEmbedding(size=DIM))
+
+
+def test_documents_written_otherwise_come_back_with_their_fields(server_url: str) -> None:
+    """A document whose ``metadata`` field is its own text (not a JSON object this store wrote) comes back with
+    its fields as metadata, in searches and by id."""
+    store = empty_store(server_url, DeterministicFakeEmbedding(size=DIM))
+    vector = [1.0] + [0.0] * (DIM - 1)
+    written = [
+        {"id": "plain", "text": "a", "vector": vector, "fields": {"metadata": "a note, not JSON", "topic": "x"}},
+        {"id": "listed", "text": "b", "vector": vector, "fields": {"metadata": "[1, 2]"}},
+    ]
+    store.client.upsert_documents("lc", written)
+    try:
+        expected = {
+            "plain": {"metadata": "a note, not JSON", "topic": "x"},
+            "listed": {"metadata": "[1, 2]"},
+        }
+        assert {d.id: d.metadata for d in store.similarity_search_by_vector(vector, k=2)} == expected
+        assert [d.metadata for d in store.get_by_ids(["listed", "plain"])] == [expected["listed"], expected["plain"]]
+    finally:
+        everything(store)

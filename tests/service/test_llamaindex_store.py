@@ -252,9 +252,13 @@ def test_documents_written_otherwise_come_back_as_text_nodes(store: EmbeddingSea
         "li", [{"id": "x", "text": "foo", "vector": vector, "fields": {"metadata": '{"topic": "a"}', "topic": "a"}}]
     )
     store.client.upsert_documents("li", [{"id": "y", "text": "foo", "vector": vector, "fields": {"topic": "b"}}])
-    result = store.query(VectorStoreQuery(query_embedding=vector, similarity_top_k=2))
+    own = {"metadata": "a note, not JSON", "topic": "c"}  # a metadata field of its own: not JSON
+    store.client.upsert_documents("li", [{"id": "z", "text": "foo", "vector": vector, "fields": own}])
+    result = store.query(VectorStoreQuery(query_embedding=vector, similarity_top_k=3))
     assert result.nodes is not None
     assert sorted((n.node_id, n.get_content(), str(n.metadata)) for n in result.nodes) == [
         ("x", "foo", "{'topic': 'a'}"),
         ("y", "foo", "{'topic': 'b'}"),
+        ("z", "foo", str(own)),
     ]
+    assert [n.metadata for n in store.get_nodes(["z"])] == [own]

@@ -166,7 +166,8 @@ class EmbeddingSearchStore(VectorStore):
         return [document for document, _ in self._search(query, k, filter)]
 
     def _select_relevance_score_fn(self) -> Callable[[float], float]:
-        return lambda cosine: (cosine + 1.0) / 2.0  # cosine in [-1, 1] to a relevance in [0, 1]
+        # The cosine in [-1, 1] to a relevance in [0, 1]; a float32 cosine of a vector with itself can exceed 1.
+        return lambda cosine: min(1.0, max(0.0, (cosine + 1.0) / 2.0))
 
     @classmethod
     def from_texts(

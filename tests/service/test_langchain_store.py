@@ -5,6 +5,7 @@ scores, MMR and the server's encoder."""
 from __future__ import annotations
 
 import json
+import warnings
 from collections.abc import Iterator
 
 import numpy as np
@@ -157,6 +158,21 @@ def test_an_empty_filter_is_none_and_from_texts_names_what_it_needs(
     assert store.similarity_search(texts[2], k=3, filter={}) == store.similarity_search(texts[2], k=3)
     with pytest.raises(TypeError, match=r"client= .* and table="):
         EmbeddingSearchStore.from_texts(["a note"], DeterministicFakeEmbedding(size=DIM))
+
+
+def test_relevance_scores_stay_within_0_and_1(lee_store: tuple[EmbeddingSearchStore, list[str]]) -> None:
+    """A float32 cosine of a vector with itself can exceed 1: its relevance is 1, and LangChain does not warn."""
+    store, texts = lee_store
+    embedding = DeterministicFakeEmbedding(size=DIM)
+    queries = [{"vector": embedding.embed_query(text)} for text in texts]
+    own = [hits.hits[0].score for hits in store.client.search_documents_batch("lc", queries, k=1)]  # type: ignore[union-attr]
+    beyond = [i for i, score in enumerate(own) if score > 1.0]
+    assert beyond  # the case at hand
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for i in beyond:
+            ((document, relevance),) = store.similarity_search_with_relevance_scores(texts[i], k=1, score_threshold=1.0)
+            assert (document.id, relevance) == (f"lee-{i}", 1.0)
 
 
 def test_documents_written_otherwise_come_back_with_their_fields(server_url: str) -> None:

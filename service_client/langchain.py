@@ -9,10 +9,11 @@ embedding-search[langchain]``).
     store.similarity_search("note", k=4, filter={"folder": "inbox"})
 
 Documents are written with ``POST .../documents`` (upserts by id) and deleted with ``.../documents/delete``; a
-search is ``POST .../search`` (``max_marginal_relevance_search``: its ``diversity``, ``1 - lambda_mult``), seen
-at once. A document's metadata is kept whole, as JSON, in the table's string field ``metadata`` (so it comes
-back as it went in, whatever its keys); a metadata key that is also a field of the table is written to that
-field too, where ``filter`` (the server's filter language) can test it. Ids are strings (a table of string ids).
+search is ``POST .../search``, seen at once (``max_marginal_relevance_search``: LangChain's MMR over the
+``fetch_k`` nearest documents, which the search answers with their unit vectors). A document's metadata is kept
+whole, as JSON, in the table's string field ``metadata`` (so it comes back as it went in, whatever its keys); a
+metadata key that is also a field of the table is written to that field too, where ``filter`` (the server's
+filter language) can test it. Ids are strings (a table of string ids).
 Without an ``embedding``, texts are embedded by the table's encoder on the server.
 """
 
@@ -23,9 +24,11 @@ import uuid
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
+import numpy as np
 from langchain_core.documents import Document
 from langchain_core.embeddings import Embeddings
 from langchain_core.vectorstores import VectorStore
+from langchain_core.vectorstores.utils import maximal_marginal_relevance
 
 from service_client import ApiError, Client, Hit
 from service_client.stored import METADATA, metadata_of
@@ -107,11 +110,13 @@ class EmbeddingSearchStore(VectorStore):
         return found
 
     # ----------------------------------------------------------------------------------------- searches
-    def _search(self, query: dict[str, Any], k: int, filter: dict[str, Any] | None) -> list[tuple[Document, float]]:
+    def _hits(self, query: dict[str, Any], k: int, filter: dict[str, Any] | None) -> list[Hit]:
         if filter:  # an empty filter is none
             query["filter"] = filter
-        hits = self.client.search_documents(self.table, k=k, **query).hits
-        return [(self._document(hit), hit.score) for hit in hits]
+        return self.client.search_documents(self.table, k=k, **query).hits
+
+    def _search(self, query: dict[str, Any], k: int, filter: dict[str, Any] | None) -> list[tuple[Document, float]]:
+        return [(self._document(hit), hit.score) for hit in self._hits(query, k, filter)]
 
     def _query(self, text: str) -> dict[str, Any]:
         if self.embedding is None:
@@ -148,10 +153,19 @@ class EmbeddingSearchStore(VectorStore):
         filter: dict[str, Any] | None = None,
         **kwargs: Any,
     ) -> list[Document]:
-        """MMR by the server (``diversity`` ``1 - lambda_mult``, over its own ``4 * k`` candidates: ``fetch_k``
-        is not used)."""
-        query_ = {**self._query(query), "diversity": 1.0 - lambda_mult}
-        return [document for document, _ in self._search(query_, k, filter)]
+        """LangChain's MMR over the ``fetch_k`` nearest documents (without an ``embedding``, the query is embedded
+        by the table's encoder)."""
+        vector = self._embed_query(query)
+        return self.max_marginal_relevance_search_by_vector(vector, k, fetch_k, lambda_mult, filter)
+
+    def _embed_query(self, text: str) -> list[float]:
+        """``text``'s vector: the ``embedding``'s, else the table's encoder's as its searches embed a query text."""
+        if self.embedding is not None:
+            return self.embedding.embed_query(text)
+        encoder = self.client.table(self.table)["documents"]["encoder"]
+        if encoder is None:
+            raise ValueError(f"table {self.table!r} records no encoder: give the store an embedding")
+        return self.client.embed(encoder["table"], [text], pooling=encoder.get("pooling"))[0]
 
     def max_marginal_relevance_search_by_vector(
         self,
@@ -162,8 +176,13 @@ class EmbeddingSearchStore(VectorStore):
         filter: dict[str, Any] | None = None,
         **kwargs: Any,
     ) -> list[Document]:
-        query = {"vector": list(embedding), "diversity": 1.0 - lambda_mult}
-        return [document for document, _ in self._search(query, k, filter)]
+        """``maximal_marginal_relevance`` over the ``fetch_k`` nearest documents' unit vectors (the search's
+        ``include``), as LangChain's own stores choose."""
+        query = {"vector": list(embedding), "include": ["vector"]}
+        hits = self._hits(query, fetch_k, filter)
+        vectors = [hit.vector for hit in hits if hit.vector is not None]  # each hit's, as asked
+        chosen = maximal_marginal_relevance(np.array(embedding), vectors, lambda_mult, k)
+        return [self._document(hits[i]) for i in chosen]
 
     def _select_relevance_score_fn(self) -> Callable[[float], float]:
         # The cosine in [-1, 1] to a relevance in [0, 1]; a float32 cosine of a vector with itself can exceed 1.

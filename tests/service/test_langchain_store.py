@@ -5,8 +5,10 @@ scores, MMR and the server's encoder."""
 from __future__ import annotations
 
 import json
+import shutil
 import warnings
 from collections.abc import Iterator
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -28,10 +30,17 @@ WIDE = 1536  # OpenAI's text-embedding-3-small
 
 
 @pytest.fixture(scope="module")
-def server_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def server_url(tmp_path_factory: pytest.TempPathFactory, small_data_dir: Path) -> Iterator[str]:
     """A server with ``lc``: a documents table of 6 dimensions with a ``metadata`` field and a ``topic`` field,
-    imported with one placeholder document that each test's store deletes; and ``wide``, of 1,536 dimensions."""
+    imported with one placeholder document that each test's store deletes; ``wide``, of 1,536 dimensions; and
+    ``encoded``, whose texts the words table ``small`` embeds."""
     data = tmp_path_factory.mktemp("langchain-data")
+    shutil.copytree(small_data_dir / "small", data / "small")
+    encoded = data.parent / "encoded.jsonl"
+    encoded.write_text(json.dumps({"id": "placeholder", "text": "the fire", "metadata": "{}"}) + "\n")
+    args = ("import", encoded, "--format", "documents", "--name", "encoded", "--encoder", "small")
+    made = run_cli(*args, "--data-dir", data)
+    assert made.code == 0, made.err
     source = data.parent / "lc.jsonl"
     placeholder = {"id": "placeholder", "text": "placeholder", "vector": [1.0] + [0.0] * (DIM - 1)}
     source.write_text(json.dumps({**placeholder, "metadata": "{}", "topic": "none"}) + "\n")
@@ -110,19 +119,22 @@ def test_scores_are_the_cosines_and_a_new_client_sees_writes(
     np.testing.assert_allclose([s for _, s in relevance], (cosines[best[:2]] + 1) / 2, atol=1e-6)
 
 
-@pytest.mark.parametrize("lambda_mult", [0.25, 0.5, 0.9])
-def test_mmr_equals_langchains_own(lee_store: tuple[EmbeddingSearchStore, list[str]], lambda_mult: float) -> None:
-    """With every document among the server's candidates (40 <= 4 * k), MMR chooses as LangChain's
-    ``maximal_marginal_relevance`` does."""
+@pytest.mark.parametrize(("lambda_mult", "fetch_k"), [(0.25, 20), (0.5, 10), (0.5, 40), (0.9, 15)])
+def test_mmr_equals_langchains_own(
+    lee_store: tuple[EmbeddingSearchStore, list[str]], lambda_mult: float, fetch_k: int
+) -> None:
+    """MMR chooses as LangChain's ``maximal_marginal_relevance`` does over the ``fetch_k`` nearest documents."""
     store, texts = lee_store
     embedding = DeterministicFakeEmbedding(size=DIM)
     query = embedding.embed_query("election")
-    chosen = maximal_marginal_relevance(np.array(query), embedding.embed_documents(texts), lambda_mult, k=10)
-    found = store.max_marginal_relevance_search("election", k=10, lambda_mult=lambda_mult)
-    assert [d.id for d in found] == [f"lee-{i}" for i in chosen]
-    assert [d.id for d in store.max_marginal_relevance_search_by_vector(query, k=10, lambda_mult=lambda_mult)] == [
-        d.id for d in found
-    ]
+    matrix = np.array(embedding.embed_documents(texts))
+    nearest = np.argsort(-(matrix / np.linalg.norm(matrix, axis=1, keepdims=True)) @ query)[:fetch_k]
+    chosen = maximal_marginal_relevance(np.array(query), matrix[nearest].tolist(), lambda_mult, k=10)
+    found = store.max_marginal_relevance_search("election", k=10, fetch_k=fetch_k, lambda_mult=lambda_mult)
+    assert [d.id for d in found] == [f"lee-{nearest[i]}" for i in chosen]
+    by_vector = store.max_marginal_relevance_search_by_vector(query, k=10, fetch_k=fetch_k, lambda_mult=lambda_mult)
+    assert [d.id for d in by_vector] == [d.id for d in found]
+    assert found[0].metadata["row"] == int(nearest[0])
 
 
 def test_delete_by_filter_and_from_texts(lee_store: tuple[EmbeddingSearchStore, list[str]], server_url: str) -> None:
@@ -194,3 +206,25 @@ def test_documents_written_otherwise_come_back_with_their_fields(server_url: str
         assert [d.metadata for d in store.get_by_ids(["listed", "plain"])] == [expected["listed"], expected["plain"]]
     finally:
         everything(store)
+
+
+def test_without_an_embedding_the_tables_encoder_embeds(server_url: str, lee_docs: Lee) -> None:
+    """Texts and queries embedded by the table's encoder: searches, scores and MMR as with the same vectors given."""
+    client = Client(server_url, api_key=KEY)
+    store = EmbeddingSearchStore(client, "encoded")
+    texts = lee_docs.texts[:20]
+    store.add_texts(texts, ids=[f"lee-{i}" for i in range(20)])
+    store.delete(["placeholder"])
+    try:
+        query = client.embed("small", ["bushfires near Sydney"])[0]
+        found = store.similarity_search_with_score("bushfires near Sydney", k=5)
+        by_vector = store.similarity_search_by_vector_with_score(query, k=5)
+        assert [d.id for d, _ in found] == [d.id for d, _ in by_vector]
+        np.testing.assert_allclose([s for _, s in found], [s for _, s in by_vector], atol=1e-6)
+        vectors = np.array(client.embed("small", texts))
+        nearest = np.argsort(-(vectors / np.linalg.norm(vectors, axis=1, keepdims=True)) @ query)[:8]
+        chosen = maximal_marginal_relevance(np.array(query), vectors[nearest].tolist(), 0.3, k=4)
+        diverse = store.max_marginal_relevance_search("bushfires near Sydney", k=4, fetch_k=8, lambda_mult=0.3)
+        assert [d.id for d in diverse] == [f"lee-{nearest[i]}" for i in chosen]
+    finally:
+        store.delete(filter={"not": {"metadata": "\u0000"}})

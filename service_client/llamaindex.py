@@ -70,8 +70,8 @@ def _condition(item: MetadataFilter) -> dict[str, Any]:
         return {key: {"in": list(value) if isinstance(value, list) else [value]}}
     if operator == FilterOperator.NIN:
         return {"not": {key: {"in": list(value) if isinstance(value, list) else [value]}}}
-    if operator in (FilterOperator.ALL, FilterOperator.CONTAINS):
-        return {key: {"contains": value}}
+    if operator in (FilterOperator.ALL, FilterOperator.CONTAINS, FilterOperator.TEXT_MATCH):
+        return {key: {"contains": value}}  # TEXT_MATCH: a substring, case-sensitive, as LlamaIndex matches it
     raise ValueError(f"filter operator {operator.value!r} has no equivalent in the server's filter language")
 
 

@@ -13,7 +13,8 @@ whole, as JSON, in the table's string field ``metadata``; a metadata key that is
 written to that field too, and its source document's id to a ``ref_doc_id`` field when the table has one);
 ``delete(ref_doc_id)`` deletes the nodes of a source document (by that field); ``query`` searches by the query
 embedding with ``MetadataFilters`` translated to the server's filter language (on the table's fields), mode
-``mmr`` by the server's ``diversity`` (``1 - mmr_threshold``, 0.5 by default).
+``mmr`` by the server's ``diversity`` (``1 - mmr_threshold``, 0.5 by default), ``text_search`` and ``hybrid`` by
+its keyword and hybrid searches of the query text.
 """
 
 from __future__ import annotations
@@ -73,6 +74,37 @@ def _condition(item: MetadataFilter) -> dict[str, Any]:
     if operator in (FilterOperator.ALL, FilterOperator.CONTAINS, FilterOperator.TEXT_MATCH):
         return {key: {"contains": value}}  # TEXT_MATCH: a substring, case-sensitive, as LlamaIndex matches it
     raise ValueError(f"filter operator {operator.value!r} has no equivalent in the server's filter language")
+
+
+def _asked(query: VectorStoreQuery, kwargs: dict[str, Any]) -> dict[str, Any]:
+    """The search of ``query`` but its filter: by the query embedding (else the text, embedded by the table's
+    encoder); mode ``text_search`` by BM25 over the query text, ``hybrid`` both fused (``alpha`` the vector
+    list's weight, ``1 - alpha`` the keyword list's), ``mmr`` with the server's ``diversity``."""
+    mode = VectorStoreQueryMode(query.mode)  # a query's mode may be given as its string
+    if mode in (VectorStoreQueryMode.TEXT_SEARCH, VectorStoreQueryMode.HYBRID):
+        if query.query_str is None:
+            raise ValueError(f"query mode {mode.value!r} needs a query text")
+        if mode == VectorStoreQueryMode.TEXT_SEARCH:
+            return {"text": query.query_str, "mode": "keyword"}
+        body: dict[str, Any] = {"text": query.query_str, "mode": "hybrid"}
+        if query.query_embedding is not None:
+            body["vector"] = list(query.query_embedding)
+        if query.alpha is not None:
+            body["weights"] = {"vector": query.alpha, "keyword": 1.0 - query.alpha}
+        return body
+    if query.query_embedding is not None:
+        body = {"vector": list(query.query_embedding)}
+    elif query.query_str is not None:
+        body = {"text": query.query_str}  # embedded by the table's encoder
+    else:
+        raise ValueError("a query needs an embedding or a text")
+    if mode == VectorStoreQueryMode.MMR:
+        # A retriever's vector_store_kwargs={"mmr_threshold": ...} come as kwargs, as SimpleVectorStore reads them.
+        threshold = next((t for t in (query.mmr_threshold, kwargs.get("mmr_threshold")) if t is not None), 0.5)
+        body["diversity"] = 1.0 - threshold
+    elif mode != VectorStoreQueryMode.DEFAULT:
+        raise ValueError(f"query mode {mode.value!r} is not supported: use default, mmr, text_search or hybrid")
+    return body
 
 
 class EmbeddingSearchVectorStore(BasePydanticVectorStore):
@@ -169,19 +201,7 @@ class EmbeddingSearchVectorStore(BasePydanticVectorStore):
         return found
 
     def query(self, query: VectorStoreQuery, **kwargs: Any) -> VectorStoreQueryResult:
-        body: dict[str, Any] = {}
-        if query.query_embedding is not None:
-            body["vector"] = list(query.query_embedding)
-        elif query.query_str is not None:
-            body["text"] = query.query_str  # embedded by the table's encoder
-        else:
-            raise ValueError("a query needs an embedding or a text")
-        if query.mode == VectorStoreQueryMode.MMR:
-            # A retriever's vector_store_kwargs={"mmr_threshold": ...} come as kwargs, as SimpleVectorStore reads them.
-            threshold = next((t for t in (query.mmr_threshold, kwargs.get("mmr_threshold")) if t is not None), 0.5)
-            body["diversity"] = 1.0 - threshold
-        elif query.mode != VectorStoreQueryMode.DEFAULT:
-            raise ValueError(f"query mode {query.mode.value!r} is not supported: use default or mmr")
+        body = _asked(query, kwargs)
         conditions = []
         if query.filters is not None and (condition := filter_of(query.filters)) is not None:
             conditions.append(condition)
@@ -191,7 +211,8 @@ class EmbeddingSearchVectorStore(BasePydanticVectorStore):
             raise ValueError("a query by node_ids is not supported: use get_nodes")
         if conditions:
             body["filter"] = conditions[0] if len(conditions) == 1 else {"and": conditions}
-        hits = self._client.search_documents(self.table, k=query.similarity_top_k, **body).hits
+        k = (query.hybrid_top_k if query.mode == VectorStoreQueryMode.HYBRID else None) or query.similarity_top_k
+        hits = self._client.search_documents(self.table, k=k, **body).hits
         return VectorStoreQueryResult(
             nodes=[self._node(hit.id, hit.text, hit.fields) for hit in hits],
             similarities=[hit.score for hit in hits],

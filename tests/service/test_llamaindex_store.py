@@ -266,3 +266,27 @@ def test_documents_written_otherwise_come_back_as_text_nodes(store: EmbeddingSea
         ("z", "foo", str(own)),
     ]
     assert [n.metadata for n in store.get_nodes(["z"])] == [own]
+
+
+def test_text_search_and_hybrid_modes_are_the_servers(
+    store: EmbeddingSearchVectorStore, lee_nodes: list[TextNode]
+) -> None:
+    """Mode text_search is the server's keyword (BM25) search of the query text, hybrid its fusion of both lists
+    (``alpha`` the vector list's weight), with the same filter; a retriever in hybrid mode asks the same."""
+    text = "bushfires near Sydney"
+    vector = FAKE.embed_query(text)
+    odd = MetadataFilters(filters=[MetadataFilter(key="row", value=[1, 3, 5, 7, 9, 11], operator=FilterOperator.NIN)])
+    keyword = store.query(VectorStoreQuery(query_str=text, similarity_top_k=5, mode="text_search", filters=odd))
+    server = store.client.search_documents("li", k=5, text=text, mode="keyword", filter=filter_of(odd)).hits
+    assert keyword.ids == [hit.id for hit in server] and len(server) == 5
+    assert keyword.similarities == [hit.score for hit in server]
+    hybrid = VectorStoreQuery(query_str=text, query_embedding=vector, similarity_top_k=5, mode="hybrid", alpha=0.3)
+    fused = store.client.search_documents(
+        "li", k=5, text=text, vector=vector, mode="hybrid", weights={"vector": 0.3, "keyword": 0.7}
+    )
+    assert store.query(hybrid).ids == [hit.id for hit in fused.hits] != keyword.ids
+    index = VectorStoreIndex.from_vector_store(store, embed_model=FakeEmbedding())
+    retriever = index.as_retriever(similarity_top_k=5, vector_store_query_mode="hybrid", alpha=0.3)
+    assert [n.node.node_id for n in retriever.retrieve(text)] == store.query(hybrid).ids
+    with pytest.raises(ValueError, match="'hybrid' needs a query text"):
+        store.query(VectorStoreQuery(query_embedding=vector, mode="hybrid"))

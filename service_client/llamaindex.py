@@ -44,22 +44,32 @@ REF_DOC_ID = "ref_doc_id"
 RANGES = {FilterOperator.GT: "gt", FilterOperator.GTE: "gte", FilterOperator.LT: "lt", FilterOperator.LTE: "lte"}
 
 
-def filter_of(filters: MetadataFilters) -> dict[str, Any] | None:
-    """LlamaIndex's ``MetadataFilters`` in the server's filter language (None: no condition, as an empty
-    ``MetadataFilters`` is to LlamaIndex); ValueError for what it cannot say."""
-    parts: list[dict[str, Any]] = []
-    for item in filters.filters:
-        part = filter_of(item) if isinstance(item, MetadataFilters) else _condition(item)
-        if part is not None:
-            parts.append(part)
+def filter_of(filters: MetadataFilters) -> dict[str, Any] | bool:
+    """LlamaIndex's ``MetadataFilters`` in the server's filter language: True when every node passes (an empty
+    ``MetadataFilters``, no condition to LlamaIndex), False when none does (``in`` of no values); ValueError for
+    what it cannot say. An empty nested ``MetadataFilters`` is left out."""
+    parts = [
+        filter_of(item) if isinstance(item, MetadataFilters) else _condition(item)
+        for item in filters.filters
+        if not isinstance(item, MetadataFilters) or item.filters
+    ]
     if not parts:
-        return None
+        return True
+    any_of = filters.condition in (FilterCondition.OR, FilterCondition.NOT)  # NOT: none of them
+    kept = [part for part in parts if not isinstance(part, bool)]
+    combined: dict[str, Any] | bool
+    if any(part is any_of for part in parts):  # a part every node passes (or), or none does (and)
+        combined = any_of
+    elif not kept:
+        combined = not any_of
+    else:
+        combined = {"or" if any_of else "and": kept}
     if filters.condition == FilterCondition.NOT:
-        return {"not": {"or": parts}}
-    return {"or" if filters.condition == FilterCondition.OR else "and": parts}
+        return not combined if isinstance(combined, bool) else {"not": combined}
+    return combined
 
 
-def _condition(item: MetadataFilter) -> dict[str, Any]:
+def _condition(item: MetadataFilter) -> dict[str, Any] | bool:
     key, value, operator = item.key, item.value, item.operator
     if operator == FilterOperator.EQ:
         return {key: {"eq": value}}
@@ -67,10 +77,11 @@ def _condition(item: MetadataFilter) -> dict[str, Any]:
         return {key: {"ne": value}}
     if operator in RANGES:
         return {key: {RANGES[operator]: value}}
-    if operator in (FilterOperator.IN, FilterOperator.ANY):
-        return {key: {"in": list(value) if isinstance(value, list) else [value]}}
-    if operator == FilterOperator.NIN:
-        return {"not": {key: {"in": list(value) if isinstance(value, list) else [value]}}}
+    if operator in (FilterOperator.IN, FilterOperator.ANY, FilterOperator.NIN):
+        values = list(value) if isinstance(value, list) else [value]
+        if not values:  # in no values: no node; not in them: every node
+            return operator == FilterOperator.NIN
+        return {"not": {key: {"in": values}}} if operator == FilterOperator.NIN else {key: {"in": values}}
     if operator in (FilterOperator.ALL, FilterOperator.CONTAINS, FilterOperator.TEXT_MATCH):
         return {key: {"contains": value}}  # TEXT_MATCH: a substring, case-sensitive, as LlamaIndex matches it
     raise ValueError(f"filter operator {operator.value!r} has no equivalent in the server's filter language")
@@ -168,9 +179,10 @@ class EmbeddingSearchVectorStore(BasePydanticVectorStore):
             self._client.delete_many(self.table, node_ids)
         if filters is not None:
             condition = filter_of(filters)
-            if condition is None:
-                raise ValueError("an empty filter passes every node: clear() deletes them all")
-            self._client.delete_documents(self.table, filter=condition)
+            if condition is True:
+                raise ValueError("a filter that passes every node (an empty one): clear() deletes them all")
+            if condition is not False:
+                self._client.delete_documents(self.table, filter=condition)
 
     def clear(self) -> None:
         self._client.delete_documents(self.table, filter={"not": {METADATA: "\u0000"}})
@@ -203,7 +215,10 @@ class EmbeddingSearchVectorStore(BasePydanticVectorStore):
     def query(self, query: VectorStoreQuery, **kwargs: Any) -> VectorStoreQueryResult:
         body = _asked(query, kwargs)
         conditions = []
-        if query.filters is not None and (condition := filter_of(query.filters)) is not None:
+        condition = True if query.filters is None else filter_of(query.filters)
+        if condition is False:
+            return VectorStoreQueryResult(nodes=[], similarities=[], ids=[])
+        if condition is not True:
             conditions.append(condition)
         if query.doc_ids:
             conditions.append({REF_DOC_ID: {"in": list(query.doc_ids)}})

@@ -16,6 +16,7 @@ from langchain_core.vectorstores.utils import maximal_marginal_relevance
 from llama_index.core import StorageContext, VectorStoreIndex
 from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.schema import NodeRelationship, RelatedNodeInfo, TextNode
+from llama_index.core.vector_stores import SimpleVectorStore
 from llama_index.core.vector_stores.types import (
     FilterCondition,
     FilterOperator,
@@ -145,7 +146,7 @@ def test_ids_with_filters_and_an_empty_filter_to_delete_are_refused(store: Embed
 def test_an_empty_metadata_filter_is_no_filter(store: EmbeddingSearchVectorStore) -> None:
     store.add([node("1", "foo", topic="a"), node("2", "bar", topic="b")])
     empty = MetadataFilters(filters=[])
-    assert filter_of(empty) is None
+    assert filter_of(empty) is True
     assert ask(store, "foo", 5, filters=empty) == ask(store, "foo", 5) == ["1", "2"]
 
 
@@ -290,3 +291,33 @@ def test_text_search_and_hybrid_modes_are_the_servers(
     assert [n.node.node_id for n in retriever.retrieve(text)] == store.query(hybrid).ids
     with pytest.raises(ValueError, match="'hybrid' needs a query text"):
         store.query(VectorStoreQuery(query_embedding=vector, mode="hybrid"))
+
+
+def test_filters_pass_the_nodes_llamaindexs_own_store_passes(store: EmbeddingSearchVectorStore) -> None:
+    """Each operator, alone and combined by and, or and not, passes the nodes LlamaIndex's ``SimpleVectorStore``
+    passes: ``in`` of no values none, ``nin`` of no values every node (a node without the key too)."""
+    topics = ["fire", "sport", None, "fire brigade", "rain", None]
+    nodes = [
+        node(f"{i}", f"note {i}", row=i, **({} if topic is None else {"topic": topic}))
+        for i, topic in enumerate(topics)
+    ]
+    store.add(nodes)
+    own = SimpleVectorStore()
+    own.add([n.model_copy() for n in nodes])
+    atoms = [
+        MetadataFilter(key="topic", value=[], operator=FilterOperator.IN),
+        MetadataFilter(key="topic", value=[], operator=FilterOperator.NIN),
+        MetadataFilter(key="topic", value=["rain", "sport"], operator=FilterOperator.NIN),
+        MetadataFilter(key="topic", value="fire", operator=FilterOperator.TEXT_MATCH),
+        MetadataFilter(key="row", value=3, operator=FilterOperator.GTE),
+        MetadataFilter(key="topic", value="fire", operator=FilterOperator.NE),
+    ]
+    pairs = [[a, b] for a in atoms for b in atoms if a is not b][::3]
+    for condition in FilterCondition:
+        for items in [[a] for a in atoms] + pairs:
+            filters = MetadataFilters(filters=items, condition=condition)
+            query = VectorStoreQuery(query_embedding=FAKE.embed_query("note"), similarity_top_k=10, filters=filters)
+            assert sorted(store.query(query).ids or []) == sorted(own.query(query).ids or []), (condition, items)
+    nothing = MetadataFilters(filters=[MetadataFilter(key="topic", value=[], operator=FilterOperator.IN)])
+    store.delete_nodes(filters=nothing)
+    assert len(ask(store, "note", 10)) == len(nodes)

@@ -79,6 +79,10 @@ class EmbeddingSearchStore(VectorStore):
         ids = (
             [str(i) if i is not None else str(uuid.uuid4()) for i in ids] if ids else [str(uuid.uuid4()) for _ in texts]
         )
+        if not len(texts) == len(metadatas) == len(ids):  # before the texts are embedded
+            raise ValueError(
+                f"{len(texts)} texts, {len(metadatas)} metadatas and {len(ids)} ids: give one of each a text"
+            )
         vectors = self.embedding.embed_documents(texts) if self.embedding is not None else None
         documents = []
         for i, (ident, text, metadata) in enumerate(zip(ids, texts, metadatas, strict=True)):
@@ -90,9 +94,12 @@ class EmbeddingSearchStore(VectorStore):
         return ids
 
     def delete(self, ids: list[str] | None = None, **kwargs: Any) -> bool | None:
-        """Delete by ids (ids not there are no error), or by ``filter=`` (the server's filter language)."""
-        if ids is None and kwargs.get("filter") is None:
-            raise ValueError("delete needs ids or a filter")
+        """Delete by ids (ids not there are no error), or by ``filter=`` (the server's filter language): the server
+        deletes by one or the other, so ids that must also pass a filter are refused."""
+        if (ids is None) == (kwargs.get("filter") is None):
+            raise ValueError(
+                "delete takes ids or a filter=, not both" if ids is not None else "delete needs ids or a filter="
+            )
         if ids is None:
             self.client.delete_documents(self.table, filter=kwargs["filter"])
         else:

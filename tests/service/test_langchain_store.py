@@ -228,3 +228,21 @@ def test_without_an_embedding_the_tables_encoder_embeds(server_url: str, lee_doc
         assert [d.id for d in diverse] == [f"lee-{nearest[i]}" for i in chosen]
     finally:
         store.delete(filter={"not": {"metadata": "\u0000"}})
+
+
+def test_ids_with_a_filter_and_lengths_that_differ_are_refused(
+    lee_store: tuple[EmbeddingSearchStore, list[str]],
+) -> None:
+    """The server deletes by ids or by a filter: ids that must also pass a filter are refused, not deleted whatever
+    the filter; texts, metadatas and ids of different lengths are refused before any text is embedded."""
+    store, _ = lee_store
+    with pytest.raises(ValueError, match="ids or a filter=, not both"):
+        store.delete(["lee-1", "lee-2"], filter={"topic": "even"})
+    assert len(store.get_by_ids(["lee-1", "lee-2"])) == 2
+    with pytest.raises(ValueError, match="needs ids or a filter="):
+        store.delete()
+    with pytest.raises(ValueError, match="2 texts, 1 metadatas and 2 ids"):
+        store.add_texts(["a", "b"], [{"topic": "x"}], ids=["new-a", "new-b"])
+    with pytest.raises(ValueError, match="1 texts, 1 metadatas and 2 ids"):
+        store.add_texts(["a"], ids=["new-a", "new-b"])
+    assert store.get_by_ids(["new-a", "new-b"]) == []

@@ -112,6 +112,8 @@ def _asked(query: VectorStoreQuery, kwargs: dict[str, Any]) -> dict[str, Any]:
     if mode == VectorStoreQueryMode.MMR:
         # A retriever's vector_store_kwargs={"mmr_threshold": ...} come as kwargs, as SimpleVectorStore reads them.
         threshold = next((t for t in (query.mmr_threshold, kwargs.get("mmr_threshold")) if t is not None), 0.5)
+        if not 0.0 <= threshold <= 1.0:
+            raise ValueError(f"mmr_threshold must be between 0 and 1 (1: relevance alone), not {threshold}")
         body["diversity"] = 1.0 - threshold
     elif mode != VectorStoreQueryMode.DEFAULT:
         raise ValueError(f"query mode {mode.value!r} is not supported: use default, mmr, text_search or hybrid")

@@ -230,6 +230,8 @@ def test_a_retrievers_mmr_threshold_is_the_stores(store: EmbeddingSearchVectorSt
         got = [n.node.node_id for n in retriever.retrieve("election")]
         assert got == ask(store, "election", 10, mode=VectorStoreQueryMode.MMR, mmr_threshold=threshold)
     assert ask(store, "election", 10, mode=VectorStoreQueryMode.MMR, mmr_threshold=0.0) != ask(store, "election", 10)
+    with pytest.raises(ValueError, match="mmr_threshold must be between 0 and 1"):
+        ask(store, "election", 10, mode=VectorStoreQueryMode.MMR, mmr_threshold=1.5)
 
 
 def test_a_vector_store_index_over_the_store(server_url: str, store: EmbeddingSearchVectorStore, lee_docs: Lee) -> None:

@@ -20,7 +20,7 @@ its keyword and hybrid searches of the query text.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from llama_index.core.schema import BaseNode, MetadataMode, TextNode
@@ -42,14 +42,16 @@ from service_client.stored import METADATA, metadata_of
 
 REF_DOC_ID = "ref_doc_id"
 RANGES = {FilterOperator.GT: "gt", FilterOperator.GTE: "gte", FilterOperator.LT: "lt", FilterOperator.LTE: "lte"}
+ORIGINS = {"integer": 0, "float": 0.0, "timestamp": "1970-01-01T00:00:00Z"}  # a value each is above or below
 
 
-def filter_of(filters: MetadataFilters) -> dict[str, Any] | bool:
+def filter_of(filters: MetadataFilters, types: Mapping[str, str] | None = None) -> dict[str, Any] | bool:
     """LlamaIndex's ``MetadataFilters`` in the server's filter language: True when every node passes (an empty
     ``MetadataFilters``, no condition to LlamaIndex), False when none does (``in`` of no values); ValueError for
-    what it cannot say. An empty nested ``MetadataFilters`` is left out."""
+    what it cannot say. An empty nested ``MetadataFilters`` is left out. ``types``: the table's field types, which
+    ``is_empty`` needs."""
     parts = [
-        filter_of(item) if isinstance(item, MetadataFilters) else _condition(item)
+        filter_of(item, types) if isinstance(item, MetadataFilters) else _condition(item, types)
         for item in filters.filters
         if not isinstance(item, MetadataFilters) or item.filters
     ]
@@ -69,8 +71,10 @@ def filter_of(filters: MetadataFilters) -> dict[str, Any] | bool:
     return combined
 
 
-def _condition(item: MetadataFilter) -> dict[str, Any] | bool:
+def _condition(item: MetadataFilter, types: Mapping[str, str] | None) -> dict[str, Any] | bool:
     key, value, operator = item.key, item.value, item.operator
+    if operator == FilterOperator.IS_EMPTY:
+        return _empty(key, (types or {}).get(key))
     if operator == FilterOperator.EQ:
         return {key: {"eq": value}}
     if operator == FilterOperator.NE:
@@ -85,6 +89,19 @@ def _condition(item: MetadataFilter) -> dict[str, Any] | bool:
     if operator in (FilterOperator.ALL, FilterOperator.CONTAINS, FilterOperator.TEXT_MATCH):
         return {key: {"contains": value}}  # TEXT_MATCH: a substring, case-sensitive, as LlamaIndex matches it
     raise ValueError(f"filter operator {operator.value!r} has no equivalent in the server's filter language")
+
+
+def _empty(key: str, kind: str | None) -> dict[str, Any]:
+    """``is_empty`` on field ``key`` of type ``kind``: no value, or an empty string or list (as LlamaIndex has it)."""
+    if kind == "string":
+        return {"or": [{"not": {key: {"prefix": ""}}}, {key: {"eq": ""}}]}  # every string starts with ""
+    if kind == "string_list":
+        return {"not": {key: {"prefix": ""}}}  # null, or no tag
+    if kind == "boolean":
+        return {"not": {"or": [{key: {"eq": True}}, {key: {"eq": False}}]}}
+    if kind in ORIGINS:
+        return {"not": {"or": [{key: {"gte": ORIGINS[kind]}}, {key: {"lt": ORIGINS[kind]}}]}}
+    raise ValueError(f"filter operator 'is_empty' needs the type of field {key!r}, which the table does not have")
 
 
 def _asked(query: VectorStoreQuery, kwargs: dict[str, Any]) -> dict[str, Any]:
@@ -125,7 +142,7 @@ class EmbeddingSearchVectorStore(BasePydanticVectorStore):
     flat_metadata: bool = False
     _table: str = PrivateAttr()
     _client: Client = PrivateAttr()
-    _fields: dict[str, str] | None = PrivateAttr(default=None)
+    _fields: dict[str, Any] | None = PrivateAttr(default=None)
 
     def __init__(self, client: Client, table: str, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -139,7 +156,11 @@ class EmbeddingSearchVectorStore(BasePydanticVectorStore):
     def client(self) -> Client:
         return self._client
 
-    def fields(self) -> dict[str, str]:
+    def types(self) -> dict[str, str]:
+        """The table's fields' types."""
+        return {name: field["type"] for name, field in self.fields().items()}
+
+    def fields(self) -> dict[str, Any]:
         if self._fields is None:
             self._fields = dict(self._client.table(self.table)["documents"]["fields"])
         return self._fields
@@ -180,7 +201,7 @@ class EmbeddingSearchVectorStore(BasePydanticVectorStore):
         if node_ids is not None:
             self._client.delete_many(self.table, node_ids)
         if filters is not None:
-            condition = filter_of(filters)
+            condition = filter_of(filters, self.types())
             if condition is True:
                 raise ValueError("a filter that passes every node (an empty one): clear() deletes them all")
             if condition is not False:
@@ -217,7 +238,7 @@ class EmbeddingSearchVectorStore(BasePydanticVectorStore):
     def query(self, query: VectorStoreQuery, **kwargs: Any) -> VectorStoreQueryResult:
         body = _asked(query, kwargs)
         conditions = []
-        condition = True if query.filters is None else filter_of(query.filters)
+        condition = True if query.filters is None else filter_of(query.filters, self.types())
         if condition is False:
             return VectorStoreQueryResult(nodes=[], similarities=[], ids=[])
         if condition is not True:

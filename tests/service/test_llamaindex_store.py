@@ -207,6 +207,9 @@ def test_a_filter_the_server_cannot_say_is_refused() -> None:
     text = FilterOperator.TEXT_MATCH_INSENSITIVE
     with pytest.raises(ValueError, match="text_match_insensitive"):
         filter_of(MetadataFilters(filters=[MetadataFilter(key="topic", value="t", operator=text)]))
+    empty = MetadataFilters(filters=[MetadataFilter(key="topic", value=None, operator=FilterOperator.IS_EMPTY)])
+    with pytest.raises(ValueError, match="'is_empty' needs the type of field 'topic'"):
+        filter_of(empty)  # without the table's field types
 
 
 def test_mmr_is_maximal_marginal_relevance(store: EmbeddingSearchVectorStore, lee_nodes: list[TextNode]) -> None:
@@ -297,10 +300,11 @@ def test_text_search_and_hybrid_modes_are_the_servers(
 
 def test_filters_pass_the_nodes_llamaindexs_own_store_passes(store: EmbeddingSearchVectorStore) -> None:
     """Each operator, alone and combined by and, or and not, passes the nodes LlamaIndex's ``SimpleVectorStore``
-    passes: ``in`` of no values none, ``nin`` of no values every node (a node without the key too)."""
-    topics = ["fire", "sport", None, "fire brigade", "rain", None]
+    passes: ``in`` of no values none, ``nin`` of no values every node (a node without the key too), ``is_empty``
+    a node without the key or with an empty string."""
+    topics = ["fire", "sport", None, "fire brigade", "", None, "rain"]
     nodes = [
-        node(f"{i}", f"note {i}", row=i, **({} if topic is None else {"topic": topic}))
+        node(f"{i}", f"note {i}", **({} if topic is None else {"topic": topic}), **({"row": i} if i != 5 else {}))
         for i, topic in enumerate(topics)
     ]
     store.add(nodes)
@@ -313,6 +317,8 @@ def test_filters_pass_the_nodes_llamaindexs_own_store_passes(store: EmbeddingSea
         MetadataFilter(key="topic", value="fire", operator=FilterOperator.TEXT_MATCH),
         MetadataFilter(key="row", value=3, operator=FilterOperator.GTE),
         MetadataFilter(key="topic", value="fire", operator=FilterOperator.NE),
+        MetadataFilter(key="topic", value=None, operator=FilterOperator.IS_EMPTY),
+        MetadataFilter(key="row", value=None, operator=FilterOperator.IS_EMPTY),
     ]
     pairs = [[a, b] for a in atoms for b in atoms if a is not b][::3]
     for condition in FilterCondition:

@@ -20,8 +20,9 @@ its keyword and hybrid searches of the query text.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, TypeGuard
 
 from llama_index.core.schema import BaseNode, MetadataMode, TextNode
 from llama_index.core.vector_stores.types import (
@@ -42,6 +43,7 @@ from service_client.stored import METADATA, metadata_of
 
 REF_DOC_ID = "ref_doc_id"
 RANGES = {FilterOperator.GT: "gt", FilterOperator.GTE: "gte", FilterOperator.LT: "lt", FilterOperator.LTE: "lte"}
+COMPARISONS = {**RANGES, FilterOperator.EQ: "eq", FilterOperator.NE: "ne"}
 ORIGINS = {"integer": 0, "float": 0.0, "timestamp": "1970-01-01T00:00:00Z"}  # a value each is above or below
 
 
@@ -73,22 +75,31 @@ def filter_of(filters: MetadataFilters, types: Mapping[str, str] | None = None) 
 
 def _condition(item: MetadataFilter, types: Mapping[str, str] | None) -> dict[str, Any] | bool:
     key, value, operator = item.key, item.value, item.operator
+    kind = (types or {}).get(key)
     if operator == FilterOperator.IS_EMPTY:
-        return _empty(key, (types or {}).get(key))
-    if operator == FilterOperator.EQ:
-        return {key: {"eq": value}}
-    if operator == FilterOperator.NE:
-        return {key: {"ne": value}}
-    if operator in RANGES:
-        return {key: {RANGES[operator]: value}}
+        return _empty(key, kind)
+    if kind == "integer" and _fraction(value):
+        if operator in (FilterOperator.EQ, FilterOperator.NE):
+            return operator == FilterOperator.NE
+        if operator in RANGES:  # the whole number on its side, which passes the same integers
+            value = math.floor(value) if operator in (FilterOperator.GT, FilterOperator.LTE) else math.ceil(value)
+    if operator in COMPARISONS:
+        return {key: {COMPARISONS[operator]: value}}
     if operator in (FilterOperator.IN, FilterOperator.ANY, FilterOperator.NIN):
         values = list(value) if isinstance(value, list) else [value]
+        if kind == "integer":
+            values = [v for v in values if not _fraction(v)]
         if not values:  # in no values: no node; not in them: every node
             return operator == FilterOperator.NIN
         return {"not": {key: {"in": values}}} if operator == FilterOperator.NIN else {key: {"in": values}}
     if operator in (FilterOperator.ALL, FilterOperator.CONTAINS, FilterOperator.TEXT_MATCH):
         return {key: {"contains": value}}  # TEXT_MATCH: a substring, case-sensitive, as LlamaIndex matches it
     raise ValueError(f"filter operator {operator.value!r} has no equivalent in the server's filter language")
+
+
+def _fraction(value: object) -> TypeGuard[float]:
+    """A number no integer equals."""
+    return isinstance(value, float) and not value.is_integer()
 
 
 def _empty(key: str, kind: str | None) -> dict[str, Any]:

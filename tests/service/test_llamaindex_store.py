@@ -301,7 +301,7 @@ def test_text_search_and_hybrid_modes_are_the_servers(
 def test_filters_pass_the_nodes_llamaindexs_own_store_passes(store: EmbeddingSearchVectorStore) -> None:
     """Each operator, alone and combined by and, or and not, passes the nodes LlamaIndex's ``SimpleVectorStore``
     passes: ``in`` of no values none, ``nin`` of no values every node (a node without the key too), ``is_empty``
-    a node without the key or with an empty string."""
+    a node without the key or with an empty string, an integer compared with a fraction as a number."""
     topics = ["fire", "sport", None, "fire brigade", "", None, "rain"]
     nodes = [
         node(f"{i}", f"note {i}", **({} if topic is None else {"topic": topic}), **({"row": i} if i != 5 else {}))
@@ -319,8 +319,12 @@ def test_filters_pass_the_nodes_llamaindexs_own_store_passes(store: EmbeddingSea
         MetadataFilter(key="topic", value="fire", operator=FilterOperator.NE),
         MetadataFilter(key="topic", value=None, operator=FilterOperator.IS_EMPTY),
         MetadataFilter(key="row", value=None, operator=FilterOperator.IS_EMPTY),
+        *[MetadataFilter(key="row", value=2.5, operator=FilterOperator(op)) for op in (">", ">=", "<", "<=", "==")],
+        MetadataFilter(key="row", value=2.5, operator=FilterOperator.NE),
+        MetadataFilter(key="row", value=[2.5, 3.0], operator=FilterOperator.IN),  # an integer field, by fractions
+        MetadataFilter(key="row", value=[2.5], operator=FilterOperator.NIN),
     ]
-    pairs = [[a, b] for a in atoms for b in atoms if a is not b][::3]
+    pairs = [[a, b] for a in atoms for b in atoms if a is not b][::12]
     for condition in FilterCondition:
         for items in [[a] for a in atoms] + pairs:
             filters = MetadataFilters(filters=items, condition=condition)

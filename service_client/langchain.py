@@ -39,17 +39,22 @@ class EmbeddingSearchStore(VectorStore):
         self.client = client
         self.table = table
         self.embedding = embedding
-        self._fields: dict[str, str] | None = None
+        self._documents: dict[str, Any] | None = None
 
     @property
     def embeddings(self) -> Embeddings | None:
         return self.embedding
 
-    def fields(self) -> dict[str, str]:
-        """The table's fields and their types (read once)."""
-        if self._fields is None:
-            self._fields = dict(self.client.table(self.table)["documents"]["fields"])
-        return self._fields
+    def documents(self) -> dict[str, Any]:
+        """The table's ``documents`` description: its fields, its encoder, ... (read once)."""
+        if self._documents is None:
+            self._documents = dict(self.client.table(self.table)["documents"])
+        return self._documents
+
+    def fields(self) -> dict[str, Any]:
+        """The table's fields and their types."""
+        fields: dict[str, Any] = self.documents()["fields"]
+        return fields
 
     def _row_fields(self, metadata: dict[str, Any]) -> dict[str, Any]:
         fields = {name: value for name, value in metadata.items() if name in self.fields() and name != METADATA}
@@ -169,7 +174,7 @@ class EmbeddingSearchStore(VectorStore):
         """``text``'s vector: the ``embedding``'s, else the table's encoder's as its searches embed a query text."""
         if self.embedding is not None:
             return self.embedding.embed_query(text)
-        encoder = self.client.table(self.table)["documents"]["encoder"]
+        encoder = self.documents()["encoder"]
         if encoder is None:
             raise ValueError(f"table {self.table!r} records no encoder: give the store an embedding")
         return self.client.embed(encoder["table"], [text], pooling=encoder.get("pooling"))[0]

@@ -61,13 +61,14 @@ class Projection:
 @dataclass(frozen=True)
 class Hit:
     """A documents table's hit: the document's id, score, text and fields; ``ranks`` in keyword and hybrid modes
-    (its rank in each list that holds it)."""
+    (its rank in each list that holds it); ``vector``, its unit vector, when the search's ``include`` asks."""
 
     id: str | int
     score: float
     text: str | None
     fields: dict[str, Any]
     ranks: dict[str, int] = field(default_factory=dict)
+    vector: list[float] | None = None
 
 
 @dataclass(frozen=True)
@@ -103,7 +104,10 @@ def _neighbors(items: list[dict[str, Any]]) -> list[Neighbor]:
 
 
 def _hits(answer: dict[str, Any]) -> Hits:
-    hits = [Hit(h["id"], h["score"], h.get("text"), h.get("fields", {}), h.get("ranks", {})) for h in answer["hits"]]
+    hits = [
+        Hit(h["id"], h["score"], h.get("text"), h.get("fields", {}), h.get("ranks", {}), h.get("vector"))
+        for h in answer["hits"]
+    ]
     return Hits(hits, answer.get("passing"))
 
 

@@ -9,10 +9,11 @@ embedding-search[langchain]``).
     store.similarity_search("note", k=4, filter={"folder": "inbox"})
 
 Documents are written with ``POST .../documents`` (upserts by id) and deleted with ``.../documents/delete``; a
-search is ``POST .../search`` (``max_marginal_relevance_search``: its ``diversity``, ``1 - lambda_mult``), seen
-at once. A document's metadata is kept whole, as JSON, in the table's string field ``metadata`` (so it comes
-back as it went in, whatever its keys); a metadata key that is also a field of the table is written to that
-field too, where ``filter`` (the server's filter language) can test it. Ids are strings (a table of string ids).
+search is ``POST .../search``, seen at once (``max_marginal_relevance_search``: LangChain's MMR over the
+``fetch_k`` nearest documents, which the search answers with their unit vectors). A document's metadata is kept
+whole, as JSON, in the table's string field ``metadata`` (so it comes back as it went in, whatever its keys); a
+metadata key that is also a field of the table is written to that field too, where ``filter`` (the server's
+filter language) can test it. Ids are strings (a table of string ids).
 Without an ``embedding``, texts are embedded by the table's encoder on the server.
 """
 
@@ -23,13 +24,14 @@ import uuid
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
+import numpy as np
 from langchain_core.documents import Document
 from langchain_core.embeddings import Embeddings
 from langchain_core.vectorstores import VectorStore
+from langchain_core.vectorstores.utils import maximal_marginal_relevance
 
 from service_client import ApiError, Client, Hit
-
-METADATA = "metadata"  # the table's string field holding each document's metadata as JSON
+from service_client.stored import METADATA, metadata_of
 
 
 class EmbeddingSearchStore(VectorStore):
@@ -37,17 +39,22 @@ class EmbeddingSearchStore(VectorStore):
         self.client = client
         self.table = table
         self.embedding = embedding
-        self._fields: dict[str, str] | None = None
+        self._documents: dict[str, Any] | None = None
 
     @property
     def embeddings(self) -> Embeddings | None:
         return self.embedding
 
-    def fields(self) -> dict[str, str]:
-        """The table's fields and their types (read once)."""
-        if self._fields is None:
-            self._fields = dict(self.client.table(self.table)["documents"]["fields"])
-        return self._fields
+    def documents(self) -> dict[str, Any]:
+        """The table's ``documents`` description: its fields, its encoder, ... (read once)."""
+        if self._documents is None:
+            self._documents = dict(self.client.table(self.table)["documents"])
+        return self._documents
+
+    def fields(self) -> dict[str, Any]:
+        """The table's fields and their types."""
+        fields: dict[str, Any] = self.documents()["fields"]
+        return fields
 
     def _row_fields(self, metadata: dict[str, Any]) -> dict[str, Any]:
         fields = {name: value for name, value in metadata.items() if name in self.fields() and name != METADATA}
@@ -61,9 +68,7 @@ class EmbeddingSearchStore(VectorStore):
             if isinstance(hit, Hit)
             else (hit["id"], hit.get("text"), hit.get("fields", {}))
         )
-        stored = fields.get(METADATA)
-        metadata = json.loads(stored) if isinstance(stored, str) else {k: v for k, v in fields.items() if v is not None}
-        return Document(id=str(ident), page_content=text or "", metadata=metadata)
+        return Document(id=str(ident), page_content=text or "", metadata=metadata_of(fields))
 
     # ------------------------------------------------------------------------------------------ writes
     def add_texts(
@@ -79,6 +84,10 @@ class EmbeddingSearchStore(VectorStore):
         ids = (
             [str(i) if i is not None else str(uuid.uuid4()) for i in ids] if ids else [str(uuid.uuid4()) for _ in texts]
         )
+        if not len(texts) == len(metadatas) == len(ids):  # before the texts are embedded
+            raise ValueError(
+                f"{len(texts)} texts, {len(metadatas)} metadatas and {len(ids)} ids: give one of each a text"
+            )
         vectors = self.embedding.embed_documents(texts) if self.embedding is not None else None
         documents = []
         for i, (ident, text, metadata) in enumerate(zip(ids, texts, metadatas, strict=True)):
@@ -90,9 +99,12 @@ class EmbeddingSearchStore(VectorStore):
         return ids
 
     def delete(self, ids: list[str] | None = None, **kwargs: Any) -> bool | None:
-        """Delete by ids (ids not there are no error), or by ``filter=`` (the server's filter language)."""
-        if ids is None and kwargs.get("filter") is None:
-            raise ValueError("delete needs ids or a filter")
+        """Delete by ids (ids not there are no error), or by ``filter=`` (the server's filter language): the server
+        deletes by one or the other, so ids that must also pass a filter are refused."""
+        if (ids is None) == (kwargs.get("filter") is None):
+            raise ValueError(
+                "delete takes ids or a filter=, not both" if ids is not None else "delete needs ids or a filter="
+            )
         if ids is None:
             self.client.delete_documents(self.table, filter=kwargs["filter"])
         else:
@@ -110,11 +122,13 @@ class EmbeddingSearchStore(VectorStore):
         return found
 
     # ----------------------------------------------------------------------------------------- searches
-    def _search(self, query: dict[str, Any], k: int, filter: dict[str, Any] | None) -> list[tuple[Document, float]]:
+    def _hits(self, query: dict[str, Any], k: int, filter: dict[str, Any] | None) -> list[Hit]:
         if filter:  # an empty filter is none
             query["filter"] = filter
-        hits = self.client.search_documents(self.table, k=k, **query).hits
-        return [(self._document(hit), hit.score) for hit in hits]
+        return self.client.search_documents(self.table, k=k, **query).hits
+
+    def _search(self, query: dict[str, Any], k: int, filter: dict[str, Any] | None) -> list[tuple[Document, float]]:
+        return [(self._document(hit), hit.score) for hit in self._hits(query, k, filter)]
 
     def _query(self, text: str) -> dict[str, Any]:
         if self.embedding is None:
@@ -151,10 +165,19 @@ class EmbeddingSearchStore(VectorStore):
         filter: dict[str, Any] | None = None,
         **kwargs: Any,
     ) -> list[Document]:
-        """MMR by the server (``diversity`` ``1 - lambda_mult``, over its own ``4 * k`` candidates: ``fetch_k``
-        is not used)."""
-        query_ = {**self._query(query), "diversity": 1.0 - lambda_mult}
-        return [document for document, _ in self._search(query_, k, filter)]
+        """LangChain's MMR over the ``fetch_k`` nearest documents (without an ``embedding``, the query is embedded
+        by the table's encoder)."""
+        vector = self._embed_query(query)
+        return self.max_marginal_relevance_search_by_vector(vector, k, fetch_k, lambda_mult, filter)
+
+    def _embed_query(self, text: str) -> list[float]:
+        """``text``'s vector: the ``embedding``'s, else the table's encoder's as its searches embed a query text."""
+        if self.embedding is not None:
+            return self.embedding.embed_query(text)
+        encoder = self.documents()["encoder"]
+        if encoder is None:
+            raise ValueError(f"table {self.table!r} records no encoder: give the store an embedding")
+        return self.client.embed(encoder["table"], [text], pooling=encoder.get("pooling"))[0]
 
     def max_marginal_relevance_search_by_vector(
         self,
@@ -165,11 +188,17 @@ class EmbeddingSearchStore(VectorStore):
         filter: dict[str, Any] | None = None,
         **kwargs: Any,
     ) -> list[Document]:
-        query = {"vector": list(embedding), "diversity": 1.0 - lambda_mult}
-        return [document for document, _ in self._search(query, k, filter)]
+        """``maximal_marginal_relevance`` over the ``fetch_k`` nearest documents' unit vectors (the search's
+        ``include``), as LangChain's own stores choose."""
+        query = {"vector": list(embedding), "include": ["vector"]}
+        hits = self._hits(query, fetch_k, filter)
+        vectors = [hit.vector for hit in hits if hit.vector is not None]  # each hit's, as asked
+        chosen = maximal_marginal_relevance(np.array(embedding), vectors, lambda_mult, k)
+        return [self._document(hits[i]) for i in chosen]
 
     def _select_relevance_score_fn(self) -> Callable[[float], float]:
-        return lambda cosine: (cosine + 1.0) / 2.0  # cosine in [-1, 1] to a relevance in [0, 1]
+        # The cosine in [-1, 1] to a relevance in [0, 1]; a float32 cosine of a vector with itself can exceed 1.
+        return lambda cosine: min(1.0, max(0.0, (cosine + 1.0) / 2.0))
 
     @classmethod
     def from_texts(

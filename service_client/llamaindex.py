@@ -13,14 +13,16 @@ whole, as JSON, in the table's string field ``metadata``; a metadata key that is
 written to that field too, and its source document's id to a ``ref_doc_id`` field when the table has one);
 ``delete(ref_doc_id)`` deletes the nodes of a source document (by that field); ``query`` searches by the query
 embedding with ``MetadataFilters`` translated to the server's filter language (on the table's fields), mode
-``mmr`` by the server's ``diversity`` (``1 - mmr_threshold``, 0.5 by default).
+``mmr`` by the server's ``diversity`` (``1 - mmr_threshold``, 0.5 by default), ``text_search`` and ``hybrid`` by
+its keyword and hybrid searches of the query text.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
-from typing import Any
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any, TypeGuard
 
 from llama_index.core.schema import BaseNode, MetadataMode, TextNode
 from llama_index.core.vector_stores.types import (
@@ -37,42 +39,113 @@ from llama_index.core.vector_stores.utils import metadata_dict_to_node, node_to_
 from pydantic import PrivateAttr
 
 from service_client import Client
+from service_client.stored import METADATA, metadata_of
 
-METADATA = "metadata"
 REF_DOC_ID = "ref_doc_id"
 RANGES = {FilterOperator.GT: "gt", FilterOperator.GTE: "gte", FilterOperator.LT: "lt", FilterOperator.LTE: "lte"}
+COMPARISONS = {**RANGES, FilterOperator.EQ: "eq", FilterOperator.NE: "ne"}
+ORIGINS = {"integer": 0, "float": 0.0, "timestamp": "1970-01-01T00:00:00Z"}  # a value each is above or below
 
 
-def filter_of(filters: MetadataFilters) -> dict[str, Any] | None:
-    """LlamaIndex's ``MetadataFilters`` in the server's filter language (None: no condition, as an empty
-    ``MetadataFilters`` is to LlamaIndex); ValueError for what it cannot say."""
-    parts: list[dict[str, Any]] = []
-    for item in filters.filters:
-        part = filter_of(item) if isinstance(item, MetadataFilters) else _condition(item)
-        if part is not None:
-            parts.append(part)
+def filter_of(filters: MetadataFilters, types: Mapping[str, str] | None = None) -> dict[str, Any] | bool:
+    """LlamaIndex's ``MetadataFilters`` in the server's filter language: True when every node passes (an empty
+    ``MetadataFilters``, no condition to LlamaIndex), False when none does (``in`` of no values); ValueError for
+    what it cannot say. An empty nested ``MetadataFilters`` is left out. ``types``: the table's field types, which
+    ``is_empty`` needs."""
+    parts = [
+        filter_of(item, types) if isinstance(item, MetadataFilters) else _condition(item, types)
+        for item in filters.filters
+        if not isinstance(item, MetadataFilters) or item.filters
+    ]
     if not parts:
-        return None
+        return True
+    any_of = filters.condition in (FilterCondition.OR, FilterCondition.NOT)  # NOT: none of them
+    kept = [part for part in parts if not isinstance(part, bool)]
+    combined: dict[str, Any] | bool
+    if any(part is any_of for part in parts):  # a part every node passes (or), or none does (and)
+        combined = any_of
+    elif not kept:
+        combined = not any_of
+    else:
+        combined = {"or" if any_of else "and": kept}
     if filters.condition == FilterCondition.NOT:
-        return {"not": {"or": parts}}
-    return {"or" if filters.condition == FilterCondition.OR else "and": parts}
+        return not combined if isinstance(combined, bool) else {"not": combined}
+    return combined
 
 
-def _condition(item: MetadataFilter) -> dict[str, Any]:
+def _condition(item: MetadataFilter, types: Mapping[str, str] | None) -> dict[str, Any] | bool:
     key, value, operator = item.key, item.value, item.operator
-    if operator == FilterOperator.EQ:
-        return {key: {"eq": value}}
-    if operator == FilterOperator.NE:
-        return {key: {"ne": value}}
-    if operator in RANGES:
-        return {key: {RANGES[operator]: value}}
-    if operator in (FilterOperator.IN, FilterOperator.ANY):
-        return {key: {"in": list(value) if isinstance(value, list) else [value]}}
-    if operator == FilterOperator.NIN:
-        return {"not": {key: {"in": list(value) if isinstance(value, list) else [value]}}}
-    if operator in (FilterOperator.ALL, FilterOperator.CONTAINS):
-        return {key: {"contains": value}}
+    kind = (types or {}).get(key)
+    if operator == FilterOperator.IS_EMPTY:
+        return _empty(key, kind)
+    if kind == "integer" and _fraction(value):
+        if operator in (FilterOperator.EQ, FilterOperator.NE):
+            return operator == FilterOperator.NE
+        if operator in RANGES:  # the whole number on its side, which passes the same integers
+            value = math.floor(value) if operator in (FilterOperator.GT, FilterOperator.LTE) else math.ceil(value)
+    if operator in COMPARISONS:
+        return {key: {COMPARISONS[operator]: value}}
+    if operator in (FilterOperator.IN, FilterOperator.ANY, FilterOperator.NIN):
+        values = list(value) if isinstance(value, list) else [value]
+        if kind == "integer":
+            values = [v for v in values if not _fraction(v)]
+        if not values:  # in no values: no node; not in them: every node
+            return operator == FilterOperator.NIN
+        return {"not": {key: {"in": values}}} if operator == FilterOperator.NIN else {key: {"in": values}}
+    if operator in (FilterOperator.ALL, FilterOperator.CONTAINS, FilterOperator.TEXT_MATCH):
+        return {key: {"contains": value}}  # TEXT_MATCH: a substring, case-sensitive, as LlamaIndex matches it
     raise ValueError(f"filter operator {operator.value!r} has no equivalent in the server's filter language")
+
+
+def _fraction(value: object) -> TypeGuard[float]:
+    """A number no integer equals."""
+    return isinstance(value, float) and not value.is_integer()
+
+
+def _empty(key: str, kind: str | None) -> dict[str, Any]:
+    """``is_empty`` on field ``key`` of type ``kind``: no value, or an empty string or list (as LlamaIndex has it)."""
+    if kind == "string":
+        return {"or": [{"not": {key: {"prefix": ""}}}, {key: {"eq": ""}}]}  # every string starts with ""
+    if kind == "string_list":
+        return {"not": {key: {"prefix": ""}}}  # null, or no tag
+    if kind == "boolean":
+        return {"not": {"or": [{key: {"eq": True}}, {key: {"eq": False}}]}}
+    if kind in ORIGINS:
+        return {"not": {"or": [{key: {"gte": ORIGINS[kind]}}, {key: {"lt": ORIGINS[kind]}}]}}
+    raise ValueError(f"filter operator 'is_empty' needs the type of field {key!r}, which the table does not have")
+
+
+def _asked(query: VectorStoreQuery, kwargs: dict[str, Any]) -> dict[str, Any]:
+    """The search of ``query`` but its filter: by the query embedding (else the text, embedded by the table's
+    encoder); mode ``text_search`` by BM25 over the query text, ``hybrid`` both fused (``alpha`` the vector
+    list's weight, ``1 - alpha`` the keyword list's), ``mmr`` with the server's ``diversity``."""
+    mode = VectorStoreQueryMode(query.mode)  # a query's mode may be given as its string
+    if mode in (VectorStoreQueryMode.TEXT_SEARCH, VectorStoreQueryMode.HYBRID):
+        if query.query_str is None:
+            raise ValueError(f"query mode {mode.value!r} needs a query text")
+        if mode == VectorStoreQueryMode.TEXT_SEARCH:
+            return {"text": query.query_str, "mode": "keyword"}
+        body: dict[str, Any] = {"text": query.query_str, "mode": "hybrid"}
+        if query.query_embedding is not None:
+            body["vector"] = list(query.query_embedding)
+        if query.alpha is not None:
+            body["weights"] = {"vector": query.alpha, "keyword": 1.0 - query.alpha}
+        return body
+    if query.query_embedding is not None:
+        body = {"vector": list(query.query_embedding)}
+    elif query.query_str is not None:
+        body = {"text": query.query_str}  # embedded by the table's encoder
+    else:
+        raise ValueError("a query needs an embedding or a text")
+    if mode == VectorStoreQueryMode.MMR:
+        # A retriever's vector_store_kwargs={"mmr_threshold": ...} come as kwargs, as SimpleVectorStore reads them.
+        threshold = next((t for t in (query.mmr_threshold, kwargs.get("mmr_threshold")) if t is not None), 0.5)
+        if not 0.0 <= threshold <= 1.0:
+            raise ValueError(f"mmr_threshold must be between 0 and 1 (1: relevance alone), not {threshold}")
+        body["diversity"] = 1.0 - threshold
+    elif mode != VectorStoreQueryMode.DEFAULT:
+        raise ValueError(f"query mode {mode.value!r} is not supported: use default, mmr, text_search or hybrid")
+    return body
 
 
 class EmbeddingSearchVectorStore(BasePydanticVectorStore):
@@ -80,7 +153,7 @@ class EmbeddingSearchVectorStore(BasePydanticVectorStore):
     flat_metadata: bool = False
     _table: str = PrivateAttr()
     _client: Client = PrivateAttr()
-    _fields: dict[str, str] | None = PrivateAttr(default=None)
+    _fields: dict[str, Any] | None = PrivateAttr(default=None)
 
     def __init__(self, client: Client, table: str, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -94,7 +167,11 @@ class EmbeddingSearchVectorStore(BasePydanticVectorStore):
     def client(self) -> Client:
         return self._client
 
-    def fields(self) -> dict[str, str]:
+    def types(self) -> dict[str, str]:
+        """The table's fields' types."""
+        return {name: field["type"] for name, field in self.fields().items()}
+
+    def fields(self) -> dict[str, Any]:
         if self._fields is None:
             self._fields = dict(self._client.table(self.table)["documents"]["fields"])
         return self._fields
@@ -135,22 +212,20 @@ class EmbeddingSearchVectorStore(BasePydanticVectorStore):
         if node_ids is not None:
             self._client.delete_many(self.table, node_ids)
         if filters is not None:
-            condition = filter_of(filters)
-            if condition is None:
-                raise ValueError("an empty filter passes every node: clear() deletes them all")
-            self._client.delete_documents(self.table, filter=condition)
+            condition = filter_of(filters, self.types())
+            if condition is True:
+                raise ValueError("a filter that passes every node (an empty one): clear() deletes them all")
+            if condition is not False:
+                self._client.delete_documents(self.table, filter=condition)
 
     def clear(self) -> None:
         self._client.delete_documents(self.table, filter={"not": {METADATA: "\u0000"}})
 
     def _node(self, ident: str | int, text: str | None, fields: dict[str, Any]) -> BaseNode:
-        stored = fields.get(METADATA)
-        metadata = json.loads(stored) if isinstance(stored, str) else None
-        if isinstance(metadata, dict) and "_node_content" in metadata:  # a node this store wrote
+        metadata = metadata_of(fields)
+        if "_node_content" in metadata:  # a node this store wrote
             node = metadata_dict_to_node(metadata, text=text or "")
         else:  # a document written otherwise: its metadata, or its fields
-            if not isinstance(metadata, dict):
-                metadata = {k: v for k, v in fields.items() if v is not None and k != METADATA}
             node = TextNode(text=text or "", metadata=metadata)
         node.id_ = str(ident)
         return node
@@ -172,21 +247,12 @@ class EmbeddingSearchVectorStore(BasePydanticVectorStore):
         return found
 
     def query(self, query: VectorStoreQuery, **kwargs: Any) -> VectorStoreQueryResult:
-        body: dict[str, Any] = {}
-        if query.query_embedding is not None:
-            body["vector"] = list(query.query_embedding)
-        elif query.query_str is not None:
-            body["text"] = query.query_str  # embedded by the table's encoder
-        else:
-            raise ValueError("a query needs an embedding or a text")
-        if query.mode == VectorStoreQueryMode.MMR:
-            # A retriever's vector_store_kwargs={"mmr_threshold": ...} come as kwargs, as SimpleVectorStore reads them.
-            threshold = next((t for t in (query.mmr_threshold, kwargs.get("mmr_threshold")) if t is not None), 0.5)
-            body["diversity"] = 1.0 - threshold
-        elif query.mode != VectorStoreQueryMode.DEFAULT:
-            raise ValueError(f"query mode {query.mode.value!r} is not supported: use default or mmr")
+        body = _asked(query, kwargs)
         conditions = []
-        if query.filters is not None and (condition := filter_of(query.filters)) is not None:
+        condition = True if query.filters is None else filter_of(query.filters, self.types())
+        if condition is False:
+            return VectorStoreQueryResult(nodes=[], similarities=[], ids=[])
+        if condition is not True:
             conditions.append(condition)
         if query.doc_ids:
             conditions.append({REF_DOC_ID: {"in": list(query.doc_ids)}})
@@ -194,7 +260,8 @@ class EmbeddingSearchVectorStore(BasePydanticVectorStore):
             raise ValueError("a query by node_ids is not supported: use get_nodes")
         if conditions:
             body["filter"] = conditions[0] if len(conditions) == 1 else {"and": conditions}
-        hits = self._client.search_documents(self.table, k=query.similarity_top_k, **body).hits
+        k = (query.hybrid_top_k if query.mode == VectorStoreQueryMode.HYBRID else None) or query.similarity_top_k
+        hits = self._client.search_documents(self.table, k=k, **body).hits
         return VectorStoreQueryResult(
             nodes=[self._node(hit.id, hit.text, hit.fields) for hit in hits],
             similarities=[hit.score for hit in hits],

@@ -5,7 +5,10 @@ scores, MMR and the server's encoder."""
 from __future__ import annotations
 
 import json
+import shutil
+import warnings
 from collections.abc import Iterator
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -27,10 +30,17 @@ WIDE = 1536  # OpenAI's text-embedding-3-small
 
 
 @pytest.fixture(scope="module")
-def server_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def server_url(tmp_path_factory: pytest.TempPathFactory, small_data_dir: Path) -> Iterator[str]:
     """A server with ``lc``: a documents table of 6 dimensions with a ``metadata`` field and a ``topic`` field,
-    imported with one placeholder document that each test's store deletes; and ``wide``, of 1,536 dimensions."""
+    imported with one placeholder document that each test's store deletes; ``wide``, of 1,536 dimensions; and
+    ``encoded``, whose texts the words table ``small`` embeds."""
     data = tmp_path_factory.mktemp("langchain-data")
+    shutil.copytree(small_data_dir / "small", data / "small")
+    encoded = data.parent / "encoded.jsonl"
+    encoded.write_text(json.dumps({"id": "placeholder", "text": "the fire", "metadata": "{}"}) + "\n")
+    args = ("import", encoded, "--format", "documents", "--name", "encoded", "--encoder", "small")
+    made = run_cli(*args, "--data-dir", data)
+    assert made.code == 0, made.err
     source = data.parent / "lc.jsonl"
     placeholder = {"id": "placeholder", "text": "placeholder", "vector": [1.0] + [0.0] * (DIM - 1)}
     source.write_text(json.dumps({**placeholder, "metadata": "{}", "topic": "none"}) + "\n")
@@ -109,19 +119,22 @@ def test_scores_are_the_cosines_and_a_new_client_sees_writes(
     np.testing.assert_allclose([s for _, s in relevance], (cosines[best[:2]] + 1) / 2, atol=1e-6)
 
 
-@pytest.mark.parametrize("lambda_mult", [0.25, 0.5, 0.9])
-def test_mmr_equals_langchains_own(lee_store: tuple[EmbeddingSearchStore, list[str]], lambda_mult: float) -> None:
-    """With every document among the server's candidates (40 <= 4 * k), MMR chooses as LangChain's
-    ``maximal_marginal_relevance`` does."""
+@pytest.mark.parametrize(("lambda_mult", "fetch_k"), [(0.25, 20), (0.5, 10), (0.5, 40), (0.9, 15)])
+def test_mmr_equals_langchains_own(
+    lee_store: tuple[EmbeddingSearchStore, list[str]], lambda_mult: float, fetch_k: int
+) -> None:
+    """MMR chooses as LangChain's ``maximal_marginal_relevance`` does over the ``fetch_k`` nearest documents."""
     store, texts = lee_store
     embedding = DeterministicFakeEmbedding(size=DIM)
     query = embedding.embed_query("election")
-    chosen = maximal_marginal_relevance(np.array(query), embedding.embed_documents(texts), lambda_mult, k=10)
-    found = store.max_marginal_relevance_search("election", k=10, lambda_mult=lambda_mult)
-    assert [d.id for d in found] == [f"lee-{i}" for i in chosen]
-    assert [d.id for d in store.max_marginal_relevance_search_by_vector(query, k=10, lambda_mult=lambda_mult)] == [
-        d.id for d in found
-    ]
+    matrix = np.array(embedding.embed_documents(texts))
+    nearest = np.argsort(-(matrix / np.linalg.norm(matrix, axis=1, keepdims=True)) @ query)[:fetch_k]
+    chosen = maximal_marginal_relevance(np.array(query), matrix[nearest].tolist(), lambda_mult, k=10)
+    found = store.max_marginal_relevance_search("election", k=10, fetch_k=fetch_k, lambda_mult=lambda_mult)
+    assert [d.id for d in found] == [f"lee-{nearest[i]}" for i in chosen]
+    by_vector = store.max_marginal_relevance_search_by_vector(query, k=10, fetch_k=fetch_k, lambda_mult=lambda_mult)
+    assert [d.id for d in by_vector] == [d.id for d in found]
+    assert found[0].metadata["row"] == int(nearest[0])
 
 
 def test_delete_by_filter_and_from_texts(lee_store: tuple[EmbeddingSearchStore, list[str]], server_url: str) -> None:
@@ -157,3 +170,79 @@ def test_an_empty_filter_is_none_and_from_texts_names_what_it_needs(
     assert store.similarity_search(texts[2], k=3, filter={}) == store.similarity_search(texts[2], k=3)
     with pytest.raises(TypeError, match=r"client= .* and table="):
         EmbeddingSearchStore.from_texts(["a note"], DeterministicFakeEmbedding(size=DIM))
+
+
+def test_relevance_scores_stay_within_0_and_1(lee_store: tuple[EmbeddingSearchStore, list[str]]) -> None:
+    """A float32 cosine of a vector with itself can exceed 1: its relevance is 1, and LangChain does not warn."""
+    store, texts = lee_store
+    embedding = DeterministicFakeEmbedding(size=DIM)
+    queries = [{"vector": embedding.embed_query(text)} for text in texts]
+    own = [hits.hits[0].score for hits in store.client.search_documents_batch("lc", queries, k=1)]  # type: ignore[union-attr]
+    beyond = [i for i, score in enumerate(own) if score > 1.0]
+    assert beyond  # the case at hand
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for i in beyond:
+            ((document, relevance),) = store.similarity_search_with_relevance_scores(texts[i], k=1, score_threshold=1.0)
+            assert (document.id, relevance) == (f"lee-{i}", 1.0)
+
+
+def test_documents_written_otherwise_come_back_with_their_fields(server_url: str) -> None:
+    """A document whose ``metadata`` field is its own text (not a JSON object this store wrote) comes back with
+    its fields as metadata, in searches and by id."""
+    store = empty_store(server_url, DeterministicFakeEmbedding(size=DIM))
+    vector = [1.0] + [0.0] * (DIM - 1)
+    written = [
+        {"id": "plain", "text": "a", "vector": vector, "fields": {"metadata": "a note, not JSON", "topic": "x"}},
+        {"id": "listed", "text": "b", "vector": vector, "fields": {"metadata": "[1, 2]"}},
+    ]
+    store.client.upsert_documents("lc", written)
+    try:
+        expected = {
+            "plain": {"metadata": "a note, not JSON", "topic": "x"},
+            "listed": {"metadata": "[1, 2]"},
+        }
+        assert {d.id: d.metadata for d in store.similarity_search_by_vector(vector, k=2)} == expected
+        assert [d.metadata for d in store.get_by_ids(["listed", "plain"])] == [expected["listed"], expected["plain"]]
+    finally:
+        everything(store)
+
+
+def test_without_an_embedding_the_tables_encoder_embeds(server_url: str, lee_docs: Lee) -> None:
+    """Texts and queries embedded by the table's encoder: searches, scores and MMR as with the same vectors given."""
+    client = Client(server_url, api_key=KEY)
+    store = EmbeddingSearchStore(client, "encoded")
+    texts = lee_docs.texts[:20]
+    store.add_texts(texts, ids=[f"lee-{i}" for i in range(20)])
+    store.delete(["placeholder"])
+    try:
+        query = client.embed("small", ["bushfires near Sydney"])[0]
+        found = store.similarity_search_with_score("bushfires near Sydney", k=5)
+        by_vector = store.similarity_search_by_vector_with_score(query, k=5)
+        assert [d.id for d, _ in found] == [d.id for d, _ in by_vector]
+        np.testing.assert_allclose([s for _, s in found], [s for _, s in by_vector], atol=1e-6)
+        vectors = np.array(client.embed("small", texts))
+        nearest = np.argsort(-(vectors / np.linalg.norm(vectors, axis=1, keepdims=True)) @ query)[:8]
+        chosen = maximal_marginal_relevance(np.array(query), vectors[nearest].tolist(), 0.3, k=4)
+        diverse = store.max_marginal_relevance_search("bushfires near Sydney", k=4, fetch_k=8, lambda_mult=0.3)
+        assert [d.id for d in diverse] == [f"lee-{nearest[i]}" for i in chosen]
+    finally:
+        store.delete(filter={"not": {"metadata": "\u0000"}})
+
+
+def test_ids_with_a_filter_and_lengths_that_differ_are_refused(
+    lee_store: tuple[EmbeddingSearchStore, list[str]],
+) -> None:
+    """The server deletes by ids or by a filter: ids that must also pass a filter are refused, not deleted whatever
+    the filter; texts, metadatas and ids of different lengths are refused before any text is embedded."""
+    store, _ = lee_store
+    with pytest.raises(ValueError, match="ids or a filter=, not both"):
+        store.delete(["lee-1", "lee-2"], filter={"topic": "even"})
+    assert len(store.get_by_ids(["lee-1", "lee-2"])) == 2
+    with pytest.raises(ValueError, match="needs ids or a filter="):
+        store.delete()
+    with pytest.raises(ValueError, match="2 texts, 1 metadatas and 2 ids"):
+        store.add_texts(["a", "b"], [{"topic": "x"}], ids=["new-a", "new-b"])
+    with pytest.raises(ValueError, match="1 texts, 1 metadatas and 2 ids"):
+        store.add_texts(["a"], ids=["new-a", "new-b"])
+    assert store.get_by_ids(["new-a", "new-b"]) == []

@@ -16,6 +16,7 @@ from langchain_core.vectorstores.utils import maximal_marginal_relevance
 from llama_index.core import StorageContext, VectorStoreIndex
 from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.schema import NodeRelationship, RelatedNodeInfo, TextNode
+from llama_index.core.vector_stores import SimpleVectorStore
 from llama_index.core.vector_stores.types import (
     FilterCondition,
     FilterOperator,
@@ -145,7 +146,7 @@ def test_ids_with_filters_and_an_empty_filter_to_delete_are_refused(store: Embed
 def test_an_empty_metadata_filter_is_no_filter(store: EmbeddingSearchVectorStore) -> None:
     store.add([node("1", "foo", topic="a"), node("2", "bar", topic="b")])
     empty = MetadataFilters(filters=[])
-    assert filter_of(empty) is None
+    assert filter_of(empty) is True
     assert ask(store, "foo", 5, filters=empty) == ask(store, "foo", 5) == ["1", "2"]
 
 
@@ -182,6 +183,10 @@ FILTERS = [
         MetadataFilters(filters=[MetadataFilter(key="topic", value="t3", operator=FilterOperator.NE)]),
         lambda i: i % 4 != 3,
     ),
+    (  # a substring, as LlamaIndex's own stores match text
+        MetadataFilters(filters=[MetadataFilter(key="topic", value="3", operator=FilterOperator.TEXT_MATCH)]),
+        lambda i: i % 4 == 3,
+    ),
 ]
 
 
@@ -199,9 +204,12 @@ def test_metadata_filters_keep_what_they_say(
 
 
 def test_a_filter_the_server_cannot_say_is_refused() -> None:
-    text = MetadataFilters(filters=[MetadataFilter(key="topic", value="t", operator=FilterOperator.TEXT_MATCH)])
-    with pytest.raises(ValueError, match="text_match"):
-        filter_of(text)
+    text = FilterOperator.TEXT_MATCH_INSENSITIVE
+    with pytest.raises(ValueError, match="text_match_insensitive"):
+        filter_of(MetadataFilters(filters=[MetadataFilter(key="topic", value="t", operator=text)]))
+    empty = MetadataFilters(filters=[MetadataFilter(key="topic", value=None, operator=FilterOperator.IS_EMPTY)])
+    with pytest.raises(ValueError, match="'is_empty' needs the type of field 'topic'"):
+        filter_of(empty)  # without the table's field types
 
 
 def test_mmr_is_maximal_marginal_relevance(store: EmbeddingSearchVectorStore, lee_nodes: list[TextNode]) -> None:
@@ -225,6 +233,8 @@ def test_a_retrievers_mmr_threshold_is_the_stores(store: EmbeddingSearchVectorSt
         got = [n.node.node_id for n in retriever.retrieve("election")]
         assert got == ask(store, "election", 10, mode=VectorStoreQueryMode.MMR, mmr_threshold=threshold)
     assert ask(store, "election", 10, mode=VectorStoreQueryMode.MMR, mmr_threshold=0.0) != ask(store, "election", 10)
+    with pytest.raises(ValueError, match="mmr_threshold must be between 0 and 1"):
+        ask(store, "election", 10, mode=VectorStoreQueryMode.MMR, mmr_threshold=1.5)
 
 
 def test_a_vector_store_index_over_the_store(server_url: str, store: EmbeddingSearchVectorStore, lee_docs: Lee) -> None:
@@ -252,9 +262,74 @@ def test_documents_written_otherwise_come_back_as_text_nodes(store: EmbeddingSea
         "li", [{"id": "x", "text": "foo", "vector": vector, "fields": {"metadata": '{"topic": "a"}', "topic": "a"}}]
     )
     store.client.upsert_documents("li", [{"id": "y", "text": "foo", "vector": vector, "fields": {"topic": "b"}}])
-    result = store.query(VectorStoreQuery(query_embedding=vector, similarity_top_k=2))
+    own = {"metadata": "a note, not JSON", "topic": "c"}  # a metadata field of its own: not JSON
+    store.client.upsert_documents("li", [{"id": "z", "text": "foo", "vector": vector, "fields": own}])
+    result = store.query(VectorStoreQuery(query_embedding=vector, similarity_top_k=3))
     assert result.nodes is not None
     assert sorted((n.node_id, n.get_content(), str(n.metadata)) for n in result.nodes) == [
         ("x", "foo", "{'topic': 'a'}"),
         ("y", "foo", "{'topic': 'b'}"),
+        ("z", "foo", str(own)),
     ]
+    assert [n.metadata for n in store.get_nodes(["z"])] == [own]
+
+
+def test_text_search_and_hybrid_modes_are_the_servers(
+    store: EmbeddingSearchVectorStore, lee_nodes: list[TextNode]
+) -> None:
+    """Mode text_search is the server's keyword (BM25) search of the query text, hybrid its fusion of both lists
+    (``alpha`` the vector list's weight), with the same filter; a retriever in hybrid mode asks the same."""
+    text = "bushfires near Sydney"
+    vector = FAKE.embed_query(text)
+    odd = MetadataFilters(filters=[MetadataFilter(key="row", value=[1, 3, 5, 7, 9, 11], operator=FilterOperator.NIN)])
+    keyword = store.query(VectorStoreQuery(query_str=text, similarity_top_k=5, mode="text_search", filters=odd))
+    server = store.client.search_documents("li", k=5, text=text, mode="keyword", filter=filter_of(odd)).hits
+    assert keyword.ids == [hit.id for hit in server] and len(server) == 5
+    assert keyword.similarities == [hit.score for hit in server]
+    hybrid = VectorStoreQuery(query_str=text, query_embedding=vector, similarity_top_k=5, mode="hybrid", alpha=0.3)
+    fused = store.client.search_documents(
+        "li", k=5, text=text, vector=vector, mode="hybrid", weights={"vector": 0.3, "keyword": 0.7}
+    )
+    assert store.query(hybrid).ids == [hit.id for hit in fused.hits] != keyword.ids
+    index = VectorStoreIndex.from_vector_store(store, embed_model=FakeEmbedding())
+    retriever = index.as_retriever(similarity_top_k=5, vector_store_query_mode="hybrid", alpha=0.3)
+    assert [n.node.node_id for n in retriever.retrieve(text)] == store.query(hybrid).ids
+    with pytest.raises(ValueError, match="'hybrid' needs a query text"):
+        store.query(VectorStoreQuery(query_embedding=vector, mode="hybrid"))
+
+
+def test_filters_pass_the_nodes_llamaindexs_own_store_passes(store: EmbeddingSearchVectorStore) -> None:
+    """Each operator, alone and combined by and, or and not, passes the nodes LlamaIndex's ``SimpleVectorStore``
+    passes: ``in`` of no values none, ``nin`` of no values every node (a node without the key too), ``is_empty``
+    a node without the key or with an empty string, an integer compared with a fraction as a number."""
+    topics = ["fire", "sport", None, "fire brigade", "", None, "rain"]
+    nodes = [
+        node(f"{i}", f"note {i}", **({} if topic is None else {"topic": topic}), **({"row": i} if i != 5 else {}))
+        for i, topic in enumerate(topics)
+    ]
+    store.add(nodes)
+    own = SimpleVectorStore()
+    own.add([n.model_copy() for n in nodes])
+    atoms = [
+        MetadataFilter(key="topic", value=[], operator=FilterOperator.IN),
+        MetadataFilter(key="topic", value=[], operator=FilterOperator.NIN),
+        MetadataFilter(key="topic", value=["rain", "sport"], operator=FilterOperator.NIN),
+        MetadataFilter(key="topic", value="fire", operator=FilterOperator.TEXT_MATCH),
+        MetadataFilter(key="row", value=3, operator=FilterOperator.GTE),
+        MetadataFilter(key="topic", value="fire", operator=FilterOperator.NE),
+        MetadataFilter(key="topic", value=None, operator=FilterOperator.IS_EMPTY),
+        MetadataFilter(key="row", value=None, operator=FilterOperator.IS_EMPTY),
+        *[MetadataFilter(key="row", value=2.5, operator=FilterOperator(op)) for op in (">", ">=", "<", "<=", "==")],
+        MetadataFilter(key="row", value=2.5, operator=FilterOperator.NE),
+        MetadataFilter(key="row", value=[2.5, 3.0], operator=FilterOperator.IN),  # an integer field, by fractions
+        MetadataFilter(key="row", value=[2.5], operator=FilterOperator.NIN),
+    ]
+    pairs = [[a, b] for a in atoms for b in atoms if a is not b][::12]
+    for condition in FilterCondition:
+        for items in [[a] for a in atoms] + pairs:
+            filters = MetadataFilters(filters=items, condition=condition)
+            query = VectorStoreQuery(query_embedding=FAKE.embed_query("note"), similarity_top_k=10, filters=filters)
+            assert sorted(store.query(query).ids or []) == sorted(own.query(query).ids or []), (condition, items)
+    nothing = MetadataFilters(filters=[MetadataFilter(key="topic", value=[], operator=FilterOperator.IN)])
+    store.delete_nodes(filters=nothing)
+    assert len(ask(store, "note", 10)) == len(nodes)

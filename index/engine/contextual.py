@@ -40,16 +40,20 @@ CONTINUATION = "##"  # a WordPiece label that continues the word before it ("hea
 
 
 def _occurrences(
-    ids: list[list[int]], vectors: list[np.ndarray], pieces: list[int], labels: list[list[str]]
+    ids: list[list[int]], vectors: list[np.ndarray], pieces: list[int], labels: list[list[str]], cut: list[str]
 ) -> list[Occurrence]:
     """Where the word of ``pieces`` occurs whole: its pieces, not followed by a piece that continues the word (so
-    "heart" is not found in "heartache")."""
+    "heart" is not found in "heartache", nor in a text cut between "heart" and "##ache": ``cut`` holds the first
+    piece each text lost, "" when nothing was cut)."""
     width = len(pieces)
     found = []
     for text, row in enumerate(ids):
+        after = [*labels[text][1:], ""]  # the piece after each place
+        if cut[text]:
+            after[-2] = cut[text]  # the last piece kept, before [SEP], went on with the first piece cut
         for start in range(len(row) - width + 1):
             end = start + width
-            if row[start:end] == pieces and not (end < len(row) and labels[text][end].startswith(CONTINUATION)):
+            if row[start:end] == pieces and not after[end - 1].startswith(CONTINUATION):
                 found.append(Occurrence(text, start, vectors[text][start:end].mean(axis=0)))
     return found
 
@@ -95,7 +99,15 @@ def contextual(encoder: TransformerEncoder, texts: list[str], token: str | None 
     pieces = encoder.tokenizer.encode(token, add_special_tokens=False).ids
     if not pieces:
         raise InvalidQuery(f"token {token!r} has no piece in table {table.name!r}'s tokenizer")
-    found = _occurrences(tokenised.ids, forward.tokens, pieces, every_label)
+    unknown = encoder.unknown_id
+    if unknown is not None and unknown in pieces and token.strip() != table.tokens[unknown]:
+        # the unknown piece stands for any word the vocabulary lacks: every one of them would be this word
+        raise InvalidQuery(
+            f"token {token!r} is not in table {table.name!r}'s vocabulary (its tokenizer reads it as "
+            f"{table.tokens[unknown]})"
+        )
+    cut = ["" if piece is None else table.tokens[piece] for piece in tokenised.cut]
+    found = _occurrences(tokenised.ids, forward.tokens, pieces, every_label, cut)
     if not found:
         split = " ".join(table.tokens.labels(pieces))
         raise InvalidQuery(f"{token!r} ({split}) occurs in none of the texts")

@@ -190,6 +190,27 @@ def test_contextual_finds_a_word_whole_not_inside_a_longer_one(client: TestClien
     assert bank.status_code == 422 and "occurs in none of the texts" in bank.json()["error"]["message"]
 
 
+def test_contextual_word_cut_by_truncation_is_not_whole(client: TestClient) -> None:
+    """A text cut to 256 tokens between "heart" and "##ache" holds no whole "heart"; cut after it, it does."""
+    filler = "a " * 253  # [CLS], 253 pieces, then the word's first piece at 254, [SEP] at 255
+    texts = [filler + "heartache", filler + "heart attack"]
+    body = client.post("/v1/tables/st/contextual", json={"texts": texts, "token": "heart"}).json()
+    assert [text["truncated"] for text in body["texts"]] == [True, True]
+    assert [text["tokens"][254]["token"] for text in body["texts"]] == ["heart", "heart"]
+    assert [(o["text"], o["position"]) for o in body["token"]["occurrences"]] == [(1, 254)]
+
+
+def test_contextual_unknown_word_is_not_any_other(client: TestClient) -> None:
+    """A word the tokenizer reads as [UNK] is refused: it would be found wherever any other unknown word is."""
+    response = client.post("/v1/tables/st/contextual", json={"texts": ["I love 🎉 parties"], "token": "😀"})
+    assert response.status_code == 422
+    assert response.json()["error"]["message"] == (
+        "token '😀' is not in table 'st''s vocabulary (its tokenizer reads it as [UNK])"
+    )
+    unk = client.post("/v1/tables/st/contextual", json={"texts": ["I love 🎉 parties"], "token": "[UNK]"}).json()
+    assert [(o["text"], o["position"]) for o in unk["token"]["occurrences"]] == [(0, 3)]
+
+
 @pytest.mark.parametrize(
     ("path", "body", "message"),
     [

@@ -10,6 +10,7 @@ from fastapi import APIRouter, Request
 from starlette.responses import Response
 
 from index.engine.door import Neighbor, Resolved, Table, diagnostics
+from index.errors import InvalidQuery
 from service.deps import TableDep, TableName, get_registry, table_named
 from service.errors import BODY_ERRORS, TABLE_ERRORS, per_item, responses, with_errors
 from service.execute import compute
@@ -214,6 +215,18 @@ def side(table: Table, found: Resolved, hits: list[Neighbor]) -> dict[str, Any]:
 Pair = tuple[Resolved, Resolved]  # one word's row in the first table and in the second
 
 
+def word_rows(first: Table, second: Table, token: str) -> Pair:
+    """The word's row in each table: 404 for a word either lacks, 422 for a zero row (no neighbours by cosine)."""
+    pair = (first.resolve(token), second.resolve(token))
+    for table, found in zip((first, second), pair, strict=True):
+        if not table.vectors[found.id].any():
+            raise InvalidQuery(
+                f"the vector of token {token!r} is all zeros in table {table.name!r}: no direction to find "
+                "neighbours by (a zero row's cosine with every row is 0)"
+            )
+    return pair
+
+
 def comparisons(
     first: Table, second: Table, tokens: list[str], pairs: list[Pair | None], options: TokenOptions
 ) -> list[dict[str, Any]]:
@@ -247,7 +260,7 @@ async def compare_get(request: Request) -> Response:
     params = parse_query(request, CompareParams)
     registry = await get_registry(request)
     first, second = registry.get(params.first), registry.get(params.second)
-    pair = (first.resolve(params.token), second.resolve(params.token))  # 404 for a word either table lacks
+    pair = word_rows(first, second, params.token)
     (result,) = await compute(
         request, first, "compare", lambda: comparisons(first, second, [params.token], [pair], params)
     )
@@ -266,7 +279,7 @@ async def compare_post(request: Request, body: CompareRequest) -> Response:
     first, second = registry.get(body.first), registry.get(body.second)
 
     def run() -> dict[str, Any]:
-        pairs, errors = per_item(body.tokens, lambda token: (first.resolve(token), second.resolve(token)))
+        pairs, errors = per_item(body.tokens, lambda token: word_rows(first, second, token))
         return {"results": with_errors(comparisons(first, second, body.tokens, pairs, body), errors)}
 
     return FastJSON(await compute(request, first, "compare_batch", run))

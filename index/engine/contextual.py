@@ -17,7 +17,7 @@ import numpy as np
 from index.engine.encode import encoder_for
 from index.engine.table import Table, VectorSearch
 from index.engine.transformer_encoder import TransformerEncoder
-from index.errors import InvalidQuery
+from index.errors import InvalidQuery, UnknownToken
 
 
 @dataclass(frozen=True)
@@ -102,9 +102,10 @@ def contextual(encoder: TransformerEncoder, texts: list[str], token: str | None 
     unknown = encoder.unknown_id
     if unknown is not None and unknown in pieces and token.strip() != table.tokens[unknown]:
         # the unknown piece stands for any word the vocabulary lacks: every one of them would be this word
-        raise InvalidQuery(
-            f"token {token!r} is not in table {table.name!r}'s vocabulary (its tokenizer reads it as "
-            f"{table.tokens[unknown]})"
+        raise UnknownToken(
+            f"token {token!r} is not in table {table.name!r}, and its tokenizer gives {table.tokens[unknown]!r} for it",
+            suggestions=[],
+            token=token,
         )
     cut = ["" if piece is None else table.tokens[piece] for piece in tokenised.cut]
     found = _occurrences(tokenised.ids, forward.tokens, pieces, every_label, cut)

@@ -148,8 +148,9 @@ class TransformerEncoder:
 
     def tokenise(self, texts: list[str]) -> Tokenised:
         encodings = self.tokenizer.encode_batch_fast(texts, add_special_tokens=True)
-        cut = [first_cut(e) for e in encodings]
-        return Tokenised([e.ids for e in encodings], [bool(e.overflowing) for e in encodings], cut)
+        truncated = [bool(e.overflowing) for e in encodings]
+        cut = [first_cut(e) if t else None for e, t in zip(encodings, truncated, strict=True)]
+        return Tokenised([e.ids for e in encodings], truncated, cut)
 
     def forward(self, ids: list[list[int]], tokens: bool = False) -> Forward:
         """The graph run over ``ids`` sorted by length, in batches padded to their longest member."""

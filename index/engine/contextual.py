@@ -17,7 +17,7 @@ import numpy as np
 from index.engine.encode import encoder_for
 from index.engine.table import Table, VectorSearch
 from index.engine.transformer_encoder import TransformerEncoder
-from index.errors import InvalidQuery, UnknownToken
+from index.errors import InvalidQuery
 
 
 @dataclass(frozen=True)
@@ -102,10 +102,8 @@ def contextual(encoder: TransformerEncoder, texts: list[str], token: str | None 
     unknown = encoder.unknown_id
     if unknown is not None and unknown in pieces and token.strip() != table.tokens[unknown]:
         # the unknown piece stands for any word the vocabulary lacks: every one of them would be this word
-        raise UnknownToken(
-            f"token {token!r} is not in table {table.name!r}, and its tokenizer gives {table.tokens[unknown]!r} for it",
-            suggestions=[],
-            token=token,
+        raise InvalidQuery(  # a 422 as for a word in none of the texts: the explorer then lists the texts' words
+            f"token {token!r} is not in table {table.name!r}, and its tokenizer gives {table.tokens[unknown]!r} for it"
         )
     cut = ["" if piece is None else table.tokens[piece] for piece in tokenised.cut]
     found = _occurrences(tokenised.ids, forward.tokens, pieces, every_label, cut)

@@ -201,15 +201,13 @@ def test_contextual_word_cut_by_truncation_is_not_whole(client: TestClient) -> N
 
 
 def test_contextual_unknown_word_is_not_any_other(client: TestClient) -> None:
-    """A word the tokenizer reads as [UNK] is a 404 (as with compose=mean): it would be found wherever any other
-    unknown word is."""
+    """A word the tokenizer reads as [UNK] is refused (422, as a word in none of the texts): it would be found
+    wherever any other unknown word is."""
     response = client.post("/v1/tables/st/contextual", json={"texts": ["I love 🎉 parties"], "token": "😀"})
-    assert response.status_code == 404
+    assert response.status_code == 422
     assert response.json()["error"] == {
-        "code": "unknown_token",
+        "code": "invalid_request",
         "message": "token '😀' is not in table 'st', and its tokenizer gives '[UNK]' for it",
-        "suggestions": [],
-        "token": "😀",
     }
     unk = client.post("/v1/tables/st/contextual", json={"texts": ["I love 🎉 parties"], "token": "[UNK]"}).json()
     assert [(o["text"], o["position"]) for o in unk["token"]["occurrences"]] == [(0, 3)]

@@ -36,6 +36,7 @@ def _cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return out
 
 
+MAX_OCCURRENCES = 256  # of the word followed through the texts: the cosines between them are their square
 CONTINUATION = "##"  # a WordPiece label that continues the word before it ("heart ##ache")
 
 
@@ -110,6 +111,11 @@ def contextual(encoder: TransformerEncoder, texts: list[str], token: str | None 
     if not found:
         split = " ".join(table.tokens.labels(pieces))
         raise InvalidQuery(f"{token!r} ({split}) occurs in none of the texts")
+    if len(found) > MAX_OCCURRENCES:  # the answer's cosines grow as their square
+        raise InvalidQuery(
+            f"{token!r} occurs {len(found):,} times in the texts; at most {MAX_OCCURRENCES} are followed (give fewer "
+            "texts, or leave token out)"
+        )
     rows = (
         np.asarray(table.vectors[pieces], dtype=np.float64) * np.asarray(table.norms[pieces], dtype=np.float64)[:, None]
     )

@@ -36,20 +36,25 @@ def _cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return out
 
 
+MAX_OCCURRENCES = 256  # of the word followed through the texts: the cosines between them are their square
 CONTINUATION = "##"  # a WordPiece label that continues the word before it ("heart ##ache")
 
 
 def _occurrences(
-    ids: list[list[int]], vectors: list[np.ndarray], pieces: list[int], labels: list[list[str]]
+    ids: list[list[int]], vectors: list[np.ndarray], pieces: list[int], labels: list[list[str]], cut: list[str]
 ) -> list[Occurrence]:
     """Where the word of ``pieces`` occurs whole: its pieces, not followed by a piece that continues the word (so
-    "heart" is not found in "heartache")."""
+    "heart" is not found in "heartache", nor in a text cut between "heart" and "##ache": ``cut`` holds the first
+    piece each text lost, "" when nothing was cut)."""
     width = len(pieces)
     found = []
     for text, row in enumerate(ids):
+        after = [*labels[text][1:], ""]  # the piece after each place
+        if cut[text]:
+            after[-2] = cut[text]  # the last piece kept, before [SEP], went on with the first piece cut
         for start in range(len(row) - width + 1):
             end = start + width
-            if row[start:end] == pieces and not (end < len(row) and labels[text][end].startswith(CONTINUATION)):
+            if row[start:end] == pieces and not after[end - 1].startswith(CONTINUATION):
                 found.append(Occurrence(text, start, vectors[text][start:end].mean(axis=0)))
     return found
 
@@ -95,10 +100,22 @@ def contextual(encoder: TransformerEncoder, texts: list[str], token: str | None 
     pieces = encoder.tokenizer.encode(token, add_special_tokens=False).ids
     if not pieces:
         raise InvalidQuery(f"token {token!r} has no piece in table {table.name!r}'s tokenizer")
-    found = _occurrences(tokenised.ids, forward.tokens, pieces, every_label)
+    unknown = encoder.unknown_id
+    if unknown is not None and unknown in pieces and token.strip() != table.tokens[unknown]:
+        # the unknown piece stands for any word the vocabulary lacks: every one of them would be this word
+        raise InvalidQuery(  # a 422 as for a word in none of the texts: the explorer then lists the texts' words
+            f"token {token!r} is not in table {table.name!r}, and its tokenizer gives {table.tokens[unknown]!r} for it"
+        )
+    cut = ["" if piece is None else table.tokens[piece] for piece in tokenised.cut]
+    found = _occurrences(tokenised.ids, forward.tokens, pieces, every_label, cut)
     if not found:
         split = " ".join(table.tokens.labels(pieces))
         raise InvalidQuery(f"{token!r} ({split}) occurs in none of the texts")
+    if len(found) > MAX_OCCURRENCES:  # the answer's cosines grow as their square
+        raise InvalidQuery(
+            f"{token!r} occurs {len(found):,} times in the texts; at most {MAX_OCCURRENCES} are followed (give fewer "
+            "texts, or leave token out)"
+        )
     rows = (
         np.asarray(table.vectors[pieces], dtype=np.float64) * np.asarray(table.norms[pieces], dtype=np.float64)[:, None]
     )

@@ -167,6 +167,9 @@ def tsne_layout(
         raise InvalidQuery(f"t-SNE with perplexity {perplexity:g} needs more than {3 * perplexity:g} rows")
     started = time.perf_counter()
     data = np.asarray(rows, dtype=np.float32)
+    zero = np.flatnonzero(~data.any(axis=1))
+    if len(zero):  # openTSNE's cosine of a zero row is NaN
+        raise InvalidQuery(f"t-SNE by cosine cannot place row {zero[0]}: its vector is all zeros (no direction)")
     tsne = TSNE(
         n_components=2,
         perplexity=perplexity,
@@ -403,6 +406,12 @@ def project(table: Table, asked: Projection, stop: Callable[[], bool] | None = N
         extra["axes"] = {"x": x_pair, "y": y_pair if y_pair is not None else "pca"}
     elif asked.method in ("tsne", "umap"):
         if asked.method == "tsne":
+            zero = np.flatnonzero(~vectors.any(axis=1))
+            if len(zero):
+                raise InvalidQuery(
+                    f"the vector of token {rows[ids[zero[0]]]!r} is all zeros: t-SNE by cosine cannot place a row "
+                    "without direction (leave it out, or use pca, axes or umap)"
+                )
             layout = tsne_projection(vectors, asked.perplexity, asked.seed, stop=stop)
         else:
             layout = umap_projection(vectors, asked.n_neighbors, asked.min_dist, asked.seed)

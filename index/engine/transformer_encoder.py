@@ -52,12 +52,23 @@ def batches(lengths: np.ndarray, order: np.ndarray) -> list[np.ndarray]:
     return out
 
 
+def first_cut(encoding: Any) -> int | None:
+    """The first piece (not a special token) that truncation took off an encoded text; None when nothing was cut."""
+    for part in encoding.overflowing[:1]:
+        for piece, special in zip(part.ids, part.special_tokens_mask, strict=True):
+            if not special:
+                return int(piece)
+    return None
+
+
 @dataclass(frozen=True, slots=True)
 class Tokenised:
-    """The model's input ids of each text (with [CLS] and [SEP]), and whether the text was cut."""
+    """The model's input ids of each text (with [CLS] and [SEP]), whether the text was cut, and the first piece it
+    lost (None: nothing cut)."""
 
     ids: list[list[int]]
     truncated: list[bool]
+    cut: list[int | None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,7 +148,9 @@ class TransformerEncoder:
 
     def tokenise(self, texts: list[str]) -> Tokenised:
         encodings = self.tokenizer.encode_batch_fast(texts, add_special_tokens=True)
-        return Tokenised([e.ids for e in encodings], [bool(e.overflowing) for e in encodings])
+        truncated = [bool(e.overflowing) for e in encodings]
+        cut = [first_cut(e) if t else None for e, t in zip(encodings, truncated, strict=True)]
+        return Tokenised([e.ids for e in encodings], truncated, cut)
 
     def forward(self, ids: list[list[int]], tokens: bool = False) -> Forward:
         """The graph run over ``ids`` sorted by length, in batches padded to their longest member."""

@@ -188,11 +188,15 @@ def test_analogy_batch_expect(api: TestClient, small: Table) -> None:
 # ------------------------------------------------------------------------------------------------- compare
 @pytest.fixture(scope="module")
 def two_tables(glove_raw: RawTable, tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestClient]:
-    """The first 3,000 and the first 6,000 GloVe rows, two flat tables in one data directory."""
+    """The first 3,000 and the first 6,000 GloVe rows, two flat tables in one data directory; and the first 3,000
+    with the row of "music" all zeros (an import keeps a zero row)."""
     data_dir = tmp_path_factory.mktemp("compare-data")
     for rows in (3_000, 6_000):
         raw = small_raw(glove_raw, rows)
         build_table(raw, data_dir=data_dir, name=f"first{rows}", source={"format": "test", "path": "glove"})
+    zeroed = small_raw(glove_raw, 3_000)
+    zeroed.matrix[zeroed.tokens.index("music")] = 0
+    build_table(zeroed, data_dir=data_dir, name="zeroed", source={"format": "test", "path": "glove"})
     with client_for(data_dir=data_dir) as client:
         yield client
 
@@ -223,6 +227,24 @@ def test_compare(two_tables: TestClient, glove_raw: RawTable) -> None:
     for model in (CompareParams, CompareRequest):  # the table names' schema is the path parameter's rule
         properties = model.model_json_schema()["properties"]
         assert properties["first"]["pattern"] == properties["second"]["pattern"] == TABLE_NAME
+
+
+def test_a_zero_row_has_no_neighbours_to_compare_nor_a_tsne_place(two_tables: TestClient) -> None:
+    """As a neighbours query, a zero row has no direction: compare says so (422, or that item's error in a batch)
+    instead of giving the first rows at cosine 0; t-SNE by cosine cannot place it (422, not openTSNE's NaN)."""
+    tables = {"first": "first3000", "second": "zeroed"}
+    message = (
+        "the vector of token 'music' is all zeros: no direction to find neighbours by (a zero row's cosine with "
+        "every row is 0)"
+    )
+    assert_invalid(two_tables.get("/v1/compare", params={**tables, "token": "music"}), message)
+    batch = two_tables.post("/v1/compare", json={**tables, "tokens": ["music", "heart"], "k": 3}).json()["results"]
+    assert batch[0]["error"] == {"code": "invalid_request", "message": message} and batch[1]["overlap"] == 1.0
+    words = ["music", "red", "blue", "one", "two"]
+    tsne = two_tables.post("/v1/tables/zeroed/project", json={"tokens": words, "method": "tsne"})
+    assert_invalid(tsne, "the vector of token 'music' is all zeros: t-SNE by cosine cannot place a row")
+    assert two_tables.post("/v1/tables/zeroed/project", json={"tokens": words[1:], "method": "tsne"}).status_code == 200
+    assert two_tables.post("/v1/tables/zeroed/project", json={"tokens": words}).status_code == 200  # pca places it
 
 
 # ------------------------------------------------------------------------------------------------- OpenAPI

@@ -190,6 +190,29 @@ def test_contextual_finds_a_word_whole_not_inside_a_longer_one(client: TestClien
     assert bank.status_code == 422 and "occurs in none of the texts" in bank.json()["error"]["message"]
 
 
+def test_contextual_word_cut_by_truncation_is_not_whole(client: TestClient) -> None:
+    """A text cut to 256 tokens between "heart" and "##ache" holds no whole "heart"; cut after it, it does."""
+    filler = "a " * 253  # [CLS], 253 pieces, then the word's first piece at 254, [SEP] at 255
+    texts = [filler + "heartache", filler + "heart attack"]
+    body = client.post("/v1/tables/st/contextual", json={"texts": texts, "token": "heart"}).json()
+    assert [text["truncated"] for text in body["texts"]] == [True, True]
+    assert [text["tokens"][254]["token"] for text in body["texts"]] == ["heart", "heart"]
+    assert [(o["text"], o["position"]) for o in body["token"]["occurrences"]] == [(1, 254)]
+
+
+def test_contextual_unknown_word_is_not_any_other(client: TestClient) -> None:
+    """A word the tokenizer reads as [UNK] is refused (422, as a word in none of the texts): it would be found
+    wherever any other unknown word is."""
+    response = client.post("/v1/tables/st/contextual", json={"texts": ["I love 🎉 parties"], "token": "😀"})
+    assert response.status_code == 422
+    assert response.json()["error"] == {
+        "code": "invalid_request",
+        "message": "token '😀' is not in table 'st', and its tokenizer gives '[UNK]' for it",
+    }
+    unk = client.post("/v1/tables/st/contextual", json={"texts": ["I love 🎉 parties"], "token": "[UNK]"}).json()
+    assert [(o["text"], o["position"]) for o in unk["token"]["occurrences"]] == [(0, 3)]
+
+
 @pytest.mark.parametrize(
     ("path", "body", "message"),
     [
@@ -197,6 +220,11 @@ def test_contextual_finds_a_word_whole_not_inside_a_longer_one(client: TestClien
         ("/v1/tables/st/contextual", {"texts": ["the river"], "token": "bank"}, "'bank' (bank) occurs in none"),
         ("/v1/tables/st/contextual", {"texts": ["a"] * 17}, "texts: List should have at most 16 items"),
         ("/v1/tables/st/contextual", {"texts": ["a"], "k": 0}, "k: Input should be greater than or equal to 1"),
+        (  # each text cut to 254 of its 300 banks: 508 occurrences, whose cosines would be 508 x 508
+            "/v1/tables/st/contextual",
+            {"texts": ["bank " * 300] * 2, "token": "bank"},
+            "'bank' occurs 508 times in the texts; at most 256 are followed (give fewer texts, or leave token out)",
+        ),
     ],
 )
 def test_contextual_errors(client: TestClient, path: str, body: dict[str, Any], message: str) -> None:

@@ -254,6 +254,23 @@ def test_cli_eval_text_and_errors(small_data_dir: Path, tmp_path: Path) -> None:
         done = run("--pairs", str(unknown))
         assert done.code == 1 and "no word pair with both words in the first" in done.err
 
+        unknown.write_text("tiger\tcat\t7.35\nqqqzzz\tcat\t1.0\n", encoding="utf-8")  # one pair: no correlation
+        done = run("--pairs", str(unknown))
+        assert done.code == 1
+        assert done.err.strip() == (
+            f"embedding-index: error: {unknown}: one word pair with both words in the first 20,000 rows of 'small': "
+            "a correlation needs two or more"
+        )
+        unknown.write_text("tiger\tcat\t7.35\nbook\tpaper\t7.35\n", encoding="utf-8")  # equal scores: undefined
+        done = run("--pairs", str(unknown), "--json")
+        strict = json.loads(done.out, parse_constant=lambda name: pytest.fail(f"{name} is not JSON"))
+        assert {key: strict["pairs"][0][key] for key in ("pearson", "spearman", "pairs")} == {
+            "pearson": None,
+            "spearman": None,
+            "pairs": 2,
+        }
+        assert "Spearman undefined (p=undefined), Pearson undefined" in run("--pairs", str(unknown)).out
+
         assert run("--method", "3cosfoo").code != 0
     finally:
         report_out, report_err = report.communicate(timeout=300)

@@ -15,6 +15,7 @@ from index.engine.layout import (
     pca_projection,
     project,
     require,
+    tsne_layout,
     tsne_projection,
     umap_projection,
 )
@@ -124,6 +125,14 @@ def test_umap_equals_umap_learn_with_the_same_seed_and_n_neighbors_lowered(rows:
 def test_too_few_rows_are_refused(rows: np.ndarray, project: object, name: str) -> None:
     with pytest.raises(InvalidQuery, match=f"{name} needs at least {MIN_NONLINEAR_ROWS} distinct tokens, got 3"):
         project(rows[:3])  # type: ignore[operator]
+
+
+def test_a_tsne_map_refuses_a_zero_row(rows: np.ndarray) -> None:
+    """openTSNE's cosine of a zero row is NaN: the whole-table layout names the row instead."""
+    zeroed = rows.copy()
+    zeroed[7] = 0
+    with pytest.raises(InvalidQuery, match="t-SNE by cosine cannot place row 7: its vector is all zeros"):
+        tsne_layout(zeroed, 5.0, 250, 42)
 
 
 @pytest.mark.parametrize(

@@ -77,7 +77,8 @@ def _fields(payload: Payload, name: str, given: dict[str, Any] | None) -> dict[s
             out[field] = _field_value(kind, value)
         except ValueError:
             shown = repr(value)[:80]
-            raise InvalidQuery(f"{name}: field {field!r} is a {kind} field, not {shown}", field=field) from None
+            article = "an" if kind == INTEGER else "a"
+            raise InvalidQuery(f"{name}: field {field!r} is {article} {kind} field, not {shown}", field=field) from None
     return out
 
 

@@ -171,7 +171,7 @@ def test_written_timestamps_read_as_imported_ones(server: real_server.Server, le
     ("document", "words"),
     [
         ({"id": "bad", "text": NOTE, "fields": {"colour": "red"}}, ["documents[1] (id 'bad')", "no field 'colour'"]),
-        ({"id": "bad", "text": NOTE, "fields": {"year": "1999"}}, ["documents[1] (id 'bad')", "'year' is a integer"]),
+        ({"id": "bad", "text": NOTE, "fields": {"year": "1999"}}, ["documents[1] (id 'bad')", "'year' is an integer"]),
         ({"id": "bad", "text": NOTE, "fields": {"tags": [1, 2]}}, ["field 'tags' is a string_list field"]),
         ({"id": "bad", "text": NOTE, "fields": {"published": "tuesday"}}, ["field 'published' is a timestamp"]),
         ({"id": "bad", "vector": [0.5, 1.0]}, ["a vector of 2 values; the table's have 50"]),

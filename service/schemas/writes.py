@@ -14,6 +14,8 @@ from service.schemas.common import (
     ValidText,
     Vector,
     batch_of,
+    check_work,
+    conditions,
     given,
     one_form,
 )
@@ -50,6 +52,8 @@ class DeleteRequest(BaseModel):
     def _one(self) -> DeleteRequest:
         if (self.ids is None) == (self.filter is None):
             raise ValueError("give exactly one of ids or filter")
+        if self.filter is not None:  # bounded as a search's filters are
+            check_work(conditions(self.filter), "max_filter_conditions", "conditions in the filter")
         return self
 
 

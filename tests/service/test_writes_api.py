@@ -236,6 +236,7 @@ def test_a_bad_document_is_a_422_naming_it(
         ("/documents", {"documents": [{"id": "h", "text": NOTE, "fields": {"lang": "\ud800"}}]}),
         ("/documents", {"documents": [{"id": "h", "text": NOTE, "fields": {"tags": ["ok", "\udfff"]}}]}),
         ("/documents/delete", {"filter": {"lang": "\ud800"}}),
+        ("/documents/delete", {"filter": {"or": [{"year": 3000 + i} for i in range(4097)]}}),  # over max conditions
         ("/documents/delete", {"ids": [[1]]}),
         ("/documents/delete", {"ids": []}),
     ],

@@ -33,6 +33,7 @@ from index.engine.door import (
     encoder_for,
     filters,
     parse_timestamp,
+    timestamp_text,
     written_row,
 )
 from index.errors import InvalidQuery
@@ -59,7 +60,7 @@ def _field_value(kind: str, value: Any) -> Any:
     if kind == BOOLEAN and isinstance(value, bool):
         return value
     if kind == TIMESTAMP and isinstance(value, str):
-        return parse_timestamp(value).strftime("%Y-%m-%dT%H:%M:%S.%fZ").replace(".000000Z", "Z")
+        return timestamp_text(parse_timestamp(value))
     if kind == STRING_LIST and isinstance(value, list) and all(isinstance(v, str) for v in value):
         return value
     raise ValueError(kind)
@@ -76,7 +77,8 @@ def _fields(payload: Payload, name: str, given: dict[str, Any] | None) -> dict[s
             out[field] = _field_value(kind, value)
         except ValueError:
             shown = repr(value)[:80]
-            raise InvalidQuery(f"{name}: field {field!r} is a {kind} field, not {shown}", field=field) from None
+            article = "an" if kind == INTEGER else "a"
+            raise InvalidQuery(f"{name}: field {field!r} is {article} {kind} field, not {shown}", field=field) from None
     return out
 
 
@@ -91,8 +93,8 @@ def upsert_body(
     for i, document in enumerate(documents):
         name = f"documents[{i}] (id {document.id!r})"
         key = delta.key(document.id)
-        if key is None:
-            kind = "integers" if payload.id_type == INTEGER else "strings"
+        if key is None or (payload.id_type != INTEGER and not isinstance(document.id, str)):
+            kind = "integers of 64 bits" if payload.id_type == INTEGER else "strings"
             raise InvalidQuery(f"{name}: the ids of table {table.name!r} are {kind}", document=i)
         if key in seen:
             raise InvalidQuery(f"{name}: the id comes twice in this request", document=i)

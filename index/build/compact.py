@@ -130,6 +130,11 @@ def _compact(data_dir: Path, name: str, directory: Path, path: Path) -> dict[str
     if delta.seq == covered:
         finish(data_dir, [(path, covered)])
         return {"table": name, "log_sequence": covered, "written": 0, "rows": table.rows}
+    if not delta.documents and delta.deleted.all():  # a table holds at least one document
+        raise InvalidQuery(
+            f"table {name!r} not compacted: every one of its documents is deleted; it serves on from its version and "
+            "its write log (compact it once a document is added, or remove it)"
+        )
     note(f"folding writes {covered + 1}..{delta.seq} into {name!r} ...")
     documents, matrix, info = folded(table, delta)
     # The table's own stop words and stemmer (an import's options), else the defaults

@@ -20,7 +20,7 @@ import numpy as np
 from index.engine.filters import RowSet
 from index.engine.table import Table, VectorSearch
 from index.errors import InvalidQuery
-from index.store.payload import INTEGER, LOOKUP_LIMIT, TIMESTAMP, Payload, UnknownDocument, arrow_types
+from index.store.payload import LOOKUP_LIMIT, TIMESTAMP, Payload, UnknownDocument, arrow_types, id_key
 from index.store.rows import normalise, row_norms
 from index.store.writelog import LogMismatch, Record, Shape, first_misfit
 
@@ -69,6 +69,13 @@ def parse_timestamp(text: str) -> dt.datetime:
         raise ValueError(f"{text!r} falls outside the years 1 to 9999 in UTC") from None
 
 
+def timestamp_text(moment: dt.datetime) -> str:
+    """A timestamp as the payload shows it: ``2001-12-24T05:30:00Z`` in UTC, fractions of a second only when set
+    (``.5``, not ``.500000``)."""
+    text = moment.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S")
+    return text + (f".{moment.microsecond:06d}".rstrip("0") if moment.microsecond else "") + "Z"
+
+
 def written_row(values: Sequence[float]) -> list[float]:
     """A written document's vector as the table keeps it (float32 values), checked as the builder checks an
     imported row (``index.build.clean``) and as the delta normalises it (:func:`normalise`, its norm in float32):
@@ -109,16 +116,9 @@ class Delta:
         return max(self.covered, self.last)
 
     def key(self, value: Any) -> Key | None:
-        """An id as the table stores it (digits are an integer id's text); None when no id can equal it."""
-        if self.payload.id_type == INTEGER:
-            if isinstance(value, bool):
-                return None
-            if isinstance(value, int):
-                return value
-            if isinstance(value, str) and value.strip().lstrip("+-").isdigit() and value.isascii():
-                return int(value)
-            return None
-        return value if isinstance(value, str) else None
+        """An id as the table stores it, looked up as the version's ids are (``Payload.row_of``): digits are an
+        integer id's text, an integer a string id's digits; None when no id can equal it (beyond 64 bits too)."""
+        return id_key(value, self.payload.id_type)
 
     def version_rows(self, keys: Sequence[Key]) -> np.ndarray:
         """The version's row of each id (-1 when it has none), deleted or not."""

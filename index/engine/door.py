@@ -25,7 +25,7 @@ import numpy as np
 
 from index.engine import diagnostics, filters
 from index.engine.contextual import contextual, transformer_of
-from index.engine.delta import Delta, Key, parse_timestamp, unwritten, vector_search, written_row
+from index.engine.delta import Delta, Key, parse_timestamp, timestamp_text, unwritten, vector_search, written_row
 from index.engine.dfs import gather as keyword_statistics
 from index.engine.dfs import summed as summed_statistics
 from index.engine.encode import (
@@ -175,6 +175,7 @@ __all__ = [
     "split",
     "suggestion_part",
     "summed_statistics",
+    "timestamp_text",
     "transformer_of",
     "tsne_available",
     "unit_mean",

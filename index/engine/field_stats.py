@@ -9,10 +9,9 @@ documents (the version's rows not deleted, then the written ones) when a delta i
 
 from __future__ import annotations
 
-import datetime as dt
 from typing import TYPE_CHECKING, Any
 
-from index.engine.delta import Delta
+from index.engine.delta import Delta, timestamp_text
 from index.store.payload import BOOLEAN, FLOAT, INTEGER, STRING, STRING_LIST, TIMESTAMP, Payload
 
 if TYPE_CHECKING:
@@ -49,7 +48,7 @@ def _stats(kind: str, column: pa.Array) -> dict[str, Any]:
         if kind == FLOAT:
             column = pc.filter(column, pc.invert(pc.is_nan(column)))
         low, high = (value.as_py() for value in pc.min_max(column).values())
-        out["min"], out["max"] = (_iso(v) if kind == TIMESTAMP and v is not None else v for v in (low, high))
+        out["min"], out["max"] = (timestamp_text(v) if kind == TIMESTAMP and v is not None else v for v in (low, high))
     return out
 
 
@@ -60,9 +59,3 @@ def _common(values: pa.Array | pa.ChunkedArray) -> dict[str, Any]:
         [("count", "descending"), ("value", "ascending")]
     )
     return {"distinct": len(counts), "values": ranked.slice(0, TOP_VALUES).to_pylist()}
-
-
-def _iso(moment: dt.datetime) -> str:
-    """As the payload writes timestamps: ``2001-12-24T05:30:00Z``, fractions of a second only when set."""
-    text = moment.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S")
-    return text + (f".{moment.microsecond:06d}".rstrip("0") if moment.microsecond else "") + "Z"

@@ -322,6 +322,12 @@ def _as_int(value: object) -> int | None:
     return number if number is not None and INT64[0] <= number <= INT64[1] else None
 
 
+def id_key(value: object, id_type: str) -> str | int | None:
+    """``value`` as the id of a table whose ids are ``id_type`` would equal it: an integer (within 64 bits) or its
+    digits for an integer id, a string or an integer's digits for a string id; None when no id can equal it."""
+    return _as_int(value) if id_type == INTEGER else _as_str(value)
+
+
 def _as_str(value: object) -> str | None:
     if isinstance(value, str):
         return value

@@ -11,8 +11,11 @@ from service.schemas.common import (
     MAX_TEXT_CHARS,
     STRICT,
     DocumentId,
+    ValidText,
     Vector,
     batch_of,
+    check_work,
+    conditions,
     given,
     one_form,
 )
@@ -26,7 +29,9 @@ class WriteDocument(BaseModel):
         None, description="its text (stored, searched by keyword; embedded when no vector is given)"
     )
     vector: Vector | None = Field(None, description="its vector (default: its text embedded by the table's encoder)")
-    fields: dict[str, Any] | None = Field(None, description="its fields, of the table's fields and their types")
+    fields: Annotated[dict[str, Any], ValidText] | None = Field(
+        None, description="its fields, of the table's fields and their types"
+    )
 
 
 class UpsertRequest(BaseModel):
@@ -39,12 +44,16 @@ class DeleteRequest(BaseModel):
     model_config = STRICT | one_form(given("ids"), given("filter"))
 
     ids: Annotated[list[DocumentId], batch_of("ids of the documents to delete"), CHECK_BATCH] | None = None
-    filter: dict[str, Any] | None = Field(None, description="delete every document this filter lets through")
+    filter: Annotated[dict[str, Any], ValidText] | None = Field(
+        None, description="delete every document this filter lets through"
+    )
 
     @model_validator(mode="after")
     def _one(self) -> DeleteRequest:
         if (self.ids is None) == (self.filter is None):
             raise ValueError("give exactly one of ids or filter")
+        if self.filter is not None:  # bounded as a search's filters are
+            check_work(conditions(self.filter), "max_filter_conditions", "conditions in the filter")
         return self
 
 

@@ -293,3 +293,17 @@ def test_a_worker_that_had_read_no_log_sees_the_writes_a_cut_took_from_it(
     document = {"id": "k/1", "text": lee_docs.texts[9], "vector": lee_docs.vectors[9].tolist(), "fields": {}}
     seq, known = state.write(lambda d: ({"op": "upsert", "documents": [document]}, d.written("k/1")), sync=True)
     assert seq == 5 and known is not None  # an update of a document it knows, after the writes it had not read
+
+
+def test_a_table_whose_every_document_is_deleted_is_not_compacted(
+    lee_data_dir: Path, lee_docs: Lee, tmp_path: Path
+) -> None:
+    """No table is empty: the compaction says why it leaves such a table as it is, its log whole."""
+    data, path = lee_with_log(lee_data_dir, tmp_path)
+    with writelog.appending(path) as log:
+        log.append(1, {"op": "delete", "ids": lee_docs.ids})
+    done = run_cli("compact", "lee", "--data-dir", data)
+    assert done.code == 1
+    assert "table 'lee' not compacted: every one of its documents is deleted" in done.err, done.err
+    assert [r.seq for r in writelog.recover(path)] == [1]
+    assert Table.load(data / "lee").rows == 300

@@ -61,7 +61,8 @@ async def _send(front: Front, table: str, shard: int, method: str, path: str, bo
     content = None if body is None else orjson.dumps(body)
     try:
         url = f"{writer}{path}"
-        answer = await front.client.request(method, url, content=content, headers=headers, timeout=timeout)
+        async with front.tables[table][shard].slots:  # one of the shard's slots, as a search's request takes
+            answer = await front.client.request(method, url, content=content, headers=headers, timeout=timeout)
     except httpx.TimeoutException:
         message = f"the writer of shard {shard} of table {table!r} ({writer}) did not answer in time; the write may "
         raise ApiError("shard_timeout", message + "have been applied", table=table, shard=shard) from None

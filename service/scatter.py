@@ -501,9 +501,9 @@ def route(front: Front, name: str) -> APIRoute:
                 parts.append(outcome)
         for part in parts:  # an item's own error (a text with no known word): the request's
             for item in part["results"] if part is not None else ():
-                if "error" in item:
-                    message = named(name, item["error"]["message"].encode()).decode()
-                    raise ApiError(item["error"]["code"], message, table=name)
+                if "error" in item:  # its envelope as the whole table's: its message naming it, its details
+                    error = orjson.loads(named(name, orjson.dumps(item["error"])))
+                    raise ApiError(error.pop("code"), error.pop("message"), **error)
         if words:
             out: dict[str, Any] = {"neighbors": merged_neighbors(body, parts)}
         else:

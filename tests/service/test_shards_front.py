@@ -225,6 +225,9 @@ def test_the_front_checks_requests_as_any_search(servers: dict[str, Any], lee_do
         assert got["error"]["message"] == expected["error"]["message"] and "'lee'" in got["error"]["message"], got
     ready = HTTP.get(f"{servers['front'].base}/readyz")  # no table of its own, the sharded one fronted
     assert ready.status_code == 200 and ready.json()["loaded"] == ["lee"], ready.text
+    for body in ({"text": "fire", "mode": "hybrid", "k": 5}, {"queries": [{"text": "fire"}], "mode": "hybrid"}):
+        (status, got), (expected_status, expected) = search_both(servers["front"], servers["whole"], body)
+        assert status == expected_status and got == expected, (body, got)  # an item's error: the whole's envelope
     status, got = search(servers["front"], {"text": "fire", "mode": "hybrid", "k": 5, "diversity": 0.5})
     assert status == 422 and "re-ranks by the query's vector" in got["error"]["message"], got
     base = f"{servers['front'].base}/v1/tables/lee"

@@ -10,7 +10,9 @@ the same 422s), and every shard is asked, in parallel, for its part: its vector 
 deep as the engine takes them for the page (``index.engine.door.depths``: ``offset + k``, hybrid's fusion
 depth, diversity's candidates), filtered by the shard itself, each hit with its row in the whole table
 (``include``). A shard's replicas are tried in turn from a rotating start, each attempt within
-``EMBEDDING_SHARD_TIMEOUT`` seconds, at most two attempts per shard. The lists merge by score (a cosine and a
+``EMBEDDING_SHARD_TIMEOUT`` seconds, at most two attempts per shard, at most :data:`SHARD_REQUESTS` of them in
+flight to a shard at once (more wait their turn here); a shard that did not answer one of a request's queries is
+not asked again for its others (:data:`DOWN`). The lists merge by score (a cosine and a
 BM25 score with the whole table's statistics are the same number on a shard as on the whole table,
 ``index.engine.shards``), equal scores by row, as the whole table orders them (``index.engine.door.merge``).
 After writes a shard's own statistics are no longer the whole table's: for a keyword or hybrid search by text the
@@ -49,10 +51,10 @@ from __future__ import annotations
 import asyncio
 import itertools
 import re
-from collections.abc import Sequence
+from collections.abc import Awaitable, Iterable, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import quote
 
 import numpy as np
@@ -96,7 +98,15 @@ ASKED = ("row", "vector")  # what a shard's hits carry for the front (``include`
 KEY_HEADER = "x-api-key"
 # The client's API key, kept by the front's middleware from each request: every shard request carries it.
 CLIENT_KEY: ContextVar[str | None] = ContextVar("client_key", default=None)
+# The shards that did not answer a client's request, by (table, shard), kept by the same middleware: the request's
+# other queries (a batch's items) do not ask them again, each waiting out its deadline.
+DOWN: ContextVar[dict[tuple[str, int], ShardFailed] | None] = ContextVar("down", default=None)
+T = TypeVar("T")
 REFUSED_KEY = (401, 403)  # a shard refusing the key the front took: the deployment's fault, not the request's
+# Requests in flight to one shard at once; more wait their turn here, each deadline counted from its sending. The
+# HTTP client's pool holds as many connections per shard, so that no request queues in it: its queue costs the
+# event loop time quadratic in its length (a big batch froze the front).
+SHARD_REQUESTS = 16
 
 
 @dataclass
@@ -104,6 +114,7 @@ class Shard:
     replicas: list[str]
     table: str  # the sharded table's name, which its messages say rather than the shard's own
     turn: itertools.count[int] = field(default_factory=itertools.count)
+    slots: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(SHARD_REQUESTS))
 
     def order(self) -> list[str]:
         """The replicas, from the next one in turn (requests spread over them; a failed one is tried last)."""
@@ -143,7 +154,7 @@ def refusal_text(refused: ShardRefused) -> str:
 
 class ClientKey:
     """The front's middleware: the client's API key (``X-API-Key``) kept for every shard request the request
-    makes (:data:`CLIENT_KEY`)."""
+    makes (:data:`CLIENT_KEY`), and the shards that did not answer it (:data:`DOWN`)."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
@@ -151,6 +162,7 @@ class ClientKey:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
             CLIENT_KEY.set(Headers(scope=scope).get(KEY_HEADER))
+            DOWN.set({})
         await self.app(scope, receive, send)
 
 
@@ -188,7 +200,8 @@ class Front:
         if self._client is None:  # made in the event loop that uses it
             import httpx
 
-            self._client = httpx.AsyncClient(limits=httpx.Limits(max_connections=256, max_keepalive_connections=64))
+            most = SHARD_REQUESTS * sum(map(len, self.tables.values()))  # every shard's slots: none queue in the pool
+            self._client = httpx.AsyncClient(limits=httpx.Limits(max_connections=most, max_keepalive_connections=most))
         return self._client
 
     async def close(self) -> None:
@@ -212,6 +225,7 @@ class Front:
         in turn, at most two; its 4xx raises :class:`ShardRefused`, no answer :class:`ShardFailed`."""
         import httpx
 
+        down = DOWN.get()
         reasons, timed_out = [], False
         headers = {"content-type": "application/json"}
         key = CLIENT_KEY.get()
@@ -219,14 +233,12 @@ class Front:
             headers[KEY_HEADER] = key
         for replica in shard.order()[:2]:
             try:
-                if payload is None:
-                    answer = await self.client.get(
-                        f"{replica}{path}", headers=headers, timeout=self.settings.shard_timeout
-                    )
-                else:
-                    answer = await self.client.post(
-                        f"{replica}{path}", content=payload, headers=headers, timeout=self.settings.shard_timeout
-                    )
+                async with shard.slots:
+                    if down is not None and (shard.table, shard_number) in down:  # failed while this one waited
+                        raise down[shard.table, shard_number]
+                    method = "GET" if payload is None else "POST"
+                    url, timeout = f"{replica}{path}", self.settings.shard_timeout
+                    answer = await self.client.request(method, url, content=payload, headers=headers, timeout=timeout)
             except httpx.TimeoutException:
                 reasons.append(f"{replica}: no answer within {self.settings.shard_timeout:g} s")
                 timed_out = True
@@ -248,7 +260,21 @@ class Front:
                 continue
             result: dict[str, Any] = orjson.loads(answer.content)
             return result
-        raise ShardFailed(shard_number, "; ".join(reasons), timed_out and len(reasons) == 1)
+        failure = ShardFailed(shard_number, "; ".join(reasons), timed_out and len(reasons) == 1)
+        if down is not None:
+            down[shard.table, shard_number] = failure
+        raise failure
+
+
+async def every(calls: Iterable[Awaitable[T]]) -> list[T]:
+    """Each of ``calls``' answers, in order; the first to fail cancels the others (and their shard requests)."""
+    tasks = [asyncio.ensure_future(call) for call in calls]
+    try:
+        return list(await asyncio.gather(*tasks))
+    except BaseException:
+        for task in tasks:
+            task.cancel()
+        raise
 
 
 def merge_lists(
@@ -475,9 +501,9 @@ def route(front: Front, name: str) -> APIRoute:
                 parts.append(outcome)
         for part in parts:  # an item's own error (a text with no known word): the request's
             for item in part["results"] if part is not None else ():
-                if "error" in item:
-                    message = named(name, item["error"]["message"].encode()).decode()
-                    raise ApiError(item["error"]["code"], message, table=name)
+                if "error" in item:  # its envelope as the whole table's: its message naming it, its details
+                    error = orjson.loads(named(name, orjson.dumps(item["error"])))
+                    raise ApiError(error.pop("code"), error.pop("message"), **error)
         if words:
             out: dict[str, Any] = {"neighbors": merged_neighbors(body, parts)}
         else:
@@ -514,11 +540,11 @@ def route(front: Front, name: str) -> APIRoute:
             shared = ("k", "fields", "mode", "rrf_k", "weights", "diversity", "include", "exact", "restrict")
             common: dict[str, Any] = {key: given[key] for key in shared if key in given}
             items = [{**paged, **query} for query in given["queries"]]
-            return FastJSON({"results": await asyncio.gather(*(item(common, query) for query in items))})
+            return FastJSON({"results": await every(item(common, query) for query in items)})
         if "vectors" in given:  # each vector a query of its own, the request's filter and page shared
             common = {key: v for key, v in given.items() if key not in ("vectors", *paged)}
             items = [{"vector": vector, **paged} for vector in given["vectors"]]
-            return FastJSON({"results": await asyncio.gather(*(item(common, query) for query in items))})
+            return FastJSON({"results": await every(item(common, query) for query in items)})
         try:
             return FastJSON(await one(body, given))
         except ShardRefused as refused:

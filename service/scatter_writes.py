@@ -32,7 +32,7 @@ from starlette.responses import Response
 from index.engine.door import by_owner
 from service.errors import ApiError
 from service.respond import FastJSON
-from service.scatter import Front
+from service.scatter import Front, named
 from service.schemas.common import MAX_TOKEN_CHARS
 from service.schemas.writes import DeleteRequest, UpsertRequest, WriteResponse
 
@@ -61,7 +61,8 @@ async def _send(front: Front, table: str, shard: int, method: str, path: str, bo
     content = None if body is None else orjson.dumps(body)
     try:
         url = f"{writer}{path}"
-        answer = await front.client.request(method, url, content=content, headers=headers, timeout=timeout)
+        async with front.tables[table][shard].slots:  # one of the shard's slots, as a search's request takes
+            answer = await front.client.request(method, url, content=content, headers=headers, timeout=timeout)
     except httpx.TimeoutException:
         message = f"the writer of shard {shard} of table {table!r} ({writer}) did not answer in time; the write may "
         raise ApiError("shard_timeout", message + "have been applied", table=table, shard=shard) from None
@@ -70,7 +71,7 @@ async def _send(front: Front, table: str, shard: int, method: str, path: str, bo
         raise ApiError("shard_unavailable", message, table=table, shard=shard) from None
     if 400 <= answer.status_code < 500:
         try:
-            refusal = orjson.loads(answer.content)
+            refusal = orjson.loads(named(table, answer.content))  # the sharded table's name, not the shard's
         except orjson.JSONDecodeError:
             refusal = {"error": {"code": "invalid_request", "message": answer.text[:200]}}
         raise Refused(answer.status_code, refusal)

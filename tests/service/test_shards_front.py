@@ -32,7 +32,7 @@ import numpy as np
 import pytest
 
 from index.store import shardmap
-from service.scatter import merge_lists, merged_answer, shard_body
+from service.scatter import SHARD_REQUESTS, merge_lists, merged_answer, shard_body
 from service.schemas.search import SearchRequest
 from service.shard_settings import front_settings
 from tests.lee import Lee, jsonl_records
@@ -227,6 +227,9 @@ def test_the_front_checks_requests_as_any_search(servers: dict[str, Any], lee_do
         assert got["error"]["message"] == expected["error"]["message"] and "'lee'" in got["error"]["message"], got
     ready = HTTP.get(f"{servers['front'].base}/readyz")  # no table of its own, the sharded one fronted
     assert ready.status_code == 200 and ready.json()["loaded"] == ["lee"], ready.text
+    for body in ({"text": "fire", "mode": "hybrid", "k": 5}, {"queries": [{"text": "fire"}], "mode": "hybrid"}):
+        (status, got), (expected_status, expected) = search_both(servers["front"], servers["whole"], body)
+        assert status == expected_status and got == expected, (body, got)  # an item's error: the whole's envelope
     status, got = search(servers["front"], {"text": "fire", "mode": "hybrid", "k": 5, "diversity": 0.5})
     assert status == 422 and "re-ranks by the query's vector" in got["error"]["message"], got
     base = f"{servers['front'].base}/v1/tables/lee"
@@ -343,6 +346,41 @@ def test_a_slow_shard_hits_its_deadline(servers: dict[str, Any], lee_docs: Lee) 
         shard.process.send_signal(signal.SIGCONT)
     assert status == 504 and got["error"]["code"] == "shard_timeout" and got["error"]["shard"] == 1, got
     assert DEADLINE <= took < 4 * DEADLINE, took
+
+
+def test_a_big_batch_waits_its_turn_and_the_front_answers_meanwhile(servers: dict[str, Any], lee_docs: Lee) -> None:
+    """A batch asks each shard once per query; past ``SHARD_REQUESTS`` at a time they wait their turn in the
+    front, not in its HTTP client's pool (whose queue, hundreds long, held the front's event loop for minutes): the
+    batch is answered as the whole table answers it, and the front answers other requests while it runs."""
+    queries = 3 * SHARD_REQUESTS * SHARDS + len(lee_docs.ids) // 2  # more shard requests than the old pool's 256
+    body = {"vectors": [lee_docs.vectors[i % len(lee_docs.ids)].tolist() for i in range(queries)], "k": 2}
+    with ThreadPoolExecutor(1) as pool:
+        batch = pool.submit(search, servers["front"], {**body, "fields": []})
+        while not batch.done():
+            assert HTTP.get(f"{servers['front'].base}/healthz", timeout=TIMEOUT).status_code == 200
+            time.sleep(0.1)
+        status, got = batch.result()
+    expected_status, expected = search(servers["whole"], {**body, "fields": []})
+    assert status == expected_status == 200 and len(got["results"]) == queries, got
+    for mine, theirs in zip(got["results"], expected["results"], strict=True):  # a cosine a unit apart at most
+        scores = [[h["score"] for h in item["hits"]] for item in (mine, theirs)]
+        np.testing.assert_allclose(*scores, rtol=0, atol=1e-6)
+
+
+def test_a_batch_asks_a_stopped_shard_once(servers: dict[str, Any], lee_docs: Lee) -> None:
+    """A shard that did not answer one of a request's queries is not asked again for the others: a batch of
+    more queries than a shard takes at once is answered, partial, within about one deadline, not one per turn."""
+    body = {"vectors": [lee_docs.vectors[i].tolist() for i in range(3 * SHARD_REQUESTS)], "k": 3}
+    shard = servers["shards"][1]
+    shard.process.send_signal(signal.SIGSTOP)
+    try:
+        started = time.monotonic()
+        status, got = search(servers["partial"], body)
+        took = time.monotonic() - started
+    finally:
+        shard.process.send_signal(signal.SIGCONT)
+    assert status == 200 and all(item["partial"]["missing"][0]["shard"] == 1 for item in got["results"]), got
+    assert TIMEOUT <= took < 2 * TIMEOUT, took
 
 
 def test_a_stopped_shard_fails_or_is_flagged(servers: dict[str, Any], lee_docs: Lee) -> None:

@@ -306,6 +306,9 @@ def test_refusals_come_back_as_the_shards_envelope(written: dict[str, Any], lee_
     assert set(outcomes) == by_shard and "error" in outcomes[owner]
     assert all("sequence" in outcomes[s] for s in by_shard - {owner})  # the other shards wrote their part
     assert post(front, "documents", {"documents": [{"id": 5}]}).status_code == 422  # checked by the front too
+    answer = post(front, "documents", {"documents": [{"id": 5, "vector": vector}]})  # the owner's refusal
+    assert answer.status_code == 422, answer.text
+    assert answer.json()["error"]["message"] == "documents[0] (id 5): the ids of table 'lee' are strings"
 
 
 def test_an_unreachable_writer_is_a_503(written: dict[str, Any], lee_docs: Lee) -> None:

@@ -614,14 +614,38 @@ def _join(lines: list[bytes]) -> bytes:
     return b"\n".join(lines) + b"\n"
 
 
+# The first bytes of a fastText model as fastText (and gensim's save_facebook_model) writes it: magic, version 12,
+# then its arguments (dim 20, ...).
+FASTTEXT_MODEL_HEAD = (793712314).to_bytes(4, "little") + (12).to_bytes(4, "little") + (20).to_bytes(4, "little") * 30
+
 BAD_CASES: dict[str, tuple[Callable[[Path, object], list[object]], list[str]]] = {
     "xz compressed": (
         lambda p, r: _write_case(p, "g.txt.xz", lzma.compress(_join(_lines(r)))),
-        ["g.txt.xz:", "xz or bzip2 compressed: decompress it first"],
+        ["g.txt.xz:", "xz compressed: decompress it first"],
     ),
     "bzip2 compressed": (
         lambda p, r: _write_case(p, "g.txt.bz2", bz2.compress(_join(_lines(r)))),
-        ["g.txt.bz2:", "xz or bzip2 compressed: decompress it first"],
+        ["g.txt.bz2:", "bzip2 compressed: decompress it first"],
+    ),
+    "zstd compressed": (
+        lambda p, r: _write_case(p, "g.txt.zst", b"\x28\xb5\x2f\xfd" + b"\0" * 40),
+        ["g.txt.zst:", "zstd compressed: decompress it first"],
+    ),
+    "xz compressed read as fasttext": (
+        lambda p, r: [*_write_case(p, "w.vec.xz", lzma.compress(_join(_lines(r)))), "--format", "fasttext"],
+        ["w.vec.xz:", "xz compressed: decompress it first"],
+    ),
+    "fastText model": (
+        lambda p, r: _write_case(p, "wiki.bin", FASTTEXT_MODEL_HEAD),
+        ["wiki.bin:", "a fastText .bin model, which is not read", ".vec"],
+    ),
+    "fastText model read as word2vec binary": (
+        lambda p, r: [*_write_case(p, "wiki.bin", FASTTEXT_MODEL_HEAD), "--format", "word2vec-binary"],
+        ["wiki.bin:", "a fastText .bin model"],
+    ),
+    "fastText model gzip read as fasttext": (
+        lambda p, r: [*_write_case(p, "wiki.bin.gz", gzip.compress(FASTTEXT_MODEL_HEAD)), "--format", "fasttext"],
+        ["wiki.bin.gz:", "a fastText .bin model"],
     ),
     "wrong row length": (
         lambda p, r: _write_case(p, "g.txt", _join([*_lines(r)[:57], b"short 0.1 0.2", *_lines(r)[58:]])),

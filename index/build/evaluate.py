@@ -246,6 +246,9 @@ def _score(name: str, correct: int, total: int) -> dict[str, Any]:
 
 
 # ----------------------------------------------------------------------------------------------- word pairs
+MIN_PAIRS = 3  # with 2, Spearman's p-value is undefined
+
+
 def evaluate_pairs(
     table: Table, path: Path, restrict: int | None = 300_000, case_insensitive: bool = True, delimiter: str = "\t"
 ) -> dict[str, Any]:
@@ -280,7 +283,18 @@ def evaluate_pairs(
         right.append(second)
     if not gold:
         raise InputError(path, f"no word pair with both words in the first {vocab.limit:,} rows of {table.name!r}")
+    # Correlations and their p-values need MIN_PAIRS pairs and scores that differ (else scipy raises or gives NaN).
+    if len(gold) < MIN_PAIRS:
+        raise InputError(
+            path,
+            f"a correlation needs at least {MIN_PAIRS} word pairs with both words in the first {vocab.limit:,} rows "
+            f"of {table.name!r}; found {len(gold)}",
+        )
+    if min(gold) == max(gold):
+        raise InputError(path, f"all {len(gold):,} known pairs have the score {gold[0]:g}: no correlation to measure")
     model = table.similarities(np.asarray(left), np.asarray(right))
+    if np.ptp(model) == 0:
+        raise InputError(path, f"{table.name!r} gives all {len(gold):,} known pairs the same cosine: no correlation")
     pearson = stats.pearsonr(gold, model)
     spearman = stats.spearmanr(gold, model)
     return {

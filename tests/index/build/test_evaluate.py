@@ -254,6 +254,19 @@ def test_cli_eval_text_and_errors(small_data_dir: Path, tmp_path: Path) -> None:
         done = run("--pairs", str(unknown))
         assert done.code == 1 and "no word pair with both words in the first" in done.err
 
+        few = tmp_path / "few.tsv"  # a correlation of 2 pairs has no p-value; scipy refuses 1
+        few.write_text("the\tof\t5.0\nqqqzzz\tof\t1.0\nand\tto\t6.0\n", encoding="utf-8")
+        done = run("--pairs", str(few), "--json")
+        assert (done.code, done.out) == (1, "") and done.err.count("\n") == 1, done.err
+        assert f"{few}: a correlation needs at least 3 word pairs with both words in the first" in done.err
+        assert done.err.endswith("; found 2\n")
+
+        flat = tmp_path / "flat.tsv"  # scores that do not vary correlate with nothing
+        flat.write_text("the\tof\t5\nand\tto\t5\nin\ta\t5.0\n", encoding="utf-8")
+        done = run("--pairs", str(flat), "--json")
+        assert (done.code, done.out) == (1, "") and done.err.count("\n") == 1, done.err
+        assert f"{flat}: all 3 known pairs have the score 5: no correlation to measure" in done.err
+
         assert run("--method", "3cosfoo").code != 0
     finally:
         report_out, report_err = report.communicate(timeout=300)

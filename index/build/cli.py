@@ -41,8 +41,9 @@ IndexOpt = Annotated[
     str,
     typer.Option(
         "--index",
-        help="auto (flat under 100,000 rows, else HNSW tuned to recall@10 >= 0.99), flat, hnsw, "
-        "hnsw:M=32,efConstruction=200,efSearch=48, or a FAISS factory string.",
+        help="auto (flat under 100,000 rows, else HNSW if its build fits --build-budget, else IVF; tuned to "
+        "recall@10 >= 0.99), flat, hnsw or hnsw:M=32,efConstruction=200,efSearch=48, ivf or ivf:nlist=2048,nprobe=64, "
+        "ivfpq[:...] or opq[:...] (codes; docs/builder.md), or a FAISS factory string.",
     ),
 ]
 DeferIndex = Annotated[
@@ -300,8 +301,9 @@ def import_(
     quiet: Quiet = False,
 ) -> None:
     """Import a table from word2vec (text or binary), GloVe, fastText .vec, .npy + vocabulary, a projector
-    TSV pair, a Hugging Face or model2vec model directory, or documents: JSON Lines, Parquet or CSV records with
-    vectors, or a folder of text files (any text file, .gz too) cut into passages and embedded with --encoder."""
+    TSV pair, a Hugging Face or model2vec model directory, a sentence-transformers checkpoint (--format transformer),
+    a gensim .model/.kv (--allow-pickle), or documents: JSON Lines, Parquet or CSV records with vectors, or a folder
+    of text files (any text file, .gz too) cut into passages and embedded with --encoder."""
     from index.build.sources import ReadOptions, read_source, sniff_format
     from index.build.writer import source_digest
     from index.engine.keyword import Tokenizer

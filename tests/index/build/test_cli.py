@@ -94,6 +94,9 @@ def test_import_help_names_folders_and_the_documents_options() -> None:
     text = " ".join(done.stdout.replace("│", " ").split())
     for words in ("folder of text files", "--encoder", "--chunk-words", "--stopwords", "--stemmer", "--quiet"):
         assert words in text, words
+    # every format, and what --index auto does past the HNSW budget
+    for words in ("--format transformer", "gensim .model/.kv", "else HNSW if its build fits --build-budget, else IVF"):
+        assert words in text, words
 
 
 def test_make_import_runs_the_builder(tmp_path: Path, data_dir: Path, lee_docs: Lee) -> None:

@@ -328,6 +328,17 @@ def import_(
         found = str(format) if format != "auto" else sniff_format(path)  # a file it cannot read says so here
         if found != "documents":
             fail(f"{', '.join(given)}: only for --format documents, and {path} reads as {found}")
+    # Options only some readers take: with another format they would be ignored without a word.
+    fitting: tuple[tuple[str, object, tuple[str, ...]], ...] = (
+        ("--vocab", vocab, ("npy", "projector")),
+        ("--tensor", tensor, ("hf", "transformer")),
+    )
+    for option, value, formats in fitting:
+        if value is None:
+            continue
+        found = str(format) if format != "auto" else sniff_format(path)
+        if found not in formats:
+            fail(f"{option}: only for --format {' or '.join(formats)}, and {path} reads as {found}")
     try:
         Tokenizer.named(None if stopwords == "none" else stopwords, None if stemmer == "none" else stemmer)
     except ValueError as exc:

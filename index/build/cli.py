@@ -304,7 +304,7 @@ def import_(
     TSV pair, a Hugging Face or model2vec model directory, a sentence-transformers checkpoint (--format transformer),
     a gensim .model/.kv (--allow-pickle), or documents: JSON Lines, Parquet or CSV records with vectors, or a folder
     of text files (any text file, .gz too) cut into passages and embedded with --encoder."""
-    from index.build.sources import ReadOptions, read_source, sniff_format
+    from index.build.sources import ReadOptions, read_source, refuse_stream, sniff_format
     from index.build.writer import source_digest
     from index.engine.keyword import Tokenizer
 
@@ -312,6 +312,7 @@ def import_(
         fail("--unicode-errors must be strict or replace")
     if not path.exists():
         fail(f"{path}: no such file or directory")
+    refuse_stream(path)
     if _taken(data_dir, name, force):
         fail(f"table {name!r} already exists in {data_dir} (use --force to rebuild it)")
     document_options: tuple[tuple[str, object], ...] = (

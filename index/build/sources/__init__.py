@@ -106,6 +106,7 @@ def reader(fmt: str) -> Reader:
 def sniff_format(path: Path) -> str:
     """Guess the format of ``path`` from its name and first bytes."""
     path = Path(path)
+    refuse_stream(path)
     if path.is_dir():
         if (path / "config.json").is_file() or any(path.glob("*.safetensors")):
             from index.build.sources.model2vec import is_model2vec
@@ -167,6 +168,14 @@ UNREAD = (
 TEXT_FORMATS = ("word2vec", "word2vec-binary", "glove", "fasttext")
 
 
+def refuse_stream(path: Path) -> None:
+    """Refuse a pipe or a device: the readers read a file more than once (and opening a FIFO can wait forever)."""
+    if path.exists() and not path.is_dir() and not path.is_file():
+        raise InputError(
+            path, "not a regular file (a pipe or a device): the import reads it more than once; save it first"
+        )
+
+
 def refuse_unread(path: Path, head: bytes) -> None:
     """Refuse a file that its first bytes show no reader takes: xz, bzip2 or zstd compressed, a fastText model."""
     for magic, what in UNREAD:
@@ -220,6 +229,7 @@ def read_source(path: Path, fmt: str = "auto", options: ReadOptions | None = Non
     options = options or ReadOptions()
     if fmt != "glove-package" and not path.exists():
         raise InputError(path, "no such file or directory")
+    refuse_stream(path)
     fmt = sniff_format(path) if fmt == "auto" else fmt
     if fmt not in READERS:
         raise InputError(path, f"unknown format {fmt!r}; choose one of {', '.join(FORMATS)}")

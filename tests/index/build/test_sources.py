@@ -12,6 +12,7 @@ import gzip
 import io
 import json
 import lzma
+import os
 import subprocess
 import sys
 import time
@@ -790,6 +791,21 @@ def test_failed_force_rebuild_keeps_existing_table(tmp_path: Path, data_dir: Pat
     assert artifact.list_tables(data_dir) == ["t"]
     assert not list(data_dir.glob(".tmp-*")) and not list(data_dir.glob(".old-*"))
     assert json.loads(manifest)["rows"] == 500
+
+
+@pytest.mark.parametrize("kind", ["fifo", "device"])
+@pytest.mark.parametrize("fmt", ["auto", "fasttext", "documents"])
+def test_a_pipe_or_device_is_refused_before_it_is_read(tmp_path: Path, data_dir: Path, kind: str, fmt: str) -> None:
+    """The readers read a file more than once: a pipe (``<(zcat f.vec.xz)``, a FIFO nobody writes to, which opening
+    would wait on) or a device is refused by what it is, not by what its second reading finds."""
+    path = Path("/dev/null")
+    if kind == "fifo":
+        path = tmp_path / "vectors.vec"
+        os.mkfifo(path)
+    message = import_fails(path, data_dir, "--format", fmt)
+    assert message.endswith(
+        f"{path}: not a regular file (a pipe or a device): the import reads it more than once; save it first"
+    )
 
 
 def test_existing_table_without_force_is_refused(tmp_path: Path, data_dir: Path, glove_rows) -> None:

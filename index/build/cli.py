@@ -41,8 +41,9 @@ IndexOpt = Annotated[
     str,
     typer.Option(
         "--index",
-        help="auto (flat under 100,000 rows, else HNSW tuned to recall@10 >= 0.99), flat, hnsw, "
-        "hnsw:M=32,efConstruction=200,efSearch=48, or a FAISS factory string.",
+        help="auto (flat under 100,000 rows, else HNSW if its build fits --build-budget, else IVF; tuned to "
+        "recall@10 >= 0.99), flat, hnsw or hnsw:M=32,efConstruction=200,efSearch=48, ivf or ivf:nlist=2048,nprobe=64, "
+        "ivfpq[:...] or opq[:...] (codes; docs/builder.md), or a FAISS factory string.",
     ),
 ]
 DeferIndex = Annotated[
@@ -300,9 +301,10 @@ def import_(
     quiet: Quiet = False,
 ) -> None:
     """Import a table from word2vec (text or binary), GloVe, fastText .vec, .npy + vocabulary, a projector
-    TSV pair, a Hugging Face or model2vec model directory, or documents: JSON Lines, Parquet or CSV records with
-    vectors, or a folder of text files (any text file, .gz too) cut into passages and embedded with --encoder."""
-    from index.build.sources import ReadOptions, read_source, sniff_format
+    TSV pair, a Hugging Face or model2vec model directory, a sentence-transformers checkpoint (--format transformer),
+    a gensim .model/.kv (--allow-pickle), or documents: JSON Lines, Parquet or CSV records with vectors, or a folder
+    of text files (any text file, .gz too) cut into passages and embedded with --encoder."""
+    from index.build.sources import ReadOptions, read_source, refuse_stream, sniff_format
     from index.build.writer import source_digest
     from index.engine.keyword import Tokenizer
 
@@ -310,6 +312,7 @@ def import_(
         fail("--unicode-errors must be strict or replace")
     if not path.exists():
         fail(f"{path}: no such file or directory")
+    refuse_stream(path)
     if _taken(data_dir, name, force):
         fail(f"table {name!r} already exists in {data_dir} (use --force to rebuild it)")
     document_options: tuple[tuple[str, object], ...] = (
@@ -326,6 +329,17 @@ def import_(
         found = str(format) if format != "auto" else sniff_format(path)  # a file it cannot read says so here
         if found != "documents":
             fail(f"{', '.join(given)}: only for --format documents, and {path} reads as {found}")
+    # Options only some readers take: with another format they would be ignored without a word.
+    fitting: tuple[tuple[str, object, tuple[str, ...]], ...] = (
+        ("--vocab", vocab, ("npy", "projector")),
+        ("--tensor", tensor, ("hf", "transformer")),
+    )
+    for option, value, formats in fitting:
+        if value is None:
+            continue
+        found = str(format) if format != "auto" else sniff_format(path)
+        if found not in formats:
+            fail(f"{option}: only for --format {' or '.join(formats)}, and {path} reads as {found}")
     try:
         Tokenizer.named(None if stopwords == "none" else stopwords, None if stemmer == "none" else stemmer)
     except ValueError as exc:

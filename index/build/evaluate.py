@@ -18,9 +18,7 @@ The search itself is :func:`index.engine.analogy.analogy_top`.
 from __future__ import annotations
 
 import io
-import math
 import time
-import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -248,6 +246,9 @@ def _score(name: str, correct: int, total: int) -> dict[str, Any]:
 
 
 # ----------------------------------------------------------------------------------------------- word pairs
+MIN_PAIRS = 3  # with 2, Spearman's p-value is undefined
+
+
 def evaluate_pairs(
     table: Table, path: Path, restrict: int | None = 300_000, case_insensitive: bool = True, delimiter: str = "\t"
 ) -> dict[str, Any]:
@@ -282,42 +283,35 @@ def evaluate_pairs(
         right.append(second)
     if not gold:
         raise InputError(path, f"no word pair with both words in the first {vocab.limit:,} rows of {table.name!r}")
-    if len(gold) < 2:  # scipy refuses a correlation of one pair
+    # Correlations and their p-values need MIN_PAIRS pairs and scores that differ (else scipy raises or gives NaN).
+    if len(gold) < MIN_PAIRS:
         raise InputError(
             path,
-            f"one word pair with both words in the first {vocab.limit:,} rows of {table.name!r}: a correlation "
-            "needs two or more",
+            f"a correlation needs at least {MIN_PAIRS} word pairs with both words in the first {vocab.limit:,} rows "
+            f"of {table.name!r}; found {len(gold)}",
         )
+    if min(gold) == max(gold):
+        raise InputError(path, f"all {len(gold):,} known pairs have the score {gold[0]:g}: no correlation to measure")
     model = table.similarities(np.asarray(left), np.asarray(right))
-    with warnings.catch_warnings():  # scores all equal: the correlation is undefined, reported as null
-        warnings.simplefilter("ignore", stats.ConstantInputWarning)
-        pearson = stats.pearsonr(gold, model)
-        spearman = stats.spearmanr(gold, model)
+    if np.ptp(model) == 0:
+        raise InputError(path, f"{table.name!r} gives all {len(gold):,} known pairs the same cosine: no correlation")
+    pearson = stats.pearsonr(gold, model)
+    spearman = stats.spearmanr(gold, model)
     return {
         "file": str(path),
         "restrict": vocab.limit,
         "case_insensitive": case_insensitive,
-        "pearson": _defined(pearson[0]),
-        "pearson_pvalue": _defined(pearson[1]),
-        "spearman": _defined(spearman[0]),
-        "spearman_pvalue": _defined(spearman[1]),
+        "pearson": float(pearson[0]),
+        "pearson_pvalue": float(pearson[1]),
+        "spearman": float(spearman[0]),
+        "spearman_pvalue": float(spearman[1]),
         "pairs": len(gold),
         "oov": oov,
         "oov_ratio": 100.0 * oov / (len(gold) + oov),
     }
 
 
-def _defined(value: float) -> float | None:
-    """A correlation or its p-value; None where scipy's is NaN (every human score, or every cosine, the same)."""
-    number = float(value)
-    return number if math.isfinite(number) else None
-
-
 # ------------------------------------------------------------------------------------------------- printing
-def _figure(value: float | None, spec: str) -> str:
-    return "undefined" if value is None else format(value, spec)
-
-
 def format_report(report: dict[str, Any]) -> str:
     """The ``embedding-index eval`` text report."""
     analogies = report.get("analogies")
@@ -346,9 +340,8 @@ def format_report(report: dict[str, Any]) -> str:
             lines.append(f"  {e['section']}: {a} {b} {c}: expected {expected}, got {e['predicted']}; {rank}{margin}")
     for pairs in report.get("pairs", []):
         lines.append(
-            f"pairs {Path(pairs['file']).name}: Spearman {_figure(pairs['spearman'], '.4f')}"
-            f" (p={_figure(pairs['spearman_pvalue'], '.3g')}), Pearson {_figure(pairs['pearson'], '.4f')}"
-            f" (p={_figure(pairs['pearson_pvalue'], '.3g')}); {pairs['pairs']:,} pairs,"
+            f"pairs {Path(pairs['file']).name}: Spearman {pairs['spearman']:.4f} (p={pairs['spearman_pvalue']:.3g}),"
+            f" Pearson {pairs['pearson']:.4f} (p={pairs['pearson_pvalue']:.3g}); {pairs['pairs']:,} pairs,"
             f" {pairs['oov_ratio']:.1f}% skipped for unknown words"
         )
     return "\n".join(lines)

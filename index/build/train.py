@@ -3,7 +3,7 @@
 Tokenisation, exactly as gensim's ``LineSentence`` and the original word2vec tool read text:
 
 - every line of every corpus file is one sentence (files are read in the order given; ``.gz`` is read
-  transparently);
+  transparently, xz, bzip2 and zstd files are refused);
 - a line is split on Unicode whitespace (``str.split()``); nothing else is done: no lowercasing, no punctuation
   stripping, no Unicode normalisation. Preprocess the corpus first if you want any of these;
 - lines longer than 10,000 tokens are cut into sentences of 10,000 tokens (gensim's ``MAX_WORDS_IN_BATCH``);
@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from index.build.sources import RawTable, open_text
+from index.build.sources import RawTable, open_text, refuse_unread
 from index.errors import InputError
 from index.progress import Progress
 
@@ -75,6 +75,7 @@ class Corpus:
             file_words = 0
             with open_text(path) as handle:
                 try:
+                    refuse_unread(path, handle.peek(16)[:16])
                     for number, raw in enumerate(handle, start=1):
                         try:
                             file_words += len(raw.decode("utf-8").split())
@@ -82,7 +83,7 @@ class Corpus:
                             problem = f"not UTF-8 text ({exc.reason} at byte {exc.start})"
                             raise InputError(path, problem, number) from None
                         lines += 1
-                except (OSError, EOFError) as exc:
+                except (OSError, EOFError, zlib.error) as exc:
                     raise InputError(path, f"cannot read: {exc}") from None
             if file_words == 0:
                 raise InputError(path, "corpus file has no words")

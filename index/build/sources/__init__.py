@@ -106,6 +106,7 @@ def reader(fmt: str) -> Reader:
 def sniff_format(path: Path) -> str:
     """Guess the format of ``path`` from its name and first bytes."""
     path = Path(path)
+    refuse_stream(path)
     if path.is_dir():
         if (path / "config.json").is_file() or any(path.glob("*.safetensors")):
             from index.build.sources.model2vec import is_model2vec
@@ -136,8 +137,7 @@ def sniff_format(path: Path) -> str:
         raise InputError(path, f"cannot read: {exc}") from None
     if head.startswith((b"\x93NUMPY", b"PK\x03\x04")):
         return "npy"
-    if head.startswith((b"\xfd7zXZ\x00", b"BZh")) and (head[:1] == b"\xfd" or head[4:10] == b"1AY&SY"):
-        raise InputError(path, "xz or bzip2 compressed: decompress it first (gzip is read as it is)")
+    refuse_unread(path, head)
     if len(head) > 1 and head[0] == 0x80 and 2 <= head[1] <= 5:
         return "gensim"  # a pickle
     first = head.split(b"\n", 1)[0]
@@ -153,6 +153,36 @@ def sniff_format(path: Path) -> str:
             return "word2vec-binary"
         return "fasttext" if name.endswith(".vec") else "word2vec"
     return "glove"
+
+
+# First bytes of files no reader takes, and what they are.
+UNREAD = (
+    (b"\xfd7zXZ\x00", "xz compressed: decompress it first (gzip is read as it is)"),
+    (b"\x28\xb5\x2f\xfd", "zstd compressed: decompress it first (gzip is read as it is)"),
+    (
+        (793712314).to_bytes(4, "little"),  # fastText's magic number
+        "a fastText .bin model, which is not read: import its word vectors as text, the .vec file fastText writes "
+        "beside it (or gensim's save_word2vec_format)",
+    ),
+)
+TEXT_FORMATS = ("word2vec", "word2vec-binary", "glove", "fasttext")
+
+
+def refuse_stream(path: Path) -> None:
+    """Refuse a pipe or a device: the readers read a file more than once (and opening a FIFO can wait forever)."""
+    if path.exists() and not path.is_dir() and not path.is_file():
+        raise InputError(
+            path, "not a regular file (a pipe or a device): the import reads it more than once; save it first"
+        )
+
+
+def refuse_unread(path: Path, head: bytes) -> None:
+    """Refuse a file that its first bytes show no reader takes: xz, bzip2 or zstd compressed, a fastText model."""
+    for magic, what in UNREAD:
+        if head.startswith(magic):
+            raise InputError(path, what)
+    if head.startswith(b"BZh") and head[4:10] == b"1AY&SY":
+        raise InputError(path, "bzip2 compressed: decompress it first (gzip is read as it is)")
 
 
 FIRST_ROW_SLACK = 64 << 10  # how far past DIM values of 32 bytes the sniffer looks for the end of the first row
@@ -199,9 +229,12 @@ def read_source(path: Path, fmt: str = "auto", options: ReadOptions | None = Non
     options = options or ReadOptions()
     if fmt != "glove-package" and not path.exists():
         raise InputError(path, "no such file or directory")
+    refuse_stream(path)
     fmt = sniff_format(path) if fmt == "auto" else fmt
     if fmt not in READERS:
         raise InputError(path, f"unknown format {fmt!r}; choose one of {', '.join(FORMATS)}")
+    if fmt in TEXT_FORMATS and path.is_file():  # a format given by hand: its reader would not say what the file is
+        refuse_unread(path, _read_line(path, 0, 16))  # magic numbers hold no newline
     note(f"reading {path.name} ({fmt}) ...")
     return reader(fmt)(path, options), fmt
 

@@ -30,6 +30,9 @@ from index.build.sources.huggingface import (
     token_flags,
     token_kinds,
 )
+from index.build.sources.huggingface import (
+    _listing as listing,
+)
 from index.errors import InputError
 from index.store.tokens import TOKENIZER, WEIGHTS
 
@@ -97,6 +100,8 @@ def npy_bytes(array: np.ndarray) -> bytes:
 def read(path: Path, options: ReadOptions) -> RawTable:
     """Read a model2vec model directory (or its ``model.safetensors``) as a model-token table."""
     path = Path(path)
+    if path.is_file() and path.name != MODEL:
+        raise InputError(path, f"--format model2vec reads a model directory (or its {MODEL}), not this file")
     directory = path.parent if path.is_file() else path
     model = directory / MODEL
     if not model.is_file():
@@ -104,8 +109,7 @@ def read(path: Path, options: ReadOptions) -> RawTable:
     config = read_json(directory / "config.json")
     tensors = read_header(model)
     if "embeddings" not in tensors:
-        listing = ", ".join(f"{n} {list(t.shape)}" for n, t in sorted(tensors.items())) or "none"
-        raise InputError(model, f"no 'embeddings' tensor (tensors: {listing}); is this a model2vec model?")
+        raise InputError(model, f"no 'embeddings' tensor (tensors: {listing(tensors)}); is this a model2vec model?")
     embeddings = tensors["embeddings"]
     vocab = read_vocabulary(directory)
     size = len(vocab.labels)

@@ -58,6 +58,29 @@ def test_document_options_on_another_format_say_what_the_file_is(tmp_path: Path,
     )
 
 
+@pytest.mark.parametrize(
+    ("given", "problem"),
+    [
+        (["--vocab", "vocab.txt"], "--vocab: only for --format npy or projector, and {} reads as fasttext"),
+        (["--tensor", "wte.weight"], "--tensor: only for --format hf or transformer, and {} reads as fasttext"),
+        (
+            ["--tensor", "w", "--format", "glove"],
+            "--tensor: only for --format hf or transformer, and {} reads as glove",
+        ),
+    ],
+)
+def test_a_reader_option_on_another_format_is_refused(
+    tmp_path: Path, data_dir: Path, given: list[str], problem: str
+) -> None:
+    """--vocab and --tensor are read by some formats only: with another they are refused, never ignored."""
+    words = tmp_path / "words.vec"
+    words.write_text("1 3\nheart 0.1 0.2 0.3\n", encoding="utf-8")
+    result = run_cli("import", words, "--name", "t", "--data-dir", data_dir, *given)
+    assert result.code == 1
+    assert result.err == f"embedding-index: error: {problem.format(words)}\n"
+    assert not (data_dir / "t").exists()
+
+
 def start(*args: object, cwd: Path | None = None) -> subprocess.Popen[str]:
     return subprocess.Popen([*map(str, args)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=cwd)
 
@@ -93,6 +116,9 @@ def test_import_help_names_folders_and_the_documents_options() -> None:
     assert done.returncode == 0
     text = " ".join(done.stdout.replace("│", " ").split())
     for words in ("folder of text files", "--encoder", "--chunk-words", "--stopwords", "--stemmer", "--quiet"):
+        assert words in text, words
+    # every format, and what --index auto does past the HNSW budget
+    for words in ("--format transformer", "gensim .model/.kv", "else HNSW if its build fits --build-budget, else IVF"):
         assert words in text, words
 
 

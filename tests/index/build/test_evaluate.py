@@ -254,22 +254,18 @@ def test_cli_eval_text_and_errors(small_data_dir: Path, tmp_path: Path) -> None:
         done = run("--pairs", str(unknown))
         assert done.code == 1 and "no word pair with both words in the first" in done.err
 
-        unknown.write_text("tiger\tcat\t7.35\nqqqzzz\tcat\t1.0\n", encoding="utf-8")  # one pair: no correlation
-        done = run("--pairs", str(unknown))
-        assert done.code == 1
-        assert done.err.strip() == (
-            f"embedding-index: error: {unknown}: one word pair with both words in the first 20,000 rows of 'small': "
-            "a correlation needs two or more"
-        )
-        unknown.write_text("tiger\tcat\t7.35\nbook\tpaper\t7.35\n", encoding="utf-8")  # equal scores: undefined
-        done = run("--pairs", str(unknown), "--json")
-        strict = json.loads(done.out, parse_constant=lambda name: pytest.fail(f"{name} is not JSON"))
-        assert {key: strict["pairs"][0][key] for key in ("pearson", "spearman", "pairs")} == {
-            "pearson": None,
-            "spearman": None,
-            "pairs": 2,
-        }
-        assert "Spearman undefined (p=undefined), Pearson undefined" in run("--pairs", str(unknown)).out
+        few = tmp_path / "few.tsv"  # a correlation of 2 pairs has no p-value; scipy refuses 1
+        few.write_text("the\tof\t5.0\nqqqzzz\tof\t1.0\nand\tto\t6.0\n", encoding="utf-8")
+        done = run("--pairs", str(few), "--json")
+        assert (done.code, done.out) == (1, "") and done.err.count("\n") == 1, done.err
+        assert f"{few}: a correlation needs at least 3 word pairs with both words in the first" in done.err
+        assert done.err.endswith("; found 2\n")
+
+        flat = tmp_path / "flat.tsv"  # scores that do not vary correlate with nothing
+        flat.write_text("the\tof\t5\nand\tto\t5\nin\ta\t5.0\n", encoding="utf-8")
+        done = run("--pairs", str(flat), "--json")
+        assert (done.code, done.out) == (1, "") and done.err.count("\n") == 1, done.err
+        assert f"{flat}: all 3 known pairs have the score 5: no correlation to measure" in done.err
 
         assert run("--method", "3cosfoo").code != 0
     finally:

@@ -12,6 +12,7 @@ import gzip
 import io
 import json
 import lzma
+import os
 import subprocess
 import sys
 import time
@@ -614,14 +615,38 @@ def _join(lines: list[bytes]) -> bytes:
     return b"\n".join(lines) + b"\n"
 
 
+# The first bytes of a fastText model as fastText (and gensim's save_facebook_model) writes it: magic, version 12,
+# then its arguments (dim 20, ...).
+FASTTEXT_MODEL_HEAD = (793712314).to_bytes(4, "little") + (12).to_bytes(4, "little") + (20).to_bytes(4, "little") * 30
+
 BAD_CASES: dict[str, tuple[Callable[[Path, object], list[object]], list[str]]] = {
     "xz compressed": (
         lambda p, r: _write_case(p, "g.txt.xz", lzma.compress(_join(_lines(r)))),
-        ["g.txt.xz:", "xz or bzip2 compressed: decompress it first"],
+        ["g.txt.xz:", "xz compressed: decompress it first"],
     ),
     "bzip2 compressed": (
         lambda p, r: _write_case(p, "g.txt.bz2", bz2.compress(_join(_lines(r)))),
-        ["g.txt.bz2:", "xz or bzip2 compressed: decompress it first"],
+        ["g.txt.bz2:", "bzip2 compressed: decompress it first"],
+    ),
+    "zstd compressed": (
+        lambda p, r: _write_case(p, "g.txt.zst", b"\x28\xb5\x2f\xfd" + b"\0" * 40),
+        ["g.txt.zst:", "zstd compressed: decompress it first"],
+    ),
+    "xz compressed read as fasttext": (
+        lambda p, r: [*_write_case(p, "w.vec.xz", lzma.compress(_join(_lines(r)))), "--format", "fasttext"],
+        ["w.vec.xz:", "xz compressed: decompress it first"],
+    ),
+    "fastText model": (
+        lambda p, r: _write_case(p, "wiki.bin", FASTTEXT_MODEL_HEAD),
+        ["wiki.bin:", "a fastText .bin model, which is not read", ".vec"],
+    ),
+    "fastText model read as word2vec binary": (
+        lambda p, r: [*_write_case(p, "wiki.bin", FASTTEXT_MODEL_HEAD), "--format", "word2vec-binary"],
+        ["wiki.bin:", "a fastText .bin model"],
+    ),
+    "fastText model gzip read as fasttext": (
+        lambda p, r: [*_write_case(p, "wiki.bin.gz", gzip.compress(FASTTEXT_MODEL_HEAD)), "--format", "fasttext"],
+        ["wiki.bin.gz:", "a fastText .bin model"],
     ),
     "wrong row length": (
         lambda p, r: _write_case(p, "g.txt", _join([*_lines(r)[:57], b"short 0.1 0.2", *_lines(r)[58:]])),
@@ -766,6 +791,21 @@ def test_failed_force_rebuild_keeps_existing_table(tmp_path: Path, data_dir: Pat
     assert artifact.list_tables(data_dir) == ["t"]
     assert not list(data_dir.glob(".tmp-*")) and not list(data_dir.glob(".old-*"))
     assert json.loads(manifest)["rows"] == 500
+
+
+@pytest.mark.parametrize("kind", ["fifo", "device"])
+@pytest.mark.parametrize("fmt", ["auto", "fasttext", "documents"])
+def test_a_pipe_or_device_is_refused_before_it_is_read(tmp_path: Path, data_dir: Path, kind: str, fmt: str) -> None:
+    """The readers read a file more than once: a pipe (``<(zcat f.vec.xz)``, a FIFO nobody writes to, which opening
+    would wait on) or a device is refused by what it is, not by what its second reading finds."""
+    path = Path("/dev/null")
+    if kind == "fifo":
+        path = tmp_path / "vectors.vec"
+        os.mkfifo(path)
+    message = import_fails(path, data_dir, "--format", fmt)
+    assert message.endswith(
+        f"{path}: not a regular file (a pipe or a device): the import reads it more than once; save it first"
+    )
 
 
 def test_existing_table_without_force_is_refused(tmp_path: Path, data_dir: Path, glove_rows) -> None:

@@ -5,7 +5,10 @@ the refused corpora's commands start together."""
 
 from __future__ import annotations
 
+import bz2
+import gzip
 import json
+import lzma
 import subprocess
 import sys
 from collections.abc import Callable
@@ -19,7 +22,7 @@ from gensim.test.utils import datapath
 from index.build.train import TrainParams, train_word2vec
 from index.engine.table import Table
 from tests import REPO
-from tests.cli import run_index
+from tests.cli import run_cli, run_index
 from tests.early import Early
 
 SMALL = ("--dim", "32", "--epochs", "2", "--workers", "1", "--min-count", "5", "--index", "flat")
@@ -156,3 +159,31 @@ def test_bad_corpus_is_refused(
     assert len(lines) == 1 and lines[0].startswith(f"embedding-index: error: {corpus}")
     assert problem in lines[0]
     assert not (data_dir / "bad").exists()
+
+
+def _corrupt_gzip(data: bytes) -> bytes:
+    packed = bytearray(gzip.compress(data))
+    for i in range(1000, 1040):  # deflate data that zlib refuses
+        packed[i] ^= 0x55
+    return bytes(packed)
+
+
+COMPRESSED = [
+    ("corpus.txt.gz", _corrupt_gzip, ["cannot read: Error -3 while decompressing data"]),
+    ("corpus.txt.bz2", bz2.compress, ["bzip2 compressed: decompress it first"]),
+    ("corpus.txt.xz", lzma.compress, ["xz compressed: decompress it first"]),
+]
+
+
+@pytest.mark.parametrize(("name", "pack", "problem"), COMPRESSED, ids=[c[0] for c in COMPRESSED])
+def test_compressed_corpus_is_refused_by_what_it_is(
+    tmp_path: Path, name: str, pack: Callable[[bytes], bytes], problem: list[str]
+) -> None:
+    """A damaged gzip corpus or one compressed otherwise is one line naming the file, not a traceback."""
+    corpus = tmp_path / name
+    corpus.write_bytes(pack(LEE.read_bytes()[:200_000]))
+    done = run_cli("train", corpus, "--name", "bad", "--data-dir", tmp_path / "data", *SMALL)
+    assert done.code == 1, done.err
+    assert done.err.startswith(f"embedding-index: error: {corpus}: ") and done.err.count("\n") == 1, done.err
+    assert all(part in done.err for part in problem), done.err
+    assert not (tmp_path / "data" / "bad").exists()

@@ -308,6 +308,16 @@ def test_model2vec_reader_errors(tmp_path: Path, m2v_parts: tuple[np.ndarray, ..
     with pytest.raises(InputError, match=r"no model\.safetensors"):
         m2v_source.read(tmp_path, ReadOptions())
 
+    # A model of many tensors that is not model2vec's (a transformer checkpoint) is named by its largest few.
+    directory = write_model2vec(tmp_path / "checkpoint", embeddings, None, None)
+    layers = {f"encoder.layer.{i}.dense.weight": np.zeros((4, 4), np.float32) for i in range(40)}
+    save_file({"word_embeddings.weight": embeddings, **layers}, directory / "model.safetensors")
+    with pytest.raises(InputError, match=r"\(tensors: word_embeddings\.weight \[2048, 384\], .* and 29 more\); is"):
+        m2v_source.read(directory, ReadOptions())
+    # Any file but the model's weights is not a model2vec model (its directory is not read in its place).
+    with pytest.raises(InputError, match=r"tokenizer\.json: --format model2vec reads a model directory"):
+        m2v_source.read(directory / "tokenizer.json", ReadOptions())
+
 
 # ---------------------------------------------------------------------------------------- words: SIF
 @pytest.fixture(scope="module")

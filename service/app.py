@@ -68,6 +68,7 @@ def create_app(settings: Settings) -> FastAPI:
         max_filter_conditions=settings.max_filter_conditions,
         max_words=settings.max_words,
         max_layout_work=settings.max_layout_work,
+        max_encode_tokens=settings.max_encode_tokens,
     )
     metrics = Metrics()
     table_names: set[str] = set()  # label values the metrics accept

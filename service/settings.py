@@ -89,6 +89,16 @@ class Settings(BaseSettings):
         description="largest t-SNE or UMAP projection: tokens x perplexity (t-SNE) or tokens x n_neighbors (UMAP), "
         "e.g. 1,024 tokens at perplexity 32; more is a 422",
     )
+    max_encode_tokens: int = Field(
+        16_384,
+        ge=1,
+        le=100_000_000,
+        description="most tokens one request has a transformer table's model run: the texts of an embed, embeddings, "
+        "contextual or documents write request, or the text queries of a search, each cut at the model's length, "
+        "[CLS] and [SEP] included; counted once they are tokenised, more is a 422 before the model runs. 16,384: 64 "
+        "of the encoder's runs of 256 tokens, so a batch of 128 texts of 128 tokens (paragraphs of about 100 words), "
+        "or of 64 texts at all-MiniLM-L6-v2's longest (256 tokens)",
+    )
     layout_slots: int = Field(
         1,
         ge=1,

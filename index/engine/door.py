@@ -89,6 +89,7 @@ from index.engine.shards import (
     whole_rows,
 )
 from index.engine.table import AnalogySearch, Answers, Plan, Resolved, Search, SearchOptions, Table, VectorSearch
+from index.engine.transformer_encoder import ENCODE_BUDGET, TooManyTokens
 from index.errors import EmbeddingError, InvalidQuery
 from index.store.payload import BOOLEAN, FLOAT, INTEGER, STRING, STRING_LIST, TIMESTAMP, Payload
 from index.store.shardmap import is_sharded as manifest_is_sharded
@@ -96,6 +97,7 @@ from index.store.shardmap import is_sharded as manifest_is_sharded
 __all__ = [
     "BOOLEAN",
     "DEPTH",
+    "ENCODE_BUDGET",
     "FLOAT",
     "FLOAT32_MAX",
     "INTEGER",
@@ -532,8 +534,9 @@ def run(
     table: Table, queries: Sequence[Query], encoder: Table | None = None, delta: Delta | None = None
 ) -> list[Answer]:
     """Answer each of ``queries`` in order (its result, or its error): one engine request per group of items
-    sharing a filter, page and mode. ``encoder`` embeds texts; ``delta`` holds the documents written since the
-    version, searched beside it."""
+    sharing a filter, page and mode. ``encoder`` embeds texts (their tokens over the request's bound raise, for the
+    whole batch: :class:`TooManyTokens`); ``delta`` holds the documents written since the version, searched beside
+    it."""
     out: list[Answer | None] = [None] * len(queries)  # every place is set: a failure, or its group's answer
     groups: dict[Any, list[tuple[int, _Item]]] = {}
     for position, query in enumerate(queries):
@@ -541,6 +544,8 @@ def run(
             item = _prepare(table, query, encoder, delta)
             if query.filter is not None:
                 item.rows = table.filter(query.filter)
+        except TooManyTokens:  # the request's bound, which its items' texts share: the whole request is refused
+            raise
         except EmbeddingError as exc:
             out[position] = Failed(exc)
             continue

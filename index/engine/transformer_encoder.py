@@ -7,6 +7,10 @@ batches of about ``TOKENS`` tokens (texts x padded length, one text at least), s
 long ones and a run's activations stay in a core's cache: larger runs cost more per text. A text longer than the
 limit is cut as sentence-transformers cuts it, and ``truncated`` says so.
 
+A request's tokens are bounded: the server sets :data:`ENCODE_BUDGET` per request (``EMBEDDING_MAX_ENCODE_TOKENS``),
+and every forward pass of the request counts its tokens (the ids without padding, once the texts are tokenised)
+against it before the model runs: past it, :class:`TooManyTokens`. Without it (the builder) nothing is bounded.
+
 The session is made once per loaded table, on first use; its intra-op threads are FAISS's (``EMBEDDING_THREADS``
 when set, as ``embedding-serve`` sets it per worker, else OpenMP's count), they sleep between runs instead of
 spinning (on cores shared with other work, spinning threads take the cores the running ones need), and ONNX
@@ -17,6 +21,7 @@ from __future__ import annotations
 
 import os
 import threading
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,6 +34,30 @@ from index.store.artifact import GRAPH
 from index.store.tokens import TOKENIZER
 
 TOKENS = 256  # texts x padded length a run, after sorting by length (one text at least)
+SETTING = "max_encode_tokens"
+# The request's bound and the tokens it has run so far, ``[bound, spent]``: a list, so that every copy of the
+# request's context (the worker thread its encoding runs in has one) spends from the same count; None: no bound.
+ENCODE_BUDGET: ContextVar[list[int] | None] = ContextVar("encode_budget", default=None)
+
+
+class TooManyTokens(InvalidQuery):
+    """Texts over the request's token bound (:data:`ENCODE_BUDGET`): the whole request is refused, a batch too
+    (its items' texts count together), never one item of it."""
+
+
+def spend(tokens: int, table: str) -> None:
+    """Count ``tokens`` the model is about to run against the request's bound; :class:`TooManyTokens` past it."""
+    budget = ENCODE_BUDGET.get()
+    if budget is None:
+        return
+    bound, spent = budget
+    if spent + tokens > bound:
+        before = f" ({spent:,} of them by this request's texts before)" if spent else ""
+        raise TooManyTokens(
+            f"tokens for the model of table {table!r} to run: {spent + tokens:,}{before}, more than the server's "
+            f"{SETTING} of {bound:,}; send fewer or shorter texts at a time"
+        )
+    budget[1] = spent + tokens
 
 
 def threads() -> int:
@@ -153,8 +182,10 @@ class TransformerEncoder:
         return Tokenised([e.ids for e in encodings], truncated, cut)
 
     def forward(self, ids: list[list[int]], tokens: bool = False) -> Forward:
-        """The graph run over ``ids`` sorted by length, in batches padded to their longest member."""
+        """The graph run over ``ids`` sorted by length, in batches padded to their longest member, once the request's
+        bound allows their tokens (:func:`spend`)."""
         lengths = np.fromiter(map(len, ids), dtype=np.int64, count=len(ids))
+        spend(int(lengths.sum()), self.table.name)
         order = np.argsort(lengths, kind="stable")
         vectors = np.zeros((len(ids), self.table.dim), dtype=np.float32)
         per_text: list[np.ndarray] = [np.zeros((0, self.table.dim), dtype=np.float32)] * len(ids)

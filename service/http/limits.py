@@ -1,6 +1,7 @@
-"""Request limits: the body-size cap (413 in the error envelope) and the model limits of this app; and every POST
-body read as JSON whatever its ``Content-Type`` says (``curl -d`` sends ``application/x-www-form-urlencoded``,
-which FastAPI would hand to the models as bytes: a 422 that names no cause).
+"""Request limits: the body-size cap (413 in the error envelope), the model limits of this app and the tokens a
+request may have a transformer run (``index.engine.door.ENCODE_BUDGET``); and every POST body read as JSON whatever
+its ``Content-Type`` says (``curl -d`` sends ``application/x-www-form-urlencoded``, which FastAPI would hand to the
+models as bytes: a 422 that names no cause).
 
 A pure ASGI middleware (no per-request task), so it costs next to nothing on the hot path.
 """
@@ -10,6 +11,7 @@ from __future__ import annotations
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from index.engine.door import ENCODE_BUDGET
 from service.errors import error_response
 from service.schemas.common import LIMITS, Limits
 
@@ -36,7 +38,8 @@ def as_json(scope: Scope) -> None:
 
 
 class RequestLimitsMiddleware:
-    """Refuse bodies over ``max_body_bytes`` and publish ``limits`` to the request models."""
+    """Refuse bodies over ``max_body_bytes``, publish ``limits`` to the request models and give the request its
+    token budget."""
 
     def __init__(self, app: ASGIApp, max_body_bytes: int, limits: Limits) -> None:
         self.app = app
@@ -48,6 +51,7 @@ class RequestLimitsMiddleware:
             await self.app(scope, receive, send)
             return
         LIMITS.set(self.limits)
+        ENCODE_BUDGET.set([self.limits.max_encode_tokens, 0])  # this request's, whatever its connection served before
         if scope["method"] == "POST":
             as_json(scope)
         limit = self.max_body_bytes

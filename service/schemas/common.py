@@ -3,7 +3,8 @@ forms written into the JSON schema, the query options, and the parts of answers 
 
 Limits live in the models: ``k`` is 1..max_k and batches hold at most max_batch items, where max_k and
 max_batch are the serving app's settings; so do the bounds on a request's total work (hits, filter conditions,
-words, layout points x neighbourhood), each a 422 before any work starts. The app publishes them per request in
+words, layout points x neighbourhood), each a 422 before any work starts (the tokens a transformer runs are counted
+by the engine, ``index.engine.door.ENCODE_BUDGET``). The app publishes them per request in
 :data:`LIMITS` (set by the request-limits middleware) and the validators and OpenAPI schema read them from there,
 so two apps with different settings can run in one process. JSON bodies are strict: ``k: true`` or ``k: 1.5`` is a 422.
 """
@@ -29,6 +30,7 @@ class Limits:
     max_filter_conditions: int = 4096  # conditions of all the filters of one request
     max_words: int = 20_000  # words of all the word lists of one request (doesnt-match, n-similarity, neighbours)
     max_layout_work: int = 32_768  # tokens x perplexity (t-SNE) or x n_neighbors (UMAP) of one projection
+    max_encode_tokens: int = 16_384  # tokens one request has a transformer table's model run (index.engine.door)
 
 
 LIMITS: ContextVar[Limits] = ContextVar("embedding_limits", default=Limits())  # noqa: B039 (frozen)

@@ -21,6 +21,7 @@ from index.engine.encode import encoder_for
 from index.engine.table import Table
 from service.registry import Registry
 from tests.cli import run_cli
+from tests.conftest import link_table
 from tests.early import Early
 from tests.index.build.test_embed_documents import without_vectors
 from tests.index.build.test_transformer import RECORDED, Reference, _edit, _model_copy, cosine
@@ -32,6 +33,9 @@ from tests.service.conftest import client_for
 openai = pytest.importorskip("openai")
 
 TEXTS = ["The heart pumps blood through the body.", "she deposited money at the bank", "word " * 300]
+LONG = "word " * 300  # cut at the model's 256 tokens
+BOUND = 259  # the tokens a request of the ``bounded`` server may have the model run: LONG and "a" ([CLS] a [SEP])
+WRITER = {"X-API-Key": "transformer-writer-key-0123456789"}
 
 
 def imports_argv(out: Path) -> list[str]:
@@ -64,6 +68,19 @@ def st(data_dir: Path) -> Table:
 @pytest.fixture(scope="module")
 def client(data_dir: Path) -> Iterator[TestClient]:
     with client_for(data_dir=data_dir) as test_client:
+        yield test_client
+
+
+@pytest.fixture(scope="module")
+def bounded(data_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestClient]:
+    """A server whose requests may have the model run ``BOUND`` tokens, over linked copies of the tables (its
+    writes go to a log of its own)."""
+    copy = tmp_path_factory.mktemp("bounded")
+    for name in ("st", "lee"):
+        if not link_table(data_dir / name, copy):  # another file system
+            shutil.copytree(data_dir / name, copy / name)
+    settings = {"max_encode_tokens": BOUND, "write_keys": [WRITER["X-API-Key"]], "verify_checksums": False}
+    with client_for(data_dir=copy, **settings) as test_client:
         yield test_client
 
 
@@ -125,6 +142,35 @@ def test_text_queries_in_every_mode(client: TestClient, data_dir: Path, st: Tabl
     assert results[1]["hits"] == keyword["hits"]
     record = client.get("/v1/tables/lee").json()["documents"]["encoder"]
     assert record["table"] == "st" and record["graph_sha256"] == st.graph_sha256
+
+
+def test_the_tokens_a_request_has_the_model_run_are_bounded(bounded: TestClient) -> None:
+    """Every route that runs the model counts the tokens of its texts (cut at the model's length, [CLS] and [SEP]
+    included) against max_encode_tokens, before the model runs: one token over it is a 422 naming the count, the
+    bound and the setting; a batch of text queries counts its items together and is refused whole."""
+    within = bounded.post("/v1/tables/st/embed", json={"texts": [LONG, "a"]})
+    assert within.status_code == 200 and within.json()["tokens"] == [256, 3]
+    message = (
+        "tokens for the model of table 'st' to run: 260, more than the server's max_encode_tokens of 259; send "
+        "fewer or shorter texts at a time"
+    )
+    over = bounded.post("/v1/tables/st/embed", json={"texts": [LONG, "a b"]})
+    assert over.status_code == 422 and over.json() == {"error": {"code": "invalid_request", "message": message}}
+    openai_shape = {"message": message, "type": "invalid_request_error", "param": "input", "code": "invalid_request"}
+    embeddings = bounded.post("/v1/embeddings", json={"model": "st", "input": [LONG, "a b"]})
+    assert (embeddings.status_code, embeddings.json()) == (422, {"error": openai_shape})
+    contextual = bounded.post("/v1/tables/st/contextual", json={"texts": [LONG, "a b"]})
+    assert (contextual.status_code, contextual.json()["error"]["message"]) == (422, message)
+    documents = [{"id": "w1", "text": LONG}, {"id": "w2", "text": "a b"}]
+    written = bounded.post("/v1/tables/lee/documents", json={"documents": documents}, headers=WRITER)
+    assert (written.status_code, written.json()["error"]["message"]) == (422, message)
+    assert bounded.get("/v1/tables/lee").json()["writes"]["written"] == 0
+    queries = [{"text": LONG}, {"text": "a b", "mode": "hybrid"}]
+    search = bounded.post("/v1/tables/lee/search", json={"queries": queries, "k": 3})
+    assert search.status_code == 422, search.text[:400]
+    counted = message.replace("260,", "260 (256 of them by this request's texts before),")  # LONG ran, "a b" not
+    assert search.json()["error"]["message"] == counted
+    assert bounded.post("/v1/tables/lee/search", json={"text": "a b", "k": 3}).status_code == 200
 
 
 def test_documents_are_served_only_beside_the_same_model(tmp_path: Path, data_dir: Path) -> None:

@@ -426,6 +426,7 @@ def test_one_server_serves_a_sharded_table_whole(servers: dict[str, Any], lee_do
     summary = HTTP.get(f"{servers['one'].base}/v1/tables/lee").json()
     assert summary["rows"] == 300 + len(copies()) and summary["kind"] == "documents"
     assert summary["shards"]["count"] == SHARDS
+    assert summary["recall_at_10"] == 1.0 and summary["approximate"] is False  # its flat shards': exact
 
 
 def test_the_merge_orders_equal_scores_by_row_and_written_documents_last() -> None:

@@ -143,8 +143,12 @@ def create_app(settings: Settings) -> FastAPI:
     app.state.front = front
     if front.tables:
         app.add_middleware(scatter.ClientKey)  # the client's key for the shard requests
-    app.router.routes[:0] = [*(scatter.route(front, name) for name in front.tables), *scatter.elsewhere(front, routes)]
-    app.router.routes[:0] = [route for name in front.tables for route in scatter_writes.routes(front, name)]
+    fronting = [
+        *(route for name in front.tables for route in scatter_writes.routes(front, name)),
+        *(scatter.route(front, name) for name in front.tables),
+        *scatter.elsewhere(front, routes),
+    ]
+    app.router.routes[:0] = fronting
     app.state.api_routes = [route for route in routes if isinstance(route, APIRoute)]
     _mount_explorer(app)
 
@@ -169,7 +173,9 @@ def create_app(settings: Settings) -> FastAPI:
             allow_headers=["*"],
         )
     app.add_middleware(RequestLimitsMiddleware, max_body_bytes=settings.max_body_bytes, limits=limits)
-    app.add_middleware(MetricsMiddleware, metrics=metrics, tables=table_names)
+    app.add_middleware(
+        MetricsMiddleware, metrics=metrics, tables=table_names, fronted=scatter.metric_labels(front, fronting)
+    )
     app.add_middleware(OpenAIErrorsMiddleware)  # outermost: every error of POST /v1/embeddings in OpenAI's shape
 
     build_openapi = app.openapi

@@ -51,7 +51,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import re
-from collections.abc import Awaitable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -589,5 +589,28 @@ def elsewhere(front: Front, routes: Sequence[BaseRoute]) -> list[Route]:
             if path.startswith(f"{TABLE}/documents"):
                 methods -= {"POST", "DELETE"}  # the writes, which the front answers (service.scatter_writes)
             if methods:
-                out.append(Route(mine, refuse, methods=sorted(methods)))
+                out.append(Route(mine, own(refuse), methods=sorted(methods)))
+    return out
+
+
+def own(endpoint: Callable[[Request], Awaitable[Response]]) -> Callable[[Request], Awaitable[Response]]:
+    """``endpoint`` as a function of its own: the metrics know a plain route by its endpoint
+    (``service.http.metrics.other_template``), so no two routes share one."""
+
+    async def call(request: Request) -> Response:
+        return await endpoint(request)
+
+    return call
+
+
+def metric_labels(front: Front, routes: Sequence[BaseRoute]) -> dict[str, tuple[str, str]]:
+    """The metrics' labels of the front's ``routes``, whose paths name their table: by path, the route template a
+    server of the table itself has (``/v1/tables/{table}/search``) and the table's name."""
+    out = {}
+    for route in routes:
+        path = getattr(route, "path", "")
+        for name in front.tables:
+            prefix = f"/v1/tables/{name}"
+            if path == prefix or path.startswith(f"{prefix}/"):
+                out[path] = (TABLE + path[len(prefix) :], name)
     return out

@@ -9,6 +9,10 @@ holds (``log_sequence``), the keyword statistics are the new whole table's, and 
 shards are published as one table. Each shard's log is then cut at its ``log_sequence``, keeping the writes that
 arrived meanwhile. Every shard is rebuilt, written to or not: the whole table's BM25 statistics, which every
 shard's keyword index is scored with, change with any shard's writes.
+
+A shard holds at least one document, as an import makes it: a compaction that would leave one without (every
+document it owns deleted) is refused before anything is folded, and the table serves on from its version and
+its logs, as an unsharded table whose every document is deleted does.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ from index.build.sources import RawTable
 from index.build.writer import build_table
 from index.engine.delta import Delta
 from index.engine.keyword import DEFAULT_STEMMER, DEFAULT_STOPWORDS, Tokenizer
-from index.engine.shard_writes import WholeDelta
+from index.engine.shard_writes import WholeDelta, owner
 from index.engine.shards import ShardedTable
 from index.errors import ArtifactError, InvalidQuery
 from index.progress import note
@@ -54,6 +58,19 @@ def _compact(data_dir: Path, name: str, directory: Path) -> dict[str, Any]:
     if not written:
         finish(data_dir, logs)
         return {"table": name, "log_sequence": sum(sequences), "written": 0, "rows": table.rows}
+    emptied = _emptied(parts)
+    if len(emptied) == len(parts):  # as an unsharded table's compaction refuses it
+        raise InvalidQuery(
+            f"table {name!r} not compacted: every one of its documents is deleted; it serves on from its version and "
+            "its shards' write logs (compact it once a document is added, or remove it)"
+        )
+    if emptied:  # a shard is a table, and no table is built of zero rows
+        raise InvalidQuery(
+            f"table {name!r} not compacted: every document of its {', '.join(map(shardmap.shard_name, emptied))} "
+            "is deleted, and a shard holds at least one document; the table serves on from its version and its "
+            "shards' write logs (compact it once a document that shard owns is added, or import the table again "
+            "with fewer shards)"
+        )
     note(f"folding {written:,} writes into the {len(parts)} shards of {name!r} ...")
     documents, matrix, info = folded(table, WholeDelta(table).of(parts))
     tokenizer = (
@@ -102,3 +119,10 @@ def _compact(data_dir: Path, name: str, directory: Path) -> dict[str, Any]:
         "rows": published["rows"],
         "kept": kept,
     }
+
+
+def _emptied(parts: list[Delta]) -> list[int]:
+    """The shards the folded table would leave without a document: every row of their version deleted, and no
+    written document is theirs (each goes to the shard that owns its id, whatever log it was written to)."""
+    theirs = {owner(key, len(parts)) for part in parts for key in part.documents}
+    return [s for s, part in enumerate(parts) if part.deleted.all() and s not in theirs]

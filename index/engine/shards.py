@@ -331,9 +331,17 @@ class ShardedTable(Table):
     def kind(self) -> str:
         return str(self.manifest.get("of", KIND))  # "documents", or "words": a word table's shards
 
+    @property
+    def approximate(self) -> bool:
+        return any(shard.approximate for shard in self.shards)  # its searches are its shards'
+
     def summary(self) -> dict[str, Any]:
+        """The table's summary: ``index`` its first shard's spec, ``recall_at_10`` the lowest of its shards' (each
+        measured on its own rows when it was built; the merged list's is not measured), ``shards`` their rows."""
         out = super().summary()
         out["index"] = self.manifest["shards"]["index"][0]
+        recalls = [shard.manifest.get("index", {}).get("recall_at_10") for shard in self.shards]
+        out["recall_at_10"] = None if None in recalls else min(recalls)
         out["shards"] = {"count": self.map.count, "rows": self.manifest["shards"]["rows"]}
         return out
 

@@ -94,10 +94,14 @@ METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"}
 class MetricsMiddleware:
     """Count and time every HTTP request; labels use the route template, never the raw path."""
 
-    def __init__(self, app: ASGIApp, metrics: Metrics, tables: set[str]) -> None:
+    def __init__(
+        self, app: ASGIApp, metrics: Metrics, tables: set[str], fronted: dict[str, tuple[str, str]] | None = None
+    ) -> None:
         self.app = app
         self.metrics = metrics
         self.tables = tables  # only known names become label values, so labels stay few
+        # A fronted sharded table's routes, whose paths name it: (the route template, the table) by route path
+        self.fronted = fronted or {}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -120,6 +124,8 @@ class MetricsMiddleware:
             table = (scope.get("path_params") or {}).get("table", "")
             if table and table not in self.tables:
                 table = "unknown"
+            elif not table and template in self.fronted:
+                template, table = self.fronted[template]
             method = scope["method"] if scope["method"] in METHODS else "other"  # a client's word: not a label
             count, latency = self.metrics.request_children(method, template, table, status)
             count.inc()

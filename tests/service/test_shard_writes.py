@@ -20,9 +20,10 @@ from index.engine.query import Examples, Failed, Query, Result
 from index.engine.shards import ShardedTable
 from index.engine.table import Table
 from index.errors import InvalidQuery
-from index.store import shardmap, writelog
+from index.store import artifact, shardmap, writelog
 from service import live, writes
 from service.schemas.writes import WriteDocument
+from tests.cli import run_cli
 from tests.index.build.test_shards import EXE, door_queries, run
 from tests.lee import Lee
 from tests.service.conftest import LEE_SHARDS, lee_copy
@@ -219,6 +220,49 @@ def test_compaction_folds_every_shards_log(data: Path, tables: tuple[Table, Shar
     done = upsert(whole, sharded, [{"id": "after", "vector": lee_docs.vectors[1].tolist()}])
     owner = shardmap.shard_of_id("after", SHARDS)
     assert [(d.shard, d.sequence) for d in done] == [(owner, sharded.shards[owner].manifest["log_sequence"] + 1)]
+
+
+def test_a_compaction_that_would_leave_a_shard_or_the_table_empty_is_refused(
+    lee_imports: Path, lee_docs: Lee, tmp_path: Path
+) -> None:
+    """Every document of shard 1 deleted (a document written to shard 0 meanwhile), or every document: the
+    compaction says why it leaves the table as it is, its version and its logs whole; once a document shard 1
+    owns is written, it compacts."""
+    for case, ids, added, message in (
+        (
+            "shard",
+            [i for i in lee_docs.ids if shardmap.shard_of_id(i, SHARDS) == 1],
+            [owned(lee_docs, 0, "new-0")],
+            "every document of its shard-001 is deleted, and a shard holds at least one document",
+        ),
+        ("all", lee_docs.ids, [], "every one of its documents is deleted"),
+    ):
+        data = lee_copy(lee_imports, "plain", "sharded", tmp_path / case)
+        shard_map = shardmap.read(data / "lee")
+        logs = [writelog.table_log(shard_map.shard_directory(s)) for s in range(SHARDS)]
+        for s, log in enumerate(logs):
+            with writelog.appending(log) as appender:
+                appender.append(1, {"op": "delete", "ids": [i for i in ids if shardmap.shard_of_id(i, SHARDS) == s]})
+                if added and s == 0:
+                    appender.append(2, {"op": "upsert", "documents": added})
+        manifest = (data / "lee" / artifact.MANIFEST).read_bytes()
+        done = run_cli("compact", "lee", "--data-dir", data)
+        assert done.code == 1 and done.err.startswith(f"embedding-index: error: table 'lee' not compacted: {message}; ")
+        assert "Traceback" not in done.err, done.err
+        assert (data / "lee" / artifact.MANIFEST).read_bytes() == manifest and shardmap.verify(data / "lee").ok
+        assert [[r.seq for r in writelog.recover(log)] for log in logs] == [[1, 2] if added else [1], [1], [1]]
+    data = tmp_path / "shard"
+    with writelog.appending(writelog.table_log(data / "lee" / shardmap.shard_name(1))) as appender:
+        appender.append(2, {"op": "upsert", "documents": [owned(lee_docs, 1, "new-1")]})
+    done = run_cli("compact", "lee", "--data-dir", data)
+    assert done.code == 0, done.err
+    assert ShardedTable.load(data / "lee").manifest["shards"]["rows"][1] == 1
+
+
+def owned(lee: Lee, shard: int, prefix: str) -> dict[str, Any]:
+    """A new document (the first Lee document's text and vector) whose id shard ``shard`` owns."""
+    ident = next(f"{prefix}-{i}" for i in range(100) if shardmap.shard_of_id(f"{prefix}-{i}", SHARDS) == shard)
+    return {"id": ident, "text": lee.texts[0], "vector": lee.vectors[0].tolist(), "fields": {}}
 
 
 def test_remove_takes_the_shards_logs_along(data: Path, tables: tuple[Table, ShardedTable], tmp_path: Path) -> None:

@@ -37,7 +37,7 @@ from service.schemas.search import SearchRequest
 from service.shard_settings import front_settings
 from tests.lee import Lee, jsonl_records
 from tests.service import real_server
-from tests.service.conftest import LEE_SHARDS, lee_copy
+from tests.service.conftest import LEE_SHARDS, client_for, lee_copy
 from tests.service.real_server import Server
 
 SHARDS = 3
@@ -426,6 +426,28 @@ def test_one_server_serves_a_sharded_table_whole(servers: dict[str, Any], lee_do
     summary = HTTP.get(f"{servers['one'].base}/v1/tables/lee").json()
     assert summary["rows"] == 300 + len(copies()) and summary["kind"] == "documents"
     assert summary["shards"]["count"] == SHARDS
+    assert summary["recall_at_10"] == 1.0 and summary["approximate"] is False  # its flat shards': exact
+
+
+def test_the_fronts_metrics_label_its_table(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The front's routes of its table are counted as a server of the table counts them: by route template and
+    the table's name; a name it does not serve is "unknown"."""
+    down = f"http://127.0.0.1:{real_server.free_port()}/v1/tables/shard-000"  # nothing listens
+    monkeypatch.setenv("EMBEDDING_SHARDS", json.dumps({"lee": [[down]]}))
+    asked = [
+        ("POST", "/v1/tables/lee/search", {"vector": [0.5] * 50}, 503, "/v1/tables/{table}/search", "lee"),
+        ("GET", "/v1/tables/lee", None, 404, "/v1/tables/{table}", "lee"),
+        ("DELETE", "/v1/tables/lee/documents/a/b", None, 503, "/v1/tables/{table}/documents/{document:path}", "lee"),
+        ("GET", "/v1/tables/nope/fields", None, 404, "/v1/tables/{table}/fields", "unknown"),
+    ]
+    with client_for(data_dir=tmp_path) as client:
+        for method, path, body, status, _, _ in asked:
+            assert client.request(method, path, json=body).status_code == status, path
+        lines = [line for line in client.get("/metrics").text.splitlines() if line.startswith("embedding_http_req")]
+    for method, _, _, status, route, table in asked:
+        labels = (f'method="{method}"', f'route="{route}"', f'table="{table}"', f'status="{status}"')
+        assert any(all(label in line for label in labels) for line in lines), (route, lines)
+    assert not [line for line in lines if "/v1/tables/lee" in line or ('table=""' in line and "/v1/" in line)]
 
 
 def test_the_merge_orders_equal_scores_by_row_and_written_documents_last() -> None:

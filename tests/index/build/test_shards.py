@@ -95,6 +95,17 @@ def test_each_shard_is_a_table_alone(data_dir: Path, sharded: ShardedTable) -> N
     assert done.returncode == 0 and done.stdout.strip() == "lee3: ok", done.stderr
 
 
+def test_the_summary_says_the_lowest_of_the_shards_recall(data_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Served whole, a sharded table's summary gives the lowest recall@10 its shards measured (not null), and the
+    table is approximate when one of its shards searches an approximate index."""
+    table = ShardedTable.load(data_dir / "lee3", checksums=False)
+    assert table.summary()["recall_at_10"] == 1.0 and not table.approximate  # flat shards: exact
+    shard = table.shards[1]
+    monkeypatch.setitem(shard.manifest, "index", {**shard.manifest["index"], "recall_at_10": 0.93})
+    monkeypatch.setattr(shard, "index", object())  # as if it searched an approximate index
+    assert table.summary()["recall_at_10"] == 0.93 and table.approximate
+
+
 def test_a_damaged_shard_or_map_fails_verify(tmp_path: Path, data_dir: Path) -> None:
     copy = tmp_path / "data"
     shutil.copytree(data_dir / "lee3", copy / "lee3")

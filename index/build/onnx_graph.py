@@ -2,7 +2,8 @@
 
 :func:`read_checkpoint` reads a sentence-transformers model directory: ``config.json`` (a BERT-shaped encoder:
 ``model_type`` bert, absolute positions, GELU), ``modules.json`` (Transformer, Pooling, optionally Normalize),
-the pooling module's ``config.json`` (mean or CLS), ``sentence_bert_config.json`` (``max_seq_length``) and the
+the pooling module's ``config.json`` (mean or CLS), ``sentence_bert_config.json`` (``max_seq_length``, and
+``do_lower_case``: sentence-transformers lower-cases the texts before its tokenizer when it is set) and the
 weights. Anything else is an :class:`InputError` naming what is missing or unsupported.
 
 :func:`build_graph` writes the forward pass as BERT computes it: word + position + token type 0 embeddings and
@@ -47,6 +48,7 @@ class Checkpoint:
     pooling: Pooling
     normalize: bool
     max_seq_length: int
+    lower_case: bool  # the texts are lower-cased (Python's str.lower) before they are tokenised
     prefix: str  # of the tensor names ("" or e.g. "bert.")
     tensors: dict[str, TensorInfo]
 
@@ -79,6 +81,7 @@ class Checkpoint:
             "pooling": self.pooling,
             "normalize": self.normalize,
             "max_seq_length": self.max_seq_length,
+            "do_lower_case": self.lower_case,
         }
 
     def tensor(self, name: str) -> np.ndarray:
@@ -143,10 +146,14 @@ def read_checkpoint(directory: Path) -> Checkpoint:
     pooling_dir, normalize = _modules(directory)
     pooling = _pooling(pooling_dir)
     st_path = directory / "sentence_bert_config.json"
-    max_seq = read_json(st_path, missing=MISSING).get("max_seq_length")
+    st_config = read_json(st_path, missing=MISSING)
+    max_seq = st_config.get("max_seq_length")
     positions = int(config.get("max_position_embeddings", 512))
     if not isinstance(max_seq, int) or not 2 <= max_seq <= positions:
         raise InputError(st_path, f"max_seq_length must be an integer from 2 to {positions}, got {max_seq!r}")
+    lower_case = st_config.get("do_lower_case", False)
+    if not isinstance(lower_case, bool):
+        raise InputError(st_path, f"do_lower_case must be true or false, got {lower_case!r}")
     tensors: dict[str, TensorInfo] = {}
     for file in model_files(directory):
         for name, found in read_header(file).items():
@@ -155,7 +162,7 @@ def read_checkpoint(directory: Path) -> Checkpoint:
     if word is None:
         raise InputError(directory, "the weights have no embeddings.word_embeddings.weight (not a BERT checkpoint)")
     prefix = word.removesuffix("embeddings.word_embeddings.weight")
-    return Checkpoint(directory, config, pooling, normalize, max_seq, prefix, tensors)
+    return Checkpoint(directory, config, pooling, normalize, max_seq, lower_case, prefix, tensors)
 
 
 # ------------------------------------------------------------------ the graph

@@ -97,7 +97,7 @@ def contextual(encoder: TransformerEncoder, texts: list[str], token: str | None 
         answer["texts"].append({"text": text, "truncated": truncated, "tokens": tokens})
     if token is None:
         return answer
-    pieces = encoder.tokenizer.encode(token, add_special_tokens=False).ids
+    pieces = encoder.tokenizer.encode(encoder.model_text(token), add_special_tokens=False).ids
     if not pieces:
         raise InvalidQuery(f"token {token!r} has no piece in table {table.name!r}'s tokenizer")
     unknown = encoder.unknown_id

@@ -42,7 +42,7 @@ from index.engine.encoding import Encoded as Encoded
 from index.engine.encoding import Pooling as Pooling
 from index.engine.table import Table
 from index.errors import InvalidQuery
-from index.store.tokens import FLAG_SPECIAL, TOKENIZER, WEIGHTS
+from index.store.tokens import DOTTED_I, FLAG_SPECIAL, TOKENIZER, WEIGHTS
 
 if TYPE_CHECKING:
     from index.engine.transformer_encoder import TransformerEncoder
@@ -232,9 +232,10 @@ class Encoder:
         flat = list(chain.from_iterable(words))
         distinct = list(dict.fromkeys(flat))
         found = self.table.tokens.find_many(distinct)
-        for i in np.flatnonzero(found < 0).tolist() if self.cased else ():  # the case-folded match, if any
-            folded = self.table.tokens.find_folded(distinct[i])
-            found[i] = -1 if folded is None else folded
+        for i in np.flatnonzero(found < 0).tolist():  # the case-folded match, if any (İ's fold: in any table)
+            if self.cased or DOTTED_I in distinct[i]:
+                folded = self.table.tokens.find_folded(distinct[i])
+                found[i] = -1 if folded is None else folded
         rows = dict(zip(distinct, found.tolist(), strict=True))
         ids = np.fromiter(map(rows.__getitem__, flat), dtype=np.int64, count=len(flat))
         return self._split(ids, lengths, ids < 0)

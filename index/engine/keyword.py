@@ -1,12 +1,14 @@
 """Keyword search over a documents table's text: BM25 (Lucene's variant) in the file layout of ``bm25s``.
 
-The tokenizer lower-cases (Arrow's ``utf8_lower``, Unicode's per-character mapping) and cuts the text into
+The tokenizer composes the text (Unicode's NFC: ``e`` and U+0301 is ``é``, so that a word typed either way is one
+word), lower-cases it (Arrow's ``utf8_lower``, Unicode's per-character mapping) and cuts the text into
 words: maximal runs of letters, combining marks, digits and underscores (Unicode classes L, M and N, and ``_``:
 ``\\w+`` that keeps a word's combining marks inside it), as RE2 classes the code points. The cut runs over the
 UTF-8 bytes of many texts at once (numpy), documents and queries alike. Stop words (one of bm25s's lists) and
 stemming (a Snowball stemmer of PyStemmer, the stemmer bm25s takes) are import options, applied in bm25s's order:
-lower-case, cut, drop the stop words, stem. The manifest keeps the stop words themselves and the stemmer's name,
-so queries are always cut as the documents were.
+lower-case, cut, drop the stop words, stem. The manifest keeps the stop words themselves, the stemmer's name and
+the normal form, so queries are always cut as the documents were (a table built before the text was composed
+has no ``normalize``: its queries are not composed either).
 
 A document's score for a query is the sum, over the query's words (a word given twice counts twice), of
 
@@ -62,6 +64,7 @@ K1, B = 1.2, 0.75  # Lucene's and Elasticsearch's defaults
 DEFAULT_STOPWORDS, DEFAULT_STEMMER = "en", "english"
 WORD = r"[\p{L}\p{M}\p{N}_]+"  # what a word is (RE2 syntax)
 LOWERCASE = "utf8_lower"
+NORMALIZE = "NFC"  # the text's normal form (Arrow's ``utf8_normalize``)
 BLOCK_BYTES = 8 << 20  # text tokenized at a time
 
 
@@ -172,16 +175,34 @@ def word_bytes(data: np.ndarray) -> np.ndarray:
     return np.asarray(word, dtype=bool)
 
 
-def _cut(lowered: pa.Array) -> Tokens:
-    """The words of each text: the runs of word bytes, a text's end ending a run (all vectorised)."""
-    wide = pa.types.is_large_string(lowered.type)
-    _, offsets_buffer, data_buffer = lowered.buffers()
+def _utf8(texts: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+    """The texts' UTF-8 bytes end to end and where each text starts in them (int64, one more than the texts)."""
+    wide = pa.types.is_large_string(texts.type)
+    _, offsets_buffer, data_buffer = texts.buffers()
     offsets = np.frombuffer(offsets_buffer, dtype=np.int64 if wide else np.int32)[
-        lowered.offset : lowered.offset + len(lowered) + 1
+        texts.offset : texts.offset + len(texts) + 1
     ]
     everything = np.frombuffer(data_buffer, dtype=np.uint8) if data_buffer is not None else np.zeros(0, np.uint8)
-    data = everything[offsets[0] : offsets[-1]]
-    starts_of_texts = (offsets - offsets[0]).astype(np.int64)
+    return everything[offsets[0] : offsets[-1]], (offsets - offsets[0]).astype(np.int64)
+
+
+def composed(texts: pa.Array) -> pa.Array:
+    """``texts`` (no nulls) in Unicode's composed form, NFC (Arrow's ``utf8_normalize``). Only the texts holding a
+    code point from U+0300 on (a UTF-8 byte from 0xCC on, the first byte of one) are normalised: every character
+    before it is its own NFC and composes with none before it (the first combining mark is U+0300)."""
+    data, starts = _utf8(texts)
+    at = np.flatnonzero(data >= 0xCC)
+    if not len(at):
+        return texts
+    other = np.zeros(len(texts), dtype=bool)
+    other[np.searchsorted(starts, at, side="right") - 1] = True
+    mask = pa.array(other)
+    return pc.replace_with_mask(texts, mask, pc.utf8_normalize(texts.filter(mask), NORMALIZE))
+
+
+def _cut(lowered: pa.Array) -> Tokens:
+    """The words of each text: the runs of word bytes, a text's end ending a run (all vectorised)."""
+    data, starts_of_texts = _utf8(lowered)
     word = word_bytes(data)
     step = np.diff(word.view(np.int8), prepend=np.int8(0), append=np.int8(0))
     starts, ends = np.flatnonzero(step == 1), np.flatnonzero(step == -1)  # ends: one past a run's last byte
@@ -204,11 +225,13 @@ def _cut(lowered: pa.Array) -> Tokens:
 
 @dataclass(frozen=True)
 class Tokenizer:
-    """Lower-case, cut into words, drop the stop words, stem (no stop words and no stemming by default)."""
+    """Compose, lower-case, cut into words, drop the stop words, stem (no stop words and no stemming by default).
+    ``normalize`` None: the text is cut as it comes (a table built before it was composed)."""
 
     stopwords: tuple[str, ...] = ()
     stopwords_name: str | None = None  # the list's name ("en": bm25s's English list)
     stemmer: str | None = None  # a Snowball algorithm of PyStemmer ("english")
+    normalize: str | None = NORMALIZE
 
     @classmethod
     def english(cls) -> Tokenizer:
@@ -226,7 +249,10 @@ class Tokenizer:
             column = texts if isinstance(texts, pa.Array) else pa.array(list(texts), pa.string())
         except (UnicodeError, pa.ArrowInvalid, pa.ArrowTypeError) as exc:
             raise InvalidQuery(f"texts must be valid Unicode strings ({exc})") from None
-        cut = _cut(pc.utf8_lower(column.fill_null("")))
+        column = column.fill_null("")
+        if self.normalize:
+            column = composed(column)
+        cut = _cut(pc.utf8_lower(column))
         terms, rows = cut.terms, cut.rows
         if self.stopwords and len(terms):
             keep = pc.invert(pc.is_in(terms, value_set=pa.array(self.stopwords, terms.type)))
@@ -246,6 +272,7 @@ class Tokenizer:
         settings: dict[str, Any] = {
             "lowercase": LOWERCASE,
             "word": WORD,
+            "normalize": self.normalize,
             "stopwords": self.stopwords_name if self.stopwords else None,
             "stopword_list": list(self.stopwords),
             "stemmer": self.stemmer,
@@ -256,13 +283,15 @@ class Tokenizer:
 
     @classmethod
     def from_settings(cls, settings: dict[str, Any]) -> Tokenizer:
-        """The tokenizer a manifest records (a table built before stemming was an option has no ``stemmer``)."""
-        if settings.get("lowercase") != LOWERCASE or settings.get("word") != WORD:
+        """The tokenizer a manifest records (a table built before stemming was an option has no ``stemmer``, one built
+        before the text was composed no ``normalize``)."""
+        normalize = settings.get("normalize")
+        if settings.get("lowercase") != LOWERCASE or settings.get("word") != WORD or normalize not in (None, NORMALIZE):
             raise ArtifactError(f"keyword index tokenized otherwise than this version does: {settings}")
         stemmer = settings.get("stemmer")
         if stemmer is not None and stemmer not in stemmers():
             raise ArtifactError(f"keyword index stemmed by {stemmer!r}, which PyStemmer does not have")
-        return cls(tuple(settings.get("stopword_list") or ()), settings.get("stopwords"), stemmer)
+        return cls(tuple(settings.get("stopword_list") or ()), settings.get("stopwords"), stemmer, normalize)
 
 
 # ---------------------------------------------------------------------------------------------- building

@@ -76,7 +76,8 @@ class Lookup:
 
     def find(self, sent: str) -> Resolved | None:
         """Resolve a word: exact (as sent, then in Unicode's composed form NFC), then the space-marked form for
-        model tokens, then case-folded. A label that is not NFC (a decomposed "café", the Kelvin sign) is found as
+        model tokens, then case-folded (``Tokens.find_folded``: ``İ`` as Turkish folds it when nothing else
+        matches). A label that is not NFC (a decomposed "café", the Kelvin sign) is found as
         it is spelled, as gensim finds it, before the composed form could match another row."""
         found = self.tokens.find(sent)
         if found is not None:  # the usual case, before any other form is made

@@ -1,6 +1,8 @@
 """Texts to vectors with a transformer table (``import --format transformer``): its ONNX graph run by ONNX Runtime.
 
-Tokenisation is sentence-transformers': the table's ``tokenizer.json`` with [CLS] and [SEP] added, truncated to
+Tokenisation is sentence-transformers': the texts lower-cased first when the model says so (``do_lower_case`` in
+its ``sentence_bert_config.json``, kept in the manifest), then the table's ``tokenizer.json`` with [CLS] and
+[SEP] added, truncated to
 the model's ``max_seq_length`` (``sentence_bert_config.json``, which overrides the truncation and the fixed
 padding the file may carry) and padded to the longest text of a batch. Texts are sorted by length and run in
 batches of about ``TOKENS`` tokens (texts x padded length, one text at least), so short texts are not padded to
@@ -116,6 +118,7 @@ class TransformerEncoder:
         self.table = table
         self.info = info
         self.max_length = int(info["max_seq_length"])
+        self.lower_case = bool(info.get("do_lower_case", False))  # a table imported before the flag was read: False
         self.pooling: Pooling = "cls" if info["pooling"] == "cls" else "mean"
         self.intra_op_threads = intra_op_threads  # None: :func:`threads`
         self._tokenizer: Any = None
@@ -175,7 +178,14 @@ class TransformerEncoder:
         path = str(self.table.directory / GRAPH)
         return onnxruntime.InferenceSession(path, options, providers=["CPUExecutionProvider"])
 
+    def model_text(self, text: str) -> str:
+        """``text`` as the model's tokenizer is given it: lower-cased as sentence-transformers does (``str.lower``)
+        when the model asks for it."""
+        return text.lower() if self.lower_case else text
+
     def tokenise(self, texts: list[str]) -> Tokenised:
+        if self.lower_case:
+            texts = [text.lower() for text in texts]
         encodings = self.tokenizer.encode_batch_fast(texts, add_special_tokens=True)
         truncated = [bool(e.overflowing) for e in encodings]
         cut = [first_cut(e) if t else None for e, t in zip(encodings, truncated, strict=True)]

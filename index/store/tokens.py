@@ -22,6 +22,7 @@ ORDER = "token_order.npy"
 FOLDED_ORDER = "token_folded_order.npy"
 FILES = (BLOB, OFFSETS, ORDER, FOLDED_ORDER)
 PREFIX_BYTES = 8
+DOTTED_I = "i\u0307"  # what "İ" (U+0130) lower-cases and folds to outside Turkic languages
 FEW_LABELS = 64  # up to this many labels are read one by one (Tokens.labels)
 
 # Model-token tables: one uint8 of kind bits per row (FLAGS), and the model's own tokenizer (TOKENIZER).
@@ -216,8 +217,16 @@ class Tokens(Sequence[str]):
         return out
 
     def find_folded(self, token: str) -> int | None:
-        """Lowest row id whose case-folded label equals ``token`` case-folded, or None."""
+        """Lowest row id whose case-folded label equals ``token`` case-folded, or None. A miss whose fold holds
+        an i with a dot above (U+0307), as ``İ`` (U+0130) folds and lower-cases, is tried again with a plain i:
+        the Turkic folding of ``İ``, so that ``İstanbul`` finds ``istanbul``."""
         key = token.casefold()
+        found = self._find_folded_key(key)
+        if found is None and DOTTED_I in key:
+            found = self._find_folded_key(unicodedata.normalize("NFC", key.replace(DOTTED_I, "i")))
+        return found
+
+    def _find_folded_key(self, key: str) -> int | None:
         pos = bisect.bisect_left(self._folded, key)
         if pos < len(self._folded) and self._folded[pos] == key:
             return int(self._folded_order[pos])

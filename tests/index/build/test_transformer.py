@@ -20,6 +20,7 @@ from scipy.special import erf
 
 from index.build.sources import ReadOptions
 from index.build.sources import transformer as transformer_source
+from index.engine.contextual import contextual
 from index.engine.encode import encoder_for
 from index.engine.table import Table
 from index.engine.transformer_encoder import TOKENS, TransformerEncoder, batches
@@ -27,7 +28,7 @@ from index.errors import ArtifactError, InputError, InvalidQuery
 from index.store import artifact
 from index.store.artifact import GRAPH
 from tests import REPO
-from tests.cli import run_index
+from tests.cli import run_cli, run_index
 from tests.minilm import ST, minilm_dir
 
 RECORDED = REPO / "tests" / "data" / "sentence-transformers-minilm.json"
@@ -129,6 +130,7 @@ def test_import_keeps_the_graph_with_its_checksum(table: Table, tmp_path: Path) 
         "pooling": "mean",
         "normalize": True,
         "max_seq_length": 256,
+        "do_lower_case": False,
     }
     assert manifest["kind"] == "tokens" and (table.rows, table.dim) == (30_522, 384)
     graph = table.directory / GRAPH
@@ -186,6 +188,7 @@ def test_missing_file_is_a_one_line_error(tmp_path: Path) -> None:
             "unsupported pooling max_tokens",
         ),
         (lambda m: _edit(m / "sentence_bert_config.json", max_seq_length=4096), "max_seq_length must be an integer"),
+        (lambda m: _edit(m / "sentence_bert_config.json", do_lower_case="yes"), "do_lower_case must be true or false"),
     ],
 )
 def test_unsupported_or_missing(tmp_path: Path, edit: Any, message: str) -> None:
@@ -197,6 +200,40 @@ def test_unsupported_or_missing(tmp_path: Path, edit: Any, message: str) -> None
 
 def _edit(path: Path, **changes: Any) -> None:
     path.write_text(json.dumps({**json.loads(path.read_text()), **changes}))
+
+
+def test_a_model_that_lower_cases_is_given_lower_cased_text(tmp_path: Path) -> None:
+    """A cased tokenizer whose model sets ``do_lower_case`` (sentence-transformers then lower-cases the texts
+    itself): the flag is kept in the manifest, and a cased text has the vectors of its lower-cased text, those of
+    the NumPy forward pass of the lower-cased text's pieces."""
+    from tokenizers import Tokenizer
+
+    model = _model_copy(tmp_path)
+    _edit(model / "sentence_bert_config.json", do_lower_case=True)
+    shipped = json.loads((model / "tokenizer.json").read_text())
+    shipped["normalizer"]["lowercase"] = False  # a cased tokenizer: the model asks for lower-cased text instead
+    (model / "tokenizer.json").write_text(json.dumps(shipped))
+    data = tmp_path / "data"
+    done = run_cli("import", model, "--format", "transformer", "--name", "cased", "--data-dir", data)
+    assert done.code == 0, done.err
+    table = Table.load(data / "cased")
+    assert table.manifest["transformer"]["do_lower_case"] is True
+    encoder = TransformerEncoder(table)
+    texts = ["Hello World from PARIS", "Crème Brûlée in İstanbul", "The Bank of the RIVER"]
+    lowered = [text.lower() for text in texts]
+    cased = Tokenizer.from_file(str(model / "tokenizer.json"))
+    cased.no_truncation()
+    cased.no_padding()
+    pieces = [cased.encode(text).ids for text in lowered]
+    assert [cased.encode(text).ids for text in texts] != pieces  # the tokenizer alone keeps the case
+    assert encoder.tokenise(texts).ids == pieces
+    vectors = encoder.encode(texts).vectors
+    np.testing.assert_array_equal(vectors, encoder.encode(lowered).vectors)
+    reference = Reference(minilm_dir())
+    for i, ids in enumerate(pieces):
+        assert cosine(vectors[i], reference.sentence(ids)) >= 0.99999, texts[i]
+    followed = contextual(encoder, texts, token="Paris")  # the word followed is lower-cased too
+    assert [piece["token"] for piece in followed["token"]["pieces"]] == ["paris"]
 
 
 # ------------------------------------------------------------------ truth

@@ -424,6 +424,19 @@ def test_words_keep_their_marks_and_are_composed(data_dir: Path, glove_raw: RawT
     assert not np.allclose(encoded.vectors[1], encoded.vectors[3])
 
 
+def test_the_dotted_capital_i_is_the_plain_i_where_no_label_has_the_dot(glove: Table, small: Table) -> None:
+    """``İstanbul`` lower-cases to i and U+0307. GloVe's 400,000 words have that label (its corpus was lower-cased so):
+    the row of exactly that label comes first. Its first 20,000 have only ``istanbul``: the word is that row (İ
+    folded as Turkish folds it), in upper case too."""
+    dotted = glove.tokens.find("i\u0307stanbul")
+    assert dotted is not None and Encoder(glove).pieces(["İstanbul"]).ids.tolist() == [dotted]
+    encoder = Encoder(small)
+    assert not encoder.cased and small.tokens.find("i\u0307stanbul") is None
+    encoded = encoder.encode(["İstanbul and İSTANBUL", "istanbul and istanbul"], "mean")
+    assert encoded.tokens == [3, 3] and encoded.unknown == [0, 0]
+    np.testing.assert_array_equal(encoded.vectors[0], encoded.vectors[1])
+
+
 def test_word_lookup_in_bulk_equals_one_by_one(glove: Table) -> None:
     labels = glove.tokens[::7]
     words = [*labels, *(w.upper() for w in labels[:500]), *(w + "q" for w in labels[:2000]), "", "a" * 40]

@@ -27,6 +27,7 @@ from gensim.test.utils import datapath
 
 from index.build import cli
 from index.build.sources import RawTable, ReadOptions
+from index.engine import keyword
 from index.engine.keyword import (
     DATA,
     DEFAULT_STEMMER,
@@ -155,8 +156,9 @@ def test_tokenizer() -> None:
 
 
 def arrow_cut(texts: pa.Array) -> tuple[list[str], list[int]]:
-    """The words as Arrow's own regex split cuts the lower-cased texts (words, the text of each)."""
-    pieces = pc.split_pattern_regex(pc.utf8_lower(texts), pattern=r"[^\p{L}\p{M}\p{N}_]+")
+    """The words as Arrow's own regex split cuts the composed (NFC), lower-cased texts (words, the text of each)."""
+    composed = pc.utf8_normalize(texts, "NFC")
+    pieces = pc.split_pattern_regex(pc.utf8_lower(composed), pattern=r"[^\p{L}\p{M}\p{N}_]+")
     words, rows = pc.list_flatten(pieces), pc.list_parent_indices(pieces)
     nonempty = pc.greater(pc.binary_length(words), 0)
     return words.filter(nonempty).to_pylist(), rows.filter(nonempty).to_pylist()
@@ -185,6 +187,49 @@ def test_the_cut_is_arrows_regex_split() -> None:
 def test_the_tokenizer_cuts_lee_as_word_characters_do(lee: Lee) -> None:
     tokenizer = Tokenizer()
     assert [tokenizer.words(text) for text in lee.texts] == lee.words
+
+
+def test_composed_and_decomposed_text_are_the_same_words(tmp_path: Path) -> None:
+    """A word typed decomposed (e and U+0301) finds the documents that hold it composed, and the reverse, with the
+    same scores: documents and queries are composed (NFC) before they are cut. A table built before (its manifest
+    without "normalize") cuts its queries as it cut its documents, uncomposed."""
+    texts = ["un café crème", "un cafe\u0301 noir", "CAFÉ", "le the\u0301", "tea"]
+    built = build(pa.array(texts), Tokenizer())
+    assert built is not None and built.info["tokenizer"]["normalize"] == "NFC"
+    assert built.info["terms"] == 7  # un café crème noir le thé tea: one café, one thé
+    index = open_built(built, tmp_path, len(texts))
+    scores, rows = index.search(["café", "cafe\u0301", "CAFE\u0301", "thé", "Angstr\u00f6m \u212b"], 5)
+    assert rows[:3].tolist() == [[2, 0, 1, -1, -1]] * 3 and (scores[1:3] == scores[0]).all()
+    assert rows[3].tolist() == [3, -1, -1, -1, -1] and (rows[4] == -1).all()
+    assert Tokenizer().words("\u212b \u2126") == ["å", "ω"]  # singletons (the Angstrom and ohm signs) compose
+
+    settings = {name: value for name, value in built.info["tokenizer"].items() if name != "normalize"}
+    older = KeywordIndex.open(tmp_path, {"rows": len(texts), KEYWORD: {**built.info, "tokenizer": settings}})
+    assert older is not None and older.tokenizer.normalize is None
+    assert older.tokenizer.words("cafe\u0301") == ["cafe\u0301"]  # cut as it comes, as its words were
+    with pytest.raises(ArtifactError, match="tokenized otherwise"):
+        Tokenizer.from_settings({**built.info["tokenizer"], "normalize": "NFD"})
+
+
+def test_only_texts_that_may_change_are_normalised(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Composing costs nothing for text below U+0300 (ASCII, Latin-1 and Latin Extended, composed already): Arrow's
+    normaliser runs over the texts holding a later code point only (a combining mark, Greek, ...)."""
+    seen: list[list[str]] = []
+    real = pc.utf8_normalize  # read through the keyword module's own (lazy) pyarrow.compute
+
+    def spy(texts: pa.Array, form: str) -> pa.Array:
+        seen.append(texts.to_pylist())
+        return real(texts, form)
+
+    monkeypatch.setattr(keyword.pc, "utf8_normalize", spy)
+    assert Tokenizer().words("plain text, café, żółć") == ["plain", "text", "café", "żółć"] and seen == []
+    texts = pa.array(["x a", "cafe\u0301 b", None, "c", "\u03ac\u0399", "\u212b"]).slice(1)
+    assert Tokenizer()(texts).terms.to_pylist() == ["café", "b", "c", "άι", "å"]
+    assert seen == [["cafe\u0301 b", "\u03ac\u0399", "\u212b"]]
+    for code in (*range(0x80, 0x300), 0x300, 0x7FF, 0x800, 0xFFFF, 0x10000, 0x10FFFF):  # the cut-off, by bytes
+        seen.clear()
+        Tokenizer()([chr(code)])
+        assert (seen != []) == (code >= 0x300), hex(code)
 
 
 # ------------------------------------------------------------------------------------------------ the import

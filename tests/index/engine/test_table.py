@@ -45,6 +45,24 @@ def test_lookup_finds_labels_not_in_composed_form(tmp_path: Path) -> None:
     assert table.resolve("CAFE\u0301").token == "caf\u00e9"
 
 
+def test_the_dotted_capital_i_folds_to_i_as_turkish_folds_it(small: Table, tmp_path: Path) -> None:
+    """``İstanbul`` (U+0130) lower-cases and folds to i and U+0307, no label of a lower-cased table: it finds
+    "istanbul" case-folded, as does "i" typed with the dot above; a label spelled with the dot is found first."""
+    istanbul = small.resolve("istanbul")
+    assert istanbul.match == "exact"
+    for typed in ("İstanbul", "İSTANBUL", "i\u0307stanbul", "I\u0307stanbul"):
+        assert small.resolve(typed) == Resolved(typed, istanbul.id, "istanbul", "casefold")
+    labels = ["i\u0307zmir", "izmir", "\u0130zmir"]
+    raw = RawTable(tokens=labels, matrix=np.random.default_rng(0).standard_normal((3, 4)).astype(np.float32))
+    build_table(raw, data_dir=tmp_path, name="t", source={"format": "test", "path": "rows"}, index_spec="flat")
+    table = Table.load(tmp_path / "t")
+    for row, label in enumerate(labels):
+        assert table.resolve(label) == Resolved(label, row, label, "exact")
+    assert table.resolve("İZMIR") == Resolved("İZMIR", 0, labels[0], "casefold")  # folded with the dot first
+    assert table.resolve("İZMİR") == Resolved("İZMİR", 1, "izmir", "casefold")  # no label folds so: then plain
+    assert table.resolve("IZMIR") == Resolved("IZMIR", 1, "izmir", "casefold")
+
+
 def test_suggestions_for_decomposed_text(small: Table) -> None:
     """A misspelling typed decomposed ("e" + combining acute) is matched as the composed labels are spelled."""
     assert small.suggest("andre\u0301s") == small.suggest("andr\u00e9s")

@@ -20,6 +20,7 @@ Without an ``embedding``, texts are embedded by the table's encoder on the serve
 from __future__ import annotations
 
 import json
+import re
 import uuid
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
@@ -31,7 +32,16 @@ from langchain_core.vectorstores import VectorStore
 from langchain_core.vectorstores.utils import maximal_marginal_relevance
 
 from service_client import ApiError, Client, Hit
-from service_client.stored import METADATA, metadata_of
+from service_client.stored import METADATA, is_id, metadata_of, plain
+
+
+def _max_k(error: ApiError) -> int | None:
+    """The server's max_k when ``error`` refuses a search's ``k`` above it, else None."""
+    for detail in error.details.get("details", []) if error.code == "invalid_request" else []:
+        found = re.fullmatch(r"k must be at most (\d+) .*", str(detail.get("message", "")))
+        if detail.get("loc", [])[-1:] == ["k"] and found:
+            return int(found.group(1))
+    return None
 
 
 class EmbeddingSearchStore(VectorStore):
@@ -57,6 +67,7 @@ class EmbeddingSearchStore(VectorStore):
         return fields
 
     def _row_fields(self, metadata: dict[str, Any]) -> dict[str, Any]:
+        metadata = plain(metadata)
         fields = {name: value for name, value in metadata.items() if name in self.fields() and name != METADATA}
         if METADATA in self.fields():
             fields[METADATA] = json.dumps(metadata, sort_keys=True)
@@ -112,8 +123,10 @@ class EmbeddingSearchStore(VectorStore):
         return True
 
     def get_by_ids(self, ids: Sequence[str], /) -> list[Document]:
+        """The documents of ``ids`` that are there, in their order; an id the server refuses as an id (empty, or
+        too long) names none."""
         found = []
-        for ident in ids:
+        for ident in filter(is_id, ids):
             try:
                 found.append(self._document(self.client.document(self.table, ident)))
             except ApiError as error:
@@ -191,7 +204,14 @@ class EmbeddingSearchStore(VectorStore):
         """``maximal_marginal_relevance`` over the ``fetch_k`` nearest documents' unit vectors (the search's
         ``include``), as LangChain's own stores choose."""
         query = {"vector": list(embedding), "include": ["vector"]}
-        hits = self._hits(query, fetch_k, filter)
+        try:
+            hits = self._hits(query, fetch_k, filter)
+        except ApiError as error:
+            limit = _max_k(error)
+            if limit is None:
+                raise
+            message = f"fetch_k must be at most {limit} (the server's max_k), got {fetch_k}"
+            raise ApiError(error.status, error.code, message, error.details) from None
         vectors = [hit.vector for hit in hits if hit.vector is not None]  # each hit's, as asked
         chosen = maximal_marginal_relevance(np.array(embedding), vectors, lambda_mult, k)
         return [self._document(hits[i]) for i in chosen]

@@ -39,7 +39,7 @@ from llama_index.core.vector_stores.utils import metadata_dict_to_node, node_to_
 from pydantic import PrivateAttr
 
 from service_client import Client
-from service_client.stored import METADATA, metadata_of
+from service_client.stored import METADATA, is_id, metadata_of, plain
 
 REF_DOC_ID = "ref_doc_id"
 RANGES = {FilterOperator.GT: "gt", FilterOperator.GTE: "gte", FilterOperator.LT: "lt", FilterOperator.LTE: "lte"}
@@ -179,8 +179,10 @@ class EmbeddingSearchVectorStore(BasePydanticVectorStore):
     def add(self, nodes: Sequence[BaseNode], **kwargs: Any) -> list[str]:
         documents = []
         for node in nodes:
-            stored = node_to_metadata_dict(node, remove_text=True, flat_metadata=False)
-            fields = {k: v for k, v in node.metadata.items() if k in self.fields() and k not in (METADATA, REF_DOC_ID)}
+            metadata = plain(node.metadata)  # NumPy's values as JSON's, which LlamaIndex's dump needs too
+            shown = node.model_copy(update={"metadata": metadata})
+            stored = node_to_metadata_dict(shown, remove_text=True, flat_metadata=False)
+            fields = {k: v for k, v in metadata.items() if k in self.fields() and k not in (METADATA, REF_DOC_ID)}
             if METADATA in self.fields():
                 fields[METADATA] = json.dumps(stored, sort_keys=True)
             if REF_DOC_ID in self.fields():
@@ -236,7 +238,7 @@ class EmbeddingSearchVectorStore(BasePydanticVectorStore):
         from service_client import ApiError
 
         found = []
-        for ident in node_ids:
+        for ident in filter(is_id, node_ids):  # an id the server refuses as an id (empty, too long) names none
             try:
                 document = self._client.document(self.table, ident)
             except ApiError as error:

@@ -29,11 +29,21 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 
+
+def _data_dir(value: Path) -> Path:
+    """Refuse a data directory that is a file, before a command reads or writes in it."""
+    path = Path(value)
+    if path.exists() and not path.is_dir():
+        fail(f"{path}: not a directory")
+    return path
+
+
 DataDir = Annotated[
     Path,
     typer.Option(
         "--data-dir",
         envvar="EMBEDDING_DATA_DIR",
+        callback=_data_dir,
         help="Directory that holds the tables (default $EMBEDDING_DATA_DIR, else ./data).",
     ),
 ]
@@ -340,6 +350,14 @@ def import_(
         found = str(format) if format != "auto" else sniff_format(path)
         if found not in formats:
             fail(f"{option}: only for --format {' or '.join(formats)}, and {path} reads as {found}")
+    # Options for the files of a folder of documents: a file of records would take them without a word.
+    folder_only = [
+        option
+        for option, given_here in (("--chunk-words", chunk_words), ("--unicode-errors replace", unicode_errors))
+        if given_here not in (None, "strict")
+    ]
+    if folder_only and path.is_file() and (str(format) if format != "auto" else sniff_format(path)) == "documents":
+        fail(f"{', '.join(folder_only)}: only for a folder of text files, and {path} is a file of documents")
     try:
         Tokenizer.named(None if stopwords == "none" else stopwords, None if stemmer == "none" else stemmer)
     except ValueError as exc:

@@ -18,7 +18,7 @@ from langchain_core.vectorstores import VectorStore
 from langchain_core.vectorstores.utils import maximal_marginal_relevance
 from langchain_tests.integration_tests import VectorStoreIntegrationTests
 
-from service_client import Client
+from service_client import ApiError, Client
 from service_client.langchain import EmbeddingSearchStore
 from tests.cli import run_cli
 from tests.lee import Lee
@@ -246,3 +246,40 @@ def test_ids_with_a_filter_and_lengths_that_differ_are_refused(
     with pytest.raises(ValueError, match="1 texts, 1 metadatas and 2 ids"):
         store.add_texts(["a"], ids=["new-a", "new-b"])
     assert store.get_by_ids(["new-a", "new-b"]) == []
+
+
+def test_numpy_metadata_is_written_as_json_and_ids_the_server_refuses_are_missing(server_url: str) -> None:
+    """Metadata values of NumPy (scalars, arrays, inside lists and dicts too) are written as JSON's numbers,
+    booleans and lists; ids the server takes for no document's (empty, over 1,024 characters) are not found."""
+    store = empty_store(server_url, DeterministicFakeEmbedding(size=DIM))
+    metadata = {
+        "topic": np.str_("numpy"),
+        "row": np.int64(7),
+        "score": np.float32(0.5),
+        "seen": np.bool_(True),
+        "point": np.arange(3),
+        "nested": {"counts": [np.int32(1), np.uint8(2)]},
+    }
+    try:
+        assert store.add_texts(["a note"], [metadata], ids=["np"]) == ["np"]
+        plain = {
+            "topic": "numpy",
+            "row": 7,
+            "score": 0.5,
+            "seen": True,
+            "point": [0, 1, 2],
+            "nested": {"counts": [1, 2]},
+        }
+        (found,) = store.similarity_search("a note", k=1, filter={"topic": "numpy"})
+        assert (found.id, found.metadata) == ("np", plain)
+        assert [d.id for d in store.get_by_ids(["", "x" * 1025, "np", "nowhere"])] == ["np"]
+    finally:
+        everything(store)
+
+
+def test_a_fetch_k_above_the_servers_max_k_is_named(server_url: str) -> None:
+    store = EmbeddingSearchStore(Client(server_url), "lc", embedding=DeterministicFakeEmbedding(size=DIM))
+    with pytest.raises(ApiError, match=r"fetch_k must be at most 1000 \(the server's max_k\), got 1001"):
+        store.max_marginal_relevance_search("a note", k=4, fetch_k=1001)
+    with pytest.raises(ApiError, match=r"^422 invalid_request: k: k must be at most 1000"):
+        store.similarity_search("a note", k=1001)  # k itself is named as it is

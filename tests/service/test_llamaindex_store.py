@@ -127,6 +127,20 @@ def test_get_nodes_skips_missing_ids(store: EmbeddingSearchVectorStore) -> None:
     assert [(n.node_id, n.get_content(), n.metadata) for n in found] == [("1", "foo", {"topic": "a"})]
 
 
+def test_numpy_metadata_is_written_as_json_and_ids_the_server_refuses_are_missing(
+    store: EmbeddingSearchVectorStore,
+) -> None:
+    """NumPy's scalars and arrays in a node's metadata are written as JSON's numbers, booleans and lists (the
+    table's integer field ``row`` filtered on too); ids the server takes for no node's are not found."""
+    store.add([node("1", "foo", topic=np.str_("a"), row=np.int64(3), score=np.float32(0.5), seen=np.bool_(True))])
+    store.add([node("2", "bar", row=np.int32(4), point=np.arange(2), nested={"counts": [np.uint8(1)]})])
+    row_3 = MetadataFilters(filters=[MetadataFilter(key="row", value=3)])
+    result = store.query(VectorStoreQuery(query_embedding=FAKE.embed_query("foo"), similarity_top_k=5, filters=row_3))
+    assert [n.metadata for n in result.nodes or []] == [{"topic": "a", "row": 3, "score": 0.5, "seen": True}]
+    found = store.get_nodes(["", "x" * 1025, "2", "missing"])
+    assert [n.metadata for n in found] == [{"row": 4, "point": [0, 1], "nested": {"counts": [1]}}]
+
+
 def test_ids_with_filters_and_an_empty_filter_to_delete_are_refused(store: EmbeddingSearchVectorStore) -> None:
     """The server deletes by ids or by a filter: ids that must also pass a filter, and an empty filter (which
     passes every node), are refused, and nothing is deleted; nor does get_nodes ignore a filter it cannot apply."""

@@ -112,7 +112,7 @@ def sniff_format(path: Path) -> str:
             from index.build.sources.model2vec import is_model2vec
 
             return "model2vec" if is_model2vec(path) else "hf"
-        if (path / "vectors.tsv").is_file():
+        if (path / "vectors.tsv").is_file() or (path / "vectors.tsv.gz").is_file():
             return "projector"
         with os.scandir(path) as entries:
             if any(entries):

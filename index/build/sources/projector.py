@@ -4,7 +4,7 @@
 labels: with one column, one token per line and no header; with more columns, a header line, the token in
 the first column and the other columns (e.g. a "kind" per word) kept as table metadata. ``path`` may be the
 vectors file (the metadata file is found beside it, or given with ``--vocab``), the metadata file, or a
-directory holding both.
+directory holding both (either gzipped too: ``vectors.tsv.gz``, ``metadata.tsv.gz``).
 """
 
 from __future__ import annotations
@@ -29,13 +29,13 @@ def locate(path: Path, vocab: Path | None = None) -> tuple[Path, Path]:
     """Return (vectors file, metadata file) for ``path``."""
     path = Path(path)
     if path.is_dir():
-        vectors, metadata = path / "vectors.tsv", path / "metadata.tsv"
+        vectors, metadata = _twin(path / "vectors.tsv"), _twin(path / "metadata.tsv")
     elif "metadata" in path.name and vocab is None:
-        vectors, metadata = path.with_name(path.name.replace("metadata", "vectors")), path
+        vectors, metadata = _twin(path.with_name(path.name.replace("metadata", "vectors"))), path
     else:
         vectors = path
         guess = path.name.replace("vectors", "metadata") if "vectors" in path.name else "metadata.tsv"
-        metadata = path.with_name(guess)
+        metadata = _twin(path.with_name(guess))
     if vocab is not None:
         metadata = Path(vocab)
     if not vectors.is_file():
@@ -43,6 +43,14 @@ def locate(path: Path, vocab: Path | None = None) -> tuple[Path, Path]:
     if not metadata.is_file():
         raise InputError(metadata, "no such file: the projector needs metadata.tsv (the tokens) or --vocab FILE")
     return vectors, metadata
+
+
+def _twin(path: Path) -> Path:
+    """``path``, else its gzipped or plain twin (``.gz`` added or taken off) when only that is there: either file
+    of the pair may be gzipped (gzip is read as it is)."""
+    name = path.name.removesuffix(".gz") if path.name.endswith(".gz") else path.name + ".gz"
+    twin = path.with_name(name)
+    return twin if not path.exists() and twin.is_file() else path
 
 
 def read(path: Path, options: ReadOptions) -> RawTable:

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import typer.main
 
 from index.engine.table import Table
 from tests.cli import REPO, run_cli
@@ -79,6 +80,46 @@ def test_a_reader_option_on_another_format_is_refused(
     assert result.code == 1
     assert result.err == f"embedding-index: error: {problem.format(words)}\n"
     assert not (data_dir / "t").exists()
+
+
+@pytest.mark.parametrize("suffix", [".jsonl", ".csv"])
+@pytest.mark.parametrize(
+    ("given", "named"),
+    [
+        (["--chunk-words", "80"], "--chunk-words"),
+        (["--unicode-errors", "replace"], "--unicode-errors replace"),
+        (["--chunk-words", "80", "--unicode-errors", "replace", "--format", "documents"], None),
+    ],
+)
+def test_folder_options_on_a_file_of_documents_are_refused(
+    tmp_path: Path, data_dir: Path, suffix: str, given: list[str], named: str | None
+) -> None:
+    """--chunk-words and --unicode-errors replace are for the files of a folder: with a JSON Lines or CSV file
+    they are refused, never ignored."""
+    records = tmp_path / f"notes{suffix}"
+    records.write_text('{"id": "a", "text": "the heart"}\n' if suffix == ".jsonl" else "id,text\na,the heart\n")
+    result = run_cli("import", records, "--name", "t", "--data-dir", data_dir, "--encoder", "small", *given)
+    named = named or "--chunk-words, --unicode-errors replace"
+    problem = f"{named}: only for a folder of text files, and {records} is a file of documents"
+    assert (result.code, result.err) == (1, f"embedding-index: error: {problem}\n")
+    assert not (data_dir / "t").exists()
+
+
+def test_a_data_dir_that_is_a_file_is_named_by_every_command(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every command taking --data-dir says that a file given as the data directory is not one (before the
+    arguments it lacks, and before any write that would say "File exists")."""
+    from index.build.cli import app
+
+    words = tmp_path / "ft.vec"
+    words.write_text("1 3\nheart 0.1 0.2 0.3\n", encoding="utf-8")
+    commands = typer.main.get_command(app).commands  # type: ignore[attr-defined]
+    taking = sorted(name for name, command in commands.items() if "data_dir" in {p.name for p in command.params})
+    assert {"build", "import", "list", "verify", "remove", "eval"} <= set(taking)
+    for name in sorted(taking, key=lambda name: name != "import"):  # import first: build would read GloVe 6B
+        result = run_cli(name, "--data-dir", words, *([words, "--name", "t"] if name == "import" else []))
+        assert (result.code, result.err) == (1, f"embedding-index: error: {words}: not a directory\n"), name
+    monkeypatch.setenv("EMBEDDING_DATA_DIR", str(words))  # the same directory from the environment
+    assert run_cli("list").err == f"embedding-index: error: {words}: not a directory\n"
 
 
 def start(*args: object, cwd: Path | None = None) -> subprocess.Popen[str]:

@@ -289,6 +289,25 @@ def test_projector_metadata_follows_dropped_rows(tmp_path: Path, data_dir: Path,
     assert table.manifest["cleaning"]["duplicate_tokens_dropped"] == 1
 
 
+def test_a_gzipped_projector_pair_reads_as_one(tmp_path: Path, data_dir: Path, glove_rows) -> None:
+    """A folder of ``vectors.tsv.gz`` and ``metadata.tsv.gz`` is a projector pair (not a folder of documents), and
+    either file of a pair may be gzipped, found from the other."""
+    tokens, matrix = glove_rows
+    directory = _projector(tmp_path / "proj", tokens[:50], matrix[:50], [f"k{i}" for i in range(50)])
+    for name in ("vectors.tsv", "metadata.tsv"):
+        (directory / f"{name}.gz").write_bytes(gzip.compress((directory / name).read_bytes()))
+        (directory / name).unlink()
+    assert sniff_format(directory) == "projector"
+    table = import_ok(directory, data_dir)
+    assert_rows(table, tokens[:50], matrix[:50])
+    assert list(table.metadata["kind"]) == [f"k{i}" for i in range(50)]
+    (directory / "metadata.tsv").write_bytes(gzip.decompress((directory / "metadata.tsv.gz").read_bytes()))
+    (directory / "metadata.tsv.gz").unlink()
+    raw, fmt = read_source(directory / "vectors.tsv.gz")
+    assert fmt == "projector" and raw.tokens == tokens[:50]
+    assert read_source(directory / "metadata.tsv")[0].tokens == tokens[:50]
+
+
 def test_projector_single_column_metadata(tmp_path: Path, data_dir: Path, glove_rows) -> None:
     tokens, matrix = glove_rows
     directory = _projector(tmp_path / "proj", tokens[:500], matrix[:500], None)

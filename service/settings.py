@@ -303,7 +303,7 @@ class Settings(BaseSettings):
     @classmethod
     def _origins(cls, value: list[str]) -> list[str]:
         for origin in value:
-            if origin != "*" and not origin.startswith(("http://", "https://")):
+            if origin != "*" and not origin.lower().startswith(("http://", "https://")):
                 raise ValueError(f"CORS origin {origin!r} must be '*' or start with http:// or https://")
             if origin != "*" and _browser_origin(origin) != origin:  # compared as sent: it would never match
                 raise ValueError(

@@ -59,6 +59,19 @@ def _occurrences(
     return found
 
 
+def _cut_off(ids: list[list[int]], pieces: list[int], cut: list[str], encoder: TransformerEncoder) -> str:
+    """Why a text that ends in the word's pieces holds it nowhere whole: truncation cut it from its continuation
+    (the text shows the word, so the 422 says where it went); "" when no text was cut so."""
+    width = len(pieces)
+    for text, row in enumerate(ids):
+        if cut[text].startswith(CONTINUATION) and row[-1 - width : -1] == pieces:  # the pieces before [SEP]
+            return (
+                f": where texts[{text}] ends, truncation to the model's {encoder.max_length} pieces cut it from its "
+                f"continuation {cut[text]!r}"
+            )
+    return ""
+
+
 def _neighbours(table: Table, vectors: np.ndarray, k: int) -> list[list[dict[str, Any]]]:
     units = table.normalize_queries(np.asarray(vectors, dtype=np.float32))
     readable = table.metadata.get("readable")
@@ -110,7 +123,9 @@ def contextual(encoder: TransformerEncoder, texts: list[str], token: str | None 
     found = _occurrences(tokenised.ids, forward.tokens, pieces, every_label, cut)
     if not found:
         split = " ".join(table.tokens.labels(pieces))
-        raise InvalidQuery(f"{token!r} ({split}) occurs in none of the texts")
+        raise InvalidQuery(
+            f"{token!r} ({split}) occurs in none of the texts{_cut_off(tokenised.ids, pieces, cut, encoder)}"
+        )
     if len(found) > MAX_OCCURRENCES:  # the answer's cosines grow as their square
         raise InvalidQuery(
             f"{token!r} occurs {len(found):,} times in the texts; at most {MAX_OCCURRENCES} are followed (give fewer "

@@ -12,6 +12,7 @@ import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlencode
 
 import httpx
 import numpy as np
@@ -177,6 +178,34 @@ def test_a_word_not_in_the_sentences_shows_the_error_and_their_words(
     page.fill("#cx-texts", "only one sentence")
     page.press("#cx-word", "Enter")
     page.wait_for_selector("#cx-out >> text=Type two sentences or more")
+    watched.assert_clean(expected_422=("contextual",))
+
+
+def test_a_word_cut_by_truncation_or_read_as_unk_shows_the_server_message(
+    server: str, api: httpx.Client, watched: Watched
+) -> None:
+    """The card shows "heart" ending a text cut between "heart" and "##ache": following it shows the server's 422,
+    which says where truncation cut it, above the texts' words; so does a word the tokenizer reads as [UNK]."""
+    texts = ["a " * 253 + "heartache", "the river bank"]  # [CLS], 253 pieces, "heart" at 254, [SEP] at 255
+    page = open_card(watched, server, "?" + urlencode({"table": MODEL, "ctx": "\n".join(texts), "cw": "heart"}))
+    cut = page.locator("#cx-out .cx-texts li[data-text='0']")
+    assert (
+        cut.locator("button.cx-word").last.inner_text() == "heart" and "(cut to the model's length)" in cut.inner_text()
+    )
+    for word in ["heart", "😀"]:
+        if word != "heart":
+            page.fill("#cx-word", word)
+            page.press("#cx-word", "Enter")
+            settle(page)
+        refused = api.post(f"/v1/tables/{MODEL}/contextual", json={"texts": texts, "token": word, "k": 5})
+        assert refused.status_code == 422
+        assert page.text_content("#cx-out .error p") == refused.json()["error"]["message"]
+        assert page.locator("#cx-out .cx-texts li").count() == 2 and page.locator("#cx-out .cx-matrix").count() == 0
+    cut_message = api.post(f"/v1/tables/{MODEL}/contextual", json={"texts": texts, "token": "heart"}).json()
+    assert cut_message["error"]["message"] == (
+        "'heart' (heart) occurs in none of the texts: where texts[0] ends, truncation to the model's 256 pieces cut it "
+        "from its continuation '##ache'"
+    )
     watched.assert_clean(expected_422=("contextual",))
 
 

@@ -352,6 +352,7 @@ def test_cors_closed_unless_configured(small_data_dir: Path) -> None:
         ("https://app.example/", "https://app.example"),
         ("https://app.example/page", "https://app.example"),
         ("https://App.Example", "https://app.example"),
+        ("HTTP://localhost:5500", "http://localhost:5500"),
         ("https://app.example:443", "https://app.example"),
         ("http://localhost:80", "http://localhost"),
         ("http://user@localhost:5500", "http://localhost:5500"),

@@ -165,7 +165,6 @@ UNREAD = (
         "beside it (or gensim's save_word2vec_format)",
     ),
 )
-TEXT_FORMATS = ("word2vec", "word2vec-binary", "glove", "fasttext")
 
 
 def refuse_stream(path: Path) -> None:
@@ -233,7 +232,7 @@ def read_source(path: Path, fmt: str = "auto", options: ReadOptions | None = Non
     fmt = sniff_format(path) if fmt == "auto" else fmt
     if fmt not in READERS:
         raise InputError(path, f"unknown format {fmt!r}; choose one of {', '.join(FORMATS)}")
-    if fmt in TEXT_FORMATS and path.is_file():  # a format given by hand: its reader would not say what the file is
+    if path.is_file():  # a format given by hand: its reader would not say what the file is
         refuse_unread(path, _read_line(path, 0, 16))  # magic numbers hold no newline
     note(f"reading {path.name} ({fmt}) ...")
     return reader(fmt)(path, options), fmt

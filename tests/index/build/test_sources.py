@@ -667,6 +667,18 @@ BAD_CASES: dict[str, tuple[Callable[[Path, object], list[object]], list[str]]] =
         lambda p, r: [*_write_case(p, "wiki.bin.gz", gzip.compress(FASTTEXT_MODEL_HEAD)), "--format", "fasttext"],
         ["wiki.bin.gz:", "a fastText .bin model"],
     ),
+    "xz compressed read as documents": (
+        lambda p, r: [
+            *_write_case(p, "d.jsonl.xz", lzma.compress(b'{"id": "a", "vector": [1.0]}\n')),
+            "--format",
+            "documents",
+        ],
+        ["d.jsonl.xz:", "xz compressed: decompress it first"],
+    ),
+    "fastText model read as npy": (
+        lambda p, r: [*_write_case(p, "wiki.bin", FASTTEXT_MODEL_HEAD), "--format", "npy"],
+        ["wiki.bin:", "a fastText .bin model"],
+    ),
     "wrong row length": (
         lambda p, r: _write_case(p, "g.txt", _join([*_lines(r)[:57], b"short 0.1 0.2", *_lines(r)[58:]])),
         ["g.txt:58:", "2 values after the token, expected 50"],

@@ -4,7 +4,8 @@ Each worker process keeps one :class:`Live` per loaded documents table (looked u
 reload that reuses a table reuses its delta, and a new version starts a new one). At load the log is recovered
 and replayed (``index.store.writelog.recover``); before each read, :meth:`Live.refresh` compares the log's size with
 what it has applied and reads only the new records, so a write answered by any worker is seen by the next
-search in every worker. A write holds the log's exclusive lock while it catches up, checks and appends.
+search in every worker. A write holds the log's exclusive lock while it catches up, checks and appends (an
+upsert's documents are checked and embedded before it takes it: ``service.writes.upserting``).
 
 A compaction folds the log into a newer version, then cuts the log; the file it replaced is kept until the next cut,
 so a worker still on the older version reads on from it. A worker that misses two cuts (it did not load the version

@@ -3,7 +3,8 @@ and deletes by id or by filter counted against what the table holds (``service.l
 
 A document's fields are checked against the table's field types (a field the table does not have, or a value of
 another type, is an error naming the document and the field); a document without a vector is embedded by the
-table's encoder, as at import; a vector's length must be the table's dimension.
+table's encoder, as at import, before the write takes its log's lock; a vector's length must be the table's
+dimension.
 
 A sharded table's write is made per shard (``sharded_*``): each shard's part of it, for the shard that owns each
 id (``index.engine.door.owner``, the import's assignment), as the record of that shard's own log.
@@ -85,7 +86,8 @@ def _fields(payload: Payload, name: str, given: dict[str, Any] | None) -> dict[s
 def upsert_body(
     table: Table, encoder: Table | None, documents: Sequence[WriteDocument], delta: Delta
 ) -> dict[str, Any]:
-    """The log record of an upsert of ``documents``: ids, text, vectors (embedded when not given), typed fields."""
+    """The log record of an upsert of ``documents``: ids, text, vectors (embedded when not given), typed fields.
+    Of ``delta`` it reads only how the table keys its ids, never what was written."""
     payload = table.documents(WRITES_ONLY)
     out: list[dict[str, Any]] = []
     seen: set[Key] = set()
@@ -136,6 +138,12 @@ def upsert_body(
                 )
             out[i]["vector"] = vector.astype(np.float64).tolist()
     return {"op": "upsert", "documents": out}
+
+
+def upserting(table: Table, encoder: Table | None, documents: Sequence[WriteDocument], delta: Delta) -> Make:
+    """An upsert, its record made (checked and embedded) now, before its log's lock: it depends on the table's
+    fields and encoder only, so other writes to the table do not wait for the encoder."""
+    return _upserting(upsert_body(table, encoder, documents, delta)["documents"])
 
 
 def delete_body(ids: list[Key]) -> tuple[dict[str, Any] | None, int]:

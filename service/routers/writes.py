@@ -2,7 +2,8 @@
 
 Every write route needs a write key (``EMBEDDING_WRITE_KEYS``) in the ``X-API-Key`` header; a server started
 without one keeps its tables read-only and answers 403 saying so. A write is answered once its record is in the
-table's log (fsynced, unless ``EMBEDDING_WRITE_SYNC`` is off), with the table's sequence number.
+table's log (fsynced, unless ``EMBEDDING_WRITE_SYNC`` is off), with the table's sequence number. An upsert's
+documents are checked and embedded before it takes the log's lock: other writes do not wait for the encoder.
 
 A sharded table's write goes to the shards that own its ids (``index.engine.door.owner``), each into its own log:
 an upsert's documents are all checked (and embedded) first, so a refused document writes none; a delete by
@@ -90,10 +91,15 @@ async def upsert(
         makes = await run_in_threadpool(writes.sharded_upsert, table, encoder, body.documents, sharded.whole.delta)
         return await _write_shards(table, sharded, makes, settings.write_sync, "upserted")
 
-    def make(delta: Delta) -> tuple[dict[str, Any], int]:
-        return writes.upsert_body(table, encoder, body.documents, delta), len(body.documents)
+    state = _live(table)
 
-    return await _write(table, make, settings.write_sync, "upserted")
+    def write() -> tuple[int, int]:
+        # the table's 503s first, as a write's; then the documents checked and embedded outside the log's lock
+        make = writes.upserting(table, encoder, body.documents, state.refresh())
+        return state.write(make, settings.write_sync)
+
+    sequence, count = await run_in_threadpool(write)
+    return FastJSON({"table": table.name, "sequence": sequence, "upserted": count})
 
 
 @router.post(

@@ -4,12 +4,14 @@ documents table embedded by ``small`` (GloVe's first rows), then documents added
 Each answer carries the table's sequence number; a write is read back by the next request, whichever worker
 answers it; a restart replays the log; a damaged log tail is cut with a warning, a damaged middle refuses that
 table only. Writes need a write key: without one configured the routes answer 403 saying how to enable them.
+Other writes to a table are answered while an upsert's texts are embedded (an in-process app, its encoder held).
 """
 
 from __future__ import annotations
 
 import json
 import shutil
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,8 +23,10 @@ import pytest
 from index.engine.encode import encoder_for
 from index.engine.table import Table
 from index.store import writelog
+from service import writes
 from service_client import ApiError, Client
 from tests.cli import run_cli
+from tests.conftest import link_table
 from tests.index.build.test_embed_documents import without_vectors
 from tests.lee import Lee, write_jsonl
 from tests.service import real_server
@@ -331,3 +335,54 @@ def test_a_damaged_middle_refuses_only_that_table(data_dir: Path, tmp_path: Path
         assert real_server.HTTP.get(f"{server.base}/v1/tables/small").status_code == 200
         assert f"record at byte {records[1].offset} (after sequence number {records[0].seq}) is damaged" in server.log()
         assert "lee.log" in server.log()
+
+
+def test_other_writes_do_not_wait_for_the_encoder(
+    data_dir: Path, tmp_path: Path, lee_docs: Lee, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An upsert's texts are embedded before it takes the log's lock: while the encoder runs (held here until the
+    other writes are answered), a write with a vector and a delete to the same table are answered, and the upsert
+    is appended after them; a search sees them meanwhile."""
+    for name in ("small", "lee"):  # the tables only: the copy's log starts empty
+        if not link_table(data_dir / name, tmp_path):
+            shutil.copytree(data_dir / name, tmp_path / name)
+    embedding, release = threading.Event(), threading.Event()
+    order: list[str] = []
+    encoder_of = writes.encoder_for
+
+    class Held:
+        def __init__(self, table: Table) -> None:
+            self.encoder = encoder_of(table)
+
+        def encode(self, *args: Any, **kwargs: Any) -> Any:
+            embedding.set()
+            release.wait(20)  # set once the other writes are answered (it breaks the wait of a write left behind)
+            order.append("embedded")
+            return self.encoder.encode(*args, **kwargs)
+
+    monkeypatch.setattr(writes, "encoder_for", Held)
+    answers: dict[str, httpx.Response] = {}
+    with client_for(data_dir=tmp_path, write_keys=[KEY], verify_checksums=False) as client:
+        url = "/v1/tables/lee/documents"
+        first = client.get("/v1/tables/lee").json()["writes"]["sequence"] + 1
+
+        def upsert_text() -> None:
+            answers["text"] = client.post(url, json={"documents": [{"id": "t", "text": NOTE}]}, headers=HEADERS)
+
+        texts = threading.Thread(target=upsert_text)
+        texts.start()
+        try:
+            assert embedding.wait(60)
+            document = {"id": "v", "vector": lee_docs.vectors[0].tolist()}
+            answers["vector"] = client.post(url, json={"documents": [document]}, headers=HEADERS)
+            answers["delete"] = client.post(f"{url}/delete", json={"ids": [lee_docs.ids[1]]}, headers=HEADERS)
+            answers["search"] = client.post("/v1/tables/lee/search", json={"vector": document["vector"], "k": 1})
+            order.append("written")
+        finally:
+            release.set()
+            texts.join(60)
+    assert order == ["written", "embedded"]
+    assert answers["vector"].json() == {"table": "lee", "sequence": first, "upserted": 1}
+    assert answers["delete"].json() == {"table": "lee", "sequence": first + 1, "deleted": 1}
+    assert answers["search"].json()["hits"][0]["id"] == "v"
+    assert answers["text"].json() == {"table": "lee", "sequence": first + 2, "upserted": 1}

@@ -197,15 +197,25 @@ def _client_errors(errors: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [error for error, union, mismatch in shown if not (mismatch and union in fitting)]
 
 
+def dotted(detail: ValidationDetail) -> str:
+    """Where a problem is, as the service names it: its location after "body", dotted (``texts.2``)."""
+    return ".".join(detail["loc"][1:] or detail["loc"]) or "body"
+
+
+def listed(details: Sequence[ValidationDetail], place: Callable[[ValidationDetail], str] = dotted) -> str:
+    """The message of a validation error: its first problems, each named by ``place``, and how many more."""
+    shown = [f"{place(d)}: {d['message']}" for d in details[:3]]
+    more = f" (and {len(details) - 3} more)" if len(details) > 3 else ""
+    return "; ".join(shown) + more
+
+
 def _validation_message(errors: list[dict[str, Any]]) -> tuple[str, list[ValidationDetail]]:
     details: list[ValidationDetail] = []
     for error in _client_errors(errors):
         loc = [str(p) for p in error.get("loc", ())]
         message = str(error.get("msg", "")).removeprefix("Value error, ")
         details.append({"loc": loc, "type": error.get("type"), "message": message})
-    shown = [f"{'.'.join(d['loc'][1:] or d['loc']) or 'body'}: {d['message']}" for d in details[:3]]
-    more = f" (and {len(details) - 3} more)" if len(details) > 3 else ""
-    return "; ".join(shown) + more, details
+    return listed(details), details
 
 
 async def _embedding_error(_: Request, exc: EmbeddingError) -> Response:

@@ -156,9 +156,11 @@ def tsne_layout(
     seed: int,
     metric: str = "cosine",
     stop: Callable[[], bool] | None = None,
+    labels: Sequence[str] | None = None,
 ) -> Layout:
     """openTSNE of ``rows``: PCA initialisation, seeded, on one thread (reproducible run to run). ``stop`` is asked
-    every few iterations; when it says so, the layout is abandoned (:class:`Abandoned`)."""
+    every few iterations; when it says so, the layout is abandoned (:class:`Abandoned`). ``labels`` (the rows'
+    tokens) name a row that cannot be placed."""
     try:
         from openTSNE import TSNE
     except ImportError:
@@ -169,7 +171,11 @@ def tsne_layout(
     data = np.asarray(rows, dtype=np.float32)
     zero = np.flatnonzero(~data.any(axis=1))
     if len(zero):  # openTSNE's cosine of a zero row is NaN
-        raise InvalidQuery(f"t-SNE by cosine cannot place row {zero[0]}: its vector is all zeros (no direction)")
+        row = int(zero[0])
+        which = f"token {labels[row]!r} (row {row})" if labels is not None else f"row {row}"
+        raise InvalidQuery(
+            f"the vector of {which} is all zeros: t-SNE by cosine cannot place a row without direction (pca can)"
+        )
     tsne = TSNE(
         n_components=2,
         perplexity=perplexity,
@@ -513,8 +519,17 @@ class LayoutCache:
         """The layout :meth:`layout` would give if it is kept already (in memory or on disk), else None."""
         return self._kept(self._key(name, manifest, method, params))
 
-    def layout(self, name: str, manifest: dict[str, Any], vectors: np.ndarray, method: str, **params: Any) -> Layout:
-        """The ``method`` layout of ``vectors`` (the table's unit rows; t-SNE: the first ``params['rows']``)."""
+    def layout(
+        self,
+        name: str,
+        manifest: dict[str, Any],
+        vectors: np.ndarray,
+        method: str,
+        labels: Sequence[str] | None = None,
+        **params: Any,
+    ) -> Layout:
+        """The ``method`` layout of ``vectors`` (the table's unit rows; t-SNE: the first ``params['rows']``, a row
+        it cannot place named by its ``labels``)."""
         key = self._key(name, manifest, method, params)
         found: Layout | None = self._memory.get(key)
         if found is not None:
@@ -527,7 +542,8 @@ class LayoutCache:
             if method == "pca":
                 layout = pca_layout(vectors)
             elif method == "tsne":
-                layout = tsne_layout(vectors[: params["rows"]], params["perplexity"], params["n_iter"], params["seed"])
+                rows = vectors[: params["rows"]]
+                layout = tsne_layout(rows, params["perplexity"], params["n_iter"], params["seed"], labels=labels)
                 layout.info["params"]["rows"] = params["rows"]
             else:
                 raise InvalidQuery(f"unknown layout method {method!r}")

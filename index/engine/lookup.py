@@ -54,7 +54,8 @@ class Resolved:
 
 class Lookup:
     """Word -> row for one table (``name`` for messages; ``model_tokens``: try space-marked forms;
-    ``byte_level``: labels are byte-level BPE strings, "Ġ" for a space)."""
+    ``byte_level``: labels are byte-level BPE strings, "Ġ" for a space; ``lower_case``: the model lower-cases
+    texts before its tokenizer, a transformer table's ``do_lower_case``)."""
 
     def __init__(
         self,
@@ -64,6 +65,7 @@ class Lookup:
         flags: np.ndarray | None,
         model_tokens: bool,
         byte_level: bool,
+        lower_case: bool = False,
     ) -> None:
         self.name = name
         self.tokens = tokens
@@ -71,6 +73,7 @@ class Lookup:
         self.flags = flags
         self.model_tokens = model_tokens
         self.byte_level = byte_level
+        self.lower_case = lower_case
         self._suggestion_pool: list[str] | None = None
         self._tokenizer: Any = None
 
@@ -128,8 +131,14 @@ class Lookup:
     def has_tokenizer(self) -> bool:
         return (self.directory / TOKENIZER).is_file()
 
+    def model_text(self, text: str) -> str:
+        """``text`` as the model's tokenizer is given it: lower-cased as sentence-transformers does (``str.lower``)
+        when the model asks for it."""
+        return text.lower() if self.lower_case else text
+
     def tokenize(self, text: str) -> list[tuple[int, str]]:
-        """The (id, label) pairs the table's own tokenizer gives for ``text``, special tokens left out."""
+        """The (id, label) pairs the table's own tokenizer gives for ``text`` (as the model is given it, see
+        :meth:`model_text`), special tokens left out."""
         if not self.has_tokenizer:
             raise InvalidQuery(f"table {self.name!r} has no tokenizer (only model-token tables do)")
         if self._tokenizer is None:
@@ -139,7 +148,7 @@ class Lookup:
             tokenizer.no_padding()  # a model's saved padding/truncation would add [PAD]s or cut the text
             tokenizer.no_truncation()
             self._tokenizer = tokenizer
-        encoding = self._tokenizer.encode(text, add_special_tokens=False)
+        encoding = self._tokenizer.encode(self.model_text(text), add_special_tokens=False)
         rows = len(self.tokens)
         return [(int(i), self.tokens[int(i)]) for i in encoding.ids if 0 <= int(i) < rows]
 

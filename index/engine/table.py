@@ -195,7 +195,9 @@ class Table:
         self._filters_lock = threading.Lock()
         self._derived: dict[str, Any] = {}  # what callers derive from the table's files (see cached)
         self._derived_lock = threading.Lock()
-        self.lookup = Lookup(self.name, tokens, directory, flags, self.kind == "tokens", self.byte_level)
+        # A transformer's texts lower-cased before its tokenizer (a table imported before the flag was read: not).
+        lower_case = bool((manifest.get("transformer") or {}).get("do_lower_case", False))
+        self.lookup = Lookup(self.name, tokens, directory, flags, self.kind == "tokens", self.byte_level, lower_case)
 
     # ------------------------------------------------------------------ loading
     @classmethod

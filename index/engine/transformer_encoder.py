@@ -118,7 +118,6 @@ class TransformerEncoder:
         self.table = table
         self.info = info
         self.max_length = int(info["max_seq_length"])
-        self.lower_case = bool(info.get("do_lower_case", False))  # a table imported before the flag was read: False
         self.pooling: Pooling = "cls" if info["pooling"] == "cls" else "mean"
         self.intra_op_threads = intra_op_threads  # None: :func:`threads`
         self._tokenizer: Any = None
@@ -179,13 +178,11 @@ class TransformerEncoder:
         return onnxruntime.InferenceSession(path, options, providers=["CPUExecutionProvider"])
 
     def model_text(self, text: str) -> str:
-        """``text`` as the model's tokenizer is given it: lower-cased as sentence-transformers does (``str.lower``)
-        when the model asks for it."""
-        return text.lower() if self.lower_case else text
+        """``text`` as the model's tokenizer is given it (the table's :meth:`Lookup.model_text`)."""
+        return self.table.lookup.model_text(text)
 
     def tokenise(self, texts: list[str]) -> Tokenised:
-        if self.lower_case:
-            texts = [text.lower() for text in texts]
+        texts = list(map(self.table.lookup.model_text, texts))
         encodings = self.tokenizer.encode_batch_fast(texts, add_special_tokens=True)
         truncated = [bool(e.overflowing) for e in encodings]
         cut = [first_cut(e) if t else None for e, t in zip(encodings, truncated, strict=True)]

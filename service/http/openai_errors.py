@@ -8,10 +8,12 @@ an answer, whoever gave it (validation, the body limit, the read key, the route)
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import orjson
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from service.errors import ValidationDetail, dotted, listed
 
 PATHS = frozenset({"/v1/embeddings", "/v1/models"})
 PREFIXES = ("/v1/models/",)  # every path under it, even one that names no model, answers in OpenAI's shape
@@ -24,20 +26,28 @@ def is_openai(path: str) -> bool:
     return path in PATHS or path.startswith(PREFIXES)
 
 
-def _param(details: Any) -> str | None:
-    """``input`` or ``input[2]`` from the first validation problem's location (after "body"); none for a body
-    that is not JSON (its location is a character offset)."""
-    if not isinstance(details, list) or not details or not isinstance(details[0], dict):
+def _problems(details: Any) -> list[ValidationDetail]:
+    """The validation problems an error lists (none for any other error)."""
+    if not isinstance(details, list):
+        return []
+    found = [d for d in details if isinstance(d, dict) and isinstance(d.get("loc"), list) and "message" in d]
+    return cast(list[ValidationDetail], found)
+
+
+def _place(problem: ValidationDetail) -> str | None:
+    """``input`` or ``input[2]``: a problem's field (its location after "body") and the list's item (union tags
+    left out); none for a body that is not JSON (its location is a character offset) or not an object."""
+    loc = [str(part) for part in problem["loc"]][1:]
+    if not loc or problem.get("type") == "json_invalid":
         return None
-    loc = [str(part) for part in details[0].get("loc", [])][1:]
-    if not loc or details[0].get("type") == "json_invalid":
-        return None
-    item = next((part for part in loc[1:] if part.isdigit()), None)  # a list's item (union tags left out)
+    item = next((part for part in loc[1:] if part.isdigit()), None)
     return loc[0] + (f"[{item}]" if item is not None else "")
 
 
 def openai_error(status: int, body: bytes) -> bytes:
-    """The service's error body as OpenAI's (a body that is not the service's envelope is kept as the message)."""
+    """The service's error body as OpenAI's (a body that is not the service's envelope is kept as the message); a
+    validation error's problems are named as ``param`` names them (``input[2]``, where the service says
+    ``input.2``)."""
     try:
         error = orjson.loads(body).get("error")
     except (orjson.JSONDecodeError, AttributeError):
@@ -47,9 +57,11 @@ def openai_error(status: int, body: bytes) -> bytes:
     if {"type", "param"} <= error.keys():  # already OpenAI's
         return body
     code = error.get("code")
-    param = error.get("param") or PARAMS.get(str(code)) or _param(error.get("details"))
+    problems = _problems(error.get("details"))
+    param = error.get("param") or PARAMS.get(str(code)) or (_place(problems[0]) if problems else None)
+    message = listed(problems, lambda p: _place(p) or dotted(p)) if problems else str(error.get("message", ""))
     shaped = {
-        "message": str(error.get("message", "")),
+        "message": message,
         "type": "server_error" if status >= 500 else "invalid_request_error",
         "param": param,
         "code": CODES.get(str(code), code),

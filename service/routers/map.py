@@ -84,7 +84,7 @@ async def get_layout(request: Request, table: Table, method: str) -> Any:
             request,
             table,
             "map",
-            lambda: cache.layout(table.name, table.manifest, table.vectors, method, **params),
+            lambda: cache.layout(table.name, table.manifest, table.vectors, method, labels=table.tokens, **params),
             long=method == "tsne",  # a t-SNE map takes minutes, a PCA one seconds at most
             check_client=False,  # others may be waiting for it too
         )

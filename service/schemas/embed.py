@@ -54,7 +54,7 @@ def _token_ids(value: Any) -> bool:
 
 def _text_input(value: Any) -> Any:
     """OpenAI's ``input`` is a text or texts here: token ids (integers, or lists of them) are refused by name; any
-    other value is validated as text (an empty one is named by its place: ``input.2``)."""
+    other value is validated as text (an empty one is named by its place: ``input[2]``)."""
     if _token_ids(value) or (isinstance(value, list) and any(map(_token_ids, value))):
         raise ValueError("token-id input (integers, or lists of them) is not accepted: send text, a string or strings")
     return value

@@ -197,7 +197,7 @@ def two_tables(glove_raw: RawTable, tmp_path_factory: pytest.TempPathFactory) ->
     zeroed = small_raw(glove_raw, 3_000)
     zeroed.matrix[zeroed.tokens.index("music")] = 0
     build_table(zeroed, data_dir=data_dir, name="zeroed", source={"format": "test", "path": "glove"})
-    with client_for(data_dir=data_dir) as client:
+    with client_for(data_dir=data_dir, map_tsne_rows=3_000) as client:
         yield client
 
 
@@ -229,9 +229,10 @@ def test_compare(two_tables: TestClient, glove_raw: RawTable) -> None:
         assert properties["first"]["pattern"] == properties["second"]["pattern"] == TABLE_NAME
 
 
-def test_a_zero_row_has_no_neighbours_to_compare_nor_a_tsne_place(two_tables: TestClient) -> None:
+def test_a_zero_row_has_no_neighbours_to_compare_nor_a_tsne_place(two_tables: TestClient, glove_raw: RawTable) -> None:
     """As a neighbours query, a zero row has no direction: compare says so (422, or that item's error in a batch)
-    instead of giving the first rows at cosine 0; t-SNE by cosine cannot place it (422, not openTSNE's NaN)."""
+    instead of giving the first rows at cosine 0; t-SNE by cosine cannot place it (422, not openTSNE's NaN), in a
+    projection of words or in the whole-table map, which names it by its token and row."""
     tables = {"first": "first3000", "second": "zeroed"}
     message = (
         "the vector of token 'music' is all zeros: no direction to find neighbours by (a zero row's cosine with "
@@ -245,6 +246,9 @@ def test_a_zero_row_has_no_neighbours_to_compare_nor_a_tsne_place(two_tables: Te
     assert_invalid(tsne, "the vector of token 'music' is all zeros: t-SNE by cosine cannot place a row")
     assert two_tables.post("/v1/tables/zeroed/project", json={"tokens": words[1:], "method": "tsne"}).status_code == 200
     assert two_tables.post("/v1/tables/zeroed/project", json={"tokens": words}).status_code == 200  # pca places it
+    row = glove_raw.tokens.index("music")
+    refused = f"the vector of token 'music' (row {row}) is all zeros: t-SNE by cosine cannot place a row"
+    assert_invalid(two_tables.get("/v1/tables/zeroed/map/info?method=tsne"), refused)
 
 
 # ------------------------------------------------------------------------------------------------- OpenAPI

@@ -173,7 +173,7 @@ def test_embeddings_errors_name_fields_not_pydantic_types(base: str) -> None:
     too_long = real_server.HTTP.post(f"{base}/v1/embeddings", json={"model": GLOVE, "input": ["a" * 10_001]}).json()[
         "error"
     ]
-    assert too_long["message"] == "input.0: String should have at most 10000 characters"
+    assert too_long["message"] == "input[0]: String should have at most 10000 characters"
     assert too_long["param"] == "input[0]"
 
 

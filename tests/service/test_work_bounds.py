@@ -318,9 +318,9 @@ def test_a_map_layout_asked_for_by_many_at_once_is_computed_once(
     computed: list[int] = []
     tsne_layout = layout.tsne_layout
 
-    def counted(vectors: Any, *args: Any) -> Any:
+    def counted(vectors: Any, *args: Any, **kwargs: Any) -> Any:
         computed.append(len(vectors))
-        return tsne_layout(vectors, *args)
+        return tsne_layout(vectors, *args, **kwargs)
 
     monkeypatch.setattr(layout, "tsne_layout", counted)
     settings = Settings(data_dir=data_dir, cache_dir=tmp_path, cache_bytes=0, map_tsne_rows=300, layout_queue=0)

@@ -20,6 +20,7 @@ from scipy.special import erf
 
 from index.build.sources import ReadOptions
 from index.build.sources import transformer as transformer_source
+from index.engine import door
 from index.engine.contextual import contextual
 from index.engine.encode import encoder_for
 from index.engine.table import Table
@@ -205,7 +206,7 @@ def _edit(path: Path, **changes: Any) -> None:
 def test_a_model_that_lower_cases_is_given_lower_cased_text(tmp_path: Path) -> None:
     """A cased tokenizer whose model sets ``do_lower_case`` (sentence-transformers then lower-cases the texts
     itself): the flag is kept in the manifest, and a cased text has the vectors of its lower-cased text, those of
-    the NumPy forward pass of the lower-cased text's pieces."""
+    the NumPy forward pass of the lower-cased text's pieces; the table's tokenizer and composed words agree."""
     from tokenizers import Tokenizer
 
     model = _model_copy(tmp_path)
@@ -234,6 +235,11 @@ def test_a_model_that_lower_cases_is_given_lower_cased_text(tmp_path: Path) -> N
         assert cosine(vectors[i], reference.sentence(ids)) >= 0.99999, texts[i]
     followed = contextual(encoder, texts, token="Paris")  # the word followed is lower-cased too
     assert [piece["token"] for piece in followed["token"]["pieces"]] == ["paris"]
+    # so is a text split by POST .../tokenize, and a word composed from its pieces (compose="mean")
+    assert [i for i, _ in table.tokenize(texts[0])] == cased.encode(lowered[0], add_special_tokens=False).ids
+    score, found = door.similarity(table, "HeartAche", "heartache", compose="mean")
+    assert [piece["token"] for piece in found["a"]["tokens"]] == ["heart", "##ache"]
+    assert found["a"]["tokens"] == found["b"]["tokens"] and score == pytest.approx(1.0)
 
 
 # ------------------------------------------------------------------ truth

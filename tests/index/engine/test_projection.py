@@ -128,10 +128,13 @@ def test_too_few_rows_are_refused(rows: np.ndarray, project: object, name: str) 
 
 
 def test_a_tsne_map_refuses_a_zero_row(rows: np.ndarray) -> None:
-    """openTSNE's cosine of a zero row is NaN: the whole-table layout names the row instead."""
+    """openTSNE's cosine of a zero row is NaN: the whole-table layout names the row instead, by its label."""
     zeroed = rows.copy()
     zeroed[7] = 0
-    with pytest.raises(InvalidQuery, match="t-SNE by cosine cannot place row 7: its vector is all zeros"):
+    refused = r"the vector of token 'two' \(row 7\) is all zeros: t-SNE by cosine cannot place a row without direction"
+    with pytest.raises(InvalidQuery, match=refused):
+        tsne_layout(zeroed, 5.0, 250, 42, labels=WORDS)
+    with pytest.raises(InvalidQuery, match="the vector of row 7 is all zeros"):
         tsne_layout(zeroed, 5.0, 250, 42)
 
 

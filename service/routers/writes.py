@@ -94,7 +94,8 @@ async def upsert(
     state = _live(table)
 
     def write() -> tuple[int, int]:
-        # the table's 503s first, as a write's; then the documents checked and embedded outside the log's lock
+        # the table's own refusals first (refresh), as a write's; then the documents checked and embedded outside
+        # the log's lock
         make = writes.upserting(table, encoder, body.documents, state.refresh())
         return state.write(make, settings.write_sync)
 

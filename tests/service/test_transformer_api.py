@@ -266,7 +266,7 @@ def test_contextual_unknown_word_is_not_any_other(client: TestClient) -> None:
         ("/v1/tables/st/contextual", {"texts": ["the river"], "token": "bank"}, "'bank' (bank) occurs in none"),
         ("/v1/tables/st/contextual", {"texts": ["a"] * 17}, "texts: List should have at most 16 items"),
         ("/v1/tables/st/contextual", {"texts": ["a"], "k": 0}, "k: Input should be greater than or equal to 1"),
-        (  # each text cut to 254 of its 300 banks: 508 occurrences, whose cosines would be 508 x 508
+        (  # each text cut at the model's length: more occurrences than are followed (their cosines grow as the square)
             "/v1/tables/st/contextual",
             {"texts": ["bank " * 300] * 2, "token": "bank"},
             "'bank' occurs 508 times in the texts; at most 256 are followed (give fewer texts, or leave token out)",

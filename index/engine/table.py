@@ -431,7 +431,8 @@ class Table:
             return exact_knn(queries, self.vectors[:limit], k)
         deep = deep_params(k) if self.search_width is not None and k > self.search_width else None
         scores, ids = search_index(self.index, queries, k, self.vectors, self.rerank, deep)
-        if deep is not None and len(short := np.flatnonzero(ids[:, k - 1] < 0)):  # left short: searched exactly
+        # left short (a widened graph search, or an IVF index's probed lists holding fewer than k rows): exactly
+        if (deep is not None or self.search_width is None) and len(short := np.flatnonzero(ids[:, k - 1] < 0)):
             scores[short], ids[short] = exact_knn(queries[short], self.vectors, k)
         return scores, ids
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import faiss
 import numpy as np
 import pytest
 
@@ -11,7 +12,7 @@ from index.build.sources import RawTable
 from index.build.writer import build_table
 from index.engine.layout import pca_projection
 from index.engine.lookup import Resolved
-from index.engine.table import Table
+from index.engine.table import SearchOptions, Table
 from index.errors import InvalidQuery, UnknownToken
 
 
@@ -143,3 +144,18 @@ def test_batched_analogies_equal_one_by_one(small: Table, method: str) -> None:
         assert [i for i, _ in hits] == [i for i, _ in single]
         np.testing.assert_allclose([s for _, s in hits], [s for _, s in single], rtol=1e-5)
         assert not {a, b, c} & {i for i, _ in hits}
+
+
+def test_an_ivf_search_left_short_is_searched_exactly(tmp_path: Path) -> None:
+    """An IVF index probing fewer rows than asked leaves its answer short (ids -1): the exact search answers those
+    queries, as after a widened HNSW search."""
+    rows = np.random.default_rng(1).standard_normal((2_000, 8)).astype(np.float32)
+    raw = RawTable(tokens=[f"w{i}" for i in range(len(rows))], matrix=rows)
+    build_table(raw, data_dir=tmp_path, name="t", source={"format": "test", "path": "rows"}, index_spec="ivf")
+    table = Table.load(tmp_path / "t")
+    faiss.extract_index_ivf(table.index).nprobe = 1  # one list: fewer rows than k
+    queries = table.vectors[:3]
+    scores, ids = table.knn(queries, 300)
+    exact_scores, exact_ids = table.knn(queries, 300, SearchOptions(exact=True))
+    np.testing.assert_array_equal(ids, exact_ids)
+    np.testing.assert_array_equal(scores, exact_scores)

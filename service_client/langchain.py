@@ -212,9 +212,9 @@ class EmbeddingSearchStore(VectorStore):
                 raise
             message = f"fetch_k must be at most {limit} (the server's max_k), got {fetch_k}"
             raise ApiError(error.status, error.code, message, error.details) from None
-        vectors = [hit.vector for hit in hits if hit.vector is not None]  # each hit's, as asked
-        chosen = maximal_marginal_relevance(np.array(embedding), vectors, lambda_mult, k)
-        return [self._document(hits[i]) for i in chosen]
+        pairs = [(hit, hit.vector) for hit in hits if hit.vector is not None]  # each hit's, as asked
+        chosen = maximal_marginal_relevance(np.array(embedding), [vector for _, vector in pairs], lambda_mult, k)
+        return [self._document(pairs[i][0]) for i in chosen]
 
     def _select_relevance_score_fn(self) -> Callable[[float], float]:
         # The cosine in [-1, 1] to a relevance in [0, 1]; a float32 cosine of a vector with itself can exceed 1.

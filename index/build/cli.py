@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shutil
@@ -335,10 +336,14 @@ def import_(
         ("--stemmer", None if stemmer == DEFAULT_STEMMER else stemmer),
     )
     given = [option for option, value in document_options if value is not None]
-    if given and format != "documents":
-        found = str(format) if format != "auto" else sniff_format(path)  # a file it cannot read says so here
-        if found != "documents":
-            fail(f"{', '.join(given)}: only for --format documents, and {path} reads as {found}")
+
+    @functools.cache
+    def reads_as() -> str:
+        """The format given, else the one the file is sniffed as (once; a file it cannot read says so here)."""
+        return str(format) if format != "auto" else sniff_format(path)
+
+    if given and format != "documents" and (found := reads_as()) != "documents":
+        fail(f"{', '.join(given)}: only for --format documents, and {path} reads as {found}")
     # Options only some readers take: with another format they would be ignored without a word.
     fitting: tuple[tuple[str, object, tuple[str, ...]], ...] = (
         ("--vocab", vocab, ("npy", "projector")),
@@ -347,8 +352,7 @@ def import_(
     for option, value, formats in fitting:
         if value is None:
             continue
-        found = str(format) if format != "auto" else sniff_format(path)
-        if found not in formats:
+        if (found := reads_as()) not in formats:
             fail(f"{option}: only for --format {' or '.join(formats)}, and {path} reads as {found}")
     # Options for the files of a folder of documents: a file of records would take them without a word.
     folder_only = [
@@ -356,7 +360,7 @@ def import_(
         for option, given_here in (("--chunk-words", chunk_words), ("--unicode-errors replace", unicode_errors))
         if given_here not in (None, "strict")
     ]
-    if folder_only and path.is_file() and (str(format) if format != "auto" else sniff_format(path)) == "documents":
+    if folder_only and path.is_file() and reads_as() == "documents":
         fail(f"{', '.join(folder_only)}: only for a folder of text files, and {path} is a file of documents")
     try:
         Tokenizer.named(None if stopwords == "none" else stopwords, None if stemmer == "none" else stemmer)
@@ -381,7 +385,7 @@ def import_(
         fail("--ray: only with --shards")
     if shards is not None and defer_index:  # `index NAME` builds no shard's index: it would never be built
         fail("--defer-index: not with --shards (each shard's index is built by its import)")
-    if shards is not None and (format == "documents" or (format == "auto" and sniff_format(path) == "documents")):
+    if shards is not None and reads_as() == "documents":
         _import_sharded(
             path, options, shards, data_dir=data_dir, name=name, drop_invalid=drop_invalid, build=build, ray=ray
         )

@@ -30,21 +30,12 @@ from typing import Any
 from index.engine.door import Table
 from index.store import artifact
 from index.store.artifact import read_status, write_status
+from service.settings import STATUS_VARIABLE
 
 log = logging.getLogger("service.indexing")
-STATUS_VARIABLE = "EMBEDDING_INDEX_STATUS_DIR"  # set by embedding-serve for its app: where the status files are
 CHILD_NICE = 10
 LOOK_SECONDS = 2.0  # how often the builds look for tables published with a deferred index, when the data
 # directory is not watched (EMBEDDING_WATCH_SECONDS=0): a supervisor of workers sees none of their reloads
-
-
-def deferred_tables(data_dir: Path, names: list[str] | None = None) -> list[str]:
-    """Tables in ``data_dir`` (of ``names``, if given) whose index their build left for later."""
-    return [
-        name
-        for name in artifact.list_tables(data_dir)
-        if (names is None or name in names) and defers_index(artifact.table_dir(data_dir, name))
-    ]
 
 
 def defers_index(directory: Path) -> bool:

@@ -20,8 +20,9 @@ from index.errors import InvalidQuery
 
 KIB, MIB = 1 << 10, 1 << 20
 SUPERVISOR_VARIABLE = "EMBEDDING_SERVE_SUPERVISOR_PID"  # set by embedding-serve --workers N for its workers
-# What embedding-serve sets for its own processes, beside the settings (service.indexing.STATUS_VARIABLE too)
-INTERNAL_VARIABLES = frozenset({SUPERVISOR_VARIABLE, "EMBEDDING_INDEX_STATUS_DIR"})
+# What embedding-serve sets for its own processes, beside the settings
+STATUS_VARIABLE = "EMBEDDING_INDEX_STATUS_DIR"  # for its app: where the background builds' status files are
+INTERNAL_VARIABLES = frozenset({SUPERVISOR_VARIABLE, STATUS_VARIABLE})
 
 
 def _split_list(value: Any) -> Any:

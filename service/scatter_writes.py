@@ -25,14 +25,14 @@ from typing import Annotated, Any
 from urllib.parse import quote
 
 import orjson
-from fastapi import Header, Path
+from fastapi import Path
 from fastapi.routing import APIRoute
 from starlette.responses import Response
 
 from index.engine.door import by_owner
 from service.errors import ApiError
 from service.respond import FastJSON
-from service.scatter import Front, named
+from service.scatter import CLIENT_KEY, KEY_HEADER, Front, named
 from service.schemas.common import MAX_TOKEN_CHARS
 from service.schemas.writes import DeleteRequest, UpsertRequest, WriteResponse
 
@@ -48,15 +48,15 @@ class Refused(Exception):
         self.status, self.body = status, body
 
 
-async def _send(front: Front, table: str, shard: int, method: str, path: str, body: Any, key: str | None) -> Any:
+async def _send(front: Front, table: str, shard: int, method: str, path: str, body: Any) -> Any:
     """The answer of shard ``shard``'s writer to one request; :class:`Refused` for its 4xx, ``ApiError`` when it
     cannot be reached, fails or does not answer in time."""
     import httpx  # here: a server without shards never loads it
 
     writer = front.tables[table][shard].replicas[0]
     headers = {"content-type": "application/json"}
-    if key is not None:
-        headers["x-api-key"] = key
+    if (key := CLIENT_KEY.get()) is not None:  # the client's, as every shard request carries it
+        headers[KEY_HEADER] = key
     timeout = httpx.Timeout(WRITE_SECONDS, connect=front.settings.shard_timeout)
     content = None if body is None else orjson.dumps(body)
     try:
@@ -94,15 +94,11 @@ def _renumbered(refusal: dict[str, Any], places: list[int]) -> dict[str, Any]:
     return {**refusal, "error": error}
 
 
-async def _scatter(
-    front: Front, table: str, parts: dict[int, tuple[str, str, Any, list[int]]], key: str | None, what: str
-) -> Response:
+async def _scatter(front: Front, table: str, parts: dict[int, tuple[str, str, Any, list[int]]], what: str) -> Response:
     """Each shard's part (method, path, body, the client's places it holds) sent to its writer at once; the
     merged answer, or the first refusal or failure (in shard order) with what each shard did."""
     shards = sorted(parts)
-    outcomes = await asyncio.gather(
-        *(_send(front, table, s, *parts[s][:3], key) for s in shards), return_exceptions=True
-    )
+    outcomes = await asyncio.gather(*(_send(front, table, s, *parts[s][:3]) for s in shards), return_exceptions=True)
     done: list[dict[str, Any]] = []
     first: Refused | ApiError | None = None
     for shard, outcome in zip(shards, outcomes, strict=True):
@@ -133,15 +129,15 @@ def routes(front: Front, name: str) -> list[APIRoute]:
     count = len(front.tables[name])
     prefix = f"/v1/tables/{name}/documents"
 
-    async def upsert(body: UpsertRequest, x_api_key: Annotated[str | None, Header()] = None) -> Response:
+    async def upsert(body: UpsertRequest) -> Response:
         documents = [d.model_dump(exclude_unset=True, mode="json") for d in body.documents]
         parts = {
             shard: ("POST", "/documents", {"documents": [documents[i] for i in places]}, places)
             for shard, places in by_owner((d["id"] for d in documents), count).items()
         }
-        return await _scatter(front, name, parts, x_api_key, "upserted")
+        return await _scatter(front, name, parts, "upserted")
 
-    async def delete_many(body: DeleteRequest, x_api_key: Annotated[str | None, Header()] = None) -> Response:
+    async def delete_many(body: DeleteRequest) -> Response:
         parts: dict[int, tuple[str, str, Any, list[int]]]
         if body.ids is None:
             spec = {"filter": body.filter}
@@ -152,15 +148,12 @@ def routes(front: Front, name: str) -> list[APIRoute]:
                 shard: ("POST", "/documents/delete", {"ids": [ids[i] for i in places]}, places)
                 for shard, places in by_owner(ids, count).items()
             }
-        return await _scatter(front, name, parts, x_api_key, "deleted")
+        return await _scatter(front, name, parts, "deleted")
 
-    async def delete_one(
-        document: Annotated[str, Path(min_length=1, max_length=MAX_TOKEN_CHARS)],
-        x_api_key: Annotated[str | None, Header()] = None,
-    ) -> Response:
+    async def delete_one(document: Annotated[str, Path(min_length=1, max_length=MAX_TOKEN_CHARS)]) -> Response:
         (shard,) = by_owner([document], count)
         parts = {shard: ("DELETE", f"/documents/{quote(document, safe='')}", None, [0])}
-        return await _scatter(front, name, parts, x_api_key, "deleted")
+        return await _scatter(front, name, parts, "deleted")
 
     common: dict[str, Any] = {
         "response_model": WriteResponse,

@@ -393,7 +393,12 @@ def worker_memory(data_dir: Path, table: str, workers: int, bodies: list[bytes],
                 time.sleep(0.1)
             root = psutil.Process(process.pid)
             idle = memory(root, workers)
-            warm(base, table, bodies, requests)
+            try:
+                warm(base, table, bodies, requests)
+            except httpx.HTTPError as e:
+                log.seek(0)
+                tail = log.read().decode(errors="replace")[-3000:]
+                raise RuntimeError(f"embedding-serve --workers {workers}: {e!r}; its log ends:\n{tail}") from e
             time.sleep(0.5)
             after = memory(root, workers)
         finally:

@@ -289,6 +289,12 @@ def start_compaction(settings: Settings) -> None:
     atexit.register(compaction.stop)
 
 
+# How long a worker may leave the supervisor's health check unanswered before it is killed as hung and replaced.
+# uvicorn's 5 seconds kill workers that are only slow, e.g. starved of CPU on a loaded host or hashing a large
+# table at start-up: the requests they were answering are lost and the new worker starts over.
+WORKER_SILENCE_SECONDS = 60
+
+
 def serve_workers(options: dict[str, Any]) -> None:
     """uvicorn's worker supervisor, except that SIGHUP is passed on to every worker (each reloads its tables)
     instead of restarting them all; the workers learn the supervisor's pid to ask it for that themselves."""
@@ -316,7 +322,7 @@ def serve_workers(options: dict[str, Any]) -> None:
                     os.kill(pid, signal.SIGHUP)
 
     os.environ[SUPERVISOR_VARIABLE] = str(os.getpid())
-    config = uvicorn.Config(APP, **options)
+    config = uvicorn.Config(APP, **options, timeout_worker_healthcheck=WORKER_SILENCE_SECONDS)
     preload_for_fork()
     ReloadingSupervisor(config, sockets=[config.bind_socket()]).run()
 

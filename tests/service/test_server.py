@@ -7,6 +7,7 @@ import os
 import re
 import signal
 import threading
+import time
 from pathlib import Path
 
 import httpx
@@ -125,6 +126,16 @@ def test_two_workers_share_the_tables_and_the_metrics(small_data_dir: Path, tmp_
             rollup = Path(f"/proc/{worker.pid}/smaps_rollup").read_text().split()
             shared_dirty_kib = int(rollup[rollup.index("Shared_Dirty:") + 1])
             assert shared_dirty_kib > 16 * 1024, shared_dirty_kib
+
+        # A worker silent for longer than uvicorn's own 5 s health check (as one starved of CPU is) is kept.
+        os.kill(workers[0].pid, signal.SIGSTOP)
+        try:
+            time.sleep(6)
+            assert workers[0].is_running() and "died" not in server.log()
+        finally:
+            os.kill(workers[0].pid, signal.SIGCONT)
+        with Client(base) as api:
+            assert all(api.neighbors("small", "heart", k=3) for _ in range(4))
 
         tsne = {"tokens": small.tokens[100:600], "method": "tsne", "perplexity": 100}
 

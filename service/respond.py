@@ -11,7 +11,19 @@ import numpy as np
 import orjson
 from starlette.responses import JSONResponse
 
-from index.engine.door import Answer, Delta, Failed, Hit, Neighbor, Payload, Result, Table, whole_rows
+from index.engine.door import (
+    STRING,
+    Answer,
+    Delta,
+    Failed,
+    Hit,
+    Neighbor,
+    Payload,
+    Result,
+    Table,
+    string_offsets,
+    whole_rows,
+)
 from index.errors import InvalidQuery
 from service.errors import item_error
 
@@ -182,16 +194,12 @@ def _offsets(payload: Payload, fields: list[str] | None) -> list[np.ndarray]:
     """Where each row's string starts and ends in the text column (every hit carries it) and in the string
     fields of ``fields`` (default: all): row ``i``'s bytes are ``ends[i + 1] - ends[i]``."""
     shown = list(payload.fields) if fields is None else fields
-    strings = [name for name in shown if payload.fields.get(name) == "string" and name != payload.text_field]
+    strings = [name for name in shown if payload.fields.get(name) == STRING and name != payload.text_field]
     names = ([payload.text_field] if payload.text_field else []) + strings
     kept = _OFFSETS.setdefault(payload, {})
     for name in names:
         if name not in kept:
-            column = payload.column(name)
-            width = np.int64 if str(column.type).startswith("large_") else np.int32  # large_string: 64-bit offsets
-            kept[name] = np.frombuffer(column.buffers()[1], dtype=width)[
-                column.offset : column.offset + len(column) + 1
-            ]
+            kept[name] = string_offsets(payload.column(name))
     return [kept[name] for name in names]
 
 

@@ -23,7 +23,17 @@ import pyarrow.compute as pc
 import pyarrow.json as pajson
 
 from index.errors import InputError
-from index.store.payload import BOOLEAN, FLOAT, INTEGER, STRING, STRING_LIST, TIMESTAMP, contiguous, timestamp_type
+from index.store.payload import (
+    BOOLEAN,
+    FLOAT,
+    INTEGER,
+    STRING,
+    STRING_LIST,
+    TIMESTAMP,
+    contiguous,
+    string_offsets,
+    timestamp_type,
+)
 
 BLOCK_ROWS = 16_384  # rows per block when vectors are copied out of Arrow lists, or CSV cells parsed as JSON
 SUPPORTED = "strings, integers, floats, booleans, timestamps or lists of strings"
@@ -232,7 +242,7 @@ def _parse_cells(cells: pa.Array, value_type: pa.DataType) -> pa.Array | None:
         pa.scalar('{"v":', large), cells.fill_null("null"), pa.scalar("}\n", large), pa.scalar("", large)
     )
     longest = pc.max(pc.binary_length(lines)).as_py() or 0
-    offsets = np.frombuffer(lines.buffers()[1], dtype=np.int64)[lines.offset : lines.offset + len(lines) + 1]
+    offsets = string_offsets(lines)
     text = lines.buffers()[2][int(offsets[0]) : int(offsets[-1])]  # the lines back to back: JSON Lines
     try:
         table = pajson.read_json(

@@ -91,7 +91,7 @@ from index.engine.shards import (
 from index.engine.table import AnalogySearch, Answers, Plan, Resolved, Search, SearchOptions, Table, VectorSearch
 from index.engine.transformer_encoder import ENCODE_BUDGET, TooManyTokens
 from index.errors import EmbeddingError, InvalidQuery
-from index.store.payload import BOOLEAN, FLOAT, INTEGER, STRING, STRING_LIST, TIMESTAMP, Payload
+from index.store.payload import BOOLEAN, FLOAT, INTEGER, STRING, STRING_LIST, TIMESTAMP, Payload, string_offsets
 from index.store.shardmap import is_sharded as manifest_is_sharded
 
 __all__ = [
@@ -175,6 +175,7 @@ __all__ = [
     "similarities",
     "similarity",
     "split",
+    "string_offsets",
     "suggestion_part",
     "summed_statistics",
     "timestamp_text",

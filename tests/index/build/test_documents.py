@@ -33,7 +33,7 @@ from index.build.sources import documents as documents_source
 from index.engine.table import Table
 from index.errors import InvalidQuery, UnknownToken
 from index.store import artifact
-from index.store.payload import ID_LOOKUP, PAYLOAD, Payload, UnknownDocument, search_sorted, sort_ids
+from index.store.payload import ID_LOOKUP, PAYLOAD, Payload, UnknownDocument, search_sorted, sort_ids, string_offsets
 from tests import REPO
 from tests.cli import run_cli
 from tests.index.build.test_sources import import_fails
@@ -163,6 +163,14 @@ def test_payload_errors_and_lookup_by_row_number(tmp_path: Path, lee: Lee) -> No
     with pytest.raises(InvalidQuery, match="has no field 'nope'"):
         payload.column("nope")
     assert payload.row_of([]).shape == (0,)
+
+
+@pytest.mark.parametrize("kind", [pa.string(), pa.large_string()])
+def test_string_offsets_of_a_slice(kind: pa.DataType) -> None:
+    strings = pa.array(["a", "", "héllo", None, "xyz"], kind).slice(1, 3)
+    offsets = string_offsets(strings)
+    assert np.diff(offsets).tolist() == [0, len("héllo".encode()), 0]
+    assert bytes(strings.buffers()[2])[offsets[1] : offsets[2]].decode() == "héllo"
 
 
 def test_string_id_search_matches_a_dict(lee: Lee) -> None:

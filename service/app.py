@@ -69,6 +69,8 @@ def create_app(settings: Settings) -> FastAPI:
         max_words=settings.max_words,
         max_layout_work=settings.max_layout_work,
         max_encode_tokens=settings.max_encode_tokens,
+        max_scored_rows=settings.max_scored_rows,
+        max_answer_bytes=settings.max_answer_bytes,
     )
     metrics = Metrics()
     table_names: set[str] = set()  # label values the metrics accept

@@ -26,6 +26,7 @@ from index.engine.door import (
 )
 from index.errors import InvalidQuery
 from service.errors import item_error
+from service.schemas.common import LIMITS
 
 MB = 1_000_000
 
@@ -154,12 +155,11 @@ def check_answer_bytes(
     fields: list[str] | None,
     include: Sequence[str],
     delta: Delta | None,
-    limit: int,
 ) -> None:
-    """422 when the hits of a search's ``answers`` would carry more than ``limit`` bytes of text and vectors: a
-    documents table's text and string ``fields`` shown (default: all), measured from the stored strings' offsets
-    before any is read (a written document's text by its length), and with ``include`` vector each hit's
-    vector (:data:`VALUE_BYTES` a value)."""
+    """422 when the hits of a search's ``answers`` would carry more bytes of text and vectors than the server's
+    max_answer_bytes: a documents table's text and string ``fields`` shown (default: all), measured from the stored
+    strings' offsets before any is read (a written document's text by its length), and with ``include`` vector
+    each hit's vector (:data:`VALUE_BYTES` a value)."""
     payload, vectors = table.payload, "vector" in include
     if payload is None and not vectors:
         return
@@ -172,6 +172,7 @@ def check_answer_bytes(
         if delta is not None and len(stored) < len(rows):
             written = delta.written_in_order()
             total += sum(len((written[row].text or "").encode()) for row in rows[rows >= table.rows] - table.rows)
+    limit = LIMITS.get().max_answer_bytes
     if total > limit:
         what = "document text" if not vectors else "vectors" if payload is None else "document text and vectors"
         raise InvalidQuery(
@@ -206,18 +207,17 @@ def _offsets(payload: Payload, fields: list[str] | None) -> list[np.ndarray]:
 @dataclass(frozen=True)
 class Shown:
     """What a search's hits show: the documents' ``fields`` (None: all), what ``include`` asks for (row, vector),
-    the documents written since the version (``delta``), and at most ``limit`` bytes of text and vectors."""
+    the documents written since the version (``delta``)."""
 
     fields: list[str] | None
     include: Sequence[str]
     delta: Delta | None
-    limit: int
 
 
 def searched(table: Table, answers: Sequence[Answer], shown: Shown) -> list[dict[str, Any]]:
     """A search's answers, each result shaped (a word table's neighbours, a documents table's hits) or its error's
     envelope, once :func:`check_answer_bytes` has bounded what they carry."""
-    check_answer_bytes(table, answers, shown.fields, shown.include, shown.delta, shown.limit)
+    check_answer_bytes(table, answers, shown.fields, shown.include, shown.delta)
 
     def shape(result: Result) -> dict[str, Any]:
         if table.payload is None:

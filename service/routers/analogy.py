@@ -13,7 +13,7 @@ from starlette.responses import Response
 from index.engine.door import analogy_part, expectation_part, whole_rows
 from index.errors import InvalidQuery
 from service import execute
-from service.deps import SettingsDep, TableDep
+from service.deps import TableDep
 from service.errors import BODY_ERRORS, responses
 from service.respond import FastJSON, neighbors, results, words
 from service.schemas.analogy import (
@@ -37,13 +37,13 @@ router = APIRouter(prefix="/v1/tables/{table}", tags=["analogy"])
     "every candidate the method scores (1: it is the answer), its `score`, and the `margin` the best candidate's "
     "score has over it (0 when it is the answer); the rank is exact even on an approximate table.",
 )
-async def analogy(request: Request, table: TableDep, settings: SettingsDep, body: AnalogyRequest) -> Response:
+async def analogy(request: Request, table: TableDep, body: AnalogyRequest) -> Response:
     if body.queries is None:
         # The request's validator requires a, b and c when there is no batch.
         question = AnalogyQuery(a=cast(str, body.a), b=cast(str, body.b), c=cast(str, body.c), expect=body.expect)
         result = await execute.one(request, table, "analogy", body.query(question))
         return FastJSON(words(table, result))
-    body.check_scored_rows(table.limit(body.search_options()), settings.max_scored_rows)
+    body.check_scored_rows(table.limit(body.search_options()))
     queries = [body.query(question) for question in body.queries]
     answers = await execute.batch(request, table, f"analogy_batch_{body.method}", queries)
     return FastJSON({"results": results(answers, functools.partial(words, table))})

@@ -43,7 +43,7 @@ async def search(request: Request, table: TableDep, registry: RegistryDep, body:
         queries = body.document_queries()
         encoder = registry.encoder_of(table)
         delta = live.delta_of(table)  # the documents written since the version, if any: searched beside them
-    shown = Shown(body.fields, body.include or (), delta, request.app.state.settings.max_answer_bytes)
+    shown = Shown(body.fields, body.include or (), delta)
     if single:
         result = await execute.one(request, table, "search", queries[0], encoder, delta)
         return FastJSON(searched(table, [result], shown)[0])

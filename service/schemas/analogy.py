@@ -10,6 +10,7 @@ from index.engine.door import Analogy, Query
 from index.errors import InvalidQuery
 from service.schemas.common import (
     CHECK_BATCH,
+    LIMITS,
     STRICT,
     Form,
     ItemErrorResponse,
@@ -68,11 +69,12 @@ class AnalogyRequest(TokenOptions):
         check_hits(len(self.queries or ()), self.k)
         return self
 
-    def check_scored_rows(self, rows: int, limit: int) -> None:
+    def check_scored_rows(self, rows: int) -> None:
         """422 for a batch whose questions that score each of the ``rows`` searched one by one (3CosMul's, or
-        those ranking an expected answer) would score more than ``limit`` (the server's max_scored_rows)."""
+        those ranking an expected answer) would score more than the server's max_scored_rows."""
         if self.queries is None:
             return
+        limit = LIMITS.get().max_scored_rows
         questions = len(self.queries) if self.method == "3cosmul" else sum(q.expect is not None for q in self.queries)
         if questions > 1 and questions * rows > limit:
             which = "by 3CosMul" if self.method == "3cosmul" else "with expect"

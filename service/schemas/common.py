@@ -3,8 +3,9 @@ forms written into the JSON schema, the query options, and the parts of answers 
 
 Limits live in the models: ``k`` is 1..max_k and batches hold at most max_batch items, where max_k and
 max_batch are the serving app's settings; so do the bounds on a request's total work (hits, filter conditions,
-words, layout points x neighbourhood), each a 422 before any work starts (the tokens a transformer runs are counted
-by the engine, ``index.engine.door.ENCODE_BUDGET``). The app publishes them per request in
+words, layout points x neighbourhood, the rows an analogy batch scores one by one), each a 422 before any work
+starts (the tokens a transformer runs are counted by the engine, ``index.engine.door.ENCODE_BUDGET``; the bytes a
+search answers by ``service.respond``, before the answer is built). The app publishes them per request in
 :data:`LIMITS` (set by the request-limits middleware) and the validators and OpenAPI schema read them from there,
 so two apps with different settings can run in one process. JSON bodies are strict: ``k: true`` or ``k: 1.5`` is a 422.
 """
@@ -31,6 +32,8 @@ class Limits:
     max_words: int = 20_000  # words of all the word lists of one request (doesnt-match, n-similarity, neighbours)
     max_layout_work: int = 32_768  # tokens x perplexity (t-SNE) or x n_neighbors (UMAP) of one projection
     max_encode_tokens: int = 16_384  # tokens one request has a transformer table's model run (index.engine.door)
+    max_scored_rows: int = 20_000_000  # rows one analogy batch scores one by one (service.schemas.analogy)
+    max_answer_bytes: int = 64_000_000  # text and vectors one search answers (service.respond)
 
 
 LIMITS: ContextVar[Limits] = ContextVar("embedding_limits", default=Limits())  # noqa: B039 (frozen)

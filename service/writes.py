@@ -176,16 +176,20 @@ def _upserting(documents: list[dict[str, Any]]) -> Make:
     return make
 
 
-def _deleting(shard: Table, ids: list[Key]) -> Make:
+def deleting(table: Table, ids: Sequence[str | int]) -> Make:
+    """A delete of ``ids`` from ``table`` (or a shard), those a live document has counted under its log's lock."""
+
     def make(delta: Delta) -> tuple[dict[str, Any] | None, int]:
-        return delete_body(delete_ids(shard, ids, delta))
+        return delete_body(delete_ids(table, ids, delta))
 
     return make
 
 
-def _filtering(shard: Table, spec: Any) -> Make:
+def filtering(table: Table, spec: Any) -> Make:
+    """A delete of what the search filter ``spec`` lets through of ``table`` (or a shard), under its log's lock."""
+
     def make(delta: Delta) -> tuple[dict[str, Any] | None, int]:
-        return delete_body(filter_ids(shard, spec, delta))
+        return delete_body(filter_ids(table, spec, delta))
 
     return make
 
@@ -208,11 +212,11 @@ def sharded_delete(table: Table, ids: Sequence[str | int], whole: Delta) -> dict
     table.documents(WRITES_ONLY)
     keys = list(dict.fromkeys(k for k in (whole.key(i) for i in ids) if k is not None))
     groups = by_owner(keys, table.map.count) or {0: []}
-    return {shard: _deleting(table.shards[shard], [keys[i] for i in places]) for shard, places in groups.items()}
+    return {shard: deleting(table.shards[shard], [keys[i] for i in places]) for shard, places in groups.items()}
 
 
 def sharded_filter_delete(table: Table, spec: Any) -> dict[int, Make]:
     """A delete by filter of a sharded table: every shard deletes what the filter lets through of its own."""
     assert isinstance(table, ShardedTable)
     table.documents(WRITES_ONLY)
-    return {shard: _filtering(part, spec) for shard, part in enumerate(table.shards)}
+    return {shard: filtering(part, spec) for shard, part in enumerate(table.shards)}

@@ -12,13 +12,13 @@ filter is every shard's. The answer adds what each shard did (``shards``).
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated
 
 from fastapi import APIRouter, Depends, Header, Path
 from starlette.concurrency import run_in_threadpool
 from starlette.responses import Response
 
-from index.engine.door import Delta, ShardedTable, Table
+from index.engine.door import ShardedTable, Table
 from service import live, writes
 from service.deps import RegistryDep, SettingsDep, TableDep
 from service.errors import BODY_ERRORS, ApiError, responses
@@ -61,13 +61,15 @@ def _sharded(table: Table) -> live.Sharded | None:
     return live.sharded_of(table) if isinstance(table, ShardedTable) else None
 
 
-async def _write(table: Table, make: Any, sync: bool, what: str) -> Response:
+async def _write(table: Table, make: writes.Make, sync: bool, what: str) -> Response:
     state = _live(table)
     sequence, count = await run_in_threadpool(state.write, make, sync)
     return FastJSON({"table": table.name, "sequence": sequence, what: count})
 
 
-async def _write_shards(table: Table, state: live.Sharded, makes: dict[int, Any], sync: bool, what: str) -> Response:
+async def _write_shards(
+    table: Table, state: live.Sharded, makes: dict[int, writes.Make], sync: bool, what: str
+) -> Response:
     """Each shard's part of a write to a sharded table, in shard order; the answer says what each shard did
     (``sequence``: the highest of theirs)."""
     done = await run_in_threadpool(state.write, makes, sync)
@@ -92,15 +94,10 @@ async def upsert(
         return await _write_shards(table, sharded, makes, settings.write_sync, "upserted")
 
     state = _live(table)
-
-    def write() -> tuple[int, int]:
-        # the table's own refusals first (refresh), as a write's; then the documents checked and embedded outside
-        # the log's lock
-        make = writes.upserting(table, encoder, body.documents, state.refresh())
-        return state.write(make, settings.write_sync)
-
-    sequence, count = await run_in_threadpool(write)
-    return FastJSON({"table": table.name, "sequence": sequence, "upserted": count})
+    # the table's own refusals first (refresh), as a write's; then the documents checked and embedded outside the
+    # log's lock
+    make = await run_in_threadpool(lambda: writes.upserting(table, encoder, body.documents, state.refresh()))
+    return await _write(table, make, settings.write_sync, "upserted")
 
 
 @router.post(
@@ -118,13 +115,7 @@ async def delete_many(_: WriteKey, table: TableDep, settings: SettingsDep, body:
             makes = writes.sharded_filter_delete(table, body.filter)
         return await _write_shards(table, sharded, makes, settings.write_sync, "deleted")
 
-    def make(delta: Delta) -> tuple[dict[str, Any] | None, int]:
-        if body.ids is not None:
-            ids = writes.delete_ids(table, body.ids, delta)
-        else:
-            ids = writes.filter_ids(table, body.filter, delta)
-        return writes.delete_body(ids)
-
+    make = writes.deleting(table, body.ids) if body.ids is not None else writes.filtering(table, body.filter)
     return await _write(table, make, settings.write_sync, "deleted")
 
 
@@ -145,7 +136,4 @@ async def delete_one(
         makes = writes.sharded_delete(table, [document], sharded.whole.delta)
         return await _write_shards(table, sharded, makes, settings.write_sync, "deleted")
 
-    def make(delta: Delta) -> tuple[dict[str, Any] | None, int]:
-        return writes.delete_body(writes.delete_ids(table, [document], delta))
-
-    return await _write(table, make, settings.write_sync, "deleted")
+    return await _write(table, writes.deleting(table, [document]), settings.write_sync, "deleted")

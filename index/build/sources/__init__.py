@@ -22,6 +22,10 @@ from index.engine.keyword import DEFAULT_STEMMER, DEFAULT_STOPWORDS
 from index.errors import InputError
 from index.progress import note
 
+DROP_HINT = " (use --drop-invalid to skip such rows)"  # ends a bad row's error, where a reader can drop it
+# Rows wider than this are parsed line by line with NumPy: pyarrow's CSV reader (one column per value) does not scale.
+WIDE_DIM = 4096
+
 
 @dataclass
 class ReadOptions:

@@ -28,7 +28,16 @@ import pyarrow as pa
 import pyarrow.compute as pacompute
 import pyarrow.csv as pacsv
 
-from index.build.sources import BinaryHandle, RawTable, ReadOptions, decode_tokens, is_number, open_text
+from index.build.sources import (
+    DROP_HINT,
+    WIDE_DIM,
+    BinaryHandle,
+    RawTable,
+    ReadOptions,
+    decode_tokens,
+    is_number,
+    open_text,
+)
 from index.errors import InputError
 from index.progress import Progress, note
 
@@ -36,9 +45,6 @@ CHUNK_BYTES = 2 << 20
 SAMPLE_LINES = 1000
 MAX_HEAD = 64 << 20  # the longest first line accepted
 BOM = b"\xef\xbb\xbf"
-DROP_HINT = " (use --drop-invalid to skip such rows)"
-# Rows wider than this are parsed line by line with NumPy: pyarrow's one column per value does not scale.
-WIDE_DIM = 4096
 BLANK_LINE = re.compile(rb"^[ \t\r\f\v]*\n", re.MULTILINE)
 
 

@@ -117,6 +117,15 @@ def check_log(directory: Path, path: Path) -> None:
         )
 
 
+def all_deleted(name: str, logs: str) -> InvalidQuery:
+    """The refusal of a compaction that would leave table ``name`` without a document (a table holds at least one):
+    it serves on from its version and ``logs``."""
+    return InvalidQuery(
+        f"table {name!r} not compacted: every one of its documents is deleted; it serves on from its version and "
+        f"{logs} (compact it once a document is added, or remove it)"
+    )
+
+
 def _compact(data_dir: Path, name: str, directory: Path, path: Path) -> dict[str, Any]:
     note(f"verifying {directory} ...")
     table = Table.load(directory)
@@ -130,11 +139,8 @@ def _compact(data_dir: Path, name: str, directory: Path, path: Path) -> dict[str
     if delta.seq == covered:
         finish(data_dir, [(path, covered)])
         return {"table": name, "log_sequence": covered, "written": 0, "rows": table.rows}
-    if not delta.documents and delta.deleted.all():  # a table holds at least one document
-        raise InvalidQuery(
-            f"table {name!r} not compacted: every one of its documents is deleted; it serves on from its version and "
-            "its write log (compact it once a document is added, or remove it)"
-        )
+    if not delta.documents and delta.deleted.all():
+        raise all_deleted(name, "its write log")
     note(f"folding writes {covered + 1}..{delta.seq} into {name!r} ...")
     documents, matrix, info = folded(table, delta)
     # The table's own stop words and stemmer (an import's options), else the defaults

@@ -20,7 +20,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from index.build.compact import finish, folded, locked, replay
+from index.build.compact import all_deleted, finish, folded, locked, replay
 from index.build.documents import Documents
 from index.build.shard import import_sharded
 from index.build.sources import RawTable
@@ -59,11 +59,8 @@ def _compact(data_dir: Path, name: str, directory: Path) -> dict[str, Any]:
         finish(data_dir, logs)
         return {"table": name, "log_sequence": sum(sequences), "written": 0, "rows": table.rows}
     emptied = _emptied(parts)
-    if len(emptied) == len(parts):  # as an unsharded table's compaction refuses it
-        raise InvalidQuery(
-            f"table {name!r} not compacted: every one of its documents is deleted; it serves on from its version and "
-            "its shards' write logs (compact it once a document is added, or remove it)"
-        )
+    if len(emptied) == len(parts):
+        raise all_deleted(name, "its shards' write logs")
     if emptied:  # a shard is a table, and no table is built of zero rows
         raise InvalidQuery(
             f"table {name!r} not compacted: every document of its {', '.join(map(shardmap.shard_name, emptied))} "

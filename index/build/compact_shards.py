@@ -20,7 +20,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from index.build.compact import all_deleted, finish, folded, locked, replay
+from index.build.compact import all_deleted, built_as, finish, folded, locked, replay, unchanged
 from index.build.documents import Documents
 from index.build.shard import import_sharded
 from index.build.sources import RawTable
@@ -29,7 +29,7 @@ from index.engine.delta import Delta
 from index.engine.keyword import DEFAULT_STEMMER, DEFAULT_STOPWORDS, Tokenizer
 from index.engine.shard_writes import WholeDelta, owner
 from index.engine.shards import ShardedTable
-from index.errors import ArtifactError, InvalidQuery
+from index.errors import InvalidQuery
 from index.progress import note
 from index.store import artifact, shardmap, writelog
 
@@ -80,20 +80,7 @@ def _compact(data_dir: Path, name: str, directory: Path) -> dict[str, Any]:
     def build_shard(raw: RawTable, staging: Path, shard: str) -> dict[str, Any]:
         raw.info["log_sequence"] = sequences[table.map.names.index(shard)]
         raw.info["compacted_at"] = artifact.now_iso()
-        return build_table(
-            raw,
-            data_dir=staging,
-            name=shard,
-            source=source,
-            index_spec=str(build.get("index", "auto")),
-            min_recall=float(build.get("min_recall", 0.95)),
-            params=build,
-            seed=int(build.get("seed", 0)),
-        )
-
-    def unchanged(_: Path) -> None:  # under the publish lock: no other version was published since this one
-        if artifact.read_manifest(directory) != manifest:
-            raise ArtifactError(f"table {name!r} was published again while it was being compacted; nothing replaced")
+        return build_table(raw, data_dir=staging, name=shard, source=source, **built_as(manifest))
 
     tokens = [str(i) for i in documents.column(0).to_pylist()]
     published = import_sharded(
@@ -106,7 +93,7 @@ def _compact(data_dir: Path, name: str, directory: Path) -> dict[str, Any]:
         build_shard=build_shard,
         params=build,
         force=True,
-        complete=unchanged,
+        complete=unchanged(directory, manifest, name),
     )
     kept = finish(data_dir, logs)
     return {

@@ -103,8 +103,8 @@ class IndexBuilds:
         self.names = names  # the tables served (None: every table)
         self.seconds = seconds or LOOK_SECONDS
         self.status_dir = Path(tempfile.mkdtemp(prefix="embedding-index-status-"))
-        self._deferred: dict[Version, bool] = {}  # whether each manifest seen defers its index
-        self._tried: set[Version] = set()  # the versions whose build has run
+        # Each table's version now: whether its deferred index is still to build (False once its build has run).
+        self._pending: dict[Version, bool] = {}
         self._wake = threading.Event()
         self._thread = threading.Thread(target=self._run, name="index-builds", daemon=True)
         self._child: subprocess.Popen[str] | None = None
@@ -138,7 +138,7 @@ class IndexBuilds:
     def look(self) -> list[Version]:
         """The versions whose deferred index is still to build, in name order. Their tables are reported as
         queued; a table queued before but no longer pending (published with its index, removed) no longer is."""
-        pending = [version for version in self._versions() if self._deferred[version] and version not in self._tried]
+        pending = [version for version in self._versions() if self._pending[version]]
         names = {version[0] for version in pending}
         for name in sorted(names):
             status = read_status(self._status(name))
@@ -152,7 +152,8 @@ class IndexBuilds:
         return pending
 
     def _versions(self) -> list[Version]:
-        """Every table's version now (a stat of its manifest); a manifest is read once per version."""
+        """Every table's version now (a stat of its manifest); a manifest is read once per version, and what is
+        known of a version is forgotten once the table has another."""
         versions = []
         for name in artifact.list_tables(self.data_dir):
             if self.names is not None and name not in self.names:
@@ -163,10 +164,10 @@ class IndexBuilds:
             except OSError:
                 continue  # removed or being replaced: seen at the next look
             version = (name, st.st_ino, st.st_size, st.st_mtime_ns)
-            if version not in self._deferred:
-                self._deferred[version] = defers_index(directory)
+            if version not in self._pending:
+                self._pending[version] = defers_index(directory)
             versions.append(version)
-        self._deferred = {version: self._deferred[version] for version in versions}
+        self._pending = {version: self._pending[version] for version in versions}
         return versions
 
     def _status(self, name: str) -> Path:
@@ -185,7 +186,7 @@ class IndexBuilds:
                 self._wake.wait(self.seconds)
                 continue
             version = pending[0]
-            self._tried.add(version)
+            self._pending[version] = False  # tried once: a failed build waits for the table's next version
             name = version[0]
             if self._build(name) and not self._stopping:
                 log.info("index of table %r published; reloading", name)

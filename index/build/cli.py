@@ -680,6 +680,8 @@ def verify(name: str, data_dir: DataDir = Path("data"), quiet: Quiet = False) ->
         from index.store import writelog
 
         path = writelog.log_path(data_dir, name)
+        if path.exists():
+            note(f"replaying its write log {path.name} as a server would ...")
         try:
             check_log(directory, path)
         except (writelog.LogCorrupt, writelog.LogMismatch) as exc:

@@ -15,7 +15,7 @@ import copy
 import fcntl
 import logging
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -117,6 +117,38 @@ def check_log(directory: Path, path: Path) -> None:
         )
 
 
+def built_as(manifest: dict[str, Any]) -> dict[str, Any]:
+    """``build_table``'s options as the version of ``manifest`` was built (index, recall, seed): the next version
+    is built as the import built it."""
+    build = manifest.get("build", {})
+    return {
+        "index_spec": str(build.get("index", "auto")),
+        "min_recall": float(build.get("min_recall", 0.95)),
+        "params": build,
+        "seed": int(build.get("seed", 0)),
+    }
+
+
+def unchanged(directory: Path, manifest: dict[str, Any], name: str) -> Callable[[Path], None]:
+    """A publish's last check, under its lock: the table at ``directory`` is still the version of ``manifest``
+    (none was published since the compaction read it), else nothing is replaced."""
+
+    def check(_: Path) -> None:
+        if artifact.read_manifest(directory) != manifest:
+            raise ArtifactError(f"table {name!r} was published again while it was being compacted; nothing replaced")
+
+    return check
+
+
+def all_deleted(name: str, logs: str) -> InvalidQuery:
+    """The refusal of a compaction that would leave table ``name`` without a document (a table holds at least one):
+    it serves on from its version and ``logs``."""
+    return InvalidQuery(
+        f"table {name!r} not compacted: every one of its documents is deleted; it serves on from its version and "
+        f"{logs} (compact it once a document is added, or remove it)"
+    )
+
+
 def _compact(data_dir: Path, name: str, directory: Path, path: Path) -> dict[str, Any]:
     note(f"verifying {directory} ...")
     table = Table.load(directory)
@@ -130,11 +162,8 @@ def _compact(data_dir: Path, name: str, directory: Path, path: Path) -> dict[str
     if delta.seq == covered:
         finish(data_dir, [(path, covered)])
         return {"table": name, "log_sequence": covered, "written": 0, "rows": table.rows}
-    if not delta.documents and delta.deleted.all():  # a table holds at least one document
-        raise InvalidQuery(
-            f"table {name!r} not compacted: every one of its documents is deleted; it serves on from its version and "
-            "its write log (compact it once a document is added, or remove it)"
-        )
+    if not delta.documents and delta.deleted.all():
+        raise all_deleted(name, "its write log")
     note(f"folding writes {covered + 1}..{delta.seq} into {name!r} ...")
     documents, matrix, info = folded(table, delta)
     # The table's own stop words and stemmer (an import's options), else the defaults
@@ -147,23 +176,14 @@ def _compact(data_dir: Path, name: str, directory: Path, path: Path) -> dict[str
         kind=KIND,
         extra_files={**payload_files(documents), **keyword_files},
     )
-    build = manifest.get("build", {})
-
-    def unchanged(_: Path) -> None:  # under the publish lock: no other version was published since this one
-        if artifact.read_manifest(directory) != manifest:
-            raise ArtifactError(f"table {name!r} was published again while it was being compacted; nothing replaced")
-
     published = build_table(
         raw,
         data_dir=data_dir,
         name=name,
         source=manifest.get("source", {}),
-        index_spec=str(build.get("index", "auto")),
-        min_recall=float(build.get("min_recall", 0.95)),
-        params=build,
         force=True,
-        seed=int(build.get("seed", 0)),
-        complete=unchanged,
+        complete=unchanged(directory, manifest, name),
+        **built_as(manifest),
     )
     kept = finish(data_dir, [(path, delta.seq)])
     return {

@@ -20,7 +20,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from index.build.compact import finish, folded, locked, replay
+from index.build.compact import all_deleted, built_as, finish, folded, locked, replay, unchanged
 from index.build.documents import Documents
 from index.build.shard import import_sharded
 from index.build.sources import RawTable
@@ -29,7 +29,7 @@ from index.engine.delta import Delta
 from index.engine.keyword import DEFAULT_STEMMER, DEFAULT_STOPWORDS, Tokenizer
 from index.engine.shard_writes import WholeDelta, owner
 from index.engine.shards import ShardedTable
-from index.errors import ArtifactError, InvalidQuery
+from index.errors import InvalidQuery
 from index.progress import note
 from index.store import artifact, shardmap, writelog
 
@@ -59,11 +59,8 @@ def _compact(data_dir: Path, name: str, directory: Path) -> dict[str, Any]:
         finish(data_dir, logs)
         return {"table": name, "log_sequence": sum(sequences), "written": 0, "rows": table.rows}
     emptied = _emptied(parts)
-    if len(emptied) == len(parts):  # as an unsharded table's compaction refuses it
-        raise InvalidQuery(
-            f"table {name!r} not compacted: every one of its documents is deleted; it serves on from its version and "
-            "its shards' write logs (compact it once a document is added, or remove it)"
-        )
+    if len(emptied) == len(parts):
+        raise all_deleted(name, "its shards' write logs")
     if emptied:  # a shard is a table, and no table is built of zero rows
         raise InvalidQuery(
             f"table {name!r} not compacted: every document of its {', '.join(map(shardmap.shard_name, emptied))} "
@@ -83,20 +80,7 @@ def _compact(data_dir: Path, name: str, directory: Path) -> dict[str, Any]:
     def build_shard(raw: RawTable, staging: Path, shard: str) -> dict[str, Any]:
         raw.info["log_sequence"] = sequences[table.map.names.index(shard)]
         raw.info["compacted_at"] = artifact.now_iso()
-        return build_table(
-            raw,
-            data_dir=staging,
-            name=shard,
-            source=source,
-            index_spec=str(build.get("index", "auto")),
-            min_recall=float(build.get("min_recall", 0.95)),
-            params=build,
-            seed=int(build.get("seed", 0)),
-        )
-
-    def unchanged(_: Path) -> None:  # under the publish lock: no other version was published since this one
-        if artifact.read_manifest(directory) != manifest:
-            raise ArtifactError(f"table {name!r} was published again while it was being compacted; nothing replaced")
+        return build_table(raw, data_dir=staging, name=shard, source=source, **built_as(manifest))
 
     tokens = [str(i) for i in documents.column(0).to_pylist()]
     published = import_sharded(
@@ -109,7 +93,7 @@ def _compact(data_dir: Path, name: str, directory: Path) -> dict[str, Any]:
         build_shard=build_shard,
         params=build,
         force=True,
-        complete=unchanged,
+        complete=unchanged(directory, manifest, name),
     )
     kept = finish(data_dir, logs)
     return {

@@ -41,11 +41,11 @@ from index.build.fields import (
     typed_field,
     where,
 )
+from index.build.sources import DROP_HINT
 from index.errors import InputError
 from index.store.payload import INTEGER, STRING, contiguous, sort_ids
 from index.store.rows import row_norms
 
-DROP_HINT = " (use --drop-invalid to skip such rows)"
 REPORTED = 5  # reasons kept in the report of an import with drop_invalid
 VECTOR_FIELDS = ("vector", "embedding")
 

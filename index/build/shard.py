@@ -91,7 +91,7 @@ def shard_raw(
     ``rows``: the whole table's row of each (written beside them, ``shardmap.WHOLE_ROWS``)."""
     files = payload_files(documents.payload)
     if rows is not None:
-        files[shardmap.WHOLE_ROWS] = _npy(np.asarray(rows, dtype=np.int64))
+        files[shardmap.WHOLE_ROWS] = npy_bytes(np.asarray(rows, dtype=np.int64))
     info: dict[str, Any] = {KIND: documents.info}
     text = documents.info.get("text_field")
     if text and whole is not None:
@@ -110,7 +110,8 @@ def shard_raw(
     )
 
 
-def _npy(array: np.ndarray) -> bytes:
+def npy_bytes(array: np.ndarray) -> bytes:
+    """``array`` as the bytes of a .npy file (no pickle)."""
     buffer = io.BytesIO()
     np.save(buffer, array, allow_pickle=False)
     return buffer.getvalue()
@@ -152,7 +153,7 @@ def import_sharded(
     def beside(tmp: Path) -> dict[str, Any]:
         statistics: dict[str, Any] | None = None
         if whole is not None:
-            (tmp / shardmap.DF).write_bytes(_npy(whole.df))
+            (tmp / shardmap.DF).write_bytes(npy_bytes(whole.df))
             terms = pa.RecordBatch.from_arrays([whole.terms], names=["term"])
             sink = pa.BufferOutputStream()
             with pa.ipc.new_file(sink, terms.schema) as writer:
@@ -241,7 +242,7 @@ def publish(
         for shard_dir in names:
             (built / shard_dir).rename(tmp / shard_dir)
         built.rmdir()
-        (tmp / shardmap.ASSIGNMENT).write_bytes(_npy(assignment))
+        (tmp / shardmap.ASSIGNMENT).write_bytes(npy_bytes(assignment))
         write_tokens(tmp, sharding.tokens)  # the whole table's tokens (ids): its lookups, served whole
         return shardmap.write_manifest(
             tmp,

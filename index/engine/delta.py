@@ -108,6 +108,7 @@ class Delta:
         self._written: list[Document] = []
         self._built: tuple[list[Document], tuple[list[Key], np.ndarray, np.ndarray]] | None = None  # the last made
         self._cache: dict[str, Any] = {}  # what searches derive from the delta, shared by its snapshots
+        self.shape = Shape(dim, payload.id_type, payload.text_field is not None, payload.fields)  # what a record fits
         self._lasting: dict[str, Any] = {}  # what searches keep across changes (never replaced)
 
     @property
@@ -187,7 +188,7 @@ class Delta:
         records = list(records)
         if not records:
             return
-        found = first_misfit([r for r in records if r.seq > self.seq], self._shape())
+        found = first_misfit([r for r in records if r.seq > self.seq], self.shape)
         if found is not None:
             record, problem = found
             raise LogMismatch(
@@ -210,10 +211,6 @@ class Delta:
             elif body.get("op") == "delete":
                 self._delete([k for k in (self.key(i) for i in body["ids"]) if k is not None])
             self._matrix = None
-
-    def _shape(self) -> Shape:
-        payload = self.payload
-        return Shape(self.dim, payload.id_type, payload.text_field is not None, payload.fields)
 
     def _upsert(self, documents: list[dict[str, Any]]) -> None:
         keys = [self.key(d["id"]) for d in documents]

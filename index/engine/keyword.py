@@ -313,7 +313,7 @@ class _Counts:
     counts: list[np.ndarray] = field(default_factory=list)
 
 
-def _blocks(texts: pa.Array) -> list[tuple[int, int]]:
+def text_blocks(texts: pa.Array) -> list[tuple[int, int]]:
     """(start, stop) rows of about BLOCK_BYTES of text each (at least one row)."""
     ends = np.cumsum(np.asarray(pc.binary_length(texts).fill_null(0).to_numpy(), dtype=np.int64))
     blocks, start = [], 0
@@ -329,7 +329,7 @@ def _count(texts: pa.Array, tokenizer: Tokenizer, lengths: np.ndarray) -> _Count
     """Each block's words counted per row (one sort per block); ``lengths`` gets each row's word count."""
     counts = _Counts()
     with Progress("keyword index", len(texts)) as progress:
-        for start, stop in _blocks(texts):
+        for start, stop in text_blocks(texts):
             tokens = tokenizer(texts.slice(start, stop - start))
             encoded = pc.dictionary_encode(tokens.terms)
             size = max(len(encoded.dictionary), 1)
@@ -490,7 +490,7 @@ def for_documents(
 # ---------------------------------------------------------------------------------------------- searching
 
 
-def _best(scores: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+def best_positive(scores: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     """The rows with a positive score, at most ``k``, best first; equal scores by row."""
     rows = np.flatnonzero(scores > 0)
     values = scores[rows]
@@ -639,6 +639,6 @@ class KeywordIndex:
         bounds = np.searchsorted(owners, np.arange(m + 1))
         for q in np.flatnonzero(np.diff(bounds)):  # the queries with a known word
             row_scores = self._postings.scores(columns[bounds[q] : bounds[q + 1]], weight)
-            best_scores, best_rows = _best(row_scores, k)
+            best_scores, best_rows = best_positive(row_scores, k)
             scores[q, : len(best_rows)], ids[q, : len(best_rows)] = best_scores, best_rows
         return scores, ids

@@ -29,7 +29,7 @@ import numpy as np
 
 from index.engine.delta import Delta, Document, vector_search
 from index.engine.filters import RowSet
-from index.engine.keyword import KeywordIndex, Tokenizer, _best, _blocks
+from index.engine.keyword import KeywordIndex, Tokenizer, best_positive, text_blocks
 from index.engine.knn import Neighbor
 from index.engine.table import SearchOptions, Table, VectorSearch
 from index.errors import InvalidQuery
@@ -89,7 +89,7 @@ def version_lengths(table: Table, index: KeywordIndex) -> np.ndarray:
             assert table.payload is not None
             texts = contiguous(table.payload.column(index.info["field"]))
             cached = np.zeros(len(texts), dtype=np.int64)
-            for start, stop in _blocks(texts):
+            for start, stop in text_blocks(texts):
                 tokens = index.tokenizer(texts.slice(start, stop - start))
                 cached[start:stop] = np.bincount(tokens.rows, minlength=stop - start)
             index._live_lengths = cached  # type: ignore[attr-defined]
@@ -245,7 +245,7 @@ class LiveKeyword:
             if allowed is not None:
                 scores[~allowed] = 0
             scores[: self.base][self.deleted] = 0
-            best_scores, best_rows = _best(scores, k)
+            best_scores, best_rows = best_positive(scores, k)
             out_scores[q, : len(best_rows)], out_ids[q, : len(best_rows)] = best_scores, best_rows
         return out_scores, out_ids
 

@@ -3,6 +3,7 @@ in by the real ``embedding-serve``, with the build's progress on /readyz and the
 
 from __future__ import annotations
 
+import shutil
 import signal
 from pathlib import Path
 
@@ -162,3 +163,45 @@ def test_a_failed_build_is_reported_only_while_its_table_waits_for_an_index(tmp_
     write_status(tmp_path / "queued.json", {"state": "queued", "step": "waiting for its turn", "done": 0.0})
     assert indexing.building(str(tmp_path), deferred={"mid"})["mid"] == failed  # still served exactly
     assert set(indexing.building(str(tmp_path), deferred=set())) == {"queued"}
+
+
+def test_the_builds_keep_nothing_of_a_version_no_longer_published(tmp_path: Path, glove_raw: RawTable) -> None:
+    """Each version is built once (a failed build waits for the next version), and what the builds keep of a
+    version goes with it: a server whose tables are published again and again keeps no more."""
+    raw = RawTable(tokens=glove_raw.tokens[:300], matrix=glove_raw.matrix[:300].copy())
+
+    def publish() -> None:
+        build_table(
+            raw,
+            data_dir=tmp_path,
+            name="words",
+            source={"format": "test"},
+            index_spec=SPEC,
+            defer_index=True,
+            force=True,
+        )
+
+    publish()
+    builds = indexing.IndexBuilds(tmp_path)
+    try:
+
+        def failing(name: str) -> bool:  # one turn of the loop: this version's build runs and fails
+            builds._stopping = True
+            return False
+
+        builds._build = failing  # type: ignore[method-assign]
+        [first] = builds.look()
+        builds._run()
+        assert builds.look() == []  # tried: not built again
+        publish()
+        [second] = builds.look()
+        assert second != first
+        builds._stopping = False
+        builds._run()
+        assert builds.look() == []
+        shutil.rmtree(tmp_path / "words")
+        assert builds.look() == []
+        kept = [value for value in vars(builds).values() if isinstance(value, set | dict) and value]
+        assert kept == []
+    finally:
+        builds.stop()

@@ -22,6 +22,11 @@ from index.engine.keyword import DEFAULT_STEMMER, DEFAULT_STOPWORDS
 from index.errors import InputError
 from index.progress import note
 
+DROP_HINT = " (use --drop-invalid to skip such rows)"  # ends a bad row's error, where a reader can drop it
+# Rows wider than this are parsed line by line with NumPy: pyarrow's CSV reader (one column per value) does not scale.
+WIDE_DIM = 4096
+HEAD_BYTES = 4096  # the first bytes a file's format is sniffed by
+
 
 @dataclass
 class ReadOptions:
@@ -103,8 +108,17 @@ def reader(fmt: str) -> Reader:
     return found
 
 
-def sniff_format(path: Path) -> str:
-    """Guess the format of ``path`` from its name and first bytes."""
+def read_head(path: Path) -> bytes:
+    """The first bytes of the (decompressed) file: what its format is sniffed by."""
+    try:
+        with open_text(path) as handle:
+            return handle.read(HEAD_BYTES)
+    except (OSError, EOFError, zlib.error) as exc:
+        raise InputError(path, f"cannot read: {exc}") from None
+
+
+def sniff_format(path: Path, block: bytes | None = None) -> str:
+    """Guess the format of ``path`` from its name and first bytes (``block``: those read already)."""
     path = Path(path)
     refuse_stream(path)
     if path.is_dir():
@@ -129,12 +143,8 @@ def sniff_format(path: Path) -> str:
         return "hf"
     if name.endswith((".model", ".kv", ".pkl", ".pickle")):
         return "gensim"  # the reader refuses it unless --allow-pickle is given
-    try:
-        with open_text(path) as handle:
-            block = handle.read(4096)
-        head = block.removeprefix(b"\xef\xbb\xbf")
-    except (OSError, EOFError, zlib.error) as exc:
-        raise InputError(path, f"cannot read: {exc}") from None
+    block = read_head(path) if block is None else block
+    head = block.removeprefix(b"\xef\xbb\xbf")
     if head.startswith((b"\x93NUMPY", b"PK\x03\x04")):
         return "npy"
     refuse_unread(path, head)
@@ -229,11 +239,11 @@ def read_source(path: Path, fmt: str = "auto", options: ReadOptions | None = Non
     if fmt != "glove-package" and not path.exists():
         raise InputError(path, "no such file or directory")
     refuse_stream(path)
-    fmt = sniff_format(path) if fmt == "auto" else fmt
-    if fmt not in READERS:
+    if fmt not in FORMATS:
         raise InputError(path, f"unknown format {fmt!r}; choose one of {', '.join(FORMATS)}")
-    if path.is_file():  # a format given by hand: its reader would not say what the file is
-        refuse_unread(path, _read_line(path, 0, 16))  # magic numbers hold no newline
+    block = read_head(path) if path.is_file() else b""
+    refuse_unread(path, block)  # a format given by hand: its reader would not say what the file is
+    fmt = sniff_format(path, block) if fmt == "auto" else fmt
     note(f"reading {path.name} ({fmt}) ...")
     return reader(fmt)(path, options), fmt
 

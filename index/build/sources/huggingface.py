@@ -128,22 +128,24 @@ def find_embedding(tensors: dict[str, TensorInfo], wanted: str | None, where: Pa
     matrices = {n: t for n, t in tensors.items() if len(t.shape) == 2}
     if wanted is not None:
         if wanted not in tensors:
-            raise InputError(where, f"no tensor named {wanted!r}; 2-D tensors: {_listing(matrices)}")
+            raise InputError(where, f"no tensor named {wanted!r}; 2-D tensors: {tensor_listing(matrices)}")
         return tensors[wanted]
     for suffix in EMBEDDING_NAMES:
         hits = sorted((n for n in matrices if n == suffix or n.endswith("." + suffix)), key=lambda n: (len(n), n))
         if hits:
             return matrices[hits[0]]
-    raise InputError(where, f"no input embedding tensor found (use --tensor); 2-D tensors: {_listing(matrices)}")
+    raise InputError(where, f"no input embedding tensor found (use --tensor); 2-D tensors: {tensor_listing(matrices)}")
 
 
-def _listing(tensors: dict[str, TensorInfo], limit: int = 12) -> str:
+def tensor_listing(tensors: dict[str, TensorInfo], limit: int = 12) -> str:
+    """The tensors, largest first, as an error message lists them (at most ``limit``)."""
     items = [f"{n} {list(t.shape)}" for n, t in sorted(tensors.items(), key=lambda kv: -kv[1].shape[0])]
     more = f" and {len(items) - limit} more" if len(items) > limit else ""
     return (", ".join(items[:limit]) + more) if items else "none"
 
 
-def _read_exact(handle: Any, buffer: memoryview, path: Path) -> None:
+def read_exact(handle: Any, buffer: memoryview, path: Path) -> None:
+    """Fill ``buffer`` from ``handle``; InputError when the file ends first."""
     done = 0
     while done < len(buffer):
         got = handle.readinto(buffer[done:])
@@ -170,14 +172,14 @@ def read_matrix(tensor: TensorInfo, block_bytes: int = BLOCK_BYTES) -> np.ndarra
             for start in range(0, rows, step):
                 # numpy declares ndarray.__buffer__ for Python 3.12+ only
                 view = memoryview(out[start : start + step])  # type: ignore[arg-type]
-                _read_exact(handle, view.cast("B"), tensor.file)
+                read_exact(handle, view.cast("B"), tensor.file)
             return out
         block = np.empty(step * dim, dtype=source)
         for start in range(0, rows, step):
             n = min(step, rows - start)
             part = block[: n * dim]
             view = memoryview(part)  # type: ignore[arg-type]  # as above: ndarray.__buffer__ on 3.12+ only
-            _read_exact(handle, view.cast("B"), tensor.file)
+            read_exact(handle, view.cast("B"), tensor.file)
             target = out[start : start + n].reshape(-1)
             if tensor.dtype == "BF16":  # bfloat16 is the top half of a float32
                 np.left_shift(part, 16, out=target.view(np.uint32), dtype=np.uint32)

@@ -21,17 +21,15 @@ from index.build.sources import RawTable, ReadOptions
 from index.build.sources.huggingface import (
     DTYPE_NAMES,
     TensorInfo,
-    _read_exact,
+    read_exact,
     read_header,
     read_json,
     read_matrix,
     read_vocabulary,
     readable_label,
+    tensor_listing,
     token_flags,
     token_kinds,
-)
-from index.build.sources.huggingface import (
-    _listing as listing,
 )
 from index.errors import InputError
 from index.store.tokens import TOKENIZER, WEIGHTS
@@ -73,7 +71,7 @@ def read_vector(tensor: TensorInfo, length: int) -> np.ndarray:
     out = np.empty(length, dtype=dtype)
     with open(tensor.file, "rb") as handle:
         handle.seek(tensor.start)
-        _read_exact(handle, memoryview(out).cast("B"), tensor.file)  # type: ignore[arg-type]  # ndarray.__buffer__: 3.12+
+        read_exact(handle, memoryview(out).cast("B"), tensor.file)  # type: ignore[arg-type]  # ndarray.__buffer__: 3.12+
     return out
 
 
@@ -87,7 +85,7 @@ def read_embeddings(tensor: TensorInfo) -> np.ndarray:
     raw = np.empty(tensor.shape, dtype=np.int8)
     with open(tensor.file, "rb") as handle:
         handle.seek(tensor.start)
-        _read_exact(handle, memoryview(raw).cast("B"), tensor.file)  # type: ignore[arg-type]  # as above
+        read_exact(handle, memoryview(raw).cast("B"), tensor.file)  # type: ignore[arg-type]  # as above
     return raw.astype(np.float32)
 
 
@@ -109,7 +107,9 @@ def read(path: Path, options: ReadOptions) -> RawTable:
     config = read_json(directory / "config.json")
     tensors = read_header(model)
     if "embeddings" not in tensors:
-        raise InputError(model, f"no 'embeddings' tensor (tensors: {listing(tensors)}); is this a model2vec model?")
+        raise InputError(
+            model, f"no 'embeddings' tensor (tensors: {tensor_listing(tensors)}); is this a model2vec model?"
+        )
     embeddings = tensors["embeddings"]
     vocab = read_vocabulary(directory)
     size = len(vocab.labels)

@@ -16,13 +16,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.csv as pacsv
 
-from index.build.sources import RawTable, ReadOptions, is_number, read_bytes
+from index.build.sources import DROP_HINT, WIDE_DIM, RawTable, ReadOptions, is_number, read_bytes
 from index.build.sources.numpy_vocab import read_lines
 from index.errors import InputError
 
-DROP_HINT = " (use --drop-invalid to skip such rows)"
 SAMPLE_BYTES = 1 << 20  # the dimension is the most common row length among the whole lines in this much
-WIDE_DIM = 4096  # rows wider than this are parsed line by line with NumPy (pyarrow's one column per value is slow)
 
 
 def locate(path: Path, vocab: Path | None = None) -> tuple[Path, Path]:

@@ -7,7 +7,8 @@ a line are the vector. Files may be gzip-compressed.
 Reading is two streaming passes over the file, so memory stays near the size of the final matrix:
 
 1. a scan counts the lines, so a word2vec header that disagrees with the file is refused before anything
-   large is allocated, and the matrix can be allocated once at its final size;
+   large is allocated, and the matrix can be allocated once at its final size (when the header's rows are not
+   the lines after it, another pass counts the blank lines among them, which are not rows);
 2. a parse of chunks of whole lines with pyarrow's CSV reader (multi-threaded C++, numbers parsed as
    float64 and rounded to float32 exactly as gensim does). A chunk that pyarrow refuses (a token with spaces,
    a short row, a bad number, ...) is parsed again line by line, which gives the exact line number. Rows of
@@ -28,7 +29,16 @@ import pyarrow as pa
 import pyarrow.compute as pacompute
 import pyarrow.csv as pacsv
 
-from index.build.sources import BinaryHandle, RawTable, ReadOptions, decode_tokens, is_number, open_text
+from index.build.sources import (
+    DROP_HINT,
+    WIDE_DIM,
+    BinaryHandle,
+    RawTable,
+    ReadOptions,
+    decode_tokens,
+    is_number,
+    open_text,
+)
 from index.errors import InputError
 from index.progress import Progress, note
 
@@ -36,9 +46,6 @@ CHUNK_BYTES = 2 << 20
 SAMPLE_LINES = 1000
 MAX_HEAD = 64 << 20  # the longest first line accepted
 BOM = b"\xef\xbb\xbf"
-DROP_HINT = " (use --drop-invalid to skip such rows)"
-# Rows wider than this are parsed line by line with NumPy: pyarrow's one column per value does not scale.
-WIDE_DIM = 4096
 BLANK_LINE = re.compile(rb"^[ \t\r\f\v]*\n", re.MULTILINE)
 
 
@@ -179,8 +186,13 @@ def _scan(path: Path) -> tuple[int, int, bytes]:
 
 
 def _count_blank_lines(path: Path, lines: int) -> int:
-    """How many of the first ``lines`` lines after the header are blank."""
-    return sum(len(BLANK_LINE.findall(chunk)) for chunk, _, _ in _chunks(path, lines, skip_first=True))
+    """How many of the first ``lines`` lines after the header are blank (a pass over the file, shown as a step)."""
+    blank = 0
+    with Progress(f"counting the blank lines of {path.name}", lines - 1, unit="lines") as progress:
+        for chunk, _, count in _chunks(path, lines, skip_first=True):
+            blank += len(BLANK_LINE.findall(chunk))
+            progress.advance(count)
+    return blank
 
 
 def _chunks(path: Path, lines: int, skip_first: bool) -> Iterator[tuple[bytes, int, int]]:

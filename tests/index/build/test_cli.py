@@ -3,6 +3,7 @@ side of the command, the import's help, and the Makefile's shortcuts for the com
 
 from __future__ import annotations
 
+import io
 import json
 import shutil
 import subprocess
@@ -12,7 +13,10 @@ from pathlib import Path
 import pytest
 import typer.main
 
+from index import progress
+from index.build.cli import verify
 from index.engine.table import Table
+from index.store import writelog
 from tests.cli import REPO, run_cli
 from tests.lee import Lee, jsonl_records
 
@@ -227,3 +231,19 @@ def test_a_table_with_an_unreadable_manifest_is_listed_as_such_and_can_be_remove
     assert not (tmp_path / "bad").exists() and (tmp_path / "good").is_dir()
     missing = run_cli("remove", "bad", "--data-dir", tmp_path)
     assert missing.code == 1 and "no table at 'bad'" in missing.err
+
+
+def test_verify_says_that_it_replays_the_write_log(lee_data_dir: Path, lee_docs: Lee, tmp_path: Path) -> None:
+    """verify replays a documents table's write log as a server would (the whole log: long for a long one), and
+    says so first."""
+    data = tmp_path / "data"
+    shutil.copytree(lee_data_dir / "lee", data / "lee")
+    with writelog.appending(writelog.log_path(data, "lee")) as log:
+        log.append(1, {"op": "delete", "ids": lee_docs.ids[:1]})
+    stream, quiet = io.StringIO(), progress.CONFIG.quiet
+    progress.CONFIG.stream, progress.CONFIG.quiet = stream, False
+    try:
+        verify("lee", data_dir=data, quiet=False)
+    finally:
+        progress.CONFIG.stream, progress.CONFIG.quiet = None, quiet
+    assert stream.getvalue().splitlines() == ["embedding-index: replaying its write log lee.log as a server would ..."]

@@ -23,6 +23,7 @@ import numpy as np
 import pytest
 from gensim.models import KeyedVectors
 
+from index import progress
 from index.build.sources import RawTable, ReadOptions, read_source, sniff_format, text, word2vec_binary
 from index.engine.table import Table
 from index.errors import InputError
@@ -526,6 +527,21 @@ def test_blank_line_between_rows_under_a_header(tmp_path: Path, data_dir: Path) 
     short = tmp_path / "six.txt"
     short.write_bytes(b"6 3\na 1 0 0\n\nb 0 1 0\n")
     assert "six.txt:1: the header says 6 rows but the file has 2" in import_fails(short, data_dir, name="six")
+
+
+def test_counting_the_blank_lines_is_a_step_shown(tmp_path: Path) -> None:
+    """When the header's rows are not the lines after it, the pass over the file that counts the blank lines
+    among them shows its progress, as every long step does."""
+    path = tmp_path / "blanks.txt"
+    path.write_bytes(b"2 3\na 1 0 0\n\nb 0 1 0\n")
+    stream, quiet = io.StringIO(), progress.CONFIG.quiet
+    progress.CONFIG.stream, progress.CONFIG.quiet = stream, False
+    try:
+        raw, _ = read_source(path, "word2vec", ReadOptions(drop_invalid=True))
+    finally:
+        progress.CONFIG.stream, progress.CONFIG.quiet = None, quiet
+    assert raw.tokens == ["a", "b"]
+    assert "embedding-index: counting the blank lines of blanks.txt: done (3 of 3 lines) in " in stream.getvalue()
 
 
 def test_last_row_short_is_named_by_its_line(tmp_path: Path, data_dir: Path) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,6 +19,7 @@ from service.deps import AdminDep
 from service.errors import ERRORS
 from service.http.fastroute import QueryRoute, query_params
 from service.schemas.neighbors import NeighborsParams
+from tests import REPO
 from tests.cli import run_cli
 from tests.index.build.test_embed_documents import without_vectors
 from tests.lee import Lee, write_jsonl
@@ -313,6 +315,29 @@ def test_openapi_lists_error_responses_for_every_operation(api: TestClient) -> N
     assert error_schema["required"] == ["error"] and error_schema["properties"]["error"]["$ref"].endswith("/ErrorBody")
     assert schema["components"]["schemas"]["ErrorBody"]["required"] == ["code", "message"]
     assert "HTTPValidationError" not in schema["components"]["schemas"]  # 422 uses the envelope too
+
+
+def readme_operations() -> set[tuple[str, str]]:
+    """The (method, path) of each operation in README.md's table of the API, every path parameter as ``{}``:
+    ``.../x`` is ``/v1/tables/{table}/x``, and a bare method is the path before it in its row."""
+    rows = (REPO / "README.md").read_text().split("| Method and path |")[1].split("\n\n")[0].splitlines()[2:]
+    operations = set()
+    for row in rows:
+        path = ""
+        for item in re.findall(r"`([^`]*)`", row.split("|")[1]):
+            method, _, named = item.partition(" ")
+            if method in ("GET", "POST", "DELETE"):
+                path = named.split("?")[0].replace("...", "/v1/tables/{table}") if named else path
+                operations.add((method.lower(), re.sub(r"\{\w+\}", "{}", path)))
+    return operations
+
+
+def test_the_readme_table_lists_every_operation(api: TestClient) -> None:
+    """README.md's table of the API names every operation of the OpenAPI document, and nothing else but
+    ``/metrics`` (Prometheus', not in the document)."""
+    paths = api.get("/openapi.json").json()["paths"]
+    schema = {(method, re.sub(r"\{\w+\}", "{}", path)) for path, item in paths.items() for method in item}
+    assert readme_operations() == schema | {("get", "/metrics")}
 
 
 def test_query_routes_check_path_parameters_as_fastapi_does(api: TestClient) -> None:

@@ -39,6 +39,7 @@ from index.build.sources import RawTable
 from index.build.writer import build_table
 from service.app import create_app
 from service.http import auth
+from service.main import WORKER_SILENCE_SECONDS
 from service.main import parser as serve_parser
 from service.settings import Settings
 from tests.deploy.support import (
@@ -225,6 +226,10 @@ def test_probes_ask_for_the_apps_health_routes(name: str, app_paths: set[str]) -
         assert port_names[probe["port"]] == 8000
     startup = container["startupProbe"]
     assert startup["periodSeconds"] * startup["failureThreshold"] >= 120, "time to load and verify large tables"
+    # The kubelet restarts the container after failureThreshold probes in a row fail: a replica that is only slow
+    # (a loaded node) must be given as long as the supervisor gives a silent worker before replacing it.
+    liveness = container["livenessProbe"]
+    assert liveness["periodSeconds"] * liveness["failureThreshold"] >= WORKER_SILENCE_SECONDS, "killed while slow"
 
 
 def tiny_table(data_dir: Path) -> Path:

@@ -66,7 +66,9 @@ USER 10001:10001
 WORKDIR /tmp
 EXPOSE 8000
 
-HEALTHCHECK --interval=10s --timeout=3s --start-period=60s --retries=3 \
+# Failures during the start period do not count: it is as long as a replica may take to load and verify large
+# tables on cold storage (Kubernetes' startup probe allows as much); a success ends it at once.
+HEALTHCHECK --interval=10s --timeout=3s --start-period=300s --retries=3 \
     CMD ["python", "-c", "import urllib.request; urllib.request.urlopen('http://127.0.0.1:8000/readyz', timeout=2)"]
 
 CMD ["embedding-serve", "--host", "0.0.0.0", "--port", "8000"]

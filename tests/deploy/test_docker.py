@@ -35,6 +35,7 @@ from tests.deploy.support import (
     tail,
     wait_ready,
 )
+from tests.deploy.test_k8s import api_container, render
 
 VENV_BIN = Path(sys.executable).parent
 
@@ -139,6 +140,26 @@ def duration_seconds(value: str) -> float:
 
 
 EXIT_SECONDS = 3  # what the compose file leaves the process to exit after its shutdown timeout
+
+
+def healthcheck_options() -> dict[str, str]:
+    """The ``--name=value`` options of the image's HEALTHCHECK."""
+    [args] = [i.args for i in final_stage() if i.keyword == "HEALTHCHECK"]
+    options = args[: args.index("CMD ")].split()
+    return dict(option.removeprefix("--").split("=", 1) for option in options)
+
+
+def test_health_checks_wait_for_a_table_load(compose: dict) -> None:
+    """A replica loading large tables is not declared unhealthy (and the compose stack refused, nginx waiting for
+    healthy replicas) before the Kubernetes startup probe would give up on it: both wait as long for a load."""
+    image = healthcheck_options()
+    startup = api_container(render("base"))["startupProbe"]
+    assert duration_seconds(image["start-period"]) >= startup["periodSeconds"] * startup["failureThreshold"]
+    healthcheck = compose["services"]["api"]["healthcheck"]
+    for option in ("interval", "timeout", "start-period"):
+        given = duration_seconds(healthcheck[option.replace("-", "_")])
+        assert given == duration_seconds(image[option]), f"compose's {option} is not the image's"
+    assert healthcheck["retries"] == int(image["retries"])
 
 
 def test_compose_api_settings_suit_its_read_only_volume_and_its_stop(

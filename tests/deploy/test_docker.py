@@ -131,6 +131,18 @@ def test_compose_validates_and_describes_the_stack(compose: dict) -> None:
     assert "tables" in compose["volumes"]
 
 
+def test_compose_runs_the_image_unprivileged(compose: dict) -> None:
+    """The builder and the replicas run as the Kubernetes manifests run them (test_k8s.test_security_context): the
+    image's non-root user, no capability, no privilege gained through a setuid program, only /tmp and the tables
+    volume writable."""
+    for name in ("builder", "api"):
+        service = compose["services"][name]
+        assert "user" not in service, "the image's own non-root USER"
+        assert service["cap_drop"] == ["ALL"] and "cap_add" not in service, name
+        assert "no-new-privileges:true" in service["security_opt"], name
+        assert service["read_only"] is True and service["tmpfs"] == ["/tmp"], name
+
+
 def duration_seconds(value: str) -> float:
     """A compose duration (``25s``, ``1m30s``, ``500ms``) in seconds."""
     units = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 0.001, "us": 1e-6}

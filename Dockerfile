@@ -38,6 +38,12 @@ RUN embedding-index build --data-dir /data
 # ------------------------------------------------------------------------------------------------- runtime
 FROM ${PYTHON_IMAGE} AS runtime
 
+# OCI annotations, from pyproject.toml's [project] (tests/deploy/test_docker.py keeps them equal).
+LABEL org.opencontainers.image.title="embedding-search" \
+      org.opencontainers.image.description="Vector search over embedding tables: an offline builder and a JSON REST API." \
+      org.opencontainers.image.version="0.1.0" \
+      org.opencontainers.image.licenses="Apache-2.0"
+
 # One OpenMP/BLAS thread per process (embedding-serve's default too): a replica serves concurrent requests on
 # several threads (FAISS releases the GIL), so per-query threads would only oversubscribe the cores. Raise them
 # with care: workers x threads should not exceed the container's CPUs. embedding-serve also tunes glibc's

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import shutil
 import signal
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import httpx
@@ -75,6 +77,20 @@ def test_dockerfile_shape() -> None:
     env = image_env(runtime)
     assert env["EMBEDDING_DATA_DIR"] == "/data"
     assert env["PYTHONDONTWRITEBYTECODE"] == "1", "no .pyc writes on a read-only root filesystem"
+
+
+def test_image_labels_name_the_project() -> None:
+    """The OCI annotations say what the image is, as pyproject.toml does (a release bumps the version once)."""
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    labels = dict(
+        pair.split("=", 1) for ins in final_stage() if ins.keyword == "LABEL" for pair in shlex.split(ins.args)
+    )
+    assert labels == {
+        "org.opencontainers.image.title": project["name"],
+        "org.opencontainers.image.description": project["description"],
+        "org.opencontainers.image.version": project["version"],
+        "org.opencontainers.image.licenses": project["license"],
+    }
 
 
 def test_dockerignore_keeps_the_context_small() -> None:

@@ -37,7 +37,7 @@ from tests.deploy.support import (
     tail,
     wait_ready,
 )
-from tests.deploy.test_k8s import api_container, render
+from tests.deploy.test_k8s import api_container, builder_threads, render
 
 VENV_BIN = Path(sys.executable).parent
 
@@ -206,6 +206,13 @@ def test_compose_api_settings_suit_its_read_only_volume_and_its_stop(
     assert settings.build_deferred is False, "a deferred build would fail writing to the read-only volume"
     budget = settings.drain_seconds + settings.shutdown_timeout + EXIT_SECONDS
     assert duration_seconds(api["stop_grace_period"]) >= budget, "SIGKILL before the requests in flight finish"
+
+
+def test_compose_builder_threads(compose: dict, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The builder's environment over the image's (one thread per serving process): as many threads for a
+    documents import's embedding as for an HNSW graph, the EMBEDDING_BUILD_THREADS it is given."""
+    env = {**image_env(final_stage()), **compose["services"]["builder"]["environment"]}
+    assert builder_threads(env, monkeypatch) == (2, 2)
 
 
 def test_compose_builder_command_runs(compose: dict, glove_data_dir: Path, tmp_path: Path) -> None:

@@ -73,8 +73,10 @@ WORKDIR /tmp
 EXPOSE 8000
 
 # Failures during the start period do not count: it is as long as a replica may take to load and verify large
-# tables on cold storage (Kubernetes' startup probe allows as much); a success ends it at once.
-HEALTHCHECK --interval=10s --timeout=3s --start-period=300s --retries=3 \
+# tables on cold storage (Kubernetes' startup probe allows as much); a success ends it at once. Then a minute of
+# failures in a row, as long as embedding-serve leaves a silent worker, makes the container unhealthy (replaced
+# by a swarm): a container only slow on a loaded host is left to finish its requests.
+HEALTHCHECK --interval=10s --timeout=3s --start-period=300s --retries=6 \
     CMD ["python", "-c", "import urllib.request; urllib.request.urlopen('http://127.0.0.1:8000/readyz', timeout=2)"]
 
 CMD ["embedding-serve", "--host", "0.0.0.0", "--port", "8000"]

@@ -23,6 +23,7 @@ import yaml
 
 from bench.common import free_port
 from index.engine.table import Table
+from service.main import WORKER_SILENCE_SECONDS
 from service.settings import Settings
 from tests.deploy.support import (
     DOCKERFILE,
@@ -179,10 +180,13 @@ def healthcheck_options() -> dict[str, str]:
 
 def test_health_checks_wait_for_a_table_load(compose: dict) -> None:
     """A replica loading large tables is not declared unhealthy (and the compose stack refused, nginx waiting for
-    healthy replicas) before the Kubernetes startup probe would give up on it: both wait as long for a load."""
+    healthy replicas) before the Kubernetes startup probe would give up on it: both wait as long for a load. Nor
+    is a replica that is only slow, as the Kubernetes liveness probe (test_k8s)."""
     image = healthcheck_options()
     startup = api_container(render("base"))["startupProbe"]
     assert duration_seconds(image["start-period"]) >= startup["periodSeconds"] * startup["failureThreshold"]
+    # Then unhealthy (a swarm replaces it) no sooner than the supervisor replaces a silent worker.
+    assert duration_seconds(image["interval"]) * int(image["retries"]) >= WORKER_SILENCE_SECONDS
     healthcheck = compose["services"]["api"]["healthcheck"]
     for option in ("interval", "timeout", "start-period"):
         given = duration_seconds(healthcheck[option.replace("-", "_")])

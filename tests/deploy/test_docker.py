@@ -208,6 +208,7 @@ def test_compose_api_settings_suit_its_read_only_volume_and_its_stop(
     monkeypatch.setenv("EMBEDDING_DATA_DIR", str(tmp_path))
     settings = Settings()
     assert settings.build_deferred is False, "a deferred build would fail writing to the read-only volume"
+    assert settings.watch_seconds > 0, "the replicas load the tables the builder adds by themselves"
     nginx = (REPO / "deploy" / "nginx.conf").read_text()
     assert "non_idempotent" in nginx and settings.write_keys == [], "nginx retries POSTs: no writes behind it"
     budget = settings.drain_seconds + settings.shutdown_timeout + EXIT_SECONDS

@@ -38,6 +38,12 @@ RUN embedding-index build --data-dir /data
 # ------------------------------------------------------------------------------------------------- runtime
 FROM ${PYTHON_IMAGE} AS runtime
 
+# OCI annotations, from pyproject.toml's [project] (tests/deploy/test_docker.py keeps them equal).
+LABEL org.opencontainers.image.title="embedding-search" \
+      org.opencontainers.image.description="Vector search over embedding tables: an offline builder and a JSON REST API." \
+      org.opencontainers.image.version="0.1.0" \
+      org.opencontainers.image.licenses="Apache-2.0"
+
 # One OpenMP/BLAS thread per process (embedding-serve's default too): a replica serves concurrent requests on
 # several threads (FAISS releases the GIL), so per-query threads would only oversubscribe the cores. Raise them
 # with care: workers x threads should not exceed the container's CPUs. embedding-serve also tunes glibc's
@@ -66,7 +72,11 @@ USER 10001:10001
 WORKDIR /tmp
 EXPOSE 8000
 
-HEALTHCHECK --interval=10s --timeout=3s --start-period=60s --retries=3 \
+# Failures during the start period do not count: it is as long as a replica may take to load and verify large
+# tables on cold storage (Kubernetes' startup probe allows as much); a success ends it at once. Then a minute of
+# failures in a row, as long as embedding-serve leaves a silent worker, makes the container unhealthy (replaced
+# by a swarm): a container only slow on a loaded host is left to finish its requests.
+HEALTHCHECK --interval=10s --timeout=3s --start-period=300s --retries=6 \
     CMD ["python", "-c", "import urllib.request; urllib.request.urlopen('http://127.0.0.1:8000/readyz', timeout=2)"]
 
 CMD ["embedding-serve", "--host", "0.0.0.0", "--port", "8000"]

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import shutil
 import signal
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import httpx
@@ -21,6 +23,7 @@ import yaml
 
 from bench.common import free_port
 from index.engine.table import Table
+from service.main import WORKER_SILENCE_SECONDS
 from service.settings import Settings
 from tests.deploy.support import (
     DOCKERFILE,
@@ -35,6 +38,7 @@ from tests.deploy.support import (
     tail,
     wait_ready,
 )
+from tests.deploy.test_k8s import api_container, builder_threads, render
 
 VENV_BIN = Path(sys.executable).parent
 
@@ -74,6 +78,20 @@ def test_dockerfile_shape() -> None:
     env = image_env(runtime)
     assert env["EMBEDDING_DATA_DIR"] == "/data"
     assert env["PYTHONDONTWRITEBYTECODE"] == "1", "no .pyc writes on a read-only root filesystem"
+
+
+def test_image_labels_name_the_project() -> None:
+    """The OCI annotations say what the image is, as pyproject.toml does (a release bumps the version once)."""
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    labels = dict(
+        pair.split("=", 1) for ins in final_stage() if ins.keyword == "LABEL" for pair in shlex.split(ins.args)
+    )
+    assert labels == {
+        "org.opencontainers.image.title": project["name"],
+        "org.opencontainers.image.description": project["description"],
+        "org.opencontainers.image.version": project["version"],
+        "org.opencontainers.image.licenses": project["license"],
+    }
 
 
 def test_dockerignore_keeps_the_context_small() -> None:
@@ -130,6 +148,18 @@ def test_compose_validates_and_describes_the_stack(compose: dict) -> None:
     assert "tables" in compose["volumes"]
 
 
+def test_compose_runs_the_image_unprivileged(compose: dict) -> None:
+    """The builder and the replicas run as the Kubernetes manifests run them (test_k8s.test_security_context): the
+    image's non-root user, no capability, no privilege gained through a setuid program, only /tmp and the tables
+    volume writable."""
+    for name in ("builder", "api"):
+        service = compose["services"][name]
+        assert "user" not in service, "the image's own non-root USER"
+        assert service["cap_drop"] == ["ALL"] and "cap_add" not in service, name
+        assert "no-new-privileges:true" in service["security_opt"], name
+        assert service["read_only"] is True and service["tmpfs"] == ["/tmp"], name
+
+
 def duration_seconds(value: str) -> float:
     """A compose duration (``25s``, ``1m30s``, ``500ms``) in seconds."""
     units = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 0.001, "us": 1e-6}
@@ -139,6 +169,29 @@ def duration_seconds(value: str) -> float:
 
 
 EXIT_SECONDS = 3  # what the compose file leaves the process to exit after its shutdown timeout
+
+
+def healthcheck_options() -> dict[str, str]:
+    """The ``--name=value`` options of the image's HEALTHCHECK."""
+    [args] = [i.args for i in final_stage() if i.keyword == "HEALTHCHECK"]
+    options = args[: args.index("CMD ")].split()
+    return dict(option.removeprefix("--").split("=", 1) for option in options)
+
+
+def test_health_checks_wait_for_a_table_load(compose: dict) -> None:
+    """A replica loading large tables is not declared unhealthy (and the compose stack refused, nginx waiting for
+    healthy replicas) before the Kubernetes startup probe would give up on it: both wait as long for a load. Nor
+    is a replica that is only slow, as the Kubernetes liveness probe (test_k8s)."""
+    image = healthcheck_options()
+    startup = api_container(render("base"))["startupProbe"]
+    assert duration_seconds(image["start-period"]) >= startup["periodSeconds"] * startup["failureThreshold"]
+    # Then unhealthy (a swarm replaces it) no sooner than the supervisor replaces a silent worker.
+    assert duration_seconds(image["interval"]) * int(image["retries"]) >= WORKER_SILENCE_SECONDS
+    healthcheck = compose["services"]["api"]["healthcheck"]
+    for option in ("interval", "timeout", "start-period"):
+        given = duration_seconds(healthcheck[option.replace("-", "_")])
+        assert given == duration_seconds(image[option]), f"compose's {option} is not the image's"
+    assert healthcheck["retries"] == int(image["retries"])
 
 
 def test_compose_api_settings_suit_its_read_only_volume_and_its_stop(
@@ -155,8 +208,18 @@ def test_compose_api_settings_suit_its_read_only_volume_and_its_stop(
     monkeypatch.setenv("EMBEDDING_DATA_DIR", str(tmp_path))
     settings = Settings()
     assert settings.build_deferred is False, "a deferred build would fail writing to the read-only volume"
+    assert settings.watch_seconds > 0, "the replicas load the tables the builder adds by themselves"
+    nginx = (REPO / "deploy" / "nginx.conf").read_text()
+    assert "non_idempotent" in nginx and settings.write_keys == [], "nginx retries POSTs: no writes behind it"
     budget = settings.drain_seconds + settings.shutdown_timeout + EXIT_SECONDS
     assert duration_seconds(api["stop_grace_period"]) >= budget, "SIGKILL before the requests in flight finish"
+
+
+def test_compose_builder_threads(compose: dict, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The builder's environment over the image's (one thread per serving process): as many threads for a
+    documents import's embedding as for an HNSW graph, the EMBEDDING_BUILD_THREADS it is given."""
+    env = {**image_env(final_stage()), **compose["services"]["builder"]["environment"]}
+    assert builder_threads(env, monkeypatch) == (2, 2)
 
 
 def test_compose_builder_command_runs(compose: dict, glove_data_dir: Path, tmp_path: Path) -> None:

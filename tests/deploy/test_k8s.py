@@ -37,8 +37,10 @@ from bench.common import free_port
 from index.build import cli as index_cli
 from index.build.sources import RawTable
 from index.build.writer import build_table
+from index.engine import transformer_encoder
 from service.app import create_app
 from service.http import auth
+from service.main import WORKER_SILENCE_SECONDS
 from service.main import parser as serve_parser
 from service.settings import Settings
 from tests.deploy.support import (
@@ -225,6 +227,10 @@ def test_probes_ask_for_the_apps_health_routes(name: str, app_paths: set[str]) -
         assert port_names[probe["port"]] == 8000
     startup = container["startupProbe"]
     assert startup["periodSeconds"] * startup["failureThreshold"] >= 120, "time to load and verify large tables"
+    # The kubelet restarts the container after failureThreshold probes in a row fail: a replica that is only slow
+    # (a loaded node) must be given as long as the supervisor gives a silent worker before replacing it.
+    liveness = container["livenessProbe"]
+    assert liveness["periodSeconds"] * liveness["failureThreshold"] >= WORKER_SILENCE_SECONDS, "killed while slow"
 
 
 def tiny_table(data_dir: Path) -> Path:
@@ -461,7 +467,7 @@ def test_resources_follow_the_sizing_rule(name: str) -> None:
 
 
 # ------------------------------------------------------------------------------------------- tables on a volume
-def test_tables_job_fills_the_volume_the_replicas_read() -> None:
+def test_tables_job_fills_the_volume_the_replicas_read(monkeypatch: pytest.MonkeyPatch) -> None:
     job_objects, serving = render("tables-job"), render("overlays/volume")
     job = one(job_objects, "Job")
     build_claim = one(job_objects, "PersistentVolumeClaim")
@@ -495,5 +501,14 @@ def test_tables_job_fills_the_volume_the_replicas_read() -> None:
     context = container["securityContext"]
     assert context["readOnlyRootFilesystem"] is True and context["allowPrivilegeEscalation"] is False
     assert context["capabilities"] == {"drop": ["ALL"]}
-    threads = {e["name"]: e["value"] for e in container["env"]}["OMP_NUM_THREADS"]
-    assert int(threads) <= quantity_cores(container["resources"]["limits"]["cpu"])
+    cpus = quantity_cores(container["resources"]["limits"]["cpu"])
+    env = {**image_env(final_stage()), **{e["name"]: e["value"] for e in container["env"]}}
+    assert builder_threads(env, monkeypatch) == (cpus, cpus), "the build uses the CPUs it is given, no more"
+
+
+def builder_threads(env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> tuple[int, int]:
+    """(OpenMP threads for an HNSW graph, blocks of texts a documents import embeds at once) of ``embedding-index``
+    in this environment."""
+    for variable in ("OMP_NUM_THREADS", "EMBEDDING_THREADS"):
+        monkeypatch.setenv(variable, env[variable])  # read by index_choice and transformer_encoder as they run
+    return int(env["OMP_NUM_THREADS"]), transformer_encoder.threads()

@@ -30,6 +30,7 @@ import pytest
 
 from bench.common import free_port
 from index.store import artifact
+from service.settings import Settings
 from tests import REPO
 from tests.deploy.support import start, stop, tail, wait_ready
 
@@ -240,6 +241,22 @@ def test_request_heads_the_server_takes_reach_it(stack) -> None:
             assert_envelope(client.get(url + long_path), 404, "not_found")
             answered = client.get(url + neighbours_path("king"), headers=long_header)
             assert answered.status_code == 200, answered.text
+
+
+def directive(conf: str, name: str) -> str:
+    """The value of the one ``name`` directive of the config."""
+    [value] = re.findall(rf"^\s*{name}\s+([^;]+);", conf, re.MULTILINE)
+    return value.strip()
+
+
+def test_slow_clients_get_the_servers_time() -> None:
+    """nginx reads a request whole before it passes it on, so the server's own timeouts never see the client:
+    nginx's are the server's, not its default minute."""
+    conf = NGINX_CONF.read_text()
+    timeouts = {"client_header_timeout": "header_timeout", "client_body_timeout": "body_timeout"}
+    timeouts["send_timeout"] = "send_timeout"
+    for nginx, setting in timeouts.items():
+        assert directive(conf, nginx) == f"{Settings.model_fields[setting].default:g}s", nginx
 
 
 def test_metrics_are_not_published(stack) -> None:

@@ -21,7 +21,7 @@ API's JSON error envelope. ``embedding-serve`` runs with it (``JsonErrorsProtoco
   (a timer armed only for a body that goes on past that read).
 - 503 ``overloaded`` with ``Retry-After``: a connection opened while ``max_connections`` are open gets this
   answer to its request and is closed (instead of uvicorn's plain-text ``limit_concurrency`` 503, which also
-  refuses requests on connections already served).
+  refuses requests on connections already served); ``GET /healthz`` excepted, answered alive.
 - A client that reads none of its answers: while answer bytes wait in the write buffer (the client's window is
   closed), the connection is checked every ``send_timeout`` seconds and aborted once they have not moved since
   the check before, so the connection slot and the answers' memory are not held forever (a close would wait for
@@ -93,6 +93,7 @@ def _answer(code: str, body: bytes, default_headers: list[tuple[bytes, bytes]], 
 
 OVERLOADED_BODY = _body("overloaded", "the server has as many connections open as it takes: retry in a moment")
 OVERLOADED_HEADERS = [JSON, (b"retry-after", b"%d" % RETRY_AFTER_SECONDS), CLOSE]
+ALIVE_BODY = b'{"status":"ok"}'  # GET /healthz's answer
 
 
 def _shaped(scope: Any, code: str, body: bytes) -> bytes:
@@ -113,11 +114,19 @@ def refusal(code: str, message: str) -> Any:
 
 
 async def overloaded(scope: Any, receive: Any, send: Any) -> None:
-    """The ASGI app of a connection opened beyond ``max_connections``."""
-    body = _shaped(scope, "overloaded", OVERLOADED_BODY)
-    headers = [*OVERLOADED_HEADERS, (b"content-length", b"%d" % len(body))]
-    await send({"type": "http.response.start", "status": status_of("overloaded"), "headers": headers})
-    await send({"type": "http.response.body", "body": body})
+    """The ASGI app of a connection opened beyond ``max_connections``. The liveness probe is still answered alive
+    (it costs what the refusal costs): a replica that is only saturated must not be restarted for it."""
+    if scope.get("path") == "/healthz" and scope.get("method") in ("GET", "HEAD"):
+        status, body, headers = 200, ALIVE_BODY, [JSON, CLOSE]
+    else:
+        status, body, headers = (
+            status_of("overloaded"),
+            _shaped(scope, "overloaded", OVERLOADED_BODY),
+            OVERLOADED_HEADERS,
+        )
+    headers = [*headers, (b"content-length", b"%d" % len(body))]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": b"" if scope.get("method") == "HEAD" else body})
 
 
 class Lingering(asyncio.Protocol):

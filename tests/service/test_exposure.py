@@ -229,11 +229,16 @@ def test_connections_over_the_limit_get_503(server: Server) -> None:
             sock.sendall(request("GET", "/healthz"))
             assert read_response(sock)[0] == 200
         with connect(server.port) as extra:
-            extra.sendall(request("GET", "/healthz"))
+            extra.sendall(request("GET", "/readyz"))
             response = read_response(extra)
             assert closed(extra)
         error = error_of(response, 503)
         assert error["code"] == "overloaded" and response[1]["retry-after"] == "1"
+        with connect(server.port) as extra:  # the liveness probe: saturated is not dead (no restart for it)
+            extra.sendall(request("GET", "/healthz"))
+            response = read_response(extra)
+            assert closed(extra)
+        assert response[0] == 200 and json.loads(response[2]) == {"status": "ok"}
         with connect(server.port) as extra:  # on an OpenAI-compatible path, in OpenAI's shape
             extra.sendall(request("GET", "/v1/models"))
             error = error_of(read_response(extra), 503)

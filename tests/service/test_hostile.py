@@ -318,9 +318,9 @@ def test_a_client_that_never_reads_its_answers_is_cut_at_the_send_timeout(one_co
     sock = non_reader(one_connection.port)
     try:
         time.sleep(3)  # past the header, body and keep-alive timeouts
-        assert send(one_connection, http("GET", b"/healthz"))[0] == 503
+        assert send(one_connection, http("GET", b"/readyz"))[0] == 503
         started = time.monotonic()
-        while send(one_connection, http("GET", b"/healthz"))[0] == 503:
+        while send(one_connection, http("GET", b"/readyz"))[0] == 503:
             assert time.monotonic() - started < 2 * SEND_TIMEOUT + 10, "the connection is still held"
             time.sleep(1)
         assert "of answer not read for" in one_connection.log()

@@ -44,6 +44,8 @@ import numpy as np
 from bench.common import (
     BIN,
     MIB,
+    POLL_SECONDS,
+    START_SECONDS,
     Context,
     Stages,
     dir_size,
@@ -382,11 +384,11 @@ def worker_memory(data_dir: Path, table: str, workers: int, bodies: list[bytes],
             while True:
                 log.seek(0)
                 text = log.read().decode(errors="replace")
-                if process.poll() is not None or time.perf_counter() - started > 300:
+                if process.poll() is not None or time.perf_counter() - started > START_SECONDS:
                     raise RuntimeError(f"embedding-serve --workers {workers} did not start:\n{text[-3000:]}")
                 if text.count("Application startup complete") >= workers:
                     try:
-                        if httpx.get(base + "/readyz", timeout=2).status_code == 200:
+                        if httpx.get(base + "/readyz", timeout=POLL_SECONDS).status_code == 200:
                             break
                     except httpx.TransportError:
                         pass

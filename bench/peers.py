@@ -42,7 +42,9 @@ from bench import load as http_load
 from bench.common import (
     BIN,
     MIB,
+    POLL_SECONDS,
     REPO,
+    START_SECONDS,
     Context,
     display,
     embedding_serve,
@@ -199,7 +201,7 @@ def process(argv: list[str], ready: Callable[[], bool], env: dict[str, str], log
         proc = own_session(argv, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=REPO)
         try:
             while True:
-                if proc.poll() is not None or time.perf_counter() - started > 300:
+                if proc.poll() is not None or time.perf_counter() - started > START_SECONDS:
                     log.seek(0)
                     tail = log.read().decode(errors="replace")[-3000:]
                     raise RuntimeError(f"{display(argv)} did not become ready:\n{tail}")
@@ -334,7 +336,7 @@ class Ours(Side):
         argv = embedding_serve(variant, port)
 
         def ready() -> bool:
-            return httpx.get(base + "/readyz", timeout=2.0).status_code == 200
+            return httpx.get(base + "/readyz", timeout=POLL_SECONDS).status_code == 200
 
         self.server = self.stack.enter_context(process(argv, ready, server_env(cache=False), self.root / "logs"))
         self.server["base"] = base
@@ -502,7 +504,7 @@ class Chroma(Side):
         url = f"http://127.0.0.1:{self.port}/api/v2/heartbeat"
 
         def ready() -> bool:
-            return httpx.get(url, timeout=2.0).status_code == 200
+            return httpx.get(url, timeout=POLL_SECONDS).status_code == 200
 
         self.server = self.stack.enter_context(process(argv, ready, env, self.root / "logs"))
 
@@ -593,6 +595,7 @@ def throughput(side: Side, queries: np.ndarray, seconds: float) -> dict[str, Any
         search(queries[0])  # connect every client before the clock starts
     counts = [0] * CLIENTS
     errors = [0] * CLIENTS
+    failures: list[str] = []  # what went wrong, the first time
     barrier = threading.Barrier(CLIENTS + 1)
     deadline = [0.0]
 
@@ -604,8 +607,10 @@ def throughput(side: Side, queries: np.ndarray, seconds: float) -> dict[str, Any
             try:
                 if len(search(queries[n % len(queries)])) != K:
                     errors[i] += 1
-            except Exception:
+                    failures.append(f"fewer than {K} hits")
+            except Exception as e:
                 errors[i] += 1
+                failures.append(repr(e)[:300])
             counts[i] += 1
             n += 1
 
@@ -620,7 +625,13 @@ def throughput(side: Side, queries: np.ndarray, seconds: float) -> dict[str, Any
     elapsed = time.perf_counter() - started
     for _, close in clients:
         close()
-    return {"qps": sum(counts) / elapsed, "queries": sum(counts), "seconds": round(elapsed, 2), "errors": sum(errors)}
+    return {
+        "qps": sum(counts) / elapsed,
+        "queries": sum(counts),
+        "seconds": round(elapsed, 2),
+        "errors": sum(errors),
+        "first_error": failures[0] if failures else None,
+    }
 
 
 def idle(sides: list[Side], timeout: float) -> float:

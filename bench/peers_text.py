@@ -41,7 +41,7 @@ import httpx
 import numpy as np
 from gensim.test.utils import datapath
 
-from bench.common import BIN, Context, embedding_serve, free_port, median, paired, run_child, server_env
+from bench.common import BIN, POLL_SECONDS, Context, embedding_serve, free_port, median, paired, run_child, server_env
 from bench.peers import (
     CLIENTS,
     Chroma,
@@ -131,7 +131,7 @@ class OursText(Ours):
         base = f"http://127.0.0.1:{port}"
 
         def ready() -> bool:
-            return httpx.get(base + "/readyz", timeout=2.0).status_code == 200
+            return httpx.get(base + "/readyz", timeout=POLL_SECONDS).status_code == 200
 
         argv = embedding_serve(variant, port)
         self.server = self.stack.enter_context(process(argv, ready, server_env(), self.root / "logs"))
@@ -396,6 +396,7 @@ def figures(side: Side, command: str, rounds: list[dict[str, Any]]) -> dict[str,
         "p99_ms": round(median([x["c1"]["p99_ms"] for x in rounds]), 3),
         "qps": round(median([x[f"c{CLIENTS}"]["qps"] for x in rounds]), 1),
         "errors": sum(x[f"c{CLIENTS}"]["errors"] for x in rounds),
+        "first_error": next(filter(None, (x[f"c{CLIENTS}"]["first_error"] for x in rounds)), None),
         "rss_mib": round(median([x["memory"]["rss_mib"] for x in rounds]), 1),
         "rounds": rounds,
     }

@@ -52,7 +52,13 @@ GLOVE, MINILM, DOCS = "glove-6b-50d", "minilm", "docs-text"
 ENCODERS = {"sif": (GLOVE, "sif"), "minilm": (MINILM, "mean")}
 MODES = ("raw_vector", "vector", "keyword", "hybrid")
 SHORT_TEXT = "The heart pumps blood."
-DONE = re.compile(r"(embedding with [\w-]+|keyword index): done \(.*\) in (\d+)s")
+DONE = re.compile(r"(embedding with [\w-]+|keyword index): done \(.*\) in (\d+h\d+m|\d+m\d+s|\d+s)")
+UNIT_SECONDS = {"h": 3600, "m": 60, "s": 1}
+
+
+def duration_seconds(text: str) -> int:
+    """Whole seconds of a progress line's duration (``index.progress.duration``: 42s, 1m05s, 2h03m)."""
+    return sum(int(n) * UNIT_SECONDS[unit] for n, unit in re.findall(r"(\d+)([hms])", text))
 
 
 # ------------------------------------------------------------------- inputs
@@ -278,7 +284,7 @@ def import_documents(work: Path, data_dir: Path, texts: list[str]) -> dict[str, 
     manifest = json.loads((data_dir / DOCS / "manifest.json").read_text())
     source_mib = round(source.stat().st_size / MIB, 1)
     source.unlink()
-    steps = {step.split(" with ")[0]: int(seconds) for step, seconds in DONE.findall(child.stderr)}
+    steps = {step.split(" with ")[0]: duration_seconds(took) for step, took in DONE.findall(child.stderr)}
     return {
         "seconds": round(child.seconds, 3),
         "peak_rss_mib": round(child.max_rss / MIB, 1),

@@ -32,7 +32,7 @@ from pathlib import Path
 import httpx
 import psutil
 
-from bench.common import free_port, own_session
+from bench.common import POLL_SECONDS, free_port, own_session
 
 MIB = 1 << 20
 BASELINE = """
@@ -102,7 +102,7 @@ def warm(base: str, table: str, words: list[str], requests: int) -> None:
 
 def ready(base: str) -> bool:
     try:
-        return httpx.get(f"{base}/readyz", timeout=2).status_code == 200
+        return httpx.get(f"{base}/readyz", timeout=POLL_SECONDS).status_code == 200
     except httpx.TransportError:
         return False
 

@@ -20,9 +20,9 @@ def quick_argv(name: str) -> Callable[[Path], list[str]]:
     return argv
 
 
-def quick_early(module: str, fixture: str, name: str, timeout: float) -> Early:
+def quick_early(module: str, fixture: str, name: str) -> Early:
     """The quick run of benchmark ``name``, read by ``fixture`` of test module ``module`` (``quick_run``)."""
-    return Early(module, fixture, quick_argv(name), timeout=timeout)
+    return Early(module, fixture, quick_argv(name))
 
 
 def quick_run(early: Early, name: str) -> dict[str, Any]:

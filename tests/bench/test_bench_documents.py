@@ -21,7 +21,7 @@ from tests.bench.quick import quick_run as run_quick
 pytestmark = pytest.mark.slow
 
 
-QUICK = quick_early(__name__, "quick_run", "documents", timeout=600)  # started at collection (tests/early.py)
+QUICK = quick_early(__name__, "quick_run", "documents")  # started at collection (tests/early.py)
 
 
 @pytest.fixture(scope="module")

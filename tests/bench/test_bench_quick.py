@@ -166,7 +166,7 @@ def peers_argv(out: Path) -> list[str]:
     return [*argv, "--results-dir", str(out / "results"), "--markdown", str(out / "BENCHMARKS.md")]
 
 
-PEERS_RUN = Early(__name__, "peers_run", peers_argv, timeout=300)  # started at collection (tests/early.py)
+PEERS_RUN = Early(__name__, "peers_run", peers_argv)  # started at collection (tests/early.py)
 
 
 @pytest.fixture(scope="module")

@@ -21,7 +21,7 @@ from tests.bench.quick import quick_run as run_quick
 pytestmark = pytest.mark.slow
 
 
-QUICK = quick_early(__name__, "quick_run", "text", timeout=300)  # started at collection (tests/early.py)
+QUICK = quick_early(__name__, "quick_run", "text")  # started at collection (tests/early.py)
 
 
 @pytest.fixture(scope="module")
@@ -75,3 +75,14 @@ def test_section_renders(quick_run: dict[str, Any]) -> None:
     text = quick_run["markdown"]
     assert "## 9. Text in: encoding and text queries" in text
     assert "cannot render" not in text and re.search(r"\| GloVe 6B 50d, SIF \| \d", text)
+
+
+def test_a_step_longer_than_a_minute_is_read() -> None:
+    """The import's step seconds come from its progress lines, written as ``index.progress.duration`` does."""
+    from bench.text import DONE, duration_seconds
+    from index.progress import duration
+
+    for seconds in (0, 7, 59, 60, 65, 3599):
+        line = f"keyword index: done (2000 of 2000 rows) in {duration(seconds)}"
+        assert [duration_seconds(took) for _, took in DONE.findall(line)] == [seconds]
+    assert duration_seconds(duration(7380)) == 7380  # 2h03m

@@ -21,7 +21,7 @@ def firstrun_argv(out: Path) -> list[str]:
     return [*argv, "--markdown", str(out / "BENCHMARKS.md")]
 
 
-FIRSTRUN = Early(__name__, "firstrun_run", firstrun_argv, timeout=600)  # started at collection (tests/early.py)
+FIRSTRUN = Early(__name__, "firstrun_run", firstrun_argv)  # started at collection (tests/early.py)
 
 
 @pytest.fixture

@@ -39,7 +39,7 @@ from tests.service.raw_http import (
 )
 from tests.service.real_server import start, wait_for
 
-DRAIN = 1.5  # long enough for the checks made during the drain, with room for a busy machine
+DRAIN = 3.0  # long enough for the checks made during the drain, with room for a slow and busy machine
 CUT_AFTER = 0.5  # the shutdown timeout of a request that never ends
 IN_FLIGHT = 4
 DRAINING = "readiness fails now"

@@ -100,6 +100,8 @@ export class TableMap {
     this.selected = -1;
     this.neighbours = [];
     this.hovered = -1;
+    this.panel.replaceChildren(); // the neighbours of a row of the layout before
+    this.root.dataset.selected = "";
     this.buildIndex();
     this.setColumns();
     await this.colourBy(this.root.querySelector(".tm-colour").value || "rank", false);

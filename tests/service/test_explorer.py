@@ -535,7 +535,14 @@ def test_a_click_on_a_point_shows_and_marks_its_neighbours(server: str, api: htt
     page.wait_for_function(f"() => ({PIXELS})().selected > 0")
     # A neighbour in the list: the map goes there and asks for its neighbours.
     page.locator("#table-map .tm-panel button.token").first.click()
-    page.wait_for_selector(f"#table-map[data-selected='{expected[0]['id']}']")
+    page.wait_for_selector(f"#table-map[data-selected='{expected[0]['id']}'] .tm-panel .scores")
+    # Another table: the list of the other table's rows goes with its layout.
+    page.select_option("#table", TOKENS_TABLE)
+    page.wait_for_function(
+        "() => explorer.tableMap.table === 'minilm' && explorer.tableMap.canvas.dataset.ready === 'true'"
+    )
+    assert page.locator("#table-map .tm-panel").inner_text() == ""
+    assert page.get_attribute("#table-map", "data-selected") == ""
     watched.assert_clean()
 
 

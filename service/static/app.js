@@ -20,7 +20,7 @@ const DEFAULT_WORDS = [
 ].join("\n");
 const DEFAULTS = {
   table: "", word: "", a: "man", b: "king", c: "woman", expect: "", method: "3cosadd", x: "cat", y: "dog", words: "",
-  axes: "", proj: "", q: "", doc: "", filter: "", offset: "", per: "", ctx: "", cw: DEFAULT_WORD,
+  axes: "", proj: "", q: "", doc: "", filter: "", offset: "", per: "", text: "", mode: "", ctx: "", cw: DEFAULT_WORD,
 };
 const URL_KEYS = Object.keys(DEFAULTS);
 
@@ -639,7 +639,7 @@ async function loadTables() {
   }
   select.addEventListener("change", () => {
     state.table = select.value;
-    Object.assign(state, { doc: "", filter: "", offset: "" }); // a document query belongs to its table
+    Object.assign(state, { doc: "", filter: "", offset: "", text: "", mode: "" }); // a document query belongs to its table
     showTableInfo(tables);
     writeURL(true);
     runAll();

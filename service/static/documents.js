@@ -90,7 +90,8 @@ export class DocumentSearch {
   /**
    * @param {HTMLElement} root the Search card
    * @param {{api: Function, tablePath: Function, el: Function, errorBox: Function, state: object,
-   *          writeURL: Function}} deps the page's helpers and its URL state (keys doc, filter, offset, per)
+   *          writeURL: Function}} deps the page's helpers and its URL state (keys doc, filter, offset, per, text,
+   *          mode)
    */
   constructor(root, deps) {
     this.root = root;
@@ -174,6 +175,8 @@ export class DocumentSearch {
   fill() {
     const { state } = this.deps;
     this.$("ds-id").value = state.doc || this.example;
+    this.$("ds-text").value = state.text || "";
+    if (this.textModes().includes(state.mode)) this.$("ds-mode").value = state.mode;
     this.$("ds-k").value = String(this.k());
     this.$("ds-filter").value = state.filter ? pretty(state.filter) : "";
     this.writeControls(state.filter || "");
@@ -258,8 +261,10 @@ export class DocumentSearch {
       event.preventDefault();
       const filter = compact(this.$("ds-filter").value);
       const per = this.$("ds-k").value;
+      const text = this.$("ds-text").disabled ? "" : this.$("ds-text").value.trim();
+      const mode = text && !this.$("ds-mode").hidden ? this.$("ds-mode").value : "";
       Object.assign(this.deps.state, {
-        doc: this.$("ds-id").value.trim(), filter, offset: "", per: per === String(DEFAULT_K) ? "" : per,
+        doc: this.$("ds-id").value.trim(), filter, offset: "", per: per === String(DEFAULT_K) ? "" : per, text, mode,
       });
       this.writeControls(filter);
       this.deps.writeURL(true);
@@ -288,7 +293,7 @@ export class DocumentSearch {
   }
 
   searchFrom(id) {
-    Object.assign(this.deps.state, { doc: id, offset: "" });
+    Object.assign(this.deps.state, { doc: id, offset: "", text: "", mode: "" });
     this.$("ds-id").value = id;
     this.$("ds-text").value = "";
     this.deps.writeURL(true);
@@ -301,10 +306,10 @@ export class DocumentSearch {
     this.run().then(() => this.root.scrollIntoView({ block: "start" }));
   }
 
-  /** A text query, when a text search is plugged in and the text box has text; else "". */
+  /** The text query searched (the box's text when the form was sent), when the table can search text; else "". */
   textQuery() {
     const on = typeof textSearch.query === "function" || this.textModes().length > 0;
-    return on ? this.$("ds-text").value.trim() : "";
+    return on ? this.deps.state.text.trim() : "";
   }
 
   async run() {
@@ -329,7 +334,8 @@ export class DocumentSearch {
     let body;
     let query; // what the hits are marked against: {label, text}
     if (text && typeof textSearch.query !== "function") {
-      body = { text, mode: this.$("ds-mode").value, ...page };
+      const mode = this.textModes().includes(state.mode) ? state.mode : this.$("ds-mode").value;
+      body = { text, mode, ...page };
       query = { label: `“${text}”`, text, words: markable(text) };
     } else if (text) {
       const asked = await textSearch.query(this.table, text);

@@ -421,6 +421,35 @@ def test_text_searches_by_the_tables_own_modes(
     watched.assert_clean()
 
 
+def test_a_text_query_is_kept_in_the_url(server: str, watched: Watched) -> None:
+    """The text and its mode go into the URL: a reload searches them again, more like this leaves them and Back
+    brings them back."""
+    page = watched.page
+    page.goto(f"{server}/?table={EMBEDDED}")
+    settle(page)
+    page.select_option("#ds-mode", "keyword")
+    page.fill("#ds-text", "bushfires Sydney")
+    page.press("#ds-text", "Enter")
+    page.wait_for_function("() => new URLSearchParams(location.search).get('text') === 'bushfires Sydney'")
+    settle(page)
+    assert watched.state()["mode"] == "keyword"
+    hits = [hit["id"] for hit in shown_hits(page)]
+    page.reload()
+    settle(page)
+    assert (page.input_value("#ds-text"), page.input_value("#ds-mode")) == ("bushfires Sydney", "keyword")
+    assert sent(page) == {"text": "bushfires Sydney", "mode": "keyword", "k": 10, "offset": 0}
+    assert [hit["id"] for hit in shown_hits(page)] == hits
+    page.locator(f"#ds-out .ds-hit[data-id='{hits[0]}'] button.ds-more").click()
+    page.wait_for_function("() => !new URLSearchParams(location.search).get('text')")
+    settle(page)
+    assert sent(page)["id"] == hits[0] and page.input_value("#ds-text") == ""
+    page.go_back()
+    page.wait_for_function("() => new URLSearchParams(location.search).get('text') === 'bushfires Sydney'")
+    settle(page)
+    assert sent(page)["text"] == "bushfires Sydney" and page.input_value("#ds-text") == "bushfires Sydney"
+    watched.assert_clean()
+
+
 def test_phone_width_has_no_horizontal_scroll(server: str, browser: Any, api: httpx.Client) -> None:
     phone = Watched(browser, width=375, height=812)
     try:

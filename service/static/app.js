@@ -81,6 +81,13 @@ function begin(section, out) {
   };
 }
 
+/** Show ``nodes`` (none: nothing) as a section's answer without asking, dropping any answer still on its way. */
+function settle(section, out, ...nodes) {
+  pending[section] = (pending[section] || 0) + 1;
+  out.removeAttribute("aria-busy");
+  out.replaceChildren(...nodes);
+}
+
 function errorBox(error, onPick) {
   const box = el("div", { class: "error", role: "alert" }, el("p", {}, error.message || "Something went wrong."));
   const suggestions = error.suggestions || [];
@@ -201,7 +208,7 @@ function searchWord(word) {
 
 async function runNeighbours() {
   const out = $("neighbours-out");
-  if (!state.word) return out.replaceChildren();
+  if (!state.word) return settle("neighbours", out);
   const done = begin("neighbours", out);
   const { ok, data } = await api(tablePath(`neighbors?token=${encodeURIComponent(state.word)}&k=${K_NEIGHBOURS}`));
   if (!done()) return;
@@ -218,7 +225,7 @@ async function runNeighbours() {
 async function runAnalogy() {
   const out = $("analogy-out");
   const { a, b, c, expect, method } = state;
-  if (!a || !b || !c) return out.replaceChildren();
+  if (!a || !b || !c) return settle("analogy", out);
   const done = begin("analogy", out);
   const body = { a, b, c, k: K_ANALOGY, method, ...(expect ? { expect } : {}) };
   const { ok, data } = await api(tablePath("analogy"), body);
@@ -247,7 +254,7 @@ function expectation({ token, rank, score, margin }) {
 async function runSimilarity() {
   const out = $("similarity-out");
   const { x, y } = state;
-  if (!x || !y) return out.replaceChildren();
+  if (!x || !y) return settle("similarity", out);
   const done = begin("similarity", out);
   const { ok, data } = await api(tablePath(`similarity?a=${encodeURIComponent(x)}&b=${encodeURIComponent(y)}`));
   if (!done()) return;
@@ -267,8 +274,8 @@ const wordsOf = (id) => $(id).value.split(/[\s,]+/).filter(Boolean);
 async function runOddOneOut() {
   const out = $("odd-out");
   const words = wordsOf("odd-words");
-  if (!words.length) return out.replaceChildren();
-  if (words.length < 2) return out.replaceChildren(el("p", { class: "muted" }, "Give two words or more."));
+  if (!words.length) return settle("odd", out);
+  if (words.length < 2) return settle("odd", out, el("p", { class: "muted" }, "Give two words or more."));
   const done = begin("odd", out);
   const { ok, data } = await api(tablePath("doesnt-match"), { words });
   if (!done()) return;
@@ -285,7 +292,7 @@ async function runRank() {
   const out = $("rank-out");
   const a = $("rank-a").value.trim();
   const b = $("rank-b").value.trim();
-  if (!a || !b) return out.replaceChildren();
+  if (!a || !b) return settle("rank", out);
   const done = begin("rank", out);
   const { ok, data } = await api(tablePath(`rank?a=${encodeURIComponent(a)}&b=${encodeURIComponent(b)}`));
   if (!done()) return;
@@ -310,7 +317,7 @@ async function runCloser() {
   const out = $("closer-out");
   const a = $("closer-a").value.trim();
   const b = $("closer-b").value.trim();
-  if (!a || !b) return out.replaceChildren();
+  if (!a || !b) return settle("closer", out);
   const done = begin("closer", out);
   const query = `a=${encodeURIComponent(a)}&b=${encodeURIComponent(b)}&order=score&limit=${K_CLOSER}`;
   const { ok, data } = await api(tablePath(`closer-than?${query}`));
@@ -331,7 +338,7 @@ async function runSetSimilarity() {
   const out = $("nsim-out");
   const a = wordsOf("nsim-a");
   const b = wordsOf("nsim-b");
-  if (!a.length || !b.length) return out.replaceChildren();
+  if (!a.length || !b.length) return settle("nsim", out);
   const done = begin("nsim", out);
   const { ok, data } = await api(tablePath("n-similarity"), { a, b });
   if (!done()) return;
@@ -351,7 +358,7 @@ async function runCompare(word) {
   if (word !== undefined) $("cmp-word").value = word;
   const token = $("cmp-word").value.trim();
   const [first, second] = [$("cmp-first").value, $("cmp-second").value];
-  if (!token || !first || !second) return out.replaceChildren();
+  if (!token || !first || !second) return settle("compare", out);
   const done = begin("compare", out);
   const query = new URLSearchParams({ first, second, token, k: K_COMPARE });
   const { ok, data } = await api(`/v1/compare?${query}`);
@@ -394,6 +401,10 @@ function parseWords(text) {
 async function runMap() {
   const out = $("map-out");
   const items = parseWords($("map-words").value);
+  if (items.length < 2) {
+    lastMap = null;
+    return settle("map", out, el("p", { class: "muted" }, "Give two words or more to map."));
+  }
   const done = begin("map", out);
   const body = { tokens: items.map((item) => item.word), method: "pca", skip_unknown: true };
   const [xa, xb, ya, yb] = state.axes ? state.axes.split(",") : [];

@@ -649,6 +649,33 @@ def test_diagnostics_odd_one_out_and_rank(server: str, api: httpx.Client, watche
     watched.assert_clean(expected_404=("kingg", "doesnt-match"))
 
 
+def test_an_answer_overtaken_by_a_shorter_input_is_dropped(server: str, watched: Watched) -> None:
+    """Too few words are answered at once, without asking; an answer still on its way for the words before is
+    dropped, not shown in place of that answer (each held here until the newer input is shown)."""
+    watched.open(server, f"?table={WORDS_TABLE}")
+    page = watched.page
+    held: list = []
+    for path in ("doesnt-match", "project"):
+        page.route(f"**/v1/tables/{WORDS_TABLE}/{path}", lambda route: held.append(route))
+    page.fill("#odd-words", "breakfast cereal dinner lunch")
+    page.press("#odd-words", "Enter")
+    page.fill("#map-words", "colours: red blue green")
+    page.click("#map-form button[type=submit]")
+    page.wait_for_function("() => document.querySelectorAll('#odd-out[aria-busy], #map-out[aria-busy]').length === 2")
+    page.fill("#odd-words", "breakfast")
+    page.press("#odd-words", "Enter")
+    page.fill("#map-words", "colours: red")
+    page.click("#map-form button[type=submit]")
+    for route in held:
+        route.continue_()
+    page.wait_for_selector("#odd-out:not([aria-busy])")
+    page.wait_for_selector("#map-out:not([aria-busy])")
+    assert page.inner_text("#odd-out") == "Give two words or more."
+    assert page.inner_text("#map-out") == "Give two words or more to map."
+    assert page.locator("#map-out svg").count() == 0
+    watched.assert_clean()
+
+
 def test_export_downloads_files_that_reimport(
     server: str, api: httpx.Client, browser: object, data_dir: Path, tmp_path: Path
 ) -> None:

@@ -23,6 +23,7 @@ const DEFAULTS = {
   axes: "", proj: "", q: "", doc: "", filter: "", offset: "", per: "", text: "", mode: "", ctx: "", cw: DEFAULT_WORD,
 };
 const URL_KEYS = Object.keys(DEFAULTS);
+const MAX_QUERY = 16_000; // characters of the URL's query, well inside the server's limit on a request's head
 
 const $ = (id) => document.getElementById(id);
 const state = { ...DEFAULTS };
@@ -135,6 +136,11 @@ function readURL() {
 function writeURL(push = false) {
   const params = new URLSearchParams();
   for (const key of URL_KEYS) if (state[key] && state[key] !== DEFAULTS[key]) params.set(key, state[key]);
+  // A value too long for a link (a whole article as the text query) is used but left out, longest first.
+  while (params.toString().length > MAX_QUERY) {
+    const sized = [...params].map(([key, value]) => [encodeURIComponent(value).length, key]);
+    params.delete(sized.sort((x, y) => y[0] - x[0])[0][1]);
+  }
   const url = `${location.pathname}${params.size ? `?${params}` : ""}`;
   if (url === `${location.pathname}${location.search}`) return;
   history[push ? "pushState" : "replaceState"](null, "", url);

@@ -6,6 +6,7 @@ const DEFAULT_K = 10;
 const CHIPS_SHOWN = 8; // values of a field shown before its "more" button
 const SNIPPET_CHARS = 240; // whole sentences from the start of a text, until about this long
 const MIN_WORD = 3; // shorter words are never marked
+const LABEL_CHARS = 80; // of a text query, where the card names it
 // Common English words, never marked as shared: two news stories share "the" and "said" whatever they are about.
 const STOPWORDS = new Set((
   "about after again all also and any are because been before being but can could did does down during each few " +
@@ -47,6 +48,13 @@ function snippet(text) {
   out = out.trim();
   if (out.length > SNIPPET_CHARS * 1.5) out = `${out.slice(0, SNIPPET_CHARS).replace(/\s+\S*$/, "")}`;
   return out.length < (text || "").trim().length ? `${out} …` : out;
+}
+
+/** A text query as the card names it: in quotes, cut after LABEL_CHARS characters (a long text is searched
+ * whole, but shown whole it would push the hits screens down, twice). */
+function quoted(text) {
+  const chars = [...text]; // by code point, so an emoji is never cut in half
+  return `“${chars.length > LABEL_CHARS ? `${chars.slice(0, LABEL_CHARS).join("")}…` : text}”`;
 }
 
 /** Filter JSON text as the URL keeps it (compact), or the text itself when it is not JSON. */
@@ -336,7 +344,7 @@ export class DocumentSearch {
     if (text && typeof textSearch.query !== "function") {
       const mode = this.textModes().includes(state.mode) ? state.mode : this.$("ds-mode").value;
       body = { text, mode, ...page };
-      query = { label: `“${text}”`, text, words: markable(text) };
+      query = { label: quoted(text), text, words: markable(text) };
     } else if (text) {
       const asked = await textSearch.query(this.table, text);
       if (ticket !== this.ticket) return;
@@ -345,7 +353,7 @@ export class DocumentSearch {
         return out.replaceChildren(this.failure(asked));
       }
       body = { ...asked.query, ...page };
-      query = { label: `“${text}”`, text, words: markable(text) };
+      query = { label: quoted(text), text, words: markable(text) };
     } else {
       body = { id, ...page };
     }

@@ -57,6 +57,7 @@ export class TableMap {
     this.frame = 0;
     this.drawTimes = [];
     this.generation = 0;
+    this.colourTicket = 0;
     this.wire();
   }
 
@@ -105,6 +106,7 @@ export class TableMap {
     this.buildIndex();
     this.setColumns();
     await this.colourBy(this.root.querySelector(".tm-colour").value || "rank", false);
+    if (generation !== this.generation) return;
     this.fit();
     this.drawNow();
     this.firstView = performance.now() - started;
@@ -209,6 +211,7 @@ export class TableMap {
   }
 
   async colourBy(column, redraw = true) {
+    const ticket = ++this.colourTicket; // a column asked for later, or another layout, wins over this one
     const n = this.n;
     let categories;
     if (column === "rank") {
@@ -227,6 +230,7 @@ export class TableMap {
       this.colours = ["#2b5d9b"];
     } else {
       const { ok, data } = await this.deps.fetchJSON(this.deps.tablePath(`map/colours/${encodeURIComponent(column)}`));
+      if (ticket !== this.colourTicket) return;
       if (!ok) {
         this.setStatus(data.error?.message || "colour column not loaded", true);
         return;

@@ -462,6 +462,30 @@ def test_the_whole_table_is_drawn_with_every_row(
     watched.assert_clean()
 
 
+def test_colours_asked_for_before_a_table_switch_are_dropped(server: str, watched: Watched) -> None:
+    """The colours of a column of the table before (held here until the switch is done) do not colour the new
+    table's map."""
+    open_table_map(watched, server, f"?table={TOKENS_TABLE}")
+    page = watched.page
+    held: list = []
+    page.route(f"**/v1/tables/{TOKENS_TABLE}/map/colours/**", lambda route: held.append(route))
+    with page.expect_request(lambda r: "/map/colours/" in r.url):
+        page.select_option("#tm-colour", "token kind")
+    page.select_option("#table", WORDS_TABLE)
+    page.wait_for_function(
+        "t => explorer.tableMap.table === t && explorer.tableMap.canvas.dataset.ready === 'true'", arg=WORDS_TABLE
+    )
+    legend = page.locator("#table-map .tm-legend li").all_inner_texts()
+    assert len(held) == 1 and legend[0] == "top 100"
+    with page.expect_response(lambda r: "/map/colours/" in r.url) as answered:
+        held[0].continue_()
+    answered.value.finished()
+    page.evaluate("() => new Promise((done) => requestAnimationFrame(() => setTimeout(done, 50)))")  # the page reads it
+    assert page.evaluate("explorer.tableMap.column") == "rank"
+    assert page.locator("#table-map .tm-legend li").all_inner_texts() == legend
+    watched.assert_clean()
+
+
 @pytest.mark.parametrize(
     ("query", "matches"),
     [("/^[0-9]+$/", lambda t: re.search(r"^[0-9]+$", t)), ("HEART", lambda t: "heart" in t.lower())],

@@ -71,7 +71,7 @@ export class TableMap {
     const path = this.deps.tablePath;
     const [info, buffer] = await Promise.all([
       this.deps.fetchJSON(path(`map/info?method=${method}`)),
-      fetch(path(`map?method=${method}`)).then((r) => (r.ok ? r.arrayBuffer() : null)),
+      fetch(path(`map?method=${method}`)).then((r) => (r.ok ? r.arrayBuffer() : null)).catch(() => null),
     ]);
     if (generation !== this.generation) return;
     if (!info.ok || !buffer) {
@@ -116,10 +116,18 @@ export class TableMap {
   }
 
   async loadLabels(generation) {
-    const response = await fetch(this.deps.tablePath("map/labels"));
-    if (!response.ok || generation !== this.generation) return;
-    const text = await new Response(response.body.pipeThrough(new DecompressionStream("gzip"))).text();
+    let text = null;
+    try {
+      const response = await fetch(this.deps.tablePath("map/labels"));
+      if (response.ok) text = await new Response(response.body.pipeThrough(new DecompressionStream("gzip"))).text();
+    } catch {
+      text = null; // the network failed: said below, as a refusal is
+    }
     if (generation !== this.generation) return;
+    if (text === null) {
+      this.setStatus(`${this.table}: the labels could not be loaded (hover, search and labels need them).`, true);
+      return;
+    }
     this.labels = JSON.parse(text);
     this.canvas.dataset.labels = "true";
     this.runSearch();

@@ -486,6 +486,19 @@ def test_colours_asked_for_before_a_table_switch_are_dropped(server: str, watche
     watched.assert_clean()
 
 
+def test_a_layout_or_labels_lost_on_the_network_are_reported(server: str, watched: Watched) -> None:
+    """A request of the whole-table map that fails (the connection lost) is said in its status line, not thrown."""
+    page = watched.page
+    page.route("**/map/labels", lambda route: route.abort())
+    watched.open(server, f"?table={WORDS_TABLE}")
+    page.wait_for_selector("#table-map .tm-status.warning >> text=the labels could not be loaded")
+    page.route(f"**/v1/tables/{TOKENS_TABLE}/map?*", lambda route: route.abort())
+    page.select_option("#table", TOKENS_TABLE)
+    page.wait_for_selector("#table-map .tm-status.warning >> text=the map could not be loaded")
+    assert [m for m in watched.console if "net::ERR_FAILED" not in m] == []
+    assert len(watched.failed) == 2 and not watched.http_errors
+
+
 @pytest.mark.parametrize(
     ("query", "matches"),
     [("/^[0-9]+$/", lambda t: re.search(r"^[0-9]+$", t)), ("HEART", lambda t: "heart" in t.lower())],

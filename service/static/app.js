@@ -599,9 +599,15 @@ async function exportView(kind, rows, coordinates, box) {
     saveBlob("coordinates.csv", new Blob([lines.join("\n") + "\n"], { type: "text/csv" }));
     return;
   }
-  const response = await fetch(tablePath("export"), {
-    method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ rows, file: kind }),
-  });
+  let response;
+  try {
+    response = await fetch(tablePath("export"), {
+      method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ rows, file: kind }),
+    });
+  } catch (err) {
+    box.replaceChildren(errorBox({ message: `network error: ${err.message}` }));
+    return;
+  }
   if (!response.ok) {
     const data = await response.json().catch(() => ({}));
     box.replaceChildren(errorBox(data.error || { message: `HTTP ${response.status}` }));

@@ -769,6 +769,16 @@ def umap_warm(server: str) -> threading.Thread:
     return UMAP_WARMUP[0] if UMAP_WARMUP else warm_umap(server)
 
 
+def test_an_export_lost_on_the_network_is_reported(server: str, watched: Watched) -> None:
+    watched.open(server, f"?table={WORDS_TABLE}")
+    page = watched.page
+    page.route("**/export", lambda route: route.abort())
+    page.click("#map-export [data-export=vectors]")
+    page.wait_for_selector("#map-out [role=alert] >> text=network error")
+    assert [m for m in watched.console if "net::ERR_FAILED" not in m] == []
+    assert len(watched.failed) == 1 and not watched.http_errors
+
+
 def test_analogy_shows_where_the_expected_word_ranks(server: str, api: httpx.Client, watched: Watched) -> None:
     watched.open(server, f"?table={WORDS_TABLE}")
     page = watched.page

@@ -128,6 +128,9 @@ export class DocumentSearch {
       this.rows = null;
       this.documents.clear();
       this.controls = [];
+      this.ticket++; // an answer still on its way is the table before's
+      this.$("ds-out").replaceChildren();
+      this.$("ds-out").removeAttribute("aria-busy");
       this.$("ds-controls").replaceChildren(this.deps.el("p", { class: "muted" }, "Loading the fields…"));
       const { api, tablePath } = this.deps;
       const [stats, first] = await Promise.all([api(tablePath("fields")), api(tablePath("ids/0"))]);
@@ -326,6 +329,7 @@ export class DocumentSearch {
     const text = this.textQuery();
     const id = state.doc || this.example;
     const ticket = ++this.ticket;
+    out.removeAttribute("aria-busy"); // of a run this one overtakes; set again while this one asks
     if (!id && !text) return out.replaceChildren(el("p", { class: "muted" }, "Give a document id to search from."));
     let filter = null;
     const spec = (state.filter || "").trim();

@@ -172,6 +172,30 @@ def test_a_documents_table_shows_the_search_card_and_a_words_table_the_word_card
     watched.assert_clean()
 
 
+def test_hits_of_the_table_before_are_not_shown_on_the_next(server: str, watched: Watched) -> None:
+    """Hits still on their way when another documents table is picked are dropped (each held here until the
+    switch is done)."""
+    page = open_search(watched, server)
+    held: list = []
+    page.route(f"**/v1/tables/{DOCS}/search", lambda route: held.append(route))
+    page.route(f"**/v1/tables/{EMBEDDED}/fields", lambda route: held.append(route))
+    page.fill("#ds-id", "lee-001")
+    page.press("#ds-id", "Enter")
+    page.select_option("#table", EMBEDDED)
+    page.wait_for_function("() => new URLSearchParams(location.search).get('table') === 'lee-text'")
+    page.wait_for_function("() => document.querySelector('#ds-controls').innerText === 'Loading the fields…'")
+    with page.expect_response(lambda r: r.url.endswith(f"/{DOCS}/search")) as answered:
+        next(route for route in held if route.request.url.endswith("/search")).continue_()
+    answered.value.finished()
+    page.evaluate("() => new Promise((done) => requestAnimationFrame(() => setTimeout(done, 50)))")  # the page reads it
+    assert page.locator("#ds-out .ds-hit").count() == 0
+    next(route for route in held if route.request.url.endswith("/fields")).continue_()
+    settle(page)
+    assert sent(page) == {"id": FIRST, "k": 10, "offset": 0}
+    assert page.inner_text("#ds-out .ds-query") == FIRST
+    watched.assert_clean()
+
+
 def test_the_filter_controls_send_their_filter_and_show_the_api_hits(
     server: str, api: httpx.Client, watched: Watched, types: dict[str, str], lee_docs: Lee, tmp_path: Path
 ) -> None:

@@ -82,11 +82,22 @@ function begin(section, out) {
   };
 }
 
+/** Put ``nodes`` in ``out``. When the focus was on something there (a neighbour, a suggestion), it goes to ``out``
+ * itself, so the keyboard goes on from the new answer instead of from the top of the page. */
+function show(out, ...nodes) {
+  const focused = out.contains(document.activeElement);
+  out.replaceChildren(...nodes);
+  if (focused) {
+    out.tabIndex = -1;
+    out.focus({ preventScroll: true });
+  }
+}
+
 /** Show ``nodes`` (none: nothing) as a section's answer without asking, dropping any answer still on its way. */
 function settle(section, out, ...nodes) {
   pending[section] = (pending[section] || 0) + 1;
   out.removeAttribute("aria-busy");
-  out.replaceChildren(...nodes);
+  show(out, ...nodes);
 }
 
 function errorBox(error, onPick) {
@@ -218,10 +229,10 @@ async function runNeighbours() {
   const done = begin("neighbours", out);
   const { ok, data } = await api(tablePath(`neighbors?token=${encodeURIComponent(state.word)}&k=${K_NEIGHBOURS}`));
   if (!done()) return;
-  if (!ok) return out.replaceChildren(errorBox(data.error || {}, (w) => searchWord(w)));
+  if (!ok) return show(out, errorBox(data.error || {}, (w) => searchWord(w)));
   const query = data.query || {};
   const note = query.token && query.token !== state.word ? ` (matched “${query.token}”)` : "";
-  out.replaceChildren(
+  show(out,
     el("p", { class: "muted" }, `Nearest to “${state.word}”${note}`),
     scoreList(data.neighbors, (w) => searchWord(w)),
   );
@@ -236,11 +247,11 @@ async function runAnalogy() {
   const body = { a, b, c, k: K_ANALOGY, method, ...(expect ? { expect } : {}) };
   const { ok, data } = await api(tablePath("analogy"), body);
   if (!done()) return;
-  if (!ok) return out.replaceChildren(errorBox(data.error || {}, replaceUnknown(data.error, "analogy-form")));
+  if (!ok) return show(out, errorBox(data.error || {}, replaceUnknown(data.error, "analogy-form")));
   const neighbors = data.neighbors || [];
   const best = neighbors[0];
   const top = Math.max(...neighbors.map((n) => n.score), 1e-9);
-  out.replaceChildren(
+  show(out,
     el("p", { class: "answer" }, `${a} : ${b} :: ${c} : `, el("strong", {}, best ? best.token : "—")),
     scoreList(neighbors, (w) => searchWord(w), method === "3cosmul" ? top : 1),
   );
@@ -264,9 +275,9 @@ async function runSimilarity() {
   const done = begin("similarity", out);
   const { ok, data } = await api(tablePath(`similarity?a=${encodeURIComponent(x)}&b=${encodeURIComponent(y)}`));
   if (!done()) return;
-  if (!ok) return out.replaceChildren(errorBox(data.error || {}, replaceUnknown(data.error, "similarity-form")));
+  if (!ok) return show(out, errorBox(data.error || {}, replaceUnknown(data.error, "similarity-form")));
   const value = data.similarity;
-  out.replaceChildren(
+  show(out,
     el("p", { class: "answer" }, `cos(${x}, ${y}) = `, el("strong", {}, value.toFixed(3))),
     el("span", { class: "bar wide", "aria-hidden": "true" },
       el("span", { style: `width:${(Math.max(0, value) * 100).toFixed(1)}%` })),
@@ -285,9 +296,9 @@ async function runOddOneOut() {
   const done = begin("odd", out);
   const { ok, data } = await api(tablePath("doesnt-match"), { words });
   if (!done()) return;
-  if (!ok) return out.replaceChildren(errorBox(data.error || {}, replaceInLists(data.error, "odd-form")));
+  if (!ok) return show(out, errorBox(data.error || {}, replaceInLists(data.error, "odd-form")));
   const unknown = data.unknown && data.unknown.length ? ` (not in the table: ${data.unknown.join(", ")})` : "";
-  out.replaceChildren(
+  show(out,
     el("p", { class: "answer" }, "Odd one out: ", el("strong", {}, data.doesnt_match.token), unknown),
     el("p", { class: "muted" }, "Each word's cosine with the mean of them all:"),
     scoreList(data.ranking, (w) => searchWord(w)),
@@ -302,8 +313,8 @@ async function runRank() {
   const done = begin("rank", out);
   const { ok, data } = await api(tablePath(`rank?a=${encodeURIComponent(a)}&b=${encodeURIComponent(b)}`));
   if (!done()) return;
-  if (!ok) return out.replaceChildren(errorBox(data.error || {}, replaceUnknown(data.error, "rank-form")));
-  out.replaceChildren(
+  if (!ok) return show(out, errorBox(data.error || {}, replaceUnknown(data.error, "rank-form")));
+  show(out,
     el("p", { class: "answer" }, `“${data.query.b.token}” is neighbour `, el("strong", {}, `no. ${data.rank}`),
       ` of “${data.query.a.token}” (cosine ${data.similarity.toFixed(3)})`),
   );
@@ -328,7 +339,7 @@ async function runCloser() {
   const query = `a=${encodeURIComponent(a)}&b=${encodeURIComponent(b)}&order=score&limit=${K_CLOSER}`;
   const { ok, data } = await api(tablePath(`closer-than?${query}`));
   if (!done()) return;
-  if (!ok) return out.replaceChildren(errorBox(data.error || {}, replaceUnknown(data.error, "closer-form")));
+  if (!ok) return show(out, errorBox(data.error || {}, replaceUnknown(data.error, "closer-form")));
   const [left, right] = [data.query.a.token, data.query.b.token];
   const count = data.count.toLocaleString("en");
   const head = data.count === 0
@@ -336,7 +347,7 @@ async function runCloser() {
     : [el("strong", { class: "closer-count" }, count),
       ` word${data.count === 1 ? " is" : "s are"} closer to “${left}” than “${right}” is ` +
       `(cosine ${data.similarity.toFixed(3)})${data.count > data.words.length ? `; the ${data.words.length} nearest:` : ":"}`];
-  out.replaceChildren(el("p", { class: "answer" }, ...head));
+  show(out, el("p", { class: "answer" }, ...head));
   if (data.words.length) out.append(scoreList(data.words, (w) => searchWord(w)));
 }
 
@@ -348,9 +359,9 @@ async function runSetSimilarity() {
   const done = begin("nsim", out);
   const { ok, data } = await api(tablePath("n-similarity"), { a, b });
   if (!done()) return;
-  if (!ok) return out.replaceChildren(errorBox(data.error || {}, replaceInLists(data.error, "nsim-form")));
+  if (!ok) return show(out, errorBox(data.error || {}, replaceInLists(data.error, "nsim-form")));
   const value = data.similarity;
-  out.replaceChildren(
+  show(out,
     el("p", { class: "answer" }, `cos(mean of ${a.join(" ")}, mean of ${b.join(" ")}) = `,
       el("strong", {}, value.toFixed(3))),
     el("span", { class: "bar wide", "aria-hidden": "true" },
@@ -369,7 +380,7 @@ async function runCompare(word) {
   const query = new URLSearchParams({ first, second, token, k: K_COMPARE });
   const { ok, data } = await api(`/v1/compare?${query}`);
   if (!done()) return;
-  if (!ok) return out.replaceChildren(errorBox(data.error || {}, replaceUnknown(data.error, "compare-form")));
+  if (!ok) return show(out, errorBox(data.error || {}, replaceUnknown(data.error, "compare-form")));
   const shared = new Set(data.shared);
   const column = (side) => {
     const list = scoreList(side.neighbors, (w) => runCompare(w));
@@ -379,7 +390,7 @@ async function runCompare(word) {
     return el("div", { class: "compare-side" },
       el("h3", {}, side.table, el("span", { class: "muted" }, ` · “${side.query.token}”`)), list);
   };
-  out.replaceChildren(
+  show(out,
     el("p", { class: "answer" }, `overlap@${data.k}: `, el("strong", { class: "overlap" }, data.overlap.toFixed(2)),
       ` (${data.shared.length} of ${data.k} in both lists, marked)`),
     el("div", { class: "compare-grid" }, column(data.first), column(data.second)),
@@ -834,7 +845,7 @@ async function main() {
       writeURL();
     },
   });
-  documentSearch = new DocumentSearch($("doc-search"), { api, tablePath, el, errorBox, state, writeURL });
+  documentSearch = new DocumentSearch($("doc-search"), { api, tablePath, el, errorBox, show, state, writeURL });
   contextual = new Contextual($("contextual"), {
     api, tablePath, el, svg, errorBox, scoreList, onPickRow: (w) => searchWord(w), state, writeURL,
   });

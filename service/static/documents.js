@@ -97,7 +97,7 @@ export function showValue(value, type) {
 export class DocumentSearch {
   /**
    * @param {HTMLElement} root the Search card
-   * @param {{api: Function, tablePath: Function, el: Function, errorBox: Function, state: object,
+   * @param {{api: Function, tablePath: Function, el: Function, errorBox: Function, show: Function, state: object,
    *          writeURL: Function}} deps the page's helpers and its URL state (keys doc, filter, offset, per, text,
    *          mode)
    */
@@ -330,7 +330,7 @@ export class DocumentSearch {
     const id = state.doc || this.example;
     const ticket = ++this.ticket;
     out.removeAttribute("aria-busy"); // of a run this one overtakes; set again while this one asks
-    if (!id && !text) return out.replaceChildren(el("p", { class: "muted" }, "Give a document id to search from."));
+    if (!id && !text) return this.deps.show(out, el("p", { class: "muted" }, "Give a document id to search from."));
     let filter = null;
     const spec = (state.filter || "").trim();
     if (spec) {
@@ -338,7 +338,7 @@ export class DocumentSearch {
         filter = JSON.parse(spec);
       } catch (err) {
         this.last = null;
-        return out.replaceChildren(errorBox({ message: `The filter is not valid JSON: ${err.message}` }));
+        return this.deps.show(out, errorBox({ message: `The filter is not valid JSON: ${err.message}` }));
       }
     }
     const page = { k: this.k(), offset: this.offset(), ...(filter === null ? {} : { filter }) };
@@ -354,7 +354,7 @@ export class DocumentSearch {
       if (ticket !== this.ticket) return;
       if (!asked.ok) {
         out.removeAttribute("aria-busy");
-        return out.replaceChildren(this.failure(asked));
+        return this.deps.show(out, this.failure(asked));
       }
       body = { ...asked.query, ...page };
       query = { label: quoted(text), text, words: markable(text) };
@@ -366,8 +366,8 @@ export class DocumentSearch {
     out.removeAttribute("aria-busy");
     query ??= { label: id, text: document?.text || "", words: markable(document?.text), id };
     this.last = { body, status: answer.status, data: answer.data };
-    if (!answer.ok) return out.replaceChildren(this.failure(answer), this.request(body));
-    out.replaceChildren(...this.results(body, answer.data, query), this.request(body));
+    if (!answer.ok) return this.deps.show(out, this.failure(answer), this.request(body));
+    this.deps.show(out, ...this.results(body, answer.data, query), this.request(body));
   }
 
   failure({ status, data }) {

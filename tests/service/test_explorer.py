@@ -422,6 +422,24 @@ def decoded_map(api: httpx.Client, table: str) -> np.ndarray:
     return codes
 
 
+def test_the_keyboard_goes_on_from_a_new_answer(server: str, api: httpx.Client, watched: Watched) -> None:
+    """Enter on a neighbour lists its neighbours; the focus stays in the list's place (not back at the top of the
+    page), so Tab reaches the new list's first word."""
+    watched.open(server, f"?table={WORDS_TABLE}")
+    page = watched.page
+    search(watched, "heart")
+    first = neighbour_tokens(page)[0]
+    page.focus("#neighbours-out button.token")
+    page.keyboard.press("Enter")
+    page.wait_for_function("w => new URLSearchParams(location.search).get('word') === w", arg=first)
+    page.wait_for_selector("#neighbours-out:not([aria-busy]) .scores")
+    assert page.evaluate("document.activeElement.id") == "neighbours-out"
+    page.keyboard.press("Tab")
+    expected = api.get(f"/v1/tables/{WORDS_TABLE}/neighbors", params={"token": first, "k": 8}).json()["neighbors"]
+    assert page.evaluate("document.activeElement.textContent") == expected[0]["token"]
+    watched.assert_clean()
+
+
 def test_the_page_opens_on_the_default_table(server: str, api: httpx.Client, watched: Watched) -> None:
     watched.open(server)
     default = api.get("/v1/explorer").json()["default_table"]

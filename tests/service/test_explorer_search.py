@@ -297,6 +297,20 @@ def test_paging_moves_by_k_and_the_url_keeps_the_page(
 WORD = re.compile(r"[^\W_]+(?:['’][^\W\d_]+)*")
 
 
+def test_the_keyboard_goes_on_from_the_next_page(server: str, watched: Watched) -> None:
+    """Enter on "next" shows the next page with the focus in the hits' place, not back at the top of the page."""
+    page = open_search(watched, server)
+    page.focus("#ds-out button.ds-next")
+    page.keyboard.press("Enter")
+    page.wait_for_function("() => new URLSearchParams(location.search).get('offset') === '10'")
+    settle(page)
+    assert page.evaluate("document.activeElement.id") == "ds-out"
+    page.keyboard.press("Tab")
+    focused = page.evaluate("document.activeElement.getAttribute('aria-label')")
+    assert focused == f"More like {shown_hits(page)[0]['id']}"
+    watched.assert_clean()
+
+
 def test_more_like_this_searches_from_the_hit(
     server: str, api: httpx.Client, watched: Watched, types: dict[str, str]
 ) -> None:

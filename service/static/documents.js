@@ -261,21 +261,26 @@ export class DocumentSearch {
     const text = Object.keys(spec).length ? JSON.stringify(spec) : "";
     this.$("ds-filter").value = text && pretty(text);
     this.$("ds-hand").hidden = true;
-    Object.assign(this.deps.state, { filter: text, offset: "" });
+    Object.assign(this.deps.state, { filter: text, offset: "", ...this.readText() });
     this.deps.writeURL(true);
     this.run();
   }
 
   // ------------------------------------------------------------------ searching
+  /** The text box and its mode, as the URL state keeps them. */
+  readText() {
+    const text = this.$("ds-text").disabled ? "" : this.$("ds-text").value.trim();
+    return { text, mode: text && !this.$("ds-mode").hidden ? this.$("ds-mode").value : "" };
+  }
+
   wire() {
     this.$("ds-form").addEventListener("submit", (event) => {
       event.preventDefault();
       const filter = compact(this.$("ds-filter").value);
       const per = this.$("ds-k").value;
-      const text = this.$("ds-text").disabled ? "" : this.$("ds-text").value.trim();
-      const mode = text && !this.$("ds-mode").hidden ? this.$("ds-mode").value : "";
       Object.assign(this.deps.state, {
-        doc: this.$("ds-id").value.trim(), filter, offset: "", per: per === String(DEFAULT_K) ? "" : per, text, mode,
+        doc: this.$("ds-id").value.trim(), filter, offset: "", per: per === String(DEFAULT_K) ? "" : per,
+        ...this.readText(),
       });
       this.writeControls(filter);
       this.deps.writeURL(true);

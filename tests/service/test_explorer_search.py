@@ -485,6 +485,12 @@ def test_a_text_query_is_kept_in_the_url(server: str, watched: Watched) -> None:
     page.wait_for_function("() => new URLSearchParams(location.search).get('text') === 'bushfires Sydney'")
     settle(page)
     assert sent(page)["text"] == "bushfires Sydney" and page.input_value("#ds-text") == "bushfires Sydney"
+    # A filter control searches the text in the box, as Enter does, and the URL says so.
+    page.fill("#ds-text", "firefighters")
+    page.locator("#ds-controls [data-field='long'] label", has_text="yes").click()
+    page.wait_for_function("() => new URLSearchParams(location.search).get('text') === 'firefighters'")
+    settle(page)
+    assert sent(page) == {"text": "firefighters", "mode": "keyword", "k": 10, "offset": 0, "filter": {"long": True}}
     # A text too long for a link is searched but left out of the URL (a reload would be refused: 414), and the
     # card names it by its start.
     long = "bushfires near Sydney " * 1000

@@ -586,6 +586,11 @@ function runTableMap() {
   method.replaceChildren(new Option("PCA, every row", "pca"),
     ...(tsne ? [new Option(`t-SNE, ${config.tsne_rows.toLocaleString("en")} most frequent rows`, "tsne")] : []));
   method.value = tsne && wanted === "tsne" ? "tsne" : "pca";
+  const asked = tableMap.asked;
+  if (asked && asked.table === state.table && asked.method === method.value) { // Back or Forward on the same table
+    tableMap.runSearch(); // its view, selection and labels stay
+    return;
+  }
   tableMap.load(state.table, method.value);
 }
 

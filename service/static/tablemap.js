@@ -57,6 +57,7 @@ export class TableMap {
     this.frame = 0;
     this.drawTimes = [];
     this.generation = 0;
+    this.asked = null; // {table, method} of the latest load
     this.colourTicket = 0;
     this.wire();
   }
@@ -65,6 +66,7 @@ export class TableMap {
   /** Load the layout of ``table`` (method pca or tsne): positions first, labels after the first frame. */
   async load(table, method = "pca") {
     const generation = ++this.generation;
+    this.asked = { table, method };
     const started = performance.now();
     this.canvas.dataset.ready = "false";
     this.setStatus(`Laying out ${table}…`);
@@ -75,6 +77,7 @@ export class TableMap {
     ]);
     if (generation !== this.generation) return;
     if (!info.ok || !buffer) {
+      this.asked = null; // asked again when the page comes back to it
       this.n = 0;
       this.draw();
       this.setStatus(info.data?.error?.message || "the map could not be loaded", true);

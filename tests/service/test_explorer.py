@@ -591,6 +591,14 @@ def test_a_click_on_a_point_shows_and_marks_its_neighbours(server: str, api: htt
     # A neighbour in the list: the map goes there and asks for its neighbours.
     page.locator("#table-map .tm-panel button.token").first.click()
     page.wait_for_selector(f"#table-map[data-selected='{expected[0]['id']}'] .tm-panel .scores")
+    # Back and Forward on the same table keep its map as it was: not laid out again, the row still selected.
+    generation = page.evaluate("explorer.tableMap.generation")
+    search(watched, "king")
+    page.go_back()
+    page.wait_for_function("() => !new URLSearchParams(location.search).get('word')")
+    page.wait_for_selector("#neighbours-out:not([aria-busy])")
+    assert page.evaluate("explorer.tableMap.generation") == generation
+    assert page.get_attribute("#table-map", "data-selected") == str(expected[0]["id"])
     # Another table: the list of the other table's rows goes with its layout.
     page.select_option("#table", TOKENS_TABLE)
     page.wait_for_function(

@@ -99,6 +99,7 @@ export class TableMap {
     this.n = n;
     this.bounds = { x0, x1, y0, y1 };
     this.labels = null;
+    this.labelsLost = false;
     this.lower = null;
     this.matches = null;
     this.selected = -1;
@@ -128,6 +129,8 @@ export class TableMap {
     }
     if (generation !== this.generation) return;
     if (text === null) {
+      this.labelsLost = true;
+      this.runSearch();
       this.setStatus(`${this.table}: the labels could not be loaded (hover, search and labels need them).`, true);
       return;
     }
@@ -601,7 +604,7 @@ export class TableMap {
       return;
     }
     if (!this.labels) {
-      out.textContent = "labels loading…";
+      out.textContent = this.labelsLost ? "no labels to search: they could not be loaded" : "labels loading…";
       return;
     }
     const found = [];

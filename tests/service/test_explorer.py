@@ -510,6 +510,8 @@ def test_a_layout_or_labels_lost_on_the_network_are_reported(server: str, watche
     page.route("**/map/labels", lambda route: route.abort())
     watched.open(server, f"?table={WORDS_TABLE}")
     page.wait_for_selector("#table-map .tm-status.warning >> text=the labels could not be loaded")
+    page.fill("#tm-search", "heart")
+    page.wait_for_selector("#table-map .tm-matches >> text=no labels to search")
     page.route(f"**/v1/tables/{TOKENS_TABLE}/map?*", lambda route: route.abort())
     page.select_option("#table", TOKENS_TABLE)
     page.wait_for_selector("#table-map .tm-status.warning >> text=the map could not be loaded")

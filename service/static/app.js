@@ -20,9 +20,10 @@ const DEFAULT_WORDS = [
 ].join("\n");
 const DEFAULTS = {
   table: "", word: "", a: "man", b: "king", c: "woman", expect: "", method: "3cosadd", x: "cat", y: "dog", words: "",
-  axes: "", proj: "", q: "", doc: "", filter: "", offset: "", per: "", ctx: "", cw: DEFAULT_WORD,
+  axes: "", proj: "", q: "", doc: "", filter: "", offset: "", per: "", text: "", mode: "", ctx: "", cw: DEFAULT_WORD,
 };
 const URL_KEYS = Object.keys(DEFAULTS);
+const MAX_QUERY = 16_000; // characters of the URL's query, well inside the server's limit on a request's head
 
 const $ = (id) => document.getElementById(id);
 const state = { ...DEFAULTS };
@@ -81,6 +82,24 @@ function begin(section, out) {
   };
 }
 
+/** Put ``nodes`` in ``out``. When the focus was on something there (a neighbour, a suggestion), it goes to ``out``
+ * itself, so the keyboard goes on from the new answer instead of from the top of the page. */
+function show(out, ...nodes) {
+  const focused = out.contains(document.activeElement);
+  out.replaceChildren(...nodes);
+  if (focused) {
+    out.tabIndex = -1;
+    out.focus({ preventScroll: true });
+  }
+}
+
+/** Show ``nodes`` (none: nothing) as a section's answer without asking, dropping any answer still on its way. */
+function settle(section, out, ...nodes) {
+  pending[section] = (pending[section] || 0) + 1;
+  out.removeAttribute("aria-busy");
+  show(out, ...nodes);
+}
+
 function errorBox(error, onPick) {
   const box = el("div", { class: "error", role: "alert" }, el("p", {}, error.message || "Something went wrong."));
   const suggestions = error.suggestions || [];
@@ -128,6 +147,11 @@ function readURL() {
 function writeURL(push = false) {
   const params = new URLSearchParams();
   for (const key of URL_KEYS) if (state[key] && state[key] !== DEFAULTS[key]) params.set(key, state[key]);
+  // A value too long for a link (a whole article as the text query) is used but left out, longest first.
+  while (params.toString().length > MAX_QUERY) {
+    const sized = [...params].map(([key, value]) => [encodeURIComponent(value).length, key]);
+    params.delete(sized.sort((x, y) => y[0] - x[0])[0][1]);
+  }
   const url = `${location.pathname}${params.size ? `?${params}` : ""}`;
   if (url === `${location.pathname}${location.search}`) return;
   history[push ? "pushState" : "replaceState"](null, "", url);
@@ -201,14 +225,14 @@ function searchWord(word) {
 
 async function runNeighbours() {
   const out = $("neighbours-out");
-  if (!state.word) return out.replaceChildren();
+  if (!state.word) return settle("neighbours", out);
   const done = begin("neighbours", out);
   const { ok, data } = await api(tablePath(`neighbors?token=${encodeURIComponent(state.word)}&k=${K_NEIGHBOURS}`));
   if (!done()) return;
-  if (!ok) return out.replaceChildren(errorBox(data.error || {}, (w) => searchWord(w)));
+  if (!ok) return show(out, errorBox(data.error || {}, (w) => searchWord(w)));
   const query = data.query || {};
   const note = query.token && query.token !== state.word ? ` (matched “${query.token}”)` : "";
-  out.replaceChildren(
+  show(out,
     el("p", { class: "muted" }, `Nearest to “${state.word}”${note}`),
     scoreList(data.neighbors, (w) => searchWord(w)),
   );
@@ -218,16 +242,16 @@ async function runNeighbours() {
 async function runAnalogy() {
   const out = $("analogy-out");
   const { a, b, c, expect, method } = state;
-  if (!a || !b || !c) return out.replaceChildren();
+  if (!a || !b || !c) return settle("analogy", out);
   const done = begin("analogy", out);
   const body = { a, b, c, k: K_ANALOGY, method, ...(expect ? { expect } : {}) };
   const { ok, data } = await api(tablePath("analogy"), body);
   if (!done()) return;
-  if (!ok) return out.replaceChildren(errorBox(data.error || {}, replaceUnknown(data.error, "analogy-form")));
+  if (!ok) return show(out, errorBox(data.error || {}, replaceUnknown(data.error, "analogy-form")));
   const neighbors = data.neighbors || [];
   const best = neighbors[0];
   const top = Math.max(...neighbors.map((n) => n.score), 1e-9);
-  out.replaceChildren(
+  show(out,
     el("p", { class: "answer" }, `${a} : ${b} :: ${c} : `, el("strong", {}, best ? best.token : "—")),
     scoreList(neighbors, (w) => searchWord(w), method === "3cosmul" ? top : 1),
   );
@@ -247,13 +271,13 @@ function expectation({ token, rank, score, margin }) {
 async function runSimilarity() {
   const out = $("similarity-out");
   const { x, y } = state;
-  if (!x || !y) return out.replaceChildren();
+  if (!x || !y) return settle("similarity", out);
   const done = begin("similarity", out);
   const { ok, data } = await api(tablePath(`similarity?a=${encodeURIComponent(x)}&b=${encodeURIComponent(y)}`));
   if (!done()) return;
-  if (!ok) return out.replaceChildren(errorBox(data.error || {}, replaceUnknown(data.error, "similarity-form")));
+  if (!ok) return show(out, errorBox(data.error || {}, replaceUnknown(data.error, "similarity-form")));
   const value = data.similarity;
-  out.replaceChildren(
+  show(out,
     el("p", { class: "answer" }, `cos(${x}, ${y}) = `, el("strong", {}, value.toFixed(3))),
     el("span", { class: "bar wide", "aria-hidden": "true" },
       el("span", { style: `width:${(Math.max(0, value) * 100).toFixed(1)}%` })),
@@ -267,14 +291,14 @@ const wordsOf = (id) => $(id).value.split(/[\s,]+/).filter(Boolean);
 async function runOddOneOut() {
   const out = $("odd-out");
   const words = wordsOf("odd-words");
-  if (!words.length) return out.replaceChildren();
-  if (words.length < 2) return out.replaceChildren(el("p", { class: "muted" }, "Give two words or more."));
+  if (!words.length) return settle("odd", out);
+  if (words.length < 2) return settle("odd", out, el("p", { class: "muted" }, "Give two words or more."));
   const done = begin("odd", out);
   const { ok, data } = await api(tablePath("doesnt-match"), { words });
   if (!done()) return;
-  if (!ok) return out.replaceChildren(errorBox(data.error || {}, replaceInLists(data.error, "odd-form")));
+  if (!ok) return show(out, errorBox(data.error || {}, replaceInLists(data.error, "odd-form")));
   const unknown = data.unknown && data.unknown.length ? ` (not in the table: ${data.unknown.join(", ")})` : "";
-  out.replaceChildren(
+  show(out,
     el("p", { class: "answer" }, "Odd one out: ", el("strong", {}, data.doesnt_match.token), unknown),
     el("p", { class: "muted" }, "Each word's cosine with the mean of them all:"),
     scoreList(data.ranking, (w) => searchWord(w)),
@@ -285,12 +309,12 @@ async function runRank() {
   const out = $("rank-out");
   const a = $("rank-a").value.trim();
   const b = $("rank-b").value.trim();
-  if (!a || !b) return out.replaceChildren();
+  if (!a || !b) return settle("rank", out);
   const done = begin("rank", out);
   const { ok, data } = await api(tablePath(`rank?a=${encodeURIComponent(a)}&b=${encodeURIComponent(b)}`));
   if (!done()) return;
-  if (!ok) return out.replaceChildren(errorBox(data.error || {}, replaceUnknown(data.error, "rank-form")));
-  out.replaceChildren(
+  if (!ok) return show(out, errorBox(data.error || {}, replaceUnknown(data.error, "rank-form")));
+  show(out,
     el("p", { class: "answer" }, `“${data.query.b.token}” is neighbour `, el("strong", {}, `no. ${data.rank}`),
       ` of “${data.query.a.token}” (cosine ${data.similarity.toFixed(3)})`),
   );
@@ -310,12 +334,12 @@ async function runCloser() {
   const out = $("closer-out");
   const a = $("closer-a").value.trim();
   const b = $("closer-b").value.trim();
-  if (!a || !b) return out.replaceChildren();
+  if (!a || !b) return settle("closer", out);
   const done = begin("closer", out);
   const query = `a=${encodeURIComponent(a)}&b=${encodeURIComponent(b)}&order=score&limit=${K_CLOSER}`;
   const { ok, data } = await api(tablePath(`closer-than?${query}`));
   if (!done()) return;
-  if (!ok) return out.replaceChildren(errorBox(data.error || {}, replaceUnknown(data.error, "closer-form")));
+  if (!ok) return show(out, errorBox(data.error || {}, replaceUnknown(data.error, "closer-form")));
   const [left, right] = [data.query.a.token, data.query.b.token];
   const count = data.count.toLocaleString("en");
   const head = data.count === 0
@@ -323,7 +347,7 @@ async function runCloser() {
     : [el("strong", { class: "closer-count" }, count),
       ` word${data.count === 1 ? " is" : "s are"} closer to “${left}” than “${right}” is ` +
       `(cosine ${data.similarity.toFixed(3)})${data.count > data.words.length ? `; the ${data.words.length} nearest:` : ":"}`];
-  out.replaceChildren(el("p", { class: "answer" }, ...head));
+  show(out, el("p", { class: "answer" }, ...head));
   if (data.words.length) out.append(scoreList(data.words, (w) => searchWord(w)));
 }
 
@@ -331,13 +355,13 @@ async function runSetSimilarity() {
   const out = $("nsim-out");
   const a = wordsOf("nsim-a");
   const b = wordsOf("nsim-b");
-  if (!a.length || !b.length) return out.replaceChildren();
+  if (!a.length || !b.length) return settle("nsim", out);
   const done = begin("nsim", out);
   const { ok, data } = await api(tablePath("n-similarity"), { a, b });
   if (!done()) return;
-  if (!ok) return out.replaceChildren(errorBox(data.error || {}, replaceInLists(data.error, "nsim-form")));
+  if (!ok) return show(out, errorBox(data.error || {}, replaceInLists(data.error, "nsim-form")));
   const value = data.similarity;
-  out.replaceChildren(
+  show(out,
     el("p", { class: "answer" }, `cos(mean of ${a.join(" ")}, mean of ${b.join(" ")}) = `,
       el("strong", {}, value.toFixed(3))),
     el("span", { class: "bar wide", "aria-hidden": "true" },
@@ -351,12 +375,12 @@ async function runCompare(word) {
   if (word !== undefined) $("cmp-word").value = word;
   const token = $("cmp-word").value.trim();
   const [first, second] = [$("cmp-first").value, $("cmp-second").value];
-  if (!token || !first || !second) return out.replaceChildren();
+  if (!token || !first || !second) return settle("compare", out);
   const done = begin("compare", out);
   const query = new URLSearchParams({ first, second, token, k: K_COMPARE });
   const { ok, data } = await api(`/v1/compare?${query}`);
   if (!done()) return;
-  if (!ok) return out.replaceChildren(errorBox(data.error || {}, replaceUnknown(data.error, "compare-form")));
+  if (!ok) return show(out, errorBox(data.error || {}, replaceUnknown(data.error, "compare-form")));
   const shared = new Set(data.shared);
   const column = (side) => {
     const list = scoreList(side.neighbors, (w) => runCompare(w));
@@ -366,7 +390,7 @@ async function runCompare(word) {
     return el("div", { class: "compare-side" },
       el("h3", {}, side.table, el("span", { class: "muted" }, ` · “${side.query.token}”`)), list);
   };
-  out.replaceChildren(
+  show(out,
     el("p", { class: "answer" }, `overlap@${data.k}: `, el("strong", { class: "overlap" }, data.overlap.toFixed(2)),
       ` (${data.shared.length} of ${data.k} in both lists, marked)`),
     el("div", { class: "compare-grid" }, column(data.first), column(data.second)),
@@ -394,6 +418,10 @@ function parseWords(text) {
 async function runMap() {
   const out = $("map-out");
   const items = parseWords($("map-words").value);
+  if (items.length < 2) {
+    lastMap = null;
+    return settle("map", out, el("p", { class: "muted" }, "Give two words or more to map."));
+  }
   const done = begin("map", out);
   const body = { tokens: items.map((item) => item.word), method: "pca", skip_unknown: true };
   const [xa, xb, ya, yb] = state.axes ? state.axes.split(",") : [];
@@ -558,6 +586,11 @@ function runTableMap() {
   method.replaceChildren(new Option("PCA, every row", "pca"),
     ...(tsne ? [new Option(`t-SNE, ${config.tsne_rows.toLocaleString("en")} most frequent rows`, "tsne")] : []));
   method.value = tsne && wanted === "tsne" ? "tsne" : "pca";
+  const asked = tableMap.asked;
+  if (asked && asked.table === state.table && asked.method === method.value) { // Back or Forward on the same table
+    tableMap.runSearch(); // its view, selection and labels stay
+    return;
+  }
   tableMap.load(state.table, method.value);
 }
 
@@ -582,9 +615,15 @@ async function exportView(kind, rows, coordinates, box) {
     saveBlob("coordinates.csv", new Blob([lines.join("\n") + "\n"], { type: "text/csv" }));
     return;
   }
-  const response = await fetch(tablePath("export"), {
-    method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ rows, file: kind }),
-  });
+  let response;
+  try {
+    response = await fetch(tablePath("export"), {
+      method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ rows, file: kind }),
+    });
+  } catch (err) {
+    box.replaceChildren(errorBox({ message: `network error: ${err.message}` }));
+    return;
+  }
   if (!response.ok) {
     const data = await response.json().catch(() => ({}));
     box.replaceChildren(errorBox(data.error || { message: `HTTP ${response.status}` }));
@@ -639,7 +678,7 @@ async function loadTables() {
   }
   select.addEventListener("change", () => {
     state.table = select.value;
-    Object.assign(state, { doc: "", filter: "", offset: "" }); // a document query belongs to its table
+    Object.assign(state, { doc: "", filter: "", offset: "", text: "", mode: "" }); // a document query belongs to its table
     showTableInfo(tables);
     writeURL(true);
     runAll();
@@ -811,7 +850,7 @@ async function main() {
       writeURL();
     },
   });
-  documentSearch = new DocumentSearch($("doc-search"), { api, tablePath, el, errorBox, state, writeURL });
+  documentSearch = new DocumentSearch($("doc-search"), { api, tablePath, el, errorBox, show, state, writeURL });
   contextual = new Contextual($("contextual"), {
     api, tablePath, el, svg, errorBox, scoreList, onPickRow: (w) => searchWord(w), state, writeURL,
   });

@@ -6,6 +6,7 @@ const DEFAULT_K = 10;
 const CHIPS_SHOWN = 8; // values of a field shown before its "more" button
 const SNIPPET_CHARS = 240; // whole sentences from the start of a text, until about this long
 const MIN_WORD = 3; // shorter words are never marked
+const LABEL_CHARS = 80; // of a text query, where the card names it
 // Common English words, never marked as shared: two news stories share "the" and "said" whatever they are about.
 const STOPWORDS = new Set((
   "about after again all also and any are because been before being but can could did does down during each few " +
@@ -49,6 +50,13 @@ function snippet(text) {
   return out.length < (text || "").trim().length ? `${out} …` : out;
 }
 
+/** A text query as the card names it: in quotes, cut after LABEL_CHARS characters (a long text is searched
+ * whole, but shown whole it would push the hits screens down, twice). */
+function quoted(text) {
+  const chars = [...text]; // by code point, so an emoji is never cut in half
+  return `“${chars.length > LABEL_CHARS ? `${chars.slice(0, LABEL_CHARS).join("")}…` : text}”`;
+}
+
 /** Filter JSON text as the URL keeps it (compact), or the text itself when it is not JSON. */
 function compact(text) {
   try {
@@ -89,8 +97,9 @@ export function showValue(value, type) {
 export class DocumentSearch {
   /**
    * @param {HTMLElement} root the Search card
-   * @param {{api: Function, tablePath: Function, el: Function, errorBox: Function, state: object,
-   *          writeURL: Function}} deps the page's helpers and its URL state (keys doc, filter, offset, per)
+   * @param {{api: Function, tablePath: Function, el: Function, errorBox: Function, show: Function, state: object,
+   *          writeURL: Function}} deps the page's helpers and its URL state (keys doc, filter, offset, per, text,
+   *          mode)
    */
   constructor(root, deps) {
     this.root = root;
@@ -119,6 +128,9 @@ export class DocumentSearch {
       this.rows = null;
       this.documents.clear();
       this.controls = [];
+      this.ticket++; // an answer still on its way is the table before's
+      this.$("ds-out").replaceChildren();
+      this.$("ds-out").removeAttribute("aria-busy");
       this.$("ds-controls").replaceChildren(this.deps.el("p", { class: "muted" }, "Loading the fields…"));
       const { api, tablePath } = this.deps;
       const [stats, first] = await Promise.all([api(tablePath("fields")), api(tablePath("ids/0"))]);
@@ -174,6 +186,8 @@ export class DocumentSearch {
   fill() {
     const { state } = this.deps;
     this.$("ds-id").value = state.doc || this.example;
+    this.$("ds-text").value = state.text || "";
+    if (this.textModes().includes(state.mode)) this.$("ds-mode").value = state.mode;
     this.$("ds-k").value = String(this.k());
     this.$("ds-filter").value = state.filter ? pretty(state.filter) : "";
     this.writeControls(state.filter || "");
@@ -247,12 +261,18 @@ export class DocumentSearch {
     const text = Object.keys(spec).length ? JSON.stringify(spec) : "";
     this.$("ds-filter").value = text && pretty(text);
     this.$("ds-hand").hidden = true;
-    Object.assign(this.deps.state, { filter: text, offset: "" });
+    Object.assign(this.deps.state, { filter: text, offset: "", ...this.readText() });
     this.deps.writeURL(true);
     this.run();
   }
 
   // ------------------------------------------------------------------ searching
+  /** The text box and its mode, as the URL state keeps them. */
+  readText() {
+    const text = this.$("ds-text").disabled ? "" : this.$("ds-text").value.trim();
+    return { text, mode: text && !this.$("ds-mode").hidden ? this.$("ds-mode").value : "" };
+  }
+
   wire() {
     this.$("ds-form").addEventListener("submit", (event) => {
       event.preventDefault();
@@ -260,6 +280,7 @@ export class DocumentSearch {
       const per = this.$("ds-k").value;
       Object.assign(this.deps.state, {
         doc: this.$("ds-id").value.trim(), filter, offset: "", per: per === String(DEFAULT_K) ? "" : per,
+        ...this.readText(),
       });
       this.writeControls(filter);
       this.deps.writeURL(true);
@@ -288,7 +309,7 @@ export class DocumentSearch {
   }
 
   searchFrom(id) {
-    Object.assign(this.deps.state, { doc: id, offset: "" });
+    Object.assign(this.deps.state, { doc: id, offset: "", text: "", mode: "" });
     this.$("ds-id").value = id;
     this.$("ds-text").value = "";
     this.deps.writeURL(true);
@@ -301,10 +322,10 @@ export class DocumentSearch {
     this.run().then(() => this.root.scrollIntoView({ block: "start" }));
   }
 
-  /** A text query, when a text search is plugged in and the text box has text; else "". */
+  /** The text query searched (the box's text when the form was sent), when the table can search text; else "". */
   textQuery() {
     const on = typeof textSearch.query === "function" || this.textModes().length > 0;
-    return on ? this.$("ds-text").value.trim() : "";
+    return on ? this.deps.state.text.trim() : "";
   }
 
   async run() {
@@ -313,7 +334,8 @@ export class DocumentSearch {
     const text = this.textQuery();
     const id = state.doc || this.example;
     const ticket = ++this.ticket;
-    if (!id && !text) return out.replaceChildren(el("p", { class: "muted" }, "Give a document id to search from."));
+    out.removeAttribute("aria-busy"); // of a run this one overtakes; set again while this one asks
+    if (!id && !text) return this.deps.show(out, el("p", { class: "muted" }, "Give a document id to search from."));
     let filter = null;
     const spec = (state.filter || "").trim();
     if (spec) {
@@ -321,7 +343,7 @@ export class DocumentSearch {
         filter = JSON.parse(spec);
       } catch (err) {
         this.last = null;
-        return out.replaceChildren(errorBox({ message: `The filter is not valid JSON: ${err.message}` }));
+        return this.deps.show(out, errorBox({ message: `The filter is not valid JSON: ${err.message}` }));
       }
     }
     const page = { k: this.k(), offset: this.offset(), ...(filter === null ? {} : { filter }) };
@@ -329,17 +351,18 @@ export class DocumentSearch {
     let body;
     let query; // what the hits are marked against: {label, text}
     if (text && typeof textSearch.query !== "function") {
-      body = { text, mode: this.$("ds-mode").value, ...page };
-      query = { label: `“${text}”`, text, words: markable(text) };
+      const mode = this.textModes().includes(state.mode) ? state.mode : this.$("ds-mode").value;
+      body = { text, mode, ...page };
+      query = { label: quoted(text), text, words: markable(text) };
     } else if (text) {
       const asked = await textSearch.query(this.table, text);
       if (ticket !== this.ticket) return;
       if (!asked.ok) {
         out.removeAttribute("aria-busy");
-        return out.replaceChildren(this.failure(asked));
+        return this.deps.show(out, this.failure(asked));
       }
       body = { ...asked.query, ...page };
-      query = { label: `“${text}”`, text, words: markable(text) };
+      query = { label: quoted(text), text, words: markable(text) };
     } else {
       body = { id, ...page };
     }
@@ -348,8 +371,8 @@ export class DocumentSearch {
     out.removeAttribute("aria-busy");
     query ??= { label: id, text: document?.text || "", words: markable(document?.text), id };
     this.last = { body, status: answer.status, data: answer.data };
-    if (!answer.ok) return out.replaceChildren(this.failure(answer), this.request(body));
-    out.replaceChildren(...this.results(body, answer.data, query), this.request(body));
+    if (!answer.ok) return this.deps.show(out, this.failure(answer), this.request(body));
+    this.deps.show(out, ...this.results(body, answer.data, query), this.request(body));
   }
 
   failure({ status, data }) {

@@ -57,6 +57,8 @@ export class TableMap {
     this.frame = 0;
     this.drawTimes = [];
     this.generation = 0;
+    this.asked = null; // {table, method} of the latest load
+    this.colourTicket = 0;
     this.wire();
   }
 
@@ -64,16 +66,18 @@ export class TableMap {
   /** Load the layout of ``table`` (method pca or tsne): positions first, labels after the first frame. */
   async load(table, method = "pca") {
     const generation = ++this.generation;
+    this.asked = { table, method };
     const started = performance.now();
     this.canvas.dataset.ready = "false";
     this.setStatus(`Laying out ${table}…`);
     const path = this.deps.tablePath;
     const [info, buffer] = await Promise.all([
       this.deps.fetchJSON(path(`map/info?method=${method}`)),
-      fetch(path(`map?method=${method}`)).then((r) => (r.ok ? r.arrayBuffer() : null)),
+      fetch(path(`map?method=${method}`)).then((r) => (r.ok ? r.arrayBuffer() : null)).catch(() => null),
     ]);
     if (generation !== this.generation) return;
     if (!info.ok || !buffer) {
+      this.asked = null; // asked again when the page comes back to it
       this.n = 0;
       this.draw();
       this.setStatus(info.data?.error?.message || "the map could not be loaded", true);
@@ -95,14 +99,18 @@ export class TableMap {
     this.n = n;
     this.bounds = { x0, x1, y0, y1 };
     this.labels = null;
+    this.labelsLost = false;
     this.lower = null;
     this.matches = null;
     this.selected = -1;
     this.neighbours = [];
     this.hovered = -1;
+    this.panel.replaceChildren(); // the neighbours of a row of the layout before
+    this.root.dataset.selected = "";
     this.buildIndex();
     this.setColumns();
     await this.colourBy(this.root.querySelector(".tm-colour").value || "rank", false);
+    if (generation !== this.generation) return;
     this.fit();
     this.drawNow();
     this.firstView = performance.now() - started;
@@ -112,10 +120,20 @@ export class TableMap {
   }
 
   async loadLabels(generation) {
-    const response = await fetch(this.deps.tablePath("map/labels"));
-    if (!response.ok || generation !== this.generation) return;
-    const text = await new Response(response.body.pipeThrough(new DecompressionStream("gzip"))).text();
+    let text = null;
+    try {
+      const response = await fetch(this.deps.tablePath("map/labels"));
+      if (response.ok) text = await new Response(response.body.pipeThrough(new DecompressionStream("gzip"))).text();
+    } catch {
+      text = null; // the network failed: said below, as a refusal is
+    }
     if (generation !== this.generation) return;
+    if (text === null) {
+      this.labelsLost = true;
+      this.runSearch();
+      this.setStatus(`${this.table}: the labels could not be loaded (hover, search and labels need them).`, true);
+      return;
+    }
     this.labels = JSON.parse(text);
     this.canvas.dataset.labels = "true";
     this.runSearch();
@@ -207,6 +225,7 @@ export class TableMap {
   }
 
   async colourBy(column, redraw = true) {
+    const ticket = ++this.colourTicket; // a column asked for later, or another layout, wins over this one
     const n = this.n;
     let categories;
     if (column === "rank") {
@@ -225,6 +244,7 @@ export class TableMap {
       this.colours = ["#2b5d9b"];
     } else {
       const { ok, data } = await this.deps.fetchJSON(this.deps.tablePath(`map/colours/${encodeURIComponent(column)}`));
+      if (ticket !== this.colourTicket) return;
       if (!ok) {
         this.setStatus(data.error?.message || "colour column not loaded", true);
         return;
@@ -584,7 +604,7 @@ export class TableMap {
       return;
     }
     if (!this.labels) {
-      out.textContent = "labels loading…";
+      out.textContent = this.labelsLost ? "no labels to search: they could not be loaded" : "labels loading…";
       return;
     }
     const found = [];

@@ -422,6 +422,24 @@ def decoded_map(api: httpx.Client, table: str) -> np.ndarray:
     return codes
 
 
+def test_the_keyboard_goes_on_from_a_new_answer(server: str, api: httpx.Client, watched: Watched) -> None:
+    """Enter on a neighbour lists its neighbours; the focus stays in the list's place (not back at the top of the
+    page), so Tab reaches the new list's first word."""
+    watched.open(server, f"?table={WORDS_TABLE}")
+    page = watched.page
+    search(watched, "heart")
+    first = neighbour_tokens(page)[0]
+    page.focus("#neighbours-out button.token")
+    page.keyboard.press("Enter")
+    page.wait_for_function("w => new URLSearchParams(location.search).get('word') === w", arg=first)
+    page.wait_for_selector("#neighbours-out:not([aria-busy]) .scores")
+    assert page.evaluate("document.activeElement.id") == "neighbours-out"
+    page.keyboard.press("Tab")
+    expected = api.get(f"/v1/tables/{WORDS_TABLE}/neighbors", params={"token": first, "k": 8}).json()["neighbors"]
+    assert page.evaluate("document.activeElement.textContent") == expected[0]["token"]
+    watched.assert_clean()
+
+
 def test_the_page_opens_on_the_default_table(server: str, api: httpx.Client, watched: Watched) -> None:
     watched.open(server)
     default = api.get("/v1/explorer").json()["default_table"]
@@ -460,6 +478,45 @@ def test_the_whole_table_is_drawn_with_every_row(
     table = Table.load(data_dir / TOKENS_TABLE, checksums=False)
     assert page.evaluate("explorer.tableMap.n") == table.rows
     watched.assert_clean()
+
+
+def test_colours_asked_for_before_a_table_switch_are_dropped(server: str, watched: Watched) -> None:
+    """The colours of a column of the table before (held here until the switch is done) do not colour the new
+    table's map."""
+    open_table_map(watched, server, f"?table={TOKENS_TABLE}")
+    page = watched.page
+    held: list = []
+    page.route(f"**/v1/tables/{TOKENS_TABLE}/map/colours/**", lambda route: held.append(route))
+    with page.expect_request(lambda r: "/map/colours/" in r.url):
+        page.select_option("#tm-colour", "token kind")
+    page.select_option("#table", WORDS_TABLE)
+    page.wait_for_function(
+        "t => explorer.tableMap.table === t && explorer.tableMap.canvas.dataset.ready === 'true'", arg=WORDS_TABLE
+    )
+    legend = page.locator("#table-map .tm-legend li").all_inner_texts()
+    assert len(held) == 1 and legend[0] == "top 100"
+    with page.expect_response(lambda r: "/map/colours/" in r.url) as answered:
+        held[0].continue_()
+    answered.value.finished()
+    page.evaluate("() => new Promise((done) => requestAnimationFrame(() => setTimeout(done, 50)))")  # the page reads it
+    assert page.evaluate("explorer.tableMap.column") == "rank"
+    assert page.locator("#table-map .tm-legend li").all_inner_texts() == legend
+    watched.assert_clean()
+
+
+def test_a_layout_or_labels_lost_on_the_network_are_reported(server: str, watched: Watched) -> None:
+    """A request of the whole-table map that fails (the connection lost) is said in its status line, not thrown."""
+    page = watched.page
+    page.route("**/map/labels", lambda route: route.abort())
+    watched.open(server, f"?table={WORDS_TABLE}")
+    page.wait_for_selector("#table-map .tm-status.warning >> text=the labels could not be loaded")
+    page.fill("#tm-search", "heart")
+    page.wait_for_selector("#table-map .tm-matches >> text=no labels to search")
+    page.route(f"**/v1/tables/{TOKENS_TABLE}/map?*", lambda route: route.abort())
+    page.select_option("#table", TOKENS_TABLE)
+    page.wait_for_selector("#table-map .tm-status.warning >> text=the map could not be loaded")
+    assert [m for m in watched.console if "net::ERR_FAILED" not in m] == []
+    assert len(watched.failed) == 2 and not watched.http_errors
 
 
 @pytest.mark.parametrize(
@@ -535,7 +592,22 @@ def test_a_click_on_a_point_shows_and_marks_its_neighbours(server: str, api: htt
     page.wait_for_function(f"() => ({PIXELS})().selected > 0")
     # A neighbour in the list: the map goes there and asks for its neighbours.
     page.locator("#table-map .tm-panel button.token").first.click()
-    page.wait_for_selector(f"#table-map[data-selected='{expected[0]['id']}']")
+    page.wait_for_selector(f"#table-map[data-selected='{expected[0]['id']}'] .tm-panel .scores")
+    # Back and Forward on the same table keep its map as it was: not laid out again, the row still selected.
+    generation = page.evaluate("explorer.tableMap.generation")
+    search(watched, "king")
+    page.go_back()
+    page.wait_for_function("() => !new URLSearchParams(location.search).get('word')")
+    page.wait_for_selector("#neighbours-out:not([aria-busy])")
+    assert page.evaluate("explorer.tableMap.generation") == generation
+    assert page.get_attribute("#table-map", "data-selected") == str(expected[0]["id"])
+    # Another table: the list of the other table's rows goes with its layout.
+    page.select_option("#table", TOKENS_TABLE)
+    page.wait_for_function(
+        "() => explorer.tableMap.table === 'minilm' && explorer.tableMap.canvas.dataset.ready === 'true'"
+    )
+    assert page.locator("#table-map .tm-panel").inner_text() == ""
+    assert page.get_attribute("#table-map", "data-selected") == ""
     watched.assert_clean()
 
 
@@ -642,6 +714,33 @@ def test_diagnostics_odd_one_out_and_rank(server: str, api: httpx.Client, watche
     watched.assert_clean(expected_404=("kingg", "doesnt-match"))
 
 
+def test_an_answer_overtaken_by_a_shorter_input_is_dropped(server: str, watched: Watched) -> None:
+    """Too few words are answered at once, without asking; an answer still on its way for the words before is
+    dropped, not shown in place of that answer (each held here until the newer input is shown)."""
+    watched.open(server, f"?table={WORDS_TABLE}")
+    page = watched.page
+    held: list = []
+    for path in ("doesnt-match", "project"):
+        page.route(f"**/v1/tables/{WORDS_TABLE}/{path}", lambda route: held.append(route))
+    page.fill("#odd-words", "breakfast cereal dinner lunch")
+    page.press("#odd-words", "Enter")
+    page.fill("#map-words", "colours: red blue green")
+    page.click("#map-form button[type=submit]")
+    page.wait_for_function("() => document.querySelectorAll('#odd-out[aria-busy], #map-out[aria-busy]').length === 2")
+    page.fill("#odd-words", "breakfast")
+    page.press("#odd-words", "Enter")
+    page.fill("#map-words", "colours: red")
+    page.click("#map-form button[type=submit]")
+    for route in held:
+        route.continue_()
+    page.wait_for_selector("#odd-out:not([aria-busy])")
+    page.wait_for_selector("#map-out:not([aria-busy])")
+    assert page.inner_text("#odd-out") == "Give two words or more."
+    assert page.inner_text("#map-out") == "Give two words or more to map."
+    assert page.locator("#map-out svg").count() == 0
+    watched.assert_clean()
+
+
 def test_export_downloads_files_that_reimport(
     server: str, api: httpx.Client, browser: object, data_dir: Path, tmp_path: Path
 ) -> None:
@@ -696,6 +795,16 @@ def test_export_downloads_files_that_reimport(
 def umap_warm(server: str) -> threading.Thread:
     """The background UMAP started with the server (``warm_umap``)."""
     return UMAP_WARMUP[0] if UMAP_WARMUP else warm_umap(server)
+
+
+def test_an_export_lost_on_the_network_is_reported(server: str, watched: Watched) -> None:
+    watched.open(server, f"?table={WORDS_TABLE}")
+    page = watched.page
+    page.route("**/export", lambda route: route.abort())
+    page.click("#map-export [data-export=vectors]")
+    page.wait_for_selector("#map-out [role=alert] >> text=network error")
+    assert [m for m in watched.console if "net::ERR_FAILED" not in m] == []
+    assert len(watched.failed) == 1 and not watched.http_errors
 
 
 def test_analogy_shows_where_the_expected_word_ranks(server: str, api: httpx.Client, watched: Watched) -> None:

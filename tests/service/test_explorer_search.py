@@ -172,6 +172,30 @@ def test_a_documents_table_shows_the_search_card_and_a_words_table_the_word_card
     watched.assert_clean()
 
 
+def test_hits_of_the_table_before_are_not_shown_on_the_next(server: str, watched: Watched) -> None:
+    """Hits still on their way when another documents table is picked are dropped (each held here until the
+    switch is done)."""
+    page = open_search(watched, server)
+    held: list = []
+    page.route(f"**/v1/tables/{DOCS}/search", lambda route: held.append(route))
+    page.route(f"**/v1/tables/{EMBEDDED}/fields", lambda route: held.append(route))
+    page.fill("#ds-id", "lee-001")
+    page.press("#ds-id", "Enter")
+    page.select_option("#table", EMBEDDED)
+    page.wait_for_function("() => new URLSearchParams(location.search).get('table') === 'lee-text'")
+    page.wait_for_function("() => document.querySelector('#ds-controls').innerText === 'Loading the fields…'")
+    with page.expect_response(lambda r: r.url.endswith(f"/{DOCS}/search")) as answered:
+        next(route for route in held if route.request.url.endswith("/search")).continue_()
+    answered.value.finished()
+    page.evaluate("() => new Promise((done) => requestAnimationFrame(() => setTimeout(done, 50)))")  # the page reads it
+    assert page.locator("#ds-out .ds-hit").count() == 0
+    next(route for route in held if route.request.url.endswith("/fields")).continue_()
+    settle(page)
+    assert sent(page) == {"id": FIRST, "k": 10, "offset": 0}
+    assert page.inner_text("#ds-out .ds-query") == FIRST
+    watched.assert_clean()
+
+
 def test_the_filter_controls_send_their_filter_and_show_the_api_hits(
     server: str, api: httpx.Client, watched: Watched, types: dict[str, str], lee_docs: Lee, tmp_path: Path
 ) -> None:
@@ -271,6 +295,20 @@ def test_paging_moves_by_k_and_the_url_keeps_the_page(
 
 
 WORD = re.compile(r"[^\W_]+(?:['’][^\W\d_]+)*")
+
+
+def test_the_keyboard_goes_on_from_the_next_page(server: str, watched: Watched) -> None:
+    """Enter on "next" shows the next page with the focus in the hits' place, not back at the top of the page."""
+    page = open_search(watched, server)
+    page.focus("#ds-out button.ds-next")
+    page.keyboard.press("Enter")
+    page.wait_for_function("() => new URLSearchParams(location.search).get('offset') === '10'")
+    settle(page)
+    assert page.evaluate("document.activeElement.id") == "ds-out"
+    page.keyboard.press("Tab")
+    focused = page.evaluate("document.activeElement.getAttribute('aria-label')")
+    assert focused == f"More like {shown_hits(page)[0]['id']}"
+    watched.assert_clean()
 
 
 def test_more_like_this_searches_from_the_hit(
@@ -418,6 +456,50 @@ def test_text_searches_by_the_tables_own_modes(
     assert [hit["id"] for hit in shown_hits(page)] == [hit["id"] for hit in answer["hits"]]
     note = page.inner_text("#ds-out .ds-fallback")
     assert note.startswith("Searched by keyword only: text 'canyoning': no word of it is known") and "(small)" in note
+    watched.assert_clean()
+
+
+def test_a_text_query_is_kept_in_the_url(server: str, watched: Watched) -> None:
+    """The text and its mode go into the URL: a reload searches them again, more like this leaves them and Back
+    brings them back."""
+    page = watched.page
+    page.goto(f"{server}/?table={EMBEDDED}")
+    settle(page)
+    page.select_option("#ds-mode", "keyword")
+    page.fill("#ds-text", "bushfires Sydney")
+    page.press("#ds-text", "Enter")
+    page.wait_for_function("() => new URLSearchParams(location.search).get('text') === 'bushfires Sydney'")
+    settle(page)
+    assert watched.state()["mode"] == "keyword"
+    hits = [hit["id"] for hit in shown_hits(page)]
+    page.reload()
+    settle(page)
+    assert (page.input_value("#ds-text"), page.input_value("#ds-mode")) == ("bushfires Sydney", "keyword")
+    assert sent(page) == {"text": "bushfires Sydney", "mode": "keyword", "k": 10, "offset": 0}
+    assert [hit["id"] for hit in shown_hits(page)] == hits
+    page.locator(f"#ds-out .ds-hit[data-id='{hits[0]}'] button.ds-more").click()
+    page.wait_for_function("() => !new URLSearchParams(location.search).get('text')")
+    settle(page)
+    assert sent(page)["id"] == hits[0] and page.input_value("#ds-text") == ""
+    page.go_back()
+    page.wait_for_function("() => new URLSearchParams(location.search).get('text') === 'bushfires Sydney'")
+    settle(page)
+    assert sent(page)["text"] == "bushfires Sydney" and page.input_value("#ds-text") == "bushfires Sydney"
+    # A filter control searches the text in the box, as Enter does, and the URL says so.
+    page.fill("#ds-text", "firefighters")
+    page.locator("#ds-controls [data-field='long'] label", has_text="yes").click()
+    page.wait_for_function("() => new URLSearchParams(location.search).get('text') === 'firefighters'")
+    settle(page)
+    assert sent(page) == {"text": "firefighters", "mode": "keyword", "k": 10, "offset": 0, "filter": {"long": True}}
+    # A text too long for a link is searched but left out of the URL (a reload would be refused: 414), and the
+    # card names it by its start.
+    long = "bushfires near Sydney " * 1000
+    page.fill("#ds-text", long)
+    page.press("#ds-text", "Enter")
+    page.wait_for_function("() => !new URLSearchParams(location.search).get('text')")
+    settle(page)
+    assert sent(page)["text"] == long.strip() and watched.state()["mode"] == "keyword"
+    assert page.inner_text("#ds-out .ds-query") == f"“{long[:80]}…”"
     watched.assert_clean()
 
 

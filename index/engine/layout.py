@@ -401,11 +401,12 @@ def project(table: Table, asked: Projection, stop: Callable[[], bool] | None = N
             continue
         rows.setdefault(found.id, found.token)
     ids = list(rows)
+    if len(ids) < 2:
+        left_out = f"; not in table {table.name!r}: {', '.join(map(repr, unknown[:5]))}" if unknown else ""
+        raise InvalidQuery(f"projection needs at least two distinct tokens{left_out}")
     vectors = np.asarray(table.vectors[ids])
     extra: dict[str, Any] = {}
     if asked.method == "axes" and asked.x_axis is not None:
-        if len(ids) < 2:
-            raise InvalidQuery("projection needs at least two distinct tokens")
         x_axis, x_pair = _axis(table, asked.x_axis)
         y_axis, y_pair = _axis(table, asked.y_axis) if asked.y_axis is not None else (None, None)
         points, ratio = axes_projection(vectors, x_axis, y_axis)
@@ -424,7 +425,7 @@ def project(table: Table, asked: Projection, stop: Callable[[], bool] | None = N
         points, ratio = layout.points, None
         extra["params"] = layout.info["params"]
     else:
-        points, ratio = pca_projection(vectors)  # 422 below two distinct rows
+        points, ratio = pca_projection(vectors)
     out: dict[str, Any] = {
         "method": asked.method,
         "points": [{"token": rows[i], "id": i, "x": x, "y": y} for i, (x, y) in zip(ids, points.tolist(), strict=True)],

@@ -170,6 +170,9 @@ def test_a_table_s_tokens_projected_each_row_once_unknown_ones_listed(small: Tab
     assert answer["explained_variance_ratio"] == ratio.tolist() and answer["unknown"] == ["zzqx-unknown"]
     with pytest.raises(UnknownToken):
         project(small, Projection(tokens))
+    for method in ("pca", "axes", "tsne"):  # too few rows left: the message names the tokens left out
+        with pytest.raises(InvalidQuery, match=r"two distinct tokens; not in table 'small': 'zzqx-unknown', 'qq-z'$"):
+            project(small, Projection(["king", "zzqx-unknown", "king", "qq-z"], method=method, skip_unknown=True))
 
 
 def test_word_pair_axes_of_a_table(small: Table) -> None:

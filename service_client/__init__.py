@@ -7,12 +7,14 @@
         api.analogy("glove-6b-50d", "man", "king", "woman")  # queen first
         api.similarity("glove-6b-50d", "red", "blue")        # 0.89
 
-Every error the server answers with is raised as :class:`ApiError` (status, code, message, details).
+Every error is raised as :class:`ApiError` (status, code, message, details): the server's answers, and also a
+server that cannot be reached or does not answer in time (status 0) or an answer that is not JSON.
 """
 
 from __future__ import annotations
 
 import json as _json
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar
@@ -24,6 +26,7 @@ import orjson
 Method = Literal["3cosadd", "3cosmul"]
 WRITE_DOCUMENTS = 256  # documents per write request of upsert_many, at most
 WRITE_BYTES = 2 * 1024 * 1024  # and about this much JSON: half the server's default body limit
+RETRY_SECONDS = 10.0  # the longest wait a Retry-After makes before a retry
 T = TypeVar("T")
 
 
@@ -78,11 +81,16 @@ class Hits:
 
 
 class ApiError(Exception):
-    """An error response: HTTP status, the envelope's code and message, and its other fields."""
+    """An error response: HTTP status, the envelope's code and message, and its other fields; ``retry_after``,
+    the seconds of the answer's ``Retry-After`` (503 ``overloaded``). No answer at all is status 0, code
+    ``connection_error`` (refused, reset, closed) or ``timeout`` (a write may have been applied)."""
 
-    def __init__(self, status: int, code: str, message: str, details: dict[str, Any]) -> None:
+    def __init__(
+        self, status: int, code: str, message: str, details: dict[str, Any], retry_after: float | None = None
+    ) -> None:
         super().__init__(f"{status} {code}: {message}")
         self.status, self.code, self.message, self.details = status, code, message, details
+        self.retry_after = retry_after
 
     @property
     def suggestions(self) -> list[str]:
@@ -91,7 +99,19 @@ class ApiError(Exception):
 
 # The HTTP status of each code a batch item's error can have (docs/api.md, "Errors"): the batch answers 200, the
 # item's error is what the same query alone would have answered.
-ITEM_STATUS = {"unknown_table": 404, "unknown_token": 404, "unknown_document": 404, "invalid_request": 422}
+ITEM_STATUS = {
+    "unknown_table": 404,
+    "unknown_token": 404,
+    "unknown_document": 404,
+    "invalid_request": 422,
+    "unauthorized": 401,
+    "forbidden": 403,
+    "not_ready": 503,
+    "overloaded": 503,
+    "shard_unavailable": 503,
+    "shard_timeout": 504,
+    "internal": 500,
+}
 
 
 def segment(text: str) -> str:
@@ -161,15 +181,51 @@ def _document(document: dict[str, Any]) -> dict[str, Any]:
     return {**document, "vector": [float(x) for x in document["vector"]]}
 
 
+def _retry_after(response: httpx.Response) -> float | None:
+    """The seconds of the answer's ``Retry-After`` (a number of seconds; an HTTP date counts as one second)."""
+    value = response.headers.get("Retry-After")
+    if value is None:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        return 1.0
+
+
+def _error(response: httpx.Response) -> ApiError:
+    """The answer's error envelope as an :class:`ApiError`; an answer that is not one (a proxy's HTML page) is code
+    ``http_error``, its text's beginning the message."""
+    retry_after = _retry_after(response)
+    try:
+        error = dict(response.json()["error"])
+        code, message = str(error.pop("code")), str(error.pop("message", ""))
+    except (ValueError, KeyError, TypeError):
+        text = " ".join(response.text[:200].split())
+        return ApiError(response.status_code, "http_error", text or response.reason_phrase, {}, retry_after)
+    return ApiError(response.status_code, code, message, error, retry_after)
+
+
 class Client:
     """Synchronous client; ``options`` of query methods are ``exact``, ``restrict``, ``skip_special``, ..."""
 
     def __init__(
-        self, base_url: str, timeout: float = 30.0, http: httpx.Client | None = None, api_key: str | None = None
+        self,
+        base_url: str,
+        timeout: float = 30.0,
+        http: httpx.Client | None = None,
+        api_key: str | None = None,
+        retries: int = 2,
     ) -> None:
-        """``api_key``: sent as ``X-API-Key`` (a read key, or a write key for the write methods)."""
-        headers = {"X-API-Key": api_key} if api_key else {}
-        self.http = http or httpx.Client(base_url=base_url, timeout=timeout, headers=headers)
+        """``api_key``: sent as ``X-API-Key`` (a read key, or a write key for the write methods). ``retries``: how
+        many times a request answered 503 with ``Retry-After`` (``overloaded``: the server did not start it) is
+        sent again, after the seconds it says (at most ``RETRY_SECONDS``). ``http``: an ``httpx.Client`` of the
+        caller's, already pointed at the server (``base_url`` and ``timeout`` are then its own); the caller closes
+        it, :meth:`close` does not."""
+        self.retries = retries
+        self._owned = http is None
+        self.http = http or httpx.Client(base_url=base_url, timeout=timeout)
+        if api_key:
+            self.http.headers["X-API-Key"] = api_key
 
     def __enter__(self) -> Client:
         return self
@@ -178,7 +234,29 @@ class Client:
         self.close()
 
     def close(self) -> None:
-        self.http.close()
+        if self._owned:
+            self.http.close()
+
+    def _send(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        """The server's answer, after the retries an ``overloaded`` answer takes."""
+        response = self._once(method, path, **kwargs)
+        for _ in range(self.retries):
+            wait = _retry_after(response)
+            if response.status_code != 503 or wait is None:
+                break
+            time.sleep(min(wait, RETRY_SECONDS))
+            response = self._once(method, path, **kwargs)
+        return response
+
+    def _once(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        """One request's answer; none is an :class:`ApiError` of status 0."""
+        try:
+            return self.http.request(method, path, **kwargs)
+        except httpx.TimeoutException as exc:
+            message = f"no answer from {exc.request.url} in time ({type(exc).__name__})"
+            raise ApiError(0, "timeout", message, {}) from exc
+        except httpx.TransportError as exc:
+            raise ApiError(0, "connection_error", f"{exc.request.url}: {exc}", {}) from exc
 
     def _call(self, method: str, path: str, json: Any = None, **kwargs: Any) -> Any:
         """The decoded JSON body (Any: each method annotates the part of it that it reads). Bodies are encoded and
@@ -188,14 +266,14 @@ class Client:
             kwargs["content"] = _encoded(json)
         if "content" in kwargs:  # a JSON body, encoded here or by the caller
             kwargs["headers"] = {**kwargs.get("headers", {}), "Content-Type": "application/json"}
-        response = self.http.request(method, path, **kwargs)
-        if response.is_success:
-            return orjson.loads(response.content)
+        response = self._send(method, path, **kwargs)
+        if not response.is_success:
+            raise _error(response)
         try:
-            error = dict(response.json()["error"])
-        except (ValueError, KeyError, TypeError):
-            raise ApiError(response.status_code, "http_error", response.text[:200], {}) from None
-        raise ApiError(response.status_code, error.pop("code", "error"), error.pop("message", ""), error)
+            return orjson.loads(response.content)
+        except orjson.JSONDecodeError:
+            text = " ".join(response.text[:200].split())
+            raise ApiError(response.status_code, "invalid_response", f"the answer is not JSON: {text}", {}) from None
 
     @staticmethod
     def _path(table: str, suffix: str) -> str:
@@ -203,7 +281,11 @@ class Client:
 
     # --------------------------------------------------------------------------------------- server
     def ready(self) -> bool:
-        return self.http.get("/readyz").status_code == 200
+        """Whether every table is loaded (``GET /readyz``); False too while the server cannot be reached."""
+        try:
+            return self.http.get("/readyz").status_code == 200
+        except httpx.TransportError:
+            return False
 
     def tables(self) -> list[TableInfo]:
         keys = ("name", "rows", "dim", "kind", "index")

@@ -381,11 +381,28 @@ class Client:
         body = {"queries": list(queries), "k": k, **options}
         return _items(self._call("POST", self._path(table, "search"), json=body)["results"], _hits)
 
-    def document(self, table: str, id: str | int, vector: bool = False) -> dict[str, Any]:
-        """One document: ``{"id", "text", "fields"}`` (and ``"vector"`` when asked)."""
-        params = {"vector": "true"} if vector else {}
+    def document(
+        self,
+        table: str,
+        id: str | int,
+        vector: bool = False,
+        normalized: bool = False,
+        fields: Sequence[str] | None = None,
+    ) -> dict[str, Any]:
+        """One document: ``{"id", "text", "fields"}`` (and ``"vector"`` when asked, its unit vector if
+        ``normalized``); ``fields``: only these of its fields."""
+        params: dict[str, str] = {"vector": "true"} if vector else {}
+        if normalized:
+            params["normalized"] = "true"
+        if fields is not None:
+            params["fields"] = ",".join(fields)
         document: dict[str, Any] = self._call("GET", self._path(table, f"documents/{segment(str(id))}"), params=params)
         return document
+
+    def fields(self, table: str) -> dict[str, Any]:
+        """A documents table's fields (``GET .../fields``): each one's type, common values or range."""
+        fields: dict[str, Any] = self._call("GET", self._path(table, "fields"))
+        return fields
 
     # ---------------------------------------------------------------------------------------- writes
     def upsert_documents(self, table: str, documents: Sequence[dict[str, Any]]) -> dict[str, Any]:

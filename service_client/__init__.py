@@ -57,8 +57,15 @@ class Point:
 
 @dataclass(frozen=True)
 class Projection:
+    """``explained_variance_ratio``: pca's and axes' (empty for tsne and umap); ``unknown``: the tokens
+    ``skip_unknown`` left out; ``axes`` (method axes) and ``params`` (tsne, umap) as the server gives them."""
+
     points: list[Point]
     explained_variance_ratio: list[float]
+    method: str = "pca"
+    unknown: list[str] = field(default_factory=list)
+    axes: dict[str, Any] | None = None
+    params: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -441,11 +448,21 @@ class Client:
         body: dict[str, Any] = {"texts": list(texts), **({"pooling": pooling} if pooling else {})}
         return [list(v) for v in self._call("POST", self._path(table, "embed"), json=body)["vectors"]]
 
-    def project(self, table: str, tokens: Sequence[str], skip_unknown: bool = False) -> Projection:
-        body = {"tokens": list(tokens), "method": "pca", "skip_unknown": skip_unknown}
+    def project(
+        self,
+        table: str,
+        tokens: Sequence[str],
+        skip_unknown: bool = False,
+        method: Literal["pca", "axes", "tsne", "umap"] = "pca",
+        **options: Any,
+    ) -> Projection:
+        """The tokens in two dimensions; ``options`` are the method's (``x_axis``, ``y_axis``, ``perplexity``,
+        ``n_neighbors``, ``min_dist``, ``seed``, ...)."""
+        body = {"tokens": list(tokens), "method": method, "skip_unknown": skip_unknown, **options}
         data = self._call("POST", self._path(table, "project"), json=body)
         points = [Point(p["token"], int(p["id"]), float(p["x"]), float(p["y"])) for p in data["points"]]
-        return Projection(points, [float(r) for r in data["explained_variance_ratio"]])
+        ratios = [float(r) for r in data.get("explained_variance_ratio") or []]
+        return Projection(points, ratios, data["method"], data.get("unknown", []), data.get("axes"), data.get("params"))
 
     # ---------------------------------------------------------------------------------- diagnostics
     def doesnt_match(self, table: str, words: Sequence[str], skip_unknown: bool = False) -> str:

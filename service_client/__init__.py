@@ -99,6 +99,10 @@ class ApiError(Exception):
         self.status, self.code, self.message, self.details = status, code, message, details
         self.retry_after = retry_after
 
+    def __reduce__(self) -> tuple[type[ApiError], tuple[Any, ...]]:
+        """Pickled with its fields (an error raised in a worker process reaches the parent whole)."""
+        return ApiError, (self.status, self.code, self.message, self.details, self.retry_after)
+
     @property
     def suggestions(self) -> list[str]:
         return list(self.details.get("suggestions", []))

@@ -4,6 +4,7 @@ each an :class:`ApiError`; an ``overloaded`` answer retried after its ``Retry-Af
 from __future__ import annotations
 
 import json
+import pickle
 import socket
 from collections.abc import Iterator
 
@@ -50,6 +51,8 @@ def test_retries_run_out_into_the_overloaded_error() -> None:
     assert (error.status, error.code, error.retry_after) == (503, "overloaded", 0.0)
     assert error.message == "the server is busy; retry"
     assert len(sent) == 2
+    copied = pickle.loads(pickle.dumps(error))  # as a process pool hands it back
+    assert (copied.status, copied.code, copied.message, copied.retry_after) == (503, "overloaded", error.message, 0.0)
     sent.clear()
     with pytest.raises(ApiError) as unavailable:  # a 503 without Retry-After (not_ready, a shard down) is not retried
         answering(overloaded(None), sent=sent).neighbors("t", "heart")

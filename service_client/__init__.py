@@ -321,6 +321,12 @@ class Client:
         vector: list[float] = self._call("GET", path, params={"normalized": normalized})["vector"]
         return vector
 
+    def vector_of_id(self, table: str, id: int, normalized: bool = False) -> list[float]:
+        """The vector of the row ``id`` (``GET .../ids/{id}``)."""
+        path = self._path(table, f"ids/{int(id)}")
+        vector: list[float] = self._call("GET", path, params={"normalized": normalized})["vector"]
+        return vector
+
     # -------------------------------------------------------------------------------------- queries
     def neighbors(self, table: str, token: str, k: int = 10, **options: Any) -> list[Neighbor]:
         """Nearest neighbours of ``token``, itself left out."""

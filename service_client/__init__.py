@@ -38,6 +38,14 @@ class Neighbor:
 
 
 @dataclass(frozen=True)
+class Piece:
+    """One token of a text as a model-token table's tokenizer splits it."""
+
+    id: int
+    token: str
+
+
+@dataclass(frozen=True)
 class TableInfo:
     name: str
     rows: int
@@ -326,6 +334,11 @@ class Client:
         path = self._path(table, f"ids/{int(id)}")
         vector: list[float] = self._call("GET", path, params={"normalized": normalized})["vector"]
         return vector
+
+    def tokenize(self, table: str, text: str) -> list[Piece]:
+        """``text`` split by a model-token table's own tokenizer (``POST .../tokenize``)."""
+        tokens = self._call("POST", self._path(table, "tokenize"), json={"text": text})["tokens"]
+        return [Piece(int(t["id"]), t["token"]) for t in tokens]
 
     # -------------------------------------------------------------------------------------- queries
     def neighbors(self, table: str, token: str, k: int = 10, **options: Any) -> list[Neighbor]:

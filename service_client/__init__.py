@@ -167,14 +167,22 @@ def _batch(results: list[dict[str, Any]]) -> list[list[Neighbor] | ApiError]:
     return _items(results, lambda item: _neighbors(item["neighbors"]))
 
 
+def _listed(value: Any) -> Any:
+    """A NumPy array or scalar anywhere in a body (a batch item's vector) as the floats and lists JSON holds."""
+    tolist = getattr(value, "tolist", None)
+    if callable(tolist):
+        return tolist()
+    raise TypeError(f"{type(value).__name__} cannot be written as JSON")
+
+
 def _encoded(value: Any) -> bytes:
     """``value`` as a JSON request body: orjson, or ``json`` for what orjson cannot write (an integer beyond 64
     bits); NaN and infinities are written as null, which the server refuses as it refuses any value that is not
     a number."""
     try:
-        return orjson.dumps(value)
+        return orjson.dumps(value, default=_listed)
     except orjson.JSONEncodeError:
-        return _json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
+        return _json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False, default=_listed).encode()
 
 
 def write_bodies(documents: Sequence[dict[str, Any]]) -> list[bytes]:

@@ -7,12 +7,14 @@
         api.analogy("glove-6b-50d", "man", "king", "woman")  # queen first
         api.similarity("glove-6b-50d", "red", "blue")        # 0.89
 
-Every error the server answers with is raised as :class:`ApiError` (status, code, message, details).
+Every error is raised as :class:`ApiError` (status, code, message, details): the server's answers, and also a
+server that cannot be reached or does not answer in time (status 0) or an answer that is not JSON.
 """
 
 from __future__ import annotations
 
 import json as _json
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar
@@ -24,6 +26,7 @@ import orjson
 Method = Literal["3cosadd", "3cosmul"]
 WRITE_DOCUMENTS = 256  # documents per write request of upsert_many, at most
 WRITE_BYTES = 2 * 1024 * 1024  # and about this much JSON: half the server's default body limit
+RETRY_SECONDS = 10.0  # the longest wait a Retry-After makes before a retry
 T = TypeVar("T")
 
 
@@ -32,6 +35,14 @@ class Neighbor:
     token: str
     id: int
     score: float
+
+
+@dataclass(frozen=True)
+class Piece:
+    """One token of a text as a model-token table's tokenizer splits it."""
+
+    id: int
+    token: str
 
 
 @dataclass(frozen=True)
@@ -54,8 +65,15 @@ class Point:
 
 @dataclass(frozen=True)
 class Projection:
+    """``explained_variance_ratio``: pca's and axes' (empty for tsne and umap); ``unknown``: the tokens
+    ``skip_unknown`` left out; ``axes`` (method axes) and ``params`` (tsne, umap) as the server gives them."""
+
     points: list[Point]
     explained_variance_ratio: list[float]
+    method: str = "pca"
+    unknown: list[str] = field(default_factory=list)
+    axes: dict[str, Any] | None = None
+    params: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -78,11 +96,20 @@ class Hits:
 
 
 class ApiError(Exception):
-    """An error response: HTTP status, the envelope's code and message, and its other fields."""
+    """An error response: HTTP status, the envelope's code and message, and its other fields; ``retry_after``,
+    the seconds of the answer's ``Retry-After`` (503 ``overloaded``). No answer at all is status 0, code
+    ``connection_error`` (refused, reset, closed) or ``timeout`` (a write may have been applied)."""
 
-    def __init__(self, status: int, code: str, message: str, details: dict[str, Any]) -> None:
+    def __init__(
+        self, status: int, code: str, message: str, details: dict[str, Any], retry_after: float | None = None
+    ) -> None:
         super().__init__(f"{status} {code}: {message}")
         self.status, self.code, self.message, self.details = status, code, message, details
+        self.retry_after = retry_after
+
+    def __reduce__(self) -> tuple[type[ApiError], tuple[Any, ...]]:
+        """Pickled with its fields (an error raised in a worker process reaches the parent whole)."""
+        return ApiError, (self.status, self.code, self.message, self.details, self.retry_after)
 
     @property
     def suggestions(self) -> list[str]:
@@ -91,7 +118,19 @@ class ApiError(Exception):
 
 # The HTTP status of each code a batch item's error can have (docs/api.md, "Errors"): the batch answers 200, the
 # item's error is what the same query alone would have answered.
-ITEM_STATUS = {"unknown_table": 404, "unknown_token": 404, "unknown_document": 404, "invalid_request": 422}
+ITEM_STATUS = {
+    "unknown_table": 404,
+    "unknown_token": 404,
+    "unknown_document": 404,
+    "invalid_request": 422,
+    "unauthorized": 401,
+    "forbidden": 403,
+    "not_ready": 503,
+    "overloaded": 503,
+    "shard_unavailable": 503,
+    "shard_timeout": 504,
+    "internal": 500,
+}
 
 
 def segment(text: str) -> str:
@@ -128,14 +167,22 @@ def _batch(results: list[dict[str, Any]]) -> list[list[Neighbor] | ApiError]:
     return _items(results, lambda item: _neighbors(item["neighbors"]))
 
 
+def _listed(value: Any) -> Any:
+    """A NumPy array or scalar anywhere in a body (a batch item's vector) as the floats and lists JSON holds."""
+    tolist = getattr(value, "tolist", None)
+    if callable(tolist):
+        return tolist()
+    raise TypeError(f"{type(value).__name__} cannot be written as JSON")
+
+
 def _encoded(value: Any) -> bytes:
     """``value`` as a JSON request body: orjson, or ``json`` for what orjson cannot write (an integer beyond 64
     bits); NaN and infinities are written as null, which the server refuses as it refuses any value that is not
     a number."""
     try:
-        return orjson.dumps(value)
+        return orjson.dumps(value, default=_listed)
     except orjson.JSONEncodeError:
-        return _json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
+        return _json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False, default=_listed).encode()
 
 
 def write_bodies(documents: Sequence[dict[str, Any]]) -> list[bytes]:
@@ -161,15 +208,51 @@ def _document(document: dict[str, Any]) -> dict[str, Any]:
     return {**document, "vector": [float(x) for x in document["vector"]]}
 
 
+def _retry_after(response: httpx.Response) -> float | None:
+    """The seconds of the answer's ``Retry-After`` (a number of seconds; an HTTP date counts as one second)."""
+    value = response.headers.get("Retry-After")
+    if value is None:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        return 1.0
+
+
+def _error(response: httpx.Response) -> ApiError:
+    """The answer's error envelope as an :class:`ApiError`; an answer that is not one (a proxy's HTML page) is code
+    ``http_error``, its text's beginning the message."""
+    retry_after = _retry_after(response)
+    try:
+        error = dict(response.json()["error"])
+        code, message = str(error.pop("code")), str(error.pop("message", ""))
+    except (ValueError, KeyError, TypeError):
+        text = " ".join(response.text[:200].split())
+        return ApiError(response.status_code, "http_error", text or response.reason_phrase, {}, retry_after)
+    return ApiError(response.status_code, code, message, error, retry_after)
+
+
 class Client:
     """Synchronous client; ``options`` of query methods are ``exact``, ``restrict``, ``skip_special``, ..."""
 
     def __init__(
-        self, base_url: str, timeout: float = 30.0, http: httpx.Client | None = None, api_key: str | None = None
+        self,
+        base_url: str,
+        timeout: float = 30.0,
+        http: httpx.Client | None = None,
+        api_key: str | None = None,
+        retries: int = 2,
     ) -> None:
-        """``api_key``: sent as ``X-API-Key`` (a read key, or a write key for the write methods)."""
-        headers = {"X-API-Key": api_key} if api_key else {}
-        self.http = http or httpx.Client(base_url=base_url, timeout=timeout, headers=headers)
+        """``api_key``: sent as ``X-API-Key`` (a read key, or a write key for the write methods). ``retries``: how
+        many times a request answered 503 with ``Retry-After`` (``overloaded``: the server did not start it) is
+        sent again, after the seconds it says (at most ``RETRY_SECONDS``). ``http``: an ``httpx.Client`` of the
+        caller's, already pointed at the server (``base_url`` and ``timeout`` are then its own); the caller closes
+        it, :meth:`close` does not."""
+        self.retries = retries
+        self._owned = http is None
+        self.http = http or httpx.Client(base_url=base_url, timeout=timeout)
+        if api_key:
+            self.http.headers["X-API-Key"] = api_key
 
     def __enter__(self) -> Client:
         return self
@@ -178,7 +261,29 @@ class Client:
         self.close()
 
     def close(self) -> None:
-        self.http.close()
+        if self._owned:
+            self.http.close()
+
+    def _send(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        """The server's answer, after the retries an ``overloaded`` answer takes."""
+        response = self._once(method, path, **kwargs)
+        for _ in range(self.retries):
+            wait = _retry_after(response)
+            if response.status_code != 503 or wait is None:
+                break
+            time.sleep(min(wait, RETRY_SECONDS))
+            response = self._once(method, path, **kwargs)
+        return response
+
+    def _once(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        """One request's answer; none is an :class:`ApiError` of status 0."""
+        try:
+            return self.http.request(method, path, **kwargs)
+        except httpx.TimeoutException as exc:
+            message = f"no answer from {exc.request.url} in time ({type(exc).__name__})"
+            raise ApiError(0, "timeout", message, {}) from exc
+        except httpx.TransportError as exc:
+            raise ApiError(0, "connection_error", f"{exc.request.url}: {exc}", {}) from exc
 
     def _call(self, method: str, path: str, json: Any = None, **kwargs: Any) -> Any:
         """The decoded JSON body (Any: each method annotates the part of it that it reads). Bodies are encoded and
@@ -188,14 +293,14 @@ class Client:
             kwargs["content"] = _encoded(json)
         if "content" in kwargs:  # a JSON body, encoded here or by the caller
             kwargs["headers"] = {**kwargs.get("headers", {}), "Content-Type": "application/json"}
-        response = self.http.request(method, path, **kwargs)
-        if response.is_success:
-            return orjson.loads(response.content)
+        response = self._send(method, path, **kwargs)
+        if not response.is_success:
+            raise _error(response)
         try:
-            error = dict(response.json()["error"])
-        except (ValueError, KeyError, TypeError):
-            raise ApiError(response.status_code, "http_error", response.text[:200], {}) from None
-        raise ApiError(response.status_code, error.pop("code", "error"), error.pop("message", ""), error)
+            return orjson.loads(response.content)
+        except orjson.JSONDecodeError:
+            text = " ".join(response.text[:200].split())
+            raise ApiError(response.status_code, "invalid_response", f"the answer is not JSON: {text}", {}) from None
 
     @staticmethod
     def _path(table: str, suffix: str) -> str:
@@ -203,7 +308,11 @@ class Client:
 
     # --------------------------------------------------------------------------------------- server
     def ready(self) -> bool:
-        return self.http.get("/readyz").status_code == 200
+        """Whether every table is loaded (``GET /readyz``); False too while the server cannot be reached."""
+        try:
+            return self.http.get("/readyz").status_code == 200
+        except httpx.TransportError:
+            return False
 
     def tables(self) -> list[TableInfo]:
         keys = ("name", "rows", "dim", "kind", "index")
@@ -227,6 +336,17 @@ class Client:
         path = self._path(table, "tokens/" + segment(token))
         vector: list[float] = self._call("GET", path, params={"normalized": normalized})["vector"]
         return vector
+
+    def vector_of_id(self, table: str, id: int, normalized: bool = False) -> list[float]:
+        """The vector of the row ``id`` (``GET .../ids/{id}``)."""
+        path = self._path(table, f"ids/{int(id)}")
+        vector: list[float] = self._call("GET", path, params={"normalized": normalized})["vector"]
+        return vector
+
+    def tokenize(self, table: str, text: str) -> list[Piece]:
+        """``text`` split by a model-token table's own tokenizer (``POST .../tokenize``)."""
+        tokens = self._call("POST", self._path(table, "tokenize"), json={"text": text})["tokens"]
+        return [Piece(int(t["id"]), t["token"]) for t in tokens]
 
     # -------------------------------------------------------------------------------------- queries
     def neighbors(self, table: str, token: str, k: int = 10, **options: Any) -> list[Neighbor]:
@@ -299,11 +419,28 @@ class Client:
         body = {"queries": list(queries), "k": k, **options}
         return _items(self._call("POST", self._path(table, "search"), json=body)["results"], _hits)
 
-    def document(self, table: str, id: str | int, vector: bool = False) -> dict[str, Any]:
-        """One document: ``{"id", "text", "fields"}`` (and ``"vector"`` when asked)."""
-        params = {"vector": "true"} if vector else {}
+    def document(
+        self,
+        table: str,
+        id: str | int,
+        vector: bool = False,
+        normalized: bool = False,
+        fields: Sequence[str] | None = None,
+    ) -> dict[str, Any]:
+        """One document: ``{"id", "text", "fields"}`` (and ``"vector"`` when asked, its unit vector if
+        ``normalized``); ``fields``: only these of its fields."""
+        params: dict[str, str] = {"vector": "true"} if vector else {}
+        if normalized:
+            params["normalized"] = "true"
+        if fields is not None:
+            params["fields"] = ",".join(fields)
         document: dict[str, Any] = self._call("GET", self._path(table, f"documents/{segment(str(id))}"), params=params)
         return document
+
+    def fields(self, table: str) -> dict[str, Any]:
+        """A documents table's fields (``GET .../fields``): each one's type, common values or range."""
+        fields: dict[str, Any] = self._call("GET", self._path(table, "fields"))
+        return fields
 
     # ---------------------------------------------------------------------------------------- writes
     def upsert_documents(self, table: str, documents: Sequence[dict[str, Any]]) -> dict[str, Any]:
@@ -342,11 +479,21 @@ class Client:
         body: dict[str, Any] = {"texts": list(texts), **({"pooling": pooling} if pooling else {})}
         return [list(v) for v in self._call("POST", self._path(table, "embed"), json=body)["vectors"]]
 
-    def project(self, table: str, tokens: Sequence[str], skip_unknown: bool = False) -> Projection:
-        body = {"tokens": list(tokens), "method": "pca", "skip_unknown": skip_unknown}
+    def project(
+        self,
+        table: str,
+        tokens: Sequence[str],
+        skip_unknown: bool = False,
+        method: Literal["pca", "axes", "tsne", "umap"] = "pca",
+        **options: Any,
+    ) -> Projection:
+        """The tokens in two dimensions; ``options`` are the method's (``x_axis``, ``y_axis``, ``perplexity``,
+        ``n_neighbors``, ``min_dist``, ``seed``, ...)."""
+        body = {"tokens": list(tokens), "method": method, "skip_unknown": skip_unknown, **options}
         data = self._call("POST", self._path(table, "project"), json=body)
         points = [Point(p["token"], int(p["id"]), float(p["x"]), float(p["y"])) for p in data["points"]]
-        return Projection(points, [float(r) for r in data["explained_variance_ratio"]])
+        ratios = [float(r) for r in data.get("explained_variance_ratio") or []]
+        return Projection(points, ratios, data["method"], data.get("unknown", []), data.get("axes"), data.get("params"))
 
     # ---------------------------------------------------------------------------------- diagnostics
     def doesnt_match(self, table: str, words: Sequence[str], skip_unknown: bool = False) -> str:

@@ -34,6 +34,16 @@ def test_a_search_body_carries_the_vector_exactly_as_json() -> None:
     assert [(h.token, h.id, h.score) for h in hits] == [("heart", 1, 0.5), ("héart", 2, -0.25)]
 
 
+def test_a_batch_items_numpy_vector_is_written_as_its_floats() -> None:
+    sent: list[httpx.Request] = []
+    vector = np.random.default_rng(1).standard_normal(8).astype(np.float32)
+    client = client_seeing(sent, {"results": []})
+    client.search_documents_batch("docs", [{"vector": vector, "filter": {"year": np.int64(1990)}}], k=2)
+    client.neighbors_batch("t", [{"vector": vector}], k=2)
+    items = [json.loads(request.content)["queries"][0] for request in sent]
+    assert items == [{"vector": [float(x) for x in vector], "filter": {"year": 1990}}, {"vector": vector.tolist()}]
+
+
 def test_an_integer_beyond_64_bits_is_written_by_json() -> None:
     sent: list[httpx.Request] = []
     client_seeing(sent, {"upserted": 1}).upsert_documents("docs", [{"id": 2**70, "text": "x"}])

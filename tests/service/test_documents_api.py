@@ -209,6 +209,10 @@ def test_the_python_client_searches_documents(base: str, lee_docs: Lee) -> None:
         assert not isinstance(batch[0], ApiError) and len(batch[0].hits) == 2
         document = api.document("lee", lee_docs.ids[5])
         assert document["text"] == lee_docs.texts[5] and "vector" not in document
+        some = api.document("lee", lee_docs.ids[5], vector=True, normalized=True, fields=["year", "tags"])
+        assert some["fields"] == {name: document["fields"][name] for name in ("year", "tags")}
+        np.testing.assert_allclose(some["vector"], lee_docs.unit()[5], atol=1e-6)
+        assert api.fields("lee") == real_server.HTTP.get(f"{base}/v1/tables/lee/fields").json()
         with pytest.raises(ApiError) as missing:
             api.document("lee", "lee-999")
         assert missing.value.status == 404 and missing.value.code == "unknown_document"

@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 
 from index.engine.table import Table
+from service_client import ApiError, Client
 from tests.service.raw_http import (
     assert_exact_neighbours,
     closed,
@@ -243,6 +244,9 @@ def test_connections_over_the_limit_get_503(server: Server) -> None:
             extra.sendall(request("GET", "/v1/models"))
             error = error_of(read_response(extra), 503)
         assert error == {"message": error["message"], "type": "server_error", "param": None, "code": "overloaded"}
+        with Client(server.base, retries=0) as client, pytest.raises(ApiError) as busy:  # the Python client's error
+            client.tables()
+        assert (busy.value.status, busy.value.code, busy.value.retry_after) == (503, "overloaded", 1.0)
         for sock in kept:  # the connections within the limit are served as before
             sock.sendall(request("GET", "/readyz"))
             assert read_response(sock)[0] == 200

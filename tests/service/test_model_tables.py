@@ -99,6 +99,11 @@ def test_tokenize_equals_tokenizers(client: TestClient, minilm_tokenizer: Tokeni
     assert [p["token"] for p in pieces] == ["heart", "##ache"]
     refused = client.post("/v1/tables/glove-5k/tokenize", json={"text": "heart"})
     assert refused.status_code == 422 and "no tokenizer" in refused.json()["error"]["message"]
+    from service_client import Client, Piece
+
+    assert Client("http://testserver", http=client).tokenize("minilm", "heartache") == [
+        Piece(p["id"], p["token"]) for p in pieces
+    ]
 
 
 def test_ids_endpoint(client: TestClient, minilm_tokenizer: Tokenizer) -> None:

@@ -174,3 +174,16 @@ def test_openapi_describes_the_four_forms(api: TestClient) -> None:
     for body in refused:
         assert not validator.is_valid(body), body
         assert api.post(f"{T}/project", json=body).status_code == 422
+
+
+def test_the_python_client_projects_by_every_method(api: TestClient) -> None:
+    """``Client.project`` takes the method and its options, and gives back the tokens ``skip_unknown`` left out."""
+    from service_client import Client
+
+    client = Client("http://testserver", http=api)
+    body = {"tokens": [*WORDS, "qzxqzxq"], "skip_unknown": True, "method": "axes", "x_axis": ["man", "woman"]}
+    answer = project(api, **body)
+    got = client.project("small", body["tokens"], skip_unknown=True, method="axes", x_axis=["man", "woman"])
+    assert [(p.token, p.x, p.y) for p in got.points] == [(p["token"], p["x"], p["y"]) for p in answer["points"]]
+    assert (got.method, got.unknown, got.axes) == ("axes", ["qzxqzxq"], answer["axes"])
+    assert got.explained_variance_ratio == answer["explained_variance_ratio"]

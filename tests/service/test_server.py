@@ -79,6 +79,8 @@ def test_python_client_against_the_real_server(server: str, small: Table) -> Non
         hits = api.search_batch("small", [vector, [1.0, 2.0]], k=1)
         assert hits[0][0].token == "heart" and isinstance(hits[1], ApiError) and hits[1].code == "invalid_request"
         assert api.vector("small", "1/2") and api.vector("small", ".")  # tokens that need escaping in a path
+        assert api.vector_of_id("small", heart) == vector
+        assert api.vector_of_id("small", heart, normalized=True) == api.vector("small", "heart", normalized=True)
 
         projection = api.project("small", ["red", "blue", "green", "yellow"])
         assert [p.token for p in projection.points] == ["red", "blue", "green", "yellow"]

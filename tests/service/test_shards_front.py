@@ -335,6 +335,34 @@ def test_the_front_forwards_the_clients_key_to_its_shards(servers: dict[str, Any
         assert "refused the request's API key (status 403" in got["error"]["message"], got
 
 
+def test_the_python_client_reads_the_front_as_the_whole_table(servers: dict[str, Any], lee_docs: Lee) -> None:
+    """An application's client, with its read key, gets from the front what it gets from the whole table: hits and
+    a batch's per-item errors; a document by id, which only the shards serve, a typed 404 saying so; without the
+    key, a typed 401."""
+    from service_client import ApiError, Client
+
+    def answers(api: Client) -> list[Any]:
+        batch = api.search_documents_batch("lee", [{"id": lee_docs.ids[3]}, {"id": "lee-999"}], k=3)
+        return [
+            api.search_documents("lee", vector=lee_docs.vectors[7], k=5, fields=["year"]),
+            api.search_documents("lee", text="bushfires in Sydney", mode="keyword", k=4),
+            batch[0],
+            (batch[1].status, batch[1].code) if isinstance(batch[1], ApiError) else batch[1],
+        ]
+
+    front_base = servers["front"].base
+    with Client(front_base, api_key=READ_KEY) as front, Client(servers["whole"].base, api_key=READ_KEY) as whole:
+        got = answers(front)
+        assert got == answers(whole) and got[3] == (404, "unknown_document")
+        with pytest.raises(ApiError) as elsewhere:
+            front.document("lee", lee_docs.ids[5])
+        assert (elsewhere.value.status, elsewhere.value.code) == (404, "not_found")
+        assert "is for a server of one of its shards" in elsewhere.value.message
+    with Client(front_base) as anonymous, pytest.raises(ApiError) as refused:
+        anonymous.search_documents("lee", vector=lee_docs.vectors[7])
+    assert (refused.value.status, refused.value.code) == (401, "unauthorized")
+
+
 def test_a_slow_shard_hits_its_deadline(servers: dict[str, Any], lee_docs: Lee) -> None:
     shard = servers["shards"][1]
     shard.process.send_signal(signal.SIGSTOP)

@@ -1,0 +1,117 @@
+"""The Python client when there is no answer, an answer that is not the server's, or a server that asks to retry:
+each an :class:`ApiError`; an ``overloaded`` answer retried after its ``Retry-After``."""
+
+from __future__ import annotations
+
+import json
+import pickle
+import socket
+from collections.abc import Iterator
+
+import httpx
+import pytest
+from fastapi.testclient import TestClient
+
+from service_client import ApiError, Client
+
+ANSWER = {"neighbors": [{"token": "heart", "id": 1, "score": 0.5}]}
+OVERLOADED = {"error": {"code": "overloaded", "message": "the server is busy; retry"}}
+BAD_GATEWAY = b"<html>\r\n<head><title>502 Bad Gateway</title></head>\r\n<body>nginx</body></html>"
+
+
+def answering(*answers: httpx.Response, sent: list[httpx.Request] | None = None, **options: object) -> Client:
+    """A client whose server answers ``answers`` in turn (the last one from then on)."""
+    seen = [] if sent is None else sent
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        return answers[min(len(seen), len(answers)) - 1]
+
+    http = httpx.Client(base_url="http://test", transport=httpx.MockTransport(handler))
+    return Client("http://test", http=http, **options)  # type: ignore[arg-type]
+
+
+def overloaded(retry_after: str | None = "0") -> httpx.Response:
+    headers = {} if retry_after is None else {"Retry-After": retry_after}
+    return httpx.Response(503, json=OVERLOADED, headers=headers)
+
+
+def test_an_overloaded_answer_is_retried_after_its_retry_after() -> None:
+    sent: list[httpx.Request] = []
+    client = answering(overloaded(), overloaded(), httpx.Response(200, json=ANSWER), sent=sent)
+    assert client.neighbors("t", "heart", k=1)[0].token == "heart"
+    assert len(sent) == 3 and all(json.loads(r.content) == {"token": "heart", "k": 1} for r in sent)
+
+
+def test_retries_run_out_into_the_overloaded_error() -> None:
+    sent: list[httpx.Request] = []
+    with pytest.raises(ApiError) as raised:
+        answering(overloaded(), sent=sent, retries=1).neighbors("t", "heart")
+    error = raised.value
+    assert (error.status, error.code, error.retry_after) == (503, "overloaded", 0.0)
+    assert error.message == "the server is busy; retry"
+    assert len(sent) == 2
+    copied = pickle.loads(pickle.dumps(error))  # as a process pool hands it back
+    assert (copied.status, copied.code, copied.message, copied.retry_after) == (503, "overloaded", error.message, 0.0)
+    sent.clear()
+    with pytest.raises(ApiError) as unavailable:  # a 503 without Retry-After (not_ready, a shard down) is not retried
+        answering(overloaded(None), sent=sent).neighbors("t", "heart")
+    assert unavailable.value.retry_after is None and len(sent) == 1
+
+
+def test_a_proxys_html_page_is_an_api_error() -> None:
+    page = httpx.Response(502, content=BAD_GATEWAY, headers={"content-type": "text/html"})
+    with pytest.raises(ApiError) as raised:
+        answering(page).neighbors("t", "heart")
+    assert (raised.value.status, raised.value.code) == (502, "http_error")
+    assert raised.value.message.startswith("<html> <head><title>502 Bad Gateway</title>")
+    portal = httpx.Response(200, content=BAD_GATEWAY.replace(b"502 Bad Gateway", b"Sign in"))
+    with pytest.raises(ApiError) as signed:  # a 200 that is not JSON
+        answering(portal).tables()
+    assert (signed.value.status, signed.value.code) == (200, "invalid_response")
+    assert "Sign in" in signed.value.message
+
+
+def test_a_batch_items_shard_error_has_its_own_status() -> None:
+    item = {"error": {"code": "shard_unavailable", "message": "shard 1 did not answer", "shard": 1}}
+    results = {"results": [ANSWER, item]}
+    first, second = answering(httpx.Response(200, json=results)).neighbors_batch("t", ["heart", "love"])
+    assert not isinstance(first, ApiError) and first[0].token == "heart"
+    assert isinstance(second, ApiError)
+    assert (second.status, second.code, second.details) == (503, "shard_unavailable", {"shard": 1})
+
+
+def test_a_given_http_client_carries_the_key_and_stays_open(api: TestClient) -> None:
+    """The key goes with a caller's ``httpx.Client`` too, and closing the client leaves the caller's open."""
+    sent: list[httpx.Request] = []
+    with answering(httpx.Response(200, json={"tables": []}), sent=sent, api_key="s3cret") as client:
+        assert client.tables() == []
+    assert sent[0].headers["X-API-Key"] == "s3cret"
+    with Client("http://testserver", http=api) as client:
+        assert client.tables()[0].name == "small"
+    assert not api.is_closed and api.get("/v1/tables/small").status_code == 200
+
+
+@pytest.fixture
+def silent() -> Iterator[str]:
+    """A server that takes connections and never answers."""
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        yield f"http://127.0.0.1:{listener.getsockname()[1]}"
+
+
+def test_a_server_that_does_not_answer_in_time_is_a_timeout(silent: str) -> None:
+    with Client(silent, timeout=0.5) as client, pytest.raises(ApiError) as raised:
+        client.neighbors("small", "heart")
+    assert (raised.value.status, raised.value.code) == (0, "timeout")
+    assert isinstance(raised.value.__cause__, httpx.TimeoutException)
+
+
+def test_a_refused_connection_is_a_connection_error() -> None:
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        base = f"http://127.0.0.1:{listener.getsockname()[1]}"
+    with Client(base) as client:  # the port is free again: nothing listens
+        assert not client.ready()
+        with pytest.raises(ApiError) as raised:
+            client.tables()
+    assert (raised.value.status, raised.value.code) == (0, "connection_error")
+    assert base in raised.value.message and isinstance(raised.value.__cause__, httpx.ConnectError)

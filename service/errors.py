@@ -138,19 +138,30 @@ def error_response(code: str, message: str, headers: dict[str, str] | None = Non
 SCHEMAS = "#/components/schemas/"
 
 
-def responses(*codes: str) -> dict[int | str, dict[str, Any]]:
-    """OpenAPI ``responses=`` for an operation that can fail with ``codes`` (plus the generic 500). The envelope's
+def by_status(*codes: str, busy: bool = True) -> dict[int, list[str]]:
+    """The error codes an operation can answer, by status: ``codes``, ``overloaded`` (every path but the liveness
+    probe, unless ``busy`` is off) and the generic 500."""
+    grouped: dict[int, list[str]] = {}
+    for code in (*codes, *(("overloaded",) if busy else ()), "internal"):
+        grouped.setdefault(ERRORS[code].status, []).append(code)
+    return dict(sorted(grouped.items()))
+
+
+def describe(kinds: Iterable[str], names: dict[str, str] | None = None) -> str:
+    """A response's description: each error code (as ``names`` renames it) with what it means."""
+    return " / ".join(f"`{(names or {}).get(c, c)}`: {ERRORS[c].description}" for c in kinds)
+
+
+def responses(*codes: str, busy: bool = True) -> dict[int | str, dict[str, Any]]:
+    """OpenAPI ``responses=`` for an operation that can fail with ``codes`` (see :func:`by_status`). The envelope's
     schema is referred to, not given as a ``model``: FastAPI would build a pydantic field for each operation and
     status at every start; :func:`document_envelope` puts the schema in the document."""
-    by_status: dict[int, list[str]] = {}
-    for code in (*codes, "internal"):
-        by_status.setdefault(ERRORS[code].status, []).append(code)
     return {
         status: {
-            "description": " / ".join(f"`{c}`: {ERRORS[c].description}" for c in kinds),
+            "description": describe(kinds),
             "content": {"application/json": {"schema": {"$ref": f"{SCHEMAS}ErrorResponse"}}},
         }
-        for status, kinds in sorted(by_status.items())
+        for status, kinds in by_status(*codes, busy=busy).items()
     }
 
 

@@ -190,6 +190,8 @@ def create_app(settings: Settings) -> FastAPI:
             if not documented or documented[0] is not schema:
                 document_query_models(ROUTERS, schema)
                 errors.document_envelope(schema)
+                if front.tables:  # a request naming a sharded table is answered from its shards
+                    errors.declare(schema, "/v1/tables/{table}", "shard_unavailable", "shard_timeout")
                 if settings.read_api_key is not None:
                     auth.document_read_key(schema)
                 documented[:] = [schema]

@@ -165,6 +165,17 @@ def responses(*codes: str, busy: bool = True) -> dict[int | str, dict[str, Any]]
     }
 
 
+def declare(schema: dict[str, Any], prefix: str, *codes: str) -> None:
+    """Add ``codes`` to every operation of an OpenAPI document under ``prefix``, beside the codes it declares."""
+    envelope = {"application/json": {"schema": {"$ref": f"{SCHEMAS}ErrorResponse"}}}
+    for path, item in schema["paths"].items():
+        for operation in item.values() if path.startswith(prefix) else ():
+            for code in codes:
+                status = str(ERRORS[code].status)
+                response = operation["responses"].setdefault(status, {"description": "", "content": envelope})
+                response["description"] = " / ".join(filter(None, (response["description"], describe([code]))))
+
+
 def document_envelope(schema: dict[str, Any]) -> None:
     """Add the error envelope's schemas (:class:`ErrorResponse`, :class:`ErrorBody`) to an OpenAPI document's
     components, kept in FastAPI's order (by name)."""

@@ -3,12 +3,16 @@ declares, and real answers of the documents tables (single, batch, per-item erro
 
 from __future__ import annotations
 
+import json
+import socket
+from pathlib import Path
 from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
 
 from tests.service import real_server
+from tests.service.conftest import client_for
 from tests.service.documented import check_answer
 
 T = "/v1/tables/{table}"
@@ -68,3 +72,26 @@ def test_answers_are_as_documented(
     response = real_server.HTTP.request(method, base + path, json=body)
     assert response.status_code == status, response.text
     check_answer(document, method, template, response)
+
+
+def test_a_front_declares_its_shards_errors(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A front (EMBEDDING_SHARDS) answers 503 ``shard_unavailable`` for a shard that refuses the connection and 504
+    ``shard_timeout`` for one that does not answer in time: its document declares both on the table operations."""
+    refusing = f"http://127.0.0.1:{real_server.free_port()}/v1/tables/shard-000"  # nothing listens
+    with socket.socket() as silent:  # listens, never answers
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()
+        mute = f"http://127.0.0.1:{silent.getsockname()[1]}/v1/tables/shard-000"
+        shards = {"refusing": [[refusing]], "mute": [[mute]]}
+        monkeypatch.setenv("EMBEDDING_SHARDS", json.dumps(shards))
+        monkeypatch.setenv("EMBEDDING_SHARD_TIMEOUT", "0.5")
+        with client_for(data_dir=tmp_path) as client:
+            document = client.get("/openapi.json").json()
+            answers = [client.post(f"/v1/tables/{name}/search", json={"vector": [0.5] * 4}) for name in shards]
+    assert [a.json()["error"]["code"] for a in answers] == ["shard_unavailable", "shard_timeout"]
+    for answer in answers:
+        check_answer(document, "POST", f"{T}/search", answer)
+    for path, _, op in operations(document):
+        if path.startswith(T):
+            assert "`shard_unavailable`" in op["responses"]["503"]["description"], path
+            assert op["responses"]["504"]["description"].startswith("`shard_timeout`"), path

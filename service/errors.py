@@ -17,7 +17,7 @@ from fastapi import FastAPI, Request
 from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
 from fastapi.openapi.models import Schema
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
 
@@ -84,10 +84,15 @@ class ApiError(EmbeddingError):
         self.code = code
 
 
+CODE_DESCRIPTION = (
+    "the kind of error: " + ", ".join(ERRORS) + " (the responses of each operation say which it answers, and when)"
+)
+
+
 class ErrorBody(BaseModel):
     model_config = ConfigDict(extra="allow")
 
-    code: str
+    code: str = Field(description=CODE_DESCRIPTION)
     message: str
 
 

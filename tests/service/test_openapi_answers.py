@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
+from service.errors import ERRORS
 from tests.service import real_server
 from tests.service.conftest import client_for
 from tests.service.documented import check_answer
@@ -95,3 +96,12 @@ def test_a_front_declares_its_shards_errors(tmp_path: Path, monkeypatch: pytest.
         if path.startswith(T):
             assert "`shard_unavailable`" in op["responses"]["503"]["description"], path
             assert op["responses"]["504"]["description"].startswith("`shard_timeout`"), path
+
+
+def test_the_error_schemas_name_every_code(api: TestClient) -> None:
+    """A client reads the codes an error can carry from the envelope's schema, a batch item's error's too."""
+    schemas = api.get("/openapi.json").json()["components"]["schemas"]
+    for name in ("ErrorBody", "ItemError"):
+        described = schemas[name]["properties"]["code"]["description"]
+        assert all(f" {code}," in described or f" {code} (" in described for code in ERRORS), name
+    assert "model_not_found" in schemas["OpenAIErrorBody"]["properties"]["code"]["description"]

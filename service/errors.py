@@ -157,6 +157,14 @@ def describe(kinds: Iterable[str], names: dict[str, str] | None = None) -> str:
     return " / ".join(f"`{(names or {}).get(c, c)}`: {ERRORS[c].description}" for c in kinds)
 
 
+RETRY_AFTER = {"description": "with `overloaded`: the seconds to wait before retrying", "schema": {"type": "integer"}}
+
+
+def headers(kinds: Iterable[str]) -> dict[str, Any]:
+    """The headers a response of these error codes carries, as an OpenAPI response declares them."""
+    return {"headers": {"Retry-After": RETRY_AFTER}} if "overloaded" in kinds else {}
+
+
 def responses(*codes: str, busy: bool = True) -> dict[int | str, dict[str, Any]]:
     """OpenAPI ``responses=`` for an operation that can fail with ``codes`` (see :func:`by_status`). The envelope's
     schema is referred to, not given as a ``model``: FastAPI would build a pydantic field for each operation and
@@ -164,6 +172,7 @@ def responses(*codes: str, busy: bool = True) -> dict[int | str, dict[str, Any]]
     return {
         status: {
             "description": describe(kinds),
+            **headers(kinds),
             "content": {"application/json": {"schema": {"$ref": f"{SCHEMAS}ErrorResponse"}}},
         }
         for status, kinds in by_status(*codes, busy=busy).items()

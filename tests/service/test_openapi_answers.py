@@ -24,7 +24,7 @@ def operations(document: dict[str, Any]) -> list[tuple[str, str, dict[str, Any]]
 
 
 def test_every_operation_but_the_liveness_probe_declares_overloaded(api: TestClient) -> None:
-    """A worker at its connections' limit answers every path 503 ``overloaded`` (with Retry-After), except
+    """A worker at its connections' limit answers every path 503 ``overloaded`` with Retry-After, except
     /healthz, which it still answers alive; the OpenAI paths name their codes as they send them."""
     document = api.get("/openapi.json").json()
     for path, method, op in operations(document):
@@ -33,6 +33,7 @@ def test_every_operation_but_the_liveness_probe_declares_overloaded(api: TestCli
             assert "503" not in responses
             continue
         assert "`overloaded`" in responses["503"]["description"], (path, method)
+        assert responses["503"]["headers"]["Retry-After"]["schema"] == {"type": "integer"}, (path, method)
     model = document["paths"]["/v1/models/{model}"]["get"]["responses"]
     assert model["404"]["description"].startswith("OpenAI's error shape; `model_not_found`: No loaded table")
     assert "`unknown_table`" not in model["404"]["description"]

@@ -12,6 +12,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from service.errors import ERRORS
+from service.settings import Settings
 from tests.service import real_server
 from tests.service.conftest import client_for
 from tests.service.documented import check_answer
@@ -46,6 +47,7 @@ def documents(documents_server: real_server.Server) -> tuple[str, dict[str, Any]
 
 
 VECTOR = [0.1] * 50
+LIMIT = Settings.model_fields["max_body_bytes"].default
 ANSWERS = [  # (method, operation's path, path asked, body, status)
     ("POST", f"{T}/search", "/v1/tables/lee/search", {"vector": VECTOR, "k": 2, "include": ["row", "vector"]}, 200),
     ("POST", f"{T}/search", "/v1/tables/lee/search", {"text": "election", "k": 2, "mode": "keyword"}, 200),
@@ -106,3 +108,14 @@ def test_the_error_schemas_name_every_code(api: TestClient) -> None:
         described = schemas[name]["properties"]["code"]["description"]
         assert all(f" {code}," in described or f" {code} (" in described for code in ERRORS), name
     assert "model_not_found" in schemas["OpenAIErrorBody"]["properties"]["code"]["description"]
+
+
+def test_a_body_over_the_limit_is_a_declared_413_on_every_post(documents: tuple[str, dict[str, Any]]) -> None:
+    """The body limit (the server's default) answers before any route, the admin routes' too (which read no
+    body)."""
+    base, document = documents
+    posts = [(path, item["post"]["responses"]) for path, item in document["paths"].items() if "post" in item]
+    assert [path for path, responses in posts if "413" not in responses] == []
+    response = real_server.HTTP.post(f"{base}/v1/admin/reload", content=b" " * (LIMIT + 1))
+    assert response.json()["error"]["code"] == "body_too_large"
+    check_answer(document, "POST", "/v1/admin/reload", response)

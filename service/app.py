@@ -57,7 +57,9 @@ GC_YOUNG_THRESHOLD = 7000  # allocations between collections of the youngest gen
 STATIC = Path(__file__).resolve().parent / "static"
 
 DESCRIPTION = """Nearest neighbours, similarity, analogies, raw-vector search and 2-D projection over every
-embedding table built into the data directory. Every error is `{"error": {"code", "message", ...}}`."""
+embedding table built into the data directory; search and writes of documents tables; text embedded by a table.
+Every error is `{"error": {"code", "message", ...}}`, except on the OpenAI-compatible `/v1/embeddings` and
+`/v1/models`, which answer OpenAI's `{"error": {"message", "type", "param", "code"}}`."""
 
 
 def create_app(settings: Settings) -> FastAPI:

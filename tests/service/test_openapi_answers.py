@@ -110,6 +110,12 @@ def test_the_error_schemas_name_every_code(api: TestClient) -> None:
     assert "model_not_found" in schemas["OpenAIErrorBody"]["properties"]["code"]["description"]
 
 
+def test_the_description_names_both_error_shapes(api: TestClient) -> None:
+    description = api.get("/openapi.json").json()["info"]["description"]
+    assert '`{"error": {"code", "message", ...}}`, except on the OpenAI-compatible' in description
+    assert '`{"error": {"message", "type", "param", "code"}}`' in description
+
+
 def test_a_body_over_the_limit_is_a_declared_413_on_every_post(documents: tuple[str, dict[str, Any]]) -> None:
     """The body limit (the server's default) answers before any route, the admin routes' too (which read no
     body)."""

@@ -57,7 +57,9 @@ GC_YOUNG_THRESHOLD = 7000  # allocations between collections of the youngest gen
 STATIC = Path(__file__).resolve().parent / "static"
 
 DESCRIPTION = """Nearest neighbours, similarity, analogies, raw-vector search and 2-D projection over every
-embedding table built into the data directory. Every error is `{"error": {"code", "message", ...}}`."""
+embedding table built into the data directory; search and writes of documents tables; text embedded by a table.
+Every error is `{"error": {"code", "message", ...}}`, except on the OpenAI-compatible `/v1/embeddings` and
+`/v1/models`, which answer OpenAI's `{"error": {"message", "type", "param", "code"}}`."""
 
 
 def create_app(settings: Settings) -> FastAPI:
@@ -190,6 +192,8 @@ def create_app(settings: Settings) -> FastAPI:
             if not documented or documented[0] is not schema:
                 document_query_models(ROUTERS, schema)
                 errors.document_envelope(schema)
+                if front.tables:  # a request naming a sharded table is answered from its shards
+                    errors.declare(schema, "/v1/tables/{table}", "shard_unavailable", "shard_timeout")
                 if settings.read_api_key is not None:
                     auth.document_read_key(schema)
                 documented[:] = [schema]

@@ -17,7 +17,7 @@ from fastapi import FastAPI, Request
 from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
 from fastapi.openapi.models import Schema
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
 
@@ -84,10 +84,15 @@ class ApiError(EmbeddingError):
         self.code = code
 
 
+CODE_DESCRIPTION = (
+    "the kind of error: " + ", ".join(ERRORS) + " (the responses of each operation say which it answers, and when)"
+)
+
+
 class ErrorBody(BaseModel):
     model_config = ConfigDict(extra="allow")
 
-    code: str
+    code: str = Field(description=CODE_DESCRIPTION)
     message: str
 
 
@@ -138,20 +143,51 @@ def error_response(code: str, message: str, headers: dict[str, str] | None = Non
 SCHEMAS = "#/components/schemas/"
 
 
-def responses(*codes: str) -> dict[int | str, dict[str, Any]]:
-    """OpenAPI ``responses=`` for an operation that can fail with ``codes`` (plus the generic 500). The envelope's
+def by_status(*codes: str, busy: bool = True) -> dict[int, list[str]]:
+    """The error codes an operation can answer, by status: ``codes``, ``overloaded`` (every path but the liveness
+    probe, unless ``busy`` is off) and the generic 500."""
+    grouped: dict[int, list[str]] = {}
+    for code in (*codes, *(("overloaded",) if busy else ()), "internal"):
+        grouped.setdefault(ERRORS[code].status, []).append(code)
+    return dict(sorted(grouped.items()))
+
+
+def describe(kinds: Iterable[str], names: dict[str, str] | None = None) -> str:
+    """A response's description: each error code (as ``names`` renames it) with what it means."""
+    return " / ".join(f"`{(names or {}).get(c, c)}`: {ERRORS[c].description}" for c in kinds)
+
+
+RETRY_AFTER = {"description": "with `overloaded`: the seconds to wait before retrying", "schema": {"type": "integer"}}
+
+
+def headers(kinds: Iterable[str]) -> dict[str, Any]:
+    """The headers a response of these error codes carries, as an OpenAPI response declares them."""
+    return {"headers": {"Retry-After": RETRY_AFTER}} if "overloaded" in kinds else {}
+
+
+def responses(*codes: str, busy: bool = True) -> dict[int | str, dict[str, Any]]:
+    """OpenAPI ``responses=`` for an operation that can fail with ``codes`` (see :func:`by_status`). The envelope's
     schema is referred to, not given as a ``model``: FastAPI would build a pydantic field for each operation and
     status at every start; :func:`document_envelope` puts the schema in the document."""
-    by_status: dict[int, list[str]] = {}
-    for code in (*codes, "internal"):
-        by_status.setdefault(ERRORS[code].status, []).append(code)
     return {
         status: {
-            "description": " / ".join(f"`{c}`: {ERRORS[c].description}" for c in kinds),
+            "description": describe(kinds),
+            **headers(kinds),
             "content": {"application/json": {"schema": {"$ref": f"{SCHEMAS}ErrorResponse"}}},
         }
-        for status, kinds in sorted(by_status.items())
+        for status, kinds in by_status(*codes, busy=busy).items()
     }
+
+
+def declare(schema: dict[str, Any], prefix: str, *codes: str) -> None:
+    """Add ``codes`` to every operation of an OpenAPI document under ``prefix``, beside the codes it declares."""
+    envelope = {"application/json": {"schema": {"$ref": f"{SCHEMAS}ErrorResponse"}}}
+    for path, item in schema["paths"].items():
+        for operation in item.values() if path.startswith(prefix) else ():
+            for code in codes:
+                status = str(ERRORS[code].status)
+                response = operation["responses"].setdefault(status, {"description": "", "content": envelope})
+                response["description"] = " / ".join(filter(None, (response["description"], describe([code]))))
 
 
 def document_envelope(schema: dict[str, Any]) -> None:

@@ -13,7 +13,8 @@ from typing import Any
 from pydantic import SecretStr
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from service.errors import ERRORS, ApiError, error_response
+from service.errors import ERRORS, SCHEMAS, ApiError, error_response
+from service.http.openai_errors import is_openai
 
 HEADER = "X-API-Key"
 ADMIN_PREFIX = "/v1/admin/"
@@ -67,10 +68,11 @@ def document_read_key(schema: dict[str, Any]) -> None:
     """Mark every operation that needs the read key in the OpenAPI document, with its 401 and 403 answers."""
     components = schema.setdefault("components", {})
     components.setdefault("securitySchemes", {})["ReadKey"] = {"type": "apiKey", "in": "header", "name": HEADER}
-    envelope = {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorResponse"}}}
     for path, item in schema["paths"].items():
         if path in OPEN_PATHS or path.startswith(OPEN_PREFIXES):
             continue
+        shape = "OpenAIErrorResponse" if is_openai(path) else "ErrorResponse"  # as OpenAIErrorsMiddleware answers
+        envelope = {"application/json": {"schema": {"$ref": SCHEMAS + shape}}}
         for operation in item.values():
             operation["security"] = [{"ReadKey": []}]
             for code in ("unauthorized", "forbidden"):

@@ -17,8 +17,9 @@ from starlette.responses import Response
 from index.engine.door import Encoded, Table, check_known, embeds_text, encoder_for
 from index.errors import EmbeddingError, InvalidQuery
 from service.deps import NAME_SCHEMA, RegistryDep, TableDep, table_named
-from service.errors import BODY_ERRORS, ERRORS, ApiError, responses
+from service.errors import BODY_ERRORS, ApiError, by_status, describe, headers, responses
 from service.execute import compute
+from service.http.openai_errors import CODES
 from service.respond import FastJSON
 from service.schemas.embed import (
     EmbedRequest,
@@ -70,8 +71,14 @@ async def model_table(request: Request, model: ModelName) -> Table:
 
 
 def openai_responses(*codes: str) -> dict[int | str, dict[str, Any]]:
-    statuses = sorted({ERRORS[code].status for code in (*codes, "internal")})
-    return {status: {"model": OpenAIError, "description": "OpenAI's error shape"} for status in statuses}
+    return {
+        status: {
+            "model": OpenAIError,
+            "description": f"OpenAI's error shape; {describe(kinds, CODES)}",
+            **headers(kinds),
+        }
+        for status, kinds in by_status(*codes).items()
+    }
 
 
 @openai_router.post(

@@ -16,7 +16,12 @@ from service.schemas.health import Health, Ready
 router = APIRouter(tags=["health"])
 
 
-@router.get("/healthz", response_model=Health, responses=responses(), summary="Liveness: the process answers")
+@router.get(
+    "/healthz",
+    response_model=Health,
+    responses=responses(busy=False),  # a saturated worker still answers it alive (service.http.protocol)
+    summary="Liveness: the process answers",
+)
 async def healthz() -> Response:
     return FastJSON({"status": "ok"})
 

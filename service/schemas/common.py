@@ -21,6 +21,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationInfo
 
 from index.engine.door import FLOAT32_MAX, SearchOptions, filters
+from service.errors import CODE_DESCRIPTION
 
 
 @dataclass(frozen=True)
@@ -318,7 +319,7 @@ class QueryInfo(BaseModel):
 class ItemError(BaseModel):
     model_config = ConfigDict(extra="allow")
 
-    code: str
+    code: str = Field(description=CODE_DESCRIPTION)
     message: str
 
 

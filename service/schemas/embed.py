@@ -130,8 +130,8 @@ class OpenAIModelList(BaseModel):
 class OpenAIErrorBody(BaseModel):
     message: str
     type: str = Field(description="invalid_request_error (4xx) or server_error (5xx)")
-    param: str | None
-    code: str | None
+    param: str | None = Field(description="the request's field at fault (input[2] for the third input), if one is")
+    code: str | None = Field(description="the service's error code (model_not_found for an unknown model)")
 
 
 class OpenAIErrorResponse(BaseModel):

@@ -27,8 +27,10 @@ from service.http import auth
 from service.settings import Settings
 from tests import REPO
 from tests.service.conftest import client_for
+from tests.service.documented import check_answer
 
 READ, ADMIN = "read-key-0123456789abcdef", "admin-key-0123456789abcdef"
+OPENAI_OPERATIONS = [("POST", "/v1/embeddings", "/v1/embeddings"), ("GET", "/v1/models/{model}", "/v1/models/t")]
 
 
 @pytest.fixture
@@ -71,10 +73,24 @@ def test_read_key_guards_every_read_but_not_health_or_docs(data_dir: Path) -> No
         assert client.post("/v1/admin/reload", headers={"x-api-key": READ}).status_code == 403
         assert client.post("/v1/admin/reload", headers={"x-api-key": ADMIN}).status_code == 200
         schema = client.get("/openapi.json").json()
+        answers = {
+            (path, bool(headers)): client.request(method, path, json={}, headers=headers)
+            for method, _, path in OPENAI_OPERATIONS
+            for headers in ({}, {"x-api-key": READ[:-1] + "x"})
+        }
     assert schema["components"]["securitySchemes"]["ReadKey"] == {"type": "apiKey", "in": "header", "name": "X-API-Key"}
     neighbors = schema["paths"]["/v1/tables/{table}/neighbors"]["get"]
     assert neighbors["security"] == [{"ReadKey": []}] and {"401", "403"} <= set(neighbors["responses"])
     assert "security" not in schema["paths"]["/healthz"]["get"]
+    for path, item in schema["paths"].items():  # refusals in OpenAI's shape on its paths, and declared so
+        shape = "OpenAIErrorResponse" if path.startswith(("/v1/embeddings", "/v1/models")) else "ErrorResponse"
+        for operation in item.values():
+            for status in set(operation["responses"]) & {"401", "403"}:
+                declared = operation["responses"][status]["content"]["application/json"]["schema"]
+                assert declared == {"$ref": f"#/components/schemas/{shape}"}, (path, status)
+    for method, template, path in OPENAI_OPERATIONS:
+        for headers in ({}, {"x-api-key": READ[:-1] + "x"}):
+            check_answer(schema, method, template, answers[(path, bool(headers))])
     with client_for(data_dir=data_dir, tables=["t"]) as client:  # no read key: reads are open
         assert client.get("/v1/tables/t/neighbors?token=heart").status_code == 200
         assert "securitySchemes" not in client.get("/openapi.json").json().get("components", {})

@@ -1,0 +1,127 @@
+"""The OpenAPI document as a client generated from it reads it: the statuses and their error codes each operation
+declares, and real answers of the documents tables (single, batch, per-item errors) valid by the document."""
+
+from __future__ import annotations
+
+import json
+import socket
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from service.errors import ERRORS
+from service.settings import Settings
+from tests.service import real_server
+from tests.service.conftest import client_for
+from tests.service.documented import check_answer
+
+T = "/v1/tables/{table}"
+
+
+def operations(document: dict[str, Any]) -> list[tuple[str, str, dict[str, Any]]]:
+    return [(path, method, op) for path, item in document["paths"].items() for method, op in item.items()]
+
+
+def test_every_operation_but_the_liveness_probe_declares_overloaded(api: TestClient) -> None:
+    """A worker at its connections' limit answers every path 503 ``overloaded`` with Retry-After, except
+    /healthz, which it still answers alive; the OpenAI paths name their codes as they send them."""
+    document = api.get("/openapi.json").json()
+    for path, method, op in operations(document):
+        responses = op["responses"]
+        if path == "/healthz":
+            assert "503" not in responses
+            continue
+        assert "`overloaded`" in responses["503"]["description"], (path, method)
+        assert responses["503"]["headers"]["Retry-After"]["schema"] == {"type": "integer"}, (path, method)
+    model = document["paths"]["/v1/models/{model}"]["get"]["responses"]
+    assert model["404"]["description"].startswith("OpenAI's error shape; `model_not_found`: No loaded table")
+    assert "`unknown_table`" not in model["404"]["description"]
+
+
+@pytest.fixture(scope="module")
+def documents(documents_server: real_server.Server) -> tuple[str, dict[str, Any]]:
+    base = documents_server.base
+    return base, real_server.HTTP.get(f"{base}/openapi.json").json()
+
+
+VECTOR = [0.1] * 50
+LIMIT = Settings.model_fields["max_body_bytes"].default
+ANSWERS = [  # (method, operation's path, path asked, body, status)
+    ("POST", f"{T}/search", "/v1/tables/lee/search", {"vector": VECTOR, "k": 2, "include": ["row", "vector"]}, 200),
+    ("POST", f"{T}/search", "/v1/tables/lee/search", {"text": "election", "k": 2, "mode": "keyword"}, 200),
+    ("POST", f"{T}/search", "/v1/tables/lee-text/search", {"text": "election", "k": 2, "mode": "hybrid"}, 200),
+    ("POST", f"{T}/search", "/v1/tables/lee/search", {"queries": [{"vector": VECTOR}, {"text": "x"}], "k": 2}, 200),
+    ("POST", f"{T}/search", "/v1/tables/lee/search", {"id": "nosuch", "k": 2}, 404),
+    ("POST", f"{T}/search", "/v1/tables/lee/search", {"vector": VECTOR, "filter": {"nosuch": 1}}, 422),
+    ("POST", f"{T}/search", "/v1/tables/no-text/search", {"text": "x", "mode": "keyword"}, 422),
+    ("GET", f"{T}/documents/{{document}}", "/v1/tables/lee/documents/lee-003", None, 200),
+    ("GET", f"{T}/documents/{{document}}", "/v1/tables/lee/documents/nosuch", None, 404),
+    ("GET", f"{T}/fields", "/v1/tables/lee/fields", None, 200),
+    ("GET", f"{T}/fields", "/v1/tables/small/fields", None, 422),
+    ("POST", f"{T}/documents", "/v1/tables/lee/documents", {"documents": []}, 403),  # a read-only server
+    ("POST", f"{T}/similarity", "/v1/tables/small/similarity", {"pairs": [["king", "queen"], ["king", "zqx"]]}, 200),
+    ("POST", f"{T}/rank", "/v1/tables/small/rank", {"pairs": [["king", "queen"], ["king", "zqx"]]}, 200),
+    ("POST", "/v1/embeddings", "/v1/embeddings", {"model": "nosuch", "input": "king"}, 404),
+    ("POST", "/v1/embeddings", "/v1/embeddings", {"model": "small", "input": "king", "encoding_format": "base64"}, 200),
+]
+
+
+@pytest.mark.parametrize(("method", "template", "path", "body", "status"), ANSWERS, ids=[a[2] for a in ANSWERS])
+def test_answers_are_as_documented(
+    documents: tuple[str, dict[str, Any]], method: str, template: str, path: str, body: Any, status: int
+) -> None:
+    base, document = documents
+    response = real_server.HTTP.request(method, base + path, json=body)
+    assert response.status_code == status, response.text
+    check_answer(document, method, template, response)
+
+
+def test_a_front_declares_its_shards_errors(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A front (EMBEDDING_SHARDS) answers 503 ``shard_unavailable`` for a shard that refuses the connection and 504
+    ``shard_timeout`` for one that does not answer in time: its document declares both on the table operations."""
+    refusing = f"http://127.0.0.1:{real_server.free_port()}/v1/tables/shard-000"  # nothing listens
+    with socket.socket() as silent:  # listens, never answers
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()
+        mute = f"http://127.0.0.1:{silent.getsockname()[1]}/v1/tables/shard-000"
+        shards = {"refusing": [[refusing]], "mute": [[mute]]}
+        monkeypatch.setenv("EMBEDDING_SHARDS", json.dumps(shards))
+        monkeypatch.setenv("EMBEDDING_SHARD_TIMEOUT", "0.5")
+        with client_for(data_dir=tmp_path) as client:
+            document = client.get("/openapi.json").json()
+            answers = [client.post(f"/v1/tables/{name}/search", json={"vector": [0.5] * 4}) for name in shards]
+    assert [a.json()["error"]["code"] for a in answers] == ["shard_unavailable", "shard_timeout"]
+    for answer in answers:
+        check_answer(document, "POST", f"{T}/search", answer)
+    for path, _, op in operations(document):
+        if path.startswith(T):
+            assert "`shard_unavailable`" in op["responses"]["503"]["description"], path
+            assert op["responses"]["504"]["description"].startswith("`shard_timeout`"), path
+
+
+def test_the_error_schemas_name_every_code(api: TestClient) -> None:
+    """A client reads the codes an error can carry from the envelope's schema, a batch item's error's too."""
+    schemas = api.get("/openapi.json").json()["components"]["schemas"]
+    for name in ("ErrorBody", "ItemError"):
+        described = schemas[name]["properties"]["code"]["description"]
+        assert all(f" {code}," in described or f" {code} (" in described for code in ERRORS), name
+    assert "model_not_found" in schemas["OpenAIErrorBody"]["properties"]["code"]["description"]
+
+
+def test_the_description_names_both_error_shapes(api: TestClient) -> None:
+    description = api.get("/openapi.json").json()["info"]["description"]
+    assert '`{"error": {"code", "message", ...}}`, except on the OpenAI-compatible' in description
+    assert '`{"error": {"message", "type", "param", "code"}}`' in description
+
+
+def test_a_body_over_the_limit_is_a_declared_413_on_every_post(documents: tuple[str, dict[str, Any]]) -> None:
+    """The body limit (the server's default) answers before any route, the admin routes' too (which read no
+    body)."""
+    base, document = documents
+    posts = [(path, item["post"]["responses"]) for path, item in document["paths"].items() if "post" in item]
+    assert [path for path, responses in posts if "413" not in responses] == []
+    response = real_server.HTTP.post(f"{base}/v1/admin/reload", content=b" " * (LIMIT + 1))
+    assert response.json()["error"]["code"] == "body_too_large"
+    check_answer(document, "POST", "/v1/admin/reload", response)

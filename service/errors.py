@@ -143,6 +143,11 @@ def error_response(code: str, message: str, headers: dict[str, str] | None = Non
 SCHEMAS = "#/components/schemas/"
 
 
+def envelope(shape: str = "ErrorResponse") -> dict[str, Any]:
+    """An OpenAPI response's content: JSON of the error schema ``shape`` (OpenAI's on its paths)."""
+    return {"application/json": {"schema": {"$ref": SCHEMAS + shape}}}
+
+
 def by_status(*codes: str, busy: bool = True) -> dict[int, list[str]]:
     """The error codes an operation can answer, by status: ``codes``, ``overloaded`` (every path but the liveness
     probe, unless ``busy`` is off) and the generic 500."""
@@ -173,7 +178,7 @@ def responses(*codes: str, busy: bool = True) -> dict[int | str, dict[str, Any]]
         status: {
             "description": describe(kinds),
             **headers(kinds),
-            "content": {"application/json": {"schema": {"$ref": f"{SCHEMAS}ErrorResponse"}}},
+            "content": envelope(),
         }
         for status, kinds in by_status(*codes, busy=busy).items()
     }
@@ -181,12 +186,11 @@ def responses(*codes: str, busy: bool = True) -> dict[int | str, dict[str, Any]]
 
 def declare(schema: dict[str, Any], prefix: str, *codes: str) -> None:
     """Add ``codes`` to every operation of an OpenAPI document under ``prefix``, beside the codes it declares."""
-    envelope = {"application/json": {"schema": {"$ref": f"{SCHEMAS}ErrorResponse"}}}
     for path, item in schema["paths"].items():
         for operation in item.values() if path.startswith(prefix) else ():
             for code in codes:
                 status = str(ERRORS[code].status)
-                response = operation["responses"].setdefault(status, {"description": "", "content": envelope})
+                response = operation["responses"].setdefault(status, {"description": "", "content": envelope()})
                 response["description"] = " / ".join(filter(None, (response["description"], describe([code]))))
 
 

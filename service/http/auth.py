@@ -13,7 +13,7 @@ from typing import Any
 from pydantic import SecretStr
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from service.errors import ERRORS, SCHEMAS, ApiError, error_response
+from service.errors import ERRORS, ApiError, envelope, error_response
 from service.http.openai_errors import is_openai
 
 HEADER = "X-API-Key"
@@ -71,12 +71,9 @@ def document_read_key(schema: dict[str, Any]) -> None:
     for path, item in schema["paths"].items():
         if path in OPEN_PATHS or path.startswith(OPEN_PREFIXES):
             continue
-        shape = "OpenAIErrorResponse" if is_openai(path) else "ErrorResponse"  # as OpenAIErrorsMiddleware answers
-        envelope = {"application/json": {"schema": {"$ref": SCHEMAS + shape}}}
+        content = envelope("OpenAIErrorResponse" if is_openai(path) else "ErrorResponse")  # as answered there
         for operation in item.values():
             operation["security"] = [{"ReadKey": []}]
             for code in ("unauthorized", "forbidden"):
                 status = str(ERRORS[code].status)
-                operation["responses"].setdefault(
-                    status, {"description": ERRORS[code].description, "content": envelope}
-                )
+                operation["responses"].setdefault(status, {"description": ERRORS[code].description, "content": content})

@@ -97,9 +97,9 @@ def contiguous(column: pa.ChunkedArray | pa.Array) -> pa.Array:
 
 def string_offsets(strings: pa.Array) -> np.ndarray:
     """Where each of ``strings`` starts in its data buffer, and where the last ends (one more than the strings),
-    zero-copy: string ``i``'s UTF-8 bytes are ``offsets[i]`` to ``offsets[i + 1]`` (int64 for a large string
-    array, else int32)."""
-    wide = pa.types.is_large_string(strings.type)
+    zero-copy: string ``i``'s UTF-8 bytes are ``offsets[i]`` to ``offsets[i + 1]`` (int64 for a large string or
+    binary array, else int32)."""
+    wide = pa.types.is_large_string(strings.type) or pa.types.is_large_binary(strings.type)
     offsets = np.frombuffer(strings.buffers()[1], dtype=np.int64 if wide else np.int32)
     return offsets[strings.offset : strings.offset + len(strings) + 1]
 

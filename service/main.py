@@ -290,7 +290,7 @@ def start_compaction(settings: Settings) -> None:
 
 
 # How long a worker may leave the supervisor's health check unanswered before it is killed as hung and replaced.
-# uvicorn's 5 seconds kill workers that are only slow, e.g. starved of CPU on a loaded host or hashing a large
+# uvicorn's default kills workers that are only slow, e.g. starved of CPU on a loaded host or hashing a large
 # table at start-up: the requests they were answering are lost and the new worker starts over.
 WORKER_SILENCE_SECONDS = 60
 

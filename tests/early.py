@@ -46,7 +46,7 @@ class Early:
     fixture: str  # that module's fixture that reads it: started when a collected test of the module uses it
     argv: Callable[[Path], list[str]]  # the command, given its directory
     needs_glove: bool = False  # started once the default table is ready (the data directory is given then)
-    timeout: float = 840.0  # waited from result(): within pytest's 900 s per test, with room to say why
+    timeout: float = 840.0  # from result(): inside pytest's own per-test timeout (pyproject.toml), to say why
     nice: int = NICE
     shared: bool = False  # started when a test of any module uses ``fixture`` (a session fixture of conftest.py)
     needs: Early | None = None  # run once this other command is done (its output is read by ``argv``)

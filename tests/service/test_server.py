@@ -129,7 +129,7 @@ def test_two_workers_share_the_tables_and_the_metrics(small_data_dir: Path, tmp_
             shared_dirty_kib = int(rollup[rollup.index("Shared_Dirty:") + 1])
             assert shared_dirty_kib > 16 * 1024, shared_dirty_kib
 
-        # A worker silent for longer than uvicorn's own 5 s health check (as one starved of CPU is) is kept.
+        # A worker silent for longer than uvicorn's default health-check timeout (as one starved of CPU is) is kept.
         os.kill(workers[0].pid, signal.SIGSTOP)
         try:
             time.sleep(6)

@@ -21,9 +21,14 @@ from typing import Any, Literal, TypeVar
 from urllib.parse import quote
 
 import httpx
+import numpy as np
 import orjson
 
+from service_client import maps
+from service_client.maps import MapColours
+
 Method = Literal["3cosadd", "3cosmul"]
+MapMethod = Literal["pca", "tsne"]
 WRITE_DOCUMENTS = 256  # documents per write request of upsert_many, at most
 WRITE_BYTES = 2 * 1024 * 1024  # and about this much JSON: half the server's default body limit
 RETRY_SECONDS = 10.0  # the longest wait a Retry-After makes before a retry
@@ -95,6 +100,19 @@ class Hits:
     passing: int | None = None  # with a filter: how many documents pass it
 
 
+@dataclass(frozen=True)
+class Embedded:
+    """``POST .../embed``'s whole answer, per text: its unit vector; ``tokens``, how many tokens (words, or model
+    pieces) the vector is made of; ``unknown``, how many words the table does not know (model tables: special
+    pieces); ``truncated`` (transformer tables, else None), whether it was cut to the model's max_seq_length."""
+
+    vectors: list[list[float]]
+    tokens: list[int]
+    unknown: list[int]
+    pooling: str
+    truncated: list[bool] | None = None
+
+
 class ApiError(Exception):
     """An error response: HTTP status, the envelope's code and message, and its other fields; ``retry_after``,
     the seconds of the answer's ``Retry-After`` (503 ``overloaded``). No answer at all is status 0, code
@@ -150,17 +168,21 @@ def _hits(answer: dict[str, Any]) -> Hits:
     return Hits(hits, answer.get("passing"))
 
 
+def _item_error(envelope: dict[str, Any]) -> ApiError:
+    """A batch item's error, with the status the same query alone would have answered."""
+    error = dict(envelope)
+    code = error.pop("code")
+    return ApiError(ITEM_STATUS.get(code, 422), code, error.pop("message"), error)
+
+
 def _items(results: list[dict[str, Any]], shape: Callable[[dict[str, Any]], T]) -> list[T | ApiError]:
     """Per item of a batch: its answer shaped, or the item's error (the batch itself succeeded)."""
-    out: list[T | ApiError] = []
-    for item in results:
-        if "error" in item:
-            error = dict(item["error"])
-            code = error.pop("code")
-            out.append(ApiError(ITEM_STATUS.get(code, 422), code, error.pop("message"), error))
-        else:
-            out.append(shape(item))
-    return out
+    return [_item_error(item["error"]) if "error" in item else shape(item) for item in results]
+
+
+def _values(values: list[Any], errors: list[dict[str, Any] | None]) -> list[Any]:
+    """Per pair of ``POST .../similarity`` or ``.../rank``: its value, or the error its null stands for."""
+    return [value if error is None else _item_error(error) for value, error in zip(values, errors, strict=True)]
 
 
 def _batch(results: list[dict[str, Any]]) -> list[list[Neighbor] | ApiError]:
@@ -285,10 +307,8 @@ class Client:
         except httpx.TransportError as exc:
             raise ApiError(0, "connection_error", f"{exc.request.url}: {exc}", {}) from exc
 
-    def _call(self, method: str, path: str, json: Any = None, **kwargs: Any) -> Any:
-        """The decoded JSON body (Any: each method annotates the part of it that it reads). Bodies are encoded and
-        answers decoded with orjson: a quarter of the client's own CPU per search call, which is what limits
-        many threads of one client process (BENCHMARKS.md section 6); see :func:`_encoded`."""
+    def _answer(self, method: str, path: str, json: Any = None, **kwargs: Any) -> httpx.Response:
+        """The successful answer, or its error raised; ``json``, the body (see :func:`_encoded`)."""
         if json is not None:
             kwargs["content"] = _encoded(json)
         if "content" in kwargs:  # a JSON body, encoded here or by the caller
@@ -296,6 +316,13 @@ class Client:
         response = self._send(method, path, **kwargs)
         if not response.is_success:
             raise _error(response)
+        return response
+
+    def _call(self, method: str, path: str, json: Any = None, **kwargs: Any) -> Any:
+        """The decoded JSON body (Any: each method annotates the part of it that it reads). Bodies are encoded and
+        answers decoded with orjson: a quarter of the client's own CPU per search call, which is what limits
+        many threads of one client process (BENCHMARKS.md section 6); see :func:`_encoded`."""
+        response = self._answer(method, path, json, **kwargs)
         try:
             return orjson.loads(response.content)
         except orjson.JSONDecodeError:
@@ -313,6 +340,12 @@ class Client:
             return self.http.get("/readyz").status_code == 200
         except httpx.TransportError:
             return False
+
+    def reload(self) -> dict[str, Any]:
+        """Re-scan the data directory (``POST /v1/admin/reload``; ``api_key`` the server's ``EMBEDDING_API_KEY``):
+        ``{"loaded", "unchanged", "refused", "missing", "removed", "ready", "seconds", ...}``."""
+        report: dict[str, Any] = self._call("POST", "/v1/admin/reload")
+        return report
 
     def tables(self) -> list[TableInfo]:
         keys = ("name", "rows", "dim", "kind", "index")
@@ -376,6 +409,14 @@ class Client:
         similarities: list[float | None] = self._call("POST", self._path(table, "similarity"), json=body)[
             "similarities"
         ]
+        return similarities
+
+    def similarity_batch(self, table: str, pairs: Sequence[tuple[str, str]], **options: Any) -> list[float | ApiError]:
+        """:meth:`similarities` with, for a pair it cannot score, the item's :class:`ApiError` (an unknown token's
+        suggestions) in place of None; ``options``: ``compose``."""
+        body = {"pairs": [list(p) for p in pairs], **options}
+        answer = self._call("POST", self._path(table, "similarity"), json=body)
+        similarities: list[float | ApiError] = _values(answer["similarities"], answer["errors"])
         return similarities
 
     def analogy(
@@ -476,8 +517,22 @@ class Client:
 
     def embed(self, table: str, texts: Sequence[str], pooling: str | None = None) -> list[list[float]]:
         """Vectors of ``texts`` by the table's encoder (``POST .../embed``)."""
+        return self.embed_details(table, texts, pooling).vectors
+
+    def embed_details(self, table: str, texts: Sequence[str], pooling: str | None = None) -> Embedded:
+        """:meth:`embed`'s whole answer: the vectors, and per text its tokens, unknown words and truncation."""
         body: dict[str, Any] = {"texts": list(texts), **({"pooling": pooling} if pooling else {})}
-        return [list(v) for v in self._call("POST", self._path(table, "embed"), json=body)["vectors"]]
+        data = self._call("POST", self._path(table, "embed"), json=body)
+        vectors = [list(v) for v in data["vectors"]]
+        return Embedded(vectors, list(data["tokens"]), list(data["unknown"]), data["pooling"], data.get("truncated"))
+
+    def contextual(self, table: str, texts: Sequence[str], token: str | None = None, k: int = 5) -> dict[str, Any]:
+        """A transformer table's last-layer token vectors of ``texts`` (``POST .../contextual``): ``{"table",
+        "texts": [{"text", "truncated", "tokens"}]}``; with ``token``, a word followed through the texts, also
+        ``"token"``: its occurrences, their cosines with its static row and each other, their ``k`` nearest rows."""
+        body: dict[str, Any] = {"texts": list(texts), "k": k, **({"token": token} if token is not None else {})}
+        answer: dict[str, Any] = self._call("POST", self._path(table, "contextual"), json=body)
+        return answer
 
     def project(
         self,
@@ -502,6 +557,14 @@ class Client:
         token: str = self._call("POST", self._path(table, "doesnt-match"), json=body)["doesnt_match"]["token"]
         return token
 
+    def doesnt_match_batch(
+        self, table: str, queries: Sequence[Sequence[str]], skip_unknown: bool = False
+    ) -> list[str | ApiError]:
+        """:meth:`doesnt_match` of each word list: per list the odd one out, or the item's :class:`ApiError`."""
+        body = {"queries": [list(words) for words in queries], "skip_unknown": skip_unknown}
+        results = self._call("POST", self._path(table, "doesnt-match"), json=body)["results"]
+        return _items(results, lambda item: str(item["doesnt_match"]["token"]))
+
     def rank(self, table: str, a: str, b: str) -> int:
         """gensim ``rank(a, b)``: where ``b`` ranks among the neighbours of ``a`` (1: the nearest)."""
         return int(self._call("GET", self._path(table, "rank"), params={"a": a, "b": b})["rank"])
@@ -509,6 +572,12 @@ class Client:
     def ranks(self, table: str, pairs: Sequence[tuple[str, str]]) -> list[int | None]:
         body = {"pairs": [list(p) for p in pairs]}
         ranks: list[int | None] = self._call("POST", self._path(table, "rank"), json=body)["ranks"]
+        return ranks
+
+    def rank_batch(self, table: str, pairs: Sequence[tuple[str, str]]) -> list[int | ApiError]:
+        """:meth:`ranks` with, for a pair it cannot rank, the item's :class:`ApiError` in place of None."""
+        answer = self._call("POST", self._path(table, "rank"), json={"pairs": [list(p) for p in pairs]})
+        ranks: list[int | ApiError] = _values(answer["ranks"], answer["errors"])
         return ranks
 
     def closer_than(
@@ -524,6 +593,14 @@ class Client:
         body = {"a": list(a), "b": list(b), "skip_unknown": skip_unknown}
         return float(self._call("POST", self._path(table, "n-similarity"), json=body)["similarity"])
 
+    def n_similarity_batch(
+        self, table: str, pairs: Sequence[tuple[Sequence[str], Sequence[str]]], skip_unknown: bool = False
+    ) -> list[float | ApiError]:
+        """:meth:`n_similarity` of each pair of word sets: per pair the cosine, or the item's :class:`ApiError`."""
+        body = {"queries": [{"a": list(a), "b": list(b)} for a, b in pairs], "skip_unknown": skip_unknown}
+        results = self._call("POST", self._path(table, "n-similarity"), json=body)["results"]
+        return _items(results, lambda item: float(item["similarity"]))
+
     def expected_rank(
         self, table: str, a: str, b: str, c: str, expect: str, method: Method = "3cosadd", **options: Any
     ) -> dict[str, Any]:
@@ -537,3 +614,41 @@ class Client:
         params = {"first": first, "second": second, "token": token, "k": k, **options}
         comparison: dict[str, Any] = self._call("GET", "/v1/compare", params=params)
         return comparison
+
+    def compare_batch(
+        self, first: str, second: str, tokens: Sequence[str], k: int = 10, **options: Any
+    ) -> list[dict[str, Any] | ApiError]:
+        """:meth:`compare` of each token: per token the comparison, or the item's :class:`ApiError`."""
+        body = {"first": first, "second": second, "tokens": list(tokens), "k": k, **options}
+        results = self._call("POST", "/v1/compare", json=body)["results"]
+        return _items(results, lambda item: item)
+
+    # ------------------------------------------------------------------------------ map and export
+    def map_info(self, table: str, method: MapMethod = "pca") -> dict[str, Any]:
+        """How the whole-table map is laid out (``GET .../map/info``): ``rows``, ``bounds``, ``method``,
+        ``params``, ``columns`` (what :meth:`map_colours` takes), ..."""
+        info: dict[str, Any] = self._call("GET", self._path(table, "map/info"), params={"method": method})
+        return info
+
+    def map_points(self, table: str, method: MapMethod = "pca") -> np.ndarray:
+        """Every row's map position (row id = position) as float64 x, y (rows x 2), read from ``GET .../map``'s
+        int16 codes (to within 1/65534 of each axis's span) and :meth:`map_info`'s bounds."""
+        bounds = self.map_info(table, method)["bounds"]
+        return maps.points(self._answer("GET", self._path(table, "map"), params={"method": method}).content, bounds)
+
+    def map_labels(self, table: str) -> list[str]:
+        """Every row's label, row id = position (``GET .../map/labels``)."""
+        return maps.labels(self._answer("GET", self._path(table, "map/labels")).content)
+
+    def map_colours(self, table: str, column: str) -> MapColours:
+        """A metadata column (or a model table's token kind) as ``categories`` and a uint8 ``codes`` array, one a
+        row (``GET .../map/colours/{column}``)."""
+        return maps.colours(self._call("GET", self._path(table, "map/colours/" + segment(column))))
+
+    def export(
+        self, table: str, rows: Sequence[str | int | dict[str, Any]], file: Literal["vectors", "metadata"]
+    ) -> str:
+        """Rows as the Embedding Projector's ``vectors.tsv`` or ``metadata.tsv`` (``POST .../export``): each row a
+        token, a row id, or ``{"token" or "id", "group"}``."""
+        items = [r if isinstance(r, dict) else {"token": r} if isinstance(r, str) else {"id": r} for r in rows]
+        return self._answer("POST", self._path(table, "export"), json={"rows": items, "file": file}).text

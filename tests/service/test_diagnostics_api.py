@@ -290,3 +290,26 @@ def test_python_client(api: TestClient, kv: KeyedVectors) -> None:
     with pytest.raises(ApiError) as raised:
         client.rank("small", "king", "qween")
     assert raised.value.status == 404 and raised.value.code == "unknown_token" and "queen" in raised.value.suggestions
+
+
+def test_python_client_batches_keep_each_items_error(api: TestClient, kv: KeyedVectors) -> None:
+    """The batch forms answer per item the value or that item's ApiError, with the server's reason."""
+    client = Client("http://testserver", http=api)
+    pairs = [("paris", "london"), ("paris", "zzqqxx")]
+    similarity, unknown = client.similarity_batch("small", pairs)
+    assert similarity == pytest.approx(float(kv.similarity("paris", "london")), abs=TIE)
+    assert isinstance(unknown, ApiError) and (unknown.status, unknown.code) == (404, "unknown_token")
+    assert unknown.details["token"] == "zzqqxx" and "zzqqxx" in unknown.message
+    assert client.similarities("small", pairs)[1] is None  # the documented default is kept
+    rank, unranked = client.rank_batch("small", [("paris", "london"), ("qween", "king")])
+    assert rank == kv.rank("paris", "london")
+    assert isinstance(unranked, ApiError) and unranked.code == "unknown_token" and "queen" in unranked.suggestions
+    odd, missing = client.doesnt_match_batch("small", [["breakfast", "cereal", "dinner", "lunch"], ["zzqqxx"]])
+    assert odd == "cereal" and isinstance(missing, ApiError) and missing.status == 404
+    assert client.doesnt_match_batch("small", [["red", "blue", "zzqqxx", "dog"]], skip_unknown=True) == ["dog"]
+    sets, lost = client.n_similarity_batch("small", [(["king"], ["queen"]), (["king"], ["zzqqxx"])])
+    assert sets == pytest.approx(float(kv.similarity("king", "queen")), abs=TIE)
+    assert isinstance(lost, ApiError) and lost.code == "unknown_token"
+    compared, absent = client.compare_batch("small", "small", ["heart", "zzqqxx"], k=3)
+    assert isinstance(compared, dict) and compared["overlap"] == 1.0 and compared["token"] == "heart"
+    assert isinstance(absent, ApiError) and absent.code == "unknown_token"

@@ -105,6 +105,25 @@ def test_a_model_table_is_coloured_by_token_kind(minilm_api: TestClient, minilm_
     assert kinds[table.resolve("heart").id] == "word start"
 
 
+def test_the_python_client_reads_the_map_back(api: TestClient, minilm_api: TestClient, small: Table) -> None:
+    from service_client import ApiError, Client
+
+    client = Client("http://testserver", http=api)
+    info = client.map_info("small")
+    assert info == api.get(f"{T}/map/info").json()
+    points = client.map_points("small")
+    assert points.shape == (small.rows, 2) and points.dtype == np.float64
+    np.testing.assert_array_equal(points, decode(api.get(f"{T}/map").content, info))
+    assert client.map_labels("small") == list(small.tokens[:])
+    with pytest.raises(ApiError) as refused:
+        client.map_points("small", method="tsne")
+    assert refused.value.status == 422 and "EMBEDDING_MAP_TSNE_ROWS" in refused.value.message
+    colours = Client("http://testserver", http=minilm_api).map_colours(MINILM, TOKEN_KIND)
+    answer = minilm_api.get(f"/v1/tables/{MINILM}/map/colours/{TOKEN_KIND}").json()
+    assert colours.column == TOKEN_KIND and colours.categories == answer["categories"]
+    np.testing.assert_array_equal(colours.codes, np.frombuffer(base64.b64decode(answer["codes"]), dtype=np.uint8))
+
+
 def test_project_on_word_pair_axes(api: TestClient, small: Table) -> None:
     words = ["man", "woman", "king", "queen", "boy", "girl"]
     body = {"tokens": words, "method": "axes", "x_axis": ["man", "woman"], "y_axis": ["king", "boy"]}
@@ -175,6 +194,17 @@ def test_export_reimports_as_a_projector_table(api: TestClient, small: Table, tm
     assert api.post(f"{T}/export", json={"rows": [{"id": 2**63}], "file": "metadata"}).status_code == 404
     assert api.post(f"{T}/export", json={"rows": [], "file": "vectors"}).status_code == 422
     assert api.post(f"{T}/export", json={"rows": [{"id": 1, "token": "a"}], "file": "vectors"}).status_code == 422
+
+
+def test_the_python_client_exports_rows(api: TestClient, small: Table) -> None:
+    from service_client import Client
+
+    client = Client("http://testserver", http=api)
+    rows = [{"token": "red", "group": "colours"}, {"id": 1000}]
+    for file in ("vectors", "metadata"):
+        expected = api.post(f"{T}/export", json={"rows": rows, "file": file}).text
+        assert client.export("small", rows, file) == expected
+    assert client.export("small", ["red", 1000], "metadata") == f"red\n{small.tokens.labels([1000])[0]}\n"
 
 
 def test_the_explorer_opens_on_the_default_table(tmp_path: Path, small: Table) -> None:

@@ -19,6 +19,7 @@ from index.build.sources import RawTable
 from index.build.writer import build_table
 from index.engine.table import Table
 from index.store import artifact
+from service_client import ApiError, Client
 from tests.cli import run_cli
 from tests.index.build.test_embed_documents import without_vectors
 from tests.lee import Lee, write_jsonl
@@ -163,6 +164,11 @@ def test_admin_endpoints_need_the_admin_key(data_dir: Path) -> None:
         assert client.post("/v1/admin/reload", headers={"x-api-key": "é".encode()}).status_code == 403
         assert client.post("/v1/admin/reload", headers=ADMIN).status_code == 200
         assert client.get("/v1/admin/reload", headers=ADMIN).status_code == 405
+        with pytest.raises(ApiError) as unkeyed:
+            Client("http://testserver", http=client).reload()
+        assert (unkeyed.value.status, unkeyed.value.code) == (401, "unauthorized")
+        report = Client("http://testserver", http=client, api_key=KEY).reload()  # the key stays in client's headers
+        assert report["unchanged"] == ["t", "u"] and report["loaded"] == [] and report["ready"] is True
     with client_for(data_dir=data_dir) as client:  # no EMBEDDING_API_KEY: admin endpoints are disabled
         for headers in ({}, ADMIN):
             refused = client.post("/v1/admin/reload", headers=headers)

@@ -120,3 +120,6 @@ def test_the_python_client_embeds_and_searches_text(client: TestClient, data_dir
     assert [hit.id for hit in by_text.hits] == [hit.id for hit in by_vector.hits]
     hybrid = api.search_documents("lee", text=text, mode="hybrid", k=3)
     assert all(hit.ranks for hit in hybrid.hits)
+    details = api.embed_details("small", [text, "storms qqzxv"], pooling="mean")
+    assert details.vectors[0] == api.embed("small", [text], pooling="mean")[0]
+    assert (details.tokens, details.unknown, details.pooling, details.truncated) == ([7, 1], [0, 1], "mean", None)

@@ -259,6 +259,24 @@ def test_contextual_unknown_word_is_not_any_other(client: TestClient) -> None:
     assert [(o["text"], o["position"]) for o in unk["token"]["occurrences"]] == [(0, 3)]
 
 
+def test_the_python_client_asks_for_contextual_vectors_and_truncation(client: TestClient) -> None:
+    from service_client import Client
+
+    api = Client("http://testserver", http=client)
+    answer = api.contextual("st", BANK[:2], token="bank", k=3)
+    assert answer == client.post("/v1/tables/st/contextual", json={"texts": BANK[:2], "token": "bank", "k": 3}).json()
+    assert [len(o["neighbors"]) for o in answer["token"]["occurrences"]] == [3, 3]
+    alone = api.contextual("st", ["a bank"])
+    assert "token" not in alone and [t["token"] for t in alone["texts"][0]["tokens"]] == ["[CLS]", "a", "bank", "[SEP]"]
+    details = api.embed_details("st", [BANK[0], LONG])
+    assert (details.truncated, details.tokens, details.unknown, details.pooling) == (
+        [False, True],
+        [7, 256],
+        [0, 0],
+        "mean",
+    )
+
+
 @pytest.mark.parametrize(
     ("path", "body", "message"),
     [

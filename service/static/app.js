@@ -417,6 +417,7 @@ function parseWords(text) {
 
 async function runMap() {
   const out = $("map-out");
+  $("map-export-out").replaceChildren(); // an export's error belongs to the map before
   const items = parseWords($("map-words").value);
   if (items.length < 2) {
     lastMap = null;
@@ -581,6 +582,7 @@ function nonlinearCaption(method, params, n) {
 // ----------------------------------------------------------- the whole table
 function runTableMap() {
   const method = $("tm-method");
+  $("tm-export-out").replaceChildren();
   const tsne = config.tsne_rows > 0 && config.tsne_available;
   const wanted = method.value;
   method.replaceChildren(new Option("PCA, every row", "pca"),
@@ -606,8 +608,10 @@ function saveBlob(name, blob) {
 
 const csvField = (value) => (/[",\r\n]/.test(String(value)) ? `"${String(value).replaceAll('"', '""')}"` : String(value));
 
-/** One file of a view: the projector's vectors.tsv / metadata.tsv (from the server), or coordinates.csv. */
+/** One file of a view: the projector's vectors.tsv / metadata.tsv (from the server), or coordinates.csv. A refusal
+ * or a lost connection is said in ``box``, the export's own place, so the view itself stays. */
 async function exportView(kind, rows, coordinates, box) {
+  box.replaceChildren(); // the error of an export before
   if (!rows.length) return;
   if (kind === "csv") {
     const header = Object.keys(coordinates[0]);
@@ -636,14 +640,14 @@ function exportWordMap(kind) {
   if (!lastMap) return;
   const rows = lastMap.points.map((p) => ({ id: p.id, group: p.group }));
   const coordinates = lastMap.points.map((p) => ({ token: p.token, group: p.group, x: p.x, y: p.y }));
-  exportView(kind, rows, coordinates, $("map-out"));
+  exportView(kind, rows, coordinates, $("map-export-out"));
 }
 
 function exportTableMap(kind) {
   const ids = tableMap.selection(config.max_export_rows);
   const labels = tableMap.labels;
   const coordinates = ids.map((i) => ({ token: labels ? labels[i] : "", id: i, x: tableMap.x[i], y: tableMap.y[i] }));
-  exportView(kind, ids.map((id) => ({ id })), coordinates, tableMap.panel);
+  exportView(kind, ids.map((id) => ({ id })), coordinates, $("tm-export-out"));
 }
 
 // ------------------------------------------------------------------- tables

@@ -797,14 +797,30 @@ def umap_warm(server: str) -> threading.Thread:
     return UMAP_WARMUP[0] if UMAP_WARMUP else warm_umap(server)
 
 
-def test_an_export_lost_on_the_network_is_reported(server: str, watched: Watched) -> None:
+def test_a_failed_export_is_reported_under_its_buttons_and_the_maps_stay(server: str, watched: Watched) -> None:
+    """An export the server refuses (its error envelope: a row id outside the table, sent in place of the map's)
+    or the network loses is said under the export buttons; the word map and the whole table's list of neighbours
+    stay as they were."""
     watched.open(server, f"?table={WORDS_TABLE}")
     page = watched.page
-    page.route("**/export", lambda route: route.abort())
+    circles = page.locator("#map-out svg circle").count()
+    outside = json.dumps({"rows": [{"id": 10**8}], "file": "vectors"})
+    page.route("**/export", lambda route: route.continue_(post_data=outside))
     page.click("#map-export [data-export=vectors]")
-    page.wait_for_selector("#map-out [role=alert] >> text=network error")
-    assert [m for m in watched.console if "net::ERR_FAILED" not in m] == []
-    assert len(watched.failed) == 1 and not watched.http_errors
+    page.wait_for_selector("#map-export-out [role=alert] >> text=is outside table")
+    assert page.locator("#map-out svg circle").count() == circles and page.inner_text("#map-out .legend")
+
+    page.unroute("**/export")
+    page.route("**/export", lambda route: route.abort())
+    page.wait_for_selector("#tm-canvas[data-ready=true]")
+    page.evaluate("explorer.tableMap.select(0)")
+    page.click("#tm-export [data-export=metadata]")
+    page.wait_for_selector("#tm-export-out [role=alert] >> text=network error")
+    assert page.locator("#table-map[data-selected='0'] .tm-panel .scores li").count() == 8
+    page.click("#map-form button[type=submit]")  # the word map drawn again: the error about the one before goes
+    assert page.inner_text("#map-export-out") == ""
+    assert [m for m in watched.console if "net::ERR_FAILED" not in m and "404" not in m] == []
+    assert len(watched.failed) == 1 and [status for status, _ in watched.http_errors] == [404]
 
 
 def test_analogy_shows_where_the_expected_word_ranks(server: str, api: httpx.Client, watched: Watched) -> None:

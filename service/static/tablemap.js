@@ -581,28 +581,15 @@ export class TableMap {
     this.held = SLASHED.test(text);
   }
 
-  /** Highlight the rows whose label matches: a substring (case-insensitive), or /regular expression/flags. */
+  /** Highlight the rows whose label matches: a substring (case-insensitive), or /regular expression/flags. An
+   * invalid expression highlights nothing (the rows of the one before would not be what the box says) and says why. */
   runSearch() {
     const input = this.root.querySelector(".tm-search");
     const text = input.value;
     const out = this.root.querySelector(".tm-matches");
     input.removeAttribute("aria-invalid");
-    if (!text) {
-      this.matches = null;
-      this.setDim(false);
-      out.textContent = "";
-      this.root.dataset.matches = "";
-      this.request();
-      return;
-    }
-    if (this.held) {
-      this.matches = null;
-      this.setDim(false);
-      out.textContent = "a regular expression from the link: press Enter to run it";
-      this.root.dataset.matches = "";
-      this.request();
-      return;
-    }
+    if (!text) return this.unhighlight("");
+    if (this.held) return this.unhighlight("a regular expression from the link: press Enter to run it");
     if (!this.labels) {
       out.textContent = this.labelsLost ? "no labels to search: they could not be loaded" : "labels loading…";
       return;
@@ -616,8 +603,7 @@ export class TableMap {
         re = new RegExp(slashed[1], slashed[2].replace(/[gy]/g, ""));
       } catch (err) {
         input.setAttribute("aria-invalid", "true");
-        out.textContent = `not a regular expression: ${err.message}`;
-        return;
+        return this.unhighlight(`not a regular expression: ${err.message}`);
       }
       for (let i = 0; i < rows; i++) if (re.test(this.labels[i])) found.push(i);
     } else {
@@ -632,6 +618,15 @@ export class TableMap {
     out.textContent = `${found.length.toLocaleString("en")} match${found.length === 1 ? "" : "es"}` +
       (found.length ? ` (Enter zooms to them)` : "");
     this.root.dataset.matches = String(found.length);
+    this.request();
+  }
+
+  /** No rows highlighted, ``note`` in place of the count. */
+  unhighlight(note) {
+    this.matches = null;
+    this.setDim(false);
+    this.root.querySelector(".tm-matches").textContent = note;
+    this.root.dataset.matches = "";
     this.request();
   }
 

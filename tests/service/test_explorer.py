@@ -549,11 +549,18 @@ def test_search_highlights_the_matching_rows(
     page.press("#tm-search", "Enter")  # runs the search and zooms to the matches
     page.wait_for_function("s => explorer.tableMap.view.s > s", arg=scale)
     assert page.evaluate("Array.from(explorer.tableMap.matches)") == expected
-    page.fill("#tm-search", "")
-    page.wait_for_function(f"() => ({PIXELS})().highlight === 0")
+    # An invalid expression typed over the matches is said, and highlights (and Enter zooms to) nothing.
     page.fill("#tm-search", "/[/")
     page.wait_for_selector("#tm-search[aria-invalid=true]")
     assert "not a regular expression" in page.inner_text("#table-map .tm-matches")
+    page.wait_for_function(f"() => ({PIXELS})().highlight === 0")
+    assert page.evaluate("explorer.tableMap.matches") is None and page.get_attribute("#table-map", "data-matches") == ""
+    scale = page.evaluate("explorer.tableMap.view.s")
+    page.press("#tm-search", "Enter")
+    assert page.evaluate("explorer.tableMap.view.s") == scale
+    page.fill("#tm-search", "")
+    page.wait_for_selector("#tm-search:not([aria-invalid])")
+    assert page.inner_text("#table-map .tm-matches") == ""
     watched.assert_clean()
 
 

@@ -189,6 +189,8 @@ function showMethod() {
   $("axis-pairs").hidden = method !== "pairs";
   $("nonlinear").hidden = !METHOD_NAMES[method];
   for (const node of $("nonlinear").querySelectorAll("[data-for]")) node.hidden = node.dataset.for !== method;
+  // A disabled input is not checked when the form is sent: a hidden one left invalid would block every draw unseen.
+  for (const input of $("nonlinear").querySelectorAll("input")) input.disabled = input.hidden || $("nonlinear").hidden;
 }
 
 /** t-SNE or UMAP with its inputs as the URL keeps them ("tsne,seed,perplexity"), or "" for the other methods. */

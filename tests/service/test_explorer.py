@@ -973,6 +973,15 @@ def test_tsne_draws_the_api_layout_with_its_seed_and_perplexity(
     page.press("#map-perplexity", "Enter")
     page.wait_for_selector("#map-out:not([aria-busy]) [role=alert]")
     assert "t-SNE needs at least 4 distinct tokens, got 3" in page.inner_text("#map-out [role=alert]")
+
+    # A perplexity the browser refuses (below the input's min) and then another method: the hidden input does not
+    # keep the form from being sent.
+    page.fill("#map-perplexity", "0")
+    page.press("#map-perplexity", "Enter")
+    page.check("#axes-pca")
+    page.wait_for_function("() => !new URLSearchParams(location.search).get('proj')")
+    page.wait_for_selector("#map-out:not([aria-busy]) svg >> text=PC1")
+    assert page.locator("#map-out svg circle").count() == 3
     watched.assert_clean(expected_422=("project",))
 
 

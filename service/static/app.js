@@ -674,11 +674,7 @@ async function loadTables() {
   }
   select.value = state.table;
   showTableInfo(tables);
-  for (const id of ["cmp-first", "cmp-second"]) {
-    $(id).replaceChildren(...tables.map((t) => el("option", { value: t.name }, t.name)));
-  }
-  $("cmp-first").value = state.table;
-  $("cmp-second").value = (tables.find((t) => t.name !== state.table) || tables[0]).name;
+  fillCompare();
   if (!config.tsne_available) {
     methodUnavailable("tsne", "t-SNE needs the openTSNE package on the server (pip install 'embedding-search[map]')");
   }
@@ -690,6 +686,16 @@ async function loadTables() {
     runAll();
   });
   return true;
+}
+
+/** The Compare card's tables: the words and model-token tables (a documents table has no words to compare), at
+ * first the table picked (or the first of them) and another. */
+function fillCompare() {
+  const names = tables.filter((t) => t.kind !== "documents").map((t) => t.name);
+  for (const id of ["cmp-first", "cmp-second"]) $(id).replaceChildren(...names.map((n) => el("option", { value: n }, n)));
+  const first = names.includes(state.table) ? state.table : names[0] ?? "";
+  $("cmp-first").value = first;
+  $("cmp-second").value = names.find((n) => n !== first) ?? first;
 }
 
 function showTableInfo(tables) {

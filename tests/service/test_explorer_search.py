@@ -164,6 +164,9 @@ def test_a_documents_table_shows_the_search_card_and_a_words_table_the_word_card
     page.select_option("#table", WORDS)
     page.wait_for_selector("#neighbours:not([hidden])")
     assert not page.is_visible("#doc-search") and page.is_visible("#map")
+    for select in ("#cmp-first", "#cmp-second"):  # Compare tables offers the tables with words, not documents
+        assert page.eval_on_selector_all(f"{select} option", "os => os.map(o => o.value)") == [WORDS]
+        assert page.input_value(select) == WORDS
     page.wait_for_selector("#map-out svg circle")
     page.go_back()
     page.wait_for_selector("#doc-search:not([hidden])")

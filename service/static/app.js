@@ -613,8 +613,11 @@ const csvField = (value) => (/[",\r\n]/.test(String(value)) ? `"${String(value).
 /** One file of a view: the projector's vectors.tsv / metadata.tsv (from the server), or coordinates.csv. A refusal
  * or a lost connection is said in ``box``, the export's own place, so the view itself stays. */
 async function exportView(kind, rows, coordinates, box) {
+  if (!rows.length) {
+    box.replaceChildren(el("p", { class: "warning" }, "No rows to export."));
+    return;
+  }
   box.replaceChildren(); // the error of an export before
-  if (!rows.length) return;
   if (kind === "csv") {
     const header = Object.keys(coordinates[0]);
     const lines = [header.join(","), ...coordinates.map((c) => header.map((h) => csvField(c[h])).join(","))];
@@ -639,9 +642,9 @@ async function exportView(kind, rows, coordinates, box) {
 }
 
 function exportWordMap(kind) {
-  if (!lastMap) return;
-  const rows = lastMap.points.map((p) => ({ id: p.id, group: p.group }));
-  const coordinates = lastMap.points.map((p) => ({ token: p.token, group: p.group, x: p.x, y: p.y }));
+  const points = lastMap ? lastMap.points : [];
+  const rows = points.map((p) => ({ id: p.id, group: p.group }));
+  const coordinates = points.map((p) => ({ token: p.token, group: p.group, x: p.x, y: p.y }));
   exportView(kind, rows, coordinates, $("map-export-out"));
 }
 

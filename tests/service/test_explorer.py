@@ -825,7 +825,12 @@ def test_a_failed_export_is_reported_under_its_buttons_and_the_maps_stay(server:
     page.wait_for_selector("#tm-export-out [role=alert] >> text=network error")
     assert page.locator("#table-map[data-selected='0'] .tm-panel .scores li").count() == 8
     page.click("#map-form button[type=submit]")  # the word map drawn again: the error about the one before goes
-    assert page.inner_text("#map-export-out") == ""
+    page.wait_for_function("() => document.getElementById('map-export-out').innerText === ''")
+    page.wait_for_selector("#tm-canvas[data-labels=true]")
+    page.fill("#tm-search", "qzxqzxq")  # nothing highlighted: nothing to export, and the page says so
+    page.wait_for_selector("#table-map[data-matches='0']")
+    page.click("#tm-export [data-export=csv]")
+    page.wait_for_selector("#tm-export-out >> text=No rows to export.")
     assert [m for m in watched.console if "net::ERR_FAILED" not in m and "404" not in m] == []
     assert len(watched.failed) == 1 and [status for status, _ in watched.http_errors] == [404]
 

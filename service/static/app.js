@@ -860,6 +860,7 @@ async function main() {
   tableMap = new TableMap($("table-map"), {
     fetchJSON: api,
     tablePath,
+    show,
     onSearch: (text) => {
       state.q = text;
       writeURL();

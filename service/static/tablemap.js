@@ -31,7 +31,8 @@ function fromBase64(text) {
 export class TableMap {
   /**
    * @param {HTMLElement} root the section holding the map's controls (ids below are looked up inside it)
-   * @param {{fetchJSON: Function, tablePath: Function, onStatus?: Function}} deps
+   * @param {{fetchJSON: Function, tablePath: Function, show: Function, onSearch?: Function}} deps show(out, ...nodes)
+   *   puts an answer in ``out``, the focus going to ``out`` when it was on something there (a neighbour)
    */
   constructor(root, deps) {
     this.root = root;
@@ -649,7 +650,7 @@ export class TableMap {
     const { ok, data } = await this.deps.fetchJSON(this.deps.tablePath(`neighbors?id=${i}&k=8`));
     if (generation !== this.generation || this.selected !== i) return;
     if (!ok) {
-      this.panel.textContent = data.error?.message || "no neighbours";
+      this.deps.show(this.panel, data.error?.message || "no neighbours");
       return;
     }
     this.neighbours = data.neighbors;
@@ -673,7 +674,7 @@ export class TableMap {
     const title = document.createElement("p");
     title.className = "muted";
     title.textContent = `Nearest to “${label}” (row ${i}), marked on the map:`;
-    this.panel.replaceChildren(title, list);
+    this.deps.show(this.panel, title, list); // Enter on a neighbour: the keyboard goes on from its list
     this.root.dataset.selected = String(i);
     this.request();
   }

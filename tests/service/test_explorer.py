@@ -597,9 +597,12 @@ def test_a_click_on_a_point_shows_and_marks_its_neighbours(server: str, api: htt
     assert page.locator("#table-map .tm-panel button.token").all_inner_texts() == [n["token"] for n in expected]
     assert page.evaluate("explorer.tableMap.neighbours.map(n => n.id)") == [n["id"] for n in expected]
     page.wait_for_function(f"() => ({PIXELS})().selected > 0")
-    # A neighbour in the list: the map goes there and asks for its neighbours.
-    page.locator("#table-map .tm-panel button.token").first.click()
+    # A neighbour in the list, by the keyboard: the map goes there and asks for its neighbours, and the focus stays
+    # in the list's place.
+    page.focus("#table-map .tm-panel button.token")
+    page.keyboard.press("Enter")
     page.wait_for_selector(f"#table-map[data-selected='{expected[0]['id']}'] .tm-panel .scores")
+    assert page.evaluate("document.activeElement.classList.contains('tm-panel')")
     # Back and Forward on the same table keep its map as it was: not laid out again, the row still selected.
     generation = page.evaluate("explorer.tableMap.generation")
     search(watched, "king")

@@ -426,6 +426,7 @@ async function runMap() {
     return settle("map", out, el("p", { class: "muted" }, "Give two words or more to map."));
   }
   const done = begin("map", out);
+  const table = state.table;
   const body = { tokens: items.map((item) => item.word), method: "pca", skip_unknown: true };
   const [xa, xb, ya, yb] = state.axes ? state.axes.split(",") : [];
   const [method, seed, param] = state.proj ? state.proj.split(",") : [];
@@ -457,8 +458,8 @@ async function runMap() {
     ...p, ...(aligned ? known[i] : byToken.get(p.token.toLowerCase()) || { word: p.token, group: "words" }),
   }));
   lastMap = {
-    points, variance: data.explained_variance_ratio || [], unknown, axes: data.axes || null, method: data.method,
-    params: data.params || null,
+    table, points, variance: data.explained_variance_ratio || [], unknown, axes: data.axes || null,
+    method: data.method, params: data.params || null,
   };
   drawMap();
 }
@@ -610,9 +611,10 @@ function saveBlob(name, blob) {
 
 const csvField = (value) => (/[",\r\n]/.test(String(value)) ? `"${String(value).replaceAll('"', '""')}"` : String(value));
 
-/** One file of a view: the projector's vectors.tsv / metadata.tsv (from the server), or coordinates.csv. A refusal
- * or a lost connection is said in ``box``, the export's own place, so the view itself stays. */
-async function exportView(kind, rows, coordinates, box) {
+/** One file of a view of ``table`` (the view's own: while another table's loads, the view shown is still of the
+ * one before): the projector's vectors.tsv / metadata.tsv (from the server), or coordinates.csv. A refusal or a
+ * lost connection is said in ``box``, the export's own place, so the view itself stays. */
+async function exportView(kind, table, rows, coordinates, box) {
   if (!rows.length) {
     box.replaceChildren(el("p", { class: "warning" }, "No rows to export."));
     return;
@@ -626,7 +628,7 @@ async function exportView(kind, rows, coordinates, box) {
   }
   let response;
   try {
-    response = await fetch(tablePath("export"), {
+    response = await fetch(`/v1/tables/${encodeURIComponent(table)}/export`, {
       method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ rows, file: kind }),
     });
   } catch (err) {
@@ -645,14 +647,14 @@ function exportWordMap(kind) {
   const points = lastMap ? lastMap.points : [];
   const rows = points.map((p) => ({ id: p.id, group: p.group }));
   const coordinates = points.map((p) => ({ token: p.token, group: p.group, x: p.x, y: p.y }));
-  exportView(kind, rows, coordinates, $("map-export-out"));
+  exportView(kind, lastMap?.table, rows, coordinates, $("map-export-out"));
 }
 
 function exportTableMap(kind) {
   const ids = tableMap.selection(config.max_export_rows);
   const labels = tableMap.labels;
   const coordinates = ids.map((i) => ({ token: labels ? labels[i] : "", id: i, x: tableMap.x[i], y: tableMap.y[i] }));
-  exportView(kind, ids.map((id) => ({ id })), coordinates, $("tm-export-out"));
+  exportView(kind, tableMap.table, ids.map((id) => ({ id })), coordinates, $("tm-export-out"));
 }
 
 // ------------------------------------------------------------------- tables

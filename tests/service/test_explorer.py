@@ -838,6 +838,33 @@ def test_a_failed_export_is_reported_under_its_buttons_and_the_maps_stay(server:
     assert len(watched.failed) == 1 and [status for status, _ in watched.http_errors] == [404]
 
 
+def test_an_export_while_another_table_loads_is_of_the_maps_shown(
+    server: str, api: httpx.Client, watched: Watched
+) -> None:
+    """Exported while the next table's maps are on their way (held here), the files are of the maps still shown,
+    not their row ids read from the next table."""
+    watched.open(server, f"?table={WORDS_TABLE}")
+    page = watched.page
+    page.wait_for_selector("#tm-canvas[data-ready=true]")
+    held: list = []
+    for path in ("project", "map?*"):
+        page.route(f"**/v1/tables/{TOKENS_TABLE}/{path}", lambda route: held.append(route))
+    page.select_option("#table", TOKENS_TABLE)
+    page.wait_for_selector("#map-out[aria-busy=true]")
+    files = []
+    for button in ("#map-export [data-export=metadata]", "#tm-export [data-export=metadata]"):
+        with page.expect_download() as download:
+            page.click(button)
+        files.append(Path(download.value.path()).read_text().splitlines())
+    assert [line.split("\t")[0] for line in files[0][1:]] == map_words(page.input_value("#map-words"))
+    first = api.get(f"/v1/tables/{WORDS_TABLE}/ids/0").json()["token"]
+    assert files[1][0] == first
+    for route in held:
+        route.continue_()
+    page.wait_for_function("t => explorer.lastMap?.table === t", arg=TOKENS_TABLE)
+    watched.assert_clean()
+
+
 def test_analogy_shows_where_the_expected_word_ranks(server: str, api: httpx.Client, watched: Watched) -> None:
     watched.open(server, f"?table={WORDS_TABLE}")
     page = watched.page

@@ -357,6 +357,9 @@ def test_keyboard_focus_is_visible_and_controls_are_labelled(server: str, watche
              .filter(e => !(e.labels && e.labels.length) && !e.getAttribute('aria-label')).map(e => e.id)"""
     )
     assert unlabelled == []
+    # The two rows of export buttons (the same three names) are told apart by their groups' names.
+    for group in ("Export this map", "Export the highlighted rows, or the rows in view"):
+        assert page.get_by_role("group", name=group).get_by_role("button", name="vectors.tsv").count() == 1
     page.keyboard.press("Tab")
     focused = page.evaluate("document.activeElement.id")
     assert focused == "table"

@@ -69,7 +69,8 @@ async function api(path, body) {
   }
 }
 
-const tablePath = (suffix) => `/v1/tables/${encodeURIComponent(state.table)}/${suffix}`;
+/** An API path of the table picked, or of ``table``. */
+const tablePath = (suffix, table = state.table) => `/v1/tables/${encodeURIComponent(table)}/${suffix}`;
 
 function begin(section, out) {
   pending[section] = (pending[section] || 0) + 1;
@@ -628,7 +629,7 @@ async function exportView(kind, table, rows, coordinates, box) {
   }
   let response;
   try {
-    response = await fetch(`/v1/tables/${encodeURIComponent(table)}/export`, {
+    response = await fetch(tablePath("export", table), {
       method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ rows, file: kind }),
     });
   } catch (err) {

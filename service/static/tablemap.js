@@ -31,8 +31,9 @@ function fromBase64(text) {
 export class TableMap {
   /**
    * @param {HTMLElement} root the section holding the map's controls (ids below are looked up inside it)
-   * @param {{fetchJSON: Function, tablePath: Function, show: Function, onSearch?: Function}} deps show(out, ...nodes)
-   *   puts an answer in ``out``, the focus going to ``out`` when it was on something there (a neighbour)
+   * @param {{fetchJSON: Function, tablePath: Function, show: Function, onSearch?: Function}} deps tablePath(suffix,
+   *   table) is an API path of ``table``; show(out, ...nodes) puts an answer in ``out``, the focus going to ``out``
+   *   when it was on something there (a neighbour)
    */
   constructor(root, deps) {
     this.root = root;
@@ -71,7 +72,7 @@ export class TableMap {
     const started = performance.now();
     this.canvas.dataset.ready = "false";
     this.setStatus(`Laying out ${table}…`);
-    const path = this.deps.tablePath;
+    const path = (suffix) => this.deps.tablePath(suffix, table);
     const [info, buffer] = await Promise.all([
       this.deps.fetchJSON(path(`map/info?method=${method}`)),
       fetch(path(`map?method=${method}`)).then((r) => (r.ok ? r.arrayBuffer() : null)).catch(() => null),
@@ -120,10 +121,16 @@ export class TableMap {
     this.loadLabels(generation);
   }
 
+  /** An API path of the table of the layout loaded: the table picked may be another by now (a documents table,
+   * which has no map and lays nothing out in its place). */
+  path(suffix) {
+    return this.deps.tablePath(suffix, this.table);
+  }
+
   async loadLabels(generation) {
     let text = null;
     try {
-      const response = await fetch(this.deps.tablePath("map/labels"));
+      const response = await fetch(this.path("map/labels"));
       if (response.ok) text = await new Response(response.body.pipeThrough(new DecompressionStream("gzip"))).text();
     } catch {
       text = null; // the network failed: said below, as a refusal is
@@ -244,7 +251,7 @@ export class TableMap {
       categories = [];
       this.colours = ["#2b5d9b"];
     } else {
-      const { ok, data } = await this.deps.fetchJSON(this.deps.tablePath(`map/colours/${encodeURIComponent(column)}`));
+      const { ok, data } = await this.deps.fetchJSON(this.path(`map/colours/${encodeURIComponent(column)}`));
       if (ticket !== this.colourTicket) return;
       if (!ok) {
         this.setStatus(data.error?.message || "colour column not loaded", true);
@@ -647,7 +654,7 @@ export class TableMap {
       return;
     }
     const generation = this.generation;
-    const { ok, data } = await this.deps.fetchJSON(this.deps.tablePath(`neighbors?id=${i}&k=8`));
+    const { ok, data } = await this.deps.fetchJSON(this.path(`neighbors?id=${i}&k=8`));
     if (generation !== this.generation || this.selected !== i) return;
     if (!ok) {
       this.deps.show(this.panel, data.error?.message || "no neighbours");

@@ -20,6 +20,12 @@ const AUTO_SCAN = 4000;
 const hexRGB = (hex) => [1, 3, 5].map((i) => parseInt(hex.slice(i, i + 2), 16));
 const rgba32 = ([r, g, b]) => (0xff000000 | (b << 16) | (g << 8) | r) >>> 0;
 
+/** Why ``response`` (an error answer) failed: its envelope's message, else its status. */
+async function refusal(response) {
+  const data = await response.json().catch(() => null);
+  return data?.error?.message || `HTTP ${response.status}`;
+}
+
 /** base64 -> Uint8Array */
 function fromBase64(text) {
   const raw = atob(text);
@@ -73,16 +79,19 @@ export class TableMap {
     this.canvas.dataset.ready = "false";
     this.setStatus(`Laying out ${table}…`);
     const path = (suffix) => this.deps.tablePath(suffix, table);
-    const [info, buffer] = await Promise.all([
+    const [info, points] = await Promise.all([
       this.deps.fetchJSON(path(`map/info?method=${method}`)),
-      fetch(path(`map?method=${method}`)).then((r) => (r.ok ? r.arrayBuffer() : null)).catch(() => null),
+      fetch(path(`map?method=${method}`))
+        .then(async (r) => (r.ok ? { buffer: await r.arrayBuffer() } : { error: await refusal(r) }))
+        .catch(() => ({})), // the network failed
     ]);
     if (generation !== this.generation) return;
+    const buffer = points.buffer;
     if (!info.ok || !buffer) {
       this.asked = null; // asked again when the page comes back to it
       this.n = 0;
       this.draw();
-      this.setStatus(info.data?.error?.message || "the map could not be loaded", true);
+      this.setStatus(info.data?.error?.message || points.error || "the map could not be loaded", true);
       return;
     }
     this.info = info.data;
@@ -129,9 +138,11 @@ export class TableMap {
 
   async loadLabels(generation) {
     let text = null;
+    let why = ""; // the server's reason, when it refused
     try {
       const response = await fetch(this.path("map/labels"));
       if (response.ok) text = await new Response(response.body.pipeThrough(new DecompressionStream("gzip"))).text();
+      else why = ` (${await refusal(response)})`;
     } catch {
       text = null; // the network failed: said below, as a refusal is
     }
@@ -139,7 +150,7 @@ export class TableMap {
     if (text === null) {
       this.labelsLost = true;
       this.runSearch();
-      this.setStatus(`${this.table}: the labels could not be loaded (hover, search and labels need them).`, true);
+      this.setStatus(`${this.table}: the labels could not be loaded${why} (hover, search and labels need them).`, true);
       return;
     }
     this.labels = JSON.parse(text);

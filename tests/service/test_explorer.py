@@ -507,8 +507,10 @@ def test_colours_asked_for_before_a_table_switch_are_dropped(server: str, watche
     watched.assert_clean()
 
 
-def test_a_layout_or_labels_lost_on_the_network_are_reported(server: str, watched: Watched) -> None:
-    """A request of the whole-table map that fails (the connection lost) is said in its status line, not thrown."""
+def test_a_layout_or_labels_lost_or_refused_are_reported(server: str, watched: Watched) -> None:
+    """A request of the whole-table map that fails (the connection lost) is said in its status line, not thrown;
+    one the server refuses (its error envelope: here a table that is not there, asked in place of the map's) is
+    said with the server's message."""
     page = watched.page
     page.route("**/map/labels", lambda route: route.abort())
     watched.open(server, f"?table={WORDS_TABLE}")
@@ -520,6 +522,15 @@ def test_a_layout_or_labels_lost_on_the_network_are_reported(server: str, watche
     page.wait_for_selector("#table-map .tm-status.warning >> text=the map could not be loaded")
     assert [m for m in watched.console if "net::ERR_FAILED" not in m] == []
     assert len(watched.failed) == 2 and not watched.http_errors
+
+    page.unroute_all()
+    page.route("**/map/labels", lambda route: route.continue_(url=f"{server}/v1/tables/gone/map/labels"))
+    page.select_option("#table", WORDS_TABLE)
+    page.wait_for_selector("#table-map .tm-status.warning >> text=could not be loaded (no table named 'gone'")
+    page.route(f"**/v1/tables/{TOKENS_TABLE}/map?*", lambda route: route.continue_(url=f"{server}/v1/tables/gone/map"))
+    page.select_option("#table", TOKENS_TABLE)
+    page.wait_for_selector("#table-map .tm-status.warning >> text=no table named 'gone'")
+    assert [status for status, _ in watched.http_errors] == [404, 404]
 
 
 @pytest.mark.parametrize(

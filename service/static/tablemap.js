@@ -67,6 +67,7 @@ export class TableMap {
     this.generation = 0;
     this.asked = null; // {table, method} of the latest load
     this.colourTicket = 0;
+    this.colourError = null; // the message of colours refused, while the status line shows it
     this.wire();
   }
 
@@ -265,7 +266,10 @@ export class TableMap {
       const { ok, data } = await this.deps.fetchJSON(this.path(`map/colours/${encodeURIComponent(column)}`));
       if (ticket !== this.colourTicket) return;
       if (!ok) {
-        this.setStatus(data.error?.message || "colour column not loaded", true);
+        this.colourError = data.error?.message || "colour column not loaded";
+        this.setStatus(this.colourError, true);
+        if (this.codes?.length !== n) return this.colourBy("rank", redraw); // the codes held are another layout's
+        this.root.querySelector(".tm-colour").value = this.column; // the colours drawn stay: the menu says which
         return;
       }
       this.codes = fromBase64(data.codes);
@@ -276,6 +280,9 @@ export class TableMap {
     const items = this.grid.items;
     for (let j = 0; j < n; j++) this.gcodes[j] = this.codes[items[j]];
     this.column = column;
+    this.root.querySelector(".tm-colour").value = column;
+    if (this.colourError && this.status.textContent === this.colourError) this.describe(); // said, and now past
+    this.colourError = null;
     this.legend.replaceChildren(...categories.map((name, i) => {
       const item = document.createElement("li");
       const swatch = document.createElement("span");

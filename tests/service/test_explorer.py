@@ -475,12 +475,21 @@ def test_the_whole_table_is_drawn_with_every_row(
     )
     page.wait_for_selector("#map-out:not([aria-busy]) svg")
     assert page.locator("#map-out svg circle").count() == len(map_words(page.input_value("#map-words")))
+    # Colours the server refuses (a column it lacks, asked in place of this one): said, and the menu goes back to
+    # the colours drawn.
+    refused = f"{server}/v1/tables/{TOKENS_TABLE}/map/colours/nope"
+    page.route("**/map/colours/**", lambda route: route.continue_(url=refused))
+    page.select_option("#tm-colour", "token kind")
+    page.wait_for_selector("#table-map .tm-status.warning >> text=no colour column 'nope'")
+    assert page.input_value("#tm-colour") == "rank" and page.evaluate("explorer.tableMap.column") == "rank"
+    page.unroute("**/map/colours/**")
     page.select_option("#tm-colour", "token kind")
     page.wait_for_function("() => explorer.tableMap.column === 'token kind'")
+    assert page.locator("#table-map .tm-status.warning").count() == 0
     assert page.locator("#table-map .tm-legend li").all_inner_texts() == ["word start", "continuation", "special"]
     table = Table.load(data_dir / TOKENS_TABLE, checksums=False)
     assert page.evaluate("explorer.tableMap.n") == table.rows
-    watched.assert_clean()
+    watched.assert_clean(expected_422=("/map/colours/",))
 
 
 def test_colours_asked_for_before_a_table_switch_are_dropped(server: str, watched: Watched) -> None:

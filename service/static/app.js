@@ -69,7 +69,8 @@ async function api(path, body) {
   }
 }
 
-const tablePath = (suffix) => `/v1/tables/${encodeURIComponent(state.table)}/${suffix}`;
+/** An API path of the table picked, or of ``table``. */
+const tablePath = (suffix, table = state.table) => `/v1/tables/${encodeURIComponent(table)}/${suffix}`;
 
 function begin(section, out) {
   pending[section] = (pending[section] || 0) + 1;
@@ -189,6 +190,8 @@ function showMethod() {
   $("axis-pairs").hidden = method !== "pairs";
   $("nonlinear").hidden = !METHOD_NAMES[method];
   for (const node of $("nonlinear").querySelectorAll("[data-for]")) node.hidden = node.dataset.for !== method;
+  // A disabled input is not checked when the form is sent: a hidden one left invalid would block every draw unseen.
+  for (const input of $("nonlinear").querySelectorAll("input")) input.disabled = input.hidden || $("nonlinear").hidden;
 }
 
 /** t-SNE or UMAP with its inputs as the URL keeps them ("tsne,seed,perplexity"), or "" for the other methods. */
@@ -417,12 +420,14 @@ function parseWords(text) {
 
 async function runMap() {
   const out = $("map-out");
+  $("map-export-out").replaceChildren(); // an export's error belongs to the map before
   const items = parseWords($("map-words").value);
   if (items.length < 2) {
     lastMap = null;
     return settle("map", out, el("p", { class: "muted" }, "Give two words or more to map."));
   }
   const done = begin("map", out);
+  const table = state.table;
   const body = { tokens: items.map((item) => item.word), method: "pca", skip_unknown: true };
   const [xa, xb, ya, yb] = state.axes ? state.axes.split(",") : [];
   const [method, seed, param] = state.proj ? state.proj.split(",") : [];
@@ -454,8 +459,8 @@ async function runMap() {
     ...p, ...(aligned ? known[i] : byToken.get(p.token.toLowerCase()) || { word: p.token, group: "words" }),
   }));
   lastMap = {
-    points, variance: data.explained_variance_ratio || [], unknown, axes: data.axes || null, method: data.method,
-    params: data.params || null,
+    table, points, variance: data.explained_variance_ratio || [], unknown, axes: data.axes || null,
+    method: data.method, params: data.params || null,
   };
   drawMap();
 }
@@ -581,6 +586,7 @@ function nonlinearCaption(method, params, n) {
 // ----------------------------------------------------------- the whole table
 function runTableMap() {
   const method = $("tm-method");
+  $("tm-export-out").replaceChildren();
   const tsne = config.tsne_rows > 0 && config.tsne_available;
   const wanted = method.value;
   method.replaceChildren(new Option("PCA, every row", "pca"),
@@ -606,9 +612,15 @@ function saveBlob(name, blob) {
 
 const csvField = (value) => (/[",\r\n]/.test(String(value)) ? `"${String(value).replaceAll('"', '""')}"` : String(value));
 
-/** One file of a view: the projector's vectors.tsv / metadata.tsv (from the server), or coordinates.csv. */
-async function exportView(kind, rows, coordinates, box) {
-  if (!rows.length) return;
+/** One file of a view of ``table`` (the view's own: while another table's loads, the view shown is still of the
+ * one before): the projector's vectors.tsv / metadata.tsv (from the server), or coordinates.csv. A refusal or a
+ * lost connection is said in ``box``, the export's own place, so the view itself stays. */
+async function exportView(kind, table, rows, coordinates, box) {
+  if (!rows.length) {
+    box.replaceChildren(el("p", { class: "warning" }, "No rows to export."));
+    return;
+  }
+  box.replaceChildren(); // the error of an export before
   if (kind === "csv") {
     const header = Object.keys(coordinates[0]);
     const lines = [header.join(","), ...coordinates.map((c) => header.map((h) => csvField(c[h])).join(","))];
@@ -617,7 +629,7 @@ async function exportView(kind, rows, coordinates, box) {
   }
   let response;
   try {
-    response = await fetch(tablePath("export"), {
+    response = await fetch(tablePath("export", table), {
       method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ rows, file: kind }),
     });
   } catch (err) {
@@ -633,17 +645,17 @@ async function exportView(kind, rows, coordinates, box) {
 }
 
 function exportWordMap(kind) {
-  if (!lastMap) return;
-  const rows = lastMap.points.map((p) => ({ id: p.id, group: p.group }));
-  const coordinates = lastMap.points.map((p) => ({ token: p.token, group: p.group, x: p.x, y: p.y }));
-  exportView(kind, rows, coordinates, $("map-out"));
+  const points = lastMap ? lastMap.points : [];
+  const rows = points.map((p) => ({ id: p.id, group: p.group }));
+  const coordinates = points.map((p) => ({ token: p.token, group: p.group, x: p.x, y: p.y }));
+  exportView(kind, lastMap?.table, rows, coordinates, $("map-export-out"));
 }
 
 function exportTableMap(kind) {
   const ids = tableMap.selection(config.max_export_rows);
   const labels = tableMap.labels;
   const coordinates = ids.map((i) => ({ token: labels ? labels[i] : "", id: i, x: tableMap.x[i], y: tableMap.y[i] }));
-  exportView(kind, ids.map((id) => ({ id })), coordinates, tableMap.panel);
+  exportView(kind, tableMap.table, ids.map((id) => ({ id })), coordinates, $("tm-export-out"));
 }
 
 // ------------------------------------------------------------------- tables
@@ -668,11 +680,7 @@ async function loadTables() {
   }
   select.value = state.table;
   showTableInfo(tables);
-  for (const id of ["cmp-first", "cmp-second"]) {
-    $(id).replaceChildren(...tables.map((t) => el("option", { value: t.name }, t.name)));
-  }
-  $("cmp-first").value = state.table;
-  $("cmp-second").value = (tables.find((t) => t.name !== state.table) || tables[0]).name;
+  fillCompare();
   if (!config.tsne_available) {
     methodUnavailable("tsne", "t-SNE needs the openTSNE package on the server (pip install 'embedding-search[map]')");
   }
@@ -684,6 +692,16 @@ async function loadTables() {
     runAll();
   });
   return true;
+}
+
+/** The Compare card's tables: the words and model-token tables (a documents table has no words to compare), at
+ * first the table picked (or the first of them) and another. */
+function fillCompare() {
+  const names = tables.filter((t) => t.kind !== "documents").map((t) => t.name);
+  for (const id of ["cmp-first", "cmp-second"]) $(id).replaceChildren(...names.map((n) => el("option", { value: n }, n)));
+  const first = names.includes(state.table) ? state.table : names[0] ?? "";
+  $("cmp-first").value = first;
+  $("cmp-second").value = names.find((n) => n !== first) ?? first;
 }
 
 function showTableInfo(tables) {
@@ -845,6 +863,7 @@ async function main() {
   tableMap = new TableMap($("table-map"), {
     fetchJSON: api,
     tablePath,
+    show,
     onSearch: (text) => {
       state.q = text;
       writeURL();

@@ -20,6 +20,12 @@ const AUTO_SCAN = 4000;
 const hexRGB = (hex) => [1, 3, 5].map((i) => parseInt(hex.slice(i, i + 2), 16));
 const rgba32 = ([r, g, b]) => (0xff000000 | (b << 16) | (g << 8) | r) >>> 0;
 
+/** Why ``response`` (an error answer) failed: its envelope's message, else its status. */
+async function refusal(response) {
+  const data = await response.json().catch(() => null);
+  return data?.error?.message || `HTTP ${response.status}`;
+}
+
 /** base64 -> Uint8Array */
 function fromBase64(text) {
   const raw = atob(text);
@@ -31,7 +37,9 @@ function fromBase64(text) {
 export class TableMap {
   /**
    * @param {HTMLElement} root the section holding the map's controls (ids below are looked up inside it)
-   * @param {{fetchJSON: Function, tablePath: Function, onStatus?: Function}} deps
+   * @param {{fetchJSON: Function, tablePath: Function, show: Function, onSearch?: Function}} deps tablePath(suffix,
+   *   table) is an API path of ``table``; show(out, ...nodes) puts an answer in ``out``, the focus going to ``out``
+   *   when it was on something there (a neighbour)
    */
   constructor(root, deps) {
     this.root = root;
@@ -59,6 +67,7 @@ export class TableMap {
     this.generation = 0;
     this.asked = null; // {table, method} of the latest load
     this.colourTicket = 0;
+    this.colourError = null; // the message of colours refused, while the status line shows it
     this.wire();
   }
 
@@ -70,17 +79,20 @@ export class TableMap {
     const started = performance.now();
     this.canvas.dataset.ready = "false";
     this.setStatus(`Laying out ${table}…`);
-    const path = this.deps.tablePath;
-    const [info, buffer] = await Promise.all([
+    const path = (suffix) => this.deps.tablePath(suffix, table);
+    const [info, points] = await Promise.all([
       this.deps.fetchJSON(path(`map/info?method=${method}`)),
-      fetch(path(`map?method=${method}`)).then((r) => (r.ok ? r.arrayBuffer() : null)).catch(() => null),
+      fetch(path(`map?method=${method}`))
+        .then(async (r) => (r.ok ? { buffer: await r.arrayBuffer() } : { error: await refusal(r) }))
+        .catch(() => ({})), // the network failed
     ]);
     if (generation !== this.generation) return;
+    const buffer = points.buffer;
     if (!info.ok || !buffer) {
       this.asked = null; // asked again when the page comes back to it
       this.n = 0;
       this.draw();
-      this.setStatus(info.data?.error?.message || "the map could not be loaded", true);
+      this.setStatus(info.data?.error?.message || points.error || "the map could not be loaded", true);
       return;
     }
     this.info = info.data;
@@ -119,11 +131,19 @@ export class TableMap {
     this.loadLabels(generation);
   }
 
+  /** An API path of the table of the layout loaded: the table picked may be another by now (a documents table,
+   * which has no map and lays nothing out in its place). */
+  path(suffix) {
+    return this.deps.tablePath(suffix, this.table);
+  }
+
   async loadLabels(generation) {
     let text = null;
+    let why = ""; // the server's reason, when it refused
     try {
-      const response = await fetch(this.deps.tablePath("map/labels"));
+      const response = await fetch(this.path("map/labels"));
       if (response.ok) text = await new Response(response.body.pipeThrough(new DecompressionStream("gzip"))).text();
+      else why = ` (${await refusal(response)})`;
     } catch {
       text = null; // the network failed: said below, as a refusal is
     }
@@ -131,7 +151,7 @@ export class TableMap {
     if (text === null) {
       this.labelsLost = true;
       this.runSearch();
-      this.setStatus(`${this.table}: the labels could not be loaded (hover, search and labels need them).`, true);
+      this.setStatus(`${this.table}: the labels could not be loaded${why} (hover, search and labels need them).`, true);
       return;
     }
     this.labels = JSON.parse(text);
@@ -243,10 +263,13 @@ export class TableMap {
       categories = [];
       this.colours = ["#2b5d9b"];
     } else {
-      const { ok, data } = await this.deps.fetchJSON(this.deps.tablePath(`map/colours/${encodeURIComponent(column)}`));
+      const { ok, data } = await this.deps.fetchJSON(this.path(`map/colours/${encodeURIComponent(column)}`));
       if (ticket !== this.colourTicket) return;
       if (!ok) {
-        this.setStatus(data.error?.message || "colour column not loaded", true);
+        this.colourError = data.error?.message || "colour column not loaded";
+        this.setStatus(this.colourError, true);
+        if (this.codes?.length !== n) return this.colourBy("rank", redraw); // the codes held are another layout's
+        this.root.querySelector(".tm-colour").value = this.column; // the colours drawn stay: the menu says which
         return;
       }
       this.codes = fromBase64(data.codes);
@@ -257,6 +280,9 @@ export class TableMap {
     const items = this.grid.items;
     for (let j = 0; j < n; j++) this.gcodes[j] = this.codes[items[j]];
     this.column = column;
+    this.root.querySelector(".tm-colour").value = column;
+    if (this.colourError && this.status.textContent === this.colourError) this.describe(); // said, and now past
+    this.colourError = null;
     this.legend.replaceChildren(...categories.map((name, i) => {
       const item = document.createElement("li");
       const swatch = document.createElement("span");
@@ -581,28 +607,15 @@ export class TableMap {
     this.held = SLASHED.test(text);
   }
 
-  /** Highlight the rows whose label matches: a substring (case-insensitive), or /regular expression/flags. */
+  /** Highlight the rows whose label matches: a substring (case-insensitive), or /regular expression/flags. An
+   * invalid expression highlights nothing (the rows of the one before would not be what the box says) and says why. */
   runSearch() {
     const input = this.root.querySelector(".tm-search");
     const text = input.value;
     const out = this.root.querySelector(".tm-matches");
     input.removeAttribute("aria-invalid");
-    if (!text) {
-      this.matches = null;
-      this.setDim(false);
-      out.textContent = "";
-      this.root.dataset.matches = "";
-      this.request();
-      return;
-    }
-    if (this.held) {
-      this.matches = null;
-      this.setDim(false);
-      out.textContent = "a regular expression from the link: press Enter to run it";
-      this.root.dataset.matches = "";
-      this.request();
-      return;
-    }
+    if (!text) return this.unhighlight("");
+    if (this.held) return this.unhighlight("a regular expression from the link: press Enter to run it");
     if (!this.labels) {
       out.textContent = this.labelsLost ? "no labels to search: they could not be loaded" : "labels loading…";
       return;
@@ -616,8 +629,7 @@ export class TableMap {
         re = new RegExp(slashed[1], slashed[2].replace(/[gy]/g, ""));
       } catch (err) {
         input.setAttribute("aria-invalid", "true");
-        out.textContent = `not a regular expression: ${err.message}`;
-        return;
+        return this.unhighlight(`not a regular expression: ${err.message}`);
       }
       for (let i = 0; i < rows; i++) if (re.test(this.labels[i])) found.push(i);
     } else {
@@ -632,6 +644,15 @@ export class TableMap {
     out.textContent = `${found.length.toLocaleString("en")} match${found.length === 1 ? "" : "es"}` +
       (found.length ? ` (Enter zooms to them)` : "");
     this.root.dataset.matches = String(found.length);
+    this.request();
+  }
+
+  /** No rows highlighted, ``note`` in place of the count. */
+  unhighlight(note) {
+    this.matches = null;
+    this.setDim(false);
+    this.root.querySelector(".tm-matches").textContent = note;
+    this.root.dataset.matches = "";
     this.request();
   }
 
@@ -651,10 +672,10 @@ export class TableMap {
       return;
     }
     const generation = this.generation;
-    const { ok, data } = await this.deps.fetchJSON(this.deps.tablePath(`neighbors?id=${i}&k=8`));
+    const { ok, data } = await this.deps.fetchJSON(this.path(`neighbors?id=${i}&k=8`));
     if (generation !== this.generation || this.selected !== i) return;
     if (!ok) {
-      this.panel.textContent = data.error?.message || "no neighbours";
+      this.deps.show(this.panel, data.error?.message || "no neighbours");
       return;
     }
     this.neighbours = data.neighbors;
@@ -678,7 +699,7 @@ export class TableMap {
     const title = document.createElement("p");
     title.className = "muted";
     title.textContent = `Nearest to “${label}” (row ${i}), marked on the map:`;
-    this.panel.replaceChildren(title, list);
+    this.deps.show(this.panel, title, list); // Enter on a neighbour: the keyboard goes on from its list
     this.root.dataset.selected = String(i);
     this.request();
   }

@@ -357,6 +357,9 @@ def test_keyboard_focus_is_visible_and_controls_are_labelled(server: str, watche
              .filter(e => !(e.labels && e.labels.length) && !e.getAttribute('aria-label')).map(e => e.id)"""
     )
     assert unlabelled == []
+    # The two rows of export buttons (the same three names) are told apart by their groups' names.
+    for group in ("Export this map", "Export the highlighted rows, or the rows in view"):
+        assert page.get_by_role("group", name=group).get_by_role("button", name="vectors.tsv").count() == 1
     page.keyboard.press("Tab")
     focused = page.evaluate("document.activeElement.id")
     assert focused == "table"
@@ -472,12 +475,21 @@ def test_the_whole_table_is_drawn_with_every_row(
     )
     page.wait_for_selector("#map-out:not([aria-busy]) svg")
     assert page.locator("#map-out svg circle").count() == len(map_words(page.input_value("#map-words")))
+    # Colours the server refuses (a column it lacks, asked in place of this one): said, and the menu goes back to
+    # the colours drawn.
+    refused = f"{server}/v1/tables/{TOKENS_TABLE}/map/colours/nope"
+    page.route("**/map/colours/**", lambda route: route.continue_(url=refused))
+    page.select_option("#tm-colour", "token kind")
+    page.wait_for_selector("#table-map .tm-status.warning >> text=no colour column 'nope'")
+    assert page.input_value("#tm-colour") == "rank" and page.evaluate("explorer.tableMap.column") == "rank"
+    page.unroute("**/map/colours/**")
     page.select_option("#tm-colour", "token kind")
     page.wait_for_function("() => explorer.tableMap.column === 'token kind'")
+    assert page.locator("#table-map .tm-status.warning").count() == 0
     assert page.locator("#table-map .tm-legend li").all_inner_texts() == ["word start", "continuation", "special"]
     table = Table.load(data_dir / TOKENS_TABLE, checksums=False)
     assert page.evaluate("explorer.tableMap.n") == table.rows
-    watched.assert_clean()
+    watched.assert_clean(expected_422=("/map/colours/",))
 
 
 def test_colours_asked_for_before_a_table_switch_are_dropped(server: str, watched: Watched) -> None:
@@ -504,8 +516,10 @@ def test_colours_asked_for_before_a_table_switch_are_dropped(server: str, watche
     watched.assert_clean()
 
 
-def test_a_layout_or_labels_lost_on_the_network_are_reported(server: str, watched: Watched) -> None:
-    """A request of the whole-table map that fails (the connection lost) is said in its status line, not thrown."""
+def test_a_layout_or_labels_lost_or_refused_are_reported(server: str, watched: Watched) -> None:
+    """A request of the whole-table map that fails (the connection lost) is said in its status line, not thrown;
+    one the server refuses (its error envelope: here a table that is not there, asked in place of the map's) is
+    said with the server's message."""
     page = watched.page
     page.route("**/map/labels", lambda route: route.abort())
     watched.open(server, f"?table={WORDS_TABLE}")
@@ -517,6 +531,15 @@ def test_a_layout_or_labels_lost_on_the_network_are_reported(server: str, watche
     page.wait_for_selector("#table-map .tm-status.warning >> text=the map could not be loaded")
     assert [m for m in watched.console if "net::ERR_FAILED" not in m] == []
     assert len(watched.failed) == 2 and not watched.http_errors
+
+    page.unroute_all()
+    page.route("**/map/labels", lambda route: route.continue_(url=f"{server}/v1/tables/gone/map/labels"))
+    page.select_option("#table", WORDS_TABLE)
+    page.wait_for_selector("#table-map .tm-status.warning >> text=could not be loaded (no table named 'gone'")
+    page.route(f"**/v1/tables/{TOKENS_TABLE}/map?*", lambda route: route.continue_(url=f"{server}/v1/tables/gone/map"))
+    page.select_option("#table", TOKENS_TABLE)
+    page.wait_for_selector("#table-map .tm-status.warning >> text=no table named 'gone'")
+    assert [status for status, _ in watched.http_errors] == [404, 404]
 
 
 @pytest.mark.parametrize(
@@ -549,11 +572,18 @@ def test_search_highlights_the_matching_rows(
     page.press("#tm-search", "Enter")  # runs the search and zooms to the matches
     page.wait_for_function("s => explorer.tableMap.view.s > s", arg=scale)
     assert page.evaluate("Array.from(explorer.tableMap.matches)") == expected
-    page.fill("#tm-search", "")
-    page.wait_for_function(f"() => ({PIXELS})().highlight === 0")
+    # An invalid expression typed over the matches is said, and highlights (and Enter zooms to) nothing.
     page.fill("#tm-search", "/[/")
     page.wait_for_selector("#tm-search[aria-invalid=true]")
     assert "not a regular expression" in page.inner_text("#table-map .tm-matches")
+    page.wait_for_function(f"() => ({PIXELS})().highlight === 0")
+    assert page.evaluate("explorer.tableMap.matches") is None and page.get_attribute("#table-map", "data-matches") == ""
+    scale = page.evaluate("explorer.tableMap.view.s")
+    page.press("#tm-search", "Enter")
+    assert page.evaluate("explorer.tableMap.view.s") == scale
+    page.fill("#tm-search", "")
+    page.wait_for_selector("#tm-search:not([aria-invalid])")
+    assert page.inner_text("#table-map .tm-matches") == ""
     watched.assert_clean()
 
 
@@ -590,9 +620,12 @@ def test_a_click_on_a_point_shows_and_marks_its_neighbours(server: str, api: htt
     assert page.locator("#table-map .tm-panel button.token").all_inner_texts() == [n["token"] for n in expected]
     assert page.evaluate("explorer.tableMap.neighbours.map(n => n.id)") == [n["id"] for n in expected]
     page.wait_for_function(f"() => ({PIXELS})().selected > 0")
-    # A neighbour in the list: the map goes there and asks for its neighbours.
-    page.locator("#table-map .tm-panel button.token").first.click()
+    # A neighbour in the list, by the keyboard: the map goes there and asks for its neighbours, and the focus stays
+    # in the list's place.
+    page.focus("#table-map .tm-panel button.token")
+    page.keyboard.press("Enter")
     page.wait_for_selector(f"#table-map[data-selected='{expected[0]['id']}'] .tm-panel .scores")
+    assert page.evaluate("document.activeElement.classList.contains('tm-panel')")
     # Back and Forward on the same table keep its map as it was: not laid out again, the row still selected.
     generation = page.evaluate("explorer.tableMap.generation")
     search(watched, "king")
@@ -797,14 +830,62 @@ def umap_warm(server: str) -> threading.Thread:
     return UMAP_WARMUP[0] if UMAP_WARMUP else warm_umap(server)
 
 
-def test_an_export_lost_on_the_network_is_reported(server: str, watched: Watched) -> None:
+def test_a_failed_export_is_reported_under_its_buttons_and_the_maps_stay(server: str, watched: Watched) -> None:
+    """An export the server refuses (its error envelope: a row id outside the table, sent in place of the map's)
+    or the network loses is said under the export buttons; the word map and the whole table's list of neighbours
+    stay as they were."""
     watched.open(server, f"?table={WORDS_TABLE}")
     page = watched.page
-    page.route("**/export", lambda route: route.abort())
+    circles = page.locator("#map-out svg circle").count()
+    outside = json.dumps({"rows": [{"id": 10**8}], "file": "vectors"})
+    page.route("**/export", lambda route: route.continue_(post_data=outside))
     page.click("#map-export [data-export=vectors]")
-    page.wait_for_selector("#map-out [role=alert] >> text=network error")
-    assert [m for m in watched.console if "net::ERR_FAILED" not in m] == []
-    assert len(watched.failed) == 1 and not watched.http_errors
+    page.wait_for_selector("#map-export-out [role=alert] >> text=is outside table")
+    assert page.locator("#map-out svg circle").count() == circles and page.inner_text("#map-out .legend")
+
+    page.unroute("**/export")
+    page.route("**/export", lambda route: route.abort())
+    page.wait_for_selector("#tm-canvas[data-ready=true]")
+    page.evaluate("explorer.tableMap.select(0)")
+    page.click("#tm-export [data-export=metadata]")
+    page.wait_for_selector("#tm-export-out [role=alert] >> text=network error")
+    assert page.locator("#table-map[data-selected='0'] .tm-panel .scores li").count() == 8
+    page.click("#map-form button[type=submit]")  # the word map drawn again: the error about the one before goes
+    page.wait_for_function("() => document.getElementById('map-export-out').innerText === ''")
+    page.wait_for_selector("#tm-canvas[data-labels=true]")
+    page.fill("#tm-search", "qzxqzxq")  # nothing highlighted: nothing to export, and the page says so
+    page.wait_for_selector("#table-map[data-matches='0']")
+    page.click("#tm-export [data-export=csv]")
+    page.wait_for_selector("#tm-export-out >> text=No rows to export.")
+    assert [m for m in watched.console if "net::ERR_FAILED" not in m and "404" not in m] == []
+    assert len(watched.failed) == 1 and [status for status, _ in watched.http_errors] == [404]
+
+
+def test_an_export_while_another_table_loads_is_of_the_maps_shown(
+    server: str, api: httpx.Client, watched: Watched
+) -> None:
+    """Exported while the next table's maps are on their way (held here), the files are of the maps still shown,
+    not their row ids read from the next table."""
+    watched.open(server, f"?table={WORDS_TABLE}")
+    page = watched.page
+    page.wait_for_selector("#tm-canvas[data-ready=true]")
+    held: list = []
+    for path in ("project", "map?*"):
+        page.route(f"**/v1/tables/{TOKENS_TABLE}/{path}", lambda route: held.append(route))
+    page.select_option("#table", TOKENS_TABLE)
+    page.wait_for_selector("#map-out[aria-busy=true]")
+    files = []
+    for button in ("#map-export [data-export=metadata]", "#tm-export [data-export=metadata]"):
+        with page.expect_download() as download:
+            page.click(button)
+        files.append(Path(download.value.path()).read_text().splitlines())
+    assert [line.split("\t")[0] for line in files[0][1:]] == map_words(page.input_value("#map-words"))
+    first = api.get(f"/v1/tables/{WORDS_TABLE}/ids/0").json()["token"]
+    assert files[1][0] == first
+    for route in held:
+        route.continue_()
+    page.wait_for_function("t => explorer.lastMap?.table === t", arg=TOKENS_TABLE)
+    watched.assert_clean()
 
 
 def test_analogy_shows_where_the_expected_word_ranks(server: str, api: httpx.Client, watched: Watched) -> None:
@@ -950,6 +1031,15 @@ def test_tsne_draws_the_api_layout_with_its_seed_and_perplexity(
     page.press("#map-perplexity", "Enter")
     page.wait_for_selector("#map-out:not([aria-busy]) [role=alert]")
     assert "t-SNE needs at least 4 distinct tokens, got 3" in page.inner_text("#map-out [role=alert]")
+
+    # A perplexity the browser refuses (below the input's min) and then another method: the hidden input does not
+    # keep the form from being sent.
+    page.fill("#map-perplexity", "0")
+    page.press("#map-perplexity", "Enter")
+    page.check("#axes-pca")
+    page.wait_for_function("() => !new URLSearchParams(location.search).get('proj')")
+    page.wait_for_selector("#map-out:not([aria-busy]) svg >> text=PC1")
+    assert page.locator("#map-out svg circle").count() == 3
     watched.assert_clean(expected_422=("project",))
 
 

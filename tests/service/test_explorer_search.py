@@ -164,11 +164,37 @@ def test_a_documents_table_shows_the_search_card_and_a_words_table_the_word_card
     page.select_option("#table", WORDS)
     page.wait_for_selector("#neighbours:not([hidden])")
     assert not page.is_visible("#doc-search") and page.is_visible("#map")
+    for select in ("#cmp-first", "#cmp-second"):  # Compare tables offers the tables with words, not documents
+        assert page.eval_on_selector_all(f"{select} option", "os => os.map(o => o.value)") == [WORDS]
+        assert page.input_value(select) == WORDS
     page.wait_for_selector("#map-out svg circle")
     page.go_back()
     page.wait_for_selector("#doc-search:not([hidden])")
     settle(page)
     assert [h["id"] for h in shown_hits(page)] == [h["id"] for h in answer["hits"]]
+    watched.assert_clean()
+
+
+def test_a_words_map_left_for_a_documents_table_keeps_its_own_labels(
+    server: str, api: httpx.Client, watched: Watched
+) -> None:
+    """The words table's whole-table map, still on its way (held here) when a documents table is picked, is
+    finished with its own labels, not the documents table's ids."""
+    page = watched.page
+    held: list = []
+    page.route(f"**/v1/tables/{WORDS}/map?*", lambda route: held.append(route))
+    with page.expect_request(lambda r: f"/v1/tables/{WORDS}/map?" in r.url):
+        page.goto(f"{server}/?table={WORDS}")
+    page.select_option("#table", DOCS)
+    settle(page)
+    assert len(held) == 1
+    held[0].continue_()
+    page.wait_for_selector("#tm-canvas[data-labels=true]", state="attached")
+    labels = page.evaluate("[explorer.tableMap.labels.length, explorer.tableMap.labels[0]]")
+    assert labels == [
+        api.get(f"/v1/tables/{WORDS}").json()["rows"],
+        api.get(f"/v1/tables/{WORDS}/ids/0").json()["token"],
+    ]
     watched.assert_clean()
 
 

@@ -24,7 +24,7 @@ START_SECONDS = 120.0  # for the command to start its child on a starved machine
 def started_child(early: Early) -> psutil.Process:
     early.start()
     deadline = time.monotonic() + START_SECONDS
-    while not early.stdout().strip():
+    while not early.stdout().endswith("\n"):  # its whole line
         assert time.monotonic() < deadline, "the command did not start its child"
         time.sleep(0.05)
     return psutil.Process(int(early.stdout()))

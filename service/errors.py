@@ -149,10 +149,11 @@ def envelope(shape: str = "ErrorResponse") -> dict[str, Any]:
 
 
 def by_status(*codes: str, busy: bool = True) -> dict[int, list[str]]:
-    """The error codes an operation can answer, by status: ``codes``, ``overloaded`` (every path but the liveness
-    probe, unless ``busy`` is off) and the generic 500."""
+    """The error codes an operation can answer, by status: ``codes``, ``body_too_large`` (every operation: a body
+    over the limit is refused before any route, whatever the method; ``service.http.limits``), ``overloaded``
+    (every path but the liveness probe, unless ``busy`` is off) and the generic 500."""
     grouped: dict[int, list[str]] = {}
-    for code in (*codes, *(("overloaded",) if busy else ()), "internal"):
+    for code in dict.fromkeys((*codes, "body_too_large", *(("overloaded",) if busy else ()), "internal")):
         grouped.setdefault(ERRORS[code].status, []).append(code)
     return dict(sorted(grouped.items()))
 
@@ -205,9 +206,10 @@ def document_envelope(schema: dict[str, Any]) -> None:
     components["schemas"] = dict(sorted({**components.get("schemas", {}), **parts}.items()))
 
 
-# Codes every operation on a table can answer with; POST operations can also get bad_request and body_too_large.
+# Codes every operation on a table can answer with; POST operations can also get bad_request (every operation can
+# get body_too_large: see by_status).
 TABLE_ERRORS = ("unknown_table", "unknown_token", "unknown_document", "not_found", "invalid_request", "not_ready")
-BODY_ERRORS = (*TABLE_ERRORS, "bad_request", "body_too_large")
+BODY_ERRORS = (*TABLE_ERRORS, "bad_request")
 
 
 class ValidationDetail(TypedDict):

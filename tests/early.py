@@ -11,25 +11,72 @@ in a thread), and the fixture reads ``result()``, which waits for the child. A c
 (``shared``) is started when a collected test of any module uses its fixture; a command that reads another's output
 names it (``needs``) and starts once that one is done.
 Nothing is cached: every session runs the command again, in a temporary directory of its own that ``stop()``
-removes at the end of the session.
+removes at the end of the session. A command stopped (at the end of a session cut short, or at its timeout) is
+stopped with every process it started, those in sessions of their own too (a benchmark's servers).
 """
 
 from __future__ import annotations
 
 import contextlib
-import os
 import shutil
-import signal
 import subprocess
 import tempfile
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import psutil
+
 from tests import REPO
 
 NICE = 19  # below the tests' own process and the table's build
+GRACE_SECONDS = 30.0  # a process still running this long after SIGTERM gets SIGKILL
+
+
+def running(process: psutil.Process) -> bool:
+    """Whether ``process`` still runs (a zombie not reaped yet has ended)."""
+    try:
+        return process.is_running() and process.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def frozen_tree(pid: int) -> list[psutil.Process]:
+    """The process ``pid`` and every process it started, each stopped (SIGSTOP) as it is found, until the search
+    finds no more: none of them can start another unseen. Those in sessions of their own (``start_new_session``)
+    too, which its process group does not hold."""
+    found: dict[int, psutil.Process] = {}
+    try:
+        root = psutil.Process(pid)
+        while True:
+            new = [p for p in [root, *root.children(recursive=True)] if p.pid not in found]
+            if not new:
+                return list(found.values())
+            for process in new:
+                with contextlib.suppress(psutil.NoSuchProcess):
+                    process.suspend()
+                found[process.pid] = process
+    except psutil.NoSuchProcess:  # the command itself has ended: what it started is no longer its children
+        return list(found.values())
+
+
+def end_tree(pid: int, grace: float = GRACE_SECONDS) -> None:
+    """SIGTERM to the process ``pid`` and every process it started (:func:`frozen_tree`), SIGKILL to those still
+    running ``grace`` seconds later."""
+    processes = frozen_tree(pid)
+    for process in processes:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            process.terminate()
+            process.resume()  # the SIGTERM is delivered once it runs again
+    deadline = time.monotonic() + grace
+    while any(running(p) for p in processes) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    for process in processes:
+        if running(process):
+            with contextlib.suppress(psutil.NoSuchProcess):
+                process.kill()
 
 
 @dataclass(frozen=True)
@@ -89,10 +136,11 @@ class Early:
                     return
                 below = ["nice", "-n", str(self.nice)] if self.nice and shutil.which("nice") else []
                 argv = [*below, *self.argv(self._out)]
-                # A process group of its own: stopping it stops what it started too (servers, a shell's commands).
-                # Not a session of its own: with the kernel's autogroups (sched_autogroup_enabled) every session
-                # is weighed as one process against the test session whatever its nice value, and the early
-                # commands, each its own session, took most of the cores from the tests of the first minutes.
+                # A process group of its own: the terminal's Ctrl-C reaches the tests only, and ``stop()`` ends the
+                # command with what it started (end_tree). Not a session of its own: with the kernel's autogroups
+                # (sched_autogroup_enabled) every session is weighed as one process against the test session
+                # whatever its nice value, and the early commands, each its own session, took most of the cores from
+                # the tests of the first minutes.
                 self._process = subprocess.Popen(argv, cwd=REPO, stdout=stdout, stderr=stderr, process_group=0)
             self._process.wait()
 
@@ -115,7 +163,7 @@ class Early:
         assert self._thread is not None and self._out is not None
         self._thread.join(self.timeout)
         if self._thread.is_alive() and self._process is not None:
-            self._signal(signal.SIGKILL)
+            end_tree(self._process.pid)
             self._thread.join()
             self._failure = f"killed after {self.timeout:.0f} s"
         if self._process is None or self._failure:
@@ -127,18 +175,12 @@ class Early:
             return Done(-1, "", "stopped", out)
         return Done(self._process.returncode, stdout, stderr, out)
 
-    def _signal(self, number: int) -> None:
-        """``number`` to the command and every process it started (its process group)."""
-        assert self._process is not None
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self._process.pid, number)
-
     def stop(self) -> None:
-        """At the end of the session: the child is not left behind, nor its directory."""
+        """At the end of the session: the child is not left behind, nor what it started, nor its directory."""
         with self._lock:
             self._stopped = True
         if self._process is not None and self._process.poll() is None:
-            self._signal(signal.SIGTERM)
+            end_tree(self._process.pid)
             self._process.wait()
         if self._out is not None:
             shutil.rmtree(self._out, ignore_errors=True)

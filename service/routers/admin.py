@@ -17,7 +17,7 @@ router = APIRouter(prefix="/v1/admin", tags=["admin"])
 @router.post(
     "/reload",
     response_model=ReloadResponse,
-    responses=responses("unauthorized", "forbidden", "invalid_request", "not_ready", "body_too_large"),
+    responses=responses("unauthorized", "forbidden", "invalid_request", "not_ready"),
     summary="Re-scan the data directory: load new and changed tables (verified), keep the rest; swap atomically",
 )
 async def reload(request: Request, _: AdminDep) -> Response:

@@ -51,7 +51,7 @@ def test_an_early_command_runs_below_the_tests_in_their_scheduling_group() -> No
         assert done.returncode == 0, done.stderr
         group, own_process_group, nice = json.loads(done.stdout)
         assert group == Path("/proc/self/autogroup").read_text()  # weighed with the tests: its nice value counts
-        assert own_process_group  # stopped as a group
+        assert own_process_group  # apart from the tests': the terminal's Ctrl-C is theirs only
         assert nice == min(19, os.nice(0) + NICE)
     finally:
         early.stop()

@@ -294,7 +294,7 @@ def test_openapi_lists_error_responses_for_every_operation(api: TestClient) -> N
         responses = op["responses"]
         assert "500" in responses, (path, method)
         if path.startswith("/v1/tables/{table}"):
-            expected = {"404", "422", "503"} | ({"413"} if method == "post" else set())
+            expected = {"404", "413", "422", "503"}
             assert expected <= set(responses), (path, method, sorted(responses))
         for status, response in responses.items():
             if status != "200":

@@ -40,6 +40,57 @@ def test_every_operation_but_the_liveness_probe_declares_overloaded(api: TestCli
     assert "`unknown_table`" not in model["404"]["description"]
 
 
+# Each operation's operationId, which a client generated from the document names its methods after: a route's
+# function renamed renames it.
+OPERATION_IDS = """
+GET    /v1/tables/{table}/neighbors            neighbors_get_v1_tables__table__neighbors_get
+POST   /v1/tables/{table}/neighbors            neighbors_post_v1_tables__table__neighbors_post
+GET    /v1/tables/{table}/similarity           similarity_get_v1_tables__table__similarity_get
+POST   /v1/tables/{table}/similarity           similarity_post_v1_tables__table__similarity_post
+POST   /v1/tables/{table}/analogy              analogy_v1_tables__table__analogy_post
+POST   /v1/tables/{table}/analogy/rows         analogy_rows_v1_tables__table__analogy_rows_post
+POST   /v1/tables/{table}/search               search_v1_tables__table__search_post
+GET    /v1/tables/{table}/documents/{document} get_document_v1_tables__table__documents__document__get
+DELETE /v1/tables/{table}/documents/{document} delete_one_v1_tables__table__documents__document__delete
+POST   /v1/tables/{table}/documents            upsert_v1_tables__table__documents_post
+POST   /v1/tables/{table}/documents/delete     delete_many_v1_tables__table__documents_delete_post
+GET    /v1/tables/{table}/fields               get_fields_v1_tables__table__fields_get
+GET    /v1/tables/{table}/tokens/{token}       get_token_v1_tables__table__tokens__token__get
+GET    /v1/tables/{table}/ids/{id}             get_id_v1_tables__table__ids__id__get
+POST   /v1/tables/{table}/tokenize             tokenize_v1_tables__table__tokenize_post
+POST   /v1/tables/{table}/contextual           post_contextual_v1_tables__table__contextual_post
+POST   /v1/tables/{table}/project              project_tokens_v1_tables__table__project_post
+POST   /v1/tables/{table}/doesnt-match         doesnt_match_v1_tables__table__doesnt_match_post
+GET    /v1/tables/{table}/rank                 rank_get_v1_tables__table__rank_get
+POST   /v1/tables/{table}/rank                 rank_post_v1_tables__table__rank_post
+GET    /v1/tables/{table}/closer-than          closer_than_v1_tables__table__closer_than_get
+POST   /v1/tables/{table}/n-similarity         n_similarity_v1_tables__table__n_similarity_post
+GET    /v1/compare                             compare_get_v1_compare_get
+POST   /v1/compare                             compare_post_v1_compare_post
+GET    /v1/tables/{table}/map/info             map_info_v1_tables__table__map_info_get
+GET    /v1/tables/{table}/map                  map_points_v1_tables__table__map_get
+GET    /v1/tables/{table}/map/labels           map_labels_v1_tables__table__map_labels_get
+GET    /v1/tables/{table}/map/colours/{column} map_colours_v1_tables__table__map_colours__column__get
+POST   /v1/tables/{table}/export               export_rows_v1_tables__table__export_post
+GET    /v1/explorer                            explorer_config_v1_explorer_get
+GET    /v1/tables                              list_tables_v1_tables_get
+GET    /v1/tables/{table}                      get_table_v1_tables__table__get
+GET    /healthz                                healthz_healthz_get
+GET    /readyz                                 readyz_readyz_get
+POST   /v1/admin/reload                        reload_v1_admin_reload_post
+POST   /v1/tables/{table}/embed                embed_v1_tables__table__embed_post
+POST   /v1/embeddings                          create_embeddings_v1_embeddings_post
+GET    /v1/models                              list_models_v1_models_get
+GET    /v1/models/{model}                      get_model_v1_models__model__get
+"""
+
+
+def test_the_operation_ids_are_as_clients_know_them(api: TestClient) -> None:
+    document = api.get("/openapi.json").json()
+    found = sorted((method.upper(), path, op["operationId"]) for path, method, op in operations(document))
+    assert found == sorted(tuple(line.split()) for line in OPERATION_IDS.strip().splitlines())
+
+
 @pytest.fixture(scope="module")
 def documents(documents_server: real_server.Server) -> tuple[str, dict[str, Any]]:
     base = documents_server.base
@@ -65,6 +116,8 @@ ANSWERS = [  # (method, operation's path, path asked, body, status)
     ("POST", f"{T}/rank", "/v1/tables/small/rank", {"pairs": [["king", "queen"], ["king", "zqx"]]}, 200),
     ("POST", "/v1/embeddings", "/v1/embeddings", {"model": "nosuch", "input": "king"}, 404),
     ("POST", "/v1/embeddings", "/v1/embeddings", {"model": "small", "input": "king", "encoding_format": "base64"}, 200),
+    ("GET", f"{T}/fields", "/v1/tables/lee/fields", {"pad": " " * LIMIT}, 413),  # a GET's body over the limit too
+    ("GET", "/v1/models", "/v1/models", {"pad": " " * LIMIT}, 413),
 ]
 
 
@@ -116,12 +169,11 @@ def test_the_description_names_both_error_shapes(api: TestClient) -> None:
     assert '`{"error": {"message", "type", "param", "code"}}`' in description
 
 
-def test_a_body_over_the_limit_is_a_declared_413_on_every_post(documents: tuple[str, dict[str, Any]]) -> None:
-    """The body limit (the server's default) answers before any route, the admin routes' too (which read no
-    body)."""
+def test_a_body_over_the_limit_is_a_declared_413_on_every_operation(documents: tuple[str, dict[str, Any]]) -> None:
+    """The body limit (the server's default) answers before any route, whatever the method, the admin routes' too
+    (which read no body)."""
     base, document = documents
-    posts = [(path, item["post"]["responses"]) for path, item in document["paths"].items() if "post" in item]
-    assert [path for path, responses in posts if "413" not in responses] == []
+    assert [(method, path) for path, method, op in operations(document) if "413" not in op["responses"]] == []
     response = real_server.HTTP.post(f"{base}/v1/admin/reload", content=b" " * (LIMIT + 1))
     assert response.json()["error"]["code"] == "body_too_large"
     check_answer(document, "POST", "/v1/admin/reload", response)

@@ -88,7 +88,11 @@ def kill_in_streams(
     point. Returns the acknowledged writes (id -> year) and the refused ids."""
     acked: dict[str, int] = {}
     refused: set[str] = set()
-    env = {"EMBEDDING_WRITE_KEYS": key}
+    # The temporary directories a server removes as it stops (its workers' metrics, its builds' status) in
+    # ``logs``, not the system's: a server killed with SIGKILL leaves them.
+    temporary = logs / "tmp"
+    temporary.mkdir(exist_ok=True)
+    env = {"EMBEDDING_WRITE_KEYS": key, "TMPDIR": str(temporary)}
     for round_ in range(rounds):
         server = real_server.start(data, logs / f"serve-{round_}.log", "--workers", "2", env=env)
         try:

@@ -166,7 +166,7 @@ def target(
         "other": rounded(other),
         "other_name": other_name,
         "unit": unit,
-        "ratio": round(measured, 2),
+        "ratio": rounded(measured),  # significant digits: a small ratio is not shown as 0
         "target": goal,
         "met": bool(met),
         "command": command,

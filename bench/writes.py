@@ -117,7 +117,7 @@ def ours(ctx: Context, tokens: list[str], matrix: np.ndarray, base_rows: int, co
             for batch in BATCHES:
                 docs = documents(range(next_row, next_row + counts[batch]), tokens, matrix)
                 next_row += counts[batch]
-                out["throughput"][f"{'fsync' if sync else 'no fsync'}, batch {batch}"] = round(
+                out["throughput"][f"{'fsync' if sync else 'no fsync'}, batch {batch}"] = rounded(
                     write_rate(http, server.base, docs, batch)
                 )
             if sync:
@@ -181,7 +181,7 @@ def chroma(
                         embeddings=matrix[start:stop],
                         documents=tokens[start:stop],
                     )
-                out["throughput"][f"{method}, batch {batch}"] = round(len(rows) / (time.perf_counter() - started))
+                out["throughput"][f"{method}, batch {batch}"] = rounded(len(rows) / (time.perf_counter() - started))
         delays, first = [], 0
         for i in range(next_row, next_row + 20):
             collection.add(ids=[f"w{i}"], embeddings=matrix[i : i + 1], documents=[tokens[i]])

@@ -157,6 +157,10 @@ def main(argv: list[str] | None = None) -> int:
     # SIGTERM until a handler is in place, and the pod wait out its grace period. uvicorn installs its own handlers
     # once it serves (graceful shutdown), and raises the signal again with this one when done: exit 0 then too.
     previous = signal.signal(signal.SIGTERM, _stopped)
+    # SIGHUP (reload the tables) is ignored until the app, or the workers' supervisor, handles it: a reload before
+    # the tables are read is moot, and one must not stop the server. A deferred index build started below sends
+    # one to this process when it publishes (service.indexing), at any moment of the start-up.
+    previous_hup = signal.signal(signal.SIGHUP, signal.SIG_IGN)
     # Start-up makes long-lived objects only (modules, schemas, routes, the tables' labels): the collector's passes
     # over them would find almost nothing. The app's lifespan collects once and freezes them (service.app), then
     # turns the collector back on; so does the end of the start-up here, whatever its outcome.
@@ -165,8 +169,10 @@ def main(argv: list[str] | None = None) -> int:
         return _main(argv)
     finally:
         gc.enable()
-        if previous is not None:  # the caller's own handler back (a test calling main in its process)
+        if previous is not None:  # the caller's own handlers back (a test calling main in its process)
             signal.signal(signal.SIGTERM, previous)
+        if previous_hup is not None:
+            signal.signal(signal.SIGHUP, previous_hup)
 
 
 def _main(argv: list[str] | None) -> int:
@@ -251,10 +257,7 @@ def _main(argv: list[str] | None) -> int:
         os.environ.pop(SUPERVISOR_VARIABLE, None)
         import uvicorn
 
-        # SIGHUP reaches the app itself, which reloads its tables; until the app handles it, one is moot (the
-        # tables are not read yet) and must not stop the process.
-        signal.signal(signal.SIGHUP, signal.SIG_IGN)
-        uvicorn.run(APP, **options)
+        uvicorn.run(APP, **options)  # SIGHUP reaches the app itself, which reloads its tables
     else:
         serve_workers(options)
     return 0

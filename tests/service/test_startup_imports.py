@@ -169,3 +169,32 @@ def test_a_refusal_imports_no_numpy_and_leaves_the_collector_on(tmp_path: Path) 
     assert done.stdout.strip() == "[2, 2] [] True", (done.stdout, done.stderr[-3000:])
     refusals = done.stderr.splitlines()  # one line each, naming the variable
     assert len(refusals) == 2 and "EMBEDDING_DATA_DIR" in refusals[0] and "EMBEDDING_SHARDS" in refusals[1], refusals
+
+
+# What SIGHUP does at the moments of a start-up with workers: when the deferred index builds start (one sends SIGHUP
+# to the server once its index is published) and when the supervisor takes over.
+HUP = """
+import signal
+import service.main as serve
+
+seen = []
+serve.start_deferred_builds = lambda settings: seen.append(signal.getsignal(signal.SIGHUP) is signal.SIG_IGN)
+serve.serve_workers = lambda options: seen.append(signal.getsignal(signal.SIGHUP) is signal.SIG_IGN)
+code = serve.main(["--data-dir", {data_dir!r}, "--workers", "2", "--port", "0"])
+print(code, seen, signal.getsignal(signal.SIGHUP) is signal.SIG_DFL)
+"""
+
+
+def test_a_sighup_during_a_start_up_with_workers_does_not_stop_the_server(tmp_path: Path) -> None:
+    """SIGHUP is ignored from before the deferred index builds start until the supervisor handles it (its default
+    action would end the server); main gives the caller's handler back when it returns."""
+    environment = {k: v for k, v in os.environ.items() if not k.startswith("EMBEDDING_")}
+    done = subprocess.run(
+        [sys.executable, "-c", HUP.format(data_dir=str(tmp_path))],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        env=environment,
+    )
+    assert done.stdout.strip() == "0 [True, True] True", (done.stdout, done.stderr[-3000:])

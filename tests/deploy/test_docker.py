@@ -139,6 +139,8 @@ def test_compose_validates_and_describes_the_stack(compose: dict) -> None:
     runtime = final_stage()
     assert api["healthcheck"]["test"] == ["CMD", *exec_form(runtime, "HEALTHCHECK")], "same probe as the image"
     assert api["image"] == builder["image"]
+    version = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
+    assert api["image"] == f"embedding-search:{version}", "tagged with the release, as the Kubernetes manifests"
 
     nginx = services["nginx"]
     assert nginx["image"].startswith("nginx:")

@@ -21,6 +21,7 @@ import signal
 import subprocess
 import sys
 import time
+import tomllib
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -202,6 +203,17 @@ def test_validation_catches_a_broken_manifest() -> None:
     deployment["spec"]["strategy"]["rollingUpdate"]["maxUnavailable"] = [0]
     with pytest.raises(kubernetes_validate.ValidationError):
         kubernetes_validate.validate(deployment, kubernetes_validate.latest_version(), strict=True)
+
+
+def test_images_are_the_projects_version() -> None:
+    """Every rendered image carries pyproject.toml's version as its tag, so a release bumps it once (never
+    ``latest``: a node would run whichever build it pulled last)."""
+    version = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
+    for name in KUSTOMIZATIONS:
+        for obj in render(name):
+            if obj["kind"] in ("Deployment", "Job"):
+                for container in obj["spec"]["template"]["spec"]["containers"]:
+                    assert container["image"].rpartition(":")[2] == version, f"{name}: {container['image']}"
 
 
 # ------------------------------------------------------------------------------------------------------ probes

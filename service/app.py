@@ -230,6 +230,8 @@ def app_from_env() -> FastAPI:
         settings = Settings()
     except ValidationError as exc:  # under plain uvicorn: one line, not a traceback showing the values (keys)
         raise SystemExit(describe_error(exc)) from None
+    except ValueError as exc:  # a key file (service.secret_files)
+        raise SystemExit(f"invalid settings: {exc}") from None
     app = create_app(settings)
     # Set by ``embedding-serve --workers N``: the process that passes SIGHUP on to every worker.
     supervisor = os.environ.get(SUPERVISOR_VARIABLE, "")

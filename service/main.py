@@ -30,7 +30,14 @@ from typing import Any
 from pydantic import ValidationError
 
 from service.logs import log_config
-from service.settings import INTERNAL_VARIABLES, SUPERVISOR_VARIABLE, Settings, cores, describe_error
+from service.settings import (
+    INTERNAL_VARIABLES,
+    KEY_FILE_VARIABLES,
+    SUPERVISOR_VARIABLE,
+    Settings,
+    cores,
+    describe_error,
+)
 from service.shard_settings import ShardSettings
 
 APP = "service.app:app_from_env"
@@ -80,7 +87,7 @@ def unknown_variables(environ: Mapping[str, str]) -> list[str]:
     such a variable, and a misspelt one would change nothing without a word (``EMBEDDING_READ_KEY`` would leave
     every read open)."""
     known = {f"EMBEDDING_{name.upper()}" for model in (Settings, ShardSettings) for name in model.model_fields}
-    known |= INTERNAL_VARIABLES
+    known |= INTERNAL_VARIABLES | KEY_FILE_VARIABLES
     lines = []
     for variable in sorted(v for v in environ if v.upper().startswith("EMBEDDING_") and v.upper() not in known):
         nearest = difflib.get_close_matches(variable.upper(), known, n=1)

@@ -14,15 +14,18 @@ from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
 from pydantic import Field, SecretStr, ValidationError, field_validator
-from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+from pydantic_settings import BaseSettings, NoDecode, PydanticBaseSettingsSource, SettingsConfigDict
 
 from index.errors import InvalidQuery
+from service.secret_files import SecretFiles, file_variable
 
 KIB, MIB = 1 << 10, 1 << 20
 SUPERVISOR_VARIABLE = "EMBEDDING_SERVE_SUPERVISOR_PID"  # set by embedding-serve --workers N for its workers
 # What embedding-serve sets for its own processes, beside the settings
 STATUS_VARIABLE = "EMBEDDING_INDEX_STATUS_DIR"  # for its app: where the background builds' status files are
 INTERNAL_VARIABLES = frozenset({SUPERVISOR_VARIABLE, STATUS_VARIABLE})
+KEY_SETTINGS = ("api_key", "read_api_key", "write_keys")  # each may be read from a file: EMBEDDING_API_KEY_FILE, ...
+KEY_FILE_VARIABLES = frozenset(file_variable(name) for name in KEY_SETTINGS)
 
 
 def _split_list(value: Any) -> Any:
@@ -31,7 +34,7 @@ def _split_list(value: Any) -> Any:
         text = value.strip()
         if text.startswith("["):
             return json.loads(text)
-        return [item.strip() for item in text.split(",") if item.strip()]
+        return [item.strip() for item in text.replace("\n", ",").split(",") if item.strip()]  # a file's lines too
     return value
 
 
@@ -237,6 +240,24 @@ class Settings(BaseSettings):
         le=3600,
         description="after the drain, seconds requests in flight have to finish before they are cancelled",
     )
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        # The key files before the variables: an empty EMBEDDING_API_KEY beside EMBEDDING_API_KEY_FILE is no key.
+        return (
+            init_settings,
+            SecretFiles(settings_cls, KEY_SETTINGS),
+            env_settings,
+            dotenv_settings,
+            file_secret_settings,
+        )
 
     @field_validator("tables", "cors_origins", "write_keys", mode="before")
     @classmethod

@@ -24,7 +24,7 @@ import yaml
 from bench.common import free_port
 from index.engine.table import Table
 from service.main import WORKER_SILENCE_SECONDS
-from service.settings import Settings
+from service.settings import KEY_FILE_VARIABLES, KEY_SETTINGS, Settings
 from tests.deploy.support import (
     DOCKERFILE,
     REPO,
@@ -139,6 +139,8 @@ def test_compose_validates_and_describes_the_stack(compose: dict) -> None:
     runtime = final_stage()
     assert api["healthcheck"]["test"] == ["CMD", *exec_form(runtime, "HEALTHCHECK")], "same probe as the image"
     assert api["image"] == builder["image"]
+    version = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
+    assert api["image"] == f"embedding-search:{version}", "tagged with the release, as the Kubernetes manifests"
 
     nginx = services["nginx"]
     assert nginx["image"].startswith("nginx:")
@@ -194,19 +196,49 @@ def test_health_checks_wait_for_a_table_load(compose: dict) -> None:
     assert healthcheck["retries"] == int(image["retries"])
 
 
+SECRETS = Path("/run/secrets")  # where compose mounts a service's secrets
+
+
+def compose_settings(compose: dict, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Settings:
+    """The replicas' settings, as the server reads them from the compose environment, a temporary directory
+    standing in for /data and each secret's file holding its name (in ``tmp_path/secrets``)."""
+    for variable in [v for v in os.environ if v.startswith("EMBEDDING_")]:
+        monkeypatch.delenv(variable)
+    (tmp_path / "secrets").mkdir()
+    for secret in compose["services"]["api"]["secrets"]:
+        (tmp_path / "secrets" / secret.get("target", secret["source"])).write_text(f"{secret['source']}-k3y\n")
+    for key, value in compose["services"]["api"]["environment"].items():
+        if key.endswith("_FILE") and Path(value).parent == SECRETS:
+            value = str(tmp_path / "secrets" / Path(value).name)
+        monkeypatch.setenv(key, str(value))
+    monkeypatch.setenv("EMBEDDING_DATA_DIR", str(tmp_path))
+    return Settings()
+
+
+def test_compose_keys_come_from_secret_files(compose: dict, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The admin key is a compose secret, a file the server reads (EMBEDDING_API_KEY_FILE), never a variable of
+    the environment (``docker inspect`` shows those)."""
+    api = compose["services"]["api"]
+    mounted = {SECRETS / s.get("target", s["source"]) for s in api["secrets"]}
+    from_files = {k: v for k, v in api["environment"].items() if k in KEY_FILE_VARIABLES}
+    assert set(from_files) == {"EMBEDDING_API_KEY_FILE"} and {Path(v) for v in from_files.values()} <= mounted
+    assert not {f"EMBEDDING_{name.upper()}" for name in KEY_SETTINGS} & set(api["environment"]), "no plain key"
+    assert set(compose["secrets"]) == {s["source"] for s in api["secrets"]}
+    assert all(Path(s["file"]).parent == REPO / "secrets" for s in compose["secrets"].values())
+    assert "/secrets/" in (REPO / ".gitignore").read_text().splitlines(), "keys never committed"
+    settings = compose_settings(compose, tmp_path, monkeypatch)
+    assert settings.api_key is not None and settings.api_key.get_secret_value() == "api_key-k3y"
+    assert "builder" not in {n for n, s in compose["services"].items() if s.get("secrets")}, "the builder needs no key"
+
+
 def test_compose_api_settings_suit_its_read_only_volume_and_its_stop(
     compose: dict, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The replicas' settings, as the server reads them from the compose environment (a temporary directory
-    standing in for /data): no background index builds on the read-only volume, and Docker's grace period
-    before SIGKILL covers the drain and the shutdown timeout."""
+    """The replicas' settings, as the server reads them from the compose environment (compose_settings): no
+    background index builds on the read-only volume, and Docker's grace period before SIGKILL covers the drain
+    and the shutdown timeout."""
     api = compose["services"]["api"]
-    for variable in [v for v in os.environ if v.startswith("EMBEDDING_")]:
-        monkeypatch.delenv(variable)
-    for key, value in api["environment"].items():
-        monkeypatch.setenv(key, str(value))
-    monkeypatch.setenv("EMBEDDING_DATA_DIR", str(tmp_path))
-    settings = Settings()
+    settings = compose_settings(compose, tmp_path, monkeypatch)
     assert settings.build_deferred is False, "a deferred build would fail writing to the read-only volume"
     assert settings.watch_seconds > 0, "the replicas load the tables the builder adds by themselves"
     nginx = (REPO / "deploy" / "nginx.conf").read_text()

@@ -21,6 +21,7 @@ import signal
 import subprocess
 import sys
 import time
+import tomllib
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -42,7 +43,7 @@ from service.app import create_app
 from service.http import auth
 from service.main import WORKER_SILENCE_SECONDS
 from service.main import parser as serve_parser
-from service.settings import Settings
+from service.settings import KEY_FILE_VARIABLES, Settings
 from tests.deploy.support import (
     REPO,
     exec_form,
@@ -202,6 +203,17 @@ def test_validation_catches_a_broken_manifest() -> None:
     deployment["spec"]["strategy"]["rollingUpdate"]["maxUnavailable"] = [0]
     with pytest.raises(kubernetes_validate.ValidationError):
         kubernetes_validate.validate(deployment, kubernetes_validate.latest_version(), strict=True)
+
+
+def test_images_are_the_projects_version() -> None:
+    """Every rendered image carries pyproject.toml's version as its tag, so a release bumps it once (never
+    ``latest``: a node would run whichever build it pulled last)."""
+    version = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
+    for name in KUSTOMIZATIONS:
+        for obj in render(name):
+            if obj["kind"] in ("Deployment", "Job"):
+                for container in obj["spec"]["template"]["spec"]["containers"]:
+                    assert container["image"].rpartition(":")[2] == version, f"{name}: {container['image']}"
 
 
 # ------------------------------------------------------------------------------------------------------ probes
@@ -391,19 +403,50 @@ def test_configmap_keys_are_settings_and_parse(name: str, tmp_path: Path, monkey
     assert workers(container.get("args", [])) * (settings.threads or 1) <= cpu_limit
 
 
+KEYS = {"EMBEDDING_API_KEY", "EMBEDDING_READ_API_KEY"}
+SECRET = "embedding-search-keys"
+KEY_FILES = ("overlays/example",)  # the keys as files of the Secret (components/key-files), not variables
+
+
 @pytest.mark.parametrize("name", SERVING)
-def test_api_keys_come_from_a_secret(name: str) -> None:
-    container = api_container(render(name))
-    from_secrets = {e["name"]: e["valueFrom"]["secretKeyRef"] for e in container["env"] if "valueFrom" in e}
-    assert set(from_secrets) == {"EMBEDDING_API_KEY", "EMBEDDING_READ_API_KEY"}
-    for variable, ref in from_secrets.items():
+def test_api_keys_come_from_a_secret(name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """As variables from the Secret (optional: no keys without it), or as its files (EMBEDDING_API_KEY_FILE, ...),
+    which the server reads: never in plain text or in the ConfigMap."""
+    objects = render(name)
+    container = api_container(objects)
+    for variable in KEYS:
         field = Settings.model_fields[variable.removeprefix("EMBEDDING_").lower()]
         assert field.annotation == SecretStr | None, f"{variable} is not a key setting"
-        assert ref["key"] == variable and ref["name"] == "embedding-search-keys"
-    plain = {e["name"] for e in container["env"] if "value" in e}
-    assert not plain & set(from_secrets), "no key in plain text"
-    config = one(render(name), "ConfigMap")["data"]
-    assert not set(config) & set(from_secrets), "no key in the ConfigMap"
+    from_secrets = {e["name"]: e["valueFrom"]["secretKeyRef"] for e in container["env"] if "valueFrom" in e}
+    plain = {e["name"]: e["value"] for e in container["env"] if "value" in e}
+    assert not set(plain) & KEYS, "no key in plain text"
+    assert not set(one(objects, "ConfigMap")["data"]) & (KEYS | KEY_FILE_VARIABLES), "no key in the ConfigMap"
+    if name not in KEY_FILES:
+        assert set(from_secrets) == KEYS
+        for variable, ref in from_secrets.items():
+            assert ref == {"name": SECRET, "key": variable, "optional": True}
+        return
+    assert not from_secrets, "the keys only as files"
+    files = {variable: Path(path) for variable, path in plain.items() if variable in KEY_FILE_VARIABLES}
+    assert set(files) == {f"{variable}_FILE" for variable in KEYS}
+    pod = one(objects, "Deployment")["spec"]["template"]["spec"]
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    mounts = {Path(m["mountPath"]): m for m in container["volumeMounts"]}
+    for variable, path in files.items():
+        mount = mounts[path.parent]
+        assert mount["readOnly"] is True and volumes[mount["name"]]["secret"] == {"secretName": SECRET}
+        assert path.name == variable.removesuffix("_FILE"), "the Secret's key, as the variable it replaces"
+    # The server reads them, from the files the Secret's keys become (tmp_path standing in for the mount).
+    for variable in [v for v in os.environ if v.startswith("EMBEDDING_")]:
+        monkeypatch.delenv(variable)
+    for variable, path in files.items():
+        (tmp_path / path.name).write_text(f"{path.name.lower()}-value")
+        monkeypatch.setenv(variable, str(tmp_path / path.name))
+    settings = Settings(data_dir=tmp_path)
+    assert settings.api_key is not None and settings.api_key.get_secret_value() == "embedding_api_key-value"
+    assert (
+        settings.read_api_key is not None and settings.read_api_key.get_secret_value() == "embedding_read_api_key-value"
+    )
 
 
 # ------------------------------------------------------------------------------- rollouts, scaling, disruptions

@@ -26,7 +26,14 @@ from service import main as serve
 from service.app import app_from_env, create_app
 from service.execute import compute
 from service.logs import JsonFormatter
-from service.settings import INTERNAL_VARIABLES, SUPERVISOR_VARIABLE, Settings, cores, describe_error
+from service.settings import (
+    INTERNAL_VARIABLES,
+    KEY_FILE_VARIABLES,
+    SUPERVISOR_VARIABLE,
+    Settings,
+    cores,
+    describe_error,
+)
 from tests import REPO
 from tests.service.conftest import client_for
 
@@ -37,7 +44,7 @@ README = (REPO / "README.md").read_text()
 @pytest.fixture
 def clean_env(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
     """No EMBEDDING_* or thread variables from the outside; whatever a test sets is undone afterwards."""
-    for variable in [*SETTINGS_VARIABLES, *serve.THREAD_VARIABLES, "PROMETHEUS_MULTIPROC_DIR"]:
+    for variable in [*SETTINGS_VARIABLES, *KEY_FILE_VARIABLES, *serve.THREAD_VARIABLES, "PROMETHEUS_MULTIPROC_DIR"]:
         monkeypatch.delenv(variable, raising=False)
     return monkeypatch
 
@@ -70,6 +77,46 @@ def test_an_empty_cache_dir_is_the_default_not_the_working_directory(
         assert Settings().cache_dir is None  # <data_dir>/.cache (Path("") would be ".")
     clean_env.setenv("EMBEDDING_CACHE_DIR", str(tmp_path / "layouts"))
     assert Settings().cache_dir == tmp_path / "layouts"
+
+
+def test_keys_from_files(clean_env: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """EMBEDDING_<KEY>_FILE, as Docker and Kubernetes mount secrets: the file's contents without the trailing
+    newline; the key and its file both given, or a file that cannot be read or is empty, stop the server."""
+    clean_env.setenv("EMBEDDING_DATA_DIR", str(tmp_path))
+    (tmp_path / "admin").write_text("adm1n-key\n")
+    (tmp_path / "read").write_bytes(b"re4d-key\r\n")
+    (tmp_path / "write").write_text("first-key-123\nsecond-key-456\n")  # one per line, or as the variable
+    clean_env.setenv("EMBEDDING_API_KEY_FILE", str(tmp_path / "admin"))
+    clean_env.setenv("embedding_read_api_key_file", str(tmp_path / "read"))  # any case, as the variables
+    clean_env.setenv("EMBEDDING_WRITE_KEYS_FILE", str(tmp_path / "write"))
+    clean_env.setenv("EMBEDDING_API_KEY", "")  # empty: no key, so the file's
+    settings = Settings()
+    assert settings.api_key is not None and settings.api_key.get_secret_value() == "adm1n-key"
+    assert settings.read_api_key is not None and settings.read_api_key.get_secret_value() == "re4d-key"
+    assert settings.write_keys == ["first-key-123", "second-key-456"]
+    assert not [line for line in serve.unknown_variables(os.environ) if "_FILE" in line]
+
+    clean_env.setenv("EMBEDDING_API_KEY", "adm1n-key")
+    both = "EMBEDDING_API_KEY and EMBEDDING_API_KEY_FILE are both set: give the key in one of them"
+    with pytest.raises(ValueError, match=f"^{both}$"):
+        Settings()
+    with socket.create_server(("127.0.0.1", 0)) as taken:  # a start-up past the check would stop at its port
+        port = str(taken.getsockname()[1])
+        assert serve.main(["--data-dir", str(tmp_path), "--port", port]) == 2
+        assert errors(capsys) == [f"embedding-serve: invalid settings: {both}"]
+        clean_env.delenv("EMBEDDING_API_KEY")
+        (tmp_path / "empty").write_text("\n")
+        for name, why in [("absent", "cannot read {}: No such file or directory"), ("empty", "{} is empty")]:
+            clean_env.setenv("EMBEDDING_API_KEY_FILE", str(tmp_path / name))
+            assert serve.main(["--data-dir", str(tmp_path), "--port", port]) == 2
+            expected = "EMBEDDING_API_KEY_FILE: " + why.format(tmp_path / name)
+            assert errors(capsys) == [f"embedding-serve: invalid settings: {expected}"]
+    with pytest.raises(SystemExit, match=r"^invalid settings: EMBEDDING_API_KEY_FILE: .* is empty$"):
+        app_from_env()  # under plain uvicorn: one line too
+    (tmp_path / "spaced").write_text(" adm1n-key\n")  # the key is checked as the variable's
+    clean_env.setenv("EMBEDDING_API_KEY_FILE", str(tmp_path / "spaced"))
+    with pytest.raises(ValidationError, match="printable ASCII"):
+        Settings()
 
 
 @pytest.mark.parametrize(

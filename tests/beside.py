@@ -1,15 +1,17 @@
 """Test modules that run in a second pytest session, beside the suite's own.
 
-The suite's process runs its tests one after the other, and the server tests among them mostly wait on their
-servers: kill -9 in a stream of writes, restarts, reloads, shutdowns, crashed publications. Meanwhile a core is
-left to the work beside the tests (the default table's graph, the early commands), and once that is done it idles.
+The suite's process runs its tests one after the other, and many of them mostly wait: the server tests on their
+servers (kill -9 in a stream of writes, restarts, reloads, shutdowns, crashed publications, indexes built in the
+background, compactions), the builder's tests on the commands they run (every format's reader, shards, a Ray
+cluster). Meanwhile a core is left to the work beside the tests (the default table's graph, the early commands),
+and once that is done it idles.
 The modules in :data:`MODULES` run in a second session instead (``python -m tests.beside <node ids>``, with a
 temporary directory of its own), started with the suite at the tests' own priority, so the two sessions share
 the cores. The suite's session ends with one test that waits for the second session and fails with its report
 when any of its tests failed; the second session's summary line comes before the suite's.
 
 Only a run of more than these modules is split: a run of some of them alone (``pytest tests/service/test_reload.py``)
-runs them in its own process as before. Every module here starts its own servers and reads no early command and no
+runs them in its own process as before. Every module here reads no early command and no
 default table (``tests.early``, ``glove_data_dir``; ``tests/conftest.py`` refuses the split otherwise): the second
 session makes only its own small fixtures, and waits for nothing the first one does.
 """
@@ -27,20 +29,27 @@ import pytest
 from tests.early import Done, Early
 
 MODULES = frozenset(
-    f"tests/service/{name}.py"
+    f"tests/{name}.py"
     for name in (
-        "test_publish_crash",
-        "test_publish_newest",
-        "test_reload",
-        "test_shard_write_durability",
-        "test_shard_writes",
-        "test_shards_front",
-        "test_shards_words",
-        "test_shards_writes_http",
-        "test_shutdown",
-        "test_write_durability",
-        "test_write_load",
-        "test_writes_api",
+        "index/build/test_ray_import",
+        "index/build/test_shards_words",
+        "index/build/test_sources",
+        "index/build/test_sources_fuzz",
+        "service/test_auto_compaction",
+        "service/test_background_index",
+        "service/test_compaction_faults",
+        "service/test_publish_crash",
+        "service/test_publish_newest",
+        "service/test_reload",
+        "service/test_shard_write_durability",
+        "service/test_shard_writes",
+        "service/test_shards_front",
+        "service/test_shards_words",
+        "service/test_shards_writes_http",
+        "service/test_shutdown",
+        "service/test_write_durability",
+        "service/test_write_load",
+        "service/test_writes_api",
     )
 )
 SECOND = "EMBEDDING_TESTS_BESIDE"  # set in the second session: it runs its tests itself

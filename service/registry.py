@@ -103,6 +103,7 @@ class Registry:
     checksums: bool = True
     versions: dict[str, Fingerprint] = field(default_factory=dict)  # of each loaded table
     refused: dict[str, Fingerprint] = field(default_factory=dict)  # files already refused: not verified again
+    data_dir_missing: bool = False  # the data directory was gone (moved or removed) when it was scanned
 
     @classmethod
     def load(cls, data_dir: Path, names: list[str] | None = None, checksums: bool = True) -> Registry:
@@ -121,11 +122,13 @@ class Registry:
         New and changed tables are loaded and verified; unchanged ones are reused as they are. A changed table
         whose new files are refused keeps serving its loaded version (``stale``); if it had none it is ``failed``.
         """
+        gone = not self.data_dir.is_dir()
         available = artifact.list_tables(self.data_dir)
         requested = list(self.names) if self.names is not None else available
         if self.names is None:  # a table caught between the two renames of a rebuild is not a removed table
             requested += sorted(name for name in self.tables if name not in available and self._publishing(name))
-        nxt = Registry(self.data_dir, requested, names=self.names, checksums=self.checksums)
+        nxt = Registry(self.data_dir, requested, names=self.names, checksums=self.checksums, data_dir_missing=gone)
+        absent = "the data directory is missing" if gone else "no table of that name in the data directory"
         report: dict[str, list[str]] = {"loaded": [], "unchanged": [], "refused": [], "missing": [], "removed": []}
         for name in requested:
             old = self.tables.get(name)
@@ -135,7 +138,7 @@ class Registry:
                     nxt._keep(name, old, self.versions[name], self.stale.get(name))
                     report["unchanged"].append(name)
                 else:
-                    nxt._fail(name, "no table of that name in the data directory", told=True)
+                    nxt._fail(name, absent, told=True)
                     report["missing"].append(name)
                 continue
             if old is not None and self.versions.get(name) == files_of(version):
@@ -172,7 +175,11 @@ class Registry:
         report["removed"] = sorted(name for name in self.tables if name not in nxt.tables and name not in withdrawn)
         for name in report["removed"]:
             log.warning("table %r is no longer in the data directory; no longer served", name)
-        if not requested:
+        if gone:
+            log.warning(
+                "the data directory %s is missing (moved or removed): no tables until it is back", self.data_dir
+            )
+        elif not requested:
             log.warning("no tables found in %s", self.data_dir)
         return nxt, report
 

@@ -50,6 +50,8 @@ def _field_value(kind: str, value: Any) -> Any:
         return None
     if kind == STRING and isinstance(value, str):
         return value
+    if kind == INTEGER and isinstance(value, float) and value.is_integer():
+        value = int(value)  # 2000.0 is the integer 2000, as in filters (JSON Schema's rule)
     if kind == INTEGER and isinstance(value, int) and not isinstance(value, bool) and -(2**63) <= value < 2**63:
         return value
     if kind == FLOAT and isinstance(value, int | float) and not isinstance(value, bool):
@@ -78,8 +80,8 @@ def _fields(payload: Payload, name: str, given: dict[str, Any] | None) -> dict[s
             out[field] = _field_value(kind, value)
         except ValueError:
             shown = repr(value)[:80]
-            article = "an" if kind == INTEGER else "a"
-            raise InvalidQuery(f"{name}: field {field!r} is {article} {kind} field, not {shown}", field=field) from None
+            kind_text = "an integer field (a whole number within 64 bits)" if kind == INTEGER else f"a {kind} field"
+            raise InvalidQuery(f"{name}: field {field!r} is {kind_text}, not {shown}", field=field) from None
     return out
 
 

@@ -354,6 +354,14 @@ def import_(
             continue
         if (found := reads_as()) not in formats:
             fail(f"{option}: only for --format {' or '.join(formats)}, and {path} reads as {found}")
+    # A model's tokens come from its tokenizer.json (JSON, so UTF-8) and a gensim model's keys are text already:
+    # only the readers that decode tokens from bytes (and a folder's files) can replace bytes that are not UTF-8.
+    decoding = ("word2vec", "word2vec-binary", "glove", "fasttext", "npy", "projector")
+    if unicode_errors == "replace" and (found := reads_as()) not in (*decoding, "documents"):
+        fail(
+            f"--unicode-errors replace: only for --format {', '.join(decoding)} or a folder of text files, and "
+            f"{path} reads as {found}, whose tokens are text already"
+        )
     # Options for the files of a folder of documents: a file of records would take them without a word.
     folder_only = [
         option

@@ -43,6 +43,8 @@ async def readyz(request: Request, registry: RegistryDep) -> Response:
     if registry.ready or (fronted and not registry.failed):
         return FastJSON({"status": "ready", "loaded": loaded, "missing": missing, **stale})
     message = f"tables not loaded: {', '.join(missing)}" if missing else "no tables found in the data directory"
+    if registry.data_dir_missing:
+        message = "the data directory is missing" + (f"; {message}" if missing else "")
     return error_response("not_ready", message, loaded=loaded, missing=missing, **stale)
 
 

@@ -113,6 +113,23 @@ def test_new_and_removed_tables(data_dir: Path, glove_raw: RawTable) -> None:
         assert client.get("/readyz").json() == {"status": "ready", "loaded": ["t", "w"], "missing": []}
 
 
+def test_a_data_directory_gone_is_said_missing(data_dir: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A data directory moved away while the server runs is named missing (log and /readyz), not "no tables
+    found"; its tables come back with it."""
+    with client_for(data_dir=data_dir, api_key=KEY) as client:
+        data_dir.rename(data_dir.with_name("away"))
+        with caplog.at_level(logging.WARNING, logger="service.registry"):
+            assert client.post("/v1/admin/reload", headers=ADMIN).json()["removed"] == ["t", "u"]
+        said = [r.getMessage() for r in caplog.records]
+        assert f"the data directory {data_dir} is missing (moved or removed): no tables until it is back" in said
+        assert not any("no tables found" in line for line in said), said
+        ready = client.get("/readyz")
+        assert ready.status_code == 503 and ready.json()["error"]["message"] == "the data directory is missing"
+        data_dir.with_name("away").rename(data_dir)
+        assert client.post("/v1/admin/reload", headers=ADMIN).json()["loaded"] == ["t", "u"]
+        assert client.get("/readyz").status_code == 200
+
+
 def test_refused_files_keep_the_previous_version(
     data_dir: Path, glove_raw: RawTable, tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch
 ) -> None:

@@ -172,11 +172,22 @@ def test_written_timestamps_read_as_imported_ones(server: real_server.Server, le
     assert fields["published"]["max"] == "2099-06-01T10:00:00.5Z"
 
 
+def test_a_whole_float_is_an_integer_fields_value(server: real_server.Server) -> None:
+    """2000.0 (what many JSON encoders write for a whole float) is the integer 2000, as in filters."""
+    document = {"id": "whole", "text": NOTE, "fields": {"year": 2000.0}}
+    assert post(server, "/documents", {"documents": [document]}).status_code == 200
+    year = get(server, "whole").json()["fields"]["year"]
+    assert year == 2000 and isinstance(year, int)
+    found = post(server, "/search", {"text": NOTE, "k": 5, "filter": {"year": 2000.0}})
+    assert "whole" in [hit["id"] for hit in found.json()["hits"]], found.text
+
+
 @pytest.mark.parametrize(
     ("document", "words"),
     [
         ({"id": "bad", "text": NOTE, "fields": {"colour": "red"}}, ["documents[1] (id 'bad')", "no field 'colour'"]),
         ({"id": "bad", "text": NOTE, "fields": {"year": "1999"}}, ["documents[1] (id 'bad')", "'year' is an integer"]),
+        ({"id": "bad", "text": NOTE, "fields": {"year": 1999.5}}, ["(id 'bad'): field 'year' is an integer", "1999.5"]),
         ({"id": "bad", "text": NOTE, "fields": {"tags": [1, 2]}}, ["field 'tags' is a string_list field"]),
         ({"id": "bad", "text": NOTE, "fields": {"published": "tuesday"}}, ["field 'published' is a timestamp"]),
         ({"id": "bad", "vector": [0.5, 1.0]}, ["a vector of 2 values; the table's have 50"]),

@@ -359,11 +359,8 @@ def read_csv(path: Path) -> Rows:
     data = read_bytes(path).removeprefix(BOM)
     if not data.strip():
         raise InputError(path, "empty file: no documents")
-    try:  # first: pyarrow's handler of a refused row cannot show a row that is not UTF-8 either
-        data.decode("utf-8")
-    except UnicodeDecodeError as bad:
-        line = data.count(b"\n", 0, bad.start) + 1
-        raise InputError(path, f"not UTF-8 text (byte 0x{data[bad.start]:02x})", line=line) from None
+    # First: pyarrow's handler of a refused row cannot show a row that is not UTF-8 either.
+    data, not_utf8 = _as_utf8(data)
     refused: list[tuple[int, int, int]] = []  # (record number, cells, expected cells)
 
     def invalid(row: pacsv.InvalidRow) -> str:
@@ -402,11 +399,40 @@ def read_csv(path: Path) -> Rows:
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
         raise _csv_error(path, exc) from None
     table = pa.Table.from_batches(batches, schema=reader.schema)
-    records = _CsvRecords(data, table.num_rows, [number for number, _, _ in refused])
-    problems = [
-        (records.line(number), f"{cells} cells, the header has {expected}") for number, cells, expected in refused
-    ]
+    reasons = {number: f"{cells} cells, the header has {expected}" for number, cells, expected in refused}
+    records = _CsvRecords(data, table.num_rows, list(reasons))
+    if not_utf8:  # such records are the rows' problems (a record's first line names it), the header the file's
+        lines = np.asarray(list(not_utf8), dtype=np.int64)
+        numbers = records.records_at(lines)
+        if numbers[0] == 1:
+            raise InputError(path, f"not UTF-8 text (byte 0x{not_utf8[int(lines[0])]:02x})", line=int(lines[0]))
+        rows = records.rows_of(numbers)
+        table = table.filter(pa.array(np.isin(np.arange(table.num_rows), rows, invert=True)))
+        for line, number in zip(lines.tolist(), numbers.tolist(), strict=True):
+            if number not in reasons or not reasons[number].startswith("not UTF-8"):
+                reasons[number] = f"not UTF-8 text (byte 0x{not_utf8[line]:02x})"
+        records = _CsvRecords(data, table.num_rows, list(reasons))
+    problems = [(records.line(number), reason) for number, reason in sorted(reasons.items())]
     return Rows(table, path, "csv", records, problems=problems, text_only=True)
+
+
+def _as_utf8(data: bytes) -> tuple[bytes, dict[int, int]]:
+    """``data``, each run of bytes that is not UTF-8 replaced by U+FFFD (an ASCII byte ends such a run, so cells,
+    quotes and lines stay as they were), and the first such byte of each line that has one (line -> byte)."""
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        pass
+    else:
+        return data, {}
+    found: dict[int, int] = {}
+    for number, line in enumerate(data.split(b"\n"), 1):  # a file that has such bytes only
+        if not line.isascii():
+            try:
+                line.decode("utf-8")
+            except UnicodeDecodeError as bad:
+                found[number] = line[bad.start]
+    return data.decode("utf-8", "replace").encode("utf-8"), found
 
 
 def _csv_error(path: Path, exc: Exception) -> InputError:
@@ -435,6 +461,18 @@ class _CsvRecords:
 
     def line(self, record: int) -> int:
         return int(self._lines_of_records(np.asarray([record], dtype=np.int64))[0])
+
+    def records_at(self, lines: np.ndarray) -> np.ndarray:
+        """The record number of each of ``lines`` (sorted): the last record that starts at or before it."""
+        self._lines_of_records(np.asarray([1], dtype=np.int64))  # the records' first lines, found
+        assert self._starts is not None
+        return np.searchsorted(self._starts, lines, side="right").astype(np.int64)
+
+    def rows_of(self, records: np.ndarray) -> np.ndarray:
+        """The table rows of ``records``, those of records refused as rows left out."""
+        at = np.searchsorted(self._record_of_row, records)
+        inside = at < len(self._record_of_row)
+        return np.unique(at[inside][self._record_of_row[at[inside]] == records[inside]])
 
     def __call__(self, rows: np.ndarray) -> np.ndarray:
         return self._lines_of_records(self._record_of_row[np.asarray(rows, dtype=np.int64)])

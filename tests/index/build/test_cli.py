@@ -86,6 +86,23 @@ def test_a_reader_option_on_another_format_is_refused(
     assert not (data_dir / "t").exists()
 
 
+@pytest.mark.parametrize("fmt", ["hf", "transformer", "model2vec", "gensim"])
+def test_unicode_errors_replace_on_a_model_is_refused(tmp_path: Path, data_dir: Path, fmt: str) -> None:
+    """A model's tokens are text already (its tokenizer.json, a gensim model's keys): --unicode-errors replace
+    would change nothing, so it is refused, never ignored."""
+    model = tmp_path / "model"
+    model.mkdir()
+    result = run_cli(
+        "import", model, "--name", "t", "--data-dir", data_dir, "--format", fmt, "--unicode-errors", "replace"
+    )
+    problem = (
+        "--unicode-errors replace: only for --format word2vec, word2vec-binary, glove, fasttext, npy, projector or a "
+        f"folder of text files, and {model} reads as {fmt}, whose tokens are text already"
+    )
+    assert (result.code, result.err) == (1, f"embedding-index: error: {problem}\n")
+    assert not (data_dir / "t").exists()
+
+
 @pytest.mark.parametrize("suffix", [".jsonl", ".csv"])
 @pytest.mark.parametrize(
     ("given", "named"),

@@ -638,12 +638,27 @@ def test_bad_csv_and_parquet_name_the_line_or_row(tmp_path: Path, lee: Lee) -> N
         len(payload) == 298 and "line 22: 4 cells, the header has 9; line 32: field 'tags' is not a JSON array" in out
     )
 
-    # A row that is not UTF-8 and has a cell too many: the one line of the first, nothing else said
+    # Rows that are not UTF-8 (one with a cell too many too: said once), a record over two lines named by its first:
+    # such rows are dropped with --drop-invalid, as any bad row; a header that is not UTF-8 refuses the file
     latin = tmp_path / "latin.csv"
     lines = cells.read_bytes().split(b"\n")
     lines[7] += b",extra caf\xe9"
+    lines[5] = lines[5].replace(b",", b",caf\xe9 ", 1)
+    lines[4] = lines[4].replace(b"lines", b"lin\xe9s", 1)  # the second line of record 4 (lines 4 and 5)
     latin.write_bytes(b"\n".join(lines))
-    assert import_fails(latin, tmp_path / "data") == f"embedding-index: error: {latin}:8: not UTF-8 text (byte 0xe9)"
+    hint = " (use --drop-invalid to skip such rows)"
+    assert (
+        import_fails(latin, tmp_path / "data") == f"embedding-index: error: {latin}:4: not UTF-8 text (byte 0xe9){hint}"
+    )
+    _, payload, out = import_ok(latin, tmp_path / "data", "latin", "--drop-invalid")
+    said = "; ".join(f"line {n}: not UTF-8 text (byte 0xe9)" for n in (4, 6, 8))
+    assert len(payload) == 295 and f"first: {said}; line 22: 4 cells" in out, out
+    kept = [r["id"] for r in payload.records(range(len(payload)), ["id"])]
+    assert kept == [row[0] for i, row in enumerate(csv_rows(lee)) if i not in (0, 3, 4, 6, 20, 30)]
+    head = tmp_path / "head.csv"
+    head.write_bytes(lines[0].replace(b"text", b"t\xe9xt") + b"\n" + b"\n".join(lines[1:]))
+    message = import_fails(head, tmp_path / "data", "--drop-invalid")
+    assert message == f"embedding-index: error: {head}:1: not UTF-8 text (byte 0xe9)"
 
     vectors = lee.vectors.copy()
     vectors[17, 4] = np.nan

@@ -113,13 +113,19 @@ def test_two_workers_share_the_tables_and_the_metrics(small_data_dir: Path, tmp_
         with Client(base) as api:
             for _ in range(6):
                 assert api.neighbors("small", "heart", k=3)
-        metrics = HTTP.get(f"{base}/metrics").text
-        counted = [
-            float(line.rsplit(" ", 1)[1])
-            for line in metrics.splitlines()
-            if line.startswith("embedding_http_requests_total{") and 'route="/v1/tables/{table}/neighbors"' in line
-        ]
-        assert sum(counted) == 6  # aggregated over both workers
+
+        def counted() -> float:
+            metrics = HTTP.get(f"{base}/metrics").text
+            return sum(
+                float(line.rsplit(" ", 1)[1])
+                for line in metrics.splitlines()
+                if line.startswith("embedding_http_requests_total{") and 'route="/v1/tables/{table}/neighbors"' in line
+            )
+
+        # Aggregated over both workers. A request is counted once its answer is sent: the other worker may answer
+        # /metrics before the last one's count is written.
+        wait_for(lambda: counted() == 6, seconds=30, what="the six requests counted")
+        assert counted() == 6
         # The workers are forked from the supervisor after it imported the service: the libraries' memory is
         # shared between them (copy-on-write) instead of each worker holding its own ~50 MiB.
         workers = [c for c in psutil.Process(server.process.pid).children() if c.name() == "embedding-serve"]

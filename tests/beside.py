@@ -2,13 +2,14 @@
 
 The suite's process runs its tests one after the other, and many of them mostly wait: the server tests on their
 servers (kill -9 in a stream of writes, restarts, reloads, shutdowns, crashed publications, indexes built in the
-background, compactions), the builder's tests on the commands they run (every format's reader, shards, a Ray
-cluster). Meanwhile a core is left to the work beside the tests (the default table's graph, the early commands),
-and once that is done it idles.
-The modules in :data:`MODULES` run in a second session instead (``python -m tests.beside <node ids>``, with a
-temporary directory of its own), started with the suite at the tests' own priority, so the two sessions share
-the cores. The suite's session ends with one test that waits for the second session and fails with its report
-when any of its tests failed; the second session's summary line comes before the suite's.
+background, compactions, nginx in front), the builder's tests on the commands they run (every format's reader,
+shards, a Ray cluster, kustomize). Meanwhile a core is left to the work beside the tests (the default table's
+graph, the early commands), and once that is done it idles. The modules in :data:`MODULES` (those, and a few that
+build tables in process, so that both sessions take about as long) run in a second session instead (``python -m
+tests.beside <node ids>``, with a temporary directory of its own), started with the suite at the tests' own
+priority, so the two sessions share the cores. The suite's session ends with one test that waits for the second
+session and fails with its report when any of its tests failed; the second session's summary line comes before
+the suite's.
 
 Only a run of more than these modules is split: a run of some of them alone (``pytest tests/service/test_reload.py``)
 runs them in its own process as before. Every module here reads no early command and no
@@ -31,13 +32,21 @@ from tests.early import Done, Early
 MODULES = frozenset(
     f"tests/{name}.py"
     for name in (
+        "deploy/test_k8s",
+        "deploy/test_nginx",
+        "index/build/test_compressed",
+        "index/build/test_documents",
+        "index/build/test_index_choice",
         "index/build/test_ray_import",
+        "index/build/test_shards",
         "index/build/test_shards_words",
         "index/build/test_sources",
         "index/build/test_sources_fuzz",
         "service/test_auto_compaction",
         "service/test_background_index",
+        "service/test_compaction",
         "service/test_compaction_faults",
+        "service/test_exposure",
         "service/test_publish_crash",
         "service/test_publish_newest",
         "service/test_reload",
@@ -47,6 +56,7 @@ MODULES = frozenset(
         "service/test_shards_words",
         "service/test_shards_writes_http",
         "service/test_shutdown",
+        "service/test_work_bounds",
         "service/test_write_durability",
         "service/test_write_load",
         "service/test_writes_api",

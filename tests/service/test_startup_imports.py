@@ -140,6 +140,14 @@ def test_a_front_without_tables_at_readyz(tmp_path: Path) -> None:
     assert served_until_ready(tmp_path, [], {"EMBEDDING_SHARDS": shards}) == "0 [] (True, True) True"
 
 
+def fresh_interpreter(script: str) -> subprocess.CompletedProcess[str]:
+    """``script`` run by a fresh interpreter, with none of the caller's EMBEDDING_* settings."""
+    environment = {k: v for k, v in os.environ.items() if not k.startswith("EMBEDDING_")}
+    return subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=False, env=environment
+    )
+
+
 REFUSED = """
 import gc, os, sys
 from service.main import main
@@ -157,15 +165,7 @@ def test_a_refusal_imports_no_numpy_and_leaves_the_collector_on(tmp_path: Path) 
     """Bad settings (a missing data directory, EMBEDDING_SHARDS that is not JSON) stop embedding-serve before
     numpy is imported, let alone the HTTP stack or FAISS; main returns with the collector on."""
     cases = [("/no/such/dir", {}), (str(tmp_path), {"EMBEDDING_SHARDS": "nonsense"})]
-    environment = {k: v for k, v in os.environ.items() if not k.startswith("EMBEDDING_")}
-    done = subprocess.run(
-        [sys.executable, "-c", REFUSED.format(cases=cases)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-        env=environment,
-    )
+    done = fresh_interpreter(REFUSED.format(cases=cases))
     assert done.stdout.strip() == "[2, 2] [] True", (done.stdout, done.stderr[-3000:])
     refusals = done.stderr.splitlines()  # one line each, naming the variable
     assert len(refusals) == 2 and "EMBEDDING_DATA_DIR" in refusals[0] and "EMBEDDING_SHARDS" in refusals[1], refusals
@@ -188,13 +188,5 @@ print(code, seen, signal.getsignal(signal.SIGHUP) is signal.SIG_DFL)
 def test_a_sighup_during_a_start_up_with_workers_does_not_stop_the_server(tmp_path: Path) -> None:
     """SIGHUP is ignored from before the deferred index builds start until the supervisor handles it (its default
     action would end the server); main gives the caller's handler back when it returns."""
-    environment = {k: v for k, v in os.environ.items() if not k.startswith("EMBEDDING_")}
-    done = subprocess.run(
-        [sys.executable, "-c", HUP.format(data_dir=str(tmp_path))],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-        env=environment,
-    )
+    done = fresh_interpreter(HUP.format(data_dir=str(tmp_path)))
     assert done.stdout.strip() == "0 [True, True] True", (done.stdout, done.stderr[-3000:])

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import logging
+import sys
 import time
+from collections.abc import Mapping
 from typing import Any
 
 import orjson
@@ -23,6 +25,25 @@ class JsonFormatter(logging.Formatter):
 
 
 PLAIN = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+COMMAND = "embedding-serve"
+
+
+def format_from_env(environ: Mapping[str, str]) -> str:
+    """EMBEDDING_LOG_FORMAT as the settings read it (the name in any case, the value as written), before they are
+    checked: a refusal of another setting is written in that format too."""
+    values = [value for variable, value in environ.items() if variable.upper() == "EMBEDDING_LOG_FORMAT"]
+    return "json" if "json" in values else "plain"
+
+
+def say(message: str, log_format: str, level: int = logging.ERROR) -> None:
+    """One line of ``embedding-serve``'s own on stderr, before its logging is configured: a refusal or a warning
+    about the start-up. Plain: ``embedding-serve: [warning: ]message``; json: the JsonFormatter's object."""
+    if log_format == "json":
+        record = logging.LogRecord(COMMAND, level, __file__, 0, message, None, None)
+        line = JsonFormatter().format(record)
+    else:
+        line = f"{COMMAND}: {'warning: ' if level == logging.WARNING else ''}{message}"
+    print(line, file=sys.stderr, flush=True)
 
 
 def log_config(log_format: str = "plain", level: str = "info") -> dict[str, Any]:

@@ -25,11 +25,11 @@ import sys
 import tempfile
 from collections.abc import Callable, Mapping, MutableMapping
 from types import FrameType
-from typing import Any
+from typing import Any, NoReturn
 
 from pydantic import ValidationError
 
-from service.logs import log_config
+from service.logs import format_from_env, log_config, say
 from service.settings import (
     INTERNAL_VARIABLES,
     KEY_FILE_VARIABLES,
@@ -45,8 +45,31 @@ M_MMAP_THRESHOLD, M_ARENA_MAX = -3, -8  # glibc mallopt options (malloc.h)
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMEXPR_NUM_THREADS")
 
 
-def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+class Parser(argparse.ArgumentParser):
+    """argparse's, whose refusal of the command line is one JSON line (still exit 2) when logs are JSON."""
+
+    log_format = "plain"
+
+    def error(self, message: str) -> NoReturn:
+        if self.log_format != "json":
+            super().error(message)  # the usage, then the message
+        say(message, self.log_format)
+        sys.exit(2)
+
+
+def requested_format(argv: list[str] | None) -> str:
+    """The log format the command line (else the environment) asks for, before the command line is parsed."""
+    early = argparse.ArgumentParser(add_help=False, exit_on_error=False)
+    early.add_argument("--log-format")
+    try:
+        asked = early.parse_known_args(argv)[0].log_format
+    except argparse.ArgumentError:  # --log-format without its value: the parser proper says so
+        asked = None
+    return format_from_env(os.environ) if asked is None else asked
+
+
+def parser() -> Parser:
+    p = Parser(
         prog="embedding-serve",
         description="Serve every embedding table in a data directory as a JSON API (docs at /docs). "
         "The settings are environment variables (EMBEDDING_DATA_DIR, EMBEDDING_MAX_K, ...: README.md, "
@@ -183,12 +206,15 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _main(argv: list[str] | None) -> int:
-    args = parser().parse_args(argv)
+    log_format = requested_format(argv)  # of the lines before logging is configured
+    command_line = parser()
+    command_line.log_format = log_format
+    args = command_line.parse_args(argv)
     if args.workers < 1:
-        print("embedding-serve: --workers must be at least 1", file=sys.stderr)
+        say("--workers must be at least 1", log_format)
         return 2
     if not 0 <= args.port <= 65535:
-        print(f"embedding-serve: --port must be from 0 to 65535, not {args.port}", file=sys.stderr)
+        say(f"--port must be from 0 to 65535, not {args.port}", log_format)
         return 2
     tune_malloc()
     overrides = {
@@ -203,7 +229,7 @@ def _main(argv: list[str] | None) -> int:
             os.environ[variable] = str(value)
     problem = settings_problem(Settings)  # before EMBEDDING_THREADS is read and written again below
     if problem:
-        print(f"embedding-serve: {problem}", file=sys.stderr)
+        say(problem, log_format)
         return 2
     # Before numpy/FAISS load (in the factory), so BLAS and OpenMP start with this many threads.
     threads = threads_per_worker()
@@ -214,20 +240,17 @@ def _main(argv: list[str] | None) -> int:
 
     problem = settings_problem(front_settings)  # EMBEDDING_SHARDS, ...: checked here, not in every worker
     if problem:
-        print(f"embedding-serve: {problem}", file=sys.stderr)
+        say(problem, log_format)
         return 2
     for line in unknown_variables(os.environ):
-        print(f"embedding-serve: warning: {line}", file=sys.stderr)
+        say(line, log_format, logging.WARNING)
     problem = metrics_dir_problem(os.environ) or listen_problem(args.host, args.port)  # before the tables load
     if problem:
-        print(f"embedding-serve: {problem}", file=sys.stderr)
+        say(problem, log_format)
         return 2
     settings = Settings()
     if args.workers * threads > cores():
-        print(
-            f"embedding-serve: warning: {args.workers} workers x {threads} threads exceeds {cores()} cores",
-            file=sys.stderr,
-        )
+        say(f"{args.workers} workers x {threads} threads exceeds {cores()} cores", log_format, logging.WARNING)
     if args.workers > 1 and not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
         metrics_dir = tempfile.mkdtemp(prefix="embedding-metrics-")
         atexit.register(shutil.rmtree, metrics_dir, ignore_errors=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import signal
@@ -107,6 +108,7 @@ def test_two_workers_share_the_tables_and_the_metrics(small_data_dir: Path, tmp_
     """Requests and metrics shared by two forked workers; a worker killed midway through its work is restarted,
     and its work in flight is no longer counted."""
     env = {"EMBEDDING_MAX_LAYOUT_WORK": "102400"}  # a t-SNE layout of 500 words: long enough to be caught running
+    env |= {"EMBEDDING_LOG_FORMAT": "json", "EMBEDDING_LOG_FORMATS": "json"}  # and a warning about the misspelt one
     server = start(small_data_dir, tmp_path / "server.log", "--workers", "2", "--threads", "1", env=env)
     base = server.base
     try:
@@ -168,3 +170,7 @@ def test_two_workers_share_the_tables_and_the_metrics(small_data_dir: Path, tmp_
         assert work_running(base) == 0
     finally:
         stop(server)
+    # Every line of the supervisor's and the workers', from the start-up's warning to the shutdown, is one object.
+    entries = [json.loads(line) for line in server.log().splitlines()]
+    assert {tuple(entry) for entry in entries} == {("time", "level", "logger", "message")}
+    assert entries[0]["level"] == "warning" and "EMBEDDING_LOG_FORMATS is not a setting" in entries[0]["message"]

@@ -239,6 +239,45 @@ def test_a_variable_that_is_no_setting_is_named_at_start_up(
         assert f"`EMBEDDING_{name.upper()}`" in README, name
 
 
+def test_start_up_lines_are_json_lines_in_json_format(
+    clean_env: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """With JSON logs, each line embedding-serve writes before its logging is configured (a refusal of the command
+    line or of the settings, a warning) is one object as the JsonFormatter writes them; plain lines are unchanged."""
+
+    def lines() -> list[dict[str, str]]:
+        entries = [json.loads(line) for line in capsys.readouterr().err.splitlines()]
+        assert all(list(entry) == ["time", "level", "logger", "message"] for entry in entries)
+        return [{"level": entry["level"], "message": entry["message"]} for entry in entries]
+
+    clean_env.setenv("EMBEDDING_LOG_FORMAT", "json")
+    with pytest.raises(SystemExit, match="2"):
+        serve.main(["--port", "x"])
+    assert lines() == [{"level": "error", "message": "argument --port: invalid int value: 'x'"}]
+    assert serve.main(["--workers", "0"]) == 2
+    assert lines() == [{"level": "error", "message": "--workers must be at least 1"}]
+    clean_env.setenv("EMBEDDING_MAX_K", "0")
+    assert serve.main(["--data-dir", str(tmp_path)]) == 2
+    assert lines() == [{"level": "error", "message": serve.settings_problem(Settings)}]
+    clean_env.delenv("EMBEDDING_MAX_K")
+    clean_env.delenv("EMBEDDING_TEST_CACHE", raising=False)  # of the tests: the only misspelt variable is this one
+    clean_env.setenv("EMBEDDING_MAXK", "5")
+    clean_env.setattr(serve, "cores", lambda: 1)
+    clean_env.setenv("PROMETHEUS_MULTIPROC_DIR", str(tmp_path))  # not one made for the workers, and undone after
+    clean_env.setattr(serve, "start_deferred_builds", lambda settings: sys.exit(3))  # stops after the warnings
+    with pytest.raises(SystemExit, match="3"):
+        serve.main(["--data-dir", str(tmp_path), "--port", "0", "--workers", "2"])
+    misspelt = "EMBEDDING_MAXK is not a setting of embedding-serve and is ignored (did you mean EMBEDDING_MAX_K?)"
+    overcommitted = "2 workers x 1 threads exceeds 1 cores"
+    assert lines() == [{"level": "warning", "message": misspelt}, {"level": "warning", "message": overcommitted}]
+    clean_env.delenv("EMBEDDING_LOG_FORMAT")  # the option alone, and a plain refusal without it
+    with pytest.raises(SystemExit, match="2"):
+        serve.main(["--log-format", "json", "--port", "x"])
+    assert lines() == [{"level": "error", "message": "argument --port: invalid int value: 'x'"}]
+    assert serve.main(["--data-dir", str(tmp_path), "--workers", "0"]) == 2
+    assert capsys.readouterr().err == "embedding-serve: --workers must be at least 1\n"
+
+
 def test_help_says_which_variable_each_option_overrides(capsys: pytest.CaptureFixture[str]) -> None:
     """An option that overrides a setting names its variable; the others are said to be options only."""
     with pytest.raises(SystemExit):

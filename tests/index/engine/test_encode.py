@@ -28,7 +28,15 @@ from index.build.sif import sif_table
 from index.build.sources import RawTable, ReadOptions, read_source, sniff_format
 from index.build.sources import model2vec as m2v_source
 from index.build.writer import build_table
-from index.engine.encode import DEFAULT_A, SIF_COMPONENT, Encoder, embeds_text, encoder_for
+from index.engine.encode import (
+    DEFAULT_A,
+    SIF_COMPONENT,
+    Encoder,
+    NoKnownWord,
+    check_known,
+    embeds_text,
+    encoder_for,
+)
 from index.engine.table import Table
 from index.errors import InputError, InvalidQuery
 from index.store import artifact
@@ -454,6 +462,24 @@ def test_a_text_without_a_known_token_is_named(glove: Table, minilm: Table) -> N
     assert e.value.details == {"text": 0}
     with pytest.raises(InvalidQuery, match=r"text 0 \('\.\.\. !'\) .*: it has no tokens"):
         Encoder(glove).encode(["... !"])
+
+
+def test_known_words_that_cancel_out_are_named(data_dir: Path, glove_raw: RawTable) -> None:
+    """A text whose known words' rows sum to zero has no vector: the error names them as cancelling out, not as
+    unknown (which would send a caller looking for a spelling mistake)."""
+    heart = glove_raw.tokens.index("heart")
+    matrix = glove_raw.matrix[[heart, heart]].copy()
+    matrix[1] *= -1
+    build_table(RawTable(tokens=["heart", "trah"], matrix=matrix), data_dir=data_dir, name="opposite", source={})
+    texts = ["heart zzqxv trah", "heart"]
+    encoded = Encoder(Table.load(data_dir / "opposite")).encode(texts, "mean", strict=False)
+    assert encoded.tokens == [0, 1] and encoded.unknown == [1, 0] and encoded.cancelled == {0: ["heart", "trah"]}
+    expected = (
+        r"texts\[0\] 'heart zzqxv trah': its words known to table 'opposite' \('heart', 'trah'\) cancel out: it pools"
+    )
+    with pytest.raises(NoKnownWord, match=expected) as error:
+        check_known(encoded, texts, "table 'opposite'", "texts")
+    assert error.value.details == {"words": ["heart", "trah"], "text": 0}
 
 
 def test_pooling_choices(glove: Table, minilm: Table, small: Table) -> None:

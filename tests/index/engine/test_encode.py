@@ -445,6 +445,25 @@ def test_the_dotted_capital_i_is_the_plain_i_where_no_label_has_the_dot(glove: T
     np.testing.assert_array_equal(encoded.vectors[0], encoded.vectors[1])
 
 
+def test_a_plain_i_does_not_find_a_dotted_capital_label(data_dir: Path, glove_raw: RawTable, minilm: Table) -> None:
+    """The lookup agrees with the model: MiniLM lower-cases ``İstanbul`` (to i and U+0307) and its tokenizer strips
+    the dot, the piece ``istanbul``, which the lookup finds for it too; a label ``İstanbul`` is no row any
+    tokenizer gives for ``istanbul``, so ``istanbul`` does not find it (docs/models.md, lookup rules)."""
+    istanbul = minilm.tokens.find("istanbul")
+    assert Encoder(minilm).pieces(["İstanbul", "istanbul"]).ids.tolist() == [istanbul, istanbul]
+    assert minilm.resolve("İstanbul").id == istanbul
+    rows = [glove_raw.tokens.index(w) for w in ("istanbul", "ankara")]
+    build_table(
+        RawTable(tokens=["İstanbul", "ankara"], matrix=glove_raw.matrix[rows].copy()),
+        data_dir=data_dir,
+        name="dotted",
+        source={"format": "test"},
+    )
+    dotted = Table.load(data_dir / "dotted")
+    assert dotted.resolve("İstanbul").id == dotted.resolve("İSTANBUL").id == 0
+    assert dotted.find("istanbul") is None and Encoder(dotted).pieces(["istanbul"]).ids.tolist() == []
+
+
 def test_word_lookup_in_bulk_equals_one_by_one(glove: Table) -> None:
     labels = glove.tokens[::7]
     words = [*labels, *(w.upper() for w in labels[:500]), *(w + "q" for w in labels[:2000]), "", "a" * 40]

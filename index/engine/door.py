@@ -35,8 +35,8 @@ from index.engine.encode import (
     check_known,
     embeds_text,
     encoder_for,
-    no_known_word,
     preview,
+    unembedded,
 )
 from index.engine.field_stats import TOP_VALUES, field_stats
 from index.engine.filters import RowSet
@@ -319,7 +319,8 @@ def _documents(table: Table, query: Query, delta: Delta | None) -> Probe:
 
 def _text(table: Table, encoder: Table | None, text: str) -> Probe:
     """A documents table's text query, embedded by ``encoder``: the table that embedded its documents at import,
-    with the same pooling. A text with no word the encoder knows is a :class:`NoKnownWord`."""
+    with the same pooling. A text with no word the encoder knows, or whose known words cancel out, is a
+    :class:`NoKnownWord`."""
     record = table.encoder_record
     if record is None or encoder is None:
         raise InvalidQuery(
@@ -329,7 +330,7 @@ def _text(table: Table, encoder: Table | None, text: str) -> Probe:
     encoded = encoder_for(encoder).encode([text], record.get("pooling"), strict=False)
     if encoded.tokens[0] == 0:
         whose = f"the vocabulary the documents of {table.name!r} were embedded with ({encoder.name})"
-        raise no_known_word("text", text, whose)
+        raise unembedded(encoded, 0, "text", text, whose)
     info = {"text": text, "encoder": encoder.name, "tokens": encoded.tokens[0], "unknown": encoded.unknown[0]}
     return Probe(encoded.vectors[0], set(), info)
 

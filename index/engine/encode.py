@@ -69,8 +69,8 @@ def preview(text: str) -> str:
 
 
 class NoKnownWord(InvalidQuery):
-    """A text none of whose words the encoder knows: its vector cannot be made (a keyword search can still
-    find the words as written)."""
+    """A text whose vector the encoder cannot make: none of its words is known, or its known words' rows cancel
+    out (a keyword search can still find the words as written)."""
 
 
 SHOWN_WORDS = 10  # unknown words a message names
@@ -112,11 +112,26 @@ def no_known_word(label: str, content: str, whose: str, **details: Any) -> NoKno
     return NoKnownWord(message, words=words, **details)
 
 
+def cancelled_out(label: str, content: str, known: list[str], whose: str, **details: Any) -> NoKnownWord:
+    """The error for a text whose ``known`` words (or pieces) pool to the zero vector, naming them."""
+    more = f" (and {len(known) - SHOWN_WORDS} more)" if len(known) > SHOWN_WORDS else ""
+    shown = ", ".join(map(repr, known[:SHOWN_WORDS])) + more
+    message = f"{label} {preview(content)}: its words known to {whose} ({shown}) cancel out: it pools to a zero vector"
+    return NoKnownWord(message, words=known, **details)
+
+
+def unembedded(encoded: Encoded, i: int, label: str, content: str, whose: str, **details: Any) -> NoKnownWord:
+    """The error for text ``i`` of ``encoded`` (its tokens count 0): its known words cancel out, or none is known."""
+    if i in encoded.cancelled:
+        return cancelled_out(label, content, encoded.cancelled[i], whose, **details)
+    return no_known_word(label, content, whose, **details)
+
+
 def check_known(encoded: Encoded, texts: Sequence[str], whose: str, name: str) -> None:
     """A :class:`NoKnownWord` for the first of ``texts`` (called ``name[i]``) that ``encoded`` made no vector of."""
     for i, tokens in enumerate(encoded.tokens):
         if tokens == 0:
-            raise no_known_word(f"{name}[{i}]", texts[i], whose, text=i)
+            raise unembedded(encoded, i, f"{name}[{i}]", texts[i], whose, text=i)
 
 
 class Encoder:
@@ -315,8 +330,14 @@ class Encoder:
             raise InvalidQuery(message, text=i)
         vectors = (means / np.where(empty, 1.0, norms)[:, None]).astype(np.float32)
         vectors[empty] = 0
+        cancelled = {i: self._distinct(pieces, i) for i in np.flatnonzero(empty & (used > 0)).tolist()}
         used[empty] = 0
-        return Encoded(vectors, used.tolist(), pieces.unknown.tolist(), chosen)
+        return Encoded(vectors, used.tolist(), pieces.unknown.tolist(), chosen, cancelled=cancelled)
+
+    def _distinct(self, pieces: Pieces, text: int) -> list[str]:
+        """The labels of text ``text``'s known pieces, each once, in order."""
+        ids = pieces.ids[pieces.text_of == text].tolist()
+        return self.table.tokens.labels(list(dict.fromkeys(ids)))
 
 
 def _is_number(value: str) -> bool:

@@ -3,7 +3,7 @@ model): the poolings there are, and the vectors of a batch of texts with what ea
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal, get_args
 
 import numpy as np
@@ -21,3 +21,5 @@ class Encoded:
     unknown: list[int]  # per text: words not in the table, or special pieces left out
     pooling: Pooling
     truncated: list[bool] | None = None  # transformer tables: per text, whether it was cut to the model's limit
+    # texts whose known tokens pool to the zero vector (their tokens count 0): their distinct tokens, by text
+    cancelled: dict[int, list[str]] = field(default_factory=dict)

@@ -56,6 +56,9 @@ DTYPES: dict[str, np.dtype[Any]] = {
 }
 DTYPE_NAMES = {"F32": "float32", "F16": "float16", "BF16": "bfloat16", "F64": "float64"}
 BYTE_TOKEN = re.compile(r"^<0x([0-9A-Fa-f]{2})>$")
+# Rows a vocabulary reserves and the model never saw in training (BERT's [unused0]..[unused993], Gemma's <unused0>):
+# no text tokenizes to them, so they are special like the added tokens.
+RESERVED = re.compile(r"\[unused\d+\]|<unused\d+>")
 
 
 @dataclass(frozen=True)
@@ -293,6 +296,7 @@ def read_vocabulary(directory: Path) -> Vocabulary:
     for i in (i for i, label in enumerate(labels) if not label):
         labels[i] = f"<unused:{i}>"
         special[i] = True
+    special |= np.fromiter((bool(RESERVED.fullmatch(str(label))) for label in labels), dtype=bool, count=size)
 
     pipeline = [spec.get("normalizer"), spec.get("pre_tokenizer"), spec.get("decoder")]
     types = _component_types(pipeline)

@@ -111,13 +111,18 @@ def test_minilm_flags_skip_special_and_whole_words(minilm: Table, minilm_matrix:
     labels = minilm.tokens[:]
     flags = np.asarray(minilm.flags)
     special = {labels[i] for i in np.flatnonzero(flags & FLAG_SPECIAL)}
-    assert special == set(SPECIALS)
+    # BERT's reserved rows [unused0]..[unused993] are special too: no text tokenizes to them.
+    assert special == set(SPECIALS) | {f"[unused{i}]" for i in range(994)}
+    assert minilm.manifest["model"]["special_tokens"] == len(SPECIALS) + 994
+    unused = minilm.find("[unused7]")
+    assert unused is not None and minilm.metadata["piece"][unused.id] == "special"
     continuation = np.fromiter(((t.startswith("##") and len(t) > 2) for t in labels), dtype=bool)
     assert np.array_equal((flags & FLAG_CONTINUATION) > 0, continuation)
 
     # A special token's own row is its nearest neighbour unless special tokens are skipped.
     for token in SPECIALS:
         row = minilm.tokens.find(token)
+        assert minilm.resolve(token).id == row  # found by its label, as a query word
         query = np.asarray(minilm.vectors[row])[None, :]
         assert minilm.search(query, 5, exact=True)[0][0][0] == row
         kept = minilm.search(query, 5, exact=True, skip_special=True)[0]

@@ -28,7 +28,15 @@ from index.build.sif import sif_table
 from index.build.sources import RawTable, ReadOptions, read_source, sniff_format
 from index.build.sources import model2vec as m2v_source
 from index.build.writer import build_table
-from index.engine.encode import DEFAULT_A, SIF_COMPONENT, Encoder, embeds_text, encoder_for
+from index.engine.encode import (
+    DEFAULT_A,
+    SIF_COMPONENT,
+    Encoder,
+    NoKnownWord,
+    check_known,
+    embeds_text,
+    encoder_for,
+)
 from index.engine.table import Table
 from index.errors import InputError, InvalidQuery
 from index.store import artifact
@@ -437,6 +445,25 @@ def test_the_dotted_capital_i_is_the_plain_i_where_no_label_has_the_dot(glove: T
     np.testing.assert_array_equal(encoded.vectors[0], encoded.vectors[1])
 
 
+def test_a_plain_i_does_not_find_a_dotted_capital_label(data_dir: Path, glove_raw: RawTable, minilm: Table) -> None:
+    """The lookup agrees with the model: MiniLM lower-cases ``İstanbul`` (to i and U+0307) and its tokenizer strips
+    the dot, the piece ``istanbul``, which the lookup finds for it too; a label ``İstanbul`` is no row any
+    tokenizer gives for ``istanbul``, so ``istanbul`` does not find it (docs/models.md, lookup rules)."""
+    istanbul = minilm.tokens.find("istanbul")
+    assert Encoder(minilm).pieces(["İstanbul", "istanbul"]).ids.tolist() == [istanbul, istanbul]
+    assert minilm.resolve("İstanbul").id == istanbul
+    rows = [glove_raw.tokens.index(w) for w in ("istanbul", "ankara")]
+    build_table(
+        RawTable(tokens=["İstanbul", "ankara"], matrix=glove_raw.matrix[rows].copy()),
+        data_dir=data_dir,
+        name="dotted",
+        source={"format": "test"},
+    )
+    dotted = Table.load(data_dir / "dotted")
+    assert dotted.resolve("İstanbul").id == dotted.resolve("İSTANBUL").id == 0
+    assert dotted.find("istanbul") is None and Encoder(dotted).pieces(["istanbul"]).ids.tolist() == []
+
+
 def test_word_lookup_in_bulk_equals_one_by_one(glove: Table) -> None:
     labels = glove.tokens[::7]
     words = [*labels, *(w.upper() for w in labels[:500]), *(w + "q" for w in labels[:2000]), "", "a" * 40]
@@ -454,6 +481,24 @@ def test_a_text_without_a_known_token_is_named(glove: Table, minilm: Table) -> N
     assert e.value.details == {"text": 0}
     with pytest.raises(InvalidQuery, match=r"text 0 \('\.\.\. !'\) .*: it has no tokens"):
         Encoder(glove).encode(["... !"])
+
+
+def test_known_words_that_cancel_out_are_named(data_dir: Path, glove_raw: RawTable) -> None:
+    """A text whose known words' rows sum to zero has no vector: the error names them as cancelling out, not as
+    unknown (which would send a caller looking for a spelling mistake)."""
+    heart = glove_raw.tokens.index("heart")
+    matrix = glove_raw.matrix[[heart, heart]].copy()
+    matrix[1] *= -1
+    build_table(RawTable(tokens=["heart", "trah"], matrix=matrix), data_dir=data_dir, name="opposite", source={})
+    texts = ["heart zzqxv trah", "heart"]
+    encoded = Encoder(Table.load(data_dir / "opposite")).encode(texts, "mean", strict=False)
+    assert encoded.tokens == [0, 1] and encoded.unknown == [1, 0] and encoded.cancelled == {0: ["heart", "trah"]}
+    expected = (
+        r"texts\[0\] 'heart zzqxv trah': its words known to table 'opposite' \('heart', 'trah'\) cancel out: it pools"
+    )
+    with pytest.raises(NoKnownWord, match=expected) as error:
+        check_known(encoded, texts, "table 'opposite'", "texts")
+    assert error.value.details == {"words": ["heart", "trah"], "text": 0}
 
 
 def test_pooling_choices(glove: Table, minilm: Table, small: Table) -> None:

@@ -236,7 +236,10 @@ def import_(
         bool,
         typer.Option(
             "--drop-invalid",
-            help="Skip invalid rows (NaN/Inf, bad length; documents: also duplicate ids, wrong types, bad JSON).",
+            help=(
+                "Skip invalid rows (NaN/Inf, bad length, a token not UTF-8 in a text file; "
+                "documents: also duplicate ids, wrong types, bad JSON)."
+            ),
         ),
     ] = False,
     unicode_errors: Annotated[

@@ -23,6 +23,7 @@ from index.errors import InputError
 from index.progress import note
 
 DROP_HINT = " (use --drop-invalid to skip such rows)"  # ends a bad row's error, where a reader can drop it
+NOT_UTF8_DROP_HINT = ", or --drop-invalid to skip such rows"  # ends that of a token that is not UTF-8, likewise
 # Rows wider than this are parsed line by line with NumPy: pyarrow's CSV reader (one column per value) does not scale.
 WIDE_DIM = 4096
 HEAD_BYTES = 4096  # the first bytes a file's format is sniffed by
@@ -249,22 +250,31 @@ def read_source(path: Path, fmt: str = "auto", options: ReadOptions | None = Non
 
 
 def decode_tokens(
-    raw: Sequence[bytes], options: ReadOptions, fail: Callable[[int, str], InputError]
+    raw: Sequence[bytes],
+    options: ReadOptions,
+    fail: Callable[[int, str], InputError],
+    dropped: list[int] | None = None,
 ) -> tuple[list[str], int]:
     """The tokens ``raw`` as UTF-8: strictly, raising ``fail(position, problem)`` for the first that is not,
-    or (``--unicode-errors replace``) with U+FFFD; also how many needed it."""
+    or (``--unicode-errors replace``) with U+FFFD; also how many needed it. A reader that can drop such a row
+    passes ``dropped``: with ``--drop-invalid`` (and strict decoding) the positions of the tokens that are not
+    UTF-8 are added to it, and those tokens left out."""
     out: list[str] = []
     replaced = 0
     for position, token in enumerate(raw):
         try:
             out.append(token.decode("utf-8"))
         except UnicodeDecodeError as exc:
-            if options.unicode_errors != "replace":
+            if options.unicode_errors == "replace":
+                replaced += 1
+                out.append(token.decode("utf-8", "replace"))
+            elif dropped is not None and options.drop_invalid:
+                dropped.append(position)
+            else:
+                hint = NOT_UTF8_DROP_HINT if dropped is not None else ""
                 problem = (
                     f"token is not valid UTF-8 (byte 0x{token[exc.start]:02x} at position {exc.start}); "
-                    "use --unicode-errors replace to substitute U+FFFD"
+                    f"use --unicode-errors replace to substitute U+FFFD{hint}"
                 )
                 raise fail(position, problem) from None
-            replaced += 1
-            out.append(token.decode("utf-8", "replace"))
     return out, replaced

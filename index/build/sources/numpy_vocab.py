@@ -15,7 +15,7 @@ from tokenize import TokenError
 import numpy as np
 import numpy.lib.format as npformat
 
-from index.build.sources import RawTable, ReadOptions, open_text, read_bytes
+from index.build.sources import NOT_UTF8_DROP_HINT, RawTable, ReadOptions, open_text, read_bytes
 from index.errors import InputError
 
 BOM = "\ufeff"
@@ -32,14 +32,19 @@ def read(path: Path, options: ReadOptions) -> RawTable:
     if not vocab.is_file():
         raise InputError(vocab, "no such vocabulary file")
     matrix = load_matrix(path)
-    tokens, replaced = read_lines(vocab, options)
+    tokens, replaced, not_utf8 = read_lines(vocab, options)
     if len(tokens) != matrix.shape[0]:
         raise InputError(vocab, f"{len(tokens):,} tokens, but {path.name} has {matrix.shape[0]:,} rows")
     if not options.drop_invalid and "" in tokens:
         raise InputError(vocab, "empty line: each line must hold one token", line=tokens.index("") + 1)
     with np.errstate(over="ignore", invalid="ignore"):
         matrix = np.array(matrix, dtype=np.float32)
-    return RawTable(tokens=tokens, matrix=matrix, first_line=1, report={"tokens_unicode_replaced": replaced})
+    if not_utf8:  # --drop-invalid: the rows whose token is not UTF-8 left out
+        keep = keep_mask(len(tokens), not_utf8)
+        tokens = [tokens[i] for i in np.flatnonzero(keep).tolist()]
+        matrix = matrix[keep]
+    report = {"malformed_rows_dropped": len(not_utf8), "tokens_unicode_replaced": replaced}
+    return RawTable(tokens=tokens, matrix=matrix, first_line=1, report=report)
 
 
 def load_matrix(path: Path) -> np.ndarray:
@@ -89,26 +94,37 @@ def load_matrix(path: Path) -> np.ndarray:
         raise InputError(path, f"not a readable .npy file ({type(exc).__name__}: {exc})") from None
 
 
-def read_lines(path: Path, options: ReadOptions) -> tuple[list[str], int]:
-    """One token per line (CR LF or LF; blank lines at the end are ignored); return (tokens, lines with U+FFFD)."""
+def read_lines(path: Path, options: ReadOptions) -> tuple[list[str], int, list[int]]:
+    """One token per line (CR LF or LF; blank lines at the end are ignored); return (tokens, lines with U+FFFD,
+    lines that are not UTF-8 for the caller to drop with their rows). Such a line is refused, kept with U+FFFD
+    (``--unicode-errors replace``) or, with ``--drop-invalid``, given as U+FFFD and listed (0-based)."""
     data = read_bytes(path)
     try:
         text = data.decode("utf-8")
-        replaced = 0
+        bad: list[int] = []
     except UnicodeDecodeError as exc:
-        line = data.count(b"\n", 0, exc.start) + 1
-        if options.unicode_errors != "replace":
+        if options.unicode_errors != "replace" and not options.drop_invalid:
             raise InputError(
                 path,
-                f"not valid UTF-8 (byte 0x{data[exc.start]:02x}); use --unicode-errors replace to substitute U+FFFD",
-                line=line,
+                f"not valid UTF-8 (byte 0x{data[exc.start]:02x}); use --unicode-errors replace to substitute U+FFFD"
+                + NOT_UTF8_DROP_HINT,
+                line=data.count(b"\n", 0, exc.start) + 1,
             ) from None
         text = data.decode("utf-8", "replace")
-        replaced = sum(1 for raw in data.split(b"\n") if not _is_utf8(raw))
+        # A file that holds such bytes only; an ASCII byte (a newline) ends a run of them, so lines stay lines.
+        bad = [i for i, raw in enumerate(data.split(b"\n")) if not raw.isascii() and not _is_utf8(raw)]
     lines = text.removeprefix(BOM).split("\n")
     while lines and not lines[-1].strip():  # blank lines at the end, as in text files
         lines.pop()
-    return [line.removesuffix("\r") for line in lines], replaced
+    tokens = [line.removesuffix("\r") for line in lines]
+    return (tokens, len(bad), []) if options.unicode_errors == "replace" else (tokens, 0, bad)
+
+
+def keep_mask(rows: int, dropped: list[int]) -> np.ndarray:
+    """Which of ``rows`` rows are kept when ``dropped`` are not."""
+    keep = np.ones(rows, dtype=bool)
+    keep[dropped] = False
+    return keep
 
 
 def _is_utf8(raw: bytes) -> bool:

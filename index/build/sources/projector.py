@@ -17,7 +17,7 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 
 from index.build.sources import DROP_HINT, WIDE_DIM, RawTable, ReadOptions, is_number, read_bytes
-from index.build.sources.numpy_vocab import read_lines
+from index.build.sources.numpy_vocab import keep_mask, read_lines
 from index.errors import InputError
 
 SAMPLE_BYTES = 1 << 20  # the dimension is the most common row length among the whole lines in this much
@@ -53,10 +53,14 @@ def _twin(path: Path) -> Path:
 
 def read(path: Path, options: ReadOptions) -> RawTable:
     vectors_path, metadata_path = locate(path, options.vocab)
-    tokens, columns, replaced = read_metadata(metadata_path, options)
+    tokens, columns, replaced, not_utf8 = read_metadata(metadata_path, options)
     matrix, keep = read_vectors(vectors_path, options)
     if len(keep) != len(tokens):
         raise InputError(metadata_path, f"{len(tokens):,} rows, but {vectors_path.name} has {len(keep):,}")
+    if not_utf8:  # --drop-invalid: the rows whose metadata line is not UTF-8 left out too
+        labelled = keep_mask(len(tokens), not_utf8)
+        matrix = matrix[labelled[keep]]
+        keep &= labelled
     report = {"malformed_rows_dropped": int((~keep).sum()), "tokens_unicode_replaced": replaced}
     if not keep.all():
         ids = np.flatnonzero(keep).tolist()
@@ -73,14 +77,20 @@ def read(path: Path, options: ReadOptions) -> RawTable:
     )
 
 
-def read_metadata(path: Path, options: ReadOptions) -> tuple[list[str], dict[str, list[str]], int]:
-    """Return (tokens, extra columns by name, lines with U+FFFD)."""
-    lines, replaced = read_lines(path, options)
+def read_metadata(path: Path, options: ReadOptions) -> tuple[list[str], dict[str, list[str]], int, list[int]]:
+    """Return (tokens, extra columns by name, lines with U+FFFD, rows (0-based) whose line is not UTF-8, to drop
+    with ``--drop-invalid``)."""
+    lines, replaced, not_utf8 = read_lines(path, options)
     if not lines:
         raise InputError(path, "empty file: no tokens")
     if "\t" not in lines[0]:
         tokens, columns, first = lines, {}, 1
     else:
+        if not_utf8 and not_utf8[0] == 0:
+            raise InputError(
+                path, "the header is not valid UTF-8; use --unicode-errors replace to substitute U+FFFD", line=1
+            )
+        not_utf8 = [line - 1 for line in not_utf8]
         header = lines[0].split("\t")
         for i, name in enumerate(header):
             if not name.strip():
@@ -97,7 +107,7 @@ def read_metadata(path: Path, options: ReadOptions) -> tuple[list[str], dict[str
         first = 2
     if not options.drop_invalid and "" in tokens:
         raise InputError(path, "empty token", line=tokens.index("") + first)
-    return tokens, columns, replaced
+    return tokens, columns, replaced, not_utf8
 
 
 def read_vectors(path: Path, options: ReadOptions) -> tuple[np.ndarray, np.ndarray]:

@@ -12,7 +12,9 @@ Reading is two streaming passes over the file, so memory stays near the size of 
 2. a parse of chunks of whole lines with pyarrow's CSV reader (multi-threaded C++, numbers parsed as
    float64 and rounded to float32 exactly as gensim does). A chunk that pyarrow refuses (a token with spaces,
    a short row, a bad number, ...) is parsed again line by line, which gives the exact line number. Rows of
-   more than ``WIDE_DIM`` values are always parsed line by line, each line's values by NumPy at once.
+   more than ``WIDE_DIM`` values are always parsed line by line, each line's values by NumPy at once. The
+   tokens of a chunk are decoded as one column; only a chunk holding bytes that are not UTF-8 is decoded token
+   by token (such a row refused, dropped with ``--drop-invalid`` or kept with U+FFFD).
 """
 
 from __future__ import annotations
@@ -285,10 +287,19 @@ def _parse_line(line: bytes, dim: int) -> tuple[bytes, np.ndarray] | str:
     return b" ".join(parts[:-dim]), values
 
 
-def _decode(path: Path, raw: list[bytes], lines: list[int], options: ReadOptions, stats: _Stats) -> list[str]:
-    tokens, replaced = decode_tokens(raw, options, lambda i, problem: InputError(path, problem, line=lines[i]))
+def _decode(
+    path: Path, raw: list[bytes], lines: list[int], options: ReadOptions, stats: _Stats
+) -> tuple[list[str], list[int]]:
+    """The tokens as text, and the positions of those left out as not UTF-8 (``--drop-invalid``)."""
+
+    def fail(i: int, problem: str) -> InputError:
+        return InputError(path, problem, line=lines[i])
+
+    dropped: list[int] = []
+    tokens, replaced = decode_tokens(raw, options, fail, dropped)
     stats.tokens_unicode_replaced += replaced
-    return tokens
+    stats.malformed_rows_dropped += len(dropped)
+    return tokens, dropped
 
 
 def _parse_chunk(
@@ -307,9 +318,11 @@ def _parse_chunk(
         column, matrix = parsed
         try:
             tokens = column.cast(pa.string()).to_pylist()
-        except pa.ArrowInvalid:
+        except pa.ArrowInvalid:  # a chunk holding bytes that are not UTF-8: token by token
             raw = column.to_pylist()
-            tokens = _decode(path, raw, list(range(line_no, line_no + len(raw))), options, stats)
+            tokens, dropped = _decode(path, raw, list(range(line_no, line_no + len(raw))), options, stats)
+            if dropped:
+                matrix = np.delete(matrix, dropped, axis=0)
         return _Chunk(tokens, matrix)
     return _parse_irregular(chunk, line_no, dim, ncols, path, options, stats)
 
@@ -351,4 +364,8 @@ def _parse_irregular(
     if not keep.all():
         matrix = matrix[keep]
         raw = [t for t, k in zip(raw, keep.tolist(), strict=True) if k]
-    return _Chunk(_decode(path, raw, numbers, options, stats), matrix)
+    tokens, dropped = _decode(path, raw, numbers, options, stats)
+    if dropped:
+        matrix = np.delete(matrix, dropped, axis=0)
+        stats.tokens_with_spaces -= sum(b" " in raw[i] for i in dropped)
+    return _Chunk(tokens, matrix)

@@ -5,7 +5,9 @@ values and (as word2vec.c writes it) an optional newline. Tokens hold no spaces.
 
 The header is checked against the file size before the matrix is allocated. The rows are located by a short
 loop that only finds each token's end; the floats of a whole chunk are then gathered at once with numpy.
-Errors name the row (1-based) and its byte offset; row numbers stand in for line numbers.
+Errors name the row (1-based) and its byte offset; row numbers stand in for line numbers. A token that is not
+UTF-8 is refused even with ``--drop-invalid`` (only ``--unicode-errors replace`` keeps it): here it mostly means
+a wrong dimension in the header, each row then read from inside the previous one's values.
 """
 
 from __future__ import annotations

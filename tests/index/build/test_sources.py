@@ -358,6 +358,77 @@ def test_non_utf8_token_strict_or_replaced(tmp_path: Path, data_dir: Path, glove
     assert kv.index_to_key == list(table.tokens[:])
 
 
+@pytest.mark.parametrize("chunk", [text.CHUNK_BYTES, 500])
+def test_drop_invalid_drops_text_rows_whose_token_is_not_utf8(
+    tmp_path: Path, glove_rows, chunk: int, monkeypatch
+) -> None:
+    """With --drop-invalid a row whose token is not UTF-8 is dropped and counted as any bad row, in a chunk read
+    as one column or line by line (a short row, a token with spaces beside it); --unicode-errors replace keeps it."""
+    monkeypatch.setattr(text, "CHUNK_BYTES", chunk)
+    tokens, matrix = glove_rows
+    tokens, matrix = list(tokens[:60]), matrix[:60]
+    tokens[50] = "new york"
+    lines = text_lines(tokens, matrix)
+    for i in (3, 40, 51):
+        lines[i] = b"caf\xe9" + lines[i][len(tokens[i].encode()) :]
+    lines[52] = b"bad 1 2"  # a row pyarrow refuses: the lines around it are read one by one
+    lines[53] = b"a b\xff " + lines[53][len(tokens[53].encode()) + 1 :]  # not UTF-8, with a space
+    keep = [i for i in range(60) if i not in (3, 40, 51, 52, 53)]
+    for name, header in (("g.txt", None), ("w.vec", b"60 50")):
+        first = 1 if header is None else 2
+        strict = write(tmp_path / f"strict-{name}", lines[:50], header and b"50 50")
+        with pytest.raises(InputError, match=rf"{strict.name}:{3 + first}: token is not valid UTF-8 .*--drop-invalid"):
+            read_source(strict)
+        path = write(tmp_path / name, lines, header)
+        raw, _ = read_source(path, options=ReadOptions(drop_invalid=True))
+        assert raw.tokens == [tokens[i] for i in keep] and np.array_equal(raw.matrix, matrix[keep])
+        assert raw.report == {"malformed_rows_dropped": 5, "tokens_with_spaces": 1, "tokens_unicode_replaced": 0}
+        raw, _ = read_source(path, options=ReadOptions(drop_invalid=True, unicode_errors="replace"))
+        assert len(raw.tokens) == 59 and raw.tokens[3] == "caf\ufffd" and raw.report["tokens_unicode_replaced"] == 4
+
+
+def test_drop_invalid_drops_npy_and_projector_rows_whose_token_is_not_utf8(
+    tmp_path: Path, data_dir: Path, glove_rows
+) -> None:
+    """A vocabulary or metadata.tsv line that is not UTF-8 is refused, kept with U+FFFD, or dropped with its row
+    and counted with --drop-invalid; a metadata header that is not UTF-8 refuses the file."""
+    tokens, matrix = glove_rows
+    tokens, matrix = tokens[:20], matrix[:20]
+    np.save(tmp_path / "m.npy", matrix)
+    vocab = [t.encode() for t in tokens]
+    vocab[4], vocab[17] = b"caf\xe9", b"\xff"
+    (tmp_path / "vocab.txt").write_bytes(b"\n".join(vocab) + b"\n")
+    keep = [i for i in range(20) if i not in (4, 17)]
+    message = import_fails(tmp_path / "m.npy", data_dir, "--vocab", tmp_path / "vocab.txt")
+    assert "vocab.txt:5: not valid UTF-8 (byte 0xe9)" in message and "--drop-invalid" in message, message
+    table = import_ok(tmp_path / "m.npy", data_dir, "t", "--vocab", tmp_path / "vocab.txt", "--drop-invalid")
+    assert_rows(table, [tokens[i] for i in keep], matrix[keep])
+    assert table.manifest["cleaning"]["malformed_rows_dropped"] == 2
+    options = ReadOptions(vocab=tmp_path / "vocab.txt", drop_invalid=True, unicode_errors="replace")
+    raw, _ = read_source(tmp_path / "m.npy", options=options)
+    assert len(raw.tokens) == 20 and raw.tokens[17] == "\ufffd" and raw.report["tokens_unicode_replaced"] == 2
+
+    kinds = [f"k{i}" for i in range(20)]
+    for header in (None, b"word\tkind"):
+        directory = _projector(tmp_path / f"proj{header is None}", tokens, matrix, kinds)
+        lines = [t + (b"" if header is None else b"\t" + k.encode()) for t, k in zip(vocab, kinds, strict=True)]
+        (directory / "metadata.tsv").write_bytes(b"\n".join(([header] if header else []) + lines) + b"\n")
+        vectors = (directory / "vectors.tsv").read_bytes().split(b"\n")
+        vectors[9] = b"1\t2"  # a short row, dropped too
+        (directory / "vectors.tsv").write_bytes(b"\n".join(vectors))
+        projector_keep = [i for i in keep if i != 9]
+        line = 5 if header is None else 6
+        with pytest.raises(InputError, match=rf"metadata.tsv:{line}: not valid UTF-8 .*--drop-invalid"):
+            read_source(directory)
+        raw, _ = read_source(directory, options=ReadOptions(drop_invalid=True))
+        assert raw.tokens == [tokens[i] for i in projector_keep] and np.array_equal(raw.matrix, matrix[projector_keep])
+        assert raw.report["malformed_rows_dropped"] == 3
+        assert raw.metadata == ({} if header is None else {"kind": [kinds[i] for i in projector_keep]})
+    (directory / "metadata.tsv").write_bytes(b"w\xe9rd\tkind\n" + b"\n".join(lines) + b"\n")
+    with pytest.raises(InputError, match=r"metadata.tsv:1: the header is not valid UTF-8"):
+        read_source(directory, options=ReadOptions(drop_invalid=True))
+
+
 def test_non_utf8_token_in_binary(tmp_path: Path, data_dir: Path, glove_rows) -> None:
     tokens, matrix = glove_rows
     body = b"".join(
@@ -368,6 +439,8 @@ def test_non_utf8_token_in_binary(tmp_path: Path, data_dir: Path, glove_rows) ->
     path.write_bytes(b"50 50\n" + body)
     message = import_fails(path, data_dir)
     assert "latin1.bin" in message and "row 8" in message and "UTF-8" in message
+    # Such bytes in a binary file mostly mean a wrong header: refused with --drop-invalid too
+    assert import_fails(path, data_dir, "--drop-invalid") == message and "--drop-invalid" not in message
     table = import_ok(path, data_dir, "t", "--unicode-errors", "replace")
     assert table.tokens[7] == "caf\ufffd"
 

@@ -249,6 +249,20 @@ def read_source(path: Path, fmt: str = "auto", options: ReadOptions | None = Non
     return reader(fmt)(path, options), fmt
 
 
+def not_utf8_lines(data: bytes) -> dict[int, int]:
+    """The lines (1-based) of ``data`` that are not UTF-8, each with its first byte that is not. Meant for a file
+    known to hold such bytes: it looks at each line that is not ASCII. A newline is never inside such a run of
+    bytes (an ASCII byte ends one), so lines stay lines when they are replaced by U+FFFD."""
+    found: dict[int, int] = {}
+    for number, line in enumerate(data.split(b"\n"), 1):
+        if not line.isascii():
+            try:
+                line.decode("utf-8")
+            except UnicodeDecodeError as bad:
+                found[number] = line[bad.start]
+    return found
+
+
 def decode_tokens(
     raw: Sequence[bytes],
     options: ReadOptions,

@@ -36,7 +36,7 @@ from index.build.documents import DocumentOptions, Documents, Embed, prepare
 from index.build.embed_documents import TextEncoder
 from index.build.fields import Rows
 from index.build.passages import DEFAULT_CHUNK_WORDS, Folder, passages_table, read_folder
-from index.build.sources import RawTable, ReadOptions, open_text, read_bytes
+from index.build.sources import RawTable, ReadOptions, not_utf8_lines, open_text, read_bytes
 from index.engine.keyword import Tokenizer, for_documents
 from index.errors import InputError
 from index.progress import Progress
@@ -417,22 +417,13 @@ def read_csv(path: Path) -> Rows:
 
 
 def _as_utf8(data: bytes) -> tuple[bytes, dict[int, int]]:
-    """``data``, each run of bytes that is not UTF-8 replaced by U+FFFD (an ASCII byte ends such a run, so cells,
-    quotes and lines stay as they were), and the first such byte of each line that has one (line -> byte)."""
+    """``data``, each run of bytes that is not UTF-8 replaced by U+FFFD (cells, quotes and lines stay as they were),
+    and the first such byte of each line that has one (line -> byte)."""
     try:
         data.decode("utf-8")
     except UnicodeDecodeError:
-        pass
-    else:
-        return data, {}
-    found: dict[int, int] = {}
-    for number, line in enumerate(data.split(b"\n"), 1):  # a file that has such bytes only
-        if not line.isascii():
-            try:
-                line.decode("utf-8")
-            except UnicodeDecodeError as bad:
-                found[number] = line[bad.start]
-    return data.decode("utf-8", "replace").encode("utf-8"), found
+        return data.decode("utf-8", "replace").encode("utf-8"), not_utf8_lines(data)
+    return data, {}
 
 
 def _csv_error(path: Path, exc: Exception) -> InputError:

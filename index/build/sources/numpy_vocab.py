@@ -15,7 +15,7 @@ from tokenize import TokenError
 import numpy as np
 import numpy.lib.format as npformat
 
-from index.build.sources import NOT_UTF8_DROP_HINT, RawTable, ReadOptions, open_text, read_bytes
+from index.build.sources import NOT_UTF8_DROP_HINT, RawTable, ReadOptions, not_utf8_lines, open_text, read_bytes
 from index.errors import InputError
 
 BOM = "\ufeff"
@@ -111,8 +111,7 @@ def read_lines(path: Path, options: ReadOptions) -> tuple[list[str], int, list[i
                 line=data.count(b"\n", 0, exc.start) + 1,
             ) from None
         text = data.decode("utf-8", "replace")
-        # A file that holds such bytes only; an ASCII byte (a newline) ends a run of them, so lines stay lines.
-        bad = [i for i, raw in enumerate(data.split(b"\n")) if not raw.isascii() and not _is_utf8(raw)]
+        bad = [line - 1 for line in not_utf8_lines(data)]  # 0-based, as the rows
     lines = text.removeprefix(BOM).split("\n")
     while lines and not lines[-1].strip():  # blank lines at the end, as in text files
         lines.pop()
@@ -125,11 +124,3 @@ def keep_mask(rows: int, dropped: list[int]) -> np.ndarray:
     keep = np.ones(rows, dtype=bool)
     keep[dropped] = False
     return keep
-
-
-def _is_utf8(raw: bytes) -> bool:
-    try:
-        raw.decode("utf-8")
-    except UnicodeDecodeError:
-        return False
-    return True

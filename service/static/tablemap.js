@@ -47,6 +47,7 @@ export class TableMap {
     this.canvas = root.querySelector("canvas");
     this.ctx = this.canvas.getContext("2d", { alpha: false });
     this.status = root.querySelector(".tm-status");
+    this.colourNote = root.querySelector(".tm-colour-note"); // colours refused: kept apart from the layout's status
     this.panel = root.querySelector(".tm-panel");
     this.legend = root.querySelector(".tm-legend");
     this.n = 0;
@@ -67,7 +68,6 @@ export class TableMap {
     this.generation = 0;
     this.asked = null; // {table, method} of the latest load
     this.colourTicket = 0;
-    this.colourError = null; // the message of colours refused, while the status line shows it
     this.wire();
   }
 
@@ -79,6 +79,7 @@ export class TableMap {
     const started = performance.now();
     this.canvas.dataset.ready = "false";
     this.setStatus(`Laying out ${table}…`);
+    this.noteColours(""); // a refusal from now on (the layout's own colours, or a column picked meanwhile) stays
     const path = (suffix) => this.deps.tablePath(suffix, table);
     const [info, points] = await Promise.all([
       this.deps.fetchJSON(path(`map/info?method=${method}`)),
@@ -175,6 +176,12 @@ export class TableMap {
     this.status.classList.toggle("warning", error);
   }
 
+  /** Why the colours asked for were refused, on a line of its own ("": none). */
+  noteColours(text) {
+    this.colourNote.textContent = text;
+    this.colourNote.hidden = !text;
+  }
+
   /** Counting sort of the rows into GRID x GRID cells of the layout's bounds, for hover and click. */
   buildIndex() {
     const { x0, x1, y0, y1 } = this.bounds;
@@ -244,6 +251,7 @@ export class TableMap {
     select.value = options.some(([v]) => v === keep) ? keep : "rank";
   }
 
+  /** Colour by ``column``; true when its colours are drawn (false: refused, or overtaken by a later ask). */
   async colourBy(column, redraw = true) {
     const ticket = ++this.colourTicket; // a column asked for later, or another layout, wins over this one
     const n = this.n;
@@ -264,13 +272,12 @@ export class TableMap {
       this.colours = ["#2b5d9b"];
     } else {
       const { ok, data } = await this.deps.fetchJSON(this.path(`map/colours/${encodeURIComponent(column)}`));
-      if (ticket !== this.colourTicket) return;
+      if (ticket !== this.colourTicket) return false;
       if (!ok) {
-        this.colourError = data.error?.message || "colour column not loaded";
-        this.setStatus(this.colourError, true);
-        if (this.codes?.length !== n) return this.colourBy("rank", redraw); // the codes held are another layout's
-        this.root.querySelector(".tm-colour").value = this.column; // the colours drawn stay: the menu says which
-        return;
+        this.noteColours(data.error?.message || "colour column not loaded");
+        if (this.codes?.length !== n) await this.colourBy("rank", redraw); // the codes held are another layout's
+        else this.root.querySelector(".tm-colour").value = this.column; // the colours drawn stay: the menu says which
+        return false;
       }
       this.codes = fromBase64(data.codes);
       categories = data.categories;
@@ -281,8 +288,6 @@ export class TableMap {
     for (let j = 0; j < n; j++) this.gcodes[j] = this.codes[items[j]];
     this.column = column;
     this.root.querySelector(".tm-colour").value = column;
-    if (this.colourError && this.status.textContent === this.colourError) this.describe(); // said, and now past
-    this.colourError = null;
     this.legend.replaceChildren(...categories.map((name, i) => {
       const item = document.createElement("li");
       const swatch = document.createElement("span");
@@ -293,6 +298,7 @@ export class TableMap {
     }));
     this.buildLUT();
     if (redraw) this.request();
+    return true;
   }
 
   /** Packed colours by (category, pixel density): alpha grows with the number of rows on the pixel. */
@@ -800,7 +806,9 @@ export class TableMap {
       this.runSearch();
       if (this.matches && this.matches.length) this.fit(this.matches);
     });
-    this.root.querySelector(".tm-colour").addEventListener("change", (event) => this.colourBy(event.target.value));
+    this.root.querySelector(".tm-colour").addEventListener("change", async (event) => {
+      if (await this.colourBy(event.target.value)) this.noteColours(""); // the refusal before is past
+    });
     new ResizeObserver(() => this.resize()).observe(canvas);
   }
 }

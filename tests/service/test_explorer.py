@@ -480,12 +480,12 @@ def test_the_whole_table_is_drawn_with_every_row(
     refused = f"{server}/v1/tables/{TOKENS_TABLE}/map/colours/nope"
     page.route("**/map/colours/**", lambda route: route.continue_(url=refused))
     page.select_option("#tm-colour", "token kind")
-    page.wait_for_selector("#table-map .tm-status.warning >> text=no colour column 'nope'")
+    page.wait_for_selector("#table-map .tm-colour-note >> text=no colour column 'nope'")
     assert page.input_value("#tm-colour") == "rank" and page.evaluate("explorer.tableMap.column") == "rank"
     page.unroute("**/map/colours/**")
     page.select_option("#tm-colour", "token kind")
     page.wait_for_function("() => explorer.tableMap.column === 'token kind'")
-    assert page.locator("#table-map .tm-status.warning").count() == 0
+    page.wait_for_selector("#table-map .tm-colour-note", state="hidden")
     assert page.locator("#table-map .tm-legend li").all_inner_texts() == ["word start", "continuation", "special"]
     table = Table.load(data_dir / TOKENS_TABLE, checksums=False)
     assert page.evaluate("explorer.tableMap.n") == table.rows
@@ -514,6 +514,30 @@ def test_colours_asked_for_before_a_table_switch_are_dropped(server: str, watche
     assert page.evaluate("explorer.tableMap.column") == "rank"
     assert page.locator("#table-map .tm-legend li").all_inner_texts() == legend
     watched.assert_clean()
+
+
+def test_colours_refused_while_a_layout_loads_are_still_said_once_it_is_drawn(server: str, watched: Watched) -> None:
+    """Colours the server refuses while another table's layout is on its way (held here until the refusal is
+    shown) stay said beside the new layout's status line."""
+    open_table_map(watched, server, f"?table={TOKENS_TABLE}")
+    page = watched.page
+    held: list = []
+    page.route(f"**/v1/tables/{WORDS_TABLE}/map?*", lambda route: held.append(route))
+    refused = f"{server}/v1/tables/{TOKENS_TABLE}/map/colours/nope"
+    page.route("**/map/colours/**", lambda route: route.continue_(url=refused))
+    with page.expect_request(lambda r: f"/{WORDS_TABLE}/map?" in r.url):
+        page.select_option("#table", WORDS_TABLE)
+    page.select_option("#tm-colour", "token kind")
+    said = page.locator("#table-map").get_by_text("no colour column 'nope'")
+    said.wait_for()
+    held[0].continue_()
+    page.wait_for_function(
+        "t => explorer.tableMap.table === t && explorer.tableMap.canvas.dataset.ready === 'true'", arg=WORDS_TABLE
+    )
+    assert "principal components of all 20,000 rows" in page.inner_text("#table-map .tm-status")
+    assert said.is_visible()
+    assert page.get_by_role("combobox", name="Colour").get_attribute("aria-describedby") == "tm-colour-note"
+    watched.assert_clean(expected_422=("/map/colours/",))
 
 
 def test_a_layout_or_labels_lost_or_refused_are_reported(server: str, watched: Watched) -> None:

@@ -1,6 +1,6 @@
 // The whole table as a map: every row on a canvas, drawn pixel by pixel into one ImageData (no WebGL, so it is
-// as fast in a headless or GPU-less browser), with pan, zoom, hover labels, search-to-highlight, click for
-// neighbours and colour by a column. Positions come from GET .../map (int16 pairs), labels from .../map/labels.
+// as fast in a headless or GPU-less browser), with pan, zoom, hover labels, search-to-highlight, click (or, by the
+// keyboard, a button among the search's first matches) for neighbours and colour by a column. Positions come from GET .../map (int16 pairs), labels from .../map/labels.
 
 const BACKGROUND = [255, 255, 255];
 const CATEGORY_COLOURS = ["#0072b2", "#d55e00", "#009e73", "#cc79a7", "#e69f00", "#56b4e9", "#7f6d00", "#555555",
@@ -16,6 +16,7 @@ const MAX_COUNT = 63; // pixel densities above this look the same
 const SLASHED = /^\/(.+)\/([a-z]*)$/s; // a search written /regular expression/flags
 const AUTO_LABELS = 140; // labels placed on frequent visible rows
 const AUTO_SCAN = 4000;
+const PICKS = 10; // matches of a search listed as buttons
 
 const hexRGB = (hex) => [1, 3, 5].map((i) => parseInt(hex.slice(i, i + 2), 16));
 const rgba32 = ([r, g, b]) => (0xff000000 | (b << 16) | (g << 8) | r) >>> 0;
@@ -48,6 +49,7 @@ export class TableMap {
     this.ctx = this.canvas.getContext("2d", { alpha: false });
     this.status = root.querySelector(".tm-status");
     this.colourNote = root.querySelector(".tm-colour-note"); // colours refused: kept apart from the layout's status
+    this.picks = root.querySelector(".tm-picks");
     this.panel = root.querySelector(".tm-panel");
     this.legend = root.querySelector(".tm-legend");
     this.n = 0;
@@ -119,6 +121,7 @@ export class TableMap {
     this.neighbours = [];
     this.hovered = -1;
     this.panel.replaceChildren(); // the neighbours of a row of the layout before
+    this.listPicks([]);
     this.root.dataset.selected = "";
     this.buildIndex();
     this.setColumns();
@@ -168,7 +171,7 @@ export class TableMap {
         `(${info.explained_variance_ratio.map((v) => `${(v * 100).toFixed(1)}%`).join(" + ")} of the variance)`
       : `t-SNE of the ${info.rows.toLocaleString("en")} most frequent rows (perplexity ${info.params.perplexity}, ` +
         `seed ${info.params.seed})`;
-    this.setStatus(`${this.table}: ${how}. Drag to pan, scroll to zoom, click a point for its neighbours.`);
+    this.setStatus(`${this.table}: ${how}. Drag to pan, scroll to zoom, click a point (or a search's match below) for its neighbours.`);
   }
 
   setStatus(text, error = false) {
@@ -627,6 +630,7 @@ export class TableMap {
       return;
     }
     const found = [];
+    let exact = -1; // a substring search's row whose whole label it is
     const rows = Math.min(this.n, this.labels.length); // a t-SNE map holds the first rows only
     const slashed = SLASHED.exec(text);
     if (slashed) {
@@ -641,7 +645,11 @@ export class TableMap {
     } else {
       if (!this.lower) this.lower = this.labels.map((label) => label.toLowerCase());
       const needle = text.toLowerCase();
-      for (let i = 0; i < rows; i++) if (this.lower[i].includes(needle)) found.push(i);
+      for (let i = 0; i < rows; i++) {
+        if (!this.lower[i].includes(needle)) continue;
+        found.push(i);
+        if (exact < 0 && this.lower[i].length === needle.length) exact = i;
+      }
     }
     this.matches = Int32Array.from(found);
     this.matchSet = new Uint8Array(this.n);
@@ -650,7 +658,26 @@ export class TableMap {
     out.textContent = `${found.length.toLocaleString("en")} match${found.length === 1 ? "" : "es"}` +
       (found.length ? ` (Enter zooms to them)` : "");
     this.root.dataset.matches = String(found.length);
+    const first = found.slice(0, PICKS + 1).filter((i) => i !== exact);
+    this.listPicks((exact < 0 ? first : [exact, ...first]).slice(0, PICKS));
     this.request();
+  }
+
+  /** Buttons for rows ``ids`` (a search's first matches): the keyboard's way to a row and its neighbours, as a
+   * click on its point is the mouse's. */
+  listPicks(ids) {
+    this.picks.replaceChildren(...ids.map((i) => {
+      const item = document.createElement("li");
+      const button = document.createElement("button");
+      button.type = "button";
+      button.className = "chip";
+      button.textContent = this.labels[i];
+      button.title = `Go to ${this.labels[i]} on the map and list its neighbours`;
+      button.addEventListener("click", () => this.goTo(i));
+      item.append(button);
+      return item;
+    }));
+    this.picks.hidden = !ids.length;
   }
 
   /** No rows highlighted, ``note`` in place of the count. */
@@ -659,6 +686,7 @@ export class TableMap {
     this.setDim(false);
     this.root.querySelector(".tm-matches").textContent = note;
     this.root.dataset.matches = "";
+    this.listPicks([]);
     this.request();
   }
 

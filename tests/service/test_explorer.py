@@ -668,6 +668,35 @@ def test_a_click_on_a_point_shows_and_marks_its_neighbours(server: str, api: htt
     watched.assert_clean()
 
 
+def test_the_keyboard_picks_a_row_among_the_search_matches(server: str, api: httpx.Client, watched: Watched) -> None:
+    """A search lists its first matches (the row it names in full first) as buttons after the map: Tab reaches
+    them, and Enter on one takes the map there and lists its neighbours, as a click on its point does."""
+    open_table_map(watched, server)
+    page = watched.page
+    page.focus("#tm-search")
+    page.keyboard.type("art")
+    picks = page.get_by_role("list", name="First matches: pick one to go to it and list its neighbours")
+    page.wait_for_function("() => document.getElementById('table-map').dataset.matches > 0")
+    names = picks.get_by_role("button").all_inner_texts()
+    assert names[0] == "art" and len(names) == 10 and all("art" in name for name in names[1:])
+    ids = [api.get(f"/v1/tables/{WORDS_TABLE}/tokens/{name}").json()["id"] for name in names]
+    assert ids[1:] == sorted(ids[1:]) and ids[0] > ids[1]  # the most frequent matches after it
+    for _ in range(10):  # the layout and colour menus, the canvas and its buttons come first
+        page.keyboard.press("Tab")
+        if page.evaluate("document.activeElement.closest('.tm-picks') !== null"):
+            break
+    assert page.evaluate("document.activeElement.textContent") == "art"
+    page.keyboard.press("Enter")
+    art = ids[0]
+    page.wait_for_selector(f"#table-map[data-selected='{art}'] .tm-panel .scores")
+    expected = api.get(f"/v1/tables/{WORDS_TABLE}/neighbors", params={"id": art, "k": 8}).json()["neighbors"]
+    assert page.locator("#table-map .tm-panel button.token").all_inner_texts() == [n["token"] for n in expected]
+    assert page.evaluate("explorer.tableMap.view.cx") == page.evaluate(f"explorer.tableMap.x[{art}]")
+    page.fill("#tm-search", "")
+    picks.wait_for(state="hidden")
+    watched.assert_clean()
+
+
 def test_pan_and_zoom_redraw_every_frame(server: str, watched: Watched) -> None:
     open_table_map(watched, server)
     stats = watched.page.evaluate(FRAMES, 40)

@@ -1,6 +1,7 @@
 // The whole table as a map: every row on a canvas, drawn pixel by pixel into one ImageData (no WebGL, so it is
 // as fast in a headless or GPU-less browser), with pan, zoom, hover labels, search-to-highlight, click (or, by the
-// keyboard, a button among the search's first matches) for neighbours and colour by a column. Positions come from GET .../map (int16 pairs), labels from .../map/labels.
+// keyboard, a button among the search's first matches) for neighbours and colour by a column. Positions come from
+// GET .../map (int16 pairs), labels from .../map/labels.
 
 const BACKGROUND = [255, 255, 255];
 const CATEGORY_COLOURS = ["#0072b2", "#d55e00", "#009e73", "#cc79a7", "#e69f00", "#56b4e9", "#7f6d00", "#555555",

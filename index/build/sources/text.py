@@ -352,6 +352,8 @@ def _parse_irregular(
         result = _parse_line(lines[i], dim)
         if isinstance(result, str):
             if not options.drop_invalid:
+                # A token that is not UTF-8 on an earlier line is the first problem: it is reported instead.
+                _decode(path, raw[:i], list(range(line_no, line_no + i)), options, stats)
                 raise InputError(path, result + DROP_HINT, line=line_no + i)
             stats.malformed_rows_dropped += 1
             keep[i] = False

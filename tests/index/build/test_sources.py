@@ -380,6 +380,9 @@ def test_drop_invalid_drops_text_rows_whose_token_is_not_utf8(
         with pytest.raises(InputError, match=rf"{strict.name}:{3 + first}: token is not valid UTF-8 .*--drop-invalid"):
             read_source(strict)
         path = write(tmp_path / name, lines, header)
+        # The first problem is named, also when a later short row has its chunk read line by line
+        with pytest.raises(InputError, match=rf"{name}:{3 + first}: token is not valid UTF-8"):
+            read_source(path)
         raw, _ = read_source(path, options=ReadOptions(drop_invalid=True))
         assert raw.tokens == [tokens[i] for i in keep] and np.array_equal(raw.matrix, matrix[keep])
         assert raw.report == {"malformed_rows_dropped": 5, "tokens_with_spaces": 1, "tokens_unicode_replaced": 0}

@@ -359,7 +359,6 @@ def _parse_irregular(
             keep[i] = False
             continue
         raw[i], values = result
-        stats.tokens_with_spaces += b" " in raw[i]
         with np.errstate(over="ignore"):
             matrix[i] = values
     numbers = (np.flatnonzero(keep) + line_no).tolist()
@@ -369,5 +368,5 @@ def _parse_irregular(
     tokens, dropped = _decode(path, raw, numbers, options, stats)
     if dropped:
         matrix = np.delete(matrix, dropped, axis=0)
-        stats.tokens_with_spaces -= sum(b" " in raw[i] for i in dropped)
+    stats.tokens_with_spaces += sum(" " in token for token in tokens)  # the rows kept
     return _Chunk(tokens, matrix)

@@ -53,12 +53,12 @@ def _twin(path: Path) -> Path:
 
 def read(path: Path, options: ReadOptions) -> RawTable:
     vectors_path, metadata_path = locate(path, options.vocab)
-    tokens, columns, replaced, not_utf8 = read_metadata(metadata_path, options)
+    tokens, columns, replaced, dropped = read_metadata(metadata_path, options)
     matrix, keep = read_vectors(vectors_path, options)
     if len(keep) != len(tokens):
         raise InputError(metadata_path, f"{len(tokens):,} rows, but {vectors_path.name} has {len(keep):,}")
-    if not_utf8:  # --drop-invalid: the rows whose metadata line is not UTF-8 left out too
-        labelled = keep_mask(len(tokens), not_utf8)
+    if dropped:  # --drop-invalid: the rows whose metadata line is dropped left out too
+        labelled = keep_mask(len(tokens), dropped)
         matrix = matrix[labelled[keep]]
         keep &= labelled
     report = {"malformed_rows_dropped": int((~keep).sum()), "tokens_unicode_replaced": replaced}
@@ -78,19 +78,18 @@ def read(path: Path, options: ReadOptions) -> RawTable:
 
 
 def read_metadata(path: Path, options: ReadOptions) -> tuple[list[str], dict[str, list[str]], int, list[int]]:
-    """Return (tokens, extra columns by name, lines with U+FFFD, rows (0-based) whose line is not UTF-8, to drop
-    with ``--drop-invalid``)."""
-    lines, replaced, not_utf8 = read_lines(path, options)
+    """Return (tokens, extra columns by name, lines with U+FFFD, rows (0-based) to drop with ``--drop-invalid``:
+    those whose line is not UTF-8 or has the wrong number of columns)."""
+    lines, replaced, dropped = read_lines(path, options)
     if not lines:
         raise InputError(path, "empty file: no tokens")
     if "\t" not in lines[0]:
         tokens, columns, first = lines, {}, 1
     else:
-        if not_utf8 and not_utf8[0] == 0:
+        if dropped and dropped[0] == 0:
             raise InputError(
                 path, "the header is not valid UTF-8; use --unicode-errors replace to substitute U+FFFD", line=1
             )
-        not_utf8 = [line - 1 for line in not_utf8]
         header = lines[0].split("\t")
         for i, name in enumerate(header):
             if not name.strip():
@@ -99,15 +98,19 @@ def read_metadata(path: Path, options: ReadOptions) -> tuple[list[str], dict[str
         if duplicated:
             raise InputError(path, f"header names column {duplicated[0]!r} twice", line=1)
         rows = [line.split("\t") for line in lines[1:]]
-        for i, row in enumerate(rows):
-            if len(row) != len(header):
-                raise InputError(path, f"{len(row)} columns, the header has {len(header)}", line=i + 2)
+        ragged = [i for i, row in enumerate(rows) if len(row) != len(header)]
+        if ragged and not options.drop_invalid:
+            problem = f"{len(rows[ragged[0]])} columns, the header has {len(header)}"
+            raise InputError(path, problem + DROP_HINT, line=ragged[0] + 2)
+        for i in ragged:  # --drop-invalid: left out below with their vector rows
+            rows[i] = [""] * len(header)
+        dropped = sorted({*(line - 1 for line in dropped), *ragged})
         tokens = [row[0] for row in rows]
         columns = {name: [row[j] for row in rows] for j, name in enumerate(header) if j}
         first = 2
     if not options.drop_invalid and "" in tokens:
         raise InputError(path, "empty token", line=tokens.index("") + first)
-    return tokens, columns, replaced, not_utf8
+    return tokens, columns, replaced, dropped
 
 
 def read_vectors(path: Path, options: ReadOptions) -> tuple[np.ndarray, np.ndarray]:

@@ -352,12 +352,13 @@ def _parse_irregular(
         result = _parse_line(lines[i], dim)
         if isinstance(result, str):
             if not options.drop_invalid:
+                # A token that is not UTF-8 on an earlier line is the first problem: it is reported instead.
+                _decode(path, raw[:i], list(range(line_no, line_no + i)), options, stats)
                 raise InputError(path, result + DROP_HINT, line=line_no + i)
             stats.malformed_rows_dropped += 1
             keep[i] = False
             continue
         raw[i], values = result
-        stats.tokens_with_spaces += b" " in raw[i]
         with np.errstate(over="ignore"):
             matrix[i] = values
     numbers = (np.flatnonzero(keep) + line_no).tolist()
@@ -367,5 +368,5 @@ def _parse_irregular(
     tokens, dropped = _decode(path, raw, numbers, options, stats)
     if dropped:
         matrix = np.delete(matrix, dropped, axis=0)
-        stats.tokens_with_spaces -= sum(b" " in raw[i] for i in dropped)
+    stats.tokens_with_spaces += sum(" " in token for token in tokens)  # the rows kept
     return _Chunk(tokens, matrix)

@@ -290,6 +290,32 @@ def test_projector_metadata_follows_dropped_rows(tmp_path: Path, data_dir: Path,
     assert table.manifest["cleaning"]["duplicate_tokens_dropped"] == 1
 
 
+def test_projector_metadata_row_of_the_wrong_width_is_a_bad_row(tmp_path: Path, glove_rows) -> None:
+    """A metadata.tsv row with more or fewer columns than the header is refused naming its line, or dropped with its
+    vector row and counted with --drop-invalid; a header of the wrong shape refuses the file either way."""
+    tokens, matrix = glove_rows
+    tokens, matrix = tokens[:40], matrix[:40]
+    kinds = [f"k{i}" for i in range(40)]
+    directory = _projector(tmp_path / "proj", tokens, matrix, kinds)
+    lines = (directory / "metadata.tsv").read_text().splitlines()
+    lines[1 + 20] += "\textra"
+    lines[1 + 30] = tokens[30]
+    lines[1 + 10] += "\t"  # its vector row is short too: one row dropped
+    vectors = (directory / "vectors.tsv").read_text().splitlines()
+    vectors[10] = "1\t2"
+    (directory / "vectors.tsv").write_text("\n".join(vectors) + "\n")
+    (directory / "metadata.tsv").write_text("\n".join(lines) + "\n")
+    with pytest.raises(InputError, match=r"metadata.tsv:12: 3 columns, the header has 2 \(use --drop-invalid"):
+        read_source(directory)
+    raw, _ = read_source(directory, options=ReadOptions(drop_invalid=True))
+    keep = [i for i in range(40) if i not in (10, 20, 30)]
+    assert raw.tokens == [tokens[i] for i in keep] and np.array_equal(raw.matrix, matrix[keep])
+    assert raw.metadata == {"kind": [kinds[i] for i in keep]} and raw.report["malformed_rows_dropped"] == 3
+    (directory / "metadata.tsv").write_text("\n".join(["word\tword", *lines[1:]]) + "\n")
+    with pytest.raises(InputError, match=r"metadata.tsv:1: header names column 'word' twice"):
+        read_source(directory, options=ReadOptions(drop_invalid=True))
+
+
 def test_a_gzipped_projector_pair_reads_as_one(tmp_path: Path, data_dir: Path, glove_rows) -> None:
     """A folder of ``vectors.tsv.gz`` and ``metadata.tsv.gz`` is a projector pair (not a folder of documents), and
     either file of a pair may be gzipped, found from the other."""
@@ -380,6 +406,9 @@ def test_drop_invalid_drops_text_rows_whose_token_is_not_utf8(
         with pytest.raises(InputError, match=rf"{strict.name}:{3 + first}: token is not valid UTF-8 .*--drop-invalid"):
             read_source(strict)
         path = write(tmp_path / name, lines, header)
+        # The first problem is named, also when a later short row has its chunk read line by line
+        with pytest.raises(InputError, match=rf"{name}:{3 + first}: token is not valid UTF-8"):
+            read_source(path)
         raw, _ = read_source(path, options=ReadOptions(drop_invalid=True))
         assert raw.tokens == [tokens[i] for i in keep] and np.array_equal(raw.matrix, matrix[keep])
         assert raw.report == {"malformed_rows_dropped": 5, "tokens_with_spaces": 1, "tokens_unicode_replaced": 0}

@@ -227,6 +227,8 @@ def _main(argv: list[str] | None) -> int:
     for variable, value in overrides.items():
         if value is not None:
             os.environ[variable] = str(value)
+    for line in unknown_variables(os.environ):  # before a refusal: a misspelt variable may be why
+        say(line, log_format, logging.WARNING)
     problem = settings_problem(Settings)  # before EMBEDDING_THREADS is read and written again below
     if problem:
         say(problem, log_format)
@@ -242,8 +244,6 @@ def _main(argv: list[str] | None) -> int:
     if problem:
         say(problem, log_format)
         return 2
-    for line in unknown_variables(os.environ):
-        say(line, log_format, logging.WARNING)
     problem = metrics_dir_problem(os.environ) or listen_problem(args.host, args.port)  # before the tables load
     if problem:
         say(problem, log_format)

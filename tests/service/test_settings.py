@@ -117,6 +117,16 @@ def test_keys_from_files(clean_env: pytest.MonkeyPatch, tmp_path: Path, capsys: 
     clean_env.setenv("EMBEDDING_API_KEY_FILE", str(tmp_path / "spaced"))
     with pytest.raises(ValidationError, match="printable ASCII"):
         Settings()
+    # and refused under the name of the variable given, with its file (EMBEDDING_API_KEY is not set)
+    (tmp_path / "accented").write_text("first-key-123\nr\u00e9ad-key\n")
+    clean_env.setenv("embedding_read_api_key_file", str(tmp_path / "accented"))
+    clean_env.setenv("EMBEDDING_WRITE_KEYS_FILE", str(tmp_path / "accented"))
+    refused = "an API key must be printable ASCII without surrounding spaces (it is sent in a header)"
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        assert serve.main(["--data-dir", str(tmp_path), "--port", str(taken.getsockname()[1])]) == 2
+    files = [("API_KEY", "spaced"), ("READ_API_KEY", "accented"), ("WRITE_KEYS", "accented")]
+    named = [f"EMBEDDING_{key}_FILE: {tmp_path / file}: {refused}" for key, file in files]
+    assert errors(capsys) == [f"embedding-serve: invalid settings: {'; '.join(named)}"]
 
 
 @pytest.mark.parametrize(

@@ -347,6 +347,17 @@ def serve_workers(options: dict[str, Any]) -> None:
                     if pid is not None:
                         multiprocess.mark_process_dead(pid)  # type: ignore[no-untyped-call]  # unannotated there
 
+        # uvicorn queues each signal its handler catches and handles the queue every half second: a SIGTERM that
+        # reaches the process twice (to it and to its process group, as timeout(1) sends it) would log its exit
+        # twice. Once exiting, another SIGTERM or SIGINT is the same request.
+        def handle_term(self) -> None:
+            if not self.should_exit.is_set():
+                super().handle_term()
+
+        def handle_int(self) -> None:
+            if not self.should_exit.is_set():
+                super().handle_int()
+
         def handle_hup(self) -> None:
             pids = [p.pid for p in self.processes if p.pid is not None and p.process.is_alive()]
             logging.getLogger("uvicorn.error").info("Received SIGHUP, workers %s reload their tables.", pids)

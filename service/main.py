@@ -227,6 +227,8 @@ def _main(argv: list[str] | None) -> int:
     for variable, value in overrides.items():
         if value is not None:
             os.environ[variable] = str(value)
+    for line in unknown_variables(os.environ):  # before a refusal: a misspelt variable may be why
+        say(line, log_format, logging.WARNING)
     problem = settings_problem(Settings)  # before EMBEDDING_THREADS is read and written again below
     if problem:
         say(problem, log_format)
@@ -242,8 +244,6 @@ def _main(argv: list[str] | None) -> int:
     if problem:
         say(problem, log_format)
         return 2
-    for line in unknown_variables(os.environ):
-        say(line, log_format, logging.WARNING)
     problem = metrics_dir_problem(os.environ) or listen_problem(args.host, args.port)  # before the tables load
     if problem:
         say(problem, log_format)
@@ -346,6 +346,17 @@ def serve_workers(options: dict[str, Any]) -> None:
                 for pid in before - {p.pid for p in self.processes}:
                     if pid is not None:
                         multiprocess.mark_process_dead(pid)  # type: ignore[no-untyped-call]  # unannotated there
+
+        # uvicorn queues each signal its handler catches and handles the queue every half second: a SIGTERM that
+        # reaches the process twice (to it and to its process group, as timeout(1) sends it) would log its exit
+        # twice. Once exiting, another SIGTERM or SIGINT is the same request.
+        def handle_term(self) -> None:
+            if not self.should_exit.is_set():
+                super().handle_term()
+
+        def handle_int(self) -> None:
+            if not self.should_exit.is_set():
+                super().handle_int()
 
         def handle_hup(self) -> None:
             pids = [p.pid for p in self.processes if p.pid is not None and p.process.is_alive()]

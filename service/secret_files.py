@@ -2,12 +2,14 @@
 Kubernetes secrets mount them (``/run/secrets/...``), so the key never sits in the environment.
 
 The file's trailing newline is dropped. Both variables given, or a file that cannot be read or is empty, is a
-ValueError naming them: the server stops at start-up with that line.
+ValueError naming them: the server stops at start-up with that line. A key the settings refuse is named by its file
+(``key_files``), not by the variable the user did not set.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +22,13 @@ SUFFIX = "_FILE"
 
 def file_variable(field: str) -> str:
     return f"{PREFIX}{field.upper()}{SUFFIX}"
+
+
+def key_files(fields: Iterable[str]) -> dict[str, str]:
+    """The settings of ``fields`` given by files: for each, its ``*_FILE`` variable and the path it names."""
+    environ = {name.upper(): value for name, value in os.environ.items()}  # as the settings: any case
+    given = {field: environ.get(file_variable(field), "").strip() for field in fields}
+    return {field: f"{file_variable(field)}: {path}" for field, path in given.items() if path}
 
 
 def read_secret(variable: str, path: str) -> str:

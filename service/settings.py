@@ -17,7 +17,7 @@ from pydantic import Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, NoDecode, PydanticBaseSettingsSource, SettingsConfigDict
 
 from index.errors import InvalidQuery
-from service.secret_files import SecretFiles, file_variable
+from service.secret_files import SecretFiles, file_variable, key_files
 
 KIB, MIB = 1 << 10, 1 << 20
 SUPERVISOR_VARIABLE = "EMBEDDING_SERVE_SUPERVISOR_PID"  # set by embedding-serve --workers N for its workers
@@ -387,10 +387,12 @@ def _quota_cores(quota_file: Path, period_file: Path | None = None) -> int | Non
 
 
 def describe_error(exc: ValidationError) -> str:
-    """One line naming each bad setting by its environment variable."""
+    """One line naming each bad setting by its environment variable, a key read from a file by that file."""
+    files = key_files(KEY_SETTINGS)
     parts = []
     for error in exc.errors():
         field = ".".join(str(p) for p in error["loc"]) or "settings"
         message = error["msg"].removeprefix("Value error, ")
-        parts.append(f"EMBEDDING_{field.upper()}: {message}")
+        variable = files.get(field.split(".")[0]) or f"EMBEDDING_{field.upper()}"
+        parts.append(f"{variable}: {message}")
     return "invalid settings: " + "; ".join(parts)

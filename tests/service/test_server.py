@@ -106,7 +106,7 @@ def work_running(base: str) -> float:
 
 def test_two_workers_share_the_tables_and_the_metrics(small_data_dir: Path, tmp_path: Path, small: Table) -> None:
     """Requests and metrics shared by two forked workers; a worker killed midway through its work is restarted,
-    and its work in flight is no longer counted."""
+    and its work in flight is no longer counted. A SIGTERM that comes twice stops the server once."""
     env = {"EMBEDDING_MAX_LAYOUT_WORK": "102400"}  # a t-SNE layout of 500 words: long enough to be caught running
     env |= {"EMBEDDING_LOG_FORMAT": "json", "EMBEDDING_LOG_FORMATS": "json"}  # and a warning about the misspelt one
     server = start(small_data_dir, tmp_path / "server.log", "--workers", "2", "--threads", "1", env=env)
@@ -168,9 +168,14 @@ def test_two_workers_share_the_tables_and_the_metrics(small_data_dir: Path, tmp_
             what="two new workers ready",
         )
         assert work_running(base) == 0
+        # SIGTERM twice, as a SIGTERM to the process and to its process group (timeout(1)) brings it: one exit.
+        server.process.send_signal(signal.SIGTERM)
+        time.sleep(0.1)  # not merged with the first while that one is pending
+        server.process.send_signal(signal.SIGTERM)
     finally:
         stop(server)
     # Every line of the supervisor's and the workers', from the start-up's warning to the shutdown, is one object.
     entries = [json.loads(line) for line in server.log().splitlines()]
     assert {tuple(entry) for entry in entries} == {("time", "level", "logger", "message")}
     assert entries[0]["level"] == "warning" and "EMBEDDING_LOG_FORMATS is not a setting" in entries[0]["message"]
+    assert [entry["message"] for entry in entries].count("Received SIGTERM, exiting.") == 1

@@ -117,6 +117,16 @@ def test_keys_from_files(clean_env: pytest.MonkeyPatch, tmp_path: Path, capsys: 
     clean_env.setenv("EMBEDDING_API_KEY_FILE", str(tmp_path / "spaced"))
     with pytest.raises(ValidationError, match="printable ASCII"):
         Settings()
+    # and refused under the name of the variable given, with its file (EMBEDDING_API_KEY is not set)
+    (tmp_path / "accented").write_text("first-key-123\nr\u00e9ad-key\n")
+    clean_env.setenv("embedding_read_api_key_file", str(tmp_path / "accented"))
+    clean_env.setenv("EMBEDDING_WRITE_KEYS_FILE", str(tmp_path / "accented"))
+    refused = "an API key must be printable ASCII without surrounding spaces (it is sent in a header)"
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        assert serve.main(["--data-dir", str(tmp_path), "--port", str(taken.getsockname()[1])]) == 2
+    files = [("API_KEY", "spaced"), ("READ_API_KEY", "accented"), ("WRITE_KEYS", "accented")]
+    named = [f"EMBEDDING_{key}_FILE: {tmp_path / file}: {refused}" for key, file in files]
+    assert errors(capsys) == [f"embedding-serve: invalid settings: {'; '.join(named)}"]
 
 
 @pytest.mark.parametrize(
@@ -154,8 +164,8 @@ def test_embedding_serve_exits_non_zero_on_bad_settings(
     clean_env: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     assert serve.main(["--data-dir", "/no/such/dir"]) == 2
-    err = capsys.readouterr().err.strip()
-    assert err.count("\n") == 0 and "EMBEDDING_DATA_DIR" in err and "/no/such/dir" in err
+    refused = errors(capsys)
+    assert len(refused) == 1 and "EMBEDDING_DATA_DIR" in refused[0] and "/no/such/dir" in refused[0]
     assert serve.main(["--workers", "0"]) == 2
     capsys.readouterr()
     assert serve.main(["--port", "84246"]) == 2  # past 65535: refused, not wrapped round to another port
@@ -234,6 +244,12 @@ def test_a_variable_that_is_no_setting_is_named_at_start_up(
     assert ignored.format("EMBEDDING_MAXK", "EMBEDDING_MAX_K") in warnings
     assert ignored.format("EMBEDDING_READ_KEY", "EMBEDDING_READ_API_KEY") in warnings
     assert not [line for line in warnings if "max_k " in line or SUPERVISOR_VARIABLE in line or "s3cret" in line]
+    clean_env.setenv("EMBEDDING_MAX_K", "0")  # refused: named after the warning that may explain it
+    clean_env.delenv("embedding_max_k")
+    assert serve.main(["--data-dir", str(tmp_path)]) == 2
+    lines = capsys.readouterr().err.splitlines()
+    refusal = "embedding-serve: invalid settings: EMBEDDING_MAX_K: Input should be greater than or equal to 1"
+    assert ignored.format("EMBEDDING_READ_KEY", "EMBEDDING_READ_API_KEY") in lines and lines[-1] == refusal
     assert indexing.STATUS_VARIABLE in INTERNAL_VARIABLES
     for name in Settings.model_fields:  # every setting is documented, by its variable
         assert f"`EMBEDDING_{name.upper()}`" in README, name
@@ -256,18 +272,19 @@ def test_start_up_lines_are_json_lines_in_json_format(
     assert lines() == [{"level": "error", "message": "argument --port: invalid int value: 'x'"}]
     assert serve.main(["--workers", "0"]) == 2
     assert lines() == [{"level": "error", "message": "--workers must be at least 1"}]
-    clean_env.setenv("EMBEDDING_MAX_K", "0")
-    assert serve.main(["--data-dir", str(tmp_path)]) == 2
-    assert lines() == [{"level": "error", "message": serve.settings_problem(Settings)}]
-    clean_env.delenv("EMBEDDING_MAX_K")
     clean_env.delenv("EMBEDDING_TEST_CACHE", raising=False)  # of the tests: the only misspelt variable is this one
     clean_env.setenv("EMBEDDING_MAXK", "5")
+    misspelt = "EMBEDDING_MAXK is not a setting of embedding-serve and is ignored (did you mean EMBEDDING_MAX_K?)"
+    clean_env.setenv("EMBEDDING_MAX_K", "0")  # refused: after the warning, which may say why
+    assert serve.main(["--data-dir", str(tmp_path)]) == 2
+    refused = {"level": "error", "message": serve.settings_problem(Settings)}
+    assert lines() == [{"level": "warning", "message": misspelt}, refused]
+    clean_env.delenv("EMBEDDING_MAX_K")
     clean_env.setattr(serve, "cores", lambda: 1)
     clean_env.setenv("PROMETHEUS_MULTIPROC_DIR", str(tmp_path))  # not one made for the workers, and undone after
     clean_env.setattr(serve, "start_deferred_builds", lambda settings: sys.exit(3))  # stops after the warnings
     with pytest.raises(SystemExit, match="3"):
         serve.main(["--data-dir", str(tmp_path), "--port", "0", "--workers", "2"])
-    misspelt = "EMBEDDING_MAXK is not a setting of embedding-serve and is ignored (did you mean EMBEDDING_MAX_K?)"
     overcommitted = "2 workers x 1 threads exceeds 1 cores"
     assert lines() == [{"level": "warning", "message": misspelt}, {"level": "warning", "message": overcommitted}]
     clean_env.delenv("EMBEDDING_LOG_FORMAT")  # the option alone, and a plain refusal without it

@@ -35,6 +35,7 @@ from index.engine.door import (
     filters,
     parse_timestamp,
     timestamp_text,
+    unembedded,
     written_row,
 )
 from index.errors import InvalidQuery
@@ -130,14 +131,12 @@ def upsert_body(
             )
         texts = [documents[i].text or "" for i in to_embed]
         encoded = encoder_for(encoder).encode(texts, record.get("pooling"), strict=False)
-        for i, text, vector, tokens in zip(to_embed, texts, encoded.vectors, encoded.tokens, strict=True):
+        for j, (i, text, vector) in enumerate(zip(to_embed, texts, encoded.vectors, strict=True)):
             # a blank text is no document, as at import (a transformer would embed it as [CLS] [SEP] alone)
-            if tokens == 0 or not text.strip():
-                raise InvalidQuery(
-                    f"documents[{i}] (id {documents[i].id!r}): no word of its text is known to {encoder.name!r}, "
-                    "which embeds this table's documents: send its vector",
-                    document=i,
-                )
+            if encoded.tokens[j] == 0 or not text.strip():
+                label = f"documents[{i}] (id {documents[i].id!r}): its text"
+                refused = unembedded(encoded, j, label, text, f"{encoder.name!r}, this table's encoder", document=i)
+                raise InvalidQuery(refused.message + "; send its vector", **refused.details) from None
             out[i]["vector"] = vector.astype(np.float64).tolist()
     return {"op": "upsert", "documents": out}
 

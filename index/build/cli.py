@@ -184,6 +184,10 @@ def _report_documents(manifest: dict[str, Any]) -> None:
     if cleaning.get("invalid_rows_dropped"):
         reasons = "; ".join(cleaning["invalid_rows"])
         typer.echo(f"dropped {cleaning['invalid_rows_dropped']:,} invalid rows (--drop-invalid), first: {reasons}")
+    if cleaning.get("texts_not_embedded"):
+        from index.build.documents import not_embedded_line
+
+        typer.echo(not_embedded_line(cleaning["texts_not_embedded"]))
 
 
 @app.command()

@@ -18,7 +18,7 @@ A field whose type no document field can have (an object, a list of numbers, ...
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -42,7 +42,9 @@ from index.build.fields import (
     where,
 )
 from index.build.sources import DROP_HINT
+from index.engine.encode import cancelled_out
 from index.errors import InputError
+from index.progress import note
 from index.store.payload import INTEGER, STRING, contiguous, sort_ids
 from index.store.rows import row_norms
 
@@ -50,8 +52,16 @@ REPORTED = 5  # reasons kept in the report of an import with drop_invalid
 VECTOR_FIELDS = ("vector", "embedding")
 
 
-# Documents without vectors: texts -> (unit rows of the texts it could embed, a boolean per text: embedded)
-Embed = Callable[[Sequence[str | None]], tuple[np.ndarray, np.ndarray]]
+@dataclass
+class Embedded:
+    """The texts of documents without vectors, embedded: what an :data:`Embed` answers."""
+
+    matrix: np.ndarray  # float32 unit rows of the texts it could embed, in order
+    ok: np.ndarray  # a boolean per text: embedded
+    cancelled: dict[int, list[str]] = field(default_factory=dict)  # texts whose known words cancel out: those words
+
+
+Embed = Callable[[Sequence[str | None]], Embedded]
 
 
 @dataclass
@@ -81,17 +91,46 @@ class Vectors:
     matrix: np.ndarray  # float32, the rows listed in ``rows`` (those whose vector has the common length)
     rows: np.ndarray
     dim: int
+    not_embedded: dict[str, int] = field(default_factory=dict)  # embedded texts: those that were not, by why
 
 
 def embedded(name: str, column: pa.Array, checks: Checks, embed: Embed) -> Vectors:
-    """The text field embedded: documents without text, or with no token the encoder knows, are row problems."""
+    """The text field embedded: documents without text, with no token the encoder knows, or whose known words
+    cancel out (their rows sum to zero), are row problems, counted apart."""
     texts: list[str | None] = column.to_pylist()
-    matrix, ok = embed(texts)
-    checks.add(
-        ~ok,
-        lambda row: f"text {name!r} has no word the encoder knows" if texts[row] else f"no text to embed ({name!r})",
-    )
-    return Vectors(matrix, np.flatnonzero(ok), int(matrix.shape[1]))
+    found = embed(texts)
+
+    def reason(row: int) -> str:
+        if not texts[row]:
+            return f"no text to embed ({name!r})"
+        if row in found.cancelled:
+            return cancelled_out(f"text {name!r}", texts[row] or "", found.cancelled[row], "the encoder").message
+        return f"text {name!r} has no word the encoder knows"
+
+    checks.add(~found.ok, reason)
+    missing = sum(not texts[row] for row in np.flatnonzero(~found.ok).tolist())
+    counts = {
+        "no_text": missing,
+        "no_known_word": int((~found.ok).sum()) - missing - len(found.cancelled),
+        "cancelled_out": len(found.cancelled),
+    }
+    not_embedded = {why: count for why, count in counts.items() if count}
+    if not_embedded:
+        note(not_embedded_line(not_embedded))
+    return Vectors(found.matrix, np.flatnonzero(found.ok), int(found.matrix.shape[1]), not_embedded)
+
+
+NOT_EMBEDDED = {
+    "no_text": ("document without text", "documents without text"),
+    "no_known_word": ("text with no word the encoder knows", "texts with no word the encoder knows"),
+    "cancelled_out": ("text whose known words cancel out", "texts whose known words cancel out"),
+}
+
+
+def not_embedded_line(counts: dict[str, int]) -> str:
+    """The documents an import could not embed, by why (``texts_not_embedded`` of its cleaning report)."""
+    parts = [f"{count:,} {NOT_EMBEDDED[why][count != 1]}" for why, count in counts.items() if why in NOT_EMBEDDED]
+    return f"not embedded: {', '.join(parts)}"
 
 
 def vectors(name: str, column: pa.Array, checks: Checks, rows: Rows) -> Vectors:
@@ -295,6 +334,8 @@ def prepare(rows: Rows, options: DocumentOptions) -> Documents:
             line, reason = reasons[0]
             raise locate(rows, line, reason + DROP_HINT)
         report = {"invalid_rows_dropped": dropped, "invalid_rows": [f"{where(rows, at)}: {r}" for at, r in reasons]}
+        if found.not_embedded:
+            report["texts_not_embedded"] = found.not_embedded
     keep = ~bad
     if not keep.any():
         raise InputError(rows.path, f"no documents left: all {dropped:,} rows are invalid, {report['invalid_rows'][0]}")

@@ -1,8 +1,9 @@
 """Documents without vectors, embedded at import by a table the data directory already has (``--encoder``).
 
 The encoder table is loaded and verified like any served table and its encoder (``index.engine.encode``) embeds the
-text field in blocks, with progress. A document with no text, or whose text has no token the encoder knows,
-is a bad row (named by its line, or dropped with ``--drop-invalid``). The manifest records the encoder: its
+text field in blocks, with progress. A document with no text, whose text has no token the encoder knows, or
+whose known words cancel out (their rows sum to zero), is a bad row (named by its line, or dropped with
+``--drop-invalid``), each kind counted apart (``index.build.documents.embedded``). The manifest records the encoder: its
 name, kind, pooling, dimension and the sha256 of its vectors (and of its SIF component; a transformer table's:
 of its model graph), so that the server can check that the table it embeds query texts with is the one the
 documents were embedded with.
@@ -25,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from index.build.documents import Embedded
 from index.engine.encode import Encoder, encoder_for
 from index.engine.encoding import Encoded
 from index.engine.table import Table
@@ -39,7 +41,7 @@ MODEL_BLOCK_TEXTS = 256  # the same for a transformer table, whose texts take lo
 
 @dataclass
 class TextEncoder:
-    """What the documents reader calls: ``embed(texts)`` -> (unit vectors of the texts it can embed, which)."""
+    """What the documents reader calls: ``embed(texts)`` -> :class:`index.build.documents.Embedded`."""
 
     table: Table
     encoder: Encoder | TransformerEncoder
@@ -71,9 +73,11 @@ class TextEncoder:
             **({"graph_sha256": self.table.graph_sha256} if self.table.graph_sha256 else {}),
         }
 
-    def embed(self, texts: Sequence[str | None]) -> tuple[np.ndarray, np.ndarray]:
-        """(float32 unit rows of the embeddable texts, in order; a boolean per text: embedded or not)."""
+    def embed(self, texts: Sequence[str | None]) -> Embedded:
+        """The float32 unit rows of the embeddable texts, in order; a boolean per text: embedded or not; the known
+        words of the texts whose known words cancel out."""
         ok = np.zeros(len(texts), dtype=bool)
+        cancelled: dict[int, list[str]] = {}
         blocks = []
         step = MODEL_BLOCK_TEXTS if self.table.graph_sha256 else BLOCK_TEXTS
         given = [[text or "" for text in texts[start : start + step]] for start in range(0, len(texts), step)]
@@ -89,11 +93,12 @@ class TextEncoder:
                 known = (np.asarray(encoded.tokens) > 0) & np.array([bool(text.strip()) for text in block], dtype=bool)
                 blocks.append(encoded.vectors[known])
                 ok[start : start + len(block)] = known
+                cancelled.update({start + i: words for i, words in encoded.cancelled.items()})
                 progress.advance(len(block))
         seconds = time.perf_counter() - started
         note(f"embedded {len(texts):,} texts in {seconds:.1f} s ({len(texts) / max(seconds, 1e-9):,.0f} texts/s)")
         matrix = np.vstack(blocks) if blocks else np.zeros((0, self.table.dim), dtype=np.float32)
-        return matrix, ok
+        return Embedded(matrix, ok, cancelled)
 
     def _encode(self, block: list[str]) -> Encoded:
         return self.encoder.encode(block, strict=False)

@@ -25,6 +25,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
+from index.build.documents import Embed, Embedded
 from index.build.embed_documents import BLOCK_TEXTS, MODEL_BLOCK_TEXTS, TextEncoder
 from index.errors import InputError
 from index.progress import Progress
@@ -68,17 +69,17 @@ class _Embedder:
     def __init__(self, directory: str) -> None:
         self.encoder = TextEncoder.open(Path(directory))
 
-    def embed(self, texts: list[str | None]) -> tuple[np.ndarray, np.ndarray]:
+    def embed(self, texts: list[str | None]) -> Embedded:
         return self.encoder.embed(texts)
 
 
-def embedder(ray: Any, encoder: TextEncoder) -> Callable[[Sequence[str | None]], tuple[np.ndarray, np.ndarray]]:
+def embedder(ray: Any, encoder: TextEncoder) -> Embed:
     """``encoder.embed`` run by Ray actors holding the encoder (as many as the cluster has cores, at most one per
     block), the blocks in a local import's order."""
     step = MODEL_BLOCK_TEXTS if encoder.table.graph_sha256 else BLOCK_TEXTS
     directory = str(encoder.table.directory)
 
-    def embed(texts: Sequence[str | None]) -> tuple[np.ndarray, np.ndarray]:
+    def embed(texts: Sequence[str | None]) -> Embedded:
         from ray.util import ActorPool
 
         blocks = [list(texts[start : start + step]) for start in range(0, len(texts), step)]
@@ -86,17 +87,19 @@ def embedder(ray: Any, encoder: TextEncoder) -> Callable[[Sequence[str | None]],
         actor = ray.remote(num_cpus=1)(_Embedder)
         pool = ActorPool([actor.remote(directory) for _ in range(min(cores, len(blocks)) or 1)])
         matrices, found = [], []
+        cancelled: dict[int, list[str]] = {}
         with Progress(f"embedding with {encoder.table.name} on Ray", len(texts), "documents") as progress:
-            for block, (matrix, ok) in zip(
-                blocks, pool.map(lambda a, block: a.embed.remote(block), blocks), strict=True
-            ):
-                matrices.append(matrix)
-                found.append(ok)
+            answers = pool.map(lambda a, block: a.embed.remote(block), blocks)
+            for number, (block, answer) in enumerate(zip(blocks, answers, strict=True)):
+                matrices.append(answer.matrix)
+                found.append(answer.ok)
+                cancelled.update({number * step + i: words for i, words in answer.cancelled.items()})
                 progress.advance(len(block))
         dim = encoder.table.dim
-        return (
+        return Embedded(
             np.vstack(matrices) if matrices else np.zeros((0, dim), dtype=np.float32),
             np.concatenate(found) if found else np.zeros(0, dtype=bool),
+            cancelled,
         )
 
     return embed

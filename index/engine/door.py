@@ -181,6 +181,7 @@ __all__ = [
     "timestamp_text",
     "transformer_of",
     "tsne_available",
+    "unembedded",
     "unit_mean",
     "unit_queries",
     "whole_rows",

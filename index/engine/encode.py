@@ -1,7 +1,9 @@
 """Texts to vectors with a table's rows: one :class:`Encoder`, chosen by the table's kind.
 
 - Model-token tables (``kind == "tokens"``): the table's own tokenizer splits each text (no [CLS]/[SEP]
-  added); special pieces ([UNK], or a special token typed in the text) are left out and counted as unknown.
+  added); special pieces ([UNK], or a special token typed in the text, matched as the tokenizer matches it) are
+  left out and counted as unknown; a text of nothing else is refused naming them as typed ("[CLS] is a special
+  token").
   The vector is the mean of the pieces' *original* rows, ``vectors * norms`` (the model's embedding rows, as
   model2vec and sentence-transformers' mean pooling see them; the unit rows would let a rare piece count as
   much as a frequent one), each times its weight when the table has per-token weights (a model2vec model's
@@ -106,10 +108,14 @@ def no_known_word(label: str, content: str, whose: str, **details: Any) -> NoKno
     words = words_of(content)
     if not words:
         return NoKnownWord(f"{label} {preview(content)} has no words to embed", words=[], **details)
-    more = f" (and {len(words) - SHOWN_WORDS} more)" if len(words) > SHOWN_WORDS else ""
-    shown = ", ".join(words[:SHOWN_WORDS]) + more
-    message = f"{label} {preview(content)}: no word of it is known to {whose}: unknown {shown}"
+    message = f"{label} {preview(content)}: no word of it is known to {whose}: unknown {listed(words)}"
     return NoKnownWord(message, words=words, **details)
+
+
+def listed(words: list[str]) -> str:
+    """The first :data:`SHOWN_WORDS` of ``words``, comma-separated, and how many more there are."""
+    more = f" (and {len(words) - SHOWN_WORDS} more)" if len(words) > SHOWN_WORDS else ""
+    return ", ".join(words[:SHOWN_WORDS]) + more
 
 
 def cancelled_out(label: str, content: str, known: list[str], whose: str, **details: Any) -> NoKnownWord:
@@ -120,10 +126,26 @@ def cancelled_out(label: str, content: str, known: list[str], whose: str, **deta
     return NoKnownWord(message, words=known, **details)
 
 
+def no_known_piece(
+    label: str, content: str, unknown: list[str], special: list[str], whose: str, **details: Any
+) -> NoKnownWord:
+    """The error for a text a model-token table has no piece of, naming what its tokenizer left out as typed:
+    ``unknown`` (made [UNK] of) and ``special`` (special tokens typed in the text, matched as the model's
+    tokenizer matches them)."""
+    parts = [f"unknown {listed(unknown)}"] if unknown else []
+    if special:
+        are = "is a special token" if len(special) == 1 else "are special tokens"
+        parts.append(f"{listed(special)} {are}, which the table leaves out")
+    message = f"{label} {preview(content)}: no word of it is known to {whose}: {'; '.join(parts)}"
+    return NoKnownWord(message, words=unknown + special, **details)
+
+
 def unembedded(encoded: Encoded, i: int, label: str, content: str, whose: str, **details: Any) -> NoKnownWord:
     """The error for text ``i`` of ``encoded`` (its tokens count 0): its known words cancel out, or none is known."""
     if i in encoded.cancelled:
         return cancelled_out(label, content, encoded.cancelled[i], whose, **details)
+    if i in encoded.left_out:
+        return no_known_piece(label, content, *encoded.left_out[i], whose, **details)
     return no_known_word(label, content, whose, **details)
 
 
@@ -331,8 +353,25 @@ class Encoder:
         vectors = (means / np.where(empty, 1.0, norms)[:, None]).astype(np.float32)
         vectors[empty] = 0
         cancelled = {i: self._distinct(pieces, i) for i in np.flatnonzero(empty & (used > 0)).tolist()}
+        nothing = np.flatnonzero((used == 0) & (pieces.unknown > 0) & (self.table.kind == "tokens")).tolist()
+        left_out = {i: self._left_out(texts[i]) for i in nothing}
         used[empty] = 0
-        return Encoded(vectors, used.tolist(), pieces.unknown.tolist(), chosen, cancelled=cancelled)
+        return Encoded(vectors, used.tolist(), pieces.unknown.tolist(), chosen, cancelled=cancelled, left_out=left_out)
+
+    def _left_out(self, text: str) -> tuple[list[str], list[str]]:
+        """What the tokenizer left out of ``text`` (which has no known piece), as typed, each once: the spans it
+        made [UNK] (or a row the table lacks) of, and the special tokens typed in the text."""
+        encoding = self.tokenizer.encode(text[: self.max_chars] if self.max_chars else text, add_special_tokens=False)
+        cut = len(encoding.ids) if self.max_length is None else min(self.max_length, len(encoding.ids))
+        flags = self.table.flags
+        unknown: dict[str, None] = {}
+        special: dict[str, None] = {}
+        pieces = zip(encoding.ids[:cut], encoding.tokens[:cut], encoding.offsets[:cut], strict=True)
+        for row, piece, (start, end) in pieces:
+            typed = text[start:end]
+            flagged = flags is not None and 0 <= row < self.table.rows and flags[row] & FLAG_SPECIAL != 0
+            (special if flagged and typed == piece else unknown)[typed] = None
+        return list(unknown), list(special)
 
     def _distinct(self, pieces: Pieces, text: int) -> list[str]:
         """The labels of text ``text``'s known pieces, each once, in order."""

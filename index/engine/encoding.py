@@ -23,3 +23,6 @@ class Encoded:
     truncated: list[bool] | None = None  # transformer tables: per text, whether it was cut to the model's limit
     # texts whose known tokens pool to the zero vector (their tokens count 0): their distinct tokens, by text
     cancelled: dict[int, list[str]] = field(default_factory=dict)
+    # model-token tables' texts without a known piece: (what of each the tokenizer made [UNK] of, the special
+    # tokens typed in it), as typed, by text
+    left_out: dict[int, tuple[list[str], list[str]]] = field(default_factory=dict)

@@ -129,6 +129,13 @@ def test_embed_runs_in_a_worker_thread_and_is_timed(client: TestClient) -> None:
             "texts[1] 'zzqxv qqqzx': no word of it is known to table 'glove': unknown zzqxv, qqqzx",
         ),
         ("/v1/tables/minilm/embed", {"texts": ["☃"]}, 422, "texts[0] '☃': no word of it is known to table 'minilm'"),
+        (  # a special token typed in the text is matched as the model's tokenizer matches it, and named as typed
+            "/v1/tables/minilm/embed",
+            {"texts": ["heart", "[CLS]"]},
+            422,
+            "texts[1] '[CLS]': no word of it is known to table 'minilm': [CLS] is a special token, which the table "
+            "leaves out",
+        ),
         ("/v1/tables/minilm/embed", {"texts": ["a"], "pooling": "sif"}, 422, "sif pooling is for word tables"),
         ("/v1/tables/glove-5k/embed", {"texts": ["a"], "pooling": "sif"}, 422, "`embedding-index sif glove-5k`"),
         ("/v1/tables/glove/embed", {"texts": ["a"], "pooling": "max"}, 422, "pooling: Input should be 'mean', 'sif'"),

@@ -20,10 +20,15 @@ import httpx
 import numpy as np
 import pytest
 
+from index.build.sources import RawTable
+from index.build.writer import build_table
+from index.engine.delta import Delta
 from index.engine.encode import encoder_for
 from index.engine.table import Table
+from index.errors import InvalidQuery
 from index.store import writelog
 from service import writes
+from service.schemas.writes import WriteDocument
 from service_client import ApiError, Client
 from tests.cli import run_cli
 from tests.conftest import link_table
@@ -193,7 +198,7 @@ def test_a_whole_float_is_an_integer_fields_value(server: real_server.Server) ->
         ({"id": "bad", "vector": [0.5, 1.0]}, ["a vector of 2 values; the table's have 50"]),
         ({"id": "bad", "vector": [0.0] * 50}, ["all zeros"]),
         ({"id": "bad"}, ["give its vector, or its text"]),
-        ({"id": "bad", "text": "zzqxv qqqzx"}, ["no word of its text is known to 'small'"]),
+        ({"id": "bad", "text": "zzqxv qqqzx"}, ["its text 'zzqxv qqqzx': no word of it is known to 'small'"]),
         ({"id": 7, "text": NOTE}, ["the ids of table 'lee' are strings"]),
         ({"id": 7.0, "text": NOTE}, ["the ids of table 'lee' are strings"]),  # 7.0 is JSON Schema's integer 7
         ({"id": "ok-0", "text": NOTE}, ["the id comes twice in this request"]),
@@ -208,6 +213,27 @@ def test_a_bad_document_is_a_422_naming_it(
     message = answer.json()["error"]["message"]
     assert all(word in message for word in words), message
     assert get(server, "ok-0").status_code == before.status_code  # nothing of the request was written
+
+
+def test_a_text_whose_known_words_cancel_out_is_named_so(data_dir: Path, tmp_path: Path) -> None:
+    """An upsert's text whose known words' rows sum to zero has no vector: the 422 names those words as cancelling
+    out (as a text query's does), not as unknown."""
+    small = Table.load(data_dir / "small")
+    heart = small.tokens.find("heart")
+    assert heart is not None
+    row = np.asarray(small.vectors[heart], dtype=np.float32) * np.float32(small.norms[heart])
+    raw = RawTable(tokens=["heart", "trah"], matrix=np.stack([row, -row]))
+    build_table(raw, data_dir=tmp_path, name="opposite", source={})
+    lee = Table.load(data_dir / "lee")
+    delta = Delta(lee.payload, lee.rows, lee.dim, 0)
+    documents = [WriteDocument(id="fine", text="heart"), WriteDocument(id="none", text="heart zzqxv trah")]
+    with pytest.raises(InvalidQuery) as error:
+        writes.upsert_body(lee, Table.load(tmp_path / "opposite"), documents, delta)
+    assert error.value.message == (
+        "documents[1] (id 'none'): its text 'heart zzqxv trah': its words known to 'opposite', this table's encoder "
+        "('heart', 'trah') cancel out: it pools to a zero vector; send its vector"
+    )
+    assert error.value.code == "invalid_request" and error.value.details == {"words": ["heart", "trah"], "document": 1}
 
 
 @pytest.mark.parametrize(

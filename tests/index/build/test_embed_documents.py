@@ -14,6 +14,8 @@ import numpy as np
 import pytest
 
 from index.build.passages import passages_table
+from index.build.sources import RawTable
+from index.build.writer import build_table
 from index.engine.encode import encoder_for
 from index.engine.table import Table
 from index.errors import InvalidQuery
@@ -85,6 +87,31 @@ def test_rows_that_cannot_be_embedded(tmp_path: Path, data_dir: Path, lee_docs: 
     assert message.endswith(
         f"{path}:10: text 'text' has no word the encoder knows (use --drop-invalid to skip such rows)"
     )
+
+
+def test_texts_whose_known_words_cancel_out_are_counted_apart(tmp_path: Path, data_dir: Path) -> None:
+    """A text whose known words' rows sum to zero is a bad row naming those words, and the import counts such
+    texts apart from those with no known word and those with no text."""
+    small = Table.load(data_dir / "small")
+    heart = small.tokens.find("heart")
+    assert heart is not None
+    row = np.asarray(small.vectors[heart], dtype=np.float32) * np.float32(small.norms[heart])
+    raw = RawTable(tokens=["heart", "trah"], matrix=np.stack([row, -row]))
+    build_table(raw, data_dir=data_dir, name="opposite", source={})
+    texts = ["heart", "heart zzqx trah", None, "zzqx", "trah trah", "trah heart"]
+    path = write_jsonl(tmp_path / "opposite.jsonl", [{"id": str(i), "text": text} for i, text in enumerate(texts)])
+    message = import_fails(path, data_dir, "--format", "documents", "--encoder", "opposite")
+    assert message.endswith(
+        f"{path}:2: text 'text' 'heart zzqx trah': its words known to the encoder ('heart', 'trah') cancel out: it "
+        "pools to a zero vector (use --drop-invalid to skip such rows)"
+    ), message
+    args = ("import", path, "--format", "documents", "--name", "docs", "--encoder", "opposite", "--drop-invalid")
+    result = run_cli(*args, "--data-dir", data_dir)
+    assert result.code == 0, result.err
+    expected = "not embedded: 1 document without text, 1 text with no word the encoder knows, 2 texts whose known "
+    assert f"{expected}words cancel out\n" in result.out, result.out
+    cleaning = Table.load(data_dir / "docs").manifest["cleaning"]
+    assert cleaning["texts_not_embedded"] == {"no_text": 1, "no_known_word": 1, "cancelled_out": 2}
 
 
 def test_encoder_mistakes(tmp_path: Path, data_dir: Path, lee_docs: Lee) -> None:

@@ -328,10 +328,10 @@ def test_an_import_embeds_blocks_on_single_threaded_runs_with_the_same_vectors(
     assert opened.encoder.session.get_session_options().intra_op_num_threads == 1
     texts = [f"sentence {i} about the {word} of the river bank" for i, word in enumerate(["edge", "money"] * 20)]
     texts[5], texts[22], texts[39] = "", "   ", None  # blank texts are no documents, wherever they fall
-    matrix, ok = opened.embed(texts)
-    serial, serial_ok = TextEncoder(table, encoder).embed(texts)
-    assert ok.tolist() == [i not in (5, 22, 39) for i in range(40)] and np.array_equal(ok, serial_ok)
-    assert matrix.shape == (37, table.dim) and np.array_equal(matrix, serial)
+    found = opened.embed(texts)
+    serial = TextEncoder(table, encoder).embed(texts)
+    assert found.ok.tolist() == [i not in (5, 22, 39) for i in range(40)] and np.array_equal(found.ok, serial.ok)
+    assert found.matrix.shape == (37, table.dim) and np.array_equal(found.matrix, serial.matrix)
 
 
 def test_requests_that_come_together_share_one_session(table: Table, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -501,6 +501,23 @@ def test_known_words_that_cancel_out_are_named(data_dir: Path, glove_raw: RawTab
     assert error.value.details == {"words": ["heart", "trah"], "text": 0}
 
 
+def test_special_tokens_typed_in_a_text_are_named_as_typed(minilm: Table) -> None:
+    """MiniLM's tokenizer matches a special token typed in a text ([CLS]) as that token, which a model-token table
+    leaves out: a text of nothing else names it as the special token it is, beside what became [UNK], not as the
+    unknown word "cls"; [cls] is no special token (the tokenizer matches them as written)."""
+    texts = ["☃ [SEP] [CLS] ☃", "[cls]", "[MASK]"]
+    encoded = Encoder(minilm).encode(texts, strict=False)
+    assert encoded.tokens[0] == encoded.tokens[2] == 0 and encoded.tokens[1] > 0
+    assert encoded.left_out == {0: (["☃"], ["[SEP]", "[CLS]"]), 2: ([], ["[MASK]"])}
+    expected = (
+        r"texts\[0\] '☃ \[SEP\] \[CLS\] ☃': no word of it is known to table 'minilm': unknown ☃; \[SEP\], \[CLS\] are "
+        r"special tokens, which the table leaves out$"
+    )
+    with pytest.raises(NoKnownWord, match=expected) as error:
+        check_known(encoded, texts, "table 'minilm'", "texts")
+    assert error.value.details == {"words": ["☃", "[SEP]", "[CLS]"], "text": 0}
+
+
 def test_pooling_choices(glove: Table, minilm: Table, small: Table) -> None:
     with pytest.raises(InvalidQuery, match="sif pooling is for word tables"):
         Encoder(minilm).encode(["heart"], "sif")

@@ -31,7 +31,7 @@ from __future__ import annotations
 import re
 import sys
 import unicodedata
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cache, cached_property
 from itertools import chain
@@ -112,16 +112,16 @@ def no_known_word(label: str, content: str, whose: str, **details: Any) -> NoKno
     return NoKnownWord(message, words=words, **details)
 
 
-def listed(words: list[str]) -> str:
-    """The first :data:`SHOWN_WORDS` of ``words``, comma-separated, and how many more there are."""
+def listed(words: list[str], show: Callable[[str], str] = str) -> str:
+    """The first :data:`SHOWN_WORDS` of ``words``, each as ``show`` writes it, comma-separated, and how many more
+    there are."""
     more = f" (and {len(words) - SHOWN_WORDS} more)" if len(words) > SHOWN_WORDS else ""
-    return ", ".join(words[:SHOWN_WORDS]) + more
+    return ", ".join(map(show, words[:SHOWN_WORDS])) + more
 
 
 def cancelled_out(label: str, content: str, known: list[str], whose: str, **details: Any) -> NoKnownWord:
     """The error for a text whose ``known`` words (or pieces) pool to the zero vector, naming them."""
-    more = f" (and {len(known) - SHOWN_WORDS} more)" if len(known) > SHOWN_WORDS else ""
-    shown = ", ".join(map(repr, known[:SHOWN_WORDS])) + more
+    shown = listed(known, repr)
     message = f"{label} {preview(content)}: its words known to {whose} ({shown}) cancel out: it pools to a zero vector"
     return NoKnownWord(message, words=known, **details)
 

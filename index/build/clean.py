@@ -18,10 +18,13 @@ from index.errors import InputError
 from index.store.rows import row_norms
 
 
-def clean(raw: RawTable, path: Path | str, drop_invalid: bool = False) -> tuple[RawTable, dict[str, Any]]:
-    """Return the cleaned table and a report of what was changed."""
+def clean(
+    raw: RawTable, path: Path | str, drop_invalid: bool = False, allow_empty: bool = False
+) -> tuple[RawTable, dict[str, Any]]:
+    """Return the cleaned table and a report of what was changed; ``allow_empty``: no rows is no error (a shard a
+    compaction left without documents)."""
     matrix = raw.matrix
-    if matrix.ndim != 2 or matrix.shape[0] == 0 or matrix.shape[1] == 0:
+    if matrix.ndim != 2 or (matrix.shape[0] == 0 and not allow_empty) or matrix.shape[1] == 0:
         raise InputError(path, f"no vectors found (matrix shape {list(matrix.shape)})")
     if len(raw.tokens) != matrix.shape[0]:
         raise InputError(path, f"{len(raw.tokens)} tokens for {matrix.shape[0]} vectors")

@@ -10,9 +10,10 @@ shards are published as one table. Each shard's log is then cut at its ``log_seq
 arrived meanwhile. Every shard is rebuilt, written to or not: the whole table's BM25 statistics, which every
 shard's keyword index is scored with, change with any shard's writes.
 
-A shard holds at least one document, as an import makes it: a compaction that would leave one without (every
-document it owns deleted) is refused before anything is folded, and the table serves on from its version and
-its logs, as an unsharded table whose every document is deleted does.
+A shard every document of which is deleted (none written that it owns) is rebuilt empty: no rows, an exact
+index and a keyword index of no word, so that it answers every search with no hit and takes writes again. A
+compaction that would leave every shard empty is refused before anything is folded, and the table serves on from
+its version and its logs, as an unsharded table whose every document is deleted does.
 """
 
 from __future__ import annotations
@@ -58,16 +59,8 @@ def _compact(data_dir: Path, name: str, directory: Path) -> dict[str, Any]:
     if not written:
         finish(data_dir, logs)
         return {"table": name, "log_sequence": sum(sequences), "written": 0, "rows": table.rows}
-    emptied = _emptied(parts)
-    if len(emptied) == len(parts):
+    if len(_emptied(parts)) == len(parts):
         raise all_deleted(name, "its shards' write logs")
-    if emptied:  # a shard is a table, and no table is built of zero rows
-        raise InvalidQuery(
-            f"table {name!r} not compacted: every document of its {', '.join(map(shardmap.shard_name, emptied))} "
-            "is deleted, and a shard holds at least one document; the table serves on from its version and its "
-            "shards' write logs (compact it once a document that shard owns is added, or import the table again "
-            "with fewer shards)"
-        )
     note(f"folding {written:,} writes into the {len(parts)} shards of {name!r} ...")
     documents, matrix, info = folded(table, WholeDelta(table).of(parts))
     tokenizer = (
@@ -80,7 +73,10 @@ def _compact(data_dir: Path, name: str, directory: Path) -> dict[str, Any]:
     def build_shard(raw: RawTable, staging: Path, shard: str) -> dict[str, Any]:
         raw.info["log_sequence"] = sequences[table.map.names.index(shard)]
         raw.info["compacted_at"] = artifact.now_iso()
-        return build_table(raw, data_dir=staging, name=shard, source=source, **built_as(manifest))
+        options = built_as(manifest)
+        if not len(raw.tokens):  # every document of the shard deleted: no index to train over no rows
+            options["index_spec"] = "flat"
+        return build_table(raw, data_dir=staging, name=shard, source=source, empty=True, **options)
 
     tokens = [str(i) for i in documents.column(0).to_pylist()]
     published = import_sharded(
@@ -94,6 +90,7 @@ def _compact(data_dir: Path, name: str, directory: Path) -> dict[str, Any]:
         params=build,
         force=True,
         complete=unchanged(directory, manifest, name),
+        empty=True,
     )
     kept = finish(data_dir, logs)
     return {

@@ -130,11 +130,13 @@ def import_sharded(
     force: bool = False,
     run_all: RunAll = one_by_one,
     complete: Callable[[Path], None] | None = None,
+    empty: bool = False,
 ) -> dict[str, Any]:
     """Publish ``documents`` as table ``name`` of ``shards`` shards; return the sharded table's manifest.
 
     ``build_shard(raw, directory, name)`` builds one shard as a table of ``directory`` (``build_table`` with the
-    import's index options); ``complete``, if given, runs under the publish lock before the swap (it may refuse)."""
+    import's index options); ``complete``, if given, runs under the publish lock before the swap (it may refuse);
+    ``empty``: a shard may hold no document (a compaction's, after deletes), else that is refused."""
     started = time.perf_counter()
     check_target(data_dir, name, shards, force)
     assignment = shardmap.assign(documents.payload.column(0).combine_chunks(), shards)
@@ -179,6 +181,7 @@ def import_sharded(
         force=force,
         run_all=run_all,
         complete=complete,
+        empty=empty,
     )
 
 
@@ -217,10 +220,12 @@ def publish(
     force: bool,
     run_all: RunAll = one_by_one,
     complete: Callable[[Path], None] | None = None,
+    empty: bool = False,
 ) -> dict[str, Any]:
     """Build every shard (``job(rows, directory, name)``: the build of the shard of those rows, as a call), move
     them beside the map, the assignment and the whole table's tokens, add what ``beside(staging)`` writes and
-    returns for the manifest, and publish the whole as one table. Returns its manifest."""
+    returns for the manifest, and publish the whole as one table. Returns its manifest. A shard of no rows is
+    refused unless ``empty``."""
     assignment, count = sharding.assignment, sharding.shards
     names = [shardmap.shard_name(s) for s in range(count)]
     with artifact.staging(sharding.data_dir, sharding.name, force=force, complete=complete) as tmp:
@@ -231,7 +236,7 @@ def publish(
         jobs = []
         for shard, shard_dir in enumerate(names):
             rows = np.flatnonzero(assignment == shard)
-            if not len(rows):
+            if not len(rows) and not empty:
                 raise ArtifactError(
                     f"shard {shard} of {count} would hold no {sharding.unit} ({len(assignment):,} {sharding.unit}): "
                     "use fewer shards"

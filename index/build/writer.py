@@ -55,9 +55,11 @@ def build_table(
     defer_index: bool = False,
     budget: float = AUTO_BUDGET_SECONDS,
     complete: Callable[[Path], None] | None = None,
+    empty: bool = False,
 ) -> dict[str, Any]:
     """Build table ``name`` under ``data_dir`` from ``raw``; return its manifest. ``complete``, if given, runs under
     the publish lock just before the new version takes the name (``artifact.staging``; it may refuse by raising).
+    ``empty``: a table of no rows is built (a shard a compaction left without documents) rather than refused.
 
     With ``defer_index`` an approximate index is not built now: the table is published for exact search at once,
     with the index spec recorded under ``index.deferred`` for :func:`index_table` (which ``embedding-serve`` runs
@@ -70,7 +72,7 @@ def build_table(
     if artifact.table_dir(data_dir, name).exists() and not force:
         raise ArtifactError(f"table {name!r} already exists in {data_dir} (use --force to rebuild it)")
     note(f"cleaning and normalising {len(raw.tokens):,} rows ...")
-    raw, report = clean(raw, source.get("path", name), drop_invalid=drop_invalid)
+    raw, report = clean(raw, source.get("path", name), drop_invalid=drop_invalid, allow_empty=empty)
     unit, norms = normalise(raw.matrix)
     spec = parse_spec(index_spec, len(unit), unit.shape[1])
     if defer_index and spec.kind != "flat":

@@ -165,6 +165,8 @@ def _keyword_lists(table: Source, search: DocumentSearch, depth: int, m: int) ->
             np.arange(table.rows) < limit
         )
     widest = max(map(len, search.exclude), default=0)
+    if not table.rows:  # a shard compacted empty
+        return [(np.zeros(0, dtype=np.int64), np.zeros(0))] * m
     scores, ids = table.keyword.search(search.texts, min(depth + widest, table.rows), allowed)
     out = []
     for q in range(m):

@@ -409,12 +409,13 @@ def build(
     whole: Statistics | None = None,
 ) -> Built | None:
     """The keyword index of ``texts`` (row ``i`` is the table's row ``i``; nulls are documents without text);
-    None when no text holds a word. ``whole``: the statistics to score with (a shard's table's), by default
-    those of ``texts``."""
+    None when no text holds a word, unless ``whole`` is given: the statistics to score with (a shard's table's),
+    by default those of ``texts``; a shard's index is built even of no word (a shard can be compacted empty),
+    so that every shard answers keyword searches."""
     tokenizer = tokenizer or Tokenizer()
     terms, term, rows, tf, lengths = _terms_of(texts, tokenizer)
     n = len(lengths)
-    if not lengths.any():
+    if not lengths.any() and whole is None:
         return None
 
     # The arithmetic of bm25s's scoring.py, operation by operation (idf in float64 stored as float32, the term

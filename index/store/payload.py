@@ -275,8 +275,8 @@ class Payload:
         needles = self._needles(ids)
         if needles.type != self._sorted_ids.type:
             needles = needles.cast(self._sorted_ids.type)
-        if not len(needles):
-            return np.zeros(0, dtype=np.int64)
+        if not len(needles) or not len(self._sorted_rows):  # nothing asked, or a table of no rows (a shard)
+            return np.full(len(needles), -1, dtype=np.int64)
         positions = search_sorted(self._sorted_ids, needles.fill_null(0 if self.id_type == INTEGER else ""))
         positions[np.asarray(needles.is_null().to_numpy(zero_copy_only=False), dtype=bool)] = -1
         return np.where(positions >= 0, self._sorted_rows[np.maximum(positions, 0)], -1).astype(np.int64)

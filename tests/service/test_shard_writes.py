@@ -222,41 +222,61 @@ def test_compaction_folds_every_shards_log(data: Path, tables: tuple[Table, Shar
     assert [(d.shard, d.sequence) for d in done] == [(owner, sharded.shards[owner].manifest["log_sequence"] + 1)]
 
 
-def test_a_compaction_that_would_leave_a_shard_or_the_table_empty_is_refused(
+def test_a_shard_whose_every_document_is_deleted_compacts_empty(
     lee_imports: Path, lee_docs: Lee, tmp_path: Path
 ) -> None:
-    """Every document of shard 1 deleted (a document written to shard 0 meanwhile), or every document: the
-    compaction says why it leaves the table as it is, its version and its logs whole; once a document shard 1
-    owns is written, it compacts."""
-    for case, ids, added, message in (
-        (
-            "shard",
-            [i for i in lee_docs.ids if shardmap.shard_of_id(i, SHARDS) == 1],
-            [owned(lee_docs, 0, "new-0")],
-            "every document of its shard-001 is deleted, and a shard holds at least one document",
-        ),
-        ("all", lee_docs.ids, [], "every one of its documents is deleted"),
-    ):
-        data = lee_copy(lee_imports, "plain", "sharded", tmp_path / case)
-        shard_map = shardmap.read(data / "lee")
-        logs = [writelog.table_log(shard_map.shard_directory(s)) for s in range(SHARDS)]
-        for s, log in enumerate(logs):
-            with writelog.appending(log) as appender:
-                appender.append(1, {"op": "delete", "ids": [i for i in ids if shardmap.shard_of_id(i, SHARDS) == s]})
-                if added and s == 0:
-                    appender.append(2, {"op": "upsert", "documents": added})
-        manifest = (data / "lee" / artifact.MANIFEST).read_bytes()
-        done = run_cli("compact", "lee", "--data-dir", data)
-        assert done.code == 1 and done.err.startswith(f"embedding-index: error: table 'lee' not compacted: {message}; ")
-        assert "Traceback" not in done.err, done.err
-        assert (data / "lee" / artifact.MANIFEST).read_bytes() == manifest and shardmap.verify(data / "lee").ok
-        assert [[r.seq for r in writelog.recover(log)] for log in logs] == [[1, 2] if added else [1], [1], [1]]
-    data = tmp_path / "shard"
-    with writelog.appending(writelog.table_log(data / "lee" / shardmap.shard_name(1))) as appender:
-        appender.append(2, {"op": "upsert", "documents": [owned(lee_docs, 1, "new-1")]})
-    done = run_cli("compact", "lee", "--data-dir", data)
+    """Every document of shard 1 deleted: the compaction folds the deletes in and leaves that shard empty (the
+    table verifies; the shard has no rows, its log is cut); the table answers as the unsharded table compacted
+    with the same deletes, the shard served alone answers with no hit, and it takes writes again, which the next
+    compaction folds in."""
+    for where in ("whole", "sharded"):
+        lee_copy(lee_imports, "plain", where, tmp_path / where)
+    whole, sharded = load(tmp_path)
+    gone = [i for i in lee_docs.ids if shardmap.shard_of_id(i, SHARDS) == 1]
+    assert delete(whole, sharded, {"ids": gone}) == (len(gone), len(gone))
+    for where in ("whole", "sharded"):
+        done = run_cli("compact", "lee", "--data-dir", tmp_path / where)
+        assert done.code == 0, done.err
+    directory = tmp_path / "sharded" / "lee"
+    assert shardmap.verify(directory).ok
+    assert writelog.table_log(directory / shardmap.shard_name(1)).stat().st_size == 0
+    whole, sharded = load(tmp_path)
+    assert [shard.rows for shard in sharded.shards][1] == 0 and sharded.rows == whole.rows
+    assert same_answers(whole, sharded, lee_docs, written=False) >= 32
+    alone = Table.load(directory / shardmap.shard_name(1))
+    vector = lee_docs.vectors[3].tolist()
+    searches = [Query(vector=vector), Query(text="police fire", mode="keyword"), Query(vector=vector, diversity=0.3)]
+    searches.append(Query(vector=vector, text="police", mode="hybrid", k=5))
+    assert [answer.hits for answer in door.run(alone, searches, None, None)] == [[]] * len(searches)  # type: ignore[union-attr]
+    assert dfs.gather(alone, None, ["police fire"])["documents"] == [0, 0]
+    done = upsert(whole, sharded, [owned(lee_docs, 1, "new-1")])
+    assert [(d.shard, d.sequence) for d in done] == [(1, 2)]
+    assert same_answers(whole, sharded, lee_docs) >= 32
+    done = run_cli("compact", "lee", "--data-dir", tmp_path / "sharded")
     assert done.code == 0, done.err
-    assert ShardedTable.load(data / "lee").manifest["shards"]["rows"][1] == 1
+    assert ShardedTable.load(directory).manifest["shards"]["rows"][1] == 1
+
+
+def test_a_compaction_that_would_leave_the_table_empty_is_refused(
+    lee_imports: Path, lee_docs: Lee, tmp_path: Path
+) -> None:
+    """Every document deleted: the compaction says why it leaves the table as it is, its version and its logs
+    whole."""
+    data = lee_copy(lee_imports, "plain", "sharded", tmp_path / "data")
+    shard_map = shardmap.read(data / "lee")
+    logs = [writelog.table_log(shard_map.shard_directory(s)) for s in range(SHARDS)]
+    for s, log in enumerate(logs):
+        with writelog.appending(log) as appender:
+            appender.append(
+                1, {"op": "delete", "ids": [i for i in lee_docs.ids if shardmap.shard_of_id(i, SHARDS) == s]}
+            )
+    manifest = (data / "lee" / artifact.MANIFEST).read_bytes()
+    done = run_cli("compact", "lee", "--data-dir", data)
+    message = "every one of its documents is deleted"
+    assert done.code == 1 and done.err.startswith(f"embedding-index: error: table 'lee' not compacted: {message}; ")
+    assert "Traceback" not in done.err, done.err
+    assert (data / "lee" / artifact.MANIFEST).read_bytes() == manifest and shardmap.verify(data / "lee").ok
+    assert [[r.seq for r in writelog.recover(log)] for log in logs] == [[1], [1], [1]]
 
 
 def owned(lee: Lee, shard: int, prefix: str) -> dict[str, Any]:

@@ -7,7 +7,7 @@ API's JSON error envelope. ``embedding-serve`` runs with it (``JsonErrorsProtoco
   A request whose body breaks off this way is given up at once (its app sees ``http.disconnect``): the refusal
   is its answer, and waits only for answers to earlier (pipelined) requests.
 - 505 ``http_version_not_supported``: a request line of another version than HTTP/1.0 or 1.1 (httptools parses
-  ``HTTP/2.0`` as if it were 1.1).
+  ``HTTP/2.0`` as if it were 1.1, and refuses ``HTTP/3.0`` as it refuses a malformed request).
 - 431 ``headers_too_large`` / 414 ``request_line_too_long``: a request head (request line and headers) over
   ``max_header_bytes``. httptools has no limit of its own (uvicorn's ``h11_max_incomplete_event_size`` is for h11
   only), so the protocol counts the bytes of an unfinished head and stops at the limit: nothing beyond it is
@@ -47,6 +47,7 @@ from __future__ import annotations
 import asyncio
 import http
 import logging
+import sys
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -320,7 +321,10 @@ class JsonErrorsProtocol(HttpToolsProtocol):
 
     # ------------------------------------------------------------------------------------------ refusals
     def send_400_response(self, msg: str) -> None:
-        if self.bad_version:
+        # uvicorn calls this while it handles the parser's error: llhttp's own refusal of a well-formed version it
+        # does not know (HTTP/3.0, HTTP/1.2) is a version this server does not speak too
+        error = sys.exc_info()[1]
+        if self.bad_version or (isinstance(error, httptools.HttpParserError) and str(error) == "Invalid HTTP version"):
             log.info("%s - request line of an HTTP version other than 1.0 and 1.1: answering 505", self._peer())
             self._refuse("http_version_not_supported", "this server speaks HTTP/1.1 (and 1.0) only")
             return

@@ -340,6 +340,35 @@ def test_the_readme_table_lists_every_operation(api: TestClient) -> None:
     assert readme_operations() == schema | {("get", "/metrics")}
 
 
+def readme_curls() -> set[tuple[str, str]]:
+    """The (method, path) of each ``curl`` in README.md's examples (``$ `` lines, continued after ``\\``): the
+    method of ``-X``, else POST with a body (``-d``), else GET."""
+    text = (REPO / "README.md").read_text().replace("\\\n", " ")
+    calls = set()
+    for command in re.findall(r"^\$ (.*)", text, flags=re.MULTILINE):
+        for call in command.split("curl ")[1:]:
+            method = re.search(r"-X (\w+)", call)
+            verb = method.group(1) if method else "POST" if re.search(r"\s-d\s", call) else "GET"
+            url = re.search(r"(?:127\.0\.0\.1|localhost):8000(/[^\s'\"?]*)", call)
+            if url:
+                calls.add((verb.lower(), url.group(1)))
+    return calls
+
+
+def test_the_readme_has_a_curl_for_every_operation(api: TestClient) -> None:
+    """Every operation of the OpenAPI document has a ``curl`` example in README.md."""
+    paths = api.get("/openapi.json").json()["paths"]
+    calls = readme_curls()
+    missing = []
+    for path, item in paths.items():
+        template = re.escape(path).replace(r"\{document\}", ".+")  # a document id may hold "/"
+        pattern = re.compile(re.sub(r"\\\{\w+\\\}", "[^/]+", template) + "$")
+        for method in item:
+            if not any(verb == method and pattern.match(url) for verb, url in calls):
+                missing.append(f"{method.upper()} {path}")
+    assert not missing, missing
+
+
 def test_query_routes_check_path_parameters_as_fastapi_does(api: TestClient) -> None:
     """GET neighbours and similarity skip FastAPI's parameter solving (``service.http.fastroute.QueryRoute``); a
     bad table name gets the very error a route that FastAPI validates gives."""

@@ -361,7 +361,7 @@ def test_a_body_cut_by_the_client_is_400(server: Server) -> None:
     assert error["code"] == "bad_request" and "inside the request body" in error["message"]
 
 
-@pytest.mark.parametrize("version", [b"HTTP/2.0", b"HTTP/0.9"])
+@pytest.mark.parametrize("version", [b"HTTP/2.0", b"HTTP/0.9", b"HTTP/3.0", b"HTTP/1.2"])
 def test_a_request_line_of_another_http_version_is_505(server: Server, version: bytes) -> None:
     with connect(server.port, timeout=10) as sock:
         sock.sendall(b"GET /healthz " + version + b"\r\nHost: 127.0.0.1\r\n\r\n")

@@ -41,6 +41,7 @@ from service.http.head import HeadAsGetMiddleware
 from service.http.limits import RequestLimitsMiddleware
 from service.http.metrics import Metrics, MetricsMiddleware
 from service.http.openai_errors import OpenAIErrorsMiddleware
+from service.http.request_id import RequestIdMiddleware
 from service.registry import Registry
 from service.reload import Reloader
 from service.respond import FastJSON
@@ -59,7 +60,9 @@ STATIC = Path(__file__).resolve().parent / "static"
 DESCRIPTION = """Nearest neighbours, similarity, analogies, raw-vector search and 2-D projection over every
 embedding table built into the data directory; search and writes of documents tables; text embedded by a table.
 Every error is `{"error": {"code", "message", ...}}`, except on the OpenAI-compatible `/v1/embeddings` and
-`/v1/models`, which answer OpenAI's `{"error": {"message", "type", "param", "code"}}`."""
+`/v1/models`, which answer OpenAI's `{"error": {"message", "type", "param", "code"}}`.
+A request may carry an `X-Request-ID` header (1 to 128 visible ASCII characters; any other value is ignored): its
+answer carries it back, and the server's log lines about the request name it."""
 
 
 def create_app(settings: Settings) -> FastAPI:
@@ -180,7 +183,10 @@ def create_app(settings: Settings) -> FastAPI:
     app.add_middleware(
         MetricsMiddleware, metrics=metrics, tables=table_names, fronted=scatter.metric_labels(front, fronting)
     )
-    app.add_middleware(OpenAIErrorsMiddleware)  # outermost: every error of POST /v1/embeddings in OpenAI's shape
+    app.add_middleware(OpenAIErrorsMiddleware)  # outermost added: every error of POST /v1/embeddings in OpenAI's shape
+    # Around the whole stack, Starlette's error middleware included: a 500 and its log line carry the request's id.
+    build_stack = app.build_middleware_stack
+    app.build_middleware_stack = lambda: RequestIdMiddleware(build_stack())  # type: ignore[method-assign]
 
     build_openapi = app.openapi
     documented: list[dict[str, Any]] = []  # the schema FastAPI cached, once the query models are added to it

@@ -6,9 +6,14 @@ import logging
 import sys
 import time
 from collections.abc import Mapping
+from contextvars import ContextVar
 from typing import Any
 
 import orjson
+
+# The X-Request-ID of the request being handled, when it sent a valid one (service.http.request_id): every line
+# logged while it is handled names it.
+REQUEST_ID: ContextVar[str | None] = ContextVar("request_id", default=None)
 
 
 class JsonFormatter(logging.Formatter):
@@ -19,12 +24,29 @@ class JsonFormatter(logging.Formatter):
             "logger": record.name,
             "message": record.getMessage(),
         }
+        request_id = REQUEST_ID.get()
+        if request_id is not None:
+            entry["request_id"] = request_id
         if record.exc_info:
             entry["exception"] = self.formatException(record.exc_info)
         return orjson.dumps(entry).decode()
 
 
 PLAIN = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+
+class PlainFormatter(logging.Formatter):
+    """``PLAIN``, and `` request_id=...`` at the end of the line (before a traceback) while a request names one."""
+
+    def __init__(self) -> None:
+        super().__init__(PLAIN)
+
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        line = super().formatMessage(record)
+        request_id = REQUEST_ID.get()
+        return line if request_id is None else f"{line} request_id={request_id}"
+
+
 COMMAND = "embedding-serve"
 
 
@@ -48,7 +70,7 @@ def say(message: str, log_format: str, level: int = logging.ERROR) -> None:
 
 def log_config(log_format: str = "plain", level: str = "info") -> dict[str, Any]:
     """A ``logging.config.dictConfig`` dict, also handed to uvicorn (``log_config=``) so workers use it."""
-    formatter: dict[str, Any] = {"()": "service.logs.JsonFormatter"} if log_format == "json" else {"format": PLAIN}
+    formatter = {"()": f"service.logs.{'JsonFormatter' if log_format == 'json' else 'PlainFormatter'}"}
     handler = {"class": "logging.StreamHandler", "formatter": "default", "stream": "ext://sys.stderr"}
     level = level.upper()
     # httpx logs each request a sharded table's front sends its shards at info level: one line per shard asked,

@@ -29,7 +29,8 @@ the shard that owns it (``index.store.shardmap.shard_of_id``), averaged by the e
 which the merge leaves out (the whole table leaves a query's documents out).
 
 Every shard request carries the client's ``X-API-Key`` (:data:`CLIENT_KEY`, kept by the :class:`ClientKey`
-middleware); a shard that refuses it (401, 403) has not answered: the front took the key, its shards must too.
+middleware), and the request's ``X-Request-ID`` when it has one (``service.http.request_id``); a shard that
+refuses the key (401, 403) has not answered: the front took the key, its shards must too.
 A shard that does not answer (refused, failed, or past its deadline) fails the search (503 ``shard_unavailable``,
 504 ``shard_timeout``), unless ``EMBEDDING_PARTIAL=true``: then the answer merges the shards that answered and
 says which did not (``partial``). A shard's own 4xx (a bad filter, a text with no known word, an unknown
@@ -82,6 +83,7 @@ from index.engine.door import (
 )
 from index.errors import EmbeddingError, InvalidQuery
 from service.errors import ApiError, item_error
+from service.logs import REQUEST_ID
 from service.respond import FastJSON
 from service.scatter_words import WORDS, merged_neighbors, word_body
 from service.schemas.common import LIMITS
@@ -102,6 +104,19 @@ CLIENT_KEY: ContextVar[str | None] = ContextVar("client_key", default=None)
 # other queries (a batch's items) do not ask them again, each waiting out its deadline.
 DOWN: ContextVar[dict[tuple[str, int], ShardFailed] | None] = ContextVar("down", default=None)
 T = TypeVar("T")
+
+
+def shard_headers() -> dict[str, str]:
+    """The headers of a shard request: the client's key, and the request's X-Request-ID when it has one (the
+    shards' log lines about it name it too)."""
+    headers = {"content-type": "application/json"}
+    if (key := CLIENT_KEY.get()) is not None:
+        headers[KEY_HEADER] = key
+    if (request_id := REQUEST_ID.get()) is not None:
+        headers["x-request-id"] = request_id
+    return headers
+
+
 REFUSED_KEY = (401, 403)  # a shard refusing the key the front took: the deployment's fault, not the request's
 # Requests in flight to one shard at once; more wait their turn here, each deadline counted from its sending. The
 # HTTP client's pool holds as many connections per shard, so that no request queues in it: its queue costs the
@@ -227,10 +242,7 @@ class Front:
 
         down = DOWN.get()
         reasons, timed_out = [], False
-        headers = {"content-type": "application/json"}
-        key = CLIENT_KEY.get()
-        if key is not None:
-            headers[KEY_HEADER] = key
+        headers = shard_headers()
         for replica in shard.order()[:2]:
             try:
                 async with shard.slots:

@@ -32,7 +32,7 @@ from starlette.responses import Response
 from index.engine.door import by_owner
 from service.errors import ApiError
 from service.respond import FastJSON
-from service.scatter import CLIENT_KEY, KEY_HEADER, Front, named
+from service.scatter import Front, named, shard_headers
 from service.schemas.common import MAX_TOKEN_CHARS
 from service.schemas.writes import DeleteRequest, UpsertRequest, WriteResponse
 
@@ -54,9 +54,7 @@ async def _send(front: Front, table: str, shard: int, method: str, path: str, bo
     import httpx  # here: a server without shards never loads it
 
     writer = front.tables[table][shard].replicas[0]
-    headers = {"content-type": "application/json"}
-    if (key := CLIENT_KEY.get()) is not None:  # the client's, as every shard request carries it
-        headers[KEY_HEADER] = key
+    headers = shard_headers()  # the client's key and the request's id, as every shard request carries them
     timeout = httpx.Timeout(WRITE_SECONDS, connect=front.settings.shard_timeout)
     content = None if body is None else orjson.dumps(body)
     try:

@@ -4,8 +4,8 @@ The config is rendered from deploy/nginx.conf itself: only the upstream ``server
 servers with the same parameters), the ``listen`` port and the ``/tmp/`` prefix change. The tests check that
 requests are balanced over both replicas and that killing one (SIGKILL) under load fails no client request; that
 the API's own 503s (a table refused at load) take no replica out of service; that nginx passes the request heads
-the server takes and answers its own errors in the API's JSON envelope (OpenAI's shape on the OpenAI paths); and
-that /metrics is not published.
+the server takes, names each request (X-Request-ID) and answers its own errors in the API's JSON envelope (OpenAI's
+shape on the OpenAI paths); and that /metrics is not published.
 """
 
 from __future__ import annotations
@@ -231,8 +231,10 @@ def test_errors_from_nginx_use_the_json_envelope(stack) -> None:
 
 
 def test_request_heads_the_server_takes_reach_it(stack) -> None:
-    """A URL or a header within the server's 32 KiB gets the server's own answer through nginx, as directly."""
-    base, backends, _ = stack
+    """A URL or a header within the server's 32 KiB gets the server's own answer through nginx, as directly. And
+    nginx names each request ($request_id, in place of a client's own X-Request-ID): the server sends it back, and
+    both the nginx and the server's access lines carry it."""
+    base, backends, nginx_log = stack
     direct = f"http://{next(iter(backends))}"
     long_path = "/v1/" + "a" * 9_212  # 9,216 characters: over nginx's default buffers, within the server's
     long_header = {"x-long": "a" * 10_000}
@@ -241,6 +243,16 @@ def test_request_heads_the_server_takes_reach_it(stack) -> None:
             assert_envelope(client.get(url + long_path), 404, "not_found")
             answered = client.get(url + neighbours_path("king"), headers=long_header)
             assert answered.status_code == 200, answered.text
+        answered = client.get(base + neighbours_path("paris"), headers={"X-Request-ID": "the-clients-own"})
+    request_id = answered.headers["x-request-id"]
+    assert answered.status_code == 200 and re.fullmatch("[0-9a-f]{32}", request_id)
+    deadline = time.monotonic() + 30  # nginx writes its line once the answer is sent
+    while f" id={request_id}" not in nginx_log.read_text() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    [line] = [line for line in nginx_log.read_text().splitlines() if f" id={request_id}" in line]
+    assert f'"GET {neighbours_path("paris")} HTTP/1.1" 200 ' in line
+    logged = [line for _, log in backends.values() for line in log.read_text().splitlines() if request_id in line]
+    assert [line.endswith(f" 200 request_id={request_id}") for line in logged] == [True], logged
 
 
 def directive(conf: str, name: str) -> str:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import io
 import json
+import logging
 import re
 import shutil
 from collections.abc import Iterator
@@ -18,6 +20,7 @@ from starlette.responses import Response
 from service.deps import AdminDep
 from service.errors import ERRORS
 from service.http.fastroute import QueryRoute, query_params
+from service.logs import PlainFormatter
 from service.schemas.neighbors import NeighborsParams
 from tests import REPO
 from tests.cli import run_cli
@@ -237,10 +240,46 @@ def test_admin_key_and_unexpected_errors(small_data_dir: Path) -> None:
         envelope(client.get("/v1/admin/ping"), 401, "unauthorized")
         envelope(client.get("/v1/admin/ping", headers={"x-api-key": "wrong"}), 403, "forbidden")
         assert client.get("/v1/admin/ping", headers={"x-api-key": "s3cret"}).json() == {"pong": "yes"}
-        failure = client.get("/v1/boom")
+        logged = logging.StreamHandler(io.StringIO())
+        logged.setFormatter(PlainFormatter())
+        logging.getLogger("service.errors").addHandler(logged)
+        try:
+            failure = client.get("/v1/boom", headers={"X-Request-ID": "boom-1"})
+        finally:
+            logging.getLogger("service.errors").removeHandler(logged)
         error = envelope(failure, 500, "internal")
         assert "secret" not in failure.text and "RuntimeError" not in failure.text
         assert error == {"code": "internal", "message": "internal server error"}
+        # The request's id comes back with the 500 too, and the error's log line names it.
+        assert failure.headers["x-request-id"] == "boom-1"
+        assert "unhandled error on GET /v1/boom request_id=boom-1\n" in logged.stream.getvalue()
+
+
+# ---------------------------------------------------------------------------------------------- X-Request-ID
+def test_a_request_id_comes_back_with_every_answer(api: TestClient) -> None:
+    """A valid X-Request-ID is sent back with the answer, a cached one and a refusal alike; a request without one
+    is given none."""
+    url = f"{T}/neighbors?token=heart&k=4"
+    cache = api.app.state.answer_cache
+    hits = cache.hits
+    for request_id in ("first-0f3c", "second/9e4b"):  # the second one is answered from the cache
+        answered = api.get(url, headers={"X-Request-ID": request_id})
+        assert answered.status_code == 200 and answered.headers["x-request-id"] == request_id
+    assert cache.hits == hits + 1
+    assert "x-request-id" not in api.get(url).headers
+    named = {"X-Request-ID": "~" * 128}
+    assert envelope(api.get(f"{T}/neighbors?token=hearrt", headers=named), 404, "unknown_token")
+    too_large = api.post(f"{T}/search", content=b" " * ((4 << 20) + 1), headers=named)
+    assert envelope(too_large, 413, "body_too_large") and too_large.headers["x-request-id"] == "~" * 128
+    openai = api.post("/v1/embeddings", json={}, headers=named)
+    assert openai.status_code == 422 and openai.headers["x-request-id"] == "~" * 128
+
+
+@pytest.mark.parametrize("request_id", [b"", b"x" * 129, b"a b", b"a\tb", b"a\x01b", b"a\x7fb", "café".encode()])
+def test_an_invalid_request_id_is_ignored(api: TestClient, request_id: bytes) -> None:
+    """Only 1 to 128 visible ASCII characters are an id: any other value is not sent back."""
+    answered = api.get(f"{T}/neighbors?token=heart&k=4", headers={"X-Request-ID": request_id})
+    assert answered.status_code == 200 and "x-request-id" not in answered.headers
 
 
 # ---------------------------------------------------------------------------------------------- OpenAPI

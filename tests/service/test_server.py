@@ -18,6 +18,7 @@ import pytest
 
 from index.engine.table import Table
 from service_client import ApiError, Client, Neighbor
+from tests.service import raw_http
 from tests.service.real_server import HTTP, Server, start, wait_for
 
 
@@ -43,6 +44,33 @@ def test_real_server_answers_neighbours_of_heart(server: str, small: Table) -> N
     assert "server" not in response.headers  # no server banner
     metrics = HTTP.get(f"{server}/metrics").text
     assert 'embedding_http_requests_total{method="GET",route="/v1/tables/{table}/neighbors"' in metrics
+
+
+def test_a_request_id_is_sent_back_and_logged(small_server: Server) -> None:
+    """A valid X-Request-ID comes back with the answer and ends the request's access line; any other value is
+    neither sent back nor logged; a request without one is given none."""
+
+    def ask(k: int, request_id: str | None) -> tuple[int, dict[str, str]]:
+        headers = {"Connection": "close"} | ({} if request_id is None else {"X-Request-ID": request_id})
+        with raw_http.connect(small_server.port) as sock:
+            sock.sendall(raw_http.request("GET", f"/v1/tables/small/neighbors?token=heart&k={k}", headers=headers))
+            status, answered, _ = raw_http.read_response(sock)
+        return status, answered
+
+    def access_line(k: int) -> str:
+        [line] = [line for line in small_server.log().splitlines() if f"&k={k} HTTP/1.1" in line]
+        return line
+
+    status, answered = ask(42, "req-7f3a/2")
+    assert status == 200 and answered["x-request-id"] == "req-7f3a/2"
+    assert access_line(42).endswith('/neighbors?token=heart&k=42 HTTP/1.1" 200 request_id=req-7f3a/2')
+    status, answered = ask(43, None)
+    assert status == 200 and "x-request-id" not in answered and access_line(43).endswith(" 200")
+    # (Control characters other than a tab are refused by the server's HTTP parser: 400.)
+    for k, invalid in enumerate(["x" * 129, "req\t7f3a", "réq-7f3a", "req 7f3a"], start=44):
+        status, answered = ask(k, invalid)
+        assert status == 200 and "x-request-id" not in answered, invalid
+        assert access_line(k).endswith(" 200") and invalid not in small_server.log(), invalid
 
 
 def test_python_client_against_the_real_server(server: str, small: Table) -> None:
@@ -115,6 +143,8 @@ def test_two_workers_share_the_tables_and_the_metrics(small_data_dir: Path, tmp_
         with Client(base) as api:
             for _ in range(6):
                 assert api.neighbors("small", "heart", k=3)
+        named = HTTP.get(f"{base}/v1/tables/small", headers={"X-Request-ID": "req-json"})  # not counted below
+        assert named.headers["x-request-id"] == "req-json"
 
         def counted() -> float:
             metrics = HTTP.get(f"{base}/metrics").text
@@ -176,6 +206,10 @@ def test_two_workers_share_the_tables_and_the_metrics(small_data_dir: Path, tmp_
         stop(server)
     # Every line of the supervisor's and the workers', from the start-up's warning to the shutdown, is one object.
     entries = [json.loads(line) for line in server.log().splitlines()]
-    assert {tuple(entry) for entry in entries} == {("time", "level", "logger", "message")}
+    keys = ("time", "level", "logger", "message")
+    assert {tuple(entry) for entry in entries} == {keys, (*keys, "request_id")}
+    [named_line] = [entry for entry in entries if "request_id" in entry]  # the access line of the request named
+    assert named_line["request_id"] == "req-json" and named_line["logger"] == "uvicorn.access"
+    assert named_line["message"].endswith('"GET /v1/tables/small HTTP/1.1" 200')
     assert entries[0]["level"] == "warning" and "EMBEDDING_LOG_FORMATS is not a setting" in entries[0]["message"]
     assert [entry["message"] for entry in entries].count("Received SIGTERM, exiting.") == 1

@@ -25,7 +25,7 @@ from service import indexing
 from service import main as serve
 from service.app import app_from_env, create_app
 from service.execute import compute
-from service.logs import JsonFormatter
+from service.logs import REQUEST_ID, JsonFormatter, PlainFormatter
 from service.settings import (
     INTERNAL_VARIABLES,
     KEY_FILE_VARIABLES,
@@ -498,6 +498,27 @@ def test_json_log_lines() -> None:
     entry = json.loads(JsonFormatter().format(record))
     assert entry["level"] == "error" and entry["logger"] == "service.registry"
     assert entry["message"] == "table 'x' not loaded" and entry["time"].endswith("Z")
+
+
+def test_log_lines_name_the_request_id() -> None:
+    """While a request that sent an X-Request-ID is handled, every line names it: a field of the JSON object, the
+    end of the plain line (before a traceback). Other lines are as before."""
+    try:
+        raise ZeroDivisionError("division by zero")
+    except ZeroDivisionError:
+        failure = sys.exc_info()
+    record = logging.LogRecord("service.errors", logging.ERROR, __file__, 1, "unhandled error", (), failure)
+    assert "request_id=" not in PlainFormatter().format(record)
+    assert "request_id" not in json.loads(JsonFormatter().format(record))
+    token = REQUEST_ID.set("req-7f3a")
+    try:
+        first, *rest = PlainFormatter().format(record).splitlines()
+        entry = json.loads(JsonFormatter().format(record))
+    finally:
+        REQUEST_ID.reset(token)
+    assert first.endswith(" ERROR service.errors: unhandled error request_id=req-7f3a")
+    assert rest[0] == "Traceback (most recent call last):" and rest[-1] == "ZeroDivisionError: division by zero"
+    assert entry["request_id"] == "req-7f3a" and entry["message"] == "unhandled error"
 
 
 def test_tables_are_memory_mapped_read_only(api: TestClient) -> None:

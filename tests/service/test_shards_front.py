@@ -317,7 +317,8 @@ def test_hits_carry_their_rows_and_unit_vectors_when_asked(
 
 def test_the_front_forwards_the_clients_key_to_its_shards(servers: dict[str, Any], lee_docs: Lee) -> None:
     """Every shard request carries the client's key (the kind lookup, a document's vector, the keyword statistics,
-    the search); a key the front takes and its shards refuse is the deployment's fault: 503 naming the refusal."""
+    the search), and the request's X-Request-ID when it has one; a key the front takes and its shards refuse is
+    the deployment's fault: 503 naming the refusal."""
     vector = lee_docs.vectors[7].tolist()
     for body in (
         {"vector": vector, "k": 5},
@@ -326,6 +327,13 @@ def test_the_front_forwards_the_clients_key_to_its_shards(servers: dict[str, Any
     ):
         (status, got), (_, expected) = search_both(servers["front"], servers["whole"], body)
         assert status == 200 and got == expected, (body, got)
+    named = {"x-api-key": READ_KEY, "X-Request-ID": "front-7f3a"}
+    answer = real_server.HTTP.post(
+        f"{servers['front'].base}/v1/tables/lee/search", json={"vector": vector, "k": 5}, headers=named
+    )
+    assert answer.status_code == 200 and answer.headers["x-request-id"] == "front-7f3a"
+    for shard in servers["shards"]:  # each shard's access line of the request it was asked names it
+        assert '/search HTTP/1.1" 200 request_id=front-7f3a' in shard.log(), shard.log()[-2000:]
     for key, code in ((None, "unauthorized"), ("wrong", "forbidden")):  # the front's own check, as any server's
         status, got = search(servers["front"], {"vector": vector, "k": 5}, key)
         assert status == {"unauthorized": 401, "forbidden": 403}[code] and got["error"]["code"] == code, got

@@ -142,7 +142,7 @@ class Registry:
                     report["missing"].append(name)
                 continue
             if old is not None and self.versions.get(name) == files_of(version):
-                nxt._keep(name, old, version, None)
+                nxt._keep(name, old, files_of(version), None)
                 report["unchanged"].append(name)
                 continue
             if self.refused.get(name) in (version, files_of(version)):  # the same files (and log): the same verdict

@@ -45,11 +45,20 @@ MAX_DIM = 65_536
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 
 
-def check_k(k: int) -> int:
+def _at_most_max_k(value: int, name: str) -> int:
     limit = LIMITS.get().max_k
-    if k > limit:
-        raise ValueError(f"k must be at most {limit} (the server's max_k)")
-    return k
+    if value > limit:
+        raise ValueError(f"{name} must be at most {limit} (the server's max_k)")
+    return value
+
+
+def check_k(k: int) -> int:
+    return _at_most_max_k(k, "k")
+
+
+def check_limit(limit: int) -> int:
+    """closer-than's ``limit``, bounded as k is."""
+    return _at_most_max_k(limit, "limit")
 
 
 def _check_batch(items: list[Any]) -> list[Any]:

@@ -21,7 +21,7 @@ from service.schemas.common import (
     Whole,
     batch_of,
     check_hits,
-    check_k,
+    check_limit,
     check_work,
     given,
     k_schema,
@@ -73,7 +73,7 @@ class CloserThanParams(BaseModel):
         int,
         Field(ge=1, json_schema_extra=k_schema, description="list at most this many of the words, 1..max_k"),
         Whole,
-        AfterValidator(check_k),
+        AfterValidator(check_limit),
     ] = 100
     order: Literal["index", "score"] = Field(
         "index", description="index: row order, as gensim returns them; score: most similar to a first"

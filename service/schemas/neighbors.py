@@ -23,7 +23,9 @@ from service.schemas.common import (
     check_hits,
     check_work,
     given,
+    nonempty,
     one_form,
+    present,
 )
 
 
@@ -70,7 +72,11 @@ NeighborsBatch = Annotated[list[Token | NeighborsQuery], batch_of("a batch: toke
 class NeighborsRequest(TokenOptions):
     """``POST .../neighbors``: ``positive``/``negative`` (or ``token``) for one query, or ``queries`` for a batch."""
 
-    model_config = one_form(*SINGLE_QUERY_FORMS, given("queries"))
+    model_config = one_form(
+        *SINGLE_QUERY_FORMS,
+        given("queries"),
+        never=tuple({"allOf": [present("compose"), nonempty(words)]} for words in ("positive", "negative")),
+    )
 
     positive: Tokens = Field([])
     negative: Tokens = Field([])
@@ -86,6 +92,8 @@ class NeighborsRequest(TokenOptions):
             raise ValueError("give either queries (a batch) or one query, not both")
         if self.queries is None and single != 1:
             raise ValueError("give exactly one of token, id, positive/negative tokens, or queries")
+        if self.compose is not None and self.example_words():
+            raise ValueError("compose is for token queries: the words of positive/negative lists are not composed")
         check_hits(len(self.queries or ()), self.k)
         check_work(self.example_words(), "max_words", "words in the positive and negative lists")
         return self

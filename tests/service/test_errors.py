@@ -134,6 +134,8 @@ def test_k_at_the_limits_is_accepted(api: TestClient) -> None:
         ("neighbors", {"token": "heart", "queries": ["red"]}),  # two forms at once
         ("neighbors", {"queries": []}),
         ("neighbors", {"token": "heart", "compose": "max"}),
+        ("neighbors", {"positive": ["heart"], "compose": "mean"}),  # lists are not composed: not silently ignored
+        ("neighbors", {"queries": ["heart", {"negative": ["heart"]}], "compose": "mean"}),
         ("neighbors", {"positive": ["heart"], "negative": ["heart"]}),  # cancels out: zero query vector
         ("search", {"vector": [1.0] * 50, "vectors": [[1.0] * 50]}),
         ("analogy", {"a": "man", "b": "king", "c": "woman", "method": "3cosfoo"}),  # unknown method

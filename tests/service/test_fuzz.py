@@ -49,7 +49,8 @@ NO_WORDS = ("no word of it is known", "has no words to embed", "has no known tok
 CLS = "cls pooling is a transformer model's"  # pooling cls on a table of words
 CONTENT_422 = {
     f"GET {T}/neighbors": ("give exactly one of token or id", NO_TOKENIZER),
-    f"POST {T}/neighbors": (NO_TOKENIZER, "cancel out"),  # positive and negative tokens whose mean is zero
+    # positive and negative tokens whose mean is zero; compose beside an item's positive/negative lists
+    f"POST {T}/neighbors": (NO_TOKENIZER, "cancel out", "compose is for token queries"),
     f"GET {T}/similarity": (NO_TOKENIZER,),
     f"POST {T}/similarity": (NO_TOKENIZER,),
     f"POST {T}/tokenize": (NO_TOKENIZER,),

@@ -405,3 +405,19 @@ def test_swapped_out_versions_are_unmapped(data_dir: Path, glove_raw: RawTable, 
             assert HTTP.post(f"{server.base}/v1/admin/reload", headers=ADMIN).json()["loaded"] == ["t"]
             assert HTTP.get(f"{server.base}/v1/tables/t").json()["rows"] == version
         assert deleted_maps(server) == [], "\n".join(deleted_maps(server))
+
+
+def test_a_table_with_a_write_log_stays_unchanged_reload_after_reload(data_dir: Path) -> None:
+    """A table whose files did not change is kept as it is, however many reloads look at it, its write log too."""
+    from index.store import writelog
+    from service.registry import Registry
+
+    log_file = writelog.log_path(data_dir, "u")
+    log_file.parent.mkdir(exist_ok=True)
+    log_file.touch()
+    registry = Registry.load(data_dir)
+    table = registry.tables["u"]
+    for _ in range(3):
+        registry, report = registry.reload()
+        assert (report["loaded"], report["unchanged"]) == ([], ["t", "u"])
+    assert registry.tables["u"] is table

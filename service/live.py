@@ -13,6 +13,9 @@ between them: they came within one turn of the data directory's watcher, or it r
 lost writes that only newer versions now hold: its reads and writes of the table answer 503 ``not_ready`` until it
 has loaded the newest version, rather than answer without them.
 
+A shard served alone knows its place in its sharded table (``index.engine.door.shard_place``): it refuses a write
+of an id another shard owns (``service.writes.check_owned``), which would otherwise sit in the wrong shard's log.
+
 A sharded table served whole has one :class:`Live` per shard, over the shard's own log
 (``writelog.table_log``), and a :class:`Sharded` that writes to the shards that own the ids and gathers their
 deltas into the whole table's (``index.engine.door.WholeDelta``) for its searches.
@@ -28,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
-from index.engine.door import Delta, ShardedTable, Table, WholeDelta
+from index.engine.door import Delta, ShardedTable, Table, WholeDelta, shard_place
 from index.store import artifact, writelog
 from service.errors import ApiError
 
@@ -46,6 +49,7 @@ class Live:
         self.lock = threading.Lock()
         self.inode: int | None = None  # of the log file read (a compaction replaces it with a shorter one)
         self.behind = 0  # the sequence a newer version holds that the log no longer gives this worker (0: none)
+        self.place = shard_place(directory)  # of a shard: the ids it owns are the only ones it takes
 
     def refresh(self) -> Delta:
         """The delta with every record the log holds now applied (a stat when nothing was written). It is the state's

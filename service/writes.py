@@ -6,6 +6,9 @@ another type, is an error naming the document and the field); a document without
 table's encoder, as at import, before the write takes its log's lock; a vector's length must be the table's
 dimension.
 
+A shard served alone by its own server takes the writes of the ids it owns only (``check_owned``): a write of
+another shard's id is refused whole, naming the owner, rather than left in the wrong shard's log.
+
 A sharded table's write is made per shard (``sharded_*``): each shard's part of it, for the shard that owns each
 id (``index.engine.door.owner``, the import's assignment), as the record of that shard's own log.
 """
@@ -29,11 +32,13 @@ from index.engine.door import (
     Key,
     Payload,
     ShardedTable,
+    ShardPlace,
     Table,
     by_owner,
     encoder_for,
     filters,
     parse_timestamp,
+    shard_name,
     timestamp_text,
     unembedded,
     written_row,
@@ -86,11 +91,40 @@ def _fields(payload: Payload, name: str, given: dict[str, Any] | None) -> dict[s
     return out
 
 
+def check_owned(place: ShardPlace | None, keys: Sequence[Key], name: Callable[[int], str]) -> None:
+    """Refuse a write to a shard served alone (``place``; None: no shard) of ids another shard owns; ``name(i)``
+    names the ``i``-th of ``keys`` in the message."""
+    if place is None:
+        return
+    places, owners = place.foreign(keys)
+    if not len(places):
+        return
+    first, owner = int(places[0]), shard_name(int(owners[0]))
+    more = f" (and {len(places) - 1} more of this request's ids)" if len(places) > 1 else ""
+    raise InvalidQuery(
+        f"{name(first)}: {owner} owns this id{more}, not {shard_name(place.shard)}, which this server serves alone "
+        f"(shard {place.shard} of the {place.count} of table {place.table!r}): send the write to the sharded "
+        f"table's front, or to the server of {owner}; nothing was written"
+    )
+
+
+def check_ids_owned(place: ShardPlace | None, ids: Sequence[str | int], delta: Delta) -> None:
+    """:func:`check_owned` of the ids of a delete (those the table could hold)."""
+    if place is not None:
+        keys = [k for k in (delta.key(i) for i in ids) if k is not None]
+        check_owned(place, keys, lambda i: f"id {keys[i]!r}")
+
+
 def upsert_body(
-    table: Table, encoder: Table | None, documents: Sequence[WriteDocument], delta: Delta
+    table: Table,
+    encoder: Table | None,
+    documents: Sequence[WriteDocument],
+    delta: Delta,
+    place: ShardPlace | None = None,
 ) -> dict[str, Any]:
-    """The log record of an upsert of ``documents``: ids, text, vectors (embedded when not given), typed fields.
-    Of ``delta`` it reads only how the table keys its ids, never what was written."""
+    """The log record of an upsert of ``documents``: ids, text, vectors (embedded when not given), typed fields;
+    refused when ``place`` (a shard served alone) does not own every id. Of ``delta`` it reads only how the table
+    keys its ids, never what was written."""
     payload = table.documents(WRITES_ONLY)
     out: list[dict[str, Any]] = []
     seen: set[Key] = set()
@@ -120,6 +154,7 @@ def upsert_body(
             to_embed.append(i)
         fields = _fields(payload, name, document.fields)
         out.append({"id": key, "text": document.text, "vector": vector, "fields": fields})
+    check_owned(place, [d["id"] for d in out], lambda i: f"documents[{i}] (id {documents[i].id!r})")
     if to_embed:
         record = table.encoder_record
         if record is None or encoder is None:
@@ -141,10 +176,16 @@ def upsert_body(
     return {"op": "upsert", "documents": out}
 
 
-def upserting(table: Table, encoder: Table | None, documents: Sequence[WriteDocument], delta: Delta) -> Make:
+def upserting(
+    table: Table,
+    encoder: Table | None,
+    documents: Sequence[WriteDocument],
+    delta: Delta,
+    place: ShardPlace | None = None,
+) -> Make:
     """An upsert, its record made (checked and embedded) now, before its log's lock: it depends on the table's
     fields and encoder only, so other writes to the table do not wait for the encoder."""
-    return _upserting(upsert_body(table, encoder, documents, delta)["documents"])
+    return _upserting(upsert_body(table, encoder, documents, delta, place)["documents"])
 
 
 def delete_body(ids: list[Key]) -> tuple[dict[str, Any] | None, int]:

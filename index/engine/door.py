@@ -92,7 +92,10 @@ from index.engine.table import AnalogySearch, Answers, Plan, Resolved, Search, S
 from index.engine.transformer_encoder import ENCODE_BUDGET, TooManyTokens
 from index.errors import EmbeddingError, InvalidQuery
 from index.store.payload import BOOLEAN, FLOAT, INTEGER, STRING, STRING_LIST, TIMESTAMP, Payload, string_offsets
+from index.store.shardmap import Place as ShardPlace
 from index.store.shardmap import is_sharded as manifest_is_sharded
+from index.store.shardmap import place as shard_place
+from index.store.shardmap import shard_name
 
 __all__ = [
     "BOOLEAN",
@@ -130,6 +133,7 @@ __all__ = [
     "Result",
     "Search",
     "SearchOptions",
+    "ShardPlace",
     "ShardedTable",
     "Split",
     "Statistics",
@@ -172,6 +176,8 @@ __all__ = [
     "reaching",
     "rrf",
     "run",
+    "shard_name",
+    "shard_place",
     "similarities",
     "similarity",
     "split",

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -77,6 +78,36 @@ def assign(ids: pa.Array, count: int) -> np.ndarray:
 
 def is_sharded(manifest: dict[str, Any]) -> bool:
     return manifest.get("kind") == KIND
+
+
+@dataclass(frozen=True)
+class Place:
+    """Where a shard sits in its sharded table: what a server of the shard alone checks a write's ids against."""
+
+    table: str  # the sharded table's name
+    shard: int
+    count: int
+
+    def foreign(self, keys: Sequence[str | int]) -> tuple[np.ndarray, np.ndarray]:
+        """The places among ``keys`` (ids as the table stores them) that another shard owns, and their owners."""
+        if not keys:
+            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.uint16)
+        owners = assign(pa.array(list(keys)), self.count)
+        places = np.flatnonzero(owners != self.shard)
+        return places, owners[places]
+
+
+def place(directory: Path) -> Place | None:
+    """The place of the table in ``directory`` when it is a shard of a sharded table (its parent's map names it),
+    else None."""
+    parent = Path(directory).parent
+    if not (parent / artifact.MANIFEST).is_file():
+        return None
+    manifest = artifact.read_manifest(parent)
+    names = list((manifest.get("shards") or {}).get("names") or ()) if is_sharded(manifest) else []
+    if Path(directory).name not in names:
+        return None
+    return Place(parent.name, names.index(Path(directory).name), len(names))
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,8 @@ documents are checked and embedded before it takes the log's lock: other writes 
 
 A sharded table's write goes to the shards that own its ids (``index.engine.door.owner``), each into its own log:
 an upsert's documents are all checked (and embedded) first, so a refused document writes none; a delete by
-filter is every shard's. The answer adds what each shard did (``shards``).
+filter is every shard's. The answer adds what each shard did (``shards``). A shard served alone takes only the
+ids it owns: a write of another shard's id is refused (422) before anything is written.
 """
 
 from __future__ import annotations
@@ -96,7 +97,9 @@ async def upsert(
     state = _live(table)
     # the table's own refusals first (refresh), as a write's; then the documents checked and embedded outside the
     # log's lock
-    make = await run_in_threadpool(lambda: writes.upserting(table, encoder, body.documents, state.refresh()))
+    make = await run_in_threadpool(
+        lambda: writes.upserting(table, encoder, body.documents, state.refresh(), state.place)
+    )
     return await _write(table, make, settings.write_sync, "upserted")
 
 
@@ -115,7 +118,12 @@ async def delete_many(_: WriteKey, table: TableDep, settings: SettingsDep, body:
             makes = writes.sharded_filter_delete(table, body.filter)
         return await _write_shards(table, sharded, makes, settings.write_sync, "deleted")
 
-    make = writes.deleting(table, body.ids) if body.ids is not None else writes.filtering(table, body.filter)
+    if body.ids is not None:
+        state = _live(table)
+        writes.check_ids_owned(state.place, body.ids, state.delta)
+        make = writes.deleting(table, body.ids)
+    else:  # a shard deletes what the filter lets through of its own
+        make = writes.filtering(table, body.filter)
     return await _write(table, make, settings.write_sync, "deleted")
 
 
@@ -136,4 +144,6 @@ async def delete_one(
         makes = writes.sharded_delete(table, [document], sharded.whole.delta)
         return await _write_shards(table, sharded, makes, settings.write_sync, "deleted")
 
+    state = _live(table)
+    writes.check_ids_owned(state.place, [document], state.delta)
     return await _write(table, writes.deleting(table, [document]), settings.write_sync, "deleted")

@@ -285,6 +285,26 @@ def owned(lee: Lee, shard: int, prefix: str) -> dict[str, Any]:
     return {"id": ident, "text": lee.texts[0], "vector": lee.vectors[0].tolist(), "fields": {}}
 
 
+def test_a_shard_knows_its_place_and_refuses_another_shards_ids(data: Path, lee_docs: Lee) -> None:
+    """What a shard's own server checks a write against: the map beside it names the shard, and an upsert of an id
+    another shard owns is refused (before any embedding) with the owner named; the shard's own ids pass."""
+    root = data / "sharded" / "lee"
+    assert shardmap.place(root / shardmap.shard_name(1)) == shardmap.Place("lee", 1, SHARDS)
+    assert shardmap.place(root) is None and shardmap.place(data / "whole" / "lee") is None
+    shard = Table.load(root / shardmap.shard_name(1))
+    place = shardmap.place(shard.directory)
+    delta = Delta(shard.documents("documents"), shard.rows, shard.dim, 0)
+    mine, theirs = owned(lee_docs, 1, "place"), owned(lee_docs, 2, "place")
+    models = [WriteDocument.model_validate(d) for d in (mine, theirs)]
+    assert len(writes.upsert_body(shard, None, models[:1], delta, place)["documents"]) == 1
+    with pytest.raises(InvalidQuery, match=rf"^documents\[1\] \(id '{theirs['id']}'\): shard-002 owns this id"):
+        writes.upsert_body(shard, None, models, delta, place)
+    writes.check_ids_owned(place, [mine["id"]], delta)
+    with pytest.raises(InvalidQuery, match=rf"^id '{theirs['id']}': shard-002 owns this id"):
+        writes.check_ids_owned(place, [theirs["id"]], delta)
+    writes.check_ids_owned(None, [theirs["id"]], delta)  # a table that is no shard takes every id
+
+
 def test_remove_takes_the_shards_logs_along(data: Path, tables: tuple[Table, ShardedTable], tmp_path: Path) -> None:
     copy = tmp_path / "data"
     shutil.copytree(data / "sharded", copy)

@@ -311,6 +311,35 @@ def test_refusals_come_back_as_the_shards_envelope(written: dict[str, Any], lee_
     assert answer.json()["error"]["message"] == "documents[0] (id 5): the ids of table 'lee' are strings"
 
 
+def test_a_shard_served_alone_refuses_the_ids_another_shard_owns(servers: dict[str, Any], lee_docs: Lee) -> None:
+    """A write sent to a shard's own server rather than through the front: an id another shard owns is refused
+    whole, naming its owner, and the shard's log is left as it was."""
+    shard = servers["shards"][0]
+    url = f"{shard.base}/v1/tables/{shardmap.shard_name(0)}/documents"
+    log = servers["root"] / "sharded" / writelog.DIRECTORY / "lee" / f"{shardmap.shard_name(0)}.log"
+    before = log.stat().st_size if log.exists() else 0
+    ids = [f"stray/{i}" for i in range(12)]
+    foreign = [i for i in ids if shardmap.shard_of_id(i, SHARDS) != 0]
+    mine = next(i for i in ids if shardmap.shard_of_id(i, SHARDS) == 0)
+    owner = shardmap.shard_name(shardmap.shard_of_id(foreign[0], SHARDS))
+    vector = lee_docs.vectors[0].tolist()
+    documents = [{"id": i, "vector": vector} for i in [mine, *foreign]]
+    refusals = [
+        HTTP.post(url, json={"documents": documents}, headers=HEADERS),
+        HTTP.post(f"{url}/delete", json={"ids": [mine, *foreign]}, headers=HEADERS),
+        HTTP.delete(f"{url}/{foreign[0].replace('/', '%2F')}", headers=HEADERS),
+    ]
+    names = [f"documents[1] (id {foreign[0]!r})", f"id {foreign[0]!r}", f"id {foreign[0]!r}"]
+    for refused, named in zip(refusals, names, strict=True):
+        assert refused.status_code == 422, refused.text
+        error = refused.json()["error"]
+        assert error["code"] == "invalid_request", error
+        assert error["message"].startswith(f"{named}: {owner} owns this id"), error
+        assert f"shard 0 of the {SHARDS} of table 'lee'" in error["message"], error
+    assert f"(and {len(foreign) - 1} more of this request's ids)" in refusals[0].json()["error"]["message"]
+    assert (log.stat().st_size if log.exists() else 0) == before
+
+
 def test_an_unreachable_writer_is_a_503(written: dict[str, Any], lee_docs: Lee) -> None:
     ident = next(f"far/{i}" for i in range(100) if shardmap.shard_of_id(f"far/{i}", SHARDS) == 2)
     body = {"documents": [{"id": ident, "vector": lee_docs.vectors[0].tolist()}]}

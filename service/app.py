@@ -169,9 +169,7 @@ def create_app(settings: Settings) -> FastAPI:
             AnswerCacheMiddleware, cache=app.state.answer_cache, metrics=metrics, writes=live.log_lengths
         )
     if settings.read_api_key is not None:
-        keys = tuple(key for key in (auth.key_bytes(settings.read_api_key), auth.key_bytes(settings.api_key)) if key)
-        keys += tuple(key.encode("ascii") for key in settings.write_keys)  # a writer reads too
-        app.add_middleware(auth.ReadKeyMiddleware, keys=keys)
+        app.add_middleware(auth.ReadKeyMiddleware, keys=auth.server_keys(settings))  # every kind reads
     if settings.cors_origins:
         app.add_middleware(
             JsonCORSMiddleware,

@@ -75,11 +75,11 @@ TableDep = Annotated[Table, Depends(get_table)]
 async def require_api_key(
     settings: SettingsDep, x_api_key: Annotated[str | None, Header(description="the admin API key")] = None
 ) -> None:
-    """Guard for admin endpoints: 403 when the server has no admin key, 401 without a key, 403 with a wrong one."""
-    expected = auth.key_bytes(settings.api_key)
-    if expected is None:
+    """Guard for admin endpoints: 403 when the server has no admin key, 401 without a key, 403 with another."""
+    keys = auth.server_keys(settings)
+    if not keys[auth.ADMIN]:
         raise ApiError("forbidden", "admin endpoints are disabled: the server was started without EMBEDDING_API_KEY")
-    auth.check(x_api_key, (expected,))
+    auth.check(x_api_key, keys, (auth.ADMIN,), auth.needs(auth.ADMIN), "use the admin endpoints")
 
 
 AdminDep = Annotated[None, Depends(require_api_key)]

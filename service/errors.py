@@ -41,7 +41,11 @@ ERRORS: dict[str, ErrorKind] = {
     "method_not_allowed": ErrorKind(405, "The path does not accept this HTTP method"),
     "bad_request": ErrorKind(400, "The request is malformed (e.g. a body that is not UTF-8, a bad Content-Length)"),
     "unauthorized": ErrorKind(401, "An API key is required (header X-API-Key)"),
-    "forbidden": ErrorKind(403, "The API key is wrong"),
+    "forbidden": ErrorKind(
+        403,
+        "The API key is not valid, or its kind may not do this (a read key writing; the message says which key to "
+        "send), or the server disabled the route (no admin key, no write keys)",
+    ),
     "body_too_large": ErrorKind(413, "The request body is larger than the server's limit"),
     "invalid_request": ErrorKind(
         422,

@@ -135,7 +135,9 @@ class Settings(BaseSettings):
         None, description="key for the admin endpoints (X-API-Key header); unset: admin endpoints are disabled"
     )
     read_api_key: SecretStr | None = Field(
-        None, description="key every /v1 read must carry (X-API-Key header; the admin key works too); unset: open"
+        None,
+        description="key every /v1 read must carry (X-API-Key header; a write key or the admin key works too); "
+        "unset: open",
     )
     write_keys: Annotated[list[str], NoDecode] = Field(
         default_factory=list,

@@ -1,14 +1,17 @@
-"""API keys: the admin key (``EMBEDDING_API_KEY``) and the optional read key (``EMBEDDING_READ_API_KEY``).
+"""API keys: the admin key (``EMBEDDING_API_KEY``), the optional read key (``EMBEDDING_READ_API_KEY``) and the
+write keys (``EMBEDDING_WRITE_KEYS``).
 
-Both travel in the ``X-API-Key`` header and are compared in constant time. Without a read key, reads are open;
-with one, every path needs the read key or the admin key, except the open ones below (health, readiness, metrics,
-the docs, the explorer page and its files) and ``/v1/admin/*``, which checks the admin key itself.
+All travel in the ``X-API-Key`` header and are compared in constant time. Without a read key, reads are open;
+with one, every path needs the read key, a write key or the admin key, except the open ones below (health,
+readiness, metrics, the docs, the explorer page and its files) and ``/v1/admin/*``, which checks the admin key
+itself. A refused key of the server is named for what it is (its holder knows it already); any other key is
+only "not valid", which tells nothing of the keys the server has.
 """
 
 from __future__ import annotations
 
 import hmac
-from typing import Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from pydantic import SecretStr
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -16,14 +19,48 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from service.errors import ERRORS, ApiError, envelope, error_response
 from service.http.openai_errors import is_openai
 
+if TYPE_CHECKING:
+    from service.settings import Settings
+
 HEADER = "X-API-Key"
 ADMIN_PREFIX = "/v1/admin/"
 OPEN_PATHS = frozenset({"/healthz", "/readyz", "/metrics", "/docs", "/docs/oauth2-redirect", "/openapi.json", "/"})
 OPEN_PREFIXES = ("/static/", ADMIN_PREFIX)
 
 
+class Kind(NamedTuple):
+    """A kind of key, as the messages name it."""
+
+    name: str
+    may: str
+    setting: str
+
+
+READ = Kind("the read key", "read", "EMBEDDING_READ_API_KEY")
+WRITE = Kind("a write key", "read and write documents", "EMBEDDING_WRITE_KEYS")
+ADMIN = Kind("the admin key", "read and use the admin endpoints", "EMBEDDING_API_KEY")
+KINDS = (READ, WRITE, ADMIN)
+ANY_KEY = "the read key (EMBEDDING_READ_API_KEY), a write key or the admin key"
+
+Keys = dict[Kind, tuple[bytes, ...]]
+
+
 def key_bytes(key: SecretStr | None) -> bytes | None:
     return key.get_secret_value().encode("ascii") if key is not None else None
+
+
+def server_keys(settings: Settings) -> Keys:
+    """The server's keys by kind (none of a kind not set)."""
+    admin, read = key_bytes(settings.api_key), key_bytes(settings.read_api_key)
+    return {
+        READ: (read,) if read else (),
+        WRITE: tuple(key.encode("ascii") for key in settings.write_keys),
+        ADMIN: (admin,) if admin else (),
+    }
+
+
+def needs(kind: Kind) -> str:
+    return f"{kind.name} ({kind.setting})"
 
 
 def matches(given: bytes, keys: tuple[bytes, ...]) -> bool:
@@ -34,19 +71,27 @@ def matches(given: bytes, keys: tuple[bytes, ...]) -> bool:
     return found
 
 
-def check(given: str | bytes | None, keys: tuple[bytes, ...]) -> None:
-    """401 without a key, 403 with a wrong one."""
+def check(given: str | bytes | None, keys: Keys, wanted: tuple[Kind, ...], need: str, action: str) -> None:
+    """401 without a key; 403 with a key of none of the ``wanted`` kinds, saying which kind it is when it is a key
+    of the server, "not valid" otherwise. ``need`` says what to send, ``action`` what the request does."""
     if given is None:
-        raise ApiError("unauthorized", f"this endpoint needs an API key in the {HEADER} header")
+        raise ApiError("unauthorized", f"this endpoint needs {need} in the {HEADER} header")
     raw = given.encode("latin-1") if isinstance(given, str) else given  # Starlette decodes headers as latin-1
-    if not matches(raw, keys):
-        raise ApiError("forbidden", "the API key is not valid")
+    held = [kind for kind, some in keys.items() if matches(raw, some)]  # every kind compared: no early exit
+    if any(kind in wanted for kind in held):
+        return
+    if held:
+        kind = held[0]
+        raise ApiError(
+            "forbidden", f"this is {kind.name}: it may {kind.may} but not {action}; send {need} in the {HEADER} header"
+        )
+    raise ApiError("forbidden", f"the API key is not valid: send {need} in the {HEADER} header")
 
 
 class ReadKeyMiddleware:
-    """Refuse requests without the read key (or the admin key): 401 without one, 403 with a wrong one."""
+    """Refuse requests without a key of the server (any kind reads): 401 without one, 403 with a wrong one."""
 
-    def __init__(self, app: ASGIApp, keys: tuple[bytes, ...]) -> None:
+    def __init__(self, app: ASGIApp, keys: Keys) -> None:
         self.app = app
         self.keys = keys
 
@@ -57,7 +102,7 @@ class ReadKeyMiddleware:
             return
         given = next((value for name, value in scope["headers"] if name == b"x-api-key"), None)
         try:
-            check(given, self.keys)
+            check(given, self.keys, KINDS, ANY_KEY, "read")
         except ApiError as exc:
             await error_response(exc.code, exc.message)(scope, receive, send)
             return

@@ -35,15 +35,15 @@ WRITE_ERRORS = (*BODY_ERRORS, "unauthorized", "forbidden")
 async def require_write_key(
     settings: SettingsDep, x_api_key: Annotated[str | None, Header(description="a write key")] = None
 ) -> None:
-    """403 when the server has no write key (its tables are read-only), 401 without a key, 403 with a wrong one."""
-    keys = tuple(key.encode("ascii") for key in settings.write_keys)
-    if not keys:
+    """403 when the server has no write key (its tables are read-only), 401 without a key, 403 with another."""
+    keys = auth.server_keys(settings)
+    if not keys[auth.WRITE]:
         raise ApiError(
             "forbidden",
             "this server's tables are read-only: start it with EMBEDDING_WRITE_KEYS (one or more keys, "
             "comma-separated) to accept writes from clients sending one in the X-API-Key header",
         )
-    auth.check(x_api_key, keys)
+    auth.check(x_api_key, keys, (auth.WRITE,), auth.needs(auth.WRITE), "write documents")
 
 
 WriteKey = Annotated[None, Depends(require_write_key)]

@@ -30,6 +30,7 @@ from tests.service.conftest import client_for
 from tests.service.documented import check_answer
 
 READ, ADMIN = "read-key-0123456789abcdef", "admin-key-0123456789abcdef"
+WRITE = "write-key-0123456789abcdef"
 OPENAI_OPERATIONS = [("POST", "/v1/embeddings", "/v1/embeddings"), ("GET", "/v1/models/{model}", "/v1/models/t")]
 
 
@@ -94,6 +95,55 @@ def test_read_key_guards_every_read_but_not_health_or_docs(data_dir: Path) -> No
     with client_for(data_dir=data_dir, tables=["t"]) as client:  # no read key: reads are open
         assert client.get("/v1/tables/t/neighbors?token=heart").status_code == 200
         assert "securitySchemes" not in client.get("/openapi.json").json().get("components", {})
+
+
+def test_a_refused_key_is_named_for_what_it_may_do_and_others_are_not_valid(small_data_dir: Path) -> None:
+    """A key of the server refused on a route says what it may do and which key to send; an unknown key is only
+    "not valid" (nothing said of the server's keys), and no answer echoes a key."""
+    send = "; send {} in the X-API-Key header"
+    write_key, admin_key = "a write key (EMBEDDING_WRITE_KEYS)", "the admin key (EMBEDDING_API_KEY)"
+    any_key = "the read key (EMBEDDING_READ_API_KEY), a write key or the admin key"
+    writes, admin, reads = "/v1/tables/small/documents", "/v1/admin/reload", "/v1/tables/small/neighbors?token=heart"
+    expected = {
+        (writes, READ): (403, "this is the read key: it may read but not write documents" + send.format(write_key)),
+        (writes, ADMIN): (
+            403,
+            "this is the admin key: it may read and use the admin endpoints but not write documents"
+            + send.format(write_key),
+        ),
+        (writes, WRITE): (422, "not documents"),  # let through: ``small`` holds words
+        (admin, READ): (
+            403,
+            "this is the read key: it may read but not use the admin endpoints" + send.format(admin_key),
+        ),
+        (admin, WRITE): (
+            403,
+            "this is a write key: it may read and write documents but not use the admin endpoints"
+            + send.format(admin_key),
+        ),
+        (admin, None): (401, f"this endpoint needs {admin_key} in the X-API-Key header"),
+        (admin, "x" + ADMIN): (403, f"the API key is not valid: send {admin_key} in the X-API-Key header"),
+        (reads, None): (401, f"this endpoint needs {any_key} in the X-API-Key header"),
+        (reads, READ[:-1] + "x"): (403, f"the API key is not valid: send {any_key} in the X-API-Key header"),
+    }
+    settings = {"read_api_key": READ, "api_key": ADMIN, "write_keys": [WRITE]}
+    with client_for(data_dir=small_data_dir, tables=["small"], **settings) as client:
+        for (path, key), (status, message) in expected.items():
+            method = "GET" if path == reads else "POST"
+            body = {"documents": [{"id": "x", "text": "a note"}]} if path == writes else None
+            answer = client.request(method, path, json=body, headers={"x-api-key": key} if key else {})
+            assert answer.status_code == status and message in answer.json()["error"]["message"], (path, key)
+            assert not any(sent in answer.text for _, sent in expected if sent), (path, key)
+        for key in (READ, ADMIN, WRITE):  # every kind reads
+            assert client.get(reads, headers={"x-api-key": key}).status_code == 200
+        assert client.post(admin, headers={"x-api-key": ADMIN}).status_code == 200
+    with client_for(data_dir=small_data_dir, tables=["small"], write_keys=[WRITE]) as client:  # no read key
+        for key, message in (
+            (None, f"this endpoint needs {write_key} in the X-API-Key header"),
+            (READ, f"the API key is not valid: send {write_key} in the X-API-Key header"),  # no such key here
+        ):
+            answer = client.post(writes, json={"documents": []}, headers={"x-api-key": key} if key else {})
+            assert answer.json()["error"]["message"] == message, key
 
 
 def test_keys_are_compared_in_constant_time(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -20,8 +20,6 @@ import httpx
 import numpy as np
 import pytest
 
-from index.build.sources import RawTable
-from index.build.writer import build_table
 from index.engine.delta import Delta
 from index.engine.encode import encoder_for
 from index.engine.table import Table
@@ -34,6 +32,7 @@ from tests.cli import run_cli
 from tests.conftest import link_table
 from tests.index.build.test_embed_documents import without_vectors
 from tests.lee import Lee, write_jsonl
+from tests.opposite import build_opposite
 from tests.service import real_server
 from tests.service.conftest import client_for
 
@@ -221,14 +220,12 @@ def test_a_text_whose_known_words_cancel_out_is_named_so(data_dir: Path, tmp_pat
     small = Table.load(data_dir / "small")
     heart = small.tokens.find("heart")
     assert heart is not None
-    row = np.asarray(small.vectors[heart], dtype=np.float32) * np.float32(small.norms[heart])
-    raw = RawTable(tokens=["heart", "trah"], matrix=np.stack([row, -row]))
-    build_table(raw, data_dir=tmp_path, name="opposite", source={})
+    opposite = build_opposite(np.asarray(small.vectors[heart]) * small.norms[heart], tmp_path)
     lee = Table.load(data_dir / "lee")
     delta = Delta(lee.payload, lee.rows, lee.dim, 0)
     documents = [WriteDocument(id="fine", text="heart"), WriteDocument(id="none", text="heart zzqxv trah")]
     with pytest.raises(InvalidQuery) as error:
-        writes.upsert_body(lee, Table.load(tmp_path / "opposite"), documents, delta)
+        writes.upsert_body(lee, opposite, documents, delta)
     assert error.value.message == (
         "documents[1] (id 'none'): its text 'heart zzqxv trah': its words known to 'opposite', this table's encoder "
         "('heart', 'trah') cancel out: it pools to a zero vector; send its vector"

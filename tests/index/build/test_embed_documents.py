@@ -14,8 +14,6 @@ import numpy as np
 import pytest
 
 from index.build.passages import passages_table
-from index.build.sources import RawTable
-from index.build.writer import build_table
 from index.engine.encode import encoder_for
 from index.engine.table import Table
 from index.errors import InvalidQuery
@@ -23,6 +21,7 @@ from tests.cli import run_cli
 from tests.index.build.test_documents import markdown_files
 from tests.index.build.test_sources import import_fails
 from tests.lee import Lee, jsonl_records, write_jsonl
+from tests.opposite import build_opposite
 
 
 def without_vectors(lee: Lee) -> list[dict[str, object]]:
@@ -95,9 +94,7 @@ def test_texts_whose_known_words_cancel_out_are_counted_apart(tmp_path: Path, da
     small = Table.load(data_dir / "small")
     heart = small.tokens.find("heart")
     assert heart is not None
-    row = np.asarray(small.vectors[heart], dtype=np.float32) * np.float32(small.norms[heart])
-    raw = RawTable(tokens=["heart", "trah"], matrix=np.stack([row, -row]))
-    build_table(raw, data_dir=data_dir, name="opposite", source={})
+    build_opposite(np.asarray(small.vectors[heart]) * small.norms[heart], data_dir)
     texts = ["heart", "heart zzqx trah", None, "zzqx", "trah trah", "trah heart"]
     path = write_jsonl(tmp_path / "opposite.jsonl", [{"id": str(i), "text": text} for i, text in enumerate(texts)])
     message = import_fails(path, data_dir, "--format", "documents", "--encoder", "opposite")

@@ -44,6 +44,7 @@ from index.store.tokens import WEIGHTS
 from tests import REPO
 from tests.cli import run_index
 from tests.minilm import MINILM, MINILM_TENSOR, SPECIALS, minilm_dir
+from tests.opposite import build_opposite
 from tests.vectors import unit
 
 WORD = re.compile(r"\w+")
@@ -486,12 +487,9 @@ def test_a_text_without_a_known_token_is_named(glove: Table, minilm: Table) -> N
 def test_known_words_that_cancel_out_are_named(data_dir: Path, glove_raw: RawTable) -> None:
     """A text whose known words' rows sum to zero has no vector: the error names them as cancelling out, not as
     unknown (which would send a caller looking for a spelling mistake)."""
-    heart = glove_raw.tokens.index("heart")
-    matrix = glove_raw.matrix[[heart, heart]].copy()
-    matrix[1] *= -1
-    build_table(RawTable(tokens=["heart", "trah"], matrix=matrix), data_dir=data_dir, name="opposite", source={})
+    opposite = build_opposite(glove_raw.matrix[glove_raw.tokens.index("heart")], data_dir)
     texts = ["heart zzqxv trah", "heart"]
-    encoded = Encoder(Table.load(data_dir / "opposite")).encode(texts, "mean", strict=False)
+    encoded = Encoder(opposite).encode(texts, "mean", strict=False)
     assert encoded.tokens == [0, 1] and encoded.unknown == [1, 0] and encoded.cancelled == {0: ["heart", "trah"]}
     expected = (
         r"texts\[0\] 'heart zzqxv trah': its words known to table 'opposite' \('heart', 'trah'\) cancel out: it pools"

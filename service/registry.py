@@ -154,7 +154,7 @@ class Registry:
                     nxt.failed[name] = self.failed.get(name, "refused earlier")
                     report["missing"].append(name)
                 continue
-            loaded = nxt._load(name, version)
+            loaded = nxt._load(name, version, serving=old is not None)
             if loaded:
                 report["loaded"].append(name)
             elif old is not None:
@@ -193,8 +193,9 @@ class Registry:
         if stale is not None:
             self.stale[name] = stale
 
-    def _load(self, name: str, version: Fingerprint) -> bool:
-        """Load and verify one table; on failure record it (logged) and return False."""
+    def _load(self, name: str, version: Fingerprint, serving: bool = False) -> bool:
+        """Load and verify one table; on failure record it (logged, unless ``serving``: the caller says which
+        version serves on) and return False."""
         directory = self.data_dir / name
         started = time.perf_counter()
         size = sum(entry[2] for entry in files_of(version) if entry[0] != ".")
@@ -209,7 +210,11 @@ class Registry:
         if table is None or after is None or files_of(after) != files_of(version):
             # Refused for its log: tried again once the log changes (repaired); else once its files change.
             self.refused[name] = (after or version) if by_log else files_of(version)
-            self._fail(name, reason or "its files changed while they were being loaded")
+            reason = reason or "its files changed while they were being loaded"
+            if serving:
+                self.failed[name] = reason
+            else:
+                self._fail(name, reason)
             return False
         if table.name != name:  # a table copied or renamed on disk is served under its directory name
             log.warning("table directory %r holds a table built as %r; serving it as %r", name, table.name, name)

@@ -126,6 +126,7 @@ def test_corrupted_rebuilds_are_refused_on_reload(
         assert body["refused"] == ["b"] and body["unchanged"] == ["a"] and body["ready"] is True, kind
         lines = log_lines(server, "ERROR", "table 'b': new files refused, still serving the version built at")
         assert len(lines) == number and reason in lines[-1], lines
+        assert not log_lines(server, "table 'b' not loaded"), "one line: the version served is not withdrawn"
         ready = HTTP.get(f"{server.base}/readyz").json()
         assert ready["status"] == "ready" and ready["stale"] == ["b"]
         assert neighbours(server, "b") == before and len(neighbours(server, "a")) == 8

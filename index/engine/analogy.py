@@ -221,7 +221,7 @@ def analogy_top(
     table's rows is the whole table.
     """
     n = len(a)
-    limit = min(limit, table.rows)
+    limit = min(limit, len(table.vectors))
     k = min(k, limit)
     terms = _Terms(table, method, a, b, c)
     scale = terms.scale

@@ -233,7 +233,10 @@ def import_(
     format: Annotated[ImportFormat, typer.Option("--format", help="Input format (sniffed when auto).")] = ImportFormat(
         "auto"
     ),
-    vocab: Annotated[Path | None, typer.Option(help="Vocabulary file (one token per line) for .npy input.")] = None,
+    vocab: Annotated[
+        Path | None,
+        typer.Option(help="Vocabulary file (one token per line) for .npy input, or a projector pair's metadata file."),
+    ] = None,
     index: IndexOpt = "auto",
     min_recall: MinRecall = 0.95,
     drop_invalid: Annotated[
@@ -592,7 +595,12 @@ def index_(
     index: Annotated[
         str | None, typer.Option("--index", help="Index spec (default: the one the build deferred, else auto).")
     ] = None,
-    min_recall: Annotated[float | None, typer.Option("--min-recall", help="Refuse the index below this.")] = None,
+    min_recall: Annotated[
+        float | None,
+        typer.Option(
+            "--min-recall", min=0.0, max=1.0, help="Refuse the index below this recall@10 (default: the build's)."
+        ),
+    ] = None,
     budget: Annotated[float | None, typer.Option("--build-budget", min=1, help="Seconds auto may spend.")] = None,
     quiet: Quiet = False,
 ) -> None:

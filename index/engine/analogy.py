@@ -217,9 +217,11 @@ def analogy_top(
     """Exact top-``k`` (ids, scores) among the first ``limit`` rows for questions "a is to b as c is to ?".
 
     3CosAdd scores are cosines with the normalised ``b + c - a``; 3CosMul scores are Levy and Goldberg's, with
-    gensim's shift to [0, 1]. Best first; ties by lower id; ``-1`` pads when ``limit < k``.
+    gensim's shift to [0, 1]. Best first; ties by lower id; ``-1`` pads when ``limit < k``. A ``limit`` past the
+    table's rows is the whole table.
     """
     n = len(a)
+    limit = min(limit, len(table.vectors))
     k = min(k, limit)
     terms = _Terms(table, method, a, b, c)
     scale = terms.scale

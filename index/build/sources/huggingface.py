@@ -333,8 +333,8 @@ def readable_label(label: str, scheme: str, prefix: str | None) -> str:
 def token_kinds(vocab: Vocabulary, flags: np.ndarray) -> dict[str, Any]:
     """The manifest's count of special and continuation tokens, and how the readable labels were made."""
     return {
-        "special_tokens": int((flags & FLAG_SPECIAL).sum()),
-        "continuation_tokens": int((flags & FLAG_CONTINUATION).sum()),
+        "special_tokens": int(np.count_nonzero(flags & FLAG_SPECIAL)),
+        "continuation_tokens": int(np.count_nonzero(flags & FLAG_CONTINUATION)),
         "readable_labels": {
             "column": "readable",
             "scheme": vocab.scheme,

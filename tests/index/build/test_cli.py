@@ -233,6 +233,9 @@ def test_min_recall_is_a_fraction(tmp_path: Path, data_dir: Path) -> None:
     """Refused before anything is read or built, not after a build no recall could pass."""
     result = run_cli("import", tmp_path / "any.txt", "--name", "t", "--data-dir", data_dir, "--min-recall", "1.5")
     assert result.code == 2 and "Invalid value for '--min-recall'" in result.err, result.err
+    for given in ("1.5", "-1"):  # `index` too, before the table is verified and its index built
+        result = run_cli("index", "small", "--data-dir", data_dir, "--min-recall", given)
+        assert result.code == 2 and "Invalid value for '--min-recall'" in result.err, result.err
 
 
 def test_a_table_with_an_unreadable_manifest_is_listed_as_such_and_can_be_removed(

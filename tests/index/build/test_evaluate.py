@@ -311,6 +311,16 @@ def test_batched_search_equals_brute_force(
             assert got == expected or abs(full[got] - full[expected]) < 1e-6
 
 
+@pytest.mark.parametrize("method", ["3cosadd", "3cosmul"])
+def test_a_limit_past_the_table_is_the_whole_table(small: Table, method: str) -> None:
+    """As ``restrict`` in the evaluation: ``limit=300_000`` on a smaller table searches all of its rows."""
+    a, b, c = np.array([[1, 7], [2, 8], [3, 9]])
+    whole = analogy_top(small, a, b, c, 5, method, small.rows)
+    past = analogy_top(small, a, b, c, 5, method, 300_000)
+    np.testing.assert_array_equal(past[0], whole[0])
+    np.testing.assert_array_equal(past[1], whole[1])
+
+
 def test_unknown_method_refused(small: Table) -> None:
     from index.errors import InvalidQuery
 

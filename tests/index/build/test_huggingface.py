@@ -118,6 +118,7 @@ def test_minilm_flags_skip_special_and_whole_words(minilm: Table, minilm_matrix:
     assert unused is not None and minilm.metadata["piece"][unused.id] == "special"
     continuation = np.fromiter(((t.startswith("##") and len(t) > 2) for t in labels), dtype=bool)
     assert np.array_equal((flags & FLAG_CONTINUATION) > 0, continuation)
+    assert minilm.manifest["model"]["continuation_tokens"] == continuation.sum()  # a count, not a sum of flags
 
     # A special token's own row is its nearest neighbour unless special tokens are skipped.
     for token in SPECIALS:

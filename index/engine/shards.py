@@ -59,6 +59,9 @@ class _Appended:
     def __init__(self, vectors: np.ndarray, extra: np.ndarray) -> None:
         self.rows, self.base, self.extra = len(vectors), vectors, extra
 
+    def __len__(self) -> int:  # the table's own rows: those an analogy's answers are found among
+        return self.rows
+
     def __getitem__(self, key: Any) -> np.ndarray:
         if isinstance(key, slice):  # a run of the table's own rows
             return np.asarray(self.base[key])

@@ -83,6 +83,8 @@ export class TableMap {
     this.canvas.dataset.ready = "false";
     this.setStatus(`Laying out ${table}…`);
     this.noteColours(""); // a refusal from now on (the layout's own colours, or a column picked meanwhile) stays
+    // another table's columns are known once its info comes: till then the menu (of the table drawn) takes no pick
+    if (table !== this.table) this.root.querySelector(".tm-colour").disabled = true;
     const path = (suffix) => this.deps.tablePath(suffix, table);
     const [info, points] = await Promise.all([
       this.deps.fetchJSON(path(`map/info?method=${method}`)),
@@ -253,6 +255,7 @@ export class TableMap {
     const options = [["rank", "frequency rank"], ["none", "one colour"], ...this.info.columns.map((c) => [c, c])];
     select.replaceChildren(...options.map(([value, text]) => new Option(text, value)));
     select.value = options.some(([v]) => v === keep) ? keep : "rank";
+    select.disabled = false;
   }
 
   /** Colour by ``column``; true when its colours are drawn (false: refused, or overtaken by a later ask). */

@@ -517,20 +517,22 @@ def test_colours_asked_for_before_a_table_switch_are_dropped(server: str, watche
 
 
 def test_colours_refused_while_a_layout_loads_are_still_said_once_it_is_drawn(server: str, watched: Watched) -> None:
-    """Colours the server refuses while another table's layout is on its way (held here until the refusal is
-    shown) stay said beside the new layout's status line."""
+    """Colours the server refuses while another table's layout is on its way (the refusal held here until that
+    layout is asked for, the layout until the refusal is shown) stay said beside the new layout's status line."""
     open_table_map(watched, server, f"?table={TOKENS_TABLE}")
     page = watched.page
     held: list = []
     page.route(f"**/v1/tables/{WORDS_TABLE}/map?*", lambda route: held.append(route))
-    refused = f"{server}/v1/tables/{TOKENS_TABLE}/map/colours/nope"
-    page.route("**/map/colours/**", lambda route: route.continue_(url=refused))
+    page.route("**/map/colours/**", lambda route: held.append(route))
+    with page.expect_request(lambda r: "/map/colours/" in r.url):
+        page.select_option("#tm-colour", "token kind")
     with page.expect_request(lambda r: f"/{WORDS_TABLE}/map?" in r.url):
         page.select_option("#table", WORDS_TABLE)
-    page.select_option("#tm-colour", "token kind")
+    colours, layout = held
+    colours.continue_(url=f"{server}/v1/tables/{TOKENS_TABLE}/map/colours/nope")
     said = page.locator("#table-map").get_by_text("no colour column 'nope'")
     said.wait_for()
-    held[0].continue_()
+    layout.continue_()
     page.wait_for_function(
         "t => explorer.tableMap.table === t && explorer.tableMap.canvas.dataset.ready === 'true'", arg=WORDS_TABLE
     )
@@ -538,6 +540,29 @@ def test_colours_refused_while_a_layout_loads_are_still_said_once_it_is_drawn(se
     assert said.is_visible()
     assert page.get_by_role("combobox", name="Colour").get_attribute("aria-describedby") == "tm-colour-note"
     watched.assert_clean(expected_422=("/map/colours/",))
+
+
+def test_the_colour_menu_waits_for_the_columns_of_the_next_table(
+    server: str, api: httpx.Client, watched: Watched
+) -> None:
+    """While another table's layout info is on its way (held here), the colour menu, still the columns of the table
+    drawn, takes no pick; once that layout is drawn the menu offers its table's columns."""
+    open_table_map(watched, server, f"?table={TOKENS_TABLE}")
+    page = watched.page
+    held: list = []
+    page.route(f"**/v1/tables/{WORDS_TABLE}/map/info?*", lambda route: held.append(route))
+    with page.expect_request(lambda r: f"/{WORDS_TABLE}/map/info?" in r.url):
+        page.select_option("#table", WORDS_TABLE)
+    menu = page.get_by_role("combobox", name="Colour")
+    assert menu.is_disabled()
+    held[0].continue_()
+    page.wait_for_function(
+        "t => explorer.tableMap.table === t && explorer.tableMap.canvas.dataset.ready === 'true'", arg=WORDS_TABLE
+    )
+    assert menu.is_enabled()
+    columns = api.get(f"/v1/tables/{WORDS_TABLE}/map/info").json()["columns"]
+    assert menu.locator("option").evaluate_all("os => os.map(o => o.value)") == ["rank", "none", *columns]
+    watched.assert_clean()
 
 
 def test_a_layout_or_labels_lost_or_refused_are_reported(server: str, watched: Watched) -> None:

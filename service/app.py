@@ -42,6 +42,7 @@ from service.http.limits import RequestLimitsMiddleware
 from service.http.metrics import Metrics, MetricsMiddleware
 from service.http.openai_errors import OpenAIErrorsMiddleware
 from service.http.request_id import RequestIdMiddleware
+from service.logs import format_from_env, own_line
 from service.registry import Registry
 from service.reload import Reloader
 from service.respond import FastJSON
@@ -230,12 +231,13 @@ def _mount_explorer(app: FastAPI) -> None:
 
 def app_from_env() -> FastAPI:
     """uvicorn factory: settings from the ``EMBEDDING_*`` environment."""
+    # Under plain uvicorn a refusal is embedding-serve's one line (exit 1), not a traceback showing the values (keys).
     try:
         settings = Settings()
-    except ValidationError as exc:  # under plain uvicorn: one line, not a traceback showing the values (keys)
-        raise SystemExit(describe_error(exc)) from None
+    except ValidationError as exc:
+        raise SystemExit(own_line(describe_error(exc), format_from_env(os.environ))) from None
     except ValueError as exc:  # a key file (service.secret_files)
-        raise SystemExit(f"invalid settings: {exc}") from None
+        raise SystemExit(own_line(f"invalid settings: {exc}", format_from_env(os.environ))) from None
     app = create_app(settings)
     # Set by ``embedding-serve --workers N``: the process that passes SIGHUP on to every worker.
     supervisor = os.environ.get(SUPERVISOR_VARIABLE, "")

@@ -57,15 +57,17 @@ def format_from_env(environ: Mapping[str, str]) -> str:
     return "json" if "json" in values else "plain"
 
 
-def say(message: str, log_format: str, level: int = logging.ERROR) -> None:
-    """One line of ``embedding-serve``'s own on stderr, before its logging is configured: a refusal or a warning
-    about the start-up. Plain: ``embedding-serve: [warning: ]message``; json: the JsonFormatter's object."""
+def own_line(message: str, log_format: str, level: int = logging.ERROR) -> str:
+    """A line of ``embedding-serve``'s own, before its logging is configured: a refusal or a warning about the
+    start-up. Plain: ``embedding-serve: [warning: ]message``; json: the JsonFormatter's object."""
     if log_format == "json":
-        record = logging.LogRecord(COMMAND, level, __file__, 0, message, None, None)
-        line = JsonFormatter().format(record)
-    else:
-        line = f"{COMMAND}: {'warning: ' if level == logging.WARNING else ''}{message}"
-    print(line, file=sys.stderr, flush=True)
+        return JsonFormatter().format(logging.LogRecord(COMMAND, level, __file__, 0, message, None, None))
+    return f"{COMMAND}: {'warning: ' if level == logging.WARNING else ''}{message}"
+
+
+def say(message: str, log_format: str, level: int = logging.ERROR) -> None:
+    """:func:`own_line` on stderr."""
+    print(own_line(message, log_format, level), file=sys.stderr, flush=True)
 
 
 def log_config(log_format: str = "plain", level: str = "info") -> dict[str, Any]:

@@ -206,19 +206,36 @@ def assert_envelope(response: httpx.Response, status: int, code: str, openai: bo
         assert "param" in error, error
 
 
+def logged_line(nginx_log: Path, request_id: str) -> str:
+    """nginx's one access line naming ``request_id`` (written once the answer is sent)."""
+    deadline = time.monotonic() + 30
+    while f" id={request_id}" not in nginx_log.read_text() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    [line] = [line for line in nginx_log.read_text().splitlines() if line.endswith(f" id={request_id}")]
+    return line
+
+
 def test_errors_from_nginx_use_the_json_envelope(stack) -> None:
-    base, backends, _ = stack
+    """nginx's own errors are in the API's envelope and, as the API's answers, name the request (X-Request-ID, the
+    id its access line names)."""
+    base, backends, nginx_log = stack
     with httpx.Client(base_url=base, timeout=30) as client:
         response = client.post(f"/v1/tables/{TABLE}/neighbors", content=b"x" * (9 << 20))
         assert_envelope(response, 413, "body_too_large")
+        request_id = response.headers.get("x-request-id", "")
+        assert re.fullmatch("[0-9a-f]{32}", request_id), response.headers
+        assert f'"POST /v1/tables/{TABLE}/neighbors HTTP/1.1" 413 ' in logged_line(nginx_log, request_id)
+        named = [response]
         response = client.post("/v1/embeddings", content=b"x" * (9 << 20))
         assert_envelope(response, 413, "body_too_large", openai=True)
 
         # Beyond the server's limits on request heads (32 KiB), nginx answers, in JSON, with the server's codes.
-        assert_envelope(client.get("/v1/tables?q=" + "a" * (33 << 10)), 414, "request_line_too_long")
+        long_line = client.get("/v1/tables?q=" + "a" * (33 << 10))
+        assert_envelope(long_line, 414, "request_line_too_long")
         assert_envelope(client.get("/v1/tables", headers={"x-long": "a" * (33 << 10)}), 431, "headers_too_large")
         too_large = client.get("/v1/models", headers={"x-long": "a" * (33 << 10)})
         assert_envelope(too_large, 431, "headers_too_large", openai=True)
+        named += [long_line, too_large]
         status, content_type, body = raw_request(base, b"GET /v1/tables HTTP/1.1\r\nConnection: close\r\n\r\n")
         assert (status, content_type) == (400, "application/json"), body  # HTTP/1.1 without Host
         assert b'"code": "bad_request"' in body
@@ -226,8 +243,12 @@ def test_errors_from_nginx_use_the_json_envelope(stack) -> None:
         for process, _ in backends.values():
             os.killpg(process.pid, signal.SIGKILL)
             process.wait(10)
-        assert_envelope(client.get(neighbours_path("king")), 503, "not_ready")
+        unavailable = client.get(neighbours_path("king"))
+        assert_envelope(unavailable, 503, "not_ready")
         assert_envelope(client.get("/v1/models"), 503, "not_ready", openai=True)
+        named.append(unavailable)
+    ids = [response.headers.get("x-request-id", "") for response in named]
+    assert all(re.fullmatch("[0-9a-f]{32}", i) for i in ids) and len(set(ids)) == len(ids), ids
 
 
 def test_request_heads_the_server_takes_reach_it(stack) -> None:
@@ -246,11 +267,7 @@ def test_request_heads_the_server_takes_reach_it(stack) -> None:
         answered = client.get(base + neighbours_path("paris"), headers={"X-Request-ID": "the-clients-own"})
     request_id = answered.headers["x-request-id"]
     assert answered.status_code == 200 and re.fullmatch("[0-9a-f]{32}", request_id)
-    deadline = time.monotonic() + 30  # nginx writes its line once the answer is sent
-    while f" id={request_id}" not in nginx_log.read_text() and time.monotonic() < deadline:
-        time.sleep(0.1)
-    [line] = [line for line in nginx_log.read_text().splitlines() if f" id={request_id}" in line]
-    assert f'"GET {neighbours_path("paris")} HTTP/1.1" 200 ' in line
+    assert f'"GET {neighbours_path("paris")} HTTP/1.1" 200 ' in logged_line(nginx_log, request_id)
     logged = [line for _, log in backends.values() for line in log.read_text().splitlines() if request_id in line]
     assert [line.endswith(f" 200 request_id={request_id}") for line in logged] == [True], logged
 
@@ -275,7 +292,9 @@ def test_metrics_are_not_published(stack) -> None:
     base, backends, _ = stack
     with httpx.Client(timeout=30) as client:
         for path in ("/metrics", "/metrics/", "/%6detrics", "/metrics?name=x"):
-            assert_envelope(client.get(base + path), 404, "not_found")
+            refused = client.get(base + path)
+            assert_envelope(refused, 404, "not_found")
+            assert re.fullmatch("[0-9a-f]{32}", refused.headers.get("x-request-id", "")), refused.headers
         status, _, body = raw_request(base, b"GET //metrics HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n")
         assert status == 404 and b"embedding_" not in body
         direct = client.get(f"http://{next(iter(backends))}/metrics")  # scraped on each replica's own port

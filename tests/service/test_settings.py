@@ -111,7 +111,7 @@ def test_keys_from_files(clean_env: pytest.MonkeyPatch, tmp_path: Path, capsys: 
             assert serve.main(["--data-dir", str(tmp_path), "--port", port]) == 2
             expected = "EMBEDDING_API_KEY_FILE: " + why.format(tmp_path / name)
             assert errors(capsys) == [f"embedding-serve: invalid settings: {expected}"]
-    with pytest.raises(SystemExit, match=r"^invalid settings: EMBEDDING_API_KEY_FILE: .* is empty$"):
+    with pytest.raises(SystemExit, match=r"^embedding-serve: invalid settings: EMBEDDING_API_KEY_FILE: .* is empty$"):
         app_from_env()  # under plain uvicorn: one line too
     (tmp_path / "spaced").write_text(" adm1n-key\n")  # the key is checked as the variable's
     clean_env.setenv("EMBEDDING_API_KEY_FILE", str(tmp_path / "spaced"))
@@ -315,18 +315,27 @@ def test_help_says_which_variable_each_option_overrides(capsys: pytest.CaptureFi
 
 
 def test_the_app_factory_refuses_bad_settings_in_one_line_without_their_values(
-    clean_env: pytest.MonkeyPatch, tmp_path: Path
+    clean_env: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """Under plain ``uvicorn --factory service.app:app_from_env``: pydantic's error would show each value, keys
-    included, in a traceback."""
+    included, in a traceback. The line is embedding-serve's own, in either log format."""
+    clean_env.delenv("EMBEDDING_TEST_CACHE", raising=False)  # of the tests: embedding-serve would warn of it
     clean_env.setenv("EMBEDDING_DATA_DIR", str(tmp_path))
     clean_env.setenv("EMBEDDING_API_KEY", "s3cret-admin-k\u00e9y")
     clean_env.setenv("EMBEDDING_MAX_K", "0")
-    with pytest.raises(SystemExit) as info:
-        app_from_env()
-    line = str(info.value.code)
-    assert line.startswith("invalid settings: EMBEDDING_MAX_K: ") and "EMBEDDING_API_KEY: an API key must" in line
-    assert "\n" not in line and "s3cret" not in line and info.value.__suppress_context__
+    for log_format in ("plain", "json"):
+        clean_env.setenv("EMBEDDING_LOG_FORMAT", log_format)
+        with pytest.raises(SystemExit) as info:
+            app_from_env()
+        line = str(info.value.code)
+        assert "\n" not in line and "s3cret" not in line and info.value.__suppress_context__
+        assert serve.main([]) == 2
+        said = capsys.readouterr().err
+        if log_format == "json":  # the same object but for its time
+            line, said = (re.sub(r'^\{"time":"[^"]*",', "{", text) for text in (line, said))
+        assert said == line + "\n"
+    message = json.loads(line)["message"]
+    assert message.startswith("invalid settings: EMBEDDING_MAX_K: ") and "EMBEDDING_API_KEY: an API key must" in message
 
 
 def test_a_data_dir_this_user_cannot_read_is_refused(clean_env: pytest.MonkeyPatch, tmp_path: Path) -> None:

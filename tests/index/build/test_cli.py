@@ -72,12 +72,14 @@ def test_document_options_on_another_format_say_what_the_file_is(tmp_path: Path,
             ["--tensor", "w", "--format", "glove"],
             "--tensor: only for --format hf or transformer, and {} reads as glove",
         ),
+        (["--allow-pickle"], "--allow-pickle: only for --format gensim, and {} reads as fasttext"),
     ],
 )
 def test_a_reader_option_on_another_format_is_refused(
     tmp_path: Path, data_dir: Path, given: list[str], problem: str
 ) -> None:
-    """--vocab and --tensor are read by some formats only: with another they are refused, never ignored."""
+    """--vocab, --tensor and --allow-pickle are read by some formats only: with another they are refused, never
+    ignored."""
     words = tmp_path / "words.vec"
     words.write_text("1 3\nheart 0.1 0.2 0.3\n", encoding="utf-8")
     result = run_cli("import", words, "--name", "t", "--data-dir", data_dir, *given)

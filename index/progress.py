@@ -60,6 +60,12 @@ def note(message: str) -> None:
         write_status(CONFIG.status_file, {**step, **cost()})
 
 
+def warn(message: str) -> None:
+    """One line about something the user may want to look at (silent with ``--quiet``, which leaves only errors)."""
+    if not CONFIG.quiet:
+        print(f"embedding-index: warning: {message}", file=CONFIG.stream or sys.stderr, flush=True)
+
+
 def record(**facts: Any) -> None:
     """Facts about the build for its status file from now on (e.g. ``hnsw_estimate_seconds``)."""
     CONFIG.facts.update(facts)

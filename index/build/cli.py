@@ -358,6 +358,7 @@ def import_(
     fitting: tuple[tuple[str, object, tuple[str, ...]], ...] = (
         ("--vocab", vocab, ("npy", "projector")),
         ("--tensor", tensor, ("hf", "transformer")),
+        ("--allow-pickle", allow_pickle or None, ("gensim",)),
     )
     for option, value, formats in fitting:
         if value is None:

@@ -35,6 +35,7 @@ import faiss
 import numpy as np
 
 from index.build.budget import AUTO_BUDGET_SECONDS
+from index.build.faiss_stderr import faiss_warnings
 from index.engine.knn import search_index, set_search_params
 from index.errors import InvalidQuery
 from index.progress import Progress, duration, note, record
@@ -266,7 +267,8 @@ def _fill(index: faiss.Index, vectors: np.ndarray, spec: IndexSpec, seed: int, b
             size = min(len(vectors), size)
             rows = np.sort(np.random.default_rng(seed).choice(len(vectors), size=size, replace=False))
             train = np.ascontiguousarray(vectors[rows])
-        index.train(train)
+        with faiss_warnings():  # FAISS's own warnings, as the builder's lines
+            index.train(train)
         note(f"trained in {duration(time.perf_counter() - started)}")
     _add(index, vectors, block, hnsw_add_threads() if spec.kind == "hnsw" else None)
 

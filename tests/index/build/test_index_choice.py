@@ -18,6 +18,7 @@ from index import progress
 from index.build.index_choice import (
     AUTO_FLAT_BELOW,
     build_and_measure,
+    build_index,
     choose_auto,
     default_nlist,
     hnsw_add_threads,
@@ -271,3 +272,28 @@ def test_an_hnsw_build_adds_on_those_threads_and_gives_faiss_its_own_back(monkey
     truth = exact_top10(unit, queries)
     recall = np.mean([len(np.intersect1d(t, f)) / 10 for t, f in zip(truth, found, strict=True)])
     assert built.info["recall_at_10"] >= 0.99 and recall >= 0.99
+
+
+def test_faiss_training_warnings_are_the_builders_lines(capfd: pytest.CaptureFixture[str]) -> None:
+    """FAISS's k-means warning (printed from C++, once per sub-quantiser of a PQ index) is one line of the builder's,
+    none with --quiet; the index is the same."""
+    rows = clustered(300, 8)
+    rows /= np.linalg.norm(rows, axis=1, keepdims=True)
+    stream, was = io.StringIO(), progress.CONFIG.quiet
+    progress.CONFIG.stream = stream
+    try:
+        progress.configure(quiet=False)
+        loud = build_index(rows, parse_spec("IVF16,PQ2x5", len(rows), 8))
+        progress.configure(quiet=True)
+        quiet = build_index(rows, parse_spec("IVF16,PQ2x5", len(rows), 8))
+    finally:
+        progress.CONFIG.stream, progress.CONFIG.quiet = None, was
+    assert capfd.readouterr().err == ""
+    warnings = [line for line in stream.getvalue().splitlines() if "warning" in line]
+    assert warnings == [
+        "embedding-index: warning: the index trained 16 centroids on 300 rows, fewer than the 624 FAISS asks for "
+        "(39 per centroid)",
+        "embedding-index: warning: the index trained 32 centroids on 300 rows (2 times), fewer than the 1,248 FAISS "
+        "asks for (39 per centroid)",
+    ]
+    assert faiss.serialize_index(loud).tobytes() == faiss.serialize_index(quiet).tobytes()

@@ -18,6 +18,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import numpy as np
@@ -516,6 +517,16 @@ def test_colours_asked_for_before_a_table_switch_are_dropped(server: str, watche
     watched.assert_clean()
 
 
+def routed(page: Any, held: list[Any], count: int) -> list[Any]:
+    """``held`` once it holds ``count`` routes: a request is seen before its route's handler has run."""
+    for _ in range(500):
+        if len(held) >= count:
+            break
+        page.wait_for_timeout(20)
+    assert len(held) == count, held
+    return held
+
+
 def test_colours_refused_while_a_layout_loads_are_still_said_once_it_is_drawn(server: str, watched: Watched) -> None:
     """Colours the server refuses while another table's layout is on its way (the refusal held here until that
     layout is asked for, the layout until the refusal is shown) stay said beside the new layout's status line."""
@@ -528,7 +539,7 @@ def test_colours_refused_while_a_layout_loads_are_still_said_once_it_is_drawn(se
         page.select_option("#tm-colour", "token kind")
     with page.expect_request(lambda r: f"/{WORDS_TABLE}/map?" in r.url):
         page.select_option("#table", WORDS_TABLE)
-    colours, layout = held
+    colours, layout = routed(page, held, 2)
     colours.continue_(url=f"{server}/v1/tables/{TOKENS_TABLE}/map/colours/nope")
     said = page.locator("#table-map").get_by_text("no colour column 'nope'")
     said.wait_for()
@@ -555,7 +566,7 @@ def test_the_colour_menu_waits_for_the_columns_of_the_next_table(
         page.select_option("#table", WORDS_TABLE)
     menu = page.get_by_role("combobox", name="Colour")
     assert menu.is_disabled()
-    held[0].continue_()
+    routed(page, held, 1)[0].continue_()
     page.wait_for_function(
         "t => explorer.tableMap.table === t && explorer.tableMap.canvas.dataset.ready === 'true'", arg=WORDS_TABLE
     )

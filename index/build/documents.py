@@ -42,7 +42,7 @@ from index.build.fields import (
     where,
 )
 from index.build.sources import DROP_HINT
-from index.engine.encode import cancelled_out
+from index.engine.encode import cancelled_out, no_known_piece
 from index.errors import InputError
 from index.progress import note
 from index.store.payload import INTEGER, STRING, contiguous, sort_ids
@@ -59,6 +59,8 @@ class Embedded:
     matrix: np.ndarray  # float32 unit rows of the texts it could embed, in order
     ok: np.ndarray  # a boolean per text: embedded
     cancelled: dict[int, list[str]] = field(default_factory=dict)  # texts whose known words cancel out: those words
+    # model-token tables' texts without a known piece: what the tokenizer left out (``Encoded.left_out``)
+    left_out: dict[int, tuple[list[str], list[str]]] = field(default_factory=dict)
 
 
 Embed = Callable[[Sequence[str | None]], Embedded]
@@ -105,6 +107,8 @@ def embedded(name: str, column: pa.Array, checks: Checks, embed: Embed) -> Vecto
             return f"no text to embed ({name!r})"
         if row in found.cancelled:
             return cancelled_out(f"text {name!r}", texts[row] or "", found.cancelled[row], "the encoder").message
+        if row in found.left_out:
+            return no_known_piece(f"text {name!r}", texts[row] or "", *found.left_out[row], "the encoder").message
         return f"text {name!r} has no word the encoder knows"
 
     checks.add(~found.ok, reason)

@@ -75,9 +75,10 @@ class TextEncoder:
 
     def embed(self, texts: Sequence[str | None]) -> Embedded:
         """The float32 unit rows of the embeddable texts, in order; a boolean per text: embedded or not; the known
-        words of the texts whose known words cancel out."""
+        words of the texts whose known words cancel out; what the tokenizer left out of those without a known piece."""
         ok = np.zeros(len(texts), dtype=bool)
         cancelled: dict[int, list[str]] = {}
+        left_out: dict[int, tuple[list[str], list[str]]] = {}
         blocks = []
         step = MODEL_BLOCK_TEXTS if self.table.graph_sha256 else BLOCK_TEXTS
         given = [[text or "" for text in texts[start : start + step]] for start in range(0, len(texts), step)]
@@ -94,11 +95,12 @@ class TextEncoder:
                 blocks.append(encoded.vectors[known])
                 ok[start : start + len(block)] = known
                 cancelled.update({start + i: words for i, words in encoded.cancelled.items()})
+                left_out.update({start + i: pieces for i, pieces in encoded.left_out.items()})
                 progress.advance(len(block))
         seconds = time.perf_counter() - started
         note(f"embedded {len(texts):,} texts in {seconds:.1f} s ({len(texts) / max(seconds, 1e-9):,.0f} texts/s)")
         matrix = np.vstack(blocks) if blocks else np.zeros((0, self.table.dim), dtype=np.float32)
-        return Embedded(matrix, ok, cancelled)
+        return Embedded(matrix, ok, cancelled, left_out)
 
     def _encode(self, block: list[str]) -> Encoded:
         return self.encoder.encode(block, strict=False)

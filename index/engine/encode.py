@@ -340,6 +340,9 @@ class Encoder:
         means, used = self.means(pieces, self.weights(pieces.ids, chosen), len(texts))
         for i in np.flatnonzero(used == 0)[:1].tolist() if strict else ():
             unknown = int(pieces.unknown[i])
+            if unknown and self.table.kind == "tokens":  # what was left out, as typed (as Encoded.left_out names it)
+                typed = self._left_out(texts[i])
+                raise no_known_piece(f"text {i}", texts[i], *typed, f"table {self.table.name!r}", text=i)
             what = f"{unknown} unknown" if unknown else "it has no tokens"
             message = f"text {i} ({preview(texts[i])}) has no known token in table {self.table.name!r}: {what}"
             raise InvalidQuery(message, text=i)

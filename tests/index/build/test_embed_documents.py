@@ -11,8 +11,12 @@ import json
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
 import pytest
 
+from index.build.documents import embedded
+from index.build.embed_documents import TextEncoder
+from index.build.fields import Checks
 from index.build.passages import passages_table
 from index.engine.encode import encoder_for
 from index.engine.table import Table
@@ -21,6 +25,7 @@ from tests.cli import run_cli
 from tests.index.build.test_documents import markdown_files
 from tests.index.build.test_sources import import_fails
 from tests.lee import Lee, jsonl_records, write_jsonl
+from tests.minilm import MINILM
 from tests.opposite import build_opposite
 
 
@@ -85,6 +90,23 @@ def test_rows_that_cannot_be_embedded(tmp_path: Path, data_dir: Path, lee_docs: 
     message = import_fails(path, data_dir, "--format", "documents", "--encoder", "small")
     assert message.endswith(
         f"{path}:10: text 'text' has no word the encoder knows (use --drop-invalid to skip such rows)"
+    )
+
+
+def test_a_text_of_special_tokens_names_them(minilm_data_dir: Path) -> None:
+    """With a model-token table, a text whose only pieces are special tokens typed in it or [UNK] is a bad row
+    naming them as typed (as the API names them), counted as a text with no known word."""
+    texts = ["heart", "[CLS]", "☃ [SEP]"]
+    checks = Checks(len(texts))
+    found = embedded("text", pa.array(texts), checks, TextEncoder.open(minilm_data_dir / MINILM).embed)
+    assert found.rows.tolist() == [0] and found.not_embedded == {"no_known_word": 2}
+    assert checks.reason(1) == (
+        "text 'text' '[CLS]': no word of it is known to the encoder: [CLS] is a special token, which the table "
+        "leaves out"
+    )
+    assert checks.reason(2) == (
+        "text 'text' '☃ [SEP]': no word of it is known to the encoder: unknown ☃; [SEP] is a special token, which the "
+        "table leaves out"
     )
 
 

@@ -477,9 +477,9 @@ def test_word_lookup_in_bulk_equals_one_by_one(glove: Table) -> None:
 def test_a_text_without_a_known_token_is_named(glove: Table, minilm: Table) -> None:
     with pytest.raises(InvalidQuery, match=r"text 1 \('zzqxv qqqzx'\) has no known token in table 'glove': 2 unknown"):
         Encoder(glove).encode(["a heart", "zzqxv qqqzx"])
-    with pytest.raises(InvalidQuery, match=r"text 0 \('☃ ☃'\) has no known token in table 'minilm': 2 unknown") as e:
+    with pytest.raises(NoKnownWord, match=r"^text 0 '☃ ☃': no word of it is known to table 'minilm': unknown ☃$") as e:
         Encoder(minilm).encode(["☃ ☃", "heart"])
-    assert e.value.details == {"text": 0}
+    assert e.value.details == {"words": ["☃"], "text": 0}
     with pytest.raises(InvalidQuery, match=r"text 0 \('\.\.\. !'\) .*: it has no tokens"):
         Encoder(glove).encode(["... !"])
 
@@ -514,6 +514,9 @@ def test_special_tokens_typed_in_a_text_are_named_as_typed(minilm: Table) -> Non
     with pytest.raises(NoKnownWord, match=expected) as error:
         check_known(encoded, texts, "table 'minilm'", "texts")
     assert error.value.details == {"words": ["☃", "[SEP]", "[CLS]"], "text": 0}
+    strict = r"^text 0 '\[CLS\]': no word of it is known to table 'minilm': \[CLS\] is a special token, which the"
+    with pytest.raises(NoKnownWord, match=strict):  # strict mode names it alike
+        Encoder(minilm).encode(["[CLS]", "heart"])
 
 
 def test_pooling_choices(glove: Table, minilm: Table, small: Table) -> None:

@@ -88,18 +88,21 @@ def embedder(ray: Any, encoder: TextEncoder) -> Embed:
         pool = ActorPool([actor.remote(directory) for _ in range(min(cores, len(blocks)) or 1)])
         matrices, found = [], []
         cancelled: dict[int, list[str]] = {}
+        left_out: dict[int, tuple[list[str], list[str]]] = {}
         with Progress(f"embedding with {encoder.table.name} on Ray", len(texts), "documents") as progress:
             answers = pool.map(lambda a, block: a.embed.remote(block), blocks)
             for number, (block, answer) in enumerate(zip(blocks, answers, strict=True)):
                 matrices.append(answer.matrix)
                 found.append(answer.ok)
                 cancelled.update({number * step + i: words for i, words in answer.cancelled.items()})
+                left_out.update({number * step + i: pieces for i, pieces in answer.left_out.items()})
                 progress.advance(len(block))
         dim = encoder.table.dim
         return Embedded(
             np.vstack(matrices) if matrices else np.zeros((0, dim), dtype=np.float32),
             np.concatenate(found) if found else np.zeros(0, dtype=bool),
             cancelled,
+            left_out,
         )
 
     return embed

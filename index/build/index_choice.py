@@ -16,7 +16,8 @@ Rows are unit-normalised, so inner product equals cosine. Specs:
   trained with the codes). Such an index holds a few bytes per row, not the rows: the engine asks it for
   ``rerank`` x k candidates and re-scores those exactly against the memory-mapped unit rows, so answers keep
   exact cosines; nprobe is tuned for the re-ranked recall, and the manifest records the codes' own recall too;
-- any other string is passed to ``faiss.index_factory`` (e.g. ``IVF1024,Flat``, ``HNSW16``).
+- any other string is passed to ``faiss.index_factory`` (e.g. ``IVF1024,Flat``, ``HNSW16``); when the index has
+  an IVF layer its nprobe is tuned as ``ivf``'s is, other search parameters are FAISS's defaults.
 
 Why these: HNSW answers a query several times faster than IVF at the same recall on word tables, so it is the
 choice whenever its build is affordable; an IVF build costs seconds to minutes at any size.
@@ -100,6 +101,8 @@ class IndexSpec:
                 "rerank": self.rerank,
                 "code_bytes_per_row": (self.pq_m or 0) * self.nbits // 8,
             }
+        if self.kind == "factory" and self.nprobe is not None:  # an IVF layer's tuned nprobe, applied when loaded
+            return {"kind": "factory", "factory": self.factory, "nprobe": self.nprobe}
         return {"kind": self.kind, "factory": self.factory}
 
 
@@ -453,9 +456,8 @@ def build_and_measure(
         info["choice"] = choice
     note(f"measuring recall: the exact top {RECALL_K} of {min(RECALL_SAMPLE, len(vectors)):,} sampled rows ...")
     probe = RecallProbe.draw(vectors, seed)  # the exact answers, once: the tuning steps reuse them
-    tunable = (spec.kind == "hnsw" and spec.ef_search is None) or (
-        spec.kind in ("ivf", "ivfpq") and spec.nprobe is None
-    )
+    has_ivf = spec.kind in ("ivf", "ivfpq") or faiss.try_extract_index_ivf(index) is not None
+    tunable = (spec.kind == "hnsw" and spec.ef_search is None) or (has_ivf and spec.nprobe is None)
     rerank = spec.rerank if spec.compressed else 1
     if tunable:
         recall = _tune(index, spec, probe, spec.target_recall or max(min_recall, AUTO_TARGET_RECALL), vectors)
@@ -467,6 +469,9 @@ def build_and_measure(
         info["recall_at_10_without_rerank"] = round(float(probe.recall(index)), 4)
     info["spec"] = spec.describe()
     if recall < min_recall:
-        raise InvalidQuery(f"index {spec.describe()} reached recall@10 {recall:.4f}, below --min-recall {min_recall}")
+        why = f"index {spec.describe()} reached recall@10 {recall:.4f}, below --min-recall {min_recall}"
+        if spec.kind == "factory" and not has_ivf:
+            why += " (a factory string's search parameters are FAISS's defaults; hnsw:... or ivf:... are tuned)"
+        raise InvalidQuery(why)
     info["build_seconds"] = round(time.perf_counter() - started, 3)
     return BuiltIndex(index=index, info=info)

@@ -96,6 +96,16 @@ def test_a_factory_faiss_cannot_train_or_fill_is_one_line(tmp_path: Path, factor
     assert not (tmp_path / "t").exists()
 
 
+def test_a_factory_ivf_has_its_nprobe_tuned_recorded_and_applied(tmp_path: Path, glove_raw: RawTable) -> None:
+    """``IVF64,Flat`` is the index ``ivf:nlist=64`` is: its nprobe tuned to the target, kept in the manifest."""
+    rows = RawTable(tokens=glove_raw.tokens[:5_000], matrix=glove_raw.matrix[:5_000].copy())
+    manifest = build_table(rows, data_dir=tmp_path, name="t", source={"format": "t"}, index_spec="IVF64,Flat")
+    info = manifest["index"]
+    assert info["recall_at_10"] >= 0.99 and info["spec"]["factory"] == "IVF64,Flat"
+    assert 1 < info["spec"]["nprobe"] <= 64
+    assert faiss.extract_index_ivf(Table.load(tmp_path / "t").index).nprobe == info["spec"]["nprobe"]
+
+
 def test_the_estimate_scales_the_sample_by_the_growth_measured_on_it() -> None:
     """The times a sample's build took to reach its parts give the power the build time grows by; the whole
     table's time follows it."""

@@ -591,6 +591,29 @@ def test_row_with_a_value_too_many_is_refused_as_gensim_refuses_it(tmp_path: Pat
     np.testing.assert_allclose(np.asarray(table.vectors) * np.asarray(table.norms)[:, None], kv.vectors)
 
 
+@pytest.mark.parametrize("chunk", [text.CHUNK_BYTES, 64])
+@pytest.mark.parametrize("value", [b"nan", b"-inf", b"1e39"])
+def test_an_invalid_row_is_named_before_a_later_refused_row(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, chunk: int, value: bytes
+) -> None:
+    """A row the cleaner refuses (NaN, Inf, overflow) is the first problem, before a later short row or token that
+    is not UTF-8 the reader refuses: in the same chunk or an earlier one."""
+    monkeypatch.setattr(text, "CHUNK_BYTES", chunk)
+    rows = [b"w%d 0.5 0.25 0.125" % i for i in range(100)]
+    rows[1] = b"w1 0.5 " + value + b" 0.125"
+    for later in (b"short 0.5 0.25", b"\xff 0.5 0.25 0.125"):
+        rows[99] = later
+        for header, first in ((b"", 2), (b"100 3\n", 3)):
+            path = tmp_path / "g.txt"
+            path.write_bytes(header + b"\n".join(rows) + b"\n")
+            with pytest.raises(InputError, match=rf"g.txt:{first}: NaN, Inf or overflowing values for 'w1' \(use"):
+                read_source(path, "word2vec" if header else "glove")
+    rows[1] = b"w1 0.5 0.25 0.125"  # without it, the later row is named
+    path.write_bytes(b"\n".join(rows) + b"\n")
+    with pytest.raises(InputError, match=r"g.txt:100: token is not valid UTF-8"):
+        read_source(path, "glove")
+
+
 def test_token_ending_in_a_number_is_a_row_too_long(tmp_path: Path, data_dir: Path, glove_rows) -> None:
     """ "1 000" or "windows 7" cannot be told from a row with an extra value: refused like one (GloVe too)."""
     tokens, matrix = glove_rows

@@ -458,6 +458,26 @@ def test_drop_invalid_drops_npy_and_projector_rows_whose_token_is_not_utf8(
         read_source(directory, options=ReadOptions(drop_invalid=True))
 
 
+def test_vocabulary_and_metadata_name_their_first_problem(tmp_path: Path) -> None:
+    """A line that is not UTF-8 is named only when no earlier line has a problem (an empty token, a row of the
+    wrong width), in a --vocab file and in metadata.tsv; an empty token before a wrong-width row is named too."""
+    np.save(tmp_path / "m.npy", np.ones((5, 2), dtype=np.float32))
+    (tmp_path / "vocab.txt").write_bytes(b"a\n\nc\nd\xe9\ne\n")
+    with pytest.raises(InputError, match=r"vocab.txt:2: empty line"):
+        read_source(tmp_path / "m.npy", options=ReadOptions(vocab=tmp_path / "vocab.txt"))
+    directory = _projector(tmp_path / "p", list("abcde"), np.ones((5, 2), dtype=np.float32), None)
+    cases = [
+        (b"a\n\nc\nd\xe9\ne\n", r"metadata.tsv:2: empty token"),
+        (b"w\tk\na\tk\nb\nc\xe9\tk\nd\tk\ne\tk\n", r"metadata.tsv:3: 1 columns, the header has 2"),
+        (b"w\tk\n\tk\nb\nc\xe9\tk\nd\tk\ne\tk\n", r"metadata.tsv:2: empty token"),
+        (b"w\tk\na\xe9\tk\nb\nc\tk\nd\tk\ne\tk\n", r"metadata.tsv:2: not valid UTF-8 \(byte 0xe9\)"),
+    ]
+    for metadata, expected in cases:
+        (directory / "metadata.tsv").write_bytes(metadata)
+        with pytest.raises(InputError, match=expected):
+            read_source(directory)
+
+
 def test_non_utf8_token_in_binary(tmp_path: Path, data_dir: Path, glove_rows) -> None:
     tokens, matrix = glove_rows
     body = b"".join(

@@ -42,7 +42,7 @@ def clean(
     if bad.any():
         first = int(np.argmax(bad))
         if raw.kind == "tokens" or not drop_invalid:
-            what = "an empty token" if empty[first] else f"NaN, Inf or overflowing values for {raw.tokens[first]!r}"
+            what = "an empty token" if empty[first] else invalid_problem(raw.tokens[first])
             hint = "" if raw.kind == "tokens" else " (use --drop-invalid to skip such rows)"
             raise InputError(raw.rows_file or path, what + hint, line=raw.first_line + first)
         keep &= ~bad
@@ -78,3 +78,15 @@ def clean(
         raw.matrix = matrix
     raw.report = report
     return raw, report
+
+
+def invalid_problem(token: str) -> str:
+    """What is wrong with a row holding NaN, Inf or values whose norm overflows float32."""
+    return f"NaN, Inf or overflowing values for {token!r}"
+
+
+def first_invalid(matrix: np.ndarray) -> int | None:
+    """The position of the first such row of ``matrix``, if any (vectorised: for a reader refusing a later row)."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        invalid = ~np.isfinite(row_norms(matrix))
+    return int(np.argmax(invalid)) if invalid.any() else None

@@ -32,11 +32,14 @@ def read(path: Path, options: ReadOptions) -> RawTable:
     if not vocab.is_file():
         raise InputError(vocab, "no such vocabulary file")
     matrix = load_matrix(path)
-    tokens, replaced, not_utf8 = read_lines(vocab, options)
+    tokens, replaced, not_utf8, refused = read_lines(vocab, options)
+    if not options.drop_invalid and "" in tokens:
+        empty = InputError(vocab, "empty line: each line must hold one token", line=tokens.index("") + 1)
+        refused = first_of(refused, empty)
+    if refused:
+        raise refused
     if len(tokens) != matrix.shape[0]:
         raise InputError(vocab, f"{len(tokens):,} tokens, but {path.name} has {matrix.shape[0]:,} rows")
-    if not options.drop_invalid and "" in tokens:
-        raise InputError(vocab, "empty line: each line must hold one token", line=tokens.index("") + 1)
     with np.errstate(over="ignore", invalid="ignore"):
         matrix = np.array(matrix, dtype=np.float32)
     if not_utf8:  # --drop-invalid: the rows whose token is not UTF-8 left out
@@ -94,29 +97,40 @@ def load_matrix(path: Path) -> np.ndarray:
         raise InputError(path, f"not a readable .npy file ({type(exc).__name__}: {exc})") from None
 
 
-def read_lines(path: Path, options: ReadOptions) -> tuple[list[str], int, list[int]]:
+def read_lines(path: Path, options: ReadOptions) -> tuple[list[str], int, list[int], InputError | None]:
     """One token per line (CR LF or LF; blank lines at the end are ignored); return (tokens, lines with U+FFFD,
-    lines that are not UTF-8 for the caller to drop with their rows). Such a line is refused, kept with U+FFFD
-    (``--unicode-errors replace``) or, with ``--drop-invalid``, given as U+FFFD and listed (0-based)."""
+    lines that are not UTF-8 for the caller to drop with their rows, the error refusing the first such line). Such
+    a line is refused, kept with U+FFFD (``--unicode-errors replace``) or, with ``--drop-invalid``, given as U+FFFD
+    and listed (0-based). The error is returned, with the lines (U+FFFD in its place), for the caller to raise
+    after any problem on an earlier line (see ``first_of``)."""
     data = read_bytes(path)
+    refused: InputError | None = None
     try:
         text = data.decode("utf-8")
         bad: list[int] = []
     except UnicodeDecodeError as exc:
+        text = data.decode("utf-8", "replace")
+        bad = []
         if options.unicode_errors != "replace" and not options.drop_invalid:
-            raise InputError(
+            refused = InputError(
                 path,
                 f"not valid UTF-8 (byte 0x{data[exc.start]:02x}); use --unicode-errors replace to substitute U+FFFD"
                 + NOT_UTF8_DROP_HINT,
                 line=data.count(b"\n", 0, exc.start) + 1,
-            ) from None
-        text = data.decode("utf-8", "replace")
-        bad = [line - 1 for line in not_utf8_lines(data)]  # 0-based, as the rows
+            )
+        else:
+            bad = [line - 1 for line in not_utf8_lines(data)]  # 0-based, as the rows
     lines = text.removeprefix(BOM).split("\n")
     while lines and not lines[-1].strip():  # blank lines at the end, as in text files
         lines.pop()
     tokens = [line.removesuffix("\r") for line in lines]
-    return (tokens, len(bad), []) if options.unicode_errors == "replace" else (tokens, 0, bad)
+    return (tokens, len(bad), [], None) if options.unicode_errors == "replace" else (tokens, 0, bad, refused)
+
+
+def first_of(refused: InputError | None, error: InputError) -> InputError:
+    """``refused`` (a line that is not UTF-8) if it is on or before the line of ``error``, else ``error``: the first
+    problem in the file is the one reported."""
+    return refused if refused is not None and refused.details["line"] <= error.details["line"] else error
 
 
 def keep_mask(rows: int, dropped: list[int]) -> np.ndarray:

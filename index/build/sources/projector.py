@@ -17,7 +17,7 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 
 from index.build.sources import DROP_HINT, WIDE_DIM, RawTable, ReadOptions, is_number, read_bytes
-from index.build.sources.numpy_vocab import keep_mask, read_lines
+from index.build.sources.numpy_vocab import first_of, keep_mask, read_lines
 from index.errors import InputError
 
 SAMPLE_BYTES = 1 << 20  # the dimension is the most common row length among the whole lines in this much
@@ -80,9 +80,14 @@ def read(path: Path, options: ReadOptions) -> RawTable:
 def read_metadata(path: Path, options: ReadOptions) -> tuple[list[str], dict[str, list[str]], int, list[int]]:
     """Return (tokens, extra columns by name, lines with U+FFFD, rows (0-based) to drop with ``--drop-invalid``:
     those whose line is not UTF-8 or has the wrong number of columns)."""
-    lines, replaced, dropped = read_lines(path, options)
+    lines, replaced, dropped, refused = read_lines(path, options)
     if not lines:
         raise InputError(path, "empty file: no tokens")
+
+    def fail(problem: str, line: int) -> InputError:
+        """The error for ``problem`` on ``line``, or for an earlier line that is not UTF-8."""
+        return first_of(refused, InputError(path, problem, line=line))
+
     if "\t" not in lines[0]:
         tokens, columns, first = lines, {}, 1
     else:
@@ -93,23 +98,27 @@ def read_metadata(path: Path, options: ReadOptions) -> tuple[list[str], dict[str
         header = lines[0].split("\t")
         for i, name in enumerate(header):
             if not name.strip():
-                raise InputError(path, f"header column {i + 1} has no name", line=1)
+                raise fail(f"header column {i + 1} has no name", 1)
         duplicated = [name for name, n in Counter(header).items() if n > 1]
         if duplicated:
-            raise InputError(path, f"header names column {duplicated[0]!r} twice", line=1)
+            raise fail(f"header names column {duplicated[0]!r} twice", 1)
         rows = [line.split("\t") for line in lines[1:]]
         ragged = [i for i, row in enumerate(rows) if len(row) != len(header)]
-        if ragged and not options.drop_invalid:
-            problem = f"{len(rows[ragged[0]])} columns, the header has {len(header)}"
-            raise InputError(path, problem + DROP_HINT, line=ragged[0] + 2)
-        for i in ragged:  # --drop-invalid: left out below with their vector rows
-            rows[i] = [""] * len(header)
-        dropped = sorted({*(line - 1 for line in dropped), *ragged})
         tokens = [row[0] for row in rows]
+        if ragged and not options.drop_invalid:
+            if "" in tokens[: ragged[0]]:  # an empty token on an earlier line is the first problem
+                raise fail("empty token", tokens.index("") + 2)
+            problem = f"{len(rows[ragged[0]])} columns, the header has {len(header)}"
+            raise fail(problem + DROP_HINT, ragged[0] + 2)
+        for i in ragged:  # --drop-invalid: left out below with their vector rows
+            rows[i], tokens[i] = [""] * len(header), ""
+        dropped = sorted({*(line - 1 for line in dropped), *ragged})
         columns = {name: [row[j] for row in rows] for j, name in enumerate(header) if j}
         first = 2
     if not options.drop_invalid and "" in tokens:
-        raise InputError(path, "empty token", line=tokens.index("") + first)
+        raise fail("empty token", tokens.index("") + first)
+    if refused:
+        raise refused
     return tokens, columns, replaced, dropped
 
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 import re
 import zlib
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,6 +31,7 @@ import pyarrow as pa
 import pyarrow.compute as pacompute
 import pyarrow.csv as pacsv
 
+from index.build.clean import first_invalid, invalid_problem
 from index.build.sources import (
     DROP_HINT,
     WIDE_DIM,
@@ -122,7 +123,11 @@ def _read(path: Path, options: ReadOptions, header: bool) -> RawTable:
     with Progress(f"reading {path.name}", slots) as progress:
         for chunk, line_no, count in _chunks(path, lines, skip_first=header):
             target = out[filled : filled + count] if out is not None else None
-            part = _parse_chunk(chunk, line_no, count, dim, ncols, path, options, stats, target)
+            try:
+                part = _parse_chunk(chunk, line_no, count, dim, ncols, path, options, stats, target)
+            except InputError as refused:  # a row of an earlier chunk the cleaner would refuse comes first
+                done = out[:filled] if out is not None else np.concatenate([*blocks, np.empty((0, dim), np.float32)])
+                raise _invalid_before(path, done, tokens, first_line) or refused from None
             tokens.extend(part.tokens)
             if out is not None:
                 if part.matrix is not target:  # parsed elsewhere (a chunk with irregular lines)
@@ -287,13 +292,28 @@ def _parse_line(line: bytes, dim: int) -> tuple[bytes, np.ndarray] | str:
     return b" ".join(parts[:-dim]), values
 
 
+def _invalid_before(
+    path: Path, matrix: np.ndarray, tokens: Sequence[bytes | str], first_line: int
+) -> InputError | None:
+    """The error for the first row of ``matrix`` (on lines from ``first_line``) that the cleaner would refuse
+    (NaN, Inf, overflow), if any: a reader refusing a later row names this one instead, the first problem."""
+    first = first_invalid(matrix)
+    if first is None:
+        return None
+    token = tokens[first]
+    shown = token.decode("utf-8", "replace") if isinstance(token, bytes) else token
+    return InputError(path, invalid_problem(shown) + DROP_HINT, line=first_line + first)
+
+
 def _decode(
-    path: Path, raw: list[bytes], lines: list[int], options: ReadOptions, stats: _Stats
+    path: Path, raw: list[bytes], lines: list[int], options: ReadOptions, stats: _Stats, matrix: np.ndarray
 ) -> tuple[list[str], list[int]]:
-    """The tokens as text, and the positions of those left out as not UTF-8 (``--drop-invalid``)."""
+    """The tokens as text, and the positions of those left out as not UTF-8 (``--drop-invalid``); ``matrix``
+    holds their rows: one the cleaner would refuse before a token refused here is named instead."""
 
     def fail(i: int, problem: str) -> InputError:
-        return InputError(path, problem, line=lines[i])
+        earlier = _invalid_before(path, matrix[:i], raw, lines[0]) if i else None
+        return earlier or InputError(path, problem, line=lines[i])
 
     dropped: list[int] = []
     tokens, replaced = decode_tokens(raw, options, fail, dropped)
@@ -320,7 +340,7 @@ def _parse_chunk(
             tokens = column.cast(pa.string()).to_pylist()
         except pa.ArrowInvalid:  # a chunk holding bytes that are not UTF-8: token by token
             raw = column.to_pylist()
-            tokens, dropped = _decode(path, raw, list(range(line_no, line_no + len(raw))), options, stats)
+            tokens, dropped = _decode(path, raw, list(range(line_no, line_no + len(raw))), options, stats, matrix)
             if dropped:
                 matrix = np.delete(matrix, dropped, axis=0)
         return _Chunk(tokens, matrix)
@@ -352,9 +372,11 @@ def _parse_irregular(
         result = _parse_line(lines[i], dim)
         if isinstance(result, str):
             if not options.drop_invalid:
-                # A token that is not UTF-8 on an earlier line is the first problem: it is reported instead.
-                _decode(path, raw[:i], list(range(line_no, line_no + i)), options, stats)
-                raise InputError(path, result + DROP_HINT, line=line_no + i)
+                # A token that is not UTF-8 or a row the cleaner would refuse on an earlier line is the first
+                # problem: it is reported instead.
+                _decode(path, raw[:i], list(range(line_no, line_no + i)), options, stats, matrix[:i])
+                earlier = _invalid_before(path, matrix[:i], raw, line_no)
+                raise earlier or InputError(path, result + DROP_HINT, line=line_no + i)
             stats.malformed_rows_dropped += 1
             keep[i] = False
             continue
@@ -365,7 +387,7 @@ def _parse_irregular(
     if not keep.all():
         matrix = matrix[keep]
         raw = [t for t, k in zip(raw, keep.tolist(), strict=True) if k]
-    tokens, dropped = _decode(path, raw, numbers, options, stats)
+    tokens, dropped = _decode(path, raw, numbers, options, stats, matrix)
     if dropped:
         matrix = np.delete(matrix, dropped, axis=0)
     stats.tokens_with_spaces += sum(" " in token for token in tokens)  # the rows kept

@@ -458,6 +458,26 @@ def test_drop_invalid_drops_npy_and_projector_rows_whose_token_is_not_utf8(
         read_source(directory, options=ReadOptions(drop_invalid=True))
 
 
+def test_vocabulary_and_metadata_name_their_first_problem(tmp_path: Path) -> None:
+    """A line that is not UTF-8 is named only when no earlier line has a problem (an empty token, a row of the
+    wrong width), in a --vocab file and in metadata.tsv; an empty token before a wrong-width row is named too."""
+    np.save(tmp_path / "m.npy", np.ones((5, 2), dtype=np.float32))
+    (tmp_path / "vocab.txt").write_bytes(b"a\n\nc\nd\xe9\ne\n")
+    with pytest.raises(InputError, match=r"vocab.txt:2: empty line"):
+        read_source(tmp_path / "m.npy", options=ReadOptions(vocab=tmp_path / "vocab.txt"))
+    directory = _projector(tmp_path / "p", list("abcde"), np.ones((5, 2), dtype=np.float32), None)
+    cases = [
+        (b"a\n\nc\nd\xe9\ne\n", r"metadata.tsv:2: empty token"),
+        (b"w\tk\na\tk\nb\nc\xe9\tk\nd\tk\ne\tk\n", r"metadata.tsv:3: 1 columns, the header has 2"),
+        (b"w\tk\n\tk\nb\nc\xe9\tk\nd\tk\ne\tk\n", r"metadata.tsv:2: empty token"),
+        (b"w\tk\na\xe9\tk\nb\nc\tk\nd\tk\ne\tk\n", r"metadata.tsv:2: not valid UTF-8 \(byte 0xe9\)"),
+    ]
+    for metadata, expected in cases:
+        (directory / "metadata.tsv").write_bytes(metadata)
+        with pytest.raises(InputError, match=expected):
+            read_source(directory)
+
+
 def test_non_utf8_token_in_binary(tmp_path: Path, data_dir: Path, glove_rows) -> None:
     tokens, matrix = glove_rows
     body = b"".join(
@@ -589,6 +609,29 @@ def test_row_with_a_value_too_many_is_refused_as_gensim_refuses_it(tmp_path: Pat
     kv = KeyedVectors.load_word2vec_format(str(fixed))
     assert table.tokens[:] == kv.index_to_key
     np.testing.assert_allclose(np.asarray(table.vectors) * np.asarray(table.norms)[:, None], kv.vectors)
+
+
+@pytest.mark.parametrize("chunk", [text.CHUNK_BYTES, 64])
+@pytest.mark.parametrize("value", [b"nan", b"-inf", b"1e39"])
+def test_an_invalid_row_is_named_before_a_later_refused_row(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, chunk: int, value: bytes
+) -> None:
+    """A row the cleaner refuses (NaN, Inf, overflow) is the first problem, before a later short row or token that
+    is not UTF-8 the reader refuses: in the same chunk or an earlier one."""
+    monkeypatch.setattr(text, "CHUNK_BYTES", chunk)
+    rows = [b"w%d 0.5 0.25 0.125" % i for i in range(100)]
+    rows[1] = b"w1 0.5 " + value + b" 0.125"
+    for later in (b"short 0.5 0.25", b"\xff 0.5 0.25 0.125"):
+        rows[99] = later
+        for header, first in ((b"", 2), (b"100 3\n", 3)):
+            path = tmp_path / "g.txt"
+            path.write_bytes(header + b"\n".join(rows) + b"\n")
+            with pytest.raises(InputError, match=rf"g.txt:{first}: NaN, Inf or overflowing values for 'w1' \(use"):
+                read_source(path, "word2vec" if header else "glove")
+    rows[1] = b"w1 0.5 0.25 0.125"  # without it, the later row is named
+    path.write_bytes(b"\n".join(rows) + b"\n")
+    with pytest.raises(InputError, match=r"g.txt:100: token is not valid UTF-8"):
+        read_source(path, "glove")
 
 
 def test_token_ending_in_a_number_is_a_row_too_long(tmp_path: Path, data_dir: Path, glove_rows) -> None:

@@ -126,6 +126,8 @@ def _read(path: Path, options: ReadOptions, header: bool) -> RawTable:
             try:
                 part = _parse_chunk(chunk, line_no, count, dim, ncols, path, options, stats, target)
             except InputError as refused:  # a row of an earlier chunk the cleaner would refuse comes first
+                if options.drop_invalid:  # the cleaner drops such rows: the refusal is the problem
+                    raise
                 done = out[:filled] if out is not None else np.concatenate([*blocks, np.empty((0, dim), np.float32)])
                 raise _invalid_before(path, done, tokens, first_line) or refused from None
             tokens.extend(part.tokens)

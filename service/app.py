@@ -48,6 +48,7 @@ from service.reload import Reloader
 from service.respond import FastJSON
 from service.routers import ROUTERS
 from service.routers.embed import ROUTERS as EMBED_ROUTERS
+from service.routers.writes import write_routes
 from service.schemas.common import LIMITS, Limits
 from service.settings import SUPERVISOR_VARIABLE, Settings, cores, describe_error
 from service.shard_settings import front_settings
@@ -170,7 +171,8 @@ def create_app(settings: Settings) -> FastAPI:
             AnswerCacheMiddleware, cache=app.state.answer_cache, metrics=metrics, writes=live.log_lengths
         )
     if settings.read_api_key is not None:
-        app.add_middleware(auth.ReadKeyMiddleware, keys=auth.server_keys(settings))  # every kind reads
+        keys = auth.server_keys(settings)  # every kind reads; a write route's refusal names a write key
+        app.add_middleware(auth.ReadKeyMiddleware, keys=keys, writes=write_routes(routes))
     if settings.cors_origins:
         app.add_middleware(
             JsonCORSMiddleware,

@@ -4,16 +4,20 @@ write keys (``EMBEDDING_WRITE_KEYS``).
 All travel in the ``X-API-Key`` header and are compared in constant time. Without a read key, reads are open;
 with one, every path needs the read key, a write key or the admin key, except the open ones below (health,
 readiness, metrics, the docs, the explorer page and its files) and ``/v1/admin/*``, which checks the admin key
-itself. A refused key of the server is named for what it is (its holder knows it already); any other key is
-only "not valid", which tells nothing of the keys the server has.
+itself. On a route that needs a write key, the read-key check's refusal names what that route needs, as the route's
+own check does: a write key (or, on a server without one, that its tables are read-only). A refused key of the
+server is named for what it is (its holder knows it already); any other key is only "not valid", which tells
+nothing of the keys the server has.
 """
 
 from __future__ import annotations
 
 import hmac
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from pydantic import SecretStr
+from starlette.routing import BaseRoute, Match
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from service.errors import ERRORS, ApiError, envelope, error_response
@@ -41,6 +45,10 @@ WRITE = Kind("a write key", "read and write documents", "EMBEDDING_WRITE_KEYS")
 ADMIN = Kind("the admin key", "read and use the admin endpoints", "EMBEDDING_API_KEY")
 KINDS = (READ, WRITE, ADMIN)
 ANY_KEY = "the read key (EMBEDDING_READ_API_KEY), a write key or the admin key"
+READ_ONLY = (
+    "this server's tables are read-only: start it with EMBEDDING_WRITE_KEYS (one or more keys, comma-separated) to "
+    f"accept writes from clients sending one in the {HEADER} header"
+)
 
 Keys = dict[Kind, tuple[bytes, ...]]
 
@@ -88,12 +96,32 @@ def check(given: str | bytes | None, keys: Keys, wanted: tuple[Kind, ...], need:
     raise ApiError("forbidden", f"the API key is not valid: send {need} in the {HEADER} header")
 
 
-class ReadKeyMiddleware:
-    """Refuse requests without a key of the server (any kind reads): 401 without one, 403 with a wrong one."""
+def check_any(given: str | bytes | None, keys: Keys, writing: bool) -> None:
+    """The read-key check: any key of the server passes (a route that needs one kind checks it itself). Refused,
+    the message names what the route needs: on a write route a write key, or that the tables are read-only."""
+    if not writing:
+        check(given, keys, KINDS, ANY_KEY, "read")
+        return
+    try:
+        check(given, keys, KINDS, needs(WRITE), "write documents")
+    except ApiError as exc:
+        if keys[WRITE]:
+            raise
+        # no key would do: the status as for any other request without a key (401) or with a wrong one (403)
+        raise ApiError(exc.code, READ_ONLY) from None
 
-    def __init__(self, app: ASGIApp, keys: Keys) -> None:
+
+class ReadKeyMiddleware:
+    """Refuse requests without a key of the server (any kind reads): 401 without one, 403 with a wrong one.
+    ``writes`` are the routes that need a write key, whose refusals name it."""
+
+    def __init__(self, app: ASGIApp, keys: Keys, writes: Iterable[BaseRoute] = ()) -> None:
         self.app = app
         self.keys = keys
+        self.writes = tuple(writes)
+
+    def writing(self, scope: Scope) -> bool:
+        return any(route.matches(scope)[0] is Match.FULL for route in self.writes)  # path and method
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         path = scope.get("path", "")
@@ -102,7 +130,7 @@ class ReadKeyMiddleware:
             return
         given = next((value for name, value in scope["headers"] if name == b"x-api-key"), None)
         try:
-            check(given, self.keys, KINDS, ANY_KEY, "read")
+            check_any(given, self.keys, self.writing(scope))
         except ApiError as exc:
             await error_response(exc.code, exc.message)(scope, receive, send)
             return

@@ -13,11 +13,14 @@ ids it owns: a write of another shard's id is refused (422) before anything is w
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Header, Path
+from fastapi.routing import APIRoute
 from starlette.concurrency import run_in_threadpool
 from starlette.responses import Response
+from starlette.routing import BaseRoute
 
 from index.engine.door import ShardedTable, Table
 from service import live, writes
@@ -38,15 +41,20 @@ async def require_write_key(
     """403 when the server has no write key (its tables are read-only), 401 without a key, 403 with another."""
     keys = auth.server_keys(settings)
     if not keys[auth.WRITE]:
-        raise ApiError(
-            "forbidden",
-            "this server's tables are read-only: start it with EMBEDDING_WRITE_KEYS (one or more keys, "
-            "comma-separated) to accept writes from clients sending one in the X-API-Key header",
-        )
+        raise ApiError("forbidden", auth.READ_ONLY)
     auth.check(x_api_key, keys, (auth.WRITE,), auth.needs(auth.WRITE), "write documents")
 
 
 WriteKey = Annotated[None, Depends(require_write_key)]
+
+
+def write_routes(routes: Iterable[BaseRoute]) -> list[APIRoute]:
+    """The routes among ``routes`` that need a write key."""
+    return [
+        route
+        for route in routes
+        if isinstance(route, APIRoute) and any(d.call is require_write_key for d in route.dependant.dependencies)
+    ]
 
 
 def _live(table: Table) -> live.Live:

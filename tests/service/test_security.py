@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import hmac
 import inspect
+import itertools
+import json
 import random
 import re
 import shutil
@@ -26,6 +28,7 @@ from service.deps import TABLE_NAME
 from service.http import auth
 from service.settings import Settings
 from tests import REPO
+from tests.service import real_server
 from tests.service.conftest import client_for
 from tests.service.documented import check_answer
 
@@ -144,6 +147,78 @@ def test_a_refused_key_is_named_for_what_it_may_do_and_others_are_not_valid(smal
         ):
             answer = client.post(writes, json={"documents": []}, headers={"x-api-key": key} if key else {})
             assert answer.json()["error"]["message"] == message, key
+
+
+def test_a_write_route_names_a_write_key_with_or_without_a_read_key(
+    small_data_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A write route without a key, with an unknown key or with the read key is answered alike whether or not a read
+    key is set: with what the route needs (a write key), never the keys that only read; the admin route names the
+    admin key. On a server without write keys, every refusal of a write route says its tables are read-only. A
+    front's write routes (EMBEDDING_SHARDS) are refused so before anything goes to a shard."""
+    write_key, admin_key = "a write key (EMBEDDING_WRITE_KEYS)", "the admin key (EMBEDDING_API_KEY)"
+    needs = "this endpoint needs {} in the X-API-Key header"
+    not_valid = "the API key is not valid: send {} in the X-API-Key header"
+    read_only = (
+        "this server's tables are read-only: start it with EMBEDDING_WRITE_KEYS (one or more keys, comma-separated) "
+        "to accept writes from clients sending one in the X-API-Key header"
+    )
+    reader = "this is the read key: it may read but not {}; send {} in the X-API-Key header"
+    writes = [
+        ("POST", "/v1/tables/{}/documents", {"documents": [{"id": "x", "text": "a note"}]}),
+        ("POST", "/v1/tables/{}/documents/delete", {"ids": ["x"]}),
+        ("DELETE", "/v1/tables/{}/documents/notes/x", None),
+    ]
+    unknown = "x" + READ
+    for read_key in (READ, None):
+        expected_writes = {
+            None: (401, "unauthorized", needs.format(write_key)),
+            unknown: (403, "forbidden", not_valid.format(write_key)),
+            READ: (
+                403,
+                "forbidden",
+                reader.format("write documents", write_key) if read_key else not_valid.format(write_key),
+            ),
+        }
+        expected_admin = {
+            None: (401, "unauthorized", needs.format(admin_key)),
+            unknown: (403, "forbidden", not_valid.format(admin_key)),
+            READ: (
+                403,
+                "forbidden",
+                reader.format("use the admin endpoints", admin_key) if read_key else not_valid.format(admin_key),
+            ),
+        }
+        expected_read_only = {
+            None: (401 if read_key else 403, "unauthorized" if read_key else "forbidden", read_only),
+            unknown: (403, "forbidden", read_only),
+            READ: (403, "forbidden", read_only),
+        }
+        keys = {"read_api_key": read_key, "api_key": ADMIN}
+        for write_keys, expected in (([WRITE], expected_writes), ([], expected_read_only)):
+            with client_for(data_dir=small_data_dir, tables=["small"], write_keys=write_keys, **keys) as client:
+                for (method, path, body), key in itertools.product(writes, expected):
+                    answer = client.request(
+                        method, path.format("small"), json=body, headers={"x-api-key": key} if key else {}
+                    )
+                    status, code, message = expected[key]
+                    assert answer.status_code == status, (read_key, write_keys, path, key, answer.text)
+                    assert answer.json()["error"] == {"code": code, "message": message}, (read_key, path, key)
+                    assert not any(sent in answer.text for sent in (READ, unknown, ADMIN, WRITE)), (path, key)
+                for key, (status, code, message) in expected_admin.items():
+                    answer = client.post("/v1/admin/reload", headers={"x-api-key": key} if key else {})
+                    assert (answer.status_code, answer.json()["error"]) == (status, {"code": code, "message": message})
+                if read_key:  # a read of a document, under the same path as a delete: any key reads
+                    answer = client.get("/v1/tables/small/documents/notes/x")
+                    assert answer.json()["error"]["message"] == needs.format(auth.ANY_KEY)
+    shards = {"sharded": [[f"http://127.0.0.1:{real_server.free_port()}/v1/tables/shard-000"]]}  # never reached
+    monkeypatch.setenv("EMBEDDING_SHARDS", json.dumps(shards))
+    with client_for(data_dir=small_data_dir, tables=["small"], read_api_key=READ, write_keys=[WRITE]) as client:
+        for (method, path, body), key in itertools.product(writes, (None, unknown)):
+            headers = {"x-api-key": key} if key else {}
+            answer = client.request(method, path.format("sharded"), json=body, headers=headers)
+            status, code, message = expected_writes[key]
+            assert (answer.status_code, answer.json()["error"]) == (status, {"code": code, "message": message}), path
 
 
 def test_keys_are_compared_in_constant_time(monkeypatch: pytest.MonkeyPatch) -> None:

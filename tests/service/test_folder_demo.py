@@ -34,7 +34,7 @@ LICENCES = Path("/usr/share/common-licenses")
 GNU = ("GPL", "LGPL", "GFDL")
 GLOVE = glove_package.DEFAULT_NAME
 ORIGINS = ("http://localhost:8000", "http://127.0.0.1:8000")
-UNKNOWN = "merchantability"  # in nine of the licences; not one of GloVe's 400,000 words
+UNKNOWN = "merchantability"  # in eight of the licences; not one of GloVe's 400,000 words
 DOCS = REPO / "docs" / "documents.md"
 DOCS_BASE = "http://127.0.0.1:8000"
 

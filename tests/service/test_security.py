@@ -154,7 +154,8 @@ def test_a_write_route_names_a_write_key_with_or_without_a_read_key(
 ) -> None:
     """A write route without a key, with an unknown key or with the read key is answered alike whether or not a read
     key is set: with what the route needs (a write key), never the keys that only read; the admin route names the
-    admin key. On a server without write keys, every refusal of a write route says its tables are read-only. A
+    admin key. On a server without write keys, every refusal of a write route is a 403 saying its tables are
+    read-only (no key would do). A
     front's write routes (EMBEDDING_SHARDS) are refused so before anything goes to a shard."""
     write_key, admin_key = "a write key (EMBEDDING_WRITE_KEYS)", "the admin key (EMBEDDING_API_KEY)"
     needs = "this endpoint needs {} in the X-API-Key header"
@@ -190,7 +191,7 @@ def test_a_write_route_names_a_write_key_with_or_without_a_read_key(
             ),
         }
         expected_read_only = {
-            None: (401 if read_key else 403, "unauthorized" if read_key else "forbidden", read_only),
+            None: (403, "forbidden", read_only),
             unknown: (403, "forbidden", read_only),
             READ: (403, "forbidden", read_only),
         }

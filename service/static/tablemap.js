@@ -260,7 +260,8 @@ export class TableMap {
 
   /** Colour by ``column``; true when its colours are drawn (false: refused, or overtaken by a later ask). */
   async colourBy(column, redraw = true) {
-    const ticket = ++this.colourTicket; // a column asked for later, or another layout, wins over this one
+    const ticket = ++this.colourTicket; // a column asked for later wins over this one
+    const generation = this.generation; // and so does a layout asked for while its colours come (see below)
     const n = this.n;
     let categories;
     if (column === "rank") {
@@ -286,6 +287,9 @@ export class TableMap {
         else this.root.querySelector(".tm-colour").value = this.column; // the colours drawn stay: the menu says which
         return false;
       }
+      // Another layout asked for since: these colours, the layout shown's, are drawn on neither (the menu keeps the
+      // pick, which the next layout asks of its own table when that has the column).
+      if (generation !== this.generation) return false;
       this.codes = fromBase64(data.codes);
       categories = data.categories;
       this.colours = CATEGORY_COLOURS;

@@ -527,6 +527,51 @@ def routed(page: Any, held: list[Any], count: int) -> list[Any]:
     return held
 
 
+# A fingerprint of the whole-table map's canvas: equal fingerprints, the same pixels.
+DRAWN = """() => {
+  const canvas = document.getElementById("tm-canvas");
+  const data = new Uint32Array(canvas.getContext("2d").getImageData(0, 0, canvas.width, canvas.height).data.buffer);
+  let h = 0;
+  for (let k = 0; k < data.length; k++) h = (Math.imul(h, 31) + data[k]) | 0;
+  return h;
+}"""
+
+
+def test_colours_that_come_while_another_tables_layout_loads_are_dropped(server: str, watched: Watched) -> None:
+    """Colours of a column of the table shown that come while another table's layout is on its way (the colours
+    held here until that layout is asked for, the layout until the colours are in) colour neither the map shown
+    nor the next table's once it is drawn; the menu keeps the column picked till that table's columns come."""
+    open_table_map(watched, server, f"?table={TOKENS_TABLE}")
+    page = watched.page
+    held: list = []
+    page.route(f"**/v1/tables/{TOKENS_TABLE}/map/colours/**", lambda route: held.append(route))
+    page.route(f"**/v1/tables/{WORDS_TABLE}/map?*", lambda route: held.append(route))
+    with page.expect_request(lambda r: "/map/colours/" in r.url):
+        page.select_option("#tm-colour", "token kind")
+    with page.expect_request(lambda r: f"/{WORDS_TABLE}/map?" in r.url):
+        page.select_option("#table", WORDS_TABLE)
+    routes = routed(page, held, 2)
+    colours = next(route for route in routes if "/map/colours/" in route.request.url)
+    layout = next(route for route in routes if route is not colours)
+    legend = page.locator("#table-map .tm-legend li").all_inner_texts()
+    drawn = page.evaluate(DRAWN)
+    with page.expect_response(lambda r: "/map/colours/" in r.url) as answered:
+        colours.continue_()
+    answered.value.finished()
+    page.evaluate("() => new Promise((done) => requestAnimationFrame(() => setTimeout(done, 50)))")  # the page reads it
+    assert page.evaluate("explorer.tableMap.column") == "rank" and legend[0] == "top 100"
+    assert page.locator("#table-map .tm-legend li").all_inner_texts() == legend
+    assert page.evaluate(DRAWN) == drawn
+    assert page.input_value("#tm-colour") == "token kind"
+    layout.continue_()
+    page.wait_for_function(
+        "t => explorer.tableMap.table === t && explorer.tableMap.canvas.dataset.ready === 'true'", arg=WORDS_TABLE
+    )
+    assert page.evaluate("explorer.tableMap.column") == "rank" and page.input_value("#tm-colour") == "rank"
+    assert page.locator("#table-map .tm-legend li").all_inner_texts()[0] == "top 100"
+    watched.assert_clean()
+
+
 def test_colours_refused_while_a_layout_loads_are_still_said_once_it_is_drawn(server: str, watched: Watched) -> None:
     """Colours the server refuses while another table's layout is on its way (the refusal held here until that
     layout is asked for, the layout until the refusal is shown) stay said beside the new layout's status line."""

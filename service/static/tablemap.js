@@ -69,6 +69,8 @@ export class TableMap {
     this.frame = 0;
     this.drawTimes = [];
     this.generation = 0;
+    this.shown = 0; // the generation of the layout drawn
+    this.coloured = -1; // the generation of the layout the colours held were made for (-1: none held)
     this.asked = null; // {table, method} of the latest load
     this.colourTicket = 0;
     this.wire();
@@ -115,6 +117,7 @@ export class TableMap {
       this.y[i] = y0 + (codes[2 * i + 1] + 32767) * ky;
     }
     this.n = n;
+    this.shown = generation;
     this.bounds = { x0, x1, y0, y1 };
     this.labels = null;
     this.labelsLost = false;
@@ -283,7 +286,7 @@ export class TableMap {
       if (ticket !== this.colourTicket) return false;
       if (!ok) {
         this.noteColours(data.error?.message || "colour column not loaded");
-        if (this.codes?.length !== n) await this.colourBy("rank", redraw); // the codes held are another layout's
+        if (this.coloured !== this.shown) await this.colourBy("rank", redraw); // the codes held are another layout's
         else this.root.querySelector(".tm-colour").value = this.column; // the colours drawn stay: the menu says which
         return false;
       }
@@ -294,6 +297,7 @@ export class TableMap {
       categories = data.categories;
       this.colours = CATEGORY_COLOURS;
     }
+    this.coloured = this.shown;
     this.gcodes = new Uint8Array(n);
     const items = this.grid.items;
     for (let j = 0; j < n; j++) this.gcodes[j] = this.codes[items[j]];

@@ -617,6 +617,38 @@ def test_colours_refused_for_the_next_table_leave_it_its_own_colours(
     watched.assert_clean(expected_422=("/map/colours/",))
 
 
+def test_the_next_layout_is_drawn_in_its_own_colours_till_the_columns_come(server: str, watched: Watched) -> None:
+    """The next table's layout, drawn again (panned) while its colours of the column picked are on their way (held
+    here), is drawn in its own default colours (frequency rank), not the table before's; its colours once in."""
+    open_table_map(watched, server, f"?table={TOKENS_TABLE}")
+    page = watched.page
+    page.select_option("#tm-colour", "token kind")
+    page.wait_for_function("() => explorer.tableMap.column === 'token kind'")
+    kinds = page.evaluate(SWATCHES)
+    legend = page.locator("#table-map .tm-legend li").all_inner_texts()
+    held: list = []
+    page.route(f"**/v1/tables/{TWIN_TABLE}/map/colours/**", lambda route: held.append(route))
+    with page.expect_request(lambda r: f"/{TWIN_TABLE}/map/colours/" in r.url):  # asked once its layout is in
+        page.select_option("#table", TWIN_TABLE)
+    colours = routed(page, held, 1)[0]
+    assert page.evaluate("explorer.tableMap.table") == TWIN_TABLE
+    page.focus("#tm-canvas")
+    page.keyboard.press("ArrowLeft")
+    page.evaluate("() => new Promise((done) => requestAnimationFrame(() => requestAnimationFrame(done)))")
+    assert page.evaluate("explorer.tableMap.column") == "rank" and page.input_value("#tm-colour") == "token kind"
+    assert page.locator("#table-map .tm-legend li").all_inner_texts()[0] == "top 100"
+    assert page.evaluate(INKED, kinds) == [0, 0, 0]
+    assert sum(page.evaluate(INKED, page.evaluate(SWATCHES))) > 0
+    colours.continue_()
+    page.wait_for_function(
+        "t => explorer.tableMap.table === t && explorer.tableMap.canvas.dataset.ready === 'true'", arg=TWIN_TABLE
+    )
+    assert page.evaluate("explorer.tableMap.column") == "token kind"
+    assert page.locator("#table-map .tm-legend li").all_inner_texts() == legend
+    assert sum(page.evaluate(INKED, kinds)) > 0
+    watched.assert_clean()
+
+
 def test_colours_refused_while_a_layout_loads_are_still_said_once_it_is_drawn(server: str, watched: Watched) -> None:
     """Colours the server refuses while another table's layout is on its way (the refusal held here until that
     layout is asked for, the layout until the refusal is shown) stay said beside the new layout's status line."""

@@ -69,6 +69,8 @@ export class TableMap {
     this.frame = 0;
     this.drawTimes = [];
     this.generation = 0;
+    this.shown = 0; // the generation of the layout drawn
+    this.coloured = -1; // the generation of the layout the colours held were made for (-1: none held)
     this.asked = null; // {table, method} of the latest load
     this.colourTicket = 0;
     this.wire();
@@ -115,6 +117,7 @@ export class TableMap {
       this.y[i] = y0 + (codes[2 * i + 1] + 32767) * ky;
     }
     this.n = n;
+    this.shown = generation;
     this.bounds = { x0, x1, y0, y1 };
     this.labels = null;
     this.labelsLost = false;
@@ -128,6 +131,9 @@ export class TableMap {
     this.root.dataset.selected = "";
     this.buildIndex();
     this.setColumns();
+    // Its own colours from now on, never the layout before's: by rank (the menu still says the column picked) till
+    // the column's come, a redraw meanwhile (a pan, a hover, a resize) drawing these.
+    this.paint("rank", this.ownColours("rank"));
     await this.colourBy(this.root.querySelector(".tm-colour").value || "rank", false);
     if (generation !== this.generation) return;
     this.fit();
@@ -260,52 +266,64 @@ export class TableMap {
 
   /** Colour by ``column``; true when its colours are drawn (false: refused, or overtaken by a later ask). */
   async colourBy(column, redraw = true) {
-    const ticket = ++this.colourTicket; // a column asked for later, or another layout, wins over this one
-    const n = this.n;
-    let categories;
-    if (column === "rank") {
-      // Buckets of log-rank: the first 100 rows, 1,000, 10,000, ... (row order is frequency order for most tables).
-      this.codes = new Uint8Array(n);
-      const edges = [100, 300, 1000, 3000, 10000, 30000];
-      for (let b = 0, i = 0; i < n; i++) {
-        while (b < edges.length && i >= edges[b]) b++;
-        this.codes[i] = b;
-      }
-      categories = ["top 100", "100–300", "300–1k", "1k–3k", "3k–10k", "10k–30k", "30k+"].slice(0, 1 + edges.filter((e) => e < n).length);
-      this.colours = RANK_COLOURS;
-    } else if (column === "none") {
-      this.codes = new Uint8Array(n);
-      categories = [];
-      this.colours = ["#2b5d9b"];
-    } else {
+    const ticket = ++this.colourTicket; // a column asked for later wins over this one
+    const generation = this.generation; // and so does a layout asked for while its colours come (see below)
+    let colouring = this.ownColours(column);
+    if (!colouring) {
       const { ok, data } = await this.deps.fetchJSON(this.path(`map/colours/${encodeURIComponent(column)}`));
       if (ticket !== this.colourTicket) return false;
       if (!ok) {
         this.noteColours(data.error?.message || "colour column not loaded");
-        if (this.codes?.length !== n) await this.colourBy("rank", redraw); // the codes held are another layout's
+        if (this.coloured !== this.shown) await this.colourBy("rank", redraw); // the codes held are another layout's
         else this.root.querySelector(".tm-colour").value = this.column; // the colours drawn stay: the menu says which
         return false;
       }
-      this.codes = fromBase64(data.codes);
-      categories = data.categories;
-      this.colours = CATEGORY_COLOURS;
+      // Another layout asked for since: these colours, the layout shown's, are drawn on neither (the menu keeps the
+      // pick, which the next layout asks of its own table when that has the column).
+      if (generation !== this.generation) return false;
+      colouring = { codes: fromBase64(data.codes), categories: data.categories, colours: CATEGORY_COLOURS };
     }
+    this.paint(column, colouring);
+    this.root.querySelector(".tm-colour").value = column;
+    if (redraw) this.request();
+    return true;
+  }
+
+  /** The colouring of ``column`` made here ("rank" and "none") for the layout shown; null for a column's. */
+  ownColours(column) {
+    const n = this.n;
+    if (column === "none") return { codes: new Uint8Array(n), categories: [], colours: ["#2b5d9b"] };
+    if (column !== "rank") return null;
+    // Buckets of log-rank: the first 100 rows, 1,000, 10,000, ... (row order is frequency order for most tables).
+    const codes = new Uint8Array(n);
+    const edges = [100, 300, 1000, 3000, 10000, 30000];
+    for (let b = 0, i = 0; i < n; i++) {
+      while (b < edges.length && i >= edges[b]) b++;
+      codes[i] = b;
+    }
+    const categories = ["top 100", "100–300", "300–1k", "1k–3k", "3k–10k", "10k–30k", "30k+"].slice(0, 1 + edges.filter((e) => e < n).length);
+    return { codes, categories, colours: RANK_COLOURS };
+  }
+
+  /** Draw the layout shown by ``column``'s codes (one per row) from now on, with its legend. */
+  paint(column, { codes, categories, colours }) {
+    const n = this.n;
+    this.codes = codes;
+    this.colours = colours;
+    this.coloured = this.shown;
     this.gcodes = new Uint8Array(n);
     const items = this.grid.items;
-    for (let j = 0; j < n; j++) this.gcodes[j] = this.codes[items[j]];
+    for (let j = 0; j < n; j++) this.gcodes[j] = codes[items[j]];
     this.column = column;
-    this.root.querySelector(".tm-colour").value = column;
     this.legend.replaceChildren(...categories.map((name, i) => {
       const item = document.createElement("li");
       const swatch = document.createElement("span");
       swatch.className = "swatch";
-      swatch.style.background = this.colours[i % this.colours.length];
+      swatch.style.background = colours[i % colours.length];
       item.append(swatch, name);
       return item;
     }));
     this.buildLUT();
-    if (redraw) this.request();
-    return true;
   }
 
   /** Packed colours by (category, pixel density): alpha grows with the number of rows on the pixel. */

@@ -1,7 +1,8 @@
 """The explorer page at ``/``, driven in a real headless Chromium against the real ``embedding-serve`` process.
 
-The server runs on a free loopback port over two tables: the 20,000 most frequent GloVe words and the MiniLM
-model's token embeddings. Every answer the page shows is compared with the API's own answer, fetched with httpx.
+The server runs on a free loopback port over three tables: the 20,000 most frequent GloVe words, the MiniLM
+model's token embeddings, and a copy of those under a second name (two tables of one row count and one column).
+Every answer the page shows is compared with the API's own answer, fetched with httpx.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from tests.service.real_server import HTTP
 
 WORDS_TABLE = "small"
 TOKENS_TABLE = "minilm"
+TWIN_TABLE = "minilm-twin"  # the same rows as TOKENS_TABLE under another name
 
 
 def map_words(text: str) -> list[str]:
@@ -46,10 +48,12 @@ def map_words(text: str) -> list[str]:
 
 @pytest.fixture(scope="module")
 def data_dir(tmp_path_factory: pytest.TempPathFactory, small_data_dir: Path, minilm_data_dir: Path) -> Path:
-    """A words table (20k GloVe rows) and a model-token table (MiniLM's input embeddings), copies of the session's."""
+    """A words table (20k GloVe rows) and a model-token table (MiniLM's input embeddings) twice, copies of the
+    session's."""
     directory = tmp_path_factory.mktemp("explorer-data")
     shutil.copytree(small_data_dir / "small", directory / WORDS_TABLE)
     shutil.copytree(minilm_data_dir / MINILM, directory / TOKENS_TABLE)
+    shutil.copytree(minilm_data_dir / MINILM, directory / TWIN_TABLE)
     return directory
 
 
@@ -525,6 +529,124 @@ def routed(page: Any, held: list[Any], count: int) -> list[Any]:
         page.wait_for_timeout(20)
     assert len(held) == count, held
     return held
+
+
+# A fingerprint of the whole-table map's canvas: equal fingerprints, the same pixels.
+DRAWN = """() => {
+  const canvas = document.getElementById("tm-canvas");
+  const data = new Uint32Array(canvas.getContext("2d").getImageData(0, 0, canvas.width, canvas.height).data.buffer);
+  let h = 0;
+  for (let k = 0; k < data.length; k++) h = (Math.imul(h, 31) + data[k]) | 0;
+  return h;
+}"""
+
+
+def test_colours_that_come_while_another_tables_layout_loads_are_dropped(server: str, watched: Watched) -> None:
+    """Colours of a column of the table shown that come while another table's layout is on its way (the colours
+    held here until that layout is asked for, the layout until the colours are in) colour neither the map shown
+    nor the next table's once it is drawn; the menu keeps the column picked till that table's columns come."""
+    open_table_map(watched, server, f"?table={TOKENS_TABLE}")
+    page = watched.page
+    held: list = []
+    page.route(f"**/v1/tables/{TOKENS_TABLE}/map/colours/**", lambda route: held.append(route))
+    page.route(f"**/v1/tables/{WORDS_TABLE}/map?*", lambda route: held.append(route))
+    with page.expect_request(lambda r: "/map/colours/" in r.url):
+        page.select_option("#tm-colour", "token kind")
+    with page.expect_request(lambda r: f"/{WORDS_TABLE}/map?" in r.url):
+        page.select_option("#table", WORDS_TABLE)
+    routes = routed(page, held, 2)
+    colours = next(route for route in routes if "/map/colours/" in route.request.url)
+    layout = next(route for route in routes if route is not colours)
+    legend = page.locator("#table-map .tm-legend li").all_inner_texts()
+    drawn = page.evaluate(DRAWN)
+    with page.expect_response(lambda r: "/map/colours/" in r.url) as answered:
+        colours.continue_()
+    answered.value.finished()
+    page.evaluate("() => new Promise((done) => requestAnimationFrame(() => setTimeout(done, 50)))")  # the page reads it
+    assert page.evaluate("explorer.tableMap.column") == "rank" and legend[0] == "top 100"
+    assert page.locator("#table-map .tm-legend li").all_inner_texts() == legend
+    assert page.evaluate(DRAWN) == drawn
+    assert page.input_value("#tm-colour") == "token kind"
+    layout.continue_()
+    page.wait_for_function(
+        "t => explorer.tableMap.table === t && explorer.tableMap.canvas.dataset.ready === 'true'", arg=WORDS_TABLE
+    )
+    assert page.evaluate("explorer.tableMap.column") == "rank" and page.input_value("#tm-colour") == "rank"
+    assert page.locator("#table-map .tm-legend li").all_inner_texts()[0] == "top 100"
+    watched.assert_clean()
+
+
+# The colours of the map's legend ("rgb(r, g, b)"), and how many of the canvas' pixels are each of ``colours``.
+SWATCHES = "() => [...document.querySelectorAll('#table-map .tm-legend .swatch')].map((s) => s.style.backgroundColor)"
+INKED = """(colours) => {
+  const canvas = document.getElementById("tm-canvas");
+  const data = canvas.getContext("2d").getImageData(0, 0, canvas.width, canvas.height).data;
+  const counts = new Map(colours.map((colour) => [colour, 0]));
+  for (let k = 0; k < data.length; k += 4) {
+    const colour = `rgb(${data[k]}, ${data[k + 1]}, ${data[k + 2]})`;
+    if (counts.has(colour)) counts.set(colour, counts.get(colour) + 1);
+  }
+  return colours.map((colour) => counts.get(colour));
+}"""
+
+
+def test_colours_refused_for_the_next_table_leave_it_its_own_colours(
+    server: str, api: httpx.Client, watched: Watched
+) -> None:
+    """The next table's colours of the column picked, refused (the request sent, here, for a column it lacks),
+    leave its map in its own default colours, not the table before's, though both tables have as many rows."""
+    rows = {table: api.get(f"/v1/tables/{table}").json()["rows"] for table in (TOKENS_TABLE, TWIN_TABLE)}
+    assert rows[TOKENS_TABLE] == rows[TWIN_TABLE]
+    open_table_map(watched, server, f"?table={TOKENS_TABLE}")
+    page = watched.page
+    page.select_option("#tm-colour", "token kind")
+    page.wait_for_function("() => explorer.tableMap.column === 'token kind'")
+    kinds = page.evaluate(SWATCHES)
+    assert len(kinds) == 3 and sum(page.evaluate(INKED, kinds)) > 0
+    refused = f"{server}/v1/tables/{TWIN_TABLE}/map/colours/nope"
+    page.route(f"**/v1/tables/{TWIN_TABLE}/map/colours/**", lambda route: route.continue_(url=refused))
+    page.select_option("#table", TWIN_TABLE)
+    page.wait_for_function(
+        "t => explorer.tableMap.table === t && explorer.tableMap.canvas.dataset.ready === 'true'", arg=TWIN_TABLE
+    )
+    assert page.locator("#table-map .tm-colour-note").inner_text().startswith("no colour column 'nope'")
+    assert page.evaluate("explorer.tableMap.column") == "rank" and page.input_value("#tm-colour") == "rank"
+    assert page.locator("#table-map .tm-legend li").all_inner_texts()[0] == "top 100"
+    assert page.evaluate(INKED, kinds) == [0, 0, 0]
+    assert sum(page.evaluate(INKED, page.evaluate(SWATCHES))) > 0
+    watched.assert_clean(expected_422=("/map/colours/",))
+
+
+def test_the_next_layout_is_drawn_in_its_own_colours_till_the_columns_come(server: str, watched: Watched) -> None:
+    """The next table's layout, drawn again (panned) while its colours of the column picked are on their way (held
+    here), is drawn in its own default colours (frequency rank), not the table before's; its colours once in."""
+    open_table_map(watched, server, f"?table={TOKENS_TABLE}")
+    page = watched.page
+    page.select_option("#tm-colour", "token kind")
+    page.wait_for_function("() => explorer.tableMap.column === 'token kind'")
+    kinds = page.evaluate(SWATCHES)
+    legend = page.locator("#table-map .tm-legend li").all_inner_texts()
+    held: list = []
+    page.route(f"**/v1/tables/{TWIN_TABLE}/map/colours/**", lambda route: held.append(route))
+    with page.expect_request(lambda r: f"/{TWIN_TABLE}/map/colours/" in r.url):  # asked once its layout is in
+        page.select_option("#table", TWIN_TABLE)
+    colours = routed(page, held, 1)[0]
+    assert page.evaluate("explorer.tableMap.table") == TWIN_TABLE
+    page.focus("#tm-canvas")
+    page.keyboard.press("ArrowLeft")
+    page.evaluate("() => new Promise((done) => requestAnimationFrame(() => requestAnimationFrame(done)))")
+    assert page.evaluate("explorer.tableMap.column") == "rank" and page.input_value("#tm-colour") == "token kind"
+    assert page.locator("#table-map .tm-legend li").all_inner_texts()[0] == "top 100"
+    assert page.evaluate(INKED, kinds) == [0, 0, 0]
+    assert sum(page.evaluate(INKED, page.evaluate(SWATCHES))) > 0
+    colours.continue_()
+    page.wait_for_function(
+        "t => explorer.tableMap.table === t && explorer.tableMap.canvas.dataset.ready === 'true'", arg=TWIN_TABLE
+    )
+    assert page.evaluate("explorer.tableMap.column") == "token kind"
+    assert page.locator("#table-map .tm-legend li").all_inner_texts() == legend
+    assert sum(page.evaluate(INKED, kinds)) > 0
+    watched.assert_clean()
 
 
 def test_colours_refused_while_a_layout_loads_are_still_said_once_it_is_drawn(server: str, watched: Watched) -> None:

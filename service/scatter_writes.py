@@ -29,12 +29,13 @@ from fastapi import Path
 from fastapi.routing import APIRoute
 from starlette.responses import Response
 
-from index.engine.door import by_owner
+from index.engine.door import STRING, by_owner, routed
 from service.errors import ApiError
 from service.respond import FastJSON
-from service.scatter import Front, named, shard_headers
+from service.scatter import Front, id_type, named, shard_headers
 from service.schemas.common import MAX_TOKEN_CHARS
 from service.schemas.writes import DeleteRequest, UpsertRequest, WriteResponse
+from service.writes import upsert_keys
 
 WRITE_SECONDS = 60.0  # a write may embed its texts: longer than a search's deadline, which bounds the connect
 PLACE = re.compile(r"^documents\[(\d+)\]")
@@ -129,9 +130,13 @@ def routes(front: Front, name: str) -> list[APIRoute]:
 
     async def upsert(body: UpsertRequest) -> Response:
         documents = [d.model_dump(exclude_unset=True, mode="json") for d in body.documents]
+        ids = [d["id"] for d in documents]
+        kind = await id_type(front, name)  # None: no documents table, whose shards refuse the write
+        # Checked and routed as the table reads them ("007" is the integer id 7), refused as the table refuses them.
+        keys = routed(ids, STRING) if kind is None else upsert_keys(name, kind, ids)
         parts = {
             shard: ("POST", "/documents", {"documents": [documents[i] for i in places]}, places)
-            for shard, places in by_owner((d["id"] for d in documents), count).items()
+            for shard, places in by_owner(keys, count).items()
         }
         return await _scatter(front, name, parts, "upserted")
 
@@ -144,12 +149,12 @@ def routes(front: Front, name: str) -> list[APIRoute]:
             ids = list(body.ids)
             parts = {
                 shard: ("POST", "/documents/delete", {"ids": [ids[i] for i in places]}, places)
-                for shard, places in by_owner(ids, count).items()
+                for shard, places in by_owner(routed(ids, await id_type(front, name) or STRING), count).items()
             }
         return await _scatter(front, name, parts, "deleted")
 
     async def delete_one(document: Annotated[str, Path(min_length=1, max_length=MAX_TOKEN_CHARS)]) -> Response:
-        (shard,) = by_owner([document], count)
+        (shard,) = by_owner(routed([document], await id_type(front, name) or STRING), count)
         parts = {shard: ("DELETE", f"/documents/{quote(document, safe='')}", None, [0])}
         return await _scatter(front, name, parts, "deleted")
 

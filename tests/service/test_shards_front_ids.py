@@ -127,6 +127,7 @@ def test_the_front_refuses_the_ids_the_table_refuses_as_the_table_does(
     batches = [
         [{"id": "note-1", "vector": vector}],  # not an integer
         [{"id": "99999999999999999999", "vector": vector}],  # beyond 64 bits
+        [{"id": "+-7", "vector": vector}],  # two signs
         [{"id": 6000, "vector": vector}, {"id": "06000", "vector": vector}],  # one id twice
         [{"id": 6001 + i, "vector": vector} for i in range(9)] + [{"id": "x", "vector": vector}],  # spanning shards
     ]
@@ -134,5 +135,6 @@ def test_the_front_refuses_the_ids_the_table_refuses_as_the_table_does(
         (status, got), (expected_status, expected) = both(servers, "POST", "documents", {"documents": documents})
         assert status == expected_status == 422 and got == expected, (documents, got, expected)
         assert "shards" not in got["error"], got  # refused before any shard wrote
-    answers = both(servers, "POST", "search", {"id": 6001, "k": 1})  # none of that batch was written
-    assert answers[0] == answers[1] and answers[0][0] == 404, answers
+    for ident in (6001, "+-7", "x"):  # none of those batches was written; no id can be "+-7"
+        answers = both(servers, "POST", "search", {"id": ident, "k": 1})
+        assert answers[0] == answers[1] and answers[0][0] == 404, answers

@@ -24,7 +24,8 @@ vectors sent by the shards) by the engine's MMR (``index.engine.door.diverse``);
 ``min_score`` are taken, as on one table.
 
 A query by document id, or by positive/negative ids, becomes a vector here: each document's unit vector from
-the shard that owns it (``index.store.shardmap.shard_of_id``), averaged by the engine
+the shard that owns it (``index.store.shardmap.shard_of_id`` of the id as the table reads it,
+``index.engine.door.routed``: on an integer-id table ``"007"`` is the id 7), averaged by the engine
 (``index.engine.door.unit_mean``); the shards are asked that vector, as many hits deeper as it has documents,
 which the merge leaves out (the whole table leaves a query's documents out).
 

@@ -1,9 +1,12 @@
 """The front's writes to a sharded table: each document's write forwarded to the shard that owns its id.
 
 The owner is computed from the id by the function the import assigns rows with (``index.engine.door.owner``:
-BLAKE2b of the id's text, modulo the number of shards), so a write lands in the shard that holds, or will hold,
-the document. A shard's writer is the FIRST replica ``EMBEDDING_SHARDS`` lists for it (one writer per shard, as
-one writer per table: its other replicas read the shard's log); a write is never retried on another replica.
+BLAKE2b of the id's text, modulo the number of shards), the id read as the table reads it
+(``index.engine.door.routed``: on an integer-id table ``"007"`` is the id 7), so a write lands in the shard that
+holds, or will hold, the document. An upsert's ids are checked first as the table checks them
+(``service.writes.upsert_keys``): the table's 422, and no shard writes. A shard's writer is the FIRST replica
+``EMBEDDING_SHARDS`` lists for it (one writer per shard, as one writer per table: its other replicas read the
+shard's log); a write is never retried on another replica.
 The client's ``X-API-Key`` goes along: the shard's server checks it.
 
 - ``POST .../documents``: the documents split by owner, each part sent to its shard's writer (at once);

@@ -24,7 +24,8 @@ vectors sent by the shards) by the engine's MMR (``index.engine.door.diverse``);
 ``min_score`` are taken, as on one table.
 
 A query by document id, or by positive/negative ids, becomes a vector here: each document's unit vector from
-the shard that owns it (``index.store.shardmap.shard_of_id``), averaged by the engine
+the shard that owns it (``index.store.shardmap.shard_of_id`` of the id as the table reads it,
+``index.engine.door.routed``: on an integer-id table ``"007"`` is the id 7), averaged by the engine
 (``index.engine.door.unit_mean``); the shards are asked that vector, as many hits deeper as it has documents,
 which the merge leaves out (the whole table leaves a query's documents out).
 
@@ -55,7 +56,7 @@ import re
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 from urllib.parse import quote
 
 import numpy as np
@@ -70,12 +71,14 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from index.engine.door import (
     LISTS,
+    STRING,
     DocumentSearch,
     depths,
     diverse,
     merge,
     owner,
     reaching,
+    routed,
     rrf,
     summed_statistics,
     unit_mean,
@@ -167,6 +170,23 @@ def refusal_text(refused: ShardRefused) -> str:
         return refused.body[:200].decode("utf-8", "replace")
 
 
+def as_asked(refused: ShardRefused, document: str | int) -> ShardRefused:
+    """A shard's refusal of the id ``document``, which a URL sent as text, naming it as the client wrote it (an
+    integer as an integer), as the table's own refusal of a query by that id names it."""
+    if isinstance(document, str):
+        return refused
+    try:
+        body = orjson.loads(refused.body)
+        error = body["error"]
+    except (orjson.JSONDecodeError, KeyError, TypeError):
+        return refused
+    if error.get("ids") != [str(document)]:
+        return refused
+    error["ids"] = [document]
+    error["message"] = str(error["message"]).replace(f"id {str(document)!r}", f"id {document}", 1)
+    return ShardRefused(refused.status, orjson.dumps(body))
+
+
 class ClientKey:
     """The front's middleware: the client's API key (``X-API-Key``) kept for every shard request the request
     makes (:data:`CLIENT_KEY`), and the shards that did not answer it (:data:`DOWN`)."""
@@ -191,6 +211,7 @@ class Front:
         }
         self._client: httpx.AsyncClient | None = None
         self.kinds: dict[str, str] = {}  # each table's kind ("documents", "words"), as its shards say
+        self.id_types: dict[str, str | None] = {}  # a documents table's type of ids, as its shards say (else None)
 
     async def kind_of(self, name: str) -> str:
         """What sharded table ``name`` holds, from the first of its shards that answers (``GET <replica>``); a
@@ -199,7 +220,9 @@ class Front:
             failed: ShardFailed | None = None
             for number, shard in enumerate(self.tables[name]):
                 try:
-                    self.kinds[name] = str((await self.request(number, shard, "", None)).get("kind", "documents"))
+                    summary = await self.request(number, shard, "", None)
+                    self.id_types[name] = (summary.get("documents") or {}).get("id_type")
+                    self.kinds[name] = str(summary.get("kind", "documents"))
                     break
                 except ShardFailed as exc:
                     failed = failed or exc
@@ -228,11 +251,15 @@ class Front:
         result = await self.request(shard_number, shard, "/search", orjson.dumps(body))
         return result if "results" in result else {"results": [result]}  # a single query's answer
 
-    async def unit_row(self, shards: list[Shard], document: str | int) -> np.ndarray:
-        """The unit vector of ``document``, from the shard that owns it (``GET <replica>/documents/{id}``)."""
-        shard = owner(document, len(shards))
+    async def unit_row(self, shards: list[Shard], document: str | int, id_type: str) -> np.ndarray:
+        """The unit vector of ``document``, from the shard that owns it as the table reads the id
+        (``GET <replica>/documents/{id}``, the id as the client gave it)."""
+        shard = owner(routed([document], id_type)[0], len(shards))
         path = f"/documents/{quote(str(document), safe='')}?vector=true&normalized=true"
-        found = await self.request(shard, shards[shard], path, None)
+        try:
+            found = await self.request(shard, shards[shard], path, None)
+        except ShardRefused as refused:
+            raise as_asked(refused, document) from None
         return np.asarray(found["vector"], dtype=np.float32)
 
     async def request(self, shard_number: int, shard: Shard, path: str, payload: bytes | None) -> dict[str, Any]:
@@ -390,6 +417,13 @@ async def kind(front: Front, name: str) -> str:
         raise failed(name, outcome) from None
 
 
+async def id_type(front: Front, name: str) -> str | None:
+    """The type of the ids of the sharded table ``name`` (None: it holds no documents), as its shards say (once):
+    how the table reads an id, and so how the front routes it (``index.engine.door.routed``)."""
+    await kind(front, name)
+    return front.id_types[name]
+
+
 def shard_body(body: SearchRequest, given: dict[str, Any], extra: int = 0) -> dict[str, Any]:
     """What every shard is asked: the query once per list its mode needs, each ``depth_of`` deep (and ``extra``
     deeper, for the documents the front leaves out), from offset 0, its hits with their rows (and their unit
@@ -463,11 +497,17 @@ def route(front: Front, name: str) -> APIRoute:
                     )
                 return given, frozenset(), None
             return given, frozenset(), unit_queries(np.asarray([given["vector"]], dtype=np.float64))[0]
-        rows = await asyncio.gather(*(front.unit_row(shards, document) for document in positive + negative))
-        vector = unit_mean(np.vstack(rows), len(positive))[0]
+        ids = await id_type(front, name) or STRING
+        asked = positive + negative
+        rows = await asyncio.gather(*(front.unit_row(shards, d, ids) for d in asked), return_exceptions=True)
+        # The first refusal in the query's order, as a table written to names its first unknown id.
+        for outcome in rows:
+            if isinstance(outcome, BaseException):
+                raise outcome
+        vector = unit_mean(np.vstack(cast(list[np.ndarray], rows)), len(positive))[0]
         rest = {k: v for k, v in given.items() if k not in ("id", "positive", "negative")}
         rest["vector"] = vector.astype(np.float64).tolist()  # each float32 exactly
-        return rest, frozenset(positive + negative), vector
+        return rest, frozenset(routed(asked, ids)), vector  # as the hits' ids: as the table stores them
 
     async def one(body: SearchRequest, given: dict[str, Any]) -> dict[str, Any]:
         """One query's merged answer; a shard's refusal raises :class:`ShardRefused`, a shard that did not answer

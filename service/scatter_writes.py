@@ -1,9 +1,12 @@
 """The front's writes to a sharded table: each document's write forwarded to the shard that owns its id.
 
 The owner is computed from the id by the function the import assigns rows with (``index.engine.door.owner``:
-BLAKE2b of the id's text, modulo the number of shards), so a write lands in the shard that holds, or will hold,
-the document. A shard's writer is the FIRST replica ``EMBEDDING_SHARDS`` lists for it (one writer per shard, as
-one writer per table: its other replicas read the shard's log); a write is never retried on another replica.
+BLAKE2b of the id's text, modulo the number of shards), the id read as the table reads it
+(``index.engine.door.routed``: on an integer-id table ``"007"`` is the id 7), so a write lands in the shard that
+holds, or will hold, the document. An upsert's ids are checked first as the table checks them
+(``service.writes.upsert_keys``): the table's 422, and no shard writes. A shard's writer is the FIRST replica
+``EMBEDDING_SHARDS`` lists for it (one writer per shard, as one writer per table: its other replicas read the
+shard's log); a write is never retried on another replica.
 The client's ``X-API-Key`` goes along: the shard's server checks it.
 
 - ``POST .../documents``: the documents split by owner, each part sent to its shard's writer (at once);
@@ -29,12 +32,13 @@ from fastapi import Path
 from fastapi.routing import APIRoute
 from starlette.responses import Response
 
-from index.engine.door import by_owner
+from index.engine.door import STRING, by_owner, routed
 from service.errors import ApiError
 from service.respond import FastJSON
-from service.scatter import Front, named, shard_headers
+from service.scatter import Front, id_type, named, shard_headers
 from service.schemas.common import MAX_TOKEN_CHARS
 from service.schemas.writes import DeleteRequest, UpsertRequest, WriteResponse
+from service.writes import upsert_keys
 
 WRITE_SECONDS = 60.0  # a write may embed its texts: longer than a search's deadline, which bounds the connect
 PLACE = re.compile(r"^documents\[(\d+)\]")
@@ -129,9 +133,13 @@ def routes(front: Front, name: str) -> list[APIRoute]:
 
     async def upsert(body: UpsertRequest) -> Response:
         documents = [d.model_dump(exclude_unset=True, mode="json") for d in body.documents]
+        ids = [d["id"] for d in documents]
+        kind = await id_type(front, name)  # None: no documents table, whose shards refuse the write
+        # Checked and routed as the table reads them ("007" is the integer id 7), refused as the table refuses them.
+        keys = routed(ids, STRING) if kind is None else upsert_keys(name, kind, ids)
         parts = {
             shard: ("POST", "/documents", {"documents": [documents[i] for i in places]}, places)
-            for shard, places in by_owner((d["id"] for d in documents), count).items()
+            for shard, places in by_owner(keys, count).items()
         }
         return await _scatter(front, name, parts, "upserted")
 
@@ -144,12 +152,12 @@ def routes(front: Front, name: str) -> list[APIRoute]:
             ids = list(body.ids)
             parts = {
                 shard: ("POST", "/documents/delete", {"ids": [ids[i] for i in places]}, places)
-                for shard, places in by_owner(ids, count).items()
+                for shard, places in by_owner(routed(ids, await id_type(front, name) or STRING), count).items()
             }
         return await _scatter(front, name, parts, "deleted")
 
     async def delete_one(document: Annotated[str, Path(min_length=1, max_length=MAX_TOKEN_CHARS)]) -> Response:
-        (shard,) = by_owner([document], count)
+        (shard,) = by_owner(routed([document], await id_type(front, name) or STRING), count)
         parts = {shard: ("DELETE", f"/documents/{quote(document, safe='')}", None, [0])}
         return await _scatter(front, name, parts, "deleted")
 

@@ -37,6 +37,7 @@ from index.engine.door import (
     by_owner,
     encoder_for,
     filters,
+    id_key,
     parse_timestamp,
     shard_name,
     timestamp_text,
@@ -115,6 +116,25 @@ def check_ids_owned(place: ShardPlace | None, ids: Sequence[str | int], delta: D
         check_owned(place, keys, lambda i: f"id {keys[i]!r}")
 
 
+def upsert_keys(table: str, id_type: str, ids: Sequence[str | int]) -> list[Key]:
+    """The ids of an upsert's documents as table ``table`` (of ids ``id_type``) stores them (``id_key``, as its
+    reads find them: ``"007"`` is the integer id 7); 422 at the first the table's ids cannot be, or that comes twice.
+    A sharded table's front checks an upsert's ids with it too, before it routes them."""
+    keys: list[Key] = []
+    seen: set[Key] = set()
+    for i, ident in enumerate(ids):
+        name = f"documents[{i}] (id {ident!r})"
+        key = id_key(ident, id_type)
+        if key is None or (id_type != INTEGER and not isinstance(ident, str)):
+            kind = "integers of 64 bits" if id_type == INTEGER else "strings"
+            raise InvalidQuery(f"{name}: the ids of table {table!r} are {kind}", document=i)
+        if key in seen:
+            raise InvalidQuery(f"{name}: the id comes twice in this request", document=i)
+        seen.add(key)
+        keys.append(key)
+    return keys
+
+
 def upsert_body(
     table: Table,
     encoder: Table | None,
@@ -126,18 +146,11 @@ def upsert_body(
     refused when ``place`` (a shard served alone) does not own every id. Of ``delta`` it reads only how the table
     keys its ids, never what was written."""
     payload = table.documents(WRITES_ONLY)
+    keys = upsert_keys(table.name, delta.payload.id_type, [document.id for document in documents])
     out: list[dict[str, Any]] = []
-    seen: set[Key] = set()
     to_embed: list[int] = []
-    for i, document in enumerate(documents):
+    for i, (document, key) in enumerate(zip(documents, keys, strict=True)):
         name = f"documents[{i}] (id {document.id!r})"
-        key = delta.key(document.id)
-        if key is None or (payload.id_type != INTEGER and not isinstance(document.id, str)):
-            kind = "integers of 64 bits" if payload.id_type == INTEGER else "strings"
-            raise InvalidQuery(f"{name}: the ids of table {table.name!r} are {kind}", document=i)
-        if key in seen:
-            raise InvalidQuery(f"{name}: the id comes twice in this request", document=i)
-        seen.add(key)
         if document.text is not None and payload.text_field is None:
             raise InvalidQuery(f"{name}: table {table.name!r} keeps no text (its documents were imported without)")
         vector = None

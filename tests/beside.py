@@ -53,6 +53,7 @@ MODULES = frozenset(
         "service/test_shard_write_durability",
         "service/test_shard_writes",
         "service/test_shards_front",
+        "service/test_shards_front_ids",
         "service/test_shards_words",
         "service/test_shards_writes_http",
         "service/test_shutdown",

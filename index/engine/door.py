@@ -76,7 +76,7 @@ from index.engine.query import (
     check_mode,
     check_options,
 )
-from index.engine.shard_writes import WholeDelta, by_owner, owner
+from index.engine.shard_writes import WholeDelta, by_owner, owner, routed
 from index.engine.shards import (
     ShardedTable,
     analogy_part,
@@ -91,7 +91,17 @@ from index.engine.shards import (
 from index.engine.table import AnalogySearch, Answers, Plan, Resolved, Search, SearchOptions, Table, VectorSearch
 from index.engine.transformer_encoder import ENCODE_BUDGET, TooManyTokens
 from index.errors import EmbeddingError, InvalidQuery
-from index.store.payload import BOOLEAN, FLOAT, INTEGER, STRING, STRING_LIST, TIMESTAMP, Payload, string_offsets
+from index.store.payload import (
+    BOOLEAN,
+    FLOAT,
+    INTEGER,
+    STRING,
+    STRING_LIST,
+    TIMESTAMP,
+    Payload,
+    id_key,
+    string_offsets,
+)
 from index.store.shardmap import Place as ShardPlace
 from index.store.shardmap import is_sharded as manifest_is_sharded
 from index.store.shardmap import place as shard_place
@@ -160,6 +170,7 @@ __all__ = [
     "expecting",
     "field_stats",
     "filters",
+    "id_key",
     "is_sharded",
     "keyword_statistics",
     "local_rows",
@@ -174,6 +185,7 @@ __all__ = [
     "project",
     "quantize",
     "reaching",
+    "routed",
     "rrf",
     "run",
     "shard_name",

@@ -21,12 +21,20 @@ import numpy as np
 
 from index.engine.delta import Delta, Document, Key
 from index.engine.shards import ShardedTable
+from index.store.payload import id_key
 from index.store.shardmap import shard_of_id
 
 
 def owner(key: Key, count: int) -> int:
     """The shard of ``count`` that owns the document of id ``key`` (an id as the table stores it)."""
     return shard_of_id(key, count)
+
+
+def routed(values: Iterable[str | int], id_type: str) -> list[Key]:
+    """Each of ``values`` (ids as a client sends them) as a table of ids ``id_type`` reads it (:func:`id_key`: on an
+    integer-id table ``"007"`` is the id 7), what a front routes it by; one that no id of the table can equal keeps
+    its text (its owner finds nothing, or refuses it, as the table does)."""
+    return [str(value) if key is None else key for value, key in ((v, id_key(v, id_type)) for v in values)]
 
 
 def by_owner(keys: Iterable[Key], count: int) -> dict[int, list[int]]:

@@ -326,7 +326,8 @@ def _as_int(value: object) -> int | None:
     """An integer id asked for as an int or as digits; None for anything else (no id equals it)."""
     if isinstance(value, bool):
         return None
-    digits = isinstance(value, str) and value.isascii() and value.strip().lstrip("+-").isdigit()
+    text = value.strip() if isinstance(value, str) and value.isascii() else ""
+    digits = (text[1:] if text[:1] in ("+", "-") else text).isdigit()  # one sign at most: "+-7" is no integer
     number = int(value) if isinstance(value, int | np.integer) or digits else None  # type: ignore[call-overload]
     return number if number is not None and INT64[0] <= number <= INT64[1] else None
 

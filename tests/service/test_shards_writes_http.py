@@ -350,3 +350,42 @@ def test_an_unreachable_writer_is_a_503(written: dict[str, Any], lee_docs: Lee) 
     near = next(f"far/{i}" for i in range(100) if shardmap.shard_of_id(f"far/{i}", SHARDS) == 0)
     answer = post(written["broken"], "documents/delete", {"ids": [near]})
     assert answer.status_code == 200 and answer.json()["deleted"] == 0, answer.text
+
+
+def test_a_string_id_is_its_text(written: dict[str, Any], lee_docs: Lee) -> None:
+    """On a string-id table ``"007"`` and ``"7"`` are two documents, each routed by its own text (an integer 7 finds
+    ``"7"``, as the table reads it): written, found, left out of their own answers and deleted through the front as
+    in the whole table."""
+    front, whole = written["front"], written["whole"]
+    notes = {"007": 11, "7": 12}
+    documents = [
+        {"id": ident, "text": f"a note filed as {ident}", "vector": (-lee_docs.vectors[i]).tolist()}
+        for ident, i in notes.items()
+    ]
+    got, expected = (
+        post(front, "documents", {"documents": documents}),
+        post(whole, "documents", {"documents": documents}),
+    )
+    assert got.status_code == expected.status_code == 200 and got.json()["upserted"] == 2, got.text
+    owners = {shardmap.shard_of_id(ident, SHARDS) for ident in notes}
+    assert {s["shard"] for s in got.json()["shards"]} == owners and sum(
+        s["upserted"] for s in got.json()["shards"]
+    ) == 2
+    for ident, i in notes.items():
+        status, hits = search(front, {"vector": (-lee_docs.vectors[i]).tolist(), "k": 1})
+        assert status == 200 and [h["id"] for h in hits["hits"]] == [ident], hits
+    for body in ({"id": "007", "k": 6}, {"id": "7", "k": 6}, {"id": 7, "k": 6}, {"positive": ["007", 7], "k": 6}):
+        (status, got_hits), (_, expected_hits) = search_both(front, whole, body)
+        assert status == 200, got_hits
+        same_hits(got_hits, expected_hits, body)  # a written document's cosine may be a float32 unit apart
+        assert not {h["id"] for h in got_hits["hits"]} & {str(i) for i in [body.get("id"), *body.get("positive", ())]}
+    gone = HTTP.delete(f"{front.base}/v1/tables/lee/documents/007", headers=HEADERS)
+    assert gone.status_code == 200 and gone.json()["deleted"] == 1, gone.text
+    assert [s["shard"] for s in gone.json()["shards"]] == [shardmap.shard_of_id("007", SHARDS)]
+    assert HTTP.delete(f"{whole.base}/v1/tables/lee/documents/007", headers=HEADERS).json()["deleted"] == 1
+    for body in ({"id": "007", "k": 3}, {"id": 7, "k": 3}):  # "7" stays
+        (status, got_hits), (expected_status, expected_hits) = search_both(front, whole, body)
+        assert status == expected_status and got_hits == expected_hits, (body, got_hits, expected_hits)
+    assert search(front, {"id": "007", "k": 3})[0] == 404 and search(front, {"id": "7", "k": 3})[0] == 200
+    for server in (front, whole):
+        assert post(server, "documents/delete", {"ids": [7]}).json()["deleted"] == 1

@@ -1,0 +1,136 @@
+"""Ids through the front of a sharded table, on loopback: Lee's documents under integer ids, imported as three
+shards (three real shard servers and a real front, ``EMBEDDING_SHARDS``) and whole (one real server), every
+server taking writes.
+
+The front reads an id as the table reads it (``index.engine.door.routed``, the table's own ``id_key``): on an
+integer-id table ``"007"``, ``"7"`` and ``7`` are one id, routed to the one shard that owns 7, so a write, a query
+by the document and a delete through the front reach the same document whichever way the id is written (a shard
+served alone would refuse ``"007"`` sent to it by its text's hash, naming 7's owner). An id the table cannot hold
+is refused by the front as the table refuses it. A string-id table keeps ``"007"`` and ``"7"`` apart
+(``tests/service/test_shards_writes_http.py``).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from index.store import shardmap
+from tests.cli import run_cli
+from tests.lee import Lee, jsonl_records, write_jsonl
+from tests.service import real_server
+from tests.service.real_server import HTTP, Server
+from tests.service.test_shards_front import search_both
+
+SHARDS = 3
+KEY = "shard-writer-key-0123456789"
+HEADERS = {"x-api-key": KEY}
+
+
+@pytest.fixture(scope="module")
+def servers(tmp_path_factory: pytest.TempPathFactory, lee_docs: Lee) -> Iterator[dict[str, Server]]:
+    root = tmp_path_factory.mktemp("front-ids")
+    records = [{**record, "id": i} for i, record in enumerate(jsonl_records(lee_docs))]
+    source = write_jsonl(root / "numbers.jsonl", records)
+    for where, extra in (("whole", ()), ("sharded", ("--shards", SHARDS))):
+        done = run_cli("import", source, "--name", "lee", *extra, "--data-dir", root / where)
+        assert done.code == 0, done.err
+    (root / "front").mkdir()
+    env = {"EMBEDDING_WRITE_KEYS": KEY}
+    names = [shardmap.shard_name(s) for s in range(SHARDS)]
+    started: list[Server] = []
+    try:
+        started += real_server.start_together(
+            lambda: real_server.start(root / "whole", root / "whole.log", env=env),
+            *(
+                lambda name=name: real_server.start(
+                    root / "sharded" / "lee", root / f"{name}.log", "--tables", name, env=env
+                )
+                for name in names
+            ),
+        )
+        replicas = [[f"{shard.base}/v1/tables/{name}"] for name, shard in zip(names, started[1:], strict=True)]
+        front_env = {"EMBEDDING_SHARDS": json.dumps({"lee": replicas})}
+        started.append(real_server.start(root / "front", root / "front.log", env=front_env))
+        yield {"whole": started[0], "front": started[-1]}
+    finally:
+        real_server.stop_together(started)
+
+
+def both(servers: dict[str, Server], method: str, path: str, body: dict[str, Any] | None = None) -> list[Any]:
+    """The front's answer to a request, and the whole table's: status and body."""
+    answers = []
+    for server in (servers["front"], servers["whole"]):
+        url = f"{server.base}/v1/tables/lee/{path}"
+        answer = HTTP.request(method, url, json=body, headers=HEADERS, timeout=30)
+        answers.append((answer.status_code, answer.json()))
+    return answers
+
+
+def padded(number: int) -> str:
+    """``number``'s digits with leading zeros that its text's hash sends to another shard than its own."""
+    owner = shardmap.shard_of_id(number, SHARDS)
+    return next(text for n in range(1, 9) if shardmap.shard_of_id(text := "0" * n + str(number), SHARDS) != owner)
+
+
+def test_an_integer_id_reaches_its_document_however_it_is_written(servers: dict[str, Server], lee_docs: Lee) -> None:
+    front = servers["front"]
+    number, vector = 5000, (-lee_docs.vectors[7]).tolist()  # a new document, in a direction no other has
+    owner = shardmap.shard_of_id(number, SHARDS)
+    text = padded(number)
+    write = {"documents": [{"id": text, "text": "a note on wombats", "vector": vector, "fields": {"year": 2001}}]}
+    (status, got), (_, expected) = both(servers, "POST", "documents", write)
+    assert status == 200 and got["upserted"] == expected["upserted"] == 1, got
+    assert [s["shard"] for s in got["shards"]] == [owner], got  # the owner of 5000, not of its padded text
+    for ident in (number, str(number), text, f"+{number}"):  # a read by any of its texts finds it
+        for body in ({"id": ident, "k": 5}, {"positive": [ident, 3], "negative": [10], "k": 5}):
+            (status, got), (_, expected) = search_both(front, servers["whole"], body)
+            assert status == 200 and got == expected, (body, got, expected)
+            assert number not in [h["id"] for h in got["hits"]], body  # left out of its own answer
+    again = {"documents": [{**write["documents"][0], "id": number, "fields": {"year": 2002}}]}
+    assert both(servers, "POST", "documents", again)[0][1]["shards"][0]["shard"] == owner  # the same document
+    (status, got), (_, expected) = search_both(front, servers["whole"], {"vector": vector, "k": 2, "fields": ["year"]})
+    assert status == 200 and got == expected, (got, expected)
+    assert [(h["id"], h["fields"]["year"]) for h in got["hits"]][:1] == [(number, 2002)]  # once, replaced
+    assert got["hits"][1]["id"] != number
+    (status, got), (_, expected) = both(servers, "DELETE", f"documents/{text}")
+    assert status == 200 and got["deleted"] == expected["deleted"] == 1, got
+    assert [s["shard"] for s in got["shards"]] == [owner]
+    (status, got), (_, expected) = search_both(front, servers["whole"], {"id": number, "k": 1})
+    assert status == 404 and got == expected and got["error"]["code"] == "unknown_document", got
+
+
+def test_imported_integer_ids_are_deleted_and_left_out_however_written(servers: dict[str, Server]) -> None:
+    imported = [n for n in range(40, 80) if shardmap.shard_of_id(padded(n), SHARDS) != shardmap.shard_of_id(n, SHARDS)]
+    first, second = imported[:2]
+    (status, got), (_, expected) = search_both(servers["front"], servers["whole"], {"id": padded(first), "k": 8})
+    assert status == 200 and got == expected and first not in [h["id"] for h in got["hits"]], got
+    (status, got), (_, expected) = both(servers, "POST", "documents/delete", {"ids": [padded(first), f" {second} "]})
+    assert status == 200 and got["deleted"] == expected["deleted"] == 2, got
+    assert {s["shard"] for s in got["shards"]} == {shardmap.shard_of_id(n, SHARDS) for n in (first, second)}
+    for ident in (first, str(second)):
+        (status, got), (_, expected) = search_both(servers["front"], servers["whole"], {"id": ident, "k": 3})
+        assert status == 404 and got == expected and got["error"]["code"] == "unknown_document", got
+
+
+def test_the_front_refuses_the_ids_the_table_refuses_as_the_table_does(
+    servers: dict[str, Server], lee_docs: Lee
+) -> None:
+    vector = lee_docs.vectors[0].tolist()
+    batches = [
+        [{"id": "note-1", "vector": vector}],  # not an integer
+        [{"id": "99999999999999999999", "vector": vector}],  # beyond 64 bits
+        [{"id": "+-7", "vector": vector}],  # two signs
+        [{"id": 6000, "vector": vector}, {"id": "06000", "vector": vector}],  # one id twice
+        [{"id": 6001 + i, "vector": vector} for i in range(9)] + [{"id": "x", "vector": vector}],  # spanning shards
+    ]
+    for documents in batches:
+        (status, got), (expected_status, expected) = both(servers, "POST", "documents", {"documents": documents})
+        assert status == expected_status == 422 and got == expected, (documents, got, expected)
+        assert "shards" not in got["error"], got  # refused before any shard wrote
+    for ident in (6001, "+-7", "x"):  # none of those batches was written; no id can be "+-7"
+        answers = both(servers, "POST", "search", {"id": ident, "k": 1})
+        assert answers[0] == answers[1] and answers[0][0] == 404, answers

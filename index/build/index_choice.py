@@ -16,8 +16,10 @@ Rows are unit-normalised, so inner product equals cosine. Specs:
   trained with the codes). Such an index holds a few bytes per row, not the rows: the engine asks it for
   ``rerank`` x k candidates and re-scores those exactly against the memory-mapped unit rows, so answers keep
   exact cosines; nprobe is tuned for the re-ranked recall, and the manifest records the codes' own recall too;
-- any other string is passed to ``faiss.index_factory`` (e.g. ``IVF1024,Flat``, ``HNSW16``); when the index has
-  an IVF layer its nprobe is tuned as ``ivf``'s is, other search parameters are FAISS's defaults.
+- any other string is passed to ``faiss.index_factory`` (e.g. ``IVF1024,Flat``, ``HNSW16``, ``IVF256,PQ10``): an
+  HNSW index (``HNSW32``, ``HNSW16_SQ8``) has its efSearch tuned as ``hnsw``'s is, an index with an IVF layer its
+  nprobe as ``ivf``'s is; one whose codes or projection hold less than the rows (PQ, SQ, PCA) stops at the recall
+  they allow, as ``ivfpq``'s does; other search parameters are FAISS's defaults.
 
 Why these: HNSW answers a query several times faster than IVF at the same recall on word tables, so it is the
 choice whenever its build is affordable; an IVF build costs seconds to minutes at any size.
@@ -58,7 +60,7 @@ PQ_NBITS = 8
 PQ_RERANK = 8  # candidates per answer re-scored exactly, by default
 PQ_TRAIN_POINTS_PER_CODE = 64  # training rows per PQ centroid (2 ** nbits of them per sub-quantiser)
 OPQ_ITERATIONS = 10  # fewer than FAISS's 50: the same re-ranked recall for less training (docs/builder.md)
-PLATEAU_STEPS = 3  # compressed kinds: stop raising nprobe once this many steps gained under PLATEAU_GAIN
+PLATEAU_STEPS = 3  # indexes of codes: stop raising efSearch / nprobe once this many steps gained under PLATEAU_GAIN
 PLATEAU_GAIN = 0.002
 
 
@@ -101,8 +103,9 @@ class IndexSpec:
                 "rerank": self.rerank,
                 "code_bytes_per_row": (self.pq_m or 0) * self.nbits // 8,
             }
-        if self.kind == "factory" and self.nprobe is not None:  # an IVF layer's tuned nprobe, applied when loaded
-            return {"kind": "factory", "factory": self.factory, "nprobe": self.nprobe}
+        if self.kind == "factory":  # with its tuned efSearch (HNSW) or nprobe (IVF), applied when loaded
+            tuned = {"efSearch": self.ef_search, "nprobe": self.nprobe}
+            return {"kind": "factory", "factory": self.factory, **{k: v for k, v in tuned.items() if v is not None}}
         return {"kind": self.kind, "factory": self.factory}
 
 
@@ -231,13 +234,11 @@ def _hnsw(dim: int, spec: IndexSpec) -> faiss.Index:
 def build_index(vectors: np.ndarray, spec: IndexSpec, seed: int = 0) -> faiss.Index:
     """Build and fill an inner-product index over unit rows."""
     dim = vectors.shape[1]
-    block = ADD_BLOCK
     index: faiss.Index
     if spec.kind == "flat":
         index = faiss.IndexFlatIP(dim)
     elif spec.kind == "hnsw":
         index = _hnsw(dim, spec)
-        block = ADD_BLOCK_HNSW
     elif spec.kind == "ivf":
         nlist = spec.nlist or default_nlist(len(vectors))
         index = faiss.IndexIVFFlat(faiss.IndexFlatIP(dim), dim, nlist, faiss.METRIC_INNER_PRODUCT)
@@ -247,15 +248,16 @@ def build_index(vectors: np.ndarray, spec: IndexSpec, seed: int = 0) -> faiss.In
     else:
         index = _factory(dim, spec.factory or "")
     try:
-        _fill(index, vectors, spec, seed, block)
+        _fill(index, vectors, spec, seed)
     except RuntimeError as exc:  # FAISS refuses what it cannot train or fill (e.g. more lists than rows)
         what = spec.factory or spec.kind
         raise InvalidQuery(f"FAISS cannot build index {what!r}: {str(exc).splitlines()[0]}") from None
     return index
 
 
-def _fill(index: faiss.Index, vectors: np.ndarray, spec: IndexSpec, seed: int, block: int) -> None:
-    """Train ``index`` when it needs it, then add ``vectors``."""
+def _fill(index: faiss.Index, vectors: np.ndarray, spec: IndexSpec, seed: int) -> None:
+    """Train ``index`` when it needs it, then add ``vectors`` (a graph, from a spec or a factory string, in smaller
+    blocks and on :func:`hnsw_add_threads`)."""
     if not index.is_trained:
         started = time.perf_counter()
         note(f"training the index ({type(index).__name__}) ...")
@@ -273,7 +275,10 @@ def _fill(index: faiss.Index, vectors: np.ndarray, spec: IndexSpec, seed: int, b
         with faiss_warnings():  # FAISS's own warnings, as the builder's lines
             index.train(train)
         note(f"trained in {duration(time.perf_counter() - started)}")
-    _add(index, vectors, block, hnsw_add_threads() if spec.kind == "hnsw" else None)
+    if isinstance(index, faiss.IndexHNSW):
+        _add(index, vectors, ADD_BLOCK_HNSW, hnsw_add_threads())
+    else:
+        _add(index, vectors, ADD_BLOCK)
 
 
 def _seed_ivf(index: faiss.IndexIVF, seed: int) -> None:
@@ -399,17 +404,43 @@ class BuiltIndex:
     info: dict[str, Any]
 
 
+def search_param(index: faiss.Index) -> str | None:
+    """The search parameter tuned on ``index``, built from a spec or a factory string alike: ``efSearch`` for an HNSW
+    graph, ``nprobe`` for an index with an IVF layer, None for any other."""
+    if isinstance(index, faiss.IndexHNSW):
+        return "efSearch"
+    return "nprobe" if faiss.try_extract_index_ivf(index) is not None else None
+
+
+def codes_bound_recall(index: faiss.Index) -> bool:
+    """Whether ``index`` holds fewer bytes per row than the rows' float32s (PQ or SQ codes, a PCA's fewer
+    dimensions): however wide its search, its recall then levels off below 1."""
+    ivf = faiss.try_extract_index_ivf(index)
+    if ivf is not None:
+        size = int(ivf.code_size)
+    elif isinstance(index, faiss.IndexHNSW):
+        size = int(index.storage.sa_code_size())
+    else:
+        return False
+    return size < 4 * index.d
+
+
 def _tune(
     index: faiss.Index, spec: IndexSpec, probe: RecallProbe, target: float, vectors: np.ndarray | None = None
 ) -> float:
-    """Raise efSearch / nprobe step by step until recall@10 reaches ``target``; return the recall reached.
+    """Raise efSearch / nprobe (``search_param``) step by step until recall@10 reaches ``target``; return the recall
+    reached.
 
-    A compressed index's recall is that of its re-ranked answers (on ``vectors``), and is bounded by its codes:
-    the steps stop once ``PLATEAU_STEPS`` in a row gained less than ``PLATEAU_GAIN``."""
-    hnsw = spec.kind == "hnsw"
-    nlist = faiss.extract_index_ivf(index).nlist if not hnsw else 0
-    steps = EF_SEARCH_STEPS if hnsw else (*(s for s in NPROBE_STEPS if s < nlist), nlist)
-    name = "efSearch" if hnsw else "nprobe"
+    A compressed spec's recall is that of its re-ranked answers (on ``vectors``). An index of codes
+    (``codes_bound_recall``: ``ivfpq``, or a factory string's PQ, SQ or PCA) is bounded by them: the steps stop once
+    ``PLATEAU_STEPS`` in a row gained less than ``PLATEAU_GAIN``."""
+    name = search_param(index)
+    if name == "efSearch":
+        steps: tuple[int, ...] = EF_SEARCH_STEPS
+    else:
+        nlist = faiss.extract_index_ivf(index).nlist
+        steps = (*(s for s in NPROBE_STEPS if s < nlist), nlist)
+    bounded = codes_bound_recall(index)
     rerank = spec.rerank if spec.compressed else 1
     recall, history = 0.0, []
     for step in steps:
@@ -420,7 +451,7 @@ def _tune(
             break
         history.append((step, recall))
         gain = recall - history[-1 - PLATEAU_STEPS][1] if len(history) > PLATEAU_STEPS else 1.0
-        if spec.compressed and gain < PLATEAU_GAIN * PLATEAU_STEPS:
+        if bounded and gain < PLATEAU_GAIN * PLATEAU_STEPS:
             # the first step of the plateau: as good, within PLATEAU_GAIN, and cheaper than the last
             step, recall = next((s, r) for s, r in history if r >= recall - PLATEAU_GAIN)
             _set_step(index, spec, step)
@@ -430,7 +461,8 @@ def _tune(
 
 
 def _set_step(index: faiss.Index, spec: IndexSpec, step: int) -> None:
-    if spec.kind == "hnsw":
+    """Search ``index`` with ``step`` as its ``search_param`` and record it in ``spec``."""
+    if search_param(index) == "efSearch":
         set_search_params(index, ef_search=step)
         spec.ef_search = step
     else:
@@ -456,8 +488,8 @@ def build_and_measure(
         info["choice"] = choice
     note(f"measuring recall: the exact top {RECALL_K} of {min(RECALL_SAMPLE, len(vectors)):,} sampled rows ...")
     probe = RecallProbe.draw(vectors, seed)  # the exact answers, once: the tuning steps reuse them
-    has_ivf = spec.kind in ("ivf", "ivfpq") or faiss.try_extract_index_ivf(index) is not None
-    tunable = (spec.kind == "hnsw" and spec.ef_search is None) or (has_ivf and spec.nprobe is None)
+    param = search_param(index)  # a factory string's HNSW or IVF is tuned as the spec's is
+    tunable = (param == "efSearch" and spec.ef_search is None) or (param == "nprobe" and spec.nprobe is None)
     rerank = spec.rerank if spec.compressed else 1
     if tunable:
         recall = _tune(index, spec, probe, spec.target_recall or max(min_recall, AUTO_TARGET_RECALL), vectors)
@@ -470,7 +502,7 @@ def build_and_measure(
     info["spec"] = spec.describe()
     if recall < min_recall:
         why = f"index {spec.describe()} reached recall@10 {recall:.4f}, below --min-recall {min_recall}"
-        if spec.kind == "factory" and not has_ivf:
+        if spec.kind == "factory" and param is None:
             why += " (a factory string's search parameters are FAISS's defaults; hnsw:... or ivf:... are tuned)"
         raise InvalidQuery(why)
     info["build_seconds"] = round(time.perf_counter() - started, 3)

@@ -17,9 +17,14 @@ import pytest
 from index import progress
 from index.build.index_choice import (
     AUTO_FLAT_BELOW,
+    AUTO_TARGET_RECALL,
+    PLATEAU_GAIN,
+    PLATEAU_STEPS,
+    RecallProbe,
     build_and_measure,
     build_index,
     choose_auto,
+    codes_bound_recall,
     default_nlist,
     hnsw_add_threads,
     parse_spec,
@@ -104,6 +109,83 @@ def test_a_factory_ivf_has_its_nprobe_tuned_recorded_and_applied(tmp_path: Path,
     assert info["recall_at_10"] >= 0.99 and info["spec"]["factory"] == "IVF64,Flat"
     assert 1 < info["spec"]["nprobe"] <= 64
     assert faiss.extract_index_ivf(Table.load(tmp_path / "t").index).nprobe == info["spec"]["nprobe"]
+
+
+def glove_5k(glove_raw: RawTable) -> RawTable:
+    return RawTable(tokens=glove_raw.tokens[:5_000], matrix=glove_raw.matrix[:5_000].copy())
+
+
+def test_a_factory_hnsw_has_its_ef_search_tuned_recorded_and_applied(tmp_path: Path, glove_raw: RawTable) -> None:
+    """``HNSW8`` is tuned as ``hnsw:M=8`` is: FAISS's efSearch 16 misses the target on these rows, so efSearch is
+    raised until the builder's sample reaches it, kept in the manifest and set when the table is loaded."""
+    manifest = build_table(
+        glove_5k(glove_raw), data_dir=tmp_path, name="t", source={"format": "t"}, index_spec="HNSW8", min_recall=0.99
+    )
+    info = manifest["index"]
+    assert info["spec"]["factory"] == "HNSW8" and info["recall_at_10"] >= AUTO_TARGET_RECALL
+    assert info["spec"]["efSearch"] > 16  # FAISS's default, raised
+    table = Table.load(tmp_path / "t")
+    assert isinstance(table.index, faiss.IndexHNSW) and table.index.hnsw.efSearch == info["spec"]["efSearch"]
+    assert recall_against_brute_force(table, glove_raw.matrix[:5_000], np.arange(5, 5_000, 10)) >= 0.98
+
+
+def test_a_factory_ivfpq_stops_where_its_codes_cap_recall(tmp_path: Path, glove_raw: RawTable) -> None:
+    """``IVF64,PQ10x4`` (10 four-bit codes for 50 dimensions) levels off far below the target: nprobe stops at the
+    first step of the plateau, as ``ivfpq``'s does, rather than scanning all 64 lists."""
+    stream = io.StringIO()
+    progress.CONFIG.stream = stream
+    try:
+        manifest = build_table(
+            glove_5k(glove_raw),
+            data_dir=tmp_path,
+            name="t",
+            source={"format": "t"},
+            index_spec="IVF64,PQ10x4",
+            min_recall=0.3,
+        )
+    finally:
+        progress.CONFIG.stream = None
+    info = manifest["index"]
+    nprobe = info["spec"]["nprobe"]
+    assert info["spec"]["factory"] == "IVF64,PQ10x4" and 1 < nprobe < 64
+    table = Table.load(tmp_path / "t")
+    ivf = faiss.extract_index_ivf(table.index)
+    assert ivf.nprobe == nprobe
+    probe = RecallProbe.draw(np.asarray(table.vectors))  # the builder's sample (seed 0) of the stored unit rows
+    assert probe.recall(table.index) == info["recall_at_10"] < AUTO_TARGET_RECALL
+    ivf.nprobe = 64
+    assert probe.recall(table.index) - info["recall_at_10"] < PLATEAU_GAIN * PLATEAU_STEPS  # all lists: no better
+    tuning = [line for line in stream.getvalue().splitlines() if line.startswith("embedding-index: tuning: ")]
+    assert tuning[0].startswith("embedding-index: tuning: nprobe 1 gives recall@10 ")  # the spec's lines
+    assert tuning[-1] == (
+        f"embedding-index: tuning: recall@10 stays near {info['recall_at_10']:.4f} from nprobe {nprobe} on: "
+        "the codes limit it"
+    )
+
+
+@pytest.mark.parametrize(
+    ("spec", "bound"),
+    [
+        ("hnsw", False),
+        ("ivf:nlist=16", False),
+        ("ivfpq:nlist=16,m=10", True),
+        ("HNSW32", False),
+        ("HNSW32,Flat", False),
+        ("HNSW16_SQ8", True),
+        ("HNSW16_PQ10", True),
+        ("IVF16,Flat", False),
+        ("IVF16,SQ8", True),
+        ("IVF16,PQ10", True),
+        ("PCA16,IVF16,Flat", True),
+        ("Flat", False),
+    ],
+)
+def test_an_index_of_codes_is_bounded_whatever_the_spec(spec: str, bound: bool) -> None:
+    """Tuning stops at a plateau for an index that holds less than the rows (codes, a PCA), from a spec or a factory
+    string; never for one that holds the rows."""
+    rows = clustered(2_000, 50)
+    rows /= np.linalg.norm(rows, axis=1, keepdims=True)
+    assert codes_bound_recall(build_index(rows, parse_spec(spec, len(rows), 50))) is bound
 
 
 def test_the_estimate_scales_the_sample_by_the_growth_measured_on_it() -> None:

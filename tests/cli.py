@@ -1,19 +1,22 @@
 """The builder's command line, run as the tests run it: in this process through its console entry point
 (:func:`run_cli`, cheap enough for the hundreds of calls the tests make) or in a child process as a user runs it
-(:func:`run_index`: its whole output, progress lines included)."""
+(:func:`run_index`: its whole output, progress lines included). :func:`progress_lines` holds the lines of a step run
+in this process."""
 
 from __future__ import annotations
 
 import io
 import subprocess
 import sys
-from contextlib import redirect_stderr, redirect_stdout
+from collections.abc import Iterator
+from contextlib import contextmanager, redirect_stderr, redirect_stdout
 from dataclasses import dataclass
 from functools import cache
 from unittest import mock
 
 import typer.main
 
+from index import progress
 from index.build.cli import main
 from tests import REPO
 
@@ -54,3 +57,14 @@ def run_index(*args: str, timeout: float | None = None) -> subprocess.CompletedP
     return subprocess.run(
         [sys.executable, "-m", "index", *args], capture_output=True, text=True, cwd=REPO, timeout=timeout
     )
+
+
+@contextmanager
+def progress_lines() -> Iterator[io.StringIO]:
+    """The builder's progress lines written in this process meanwhile, whatever an earlier test left set (--quiet)."""
+    stream, quiet = io.StringIO(), progress.CONFIG.quiet
+    progress.CONFIG.stream, progress.CONFIG.quiet = stream, False
+    try:
+        yield stream
+    finally:
+        progress.CONFIG.stream, progress.CONFIG.quiet = None, quiet

@@ -3,7 +3,6 @@ side of the command, the import's help, and the Makefile's shortcuts for the com
 
 from __future__ import annotations
 
-import io
 import json
 import shutil
 import subprocess
@@ -14,11 +13,10 @@ import numpy as np
 import pytest
 import typer.main
 
-from index import progress
 from index.build.cli import verify
 from index.engine.table import Table
 from index.store import writelog
-from tests.cli import REPO, run_cli
+from tests.cli import REPO, progress_lines, run_cli
 from tests.lee import Lee, jsonl_records
 
 EXE = Path(sys.executable).with_name("embedding-index")
@@ -277,10 +275,6 @@ def test_verify_says_that_it_replays_the_write_log(lee_data_dir: Path, lee_docs:
     shutil.copytree(lee_data_dir / "lee", data / "lee")
     with writelog.appending(writelog.log_path(data, "lee")) as log:
         log.append(1, {"op": "delete", "ids": lee_docs.ids[:1]})
-    stream, quiet = io.StringIO(), progress.CONFIG.quiet
-    progress.CONFIG.stream, progress.CONFIG.quiet = stream, False
-    try:
+    with progress_lines() as stream:
         verify("lee", data_dir=data, quiet=False)
-    finally:
-        progress.CONFIG.stream, progress.CONFIG.quiet = None, quiet
     assert stream.getvalue().splitlines() == ["embedding-index: replaying its write log lee.log as a server would ..."]

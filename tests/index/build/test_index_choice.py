@@ -36,6 +36,7 @@ from index.engine.table import Table
 from index.errors import InvalidQuery
 from index.store import artifact
 from tests import REPO
+from tests.cli import progress_lines
 
 
 def clustered(rows: int, dim: int, seed: int = 0) -> np.ndarray:
@@ -132,9 +133,7 @@ def test_a_factory_hnsw_has_its_ef_search_tuned_recorded_and_applied(tmp_path: P
 def test_a_factory_ivfpq_stops_where_its_codes_cap_recall(tmp_path: Path, glove_raw: RawTable) -> None:
     """``IVF64,PQ10x4`` (10 four-bit codes for 50 dimensions) levels off far below the target: nprobe stops at the
     first step of the plateau, as ``ivfpq``'s does, rather than scanning all 64 lists."""
-    stream = io.StringIO()
-    progress.CONFIG.stream = stream
-    try:
+    with progress_lines() as stream:
         manifest = build_table(
             glove_5k(glove_raw),
             data_dir=tmp_path,
@@ -143,8 +142,6 @@ def test_a_factory_ivfpq_stops_where_its_codes_cap_recall(tmp_path: Path, glove_
             index_spec="IVF64,PQ10x4",
             min_recall=0.3,
         )
-    finally:
-        progress.CONFIG.stream = None
     info = manifest["index"]
     nprobe = info["spec"]["nprobe"]
     assert info["spec"]["factory"] == "IVF64,PQ10x4" and 1 < nprobe < 64

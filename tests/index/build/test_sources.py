@@ -23,12 +23,11 @@ import numpy as np
 import pytest
 from gensim.models import KeyedVectors
 
-from index import progress
 from index.build.sources import RawTable, ReadOptions, read_source, sniff_format, text, word2vec_binary
 from index.engine.table import Table
 from index.errors import InputError
 from index.store import artifact
-from tests.cli import REPO, run_cli
+from tests.cli import REPO, progress_lines, run_cli
 
 ROWS = 3000
 
@@ -679,12 +678,8 @@ def test_counting_the_blank_lines_is_a_step_shown(tmp_path: Path) -> None:
     among them shows its progress, as every long step does."""
     path = tmp_path / "blanks.txt"
     path.write_bytes(b"2 3\na 1 0 0\n\nb 0 1 0\n")
-    stream, quiet = io.StringIO(), progress.CONFIG.quiet
-    progress.CONFIG.stream, progress.CONFIG.quiet = stream, False
-    try:
+    with progress_lines() as stream:
         raw, _ = read_source(path, "word2vec", ReadOptions(drop_invalid=True))
-    finally:
-        progress.CONFIG.stream, progress.CONFIG.quiet = None, quiet
     assert raw.tokens == ["a", "b"]
     assert "embedding-index: counting the blank lines of blanks.txt: done (3 of 3 lines) in " in stream.getvalue()
 

@@ -74,24 +74,22 @@ class Live:
         """Under the log's lock: catch up, ``make(delta)`` the record's body (None: nothing to write) and what to
         answer, append it (durable when this returns, with ``sync``), apply it. Returns the sequence number."""
         self._check_behind()
-        with self.lock, writelog.appending(self.path, sync) as log:
-            before = self.delta.seq
-            records, offset = log.new_records(self.delta.offset, self.delta.last, self.inode)
-            self._apply(records)
-            cut = log.inode != self.inode  # another log file: a compaction cut the log after it published
-            self.delta.offset, self.inode = offset, log.inode
-            if cut:
-                self._check_reach(before, records)
-            self._check_behind()
-            body, answer = make(self.delta)
-            if body is not None:
-                try:
-                    record = log.append(self.delta.seq + 1, body)
-                except writelog.LogWriteFailed as exc:
-                    message = f"table {self.directory.name!r}: {exc.message}"
-                    raise ApiError("not_ready", message) from None
-                self.delta.apply([record])
-            return self.delta.seq, answer
+        try:
+            with self.lock, writelog.appending(self.path, sync) as log:
+                before = self.delta.seq
+                records, offset = log.new_records(self.delta.offset, self.delta.last, self.inode)
+                self._apply(records)
+                cut = log.inode != self.inode  # another log file: a compaction cut the log after it published
+                self.delta.offset, self.inode = offset, log.inode
+                if cut:
+                    self._check_reach(before, records)
+                self._check_behind()
+                body, answer = make(self.delta)
+                if body is not None:
+                    self.delta.apply([log.append(self.delta.seq + 1, body)])
+                return self.delta.seq, answer
+        except writelog.LogWriteFailed as exc:  # the log could not be opened, or the record written
+            raise ApiError("not_ready", f"table {self.directory.name!r}: {exc.message}") from None
 
     def _apply(self, records: list[writelog.Record]) -> None:
         """Apply records read from the log; one that does not fit the loaded version (written through another

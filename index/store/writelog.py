@@ -19,6 +19,7 @@ reader still on the older version reads the records it had not read yet before i
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import json
@@ -325,7 +326,7 @@ def recover(path: Path) -> list[Record]:
         lock = _locked(path, os.O_RDWR, fcntl.LOCK_EX)
         fd = lock.__enter__()
     except OSError as exc:
-        if exc.errno not in (errno.EROFS, errno.EACCES):
+        if exc.errno not in (errno.EROFS, errno.EACCES, errno.EPERM):  # EPERM: an immutable log
             raise
         return _replica_read(path)  # a replica on a read-only mount: it reads, the writer cuts
     try:
@@ -478,12 +479,18 @@ class Appender:
 def appending(path: Path, sync: bool = True) -> Iterator[Appender]:
     """The log at ``path`` (created, with its directory entry fsynced, if new) under its exclusive lock."""
     top = path.parent if path.parent.name == DIRECTORY else path.parent.parent  # a shard's log is a level deeper
-    for directory in dict.fromkeys((top, path.parent)):
-        directory.mkdir(exist_ok=True)
-    with _locked(path, os.O_RDWR | os.O_CREAT, fcntl.LOCK_EX) as fd:
-        if sync and os.fstat(fd).st_size == 0:  # the first record waits for the entries of the log and its folders,
-            for directory in dict.fromkeys((top.parent, path.parent.parent, path.parent)):  # whoever made them
-                artifact.fsync_dir(directory)
+    with contextlib.ExitStack() as opened:
+        try:  # a read-only directory or mount, an immutable log: no record can be made durable
+            for directory in dict.fromkeys((top, path.parent)):
+                directory.mkdir(exist_ok=True)
+            fd = opened.enter_context(_locked(path, os.O_RDWR | os.O_CREAT, fcntl.LOCK_EX))
+            if sync and os.fstat(fd).st_size == 0:  # the first record waits for the entries of the log and its
+                for directory in dict.fromkeys((top.parent, path.parent.parent, path.parent)):  # folders
+                    artifact.fsync_dir(directory)
+        except OSError as exc:
+            reason = exc.strerror or str(exc)
+            message = f"write log {path.name} could not be opened for writing ({reason}); nothing was written"
+            raise LogWriteFailed(message) from exc
         yield Appender(path, fd, sync)
 
 

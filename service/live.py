@@ -62,7 +62,10 @@ class Live:
         if found.st_size != self.delta.offset or found.st_ino != self.inode:
             with self.lock:
                 inode, before = self.inode, self.delta.seq
-                records, offset, new_inode = writelog.read_new(self.path, self.delta.offset, self.delta.last, inode)
+                try:
+                    records, offset, new_inode = writelog.read_new(self.path, self.delta.offset, self.delta.last, inode)
+                except (writelog.LogCorrupt, writelog.LogMismatch) as exc:
+                    raise self._refused(exc) from None
                 self._apply(records)
                 self.delta.offset, self.inode = offset, new_inode
                 if self.inode != inode:  # another file: a cut since the last read
@@ -77,7 +80,10 @@ class Live:
         try:
             with self.lock, writelog.appending(self.path, sync) as log:
                 before = self.delta.seq
-                records, offset = log.new_records(self.delta.offset, self.delta.last, self.inode)
+                try:
+                    records, offset = log.new_records(self.delta.offset, self.delta.last, self.inode)
+                except (writelog.LogCorrupt, writelog.LogMismatch) as exc:
+                    raise self._refused(exc) from None
                 self._apply(records)
                 cut = log.inode != self.inode  # another log file: a compaction cut the log after it published
                 self.delta.offset, self.inode = offset, log.inode
@@ -90,6 +96,11 @@ class Live:
                 return self.delta.seq, answer
         except writelog.LogWriteFailed as exc:  # the log could not be opened, or the record written
             raise ApiError("not_ready", f"table {self.directory.name!r}: {exc.message}") from None
+
+    def _refused(self, exc: writelog.LogCorrupt | writelog.LogMismatch) -> ApiError:
+        """The 503 of its table once its log, read while serving, holds a record it cannot apply: a damaged one
+        with good ones after it, or one written to another table's log (the next reload refuses the table)."""
+        return ApiError("not_ready", f"table {self.directory.name!r}: write log {self.path.name}: {exc.message}")
 
     def _apply(self, records: list[writelog.Record]) -> None:
         """Apply records read from the log; one that does not fit the loaded version (written through another

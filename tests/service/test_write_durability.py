@@ -329,3 +329,24 @@ def test_a_log_that_cannot_be_opened_for_writing_answers_503_naming_it(
         assert real_server.HTTP.get(f"{server.base}{url}/d1").status_code == 200
         refused(write(server, documents[3]), "Operation not permitted")
     assert [r.body["documents"][0]["id"] for r in writelog.recover(path)] == ["d1"]
+
+
+def test_a_log_put_in_place_of_another_tables_is_refused_not_replayed(
+    lee_data_dir: Path, tmp_path: Path, lee_docs: Lee
+) -> None:
+    data = tmp_path / "data"
+    for name in ("lee", "copy"):  # two tables alike: every record of the one fits the other
+        shutil.copytree(lee_data_dir / "lee", data / name)
+    append(data, lee_docs, 1, ["w1", "w2"])
+    shutil.copy(writelog.log_path(data, "lee"), writelog.log_path(data, "copy"))  # a backup restored by the wrong name
+    said = "its record at byte 0 (sequence 1) was written to the log of 'lee', not of 'copy'"
+    with real_server.running(data, tmp_path / "serve.log", env={"EMBEDDING_WRITE_KEYS": KEY}) as server:
+        assert real_server.HTTP.get(f"{server.base}/readyz").json()["error"]["missing"] == ["copy"]
+        assert real_server.HTTP.get(f"{server.base}/v1/tables/lee/documents/w1").status_code == 200
+        assert real_server.HTTP.get(f"{server.base}/v1/tables/copy/documents/w1").status_code == 503
+        assert f"table 'copy': write log copy.log: {said}" in server.log()
+    checked = run_cli("verify", "copy", "--data-dir", data)
+    assert checked.code != 0 and said in checked.err, checked.err
+    refused = run_cli("compact", "copy", "--data-dir", data)
+    assert refused.code != 0 and "table 'copy' not compacted (its write log)" in refused.err and said in refused.err
+    assert writelog.log_path(data, "copy").read_bytes() == writelog.log_path(data, "lee").read_bytes()  # not cut

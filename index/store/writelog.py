@@ -488,14 +488,15 @@ class Appender:
             if self.sync:
                 os.fsync(self.fd)
         except OSError as exc:
-            self._cut_back(at)
+            self.cut_back(at)
             reason = exc.strerror or str(exc)
             message = f"write log {self.path.name} could not be written ({reason}); nothing was written"
             raise LogWriteFailed(message) from exc
         return Record(seq, at, at + len(data), body)
 
-    def _cut_back(self, at: int) -> None:
-        """The log cut back to byte ``at``, where a failed record began (logged if even that fails)."""
+    def cut_back(self, at: int) -> None:
+        """The log cut back to byte ``at``, where a failed record began, or one of a write that failed as a whole
+        (logged if even that fails)."""
         try:
             os.ftruncate(self.fd, at)
             if self.sync:

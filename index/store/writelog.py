@@ -376,6 +376,17 @@ def recover(path: Path) -> list[Record]:
     return records
 
 
+def check_writable(path: Path) -> None:
+    """:class:`LogWriteFailed` when the log at ``path`` exists and cannot be opened for writing (a read-only
+    directory or mount, an immutable file): what a compaction checks before it folds, since it must cut the log."""
+    try:
+        os.close(os.open(path, os.O_RDWR))
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise LogWriteFailed(f"write log {path.name} cannot be written ({exc.strerror or exc})") from exc
+
+
 def read(path: Path) -> list[Record]:
     """The good records of the log at ``path`` (none if there is none), read only: a torn tail is left for its
     writer to cut (:func:`recover`); :class:`LogCorrupt` for a damaged record in the middle."""

@@ -26,7 +26,8 @@ from __future__ import annotations
 import os
 import threading
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Generic, TypeVar
@@ -62,7 +63,10 @@ class Live:
         if found.st_size != self.delta.offset or found.st_ino != self.inode:
             with self.lock:
                 inode, before = self.inode, self.delta.seq
-                records, offset, new_inode = writelog.read_new(self.path, self.delta.offset, self.delta.last, inode)
+                try:
+                    records, offset, new_inode = writelog.read_new(self.path, self.delta.offset, self.delta.last, inode)
+                except (writelog.LogCorrupt, writelog.LogMismatch) as exc:
+                    raise self._refused(exc) from None
                 self._apply(records)
                 self.delta.offset, self.inode = offset, new_inode
                 if self.inode != inode:  # another file: a cut since the last read
@@ -73,25 +77,38 @@ class Live:
     def write(self, make: Callable[[Delta], tuple[dict[str, Any] | None, T]], sync: bool) -> tuple[int, T]:
         """Under the log's lock: catch up, ``make(delta)`` the record's body (None: nothing to write) and what to
         answer, append it (durable when this returns, with ``sync``), apply it. Returns the sequence number."""
+        try:
+            with self.held(sync) as log:
+                body, answer = make(self.delta)
+                if body is not None:
+                    self.delta.apply([log.append(self.delta.seq + 1, body)])
+                return self.delta.seq, answer
+        except writelog.LogWriteFailed as exc:  # the log could not be opened, or the record written
+            raise ApiError("not_ready", f"table {self.directory.name!r}: {exc.message}") from None
+
+    @contextmanager
+    def held(self, sync: bool) -> Iterator[writelog.Appender]:
+        """The log under its lock (``writelog.LogWriteFailed`` when it cannot be opened for writing), and this
+        state caught up with it: a record appended now follows every one written."""
         self._check_behind()
         with self.lock, writelog.appending(self.path, sync) as log:
             before = self.delta.seq
-            records, offset = log.new_records(self.delta.offset, self.delta.last, self.inode)
+            try:
+                records, offset = log.new_records(self.delta.offset, self.delta.last, self.inode)
+            except (writelog.LogCorrupt, writelog.LogMismatch) as exc:
+                raise self._refused(exc) from None
             self._apply(records)
             cut = log.inode != self.inode  # another log file: a compaction cut the log after it published
             self.delta.offset, self.inode = offset, log.inode
             if cut:
                 self._check_reach(before, records)
             self._check_behind()
-            body, answer = make(self.delta)
-            if body is not None:
-                try:
-                    record = log.append(self.delta.seq + 1, body)
-                except writelog.LogWriteFailed as exc:
-                    message = f"table {self.directory.name!r}: {exc.message}"
-                    raise ApiError("not_ready", message) from None
-                self.delta.apply([record])
-            return self.delta.seq, answer
+            yield log
+
+    def _refused(self, exc: writelog.LogCorrupt | writelog.LogMismatch) -> ApiError:
+        """The 503 of its table once its log, read while serving, holds a record it cannot apply: a damaged one
+        with good ones after it, or one written to another table's log (the next reload refuses the table)."""
+        return ApiError("not_ready", f"table {self.directory.name!r}: write log {self.path.name}: {exc.message}")
 
     def _apply(self, records: list[writelog.Record]) -> None:
         """Apply records read from the log; one that does not fit the loaded version (written through another
@@ -175,6 +192,7 @@ class Sharded:
     """A sharded table's shards' live states: a write goes to the shard owning each id, a search sees them all."""
 
     def __init__(self, table: ShardedTable, shards: list[Live]) -> None:
+        self.name = table.name
         self.shards = shards
         self.whole = WholeDelta(table)
 
@@ -190,8 +208,28 @@ class Sharded:
     def write(
         self, makes: dict[int, Callable[[Delta], tuple[dict[str, Any] | None, T]]], sync: bool
     ) -> list[Written[T]]:
-        """Each shard's write (``Live.write``) in shard order: (shard, its sequence, what to answer) of each."""
-        return [Written(shard, *self.shards[shard].write(make, sync)) for shard, make in sorted(makes.items())]
+        """Each shard's write, as one: every shard's log held (``Live.held``, in shard order), each record made and
+        appended, then applied; a record that cannot be written (or a log opened) writes none, the records appended
+        before it cut off again (no reader saw them: their logs were held). (shard, its sequence, what to answer) of
+        each."""
+        with ExitStack() as stack:
+            try:
+                logs = {shard: stack.enter_context(self.shards[shard].held(sync)) for shard in sorted(makes)}
+                made = {shard: makes[shard](self.shards[shard].delta) for shard in logs}
+                appended: dict[int, writelog.Record] = {}
+                try:
+                    for shard, (body, _) in made.items():
+                        if body is not None:
+                            appended[shard] = logs[shard].append(self.shards[shard].delta.seq + 1, body)
+                except writelog.LogWriteFailed:
+                    for shard, record in appended.items():
+                        logs[shard].cut_back(record.offset)
+                    raise
+            except writelog.LogWriteFailed as exc:
+                raise ApiError("not_ready", f"table {self.name!r}: {exc.message}") from None
+            for shard, record in appended.items():
+                self.shards[shard].delta.apply([record])
+            return [Written(shard, self.shards[shard].delta.seq, answer) for shard, (_, answer) in made.items()]
 
     def summary(self) -> dict[str, Any]:
         parts = [summary(state) for state in self.shards]

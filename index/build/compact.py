@@ -99,7 +99,15 @@ def folded(table: Table, delta: Delta) -> tuple[pa.Table, np.ndarray, dict[str, 
 
 def replay(name: str, delta: Delta, path: Path) -> None:
     """The log's writes past the version into ``delta``, as a server replays them at load: a log that does not
-    follow its version (a gap, another schema) stops the compaction, naming the table, before anything is folded."""
+    follow its version (a gap, another schema), or one it could not cut once the new version is published (read
+    only), stops the compaction, naming the table, before anything is folded."""
+    try:
+        writelog.check_writable(path)
+    except writelog.LogWriteFailed as exc:
+        raise writelog.LogWriteFailed(
+            f"table {name!r} not compacted: {exc.message}, and a compaction cuts it once its new version is "
+            "published; nothing was changed (make it writable, then compact again)"
+        ) from None
     try:
         delta.replay(writelog.recover(path))
     except writelog.LogMismatch as exc:

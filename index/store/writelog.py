@@ -2,7 +2,9 @@
 (``.writes`` is no table's name, so no table can collide with a log).
 
 A record is one frame: a two-byte mark, the payload's length (u32), the sequence number (u64), a CRC32 of the
-sequence number and payload (u32), then the payload (UTF-8 JSON: an upsert or a delete, never pickle). Frames
+sequence number and payload (u32), then the payload (UTF-8 JSON: an upsert or a delete, never pickle, naming
+the log it was written to: ``table``, as :func:`owner` names it; a log copied or restored under another table's
+name is refused, :class:`LogMismatch`, rather than replayed into the wrong table). Frames
 are appended under an exclusive ``flock`` and fsynced before the write is answered; readers take a shared lock,
 so a frame is never read half written. Sequence numbers rise by one from the sequence the table's version
 covers (its manifest's ``log_sequence``, 0 for an imported table).
@@ -19,6 +21,7 @@ reader still on the older version reads the records it had not read yet before i
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import json
@@ -94,6 +97,15 @@ def table_log(directory: Path) -> Path:
         artifact.check_name(parent.name)
         return parent.parent / DIRECTORY / parent.name / f"{artifact.check_name(directory.name)}{SUFFIX}"
     return log_path(parent, directory.name)
+
+
+def owner(path: Path) -> str:
+    """Whose log ``path`` is, as its records name it: the table's name (``lee``), a shard's log its table's and its
+    own (``lee/shard-001``); the file a cut replaced (:func:`previous_path`) is its log's."""
+    path = Path(path)
+    name = path.name.removeprefix(".").removesuffix(".previous") if path.name.endswith(".previous") else path.name
+    stem = name.removesuffix(SUFFIX)
+    return stem if path.parent.name == DIRECTORY else f"{path.parent.name}/{stem}"
 
 
 @dataclass(frozen=True)
@@ -220,9 +232,12 @@ def _good_frame_after(data: bytes, start: int) -> int | None:
     return None
 
 
-def scan(data: bytes, start: int = 0, previous: int = 0) -> tuple[list[Record], int, str | None]:
+def scan(
+    data: bytes, start: int = 0, previous: int = 0, log: str | None = None
+) -> tuple[list[Record], int, str | None]:
     """The good records from ``start``, the offset after the last of them, and why reading stopped before the
-    end of ``data`` (None: it did not). Raises :class:`LogCorrupt` when good frames follow a bad one."""
+    end of ``data`` (None: it did not). Raises :class:`LogCorrupt` when good frames follow a bad one, and
+    :class:`LogMismatch` for a record written to another log than ``log`` (:func:`owner`; None: not checked)."""
     records: list[Record] = []
     at = start
     while at < len(data):
@@ -238,10 +253,23 @@ def scan(data: bytes, start: int = 0, previous: int = 0) -> tuple[list[Record], 
                     f"{later}, so it is not a torn tail"
                 )
             return records, at, parsed
+        _check_owner(parsed, log)
         records.append(parsed)
         previous = parsed.seq
         at = parsed.end
     return records, at, None
+
+
+def _check_owner(record: Record, log: str | None) -> None:
+    """The log ``record`` names taken off its body; :class:`LogMismatch` when that is another than ``log`` (a
+    record written before records named their log names none, and fits any)."""
+    written = record.body.pop("table", log)
+    if log is not None and written != log:
+        raise LogMismatch(
+            f"its record at byte {record.offset} (sequence {record.seq}) was written to the log of {written!r}, not "
+            f"of {log!r}: the file was copied or restored under another table's name; put back this table's own "
+            "log, or move this one aside to serve the table without its writes"
+        )
 
 
 class _ForkGuard:
@@ -325,12 +353,12 @@ def recover(path: Path) -> list[Record]:
         lock = _locked(path, os.O_RDWR, fcntl.LOCK_EX)
         fd = lock.__enter__()
     except OSError as exc:
-        if exc.errno not in (errno.EROFS, errno.EACCES):
+        if exc.errno not in (errno.EROFS, errno.EACCES, errno.EPERM):  # EPERM: an immutable log
             raise
         return _replica_read(path)  # a replica on a read-only mount: it reads, the writer cuts
     try:
         data = _read_from(fd, 0)
-        records, end, problem = scan(data)
+        records, end, problem = scan(data, log=owner(path))
         if problem is not None:
             last = f"sequence number {records[-1].seq}" if records else "no record"
             log.warning(
@@ -348,6 +376,17 @@ def recover(path: Path) -> list[Record]:
     return records
 
 
+def check_writable(path: Path) -> None:
+    """:class:`LogWriteFailed` when the log at ``path`` exists and cannot be opened for writing (a read-only
+    directory or mount, an immutable file): what a compaction checks before it folds, since it must cut the log."""
+    try:
+        os.close(os.open(path, os.O_RDWR))
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise LogWriteFailed(f"write log {path.name} cannot be written ({exc.strerror or exc})") from exc
+
+
 def read(path: Path) -> list[Record]:
     """The good records of the log at ``path`` (none if there is none), read only: a torn tail is left for its
     writer to cut (:func:`recover`); :class:`LogCorrupt` for a damaged record in the middle."""
@@ -358,7 +397,7 @@ def _replica_read(path: Path) -> list[Record]:
     """The good records of a log this process may not write; a damaged tail is left for the writer to cut."""
     with _locked(path, os.O_RDONLY, fcntl.LOCK_SH) as fd:
         data = _read_from(fd, 0)
-    records, end, problem = scan(data)
+    records, end, problem = scan(data, log=owner(path))
     if problem is not None:
         log.warning("write log %s: %d bytes at byte %d not read (%s)", path, len(data) - end, end, problem)
     return records
@@ -383,7 +422,9 @@ def read_new(path: Path, start: int, previous: int, inode: int | None) -> tuple[
         data = _read_from(fd, start)
     finally:
         lock.__exit__(None, None, None)
-    records, end, _ = scan(data, 0, previous)  # a damaged tail is not read (the writer cuts it before appending)
+    records, end, _ = scan(
+        data, 0, previous, owner(path)
+    )  # a damaged tail is not read (the writer cuts it before appending)
     shifted = [Record(r.seq, r.offset + start, r.end + start, r.body) for r in records]
     return _joined(before, shifted), start + end, current
 
@@ -408,7 +449,7 @@ def _unread_before_cut(path: Path, inode: int | None, start: int, previous: int)
         data = _read_from(fd, start)
     finally:
         os.close(fd)
-    return scan(data, 0, previous)[0]
+    return scan(data, 0, previous, owner(path))[0]
 
 
 def _joined(before: list[Record], records: list[Record]) -> list[Record]:
@@ -436,7 +477,7 @@ class Appender:
         if inode != self.inode:
             before, start, previous = _unread_before_cut(self.path, inode, start, previous), 0, 0
         data = _read_from(self.fd, start)
-        records, end, problem = scan(data, 0, previous)
+        records, end, problem = scan(data, 0, previous, owner(self.path))
         if problem is not None:  # a damaged tail: cut, so that the next record follows the last good one
             log.warning("write log %s: cut %d bytes at byte %d (%s)", self.path, len(data) - end, start + end, problem)
             os.ftruncate(self.fd, start + end)
@@ -449,7 +490,7 @@ class Appender:
         """Append one record; it is on disk (fsynced, unless ``sync`` is off) when this returns. A write that fails
         (a full disk, a file size limit) is cut off again and raises :class:`LogWriteFailed`: the log ends at its
         last whole record."""
-        data = frame(seq, body)
+        data = frame(seq, {**body, "table": owner(self.path)})  # its log: a copy under another name is refused
         at = os.lseek(self.fd, 0, os.SEEK_END)
         try:
             written = 0
@@ -458,14 +499,15 @@ class Appender:
             if self.sync:
                 os.fsync(self.fd)
         except OSError as exc:
-            self._cut_back(at)
+            self.cut_back(at)
             reason = exc.strerror or str(exc)
             message = f"write log {self.path.name} could not be written ({reason}); nothing was written"
             raise LogWriteFailed(message) from exc
         return Record(seq, at, at + len(data), body)
 
-    def _cut_back(self, at: int) -> None:
-        """The log cut back to byte ``at``, where a failed record began (logged if even that fails)."""
+    def cut_back(self, at: int) -> None:
+        """The log cut back to byte ``at``, where a failed record began, or one of a write that failed as a whole
+        (logged if even that fails)."""
         try:
             os.ftruncate(self.fd, at)
             if self.sync:
@@ -478,12 +520,18 @@ class Appender:
 def appending(path: Path, sync: bool = True) -> Iterator[Appender]:
     """The log at ``path`` (created, with its directory entry fsynced, if new) under its exclusive lock."""
     top = path.parent if path.parent.name == DIRECTORY else path.parent.parent  # a shard's log is a level deeper
-    for directory in dict.fromkeys((top, path.parent)):
-        directory.mkdir(exist_ok=True)
-    with _locked(path, os.O_RDWR | os.O_CREAT, fcntl.LOCK_EX) as fd:
-        if sync and os.fstat(fd).st_size == 0:  # the first record waits for the entries of the log and its folders,
-            for directory in dict.fromkeys((top.parent, path.parent.parent, path.parent)):  # whoever made them
-                artifact.fsync_dir(directory)
+    with contextlib.ExitStack() as opened:
+        try:  # a read-only directory or mount, an immutable log: no record can be made durable
+            for directory in dict.fromkeys((top, path.parent)):
+                directory.mkdir(exist_ok=True)
+            fd = opened.enter_context(_locked(path, os.O_RDWR | os.O_CREAT, fcntl.LOCK_EX))
+            if sync and os.fstat(fd).st_size == 0:  # the first record waits for the entries of the log and its
+                for directory in dict.fromkeys((top.parent, path.parent.parent, path.parent)):  # folders
+                    artifact.fsync_dir(directory)
+        except OSError as exc:
+            reason = exc.strerror or str(exc)
+            message = f"write log {path.name} could not be opened for writing ({reason}); nothing was written"
+            raise LogWriteFailed(message) from exc
         yield Appender(path, fd, sync)
 
 
@@ -496,7 +544,7 @@ def cut(path: Path, covered: int) -> int:
         return 0
     with _locked(path, os.O_RDWR, fcntl.LOCK_EX) as fd:
         data = _read_from(fd, 0)
-        records, end, problem = scan(data)
+        records, end, problem = scan(data, log=owner(path))
         if problem is not None:
             raise LogCorrupt(f"write log {path}: record at byte {end} is damaged: {problem}")
         kept = [r for r in records if r.seq > covered]

@@ -23,6 +23,7 @@ from tests.cli import run_cli
 from tests.lee import Lee, jsonl_records, write_jsonl
 from tests.service import real_server
 from tests.service.test_live_search import KEY
+from tests.service.test_write_durability import immutable
 
 ROUNDS = 6
 
@@ -307,3 +308,24 @@ def test_a_table_whose_every_document_is_deleted_is_not_compacted(
     assert "table 'lee' not compacted: every one of its documents is deleted" in done.err, done.err
     assert [r.seq for r in writelog.recover(path)] == [1]
     assert Table.load(data / "lee").rows == 300
+
+
+def test_a_log_the_compaction_could_not_cut_stops_it_before_anything_is_published(
+    lee_docs: Lee, tmp_path: Path
+) -> None:
+    data = tmp_path / "data"
+    path = write_jsonl(tmp_path / "lee.jsonl", jsonl_records(lee_docs))
+    assert run_cli("import", path, "--format", "documents", "--name", "lee", "--data-dir", data).code == 0
+    log = writelog.log_path(data, "lee")
+    append(log, lee_docs, 0, 3)
+    manifest = (data / "lee" / artifact.MANIFEST).read_bytes()
+    with immutable(log):  # a compaction would publish, then fail to cut the log
+        refused = run_cli("compact", "lee", "--data-dir", data)
+    assert refused.code != 0 and "Traceback" not in refused.err, refused.err
+    assert (
+        "table 'lee' not compacted: write log lee.log cannot be written (Operation not permitted), and a compaction "
+        "cuts it once its new version is published; nothing was changed" in refused.err
+    ), refused.err
+    assert (data / "lee" / artifact.MANIFEST).read_bytes() == manifest and not list(data.glob(".tmp-*"))
+    assert [r.seq for r in writelog.recover(log)] == [1, 2, 3]
+    assert compact(data, "lee")["log_sequence"] == 3  # writable again: compacted

@@ -13,9 +13,11 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import psutil
 
 from index.store import shardmap, writelog
 from tests.lee import Lee
+from tests.service import real_server
 from tests.service.conftest import LEE_SHARDS, lee_copy
 from tests.service.test_write_durability import kill_in_streams
 
@@ -71,3 +73,48 @@ def test_kill_9_in_a_stream_of_sharded_writes_loses_no_acknowledged_write(
         assert all(shardmap.shard_of_id(i, SHARDS) == s for i in ids)
         logged |= ids
     assert set(acked) <= logged and not (refused & logged)
+
+
+def test_a_write_one_shards_log_refuses_writes_nothing_to_the_others(
+    lee_docs: Lee, lee_imports: Path, tmp_path: Path
+) -> None:
+    """A two-shard upsert whose second shard's log cannot grow (the file size limit) answers 503 and leaves the
+    first shard's log as it was: the record appended there is cut off again, never seen."""
+    data = lee_copy(lee_imports, "plain", "sharded", tmp_path / "data")
+    ids = [f"doc-{i}" for i in range(200)]
+    first = next(i for i in ids if shardmap.shard_of_id(i, SHARDS) == 0)
+    last = [i for i in ids if shardmap.shard_of_id(i, SHARDS) == SHARDS - 1]
+    logs = data / writelog.DIRECTORY / "lee"
+    url = "/v1/tables/lee/documents"
+
+    def document(ident: str, row: int) -> dict[str, Any]:
+        return {"id": ident, "vector": lee_docs.vectors[row].tolist(), "fields": {"year": 2000 + row}}
+
+    with real_server.running(data, tmp_path / "serve.log", env={"EMBEDDING_WRITE_KEYS": KEY}) as server:
+
+        def write(*documents: dict[str, Any]) -> httpx.Response:
+            return real_server.HTTP.post(f"{server.base}{url}", json={"documents": list(documents)}, headers=HEADERS)
+
+        for row, ident in enumerate(last[:3]):  # the last shard's log grows past what the first shard's will hold
+            assert write(document(ident, row)).status_code == 200
+        sizes = {s: (logs / f"{shardmap.shard_name(s)}.log") for s in range(SHARDS)}
+        before = {s: path.stat().st_size if path.exists() else 0 for s, path in sizes.items()}
+        processes = [psutil.Process(server.process.pid), *psutil.Process(server.process.pid).children(recursive=True)]
+        hard = processes[0].rlimit(psutil.RLIMIT_FSIZE)[1]
+        for process in processes:  # room for the first shard's record, not for the last shard's
+            process.rlimit(psutil.RLIMIT_FSIZE, (before[SHARDS - 1] + 100, hard))
+        refused = write(document(first, 10), document(last[3], 11))
+        assert refused.status_code == 503, refused.text
+        error = refused.json()["error"]
+        assert error["code"] == "not_ready" and "File too large" in error["message"], error
+        assert "nothing was written" in error["message"]
+        after = {s: path.stat().st_size if path.exists() else 0 for s, path in sizes.items()}
+        assert after == before
+        for ident in (first, last[3]):
+            assert real_server.HTTP.get(f"{server.base}{url}/{ident}").status_code == 404
+        for process in processes:
+            process.rlimit(psutil.RLIMIT_FSIZE, (hard, hard))
+        assert write(document(first, 10), document(last[3], 11)).status_code == 200
+        assert real_server.HTTP.get(f"{server.base}{url}/{first}").json()["fields"]["year"] == 2010
+    logged = [d["id"] for r in writelog.recover(logs / f"{shardmap.shard_name(0)}.log") for d in r.body["documents"]]
+    assert logged.count(first) == 1

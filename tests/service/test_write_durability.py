@@ -15,14 +15,16 @@ import random
 import select
 import shutil
 import signal
+import subprocess
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import psutil
+import pytest
 
 from index.store import artifact, writelog
 from tests.cli import Result, run_cli
@@ -276,3 +278,75 @@ def test_a_write_the_disk_refuses_answers_503_and_leaves_no_torn_record(
     records = writelog.recover(path)
     assert [r.seq for r in records] == [1, 2]
     assert [r.body["documents"][0]["id"] for r in records] == ["d0", "d2"]
+
+
+@contextlib.contextmanager
+def immutable(path: Path) -> Iterator[None]:
+    """``path`` (a log, or the folder a log is to be made in) immutable (``chattr +i``): no process may write it,
+    root's neither, as on a read-only mount."""
+    if os.geteuid() != 0 or not shutil.which("chattr"):
+        pytest.skip("making a file immutable needs root and chattr")
+    if subprocess.run(["chattr", "+i", str(path)], capture_output=True, check=False).returncode != 0:
+        pytest.skip("this file system does not keep the immutable attribute")
+    try:
+        yield
+    finally:
+        subprocess.run(["chattr", "-i", str(path)], check=True)
+
+
+def test_a_log_that_cannot_be_opened_for_writing_answers_503_naming_it(
+    lee_data_dir: Path, tmp_path: Path, lee_docs: Lee
+) -> None:
+    data = tmp_path / "data"
+    shutil.copytree(lee_data_dir / "lee", data / "lee")
+    path = writelog.log_path(data, "lee")
+    url = "/v1/tables/lee/documents"
+    documents = [upsert_body(lee_docs, f"d{i}", i, 2000)["documents"][0] for i in range(4)]
+    env = {"EMBEDDING_WRITE_KEYS": KEY}
+
+    def write(server: real_server.Server, document: dict[str, Any]) -> httpx.Response:
+        return real_server.HTTP.post(f"{server.base}{url}", json={"documents": [document]}, headers=HEADERS)
+
+    def refused(answer: httpx.Response, reason: str) -> None:
+        assert answer.status_code == 503, answer.text
+        error = answer.json()["error"]
+        assert error["code"] == "not_ready", error
+        assert f"write log lee.log could not be opened for writing ({reason}); nothing was written" in error["message"]
+
+    path.parent.mkdir()
+    with real_server.running(data, tmp_path / "serve.log", "--workers", "2", env=env) as server:
+        with immutable(path.parent):  # no log yet, and none can be made
+            refused(write(server, documents[0]), "Operation not permitted")
+        assert write(server, documents[1]).status_code == 200
+        with immutable(path):
+            refused(write(server, documents[2]), "Operation not permitted")
+            assert real_server.HTTP.get(f"{server.base}{url}/d1").status_code == 200
+        for ident in ("d0", "d2"):
+            assert real_server.HTTP.get(f"{server.base}{url}/{ident}").status_code == 404
+        assert "Traceback" not in server.log()
+    with immutable(path), real_server.running(data, tmp_path / "again.log", env=env) as server:
+        assert ready(server) == 200  # a log it may not write is read, as a replica's is
+        assert real_server.HTTP.get(f"{server.base}{url}/d1").status_code == 200
+        refused(write(server, documents[3]), "Operation not permitted")
+    assert [r.body["documents"][0]["id"] for r in writelog.recover(path)] == ["d1"]
+
+
+def test_a_log_put_in_place_of_another_tables_is_refused_not_replayed(
+    lee_data_dir: Path, tmp_path: Path, lee_docs: Lee
+) -> None:
+    data = tmp_path / "data"
+    for name in ("lee", "copy"):  # two tables alike: every record of the one fits the other
+        shutil.copytree(lee_data_dir / "lee", data / name)
+    append(data, lee_docs, 1, ["w1", "w2"])
+    shutil.copy(writelog.log_path(data, "lee"), writelog.log_path(data, "copy"))  # a backup restored by the wrong name
+    said = "its record at byte 0 (sequence 1) was written to the log of 'lee', not of 'copy'"
+    with real_server.running(data, tmp_path / "serve.log", env={"EMBEDDING_WRITE_KEYS": KEY}) as server:
+        assert real_server.HTTP.get(f"{server.base}/readyz").json()["error"]["missing"] == ["copy"]
+        assert real_server.HTTP.get(f"{server.base}/v1/tables/lee/documents/w1").status_code == 200
+        assert real_server.HTTP.get(f"{server.base}/v1/tables/copy/documents/w1").status_code == 503
+        assert f"table 'copy': write log copy.log: {said}" in server.log()
+    checked = run_cli("verify", "copy", "--data-dir", data)
+    assert checked.code != 0 and said in checked.err, checked.err
+    refused = run_cli("compact", "copy", "--data-dir", data)
+    assert refused.code != 0 and "table 'copy' not compacted (its write log)" in refused.err and said in refused.err
+    assert writelog.log_path(data, "copy").read_bytes() == writelog.log_path(data, "lee").read_bytes()  # not cut

@@ -315,3 +315,33 @@ def test_the_first_record_of_a_new_log_waits_for_its_directory_entries(
     events.clear()
     write(path, 1, first=2)
     assert events == ["record"]  # a log with records: its entries were synced before the first
+
+
+def test_a_record_names_its_log_and_a_copy_under_another_name_is_refused(tmp_path: Path) -> None:
+    logs = tmp_path / writelog.DIRECTORY
+    (logs / "t").mkdir(parents=True)
+    written = write(logs / "a.log", 3)
+    assert b'"table":"a"' in (logs / "a.log").read_bytes()
+    assert (
+        [r.body for r in writelog.recover(logs / "a.log")] == [r.body for r in written] == [body(i) for i in range(3)]
+    )
+    copy = logs / "b.log"
+    copy.write_bytes((logs / "a.log").read_bytes())
+    said = r"its record at byte 0 \(sequence 1\) was written to the log of 'a', not of 'b'"
+    for reading in (writelog.recover, writelog.read, lambda p: writelog.read_new(p, 0, 0, None)):
+        with pytest.raises(writelog.LogMismatch, match=said):
+            reading(copy)
+    with pytest.raises(writelog.LogMismatch, match=said), writelog.appending(copy) as log:
+        log.new_records(0, 0, None)
+    assert copy.read_bytes() == (logs / "a.log").read_bytes()  # nothing cut
+    shard = logs / "t" / "shard-001.log"  # a shard's log names its table and shard
+    write(shard, 1)
+    assert writelog.owner(shard) == "t/shard-001" and len(writelog.read(shard)) == 1
+    (logs / "t" / "shard-000.log").write_bytes(shard.read_bytes())
+    with pytest.raises(writelog.LogMismatch, match="written to the log of 't/shard-001', not of 't/shard-000'"):
+        writelog.read(logs / "t" / "shard-000.log")
+    unnamed = logs / "c.log"  # a record written before records named their log fits any
+    unnamed.write_bytes(writelog.frame(1, body(0)))
+    assert [r.body for r in writelog.recover(unnamed)] == [body(0)]
+    assert writelog.owner(writelog.previous_path(shard)) == "t/shard-001"
+    assert writelog.owner(writelog.previous_path(logs / "a.log")) == "a"

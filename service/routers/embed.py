@@ -37,11 +37,14 @@ router = APIRouter(prefix="/v1/tables/{table}", tags=["embed"])
 openai_router = APIRouter(tags=["embed"])
 
 
-async def encode(request: Request, table: Table, operation: str, texts: list[str], pooling: Any, name: str) -> Encoded:
-    """The texts' vectors; a 422 naming the first text (``name[i]``) with no word the table knows, and its words."""
+async def encode(
+    request: Request, table: Table, operation: str, texts: list[str], pooling: Any, name: str, lone: bool = False
+) -> Encoded:
+    """The texts' vectors; a 422 naming the first text (``name[i]``; ``name`` for a ``lone`` text, sent alone and
+    not in a list) with no word the table knows, and its words."""
     encoder = encoder_for(table)  # cheap: what it loads, it loads on first use, in the worker thread
     encoded = await compute(request, table, operation, lambda: encoder.encode(texts, pooling, strict=False))
-    check_known(encoded, texts, f"table {table.name!r}", name)
+    check_known(encoded, texts, f"table {table.name!r}", name, lone)
     return encoded
 
 
@@ -100,12 +103,13 @@ async def create_embeddings(request: Request, body: OpenAIEmbeddingsRequest) -> 
         encoder.check(body.pooling)
     except InvalidQuery as exc:
         raise ApiError(exc.code, exc.message, param="pooling") from None
+    lone = isinstance(body.input, str)  # one string: named "input", as the validation errors name it
     try:
         texts = [body.input] if isinstance(body.input, str) else body.input
-        encoded = await encode(request, table, "embeddings", texts, body.pooling, "input")
+        encoded = await encode(request, table, "embeddings", texts, body.pooling, "input", lone)
     except InvalidQuery as exc:
         item = exc.details.get("text")
-        param = "input" if item is None else f"input[{item}]"
+        param = "input" if item is None or lone else f"input[{item}]"
         raise ApiError(exc.code, exc.message, param=param, words=exc.details.get("words")) from None
     except EmbeddingError:
         raise

@@ -226,6 +226,10 @@ def openai_error(exc: openai.APIStatusError) -> dict:
         ({"model": "glove", "input": [1, 2, 3]}, "UnprocessableEntityError", "input", "invalid_request", "token-id"),
         ({"model": "glove", "input": ["heart", "qqqzx"]}, "UnprocessableEntityError", "input[1]", "invalid_request",
          "input[1] 'qqqzx': no word of it is known to table 'glove': unknown qqqzx"),
+        ({"model": "glove", "input": "qqqzx"}, "UnprocessableEntityError", "input", "invalid_request",
+         "input 'qqqzx': no word of it is known to table 'glove': unknown qqqzx"),  # one string: no [0]
+        ({"model": "glove", "input": " "}, "UnprocessableEntityError", "input", "invalid_request",
+         "input ' ' has no words to embed"),
         ({"model": "glove", "input": ""}, "UnprocessableEntityError", "input", "invalid_request",
          "input: String should have at least 1 character"),
         ({"model": "glove", "input": ["a", "b", ""]}, "UnprocessableEntityError", "input[2]", "invalid_request",

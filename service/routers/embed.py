@@ -12,6 +12,7 @@ from typing import Annotated, Any
 
 import numpy as np
 from fastapi import APIRouter, Depends, Path, Request
+from starlette.convertors import PathConvertor, register_url_convertor
 from starlette.responses import Response
 
 from index.engine.door import Encoded, Table, check_known, embeds_text, encoder_for
@@ -61,6 +62,16 @@ async def embed(request: Request, table: TableDep, body: EmbedRequest) -> Respon
         out["truncated"] = encoded.truncated
     return FastJSON({**out, "tokens": encoded.tokens, "unknown": encoded.unknown, "vectors": encoded.vectors})
 
+
+class ModelId(PathConvertor):
+    """A model id of ``GET /v1/models/{model}``, slashes and all (``BAAI/bge-small-en-v1.5`` is answered as the table
+    name it is not, as ``POST /v1/embeddings`` answers it); an empty one or a trailing slash is left to the
+    redirect that drops it."""
+
+    regex = ".*[^/]"
+
+
+register_url_convertor("model_id", ModelId())
 
 ModelName = Annotated[str, Path(description="a table's name", max_length=64, json_schema_extra=NAME_SCHEMA)]
 
@@ -148,7 +159,7 @@ async def list_models(registry: RegistryDep) -> Response:
 
 
 @openai_router.get(
-    "/v1/models/{model}",
+    "/v1/models/{model:model_id}",
     response_model=OpenAIModel,
     responses=openai_responses("unknown_table", "invalid_request", "not_ready"),
     summary="OpenAI-compatible: one table that embeds text, as a model",

@@ -256,12 +256,20 @@ def test_openai_errors_in_openais_shape(
     assert message in error["message"] and message in str(caught.value)
 
 
-def test_a_model_that_is_no_table_name_is_named(oai: openai.OpenAI) -> None:
+@pytest.mark.parametrize("model", ["nomic-embed-text:latest", "BAAI/bge-small-en-v1.5"])
+def test_a_model_that_is_no_table_name_is_named(oai: openai.OpenAI, model: str) -> None:
+    """As ``POST /v1/embeddings`` names it, a slash too (the client puts it in the path as it is)."""
     with pytest.raises(openai.UnprocessableEntityError) as caught:
-        oai.models.retrieve("nomic-embed-text:latest")
+        oai.models.retrieve(model)
     error = openai_error(caught.value)
     assert (error["param"], error["code"]) == ("model", "invalid_request")
-    assert "invalid table name 'nomic-embed-text:latest': use 1-64 letters" in error["message"]
+    assert f"invalid table name {model!r}: use 1-64 letters" in error["message"]
+
+
+def test_models_with_a_trailing_slash_are_redirected(server: real_server.Server) -> None:
+    for path, to in [("/v1/models/", "/v1/models"), ("/v1/models/glove/", "/v1/models/glove")]:
+        response = real_server.HTTP.get(f"{server.base}{path}")
+        assert response.status_code == 307 and response.headers["location"] == f"{server.base}{to}"
 
 
 def test_errors_before_the_route_are_in_openais_shape_too(data_dir: Path) -> None:

@@ -85,8 +85,10 @@ class OpenAIEmbeddingsRequest(BaseModel):
 
     model: ModelField
     input: OpenAIInput
-    encoding_format: Literal["float", "base64"] = Field(
-        "float", description="float: lists of numbers; base64: each vector's little-endian float32 bytes"
+    encoding_format: Literal["float", "base64"] | None = Field(
+        "float",
+        description="float (the default, null too): lists of numbers; base64: each vector's little-endian "
+        "float32 bytes",
     )
     dimensions: Annotated[int, Field(ge=1), Whole] | None = Field(
         None, description="if given, the table's dimension (vectors are not cut)"

@@ -204,6 +204,15 @@ def test_raw_http_answer(server: real_server.Server, tables: dict[str, Table]) -
     np.testing.assert_array_equal(got, Encoder(tables["minilm"]).encode(TEXTS[:2]).vectors)
 
 
+def test_null_options_are_the_defaults(server: real_server.Server, tables: dict[str, Table]) -> None:
+    """Clients generated from OpenAI's schema send the options they were not given as null."""
+    body = {"model": "glove", "input": TEXTS, "encoding_format": None, "dimensions": None, "user": None}
+    response = real_server.HTTP.post(f"{server.base}/v1/embeddings", json=body)
+    assert response.status_code == 200, response.text
+    got = np.array([item["embedding"] for item in response.json()["data"]], dtype=np.float32)
+    np.testing.assert_array_equal(got, Encoder(tables["glove"]).encode(TEXTS).vectors)
+
+
 def test_openai_pooling_as_an_extra_field(oai: openai.OpenAI, tables: dict[str, Table]) -> None:
     answer = oai.embeddings.create(model="glove", input=TEXTS, extra_body={"pooling": "mean"})
     got = np.array([item.embedding for item in answer.data], dtype=np.float32)

@@ -84,6 +84,13 @@ async def model_table(request: Request, model: ModelName) -> Table:
         raise ApiError(exc.code, exc.message, param="model") from None
 
 
+def check_model(table: Table) -> None:
+    """A 404 (``model_not_found``) for a table that embeds no text: not one of ``GET /v1/models``'s models."""
+    if not embeds_text(table):
+        kind = "a model-token table without a tokenizer" if table.kind == "tokens" else f"a table of {table.kind}"
+        raise ApiError("unknown_table", f"table {table.name!r} is {kind}, not a model that embeds text")
+
+
 def openai_responses(*codes: str) -> dict[int | str, dict[str, Any]]:
     return {
         status: {
@@ -103,7 +110,8 @@ def openai_responses(*codes: str) -> dict[int | str, dict[str, Any]]:
 )
 async def create_embeddings(request: Request, body: OpenAIEmbeddingsRequest) -> Response:
     table = await model_table(request, body.model)
-    try:  # first: a table that embeds no text is the model's fault, whatever the dimensions asked
+    check_model(table)  # first: a table that embeds no text is no model, whatever the dimensions asked
+    try:
         encoder = encoder_for(table)
     except InvalidQuery as exc:
         raise ApiError(exc.code, exc.message, param="model") from None
@@ -165,9 +173,7 @@ async def list_models(registry: RegistryDep) -> Response:
     summary="OpenAI-compatible: one table that embeds text, as a model",
 )
 async def get_model(table: Annotated[Table, Depends(model_table)]) -> Response:
-    if not embeds_text(table):
-        kind = "a model-token table without a tokenizer" if table.kind == "tokens" else f"a table of {table.kind}"
-        raise ApiError("unknown_table", f"table {table.name!r} is {kind}, not a model that embeds text")
+    check_model(table)
     return FastJSON(_model(table))
 
 

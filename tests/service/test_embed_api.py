@@ -213,6 +213,14 @@ def test_null_options_are_the_defaults(server: real_server.Server, tables: dict[
     np.testing.assert_array_equal(got, Encoder(tables["glove"]).encode(TEXTS).vectors)
 
 
+@pytest.mark.parametrize(("given", "named"), [(None, "null"), ({"text": "a"}, "an object"), (1.5, "a number")])
+def test_input_of_another_type_is_one_problem(server: real_server.Server, given: object, named: str) -> None:
+    body = {"model": "glove", "input": given}
+    response = real_server.HTTP.post(f"{server.base}/v1/embeddings", json=body)
+    error = {"message": f"input: send a string or a list of strings, not {named}", "param": "input"}
+    assert response.status_code == 422 and response.json()["error"].items() >= error.items()
+
+
 def test_openai_pooling_as_an_extra_field(oai: openai.OpenAI, tables: dict[str, Table]) -> None:
     answer = oai.embeddings.create(model="glove", input=TEXTS, extra_body={"pooling": "mean"})
     got = np.array([item.embedding for item in answer.data], dtype=np.float32)

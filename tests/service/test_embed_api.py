@@ -291,21 +291,35 @@ def test_models_with_a_trailing_slash_are_redirected(server: real_server.Server)
 
 def test_errors_before_the_route_are_in_openais_shape_too(data_dir: Path) -> None:
     """The body limit and the read key answer ahead of the route: reshaped all the same; a client that sends
-    the read key (as X-API-Key) is let in."""
+    the read key (as X-API-Key, or as its api_key: the bearer token) is let in."""
     settings = {"data_dir": data_dir, "tables": ["glove"], "max_body_bytes": 1024, "read_api_key": "r" * 32}
     with client_for(**settings) as test_client:
         plain = openai.OpenAI(base_url="http://testserver/v1", api_key="x", http_client=test_client, max_retries=0)
-        with pytest.raises(openai.AuthenticationError) as caught:
+        with pytest.raises(openai.PermissionDeniedError) as caught:
             plain.embeddings.create(model="glove", input="a heart")
-        assert openai_error(caught.value)["code"] == "unauthorized"
-        keyed = openai.OpenAI(
+        error = openai_error(caught.value)
+        assert error["code"] == "forbidden" and error["message"].endswith(
+            "in the X-API-Key header or as the bearer token (an OpenAI client's api_key)"
+        )
+        response = test_client.post("/v1/embeddings", json={"model": "glove", "input": "a heart"})  # no key at all
+        assert response.status_code == 401 and response.json()["error"]["code"] == "unauthorized"
+        with_api_key = openai.OpenAI(
+            base_url="http://testserver/v1", api_key="r" * 32, http_client=test_client, max_retries=0
+        )
+        assert [model.id for model in with_api_key.models.list()] == ["glove"]
+        keyed = openai.OpenAI(  # X-API-Key wins over the bearer token
             base_url="http://testserver/v1",
             api_key="x",
             http_client=test_client,
             max_retries=0,
             default_headers={"X-API-Key": "r" * 32},
         )
-        assert len(keyed.embeddings.create(model="glove", input="a heart").data[0].embedding) == 50
+        for client in (with_api_key, keyed):
+            assert len(client.embeddings.create(model="glove", input="a heart").data[0].embedding) == 50
+        # the table routes read X-API-Key only
+        bearer = {"Authorization": f"Bearer {'r' * 32}"}
+        table = test_client.post("/v1/tables/glove/embed", json={"texts": ["a heart"]}, headers=bearer).json()
+        assert table["error"]["message"].endswith("admin key in the X-API-Key header"), table
         with pytest.raises(openai.APIStatusError) as caught:
             keyed.embeddings.create(model="glove", input=["a heart"] * 200)
         assert caught.value.status_code == 413 and openai_error(caught.value)["code"] == "body_too_large"

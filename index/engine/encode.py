@@ -149,11 +149,12 @@ def unembedded(encoded: Encoded, i: int, label: str, content: str, whose: str, *
     return no_known_word(label, content, whose, **details)
 
 
-def check_known(encoded: Encoded, texts: Sequence[str], whose: str, name: str) -> None:
-    """A :class:`NoKnownWord` for the first of ``texts`` (called ``name[i]``) that ``encoded`` made no vector of."""
+def check_known(encoded: Encoded, texts: Sequence[str], whose: str, name: str, lone: bool = False) -> None:
+    """A :class:`NoKnownWord` for the first of ``texts`` (called ``name[i]``, or ``name`` if it was sent ``lone``,
+    not in a list) that ``encoded`` made no vector of."""
     for i, tokens in enumerate(encoded.tokens):
         if tokens == 0:
-            raise unembedded(encoded, i, f"{name}[{i}]", texts[i], whose, text=i)
+            raise unembedded(encoded, i, name if lone else f"{name}[{i}]", texts[i], whose, text=i)
 
 
 class Encoder:

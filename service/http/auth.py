@@ -1,7 +1,9 @@
 """API keys: the admin key (``EMBEDDING_API_KEY``), the optional read key (``EMBEDDING_READ_API_KEY``) and the
 write keys (``EMBEDDING_WRITE_KEYS``).
 
-All travel in the ``X-API-Key`` header and are compared in constant time. Without a read key, reads are open;
+All travel in the ``X-API-Key`` header and are compared in constant time; on the OpenAI-compatible paths a key may
+also come as the bearer token (``Authorization: Bearer``), which is how OpenAI's clients send their ``api_key``
+(``X-API-Key`` wins when both are sent). Without a read key, reads are open;
 with one, every path needs the read key, a write key or the admin key, except the open ones below (health,
 readiness, metrics, the docs, the explorer page and its files) and ``/v1/admin/*``, which checks the admin key
 itself. On a route that needs a write key, the read-key check's refusal names what that route needs, as the route's
@@ -27,6 +29,10 @@ if TYPE_CHECKING:
     from service.settings import Settings
 
 HEADER = "X-API-Key"
+IN_HEADER = f"in the {HEADER} header"
+# Where OpenAI's clients send their api_key: the read key is taken from there too on the OpenAI-compatible paths.
+IN_HEADER_OR_BEARER = f"{IN_HEADER} or as the bearer token (an OpenAI client's api_key)"
+BEARER = b"bearer "
 ADMIN_PREFIX = "/v1/admin/"
 OPEN_PATHS = frozenset({"/healthz", "/readyz", "/metrics", "/docs", "/docs/oauth2-redirect", "/openapi.json", "/"})
 OPEN_PREFIXES = ("/static/", ADMIN_PREFIX)
@@ -79,28 +85,42 @@ def matches(given: bytes, keys: tuple[bytes, ...]) -> bool:
     return found
 
 
-def check(given: str | bytes | None, keys: Keys, wanted: tuple[Kind, ...], need: str, action: str) -> None:
+def check(
+    given: str | bytes | None,
+    keys: Keys,
+    wanted: tuple[Kind, ...],
+    need: str,
+    action: str,
+    where: str = IN_HEADER,
+) -> None:
     """401 without a key; 403 with a key of none of the ``wanted`` kinds, saying which kind it is when it is a key
-    of the server, "not valid" otherwise. ``need`` says what to send, ``action`` what the request does."""
+    of the server, "not valid" otherwise. ``need`` says what to send, ``action`` what the request does, ``where``
+    where to send it."""
     if given is None:
-        raise ApiError("unauthorized", f"this endpoint needs {need} in the {HEADER} header")
+        raise ApiError("unauthorized", f"this endpoint needs {need} {where}")
     raw = given.encode("latin-1") if isinstance(given, str) else given  # Starlette decodes headers as latin-1
     held = [kind for kind, some in keys.items() if matches(raw, some)]  # every kind compared: no early exit
     if any(kind in wanted for kind in held):
         return
     if held:
         kind = held[0]
-        raise ApiError(
-            "forbidden", f"this is {kind.name}: it may {kind.may} but not {action}; send {need} in the {HEADER} header"
-        )
-    raise ApiError("forbidden", f"the API key is not valid: send {need} in the {HEADER} header")
+        raise ApiError("forbidden", f"this is {kind.name}: it may {kind.may} but not {action}; send {need} {where}")
+    raise ApiError("forbidden", f"the API key is not valid: send {need} {where}")
 
 
-def check_any(given: str | bytes | None, keys: Keys, writing: bool) -> None:
+def bearer_token(headers: list[tuple[bytes, bytes]]) -> bytes | None:
+    """The token of an ``Authorization: Bearer <token>`` header (the scheme in any case), if there is one."""
+    value = next((value for name, value in headers if name == b"authorization"), None)
+    if value is None or value[: len(BEARER)].lower() != BEARER:
+        return None
+    return value[len(BEARER) :].strip() or None  # an empty token is no key
+
+
+def check_any(given: str | bytes | None, keys: Keys, writing: bool, where: str = IN_HEADER) -> None:
     """The read-key check: any key of the server passes (a route that needs one kind checks it itself). Refused,
     the message names what the route needs: on a write route a write key, or that the tables are read-only."""
     if not writing:
-        check(given, keys, KINDS, ANY_KEY, "read")
+        check(given, keys, KINDS, ANY_KEY, "read", where)
         return
     if not keys[WRITE]:  # no key would do: refused as the route itself refuses it, whatever was sent
         raise ApiError("forbidden", READ_ONLY)
@@ -125,8 +145,11 @@ class ReadKeyMiddleware:
             await self.app(scope, receive, send)
             return
         given = next((value for name, value in scope["headers"] if name == b"x-api-key"), None)
+        openai = is_openai(path)
+        if given is None and openai:
+            given = bearer_token(scope["headers"])
         try:
-            check_any(given, self.keys, self.writing(scope))
+            check_any(given, self.keys, self.writing(scope), IN_HEADER_OR_BEARER if openai else IN_HEADER)
         except ApiError as exc:
             await error_response(exc.code, exc.message)(scope, receive, send)
             return
@@ -136,13 +159,15 @@ class ReadKeyMiddleware:
 def document_read_key(schema: dict[str, Any]) -> None:
     """Mark every operation that needs the read key in the OpenAPI document, with its 401 and 403 answers."""
     components = schema.setdefault("components", {})
-    components.setdefault("securitySchemes", {})["ReadKey"] = {"type": "apiKey", "in": "header", "name": HEADER}
+    schemes = components.setdefault("securitySchemes", {})
+    schemes["ReadKey"] = {"type": "apiKey", "in": "header", "name": HEADER}
+    schemes["ReadKeyBearer"] = {"type": "http", "scheme": "bearer", "description": "the OpenAI-compatible paths only"}
     for path, item in schema["paths"].items():
         if path in OPEN_PATHS or path.startswith(OPEN_PREFIXES):
             continue
         content = envelope("OpenAIErrorResponse" if is_openai(path) else "ErrorResponse")  # as answered there
         for operation in item.values():
-            operation["security"] = [{"ReadKey": []}]
+            operation["security"] = [{"ReadKey": []}, {"ReadKeyBearer": []}] if is_openai(path) else [{"ReadKey": []}]
             for code in ("unauthorized", "forbidden"):
                 status = str(ERRORS[code].status)
                 operation["responses"].setdefault(status, {"description": ERRORS[code].description, "content": content})

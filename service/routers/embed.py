@@ -12,6 +12,7 @@ from typing import Annotated, Any
 
 import numpy as np
 from fastapi import APIRouter, Depends, Path, Request
+from starlette.convertors import PathConvertor, register_url_convertor
 from starlette.responses import Response
 
 from index.engine.door import Encoded, Table, check_known, embeds_text, encoder_for
@@ -37,11 +38,14 @@ router = APIRouter(prefix="/v1/tables/{table}", tags=["embed"])
 openai_router = APIRouter(tags=["embed"])
 
 
-async def encode(request: Request, table: Table, operation: str, texts: list[str], pooling: Any, name: str) -> Encoded:
-    """The texts' vectors; a 422 naming the first text (``name[i]``) with no word the table knows, and its words."""
+async def encode(
+    request: Request, table: Table, operation: str, texts: list[str], pooling: Any, name: str, lone: bool = False
+) -> Encoded:
+    """The texts' vectors; a 422 naming the first text (``name[i]``; ``name`` for a ``lone`` text, sent alone and
+    not in a list) with no word the table knows, and its words."""
     encoder = encoder_for(table)  # cheap: what it loads, it loads on first use, in the worker thread
     encoded = await compute(request, table, operation, lambda: encoder.encode(texts, pooling, strict=False))
-    check_known(encoded, texts, f"table {table.name!r}", name)
+    check_known(encoded, texts, f"table {table.name!r}", name, lone)
     return encoded
 
 
@@ -59,6 +63,16 @@ async def embed(request: Request, table: TableDep, body: EmbedRequest) -> Respon
     return FastJSON({**out, "tokens": encoded.tokens, "unknown": encoded.unknown, "vectors": encoded.vectors})
 
 
+class ModelId(PathConvertor):
+    """A model id of ``GET /v1/models/{model}``, slashes and all (``BAAI/bge-small-en-v1.5`` is answered as the table
+    name it is not, as ``POST /v1/embeddings`` answers it); an empty one or a trailing slash is left to the
+    redirect that drops it."""
+
+    regex = ".*[^/]"
+
+
+register_url_convertor("model_id", ModelId())
+
 ModelName = Annotated[str, Path(description="a table's name", max_length=64, json_schema_extra=NAME_SCHEMA)]
 
 
@@ -68,6 +82,13 @@ async def model_table(request: Request, model: ModelName) -> Table:
         return await table_named(request, model)
     except InvalidQuery as exc:
         raise ApiError(exc.code, exc.message, param="model") from None
+
+
+def check_model(table: Table) -> None:
+    """A 404 (``model_not_found``) for a table that embeds no text: not one of ``GET /v1/models``'s models."""
+    if not embeds_text(table):
+        kind = "a model-token table without a tokenizer" if table.kind == "tokens" else f"a table of {table.kind}"
+        raise ApiError("unknown_table", f"table {table.name!r} is {kind}, not a model that embeds text")
 
 
 def openai_responses(*codes: str) -> dict[int | str, dict[str, Any]]:
@@ -89,7 +110,8 @@ def openai_responses(*codes: str) -> dict[int | str, dict[str, Any]]:
 )
 async def create_embeddings(request: Request, body: OpenAIEmbeddingsRequest) -> Response:
     table = await model_table(request, body.model)
-    try:  # first: a table that embeds no text is the model's fault, whatever the dimensions asked
+    check_model(table)  # first: a table that embeds no text is no model, whatever the dimensions asked
+    try:
         encoder = encoder_for(table)
     except InvalidQuery as exc:
         raise ApiError(exc.code, exc.message, param="model") from None
@@ -100,12 +122,13 @@ async def create_embeddings(request: Request, body: OpenAIEmbeddingsRequest) -> 
         encoder.check(body.pooling)
     except InvalidQuery as exc:
         raise ApiError(exc.code, exc.message, param="pooling") from None
+    lone = isinstance(body.input, str)  # one string: named "input", as the validation errors name it
     try:
         texts = [body.input] if isinstance(body.input, str) else body.input
-        encoded = await encode(request, table, "embeddings", texts, body.pooling, "input")
+        encoded = await encode(request, table, "embeddings", texts, body.pooling, "input", lone)
     except InvalidQuery as exc:
         item = exc.details.get("text")
-        param = "input" if item is None else f"input[{item}]"
+        param = "input" if item is None or lone else f"input[{item}]"
         raise ApiError(exc.code, exc.message, param=param, words=exc.details.get("words")) from None
     except EmbeddingError:
         raise
@@ -144,15 +167,13 @@ async def list_models(registry: RegistryDep) -> Response:
 
 
 @openai_router.get(
-    "/v1/models/{model}",
+    "/v1/models/{model:model_id}",
     response_model=OpenAIModel,
     responses=openai_responses("unknown_table", "invalid_request", "not_ready"),
     summary="OpenAI-compatible: one table that embeds text, as a model",
 )
 async def get_model(table: Annotated[Table, Depends(model_table)]) -> Response:
-    if not embeds_text(table):
-        kind = "a model-token table without a tokenizer" if table.kind == "tokens" else f"a table of {table.kind}"
-        raise ApiError("unknown_table", f"table {table.name!r} is {kind}, not a model that embeds text")
+    check_model(table)
     return FastJSON(_model(table))
 
 

@@ -52,11 +52,16 @@ def _token_ids(value: Any) -> bool:
     return type(value) is int
 
 
+JSON_TYPES = {type(None): "null", bool: "a boolean", float: "a number", dict: "an object"}
+
+
 def _text_input(value: Any) -> Any:
     """OpenAI's ``input`` is a text or texts here: token ids (integers, or lists of them) are refused by name; any
     other value is validated as text (an empty one is named by its place: ``input[2]``)."""
     if _token_ids(value) or (isinstance(value, list) and any(map(_token_ids, value))):
         raise ValueError("token-id input (integers, or lists of them) is not accepted: send text, a string or strings")
+    if not isinstance(value, str | list):  # one problem, not one for each form it is not
+        raise ValueError(f"send a string or a list of strings, not {JSON_TYPES.get(type(value), 'that')}")
     return value
 
 
@@ -85,8 +90,10 @@ class OpenAIEmbeddingsRequest(BaseModel):
 
     model: ModelField
     input: OpenAIInput
-    encoding_format: Literal["float", "base64"] = Field(
-        "float", description="float: lists of numbers; base64: each vector's little-endian float32 bytes"
+    encoding_format: Literal["float", "base64"] | None = Field(
+        "float",
+        description="float (the default, null too): lists of numbers; base64: each vector's little-endian "
+        "float32 bytes",
     )
     dimensions: Annotated[int, Field(ge=1), Whole] | None = Field(
         None, description="if given, the table's dimension (vectors are not cut)"

@@ -204,6 +204,23 @@ def test_raw_http_answer(server: real_server.Server, tables: dict[str, Table]) -
     np.testing.assert_array_equal(got, Encoder(tables["minilm"]).encode(TEXTS[:2]).vectors)
 
 
+def test_null_options_are_the_defaults(server: real_server.Server, tables: dict[str, Table]) -> None:
+    """Clients generated from OpenAI's schema send the options they were not given as null."""
+    body = {"model": "glove", "input": TEXTS, "encoding_format": None, "dimensions": None, "user": None}
+    response = real_server.HTTP.post(f"{server.base}/v1/embeddings", json=body)
+    assert response.status_code == 200, response.text
+    got = np.array([item["embedding"] for item in response.json()["data"]], dtype=np.float32)
+    np.testing.assert_array_equal(got, Encoder(tables["glove"]).encode(TEXTS).vectors)
+
+
+@pytest.mark.parametrize(("given", "named"), [(None, "null"), ({"text": "a"}, "an object"), (1.5, "a number")])
+def test_input_of_another_type_is_one_problem(server: real_server.Server, given: object, named: str) -> None:
+    body = {"model": "glove", "input": given}
+    response = real_server.HTTP.post(f"{server.base}/v1/embeddings", json=body)
+    error = {"message": f"input: send a string or a list of strings, not {named}", "param": "input"}
+    assert response.status_code == 422 and response.json()["error"].items() >= error.items()
+
+
 def test_openai_pooling_as_an_extra_field(oai: openai.OpenAI, tables: dict[str, Table]) -> None:
     answer = oai.embeddings.create(model="glove", input=TEXTS, extra_body={"pooling": "mean"})
     got = np.array([item.embedding for item in answer.data], dtype=np.float32)
@@ -226,6 +243,10 @@ def openai_error(exc: openai.APIStatusError) -> dict:
         ({"model": "glove", "input": [1, 2, 3]}, "UnprocessableEntityError", "input", "invalid_request", "token-id"),
         ({"model": "glove", "input": ["heart", "qqqzx"]}, "UnprocessableEntityError", "input[1]", "invalid_request",
          "input[1] 'qqqzx': no word of it is known to table 'glove': unknown qqqzx"),
+        ({"model": "glove", "input": "qqqzx"}, "UnprocessableEntityError", "input", "invalid_request",
+         "input 'qqqzx': no word of it is known to table 'glove': unknown qqqzx"),  # one string: no [0]
+        ({"model": "glove", "input": " "}, "UnprocessableEntityError", "input", "invalid_request",
+         "input ' ' has no words to embed"),
         ({"model": "glove", "input": ""}, "UnprocessableEntityError", "input", "invalid_request",
          "input: String should have at least 1 character"),
         ({"model": "glove", "input": ["a", "b", ""]}, "UnprocessableEntityError", "input[2]", "invalid_request",
@@ -252,31 +273,53 @@ def test_openai_errors_in_openais_shape(
     assert message in error["message"] and message in str(caught.value)
 
 
-def test_a_model_that_is_no_table_name_is_named(oai: openai.OpenAI) -> None:
+@pytest.mark.parametrize("model", ["nomic-embed-text:latest", "BAAI/bge-small-en-v1.5"])
+def test_a_model_that_is_no_table_name_is_named(oai: openai.OpenAI, model: str) -> None:
+    """As ``POST /v1/embeddings`` names it, a slash too (the client puts it in the path as it is)."""
     with pytest.raises(openai.UnprocessableEntityError) as caught:
-        oai.models.retrieve("nomic-embed-text:latest")
+        oai.models.retrieve(model)
     error = openai_error(caught.value)
     assert (error["param"], error["code"]) == ("model", "invalid_request")
-    assert "invalid table name 'nomic-embed-text:latest': use 1-64 letters" in error["message"]
+    assert f"invalid table name {model!r}: use 1-64 letters" in error["message"]
+
+
+def test_models_with_a_trailing_slash_are_redirected(server: real_server.Server) -> None:
+    for path, to in [("/v1/models/", "/v1/models"), ("/v1/models/glove/", "/v1/models/glove")]:
+        response = real_server.HTTP.get(f"{server.base}{path}")
+        assert response.status_code == 307 and response.headers["location"] == f"{server.base}{to}"
 
 
 def test_errors_before_the_route_are_in_openais_shape_too(data_dir: Path) -> None:
     """The body limit and the read key answer ahead of the route: reshaped all the same; a client that sends
-    the read key (as X-API-Key) is let in."""
+    the read key (as X-API-Key, or as its api_key: the bearer token) is let in."""
     settings = {"data_dir": data_dir, "tables": ["glove"], "max_body_bytes": 1024, "read_api_key": "r" * 32}
     with client_for(**settings) as test_client:
         plain = openai.OpenAI(base_url="http://testserver/v1", api_key="x", http_client=test_client, max_retries=0)
-        with pytest.raises(openai.AuthenticationError) as caught:
+        with pytest.raises(openai.PermissionDeniedError) as caught:
             plain.embeddings.create(model="glove", input="a heart")
-        assert openai_error(caught.value)["code"] == "unauthorized"
-        keyed = openai.OpenAI(
+        error = openai_error(caught.value)
+        assert error["code"] == "forbidden" and error["message"].endswith(
+            "in the X-API-Key header or as the bearer token (an OpenAI client's api_key)"
+        )
+        response = test_client.post("/v1/embeddings", json={"model": "glove", "input": "a heart"})  # no key at all
+        assert response.status_code == 401 and response.json()["error"]["code"] == "unauthorized"
+        with_api_key = openai.OpenAI(
+            base_url="http://testserver/v1", api_key="r" * 32, http_client=test_client, max_retries=0
+        )
+        assert [model.id for model in with_api_key.models.list()] == ["glove"]
+        keyed = openai.OpenAI(  # X-API-Key wins over the bearer token
             base_url="http://testserver/v1",
             api_key="x",
             http_client=test_client,
             max_retries=0,
             default_headers={"X-API-Key": "r" * 32},
         )
-        assert len(keyed.embeddings.create(model="glove", input="a heart").data[0].embedding) == 50
+        for client in (with_api_key, keyed):
+            assert len(client.embeddings.create(model="glove", input="a heart").data[0].embedding) == 50
+        # the table routes read X-API-Key only
+        bearer = {"Authorization": f"Bearer {'r' * 32}"}
+        table = test_client.post("/v1/tables/glove/embed", json={"texts": ["a heart"]}, headers=bearer).json()
+        assert table["error"]["message"].endswith("admin key in the X-API-Key header"), table
         with pytest.raises(openai.APIStatusError) as caught:
             keyed.embeddings.create(model="glove", input=["a heart"] * 200)
         assert caught.value.status_code == 413 and openai_error(caught.value)["code"] == "body_too_large"

@@ -193,6 +193,9 @@ def test_models_in_openais_shape(base: str, data_dir: Path) -> None:
         error = caught.value.response.json()["error"]
         assert (error["type"], error["code"], error["param"]) == ("invalid_request_error", "model_not_found", "model")
         assert words in error["message"], error
+        with pytest.raises(openai.NotFoundError) as embedding:  # no model to embed with either
+            oai.embeddings.create(model=name, input="a licence", dimensions=3)
+        assert embedding.value.response.json()["error"] == error
 
 
 def documented(name: str) -> str:

@@ -85,6 +85,10 @@ def test_read_key_guards_every_read_but_not_health_or_docs(data_dir: Path) -> No
     assert schema["components"]["securitySchemes"]["ReadKey"] == {"type": "apiKey", "in": "header", "name": "X-API-Key"}
     neighbors = schema["paths"]["/v1/tables/{table}/neighbors"]["get"]
     assert neighbors["security"] == [{"ReadKey": []}] and {"401", "403"} <= set(neighbors["responses"])
+    assert schema["components"]["securitySchemes"]["ReadKeyBearer"]["scheme"] == "bearer"  # OpenAI's clients' way
+    for method, template, _ in OPENAI_OPERATIONS:
+        operation = schema["paths"][template][method.lower()]
+        assert operation["security"] == [{"ReadKey": []}, {"ReadKeyBearer": []}], template
     assert "security" not in schema["paths"]["/healthz"]["get"]
     for path, item in schema["paths"].items():  # refusals in OpenAI's shape on its paths, and declared so
         shape = "OpenAIErrorResponse" if path.startswith(("/v1/embeddings", "/v1/models")) else "ErrorResponse"

@@ -18,8 +18,9 @@ Rows are unit-normalised, so inner product equals cosine. Specs:
   exact cosines; nprobe is tuned for the re-ranked recall, and the manifest records the codes' own recall too;
 - any other string is passed to ``faiss.index_factory`` (e.g. ``IVF1024,Flat``, ``HNSW16``, ``IVF256,PQ10``): an
   HNSW index (``HNSW32``, ``HNSW16_SQ8``) has its efSearch tuned as ``hnsw``'s is, an index with an IVF layer its
-  nprobe as ``ivf``'s is; one whose codes or projection hold less than the rows (PQ, SQ, PCA) stops at the recall
-  they allow, as ``ivfpq``'s does; other search parameters are FAISS's defaults.
+  nprobe as ``ivf``'s is, behind a transform too (``PCA32,HNSW32``, ``L2norm,HNSW32``); one whose codes or
+  projection hold less than the rows (PQ, SQ, PCA) stops at the recall they allow, as ``ivfpq``'s does; other
+  search parameters are FAISS's defaults.
 
 Why these: HNSW answers a query several times faster than IVF at the same recall on word tables, so it is the
 choice whenever its build is affordable; an IVF build costs seconds to minutes at any size.
@@ -39,7 +40,7 @@ import numpy as np
 
 from index.build.budget import AUTO_BUDGET_SECONDS
 from index.build.faiss_stderr import faiss_warnings
-from index.engine.knn import search_index, set_search_params
+from index.engine.knn import index_path, search_index, searched_index, set_search_params
 from index.errors import InvalidQuery
 from index.progress import Progress, duration, note, record
 
@@ -275,7 +276,7 @@ def _fill(index: faiss.Index, vectors: np.ndarray, spec: IndexSpec, seed: int) -
         with faiss_warnings():  # FAISS's own warnings, as the builder's lines
             index.train(train)
         note(f"trained in {duration(time.perf_counter() - started)}")
-    if isinstance(index, faiss.IndexHNSW):
+    if isinstance(searched_index(index), faiss.IndexHNSW):
         _add(index, vectors, ADD_BLOCK_HNSW, hnsw_add_threads())
     else:
         _add(index, vectors, ADD_BLOCK)
@@ -406,20 +407,28 @@ class BuiltIndex:
 
 def search_param(index: faiss.Index) -> str | None:
     """The search parameter tuned on ``index``, built from a spec or a factory string alike: ``efSearch`` for an HNSW
-    graph, ``nprobe`` for an index with an IVF layer, None for any other."""
-    if isinstance(index, faiss.IndexHNSW):
+    graph, ``nprobe`` for an index with an IVF layer, None for any other; behind a transform too (``PCA32,HNSW32``,
+    ``OPQ16,IVF256,PQ16``: :func:`searched_index`, where the loader sets it)."""
+    inner = searched_index(index)
+    if isinstance(inner, faiss.IndexHNSW):
         return "efSearch"
-    return "nprobe" if faiss.try_extract_index_ivf(index) is not None else None
+    return "nprobe" if isinstance(inner, faiss.IndexIVF) else None
 
 
 def codes_bound_recall(index: faiss.Index) -> bool:
     """Whether ``index`` holds fewer bytes per row than the rows' float32s (PQ or SQ codes, a PCA's fewer
-    dimensions): however wide its search, its recall then levels off below 1."""
-    ivf = faiss.try_extract_index_ivf(index)
-    if ivf is not None:
-        size = int(ivf.code_size)
-    elif isinstance(index, faiss.IndexHNSW):
-        size = int(index.storage.sa_code_size())
+    dimensions), or searches the rows through a PCA (which centres them: their inner products are no longer the
+    cosines): however wide its search, its recall then levels off below 1."""
+    # FAISS's stubs type a chain as a list; it is a SWIG vector, read with at() and size()
+    chains: list[Any] = [wrapper.chain for wrapper in index_path(index) if isinstance(wrapper, faiss.IndexPreTransform)]
+    transforms = (faiss.downcast_VectorTransform(chain.at(i)) for chain in chains for i in range(chain.size()))
+    if any(isinstance(transform, faiss.PCAMatrix) for transform in transforms):
+        return True
+    inner = searched_index(index)  # its codes, measured against the rows' own dimensions (``index.d``)
+    if isinstance(inner, faiss.IndexIVF):
+        size = int(inner.code_size)
+    elif isinstance(inner, faiss.IndexHNSW):
+        size = int(inner.storage.sa_code_size())
     else:
         return False
     return size < 4 * index.d
@@ -438,7 +447,7 @@ def _tune(
     if name == "efSearch":
         steps: tuple[int, ...] = EF_SEARCH_STEPS
     else:
-        nlist = faiss.extract_index_ivf(index).nlist
+        nlist = cast(faiss.IndexIVF, searched_index(index)).nlist
         steps = (*(s for s in NPROBE_STEPS if s < nlist), nlist)
     bounded = codes_bound_recall(index)
     rerank = spec.rerank if spec.compressed else 1

@@ -174,13 +174,59 @@ def top_k(scores: np.ndarray, k: int, exclude: Collection[int] = ()) -> list[Nei
 
 
 # ---------------------------------------------------------------------------------------------- FAISS
+def _inside(index: faiss.Index) -> faiss.Index | None:
+    """The index a wrapper searches through: a transform's (``IndexPreTransform``: a PCA, OPQ or L2norm before the
+    index), a refinement's base (``IndexRefine``), an id map's; None for an index that wraps none."""
+    if isinstance(index, faiss.IndexPreTransform | faiss.IndexIDMap):
+        return faiss.downcast_index(index.index)
+    if isinstance(index, faiss.IndexRefine):
+        return faiss.downcast_index(index.base_index)
+    return None
+
+
+def index_path(index: faiss.Index) -> list[faiss.Index]:
+    """``index``, then each index its search goes through (:func:`searched_index` last)."""
+    path = [index]
+    while (inner := _inside(path[-1])) is not None:
+        path.append(inner)
+    return path
+
+
+def searched_index(index: faiss.Index) -> faiss.Index:
+    """The index whose search parameters (an HNSW graph's efSearch, an IVF's nprobe) a search of ``index`` uses:
+    ``index`` itself, or the one inside its wrappers (``PCA32,HNSW32``'s graph, ``OPQ16,IVF256,PQ16``'s IVF)."""
+    return index_path(index)[-1]
+
+
+def outer_params(index: faiss.Index, params: faiss.SearchParameters) -> faiss.SearchParameters:
+    """``params`` of :func:`searched_index` as ``index``'s own search takes them: inside a transform's or a
+    refinement's parameters (an id map passes its own on)."""
+    inner = _inside(index)
+    if inner is None:
+        return params
+    params = outer_params(inner, params)
+    outer: Any  # FAISS's stubs lack the search parameter classes' fields
+    if isinstance(index, faiss.IndexPreTransform):
+        outer = faiss.SearchParametersPreTransform()
+        outer.index_params = params
+    elif isinstance(index, faiss.IndexRefine):
+        outer = faiss.IndexRefineSearchParameters()
+        outer.k_factor = index.k_factor
+        outer.base_index_params = params
+    else:
+        return params
+    outer.keep = params  # the outer parameters do not own the inner ones: keep them alive together
+    return cast(faiss.SearchParameters, outer)
+
+
 def set_search_params(index: faiss.Index, ef_search: int | None = None, nprobe: int | None = None) -> None:
-    if ef_search is not None and hasattr(index, "hnsw"):
-        index.hnsw.efSearch = ef_search
-    if nprobe is not None:
-        ivf = faiss.try_extract_index_ivf(index)
-        if ivf is not None:
-            ivf.nprobe = nprobe
+    """Search ``index`` with ``ef_search`` (an HNSW graph) or ``nprobe`` (an IVF), wherever in it the graph or the
+    IVF is (:func:`searched_index`); None leaves a parameter as it is."""
+    inner = searched_index(index)
+    if ef_search is not None and isinstance(inner, faiss.IndexHNSW):
+        inner.hnsw.efSearch = ef_search
+    if nprobe is not None and isinstance(inner, faiss.IndexIVF):
+        inner.nprobe = nprobe
 
 
 def search_index(
@@ -201,45 +247,41 @@ def search_index(
 
 
 def search_width(index: faiss.Index | None) -> int | None:
-    """An HNSW index's efSearch, None for any other: the graph search finds little more than that many rows,
-    however many are asked (:func:`deep_params` widens it)."""
-    return int(index.hnsw.efSearch) if isinstance(index, faiss.IndexHNSW) else None
+    """An HNSW graph's efSearch (:func:`searched_index`), None for any other index: the graph search finds little
+    more than that many rows, however many are asked (:func:`deep_params` widens it)."""
+    inner = None if index is None else searched_index(index)
+    return int(inner.hnsw.efSearch) if isinstance(inner, faiss.IndexHNSW) else None
 
 
-def deep_params(k: int) -> faiss.SearchParameters:
-    """The search parameters of an HNSW search ``k`` wide."""
+def deep_params(index: faiss.Index, k: int) -> faiss.SearchParameters:
+    """The search parameters of a search of ``index``, an HNSW graph (:func:`search_width`), ``k`` wide."""
     params: Any = faiss.SearchParametersHNSW()  # type: ignore[attr-defined]
     params.efSearch = k
-    return cast(faiss.SearchParameters, params)
+    return outer_params(index, cast(faiss.SearchParameters, params))
 
 
 def filtered_params(
     index: faiss.Index, selector: faiss.IDSelector, fraction: float, k: int = 0
 ) -> faiss.SearchParameters | None:
     """Search parameters that keep an HNSW or IVF search of ``k`` hits to the rows ``selector`` passes
-    (``fraction`` of all).
+    (``fraction`` of all), the graph or IVF wherever in ``index`` it is (:func:`searched_index`).
 
     A filter leaves fewer passing rows near a query, so the search looks wider by 1/sqrt(fraction): efSearch for
     HNSW, nprobe for IVF (BENCHMARKS.md, "Filtered search", measures the recall). None: ``index`` takes no
     selector (the caller searches the passing rows exactly)."""
     widen = 1 / np.sqrt(max(fraction, 1e-6))
+    inner = searched_index(index)
     params: Any  # FAISS's stubs lack the search parameter classes' fields
-    if isinstance(index, faiss.IndexHNSW):
+    if isinstance(inner, faiss.IndexHNSW):
         params = faiss.SearchParametersHNSW()  # type: ignore[attr-defined]
-        params.efSearch = max(k, min(FILTER_MAX_EF, int(np.ceil(index.hnsw.efSearch * widen))))
-        params.sel = selector
-        return cast(faiss.SearchParameters, params)
-    ivf = faiss.try_extract_index_ivf(index)
-    if ivf is None or not isinstance(index, faiss.IndexIVF | faiss.IndexPreTransform):
+        params.efSearch = max(k, min(FILTER_MAX_EF, int(np.ceil(inner.hnsw.efSearch * widen))))
+    elif isinstance(inner, faiss.IndexIVF):
+        params = faiss.SearchParametersIVF()
+        params.nprobe = min(inner.nlist, int(np.ceil(inner.nprobe * widen)))
+    else:
         return None
-    params = inner = faiss.SearchParametersIVF()
-    inner.nprobe = min(ivf.nlist, int(np.ceil(ivf.nprobe * widen)))
-    inner.sel = selector
-    if isinstance(index, faiss.IndexPreTransform):  # OPQ + IVF: the selector goes to the IVF inside
-        params = faiss.SearchParametersPreTransform()
-        params.index_params = inner
-        params.keep = inner  # the outer parameters do not own the inner ones: keep them alive together
-    return cast(faiss.SearchParameters, params)
+    params.sel = selector
+    return outer_params(index, cast(faiss.SearchParameters, params))
 
 
 def rerank_exact(

@@ -429,7 +429,7 @@ class Table:
         k = min(k, limit)
         if options.exact or self.index is None or limit < self.rows:
             return exact_knn(queries, self.vectors[:limit], k)
-        deep = deep_params(k) if self.search_width is not None and k > self.search_width else None
+        deep = deep_params(self.index, k) if self.search_width is not None and k > self.search_width else None
         scores, ids = search_index(self.index, queries, k, self.vectors, self.rerank, deep)
         # left short (a widened graph search, or an IVF index's probed lists holding fewer than k rows): exactly
         if (deep is not None or self.search_width is None) and len(short := np.flatnonzero(ids[:, k - 1] < 0)):

@@ -32,6 +32,7 @@ from index.build.index_choice import (
 )
 from index.build.sources import RawTable
 from index.build.writer import build_table, index_table
+from index.engine.knn import searched_index
 from index.engine.table import Table
 from index.errors import InvalidQuery
 from index.store import artifact
@@ -130,6 +131,42 @@ def test_a_factory_hnsw_has_its_ef_search_tuned_recorded_and_applied(tmp_path: P
     assert recall_against_brute_force(table, glove_raw.matrix[:5_000], np.arange(5, 5_000, 10)) >= 0.98
 
 
+@pytest.mark.parametrize(("factory", "min_recall"), [("L2norm,HNSW8", 0.99), ("PCA32,HNSW16", 0.5)])
+def test_a_graph_behind_a_transform_is_tuned_and_served_with_its_ef_search(
+    tmp_path: Path, glove_raw: RawTable, factory: str, min_recall: float
+) -> None:
+    """A graph inside an ``IndexPreTransform`` has its efSearch tuned as ``HNSW8``'s is: behind ``L2norm`` it is
+    raised to the target, behind a PCA of 32 of the 50 dimensions it stops where the projection caps recall. The
+    manifest records it, the loaded table searches with it and gives the recall the manifest says."""
+    stream = io.StringIO()
+    progress.CONFIG.stream = stream
+    try:
+        manifest = build_table(
+            glove_5k(glove_raw),
+            data_dir=tmp_path,
+            name="t",
+            source={"format": "t"},
+            index_spec=factory,
+            min_recall=min_recall,
+        )
+    finally:
+        progress.CONFIG.stream = None
+    info = manifest["index"]
+    ef_search = info["spec"]["efSearch"]
+    assert info["spec"]["factory"] == factory and info["faiss_description"] == "IndexPreTransform"
+    table = Table.load(tmp_path / "t")
+    graph = searched_index(table.index)
+    assert isinstance(graph, faiss.IndexHNSW) and graph.hnsw.efSearch == ef_search == table.search_width
+    probe = RecallProbe.draw(np.asarray(table.vectors))  # the builder's sample (seed 0) of the stored unit rows
+    assert probe.recall(table.index) == info["recall_at_10"] >= min_recall
+    tuning = [line for line in stream.getvalue().splitlines() if line.startswith("embedding-index: tuning: ")]
+    assert tuning[0].startswith("embedding-index: tuning: efSearch 16 gives recall@10 ")
+    if min_recall >= AUTO_TARGET_RECALL:
+        assert ef_search > 16 and tuning[-1].startswith(f"embedding-index: tuning: efSearch {ef_search} gives ")
+    else:
+        assert tuning[-1].endswith(f"from efSearch {ef_search} on: the codes limit it")
+
+
 def test_a_factory_ivfpq_stops_where_its_codes_cap_recall(tmp_path: Path, glove_raw: RawTable) -> None:
     """``IVF64,PQ10x4`` (10 four-bit codes for 50 dimensions) levels off far below the target: nprobe stops at the
     first step of the plateau, as ``ivfpq``'s does, rather than scanning all 64 lists."""
@@ -174,6 +211,10 @@ def test_a_factory_ivfpq_stops_where_its_codes_cap_recall(tmp_path: Path, glove_
         ("IVF16,SQ8", True),
         ("IVF16,PQ10", True),
         ("PCA16,IVF16,Flat", True),
+        ("PCA16,HNSW16", True),
+        ("PCA50,HNSW16", True),  # all the dimensions, centred
+        ("HNSW16,RFlat", False),
+        ("L2norm,HNSW16", False),
         ("Flat", False),
     ],
 )

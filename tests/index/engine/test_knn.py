@@ -17,6 +17,8 @@ from index.engine.knn import (
     inner_products,
     search_index,
     search_width,
+    searched_index,
+    set_search_params,
     unit_queries,
     unit_vector,
     within_float32,
@@ -84,19 +86,23 @@ def test_within_float32_is_false_for_nan_infinity_and_beyond() -> None:
         assert not within_float32(values) and not within_float32(np.vstack([ok, values]))
 
 
-def test_an_hnsw_search_deeper_than_its_ef_finds_every_hit_asked() -> None:
+@pytest.mark.parametrize("factory", ["HNSW8", "L2norm,HNSW8", "HNSW8,RFlat"])
+def test_an_hnsw_search_deeper_than_its_ef_finds_every_hit_asked(factory: str) -> None:
     """FAISS's graph search finds little more than efSearch rows whatever k asks: a search k wide, with or without
-    a filter's selector, finds them; equal scores are put in row order as the exact kernel gives them."""
+    a filter's selector, finds them; equal scores are put in row order as the exact kernel gives them. A graph
+    behind a transform or a refinement is set and widened as one on its own is."""
     matrix = rows(300)
     copies = np.vstack([matrix, matrix[[5, 5, 5]], matrix[:4]])  # row 5 again at 300, 301, 302
-    index = faiss.IndexHNSWFlat(50, 8, faiss.METRIC_INNER_PRODUCT)
-    index.hnsw.efSearch = 16
+    index = faiss.index_factory(50, factory, faiss.METRIC_INNER_PRODUCT)
+    index.train(copies)
+    set_search_params(index, ef_search=16)
     index.add(copies)
+    assert isinstance(searched_index(index), faiss.IndexHNSW) and searched_index(index).hnsw.efSearch == 16
     assert search_width(index) == 16 and search_width(faiss.IndexFlatIP(50)) is None
     queries = copies[[5, 17, 250]]
     exact_scores, exact_ids = exact_knn(queries, copies, 300)
     everything = faiss.IDSelectorRange(0, len(copies))
-    for params in (deep_params(300), filtered_params(index, everything, 1.0, 300)):
+    for params in (deep_params(index, 300), filtered_params(index, everything, 1.0, 300)):
         scores, ids = search_index(index, queries, 300, params=params)
         assert (ids >= 0).all()
         recall = np.mean([len(set(a) & set(b)) / 300 for a, b in zip(ids.tolist(), exact_ids.tolist(), strict=True)])
@@ -106,3 +112,5 @@ def test_an_hnsw_search_deeper_than_its_ef_finds_every_hit_asked() -> None:
         assert [i for i, _ in kept] == [5, 300, 301, 302]  # four equal scores, by row
     _, shallow = search_index(index, queries, 300)
     assert (shallow < 0).any()  # what the widening is for
+    _, kept = search_index(index, queries, 10, params=filtered_params(index, faiss.IDSelectorRange(0, 150), 0.5, 10))
+    assert (kept >= 0).all() and (kept < 150).all()  # the selector reaches the graph

@@ -20,6 +20,7 @@ from pathlib import Path
 import httpx
 
 from bench.common import free_port
+from index.store import shardmap
 
 START_SECONDS = 180  # the full GloVe table is checksummed on load
 BIN = Path(sys.executable).parent
@@ -98,6 +99,18 @@ def start_together(*starts: Callable[[], Server]) -> list[Server]:
             stop_together(started)
             future.result()
     return started
+
+
+def shard_starts(table: Path, logs: Path, shards: int, env: dict[str, str]) -> list[Callable[[], Server]]:
+    """For :func:`start_together`: one server per shard of the sharded table in ``table``, each serving its shard
+    alone (``--tables shard-00N``), its log ``logs/shard-00N.log``."""
+    names = [shardmap.shard_name(s) for s in range(shards)]
+    return [lambda name=name: start(table, logs / f"{name}.log", "--tables", name, env=env) for name in names]
+
+
+def replicas(shards: list[Server]) -> list[list[str]]:
+    """A front's ``EMBEDDING_SHARDS`` entry for ``shards``, the servers of :func:`shard_starts` in order."""
+    return [[f"{server.base}/v1/tables/{shardmap.shard_name(s)}"] for s, server in enumerate(shards)]
 
 
 def stop_together(servers: list[Server]) -> None:

@@ -40,19 +40,13 @@ def servers(tmp_path_factory: pytest.TempPathFactory, lee_docs: Lee) -> Iterator
         assert done.code == 0, done.err
     (root / "front").mkdir()
     env = {"EMBEDDING_WRITE_KEYS": KEY}
-    names = [shardmap.shard_name(s) for s in range(SHARDS)]
     started: list[Server] = []
     try:
         started += real_server.start_together(
             lambda: real_server.start(root / "whole", root / "whole.log", env=env),
-            *(
-                lambda name=name: real_server.start(
-                    root / "sharded" / "lee", root / f"{name}.log", "--tables", name, env=env
-                )
-                for name in names
-            ),
+            *real_server.shard_starts(root / "sharded" / "lee", root, SHARDS, env),
         )
-        replicas = [[f"{shard.base}/v1/tables/{name}"] for name, shard in zip(names, started[1:], strict=True)]
+        replicas = real_server.replicas(started[1:])
         front_env = {"EMBEDDING_SHARDS": json.dumps({"lee": replicas})}
         started.append(real_server.start(root / "front", root / "front.log", env=front_env))
         yield {"whole": started[0], "front": started[-1]}

@@ -60,19 +60,13 @@ def servers(root: Path) -> Iterator[dict[str, Any]]:
     """One server of the data directory (both tables), three shard servers (each serving its shard of ``words3``
     alone) and the front of ``words3``: the first four started together, then the front, which needs the shards'
     URLs."""
-    names = [shardmap.shard_name(s) for s in range(SHARDS)]
     started: list[Server] = []
     try:
         started += real_server.start_together(
             lambda: real_server.start(root / "data", root / "one.log", env=KEYS),
-            *(
-                lambda name=name: real_server.start(
-                    root / "data" / "words3", root / f"{name}.log", "--tables", name, env=KEYS
-                )
-                for name in names
-            ),
+            *real_server.shard_starts(root / "data" / "words3", root, SHARDS, KEYS),
         )
-        replicas = [[f"{shard.base}/v1/tables/{name}"] for name, shard in zip(names, started[1:], strict=True)]
+        replicas = real_server.replicas(started[1:])
         (root / "front").mkdir()
         env = {"EMBEDDING_SHARDS": json.dumps({"words3": replicas}), "EMBEDDING_SHARD_TIMEOUT": "10", **KEYS}
         started += real_server.start_together(lambda: real_server.start(root / "front", root / "front.log", env=env))

@@ -45,24 +45,18 @@ def servers(tmp_path_factory: pytest.TempPathFactory, lee_imports: Path) -> Iter
         lee_copy(lee_imports, "copies", where, root / where)
     (root / "front").mkdir()
     env = {"EMBEDDING_WRITE_KEYS": KEY}
-    names = [shardmap.shard_name(s) for s in range(SHARDS)]
     started: list[Server] = []
     try:
         # The whole table, the shards and the one-process server first; then the fronts, which need the shards' URLs.
         started += real_server.start_together(
             lambda: real_server.start(root / "whole", root / "whole.log", env=env),
-            *(
-                lambda name=name: real_server.start(
-                    root / "sharded" / "lee", root / f"{name}.log", "--tables", name, env=env
-                )
-                for name in names
-            ),
+            *real_server.shard_starts(root / "sharded" / "lee", root, SHARDS, env),
             lambda: real_server.start(root / "sharded", root / "one.log", env=env),
         )
         whole, *shards, one = started
-        replicas = [[f"{shard.base}/v1/tables/{name}"] for name, shard in zip(names, shards, strict=True)]
+        replicas = real_server.replicas(shards)
         front_env = {"EMBEDDING_SHARDS": json.dumps({"lee": replicas})}
-        down = f"http://127.0.0.1:{real_server.free_port()}/v1/tables/{names[2]}"  # nothing listens
+        down = f"http://127.0.0.1:{real_server.free_port()}/v1/tables/{shardmap.shard_name(2)}"  # nothing listens
         broken_env = {"EMBEDDING_SHARDS": json.dumps({"lee": [*replicas[:2], [down, replicas[2][0]]]})}
         started += real_server.start_together(
             lambda: real_server.start(root / "front", root / "front.log", env=front_env),

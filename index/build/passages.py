@@ -1,13 +1,13 @@
 """Passages of a folder of text files: any file whose content is text (not its name), ``.gz`` decompressed.
 
-**Which files.** Every file under the folder (sub-folders too, links to files followed, hidden files and folders
-left out), in the order of their relative paths. A file is read when its content is text: gzip-compressed files
-are decompressed first (their magic bytes, not their name, say so), and then a file is text when it holds no NUL
-byte and is UTF-8 (a byte-order mark is skipped). The others are skipped, each with its reason (binary, empty,
-larger than :data:`MAX_FILE_BYTES`, a broken gzip stream, unreadable); a file that is not UTF-8 stops the import,
-naming its line, unless ``--drop-invalid`` skips it or ``--unicode-errors replace`` reads it with U+FFFD for its
-bad bytes. :class:`Folder` keeps what was read, what was skipped and why, and the folder's sha256 (of the files
-read, with their relative paths).
+**Which files.** Every file under the folder (sub-folders too, links to files followed; hidden files and folders,
+links to folders and names that are not UTF-8 left out, and listed), in the order of their relative paths. A file is
+read when its content is text: gzip-compressed files are decompressed first (their magic bytes, not their name, say
+so), and then a file is text when it holds no NUL byte and is UTF-8 (a byte-order mark is skipped). The others are
+skipped, each with its reason (binary, empty, larger than :data:`MAX_FILE_BYTES`, a broken gzip stream, unreadable);
+a file that is not UTF-8 stops the import, naming its line, unless ``--drop-invalid`` skips it or ``--unicode-errors
+replace`` reads it with U+FFFD for its bad bytes. :class:`Folder` keeps what was read, what was skipped and why, and
+the folder's sha256 (of the files read, with their relative paths).
 
 **Passages.** A paragraph is a run of lines that are not blank; paragraphs are separated by one or more blank
 lines (whitespace only). Consecutive paragraphs of a file are joined into one passage while the passage stays
@@ -134,7 +134,8 @@ class Folder:
 
 def folder_files(directory: Path) -> tuple[list[tuple[str, Path]], list[tuple[str, str]]]:
     """Every file under ``directory`` as (relative path, path), sorted by relative path; and the hidden files and
-    folders and the broken links, skipped. Links to folders are not followed (a folder is read once)."""
+    folders, the links to folders (not followed: a folder is read once), the names that are not UTF-8 and the
+    broken links, skipped."""
     found: list[tuple[str, Path]] = []
     skipped: list[tuple[str, str]] = []
 
@@ -144,14 +145,22 @@ def folder_files(directory: Path) -> tuple[list[tuple[str, Path]], list[tuple[st
 
     for root, folders, names in os.walk(directory, onerror=unreadable):
         here = Path(root)
-        for name in [f for f in folders if f.startswith(".")]:
-            skipped.append(((here / name).relative_to(directory).as_posix() + "/", "hidden folder"))
-        folders[:] = [f for f in folders if not f.startswith(".")]
+        entered = []
+        for name in folders:
+            path = here / name
+            why = _not_entered(name, path)
+            if why:
+                skipped.append((_shown(path.relative_to(directory).as_posix()) + "/", why))
+            else:
+                entered.append(name)
+        folders[:] = entered
         for name in names:
             path = here / name
             relative = path.relative_to(directory).as_posix()
             if name.startswith("."):
-                skipped.append((relative, "hidden file"))
+                skipped.append((_shown(relative), "hidden file"))
+            elif problem := bad_name(name):
+                skipped.append((_shown(relative), f"name not UTF-8 ({problem})"))
             elif not path.is_file():
                 skipped.append((relative, "not a regular file (a broken link?)"))
             else:
@@ -159,6 +168,31 @@ def folder_files(directory: Path) -> tuple[list[tuple[str, Path]], list[tuple[st
     found.sort(key=lambda item: item[0])
     skipped.sort()
     return found, skipped
+
+
+def bad_name(name: str) -> str:
+    """The first byte of a file name that is not UTF-8 (``byte 0xe9``), or ``""``: os.walk keeps such bytes as
+    surrogates, which no id, Arrow string or manifest can hold."""
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        return f"byte 0x{os.fsencode(name[exc.start])[0]:02x}"
+    return ""
+
+
+def _shown(relative: str) -> str:
+    """A relative path as the report and the manifest show it: bytes that are not UTF-8 as ``\\xe9``."""
+    return os.fsencode(relative).decode("utf-8", "backslashreplace")
+
+
+def _not_entered(name: str, path: Path) -> str:
+    """Why a sub-folder is not entered (``""`` when it is)."""
+    if name.startswith("."):
+        return "hidden folder"
+    if path.is_symlink():
+        return "link to a folder (not followed)"
+    problem = bad_name(name)
+    return f"name not UTF-8 ({problem})" if problem else ""
 
 
 def _content(path: Path) -> tuple[bytes, bytes] | str:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import gzip
 import hashlib
+import os
 import shutil
 import subprocess
 import sys
@@ -207,3 +208,32 @@ def test_a_passage_problem_names_the_file_it_was_cut_from(tmp_path: Path, data_d
     (notes / "sub" / "b.txt").write_text("zzqxvw qqqzzzx wwxxqq\n")  # no word the encoder knows
     result = run_cli("import", notes, "--name", "n", "--data-dir", data_dir, "--encoder", "small")
     assert result.code == 1 and "passage 2 (sub/b.txt#0): " in result.err, result.err
+
+
+def test_odd_names_and_links_to_folders_are_named_among_the_skipped(tmp_path: Path, data_dir: Path) -> None:
+    """A name holding bytes that are not UTF-8 (a Latin-1 name from an old archive) cannot be an id: its file or
+    folder is skipped and shown with the bytes escaped; a link to a folder (here a loop back to the top) is not
+    entered, and says so. The rest is read, and the import goes on."""
+    root = tmp_path / "odd"
+    (root / "sub").mkdir(parents=True)
+    shutil.copyfile(LICENSES / "GPL-3", root / "sub" / "GPL-3")
+    shutil.copyfile(LICENSES / "MPL-2.0", root / os.fsdecode(b"licence-fran\xe7aise.txt"))
+    (root / os.fsdecode(b"d\xe9j\xe0")).mkdir()
+    shutil.copyfile(LICENSES / "BSD", root / os.fsdecode(b"d\xe9j\xe0") / "BSD")
+    (root / "sub" / "loop").symlink_to("..")
+    skipped = [
+        ("d\\xe9j\\xe0/", "name not UTF-8 (byte 0xe9)"),
+        ("licence-fran\\xe7aise.txt", "name not UTF-8 (byte 0xe7)"),
+        ("sub/loop/", "link to a folder (not followed)"),
+    ]
+    read = read_folder(root)
+    assert [file.source for file in read.files] == ["sub/GPL-3"] and read.skipped == skipped
+    result = run_cli("import", root, "--name", "odd", "--data-dir", data_dir, "--encoder", "small")
+    assert result.code == 0, result.err
+    assert (
+        "files: 1 read, 3 skipped (2 name not UTF-8, 1 link to a folder; each is listed in the manifest's source)"
+        in (result.out.splitlines())
+    )
+    source = Table.load(data_dir / "odd").manifest["source"]
+    assert source["skipped"] == [{"path": path, "reason": why} for path, why in skipped]
+    assert source["sha256"] == expected_sha256(root, ["sub/GPL-3"])

@@ -3,18 +3,19 @@
 **Which files.** Every file under the folder (sub-folders too, links to files followed; hidden files and folders,
 links to folders and names that are not UTF-8 left out, and listed), in the order of their relative paths. A file is
 read when its content is text: gzip-compressed files are decompressed first (their magic bytes, not their name, say
-so), and then a file is text when it holds no NUL byte and is UTF-8 (a byte-order mark is skipped). The others are
-skipped, each with its reason (binary, empty, larger than :data:`MAX_FILE_BYTES`, a broken gzip stream, unreadable);
-a file that is not UTF-8 stops the import, naming its line, unless ``--drop-invalid`` skips it or ``--unicode-errors
-replace`` reads it with U+FFFD for its bad bytes. :class:`Folder` keeps what was read, what was skipped and why, and
-the folder's sha256 (of the files read, with their relative paths).
+so), and then a file is text when it holds no NUL byte and is UTF-8 (a byte-order mark is skipped), or is UTF-16
+after its byte-order mark. The others are skipped, each with its reason (binary, empty, larger than
+:data:`MAX_FILE_BYTES`, a broken gzip stream, unreadable); a file that is not UTF-8 stops the import, naming its
+line, unless ``--drop-invalid`` skips it or ``--unicode-errors replace`` reads it with U+FFFD for its bad bytes.
+:class:`Folder` keeps what was read, what was skipped and why, and the folder's sha256 (of the files read, with
+their relative paths).
 
 **Passages.** A paragraph is a run of lines that are not blank; paragraphs are separated by one or more blank
 lines (whitespace only). Consecutive paragraphs of a file are joined into one passage while the passage stays
 within ``chunk_words`` words (words split on whitespace); a paragraph longer than that is a passage of its own. A
 passage's text is the file's text from its first paragraph's first character to its last paragraph's last
 (the blank lines between them included), so ``text[start:end]`` of the file gives it back exactly. Offsets
-count characters of the decoded file (after a UTF-8 byte-order mark, if any, and after decompression); line ends
+count characters of the decoded file (after its byte-order mark, if any, and after decompression); line ends
 are kept as they are.
 """
 
@@ -38,6 +39,8 @@ from index.progress import Progress, note
 DEFAULT_CHUNK_WORDS = 200
 MAX_FILE_BYTES = 64 << 20  # a file's text (decompressed) read at most
 GZIP_MAGIC = b"\x1f\x8b"
+UTF8_BOM = b"\xef\xbb\xbf"
+UTF16_BOMS = (b"\xff\xfe", b"\xfe\xff")  # little- and big-endian
 SHOWN_SKIPPED = 20  # the skipped files named on stderr (the manifest lists them all, up to MAX_LISTED)
 MAX_LISTED = 1000
 TOP = "."  # the folder field of the files at the top of the folder
@@ -215,10 +218,32 @@ def _content(path: Path) -> tuple[bytes, bytes] | str:
             return f"larger than {MAX_FILE_BYTES >> 20} MiB decompressed"
     if not data.strip():
         return "empty"
-    nul = data.find(b"\0")
+    nul = -1 if data.startswith(UTF16_BOMS) else data.find(b"\0")  # UTF-16's NUL bytes are half its characters
     if nul >= 0:
         return f"binary (a NUL byte at offset {nul:,})"
     return raw, data
+
+
+def _encoded(data: bytes) -> tuple[bytes, str]:
+    """A file's text bytes and their encoding: UTF-16 with its byte-order mark (which the codec reads), else UTF-8,
+    its byte-order mark left out (so that a bad byte's offset counts from the file's first byte after it)."""
+    if data.startswith(UTF16_BOMS):
+        return data, "UTF-16"
+    return data.removeprefix(UTF8_BOM), "UTF-8"
+
+
+def _problem(data: bytes, encoding: str, exc: UnicodeDecodeError) -> tuple[str, int]:
+    """What is wrong with the text, and its line."""
+    line = data[: exc.start].decode(encoding, "replace").count("\n") + 1
+    if encoding == "UTF-8":
+        return f"not UTF-8 text (byte 0x{data[exc.start]:02x})", line
+    return f"not UTF-16 text ({exc.reason} at byte {exc.start:,})", line
+
+
+def _nul(text: str) -> str:
+    """Why a decoded text is binary after all (a NUL character in it), or ``""``."""
+    nul = text.find("\0")
+    return f"binary (a NUL character at {nul:,})" if nul >= 0 else ""
 
 
 def read_folder(directory: Path, unicode_errors: str = "strict", drop_invalid: bool = False) -> Folder:
@@ -236,13 +261,13 @@ def read_folder(directory: Path, unicode_errors: str = "strict", drop_invalid: b
                 folder.skipped.append((relative, content))
                 continue
             raw, data = content
+            data, encoding = _encoded(data)
             try:
-                text = data.decode("utf-8-sig")
+                text = data.decode(encoding)
             except UnicodeDecodeError as exc:
-                line = data.count(b"\n", 0, exc.start) + 1
-                problem = f"not UTF-8 text (byte 0x{data[exc.start]:02x})"
+                problem, line = _problem(data, encoding, exc)
                 if unicode_errors == "replace":
-                    text = data.decode("utf-8-sig", errors="replace")
+                    text = data.decode(encoding, "replace")
                     folder.replaced.append(relative)
                 elif drop_invalid:
                     folder.skipped.append((relative, f"{problem}, line {line}"))
@@ -250,6 +275,10 @@ def read_folder(directory: Path, unicode_errors: str = "strict", drop_invalid: b
                 else:
                     hint = " (use --drop-invalid to skip such files, or --unicode-errors replace)"
                     raise InputError(path, problem + hint, line=line) from None
+            why = "empty" if not text.strip() else _nul(text)  # a byte-order mark alone; UTF-32 read as UTF-16
+            if why:
+                folder.skipped.append((relative, why))
+                continue
             folder.files.append(TextFile(relative, text))
             digest.update(f"{relative}\0{hashlib.sha256(raw).hexdigest()}\n".encode())
     folder.skipped.sort()

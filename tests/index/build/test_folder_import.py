@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from index.build.passages import MAX_FILE_BYTES, folder_files, read_folder
+from index.build.passages import MAX_FILE_BYTES, folder_files, passages_table, read_folder
 from index.engine.table import Table
 from index.store import artifact
 from tests.cli import REPO, run_cli
@@ -237,3 +237,45 @@ def test_odd_names_and_links_to_folders_are_named_among_the_skipped(tmp_path: Pa
     source = Table.load(data_dir / "odd").manifest["source"]
     assert source["skipped"] == [{"path": path, "reason": why} for path, why in skipped]
     assert source["sha256"] == expected_sha256(root, ["sub/GPL-3"])
+
+
+def test_utf16_text_with_a_byte_order_mark_is_read(tmp_path: Path) -> None:
+    """What Windows editors and shells write as "Unicode": UTF-16 with a byte-order mark, little- or big-endian,
+    compressed or not. Its passages are those of the same text in UTF-8; a mark alone is an empty file."""
+    text = (LICENSES / "Apache-2.0").read_text(encoding="utf-8")
+    assert text.endswith("\n")
+    root = tmp_path / "windows"
+    root.mkdir()
+    (root / "utf8.txt").write_text(text, encoding="utf-8")
+    (root / "le.txt").write_bytes(text.encode("utf-16-le").join([b"\xff\xfe", b""]))
+    (root / "be.txt").write_bytes(text.encode("utf-16-be").join([b"\xfe\xff", b""]))
+    (root / "le.txt.gz").write_bytes(gzip.compress((root / "le.txt").read_bytes()))
+    (root / "mark-only.txt").write_bytes(b"\xef\xbb\xbf\r\n")
+    (root / "cut.txt").write_bytes((root / "le.txt").read_bytes()[:-1])  # an odd number of bytes
+    read = read_folder(root, drop_invalid=True)
+    assert [file.source for file in read.files] == ["be.txt", "le.txt", "le.txt.gz", "utf8.txt"]
+    assert all(file.text == text for file in read.files)
+    assert read.skipped == [
+        # the last character cut in half: the newline ending the last line
+        ("cut.txt", f"not UTF-16 text (truncated data at byte {len(text) * 2:,}), line {text.count(chr(10))}"),
+        ("mark-only.txt", "empty"),
+    ]
+    rows = passages_table(read).to_pylist()
+    by_file: dict[str, list[tuple[object, ...]]] = {}
+    for row in rows:
+        by_file.setdefault(row["source"], []).append((row["chunk"], row["start"], row["end"], row["text"]))
+    assert by_file["le.txt"] == by_file["be.txt"] == by_file["le.txt.gz"] == by_file["utf8.txt"] != []
+
+
+def test_a_bad_byte_after_a_utf8_mark_is_named(tmp_path: Path) -> None:
+    """The byte and line named are the bad ones, counted after the byte-order mark."""
+    root = tmp_path / "marked"
+    root.mkdir()
+    french = "Licence publique Mozilla\n\ntraduction française\n" + (LICENSES / "MPL-2.0").read_text()[:500]
+    (root / "notes.txt").write_bytes(b"\xef\xbb\xbf" + french.encode("latin-1"))
+    result = run_cli("import", root, "--name", "t", "--data-dir", tmp_path / "data")
+    assert result.code == 1 and not (tmp_path / "data" / "t").exists()
+    assert result.err.strip() == (
+        f"embedding-index: error: {root / 'notes.txt'}:3: not UTF-8 text (byte 0xe7) "
+        "(use --drop-invalid to skip such files, or --unicode-errors replace)"
+    )

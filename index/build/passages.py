@@ -10,13 +10,14 @@ line, unless ``--drop-invalid`` skips it or ``--unicode-errors replace`` reads i
 :class:`Folder` keeps what was read, what was skipped and why, and the folder's sha256 (of the files read, with
 their relative paths).
 
-**Passages.** A paragraph is a run of lines that are not blank; paragraphs are separated by one or more blank
-lines (whitespace only). Consecutive paragraphs of a file are joined into one passage while the passage stays
-within ``chunk_words`` words (words split on whitespace); a paragraph longer than that is a passage of its own. A
-passage's text is the file's text from its first paragraph's first character to its last paragraph's last
-(the blank lines between them included), so ``text[start:end]`` of the file gives it back exactly. Offsets
-count characters of the decoded file (after its byte-order mark, if any, and after decompression); line ends
-are kept as they are.
+**Passages.** A paragraph is a run of lines that are not blank; paragraphs are separated by one or more blank lines
+(whitespace only). Consecutive paragraphs of a file are joined into one passage while the passage stays within
+``chunk_words`` words (words split on whitespace); a paragraph longer than that is a passage of its own, up to
+:data:`LONG_PARAGRAPH_WORDS` words: a longer one is cut at whitespace into passages of ``chunk_words`` words (the
+last one may be shorter, and joined to what follows). A passage's text is the file's text from its first paragraph's
+(or piece's) first character to its last one's last (the blank lines between them included), so ``text[start:end]``
+of the file gives it back exactly. Offsets count characters of the decoded file (after its byte-order mark, if any,
+and after decompression); line ends are kept as they are.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from index.errors import InputError
 from index.progress import Progress, note
 
 DEFAULT_CHUNK_WORDS = 200
+LONG_PARAGRAPH_WORDS = 1000  # a longer paragraph (than this and chunk_words) is cut into passages of chunk_words
 MAX_FILE_BYTES = 64 << 20  # a file's text (decompressed) read at most
 GZIP_MAGIC = b"\x1f\x8b"
 UTF8_BOM = b"\xef\xbb\xbf"
@@ -65,13 +67,28 @@ def paragraphs(text: str) -> list[Passage]:
     return found
 
 
+def pieces(text: str, paragraph: Passage, chunk_words: int) -> list[Passage]:
+    """``paragraph`` of ``text`` whole, or, when it is longer than :data:`LONG_PARAGRAPH_WORDS` and ``chunk_words``,
+    cut at whitespace into runs of ``chunk_words`` words (the last one may be shorter): such a "paragraph" is a
+    file without blank lines (a man page's roff, a text on one line, PostScript, JSON), which no passage should
+    hold whole."""
+    if paragraph.words <= max(chunk_words, LONG_PARAGRAPH_WORDS):
+        return [paragraph]
+    run = re.compile(rf"\S+(?:\s+\S+){{0,{chunk_words - 1}}}")
+    found = [Passage(m.start(), m.end(), chunk_words) for m in run.finditer(text, paragraph.start, paragraph.end)]
+    last = found[-1]
+    found[-1] = Passage(last.start, last.end, paragraph.words - chunk_words * (len(found) - 1))
+    return found
+
+
 def split_passages(text: str, chunk_words: int = DEFAULT_CHUNK_WORDS) -> list[Passage]:
-    """Paragraphs joined in order while a passage stays within ``chunk_words`` words."""
+    """Paragraphs joined in order while a passage stays within ``chunk_words`` words; a longer paragraph is a passage
+    of its own, unless it is cut (:func:`pieces`)."""
     if chunk_words < 1:
         raise ValueError("chunk_words must be at least 1")
     passages: list[Passage] = []
     current: Passage | None = None
-    for paragraph in paragraphs(text):
+    for paragraph in (piece for whole in paragraphs(text) for piece in pieces(text, whole, chunk_words)):
         if current is not None and current.words + paragraph.words > chunk_words:
             passages.append(current)
             current = None

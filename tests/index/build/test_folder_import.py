@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from index.build.passages import MAX_FILE_BYTES, folder_files, passages_table, read_folder
+from index.build.passages import MAX_FILE_BYTES, folder_files, paragraphs, passages_table, read_folder
 from index.engine.table import Table
 from index.store import artifact
 from tests.cli import REPO, run_cli
@@ -279,3 +279,32 @@ def test_a_bad_byte_after_a_utf8_mark_is_named(tmp_path: Path) -> None:
         f"embedding-index: error: {root / 'notes.txt'}:3: not UTF-8 text (byte 0xe7) "
         "(use --drop-invalid to skip such files, or --unicode-errors replace)"
     )
+
+
+def test_a_file_on_one_line_is_cut_into_passages_of_chunk_words(tmp_path: Path, data_dir: Path) -> None:
+    """A text without line breaks (the GPL as one line, as an editor that wraps nothing saves it) is one paragraph of
+    5,644 words: beyond 1,000 words it is cut at whitespace into passages of --chunk-words words, not kept as one
+    passage of the whole file."""
+    root = tmp_path / "long"
+    root.mkdir()
+    words = (LICENSES / "GPL-3").read_text(encoding="utf-8").split()
+    line = " ".join(words)
+    (root / "GPL-3.txt").write_text(line, encoding="utf-8")
+    result = run_cli(
+        "import", root, "--name", "long", "--data-dir", data_dir, "--encoder", "small", "--chunk-words", 150
+    )
+    assert result.code == 0, result.err
+    table = Table.load(data_dir / "long")
+    assert table.payload is not None
+    columns = {name: table.payload.column(name).to_pylist() for name in ("text", "chunk", "start", "end")}
+    rows = [dict(zip(columns, values, strict=True)) for values in zip(*columns.values(), strict=True)]
+    assert len(rows) == -(-len(words) // 150) > 30
+    assert [row["chunk"] for row in rows] == list(range(len(rows)))
+    assert all(line[row["start"] : row["end"]] == row["text"] for row in rows)
+    assert [row["text"].split() for row in rows] == [words[i : i + 150] for i in range(0, len(words), 150)]
+    # A paragraph of prose stays whole: the GFDL's longest, 480 words, is a passage of its own at 150.
+    prose = tmp_path / "prose"
+    prose.mkdir()
+    shutil.copyfile(LICENSES / "GFDL-1.3", prose / "GFDL-1.3")
+    longest = max(len(row["text"].split()) for row in passages_table(prose, 150).to_pylist())
+    assert longest == max(p.words for p in paragraphs((LICENSES / "GFDL-1.3").read_text())) == 480

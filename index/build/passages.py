@@ -170,7 +170,7 @@ def folder_files(directory: Path) -> tuple[list[tuple[str, Path]], list[tuple[st
             path = here / name
             why = _not_entered(name, path)
             if why:
-                skipped.append((_shown(path.relative_to(directory).as_posix()) + "/", why))
+                skipped.append((path_text(path.relative_to(directory).as_posix()) + "/", why))
             else:
                 entered.append(name)
         folders[:] = entered
@@ -178,9 +178,9 @@ def folder_files(directory: Path) -> tuple[list[tuple[str, Path]], list[tuple[st
             path = here / name
             relative = path.relative_to(directory).as_posix()
             if name.startswith("."):
-                skipped.append((_shown(relative), "hidden file"))
+                skipped.append((path_text(relative), "hidden file"))
             elif problem := bad_name(name):
-                skipped.append((_shown(relative), f"name not UTF-8 ({problem})"))
+                skipped.append((path_text(relative), f"name not UTF-8 ({problem})"))
             elif not path.is_file():
                 skipped.append((relative, "not a regular file (a broken link?)"))
             else:
@@ -200,9 +200,9 @@ def bad_name(name: str) -> str:
     return ""
 
 
-def _shown(relative: str) -> str:
-    """A relative path as the report and the manifest show it: bytes that are not UTF-8 as ``\\xe9``."""
-    return os.fsencode(relative).decode("utf-8", "backslashreplace")
+def path_text(path: str | Path) -> str:
+    """A path as the report and the manifest (UTF-8 JSON) show it: bytes of a name that are not UTF-8 as ``\\xe9``."""
+    return os.fsencode(path).decode("utf-8", "backslashreplace")
 
 
 def _not_entered(name: str, path: Path) -> str:

@@ -308,3 +308,14 @@ def test_a_file_on_one_line_is_cut_into_passages_of_chunk_words(tmp_path: Path, 
     shutil.copyfile(LICENSES / "GFDL-1.3", prose / "GFDL-1.3")
     longest = max(len(row["text"].split()) for row in passages_table(prose, 150).to_pylist())
     assert longest == max(p.words for p in paragraphs((LICENSES / "GFDL-1.3").read_text())) == 480
+
+
+def test_a_folder_whose_own_name_is_not_utf8(tmp_path: Path, data_dir: Path) -> None:
+    """The folder given may have such a name too: the manifest (UTF-8 JSON) records its path with the byte escaped."""
+    root = tmp_path / os.fsdecode(b"licences-fran\xe7aises")
+    root.mkdir()
+    shutil.copyfile(LICENSES / "BSD", root / "BSD")
+    result = run_cli("import", root, "--name", "named", "--data-dir", data_dir, "--encoder", "small")
+    assert result.code == 0, result.err
+    assert Table.load(data_dir / "named").manifest["source"]["path"] == f"{tmp_path}/licences-fran\\xe7aises"
+    assert artifact.verify(data_dir / "named").ok

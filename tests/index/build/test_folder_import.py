@@ -213,7 +213,7 @@ def test_a_passage_problem_names_the_file_it_was_cut_from(tmp_path: Path, data_d
 def test_odd_names_and_links_to_folders_are_named_among_the_skipped(tmp_path: Path, data_dir: Path) -> None:
     """A name holding bytes that are not UTF-8 (a Latin-1 name from an old archive) cannot be an id: its file or
     folder is skipped and shown with the bytes escaped; a link to a folder (here a loop back to the top) is not
-    entered, and says so. The rest is read, and the import goes on."""
+    entered, and says so; a pipe is not opened. The rest is read, and the import goes on."""
     root = tmp_path / "odd"
     (root / "sub").mkdir(parents=True)
     shutil.copyfile(LICENSES / "GPL-3", root / "sub" / "GPL-3")
@@ -221,9 +221,13 @@ def test_odd_names_and_links_to_folders_are_named_among_the_skipped(tmp_path: Pa
     (root / os.fsdecode(b"d\xe9j\xe0")).mkdir()
     shutil.copyfile(LICENSES / "BSD", root / os.fsdecode(b"d\xe9j\xe0") / "BSD")
     (root / "sub" / "loop").symlink_to("..")
+    os.mkfifo(root / "pipe")  # opened, it would wait for a writer
+    (root / "null").symlink_to("/dev/null")
     skipped = [
         ("d\\xe9j\\xe0/", "name not UTF-8 (byte 0xe9)"),
         ("licence-fran\\xe7aise.txt", "name not UTF-8 (byte 0xe7)"),
+        ("null", "not a regular file (a pipe, socket or device)"),
+        ("pipe", "not a regular file (a pipe, socket or device)"),
         ("sub/loop/", "link to a folder (not followed)"),
     ]
     read = read_folder(root)
@@ -231,8 +235,8 @@ def test_odd_names_and_links_to_folders_are_named_among_the_skipped(tmp_path: Pa
     result = run_cli("import", root, "--name", "odd", "--data-dir", data_dir, "--encoder", "small")
     assert result.code == 0, result.err
     assert (
-        "files: 1 read, 3 skipped (2 name not UTF-8, 1 link to a folder; each is listed in the manifest's source)"
-        in (result.out.splitlines())
+        "files: 1 read, 5 skipped (2 name not UTF-8, 2 not a regular file, 1 link to a folder; each is listed in the "
+        "manifest's source)" in (result.out.splitlines())
     )
     source = Table.load(data_dir / "odd").manifest["source"]
     assert source["skipped"] == [{"path": path, "reason": why} for path, why in skipped]

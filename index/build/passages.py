@@ -181,9 +181,8 @@ def folder_files(directory: Path) -> tuple[list[tuple[str, Path]], list[tuple[st
                 skipped.append((path_text(relative), "hidden file"))
             elif problem := bad_name(name):
                 skipped.append((path_text(relative), f"name not UTF-8 ({problem})"))
-            elif (
-                not path.is_file()
-            ):  # a link to nothing (or a loop of links); a pipe, socket or device (or a link to one)
+            elif not path.is_file():
+                # a link to nothing (or a loop of links); or a pipe, socket or device (or a link to one)
                 what = "a pipe, socket or device" if path.exists() else "a broken link?"
                 skipped.append((relative, f"not a regular file ({what})"))
             else:

@@ -1,7 +1,8 @@
 """A folder of real text files imported as passages: licence texts (/usr/share/common-licenses, most without an
 extension), package READMEs (/usr/share/doc: plain, Markdown, reStructuredText, gzip-compressed), man pages as
 installed (gzip-compressed roff), and beside them a Latin-1 file, a JPEG, an empty file, a hidden file and a
-broken link. Files are read by their content; what is skipped is said, with the reason, and recorded."""
+broken link. Files are read by their content; what is skipped is said, with the reason, and recorded. Apart: names
+that are not UTF-8, links to folders, a pipe, UTF-16 text, a file on one line."""
 
 from __future__ import annotations
 

@@ -325,6 +325,7 @@ def import_(
     TSV pair, a Hugging Face or model2vec model directory, a sentence-transformers checkpoint (--format transformer),
     a gensim .model/.kv (--allow-pickle), or documents: JSON Lines, Parquet or CSV records with vectors, or a folder
     of text files (any text file, .gz too) cut into passages and embedded with --encoder."""
+    from index.build.passages import path_text
     from index.build.sources import ReadOptions, read_source, refuse_stream, sniff_format
     from index.build.writer import source_digest
     from index.engine.keyword import Tokenizer
@@ -414,7 +415,7 @@ def import_(
     started = time.perf_counter()
     raw, used = read_source(path, str(format), options)
     read_seconds = round(time.perf_counter() - started, 3)
-    source = {"format": used, "path": str(path)}
+    source = {"format": used, "path": path_text(path)}
     # A folder of text files hashes the files it read (raw.source); any other source, its files.
     source |= raw.source or {"sha256": source_digest([path] + ([vocab] if vocab else []))}
     params: dict[str, Any] = {"drop_invalid": drop_invalid, "unicode_errors": unicode_errors}
@@ -489,6 +490,7 @@ def _import_sharded(
     """``import --shards N``: the documents read once, each shard built as a table with the import's index options;
     with ``--ray``, embedded and built on a Ray cluster (``index.build.ray_build``)."""
     from index.build import ray_build
+    from index.build.passages import path_text
     from index.build.shard import import_sharded, one_by_one
     from index.build.sources.documents import read_documents
     from index.build.writer import source_digest
@@ -497,7 +499,7 @@ def _import_sharded(
     cluster = None if ray is None else ray_build.connect(ray)
     embed_with = None if cluster is None else lambda encoder: ray_build.embedder(cluster, encoder)
     documents, tokenizer, read_source_info = read_documents(path, options, embed_with)
-    source = {"format": "documents", "path": str(path)} | (read_source_info or {"sha256": source_digest([path])})
+    source = {"format": "documents", "path": path_text(path)} | (read_source_info or {"sha256": source_digest([path])})
     params = {"index": build.index, "min_recall": build.min_recall, "seed": build.seed, "drop_invalid": drop_invalid}
     params["read_seconds"] = round(time.perf_counter() - started, 3)
 

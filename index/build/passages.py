@@ -1,21 +1,23 @@
 """Passages of a folder of text files: any file whose content is text (not its name), ``.gz`` decompressed.
 
-**Which files.** Every file under the folder (sub-folders too, links to files followed, hidden files and folders
-left out), in the order of their relative paths. A file is read when its content is text: gzip-compressed files
-are decompressed first (their magic bytes, not their name, say so), and then a file is text when it holds no NUL
-byte and is UTF-8 (a byte-order mark is skipped). The others are skipped, each with its reason (binary, empty,
-larger than :data:`MAX_FILE_BYTES`, a broken gzip stream, unreadable); a file that is not UTF-8 stops the import,
-naming its line, unless ``--drop-invalid`` skips it or ``--unicode-errors replace`` reads it with U+FFFD for its
-bad bytes. :class:`Folder` keeps what was read, what was skipped and why, and the folder's sha256 (of the files
-read, with their relative paths).
+**Which files.** Every file under the folder (sub-folders too, links to files followed; hidden files and folders,
+links to folders and names that are not UTF-8 left out, and listed), in the order of their relative paths. A file is
+read when its content is text: gzip-compressed files are decompressed first (their magic bytes, not their name, say
+so), and then a file is text when it holds no NUL byte and is UTF-8 (a byte-order mark is skipped), or is UTF-16
+after its byte-order mark. The others are skipped, each with its reason (binary, empty, larger than
+:data:`MAX_FILE_BYTES`, a broken gzip stream, unreadable); a file that is not UTF-8 stops the import, naming its
+line, unless ``--drop-invalid`` skips it or ``--unicode-errors replace`` reads it with U+FFFD for its bad bytes.
+:class:`Folder` keeps what was read, what was skipped and why, and the folder's sha256 (of the files read, with
+their relative paths).
 
-**Passages.** A paragraph is a run of lines that are not blank; paragraphs are separated by one or more blank
-lines (whitespace only). Consecutive paragraphs of a file are joined into one passage while the passage stays
-within ``chunk_words`` words (words split on whitespace); a paragraph longer than that is a passage of its own. A
-passage's text is the file's text from its first paragraph's first character to its last paragraph's last
-(the blank lines between them included), so ``text[start:end]`` of the file gives it back exactly. Offsets
-count characters of the decoded file (after a UTF-8 byte-order mark, if any, and after decompression); line ends
-are kept as they are.
+**Passages.** A paragraph is a run of lines that are not blank; paragraphs are separated by one or more blank lines
+(whitespace only). Consecutive paragraphs of a file are joined into one passage while the passage stays within
+``chunk_words`` words (words split on whitespace); a paragraph longer than that is a passage of its own, up to
+:data:`LONG_PARAGRAPH_WORDS` words: a longer one is cut at whitespace into passages of ``chunk_words`` words (the
+last one may be shorter, and joined to what follows). A passage's text is the file's text from its first paragraph's
+(or piece's) first character to its last one's last (the blank lines between them included), so ``text[start:end]``
+of the file gives it back exactly. Offsets count characters of the decoded file (after its byte-order mark, if any,
+and after decompression); line ends are kept as they are.
 """
 
 from __future__ import annotations
@@ -36,8 +38,11 @@ from index.errors import InputError
 from index.progress import Progress, note
 
 DEFAULT_CHUNK_WORDS = 200
+LONG_PARAGRAPH_WORDS = 1000  # a longer paragraph (than this and chunk_words) is cut into passages of chunk_words
 MAX_FILE_BYTES = 64 << 20  # a file's text (decompressed) read at most
 GZIP_MAGIC = b"\x1f\x8b"
+UTF8_BOM = b"\xef\xbb\xbf"
+UTF16_BOMS = (b"\xff\xfe", b"\xfe\xff")  # little- and big-endian
 SHOWN_SKIPPED = 20  # the skipped files named on stderr (the manifest lists them all, up to MAX_LISTED)
 MAX_LISTED = 1000
 TOP = "."  # the folder field of the files at the top of the folder
@@ -62,13 +67,28 @@ def paragraphs(text: str) -> list[Passage]:
     return found
 
 
+def pieces(text: str, paragraph: Passage, chunk_words: int) -> list[Passage]:
+    """``paragraph`` of ``text`` whole, or, when it is longer than :data:`LONG_PARAGRAPH_WORDS` and ``chunk_words``,
+    cut at whitespace into runs of ``chunk_words`` words (the last one may be shorter): such a "paragraph" is a
+    file without blank lines (a man page's roff, a text on one line, PostScript, JSON), which no passage should
+    hold whole."""
+    if paragraph.words <= max(chunk_words, LONG_PARAGRAPH_WORDS):
+        return [paragraph]
+    run = re.compile(rf"\S+(?:\s+\S+){{0,{chunk_words - 1}}}")
+    found = [Passage(m.start(), m.end(), chunk_words) for m in run.finditer(text, paragraph.start, paragraph.end)]
+    last = found[-1]
+    found[-1] = Passage(last.start, last.end, paragraph.words - chunk_words * (len(found) - 1))
+    return found
+
+
 def split_passages(text: str, chunk_words: int = DEFAULT_CHUNK_WORDS) -> list[Passage]:
-    """Paragraphs joined in order while a passage stays within ``chunk_words`` words."""
+    """Paragraphs joined in order while a passage stays within ``chunk_words`` words; a longer paragraph is a passage
+    of its own, unless it is cut (:func:`pieces`)."""
     if chunk_words < 1:
         raise ValueError("chunk_words must be at least 1")
     passages: list[Passage] = []
     current: Passage | None = None
-    for paragraph in paragraphs(text):
+    for paragraph in (piece for whole in paragraphs(text) for piece in pieces(text, whole, chunk_words)):
         if current is not None and current.words + paragraph.words > chunk_words:
             passages.append(current)
             current = None
@@ -134,7 +154,8 @@ class Folder:
 
 def folder_files(directory: Path) -> tuple[list[tuple[str, Path]], list[tuple[str, str]]]:
     """Every file under ``directory`` as (relative path, path), sorted by relative path; and the hidden files and
-    folders and the broken links, skipped. Links to folders are not followed (a folder is read once)."""
+    folders, the links to folders (not followed: a folder is read once), the names that are not UTF-8 and the
+    broken links, skipped."""
     found: list[tuple[str, Path]] = []
     skipped: list[tuple[str, str]] = []
 
@@ -144,21 +165,56 @@ def folder_files(directory: Path) -> tuple[list[tuple[str, Path]], list[tuple[st
 
     for root, folders, names in os.walk(directory, onerror=unreadable):
         here = Path(root)
-        for name in [f for f in folders if f.startswith(".")]:
-            skipped.append(((here / name).relative_to(directory).as_posix() + "/", "hidden folder"))
-        folders[:] = [f for f in folders if not f.startswith(".")]
+        entered = []
+        for name in folders:
+            path = here / name
+            why = _not_entered(name, path)
+            if why:
+                skipped.append((path_text(path.relative_to(directory).as_posix()) + "/", why))
+            else:
+                entered.append(name)
+        folders[:] = entered
         for name in names:
             path = here / name
             relative = path.relative_to(directory).as_posix()
             if name.startswith("."):
-                skipped.append((relative, "hidden file"))
+                skipped.append((path_text(relative), "hidden file"))
+            elif problem := bad_name(name):
+                skipped.append((path_text(relative), f"name not UTF-8 ({problem})"))
             elif not path.is_file():
-                skipped.append((relative, "not a regular file (a broken link?)"))
+                # a link to nothing (or a loop of links); or a pipe, socket or device (or a link to one)
+                what = "a pipe, socket or device" if path.exists() else "a broken link?"
+                skipped.append((relative, f"not a regular file ({what})"))
             else:
                 found.append((relative, path))
     found.sort(key=lambda item: item[0])
     skipped.sort()
     return found, skipped
+
+
+def bad_name(name: str) -> str:
+    """The first byte of a file name that is not UTF-8 (``byte 0xe9``), or ``""``: os.walk keeps such bytes as
+    surrogates, which no id, Arrow string or manifest can hold."""
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        return f"byte 0x{os.fsencode(name[exc.start])[0]:02x}"
+    return ""
+
+
+def path_text(path: str | Path) -> str:
+    """A path as the report and the manifest (UTF-8 JSON) show it: bytes of a name that are not UTF-8 as ``\\xe9``."""
+    return os.fsencode(path).decode("utf-8", "backslashreplace")
+
+
+def _not_entered(name: str, path: Path) -> str:
+    """Why a sub-folder is not entered (``""`` when it is)."""
+    if name.startswith("."):
+        return "hidden folder"
+    if path.is_symlink():
+        return "link to a folder (not followed)"
+    problem = bad_name(name)
+    return f"name not UTF-8 ({problem})" if problem else ""
 
 
 def _content(path: Path) -> tuple[bytes, bytes] | str:
@@ -181,10 +237,32 @@ def _content(path: Path) -> tuple[bytes, bytes] | str:
             return f"larger than {MAX_FILE_BYTES >> 20} MiB decompressed"
     if not data.strip():
         return "empty"
-    nul = data.find(b"\0")
+    nul = -1 if data.startswith(UTF16_BOMS) else data.find(b"\0")  # UTF-16's NUL bytes are half its characters
     if nul >= 0:
         return f"binary (a NUL byte at offset {nul:,})"
     return raw, data
+
+
+def _encoded(data: bytes) -> tuple[bytes, str]:
+    """A file's text bytes and their encoding: UTF-16 with its byte-order mark (which the codec reads), else UTF-8,
+    its byte-order mark left out (so that a bad byte's offset counts from the file's first byte after it)."""
+    if data.startswith(UTF16_BOMS):
+        return data, "UTF-16"
+    return data.removeprefix(UTF8_BOM), "UTF-8"
+
+
+def _problem(data: bytes, encoding: str, exc: UnicodeDecodeError) -> tuple[str, int]:
+    """What is wrong with the text, and its line."""
+    line = data[: exc.start].decode(encoding, "replace").count("\n") + 1
+    if encoding == "UTF-8":
+        return f"not UTF-8 text (byte 0x{data[exc.start]:02x})", line
+    return f"not UTF-16 text ({exc.reason} at byte {exc.start:,})", line
+
+
+def _nul(text: str) -> str:
+    """Why a decoded text is binary after all (a NUL character in it), or ``""``."""
+    nul = text.find("\0")
+    return f"binary (a NUL character at {nul:,})" if nul >= 0 else ""
 
 
 def read_folder(directory: Path, unicode_errors: str = "strict", drop_invalid: bool = False) -> Folder:
@@ -202,13 +280,13 @@ def read_folder(directory: Path, unicode_errors: str = "strict", drop_invalid: b
                 folder.skipped.append((relative, content))
                 continue
             raw, data = content
+            data, encoding = _encoded(data)
             try:
-                text = data.decode("utf-8-sig")
+                text = data.decode(encoding)
             except UnicodeDecodeError as exc:
-                line = data.count(b"\n", 0, exc.start) + 1
-                problem = f"not UTF-8 text (byte 0x{data[exc.start]:02x})"
+                problem, line = _problem(data, encoding, exc)
                 if unicode_errors == "replace":
-                    text = data.decode("utf-8-sig", errors="replace")
+                    text = data.decode(encoding, "replace")
                     folder.replaced.append(relative)
                 elif drop_invalid:
                     folder.skipped.append((relative, f"{problem}, line {line}"))
@@ -216,6 +294,10 @@ def read_folder(directory: Path, unicode_errors: str = "strict", drop_invalid: b
                 else:
                     hint = " (use --drop-invalid to skip such files, or --unicode-errors replace)"
                     raise InputError(path, problem + hint, line=line) from None
+            why = "empty" if not text.strip() else _nul(text)  # a byte-order mark alone; UTF-32 read as UTF-16
+            if why:
+                folder.skipped.append((relative, why))
+                continue
             folder.files.append(TextFile(relative, text))
             digest.update(f"{relative}\0{hashlib.sha256(raw).hexdigest()}\n".encode())
     folder.skipped.sort()

@@ -1,12 +1,14 @@
 """A folder of real text files imported as passages: licence texts (/usr/share/common-licenses, most without an
 extension), package READMEs (/usr/share/doc: plain, Markdown, reStructuredText, gzip-compressed), man pages as
 installed (gzip-compressed roff), and beside them a Latin-1 file, a JPEG, an empty file, a hidden file and a
-broken link. Files are read by their content; what is skipped is said, with the reason, and recorded."""
+broken link. Files are read by their content; what is skipped is said, with the reason, and recorded. Apart: names
+that are not UTF-8, links to folders, a pipe, UTF-16 text, a file on one line."""
 
 from __future__ import annotations
 
 import gzip
 import hashlib
+import os
 import shutil
 import subprocess
 import sys
@@ -14,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from index.build.passages import MAX_FILE_BYTES, folder_files, read_folder
+from index.build.passages import MAX_FILE_BYTES, folder_files, paragraphs, passages_table, read_folder
 from index.engine.table import Table
 from index.store import artifact
 from tests.cli import REPO, run_cli
@@ -207,3 +209,118 @@ def test_a_passage_problem_names_the_file_it_was_cut_from(tmp_path: Path, data_d
     (notes / "sub" / "b.txt").write_text("zzqxvw qqqzzzx wwxxqq\n")  # no word the encoder knows
     result = run_cli("import", notes, "--name", "n", "--data-dir", data_dir, "--encoder", "small")
     assert result.code == 1 and "passage 2 (sub/b.txt#0): " in result.err, result.err
+
+
+def test_odd_names_and_links_to_folders_are_named_among_the_skipped(tmp_path: Path, data_dir: Path) -> None:
+    """A name holding bytes that are not UTF-8 (a Latin-1 name from an old archive) cannot be an id: its file or
+    folder is skipped and shown with the bytes escaped; a link to a folder (here a loop back to the top) is not
+    entered, and says so; a pipe is not opened. The rest is read, and the import goes on."""
+    root = tmp_path / "odd"
+    (root / "sub").mkdir(parents=True)
+    shutil.copyfile(LICENSES / "GPL-3", root / "sub" / "GPL-3")
+    shutil.copyfile(LICENSES / "MPL-2.0", root / os.fsdecode(b"licence-fran\xe7aise.txt"))
+    (root / os.fsdecode(b"d\xe9j\xe0")).mkdir()
+    shutil.copyfile(LICENSES / "BSD", root / os.fsdecode(b"d\xe9j\xe0") / "BSD")
+    (root / "sub" / "loop").symlink_to("..")
+    os.mkfifo(root / "pipe")  # opened, it would wait for a writer
+    (root / "null").symlink_to("/dev/null")
+    skipped = [
+        ("d\\xe9j\\xe0/", "name not UTF-8 (byte 0xe9)"),
+        ("licence-fran\\xe7aise.txt", "name not UTF-8 (byte 0xe7)"),
+        ("null", "not a regular file (a pipe, socket or device)"),
+        ("pipe", "not a regular file (a pipe, socket or device)"),
+        ("sub/loop/", "link to a folder (not followed)"),
+    ]
+    read = read_folder(root)
+    assert [file.source for file in read.files] == ["sub/GPL-3"] and read.skipped == skipped
+    result = run_cli("import", root, "--name", "odd", "--data-dir", data_dir, "--encoder", "small")
+    assert result.code == 0, result.err
+    assert (
+        "files: 1 read, 5 skipped (2 name not UTF-8, 2 not a regular file, 1 link to a folder; each is listed in the "
+        "manifest's source)" in (result.out.splitlines())
+    )
+    source = Table.load(data_dir / "odd").manifest["source"]
+    assert source["skipped"] == [{"path": path, "reason": why} for path, why in skipped]
+    assert source["sha256"] == expected_sha256(root, ["sub/GPL-3"])
+
+
+def test_utf16_text_with_a_byte_order_mark_is_read(tmp_path: Path) -> None:
+    """What Windows editors and shells write as "Unicode": UTF-16 with a byte-order mark, little- or big-endian,
+    compressed or not. Its passages are those of the same text in UTF-8; a mark alone is an empty file."""
+    text = (LICENSES / "Apache-2.0").read_text(encoding="utf-8")
+    assert text.endswith("\n")
+    root = tmp_path / "windows"
+    root.mkdir()
+    (root / "utf8.txt").write_text(text, encoding="utf-8")
+    (root / "le.txt").write_bytes(text.encode("utf-16-le").join([b"\xff\xfe", b""]))
+    (root / "be.txt").write_bytes(text.encode("utf-16-be").join([b"\xfe\xff", b""]))
+    (root / "le.txt.gz").write_bytes(gzip.compress((root / "le.txt").read_bytes()))
+    (root / "mark-only.txt").write_bytes(b"\xef\xbb\xbf\r\n")
+    (root / "cut.txt").write_bytes((root / "le.txt").read_bytes()[:-1])  # an odd number of bytes
+    read = read_folder(root, drop_invalid=True)
+    assert [file.source for file in read.files] == ["be.txt", "le.txt", "le.txt.gz", "utf8.txt"]
+    assert all(file.text == text for file in read.files)
+    assert read.skipped == [
+        # the last character cut in half: the newline ending the last line
+        ("cut.txt", f"not UTF-16 text (truncated data at byte {len(text) * 2:,}), line {text.count(chr(10))}"),
+        ("mark-only.txt", "empty"),
+    ]
+    rows = passages_table(read).to_pylist()
+    by_file: dict[str, list[tuple[object, ...]]] = {}
+    for row in rows:
+        by_file.setdefault(row["source"], []).append((row["chunk"], row["start"], row["end"], row["text"]))
+    assert by_file["le.txt"] == by_file["be.txt"] == by_file["le.txt.gz"] == by_file["utf8.txt"] != []
+
+
+def test_a_bad_byte_after_a_utf8_mark_is_named(tmp_path: Path) -> None:
+    """The byte and line named are the bad ones, counted after the byte-order mark."""
+    root = tmp_path / "marked"
+    root.mkdir()
+    french = "Licence publique Mozilla\n\ntraduction française\n" + (LICENSES / "MPL-2.0").read_text()[:500]
+    (root / "notes.txt").write_bytes(b"\xef\xbb\xbf" + french.encode("latin-1"))
+    result = run_cli("import", root, "--name", "t", "--data-dir", tmp_path / "data")
+    assert result.code == 1 and not (tmp_path / "data" / "t").exists()
+    assert result.err.strip() == (
+        f"embedding-index: error: {root / 'notes.txt'}:3: not UTF-8 text (byte 0xe7) "
+        "(use --drop-invalid to skip such files, or --unicode-errors replace)"
+    )
+
+
+def test_a_file_on_one_line_is_cut_into_passages_of_chunk_words(tmp_path: Path, data_dir: Path) -> None:
+    """A text without line breaks (the GPL as one line, as an editor that wraps nothing saves it) is one paragraph of
+    5,644 words: beyond 1,000 words it is cut at whitespace into passages of --chunk-words words, not kept as one
+    passage of the whole file."""
+    root = tmp_path / "long"
+    root.mkdir()
+    words = (LICENSES / "GPL-3").read_text(encoding="utf-8").split()
+    line = " ".join(words)
+    (root / "GPL-3.txt").write_text(line, encoding="utf-8")
+    result = run_cli(
+        "import", root, "--name", "long", "--data-dir", data_dir, "--encoder", "small", "--chunk-words", 150
+    )
+    assert result.code == 0, result.err
+    table = Table.load(data_dir / "long")
+    assert table.payload is not None
+    columns = {name: table.payload.column(name).to_pylist() for name in ("text", "chunk", "start", "end")}
+    rows = [dict(zip(columns, values, strict=True)) for values in zip(*columns.values(), strict=True)]
+    assert len(rows) == -(-len(words) // 150) > 30
+    assert [row["chunk"] for row in rows] == list(range(len(rows)))
+    assert all(line[row["start"] : row["end"]] == row["text"] for row in rows)
+    assert [row["text"].split() for row in rows] == [words[i : i + 150] for i in range(0, len(words), 150)]
+    # A paragraph of prose stays whole: the GFDL's longest, 480 words, is a passage of its own at 150.
+    prose = tmp_path / "prose"
+    prose.mkdir()
+    shutil.copyfile(LICENSES / "GFDL-1.3", prose / "GFDL-1.3")
+    longest = max(len(row["text"].split()) for row in passages_table(prose, 150).to_pylist())
+    assert longest == max(p.words for p in paragraphs((LICENSES / "GFDL-1.3").read_text())) == 480
+
+
+def test_a_folder_whose_own_name_is_not_utf8(tmp_path: Path, data_dir: Path) -> None:
+    """The folder given may have such a name too: the manifest (UTF-8 JSON) records its path with the byte escaped."""
+    root = tmp_path / os.fsdecode(b"licences-fran\xe7aises")
+    root.mkdir()
+    shutil.copyfile(LICENSES / "BSD", root / "BSD")
+    result = run_cli("import", root, "--name", "named", "--data-dir", data_dir, "--encoder", "small")
+    assert result.code == 0, result.err
+    assert Table.load(data_dir / "named").manifest["source"]["path"] == f"{tmp_path}/licences-fran\\xe7aises"
+    assert artifact.verify(data_dir / "named").ok

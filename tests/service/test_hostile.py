@@ -211,6 +211,24 @@ def test_100_mb_streamed_is_cut_off_at_the_limit(server: Server) -> None:
     assert sent < total  # refused while the client was still sending
 
 
+LONG_NAME = "n" * MB  # one key of a body within the limit
+UNKNOWN_KEYS = {
+    "an unknown field": (T + b"/neighbors", {"token": "heart", LONG_NAME: 1}),
+    "an unknown field of a batch item": (T + b"/search", {"queries": [{"vector": [0.5] * 50, LONG_NAME: 1}]}),
+    "an unknown field of the OpenAI route": (b"/v1/embeddings", {"model": "small", "input": "heart", LONG_NAME: 1}),
+}
+
+
+@pytest.mark.parametrize("name", list(UNKNOWN_KEYS))
+def test_a_long_key_is_quoted_clipped(server: Server, name: str) -> None:
+    """A key of a megabyte is named by its start: the answer is small, not the key twice over."""
+    path, body = UNKNOWN_KEYS[name]
+    status, _, answer = send(server, http("POST", path, json.dumps(body).encode()))
+    assert status == 422 and len(answer) < 1000, (status, len(answer))
+    error = json.loads(answer)["error"]
+    assert "nnnnnnnnnn..." in error["message"] and "Extra inputs are not permitted" in error["message"], error
+
+
 NEIGHBOURS = b"GET /v1/tables/small/neighbors?id=%d&k=1000 HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
 PIPELINED = b"".join(NEIGHBOURS % i for i in range(200))  # answers larger than the socket buffers
 

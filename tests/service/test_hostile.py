@@ -9,6 +9,7 @@ Clients that leave or never read in the middle of pipelined answers are let go (
 from __future__ import annotations
 
 import contextlib
+import gzip
 import json
 import socket
 import threading
@@ -25,6 +26,7 @@ T = b"/v1/tables/small"
 MB = 1 << 20
 SEND_TIMEOUT = 5  # EMBEDDING_SEND_TIMEOUT of the one-connection server: above its other timeouts
 FIFTY = ", ".join(["1.0"] * 49)
+HEART = b'{"token": "heart", "k": 2}'
 
 
 @pytest.fixture(scope="module")
@@ -209,6 +211,22 @@ def test_100_mb_streamed_is_cut_off_at_the_limit(server: Server) -> None:
     error = assert_envelope(status, headers, body, 413)
     assert error["code"] == "body_too_large"
     assert sent < total  # refused while the client was still sending
+
+
+@pytest.mark.parametrize(
+    ("header", "value"),
+    [("Content-Encoding", "gzip"), ("Content-Encoding", "br"), ("Transfer-Encoding", "gzip, chunked")],
+)
+def test_a_body_coding_the_server_does_not_read_is_named(server: Server, header: str, value: str) -> None:
+    """Bodies are read as sent: a compressed one is not taken for malformed JSON, nor another for plain JSON."""
+    if header == "Content-Encoding":  # gzip: the body compressed; br: the body as it is, which the server must not read
+        raw = http("POST", T + b"/neighbors", gzip.compress(HEART) if value == "gzip" else HEART, {header: value})
+    else:  # chunked framing, no Content-Length
+        head = http("POST", T + b"/neighbors", headers={"Content-Type": "application/json", header: value})
+        raw = head + b"%x\r\n%s\r\n0\r\n\r\n" % (len(HEART), HEART)
+    error = assert_envelope(*send(server, raw), 400)
+    assert f"{header} '{value}' is not accepted" in error["message"], error
+    assert send(server, http("POST", T + b"/neighbors", HEART))[0] == 200  # the same body, plainly sent
 
 
 LONG_NAME = "n" * MB  # one key of a body within the limit

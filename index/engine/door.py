@@ -43,6 +43,7 @@ from index.engine.filters import RowSet
 from index.engine.fusion import rrf
 from index.engine.hybrid import DEPTH, LISTS, DocumentSearch, Hit, Mode, depths, diverse, reaching
 from index.engine.hybrid import run as run_hybrid
+from index.engine.keyword import SCORE_BUDGET
 from index.engine.knn import (
     FLOAT32_MAX,
     Hits,
@@ -105,6 +106,7 @@ __all__ = [
     "FLOAT32_MAX",
     "INTEGER",
     "LISTS",
+    "SCORE_BUDGET",
     "STRING",
     "STRING_LIST",
     "TIMESTAMP",

@@ -1,7 +1,8 @@
-"""Request limits: the body-size cap (413 in the error envelope), the model limits of this app and the tokens a
-request may have a transformer run (``index.engine.door.ENCODE_BUDGET``); and every POST body read as JSON whatever
-its ``Content-Type`` says (``curl -d`` sends ``application/x-www-form-urlencoded``, which FastAPI would hand to the
-models as bytes: a 422 that names no cause); a body in a coding the server does not read (``refused_coding``) is a 400.
+"""Request limits: the body-size cap (413 in the error envelope), the model limits of this app, the tokens a request
+may have a transformer run (``index.engine.door.ENCODE_BUDGET``) and the postings its keyword queries may add up
+(``SCORE_BUDGET``); and every POST body read as JSON whatever its ``Content-Type`` says (``curl -d`` sends
+``application/x-www-form-urlencoded``, which FastAPI would hand to the models as bytes: a 422 that names no cause); a
+body in a coding the server does not read (``refused_coding``) is a 400.
 
 A pure ASGI middleware (no per-request task), so it costs next to nothing on the hot path.
 """
@@ -11,7 +12,7 @@ from __future__ import annotations
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from index.engine.door import ENCODE_BUDGET
+from index.engine.door import ENCODE_BUDGET, SCORE_BUDGET
 from index.errors import shown
 from service.errors import error_response
 from service.schemas.common import LIMITS, Limits
@@ -73,6 +74,7 @@ class RequestLimitsMiddleware:
             return
         LIMITS.set(self.limits)
         ENCODE_BUDGET.set([self.limits.max_encode_tokens, 0])  # this request's, whatever its connection served before
+        SCORE_BUDGET.set([self.limits.max_scored_rows, 0])  # the postings its keyword queries add up
         if (refused := refused_coding(scope["headers"])) is not None:
             await error_response("bad_request", refused)(scope, receive, send)
             return

@@ -260,6 +260,8 @@ def _validation_message(errors: list[dict[str, Any]]) -> tuple[str, list[Validat
     for error in _client_errors(errors):
         loc = [clipped(str(p)) for p in error.get("loc", ())]  # a key of the client's (an extra field) may be long
         message = str(error.get("msg", "")).removeprefix("Value error, ")
+        if error.get("type") == "json_invalid" and len(loc) == 2:  # FastAPI's loc: ("body", the character's offset)
+            loc, message = loc[:1], f"not valid JSON at character {loc[1]}: send one JSON object"
         details.append({"loc": loc, "type": error.get("type"), "message": message})
     return listed(details), details
 

@@ -229,6 +229,16 @@ def test_a_body_coding_the_server_does_not_read_is_named(server: Server, header:
     assert send(server, http("POST", T + b"/neighbors", HEART))[0] == 200  # the same body, plainly sent
 
 
+@pytest.mark.parametrize(
+    ("body", "where"), [(b'{"token": "heart",', 18), (b"token=heart", 0), (b'{"vector": [0.5, 0.25', 21)]
+)
+def test_a_body_that_is_not_json_is_named_so(server: Server, body: bytes, where: int) -> None:
+    """Not a bare "JSON decode error" after a number: the body, where it goes wrong and what to send."""
+    path = T + (b"/search" if body.startswith(b'{"vector"') else b"/neighbors")
+    error = assert_envelope(*send(server, http("POST", path, body)), 422)
+    assert error["message"] == f"body: not valid JSON at character {where}: send one JSON object", error
+
+
 LONG_NAME = "n" * MB  # one key of a body within the limit
 UNKNOWN_KEYS = {
     "an unknown field": (T + b"/neighbors", {"token": "heart", LONG_NAME: 1}),

@@ -66,6 +66,7 @@ from index.engine.layout import (
     tsne_available,
 )
 from index.engine.live_search import LiveSource, Statistics
+from index.engine.lookup import SUGGESTED_MISSES, SUGGESTION_BUDGET
 from index.engine.query import (
     Analogy,
     Answer,
@@ -109,6 +110,8 @@ __all__ = [
     "SCORE_BUDGET",
     "STRING",
     "STRING_LIST",
+    "SUGGESTED_MISSES",
+    "SUGGESTION_BUDGET",
     "TIMESTAMP",
     "TOP_VALUES",
     "Analogy",

@@ -239,6 +239,17 @@ def test_a_body_that_is_not_json_is_named_so(server: Server, body: bytes, where:
     assert error["message"] == f"body: not valid JSON at character {where}: send one JSON object", error
 
 
+def test_a_request_is_given_suggestions_for_its_first_64_unknown_words(server: Server) -> None:
+    """Each unknown word's suggestions match it against 50,000 labels: a batch of 1,024 misspellings would take
+    seconds of the worker. Its first 64 are given theirs, the others none; the next request has its own 64."""
+    status, _, body = send(server, post(b"/neighbors", json.dumps({"queries": ["hearrt"] * 100, "k": 1})))
+    assert status == 200
+    suggested = [bool(result["error"]["suggestions"]) for result in json.loads(body)["results"]]
+    assert suggested == [True] * 64 + [False] * 36, suggested
+    status, _, body = send(server, http("GET", T + b"/neighbors?token=hearrt"))
+    assert status == 404 and "heart" in json.loads(body)["error"]["suggestions"]
+
+
 LONG_NAME = "n" * MB  # one key of a body within the limit
 UNKNOWN_KEYS = {
     "an unknown field": (T + b"/neighbors", {"token": "heart", LONG_NAME: 1}),

@@ -7,6 +7,18 @@ from __future__ import annotations
 
 from typing import Any
 
+SHOWN_CHARS = 60  # of a client's value or name quoted in a message (a body of 4 MiB may be one name)
+
+
+def clipped(text: str, limit: int = SHOWN_CHARS) -> str:
+    """``text``, or its start and "..." when longer than ``limit`` characters."""
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def shown(value: Any) -> str:
+    """A client's value as a message quotes it: its repr, clipped."""
+    return clipped(repr(value))
+
 
 class EmbeddingError(Exception):
     """Base class: a problem the caller can understand and act on."""

@@ -21,7 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
 
-from index.errors import EmbeddingError
+from index.errors import EmbeddingError, clipped
 
 log = logging.getLogger(__name__)
 Item = TypeVar("Item")
@@ -258,8 +258,10 @@ def listed(details: Sequence[ValidationDetail], place: Callable[[ValidationDetai
 def _validation_message(errors: list[dict[str, Any]]) -> tuple[str, list[ValidationDetail]]:
     details: list[ValidationDetail] = []
     for error in _client_errors(errors):
-        loc = [str(p) for p in error.get("loc", ())]
+        loc = [clipped(str(p)) for p in error.get("loc", ())]  # a key of the client's (an extra field) may be long
         message = str(error.get("msg", "")).removeprefix("Value error, ")
+        if error.get("type") == "json_invalid" and len(loc) == 2:  # FastAPI's loc: ("body", the character's offset)
+            loc, message = loc[:1], f"not valid JSON at character {loc[1]}: send one JSON object"
         details.append({"loc": loc, "type": error.get("type"), "message": message})
     return listed(details), details
 

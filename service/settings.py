@@ -76,7 +76,9 @@ class Settings(BaseSettings):
         le=1_000_000_000_000,
         description="most rows one analogy batch scores one by one: its questions that score every row searched "
         "(all of them with method 3cosmul, those with expect otherwise) x those rows, e.g. 50 questions over "
-        "400,000 rows; more is a 422 before any work (a single question is always answered)",
+        "400,000 rows; more is a 422 before any work (a single question is always answered). Also the documents "
+        "the words of one request's keyword queries add up (a word given twice counts twice): more is a 422 "
+        "before any scoring",
     )
     max_answer_bytes: int = Field(
         64_000_000,

@@ -44,7 +44,7 @@ from index.engine.door import (
     unembedded,
     written_row,
 )
-from index.errors import InvalidQuery
+from index.errors import InvalidQuery, clipped, shown
 from service.schemas.writes import WriteDocument
 
 WRITES_ONLY = "only documents tables take writes"  # why a table that is not a documents table refuses a write
@@ -82,13 +82,14 @@ def _fields(payload: Payload, name: str, given: dict[str, Any] | None) -> dict[s
         kind = payload.fields.get(field)
         if kind is None:
             known = ", ".join(repr(f) for f in payload.fields) or "none"
-            raise InvalidQuery(f"{name}: the table has no field {field!r} (its fields: {known})", field=field)
+            raise InvalidQuery(
+                f"{name}: the table has no field {shown(field)} (its fields: {known})", field=clipped(field)
+            )
         try:
             out[field] = _field_value(kind, value)
         except ValueError:
-            shown = repr(value)[:80]
             kind_text = "an integer field (a whole number within 64 bits)" if kind == INTEGER else f"a {kind} field"
-            raise InvalidQuery(f"{name}: field {field!r} is {kind_text}, not {shown}", field=field) from None
+            raise InvalidQuery(f"{name}: field {field!r} is {kind_text}, not {shown(value)}", field=field) from None
     return out
 
 

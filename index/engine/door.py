@@ -43,6 +43,7 @@ from index.engine.filters import RowSet
 from index.engine.fusion import rrf
 from index.engine.hybrid import DEPTH, LISTS, DocumentSearch, Hit, Mode, depths, diverse, reaching
 from index.engine.hybrid import run as run_hybrid
+from index.engine.keyword import SCORE_BUDGET
 from index.engine.knn import (
     FLOAT32_MAX,
     Hits,
@@ -65,6 +66,7 @@ from index.engine.layout import (
     tsne_available,
 )
 from index.engine.live_search import LiveSource, Statistics
+from index.engine.lookup import SUGGESTED_MISSES, SUGGESTION_BUDGET
 from index.engine.query import (
     Analogy,
     Answer,
@@ -115,8 +117,11 @@ __all__ = [
     "FLOAT32_MAX",
     "INTEGER",
     "LISTS",
+    "SCORE_BUDGET",
     "STRING",
     "STRING_LIST",
+    "SUGGESTED_MISSES",
+    "SUGGESTION_BUDGET",
     "TIMESTAMP",
     "TOP_VALUES",
     "Analogy",

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 import faiss
 import numpy as np
 
-from index.errors import InvalidQuery
+from index.errors import InvalidQuery, clipped, shown
 from index.store.payload import BOOLEAN, FLOAT, INTEGER, STRING, STRING_LIST, TIMESTAMP, Payload, timestamp_type
 
 if TYPE_CHECKING:
@@ -105,10 +105,10 @@ def _node(payload: Payload, spec: Any, where: str, depth: int) -> pa.Array:
     if depth > MAX_DEPTH:
         raise InvalidQuery(f"{where}: a filter nests at most {MAX_DEPTH} levels of and/or/not")
     if not isinstance(spec, dict) or not spec:
-        raise InvalidQuery(f'{where}: a filter is a non-empty object, e.g. {{"lang": "en"}}, got {_show(spec)}')
+        raise InvalidQuery(f'{where}: a filter is a non-empty object, e.g. {{"lang": "en"}}, got {shown(spec)}')
     parts = []
     for key, value in spec.items():
-        here = f"{where}.{key}"
+        here = f"{where}.{clipped(str(key))}"
         if key == "not":
             parts.append(pc.invert(_node(payload, value, here, depth + 1)))
         elif key in ("and", "or"):
@@ -132,7 +132,7 @@ def _field(payload: Payload, name: str, condition: Any, where: str) -> pa.Array:
     kind = payload.fields.get(name)
     if kind is None:
         known = ", ".join(repr(f) for f in payload.fields) or "none"
-        raise InvalidQuery(f"{where}: the table has no field {name!r} (its fields: {known}; and, or, not combine)")
+        raise InvalidQuery(f"{where}: the table has no field {shown(name)} (its fields: {known}; and, or, not combine)")
     column = payload.column(name)
     if not isinstance(condition, dict):
         condition = {"eq": condition}
@@ -142,7 +142,7 @@ def _field(payload: Payload, name: str, condition: Any, where: str) -> pa.Array:
     for op, value in condition.items():
         if op not in OPERATORS[kind]:
             raise InvalidQuery(
-                f"{where}: {kind} field {name!r} takes the operators {', '.join(OPERATORS[kind])}, not {op!r}"
+                f"{where}: {kind} field {name!r} takes the operators {', '.join(OPERATORS[kind])}, not {shown(op)}"
             )
         parts.append(_condition(column, kind, op, value, f"{where}.{op}"))
     return _combine(parts, pc.and_)
@@ -224,7 +224,7 @@ def _value(kind: str, value: Any, where: str) -> Any:
         return _timestamp(value, where)
     if not ok:
         article = "an" if kind == INTEGER else "a"
-        raise InvalidQuery(f"{where}: {article} {kind} field is compared with {_expected(kind)}, got {_show(value)}")
+        raise InvalidQuery(f"{where}: {article} {kind} field is compared with {_expected(kind)}, got {shown(value)}")
     return value
 
 
@@ -240,9 +240,9 @@ def _timestamp(value: Any, where: str) -> dt.datetime:
             try:
                 return moment.astimezone(dt.UTC)
             except OverflowError:  # the offset moves it out of years 1..9999
-                raise InvalidQuery(f"{where}: {_show(value)} falls outside the years 1 to 9999 in UTC") from None
+                raise InvalidQuery(f"{where}: {shown(value)} falls outside the years 1 to 9999 in UTC") from None
     raise InvalidQuery(
-        f"{where}: a timestamp field is compared with ISO 8601 text (2001-12-24T05:30:00Z), got {_show(value)}"
+        f"{where}: a timestamp field is compared with ISO 8601 text (2001-12-24T05:30:00Z), got {shown(value)}"
     )
 
 
@@ -254,8 +254,3 @@ def _expected(kind: str) -> str:
         INTEGER: "a whole number",
         FLOAT: "a finite number",
     }[kind]
-
-
-def _show(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."

@@ -36,6 +36,7 @@ import json
 import sys
 import threading
 from collections.abc import Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -54,6 +55,29 @@ else:
     from index.lazy import pa, pc
 
 KEYWORD = "keyword"  # the manifest's section
+SCORE_SETTING = "max_scored_rows"
+# A request's bound on the postings its keyword queries add up, and those added so far, ``[bound, spent]``: a list,
+# so that every copy of the request's context (the worker thread a search runs in) spends from the same count; the
+# server sets it per request, None (the builder, the tests of the engine) bounds nothing. A word given twice is
+# scored twice, so a query of one common word repeated costs its postings per repetition.
+SCORE_BUDGET: ContextVar[list[int] | None] = ContextVar("score_budget", default=None)
+
+
+def spend_postings(postings: int) -> None:
+    """Count ``postings`` a keyword search is about to add up against the request's bound (:data:`SCORE_BUDGET`):
+    past it, the whole request is refused before they are scored."""
+    budget = SCORE_BUDGET.get()
+    if budget is None:
+        return
+    bound, spent = budget
+    if spent + postings > bound:
+        raise InvalidQuery(
+            f"keyword scoring: the query words' documents add up to {spent + postings:,} (a word counted each time "
+            f"it is given), more than the server's {SCORE_SETTING} of {bound:,}; send fewer words or queries at a time"
+        )
+    budget[1] = spent + postings
+
+
 DATA, INDICES, INDPTR = "keyword_data.npy", "keyword_indices.npy", "keyword_indptr.npy"
 PARAMS, TERMS = "keyword_params.json", "keyword_terms.arrow"
 FILES = (DATA, INDICES, INDPTR, PARAMS, TERMS)
@@ -637,6 +661,8 @@ class KeywordIndex:
         columns = self.term_ids(tokens.terms)
         known = columns >= 0
         columns, owners = columns[known], tokens.rows[known]
+        indptr = self._postings.indptr
+        spend_postings(int((indptr[columns + 1] - indptr[columns]).sum()))
         bounds = np.searchsorted(owners, np.arange(m + 1))
         for q in np.flatnonzero(np.diff(bounds)):  # the queries with a known word
             row_scores = self._postings.scores(columns[bounds[q] : bounds[q + 1]], weight)

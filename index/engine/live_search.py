@@ -29,7 +29,7 @@ import numpy as np
 
 from index.engine.delta import Delta, Document, vector_search
 from index.engine.filters import RowSet
-from index.engine.keyword import KeywordIndex, Tokenizer, best_positive, text_blocks
+from index.engine.keyword import KeywordIndex, Tokenizer, best_positive, spend_postings, text_blocks
 from index.engine.knn import Neighbor
 from index.engine.table import SearchOptions, Table, VectorSearch
 from index.errors import InvalidQuery
@@ -232,6 +232,7 @@ class LiveKeyword:
             if not lists:
                 continue
             df = np.array([len(rows) for rows, _ in lists], dtype=np.int64)
+            spend_postings(int(df.sum()))
             if self.statistics is not None:
                 given = np.array([self.statistics.frequency(w)[1] for w in query if len(cache[w][0])])
                 if (given < df).any():

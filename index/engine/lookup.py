@@ -4,6 +4,7 @@ suggestions for a miss, and a model-token table's own tokenizer."""
 from __future__ import annotations
 
 import unicodedata
+from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,11 @@ from index.store.tokens import FLAG_SPECIAL, TOKENIZER, Tokens, byte_level_label
 
 SUGGESTION_POOL = 50_000  # unknown tokens are matched against the most frequent rows
 NEIGHBOURHOOD = 10  # and the tokens that sort next to it case-folded, on either side
+SUGGESTED_MISSES = 64  # unknown tokens of one request given suggestions (each costs a match against the pool)
+# The suggestions a request may still be given, ``[left]``: a list, so that every copy of the request's context (the
+# worker thread its lookups run in) spends from the same count. The server sets it per request (a batch of 1,024
+# unknown words would match each against 50,000 labels, seconds of a worker); None (the builder) bounds nothing.
+SUGGESTION_BUDGET: ContextVar[list[int] | None] = ContextVar("suggestion_budget", default=None)
 SPACE_MARKERS = ("Ġ", "▁", " ")
 
 
@@ -75,6 +81,7 @@ class Lookup:
         self.byte_level = byte_level
         self.lower_case = lower_case
         self._suggestion_pool: list[str] | None = None
+        self._longest = 0  # the pool's longest label, case-folded
         self._tokenizer: Any = None
 
     def find(self, sent: str) -> Resolved | None:
@@ -121,11 +128,23 @@ class Lookup:
         return Resolved(str(row), row, self.tokens[row], "id")
 
     def suggest(self, text: str, limit: int = 5) -> list[str]:
-        """Up to ``limit`` known tokens spelled like ``text`` (most frequent rows, and alphabetical neighbours)."""
+        """Up to ``limit`` known tokens spelled like ``text`` (most frequent rows, and alphabetical neighbours); none
+        once the request has had its :data:`SUGGESTION_BUDGET`, and none for a text too long to be spelled like
+        any of them (``fuzz.ratio`` is at most ``200 * len(label) / (len(text) + len(label))``: under 50 for a text
+        over three times the longest label)."""
+        budget = SUGGESTION_BUDGET.get()
+        if budget is not None:
+            if budget[0] <= 0:
+                return []
+            budget[0] -= 1
         if self._suggestion_pool is None:
             self._suggestion_pool = self.tokens[: min(len(self.tokens), SUGGESTION_POOL)]
-        pool = self._suggestion_pool + self.tokens.labels(self.tokens.folded_neighbourhood(text, NEIGHBOURHOOD))
-        return best_suggestions(text, pool, limit)
+            self._longest = max((len(label.casefold()) for label in self._suggestion_pool), default=0)
+        near = self.tokens.labels(self.tokens.folded_neighbourhood(text, NEIGHBOURHOOD))
+        longest = max([self._longest, *(len(label.casefold()) for label in near)])
+        if len(unicodedata.normalize("NFC", text).casefold()) > 3 * longest:
+            return []
+        return best_suggestions(text, self._suggestion_pool + near, limit)
 
     @property
     def has_tokenizer(self) -> bool:

@@ -1,7 +1,9 @@
-"""Request limits: the body-size cap (413 in the error envelope), the model limits of this app and the tokens a
-request may have a transformer run (``index.engine.door.ENCODE_BUDGET``); and every POST body read as JSON whatever
-its ``Content-Type`` says (``curl -d`` sends ``application/x-www-form-urlencoded``, which FastAPI would hand to the
-models as bytes: a 422 that names no cause).
+"""Request limits: the body-size cap (413 in the error envelope), the model limits of this app, the tokens a request
+may have a transformer run (``index.engine.door.ENCODE_BUDGET``), the postings its keyword queries may add up
+(``SCORE_BUDGET``) and the unknown words it is given suggestions for (``SUGGESTION_BUDGET``); and every POST body
+read as JSON whatever its ``Content-Type`` says (``curl -d`` sends ``application/x-www-form-urlencoded``, which
+FastAPI would hand to the models as bytes: a 422 that names no cause); a body in a coding the server does not read
+(``refused_coding``) is a 400.
 
 A pure ASGI middleware (no per-request task), so it costs next to nothing on the hot path.
 """
@@ -11,7 +13,8 @@ from __future__ import annotations
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from index.engine.door import ENCODE_BUDGET
+from index.engine.door import ENCODE_BUDGET, SCORE_BUDGET, SUGGESTED_MISSES, SUGGESTION_BUDGET
+from index.errors import shown
 from service.errors import error_response
 from service.schemas.common import LIMITS, Limits
 
@@ -37,6 +40,26 @@ def as_json(scope: Scope) -> None:
     scope["headers"] = [*kept, (b"content-type", b"application/json")]
 
 
+def refused_coding(headers: list[tuple[bytes, bytes]]) -> str | None:
+    """Why the body's coding is refused, if it is: a ``Content-Encoding`` (bodies are read as sent, never
+    decompressed: a compressed one would be refused as not JSON, another read as if it were not) or a
+    ``Transfer-Encoding`` other than ``chunked`` (httptools reads ``gzip, chunked`` as ``chunked``)."""
+    for name, value in headers:
+        if name not in (b"content-encoding", b"transfer-encoding"):
+            continue
+        coding = value.strip().lower()
+        if name == b"content-encoding" and coding not in (b"", b"identity"):
+            return (
+                f"Content-Encoding {shown(value.decode('latin-1'))} is not accepted: send the request body "
+                "uncompressed, without a Content-Encoding header"
+            )
+        if name == b"transfer-encoding" and coding != b"chunked":
+            return (
+                f"Transfer-Encoding {shown(value.decode('latin-1'))} is not accepted: send chunked or a Content-Length"
+            )
+    return None
+
+
 class RequestLimitsMiddleware:
     """Refuse bodies over ``max_body_bytes``, publish ``limits`` to the request models and give the request its
     token budget."""
@@ -52,6 +75,11 @@ class RequestLimitsMiddleware:
             return
         LIMITS.set(self.limits)
         ENCODE_BUDGET.set([self.limits.max_encode_tokens, 0])  # this request's, whatever its connection served before
+        SCORE_BUDGET.set([self.limits.max_scored_rows, 0])  # the postings its keyword queries add up
+        SUGGESTION_BUDGET.set([SUGGESTED_MISSES])  # the unknown words it is given suggestions for
+        if (refused := refused_coding(scope["headers"])) is not None:
+            await error_response("bad_request", refused)(scope, receive, send)
+            return
         if scope["method"] == "POST":
             as_json(scope)
         limit = self.max_body_bytes

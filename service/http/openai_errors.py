@@ -36,7 +36,7 @@ def _problems(details: Any) -> list[ValidationDetail]:
 
 def _place(problem: ValidationDetail) -> str | None:
     """``input`` or ``input[2]``: a problem's field (its location after "body") and the list's item (union tags
-    left out); none for a body that is not JSON (its location is a character offset) or not an object."""
+    left out); none for a body that is not JSON (``json_invalid``: its location is the body) or not an object."""
     loc = [str(part) for part in problem["loc"]][1:]
     if not loc or problem.get("type") == "json_invalid":
         return None

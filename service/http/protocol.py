@@ -3,7 +3,9 @@ API's JSON error envelope. ``embedding-serve`` runs with it (``JsonErrorsProtoco
 
 - 400 ``bad_request``: a request that is not valid HTTP/1.1 (raw non-ASCII bytes or a NUL in the request line, a
   bad Content-Length, a broken header, broken chunked framing, a Transfer-Encoding other than chunked), which
-  uvicorn would answer itself in plain text; also a body the client ends (shuts its side) before it is complete.
+  uvicorn would answer itself in plain text (httptools takes ``gzip, chunked`` as chunked: that one, and a
+  Content-Encoding, ``service.http.limits`` refuses); also a body the client ends (shuts its side) before it is
+  complete.
   A request whose body breaks off this way is given up at once (its app sees ``http.disconnect``): the refusal
   is its answer, and waits only for answers to earlier (pipelined) requests.
 - 505 ``http_version_not_supported``: a request line of another version than HTTP/1.0 or 1.1 (httptools parses

@@ -9,6 +9,7 @@ Clients that leave or never read in the middle of pipelined answers are let go (
 from __future__ import annotations
 
 import contextlib
+import gzip
 import json
 import socket
 import threading
@@ -25,6 +26,7 @@ T = b"/v1/tables/small"
 MB = 1 << 20
 SEND_TIMEOUT = 5  # EMBEDDING_SEND_TIMEOUT of the one-connection server: above its other timeouts
 FIFTY = ", ".join(["1.0"] * 49)
+HEART = b'{"token": "heart", "k": 2}'
 
 
 @pytest.fixture(scope="module")
@@ -209,6 +211,61 @@ def test_100_mb_streamed_is_cut_off_at_the_limit(server: Server) -> None:
     error = assert_envelope(status, headers, body, 413)
     assert error["code"] == "body_too_large"
     assert sent < total  # refused while the client was still sending
+
+
+@pytest.mark.parametrize(
+    ("header", "value"),
+    [("Content-Encoding", "gzip"), ("Content-Encoding", "br"), ("Transfer-Encoding", "gzip, chunked")],
+)
+def test_a_body_coding_the_server_does_not_read_is_named(server: Server, header: str, value: str) -> None:
+    """Bodies are read as sent: a compressed one is not taken for malformed JSON, nor another for plain JSON."""
+    if header == "Content-Encoding":  # gzip: the body compressed; br: the body as it is, which the server must not read
+        raw = http("POST", T + b"/neighbors", gzip.compress(HEART) if value == "gzip" else HEART, {header: value})
+    else:  # chunked framing, no Content-Length
+        head = http("POST", T + b"/neighbors", headers={"Content-Type": "application/json", header: value})
+        raw = head + b"%x\r\n%s\r\n0\r\n\r\n" % (len(HEART), HEART)
+    error = assert_envelope(*send(server, raw), 400)
+    assert f"{header} '{value}' is not accepted" in error["message"], error
+    assert send(server, http("POST", T + b"/neighbors", HEART))[0] == 200  # the same body, plainly sent
+
+
+@pytest.mark.parametrize(
+    ("body", "where"), [(b'{"token": "heart",', 18), (b"token=heart", 0), (b'{"vector": [0.5, 0.25', 21)]
+)
+def test_a_body_that_is_not_json_is_named_so(server: Server, body: bytes, where: int) -> None:
+    """Not a bare "JSON decode error" after a number: the body, where it goes wrong and what to send."""
+    path = T + (b"/search" if body.startswith(b'{"vector"') else b"/neighbors")
+    error = assert_envelope(*send(server, http("POST", path, body)), 422)
+    assert error["message"] == f"body: not valid JSON at character {where}: send one JSON object", error
+
+
+def test_a_request_is_given_suggestions_for_its_first_64_unknown_words(server: Server) -> None:
+    """Each unknown word's suggestions match it against 50,000 labels: a batch of 1,024 misspellings would take
+    seconds of the worker. Its first 64 are given theirs, the others none; the next request has its own 64."""
+    status, _, body = send(server, post(b"/neighbors", json.dumps({"queries": ["hearrt"] * 100, "k": 1})))
+    assert status == 200
+    suggested = [bool(result["error"]["suggestions"]) for result in json.loads(body)["results"]]
+    assert suggested == [True] * 64 + [False] * 36, suggested
+    status, _, body = send(server, http("GET", T + b"/neighbors?token=hearrt"))
+    assert status == 404 and "heart" in json.loads(body)["error"]["suggestions"]
+
+
+LONG_NAME = "n" * MB  # one key of a body within the limit
+UNKNOWN_KEYS = {
+    "an unknown field": (T + b"/neighbors", {"token": "heart", LONG_NAME: 1}),
+    "an unknown field of a batch item": (T + b"/search", {"queries": [{"vector": [0.5] * 50, LONG_NAME: 1}]}),
+    "an unknown field of the OpenAI route": (b"/v1/embeddings", {"model": "small", "input": "heart", LONG_NAME: 1}),
+}
+
+
+@pytest.mark.parametrize("name", list(UNKNOWN_KEYS))
+def test_a_long_key_is_quoted_clipped(server: Server, name: str) -> None:
+    """A key of a megabyte is named by its start: the answer is small, not the key twice over."""
+    path, body = UNKNOWN_KEYS[name]
+    status, _, answer = send(server, http("POST", path, json.dumps(body).encode()))
+    assert status == 422 and len(answer) < 1000, (status, len(answer))
+    error = json.loads(answer)["error"]
+    assert "nnnnnnnnnn..." in error["message"] and "Extra inputs are not permitted" in error["message"], error
 
 
 NEIGHBOURS = b"GET /v1/tables/small/neighbors?id=%d&k=1000 HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"

@@ -134,3 +134,29 @@ def test_a_float_filter_beyond_float64_is_a_422(client: TestClient) -> None:
     refused(client, f"{LEE}/search", {"id": "lee-000", "filter": {"known": {"in": [1, -(10**400)]}}}, "known.in[1]")
     status, answer = post(client, f"{LEE}/search", {"id": "lee-000", "filter": {"known": {"lt": 10**300}}})
     assert status == 200 and answer["passing"] == 300, answer
+
+
+LONG_NAME = "n" * (1 << 20)  # one key of a body within the limit
+
+
+@pytest.mark.parametrize(
+    "filter_",
+    [{LONG_NAME: 1}, {"not": {LONG_NAME: 1}}, {"year": {LONG_NAME: 1}}],
+    ids=["a field", "a field under not", "an operator"],
+)
+def test_a_long_filter_name_is_quoted_clipped(client: TestClient, filter_: dict[str, Any]) -> None:
+    """A field or operator name of a megabyte is named by its start: the answer stays small."""
+    response = client.post(f"{LEE}/search", json={"id": "lee-000", "filter": filter_})
+    assert response.status_code == 422 and len(response.content) < 1000, (response.status_code, len(response.content))
+    assert "nnnnnnnnnn..." in response.json()["error"]["message"]
+
+
+def test_a_long_field_name_of_a_write_is_quoted_clipped(lee_data_dir: Path, tmp_path: Path) -> None:
+    (tmp_path / "lee").symlink_to(lee_data_dir / "lee")
+    document = {"id": "new", "vector": [0.5] * 50, "fields": {LONG_NAME: 1}}
+    with client_for(data_dir=tmp_path, write_keys=["w"]) as client:
+        response = client.post(f"{LEE}/documents", json={"documents": [document]}, headers={"X-API-Key": "w"})
+        assert response.status_code == 422 and len(response.content) < 1000, len(response.content)
+        error = response.json()["error"]
+        assert "has no field 'nnnnnnnnnn" in error["message"] and error["field"].endswith("..."), error
+        assert client.get(f"{LEE}/documents/new", headers={"X-API-Key": "w"}).status_code == 404  # nothing written

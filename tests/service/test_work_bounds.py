@@ -188,6 +188,41 @@ def test_the_bounds_are_settings(data_dir: Path, small: Table, words: list[str])
         assert response.status_code == 200 and len(response.json()["results"][1]["neighbors"][3]["vector"]) == 50
 
 
+SAID = "said " * 19_999  # a query of one word 19,999 times (of 100,000 characters at most), held by 208 documents
+
+
+def test_keyword_queries_whose_words_add_up_too_many_documents_are_a_422(server: Server, data_dir: Path) -> None:
+    """A word is scored each time a query gives it: a query of one common word repeated adds up its documents per
+    repetition. The request's total is bounded (max_scored_rows, as an analogy batch's rows): past it, a 422
+    before any scoring, a batch's queries counting together; a query within it is answered."""
+    keyword = Table.load(data_dir / "lee").keyword
+    assert keyword is not None
+    postings = 19_999 * len(keyword.postings("said")[0])
+    assert postings == 19_999 * 208 and 4 * postings < 20_000_000 < 5 * postings  # the default bound
+
+    def search(body: dict[str, Any]) -> httpx.Response:
+        return HTTP.post(f"{server.base}{LEE}/search", json=body, timeout=120)
+
+    batch = {"queries": [{"text": SAID, "mode": "keyword"}] * 5, "k": 1}
+    response = search(batch)
+    error = error_of((response.status_code, dict(response.headers), response.content), 422)
+    assert f"{5 * postings:,}" in error["message"] and "max_scored_rows of 20,000,000" in error["message"], error
+    response = search({**batch, "queries": batch["queries"][:4]})
+    assert response.status_code == 200 and len(response.json()["results"]) == 4, response.text[:300]
+
+
+def test_the_keyword_bound_counts_written_documents_too(lee_data_dir: Path, tmp_path: Path) -> None:
+    """Documents written since the version are scored beside it (live keyword search): the bound holds there too."""
+    (tmp_path / "lee").symlink_to(lee_data_dir / "lee")
+    key = {"X-API-Key": "w"}
+    with client_for(data_dir=tmp_path, write_keys=["w"], max_scored_rows=10_000) as client:
+        written = {"id": "new", "vector": [0.5] * 50, "text": "It was said, and said again."}
+        assert client.post(f"{LEE}/documents", json={"documents": [written]}, headers=key).status_code == 200
+        over(client, f"{LEE}/search", {"text": "said " * 50, "mode": "keyword"}, "max_scored_rows of 10,000")
+        response = client.post(f"{LEE}/search", json={"text": "said " * 40, "mode": "keyword", "k": 1})
+        assert response.status_code == 200 and response.json()["hits"], response.text[:300]
+
+
 LONG_TEXT_BYTES = 50_000  # a document's text in the table ``long``
 
 

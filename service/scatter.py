@@ -85,6 +85,7 @@ from index.engine.door import (
     unit_queries,
 )
 from index.errors import EmbeddingError, InvalidQuery
+from index.store.payload import LOOKUP_LIMIT, UnknownDocument, unknown_documents
 from service.errors import ApiError, item_error
 from service.logs import REQUEST_ID
 from service.respond import FastJSON
@@ -185,6 +186,32 @@ def as_asked(refused: ShardRefused, document: str | int) -> ShardRefused:
     error["ids"] = [document]
     error["message"] = str(error["message"]).replace(f"id {str(document)!r}", f"id {document}", 1)
     return ShardRefused(refused.status, orjson.dumps(body))
+
+
+def refused_ids(table: str, asked: list[Any], outcomes: Sequence[Any], positive: int) -> None:
+    """Raise the refusal of a query's documents (``asked``, ``positive`` of them positive; ``outcomes``: each
+    one's unit row or its owner's refusal) as the unsharded table words it when none of its shards was written
+    to: its unknown positive ids all named in one 404 (else its unknown negative ids), in the query's order. A
+    shard's refusal that is not an unknown id (or a deleted one: the table was written to, and names its first),
+    and a shard that did not answer, are raised as they are, the first in the query's order."""
+    failed = [i for i, outcome in enumerate(outcomes) if isinstance(outcome, BaseException)]
+    if not failed:
+        return
+    if len(failed) == 1 or not all(unknown_id(outcomes[i]) for i in failed):
+        raise outcomes[failed[0]]
+    named = [asked[i] for i in failed if i < positive] or [asked[i] for i in failed]
+    raise unknown_documents(named[:LOOKUP_LIMIT], len(named), table)
+
+
+def unknown_id(outcome: BaseException) -> bool:
+    """Whether a shard refused a document's vector for an id it does not have (not for one it deleted)."""
+    if not isinstance(outcome, ShardRefused) or outcome.status != 404:
+        return False
+    try:
+        error = orjson.loads(outcome.body)["error"]
+    except (orjson.JSONDecodeError, KeyError, TypeError):
+        return False
+    return bool(error.get("code") == UnknownDocument.code and not str(error.get("message")).endswith("(deleted)"))
 
 
 class ClientKey:
@@ -500,10 +527,7 @@ def route(front: Front, name: str) -> APIRoute:
         ids = await id_type(front, name) or STRING
         asked = positive + negative
         rows = await asyncio.gather(*(front.unit_row(shards, d, ids) for d in asked), return_exceptions=True)
-        # The first refusal in the query's order, as a table written to names its first unknown id.
-        for outcome in rows:
-            if isinstance(outcome, BaseException):
-                raise outcome
+        refused_ids(name, asked, rows, len(positive))
         vector = unit_mean(np.vstack(cast(list[np.ndarray], rows)), len(positive))[0]
         rest = {k: v for k, v in given.items() if k not in ("id", "positive", "negative")}
         rest["vector"] = vector.astype(np.float64).tolist()  # each float32 exactly

@@ -415,23 +415,32 @@ def search_param(index: faiss.Index) -> str | None:
     return "nprobe" if isinstance(inner, faiss.IndexIVF) else None
 
 
-def codes_bound_recall(index: faiss.Index) -> bool:
-    """Whether ``index`` holds fewer bytes per row than the rows' float32s (PQ or SQ codes, a PCA's fewer
-    dimensions), or searches the rows through a PCA (which centres them: their inner products are no longer the
-    cosines): however wide its search, its recall then levels off below 1."""
+def recall_limit(index: faiss.Index) -> str:
+    """What levels ``index``'s recall off below 1 however wide its search, as the tuning says it, or ``""``: codes
+    of fewer bytes per row than the rows' float32s (PQ, SQ: "the codes limit it"), or a PCA, which keeps fewer
+    dimensions or at least centres the rows, so that their inner products are no longer the cosines ("the PCA
+    limits it (32 of 50 dimensions, centred)")."""
     # FAISS's stubs type a chain as a list; it is a SWIG vector, read with at() and size()
     chains: list[Any] = [wrapper.chain for wrapper in index_path(index) if isinstance(wrapper, faiss.IndexPreTransform)]
     transforms = (faiss.downcast_VectorTransform(chain.at(i)) for chain in chains for i in range(chain.size()))
-    if any(isinstance(transform, faiss.PCAMatrix) for transform in transforms):
-        return True
-    inner = searched_index(index)  # its codes, measured against the rows' own dimensions (``index.d``)
+    pcas = [
+        f"{t.d_out} of {t.d_in} dimensions, centred" if t.d_out < t.d_in else "it centres the rows"
+        for t in transforms
+        if isinstance(t, faiss.PCAMatrix)
+    ]
+    inner = searched_index(index)  # its codes, measured against the dimensions it holds (after any transform)
     if isinstance(inner, faiss.IndexIVF):
-        size = int(inner.code_size)
+        codes = int(inner.code_size) < 4 * inner.d
     elif isinstance(inner, faiss.IndexHNSW):
-        size = int(inner.storage.sa_code_size())
+        codes = int(inner.storage.sa_code_size()) < 4 * inner.d
     else:
-        return False
-    return size < 4 * index.d
+        codes = False
+    pca = f"the PCA ({'; '.join(pcas)})" if pcas else ""
+    if pca and codes:
+        return f"{pca} and the codes limit it"
+    if pca:
+        return f"the PCA limits it ({'; '.join(pcas)})"
+    return "the codes limit it" if codes else ""
 
 
 def _tune(
@@ -441,7 +450,7 @@ def _tune(
     reached.
 
     A compressed spec's recall is that of its re-ranked answers (on ``vectors``). An index of codes
-    (``codes_bound_recall``: ``ivfpq``, or a factory string's PQ, SQ or PCA) is bounded by them: the steps stop once
+    (``recall_limit``: ``ivfpq``, or a factory string's PQ, SQ or PCA) is bounded by them: the steps stop once
     ``PLATEAU_STEPS`` in a row gained less than ``PLATEAU_GAIN``."""
     name = search_param(index)
     if name == "efSearch":
@@ -449,7 +458,7 @@ def _tune(
     else:
         nlist = cast(faiss.IndexIVF, searched_index(index)).nlist
         steps = (*(s for s in NPROBE_STEPS if s < nlist), nlist)
-    bounded = codes_bound_recall(index)
+    limit = recall_limit(index)
     rerank = spec.rerank if spec.compressed else 1
     recall, history = 0.0, []
     for step in steps:
@@ -460,11 +469,11 @@ def _tune(
             break
         history.append((step, recall))
         gain = recall - history[-1 - PLATEAU_STEPS][1] if len(history) > PLATEAU_STEPS else 1.0
-        if bounded and gain < PLATEAU_GAIN * PLATEAU_STEPS:
+        if limit and gain < PLATEAU_GAIN * PLATEAU_STEPS:
             # the first step of the plateau: as good, within PLATEAU_GAIN, and cheaper than the last
             step, recall = next((s, r) for s, r in history if r >= recall - PLATEAU_GAIN)
             _set_step(index, spec, step)
-            note(f"tuning: recall@10 stays near {recall:.4f} from {name} {step} on: the codes limit it")
+            note(f"tuning: recall@10 stays near {recall:.4f} from {name} {step} on: {limit}")
             break
     return recall
 

@@ -138,10 +138,11 @@ class Folder:
     def report(self) -> None:
         """A line for what was read and skipped, then a line for each skipped file (the first ones)."""
         if not self.skipped:
-            note(f"read {len(self.files):,} text files of {self.directory}")
+            note(f"read {len(self.files):,} text files of {path_text(self.directory)}")
             return
         summary = ", ".join(f"{count:,} {kind}" for kind, count in self.reasons().items())
-        note(f"read {len(self.files):,} text files of {self.directory}; skipped {len(self.skipped):,}: {summary}")
+        read = f"read {len(self.files):,} text files of {path_text(self.directory)}"
+        note(f"{read}; skipped {len(self.skipped):,}: {summary}")
         for path, why in self.skipped[:SHOWN_SKIPPED]:
             note(f"skipped {path}: {why}")
         if len(self.skipped) > SHOWN_SKIPPED:
@@ -161,7 +162,7 @@ def folder_files(directory: Path) -> tuple[list[tuple[str, Path]], list[tuple[st
 
     def unreadable(error: OSError) -> None:
         place = Path(error.filename or directory).relative_to(directory).as_posix()
-        skipped.append((f"{place}/", f"unreadable folder: {error.strerror or error}"))
+        skipped.append((path_text(place) + "/", f"unreadable folder: {error.strerror or error}"))
 
     for root, folders, names in os.walk(directory, onerror=unreadable):
         here = Path(root)
@@ -184,7 +185,7 @@ def folder_files(directory: Path) -> tuple[list[tuple[str, Path]], list[tuple[st
             elif not path.is_file():
                 # a link to nothing (or a loop of links); or a pipe, socket or device (or a link to one)
                 what = "a pipe, socket or device" if path.exists() else "a broken link?"
-                skipped.append((relative, f"not a regular file ({what})"))
+                skipped.append((path_text(relative), f"not a regular file ({what})"))
             else:
                 found.append((relative, path))
     found.sort(key=lambda item: item[0])
@@ -202,9 +203,17 @@ def bad_name(name: str) -> str:
     return ""
 
 
+# control characters (a newline, a tab, ESC, CR; DEL; C1) as escapes, so that a name stays one plain line
+CONTROLS = {code: f"\\x{code:02x}" for code in (*range(0x20), 0x7F)} | {
+    code: f"\\u{code:04x}" for code in range(0x80, 0xA0)
+}
+
+
 def path_text(path: str | Path) -> str:
-    """A path as the report and the manifest (UTF-8 JSON) show it: bytes of a name that are not UTF-8 as ``\\xe9``."""
-    return os.fsencode(path).decode("utf-8", "backslashreplace")
+    """A path as the report and the manifest (UTF-8 JSON) show it: bytes of a name that are not UTF-8 as ``\\xe9``,
+    control characters as ``\\x0a`` (a newline), ``\\x1b`` (ESC), ``\\u009b``. A file that is read keeps its real
+    name in its passages' ids and ``source``."""
+    return os.fsencode(path).decode("utf-8", "backslashreplace").translate(CONTROLS)
 
 
 def _not_entered(name: str, path: Path) -> str:
@@ -272,12 +281,14 @@ def read_folder(directory: Path, unicode_errors: str = "strict", drop_invalid: b
     paths, skipped = folder_files(directory)
     folder = Folder(directory, skipped=skipped)
     digest = hashlib.sha256()
-    with Progress(f"reading the files of {directory.name or directory}", len(paths), unit="files") as progress:
+    with Progress(
+        f"reading the files of {path_text(directory.name or directory)}", len(paths), unit="files"
+    ) as progress:
         for relative, path in paths:
             progress.advance(1)
             content = _content(path)
             if isinstance(content, str):
-                folder.skipped.append((relative, content))
+                folder.skipped.append((path_text(relative), content))
                 continue
             raw, data = content
             data, encoding = _encoded(data)
@@ -287,16 +298,16 @@ def read_folder(directory: Path, unicode_errors: str = "strict", drop_invalid: b
                 problem, line = _problem(data, encoding, exc)
                 if unicode_errors == "replace":
                     text = data.decode(encoding, "replace")
-                    folder.replaced.append(relative)
+                    folder.replaced.append(path_text(relative))
                 elif drop_invalid:
-                    folder.skipped.append((relative, f"{problem}, line {line}"))
+                    folder.skipped.append((path_text(relative), f"{problem}, line {line}"))
                     continue
                 else:
                     hint = " (use --drop-invalid to skip such files, or --unicode-errors replace)"
-                    raise InputError(path, problem + hint, line=line) from None
+                    raise InputError(path_text(path), problem + hint, line=line) from None
             why = "empty" if not text.strip() else _nul(text)  # a byte-order mark alone; UTF-32 read as UTF-16
             if why:
-                folder.skipped.append((relative, why))
+                folder.skipped.append((path_text(relative), why))
                 continue
             folder.files.append(TextFile(relative, text))
             digest.update(f"{relative}\0{hashlib.sha256(raw).hexdigest()}\n".encode())

@@ -72,6 +72,13 @@ class UnknownDocument(UnknownToken):
     code = "unknown_document"
 
 
+def unknown_documents(shown: Sequence[Any], count: int, table: str) -> UnknownDocument:
+    """The error naming ``shown``, the first (at most ``LOOKUP_LIMIT``) of ``count`` unknown ids, as asked."""
+    more = f" and {count - len(shown):,} more" if count > len(shown) else ""
+    names = ", ".join(repr(u) for u in shown)
+    return UnknownDocument(f"no document with id {names}{more} in table {table!r}", ids=list(shown), count=count)
+
+
 def type_name(arrow_type: pa.DataType) -> str:
     """The field type a stored Arrow type stands for (large variants included)."""
     if pa.types.is_string(arrow_type) or pa.types.is_large_string(arrow_type):
@@ -261,13 +268,7 @@ class Payload:
         if missing.any():
             asked = ids.to_pylist() if isinstance(ids, pa.Array) else list(ids)
             unknown = [asked[i] for i in np.flatnonzero(missing)[:LOOKUP_LIMIT]]
-            more = f" and {int(missing.sum()) - len(unknown):,} more" if missing.sum() > len(unknown) else ""
-            shown = ", ".join(repr(u) for u in unknown)
-            raise UnknownDocument(
-                f"no document with id {shown}{more} in table {self.directory.name!r}",
-                ids=unknown,
-                count=int(missing.sum()),
-            )
+            raise unknown_documents(unknown, int(missing.sum()), self.directory.name)
         return np.asarray(self._sorted_rows[positions], dtype=np.int64)
 
     def find_rows(self, ids: Sequence[str | int]) -> np.ndarray:

@@ -252,6 +252,23 @@ def test_the_front_checks_requests_as_any_search(servers: dict[str, Any], lee_do
         assert status == 422 and "restrict" in got["error"]["message"], got
 
 
+def test_the_front_names_every_unknown_id_as_the_whole_table(servers: dict[str, Any]) -> None:
+    """Unknown ids of one search, on one shard or several, are named at once, in the query's order, as the
+    unsharded table (never written to here) names them: its unknown positive ids, else its unknown negative ones,
+    five of them and how many more."""
+    owners = {shardmap.shard_of_id(f"nope-{i}", SHARDS) for i in range(8)}
+    assert len(owners) > 1
+    for body in (
+        {"positive": ["nope-3", "lee-010", "nope-1"], "negative": ["nope-2"], "k": 5},
+        {"positive": ["lee-010"], "negative": ["nope-2", "lee-020", "nope-0"], "k": 5},
+        {"positive": [f"nope-{i}" for i in range(8)], "negative": ["nope-9"], "k": 5},
+    ):
+        (status, got), (expected_status, expected) = search_both(servers["front"], servers["whole"], body)
+        assert status == expected_status == 404 and got == expected, (body, got, expected)
+    message = "no document with id 'nope-0', 'nope-1', 'nope-2', 'nope-3', 'nope-4' and 3 more in table 'lee'"
+    assert got["error"]["message"] == message and got["error"]["count"] == 8, got
+
+
 def test_the_front_answers_a_batch_item_by_item(servers: dict[str, Any], lee_docs: Lee) -> None:
     """A batch of queries or of vectors: each query scattered on its own, and answered exactly as the whole table
     answers it asked alone, an item's error in its place. (The whole table answers a batch's queries together,

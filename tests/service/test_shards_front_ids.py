@@ -128,3 +128,36 @@ def test_the_front_refuses_the_ids_the_table_refuses_as_the_table_does(
     for ident in (6001, "+-7", "x"):  # none of those batches was written; no id can be "+-7"
         answers = both(servers, "POST", "search", {"id": ident, "k": 1})
         assert answers[0] == answers[1] and answers[0][0] == 404, answers
+
+
+def test_unknown_ids_of_a_table_written_to(servers: dict[str, Server], lee_docs: Lee) -> None:
+    """A table written to since its version names the first of a query's unknown ids, the front every one (it does
+    not know whether another shard was written to); a deleted document is the first refusal, named alike."""
+    vector = lee_docs.vectors[3].tolist()
+    (status, got), _ = both(servers, "POST", "documents", {"documents": [{"id": 7000, "vector": vector}]})
+    assert status == 200 and got["upserted"] == 1, got
+    assert {shardmap.shard_of_id(n, SHARDS) for n in (9001, 9002)} != {shardmap.shard_of_id(9001, SHARDS)}
+    body = {"positive": [9001, 3, "9002"], "negative": [10], "k": 5}
+    (status, got), (expected_status, expected) = search_both(servers["front"], servers["whole"], body)
+    assert status == expected_status == 404, (got, expected)
+    assert expected["error"] == {
+        "code": "unknown_document",
+        "message": "no document with id 9001 in table 'lee'",
+        "ids": [9001],
+        "count": 1,
+    }
+    assert got["error"] == {
+        "code": "unknown_document",
+        "message": "no document with id 9001, '9002' in table 'lee'",
+        "ids": [9001, "9002"],
+        "count": 2,
+    }
+    (status, got), _ = both(servers, "DELETE", "documents/3")
+    assert status == 200 and got["deleted"] == 1, got
+    (status, got), (expected_status, expected) = search_both(servers["front"], servers["whole"], body)
+    assert status == expected_status == 404 and got == expected, (got, expected)
+    assert got["error"]["message"] == "no document with id 9001 in table 'lee'", got
+    body = {"positive": [7000, 3, 9001], "k": 5}
+    (status, got), (expected_status, expected) = search_both(servers["front"], servers["whole"], body)
+    assert status == expected_status == 404 and got == expected, (got, expected)
+    assert got["error"]["message"] == "no document with id 3 in table 'lee' (deleted)", got

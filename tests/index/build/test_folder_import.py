@@ -244,6 +244,42 @@ def test_odd_names_and_links_to_folders_are_named_among_the_skipped(tmp_path: Pa
     assert source["sha256"] == expected_sha256(root, ["sub/GPL-3"])
 
 
+def test_control_characters_in_names_are_escaped_where_they_are_named(tmp_path: Path, data_dir: Path) -> None:
+    """A name holding a newline, a tab, ESC or CR is shown with them escaped (``\\x0a``), as the bytes of a name
+    that is not UTF-8 are: each skipped file is one line on stderr and one plain path in the manifest. A file that
+    is read keeps its real name in its passages' ids and ``source``."""
+    root = tmp_path / "control"
+    (root / "old\rnotes").mkdir(parents=True)
+    shutil.copyfile(LICENSES / "GPL-3", root / "GPL\n3.txt")
+    (root / "empty\nfile.md").write_text(" \n")
+    (root / "tab\there.jpg").write_bytes((REPO / "docs" / "explorer.jpg").read_bytes())
+    (root / "old\rnotes" / "\x1b[31mred").write_text("\n")
+    skipped = [
+        ("empty\\x0afile.md", "empty"),
+        ("old\\x0dnotes/\\x1b[31mred", "empty"),
+        ("tab\\x09here.jpg", "binary (a NUL byte at offset 4)"),
+    ]
+    assert read_folder(root).skipped == skipped
+    command = [EXE, "import", root, "--name", "ctl", "--data-dir", data_dir, "--encoder", "small"]
+    done = subprocess.run(list(map(str, command)), capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    lines = done.stderr.splitlines()
+    assert f"embedding-index: read 1 text files of {root}; skipped 3: 2 empty, 1 binary" in lines
+    for path, why in skipped:
+        assert f"embedding-index: skipped {path}: {why}" in lines
+    table = Table.load(data_dir / "ctl")
+    assert table.manifest["source"]["skipped"] == [{"path": path, "reason": why} for path, why in skipped]
+    assert table.payload is not None
+    assert set(table.payload.column("source").to_pylist()) == {"GPL\n3.txt"}
+    assert table.payload.column("id")[0].as_py() == "GPL\n3.txt#0"
+    (root / "latin\t1.txt").write_bytes("fran\u00e7aise\n".encode("latin-1"))
+    result = run_cli("import", root, "--name", "bad", "--data-dir", data_dir)
+    assert result.code == 1 and result.err.strip() == (
+        f"embedding-index: error: {root}/latin\\x091.txt:1: not UTF-8 text (byte 0xe7) "
+        "(use --drop-invalid to skip such files, or --unicode-errors replace)"
+    )
+
+
 def test_utf16_text_with_a_byte_order_mark_is_read(tmp_path: Path) -> None:
     """What Windows editors and shells write as "Unicode": UTF-16 with a byte-order mark, little- or big-endian,
     compressed or not. Its passages are those of the same text in UTF-8; a mark alone is an empty file."""

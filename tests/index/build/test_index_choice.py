@@ -24,10 +24,10 @@ from index.build.index_choice import (
     build_and_measure,
     build_index,
     choose_auto,
-    codes_bound_recall,
     default_nlist,
     hnsw_add_threads,
     parse_spec,
+    recall_limit,
     scaled_build_seconds,
 )
 from index.build.sources import RawTable
@@ -164,7 +164,7 @@ def test_a_graph_behind_a_transform_is_tuned_and_served_with_its_ef_search(
     if min_recall >= AUTO_TARGET_RECALL:
         assert ef_search > 16 and tuning[-1].startswith(f"embedding-index: tuning: efSearch {ef_search} gives ")
     else:
-        assert tuning[-1].endswith(f"from efSearch {ef_search} on: the codes limit it")
+        assert tuning[-1].endswith(f"from efSearch {ef_search} on: the PCA limits it (32 of 50 dimensions, centred)")
 
 
 def test_a_factory_ivfpq_stops_where_its_codes_cap_recall(tmp_path: Path, glove_raw: RawTable) -> None:
@@ -198,32 +198,34 @@ def test_a_factory_ivfpq_stops_where_its_codes_cap_recall(tmp_path: Path, glove_
 
 
 @pytest.mark.parametrize(
-    ("spec", "bound"),
+    ("spec", "limit"),
     [
-        ("hnsw", False),
-        ("ivf:nlist=16", False),
-        ("ivfpq:nlist=16,m=10", True),
-        ("HNSW32", False),
-        ("HNSW32,Flat", False),
-        ("HNSW16_SQ8", True),
-        ("HNSW16_PQ10", True),
-        ("IVF16,Flat", False),
-        ("IVF16,SQ8", True),
-        ("IVF16,PQ10", True),
-        ("PCA16,IVF16,Flat", True),
-        ("PCA16,HNSW16", True),
-        ("PCA50,HNSW16", True),  # all the dimensions, centred
-        ("HNSW16,RFlat", False),
-        ("L2norm,HNSW16", False),
-        ("Flat", False),
+        ("hnsw", ""),
+        ("ivf:nlist=16", ""),
+        ("ivfpq:nlist=16,m=10", "the codes limit it"),
+        ("HNSW32", ""),
+        ("HNSW32,Flat", ""),
+        ("HNSW16_SQ8", "the codes limit it"),
+        ("HNSW16_PQ10", "the codes limit it"),
+        ("IVF16,Flat", ""),
+        ("IVF16,SQ8", "the codes limit it"),
+        ("IVF16,PQ10", "the codes limit it"),
+        ("PCA16,IVF16,Flat", "the PCA limits it (16 of 50 dimensions, centred)"),
+        ("PCA16,HNSW16", "the PCA limits it (16 of 50 dimensions, centred)"),
+        ("PCA50,HNSW16", "the PCA limits it (it centres the rows)"),  # all the dimensions, centred
+        ("PCA16,IVF16,PQ4", "the PCA (16 of 50 dimensions, centred) and the codes limit it"),
+        ("PCA16,IVF16,SQ8", "the PCA (16 of 50 dimensions, centred) and the codes limit it"),
+        ("HNSW16,RFlat", ""),
+        ("L2norm,HNSW16", ""),
+        ("Flat", ""),
     ],
 )
-def test_an_index_of_codes_is_bounded_whatever_the_spec(spec: str, bound: bool) -> None:
+def test_an_index_of_codes_is_bounded_whatever_the_spec(spec: str, limit: str) -> None:
     """Tuning stops at a plateau for an index that holds less than the rows (codes, a PCA), from a spec or a factory
-    string; never for one that holds the rows."""
+    string, and says which limits it; never for one that holds the rows."""
     rows = clustered(2_000, 50)
     rows /= np.linalg.norm(rows, axis=1, keepdims=True)
-    assert codes_bound_recall(build_index(rows, parse_spec(spec, len(rows), 50))) is bound
+    assert recall_limit(build_index(rows, parse_spec(spec, len(rows), 50))) == limit
 
 
 def test_the_estimate_scales_the_sample_by_the_growth_measured_on_it() -> None:

@@ -40,6 +40,7 @@ import numpy as np
 
 from index.build.budget import AUTO_BUDGET_SECONDS
 from index.build.faiss_stderr import faiss_warnings
+from index.build.recall import kth_scores, tied_recall
 from index.engine.knn import index_path, search_index, searched_index, set_search_params
 from index.errors import InvalidQuery
 from index.progress import Progress, duration, note, record
@@ -378,10 +379,13 @@ def choose_auto(vectors: np.ndarray, budget: float, seed: int = 0) -> tuple[Inde
 
 @dataclass
 class RecallProbe:
-    """``sample`` rows drawn with ``seed`` as queries, with their exact top-10 computed once."""
+    """``sample`` rows drawn with ``seed`` as queries, with the k-th score of their exact top 10 computed once; recall
+    counts a found row whose exact score ties it (:mod:`index.build.recall`)."""
 
     queries: np.ndarray
-    truth: np.ndarray
+    kth: np.ndarray
+    vectors: np.ndarray  # the unit rows the found ones are scored on
+    k: int
 
     @classmethod
     def draw(cls, vectors: np.ndarray, seed: int = 0, sample: int = RECALL_SAMPLE) -> RecallProbe:
@@ -389,14 +393,13 @@ class RecallProbe:
         ids = np.sort(rng.choice(len(vectors), size=min(sample, len(vectors)), replace=False))
         queries = np.ascontiguousarray(vectors[ids])
         k = min(RECALL_K, len(vectors))
-        _, truth = faiss.knn(queries, np.ascontiguousarray(vectors), k, metric=faiss.METRIC_INNER_PRODUCT)
-        return cls(queries, truth)
+        scores, _ = faiss.knn(queries, np.ascontiguousarray(vectors), k, metric=faiss.METRIC_INNER_PRODUCT)
+        return cls(queries, kth_scores(scores), vectors, k)
 
     def recall(self, index: faiss.Index, vectors: np.ndarray | None = None, rerank: int = 1) -> float:
-        """Recall@10 of ``index`` against exact search (re-ranked on ``vectors`` when ``rerank`` > 1)."""
-        _, found = search_index(index, self.queries, self.truth.shape[1], vectors, rerank)
-        hits = sum(len(np.intersect1d(t, f)) for t, f in zip(self.truth, found, strict=True))
-        return hits / self.truth.size
+        """Recall@10 of ``index`` against exact search, ties counted (re-ranked on ``vectors`` when ``rerank`` > 1)."""
+        _, found = search_index(index, self.queries, self.k, vectors, rerank)
+        return tied_recall(self.queries, self.vectors, self.kth, found, self.k)
 
 
 @dataclass

@@ -1,0 +1,77 @@
+"""The builder's recall@10 counts a found row whose exact score ties the k-th exact score (``index.build.recall``):
+on a table of duplicated rows, an index that answers with the other copy is not counted as missing it."""
+
+from __future__ import annotations
+
+import faiss
+import numpy as np
+import pytest
+
+from index.build.index_choice import RecallProbe, build_and_measure, parse_spec
+from index.build.recall import tie_epsilon, tied_recall
+from index.build.sources import RawTable
+
+ROWS = 5_000
+
+
+@pytest.fixture(scope="module")
+def tripled(glove_raw: RawTable) -> np.ndarray:
+    """5,000 GloVe rows, unit-normalised, three times over: rows i, i + 5,000 and i + 10,000 are equal, so a
+    query's exact top 10 holds three copies each of three rows and one copy, of three, of a fourth."""
+    rows = glove_raw.matrix[:ROWS].astype(np.float32)
+    rows /= np.linalg.norm(rows, axis=1, keepdims=True)
+    return np.ascontiguousarray(np.vstack([rows, rows, rows]))
+
+
+def id_recall(unit: np.ndarray, queries: np.ndarray, found: np.ndarray) -> float:
+    """Recall@10 as the share of the exact top-10 ids found (float64 brute force, the lower id first among ties)."""
+    truth = np.argsort(-(queries.astype(np.float64) @ unit.astype(np.float64).T), axis=1, kind="stable")[:, :10]
+    return float(np.mean([len(np.intersect1d(t, f)) / 10 for t, f in zip(truth, found, strict=True)]))
+
+
+def float64_tied_recall(unit: np.ndarray, queries: np.ndarray, found: np.ndarray) -> float:
+    """Recall@10 counting a found row whose float64 score reaches the float64 k-th score (rounding apart)."""
+    scores = queries.astype(np.float64) @ unit.astype(np.float64).T
+    kth = -np.partition(-scores, 9, axis=1)[:, 9]
+    got = np.take_along_axis(scores, found, axis=1)
+    return float(np.mean(got >= kth[:, None] - 1e-12))
+
+
+def test_an_exact_index_answering_with_the_other_copies_has_recall_1(tripled: np.ndarray) -> None:
+    """An exact index over the rows in another order finds, among equal rows, a copy the exact top 10 did not
+    take: by ids it misses one row in ten, tied rows counted it misses none."""
+    index = faiss.IndexIDMap(faiss.IndexFlatIP(tripled.shape[1]))
+    order = np.arange(3 * ROWS)[::-1].copy()  # the last copies first
+    index.add_with_ids(tripled[order], order.astype(np.int64))
+    probe = RecallProbe.draw(tripled)
+    _, found = index.search(probe.queries, 10)
+    assert id_recall(tripled, probe.queries, found) < 0.95
+    assert probe.recall(index) == 1.0
+
+
+def test_an_hnsw_index_on_duplicated_rows_is_measured_with_its_ties(tripled: np.ndarray) -> None:
+    """The builder's recall@10 of an HNSW graph over duplicated rows is what float64 brute force gives when tied
+    rows count, well above the share of exact top-10 ids the graph returns."""
+    spec = parse_spec("hnsw:M=8,efConstruction=40,efSearch=16", len(tripled))
+    built = build_and_measure(tripled, spec, min_recall=0.0)
+    probe = RecallProbe.draw(tripled)  # the builder's sample (seed 0)
+    _, found = built.index.search(probe.queries, 10)
+    by_ids = id_recall(tripled, probe.queries, found)
+    tied = float64_tied_recall(tripled, probe.queries, found)
+    assert built.info["recall_at_10"] == pytest.approx(tied, abs=1e-4)
+    assert by_ids < tied - 0.05
+
+
+def test_rows_apart_by_more_than_rounding_are_not_ties(glove_raw: RawTable) -> None:
+    """Without duplicates, a found row counts only if it is in the exact top 10 or within rounding of the 10th:
+    answers that drop each query's first row for its 11th have recall 0.9 by ids, and a near tie more."""
+    unit = glove_raw.matrix[:ROWS].astype(np.float32)
+    unit /= np.linalg.norm(unit, axis=1, keepdims=True)
+    probe = RecallProbe.draw(unit)
+    scores, top11 = faiss.knn(probe.queries, unit, 11, metric=faiss.METRIC_INNER_PRODUCT)
+    shifted = top11[:, 1:]
+    assert id_recall(unit, probe.queries, shifted) == pytest.approx(0.9)
+    # GloVe's own near ties: an 11th row within float32's rounding of the 10th ("+" after "p", 2.2e-6 apart)
+    ties = int(np.count_nonzero(scores[:, 9] - scores[:, 10] <= tie_epsilon(unit.shape[1])))
+    assert ties <= 3
+    assert tied_recall(probe.queries, unit, probe.kth, shifted, 10) == pytest.approx(0.9 + ties / shifted.size)

@@ -27,21 +27,23 @@ def kth_scores(scores: np.ndarray) -> np.ndarray:
     return np.asarray(scores, dtype=np.float32)[:, -1]
 
 
-def tied_hits(queries: np.ndarray, vectors: np.ndarray, kth: np.ndarray, found: np.ndarray) -> int:
-    """How many ``found`` ids (queries, k; -1 for none) score at least ``kth`` (each query's k-th exact score) less
+def tied_found(queries: np.ndarray, vectors: np.ndarray, kth: np.ndarray, found: np.ndarray) -> np.ndarray:
+    """Which ``found`` ids (queries, k; -1 for none) score at least ``kth`` (each query's k-th exact score) less
     :func:`tie_epsilon`, scored exactly as the inner product of ``queries`` with the unit rows ``vectors``."""
     found = np.asarray(found, dtype=np.int64)
     eps = tie_epsilon(vectors.shape[1])
-    hits = 0
+    out = np.zeros(found.shape, dtype=bool)
     for start in range(0, len(found), SCORE_BLOCK):
         ids = found[start : start + SCORE_BLOCK]
         valid = ids >= 0
         rows = np.asarray(vectors[np.where(valid, ids, 0).ravel()], dtype=np.float32).reshape(*ids.shape, -1)
         scores = np.einsum("qkd,qd->qk", rows, np.asarray(queries[start : start + SCORE_BLOCK], dtype=np.float32))
-        hits += int(np.count_nonzero(valid & (scores >= kth[start : start + SCORE_BLOCK, None] - eps)))
-    return hits
+        out[start : start + SCORE_BLOCK] = valid & (
+            scores >= np.asarray(kth[start : start + SCORE_BLOCK])[:, None] - eps
+        )
+    return out
 
 
 def tied_recall(queries: np.ndarray, vectors: np.ndarray, kth: np.ndarray, found: np.ndarray, k: int) -> float:
-    """Recall@``k`` of the ``found`` ids (queries, k), ties counted (:func:`tied_hits`)."""
-    return tied_hits(queries, vectors, kth, found) / (len(queries) * k)
+    """Recall@``k`` of the ``found`` ids (queries, k), ties counted (:func:`tied_found`)."""
+    return int(np.count_nonzero(tied_found(queries, vectors, kth, found))) / (len(queries) * k)

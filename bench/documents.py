@@ -277,6 +277,8 @@ def kth_best(
 
 
 def search_figures(corpus: Corpus, queries: np.ndarray, answers: dict[str, Any]) -> dict[str, Any]:
+    from index.build.recall import tied_found
+
     row_of = {token: i for i, token in enumerate(corpus.ids)}
     unit, q = unit64(corpus.matrix), unit64(queries)
     masks = {case: corpus.passing(case) for case in FILTERS}
@@ -290,7 +292,13 @@ def search_figures(corpus: Corpus, queries: np.ndarray, answers: dict[str, Any])
             rows = np.array([row_of[x] for x in ids], dtype=np.int64)
             good = len(rows) == expected and bool(np.all(mask[rows]))
             exact_ok += good and bool(np.all(unit[rows] @ q[i] >= kth[case][i] - 1e-5))
-        recall = [len(set(a) & set(b)) / max(1, len(b)) for a, b in zip(hnsw_hits, flat_hits, strict=True)]
+        # a passing HNSW hit counts when it ties the exact k-th (imported copies of a document are equal rows)
+        found = np.full((len(hnsw_hits), K), -1, dtype=np.int64)
+        for row, ids in zip(found, hnsw_hits, strict=True):
+            row[: len(ids)] = [row_of[x] for x in ids]
+        found[(found >= 0) & ~mask[found]] = -1
+        tied = tied_found(q, unit, kth[case], found).sum(axis=1)
+        recall = [min(1.0, hits / max(1, len(b))) for hits, b in zip(tied, flat_hits, strict=True)]
         row: dict[str, Any] = {
             "passing": int(mask.sum()),
             "fraction": float(mask.mean()),
@@ -479,6 +487,7 @@ def crossover(table: Any, queries: np.ndarray) -> list[dict[str, Any]]:
 def sweep_point(table: Any, rows: Any, queries: np.ndarray) -> dict[str, Any]:
     import faiss
 
+    from index.build.recall import tied_recall
     from index.engine.knn import exact_knn, exact_knn_rows, filtered_params, search_index
     from index.engine.table import FILTER_INDEX_FRACTION
 
@@ -497,16 +506,18 @@ def sweep_point(table: Any, rows: Any, queries: np.ndarray) -> dict[str, Any]:
         "index_unwidened": lambda q: search_index(index, q, K, vectors, table.rerank, plain),
     }
     times: dict[str, list[float]] = {way: [] for way in ways}
-    answers: dict[str, list[set[int]]] = {way: [] for way in ways}
+    answers: dict[str, list[np.ndarray]] = {way: [] for way in ways}
+    kth = np.empty(len(queries), dtype=np.float32)
     for i in range(len(queries)):
         for way, search in ways.items():
             started = time.perf_counter()
-            _, ids = search(queries[i : i + 1])
+            scores, ids = search(queries[i : i + 1])
             times[way].append((time.perf_counter() - started) * 1000)
-            found = ids[0] if way != "exact_gathered" else rows.ids[ids[0]]
-            answers[way].append({int(x) for x in found if x >= 0})
-    recall = {
-        way: float(np.mean([len(a & e) / K for a, e in zip(answers[way], answers["exact"], strict=True)]))
+            answers[way].append(ids[0] if way != "exact_gathered" else rows.ids[ids[0]])
+            if way == "exact":
+                kth[i] = scores[0][-1]
+    recall = {  # a hit tying the exact k-th counts (:mod:`index.build.recall`)
+        way: tied_recall(queries, vectors, kth, np.vstack(answers[way]), K)
         for way in ("index", "index_fourth_root", "index_unwidened")
     }
     return {

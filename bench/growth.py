@@ -54,6 +54,7 @@ from bench.common import (
 )
 from bench.neighbours import timed
 from bench.workers_memory import Mem
+from index.build.recall import kth_scores, tied_recall
 from index.engine.table import Table
 
 K = 10
@@ -122,17 +123,16 @@ def latencies(table: Table, queries: np.ndarray, exact: bool) -> list[float]:
     return [timed(lambda q=q: table.search(q[None, :], K, exact=exact)) * 1000 for q in queries]
 
 
-def sweep(table: Table, queries: np.ndarray, truth: np.ndarray, quick: bool) -> list[dict[str, Any]]:
+def sweep(table: Table, queries: np.ndarray, kth: np.ndarray, quick: bool) -> list[dict[str, Any]]:
+    """recall@10 (ties with the exact 10th, ``kth``, counted) and p50 per efSearch, up to recall 0.999."""
     out = []
     for ef in EF_SEARCH[:2] if quick else EF_SEARCH:
         table.index.hnsw.efSearch = ef
         _, found = table.index.search(queries, K)
-        hits = sum(len(np.intersect1d(t, f)) for t, f in zip(truth, found, strict=True))
+        recall = recall_of(queries, table.vectors, kth, found)
         ms = latencies(table, queries[:100], exact=False)
-        out.append(
-            {"efSearch": ef, "recall_at_10": round(hits / truth.size, 4), "p50_ms": round(percentile(ms, 50), 4)}
-        )
-        if hits / truth.size >= 0.999:
+        out.append({"efSearch": ef, "recall_at_10": recall, "p50_ms": round(percentile(ms, 50), 4)})
+        if recall >= 0.999:
             break
     return out
 
@@ -167,9 +167,9 @@ def measure_cell(ctx: Context, dim: int, rows: int) -> dict[str, Any]:
         queries = np.ascontiguousarray(sample(np.random.default_rng(7), 100 if ctx.quick else 1000, dim))
         queries /= np.linalg.norm(queries, axis=1, keepdims=True)
         flat, hnsw = Table.load(data_dir / "flat", checksums=False), Table.load(data_dir / "hnsw", checksums=False)
-        _, truth = faiss.knn(queries, np.asarray(flat.vectors), K, metric=faiss.METRIC_INNER_PRODUCT)
+        scores, _ = faiss.knn(queries, np.asarray(flat.vectors), K, metric=faiss.METRIC_INNER_PRODUCT)
         builder_ef = hnsw.index.hnsw.efSearch
-        recall = sweep(hnsw, queries, truth, ctx.quick)
+        recall = sweep(hnsw, queries, kth_scores(scores), ctx.quick)
         good = [r for r in recall if r["recall_at_10"] >= RECALL_GOAL]
         chosen = good[0]["efSearch"] if good else recall[-1]["efSearch"]
         hnsw.index.hnsw.efSearch = chosen
@@ -200,24 +200,23 @@ def measure_cell(ctx: Context, dim: int, rows: int) -> dict[str, Any]:
 
 
 # ------------------------------------------------------- bigger than memory
-def exact_top(vectors: np.ndarray, queries: np.ndarray, k: int) -> np.ndarray:
-    """Exact top-``k`` ids by inner product, ``TRUTH_BLOCK`` rows at a time (never the whole matrix at once)."""
-    best_scores = np.full((len(queries), 0), -np.inf, dtype=np.float32)
-    best_ids = np.zeros((len(queries), 0), dtype=np.int64)
+def exact_kth(vectors: np.ndarray, queries: np.ndarray, k: int) -> np.ndarray:
+    """The ``k``-th exact score by inner product of each query, ``TRUTH_BLOCK`` rows at a time (never the whole
+    matrix at once)."""
+    best = np.full((len(queries), 0), -np.inf, dtype=np.float32)
     for start in range(0, len(vectors), TRUTH_BLOCK):
         block = np.ascontiguousarray(vectors[start : start + TRUTH_BLOCK])
-        scores, ids = faiss.knn(queries, block, min(k, len(block)), metric=faiss.METRIC_INNER_PRODUCT)
-        best_scores = np.hstack([best_scores, scores])
-        best_ids = np.hstack([best_ids, ids + start])
-        order = np.argsort(-best_scores, axis=1, kind="stable")[:, :k]
-        best_scores = np.take_along_axis(best_scores, order, axis=1)
-        best_ids = np.take_along_axis(best_ids, order, axis=1)
-    return best_ids
+        scores, _ = faiss.knn(queries, block, min(k, len(block)), metric=faiss.METRIC_INNER_PRODUCT)
+        best = -np.sort(-np.hstack([best, scores]), axis=1)[:, :k]
+    return kth_scores(best)
 
 
-def recall_of(truth: np.ndarray, found: list[list[int]] | np.ndarray) -> float:
-    hits = sum(len(np.intersect1d(t, f)) for t, f in zip(truth, found, strict=True))
-    return round(hits / truth.size, 4)
+def recall_of(queries: np.ndarray, vectors: np.ndarray, kth: np.ndarray, found: list[list[int]] | np.ndarray) -> float:
+    """recall@10 of the ``found`` ids (fewer than 10 padded as none), ties with the exact 10th counted."""
+    ids = np.full((len(found), K), -1, dtype=np.int64)
+    for row, answer in zip(ids, found, strict=True):
+        row[: len(answer)] = answer
+    return round(tied_recall(queries[: len(ids)], vectors, kth[: len(ids)], ids, K), 4)
 
 
 def server_memory(pid: int) -> dict[str, float]:
@@ -258,9 +257,9 @@ def measure_compressed(ctx: Context, rows: int, dim: int, spec: str) -> dict[str
         queries = np.ascontiguousarray(sample(np.random.default_rng(7), 100 if ctx.quick else 1000, dim))
         queries /= np.linalg.norm(queries, axis=1, keepdims=True)
         table = Table.load(directory, checksums=False)
-        truth = exact_top(table.vectors, queries, K)
-        reranked = recall_of(truth, [[i for i, _ in hits] for hits in table.search(queries, K)])
-        _, raw = table.index.search(queries, K)
+        kth = exact_kth(table.vectors, queries, K)
+        reranked = recall_of(queries, table.vectors, kth, [[i for i, _ in hits] for hits in table.search(queries, K)])
+        without_rerank = recall_of(queries, table.vectors, kth, table.index.search(queries, K)[1])
         probes = queries[: 20 if ctx.quick else 200]
         rounds = [percentile(latencies(table, probes, exact=False), 50) for _ in range(ctx.rounds)]
         del table
@@ -282,7 +281,9 @@ def measure_compressed(ctx: Context, rows: int, dim: int, spec: str) -> dict[str
                 answers.append(response.json()["neighbors"])
             warmed = server_memory(server.process.pid)
             served_ids = [[h["id"] for h in hits] for hits in answers]
-            rows_check = np.asarray(Table.load(directory, checksums=False).vectors[served_ids[0]], dtype=np.float64)
+            vectors = Table.load(directory, checksums=False).vectors
+            served_recall = recall_of(queries, vectors, kth, served_ids)
+            rows_check = np.asarray(vectors[served_ids[0]], dtype=np.float64)
             exact_scores = rows_check @ queries[0].astype(np.float64)
             score_error = float(np.max(np.abs(exact_scores - [h["score"] for h in answers[0]])))
             command = server.command
@@ -300,8 +301,8 @@ def measure_compressed(ctx: Context, rows: int, dim: int, spec: str) -> dict[str
             "server": {"idle": idle, "after_warmup": warmed, "warmup_queries": warm, "command": command},
             "rss_over_disk": round(warmed["rss_mib"] * MIB / disk, 4),
             "recall_at_10": reranked,
-            "recall_at_10_served": recall_of(truth[:warm], served_ids),
-            "recall_at_10_without_rerank": recall_of(truth, raw),
+            "recall_at_10_served": served_recall,
+            "recall_at_10_without_rerank": without_rerank,
             "served_score_max_error": score_error,
             "queries": len(queries),
             "p50_ms": round(median(rounds), 4),

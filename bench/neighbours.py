@@ -35,6 +35,7 @@ from bench.common import (
     wait_idle,
     wrk_path,
 )
+from index.build.recall import tied_recall
 from index.engine.table import Table
 
 K = 10
@@ -133,23 +134,24 @@ def in_process(ctx: Context, table: Table, kv: Any, words: list[tuple[str, int]]
 
 
 def recall_sweep(ctx: Context, table: Table, words: list[tuple[str, int]]) -> list[dict[str, Any]]:
-    """recall@10 of the HNSW index against exact search (query words left out, as in answers) per efSearch."""
+    """recall@10 of the HNSW index against exact search (query words left out, as in answers; a row tying the
+    exact 10th counts, as in the builder's) per efSearch."""
     if table.index is None:
         return []
     queries = words[: 100 if ctx.quick else 1000]
     ids = [i for _, i in queries]
     vectors = np.vstack([table.mean_query([i]) for i in ids])
     exclude = [{i} for i in ids]
-    truth = table.search(vectors, K, exact=True, exclude=exclude)
+    kth = np.array([answer[-1][1] for answer in table.search(vectors, K, exact=True, exclude=exclude)], np.float32)
     saved = table.index.hnsw.efSearch
     out = []
     try:
         for ef in EF_SEARCH[:3] if ctx.quick else EF_SEARCH:
             table.index.hnsw.efSearch = ef
-            found = table.search(vectors, K, exclude=exclude)
-            hits = sum(len({j for j, _ in t} & {j for j, _ in f}) for t, f in zip(truth, found, strict=True))
+            found = np.array([[j for j, _ in answer] for answer in table.search(vectors, K, exclude=exclude)])
+            recall = tied_recall(vectors, np.asarray(table.vectors), kth, found, K)
             ms = [timed(lambda v=v: table.search(v[None, :], K)) * 1000 for v in vectors[:200]]
-            out.append({"efSearch": ef, "recall_at_10": round(hits / (K * len(ids)), 4), "p50_ms": percentile(ms, 50)})
+            out.append({"efSearch": ef, "recall_at_10": round(recall, 4), "p50_ms": percentile(ms, 50)})
     finally:
         table.index.hnsw.efSearch = saved
     return out

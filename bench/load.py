@@ -153,7 +153,9 @@ async def run_httpx(
 
         async def worker() -> None:
             nonlocal counter, errors
-            while time.perf_counter() < deadline and (not max_requests or counter < max_requests):
+            sent_one = False  # each connection sends one request at least: a starved start may pass the deadline
+            while not sent_one or (time.perf_counter() < deadline and (not max_requests or counter < max_requests)):
+                sent_one = True
                 item = requests[counter % len(requests)]
                 counter += 1
                 sent = time.perf_counter()

@@ -138,9 +138,7 @@ def test_a_graph_behind_a_transform_is_tuned_and_served_with_its_ef_search(
     """A graph inside an ``IndexPreTransform`` has its efSearch tuned as ``HNSW8``'s is: behind ``L2norm`` it is
     raised to the target, behind a PCA of 32 of the 50 dimensions it stops where the projection caps recall. The
     manifest records it, the loaded table searches with it and gives the recall the manifest says."""
-    stream = io.StringIO()
-    progress.CONFIG.stream = stream
-    try:
+    with progress_lines() as stream:
         manifest = build_table(
             glove_5k(glove_raw),
             data_dir=tmp_path,
@@ -149,8 +147,6 @@ def test_a_graph_behind_a_transform_is_tuned_and_served_with_its_ef_search(
             index_spec=factory,
             min_recall=min_recall,
         )
-    finally:
-        progress.CONFIG.stream = None
     info = manifest["index"]
     ef_search = info["spec"]["efSearch"]
     assert info["spec"]["factory"] == factory and info["faiss_description"] == "IndexPreTransform"

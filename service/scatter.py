@@ -71,8 +71,10 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from index.engine.door import (
     LISTS,
+    LOOKUP_LIMIT,
     STRING,
     DocumentSearch,
+    UnknownDocument,
     depths,
     diverse,
     merge,
@@ -83,9 +85,9 @@ from index.engine.door import (
     summed_statistics,
     unit_mean,
     unit_queries,
+    unknown_documents,
 )
 from index.errors import EmbeddingError, InvalidQuery
-from index.store.payload import LOOKUP_LIMIT, UnknownDocument, unknown_documents
 from service.errors import ApiError, item_error
 from service.logs import REQUEST_ID
 from service.respond import FastJSON

@@ -164,30 +164,30 @@ class ShardRefused(Exception):
         super().__init__(status)
         self.status, self.body = status, body
 
+    def error(self) -> dict[str, Any] | None:
+        """The error of its envelope (None: its body holds none)."""
+        try:
+            error = orjson.loads(self.body)["error"]
+        except (orjson.JSONDecodeError, KeyError, TypeError):
+            return None
+        return error if isinstance(error, dict) else None
+
 
 def refusal_text(refused: ShardRefused) -> str:
     """The message of a shard's refusal (its envelope's, else the start of its body)."""
-    try:
-        return str(orjson.loads(refused.body)["error"]["message"])
-    except (orjson.JSONDecodeError, KeyError, TypeError):
-        return refused.body[:200].decode("utf-8", "replace")
+    error = refused.error()
+    return str(error["message"]) if error and "message" in error else refused.body[:200].decode("utf-8", "replace")
 
 
 def as_asked(refused: ShardRefused, document: str | int) -> ShardRefused:
     """A shard's refusal of the id ``document``, which a URL sent as text, naming it as the client wrote it (an
     integer as an integer), as the table's own refusal of a query by that id names it."""
-    if isinstance(document, str):
-        return refused
-    try:
-        body = orjson.loads(refused.body)
-        error = body["error"]
-    except (orjson.JSONDecodeError, KeyError, TypeError):
-        return refused
-    if error.get("ids") != [str(document)]:
+    error = None if isinstance(document, str) else refused.error()
+    if error is None or error.get("ids") != [str(document)]:
         return refused
     error["ids"] = [document]
     error["message"] = str(error["message"]).replace(f"id {str(document)!r}", f"id {document}", 1)
-    return ShardRefused(refused.status, orjson.dumps(body))
+    return ShardRefused(refused.status, orjson.dumps({"error": error}))
 
 
 def refused_ids(table: str, asked: list[Any], outcomes: Sequence[Any], positive: int) -> None:
@@ -207,11 +207,7 @@ def refused_ids(table: str, asked: list[Any], outcomes: Sequence[Any], positive:
 
 def unknown_id(outcome: BaseException) -> bool:
     """Whether a shard refused a document's vector for an id it does not have (not for one it deleted)."""
-    if not isinstance(outcome, ShardRefused) or outcome.status != 404:
-        return False
-    try:
-        error = orjson.loads(outcome.body)["error"]
-    except (orjson.JSONDecodeError, KeyError, TypeError):
+    if not isinstance(outcome, ShardRefused) or outcome.status != 404 or (error := outcome.error()) is None:
         return False
     return bool(error.get("code") == UnknownDocument.code and not str(error.get("message")).endswith("(deleted)"))
 

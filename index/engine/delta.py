@@ -20,7 +20,7 @@ import numpy as np
 from index.engine.filters import RowSet
 from index.engine.table import Table, VectorSearch
 from index.errors import InvalidQuery
-from index.store.payload import LOOKUP_LIMIT, TIMESTAMP, Payload, UnknownDocument, arrow_types, id_key
+from index.store.payload import LOOKUP_LIMIT, TIMESTAMP, Payload, arrow_types, id_key, unknown_documents
 from index.store.rows import normalise, row_norms
 from index.store.writelog import LogMismatch, Record, Shape, first_misfit
 
@@ -142,12 +142,8 @@ class Delta:
         rows = self.payload.row_of(ids)
         gone = self.deleted[rows]
         if gone.any():
-            shown = ", ".join(repr(i) for i in np.asarray(ids, dtype=object)[gone][:LOOKUP_LIMIT])
-            raise UnknownDocument(
-                f"no document with id {shown} in table {self.payload.directory.name!r} (deleted)",
-                ids=list(np.asarray(ids, dtype=object)[gone][:LOOKUP_LIMIT]),
-                count=int(gone.sum()),
-            )
+            shown = list(np.asarray(ids, dtype=object)[gone][:LOOKUP_LIMIT])
+            raise unknown_documents(shown, int(gone.sum()), self.payload.directory.name, deleted=True)
         return rows
 
     def exists(self, keys: Sequence[Key]) -> np.ndarray:

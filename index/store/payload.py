@@ -72,11 +72,13 @@ class UnknownDocument(UnknownToken):
     code = "unknown_document"
 
 
-def unknown_documents(shown: Sequence[Any], count: int, table: str) -> UnknownDocument:
-    """The error naming ``shown``, the first (at most ``LOOKUP_LIMIT``) of ``count`` unknown ids, as asked."""
+def unknown_documents(shown: Sequence[Any], count: int, table: str, deleted: bool = False) -> UnknownDocument:
+    """The error naming ``shown``, the first (at most ``LOOKUP_LIMIT``) of ``count`` unknown ids, as asked
+    (``deleted``: ids of the version's documents deleted since)."""
     more = f" and {count - len(shown):,} more" if count > len(shown) else ""
     names = ", ".join(repr(u) for u in shown)
-    return UnknownDocument(f"no document with id {names}{more} in table {table!r}", ids=list(shown), count=count)
+    gone = " (deleted)" if deleted else ""
+    return UnknownDocument(f"no document with id {names}{more} in table {table!r}{gone}", ids=list(shown), count=count)
 
 
 def type_name(arrow_type: pa.DataType) -> str:

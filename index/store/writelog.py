@@ -384,7 +384,7 @@ def check_writable(path: Path) -> None:
     except FileNotFoundError:
         return
     except OSError as exc:
-        raise LogWriteFailed(f"write log {path.name} cannot be written ({exc.strerror or exc})") from exc
+        raise LogWriteFailed(f"write log {path.name} could not be opened for writing ({exc.strerror or exc})") from exc
 
 
 def read(path: Path) -> list[Record]:

@@ -69,8 +69,6 @@ export class TableMap {
     this.frame = 0;
     this.drawTimes = [];
     this.generation = 0;
-    this.shown = 0; // the generation of the layout drawn
-    this.coloured = -1; // the generation of the layout the colours held were made for (-1: none held)
     this.asked = null; // {table, method} of the latest load
     this.colourTicket = 0;
     this.wire();
@@ -117,7 +115,6 @@ export class TableMap {
       this.y[i] = y0 + (codes[2 * i + 1] + 32767) * ky;
     }
     this.n = n;
-    this.shown = generation;
     this.bounds = { x0, x1, y0, y1 };
     this.labels = null;
     this.labelsLost = false;
@@ -274,8 +271,7 @@ export class TableMap {
       if (ticket !== this.colourTicket) return false;
       if (!ok) {
         this.noteColours(data.error?.message || "colour column not loaded");
-        if (this.coloured !== this.shown) await this.colourBy("rank", redraw); // the codes held are another layout's
-        else this.root.querySelector(".tm-colour").value = this.column; // the colours drawn stay: the menu says which
+        this.root.querySelector(".tm-colour").value = this.column; // the colours drawn stay: the menu says which
         return false;
       }
       // Another layout asked for since: these colours, the layout shown's, are drawn on neither (the menu keeps the
@@ -310,7 +306,6 @@ export class TableMap {
     const n = this.n;
     this.codes = codes;
     this.colours = colours;
-    this.coloured = this.shown;
     this.gcodes = new Uint8Array(n);
     const items = this.grid.items;
     for (let j = 0; j < n; j++) this.gcodes[j] = codes[items[j]];

@@ -323,8 +323,8 @@ def test_a_log_the_compaction_could_not_cut_stops_it_before_anything_is_publishe
         refused = run_cli("compact", "lee", "--data-dir", data)
     assert refused.code != 0 and "Traceback" not in refused.err, refused.err
     assert (
-        "table 'lee' not compacted: write log lee.log cannot be written (Operation not permitted), and a compaction "
-        "cuts it once its new version is published; nothing was changed" in refused.err
+        "table 'lee' not compacted: write log lee.log could not be opened for writing (Operation not permitted), and "
+        "a compaction cuts it once its new version is published; nothing was changed" in refused.err
     ), refused.err
     assert (data / "lee" / artifact.MANIFEST).read_bytes() == manifest and not list(data.glob(".tmp-*"))
     assert [r.seq for r in writelog.recover(log)] == [1, 2, 3]

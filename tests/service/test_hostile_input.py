@@ -84,7 +84,7 @@ def test_a_lone_surrogate_in_openai_embeddings_is_a_422(client: TestClient) -> N
 
 def test_openai_errors_name_the_right_param(client: TestClient) -> None:
     """A table that embeds no text is the model's fault whatever the dimensions asked (no model, as on
-    ``GET /v1/models/lee``); a body that is not JSON names no param (its location is a character offset)."""
+    ``GET /v1/models/lee``); a body that is not JSON names no param (its location is the body)."""
     status, answer = post(client, "/v1/embeddings", {"model": "lee", "input": "heart", "dimensions": 384})
     assert status == 404 and (answer["error"]["param"], answer["error"]["code"]) == ("model", "model_not_found")
     broken = client.post("/v1/embeddings", content=b'{"model": "lee", "input": "heart",}')

@@ -175,30 +175,20 @@ def test_a_write_route_names_a_write_key_with_or_without_a_read_key(
         ("DELETE", "/v1/tables/{}/documents/notes/x", None),
     ]
     unknown = "x" + READ
+
+    def refusals(kind: str, action: str, read_key: str | None) -> dict[str | None, tuple[int, str, str]]:
+        """What a route that needs ``kind`` answers no key, a key the server lacks and the read key (a key of the
+        server only when it is set)."""
+        return {
+            None: (401, "unauthorized", needs.format(kind)),
+            unknown: (403, "forbidden", not_valid.format(kind)),
+            READ: (403, "forbidden", reader.format(action, kind) if read_key else not_valid.format(kind)),
+        }
+
     for read_key in (READ, None):
-        expected_writes = {
-            None: (401, "unauthorized", needs.format(write_key)),
-            unknown: (403, "forbidden", not_valid.format(write_key)),
-            READ: (
-                403,
-                "forbidden",
-                reader.format("write documents", write_key) if read_key else not_valid.format(write_key),
-            ),
-        }
-        expected_admin = {
-            None: (401, "unauthorized", needs.format(admin_key)),
-            unknown: (403, "forbidden", not_valid.format(admin_key)),
-            READ: (
-                403,
-                "forbidden",
-                reader.format("use the admin endpoints", admin_key) if read_key else not_valid.format(admin_key),
-            ),
-        }
-        expected_read_only = {
-            None: (403, "forbidden", read_only),
-            unknown: (403, "forbidden", read_only),
-            READ: (403, "forbidden", read_only),
-        }
+        expected_writes = refusals(write_key, "write documents", read_key)
+        expected_admin = refusals(admin_key, "use the admin endpoints", read_key)
+        expected_read_only = dict.fromkeys(expected_writes, (403, "forbidden", read_only))
         keys = {"read_api_key": read_key, "api_key": ADMIN}
         for write_keys, expected in (([WRITE], expected_writes), ([], expected_read_only)):
             with client_for(data_dir=small_data_dir, tables=["small"], write_keys=write_keys, **keys) as client:

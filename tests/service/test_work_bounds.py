@@ -212,15 +212,24 @@ def test_keyword_queries_whose_words_add_up_too_many_documents_are_a_422(server:
 
 
 def test_the_keyword_bound_counts_written_documents_too(lee_data_dir: Path, tmp_path: Path) -> None:
-    """Documents written since the version are scored beside it (live keyword search): the bound holds there too."""
+    """Documents written since the version are scored beside it (live keyword search) and count towards the bound:
+    a query whose word the version's documents alone keep at the bound is refused once a written document holds
+    that word too."""
     (tmp_path / "lee").symlink_to(lee_data_dir / "lee")
+    keyword = Table.load(lee_data_dir / "lee").keyword
+    assert keyword is not None
+    said = len(keyword.postings("said")[0])  # the version's documents holding "said"
+    bound, query = 50 * said, {"text": "said " * 50, "mode": "keyword", "k": 1}
     key = {"X-API-Key": "w"}
-    with client_for(data_dir=tmp_path, write_keys=["w"], max_scored_rows=10_000) as client:
+    with client_for(data_dir=tmp_path, write_keys=["w"], max_scored_rows=bound) as client:
+        response = client.post(f"{LEE}/search", json=query)
+        assert response.status_code == 200 and response.json()["hits"], response.text[:300]  # at the bound: answered
         written = {"id": "new", "vector": [0.5] * 50, "text": "It was said, and said again."}
         assert client.post(f"{LEE}/documents", json={"documents": [written]}, headers=key).status_code == 200
-        over(client, f"{LEE}/search", {"text": "said " * 50, "mode": "keyword"}, "max_scored_rows of 10,000")
-        response = client.post(f"{LEE}/search", json={"text": "said " * 40, "mode": "keyword", "k": 1})
-        assert response.status_code == 200 and response.json()["hits"], response.text[:300]
+        said_in_all = f"add up to {50 * (said + 1):,} (a word counted each time it is given), more than the server's "
+        over(client, f"{LEE}/search", query, f"{said_in_all}max_scored_rows of {bound:,}")
+        response = client.post(f"{LEE}/search", json={**query, "text": "said " * 40})
+        assert response.status_code == 200 and response.json()["hits"][0]["id"] == "new", response.text[:300]
 
 
 LONG_TEXT_BYTES = 50_000  # a document's text in the table ``long``

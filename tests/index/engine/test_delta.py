@@ -10,6 +10,7 @@ import pytest
 
 from index.engine.delta import Delta
 from index.engine.table import Table
+from index.store.payload import UnknownDocument
 from index.store.writelog import LogMismatch, Record
 from tests.lee import Lee
 
@@ -143,3 +144,17 @@ def test_a_log_that_starts_after_the_version_leaves_a_gap_and_is_refused(lee_dat
     delta = Delta(table.payload, table.rows, table.dim, 3)  # the version that holds them: replayed
     delta.replay([upsert(4, document)])
     assert list(delta.documents) == ["g4"]
+
+
+def test_deleted_ids_asked_for_are_named_as_unknown_ones_are(lee_data_dir: Path, lee_docs: Lee) -> None:
+    """The first five deleted ids asked for, and how many more, as unknown ids are named; said deleted."""
+    table = Table.load(lee_data_dir / "lee")
+    assert table.payload is not None
+    delta = Delta(table.payload, table.rows, table.dim, 0)
+    gone = lee_docs.ids[:7]
+    delta.apply([Record(1, 0, 0, {"op": "delete", "ids": gone})])
+    with pytest.raises(UnknownDocument) as caught:
+        delta.row_of([lee_docs.ids[10], *gone])
+    shown = ", ".join(map(repr, gone[:5]))
+    assert caught.value.message == f"no document with id {shown} and 2 more in table 'lee' (deleted)"
+    assert caught.value.details == {"ids": gone[:5], "count": 7}

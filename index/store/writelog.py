@@ -3,7 +3,7 @@
 
 A record is one frame: a two-byte mark, the payload's length (u32), the sequence number (u64), a CRC32 of the
 sequence number and payload (u32), then the payload (UTF-8 JSON: an upsert or a delete, never pickle, naming
-the log it was written to: ``table``, as :func:`owner` names it; a log copied or restored under another table's
+the log it was written to: ``table``, as :func:`log_owner` names it; a log copied or restored under another table's
 name is refused, :class:`LogMismatch`, rather than replayed into the wrong table). Frames
 are appended under an exclusive ``flock`` and fsynced before the write is answered; readers take a shared lock,
 so a frame is never read half written. Sequence numbers rise by one from the sequence the table's version
@@ -99,7 +99,7 @@ def table_log(directory: Path) -> Path:
     return log_path(parent, directory.name)
 
 
-def owner(path: Path) -> str:
+def log_owner(path: Path) -> str:
     """Whose log ``path`` is, as its records name it: the table's name (``lee``), a shard's log its table's and its
     own (``lee/shard-001``); the file a cut replaced (:func:`previous_path`) is its log's."""
     path = Path(path)
@@ -237,7 +237,7 @@ def scan(
 ) -> tuple[list[Record], int, str | None]:
     """The good records from ``start``, the offset after the last of them, and why reading stopped before the
     end of ``data`` (None: it did not). Raises :class:`LogCorrupt` when good frames follow a bad one, and
-    :class:`LogMismatch` for a record written to another log than ``log`` (:func:`owner`; None: not checked)."""
+    :class:`LogMismatch` for a record written to another log than ``log`` (:func:`log_owner`; None: not checked)."""
     records: list[Record] = []
     at = start
     while at < len(data):
@@ -358,7 +358,7 @@ def recover(path: Path) -> list[Record]:
         return _replica_read(path)  # a replica on a read-only mount: it reads, the writer cuts
     try:
         data = _read_from(fd, 0)
-        records, end, problem = scan(data, log=owner(path))
+        records, end, problem = scan(data, log=log_owner(path))
         if problem is not None:
             last = f"sequence number {records[-1].seq}" if records else "no record"
             log.warning(
@@ -397,7 +397,7 @@ def _replica_read(path: Path) -> list[Record]:
     """The good records of a log this process may not write; a damaged tail is left for the writer to cut."""
     with _locked(path, os.O_RDONLY, fcntl.LOCK_SH) as fd:
         data = _read_from(fd, 0)
-    records, end, problem = scan(data, log=owner(path))
+    records, end, problem = scan(data, log=log_owner(path))
     if problem is not None:
         log.warning("write log %s: %d bytes at byte %d not read (%s)", path, len(data) - end, end, problem)
     return records
@@ -422,9 +422,8 @@ def read_new(path: Path, start: int, previous: int, inode: int | None) -> tuple[
         data = _read_from(fd, start)
     finally:
         lock.__exit__(None, None, None)
-    records, end, _ = scan(
-        data, 0, previous, owner(path)
-    )  # a damaged tail is not read (the writer cuts it before appending)
+    # a damaged tail is not read (the writer cuts it before appending)
+    records, end, _ = scan(data, 0, previous, log_owner(path))
     shifted = [Record(r.seq, r.offset + start, r.end + start, r.body) for r in records]
     return _joined(before, shifted), start + end, current
 
@@ -449,7 +448,7 @@ def _unread_before_cut(path: Path, inode: int | None, start: int, previous: int)
         data = _read_from(fd, start)
     finally:
         os.close(fd)
-    return scan(data, 0, previous, owner(path))[0]
+    return scan(data, 0, previous, log_owner(path))[0]
 
 
 def _joined(before: list[Record], records: list[Record]) -> list[Record]:
@@ -477,7 +476,7 @@ class Appender:
         if inode != self.inode:
             before, start, previous = _unread_before_cut(self.path, inode, start, previous), 0, 0
         data = _read_from(self.fd, start)
-        records, end, problem = scan(data, 0, previous, owner(self.path))
+        records, end, problem = scan(data, 0, previous, log_owner(self.path))
         if problem is not None:  # a damaged tail: cut, so that the next record follows the last good one
             log.warning("write log %s: cut %d bytes at byte %d (%s)", self.path, len(data) - end, start + end, problem)
             os.ftruncate(self.fd, start + end)
@@ -490,7 +489,7 @@ class Appender:
         """Append one record; it is on disk (fsynced, unless ``sync`` is off) when this returns. A write that fails
         (a full disk, a file size limit) is cut off again and raises :class:`LogWriteFailed`: the log ends at its
         last whole record."""
-        data = frame(seq, {**body, "table": owner(self.path)})  # its log: a copy under another name is refused
+        data = frame(seq, {**body, "table": log_owner(self.path)})  # its log: a copy under another name is refused
         at = os.lseek(self.fd, 0, os.SEEK_END)
         try:
             written = 0
@@ -544,7 +543,7 @@ def cut(path: Path, covered: int) -> int:
         return 0
     with _locked(path, os.O_RDWR, fcntl.LOCK_EX) as fd:
         data = _read_from(fd, 0)
-        records, end, problem = scan(data, log=owner(path))
+        records, end, problem = scan(data, log=log_owner(path))
         if problem is not None:
             raise LogCorrupt(f"write log {path}: record at byte {end} is damaged: {problem}")
         kept = [r for r in records if r.seq > covered]

@@ -124,7 +124,7 @@ def check_any(given: str | bytes | None, keys: Keys, writing: bool, where: str =
         return
     if not keys[WRITE]:  # no key would do: refused as the route itself refuses it, whatever was sent
         raise ApiError("forbidden", READ_ONLY)
-    check(given, keys, KINDS, needs(WRITE), "write documents")
+    check(given, keys, KINDS, needs(WRITE), "write documents", where)
 
 
 class ReadKeyMiddleware:

@@ -336,12 +336,12 @@ def test_a_record_names_its_log_and_a_copy_under_another_name_is_refused(tmp_pat
     assert copy.read_bytes() == (logs / "a.log").read_bytes()  # nothing cut
     shard = logs / "t" / "shard-001.log"  # a shard's log names its table and shard
     write(shard, 1)
-    assert writelog.owner(shard) == "t/shard-001" and len(writelog.read(shard)) == 1
+    assert writelog.log_owner(shard) == "t/shard-001" and len(writelog.read(shard)) == 1
     (logs / "t" / "shard-000.log").write_bytes(shard.read_bytes())
     with pytest.raises(writelog.LogMismatch, match="written to the log of 't/shard-001', not of 't/shard-000'"):
         writelog.read(logs / "t" / "shard-000.log")
     unnamed = logs / "c.log"  # a record written before records named their log fits any
     unnamed.write_bytes(writelog.frame(1, body(0)))
     assert [r.body for r in writelog.recover(unnamed)] == [body(0)]
-    assert writelog.owner(writelog.previous_path(shard)) == "t/shard-001"
-    assert writelog.owner(writelog.previous_path(logs / "a.log")) == "a"
+    assert writelog.log_owner(writelog.previous_path(shard)) == "t/shard-001"
+    assert writelog.log_owner(writelog.previous_path(logs / "a.log")) == "a"

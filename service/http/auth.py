@@ -15,7 +15,7 @@ nothing of the keys the server has.
 from __future__ import annotations
 
 import hmac
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from pydantic import SecretStr
@@ -116,15 +116,19 @@ def bearer_token(headers: list[tuple[bytes, bytes]]) -> bytes | None:
     return value[len(BEARER) :].strip() or None  # an empty token is no key
 
 
-def check_any(given: str | bytes | None, keys: Keys, writing: bool, where: str = IN_HEADER) -> None:
+def check_any(given: str | bytes | None, keys: Keys, writing: Callable[[], bool], where: str = IN_HEADER) -> None:
     """The read-key check: any key of the server passes (a route that needs one kind checks it itself). Refused,
-    the message names what the route needs: on a write route a write key, or that the tables are read-only."""
-    if not writing:
+    the message names what the route needs: on a write route (``writing()``, asked only then) a write key, or that
+    the tables are read-only."""
+    try:
         check(given, keys, KINDS, ANY_KEY, "read", where)
-        return
-    if not keys[WRITE]:  # no key would do: refused as the route itself refuses it, whatever was sent
-        raise ApiError("forbidden", READ_ONLY)
-    check(given, keys, KINDS, needs(WRITE), "write documents", where)
+    except ApiError:
+        if not writing():
+            raise
+        if not keys[WRITE]:  # no key would do: refused as the route itself refuses it, whatever was sent
+            raise ApiError("forbidden", READ_ONLY) from None
+        check(given, keys, KINDS, needs(WRITE), "write documents", where)  # refused as above, naming a write key
+        raise
 
 
 class ReadKeyMiddleware:
@@ -149,7 +153,7 @@ class ReadKeyMiddleware:
         if given is None and openai:
             given = bearer_token(scope["headers"])
         try:
-            check_any(given, self.keys, self.writing(scope), IN_HEADER_OR_BEARER if openai else IN_HEADER)
+            check_any(given, self.keys, lambda: self.writing(scope), IN_HEADER_OR_BEARER if openai else IN_HEADER)
         except ApiError as exc:
             await error_response(exc.code, exc.message)(scope, receive, send)
             return

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-SHOWN_CHARS = 60  # of a client's value or name quoted in a message (a body of 4 MiB may be one name)
+SHOWN_CHARS = 60  # of a client's value or name quoted in a message (a whole body may be one name)
 
 
 def clipped(text: str, limit: int = SHOWN_CHARS) -> str:

@@ -24,10 +24,7 @@ from tests.lee import Lee, jsonl_records, write_jsonl
 from tests.service import real_server
 from tests.service.real_server import HTTP, Server
 from tests.service.test_shards_front import search_both
-
-SHARDS = 3
-KEY = "shard-writer-key-0123456789"
-HEADERS = {"x-api-key": KEY}
+from tests.service.test_shards_writes_http import HEADERS, KEY, SHARDS
 
 
 @pytest.fixture(scope="module")

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import faiss
 import numpy as np
@@ -117,12 +118,25 @@ def glove_5k(glove_raw: RawTable) -> RawTable:
     return RawTable(tokens=glove_raw.tokens[:5_000], matrix=glove_raw.matrix[:5_000].copy())
 
 
+def built_5k(tmp_path: Path, glove_raw: RawTable, spec: str, min_recall: float) -> tuple[dict[str, Any], list[str]]:
+    """The manifest of table ``t`` of :func:`glove_5k`'s rows indexed by ``spec``, and the builder's tuning lines."""
+    with progress_lines() as stream:
+        manifest = build_table(
+            glove_5k(glove_raw),
+            data_dir=tmp_path,
+            name="t",
+            source={"format": "t"},
+            index_spec=spec,
+            min_recall=min_recall,
+        )
+    tuning = [line for line in stream.getvalue().splitlines() if line.startswith("embedding-index: tuning: ")]
+    return manifest, tuning
+
+
 def test_a_factory_hnsw_has_its_ef_search_tuned_recorded_and_applied(tmp_path: Path, glove_raw: RawTable) -> None:
     """``HNSW8`` is tuned as ``hnsw:M=8`` is: FAISS's efSearch 16 misses the target on these rows, so efSearch is
     raised until the builder's sample reaches it, kept in the manifest and set when the table is loaded."""
-    manifest = build_table(
-        glove_5k(glove_raw), data_dir=tmp_path, name="t", source={"format": "t"}, index_spec="HNSW8", min_recall=0.99
-    )
+    manifest, _ = built_5k(tmp_path, glove_raw, "HNSW8", 0.99)
     info = manifest["index"]
     assert info["spec"]["factory"] == "HNSW8" and info["recall_at_10"] >= AUTO_TARGET_RECALL
     assert info["spec"]["efSearch"] > 16  # FAISS's default, raised
@@ -138,15 +152,7 @@ def test_a_graph_behind_a_transform_is_tuned_and_served_with_its_ef_search(
     """A graph inside an ``IndexPreTransform`` has its efSearch tuned as ``HNSW8``'s is: behind ``L2norm`` it is
     raised to the target, behind a PCA of 32 of the 50 dimensions it stops where the projection caps recall. The
     manifest records it, the loaded table searches with it and gives the recall the manifest says."""
-    with progress_lines() as stream:
-        manifest = build_table(
-            glove_5k(glove_raw),
-            data_dir=tmp_path,
-            name="t",
-            source={"format": "t"},
-            index_spec=factory,
-            min_recall=min_recall,
-        )
+    manifest, tuning = built_5k(tmp_path, glove_raw, factory, min_recall)
     info = manifest["index"]
     ef_search = info["spec"]["efSearch"]
     assert info["spec"]["factory"] == factory and info["faiss_description"] == "IndexPreTransform"
@@ -155,7 +161,6 @@ def test_a_graph_behind_a_transform_is_tuned_and_served_with_its_ef_search(
     assert isinstance(graph, faiss.IndexHNSW) and graph.hnsw.efSearch == ef_search == table.search_width
     probe = RecallProbe.draw(np.asarray(table.vectors))  # the builder's sample (seed 0) of the stored unit rows
     assert probe.recall(table.index) == info["recall_at_10"] >= min_recall
-    tuning = [line for line in stream.getvalue().splitlines() if line.startswith("embedding-index: tuning: ")]
     assert tuning[0].startswith("embedding-index: tuning: efSearch 16 gives recall@10 ")
     if min_recall >= AUTO_TARGET_RECALL:
         assert ef_search > 16 and tuning[-1].startswith(f"embedding-index: tuning: efSearch {ef_search} gives ")
@@ -166,15 +171,7 @@ def test_a_graph_behind_a_transform_is_tuned_and_served_with_its_ef_search(
 def test_a_factory_ivfpq_stops_where_its_codes_cap_recall(tmp_path: Path, glove_raw: RawTable) -> None:
     """``IVF64,PQ10x4`` (10 four-bit codes for 50 dimensions) levels off far below the target: nprobe stops at the
     first step of the plateau, as ``ivfpq``'s does, rather than scanning all 64 lists."""
-    with progress_lines() as stream:
-        manifest = build_table(
-            glove_5k(glove_raw),
-            data_dir=tmp_path,
-            name="t",
-            source={"format": "t"},
-            index_spec="IVF64,PQ10x4",
-            min_recall=0.3,
-        )
+    manifest, tuning = built_5k(tmp_path, glove_raw, "IVF64,PQ10x4", 0.3)
     info = manifest["index"]
     nprobe = info["spec"]["nprobe"]
     assert info["spec"]["factory"] == "IVF64,PQ10x4" and 1 < nprobe < 64
@@ -185,7 +182,6 @@ def test_a_factory_ivfpq_stops_where_its_codes_cap_recall(tmp_path: Path, glove_
     assert probe.recall(table.index) == info["recall_at_10"] < AUTO_TARGET_RECALL
     ivf.nprobe = 64
     assert probe.recall(table.index) - info["recall_at_10"] < PLATEAU_GAIN * PLATEAU_STEPS  # all lists: no better
-    tuning = [line for line in stream.getvalue().splitlines() if line.startswith("embedding-index: tuning: ")]
     assert tuning[0].startswith("embedding-index: tuning: nprobe 1 gives recall@10 ")  # the spec's lines
     assert tuning[-1] == (
         f"embedding-index: tuning: recall@10 stays near {info['recall_at_10']:.4f} from nprobe {nprobe} on: "

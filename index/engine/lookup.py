@@ -133,17 +133,17 @@ class Lookup:
         any of them (``fuzz.ratio`` is at most ``200 * len(label) / (len(text) + len(label))``: under 50 for a text
         over three times the longest label)."""
         budget = SUGGESTION_BUDGET.get()
-        if budget is not None:
-            if budget[0] <= 0:
-                return []
-            budget[0] -= 1
+        if budget is not None and budget[0] <= 0:
+            return []
         if self._suggestion_pool is None:
             self._suggestion_pool = self.tokens[: min(len(self.tokens), SUGGESTION_POOL)]
             self._longest = max((len(label.casefold()) for label in self._suggestion_pool), default=0)
         near = self.tokens.labels(self.tokens.folded_neighbourhood(text, NEIGHBOURHOOD))
         longest = max([self._longest, *(len(label.casefold()) for label in near)])
         if len(unicodedata.normalize("NFC", text).casefold()) > 3 * longest:
-            return []
+            return []  # matched against nothing: it spends none of the request's suggestions
+        if budget is not None:
+            budget[0] -= 1
         return best_suggestions(text, self._suggestion_pool + near, limit)
 
     @property

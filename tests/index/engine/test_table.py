@@ -11,7 +11,7 @@ import pytest
 from index.build.sources import RawTable
 from index.build.writer import build_table
 from index.engine.layout import pca_projection
-from index.engine.lookup import Resolved
+from index.engine.lookup import SUGGESTION_BUDGET, Resolved
 from index.engine.table import SearchOptions, Table
 from index.errors import InvalidQuery, UnknownToken
 
@@ -68,6 +68,19 @@ def test_suggestions_for_decomposed_text(small: Table) -> None:
     """A misspelling typed decomposed ("e" + combining acute) is matched as the composed labels are spelled."""
     assert small.suggest("andre\u0301s") == small.suggest("andr\u00e9s")
     assert small.suggest("andre\u0301s")[0] == "andr\u00e9"
+
+
+def test_a_word_too_long_for_any_suggestion_spends_none_of_the_requests(small: Table) -> None:
+    """A request's suggestions are counted (``SUGGESTION_BUDGET``); a text longer than three times every label can
+    be spelled like none, is matched against none, and leaves the count as it was."""
+    token = SUGGESTION_BUDGET.set([1])
+    try:
+        assert small.suggest("x" * 500) == []
+        assert SUGGESTION_BUDGET.get() == [1]
+        assert "king" in small.suggest("kinq")
+        assert SUGGESTION_BUDGET.get() == [0] and small.suggest("quenn") == []
+    finally:
+        SUGGESTION_BUDGET.reset(token)
 
 
 def test_token_order_matches_source(small: Table, glove_raw) -> None:

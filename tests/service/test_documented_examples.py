@@ -1,0 +1,199 @@
+"""The ``$ curl`` examples of README.md and docs/api.md, run as written against a real ``embedding-serve`` over the
+default table and all-MiniLM-L6-v2's token table (``minilm``), their shown output compared with the real one.
+
+Each example is the command after ``$`` in a ``console`` block and the lines up to the next ``$``. The command runs
+in bash with the docs' address replaced by the server's; an example naming any other table (the documents tables,
+the diagnostics' ``glove-6b-50d-flat`` and ``small``, ...) is documented against other data and left out, as are
+those in :data:`UNCHECKED`. An output line that is JSON is compared parsed, each float to the digits shown, the
+fields of :data:`VOLATILE` left out; any other line as text.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from index.build.sources import glove_package
+from tests.cli import run_cli
+from tests.conftest import REPO, link_table
+from tests.minilm import minilm_dir
+from tests.service import real_server
+
+GLOVE = glove_package.DEFAULT_NAME
+SERVED = {GLOVE, "minilm", "glove6b"}  # glove6b: docs/api.md's example of an unknown table
+ADMIN_KEY = "s3cret-admin-key"
+BODY_LIMIT = 4 * 1024 * 1024  # EMBEDDING_MAX_BODY_BYTES's default
+DOCS_BASE = re.compile(r"(?:http://)?(?:127\.0\.0\.1|localhost):8000")
+TABLE = re.compile(
+    r"/v1/(?:tables|models)/([^/?'\" ]+)|\"(?:model|first|second)\": \"([^\"]+)\"|[?&](?:first|second)=([^&'\" ]+)"
+)
+FUNCTION = re.compile(r"^\w+\(\) \{")  # a shell function the block's later commands call
+
+VOLATILE = {
+    "built_at": "the table's build time",
+    "recall_at_10": "measured on the table's HNSW graph, which differs a little from build to build",
+    "seconds": "a timing",
+    "computed_at": "the map's computation time",
+    "cached": "whether the map was computed before, by an earlier request or run",
+}
+UNCHECKED = {
+    "/metrics": "its counts are those of the requests the server answered before",
+    f"{GLOVE}/embed": "the default table's SIF component (`embedding-index sif`) is not in the tests' shared table",
+    f'"model": "{GLOVE}"': "the same SIF component",
+    "umap": "umap-learn compiles with numba at its first call, for seconds (tests/service/test_projection_methods.py)",
+    "/v1/models": "shown for a server of the default table and the documents table licences",
+}
+
+
+@dataclass(frozen=True)
+class Example:
+    line: int
+    command: str
+    shown: str
+
+
+def console_blocks(path: Path) -> Iterator[tuple[int, list[str]]]:
+    """Each ```console block's first line number and its lines."""
+    lines = path.read_text(encoding="utf-8").split("\n")
+    i = 0
+    while i < len(lines):
+        if lines[i].startswith("```console"):
+            end = lines.index("```", i + 1)
+            yield i + 2, lines[i + 1 : end]
+            i = end
+        i += 1
+
+
+def examples(first: int, block: list[str]) -> list[Example]:
+    """The block's commands (a line after ``$``, with the lines that continue it) and what each printed."""
+    found: list[Example] = []
+    i = 0
+    while i < len(block):
+        if not block[i].startswith("$ "):
+            i += 1
+            continue
+        start, command = i, [block[i][2:]]
+        while i + 1 < len(block) and (command[-1].endswith("\\") or block[i + 1].startswith(" ")):
+            i += 1
+            command.append(block[i])
+        i += 1
+        shown = []
+        while i < len(block) and not block[i].startswith("$ "):
+            shown.append(block[i])
+            i += 1
+        found.append(Example(first + start, "\n".join(command), "\n".join(shown).strip("\n")))
+    return found
+
+
+def checked(example: Example) -> bool:
+    tables = {name for match in TABLE.findall(example.command) for name in match if name}
+    return (
+        example.command.startswith("curl")
+        and tables <= SERVED
+        and not any(marker in example.command for marker in UNCHECKED)
+        and '"building":' not in example.shown  # recorded while the index was built in the background
+    )
+
+
+def runs(path: Path) -> list[Any]:
+    """One test per block with a checked example: its checked examples, after the shell functions it defines."""
+    params = []
+    for first, block in console_blocks(path):
+        found = examples(first, block)
+        if any(checked(example) for example in found):
+            kept = [e for e in found if checked(e) or FUNCTION.match(e.command)]
+            params.append(pytest.param(path, kept, id=f"{path.name}:{first}"))
+    return params
+
+
+README = runs(REPO / "README.md")
+API = runs(REPO / "docs" / "api.md")
+
+
+def test_the_examples_are_found() -> None:
+    """The parser finds the examples: a change to the docs' layout does not silently leave them unchecked."""
+    counts = [sum(checked(e) for param in params for e in param.values[1]) for params in (README, API)]
+    assert counts[0] >= 20 and counts[1] >= 25, counts
+
+
+def close(shown: Any, real: Any, where: str = "") -> list[str]:
+    """Where ``real`` differs from ``shown``: floats to the digits shown, ``VOLATILE`` fields not compared."""
+    if isinstance(shown, float) or (isinstance(real, float) and isinstance(shown, int) and not isinstance(shown, bool)):
+        text = repr(float(shown))
+        digits = len(text.split(".")[1]) if "e" not in text else 17
+        ok = isinstance(real, (int, float)) and abs(real - shown) <= 0.5 * 10**-digits + 1e-15
+        return [] if ok else [f"{where}: {shown!r} shown, {real!r} real"]
+    if isinstance(shown, dict) and isinstance(real, dict):
+        if shown.keys() != real.keys():
+            return [f"{where}: fields {sorted(shown)} shown, {sorted(real)} real"]
+        return [d for key in shown if key not in VOLATILE for d in close(shown[key], real[key], f"{where}.{key}")]
+    if isinstance(shown, list) and isinstance(real, list) and len(shown) == len(real):
+        return [d for i, (a, b) in enumerate(zip(shown, real, strict=True)) for d in close(a, b, f"{where}[{i}]")]
+    return [] if shown == real else [f"{where}: {shown!r} shown, {real!r} real"]
+
+
+def differences(shown: str, real: str) -> list[str]:
+    """How ``real`` output differs from ``shown``: line by line, a JSON line parsed (a status code after it kept)."""
+    shown_lines, real_lines = shown.split("\n"), real.split("\n")
+    if len(shown_lines) != len(real_lines):
+        return [f"{len(shown_lines)} lines shown, {len(real_lines)} real:\n{real}"]
+    found = []
+    for n, (a, b) in enumerate(zip(shown_lines, real_lines, strict=True)):
+        if a == b:
+            continue
+        try:
+            (a_json, a_rest), (b_json, b_rest) = split_json(a), split_json(b)
+        except ValueError:
+            found.append(f"line {n + 1}: {a!r} shown, {b!r} real")
+            continue
+        found += close(a_json, b_json, f"line {n + 1}")
+        if a_rest != b_rest:
+            found.append(f"line {n + 1}: {a_rest!r} after the JSON shown, {b_rest!r} real")
+    return found
+
+
+def split_json(line: str) -> tuple[Any, str]:
+    """A line's JSON value and what follows it (curl's ``-w ' %{http_code}'``)."""
+    value, end = json.JSONDecoder().raw_decode(line)
+    return value, line[end:]
+
+
+@pytest.fixture(scope="module")
+def server(glove_data_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The default table beside ``minilm``, imported as README.md imports it (its manifest's source as shown)."""
+    data = tmp_path_factory.mktemp("documented") / "data"
+    data.mkdir()
+    if not link_table(glove_data_dir / GLOVE, data):
+        shutil.copytree(glove_data_dir / GLOVE, data / GLOVE)
+    imported = run_cli(
+        "import", minilm_dir(), "--format", "hf", "--name", "minilm", "--index", "flat", "--data-dir", data
+    )
+    assert imported.code == 0, imported.err
+    env = {"EMBEDDING_API_KEY": ADMIN_KEY}
+    with real_server.running(data, data.parent / "serve.log", env=env) as running:
+        yield running.base
+
+
+@pytest.mark.skipif(shutil.which("curl") is None or shutil.which("jq") is None, reason="the examples use curl and jq")
+@pytest.mark.parametrize(("path", "kept"), README + API)
+def test_the_shown_output_is_the_real_one(server: str, path: Path, kept: list[Example], tmp_path: Path) -> None:
+    (tmp_path / "big.json").write_bytes(b" " * (BODY_LIMIT + 1))  # docs/api.md's body over the limit
+    script = "".join(f"echo '<<<{n}>>>'\n{DOCS_BASE.sub(server, e.command)}\n" for n, e in enumerate(kept))
+    env = {"PATH": "/usr/bin:/bin", "EMBEDDING_API_KEY": ADMIN_KEY}
+    done = subprocess.run(["bash", "-c", script], capture_output=True, text=True, cwd=tmp_path, env=env, timeout=120)
+    outputs = re.split(r"<<<\d+>>>\n", done.stdout)[1:]
+    assert len(outputs) == len(kept), done.stderr
+    failures = [
+        f"{path.name}:{e.line} {e.command.splitlines()[0]}\n  " + "\n  ".join(found)
+        for e, out in zip(kept, outputs, strict=True)
+        if checked(e) and (found := differences(e.shown, out.rstrip("\n")))
+    ]
+    assert not failures, "\n".join(failures)

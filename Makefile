@@ -59,10 +59,12 @@ sif: build
 	$(BIN)/embedding-index sif $(or $(NAME),glove-6b-50d) --data-dir $(DATA_DIR)
 
 # System packages the tests drive for real: Chromium (explorer page), nginx (load balancer), docker-compose
-# (compose file validation). Installed only when missing.
+# (compose file validation), curl and jq (the docs' examples, run as written). Installed only when missing.
 system-deps:
 	@missing=""; \
 	command -v chromium >/dev/null 2>&1 || missing="$$missing chromium"; \
+	command -v curl >/dev/null 2>&1 || missing="$$missing curl"; \
+	command -v jq >/dev/null 2>&1 || missing="$$missing jq"; \
 	command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ] || missing="$$missing nginx"; \
 	command -v docker-compose >/dev/null 2>&1 || missing="$$missing docker-compose"; \
 	if [ -n "$$missing" ]; then \

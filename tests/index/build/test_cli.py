@@ -14,10 +14,12 @@ import pytest
 import typer.main
 
 from index.build.cli import verify
+from index.build.sources import RawTable
 from index.engine.table import Table
 from index.store import writelog
 from tests.cli import REPO, progress_lines, run_cli
 from tests.lee import Lee, jsonl_records
+from tests.words import write_words
 
 EXE = Path(sys.executable).with_name("embedding-index")
 
@@ -266,6 +268,13 @@ def test_a_table_with_an_unreadable_manifest_is_listed_as_such_and_can_be_remove
     assert not (tmp_path / "bad").exists() and (tmp_path / "good").is_dir()
     missing = run_cli("remove", "bad", "--data-dir", tmp_path)
     assert missing.code == 1 and "no table at 'bad'" in missing.err
+
+
+def test_list_names_a_sharded_tables_shards_and_their_index(tmp_path: Path, glove_raw: RawTable) -> None:
+    source = write_words(glove_raw, tmp_path / "words.txt", rows=2_000)
+    assert run_cli("import", source, "--name", "words", "--shards", "3", "--data-dir", tmp_path).code == 0
+    listed = run_cli("list", "--data-dir", tmp_path)
+    assert listed.code == 0 and listed.out == "words\t2002 x 50\tsharded\t3 shards, flat\n", listed.out
 
 
 def test_verify_says_that_it_replays_the_write_log(lee_data_dir: Path, lee_docs: Lee, tmp_path: Path) -> None:

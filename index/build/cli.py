@@ -677,8 +677,16 @@ def list_(data_dir: DataDir = Path("data"), quiet: Quiet = False) -> None:
         except ArtifactError as exc:  # one bad table is named among the others, which are listed all the same
             typer.echo(f"{name}\tunreadable: {exc}")
             continue
-        spec = m.get("index", {}).get("spec", {})
-        typer.echo(f"{name}\t{m['rows']} x {m['dim']}\t{m.get('kind', 'words')}\t{spec.get('kind')}")
+        typer.echo(f"{name}\t{m['rows']} x {m['dim']}\t{m.get('kind', 'words')}\t{index_column(m)}")
+
+
+def index_column(manifest: dict[str, Any]) -> str:
+    """What ``list`` says of a table's index: its kind; a sharded table's shards and their indexes' kinds."""
+    shards = manifest.get("shards")
+    if shards is not None:
+        kinds = dict.fromkeys(spec["kind"] for spec in shards.get("index", []))  # in the shards' order, each once
+        return ", ".join([f"{shards['count']} shards", *(["/".join(kinds)] if kinds else [])])
+    return str(manifest.get("index", {}).get("spec", {}).get("kind"))
 
 
 @app.command()

@@ -289,7 +289,11 @@ def prepare(rows: Rows, options: DocumentOptions) -> Documents:
     if vector_name is None and options.embed is None:
         raise no_vectors(rows)
     if vector_name is not None and options.embed is not None:
-        raise InputError(rows.path, f"the documents have vectors ({vector_name!r}): --encoder is for documents without")
+        raise InputError(
+            rows.path,
+            f"the documents have vectors ({vector_name!r}), and --encoder embeds documents that have none: import "
+            "these vectors without --encoder, or leave the field out of the file to embed the texts",
+        )
     id_name = _field(rows, options.id_field, ("id",), "--id-field")
     text_name = _field(rows, options.text_field, ("text",), "--text-field")
     chosen = [n for n in (vector_name, id_name, text_name) if n is not None]

@@ -4,15 +4,19 @@ served by a real ``embedding-serve`` beside the GloVe table, with CORS open to t
 
 A passage of a sub-folder's file fetched by its id (which holds "/"); a hybrid query whose only word GloVe does
 not know ("merchantability") answered by keyword and saying so; the same word refused by name in mode vector and
-by ``/v1/embeddings``; ``/v1/models``; the LangChain and LlamaIndex examples of the docs run as written; CORS
-headers per request with the answer cache on; a JSON body sent without its content type; batch items' statuses.
+by ``/v1/embeddings``; ``/v1/models``; the OpenAI, LangChain and LlamaIndex examples of the docs run as written,
+the vector stores' printing what the docs show; CORS headers per request with the answer cache on; a JSON body sent
+without its content type; batch items' statuses.
 """
 
 from __future__ import annotations
 
+import io
 import re
+import shlex
 import shutil
 from collections.abc import Iterator
+from contextlib import redirect_stdout
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -27,7 +31,8 @@ from index.build.sources import glove_package
 from index.engine.table import Table
 from service_client import ApiError, Client
 from tests.cli import run_cli
-from tests.conftest import REPO, link_table
+from tests.conftest import link_table
+from tests.examples import example, printed
 from tests.service import real_server
 
 LICENCES = Path("/usr/share/common-licenses")
@@ -35,8 +40,9 @@ GNU = ("GPL", "LGPL", "GFDL")
 GLOVE = glove_package.DEFAULT_NAME
 ORIGINS = ("http://localhost:8000", "http://127.0.0.1:8000")
 UNKNOWN = "merchantability"  # in eight of the licences; not one of GloVe's 400,000 words
-DOCS = REPO / "docs" / "documents.md"
+DOCS = "docs/documents.md"
 DOCS_BASE = "http://127.0.0.1:8000"
+WRITE_KEY = "folder-demo-write-key"
 
 
 @pytest.fixture(scope="module")
@@ -60,12 +66,28 @@ def data_dir(glove_data_dir: Path, folder: Path) -> Path:
     args = ("import", folder, "--format", "documents", "--name", "licences", "--encoder", GLOVE, "--data-dir", data)
     result = run_cli(*args)
     assert result.code == 0, result.err
+    import_placeholder(data)
     return data
+
+
+def import_placeholder(data: Path) -> None:
+    """``notes``, the vector stores' table, made by the commands of the docs: its placeholder document's line
+    written to ``notes.jsonl`` and imported with ``--encoder glove-6b-50d``, saying what the docs show."""
+    lines = example(DOCS, "notes-placeholder").splitlines()
+    echo = shlex.split(lines[0].removeprefix("$ "))
+    assert echo[0] == "echo" and echo[2:] == [">", "notes.jsonl"], lines[0]
+    source = data.parent / "notes.jsonl"
+    source.write_text(echo[1] + "\n")
+    command = shlex.split(lines[1].removeprefix("$ "))
+    assert command[:3] == ["embedding-index", "import", "notes.jsonl"] and command[-2:] == ["--data-dir", "data"]
+    result = run_cli("import", source, *command[3:-2], "--data-dir", data)
+    assert result.code == 0, result.err
+    assert result.out.splitlines()[-1] == lines[-1], (result.out, lines)  # documents: 1 (... fields ...)
 
 
 @pytest.fixture(scope="module")
 def base(data_dir: Path) -> Iterator[str]:
-    env = {"EMBEDDING_CORS_ORIGINS": ",".join(ORIGINS)}
+    env = {"EMBEDDING_CORS_ORIGINS": ",".join(ORIGINS), "EMBEDDING_WRITE_KEYS": WRITE_KEY}
     with real_server.running(data_dir, data_dir.parent / "serve.log", env=env) as server:
         yield server.base
 
@@ -198,29 +220,51 @@ def test_models_in_openais_shape(base: str, data_dir: Path) -> None:
         assert embedding.value.response.json()["error"] == error
 
 
-def documented(name: str) -> str:
-    """The Python example of docs/documents.md marked ``<!-- example: name -->``."""
-    match = re.search(rf"<!-- example: {name} -->\s*```python\n(.*?)```", DOCS.read_text(), re.S)
-    assert match, f"no example {name!r} in {DOCS}"
-    return match.group(1)
-
-
 @pytest.mark.parametrize("name", ["langchain", "llamaindex"])
 def test_the_documented_langchain_and_llamaindex_examples_run(
     base: str, name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Each example as written (only the server's address differs) embeds as the server's own route does."""
     monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(tmp_path))  # empty: an example that needs tiktoken fails here
-    code = documented(name)
+    code = example(DOCS, name)
     assert DOCS_BASE in code
     scope: dict[str, Any] = {}
-    exec(compile(code.replace(DOCS_BASE, base), f"docs/documents.md:{name}", "exec"), scope)
+    exec(compile(code.replace(DOCS_BASE, base), f"{DOCS}:{name}", "exec"), scope)
     texts, query = scope["texts"], scope["query"]
     expected = real_server.HTTP.post(f"{base}/v1/tables/{GLOVE}/embed", json={"texts": [*texts, query]}).json()[
         "vectors"
     ]
     np.testing.assert_allclose(scope["vectors"], expected[:-1], rtol=1e-6, atol=1e-7)
     np.testing.assert_allclose(scope["query_vector"], expected[-1], rtol=1e-6, atol=1e-7)
+
+
+def run_printing(doc: str, name: str, base: str, scope: dict[str, Any]) -> str:
+    """Run the example ``name`` of ``doc`` as written (only the server's address differs): what it prints."""
+    code = example(doc, name)
+    assert DOCS_BASE in code
+    out = io.StringIO()
+    with redirect_stdout(out):
+        exec(compile(code.replace(DOCS_BASE, base), f"{doc}:{name}", "exec"), scope)
+    return out.getvalue()
+
+
+def test_the_documented_openai_example_embeds_as_the_route_does(base: str) -> None:
+    """docs/encoders.md's example with OpenAI's client: its texts' tokens as the docs print them, and the vectors of
+    the server's own route (the docs print cosines after ``embedding-index sif``; this table has no SIF component)."""
+    scope: dict[str, Any] = {}
+    out = run_printing("docs/encoders.md", "openai", base, scope)
+    usage = printed("docs/encoders.md", "openai").split(" [[")[0]
+    assert out.startswith(usage + " [["), (out, usage)
+    expected = real_server.HTTP.post(f"{base}/v1/tables/{GLOVE}/embed", json={"texts": scope["texts"]}).json()
+    np.testing.assert_allclose(scope["vectors"], expected["vectors"], rtol=1e-6, atol=1e-7)
+
+
+def test_the_documented_vector_store_examples_print_what_the_docs_show(base: str) -> None:
+    """docs/documents.md's LangChain store, then its LlamaIndex store over the same table (the second example goes
+    on from the first), each printing exactly the block the docs show after it."""
+    scope: dict[str, Any] = {"WRITE_KEY": WRITE_KEY}
+    for name in ("langchain-store", "llamaindex-store"):
+        assert run_printing(DOCS, name, base, scope) == printed(DOCS, name), name
 
 
 def test_cors_headers_are_each_requests_own_with_the_answer_cache(base: str) -> None:

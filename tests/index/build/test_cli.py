@@ -4,6 +4,8 @@ side of the command, the import's help, and the Makefile's shortcuts for the com
 from __future__ import annotations
 
 import json
+import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -14,10 +16,13 @@ import pytest
 import typer.main
 
 from index.build.cli import verify
+from index.build.sources import RawTable
 from index.engine.table import Table
 from index.store import writelog
 from tests.cli import REPO, progress_lines, run_cli
+from tests.examples import example
 from tests.lee import Lee, jsonl_records
+from tests.words import write_words
 
 EXE = Path(sys.executable).with_name("embedding-index")
 
@@ -268,6 +273,13 @@ def test_a_table_with_an_unreadable_manifest_is_listed_as_such_and_can_be_remove
     assert missing.code == 1 and "no table at 'bad'" in missing.err
 
 
+def test_list_names_a_sharded_tables_shards_and_their_index(tmp_path: Path, glove_raw: RawTable) -> None:
+    source = write_words(glove_raw, tmp_path / "words.txt", rows=2_000)
+    assert run_cli("import", source, "--name", "words", "--shards", "3", "--data-dir", tmp_path).code == 0
+    listed = run_cli("list", "--data-dir", tmp_path)
+    assert listed.code == 0 and listed.out == "words\t2002 x 50\tsharded\t3 shards, flat\n", listed.out
+
+
 def test_verify_says_that_it_replays_the_write_log(lee_data_dir: Path, lee_docs: Lee, tmp_path: Path) -> None:
     """verify replays a documents table's write log as a server would (the whole log: long for a long one), and
     says so first."""
@@ -278,3 +290,77 @@ def test_verify_says_that_it_replays_the_write_log(lee_data_dir: Path, lee_docs:
     with progress_lines() as stream:
         verify("lee", data_dir=data, quiet=False)
     assert stream.getvalue().splitlines() == ["embedding-index: replaying its write log lee.log as a server would ..."]
+
+
+# ---------------------------------------------------------------------- the import runs of docs/builder.md
+
+DOC_ROWS = 5_000  # "5,000 GloVe rows in each format"
+
+
+@pytest.fixture(scope="module")
+def doc_folder(tmp_path_factory: pytest.TempPathFactory, glove_raw: RawTable) -> Path:
+    """The files docs/builder.md imports, from the first 5,000 GloVe rows, and its bad files as it describes them."""
+    from gensim.models import KeyedVectors
+
+    raw, folder = glove_raw, tmp_path_factory.mktemp("doc-imports")
+
+    tokens, matrix = raw.tokens[:DOC_ROWS], np.asarray(raw.matrix[:DOC_ROWS], dtype=np.float32)
+    kv = KeyedVectors(matrix.shape[1])
+    kv.add_vectors(tokens, matrix)
+    kv.save_word2vec_format(str(folder / "vectors.5k.txt.gz"), binary=False)
+    kv.save_word2vec_format(str(folder / "vectors.5k.bin"), binary=True)
+    kv.save(str(folder / "vectors.5k.kv"))
+    np.save(folder / "matrix.npy", matrix)
+    (folder / "vocab.txt").write_text("\n".join(tokens) + "\n")
+    rows = [" ".join(f"{x:.6g}" for x in row) for row in matrix.tolist()]
+    (folder / "projector").mkdir()
+    (folder / "projector" / "vectors.tsv").write_text("".join(row.replace(" ", "\t") + "\n" for row in rows))
+    kinds = ["word" if token.isalnum() else "symbol" for token in tokens]
+    metadata = "".join(f"{token}\t{kind}\n" for token, kind in zip(tokens, kinds, strict=True))
+    (folder / "projector" / "metadata.tsv").write_text("word\tkind\n" + metadata)
+    lines = [f"{token} {row}" for token, row in zip(tokens, rows, strict=True)]  # GloVe text, no header
+
+    def glove_text(name: str, changed: dict[int, str], header: str = "") -> None:
+        text = [changed.get(number, line) for number, line in enumerate(lines, 1)]
+        (folder / name).write_text(header + "\n".join(text) + "\n")
+
+    glove_text("short-row.txt", {1234: " ".join(lines[1233].split()[:48])})  # 47 values after the token
+    glove_text("nan.txt", {42: f"{tokens[41]} nan {' '.join(lines[41].split()[2:])}"})  # row 42 is 'i'
+    glove_text("wrong-header.txt", {}, header="6000 50\n")
+    latin1 = [line.encode() for line in lines[:200]]
+    latin1[99] = "caf\xe9".encode("latin-1") + latin1[99][latin1[99].index(b" ") :]
+    (folder / "latin1.txt").write_bytes(b"\n".join(latin1) + b"\n")
+    (folder / "ft.bin").write_bytes(bytes.fromhex("ba164f2f") + bytes(100))  # fastText's magic number
+    return folder
+
+
+def documented_runs(name: str) -> list[tuple[list[str], list[str]]]:
+    """The commands of the block ``name`` of docs/builder.md, each with the lines the docs show it print."""
+    runs: list[tuple[list[str], list[str]]] = []
+    for line in example("docs/builder.md", name).splitlines():
+        if line.startswith("$ "):
+            runs.append((shlex.split(line.removeprefix("$ ")), []))
+        else:
+            runs[-1][1].append(line)
+    return runs
+
+
+def untimed(lines: list[str]) -> list[str]:
+    return [re.sub(r" in [0-9.]+ s -> ", " in (seconds) s -> ", line) for line in lines]
+
+
+@pytest.mark.parametrize("block", ["import-runs", "import-refusals"])
+def test_the_documented_imports_print_what_the_docs_show(
+    block: str, doc_folder: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """docs/builder.md's imports of 5,000 GloVe rows in each format and its refusals, run as written (``--quiet``, as
+    the docs leave the progress lines out) in a folder of the files it names: each prints the docs' lines, but for
+    the seconds. The whole ``glove.6B.50d.txt`` is left out (171 MB)."""
+    monkeypatch.chdir(doc_folder)  # the tables go to its data/, each block's under names of its own
+    runs = [run for run in documented_runs(block) if run[0][2] != "glove.6B.50d.txt"]
+    assert len(runs) >= 6, runs
+    for command, shown in runs:
+        assert command[:2] == ["embedding-index", "import"], command
+        result = run_cli(*command[1:])
+        assert result.code == (1 if shown[0].startswith("embedding-index: error: ") else 0), (command, result.err)
+        assert untimed((result.out + result.err).splitlines()) == untimed(shown), command

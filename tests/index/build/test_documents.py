@@ -18,6 +18,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from contextlib import redirect_stdout
 from datetime import date, datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
@@ -36,6 +37,7 @@ from index.store import artifact
 from index.store.payload import ID_LOOKUP, PAYLOAD, Payload, UnknownDocument, search_sorted, sort_ids, string_offsets
 from tests import REPO
 from tests.cli import run_cli
+from tests.examples import example, printed
 from tests.index.build.test_sources import import_fails
 from tests.lee import TYPES, Lee, jsonl_records, write_jsonl, write_parquet
 
@@ -748,3 +750,23 @@ def test_blank_line_numbers_match_a_split() -> None:
     cases += [bytes(rng.choice(list(b"ab \t\r\n\n\n"), size=int(rng.integers(0, 30)))) for _ in range(3000)]
     for data in cases:
         assert list(documents_source._blank_lines(data)) == reference(data), data
+
+
+def test_the_documented_lee_example_and_payload_reads_print_what_the_docs_show(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """docs/documents.md's script that writes the Lee corpus as ``lee.jsonl``, its import as the docs show it, and
+    the ``Payload`` example over the table: the lines it prints, then its refusal of an id the table does not hold."""
+    docs = "docs/documents.md"
+    monkeypatch.chdir(tmp_path)
+    exec(compile(example(docs, "lee-jsonl"), f"{docs}:lee-jsonl", "exec"), {})
+    made = run_cli("import", "lee.jsonl", "--format", "documents", "--name", "lee", "--data-dir", "data")
+    assert made.code == 0, made.err
+    assert made.out.splitlines()[-1] == printed(docs, "lee-jsonl").splitlines()[-1]  # documents: 300 (...)
+    lines, traceback = printed(docs, "payload").split("Traceback (most recent call last):\n")
+    out = io.StringIO()
+    with redirect_stdout(out), pytest.raises(UnknownDocument) as refused:
+        exec(compile(example(docs, "payload"), f"{docs}:payload", "exec"), {})
+    shown = [line.rstrip() for line in out.getvalue().splitlines()]  # the docs keep no trailing space
+    assert shown == lines.splitlines()
+    assert traceback.splitlines()[-1] == f"index.store.payload.UnknownDocument: {refused.value}"

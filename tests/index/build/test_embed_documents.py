@@ -141,7 +141,10 @@ def test_encoder_mistakes(tmp_path: Path, data_dir: Path, lee_docs: Lee) -> None
     assert "invalid table name '../small'" in message
     with_vectors = write_jsonl(tmp_path / "vectors.jsonl", jsonl_records(lee_docs)[:5])
     message = import_fails(with_vectors, data_dir, "--format", "documents", "--encoder", "small")
-    assert "the documents have vectors ('vector'): --encoder is for documents without" in message
+    assert message.endswith(
+        "vectors.jsonl: the documents have vectors ('vector'), and --encoder embeds documents that have none: import "
+        "these vectors without --encoder, or leave the field out of the file to embed the texts"
+    ), message
     no_text = write_jsonl(tmp_path / "ids.jsonl", [{"id": i} for i in range(3)])
     message = import_fails(no_text, data_dir, "--format", "documents", "--encoder", "small")
     assert "no text field" in message

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import json
 import subprocess
 import sys
@@ -21,6 +22,7 @@ from tests import REPO
 from tests.cli import Result, run_cli
 from tests.conftest import cache_dir
 from tests.early import Done, Early
+from tests.examples import example
 from tests.gensim_reference import PARITY_TOP5, TRIMMED, gensim_analogies, google_sample, trimmed_key
 
 GOOGLE, (WORDSIM, SIMLEX) = default_sets()
@@ -326,3 +328,22 @@ def test_unknown_method_refused(small: Table) -> None:
 
     with pytest.raises(InvalidQuery):
         evaluate_analogies(small, GOOGLE, method="3cosfoo")
+
+
+def test_the_documented_python_example_runs_as_written(
+    glove_data_dir: Path, google_report: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """docs/builder.md's Python example, run as written over ``data/glove-6b-50d``: the report the command prints,
+    and its last line's value what its comment says."""
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "glove-6b-50d").symlink_to(glove_data_dir / "glove-6b-50d")
+    monkeypatch.chdir(tmp_path)
+    code = example("docs/builder.md", "evaluate")
+    scope: dict[str, Any] = {}
+    exec(compile(code, "docs/builder.md:evaluate", "exec"), scope)
+    timed = ("seconds",)
+    assert {k: v for k, v in scope["report"].items() if k not in timed} == {
+        k: v for k, v in google_report.items() if k not in timed
+    }
+    expression, comment = code.strip().splitlines()[-1].split("  # ")
+    assert eval(expression, scope) == ast.literal_eval(comment.split(":")[0])

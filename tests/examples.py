@@ -1,0 +1,29 @@
+"""The examples of the docs, read from the docs themselves so that a test runs each as written and the docs cannot
+drift from the code: the fenced block after a marker ``<!-- example: NAME -->``, and the fenced block right after
+it, which shows what the example prints."""
+
+from __future__ import annotations
+
+import re
+
+from tests import REPO
+
+
+def _blocks(doc: str, name: str) -> tuple[str, str | None]:
+    text = (REPO / doc).read_text(encoding="utf-8")
+    found = re.search(rf"<!-- example: {re.escape(name)} -->\s*```\w*\n(.*?)^```\n", text, re.S | re.M)
+    assert found, f"no example {name!r} in {doc}"
+    after = re.match(r"\s*```\w*\n(.*?)^```\n", text[found.end() :], re.S | re.M)
+    return found.group(1), after.group(1) if after else None
+
+
+def example(doc: str, name: str) -> str:
+    """The code of the block marked ``<!-- example: name -->`` in ``doc`` (a path from the repository's root)."""
+    return _blocks(doc, name)[0]
+
+
+def printed(doc: str, name: str) -> str:
+    """What the docs say the example ``name`` of ``doc`` prints: the fenced block right after it."""
+    shown = _blocks(doc, name)[1]
+    assert shown is not None, f"the example {name!r} in {doc} is not followed by the block of what it prints"
+    return shown

@@ -1,0 +1,119 @@
+"""The Python client's examples of docs/api.md, run as written (only the server's address differs) against a real
+``embedding-serve`` over the default table and MiniLM's token table: each value a comment shows is the value of
+its line, whole or up to its ``...``, and what the example prints is what its comment shows."""
+
+from __future__ import annotations
+
+import ast
+import io
+import tokenize
+from collections.abc import Iterator
+from contextlib import redirect_stdout
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from index.build.sources import glove_package
+from service_client import ApiError, Client
+from tests.conftest import link_table
+from tests.examples import example
+from tests.minilm import MINILM
+from tests.service import real_server
+
+DOC = "docs/api.md"
+DOCS_BASE = "http://localhost:8000"
+PAGE = {"Client": Client, "ApiError": ApiError}  # what the page's first example imports, for the others
+
+
+@pytest.fixture(scope="module")
+def base(glove_data_dir: Path, minilm_data_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    data = tmp_path_factory.mktemp("client-docs") / "data"
+    data.mkdir()
+    for table in (glove_data_dir / glove_package.DEFAULT_NAME, minilm_data_dir / MINILM):
+        assert link_table(table, data)
+    env = {"EMBEDDING_VERIFY_CHECKSUMS": "false"}  # the session's own tables, verified when they were built
+    with real_server.running(data, data.parent / "serve.log", env=env) as server:
+        yield server.base
+
+
+def shown_values(code: str) -> dict[int, str]:
+    """The comment showing a line's value, by the line the statement ends on: after its code on that line, or alone
+    on the next line."""
+    comments: dict[int, str] = {}
+    for token in tokenize.generate_tokens(io.StringIO(code).readline):
+        if token.type == tokenize.COMMENT:
+            alone = token.line.strip().startswith("#")
+            comments[token.start[0] - 1 if alone else token.start[0]] = token.string.lstrip("#").strip()
+    return comments
+
+
+def is_print(node: ast.AST) -> bool:
+    call = node.value if isinstance(node, ast.Expr) else None
+    return isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id == "print"
+
+
+class Recorder(ast.NodeTransformer):
+    """Each expression statement's value recorded by the line it ends on (``__seen``); calls of print left as
+    they are."""
+
+    def visit_Expr(self, node: ast.Expr) -> ast.AST:
+        if is_print(node):
+            return node
+        seen = ast.Call(ast.Name("__seen", ast.Load()), [ast.Constant(node.end_lineno), node.value], [])
+        return ast.copy_location(ast.Expr(seen), node)
+
+
+class Run:
+    """An example of the docs run as written against ``base``: its values by line, what it printed by line, its
+    comments by line, and the ``ApiError`` it raised, if any."""
+
+    def __init__(self, name: str, base: str) -> None:
+        code = example(DOC, name)
+        assert DOCS_BASE in code or "http://127.0.0.1:8000" in code
+        code = code.replace(DOCS_BASE, base).replace("http://127.0.0.1:8000", base)
+        tree = ast.parse(code)
+        prints = sorted(node.end_lineno or 0 for node in ast.walk(tree) if is_print(node))
+        self.values: dict[int, Any] = {}
+        self.error: ApiError | None = None
+        out = io.StringIO()
+        with redirect_stdout(out):
+            try:
+                exec(compile(ast.fix_missing_locations(Recorder().visit(tree)), f"{DOC}:{name}", "exec"),
+                     {"__seen": self.values.__setitem__, **PAGE})  # fmt: skip
+            except ApiError as error:
+                self.error = error
+        self.printed = dict(zip(prints, out.getvalue().splitlines(), strict=True))
+        self.comments = shown_values(code)
+
+
+def agrees(value: str, comment: str) -> bool | None:
+    """Whether a value's repr (or a printed line) is what the comment shows: up to its ``...``, or whole for a
+    comment that is a value; None for a comment in words."""
+    if "..." in comment:
+        return value.startswith(comment.split("...")[0])
+    try:
+        return value == repr(ast.literal_eval(comment))
+    except (ValueError, SyntaxError):
+        return value == comment if comment[:1] in "[({'\"" else None
+
+
+@pytest.mark.parametrize("name", ["client", "client-batches"])
+def test_the_documented_client_examples_give_the_values_their_comments_show(base: str, name: str) -> None:
+    run = Run(name, base)
+    assert run.error is None, run.error
+    shown = [(repr(value), run.comments[line]) for line, value in run.values.items() if line in run.comments]
+    shown += [(text, run.comments[line]) for line, text in run.printed.items()]
+    checked = [(value, comment) for value, comment in shown if agrees(value, comment) is not None]
+    assert all(agrees(value, comment) for value, comment in checked), checked
+    assert len(checked) >= 4, shown
+
+
+def test_the_documented_client_without_a_server_says_so() -> None:
+    nothing = f"http://127.0.0.1:{real_server.free_port()}"
+    run = Run("client-unreachable", nothing)
+    assert run.error is not None and run.error.code == "connection_error"
+    (ready,) = run.values.values()  # the line before the one that raised
+    assert agrees(repr(ready), run.comments[min(run.values)])
+    shown = [text for text in run.comments.values() if text.startswith("ApiError: ")]
+    assert shown == [f"ApiError: {run.error}"], shown

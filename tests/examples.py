@@ -1,10 +1,12 @@
 """The examples of the docs, read from the docs themselves so that a test runs each as written and the docs cannot
 drift from the code: the fenced block after a marker ``<!-- example: NAME -->``, and the fenced block right after
-it, which shows what the example prints."""
+it, which shows what the example prints; or every ``console`` block of a page (its ``$ curl`` examples)."""
 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
+from pathlib import Path
 
 from tests import REPO
 
@@ -27,3 +29,15 @@ def printed(doc: str, name: str) -> str:
     shown = _blocks(doc, name)[1]
     assert shown is not None, f"the example {name!r} in {doc} is not followed by the block of what it prints"
     return shown
+
+
+def console_blocks(path: Path) -> Iterator[tuple[int, list[str]]]:
+    """Each ```console block of ``path``: its first line's number and its lines."""
+    lines = path.read_text(encoding="utf-8").split("\n")
+    i = 0
+    while i < len(lines):
+        if lines[i].startswith("```console"):
+            end = lines.index("```", i + 1)
+            yield i + 2, lines[i + 1 : end]
+            i = end
+        i += 1

@@ -24,6 +24,7 @@ import pytest
 from index.build.sources import glove_package
 from tests.cli import run_cli
 from tests.conftest import REPO, link_table
+from tests.examples import console_blocks
 from tests.minilm import minilm_dir
 from tests.service import real_server
 
@@ -58,18 +59,6 @@ class Example:
     line: int
     command: str
     shown: str
-
-
-def console_blocks(path: Path) -> Iterator[tuple[int, list[str]]]:
-    """Each ```console block's first line number and its lines."""
-    lines = path.read_text(encoding="utf-8").split("\n")
-    i = 0
-    while i < len(lines):
-        if lines[i].startswith("```console"):
-            end = lines.index("```", i + 1)
-            yield i + 2, lines[i + 1 : end]
-            i = end
-        i += 1
 
 
 def examples(first: int, block: list[str]) -> list[Example]:

@@ -37,6 +37,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from threadpoolctl import ThreadpoolController
 from tokenizers import Tokenizer
 
 from index.build.index_choice import IndexSpec
@@ -68,6 +69,18 @@ def cache_dir() -> Path:
 
 
 os.environ.setdefault("NUMBA_CACHE_DIR", str(cache_dir() / "numba"))  # before numba loads, here and in children
+
+
+def one_blas_thread() -> None:
+    """One thread for numpy's and scipy's BLAS in the tests' own processes, as ``embedding-serve`` gives each
+    worker: with two, every product waits for a second thread that the busy other core runs late, and both spin
+    meanwhile (the float64 BERT of test_transformer took 2-3 times the CPU). FAISS's BLAS runs on OpenMP's threads,
+    which stay as they are (the builder's use of them is tested). Libraries loaded since the last call included;
+    children keep their own settings."""
+    ThreadpoolController().select(threading_layer="pthreads").limit(limits=1)
+
+
+one_blas_thread()  # numpy's; again once the test modules are imported (scipy's)
 
 
 def is_current(directory: Path) -> bool:
@@ -260,6 +273,7 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
 def pytest_collection_finish(session: pytest.Session) -> None:
     if session.config.option.collectonly:  # nothing will run: nothing to prepare
         return
+    one_blas_thread()
     used = {fixture for item in session.items for fixture in getattr(item, "fixturenames", ())}
     for fixture, job in BACKGROUND.items():
         if fixture in used:

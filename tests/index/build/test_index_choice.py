@@ -216,7 +216,7 @@ def test_an_index_of_codes_is_bounded_whatever_the_spec(spec: str, limit: str) -
     """Tuning stops at a plateau for an index that holds less than the rows (codes, a PCA), from a spec or a factory
     string, and says which limits it; never for one that holds the rows. The factory strings' PQ codes are trained
     without FAISS's polysemous step (``np``): codes of the same size and centroids, not renumbered for a
-    Hamming-distance search that these indexes do not use, for a fiftieth of the CPU."""
+    Hamming-distance search that these indexes do not use, at a small part of the CPU."""
     rows = clustered(2_000, 50)
     rows /= np.linalg.norm(rows, axis=1, keepdims=True)
     assert recall_limit(build_index(rows, parse_spec(spec, len(rows), 50))) == limit

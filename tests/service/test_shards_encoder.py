@@ -3,8 +3,9 @@ vectors, embedded at import by the 20,000-row GloVe table ``small`` and imported
 directory that holds ``small`` too. Each shard is a real server over the sharded table's directory
 (``--tables shard-00N``), which loads the encoder from beside it (the data directory's parent) to embed its query
 texts; a real front (``EMBEDDING_SHARDS``) over them answers text and hybrid searches as a real server of the same
-table imported whole does (hits and scores). A shard whose encoder is beside it nowhere is refused, saying why; a
-reload reuses the unchanged encoder, and refuses the shards for an encoder rebuilt since.
+table imported whole does (hits and scores), before and after a document written by its text alone. A shard whose
+encoder is beside it nowhere is refused, saying why; a reload reuses the unchanged encoder, and refuses the shard
+for an encoder rebuilt from other vectors, or damaged, since.
 """
 
 from __future__ import annotations
@@ -31,7 +32,9 @@ from tests.service.real_server import Server
 SHARDS = 2
 TEXTS = ("bushfires burn homes near Sydney", "Taliban fighters in Afghanistan", "the government said on Monday")
 BESIDE = "table 'small' loaded from"  # the shard server's log line for the encoder it loaded from the parent
-KEYS = {"EMBEDDING_API_KEY": "shards-admin-key-0123456789"}  # every server's: the front forwards it, reload takes it
+WRITER = "shards-write-key-0123456789"
+# every server's: the front forwards the client's key to its shards; reload takes the admin key, writes the writer's
+KEYS = {"EMBEDDING_API_KEY": "shards-admin-key-0123456789", "EMBEDDING_WRITE_KEYS": WRITER}
 HTTP = httpx.Client(headers={"x-api-key": KEYS["EMBEDDING_API_KEY"]}, limits=httpx.Limits(max_keepalive_connections=0))
 
 
@@ -162,3 +165,19 @@ def test_a_shard_whose_encoder_is_not_beside_it_is_refused(root: Path) -> None:
             "data directory, as the import wrote them (it embeds the query texts)"
         )
         assert "table 'shard-000' not loaded, skipped" in server.log()
+
+
+def test_a_write_of_text_through_the_front_is_embedded_by_its_shard(servers: dict[str, Any]) -> None:
+    """A document given by its text alone: its shard embeds it with the encoder beside the table, as the whole
+    table's server embeds it."""
+    text = "kangaroos bounded across the outback road near Canberra at dawn"
+    documents = [{"id": "lee-written-0", "text": text, "fields": {"year": 2001}}]
+    for server in (servers["front"], servers["whole"]):
+        url, headers = f"{server.base}/v1/tables/lee/documents", {"x-api-key": WRITER}
+        written = HTTP.post(url, json={"documents": documents}, headers=headers, timeout=30)
+        assert written.status_code == 200 and written.json()["upserted"] == 1, written.text
+    for body in ({"text": text, "k": 5}, {"text": text, "mode": "hybrid", "k": 5}):
+        status, got = search(servers["front"], body)
+        expected_status, expected = search(servers["whole"], body)
+        assert status == expected_status == 200 and got == expected, body
+        assert got["hits"][0]["id"] == "lee-written-0", got

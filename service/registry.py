@@ -104,6 +104,11 @@ class Registry:
     versions: dict[str, Fingerprint] = field(default_factory=dict)  # of each loaded table
     refused: dict[str, Fingerprint] = field(default_factory=dict)  # files already refused: not verified again
     data_dir_missing: bool = False  # the data directory was gone (moved or removed) when it was scanned
+    # Encoders of the shards of a sharded table's directory, loaded from beside it (``_encoders_beside``); of each,
+    # the version loaded, and why it was refused (with the files refused, not verified again)
+    beside: dict[str, Table] = field(default_factory=dict)
+    beside_versions: dict[str, Fingerprint] = field(default_factory=dict)
+    beside_refused: dict[str, tuple[Fingerprint, str]] = field(default_factory=dict)
 
     @classmethod
     def load(cls, data_dir: Path, names: list[str] | None = None, checksums: bool = True) -> Registry:
@@ -165,6 +170,8 @@ class Registry:
                 report["refused"].append(name)
             else:
                 report["missing"].append(name)
+        if _sharded_directory(self.data_dir):
+            nxt._encoders_beside(self)
         withdrawn = nxt._without_encoder()
         for name in withdrawn:
             for outcome in ("loaded", "unchanged", "refused"):
@@ -238,18 +245,71 @@ class Registry:
         """The table that embedded a documents table's text at import (``--encoder``), which embeds its query
         texts too; None when its vectors came from elsewhere."""
         record = table.encoder_record
-        return None if record is None else self.tables.get(record["table"])
+        if record is None:
+            return None
+        encoder = self.tables.get(record["table"])
+        return self.beside.get(record["table"]) if encoder is None else encoder
+
+    def _encoders_beside(self, previous: Registry) -> None:
+        """Load the encoders that the shards of this sharded table's directory name and it does not hold, from its
+        parent: the data directory the import wrote the table and its encoder to. Unchanged since ``previous``:
+        reused; refused: ``_without_encoder`` refuses the shards it embeds for.
+
+        An encoder loaded so is not served under routes of its own: it is not a table of this data directory (the
+        shards are what ``--tables`` asked for), so /readyz, the table list and a reload's report stay the
+        directory's; its faults show as its shards' refusals, which they do report."""
+        parent, sharded = self.data_dir.parent, self.data_dir.name
+        named = {table.encoder_record["table"] for table in self.tables.values() if table.encoder_record}
+        for name in sorted(named - set(self.tables)):
+            directory = parent / name
+            version = fingerprint(directory) if artifact.NAME_PATTERN.fullmatch(name) else None
+            if version is None or not (directory / artifact.MANIFEST).is_file():
+                continue  # not there either: its shards are refused for it
+            files = files_of(version)
+            if previous.beside_versions.get(name) == files:
+                self.beside[name], self.beside_versions[name] = previous.beside[name], files
+                continue
+            if name in previous.beside_refused and previous.beside_refused[name][0] == files:
+                self.beside_refused[name] = previous.beside_refused[name]
+                continue
+            table, reason = None, ""
+            for _ in range(LOAD_ATTEMPTS):  # replaced while it was read: what was verified may not be what is mapped
+                table, reason, _ = _read(directory, self.checksums)
+                after = fingerprint(directory)
+                if after is not None and files_of(after) == files:
+                    break
+                table, reason = None, "its files changed while they were being loaded"
+                if after is None:
+                    break
+                files = files_of(after)
+            if table is None:
+                log.error("table %r in %s, the encoder of the shards of %r, refused: %s", name, parent, sharded, reason)
+                self.beside_refused[name] = (files, reason)
+                continue
+            log.info("table %r loaded from %s: it embeds the query texts of the shards of %r", name, parent, sharded)
+            self.beside[name], self.beside_versions[name] = table, files
 
     def _without_encoder(self) -> list[str]:
         """Refuse the documents tables whose encoder is not loaded, or is not the one that embedded them (other
         vectors, or no longer the SIF component their documents were embedded with)."""
-        refused = []
+        refused, sharded = [], _sharded_directory(self.data_dir)
         for name, table in list(self.tables.items()):
             record = table.encoder_record
             if record is None:
                 continue
-            encoder = self.tables.get(record["table"])
-            if encoder is None:
+            encoder = self.encoder_of(table)
+            if encoder is None and record["table"] in self.beside_refused:
+                reason = (
+                    f"its documents were embedded with table {record['table']!r}, beside this sharded table's "
+                    "directory, whose files were refused (see the server log)"
+                )
+            elif encoder is None and sharded:
+                reason = (
+                    f"its documents were embedded with table {record['table']!r}, which is neither in this sharded "
+                    "table's directory nor beside it (in its parent); keep the table and its encoder in one data "
+                    "directory, as the import wrote them (it embeds the query texts)"
+                )
+            elif encoder is None:
                 reason = (
                     f"its documents were embedded with table {record['table']!r}, which is not loaded; serve that "
                     "table too (it embeds the query texts)"
@@ -313,3 +373,11 @@ class Registry:
         names = sorted(self.tables)
         matches = process.extract(name, names, scorer=fuzz.WRatio, processor=str.casefold, limit=limit)
         return [match for match, score, _ in matches if score >= 40]
+
+
+def _sharded_directory(directory: Path) -> bool:
+    """The data directory is itself a sharded table's (its shards served alone)."""
+    try:
+        return is_sharded(directory)
+    except EmbeddingError:  # no manifest there (an ordinary data directory), or not one that can be read
+        return False

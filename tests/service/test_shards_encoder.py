@@ -1,0 +1,183 @@
+"""The shards of a documents table imported with ``--encoder`` served alone: gensim's Lee stories without their
+vectors, embedded at import by the 20,000-row GloVe table ``small`` and imported as ``--shards 2`` into a data
+directory that holds ``small`` too. Each shard is a real server over the sharded table's directory
+(``--tables shard-00N``), which loads the encoder from beside it (the data directory's parent) to embed its query
+texts; a real front (``EMBEDDING_SHARDS``) over them answers text and hybrid searches as a real server of the same
+table imported whole does (hits and scores), before and after a document written by its text alone. A shard whose
+encoder is beside it nowhere is refused, saying why; a reload reuses the unchanged encoder, and refuses the shard
+for an encoder rebuilt from other vectors, or damaged, since.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+import pytest
+
+from index.build.sources import RawTable
+from index.build.writer import build_table
+from tests.cli import run_cli
+from tests.conftest import small_raw
+from tests.index.build.test_embed_documents import without_vectors
+from tests.lee import Lee, write_jsonl
+from tests.service import real_server
+from tests.service.real_server import Server
+
+SHARDS = 2
+TEXTS = ("bushfires burn homes near Sydney", "Taliban fighters in Afghanistan", "the government said on Monday")
+BESIDE = "table 'small' loaded from"  # the shard server's log line for the encoder it loaded from the parent
+WRITER = "shards-write-key-0123456789"
+# every server's: the front forwards the client's key to its shards; reload takes the admin key, writes the writer's
+KEYS = {"EMBEDDING_API_KEY": "shards-admin-key-0123456789", "EMBEDDING_WRITE_KEYS": WRITER}
+HTTP = httpx.Client(headers={"x-api-key": KEYS["EMBEDDING_API_KEY"]}, limits=httpx.Limits(max_keepalive_connections=0))
+
+
+def imported(source: Path, data: Path, *extra: object) -> None:
+    """``lee`` in ``data``, its texts embedded by ``small`` (there too)."""
+    args = ("import", source, "--format", "documents", "--name", "lee", "--encoder", "small", "--data-dir", data)
+    done = run_cli(*args, *extra)
+    assert done.code == 0, done.err
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory: pytest.TempPathFactory, small_data_dir: Path, lee_docs: Lee) -> Path:
+    """``whole/`` (``small`` and ``lee``), ``sharded/`` (``small`` and ``lee`` as shards), ``alone/`` (the
+    sharded ``lee`` with no ``small`` beside it), ``front/`` (empty)."""
+    root = tmp_path_factory.mktemp("shards-encoder")
+    source = write_jsonl(root / "lee-text.jsonl", without_vectors(lee_docs))
+    for where, extra in (("whole", ()), ("sharded", ("--shards", SHARDS))):
+        shutil.copytree(small_data_dir / "small", root / where / "small")
+        imported(source, root / where, *extra)
+    shutil.copytree(root / "sharded" / "lee", root / "alone" / "lee")
+    (root / "front").mkdir()
+    return root
+
+
+@pytest.fixture(scope="module")
+def servers(root: Path) -> Iterator[dict[str, Any]]:
+    started: list[Server] = []
+    try:
+        started += real_server.start_together(
+            lambda: real_server.start(root / "whole", root / "whole.log", env=KEYS),
+            *real_server.shard_starts(root / "sharded" / "lee", root, SHARDS, KEYS),
+        )
+        whole, *shards = started
+        config = json.dumps({"lee": real_server.replicas(shards)})
+        front = real_server.start(root / "front", root / "front.log", env={"EMBEDDING_SHARDS": config, **KEYS})
+        started.append(front)
+        yield {"whole": whole, "shards": shards, "front": front}
+    finally:
+        real_server.stop_together(started)
+
+
+def search(server: Server, body: dict[str, Any], table: str = "lee") -> tuple[int, dict[str, Any]]:
+    answer = HTTP.post(f"{server.base}/v1/tables/{table}/search", json=body, timeout=30)
+    return answer.status_code, answer.json()
+
+
+def test_text_and_hybrid_searches_through_the_front_answer_as_the_whole_table(servers: dict[str, Any]) -> None:
+    for shard in servers["shards"]:
+        assert HTTP.get(f"{shard.base}/readyz").status_code == 200, shard.log()[-2000:]
+        assert BESIDE in shard.log()
+    for text in TEXTS:
+        for body in (
+            {"text": text, "k": 10},
+            {"text": text, "k": 5, "offset": 3, "filter": {"long": True}},
+            {"text": text, "mode": "hybrid", "k": 10},
+            {"text": text, "mode": "hybrid", "k": 8, "rrf_k": 10, "weights": {"vector": 2, "keyword": 1}},
+        ):
+            status, got = search(servers["front"], body)
+            expected_status, expected = search(servers["whole"], body)
+            assert status == expected_status == 200, (body, got)
+            assert got["hits"] and got == expected, body
+            if body.get("mode") == "hybrid":  # both lists fused: the shards embedded the text
+                assert any(set(hit["ranks"]) == {"vector", "keyword"} for hit in got["hits"]), body
+
+
+def test_the_encoder_is_not_served_by_the_shard(servers: dict[str, Any]) -> None:
+    """It embeds the shard's texts; the shard server's tables stay the ones it was asked for."""
+    shard = servers["shards"][0]
+    ready = HTTP.get(f"{shard.base}/readyz").json()
+    assert ready["loaded"] == ["shard-000"], ready
+    status, got = search(shard, {"vector": [0.1] * 50, "k": 3}, table="small")
+    assert status == 404 and got["error"]["code"] == "unknown_table", got
+
+
+def reload(server: Server) -> dict[str, Any]:
+    answer = HTTP.post(f"{server.base}/v1/admin/reload", timeout=120)
+    assert answer.status_code == 200, answer.text
+    return dict(answer.json())
+
+
+def test_a_reload_reuses_the_encoder_and_checks_a_changed_one(
+    root: Path, servers: dict[str, Any], glove_raw: RawTable
+) -> None:
+    shard = servers["shards"][1]
+    again = reload(shard)
+    assert again["unchanged"] == ["shard-001"] and again["ready"], again
+    assert shard.log().count(BESIDE) == 1  # reused, not loaded again
+    encoder, kept = root / "sharded" / "small", root / "small-kept"
+    encoder.rename(kept)
+    try:
+        # rebuilt from other vectors (each word given its neighbour's row): not those that embedded the documents
+        raw = small_raw(glove_raw)
+        other = RawTable(tokens=raw.tokens, matrix=np.roll(raw.matrix, 1, axis=0))
+        build_table(other, data_dir=encoder.parent, name="small", source={})
+        report = reload(shard)
+        assert report["missing"] == ["shard-001"] and not report["ready"], report
+        status, got = search(shard, {"text": TEXTS[0], "k": 3}, table="shard-001")
+        assert status == 503 and got["error"]["code"] == "not_ready", got
+        assert "with other vectors than table 'small' holds now" in got["error"]["message"], got
+        # damaged: refused at verification, the shard with it
+        shutil.rmtree(encoder)
+        shutil.copytree(kept, encoder)
+        vectors = encoder / "vectors.npy"
+        vectors.write_bytes(vectors.read_bytes()[:-4] + b"\0\0\0\1")
+        report = reload(shard)
+        assert report["missing"] == ["shard-001"] and not report["ready"], report
+        status, got = search(shard, {"text": TEXTS[0], "k": 3}, table="shard-001")
+        assert status == 503 and got["error"]["code"] == "not_ready", got
+        assert "'small', beside this sharded table's directory, whose files were refused" in got["error"]["message"]
+    finally:
+        shutil.rmtree(encoder, ignore_errors=True)
+        kept.rename(encoder)
+    report = reload(shard)
+    assert report["loaded"] == ["shard-001"] and report["ready"], report
+    status, got = search(shard, {"text": TEXTS[0], "k": 3}, table="shard-001")
+    assert status == 200 and len(got["hits"]) == 3, got
+
+
+def test_a_shard_whose_encoder_is_not_beside_it_is_refused(root: Path) -> None:
+    with real_server.running(root / "alone" / "lee", root / "alone.log", "--tables", "shard-000", env=KEYS) as server:
+        ready = HTTP.get(f"{server.base}/readyz")
+        assert ready.status_code == 503, ready.text
+        status, got = search(server, {"text": TEXTS[0], "k": 3}, table="shard-000")
+        assert status == 503 and got["error"]["code"] == "not_ready", got
+        assert got["error"]["message"] == (
+            "table 'shard-000' is not loaded: its documents were embedded with table 'small', which is neither in "
+            "this sharded table's directory nor beside it (in its parent); keep the table and its encoder in one "
+            "data directory, as the import wrote them (it embeds the query texts)"
+        )
+        assert "table 'shard-000' not loaded, skipped" in server.log()
+
+
+def test_a_write_of_text_through_the_front_is_embedded_by_its_shard(servers: dict[str, Any]) -> None:
+    """A document given by its text alone: its shard embeds it with the encoder beside the table, as the whole
+    table's server embeds it."""
+    text = "kangaroos bounded across the outback road near Canberra at dawn"
+    documents = [{"id": "lee-written-0", "text": text, "fields": {"year": 2001}}]
+    for server in (servers["front"], servers["whole"]):
+        url, headers = f"{server.base}/v1/tables/lee/documents", {"x-api-key": WRITER}
+        written = HTTP.post(url, json={"documents": documents}, headers=headers, timeout=30)
+        assert written.status_code == 200 and written.json()["upserted"] == 1, written.text
+    for body in ({"text": text, "k": 5}, {"text": text, "mode": "hybrid", "k": 5}):
+        status, got = search(servers["front"], body)
+        expected_status, expected = search(servers["whole"], body)
+        assert status == expected_status == 200 and got == expected, body
+        assert got["hits"][0]["id"] == "lee-written-0", got

@@ -5,7 +5,8 @@ directory that holds ``small`` too. Each shard is a real server over the sharded
 texts; a real front (``EMBEDDING_SHARDS``) over them answers text and hybrid searches as a real server of the same
 table imported whole does (hits and scores), before and after a document written by its text alone. A shard whose
 encoder is beside it nowhere is refused, saying why; a reload reuses the unchanged encoder, and refuses the shard
-for an encoder rebuilt from other vectors, or damaged, since.
+for an encoder rebuilt from other vectors, or damaged, since; a watched shard server sees such changes beside it with
+no signal.
 """
 
 from __future__ import annotations

@@ -105,10 +105,11 @@ class Registry:
     refused: dict[str, Fingerprint] = field(default_factory=dict)  # files already refused: not verified again
     data_dir_missing: bool = False  # the data directory was gone (moved or removed) when it was scanned
     # Encoders of the shards of a sharded table's directory, loaded from beside it (``_encoders_beside``); of each,
-    # the version loaded, and why it was refused (with the files refused, not verified again)
+    # the version loaded, and why it was refused (with the files refused, not verified again); those not there
     beside: dict[str, Table] = field(default_factory=dict)
     beside_versions: dict[str, Fingerprint] = field(default_factory=dict)
     beside_refused: dict[str, tuple[Fingerprint, str]] = field(default_factory=dict)
+    beside_missing: list[str] = field(default_factory=list)
 
     @classmethod
     def load(cls, data_dir: Path, names: list[str] | None = None, checksums: bool = True) -> Registry:
@@ -264,6 +265,8 @@ class Registry:
             directory = parent / name
             version = fingerprint(directory) if artifact.NAME_PATTERN.fullmatch(name) else None
             if version is None or not (directory / artifact.MANIFEST).is_file():
+                if artifact.NAME_PATTERN.fullmatch(name):
+                    self.beside_missing.append(name)  # looked for again when it appears (service.watch)
                 continue  # not there either: its shards are refused for it
             files = files_of(version)
             if previous.beside_versions.get(name) == files:

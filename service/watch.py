@@ -9,6 +9,12 @@ are loaded and verified, unchanged ones are kept. A change is served within one 
 files take to verify. A server given ``EMBEDDING_TABLES`` watches those tables only. Every reload (the watcher's,
 SIGHUP's or ``POST /v1/admin/reload``'s) takes the picture the next look compares with just before it scans, so
 a change a signal has already loaded is not loaded again.
+
+A sharded table's directory served alone (its shards) is watched together with the encoders its shards name
+that the registry loaded, refused or did not find beside it, in its parent (``Registry._encoders_beside``): each
+look compares each one's manifest (its stat; a refused one's files, one by one) with the version the registry
+holds, so an encoder published, rebuilt, damaged or repaired beside the directory is reloaded within one interval
+too, and its shards refused or served again.
 """
 
 from __future__ import annotations
@@ -21,7 +27,7 @@ from pathlib import Path
 from starlette.concurrency import run_in_threadpool
 
 from index.store.artifact import MANIFEST, NAME_PATTERN
-from service.registry import Registry, fingerprint
+from service.registry import Fingerprint, Registry, files_of, fingerprint
 from service.reload import Reloader
 
 log = logging.getLogger(__name__)
@@ -74,6 +80,46 @@ def unseen_since(registry: Registry | None, now: Picture) -> Picture:
     )
 
 
+def encoders_held(registry: Registry | None) -> Picture:
+    """The encoders ``registry`` loaded, refused or did not find beside its data directory, as it holds them: a
+    loaded one's manifest entry, a refused one's files, None for one that was not there."""
+    if registry is None:
+        return ()
+    held: dict[str, object] = dict.fromkeys(registry.beside_missing)
+    held |= {name: _manifest_of(files) for name, files in registry.beside_versions.items()}
+    held |= {name: files for name, (files, _) in registry.beside_refused.items()}
+    return tuple(sorted(held.items()))
+
+
+def encoders_now(registry: Registry | None) -> Picture:
+    """The same encoders as they are beside the data directory now, to compare with ``encoders_held``."""
+    if registry is None:
+        return ()
+    parent = registry.data_dir.parent
+    return tuple(
+        (name, _files(parent / name) if name in registry.beside_refused else _manifest(parent / name))
+        for name, _ in encoders_held(registry)
+    )
+
+
+def _manifest_of(files: Fingerprint) -> object:
+    return next((entry for entry in files if entry[0] == MANIFEST), None)
+
+
+def _manifest(directory: Path) -> object:
+    """A table's manifest entry as a fingerprint gives it, or None (not there)."""
+    try:
+        st = os.stat(directory / MANIFEST)
+    except OSError:
+        return None
+    return (MANIFEST, st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+def _files(directory: Path) -> object:
+    version = fingerprint(directory)
+    return None if version is None else files_of(version)
+
+
 class Watcher:
     """Polls ``data_dir`` every ``seconds`` and reloads through ``reloader`` when its tables (``names``, or every
     table) change."""
@@ -93,6 +139,16 @@ class Watcher:
         closely = doubtful(getattr(self.reloader.app.state, "registry", None)) if closely is None else closely
         return picture(self.data_dir, closely, self.only)
 
+    def change(self) -> str | None:
+        """What changed since the tables were last loaded (None: nothing): the data directory's tables, or
+        encoders beside it."""
+        if self.look(self.closely) != self.seen:
+            return "the data directory's tables changed"
+        registry = getattr(self.reloader.app.state, "registry", None)
+        held, now = encoders_held(registry), encoders_now(registry)
+        changed = [name for (name, was), (_, entry) in zip(held, now, strict=True) if entry != was]
+        return f"table {changed[0]!r} beside the data directory changed" if changed else None
+
     def before_reload(self) -> None:
         """Called by every reload (in its thread) just before it scans the data directory: what it loads is what
         the next look compares with."""
@@ -110,9 +166,10 @@ class Watcher:
     async def _run(self) -> None:
         while True:
             await asyncio.sleep(self.seconds)
-            if await run_in_threadpool(self.look, self.closely) == self.seen:
+            change = await run_in_threadpool(self.change)
+            if change is None:
                 continue
-            log.info("the data directory's tables changed: reloading them")
+            log.info("%s: reloading them", change)
             try:
                 await self.reloader()
             except Exception:

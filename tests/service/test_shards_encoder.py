@@ -5,14 +5,16 @@ directory that holds ``small`` too. Each shard is a real server over the sharded
 texts; a real front (``EMBEDDING_SHARDS``) over them answers text and hybrid searches as a real server of the same
 table imported whole does (hits and scores), before and after a document written by its text alone. A shard whose
 encoder is beside it nowhere is refused, saying why; a reload reuses the unchanged encoder, and refuses the shard
-for an encoder rebuilt from other vectors, or damaged, since.
+for an encoder rebuilt from other vectors, or damaged, since; a watched shard server sees such changes beside it with
+no signal.
 """
 
 from __future__ import annotations
 
 import json
 import shutil
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +24,7 @@ import pytest
 
 from index.build.sources import RawTable
 from index.build.writer import build_table
+from index.store import artifact
 from tests.cli import run_cli
 from tests.conftest import small_raw
 from tests.index.build.test_embed_documents import without_vectors
@@ -181,3 +184,50 @@ def test_a_write_of_text_through_the_front_is_embedded_by_its_shard(servers: dic
         expected_status, expected = search(servers["whole"], body)
         assert status == expected_status == 200 and got == expected, body
         assert got["hits"][0]["id"] == "lee-written-0", got
+
+
+def test_a_watched_shard_sees_its_encoder_change_beside_it(root: Path, glove_raw: RawTable, tmp_path: Path) -> None:
+    """With the data directory watched and no signal: the encoder beside the sharded table moved away, rebuilt
+    from other vectors, published damaged, repaired in place and put back is each seen within a few intervals."""
+    seconds = 0.2
+    shutil.copytree(root / "sharded", tmp_path / "data")  # ``lee`` as shards and ``small`` beside it
+    encoder, kept = tmp_path / "data" / "small", tmp_path / "small-kept"
+    env = {"EMBEDDING_WATCH_SECONDS": str(seconds), **KEYS}
+    with real_server.running(encoder.parent / "lee", tmp_path / "shard.log", "--tables", "shard-001", env=env) as shard:
+
+        def refused_for(reason: str) -> bool:
+            status, got = search(shard, {"text": TEXTS[0], "k": 3}, table="shard-001")
+            return status == 503 and reason in got["error"]["message"]
+
+        def served() -> bool:
+            return search(shard, {"text": TEXTS[0], "k": 3}, table="shard-001")[0] == 200
+
+        def seen(condition: Callable[[], bool], what: str) -> None:
+            real_server.wait_for(condition, seconds=20 * seconds + 15, what=what)  # a few intervals and a reload
+
+        assert served(), shard.log()[-2000:]
+        encoder.rename(kept)
+        seen(lambda: refused_for("which is neither in this sharded table's directory nor beside it"), "gone")
+        raw = small_raw(glove_raw)  # each word given its neighbour's row: not the vectors that embedded the texts
+        other = RawTable(tokens=raw.tokens, matrix=np.roll(raw.matrix, 1, axis=0))
+        build_table(other, data_dir=encoder.parent, name="small", source={})
+        seen(lambda: refused_for("with other vectors than table 'small' holds now"), "the rebuilt encoder refused")
+        # damaged, published as a build publishes (renamed into place): refused at verification
+        shutil.copytree(kept, tmp_path / "damaged")
+        vectors = tmp_path / "damaged" / "vectors.npy"
+        good = vectors.read_bytes()
+        vectors.write_bytes(good[:-4] + b"\0\0\0\1")
+        artifact.publish(tmp_path / "damaged", encoder)
+        seen(lambda: refused_for("beside this sharded table's directory, whose files were refused"), "damaged")
+        (encoder / "vectors.npy").write_bytes(good)  # repaired in place: its manifest unchanged, its files seen
+        seen(served, "the repaired encoder and its shard served")
+        shutil.rmtree(encoder)
+        seen(lambda: refused_for("which is neither in this sharded table's directory nor beside it"), "gone")
+        kept.rename(encoder)
+        seen(served, "the encoder put back and its shard served")
+        log = shard.log()
+        assert "table 'small' beside the data directory changed: reloading them" in log, log[-3000:]
+        assert "SIGHUP" not in log and "/v1/admin/reload" not in log
+        reloads = log.count("reloading them")
+        time.sleep(5 * seconds)  # nothing changes: no more reloads
+        assert shard.log().count("reloading them") == reloads

@@ -35,6 +35,7 @@ from service.execute import Searcher
 from service.http import auth
 from service.http.cache import AnswerCache, AnswerCacheMiddleware
 from service.http.cors import JsonCORSMiddleware
+from service.http.declared_query import declared_only
 from service.http.drain import Drain
 from service.http.fastroute import document_query_models
 from service.http.head import HeadAsGetMiddleware
@@ -147,6 +148,7 @@ def create_app(settings: Settings) -> FastAPI:
     # layer that costs tens of microseconds on every request. Ahead of /openapi.json and /docs, which are
     # asked for far less often: routes are tried in order.
     routes = [route for router in (*ROUTERS, *EMBED_ROUTERS) for route in router.routes]
+    declared_only(routes)  # a GET route refuses query parameters it does not declare
     app.router.routes[:0] = routes
     front = scatter.Front(front_settings())  # sharded tables answered by their shards' servers
     app.state.front = front

@@ -1,10 +1,13 @@
 """The edges of HTTP a careful client or proxy meets, against the real ``embedding-serve`` process on raw sockets:
-a query string's unknown parameter is refused as a body's unknown field is.
+a query string's unknown parameter is refused as a body's unknown field is; a request with two Host headers (or
+an invalid one) is a 400; a refusal of the HTTP protocol layer carries the request's ``X-Request-ID`` when its
+header was read.
 """
 
 from __future__ import annotations
 
 import json
+import socket
 
 import pytest
 
@@ -12,6 +15,7 @@ from tests.service import raw_http
 from tests.service.real_server import Server
 
 T = "/v1/tables/small"
+ID = "req-strict-7"
 
 
 @pytest.fixture(scope="module")
@@ -77,3 +81,67 @@ def test_repeated_and_head_requests_are_checked_too(server: Server) -> None:
         sock.sendall(raw)
         status, headers, _ = raw_http.read_head(sock)
     assert (status, headers["content-type"]) == (422, "application/json")
+
+
+# ---------------------------------------------------------------------------------------------- Host
+def with_hosts(*hosts: str, request_id: str | None = ID) -> bytes:
+    lines = [f"GET {T}/neighbors?token=heart&k=2 HTTP/1.1", *(f"Host: {host}" for host in hosts), "Connection: close"]
+    lines += [f"X-Request-ID: {request_id}"] if request_id is not None else []
+    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+
+
+@pytest.mark.parametrize(
+    "hosts",
+    [("127.0.0.1", "evil.example"), ("127.0.0.1", "127.0.0.1"), ("evil.example/x",), ("a@b",), ("[::1",), ("a:b",)],
+)
+def test_two_host_headers_or_an_invalid_one_are_a_400(server: Server, hosts: tuple[str, ...]) -> None:
+    """RFC 9112, 3.2: a server must answer 400 to a request with more than one Host header, or an invalid one."""
+    response = ask(server, with_hosts(*hosts))
+    error = raw_http.error_of(response, 400)
+    assert error["code"] == "bad_request" and "one Host header" in error["message"], error
+    assert response[1]["x-request-id"] == ID  # read before the refusal
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "localhost:8000", "[::1]:8000", "search.example.com", ""])
+def test_one_valid_host_is_answered(server: Server, host: str) -> None:
+    assert ask(server, with_hosts(host))[0] == 200
+
+
+# ---------------------------------------------------------------------------------------------- request ids
+def test_a_protocol_refusal_carries_the_request_id_read_before_it(server: Server) -> None:
+    """A head over the limit, a broken header, a body cut short: refused by the protocol, before the app's
+    middleware, with the id the request named."""
+    padding = {f"X-Pad-{i}": "p" * 1000 for i in range(40)}  # over the 32 KiB head limit
+    too_large = raw_http.request("GET", f"{T}/neighbors?token=heart", headers={"X-Request-ID": ID, **padding})
+    response = ask(server, too_large)
+    assert raw_http.error_of(response, 431) and response[1]["x-request-id"] == ID
+
+    # the parser hands a header on once the next one begins: the id, then another, then the broken one
+    broken_after = {"X-Request-ID": ID, "Accept": "*/*", "Bad Name": "x"}
+    response = ask(server, raw_http.request("GET", f"{T}/neighbors?token=heart", headers=broken_after))
+    assert raw_http.error_of(response, 400) and response[1]["x-request-id"] == ID
+
+    with raw_http.connect(server.port) as sock:
+        sock.sendall(
+            raw_http.request("POST", f"{T}/neighbors", b'{"token": "he', {"X-Request-ID": ID, "Content-Length": "100"})
+        )
+        sock.shutdown(socket.SHUT_WR)  # the body will never be complete
+        response = raw_http.read_response(sock)
+    assert raw_http.error_of(response, 400) and response[1]["x-request-id"] == ID
+
+
+def test_a_protocol_refusal_carries_no_id_it_did_not_read(server: Server) -> None:
+    """An invalid id is not sent back; nor is one of a request line the parser refuses (its headers are not
+    read); nor the id of the request before on the same connection."""
+    response = ask(server, with_hosts("a", "b", request_id="has space"))
+    assert raw_http.error_of(response, 400) and "x-request-id" not in response[1]
+    line = b"GET /v1/tables\x00 HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Request-ID: " + ID.encode() + b"\r\n\r\n"
+    response = ask(server, line)
+    assert raw_http.error_of(response, 400) and "x-request-id" not in response[1]
+    with raw_http.connect(server.port) as sock:
+        sock.sendall(
+            raw_http.request("GET", "/v1/tables", headers={"X-Request-ID": ID}) + b"\x01BAD / HTTP/1.1\r\n\r\n"
+        )
+        first, second = raw_http.read_responses(sock, 2)
+    assert first[0] == 200 and first[1]["x-request-id"] == ID
+    assert raw_http.error_of(second, 400) and "x-request-id" not in second[1]

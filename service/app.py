@@ -43,6 +43,7 @@ from service.http.limits import RequestLimitsMiddleware
 from service.http.metrics import Metrics, MetricsMiddleware
 from service.http.openai_errors import OpenAIErrorsMiddleware
 from service.http.request_id import RequestIdMiddleware
+from service.http.slashes import relative_slash_redirects
 from service.logs import format_from_env, own_line
 from service.registry import Registry
 from service.reload import Reloader
@@ -136,8 +137,10 @@ def create_app(settings: Settings) -> FastAPI:
         default_response_class=FastJSON,
         docs_url="/docs",
         redoc_url=None,
+        redirect_slashes=False,  # relative_slash_redirects instead: a Location of the path alone
         telemetry={"tracing": settings.telemetry, "metrics": settings.telemetry, "logs": settings.telemetry},
     )
+    app.router.default = relative_slash_redirects(app.router)
     app.state.settings = settings
     app.state.metrics = metrics
     # Once the drain begins, /readyz is answered ahead of the health router's route: 503, shutting down.

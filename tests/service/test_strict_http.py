@@ -1,7 +1,7 @@
 """The edges of HTTP a careful client or proxy meets, against the real ``embedding-serve`` process on raw sockets:
 a query string's unknown parameter is refused as a body's unknown field is; a request with two Host headers (or
-an invalid one) is a 400; a refusal of the HTTP protocol layer carries the request's ``X-Request-ID`` when its
-header was read.
+an invalid one) is a 400; the trailing-slash redirect names a path, never the Host a client sent; a refusal of
+the HTTP protocol layer carries the request's ``X-Request-ID`` when its header was read.
 """
 
 from __future__ import annotations
@@ -105,6 +105,26 @@ def test_two_host_headers_or_an_invalid_one_are_a_400(server: Server, hosts: tup
 @pytest.mark.parametrize("host", ["127.0.0.1", "localhost:8000", "[::1]:8000", "search.example.com", ""])
 def test_one_valid_host_is_answered(server: Server, host: str) -> None:
     assert ask(server, with_hosts(host))[0] == 200
+
+
+# ---------------------------------------------------------------------------------------------- redirects
+@pytest.mark.parametrize(
+    ("target", "location"),
+    [
+        ("/v1/tables/", "/v1/tables"),
+        (f"{T}/", T),
+        (f"{T}/ids/1058/?normalized=true", f"{T}/ids/1058?normalized=true"),
+    ],
+)
+def test_the_trailing_slash_redirect_names_the_path_only(server: Server, target: str, location: str) -> None:
+    """The Location is the path: a Host of the client's choosing is not sent back as where to go."""
+    status, headers, _ = get(server, target, {"Host": "evil.example"})
+    assert (status, headers["location"]) == (307, location)
+
+
+def test_a_path_of_two_leading_slashes_is_not_redirected_elsewhere(server: Server) -> None:
+    status, headers, _ = get(server, "//v1/tables/")
+    assert status == 404 and "location" not in headers
 
 
 # ---------------------------------------------------------------------------------------------- request ids

@@ -35,6 +35,7 @@ from service.execute import Searcher
 from service.http import auth
 from service.http.cache import AnswerCache, AnswerCacheMiddleware
 from service.http.cors import JsonCORSMiddleware
+from service.http.declared_query import declared_only
 from service.http.drain import Drain
 from service.http.fastroute import document_query_models
 from service.http.head import HeadAsGetMiddleware
@@ -42,6 +43,7 @@ from service.http.limits import RequestLimitsMiddleware
 from service.http.metrics import Metrics, MetricsMiddleware
 from service.http.openai_errors import OpenAIErrorsMiddleware
 from service.http.request_id import RequestIdMiddleware
+from service.http.slashes import relative_slash_redirects
 from service.logs import format_from_env, own_line
 from service.registry import Registry
 from service.reload import Reloader
@@ -135,8 +137,10 @@ def create_app(settings: Settings) -> FastAPI:
         default_response_class=FastJSON,
         docs_url="/docs",
         redoc_url=None,
+        redirect_slashes=False,  # relative_slash_redirects instead: a Location of the path alone
         telemetry={"tracing": settings.telemetry, "metrics": settings.telemetry, "logs": settings.telemetry},
     )
+    app.router.default = relative_slash_redirects(app.router)
     app.state.settings = settings
     app.state.metrics = metrics
     # Once the drain begins, /readyz is answered ahead of the health router's route: 503, shutting down.
@@ -147,6 +151,7 @@ def create_app(settings: Settings) -> FastAPI:
     # layer that costs tens of microseconds on every request. Ahead of /openapi.json and /docs, which are
     # asked for far less often: routes are tried in order.
     routes = [route for router in (*ROUTERS, *EMBED_ROUTERS) for route in router.routes]
+    declared_only(routes)  # a GET route refuses query parameters it does not declare
     app.router.routes[:0] = routes
     front = scatter.Front(front_settings())  # sharded tables answered by their shards' servers
     app.state.front = front

@@ -5,7 +5,7 @@ API's JSON error envelope. ``embedding-serve`` runs with it (``JsonErrorsProtoco
   bad Content-Length, a broken header, broken chunked framing, a Transfer-Encoding other than chunked), which
   uvicorn would answer itself in plain text (httptools takes ``gzip, chunked`` as chunked: that one, and a
   Content-Encoding, ``service.http.limits`` refuses); also a body the client ends (shuts its side) before it is
-  complete.
+  complete, and a request with more than one Host header or one that is no host and port (RFC 9112, 3.2).
   A request whose body breaks off this way is given up at once (its app sees ``http.disconnect``): the refusal
   is its answer, and waits only for answers to earlier (pipelined) requests.
 - 505 ``http_version_not_supported``: a request line of another version than HTTP/1.0 or 1.1 (httptools parses
@@ -36,12 +36,15 @@ API's JSON error envelope. ``embedding-serve`` runs with it (``JsonErrorsProtoco
 
 After one of these refusals the answer is written, the write side shut, and what the client still sends is read
 and dropped for up to ``LINGER_SECONDS`` before the connection closes: closing with unread bytes would reset the
-connection, which can destroy the answer before the client reads it.
+connection, which can destroy the answer before the client reads it. A refusal carries the request's valid
+``X-Request-ID`` (as ``service.http.request_id`` sends it back) when the parser had handed that header on: not
+when the request line or the head is refused before it, nor when the broken header follows it directly (the parser
+hands a header on once the next one begins).
 
-What a normal request pays: a length comparison per read, a counter, three assignments and a look at the write
-buffer's size per request (the send timer only when bytes wait in it); the head timer
-is one per connection (re-armed every ``header_timeout``), none per request; the body timer, one per request whose
-body spans reads.
+What a normal request pays: a length comparison per read, a counter, three assignments, a look for Host among
+its headers and a look at the write buffer's size per request (the send timer only when bytes wait in it); the
+head timer is one per connection (re-armed every ``header_timeout``), none per request; the body timer, one per
+request whose body spans reads.
 """
 
 from __future__ import annotations
@@ -49,6 +52,7 @@ from __future__ import annotations
 import asyncio
 import http
 import logging
+import re
 import sys
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -62,10 +66,15 @@ from uvicorn.server import ServerState
 from service.errors import error_body, status_of
 from service.http.one_write import use_one_write
 from service.http.openai_errors import is_openai, openai_error
+from service.http.request_id import HEADER as REQUEST_ID
+from service.http.request_id import VALID as VALID_ID
 
 log = logging.getLogger("uvicorn.error")
 
 MESSAGE = "the request is not valid HTTP/1.1 (request line, headers or body framing)"
+HOST_MESSAGE = "a request must have at most one Host header, naming a host (name or address) and optionally a port"
+# RFC 9110's Host: a reg-name (unreserved, sub-delims, %-escapes) or a bracketed IPv6 address, and an optional port
+HOST = re.compile(rb"(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9._~!$&'()*+,;=%-]*)(?::[0-9]*)?")
 RETRY_AFTER_SECONDS = 1
 LINGER_SECONDS = 2.0
 BODY_SLICE = 64 << 10  # a body is fed this much at a time (uvicorn stops reading at 64 KiB of unread body)
@@ -84,6 +93,14 @@ class ConnectionLimits:
 
 def _body(code: str, message: str) -> bytes:
     return orjson.dumps(error_body(code, message))
+
+
+def request_id(headers: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
+    """The header naming the request, as ``service.http.request_id`` sends it back: [] without a valid one."""
+    for name, value in headers:
+        if name == REQUEST_ID:
+            return [(REQUEST_ID, value)] if VALID_ID.fullmatch(value) else []  # the first one counts
+    return []
 
 
 def _answer(code: str, body: bytes, default_headers: list[tuple[bytes, bytes]], *extra: tuple[bytes, bytes]) -> bytes:
@@ -109,7 +126,7 @@ def refusal(code: str, message: str) -> Any:
 
     async def app(scope: Any, receive: Any, send: Any) -> None:
         body = _shaped(scope, code, _body(code, message))
-        headers = [JSON, CLOSE, (b"content-length", b"%d" % len(body))]
+        headers = [JSON, CLOSE, (b"content-length", b"%d" % len(body)), *request_id(scope["headers"])]
         await send({"type": "http.response.start", "status": status_of(code), "headers": headers})
         await send({"type": "http.response.body", "body": body})
 
@@ -127,7 +144,7 @@ async def overloaded(scope: Any, receive: Any, send: Any) -> None:
             _shaped(scope, "overloaded", OVERLOADED_BODY),
             OVERLOADED_HEADERS,
         )
-    headers = [*headers, (b"content-length", b"%d" % len(body))]
+    headers = [*headers, (b"content-length", b"%d" % len(body)), *request_id(scope["headers"])]
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": b"" if scope.get("method") == "HEAD" else body})
 
@@ -177,6 +194,7 @@ class JsonErrorsProtocol(HttpToolsProtocol):
         self.in_body = False  # a request head is parsed and its body is not complete
         self.body_timer: asyncio.TimerHandle | None = None  # armed once a body goes on past the read that began it
         self.bad_version = False  # the parser error at hand is a request line's HTTP version
+        self.bad_host = False  # the parser error at hand is Host headers
         self.refused = False
         self.running: Any = None  # the request cycle whose app runs (uvicorn's ``cycle`` is the last one parsed)
         self.send_timer: asyncio.TimerHandle | None = None  # armed while an answer waits in the write buffer
@@ -304,6 +322,10 @@ class JsonErrorsProtocol(HttpToolsProtocol):
         if self.parser.get_http_version() not in ("1.0", "1.1"):  # httptools parses HTTP/2.0 as if it were 1.1
             self.bad_version = True
             raise httptools.HttpParserError("unsupported HTTP version")  # the parser stops: send_400_response
+        hosts = [value for name, value in self.headers if name == b"host"]
+        if hosts and (len(hosts) > 1 or not HOST.fullmatch(hosts[0])):  # RFC 9112, 3.2: answered 400
+            self.bad_host = True
+            raise httptools.HttpParserError("more than one Host header, or an invalid one")
         self.heads += 1
         self.head = self.head_since = None
         self.begun = False
@@ -329,6 +351,10 @@ class JsonErrorsProtocol(HttpToolsProtocol):
         if self.bad_version or (isinstance(error, httptools.HttpParserError) and str(error) == "Invalid HTTP version"):
             log.info("%s - request line of an HTTP version other than 1.0 and 1.1: answering 505", self._peer())
             self._refuse("http_version_not_supported", "this server speaks HTTP/1.1 (and 1.0) only")
+            return
+        if self.bad_host:
+            log.info("%s - more than one Host header, or an invalid one: answering 400", self._peer())
+            self._refuse("bad_request", HOST_MESSAGE)
             return
         self._refuse("bad_request", MESSAGE)
 
@@ -398,6 +424,8 @@ class JsonErrorsProtocol(HttpToolsProtocol):
             return
         self.refused = True  # nothing more is read into the parser
         self._cancel_timers()
+        # the id of the request refused, if its header was parsed (not of the request before it)
+        named = request_id(self.headers) if self.begun or self.in_body else []
         cycle = self.cycle
         if cycle is not None and self.in_body and not cycle.response_started:
             queued = [i for i, (waiting, _) in enumerate(self.pipeline) if waiting is cycle]
@@ -406,26 +434,26 @@ class JsonErrorsProtocol(HttpToolsProtocol):
                 return
             cycle.disconnected = True  # its app's receive() says http.disconnect; what it sends is dropped
             cycle.message_event.set()
-            self._answer_and_linger(code, message)
+            self._answer_and_linger(code, message, named)
             return
         if cycle is None or cycle.response_complete:
-            self._answer_and_linger(code, message)
+            self._answer_and_linger(code, message, named)
             return
         self.flow.pause_reading()
         answered = cycle.on_response  # uvicorn's on_response_complete, called once the answer is sent
 
         def then_refuse() -> None:
             answered()
-            self._answer_and_linger(code, message)
+            self._answer_and_linger(code, message, named)
 
         cycle.on_response = then_refuse
 
-    def _answer_and_linger(self, code: str, message: str) -> None:
+    def _answer_and_linger(self, code: str, message: str, named: list[tuple[bytes, bytes]]) -> None:
         transport = self.transport
         if transport.is_closing():
             return
         self._unset_keepalive_if_required()
-        transport.write(_answer(code, _body(code, message), self.server_state.default_headers))
+        transport.write(_answer(code, _body(code, message), self.server_state.default_headers, *named))
         self._linger()
 
     def _linger(self) -> None:

@@ -143,6 +143,9 @@ CHECK_BATCH = AfterValidator(_check_batch)
 
 
 STRICT = ConfigDict(strict=True, extra="forbid")
+# A query string's model: its values are text, converted as FastAPI converts query parameters; an unknown
+# parameter is refused as a body's unknown field is (a misspelt ``min_scor`` must not be dropped silently).
+QUERY = ConfigDict(extra="forbid")
 
 
 # The request forms, written into the JSON schema as ``oneOf`` so the OpenAPI document says what the model

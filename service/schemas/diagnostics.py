@@ -9,6 +9,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validat
 
 from service.schemas.common import (
     CHECK_BATCH,
+    QUERY,
     STRICT,
     ItemError,
     ItemErrorResponse,
@@ -54,6 +55,8 @@ class DoesntMatchRequest(BaseModel):
 class RankParams(BaseModel):
     """Query string of ``GET .../rank``."""
 
+    model_config = QUERY
+
     a: Token
     b: Token
 
@@ -66,6 +69,8 @@ class RankRequest(BaseModel):
 
 class CloserThanParams(BaseModel):
     """Query string of ``GET .../closer-than``."""
+
+    model_config = QUERY
 
     a: Token
     b: Token
@@ -114,6 +119,8 @@ class NSimilarityRequest(BaseModel):
 
 class CompareParams(TokenOptions):
     """Query string of ``GET /v1/compare``."""
+
+    model_config = QUERY
 
     first: TableNameField
     second: TableNameField

@@ -10,6 +10,7 @@ from index.engine.door import Examples, Query
 from service.schemas.common import (
     CHECK_BATCH,
     COMPOSE_HELP,
+    QUERY,
     SINGLE_QUERY_FORMS,
     Compose,
     ItemErrorResponse,
@@ -31,6 +32,8 @@ from service.schemas.common import (
 
 class NeighborsParams(TokenOptions):
     """Query string of ``GET .../neighbors``: one token (or row id)."""
+
+    model_config = QUERY
 
     token: Token | None = None
     id: RowId | None = None

@@ -6,10 +6,12 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from service.schemas.common import COMPOSE_HELP, STRICT, Compose, ItemError, PairBatch, Token
+from service.schemas.common import COMPOSE_HELP, QUERY, STRICT, Compose, ItemError, PairBatch, Token
 
 
 class SimilarityParams(BaseModel):
+    model_config = QUERY
+
     a: Token
     b: Token
     compose: Compose | None = Field(None, description=COMPOSE_HELP)

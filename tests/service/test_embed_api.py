@@ -286,7 +286,7 @@ def test_a_model_that_is_no_table_name_is_named(oai: openai.OpenAI, model: str) 
 def test_models_with_a_trailing_slash_are_redirected(server: real_server.Server) -> None:
     for path, to in [("/v1/models/", "/v1/models"), ("/v1/models/glove/", "/v1/models/glove")]:
         response = real_server.HTTP.get(f"{server.base}{path}")
-        assert response.status_code == 307 and response.headers["location"] == f"{server.base}{to}"
+        assert response.status_code == 307 and response.headers["location"] == to
 
 
 def test_errors_before_the_route_are_in_openais_shape_too(data_dir: Path) -> None:

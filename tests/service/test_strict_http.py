@@ -1,0 +1,167 @@
+"""The edges of HTTP a careful client or proxy meets, against the real ``embedding-serve`` process on raw sockets:
+a query string's unknown parameter is refused as a body's unknown field is; a request with two Host headers (or
+an invalid one) is a 400; the trailing-slash redirect names a path, never the Host a client sent; a refusal of
+the HTTP protocol layer carries the request's ``X-Request-ID`` when its header was read.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+
+import pytest
+
+from tests.service import raw_http
+from tests.service.real_server import Server
+
+T = "/v1/tables/small"
+ID = "req-strict-7"
+
+
+@pytest.fixture(scope="module")
+def server(small_server: Server) -> Server:
+    """The shared server over the small table (tests/service/conftest.py)."""
+    return small_server
+
+
+def ask(server: Server, raw: bytes) -> raw_http.Response:
+    with raw_http.connect(server.port) as sock:
+        sock.sendall(raw)
+        return raw_http.read_response(sock)
+
+
+def get(server: Server, target: str, headers: dict[str, str] | None = None) -> raw_http.Response:
+    return ask(server, raw_http.request("GET", target, headers={"Connection": "close", **(headers or {})}))
+
+
+# ---------------------------------------------------------------------------------------------- query strings
+UNKNOWN = {
+    "neighbours (a hot route)": (f"{T}/neighbors?token=heart&k=5", "min_scor=0.5", "min_scor"),
+    "similarity (a hot route)": (f"{T}/similarity?a=red&b=blue", "compsoe=mean", "compsoe"),
+    "rank (a hot route)": (f"{T}/rank?a=king&b=queen", "k=3", "k"),
+    "closer-than (a hot route)": (f"{T}/closer-than?a=paris&b=london", "limt=3", "limt"),
+    "compare (a hot route)": ("/v1/compare?first=small&second=small&token=heart", "tokens=heart", "tokens"),
+    "a token's row": (f"{T}/tokens/heart?normalized=true", "normalised=true", "normalised"),
+    "a row by id": (f"{T}/ids/1058", "normalised=true", "normalised"),
+    "the tables": ("/v1/tables", "verbose=1", "verbose"),
+    "a table": (T, "x=", "x"),
+}
+
+
+@pytest.mark.parametrize("name", list(UNKNOWN))
+def test_a_query_parameter_the_route_does_not_declare_is_refused(server: Server, name: str) -> None:
+    """Answered as the route would answer without it, a misspelt parameter would look like an answer to the
+    question asked: refused (422) in the words of a body's unknown field; the same request without it answers."""
+    target, extra, unknown = UNKNOWN[name]
+    assert get(server, target)[0] == 200
+    error = raw_http.error_of(get(server, f"{target}&{extra}" if "?" in target else f"{target}?{extra}"), 422)
+    assert error["code"] == "invalid_request", error
+    assert error["message"] == f"{unknown}: Extra inputs are not permitted", error
+    assert error["details"] == [
+        {"loc": ["query", unknown], "type": "extra_forbidden", "message": error["message"][len(unknown) + 2 :]}
+    ]
+
+
+def test_the_query_refusal_is_the_bodys(server: Server) -> None:
+    """The GET and the POST of neighbours refuse a misspelt ``min_score`` with the same message."""
+    body = json.dumps({"token": "heart", "k": 5, "min_scor": 0.5}).encode()
+    posted = raw_http.error_of(
+        ask(server, raw_http.request("POST", f"{T}/neighbors", body, {"Connection": "close"})), 422
+    )
+    got = raw_http.error_of(get(server, f"{T}/neighbors?token=heart&k=5&min_scor=0.5"), 422)
+    assert (got["code"], got["message"]) == (posted["code"], posted["message"]), (got, posted)
+
+
+def test_repeated_and_head_requests_are_checked_too(server: Server) -> None:
+    """Every unknown name is named once; HEAD (answered as GET) is refused alike."""
+    error = raw_http.error_of(get(server, f"{T}/neighbors?token=heart&kk=1&kk=2&zz"), 422)
+    assert error["message"] == "kk: Extra inputs are not permitted; zz: Extra inputs are not permitted", error
+    raw = raw_http.request("HEAD", f"{T}/tokens/heart?nomalized=1", headers={"Connection": "close"})
+    with raw_http.connect(server.port) as sock:
+        sock.sendall(raw)
+        status, headers, _ = raw_http.read_head(sock)
+    assert (status, headers["content-type"]) == (422, "application/json")
+
+
+# ---------------------------------------------------------------------------------------------- Host
+def with_hosts(*hosts: str, request_id: str | None = ID) -> bytes:
+    lines = [f"GET {T}/neighbors?token=heart&k=2 HTTP/1.1", *(f"Host: {host}" for host in hosts), "Connection: close"]
+    lines += [f"X-Request-ID: {request_id}"] if request_id is not None else []
+    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+
+
+@pytest.mark.parametrize(
+    "hosts",
+    [("127.0.0.1", "evil.example"), ("127.0.0.1", "127.0.0.1"), ("evil.example/x",), ("a@b",), ("[::1",), ("a:b",)],
+)
+def test_two_host_headers_or_an_invalid_one_are_a_400(server: Server, hosts: tuple[str, ...]) -> None:
+    """RFC 9112, 3.2: a server must answer 400 to a request with more than one Host header, or an invalid one."""
+    response = ask(server, with_hosts(*hosts))
+    error = raw_http.error_of(response, 400)
+    assert error["code"] == "bad_request" and "one Host header" in error["message"], error
+    assert response[1]["x-request-id"] == ID  # read before the refusal
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "localhost:8000", "[::1]:8000", "search.example.com", ""])
+def test_one_valid_host_is_answered(server: Server, host: str) -> None:
+    assert ask(server, with_hosts(host))[0] == 200
+
+
+# ---------------------------------------------------------------------------------------------- redirects
+@pytest.mark.parametrize(
+    ("target", "location"),
+    [
+        ("/v1/tables/", "/v1/tables"),
+        (f"{T}/", T),
+        (f"{T}/ids/1058/?normalized=true", f"{T}/ids/1058?normalized=true"),
+    ],
+)
+def test_the_trailing_slash_redirect_names_the_path_only(server: Server, target: str, location: str) -> None:
+    """The Location is the path: a Host of the client's choosing is not sent back as where to go."""
+    status, headers, _ = get(server, target, {"Host": "evil.example"})
+    assert (status, headers["location"]) == (307, location)
+
+
+def test_a_path_of_two_leading_slashes_is_not_redirected_elsewhere(server: Server) -> None:
+    status, headers, _ = get(server, "//v1/tables/")
+    assert status == 404 and "location" not in headers
+
+
+# ---------------------------------------------------------------------------------------------- request ids
+def test_a_protocol_refusal_carries_the_request_id_read_before_it(server: Server) -> None:
+    """A head over the limit, a broken header, a body cut short: refused by the protocol, before the app's
+    middleware, with the id the request named."""
+    padding = {f"X-Pad-{i}": "p" * 1000 for i in range(40)}  # over the 32 KiB head limit
+    too_large = raw_http.request("GET", f"{T}/neighbors?token=heart", headers={"X-Request-ID": ID, **padding})
+    response = ask(server, too_large)
+    assert raw_http.error_of(response, 431) and response[1]["x-request-id"] == ID
+
+    # the parser hands a header on once the next one begins: the id, then another, then the broken one
+    broken_after = {"X-Request-ID": ID, "Accept": "*/*", "Bad Name": "x"}
+    response = ask(server, raw_http.request("GET", f"{T}/neighbors?token=heart", headers=broken_after))
+    assert raw_http.error_of(response, 400) and response[1]["x-request-id"] == ID
+
+    with raw_http.connect(server.port) as sock:
+        sock.sendall(
+            raw_http.request("POST", f"{T}/neighbors", b'{"token": "he', {"X-Request-ID": ID, "Content-Length": "100"})
+        )
+        sock.shutdown(socket.SHUT_WR)  # the body will never be complete
+        response = raw_http.read_response(sock)
+    assert raw_http.error_of(response, 400) and response[1]["x-request-id"] == ID
+
+
+def test_a_protocol_refusal_carries_no_id_it_did_not_read(server: Server) -> None:
+    """An invalid id is not sent back; nor is one of a request line the parser refuses (its headers are not
+    read); nor the id of the request before on the same connection."""
+    response = ask(server, with_hosts("a", "b", request_id="has space"))
+    assert raw_http.error_of(response, 400) and "x-request-id" not in response[1]
+    line = b"GET /v1/tables\x00 HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Request-ID: " + ID.encode() + b"\r\n\r\n"
+    response = ask(server, line)
+    assert raw_http.error_of(response, 400) and "x-request-id" not in response[1]
+    with raw_http.connect(server.port) as sock:
+        sock.sendall(
+            raw_http.request("GET", "/v1/tables", headers={"X-Request-ID": ID}) + b"\x01BAD / HTTP/1.1\r\n\r\n"
+        )
+        first, second = raw_http.read_responses(sock, 2)
+    assert first[0] == 200 and first[1]["x-request-id"] == ID
+    assert raw_http.error_of(second, 400) and "x-request-id" not in second[1]

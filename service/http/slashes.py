@@ -7,7 +7,6 @@ cache in front) that sends a Host of its choosing is redirected to that host. Th
 
 from __future__ import annotations
 
-from starlette._utils import get_route_path
 from starlette.responses import RedirectResponse
 from starlette.routing import Match, Router
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -19,7 +18,7 @@ def relative_slash_redirects(router: Router) -> ASGIApp:
     not_found = router.default
 
     async def default(scope: Scope, receive: Receive, send: Send) -> None:
-        route_path = get_route_path(scope)
+        route_path = _route_path(scope)
         if scope["type"] == "http" and route_path != "/":
             path = scope["path"]
             other = {**scope, "path": path.rstrip("/") if route_path.endswith("/") else path + "/"}
@@ -33,3 +32,12 @@ def relative_slash_redirects(router: Router) -> ASGIApp:
         await not_found(scope, receive, send)
 
     return default
+
+
+def _route_path(scope: Scope) -> str:
+    """The path the routes match: the request's, less the ``root_path`` a proxy mounted the app under."""
+    path: str = scope["path"]
+    root: str = scope.get("root_path", "")
+    if root and path.startswith(root) and path[len(root) : len(root) + 1] in ("", "/"):
+        return path[len(root) :]
+    return path

@@ -22,6 +22,8 @@ import pytest
 
 from index.build.sources import RawTable
 from index.build.writer import build_table
+from index.engine.door import Table
+from service.registry import Registry
 from tests.cli import run_cli
 from tests.conftest import small_raw
 from tests.index.build.test_embed_documents import without_vectors
@@ -181,3 +183,36 @@ def test_a_write_of_text_through_the_front_is_embedded_by_its_shard(servers: dic
         expected_status, expected = search(servers["whole"], body)
         assert status == expected_status == 200 and got == expected, body
         assert got["hits"][0]["id"] == "lee-written-0", got
+
+
+@pytest.mark.parametrize("relative", [".", "shard-000/.."])
+def test_a_relative_data_directory_finds_the_encoder_beside_the_sharded_table(
+    root: Path, relative: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--data-dir .`` in the sharded table's directory (or a path through ``..``): its parent is the directory
+    above, where the import wrote the encoder."""
+    monkeypatch.chdir(root / "sharded" / "lee")
+    registry = Registry.load(Path(relative), ["shard-000"])
+    assert registry.ready, registry.failed
+    shard, encoder = registry.tables["shard-000"], Table.load(root / "sharded" / "small")
+    assert registry.encoder_of(shard) is registry.beside["small"]
+    assert registry.beside["small"].vectors_sha256 == encoder.vectors_sha256
+
+
+def test_an_encoder_named_as_a_shard_is_the_one_beside_the_table(
+    root: Path, lee_docs: Lee, glove_raw: RawTable
+) -> None:
+    """The shards are the documents table, never its encoder: ``shard-000`` beside the table embeds the texts of
+    the shard of that name too."""
+    data = root / "shard-named"
+    build_table(small_raw(glove_raw), data_dir=data, name="shard-000", source={})
+    source = write_jsonl(root / "lee-shard-named.jsonl", without_vectors(lee_docs))
+    done = run_cli(
+        "import", source, "--format", "documents", "--name", "lee", "--encoder", "shard-000", "--shards", SHARDS,
+        "--data-dir", data,
+    )  # fmt: skip
+    assert done.code == 0, done.err
+    registry = Registry.load(data / "lee")
+    assert registry.ready and sorted(registry.tables) == ["shard-000", "shard-001"], registry.failed
+    for shard in registry.tables.values():
+        assert registry.encoder_of(shard) is registry.beside["shard-000"]

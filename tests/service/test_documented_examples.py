@@ -49,7 +49,10 @@ UNCHECKED = {
     "/metrics": "its counts are those of the requests the server answered before",
     f"{GLOVE}/embed": "the default table's SIF component (`embedding-index sif`) is not in the tests' shared table",
     f'"model": "{GLOVE}"': "the same SIF component",
-    "umap": "umap-learn compiles with numba at its first call, for seconds (tests/service/test_projection_methods.py)",
+    '"method": "umap", "seed"': (
+        "a UMAP layout: umap-learn compiles with numba at its first call, for seconds "
+        "(tests/service/test_projection_methods.py)"
+    ),
     "/v1/models": "shown for a server of the default table and the documents table licences",
 }
 

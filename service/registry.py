@@ -151,6 +151,7 @@ class Registry:
         if self.names is None:  # a table caught between the two renames of a rebuild is not a removed table
             requested += sorted(name for name in self.tables if name not in available and self._publishing(name))
         nxt = Registry(self.data_dir, requested, names=self.names, checksums=self.checksums, data_dir_missing=gone)
+        nxt.sharded = _sharded_directory(self.data_dir)
         absent = "the data directory is missing" if gone else "no table of that name in the data directory"
         report: dict[str, list[str]] = {"loaded": [], "unchanged": [], "refused": [], "missing": [], "removed": []}
         for name in requested:
@@ -161,7 +162,7 @@ class Registry:
                     nxt._keep(name, old, self.versions[name], self.stale.get(name))
                     report["unchanged"].append(name)
                 else:
-                    nxt._fail(name, absent, told=True)
+                    nxt._fail(name, nxt._beside_not_served(name) or absent, told=True)
                     report["missing"].append(name)
                 continue
             if old is not None and self.versions.get(name) == files_of(version):
@@ -188,7 +189,6 @@ class Registry:
                 report["refused"].append(name)
             else:
                 report["missing"].append(name)
-        nxt.sharded = _sharded_directory(self.data_dir)
         if nxt.sharded:
             nxt._encoders_beside(self)
         withdrawn = nxt._without_encoder()
@@ -262,6 +262,23 @@ class Registry:
             return None
         return (self.beside if self.sharded else self.tables).get(record["table"])
 
+    def _parent(self) -> Path:
+        """Where a sharded table's directory's encoders are: its parent ("." or "x/.." made absolute first)."""
+        return Path(os.path.abspath(self.data_dir)).parent
+
+    def _beside_not_served(self, name: str) -> str | None:
+        """Why ``name``, asked for by name, is not served when it is a table beside this sharded table's directory
+        rather than in it; None otherwise."""
+        if not (self.sharded and artifact.NAME_PATTERN.fullmatch(name)):
+            return None
+        if not (self._parent() / name / artifact.MANIFEST).is_file():
+            return None
+        return (
+            "it is beside this sharded table's directory (in its parent), not in it: a shard whose documents it "
+            "embedded loads it from there itself, and it is not served under routes of its own; leave it out of "
+            "the tables asked for (--tables, EMBEDDING_TABLES)"
+        )
+
     def _encoders_beside(self, previous: Registry) -> None:
         """Load the encoders that the shards of this sharded table's directory name from its parent: the data
         directory the import wrote the table and its encoder to (a shard is never one, whatever its name).
@@ -270,8 +287,7 @@ class Registry:
         An encoder loaded so is not served under routes of its own: it is not a table of this data directory (the
         shards are what ``--tables`` asked for), so /readyz, the table list and a reload's report stay the
         directory's; its faults show as its shards' refusals, which they do report."""
-        here = Path(os.path.abspath(self.data_dir))  # "." or "x/.." has no name or parent of its own
-        parent, sharded = here.parent, here.name
+        parent, sharded = self._parent(), Path(os.path.abspath(self.data_dir)).name
         named = {table.encoder_record["table"] for table in self.tables.values() if table.encoder_record}
         for name in sorted(named):
             directory = parent / name

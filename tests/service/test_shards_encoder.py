@@ -23,6 +23,7 @@ import pytest
 from index.build.sources import RawTable
 from index.build.writer import build_table
 from index.engine.door import Table
+from service.errors import ApiError
 from service.registry import Registry
 from tests.cli import run_cli
 from tests.conftest import small_raw
@@ -216,3 +217,19 @@ def test_an_encoder_named_as_a_shard_is_the_one_beside_the_table(
     assert registry.ready and sorted(registry.tables) == ["shard-000", "shard-001"], registry.failed
     for shard in registry.tables.values():
         assert registry.encoder_of(shard) is registry.beside["shard-000"]
+
+
+def test_the_encoder_asked_for_by_name_is_told_to_be_left_out(root: Path) -> None:
+    """``--tables shard-000,small`` over the sharded table's directory: the shard is served with ``small`` from
+    beside it; ``small`` is not served there, and a request of it is told why and what to do."""
+    registry = Registry.load(root / "sharded" / "lee", ["shard-000", "small"])
+    assert sorted(registry.tables) == ["shard-000"] and not registry.ready
+    assert registry.encoder_of(registry.tables["shard-000"]) is registry.beside["small"]
+    with pytest.raises(ApiError) as refused:
+        registry.get("small")
+    assert refused.value.code == "not_ready"
+    assert refused.value.message == (
+        "table 'small' is not loaded: it is beside this sharded table's directory (in its parent), not in it: a "
+        "shard whose documents it embedded loads it from there itself, and it is not served under routes of its "
+        "own; leave it out of the tables asked for (--tables, EMBEDDING_TABLES)"
+    )

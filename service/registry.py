@@ -91,16 +91,19 @@ def _read_settled(
 ) -> tuple[Table | None, str, bool, Fingerprint, Fingerprint | None]:
     """``_read``, again while the files change under it (replaced while it was read: what was verified may not be
     what is mapped), up to ``LOAD_ATTEMPTS`` times. The table or None and why not, whether its write log was the
-    reason; the version read, and the directory's fingerprint after the last read (None: gone)."""
-    for _ in range(LOAD_ATTEMPTS):
+    reason; the version read, and the directory's fingerprint after the last read (None: gone). Changed under
+    every read, the version is the one before the last change: the files as they settle are tried at the next
+    reload, not refused with it."""
+    for attempt in range(1, LOAD_ATTEMPTS + 1):
         table, reason, by_log = _read(directory, checksums)
         after = fingerprint(directory)
-        if after is None or files_of(after) == files_of(version):
-            break
-        version = after
-    if after is None or files_of(after) != files_of(version):
-        table, reason = None, reason or "its files changed while they were being loaded"
-    return table, reason, by_log, version, after
+        if after is None:
+            return None, reason or "its files changed while they were being loaded", by_log, version, None
+        if files_of(after) == files_of(version):
+            return table, reason, by_log, version, after
+        if attempt < LOAD_ATTEMPTS:
+            version = after
+    return None, "its files changed while they were being loaded", False, version, after
 
 
 @dataclass

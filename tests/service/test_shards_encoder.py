@@ -11,6 +11,7 @@ for an encoder rebuilt from other vectors, or damaged, since.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,6 +24,8 @@ import pytest
 from index.build.sources import RawTable
 from index.build.writer import build_table
 from index.engine.door import Table
+from index.store import artifact
+from service import registry
 from service.errors import ApiError
 from service.registry import Registry
 from tests.cli import run_cli
@@ -233,3 +236,42 @@ def test_the_encoder_asked_for_by_name_is_told_to_be_left_out(root: Path) -> Non
         "shard whose documents it embedded loads it from there itself, and it is not served under routes of its "
         "own; leave it out of the tables asked for (--tables, EMBEDDING_TABLES)"
     )
+
+
+@pytest.mark.parametrize("served", ["shard-000", "small"])
+@pytest.mark.parametrize("changes", [1, registry.LOAD_ATTEMPTS])
+def test_an_encoder_or_table_changed_while_it_is_read_is_read_again(
+    root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, served: str, changes: int
+) -> None:
+    """``small``'s files change under each of its first ``changes`` reads: read again, the version after the change
+    served; refused once every read saw a change, and loaded by the next reload. ``small`` beside the sharded table
+    (its shard's encoder), or asked for itself in a data directory."""
+    shutil.copytree(root / "sharded", tmp_path / "data")
+    data = tmp_path / "data" / "lee" if served == "shard-000" else tmp_path / "data"
+    encoder, read, reads = tmp_path / "data" / "small", registry._read, []
+
+    def changing(directory: Path, checksums: bool) -> tuple[Table | None, str, bool]:
+        got = read(directory, checksums)
+        if directory.name == "small":
+            reads.append(directory)
+            if len(reads) <= changes:  # a file rewritten in place: its mtime is new
+                os.utime(encoder / artifact.MANIFEST, ns=(len(reads) * 10**9,) * 2)
+        return got
+
+    monkeypatch.setattr(registry, "_read", changing)
+    loaded = Registry.load(data, [served])
+    assert len(reads) == min(changes + 1, registry.LOAD_ATTEMPTS)
+    if changes < registry.LOAD_ATTEMPTS:
+        assert loaded.ready, loaded.failed
+        versions = loaded.beside_versions if served == "shard-000" else loaded.versions
+        assert versions["small"] == registry.files_of(registry.fingerprint(encoder) or ())
+    else:
+        assert not loaded.ready and not loaded.tables
+        why = "its files changed while they were being loaded"
+        expected = why if served == "small" else "'small', beside this sharded table's directory, whose files"
+        assert expected in loaded.failed[served], loaded.failed
+        if served == "shard-000":
+            assert loaded.beside_refused["small"][1] == why
+        monkeypatch.undo()  # the files as they settled: loaded at the next reload, not refused with the change
+        again, report = loaded.reload()
+        assert again.ready and report["loaded"] == [served], (report, again.failed)

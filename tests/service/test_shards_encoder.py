@@ -275,3 +275,18 @@ def test_an_encoder_or_table_changed_while_it_is_read_is_read_again(
         monkeypatch.undo()  # the files as they settled: loaded at the next reload, not refused with the change
         again, report = loaded.reload()
         assert again.ready and report["loaded"] == [served], (report, again.failed)
+
+
+@pytest.mark.parametrize("manifest", ["[]", "{", '{"format_version": 0}'])
+def test_a_data_directory_with_a_stray_manifest_serves_its_tables(
+    small_data_dir: Path, tmp_path: Path, manifest: str
+) -> None:
+    """A ``manifest.json`` in the data directory that is no table's (whether it is a sharded table's is asked at
+    each reload) is not one: the tables in the directory are served, reload after reload."""
+    data = tmp_path / "data"
+    shutil.copytree(small_data_dir / "small", data / "small")
+    (data / artifact.MANIFEST).write_text(manifest)
+    loaded = Registry.load(data)
+    assert loaded.ready and list(loaded.tables) == ["small"] and not loaded.sharded, loaded.failed
+    again, report = loaded.reload()
+    assert again.ready and report["unchanged"] == ["small"], report

@@ -274,7 +274,7 @@ class Registry:
         rather than in it; None otherwise."""
         if not (self.sharded and artifact.NAME_PATTERN.fullmatch(name)):
             return None
-        if not (self._parent() / name / artifact.MANIFEST).is_file():
+        if not os.path.isfile(self._parent() / name / artifact.MANIFEST):  # False, not an error, if unreadable
             return None
         return (
             "it is beside this sharded table's directory (in its parent), not in it: a shard whose documents it "

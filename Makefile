@@ -76,8 +76,9 @@ system-deps:
 # The default table's build and gensim's whole-set evaluation run in the background from the start
 # (tests/conftest.py), beside the tests that do not need them.
 # The project's own modules are compiled first: the tests start dozens of Python processes (servers, commands).
-# pytest may write its assertion-rewritten modules (the tests', its plugins') even where PYTHONDONTWRITEBYTECODE is
-# set: the second session and the pytest runs inside tests then read them instead of rewriting them again.
+# PYTHONDONTWRITEBYTECODE is cleared for pytest and the processes it starts: pytest writes its assertion-rewritten
+# modules (the tests', its plugins'), which the second session and the pytest runs inside tests then read instead of
+# rewriting them again.
 test: dev system-deps
 	$(BIN)/python -m compileall -q index service service_client tests bench >/dev/null
 	PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest -q

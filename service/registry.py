@@ -86,6 +86,26 @@ def _read(directory: Path, checksums: bool) -> tuple[Table | None, str, bool]:
         return None, f"{type(exc).__name__} while loading (see the server log)", False
 
 
+def _read_settled(
+    directory: Path, version: Fingerprint, checksums: bool
+) -> tuple[Table | None, str, bool, Fingerprint, Fingerprint | None]:
+    """``_read``, again while the files change under it (replaced while it was read: what was verified may not be
+    what is mapped), up to ``LOAD_ATTEMPTS`` times. The table or None and why not, whether its write log was the
+    reason; the version read, and the directory's fingerprint after the last read (None: gone). Changed under
+    every read, the version is the one before the last change: the files as they settle are tried at the next
+    reload, not refused with it."""
+    for attempt in range(1, LOAD_ATTEMPTS + 1):
+        table, reason, by_log = _read(directory, checksums)
+        after = fingerprint(directory)
+        if after is None:
+            return None, reason or "its files changed while they were being loaded", by_log, version, None
+        if files_of(after) == files_of(version):
+            return table, reason, by_log, version, after
+        if attempt < LOAD_ATTEMPTS:
+            version = after
+    return None, "its files changed while they were being loaded", False, version, after
+
+
 @dataclass
 class Registry:
     """Loaded tables by name; requested tables that could not be loaded (name -> reason, for the log only), and
@@ -110,6 +130,7 @@ class Registry:
     beside_versions: dict[str, Fingerprint] = field(default_factory=dict)
     beside_refused: dict[str, tuple[Fingerprint, str]] = field(default_factory=dict)
     beside_missing: list[str] = field(default_factory=list)
+    sharded: bool = False  # the data directory is a sharded table's: its tables are shards, their encoders beside
 
     @classmethod
     def load(cls, data_dir: Path, names: list[str] | None = None, checksums: bool = True) -> Registry:
@@ -134,6 +155,7 @@ class Registry:
         if self.names is None:  # a table caught between the two renames of a rebuild is not a removed table
             requested += sorted(name for name in self.tables if name not in available and self._publishing(name))
         nxt = Registry(self.data_dir, requested, names=self.names, checksums=self.checksums, data_dir_missing=gone)
+        nxt.sharded = _sharded_directory(self.data_dir)
         absent = "the data directory is missing" if gone else "no table of that name in the data directory"
         report: dict[str, list[str]] = {"loaded": [], "unchanged": [], "refused": [], "missing": [], "removed": []}
         for name in requested:
@@ -144,7 +166,7 @@ class Registry:
                     nxt._keep(name, old, self.versions[name], self.stale.get(name))
                     report["unchanged"].append(name)
                 else:
-                    nxt._fail(name, absent, told=True)
+                    nxt._fail(name, nxt._beside_not_served(name) or absent, told=True)
                     report["missing"].append(name)
                 continue
             if old is not None and self.versions.get(name) == files_of(version):
@@ -171,7 +193,7 @@ class Registry:
                 report["refused"].append(name)
             else:
                 report["missing"].append(name)
-        if _sharded_directory(self.data_dir):
+        if nxt.sharded:
             nxt._encoders_beside(self)
         withdrawn = nxt._without_encoder()
         for name in withdrawn:
@@ -204,21 +226,15 @@ class Registry:
     def _load(self, name: str, version: Fingerprint, serving: bool = False) -> bool:
         """Load and verify one table; on failure record it (logged, unless ``serving``: the caller says which
         version serves on) and return False."""
-        directory = self.data_dir / name
+        directory = Path(os.path.abspath(self.data_dir / name))  # a shard's log is found by its parent's name
         started = time.perf_counter()
         size = sum(entry[2] for entry in files_of(version) if entry[0] != ".")
         what = "checking every file's sha256" if self.checksums else "checking file sizes"
         log.info("table %r: loading %.0f MiB, %s ...", name, size / 2**20, what)
-        for _ in range(LOAD_ATTEMPTS):
-            table, reason, by_log = _read(directory, self.checksums)
-            after = fingerprint(directory)
-            if after is None or files_of(after) == files_of(version):
-                break
-            version = after  # replaced while it was read: what was verified may not be what is mapped; again
-        if table is None or after is None or files_of(after) != files_of(version):
+        table, reason, by_log, version, after = _read_settled(directory, version, self.checksums)
+        if table is None:
             # Refused for its log: tried again once the log changes (repaired); else once its files change.
             self.refused[name] = (after or version) if by_log else files_of(version)
-            reason = reason or "its files changed while they were being loaded"
             if serving:
                 self.failed[name] = reason
             else:
@@ -248,20 +264,36 @@ class Registry:
         record = table.encoder_record
         if record is None:
             return None
-        encoder = self.tables.get(record["table"])
-        return self.beside.get(record["table"]) if encoder is None else encoder
+        return (self.beside if self.sharded else self.tables).get(record["table"])
+
+    def beside_dir(self) -> Path:
+        """Where a sharded table's directory's encoders are: its parent ("." or "x/.." made absolute first)."""
+        return Path(os.path.abspath(self.data_dir)).parent
+
+    def _beside_not_served(self, name: str) -> str | None:
+        """Why ``name``, asked for by name, is not served when it is a table beside this sharded table's directory
+        rather than in it; None otherwise."""
+        if not (self.sharded and artifact.NAME_PATTERN.fullmatch(name)):
+            return None
+        if not os.path.isfile(self.beside_dir() / name / artifact.MANIFEST):  # False, not an error, if unreadable
+            return None
+        return (
+            "it is beside this sharded table's directory (in its parent), not in it: a shard whose documents it "
+            "embedded loads it from there itself, and it is not served under routes of its own; leave it out of "
+            "the tables asked for (--tables, EMBEDDING_TABLES)"
+        )
 
     def _encoders_beside(self, previous: Registry) -> None:
-        """Load the encoders that the shards of this sharded table's directory name and it does not hold, from its
-        parent: the data directory the import wrote the table and its encoder to. Unchanged since ``previous``:
-        reused; refused: ``_without_encoder`` refuses the shards it embeds for.
+        """Load the encoders that the shards of this sharded table's directory name from its parent: the data
+        directory the import wrote the table and its encoder to (a shard is never one, whatever its name).
+        Unchanged since ``previous``: reused; refused: ``_without_encoder`` refuses the shards it embeds for.
 
         An encoder loaded so is not served under routes of its own: it is not a table of this data directory (the
         shards are what ``--tables`` asked for), so /readyz, the table list and a reload's report stay the
         directory's; its faults show as its shards' refusals, which they do report."""
-        parent, sharded = self.data_dir.parent, self.data_dir.name
+        parent, sharded = self.beside_dir(), Path(os.path.abspath(self.data_dir)).name
         named = {table.encoder_record["table"] for table in self.tables.values() if table.encoder_record}
-        for name in sorted(named - set(self.tables)):
+        for name in sorted(named):
             directory = parent / name
             version = fingerprint(directory) if artifact.NAME_PATTERN.fullmatch(name) else None
             if version is None or not (directory / artifact.MANIFEST).is_file():
@@ -275,16 +307,8 @@ class Registry:
             if name in previous.beside_refused and previous.beside_refused[name][0] == files:
                 self.beside_refused[name] = previous.beside_refused[name]
                 continue
-            table, reason = None, ""
-            for _ in range(LOAD_ATTEMPTS):  # replaced while it was read: what was verified may not be what is mapped
-                table, reason, _ = _read(directory, self.checksums)
-                after = fingerprint(directory)
-                if after is not None and files_of(after) == files:
-                    break
-                table, reason = None, "its files changed while they were being loaded"
-                if after is None:
-                    break
-                files = files_of(after)
+            table, reason, _, version, _ = _read_settled(directory, version, self.checksums)
+            files = files_of(version)
             if table is None:
                 log.error("table %r in %s, the encoder of the shards of %r, refused: %s", name, parent, sharded, reason)
                 self.beside_refused[name] = (files, reason)
@@ -295,7 +319,7 @@ class Registry:
     def _without_encoder(self) -> list[str]:
         """Refuse the documents tables whose encoder is not loaded, or is not the one that embedded them (other
         vectors, or no longer the SIF component their documents were embedded with)."""
-        refused, sharded = [], _sharded_directory(self.data_dir)
+        refused = []
         for name, table in list(self.tables.items()):
             record = table.encoder_record
             if record is None:
@@ -306,7 +330,7 @@ class Registry:
                     f"its documents were embedded with table {record['table']!r}, beside this sharded table's "
                     "directory, whose files were refused (see the server log)"
                 )
-            elif encoder is None and sharded:
+            elif encoder is None and self.sharded:
                 reason = (
                     f"its documents were embedded with table {record['table']!r}, which is neither in this sharded "
                     "table's directory nor beside it (in its parent); keep the table and its encoder in one data "

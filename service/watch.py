@@ -95,7 +95,7 @@ def encoders_now(registry: Registry | None) -> Picture:
     """The same encoders as they are beside the data directory now, to compare with ``encoders_held``."""
     if registry is None:
         return ()
-    parent = registry.data_dir.parent
+    parent = registry.beside_dir()
     return tuple(
         (name, _files(parent / name) if name in registry.beside_refused else _manifest(parent / name))
         for name, _ in encoders_held(registry)

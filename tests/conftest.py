@@ -74,9 +74,9 @@ os.environ.setdefault("NUMBA_CACHE_DIR", str(cache_dir() / "numba"))  # before n
 def one_blas_thread() -> None:
     """One thread for numpy's and scipy's BLAS in the tests' own processes, as ``embedding-serve`` gives each
     worker: with two, every product waits for a second thread that the busy other core runs late, and both spin
-    meanwhile (the float64 BERT of test_transformer took 2-3 times the CPU). FAISS's BLAS runs on OpenMP's threads,
-    which stay as they are (the builder's use of them is tested). Libraries loaded since the last call included;
-    children keep their own settings."""
+    meanwhile (docs/first-run.md says what it cost). FAISS's BLAS runs on OpenMP's threads, which stay as they are
+    (the builder's use of them is tested). Libraries loaded since the last call included; children keep their own
+    settings."""
     ThreadpoolController().select(threading_layer="pthreads").limit(limits=1)
 
 

@@ -295,7 +295,9 @@ def read_manifest(directory: Path) -> dict[str, Any]:
         manifest = json.loads(path.read_text())
     except (OSError, ValueError) as exc:
         raise ArtifactError(f"{path}: unreadable manifest ({exc})") from exc
-    if not isinstance(manifest, dict) or manifest.get("format_version") != FORMAT_VERSION:
+    if not isinstance(manifest, dict):
+        raise ArtifactError(f"{path}: not a table's manifest (a JSON object)")
+    if manifest.get("format_version") != FORMAT_VERSION:
         raise ArtifactError(f"{path}: unsupported format version {manifest.get('format_version')!r}")
     return manifest
 

@@ -106,7 +106,7 @@ def test_the_documented_client_examples_give_the_values_their_comments_show(base
     shown += [(text, run.comments[line]) for line, text in run.printed.items()]
     checked = [(value, comment) for value, comment in shown if agrees(value, comment) is not None]
     assert all(agrees(value, comment) for value, comment in checked), checked
-    assert len(checked) >= 4, shown
+    assert len(checked) >= 6, shown
 
 
 def test_the_documented_client_without_a_server_says_so() -> None:

@@ -49,7 +49,10 @@ UNCHECKED = {
     "/metrics": "its counts are those of the requests the server answered before",
     f"{GLOVE}/embed": "the default table's SIF component (`embedding-index sif`) is not in the tests' shared table",
     f'"model": "{GLOVE}"': "the same SIF component",
-    "umap": "umap-learn compiles with numba at its first call, for seconds (tests/service/test_projection_methods.py)",
+    '"method": "umap", "seed"': (
+        "a UMAP layout: umap-learn compiles with numba at its first call, for seconds "
+        "(tests/service/test_projection_methods.py)"
+    ),
     "/v1/models": "shown for a server of the default table and the documents table licences",
 }
 
@@ -108,9 +111,14 @@ API = runs(REPO / "docs" / "api.md")
 
 
 def test_the_examples_are_found() -> None:
-    """The parser finds the examples: a change to the docs' layout does not silently leave them unchecked."""
+    """The parser finds the examples: a change to the docs' layout does not silently leave them unchecked. Every
+    ``$ curl`` line of a page is the start of an example it read."""
     counts = [sum(checked(e) for param in params for e in param.values[1]) for params in (README, API)]
     assert counts[0] >= 20 and counts[1] >= 25, counts
+    for path in (REPO / "README.md", REPO / "docs" / "api.md"):
+        lines = re.findall(r"^\s*\$ curl", path.read_text(encoding="utf-8"), re.M)
+        read = [e for first, block in console_blocks(path) for e in examples(first, block) if e.command[:4] == "curl"]
+        assert len(read) == len(lines), path.name
 
 
 def close(shown: Any, real: Any, where: str = "") -> list[str]:

@@ -12,6 +12,7 @@ no signal.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import time
 from collections.abc import Callable, Iterator
@@ -24,7 +25,11 @@ import pytest
 
 from index.build.sources import RawTable
 from index.build.writer import build_table
+from index.engine.door import Table
 from index.store import artifact
+from service import registry
+from service.errors import ApiError
+from service.registry import Registry
 from tests.cli import run_cli
 from tests.conftest import small_raw
 from tests.index.build.test_embed_documents import without_vectors
@@ -231,3 +236,106 @@ def test_a_watched_shard_sees_its_encoder_change_beside_it(root: Path, glove_raw
         reloads = log.count("reloading them")
         time.sleep(5 * seconds)  # nothing changes: no more reloads
         assert shard.log().count("reloading them") == reloads
+
+
+@pytest.mark.parametrize("relative", [".", "shard-000/.."])
+def test_a_relative_data_directory_finds_the_encoder_beside_the_sharded_table(
+    root: Path, relative: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--data-dir .`` in the sharded table's directory (or a path through ``..``): its parent is the directory
+    above, where the import wrote the encoder."""
+    monkeypatch.chdir(root / "sharded" / "lee")
+    registry = Registry.load(Path(relative), ["shard-000"])
+    assert registry.ready, registry.failed
+    shard, encoder = registry.tables["shard-000"], Table.load(root / "sharded" / "small")
+    assert registry.encoder_of(shard) is registry.beside["small"]
+    assert registry.beside["small"].vectors_sha256 == encoder.vectors_sha256
+
+
+def test_an_encoder_named_as_a_shard_is_the_one_beside_the_table(
+    root: Path, lee_docs: Lee, glove_raw: RawTable
+) -> None:
+    """The shards are the documents table, never its encoder: ``shard-000`` beside the table embeds the texts of
+    the shard of that name too."""
+    data = root / "shard-named"
+    build_table(small_raw(glove_raw), data_dir=data, name="shard-000", source={})
+    source = write_jsonl(root / "lee-shard-named.jsonl", without_vectors(lee_docs))
+    done = run_cli(
+        "import", source, "--format", "documents", "--name", "lee", "--encoder", "shard-000", "--shards", SHARDS,
+        "--data-dir", data,
+    )  # fmt: skip
+    assert done.code == 0, done.err
+    registry = Registry.load(data / "lee")
+    assert registry.ready and sorted(registry.tables) == ["shard-000", "shard-001"], registry.failed
+    for shard in registry.tables.values():
+        assert registry.encoder_of(shard) is registry.beside["shard-000"]
+
+
+def test_the_encoder_asked_for_by_name_is_told_to_be_left_out(root: Path) -> None:
+    """``--tables shard-000,small`` over the sharded table's directory: the shard is served with ``small`` from
+    beside it; ``small`` is not served there, and a request of it is told why and what to do."""
+    registry = Registry.load(root / "sharded" / "lee", ["shard-000", "small"])
+    assert sorted(registry.tables) == ["shard-000"] and not registry.ready
+    assert registry.encoder_of(registry.tables["shard-000"]) is registry.beside["small"]
+    with pytest.raises(ApiError) as refused:
+        registry.get("small")
+    assert refused.value.code == "not_ready"
+    assert refused.value.message == (
+        "table 'small' is not loaded: it is beside this sharded table's directory (in its parent), not in it: a "
+        "shard whose documents it embedded loads it from there itself, and it is not served under routes of its "
+        "own; leave it out of the tables asked for (--tables, EMBEDDING_TABLES)"
+    )
+
+
+@pytest.mark.parametrize("served", ["shard-000", "small"])
+@pytest.mark.parametrize("changes", [1, registry.LOAD_ATTEMPTS])
+def test_an_encoder_or_table_changed_while_it_is_read_is_read_again(
+    root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, served: str, changes: int
+) -> None:
+    """``small``'s files change under each of its first ``changes`` reads: read again, the version after the change
+    served; refused once every read saw a change, and loaded by the next reload. ``small`` beside the sharded table
+    (its shard's encoder), or asked for itself in a data directory."""
+    shutil.copytree(root / "sharded", tmp_path / "data")
+    data = tmp_path / "data" / "lee" if served == "shard-000" else tmp_path / "data"
+    encoder, read, reads = tmp_path / "data" / "small", registry._read, []
+
+    def changing(directory: Path, checksums: bool) -> tuple[Table | None, str, bool]:
+        got = read(directory, checksums)
+        if directory.name == "small":
+            reads.append(directory)
+            if len(reads) <= changes:  # a file rewritten in place: its mtime is new
+                os.utime(encoder / artifact.MANIFEST, ns=(len(reads) * 10**9,) * 2)
+        return got
+
+    monkeypatch.setattr(registry, "_read", changing)
+    loaded = Registry.load(data, [served])
+    assert len(reads) == min(changes + 1, registry.LOAD_ATTEMPTS)
+    if changes < registry.LOAD_ATTEMPTS:
+        assert loaded.ready, loaded.failed
+        versions = loaded.beside_versions if served == "shard-000" else loaded.versions
+        assert versions["small"] == registry.files_of(registry.fingerprint(encoder) or ())
+    else:
+        assert not loaded.ready and not loaded.tables
+        why = "its files changed while they were being loaded"
+        expected = why if served == "small" else "'small', beside this sharded table's directory, whose files"
+        assert expected in loaded.failed[served], loaded.failed
+        if served == "shard-000":
+            assert loaded.beside_refused["small"][1] == why
+        monkeypatch.undo()  # the files as they settled: loaded at the next reload, not refused with the change
+        again, report = loaded.reload()
+        assert again.ready and report["loaded"] == [served], (report, again.failed)
+
+
+@pytest.mark.parametrize("manifest", ["[]", "{", '{"format_version": 0}'])
+def test_a_data_directory_with_a_stray_manifest_serves_its_tables(
+    small_data_dir: Path, tmp_path: Path, manifest: str
+) -> None:
+    """A ``manifest.json`` in the data directory that is no table's (whether it is a sharded table's is asked at
+    each reload) is not one: the tables in the directory are served, reload after reload."""
+    data = tmp_path / "data"
+    shutil.copytree(small_data_dir / "small", data / "small")
+    (data / artifact.MANIFEST).write_text(manifest)
+    loaded = Registry.load(data)
+    assert loaded.ready and list(loaded.tables) == ["small"] and not loaded.sharded, loaded.failed
+    again, report = loaded.reload()
+    assert again.ready and report["unchanged"] == ["small"], report

@@ -86,23 +86,17 @@ def servers(root: Path) -> Iterator[dict[str, Any]]:
     started: list[Server] = []
     try:
         # The whole table, the shards and the one-process server first; then the fronts, which need the shards' URLs.
-        names = [shardmap.shard_name(s) for s in range(SHARDS)]
         started += real_server.start_together(
             lambda: real_server.start(root / "whole", root / "whole.log", env=KEYS),
-            *(
-                lambda name=name: real_server.start(
-                    root / "sharded" / "lee", root / f"{name}.log", "--tables", name, env=KEYS
-                )
-                for name in names
-            ),
+            *real_server.shard_starts(root / "sharded" / "lee", root, SHARDS, KEYS),
             # the sharded table served whole
             lambda: real_server.start(
                 root / "sharded", root / "one.log", env={"EMBEDDING_WRITE_KEYS": "writer", **KEYS}
             ),
         )
         whole, *shards, one = started
-        down = f"http://127.0.0.1:{real_server.free_port()}/v1/tables/{names[0]}"  # nothing listens
-        replicas = [[f"{shard.base}/v1/tables/{name}"] for name, shard in zip(names, shards, strict=True)]
+        down = f"http://127.0.0.1:{real_server.free_port()}/v1/tables/{shardmap.shard_name(0)}"  # nothing listens
+        replicas = real_server.replicas(shards)
         replicas[0].insert(0, down)
         config = json.dumps({"lee": replicas})
 

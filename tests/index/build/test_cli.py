@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import typer.main
 
-from index.build.cli import verify
+from index.build.cli import index_column, verify
 from index.build.sources import RawTable
 from index.engine.table import Table
 from index.store import writelog
@@ -278,6 +278,16 @@ def test_list_names_a_sharded_tables_shards_and_their_index(tmp_path: Path, glov
     assert run_cli("import", source, "--name", "words", "--shards", "3", "--data-dir", tmp_path).code == 0
     listed = run_cli("list", "--data-dir", tmp_path)
     assert listed.code == 0 and listed.out == "words\t2002 x 50\tsharded\t3 shards, flat\n", listed.out
+
+
+@pytest.mark.parametrize(
+    ("kinds", "column"),
+    [(["hnsw", "flat", "hnsw"], "3 shards, hnsw/flat"), (["flat", "flat", "flat"], "3 shards, flat"), ([], "3 shards")],
+)
+def test_list_names_each_kind_of_the_shards_indexes_once_in_their_order(kinds: list[str], column: str) -> None:
+    """Shards of one table can hold indexes of different kinds (each chosen for its own rows)."""
+    manifest = {"shards": {"count": 3, "index": [{"kind": kind} for kind in kinds]}}
+    assert index_column(manifest) == column
 
 
 def test_verify_says_that_it_replays_the_write_log(lee_data_dir: Path, lee_docs: Lee, tmp_path: Path) -> None:

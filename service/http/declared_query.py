@@ -4,7 +4,8 @@ answered without the filter it meant would look like an answer to the question a
 The hot GET routes validate their query string with a model that forbids other fields
 (``service.http.fastroute``, ``service.schemas.common.QUERY``). The other GET routes are FastAPI's, which
 ignores a parameter it does not declare: :func:`declared_only` checks theirs against the names the route declares.
-Either way the refusal is the body's: 422 ``invalid_request``, "<name>: Extra inputs are not permitted".
+Either way the refusal is the body's: 422 ``invalid_request``, "<name>: Extra inputs are not permitted". The
+probes and the metrics (``PROBES``) are left as they are.
 """
 
 from __future__ import annotations
@@ -19,6 +20,9 @@ from fastapi.routing import APIRoute
 from starlette.types import Receive, Scope, Send
 
 EXTRA = "Extra inputs are not permitted"  # pydantic's words for a field a model forbids
+# The probes and the metrics answer whatever their query string: a monitor's cache-buster (``/healthz?t=...``) must
+# not make a healthy server look dead to a load balancer or a kubelet, nor a scraper's parameters lose its metrics.
+PROBES = frozenset({"/healthz", "/readyz", "/metrics"})
 
 
 def unknown_parameters(query_string: bytes, declared: frozenset[str]) -> list[str]:
@@ -31,7 +35,7 @@ def declared_only(routes: Iterable[Any]) -> None:
     """Make each FastAPI GET route among ``routes`` refuse query parameters it does not declare (the routes of
     :func:`service.http.fastroute.query_params` models are left to their models)."""
     for route in routes:
-        if not isinstance(route, APIRoute) or "GET" not in (route.methods or ()):
+        if not isinstance(route, APIRoute) or "GET" not in (route.methods or ()) or route.path in PROBES:
             continue
         if getattr(route.endpoint, "query_model", None) is not None or hasattr(route.app, "declared"):
             continue  # a model's route, or checked already (the routers are shared by every app made)

@@ -206,8 +206,10 @@ def test_hits_of_the_table_before_are_not_shown_on_the_next(server: str, watched
     page.route(f"**/v1/tables/{DOCS}/search", lambda route: held.append(route))
     page.route(f"**/v1/tables/{EMBEDDED}/fields", lambda route: held.append(route))
     page.fill("#ds-id", "lee-001")
-    page.press("#ds-id", "Enter")
-    page.select_option("#table", EMBEDDED)
+    with page.expect_request(lambda r: r.url.endswith(f"/{DOCS}/search")):  # held once it is sent
+        page.press("#ds-id", "Enter")
+    with page.expect_request(lambda r: r.url.endswith(f"/{EMBEDDED}/fields")):
+        page.select_option("#table", EMBEDDED)
     page.wait_for_function("() => new URLSearchParams(location.search).get('table') === 'lee-text'")
     page.wait_for_function("() => document.querySelector('#ds-controls').innerText === 'Loading the fields…'")
     with page.expect_response(lambda r: r.url.endswith(f"/{DOCS}/search")) as answered:

@@ -83,6 +83,13 @@ def test_repeated_and_head_requests_are_checked_too(server: Server) -> None:
     assert (status, headers["content-type"]) == (422, "application/json")
 
 
+@pytest.mark.parametrize("probe", ["/healthz", "/readyz", "/metrics"])
+def test_a_probe_answers_whatever_its_query_string(server: Server, probe: str) -> None:
+    """A monitor's cache-buster on a probe does not make a healthy server look dead, nor lose its metrics."""
+    status, _, body = get(server, f"{probe}?t=1733430000&n=2")
+    assert status == 200, body
+
+
 # ---------------------------------------------------------------------------------------------- Host
 def with_hosts(*hosts: str, request_id: str | None = ID) -> bytes:
     lines = [f"GET {T}/neighbors?token=heart&k=2 HTTP/1.1", *(f"Host: {host}" for host in hosts), "Connection: close"]

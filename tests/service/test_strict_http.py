@@ -122,6 +122,16 @@ def test_the_trailing_slash_redirect_names_the_path_only(server: Server, target:
     assert (status, headers["location"]) == (307, location)
 
 
+@pytest.mark.parametrize("target", ["/v1/tables/a%3Fb/", "/v1/tables/a%23b/", f"{T}/ids/10%2558/"])
+def test_the_redirect_leads_to_the_path_the_routes_matched(server: Server, target: str) -> None:
+    """An escaped "?", "#" or "%" stays escaped in the Location: followed, it is answered as the
+    request without its slash is, not as another path (a query, a fragment, another escape)."""
+    status, headers, _ = get(server, target)
+    assert (status, headers["location"]) == (307, target[:-1])
+    followed, direct = get(server, headers["location"]), get(server, target[:-1])
+    assert followed[0] == direct[0] and followed[2] == direct[2], (followed, direct)
+
+
 def test_a_path_of_two_leading_slashes_is_not_redirected_elsewhere(server: Server) -> None:
     status, headers, _ = get(server, "//v1/tables/")
     assert status == 404 and "location" not in headers

@@ -102,7 +102,13 @@ def test_two_host_headers_or_an_invalid_one_are_a_400(server: Server, hosts: tup
     assert response[1]["x-request-id"] == ID  # read before the refusal
 
 
-@pytest.mark.parametrize("host", ["127.0.0.1", "localhost:8000", "[::1]:8000", "search.example.com", ""])
+@pytest.mark.parametrize(
+    "host",
+    [
+        *("127.0.0.1", "localhost:8000", "[::1]:8000", "search.example.com", "", "Search.Example.COM.:80"),
+        *("[fe80::1%25eth0]:8000", "[fe80::1%eth0]", "[v1.fe]:8000"),  # RFC 3986's IP-literals: a zone, an IPvFuture
+    ],
+)
 def test_one_valid_host_is_answered(server: Server, host: str) -> None:
     assert ask(server, with_hosts(host))[0] == 200
 

@@ -72,6 +72,14 @@ def test_the_query_refusal_is_the_bodys(server: Server) -> None:
     assert (got["code"], got["message"]) == (posted["code"], posted["message"]), (got, posted)
 
 
+@pytest.mark.parametrize("target", ["/v1/tables?=x", f"{T}/neighbors?token=heart&="])
+def test_a_parameter_with_no_name_is_named_as_in_the_query(server: Server, target: str) -> None:
+    """``?=x`` names no parameter the route declares: refused as the query's, not the body's (a GET has none)."""
+    error = raw_http.error_of(get(server, target), 422)
+    assert error["message"] == "query: Extra inputs are not permitted", error
+    assert error["details"][0]["loc"] == ["query", ""], error
+
+
 def test_repeated_and_head_requests_are_checked_too(server: Server) -> None:
     """Every unknown name is named once; HEAD (answered as GET) is refused alike."""
     error = raw_http.error_of(get(server, f"{T}/neighbors?token=heart&kk=1&kk=2&zz"), 422)

@@ -244,8 +244,10 @@ def _client_errors(errors: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def dotted(detail: ValidationDetail) -> str:
-    """Where a problem is, as the service names it: its location after "body", dotted (``texts.2``)."""
-    return ".".join(detail["loc"][1:] or detail["loc"]) or "body"
+    """Where a problem is, as the service names it: its location after "body" (or "query"), dotted (``texts.2``);
+    a key with no name (``?=1``) is its place, "body" or "query"."""
+    loc = detail["loc"]
+    return ".".join(loc[1:] or loc) or (loc[0] if loc else "body")
 
 
 def listed(details: Sequence[ValidationDetail], place: Callable[[ValidationDetail], str] = dotted) -> str:

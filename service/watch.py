@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import stat
 from pathlib import Path
 
 from starlette.concurrency import run_in_threadpool
@@ -97,8 +98,8 @@ def encoders_now(registry: Registry | None) -> Picture:
         return ()
     parent = registry.beside_dir()
     return tuple(
-        (name, _files(parent / name) if name in registry.beside_refused else _manifest(parent / name))
-        for name, _ in encoders_held(registry)
+        (name, _files(parent / name) if name in registry.beside_refused else _manifest(parent / name, was is None))
+        for name, was in encoders_held(registry)
     )
 
 
@@ -106,11 +107,15 @@ def _manifest_of(files: Fingerprint) -> object:
     return next((entry for entry in files if entry[0] == MANIFEST), None)
 
 
-def _manifest(directory: Path) -> object:
-    """A table's manifest entry as a fingerprint gives it, or None (not there)."""
+def _manifest(directory: Path, missing: bool = False) -> object:
+    """A table's manifest entry as a fingerprint gives it, or None where the registry finds no table: no manifest
+    file, or (for one ``missing`` when it loaded) a directory it cannot list. Else such a table would look changed
+    at every look, and be reloaded in a loop."""
     try:
         st = os.stat(directory / MANIFEST)
     except OSError:
+        return None
+    if not stat.S_ISREG(st.st_mode) or (missing and fingerprint(directory) is None):
         return None
     return (MANIFEST, st.st_ino, st.st_size, st.st_mtime_ns)
 

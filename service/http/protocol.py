@@ -73,8 +73,12 @@ log = logging.getLogger("uvicorn.error")
 
 MESSAGE = "the request is not valid HTTP/1.1 (request line, headers or body framing)"
 HOST_MESSAGE = "a request must have at most one Host header, naming a host (name or address) and optionally a port"
-# RFC 9110's Host: a reg-name (unreserved, sub-delims, %-escapes) or a bracketed IPv6 address, and an optional port
-HOST = re.compile(rb"(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9._~!$&'()*+,;=%-]*)(?::[0-9]*)?")
+# RFC 9110's Host: a reg-name (unreserved, sub-delims, %-escapes) or an IP-literal (an IPv6 address, with a zone as
+# RFC 6874 writes it or as a client sends it unescaped, or an IPvFuture), and an optional port
+HOST = re.compile(
+    rb"(?:\[(?:[0-9A-Fa-f:.]+(?:%[A-Za-z0-9._~%-]+)?|[vV][0-9A-Fa-f]+\.[A-Za-z0-9._~!$&'()*+,;=:-]+)\]"
+    rb"|[A-Za-z0-9._~!$&'()*+,;=%-]*)(?::[0-9]*)?"
+)
 RETRY_AFTER_SECONDS = 1
 LINGER_SECONDS = 2.0
 BODY_SLICE = 64 << 10  # a body is fed this much at a time (uvicorn stops reading at 64 KiB of unread body)

@@ -2,14 +2,19 @@
 
 Starlette's own (``redirect_slashes``) writes an absolute URL from the request's ``Host`` header: a client (or a
 cache in front) that sends a Host of its choosing is redirected to that host. The path alone (RFC 9110's
-``Location`` is a URI reference) is followed on the host the client asked, whatever the Host said.
+``Location`` is a URI reference) is followed on the host the client asked, whatever the Host said. The path is
+the decoded one the routes matched, encoded again: a ``%3F`` sent stays ``%3F`` (not a query), a ``%25`` stays ``%25``.
 """
 
 from __future__ import annotations
 
+from urllib.parse import quote
+
 from starlette.responses import RedirectResponse
 from starlette.routing import Match, Router
 from starlette.types import ASGIApp, Receive, Scope, Send
+
+PCHARS = "/:@!$&'()*+,;="  # RFC 3986's pchar and "/", less "%": left as they are; every other byte escaped
 
 
 def relative_slash_redirects(router: Router) -> ASGIApp:
@@ -23,8 +28,9 @@ def relative_slash_redirects(router: Router) -> ASGIApp:
             path = scope["path"]
             other = {**scope, "path": path.rstrip("/") if route_path.endswith("/") else path + "/"}
             if any(route.matches(other)[0] is not Match.NONE for route in router.routes):
-                # one leading slash: "//host/..." would be a reference to another host
-                location = "/" + other["path"].lstrip("/")
+                # one leading slash: "//host/..." would be a reference to another host; "?", "#" and "%"
+                # escaped, so the path followed decodes to the one matched
+                location = quote("/" + other["path"].lstrip("/"), safe=PCHARS)
                 if scope["query_string"]:
                     location += "?" + scope["query_string"].decode("latin-1")
                 await RedirectResponse(location)(scope, receive, send)

@@ -27,7 +27,7 @@ from index.build.sources import RawTable
 from index.build.writer import build_table
 from index.engine.door import Table
 from index.store import artifact
-from service import registry
+from service import registry, watch
 from service.errors import ApiError
 from service.registry import Registry
 from tests.cli import run_cli
@@ -236,6 +236,23 @@ def test_a_watched_shard_sees_its_encoder_change_beside_it(root: Path, glove_raw
         reloads = log.count("reloading them")
         time.sleep(5 * seconds)  # nothing changes: no more reloads
         assert shard.log().count("reloading them") == reloads
+
+
+def test_the_watcher_takes_no_manifest_file_beside_for_a_change(root: Path, tmp_path: Path) -> None:
+    """An encoder beside whose manifest.json is no file (a directory) is not there for the registry: the watcher
+    sees no change at every look (which would reload in a loop), and sees its manifest once it is put back."""
+    shutil.copytree(root / "sharded", tmp_path / "data")
+    manifest = tmp_path / "data" / "small" / artifact.MANIFEST
+    kept = tmp_path / "manifest-kept.json"
+    manifest.rename(kept)
+    manifest.mkdir()
+    loaded = Registry.load(tmp_path / "data" / "lee", ["shard-001"])
+    assert loaded.beside_missing == ["small"] and not loaded.ready, loaded.failed
+    assert watch.encoders_now(loaded) == watch.encoders_held(loaded) == (("small", None),)
+    manifest.rmdir()
+    kept.rename(manifest)
+    assert watch.encoders_now(loaded) != watch.encoders_held(loaded)  # put back: seen, and loaded
+    assert Registry.load(tmp_path / "data" / "lee", ["shard-001"]).ready
 
 
 @pytest.mark.parametrize("relative", [".", "shard-000/.."])

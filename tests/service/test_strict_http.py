@@ -72,6 +72,14 @@ def test_the_query_refusal_is_the_bodys(server: Server) -> None:
     assert (got["code"], got["message"]) == (posted["code"], posted["message"]), (got, posted)
 
 
+@pytest.mark.parametrize("target", ["/v1/tables?=x", f"{T}/neighbors?token=heart&="])
+def test_a_parameter_with_no_name_is_named_as_in_the_query(server: Server, target: str) -> None:
+    """``?=x`` names no parameter the route declares: refused as the query's, not the body's (a GET has none)."""
+    error = raw_http.error_of(get(server, target), 422)
+    assert error["message"] == "query: Extra inputs are not permitted", error
+    assert error["details"][0]["loc"] == ["query", ""], error
+
+
 def test_repeated_and_head_requests_are_checked_too(server: Server) -> None:
     """Every unknown name is named once; HEAD (answered as GET) is refused alike."""
     error = raw_http.error_of(get(server, f"{T}/neighbors?token=heart&kk=1&kk=2&zz"), 422)
@@ -109,7 +117,13 @@ def test_two_host_headers_or_an_invalid_one_are_a_400(server: Server, hosts: tup
     assert response[1]["x-request-id"] == ID  # read before the refusal
 
 
-@pytest.mark.parametrize("host", ["127.0.0.1", "localhost:8000", "[::1]:8000", "search.example.com", ""])
+@pytest.mark.parametrize(
+    "host",
+    [
+        *("127.0.0.1", "localhost:8000", "[::1]:8000", "search.example.com", "", "Search.Example.COM.:80"),
+        *("[fe80::1%25eth0]:8000", "[fe80::1%eth0]", "[v1.fe]:8000"),  # RFC 3986's IP-literals: a zone, an IPvFuture
+    ],
+)
 def test_one_valid_host_is_answered(server: Server, host: str) -> None:
     assert ask(server, with_hosts(host))[0] == 200
 
@@ -127,6 +141,16 @@ def test_the_trailing_slash_redirect_names_the_path_only(server: Server, target:
     """The Location is the path: a Host of the client's choosing is not sent back as where to go."""
     status, headers, _ = get(server, target, {"Host": "evil.example"})
     assert (status, headers["location"]) == (307, location)
+
+
+@pytest.mark.parametrize("target", ["/v1/tables/a%3Fb/", "/v1/tables/a%23b/", f"{T}/ids/10%2558/"])
+def test_the_redirect_leads_to_the_path_the_routes_matched(server: Server, target: str) -> None:
+    """An escaped "?", "#" or "%" stays escaped in the Location: followed, it is answered as the
+    request without its slash is, not as another path (a query, a fragment, another escape)."""
+    status, headers, _ = get(server, target)
+    assert (status, headers["location"]) == (307, target[:-1])
+    followed, direct = get(server, headers["location"]), get(server, target[:-1])
+    assert followed[0] == direct[0] and followed[2] == direct[2], (followed, direct)
 
 
 def test_a_path_of_two_leading_slashes_is_not_redirected_elsewhere(server: Server) -> None:

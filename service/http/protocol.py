@@ -5,7 +5,8 @@ API's JSON error envelope. ``embedding-serve`` runs with it (``JsonErrorsProtoco
   bad Content-Length, a broken header, broken chunked framing, a Transfer-Encoding other than chunked), which
   uvicorn would answer itself in plain text (httptools takes ``gzip, chunked`` as chunked: that one, and a
   Content-Encoding, ``service.http.limits`` refuses); also a body the client ends (shuts its side) before it is
-  complete, and a request with more than one Host header or one that is no host and port (RFC 9112, 3.2).
+  complete, and a request with more than one Host header or one that is no host and port, or an HTTP/1.1 request
+  without one (RFC 9112, 3.2: HTTP/1.0 requests may omit it).
   A request whose body breaks off this way is given up at once (its app sees ``http.disconnect``): the refusal
   is its answer, and waits only for answers to earlier (pipelined) requests.
 - 505 ``http_version_not_supported``: a request line of another version than HTTP/1.0 or 1.1 (httptools parses
@@ -73,6 +74,7 @@ log = logging.getLogger("uvicorn.error")
 
 MESSAGE = "the request is not valid HTTP/1.1 (request line, headers or body framing)"
 HOST_MESSAGE = "a request must have at most one Host header, naming a host (name or address) and optionally a port"
+NO_HOST_MESSAGE = "an HTTP/1.1 request must have a Host header naming the server, e.g. Host: localhost:8000"
 # RFC 9110's Host: a reg-name (unreserved, sub-delims, %-escapes) or a bracketed IPv6 address, and an optional port
 HOST = re.compile(rb"(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9._~!$&'()*+,;=%-]*)(?::[0-9]*)?")
 RETRY_AFTER_SECONDS = 1
@@ -194,7 +196,7 @@ class JsonErrorsProtocol(HttpToolsProtocol):
         self.in_body = False  # a request head is parsed and its body is not complete
         self.body_timer: asyncio.TimerHandle | None = None  # armed once a body goes on past the read that began it
         self.bad_version = False  # the parser error at hand is a request line's HTTP version
-        self.bad_host = False  # the parser error at hand is Host headers
+        self.bad_host = ""  # the parser error at hand is Host headers: its message
         self.refused = False
         self.running: Any = None  # the request cycle whose app runs (uvicorn's ``cycle`` is the last one parsed)
         self.send_timer: asyncio.TimerHandle | None = None  # armed while an answer waits in the write buffer
@@ -319,13 +321,17 @@ class JsonErrorsProtocol(HttpToolsProtocol):
         HttpToolsProtocol.on_message_begin(self)
 
     def on_headers_complete(self) -> None:
-        if self.parser.get_http_version() not in ("1.0", "1.1"):  # httptools parses HTTP/2.0 as if it were 1.1
+        version = self.parser.get_http_version()
+        if version not in ("1.0", "1.1"):  # httptools parses HTTP/2.0 as if it were 1.1
             self.bad_version = True
             raise httptools.HttpParserError("unsupported HTTP version")  # the parser stops: send_400_response
         hosts = [value for name, value in self.headers if name == b"host"]
         if hosts and (len(hosts) > 1 or not HOST.fullmatch(hosts[0])):  # RFC 9112, 3.2: answered 400
-            self.bad_host = True
-            raise httptools.HttpParserError("more than one Host header, or an invalid one")
+            self.bad_host = HOST_MESSAGE
+        elif not hosts and version == "1.1":  # RFC 9112, 3.2: so is an HTTP/1.1 request without one
+            self.bad_host = NO_HOST_MESSAGE
+        if self.bad_host:
+            raise httptools.HttpParserError("no Host header, more than one, or an invalid one")
         self.heads += 1
         self.head = self.head_since = None
         self.begun = False
@@ -353,8 +359,8 @@ class JsonErrorsProtocol(HttpToolsProtocol):
             self._refuse("http_version_not_supported", "this server speaks HTTP/1.1 (and 1.0) only")
             return
         if self.bad_host:
-            log.info("%s - more than one Host header, or an invalid one: answering 400", self._peer())
-            self._refuse("bad_request", HOST_MESSAGE)
+            log.info("%s - no Host header, more than one, or an invalid one: answering 400", self._peer())
+            self._refuse("bad_request", self.bad_host)
             return
         self._refuse("bad_request", MESSAGE)
 

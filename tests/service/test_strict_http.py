@@ -1,7 +1,8 @@
 """The edges of HTTP a careful client or proxy meets, against the real ``embedding-serve`` process on raw sockets:
 a query string's unknown parameter is refused as a body's unknown field is; a request with two Host headers (or
-an invalid one) is a 400; the trailing-slash redirect names a path, never the Host a client sent; a refusal of
-the HTTP protocol layer carries the request's ``X-Request-ID`` when its header was read.
+an invalid one), or an HTTP/1.1 request without one, is a 400; the trailing-slash redirect names a path, never the
+Host a client sent; a refusal of the HTTP protocol layer carries the request's ``X-Request-ID`` when its header was
+read.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import socket
 
 import pytest
 
+from service.http import protocol
 from tests.service import raw_http
 from tests.service.real_server import Server
 
@@ -105,6 +107,16 @@ def test_two_host_headers_or_an_invalid_one_are_a_400(server: Server, hosts: tup
 @pytest.mark.parametrize("host", ["127.0.0.1", "localhost:8000", "[::1]:8000", "search.example.com", ""])
 def test_one_valid_host_is_answered(server: Server, host: str) -> None:
     assert ask(server, with_hosts(host))[0] == 200
+
+
+def test_an_http_1_1_request_without_host_is_a_400(server: Server) -> None:
+    """RFC 9112, 3.2: a server must answer 400 to an HTTP/1.1 request without a Host header; the message says what
+    to send. HTTP/1.0 requests may omit it."""
+    response = ask(server, with_hosts())
+    error = raw_http.error_of(response, 400)
+    assert error == {"code": "bad_request", "message": protocol.NO_HOST_MESSAGE}, error
+    assert "Host: " in error["message"] and response[1]["x-request-id"] == ID
+    assert ask(server, with_hosts().replace(b" HTTP/1.1\r\n", b" HTTP/1.0\r\n"))[0] == 200
 
 
 # ---------------------------------------------------------------------------------------------- redirects

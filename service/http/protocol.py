@@ -38,9 +38,9 @@ API's JSON error envelope. ``embedding-serve`` runs with it (``JsonErrorsProtoco
 After one of these refusals the answer is written, the write side shut, and what the client still sends is read
 and dropped for up to ``LINGER_SECONDS`` before the connection closes: closing with unread bytes would reset the
 connection, which can destroy the answer before the client reads it. A refusal carries the request's valid
-``X-Request-ID`` (as ``service.http.request_id`` sends it back) when the parser had handed that header on: not
-when the request line or the head is refused before it, nor when the broken header follows it directly (the parser
-hands a header on once the next one begins).
+``X-Request-ID`` (as ``service.http.request_id`` sends it back) when the parser had handed that header on, and the
+refusal's log line names it (as ``service.logs`` names the app's): not when the request line or the head is refused
+before it, nor when the broken header follows it directly (the parser hands a header on once the next one begins).
 
 What a normal request pays: a length comparison per read, a counter, three assignments, a look for Host among
 its headers and a look at the write buffer's size per request (the send timer only when bytes wait in it); the
@@ -55,6 +55,8 @@ import http
 import logging
 import re
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -69,6 +71,7 @@ from service.http.one_write import use_one_write
 from service.http.openai_errors import is_openai, openai_error
 from service.http.request_id import HEADER as REQUEST_ID
 from service.http.request_id import VALID as VALID_ID
+from service.logs import REQUEST_ID as LOGGED_ID
 
 log = logging.getLogger("uvicorn.error")
 
@@ -105,6 +108,17 @@ def request_id(headers: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
     return []
 
 
+@contextmanager
+def naming(headers: list[tuple[bytes, bytes]]) -> Iterator[None]:
+    """The lines logged inside name the request's valid id (``service.logs``), as the app's lines do; else none."""
+    named = request_id(headers)
+    token = LOGGED_ID.set(named[0][1].decode("ascii") if named else None)
+    try:
+        yield
+    finally:
+        LOGGED_ID.reset(token)
+
+
 def _answer(code: str, body: bytes, default_headers: list[tuple[bytes, bytes]], *extra: tuple[bytes, bytes]) -> bytes:
     status = http.HTTPStatus(status_of(code))
     lines = [b"HTTP/1.1 %d %s\r\n" % (status.value, status.phrase.encode())]
@@ -129,8 +143,9 @@ def refusal(code: str, message: str) -> Any:
     async def app(scope: Any, receive: Any, send: Any) -> None:
         body = _shaped(scope, code, _body(code, message))
         headers = [JSON, CLOSE, (b"content-length", b"%d" % len(body)), *request_id(scope["headers"])]
-        await send({"type": "http.response.start", "status": status_of(code), "headers": headers})
-        await send({"type": "http.response.body", "body": body})
+        with naming(scope["headers"]):  # its access line
+            await send({"type": "http.response.start", "status": status_of(code), "headers": headers})
+            await send({"type": "http.response.body", "body": body})
 
     return app
 
@@ -147,8 +162,9 @@ async def overloaded(scope: Any, receive: Any, send: Any) -> None:
             OVERLOADED_HEADERS,
         )
     headers = [*headers, (b"content-length", b"%d" % len(body)), *request_id(scope["headers"])]
-    await send({"type": "http.response.start", "status": status, "headers": headers})
-    await send({"type": "http.response.body", "body": b"" if scope.get("method") == "HEAD" else body})
+    with naming(scope["headers"]):  # its access line
+        await send({"type": "http.response.start", "status": status, "headers": headers})
+        await send({"type": "http.response.body", "body": b"" if scope.get("method") == "HEAD" else body})
 
 
 class Lingering(asyncio.Protocol):
@@ -267,7 +283,7 @@ class JsonErrorsProtocol(HttpToolsProtocol):
     def eof_received(self) -> None:
         """The client shut its side: inside a body, that body can never be complete (400, then closed)."""
         if self.in_body and not self.refused:
-            log.info("%s - the client ended the connection inside a request body: answering 400", self._peer())
+            self._say(logging.INFO, "the client ended the connection inside a request body: answering 400")
             self._refuse("bad_request", "the connection ended inside the request body")
         # returning None: asyncio closes the transport once what is written is sent
 
@@ -355,13 +371,14 @@ class JsonErrorsProtocol(HttpToolsProtocol):
         # does not know (HTTP/3.0, HTTP/1.2) is a version this server does not speak too
         error = sys.exc_info()[1]
         if self.bad_version or (isinstance(error, httptools.HttpParserError) and str(error) == "Invalid HTTP version"):
-            log.info("%s - request line of an HTTP version other than 1.0 and 1.1: answering 505", self._peer())
+            self._say(logging.INFO, "request line of an HTTP version other than 1.0 and 1.1: answering 505")
             self._refuse("http_version_not_supported", "this server speaks HTTP/1.1 (and 1.0) only")
             return
         if self.bad_host:
-            log.info("%s - no Host header, more than one, or an invalid one: answering 400", self._peer())
+            self._say(logging.INFO, "no Host header, more than one, or an invalid one: answering 400")
             self._refuse("bad_request", self.bad_host)
             return
+        self._say(logging.INFO, "not valid HTTP/1.1: answering 400")
         self._refuse("bad_request", MESSAGE)
 
     def _head_too_large(self) -> None:
@@ -370,7 +387,7 @@ class JsonErrorsProtocol(HttpToolsProtocol):
             code, what = "request_line_too_long", "request line"
         else:
             code, what = "headers_too_large", "request line and headers"
-        log.warning("%s - %s over %d bytes: answering %d", self._peer(), what, self.max_head, status_of(code))
+        self._say(logging.WARNING, "%s over %d bytes: answering %d", what, self.max_head, status_of(code))
         self._refuse(code, f"the {what} must not be longer than {self.max_head} bytes")
 
     def _arm(self, when: float) -> None:
@@ -389,7 +406,7 @@ class JsonErrorsProtocol(HttpToolsProtocol):
         elif self.cycle is not None and not self.cycle.response_complete:  # pipelined behind an answer
             self._arm(self.loop.time() + timeout)
         elif self.head or self.begun:
-            log.info("%s - request head not complete after %gs: answering 408", self._peer(), timeout)
+            self._say(logging.INFO, "request head not complete after %gs: answering 408", timeout)
             self._refuse("request_timeout", f"the request line and headers must arrive within {timeout:g} seconds")
         else:
             log.debug("%s - nothing sent for %gs: closing", self._peer(), timeout)
@@ -408,12 +425,12 @@ class JsonErrorsProtocol(HttpToolsProtocol):
             self.body_timer = self.loop.call_later(timeout, self._body_timeout)
             return
         if cycle is not None and cycle.response_complete:  # answered without its body (e.g. 413)
-            log.info("%s - request body not complete after %gs, its answer sent: closing", self._peer(), timeout)
+            self._say(logging.INFO, "request body not complete after %gs, its answer sent: closing", timeout)
             self.refused = True
             self._cancel_timers()
             self._linger()
             return
-        log.info("%s - request body not complete after %gs: answering 408", self._peer(), timeout)
+        self._say(logging.INFO, "request body not complete after %gs: answering 408", timeout)
         self._refuse("request_timeout", f"the request body must arrive within {timeout:g} seconds of its head")
 
     def _cancel_timers(self) -> None:
@@ -430,8 +447,7 @@ class JsonErrorsProtocol(HttpToolsProtocol):
             return
         self.refused = True  # nothing more is read into the parser
         self._cancel_timers()
-        # the id of the request refused, if its header was parsed (not of the request before it)
-        named = request_id(self.headers) if self.begun or self.in_body else []
+        named = request_id(self._refused_headers())
         cycle = self.cycle
         if cycle is not None and self.in_body and not cycle.response_started:
             queued = [i for i, (waiting, _) in enumerate(self.pipeline) if waiting is cycle]
@@ -472,6 +488,15 @@ class JsonErrorsProtocol(HttpToolsProtocol):
         self.connections.discard(self)  # as uvicorn does when it hands a connection to another protocol
         transport.set_protocol(Lingering(transport, self.loop))
         self.parser = None  # type: ignore[assignment]  # as uvicorn drops it (the attribute is typed non-None)
+
+    def _refused_headers(self) -> list[tuple[bytes, bytes]]:
+        """The headers parsed of the request being refused: none before its head began (not the request before's)."""
+        return self.headers if self.begun or self.in_body else []
+
+    def _say(self, level: int, message: str, *args: object) -> None:
+        """A refusal's log line, after the peer: naming the request's id when its header was read."""
+        with naming(self._refused_headers()):
+            log.log(level, "%s - " + message, self._peer(), *args)
 
     def _peer(self) -> str:
         return f"{self.client[0]}:{self.client[1]}" if self.client else "-"

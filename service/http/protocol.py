@@ -5,7 +5,8 @@ API's JSON error envelope. ``embedding-serve`` runs with it (``JsonErrorsProtoco
   bad Content-Length, a broken header, broken chunked framing, a Transfer-Encoding other than chunked), which
   uvicorn would answer itself in plain text (httptools takes ``gzip, chunked`` as chunked: that one, and a
   Content-Encoding, ``service.http.limits`` refuses); also a body the client ends (shuts its side) before it is
-  complete, and a request with more than one Host header or one that is no host and port (RFC 9112, 3.2).
+  complete, and a request with more than one Host header or one that is no host and port, or an HTTP/1.1 request
+  without one (RFC 9112, 3.2: HTTP/1.0 requests may omit it).
   A request whose body breaks off this way is given up at once (its app sees ``http.disconnect``): the refusal
   is its answer, and waits only for answers to earlier (pipelined) requests.
 - 505 ``http_version_not_supported``: a request line of another version than HTTP/1.0 or 1.1 (httptools parses
@@ -37,9 +38,9 @@ API's JSON error envelope. ``embedding-serve`` runs with it (``JsonErrorsProtoco
 After one of these refusals the answer is written, the write side shut, and what the client still sends is read
 and dropped for up to ``LINGER_SECONDS`` before the connection closes: closing with unread bytes would reset the
 connection, which can destroy the answer before the client reads it. A refusal carries the request's valid
-``X-Request-ID`` (as ``service.http.request_id`` sends it back) when the parser had handed that header on: not
-when the request line or the head is refused before it, nor when the broken header follows it directly (the parser
-hands a header on once the next one begins).
+``X-Request-ID`` (as ``service.http.request_id`` sends it back) when the parser had handed that header on, and the
+refusal's log line names it (as ``service.logs`` names the app's): not when the request line or the head is refused
+before it, nor when the broken header follows it directly (the parser hands a header on once the next one begins).
 
 What a normal request pays: a length comparison per read, a counter, three assignments, a look for Host among
 its headers and a look at the write buffer's size per request (the send timer only when bytes wait in it); the
@@ -54,6 +55,8 @@ import http
 import logging
 import re
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -68,11 +71,13 @@ from service.http.one_write import use_one_write
 from service.http.openai_errors import is_openai, openai_error
 from service.http.request_id import HEADER as REQUEST_ID
 from service.http.request_id import VALID as VALID_ID
+from service.logs import REQUEST_ID as LOGGED_ID
 
 log = logging.getLogger("uvicorn.error")
 
 MESSAGE = "the request is not valid HTTP/1.1 (request line, headers or body framing)"
 HOST_MESSAGE = "a request must have at most one Host header, naming a host (name or address) and optionally a port"
+NO_HOST_MESSAGE = "an HTTP/1.1 request must have a Host header naming the server, e.g. Host: localhost:8000"
 # RFC 9110's Host: a reg-name (unreserved, sub-delims, %-escapes) or an IP-literal (an IPv6 address, with a zone as
 # RFC 6874 writes it or as a client sends it unescaped, or an IPvFuture), and an optional port
 HOST = re.compile(
@@ -107,6 +112,17 @@ def request_id(headers: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
     return []
 
 
+@contextmanager
+def naming(headers: list[tuple[bytes, bytes]]) -> Iterator[None]:
+    """The lines logged inside name the request's valid id (``service.logs``), as the app's lines do; else none."""
+    named = request_id(headers)
+    token = LOGGED_ID.set(named[0][1].decode("ascii") if named else None)
+    try:
+        yield
+    finally:
+        LOGGED_ID.reset(token)
+
+
 def _answer(code: str, body: bytes, default_headers: list[tuple[bytes, bytes]], *extra: tuple[bytes, bytes]) -> bytes:
     status = http.HTTPStatus(status_of(code))
     lines = [b"HTTP/1.1 %d %s\r\n" % (status.value, status.phrase.encode())]
@@ -131,8 +147,9 @@ def refusal(code: str, message: str) -> Any:
     async def app(scope: Any, receive: Any, send: Any) -> None:
         body = _shaped(scope, code, _body(code, message))
         headers = [JSON, CLOSE, (b"content-length", b"%d" % len(body)), *request_id(scope["headers"])]
-        await send({"type": "http.response.start", "status": status_of(code), "headers": headers})
-        await send({"type": "http.response.body", "body": body})
+        with naming(scope["headers"]):  # its access line
+            await send({"type": "http.response.start", "status": status_of(code), "headers": headers})
+            await send({"type": "http.response.body", "body": body})
 
     return app
 
@@ -149,8 +166,9 @@ async def overloaded(scope: Any, receive: Any, send: Any) -> None:
             OVERLOADED_HEADERS,
         )
     headers = [*headers, (b"content-length", b"%d" % len(body)), *request_id(scope["headers"])]
-    await send({"type": "http.response.start", "status": status, "headers": headers})
-    await send({"type": "http.response.body", "body": b"" if scope.get("method") == "HEAD" else body})
+    with naming(scope["headers"]):  # its access line
+        await send({"type": "http.response.start", "status": status, "headers": headers})
+        await send({"type": "http.response.body", "body": b"" if scope.get("method") == "HEAD" else body})
 
 
 class Lingering(asyncio.Protocol):
@@ -198,7 +216,7 @@ class JsonErrorsProtocol(HttpToolsProtocol):
         self.in_body = False  # a request head is parsed and its body is not complete
         self.body_timer: asyncio.TimerHandle | None = None  # armed once a body goes on past the read that began it
         self.bad_version = False  # the parser error at hand is a request line's HTTP version
-        self.bad_host = False  # the parser error at hand is Host headers
+        self.bad_host = ""  # the parser error at hand is Host headers: its message
         self.refused = False
         self.running: Any = None  # the request cycle whose app runs (uvicorn's ``cycle`` is the last one parsed)
         self.send_timer: asyncio.TimerHandle | None = None  # armed while an answer waits in the write buffer
@@ -269,7 +287,7 @@ class JsonErrorsProtocol(HttpToolsProtocol):
     def eof_received(self) -> None:
         """The client shut its side: inside a body, that body can never be complete (400, then closed)."""
         if self.in_body and not self.refused:
-            log.info("%s - the client ended the connection inside a request body: answering 400", self._peer())
+            self._say(logging.INFO, "the client ended the connection inside a request body: answering 400")
             self._refuse("bad_request", "the connection ended inside the request body")
         # returning None: asyncio closes the transport once what is written is sent
 
@@ -323,13 +341,17 @@ class JsonErrorsProtocol(HttpToolsProtocol):
         HttpToolsProtocol.on_message_begin(self)
 
     def on_headers_complete(self) -> None:
-        if self.parser.get_http_version() not in ("1.0", "1.1"):  # httptools parses HTTP/2.0 as if it were 1.1
+        version = self.parser.get_http_version()
+        if version not in ("1.0", "1.1"):  # httptools parses HTTP/2.0 as if it were 1.1
             self.bad_version = True
             raise httptools.HttpParserError("unsupported HTTP version")  # the parser stops: send_400_response
         hosts = [value for name, value in self.headers if name == b"host"]
         if hosts and (len(hosts) > 1 or not HOST.fullmatch(hosts[0])):  # RFC 9112, 3.2: answered 400
-            self.bad_host = True
-            raise httptools.HttpParserError("more than one Host header, or an invalid one")
+            self.bad_host = HOST_MESSAGE
+        elif not hosts and version == "1.1":  # RFC 9112, 3.2: so is an HTTP/1.1 request without one
+            self.bad_host = NO_HOST_MESSAGE
+        if self.bad_host:
+            raise httptools.HttpParserError("no Host header, more than one, or an invalid one")
         self.heads += 1
         self.head = self.head_since = None
         self.begun = False
@@ -353,13 +375,14 @@ class JsonErrorsProtocol(HttpToolsProtocol):
         # does not know (HTTP/3.0, HTTP/1.2) is a version this server does not speak too
         error = sys.exc_info()[1]
         if self.bad_version or (isinstance(error, httptools.HttpParserError) and str(error) == "Invalid HTTP version"):
-            log.info("%s - request line of an HTTP version other than 1.0 and 1.1: answering 505", self._peer())
+            self._say(logging.INFO, "request line of an HTTP version other than 1.0 and 1.1: answering 505")
             self._refuse("http_version_not_supported", "this server speaks HTTP/1.1 (and 1.0) only")
             return
         if self.bad_host:
-            log.info("%s - more than one Host header, or an invalid one: answering 400", self._peer())
-            self._refuse("bad_request", HOST_MESSAGE)
+            self._say(logging.INFO, "no Host header, more than one, or an invalid one: answering 400")
+            self._refuse("bad_request", self.bad_host)
             return
+        self._say(logging.INFO, "not valid HTTP/1.1: answering 400")
         self._refuse("bad_request", MESSAGE)
 
     def _head_too_large(self) -> None:
@@ -368,7 +391,7 @@ class JsonErrorsProtocol(HttpToolsProtocol):
             code, what = "request_line_too_long", "request line"
         else:
             code, what = "headers_too_large", "request line and headers"
-        log.warning("%s - %s over %d bytes: answering %d", self._peer(), what, self.max_head, status_of(code))
+        self._say(logging.WARNING, "%s over %d bytes: answering %d", what, self.max_head, status_of(code))
         self._refuse(code, f"the {what} must not be longer than {self.max_head} bytes")
 
     def _arm(self, when: float) -> None:
@@ -387,7 +410,7 @@ class JsonErrorsProtocol(HttpToolsProtocol):
         elif self.cycle is not None and not self.cycle.response_complete:  # pipelined behind an answer
             self._arm(self.loop.time() + timeout)
         elif self.head or self.begun:
-            log.info("%s - request head not complete after %gs: answering 408", self._peer(), timeout)
+            self._say(logging.INFO, "request head not complete after %gs: answering 408", timeout)
             self._refuse("request_timeout", f"the request line and headers must arrive within {timeout:g} seconds")
         else:
             log.debug("%s - nothing sent for %gs: closing", self._peer(), timeout)
@@ -406,12 +429,12 @@ class JsonErrorsProtocol(HttpToolsProtocol):
             self.body_timer = self.loop.call_later(timeout, self._body_timeout)
             return
         if cycle is not None and cycle.response_complete:  # answered without its body (e.g. 413)
-            log.info("%s - request body not complete after %gs, its answer sent: closing", self._peer(), timeout)
+            self._say(logging.INFO, "request body not complete after %gs, its answer sent: closing", timeout)
             self.refused = True
             self._cancel_timers()
             self._linger()
             return
-        log.info("%s - request body not complete after %gs: answering 408", self._peer(), timeout)
+        self._say(logging.INFO, "request body not complete after %gs: answering 408", timeout)
         self._refuse("request_timeout", f"the request body must arrive within {timeout:g} seconds of its head")
 
     def _cancel_timers(self) -> None:
@@ -428,8 +451,7 @@ class JsonErrorsProtocol(HttpToolsProtocol):
             return
         self.refused = True  # nothing more is read into the parser
         self._cancel_timers()
-        # the id of the request refused, if its header was parsed (not of the request before it)
-        named = request_id(self.headers) if self.begun or self.in_body else []
+        named = request_id(self._refused_headers())
         cycle = self.cycle
         if cycle is not None and self.in_body and not cycle.response_started:
             queued = [i for i, (waiting, _) in enumerate(self.pipeline) if waiting is cycle]
@@ -470,6 +492,15 @@ class JsonErrorsProtocol(HttpToolsProtocol):
         self.connections.discard(self)  # as uvicorn does when it hands a connection to another protocol
         transport.set_protocol(Lingering(transport, self.loop))
         self.parser = None  # type: ignore[assignment]  # as uvicorn drops it (the attribute is typed non-None)
+
+    def _refused_headers(self) -> list[tuple[bytes, bytes]]:
+        """The headers parsed of the request being refused: none before its head began (not the request before's)."""
+        return self.headers if self.begun or self.in_body else []
+
+    def _say(self, level: int, message: str, *args: object) -> None:
+        """A refusal's log line, after the peer: naming the request's id when its header was read."""
+        with naming(self._refused_headers()):
+            log.log(level, "%s - " + message, self._peer(), *args)
 
     def _peer(self) -> str:
         return f"{self.client[0]}:{self.client[1]}" if self.client else "-"

@@ -230,11 +230,13 @@ def test_connections_over_the_limit_get_503(server: Server) -> None:
             sock.sendall(request("GET", "/healthz"))
             assert read_response(sock)[0] == 200
         with connect(server.port) as extra:
-            extra.sendall(request("GET", "/readyz"))
+            extra.sendall(request("GET", "/readyz", headers={"X-Request-ID": "over-the-limit-7"}))
             response = read_response(extra)
             assert closed(extra)
         error = error_of(response, 503)
         assert error["code"] == "overloaded" and response[1]["retry-after"] == "1"
+        assert response[1]["x-request-id"] == "over-the-limit-7"  # sent back, and its access line names it
+        assert '"GET /readyz HTTP/1.1" 503 request_id=over-the-limit-7\n' in server.log()
         with connect(server.port) as extra:  # the liveness probe: saturated is not dead (no restart for it)
             extra.sendall(request("GET", "/healthz"))
             response = read_response(extra)

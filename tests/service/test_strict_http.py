@@ -1,7 +1,8 @@
 """The edges of HTTP a careful client or proxy meets, against the real ``embedding-serve`` process on raw sockets:
 a query string's unknown parameter is refused as a body's unknown field is; a request with two Host headers (or
-an invalid one) is a 400; the trailing-slash redirect names a path, never the Host a client sent; a refusal of
-the HTTP protocol layer carries the request's ``X-Request-ID`` when its header was read.
+an invalid one), or an HTTP/1.1 request without one, is a 400; the trailing-slash redirect names a path, never the
+Host a client sent; a refusal of the HTTP protocol layer carries the request's ``X-Request-ID`` when its header was
+read.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import socket
 
 import pytest
 
+from service.http import protocol
 from tests.service import raw_http
 from tests.service.real_server import Server
 
@@ -128,6 +130,16 @@ def test_one_valid_host_is_answered(server: Server, host: str) -> None:
     assert ask(server, with_hosts(host))[0] == 200
 
 
+def test_an_http_1_1_request_without_host_is_a_400(server: Server) -> None:
+    """RFC 9112, 3.2: a server must answer 400 to an HTTP/1.1 request without a Host header; the message says what
+    to send. HTTP/1.0 requests may omit it."""
+    response = ask(server, with_hosts())
+    error = raw_http.error_of(response, 400)
+    assert error == {"code": "bad_request", "message": protocol.NO_HOST_MESSAGE}, error
+    assert "Host: " in error["message"] and response[1]["x-request-id"] == ID
+    assert ask(server, with_hosts().replace(b" HTTP/1.1\r\n", b" HTTP/1.0\r\n"))[0] == 200
+
+
 # ---------------------------------------------------------------------------------------------- redirects
 @pytest.mark.parametrize(
     ("target", "location"),
@@ -196,3 +208,57 @@ def test_a_protocol_refusal_carries_no_id_it_did_not_read(server: Server) -> Non
         first, second = raw_http.read_responses(sock, 2)
     assert first[0] == 200 and first[1]["x-request-id"] == ID
     assert raw_http.error_of(second, 400) and "x-request-id" not in second[1]
+
+
+def refused(server: Server, raw: bytes, then_shut: bool = False) -> tuple[int, int]:
+    """The status answered to ``raw``, and the client port the server's log lines name the connection by."""
+    with raw_http.connect(server.port) as sock:
+        sock.sendall(raw)
+        if then_shut:
+            sock.shutdown(socket.SHUT_WR)
+        return raw_http.read_response(sock)[0], sock.getsockname()[1]
+
+
+def refusal_line(server: Server, port: int) -> str:
+    """The protocol's line about its refusal on the connection from ``port``."""
+    [line] = [line for line in server.log().splitlines() if f" uvicorn.error: 127.0.0.1:{port} - " in line]
+    return line
+
+
+def test_a_protocol_refusal_is_logged_with_the_id_read_before_it(server: Server) -> None:
+    """The protocol's line about a refusal names the request's id, as the app's lines name theirs."""
+    padding = {f"X-Pad-{i}": "p" * 1000 for i in range(40)}  # over the 32 KiB head limit
+    broken_after = {"X-Request-ID": "log-broken", "Accept": "*/*", "Bad Name": "x"}
+    cut = raw_http.request("POST", f"{T}/search", b"{", {"X-Request-ID": "log-cut", "Content-Length": "9"})
+    cases = [
+        ("log-431", raw_http.request("GET", T, headers={"X-Request-ID": "log-431", **padding}), 431, "over 32768"),
+        ("log-broken", raw_http.request("GET", T, headers=broken_after), 400, "not valid HTTP/1.1"),
+        ("log-hosts", with_hosts("a", "b", request_id="log-hosts"), 400, "more than one"),
+        ("log-no-host", with_hosts(request_id="log-no-host"), 400, "no Host header"),
+        ("log-version", with_hosts("a", request_id="log-version").replace(b"HTTP/1.1", b"HTTP/2.0"), 505, "version"),
+        ("log-cut", cut, 400, "inside a request body"),
+    ]
+    for name, raw, status, what in cases:
+        answered, port = refused(server, raw, then_shut=name == "log-cut")
+        line = refusal_line(server, port)
+        assert answered == status and what in line, (name, line)
+        assert line.endswith(f": answering {status} request_id={name}"), line
+
+
+def test_a_protocol_refusal_is_logged_without_an_id_it_did_not_read(server: Server) -> None:
+    """A refused request line's id was not read: its refusal's line names none; nor does it name the id of the
+    request before it on the same connection (whose access line does)."""
+    unread = b"GET /v1/tables\x00 HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Request-ID: log-unread\r\n\r\n"
+    status, port = refused(server, unread)
+    assert status == 400 and refusal_line(server, port).endswith(" - not valid HTTP/1.1: answering 400")
+    assert "log-unread" not in server.log()
+    pipelined = (
+        raw_http.request("GET", "/v1/tables", headers={"X-Request-ID": "log-before"}) + b"\x01BAD / HTTP/1.1\r\n\r\n"
+    )
+    with raw_http.connect(server.port) as sock:
+        sock.sendall(pipelined)
+        assert [response[0] for response in raw_http.read_responses(sock, 2)] == [200, 400]
+        port = sock.getsockname()[1]
+    assert refusal_line(server, port).endswith(" - not valid HTTP/1.1: answering 400")
+    [access] = [line for line in server.log().splitlines() if "log-before" in line]
+    assert access.endswith(f'127.0.0.1:{port} - "GET /v1/tables HTTP/1.1" 200 request_id=log-before'), access

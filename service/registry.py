@@ -223,14 +223,18 @@ class Registry:
         if stale is not None:
             self.stale[name] = stale
 
+    def _loading(self, name: str, version: Fingerprint) -> None:
+        """Say what a table's load and verification (seconds for a large one) is about to read."""
+        size = sum(entry[2] for entry in files_of(version) if entry[0] != ".")
+        what = "checking every file's sha256" if self.checksums else "checking file sizes"
+        log.info("table %r: loading %.0f MiB, %s ...", name, size / 2**20, what)
+
     def _load(self, name: str, version: Fingerprint, serving: bool = False) -> bool:
         """Load and verify one table; on failure record it (logged, unless ``serving``: the caller says which
         version serves on) and return False."""
         directory = Path(os.path.abspath(self.data_dir / name))  # a shard's log is found by its parent's name
         started = time.perf_counter()
-        size = sum(entry[2] for entry in files_of(version) if entry[0] != ".")
-        what = "checking every file's sha256" if self.checksums else "checking file sizes"
-        log.info("table %r: loading %.0f MiB, %s ...", name, size / 2**20, what)
+        self._loading(name, version)
         table, reason, by_log, version, after = _read_settled(directory, version, self.checksums)
         if table is None:
             # Refused for its log: tried again once the log changes (repaired); else once its files change.
@@ -307,6 +311,7 @@ class Registry:
             if name in previous.beside_refused and previous.beside_refused[name][0] == files:
                 self.beside_refused[name] = previous.beside_refused[name]
                 continue
+            self._loading(name, version)
             table, reason, _, version, _ = _read_settled(directory, version, self.checksums)
             files = files_of(version)
             if table is None:

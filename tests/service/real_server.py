@@ -6,6 +6,7 @@ the test run are dropped; ``env`` adds the ones a test wants (keys, limits, watc
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -111,6 +112,27 @@ def shard_starts(table: Path, logs: Path, shards: int, env: dict[str, str]) -> l
 def replicas(shards: list[Server]) -> list[list[str]]:
     """A front's ``EMBEDDING_SHARDS`` entry for ``shards``, the servers of :func:`shard_starts` in order."""
     return [[f"{server.base}/v1/tables/{shardmap.shard_name(s)}"] for s, server in enumerate(shards)]
+
+
+@contextmanager
+def whole_and_front(
+    root: Path, shards: int, env: dict[str, str], front_env: dict[str, str]
+) -> Iterator[tuple[Server, list[Server], Server]]:
+    """``lee`` served whole (``root/whole``), each of its shards alone (``root/sharded/lee``, with ``env``), and a
+    front of those shards over the empty ``root/front`` (with ``front_env``); stopped together at the end."""
+    started: list[Server] = []
+    try:
+        started += start_together(
+            lambda: start(root / "whole", root / "whole.log", env=env),
+            *shard_starts(root / "sharded" / "lee", root, shards, env),
+        )
+        whole, *served = started
+        config = {"EMBEDDING_SHARDS": json.dumps({"lee": replicas(served)}), **front_env}
+        front = start(root / "front", root / "front.log", env=config)
+        started.append(front)
+        yield whole, served, front
+    finally:
+        stop_together(started)
 
 
 def stop_together(servers: list[Server]) -> None:

@@ -11,7 +11,6 @@ no signal.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import time
@@ -69,19 +68,8 @@ def root(tmp_path_factory: pytest.TempPathFactory, small_data_dir: Path, lee_doc
 
 @pytest.fixture(scope="module")
 def servers(root: Path) -> Iterator[dict[str, Any]]:
-    started: list[Server] = []
-    try:
-        started += real_server.start_together(
-            lambda: real_server.start(root / "whole", root / "whole.log", env=KEYS),
-            *real_server.shard_starts(root / "sharded" / "lee", root, SHARDS, KEYS),
-        )
-        whole, *shards = started
-        config = json.dumps({"lee": real_server.replicas(shards)})
-        front = real_server.start(root / "front", root / "front.log", env={"EMBEDDING_SHARDS": config, **KEYS})
-        started.append(front)
+    with real_server.whole_and_front(root, SHARDS, KEYS, KEYS) as (whole, shards, front):
         yield {"whole": whole, "shards": shards, "front": front}
-    finally:
-        real_server.stop_together(started)
 
 
 def search(server: Server, body: dict[str, Any], table: str = "lee") -> tuple[int, dict[str, Any]]:

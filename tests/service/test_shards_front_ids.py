@@ -12,7 +12,6 @@ is refused by the front as the table refuses it. A string-id table keeps ``"007"
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -36,19 +35,8 @@ def servers(tmp_path_factory: pytest.TempPathFactory, lee_docs: Lee) -> Iterator
         done = run_cli("import", source, "--name", "lee", *extra, "--data-dir", root / where)
         assert done.code == 0, done.err
     (root / "front").mkdir()
-    env = {"EMBEDDING_WRITE_KEYS": KEY}
-    started: list[Server] = []
-    try:
-        started += real_server.start_together(
-            lambda: real_server.start(root / "whole", root / "whole.log", env=env),
-            *real_server.shard_starts(root / "sharded" / "lee", root, SHARDS, env),
-        )
-        replicas = real_server.replicas(started[1:])
-        front_env = {"EMBEDDING_SHARDS": json.dumps({"lee": replicas})}
-        started.append(real_server.start(root / "front", root / "front.log", env=front_env))
-        yield {"whole": started[0], "front": started[-1]}
-    finally:
-        real_server.stop_together(started)
+    with real_server.whole_and_front(root, SHARDS, {"EMBEDDING_WRITE_KEYS": KEY}, {}) as (whole, _, front):
+        yield {"whole": whole, "front": front}
 
 
 def both(servers: dict[str, Server], method: str, path: str, body: dict[str, Any] | None = None) -> list[Any]:

@@ -3,7 +3,7 @@ sif`` published keeps the SIF component, so a documents table embedded with it k
 served documents table whose encoder lost what embedded it is not ready, and /readyz and the table list say so.
 
 Real processes: ``embedding-serve`` with its deferred index build, ``embedding-index sif`` and ``import``. The
-background build is paused (SIGSTOP) once it has read the table, so that the other publishers finish first."""
+background build stops itself (SIGSTOP) once it has read the table, so that the other publishers finish first."""
 
 from __future__ import annotations
 
@@ -12,7 +12,6 @@ import os
 import shutil
 import signal
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
@@ -53,20 +52,45 @@ def reached(status: Path, stage: str) -> bool:
     return step.get("state") == "running" and verifying == (stage == "verifying")
 
 
-def pause_at(pid: int, status: Path, stage: str) -> None:
-    """Stop the build once it is at ``stage`` (step by step: it runs 2 ms at a time until then)."""
-    os.kill(pid, signal.SIGSTOP)
-    while not reached(status, stage):
-        os.kill(pid, signal.SIGCONT)
-        time.sleep(0.002)
-        os.kill(pid, signal.SIGSTOP)
+def stopped(pid: int) -> bool:
+    """Whether the process is stopped (SIGSTOP); a process that has ended fails the test, naming why."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        pytest.fail(f"the background build (pid {pid}) ended before it reached the stage the test waits for")
+    return state == "T"
 
 
-# The background build stops itself as it starts (a ``sitecustomize`` on the server's PYTHONPATH, which its child
-# inherits), so that the test reaches it before it has verified the table, however slowly the server starts.
-STOP_AT_START = """import os, signal, sys
+# The background build stops itself (SIGSTOP) as it announces ``stage`` in its status file, whatever the machine's
+# load: a ``sitecustomize`` on the server's PYTHONPATH, which its child inherits, watches the status file's rename
+# (an audit hook), writes what the rename would publish and stops the process before the build goes on.
+STOP_AT_STAGE = """import json, os, signal, sys
+STAGE = {stage!r}
 if "--status-file" in sys.argv:
-    os.kill(os.getpid(), signal.SIGSTOP)
+    STATUS = os.path.abspath(sys.argv[sys.argv.index("--status-file") + 1])
+    SEEN = set()
+
+    def stop_at_stage(event, args):
+        if event != "os.rename" or "stopped" in SEEN:
+            return
+        try:
+            if os.path.abspath(os.fsdecode(args[1])) != STATUS:
+                return
+            with open(args[0]) as source:
+                text = source.read()
+            step = json.loads(text)
+        except Exception:
+            return
+        verifying = "verifying" in str(step.get("step"))
+        SEEN.add("verifying" if verifying else "other")
+        building = not verifying and "verifying" in SEEN
+        if step.get("state") == "running" and (verifying if STAGE == "verifying" else building):
+            with open(STATUS, "w") as status:
+                status.write(text)
+            SEEN.add("stopped")
+            os.kill(os.getpid(), signal.SIGSTOP)
+
+    sys.addaudithook(stop_at_stage)
 """
 
 
@@ -91,7 +115,7 @@ def test_a_background_build_keeps_the_extras_published_while_it_ran(
     shutil.copytree(data_dir / "w", before_sif)
     hook = tmp_path / "hook"
     hook.mkdir()
-    (hook / "sitecustomize.py").write_text(STOP_AT_START)
+    (hook / "sitecustomize.py").write_text(STOP_AT_STAGE.format(stage=stage))
     path = os.pathsep.join(filter(None, [str(hook), os.environ.get("PYTHONPATH")]))
     server = real_server.start(data_dir, tmp_path / "server.log", env={"EMBEDDING_API_KEY": KEY, "PYTHONPATH": path})
     pid = None
@@ -100,7 +124,10 @@ def test_a_background_build_keeps_the_extras_published_while_it_ran(
         found = builder_of(data_dir)
         assert found is not None
         pid, status_file = found
-        pause_at(pid, status_file, stage)  # reading the version without SIF; it publishes after the others
+        real_server.wait_for(
+            lambda: stopped(pid) and reached(status_file, stage), seconds=120, what=f"the build to stop at {stage}"
+        )
+        # It read the version without SIF; it publishes after the others.
         assert json.loads((data_dir / "w" / artifact.MANIFEST).read_text())["index"]["deferred"]
         # What the build costs, as it reported it last (its nice level, elapsed and CPU seconds so far).
         build = HTTP.get(f"{server.base}/readyz", timeout=10).json()["building"]["w"]

@@ -1,0 +1,303 @@
+"""Each call of the API described once, for :class:`~service_client.Client` and :class:`~service_client.AsyncClient`
+alike: a generator that yields the :class:`Request` s it makes (most make one), is sent each one's decoded answer,
+and returns the answer shaped. The clients only carry the requests (``Client`` waiting, ``AsyncClient`` awaiting).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal, TypeVar
+
+import httpx
+import numpy as np
+
+from service_client import maps
+from service_client.maps import MapColours
+from service_client.shapes import (
+    WRITE_DOCUMENTS,
+    ApiError,
+    Embedded,
+    Hits,
+    Neighbor,
+    Piece,
+    Point,
+    Projection,
+    TableInfo,
+    _batch,
+    _decoded,
+    _document,
+    _encoded,
+    _error,
+    _hits,
+    _items,
+    _neighbors,
+    _retry_after,
+    _values,
+    segment,
+    write_bodies,
+)
+
+Method = Literal["3cosadd", "3cosmul"]
+MapMethod = Literal["pca", "tsne"]
+RETRY_SECONDS = 10.0  # the longest wait a Retry-After makes before a retry
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Request:
+    """One request: ``json``, a body to encode (see :func:`~service_client.shapes._encoded`), or ``content``, one
+    encoded already; ``raw``: the answer is the response itself (a binary or text body), not its JSON."""
+
+    method: str
+    path: str
+    json: Any = None
+    params: dict[str, Any] | None = None
+    content: bytes | None = None
+    raw: bool = False
+
+    def arguments(self) -> dict[str, Any]:
+        """httpx's arguments for the request."""
+        arguments: dict[str, Any] = {} if self.params is None else {"params": self.params}
+        content = _encoded(self.json) if self.json is not None else self.content
+        if content is not None:
+            arguments.update(content=content, headers={"Content-Type": "application/json"})
+        return arguments
+
+    def answer(self, response: httpx.Response) -> Any:
+        """The successful answer (decoded, unless ``raw``), or its error raised."""
+        if not response.is_success:
+            raise _error(response)
+        return response if self.raw else _decoded(response)
+
+
+Call = Generator[Request, Any, T]
+
+
+def retry_wait(response: httpx.Response) -> float | None:
+    """The seconds to wait before sending a request again, for an ``overloaded`` answer (503 with ``Retry-After``:
+    the server did not start it); None for any other answer."""
+    wait = _retry_after(response)
+    return None if response.status_code != 503 or wait is None else min(wait, RETRY_SECONDS)
+
+
+def table_path(table: str, suffix: str) -> str:
+    return f"/v1/tables/{segment(table)}/{suffix}"
+
+
+# ------------------------------------------------------------------------------------------- server
+def reload() -> Call[dict[str, Any]]:
+    report: dict[str, Any] = yield Request("POST", "/v1/admin/reload")
+    return report
+
+
+def tables() -> Call[list[TableInfo]]:
+    keys = ("name", "rows", "dim", "kind", "index")
+    answer = yield Request("GET", "/v1/tables")
+    return [
+        TableInfo(t["name"], t["rows"], t["dim"], t["kind"], t["index"], {k: v for k, v in t.items() if k not in keys})
+        for t in answer["tables"]
+    ]
+
+
+def table(name: str) -> Call[dict[str, Any]]:
+    info: dict[str, Any] = yield Request("GET", f"/v1/tables/{segment(name)}")
+    return info
+
+
+def vector(table: str, token: str, normalized: bool) -> Call[list[float]]:
+    answer = yield Request("GET", table_path(table, "tokens/" + segment(token)), params={"normalized": normalized})
+    found: list[float] = answer["vector"]
+    return found
+
+
+def vector_of_id(table: str, id: int, normalized: bool) -> Call[list[float]]:
+    answer = yield Request("GET", table_path(table, f"ids/{int(id)}"), params={"normalized": normalized})
+    found: list[float] = answer["vector"]
+    return found
+
+
+def tokenize(table: str, text: str) -> Call[list[Piece]]:
+    answer = yield Request("POST", table_path(table, "tokenize"), json={"text": text})
+    return [Piece(int(t["id"]), t["token"]) for t in answer["tokens"]]
+
+
+# ------------------------------------------------------------------------------------------ queries
+def neighbors(table: str, body: dict[str, Any]) -> Call[list[Neighbor]]:
+    """``POST .../neighbors`` of one token or word list."""
+    answer = yield Request("POST", table_path(table, "neighbors"), json=body)
+    return _neighbors(answer["neighbors"])
+
+
+def neighbors_batch(table: str, body: dict[str, Any]) -> Call[list[list[Neighbor] | ApiError]]:
+    answer = yield Request("POST", table_path(table, "neighbors"), json=body)
+    return _batch(answer["results"])
+
+
+def similarity(table: str, a: str, b: str) -> Call[float]:
+    answer = yield Request("GET", table_path(table, "similarity"), params={"a": a, "b": b})
+    return float(answer["similarity"])
+
+
+def similarities(table: str, pairs: Sequence[tuple[str, str]]) -> Call[list[float | None]]:
+    answer = yield Request("POST", table_path(table, "similarity"), json={"pairs": [list(p) for p in pairs]})
+    found: list[float | None] = answer["similarities"]
+    return found
+
+
+def similarity_batch(table: str, pairs: Sequence[tuple[str, str]], options: dict[str, Any]) -> Call[list[Any]]:
+    body = {"pairs": [list(p) for p in pairs], **options}
+    answer = yield Request("POST", table_path(table, "similarity"), json=body)
+    return _values(answer["similarities"], answer["errors"])
+
+
+def analogy(table: str, body: dict[str, Any]) -> Call[Any]:
+    """``POST .../analogy``'s decoded answer (each method reads its part)."""
+    answer = yield Request("POST", table_path(table, "analogy"), json=body)
+    return answer
+
+
+def search(table: str, vector: Sequence[float], k: int, options: dict[str, Any]) -> Call[list[Neighbor]]:
+    body = {"vector": [float(x) for x in vector], "k": k, **options}
+    answer = yield Request("POST", table_path(table, "search"), json=body)
+    return _neighbors(answer["neighbors"])
+
+
+def search_batch(
+    table: str, vectors: Sequence[Sequence[float]], k: int, options: dict[str, Any]
+) -> Call[list[list[Neighbor] | ApiError]]:
+    body = {"vectors": [[float(x) for x in v] for v in vectors], "k": k, **options}
+    answer = yield Request("POST", table_path(table, "search"), json=body)
+    return _batch(answer["results"])
+
+
+def search_documents(table: str, k: int, query: dict[str, Any]) -> Call[Hits]:
+    if "vector" in query:
+        query = {**query, "vector": [float(x) for x in query["vector"]]}
+    answer = yield Request("POST", table_path(table, "search"), json={"k": k, **query})
+    return _hits(answer)
+
+
+def search_documents_batch(
+    table: str, queries: Sequence[dict[str, Any]], k: int, options: dict[str, Any]
+) -> Call[list[Hits | ApiError]]:
+    answer = yield Request("POST", table_path(table, "search"), json={"queries": list(queries), "k": k, **options})
+    return _items(answer["results"], _hits)
+
+
+def document(
+    table: str, id: str | int, vector: bool, normalized: bool, fields: Sequence[str] | None
+) -> Call[dict[str, Any]]:
+    params: dict[str, Any] = {"vector": "true"} if vector else {}
+    if normalized:
+        params["normalized"] = "true"
+    if fields is not None:
+        params["fields"] = ",".join(fields)
+    found: dict[str, Any] = yield Request("GET", table_path(table, f"documents/{segment(str(id))}"), params=params)
+    return found
+
+
+def fields(table: str) -> Call[dict[str, Any]]:
+    found: dict[str, Any] = yield Request("GET", table_path(table, "fields"))
+    return found
+
+
+# ------------------------------------------------------------------------------------------- writes
+def upsert_documents(table: str, documents: Sequence[dict[str, Any]]) -> Call[dict[str, Any]]:
+    body = {"documents": [_document(d) for d in documents]}
+    answer: dict[str, Any] = yield Request("POST", table_path(table, "documents"), json=body)
+    return answer
+
+
+def upsert_many(table: str, documents: Sequence[dict[str, Any]]) -> Call[list[dict[str, Any]]]:
+    answers = []
+    for body in write_bodies([_document(d) for d in documents]):
+        answers.append((yield Request("POST", table_path(table, "documents"), content=body)))
+    return answers
+
+
+def delete_documents(
+    table: str, ids: Sequence[str | int] | None, filter: dict[str, Any] | None
+) -> Call[dict[str, Any]]:
+    body = {"ids": list(ids)} if ids is not None else {"filter": filter}
+    answer: dict[str, Any] = yield Request("POST", table_path(table, "documents/delete"), json=body)
+    return answer
+
+
+def delete_many(table: str, ids: Sequence[str | int]) -> Call[list[dict[str, Any]]]:
+    answers = []
+    for start in range(0, len(ids), WRITE_DOCUMENTS):
+        answers.append((yield from delete_documents(table, ids[start : start + WRITE_DOCUMENTS], None)))
+    return answers
+
+
+def delete_document(table: str, id: str | int) -> Call[dict[str, Any]]:
+    answer: dict[str, Any] = yield Request("DELETE", table_path(table, f"documents/{segment(str(id))}"))
+    return answer
+
+
+def embed_details(table: str, texts: Sequence[str], pooling: str | None) -> Call[Embedded]:
+    body: dict[str, Any] = {"texts": list(texts), **({"pooling": pooling} if pooling else {})}
+    data = yield Request("POST", table_path(table, "embed"), json=body)
+    vectors = [list(v) for v in data["vectors"]]
+    return Embedded(vectors, list(data["tokens"]), list(data["unknown"]), data["pooling"], data.get("truncated"))
+
+
+def contextual(table: str, texts: Sequence[str], token: str | None, k: int) -> Call[dict[str, Any]]:
+    body: dict[str, Any] = {"texts": list(texts), "k": k, **({"token": token} if token is not None else {})}
+    answer: dict[str, Any] = yield Request("POST", table_path(table, "contextual"), json=body)
+    return answer
+
+
+def project(table: str, body: dict[str, Any]) -> Call[Projection]:
+    data = yield Request("POST", table_path(table, "project"), json=body)
+    points = [Point(p["token"], int(p["id"]), float(p["x"]), float(p["y"])) for p in data["points"]]
+    ratios = [float(r) for r in data.get("explained_variance_ratio") or []]
+    return Projection(points, ratios, data["method"], data.get("unknown", []), data.get("axes"), data.get("params"))
+
+
+# -------------------------------------------------------------------------------------- diagnostics
+def posted(path: str, body: dict[str, Any]) -> Call[Any]:
+    """A ``POST`` of ``body`` to ``path``: its decoded answer, of which each method reads its part."""
+    answer = yield Request("POST", path, json=body)
+    return answer
+
+
+def got(path: str, params: dict[str, Any] | None = None) -> Call[Any]:
+    """A ``GET`` of ``path``: its decoded answer, of which each method reads its part."""
+    answer = yield Request("GET", path, params=params)
+    return answer
+
+
+def rank_batch(table: str, pairs: Sequence[tuple[str, str]]) -> Call[list[Any]]:
+    answer = yield Request("POST", table_path(table, "rank"), json={"pairs": [list(p) for p in pairs]})
+    return _values(answer["ranks"], answer["errors"])
+
+
+# ---------------------------------------------------------------------------------- map and export
+def map_info(table: str, method: MapMethod) -> Call[dict[str, Any]]:
+    info: dict[str, Any] = yield Request("GET", table_path(table, "map/info"), params={"method": method})
+    return info
+
+
+def map_points(table: str, method: MapMethod) -> Call[np.ndarray]:
+    bounds = (yield from map_info(table, method))["bounds"]
+    response = yield Request("GET", table_path(table, "map"), params={"method": method}, raw=True)
+    return maps.points(response.content, bounds)
+
+
+def map_labels(table: str) -> Call[list[str]]:
+    response = yield Request("GET", table_path(table, "map/labels"), raw=True)
+    return maps.labels(response.content)
+
+
+def map_colours(table: str, column: str) -> Call[MapColours]:
+    answer = yield Request("GET", table_path(table, "map/colours/" + segment(column)))
+    return maps.colours(answer)
+
+
+def export(table: str, rows: Sequence[str | int | dict[str, Any]], file: str) -> Call[str]:
+    items = [r if isinstance(r, dict) else {"token": r} if isinstance(r, str) else {"id": r} for r in rows]
+    response = yield Request("POST", table_path(table, "export"), json={"rows": items, "file": file}, raw=True)
+    text: str = response.text
+    return text

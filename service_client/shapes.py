@@ -1,0 +1,254 @@
+"""What the client sends and reads back: the answers' dataclasses, :class:`ApiError`, and the helpers that encode
+a request's body and shape an answer, shared by :class:`~service_client.Client` and
+:class:`~service_client.AsyncClient`."""
+
+from __future__ import annotations
+
+import json as _json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+from urllib.parse import quote
+
+import httpx
+import orjson
+
+WRITE_DOCUMENTS = 256  # documents per write request of upsert_many, at most
+WRITE_BYTES = 2 * 1024 * 1024  # and about this much JSON: half the server's default body limit
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Neighbor:
+    token: str
+    id: int
+    score: float
+
+
+@dataclass(frozen=True)
+class Piece:
+    """One token of a text as a model-token table's tokenizer splits it."""
+
+    id: int
+    token: str
+
+
+@dataclass(frozen=True)
+class TableInfo:
+    name: str
+    rows: int
+    dim: int
+    kind: str
+    index: dict[str, Any]
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Point:
+    token: str
+    id: int
+    x: float
+    y: float
+
+
+@dataclass(frozen=True)
+class Projection:
+    """``explained_variance_ratio``: pca's and axes' (empty for tsne and umap); ``unknown``: the tokens
+    ``skip_unknown`` left out; ``axes`` (method axes) and ``params`` (tsne, umap) as the server gives them."""
+
+    points: list[Point]
+    explained_variance_ratio: list[float]
+    method: str = "pca"
+    unknown: list[str] = field(default_factory=list)
+    axes: dict[str, Any] | None = None
+    params: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class Hit:
+    """A documents table's hit: the document's id, score, text and fields; ``ranks`` in keyword and hybrid modes
+    (its rank in each list that holds it); ``vector``, its unit vector, when the search's ``include`` asks."""
+
+    id: str | int
+    score: float
+    text: str | None
+    fields: dict[str, Any]
+    ranks: dict[str, int] = field(default_factory=dict)
+    vector: list[float] | None = None
+
+
+@dataclass(frozen=True)
+class Hits:
+    hits: list[Hit]
+    passing: int | None = None  # with a filter: how many documents pass it
+
+
+@dataclass(frozen=True)
+class Embedded:
+    """``POST .../embed``'s whole answer, per text: its unit vector; ``tokens``, how many tokens (words, or model
+    pieces) the vector is made of; ``unknown``, how many words the table does not know (model tables: special
+    pieces); ``truncated`` (transformer tables, else None), whether it was cut to the model's max_seq_length."""
+
+    vectors: list[list[float]]
+    tokens: list[int]
+    unknown: list[int]
+    pooling: str
+    truncated: list[bool] | None = None
+
+
+class ApiError(Exception):
+    """An error response: HTTP status, the envelope's code and message, and its other fields; ``retry_after``,
+    the seconds of the answer's ``Retry-After`` (503 ``overloaded``). No answer at all is status 0, code
+    ``connection_error`` (refused, reset, closed) or ``timeout`` (a write may have been applied)."""
+
+    def __init__(
+        self, status: int, code: str, message: str, details: dict[str, Any], retry_after: float | None = None
+    ) -> None:
+        super().__init__(f"{status} {code}: {message}")
+        self.status, self.code, self.message, self.details = status, code, message, details
+        self.retry_after = retry_after
+
+    def __reduce__(self) -> tuple[type[ApiError], tuple[Any, ...]]:
+        """Pickled with its fields (an error raised in a worker process reaches the parent whole)."""
+        return ApiError, (self.status, self.code, self.message, self.details, self.retry_after)
+
+    @property
+    def suggestions(self) -> list[str]:
+        return list(self.details.get("suggestions", []))
+
+
+# The HTTP status of each code a batch item's error can have (docs/api.md, "Errors"): the batch answers 200, the
+# item's error is what the same query alone would have answered.
+ITEM_STATUS = {
+    "unknown_table": 404,
+    "unknown_token": 404,
+    "unknown_document": 404,
+    "invalid_request": 422,
+    "unauthorized": 401,
+    "forbidden": 403,
+    "not_ready": 503,
+    "overloaded": 503,
+    "shard_unavailable": 503,
+    "shard_timeout": 504,
+    "internal": 500,
+}
+
+
+def segment(text: str) -> str:
+    """``text`` as one path segment: every reserved character escaped, dots too (so "." and ".." survive)."""
+    return quote(text, safe="").replace(".", "%2E")
+
+
+def _neighbors(items: list[dict[str, Any]]) -> list[Neighbor]:
+    return [Neighbor(n["token"], int(n["id"]), float(n["score"])) for n in items]
+
+
+def _hits(answer: dict[str, Any]) -> Hits:
+    hits = [
+        Hit(h["id"], h["score"], h.get("text"), h.get("fields", {}), h.get("ranks", {}), h.get("vector"))
+        for h in answer["hits"]
+    ]
+    return Hits(hits, answer.get("passing"))
+
+
+def _item_error(envelope: dict[str, Any]) -> ApiError:
+    """A batch item's error, with the status the same query alone would have answered."""
+    error = dict(envelope)
+    code = error.pop("code")
+    return ApiError(ITEM_STATUS.get(code, 422), code, error.pop("message"), error)
+
+
+def _items(results: list[dict[str, Any]], shape: Callable[[dict[str, Any]], T]) -> list[T | ApiError]:
+    """Per item of a batch: its answer shaped, or the item's error (the batch itself succeeded)."""
+    return [_item_error(item["error"]) if "error" in item else shape(item) for item in results]
+
+
+def _values(values: list[Any], errors: list[dict[str, Any] | None]) -> list[Any]:
+    """Per pair of ``POST .../similarity`` or ``.../rank``: its value, or the error its null stands for."""
+    return [value if error is None else _item_error(error) for value, error in zip(values, errors, strict=True)]
+
+
+def _batch(results: list[dict[str, Any]]) -> list[list[Neighbor] | ApiError]:
+    return _items(results, lambda item: _neighbors(item["neighbors"]))
+
+
+def _listed(value: Any) -> Any:
+    """A NumPy array or scalar anywhere in a body (a batch item's vector) as the floats and lists JSON holds."""
+    tolist = getattr(value, "tolist", None)
+    if callable(tolist):
+        return tolist()
+    raise TypeError(f"{type(value).__name__} cannot be written as JSON")
+
+
+def _encoded(value: Any) -> bytes:
+    """``value`` as a JSON request body: orjson, or ``json`` for what orjson cannot write (an integer beyond 64
+    bits); NaN and infinities are written as null, which the server refuses as it refuses any value that is not
+    a number."""
+    try:
+        return orjson.dumps(value, default=_listed)
+    except orjson.JSONEncodeError:
+        return _json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False, default=_listed).encode()
+
+
+def write_bodies(documents: Sequence[dict[str, Any]]) -> list[bytes]:
+    """The bodies of ``POST .../documents`` for ``documents`` (ready to send: :func:`_document`), each document
+    encoded once: runs of at most ``WRITE_DOCUMENTS`` and about ``WRITE_BYTES`` of JSON, so that each request stays
+    under the server's default body limit whatever the vectors' size; a document larger than that goes alone (and
+    the server says if it is too large)."""
+    runs: list[list[bytes]] = []
+    size = 0
+    for encoded in map(_encoded, documents):
+        if not runs or len(runs[-1]) == WRITE_DOCUMENTS or size + len(encoded) > WRITE_BYTES:
+            runs.append([])
+            size = 0
+        runs[-1].append(encoded)
+        size += len(encoded)
+    return [b'{"documents":[' + b",".join(run) + b"]}" for run in runs]
+
+
+def _document(document: dict[str, Any]) -> dict[str, Any]:
+    """A document to write, its vector (a list or an array of any float type) as plain floats."""
+    if document.get("vector") is None:
+        return {k: v for k, v in document.items() if k != "vector"}
+    return {**document, "vector": [float(x) for x in document["vector"]]}
+
+
+def _retry_after(response: httpx.Response) -> float | None:
+    """The seconds of the answer's ``Retry-After`` (a number of seconds; an HTTP date counts as one second)."""
+    value = response.headers.get("Retry-After")
+    if value is None:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        return 1.0
+
+
+def _error(response: httpx.Response) -> ApiError:
+    """The answer's error envelope as an :class:`ApiError`; an answer that is not one (a proxy's HTML page) is code
+    ``http_error``, its text's beginning the message."""
+    retry_after = _retry_after(response)
+    try:
+        error = dict(response.json()["error"])
+        code, message = str(error.pop("code")), str(error.pop("message", ""))
+    except (ValueError, KeyError, TypeError):
+        text = " ".join(response.text[:200].split())
+        return ApiError(response.status_code, "http_error", text or response.reason_phrase, {}, retry_after)
+    return ApiError(response.status_code, code, message, error, retry_after)
+
+
+def _decoded(response: httpx.Response) -> Any:
+    """The answer's JSON body, decoded with orjson (a quarter of the client's own CPU per search call, which is what
+    limits many threads of one client process: BENCHMARKS.md section 6)."""
+    try:
+        return orjson.loads(response.content)
+    except orjson.JSONDecodeError:
+        text = " ".join(response.text[:200].split())
+        raise ApiError(response.status_code, "invalid_response", f"the answer is not JSON: {text}", {}) from None
+
+
+def _no_answer(exc: httpx.TransportError) -> ApiError:
+    """No answer to a request as an :class:`ApiError` of status 0."""
+    if isinstance(exc, httpx.TimeoutException):
+        return ApiError(0, "timeout", f"no answer from {exc.request.url} in time ({type(exc).__name__})", {})
+    return ApiError(0, "connection_error", f"{exc.request.url}: {exc}", {})

@@ -7,6 +7,9 @@
         api.analogy("glove-6b-50d", "man", "king", "woman")  # queen first
         api.similarity("glove-6b-50d", "red", "blue")        # 0.89
 
+    async with AsyncClient("http://127.0.0.1:8000") as api:  # asyncio: the common calls, awaited
+        await api.neighbors("glove-6b-50d", "heart", k=5)
+
 Every error is raised as :class:`ApiError` (status, code, message, details): the server's answers, and also a
 server that cannot be reached or does not answer in time (status 0) or an answer that is not JSON. Each call is
 described once (:mod:`service_client.calls`); the two clients only carry its requests.
@@ -22,6 +25,7 @@ import httpx
 import numpy as np
 
 from service_client import calls
+from service_client.async_client import AsyncClient
 from service_client.calls import RETRY_SECONDS, Call, MapMethod, Method, Request, retry_wait
 from service_client.maps import MapColours
 from service_client.shapes import (
@@ -51,6 +55,7 @@ __all__ = [
     "WRITE_BYTES",
     "WRITE_DOCUMENTS",
     "ApiError",
+    "AsyncClient",
     "Client",
     "Embedded",
     "Hit",

@@ -15,6 +15,10 @@ whole, as JSON, in the table's string field ``metadata`` (so it comes back as it
 metadata key that is also a field of the table is written to that field too, where ``filter`` (the server's
 filter language) can test it. Ids are strings (a table of string ids).
 Without an ``embedding``, texts are embedded by the table's encoder on the server.
+
+The async methods (``aadd_texts``, ``asimilarity_search``, ``adelete``, ...) are the store's own, over an
+:class:`~service_client.AsyncClient` like ``client`` (made on first use on each event loop; ``aclose()`` closes
+it), or the ``async_client`` given: an async application's searches wait on no thread.
 """
 
 from __future__ import annotations
@@ -31,7 +35,8 @@ from langchain_core.embeddings import Embeddings
 from langchain_core.vectorstores import VectorStore
 from langchain_core.vectorstores.utils import maximal_marginal_relevance
 
-from service_client import ApiError, Client, Hit
+from service_client import ApiError, AsyncClient, Client, Hit
+from service_client.async_client import LoopClient, found_documents
 from service_client.stored import METADATA, is_id, metadata_of, plain
 
 
@@ -44,12 +49,54 @@ def _max_k(error: ApiError) -> int | None:
     return None
 
 
+def _fetch_k_refused(error: ApiError, fetch_k: int) -> ApiError:
+    """A search refused for its ``k`` above the server's max_k as the error of MMR's ``fetch_k``, else ``error``."""
+    limit = _max_k(error)
+    if limit is None:
+        return error
+    message = f"fetch_k must be at most {limit} (the server's max_k), got {fetch_k}"
+    return ApiError(error.status, error.code, message, error.details)
+
+
+def _ids(texts: list[str], metadatas: list[dict[str, Any]] | None, ids: list[str] | None) -> list[str]:
+    """The ids of the texts to add (a new uuid for one not given), checked one a text with the metadatas."""
+    metadatas = metadatas or [{} for _ in texts]
+    ids = [str(i) if i is not None else str(uuid.uuid4()) for i in ids] if ids else [str(uuid.uuid4()) for _ in texts]
+    if not len(texts) == len(metadatas) == len(ids):  # before the texts are embedded
+        raise ValueError(f"{len(texts)} texts, {len(metadatas)} metadatas and {len(ids)} ids: give one of each a text")
+    return ids
+
+
+def _check_delete(ids: list[str] | None, kwargs: dict[str, Any]) -> None:
+    """A delete takes ids or a filter: the server deletes by one or the other."""
+    if (ids is None) == (kwargs.get("filter") is None):
+        raise ValueError(
+            "delete takes ids or a filter=, not both" if ids is not None else "delete needs ids or a filter="
+        )
+
+
 class EmbeddingSearchStore(VectorStore):
-    def __init__(self, client: Client, table: str, embedding: Embeddings | None = None) -> None:
+    def __init__(
+        self,
+        client: Client,
+        table: str,
+        embedding: Embeddings | None = None,
+        async_client: AsyncClient | None = None,
+    ) -> None:
         self.client = client
         self.table = table
         self.embedding = embedding
         self._documents: dict[str, Any] | None = None
+        self._async = LoopClient(client, async_client)
+
+    @property
+    def async_client(self) -> AsyncClient:
+        """The client of the async methods (on the running event loop)."""
+        return self._async.get()
+
+    async def aclose(self) -> None:
+        """Close the async methods' client, unless it was given."""
+        await self._async.aclose()
 
     @property
     def embeddings(self) -> Embeddings | None:
@@ -61,15 +108,39 @@ class EmbeddingSearchStore(VectorStore):
             self._documents = dict(self.client.table(self.table)["documents"])
         return self._documents
 
+    async def adocuments(self) -> dict[str, Any]:
+        """:meth:`documents`, awaited."""
+        if self._documents is None:
+            self._documents = dict((await self.async_client.table(self.table))["documents"])
+        return self._documents
+
     def fields(self) -> dict[str, Any]:
         """The table's fields and their types."""
         fields: dict[str, Any] = self.documents()["fields"]
         return fields
 
-    def _row_fields(self, metadata: dict[str, Any]) -> dict[str, Any]:
-        metadata = plain(metadata)
-        fields = {name: value for name, value in metadata.items() if name in self.fields() and name != METADATA}
-        if METADATA in self.fields():
+    def _rows(
+        self,
+        table: dict[str, Any],
+        ids: list[str],
+        texts: list[str],
+        metadatas: list[dict[str, Any]] | None,
+        vectors: list[list[float]] | None,
+    ) -> list[dict[str, Any]]:
+        """The documents to write of the texts, ``table`` the table's ``documents`` description."""
+        documents = []
+        for i, (ident, text, metadata) in enumerate(zip(ids, texts, metadatas or [{} for _ in texts], strict=True)):
+            document: dict[str, Any] = {"id": ident, "text": text, "fields": self._row_fields(table, metadata)}
+            if vectors is not None:
+                document["vector"] = vectors[i]
+            documents.append(document)
+        return documents
+
+    @staticmethod
+    def _row_fields(table: dict[str, Any], metadata: dict[str, Any]) -> dict[str, Any]:
+        metadata, known = plain(metadata), table["fields"]
+        fields = {name: value for name, value in metadata.items() if name in known and name != METADATA}
+        if METADATA in known:
             fields[METADATA] = json.dumps(metadata, sort_keys=True)
         return fields
 
@@ -91,35 +162,42 @@ class EmbeddingSearchStore(VectorStore):
         **kwargs: Any,
     ) -> list[str]:
         texts = list(texts)
-        metadatas = metadatas or [{} for _ in texts]
-        ids = (
-            [str(i) if i is not None else str(uuid.uuid4()) for i in ids] if ids else [str(uuid.uuid4()) for _ in texts]
-        )
-        if not len(texts) == len(metadatas) == len(ids):  # before the texts are embedded
-            raise ValueError(
-                f"{len(texts)} texts, {len(metadatas)} metadatas and {len(ids)} ids: give one of each a text"
-            )
+        ids = _ids(texts, metadatas, ids)
         vectors = self.embedding.embed_documents(texts) if self.embedding is not None else None
-        documents = []
-        for i, (ident, text, metadata) in enumerate(zip(ids, texts, metadatas, strict=True)):
-            document: dict[str, Any] = {"id": ident, "text": text, "fields": self._row_fields(metadata)}
-            if vectors is not None:
-                document["vector"] = vectors[i]
-            documents.append(document)
-        self.client.upsert_many(self.table, documents)
+        self.client.upsert_many(self.table, self._rows(self.documents(), ids, texts, metadatas, vectors))
+        return ids
+
+    async def aadd_texts(
+        self,
+        texts: Iterable[str],
+        metadatas: list[dict[str, Any]] | None = None,
+        *,
+        ids: list[str] | None = None,
+        **kwargs: Any,
+    ) -> list[str]:
+        texts = list(texts)
+        ids = _ids(texts, metadatas, ids)
+        vectors = await self.embedding.aembed_documents(texts) if self.embedding is not None else None
+        documents = self._rows(await self.adocuments(), ids, texts, metadatas, vectors)
+        await self.async_client.upsert_many(self.table, documents)
         return ids
 
     def delete(self, ids: list[str] | None = None, **kwargs: Any) -> bool | None:
         """Delete by ids (ids not there are no error), or by ``filter=`` (the server's filter language): the server
         deletes by one or the other, so ids that must also pass a filter are refused."""
-        if (ids is None) == (kwargs.get("filter") is None):
-            raise ValueError(
-                "delete takes ids or a filter=, not both" if ids is not None else "delete needs ids or a filter="
-            )
+        _check_delete(ids, kwargs)
         if ids is None:
             self.client.delete_documents(self.table, filter=kwargs["filter"])
         else:
             self.client.delete_many(self.table, ids)
+        return True
+
+    async def adelete(self, ids: list[str] | None = None, **kwargs: Any) -> bool | None:
+        _check_delete(ids, kwargs)
+        if ids is None:
+            await self.async_client.delete_documents(self.table, filter=kwargs["filter"])
+        else:
+            await self.async_client.delete_many(self.table, ids)
         return True
 
     def get_by_ids(self, ids: Sequence[str], /) -> list[Document]:
@@ -134,19 +212,37 @@ class EmbeddingSearchStore(VectorStore):
                     raise
         return found
 
+    async def aget_by_ids(self, ids: Sequence[str], /) -> list[Document]:
+        """:meth:`get_by_ids`, the documents read at once."""
+        asked = [self.async_client.document(self.table, ident) for ident in filter(is_id, ids)]
+        return [self._document(document) for document in await found_documents(asked)]
+
     # ----------------------------------------------------------------------------------------- searches
+    @staticmethod
+    def _filtered(query: dict[str, Any], filter: dict[str, Any] | None) -> dict[str, Any]:
+        return {**query, "filter": filter} if filter else query  # an empty filter is none
+
     def _hits(self, query: dict[str, Any], k: int, filter: dict[str, Any] | None) -> list[Hit]:
-        if filter:  # an empty filter is none
-            query["filter"] = filter
-        return self.client.search_documents(self.table, k=k, **query).hits
+        return self.client.search_documents(self.table, k=k, **self._filtered(query, filter)).hits
+
+    async def _ahits(self, query: dict[str, Any], k: int, filter: dict[str, Any] | None) -> list[Hit]:
+        return (await self.async_client.search_documents(self.table, k=k, **self._filtered(query, filter))).hits
+
+    def _scored(self, hits: list[Hit]) -> list[tuple[Document, float]]:
+        return [(self._document(hit), hit.score) for hit in hits]
 
     def _search(self, query: dict[str, Any], k: int, filter: dict[str, Any] | None) -> list[tuple[Document, float]]:
-        return [(self._document(hit), hit.score) for hit in self._hits(query, k, filter)]
+        return self._scored(self._hits(query, k, filter))
 
     def _query(self, text: str) -> dict[str, Any]:
         if self.embedding is None:
             return {"text": text}
         return {"vector": self.embedding.embed_query(text)}
+
+    async def _aquery(self, text: str) -> dict[str, Any]:
+        if self.embedding is None:
+            return {"text": text}
+        return {"vector": await self.embedding.aembed_query(text)}
 
     def similarity_search(
         self, query: str, k: int = 4, filter: dict[str, Any] | None = None, **kwargs: Any
@@ -159,6 +255,16 @@ class EmbeddingSearchStore(VectorStore):
         """The ``k`` nearest documents and their cosine similarity (higher is nearer)."""
         return self._search(self._query(query), k, filter)
 
+    async def asimilarity_search(
+        self, query: str, k: int = 4, filter: dict[str, Any] | None = None, **kwargs: Any
+    ) -> list[Document]:
+        return [document for document, _ in await self.asimilarity_search_with_score(query, k, filter)]
+
+    async def asimilarity_search_with_score(
+        self, query: str, k: int = 4, filter: dict[str, Any] | None = None, **kwargs: Any
+    ) -> list[tuple[Document, float]]:
+        return self._scored(await self._ahits(await self._aquery(query), k, filter))
+
     def similarity_search_by_vector(
         self, embedding: list[float], k: int = 4, filter: dict[str, Any] | None = None, **kwargs: Any
     ) -> list[Document]:
@@ -168,6 +274,11 @@ class EmbeddingSearchStore(VectorStore):
         self, embedding: list[float], k: int = 4, filter: dict[str, Any] | None = None
     ) -> list[tuple[Document, float]]:
         return self._search({"vector": list(embedding)}, k, filter)
+
+    async def asimilarity_search_by_vector(
+        self, embedding: list[float], k: int = 4, filter: dict[str, Any] | None = None, **kwargs: Any
+    ) -> list[Document]:
+        return [document for document, _ in self._scored(await self._ahits({"vector": list(embedding)}, k, filter))]
 
     def max_marginal_relevance_search(
         self,
@@ -183,14 +294,37 @@ class EmbeddingSearchStore(VectorStore):
         vector = self._embed_query(query)
         return self.max_marginal_relevance_search_by_vector(vector, k, fetch_k, lambda_mult, filter)
 
+    async def amax_marginal_relevance_search(
+        self,
+        query: str,
+        k: int = 4,
+        fetch_k: int = 20,
+        lambda_mult: float = 0.5,
+        filter: dict[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> list[Document]:
+        vector = await self._aembed_query(query)
+        return await self.amax_marginal_relevance_search_by_vector(vector, k, fetch_k, lambda_mult, filter)
+
     def _embed_query(self, text: str) -> list[float]:
         """``text``'s vector: the ``embedding``'s, else the table's encoder's as its searches embed a query text."""
         if self.embedding is not None:
             return self.embedding.embed_query(text)
-        encoder = self.documents()["encoder"]
+        encoder = self._encoder(self.documents())
+        return self.client.embed(encoder["table"], [text], pooling=encoder.get("pooling"))[0]
+
+    async def _aembed_query(self, text: str) -> list[float]:
+        if self.embedding is not None:
+            return await self.embedding.aembed_query(text)
+        encoder = self._encoder(await self.adocuments())
+        return (await self.async_client.embed(encoder["table"], [text], pooling=encoder.get("pooling")))[0]
+
+    def _encoder(self, table: dict[str, Any]) -> dict[str, Any]:
+        """The table's encoder, which embeds a query text as its searches do."""
+        encoder: dict[str, Any] | None = table["encoder"]
         if encoder is None:
             raise ValueError(f"table {self.table!r} records no encoder: give the store an embedding")
-        return self.client.embed(encoder["table"], [text], pooling=encoder.get("pooling"))[0]
+        return encoder
 
     def max_marginal_relevance_search_by_vector(
         self,
@@ -203,15 +337,28 @@ class EmbeddingSearchStore(VectorStore):
     ) -> list[Document]:
         """``maximal_marginal_relevance`` over the ``fetch_k`` nearest documents' unit vectors (the search's
         ``include``), as LangChain's own stores choose."""
-        query = {"vector": list(embedding), "include": ["vector"]}
         try:
-            hits = self._hits(query, fetch_k, filter)
+            hits = self._hits({"vector": list(embedding), "include": ["vector"]}, fetch_k, filter)
         except ApiError as error:
-            limit = _max_k(error)
-            if limit is None:
-                raise
-            message = f"fetch_k must be at most {limit} (the server's max_k), got {fetch_k}"
-            raise ApiError(error.status, error.code, message, error.details) from None
+            raise _fetch_k_refused(error, fetch_k) from None
+        return self._chosen(embedding, hits, k, lambda_mult)
+
+    async def amax_marginal_relevance_search_by_vector(
+        self,
+        embedding: list[float],
+        k: int = 4,
+        fetch_k: int = 20,
+        lambda_mult: float = 0.5,
+        filter: dict[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> list[Document]:
+        try:
+            hits = await self._ahits({"vector": list(embedding), "include": ["vector"]}, fetch_k, filter)
+        except ApiError as error:
+            raise _fetch_k_refused(error, fetch_k) from None
+        return self._chosen(embedding, hits, k, lambda_mult)
+
+    def _chosen(self, embedding: list[float], hits: list[Hit], k: int, lambda_mult: float) -> list[Document]:
         pairs = [(hit, hit.vector) for hit in hits if hit.vector is not None]  # each hit's, as asked
         chosen = maximal_marginal_relevance(np.array(embedding), [vector for _, vector in pairs], lambda_mult, k)
         return [self._document(pairs[i][0]) for i in chosen]

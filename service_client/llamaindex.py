@@ -15,13 +15,17 @@ written to that field too, and its source document's id to a ``ref_doc_id`` fiel
 embedding with ``MetadataFilters`` translated to the server's filter language (on the table's fields), mode
 ``mmr`` by the server's ``diversity`` (``1 - mmr_threshold``, 0.5 by default), ``text_search`` and ``hybrid`` by
 its keyword and hybrid searches of the query text.
+
+The async methods (``async_add``, ``aquery``, ``adelete``, ...) are the store's own, over an
+:class:`~service_client.AsyncClient` like ``client`` (made on first use on each event loop; ``aclose()`` closes
+it), or the ``async_client`` given: LlamaIndex's async engines wait on no HTTP round trip.
 """
 
 from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeGuard
 
 from llama_index.core.schema import BaseNode, MetadataMode, TextNode
@@ -38,7 +42,8 @@ from llama_index.core.vector_stores.types import (
 from llama_index.core.vector_stores.utils import metadata_dict_to_node, node_to_metadata_dict
 from pydantic import PrivateAttr
 
-from service_client import Client
+from service_client import ApiError, AsyncClient, Client, Hit
+from service_client.async_client import LoopClient, found_documents
 from service_client.stored import METADATA, is_id, metadata_of, plain
 
 REF_DOC_ID = "ref_doc_id"
@@ -154,10 +159,12 @@ class EmbeddingSearchVectorStore(BasePydanticVectorStore):
     _table: str = PrivateAttr()
     _client: Client = PrivateAttr()
     _fields: dict[str, Any] | None = PrivateAttr(default=None)
+    _async: LoopClient = PrivateAttr()
 
-    def __init__(self, client: Client, table: str, **kwargs: Any) -> None:
+    def __init__(self, client: Client, table: str, async_client: AsyncClient | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self._client, self._table = client, table
+        self._async = LoopClient(client, async_client)
 
     @property
     def table(self) -> str:
@@ -167,39 +174,42 @@ class EmbeddingSearchVectorStore(BasePydanticVectorStore):
     def client(self) -> Client:
         return self._client
 
+    @property
+    def async_client(self) -> AsyncClient:
+        """The client of the async methods (on the running event loop)."""
+        return self._async.get()
+
+    async def aclose(self) -> None:
+        """Close the async methods' client, unless it was given."""
+        await self._async.aclose()
+
     def types(self) -> dict[str, str]:
         """The table's fields' types."""
-        return {name: field["type"] for name, field in self.fields().items()}
+        return _types(self.fields())
 
     def fields(self) -> dict[str, Any]:
         if self._fields is None:
             self._fields = dict(self._client.table(self.table)["documents"]["fields"])
         return self._fields
 
+    async def afields(self) -> dict[str, Any]:
+        if self._fields is None:
+            self._fields = dict((await self.async_client.table(self.table))["documents"]["fields"])
+        return self._fields
+
     def add(self, nodes: Sequence[BaseNode], **kwargs: Any) -> list[str]:
-        documents = []
-        for node in nodes:
-            metadata = plain(node.metadata)  # NumPy's values as JSON's, which LlamaIndex's dump needs too
-            shown = node.model_copy(update={"metadata": metadata})
-            stored = node_to_metadata_dict(shown, remove_text=True, flat_metadata=False)
-            fields = {k: v for k, v in metadata.items() if k in self.fields() and k not in (METADATA, REF_DOC_ID)}
-            if METADATA in self.fields():
-                fields[METADATA] = json.dumps(stored, sort_keys=True)
-            if REF_DOC_ID in self.fields():
-                fields[REF_DOC_ID] = node.ref_doc_id
-            document: dict[str, Any] = {
-                "id": node.node_id,
-                "text": node.get_content(metadata_mode=MetadataMode.NONE),
-                "fields": fields,
-            }
-            if node.embedding is not None:
-                document["vector"] = node.embedding
-            documents.append(document)
-        self._client.upsert_many(self.table, documents)
+        self._client.upsert_many(self.table, _rows(nodes, self.fields()))
+        return [node.node_id for node in nodes]
+
+    async def async_add(self, nodes: Sequence[BaseNode], **kwargs: Any) -> list[str]:
+        await self.async_client.upsert_many(self.table, _rows(nodes, await self.afields()))
         return [node.node_id for node in nodes]
 
     def delete(self, ref_doc_id: str, **delete_kwargs: Any) -> None:
         self._client.delete_documents(self.table, filter={REF_DOC_ID: ref_doc_id})
+
+    async def adelete(self, ref_doc_id: str, **delete_kwargs: Any) -> None:
+        await self.async_client.delete_documents(self.table, filter={REF_DOC_ID: ref_doc_id})
 
     def delete_nodes(
         self,
@@ -209,63 +219,152 @@ class EmbeddingSearchVectorStore(BasePydanticVectorStore):
     ) -> None:
         """Delete the nodes ``node_ids``, or those ``filters`` match (the nodes of both at once cannot be told
         apart here: the server deletes by ids or by a filter)."""
-        if node_ids is not None and filters is not None:
-            raise ValueError("delete_nodes takes node_ids or filters, not both")
+        _check_delete(node_ids, filters)
         if node_ids is not None:
             self._client.delete_many(self.table, node_ids)
-        if filters is not None:
-            condition = filter_of(filters, self.types())
-            if condition is True:
-                raise ValueError("a filter that passes every node (an empty one): clear() deletes them all")
-            if condition is not False:
-                self._client.delete_documents(self.table, filter=condition)
+        if filters is not None and (condition := _delete_filter(filters, self.types())) is not None:
+            self._client.delete_documents(self.table, filter=condition)
+
+    async def adelete_nodes(
+        self,
+        node_ids: list[str] | None = None,
+        filters: MetadataFilters | None = None,
+        **delete_kwargs: Any,
+    ) -> None:
+        _check_delete(node_ids, filters)
+        if node_ids is not None:
+            await self.async_client.delete_many(self.table, node_ids)
+        if filters is not None and (condition := _delete_filter(filters, _types(await self.afields()))) is not None:
+            await self.async_client.delete_documents(self.table, filter=condition)
 
     def clear(self) -> None:
-        self._client.delete_documents(self.table, filter={"not": {METADATA: "\u0000"}})
+        self._client.delete_documents(self.table, filter=EVERY_NODE)
 
-    def _node(self, ident: str | int, text: str | None, fields: dict[str, Any]) -> BaseNode:
-        metadata = metadata_of(fields)
-        if "_node_content" in metadata:  # a node this store wrote
-            node = metadata_dict_to_node(metadata, text=text or "")
-        else:  # a document written otherwise: its metadata, or its fields
-            node = TextNode(text=text or "", metadata=metadata)
-        node.id_ = str(ident)
-        return node
+    async def aclear(self) -> None:
+        await self.async_client.delete_documents(self.table, filter=EVERY_NODE)
 
     def get_nodes(self, node_ids: list[str] | None = None, filters: MetadataFilters | None = None) -> list[BaseNode]:
-        if node_ids is None or filters is not None:
-            raise ValueError("get_nodes takes node_ids, and no filters")
-        from service_client import ApiError
-
+        _check_get(node_ids, filters)
         found = []
-        for ident in filter(is_id, node_ids):  # an id the server refuses as an id (empty, too long) names none
+        for ident in filter(is_id, node_ids or []):  # an id the server refuses as an id (empty, too long) names none
             try:
-                document = self._client.document(self.table, ident)
+                found.append(_node_of(self._client.document(self.table, ident)))
             except ApiError as error:
                 if error.code != "unknown_document":
                     raise
-                continue
-            found.append(self._node(document["id"], document.get("text"), document.get("fields", {})))
         return found
 
+    async def aget_nodes(
+        self, node_ids: list[str] | None = None, filters: MetadataFilters | None = None
+    ) -> list[BaseNode]:
+        """:meth:`get_nodes`, the nodes read at once."""
+        _check_get(node_ids, filters)
+        asked = [self.async_client.document(self.table, ident) for ident in filter(is_id, node_ids or [])]
+        return [_node_of(document) for document in await found_documents(asked)]
+
     def query(self, query: VectorStoreQuery, **kwargs: Any) -> VectorStoreQueryResult:
-        body = _asked(query, kwargs)
-        conditions = []
-        condition = True if query.filters is None else filter_of(query.filters, self.types())
-        if condition is False:
-            return VectorStoreQueryResult(nodes=[], similarities=[], ids=[])
-        if condition is not True:
-            conditions.append(condition)
-        if query.doc_ids:
-            conditions.append({REF_DOC_ID: {"in": list(query.doc_ids)}})
-        if query.node_ids:
-            raise ValueError("a query by node_ids is not supported: use get_nodes")
-        if conditions:
-            body["filter"] = conditions[0] if len(conditions) == 1 else {"and": conditions}
-        k = (query.hybrid_top_k if query.mode == VectorStoreQueryMode.HYBRID else None) or query.similarity_top_k
-        hits = self._client.search_documents(self.table, k=k, **body).hits
-        return VectorStoreQueryResult(
-            nodes=[self._node(hit.id, hit.text, hit.fields) for hit in hits],
-            similarities=[hit.score for hit in hits],
-            ids=[str(hit.id) for hit in hits],
-        )
+        search = _search(query, kwargs, self.types)
+        if search is None:
+            return _result([])
+        k, body = search
+        return _result(self._client.search_documents(self.table, k=k, **body).hits)
+
+    async def aquery(self, query: VectorStoreQuery, **kwargs: Any) -> VectorStoreQueryResult:
+        fields = await self.afields() if query.filters is not None else {}
+        search = _search(query, kwargs, lambda: _types(fields))
+        if search is None:
+            return _result([])
+        k, body = search
+        return _result((await self.async_client.search_documents(self.table, k=k, **body)).hits)
+
+
+EVERY_NODE = {"not": {METADATA: "\u0000"}}  # a filter every document passes
+
+
+def _types(fields: dict[str, Any]) -> dict[str, str]:
+    return {name: field["type"] for name, field in fields.items()}
+
+
+def _rows(nodes: Sequence[BaseNode], known: dict[str, Any]) -> list[dict[str, Any]]:
+    """The documents to write of ``nodes``, ``known`` the table's fields."""
+    documents = []
+    for node in nodes:
+        metadata = plain(node.metadata)  # NumPy's values as JSON's, which LlamaIndex's dump needs too
+        shown = node.model_copy(update={"metadata": metadata})
+        stored = node_to_metadata_dict(shown, remove_text=True, flat_metadata=False)
+        fields = {k: v for k, v in metadata.items() if k in known and k not in (METADATA, REF_DOC_ID)}
+        if METADATA in known:
+            fields[METADATA] = json.dumps(stored, sort_keys=True)
+        if REF_DOC_ID in known:
+            fields[REF_DOC_ID] = node.ref_doc_id
+        document: dict[str, Any] = {
+            "id": node.node_id,
+            "text": node.get_content(metadata_mode=MetadataMode.NONE),
+            "fields": fields,
+        }
+        if node.embedding is not None:
+            document["vector"] = node.embedding
+        documents.append(document)
+    return documents
+
+
+def _check_delete(node_ids: list[str] | None, filters: MetadataFilters | None) -> None:
+    if node_ids is not None and filters is not None:
+        raise ValueError("delete_nodes takes node_ids or filters, not both")
+
+
+def _delete_filter(filters: MetadataFilters, types: Mapping[str, str]) -> dict[str, Any] | None:
+    """The server's filter of the nodes ``filters`` delete; None when no node passes it."""
+    condition = filter_of(filters, types)
+    if condition is True:
+        raise ValueError("a filter that passes every node (an empty one): clear() deletes them all")
+    return None if condition is False else condition
+
+
+def _check_get(node_ids: list[str] | None, filters: MetadataFilters | None) -> None:
+    if node_ids is None or filters is not None:
+        raise ValueError("get_nodes takes node_ids, and no filters")
+
+
+def _node_of(document: dict[str, Any]) -> BaseNode:
+    return _node(document["id"], document.get("text"), document.get("fields", {}))
+
+
+def _node(ident: str | int, text: str | None, fields: dict[str, Any]) -> BaseNode:
+    metadata = metadata_of(fields)
+    if "_node_content" in metadata:  # a node this store wrote
+        node = metadata_dict_to_node(metadata, text=text or "")
+    else:  # a document written otherwise: its metadata, or its fields
+        node = TextNode(text=text or "", metadata=metadata)
+    node.id_ = str(ident)
+    return node
+
+
+def _search(
+    query: VectorStoreQuery, kwargs: dict[str, Any], types: Callable[[], dict[str, str]]
+) -> tuple[int, dict[str, Any]] | None:
+    """The ``k`` and body of ``query``'s search (``types``: the table's fields' types, read if its filters need
+    them); None when its filters pass no node."""
+    body = _asked(query, kwargs)
+    conditions = []
+    condition = True if query.filters is None else filter_of(query.filters, types())
+    if condition is False:
+        return None
+    if condition is not True:
+        conditions.append(condition)
+    if query.doc_ids:
+        conditions.append({REF_DOC_ID: {"in": list(query.doc_ids)}})
+    if query.node_ids:
+        raise ValueError("a query by node_ids is not supported: use get_nodes")
+    if conditions:
+        body["filter"] = conditions[0] if len(conditions) == 1 else {"and": conditions}
+    k = (query.hybrid_top_k if query.mode == VectorStoreQueryMode.HYBRID else None) or query.similarity_top_k
+    return k, body
+
+
+def _result(hits: list[Hit]) -> VectorStoreQueryResult:
+    return VectorStoreQueryResult(
+        nodes=[_node(hit.id, hit.text, hit.fields) for hit in hits],
+        similarities=[hit.score for hit in hits],
+        ids=[str(hit.id) for hit in hits],
+    )

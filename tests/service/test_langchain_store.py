@@ -4,12 +4,15 @@ scores, MMR and the server's encoder."""
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 import json
 import shutil
 import warnings
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
+import httpx
 import numpy as np
 import pytest
 from langchain_core.documents import Document
@@ -18,11 +21,12 @@ from langchain_core.vectorstores import VectorStore
 from langchain_core.vectorstores.utils import maximal_marginal_relevance
 from langchain_tests.integration_tests import VectorStoreIntegrationTests
 
-from service_client import ApiError, Client
+from service_client import ApiError, AsyncClient, Client
 from service_client.langchain import EmbeddingSearchStore
 from tests.cli import run_cli
 from tests.lee import Lee
 from tests.service import real_server
+from tests.service.async_checks import NoSyncClient, Overlaps
 
 KEY = "langchain-writer-key-0123456789ab"
 DIM = 6  # langchain_tests' DeterministicFakeEmbedding
@@ -61,12 +65,21 @@ def empty_store(url: str, embedding: object) -> EmbeddingSearchStore:
 
 class TestStandard(VectorStoreIntegrationTests):
     @pytest.fixture()
-    def vectorstore(self, server_url: str) -> Iterator[VectorStore]:  # type: ignore[override]
+    async def vectorstore(  # type: ignore[override]
+        self, server_url: str, request: pytest.FixtureRequest
+    ) -> AsyncIterator[VectorStore]:
+        """An empty store; for the async tests, one whose synchronous client fails on any use: their calls are the
+        store's own async methods, not the synchronous ones in a thread (LangChain's defaults)."""
         store = empty_store(server_url, self.get_embeddings())
+        synchronous = store.client
+        if inspect.iscoroutinefunction(request.function):
+            store.client = NoSyncClient()  # type: ignore[assignment]
         try:
             yield store
         finally:
-            store.delete(filter={"not": {"metadata": "\u0000"}})
+            store.client = synchronous
+            await store.aclose()
+            everything(store)
 
 
 def everything(store: EmbeddingSearchStore) -> None:
@@ -283,3 +296,59 @@ def test_a_fetch_k_above_the_servers_max_k_is_named(server_url: str) -> None:
         store.max_marginal_relevance_search("a note", k=4, fetch_k=1001)
     with pytest.raises(ApiError, match=r"^422 invalid_request: k: k must be at most 1000"):
         store.similarity_search("a note", k=1001)  # k itself is named as it is
+
+
+async def test_the_async_methods_answer_as_the_synchronous_ones_at_once(
+    lee_store: tuple[EmbeddingSearchStore, list[str]], server_url: str
+) -> None:
+    """The store's own async methods, over an ``AsyncClient`` alone: the synchronous methods' answers, the
+    searches of one ``gather`` in flight together."""
+    store, texts = lee_store
+    embedding = DeterministicFakeEmbedding(size=DIM)
+    queries = texts[:8]
+    expected = [store.similarity_search_with_score(text, k=5, filter={"topic": "odd"}) for text in queries]
+    diverse = store.max_marginal_relevance_search("election", k=5, fetch_k=15, lambda_mult=0.3)
+    vector = embedding.embed_query("bushfires near Sydney")
+    overlaps = Overlaps()
+    async with httpx.AsyncClient(base_url=server_url, transport=overlaps) as http:
+        given = AsyncClient(server_url, http=http, api_key=KEY)
+        reader = EmbeddingSearchStore(NoSyncClient(), "lc", embedding, async_client=given)  # type: ignore[arg-type]
+        found = await asyncio.gather(*(reader.asimilarity_search_with_score(t, 5, {"topic": "odd"}) for t in queries))
+        assert found == expected and overlaps.most > 1, overlaps.most
+        assert await reader.asimilarity_search(queries[0], k=3) == store.similarity_search(queries[0], k=3)
+        assert await reader.asimilarity_search_by_vector(vector, k=4) == store.similarity_search_by_vector(vector, k=4)
+        chosen = await reader.amax_marginal_relevance_search("election", k=5, fetch_k=15, lambda_mult=0.3)
+        assert [d.id for d in chosen] == [d.id for d in diverse]
+        ids = ["lee-8", "nowhere", "", "lee-3"]
+        assert await reader.aget_by_ids(ids) == store.get_by_ids(ids) and len(store.get_by_ids(ids)) == 2
+        assert await reader.aadd_texts(["a new note"], [{"topic": "new"}], ids=["note"]) == ["note"]
+        assert [d.id for d in store.similarity_search("a new note", k=1, filter={"topic": "new"})] == ["note"]
+        await reader.adelete(filter={"topic": "odd"})
+        assert await reader.asimilarity_search("election", k=40, filter={"topic": "odd"}) == []
+        with pytest.raises(ApiError, match="fetch_k must be at most 1000"):
+            await reader.amax_marginal_relevance_search("election", fetch_k=1001)
+        with pytest.raises(ValueError, match="ids or a filter=, not both"):
+            await reader.adelete(["note"], filter={"topic": "new"})
+
+
+async def test_without_an_embedding_the_async_searches_embed_on_the_server(server_url: str, lee_docs: Lee) -> None:
+    """Without an embedding, the async searches and MMR embed the query as the synchronous ones, on the server
+    (the table's encoder, read over the async client); the store's own async client closes with ``aclose``."""
+    store = EmbeddingSearchStore(Client(server_url, api_key=KEY), "encoded")
+    texts = lee_docs.texts[20:30]
+    await store.aadd_texts(texts, ids=[f"lee-{i}" for i in range(10)])
+    synchronous, store.client = store.client, NoSyncClient()  # type: ignore[assignment]
+    try:
+        found = await store.asimilarity_search_with_score("bushfires near Sydney", k=4)
+        diverse = await store.amax_marginal_relevance_search("bushfires near Sydney", k=3, fetch_k=6, lambda_mult=0.3)
+        made = store.async_client
+    finally:
+        store.client = synchronous
+        await store.aclose()
+    assert made.http.is_closed
+    try:
+        assert found == store.similarity_search_with_score("bushfires near Sydney", k=4)
+        expected = store.max_marginal_relevance_search("bushfires near Sydney", k=3, fetch_k=6, lambda_mult=0.3)
+        assert [d.id for d in diverse] == [d.id for d in expected]
+    finally:
+        store.delete([f"lee-{i}" for i in range(10)])

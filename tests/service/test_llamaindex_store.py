@@ -5,10 +5,12 @@ back whole), then ``MetadataFilters``, scores, MMR and a ``VectorStoreIndex`` bu
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Iterator
 from typing import Any
 
+import httpx
 import numpy as np
 import pytest
 from langchain_core.embeddings import DeterministicFakeEmbedding
@@ -26,11 +28,12 @@ from llama_index.core.vector_stores.types import (
     VectorStoreQueryMode,
 )
 
-from service_client import Client
+from service_client import AsyncClient, Client
 from service_client.llamaindex import EmbeddingSearchVectorStore, filter_of
 from tests.cli import run_cli
 from tests.lee import Lee
 from tests.service import real_server
+from tests.service.async_checks import NoSyncClient, Overlaps
 
 KEY = "llamaindex-writer-key-0123456789a"
 DIM = 6
@@ -347,3 +350,74 @@ def test_filters_pass_the_nodes_llamaindexs_own_store_passes(store: EmbeddingSea
     nothing = MetadataFilters(filters=[MetadataFilter(key="topic", value=[], operator=FilterOperator.IN)])
     store.delete_nodes(filters=nothing)
     assert len(ask(store, "note", 10)) == len(nodes)
+
+
+async def test_the_async_methods_add_query_and_delete_as_the_synchronous_ones(
+    server_url: str, store: EmbeddingSearchVectorStore
+) -> None:
+    """The store's own async methods, over an ``AsyncClient`` alone: what the synchronous methods see and answer,
+    the queries of one ``gather`` in flight together."""
+    overlaps = Overlaps()
+    async with httpx.AsyncClient(base_url=server_url, transport=overlaps) as http:
+        given = AsyncClient(server_url, http=http, api_key=KEY)
+        aside = EmbeddingSearchVectorStore(NoSyncClient(), "li", async_client=given)  # type: ignore[arg-type]
+        nodes = [
+            node("1", "foo", "doc-a", topic="a", row=1),
+            node("2", "bar", "doc-b", topic="b", row=2),
+            node("3", "baz", "doc-a", topic="a", row=3),
+            node("4", "qux", "doc-c", topic="c", row=4),
+        ]
+        assert await aside.async_add(nodes) == ["1", "2", "3", "4"]
+        only_a = MetadataFilters(filters=[MetadataFilter(key="topic", value="a")])
+        above = MetadataFilters(filters=[MetadataFilter(key="row", value=1.5, operator=FilterOperator.GT)])
+        none = MetadataFilters(filters=[MetadataFilter(key="topic", value=[], operator=FilterOperator.IN)])
+        queries = [
+            VectorStoreQuery(query_embedding=FAKE.embed_query(text), similarity_top_k=3, filters=filters)
+            for text in ("foo", "bar", "qux")
+            for filters in (None, only_a, above, none)
+        ]
+        answers = await asyncio.gather(*(aside.aquery(query) for query in queries))
+        assert overlaps.most > 1, overlaps.most
+        for query, answer in zip(queries, answers, strict=True):
+            expected = store.query(query)
+            assert (answer.ids, answer.similarities, answer.nodes) == (
+                expected.ids,
+                expected.similarities,
+                expected.nodes,
+            )
+        assert [len(answer.ids or []) for answer in answers[:4]] == [3, 2, 3, 0]
+        assert await aside.aget_nodes(["4", "missing", "1"]) == store.get_nodes(["4", "missing", "1"])
+        await aside.adelete("doc-a")
+        assert sorted(ask(store, "foo", 10)) == ["2", "4"]
+        await aside.adelete_nodes(["4", "missing"])
+        await aside.adelete_nodes(filters=only_a)  # none left to delete
+        assert ask(store, "foo", 10) == ["2"]
+        await aside.adelete_nodes(filters=MetadataFilters(filters=[MetadataFilter(key="topic", value="b")]))
+        assert ask(store, "foo", 10) == []
+        await aside.async_add(nodes)
+        await aside.aclear()
+        assert ask(store, "foo", 10) == []
+        with pytest.raises(ValueError, match="clear\\(\\) deletes them all"):
+            await aside.adelete_nodes(filters=MetadataFilters(filters=[]))
+
+
+async def test_an_index_inserts_retrieves_and_deletes_through_the_async_methods(
+    store: EmbeddingSearchVectorStore, lee_docs: Lee
+) -> None:
+    """LlamaIndex's own async insert, retrieval and delete over the store: none of them uses its synchronous client
+    (the store's ``AsyncClient``, made like it on first use, closes with ``aclose``)."""
+    index = VectorStoreIndex.from_vector_store(store, embed_model=FakeEmbedding())
+    nodes = [node(f"story-{i}", lee_docs.texts[i], "lee-a" if i < 6 else "lee-b", topic="lee") for i in range(12)]
+    synchronous, store._client = store.client, NoSyncClient()  # type: ignore[assignment]
+    try:
+        await index.ainsert_nodes(nodes)
+        retrieved = await index.as_retriever(similarity_top_k=3).aretrieve(lee_docs.texts[7])
+        await index.adelete_ref_doc("lee-a")
+        left = await store.aquery(VectorStoreQuery(query_embedding=FAKE.embed_query("x"), similarity_top_k=20))
+        made = store.async_client
+    finally:
+        store._client = synchronous
+        await store.aclose()
+    assert made.http.is_closed
+    assert retrieved[0].node.node_id == "story-7" and retrieved[0].score == pytest.approx(1.0, abs=1e-6)
+    assert sorted(left.ids or []) == sorted(f"story-{i}" for i in range(6, 12))

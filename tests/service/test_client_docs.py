@@ -1,6 +1,6 @@
-"""The Python client's examples of docs/api.md, run as written (only the server's address differs) against a real
-``embedding-serve`` over the default table and MiniLM's token table: each value a comment shows is the value of
-its line, whole or up to its ``...``, and what the example prints is what its comment shows."""
+"""The Python client's examples of docs/api.md (and README.md's async one), run as written (only the server's address
+differs) against a real ``embedding-serve`` over the default table and MiniLM's token table: each value a comment
+shows is the value of its line, whole or up to its ``...``, and what the example prints is what its comment shows."""
 
 from __future__ import annotations
 
@@ -68,8 +68,8 @@ class Run:
     """An example of the docs run as written against ``base``: its values by line, what it printed by line, its
     comments by line, and the ``ApiError`` it raised, if any."""
 
-    def __init__(self, name: str, base: str) -> None:
-        code = example(DOC, name)
+    def __init__(self, name: str, base: str, doc: str = DOC) -> None:
+        code = example(doc, name)
         assert DOCS_BASE in code or "http://127.0.0.1:8000" in code
         code = code.replace(DOCS_BASE, base).replace("http://127.0.0.1:8000", base)
         tree = ast.parse(code)
@@ -79,7 +79,7 @@ class Run:
         out = io.StringIO()
         with redirect_stdout(out):
             try:
-                exec(compile(ast.fix_missing_locations(Recorder().visit(tree)), f"{DOC}:{name}", "exec"),
+                exec(compile(ast.fix_missing_locations(Recorder().visit(tree)), f"{doc}:{name}", "exec"),
                      {"__seen": self.values.__setitem__, **PAGE})  # fmt: skip
             except ApiError as error:
                 self.error = error
@@ -98,15 +98,20 @@ def agrees(value: str, comment: str) -> bool | None:
         return value == comment if comment[:1] in "[({'\"" else None
 
 
-@pytest.mark.parametrize("name", ["client", "client-batches"])
-def test_the_documented_client_examples_give_the_values_their_comments_show(base: str, name: str) -> None:
-    run = Run(name, base)
+@pytest.mark.parametrize(
+    ("doc", "name", "least"),
+    [(DOC, "client", 6), (DOC, "client-batches", 6), (DOC, "client-async", 6), ("README.md", "client-async-readme", 3)],
+)
+def test_the_documented_client_examples_give_the_values_their_comments_show(
+    base: str, doc: str, name: str, least: int
+) -> None:
+    run = Run(name, base, doc)
     assert run.error is None, run.error
     shown = [(repr(value), run.comments[line]) for line, value in run.values.items() if line in run.comments]
     shown += [(text, run.comments[line]) for line, text in run.printed.items()]
     checked = [(value, comment) for value, comment in shown if agrees(value, comment) is not None]
     assert all(agrees(value, comment) for value, comment in checked), checked
-    assert len(checked) >= 6, shown
+    assert len(checked) >= least, shown
 
 
 def test_the_documented_client_without_a_server_says_so() -> None:

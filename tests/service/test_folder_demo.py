@@ -260,10 +260,10 @@ def test_the_documented_openai_example_embeds_as_the_route_does(base: str) -> No
 
 
 def test_the_documented_vector_store_examples_print_what_the_docs_show(base: str) -> None:
-    """docs/documents.md's LangChain store, then its LlamaIndex store over the same table (the second example goes
-    on from the first), each printing exactly the block the docs show after it."""
+    """docs/documents.md's LangChain store, then its LlamaIndex store over the same table, then both stores' async
+    methods (each example goes on from the one before), each printing exactly the block the docs show after it."""
     scope: dict[str, Any] = {"WRITE_KEY": WRITE_KEY}
-    for name in ("langchain-store", "llamaindex-store"):
+    for name in ("langchain-store", "llamaindex-store", "stores-async"):
         assert run_printing(DOCS, name, base, scope) == printed(DOCS, name), name
 
 

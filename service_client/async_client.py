@@ -7,13 +7,16 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Iterable, Sequence
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import httpx
 
 from service_client import calls
 from service_client.calls import Call, Request, retry_wait
 from service_client.shapes import ApiError, Embedded, Hits, Neighbor, T, TableInfo, _no_answer
+
+if TYPE_CHECKING:
+    from service_client import Client
 
 
 class AsyncClient:
@@ -37,7 +40,7 @@ class AsyncClient:
             self.http.headers["X-API-Key"] = api_key
 
     @classmethod
-    def like(cls, client: Any) -> AsyncClient:
+    def like(cls, client: Client) -> AsyncClient:
         """An asynchronous client to the server of ``client`` (a :class:`~service_client.Client`): its address,
         headers (its key), timeout and retries."""
         http = client.http
@@ -171,7 +174,7 @@ class LoopClient:
     on first use on each event loop (an ``httpx.AsyncClient`` belongs to the loop it runs on, and an application
     may run several, one after the other); or the caller's own ``given`` one, which the caller closes."""
 
-    def __init__(self, client: Any, given: AsyncClient | None = None) -> None:
+    def __init__(self, client: Client, given: AsyncClient | None = None) -> None:
         self._client = client
         self._given = given
         self._made: AsyncClient | None = None

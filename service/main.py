@@ -332,7 +332,21 @@ def serve_workers(options: dict[str, Any]) -> None:
     """uvicorn's worker supervisor, except that SIGHUP is passed on to every worker (each reloads its tables)
     instead of restarting them all; the workers learn the supervisor's pid to ask it for that themselves."""
     import uvicorn
-    from uvicorn.supervisors import Multiprocess
+    from uvicorn.supervisors import Multiprocess, multiprocess
+
+    class Worker(multiprocess.Process):
+        """uvicorn's worker, whose end of its health-check pipe the supervisor closes once the worker holds it:
+        when the worker dies, the pipe closes with it, and a health check waiting on it (for up to
+        ``WORKER_SILENCE_SECONDS``, as one of a busy worker may) ends at once and the worker is replaced. With the
+        supervisor's copy open, a worker killed during the check (the kernel's OOM killer picks a busy one) went
+        unreplaced until the check's timeout, and the other workers' deaths with it."""
+
+        def start(self) -> None:
+            super().start()
+            self.child_conn.close()  # forked: the worker has its own copy, and no worker forked later inherits it
+
+    # uvicorn's supervisor creates its workers through this name (init, restart, a dead worker's replacement)
+    setattr(multiprocess, "Process", Worker)  # noqa: B010  (an assignment mypy reads as redefining the class)
 
     class ReloadingSupervisor(Multiprocess):
         def keep_subprocess_alive(self) -> None:

@@ -133,8 +133,9 @@ def work_running(base: str) -> float:
 
 
 def test_two_workers_share_the_tables_and_the_metrics(small_data_dir: Path, tmp_path: Path, small: Table) -> None:
-    """Requests and metrics shared by two forked workers; a worker killed midway through its work is restarted,
-    and its work in flight is no longer counted. A SIGTERM that comes twice stops the server once."""
+    """Requests and metrics shared by two forked workers; a worker killed midway through its work is restarted at
+    once, even while the supervisor's health check waits on it, and its work in flight is no longer counted. A
+    SIGTERM that comes twice stops the server once."""
     env = {"EMBEDDING_MAX_LAYOUT_WORK": "102400"}  # a t-SNE layout of 500 words: long enough to be caught running
     env |= {"EMBEDDING_LOG_FORMAT": "json", "EMBEDDING_LOG_FORMATS": "json"}  # and a warning about the misspelt one
     server = start(small_data_dir, tmp_path / "server.log", "--workers", "2", "--threads", "1", env=env)
@@ -186,6 +187,12 @@ def test_two_workers_share_the_tables_and_the_metrics(small_data_dir: Path, tmp_
         projecting = threading.Thread(target=project)
         projecting.start()
         wait_for(lambda: work_running(base) == 1, what="the projection running")
+        # Both silent first, so that the supervisor's health check (every half second) is waiting on one of them
+        # when they die, as when the OOM killer takes a busy worker: the deaths are seen at once, not when the
+        # check's 60 s run out.
+        for worker in workers:
+            os.kill(worker.pid, signal.SIGSTOP)
+        time.sleep(1.5)
         for worker in workers:
             os.kill(worker.pid, signal.SIGKILL)
         projecting.join(120)
@@ -195,6 +202,7 @@ def test_two_workers_share_the_tables_and_the_metrics(small_data_dir: Path, tmp_
                 len({c.pid for c in psutil.Process(server.process.pid).children()} - alive) == 2
                 and HTTP.get(f"{base}/readyz").status_code == 200
             ),
+            seconds=30,
             what="two new workers ready",
         )
         assert work_running(base) == 0

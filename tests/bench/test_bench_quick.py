@@ -28,6 +28,7 @@ pytestmark = pytest.mark.slow
 def quick_argv(out: Path) -> list[str]:
     argv = [sys.executable, "-m", "bench", "--quick", "--data-dir", str(cache_dir())]
     argv += [arg for name in NAMES for arg in ("--only", name)]
+    argv += ["--work-dir", str(out / "work")]  # kept after the run: what the measurements leave behind is checked
     return [*argv, "--results-dir", str(out / "results"), "--markdown", str(out / "BENCHMARKS.md")]
 
 
@@ -40,7 +41,7 @@ def quick_run(glove_data_dir: Path) -> dict[str, Any]:
     done = QUICK.result()
     assert done.returncode == 0, done.stderr[-4000:]
     results = {name: json.loads((done.out / "results" / f"{name}.json").read_text()) for name in NAMES}
-    return {"results": results, "markdown": (done.out / "BENCHMARKS.md").read_text()}
+    return {"results": results, "markdown": (done.out / "BENCHMARKS.md").read_text(), "work": done.out / "work"}
 
 
 def result(quick_run: dict[str, Any], name: str) -> dict[str, Any]:
@@ -109,12 +110,17 @@ def test_startup_and_worker_memory(quick_run: dict[str, Any]) -> None:
 
 
 def test_growth_tables_and_llama_shape(quick_run: dict[str, Any]) -> None:
+    from bench.growth import COMPRESSED_QUICK
+
     r = result(quick_run, "growth")
     cell = next(iter(r["cells"].values()))
     for kind in ("flat", "hnsw"):
         assert cell[kind]["seconds"] > 0 and cell[kind]["disk_mib"] > 0 and cell[kind]["p50_ms"] > 0
     assert cell["hnsw"]["efSearch"] in [x["efSearch"] for x in cell["recall_sweep"]]
-    check_compressed(next(iter(r["compressed"].values())))
+    (compressed,) = r["compressed"].values()  # the bigger-than-memory measurement on its tiny table
+    check_compressed(compressed)
+    assert compressed["rows"] == COMPRESSED_QUICK[0] and "Bigger than memory" in quick_run["markdown"]
+    assert not [p.name for p in quick_run["work"].iterdir() if p.name.startswith("growth-")]  # generated files deleted
     llama = r["llama"]
     assert llama["query_equals_brute_force"] is True
     assert llama["query"]["resolved"]["match"] == "space-marked" and len(llama["query"]["neighbors"]) == 10
@@ -133,21 +139,6 @@ def check_compressed(cell: dict[str, Any]) -> None:
         assert 0 < memory["uss_mib"] <= memory["rss_mib"] and 0 < memory["pss_mib"] <= memory["rss_mib"]
     assert cell["build"]["seconds"] > 0 and cell["build"]["peak_rss_mib"] > 0 and cell["disk_mib"] > 0
     assert cell["p50_ms"] > 0 and cell["http_p50_ms"] > 0
-
-
-def test_growth_compressed_quick(tmp_path: Path) -> None:
-    """The bigger-than-memory measurement on its tiny table (no GloVe table needed): a real build and server."""
-    from bench.common import Context
-    from bench.growth import COMPRESSED_QUICK, measure_compressed
-    from bench.report import compressed
-
-    ctx = Context(
-        data_dir=tmp_path, work_dir=tmp_path, results_dir=tmp_path, quick=True, rounds=1, table="-", command="-"
-    )
-    cell = measure_compressed(ctx, *COMPRESSED_QUICK)
-    check_compressed(cell)
-    assert cell["rows"] == COMPRESSED_QUICK[0] and not any(tmp_path.iterdir())  # generated files deleted
-    assert "Bigger than memory" in compressed(cell)
 
 
 def test_markdown_has_every_section(quick_run: dict[str, Any]) -> None:

@@ -47,12 +47,15 @@ LABEL org.opencontainers.image.title="embedding-search" \
 # One OpenMP/BLAS thread per process (embedding-serve's default too): a replica serves concurrent requests on
 # several threads (FAISS releases the GIL), so per-query threads would only oversubscribe the cores. Raise them
 # with care: workers x threads should not exceed the container's CPUs. embedding-serve also tunes glibc's
-# malloc for a small footprint per worker (service/main.py, tune_malloc).
+# malloc for a small footprint per worker (service/main.py, tune_malloc). numba (UMAP projections, in an image
+# with the `map` extra) keeps its compiled code in NUMBA_CACHE_DIR on the writable /tmp: the first worker of a
+# container compiles it, the others and restarted workers load it.
 ENV PATH=/opt/venv/bin:$PATH \
     PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
     HOME=/tmp \
     TMPDIR=/tmp \
+    NUMBA_CACHE_DIR=/tmp/numba \
     OMP_NUM_THREADS=1 \
     OPENBLAS_NUM_THREADS=1 \
     MKL_NUM_THREADS=1 \

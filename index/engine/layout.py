@@ -8,7 +8,8 @@
 
 A few chosen rows (``POST .../project``) are laid out by ``pca_projection`` (their own principal components),
 ``axes_projection`` (word-pair axes), ``tsne_projection`` and ``umap_projection`` (openTSNE and umap-learn, seeded,
-their neighbourhood size clamped to the handful of rows).
+their neighbourhood size clamped to the handful of rows). umap-learn's compiled code is kept in numba's cache
+(``umap_cache``), so a process's first UMAP loads what an earlier process compiled.
 
 A layout is a pure function of the table's vectors and the parameters, so it is cached on disk under a key made
 of the ``vectors.npy`` checksum from the manifest, the method and its parameters (``LayoutCache``). The cache
@@ -35,6 +36,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
+from index.engine import umap_cache
 from index.engine.table import Table
 from index.errors import Abandoned, InvalidQuery, UnknownToken
 from index.store import artifact
@@ -224,18 +226,29 @@ def umap_layout(
         raise InvalidQuery(f"UMAP with n_neighbors {n_neighbors} needs more than {n_neighbors} rows")
     started = time.perf_counter()
     data = np.asarray(rows, dtype=np.float32)
-    reducer = umap.UMAP(
-        n_components=2,
-        n_neighbors=n_neighbors,
-        min_dist=min_dist,
-        metric=metric,
-        n_epochs=n_epochs,
-        init="spectral",
-        random_state=seed,
-        n_jobs=1,
-    )
+
+    def fit() -> np.ndarray:
+        reducer = umap.UMAP(
+            n_components=2,
+            n_neighbors=n_neighbors,
+            min_dist=min_dist,
+            metric=metric,
+            n_epochs=n_epochs,
+            init="spectral",
+            random_state=seed,
+            n_jobs=1,
+        )
+        return np.asarray(reducer.fit_transform(data), dtype=np.float32)
+
     with _UMAP_LOCK:
-        points = np.asarray(reducer.fit_transform(data), dtype=np.float32)
+        umap_cache.enable()  # a process's first layout loads umap-learn's compiled code where numba cached it
+        try:
+            points = fit()
+        except OSError:
+            if not umap_cache.disable():
+                raise
+            log.warning("numba's cache of umap-learn's code failed to write; compiling without it", exc_info=True)
+            points = fit()
     params = {
         "n_neighbors": n_neighbors,
         "min_dist": min_dist,

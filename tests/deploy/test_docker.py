@@ -78,6 +78,7 @@ def test_dockerfile_shape() -> None:
     env = image_env(runtime)
     assert env["EMBEDDING_DATA_DIR"] == "/data"
     assert env["PYTHONDONTWRITEBYTECODE"] == "1", "no .pyc writes on a read-only root filesystem"
+    assert env["NUMBA_CACHE_DIR"] == "/tmp/numba", "numba's compiled code on the writable /tmp, shared by workers"
 
 
 def test_image_labels_name_the_project() -> None:
@@ -135,6 +136,7 @@ def test_compose_validates_and_describes_the_stack(compose: dict) -> None:
     assert "ports" not in api, "no fixed host port, so `--scale api=N` works"
     assert "tables:/data:ro" in api["volumes"], "replicas read the tables volume read-only"
     assert api["read_only"] is True and api["tmpfs"] == ["/tmp"]
+    assert "NUMBA_CACHE_DIR" not in api["environment"], "the image's, on the tmpfs /tmp (test_dockerfile_shape)"
     assert api["restart"] in ("always", "unless-stopped")
     runtime = final_stage()
     assert api["healthcheck"]["test"] == ["CMD", *exec_form(runtime, "HEALTHCHECK")], "same probe as the image"
@@ -271,7 +273,7 @@ def test_image_cmd_serves_a_built_table(glove_data_dir: Path, glove: Table, tmp_
     env = image_env(runtime)
     env.pop("PATH")  # the image's venv is /opt/venv; here the project's venv stands in for it
     env.update(HOME=str(tmp_path), TMPDIR=str(tmp_path), PATH=f"{VENV_BIN}{os.pathsep}{os.environ['PATH']}")
-    env["EMBEDDING_DATA_DIR"] = str(glove_data_dir)
+    env.update(NUMBA_CACHE_DIR=str(tmp_path / "numba"), EMBEDDING_DATA_DIR=str(glove_data_dir))
     port = free_port()
     argv = override_option(override_option(exec_form(runtime, "CMD"), "--host", "127.0.0.1"), "--port", str(port))
     argv[0] = shutil.which(argv[0], path=env["PATH"]) or pytest.fail(f"{argv[0]} is not installed", pytrace=False)

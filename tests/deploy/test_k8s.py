@@ -282,6 +282,7 @@ def test_rendered_pod_serves_drains_and_stops_within_its_grace_period(tmp_path: 
     work = tmp_path / "tmp"  # the pod's /tmp emptyDir
     work.mkdir()
     env.update(HOME=str(work), TMPDIR=str(work), PATH=f"{VENV_BIN}{os.pathsep}{os.environ['PATH']}")
+    env["NUMBA_CACHE_DIR"] = str(work / "numba")
     data = tiny_table(tmp_path / "data")
     env["EMBEDDING_DATA_DIR"] = str(data)
     # The ConfigMap's drain (test_rollout_and_shutdown fits it in the grace period) shortened: the test would wait
@@ -367,11 +368,14 @@ def test_writable_tmp_and_the_data_directory(name: str) -> None:
     mounts = {m["mountPath"]: m for m in api_container(objects)["volumeMounts"]}
     volumes = {v["name"]: v for v in pod["volumes"]}
     env = image_env(final_stage())
+    config = one(objects, "ConfigMap")["data"]
     workdir = [i.args for i in final_stage() if i.keyword == "WORKDIR"][-1]
     assert env["TMPDIR"] == env["HOME"] == workdir == "/tmp"
+    assert env["NUMBA_CACHE_DIR"].startswith("/tmp/"), "numba's compiled code, shared by the pod's workers"
+    overrides = {*config, *(e["name"] for e in api_container(objects).get("env", []))}
+    assert "NUMBA_CACHE_DIR" not in overrides, "the image's, on the emptyDir"
     assert "emptyDir" in volumes[mounts["/tmp"]["name"]], "the one writable path of a read-only root filesystem"
     assert not mounts["/tmp"].get("readOnly", False)
-    config = one(objects, "ConfigMap")["data"]
     assert config["EMBEDDING_DATA_DIR"] == env["EMBEDDING_DATA_DIR"] == "/data"
     if name == "overlays/volume":
         claim = one(objects, "PersistentVolumeClaim")

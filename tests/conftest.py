@@ -327,12 +327,6 @@ def gensim_answers() -> dict[str, Any]:
 
 
 @pytest.fixture(scope="session")
-def umap_cached() -> None:
-    """This process's UMAP layouts load umap-learn's compiled code from the test cache (``tests/numba_cache.py``)."""
-    numba_cache.cache_umap()
-
-
-@pytest.fixture(scope="session")
 def minilm_tokenizer() -> Tokenizer:
     return whole_text_tokenizer()
 

@@ -7,9 +7,8 @@ and ``python -m tests.numba_cache STAMP`` (started in the background at collecti
 writes the versions it was compiled with to STAMP.
 
 umap-learn compiles the rest of its code (its k nearest neighbours, fuzzy graph and layout epochs) at a process's
-first UMAP, without numba's cache: about 12 s of CPU in every process that lays rows out. A test process that runs
-UMAP itself (not a server's) calls :func:`cache_umap` first, so that numba caches that code in the test cache too
-and the next run loads it; the background step compiles it there with one small layout.
+first UMAP, in numba's cache since ``index.engine.umap_cache``: the background step compiles it there too, with one
+small layout, and every test process and server then loads it.
 """
 
 from __future__ import annotations
@@ -33,28 +32,14 @@ def is_current(stamp: Path) -> bool:
         return False
 
 
-def cache_umap() -> None:
-    """numba's cache for umap-learn's functions it compiles without one, in this process (the same machine code,
-    kept in ``NUMBA_CACHE_DIR``)."""
-    import umap.layouts
-    import umap.spectral
-    import umap.umap_
-    import umap.utils
-    from numba.core.registry import CPUDispatcher
-
-    for module in (umap.umap_, umap.utils, umap.layouts, umap.spectral):
-        for value in vars(module).values():
-            if isinstance(value, CPUDispatcher):
-                value.enable_caching()
-
-
 def main(stamp: Path) -> None:
     import numpy as np
 
     from index.engine.layout import umap_projection
 
-    cache_umap()  # importing umap compiles pynndescent's and umap-learn's cached functions into NUMBA_CACHE_DIR
-    umap_projection(np.random.default_rng(0).standard_normal((20, 8)))  # and one layout the rest of its code
+    # Importing umap compiles pynndescent's and umap-learn's cached functions into NUMBA_CACHE_DIR; one layout, the
+    # rest of umap-learn's code (index.engine.umap_cache).
+    umap_projection(np.random.default_rng(0).standard_normal((20, 8)))
     stamp.write_text(json.dumps(versions()))
 
 

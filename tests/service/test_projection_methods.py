@@ -15,7 +15,6 @@ from fastapi.testclient import TestClient
 from index.engine.table import Table
 
 T = "/v1/tables/small"
-pytestmark = pytest.mark.usefixtures("umap_cached")  # umap-learn compiled once, in the test cache
 
 WORDS = ["red", "green", "blue", "yellow", "one", "two", "three", "four"]
 WORDS += ["dog", "cat", "horse", "cow", "king", "queen", "man", "woman"]

@@ -22,8 +22,6 @@ from index.engine.layout import (
 from index.engine.table import Table
 from index.errors import InvalidQuery, UnknownToken
 
-pytestmark = pytest.mark.usefixtures("umap_cached")  # umap-learn compiled once, in the test cache
-
 GROUPS = {  # the explorer's opening word map
     "colours": "red green blue yellow purple orange",
     "numbers": "one two three four five six",

@@ -1,6 +1,6 @@
 # embedding-search API image with the default table (GloVe 6B 50d, HNSW index) built in.
 #
-#   docker build -t embedding-search .
+#   docker build -t embedding-search .                         (--build-arg EXTRAS=map: t-SNE and UMAP maps)
 #   docker run --rm -p 8000:8000 --read-only --tmpfs /tmp embedding-search
 #
 # The container serves within seconds and needs no network: the table is built at image build time.
@@ -19,9 +19,15 @@ ENV PIP_NO_CACHE_DIR=1 \
 RUN python -m venv /opt/venv
 WORKDIR /src
 
-# Dependencies in their own layer: rebuilt only when pyproject.toml changes, not on every code change.
+# Dependencies in their own layer: rebuilt only when pyproject.toml changes, not on every code change. EXTRAS names
+# optional ones, comma-separated: --build-arg EXTRAS=map for the explorer's t-SNE and UMAP maps.
+ARG EXTRAS=""
 COPY pyproject.toml ./
-RUN python -c "import tomllib; print('\n'.join(tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies']))" \
+RUN python -c "import os, tomllib; p = tomllib.load(open('pyproject.toml', 'rb'))['project']; \
+extras = [e.strip() for e in os.environ.get('EXTRAS', '').split(',') if e.strip()]; \
+unknown = sorted(set(extras) - set(p['optional-dependencies'])); \
+assert not unknown, f'EXTRAS names no extra of pyproject.toml: {unknown}'; \
+print('\n'.join(p['dependencies'] + [d for e in extras for d in p['optional-dependencies'][e]]))" \
         > /tmp/requirements.txt \
     && pip install --no-cache-dir -r /tmp/requirements.txt
 

@@ -81,6 +81,26 @@ def test_dockerfile_shape() -> None:
     assert env["NUMBA_CACHE_DIR"] == "/tmp/numba", "numba's compiled code on the writable /tmp, shared by workers"
 
 
+def test_the_image_installs_the_extras_its_build_names() -> None:
+    """``--build-arg EXTRAS=map`` adds an extra's packages to the image's dependency layer, none are added by
+    default, and a name that is no extra fails the build naming it: the Dockerfile's own command, run here."""
+    [run] = [i.args for i in parse_dockerfile()[0] if i.keyword == "RUN" and "requirements.txt" in i.args]
+    argv = shlex.split(run)
+    command = [sys.executable, *argv[1 : argv.index(">")]]
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+
+    def requirements(extras: str) -> subprocess.CompletedProcess[str]:
+        env = {**os.environ, "EXTRAS": extras}
+        return subprocess.run(command, env=env, cwd=REPO, capture_output=True, text=True, timeout=60, check=False)
+
+    assert requirements("").stdout.splitlines() == project["dependencies"]
+    with_map = requirements(" map ").stdout.splitlines()
+    assert with_map == project["dependencies"] + project["optional-dependencies"]["map"]
+    assert any(line.startswith("umap-learn") for line in with_map)
+    unknown = requirements("map,mapp")
+    assert unknown.returncode != 0 and "EXTRAS names no extra of pyproject.toml: ['mapp']" in unknown.stderr
+
+
 def test_image_labels_name_the_project() -> None:
     """The OCI annotations say what the image is, as pyproject.toml does (a release bumps the version once)."""
     project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]

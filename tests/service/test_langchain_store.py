@@ -352,3 +352,35 @@ async def test_without_an_embedding_the_async_searches_embed_on_the_server(serve
         assert [d.id for d in diverse] == [d.id for d in expected]
     finally:
         store.delete([f"lee-{i}" for i in range(10)])
+
+
+async def test_an_option_a_search_does_not_take_is_refused(
+    lee_store: tuple[EmbeddingSearchStore, list[str]], server_url: str
+) -> None:
+    """A keyword argument a search does not read is refused, not ignored: ``filters=`` (LlamaIndex's name),
+    Chroma's ``where=``, a ``score_threshold`` given to a plain similarity search (the relevance searches take it,
+    with ``filter``); ``from_texts`` takes ``async_client=`` and nothing else of its own."""
+    store, texts = lee_store
+    odd = {"topic": "odd"}
+    refused = [
+        (store.as_retriever(search_kwargs={"k": 3, "filters": odd}), "'filters': it takes k and filter="),
+        (store.as_retriever(search_type="mmr", search_kwargs={"where": odd}), "'where': it takes k, fetch_k"),
+        (store.as_retriever(search_kwargs={"score_threshold": 0.9}), "'score_threshold': it takes k and filter="),
+    ]
+    for retriever, message in refused:
+        with pytest.raises(TypeError, match=message):
+            retriever.invoke(texts[0])
+        with pytest.raises(TypeError, match=message):
+            await retriever.ainvoke(texts[0])
+    kwargs = {"score_threshold": 0.5, "filter": odd, "k": 5}
+    kept = store.as_retriever(search_type="similarity_score_threshold", search_kwargs=kwargs).invoke(texts[1])
+    assert kept[0].id == "lee-1" and {d.metadata["topic"] for d in kept} == {"odd"}
+    embedding, client = DeterministicFakeEmbedding(size=DIM), Client(server_url, api_key=KEY)
+    with pytest.raises(TypeError, match="from_texts\\(\\) does not take 'batch_size'"):
+        EmbeddingSearchStore.from_texts(["a note"], embedding, client=client, table="lc", batch_size=8)
+    given = AsyncClient(server_url, api_key=KEY)
+    made = EmbeddingSearchStore.from_texts(
+        ["a note"], embedding, ids=["n"], client=client, table="lc", async_client=given
+    )
+    assert made.async_client is given and [d.id for d in await made.aget_by_ids(["n"])] == ["n"]
+    await given.aclose()

@@ -241,7 +241,8 @@ def test_mmr_is_maximal_marginal_relevance(store: EmbeddingSearchVectorStore, le
 
 def test_a_retrievers_mmr_threshold_is_the_stores(store: EmbeddingSearchVectorStore, lee_nodes: list[TextNode]) -> None:
     """A retriever hands ``vector_store_kwargs`` to ``query`` as keyword arguments (as SimpleVectorStore reads
-    ``mmr_threshold``): the threshold given there is the one searched with."""
+    ``mmr_threshold``): the threshold given there is the one searched with; another one (a misspelt name) is
+    refused, not ignored."""
     index = VectorStoreIndex.from_vector_store(store, embed_model=FakeEmbedding())
     for threshold in (0.0, 0.3, 1.0):
         retriever = index.as_retriever(
@@ -252,6 +253,11 @@ def test_a_retrievers_mmr_threshold_is_the_stores(store: EmbeddingSearchVectorSt
     assert ask(store, "election", 10, mode=VectorStoreQueryMode.MMR, mmr_threshold=0.0) != ask(store, "election", 10)
     with pytest.raises(ValueError, match="mmr_threshold must be between 0 and 1"):
         ask(store, "election", 10, mode=VectorStoreQueryMode.MMR, mmr_threshold=1.5)
+    misspelt = index.as_retriever(vector_store_query_mode="mmr", vector_store_kwargs={"mmr_treshold": 0.0})
+    with pytest.raises(TypeError, match=r"does not take 'mmr_treshold'.* it takes mmr_threshold"):
+        misspelt.retrieve("election")
+    with pytest.raises(TypeError, match="does not take 'mmr_treshold'"):
+        asyncio.run(misspelt.aretrieve("election"))
 
 
 def test_a_vector_store_index_over_the_store(server_url: str, store: EmbeddingSearchVectorStore, lee_docs: Lee) -> None:

@@ -5,9 +5,13 @@ scores, MMR and the server's encoder."""
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
+import decimal
 import inspect
 import json
 import shutil
+import threading
+import uuid
 import warnings
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -35,7 +39,7 @@ WIDE = 1536  # OpenAI's text-embedding-3-small
 
 @pytest.fixture(scope="module")
 def server_url(tmp_path_factory: pytest.TempPathFactory, small_data_dir: Path) -> Iterator[str]:
-    """A server with ``lc``: a documents table of 6 dimensions with a ``metadata`` field and a ``topic`` field,
+    """A server with ``lc``: a documents table of 6 dimensions with fields ``metadata``, ``topic`` and ``published``,
     imported with one placeholder document that each test's store deletes; ``wide``, of 1,536 dimensions; and
     ``encoded``, whose texts the words table ``small`` embeds."""
     data = tmp_path_factory.mktemp("langchain-data")
@@ -47,7 +51,8 @@ def server_url(tmp_path_factory: pytest.TempPathFactory, small_data_dir: Path) -
     assert made.code == 0, made.err
     source = data.parent / "lc.jsonl"
     placeholder = {"id": "placeholder", "text": "placeholder", "vector": [1.0] + [0.0] * (DIM - 1)}
-    source.write_text(json.dumps({**placeholder, "metadata": "{}", "topic": "none"}) + "\n")
+    lc = {**placeholder, "metadata": "{}", "topic": "none", "published": "2001-01-01T00:00:00Z"}
+    source.write_text(json.dumps(lc) + "\n")
     assert run_cli("import", source, "--format", "documents", "--name", "lc", "--data-dir", data).code == 0
     wide = data.parent / "wide.jsonl"  # ``wide``: the same with vectors of an OpenAI embedding's size
     wide.write_text(json.dumps({**placeholder, "vector": [1.0] + [0.0] * (WIDE - 1), "metadata": "{}"}) + "\n")
@@ -263,7 +268,8 @@ def test_ids_with_a_filter_and_lengths_that_differ_are_refused(
 
 def test_numpy_metadata_is_written_as_json_and_ids_the_server_refuses_are_missing(server_url: str) -> None:
     """Metadata values of NumPy (scalars, arrays, inside lists and dicts too) are written as JSON's numbers,
-    booleans and lists; ids the server takes for no document's (empty, over 1,024 characters) are not found."""
+    booleans and lists, a datetime as its ISO 8601 string (the timestamp field ``published`` too), as LlamaIndex
+    writes them; ids the server takes for no document's (empty, over 1,024 characters) are not found."""
     store = empty_store(server_url, DeterministicFakeEmbedding(size=DIM))
     metadata = {
         "topic": np.str_("numpy"),
@@ -272,6 +278,11 @@ def test_numpy_metadata_is_written_as_json_and_ids_the_server_refuses_are_missin
         "seen": np.bool_(True),
         "point": np.arange(3),
         "nested": {"counts": [np.int32(1), np.uint8(2)]},
+        "published": dt.datetime(2001, 12, 3, 6, tzinfo=dt.UTC),
+        "day": dt.date(2001, 12, 4),
+        "amount": decimal.Decimal("1.50"),
+        "key": uuid.UUID(int=7),
+        "labels": {"fire"},
     }
     try:
         assert store.add_texts(["a note"], [metadata], ids=["np"]) == ["np"]
@@ -282,9 +293,16 @@ def test_numpy_metadata_is_written_as_json_and_ids_the_server_refuses_are_missin
             "seen": True,
             "point": [0, 1, 2],
             "nested": {"counts": [1, 2]},
+            "published": "2001-12-03T06:00:00Z",
+            "day": "2001-12-04",
+            "amount": "1.50",
+            "key": "00000000-0000-0000-0000-000000000007",
+            "labels": ["fire"],
         }
-        (found,) = store.similarity_search("a note", k=1, filter={"topic": "numpy"})
+        (found,) = store.similarity_search("a note", k=1, filter={"published": {"gt": "2001-12-03T05:00:00Z"}})
         assert (found.id, found.metadata) == ("np", plain)
+        with pytest.raises(TypeError, match="a metadata value of type Event has no JSON form"):
+            store.add_texts(["a note"], [{"event": threading.Event()}], ids=["np"])
         assert [d.id for d in store.get_by_ids(["", "x" * 1025, "np", "nowhere"])] == ["np"]
     finally:
         everything(store)

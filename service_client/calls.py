@@ -210,10 +210,24 @@ def upsert_documents(table: str, documents: Sequence[dict[str, Any]]) -> Call[di
 
 
 def upsert_many(table: str, documents: Sequence[dict[str, Any]]) -> Call[list[dict[str, Any]]]:
+    _check_once(documents)
     answers = []
     for body in write_bodies([_document(d) for d in documents]):
         answers.append((yield Request("POST", table_path(table, "documents"), content=body)))
     return answers
+
+
+def _check_once(documents: Sequence[dict[str, Any]]) -> None:
+    """Refuse an id that comes twice, before anything is written, as the server refuses it in one request: else
+    the later would replace the earlier when the two fell in different requests, and be refused in the same."""
+    seen: dict[str, int] = {}
+    for i, document in enumerate(documents):
+        ident = str(document.get("id"))  # none is the server's to refuse
+        if ident in seen and document.get("id") is not None:
+            raise ValueError(
+                f"documents[{i}] (id {ident!r}): the id comes twice (documents[{seen[ident]}] too); nothing was written"
+            )
+        seen[ident] = i
 
 
 def delete_documents(

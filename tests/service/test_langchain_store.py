@@ -266,6 +266,20 @@ def test_ids_with_a_filter_and_lengths_that_differ_are_refused(
     assert store.get_by_ids(["new-a", "new-b"]) == []
 
 
+def test_an_id_twice_in_one_write_is_refused_wherever_it_falls(server_url: str) -> None:
+    """An id that comes twice among the documents of one write is refused before anything is written, as the
+    server refuses it in one request: whether the two fall in the same request or, 256 documents apart, in two."""
+    store = empty_store(server_url, DeterministicFakeEmbedding(size=DIM))
+    texts = [f"note {i}" for i in range(300)]
+    for first, second in [(0, 1), (0, 299), (256, 257)]:
+        ids = [f"n{i}" for i in range(300)]
+        ids[second] = ids[first]
+        message = rf"^documents\[{second}\] \(id 'n{first}'\): the id comes twice \(documents\[{first}\] too\)"
+        with pytest.raises(ValueError, match=message):
+            store.add_texts(texts, ids=ids)
+        assert store.similarity_search("note 1", k=1) == []
+
+
 def test_numpy_metadata_is_written_as_json_and_ids_the_server_refuses_are_missing(server_url: str) -> None:
     """Metadata values of NumPy (scalars, arrays, inside lists and dicts too) are written as JSON's numbers,
     booleans and lists, a datetime as its ISO 8601 string (the timestamp field ``published`` too), as LlamaIndex

@@ -124,6 +124,12 @@ def test_delete_by_source_document_and_by_node_ids(store: EmbeddingSearchVectorS
     store.delete("nothing-of-it")  # no error
 
 
+def test_a_node_id_twice_in_one_add_is_refused(store: EmbeddingSearchVectorStore) -> None:
+    with pytest.raises(ValueError, match=r"^documents\[2\] \(id '1'\): the id comes twice \(documents\[0\] too\)"):
+        store.add([node("1", "foo"), node("2", "bar"), node("1", "baz")])
+    assert ask(store, "foo", 3) == []
+
+
 def test_get_nodes_skips_missing_ids(store: EmbeddingSearchVectorStore) -> None:
     store.add([node("1", "foo", topic="a")])
     found = store.get_nodes(["1", "2"])

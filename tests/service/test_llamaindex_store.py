@@ -101,6 +101,7 @@ def test_add_then_query_returns_the_nodes_whole(store: EmbeddingSearchVectorStor
     first, second = result.nodes
     assert (first.get_content(), first.metadata, first.ref_doc_id) == ("bar", {"topic": "b", "row": 2}, "doc-a")
     assert second.metadata == {"topic": "a", "row": 1, "extra": {"deep": [1, 2]}}
+    assert [n.embedding for n in (*result.nodes, *store.get_nodes(["1"]))] == [None] * 3  # the table's are unit vectors
 
 
 def test_adding_twice_replaces_and_a_mutation_by_id_is_seen(store: EmbeddingSearchVectorStore) -> None:

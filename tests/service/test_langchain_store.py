@@ -15,6 +15,7 @@ import uuid
 import warnings
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import numpy as np
@@ -278,6 +279,19 @@ def test_an_id_twice_in_one_write_is_refused_wherever_it_falls(server_url: str) 
         with pytest.raises(ValueError, match=message):
             store.add_texts(texts, ids=ids)
         assert store.similarity_search("note 1", k=1) == []
+
+
+def test_a_refused_document_is_counted_among_the_writes_and_the_written_are_named(server_url: str) -> None:
+    """A document refused in a write's second request is named by its index among the write's documents (the
+    server counts within its request), with the documents the requests before it wrote."""
+    store = empty_store(server_url, DeterministicFakeEmbedding(size=DIM))
+    metadatas: list[dict[str, Any]] = [{"topic": "note"} for _ in range(300)]
+    metadatas[280]["topic"] = 5  # a string field
+    message = r"^422 invalid_request: documents\[280\] \(id 'n280'\): field 'topic' is a string field, not 5 "
+    with pytest.raises(ApiError, match=message + r"\(documents\[0\] to documents\[255\] were written, by the"):
+        store.add_texts([f"note {i}" for i in range(300)], metadatas, ids=[f"n{i}" for i in range(300)])
+    assert [d.id for d in store.get_by_ids(["n0", "n255", "n256"])] == ["n0", "n255"]
+    everything(store)
 
 
 def test_numpy_metadata_is_written_as_json_and_ids_the_server_refuses_are_missing(server_url: str) -> None:

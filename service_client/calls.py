@@ -224,8 +224,10 @@ def _check_once(documents: Sequence[dict[str, Any]]) -> None:
     the later would replace the earlier when the two fell in different requests, and be refused in the same."""
     seen: dict[str, int] = {}
     for i, document in enumerate(documents):
-        ident = str(document.get("id"))  # none is the server's to refuse
-        if ident in seen and document.get("id") is not None:
+        if document.get("id") is None:
+            continue  # the server's to refuse
+        ident = str(document["id"])  # an integer table's 7 and "7" are one id
+        if ident in seen:
             raise ValueError(
                 f"documents[{i}] (id {ident!r}): the id comes twice (documents[{seen[ident]}] too); nothing was written"
             )

@@ -249,7 +249,9 @@ class Client:
 
     def upsert_many(self, table: str, documents: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
         """:meth:`upsert_documents` for any number of documents, in as many requests as :func:`write_bodies`
-        makes of them (each answered as one write: a request refused leaves the runs before it written)."""
+        makes of them (each answered as one write: a request refused leaves the runs before it written, and its
+        error's ``documents[i]`` counts among ``documents``); an id that comes twice is a ValueError before any
+        request."""
         return self._run(calls.upsert_many(table, documents))
 
     def delete_many(self, table: str, ids: Sequence[str | int]) -> list[dict[str, Any]]:

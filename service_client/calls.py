@@ -34,8 +34,9 @@ from service_client.shapes import (
     _neighbors,
     _retry_after,
     _values,
+    counted_from,
     segment,
-    write_bodies,
+    write_runs,
 )
 
 Method = Literal["3cosadd", "3cosmul"]
@@ -55,6 +56,7 @@ class Request:
     params: dict[str, Any] | None = None
     content: bytes | None = None
     raw: bool = False
+    first: int = 0  # a write's: the index of its first document among the whole write's, which its error counts
 
     def arguments(self) -> dict[str, Any]:
         """httpx's arguments for the request."""
@@ -67,7 +69,7 @@ class Request:
     def answer(self, response: httpx.Response) -> Any:
         """The successful answer (decoded, unless ``raw``), or its error raised."""
         if not response.is_success:
-            raise _error(response)
+            raise counted_from(_error(response), self.first)
         return response if self.raw else _decoded(response)
 
 
@@ -210,10 +212,26 @@ def upsert_documents(table: str, documents: Sequence[dict[str, Any]]) -> Call[di
 
 
 def upsert_many(table: str, documents: Sequence[dict[str, Any]]) -> Call[list[dict[str, Any]]]:
+    _check_once(documents)
     answers = []
-    for body in write_bodies([_document(d) for d in documents]):
-        answers.append((yield Request("POST", table_path(table, "documents"), content=body)))
+    for first, body in write_runs([_document(d) for d in documents]):
+        answers.append((yield Request("POST", table_path(table, "documents"), content=body, first=first)))
     return answers
+
+
+def _check_once(documents: Sequence[dict[str, Any]]) -> None:
+    """Refuse an id that comes twice, before anything is written, as the server refuses it in one request: else
+    the later would replace the earlier when the two fell in different requests, and be refused in the same."""
+    seen: dict[str, int] = {}
+    for i, document in enumerate(documents):
+        if document.get("id") is None:
+            continue  # the server's to refuse
+        ident = str(document["id"])  # an integer table's 7 and "7" are one id
+        if ident in seen:
+            raise ValueError(
+                f"documents[{i}] (id {ident!r}): the id comes twice (documents[{seen[ident]}] too); nothing was written"
+            )
+        seen[ident] = i
 
 
 def delete_documents(

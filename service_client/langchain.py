@@ -75,6 +75,20 @@ def _check_delete(ids: list[str] | None, kwargs: dict[str, Any]) -> None:
         )
 
 
+OPTIONS, MMR_OPTIONS = "k and filter=", "k, fetch_k, lambda_mult and filter="  # what a search takes
+
+
+def _no_options(method: str, kwargs: dict[str, Any], takes: str = OPTIONS) -> None:
+    """Refuse the keyword arguments a search does not read (``filters=``, Chroma's ``where=``, a
+    ``score_threshold`` outside the relevance searches), which it would otherwise ignore without a word."""
+    if kwargs:
+        raise TypeError(
+            f"{method}() does not take {', '.join(map(repr, sorted(kwargs)))}: it takes {takes} (in the server's "
+            "filter language); a score_threshold goes to similarity_search_with_relevance_scores (a retriever's "
+            "search_type='similarity_score_threshold')"
+        )
+
+
 class EmbeddingSearchStore(VectorStore):
     def __init__(
         self,
@@ -247,27 +261,32 @@ class EmbeddingSearchStore(VectorStore):
     def similarity_search(
         self, query: str, k: int = 4, filter: dict[str, Any] | None = None, **kwargs: Any
     ) -> list[Document]:
+        _no_options("similarity_search", kwargs)
         return [document for document, _ in self.similarity_search_with_score(query, k, filter)]
 
     def similarity_search_with_score(
         self, query: str, k: int = 4, filter: dict[str, Any] | None = None, **kwargs: Any
     ) -> list[tuple[Document, float]]:
         """The ``k`` nearest documents and their cosine similarity (higher is nearer)."""
+        _no_options("similarity_search_with_score", kwargs)
         return self._search(self._query(query), k, filter)
 
     async def asimilarity_search(
         self, query: str, k: int = 4, filter: dict[str, Any] | None = None, **kwargs: Any
     ) -> list[Document]:
+        _no_options("asimilarity_search", kwargs)
         return [document for document, _ in await self.asimilarity_search_with_score(query, k, filter)]
 
     async def asimilarity_search_with_score(
         self, query: str, k: int = 4, filter: dict[str, Any] | None = None, **kwargs: Any
     ) -> list[tuple[Document, float]]:
+        _no_options("asimilarity_search_with_score", kwargs)
         return self._scored(await self._ahits(await self._aquery(query), k, filter))
 
     def similarity_search_by_vector(
         self, embedding: list[float], k: int = 4, filter: dict[str, Any] | None = None, **kwargs: Any
     ) -> list[Document]:
+        _no_options("similarity_search_by_vector", kwargs)
         return [document for document, _ in self.similarity_search_by_vector_with_score(embedding, k, filter)]
 
     def similarity_search_by_vector_with_score(
@@ -278,6 +297,7 @@ class EmbeddingSearchStore(VectorStore):
     async def asimilarity_search_by_vector(
         self, embedding: list[float], k: int = 4, filter: dict[str, Any] | None = None, **kwargs: Any
     ) -> list[Document]:
+        _no_options("asimilarity_search_by_vector", kwargs)
         return [document for document, _ in self._scored(await self._ahits({"vector": list(embedding)}, k, filter))]
 
     def max_marginal_relevance_search(
@@ -291,6 +311,7 @@ class EmbeddingSearchStore(VectorStore):
     ) -> list[Document]:
         """LangChain's MMR over the ``fetch_k`` nearest documents (without an ``embedding``, the query is embedded
         by the table's encoder)."""
+        _no_options("max_marginal_relevance_search", kwargs, MMR_OPTIONS)
         vector = self._embed_query(query)
         return self.max_marginal_relevance_search_by_vector(vector, k, fetch_k, lambda_mult, filter)
 
@@ -303,6 +324,7 @@ class EmbeddingSearchStore(VectorStore):
         filter: dict[str, Any] | None = None,
         **kwargs: Any,
     ) -> list[Document]:
+        _no_options("amax_marginal_relevance_search", kwargs, MMR_OPTIONS)
         vector = await self._aembed_query(query)
         return await self.amax_marginal_relevance_search_by_vector(vector, k, fetch_k, lambda_mult, filter)
 
@@ -337,6 +359,7 @@ class EmbeddingSearchStore(VectorStore):
     ) -> list[Document]:
         """``maximal_marginal_relevance`` over the ``fetch_k`` nearest documents' unit vectors (the search's
         ``include``), as LangChain's own stores choose."""
+        _no_options("max_marginal_relevance_search_by_vector", kwargs, MMR_OPTIONS)
         try:
             hits = self._hits({"vector": list(embedding), "include": ["vector"]}, fetch_k, filter)
         except ApiError as error:
@@ -352,6 +375,7 @@ class EmbeddingSearchStore(VectorStore):
         filter: dict[str, Any] | None = None,
         **kwargs: Any,
     ) -> list[Document]:
+        _no_options("amax_marginal_relevance_search_by_vector", kwargs, MMR_OPTIONS)
         try:
             hits = await self._ahits({"vector": list(embedding), "include": ["vector"]}, fetch_k, filter)
         except ApiError as error:
@@ -377,9 +401,15 @@ class EmbeddingSearchStore(VectorStore):
         ids: list[str] | None = None,
         **kwargs: Any,
     ) -> EmbeddingSearchStore:
-        """A store over ``table=`` of ``client=`` (an existing documents table), ``texts`` added to it."""
+        """A store over ``table=`` of ``client=`` (an existing documents table; ``async_client=`` optional),
+        ``texts`` added to it."""
         if "client" not in kwargs or "table" not in kwargs:
             raise TypeError("from_texts needs client= (a service_client.Client) and table= (a documents table)")
-        store = cls(kwargs["client"], kwargs["table"], embedding)
+        if unknown := sorted(set(kwargs) - {"client", "table", "async_client"}):
+            raise TypeError(
+                f"from_texts() does not take {', '.join(map(repr, unknown))}: it takes client=, table= "
+                "and async_client="
+            )
+        store = cls(kwargs["client"], kwargs["table"], embedding, kwargs.get("async_client"))
         store.add_texts(texts, metadatas, ids=ids)
         return store

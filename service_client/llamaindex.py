@@ -344,7 +344,13 @@ def _search(
     query: VectorStoreQuery, kwargs: dict[str, Any], types: Callable[[], dict[str, str]]
 ) -> tuple[int, dict[str, Any]] | None:
     """The ``k`` and body of ``query``'s search (``types``: the table's fields' types, read if its filters need
-    them); None when its filters pass no node."""
+    them); None when its filters pass no node. A keyword argument other than ``mmr_threshold`` (a retriever's
+    ``vector_store_kwargs``) is refused: a misspelt one would otherwise be ignored without a word."""
+    if unknown := sorted(set(kwargs) - {"mmr_threshold"}):
+        raise TypeError(
+            f"query() does not take {', '.join(map(repr, unknown))}: of keyword arguments (a retriever's "
+            "vector_store_kwargs) it takes mmr_threshold"
+        )
     body = _asked(query, kwargs)
     conditions = []
     condition = True if query.filters is None else filter_of(query.filters, types())

@@ -5,8 +5,10 @@ a request's body and shape an answer, shared by :class:`~service_client.Client` 
 from __future__ import annotations
 
 import json as _json
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from itertools import accumulate
 from typing import Any, TypeVar
 from urllib.parse import quote
 
@@ -195,6 +197,11 @@ def write_bodies(documents: Sequence[dict[str, Any]]) -> list[bytes]:
     encoded once: runs of at most ``WRITE_DOCUMENTS`` and about ``WRITE_BYTES`` of JSON, so that each request stays
     under the server's default body limit whatever the vectors' size; a document larger than that goes alone (and
     the server says if it is too large)."""
+    return [body for _, body in write_runs(documents)]
+
+
+def write_runs(documents: Sequence[dict[str, Any]]) -> list[tuple[int, bytes]]:
+    """:func:`write_bodies`, each with the index of its first document among ``documents``."""
     runs: list[list[bytes]] = []
     size = 0
     for encoded in map(_encoded, documents):
@@ -203,7 +210,8 @@ def write_bodies(documents: Sequence[dict[str, Any]]) -> list[bytes]:
             size = 0
         runs[-1].append(encoded)
         size += len(encoded)
-    return [b'{"documents":[' + b",".join(run) + b"]}" for run in runs]
+    firsts = accumulate((len(run) for run in runs), initial=0)  # one more than the runs: the last unused
+    return [(first, b'{"documents":[' + b",".join(run) + b"]}") for first, run in zip(firsts, runs, strict=False)]
 
 
 def _document(document: dict[str, Any]) -> dict[str, Any]:
@@ -222,6 +230,17 @@ def _retry_after(response: httpx.Response) -> float | None:
         return max(0.0, float(value))
     except ValueError:
         return 1.0
+
+
+def counted_from(error: ApiError, first: int) -> ApiError:
+    """``error`` of a write request whose documents are a longer write's from ``first`` on: its ``documents[i]``
+    counted among the write's, and the documents before named as written."""
+    found = re.match(r"documents\[(\d+)\]", error.message)
+    if first == 0 or found is None:
+        return error
+    message = f"documents[{first + int(found.group(1))}]{error.message[found.end() :]}"
+    message += f" (documents[0] to documents[{first - 1}] were written, by the requests before)"
+    return ApiError(error.status, error.code, message, error.details, error.retry_after)
 
 
 def _error(response: httpx.Response) -> ApiError:

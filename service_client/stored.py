@@ -6,19 +6,25 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from pydantic_core import to_jsonable_python
+
 METADATA = "metadata"  # the table's string field holding each document's metadata as JSON
 MAX_ID_CHARS = 1024  # a document's id: a string of 1 to this many characters, as the server's tokens
 
 
 def plain(value: Any) -> Any:
-    """``value`` with NumPy's scalars and arrays (anything with ``tolist``), in dicts and lists too, as the numbers,
-    booleans and lists JSON holds: metadata as an application has it (a count from pandas, a score from NumPy)."""
-    if isinstance(value, dict):
-        return {key: plain(item) for key, item in value.items()}
-    if isinstance(value, list | tuple):
-        return [plain(item) for item in value]
+    """``value`` as the values JSON holds, in dicts and lists too: metadata as an application has it. NumPy's
+    scalars and arrays (anything with ``tolist``: a count from pandas, a score from NumPy) as numbers, booleans and
+    lists; the rest as pydantic writes it in JSON, as LlamaIndex dumps a node: a datetime or a date as its ISO
+    8601 string (a timestamp field's value), a UUID, Decimal or path as a string, a tuple or set as a list."""
+    return to_jsonable_python(value, fallback=_listed)
+
+
+def _listed(value: Any) -> Any:
     tolist = getattr(value, "tolist", None)
-    return tolist() if callable(tolist) else value
+    if not callable(tolist):
+        raise TypeError(f"a metadata value of type {type(value).__name__} has no JSON form: {value!r}")
+    return tolist()
 
 
 def is_id(ident: str) -> bool:

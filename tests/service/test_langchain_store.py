@@ -5,12 +5,17 @@ scores, MMR and the server's encoder."""
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
+import decimal
 import inspect
 import json
 import shutil
+import threading
+import uuid
 import warnings
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import numpy as np
@@ -35,7 +40,7 @@ WIDE = 1536  # OpenAI's text-embedding-3-small
 
 @pytest.fixture(scope="module")
 def server_url(tmp_path_factory: pytest.TempPathFactory, small_data_dir: Path) -> Iterator[str]:
-    """A server with ``lc``: a documents table of 6 dimensions with a ``metadata`` field and a ``topic`` field,
+    """A server with ``lc``: a documents table of 6 dimensions with fields ``metadata``, ``topic`` and ``published``,
     imported with one placeholder document that each test's store deletes; ``wide``, of 1,536 dimensions; and
     ``encoded``, whose texts the words table ``small`` embeds."""
     data = tmp_path_factory.mktemp("langchain-data")
@@ -47,7 +52,8 @@ def server_url(tmp_path_factory: pytest.TempPathFactory, small_data_dir: Path) -
     assert made.code == 0, made.err
     source = data.parent / "lc.jsonl"
     placeholder = {"id": "placeholder", "text": "placeholder", "vector": [1.0] + [0.0] * (DIM - 1)}
-    source.write_text(json.dumps({**placeholder, "metadata": "{}", "topic": "none"}) + "\n")
+    lc = {**placeholder, "metadata": "{}", "topic": "none", "published": "2001-01-01T00:00:00Z"}
+    source.write_text(json.dumps(lc) + "\n")
     assert run_cli("import", source, "--format", "documents", "--name", "lc", "--data-dir", data).code == 0
     wide = data.parent / "wide.jsonl"  # ``wide``: the same with vectors of an OpenAI embedding's size
     wide.write_text(json.dumps({**placeholder, "vector": [1.0] + [0.0] * (WIDE - 1), "metadata": "{}"}) + "\n")
@@ -261,9 +267,37 @@ def test_ids_with_a_filter_and_lengths_that_differ_are_refused(
     assert store.get_by_ids(["new-a", "new-b"]) == []
 
 
+def test_an_id_twice_in_one_write_is_refused_wherever_it_falls(server_url: str) -> None:
+    """An id that comes twice among the documents of one write is refused before anything is written, as the
+    server refuses it in one request: whether the two fall in the same request or, 256 documents apart, in two."""
+    store = empty_store(server_url, DeterministicFakeEmbedding(size=DIM))
+    texts = [f"note {i}" for i in range(300)]
+    for first, second in [(0, 1), (0, 299), (256, 257)]:
+        ids = [f"n{i}" for i in range(300)]
+        ids[second] = ids[first]
+        message = rf"^documents\[{second}\] \(id 'n{first}'\): the id comes twice \(documents\[{first}\] too\)"
+        with pytest.raises(ValueError, match=message):
+            store.add_texts(texts, ids=ids)
+        assert store.similarity_search("note 1", k=1) == []
+
+
+def test_a_refused_document_is_counted_among_the_writes_and_the_written_are_named(server_url: str) -> None:
+    """A document refused in a write's second request is named by its index among the write's documents (the
+    server counts within its request), with the documents the requests before it wrote."""
+    store = empty_store(server_url, DeterministicFakeEmbedding(size=DIM))
+    metadatas: list[dict[str, Any]] = [{"topic": "note"} for _ in range(300)]
+    metadatas[280]["topic"] = 5  # a string field
+    message = r"^422 invalid_request: documents\[280\] \(id 'n280'\): field 'topic' is a string field, not 5 "
+    with pytest.raises(ApiError, match=message + r"\(documents\[0\] to documents\[255\] were written, by the"):
+        store.add_texts([f"note {i}" for i in range(300)], metadatas, ids=[f"n{i}" for i in range(300)])
+    assert [d.id for d in store.get_by_ids(["n0", "n255", "n256"])] == ["n0", "n255"]
+    everything(store)
+
+
 def test_numpy_metadata_is_written_as_json_and_ids_the_server_refuses_are_missing(server_url: str) -> None:
     """Metadata values of NumPy (scalars, arrays, inside lists and dicts too) are written as JSON's numbers,
-    booleans and lists; ids the server takes for no document's (empty, over 1,024 characters) are not found."""
+    booleans and lists, a datetime as its ISO 8601 string (the timestamp field ``published`` too), as LlamaIndex
+    writes them; ids the server takes for no document's (empty, over 1,024 characters) are not found."""
     store = empty_store(server_url, DeterministicFakeEmbedding(size=DIM))
     metadata = {
         "topic": np.str_("numpy"),
@@ -272,6 +306,11 @@ def test_numpy_metadata_is_written_as_json_and_ids_the_server_refuses_are_missin
         "seen": np.bool_(True),
         "point": np.arange(3),
         "nested": {"counts": [np.int32(1), np.uint8(2)]},
+        "published": dt.datetime(2001, 12, 3, 6, tzinfo=dt.UTC),
+        "day": dt.date(2001, 12, 4),
+        "amount": decimal.Decimal("1.50"),
+        "key": uuid.UUID(int=7),
+        "labels": {"fire"},
     }
     try:
         assert store.add_texts(["a note"], [metadata], ids=["np"]) == ["np"]
@@ -282,9 +321,16 @@ def test_numpy_metadata_is_written_as_json_and_ids_the_server_refuses_are_missin
             "seen": True,
             "point": [0, 1, 2],
             "nested": {"counts": [1, 2]},
+            "published": "2001-12-03T06:00:00Z",
+            "day": "2001-12-04",
+            "amount": "1.50",
+            "key": "00000000-0000-0000-0000-000000000007",
+            "labels": ["fire"],
         }
-        (found,) = store.similarity_search("a note", k=1, filter={"topic": "numpy"})
+        (found,) = store.similarity_search("a note", k=1, filter={"published": {"gt": "2001-12-03T05:00:00Z"}})
         assert (found.id, found.metadata) == ("np", plain)
+        with pytest.raises(TypeError, match="a metadata value of type Event has no JSON form"):
+            store.add_texts(["a note"], [{"event": threading.Event()}], ids=["np"])
         assert [d.id for d in store.get_by_ids(["", "x" * 1025, "np", "nowhere"])] == ["np"]
     finally:
         everything(store)
@@ -352,3 +398,35 @@ async def test_without_an_embedding_the_async_searches_embed_on_the_server(serve
         assert [d.id for d in diverse] == [d.id for d in expected]
     finally:
         store.delete([f"lee-{i}" for i in range(10)])
+
+
+async def test_an_option_a_search_does_not_take_is_refused(
+    lee_store: tuple[EmbeddingSearchStore, list[str]], server_url: str
+) -> None:
+    """A keyword argument a search does not read is refused, not ignored: ``filters=`` (LlamaIndex's name),
+    Chroma's ``where=``, a ``score_threshold`` given to a plain similarity search (the relevance searches take it,
+    with ``filter``); ``from_texts`` takes ``async_client=`` and nothing else of its own."""
+    store, texts = lee_store
+    odd = {"topic": "odd"}
+    refused = [
+        (store.as_retriever(search_kwargs={"k": 3, "filters": odd}), "'filters': it takes k and filter="),
+        (store.as_retriever(search_type="mmr", search_kwargs={"where": odd}), "'where': it takes k, fetch_k"),
+        (store.as_retriever(search_kwargs={"score_threshold": 0.9}), "'score_threshold': it takes k and filter="),
+    ]
+    for retriever, message in refused:
+        with pytest.raises(TypeError, match=message):
+            retriever.invoke(texts[0])
+        with pytest.raises(TypeError, match=message):
+            await retriever.ainvoke(texts[0])
+    kwargs = {"score_threshold": 0.5, "filter": odd, "k": 5}
+    kept = store.as_retriever(search_type="similarity_score_threshold", search_kwargs=kwargs).invoke(texts[1])
+    assert kept[0].id == "lee-1" and {d.metadata["topic"] for d in kept} == {"odd"}
+    embedding, client = DeterministicFakeEmbedding(size=DIM), Client(server_url, api_key=KEY)
+    with pytest.raises(TypeError, match="from_texts\\(\\) does not take 'batch_size'"):
+        EmbeddingSearchStore.from_texts(["a note"], embedding, client=client, table="lc", batch_size=8)
+    given = AsyncClient(server_url, api_key=KEY)
+    made = EmbeddingSearchStore.from_texts(
+        ["a note"], embedding, ids=["n"], client=client, table="lc", async_client=given
+    )
+    assert made.async_client is given and [d.id for d in await made.aget_by_ids(["n"])] == ["n"]
+    await given.aclose()

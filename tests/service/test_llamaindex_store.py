@@ -101,6 +101,7 @@ def test_add_then_query_returns_the_nodes_whole(store: EmbeddingSearchVectorStor
     first, second = result.nodes
     assert (first.get_content(), first.metadata, first.ref_doc_id) == ("bar", {"topic": "b", "row": 2}, "doc-a")
     assert second.metadata == {"topic": "a", "row": 1, "extra": {"deep": [1, 2]}}
+    assert [n.embedding for n in (*result.nodes, *store.get_nodes(["1"]))] == [None] * 3  # the table's are unit vectors
 
 
 def test_adding_twice_replaces_and_a_mutation_by_id_is_seen(store: EmbeddingSearchVectorStore) -> None:
@@ -122,6 +123,12 @@ def test_delete_by_source_document_and_by_node_ids(store: EmbeddingSearchVectorS
     store.delete_nodes(["4", "missing"])
     assert ask(store, "foo", 10) == ["2"]
     store.delete("nothing-of-it")  # no error
+
+
+def test_a_node_id_twice_in_one_add_is_refused(store: EmbeddingSearchVectorStore) -> None:
+    with pytest.raises(ValueError, match=r"^documents\[2\] \(id '1'\): the id comes twice \(documents\[0\] too\)"):
+        store.add([node("1", "foo"), node("2", "bar"), node("1", "baz")])
+    assert ask(store, "foo", 3) == []
 
 
 def test_get_nodes_skips_missing_ids(store: EmbeddingSearchVectorStore) -> None:
@@ -241,7 +248,8 @@ def test_mmr_is_maximal_marginal_relevance(store: EmbeddingSearchVectorStore, le
 
 def test_a_retrievers_mmr_threshold_is_the_stores(store: EmbeddingSearchVectorStore, lee_nodes: list[TextNode]) -> None:
     """A retriever hands ``vector_store_kwargs`` to ``query`` as keyword arguments (as SimpleVectorStore reads
-    ``mmr_threshold``): the threshold given there is the one searched with."""
+    ``mmr_threshold``): the threshold given there is the one searched with; another one (a misspelt name) is
+    refused, not ignored."""
     index = VectorStoreIndex.from_vector_store(store, embed_model=FakeEmbedding())
     for threshold in (0.0, 0.3, 1.0):
         retriever = index.as_retriever(
@@ -252,6 +260,11 @@ def test_a_retrievers_mmr_threshold_is_the_stores(store: EmbeddingSearchVectorSt
     assert ask(store, "election", 10, mode=VectorStoreQueryMode.MMR, mmr_threshold=0.0) != ask(store, "election", 10)
     with pytest.raises(ValueError, match="mmr_threshold must be between 0 and 1"):
         ask(store, "election", 10, mode=VectorStoreQueryMode.MMR, mmr_threshold=1.5)
+    misspelt = index.as_retriever(vector_store_query_mode="mmr", vector_store_kwargs={"mmr_treshold": 0.0})
+    with pytest.raises(TypeError, match=r"does not take 'mmr_treshold'.* it takes mmr_threshold"):
+        misspelt.retrieve("election")
+    with pytest.raises(TypeError, match="does not take 'mmr_treshold'"):
+        asyncio.run(misspelt.aretrieve("election"))
 
 
 def test_a_vector_store_index_over_the_store(server_url: str, store: EmbeddingSearchVectorStore, lee_docs: Lee) -> None:

@@ -42,6 +42,7 @@ from service.shard_settings import ShardSettings
 
 APP = "service.app:app_from_env"
 M_MMAP_THRESHOLD, M_ARENA_MAX = -3, -8  # glibc mallopt options (malloc.h)
+PR_SET_PDEATHSIG = 1  # prctl option (linux/prctl.h): the signal a process gets when its parent thread exits
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMEXPR_NUM_THREADS")
 
 
@@ -403,15 +404,36 @@ def preload_for_fork() -> None:
     pyarrow.array([0])  # pyarrow imports pandas (when installed) on its first array: here, once, for all workers
 
     fork = multiprocessing.get_context("fork")
+    supervisor = os.getpid()
+
+    def worker_started(**kwargs: Any) -> None:
+        stop_with_supervisor(supervisor)
+        _subprocess.subprocess_started(**kwargs)
 
     def forked_worker(config: Any, target: Any, sockets: list[socket.socket]) -> Any:
         kwargs = {"config": config, "target": target, "sockets": sockets, "stdin_fileno": None}
-        return fork.Process(target=_subprocess.subprocess_started, kwargs=kwargs)
+        return fork.Process(target=worker_started, kwargs=kwargs)
 
     # uvicorn's Process creates its worker through this name (imported there, so not among the module's exports)
     multiprocess.get_subprocess = forked_worker  # type: ignore[attr-defined]
     gc.freeze()  # keep the collector from touching (and so copying) the shared objects in every worker
     gc.enable()  # the supervisor's own objects are collected as usual (main turned the collector off)
+
+
+def stop_with_supervisor(supervisor: int) -> None:
+    """In a worker just forked: SIGTERM when the supervisor dies (Linux), so the worker drains and exits as on
+    the supervisor's own SIGTERM. Otherwise a supervisor killed outright (kill -9, the OOM killer) left its workers
+    serving for ever, orphans holding the port: a new ``embedding-serve`` could not listen on it.
+
+    Until uvicorn takes SIGTERM over, it ends the worker at once, exit 0 (nothing served yet, nothing to drain):
+    the handler inherited from the supervisor would only queue it where nothing reads it."""
+    signal.signal(signal.SIGTERM, _stopped)
+    if not sys.platform.startswith("linux"):
+        return
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    if os.getppid() != supervisor:  # it died before the line above
+        os.kill(os.getpid(), signal.SIGTERM)
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ import psutil
 import pytest
 
 from index.engine.table import Table
+from service.main import listen_problem
 from service_client import ApiError, Client, Neighbor
 from tests.service import raw_http
 from tests.service.real_server import HTTP, Server, start, wait_for
@@ -221,3 +222,33 @@ def test_two_workers_share_the_tables_and_the_metrics(small_data_dir: Path, tmp_
     assert named_line["message"].endswith('"GET /v1/tables/small HTTP/1.1" 200')
     assert entries[0]["level"] == "warning" and "EMBEDDING_LOG_FORMATS is not a setting" in entries[0]["message"]
     assert [entry["message"] for entry in entries].count("Received SIGTERM, exiting.") == 1
+
+
+def test_the_workers_of_a_supervisor_killed_outright_drain_and_exit(
+    small_data_dir: Path, tmp_path: Path, small: Table
+) -> None:
+    """kill -9 of the supervisor (the OOM killer's, an operator's): each worker answers its request in flight and
+    exits, instead of serving on as an orphan that holds the port from the next ``embedding-serve``."""
+    server = start(small_data_dir, tmp_path / "server.log", "--workers", "2", "--threads", "1")
+    workers = psutil.Process(server.process.pid).children()
+    try:
+        answers: list[int] = []
+        tsne = {"tokens": small.tokens[100:400], "method": "tsne", "perplexity": 100}
+        projecting = threading.Thread(
+            target=lambda: answers.append(
+                HTTP.post(f"{server.base}/v1/tables/small/project", json=tsne, timeout=120).status_code
+            )
+        )
+        projecting.start()
+        wait_for(lambda: work_running(server.base) == 1, what="the projection running")
+        server.process.kill()
+        server.process.wait()
+        projecting.join(120)
+        assert answers == [200]
+        alive = psutil.wait_procs(workers, timeout=30)[1]
+        assert not alive, [worker.pid for worker in alive]
+        assert listen_problem("127.0.0.1", server.port) == ""
+    finally:
+        for worker in workers:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                worker.kill()

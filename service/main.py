@@ -290,7 +290,7 @@ def _main(argv: list[str] | None) -> int:
 
         uvicorn.run(APP, **options)  # SIGHUP reaches the app itself, which reloads its tables
     else:
-        serve_workers(options)
+        serve_workers(options, settings.drain_seconds + settings.shutdown_timeout + WORKER_EXIT_MARGIN_SECONDS)
     return 0
 
 
@@ -327,11 +327,16 @@ def start_compaction(settings: Settings) -> None:
 # uvicorn's default kills workers that are only slow, e.g. starved of CPU on a loaded host or hashing a large
 # table at start-up: the requests they were answering are lost and the new worker starts over.
 WORKER_SILENCE_SECONDS = 60
+# How long, past its drain and its shutdown timeout, a worker sent SIGTERM may take to exit before it is killed.
+WORKER_EXIT_MARGIN_SECONDS = 5
 
 
-def serve_workers(options: dict[str, Any]) -> None:
+def serve_workers(options: dict[str, Any], exit_seconds: float) -> None:
     """uvicorn's worker supervisor, except that SIGHUP is passed on to every worker (each reloads its tables)
-    instead of restarting them all; the workers learn the supervisor's pid to ask it for that themselves."""
+    instead of restarting them all, and that a worker still running ``exit_seconds`` after the supervisor sent it
+    SIGTERM is killed; the workers learn the supervisor's pid to ask it for a reload themselves."""
+    import time
+
     import uvicorn
     from uvicorn.supervisors import Multiprocess, multiprocess
 
@@ -372,6 +377,20 @@ def serve_workers(options: dict[str, Any]) -> None:
         def handle_int(self) -> None:
             if not self.should_exit.is_set():
                 super().handle_int()
+
+        def join_all(self) -> None:
+            """uvicorn's wait for the workers sent SIGTERM to exit, up to ``exit_seconds`` in all: a worker still
+            running then (hung, its event loop stuck, or stopped) is killed, instead of holding the supervisor, and
+            the server's exit with it, for ever."""
+            log = logging.getLogger("uvicorn.error")
+            deadline = time.monotonic() + exit_seconds
+            for worker in self.processes:
+                log.info("Waiting for child process [%s]", worker.pid)
+                worker.process.join(max(deadline - time.monotonic(), 0))
+                if worker.exitcode is None:
+                    log.warning("Child process [%s] did not exit in %.0f s, killing it", worker.pid, exit_seconds)
+                    worker.kill()
+                    worker.process.join()
 
         def handle_hup(self) -> None:
             pids = [p.pid for p in self.processes if p.pid is not None and p.process.is_alive()]

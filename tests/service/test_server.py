@@ -136,8 +136,9 @@ def work_running(base: str) -> float:
 def test_two_workers_share_the_tables_and_the_metrics(small_data_dir: Path, tmp_path: Path, small: Table) -> None:
     """Requests and metrics shared by two forked workers; a worker killed midway through its work is restarted at
     once, even while the supervisor's health check waits on it, and its work in flight is no longer counted. A
-    SIGTERM that comes twice stops the server once."""
+    SIGTERM that comes twice stops the server once, a hung worker killed once its shutdown's time is over."""
     env = {"EMBEDDING_MAX_LAYOUT_WORK": "102400"}  # a t-SNE layout of 500 words: long enough to be caught running
+    env |= {"EMBEDDING_SHUTDOWN_TIMEOUT": "0"}  # nothing in flight at the end: the hung worker killed 5 s after
     env |= {"EMBEDDING_LOG_FORMAT": "json", "EMBEDDING_LOG_FORMATS": "json"}  # and a warning about the misspelt one
     server = start(small_data_dir, tmp_path / "server.log", "--workers", "2", "--threads", "1", env=env)
     base = server.base
@@ -207,6 +208,8 @@ def test_two_workers_share_the_tables_and_the_metrics(small_data_dir: Path, tmp_
             what="two new workers ready",
         )
         assert work_running(base) == 0
+        hung = psutil.Process(server.process.pid).children()[0]
+        os.kill(hung.pid, signal.SIGSTOP)  # as a worker whose event loop is stuck: SIGTERM changes nothing
         # SIGTERM twice, as a SIGTERM to the process and to its process group (timeout(1)) brings it: one exit.
         server.process.send_signal(signal.SIGTERM)
         time.sleep(0.1)  # not merged with the first while that one is pending
@@ -222,6 +225,9 @@ def test_two_workers_share_the_tables_and_the_metrics(small_data_dir: Path, tmp_
     assert named_line["message"].endswith('"GET /v1/tables/small HTTP/1.1" 200')
     assert entries[0]["level"] == "warning" and "EMBEDDING_LOG_FORMATS is not a setting" in entries[0]["message"]
     assert [entry["message"] for entry in entries].count("Received SIGTERM, exiting.") == 1
+    killed = f"Child process [{hung.pid}] did not exit in 5 s, killing it"
+    assert [entry["level"] for entry in entries if entry["message"] == killed] == ["warning"]
+    assert not hung.is_running()
 
 
 def test_the_workers_of_a_supervisor_killed_outright_drain_and_exit(

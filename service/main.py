@@ -335,6 +335,7 @@ def serve_workers(options: dict[str, Any], exit_seconds: float) -> None:
     """uvicorn's worker supervisor, except that SIGHUP is passed on to every worker (each reloads its tables)
     instead of restarting them all, and that a worker still running ``exit_seconds`` after the supervisor sent it
     SIGTERM is killed; the workers learn the supervisor's pid to ask it for a reload themselves."""
+    import pickle
     import time
 
     import uvicorn
@@ -350,6 +351,25 @@ def serve_workers(options: dict[str, Any], exit_seconds: float) -> None:
         def start(self) -> None:
             super().start()
             self.child_conn.close()  # forked: the worker has its own copy, and no worker forked later inherits it
+
+        def _healthcheck(self, timeout: float) -> bool | None:
+            """uvicorn's check, whose wait for the answer is cut in half seconds, between which the supervisor
+            handles the SIGTERM, SIGINT or SIGHUP that came meanwhile: while it waited out one silent worker (a
+            minute), the others went that long without their SIGTERM or SIGHUP. Once the supervisor is exiting,
+            the wait ends, and the worker is stopped as the others are."""
+            try:
+                self.parent_conn.send(b"ping")
+                deadline = time.monotonic() + timeout
+                while not self.parent_conn.poll(min(max(deadline - time.monotonic(), 0), 0.5)):
+                    supervisor.handle_urgent_signals()
+                    if supervisor.should_exit.is_set():
+                        return True  # as good as alive: not killed as hung, but sent SIGTERM
+                    if time.monotonic() >= deadline:
+                        return None
+                started: bool = self.parent_conn.recv()
+                return started
+            except (OSError, EOFError, pickle.UnpicklingError):
+                return None
 
     # uvicorn's supervisor creates its workers through this name (init, restart, a dead worker's replacement)
     setattr(multiprocess, "Process", Worker)  # noqa: B010  (an assignment mypy reads as redefining the class)
@@ -392,6 +412,13 @@ def serve_workers(options: dict[str, Any], exit_seconds: float) -> None:
                     worker.kill()
                     worker.process.join()
 
+        def handle_urgent_signals(self) -> None:
+            """The SIGTERM, SIGINT and SIGHUP queued, handled (in the order they came); the others wait for the
+            supervisor's loop, as uvicorn's handling of SIGTTIN and SIGTTOU changes the workers' list."""
+            for sig in [sig for sig in self.signal_queue if sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)]:
+                self.signal_queue.remove(sig)
+                getattr(self, f"handle_{multiprocess.SIGNALS[sig].lower()}")()
+
         def handle_hup(self) -> None:
             pids = [p.pid for p in self.processes if p.pid is not None and p.process.is_alive()]
             logging.getLogger("uvicorn.error").info("Received SIGHUP, workers %s reload their tables.", pids)
@@ -402,7 +429,8 @@ def serve_workers(options: dict[str, Any], exit_seconds: float) -> None:
     os.environ[SUPERVISOR_VARIABLE] = str(os.getpid())
     config = uvicorn.Config(APP, **options, timeout_worker_healthcheck=WORKER_SILENCE_SECONDS)
     preload_for_fork()
-    ReloadingSupervisor(config, sockets=[config.bind_socket()]).run()
+    supervisor = ReloadingSupervisor(config, sockets=[config.bind_socket()])
+    supervisor.run()
 
 
 def preload_for_fork() -> None:

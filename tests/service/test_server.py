@@ -133,10 +133,18 @@ def work_running(base: str) -> float:
     return sum(float(value) for value in found)
 
 
+def exited(process: psutil.Process) -> bool:
+    """Whether ``process`` has exited (a zombie until its parent reaps it)."""
+    with contextlib.suppress(psutil.NoSuchProcess):
+        return process.status() == psutil.STATUS_ZOMBIE
+    return True
+
+
 def test_two_workers_share_the_tables_and_the_metrics(small_data_dir: Path, tmp_path: Path, small: Table) -> None:
     """Requests and metrics shared by two forked workers; a worker killed midway through its work is restarted at
-    once, even while the supervisor's health check waits on it, and its work in flight is no longer counted. A
-    SIGTERM that comes twice stops the server once, a hung worker killed once its shutdown's time is over."""
+    once, even while the supervisor's health check waits on it, and its work in flight is no longer counted. While
+    that check waits on a silent worker, SIGHUP and SIGTERM reach the other at once. A SIGTERM that comes twice
+    stops the server once, a hung worker killed once its shutdown's time is over."""
     env = {"EMBEDDING_MAX_LAYOUT_WORK": "102400"}  # a t-SNE layout of 500 words: long enough to be caught running
     env |= {"EMBEDDING_SHUTDOWN_TIMEOUT": "0"}  # nothing in flight at the end: the hung worker killed 5 s after
     env |= {"EMBEDDING_LOG_FORMAT": "json", "EMBEDDING_LOG_FORMATS": "json"}  # and a warning about the misspelt one
@@ -171,9 +179,13 @@ def test_two_workers_share_the_tables_and_the_metrics(small_data_dir: Path, tmp_
             assert shared_dirty_kib > 16 * 1024, shared_dirty_kib
 
         # A worker silent for longer than uvicorn's default health-check timeout (as one starved of CPU is) is kept.
+        # Meanwhile, as the supervisor's health check waits on it, a SIGHUP reaches the other worker at once.
         os.kill(workers[0].pid, signal.SIGSTOP)
         try:
-            time.sleep(6)
+            time.sleep(1.5)
+            server.process.send_signal(signal.SIGHUP)
+            wait_for(lambda: "SIGHUP: reloading the tables" in server.log(), seconds=3, what="the other's reload")
+            time.sleep(4.5)
             assert workers[0].is_running() and "died" not in server.log()
         finally:
             os.kill(workers[0].pid, signal.SIGCONT)
@@ -208,12 +220,14 @@ def test_two_workers_share_the_tables_and_the_metrics(small_data_dir: Path, tmp_
             what="two new workers ready",
         )
         assert work_running(base) == 0
-        hung = psutil.Process(server.process.pid).children()[0]
+        hung, other = psutil.Process(server.process.pid).children()
         os.kill(hung.pid, signal.SIGSTOP)  # as a worker whose event loop is stuck: SIGTERM changes nothing
+        time.sleep(1.5)  # the supervisor's health check waits on it: the other worker gets its SIGTERM all the same
         # SIGTERM twice, as a SIGTERM to the process and to its process group (timeout(1)) brings it: one exit.
         server.process.send_signal(signal.SIGTERM)
         time.sleep(0.1)  # not merged with the first while that one is pending
         server.process.send_signal(signal.SIGTERM)
+        wait_for(lambda: exited(other), seconds=3, what="the other worker's exit")  # reaped after the hung one
     finally:
         stop(server)
     # Every line of the supervisor's and the workers', from the start-up's warning to the shutdown, is one object.

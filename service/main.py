@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import atexit
+import contextlib
 import ctypes
 import difflib
 import gc
@@ -134,6 +135,19 @@ def metrics_dir_problem(environ: MutableMapping[str, str]) -> str:
     return ""
 
 
+def clear_live_gauges(metrics_dir: str | None) -> None:
+    """The live gauges' files (the work in flight) of an earlier server's processes taken out of a metrics directory
+    one sets: a server killed outright leaves them, and ``/metrics`` would add up that server's work in flight for
+    ever (a worker given the pid of one of its would even count on from it). Counters and histograms stay: they only
+    add up, as prometheus_client's files of dead processes do."""
+    if not metrics_dir:
+        return
+    for entry in os.scandir(metrics_dir):
+        if entry.name.startswith("gauge_live") and entry.name.endswith(".db"):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(entry.path)
+
+
 def listen_problem(host: str, port: int) -> str:
     """Why ``host:port`` cannot be listened on (in use, an address of no interface here, a name that does not
     resolve), bound as uvicorn binds it; "" when it can. uvicorn would say so only once the tables are loaded."""
@@ -250,6 +264,7 @@ def _main(argv: list[str] | None) -> int:
     settings = Settings()
     if args.workers * threads > cores():
         say(f"{args.workers} workers x {threads} threads exceeds {cores()} cores", log_format, logging.WARNING)
+    clear_live_gauges(os.environ.get("PROMETHEUS_MULTIPROC_DIR"))  # before any process of this server writes one
     if args.workers > 1 and not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
         metrics_dir = tempfile.mkdtemp(prefix="embedding-metrics-")
         atexit.register(shutil.rmtree, metrics_dir, ignore_errors=True)

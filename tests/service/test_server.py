@@ -133,6 +133,21 @@ def work_running(base: str) -> float:
     return sum(float(value) for value in found)
 
 
+def project_running(base: str, tokens: list[str]) -> threading.Thread:
+    """A t-SNE projection of ``tokens`` (long enough to be caught running) asked in a thread, once it runs; its
+    answer is not awaited (its worker may be killed)."""
+
+    def project() -> None:
+        with contextlib.suppress(httpx.HTTPError):
+            HTTP.post(f"{base}/v1/tables/small/project", json=tsne, timeout=120)
+
+    tsne = {"tokens": tokens, "method": "tsne", "perplexity": 100}
+    projecting = threading.Thread(target=project)
+    projecting.start()
+    wait_for(lambda: work_running(base) == 1, what="the projection running")
+    return projecting
+
+
 def exited(process: psutil.Process) -> bool:
     """Whether ``process`` has exited (a zombie until its parent reaps it)."""
     with contextlib.suppress(psutil.NoSuchProcess):
@@ -192,15 +207,7 @@ def test_two_workers_share_the_tables_and_the_metrics(small_data_dir: Path, tmp_
         with Client(base) as api:
             assert all(api.neighbors("small", "heart", k=3) for _ in range(4))
 
-        tsne = {"tokens": small.tokens[100:600], "method": "tsne", "perplexity": 100}
-
-        def project() -> None:
-            with contextlib.suppress(httpx.HTTPError):  # its worker is killed: no answer
-                HTTP.post(f"{base}/v1/tables/small/project", json=tsne, timeout=120)
-
-        projecting = threading.Thread(target=project)
-        projecting.start()
-        wait_for(lambda: work_running(base) == 1, what="the projection running")
+        projecting = project_running(base, small.tokens[100:600])
         # Both silent first, so that the supervisor's health check (every half second) is waiting on one of them
         # when they die, as when the OOM killer takes a busy worker: the deaths are seen at once, not when the
         # check's 60 s run out.
@@ -272,3 +279,23 @@ def test_the_workers_of_a_supervisor_killed_outright_drain_and_exit(
         for worker in workers:
             with contextlib.suppress(psutil.NoSuchProcess):
                 worker.kill()
+
+
+def test_the_work_in_flight_of_a_server_killed_outright_is_not_counted_by_the_next(
+    small_data_dir: Path, tmp_path: Path, small: Table
+) -> None:
+    """A metrics directory one sets outlives a server killed with all its workers (kill -9): the next server's
+    ``/metrics`` does not count the work that was in flight then, for ever."""
+    env = {"PROMETHEUS_MULTIPROC_DIR": str(tmp_path)}
+    server = start(small_data_dir, tmp_path / "first.log", "--workers", "2", "--threads", "1", env=env)
+    projecting = project_running(server.base, small.tokens[100:400])
+    processes = [psutil.Process(server.process.pid), *psutil.Process(server.process.pid).children()]
+    for process in processes:
+        process.kill()
+    assert not psutil.wait_procs(processes, timeout=30)[1]
+    projecting.join(120)
+    server = start(small_data_dir, tmp_path / "second.log", "--workers", "2", "--threads", "1", env=env)
+    try:
+        assert work_running(server.base) == 0
+    finally:
+        stop(server)

@@ -276,6 +276,7 @@ def test_the_workers_of_a_supervisor_killed_outright_drain_and_exit(
         assert not alive, [worker.pid for worker in alive]
         assert listen_problem("127.0.0.1", server.port) == ""
     finally:
+        server.process.kill()  # nothing if the test did
         for worker in workers:
             with contextlib.suppress(psutil.NoSuchProcess):
                 worker.kill()
@@ -288,10 +289,12 @@ def test_the_work_in_flight_of_a_server_killed_outright_is_not_counted_by_the_ne
     ``/metrics`` does not count the work that was in flight then, for ever."""
     env = {"PROMETHEUS_MULTIPROC_DIR": str(tmp_path)}
     server = start(small_data_dir, tmp_path / "first.log", "--workers", "2", "--threads", "1", env=env)
-    projecting = project_running(server.base, small.tokens[100:400])
     processes = [psutil.Process(server.process.pid), *psutil.Process(server.process.pid).children()]
-    for process in processes:
-        process.kill()
+    try:
+        projecting = project_running(server.base, small.tokens[100:400])
+    finally:
+        for process in processes:
+            process.kill()
     assert not psutil.wait_procs(processes, timeout=30)[1]
     projecting.join(120)
     server = start(small_data_dir, tmp_path / "second.log", "--workers", "2", "--threads", "1", env=env)

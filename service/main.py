@@ -135,6 +135,19 @@ def metrics_dir_problem(environ: MutableMapping[str, str]) -> str:
     return ""
 
 
+def clear_live_gauges(metrics_dir: str | None) -> None:
+    """The live gauges' files (the work in flight) of an earlier server's processes taken out of a metrics directory
+    one sets: a server killed outright leaves them, and ``/metrics`` would add up that server's work in flight for
+    ever (a worker given the pid of one of its would even count on from it). Counters and histograms stay: they only
+    add up, as prometheus_client's files of dead processes do."""
+    if not metrics_dir:
+        return
+    for entry in os.scandir(metrics_dir):
+        if entry.name.startswith("gauge_live") and entry.name.endswith(".db"):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(entry.path)
+
+
 def listen_problem(host: str, port: int) -> str:
     """Why ``host:port`` cannot be listened on (in use, an address of no interface here, a name that does not
     resolve), bound as uvicorn binds it; "" when it can. uvicorn would say so only once the tables are loaded."""
@@ -186,7 +199,7 @@ def main(argv: list[str] | None = None) -> int:
     # SIGTERM during the start-up ends it at once, exit 0. As a container's PID 1 the process would otherwise ignore
     # SIGTERM until a handler is in place, and the pod wait out its grace period. uvicorn installs its own handlers
     # once it serves (graceful shutdown), and raises the signal again with this one when done: exit 0 then too.
-    previous = signal.signal(signal.SIGTERM, _stopped)
+    previous = signal.signal(signal.SIGTERM, exit_at_once)
     # SIGHUP (reload the tables) is ignored until the app, or the workers' supervisor, handles it: a reload before
     # the tables are read is moot, and one must not stop the server. A deferred index build started below sends
     # one to this process when it publishes (service.indexing), at any moment of the start-up.
@@ -251,6 +264,7 @@ def _main(argv: list[str] | None) -> int:
     settings = Settings()
     if args.workers * threads > cores():
         say(f"{args.workers} workers x {threads} threads exceeds {cores()} cores", log_format, logging.WARNING)
+    clear_live_gauges(os.environ.get("PROMETHEUS_MULTIPROC_DIR"))  # before any process of this server writes one
     if args.workers > 1 and not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
         metrics_dir = tempfile.mkdtemp(prefix="embedding-metrics-")
         atexit.register(shutil.rmtree, metrics_dir, ignore_errors=True)
@@ -289,11 +303,13 @@ def _main(argv: list[str] | None) -> int:
 
         uvicorn.run(APP, **options)  # SIGHUP reaches the app itself, which reloads its tables
     else:
-        serve_workers(options)
+        from service.workers import WORKER_EXIT_MARGIN_SECONDS, serve_workers
+
+        serve_workers(options, settings.drain_seconds + settings.shutdown_timeout + WORKER_EXIT_MARGIN_SECONDS)
     return 0
 
 
-def _stopped(signum: int, frame: FrameType | None) -> None:
+def exit_at_once(signum: int, frame: FrameType | None) -> None:
     raise SystemExit(0)
 
 
@@ -320,98 +336,6 @@ def start_compaction(settings: Settings) -> None:
     compaction = AutoCompaction(settings.data_dir, settings.compact_rows, settings.compact_seconds)
     compaction.start()
     atexit.register(compaction.stop)
-
-
-# How long a worker may leave the supervisor's health check unanswered before it is killed as hung and replaced.
-# uvicorn's default kills workers that are only slow, e.g. starved of CPU on a loaded host or hashing a large
-# table at start-up: the requests they were answering are lost and the new worker starts over.
-WORKER_SILENCE_SECONDS = 60
-
-
-def serve_workers(options: dict[str, Any]) -> None:
-    """uvicorn's worker supervisor, except that SIGHUP is passed on to every worker (each reloads its tables)
-    instead of restarting them all; the workers learn the supervisor's pid to ask it for that themselves."""
-    import uvicorn
-    from uvicorn.supervisors import Multiprocess, multiprocess
-
-    class Worker(multiprocess.Process):
-        """uvicorn's worker, whose end of its health-check pipe the supervisor closes once the worker holds it:
-        when the worker dies, the pipe closes with it, and a health check waiting on it (for up to
-        ``WORKER_SILENCE_SECONDS``, as one of a busy worker may) ends at once and the worker is replaced. With the
-        supervisor's copy open, a worker killed during the check (the kernel's OOM killer picks a busy one) went
-        unreplaced until the check's timeout, and the other workers' deaths with it."""
-
-        def start(self) -> None:
-            super().start()
-            self.child_conn.close()  # forked: the worker has its own copy, and no worker forked later inherits it
-
-    # uvicorn's supervisor creates its workers through this name (init, restart, a dead worker's replacement)
-    setattr(multiprocess, "Process", Worker)  # noqa: B010  (an assignment mypy reads as redefining the class)
-
-    class ReloadingSupervisor(Multiprocess):
-        def keep_subprocess_alive(self) -> None:
-            """uvicorn's restart of dead workers, then each dead worker's live gauges (the work in flight) taken out
-            of ``/metrics``, which would otherwise count it for ever."""
-            before = {p.pid for p in self.processes}
-            super().keep_subprocess_alive()
-            if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
-                from prometheus_client import multiprocess
-
-                for pid in before - {p.pid for p in self.processes}:
-                    if pid is not None:
-                        multiprocess.mark_process_dead(pid)  # type: ignore[no-untyped-call]  # unannotated there
-
-        # uvicorn queues each signal its handler catches and handles the queue every half second: a SIGTERM that
-        # reaches the process twice (to it and to its process group, as timeout(1) sends it) would log its exit
-        # twice. Once exiting, another SIGTERM or SIGINT is the same request.
-        def handle_term(self) -> None:
-            if not self.should_exit.is_set():
-                super().handle_term()
-
-        def handle_int(self) -> None:
-            if not self.should_exit.is_set():
-                super().handle_int()
-
-        def handle_hup(self) -> None:
-            pids = [p.pid for p in self.processes if p.pid is not None and p.process.is_alive()]
-            logging.getLogger("uvicorn.error").info("Received SIGHUP, workers %s reload their tables.", pids)
-            for pid in pids:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGHUP)
-
-    os.environ[SUPERVISOR_VARIABLE] = str(os.getpid())
-    config = uvicorn.Config(APP, **options, timeout_worker_healthcheck=WORKER_SILENCE_SECONDS)
-    preload_for_fork()
-    ReloadingSupervisor(config, sockets=[config.bind_socket()]).run()
-
-
-def preload_for_fork() -> None:
-    """Import what a worker imports once, in the supervisor, and fork the workers from it instead of spawning
-    fresh interpreters: the imported modules' pages are then shared by every worker (copy-on-write), which saves
-    most of a worker's private memory. Nothing here starts a thread, so forking is safe; each worker still builds
-    its own app and maps the tables itself. A forked worker also inherits the supervisor's SIGHUP handler, so a
-    SIGHUP that reaches it before its app handles them does no harm (its tables are not read yet, or the app
-    reloads once they are: ``service.reload``)."""
-    import multiprocessing
-
-    import pyarrow
-    from uvicorn import _subprocess
-    from uvicorn.supervisors import multiprocess
-
-    import service.app  # noqa: F401  (numpy, FAISS, FastAPI, pydantic: the bulk of a worker's memory)
-
-    pyarrow.array([0])  # pyarrow imports pandas (when installed) on its first array: here, once, for all workers
-
-    fork = multiprocessing.get_context("fork")
-
-    def forked_worker(config: Any, target: Any, sockets: list[socket.socket]) -> Any:
-        kwargs = {"config": config, "target": target, "sockets": sockets, "stdin_fileno": None}
-        return fork.Process(target=_subprocess.subprocess_started, kwargs=kwargs)
-
-    # uvicorn's Process creates its worker through this name (imported there, so not among the module's exports)
-    multiprocess.get_subprocess = forked_worker  # type: ignore[attr-defined]
-    gc.freeze()  # keep the collector from touching (and so copying) the shared objects in every worker
-    gc.enable()  # the supervisor's own objects are collected as usual (main turned the collector off)
 
 
 if __name__ == "__main__":

@@ -23,8 +23,8 @@ import yaml
 
 from bench.common import free_port
 from index.engine.table import Table
-from service.main import WORKER_SILENCE_SECONDS
 from service.settings import KEY_FILE_VARIABLES, KEY_SETTINGS, Settings
+from service.workers import WORKER_SILENCE_SECONDS
 from tests.deploy.support import (
     DOCKERFILE,
     REPO,

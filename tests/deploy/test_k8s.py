@@ -41,9 +41,9 @@ from index.build.writer import build_table
 from index.engine import transformer_encoder
 from service.app import create_app
 from service.http import auth
-from service.main import WORKER_SILENCE_SECONDS
 from service.main import parser as serve_parser
 from service.settings import KEY_FILE_VARIABLES, Settings
+from service.workers import WORKER_SILENCE_SECONDS
 from tests.deploy.support import (
     REPO,
     exec_form,

@@ -17,6 +17,7 @@ import psutil
 import pytest
 
 from index.engine.table import Table
+from service.main import listen_problem
 from service_client import ApiError, Client, Neighbor
 from tests.service import raw_http
 from tests.service.real_server import HTTP, Server, start, wait_for
@@ -132,11 +133,35 @@ def work_running(base: str) -> float:
     return sum(float(value) for value in found)
 
 
+def project_running(base: str, tokens: list[str]) -> threading.Thread:
+    """A t-SNE projection of ``tokens`` (long enough to be caught running) asked in a thread, once it runs; its
+    answer is not awaited (its worker may be killed)."""
+
+    def project() -> None:
+        with contextlib.suppress(httpx.HTTPError):
+            HTTP.post(f"{base}/v1/tables/small/project", json=tsne, timeout=120)
+
+    tsne = {"tokens": tokens, "method": "tsne", "perplexity": 100}
+    projecting = threading.Thread(target=project)
+    projecting.start()
+    wait_for(lambda: work_running(base) == 1, what="the projection running")
+    return projecting
+
+
+def exited(process: psutil.Process) -> bool:
+    """Whether ``process`` has exited (a zombie until its parent reaps it)."""
+    with contextlib.suppress(psutil.NoSuchProcess):
+        return process.status() == psutil.STATUS_ZOMBIE
+    return True
+
+
 def test_two_workers_share_the_tables_and_the_metrics(small_data_dir: Path, tmp_path: Path, small: Table) -> None:
     """Requests and metrics shared by two forked workers; a worker killed midway through its work is restarted at
-    once, even while the supervisor's health check waits on it, and its work in flight is no longer counted. A
-    SIGTERM that comes twice stops the server once."""
+    once, even while the supervisor's health check waits on it, and its work in flight is no longer counted. While
+    that check waits on a silent worker, SIGHUP and SIGTERM reach the other at once. A SIGTERM that comes twice
+    stops the server once, a hung worker killed once its shutdown's time is over."""
     env = {"EMBEDDING_MAX_LAYOUT_WORK": "102400"}  # a t-SNE layout of 500 words: long enough to be caught running
+    env |= {"EMBEDDING_SHUTDOWN_TIMEOUT": "0"}  # nothing in flight at the end: the hung worker killed 5 s after
     env |= {"EMBEDDING_LOG_FORMAT": "json", "EMBEDDING_LOG_FORMATS": "json"}  # and a warning about the misspelt one
     server = start(small_data_dir, tmp_path / "server.log", "--workers", "2", "--threads", "1", env=env)
     base = server.base
@@ -169,24 +194,20 @@ def test_two_workers_share_the_tables_and_the_metrics(small_data_dir: Path, tmp_
             assert shared_dirty_kib > 16 * 1024, shared_dirty_kib
 
         # A worker silent for longer than uvicorn's default health-check timeout (as one starved of CPU is) is kept.
+        # Meanwhile, as the supervisor's health check waits on it, a SIGHUP reaches the other worker at once.
         os.kill(workers[0].pid, signal.SIGSTOP)
         try:
-            time.sleep(6)
+            time.sleep(1.5)
+            server.process.send_signal(signal.SIGHUP)
+            wait_for(lambda: "SIGHUP: reloading the tables" in server.log(), seconds=3, what="the other's reload")
+            time.sleep(4.5)
             assert workers[0].is_running() and "died" not in server.log()
         finally:
             os.kill(workers[0].pid, signal.SIGCONT)
         with Client(base) as api:
             assert all(api.neighbors("small", "heart", k=3) for _ in range(4))
 
-        tsne = {"tokens": small.tokens[100:600], "method": "tsne", "perplexity": 100}
-
-        def project() -> None:
-            with contextlib.suppress(httpx.HTTPError):  # its worker is killed: no answer
-                HTTP.post(f"{base}/v1/tables/small/project", json=tsne, timeout=120)
-
-        projecting = threading.Thread(target=project)
-        projecting.start()
-        wait_for(lambda: work_running(base) == 1, what="the projection running")
+        projecting = project_running(base, small.tokens[100:600])
         # Both silent first, so that the supervisor's health check (every half second) is waiting on one of them
         # when they die, as when the OOM killer takes a busy worker: the deaths are seen at once, not when the
         # check's 60 s run out.
@@ -206,10 +227,14 @@ def test_two_workers_share_the_tables_and_the_metrics(small_data_dir: Path, tmp_
             what="two new workers ready",
         )
         assert work_running(base) == 0
+        hung, other = psutil.Process(server.process.pid).children()
+        os.kill(hung.pid, signal.SIGSTOP)  # as a worker whose event loop is stuck: SIGTERM changes nothing
+        time.sleep(1.5)  # the supervisor's health check waits on it: the other worker gets its SIGTERM all the same
         # SIGTERM twice, as a SIGTERM to the process and to its process group (timeout(1)) brings it: one exit.
         server.process.send_signal(signal.SIGTERM)
         time.sleep(0.1)  # not merged with the first while that one is pending
         server.process.send_signal(signal.SIGTERM)
+        wait_for(lambda: exited(other), seconds=3, what="the other worker's exit")  # reaped after the hung one
     finally:
         stop(server)
     # Every line of the supervisor's and the workers', from the start-up's warning to the shutdown, is one object.
@@ -221,3 +246,59 @@ def test_two_workers_share_the_tables_and_the_metrics(small_data_dir: Path, tmp_
     assert named_line["message"].endswith('"GET /v1/tables/small HTTP/1.1" 200')
     assert entries[0]["level"] == "warning" and "EMBEDDING_LOG_FORMATS is not a setting" in entries[0]["message"]
     assert [entry["message"] for entry in entries].count("Received SIGTERM, exiting.") == 1
+    killed = f"Child process [{hung.pid}] did not exit in 5 s, killing it"
+    assert [entry["level"] for entry in entries if entry["message"] == killed] == ["warning"]
+    assert not hung.is_running()
+
+
+def test_the_workers_of_a_supervisor_killed_outright_drain_and_exit(
+    small_data_dir: Path, tmp_path: Path, small: Table
+) -> None:
+    """kill -9 of the supervisor (the OOM killer's, an operator's): each worker answers its request in flight and
+    exits, instead of serving on as an orphan that holds the port from the next ``embedding-serve``."""
+    server = start(small_data_dir, tmp_path / "server.log", "--workers", "2", "--threads", "1")
+    workers = psutil.Process(server.process.pid).children()
+    try:
+        answers: list[int] = []
+        tsne = {"tokens": small.tokens[100:400], "method": "tsne", "perplexity": 100}
+        projecting = threading.Thread(
+            target=lambda: answers.append(
+                HTTP.post(f"{server.base}/v1/tables/small/project", json=tsne, timeout=120).status_code
+            )
+        )
+        projecting.start()
+        wait_for(lambda: work_running(server.base) == 1, what="the projection running")
+        server.process.kill()
+        server.process.wait()
+        projecting.join(120)
+        assert answers == [200]
+        alive = psutil.wait_procs(workers, timeout=30)[1]
+        assert not alive, [worker.pid for worker in alive]
+        assert listen_problem("127.0.0.1", server.port) == ""
+    finally:
+        server.process.kill()  # nothing if the test did
+        for worker in workers:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                worker.kill()
+
+
+def test_the_work_in_flight_of_a_server_killed_outright_is_not_counted_by_the_next(
+    small_data_dir: Path, tmp_path: Path, small: Table
+) -> None:
+    """A metrics directory one sets outlives a server killed with all its workers (kill -9): the next server's
+    ``/metrics`` does not count the work that was in flight then, for ever."""
+    env = {"PROMETHEUS_MULTIPROC_DIR": str(tmp_path)}
+    server = start(small_data_dir, tmp_path / "first.log", "--workers", "2", "--threads", "1", env=env)
+    processes = [psutil.Process(server.process.pid), *psutil.Process(server.process.pid).children()]
+    try:
+        projecting = project_running(server.base, small.tokens[100:400])
+    finally:
+        for process in processes:
+            process.kill()
+    assert not psutil.wait_procs(processes, timeout=30)[1]
+    projecting.join(120)
+    server = start(small_data_dir, tmp_path / "second.log", "--workers", "2", "--threads", "1", env=env)
+    try:
+        assert work_running(server.base) == 0
+    finally:
+        stop(server)

@@ -176,10 +176,11 @@ def test_a_refusal_imports_no_numpy_and_leaves_the_collector_on(tmp_path: Path) 
 HUP = """
 import signal
 import service.main as serve
+import service.workers as workers
 
 seen = []
 serve.start_deferred_builds = lambda settings: seen.append(signal.getsignal(signal.SIGHUP) is signal.SIG_IGN)
-serve.serve_workers = lambda options: seen.append(signal.getsignal(signal.SIGHUP) is signal.SIG_IGN)
+workers.serve_workers = lambda options, exit_seconds: seen.append(signal.getsignal(signal.SIGHUP) is signal.SIG_IGN)
 code = serve.main(["--data-dir", {data_dir!r}, "--workers", "2", "--port", "0"])
 print(code, seen, signal.getsignal(signal.SIGHUP) is signal.SIG_DFL)
 """

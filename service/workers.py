@@ -34,7 +34,6 @@ def serve_workers(options: dict[str, Any], exit_seconds: float) -> None:
     """uvicorn's worker supervisor, except that SIGHUP is passed on to every worker (each reloads its tables)
     instead of restarting them all, and that a worker still running ``exit_seconds`` after the supervisor sent it
     SIGTERM is killed; the workers learn the supervisor's pid to ask it for a reload themselves."""
-    import pickle
     import time
 
     import uvicorn
@@ -67,7 +66,7 @@ def serve_workers(options: dict[str, Any], exit_seconds: float) -> None:
                         return None
                 started: bool = self.parent_conn.recv()
                 return started
-            except (OSError, EOFError, pickle.UnpicklingError):
+            except Exception:  # the pipe closed or broke, or the answer was garbled (its own worker's): no answer
                 return None
 
     # uvicorn's supervisor creates its workers through this name (init, restart, a dead worker's replacement)

@@ -1,13 +1,13 @@
 """numba's cache for the umap-learn code a UMAP layout compiles, so that a process's first layout loads it.
 
 umap-learn declares its k nearest neighbours, fuzzy graph and layout-epoch functions without numba's cache (a few
-of its own and pynndescent's have it): every process compiled them at its first UMAP, about 12 s of CPU. ``enable``
-turns the cache on for them, and numba keeps the machine code in the first place it can write: ``NUMBA_CACHE_DIR``
-(the image's is under /tmp, shared by a container's workers), the package's ``__pycache__``, the user's cache
-directory; the next process loads the same machine code instead of compiling it. Where none is writable numba
-finds no locator and those functions compile in the process as before (``import umap`` needs one already, for its
-cached functions, so that happens only when the place stopped being writable since); a cache that fails to write
-is turned off (``disable``) and the layout runs again without it.
+of its own and pynndescent's have it): every process compiled them at its first UMAP (BENCHMARKS.md has the
+cost). ``enable`` turns the cache on for them, and numba keeps the machine code in the first place it can write:
+``NUMBA_CACHE_DIR`` (the image's is under /tmp, shared by a container's workers), the package's ``__pycache__``,
+the user's cache directory; the next process loads the same machine code instead of compiling it. Where none is
+writable numba finds no locator and those functions compile in the process as before (``import umap`` needs one
+already, for its cached functions, so that happens only when the place stopped being writable since); a cache
+that fails to write is turned off (``disable``) and the layout runs again without it.
 """
 
 from __future__ import annotations

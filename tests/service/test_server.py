@@ -161,7 +161,7 @@ def test_two_workers_share_the_tables_and_the_metrics(small_data_dir: Path, tmp_
     that check waits on a silent worker, SIGHUP and SIGTERM reach the other at once. A SIGTERM that comes twice
     stops the server once, a hung worker killed once its shutdown's time is over."""
     env = {"EMBEDDING_MAX_LAYOUT_WORK": "102400"}  # a t-SNE layout of 500 words: long enough to be caught running
-    env |= {"EMBEDDING_SHUTDOWN_TIMEOUT": "0"}  # nothing in flight at the end: the hung worker killed 5 s after
+    env |= {"EMBEDDING_SHUTDOWN_TIMEOUT": "0"}  # nothing in flight at the end: the hung worker killed soon after
     env |= {"EMBEDDING_LOG_FORMAT": "json", "EMBEDDING_LOG_FORMATS": "json"}  # and a warning about the misspelt one
     server = start(small_data_dir, tmp_path / "server.log", "--workers", "2", "--threads", "1", env=env)
     base = server.base
@@ -210,7 +210,7 @@ def test_two_workers_share_the_tables_and_the_metrics(small_data_dir: Path, tmp_
         projecting = project_running(base, small.tokens[100:600])
         # Both silent first, so that the supervisor's health check (every half second) is waiting on one of them
         # when they die, as when the OOM killer takes a busy worker: the deaths are seen at once, not when the
-        # check's 60 s run out.
+        # check's WORKER_SILENCE_SECONDS run out.
         for worker in workers:
             os.kill(worker.pid, signal.SIGSTOP)
         time.sleep(1.5)

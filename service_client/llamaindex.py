@@ -14,7 +14,7 @@ written to that field too, and its source document's id to a ``ref_doc_id`` fiel
 ``delete(ref_doc_id)`` deletes the nodes of a source document (by that field); ``query`` searches by the query
 embedding with ``MetadataFilters`` translated to the server's filter language (on the table's fields), mode
 ``mmr`` by the server's ``diversity`` (``1 - mmr_threshold``, 0.5 by default), ``text_search`` and ``hybrid`` by
-its keyword and hybrid searches of the query text.
+its keyword and hybrid searches of the query text (``alpha`` 1 its vector search, 0 its keyword search).
 
 The async methods (``async_add``, ``aquery``, ``adelete``, ...) are the store's own, over an
 :class:`~service_client.AsyncClient` like ``client`` (made on first use on each event loop; ``aclose()`` closes
@@ -120,14 +120,29 @@ def _empty(key: str, kind: str | None) -> dict[str, Any]:
     raise ValueError(f"filter operator 'is_empty' needs the type of field {key!r}, which the table does not have")
 
 
+def _mode(query: VectorStoreQuery) -> VectorStoreQueryMode:
+    """The mode ``query`` is searched in: its own (which may be given as its string), but ``hybrid`` with
+    ``alpha`` 1 is a vector search and with ``alpha`` 0 a keyword search, as LlamaIndex defines alpha (and
+    Weaviate searches): a list of weight 0 would otherwise still add its documents, scored 0, to the fused one."""
+    mode = VectorStoreQueryMode(query.mode)
+    if mode != VectorStoreQueryMode.HYBRID or query.alpha is None:
+        return mode
+    if not 0.0 <= query.alpha <= 1.0:
+        raise ValueError(f"alpha must be between 0 (keyword search) and 1 (vector search), not {query.alpha}")
+    if query.alpha == 1.0:
+        return VectorStoreQueryMode.DEFAULT
+    return VectorStoreQueryMode.TEXT_SEARCH if query.alpha == 0.0 else mode
+
+
 def _asked(query: VectorStoreQuery, kwargs: dict[str, Any]) -> dict[str, Any]:
     """The search of ``query`` but its filter: by the query embedding (else the text, embedded by the table's
     encoder); mode ``text_search`` by BM25 over the query text, ``hybrid`` both fused (``alpha`` the vector
-    list's weight, ``1 - alpha`` the keyword list's), ``mmr`` with the server's ``diversity``."""
-    mode = VectorStoreQueryMode(query.mode)  # a query's mode may be given as its string
+    list's weight, ``1 - alpha`` the keyword list's; see :func:`_mode` for 0 and 1), ``mmr`` with the server's
+    ``diversity``."""
+    given, mode = VectorStoreQueryMode(query.mode), _mode(query)
+    if given in (VectorStoreQueryMode.TEXT_SEARCH, VectorStoreQueryMode.HYBRID) and query.query_str is None:
+        raise ValueError(f"query mode {given.value!r} needs a query text")
     if mode in (VectorStoreQueryMode.TEXT_SEARCH, VectorStoreQueryMode.HYBRID):
-        if query.query_str is None:
-            raise ValueError(f"query mode {mode.value!r} needs a query text")
         if mode == VectorStoreQueryMode.TEXT_SEARCH:
             return {"text": query.query_str, "mode": "keyword"}
         body: dict[str, Any] = {"text": query.query_str, "mode": "hybrid"}

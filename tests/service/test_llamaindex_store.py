@@ -328,6 +328,31 @@ def test_text_search_and_hybrid_modes_are_the_servers(
         store.query(VectorStoreQuery(query_embedding=vector, mode="hybrid"))
 
 
+def test_hybrid_alpha_one_is_the_vector_search_and_zero_the_keyword_search(
+    store: EmbeddingSearchVectorStore, lee_nodes: list[TextNode]
+) -> None:
+    """LlamaIndex's ``alpha`` runs from 0 (keyword search) to 1 (vector search): at its ends the answer is the
+    server's vector or keyword search, not a fusion that keeps the other list's documents, scored 0."""
+    text = "firefighters"  # in fewer nodes than k
+    vector = FAKE.embed_query(text)
+    odd = MetadataFilters(filters=[MetadataFilter(key="row", value=[1, 3, 5, 7, 9, 11], operator=FilterOperator.NIN)])
+
+    def hybrid(alpha: float) -> VectorStoreQuery:
+        return VectorStoreQuery(
+            query_str=text, query_embedding=vector, similarity_top_k=10, mode="hybrid", alpha=alpha, filters=odd
+        )
+
+    by_vector = store.client.search_documents("li", k=10, vector=vector, filter=filter_of(odd)).hits
+    by_keyword = store.client.search_documents("li", k=10, text=text, mode="keyword", filter=filter_of(odd)).hits
+    assert 0 < len(by_keyword) < 10
+    for alpha, hits in ((1.0, by_vector), (0.0, by_keyword)):
+        result = store.query(hybrid(alpha))
+        assert (result.ids, result.similarities) == ([hit.id for hit in hits], [hit.score for hit in hits]), alpha
+    assert len(store.query(hybrid(0.01)).ids or []) == 10  # both lists, fused
+    with pytest.raises(ValueError, match=r"alpha must be between 0 .* and 1"):
+        store.query(hybrid(1.5))
+
+
 def test_filters_pass_the_nodes_llamaindexs_own_store_passes(store: EmbeddingSearchVectorStore) -> None:
     """Each operator, alone and combined by and, or and not, passes the nodes LlamaIndex's ``SimpleVectorStore``
     passes: ``in`` of no values none, ``nin`` of no values every node (a node without the key too), ``is_empty``

@@ -10,11 +10,13 @@ embedding-search[llamaindex]``).
 
 ``add`` upserts each node by its id (its embedding as the vector, its text, its metadata and relationships kept
 whole, as JSON, in the table's string field ``metadata``; a metadata key that is also a field of the table is
-written to that field too, and its source document's id to a ``ref_doc_id`` field when the table has one);
-``delete(ref_doc_id)`` deletes the nodes of a source document (by that field); ``query`` searches by the query
-embedding with ``MetadataFilters`` translated to the server's filter language (on the table's fields), mode
-``mmr`` by the server's ``diversity`` (``1 - mmr_threshold``, 0.5 by default), ``text_search`` and ``hybrid`` by
-its keyword and hybrid searches of the query text.
+written to that field too, its source document's id to a ``ref_doc_id`` field and its own to a ``node_id`` field
+when the table has them); ``delete(ref_doc_id)`` deletes the nodes of a source document (by that field);
+``get_nodes(filters=...)`` lists the nodes the filters pass (pages of a filtered search); ``query`` searches by
+the query embedding with ``MetadataFilters`` translated to the server's filter language (on the table's fields;
+``node_ids`` on ``node_id``), mode ``mmr`` by the server's ``diversity`` (``1 - mmr_threshold``, 0.5 by default),
+``text_search`` and ``hybrid`` by its keyword and hybrid searches of the query text (``alpha`` 1 its vector
+search, 0 its keyword search).
 
 The async methods (``async_add``, ``aquery``, ``adelete``, ...) are the store's own, over an
 :class:`~service_client.AsyncClient` like ``client`` (made on first use on each event loop; ``aclose()`` closes
@@ -42,11 +44,14 @@ from llama_index.core.vector_stores.types import (
 from llama_index.core.vector_stores.utils import metadata_dict_to_node, node_to_metadata_dict
 from pydantic import PrivateAttr
 
-from service_client import ApiError, AsyncClient, Client, Hit
+from service_client import ApiError, AsyncClient, Client, Hit, calls
 from service_client.async_client import LoopClient, found_documents
+from service_client.calls import Call
 from service_client.stored import METADATA, is_id, metadata_of, plain
 
 REF_DOC_ID = "ref_doc_id"
+NODE_ID = "node_id"  # a field the table may have: each node's id, which a query's node_ids filter on
+LIST_PAGE = 100  # the nodes one request of a listing (get_nodes by filters) reads
 RANGES = {FilterOperator.GT: "gt", FilterOperator.GTE: "gte", FilterOperator.LT: "lt", FilterOperator.LTE: "lte"}
 COMPARISONS = {**RANGES, FilterOperator.EQ: "eq", FilterOperator.NE: "ne"}
 ORIGINS = {"integer": 0, "float": 0.0, "timestamp": "1970-01-01T00:00:00Z"}  # a value each is above or below
@@ -120,14 +125,29 @@ def _empty(key: str, kind: str | None) -> dict[str, Any]:
     raise ValueError(f"filter operator 'is_empty' needs the type of field {key!r}, which the table does not have")
 
 
+def _mode(query: VectorStoreQuery) -> VectorStoreQueryMode:
+    """The mode ``query`` is searched in: its own (which may be given as its string), but ``hybrid`` with
+    ``alpha`` 1 is a vector search and with ``alpha`` 0 a keyword search, as LlamaIndex defines alpha (and
+    Weaviate searches): a list of weight 0 would otherwise still add its documents, scored 0, to the fused one."""
+    mode = VectorStoreQueryMode(query.mode)
+    if mode != VectorStoreQueryMode.HYBRID or query.alpha is None:
+        return mode
+    if not 0.0 <= query.alpha <= 1.0:
+        raise ValueError(f"alpha must be between 0 (keyword search) and 1 (vector search), not {query.alpha}")
+    if query.alpha == 1.0:
+        return VectorStoreQueryMode.DEFAULT
+    return VectorStoreQueryMode.TEXT_SEARCH if query.alpha == 0.0 else mode
+
+
 def _asked(query: VectorStoreQuery, kwargs: dict[str, Any]) -> dict[str, Any]:
     """The search of ``query`` but its filter: by the query embedding (else the text, embedded by the table's
     encoder); mode ``text_search`` by BM25 over the query text, ``hybrid`` both fused (``alpha`` the vector
-    list's weight, ``1 - alpha`` the keyword list's), ``mmr`` with the server's ``diversity``."""
-    mode = VectorStoreQueryMode(query.mode)  # a query's mode may be given as its string
+    list's weight, ``1 - alpha`` the keyword list's; see :func:`_mode` for 0 and 1), ``mmr`` with the server's
+    ``diversity``."""
+    given, mode = VectorStoreQueryMode(query.mode), _mode(query)
+    if given in (VectorStoreQueryMode.TEXT_SEARCH, VectorStoreQueryMode.HYBRID) and query.query_str is None:
+        raise ValueError(f"query mode {given.value!r} needs a query text")
     if mode in (VectorStoreQueryMode.TEXT_SEARCH, VectorStoreQueryMode.HYBRID):
-        if query.query_str is None:
-            raise ValueError(f"query mode {mode.value!r} needs a query text")
         if mode == VectorStoreQueryMode.TEXT_SEARCH:
             return {"text": query.query_str, "mode": "keyword"}
         body: dict[str, Any] = {"text": query.query_str, "mode": "hybrid"}
@@ -158,7 +178,7 @@ class EmbeddingSearchVectorStore(BasePydanticVectorStore):
     flat_metadata: bool = False
     _table: str = PrivateAttr()
     _client: Client = PrivateAttr()
-    _fields: dict[str, Any] | None = PrivateAttr(default=None)
+    _info: dict[str, Any] | None = PrivateAttr(default=None)
     _async: LoopClient = PrivateAttr()
 
     def __init__(self, client: Client, table: str, async_client: AsyncClient | None = None, **kwargs: Any) -> None:
@@ -188,14 +208,20 @@ class EmbeddingSearchVectorStore(BasePydanticVectorStore):
         return _types(self.fields())
 
     def fields(self) -> dict[str, Any]:
-        if self._fields is None:
-            self._fields = dict(self._client.table(self.table)["documents"]["fields"])
-        return self._fields
+        return dict(self._table_info()["documents"]["fields"])
 
     async def afields(self) -> dict[str, Any]:
-        if self._fields is None:
-            self._fields = dict((await self.async_client.table(self.table))["documents"]["fields"])
-        return self._fields
+        return dict((await self._atable_info())["documents"]["fields"])
+
+    def _table_info(self) -> dict[str, Any]:
+        if self._info is None:
+            self._info = self._client.table(self.table)
+        return self._info
+
+    async def _atable_info(self) -> dict[str, Any]:
+        if self._info is None:
+            self._info = await self.async_client.table(self.table)
+        return self._info
 
     def add(self, nodes: Sequence[BaseNode], **kwargs: Any) -> list[str]:
         self._client.upsert_many(self.table, _rows(nodes, self.fields()))
@@ -217,12 +243,11 @@ class EmbeddingSearchVectorStore(BasePydanticVectorStore):
         filters: MetadataFilters | None = None,
         **delete_kwargs: Any,
     ) -> None:
-        """Delete the nodes ``node_ids``, or those ``filters`` match (the nodes of both at once cannot be told
-        apart here: the server deletes by ids or by a filter)."""
-        _check_delete(node_ids, filters)
-        if node_ids is not None:
-            self._client.delete_many(self.table, node_ids)
-        if filters is not None and (condition := _delete_filter(filters, self.types())) is not None:
+        """Delete the nodes ``node_ids``, those ``filters`` match, or (given both) those of ``node_ids`` that
+        ``filters`` match, by the table's ``node_id`` field."""
+        if filters is None:
+            self._client.delete_many(self.table, node_ids or [])
+        elif (condition := _delete_filter(node_ids, filters, self.types())) is not None:
             self._client.delete_documents(self.table, filter=condition)
 
     async def adelete_nodes(
@@ -231,10 +256,9 @@ class EmbeddingSearchVectorStore(BasePydanticVectorStore):
         filters: MetadataFilters | None = None,
         **delete_kwargs: Any,
     ) -> None:
-        _check_delete(node_ids, filters)
-        if node_ids is not None:
-            await self.async_client.delete_many(self.table, node_ids)
-        if filters is not None and (condition := _delete_filter(filters, _types(await self.afields()))) is not None:
+        if filters is None:
+            await self.async_client.delete_many(self.table, node_ids or [])
+        elif (condition := _delete_filter(node_ids, filters, _types(await self.afields()))) is not None:
             await self.async_client.delete_documents(self.table, filter=condition)
 
     def clear(self) -> None:
@@ -244,7 +268,12 @@ class EmbeddingSearchVectorStore(BasePydanticVectorStore):
         await self.async_client.delete_documents(self.table, filter=EVERY_NODE)
 
     def get_nodes(self, node_ids: list[str] | None = None, filters: MetadataFilters | None = None) -> list[BaseNode]:
-        _check_get(node_ids, filters)
+        """The nodes ``node_ids`` (those there, in their order), or every node ``filters`` pass (of those
+        ``node_ids`` too, by the table's ``node_id`` field), or every node: a listing, at most the server's
+        ``max_k`` nodes (beyond, the server's 422 naming it)."""
+        if node_ids is None or filters is not None:
+            condition = _restricted(node_ids, filters, self.types())
+            return _nodes(self._client._run(_listing(self.table, self._table_info()["dim"], condition)))
         found = []
         for ident in filter(is_id, node_ids or []):  # an id the server refuses as an id (empty, too long) names none
             try:
@@ -257,8 +286,11 @@ class EmbeddingSearchVectorStore(BasePydanticVectorStore):
     async def aget_nodes(
         self, node_ids: list[str] | None = None, filters: MetadataFilters | None = None
     ) -> list[BaseNode]:
-        """:meth:`get_nodes`, the nodes read at once."""
-        _check_get(node_ids, filters)
+        """:meth:`get_nodes`, the nodes of ``node_ids`` read at once."""
+        if node_ids is None or filters is not None:
+            condition = _restricted(node_ids, filters, _types(await self.afields()))
+            listing = _listing(self.table, (await self._atable_info())["dim"], condition)
+            return _nodes(await self.async_client._run(listing))
         asked = [self.async_client.document(self.table, ident) for ident in filter(is_id, node_ids or [])]
         return [_node_of(document) for document in await found_documents(asked)]
 
@@ -270,7 +302,7 @@ class EmbeddingSearchVectorStore(BasePydanticVectorStore):
         return _result(self._client.search_documents(self.table, k=k, **body).hits)
 
     async def aquery(self, query: VectorStoreQuery, **kwargs: Any) -> VectorStoreQueryResult:
-        fields = await self.afields() if query.filters is not None else {}
+        fields = await self.afields() if query.filters is not None or query.node_ids else {}
         search = _search(query, kwargs, lambda: _types(fields))
         if search is None:
             return _result([])
@@ -292,11 +324,13 @@ def _rows(nodes: Sequence[BaseNode], known: dict[str, Any]) -> list[dict[str, An
         metadata = plain(node.metadata)  # NumPy's values as JSON's, which LlamaIndex's dump needs too
         shown = node.model_copy(update={"metadata": metadata})
         stored = node_to_metadata_dict(shown, remove_text=True, flat_metadata=False)
-        fields = {k: v for k, v in metadata.items() if k in known and k not in (METADATA, REF_DOC_ID)}
+        fields = {k: v for k, v in metadata.items() if k in known and k not in (METADATA, REF_DOC_ID, NODE_ID)}
         if METADATA in known:
             fields[METADATA] = json.dumps(stored, sort_keys=True)
         if REF_DOC_ID in known:
             fields[REF_DOC_ID] = node.ref_doc_id
+        if NODE_ID in known:
+            fields[NODE_ID] = node.node_id
         document: dict[str, Any] = {
             "id": node.node_id,
             "text": node.get_content(metadata_mode=MetadataMode.NONE),
@@ -308,22 +342,57 @@ def _rows(nodes: Sequence[BaseNode], known: dict[str, Any]) -> list[dict[str, An
     return documents
 
 
-def _check_delete(node_ids: list[str] | None, filters: MetadataFilters | None) -> None:
-    if node_ids is not None and filters is not None:
-        raise ValueError("delete_nodes takes node_ids or filters, not both")
+def _restricted(
+    node_ids: list[str] | None, filters: MetadataFilters | None, types: Mapping[str, str]
+) -> dict[str, Any] | bool:
+    """The server's filter of the nodes of ``node_ids`` (None: any) that ``filters`` pass: True when every node
+    does, False when none does. ``node_ids`` filter on the table's ``node_id`` field, which the store writes."""
+    conditions = []
+    if node_ids is not None:
+        if types.get(NODE_ID) != "string":
+            raise ValueError(
+                f"node_ids with filters, or in a query, filter on the table's string field {NODE_ID!r}, which the "
+                "table does not have: import it with one (the store writes each node's id there)"
+            )
+        if not node_ids:
+            return False
+        conditions.append({NODE_ID: {"in": list(node_ids)}})
+    condition = True if filters is None else filter_of(filters, types)
+    if condition is False:
+        return False
+    if condition is not True:
+        conditions.append(condition)
+    return True if not conditions else conditions[0] if len(conditions) == 1 else {"and": conditions}
 
 
-def _delete_filter(filters: MetadataFilters, types: Mapping[str, str]) -> dict[str, Any] | None:
-    """The server's filter of the nodes ``filters`` delete; None when no node passes it."""
-    condition = filter_of(filters, types)
+def _delete_filter(
+    node_ids: list[str] | None, filters: MetadataFilters, types: Mapping[str, str]
+) -> dict[str, Any] | None:
+    """The server's filter of the nodes ``delete_nodes`` deletes; None when no node passes it."""
+    condition = _restricted(node_ids, filters, types)
     if condition is True:
         raise ValueError("a filter that passes every node (an empty one): clear() deletes them all")
     return None if condition is False else condition
 
 
-def _check_get(node_ids: list[str] | None, filters: MetadataFilters | None) -> None:
-    if node_ids is None or filters is not None:
-        raise ValueError("get_nodes takes node_ids, and no filters")
+def _listing(table: str, dim: int, condition: dict[str, Any] | bool) -> Call[list[Hit]]:
+    """Every document passing ``condition`` (True: every document; False: none, asked of no one): pages of an
+    exact search by one probe vector (the filter chooses, the probe only orders them), read until as many as
+    pass (the answer's ``passing``, which a filter every document passes has the server say for all)."""
+    if condition is False:
+        return []
+    probe, chosen = [1.0] + [0.0] * (dim - 1), EVERY_NODE if condition is True else condition
+    hits: list[Hit] = []
+    while True:
+        query = {"vector": probe, "filter": chosen, "offset": len(hits), "exact": True}
+        page = yield from calls.search_documents(table, LIST_PAGE, query)
+        hits += page.hits
+        if len(page.hits) < LIST_PAGE or len(hits) >= (page.passing or 0):
+            return hits
+
+
+def _nodes(hits: list[Hit]) -> list[BaseNode]:
+    return [_node(hit.id, hit.text, hit.fields) for hit in hits]
 
 
 def _node_of(document: dict[str, Any]) -> BaseNode:
@@ -352,16 +421,16 @@ def _search(
             "vector_store_kwargs) it takes mmr_threshold"
         )
     body = _asked(query, kwargs)
-    conditions = []
-    condition = True if query.filters is None else filter_of(query.filters, types())
+    # No node_ids is no restriction, as in LlamaIndex's remote stores: an index whose store keeps the text (its
+    # own node list empty) makes each retriever with node_ids=[].
+    node_ids = query.node_ids or None
+    asked = query.filters is not None or node_ids is not None
+    condition = _restricted(node_ids, query.filters, types()) if asked else True
     if condition is False:
         return None
-    if condition is not True:
-        conditions.append(condition)
+    conditions = [] if condition is True else [condition]
     if query.doc_ids:
         conditions.append({REF_DOC_ID: {"in": list(query.doc_ids)}})
-    if query.node_ids:
-        raise ValueError("a query by node_ids is not supported: use get_nodes")
     if conditions:
         body["filter"] = conditions[0] if len(conditions) == 1 else {"and": conditions}
     k = (query.hybrid_top_k if query.mode == VectorStoreQueryMode.HYBRID else None) or query.similarity_top_k
@@ -370,7 +439,7 @@ def _search(
 
 def _result(hits: list[Hit]) -> VectorStoreQueryResult:
     return VectorStoreQueryResult(
-        nodes=[_node(hit.id, hit.text, hit.fields) for hit in hits],
+        nodes=_nodes(hits),
         similarities=[hit.score for hit in hits],
         ids=[str(hit.id) for hit in hits],
     )

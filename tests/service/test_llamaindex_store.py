@@ -17,6 +17,7 @@ from langchain_core.embeddings import DeterministicFakeEmbedding
 from langchain_core.vectorstores.utils import maximal_marginal_relevance
 from llama_index.core import StorageContext, VectorStoreIndex
 from llama_index.core.base.embeddings.base import BaseEmbedding
+from llama_index.core.retrievers import VectorIndexRetriever
 from llama_index.core.schema import NodeRelationship, RelatedNodeInfo, TextNode
 from llama_index.core.vector_stores import SimpleVectorStore
 from llama_index.core.vector_stores.types import (
@@ -28,8 +29,8 @@ from llama_index.core.vector_stores.types import (
     VectorStoreQueryMode,
 )
 
-from service_client import AsyncClient, Client
-from service_client.llamaindex import EmbeddingSearchVectorStore, filter_of
+from service_client import AsyncClient, Client, llamaindex
+from service_client.llamaindex import EmbeddingSearchVectorStore, _restricted, filter_of
 from tests.cli import run_cli
 from tests.lee import Lee
 from tests.service import real_server
@@ -58,7 +59,7 @@ def server_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     data = tmp_path_factory.mktemp("llamaindex-data")
     source = data.parent / "li.jsonl"
     row = {"id": "placeholder", "text": "placeholder", "vector": [1.0] + [0.0] * (DIM - 1), "metadata": "{}"}
-    source.write_text(json.dumps({**row, "ref_doc_id": "none", "topic": "none", "row": -1}) + "\n")
+    source.write_text(json.dumps({**row, "ref_doc_id": "none", "node_id": "none", "topic": "none", "row": -1}) + "\n")
     assert run_cli("import", source, "--format", "documents", "--name", "li", "--data-dir", data).code == 0
     log = tmp_path_factory.mktemp("llamaindex-serve") / "serve.log"
     with real_server.running(data, log, "--workers", "2", env={"EMBEDDING_WRITE_KEYS": KEY}) as server:
@@ -151,18 +152,22 @@ def test_numpy_metadata_is_written_as_json_and_ids_the_server_refuses_are_missin
     assert [n.metadata for n in found] == [{"row": 4, "point": [0, 1], "nested": {"counts": [1]}}]
 
 
-def test_ids_with_filters_and_an_empty_filter_to_delete_are_refused(store: EmbeddingSearchVectorStore) -> None:
-    """The server deletes by ids or by a filter: ids that must also pass a filter, and an empty filter (which
-    passes every node), are refused, and nothing is deleted; nor does get_nodes ignore a filter it cannot apply."""
-    store.add([node("1", "foo", topic="sport"), node("2", "bar", topic="fire")])
+def test_node_ids_with_filters_delete_those_passing_and_an_empty_filter_alone_is_refused(
+    store: EmbeddingSearchVectorStore,
+) -> None:
+    """Node ids and filters both: the nodes of those ids that pass the filters are deleted (as LlamaIndex's own
+    store deletes), by the table's ``node_id`` field; an empty filter alone (which passes every node) is refused,
+    and nothing is deleted."""
+    store.add([node("1", "foo", topic="sport"), node("2", "bar", topic="fire"), node("3", "baz", topic="fire")])
     fire = MetadataFilters(filters=[MetadataFilter(key="topic", value="fire")])
-    with pytest.raises(ValueError, match="node_ids or filters, not both"):
-        store.delete_nodes(["1"], filters=fire)
     with pytest.raises(ValueError, match="every node"):
         store.delete_nodes(filters=MetadataFilters(filters=[]))
-    with pytest.raises(ValueError, match="no filters"):
-        store.get_nodes(["1"], filters=fire)
-    assert sorted(ask(store, "foo", 5)) == ["1", "2"]
+    assert sorted(ask(store, "foo", 5)) == ["1", "2", "3"]
+    store.delete_nodes(["1", "2", "missing"], filters=fire)
+    assert sorted(ask(store, "foo", 5)) == ["1", "3"]
+    store.delete_nodes(["3"], filters=MetadataFilters(filters=[]))  # no condition but the ids
+    assert ask(store, "foo", 5) == ["1"]
+    store.add([node("2", "bar", topic="fire"), node("3", "baz", topic="fire")])
     store.delete_nodes(filters=fire)
     assert ask(store, "foo", 5) == ["1"]
 
@@ -234,6 +239,74 @@ def test_a_filter_the_server_cannot_say_is_refused() -> None:
     empty = MetadataFilters(filters=[MetadataFilter(key="topic", value=None, operator=FilterOperator.IS_EMPTY)])
     with pytest.raises(ValueError, match="'is_empty' needs the type of field 'topic'"):
         filter_of(empty)  # without the table's field types
+
+
+def test_a_query_by_node_ids_searches_those_nodes_alone(
+    store: EmbeddingSearchVectorStore, lee_nodes: list[TextNode]
+) -> None:
+    """``node_ids`` restrict a query to those nodes (by the table's ``node_id`` field), with its filters and in
+    every mode, as a retriever given them asks; no node ids (what an index whose store keeps the text gives each
+    retriever) restrict nothing."""
+    chosen = [f"lee-{i}" for i in range(0, 40, 3)]
+    query = FAKE.embed_query("bushfires")
+    matrix = np.array([n.embedding for n in lee_nodes])
+    cosines = matrix @ query / np.linalg.norm(matrix, axis=1) / np.linalg.norm(query)
+    order = [int(i) for i in np.argsort(-cosines)]
+    wanted = [i for i in order if i % 3 == 0][:5]
+    result = store.query(VectorStoreQuery(query_embedding=query, similarity_top_k=5, node_ids=chosen))
+    assert result.ids == [f"lee-{i}" for i in wanted]
+    np.testing.assert_allclose(result.similarities or [], cosines[wanted], atol=1e-6)
+    t1 = MetadataFilters(filters=[MetadataFilter(key="topic", value="t1")])
+    both = store.query(VectorStoreQuery(query_embedding=query, similarity_top_k=5, node_ids=chosen, filters=t1))
+    assert both.ids == [f"lee-{i}" for i in order if i % 3 == 0 and i % 4 == 1][:5]
+    text = "police said"
+    keyword = store.query(VectorStoreQuery(query_str=text, mode="text_search", similarity_top_k=40, node_ids=chosen))
+    server = store.client.search_documents("li", k=40, text=text, mode="keyword").hits
+    assert keyword.ids == [hit.id for hit in server if hit.id in chosen] and len(server) > len(keyword.ids or []) > 0
+    index = VectorStoreIndex.from_vector_store(store, embed_model=FakeEmbedding())
+    retrieved = VectorIndexRetriever(index, node_ids=chosen, similarity_top_k=5).retrieve("bushfires")
+    assert [n.node.node_id for n in retrieved] == result.ids
+    assert ask(store, "bushfires", 5, node_ids=[]) == ask(store, "bushfires", 5) != result.ids
+    assert [n.node.node_id for n in index.as_retriever(similarity_top_k=5).retrieve("bushfires")] == ask(
+        store, "bushfires", 5
+    )
+    with pytest.raises(ValueError, match="string field 'node_id', which the table does not have"):
+        _restricted(["lee-0"], None, {"topic": "string"})
+
+
+def test_get_nodes_lists_the_nodes_filters_pass(
+    store: EmbeddingSearchVectorStore, lee_nodes: list[TextNode], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``get_nodes(filters=...)`` reads every node the filters pass, page after page (of 7 here); of ``node_ids``
+    too when given both; no filters and no ids: every node. ``aget_nodes`` answers the same, awaited, and so does
+    ``aquery`` by node ids, without the synchronous client."""
+    monkeypatch.setattr(llamaindex, "LIST_PAGE", 7)
+    early = MetadataFilters(filters=[MetadataFilter(key="topic", value=["t0", "t1"], operator=FilterOperator.IN)])
+    passing = [n for n in lee_nodes if n.metadata["topic"] in ("t0", "t1")]
+    found = store.get_nodes(filters=early)
+    assert sorted((n.node_id, n.get_content(), str(n.metadata)) for n in found) == sorted(
+        (n.node_id, n.get_content(), str(n.metadata)) for n in passing
+    )
+    assert len(passing) == 20 and len({n.node_id for n in found}) == 20
+    assert sorted(n.node_id for n in store.get_nodes()) == sorted(n.node_id for n in lee_nodes)
+    some = store.get_nodes(["lee-1", "lee-2", "lee-5", "missing"], filters=early)
+    assert sorted(n.node_id for n in some) == ["lee-1", "lee-5"]
+    nothing = MetadataFilters(filters=[MetadataFilter(key="topic", value=[], operator=FilterOperator.IN)])
+    assert store.get_nodes(filters=nothing) == store.get_nodes([], filters=early) == []
+
+    by_ids = VectorStoreQuery(query_embedding=FAKE.embed_query("fire"), similarity_top_k=3, node_ids=["lee-1", "lee-2"])
+
+    async def read() -> list[list[str]]:
+        synchronous, store._client = store.client, NoSyncClient()  # type: ignore[assignment]
+        try:
+            answers = [await store.aget_nodes(filters=early), await store.aget_nodes(["lee-1", "lee-2"], early)]
+            searched = await store.aquery(by_ids)
+        finally:
+            store._client = synchronous
+            await store.aclose()
+        return [sorted(n.node_id for n in answer) for answer in answers] + [searched.ids or []]
+
+    assert asyncio.run(read()) == [sorted(n.node_id for n in found), ["lee-1"], store.query(by_ids).ids]
 
 
 def test_mmr_is_maximal_marginal_relevance(store: EmbeddingSearchVectorStore, lee_nodes: list[TextNode]) -> None:
@@ -326,6 +399,31 @@ def test_text_search_and_hybrid_modes_are_the_servers(
     assert [n.node.node_id for n in retriever.retrieve(text)] == store.query(hybrid).ids
     with pytest.raises(ValueError, match="'hybrid' needs a query text"):
         store.query(VectorStoreQuery(query_embedding=vector, mode="hybrid"))
+
+
+def test_hybrid_alpha_one_is_the_vector_search_and_zero_the_keyword_search(
+    store: EmbeddingSearchVectorStore, lee_nodes: list[TextNode]
+) -> None:
+    """LlamaIndex's ``alpha`` runs from 0 (keyword search) to 1 (vector search): at its ends the answer is the
+    server's vector or keyword search, not a fusion that keeps the other list's documents, scored 0."""
+    text = "firefighters"  # in fewer nodes than k
+    vector = FAKE.embed_query(text)
+    odd = MetadataFilters(filters=[MetadataFilter(key="row", value=[1, 3, 5, 7, 9, 11], operator=FilterOperator.NIN)])
+
+    def hybrid(alpha: float) -> VectorStoreQuery:
+        return VectorStoreQuery(
+            query_str=text, query_embedding=vector, similarity_top_k=10, mode="hybrid", alpha=alpha, filters=odd
+        )
+
+    by_vector = store.client.search_documents("li", k=10, vector=vector, filter=filter_of(odd)).hits
+    by_keyword = store.client.search_documents("li", k=10, text=text, mode="keyword", filter=filter_of(odd)).hits
+    assert 0 < len(by_keyword) < 10
+    for alpha, hits in ((1.0, by_vector), (0.0, by_keyword)):
+        result = store.query(hybrid(alpha))
+        assert (result.ids, result.similarities) == ([hit.id for hit in hits], [hit.score for hit in hits]), alpha
+    assert len(store.query(hybrid(0.01)).ids or []) == 10  # both lists, fused
+    with pytest.raises(ValueError, match=r"alpha must be between 0 .* and 1"):
+        store.query(hybrid(1.5))
 
 
 def test_filters_pass_the_nodes_llamaindexs_own_store_passes(store: EmbeddingSearchVectorStore) -> None:

@@ -1,12 +1,16 @@
-"""``embedding-serve --workers 2`` killed outright: the temporary directories it made (metrics, index builds'
-status) removed by the next server, never those a running server holds.
+"""``embedding-serve --workers 2`` replacing its workers: the temporary directories of a supervisor killed
+outright (metrics, index builds' status) removed by the next one, and a worker that dies at its start replaced
+less and less often. One real server for them all (its data
+directory unwatched, as the real servers of the tests run), after one killed outright; the last test stops it.
 """
 
 from __future__ import annotations
 
 import fcntl
 import os
+import signal
 import tempfile
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,8 +20,9 @@ import pytest
 
 from index.build.sources import RawTable
 from service import temp_dirs
+from service.restarts import MAX_WAIT_SECONDS, RestartWaits
 from service.temp_dirs import INDEX_STATUS, METRICS
-from tests.service.real_server import HTTP, Server, start
+from tests.service.real_server import HTTP, Server, start, wait_for, workers_started
 from tests.service.test_reload import V1, build
 
 KEY = "read-key-for-restarts-0123456789"
@@ -67,6 +72,49 @@ def test_a_new_supervisor_removes_the_temporary_directories_of_one_killed_outrig
         assert own.name.startswith(f"{prefix}{served.server.process.pid}-")
     metrics = HTTP.get(f"{served.server.base}/metrics")  # the workers' metrics kept there
     assert metrics.status_code == 200 and "embedding_answer_cache_total" in metrics.text
+
+
+def test_a_worker_that_dies_at_its_start_is_replaced_less_and_less_often(served: Served) -> None:
+    """The key file gone (a secret unmounted): a worker killed is replaced by workers that die at their start,
+    each after a wait that doubles, while the other worker serves. The file back, a worker serves again within
+    the longest wait. Stops the server, while a replacement waits: at once."""
+    server = served.server
+    aside = served.key_file.with_name("aside")
+    served.key_file.rename(aside)
+    victim, other = workers(server)
+    mark = len(server.log())
+    started = workers_started(server)
+    victim.kill()
+    time.sleep(4)  # uvicorn's supervisor replaced such a worker every half second: 8 deaths
+    failed = server.log()[mark:].count("EMBEDDING_READ_API_KEY_FILE: cannot read")
+    assert 2 <= failed <= 4, server.log()[mark:]  # after 0.5, 1 and 2 s, then a wait of 4 s
+    assert "replacing it in 2.0 s" in server.log()[mark:]
+    headers = {"X-API-Key": KEY}
+    assert HTTP.get(f"{server.base}/v1/tables/t", headers=headers, timeout=10).status_code == 200  # the other
+    aside.rename(served.key_file)
+    back = time.monotonic()
+    wait_for(lambda: workers_started(server) == started + 1, seconds=MAX_WAIT_SECONDS + 10, what="a worker back")
+    assert time.monotonic() - back < MAX_WAIT_SECONDS
+    assert other in workers(server) and len(workers(server)) == 2
+
+    served.key_file.rename(aside)
+    waits = server.log().count("replacing it in")
+    next(w for w in workers(server) if w.pid != other.pid).kill()  # its slot's wait goes on doubling: 8 s
+    wait_for(lambda: server.log().count("replacing it in") == waits + 1, seconds=10, what="a replacement waiting")
+    stopping = time.monotonic()
+    server.process.send_signal(signal.SIGTERM)
+    assert server.process.wait(timeout=10) in (0, -signal.SIGTERM) and time.monotonic() - stopping < 5
+    aside.rename(served.key_file)
+
+
+def test_a_slots_wait_doubles_to_its_cap_and_starts_over_after_a_worker_that_lived() -> None:
+    waits = RestartWaits()
+    assert [waits.died(0, 0.2, now=0) for _ in range(8)] == [0.5, 1, 2, 4, 8, 16, 30, 30]
+    assert waits.died(1, 0.2, now=0) == 0.5  # each slot its own
+    assert waits.waiting(0, now=29.9) and not waits.waiting(0, now=30)
+    assert not waits.waiting(0, now=0)  # its turn came: no wait until its next death
+    assert waits.died(0, MAX_WAIT_SECONDS, now=0) == 0 and not waits.waiting(0, now=0)  # lived: replaced at once
+    assert waits.died(0, 0.2, now=0) == 0.5
 
 
 def test_only_this_users_metrics_directories_no_process_holds_are_removed(

@@ -1,8 +1,9 @@
 """``embedding-serve --workers N``: uvicorn's worker supervisor over workers forked from it, which share the
 imported libraries' memory. SIGHUP is passed on to every worker (each reloads its tables), signals are handled
 while a health check waits on a silent worker, a worker that dies is replaced (at once, or after a wait when the
-workers of its slot keep dying at their start: ``service.restarts``), a hung one is killed once its minute of
-silence (or, when stopping, its shutdown's time) is over, and the workers stop with the supervisor however it ends.
+workers of its slot keep dying at their start: ``service.restarts``) and the others reload once its replacement
+serves, a hung one is killed once its minute of silence (or, when stopping, its shutdown's time) is over, and the
+workers stop with the supervisor however it ends.
 """
 
 from __future__ import annotations
@@ -50,7 +51,8 @@ def serve_workers(options: dict[str, Any], exit_seconds: float) -> None:
         supervisor's copy open, a worker killed during the check (the kernel's OOM killer picks a busy one) went
         unreplaced until the check's timeout, and the other workers' deaths with it."""
 
-        replacement = False  # started in place of a dead worker
+        replacement = False  # started in place of a dead worker: the others reload once it serves
+        serving = False  # its last health check said its server has started (its tables loaded)
         mourned = False  # dead, its death handled: its slot waits for the replacement's turn
         started_at = 0.0  # time.monotonic()
 
@@ -74,6 +76,7 @@ def serve_workers(options: dict[str, Any], exit_seconds: float) -> None:
                     if time.monotonic() >= deadline:
                         return None
                 started: bool = self.parent_conn.recv()
+                self.serving = started is True
                 return started
             except Exception:  # the pipe closed or broke, or the answer was garbled (its own worker's): no answer
                 return None
@@ -87,10 +90,12 @@ def serve_workers(options: dict[str, Any], exit_seconds: float) -> None:
             self.waits = RestartWaits()
 
         def keep_subprocess_alive(self) -> None:
-            """uvicorn's replacement of dead (and hung) workers, with two changes. A worker that died soon after
+            """uvicorn's replacement of dead (and hung) workers, with three changes. A worker that died soon after
             its start is replaced after a wait, which doubles while its slot's workers keep dying so
             (``service.restarts``); the others serve on meanwhile. A replacement's failure to start does not stop
-            the supervisor (uvicorn's rule for a server that never started) but waits its turn. Each dead worker's
+            the supervisor (uvicorn's rule for a server that never started) but waits its turn. Once a replacement
+            serves, the others reload: it loaded the tables as they are on disk now, where the version they serve
+            may be gone (a publish removes it), and every worker answers from the same version. Each dead worker's
             live gauges (the work in flight) are taken out of ``/metrics``, which would otherwise count it for
             ever."""
             for idx, worker in enumerate(self.processes):
@@ -101,6 +106,10 @@ def serve_workers(options: dict[str, Any], exit_seconds: float) -> None:
                     if self.waits.waiting(idx, time.monotonic()):
                         continue
                 elif worker.is_alive(timeout=self.config.timeout_worker_healthcheck):
+                    if worker.replacement and worker.serving:
+                        worker.replacement = False
+                        others = [w for w in self.processes if w is not worker]
+                        self.reload(others, f"Child process [{worker.pid}] serves in place of a dead one")
                     continue
                 else:
                     worker.kill()  # hung, or dead
@@ -132,6 +141,14 @@ def serve_workers(options: dict[str, Any], exit_seconds: float) -> None:
                 from prometheus_client import multiprocess
 
                 multiprocess.mark_process_dead(pid)  # type: ignore[no-untyped-call]  # unannotated there
+
+        def reload(self, workers: list[multiprocess.Process], why: str) -> None:
+            """SIGHUP to each of ``workers`` alive: each reloads its tables."""
+            pids = [w.pid for w in workers if w.pid is not None and w.process.is_alive()]
+            log.info("%s, workers %s reload their tables.", why, pids)
+            for pid in pids:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGHUP)
 
         # uvicorn queues each signal its handler catches and handles the queue every half second: a SIGTERM that
         # reaches the process twice (to it and to its process group, as timeout(1) sends it) would log its exit
@@ -165,11 +182,7 @@ def serve_workers(options: dict[str, Any], exit_seconds: float) -> None:
                 getattr(self, f"handle_{multiprocess.SIGNALS[sig].lower()}")()
 
         def handle_hup(self) -> None:
-            pids = [p.pid for p in self.processes if p.pid is not None and p.process.is_alive()]
-            log.info("Received SIGHUP, workers %s reload their tables.", pids)
-            for pid in pids:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGHUP)
+            self.reload(self.processes, "Received SIGHUP")
 
     os.environ[SUPERVISOR_VARIABLE] = str(os.getpid())
     config = uvicorn.Config(APP, **options, timeout_worker_healthcheck=WORKER_SILENCE_SECONDS)

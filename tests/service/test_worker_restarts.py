@@ -1,6 +1,6 @@
 """``embedding-serve --workers 2`` replacing its workers: the temporary directories of a supervisor killed
-outright (metrics, index builds' status) removed by the next one, and a worker that dies at its start replaced
-less and less often. One real server for them all (its data
+outright (metrics, index builds' status) removed by the next one, a replacement serving the version its siblings
+serve, and a worker that dies at its start replaced less and less often. One real server for them all (its data
 directory unwatched, as the real servers of the tests run), after one killed outright; the last test stops it.
 """
 
@@ -23,7 +23,7 @@ from service import temp_dirs
 from service.restarts import MAX_WAIT_SECONDS, RestartWaits
 from service.temp_dirs import INDEX_STATUS, METRICS
 from tests.service.real_server import HTTP, Server, start, wait_for, workers_started
-from tests.service.test_reload import V1, build
+from tests.service.test_reload import V1, V2, build
 
 KEY = "read-key-for-restarts-0123456789"
 ARGS = ("--workers", "2", "--threads", "1")
@@ -65,6 +65,18 @@ def workers(server: Server) -> list[psutil.Process]:
     return psutil.Process(server.process.pid).children()
 
 
+def rows_served_by(worker: psutil.Process, server: Server) -> int:
+    """The rows of table t as ``worker`` serves them: the others are stopped meanwhile, so it takes the connection."""
+    others = [w for w in workers(server) if w.pid != worker.pid]
+    for other in others:
+        other.suspend()
+    try:
+        return int(HTTP.get(f"{server.base}/v1/tables/t", headers={"X-API-Key": KEY}, timeout=10).json()["rows"])
+    finally:
+        for other in others:
+            other.resume()
+
+
 def test_a_new_supervisor_removes_the_temporary_directories_of_one_killed_outright(served: Served) -> None:
     assert not any(path.exists() for path in served.left)
     for prefix in (METRICS, INDEX_STATUS):
@@ -72,6 +84,22 @@ def test_a_new_supervisor_removes_the_temporary_directories_of_one_killed_outrig
         assert own.name.startswith(f"{prefix}{served.server.process.pid}-")
     metrics = HTTP.get(f"{served.server.base}/metrics")  # the workers' metrics kept there
     assert metrics.status_code == 200 and "embedding_answer_cache_total" in metrics.text
+
+
+def test_a_replacement_serves_the_version_the_other_workers_serve(served: Served, glove_raw: RawTable) -> None:
+    """A new version published while the data directory is not watched, then a worker killed: its replacement
+    loads the new version (the old one's files are gone), and the other worker reloads once it serves, so every
+    worker answers from the same version."""
+    server = served.server
+    first, other = workers(server)
+    assert rows_served_by(first, server) == rows_served_by(other, server) == V1
+    build(glove_raw, served.data_dir, "t", V2)  # published; nothing reloads it
+    reloads = server.log().count("reload: 1 loaded")
+    first.kill()
+    wait_for(lambda: server.log().count("reload: 1 loaded") > reloads, seconds=30, what="the other worker's reload")
+    replacement = next(w for w in workers(server) if w.pid != other.pid)
+    assert rows_served_by(replacement, server) == rows_served_by(other, server) == V2
+    assert f"serves in place of a dead one, workers [{other.pid}] reload their tables." in server.log()
 
 
 def test_a_worker_that_dies_at_its_start_is_replaced_less_and_less_often(served: Served) -> None:

@@ -21,7 +21,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 from collections.abc import Collection
 from pathlib import Path
@@ -31,6 +30,7 @@ from index.engine.door import Table
 from index.store import artifact
 from index.store.artifact import read_status, write_status
 from service.settings import STATUS_VARIABLE
+from service.temp_dirs import INDEX_STATUS, locked_temp_dir
 
 log = logging.getLogger("service.indexing")
 CHILD_NICE = 10
@@ -102,7 +102,7 @@ class IndexBuilds:
         self.data_dir = Path(data_dir)
         self.names = names  # the tables served (None: every table)
         self.seconds = seconds or LOOK_SECONDS
-        self.status_dir = Path(tempfile.mkdtemp(prefix="embedding-index-status-"))
+        self.status_dir = Path(locked_temp_dir(INDEX_STATUS))  # those of servers killed outright removed
         # Each table's version now: whether its deferred index is still to build (False once its build has run).
         self._pending: dict[Version, bool] = {}
         self._wake = threading.Event()

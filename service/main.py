@@ -22,7 +22,6 @@ import shutil
 import signal
 import socket
 import sys
-import tempfile
 from collections.abc import Callable, Mapping, MutableMapping
 from types import FrameType
 from typing import Any, NoReturn
@@ -266,7 +265,9 @@ def _main(argv: list[str] | None) -> int:
         say(f"{args.workers} workers x {threads} threads exceeds {cores()} cores", log_format, logging.WARNING)
     clear_live_gauges(os.environ.get("PROMETHEUS_MULTIPROC_DIR"))  # before any process of this server writes one
     if args.workers > 1 and not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
-        metrics_dir = tempfile.mkdtemp(prefix="embedding-metrics-")
+        from service.temp_dirs import METRICS, locked_temp_dir
+
+        metrics_dir = locked_temp_dir(METRICS)  # those of servers killed outright removed
         atexit.register(shutil.rmtree, metrics_dir, ignore_errors=True)
         os.environ["PROMETHEUS_MULTIPROC_DIR"] = metrics_dir
     start_deferred_builds(settings)

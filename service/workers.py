@@ -1,8 +1,9 @@
 """``embedding-serve --workers N``: uvicorn's worker supervisor over workers forked from it, which share the
 imported libraries' memory. SIGHUP is passed on to every worker (each reloads its tables), signals are handled
-while a health check waits on a silent worker, a worker that dies is replaced at once, a hung one is killed once
-its minute of silence (or, when stopping, its shutdown's time) is over, and the workers stop with the supervisor
-however it ends.
+while a health check waits on a silent worker, a worker that dies is replaced (at once, or after a wait when the
+workers of its slot keep dying at their start: ``service.restarts``) and the others reload once its replacement
+serves, a hung one is killed once its minute of silence (or, when stopping, its shutdown's time) is over, and the
+workers stop with the supervisor however it ends.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import sys
 from typing import Any
 
 from service.main import APP, exit_at_once
+from service.restarts import RestartWaits
 from service.settings import SUPERVISOR_VARIABLE
 
 PR_SET_PDEATHSIG = 1  # prctl option (linux/prctl.h): the signal a process gets when its parent thread exits
@@ -37,7 +39,10 @@ def serve_workers(options: dict[str, Any], exit_seconds: float) -> None:
     import time
 
     import uvicorn
+    from uvicorn.config import STARTUP_FAILURE
     from uvicorn.supervisors import Multiprocess, multiprocess
+
+    log = logging.getLogger("uvicorn.error")
 
     class Worker(multiprocess.Process):
         """uvicorn's worker, whose end of its health-check pipe the supervisor closes once the worker holds it:
@@ -46,7 +51,13 @@ def serve_workers(options: dict[str, Any], exit_seconds: float) -> None:
         supervisor's copy open, a worker killed during the check (the kernel's OOM killer picks a busy one) went
         unreplaced until the check's timeout, and the other workers' deaths with it."""
 
+        replacement = False  # started in place of a dead worker: the others reload once it serves
+        serving = False  # its last health check said its server has started (its tables loaded)
+        mourned = False  # dead, its death handled: its slot waits for the replacement's turn
+        started_at = 0.0  # time.monotonic()
+
         def start(self) -> None:
+            self.started_at = time.monotonic()
             super().start()
             self.child_conn.close()  # forked: the worker has its own copy, and no worker forked later inherits it
 
@@ -65,6 +76,7 @@ def serve_workers(options: dict[str, Any], exit_seconds: float) -> None:
                     if time.monotonic() >= deadline:
                         return None
                 started: bool = self.parent_conn.recv()
+                self.serving = started is True
                 return started
             except Exception:  # the pipe closed or broke, or the answer was garbled (its own worker's): no answer
                 return None
@@ -73,17 +85,70 @@ def serve_workers(options: dict[str, Any], exit_seconds: float) -> None:
     setattr(multiprocess, "Process", Worker)  # noqa: B010  (an assignment mypy reads as redefining the class)
 
     class ReloadingSupervisor(Multiprocess):
+        def __init__(self, config: uvicorn.Config, sockets: list[socket.socket]) -> None:
+            super().__init__(config, sockets)
+            self.waits = RestartWaits()
+
         def keep_subprocess_alive(self) -> None:
-            """uvicorn's restart of dead workers, then each dead worker's live gauges (the work in flight) taken out
-            of ``/metrics``, which would otherwise count it for ever."""
-            before = {p.pid for p in self.processes}
-            super().keep_subprocess_alive()
-            if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+            """uvicorn's replacement of dead (and hung) workers, with three changes. A worker that died soon after
+            its start is replaced after a wait, which doubles while its slot's workers keep dying so
+            (``service.restarts``); the others serve on meanwhile. A replacement's failure to start does not stop
+            the supervisor (uvicorn's rule for a server that never started) but waits its turn. Once a replacement
+            serves, the others reload: it loaded the tables as they are on disk now, where the version they serve
+            may be gone (a publish removes it), and every worker answers from the same version. Each dead worker's
+            live gauges (the work in flight) are taken out of ``/metrics``, which would otherwise count it for
+            ever."""
+            for idx, worker in enumerate(self.processes):
+                if self.should_exit.is_set():
+                    return  # exiting: no worker is replaced
+                assert isinstance(worker, Worker)
+                if worker.mourned:
+                    if self.waits.waiting(idx, time.monotonic()):
+                        continue
+                elif worker.is_alive(timeout=self.config.timeout_worker_healthcheck):
+                    if worker.replacement and worker.serving:
+                        worker.replacement = False
+                        others = [w for w in self.processes if w is not worker]
+                        self.reload(others, f"Child process [{worker.pid}] serves in place of a dead one")
+                    continue
+                else:
+                    worker.kill()  # hung, or dead
+                    worker.join()
+                    if worker.exitcode == STARTUP_FAILURE and not worker.replacement:
+                        log.error("Child process [%s] failed to start, stopping the parent process.", worker.pid)
+                        self.should_exit.set()  # the server never started: its app, or its socket, is broken
+                        return
+                    if self.should_exit.is_set():
+                        return
+                    self.metrics_of_dead(worker.pid)
+                    lived = time.monotonic() - worker.started_at
+                    wait = self.waits.died(idx, lived, time.monotonic())
+                    if wait:
+                        worker.mourned = True
+                        log.warning(
+                            "Child process [%s], started %.1f s ago, died (exit code %s): replacing it in %.1f s",
+                            *(worker.pid, lived, worker.exitcode, wait),
+                        )
+                        continue
+                    log.info("Child process [%s] died", worker.pid)
+                replacement = Worker(self.config, self.sockets)
+                replacement.replacement = True
+                replacement.start()
+                self.processes[idx] = replacement
+
+        def metrics_of_dead(self, pid: int | None) -> None:
+            if pid is not None and os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
                 from prometheus_client import multiprocess
 
-                for pid in before - {p.pid for p in self.processes}:
-                    if pid is not None:
-                        multiprocess.mark_process_dead(pid)  # type: ignore[no-untyped-call]  # unannotated there
+                multiprocess.mark_process_dead(pid)  # type: ignore[no-untyped-call]  # unannotated there
+
+        def reload(self, workers: list[multiprocess.Process], why: str) -> None:
+            """SIGHUP to each of ``workers`` alive: each reloads its tables."""
+            pids = [w.pid for w in workers if w.pid is not None and w.process.is_alive()]
+            log.info("%s, workers %s reload their tables.", why, pids)
+            for pid in pids:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGHUP)
 
         # uvicorn queues each signal its handler catches and handles the queue every half second: a SIGTERM that
         # reaches the process twice (to it and to its process group, as timeout(1) sends it) would log its exit
@@ -100,7 +165,6 @@ def serve_workers(options: dict[str, Any], exit_seconds: float) -> None:
             """uvicorn's wait for the workers sent SIGTERM to exit, up to ``exit_seconds`` in all: a worker still
             running then (hung, its event loop stuck, or stopped) is killed, instead of holding the supervisor, and
             the server's exit with it, for ever."""
-            log = logging.getLogger("uvicorn.error")
             deadline = time.monotonic() + exit_seconds
             for worker in self.processes:
                 log.info("Waiting for child process [%s]", worker.pid)
@@ -118,11 +182,7 @@ def serve_workers(options: dict[str, Any], exit_seconds: float) -> None:
                 getattr(self, f"handle_{multiprocess.SIGNALS[sig].lower()}")()
 
         def handle_hup(self) -> None:
-            pids = [p.pid for p in self.processes if p.pid is not None and p.process.is_alive()]
-            logging.getLogger("uvicorn.error").info("Received SIGHUP, workers %s reload their tables.", pids)
-            for pid in pids:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGHUP)
+            self.reload(self.processes, "Received SIGHUP")
 
     os.environ[SUPERVISOR_VARIABLE] = str(os.getpid())
     config = uvicorn.Config(APP, **options, timeout_worker_healthcheck=WORKER_SILENCE_SECONDS)

@@ -58,6 +58,7 @@ MODULES = frozenset(
         "service/test_shards_writes_http",
         "service/test_shutdown",
         "service/test_work_bounds",
+        "service/test_worker_restarts",
         "service/test_write_durability",
         "service/test_write_load",
         "service/test_writes_api",

@@ -156,8 +156,9 @@ def exited(process: psutil.Process) -> bool:
 
 
 def test_two_workers_share_the_tables_and_the_metrics(small_data_dir: Path, tmp_path: Path, small: Table) -> None:
-    """Requests and metrics shared by two forked workers; a worker killed midway through its work is restarted at
-    once, even while the supervisor's health check waits on it, and its work in flight is no longer counted. While
+    """Requests and metrics shared by two forked workers; a worker killed midway through its work is restarted
+    (half a second later: it had run less than 30 s), even while the supervisor's health check waits on it, and its
+    work in flight is no longer counted. While
     that check waits on a silent worker, SIGHUP and SIGTERM reach the other at once. A SIGTERM that comes twice
     stops the server once, a hung worker killed once its shutdown's time is over."""
     env = {"EMBEDDING_MAX_LAYOUT_WORK": "102400"}  # a t-SNE layout of 500 words: long enough to be caught running

@@ -105,12 +105,12 @@ class AsyncClient:
 
     # -------------------------------------------------------------------------------------- queries
     async def neighbors(self, table: str, token: str, k: int = 10, **options: Any) -> list[Neighbor]:
-        return await self._run(calls.neighbors(table, {"token": token, "k": k, **options}))
+        return await self._run(calls.neighbors(table, token, k, options))
 
     async def neighbors_batch(
         self, table: str, queries: Sequence[str | dict[str, Any]], k: int = 10, **options: Any
     ) -> list[list[Neighbor] | ApiError]:
-        return await self._run(calls.neighbors_batch(table, {"queries": list(queries), "k": k, **options}))
+        return await self._run(calls.neighbors_batch(table, queries, k, options))
 
     async def similarity(self, table: str, a: str, b: str) -> float:
         return await self._run(calls.similarity(table, a, b))

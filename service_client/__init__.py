@@ -7,7 +7,7 @@
         api.analogy("glove-6b-50d", "man", "king", "woman")  # queen first
         api.similarity("glove-6b-50d", "red", "blue")        # 0.89
 
-    async with AsyncClient("http://127.0.0.1:8000") as api:  # asyncio: the common calls, awaited
+    async with AsyncClient("http://127.0.0.1:8000") as api:  # asyncio: the same calls, awaited
         await api.neighbors("glove-6b-50d", "heart", k=5)
 
 Every error is raised as :class:`ApiError` (status, code, message, details): the server's answers, and also a
@@ -17,6 +17,7 @@ described once (:mod:`service_client.calls`); the two clients only carry its req
 
 from __future__ import annotations
 
+import inspect
 import time
 from collections.abc import Sequence
 from typing import Any, Literal, cast
@@ -368,3 +369,13 @@ class Client:
         """Rows as the Embedding Projector's ``vectors.tsv`` or ``metadata.tsv`` (``POST .../export``): each row a
         token, a row id, or ``{"token" or "id", "group"}``."""
         return self._run(calls.export(table, rows, file))
+
+
+def _document_async_calls() -> None:
+    """Each of AsyncClient's calls documented as Client's (written once, here), unless it has its own."""
+    for name, method in vars(AsyncClient).items():
+        if inspect.iscoroutinefunction(method) and method.__doc__ is None and hasattr(Client, name):
+            method.__doc__ = getattr(Client, name).__doc__
+
+
+_document_async_calls()

@@ -7,7 +7,7 @@
         api.analogy("glove-6b-50d", "man", "king", "woman")  # queen first
         api.similarity("glove-6b-50d", "red", "blue")        # 0.89
 
-    async with AsyncClient("http://127.0.0.1:8000") as api:  # asyncio: the common calls, awaited
+    async with AsyncClient("http://127.0.0.1:8000") as api:  # asyncio: the same calls, awaited
         await api.neighbors("glove-6b-50d", "heart", k=5)
 
 Every error is raised as :class:`ApiError` (status, code, message, details): the server's answers, and also a
@@ -17,6 +17,7 @@ described once (:mod:`service_client.calls`); the two clients only carry its req
 
 from __future__ import annotations
 
+import inspect
 import time
 from collections.abc import Sequence
 from typing import Any, Literal, cast
@@ -42,8 +43,6 @@ from service_client.shapes import (
     Projection,
     T,
     TableInfo,
-    _items,
-    _neighbors,
     _no_answer,
     segment,
     write_bodies,
@@ -164,19 +163,18 @@ class Client:
     # -------------------------------------------------------------------------------------- queries
     def neighbors(self, table: str, token: str, k: int = 10, **options: Any) -> list[Neighbor]:
         """Nearest neighbours of ``token``, itself left out."""
-        return self._run(calls.neighbors(table, {"token": token, "k": k, **options}))
+        return self._run(calls.neighbors(table, token, k, options))
 
     def most_similar(
         self, table: str, positive: Sequence[str], negative: Sequence[str] = (), k: int = 10, **options: Any
     ) -> list[Neighbor]:
         """gensim ``most_similar`` semantics: the mean of unit rows, the inputs left out."""
-        body = {"positive": list(positive), "negative": list(negative), "k": k, **options}
-        return self._run(calls.neighbors(table, body))
+        return self._run(calls.most_similar(table, positive, negative, k, options))
 
     def neighbors_batch(
         self, table: str, queries: Sequence[str | dict[str, Any]], k: int = 10, **options: Any
     ) -> list[list[Neighbor] | ApiError]:
-        return self._run(calls.neighbors_batch(table, {"queries": list(queries), "k": k, **options}))
+        return self._run(calls.neighbors_batch(table, queries, k, options))
 
     def similarity(self, table: str, a: str, b: str) -> float:
         return self._run(calls.similarity(table, a, b))
@@ -193,8 +191,7 @@ class Client:
         self, table: str, a: str, b: str, c: str, k: int = 10, method: Method = "3cosadd", **options: Any
     ) -> list[Neighbor]:
         """``a`` is to ``b`` as ``c`` is to ?; a, b and c left out."""
-        body = {"a": a, "b": b, "c": c, "k": k, "method": method, **options}
-        return _neighbors(self._run(calls.analogy(table, body))["neighbors"])
+        return self._run(calls.analogy(table, a, b, c, k, method, options))
 
     def analogies(
         self,
@@ -204,8 +201,7 @@ class Client:
         method: Method = "3cosadd",
         **options: Any,
     ) -> list[list[Neighbor] | ApiError]:
-        body = {"queries": [{"a": a, "b": b, "c": c} for a, b, c in questions], "k": k, "method": method, **options}
-        return _items(self._run(calls.analogy(table, body))["results"], lambda item: _neighbors(item["neighbors"]))
+        return self._run(calls.analogies(table, questions, k, method, options))
 
     def search(self, table: str, vector: Sequence[float], k: int = 10, **options: Any) -> list[Neighbor]:
         return self._run(calls.search(table, vector, k, options))
@@ -291,31 +287,25 @@ class Client:
     ) -> Projection:
         """The tokens in two dimensions; ``options`` are the method's (``x_axis``, ``y_axis``, ``perplexity``,
         ``n_neighbors``, ``min_dist``, ``seed``, ...)."""
-        body = {"tokens": list(tokens), "method": method, "skip_unknown": skip_unknown, **options}
-        return self._run(calls.project(table, body))
+        return self._run(calls.project(table, tokens, skip_unknown, method, options))
 
     # ---------------------------------------------------------------------------------- diagnostics
     def doesnt_match(self, table: str, words: Sequence[str], skip_unknown: bool = False) -> str:
         """gensim ``doesnt_match``: the word least similar to the mean of the words' unit rows."""
-        body = {"words": list(words), "skip_unknown": skip_unknown}
-        return str(self._run(calls.posted(calls.table_path(table, "doesnt-match"), body))["doesnt_match"]["token"])
+        return self._run(calls.doesnt_match(table, words, skip_unknown))
 
     def doesnt_match_batch(
         self, table: str, queries: Sequence[Sequence[str]], skip_unknown: bool = False
     ) -> list[str | ApiError]:
         """:meth:`doesnt_match` of each word list: per list the odd one out, or the item's :class:`ApiError`."""
-        body = {"queries": [list(words) for words in queries], "skip_unknown": skip_unknown}
-        results = self._run(calls.posted(calls.table_path(table, "doesnt-match"), body))["results"]
-        return _items(results, lambda item: str(item["doesnt_match"]["token"]))
+        return self._run(calls.doesnt_match_batch(table, queries, skip_unknown))
 
     def rank(self, table: str, a: str, b: str) -> int:
         """gensim ``rank(a, b)``: where ``b`` ranks among the neighbours of ``a`` (1: the nearest)."""
-        return int(self._run(calls.got(calls.table_path(table, "rank"), {"a": a, "b": b}))["rank"])
+        return self._run(calls.rank(table, a, b))
 
     def ranks(self, table: str, pairs: Sequence[tuple[str, str]]) -> list[int | None]:
-        body = {"pairs": [list(p) for p in pairs]}
-        ranks: list[int | None] = self._run(calls.posted(calls.table_path(table, "rank"), body))["ranks"]
-        return ranks
+        return self._run(calls.ranks(table, pairs))
 
     def rank_batch(self, table: str, pairs: Sequence[tuple[str, str]]) -> list[int | ApiError]:
         """:meth:`ranks` with, for a pair it cannot rank, the item's :class:`ApiError` in place of None."""
@@ -325,44 +315,33 @@ class Client:
         self, table: str, a: str, b: str, limit: int = 100, order: Literal["index", "score"] = "index"
     ) -> tuple[int, list[Neighbor]]:
         """gensim ``closer_than(a, b)``: how many words are closer to ``a`` than ``b`` is, and the first ``limit``."""
-        params = {"a": a, "b": b, "limit": limit, "order": order}
-        data = self._run(calls.got(calls.table_path(table, "closer-than"), params))
-        return int(data["count"]), _neighbors(data["words"])
+        return self._run(calls.closer_than(table, a, b, limit, order))
 
     def n_similarity(self, table: str, a: Sequence[str], b: Sequence[str], skip_unknown: bool = False) -> float:
         """gensim ``n_similarity``: cosine of the mean vectors of two word sets."""
-        body = {"a": list(a), "b": list(b), "skip_unknown": skip_unknown}
-        return float(self._run(calls.posted(calls.table_path(table, "n-similarity"), body))["similarity"])
+        return self._run(calls.n_similarity(table, a, b, skip_unknown))
 
     def n_similarity_batch(
         self, table: str, pairs: Sequence[tuple[Sequence[str], Sequence[str]]], skip_unknown: bool = False
     ) -> list[float | ApiError]:
         """:meth:`n_similarity` of each pair of word sets: per pair the cosine, or the item's :class:`ApiError`."""
-        body = {"queries": [{"a": list(a), "b": list(b)} for a, b in pairs], "skip_unknown": skip_unknown}
-        results = self._run(calls.posted(calls.table_path(table, "n-similarity"), body))["results"]
-        return _items(results, lambda item: float(item["similarity"]))
+        return self._run(calls.n_similarity_batch(table, pairs, skip_unknown))
 
     def expected_rank(
         self, table: str, a: str, b: str, c: str, expect: str, method: Method = "3cosadd", **options: Any
     ) -> dict[str, Any]:
         """Where ``expect`` ranks among the answers to "a is to b as c is to ?": token, id, rank, score, margin."""
-        body = {"a": a, "b": b, "c": c, "expect": expect, "k": 1, "method": method, **options}
-        expectation: dict[str, Any] = self._run(calls.analogy(table, body))["expect"]
-        return expectation
+        return self._run(calls.expected_rank(table, a, b, c, expect, method, options))
 
     def compare(self, first: str, second: str, token: str, k: int = 10, **options: Any) -> dict[str, Any]:
         """``token``'s neighbours in two tables side by side: overlap (overlap@k), shared, first, second."""
-        params = {"first": first, "second": second, "token": token, "k": k, **options}
-        comparison: dict[str, Any] = self._run(calls.got("/v1/compare", params))
-        return comparison
+        return self._run(calls.compare(first, second, token, k, options))
 
     def compare_batch(
         self, first: str, second: str, tokens: Sequence[str], k: int = 10, **options: Any
     ) -> list[dict[str, Any] | ApiError]:
         """:meth:`compare` of each token: per token the comparison, or the item's :class:`ApiError`."""
-        body = {"first": first, "second": second, "tokens": list(tokens), "k": k, **options}
-        results = self._run(calls.posted("/v1/compare", body))["results"]
-        return _items(results, lambda item: item)
+        return self._run(calls.compare_batch(first, second, tokens, k, options))
 
     # ------------------------------------------------------------------------------ map and export
     def map_info(self, table: str, method: MapMethod = "pca") -> dict[str, Any]:
@@ -390,3 +369,13 @@ class Client:
         """Rows as the Embedding Projector's ``vectors.tsv`` or ``metadata.tsv`` (``POST .../export``): each row a
         token, a row id, or ``{"token" or "id", "group"}``."""
         return self._run(calls.export(table, rows, file))
+
+
+def _document_async_calls() -> None:
+    """Each of AsyncClient's calls documented as Client's (written once, here), unless it has its own."""
+    for name, method in vars(AsyncClient).items():
+        if inspect.iscoroutinefunction(method) and method.__doc__ is None and hasattr(Client, name):
+            method.__doc__ = getattr(Client, name).__doc__
+
+
+_document_async_calls()

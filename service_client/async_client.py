@@ -1,19 +1,31 @@
-"""The asynchronous client (``from service_client import AsyncClient``), on ``httpx.AsyncClient``: the calls of
-:class:`~service_client.Client` an async application makes most (the documents table's, the LangChain and
-LlamaIndex stores', and the common reads), with the same arguments, answers, errors and retries, awaited. Both
-clients carry the same descriptions of the calls (:mod:`service_client.calls`)."""
+"""The asynchronous client (``from service_client import AsyncClient``), on ``httpx.AsyncClient``: every call of
+:class:`~service_client.Client`, with the same arguments, answers, errors and retries, awaited (``aclose`` for its
+``close``: closing an ``httpx.AsyncClient`` is awaited). Both clients carry the same descriptions of the calls
+(:mod:`service_client.calls`); each method's docstring is its ``Client`` twin's."""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Iterable, Sequence
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 import httpx
+import numpy as np
 
 from service_client import calls
-from service_client.calls import Call, Request, retry_wait
-from service_client.shapes import ApiError, Embedded, Hits, Neighbor, T, TableInfo, _no_answer
+from service_client.calls import Call, MapMethod, Method, Request, retry_wait
+from service_client.maps import MapColours
+from service_client.shapes import (
+    ApiError,
+    Embedded,
+    Hits,
+    Neighbor,
+    Piece,
+    Projection,
+    T,
+    TableInfo,
+    _no_answer,
+)
 
 if TYPE_CHECKING:
     from service_client import Client
@@ -88,11 +100,13 @@ class AsyncClient:
 
     # --------------------------------------------------------------------------------------- server
     async def ready(self) -> bool:
-        """Whether every table is loaded (``GET /readyz``); False too while the server cannot be reached."""
         try:
             return (await self.http.get("/readyz")).status_code == 200
         except httpx.TransportError:
             return False
+
+    async def reload(self) -> dict[str, Any]:
+        return await self._run(calls.reload())
 
     async def tables(self) -> list[TableInfo]:
         return await self._run(calls.tables())
@@ -103,17 +117,51 @@ class AsyncClient:
     async def vector(self, table: str, token: str, normalized: bool = False) -> list[float]:
         return await self._run(calls.vector(table, token, normalized))
 
+    async def vector_of_id(self, table: str, id: int, normalized: bool = False) -> list[float]:
+        return await self._run(calls.vector_of_id(table, id, normalized))
+
+    async def tokenize(self, table: str, text: str) -> list[Piece]:
+        return await self._run(calls.tokenize(table, text))
+
     # -------------------------------------------------------------------------------------- queries
     async def neighbors(self, table: str, token: str, k: int = 10, **options: Any) -> list[Neighbor]:
-        return await self._run(calls.neighbors(table, {"token": token, "k": k, **options}))
+        return await self._run(calls.neighbors(table, token, k, options))
+
+    async def most_similar(
+        self, table: str, positive: Sequence[str], negative: Sequence[str] = (), k: int = 10, **options: Any
+    ) -> list[Neighbor]:
+        return await self._run(calls.most_similar(table, positive, negative, k, options))
 
     async def neighbors_batch(
         self, table: str, queries: Sequence[str | dict[str, Any]], k: int = 10, **options: Any
     ) -> list[list[Neighbor] | ApiError]:
-        return await self._run(calls.neighbors_batch(table, {"queries": list(queries), "k": k, **options}))
+        return await self._run(calls.neighbors_batch(table, queries, k, options))
 
     async def similarity(self, table: str, a: str, b: str) -> float:
         return await self._run(calls.similarity(table, a, b))
+
+    async def similarities(self, table: str, pairs: Sequence[tuple[str, str]]) -> list[float | None]:
+        return await self._run(calls.similarities(table, pairs))
+
+    async def similarity_batch(
+        self, table: str, pairs: Sequence[tuple[str, str]], **options: Any
+    ) -> list[float | ApiError]:
+        return await self._run(calls.similarity_batch(table, pairs, options))
+
+    async def analogy(
+        self, table: str, a: str, b: str, c: str, k: int = 10, method: Method = "3cosadd", **options: Any
+    ) -> list[Neighbor]:
+        return await self._run(calls.analogy(table, a, b, c, k, method, options))
+
+    async def analogies(
+        self,
+        table: str,
+        questions: Sequence[tuple[str, str, str]],
+        k: int = 10,
+        method: Method = "3cosadd",
+        **options: Any,
+    ) -> list[list[Neighbor] | ApiError]:
+        return await self._run(calls.analogies(table, questions, k, method, options))
 
     async def search(self, table: str, vector: Sequence[float], k: int = 10, **options: Any) -> list[Neighbor]:
         return await self._run(calls.search(table, vector, k, options))
@@ -144,12 +192,6 @@ class AsyncClient:
     async def fields(self, table: str) -> dict[str, Any]:
         return await self._run(calls.fields(table))
 
-    async def embed(self, table: str, texts: Sequence[str], pooling: str | None = None) -> list[list[float]]:
-        return (await self._run(calls.embed_details(table, texts, pooling))).vectors
-
-    async def embed_details(self, table: str, texts: Sequence[str], pooling: str | None = None) -> Embedded:
-        return await self._run(calls.embed_details(table, texts, pooling))
-
     # ---------------------------------------------------------------------------------------- writes
     async def upsert_documents(self, table: str, documents: Sequence[dict[str, Any]]) -> dict[str, Any]:
         return await self._run(calls.upsert_documents(table, documents))
@@ -167,6 +209,89 @@ class AsyncClient:
 
     async def delete_document(self, table: str, id: str | int) -> dict[str, Any]:
         return await self._run(calls.delete_document(table, id))
+
+    async def embed(self, table: str, texts: Sequence[str], pooling: str | None = None) -> list[list[float]]:
+        return (await self._run(calls.embed_details(table, texts, pooling))).vectors
+
+    async def embed_details(self, table: str, texts: Sequence[str], pooling: str | None = None) -> Embedded:
+        return await self._run(calls.embed_details(table, texts, pooling))
+
+    async def contextual(
+        self, table: str, texts: Sequence[str], token: str | None = None, k: int = 5
+    ) -> dict[str, Any]:
+        return await self._run(calls.contextual(table, texts, token, k))
+
+    async def project(
+        self,
+        table: str,
+        tokens: Sequence[str],
+        skip_unknown: bool = False,
+        method: Literal["pca", "axes", "tsne", "umap"] = "pca",
+        **options: Any,
+    ) -> Projection:
+        return await self._run(calls.project(table, tokens, skip_unknown, method, options))
+
+    # ---------------------------------------------------------------------------------- diagnostics
+    async def doesnt_match(self, table: str, words: Sequence[str], skip_unknown: bool = False) -> str:
+        return await self._run(calls.doesnt_match(table, words, skip_unknown))
+
+    async def doesnt_match_batch(
+        self, table: str, queries: Sequence[Sequence[str]], skip_unknown: bool = False
+    ) -> list[str | ApiError]:
+        return await self._run(calls.doesnt_match_batch(table, queries, skip_unknown))
+
+    async def rank(self, table: str, a: str, b: str) -> int:
+        return await self._run(calls.rank(table, a, b))
+
+    async def ranks(self, table: str, pairs: Sequence[tuple[str, str]]) -> list[int | None]:
+        return await self._run(calls.ranks(table, pairs))
+
+    async def rank_batch(self, table: str, pairs: Sequence[tuple[str, str]]) -> list[int | ApiError]:
+        return await self._run(calls.rank_batch(table, pairs))
+
+    async def closer_than(
+        self, table: str, a: str, b: str, limit: int = 100, order: Literal["index", "score"] = "index"
+    ) -> tuple[int, list[Neighbor]]:
+        return await self._run(calls.closer_than(table, a, b, limit, order))
+
+    async def n_similarity(self, table: str, a: Sequence[str], b: Sequence[str], skip_unknown: bool = False) -> float:
+        return await self._run(calls.n_similarity(table, a, b, skip_unknown))
+
+    async def n_similarity_batch(
+        self, table: str, pairs: Sequence[tuple[Sequence[str], Sequence[str]]], skip_unknown: bool = False
+    ) -> list[float | ApiError]:
+        return await self._run(calls.n_similarity_batch(table, pairs, skip_unknown))
+
+    async def expected_rank(
+        self, table: str, a: str, b: str, c: str, expect: str, method: Method = "3cosadd", **options: Any
+    ) -> dict[str, Any]:
+        return await self._run(calls.expected_rank(table, a, b, c, expect, method, options))
+
+    async def compare(self, first: str, second: str, token: str, k: int = 10, **options: Any) -> dict[str, Any]:
+        return await self._run(calls.compare(first, second, token, k, options))
+
+    async def compare_batch(
+        self, first: str, second: str, tokens: Sequence[str], k: int = 10, **options: Any
+    ) -> list[dict[str, Any] | ApiError]:
+        return await self._run(calls.compare_batch(first, second, tokens, k, options))
+
+    # ------------------------------------------------------------------------------ map and export
+    async def map_info(self, table: str, method: MapMethod = "pca") -> dict[str, Any]:
+        return await self._run(calls.map_info(table, method))
+
+    async def map_points(self, table: str, method: MapMethod = "pca") -> np.ndarray:
+        return await self._run(calls.map_points(table, method))
+
+    async def map_labels(self, table: str) -> list[str]:
+        return await self._run(calls.map_labels(table))
+
+    async def map_colours(self, table: str, column: str) -> MapColours:
+        return await self._run(calls.map_colours(table, column))
+
+    async def export(
+        self, table: str, rows: Sequence[str | int | dict[str, Any]], file: Literal["vectors", "metadata"]
+    ) -> str:
+        return await self._run(calls.export(table, rows, file))
 
 
 class LoopClient:

@@ -125,13 +125,23 @@ def tokenize(table: str, text: str) -> Call[list[Piece]]:
 
 
 # ------------------------------------------------------------------------------------------ queries
-def neighbors(table: str, body: dict[str, Any]) -> Call[list[Neighbor]]:
-    """``POST .../neighbors`` of one token or word list."""
+def neighbors(table: str, token: str, k: int, options: dict[str, Any]) -> Call[list[Neighbor]]:
+    answer = yield Request("POST", table_path(table, "neighbors"), json={"token": token, "k": k, **options})
+    return _neighbors(answer["neighbors"])
+
+
+def most_similar(
+    table: str, positive: Sequence[str], negative: Sequence[str], k: int, options: dict[str, Any]
+) -> Call[list[Neighbor]]:
+    body = {"positive": list(positive), "negative": list(negative), "k": k, **options}
     answer = yield Request("POST", table_path(table, "neighbors"), json=body)
     return _neighbors(answer["neighbors"])
 
 
-def neighbors_batch(table: str, body: dict[str, Any]) -> Call[list[list[Neighbor] | ApiError]]:
+def neighbors_batch(
+    table: str, queries: Sequence[str | dict[str, Any]], k: int, options: dict[str, Any]
+) -> Call[list[list[Neighbor] | ApiError]]:
+    body = {"queries": list(queries), "k": k, **options}
     answer = yield Request("POST", table_path(table, "neighbors"), json=body)
     return _batch(answer["results"])
 
@@ -153,10 +163,20 @@ def similarity_batch(table: str, pairs: Sequence[tuple[str, str]], options: dict
     return _values(answer["similarities"], answer["errors"])
 
 
-def analogy(table: str, body: dict[str, Any]) -> Call[Any]:
-    """``POST .../analogy``'s decoded answer (each method reads its part)."""
+def analogy(
+    table: str, a: str, b: str, c: str, k: int, method: Method, options: dict[str, Any]
+) -> Call[list[Neighbor]]:
+    body = {"a": a, "b": b, "c": c, "k": k, "method": method, **options}
     answer = yield Request("POST", table_path(table, "analogy"), json=body)
-    return answer
+    return _neighbors(answer["neighbors"])
+
+
+def analogies(
+    table: str, questions: Sequence[tuple[str, str, str]], k: int, method: Method, options: dict[str, Any]
+) -> Call[list[list[Neighbor] | ApiError]]:
+    body = {"queries": [{"a": a, "b": b, "c": c} for a, b, c in questions], "k": k, "method": method, **options}
+    answer = yield Request("POST", table_path(table, "analogy"), json=body)
+    return _batch(answer["results"])
 
 
 def search(table: str, vector: Sequence[float], k: int, options: dict[str, Any]) -> Call[list[Neighbor]]:
@@ -267,7 +287,14 @@ def contextual(table: str, texts: Sequence[str], token: str | None, k: int) -> C
     return answer
 
 
-def project(table: str, body: dict[str, Any]) -> Call[Projection]:
+def project(
+    table: str,
+    tokens: Sequence[str],
+    skip_unknown: bool,
+    method: Literal["pca", "axes", "tsne", "umap"],
+    options: dict[str, Any],
+) -> Call[Projection]:
+    body = {"tokens": list(tokens), "method": method, "skip_unknown": skip_unknown, **options}
     data = yield Request("POST", table_path(table, "project"), json=body)
     points = [Point(p["token"], int(p["id"]), float(p["x"]), float(p["y"])) for p in data["points"]]
     ratios = [float(r) for r in data.get("explained_variance_ratio") or []]
@@ -275,21 +302,77 @@ def project(table: str, body: dict[str, Any]) -> Call[Projection]:
 
 
 # -------------------------------------------------------------------------------------- diagnostics
-def posted(path: str, body: dict[str, Any]) -> Call[Any]:
-    """A ``POST`` of ``body`` to ``path``: its decoded answer, of which each method reads its part."""
-    answer = yield Request("POST", path, json=body)
-    return answer
+def doesnt_match(table: str, words: Sequence[str], skip_unknown: bool) -> Call[str]:
+    body = {"words": list(words), "skip_unknown": skip_unknown}
+    answer = yield Request("POST", table_path(table, "doesnt-match"), json=body)
+    return str(answer["doesnt_match"]["token"])
 
 
-def got(path: str, params: dict[str, Any] | None = None) -> Call[Any]:
-    """A ``GET`` of ``path``: its decoded answer, of which each method reads its part."""
-    answer = yield Request("GET", path, params=params)
-    return answer
+def doesnt_match_batch(table: str, queries: Sequence[Sequence[str]], skip_unknown: bool) -> Call[list[str | ApiError]]:
+    body = {"queries": [list(words) for words in queries], "skip_unknown": skip_unknown}
+    answer = yield Request("POST", table_path(table, "doesnt-match"), json=body)
+    return _items(answer["results"], lambda item: str(item["doesnt_match"]["token"]))
+
+
+def rank(table: str, a: str, b: str) -> Call[int]:
+    answer = yield Request("GET", table_path(table, "rank"), params={"a": a, "b": b})
+    return int(answer["rank"])
+
+
+def ranks(table: str, pairs: Sequence[tuple[str, str]]) -> Call[list[int | None]]:
+    answer = yield Request("POST", table_path(table, "rank"), json={"pairs": [list(p) for p in pairs]})
+    found: list[int | None] = answer["ranks"]
+    return found
 
 
 def rank_batch(table: str, pairs: Sequence[tuple[str, str]]) -> Call[list[Any]]:
     answer = yield Request("POST", table_path(table, "rank"), json={"pairs": [list(p) for p in pairs]})
     return _values(answer["ranks"], answer["errors"])
+
+
+def closer_than(
+    table: str, a: str, b: str, limit: int, order: Literal["index", "score"]
+) -> Call[tuple[int, list[Neighbor]]]:
+    params = {"a": a, "b": b, "limit": limit, "order": order}
+    answer = yield Request("GET", table_path(table, "closer-than"), params=params)
+    return int(answer["count"]), _neighbors(answer["words"])
+
+
+def n_similarity(table: str, a: Sequence[str], b: Sequence[str], skip_unknown: bool) -> Call[float]:
+    body = {"a": list(a), "b": list(b), "skip_unknown": skip_unknown}
+    answer = yield Request("POST", table_path(table, "n-similarity"), json=body)
+    return float(answer["similarity"])
+
+
+def n_similarity_batch(
+    table: str, pairs: Sequence[tuple[Sequence[str], Sequence[str]]], skip_unknown: bool
+) -> Call[list[float | ApiError]]:
+    body = {"queries": [{"a": list(a), "b": list(b)} for a, b in pairs], "skip_unknown": skip_unknown}
+    answer = yield Request("POST", table_path(table, "n-similarity"), json=body)
+    return _items(answer["results"], lambda item: float(item["similarity"]))
+
+
+def expected_rank(
+    table: str, a: str, b: str, c: str, expect: str, method: Method, options: dict[str, Any]
+) -> Call[dict[str, Any]]:
+    body = {"a": a, "b": b, "c": c, "expect": expect, "k": 1, "method": method, **options}
+    answer = yield Request("POST", table_path(table, "analogy"), json=body)
+    expectation: dict[str, Any] = answer["expect"]
+    return expectation
+
+
+def compare(first: str, second: str, token: str, k: int, options: dict[str, Any]) -> Call[dict[str, Any]]:
+    params = {"first": first, "second": second, "token": token, "k": k, **options}
+    comparison: dict[str, Any] = yield Request("GET", "/v1/compare", params=params)
+    return comparison
+
+
+def compare_batch(
+    first: str, second: str, tokens: Sequence[str], k: int, options: dict[str, Any]
+) -> Call[list[dict[str, Any] | ApiError]]:
+    body = {"first": first, "second": second, "tokens": list(tokens), "k": k, **options}
+    answer = yield Request("POST", "/v1/compare", json=body)
+    return _items(answer["results"], lambda item: item)
 
 
 # ---------------------------------------------------------------------------------- map and export

@@ -150,34 +150,28 @@ def _field(payload: Payload, name: str, condition: Any, where: str) -> pa.Array:
         known = ", ".join(repr(f) for f in payload.fields) or "none"
         raise InvalidQuery(f"{where}: the table has no field {shown(name)} (its fields: {known}; and, or, not combine)")
     column = payload.column(name)
+    operations = _operations(condition, OPERATORS[kind], f"{kind} field {name!r} takes", where)
+    return _combine([_condition(column, kind, op, value, f"{where}.{op}") for op, value in operations], pc.and_)
+
+
+def _operations(condition: Any, allowed: tuple[str, ...], subject: str, where: str) -> list[tuple[str, Any]]:
+    """The (operator, value) pairs of ``condition`` (a bare value is ``eq``), each operator one ``allowed``."""
     if not isinstance(condition, dict):
         condition = {"eq": condition}
     if not condition:
-        raise InvalidQuery(f"{where}: give a value or an operator ({', '.join(OPERATORS[kind])})")
-    parts = []
-    for op, value in condition.items():
-        if op not in OPERATORS[kind]:
-            raise InvalidQuery(
-                f"{where}: {kind} field {name!r} takes the operators {', '.join(OPERATORS[kind])}, not {shown(op)}"
-            )
-        parts.append(_condition(column, kind, op, value, f"{where}.{op}"))
-    return _combine(parts, pc.and_)
+        raise InvalidQuery(f"{where}: give a value or an operator ({', '.join(allowed)})")
+    for op in condition:
+        if op not in allowed:
+            raise InvalidQuery(f"{where}: {subject} the operators {', '.join(allowed)}, not {shown(op)}")
+    return list(condition.items())
 
 
 def _ids(payload: Payload, condition: Any, where: str) -> pa.Array:
     """The rows whose id is (``eq``), is not (``ne``) or is one of (``in``) the ids given: a binary search of
     the table's sorted ids per id asked (``Payload.find_rows``), not a pass over the rows."""
-    if not isinstance(condition, dict):
-        condition = {"eq": condition}
-    if not condition:
-        raise InvalidQuery(f"{where}: give an id or an operator ({', '.join(ID_OPERATORS)})")
     parts = []
-    for op, value in condition.items():
+    for op, value in _operations(condition, ID_OPERATORS, "the documents' ids take", where):
         here = f"{where}.{op}"
-        if op not in ID_OPERATORS:
-            raise InvalidQuery(
-                f"{where}: the documents' ids take the operators {', '.join(ID_OPERATORS)}, not {shown(op)}"
-            )
         if op == "in" and (not isinstance(value, list) or not value or len(value) > MAX_VALUES):
             raise InvalidQuery(f"{here}: takes a list of 1 to {MAX_VALUES:,} ids")
         asked = [_id(v, f"{here}[{i}]") for i, v in enumerate(value)] if op == "in" else [_id(value, here)]

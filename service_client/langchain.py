@@ -67,12 +67,13 @@ def _ids(texts: list[str], metadatas: list[dict[str, Any]] | None, ids: list[str
     return ids
 
 
-def _check_delete(ids: list[str] | None, kwargs: dict[str, Any]) -> None:
-    """A delete takes ids or a filter: the server deletes by one or the other."""
-    if (ids is None) == (kwargs.get("filter") is None):
-        raise ValueError(
-            "delete takes ids or a filter=, not both" if ids is not None else "delete needs ids or a filter="
-        )
+def _delete_filter(ids: list[str] | None, kwargs: dict[str, Any]) -> dict[str, Any] | None:
+    """The server's filter of what a delete given ``filter=`` deletes (of ``ids`` too, given them: the filter on
+    the documents' ids); None for a delete by ids alone."""
+    spec: dict[str, Any] | None = kwargs.get("filter")
+    if ids is None and spec is None:
+        raise ValueError("delete needs ids or a filter=")
+    return spec if ids is None or spec is None else {"and": [{"id": {"in": list(ids)}}, spec]}
 
 
 OPTIONS, MMR_OPTIONS = "k and filter=", "k, fetch_k, lambda_mult and filter="  # what a search takes
@@ -197,21 +198,21 @@ class EmbeddingSearchStore(VectorStore):
         return ids
 
     def delete(self, ids: list[str] | None = None, **kwargs: Any) -> bool | None:
-        """Delete by ids (ids not there are no error), or by ``filter=`` (the server's filter language): the server
-        deletes by one or the other, so ids that must also pass a filter are refused."""
-        _check_delete(ids, kwargs)
-        if ids is None:
-            self.client.delete_documents(self.table, filter=kwargs["filter"])
-        else:
-            self.client.delete_many(self.table, ids)
+        """Delete by ids (ids not there are no error), by ``filter=`` (the server's filter language), or (given
+        both) the documents of ``ids`` that pass the filter."""
+        spec = _delete_filter(ids, kwargs)
+        if spec is None:
+            self.client.delete_many(self.table, ids or [])
+        elif ids != []:  # of no ids, none to delete
+            self.client.delete_documents(self.table, filter=spec)
         return True
 
     async def adelete(self, ids: list[str] | None = None, **kwargs: Any) -> bool | None:
-        _check_delete(ids, kwargs)
-        if ids is None:
-            await self.async_client.delete_documents(self.table, filter=kwargs["filter"])
-        else:
-            await self.async_client.delete_many(self.table, ids)
+        spec = _delete_filter(ids, kwargs)
+        if spec is None:
+            await self.async_client.delete_many(self.table, ids or [])
+        elif ids != []:  # of no ids, none to delete
+            await self.async_client.delete_documents(self.table, filter=spec)
         return True
 
     def get_by_ids(self, ids: Sequence[str], /) -> list[Document]:

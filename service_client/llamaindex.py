@@ -10,13 +10,13 @@ embedding-search[llamaindex]``).
 
 ``add`` upserts each node by its id (its embedding as the vector, its text, its metadata and relationships kept
 whole, as JSON, in the table's string field ``metadata``; a metadata key that is also a field of the table is
-written to that field too, its source document's id to a ``ref_doc_id`` field and its own to a ``node_id`` field
-when the table has them); ``delete(ref_doc_id)`` deletes the nodes of a source document (by that field);
-``get_nodes(filters=...)`` lists the nodes the filters pass (pages of a filtered search); ``query`` searches by
-the query embedding with ``MetadataFilters`` translated to the server's filter language (on the table's fields;
-``node_ids`` on ``node_id``), mode ``mmr`` by the server's ``diversity`` (``1 - mmr_threshold``, 0.5 by default),
-``text_search`` and ``hybrid`` by its keyword and hybrid searches of the query text (``alpha`` 1 its vector
-search, 0 its keyword search).
+written to that field too, and its source document's id to a ``ref_doc_id`` field when the table has one);
+``delete(ref_doc_id)`` deletes the nodes of a source document (by that field); ``get_nodes(filters=...)`` lists
+the nodes the filters pass (pages of a filtered search); ``query`` searches by the query embedding with
+``MetadataFilters`` translated to the server's filter language (on the table's fields; ``node_ids`` on the
+documents' ids, the filter's ``id``), mode ``mmr`` by the server's ``diversity`` (``1 - mmr_threshold``, 0.5 by
+default), ``text_search`` and ``hybrid`` by its keyword and hybrid searches of the query text (``alpha`` 1 its
+vector search, 0 its keyword search).
 
 The async methods (``async_add``, ``aquery``, ``adelete``, ...) are the store's own, over an
 :class:`~service_client.AsyncClient` like ``client`` (made on first use on each event loop; ``aclose()`` closes
@@ -50,7 +50,6 @@ from service_client.calls import Call
 from service_client.stored import METADATA, is_id, metadata_of, plain
 
 REF_DOC_ID = "ref_doc_id"
-NODE_ID = "node_id"  # a field the table may have: each node's id, which a query's node_ids filter on
 LIST_PAGE = 100  # the nodes one request of a listing (get_nodes by filters) reads
 RANGES = {FilterOperator.GT: "gt", FilterOperator.GTE: "gte", FilterOperator.LT: "lt", FilterOperator.LTE: "lte"}
 COMPARISONS = {**RANGES, FilterOperator.EQ: "eq", FilterOperator.NE: "ne"}
@@ -244,7 +243,7 @@ class EmbeddingSearchVectorStore(BasePydanticVectorStore):
         **delete_kwargs: Any,
     ) -> None:
         """Delete the nodes ``node_ids``, those ``filters`` match, or (given both) those of ``node_ids`` that
-        ``filters`` match, by the table's ``node_id`` field."""
+        ``filters`` match (the server's filter on ids and fields)."""
         if filters is None:
             self._client.delete_many(self.table, node_ids or [])
         elif (condition := _delete_filter(node_ids, filters, self.types())) is not None:
@@ -269,7 +268,7 @@ class EmbeddingSearchVectorStore(BasePydanticVectorStore):
 
     def get_nodes(self, node_ids: list[str] | None = None, filters: MetadataFilters | None = None) -> list[BaseNode]:
         """The nodes ``node_ids`` (those there, in their order), or every node ``filters`` pass (of those
-        ``node_ids`` too, by the table's ``node_id`` field), or every node: a listing, at most the server's
+        ``node_ids`` too, by the server's filter on ids), or every node: a listing, at most the server's
         ``max_k`` nodes (beyond, the server's 422 naming it)."""
         if node_ids is None or filters is not None:
             condition = _restricted(node_ids, filters, self.types())
@@ -302,7 +301,7 @@ class EmbeddingSearchVectorStore(BasePydanticVectorStore):
         return _result(self._client.search_documents(self.table, k=k, **body).hits)
 
     async def aquery(self, query: VectorStoreQuery, **kwargs: Any) -> VectorStoreQueryResult:
-        fields = await self.afields() if query.filters is not None or query.node_ids else {}
+        fields = await self.afields() if query.filters is not None else {}
         search = _search(query, kwargs, lambda: _types(fields))
         if search is None:
             return _result([])
@@ -324,13 +323,11 @@ def _rows(nodes: Sequence[BaseNode], known: dict[str, Any]) -> list[dict[str, An
         metadata = plain(node.metadata)  # NumPy's values as JSON's, which LlamaIndex's dump needs too
         shown = node.model_copy(update={"metadata": metadata})
         stored = node_to_metadata_dict(shown, remove_text=True, flat_metadata=False)
-        fields = {k: v for k, v in metadata.items() if k in known and k not in (METADATA, REF_DOC_ID, NODE_ID)}
+        fields = {k: v for k, v in metadata.items() if k in known and k not in (METADATA, REF_DOC_ID)}
         if METADATA in known:
             fields[METADATA] = json.dumps(stored, sort_keys=True)
         if REF_DOC_ID in known:
             fields[REF_DOC_ID] = node.ref_doc_id
-        if NODE_ID in known:
-            fields[NODE_ID] = node.node_id
         document: dict[str, Any] = {
             "id": node.node_id,
             "text": node.get_content(metadata_mode=MetadataMode.NONE),
@@ -346,17 +343,12 @@ def _restricted(
     node_ids: list[str] | None, filters: MetadataFilters | None, types: Mapping[str, str]
 ) -> dict[str, Any] | bool:
     """The server's filter of the nodes of ``node_ids`` (None: any) that ``filters`` pass: True when every node
-    does, False when none does. ``node_ids`` filter on the table's ``node_id`` field, which the store writes."""
-    conditions = []
+    does, False when none does (``types``: the table's fields', read for ``filters`` only)."""
+    conditions: list[dict[str, Any]] = []
     if node_ids is not None:
-        if types.get(NODE_ID) != "string":
-            raise ValueError(
-                f"node_ids with filters, or in a query, filter on the table's string field {NODE_ID!r}, which the "
-                "table does not have: import it with one (the store writes each node's id there)"
-            )
         if not node_ids:
             return False
-        conditions.append({NODE_ID: {"in": list(node_ids)}})
+        conditions.append({"id": {"in": list(node_ids)}})  # the documents' own ids
     condition = True if filters is None else filter_of(filters, types)
     if condition is False:
         return False
@@ -425,7 +417,7 @@ def _search(
     # own node list empty) makes each retriever with node_ids=[].
     node_ids = query.node_ids or None
     asked = query.filters is not None or node_ids is not None
-    condition = _restricted(node_ids, query.filters, types()) if asked else True
+    condition = _restricted(node_ids, query.filters, {} if query.filters is None else types()) if asked else True
     if condition is False:
         return None
     conditions = [] if condition is True else [condition]

@@ -45,7 +45,7 @@ from index.build.sources import DROP_HINT
 from index.engine.encode import cancelled_out, no_known_piece
 from index.errors import InputError
 from index.progress import note
-from index.store.payload import INTEGER, STRING, contiguous, sort_ids
+from index.store.payload import ID_KEY, INTEGER, STRING, contiguous, sort_ids
 from index.store.rows import row_norms
 
 REPORTED = 5  # reasons kept in the report of an import with drop_invalid
@@ -300,6 +300,12 @@ def prepare(rows: Rows, options: DocumentOptions) -> Documents:
     if len(set(chosen)) < len(chosen):
         twice = next(n for n in chosen if chosen.count(n) > 1)
         raise InputError(rows.path, f"field {twice!r} is named for two of --id-field, --text-field, --vector-field")
+    if ID_KEY in names and ID_KEY not in chosen:  # filters read "id" as the documents' own ids
+        raise InputError(
+            rows.path,
+            f"a field named {ID_KEY!r} beside the ids of --id-field {id_name!r}: a filter's {ID_KEY!r} is the "
+            f"documents' ids; rename the field, or make it the ids (--id-field {ID_KEY})",
+        )
     n = table.num_rows
     if n == 0:
         raise InputError(rows.path, "no documents")

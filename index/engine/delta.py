@@ -268,7 +268,16 @@ class DeltaColumns:
         self.fields = payload.fields
         self.id_field = payload.id_field
         self.text_field = payload.text_field
+        self.id_type = payload.id_type
         self.documents = documents
+
+    def __len__(self) -> int:
+        return len(self.documents)
+
+    def find_rows(self, ids: Sequence[str | int]) -> np.ndarray:
+        """Each id's written document's place in write order, -1 for an id none has (``Payload.find_rows``)."""
+        places: dict[Key | None, int] = {document.id: place for place, document in enumerate(self.documents)}
+        return np.array([places.get(id_key(i, self.id_type), -1) for i in ids], dtype=np.int64)
 
     def column(self, name: str) -> pa.Array:
         if name == self.id_field:

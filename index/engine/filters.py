@@ -9,6 +9,9 @@ A filter is JSON, as the search request carries it:
   ``{"title": {"contains": "GPL"}}``: text holding this substring (case-sensitive);
 - ``{"year": {"gte": 2000, "lt": 2010}}``: a range, for integer, float and timestamp fields (timestamps as
   ISO 8601 text); ``{"year": {"eq": 2001}}`` and ``{"ne": ...}`` as well;
+- ``{"id": "lee-010"}``, ``{"id": {"in": [...]}}``, ``{"id": {"ne": ...}}``: the documents' own ids (not a
+  field: the import refuses a field named ``id``), read as the table reads ids (``"7"`` is 7 in an integer-id
+  table); an id the table does not have passes no row;
 - ``{"not": F}``, ``{"and": [F, ...]}``, ``{"or": [F, ...]}``; several keys in one object all must hold.
 
 A null (missing) value passes no condition but ``ne`` and ``not``. Each condition is one Arrow compute call
@@ -29,7 +32,17 @@ import faiss
 import numpy as np
 
 from index.errors import InvalidQuery, clipped, shown
-from index.store.payload import BOOLEAN, FLOAT, INTEGER, STRING, STRING_LIST, TIMESTAMP, Payload, timestamp_type
+from index.store.payload import (
+    BOOLEAN,
+    FLOAT,
+    ID_KEY,
+    INTEGER,
+    STRING,
+    STRING_LIST,
+    TIMESTAMP,
+    Payload,
+    timestamp_type,
+)
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -47,6 +60,7 @@ OPERATORS: dict[str, tuple[str, ...]] = {
     FLOAT: ("eq", "ne", "in", *RANGE),
     TIMESTAMP: ("eq", "ne", "in", *RANGE),
 }
+ID_OPERATORS = ("eq", "ne", "in")
 MAX_DEPTH = 32  # nesting of and/or/not
 MAX_VALUES = 10_000  # values of one "in"
 FLOAT_MAX = float(np.finfo(np.float64).max)
@@ -116,6 +130,8 @@ def _node(payload: Payload, spec: Any, where: str, depth: int) -> pa.Array:
                 raise InvalidQuery(f"{here}: takes a non-empty list of filters")
             items = [_node(payload, item, f"{here}[{i}]", depth + 1) for i, item in enumerate(value)]
             parts.append(_combine(items, pc.and_ if key == "and" else pc.or_))
+        elif key == ID_KEY:
+            parts.append(_ids(payload, value, here))
         else:
             parts.append(_field(payload, key, value, here))
     return _combine(parts, pc.and_)
@@ -134,18 +150,45 @@ def _field(payload: Payload, name: str, condition: Any, where: str) -> pa.Array:
         known = ", ".join(repr(f) for f in payload.fields) or "none"
         raise InvalidQuery(f"{where}: the table has no field {shown(name)} (its fields: {known}; and, or, not combine)")
     column = payload.column(name)
+    operations = _operations(condition, OPERATORS[kind], f"{kind} field {name!r} takes", where)
+    return _combine([_condition(column, kind, op, value, f"{where}.{op}") for op, value in operations], pc.and_)
+
+
+def _operations(condition: Any, allowed: tuple[str, ...], subject: str, where: str) -> list[tuple[str, Any]]:
+    """The (operator, value) pairs of ``condition`` (a bare value is ``eq``), each operator one ``allowed``."""
     if not isinstance(condition, dict):
         condition = {"eq": condition}
     if not condition:
-        raise InvalidQuery(f"{where}: give a value or an operator ({', '.join(OPERATORS[kind])})")
+        raise InvalidQuery(f"{where}: give a value or an operator ({', '.join(allowed)})")
+    for op in condition:
+        if op not in allowed:
+            raise InvalidQuery(f"{where}: {subject} the operators {', '.join(allowed)}, not {shown(op)}")
+    return list(condition.items())
+
+
+def _ids(payload: Payload, condition: Any, where: str) -> pa.Array:
+    """The rows whose id is (``eq``), is not (``ne``) or is one of (``in``) the ids given: a binary search of
+    the table's sorted ids per id asked (``Payload.find_rows``), not a pass over the rows."""
     parts = []
-    for op, value in condition.items():
-        if op not in OPERATORS[kind]:
-            raise InvalidQuery(
-                f"{where}: {kind} field {name!r} takes the operators {', '.join(OPERATORS[kind])}, not {shown(op)}"
-            )
-        parts.append(_condition(column, kind, op, value, f"{where}.{op}"))
+    for op, value in _operations(condition, ID_OPERATORS, "the documents' ids take", where):
+        here = f"{where}.{op}"
+        if op == "in" and (not isinstance(value, list) or not value or len(value) > MAX_VALUES):
+            raise InvalidQuery(f"{here}: takes a list of 1 to {MAX_VALUES:,} ids")
+        asked = [_id(v, f"{here}[{i}]") for i, v in enumerate(value)] if op == "in" else [_id(value, here)]
+        rows = payload.find_rows(asked)
+        passing = np.zeros(len(payload), dtype=bool)
+        passing[rows[rows >= 0]] = True
+        parts.append(pa.array(~passing if op == "ne" else passing))
     return _combine(parts, pc.and_)
+
+
+def _id(value: Any, where: str) -> str | int:
+    """An id asked for: text or a whole number (``2.0`` is 2, as JSON Schema counts it), as a search's ``id``."""
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool)):
+        return value
+    raise InvalidQuery(f"{where}: a document's id is text or a whole number, got {shown(value)}")
 
 
 def _condition(column: pa.Array, kind: str, op: str, value: Any, where: str) -> pa.Array:

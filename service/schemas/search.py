@@ -86,7 +86,8 @@ Filter = Annotated[
     Field(
         min_length=1,
         description="documents tables: a filter on payload fields: {field: value}, {field: {in: [...]}}, "
-        "{field: {gte, gt, lte, lt, eq, ne}}, {not: F}, {and: [F, ...]}, {or: [F, ...]}",
+        "{field: {gte, gt, lte, lt, eq, ne, prefix, contains}}, on the documents' ids: {id: value}, "
+        "{id: {in: [...]}}, {id: {ne: value}}; {not: F}, {and: [F, ...]}, {or: [F, ...]}",
     ),
     ValidText,
 ]

@@ -46,6 +46,16 @@ def test_the_table_lists_its_fields(base: str) -> None:
     assert {name: field["type"] for name, field in documents["fields"].items()} == TYPES
 
 
+def test_a_search_among_documents_by_id(base: str, lee_docs: Lee) -> None:
+    """A re-rank of candidates: the filter on ids passes the documents named (an unknown one passes none)."""
+    chosen = [lee_docs.ids[i] for i in (3, 50, 51, 120, 299)]
+    query = lee_docs.vectors[50].astype(np.float64)
+    spec = {"id": {"in": [*chosen, "lee-300"]}, "not": {"id": lee_docs.ids[51]}}
+    answer = post(base, {"vector": query.tolist(), "k": K, "filter": spec}).json()
+    passing = np.isin(lee_docs.ids, chosen) & (np.array(lee_docs.ids) != lee_docs.ids[51])
+    assert [hit["id"] for hit in answer["hits"]] == ranking(lee_docs, query, passing) and answer["passing"] == 4
+
+
 def test_a_filtered_vector_search(base: str, lee_docs: Lee) -> None:
     query = lee_docs.vectors[42].astype(np.float64) + lee_docs.vectors[7]
     spec = {"year": {"gte": 1995}, "lang": "en"}
@@ -156,6 +166,8 @@ def test_one_document_by_id(base: str, lee_docs: Lee) -> None:
         ({"id": "lee-001", "filter": {"yeer": 1990}}, "no field 'yeer'"),
         ({"id": "lee-001", "filter": {"lang": {"gt": "en"}}}, "takes the operators"),
         ({"id": "lee-001", "filter": {"published": {"gte": 2001}}}, "ISO 8601"),
+        ({"id": "lee-001", "filter": {"id": {"in": ["lee-002", None]}}}, "filter.id.in[1]: a document's id is"),
+        ({"id": "lee-001", "filter": {"id": {"prefix": "lee"}}}, "the documents' ids take the operators eq, ne, in"),
         ({"id": "lee-001", "k": 900, "offset": 200}, "offset + k must be at most 1000"),
         ({"id": "lee-001", "offset": -1}, "offset"),
         ({"id": "lee-001", "min_score": 2}, "min_score"),

@@ -249,15 +249,15 @@ def test_without_an_embedding_the_tables_encoder_embeds(server_url: str, lee_doc
         store.delete(filter={"not": {"metadata": "\u0000"}})
 
 
-def test_ids_with_a_filter_and_lengths_that_differ_are_refused(
+def test_ids_with_a_filter_delete_those_passing_and_lengths_that_differ_are_refused(
     lee_store: tuple[EmbeddingSearchStore, list[str]],
 ) -> None:
-    """The server deletes by ids or by a filter: ids that must also pass a filter are refused, not deleted whatever
-    the filter; texts, metadatas and ids of different lengths are refused before any text is embedded."""
+    """Ids with a filter delete those of the ids that pass it (the server's filter on ids; no ids: none); texts,
+    metadatas and ids of different lengths are refused before any text is embedded."""
     store, _ = lee_store
-    with pytest.raises(ValueError, match="ids or a filter=, not both"):
-        store.delete(["lee-1", "lee-2"], filter={"topic": "even"})
-    assert len(store.get_by_ids(["lee-1", "lee-2"])) == 2
+    store.delete([], filter={"topic": "odd"})
+    store.delete(["lee-1", "lee-2", "lee-3", "nowhere"], filter={"topic": "odd"})
+    assert [d.id for d in store.get_by_ids(["lee-1", "lee-2", "lee-3", "lee-5"])] == ["lee-2", "lee-5"]
     with pytest.raises(ValueError, match="needs ids or a filter="):
         store.delete()
     with pytest.raises(ValueError, match="2 texts, 1 metadatas and 2 ids"):
@@ -373,8 +373,8 @@ async def test_the_async_methods_answer_as_the_synchronous_ones_at_once(
         assert await reader.asimilarity_search("election", k=40, filter={"topic": "odd"}) == []
         with pytest.raises(ApiError, match="fetch_k must be at most 1000"):
             await reader.amax_marginal_relevance_search("election", fetch_k=1001)
-        with pytest.raises(ValueError, match="ids or a filter=, not both"):
-            await reader.adelete(["note"], filter={"topic": "new"})
+        await reader.adelete(["note", "lee-8"], filter={"topic": "new"})  # the ids that pass: note
+        assert len(await reader.aget_by_ids(["note", "lee-8"])) == 1
 
 
 async def test_without_an_embedding_the_async_searches_embed_on_the_server(server_url: str, lee_docs: Lee) -> None:

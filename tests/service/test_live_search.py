@@ -1,7 +1,8 @@
 """Searches see writes at once: a real ``embedding-serve`` with two workers serving gensim's Lee corpus, written to
-(new documents, replaced ones, deletes by id and by filter), answers vector searches (raw vectors, batches, more
-like a written or an imported document, positive/negative, filters, pages, score floors) exactly as a fresh
-import of the same final documents through the real builder does: the same ids, the same cosines.
+(new documents, replaced ones, deletes by id and by filter, on fields and on ids), answers vector searches (raw
+vectors, batches, more like a written or an imported document, positive/negative, filters on fields and ids,
+pages, score floors) exactly as a fresh import of the same final documents through the real builder does: the
+same ids, the same cosines.
 """
 
 from __future__ import annotations
@@ -42,12 +43,15 @@ def written(lee: Lee) -> tuple[list[dict[str, Any]], list[list[dict[str, Any]]],
     deletes: list[Any] = [{"ids": [lee.ids[i] for i in range(100, 130, 2)] + ["new/03", "nowhere"]}]
     deletes.append({"filter": {"and": [{"year": {"lt": 1982}}, {"year": {"gte": 1981}}]}})  # written ones only
     deletes.append({"filter": {"lang": "en", "long": True, "year": 1995}})
+    deletes.append(
+        {"filter": {"id": {"in": ["lee-290", "lee-104", "nowhere"]}}}
+    )  # by id: one deleted before, one never there
     final = dict(records)
     for batch in batches:
         for document in batch:
             final.pop(document["id"], None)  # a replaced document moves to the end
             final[document["id"]] = document
-    for ident in deletes[0]["ids"]:
+    for ident in deletes[0]["ids"] + deletes[3]["filter"]["id"]["in"]:
         final.pop(ident, None)
     for ident in [k for k, r in final.items() if 1981 <= r["year"] < 1982]:
         del final[ident]
@@ -108,6 +112,13 @@ QUERIES: list[dict[str, Any]] = [
     {"vectors": ["doc:1", "doc:2", "doc:3"], "k": 4, "filter": {"tags": {"in": ["government", "minister"]}}},
     {"queries": [{"id": "new/10"}, {"vector": "doc:77", "offset": 2}], "k": 5},
     {"vector": "doc:5", "k": 10, "fields": ["year"]},
+    # among these ids: written (new/01), replaced (lee-006), deleted (new/03, lee-100, new/20) and imported ones
+    {
+        "vector": "doc:5",
+        "k": 10,
+        "filter": {"id": {"in": ["new/01", "new/03", "lee-006", "lee-100", "new/20", "lee-7"]}},
+    },
+    {"vector": "doc:40", "k": 6, "filter": {"or": [{"id": "new/11"}, {"year": 1970, "id": {"ne": "lee-012"}}]}},
 ]
 
 

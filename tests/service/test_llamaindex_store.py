@@ -59,7 +59,7 @@ def server_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     data = tmp_path_factory.mktemp("llamaindex-data")
     source = data.parent / "li.jsonl"
     row = {"id": "placeholder", "text": "placeholder", "vector": [1.0] + [0.0] * (DIM - 1), "metadata": "{}"}
-    source.write_text(json.dumps({**row, "ref_doc_id": "none", "node_id": "none", "topic": "none", "row": -1}) + "\n")
+    source.write_text(json.dumps({**row, "ref_doc_id": "none", "topic": "none", "row": -1}) + "\n")
     assert run_cli("import", source, "--format", "documents", "--name", "li", "--data-dir", data).code == 0
     log = tmp_path_factory.mktemp("llamaindex-serve") / "serve.log"
     with real_server.running(data, log, "--workers", "2", env={"EMBEDDING_WRITE_KEYS": KEY}) as server:
@@ -156,7 +156,7 @@ def test_node_ids_with_filters_delete_those_passing_and_an_empty_filter_alone_is
     store: EmbeddingSearchVectorStore,
 ) -> None:
     """Node ids and filters both: the nodes of those ids that pass the filters are deleted (as LlamaIndex's own
-    store deletes), by the table's ``node_id`` field; an empty filter alone (which passes every node) is refused,
+    store deletes), by the server's filter on ids; an empty filter alone (which passes every node) is refused,
     and nothing is deleted."""
     store.add([node("1", "foo", topic="sport"), node("2", "bar", topic="fire"), node("3", "baz", topic="fire")])
     fire = MetadataFilters(filters=[MetadataFilter(key="topic", value="fire")])
@@ -244,7 +244,7 @@ def test_a_filter_the_server_cannot_say_is_refused() -> None:
 def test_a_query_by_node_ids_searches_those_nodes_alone(
     store: EmbeddingSearchVectorStore, lee_nodes: list[TextNode]
 ) -> None:
-    """``node_ids`` restrict a query to those nodes (by the table's ``node_id`` field), with its filters and in
+    """``node_ids`` restrict a query to those nodes (the server's filter on ids), with its filters and in
     every mode, as a retriever given them asks; no node ids (what an index whose store keeps the text gives each
     retriever) restrict nothing."""
     chosen = [f"lee-{i}" for i in range(0, 40, 3)]
@@ -270,8 +270,7 @@ def test_a_query_by_node_ids_searches_those_nodes_alone(
     assert [n.node.node_id for n in index.as_retriever(similarity_top_k=5).retrieve("bushfires")] == ask(
         store, "bushfires", 5
     )
-    with pytest.raises(ValueError, match="string field 'node_id', which the table does not have"):
-        _restricted(["lee-0"], None, {"topic": "string"})
+    assert _restricted(["lee-0"], None, {}) == {"id": {"in": ["lee-0"]}}  # no field needed
 
 
 def test_get_nodes_lists_the_nodes_filters_pass(

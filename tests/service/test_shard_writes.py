@@ -111,6 +111,8 @@ def queries(lee: Lee) -> list[Query]:
         Query(text="police", mode="keyword", k=20),
         Query(text="police", mode="keyword", k=10, filter={"year": 1980}),
         Query(vector=vector, text="fire Sydney", mode="hybrid", k=15, diversity=0.3),
+        Query(vector=vector, k=10, filter={"id": {"in": ["new/01", "lee-006", "lee-100", "new/20", "lee-250"]}}),
+        Query(text="police", mode="keyword", k=10, filter={"not": {"id": {"in": ["new/05", "lee-110", "lee-120"]}}}),
     ]
     return out
 

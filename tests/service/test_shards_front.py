@@ -181,6 +181,8 @@ def bodies(lee: Lee) -> list[dict[str, Any]]:
         {"positive": ["lee-007"], "text": "Sydney", "mode": "hybrid", "k": 5, "diversity": 0.5, "rrf_k": 10},
         {"vector": vector, "k": 5, "include": ["row", "vector"]},
         {"text": "bushfires", "mode": "keyword", "k": 5, "include": ["row"]},
+        {"vector": other, "k": 4, "filter": {"id": {"in": ["lee-010", "lee-123-copy-1", "lee-200", "lee-7", "x"]}}},
+        {"text": "fire", "mode": "keyword", "k": 5, "filter": {"not": {"id": {"in": ["lee-010", "lee-008"]}}}},
     ]
     return out
 

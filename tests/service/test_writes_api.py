@@ -163,6 +163,30 @@ def test_ids_are_looked_up_as_the_versions_are(server: real_server.Server, lee_d
     assert get(server, "5").status_code == 404
 
 
+def test_searches_and_deletes_by_the_documents_ids(server: real_server.Server, lee_docs: Lee) -> None:
+    """A filter on ids passes written documents and the version's alike, ids read as the table reads them ("030"
+    is 30 in an integer-id table, of no fields), and an id deleted or never there passes nothing."""
+    numbers = f"{server.base}/v1/tables/numbers"
+    documents = [{"id": ident, "vector": lee_docs.vectors[40 + ident].tolist()} for ident in (5, 7)]
+    written = real_server.HTTP.post(f"{numbers}/documents", json={"documents": documents}, headers=HEADERS)
+    assert written.status_code == 200, written.text
+
+    def among(spec: dict[str, Any]) -> tuple[set[int], int]:
+        body = {"vector": lee_docs.vectors[41].tolist(), "k": 20, "filter": spec}
+        answer = real_server.HTTP.post(f"{numbers}/search", json=body, timeout=30)
+        assert answer.status_code == 200, answer.text
+        return {hit["id"] for hit in answer.json()["hits"]}, answer.json()["passing"]
+
+    assert among({"id": {"in": ["030", 5, 7, 999]}}) == ({30, 5, 7}, 3)
+    gone = real_server.HTTP.post(
+        f"{numbers}/documents/delete", json={"filter": {"id": {"in": ["030", 5, 6]}}}, headers=HEADERS
+    )
+    assert gone.status_code == 200 and gone.json()["deleted"] == 2
+    assert among({"id": {"in": ["030", 5, 7, 999]}}) == ({7}, 1)
+    others, _ = among({"id": {"ne": 7}, "not": {"id": 0}})
+    assert {10, 110} <= others and not others & {0, 5, 7, 30}
+
+
 def test_written_timestamps_read_as_imported_ones(server: real_server.Server, lee_docs: Lee) -> None:
     """A written timestamp shows as the version's do (fractions of a second only as far as they go), in its
     document, in search hits and in the fields' range."""

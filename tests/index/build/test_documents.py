@@ -153,6 +153,8 @@ def test_payload_errors_and_lookup_by_row_number(tmp_path: Path, lee: Lee) -> No
     assert payload.records([3])[0]["doc"] == lee.ids[3]
     assert np.array_equal(payload.row_of(["12", 7, np.int64(250)]), [12, 7, 250])
     assert np.array_equal(payload.row_of(np.array([3, 1])), [3, 1])
+    passing = table.filter({"id": {"in": ["12", 7, 7.0, "+7", "x", 300, -1, 10**30]}})  # as the table reads ids
+    assert passing.ids.tolist() == [7, 12] and table.filter({"id": {"ne": "007"}}).count == 299
     assert table.manifest["documents"]["vector_field"] == "embedding"
     with pytest.raises(UnknownDocument) as unknown:
         payload.row_of([5, "x", 300, -1, "lee-001", 2.5, 10**30])
@@ -427,6 +429,12 @@ JSONL_CASES: dict[str, tuple[Callable[[Lee], list[str]], list[str], str]] = {
         ["--vector-field", "emb"],
         ": --vector-field 'emb': no such field; the fields are 'id', 'text', 'year', 'tags', 'lang', 'known', "
         "'long', 'published', 'vector'",
+    ),
+    "a field named id beside the ids": (
+        lambda lee: _edit(lee, 0, lambda r: None),
+        ["--id-field", "lang"],
+        ": a field named 'id' beside the ids of --id-field 'lang': a filter's 'id' is the documents' ids; rename "
+        "the field, or make it the ids (--id-field id)",
     ),
     "two options, one field": (
         lambda lee: _edit(lee, 0, lambda r: None),

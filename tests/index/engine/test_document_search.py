@@ -75,11 +75,21 @@ CASES: list[tuple[dict[str, Any], Callable[[dict[str, Any]], bool]]] = [
         {"or": [{"year": 1990}, {"and": [{"long": True}, {"not": {"tags": "government"}}]}]},
         lambda d: d["year"] == 1990 or (d["long"] and "government" not in (d["tags"] or [])),
     ),
+    ({"id": "lee-010"}, lambda d: d["id"] == "lee-010"),
+    ({"id": {"in": ["lee-102", "lee-010", "lee-999", "x"]}}, lambda d: d["id"] in ("lee-010", "lee-102")),
+    ({"id": {"ne": "lee-010"}, "year": {"lt": 1995}}, lambda d: d["id"] != "lee-010" and d["year"] < 1995),
+    (
+        {"or": [{"id": {"in": ["lee-001", "lee-002"]}}, {"tags": "government"}]},
+        lambda d: d["id"] in ("lee-001", "lee-002") or "government" in (d["tags"] or []),
+    ),
+    ({"not": {"id": {"in": ["lee-001", "lee-299"]}}}, lambda d: d["id"] not in ("lee-001", "lee-299")),
 ]
 
 
 def documents(lee: Lee) -> list[dict[str, Any]]:
-    return [{name: column[i] for name, column in lee.fields.items()} for i in range(len(lee.ids))]
+    return [
+        {"id": ident, **{name: column[i] for name, column in lee.fields.items()}} for i, ident in enumerate(lee.ids)
+    ]
 
 
 @pytest.mark.parametrize("spec, condition", CASES, ids=[str(spec) for spec, _ in CASES])
@@ -119,6 +129,11 @@ def test_filter_equals_python(
         ({"or": [{"lang": "en"}, 3]}, "filter.or[1]: a filter is a non-empty object"),
         ({}, "a filter is a non-empty object"),
         ({"year": {}}, "give a value or an operator"),
+        ({"id": {"prefix": "lee"}}, "filter.id: the documents' ids take the operators eq, ne, in, not 'prefix'"),
+        ({"id": True}, "filter.id.eq: a document's id is text or a whole number, got True"),
+        ({"id": {"in": ["lee-001", 1.5]}}, "filter.id.in[1]: a document's id is text or a whole number, got 1.5"),
+        ({"id": {"in": ["lee-001"] * 10_001}}, "filter.id.in: takes a list of 1 to 10,000 ids"),
+        ({"id": {}}, "filter.id: give a value or an operator (eq, ne, in)"),
     ],
 )
 def test_bad_filters_name_the_problem(lee_table: Table, spec: dict[str, Any], words: str) -> None:
@@ -150,6 +165,16 @@ def test_filtered_search_on_lee_is_exact(lee_table: Table) -> None:
     assert [[i for i, _ in hits] for hits in answers] == brute_force(lee_table.vectors, queries, rows.mask, K)
     for hits in answers:
         assert all(rows.mask[i] for i, _ in hits)
+
+
+def test_a_search_among_ids_is_exact(lee_table: Table, lee_docs: Lee) -> None:
+    """A re-rank of candidates: the search of the documents named, and only them, is the brute force's."""
+    chosen = [lee_docs.ids[i] for i in range(3, 300, 13)]
+    rows = lee_table.filter({"id": {"in": chosen}})
+    assert [lee_docs.ids[i] for i in rows.ids] == sorted(chosen)
+    queries = np.asarray(lee_table.vectors[[0, 5, 250]])
+    answers = lee_table.run(VectorSearch(queries, K, (), rows=rows))
+    assert [[i for i, _ in hits] for hits in answers] == brute_force(lee_table.vectors, queries, rows.mask, K)
 
 
 def test_more_like_this_paging_and_score_floor(lee_table: Table) -> None:

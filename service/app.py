@@ -151,7 +151,7 @@ def create_app(settings: Settings) -> FastAPI:
     # layer that costs tens of microseconds on every request. Ahead of /openapi.json and /docs, which are
     # asked for far less often: routes are tried in order.
     routes = [route for router in (*ROUTERS, *EMBED_ROUTERS) for route in router.routes]
-    declared_only(routes)  # a GET route refuses query parameters it does not declare
+    declared_only(routes)  # a route refuses query parameters it does not declare
     app.router.routes[:0] = routes
     front = scatter.Front(front_settings())  # sharded tables answered by their shards' servers
     app.state.front = front
@@ -162,6 +162,7 @@ def create_app(settings: Settings) -> FastAPI:
         *(scatter.route(front, name) for name in front.tables),
         *scatter.elsewhere(front, routes),
     ]
+    declared_only(fronting)
     app.router.routes[:0] = fronting
     app.state.api_routes = [route for route in routes if isinstance(route, APIRoute)]
     _mount_explorer(app)

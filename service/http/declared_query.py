@@ -1,9 +1,11 @@
 """A query string's unknown parameters are refused, as a JSON body's unknown fields are: ``?min_scor=0.5``
-answered without the filter it meant would look like an answer to the question asked.
+answered without the filter it meant would look like an answer to the question asked, and ``POST .../search?k=3``
+answered with the body's ``k`` (or its default) would too.
 
 The hot GET routes validate their query string with a model that forbids other fields
-(``service.http.fastroute``, ``service.schemas.common.QUERY``). The other GET routes are FastAPI's, which
-ignores a parameter it does not declare: :func:`declared_only` checks theirs against the names the route declares.
+(``service.http.fastroute``, ``service.schemas.common.QUERY``). The other routes, of every method, are FastAPI's,
+which ignores a parameter it does not declare: :func:`declared_only` checks theirs against the names the route
+declares (a route that reads its body only declares none).
 Either way the refusal is the body's: 422 ``invalid_request``, "<name>: Extra inputs are not permitted". The
 probes and the metrics (``PROBES``) are left as they are.
 """
@@ -32,10 +34,10 @@ def unknown_parameters(query_string: bytes, declared: frozenset[str]) -> list[st
 
 
 def declared_only(routes: Iterable[Any]) -> None:
-    """Make each FastAPI GET route among ``routes`` refuse query parameters it does not declare (the routes of
+    """Make each FastAPI route among ``routes`` refuse query parameters it does not declare (the routes of
     :func:`service.http.fastroute.query_params` models are left to their models)."""
     for route in routes:
-        if not isinstance(route, APIRoute) or "GET" not in (route.methods or ()) or route.path in PROBES:
+        if not isinstance(route, APIRoute) or route.path in PROBES:
             continue
         if getattr(route.endpoint, "query_model", None) is not None or hasattr(route.app, "declared"):
             continue  # a model's route, or checked already (the routers are shared by every app made)

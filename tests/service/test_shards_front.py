@@ -214,6 +214,12 @@ def test_the_front_checks_requests_as_any_search(servers: dict[str, Any], lee_do
         status, got = search(servers["front"], body)
         expected_status, _ = search(servers["whole"], body)
         assert status == expected_status == 422 and got["error"]["code"] == "invalid_request", (body, got)
+    body = {"vector": lee_docs.vectors[0].tolist(), "k": 5}
+    for server in (servers["front"], servers["whole"]):  # a query parameter a POST does not read, refused alike
+        answer = real_server.HTTP.post(
+            f"{server.base}/v1/tables/lee/search?k=1", json=body, headers={"x-api-key": READ_KEY}, timeout=30
+        )
+        assert answer.status_code == 422 and answer.json()["error"]["details"][0]["loc"] == ["query", "k"], answer.text
     status, got = search(servers["front"], {"id": "nope", "k": 5})
     expected_status, expected = search(servers["whole"], {"id": "nope", "k": 5})
     assert status == expected_status == 404 and got["error"]["code"] == expected["error"]["code"], got

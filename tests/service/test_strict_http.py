@@ -64,6 +64,40 @@ def test_a_query_parameter_the_route_does_not_declare_is_refused(server: Server,
     ]
 
 
+VECTOR = [0.1] * 50  # the small table's dimension
+POSTED = {
+    "the plain vector search (its fast path)": (f"{T}/search", {"vector": VECTOR, "k": 3}, "k=1", "k"),
+    "a search the route reads": (f"{T}/search", {"vector": VECTOR, "k": 3, "min_score": 0.1}, "k=1", "k"),
+    "neighbours": (f"{T}/neighbors", {"token": "heart", "k": 3}, "min_scor=0.5", "min_scor"),
+    "similarity pairs": (f"{T}/similarity", {"pairs": [["red", "blue"]]}, "compose=mean", "compose"),
+    "embed": (f"{T}/embed", {"texts": ["red wine"]}, "normalize=false", "normalize"),
+}
+
+
+def post(server: Server, target: str, body: dict[str, object]) -> raw_http.Response:
+    return ask(server, raw_http.request("POST", target, json.dumps(body).encode(), {"Connection": "close"}))
+
+
+@pytest.mark.parametrize("name", list(POSTED))
+def test_a_post_routes_query_parameter_is_refused(server: Server, name: str) -> None:
+    """A POST route reads its body: ``POST .../search?k=1`` answered with the body's ``k`` (or its default) would
+    look like an answer to the question asked. Refused as a GET's unknown parameter is; without it, answered."""
+    target, body, extra, unknown = POSTED[name]
+    assert post(server, target, body)[0] == 200
+    error = raw_http.error_of(post(server, f"{target}?{extra}", body), 422)
+    assert error["message"] == f"{unknown}: Extra inputs are not permitted", error
+    assert error["details"][0]["loc"] == ["query", unknown], error
+
+
+def test_the_openai_routes_query_parameter_is_refused_in_openais_shape(server: Server) -> None:
+    body = {"model": "small", "input": ["red wine"]}
+    assert post(server, "/v1/embeddings", body)[0] == 200
+    status, _, answer = post(server, "/v1/embeddings?dimensions=8", body)
+    error = json.loads(answer)["error"]
+    assert status == 422 and error["type"] == "invalid_request_error", (status, error)
+    assert error["message"] == "dimensions: Extra inputs are not permitted" and error["param"] == "dimensions", error
+
+
 def test_the_query_refusal_is_the_bodys(server: Server) -> None:
     """The GET and the POST of neighbours refuse a misspelt ``min_score`` with the same message."""
     body = json.dumps({"token": "heart", "k": 5, "min_scor": 0.5}).encode()

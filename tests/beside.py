@@ -47,6 +47,7 @@ MODULES = frozenset(
         "service/test_compaction",
         "service/test_compaction_faults",
         "service/test_exposure",
+        "service/test_fuzz",
         "service/test_publish_crash",
         "service/test_publish_newest",
         "service/test_reload",

@@ -165,3 +165,26 @@ def test_only_this_users_metrics_directories_no_process_holds_are_removed(
         os.close(held)
     kept = {running.name, f"{METRICS}3-link", "embedding-metrics-1", f"{INDEX_STATUS}1-x"}  # the last: not asked
     assert kept <= {p.name for p in tmp_path.iterdir()}
+
+
+def test_a_directory_another_server_removes_before_it_is_locked_is_made_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two servers starting at once: one's sweep may take the other's new directory, not yet locked, for one
+    abandoned. The server whose directory went makes another, and holds it."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    make = tempfile.mkdtemp
+    made: list[str] = []
+
+    def made_then_swept(prefix: str) -> str:
+        made.append(make(prefix=prefix))
+        if len(made) == 1:
+            assert temp_dirs.remove_abandoned(METRICS) == made  # the other server's sweep, between making and locking
+        return made[-1]
+
+    monkeypatch.setattr(tempfile, "mkdtemp", made_then_swept)
+    monkeypatch.setattr(temp_dirs, "_HELD", held := [])
+    path = temp_dirs.locked_temp_dir(METRICS)
+    assert path == made[1] and os.path.isdir(path) and not os.path.exists(made[0])
+    assert temp_dirs.remove_abandoned(METRICS) == []  # locked: kept
+    os.close(held.pop())

@@ -42,3 +42,8 @@ class RestartWaits:
             self._due.pop(slot, None)
             return False
         return True
+
+    def forget(self, slot: int) -> None:
+        """``slot`` is no more (SIGTTOU removed its worker)."""
+        self._waits.pop(slot, None)
+        self._due.pop(slot, None)

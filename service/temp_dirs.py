@@ -31,7 +31,10 @@ def locked_temp_dir(prefix: str) -> str:
     remove_abandoned(prefix)
     while True:
         path = tempfile.mkdtemp(prefix=f"{prefix}{os.getpid()}-")
-        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+        except FileNotFoundError:
+            continue  # another server starting removed it before it was open: make another
         if _lock(fd) and _is(fd, path):
             _HELD.append(fd)
             return path

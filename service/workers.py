@@ -1,9 +1,9 @@
-"""``embedding-serve --workers N``: uvicorn's worker supervisor over workers forked from it, which share the
-imported libraries' memory. SIGHUP is passed on to every worker (each reloads its tables), signals are handled
-while a health check waits on a silent worker, a worker that dies is replaced (at once, or after a wait when the
-workers of its slot keep dying at their start: ``service.restarts``) and the others reload once its replacement
-serves, a hung one is killed once its minute of silence (or, when stopping, its shutdown's time) is over, and the
-workers stop with the supervisor however it ends.
+"""``embedding-serve --workers N``: uvicorn's worker supervisor over workers forked from it, which share the imported
+libraries' memory. SIGHUP is passed on to every worker (each reloads its tables), signals are handled while a health
+check waits on a silent worker, a worker that dies is replaced (at once, or after a wait when the workers of its
+slot keep dying at their start: ``service.restarts``) and the others reload once its replacement (or a worker
+SIGTTIN adds) serves, a hung one is killed once its minute of silence (or, when stopping, its shutdown's time) is
+over, and the workers stop with the supervisor however it ends.
 """
 
 from __future__ import annotations
@@ -51,7 +51,8 @@ def serve_workers(options: dict[str, Any], exit_seconds: float) -> None:
         supervisor's copy open, a worker killed during the check (the kernel's OOM killer picks a busy one) went
         unreplaced until the check's timeout, and the other workers' deaths with it."""
 
-        replacement = False  # started in place of a dead worker: the others reload once it serves
+        late = ""  # why it started after the server's first workers (a dead one's replacement, SIGTTIN): the
+        # others reload once it serves, and its failure to start does not stop the supervisor
         serving = False  # its last health check said its server has started (its tables loaded)
         mourned = False  # dead, its death handled: its slot waits for the replacement's turn
         started_at = 0.0  # time.monotonic()
@@ -92,12 +93,12 @@ def serve_workers(options: dict[str, Any], exit_seconds: float) -> None:
         def keep_subprocess_alive(self) -> None:
             """uvicorn's replacement of dead (and hung) workers, with three changes. A worker that died soon after
             its start is replaced after a wait, which doubles while its slot's workers keep dying so
-            (``service.restarts``); the others serve on meanwhile. A replacement's failure to start does not stop
-            the supervisor (uvicorn's rule for a server that never started) but waits its turn. Once a replacement
-            serves, the others reload: it loaded the tables as they are on disk now, where the version they serve
-            may be gone (a publish removes it), and every worker answers from the same version. Each dead worker's
-            live gauges (the work in flight) are taken out of ``/metrics``, which would otherwise count it for
-            ever."""
+            (``service.restarts``); the others serve on meanwhile. The failure to start of a replacement, or of a
+            worker SIGTTIN added, does not stop the supervisor (uvicorn's rule for a server that never started) but
+            waits its turn. Once such a worker serves, the others reload: it loaded the tables as they are on disk
+            now, where the version they serve may be gone (a publish removes it), and every worker answers from the
+            same version. Each dead worker's live gauges (the work in flight) are taken out of ``/metrics``, which
+            would otherwise count it for ever."""
             for idx, worker in enumerate(self.processes):
                 if self.should_exit.is_set():
                     return  # exiting: no worker is replaced
@@ -106,15 +107,15 @@ def serve_workers(options: dict[str, Any], exit_seconds: float) -> None:
                     if self.waits.waiting(idx, time.monotonic()):
                         continue
                 elif worker.is_alive(timeout=self.config.timeout_worker_healthcheck):
-                    if worker.replacement and worker.serving:
-                        worker.replacement = False
+                    if worker.late and worker.serving:
                         others = [w for w in self.processes if w is not worker]
-                        self.reload(others, f"Child process [{worker.pid}] serves in place of a dead one")
+                        self.reload(others, f"Child process [{worker.pid}] serves {worker.late}")
+                        worker.late = ""
                     continue
                 else:
                     worker.kill()  # hung, or dead
                     worker.join()
-                    if worker.exitcode == STARTUP_FAILURE and not worker.replacement:
+                    if worker.exitcode == STARTUP_FAILURE and not worker.late:
                         log.error("Child process [%s] failed to start, stopping the parent process.", worker.pid)
                         self.should_exit.set()  # the server never started: its app, or its socket, is broken
                         return
@@ -132,7 +133,7 @@ def serve_workers(options: dict[str, Any], exit_seconds: float) -> None:
                         continue
                     log.info("Child process [%s] died", worker.pid)
                 replacement = Worker(self.config, self.sockets)
-                replacement.replacement = True
+                replacement.late = "in place of a dead one"
                 replacement.start()
                 self.processes[idx] = replacement
 
@@ -183,6 +184,21 @@ def serve_workers(options: dict[str, Any], exit_seconds: float) -> None:
 
         def handle_hup(self) -> None:
             self.reload(self.processes, "Received SIGHUP")
+
+        def handle_ttin(self) -> None:
+            """uvicorn's added worker, which loads the tables as they are on disk now, as a replacement does."""
+            super().handle_ttin()
+            added = self.processes[-1]
+            assert isinstance(added, Worker)
+            added.late = "added on SIGTTIN"
+
+        def handle_ttou(self) -> None:
+            """uvicorn's removal of the last worker, its slot's wait with it: a worker SIGTTIN adds later in that slot
+            starts with none."""
+            slots = len(self.processes)
+            super().handle_ttou()
+            if len(self.processes) < slots:
+                self.waits.forget(len(self.processes))
 
     os.environ[SUPERVISOR_VARIABLE] = str(os.getpid())
     config = uvicorn.Config(APP, **options, timeout_worker_healthcheck=WORKER_SILENCE_SECONDS)

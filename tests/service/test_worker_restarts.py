@@ -102,6 +102,43 @@ def test_a_replacement_serves_the_version_the_other_workers_serve(served: Served
     assert f"serves in place of a dead one, workers [{other.pid}] reload their tables." in server.log()
 
 
+def test_a_worker_sigttin_adds_serves_the_version_the_others_serve(served: Served, glove_raw: RawTable) -> None:
+    """A worker added (SIGTTIN) loads the version published since the others' last reload: they reload once it
+    serves, as for a replacement. SIGTTOU takes it out again."""
+    server = served.server
+    build(glove_raw, served.data_dir, "t", V1)  # published; nothing reloads it
+    started, reloads = workers_started(server), server.log().count("reload: 1 loaded")
+    server.process.send_signal(signal.SIGTTIN)
+    wait_for(lambda: server.log().count("reload: 1 loaded") == reloads + 2, seconds=30, what="the others' reloads")
+    assert workers_started(server) == started + 1 and "serves added on SIGTTIN, workers [" in server.log()
+    assert {rows_served_by(worker, server) for worker in workers(server)} == {V1}
+    server.process.send_signal(signal.SIGTTOU)
+    wait_for(lambda: len(workers(server)) == 2, seconds=30, what="the added worker gone")
+
+
+def test_a_slot_sigttou_removes_while_its_replacement_waits_leaves_no_wait(served: Served) -> None:
+    """SIGTTOU removes a slot whose workers die at their start, while its replacement waits; a worker SIGTTIN then
+    adds in that slot, dying at its start too, is replaced after the first wait, not that slot's doubled one."""
+    server = served.server
+    aside = served.key_file.with_name("aside")
+    served.key_file.rename(aside)
+    try:
+        mark = len(server.log())
+        server.process.send_signal(signal.SIGTTIN)  # dies at its start, and its replacements
+        wait_for(lambda: "replacing it in 2.0 s" in server.log()[mark:], seconds=30, what="a slot waiting 2 s")
+        server.process.send_signal(signal.SIGTTOU)  # the waiting slot
+        wait_for(lambda: "decreasing number" in server.log()[mark:], seconds=10, what="SIGTTOU handled")
+        mark = len(server.log())
+        server.process.send_signal(signal.SIGTTIN)
+        wait_for(lambda: "replacing it in" in server.log()[mark:], seconds=30, what="the added worker's death")
+        assert "replacing it in 0.5 s" in server.log()[mark:], server.log()[mark:]
+        server.process.send_signal(signal.SIGTTOU)
+        wait_for(lambda: "decreasing number" in server.log()[mark:], seconds=10, what="SIGTTOU handled")
+    finally:
+        aside.rename(served.key_file)
+    assert len(workers(server)) == 2
+
+
 def test_a_worker_that_dies_at_its_start_is_replaced_less_and_less_often(served: Served) -> None:
     """The key file gone (a secret unmounted): a worker killed is replaced by workers that die at their start,
     each after a wait that doubles, while the other worker serves. The file back, a worker serves again within
@@ -165,3 +202,26 @@ def test_only_this_users_metrics_directories_no_process_holds_are_removed(
         os.close(held)
     kept = {running.name, f"{METRICS}3-link", "embedding-metrics-1", f"{INDEX_STATUS}1-x"}  # the last: not asked
     assert kept <= {p.name for p in tmp_path.iterdir()}
+
+
+def test_a_directory_another_server_removes_before_it_is_locked_is_made_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two servers starting at once: one's sweep may take the other's new directory, not yet locked, for one
+    abandoned. The server whose directory went makes another, and holds it."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    make = tempfile.mkdtemp
+    made: list[str] = []
+
+    def made_then_swept(prefix: str) -> str:
+        made.append(make(prefix=prefix))
+        if len(made) == 1:
+            assert temp_dirs.remove_abandoned(METRICS) == made  # the other server's sweep, between making and locking
+        return made[-1]
+
+    monkeypatch.setattr(tempfile, "mkdtemp", made_then_swept)
+    monkeypatch.setattr(temp_dirs, "_HELD", held := [])
+    path = temp_dirs.locked_temp_dir(METRICS)
+    assert path == made[1] and os.path.isdir(path) and not os.path.exists(made[0])
+    assert temp_dirs.remove_abandoned(METRICS) == []  # locked: kept
+    os.close(held.pop())

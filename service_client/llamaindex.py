@@ -51,6 +51,7 @@ from service_client.stored import METADATA, among, is_id, metadata_of, plain
 
 REF_DOC_ID = "ref_doc_id"
 LIST_PAGE = 100  # the nodes one request of a listing (get_nodes by filters) reads
+LIST_MOST = 50_000  # the nodes a listing reads at most: each request names every node read before it
 RANGES = {FilterOperator.GT: "gt", FilterOperator.GTE: "gte", FilterOperator.LT: "lt", FilterOperator.LTE: "lte"}
 COMPARISONS = {**RANGES, FilterOperator.EQ: "eq", FilterOperator.NE: "ne"}
 ORIGINS = {"integer": 0, "float": 0.0, "timestamp": "1970-01-01T00:00:00Z"}  # a value each is above or below
@@ -370,7 +371,8 @@ def _listing(table: str, dim: int, condition: dict[str, Any] | bool) -> Call[lis
     """Every document passing ``condition`` (True: every document; False: none, asked of no one): pages of an
     exact search by one probe vector (the filter chooses, the probe only orders them), each of the documents not
     read yet (the filter on ids), read until the server says none is left (``passing``). Not pages by offset: a
-    document written or deleted between two would shift the others, and one would come twice or not at all."""
+    document written or deleted between two would shift the others, and one would come twice or not at all.
+    More than :data:`LIST_MOST` passing is a ValueError, said at the first page."""
     if condition is False:
         return []
     probe, chosen = [1.0] + [0.0] * (dim - 1), EVERY_NODE if condition is True else condition
@@ -378,6 +380,11 @@ def _listing(table: str, dim: int, condition: dict[str, Any] | bool) -> Call[lis
     while True:
         unread = {"and": [chosen, {"not": among(list(hits))}]} if hits else chosen
         page = yield from calls.search_documents(table, LIST_PAGE, {"vector": probe, "filter": unread, "exact": True})
+        if len(hits) + (page.passing or 0) > LIST_MOST:
+            raise ValueError(
+                f"get_nodes lists at most {LIST_MOST:,} nodes, and {len(hits) + (page.passing or 0):,} pass: ask "
+                "with filters or node_ids that fewer pass"
+            )
         read = len(hits)
         hits.update((hit.id, hit) for hit in page.hits)
         if len(page.hits) < LIST_PAGE or len(page.hits) >= (page.passing or 0) or len(hits) == read:

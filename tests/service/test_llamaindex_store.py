@@ -313,7 +313,8 @@ def test_a_listing_while_nodes_are_written_reads_each_node_once(
     store: EmbeddingSearchVectorStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """``get_nodes()`` reads its pages as the nodes not read yet: a node written before the best-ranked page, and
-    one deleted after, shift no node into a second page or out of every page (as pages by offset would)."""
+    one deleted after, shift no node into a second page or out of every page (as pages by offset would). More
+    nodes than a listing reads is a ValueError at the first page."""
     monkeypatch.setattr(llamaindex, "LIST_PAGE", 4)
     monkeypatch.setattr(stored, "FILTER_IDS", 3)  # the ids read, in an or of several lists
     probe = [1.0] + [0.0] * (DIM - 1)  # the listing's: these nodes rank in their order, "top" first
@@ -335,6 +336,10 @@ def test_a_listing_while_nodes_are_written_reads_each_node_once(
     monkeypatch.setattr(client, "_request", request)
     listed = [n.node_id for n in store.get_nodes()]
     assert len(searches) == 4 and sorted(listed) == sorted([*(n.node_id for n in made), "top"])
+    monkeypatch.setattr(llamaindex, "LIST_MOST", 13)  # a listing's bound, said at its first page
+    with pytest.raises(ValueError, match="get_nodes lists at most 13 nodes, and 14 pass: ask with filters"):
+        store.get_nodes()
+    assert len(searches) == 5
 
 
 def test_mmr_is_maximal_marginal_relevance(store: EmbeddingSearchVectorStore, lee_nodes: list[TextNode]) -> None:

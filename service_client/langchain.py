@@ -37,7 +37,7 @@ from langchain_core.vectorstores.utils import maximal_marginal_relevance
 
 from service_client import ApiError, AsyncClient, Client, Hit
 from service_client.async_client import LoopClient, found_documents
-from service_client.stored import METADATA, is_id, metadata_of, plain
+from service_client.stored import METADATA, among, is_id, metadata_of, plain
 
 
 def _max_k(error: ApiError) -> int | None:
@@ -73,7 +73,7 @@ def _delete_filter(ids: list[str] | None, kwargs: dict[str, Any]) -> dict[str, A
     spec: dict[str, Any] | None = kwargs.get("filter")
     if ids is None and spec is None:
         raise ValueError("delete needs ids or a filter=")
-    return spec if ids is None or spec is None else {"and": [{"id": {"in": list(ids)}}, spec]}
+    return spec if ids is None or spec is None else {"and": [among(list(ids)), spec]}
 
 
 OPTIONS, MMR_OPTIONS = "k and filter=", "k, fetch_k, lambda_mult and filter="  # what a search takes

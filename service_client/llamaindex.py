@@ -47,10 +47,11 @@ from pydantic import PrivateAttr
 from service_client import ApiError, AsyncClient, Client, Hit, calls
 from service_client.async_client import LoopClient, found_documents
 from service_client.calls import Call
-from service_client.stored import METADATA, is_id, metadata_of, plain
+from service_client.stored import METADATA, among, is_id, metadata_of, plain
 
 REF_DOC_ID = "ref_doc_id"
 LIST_PAGE = 100  # the nodes one request of a listing (get_nodes by filters) reads
+LIST_MOST = 50_000  # the nodes a listing reads at most: each request names every node read before it
 RANGES = {FilterOperator.GT: "gt", FilterOperator.GTE: "gte", FilterOperator.LT: "lt", FilterOperator.LTE: "lte"}
 COMPARISONS = {**RANGES, FilterOperator.EQ: "eq", FilterOperator.NE: "ne"}
 ORIGINS = {"integer": 0, "float": 0.0, "timestamp": "1970-01-01T00:00:00Z"}  # a value each is above or below
@@ -268,8 +269,7 @@ class EmbeddingSearchVectorStore(BasePydanticVectorStore):
 
     def get_nodes(self, node_ids: list[str] | None = None, filters: MetadataFilters | None = None) -> list[BaseNode]:
         """The nodes ``node_ids`` (those there, in their order), or every node ``filters`` pass (of those
-        ``node_ids`` too, by the server's filter on ids), or every node: a listing, at most the server's
-        ``max_k`` nodes (beyond, the server's 422 naming it)."""
+        ``node_ids`` too, by the server's filter on ids), or every node: a listing (:func:`_listing`)."""
         if node_ids is None or filters is not None:
             condition = _restricted(node_ids, filters, self.types())
             return _nodes(self._client._run(_listing(self.table, self._table_info()["dim"], condition)))
@@ -348,7 +348,7 @@ def _restricted(
     if node_ids is not None:
         if not node_ids:
             return False
-        conditions.append({"id": {"in": list(node_ids)}})  # the documents' own ids
+        conditions.append(among(list(node_ids)))  # the documents' own ids
     condition = True if filters is None else filter_of(filters, types)
     if condition is False:
         return False
@@ -369,18 +369,26 @@ def _delete_filter(
 
 def _listing(table: str, dim: int, condition: dict[str, Any] | bool) -> Call[list[Hit]]:
     """Every document passing ``condition`` (True: every document; False: none, asked of no one): pages of an
-    exact search by one probe vector (the filter chooses, the probe only orders them), read until as many as
-    pass (the answer's ``passing``, which a filter every document passes has the server say for all)."""
+    exact search by one probe vector (the filter chooses, the probe only orders them), each of the documents not
+    read yet (the filter on ids), read until the server says none is left (``passing``). Not pages by offset: a
+    document written or deleted between two would shift the others, and one would come twice or not at all.
+    More than :data:`LIST_MOST` passing is a ValueError, said at the first page."""
     if condition is False:
         return []
     probe, chosen = [1.0] + [0.0] * (dim - 1), EVERY_NODE if condition is True else condition
-    hits: list[Hit] = []
+    hits: dict[str | int, Hit] = {}
     while True:
-        query = {"vector": probe, "filter": chosen, "offset": len(hits), "exact": True}
-        page = yield from calls.search_documents(table, LIST_PAGE, query)
-        hits += page.hits
-        if len(page.hits) < LIST_PAGE or len(hits) >= (page.passing or 0):
-            return hits
+        unread = {"and": [chosen, {"not": among(list(hits))}]} if hits else chosen
+        page = yield from calls.search_documents(table, LIST_PAGE, {"vector": probe, "filter": unread, "exact": True})
+        if len(hits) + (page.passing or 0) > LIST_MOST:
+            raise ValueError(
+                f"get_nodes lists at most {LIST_MOST:,} nodes, and {len(hits) + (page.passing or 0):,} pass: ask "
+                "with filters or node_ids that fewer pass"
+            )
+        read = len(hits)
+        hits.update((hit.id, hit) for hit in page.hits)
+        if len(page.hits) < LIST_PAGE or len(page.hits) >= (page.passing or 0) or len(hits) == read:
+            return list(hits.values())
 
 
 def _nodes(hits: list[Hit]) -> list[BaseNode]:

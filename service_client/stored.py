@@ -1,5 +1,6 @@
 """What the LangChain and LlamaIndex stores write and read back of a document: the metadata they keep whole, as a
-JSON object, in the table's string field ``metadata``; its values as JSON has them; the ids the server takes."""
+JSON object, in the table's string field ``metadata``; its values as JSON has them; the ids the server takes, and
+its filter of documents by id."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from pydantic_core import to_jsonable_python
 
 METADATA = "metadata"  # the table's string field holding each document's metadata as JSON
 MAX_ID_CHARS = 1024  # a document's id: a string of 1 to this many characters, as the server's tokens
+FILTER_IDS = 10_000  # the ids of one "in" of the server's filter on ids (index.engine.filters.MAX_VALUES)
 
 
 def plain(value: Any) -> Any:
@@ -30,6 +32,13 @@ def _listed(value: Any) -> Any:
 def is_id(ident: str) -> bool:
     """Whether the server takes ``ident`` as a document's id: one it refuses (empty, too long) names no document."""
     return 1 <= len(ident) <= MAX_ID_CHARS
+
+
+def among(ids: list[str | int]) -> dict[str, Any]:
+    """The server's filter of the documents of ``ids`` (at least one): ``{"id": {"in": ids}}``, or beyond the ids
+    one ``in`` takes, the ``or`` of several."""
+    runs = [{"id": {"in": ids[start : start + FILTER_IDS]}} for start in range(0, len(ids), FILTER_IDS)]
+    return runs[0] if len(runs) == 1 else {"or": runs}
 
 
 def metadata_of(fields: dict[str, Any]) -> dict[str, Any]:

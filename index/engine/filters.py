@@ -10,8 +10,8 @@ A filter is JSON, as the search request carries it:
 - ``{"year": {"gte": 2000, "lt": 2010}}``: a range, for integer, float and timestamp fields (timestamps as
   ISO 8601 text); ``{"year": {"eq": 2001}}`` and ``{"ne": ...}`` as well;
 - ``{"id": "lee-010"}``, ``{"id": {"in": [...]}}``, ``{"id": {"ne": ...}}``: the documents' own ids (not a
-  field: the import refuses a field named ``id``), read as the table reads ids (``"7"`` is 7 in an integer-id
-  table); an id the table does not have passes no row;
+  field: the import refuses a field named ``id``, and on a table imported before with one, ``id`` is refused),
+  read as the table reads ids (``"7"`` is 7 in an integer-id table); an id the table does not have passes no row;
 - ``{"not": F}``, ``{"and": [F, ...]}``, ``{"or": [F, ...]}``; several keys in one object all must hold.
 
 A null (missing) value passes no condition but ``ne`` and ``not``. Each condition is one Arrow compute call
@@ -169,6 +169,12 @@ def _operations(condition: Any, allowed: tuple[str, ...], subject: str, where: s
 def _ids(payload: Payload, condition: Any, where: str) -> pa.Array:
     """The rows whose id is (``eq``), is not (``ne``) or is one of (``in``) the ids given: a binary search of
     the table's sorted ids per id asked (``Payload.find_rows``), not a pass over the rows."""
+    if ID_KEY in payload.fields:  # imported before the import refused it: its filters named that field so
+        raise InvalidQuery(
+            f"{where}: the table has a field named {ID_KEY!r} beside its ids ({payload.id_field!r}), imported before "
+            f"a filter's {ID_KEY!r} meant the documents' ids; import it again with that field renamed, or as the ids "
+            f"(--id-field {ID_KEY})"
+        )
     parts = []
     for op, value in _operations(condition, ID_OPERATORS, "the documents' ids take", where):
         here = f"{where}.{op}"

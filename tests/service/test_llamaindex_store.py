@@ -29,7 +29,7 @@ from llama_index.core.vector_stores.types import (
     VectorStoreQueryMode,
 )
 
-from service_client import AsyncClient, Client, llamaindex
+from service_client import AsyncClient, Client, llamaindex, stored
 from service_client.llamaindex import EmbeddingSearchVectorStore, _restricted, filter_of
 from tests.cli import run_cli
 from tests.lee import Lee
@@ -242,11 +242,12 @@ def test_a_filter_the_server_cannot_say_is_refused() -> None:
 
 
 def test_a_query_by_node_ids_searches_those_nodes_alone(
-    store: EmbeddingSearchVectorStore, lee_nodes: list[TextNode]
+    store: EmbeddingSearchVectorStore, lee_nodes: list[TextNode], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """``node_ids`` restrict a query to those nodes (the server's filter on ids), with its filters and in
-    every mode, as a retriever given them asks; no node ids (what an index whose store keeps the text gives each
-    retriever) restrict nothing."""
+    """``node_ids`` restrict a query to those nodes (the server's filter on ids; more than one "in" of it takes, an
+    "or" of several), with its filters and in every mode, as a retriever given them asks; no node ids (what an
+    index whose store keeps the text gives each retriever) restrict nothing."""
+    monkeypatch.setattr(stored, "FILTER_IDS", 4)
     chosen = [f"lee-{i}" for i in range(0, 40, 3)]
     query = FAKE.embed_query("bushfires")
     matrix = np.array([n.embedding for n in lee_nodes])
@@ -306,6 +307,39 @@ def test_get_nodes_lists_the_nodes_filters_pass(
         return [sorted(n.node_id for n in answer) for answer in answers] + [searched.ids or []]
 
     assert asyncio.run(read()) == [sorted(n.node_id for n in found), ["lee-1"], store.query(by_ids).ids]
+
+
+def test_a_listing_while_nodes_are_written_reads_each_node_once(
+    store: EmbeddingSearchVectorStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``get_nodes()`` reads its pages as the nodes not read yet: a node written before the best-ranked page, and
+    one deleted after, shift no node into a second page or out of every page (as pages by offset would). More
+    nodes than a listing reads is a ValueError at the first page."""
+    monkeypatch.setattr(llamaindex, "LIST_PAGE", 4)
+    monkeypatch.setattr(stored, "FILTER_IDS", 3)  # the ids read, in an or of several lists
+    probe = [1.0] + [0.0] * (DIM - 1)  # the listing's: these nodes rank in their order, "top" first
+    made = [TextNode(id_=f"n{i:02d}", text="x", embedding=[1.0, i / 20, 0, 0, 0, 0]) for i in range(14)]
+    store.add(made)
+    client, searches = store.client, []
+    carry = client._request
+
+    def request(asked: Any) -> Any:
+        answer = carry(asked)
+        if asked.path.endswith("/search"):
+            searches.append(asked)
+            if len(searches) == 1:
+                store.add([TextNode(id_="top", text="x", embedding=probe)])
+            elif len(searches) == 2:
+                store.delete_nodes(["n00"])
+        return answer
+
+    monkeypatch.setattr(client, "_request", request)
+    listed = [n.node_id for n in store.get_nodes()]
+    assert len(searches) == 4 and sorted(listed) == sorted([*(n.node_id for n in made), "top"])
+    monkeypatch.setattr(llamaindex, "LIST_MOST", 13)  # a listing's bound, said at its first page
+    with pytest.raises(ValueError, match="get_nodes lists at most 13 nodes, and 14 pass: ask with filters"):
+        store.get_nodes()
+    assert len(searches) == 5
 
 
 def test_mmr_is_maximal_marginal_relevance(store: EmbeddingSearchVectorStore, lee_nodes: list[TextNode]) -> None:

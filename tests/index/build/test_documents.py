@@ -28,6 +28,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from index.build import documents as documents_build
 from index.build.passages import paragraphs, passages_table, split_passages
 from index.build.sources import RawTable, sniff_format
 from index.build.sources import documents as documents_source
@@ -167,6 +168,28 @@ def test_payload_errors_and_lookup_by_row_number(tmp_path: Path, lee: Lee) -> No
     with pytest.raises(InvalidQuery, match="has no field 'nope'"):
         payload.column("nope")
     assert payload.row_of([]).shape == (0,)
+
+
+def test_a_table_imported_with_a_field_named_id_refuses_a_filter_on_id(
+    tmp_path: Path, lee: Lee, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A table imported before the import refused a field named ``id`` beside the ids of another field: its
+    filters named that field, so a filter's ``id`` is refused there rather than read as the documents' ids (which
+    would pass other documents without a word); its other fields filter as before."""
+    records = jsonl_records(lee)[:20]
+    for i, record in enumerate(records):
+        record["doc"], record["id"] = record["id"], f"group-{i % 3}"
+    monkeypatch.setattr(documents_build, "ID_KEY", "\0")  # the import as it was: no field refused
+    table, payload, _ = import_ok(
+        write_jsonl(tmp_path / "old.jsonl", records), tmp_path / "data", "old", "--id-field", "doc"
+    )
+    assert payload.fields["id"] == "string" and payload.id_field == "doc"
+    for spec in ({"id": "group-1"}, {"or": [{"year": 1990}, {"id": {"in": [lee.ids[1]]}}]}):
+        with pytest.raises(
+            InvalidQuery, match=r"filter(\.or\[1\])?\.id: the table has a field named 'id' beside its ids \('doc'\)"
+        ):
+            table.filter(spec)
+    assert table.filter({"year": {"gte": 0}}).count == 20
 
 
 @pytest.mark.parametrize("kind", [pa.string(), pa.large_string()])

@@ -145,8 +145,11 @@ def _asked(query: VectorStoreQuery, kwargs: dict[str, Any]) -> dict[str, Any]:
     list's weight, ``1 - alpha`` the keyword list's; see :func:`_mode` for 0 and 1), ``mmr`` with the server's
     ``diversity``."""
     given, mode = VectorStoreQueryMode(query.mode), _mode(query)
-    if given in (VectorStoreQueryMode.TEXT_SEARCH, VectorStoreQueryMode.HYBRID) and query.query_str is None:
-        raise ValueError(f"query mode {given.value!r} needs a query text")
+    if mode in (VectorStoreQueryMode.TEXT_SEARCH, VectorStoreQueryMode.HYBRID) and query.query_str is None:
+        raise ValueError(
+            f"query mode {given.value!r} needs a query text"
+            + (" (alpha 1 makes it a vector search, which does not)" if given == VectorStoreQueryMode.HYBRID else "")
+        )
     if mode in (VectorStoreQueryMode.TEXT_SEARCH, VectorStoreQueryMode.HYBRID):
         if mode == VectorStoreQueryMode.TEXT_SEARCH:
             return {"text": query.query_str, "mode": "keyword"}

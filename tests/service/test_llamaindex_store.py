@@ -455,6 +455,12 @@ def test_hybrid_alpha_one_is_the_vector_search_and_zero_the_keyword_search(
         result = store.query(hybrid(alpha))
         assert (result.ids, result.similarities) == ([hit.id for hit in hits], [hit.score for hit in hits]), alpha
     assert len(store.query(hybrid(0.01)).ids or []) == 10  # both lists, fused
+    alone = store.query(
+        VectorStoreQuery(query_embedding=vector, similarity_top_k=10, mode="hybrid", alpha=1.0, filters=odd)
+    )
+    assert alone.ids == [hit.id for hit in by_vector]  # a vector search needs no text
+    with pytest.raises(ValueError, match="needs a query text"):
+        store.query(VectorStoreQuery(query_embedding=vector, similarity_top_k=10, mode="hybrid", alpha=0.5))
     with pytest.raises(ValueError, match=r"alpha must be between 0 .* and 1"):
         store.query(hybrid(1.5))
 

@@ -47,7 +47,7 @@ from index.engine.table import Table
 from index.errors import ArtifactError, UnknownTable
 from index.store import artifact
 from tests import REPO, beside, gensim_reference, numba_cache
-from tests.early import JOBS
+from tests.early import JOBS, hurry
 from tests.lee import Lee, glove_rows, jsonl_records, lee_stories, write_jsonl
 from tests.minilm import MINILM, minilm_dir, transformer_data_dir, whole_text_tokenizer
 
@@ -107,7 +107,7 @@ def link_table(source: Path, data_dir: Path) -> bool:
 
 
 # Background work runs at a lower priority: the tests' own process and its servers, which the run waits for,
-# come first; the background takes the rest of the machine.
+# come first; the background takes the rest of the machine, until a test waits for it (Background.wait).
 BELOW = ["nice", "-n", "10"] if shutil.which("nice") else []
 
 
@@ -169,6 +169,10 @@ class Background:
         return self.ready()
 
     def wait(self) -> None:
+        """A test waits for the work: its child runs at the tests' own priority from now on (``tests.early.hurry``)."""
+        self.start()
+        if self.process is not None and self.process.poll() is None:
+            hurry(self.process.pid)
         if not self.done():
             tail = self.log.read_text(errors="replace")[-3000:] if self.log.exists() else ""
             pytest.fail(f"{self.name} for the tests failed:\n{tail}")

@@ -5,6 +5,8 @@ The child runs at the lowest priority (nice 19): the tests the session is waitin
 table's build (nice 10, ``tests/conftest.py``) before it (to the scheduler, a dozen commands at nice 10 weigh as
 much as the tests' own process). A command whose processes check each other's health on a clock (a Ray cluster)
 runs at the tests' own priority (``nice=0``): starved at nice 19 on busy cores, they would miss those checks.
+Once a test waits for a command (``result()``), nothing comes before it: it runs at the tests' own priority from
+then on (:func:`hurry`), else the other session's tests kept the cores from it while this session waited.
 A test module declares ``Early(__name__, fixture, argv)``; ``tests/conftest.py`` starts it at collection when a
 collected test of that module uses that fixture (with ``needs_glove``: once the default table is ready, waited for
 in a thread), and the fixture reads ``result()``, which waits for the child. A command several modules read
@@ -62,6 +64,20 @@ def frozen_tree(pid: int) -> list[psutil.Process]:
         return list(found.values())
 
 
+def hurry(pid: int) -> None:
+    """``pid`` and every process it started, to the tests' own priority (nice 0), where the system lets a process
+    raise a priority (root, or a ``RLIMIT_NICE`` that allows it); elsewhere they keep theirs. The processes they
+    start from then on inherit it."""
+    try:
+        processes = [psutil.Process(pid), *psutil.Process(pid).children(recursive=True)]
+    except psutil.Error:  # ended meanwhile
+        return
+    for process in processes:
+        with contextlib.suppress(psutil.Error, OSError):
+            if process.nice() > 0:
+                process.nice(0)
+
+
 def end_tree(pid: int, grace: float = GRACE_SECONDS) -> None:
     """SIGTERM to the process ``pid`` and every process it started (:func:`frozen_tree`), SIGKILL to those still
     running ``grace`` seconds later."""
@@ -102,6 +118,7 @@ class Early:
     _out: Path | None = field(default=None, repr=False)
     _failure: str = field(default="", repr=False)
     _stopped: bool = field(default=False, repr=False)
+    _waited: bool = field(default=False, repr=False)  # a test waits for it: it runs at the tests' priority
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def __post_init__(self) -> None:
@@ -134,7 +151,8 @@ class Early:
             with self._lock:
                 if self._stopped:
                     return
-                below = ["nice", "-n", str(self.nice)] if self.nice and shutil.which("nice") else []
+                nice = 0 if self._waited else self.nice
+                below = ["nice", "-n", str(nice)] if nice and shutil.which("nice") else []
                 argv = [*below, *self.argv(self._out)]
                 # A process group of its own: the terminal's Ctrl-C reaches the tests only, and ``stop()`` ends the
                 # command with what it started (end_tree). Not a session of its own: with the kernel's autogroups
@@ -160,6 +178,7 @@ class Early:
 
     def result(self) -> Done:
         self.start()
+        self.waited()
         assert self._thread is not None and self._out is not None
         self._thread.join(self.timeout)
         if self._thread.is_alive() and self._process is not None:
@@ -174,6 +193,15 @@ class Early:
         except FileNotFoundError:  # stopped at the end of the session (its directory removed) while read
             return Done(-1, "", "stopped", out)
         return Done(self._process.returncode, stdout, stderr, out)
+
+    def waited(self) -> None:
+        """A test waits for this command: it (and what it needs) runs at the tests' own priority from now on."""
+        if self.needs is not None:
+            self.needs.waited()
+        with self._lock:
+            self._waited = True
+            if self._process is not None and self._process.poll() is None:
+                hurry(self._process.pid)
 
     def stop(self) -> None:
         """At the end of the session: the child is not left behind, nor what it started, nor its directory."""

@@ -3,6 +3,8 @@ processes it started running, not even those in sessions of their own (a benchma
 
 from __future__ import annotations
 
+import os
+import resource
 import sys
 import time
 
@@ -46,3 +48,31 @@ def test_a_stopped_command_leaves_no_process_behind(end: str) -> None:
         early.stop()
         if child is not None and running(child):
             child.kill()
+
+
+# Says its priority, starts a child that says its own after a while, says its own again then.
+SAYS_LATER = "import os, time; time.sleep(2); print(os.nice(0), flush=True)"
+HURRIED = (
+    "import os, subprocess, sys, time; "
+    f"child = subprocess.Popen([sys.executable, '-c', {SAYS_LATER!r}]); "
+    "print(os.nice(0), flush=True); time.sleep(2); print(os.nice(0), flush=True); child.wait()"
+)
+
+
+def test_a_command_a_test_waits_for_runs_at_the_tests_priority() -> None:
+    """Beside the tests an early command runs at nice 19; once a test waits for it, it and what it started run at
+    the tests' own priority, where the system lets a process raise one (root, or ``RLIMIT_NICE``)."""
+    raised = os.geteuid() == 0 or resource.getrlimit(resource.RLIMIT_NICE)[0] >= 20
+    early = Early(__name__, "hurried", lambda out: [sys.executable, "-c", HURRIED], timeout=60.0)
+    try:
+        early.start()
+        deadline = time.monotonic() + START_SECONDS
+        while not early.stdout().endswith("\n"):  # started, at its priority, its child started too
+            assert time.monotonic() < deadline, "the command did not start"
+            time.sleep(0.05)
+        assert early.stdout() == "19\n"
+        done = early.result()  # waited for: hurried
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.split() == ["19", *(["0", "0"] if raised else ["19", "19"])], done.stdout
+    finally:
+        early.stop()

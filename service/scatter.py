@@ -636,8 +636,10 @@ def route(front: Front, name: str) -> APIRoute:
 def elsewhere(front: Front, routes: Sequence[BaseRoute]) -> list[Route]:
     """For each sharded table fronted here, a word table's routes by token (``service.scatter_tokens``), and its
     table routes among ``routes`` that the front does not answer (every one but ``POST .../search``, those by token
-    and the writes of documents): a 404 that says so, not "no table named"."""
+    and the writes of documents; reads of documents by id, one or many, are refused): a 404 that says so, not "no
+    table named"."""
     from service.scatter_tokens import routes as token_routes  # a sharded word table's routes by token
+    from service.scatter_writes import routes as write_routes  # the writes of documents, which the front answers
 
     out: list[Route] = []
     for name in front.tables:
@@ -652,7 +654,12 @@ def elsewhere(front: Front, routes: Sequence[BaseRoute]) -> list[Route]:
             )
 
         answered = token_routes(front, name, refuse)  # a documents table's: refuse
-        taken = {(getattr(r, "path", ""), method) for r in answered for method in getattr(r, "methods", None) or ()}
+        writes = write_routes(front, name)  # matched ahead of these (``service.app``): not refused here
+        taken = {
+            (getattr(r, "path", ""), method)
+            for r in (*answered, *writes)
+            for method in getattr(r, "methods", None) or ()
+        }
         out += answered
         for route in routes:
             path = getattr(route, "path", "")
@@ -660,8 +667,6 @@ def elsewhere(front: Front, routes: Sequence[BaseRoute]) -> list[Route]:
                 continue
             mine = path.replace(TABLE, f"/v1/tables/{name}", 1)
             methods = {m for m in getattr(route, "methods", None) or () if (mine, m) not in taken}
-            if path.startswith(f"{TABLE}/documents"):
-                methods -= {"POST", "DELETE"}  # the writes, which the front answers (service.scatter_writes)
             if methods:
                 out.append(Route(mine, own(refuse), methods=sorted(methods)))
     return out

@@ -31,6 +31,7 @@ from service_client.calls import RETRY_SECONDS, Call, MapMethod, Method, Request
 from service_client.maps import MapColours
 from service_client.shapes import (
     ITEM_STATUS,
+    READ_DOCUMENTS,
     WRITE_BYTES,
     WRITE_DOCUMENTS,
     ApiError,
@@ -50,6 +51,7 @@ from service_client.shapes import (
 
 __all__ = [
     "ITEM_STATUS",
+    "READ_DOCUMENTS",
     "RETRY_SECONDS",
     "WRITE_BYTES",
     "WRITE_DOCUMENTS",
@@ -232,6 +234,19 @@ class Client:
         """One document: ``{"id", "text", "fields"}`` (and ``"vector"`` when asked, its unit vector if
         ``normalized``); ``fields``: only these of its fields."""
         return self._run(calls.document(table, id, vector, normalized, fields))
+
+    def documents(
+        self,
+        table: str,
+        ids: Sequence[str | int],
+        vector: bool = False,
+        normalized: bool = False,
+        fields: Sequence[str] | None = None,
+    ) -> dict[str, Any]:
+        """Many documents at once (``POST .../documents/get``, ``READ_DOCUMENTS`` ids a request): ``{"documents":
+        [...], "missing": [...]}``, the documents found in the order asked, each as :meth:`document` gives it, and
+        the ids not found."""
+        return self._run(calls.documents(table, ids, vector, normalized, fields))
 
     def fields(self, table: str) -> dict[str, Any]:
         """A documents table's fields (``GET .../fields``): each one's type, common values or range."""

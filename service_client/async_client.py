@@ -6,7 +6,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Iterable, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Literal, cast
 
 import httpx
@@ -189,6 +189,16 @@ class AsyncClient:
     ) -> dict[str, Any]:
         return await self._run(calls.document(table, id, vector, normalized, fields))
 
+    async def documents(
+        self,
+        table: str,
+        ids: Sequence[str | int],
+        vector: bool = False,
+        normalized: bool = False,
+        fields: Sequence[str] | None = None,
+    ) -> dict[str, Any]:
+        return await self._run(calls.documents(table, ids, vector, normalized, fields))
+
     async def fields(self, table: str) -> dict[str, Any]:
         return await self._run(calls.fields(table))
 
@@ -318,15 +328,3 @@ class LoopClient:
         made, loop, self._made, self._loop = self._made, self._loop, None, None
         if made is not None and loop is asyncio.get_running_loop():
             await made.aclose()
-
-
-async def found_documents(reads: Iterable[Awaitable[dict[str, Any]]]) -> list[dict[str, Any]]:
-    """The documents ``reads`` (:meth:`AsyncClient.document` calls) find, read at once, in their order: one that
-    is not there (``unknown_document``) left out, any other error raised."""
-    answers = await asyncio.gather(*reads, return_exceptions=True)
-    for answer in answers:
-        if isinstance(answer, BaseException) and not (
-            isinstance(answer, ApiError) and answer.code == "unknown_document"
-        ):
-            raise answer
-    return [answer for answer in answers if not isinstance(answer, BaseException)]

@@ -15,6 +15,7 @@ import numpy as np
 from service_client import maps
 from service_client.maps import MapColours
 from service_client.shapes import (
+    READ_DOCUMENTS,
     WRITE_DOCUMENTS,
     ApiError,
     Embedded,
@@ -217,6 +218,22 @@ def document(
         params["fields"] = ",".join(fields)
     found: dict[str, Any] = yield Request("GET", table_path(table, f"documents/{segment(str(id))}"), params=params)
     return found
+
+
+def documents(
+    table: str, ids: Sequence[str | int], vector: bool, normalized: bool, fields: Sequence[str] | None
+) -> Call[dict[str, Any]]:
+    """``POST .../documents/get`` for every ``READ_DOCUMENTS`` ids, the answers joined: ``{"documents", "missing"}``."""
+    options: dict[str, Any] = {"vector": vector, "normalized": normalized}
+    if fields is not None:
+        options["fields"] = list(fields)
+    joined: dict[str, Any] = {"documents": [], "missing": []}
+    for start in range(0, len(ids), READ_DOCUMENTS):
+        body = {"ids": list(ids[start : start + READ_DOCUMENTS]), **options}
+        answer = yield Request("POST", table_path(table, "documents/get"), json=body)
+        joined["documents"] += answer["documents"]
+        joined["missing"] += answer["missing"]
+    return joined
 
 
 def fields(table: str) -> Call[dict[str, Any]]:

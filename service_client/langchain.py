@@ -36,7 +36,7 @@ from langchain_core.vectorstores import VectorStore
 from langchain_core.vectorstores.utils import maximal_marginal_relevance
 
 from service_client import ApiError, AsyncClient, Client, Hit
-from service_client.async_client import LoopClient, found_documents
+from service_client.async_client import LoopClient
 from service_client.stored import METADATA, among, is_id, metadata_of, plain
 
 
@@ -216,21 +216,15 @@ class EmbeddingSearchStore(VectorStore):
         return True
 
     def get_by_ids(self, ids: Sequence[str], /) -> list[Document]:
-        """The documents of ``ids`` that are there, in their order; an id the server refuses as an id (empty, or
-        too long) names none."""
-        found = []
-        for ident in filter(is_id, ids):
-            try:
-                found.append(self._document(self.client.document(self.table, ident)))
-            except ApiError as error:
-                if error.code != "unknown_document":
-                    raise
-        return found
+        """The documents of ``ids`` that are there, in their order (``POST .../documents/get``, ``READ_DOCUMENTS``
+        ids a request); an id the server refuses as an id (empty, or too long) names none."""
+        found = self.client.documents(self.table, [i for i in ids if is_id(i)])
+        return [self._document(document) for document in found["documents"]]
 
     async def aget_by_ids(self, ids: Sequence[str], /) -> list[Document]:
-        """:meth:`get_by_ids`, the documents read at once."""
-        asked = [self.async_client.document(self.table, ident) for ident in filter(is_id, ids)]
-        return [self._document(document) for document in await found_documents(asked)]
+        """:meth:`get_by_ids`, awaited."""
+        found = await self.async_client.documents(self.table, [i for i in ids if is_id(i)])
+        return [self._document(document) for document in found["documents"]]
 
     # ----------------------------------------------------------------------------------------- searches
     @staticmethod

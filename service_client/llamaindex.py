@@ -44,8 +44,8 @@ from llama_index.core.vector_stores.types import (
 from llama_index.core.vector_stores.utils import metadata_dict_to_node, node_to_metadata_dict
 from pydantic import PrivateAttr
 
-from service_client import ApiError, AsyncClient, Client, Hit, calls
-from service_client.async_client import LoopClient, found_documents
+from service_client import AsyncClient, Client, Hit, calls
+from service_client.async_client import LoopClient
 from service_client.calls import Call
 from service_client.stored import METADATA, among, is_id, metadata_of, plain
 
@@ -276,25 +276,19 @@ class EmbeddingSearchVectorStore(BasePydanticVectorStore):
         if node_ids is None or filters is not None:
             condition = _restricted(node_ids, filters, self.types())
             return _nodes(self._client._run(_listing(self.table, self._table_info()["dim"], condition)))
-        found = []
-        for ident in filter(is_id, node_ids or []):  # an id the server refuses as an id (empty, too long) names none
-            try:
-                found.append(_node_of(self._client.document(self.table, ident)))
-            except ApiError as error:
-                if error.code != "unknown_document":
-                    raise
-        return found
+        asked = list(filter(is_id, node_ids or []))  # an id the server refuses as an id (empty, too long) names none
+        return [_node_of(document) for document in self._client.documents(self.table, asked)["documents"]]
 
     async def aget_nodes(
         self, node_ids: list[str] | None = None, filters: MetadataFilters | None = None
     ) -> list[BaseNode]:
-        """:meth:`get_nodes`, the nodes of ``node_ids`` read at once."""
+        """:meth:`get_nodes`, awaited."""
         if node_ids is None or filters is not None:
             condition = _restricted(node_ids, filters, _types(await self.afields()))
             listing = _listing(self.table, (await self._atable_info())["dim"], condition)
             return _nodes(await self.async_client._run(listing))
-        asked = [self.async_client.document(self.table, ident) for ident in filter(is_id, node_ids or [])]
-        return [_node_of(document) for document in await found_documents(asked)]
+        asked = list(filter(is_id, node_ids or []))
+        return [_node_of(document) for document in (await self.async_client.documents(self.table, asked))["documents"]]
 
     def query(self, query: VectorStoreQuery, **kwargs: Any) -> VectorStoreQueryResult:
         search = _search(query, kwargs, self.types)

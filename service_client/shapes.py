@@ -16,6 +16,7 @@ import httpx
 import orjson
 
 WRITE_DOCUMENTS = 256  # documents per write request of upsert_many, at most
+READ_DOCUMENTS = 1024  # ids per request of documents(): the server's default max_batch
 WRITE_BYTES = 2 * 1024 * 1024  # and about this much JSON: half the server's default body limit
 T = TypeVar("T")
 

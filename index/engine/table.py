@@ -350,6 +350,11 @@ class Table:
         unit = np.asarray(self.vectors[row], dtype=np.float32)
         return unit if normalized else unit * self.norms[row]
 
+    def rows_of(self, rows: np.ndarray, normalized: bool = False) -> np.ndarray:
+        """:meth:`row` of each of ``rows`` at once: (len(rows), dim) float32."""
+        unit = np.asarray(self.vectors[rows], dtype=np.float32).reshape(len(rows), self.dim)
+        return unit if normalized else unit * np.asarray(self.norms[rows])[:, None]
+
     # ------------------------------------------------------------------- derived
     def documents(self, use: str) -> Payload:
         """The payload of a documents table; for any other table an InvalidQuery that names ``use``."""

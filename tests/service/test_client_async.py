@@ -56,6 +56,7 @@ READS: list[tuple[str, tuple[Any, ...], dict[str, Any]]] = [
         {"k": 2, "filter": {"topic": "water"}},
     ),
     ("document", ("notes", "n2"), {"vector": True, "fields": ["topic"]}),
+    ("documents", ("notes", ["n2", "none", "n1", "n2"]), {"vector": True, "fields": ["topic"]}),
     ("fields", ("notes",), {}),
     ("embed", ("small", ["fire and water", "the fire"]), {}),
     ("embed_details", ("small", ["fire and water"]), {}),
@@ -158,6 +159,7 @@ async def test_writes_are_the_clients(base: str) -> None:
         assert [a["upserted"] for a in await api.upsert_many("notes", documents)] == [5]
         with Client(base) as client:
             assert await api.document("notes", "w3") == client.document("notes", "w3")
+            assert await api.documents("notes", ["w3", "w0"]) == client.documents("notes", ["w3", "w0"])
             assert (await api.delete_document("notes", "w0"))["deleted"] == 1
             assert [a["deleted"] for a in await api.delete_many("notes", ["w1", "w2", "none"])] == [2]
             assert (await api.delete_documents("notes", filter={"topic": "w"}))["deleted"] == 2

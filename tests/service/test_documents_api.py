@@ -228,3 +228,8 @@ def test_the_python_client_searches_documents(base: str, lee_docs: Lee) -> None:
         with pytest.raises(ApiError) as missing:
             api.document("lee", "lee-999")
         assert missing.value.status == 404 and missing.value.code == "unknown_document"
+        # more ids than one request takes (READ_DOCUMENTS): several requests, their answers joined in order
+        ids = [*lee_docs.ids, "lee-999"] * 4
+        many = api.documents("lee", ids, fields=["year"])
+        assert [d["id"] for d in many["documents"]] == lee_docs.ids * 4 and many["missing"] == ["lee-999"] * 4
+        assert many["documents"][5] == api.document("lee", lee_docs.ids[5], fields=["year"])

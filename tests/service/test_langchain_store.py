@@ -26,7 +26,7 @@ from langchain_core.vectorstores import VectorStore
 from langchain_core.vectorstores.utils import maximal_marginal_relevance
 from langchain_tests.integration_tests import VectorStoreIntegrationTests
 
-from service_client import ApiError, AsyncClient, Client
+from service_client import READ_DOCUMENTS, ApiError, AsyncClient, Client
 from service_client.langchain import EmbeddingSearchStore
 from tests.cli import run_cli
 from tests.lee import Lee
@@ -180,6 +180,13 @@ def test_many_wide_documents_are_written_and_found(server_url: str) -> None:
     assert store.add_texts(texts, ids=[f"c{i}" for i in range(200)]) == [f"c{i}" for i in range(200)]
     assert len(store.get_by_ids(["c0", "c123", "c199"])) == 3
     assert [store.similarity_search(texts[i], k=1)[0].id for i in (0, 123, 199)] == ["c0", "c123", "c199"]
+    sent: list[str] = []  # the ids read by POST .../documents/get, READ_DOCUMENTS a request: not one per id
+    hooks = {"request": [lambda request: sent.append(request.url.path)]}
+    with httpx.Client(base_url=server_url, event_hooks=hooks) as http:
+        reader = EmbeddingSearchStore(Client(server_url, http=http), "wide", embedding=embedding)
+        found = reader.get_by_ids([f"c{i % 200}" for i in range(READ_DOCUMENTS + 100)] + ["nowhere"])
+    assert [d.id for d in found] == [f"c{i % 200}" for i in range(READ_DOCUMENTS + 100)]
+    assert sent == ["/v1/tables/wide/documents/get"] * 2
 
 
 def test_an_empty_filter_is_none_and_from_texts_names_what_it_needs(

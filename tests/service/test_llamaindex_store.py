@@ -29,7 +29,7 @@ from llama_index.core.vector_stores.types import (
     VectorStoreQueryMode,
 )
 
-from service_client import AsyncClient, Client, llamaindex, stored
+from service_client import READ_DOCUMENTS, AsyncClient, Client, llamaindex, stored
 from service_client.llamaindex import EmbeddingSearchVectorStore, _restricted, filter_of
 from tests.cli import run_cli
 from tests.lee import Lee
@@ -132,10 +132,14 @@ def test_a_node_id_twice_in_one_add_is_refused(store: EmbeddingSearchVectorStore
     assert ask(store, "foo", 3) == []
 
 
-def test_get_nodes_skips_missing_ids(store: EmbeddingSearchVectorStore) -> None:
+def test_get_nodes_skips_missing_ids(store: EmbeddingSearchVectorStore, server_url: str) -> None:
     store.add([node("1", "foo", topic="a")])
     found = store.get_nodes(["1", "2"])
     assert [(n.node_id, n.get_content(), n.metadata) for n in found] == [("1", "foo", {"topic": "a"})]
+    sent: list[str] = []  # the node ids read by POST .../documents/get, READ_DOCUMENTS a request: not one per id
+    with httpx.Client(base_url=server_url, event_hooks={"request": [lambda r: sent.append(r.url.path)]}) as http:
+        many = EmbeddingSearchVectorStore(Client(server_url, http=http), "li").get_nodes(["1", "2"] * READ_DOCUMENTS)
+    assert [n.node_id for n in many] == ["1"] * READ_DOCUMENTS and sent == ["/v1/tables/li/documents/get"] * 2
 
 
 def test_numpy_metadata_is_written_as_json_and_ids_the_server_refuses_are_missing(

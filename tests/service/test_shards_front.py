@@ -241,6 +241,7 @@ def test_the_front_checks_requests_as_any_search(servers: dict[str, Any], lee_do
         HTTP.get(f"{base}/neighbors?token=fire"),
         HTTP.post(f"{base}/similarity", json={"pairs": [["a", "b"]]}),
         HTTP.get(f"{base}/documents/lee-001"),
+        HTTP.post(f"{base}/documents/get", json={"ids": ["lee-001"]}),
     ):
         error = answer.json()["error"]
         assert answer.status_code == 404 and error["code"] == "not_found", answer.text
@@ -478,6 +479,17 @@ def test_one_server_serves_a_sharded_table_whole(servers: dict[str, Any], lee_do
         assert got == expected, body
     one = HTTP.get(f"{servers['one'].base}/v1/tables/lee/documents/lee-123?vector=true").json()
     assert one == HTTP.get(f"{servers['whole'].base}/v1/tables/lee/documents/lee-123?vector=true").json()
+    ids = ["lee-123", "lee-999", "lee-007", "lee-123", *(f"lee-{i:03d}" for i in range(0, 300, 29))]
+    many = [
+        HTTP.post(f"{servers[s].base}/v1/tables/lee/documents/get", json={"ids": ids, "vector": True})
+        for s in ("one", "whole")
+    ]
+    assert many[0].status_code == 200 and many[0].json() == many[1].json(), many[0].text
+    each = [HTTP.get(f"{servers['one'].base}/v1/tables/lee/documents/{i}?vector=true") for i in ids]
+    assert many[0].json() == {
+        "documents": [answer.json() for answer in each if answer.status_code == 200],
+        "missing": [i for i, answer in zip(ids, each, strict=True) if answer.status_code == 404],
+    }
     summary = HTTP.get(f"{servers['one'].base}/v1/tables/lee").json()
     assert summary["rows"] == 300 + len(copies()) and summary["kind"] == "documents"
     assert summary["shards"]["count"] == SHARDS

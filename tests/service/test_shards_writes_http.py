@@ -142,6 +142,17 @@ def test_one_process_answers_as_the_whole_table_with_the_same_writes(written: di
         url = f"/v1/tables/lee/documents/{ident}"
         got, expected = HTTP.get(written["one"].base + url), HTTP.get(written["whole"].base + url)
         assert got.status_code == expected.status_code and got.json() == expected.json(), ident
+    # many at once: written, replaced and deleted documents as the whole table answers them, and as GET does
+    ids = [f"new/{i:02d}" for i in range(24)] + [f"lee-{i:03d}" for i in (*range(0, 60, 3), *range(100, 132), 201)]
+    body = {"ids": [*ids, "nowhere"], "vector": True}
+    got, expected = post(written["one"], "documents/get", body, {}), post(written["whole"], "documents/get", body, {})
+    assert got.status_code == 200 and got.json() == expected.json(), got.text
+    each = [HTTP.get(f"{written['one'].base}/v1/tables/lee/documents/{i}?vector=true") for i in body["ids"]]
+    assert got.json() == {
+        "documents": [answer.json() for answer in each if answer.status_code == 200],
+        "missing": [i for i, answer in zip(body["ids"], each, strict=True) if answer.status_code == 404],
+    }
+    assert len(got.json()["missing"]) > 5 and len(got.json()["documents"]) > 50  # deleted ones and found ones
     summary = HTTP.get(f"{written['one'].base}/v1/tables/lee").json()["writes"]
     assert summary["written"] == HTTP.get(f"{written['whole'].base}/v1/tables/lee").json()["writes"]["written"]
     assert [s["sequence"] for s in summary["shards"]] == [

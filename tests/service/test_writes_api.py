@@ -187,6 +187,60 @@ def test_searches_and_deletes_by_the_documents_ids(server: real_server.Server, l
     assert {10, 110} <= others and not others & {0, 5, 7, 30}
 
 
+def read_many(server: real_server.Server, table: str, ids: list[Any], **options: Any) -> httpx.Response:
+    body = {"ids": ids, **options}
+    return real_server.HTTP.post(f"{server.base}/v1/tables/{table}/documents/get", json=body, timeout=30)
+
+
+def read_one_by_one(server: real_server.Server, table: str, ids: list[Any], **options: Any) -> dict[str, Any]:
+    """What ``GET .../documents/{id}`` answers for each of ``ids``: the documents found and the ids of the 404s."""
+    params = {k: ",".join(v) if isinstance(v, list) else str(v).lower() for k, v in options.items()}
+    found: dict[str, Any] = {"documents": [], "missing": []}
+    for ident in ids:
+        answer = real_server.HTTP.get(f"{server.base}/v1/tables/{table}/documents/{ident}", params=params, timeout=30)
+        if answer.status_code == 404:
+            assert answer.json()["error"]["code"] == "unknown_document", answer.text
+            found["missing"].append(ident)
+        else:
+            assert answer.status_code == 200, answer.text
+            found["documents"].append(answer.json())
+    return found
+
+
+def test_many_documents_at_once_are_what_reads_one_by_one_give(server: real_server.Server, lee_docs: Lee) -> None:
+    """``POST .../documents/get`` after writes: written, replaced, deleted (written or of the version), never
+    there, an id asked twice; integer ids read as the table reads them ("0007" is 7); each option as GET's."""
+    assert post(server, "/documents", {"documents": [{"id": "get", "text": NOTE}]}).status_code == 200
+    assert get(server, "get").json()["text"] == NOTE  # the document "get", not the route of many
+    ids = ["note-1", lee_docs.ids[10], lee_docs.ids[11], "nowhere", lee_docs.ids[42], "notes/2024/0", "notes/2024/1"]
+    ids += ["get", lee_docs.ids[42], "note-text", lee_docs.ids[0], 5]
+    options: list[dict[str, Any]] = [{}, {"vector": True}, {"vector": True, "normalized": True}]
+    for option in [*options, {"fields": ["tags", "year", "published"]}]:
+        answer = read_many(server, "lee", ids, **option)
+        assert answer.status_code == 200, answer.text
+        assert answer.json() == read_one_by_one(server, "lee", ids, **option)
+    numbers = ["0007", 7, 5, "030", 10, "10", 2**63 - 1, "99999999999999999999", "ten", 110]
+    for option in options:
+        answer = read_many(server, "numbers", numbers, **option)
+        assert answer.status_code == 200, answer.text
+        assert answer.json() == read_one_by_one(server, "numbers", numbers, **option)
+    shown = read_many(server, "numbers", numbers).json()
+    assert [d["id"] for d in shown["documents"]] == [7, 7, 10, 10, 2**63 - 1, 110]
+    assert shown["missing"] == [5, "030", "99999999999999999999", "ten"]
+
+
+def test_many_documents_at_once_refuse_as_a_batch_does(server: real_server.Server) -> None:
+    """At most max_batch ids (64 here), at least one; a field the table does not have, as GET refuses it."""
+    many = read_many(server, "lee", [f"n{i}" for i in range(65)])
+    assert many.status_code == 422 and "at most 64 items (the server's max_batch)" in many.text
+    assert read_many(server, "lee", []).status_code == 422
+    assert read_many(server, "lee", [True]).status_code == 422
+    bad = read_many(server, "lee", ["nowhere"], fields=["nope"])
+    one = get(server, "lee-042", fields="nope")
+    assert bad.status_code == one.status_code and 400 <= bad.status_code < 500, bad.text
+    assert bad.json()["error"] == one.json()["error"]
+
+
 def test_written_timestamps_read_as_imported_ones(server: real_server.Server, lee_docs: Lee) -> None:
     """A written timestamp shows as the version's do (fractions of a second only as far as they go), in its
     document, in search hits and in the fields' range."""

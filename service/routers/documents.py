@@ -7,11 +7,11 @@ from collections.abc import Sequence
 from typing import Annotated, Any
 
 import numpy as np
-from fastapi import APIRouter, Path, Query
+from fastapi import APIRouter, Path, Query, Request
 from starlette.responses import Response
 
 from index.engine.door import Table
-from service import live
+from service import execute, live
 from service.deps import TableDep
 from service.errors import BODY_ERRORS, TABLE_ERRORS, responses
 from service.respond import FastJSON
@@ -61,8 +61,13 @@ async def get_document(
     responses=responses(*BODY_ERRORS),
     summary="Many documents by id at once: those found in the order asked, and the ids not found",
 )
-async def get_documents(table: TableDep, body: DocumentsRequest) -> Response:
-    found, missing = read_documents(table, body.ids, body.fields, body.vector, body.normalized)
+async def get_documents(request: Request, table: TableDep, body: DocumentsRequest) -> Response:
+    found, missing = await execute.compute(  # up to max_batch documents: in a worker thread, not on the loop
+        request,
+        table,
+        "documents_get",
+        lambda: read_documents(table, body.ids, body.fields, body.vector, body.normalized),
+    )
     return FastJSON({"documents": found, "missing": missing})
 
 

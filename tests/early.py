@@ -138,7 +138,7 @@ class Early:
             self._failure = "not run: what it needs was not made"
             return
         if self.needs is not None:
-            needed = self.needs.result()
+            needed = self.needs.outcome()  # waited for by this command, not by a test: not hurried
             if needed.returncode != 0:
                 self._failure = f"not run: {self.needs.fixture} failed:\n{needed.stderr[-3000:]}"
                 return
@@ -177,8 +177,14 @@ class Early:
             return ""
 
     def result(self) -> Done:
+        """What the command did, once it has ended; the test that asks waits for it (:meth:`waited`)."""
         self.start()
         self.waited()
+        return self.outcome()
+
+    def outcome(self) -> Done:
+        """What the command did, once it has ended (killed at its timeout)."""
+        self.start()
         assert self._thread is not None and self._out is not None
         self._thread.join(self.timeout)
         if self._thread.is_alive() and self._process is not None:

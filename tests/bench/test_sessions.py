@@ -47,6 +47,7 @@ def test_an_early_command_runs_below_the_tests_in_their_scheduling_group() -> No
     )
     early = Early(__name__, "probe", lambda out: [sys.executable, "-c", probe])
     try:
+        assert early.wait(60), "the probe did not end"  # beside the tests: a test waiting for it would hurry it
         done = early.result()
         assert done.returncode == 0, done.stderr
         group, own_process_group, nice = json.loads(done.stdout)

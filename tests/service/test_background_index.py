@@ -63,6 +63,12 @@ def test_served_exact_at_once_then_indexed_in_the_background(deferred_dir: Path,
 
             real_server.wait_for(reported_done, seconds=240, what="/readyz to stop reporting the build")
             assert HTTP.get(f"{server.base}/v1/tables/words", timeout=10).json()["approximate"]
+        else:  # a request reaches either worker (a kept-alive connection, the same one): each logs its reload
+
+            def both_reloaded() -> bool:
+                return server.log().count("reload: 1 loaded") >= 2
+
+            real_server.wait_for(both_reloaded, seconds=240, what="both workers to load the new version")
         real_server.wait_for(indexed, seconds=240, what="the background index to be published and loaded")
         summary = HTTP.get(f"{server.base}/v1/tables/words", timeout=10).json()
         assert summary["index"]["kind"] == "hnsw" and "building" not in summary and "index_deferred" not in summary

@@ -30,7 +30,7 @@ from starlette.requests import Request
 from starlette.responses import FileResponse, HTMLResponse, Response
 from starlette.routing import Route
 
-from service import errors, live, scatter, scatter_writes
+from service import errors, live, scatter, scatter_documents, scatter_writes
 from service.execute import Searcher
 from service.http import auth
 from service.http.cache import AnswerCache, AnswerCacheMiddleware
@@ -157,10 +157,14 @@ def create_app(settings: Settings) -> FastAPI:
     app.state.front = front
     if front.tables:
         app.add_middleware(scatter.ClientKey)  # the client's key for the shard requests
-    fronting = [
+    answered = [  # the documents' writes and reads by id, answered from the shards that own the ids
         *(route for name in front.tables for route in scatter_writes.routes(front, name)),
+        *(route for name in front.tables for route in scatter_documents.routes(front, name)),
+    ]
+    fronting = [
+        *answered,
         *(scatter.route(front, name) for name in front.tables),
-        *scatter.elsewhere(front, routes),
+        *scatter.elsewhere(front, routes, answered),
     ]
     declared_only(fronting)
     app.router.routes[:0] = fronting
@@ -174,7 +178,11 @@ def create_app(settings: Settings) -> FastAPI:
     if settings.cache_bytes:
         app.state.answer_cache = AnswerCache(settings.cache_bytes)
         app.add_middleware(
-            AnswerCacheMiddleware, cache=app.state.answer_cache, metrics=metrics, writes=live.log_lengths
+            AnswerCacheMiddleware,
+            cache=app.state.answer_cache,
+            metrics=metrics,
+            writes=live.log_lengths,
+            uncached=tuple(f"/v1/tables/{name}/documents/" for name in front.tables),
         )
     if settings.read_api_key is not None:
         keys = auth.server_keys(settings)  # every kind reads; a write route's refusal names a write key

@@ -45,7 +45,8 @@ A batch (``queries``, or ``vectors`` sharing the request's filter and page) is e
 a request of its own, at once; an item's error (a shard's refusal of it) stands in its place. Not here: text
 alone with diversity (the front has no encoder for the query's vector; a sharded table served whole by one
 process answers it). The table's other routes (its summary, fields, a word table's rows) answer a 404 that names
-the front (:func:`elsewhere`); its documents' own routes are left to the documents' routing.
+the front (:func:`elsewhere`); its documents' writes and reads by id are ``service.scatter_writes``' and
+``service.scatter_documents``'.
 """
 
 from __future__ import annotations
@@ -279,13 +280,18 @@ class Front:
     async def unit_row(self, shards: list[Shard], document: str | int, id_type: str) -> np.ndarray:
         """The unit vector of ``document``, from the shard that owns it as the table reads the id
         (``GET <replica>/documents/{id}``, the id as the client gave it)."""
-        shard = owner(routed([document], id_type)[0], len(shards))
-        path = f"/documents/{quote(str(document), safe='')}?vector=true&normalized=true"
         try:
-            found = await self.request(shard, shards[shard], path, None)
+            found = await self.document(shards, document, id_type, "vector=true&normalized=true")
         except ShardRefused as refused:
             raise as_asked(refused, document) from None
         return np.asarray(found["vector"], dtype=np.float32)
+
+    async def document(self, shards: list[Shard], document: str | int, id_type: str, query: str) -> dict[str, Any]:
+        """``GET <replica>/documents/{id}?<query>`` of the shard that owns ``document`` as the table reads the id
+        (``index.engine.door.routed``), the id as the client gave it."""
+        shard = owner(routed([document], id_type)[0], len(shards))
+        path = f"/documents/{quote(str(document), safe='')}" + (f"?{query}" if query else "")
+        return await self.request(shard, shards[shard], path, None)
 
     async def request(self, shard_number: int, shard: Shard, path: str, payload: bytes | None) -> dict[str, Any]:
         """A shard's JSON answer to ``POST`` ``payload`` (``GET`` without one) at ``<replica><path>``: each replica
@@ -633,13 +639,11 @@ def route(front: Front, name: str) -> APIRoute:
     )
 
 
-def elsewhere(front: Front, routes: Sequence[BaseRoute]) -> list[Route]:
+def elsewhere(front: Front, routes: Sequence[BaseRoute], answered: Sequence[BaseRoute]) -> list[Route]:
     """For each sharded table fronted here, a word table's routes by token (``service.scatter_tokens``), and its
     table routes among ``routes`` that the front does not answer (every one but ``POST .../search``, those by token
-    and the writes of documents; reads of documents by id, one or many, are refused): a 404 that says so, not "no
-    table named"."""
+    and those among ``answered``: the writes and reads of documents): a 404 that says so, not "no table named"."""
     from service.scatter_tokens import routes as token_routes  # a sharded word table's routes by token
-    from service.scatter_writes import routes as write_routes  # the writes of documents, which the front answers
 
     out: list[Route] = []
     for name in front.tables:
@@ -648,19 +652,18 @@ def elsewhere(front: Front, routes: Sequence[BaseRoute]) -> list[Route]:
             raise ApiError(
                 "not_found",
                 f"table {name!r} is sharded and this server is its front: it answers POST /v1/tables/{name}/search "
-                f"and the writes of documents only; {request.method} {request.url.path} is for a server of one of its "
-                "shards, or of the whole table",
+                f"and the writes and reads of documents by id only; {request.method} {request.url.path} is for a "
+                "server of one of its shards, or of the whole table",
                 table=name,
             )
 
-        answered = token_routes(front, name, refuse)  # a documents table's: refuse
-        writes = write_routes(front, name)  # matched ahead of these (``service.app``): not refused here
+        tokens = token_routes(front, name, refuse)  # a documents table's: refuse
         taken = {
             (getattr(r, "path", ""), method)
-            for r in (*answered, *writes)
+            for r in (*tokens, *answered)  # ``answered`` is matched ahead of these (``service.app``)
             for method in getattr(r, "methods", None) or ()
         }
-        out += answered
+        out += tokens
         for route in routes:
             path = getattr(route, "path", "")
             if not path.startswith(TABLE) or path == f"{TABLE}/search":

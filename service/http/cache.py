@@ -6,7 +6,8 @@ the lengths of the write logs. Only 200 answers are kept; the cache is emptied w
 registry or a log grows, and an answer computed by an older registry is never stored. Least recently used
 answers go first once ``max_bytes`` is reached (``EMBEDDING_CACHE_BYTES``, 0 turns the cache off). A table's
 summary (``GET /v1/tables/{table}``) is not kept: it costs no search, and its ``building`` changes while a
-background index build runs, with no new registry.
+background index build runs, with no new registry. Nor are a front's reads of a sharded table's documents
+(``service.scatter_documents``): their shards' logs, which writes through any front grow, are not the front's.
 
 The middleware sits inside the read-key check (a request without the key never reaches it) and inside the
 metrics middleware, which sees a hit under its route as any other request;
@@ -95,16 +96,26 @@ class AnswerCache:
 
 class AnswerCacheMiddleware:
     def __init__(
-        self, app: ASGIApp, cache: AnswerCache, metrics: Metrics, writes: Callable[[], tuple[int, ...]] = tuple
+        self,
+        app: ASGIApp,
+        cache: AnswerCache,
+        metrics: Metrics,
+        writes: Callable[[], tuple[int, ...]] = tuple,
+        uncached: tuple[str, ...] = (),
     ) -> None:
         self.app = app
         self.cache = cache
         self.writes = writes  # the lengths of the tables' write logs (service.live.log_lengths)
+        self.uncached = uncached  # path prefixes whose answers are never kept
         self.hit = metrics.cache.labels("hit")
         self.miss = metrics.cache.labels("miss")
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or not cacheable(scope["method"], scope["path"]):
+        if (
+            scope["type"] != "http"
+            or not cacheable(scope["method"], scope["path"])
+            or scope["path"].startswith(self.uncached)
+        ):
             await self.app(scope, receive, send)
             return
         registry = getattr(scope["app"].state, "registry", None)

@@ -6,7 +6,8 @@ The corpus carries copies of some documents under ids of their own (on other sha
 front merges hold equal scores. Every form the front takes (vector, by document id, by positive/negative ids,
 a batch of vectors or of queries, keyword, hybrid with weights and its RRF constant, diversity, filters, paging,
 ``min_score``, ``fields``) answers exactly as the whole table does: the same documents in the same order, the
-same scores, ranks, text and fields (equal scores by row, as the whole table orders them). Shard 0 has two
+same scores, ranks, text and fields (equal scores by row, as the whole table orders them); so do its reads of
+documents by id, one or many (and LangChain's and LlamaIndex's reads by id through it). Shard 0 has two
 replicas, one of which is down: every search still answers (the retry). A shard stopped: 503, or with
 ``EMBEDDING_PARTIAL=true`` the other shards' merged answer flagged ``partial``; a stopped (SIGSTOP) shard: 504
 after its deadline. Every server takes keys (``EMBEDDING_API_KEY``, ``EMBEDDING_READ_API_KEY``, as deploy/k8s's
@@ -33,6 +34,7 @@ import pytest
 
 from index.store import shardmap
 from service.scatter import SHARD_REQUESTS, merge_lists, merged_answer, shard_body
+from service.schemas.common import LIMITS
 from service.schemas.search import SearchRequest
 from service.shard_settings import front_settings
 from tests.lee import Lee, jsonl_records
@@ -240,8 +242,6 @@ def test_the_front_checks_requests_as_any_search(servers: dict[str, Any], lee_do
         HTTP.get(f"{base}/fields"),
         HTTP.get(f"{base}/neighbors?token=fire"),
         HTTP.post(f"{base}/similarity", json={"pairs": [["a", "b"]]}),
-        HTTP.get(f"{base}/documents/lee-001"),
-        HTTP.post(f"{base}/documents/get", json={"ids": ["lee-001"]}),
     ):
         error = answer.json()["error"]
         assert answer.status_code == 404 and error["code"] == "not_found", answer.text
@@ -270,6 +270,56 @@ def test_the_front_names_every_unknown_id_as_the_whole_table(servers: dict[str, 
         assert status == expected_status == 404 and got == expected, (body, got, expected)
     message = "no document with id 'nope-0', 'nope-1', 'nope-2', 'nope-3', 'nope-4' and 3 more in table 'lee'"
     assert got["error"]["message"] == message and got["error"]["count"] == 8, got
+
+
+def read_both(servers: dict[str, Any], path: str, body: dict[str, Any] | None = None) -> list[httpx.Response]:
+    """The front's answer and the whole table's to ``GET`` (or ``POST`` ``body``) ``.../v1/tables/lee/<path>``."""
+    method = "GET" if body is None else "POST"
+    return [
+        HTTP.request(method, f"{servers[s].base}/v1/tables/lee/{path}", json=body, timeout=30)
+        for s in ("front", "whole")
+    ]
+
+
+def test_the_front_reads_documents_by_id_as_the_whole_table(servers: dict[str, Any], lee_docs: Lee) -> None:
+    """``GET .../documents/{id}`` and ``POST .../documents/get`` through the front: the whole table's answers,
+    byte for byte (text, fields, vectors as imported or unit, a selection of fields; unknown ids missing, in the
+    order asked, an id asked twice answered twice, up to max_batch ids), and its refusals; each shard asked once
+    for a request's ids."""
+    ids = ["lee-123", "lee-999", "lee-007-copy-2", "lee-123", "lee-007", "a/c", *lee_docs.ids[::23], "lee-999"]
+    assert {shardmap.shard_of_id(ident, SHARDS) for ident in ids} == set(range(SHARDS))
+    assert shardmap.shard_of_id("a/c", SHARDS) < shardmap.shard_of_id("lee-999", SHARDS)  # missing as asked
+    for options in ({}, {"vector": True}, {"vector": True, "normalized": True, "fields": ["year", "tags"]}):
+        got, expected = read_both(servers, "documents/get", {"ids": ids, **options})
+        assert got.status_code == expected.status_code == 200 and got.content == expected.content, options
+        assert got.json()["missing"] == ["lee-999", "a/c", "lee-999"] and len(got.json()["documents"]) == len(ids) - 3
+    for ident in ("lee-123", "lee-007-copy-2", "lee-999", "a/c", "a%2Fc"):
+        for query in ("", "?vector=true", "?vector=1&normalized=true&fields=year,%20tags", "?fields="):
+            got, expected = read_both(servers, f"documents/{ident}{query}")
+            assert (got.status_code, got.content) == (expected.status_code, expected.content), (ident, query)
+            assert got.status_code == (404 if ident.startswith(("lee-999", "a")) else 200), got.text
+    most = [lee_docs.ids[i % len(lee_docs.ids)] for i in range(LIMITS.get().max_batch)]
+    got, expected = read_both(servers, "documents/get", {"ids": most, "fields": []})
+    assert got.status_code == 200 and got.content == expected.content and not got.json()["missing"]
+    for body in (
+        {"ids": [*most, "lee-001"]},
+        {"ids": []},
+        {"ids": ["lee-001"], "fields": ["year", "nope"]},
+        {"ids": ["lee-999"], "fields": ["nope"]},  # an unknown field, even when no document is found
+        {"ids": ["lee-001"], "vector": "yes"},
+        {"ids": ["lee-001"], "k": 3},
+        {"ids": [""]},
+    ):
+        got, expected = read_both(servers, "documents/get", body)
+        assert got.status_code == expected.status_code == 422 and got.json() == expected.json(), (body, got.text)
+    for path in ("documents/lee-001?fields=nope", "documents/lee-001?vector=maybe", "documents/lee-001?k=1"):
+        got, expected = read_both(servers, path)
+        assert got.status_code == expected.status_code == 422 and got.json() == expected.json(), (path, got.text)
+    asked = {"x-request-id": "front-documents-get"}
+    answer = HTTP.post(f"{servers['front'].base}/v1/tables/lee/documents/get", json={"ids": ids}, headers=asked)
+    assert answer.status_code == 200, answer.text
+    for shard in servers["shards"]:  # one request to each shard, for all its ids
+        assert shard.log().count('/documents/get HTTP/1.1" 200 request_id=front-documents-get') == 1, shard.log()
 
 
 def test_the_front_answers_a_batch_item_by_item(servers: dict[str, Any], lee_docs: Lee) -> None:
@@ -364,26 +414,36 @@ def test_the_front_forwards_the_clients_key_to_its_shards(servers: dict[str, Any
 
 
 def test_the_python_client_reads_the_front_as_the_whole_table(servers: dict[str, Any], lee_docs: Lee) -> None:
-    """An application's client, with its read key, gets from the front what it gets from the whole table: hits and
-    a batch's per-item errors; a document by id, which only the shards serve, a typed 404 saying so; without the
-    key, a typed 401."""
+    """An application's client, with its read key, gets from the front what it gets from the whole table: hits, a
+    batch's per-item errors, documents by id (LangChain's ``get_by_ids``, LlamaIndex's ``get_nodes``); its summary,
+    which only the shards serve, a typed 404 saying so; without the key, a typed 401."""
     from service_client import ApiError, Client
+    from service_client.langchain import EmbeddingSearchStore
+    from service_client.llamaindex import EmbeddingSearchVectorStore
+
+    ids = [lee_docs.ids[5], "lee-999", "lee-123-copy-2", lee_docs.ids[5], *lee_docs.ids[200:260]]
 
     def answers(api: Client) -> list[Any]:
         batch = api.search_documents_batch("lee", [{"id": lee_docs.ids[3]}, {"id": "lee-999"}], k=3)
+        nodes = EmbeddingSearchVectorStore(api, "lee").get_nodes(node_ids=ids)
         return [
             api.search_documents("lee", vector=lee_docs.vectors[7], k=5, fields=["year"]),
             api.search_documents("lee", text="bushfires in Sydney", mode="keyword", k=4),
             batch[0],
             (batch[1].status, batch[1].code) if isinstance(batch[1], ApiError) else batch[1],
+            api.document("lee", lee_docs.ids[5], vector=True, fields=["year"]),
+            api.documents("lee", ids, vector=True, normalized=True),
+            EmbeddingSearchStore(api, "lee").get_by_ids(ids),
+            [(node.node_id, node.get_content(), node.metadata) for node in nodes],
         ]
 
     front_base = servers["front"].base
     with Client(front_base, api_key=READ_KEY) as front, Client(servers["whole"].base, api_key=READ_KEY) as whole:
         got = answers(front)
         assert got == answers(whole) and got[3] == (404, "unknown_document")
+        assert [d.id for d in got[6]] == [ids[0], *ids[2:]] == [n[0] for n in got[7]]  # as asked, found ones
         with pytest.raises(ApiError) as elsewhere:
-            front.document("lee", lee_docs.ids[5])
+            front.fields("lee")
         assert (elsewhere.value.status, elsewhere.value.code) == (404, "not_found")
         assert "is for a server of one of its shards" in elsewhere.value.message
     with Client(front_base) as anonymous, pytest.raises(ApiError) as refused:
@@ -392,16 +452,28 @@ def test_the_python_client_reads_the_front_as_the_whole_table(servers: dict[str,
 
 
 def test_a_slow_shard_hits_its_deadline(servers: dict[str, Any], lee_docs: Lee) -> None:
+    """A search, and a read of documents of which the stopped shard holds some, one or many: 504 naming it."""
     shard = servers["shards"][1]
+    owned = next(ident for ident in lee_docs.ids if shardmap.shard_of_id(ident, SHARDS) == 1)
+    base = f"{servers['deadline'].base}/v1/tables/lee/documents"
     shard.process.send_signal(signal.SIGSTOP)
     try:
-        started = time.monotonic()
-        status, got = search(servers["deadline"], {"vector": lee_docs.vectors[3].tolist(), "k": 5})
-        took = time.monotonic() - started
+        with ThreadPoolExecutor(2) as pool:
+            reads = [
+                pool.submit(HTTP.get, f"{base}/{owned}", timeout=30),
+                pool.submit(HTTP.post, f"{base}/get", json={"ids": lee_docs.ids[:9]}, timeout=30),
+            ]
+            started = time.monotonic()
+            status, got = search(servers["deadline"], {"vector": lee_docs.vectors[3].tolist(), "k": 5})
+            took = time.monotonic() - started
+            answers = [read.result() for read in reads]
     finally:
         shard.process.send_signal(signal.SIGCONT)
     assert status == 504 and got["error"]["code"] == "shard_timeout" and got["error"]["shard"] == 1, got
     assert DEADLINE <= took < 4 * DEADLINE, took
+    for answer in answers:
+        error = answer.json()["error"]
+        assert answer.status_code == 504 and error["code"] == "shard_timeout" and error["shard"] == 1, answer.text
 
 
 def test_a_big_batch_waits_its_turn_and_the_front_answers_meanwhile(servers: dict[str, Any], lee_docs: Lee) -> None:
@@ -454,12 +526,24 @@ def test_a_stopped_shard_fails_or_is_flagged(servers: dict[str, Any], lee_docs: 
         h["id"] for h in kept if h["score"] > kept[-1]["score"]
     }
     assert {h["id"] for h in whole["hits"][:20]} - {h["id"] for h in got["hits"]}  # shard 2's are missing
-    # A query by a document of shard 2 has no vector to search by, partial answers or not
+    # A query by a document of shard 2 has no vector to search by, partial answers or not; nor is it read
     owned = next(f"lee-{i:03d}" for i in range(300) if shardmap.shard_of_id(f"lee-{i:03d}", SHARDS) == 2)
+    others = [ident for ident in lee_docs.ids[:30] if shardmap.shard_of_id(ident, SHARDS) != 2]
     for front in ("front", "partial"):
-        for query in ({"id": owned, "k": 3}, {"queries": [{"id": owned}], "k": 3}):
-            status, got = search(servers[front], query)
-            assert status == 503 and got["error"]["code"] == "shard_unavailable" and got["error"]["shard"] == 2, got
+        base = f"{servers[front].base}/v1/tables/lee"
+        for answer in (
+            HTTP.post(f"{base}/search", json={"id": owned, "k": 3}),
+            HTTP.post(f"{base}/search", json={"queries": [{"id": owned}], "k": 3}),
+            HTTP.get(f"{base}/documents/{owned}"),
+            HTTP.post(f"{base}/documents/get", json={"ids": [*others, owned]}),
+        ):
+            error = answer.json()["error"]
+            assert answer.status_code == 503 and error["code"] == "shard_unavailable" and error["shard"] == 2, error
+        got, expected = (
+            HTTP.post(f"{s.base}/v1/tables/lee/documents/get", json={"ids": others})
+            for s in (servers[front], servers["whole"])
+        )
+        assert got.status_code == 200 and got.content == expected.content  # the shards that answer are read
 
 
 def test_one_server_serves_a_sharded_table_whole(servers: dict[str, Any], lee_docs: Lee) -> None:

@@ -146,3 +146,20 @@ def test_unknown_ids_of_a_table_written_to(servers: dict[str, Server], lee_docs:
     (status, got), (expected_status, expected) = search_both(servers["front"], servers["whole"], body)
     assert status == expected_status == 404 and got == expected, (got, expected)
     assert got["error"]["message"] == "no document with id 3 in table 'lee' (deleted)", got
+
+
+def test_documents_are_read_by_any_text_of_their_ids(servers: dict[str, Server]) -> None:
+    """``GET .../documents/{id}`` and ``POST .../documents/get`` through the front: an id read as the table reads it
+    (``"007"`` is 7, asked of 7's owner), written and deleted documents as the table holds them after the writes
+    above, ids no integer can be missing as asked: the whole table's answers."""
+    number = next(
+        n for n in range(20, 60) if shardmap.shard_of_id(padded(n), SHARDS) != shardmap.shard_of_id(n, SHARDS)
+    )
+    ids = [number, padded(number), f"+{number}", 7000, "3", 5000, "x", "99999999999999999999", -1, number, 12]
+    (status, got), (_, expected) = both(servers, "POST", "documents/get", {"ids": ids, "vector": True})
+    assert status == 200 and got == expected, (got, expected)
+    assert got["missing"] == ["3", 5000, "x", "99999999999999999999", -1]
+    assert [d["id"] for d in got["documents"]] == [number, number, number, 7000, number, 12]
+    for ident in (padded(number), "7000", "3", "x", "5000"):
+        (status, got), (expected_status, expected) = both(servers, "GET", f"documents/{ident}?fields=year")
+        assert status == expected_status and got == expected, (ident, got, expected)

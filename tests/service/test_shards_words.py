@@ -420,6 +420,13 @@ def test_what_the_front_cannot_answer_by_token_is_a_422_naming_why(one: Server, 
         assert ask(one, "words", method, path, body)[0] == 200
 
 
+def test_the_front_refuses_document_reads_of_a_word_table_as_one_process_does(one: Server, front: Server) -> None:
+    for method, path, body in (("GET", "/documents/king", None), ("POST", "/documents/get", {"ids": ["king"]})):
+        status, got = ask(front, "words3", method, path, body)
+        assert (status, got) == ask(one, "words3", method, path, body), got
+        assert status == 422 and "table 'words3' holds words, not documents" in got["error"]["message"], got
+
+
 def test_a_tables_part_of_an_analogy_is_its_rows_scored_as_its_analogies_score_them(one: Server) -> None:
     """``POST .../analogy/rows`` on the whole table, given its words' unit rows: the analogy's answer with the
     words' own rows in it; with an expected answer's unit row, the count of rows scoring above it (the rows

@@ -273,6 +273,38 @@ def test_a_shard_scores_with_the_statistics_it_is_sent_and_refuses_impossible_on
     assert HTTP.post(f"{url}/search/statistics", json={"texts": []}).status_code == 422
 
 
+def test_the_front_reads_documents_as_the_whole_table_with_the_same_writes(
+    written: dict[str, Any], lee_docs: Lee
+) -> None:
+    """Documents by id through the front after the same writes: written, replaced and deleted ones as the whole
+    table holds them, one by one and many at once; a document written through the front is read back at once
+    (the front keeps no answer of its shards' documents)."""
+    front, whole = written["front"], written["whole"]
+    batches, deletes = history(lee_docs)
+    ids = [*dict.fromkeys([*(r["id"] for batch in batches for r in batch), *deletes[0]["ids"], "lee-201"])]
+    ids += lee_docs.ids[::7]
+    for options in ({"vector": True}, {"vector": True, "normalized": True, "fields": ["year"]}):
+        got, expected = (post(server, "documents/get", {"ids": ids, **options}) for server in (front, whole))
+        assert got.status_code == 200 and got.content == expected.content, options
+        assert len(got.json()["missing"]) > 10 and len(got.json()["documents"]) > 50
+    note = {
+        "id": "new/05",
+        "text": "a note read back",
+        "vector": (-lee_docs.vectors[20]).tolist(),
+        "fields": {"year": 1},
+    }
+    for step in range(2):  # read before and after its write
+        for ident in ("new/05", "new%2F03", "lee-201", lee_docs.ids[0], lee_docs.ids[1]):
+            got, expected = (HTTP.get(f"{s.base}/v1/tables/lee/documents/{ident}?vector=true") for s in (front, whole))
+            assert (got.status_code, got.content) == (expected.status_code, expected.content), (step, ident)
+        if step == 0:
+            for server in (front, whole):
+                assert post(server, "documents", {"documents": [note]}).status_code == 200
+    assert HTTP.get(f"{front.base}/v1/tables/lee/documents/new%2F05").json()["text"] == "a note read back"
+    gone = HTTP.get(f"{front.base}/v1/tables/lee/documents/lee-201").json()["error"]
+    assert gone["code"] == "unknown_document" and gone["message"].endswith("(deleted)"), gone
+
+
 def test_a_write_to_one_process_is_seen_through_the_front(written: dict[str, Any], lee_docs: Lee) -> None:
     vector = (-lee_docs.vectors[3]).tolist()  # a direction no document has
     document = {"id": "seen/1", "text": "a note on kangaroos", "vector": vector, "fields": {"year": 2001}}

@@ -1,0 +1,106 @@
+"""The front's reads of a sharded documents table's documents by id, answered as one process serving the table
+whole answers them (``service.routers.documents``).
+
+- ``GET .../documents/{id}``: asked of the shard that owns the id as the table reads it
+  (``index.engine.door.routed``: on an integer-id table ``"007"`` is the id 7, its owner's), with the request's
+  own query (``vector``, ``normalized``, ``fields``, checked here first as the table checks them).
+- ``POST .../documents/get``: the ids split by owner, each owner asked once for its part, all at once
+  (``POST <replica>/documents/get`` with the request's options); the documents in the order asked (an id asked
+  twice, twice), the ids no shard has in ``missing``, as asked.
+
+Each shard reads its own write log, so a document written or deleted (through the front or not) is read as the
+table holds it. A shard's refusal (the table's 404 ``unknown_document``, a 422 for an unknown field) is the answer,
+naming the sharded table; else a shard that does not answer is 503 ``shard_unavailable`` or 504
+``shard_timeout`` naming it, partial answers or not (the ids it holds are neither found nor missing).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator, Sequence
+from typing import Annotated, Any
+
+import orjson
+from fastapi import Path, Query, Request
+from fastapi.routing import APIRoute
+from starlette.responses import Response
+
+from index.engine.door import STRING, by_owner, routed
+from service.respond import FastJSON
+from service.scatter import Front, ShardFailed, ShardRefused, failed, id_type
+from service.schemas.common import MAX_TOKEN_CHARS
+from service.schemas.documents import DocumentsRequest
+
+
+def refusal(refused: ShardRefused) -> Response:
+    """A shard's own 4xx answer, as the front's (its messages already name the sharded table)."""
+    return Response(refused.body, refused.status, media_type="application/json")
+
+
+def placed(asked: Sequence[str | int], part: dict[str, Any]) -> Iterator[dict[str, Any] | None]:
+    """Each of ``asked``'s answer in a shard's answer to them (``{"documents", "missing"}``, each in the order
+    asked): its document, or None for an id the shard lists as missing (as it was sent: the same type and value)."""
+    found, missing = iter(part["documents"]), part["missing"]
+    gone = 0
+    for ident in asked:
+        if gone < len(missing) and type(missing[gone]) is type(ident) and missing[gone] == ident:
+            gone += 1
+            yield None
+        else:
+            yield next(found)
+
+
+def routes(front: Front, name: str) -> list[APIRoute]:
+    """The routes reading the documents of the sharded table ``name`` by id (ahead of the routes of every table)."""
+    shards = front.tables[name]
+    prefix = f"/v1/tables/{name}/documents"
+
+    async def get_document(
+        request: Request,
+        document: Annotated[str, Path(min_length=1, max_length=MAX_TOKEN_CHARS)],
+        vector: Annotated[bool, Query()] = False,
+        normalized: Annotated[bool, Query()] = False,
+        fields: Annotated[str | None, Query(max_length=MAX_TOKEN_CHARS)] = None,
+    ) -> Response:
+        del vector, normalized, fields  # checked as the table checks them; the query is sent to the shard as it came
+        kind = await id_type(front, name) or STRING
+        try:
+            return FastJSON(await front.document(shards, document, kind, request.url.query))
+        except ShardRefused as refused:
+            return refusal(refused)
+        except ShardFailed as outcome:
+            raise failed(name, outcome) from None
+
+    async def get_documents(body: DocumentsRequest) -> Response:
+        ids = list(body.ids)
+        options = body.model_dump(mode="json", exclude_unset=True, exclude={"ids"})
+        groups = by_owner(routed(ids, await id_type(front, name) or STRING), len(shards))
+        outcomes = await asyncio.gather(
+            *(
+                front.request(
+                    shard, shards[shard], "/documents/get", orjson.dumps({"ids": [ids[i] for i in at]} | options)
+                )
+                for shard, at in groups.items()
+            ),
+            return_exceptions=True,
+        )
+        for outcome in outcomes:  # the request's fault first (an unknown field): the table's answer
+            if isinstance(outcome, ShardRefused):
+                return refusal(outcome)
+        shown: list[dict[str, Any] | None] = [None] * len(ids)
+        for at, outcome in zip(groups.values(), outcomes, strict=True):
+            if isinstance(outcome, ShardFailed):
+                raise failed(name, outcome)
+            if isinstance(outcome, BaseException):
+                raise outcome
+            for i, document in zip(at, placed([ids[i] for i in at], outcome), strict=True):
+                shown[i] = document
+        missing = [ident for ident, document in zip(ids, shown, strict=True) if document is None]
+        return FastJSON({"documents": [document for document in shown if document is not None], "missing": missing})
+
+    common: dict[str, Any] = {"include_in_schema": False}
+    return [
+        # POST only: GET .../documents/get is the document whose id is "get", as on the table's own server
+        APIRoute(f"{prefix}/get", get_documents, methods=["POST"], summary=f"Documents of {name} by id", **common),
+        APIRoute(prefix + "/{document:path}", get_document, methods=["GET"], summary=f"A document of {name}", **common),
+    ]

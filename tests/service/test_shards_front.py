@@ -376,12 +376,13 @@ def test_the_python_client_reads_the_front_as_the_whole_table(servers: dict[str,
             api.search_documents("lee", text="bushfires in Sydney", mode="keyword", k=4),
             batch[0],
             (batch[1].status, batch[1].code) if isinstance(batch[1], ApiError) else batch[1],
+            api.limits(),  # the front's own, its settings' (the defaults, as the whole table's server's)
         ]
 
     front_base = servers["front"].base
     with Client(front_base, api_key=READ_KEY) as front, Client(servers["whole"].base, api_key=READ_KEY) as whole:
         got = answers(front)
-        assert got == answers(whole) and got[3] == (404, "unknown_document")
+        assert got == answers(whole) and got[3] == (404, "unknown_document") and got[4]["max_batch"] == 1024
         with pytest.raises(ApiError) as elsewhere:
             front.document("lee", lee_docs.ids[5])
         assert (elsewhere.value.status, elsewhere.value.code) == (404, "not_found")

@@ -27,7 +27,7 @@ import numpy as np
 
 from service_client import calls
 from service_client.async_client import AsyncClient
-from service_client.calls import RETRY_SECONDS, Call, MapMethod, Method, Request, retry_wait
+from service_client.calls import RETRY_SECONDS, Call, Known, MapMethod, Method, Request, retry_wait
 from service_client.maps import MapColours
 from service_client.shapes import (
     ITEM_STATUS,
@@ -90,6 +90,7 @@ class Client:
         caller's, already pointed at the server (``base_url`` and ``timeout`` are then its own); the caller closes
         it, :meth:`close` does not."""
         self.retries = retries
+        self._known = Known()  # the server's limits, read once: calls.limits
         self._owned = http is None
         self.http = http or httpx.Client(base_url=base_url, timeout=timeout)
         if api_key:
@@ -144,6 +145,12 @@ class Client:
         """Re-scan the data directory (``POST /v1/admin/reload``; ``api_key`` the server's ``EMBEDDING_API_KEY``):
         ``{"loaded", "unchanged", "refused", "missing", "removed", "ready", "seconds", ...}``."""
         return self._run(calls.reload())
+
+    def limits(self) -> dict[str, Any]:
+        """The server's limits (``GET /v1/limits``: ``max_k``, ``max_batch``, ``max_body_bytes``, ...), read once and
+        kept; ``{}`` from a server that does not publish them. :meth:`documents`, :meth:`upsert_many` and
+        :meth:`delete_many` size their requests by them."""
+        return self._run(calls.limits(self._known))
 
     def tables(self) -> list[TableInfo]:
         return self._run(calls.tables())
@@ -243,10 +250,11 @@ class Client:
         normalized: bool = False,
         fields: Sequence[str] | None = None,
     ) -> dict[str, Any]:
-        """Many documents at once (``POST .../documents/get``, ``READ_DOCUMENTS`` ids a request): ``{"documents":
+        """Many documents at once (``POST .../documents/get``, ``READ_DOCUMENTS`` ids a request, fewer if the
+        server's :meth:`limits` say so: its ``max_batch``, and half its ``max_body_bytes``): ``{"documents":
         [...], "missing": [...]}``, the documents found in the order asked, each as :meth:`document` gives it, and
         the ids not found."""
-        return self._run(calls.documents(table, ids, vector, normalized, fields))
+        return self._run(calls.documents(table, ids, vector, normalized, fields, self._known))
 
     def fields(self, table: str) -> dict[str, Any]:
         """A documents table's fields (``GET .../fields``): each one's type, common values or range."""
@@ -260,14 +268,15 @@ class Client:
 
     def upsert_many(self, table: str, documents: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
         """:meth:`upsert_documents` for any number of documents, in as many requests as :func:`write_bodies`
-        makes of them (each answered as one write: a request refused leaves the runs before it written, and its
-        error's ``documents[i]`` counts among ``documents``); an id that comes twice is a ValueError before any
-        request."""
-        return self._run(calls.upsert_many(table, documents))
+        makes of them, or more if the server's :meth:`limits` are lower (its ``max_batch`` documents, half its
+        ``max_body_bytes`` of JSON). Each is answered as one write: a request refused leaves the runs before it
+        written, and its error's ``documents[i]`` counts among ``documents``; an id that comes twice is a
+        ValueError before any request."""
+        return self._run(calls.upsert_many(table, documents, self._known))
 
     def delete_many(self, table: str, ids: Sequence[str | int]) -> list[dict[str, Any]]:
-        """:meth:`delete_documents` by ``ids``, ``WRITE_DOCUMENTS`` ids a request."""
-        return self._run(calls.delete_many(table, ids))
+        """:meth:`delete_documents` by ``ids``, ``WRITE_DOCUMENTS`` ids a request (fewer as :meth:`documents`)."""
+        return self._run(calls.delete_many(table, ids, self._known))
 
     def delete_documents(
         self, table: str, ids: Sequence[str | int] | None = None, filter: dict[str, Any] | None = None

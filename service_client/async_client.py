@@ -13,7 +13,7 @@ import httpx
 import numpy as np
 
 from service_client import calls
-from service_client.calls import Call, MapMethod, Method, Request, retry_wait
+from service_client.calls import Call, Known, MapMethod, Method, Request, retry_wait
 from service_client.maps import MapColours
 from service_client.shapes import (
     ApiError,
@@ -46,6 +46,7 @@ class AsyncClient:
         """As :class:`~service_client.Client`'s: ``http``, an ``httpx.AsyncClient`` of the caller's, who closes
         it (:meth:`aclose` does not)."""
         self.retries = retries
+        self._known = Known()  # the server's limits, read once: calls.limits
         self._owned = http is None
         self.http = http or httpx.AsyncClient(base_url=base_url, timeout=timeout)
         if api_key:
@@ -57,6 +58,7 @@ class AsyncClient:
         headers (its key), timeout and retries."""
         http = client.http
         made = cls(str(http.base_url), retries=client.retries)
+        made._known = client._known  # the same server's limits
         made.http.headers.update(http.headers)
         made.http.timeout = http.timeout
         return made
@@ -107,6 +109,9 @@ class AsyncClient:
 
     async def reload(self) -> dict[str, Any]:
         return await self._run(calls.reload())
+
+    async def limits(self) -> dict[str, Any]:
+        return await self._run(calls.limits(self._known))
 
     async def tables(self) -> list[TableInfo]:
         return await self._run(calls.tables())
@@ -197,7 +202,7 @@ class AsyncClient:
         normalized: bool = False,
         fields: Sequence[str] | None = None,
     ) -> dict[str, Any]:
-        return await self._run(calls.documents(table, ids, vector, normalized, fields))
+        return await self._run(calls.documents(table, ids, vector, normalized, fields, self._known))
 
     async def fields(self, table: str) -> dict[str, Any]:
         return await self._run(calls.fields(table))
@@ -207,10 +212,10 @@ class AsyncClient:
         return await self._run(calls.upsert_documents(table, documents))
 
     async def upsert_many(self, table: str, documents: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-        return await self._run(calls.upsert_many(table, documents))
+        return await self._run(calls.upsert_many(table, documents, self._known))
 
     async def delete_many(self, table: str, ids: Sequence[str | int]) -> list[dict[str, Any]]:
-        return await self._run(calls.delete_many(table, ids))
+        return await self._run(calls.delete_many(table, ids, self._known))
 
     async def delete_documents(
         self, table: str, ids: Sequence[str | int] | None = None, filter: dict[str, Any] | None = None

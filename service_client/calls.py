@@ -16,6 +16,7 @@ from service_client import maps
 from service_client.maps import MapColours
 from service_client.shapes import (
     READ_DOCUMENTS,
+    WRITE_BYTES,
     WRITE_DOCUMENTS,
     ApiError,
     Embedded,
@@ -37,6 +38,7 @@ from service_client.shapes import (
     _values,
     counted_from,
     segment,
+    spans,
     write_runs,
 )
 
@@ -58,6 +60,7 @@ class Request:
     content: bytes | None = None
     raw: bool = False
     first: int = 0  # a write's: the index of its first document among the whole write's, which its error counts
+    missing: Any = None  # not None: the answer of a server without the route (404), in place of its error
 
     def arguments(self) -> dict[str, Any]:
         """httpx's arguments for the request."""
@@ -69,12 +72,23 @@ class Request:
 
     def answer(self, response: httpx.Response) -> Any:
         """The successful answer (decoded, unless ``raw``), or its error raised."""
+        if response.status_code == 404 and self.missing is not None:
+            return self.missing
         if not response.is_success:
             raise counted_from(_error(response), self.first)
         return response if self.raw else _decoded(response)
 
 
 Call = Generator[Request, Any, T]
+
+
+@dataclass
+class Known:
+    """What a client learns of its server once and keeps: its limits (``GET /v1/limits``), read by the first call
+    that needs them; ``{}`` from a server that does not publish them (the clients then use the defaults'
+    sizes)."""
+
+    limits: dict[str, Any] | None = None
 
 
 def retry_wait(response: httpx.Response) -> float | None:
@@ -89,6 +103,33 @@ def table_path(table: str, suffix: str) -> str:
 
 
 # ------------------------------------------------------------------------------------------- server
+def limits(known: Known) -> Call[dict[str, Any]]:
+    if known.limits is None:
+        known.limits = yield Request("GET", "/v1/limits", missing={})
+    return dict(known.limits)
+
+
+def batch_size(limits: dict[str, Any], most: int) -> int:
+    """The items one batch request of the client's holds: ``most``, fewer if the server's ``max_batch`` is."""
+    return min(most, int(limits.get("max_batch", most)))
+
+
+def body_budget(limits: dict[str, Any]) -> int:
+    """The bytes of JSON the client puts in one request of many documents or ids, about: half the server's body
+    limit (``WRITE_BYTES`` for a server that does not say it)."""
+    return int(limits.get("max_body_bytes", 2 * WRITE_BYTES)) // 2
+
+
+def id_runs(ids: Sequence[str | int], known: Known, most: int) -> Call[list[list[str | int]]]:
+    """``ids`` in the runs one request each takes: at most ``most`` ids, fewer if the server's ``max_batch`` is
+    (:func:`batch_size`), and :func:`body_budget` bytes of them. No ids: no runs, and the limits not asked for."""
+    if not ids:
+        return []
+    found = yield from limits(known)
+    sizes = [len(_encoded(ident)) + 1 for ident in ids]
+    return [list(ids[start:end]) for start, end in spans(sizes, batch_size(found, most), body_budget(found))]
+
+
 def reload() -> Call[dict[str, Any]]:
     report: dict[str, Any] = yield Request("POST", "/v1/admin/reload")
     return report
@@ -221,15 +262,16 @@ def document(
 
 
 def documents(
-    table: str, ids: Sequence[str | int], vector: bool, normalized: bool, fields: Sequence[str] | None
+    table: str, ids: Sequence[str | int], vector: bool, normalized: bool, fields: Sequence[str] | None, known: Known
 ) -> Call[dict[str, Any]]:
-    """``POST .../documents/get`` for every ``READ_DOCUMENTS`` ids, the answers joined: ``{"documents", "missing"}``."""
+    """``POST .../documents/get`` for each run of ids (:func:`id_runs`), the answers joined: ``{"documents",
+    "missing"}``."""
     options: dict[str, Any] = {"vector": vector, "normalized": normalized}
     if fields is not None:
         options["fields"] = list(fields)
     joined: dict[str, Any] = {"documents": [], "missing": []}
-    for start in range(0, len(ids), READ_DOCUMENTS):
-        body = {"ids": list(ids[start : start + READ_DOCUMENTS]), **options}
+    for run in (yield from id_runs(ids, known, READ_DOCUMENTS)):
+        body = {"ids": run, **options}
         answer = yield Request("POST", table_path(table, "documents/get"), json=body)
         joined["documents"] += answer["documents"]
         joined["missing"] += answer["missing"]
@@ -248,10 +290,15 @@ def upsert_documents(table: str, documents: Sequence[dict[str, Any]]) -> Call[di
     return answer
 
 
-def upsert_many(table: str, documents: Sequence[dict[str, Any]]) -> Call[list[dict[str, Any]]]:
+def upsert_many(table: str, documents: Sequence[dict[str, Any]], known: Known) -> Call[list[dict[str, Any]]]:
     _check_once(documents)
-    answers = []
-    for first, body in write_runs([_document(d) for d in documents]):
+    answers: list[dict[str, Any]] = []
+    if not documents:
+        return answers
+    found = yield from limits(known)
+    for first, body in write_runs(
+        [_document(d) for d in documents], batch_size(found, WRITE_DOCUMENTS), body_budget(found)
+    ):
         answers.append((yield Request("POST", table_path(table, "documents"), content=body, first=first)))
     return answers
 
@@ -279,10 +326,10 @@ def delete_documents(
     return answer
 
 
-def delete_many(table: str, ids: Sequence[str | int]) -> Call[list[dict[str, Any]]]:
+def delete_many(table: str, ids: Sequence[str | int], known: Known) -> Call[list[dict[str, Any]]]:
     answers = []
-    for start in range(0, len(ids), WRITE_DOCUMENTS):
-        answers.append((yield from delete_documents(table, ids[start : start + WRITE_DOCUMENTS], None)))
+    for run in (yield from id_runs(ids, known, WRITE_DOCUMENTS)):
+        answers.append((yield from delete_documents(table, run, None)))
     return answers
 
 

@@ -217,7 +217,8 @@ class EmbeddingSearchStore(VectorStore):
 
     def get_by_ids(self, ids: Sequence[str], /) -> list[Document]:
         """The documents of ``ids`` that are there, in their order (``POST .../documents/get``, ``READ_DOCUMENTS``
-        ids a request); an id the server refuses as an id (empty, or too long) names none."""
+        ids a request, fewer if the server's ``max_batch`` is: :meth:`Client.documents`); an id the server refuses
+        as an id (empty, or too long) names none."""
         found = self.client.documents(self.table, [i for i in ids if is_id(i)])
         return [self._document(document) for document in found["documents"]]
 

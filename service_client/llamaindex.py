@@ -275,7 +275,9 @@ class EmbeddingSearchVectorStore(BasePydanticVectorStore):
         ``node_ids`` too, by the server's filter on ids), or every node: a listing (:func:`_listing`)."""
         if node_ids is None or filters is not None:
             condition = _restricted(node_ids, filters, self.types())
-            return _nodes(self._client._run(_listing(self.table, self._table_info()["dim"], condition)))
+            return _nodes(
+                self._client._run(_listing(self.table, self._table_info()["dim"], condition, self._client._known))
+            )
         asked = list(filter(is_id, node_ids or []))  # an id the server refuses as an id (empty, too long) names none
         return [_node_of(document) for document in self._client.documents(self.table, asked)["documents"]]
 
@@ -285,7 +287,7 @@ class EmbeddingSearchVectorStore(BasePydanticVectorStore):
         """:meth:`get_nodes`, awaited."""
         if node_ids is None or filters is not None:
             condition = _restricted(node_ids, filters, _types(await self.afields()))
-            listing = _listing(self.table, (await self._atable_info())["dim"], condition)
+            listing = _listing(self.table, (await self._atable_info())["dim"], condition, self.async_client._known)
             return _nodes(await self.async_client._run(listing))
         asked = list(filter(is_id, node_ids or []))
         return [_node_of(document) for document in (await self.async_client.documents(self.table, asked))["documents"]]
@@ -364,19 +366,21 @@ def _delete_filter(
     return None if condition is False else condition
 
 
-def _listing(table: str, dim: int, condition: dict[str, Any] | bool) -> Call[list[Hit]]:
-    """Every document passing ``condition`` (True: every document; False: none, asked of no one): pages of an
-    exact search by one probe vector (the filter chooses, the probe only orders them), each of the documents not
-    read yet (the filter on ids), read until the server says none is left (``passing``). Not pages by offset: a
+def _listing(table: str, dim: int, condition: dict[str, Any] | bool, known: calls.Known) -> Call[list[Hit]]:
+    """Every document passing ``condition`` (True: every document; False: none, asked of no one): pages (of
+    :data:`LIST_PAGE` hits, fewer if the server's ``max_k`` is) of an exact search by one probe vector (the
+    filter chooses, the probe only orders them), each of the documents not read yet (the filter on ids), read
+    until the server says none is left (``passing``). Not pages by offset: a
     document written or deleted between two would shift the others, and one would come twice or not at all.
     More than :data:`LIST_MOST` passing is a ValueError, said at the first page."""
     if condition is False:
         return []
     probe, chosen = [1.0] + [0.0] * (dim - 1), EVERY_NODE if condition is True else condition
+    size = min(LIST_PAGE, int((yield from calls.limits(known)).get("max_k", LIST_PAGE)))
     hits: dict[str | int, Hit] = {}
     while True:
         unread = {"and": [chosen, {"not": among(list(hits))}]} if hits else chosen
-        page = yield from calls.search_documents(table, LIST_PAGE, {"vector": probe, "filter": unread, "exact": True})
+        page = yield from calls.search_documents(table, size, {"vector": probe, "filter": unread, "exact": True})
         if len(hits) + (page.passing or 0) > LIST_MOST:
             raise ValueError(
                 f"get_nodes lists at most {LIST_MOST:,} nodes, and {len(hits) + (page.passing or 0):,} pass: ask "
@@ -384,7 +388,7 @@ def _listing(table: str, dim: int, condition: dict[str, Any] | bool) -> Call[lis
             )
         read = len(hits)
         hits.update((hit.id, hit) for hit in page.hits)
-        if len(page.hits) < LIST_PAGE or len(page.hits) >= (page.passing or 0) or len(hits) == read:
+        if len(page.hits) < size or len(page.hits) >= (page.passing or 0) or len(hits) == read:
             return list(hits.values())
 
 

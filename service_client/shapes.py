@@ -8,7 +8,6 @@ import json as _json
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from itertools import accumulate
 from typing import Any, TypeVar
 from urllib.parse import quote
 
@@ -16,7 +15,7 @@ import httpx
 import orjson
 
 WRITE_DOCUMENTS = 256  # documents per write request of upsert_many, at most
-READ_DOCUMENTS = 1024  # ids per request of documents(): the server's default max_batch
+READ_DOCUMENTS = 1024  # ids per request of documents(), at most: the server's default max_batch
 WRITE_BYTES = 2 * 1024 * 1024  # and about this much JSON: half the server's default body limit
 T = TypeVar("T")
 
@@ -197,22 +196,33 @@ def write_bodies(documents: Sequence[dict[str, Any]]) -> list[bytes]:
     """The bodies of ``POST .../documents`` for ``documents`` (ready to send: :func:`_document`), each document
     encoded once: runs of at most ``WRITE_DOCUMENTS`` and about ``WRITE_BYTES`` of JSON, so that each request stays
     under the server's default body limit whatever the vectors' size; a document larger than that goes alone (and
-    the server says if it is too large)."""
+    the server says if it is too large). The clients size theirs by the server's limits (:func:`write_runs`)."""
     return [body for _, body in write_runs(documents)]
 
 
-def write_runs(documents: Sequence[dict[str, Any]]) -> list[tuple[int, bytes]]:
-    """:func:`write_bodies`, each with the index of its first document among ``documents``."""
-    runs: list[list[bytes]] = []
-    size = 0
-    for encoded in map(_encoded, documents):
-        if not runs or len(runs[-1]) == WRITE_DOCUMENTS or size + len(encoded) > WRITE_BYTES:
-            runs.append([])
-            size = 0
-        runs[-1].append(encoded)
-        size += len(encoded)
-    firsts = accumulate((len(run) for run in runs), initial=0)  # one more than the runs: the last unused
-    return [(first, b'{"documents":[' + b",".join(run) + b"]}") for first, run in zip(firsts, runs, strict=False)]
+def write_runs(
+    documents: Sequence[dict[str, Any]], most: int = WRITE_DOCUMENTS, budget: int = WRITE_BYTES
+) -> list[tuple[int, bytes]]:
+    """:func:`write_bodies` of at most ``most`` documents and about ``budget`` bytes each, each with the index of its
+    first document among ``documents``."""
+    encoded = [_encoded(document) for document in documents]
+    return [
+        (start, b'{"documents":[' + b",".join(encoded[start:end]) + b"]}")
+        for start, end in spans([len(e) + 1 for e in encoded], most, budget)
+    ]
+
+
+def spans(sizes: Sequence[int], most: int, budget: int) -> list[tuple[int, int]]:
+    """The runs ``(start, end)`` of consecutive items whose sizes are ``sizes``: at most ``most`` items and
+    ``budget`` of size each, every item in one (an item larger than ``budget`` alone)."""
+    runs: list[tuple[int, int]] = []
+    start = size = 0
+    for i, item in enumerate(sizes):
+        if i > start and (i - start == most or size + item > budget):
+            runs.append((start, i))
+            start, size = i, 0
+        size += item
+    return [*runs, (start, len(sizes))] if sizes else runs
 
 
 def _document(document: dict[str, Any]) -> dict[str, Any]:

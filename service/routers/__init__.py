@@ -13,6 +13,7 @@ from service.routers import (
     documents,
     fields,
     health,
+    limits,
     map,
     neighbors,
     projection,
@@ -37,6 +38,7 @@ ROUTERS: tuple[APIRouter, ...] = (
     diagnostics.router,
     map.router,
     tables.router,
+    limits.router,
     health.router,
     admin.router,
 )

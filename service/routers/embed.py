@@ -11,7 +11,7 @@ from datetime import datetime
 from typing import Annotated, Any
 
 import numpy as np
-from fastapi import APIRouter, Depends, Path, Request
+from fastapi import APIRouter, Depends, Path, Query, Request
 from starlette.convertors import PathConvertor, register_url_convertor
 from starlette.responses import Response
 
@@ -34,8 +34,19 @@ from service.schemas.embed import OpenAIErrorResponse as OpenAIError
 
 log = logging.getLogger(__name__)
 
+
+def azure_api_version(
+    api_version: Annotated[
+        str | None,
+        Query(alias="api-version", description="ignored: Azure OpenAI's client sends it on every request"),
+    ] = None,
+) -> None:
+    """Accept the ``api-version`` query parameter that Azure OpenAI's client (``openai.AzureOpenAI``) always adds;
+    any other parameter these routes do not declare is refused (``service.http.declared_query``)."""
+
+
 router = APIRouter(prefix="/v1/tables/{table}", tags=["embed"])
-openai_router = APIRouter(tags=["embed"])
+openai_router = APIRouter(tags=["embed"], dependencies=[Depends(azure_api_version)])
 
 
 async def encode(
@@ -158,7 +169,7 @@ def _model(table: Table) -> dict[str, Any]:
 @openai_router.get(
     "/v1/models",
     response_model=OpenAIModelList,
-    responses=openai_responses("not_ready"),
+    responses=openai_responses("invalid_request", "not_ready"),
     summary="OpenAI-compatible: the tables that embed text (models of POST /v1/embeddings)",
 )
 async def list_models(registry: RegistryDep) -> Response:

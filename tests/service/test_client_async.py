@@ -30,6 +30,7 @@ UNKNOWN = "zzqqxx"
 VECTOR = [0.1 * (i % 7) for i in range(50)]  # a query of the words table (50 dimensions)
 READS: list[tuple[str, tuple[Any, ...], dict[str, Any]]] = [
     ("ready", (), {}),
+    ("limits", (), {}),
     ("tables", (), {}),
     ("table", ("notes",), {}),
     ("vector", ("small", "the"), {"normalized": True}),

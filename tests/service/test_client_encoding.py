@@ -16,7 +16,12 @@ ANSWER = {"neighbors": [{"token": "heart", "id": 1, "score": 0.5}, {"token": "hÃ
 
 
 def client_seeing(sent: list[httpx.Request], answer: Any = ANSWER, status: int = 200) -> Client:
+    """A client whose every request is kept in ``sent`` and answered ``answer``, but ``GET /v1/limits``: a 404, as a
+    server without the route answers it (the client then sizes its requests by its defaults)."""
+
     def handler(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/v1/limits":
+            return httpx.Response(404, json={"error": {"code": "not_found", "message": "Not Found"}})
         sent.append(request)
         return httpx.Response(status, content=json.dumps(answer).encode(), headers={"content-type": "application/json"})
 

@@ -233,6 +233,29 @@ def openai_error(exc: openai.APIStatusError) -> dict:
     return body["error"]
 
 
+AZURE_VERSION = "2024-10-21"  # any: the server ignores it
+
+
+def test_azure_openais_client_is_answered_as_openais(server: real_server.Server, oai: openai.OpenAI) -> None:
+    """Azure OpenAI's client adds ``?api-version=`` to every request: accepted, and ignored, on the OpenAI-compatible
+    routes (any other query parameter is still refused). Pointed at ``/v1`` by ``base_url=``, it lists the models as
+    OpenAI's client does; its embeddings go to Azure's path, ``/v1/deployments/{model}/embeddings``, which the
+    server does not have, so ``/v1/embeddings`` is checked with the parameter sent by OpenAI's client."""
+    azure = openai.AzureOpenAI(
+        base_url=f"{server.base}/v1", api_key="not-needed", api_version=AZURE_VERSION, max_retries=0
+    )
+    assert azure.models.list().model_dump() == oai.models.list().model_dump()
+    assert azure.models.retrieve("glove") == oai.models.retrieve("glove")
+    versioned = oai.with_options(default_query={"api-version": AZURE_VERSION})
+    assert versioned.embeddings.create(model="glove", input=TEXTS) == oai.embeddings.create(model="glove", input=TEXTS)
+    with pytest.raises(openai.NotFoundError) as caught:
+        azure.embeddings.create(model="glove", input=TEXTS)
+    assert caught.value.response.url.path == "/v1/deployments/glove/embeddings"
+    with pytest.raises(openai.UnprocessableEntityError) as refused:
+        oai.with_options(default_query={"api_version": AZURE_VERSION}).models.list()
+    assert openai_error(refused.value)["message"] == "api_version: Extra inputs are not permitted"
+
+
 @pytest.mark.parametrize(
     ("kwargs", "kind", "param", "code", "message"),
     [

@@ -293,6 +293,7 @@ def test_openapi_lists_error_responses_for_every_operation(api: TestClient) -> N
         ("/healthz", "get"),
         ("/readyz", "get"),
         ("/v1/tables", "get"),
+        ("/v1/limits", "get"),
         (table, "get"),
         (f"{table}/tokens/{{token}}", "get"),
         (f"{table}/ids/{{id}}", "get"),

@@ -186,7 +186,7 @@ def test_many_wide_documents_are_written_and_found(server_url: str) -> None:
         reader = EmbeddingSearchStore(Client(server_url, http=http), "wide", embedding=embedding)
         found = reader.get_by_ids([f"c{i % 200}" for i in range(READ_DOCUMENTS + 100)] + ["nowhere"])
     assert [d.id for d in found] == [f"c{i % 200}" for i in range(READ_DOCUMENTS + 100)]
-    assert sent == ["/v1/tables/wide/documents/get"] * 2
+    assert sent == ["/v1/limits"] + ["/v1/tables/wide/documents/get"] * 2  # the limits once, on the first call
 
 
 def test_an_empty_filter_is_none_and_from_texts_names_what_it_needs(

@@ -75,6 +75,7 @@ GET    /v1/tables/{table}/map/colours/{column} map_colours_v1_tables__table__map
 POST   /v1/tables/{table}/export               export_rows_v1_tables__table__export_post
 GET    /v1/explorer                            explorer_config_v1_explorer_get
 GET    /v1/tables                              list_tables_v1_tables_get
+GET    /v1/limits                              get_limits_v1_limits_get
 GET    /v1/tables/{table}                      get_table_v1_tables__table__get
 GET    /healthz                                healthz_healthz_get
 GET    /readyz                                 readyz_readyz_get

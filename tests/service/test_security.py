@@ -61,6 +61,7 @@ def test_read_key_guards_every_read_but_not_health_or_docs(data_dir: Path) -> No
         for method, path, body in [
             ("GET", "/v1/tables", None),
             ("GET", "/v1/tables/t", None),
+            ("GET", "/v1/limits", None),
             ("GET", "/v1/tables/t/neighbors?token=heart", None),
             ("POST", "/v1/tables/t/search", {"vector": "not even valid"}),  # the key is asked for before the body
             ("GET", "/v1/no/such/path", None),  # closed by default, not only the known routes

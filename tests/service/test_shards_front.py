@@ -435,12 +435,13 @@ def test_the_python_client_reads_the_front_as_the_whole_table(servers: dict[str,
             api.documents("lee", ids, vector=True, normalized=True),
             EmbeddingSearchStore(api, "lee").get_by_ids(ids),
             [(node.node_id, node.get_content(), node.metadata) for node in nodes],
+            api.limits(),  # the front's own, its settings' (the defaults, as the whole table's server's)
         ]
 
     front_base = servers["front"].base
     with Client(front_base, api_key=READ_KEY) as front, Client(servers["whole"].base, api_key=READ_KEY) as whole:
         got = answers(front)
-        assert got == answers(whole) and got[3] == (404, "unknown_document")
+        assert got == answers(whole) and got[3] == (404, "unknown_document") and got[8]["max_batch"] == 1024
         assert [d.id for d in got[6]] == [ids[0], *ids[2:]] == [n[0] for n in got[7]]  # as asked, found ones
         with pytest.raises(ApiError) as elsewhere:
             front.fields("lee")

@@ -182,7 +182,7 @@ def create_app(settings: Settings) -> FastAPI:
             cache=app.state.answer_cache,
             metrics=metrics,
             writes=live.log_lengths,
-            uncached=tuple(f"/v1/tables/{name}/documents/" for name in front.tables),
+            uncached=tuple(f"/v1/tables/{name}/" for name in front.tables),
         )
     if settings.read_api_key is not None:
         keys = auth.server_keys(settings)  # every kind reads; a write route's refusal names a write key

@@ -6,8 +6,9 @@ the lengths of the write logs. Only 200 answers are kept; the cache is emptied w
 registry or a log grows, and an answer computed by an older registry is never stored. Least recently used
 answers go first once ``max_bytes`` is reached (``EMBEDDING_CACHE_BYTES``, 0 turns the cache off). A table's
 summary (``GET /v1/tables/{table}``) is not kept: it costs no search, and its ``building`` changes while a
-background index build runs, with no new registry. Nor are a front's reads of a sharded table's documents
-(``service.scatter_documents``): their shards' logs, which writes through any front grow, are not the front's.
+background index build runs, with no new registry. Nor is any answer a front gives of a sharded table
+(``service.scatter``): its shards' versions and logs, which reloads and writes through any front change, are not
+the front's.
 
 The middleware sits inside the read-key check (a request without the key never reaches it) and inside the
 metrics middleware, which sees a hit under its route as any other request;

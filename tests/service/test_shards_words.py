@@ -475,3 +475,23 @@ def test_a_tables_part_of_an_analogy_is_its_rows_scored_as_its_analogies_score_t
     ):
         status, got = ask(one, "words", "POST", "/analogy/rows", body)
         assert status == 422 and got["error"]["code"] == "invalid_request", (body, got)
+
+
+def cache_hits(server: Server) -> float:
+    metrics = HTTP.get(f"{server.base}/metrics", headers={"x-api-key": READ_KEY}, timeout=30).text
+    found = [
+        line.split()[-1]
+        for line in metrics.splitlines()
+        if line.startswith('embedding_answer_cache_total{result="hit"')
+    ]
+    return float(found[0]) if found else 0.0
+
+
+def test_the_front_keeps_none_of_its_sharded_tables_answers(one: Server, front: Server) -> None:
+    """A repeated GET is answered from the answer cache by a server of the table, never by the front: its shards
+    may reload a new version (or take writes) that the front does not see."""
+    before = cache_hits(one), cache_hits(front)
+    for _ in range(2):
+        assert ask(one, "words", "GET", "/neighbors?token=river&k=3")[0] == 200
+        assert ask(front, "words3", "GET", "/neighbors?token=river&k=3")[0] == 200
+    assert (cache_hits(one), cache_hits(front)) == (before[0] + 1, before[1])

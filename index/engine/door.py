@@ -28,7 +28,7 @@ from index.engine.contextual import contextual, transformer_of
 from index.engine.delta import Delta, Key, parse_timestamp, timestamp_text, unwritten, vector_search, written_row
 from index.engine.dfs import gather as keyword_statistics
 from index.engine.dfs import summed as summed_statistics
-from index.engine.documents import read_document, read_documents
+from index.engine.documents import read_document, read_documents, scroll_documents
 from index.engine.encode import (
     Encoded,
     NoKnownWord,
@@ -201,6 +201,7 @@ __all__ = [
     "routed",
     "rrf",
     "run",
+    "scroll_documents",
     "shard_name",
     "shard_place",
     "similarities",

@@ -1,5 +1,6 @@
 """Documents of a documents table by id: one (``GET .../documents/{id}``) or many at once (``POST
-.../documents/get``), each its text, fields and (when asked) its vector, as the table's write log leaves it."""
+.../documents/get``), and those a filter passes page by page (``POST .../documents/scroll``), each its text, fields
+and (when asked) its vector, as the table's write log leaves it."""
 
 from __future__ import annotations
 
@@ -14,7 +15,13 @@ from service.deps import TableDep
 from service.errors import BODY_ERRORS, TABLE_ERRORS, responses
 from service.respond import FastJSON
 from service.schemas.common import MAX_TOKEN_CHARS
-from service.schemas.documents import DocumentResponse, DocumentsRequest, DocumentsResponse
+from service.schemas.documents import (
+    DocumentResponse,
+    DocumentsRequest,
+    DocumentsResponse,
+    ScrollRequest,
+    ScrollResponse,
+)
 
 router = APIRouter(prefix="/v1/tables/{table}", tags=["documents"])
 
@@ -50,3 +57,21 @@ async def get_documents(request: Request, table: TableDep, body: DocumentsReques
         lambda: door.read_documents(table, live.delta_of(table), body.ids, body.fields, body.vector, body.normalized),
     )
     return FastJSON({"documents": found, "missing": missing})
+
+
+@router.post(
+    "/documents/scroll",  # POST only, as documents/get
+    response_model=ScrollResponse,
+    responses=responses(*BODY_ERRORS),
+    summary="The documents a filter passes, a page at a time in the ids' order: next is the page's last id",
+)
+async def scroll_documents(request: Request, table: TableDep, body: ScrollRequest) -> Response:
+    found, after = await execute.compute(  # a filter over every row: in a worker thread, not on the loop
+        request,
+        table,
+        "documents_scroll",
+        lambda: door.scroll_documents(
+            table, live.delta_of(table), body.filter, body.page, body.after, body.fields, body.vector, body.normalized
+        ),
+    )
+    return FastJSON({"documents": found, "next": after})

@@ -1,11 +1,12 @@
 """``POST .../documents/scroll`` on a real ``embedding-serve`` process: gensim's Lee corpus (text ids) and a table of
 integer ids, listed page by page after writes (written, replaced, deleted), each page against a brute force of
 the passing ids (the filter evaluated here over the values the test wrote, the ids sorted as the table sorts them),
-each document against what ``documents/get`` shows; the errors of a bad filter, limit or ``after``.
+each document against what ``documents/get`` shows; the errors of a bad filter, limit or ``after``; the clients.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -13,6 +14,7 @@ from typing import Any
 import httpx
 import pytest
 
+from service_client import AsyncClient, Client, calls
 from tests.cli import run_cli
 from tests.lee import Lee, write_jsonl
 from tests.service import real_server
@@ -201,3 +203,28 @@ def test_bad_requests_are_refused_with_their_reason(server: real_server.Server, 
     assert error(scroll(server, {"fields": ["nope"]})) == error(got)
     assert error(scroll(server, {"limits": 5}))[0] == 422
     assert error(scroll(server, {}, "nosuch"))[:2] == (404, "unknown_table")
+
+
+def test_the_clients_scroll_and_list(
+    server: real_server.Server, lee_docs: Lee, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``scroll_documents`` is one page as the server answers it; ``list_documents`` every page joined (of 7
+    here), the same of both clients."""
+    spec = FILTERS[2][0]
+    with Client(server.base) as client:
+        page = client.scroll_documents("lee", filter=spec, limit=3, after="lee-050", fields=["tags"])
+        assert page == scroll(server, {"filter": spec, "limit": 3, "after": "lee-050", "fields": ["tags"]}).json()
+        monkeypatch.setattr(calls, "READ_DOCUMENTS", 7)
+        every = client.list_documents("lee", filter=spec, vector=True)
+    assert [d["id"] for d in every] == listed(every_page(server, {"filter": spec}))
+
+    async def both() -> list[Any]:
+        async with AsyncClient(server.base) as api:
+            return [
+                await api.scroll_documents("lee", filter=spec, limit=3, after="lee-050", fields=["tags"]),
+                await api.list_documents("lee", filter=spec, vector=True),
+            ]
+
+    again = asyncio.run(both())
+    assert again[0] == page and [d["id"] for d in again[1]] == [d["id"] for d in every]
+    assert all(len(d["vector"]) == lee_docs.vectors.shape[1] for d in again[1])

@@ -87,7 +87,7 @@ def scroll_documents(
     payload = table.documents("list documents")
     start = None if after is None else id_key(after, payload.id_type)
     if after is not None and start is None:
-        kind = "an integer within 64 bits" if payload.id_type == INTEGER else "text"
+        kind = "integers within 64 bits" if payload.id_type == INTEGER else "text"
         raise InvalidQuery(f"after: the ids of table {table.name!r} are {kind}, got {shown(after)}")
     live = None if spec is None else table.filter(spec).mask
     if delta is not None:

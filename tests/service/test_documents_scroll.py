@@ -196,7 +196,10 @@ def test_bad_requests_are_refused_with_their_reason(server: real_server.Server, 
         status, code, message = error(scroll(server, {"after": after}))
         assert status == 422 and "after" in message, after
     status, code, message = error(scroll(server, {"after": "ten"}, "numbers"))
-    assert (status, code) == (422, "invalid_request") and "ids of table 'numbers' are an integer" in message, message
+    assert (status, code) == (
+        422,
+        "invalid_request",
+    ) and "ids of table 'numbers' are integers within 64 bits" in message, message
     got = real_server.HTTP.post(
         f"{server.base}/v1/tables/lee/documents/get", json={"ids": ["lee-001"], "fields": ["nope"]}
     )

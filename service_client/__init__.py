@@ -256,6 +256,34 @@ class Client:
         the ids not found."""
         return self._run(calls.documents(table, ids, vector, normalized, fields, self._known))
 
+    def scroll_documents(
+        self,
+        table: str,
+        filter: dict[str, Any] | None = None,
+        limit: int = 100,
+        after: str | int | None = None,
+        vector: bool = False,
+        normalized: bool = False,
+        fields: Sequence[str] | None = None,
+    ) -> dict[str, Any]:
+        """One page of the live documents ``filter`` passes (None: every one) in the ids' order (``POST
+        .../documents/scroll``): ``{"documents": [...], "next": id}``, at most ``limit`` documents whose ids come
+        after ``after``, each as :meth:`document` gives it; pass ``next`` as ``after`` for the next page (None:
+        this page is the last)."""
+        return self._run(calls.scroll_documents(table, filter, limit, after, vector, normalized, fields))
+
+    def list_documents(
+        self,
+        table: str,
+        filter: dict[str, Any] | None = None,
+        vector: bool = False,
+        normalized: bool = False,
+        fields: Sequence[str] | None = None,
+    ) -> list[dict[str, Any]]:
+        """Every live document ``filter`` passes (None: every one), in the ids' order: :meth:`scroll_documents`
+        page after page, ``READ_DOCUMENTS`` documents a request (fewer if the server's ``max_batch`` is)."""
+        return self._run(calls.list_documents(table, filter, vector, normalized, fields, self._known))
+
     def fields(self, table: str) -> dict[str, Any]:
         """A documents table's fields (``GET .../fields``): each one's type, common values or range."""
         return self._run(calls.fields(table))

@@ -204,6 +204,28 @@ class AsyncClient:
     ) -> dict[str, Any]:
         return await self._run(calls.documents(table, ids, vector, normalized, fields, self._known))
 
+    async def scroll_documents(
+        self,
+        table: str,
+        filter: dict[str, Any] | None = None,
+        limit: int = 100,
+        after: str | int | None = None,
+        vector: bool = False,
+        normalized: bool = False,
+        fields: Sequence[str] | None = None,
+    ) -> dict[str, Any]:
+        return await self._run(calls.scroll_documents(table, filter, limit, after, vector, normalized, fields))
+
+    async def list_documents(
+        self,
+        table: str,
+        filter: dict[str, Any] | None = None,
+        vector: bool = False,
+        normalized: bool = False,
+        fields: Sequence[str] | None = None,
+    ) -> list[dict[str, Any]]:
+        return await self._run(calls.list_documents(table, filter, vector, normalized, fields, self._known))
+
     async def fields(self, table: str) -> dict[str, Any]:
         return await self._run(calls.fields(table))
 

@@ -278,6 +278,45 @@ def documents(
     return joined
 
 
+def scroll_documents(
+    table: str,
+    filter: dict[str, Any] | None,
+    limit: int,
+    after: str | int | None,
+    vector: bool,
+    normalized: bool,
+    fields: Sequence[str] | None,
+) -> Call[dict[str, Any]]:
+    """``POST .../documents/scroll``: one page, ``{"documents", "next"}``."""
+    body: dict[str, Any] = {"limit": limit, "vector": vector, "normalized": normalized}
+    for name, value in (("filter", filter), ("after", after), ("fields", None if fields is None else list(fields))):
+        if value is not None:
+            body[name] = value
+    page: dict[str, Any] = yield Request("POST", table_path(table, "documents/scroll"), json=body)
+    return page
+
+
+def list_documents(
+    table: str,
+    filter: dict[str, Any] | None,
+    vector: bool,
+    normalized: bool,
+    fields: Sequence[str] | None,
+    known: Known,
+) -> Call[list[dict[str, Any]]]:
+    """Every page of :func:`scroll_documents`, ``READ_DOCUMENTS`` documents a request (fewer if the server's
+    ``max_batch`` is), joined."""
+    size = batch_size((yield from limits(known)), READ_DOCUMENTS)
+    found: list[dict[str, Any]] = []
+    after: str | int | None = None
+    while True:
+        page = yield from scroll_documents(table, filter, size, after, vector, normalized, fields)
+        found += page["documents"]
+        after = page["next"]
+        if after is None:
+            return found
+
+
 def fields(table: str) -> Call[dict[str, Any]]:
     found: dict[str, Any] = yield Request("GET", table_path(table, "fields"))
     return found

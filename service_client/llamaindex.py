@@ -12,11 +12,11 @@ embedding-search[llamaindex]``).
 whole, as JSON, in the table's string field ``metadata``; a metadata key that is also a field of the table is
 written to that field too, and its source document's id to a ``ref_doc_id`` field when the table has one);
 ``delete(ref_doc_id)`` deletes the nodes of a source document (by that field); ``get_nodes(filters=...)`` lists
-the nodes the filters pass (pages of a filtered search); ``query`` searches by the query embedding with
-``MetadataFilters`` translated to the server's filter language (on the table's fields; ``node_ids`` on the
-documents' ids, the filter's ``id``), mode ``mmr`` by the server's ``diversity`` (``1 - mmr_threshold``, 0.5 by
-default), ``text_search`` and ``hybrid`` by its keyword and hybrid searches of the query text (``alpha`` 1 its
-vector search, 0 its keyword search).
+the nodes the filters pass (the server's pages of them, in the ids' order); ``query`` searches by the query
+embedding with ``MetadataFilters`` translated to the server's filter language (on the table's fields;
+``node_ids`` on the documents' ids, the filter's ``id``), mode ``mmr`` by the server's ``diversity`` (``1 -
+mmr_threshold``, 0.5 by default), ``text_search`` and ``hybrid`` by its keyword and hybrid searches of the query
+text (``alpha`` 1 its vector search, 0 its keyword search).
 
 The async methods (``async_add``, ``aquery``, ``adelete``, ...) are the store's own, over an
 :class:`~service_client.AsyncClient` like ``client`` (made on first use on each event loop; ``aclose()`` closes
@@ -44,14 +44,11 @@ from llama_index.core.vector_stores.types import (
 from llama_index.core.vector_stores.utils import metadata_dict_to_node, node_to_metadata_dict
 from pydantic import PrivateAttr
 
-from service_client import AsyncClient, Client, Hit, calls
+from service_client import AsyncClient, Client, Hit
 from service_client.async_client import LoopClient
-from service_client.calls import Call
 from service_client.stored import METADATA, among, is_id, metadata_of, plain
 
 REF_DOC_ID = "ref_doc_id"
-LIST_PAGE = 100  # the nodes one request of a listing (get_nodes by filters) reads
-LIST_MOST = 50_000  # the nodes a listing reads at most: each request names every node read before it
 RANGES = {FilterOperator.GT: "gt", FilterOperator.GTE: "gte", FilterOperator.LT: "lt", FilterOperator.LTE: "lte"}
 COMPARISONS = {**RANGES, FilterOperator.EQ: "eq", FilterOperator.NE: "ne"}
 ORIGINS = {"integer": 0, "float": 0.0, "timestamp": "1970-01-01T00:00:00Z"}  # a value each is above or below
@@ -272,12 +269,14 @@ class EmbeddingSearchVectorStore(BasePydanticVectorStore):
 
     def get_nodes(self, node_ids: list[str] | None = None, filters: MetadataFilters | None = None) -> list[BaseNode]:
         """The nodes ``node_ids`` (those there, in their order), or every node ``filters`` pass (of those
-        ``node_ids`` too, by the server's filter on ids), or every node: a listing (:func:`_listing`)."""
+        ``node_ids`` too, by the server's filter on ids), or every node: in the ids' order, the server's pages of
+        them (``Client.list_documents``)."""
         if node_ids is None or filters is not None:
             condition = _restricted(node_ids, filters, self.types())
-            return _nodes(
-                self._client._run(_listing(self.table, self._table_info()["dim"], condition, self._client._known))
-            )
+            if condition is False:
+                return []
+            listed = self._client.list_documents(self.table, filter=None if condition is True else condition)
+            return [_node_of(document) for document in listed]
         asked = list(filter(is_id, node_ids or []))  # an id the server refuses as an id (empty, too long) names none
         return [_node_of(document) for document in self._client.documents(self.table, asked)["documents"]]
 
@@ -287,8 +286,10 @@ class EmbeddingSearchVectorStore(BasePydanticVectorStore):
         """:meth:`get_nodes`, awaited."""
         if node_ids is None or filters is not None:
             condition = _restricted(node_ids, filters, _types(await self.afields()))
-            listing = _listing(self.table, (await self._atable_info())["dim"], condition, self.async_client._known)
-            return _nodes(await self.async_client._run(listing))
+            if condition is False:
+                return []
+            listed = await self.async_client.list_documents(self.table, filter=None if condition is True else condition)
+            return [_node_of(document) for document in listed]
         asked = list(filter(is_id, node_ids or []))
         return [_node_of(document) for document in (await self.async_client.documents(self.table, asked))["documents"]]
 
@@ -364,32 +365,6 @@ def _delete_filter(
     if condition is True:
         raise ValueError("a filter that passes every node (an empty one): clear() deletes them all")
     return None if condition is False else condition
-
-
-def _listing(table: str, dim: int, condition: dict[str, Any] | bool, known: calls.Known) -> Call[list[Hit]]:
-    """Every document passing ``condition`` (True: every document; False: none, asked of no one): pages (of
-    :data:`LIST_PAGE` hits, fewer if the server's ``max_k`` is) of an exact search by one probe vector (the
-    filter chooses, the probe only orders them), each of the documents not read yet (the filter on ids), read
-    until the server says none is left (``passing``). Not pages by offset: a
-    document written or deleted between two would shift the others, and one would come twice or not at all.
-    More than :data:`LIST_MOST` passing is a ValueError, said at the first page."""
-    if condition is False:
-        return []
-    probe, chosen = [1.0] + [0.0] * (dim - 1), EVERY_NODE if condition is True else condition
-    size = min(LIST_PAGE, int((yield from calls.limits(known)).get("max_k", LIST_PAGE)))
-    hits: dict[str | int, Hit] = {}
-    while True:
-        unread = {"and": [chosen, {"not": among(list(hits))}]} if hits else chosen
-        page = yield from calls.search_documents(table, size, {"vector": probe, "filter": unread, "exact": True})
-        if len(hits) + (page.passing or 0) > LIST_MOST:
-            raise ValueError(
-                f"get_nodes lists at most {LIST_MOST:,} nodes, and {len(hits) + (page.passing or 0):,} pass: ask "
-                "with filters or node_ids that fewer pass"
-            )
-        read = len(hits)
-        hits.update((hit.id, hit) for hit in page.hits)
-        if len(page.hits) < size or len(page.hits) >= (page.passing or 0) or len(hits) == read:
-            return list(hits.values())
 
 
 def _nodes(hits: list[Hit]) -> list[BaseNode]:

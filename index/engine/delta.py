@@ -256,28 +256,33 @@ class Delta:
         self.matrix()
         return self._written
 
+    def places(self) -> dict[Key, int]:
+        """Each written document's place in write order (its hit row past the version's), made once per change."""
+        return self.cached("places", lambda: {key: place for place, key in enumerate(self.documents)})
+
     def columns(self) -> DeltaColumns:
         """The written documents' fields as Arrow columns, for the search filter language."""
-        return DeltaColumns(self.payload, self.written_in_order())
+        return DeltaColumns(self.payload, self.written_in_order(), self.places())
 
 
 class DeltaColumns:
     """What ``filters.evaluate`` reads of a payload (``fields``, ``column``), over the written documents."""
 
-    def __init__(self, payload: Payload, documents: list[Document]) -> None:
+    def __init__(self, payload: Payload, documents: list[Document], places: dict[Key, int]) -> None:
         self.fields = payload.fields
         self.id_field = payload.id_field
         self.text_field = payload.text_field
         self.id_type = payload.id_type
         self.documents = documents
+        self.places = places  # the delta's, made once per change
 
     def __len__(self) -> int:
         return len(self.documents)
 
     def find_rows(self, ids: Sequence[str | int]) -> np.ndarray:
         """Each id's written document's place in write order, -1 for an id none has (``Payload.find_rows``)."""
-        places: dict[Key | None, int] = {document.id: place for place, document in enumerate(self.documents)}
-        return np.array([places.get(id_key(i, self.id_type), -1) for i in ids], dtype=np.int64)
+        keys = (id_key(i, self.id_type) for i in ids)
+        return np.array([-1 if key is None else self.places.get(key, -1) for key in keys], dtype=np.int64)
 
     def column(self, name: str) -> pa.Array:
         if name == self.id_field:

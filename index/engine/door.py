@@ -28,6 +28,7 @@ from index.engine.contextual import contextual, transformer_of
 from index.engine.delta import Delta, Key, parse_timestamp, timestamp_text, unwritten, vector_search, written_row
 from index.engine.dfs import gather as keyword_statistics
 from index.engine.dfs import summed as summed_statistics
+from index.engine.documents import read_document, read_documents, scroll_documents
 from index.engine.encode import (
     Encoded,
     NoKnownWord,
@@ -195,9 +196,12 @@ __all__ = [
     "project",
     "quantize",
     "reaching",
+    "read_document",
+    "read_documents",
     "routed",
     "rrf",
     "run",
+    "scroll_documents",
     "shard_name",
     "shard_place",
     "similarities",
@@ -325,7 +329,7 @@ def _documents(table: Table, query: Query, delta: Delta | None) -> Probe:
     if delta is None:
         pos, neg = table.payload.row_of(asked[:positive]).tolist(), table.payload.row_of(asked[positive:]).tolist()
         return Probe(mean_query(table.vectors, pos, neg)[0], set(pos) | set(neg), info)
-    order = {key: i for i, key in enumerate(delta.documents)}
+    order = delta.places()
     rows, vectors = [], []
     for ident in asked:
         document = delta.written(ident)

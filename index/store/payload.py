@@ -285,6 +285,22 @@ class Payload:
         positions[np.asarray(needles.is_null().to_numpy(zero_copy_only=False), dtype=bool)] = -1
         return np.where(positions >= 0, self._sorted_rows[np.maximum(positions, 0)], -1).astype(np.int64)
 
+    def rows_after(self, key: str | int | None) -> np.ndarray:
+        """The rows in the ids' order (integer ids by number, text ids by code point), from the first whose id
+        comes after ``key`` (an id as the table stores it, there or not; None: from the first row)."""
+        if key is None:
+            return np.asarray(self._sorted_rows)
+        ids, low, high = self._sorted_ids, 0, len(self._sorted_ids)
+        if pa.types.is_integer(ids.type):
+            low = high = int(np.searchsorted(ids.to_numpy(), key, side="right"))
+        while low < high:  # text: a binary search of the sorted ids, one id read per halving
+            middle = (low + high) // 2
+            if ids[middle].as_py() <= key:
+                low = middle + 1
+            else:
+                high = middle
+        return np.asarray(self._sorted_rows[low:])
+
     def ids(self, rows: Sequence[int] | np.ndarray) -> list[str | int]:
         """The ids of ``rows``."""
         result: list[str | int] = self._batch.column(0).take(self._rows(rows)).to_pylist()

@@ -58,6 +58,8 @@ READS: list[tuple[str, tuple[Any, ...], dict[str, Any]]] = [
     ),
     ("document", ("notes", "n2"), {"vector": True, "fields": ["topic"]}),
     ("documents", ("notes", ["n2", "none", "n1", "n2"]), {"vector": True, "fields": ["topic"]}),
+    ("scroll_documents", ("notes",), {"filter": {"topic": "fire"}, "limit": 1, "after": "n1", "vector": True}),
+    ("list_documents", ("notes",), {"fields": ["topic"]}),
     ("fields", ("notes",), {}),
     ("embed", ("small", ["fire and water", "the fire"]), {}),
     ("embed_details", ("small", ["fire and water"]), {}),
@@ -141,6 +143,10 @@ async def test_the_same_answers_as_client(base: str) -> None:
     assert by_name["ready"] is True and by_name["analogy"][0].token == "queen"
     assert isinstance(by_name["neighbors_batch"][1], ApiError) and by_name["neighbors_batch"][1].status == 404
     assert by_name["map_points"].shape == (len(by_name["map_labels"]), 2) == (by_name["map_info"]["rows"], 2)
+    assert [d["id"] for d in by_name["scroll_documents"]["documents"]] == ["n3"] and by_name["scroll_documents"][
+        "next"
+    ] is None
+    assert [d["id"] for d in by_name["list_documents"]] == ["n1", "n2", "n3"]
 
 
 async def test_reload_is_the_clients(base: str) -> None:

@@ -309,6 +309,7 @@ def test_openapi_lists_error_responses_for_every_operation(api: TestClient) -> N
         (f"{table}/documents/{{document}}", "get"),
         (f"{table}/documents", "post"),
         (f"{table}/documents/get", "post"),
+        (f"{table}/documents/scroll", "post"),
         (f"{table}/documents/delete", "post"),
         (f"{table}/documents/{{document}}", "delete"),
         (f"{table}/fields", "get"),

@@ -29,7 +29,7 @@ from llama_index.core.vector_stores.types import (
     VectorStoreQueryMode,
 )
 
-from service_client import READ_DOCUMENTS, AsyncClient, Client, llamaindex, stored
+from service_client import READ_DOCUMENTS, AsyncClient, Client, calls, stored
 from service_client.llamaindex import EmbeddingSearchVectorStore, _restricted, filter_of
 from tests.cli import run_cli
 from tests.lee import Lee
@@ -283,17 +283,17 @@ def test_a_query_by_node_ids_searches_those_nodes_alone(
 def test_get_nodes_lists_the_nodes_filters_pass(
     store: EmbeddingSearchVectorStore, lee_nodes: list[TextNode], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """``get_nodes(filters=...)`` reads every node the filters pass, page after page (of 7 here); of ``node_ids``
-    too when given both; no filters and no ids: every node. ``aget_nodes`` answers the same, awaited, and so does
-    ``aquery`` by node ids, without the synchronous client."""
-    monkeypatch.setattr(llamaindex, "LIST_PAGE", 7)
+    """``get_nodes(filters=...)`` reads every node the filters pass, page after page (of 7 here) in the ids'
+    order; of ``node_ids`` too when given both; no filters and no ids: every node. ``aget_nodes`` answers the
+    same, awaited, and so does ``aquery`` by node ids, without the synchronous client."""
+    monkeypatch.setattr(calls, "READ_DOCUMENTS", 7)
     early = MetadataFilters(filters=[MetadataFilter(key="topic", value=["t0", "t1"], operator=FilterOperator.IN)])
     passing = [n for n in lee_nodes if n.metadata["topic"] in ("t0", "t1")]
     found = store.get_nodes(filters=early)
     assert sorted((n.node_id, n.get_content(), str(n.metadata)) for n in found) == sorted(
         (n.node_id, n.get_content(), str(n.metadata)) for n in passing
     )
-    assert len(passing) == 20 and len({n.node_id for n in found}) == 20
+    assert len(passing) == 20 and [n.node_id for n in found] == sorted(n.node_id for n in passing)
     assert sorted(n.node_id for n in store.get_nodes()) == sorted(n.node_id for n in lee_nodes)
     some = store.get_nodes(["lee-1", "lee-2", "lee-5", "missing"], filters=early)
     assert sorted(n.node_id for n in some) == ["lee-1", "lee-5"]
@@ -318,34 +318,28 @@ def test_get_nodes_lists_the_nodes_filters_pass(
 def test_a_listing_while_nodes_are_written_reads_each_node_once(
     store: EmbeddingSearchVectorStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """``get_nodes()`` reads its pages as the nodes not read yet: a node written before the best-ranked page, and
-    one deleted after, shift no node into a second page or out of every page (as pages by offset would). More
-    nodes than a listing reads is a ValueError at the first page."""
-    monkeypatch.setattr(llamaindex, "LIST_PAGE", 4)
-    monkeypatch.setattr(stored, "FILTER_IDS", 3)  # the ids read, in an or of several lists
-    probe = [1.0] + [0.0] * (DIM - 1)  # the listing's: these nodes rank in their order, "top" first
+    """``get_nodes()`` reads its pages in the ids' order, each after the last id read: between two pages, a node
+    written behind them is not listed and one ahead of them is, a node deleted ahead is not and one read already
+    stays read; no node comes twice or is skipped (as pages by offset would). No bound on the nodes listed."""
+    monkeypatch.setattr(calls, "READ_DOCUMENTS", 4)
     made = [TextNode(id_=f"n{i:02d}", text="x", embedding=[1.0, i / 20, 0, 0, 0, 0]) for i in range(14)]
     store.add(made)
-    client, searches = store.client, []
+    client, scrolls = store.client, []
     carry = client._request
 
     def request(asked: Any) -> Any:
         answer = carry(asked)
-        if asked.path.endswith("/search"):
-            searches.append(asked)
-            if len(searches) == 1:
-                store.add([TextNode(id_="top", text="x", embedding=probe)])
-            elif len(searches) == 2:
-                store.delete_nodes(["n00"])
+        if asked.path.endswith("/documents/scroll"):
+            scrolls.append(asked)
+            if len(scrolls) == 1:  # the first page read: n00 to n03
+                store.add([TextNode(id_=i, text="x", embedding=[1.0, 0, 0, 0, 0, 0]) for i in ("n01b", "n09b")])
+                store.delete_nodes(["n05", "n02"])
         return answer
 
     monkeypatch.setattr(client, "_request", request)
     listed = [n.node_id for n in store.get_nodes()]
-    assert len(searches) == 4 and sorted(listed) == sorted([*(n.node_id for n in made), "top"])
-    monkeypatch.setattr(llamaindex, "LIST_MOST", 13)  # a listing's bound, said at its first page
-    with pytest.raises(ValueError, match="get_nodes lists at most 13 nodes, and 14 pass: ask with filters"):
-        store.get_nodes()
-    assert len(searches) == 5
+    expected = sorted({n.node_id for n in made} - {"n05"} | {"n09b"})
+    assert listed == expected and len(scrolls) == 4
 
 
 def test_mmr_is_maximal_marginal_relevance(store: EmbeddingSearchVectorStore, lee_nodes: list[TextNode]) -> None:

@@ -55,6 +55,7 @@ DELETE /v1/tables/{table}/documents/{document} delete_one_v1_tables__table__docu
 POST   /v1/tables/{table}/documents            upsert_v1_tables__table__documents_post
 POST   /v1/tables/{table}/documents/delete     delete_many_v1_tables__table__documents_delete_post
 POST   /v1/tables/{table}/documents/get        get_documents_v1_tables__table__documents_get_post
+POST   /v1/tables/{table}/documents/scroll     scroll_documents_v1_tables__table__documents_scroll_post
 GET    /v1/tables/{table}/fields               get_fields_v1_tables__table__fields_get
 GET    /v1/tables/{table}/tokens/{token}       get_token_v1_tables__table__tokens__token__get
 GET    /v1/tables/{table}/ids/{id}             get_id_v1_tables__table__ids__id__get
@@ -113,6 +114,8 @@ ANSWERS = [  # (method, operation's path, path asked, body, status)
     ("GET", f"{T}/documents/{{document}}", "/v1/tables/lee/documents/nosuch", None, 404),
     ("POST", f"{T}/documents/get", "/v1/tables/lee/documents/get", {"ids": ["lee-003", "nosuch"], "vector": True}, 200),
     ("POST", f"{T}/documents/get", "/v1/tables/small/documents/get", {"ids": ["king"]}, 422),
+    ("POST", f"{T}/documents/scroll", "/v1/tables/lee/documents/scroll", {"filter": {"lang": "en"}, "limit": 2}, 200),
+    ("POST", f"{T}/documents/scroll", "/v1/tables/small/documents/scroll", {}, 422),
     ("GET", f"{T}/fields", "/v1/tables/lee/fields", None, 200),
     ("GET", f"{T}/fields", "/v1/tables/small/fields", None, 422),
     ("POST", f"{T}/documents", "/v1/tables/lee/documents", {"documents": []}, 403),  # a read-only server

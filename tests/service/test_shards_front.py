@@ -242,6 +242,7 @@ def test_the_front_checks_requests_as_any_search(servers: dict[str, Any], lee_do
         HTTP.get(f"{base}/fields"),
         HTTP.get(f"{base}/neighbors?token=fire"),
         HTTP.post(f"{base}/similarity", json={"pairs": [["a", "b"]]}),
+        HTTP.post(f"{base}/documents/scroll", json={}),
     ):
         error = answer.json()["error"]
         assert answer.status_code == 404 and error["code"] == "not_found", answer.text

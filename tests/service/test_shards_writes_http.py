@@ -147,6 +147,13 @@ def test_one_process_answers_as_the_whole_table_with_the_same_writes(written: di
     body = {"ids": [*ids, "nowhere"], "vector": True}
     got, expected = post(written["one"], "documents/get", body, {}), post(written["whole"], "documents/get", body, {})
     assert got.status_code == 200 and got.json() == expected.json(), got.text
+    for after in ("lee-010", "lee-150"):  # a scroll's pages: written and deleted documents merged as the whole
+        page = {"limit": 40, "after": after, "filter": {"year": {"gte": 1995}}}
+        one, whole = (
+            post(written["one"], "documents/scroll", page, {}),
+            post(written["whole"], "documents/scroll", page, {}),
+        )
+        assert one.status_code == 200 and one.json() == whole.json() and len(one.json()["documents"]) == 40
     each = [HTTP.get(f"{written['one'].base}/v1/tables/lee/documents/{i}?vector=true") for i in body["ids"]]
     assert got.json() == {
         "documents": [answer.json() for answer in each if answer.status_code == 200],

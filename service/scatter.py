@@ -113,6 +113,12 @@ DOWN: ContextVar[dict[tuple[str, int], ShardFailed] | None] = ContextVar("down",
 T = TypeVar("T")
 
 
+def segment(text: str) -> str:
+    """``text`` (an id, a token) as one segment of a shard's URL: every reserved character escaped, and dots, so
+    that ``"."`` and ``".."`` reach the shard as themselves, not as steps the URL's normalisation takes."""
+    return quote(text, safe="").replace(".", "%2E")
+
+
 def shard_headers() -> dict[str, str]:
     """The headers of a shard request: the client's key, and the request's X-Request-ID when it has one (the
     shards' log lines about it name it too)."""
@@ -290,7 +296,7 @@ class Front:
         """``GET <replica>/documents/{id}?<query>`` of the shard that owns ``document`` as the table reads the id
         (``index.engine.door.routed``), the id as the client gave it."""
         shard = owner(routed([document], id_type)[0], len(shards))
-        path = f"/documents/{quote(str(document), safe='')}" + (f"?{query}" if query else "")
+        path = f"/documents/{segment(str(document))}" + (f"?{query}" if query else "")
         return await self.request(shard, shards[shard], path, None)
 
     async def request(self, shard_number: int, shard: Shard, path: str, payload: bytes | None) -> dict[str, Any]:

@@ -265,6 +265,21 @@ class Front:
                 raise failed
         return self.kinds[name]
 
+    async def shard_limits(self) -> list[dict[str, Any]]:
+        """The limits of each shard's servers (``GET <server>/v1/limits``, a replica of each in turn, all shards at
+        once), which a request through the front must respect too; a shard that does not answer them (down, or a
+        server without the route) is left out."""
+
+        async def limits(number: int, shard: Shard) -> dict[str, Any] | None:
+            servers = Shard([replica.rpartition("/v1/tables/")[0] for replica in shard.replicas], shard.table)
+            try:
+                return await self.request(number, servers, "/v1/limits", None)
+            except (ShardFailed, ShardRefused):
+                return None
+
+        shards = [limits(number, shard) for shards in self.tables.values() for number, shard in enumerate(shards)]
+        return [answer for answer in await asyncio.gather(*shards) if answer is not None]
+
     @property
     def client(self) -> httpx.AsyncClient:
         if self._client is None:  # made in the event loop that uses it

@@ -179,6 +179,10 @@ class ShardRefused(Exception):
             return None
         return error if isinstance(error, dict) else None
 
+    def response(self) -> Response:
+        """The shard's refusal as the front's answer (its messages already name the sharded table: :func:`named`)."""
+        return Response(self.body, self.status, media_type="application/json")
+
 
 def refusal_text(refused: ShardRefused) -> str:
     """The message of a shard's refusal (its envelope's, else the start of its body)."""
@@ -649,7 +653,7 @@ def route(front: Front, name: str) -> APIRoute:
         try:
             return FastJSON(await one(body, given))
         except ShardRefused as refused:
-            return Response(refused.body, refused.status, media_type="application/json")
+            return refused.response()
 
     return APIRoute(
         f"/v1/tables/{name}/search",

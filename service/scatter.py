@@ -113,6 +113,12 @@ DOWN: ContextVar[dict[tuple[str, int], ShardFailed] | None] = ContextVar("down",
 T = TypeVar("T")
 
 
+def segment(text: str) -> str:
+    """``text`` (an id, a token) as one segment of a shard's URL: every reserved character escaped, and dots, so
+    that ``"."`` and ``".."`` reach the shard as themselves, not as steps the URL's normalisation takes."""
+    return quote(text, safe="").replace(".", "%2E")
+
+
 def shard_headers() -> dict[str, str]:
     """The headers of a shard request: the client's key, and the request's X-Request-ID when it has one (the
     shards' log lines about it name it too)."""
@@ -172,6 +178,10 @@ class ShardRefused(Exception):
         except (orjson.JSONDecodeError, KeyError, TypeError):
             return None
         return error if isinstance(error, dict) else None
+
+    def response(self) -> Response:
+        """The shard's refusal as the front's answer (its messages already name the sharded table: :func:`named`)."""
+        return Response(self.body, self.status, media_type="application/json")
 
 
 def refusal_text(refused: ShardRefused) -> str:
@@ -259,6 +269,21 @@ class Front:
                 raise failed
         return self.kinds[name]
 
+    async def shard_limits(self) -> list[dict[str, Any]]:
+        """The limits of each shard's servers (``GET <server>/v1/limits``, a replica of each in turn, all shards at
+        once), which a request through the front must respect too; a shard that does not answer them (down, or a
+        server without the route) is left out."""
+
+        async def limits(number: int, shard: Shard) -> dict[str, Any] | None:
+            servers = Shard([replica.rpartition("/v1/tables/")[0] for replica in shard.replicas], shard.table)
+            try:
+                return await self.request(number, servers, "/v1/limits", None)
+            except (ShardFailed, ShardRefused):
+                return None
+
+        shards = [limits(number, shard) for shards in self.tables.values() for number, shard in enumerate(shards)]
+        return [answer for answer in await asyncio.gather(*shards) if answer is not None]
+
     @property
     def client(self) -> httpx.AsyncClient:
         if self._client is None:  # made in the event loop that uses it
@@ -290,7 +315,7 @@ class Front:
         """``GET <replica>/documents/{id}?<query>`` of the shard that owns ``document`` as the table reads the id
         (``index.engine.door.routed``), the id as the client gave it."""
         shard = owner(routed([document], id_type)[0], len(shards))
-        path = f"/documents/{quote(str(document), safe='')}" + (f"?{query}" if query else "")
+        path = f"/documents/{segment(str(document))}" + (f"?{query}" if query else "")
         return await self.request(shard, shards[shard], path, None)
 
     async def request(self, shard_number: int, shard: Shard, path: str, payload: bytes | None) -> dict[str, Any]:
@@ -628,7 +653,7 @@ def route(front: Front, name: str) -> APIRoute:
         try:
             return FastJSON(await one(body, given))
         except ShardRefused as refused:
-            return Response(refused.body, refused.status, media_type="application/json")
+            return refused.response()
 
     return APIRoute(
         f"/v1/tables/{name}/search",

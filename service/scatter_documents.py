@@ -32,11 +32,6 @@ from service.schemas.common import MAX_TOKEN_CHARS
 from service.schemas.documents import DocumentsRequest
 
 
-def refusal(refused: ShardRefused) -> Response:
-    """A shard's own 4xx answer, as the front's (its messages already name the sharded table)."""
-    return Response(refused.body, refused.status, media_type="application/json")
-
-
 def placed(asked: Sequence[str | int], part: dict[str, Any]) -> Iterator[dict[str, Any] | None]:
     """Each of ``asked``'s answer in a shard's answer to them (``{"documents", "missing"}``, each in the order
     asked): its document, or None for an id the shard lists as missing (as it was sent: the same type and value)."""
@@ -67,7 +62,7 @@ def routes(front: Front, name: str) -> list[APIRoute]:
         try:
             return FastJSON(await front.document(shards, document, kind, request.url.query))
         except ShardRefused as refused:
-            return refusal(refused)
+            return refused.response()
         except ShardFailed as outcome:
             raise failed(name, outcome) from None
 
@@ -86,7 +81,7 @@ def routes(front: Front, name: str) -> list[APIRoute]:
         )
         for outcome in outcomes:  # the request's fault first (an unknown field): the table's answer
             if isinstance(outcome, ShardRefused):
-                return refusal(outcome)
+                return outcome.response()
         shown: list[dict[str, Any] | None] = [None] * len(ids)
         for at, outcome in zip(groups.values(), outcomes, strict=True):
             if isinstance(outcome, ShardFailed):

@@ -34,7 +34,6 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any, TypeVar, cast
-from urllib.parse import quote
 
 import numpy as np
 import orjson
@@ -48,7 +47,7 @@ from index.errors import InvalidQuery, UnknownToken
 from service.errors import item_error
 from service.http.fastroute import parse_query
 from service.respond import FastJSON
-from service.scatter import Front, ShardFailed, ShardRefused, failed, kind
+from service.scatter import Front, ShardFailed, ShardRefused, failed, kind, segment
 from service.scatter_words import WORDS, nearest, query_of, query_vector, resolved, vector_body
 from service.schemas.analogy import AnalogyQuery, AnalogyRequest
 from service.schemas.common import LIMITS
@@ -121,7 +120,7 @@ class Words:
         (``GET .../suggestions/{token}``), merged as the whole table ranks them (``merged_suggestions``)."""
         if orjson.loads(refusal.body)["error"]["code"] != UnknownToken.code:
             return Refused.of(refusal)
-        path = f"/suggestions/{quote(token, safe='')}"
+        path = f"/suggestions/{segment(token)}"
         try:
             parts = await self.everywhere(lambda shard: self.front.request(shard, self.shards[shard], path, None))
         except ShardRefused:  # a shard without its part of the suggestions: the home shard's answer stands
@@ -169,7 +168,7 @@ class Words:
     async def ask_token(self, shard: int, token: str) -> Found | ShardRefused:
         """Shard ``shard``'s match of ``token`` (``GET .../tokens/{token}``), or its refusal; one that does not
         answer fails the request (the token may stand on it: no partial lookup)."""
-        path = f"/tokens/{quote(token, safe='')}?normalized=true&row=true"
+        path = f"/tokens/{segment(token)}?normalized=true&row=true"
         try:
             return await self.front.request(shard, self.shards[shard], path, None)
         except ShardFailed as exc:

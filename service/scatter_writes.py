@@ -25,7 +25,6 @@ from __future__ import annotations
 import asyncio
 import re
 from typing import Annotated, Any
-from urllib.parse import quote
 
 import orjson
 from fastapi import Path
@@ -35,7 +34,7 @@ from starlette.responses import Response
 from index.engine.door import STRING, by_owner, routed
 from service.errors import ApiError
 from service.respond import FastJSON
-from service.scatter import Front, id_type, named, shard_headers
+from service.scatter import Front, id_type, named, segment, shard_headers
 from service.schemas.common import MAX_TOKEN_CHARS
 from service.schemas.writes import DeleteRequest, UpsertRequest, WriteResponse
 from service.writes import upsert_keys
@@ -158,7 +157,7 @@ def routes(front: Front, name: str) -> list[APIRoute]:
 
     async def delete_one(document: Annotated[str, Path(min_length=1, max_length=MAX_TOKEN_CHARS)]) -> Response:
         (shard,) = by_owner(routed([document], await id_type(front, name) or STRING), count)
-        parts = {shard: ("DELETE", f"/documents/{quote(document, safe='')}", None, [0])}
+        parts = {shard: ("DELETE", f"/documents/{segment(document)}", None, [0])}
         return await _scatter(front, name, parts, "deleted")
 
     common: dict[str, Any] = {

@@ -295,11 +295,11 @@ class Client:
         return self._run(calls.upsert_documents(table, documents))
 
     def upsert_many(self, table: str, documents: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-        """:meth:`upsert_documents` for any number of documents, in as many requests as :func:`write_bodies`
-        makes of them, or more if the server's :meth:`limits` are lower (its ``max_batch`` documents, half its
-        ``max_body_bytes`` of JSON). Each is answered as one write: a request refused leaves the runs before it
-        written, and its error's ``documents[i]`` counts among ``documents``; an id that comes twice is a
-        ValueError before any request."""
+        """:meth:`upsert_documents` for any number of documents, in requests sized by the server's :meth:`limits`
+        (``WRITE_DOCUMENTS`` documents, fewer if its ``max_batch`` is, and about half its ``max_body_bytes`` of
+        JSON; :func:`write_bodies`' sizes from a server that does not say them). Each is answered as one write: a
+        request refused leaves the runs before it written, and its error's ``documents[i]`` counts among
+        ``documents``; an id that comes twice is a ValueError before any request."""
         return self._run(calls.upsert_many(table, documents, self._known))
 
     def delete_many(self, table: str, ids: Sequence[str | int]) -> list[dict[str, Any]]:

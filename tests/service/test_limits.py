@@ -60,6 +60,19 @@ def servers(tmp_path_factory: pytest.TempPathFactory, lee_docs: Lee) -> Iterator
 
 
 @pytest.fixture(scope="module")
+def front(tmp_path_factory: pytest.TempPathFactory, servers: tuple[str, str]) -> Iterator[str]:
+    """The base URL of a front, with the default limits, of ``notes`` as one shard: the small server's table."""
+    root = tmp_path_factory.mktemp("front")
+    (root / "data").mkdir()
+    env = {"EMBEDDING_SHARDS": json.dumps({"notes": [[f"{servers[1]}/v1/tables/notes"]]})}
+    server = real_server.start(root / "data", root / "front.log", env=env)
+    try:
+        yield server.base
+    finally:
+        real_server.stop_together([server])
+
+
+@pytest.fixture(scope="module")
 def ids(lee_docs: Lee) -> list[str]:
     return [str(ident) for ident in lee_docs.ids]
 
@@ -142,3 +155,15 @@ def test_many_documents_are_written_in_the_servers_batches(servers: tuple[str, s
 
 def without_vector(document: dict[str, Any]) -> dict[str, Any]:
     return {key: value for key, value in document.items() if key != "vector"}
+
+
+def test_a_fronts_limits_are_its_shards_where_lower(servers: tuple[str, str], front: str, ids: list[str]) -> None:
+    """A front forwards what it takes to its shards: its limits are theirs where lower, so a client that sizes its
+    requests by them reads the 300 ids through the front (in requests of 50) as from the shard's own server."""
+    small = servers[1]
+    assert httpx.get(f"{front}/v1/limits").json() == httpx.get(f"{small}/v1/limits").json()
+    asked = [*ids, "nowhere"]
+    with Client(small) as client:
+        expected = client.documents("notes", asked, vector=True)
+    with Client(front) as client:
+        assert client.documents("notes", asked, vector=True) == expected

@@ -299,6 +299,12 @@ def test_the_front_reads_documents_by_id_as_the_whole_table(servers: dict[str, A
             got, expected = read_both(servers, f"documents/{ident}{query}")
             assert (got.status_code, got.content) == (expected.status_code, expected.content), (ident, query)
             assert got.status_code == (404 if ident.startswith(("lee-999", "a")) else 200), got.text
+    for ident in ("%2E", "%2E%2E"):  # "." and "..": ids asked of their shard, not steps up its URL
+        got, expected = read_both(servers, f"documents/{ident}?vector=true")
+        assert (got.status_code, got.content) == (expected.status_code, expected.content), got.text
+        assert got.status_code == 404 and got.json()["error"]["code"] == "unknown_document", got.text
+        (status, got_search), (_, expected_search) = search_both(servers["front"], servers["whole"], {"id": ".."})
+        assert status == 404 and got_search == expected_search, got_search
     most = [lee_docs.ids[i % len(lee_docs.ids)] for i in range(LIMITS.get().max_batch)]
     got, expected = read_both(servers, "documents/get", {"ids": most, "fields": []})
     assert got.status_code == 200 and got.content == expected.content and not got.json()["missing"]

@@ -234,6 +234,7 @@ def test_the_front_answers_a_tokens_neighbours_as_the_whole_table(
         "/neighbors?token=PARIS&k=20",
         "/neighbors?token=Paris&k=5",
         "/neighbors?token=THE&k=5",
+        "/neighbors?token=.&k=5",  # asked of each shard as a token, not as a step in its URL
         "/neighbors?token=heart&k=50&exact=true",
         "/neighbors?id=0&k=10",
         "/neighbors?id=5&k=7",
@@ -243,7 +244,7 @@ def test_the_front_answers_a_tokens_neighbours_as_the_whole_table(
         (status, expected), (mine, got) = ask_both(one, front, "GET", path)
         assert status == mine == 200, (path, got)
         same_answer(got, expected, whole_rows)
-    for path in ("/neighbors?token=kingz", "/neighbors?id=20003", f"/neighbors?id={1 << 70}"):
+    for path in ("/neighbors?token=kingz", "/neighbors?token=..", "/neighbors?id=20003", f"/neighbors?id={1 << 70}"):
         (status, expected), (mine, got) = ask_both(one, front, "GET", path)
         assert status == mine == 404 and got["error"]["code"] == "unknown_token", (path, got)
         same_answer(got, expected, whole_rows)  # the message (its table's name) and the suggestions too

@@ -310,6 +310,11 @@ def test_the_front_reads_documents_as_the_whole_table_with_the_same_writes(
     assert HTTP.get(f"{front.base}/v1/tables/lee/documents/new%2F05").json()["text"] == "a note read back"
     gone = HTTP.get(f"{front.base}/v1/tables/lee/documents/lee-201").json()["error"]
     assert gone["code"] == "unknown_document" and gone["message"].endswith("(deleted)"), gone
+    for ident in ("%2E", "%2E%2E"):  # "." and "..": ids sent to their shard, not steps up its URL
+        got, expected = (
+            HTTP.delete(f"{s.base}/v1/tables/lee/documents/{ident}", headers=HEADERS) for s in (front, whole)
+        )
+        assert got.status_code == expected.status_code == 200 and got.json()["deleted"] == 0, got.text
 
 
 def test_a_write_to_one_process_is_seen_through_the_front(written: dict[str, Any], lee_docs: Lee) -> None:

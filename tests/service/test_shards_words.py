@@ -70,7 +70,7 @@ def servers(root: Path) -> Iterator[dict[str, Any]]:
         (root / "front").mkdir()
         env = {"EMBEDDING_SHARDS": json.dumps({"words3": replicas}), "EMBEDDING_SHARD_TIMEOUT": "10", **KEYS}
         started += real_server.start_together(lambda: real_server.start(root / "front", root / "front.log", env=env))
-        yield {"one": started[0], "front": started[-1]}
+        yield {"one": started[0], "front": started[-1], "shards": started[1:-1]}
     finally:
         real_server.stop_together(started)
 
@@ -418,6 +418,15 @@ def test_what_the_front_cannot_answer_by_token_is_a_422_naming_why(one: Server, 
         assert status == 422 and got["error"]["code"] == "invalid_request", (path, got)
         assert message in got["error"]["message"], got
         assert ask(one, "words", method, path, body)[0] == 200
+
+
+def test_the_front_summarises_the_word_table_as_one_process(one: Server, front: Server) -> None:
+    """``GET /v1/tables/words3`` and its entry in ``GET /v1/tables`` through the front, as the one-process server of
+    the same shards says them (no documents, no writes)."""
+    status, got = ask(front, "words3", "GET", "")
+    assert (status, got) == ask(one, "words3", "GET", "") and got["kind"] == "words" and "writes" not in got, got
+    listed = HTTP.get(f"{front.base}/v1/tables", headers={"x-api-key": READ_KEY}).json()
+    assert listed == {"tables": [got], "unavailable": []}, listed
 
 
 def test_the_front_refuses_document_reads_of_a_word_table_as_one_process_does(one: Server, front: Server) -> None:

@@ -7,7 +7,8 @@ front merges hold equal scores. Every form the front takes (vector, by document 
 a batch of vectors or of queries, keyword, hybrid with weights and its RRF constant, diversity, filters, paging,
 ``min_score``, ``fields``) answers exactly as the whole table does: the same documents in the same order, the
 same scores, ranks, text and fields (equal scores by row, as the whole table orders them); so do its reads of
-documents by id, one or many (and LangChain's and LlamaIndex's reads by id through it). Shard 0 has two
+documents by id, one or many (and LangChain's and LlamaIndex's reads by id through it); its summary and list of
+tables are those of a real server of the sharded table served whole. Shard 0 has two
 replicas, one of which is down: every search still answers (the retry). A shard stopped: 503, or with
 ``EMBEDDING_PARTIAL=true`` the other shards' merged answer flagged ``partial``; a stopped (SIGSTOP) shard: 504
 after its deadline. Every server takes keys (``EMBEDDING_API_KEY``, ``EMBEDDING_READ_API_KEY``, as deploy/k8s's

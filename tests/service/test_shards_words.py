@@ -9,11 +9,11 @@ exact), 3CosAdd and 3CosMul analogies with an expected answer, similarity, rows,
 match: exact, else case-folded, lowest row), by row id (the shard holding that row of the whole table) and by
 positive/negative tokens, similarity and analogies by 3CosAdd and 3CosMul (each shard scoring its own rows given the
 words' rows, ``POST .../analogy/rows``) with an expected answer's rank (each shard's count of better rows, summed),
-one or a batch, as the whole table does, its errors with the whole table's status and code, an unknown token's
-suggestions the whole table's; what it cannot answer (``compose``, ``restrict``) is a 422 that says why. Every
-server takes keys (``EMBEDDING_API_KEY``, ``EMBEDDING_READ_API_KEY``): the front forwards the client's key to its
-shards on every route. Both tables end with a zero row (an import keeps it): its cosine with every token is 0, and
-as a neighbours query it is a 422 naming it, through the front as on the whole table.
+one or a batch, and the table's summary, as the whole table does, its errors with the whole table's status and code,
+an unknown token's suggestions the whole table's; what it cannot answer (``compose``, ``restrict``) is a 422 that
+says why. Every server takes keys (``EMBEDDING_API_KEY``, ``EMBEDDING_READ_API_KEY``): the front forwards the
+client's key to its shards on every route. Both tables end with a zero row (an import keeps it): its cosine with every
+token is 0, and as a neighbours query it is a 422 naming it, through the front as on the whole table.
 """
 
 from __future__ import annotations

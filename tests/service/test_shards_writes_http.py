@@ -9,7 +9,9 @@ served whole share the shards' logs, so both see every write: the one-process se
 form as the whole table's server does, the front answers vector searches as the whole table does, and keyword,
 hybrid and diverse searches as the one-process server (the whole table's live BM25 statistics, gathered from the
 shards first: ``index.engine.dfs``). A write
-to the one-process server is seen by a search through the front. Refusals (no key, a wrong key, a bad document in a
+to the one-process server is seen by a search through the front. The front's summary is the one-process server's
+(its writes summed and each shard's), and LangChain's and LlamaIndex's stores, which read it, work through the front
+as on the whole table's server. Refusals (no key, a wrong key, a bad document in a
 batch spanning shards) come back as the shard's error envelope; a writer that cannot be reached: 503.
 """
 

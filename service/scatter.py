@@ -44,9 +44,9 @@ token or row id (neighbours, similarity, analogies) are ``service.scatter_tokens
 A batch (``queries``, or ``vectors`` sharing the request's filter and page) is each of its queries scattered as
 a request of its own, at once; an item's error (a shard's refusal of it) stands in its place. Not here: text
 alone with diversity (the front has no encoder for the query's vector; a sharded table served whole by one
-process answers it). The table's other routes (its summary, fields, a word table's rows) answer a 404 that names
-the front (:func:`elsewhere`); its documents' writes and reads by id are ``service.scatter_writes``' and
-``service.scatter_documents``'.
+process answers it). The table's summary (and the list of tables) is ``service.scatter_summary``'; its documents'
+writes and reads by id are ``service.scatter_writes``' and ``service.scatter_documents``'. Its other routes
+(fields, a word table's rows) answer a 404 that names the front (:func:`elsewhere`).
 """
 
 from __future__ import annotations
@@ -223,6 +223,12 @@ def unknown_id(outcome: BaseException) -> bool:
     return bool(error.get("code") == UnknownDocument.code and not str(error.get("message")).endswith("(deleted)"))
 
 
+def unanswered(shard: int, refused: ShardRefused) -> ShardFailed:
+    """A shard's refusal of its own summary (``GET <replica>``) as its failure: its URL names no table, the
+    deployment's fault, not the request's."""
+    return ShardFailed(shard, f"status {refused.status}: {refusal_text(refused)}", False)
+
+
 class ClientKey:
     """The front's middleware: the client's API key (``X-API-Key``) kept for every shard request the request
     makes (:data:`CLIENT_KEY`), and the shards that did not answer it (:data:`DOWN`)."""
@@ -263,7 +269,7 @@ class Front:
                 except ShardFailed as exc:
                     failed = failed or exc
                 except ShardRefused as refused:
-                    failed = failed or ShardFailed(number, f"status {refused.status}: {refusal_text(refused)}", False)
+                    failed = failed or unanswered(number, refused)
             else:
                 assert failed is not None
                 raise failed
@@ -676,9 +682,9 @@ def elsewhere(front: Front, routes: Sequence[BaseRoute], answered: Sequence[Base
         async def refuse(request: Request, name: str = name) -> Response:
             raise ApiError(
                 "not_found",
-                f"table {name!r} is sharded and this server is its front: it answers POST /v1/tables/{name}/search "
-                f"and the writes and reads of documents by id only; {request.method} {request.url.path} is for a "
-                "server of one of its shards, or of the whole table",
+                f"table {name!r} is sharded and this server is its front: it answers its summary, POST "
+                f"/v1/tables/{name}/search and the writes and reads of documents by id only; {request.method} "
+                f"{request.url.path} is for a server of one of its shards, or of the whole table",
                 table=name,
             )
 

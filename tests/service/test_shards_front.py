@@ -7,7 +7,8 @@ front merges hold equal scores. Every form the front takes (vector, by document 
 a batch of vectors or of queries, keyword, hybrid with weights and its RRF constant, diversity, filters, paging,
 ``min_score``, ``fields``) answers exactly as the whole table does: the same documents in the same order, the
 same scores, ranks, text and fields (equal scores by row, as the whole table orders them); so do its reads of
-documents by id, one or many (and LangChain's and LlamaIndex's reads by id through it). Shard 0 has two
+documents by id, one or many (and LangChain's and LlamaIndex's reads by id through it); its summary and list of
+tables are those of a real server of the sharded table served whole. Shard 0 has two
 replicas, one of which is down: every search still answers (the retry). A shard stopped: 503, or with
 ``EMBEDDING_PARTIAL=true`` the other shards' merged answer flagged ``partial``; a stopped (SIGSTOP) shard: 504
 after its deadline. Every server takes keys (``EMBEDDING_API_KEY``, ``EMBEDDING_READ_API_KEY``, as deploy/k8s's
@@ -238,7 +239,6 @@ def test_the_front_checks_requests_as_any_search(servers: dict[str, Any], lee_do
     assert status == 422 and "re-ranks by the query's vector" in got["error"]["message"], got
     base = f"{servers['front'].base}/v1/tables/lee"
     for answer in (
-        HTTP.get(base),
         HTTP.get(f"{base}/fields"),
         HTTP.get(f"{base}/neighbors?token=fire"),
         HTTP.post(f"{base}/similarity", json={"pairs": [["a", "b"]]}),
@@ -420,9 +420,18 @@ def test_the_front_forwards_the_clients_key_to_its_shards(servers: dict[str, Any
         assert "refused the request's API key (status 403" in got["error"]["message"], got
 
 
+def test_the_front_summarises_the_table_as_one_process(servers: dict[str, Any]) -> None:
+    """``GET /v1/tables/lee`` and ``GET /v1/tables`` through the fronts (one retrying shard 0's replica that is
+    down) answer as the one-process server of the same shards: rows, fields, shards, writes."""
+    got = [HTTP.get(f"{servers[name].base}/v1/tables/lee").json() for name in ("front", "partial", "one")]
+    assert got[0] == got[1] == got[2] and got[2]["rows"] == sum(got[2]["shards"]["rows"]), got
+    listed = [HTTP.get(f"{servers[name].base}/v1/tables").json() for name in ("front", "one")]
+    assert listed[0] == listed[1] == {"tables": [got[2]], "unavailable": []}, listed
+
+
 def test_the_python_client_reads_the_front_as_the_whole_table(servers: dict[str, Any], lee_docs: Lee) -> None:
     """An application's client, with its read key, gets from the front what it gets from the whole table: hits, a
-    batch's per-item errors, documents by id (LangChain's ``get_by_ids``, LlamaIndex's ``get_nodes``); its summary,
+    batch's per-item errors, documents by id (LangChain's ``get_by_ids``, LlamaIndex's ``get_nodes``); its fields,
     which only the shards serve, a typed 404 saying so; without the key, a typed 401."""
     from service_client import ApiError, Client
     from service_client.langchain import EmbeddingSearchStore
@@ -460,16 +469,18 @@ def test_the_python_client_reads_the_front_as_the_whole_table(servers: dict[str,
 
 
 def test_a_slow_shard_hits_its_deadline(servers: dict[str, Any], lee_docs: Lee) -> None:
-    """A search, and a read of documents of which the stopped shard holds some, one or many: 504 naming it."""
+    """A search, a read of documents of which the stopped shard holds some, one or many, and the table's summary:
+    504 naming it."""
     shard = servers["shards"][1]
     owned = next(ident for ident in lee_docs.ids if shardmap.shard_of_id(ident, SHARDS) == 1)
     base = f"{servers['deadline'].base}/v1/tables/lee/documents"
     shard.process.send_signal(signal.SIGSTOP)
     try:
-        with ThreadPoolExecutor(2) as pool:
+        with ThreadPoolExecutor(3) as pool:
             reads = [
                 pool.submit(HTTP.get, f"{base}/{owned}", timeout=30),
                 pool.submit(HTTP.post, f"{base}/get", json={"ids": lee_docs.ids[:9]}, timeout=30),
+                pool.submit(HTTP.get, f"{servers['deadline'].base}/v1/tables/lee", timeout=30),
             ]
             started = time.monotonic()
             status, got = search(servers["deadline"], {"vector": lee_docs.vectors[3].tolist(), "k": 5})
@@ -552,6 +563,12 @@ def test_a_stopped_shard_fails_or_is_flagged(servers: dict[str, Any], lee_docs: 
             for s in (servers[front], servers["whole"])
         )
         assert got.status_code == 200 and got.content == expected.content  # the shards that answer are read
+        summary = HTTP.get(base)  # its sums would be wrong without shard 2's part, partial answers or not
+        error = summary.json()["error"]
+        assert summary.status_code == 503 and error["code"] == "shard_unavailable" and error["shard"] == 2, error
+        assert "shard 2 of table 'lee' did not answer" in error["message"], error
+        listed = HTTP.get(f"{servers[front].base}/v1/tables").json()
+        assert listed == {"tables": [], "unavailable": ["lee"]}, listed
 
 
 def test_one_server_serves_a_sharded_table_whole(servers: dict[str, Any], lee_docs: Lee) -> None:
@@ -595,7 +612,7 @@ def test_the_fronts_metrics_label_its_table(tmp_path: Path, monkeypatch: pytest.
     monkeypatch.setenv("EMBEDDING_SHARDS", json.dumps({"lee": [[down]]}))
     asked = [
         ("POST", "/v1/tables/lee/search", {"vector": [0.5] * 50}, 503, "/v1/tables/{table}/search", "lee"),
-        ("GET", "/v1/tables/lee", None, 404, "/v1/tables/{table}", "lee"),
+        ("GET", "/v1/tables/lee", None, 503, "/v1/tables/{table}", "lee"),
         ("DELETE", "/v1/tables/lee/documents/a/b", None, 503, "/v1/tables/{table}/documents/{document:path}", "lee"),
         ("GET", "/v1/tables/nope/fields", None, 404, "/v1/tables/{table}/fields", "unknown"),
     ]

@@ -9,11 +9,11 @@ exact), 3CosAdd and 3CosMul analogies with an expected answer, similarity, rows,
 match: exact, else case-folded, lowest row), by row id (the shard holding that row of the whole table) and by
 positive/negative tokens, similarity and analogies by 3CosAdd and 3CosMul (each shard scoring its own rows given the
 words' rows, ``POST .../analogy/rows``) with an expected answer's rank (each shard's count of better rows, summed),
-one or a batch, as the whole table does, its errors with the whole table's status and code, an unknown token's
-suggestions the whole table's; what it cannot answer (``compose``, ``restrict``) is a 422 that says why. Every
-server takes keys (``EMBEDDING_API_KEY``, ``EMBEDDING_READ_API_KEY``): the front forwards the client's key to its
-shards on every route. Both tables end with a zero row (an import keeps it): its cosine with every token is 0, and
-as a neighbours query it is a 422 naming it, through the front as on the whole table.
+one or a batch, and the table's summary, as the whole table does, its errors with the whole table's status and code,
+an unknown token's suggestions the whole table's; what it cannot answer (``compose``, ``restrict``) is a 422 that
+says why. Every server takes keys (``EMBEDDING_API_KEY``, ``EMBEDDING_READ_API_KEY``): the front forwards the
+client's key to its shards on every route. Both tables end with a zero row (an import keeps it): its cosine with every
+token is 0, and as a neighbours query it is a 422 naming it, through the front as on the whole table.
 """
 
 from __future__ import annotations
@@ -70,7 +70,7 @@ def servers(root: Path) -> Iterator[dict[str, Any]]:
         (root / "front").mkdir()
         env = {"EMBEDDING_SHARDS": json.dumps({"words3": replicas}), "EMBEDDING_SHARD_TIMEOUT": "10", **KEYS}
         started += real_server.start_together(lambda: real_server.start(root / "front", root / "front.log", env=env))
-        yield {"one": started[0], "front": started[-1]}
+        yield {"one": started[0], "front": started[-1], "shards": started[1:-1]}
     finally:
         real_server.stop_together(started)
 
@@ -419,6 +419,15 @@ def test_what_the_front_cannot_answer_by_token_is_a_422_naming_why(one: Server, 
         assert status == 422 and got["error"]["code"] == "invalid_request", (path, got)
         assert message in got["error"]["message"], got
         assert ask(one, "words", method, path, body)[0] == 200
+
+
+def test_the_front_summarises_the_word_table_as_one_process(one: Server, front: Server) -> None:
+    """``GET /v1/tables/words3`` and its entry in ``GET /v1/tables`` through the front, as the one-process server of
+    the same shards says them (no documents, no writes)."""
+    status, got = ask(front, "words3", "GET", "")
+    assert (status, got) == ask(one, "words3", "GET", "") and got["kind"] == "words" and "writes" not in got, got
+    listed = HTTP.get(f"{front.base}/v1/tables", headers={"x-api-key": READ_KEY}).json()
+    assert listed == {"tables": [got], "unavailable": []}, listed
 
 
 def test_the_front_refuses_document_reads_of_a_word_table_as_one_process_does(one: Server, front: Server) -> None:

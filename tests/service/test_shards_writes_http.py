@@ -9,7 +9,9 @@ served whole share the shards' logs, so both see every write: the one-process se
 form as the whole table's server does, the front answers vector searches as the whole table does, and keyword,
 hybrid and diverse searches as the one-process server (the whole table's live BM25 statistics, gathered from the
 shards first: ``index.engine.dfs``). A write
-to the one-process server is seen by a search through the front. Refusals (no key, a wrong key, a bad document in a
+to the one-process server is seen by a search through the front. The front's summary is the one-process server's
+(its writes summed and each shard's), and LangChain's and LlamaIndex's stores, which read it, work through the front
+as on the whole table's server. Refusals (no key, a wrong key, a bad document in a
 batch spanning shards) come back as the shard's error envelope; a writer that cannot be reached: 503.
 """
 
@@ -438,3 +440,76 @@ def test_a_string_id_is_its_text(written: dict[str, Any], lee_docs: Lee) -> None
     assert search(front, {"id": "007", "k": 3})[0] == 404 and search(front, {"id": "7", "k": 3})[0] == 200
     for server in (front, whole):
         assert post(server, "documents/delete", {"ids": [7]}).json()["deleted"] == 1
+
+
+def summaries(servers: dict[str, Any], *names: str) -> list[Any]:
+    return [HTTP.get(f"{servers[name].base}/v1/tables/lee").json() for name in names]
+
+
+def test_the_fronts_summary_is_the_one_process_servers_with_the_same_writes(written: dict[str, Any]) -> None:
+    """The summary (rows, fields, shards, writes summed and each shard's) and the list of tables, through the front,
+    through a front retrying a replica that is down, and from the one-process server of the same shards: the same,
+    after the writes and after one more."""
+    front, broken, one = summaries(written, "front", "broken", "one")
+    assert front == broken == one and one["shards"]["count"] == SHARDS, (front, one)
+    assert one["writes"]["written"] > 0 and len(one["writes"]["shards"]) == SHARDS, one
+    listed = [HTTP.get(f"{written[name].base}/v1/tables").json() for name in ("front", "one")]
+    assert listed[0] == listed[1] == {"tables": [one], "unavailable": []}, listed
+    document = {"id": "summary/1", "vector": [1.0] * 50, "fields": {"year": 2001}}
+    assert post(written["front"], "documents", {"documents": [document]}).status_code == 200
+    front, one = summaries(written, "front", "one")
+    assert front == one and one["writes"]["written"] == listed[1]["tables"][0]["writes"]["written"] + 1, (front, one)
+    assert post(written["front"], "documents/delete", {"ids": ["summary/1"]}).json()["deleted"] == 1
+
+
+def test_the_stores_work_through_the_front_as_on_the_whole_table(written: dict[str, Any]) -> None:
+    """LangChain's store (``add_texts`` with its embedding: the table has no encoder, ``similarity_search`` with a
+    filter) and LlamaIndex's (``add``, ``query`` and ``get_nodes`` with filters) read the table's summary: through
+    the front they answer as on the whole table's server."""
+    from langchain_core.embeddings import DeterministicFakeEmbedding
+    from llama_index.core.schema import TextNode
+    from llama_index.core.vector_stores.types import MetadataFilter, MetadataFilters, VectorStoreQuery
+
+    from service_client import Client
+    from service_client.langchain import EmbeddingSearchStore
+    from service_client.llamaindex import EmbeddingSearchVectorStore
+
+    embedding = DeterministicFakeEmbedding(size=50)
+    texts = [f"a note on {topic}" for topic in ("bushfires", "cricket", "the harbour", "rain", "the budget", "ferries")]
+    chain_ids = [f"chain/{i}" for i in range(len(texts))]
+    node_ids = [f"node/{i}" for i in range(len(texts))]
+    later = MetadataFilters(filters=[MetadataFilter(key="year", value=2041)])
+
+    def use(server: Server) -> list[Any]:
+        with Client(server.base, api_key=KEY) as client:
+            chain = EmbeddingSearchStore(client, "lee", embedding=embedding)
+            added = chain.add_texts(
+                texts, [{"year": 2030 + i % 2, "lang": "en"} for i in range(len(texts))], ids=chain_ids
+            )
+            found = chain.similarity_search_with_score(texts[3], k=4, filter={"year": 2031})
+            llama = EmbeddingSearchVectorStore(client, "lee")
+            nodes = [
+                TextNode(id_=ident, text=text, metadata={"year": 2040 + i % 2}, embedding=embedding.embed_query(text))
+                for i, (ident, text) in enumerate(zip(node_ids, texts, strict=True))
+            ]
+            stored = llama.add(nodes)
+            result = llama.query(
+                VectorStoreQuery(query_embedding=embedding.embed_query(texts[1]), similarity_top_k=3, filters=later)
+            )
+            got = llama.get_nodes(node_ids=node_ids, filters=later)
+            chain.delete(chain_ids)
+            llama.delete_nodes(node_ids)
+            scores = [score for _, score in found] + list(result.similarities or ())
+            return [
+                added,
+                [(d.id, d.page_content, d.metadata) for d, _ in found],
+                stored,
+                result.ids,
+                [(n.node_id, n.get_content(), n.metadata) for n in got],
+                scores,
+            ]
+
+    through_front, on_whole = use(written["front"]), use(written["whole"])
+    assert through_front[:-1] == on_whole[:-1]
+    np.testing.assert_allclose(through_front[-1], on_whole[-1], rtol=0, atol=1e-6)  # a float32 unit apart at most
+    assert len(through_front[1]) == 3 and len(through_front[3]) == 3 and len(through_front[4]) == 3, through_front

@@ -7,8 +7,7 @@ a shard's summary costs it no search, and its counts change with its writes and 
   ``non_null`` summed (each document is on one shard); ``recall_at_10``: the lowest of the shards' (None if one has
   none); ``approximate``: whether any shard's index is; ``index``, ``dim``, ``kind``, ``source`` and the rest of
   ``documents``: the first shard's (every shard's, from one import).
-- ``built_at``: the latest of the shards' (the whole table's manifest is written a moment after its last shard:
-  the one-process server may show a second or so later).
+- ``built_at``: the latest of the shards', as the one-process server says it.
 - ``writes`` (a documents table): ``written``, ``deleted`` and ``log_bytes`` summed, and each shard's own under
   ``shards``, as the one-process server reads the same logs.
 - ``metadata_columns`` empty and ``has_tokenizer`` false, as the one-process server says of a sharded table (the

@@ -340,8 +340,11 @@ class ShardedTable(Table):
 
     def summary(self) -> dict[str, Any]:
         """The table's summary: ``index`` its first shard's spec, ``recall_at_10`` the lowest of its shards' (each
-        measured on its own rows when it was built; the merged list's is not measured), ``shards`` their rows."""
+        measured on its own rows when it was built; the merged list's is not measured), ``built_at`` the latest of
+        its shards' (what the front, which sees only the shards, says too), ``shards`` their rows."""
         out = super().summary()
+        built = [shard.manifest["built_at"] for shard in self.shards if shard.manifest.get("built_at")]
+        out["built_at"] = max(built, default=out["built_at"])
         out["index"] = self.manifest["shards"]["index"][0]
         recalls = [shard.manifest.get("index", {}).get("recall_at_10") for shard in self.shards]
         out["recall_at_10"] = None if None in recalls else min(recalls)

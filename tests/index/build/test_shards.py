@@ -106,6 +106,15 @@ def test_the_summary_says_the_lowest_of_the_shards_recall(data_dir: Path, monkey
     assert table.summary()["recall_at_10"] == 0.93 and table.approximate
 
 
+def test_the_summary_says_the_latest_of_the_shards_build_times(data_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Served whole, a sharded table's ``built_at`` is the latest of its shards' (what its front, which sees only
+    the shards, says), not its own manifest's, written a moment after its last shard's."""
+    table = ShardedTable.load(data_dir / "lee3", checksums=False)
+    monkeypatch.setitem(table.manifest, "built_at", "2000-01-01T00:00:00Z")
+    monkeypatch.setitem(table.shards[1].manifest, "built_at", "2099-01-01T00:00:01Z")
+    assert table.summary()["built_at"] == "2099-01-01T00:00:01Z"
+
+
 def test_a_damaged_shard_or_map_fails_verify(tmp_path: Path, data_dir: Path) -> None:
     copy = tmp_path / "data"
     shutil.copytree(data_dir / "lee3", copy / "lee3")

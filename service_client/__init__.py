@@ -260,15 +260,16 @@ class Client:
         self,
         table: str,
         filter: dict[str, Any] | None = None,
-        limit: int = 100,
+        limit: int | None = None,
         after: str | int | None = None,
         vector: bool = False,
         normalized: bool = False,
         fields: Sequence[str] | None = None,
     ) -> dict[str, Any]:
         """One page of the live documents ``filter`` passes (None: every one) in the ids' order (``POST
-        .../documents/scroll``): ``{"documents": [...], "next": id}``, at most ``limit`` documents whose ids come
-        after ``after``, each as :meth:`document` gives it; pass ``next`` as ``after`` for the next page (None:
+        .../documents/scroll``): ``{"documents": [...], "next": id}``, at most ``limit`` documents (None: the
+        server's page, 100 or its ``max_batch`` when lower) whose ids come after ``after``, each as :meth:`document`
+        gives it; pass ``next`` as ``after`` for the next page (None:
         this page is the last)."""
         return self._run(calls.scroll_documents(table, filter, limit, after, vector, normalized, fields))
 

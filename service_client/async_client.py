@@ -208,7 +208,7 @@ class AsyncClient:
         self,
         table: str,
         filter: dict[str, Any] | None = None,
-        limit: int = 100,
+        limit: int | None = None,
         after: str | int | None = None,
         vector: bool = False,
         normalized: bool = False,

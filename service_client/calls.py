@@ -281,15 +281,21 @@ def documents(
 def scroll_documents(
     table: str,
     filter: dict[str, Any] | None,
-    limit: int,
+    limit: int | None,
     after: str | int | None,
     vector: bool,
     normalized: bool,
     fields: Sequence[str] | None,
 ) -> Call[dict[str, Any]]:
-    """``POST .../documents/scroll``: one page, ``{"documents", "next"}``."""
-    body: dict[str, Any] = {"limit": limit, "vector": vector, "normalized": normalized}
-    for name, value in (("filter", filter), ("after", after), ("fields", None if fields is None else list(fields))):
+    """``POST .../documents/scroll``: one page, ``{"documents", "next"}`` (no ``limit``: the server's page)."""
+    body: dict[str, Any] = {"vector": vector, "normalized": normalized}
+    options = (
+        ("filter", filter),
+        ("limit", limit),
+        ("after", after),
+        ("fields", None if fields is None else list(fields)),
+    )
+    for name, value in options:
         if value is not None:
             body[name] = value
     page: dict[str, Any] = yield Request("POST", table_path(table, "documents/scroll"), json=body)

@@ -17,6 +17,7 @@ from index.errors import InvalidQuery, shown
 from index.store.payload import INTEGER, id_key
 
 Shown = dict[str, Any]
+CHUNK = 4096  # the rows a page's first look reads at least (each next look twice the last)
 
 
 def read_documents(
@@ -89,11 +90,8 @@ def scroll_documents(
     if after is not None and start is None:
         kind = "integers within 64 bits" if payload.id_type == INTEGER else "text"
         raise InvalidQuery(f"after: the ids of table {table.name!r} are {kind}, got {shown(after)}")
-    live = None if spec is None else table.filter(spec).mask
-    if delta is not None:
-        live = ~delta.deleted if live is None else live & ~delta.deleted
-    rows = payload.rows_after(start)
-    rows = rows[: limit + 1] if live is None else rows[np.flatnonzero(live[rows])[: limit + 1]]
+    passes = None if spec is None else table.filter(spec).mask
+    rows = _live_rows(payload.rows_after(start), passes, None if delta is None else delta.deleted, limit + 1)
     keys: list[Key] = payload.ids(rows)
     if delta is not None and delta.documents:
         keys += _written_after(delta, spec, start, limit + 1)
@@ -101,6 +99,22 @@ def scroll_documents(
     page = keys[:limit]
     found, _ = read_documents(table, delta, page, names, vector, normalized)
     return found, page[-1] if len(keys) > limit else None
+
+
+def _live_rows(rows: np.ndarray, passes: np.ndarray | None, deleted: np.ndarray | None, most: int) -> np.ndarray:
+    """The first ``most`` of ``rows`` that ``passes`` (None: every row) and are not ``deleted`` (None: none is),
+    read a chunk at a time, each twice the last: a page's work follows the rows it reads, not the table's."""
+    if passes is None and deleted is None:
+        return rows[:most]
+    found, held, start, step = [rows[:0]], 0, 0, max(4 * most, CHUNK)
+    while held < most and start < len(rows):
+        chunk = rows[start : start + step]
+        keep = np.ones(len(chunk), dtype=bool) if passes is None else passes[chunk]
+        if deleted is not None:
+            keep &= ~deleted[chunk]
+        found.append(chunk[keep])
+        held, start, step = held + len(found[-1]), start + step, 2 * step
+    return np.concatenate(found)[:most]
 
 
 def _written_after(delta: Delta, spec: Any, start: Key | None, most: int) -> list[Key]:

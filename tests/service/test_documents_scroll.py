@@ -211,12 +211,14 @@ def test_bad_requests_are_refused_with_their_reason(server: real_server.Server, 
 def test_the_clients_scroll_and_list(
     server: real_server.Server, lee_docs: Lee, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """``scroll_documents`` is one page as the server answers it; ``list_documents`` every page joined (of 7
-    here), the same of both clients."""
+    """``scroll_documents`` is one page as the server answers it (without a limit, the server's page);
+    ``list_documents`` every page joined (of 7 here), the same of both clients."""
     spec = FILTERS[2][0]
     with Client(server.base) as client:
         page = client.scroll_documents("lee", filter=spec, limit=3, after="lee-050", fields=["tags"])
         assert page == scroll(server, {"filter": spec, "limit": 3, "after": "lee-050", "fields": ["tags"]}).json()
+        first = client.scroll_documents("lee", fields=[])  # the server's page: 100, or max_batch when lower
+        assert first == scroll(server, {"fields": []}).json() and len(first["documents"]) == MAX_BATCH
         monkeypatch.setattr(calls, "READ_DOCUMENTS", 7)
         every = client.list_documents("lee", filter=spec, vector=True)
     assert [d["id"] for d in every] == listed(every_page(server, {"filter": spec}))
@@ -226,8 +228,9 @@ def test_the_clients_scroll_and_list(
             return [
                 await api.scroll_documents("lee", filter=spec, limit=3, after="lee-050", fields=["tags"]),
                 await api.list_documents("lee", filter=spec, vector=True),
+                await api.scroll_documents("lee", fields=[]),
             ]
 
     again = asyncio.run(both())
     assert again[0] == page and [d["id"] for d in again[1]] == [d["id"] for d in every]
-    assert all(len(d["vector"]) == lee_docs.vectors.shape[1] for d in again[1])
+    assert all(len(d["vector"]) == lee_docs.vectors.shape[1] for d in again[1]) and again[2] == first

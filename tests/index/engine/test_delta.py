@@ -3,11 +3,14 @@ documents were only appended), always equals the one made from scratch: ids, uni
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 
+from index.engine import documents
 from index.engine.delta import Delta
 from index.engine.table import Table
 from index.store.payload import UnknownDocument
@@ -158,3 +161,39 @@ def test_deleted_ids_asked_for_are_named_as_unknown_ones_are(lee_data_dir: Path,
     shown = ", ".join(map(repr, gone[:5]))
     assert caught.value.message == f"no document with id {shown} and 2 more in table 'lee' (deleted)"
     assert caught.value.details == {"ids": gone[:5], "count": 7}
+
+
+def test_a_scroll_reads_the_rows_a_chunk_at_a_time(
+    lee_data_dir: Path, lee_docs: Lee, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A page looks for its rows in chunks (of 3 rows at least here, each next twice the last): page after page,
+    with filters that pass many rows and few, deleted and replaced rows left out, the ids listed are the brute
+    force's."""
+    monkeypatch.setattr(documents, "CHUNK", 3)
+    table = Table.load(lee_data_dir / "lee")
+    assert table.payload is not None
+    delta = Delta(table.payload, table.rows, table.dim, 0)
+    delta.apply([Record(1, 0, 0, {"op": "delete", "ids": lee_docs.ids[::4]})])
+    delta.apply([upsert(2, {"id": lee_docs.ids[1], "vector": lee_docs.vectors[1].tolist(), "fields": {"year": 1}})])
+    live = {lee_docs.ids[i]: lee_docs.record(i) for i in range(len(lee_docs.ids)) if i % 4}
+    live[lee_docs.ids[1]] = {"year": 1}
+    few = lee_docs.ids[1::23]  # one in 23: a page reads chunk after chunk
+    specs: list[tuple[dict[str, object] | None, Callable[[str, dict[str, Any]], bool]]] = [
+        (None, lambda i, f: True),
+        ({"year": {"gte": 1995}}, lambda i, f: (f.get("year") or 0) >= 1995),
+        ({"id": {"in": few}}, lambda i, f: i in few),
+    ]
+    for spec, passes in specs:
+        expected = sorted(i for i, fields in live.items() if passes(i, fields))
+        for limit in (1, 7, 500):
+            listed: list[object] = []
+            after = None
+            while True:
+                page, after = documents.scroll_documents(table, delta, spec, limit, after, [], False, False)
+                listed += [d["id"] for d in page]
+                if after is None:
+                    break
+            assert listed == expected, (spec, limit)
+        for start in lee_docs.ids:  # a page after each id: the rows a chunk ends at differ from page to page
+            page, _ = documents.scroll_documents(table, delta, spec, 3, start, [], False, False)
+            assert [d["id"] for d in page] == [i for i in expected if i > start][:3], (spec, start)

@@ -683,7 +683,7 @@ def elsewhere(front: Front, routes: Sequence[BaseRoute], answered: Sequence[Base
             raise ApiError(
                 "not_found",
                 f"table {name!r} is sharded and this server is its front: it answers its summary, POST "
-                f"/v1/tables/{name}/search and the writes and reads of documents by id only; {request.method} "
+                f"/v1/tables/{name}/search and the writes and reads of documents only; {request.method} "
                 f"{request.url.path} is for a server of one of its shards, or of the whole table",
                 table=name,
             )

@@ -1,5 +1,5 @@
-"""The front's reads of a sharded documents table's documents by id, answered as one process serving the table
-whole answers them (``service.routers.documents``).
+"""The front's reads of a sharded documents table's documents (by id, a page of them), answered as one process
+serving the table whole answers them (``service.routers.documents``).
 
 - ``GET .../documents/{id}``: asked of the shard that owns the id as the table reads it
   (``index.engine.door.routed``: on an integer-id table ``"007"`` is the id 7, its owner's), with the request's
@@ -7,6 +7,11 @@ whole answers them (``service.routers.documents``).
 - ``POST .../documents/get``: the ids split by owner, each owner asked once for its part, all at once
   (``POST <replica>/documents/get`` with the request's options); the documents in the order asked (an id asked
   twice, twice), the ids no shard has in ``missing``, as asked.
+
+- ``POST .../documents/scroll``: every shard asked at once for its page after ``after`` (the request's filter,
+  options and page size), the pages merged in the ids' order (each shard's is in that order) and the first
+  ``limit`` kept; ``next`` is the last one's id when a shard holds more (a page it did not finish, or documents past
+  those kept), as the table's ``next``.
 
 Each shard reads its own write log, so a document written or deleted (through the front or not) is read as the
 table holds it. A shard's refusal (the table's 404 ``unknown_document``, a 422 for an unknown field) is the answer,
@@ -17,6 +22,7 @@ naming the sharded table; else a shard that does not answer is 503 ``shard_unava
 from __future__ import annotations
 
 import asyncio
+import heapq
 from collections.abc import Iterator, Sequence
 from typing import Annotated, Any
 
@@ -29,7 +35,7 @@ from index.engine.door import STRING, by_owner, routed
 from service.respond import FastJSON
 from service.scatter import Front, ShardFailed, ShardRefused, failed, id_type
 from service.schemas.common import MAX_TOKEN_CHARS
-from service.schemas.documents import DocumentsRequest
+from service.schemas.documents import DocumentsRequest, ScrollRequest
 
 
 def placed(asked: Sequence[str | int], part: dict[str, Any]) -> Iterator[dict[str, Any] | None]:
@@ -93,9 +99,32 @@ def routes(front: Front, name: str) -> list[APIRoute]:
         missing = [ident for ident, document in zip(ids, shown, strict=True) if document is None]
         return FastJSON({"documents": [document for document in shown if document is not None], "missing": missing})
 
+    async def scroll(body: ScrollRequest) -> Response:
+        limit = body.page
+        sent = orjson.dumps(body.model_dump(mode="json", exclude_unset=True) | {"limit": limit})
+        outcomes = await asyncio.gather(
+            *(front.request(number, shard, "/documents/scroll", sent) for number, shard in enumerate(shards)),
+            return_exceptions=True,
+        )
+        for outcome in outcomes:  # the request's fault first (a bad filter, an after the table cannot hold)
+            if isinstance(outcome, ShardRefused):
+                return outcome.response()
+        pages: list[dict[str, Any]] = []
+        for outcome in outcomes:
+            if isinstance(outcome, ShardFailed):
+                raise failed(name, outcome)
+            if isinstance(outcome, BaseException):
+                raise outcome
+            pages.append(outcome)
+        merged = list(heapq.merge(*(page["documents"] for page in pages), key=lambda document: document["id"]))
+        more = len(merged) > limit or any(page["next"] is not None for page in pages)
+        kept = merged[:limit]
+        return FastJSON({"documents": kept, "next": kept[-1]["id"] if more and kept else None})
+
     common: dict[str, Any] = {"include_in_schema": False}
     return [
         # POST only: GET .../documents/get is the document whose id is "get", as on the table's own server
         APIRoute(f"{prefix}/get", get_documents, methods=["POST"], summary=f"Documents of {name} by id", **common),
+        APIRoute(f"{prefix}/scroll", scroll, methods=["POST"], summary=f"Documents of {name}, a page", **common),
         APIRoute(prefix + "/{document:path}", get_document, methods=["GET"], summary=f"A document of {name}", **common),
     ]

@@ -242,7 +242,6 @@ def test_the_front_checks_requests_as_any_search(servers: dict[str, Any], lee_do
         HTTP.get(f"{base}/fields"),
         HTTP.get(f"{base}/neighbors?token=fire"),
         HTTP.post(f"{base}/similarity", json={"pairs": [["a", "b"]]}),
-        HTTP.post(f"{base}/documents/scroll", json={}),
     ):
         error = answer.json()["error"]
         assert answer.status_code == 404 and error["code"] == "not_found", answer.text
@@ -327,6 +326,38 @@ def test_the_front_reads_documents_by_id_as_the_whole_table(servers: dict[str, A
     assert answer.status_code == 200, answer.text
     for shard in servers["shards"]:  # one request to each shard, for all its ids
         assert shard.log().count('/documents/get HTTP/1.1" 200 request_id=front-documents-get') == 1, shard.log()
+
+
+def test_the_front_scrolls_the_documents_as_the_whole_table(servers: dict[str, Any], lee_docs: Lee) -> None:
+    """``POST .../documents/scroll`` through the front: the whole table's pages, byte for byte, page after page to
+    the last (each shard's page merged in the ids' order; documents of one shard alone), with a filter, options, an
+    ``after`` it need not hold; its refusals the whole table's."""
+    one_shards = [ident for ident in lee_docs.ids if shardmap.shard_of_id(ident, SHARDS) == 1][:5]
+    pages = 0
+    for options in (
+        {"limit": 37},
+        {"limit": 7, "filter": {"year": {"gte": 2001}}, "fields": ["year"]},
+        {"limit": 2, "filter": {"id": {"in": one_shards}}},  # a full page of one shard's, the others' empty
+    ):
+        after: Any = None
+        while True:
+            body = options if after is None else {**options, "after": after}
+            got, expected = read_both(servers, "documents/scroll", body)
+            assert got.status_code == expected.status_code == 200 and got.content == expected.content, body
+            pages += 1
+            if (after := got.json()["next"]) is None:
+                break
+    assert pages > 12
+    for body in (
+        {},
+        {"limit": 3, "after": "lee-1", "vector": True, "normalized": True},
+        {"limit": 1, "after": "zzz"},  # past every id: an empty last page
+    ):
+        got, expected = read_both(servers, "documents/scroll", body)
+        assert got.status_code == expected.status_code == 200 and got.content == expected.content, body
+    for body in ({"limit": 0}, {"filter": {"nope": 1}}, {"after": ""}, {"vector": "yes"}, {"k": 3}):
+        got, expected = read_both(servers, "documents/scroll", body)
+        assert got.status_code == expected.status_code == 422 and got.json() == expected.json(), (body, got.text)
 
 
 def test_the_front_answers_a_batch_item_by_item(servers: dict[str, Any], lee_docs: Lee) -> None:

@@ -281,7 +281,8 @@ class Front:
         server without the route) is left out."""
 
         async def limits(number: int, shard: Shard) -> dict[str, Any] | None:
-            servers = Shard([replica.rpartition("/v1/tables/")[0] for replica in shard.replicas], shard.table)
+            urls = [replica.rpartition("/v1/tables/")[0] for replica in shard.replicas]
+            servers = Shard(urls, shard.table, slots=shard.slots)  # a request in the shard's slots, as any other
             try:
                 return await self.request(number, servers, "/v1/limits", None)
             except (ShardFailed, ShardRefused):

@@ -9,9 +9,10 @@ serving the table whole answers them (``service.routers.documents``).
   twice, twice), the ids no shard has in ``missing``, as asked.
 
 - ``POST .../documents/scroll``: every shard asked at once for its page after ``after`` (the request's filter,
-  options and page size), the pages merged in the ids' order (each shard's is in that order) and the first
-  ``limit`` kept; ``next`` is the last one's id when a shard holds more (a page it did not finish, or documents past
-  those kept), as the table's ``next``.
+  options and page size; by default a server's of the lowest ``max_batch`` of the front's and its shards', as
+  its ``GET /v1/limits`` says, the shards' limits asked first), the pages merged in the ids' order (each shard's
+  is in that order) and the first ``limit`` kept; ``next`` is the last one's id when a shard holds more (a page it
+  did not finish, or documents past those kept), as the table's ``next``.
 
 Each shard reads its own write log, so a document written or deleted (through the front or not) is read as the
 table holds it. A shard's refusal (the table's 404 ``unknown_document``, a 422 for an unknown field) is the answer,
@@ -101,6 +102,8 @@ def routes(front: Front, name: str) -> list[APIRoute]:
 
     async def scroll(body: ScrollRequest) -> Response:
         limit = body.page
+        if body.limit is None:  # the default page of a server of the lowest max_batch, as the front's /v1/limits says
+            limit = min([limit, *(int(s.get("max_batch", limit)) for s in await front.shard_limits())])
         sent = orjson.dumps(body.model_dump(mode="json", exclude_unset=True) | {"limit": limit})
         outcomes = await asyncio.gather(
             *(front.request(number, shard, "/documents/scroll", sent) for number, shard in enumerate(shards)),

@@ -586,6 +586,8 @@ def test_a_stopped_shard_fails_or_is_flagged(servers: dict[str, Any], lee_docs: 
             HTTP.post(f"{base}/search", json={"queries": [{"id": owned}], "k": 3}),
             HTTP.get(f"{base}/documents/{owned}"),
             HTTP.post(f"{base}/documents/get", json={"ids": [*others, owned]}),
+            HTTP.post(f"{base}/documents/scroll", json={}),  # its limits asked first, then its page
+            HTTP.post(f"{base}/documents/scroll", json={"limit": 5, "after": "lee-299"}),
         ):
             error = answer.json()["error"]
             assert answer.status_code == 503 and error["code"] == "shard_unavailable" and error["shard"] == 2, error

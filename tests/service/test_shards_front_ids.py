@@ -7,7 +7,8 @@ integer-id table ``"007"``, ``"7"`` and ``7`` are one id, routed to the one shar
 by the document and a delete through the front reach the same document whichever way the id is written (a shard
 served alone would refuse ``"007"`` sent to it by its text's hash, naming 7's owner). An id the table cannot hold
 is refused by the front as the table refuses it. A string-id table keeps ``"007"`` and ``"7"`` apart
-(``tests/service/test_shards_writes_http.py``).
+(``tests/service/test_shards_writes_http.py``). The whole table's server and the shards' take batches of at most
+``MAX_BATCH``, the front its default: its pages of documents are those of a server of the lower ``max_batch``.
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ from tests.service.real_server import HTTP, Server
 from tests.service.test_shards_front import search_both
 from tests.service.test_shards_writes_http import HEADERS, KEY, SHARDS
 
+MAX_BATCH = 64  # the whole table's and the shards' max_batch, below the front's
+
 
 @pytest.fixture(scope="module")
 def servers(tmp_path_factory: pytest.TempPathFactory, lee_docs: Lee) -> Iterator[dict[str, Server]]:
@@ -35,7 +38,9 @@ def servers(tmp_path_factory: pytest.TempPathFactory, lee_docs: Lee) -> Iterator
         done = run_cli("import", source, "--name", "lee", *extra, "--data-dir", root / where)
         assert done.code == 0, done.err
     (root / "front").mkdir()
-    with real_server.whole_and_front(root, SHARDS, {"EMBEDDING_WRITE_KEYS": KEY}, {}) as (whole, _, front):
+    with real_server.whole_and_front(
+        root, SHARDS, {"EMBEDDING_WRITE_KEYS": KEY, "EMBEDDING_MAX_BATCH": str(MAX_BATCH)}, {}
+    ) as (whole, _, front):
         yield {"whole": whole, "front": front}
 
 
@@ -163,3 +168,29 @@ def test_documents_are_read_by_any_text_of_their_ids(servers: dict[str, Server])
     for ident in (padded(number), "7000", "3", "x", "5000"):
         (status, got), (expected_status, expected) = both(servers, "GET", f"documents/{ident}?fields=year")
         assert status == expected_status and got == expected, (ident, got, expected)
+
+
+def test_the_front_scrolls_integer_ids_by_number_as_the_whole_table(servers: dict[str, Server]) -> None:
+    """``POST .../documents/scroll`` through the front after the writes above: the ids merged by number, ``after``
+    read as the table reads it (``"007"`` is 7), a page of the shards' lower ``max_batch`` by default (the front's
+    ``/v1/limits``), a larger one refused as the table refuses it: the whole table's answers, page after page."""
+    pages, after = 0, None
+    while True:
+        (status, got), (_, expected) = both(servers, "POST", "documents/scroll", {"after": after} if pages else {})
+        assert status == 200 and got == expected, (after, got, expected)
+        assert len(got["documents"]) == MAX_BATCH or got["next"] is None, got["next"]
+        pages += 1
+        if (after := got["next"]) is None:
+            break
+    assert pages == 5, pages  # 300 documents, 7000 written, 3 and 5000 deleted, a page of 64
+    for body in (
+        {"after": "007", "limit": 5, "fields": ["year"]},
+        {"after": " +98", "filter": {"year": {"gte": 2001}}},
+    ):
+        (status, got), (_, expected) = both(servers, "POST", "documents/scroll", body)
+        assert status == 200 and got == expected, (body, got, expected)
+    assert [
+        d["id"] for d in both(servers, "POST", "documents/scroll", {"after": "007", "limit": 3})[0][1]["documents"]
+    ] == [8, 9, 10]
+    (status, got), (expected_status, expected) = both(servers, "POST", "documents/scroll", {"limit": MAX_BATCH + 1})
+    assert status == expected_status == 422 and got == expected, (got, expected)

@@ -431,7 +431,11 @@ def test_the_front_summarises_the_word_table_as_one_process(one: Server, front: 
 
 
 def test_the_front_refuses_document_reads_of_a_word_table_as_one_process_does(one: Server, front: Server) -> None:
-    for method, path, body in (("GET", "/documents/king", None), ("POST", "/documents/get", {"ids": ["king"]})):
+    for method, path, body in (
+        ("GET", "/documents/king", None),
+        ("POST", "/documents/get", {"ids": ["king"]}),
+        ("POST", "/documents/scroll", {}),
+    ):
         status, got = ask(front, "words3", method, path, body)
         assert (status, got) == ask(one, "words3", method, path, body), got
         assert status == 422 and "table 'words3' holds words, not documents" in got["error"]["message"], got

@@ -513,3 +513,37 @@ def test_the_stores_work_through_the_front_as_on_the_whole_table(written: dict[s
     assert through_front[:-1] == on_whole[:-1]
     np.testing.assert_allclose(through_front[-1], on_whole[-1], rtol=0, atol=1e-6)  # a float32 unit apart at most
     assert len(through_front[1]) == 3 and len(through_front[3]) == 3 and len(through_front[4]) == 3, through_front
+
+
+def test_the_front_scrolls_as_one_process_with_writes_between_pages(written: dict[str, Any], lee_docs: Lee) -> None:
+    """``POST .../documents/scroll`` through the front, page after page to the last, with documents written,
+    replaced and deleted through it ahead of and behind the cursor between pages (ids with "/" and past ASCII,
+    merged in code-point order): the pages of the one-process server of the same shards and logs."""
+    front, one = written["front"], written["one"]
+    vector = lee_docs.vectors[30].tolist()
+    between = [
+        {
+            "documents": [
+                {"id": i, "text": "between pages", "vector": vector} for i in ("lee-0005/x", "lee-2\u00e9", "zz")
+            ]
+        },
+        {
+            "documents": [
+                {"id": "lee-250", "text": "replaced ahead", "vector": vector},
+                {"id": "lee-\U0001f600", "vector": vector},
+                {"id": "lee-\uff01", "vector": vector},
+            ]
+        },
+    ]
+    pages, after = 0, None
+    while True:
+        body = {"limit": 23, "fields": ["year"]} | ({} if after is None else {"after": after})
+        got, expected = (post(server, "documents/scroll", body, {}) for server in (front, one))
+        assert got.status_code == 200 and got.content == expected.content, (body, got.text)
+        if pages < len(between):
+            assert post(front, "documents", between[pages]).status_code == 200
+            assert post(front, "documents/delete", {"ids": [lee_docs.ids[20 * pages + 40]]}).status_code == 200
+        pages += 1
+        if (after := got.json()["next"]) is None:
+            break
+    assert pages > 10 and got.json()["documents"][-1]["id"] == "zz", got.json()

@@ -11,7 +11,8 @@ limit is cut as sentence-transformers cuts it, and ``truncated`` says so.
 
 A request's tokens are bounded: the server sets :data:`ENCODE_BUDGET` per request (``EMBEDDING_MAX_ENCODE_TOKENS``),
 and every forward pass of the request counts its tokens (the ids without padding, once the texts are tokenised)
-against it before the model runs: past it, :class:`TooManyTokens`. Without it (the builder) nothing is bounded.
+against it before the model runs: past it, :class:`TooManyTokens` (its error's ``limit`` names the setting, so that
+a client may send the texts in smaller requests). Without it (the builder) nothing is bounded.
 
 The session is made once per loaded table, on first use; its intra-op threads are FAISS's (``EMBEDDING_THREADS``
 when set, as ``embedding-serve`` sets it per worker, else OpenMP's count), they sleep between runs instead of
@@ -57,7 +58,8 @@ def spend(tokens: int, table: str) -> None:
         before = f" ({spent:,} of them by this request's texts before)" if spent else ""
         raise TooManyTokens(
             f"tokens for the model of table {table!r} to run: {spent + tokens:,}{before}, more than the server's "
-            f"{SETTING} of {bound:,}; send fewer or shorter texts at a time"
+            f"{SETTING} of {bound:,}; send fewer or shorter texts at a time",
+            limit=SETTING,
         )
     budget[1] = spent + tokens
 

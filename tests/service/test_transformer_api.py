@@ -155,7 +155,8 @@ def test_the_tokens_a_request_has_the_model_run_are_bounded(bounded: TestClient)
         "fewer or shorter texts at a time"
     )
     over = bounded.post("/v1/tables/st/embed", json={"texts": [LONG, "a b"]})
-    assert over.status_code == 422 and over.json() == {"error": {"code": "invalid_request", "message": message}}
+    refusal = {"code": "invalid_request", "message": message, "limit": "max_encode_tokens"}  # the setting reached
+    assert over.status_code == 422 and over.json() == {"error": refusal}
     openai_shape = {"message": message, "type": "invalid_request_error", "param": "input", "code": "invalid_request"}
     embeddings = bounded.post("/v1/embeddings", json={"model": "st", "input": [LONG, "a b"]})
     assert (embeddings.status_code, embeddings.json()) == (422, {"error": openai_shape})

@@ -300,7 +300,9 @@ class Client:
         (``WRITE_DOCUMENTS`` documents, fewer if its ``max_batch`` is, and about half its ``max_body_bytes`` of
         JSON; :func:`write_bodies`' sizes from a server that does not say them). Each is answered as one write: a
         request refused leaves the runs before it written, and its error's ``documents[i]`` counts among
-        ``documents``; an id that comes twice is a ValueError before any request."""
+        ``documents``, but one refused for its texts' tokens (``max_encode_tokens``), which wrote none of them, is
+        sent again in halves, each halved again while refused; an id that comes twice is a ValueError before any
+        request."""
         return self._run(calls.upsert_many(table, documents, self._known))
 
     def delete_many(self, table: str, ids: Sequence[str | int]) -> list[dict[str, Any]]:

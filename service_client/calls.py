@@ -39,12 +39,13 @@ from service_client.shapes import (
     counted_from,
     segment,
     spans,
-    write_runs,
+    write_body,
 )
 
 Method = Literal["3cosadd", "3cosmul"]
 MapMethod = Literal["pca", "tsne"]
 RETRY_SECONDS = 10.0  # the longest wait a Retry-After makes before a retry
+ENCODE_LIMIT = "max_encode_tokens"  # the ``limit`` of the refusal of a request's texts for their tokens
 T = TypeVar("T")
 
 
@@ -61,6 +62,7 @@ class Request:
     raw: bool = False
     first: int = 0  # a write's: the index of its first document among the whole write's, which its error counts
     missing: Any = None  # not None: the answer of a server without the route (404), in place of its error
+    halves: bool = False  # a write of several documents: its refusal for their tokens is its answer (it is resent)
 
     def arguments(self) -> dict[str, Any]:
         """httpx's arguments for the request."""
@@ -75,11 +77,20 @@ class Request:
         if response.status_code == 404 and self.missing is not None:
             return self.missing
         if not response.is_success:
-            raise counted_from(_error(response), self.first)
+            error = _error(response)
+            if self.halves and _over_tokens(error):
+                return error
+            raise counted_from(error, self.first)
         return response if self.raw else _decoded(response)
 
 
 Call = Generator[Request, Any, T]
+
+
+def _over_tokens(error: ApiError) -> bool:
+    """Whether ``error`` is a server's refusal of a request's texts for the tokens they have its model run (the whole
+    request refused before the model runs: nothing of it is written)."""
+    return error.status == 422 and error.code == "invalid_request" and error.details.get("limit") == ENCODE_LIMIT
 
 
 @dataclass
@@ -341,11 +352,25 @@ def upsert_many(table: str, documents: Sequence[dict[str, Any]], known: Known) -
     if not documents:
         return answers
     found = yield from limits(known)
-    for first, body in write_runs(
-        [_document(d) for d in documents], batch_size(found, WRITE_DOCUMENTS), body_budget(found)
-    ):
-        answers.append((yield Request("POST", table_path(table, "documents"), content=body, first=first)))
+    encoded = [_encoded(_document(d)) for d in documents]
+    for start, end in spans([len(e) + 1 for e in encoded], batch_size(found, WRITE_DOCUMENTS), body_budget(found)):
+        yield from _write_run(table, encoded, start, end, answers)
     return answers
+
+
+def _write_run(table: str, encoded: list[bytes], start: int, end: int, answers: list[dict[str, Any]]) -> Call[None]:
+    """Documents ``start`` to ``end`` (encoded) written in one request, its answer added to ``answers``; refused for
+    the tokens their texts have the table's encoder run (``max_encode_tokens``), which writes none of them, each
+    half written so in turn, the documents' order kept. (Through a sharded table's front, the other shards may have
+    written their parts of the refused request: they are written again, as an upsert repeated is harmless.)"""
+    body = write_body(encoded[start:end])
+    answer = yield Request("POST", table_path(table, "documents"), content=body, first=start, halves=end - start > 1)
+    if not isinstance(answer, ApiError):
+        answers.append(answer)
+        return
+    middle = (start + end) // 2
+    yield from _write_run(table, encoded, start, middle, answers)
+    yield from _write_run(table, encoded, middle, end, answers)
 
 
 def _check_once(documents: Sequence[dict[str, Any]]) -> None:

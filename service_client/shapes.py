@@ -206,10 +206,13 @@ def write_runs(
     """:func:`write_bodies` of at most ``most`` documents and about ``budget`` bytes each, each with the index of its
     first document among ``documents``."""
     encoded = [_encoded(document) for document in documents]
-    return [
-        (start, b'{"documents":[' + b",".join(encoded[start:end]) + b"]}")
-        for start, end in spans([len(e) + 1 for e in encoded], most, budget)
-    ]
+    runs = spans([len(e) + 1 for e in encoded], most, budget)
+    return [(start, write_body(encoded[start:end])) for start, end in runs]
+
+
+def write_body(encoded: Sequence[bytes]) -> bytes:
+    """The body of ``POST .../documents`` of the documents ``encoded`` (:func:`_encoded`)."""
+    return b'{"documents":[' + b",".join(encoded) + b"]}"
 
 
 def spans(sizes: Sequence[int], most: int, budget: int) -> list[tuple[int, int]]:

@@ -5,6 +5,7 @@ The vectors are checked against the encoder called directly and against sentence
 
 from __future__ import annotations
 
+import asyncio
 import json
 import shlex
 import shutil
@@ -13,6 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import numpy as np
 import pytest
 from fastapi.testclient import TestClient
@@ -20,6 +22,8 @@ from fastapi.testclient import TestClient
 from index.engine.encode import encoder_for
 from index.engine.table import Table
 from service.registry import Registry
+from service_client import AsyncClient, Client
+from service_client.langchain import EmbeddingSearchStore
 from tests.cli import run_cli
 from tests.conftest import link_table
 from tests.early import Early
@@ -35,6 +39,7 @@ openai = pytest.importorskip("openai")
 TEXTS = ["The heart pumps blood through the body.", "she deposited money at the bank", "word " * 300]
 LONG = "word " * 300  # cut at the model's 256 tokens
 BOUND = 259  # the tokens a request of the ``bounded`` server may have the model run: LONG and "a" ([CLS] a [SEP])
+SERVED_BOUND = 1_024  # the real server's: the recorded texts (833 tokens) at once, 4 or 5 Lee stories
 WRITER = {"X-API-Key": "transformer-writer-key-0123456789"}
 
 
@@ -71,14 +76,19 @@ def client(data_dir: Path) -> Iterator[TestClient]:
         yield test_client
 
 
-@pytest.fixture(scope="module")
-def bounded(data_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestClient]:
-    """A server whose requests may have the model run ``BOUND`` tokens, over linked copies of the tables (its
-    writes go to a log of its own)."""
-    copy = tmp_path_factory.mktemp("bounded")
+def linked_copy(data_dir: Path, copy: Path) -> Path:
+    """``copy`` holding linked copies of the tables (its writes go to a log of its own)."""
+    copy.mkdir(exist_ok=True)
     for name in ("st", "lee"):
         if not link_table(data_dir / name, copy):  # another file system
             shutil.copytree(data_dir / name, copy / name)
+    return copy
+
+
+@pytest.fixture(scope="module")
+def bounded(data_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestClient]:
+    """A server whose requests may have the model run ``BOUND`` tokens, over linked copies of the tables."""
+    copy = linked_copy(data_dir, tmp_path_factory.mktemp("bounded"))
     settings = {"max_encode_tokens": BOUND, "write_keys": [WRITER["X-API-Key"]], "verify_checksums": False}
     with client_for(data_dir=copy, **settings) as test_client:
         yield test_client
@@ -86,8 +96,10 @@ def bounded(data_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterato
 
 @pytest.fixture(scope="module")
 def server(data_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[real_server.Server]:
-    log = tmp_path_factory.mktemp("transformer-serve") / "server.log"
-    with real_server.running(data_dir, log) as server:
+    """``embedding-serve`` over linked copies of the tables, taking writes, its requests' tokens ``SERVED_BOUND``."""
+    root = tmp_path_factory.mktemp("transformer-serve")
+    env = {"EMBEDDING_MAX_ENCODE_TOKENS": str(SERVED_BOUND), "EMBEDDING_WRITE_KEYS": WRITER["X-API-Key"]}
+    with real_server.running(linked_copy(data_dir, root / "data"), root / "server.log", env=env) as server:
         yield server
 
 
@@ -172,6 +184,49 @@ def test_the_tokens_a_request_has_the_model_run_are_bounded(bounded: TestClient)
     counted = message.replace("260,", "260 (256 of them by this request's texts before),")  # LONG ran, "a b" not
     assert search.json()["error"]["message"] == counted
     assert bounded.post("/v1/tables/lee/search", json={"text": "a b", "k": 3}).status_code == 200
+
+
+def halves(lengths: list[int], start: int, end: int) -> list[int]:
+    """The documents of each write request of texts ``start`` to ``end`` of ``lengths`` tokens, in order: all of
+    them if their tokens fit ``SERVED_BOUND`` (or one alone), else each half's."""
+    if end - start == 1 or sum(lengths[start:end]) <= SERVED_BOUND:
+        return [end - start]
+    middle = (start + end) // 2
+    return halves(lengths, start, middle) + halves(lengths, middle, end)
+
+
+def test_writes_of_more_tokens_than_a_request_may_run_are_sent_in_halves(server: real_server.Server, st: Table) -> None:
+    """A write refused for the tokens its texts have the model run (the refusal's ``limit`` names the setting;
+    nothing of it is written) is sent again by the clients in halves, until each fits: ``upsert_many`` of both
+    clients and LangChain's ``add_texts`` of Lee stories of several times the bound write every document, each as
+    a write of it alone, in requests answered in order."""
+    texts = lee_stories().texts[:24]
+    lengths = [len(ids) for ids in encoder_for(st).tokenise(texts).ids]
+    assert sum(lengths) > 4 * SERVED_BOUND
+    key = WRITER["X-API-Key"]
+    client = Client(server.base, api_key=key, timeout=120)
+    written = [{"id": f"many-{i}", "text": text} for i, text in enumerate(texts)]
+    refused = httpx.post(f"{server.base}/v1/tables/lee/documents", json={"documents": written}, headers=WRITER)
+    assert refused.status_code == 422 and refused.json()["error"]["limit"] == "max_encode_tokens", refused.text
+    answers = client.upsert_many("lee", written)
+    assert [a["sequence"] for a in answers] == sorted({a["sequence"] for a in answers})
+    assert [a["upserted"] for a in answers] == halves(lengths, 0, len(texts)) and len(answers) > 4
+    EmbeddingSearchStore(client, "lee").add_texts(texts, ids=[f"chain-{i}" for i in range(len(texts))])
+
+    async def write_async() -> list[dict[str, Any]]:
+        async with AsyncClient(server.base, api_key=key, timeout=120) as async_client:
+            return await async_client.upsert_many("lee", [{**d, "id": f"async-{d['id']}"} for d in written])
+
+    assert sum(a["upserted"] for a in asyncio.run(write_async())) == len(texts)
+    for i, text in enumerate(texts):
+        client.upsert_documents("lee", [{"id": f"alone-{i}", "text": text}])
+    for i, text in enumerate(texts):
+        ids = [f"alone-{i}", f"many-{i}", f"chain-{i}", f"async-many-{i}"]
+        got = client.documents("lee", ids, vector=True)["documents"]
+        assert [d["id"] for d in got] == ids and {d["text"] for d in got} == {text}
+        np.testing.assert_allclose([d["vector"] for d in got[1:]], [got[0]["vector"]] * 3, atol=1e-6)
+        found = client.search_documents("lee", k=5, vector=got[0]["vector"])  # with the imported story itself
+        assert set(ids) < {hit.id for hit in found.hits}, i
 
 
 def test_documents_are_served_only_beside_the_same_model(tmp_path: Path, data_dir: Path) -> None:

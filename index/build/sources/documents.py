@@ -290,7 +290,7 @@ def _checked_jsonl(path: Path, data: bytes) -> Rows:
     kept: list[bytes] = []
     numbers: list[int] = []
     first: dict[str, tuple[str, int]] = {}  # field -> the kind of its first value, and that line
-    lines = data.split(b"\n")
+    lines = data.split(b"\n")[: _line_count(data)]  # not the empty piece after a last newline
     with Progress(f"checking {path.name} line by line", len(lines)) as progress:
         for number, line in enumerate(lines, 1):
             progress.advance(1)

@@ -37,7 +37,7 @@ from index.errors import InvalidQuery, UnknownToken
 from index.store import artifact
 from index.store.payload import ID_LOOKUP, PAYLOAD, Payload, UnknownDocument, search_sorted, sort_ids, string_offsets
 from tests import REPO
-from tests.cli import run_cli
+from tests.cli import progress_lines, run_cli
 from tests.examples import example, printed
 from tests.index.build.test_sources import import_fails
 from tests.lee import TYPES, Lee, jsonl_records, write_jsonl, write_parquet
@@ -701,6 +701,17 @@ def test_bad_csv_and_parquet_name_the_line_or_row(tmp_path: Path, lee: Lee) -> N
         f"embedding-index: error: {path}: row 18: vector 'vector' has NaN, Inf or null values, or values beyond "
         "float32 (use --drop-invalid to skip such rows)"
     )
+
+
+def test_lines_checked_one_by_one_are_counted_as_the_file_has_them(tmp_path: Path) -> None:
+    """A file pyarrow refuses is checked line by line, its progress counting the file's lines (the empty piece
+    after the last newline is none), as the reading of a good file counts its rows."""
+    path = tmp_path / "three.jsonl"
+    path.write_bytes(b'{"id": "a", "vector": [1, 0]}\n{oops\n{"id": "b", "vector": [0, 1]}\n')
+    with progress_lines() as stream:
+        rows = documents_source.read_jsonl(path)
+    assert rows.problems == [(2, "bad JSON: Expecting property name enclosed in double quotes (column 2)")]
+    assert "embedding-index: checking three.jsonl line by line: done (3 of 3 rows) in " in stream.getvalue()
 
 
 def test_drop_invalid_skips_and_reports(tmp_path: Path, lee: Lee) -> None:

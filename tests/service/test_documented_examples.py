@@ -1,5 +1,6 @@
 """The ``$ curl`` examples of README.md and docs/api.md, run as written against a real ``embedding-serve`` over the
-default table and all-MiniLM-L6-v2's token table (``minilm``), their shown output compared with the real one.
+default table and all-MiniLM-L6-v2's token table (``minilm``), their shown output compared with the real one; and
+those of docs/documents.md on its Lee table (``lee``), made by its script and imported as it shows.
 
 Each example is the command after ``$`` in a ``console`` block and the lines up to the next ``$``. The command runs
 in bash with the docs' address replaced by the server's; an example naming any other table (the documents tables,
@@ -15,6 +16,7 @@ import re
 import shutil
 import subprocess
 from collections.abc import Iterator
+from contextlib import chdir
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,7 +26,7 @@ import pytest
 from index.build.sources import glove_package
 from tests.cli import run_cli
 from tests.conftest import REPO, link_table
-from tests.examples import console_blocks
+from tests.examples import console_blocks, example
 from tests.minilm import minilm_dir
 from tests.service import real_server
 
@@ -54,6 +56,11 @@ UNCHECKED = {
         "(tests/service/test_projection_methods.py)"
     ),
     "/v1/models": "shown for a server of the default table and the documents table licences",
+}
+LEE_UNCHECKED = {  # docs/documents.md's writes run on another Lee table: tests/lee.py's fields, --encoder small
+    "s3cret-write-key": "a write",
+    "budget for hospitals": "a search for a written document",
+    "{rows, writes}": "the table's writes",
 }
 
 
@@ -85,29 +92,30 @@ def examples(first: int, block: list[str]) -> list[Example]:
     return found
 
 
-def checked(example: Example) -> bool:
+def checked(example: Example, served: set[str] = SERVED, unchecked: dict[str, str] = UNCHECKED) -> bool:
     tables = {name for match in TABLE.findall(example.command) for name in match if name}
     return (
         example.command.startswith("curl")
-        and tables <= SERVED
-        and not any(marker in example.command for marker in UNCHECKED)
+        and tables <= served
+        and not any(marker in example.command for marker in unchecked)
         and '"building":' not in example.shown  # recorded while the index was built in the background
     )
 
 
-def runs(path: Path) -> list[Any]:
+def runs(path: Path, served: set[str] = SERVED, unchecked: dict[str, str] = UNCHECKED) -> list[Any]:
     """One test per block with a checked example: its checked examples, after the shell functions it defines."""
     params = []
     for first, block in console_blocks(path):
         found = examples(first, block)
-        if any(checked(example) for example in found):
-            kept = [e for e in found if checked(e) or FUNCTION.match(e.command)]
+        if any(checked(example, served, unchecked) for example in found):
+            kept = [e for e in found if checked(e, served, unchecked) or FUNCTION.match(e.command)]
             params.append(pytest.param(path, kept, id=f"{path.name}:{first}"))
     return params
 
 
 README = runs(REPO / "README.md")
 API = runs(REPO / "docs" / "api.md")
+DOCUMENTS = runs(REPO / "docs" / "documents.md", {"lee"}, LEE_UNCHECKED)
 
 
 def test_the_examples_are_found() -> None:
@@ -115,6 +123,7 @@ def test_the_examples_are_found() -> None:
     ``$ curl`` line of a page is the start of an example it read."""
     counts = [sum(checked(e) for param in params for e in param.values[1]) for params in (README, API)]
     assert counts[0] >= 20 and counts[1] >= 25, counts
+    assert sum(len(param.values[1]) for param in DOCUMENTS) >= 25
     for path in (REPO / "README.md", REPO / "docs" / "api.md"):
         lines = re.findall(r"^\s*\$ curl", path.read_text(encoding="utf-8"), re.M)
         read = [e for first, block in console_blocks(path) for e in examples(first, block) if e.command[:4] == "curl"]
@@ -179,9 +188,40 @@ def server(glove_data_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> It
         yield running.base
 
 
-@pytest.mark.skipif(shutil.which("curl") is None or shutil.which("jq") is None, reason="the examples use curl and jq")
+@pytest.fixture(scope="module")
+def lee_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """docs/documents.md's Lee table: the JSON Lines its script writes, imported as it shows."""
+    folder = tmp_path_factory.mktemp("documented-lee")
+    with chdir(folder):
+        exec(compile(example("docs/documents.md", "lee-jsonl"), "docs/documents.md:lee-jsonl", "exec"), {})
+    data = folder / "data"
+    imported = run_cli("import", folder / "lee.jsonl", "--format", "documents", "--name", "lee", "--data-dir", data)
+    assert imported.code == 0, imported.err
+    with real_server.running(data, folder / "serve.log") as running:
+        yield running.base
+
+
+CURL_AND_JQ = pytest.mark.skipif(
+    shutil.which("curl") is None or shutil.which("jq") is None, reason="the examples use curl and jq"
+)
+
+
+@CURL_AND_JQ
 @pytest.mark.parametrize(("path", "kept"), README + API)
 def test_the_shown_output_is_the_real_one(server: str, path: Path, kept: list[Example], tmp_path: Path) -> None:
+    assert_shown_output(server, path, kept, tmp_path)
+
+
+@CURL_AND_JQ
+@pytest.mark.parametrize(("path", "kept"), DOCUMENTS)
+def test_the_documents_tables_shown_output_is_the_real_one(
+    lee_server: str, path: Path, kept: list[Example], tmp_path: Path
+) -> None:
+    assert_shown_output(lee_server, path, kept, tmp_path)
+
+
+def assert_shown_output(server: str, path: Path, kept: list[Example], tmp_path: Path) -> None:
+    """Run ``kept`` against ``server`` in one shell and compare what each printed with what ``path`` shows."""
     (tmp_path / "big.json").write_bytes(b" " * (BODY_LIMIT + 1))  # docs/api.md's body over the limit
     script = "".join(f"echo '<<<{n}>>>'\n{DOCS_BASE.sub(server, e.command)}\n" for n, e in enumerate(kept))
     env = {"PATH": "/usr/bin:/bin", "EMBEDDING_API_KEY": ADMIN_KEY}
@@ -191,6 +231,6 @@ def test_the_shown_output_is_the_real_one(server: str, path: Path, kept: list[Ex
     failures = [
         f"{path.name}:{e.line} {e.command.splitlines()[0]}\n  " + "\n  ".join(found)
         for e, out in zip(kept, outputs, strict=True)
-        if checked(e) and (found := differences(e.shown, out.rstrip("\n")))
+        if e.command.startswith("curl") and (found := differences(e.shown, out.rstrip("\n")))
     ]
     assert not failures, "\n".join(failures)

@@ -17,7 +17,6 @@ import re
 import shutil
 import subprocess
 from collections.abc import Iterator
-from contextlib import chdir
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -196,8 +195,10 @@ def server(glove_data_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> It
 def lee_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """docs/documents.md's Lee table: the JSON Lines its script writes, imported as it shows."""
     folder = tmp_path_factory.mktemp("documented-lee")
-    with chdir(folder):
-        exec(compile(example("docs/documents.md", "lee-jsonl"), "docs/documents.md:lee-jsonl", "exec"), {})
+    script = example("docs/documents.md", "lee-jsonl")
+    assert '"lee.jsonl"' in script  # written there rather than in the working directory, which other work shares
+    script = script.replace('"lee.jsonl"', repr(str(folder / "lee.jsonl")))
+    exec(compile(script, "docs/documents.md:lee-jsonl", "exec"), {})
     data = folder / "data"
     imported = run_cli("import", folder / "lee.jsonl", "--format", "documents", "--name", "lee", "--data-dir", data)
     assert imported.code == 0, imported.err

@@ -1,7 +1,7 @@
 """The ``$ curl`` examples of README.md, docs/api.md, docs/models.md and docs/encoders.md, run as written against a
 real ``embedding-serve`` over the default table and all-MiniLM-L6-v2's token table (``minilm``), their shown output
-compared with the real one; and those of docs/documents.md on its Lee table (``lee``), made by its script and
-imported as it shows.
+compared with the real one; and those of docs/documents.md and README.md on docs/documents.md's Lee table (``lee``),
+made by its script and imported as it shows.
 
 Each example is the command after ``$`` in a ``console`` block and the lines up to the next ``$``. The command runs
 in bash with the docs' address replaced by the server's; an example naming any other table (the other documents
@@ -93,23 +93,29 @@ def examples(first: int, block: list[str]) -> list[Example]:
     return found
 
 
-def checked(example: Example, served: set[str] = SERVED, unchecked: dict[str, str] = UNCHECKED) -> bool:
+def checked(
+    example: Example, served: set[str] = SERVED, unchecked: dict[str, str] = UNCHECKED, tableless: bool = True
+) -> bool:
+    """Whether ``example`` is run: a ``curl`` naming ``served`` tables only (or none, if ``tableless``)."""
     tables = {name for match in TABLE.findall(example.command) for name in match if name}
     return (
         example.command.startswith("curl")
         and tables <= served
+        and (tableless or bool(tables))
         and not any(marker in example.command for marker in unchecked)
         and '"building":' not in example.shown  # recorded while the index was built in the background
     )
 
 
-def runs(path: Path, served: set[str] = SERVED, unchecked: dict[str, str] = UNCHECKED) -> list[Any]:
+def runs(
+    path: Path, served: set[str] = SERVED, unchecked: dict[str, str] = UNCHECKED, tableless: bool = True
+) -> list[Any]:
     """One test per block with a checked example: its checked examples, after the shell functions it defines."""
     params = []
     for first, block in console_blocks(path):
         found = examples(first, block)
-        if any(checked(example, served, unchecked) for example in found):
-            kept = [e for e in found if checked(e, served, unchecked) or FUNCTION.match(e.command)]
+        if any(checked(example, served, unchecked, tableless) for example in found):
+            kept = [e for e in found if checked(e, served, unchecked, tableless) or FUNCTION.match(e.command)]
             params.append(pytest.param(path, kept, id=f"{path.name}:{first}"))
     return params
 
@@ -117,7 +123,9 @@ def runs(path: Path, served: set[str] = SERVED, unchecked: dict[str, str] = UNCH
 README = runs(REPO / "README.md")
 API = runs(REPO / "docs" / "api.md")
 MODELS = runs(REPO / "docs" / "models.md") + runs(REPO / "docs" / "encoders.md")
-DOCUMENTS = runs(REPO / "docs" / "documents.md", {"lee"}, LEE_UNCHECKED)
+DOCUMENTS = [  # the examples that name the Lee table
+    param for doc in ("docs/documents.md", "README.md") for param in runs(REPO / doc, {"lee"}, LEE_UNCHECKED, False)
+]
 
 
 def test_the_examples_are_found() -> None:

@@ -196,18 +196,10 @@ def write_bodies(documents: Sequence[dict[str, Any]]) -> list[bytes]:
     """The bodies of ``POST .../documents`` for ``documents`` (ready to send: :func:`_document`), each document
     encoded once: runs of at most ``WRITE_DOCUMENTS`` and about ``WRITE_BYTES`` of JSON, so that each request stays
     under the server's default body limit whatever the vectors' size; a document larger than that goes alone (and
-    the server says if it is too large). The clients size theirs by the server's limits (:func:`write_runs`)."""
-    return [body for _, body in write_runs(documents)]
-
-
-def write_runs(
-    documents: Sequence[dict[str, Any]], most: int = WRITE_DOCUMENTS, budget: int = WRITE_BYTES
-) -> list[tuple[int, bytes]]:
-    """:func:`write_bodies` of at most ``most`` documents and about ``budget`` bytes each, each with the index of its
-    first document among ``documents``."""
+    the server says if it is too large). The clients size theirs by the server's limits (``GET /v1/limits``)."""
     encoded = [_encoded(document) for document in documents]
-    runs = spans([len(e) + 1 for e in encoded], most, budget)
-    return [(start, write_body(encoded[start:end])) for start, end in runs]
+    runs = spans([len(e) + 1 for e in encoded], WRITE_DOCUMENTS, WRITE_BYTES)
+    return [write_body(encoded[start:end]) for start, end in runs]
 
 
 def write_body(encoded: Sequence[bytes]) -> bytes:

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
-from index.engine.door import Delta, ShardedTable, Table, WholeDelta, shard_place
+from index.engine.door import Delta, ShardedTable, Table, WholeDelta, merged_writes, shard_place
 from index.store import artifact, writelog
 from service.errors import ApiError
 
@@ -232,9 +232,7 @@ class Sharded:
             return [Written(shard, self.shards[shard].delta.seq, answer) for shard, (_, answer) in made.items()]
 
     def summary(self) -> dict[str, Any]:
-        parts = [summary(state) for state in self.shards]
-        totals = {key: sum(part[key] for part in parts) for key in ("written", "deleted", "log_bytes")}
-        return {**totals, "shards": parts}
+        return merged_writes([summary(state) for state in self.shards])
 
 
 @dataclass(frozen=True)

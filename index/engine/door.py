@@ -88,6 +88,8 @@ from index.engine.shards import (
     local_rows,
     merge,
     merged_suggestions,
+    merged_summary,
+    merged_writes,
     suggestion_part,
     whole_rows,
 )
@@ -188,6 +190,8 @@ __all__ = [
     "manifest_is_sharded",
     "merge",
     "merged_suggestions",
+    "merged_summary",
+    "merged_writes",
     "no_direction",
     "owner",
     "pair_cosines",

@@ -174,6 +174,57 @@ def merged_suggestions(text: str, parts: Sequence[dict[str, Any]], limit: int = 
     return best_suggestions(text, candidates, limit)
 
 
+WRITE_TOTALS = ("written", "deleted", "log_bytes")  # what a sharded table's ``writes`` sums over its shards
+
+
+def merged_writes(parts: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """A sharded table's ``writes`` from its shards' (in shard order): :data:`WRITE_TOTALS` summed, and each
+    shard's own under ``shards``."""
+    return {**{key: sum(part[key] for part in parts) for key in WRITE_TOTALS}, "shards": list(parts)}
+
+
+def merged_summary(name: str, parts: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """The summary of the sharded table ``name`` from its shards' summaries ``parts`` (in shard order), as
+    ``Table.summary`` gives each in one process or a shard's server answers it (``GET /v1/tables/<shard>``):
+
+    - ``rows`` summed; ``shards`` their count and rows; ``documents.fields`` each field's ``non_null`` summed (each
+      document is on one shard); ``index``, ``dim``, ``kind``, ``source`` and the rest of ``documents`` the first
+      shard's (every shard's, from one import);
+    - ``recall_at_10`` the lowest of the shards' (each measured on its own rows when it was built; None if one has
+      none), ``built_at`` the latest;
+    - ``metadata_columns`` empty; no ``model``, ``transformer`` or ``index_deferred``;
+    - what a server adds, when the parts carry it: ``approximate`` if any shard's index is, ``has_tokenizer``
+      false (a sharded table tokenizes nothing), ``writes`` by :func:`merged_writes`."""
+    first = parts[0]
+    recalls = [part.get("recall_at_10") for part in parts]
+    built = [part["built_at"] for part in parts if part.get("built_at")]
+    out: dict[str, Any] = {
+        "name": name,
+        "rows": sum(part["rows"] for part in parts),
+        "dim": first["dim"],
+        "kind": first["kind"],
+        "index": first["index"],
+        "recall_at_10": None if None in recalls else min(r for r in recalls if r is not None),
+        "source": first["source"],
+        "metadata_columns": [],
+        "built_at": max(built, default=None),
+    }
+    if "documents" in first:
+        fields = {
+            field: {**info, "non_null": sum(part["documents"]["fields"][field]["non_null"] for part in parts)}
+            for field, info in first["documents"]["fields"].items()
+        }
+        out["documents"] = {**first["documents"], "fields": fields}
+    out["shards"] = {"count": len(parts), "rows": [part["rows"] for part in parts]}
+    if "approximate" in first:
+        out["approximate"] = any(part["approximate"] for part in parts)
+    if "has_tokenizer" in first:
+        out["has_tokenizer"] = False
+    if all("writes" in part for part in parts):
+        out["writes"] = merged_writes([part["writes"] for part in parts])
+    return out
+
+
 def is_sharded(directory: Path) -> bool:
     """Whether the table in ``directory`` is a sharded table (its manifest says so)."""
     return shardmap.is_sharded(artifact.read_manifest(directory))
@@ -339,17 +390,9 @@ class ShardedTable(Table):
         return any(shard.approximate for shard in self.shards)  # its searches are its shards'
 
     def summary(self) -> dict[str, Any]:
-        """The table's summary: ``index`` its first shard's spec, ``recall_at_10`` the lowest of its shards' (each
-        measured on its own rows when it was built; the merged list's is not measured), ``built_at`` the latest of
-        its shards' (what the front, which sees only the shards, says too), ``shards`` their rows."""
-        out = super().summary()
-        built = [shard.manifest["built_at"] for shard in self.shards if shard.manifest.get("built_at")]
-        out["built_at"] = max(built, default=out["built_at"])
-        out["index"] = self.manifest["shards"]["index"][0]
-        recalls = [shard.manifest.get("index", {}).get("recall_at_10") for shard in self.shards]
-        out["recall_at_10"] = None if None in recalls else min(recalls)
-        out["shards"] = {"count": self.map.count, "rows": self.manifest["shards"]["rows"]}
-        return out
+        """The table's summary, from its shards' (:func:`merged_summary`: what a front, which sees only the shards'
+        summaries, says too)."""
+        return merged_summary(self.name, [shard.summary() for shard in self.shards])
 
     def limit(self, options: SearchOptions) -> int:
         if options.restrict is not None:

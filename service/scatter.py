@@ -31,7 +31,8 @@ which the merge leaves out (the whole table leaves a query's documents out).
 
 Every shard request carries the client's ``X-API-Key`` (:data:`CLIENT_KEY`, kept by the :class:`ClientKey`
 middleware), and the request's ``X-Request-ID`` when it has one (``service.http.request_id``); a shard that
-refuses the key (401, 403) has not answered: the front took the key, its shards must too.
+refuses the key (401, 403) has not answered: the front took the key, its shards must too; nor has one whose server
+has no table of the name its URL gives (404 ``unknown_table``: a URL the deployment got wrong, not the request).
 A shard that does not answer (refused, failed, or past its deadline) fails the search (503 ``shard_unavailable``,
 504 ``shard_timeout``), unless ``EMBEDDING_PARTIAL=true``: then the answer merges the shards that answered and
 says which did not (``partial``). A shard's own 4xx (a bad filter, a text with no known word, an unknown
@@ -88,7 +89,7 @@ from index.engine.door import (
     unit_queries,
     unknown_documents,
 )
-from index.errors import EmbeddingError, InvalidQuery
+from index.errors import EmbeddingError, InvalidQuery, UnknownTable
 from service.errors import ApiError, item_error
 from service.logs import REQUEST_ID
 from service.respond import FastJSON
@@ -179,6 +180,11 @@ class ShardRefused(Exception):
             return None
         return error if isinstance(error, dict) else None
 
+    def names_no_table(self) -> bool:
+        """Whether the shard's server has no table of the name its URL gives (404 ``unknown_table``): the
+        deployment's fault, not the request's, so the replica failed (as one refusing the front's key)."""
+        return self.status == 404 and (self.error() or {}).get("code") == UnknownTable.code
+
     def response(self) -> Response:
         """The shard's refusal as the front's answer (its messages already name the sharded table: :func:`named`)."""
         return Response(self.body, self.status, media_type="application/json")
@@ -224,7 +230,7 @@ def unknown_id(outcome: BaseException) -> bool:
 
 
 def unanswered(shard: int, refused: ShardRefused) -> ShardFailed:
-    """A shard's refusal of its own summary (``GET <replica>``) as its failure: its URL names no table, the
+    """A shard's refusal of its own summary (``GET <replica>``) as its failure: its URL is no table's, the
     deployment's fault, not the request's."""
     return ShardFailed(shard, f"status {refused.status}: {refusal_text(refused)}", False)
 
@@ -356,6 +362,10 @@ class Front:
                 )
                 continue
             if 400 <= answer.status_code < 500:
+                refused = ShardRefused(answer.status_code, answer.content)
+                if refused.names_no_table():
+                    reasons.append(f"{replica}: its server has no such table ({refusal_text(refused)})")
+                    continue
                 raise ShardRefused(answer.status_code, named(shard.table, answer.content))
             if answer.status_code != 200:
                 reasons.append(f"{replica}: status {answer.status_code}")

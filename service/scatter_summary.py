@@ -28,7 +28,7 @@ from service.scatter import Front, ShardFailed, ShardRefused, failed, unanswered
 
 async def shard_summaries(front: Front, name: str) -> list[dict[str, Any]]:
     """Every shard's summary of its part of the sharded table ``name``, asked at once; a shard that does not
-    answer, or refuses (its URL names no table: the deployment's fault), raises the front's 503 or 504."""
+    answer, or refuses it (its URL is no table's: the deployment's fault), raises the front's 503 or 504."""
     shards = front.tables[name]
     outcomes = await asyncio.gather(
         *(front.request(i, shard, "", None) for i, shard in enumerate(shards)), return_exceptions=True

@@ -16,8 +16,8 @@ The client's ``X-API-Key`` goes along: the shard's server checks it.
   the counts summed, ``sequence`` the highest of theirs, ``shards`` what each did. A shard's own refusal (4xx)
   is the answer, with its status; when other shards of the same write answered, the envelope says in
   ``shards`` what each did (a write through the front is not atomic across shards). A writer that cannot be
-  reached or fails: 503 ``shard_unavailable``; no answer in time: 504 ``shard_timeout`` (the write may have been
-  applied: repeating an upsert or a delete is harmless).
+  reached, fails, or whose server has no table of the name its URL gives: 503 ``shard_unavailable``; no answer
+  in time: 504 ``shard_timeout`` (the write may have been applied: repeating an upsert or a delete is harmless).
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from starlette.responses import Response
 from index.engine.door import STRING, by_owner, routed
 from service.errors import ApiError
 from service.respond import FastJSON
-from service.scatter import Front, id_type, named, segment, shard_headers
+from service.scatter import Front, ShardRefused, id_type, named, segment, shard_headers
 from service.schemas.common import MAX_TOKEN_CHARS
 from service.schemas.writes import DeleteRequest, UpsertRequest, WriteResponse
 from service.writes import upsert_keys
@@ -70,6 +70,9 @@ async def _send(front: Front, table: str, shard: int, method: str, path: str, bo
     except httpx.TransportError as exc:
         message = f"the writer of shard {shard} of table {table!r} ({writer}) cannot be reached: {type(exc).__name__}"
         raise ApiError("shard_unavailable", message, table=table, shard=shard) from None
+    if ShardRefused(answer.status_code, answer.content).names_no_table():
+        message = f"the writer of shard {shard} of table {table!r} ({writer}): its server has no such table"
+        raise ApiError("shard_unavailable", message, table=table, shard=shard)
     if 400 <= answer.status_code < 500:
         try:
             refusal = orjson.loads(named(table, answer.content))  # the sharded table's name, not the shard's

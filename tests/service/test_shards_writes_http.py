@@ -12,7 +12,8 @@ shards first: ``index.engine.dfs``). A write
 to the one-process server is seen by a search through the front. The front's summary is the one-process server's
 (its writes summed and each shard's), and LangChain's and LlamaIndex's stores, which read it, work through the front
 as on the whole table's server. Refusals (no key, a wrong key, a bad document in a
-batch spanning shards) come back as the shard's error envelope; a writer that cannot be reached: 503.
+batch spanning shards) come back as the shard's error envelope; a writer that cannot be reached: 503; a shard URL
+naming a table its server does not have: 503 on every route.
 """
 
 from __future__ import annotations
@@ -60,12 +61,28 @@ def servers(tmp_path_factory: pytest.TempPathFactory, lee_imports: Path) -> Iter
         front_env = {"EMBEDDING_SHARDS": json.dumps({"lee": replicas})}
         down = f"http://127.0.0.1:{real_server.free_port()}/v1/tables/{shardmap.shard_name(2)}"  # nothing listens
         broken_env = {"EMBEDDING_SHARDS": json.dumps({"lee": [*replicas[:2], [down, replicas[2][0]]]})}
+        # shard 1's URL naming a table its server does not have: alone for "lee", beside the right one for "lee-2"
+        astray = replicas[1][0].replace(shardmap.shard_name(1), shardmap.shard_name(9))
+        tables = {
+            "lee": [replicas[0], [astray], replicas[2]],
+            "lee-2": [replicas[0], [astray, *replicas[1]], replicas[2]],
+        }
+        astray_env = {"EMBEDDING_SHARDS": json.dumps(tables), **env}
         started += real_server.start_together(
             lambda: real_server.start(root / "front", root / "front.log", env=front_env),
             lambda: real_server.start(root / "front", root / "broken.log", env=broken_env),
+            lambda: real_server.start(root / "front", root / "astray.log", env=astray_env),
         )
-        front, broken = started[-2:]
-        yield {"root": root, "whole": whole, "front": front, "broken": broken, "one": one, "shards": shards}
+        front, broken, astray_front = started[-3:]
+        yield {
+            "root": root,
+            "whole": whole,
+            "front": front,
+            "broken": broken,
+            "astray": astray_front,
+            "one": one,
+            "shards": shards,
+        }
     finally:
         real_server.stop_together(started)
 
@@ -107,8 +124,8 @@ def test_each_write_is_in_its_owners_log(written: dict[str, Any]) -> None:
         assert ids and {shardmap.shard_of_id(i, SHARDS) for i in ids} == {s}
 
 
-def search(server: Server, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
-    answer = HTTP.post(f"{server.base}/v1/tables/lee/search", json=body, timeout=30)
+def search(server: Server, body: dict[str, Any], table: str = "lee") -> tuple[int, dict[str, Any]]:
+    answer = HTTP.post(f"{server.base}/v1/tables/{table}/search", json=body, timeout=30)
     return answer.status_code, answer.json()
 
 
@@ -401,6 +418,39 @@ def test_an_unreachable_writer_is_a_503(written: dict[str, Any], lee_docs: Lee) 
     near = next(f"far/{i}" for i in range(100) if shardmap.shard_of_id(f"far/{i}", SHARDS) == 0)
     answer = post(written["broken"], "documents/delete", {"ids": [near]})
     assert answer.status_code == 200 and answer.json()["deleted"] == 0, answer.text
+
+
+def test_a_shard_url_naming_no_table_fails_every_route_as_a_shard_that_does_not_answer(
+    servers: dict[str, Any], lee_docs: Lee
+) -> None:
+    """A shard URL naming a table its server does not have is the deployment's fault, not the request's (as a
+    shard refusing the front's key): the summary, a search, a query by a document of that shard, the reads and a
+    write of one are 503 ``shard_unavailable`` naming the shard and saying why, not the shard's 404 (nothing is
+    written); the list of tables names the table unavailable. Beside a replica that names the shard's table, it is
+    a replica that failed: the other one answers."""
+    front, base = servers["astray"], f"{servers['astray'].base}/v1/tables/lee"
+    owned = next(ident for ident in lee_docs.ids if shardmap.shard_of_id(ident, SHARDS) == 1)
+    vector = lee_docs.vectors[3].tolist()
+    answers = [
+        HTTP.get(base),
+        HTTP.post(f"{base}/search", json={"vector": vector, "k": 3}),
+        HTTP.post(f"{base}/search", json={"id": owned, "k": 3}),
+        HTTP.get(f"{base}/documents/{owned}"),
+        HTTP.post(f"{base}/documents/get", json={"ids": [owned]}),
+        HTTP.post(f"{base}/documents/scroll", json={"limit": 5}),
+        HTTP.post(f"{base}/documents", json={"documents": [{"id": owned, "vector": vector}]}, headers=HEADERS),
+    ]
+    errors = [answer.json()["error"] for answer in answers]
+    got = [
+        (answer.status_code, error["code"], error.get("shard")) for answer, error in zip(answers, errors, strict=True)
+    ]
+    assert got == [(503, "shard_unavailable", 1)] * len(answers), errors
+    assert all("its server has no such table" in error["message"] for error in errors), errors
+    body = {"vector": vector, "k": 5}
+    for _ in range(2):  # the replicas taken in turn: the one naming no table, then the other
+        assert search(front, body, "lee-2") == search(servers["front"], body), body
+    listed = HTTP.get(f"{front.base}/v1/tables").json()
+    assert [t["name"] for t in listed["tables"]] == ["lee-2"] and listed["unavailable"] == ["lee"], listed
 
 
 def test_a_string_id_is_its_text(written: dict[str, Any], lee_docs: Lee) -> None:

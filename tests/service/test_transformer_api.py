@@ -1,6 +1,7 @@
 """A transformer table (all-MiniLM-L6-v2, ``--format transformer``) where static encoders serve: ``POST .../embed``,
 the OpenAI-compatible ``/v1/embeddings`` through OpenAI's own client against the real ``embedding-serve``
-process, and text queries on gensim's Lee corpus imported without vectors and embedded by it (``--encoder``).
+process, and text queries on gensim's Lee corpus imported without vectors and embedded by it (``--encoder``);
+writes of more tokens than a request may run, sent in halves, straight and through a front of two shards of it.
 The vectors are checked against the encoder called directly and against sentence-transformers' recorded ones."""
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from tests.early import Early
 from tests.index.build.test_embed_documents import without_vectors
 from tests.index.build.test_transformer import RECORDED, Reference, _edit, _model_copy, cosine
 from tests.lee import Lee, lee_stories, write_jsonl
-from tests.minilm import ST, TRANSFORMER, minilm_dir
+from tests.minilm import ST, TRANSFORMER, minilm_dir, transformer_data_dir
 from tests.service import real_server
 from tests.service.conftest import client_for
 
@@ -41,6 +42,7 @@ LONG = "word " * 300  # cut at the model's 256 tokens
 BOUND = 259  # the tokens a request of the ``bounded`` server may have the model run: LONG and "a" ([CLS] a [SEP])
 SERVED_BOUND = 1_024  # the real server's: the recorded texts (833 tokens) at once, 4 or 5 Lee stories
 WRITER = {"X-API-Key": "transformer-writer-key-0123456789"}
+SHARDED_STORIES = 40  # the stories of the sharded table behind ``front``
 
 
 def imports_argv(out: Path) -> list[str]:
@@ -101,6 +103,31 @@ def server(data_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator
     env = {"EMBEDDING_MAX_ENCODE_TOKENS": str(SERVED_BOUND), "EMBEDDING_WRITE_KEYS": WRITER["X-API-Key"]}
     with real_server.running(linked_copy(data_dir, root / "data"), root / "server.log", env=env) as server:
         yield server
+
+
+@pytest.fixture(scope="module")
+def front(tmp_path_factory: pytest.TempPathFactory) -> Iterator[real_server.Server]:
+    """A front (``EMBEDDING_SHARDS``) of two shard servers of Lee's first stories embedded by ``st`` and imported as
+    ``--shards 2`` beside it, each shard's requests' tokens ``SERVED_BOUND``, taking writes."""
+    root = tmp_path_factory.mktemp("transformer-shards")
+    data = root / "data"
+    data.mkdir()
+    (root / "front").mkdir()
+    if not link_table(transformer_data_dir() / ST, data):  # another file system
+        shutil.copytree(transformer_data_dir() / ST, data / ST)
+    source = write_jsonl(root / "lee-text.jsonl", without_vectors(lee_stories())[:SHARDED_STORIES])
+    done = run_cli(
+        "import", source, "--format", "documents", "--name", "lee", "--encoder", ST, "--shards", 2, "--data-dir", data
+    )
+    assert done.code == 0, done.err
+    env = {"EMBEDDING_MAX_ENCODE_TOKENS": str(SERVED_BOUND), "EMBEDDING_WRITE_KEYS": WRITER["X-API-Key"]}
+    started = real_server.start_together(*real_server.shard_starts(data / "lee", root, 2, env))
+    try:
+        config = {"EMBEDDING_SHARDS": json.dumps({"lee": real_server.replicas(started)}), **env}
+        started += real_server.start_together(lambda: real_server.start(root / "front", root / "front.log", env=config))
+        yield started[-1]
+    finally:
+        real_server.stop_together(started)
 
 
 @pytest.fixture(scope="module")
@@ -227,6 +254,43 @@ def test_writes_of_more_tokens_than_a_request_may_run_are_sent_in_halves(server:
         np.testing.assert_allclose([d["vector"] for d in got[1:]], [got[0]["vector"]] * 3, atol=1e-6)
         found = client.search_documents("lee", k=5, vector=got[0]["vector"])  # with the imported story itself
         assert set(ids) < {hit.id for hit in found.hits}, i
+
+
+def test_writes_through_a_front_of_more_tokens_than_a_request_may_run_are_each_written_once(
+    front: real_server.Server,
+) -> None:
+    """Through a sharded table's front, a write refused for its tokens may have been written by the shards whose
+    part fit their bound before the client sends it again in halves: ``upsert_many`` and LangChain's ``add_texts``
+    of Lee stories of several times the bound end with every document written once, as the front reads, scrolls
+    and searches the table."""
+    texts = lee_stories().texts[SHARDED_STORIES : SHARDED_STORIES + 24]
+    lengths = [len(ids) for ids in encoder_for(Table.load(transformer_data_dir() / ST)).tokenise(texts).ids]
+    assert sum(lengths) > 4 * SERVED_BOUND
+    client = Client(front.base, api_key=WRITER["X-API-Key"], timeout=120)
+    written = [{"id": f"many-{i}", "text": text} for i, text in enumerate(texts)]
+    refused = httpx.post(f"{front.base}/v1/tables/lee/documents", json={"documents": written}, headers=WRITER)
+    assert refused.status_code == 422 and refused.json()["error"]["limit"] == "max_encode_tokens", refused.text
+    answers = client.upsert_many("lee", written)
+    assert sum(a["upserted"] for a in answers) == len(texts)
+    writes = client.table("lee")["writes"]  # the shards' records: the answered ones', and parts of refused requests
+    records = sum(shard["sequence"] for shard in writes["shards"])
+    assert writes["written"] == len(texts) and records > sum(len(a["shards"]) for a in answers), (writes, answers)
+    chain = EmbeddingSearchStore(client, "lee").add_texts(texts, ids=[f"chain-{i}" for i in range(len(texts))])
+    assert chain == [f"chain-{i}" for i in range(len(texts))]
+    ids = [f"{kind}-{i}" for kind in ("many", "chain") for i in range(len(texts))]
+    got = client.documents("lee", ids, vector=True)
+    assert [d["id"] for d in got["documents"]] == ids and got["missing"] == []
+    assert [d["text"] for d in got["documents"]] == [*texts, *texts]
+    listed, after = [], None
+    while True:  # page after page of the shards' merged pages
+        page = client.scroll_documents("lee", limit=10, after=after)
+        listed += [d["id"] for d in page["documents"]]
+        if (after := page["next"]) is None:
+            break
+    assert sorted(listed) == sorted([*ids, *lee_stories().ids[:SHARDED_STORIES]]), listed
+    for i, document in enumerate(got["documents"][: len(texts)]):
+        hits = client.search_documents("lee", vector=document["vector"], k=3).hits
+        assert {f"many-{i}", f"chain-{i}"} <= {hit.id for hit in hits}, (i, hits)
 
 
 def test_documents_are_served_only_beside_the_same_model(tmp_path: Path, data_dir: Path) -> None:

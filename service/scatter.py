@@ -55,6 +55,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import re
+import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass, field
@@ -136,6 +137,9 @@ REFUSED_KEY = (401, 403)  # a shard refusing the key the front took: the deploym
 # HTTP client's pool holds as many connections per shard, so that no request queues in it: its queue costs the
 # event loop time quadratic in its length (a big batch froze the front).
 SHARD_REQUESTS = 16
+# Seconds the front keeps a shard's limits (``GET <server>/v1/limits``): its server's settings, which change only
+# with a restart; a scroll without ``limit`` reads them for every page.
+LIMITS_SECONDS = 10.0
 
 
 @dataclass
@@ -260,6 +264,7 @@ class Front:
         self._client: httpx.AsyncClient | None = None
         self.kinds: dict[str, str] = {}  # each table's kind ("documents", "words"), as its shards say
         self.id_types: dict[str, str | None] = {}  # a documents table's type of ids, as its shards say (else None)
+        self.limits: dict[tuple[str, int], tuple[float, dict[str, Any]]] = {}  # by (table, shard): when, what
 
     async def kind_of(self, name: str) -> str:
         """What sharded table ``name`` holds, from the first of its shards that answers (``GET <replica>``); a
@@ -283,16 +288,21 @@ class Front:
 
     async def shard_limits(self) -> list[dict[str, Any]]:
         """The limits of each shard's servers (``GET <server>/v1/limits``, a replica of each in turn, all shards at
-        once), which a request through the front must respect too; a shard that does not answer them (down, or a
-        server without the route) is left out."""
+        once, each kept :data:`LIMITS_SECONDS`), which a request through the front must respect too; a shard that
+        does not answer them (down, or a server without the route) is left out, and asked again next time."""
 
         async def limits(number: int, shard: Shard) -> dict[str, Any] | None:
+            kept = self.limits.get((shard.table, number))
+            if kept is not None and time.monotonic() - kept[0] < LIMITS_SECONDS:
+                return kept[1]
             urls = [replica.rpartition("/v1/tables/")[0] for replica in shard.replicas]
             servers = Shard(urls, shard.table, slots=shard.slots)  # a request in the shard's slots, as any other
             try:
-                return await self.request(number, servers, "/v1/limits", None)
+                answer = await self.request(number, servers, "/v1/limits", None)
             except (ShardFailed, ShardRefused):
                 return None
+            self.limits[shard.table, number] = (time.monotonic(), answer)
+            return answer
 
         shards = [limits(number, shard) for shards in self.tables.values() for number, shard in enumerate(shards)]
         return [answer for answer in await asyncio.gather(*shards) if answer is not None]

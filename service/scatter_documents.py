@@ -10,9 +10,10 @@ serving the table whole answers them (``service.routers.documents``).
 
 - ``POST .../documents/scroll``: every shard asked at once for its page after ``after`` (the request's filter,
   options and page size; by default a server's of the lowest ``max_batch`` of the front's and its shards', as
-  its ``GET /v1/limits`` says, the shards' limits asked first), the pages merged in the ids' order (each shard's
-  is in that order) and the first ``limit`` kept; ``next`` is the last one's id when a shard holds more (a page it
-  did not finish, or documents past those kept), as the table's ``next``.
+  its ``GET /v1/limits`` says, the shards' limits asked first or kept from the last ``LIMITS_SECONDS``), the
+  pages merged in the ids' order (each shard's is in that order) and the first ``limit`` kept; ``next`` is the
+  last one's id when a shard holds more (a page it did not finish, or documents past those kept), as the table's
+  ``next``.
 
 Each shard reads its own write log, so a document written or deleted (through the front or not) is read as the
 table holds it. A shard's refusal (the table's 404 ``unknown_document``, a 422 for an unknown field) is the answer,

@@ -22,7 +22,7 @@ from index.store import shardmap
 from tests.cli import run_cli
 from tests.lee import Lee, jsonl_records, write_jsonl
 from tests.service import real_server
-from tests.service.real_server import HTTP, Server
+from tests.service.real_server import HTTP
 from tests.service.test_shards_front import search_both
 from tests.service.test_shards_writes_http import HEADERS, KEY, SHARDS
 
@@ -30,7 +30,7 @@ MAX_BATCH = 64  # the whole table's and the shards' max_batch, below the front's
 
 
 @pytest.fixture(scope="module")
-def servers(tmp_path_factory: pytest.TempPathFactory, lee_docs: Lee) -> Iterator[dict[str, Server]]:
+def servers(tmp_path_factory: pytest.TempPathFactory, lee_docs: Lee) -> Iterator[dict[str, Any]]:
     root = tmp_path_factory.mktemp("front-ids")
     records = [{**record, "id": i} for i, record in enumerate(jsonl_records(lee_docs))]
     source = write_jsonl(root / "numbers.jsonl", records)
@@ -40,11 +40,11 @@ def servers(tmp_path_factory: pytest.TempPathFactory, lee_docs: Lee) -> Iterator
     (root / "front").mkdir()
     with real_server.whole_and_front(
         root, SHARDS, {"EMBEDDING_WRITE_KEYS": KEY, "EMBEDDING_MAX_BATCH": str(MAX_BATCH)}, {}
-    ) as (whole, _, front):
-        yield {"whole": whole, "front": front}
+    ) as (whole, shards, front):
+        yield {"whole": whole, "front": front, "shards": shards}
 
 
-def both(servers: dict[str, Server], method: str, path: str, body: dict[str, Any] | None = None) -> list[Any]:
+def both(servers: dict[str, Any], method: str, path: str, body: dict[str, Any] | None = None) -> list[Any]:
     """The front's answer to a request, and the whole table's: status and body."""
     answers = []
     for server in (servers["front"], servers["whole"]):
@@ -54,13 +54,18 @@ def both(servers: dict[str, Server], method: str, path: str, body: dict[str, Any
     return answers
 
 
+def limits_asked(servers: dict[str, Any]) -> list[int]:
+    """How many times each shard's server was asked its limits (``GET /v1/limits``, its access log says)."""
+    return [shard.log().count('"GET /v1/limits HTTP/1.1" 200') for shard in servers["shards"]]
+
+
 def padded(number: int) -> str:
     """``number``'s digits with leading zeros that its text's hash sends to another shard than its own."""
     owner = shardmap.shard_of_id(number, SHARDS)
     return next(text for n in range(1, 9) if shardmap.shard_of_id(text := "0" * n + str(number), SHARDS) != owner)
 
 
-def test_an_integer_id_reaches_its_document_however_it_is_written(servers: dict[str, Server], lee_docs: Lee) -> None:
+def test_an_integer_id_reaches_its_document_however_it_is_written(servers: dict[str, Any], lee_docs: Lee) -> None:
     front = servers["front"]
     number, vector = 5000, (-lee_docs.vectors[7]).tolist()  # a new document, in a direction no other has
     owner = shardmap.shard_of_id(number, SHARDS)
@@ -87,7 +92,7 @@ def test_an_integer_id_reaches_its_document_however_it_is_written(servers: dict[
     assert status == 404 and got == expected and got["error"]["code"] == "unknown_document", got
 
 
-def test_imported_integer_ids_are_deleted_and_left_out_however_written(servers: dict[str, Server]) -> None:
+def test_imported_integer_ids_are_deleted_and_left_out_however_written(servers: dict[str, Any]) -> None:
     imported = [n for n in range(40, 80) if shardmap.shard_of_id(padded(n), SHARDS) != shardmap.shard_of_id(n, SHARDS)]
     first, second = imported[:2]
     (status, got), (_, expected) = search_both(servers["front"], servers["whole"], {"id": padded(first), "k": 8})
@@ -100,9 +105,7 @@ def test_imported_integer_ids_are_deleted_and_left_out_however_written(servers: 
         assert status == 404 and got == expected and got["error"]["code"] == "unknown_document", got
 
 
-def test_the_front_refuses_the_ids_the_table_refuses_as_the_table_does(
-    servers: dict[str, Server], lee_docs: Lee
-) -> None:
+def test_the_front_refuses_the_ids_the_table_refuses_as_the_table_does(servers: dict[str, Any], lee_docs: Lee) -> None:
     vector = lee_docs.vectors[0].tolist()
     batches = [
         [{"id": "note-1", "vector": vector}],  # not an integer
@@ -120,7 +123,7 @@ def test_the_front_refuses_the_ids_the_table_refuses_as_the_table_does(
         assert answers[0] == answers[1] and answers[0][0] == 404, answers
 
 
-def test_unknown_ids_of_a_table_written_to(servers: dict[str, Server], lee_docs: Lee) -> None:
+def test_unknown_ids_of_a_table_written_to(servers: dict[str, Any], lee_docs: Lee) -> None:
     """A table written to since its version names the first of a query's unknown ids, the front every one (it does
     not know whether another shard was written to); a deleted document is the first refusal, named alike."""
     vector = lee_docs.vectors[3].tolist()
@@ -153,7 +156,7 @@ def test_unknown_ids_of_a_table_written_to(servers: dict[str, Server], lee_docs:
     assert got["error"]["message"] == "no document with id 3 in table 'lee' (deleted)", got
 
 
-def test_documents_are_read_by_any_text_of_their_ids(servers: dict[str, Server]) -> None:
+def test_documents_are_read_by_any_text_of_their_ids(servers: dict[str, Any]) -> None:
     """``GET .../documents/{id}`` and ``POST .../documents/get`` through the front: an id read as the table reads it
     (``"007"`` is 7, asked of 7's owner), written and deleted documents as the table holds them after the writes
     above, ids no integer can be missing as asked: the whole table's answers."""
@@ -170,10 +173,12 @@ def test_documents_are_read_by_any_text_of_their_ids(servers: dict[str, Server])
         assert status == expected_status and got == expected, (ident, got, expected)
 
 
-def test_the_front_scrolls_integer_ids_by_number_as_the_whole_table(servers: dict[str, Server]) -> None:
+def test_the_front_scrolls_integer_ids_by_number_as_the_whole_table(servers: dict[str, Any]) -> None:
     """``POST .../documents/scroll`` through the front after the writes above: the ids merged by number, ``after``
     read as the table reads it (``"007"`` is 7), a page of the shards' lower ``max_batch`` by default (the front's
-    ``/v1/limits``), a larger one refused as the table refuses it: the whole table's answers, page after page."""
+    ``/v1/limits``, each shard's kept a few seconds, not asked again for every page), a larger one refused as the
+    table refuses it: the whole table's answers, page after page."""
+    asked = limits_asked(servers)
     pages, after = 0, None
     while True:
         (status, got), (_, expected) = both(servers, "POST", "documents/scroll", {"after": after} if pages else {})
@@ -183,6 +188,8 @@ def test_the_front_scrolls_integer_ids_by_number_as_the_whole_table(servers: dic
         if (after := got["next"]) is None:
             break
     assert pages == 5, pages  # 300 documents, 7000 written, 3 and 5000 deleted, a page of 64
+    again = [now - before for now, before in zip(limits_asked(servers), asked, strict=True)]
+    assert again in ([0] * SHARDS, [1] * SHARDS), again  # once at most, not once a page
     for body in (
         {"after": "007", "limit": 5, "fields": ["year"]},
         {"after": " +98", "filter": {"year": {"gte": 2001}}},

@@ -253,19 +253,13 @@ def test_the_shown_output_is_the_real_one(server: str, path: Path, kept: list[Ex
 
 
 @CURL_AND_JQ
-@pytest.mark.parametrize(("path", "kept"), DOCUMENTS)
+@pytest.mark.parametrize(("path", "kept"), DOCUMENTS + OPERATIONS)
 def test_the_documents_tables_shown_output_is_the_real_one(
-    lee_server: str, path: Path, kept: list[Example], tmp_path: Path
+    request: pytest.FixtureRequest, path: Path, kept: list[Example], tmp_path: Path
 ) -> None:
-    assert_shown_output(lee_server, path, kept, tmp_path)
-
-
-@CURL_AND_JQ
-@pytest.mark.parametrize(("path", "kept"), OPERATIONS)
-def test_the_keys_shown_output_is_the_real_one(
-    keys_server: str, path: Path, kept: list[Example], tmp_path: Path
-) -> None:
-    assert_shown_output(keys_server, path, kept, tmp_path)
+    """On the Lee table; docs/operations.md's on the server of its keys."""
+    server = request.getfixturevalue("keys_server" if path.name == "operations.md" else "lee_server")
+    assert_shown_output(server, path, kept, tmp_path)
 
 
 def assert_shown_output(server: str, path: Path, kept: list[Example], tmp_path: Path) -> None:

@@ -100,10 +100,15 @@ def create_app(settings: Settings) -> FastAPI:
         watcher = Watcher(
             settings.data_dir, settings.watch_seconds, reloader, settings.tables
         )  # sees the directory before the load
-        registry = await run_in_threadpool(Registry.load, settings.data_dir, settings.tables, settings.verify_checksums)
+        fronted = ", ".join(sorted(app.state.front.tables))  # sharded tables answered by their shards
+        registry = await run_in_threadpool(
+            Registry.load, settings.data_dir, settings.tables, settings.verify_checksums, bool(fronted)
+        )
         table_names.update(registry.tables)
         app.state.registry = registry
         log.info("ready: %d table(s) loaded, %d failed", len(registry.tables), len(registry.failed))
+        if fronted:
+            log.info("answering sharded table(s) %s from their shards (EMBEDDING_SHARDS)", fronted)
         del registry  # the app's state holds it, until a reload replaces it: then nothing else may
         reloader.loaded()
         watcher.start()  # a table published, rebuilt or removed in the data directory is reloaded (service.watch)

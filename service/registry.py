@@ -131,11 +131,15 @@ class Registry:
     beside_refused: dict[str, tuple[Fingerprint, str]] = field(default_factory=dict)
     beside_missing: list[str] = field(default_factory=list)
     sharded: bool = False  # the data directory is a sharded table's: its tables are shards, their encoders beside
+    fronting: bool = False  # the server answers sharded tables from their shards: it may have no tables of its own
 
     @classmethod
-    def load(cls, data_dir: Path, names: list[str] | None = None, checksums: bool = True) -> Registry:
+    def load(
+        cls, data_dir: Path, names: list[str] | None = None, checksums: bool = True, fronting: bool = False
+    ) -> Registry:
         """Load ``names`` (default: every table in ``data_dir``); a table that fails is logged and skipped."""
-        registry = cls(data_dir=Path(data_dir), names=list(names) if names is not None else None, checksums=checksums)
+        names = list(names) if names is not None else None
+        registry = cls(data_dir=Path(data_dir), names=names, checksums=checksums, fronting=fronting)
         try:
             for path, what in artifact.recover(registry.data_dir):  # left by a publisher that was killed
                 log.warning("%s: %s", path, what)
@@ -154,7 +158,14 @@ class Registry:
         requested = list(self.names) if self.names is not None else available
         if self.names is None:  # a table caught between the two renames of a rebuild is not a removed table
             requested += sorted(name for name in self.tables if name not in available and self._publishing(name))
-        nxt = Registry(self.data_dir, requested, names=self.names, checksums=self.checksums, data_dir_missing=gone)
+        nxt = Registry(
+            self.data_dir,
+            requested,
+            names=self.names,
+            checksums=self.checksums,
+            data_dir_missing=gone,
+            fronting=self.fronting,
+        )
         nxt.sharded = _sharded_directory(self.data_dir)
         absent = "the data directory is missing" if gone else "no table of that name in the data directory"
         report: dict[str, list[str]] = {"loaded": [], "unchanged": [], "refused": [], "missing": [], "removed": []}
@@ -209,7 +220,7 @@ class Registry:
             log.warning(
                 "the data directory %s is missing (moved or removed): no tables until it is back", self.data_dir
             )
-        elif not requested:
+        elif not requested and not self.fronting:
             log.warning("no tables found in %s", self.data_dir)
         return nxt, report
 

@@ -205,6 +205,25 @@ def test_validation_catches_a_broken_manifest() -> None:
         kubernetes_validate.validate(deployment, kubernetes_validate.latest_version(), strict=True)
 
 
+def test_readmes_validation_is_the_real_output() -> None:
+    """README.md's ``$ kubectl kustomize ... | kubernetes-validate --strict -``, run as written with the dev extra's
+    commands, prints what README shows (the ConfigMap's name carries the hash of its settings)."""
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    found = re.search(r"^\$ (kubectl kustomize \S+ \| kubernetes-validate --strict -)\n(.*?)^```", readme, re.M | re.S)
+    assert found, "README.md shows no kubernetes-validate run"
+    path = f"{Path(kubectl()).parent}{os.pathsep}{VENV_BIN}{os.pathsep}{os.environ['PATH']}"
+    done = subprocess.run(
+        ["bash", "-o", "pipefail", "-c", found.group(1)],
+        cwd=REPO,
+        env={**os.environ, "PATH": path},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == found.group(2).splitlines()
+
+
 def test_images_are_the_projects_version() -> None:
     """Every rendered image carries pyproject.toml's version as its tag, so a release bumps it once (never
     ``latest``: a node would run whichever build it pulled last)."""

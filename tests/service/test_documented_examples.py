@@ -1,7 +1,8 @@
 """The ``$ curl`` examples of README.md, docs/api.md, docs/models.md and docs/encoders.md, run as written against a
 real ``embedding-serve`` over the default table and all-MiniLM-L6-v2's token table (``minilm``), their shown output
-compared with the real one; and those of docs/documents.md and README.md on docs/documents.md's Lee table (``lee``),
-made by its script and imported as it shows.
+compared with the real one; those of docs/documents.md and README.md on docs/documents.md's Lee table (``lee``),
+made by its script and imported as it shows; and those of docs/operations.md's keys on a server of its three keys
+over the Lee table and the 20,000 most frequent GloVe rows (``words``).
 
 Each example is the command after ``$`` in a ``console`` block and the lines up to the next ``$``. The command runs
 in bash with the docs' address replaced by the server's; an example naming any other table (the other documents
@@ -23,9 +24,10 @@ from typing import Any
 
 import pytest
 
-from index.build.sources import glove_package
+from index.build.sources import RawTable, glove_package
+from index.build.writer import build_table
 from tests.cli import run_cli
-from tests.conftest import REPO, link_table
+from tests.conftest import REPO, link_table, small_raw
 from tests.examples import console_blocks, example
 from tests.minilm import minilm_dir
 from tests.service import real_server
@@ -57,6 +59,11 @@ UNCHECKED = {
     ),
     "/v1/models": "shown for a server of the default table and the documents table licences",
     "minilm/ids/19442": "docs/models.md shortens the vector it shows",
+}
+OPERATIONS_UNCHECKED = {  # docs/operations.md's other examples need other servers
+    "X-API-Key: s3cret-admin-key": "reloads after the table was rebuilt (loaded), then rebuilt damaged (refused)",
+    "no EMBEDDING_API_KEY set": "a server started without the admin key",
+    "/readyz": "a server serving a rebuild it refused (stale)",
 }
 LEE_UNCHECKED = {  # docs/documents.md's writes run on another Lee table: tests/lee.py's fields, --encoder small
     "s3cret-write-key": "a write",
@@ -123,6 +130,8 @@ def runs(
 README = runs(REPO / "README.md")
 API = runs(REPO / "docs" / "api.md")
 MODELS = runs(REPO / "docs" / "models.md") + runs(REPO / "docs" / "encoders.md")
+OPERATIONS = runs(REPO / "docs" / "operations.md", {"words", "lee"}, OPERATIONS_UNCHECKED)
+KEYS = {"EMBEDDING_READ_API_KEY": "s3cret-read-key", "EMBEDDING_WRITE_KEYS": "s3cret-write-key"}  # the page's
 DOCUMENTS = [  # the examples that name the Lee table
     param for doc in ("docs/documents.md", "README.md") for param in runs(REPO / doc, {"lee"}, LEE_UNCHECKED, False)
 ]
@@ -135,6 +144,7 @@ def test_the_examples_are_found() -> None:
     assert counts[0] >= 20 and counts[1] >= 25, counts
     assert sum(len(param.values[1]) for param in MODELS) >= 8
     assert sum(len(param.values[1]) for param in DOCUMENTS) >= 25
+    assert sum(len(param.values[1]) for param in OPERATIONS) >= 10
     for path in (REPO / "README.md", REPO / "docs" / "api.md"):
         lines = re.findall(r"^\s*\$ curl", path.read_text(encoding="utf-8"), re.M)
         read = [e for first, block in console_blocks(path) for e in examples(first, block) if e.command[:4] == "curl"]
@@ -200,7 +210,7 @@ def server(glove_data_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> It
 
 
 @pytest.fixture(scope="module")
-def lee_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def lee_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """docs/documents.md's Lee table: the JSON Lines its script writes, imported as it shows."""
     folder = tmp_path_factory.mktemp("documented-lee")
     script = example("docs/documents.md", "lee-jsonl")
@@ -210,7 +220,24 @@ def lee_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     data = folder / "data"
     imported = run_cli("import", folder / "lee.jsonl", "--format", "documents", "--name", "lee", "--data-dir", data)
     assert imported.code == 0, imported.err
-    with real_server.running(data, folder / "serve.log") as running:
+    return data
+
+
+@pytest.fixture(scope="module")
+def lee_server(lee_data: Path) -> Iterator[str]:
+    with real_server.running(lee_data, lee_data.parent / "serve.log") as running:
+        yield running.base
+
+
+@pytest.fixture(scope="module")
+def keys_server(tmp_path_factory: pytest.TempPathFactory, lee_data: Path, glove_raw: RawTable) -> Iterator[str]:
+    """docs/operations.md's server of the admin key, a read key and a write key, over the Lee table and ``words``."""
+    data = tmp_path_factory.mktemp("documented-keys") / "data"
+    data.mkdir()
+    if not link_table(lee_data / "lee", data):
+        shutil.copytree(lee_data / "lee", data / "lee")
+    build_table(small_raw(glove_raw), data_dir=data, name="words", source={"format": "test", "path": "glove"})
+    with real_server.running(data, data.parent / "serve.log", env={"EMBEDDING_API_KEY": ADMIN_KEY, **KEYS}) as running:
         yield running.base
 
 
@@ -226,11 +253,13 @@ def test_the_shown_output_is_the_real_one(server: str, path: Path, kept: list[Ex
 
 
 @CURL_AND_JQ
-@pytest.mark.parametrize(("path", "kept"), DOCUMENTS)
+@pytest.mark.parametrize(("path", "kept"), DOCUMENTS + OPERATIONS)
 def test_the_documents_tables_shown_output_is_the_real_one(
-    lee_server: str, path: Path, kept: list[Example], tmp_path: Path
+    request: pytest.FixtureRequest, path: Path, kept: list[Example], tmp_path: Path
 ) -> None:
-    assert_shown_output(lee_server, path, kept, tmp_path)
+    """On the Lee table; docs/operations.md's on the server of its keys."""
+    server = request.getfixturevalue("keys_server" if path.name == "operations.md" else "lee_server")
+    assert_shown_output(server, path, kept, tmp_path)
 
 
 def assert_shown_output(server: str, path: Path, kept: list[Example], tmp_path: Path) -> None:

@@ -34,6 +34,7 @@ from service.settings import (
     cores,
     describe_error,
 )
+from service.shard_settings import ShardSettings
 from tests import REPO
 from tests.service.conftest import client_for
 
@@ -253,6 +254,52 @@ def test_a_variable_that_is_no_setting_is_named_at_start_up(
     assert indexing.STATUS_VARIABLE in INTERNAL_VARIABLES
     for name in Settings.model_fields:  # every setting is documented, by its variable
         assert f"`EMBEDDING_{name.upper()}`" in README, name
+
+
+# The defaults the tables give in words, not as the value (None: unset).
+WORDED_DEFAULTS = {"tables": "all", "threads": "OMP_NUM_THREADS", "cache_dir": "<data_dir>/.cache"}
+
+
+def documented_defaults(path: Path) -> dict[str, str]:
+    """Each variable of ``path``'s tables with a Default column, and the default shown (its first code span)."""
+    lines = path.read_text(encoding="utf-8").splitlines()
+    found: dict[str, str] = {}
+    for i, line in enumerate(lines):
+        if re.match(r"\| (Variable|Setting) \| Default \|", line):
+            for row in lines[i + 2 :]:
+                if not row.startswith("|"):
+                    break
+                variable, default = (cell.strip() for cell in row.split("|")[1:3])
+                code = re.search(r"`([^`]*)`", default)
+                found[variable.strip("`")] = code.group(1) if code else default.split()[0]
+    return found
+
+
+def shown_default(name: str, value: object) -> str:
+    if value is None or value == [] or value == {}:
+        return WORDED_DEFAULTS.get(name, "none")
+    if isinstance(value, bool):
+        return str(value).lower()
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def test_the_documented_defaults_are_the_settings_defaults() -> None:
+    """README's configuration table names every setting, the front's too, with its real default; so does the
+    table of docs/operations.md's "Facing clients directly" for the settings it names."""
+    fields = {**Settings.model_fields, **ShardSettings.model_fields}
+    for path in (REPO / "README.md", REPO / "docs" / "operations.md"):
+        documented = documented_defaults(path)
+        assert documented, path.name
+        for variable, shown in documented.items():
+            name = variable.removeprefix("EMBEDDING_").lower()
+            assert name in fields, f"{path.name}: {variable} is not a setting"
+            default = fields[name].get_default(call_default_factory=True)
+            if name == "data_dir":
+                assert Path(shown) == default, (path.name, variable, shown)
+            else:
+                assert shown == shown_default(name, default), (path.name, variable, shown, default)
+    readme = documented_defaults(REPO / "README.md")
+    assert sorted(readme) == sorted(f"EMBEDDING_{name.upper()}" for name in fields)
 
 
 def test_start_up_lines_are_json_lines_in_json_format(

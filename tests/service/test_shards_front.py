@@ -19,6 +19,7 @@ took answers 503 ``shard_unavailable`` saying so.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import signal
@@ -567,6 +568,7 @@ def test_a_stopped_shard_fails_or_is_flagged(servers: dict[str, Any], lee_docs: 
     servers["shards"][2].stop()
     status, got = search(servers["front"], body)
     assert status == 503 and got["error"]["code"] == "shard_unavailable" and got["error"]["shard"] == 2, got
+    assert HTTP.get(f"{servers['front'].base}/readyz").status_code == 200  # the front's readiness asks no shard
     status, got = search(servers["partial"], body)
     assert status == 200 and got["partial"]["shards"] == SHARDS and got["partial"]["answered"] == SHARDS - 1
     assert [m["shard"] for m in got["partial"]["missing"]] == [2]
@@ -657,6 +659,25 @@ def test_the_fronts_metrics_label_its_table(tmp_path: Path, monkeypatch: pytest.
         labels = (f'method="{method}"', f'route="{route}"', f'table="{table}"', f'status="{status}"')
         assert any(all(label in line for label in labels) for line in lines), (route, lines)
     assert not [line for line in lines if "/v1/tables/lee" in line or ('table=""' in line and "/v1/" in line)]
+
+
+def test_a_front_without_tables_of_its_own_says_what_it_answers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A front's data directory holds no table (docs/deployment.md: `--data-dir /empty`): its start-up names the
+    sharded tables it answers instead of warning that it found no tables (nor at a reload), which a server of nothing
+    still does."""
+    down = f"http://127.0.0.1:{real_server.free_port()}/v1/tables/shard-000"  # nothing listens: not asked at start-up
+    with caplog.at_level(logging.INFO, logger="service"):
+        with client_for(data_dir=tmp_path):
+            pass
+        monkeypatch.setenv("EMBEDDING_SHARDS", json.dumps({"lee": [[down]], "glove": [[down]]}))
+        with client_for(data_dir=tmp_path, api_key="admin") as front:  # and at a reload
+            assert front.post("/v1/admin/reload", headers={"x-api-key": "admin"}).status_code == 200
+    said = [record.getMessage() for record in caplog.records]
+    empty = f"no tables found in {tmp_path}"
+    fronting = "answering sharded table(s) glove, lee from their shards (EMBEDDING_SHARDS)"
+    assert said.count(empty) == 1 and said.index(empty) < said.index(fronting), said
 
 
 def test_the_merge_orders_equal_scores_by_row_and_written_documents_last() -> None:

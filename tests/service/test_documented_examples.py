@@ -1,7 +1,7 @@
 """The ``$ curl`` examples of README.md, docs/api.md, docs/models.md and docs/encoders.md, run as written against a
 real ``embedding-serve`` over the default table and all-MiniLM-L6-v2's token table (``minilm``), their shown output
 compared with the real one; and those of docs/documents.md and README.md on docs/documents.md's Lee table (``lee``),
-made by its script and imported as it shows.
+made by its script and imported as it shows, and on its ``pair-notes`` (notes embedded by the word table ``pair``).
 
 Each example is the command after ``$`` in a ``console`` block and the lines up to the next ``$``. The command runs
 in bash with the docs' address replaced by the server's; an example naming any other table (the other documents
@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 import shutil
 import subprocess
 from collections.abc import Iterator
+from contextlib import chdir
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,9 +26,9 @@ from typing import Any
 import pytest
 
 from index.build.sources import glove_package
-from tests.cli import run_cli
+from tests.cli import Result, run_cli, untimed
 from tests.conftest import REPO, link_table
-from tests.examples import console_blocks, example
+from tests.examples import console_blocks, example, printed
 from tests.minilm import minilm_dir
 from tests.service import real_server
 
@@ -123,8 +125,10 @@ def runs(
 README = runs(REPO / "README.md")
 API = runs(REPO / "docs" / "api.md")
 MODELS = runs(REPO / "docs" / "models.md") + runs(REPO / "docs" / "encoders.md")
-DOCUMENTS = [  # the examples that name the Lee table
-    param for doc in ("docs/documents.md", "README.md") for param in runs(REPO / doc, {"lee"}, LEE_UNCHECKED, False)
+DOCUMENTS = [  # the examples that name the Lee table, or docs/documents.md's pair-notes
+    param
+    for doc in ("docs/documents.md", "README.md")
+    for param in runs(REPO / doc, {"lee", "pair-notes"}, LEE_UNCHECKED, False)
 ]
 
 
@@ -200,9 +204,31 @@ def server(glove_data_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> It
 
 
 @pytest.fixture(scope="module")
-def lee_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """docs/documents.md's Lee table: the JSON Lines its script writes, imported as it shows."""
-    folder = tmp_path_factory.mktemp("documented-lee")
+def pair_notes(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[tuple[Example, Result]]]:
+    """docs/documents.md's ``pair`` table and ``notes.jsonl``, written by its script and imported by its commands (in
+    this process, ``--quiet``) in a folder: the folder and each command with what it printed."""
+    folder = tmp_path_factory.mktemp("documented-pair")
+    with chdir(folder):
+        exec(compile(example("docs/documents.md", "pair-notes"), "docs/documents.md:pair-notes", "exec"), {})
+        commands = examples(0, printed("docs/documents.md", "pair-notes").splitlines())
+        return folder, [(e, run_cli(*shlex.split(e.command)[1:])) for e in commands]
+
+
+def test_the_pair_notes_imports_print_what_is_shown(pair_notes: tuple[Path, list[tuple[Example, Result]]]) -> None:
+    """Each import prints the lines shown (those of its standard output, as the progress lines on its standard error
+    are left out by ``--quiet``), but for the seconds."""
+    assert [e.command.split()[2] for e, _ in pair_notes[1]] == ["pair.txt", "notes.jsonl"]
+    for e, result in pair_notes[1]:
+        assert result.code == 0, (e.command, result.err)
+        shown = [line for line in e.shown.splitlines() if not line.startswith("embedding-index: ")]
+        assert untimed(result.out.splitlines()) == untimed(shown), e.command
+
+
+@pytest.fixture(scope="module")
+def lee_server(pair_notes: tuple[Path, list[tuple[Example, Result]]]) -> Iterator[str]:
+    """docs/documents.md's Lee table: the JSON Lines its script writes, imported as it shows; beside its ``pair`` and
+    ``pair-notes`` tables."""
+    folder = pair_notes[0]
     script = example("docs/documents.md", "lee-jsonl")
     assert '"lee.jsonl"' in script  # written there rather than in the working directory, which other work shares
     script = script.replace('"lee.jsonl"', repr(str(folder / "lee.jsonl")))

@@ -1,7 +1,8 @@
 """The ``$ curl`` examples of README.md, docs/api.md, docs/models.md and docs/encoders.md, run as written against a
 real ``embedding-serve`` over the default table and all-MiniLM-L6-v2's token table (``minilm``), their shown output
 compared with the real one; and those of docs/documents.md and README.md on docs/documents.md's Lee table (``lee``),
-made by its script and imported as it shows, and on its ``pair-notes`` (notes embedded by the word table ``pair``).
+made by its script and imported as it shows, and on its ``pair-notes`` (notes embedded by the word table ``pair``);
+and docs/operations.md's rebuild and reload of ``words``, a whole session from its files to its answers.
 
 Each example is the command after ``$`` in a ``console`` block and the lines up to the next ``$``. The command runs
 in bash with the docs' address replaced by the server's; an example naming any other table (the other documents
@@ -18,7 +19,7 @@ import shlex
 import shutil
 import subprocess
 from collections.abc import Iterator
-from contextlib import chdir
+from contextlib import ExitStack, chdir
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -273,3 +274,27 @@ def assert_shown_output(server: str, path: Path, kept: list[Example], tmp_path: 
         if e.command.startswith("curl") and (found := differences(e.shown, out.rstrip("\n")))
     ]
     assert not failures, "\n".join(failures)
+
+
+@CURL_AND_JQ
+def test_the_rebuild_and_reload_of_operations_md_answers_as_shown(tmp_path: Path) -> None:
+    """docs/operations.md's rebuild of ``words``, run as written in a folder: its script writes the two versions'
+    files, its builder commands build them (in this process), its server is started as shown (the admin key, the
+    watching off), and each ``$ curl`` prints what is shown, before the reload and after it."""
+    doc = REPO / "docs" / "operations.md"
+    with chdir(tmp_path):
+        exec(compile(example("docs/operations.md", "words-v2"), "docs/operations.md:words-v2", "exec"), {})
+    session = examples(0, printed("docs/operations.md", "words-v2").splitlines())
+    assert [e.command.split()[0] for e in session].count("curl") == 3
+    with ExitStack() as stack:
+        for e in session:
+            if e.command.startswith("embedding-index"):
+                with chdir(tmp_path):
+                    result = run_cli(*shlex.split(e.command)[1:])
+                assert result.code == 0, (e.command, result.err)
+                assert untimed(result.out.splitlines()) == untimed(e.shown.splitlines()), e.command
+            elif e.command.endswith("embedding-serve --data-dir ./data &"):
+                env = dict(setting.split("=") for setting in e.command.split()[:-4])
+                server = stack.enter_context(real_server.running(tmp_path / "data", tmp_path / "serve.log", env=env))
+            else:
+                assert_shown_output(server.base, doc, [e], tmp_path)

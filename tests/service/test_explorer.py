@@ -248,6 +248,20 @@ def test_analogy_man_king_woman_gives_queen(server: str, api: httpx.Client, watc
     watched.assert_clean()
 
 
+def test_picking_the_analogy_method_solves_again(server: str, api: httpx.Client, watched: Watched) -> None:
+    """The answer shown is the picked method's: picking the other one asks again, without Enter."""
+    watched.open(server, f"?table={WORDS_TABLE}&a=man&b=king&c=woman")
+    page = watched.page
+    page.wait_for_selector("#analogy-out:not([aria-busy]) .scores")
+    page.select_option("#an-method", "3cosmul")
+    page.wait_for_function("() => new URLSearchParams(location.search).get('method') === '3cosmul'")
+    page.wait_for_selector("#analogy-out:not([aria-busy]) .scores")
+    body = {"a": "man", "b": "king", "c": "woman", "k": 5, "method": "3cosmul"}
+    expected = api.post(f"/v1/tables/{WORDS_TABLE}/analogy", json=body).json()["neighbors"]
+    assert page.locator("#analogy-out .scores .score").all_inner_texts() == [f"{n['score']:.3f}" for n in expected]
+    watched.assert_clean()
+
+
 def test_similarity_and_table_switch(server: str, api: httpx.Client, watched: Watched) -> None:
     watched.open(server, f"?table={WORDS_TABLE}")
     page = watched.page
@@ -889,6 +903,8 @@ def test_axes_move_the_points(server: str, api: httpx.Client, watched: Watched) 
     assert np.corrcoef([after[w] for w in shared], [answer[w] for w in shared])[0, 1] > 0.9999  # x drawn as asked
     assert after["man"] > after["woman"] and after != before
     assert "PC1 of the rest" in page.locator("#map-out svg").text_content()
+    assert round(answer["man"], 6) == 0.5 and round(answer["woman"], 6) == -0.5  # unit rows, 1 apart
+    assert "length along man − woman (man at 0.5, woman at −0.5)" in page.inner_text("#map-out p.muted")
 
     page.fill("#ax-c", "red")
     page.fill("#ax-d", "blue")

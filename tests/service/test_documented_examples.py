@@ -1,8 +1,9 @@
-"""The ``$ curl`` examples of README.md, docs/api.md, docs/models.md and docs/encoders.md, run as written against a
-real ``embedding-serve`` over the default table and all-MiniLM-L6-v2's token table (``minilm``), their shown output
-compared with the real one; and those of docs/documents.md and README.md on docs/documents.md's Lee table (``lee``),
-made by its script and imported as it shows, and on its ``pair-notes`` (notes embedded by the word table ``pair``);
-and docs/operations.md's rebuild and reload of ``words``, a whole session from its files to its answers.
+"""The ``$ curl`` examples of README.md, docs/api.md, docs/models.md, docs/encoders.md and docs/explorer.md, run as
+written against a real ``embedding-serve`` over the default table and all-MiniLM-L6-v2's token table (``minilm``),
+their shown output compared with the real one; and those of docs/documents.md and README.md on docs/documents.md's
+Lee table (``lee``), made by its script and imported as it shows, and on its ``pair-notes`` (notes embedded by the
+word table ``pair``); and docs/operations.md's rebuild and reload of ``words``, a whole session from its files to
+its answers.
 
 Each example is the command after ``$`` in a ``console`` block and the lines up to the next ``$``. The command runs
 in bash with the docs' address replaced by the server's; an example naming any other table (the other documents
@@ -126,6 +127,7 @@ def runs(
 README = runs(REPO / "README.md")
 API = runs(REPO / "docs" / "api.md")
 MODELS = runs(REPO / "docs" / "models.md") + runs(REPO / "docs" / "encoders.md")
+EXPLORER = runs(REPO / "docs" / "explorer.md")
 DOCUMENTS = [  # the examples that name the Lee table, or docs/documents.md's pair-notes
     param
     for doc in ("docs/documents.md", "README.md")
@@ -139,6 +141,7 @@ def test_the_examples_are_found() -> None:
     counts = [sum(checked(e) for param in params for e in param.values[1]) for params in (README, API)]
     assert counts[0] >= 20 and counts[1] >= 25, counts
     assert sum(len(param.values[1]) for param in MODELS) >= 8
+    assert sum(len(param.values[1]) for param in EXPLORER) >= 6
     assert sum(len(param.values[1]) for param in DOCUMENTS) >= 25
     for path in (REPO / "README.md", REPO / "docs" / "api.md"):
         lines = re.findall(r"^\s*\$ curl", path.read_text(encoding="utf-8"), re.M)
@@ -247,7 +250,7 @@ CURL_AND_JQ = pytest.mark.skipif(
 
 
 @CURL_AND_JQ
-@pytest.mark.parametrize(("path", "kept"), README + API + MODELS)
+@pytest.mark.parametrize(("path", "kept"), README + API + MODELS + EXPLORER)
 def test_the_shown_output_is_the_real_one(server: str, path: Path, kept: list[Example], tmp_path: Path) -> None:
     assert_shown_output(server, path, kept, tmp_path)
 

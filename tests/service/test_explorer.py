@@ -187,13 +187,21 @@ def test_map_draws_one_point_per_word_and_reports_unknown_words(
     assert f"PC1 {pc1 * 100:.1f}%" in page.inner_text("#map-out")
     assert f"PC2 {pc2 * 100:.1f}%" in page.inner_text("#map-out")
 
-    # An unknown word is reported and left out; the rest is still drawn.
+    # An unknown word is reported and left out; the rest is still drawn (Ctrl+Enter in the words draws them).
     page.fill("#map-words", "fruit: apple banana qzxqzxq\nmetals: iron gold copper")
-    page.click("#map-form button[type=submit]")
+    page.press("#map-words", "Control+Enter")
     page.wait_for_selector("#map-out .warning")
     assert "qzxqzxq" in page.inner_text("#map-out .warning")
     assert page.locator("#map-out svg circle").count() == 5
     assert watched.state()["words"].startswith("fruit:")
+
+    # Reset draws the opening words again, on principal components, and the link forgets the edited ones.
+    page.check("#axes-pairs")
+    page.click("#map-reset")
+    page.wait_for_function("() => !new URLSearchParams(location.search).has('words')")
+    page.wait_for_selector("#map-out:not([aria-busy]) svg")
+    assert map_words(page.input_value("#map-words")) == words and page.is_checked("#axes-pca")
+    assert sorted(page.locator("#map-out svg .point text").all_text_contents()) == sorted(words)
     watched.assert_clean()
 
 

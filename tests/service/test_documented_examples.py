@@ -192,7 +192,7 @@ def split_json(line: str) -> tuple[Any, str]:
 
 
 @pytest.fixture(scope="module")
-def server(glove_data_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def data(glove_data_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The default table beside ``minilm``, imported as README.md imports it (its manifest's source as shown)."""
     data = tmp_path_factory.mktemp("documented") / "data"
     data.mkdir()
@@ -202,6 +202,12 @@ def server(glove_data_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> It
         "import", minilm_dir(), "--format", "hf", "--name", "minilm", "--index", "flat", "--data-dir", data
     )
     assert imported.code == 0, imported.err
+    return data
+
+
+@pytest.fixture(scope="module")
+def server(data: Path) -> Iterator[str]:
+    """A server of :func:`data`'s tables, with the admin key."""
     env = {"EMBEDDING_API_KEY": ADMIN_KEY}
     with real_server.running(data, data.parent / "serve.log", env=env) as running:
         yield running.base
@@ -301,3 +307,14 @@ def test_the_rebuild_and_reload_of_operations_md_answers_as_shown(tmp_path: Path
                 server = stack.enter_context(real_server.running(tmp_path / "data", tmp_path / "serve.log", env=env))
             else:
                 assert_shown_output(server.base, doc, [e], tmp_path)
+
+
+def test_a_special_token_typed_in_a_text_is_named_as_shown(data: Path) -> None:
+    """docs/documents.md's JSON Lines of a text that is only ``[CLS]``, written by its command beside the data
+    directory and embedded by ``minilm``: the import is refused with the error shown."""
+    write, imported = examples(0, example("docs/documents.md", "tokens-jsonl").splitlines())
+    subprocess.run(["bash", "-c", write.command], cwd=data.parent, check=True, timeout=10)
+    with chdir(data.parent):
+        result = run_cli(*shlex.split(imported.command)[1:])
+    assert result.code == 1 and not (data / "tokens").exists()
+    assert result.err.splitlines()[-1] == imported.shown.splitlines()[-1], result.err

@@ -798,6 +798,9 @@ function wire() {
     event.preventDefault();
     runCompare();
   });
+  for (const id of ["cmp-first", "cmp-second"]) {
+    $(id).addEventListener("change", () => runCompare()); // the lists shown are always the picked tables'
+  }
   $("map-form").addEventListener("submit", (event) => {
     event.preventDefault();
     const text = $("map-words").value.trim();

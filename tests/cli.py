@@ -6,6 +6,7 @@ in this process."""
 from __future__ import annotations
 
 import io
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -50,6 +51,11 @@ def run_cli(*args: object) -> Result:
         except SystemExit as exc:
             code = exc.code if isinstance(exc.code, int) else int(exc.code is not None)
     return Result(code, out.getvalue(), err.getvalue())
+
+
+def untimed(lines: list[str]) -> list[str]:
+    """``lines`` with the seconds of each ``built ... in S s -> ...`` line left out."""
+    return [re.sub(r" in [0-9.]+ s -> ", " in (seconds) s -> ", line) for line in lines]
 
 
 def run_index(*args: str, timeout: float | None = None) -> subprocess.CompletedProcess[str]:

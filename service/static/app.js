@@ -560,7 +560,7 @@ function drawMap() {
   }
   const explained = ((variance[0] || 0) + (variance[1] || 0)) * 100;
   const caption = nonlinear ? nonlinearCaption(method, params, points.length) : axes
-    ? `x is each word's length along ${pair(axes.x)} (the first word at 0.5 more than the second), ` +
+    ? `x is each word's length along ${pair(axes.x)} (${axes.x[0]} at 0.5, ${axes.x[1]} at −0.5), ` +
       `y ${axes.y === "pca" ? "the first principal component of what x leaves" : `the same along ${pair(axes.y)}`}; ` +
       `the axes carry ${pct(variance[0])} and ${pct(variance[1])} of the variance of these ${points.length} words.`
     : `The two components explain ${explained.toFixed(1)}% of the variance of these ${points.length} words ` +
@@ -768,6 +768,10 @@ function wire() {
     writeURL(true);
     runAnalogy();
   });
+  $("an-method").addEventListener("change", () => {
+    // the answer shown is always the picked method's: picking the other one solves again
+    if ($("analogy-form").checkValidity()) $("analogy-form").requestSubmit();
+  });
   $("similarity-form").addEventListener("submit", (event) => {
     event.preventDefault();
     Object.assign(state, { x: $("sim-a").value.trim(), y: $("sim-b").value.trim() });
@@ -794,6 +798,9 @@ function wire() {
     event.preventDefault();
     runCompare();
   });
+  for (const id of ["cmp-first", "cmp-second"]) {
+    $(id).addEventListener("change", () => runCompare()); // the lists shown are always the picked tables'
+  }
   $("map-form").addEventListener("submit", (event) => {
     event.preventDefault();
     const text = $("map-words").value.trim();

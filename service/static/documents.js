@@ -447,7 +447,7 @@ export class DocumentSearch {
       el("div", { class: "ds-hit-head" },
         el("span", { class: "ds-id" }, String(hit.id)),
         el("span", { class: "score", title: "cosine with the query" }, hit.score.toFixed(3)),
-        shared.size ? el("span", { class: "muted ds-shared" }, `${common.size} shared words`) : null,
+        shared.size ? el("span", { class: "muted ds-shared" }, `${common.size} shared word${common.size === 1 ? "" : "s"}`) : null,
         el("button", {
           type: "button", class: "secondary small ds-more", onclick: () => this.searchFrom(String(hit.id)),
           "aria-label": `More like ${hit.id}`,

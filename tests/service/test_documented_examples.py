@@ -1,8 +1,10 @@
-"""The ``$ curl`` examples of README.md, docs/api.md, docs/models.md and docs/encoders.md, run as written against a
-real ``embedding-serve`` over the default table and all-MiniLM-L6-v2's token table (``minilm``), their shown output
-compared with the real one; those of docs/documents.md and README.md on docs/documents.md's Lee table (``lee``),
-made by its script and imported as it shows; and those of docs/operations.md's keys on a server of its three keys
-over the Lee table and the 20,000 most frequent GloVe rows (``words``).
+"""The ``$ curl`` examples of README.md, docs/api.md, docs/models.md, docs/encoders.md and docs/explorer.md, run as
+written against a real ``embedding-serve`` over the default table and all-MiniLM-L6-v2's token table (``minilm``),
+their shown output compared with the real one; and those of docs/documents.md and README.md on docs/documents.md's
+Lee table (``lee``), made by its script and imported as it shows, and on its ``pair-notes`` (notes embedded by the
+word table ``pair``); docs/operations.md's rebuild and reload of ``words``, a whole session from its files to
+its answers; and docs/operations.md's keys on a server of its three keys over the Lee table and the 20,000 most
+frequent GloVe rows (``words``).
 
 Each example is the command after ``$`` in a ``console`` block and the lines up to the next ``$``. The command runs
 in bash with the docs' address replaced by the server's; an example naming any other table (the other documents
@@ -15,9 +17,11 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 import shutil
 import subprocess
 from collections.abc import Iterator
+from contextlib import ExitStack, chdir
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,9 +30,9 @@ import pytest
 
 from index.build.sources import RawTable, glove_package
 from index.build.writer import build_table
-from tests.cli import run_cli
+from tests.cli import Result, run_cli, untimed
 from tests.conftest import REPO, link_table, small_raw
-from tests.examples import console_blocks, example
+from tests.examples import console_blocks, example, printed
 from tests.minilm import minilm_dir
 from tests.service import real_server
 
@@ -62,6 +66,7 @@ UNCHECKED = {
 }
 OPERATIONS_UNCHECKED = {  # docs/operations.md's other examples need other servers
     "X-API-Key: s3cret-admin-key": "reloads after the table was rebuilt (loaded), then rebuilt damaged (refused)",
+    "token=python": "the rebuild of words, run whole by test_the_rebuild_and_reload_of_operations_md_answers_as_shown",
     "no EMBEDDING_API_KEY set": "a server started without the admin key",
     "/readyz": "a server serving a rebuild it refused (stale)",
 }
@@ -130,10 +135,13 @@ def runs(
 README = runs(REPO / "README.md")
 API = runs(REPO / "docs" / "api.md")
 MODELS = runs(REPO / "docs" / "models.md") + runs(REPO / "docs" / "encoders.md")
+EXPLORER = runs(REPO / "docs" / "explorer.md")
 OPERATIONS = runs(REPO / "docs" / "operations.md", {"words", "lee"}, OPERATIONS_UNCHECKED)
 KEYS = {"EMBEDDING_READ_API_KEY": "s3cret-read-key", "EMBEDDING_WRITE_KEYS": "s3cret-write-key"}  # the page's
-DOCUMENTS = [  # the examples that name the Lee table
-    param for doc in ("docs/documents.md", "README.md") for param in runs(REPO / doc, {"lee"}, LEE_UNCHECKED, False)
+DOCUMENTS = [  # the examples that name the Lee table, or docs/documents.md's pair-notes
+    param
+    for doc in ("docs/documents.md", "README.md")
+    for param in runs(REPO / doc, {"lee", "pair-notes"}, LEE_UNCHECKED, False)
 ]
 
 
@@ -143,6 +151,7 @@ def test_the_examples_are_found() -> None:
     counts = [sum(checked(e) for param in params for e in param.values[1]) for params in (README, API)]
     assert counts[0] >= 20 and counts[1] >= 25, counts
     assert sum(len(param.values[1]) for param in MODELS) >= 8
+    assert sum(len(param.values[1]) for param in EXPLORER) >= 6
     assert sum(len(param.values[1]) for param in DOCUMENTS) >= 25
     assert sum(len(param.values[1]) for param in OPERATIONS) >= 10
     for path in (REPO / "README.md", REPO / "docs" / "api.md"):
@@ -194,7 +203,7 @@ def split_json(line: str) -> tuple[Any, str]:
 
 
 @pytest.fixture(scope="module")
-def server(glove_data_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def data(glove_data_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The default table beside ``minilm``, imported as README.md imports it (its manifest's source as shown)."""
     data = tmp_path_factory.mktemp("documented") / "data"
     data.mkdir()
@@ -204,15 +213,43 @@ def server(glove_data_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> It
         "import", minilm_dir(), "--format", "hf", "--name", "minilm", "--index", "flat", "--data-dir", data
     )
     assert imported.code == 0, imported.err
+    return data
+
+
+@pytest.fixture(scope="module")
+def server(data: Path) -> Iterator[str]:
+    """A server of :func:`data`'s tables, with the admin key."""
     env = {"EMBEDDING_API_KEY": ADMIN_KEY}
     with real_server.running(data, data.parent / "serve.log", env=env) as running:
         yield running.base
 
 
 @pytest.fixture(scope="module")
-def lee_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """docs/documents.md's Lee table: the JSON Lines its script writes, imported as it shows."""
-    folder = tmp_path_factory.mktemp("documented-lee")
+def pair_notes(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[tuple[Example, Result]]]:
+    """docs/documents.md's ``pair`` table and ``notes.jsonl``, written by its script and imported by its commands (in
+    this process, ``--quiet``) in a folder: the folder and each command with what it printed."""
+    folder = tmp_path_factory.mktemp("documented-pair")
+    with chdir(folder):
+        exec(compile(example("docs/documents.md", "pair-notes"), "docs/documents.md:pair-notes", "exec"), {})
+        commands = examples(0, printed("docs/documents.md", "pair-notes").splitlines())
+        return folder, [(e, run_cli(*shlex.split(e.command)[1:])) for e in commands]
+
+
+def test_the_pair_notes_imports_print_what_is_shown(pair_notes: tuple[Path, list[tuple[Example, Result]]]) -> None:
+    """Each import prints the lines shown (those of its standard output, as the progress lines on its standard error
+    are left out by ``--quiet``), but for the seconds."""
+    assert [e.command.split()[2] for e, _ in pair_notes[1]] == ["pair.txt", "notes.jsonl"]
+    for e, result in pair_notes[1]:
+        assert result.code == 0, (e.command, result.err)
+        shown = [line for line in e.shown.splitlines() if not line.startswith("embedding-index: ")]
+        assert untimed(result.out.splitlines()) == untimed(shown), e.command
+
+
+@pytest.fixture(scope="module")
+def lee_data(pair_notes: tuple[Path, list[tuple[Example, Result]]]) -> Path:
+    """docs/documents.md's Lee table: the JSON Lines its script writes, imported as it shows; beside its ``pair`` and
+    ``pair-notes`` tables."""
+    folder = pair_notes[0]
     script = example("docs/documents.md", "lee-jsonl")
     assert '"lee.jsonl"' in script  # written there rather than in the working directory, which other work shares
     script = script.replace('"lee.jsonl"', repr(str(folder / "lee.jsonl")))
@@ -247,7 +284,7 @@ CURL_AND_JQ = pytest.mark.skipif(
 
 
 @CURL_AND_JQ
-@pytest.mark.parametrize(("path", "kept"), README + API + MODELS)
+@pytest.mark.parametrize(("path", "kept"), README + API + MODELS + EXPLORER)
 def test_the_shown_output_is_the_real_one(server: str, path: Path, kept: list[Example], tmp_path: Path) -> None:
     assert_shown_output(server, path, kept, tmp_path)
 
@@ -276,3 +313,38 @@ def assert_shown_output(server: str, path: Path, kept: list[Example], tmp_path: 
         if e.command.startswith("curl") and (found := differences(e.shown, out.rstrip("\n")))
     ]
     assert not failures, "\n".join(failures)
+
+
+@CURL_AND_JQ
+def test_the_rebuild_and_reload_of_operations_md_answers_as_shown(tmp_path: Path) -> None:
+    """docs/operations.md's rebuild of ``words``, run as written in a folder: its script writes the two versions'
+    files, its builder commands build them (in this process), its server is started as shown (the admin key, the
+    watching off), and each ``$ curl`` prints what is shown, before the reload and after it."""
+    doc = REPO / "docs" / "operations.md"
+    with chdir(tmp_path):
+        exec(compile(example("docs/operations.md", "words-v2"), "docs/operations.md:words-v2", "exec"), {})
+    session = examples(0, printed("docs/operations.md", "words-v2").splitlines())
+    assert [e.command.split()[0] for e in session].count("curl") == 3
+    with ExitStack() as stack:
+        for e in session:
+            if e.command.startswith("embedding-index"):
+                with chdir(tmp_path):
+                    result = run_cli(*shlex.split(e.command)[1:])
+                assert result.code == 0, (e.command, result.err)
+                assert untimed(result.out.splitlines()) == untimed(e.shown.splitlines()), e.command
+            elif e.command.endswith("embedding-serve --data-dir ./data &"):
+                env = dict(setting.split("=") for setting in e.command.split()[:-4])
+                server = stack.enter_context(real_server.running(tmp_path / "data", tmp_path / "serve.log", env=env))
+            else:
+                assert_shown_output(server.base, doc, [e], tmp_path)
+
+
+def test_a_special_token_typed_in_a_text_is_named_as_shown(data: Path) -> None:
+    """docs/documents.md's JSON Lines of a text that is only ``[CLS]``, written by its command beside the data
+    directory and embedded by ``minilm``: the import is refused with the error shown."""
+    write, imported = examples(0, example("docs/documents.md", "tokens-jsonl").splitlines())
+    subprocess.run(["bash", "-c", write.command], cwd=data.parent, check=True, timeout=10)
+    with chdir(data.parent):
+        result = run_cli(*shlex.split(imported.command)[1:])
+    assert result.code == 1 and not (data / "tokens").exists()
+    assert result.err.splitlines()[-1] == imported.shown.splitlines()[-1], result.err

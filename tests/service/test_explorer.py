@@ -187,13 +187,21 @@ def test_map_draws_one_point_per_word_and_reports_unknown_words(
     assert f"PC1 {pc1 * 100:.1f}%" in page.inner_text("#map-out")
     assert f"PC2 {pc2 * 100:.1f}%" in page.inner_text("#map-out")
 
-    # An unknown word is reported and left out; the rest is still drawn.
+    # An unknown word is reported and left out; the rest is still drawn (Ctrl+Enter in the words draws them).
     page.fill("#map-words", "fruit: apple banana qzxqzxq\nmetals: iron gold copper")
-    page.click("#map-form button[type=submit]")
+    page.press("#map-words", "Control+Enter")
     page.wait_for_selector("#map-out .warning")
     assert "qzxqzxq" in page.inner_text("#map-out .warning")
     assert page.locator("#map-out svg circle").count() == 5
     assert watched.state()["words"].startswith("fruit:")
+
+    # Reset draws the opening words again, on principal components, and the link forgets the edited ones.
+    page.check("#axes-pairs")
+    page.click("#map-reset")
+    page.wait_for_function("() => !new URLSearchParams(location.search).has('words')")
+    page.wait_for_selector("#map-out:not([aria-busy]) svg")
+    assert map_words(page.input_value("#map-words")) == words and page.is_checked("#axes-pca")
+    assert sorted(page.locator("#map-out svg .point text").all_text_contents()) == sorted(words)
     watched.assert_clean()
 
 
@@ -245,6 +253,20 @@ def test_analogy_man_king_woman_gives_queen(server: str, api: httpx.Client, watc
     assert shown == [n["token"] for n in expected["neighbors"]]
     assert shown[0] == "queen"
     assert page.inner_text("#analogy-out .answer strong") == "queen"
+    watched.assert_clean()
+
+
+def test_picking_the_analogy_method_solves_again(server: str, api: httpx.Client, watched: Watched) -> None:
+    """The answer shown is the picked method's: picking the other one asks again, without Enter."""
+    watched.open(server, f"?table={WORDS_TABLE}&a=man&b=king&c=woman")
+    page = watched.page
+    page.wait_for_selector("#analogy-out:not([aria-busy]) .scores")
+    page.select_option("#an-method", "3cosmul")
+    page.wait_for_function("() => new URLSearchParams(location.search).get('method') === '3cosmul'")
+    page.wait_for_selector("#analogy-out:not([aria-busy]) .scores")
+    body = {"a": "man", "b": "king", "c": "woman", "k": 5, "method": "3cosmul"}
+    expected = api.post(f"/v1/tables/{WORDS_TABLE}/analogy", json=body).json()["neighbors"]
+    assert page.locator("#analogy-out .scores .score").all_inner_texts() == [f"{n['score']:.3f}" for n in expected]
     watched.assert_clean()
 
 
@@ -889,6 +911,8 @@ def test_axes_move_the_points(server: str, api: httpx.Client, watched: Watched) 
     assert np.corrcoef([after[w] for w in shared], [answer[w] for w in shared])[0, 1] > 0.9999  # x drawn as asked
     assert after["man"] > after["woman"] and after != before
     assert "PC1 of the rest" in page.locator("#map-out svg").text_content()
+    assert round(answer["man"], 6) == 0.5 and round(answer["woman"], 6) == -0.5  # unit rows, 1 apart
+    assert "length along man − woman (man at 0.5, woman at −0.5)" in page.inner_text("#map-out p.muted")
 
     page.fill("#ax-c", "red")
     page.fill("#ax-d", "blue")
@@ -1193,8 +1217,7 @@ def test_compare_tables_side_by_side_with_the_overlap_marked(server: str, api: h
     page.wait_for_selector(f"#compare-out:not([aria-busy]) .compare-side >> text=“{clicked}”")
     assert page.input_value("#cmp-word") == clicked
 
-    page.select_option("#cmp-second", WORDS_TABLE)  # a table against itself: everything shared
-    page.click("#compare-form button[type=submit]")
+    page.select_option("#cmp-second", WORDS_TABLE)  # a table against itself, compared once picked: all shared
     page.wait_for_selector("#compare-out:not([aria-busy]) .overlap >> text=1.00")
     assert page.locator("#compare-out li.shared").count() == 20
 

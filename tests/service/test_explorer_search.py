@@ -484,6 +484,7 @@ def test_text_searches_by_the_tables_own_modes(
     assert [hit["id"] for hit in shown_hits(page)] == [hit["id"] for hit in answer["hits"]]
     note = page.inner_text("#ds-out .ds-fallback")
     assert note.startswith("Searched by keyword only: text 'canyoning': no word of it is known") and "(small)" in note
+    assert set(page.locator("#ds-out .ds-shared").all_inner_texts()) == {"1 shared word"}  # the one word asked
     watched.assert_clean()
 
 

@@ -4,7 +4,6 @@ side of the command, the import's help, and the Makefile's shortcuts for the com
 from __future__ import annotations
 
 import json
-import re
 import shlex
 import shutil
 import subprocess
@@ -19,7 +18,7 @@ from index.build.cli import index_column, verify
 from index.build.sources import RawTable
 from index.engine.table import Table
 from index.store import writelog
-from tests.cli import REPO, progress_lines, run_cli
+from tests.cli import REPO, progress_lines, run_cli, untimed
 from tests.examples import example
 from tests.lee import Lee, jsonl_records
 from tests.words import write_words
@@ -353,10 +352,6 @@ def documented_runs(name: str) -> list[tuple[list[str], list[str]]]:
         else:
             runs[-1][1].append(line)
     return runs
-
-
-def untimed(lines: list[str]) -> list[str]:
-    return [re.sub(r" in [0-9.]+ s -> ", " in (seconds) s -> ", line) for line in lines]
 
 
 @pytest.mark.parametrize("block", ["import-runs", "import-refusals"])

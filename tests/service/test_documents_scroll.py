@@ -24,6 +24,7 @@ KEY = "scroll-writer-" + "k" * 24
 HEADERS = {"X-API-Key": KEY}
 MAX_BATCH = 64
 NUMBERS = [1000, -7, 20, 3, 2**40, 100, 5]  # integer ids: by number 100 comes after 20, as text before it
+LONG_IDS = ["c", "b" + "x" * 2000, "a", "b" + "x" * 1999 + "\U0001f600"]  # an import takes ids past max_token_chars
 
 Record = dict[str, Any]
 Passes = Callable[[Record], bool]
@@ -52,6 +53,9 @@ def server(lee_imports: Path, lee_docs: Lee, tmp_path_factory: pytest.TempPathFa
     numbers = [{"id": n, "vector": lee_docs.vectors[i].tolist(), "odd": n % 2 == 1} for i, n in enumerate(NUMBERS)]
     path = write_jsonl(data.parent / "numbers.jsonl", numbers)
     assert run_cli("import", path, "--format", "documents", "--name", "numbers", "--data-dir", data).code == 0
+    long = [{"id": ident, "vector": lee_docs.vectors[i].tolist()} for i, ident in enumerate(LONG_IDS)]
+    path = write_jsonl(data.parent / "long.jsonl", long)
+    assert run_cli("import", path, "--format", "documents", "--name", "long", "--data-dir", data).code == 0
     env = {"EMBEDDING_WRITE_KEYS": KEY, "EMBEDDING_MAX_BATCH": str(MAX_BATCH)}
     with real_server.running(data, data.parent / "serve.log", env=env) as server:
         yield server
@@ -171,6 +175,24 @@ def test_integer_ids_by_number(server: real_server.Server, lee_docs: Lee) -> Non
     write(server, "/documents/delete", {"ids": [100]}, "numbers")
     assert listed(every_page(server, {"limit": 2, "filter": {"odd": False}}, "numbers")) == [20, 50, 1000, 2**40]
     assert listed(every_page(server, {"after": -8}, "numbers"))[:2] == [-7, 3]
+
+
+def test_a_scroll_goes_on_past_an_imported_id_longer_than_a_token(
+    server: real_server.Server, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An import takes ids longer than ``max_token_chars``: a page that ends on one names it as ``next``, and the
+    next page starts after it (the listing goes on to the end, the clients' too)."""
+    listed, after = [], None
+    while True:
+        page = scroll(server, {"limit": 1, "fields": [], **({} if after is None else {"after": after})}, "long")
+        assert page.status_code == 200, page.text[:300]
+        listed += [d["id"] for d in page.json()["documents"]]
+        if (after := page.json()["next"]) is None:
+            break
+    assert listed == sorted(LONG_IDS)
+    monkeypatch.setattr(calls, "READ_DOCUMENTS", 1)
+    with Client(server.base) as client:
+        assert [d["id"] for d in client.list_documents("long")] == sorted(LONG_IDS)
 
 
 def error(answer: httpx.Response) -> tuple[int, str, str]:

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
-from index.engine.filters import RowSet
+from index.engine.filters import RowSet, evaluate
 from index.engine.table import Table, VectorSearch
 from index.errors import InvalidQuery
 from index.store.payload import LOOKUP_LIMIT, TIMESTAMP, Payload, arrow_types, id_key, unknown_documents
@@ -263,6 +263,13 @@ class Delta:
     def columns(self) -> DeltaColumns:
         """The written documents' fields as Arrow columns, for the search filter language."""
         return DeltaColumns(self.payload, self.written_in_order(), self.places())
+
+    def passing(self, spec: Any) -> np.ndarray:
+        """A boolean per written document, in write order: whether it passes the filter ``spec`` (a search's)."""
+        columns = self.columns()
+        if not columns.documents:
+            return np.zeros(0, dtype=bool)
+        return evaluate(columns, spec).mask  # type: ignore[arg-type]
 
 
 class DeltaColumns:

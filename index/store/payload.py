@@ -336,13 +336,20 @@ INT64 = (-(2**63), 2**63 - 1)
 
 
 def _as_int(value: object) -> int | None:
-    """An integer id asked for as an int or as digits; None for anything else (no id equals it)."""
+    """An integer id asked for as an int or as digits (one sign at most: "+-7" is no integer, and leading zeros
+    dropped: "007" is 7); None for anything else, and past 64 bits (no id equals it)."""
     if isinstance(value, bool):
         return None
-    text = value.strip() if isinstance(value, str) and value.isascii() else ""
-    digits = (text[1:] if text[:1] in ("+", "-") else text).isdigit()  # one sign at most: "+-7" is no integer
-    number = int(value) if isinstance(value, int | np.integer) or digits else None  # type: ignore[call-overload]
-    return number if number is not None and INT64[0] <= number <= INT64[1] else None
+    if isinstance(value, int | np.integer):
+        number = int(value)
+    else:
+        text = value.strip() if isinstance(value, str) and value.isascii() else ""
+        sign, digits = (text[:1], text[1:]) if text[:1] in ("+", "-") else ("", text)
+        digits = (digits.lstrip("0") or "0") if digits.isdigit() else ""
+        if not digits or len(digits) > len(str(INT64[1])):  # not read by int(): past 4,300 digits it raises
+            return None
+        number = int(sign + digits)
+    return number if INT64[0] <= number <= INT64[1] else None
 
 
 def id_key(value: object, id_type: str) -> str | int | None:

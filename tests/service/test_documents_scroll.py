@@ -195,6 +195,25 @@ def test_a_scroll_goes_on_past_an_imported_id_longer_than_a_token(
         assert [d["id"] for d in client.list_documents("long")] == sorted(LONG_IDS)
 
 
+def test_an_integer_id_of_thousands_of_digits_is_read_as_any_other(server: real_server.Server, lee_docs: Lee) -> None:
+    """An integer-id table reads an id of more digits than Python's int() takes (4,300) as it reads any, in a
+    filter (a page's, a search's) and as ``after``: its leading zeros dropped (``"0...05"`` is 5), past 64 bits no
+    id's (a 422 as ``after``), never a 500."""
+    many, padded = "1" * 5000, "0" * 5000 + "5"
+    page = scroll(server, {"filter": {"id": {"in": [many, padded]}}, "fields": []}, "numbers")
+    assert page.status_code == 200 and [d["id"] for d in page.json()["documents"]] == [5], page.text[:300]
+    searched = real_server.HTTP.post(
+        f"{server.base}/v1/tables/numbers/search",
+        json={"vector": lee_docs.vectors[0].tolist(), "filter": {"id": many}},
+        timeout=30,
+    )
+    assert searched.status_code == 200 and searched.json()["hits"] == [], searched.text[:300]
+    page = scroll(server, {"after": padded, "limit": 1, "fields": []}, "numbers")
+    assert page.status_code == 200 and page.json()["next"] == 20, page.text[:300]
+    status, _, message = error(scroll(server, {"after": many}, "numbers"))
+    assert status == 422 and "integers within 64 bits" in message, message
+
+
 def error(answer: httpx.Response) -> tuple[int, str, str]:
     body = answer.json()["error"]
     return answer.status_code, body["code"], body["message"]

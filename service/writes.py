@@ -219,10 +219,9 @@ def filter_ids(table: Table, spec: Any, delta: Delta) -> list[Key]:
     """The ids of the live documents the search filter ``spec`` lets through."""
     payload = table.documents(WRITES_ONLY)
     rows = np.flatnonzero(filters.evaluate(payload, spec).mask & ~delta.deleted)
-    written = delta.columns()
-    passing = filters.evaluate(written, spec).mask if written.documents else np.zeros(0, dtype=bool)  # type: ignore[arg-type]
+    passing = delta.passing(spec).tolist()
     keys: list[Key] = payload.ids(rows) if len(rows) else []
-    return keys + [d.id for d, ok in zip(written.documents, passing.tolist(), strict=True) if ok]
+    return keys + [d.id for d, ok in zip(delta.written_in_order(), passing, strict=True) if ok]
 
 
 def _upserting(documents: list[dict[str, Any]]) -> Make:

@@ -269,8 +269,7 @@ class Client:
         """One page of the live documents ``filter`` passes (None: every one) in the ids' order (``POST
         .../documents/scroll``): ``{"documents": [...], "next": id}``, at most ``limit`` documents (None: the
         server's page, 100 or its ``max_batch`` when lower) whose ids come after ``after``, each as :meth:`document`
-        gives it; pass ``next`` as ``after`` for the next page (None:
-        this page is the last)."""
+        gives it; pass ``next`` as ``after`` for the next page (None: this page is the last)."""
         return self._run(calls.scroll_documents(table, filter, limit, after, vector, normalized, fields))
 
     def list_documents(

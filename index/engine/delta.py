@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import copy
 import datetime as dt
+import json
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
-from index.engine.filters import RowSet
+from index.engine.filters import RowSet, evaluate
 from index.engine.table import Table, VectorSearch
 from index.errors import InvalidQuery
 from index.store.payload import LOOKUP_LIMIT, TIMESTAMP, Payload, arrow_types, id_key, unknown_documents
@@ -263,6 +264,21 @@ class Delta:
     def columns(self) -> DeltaColumns:
         """The written documents' fields as Arrow columns, for the search filter language."""
         return DeltaColumns(self.payload, self.written_in_order(), self.places())
+
+    def passing(self, spec: Any) -> np.ndarray:
+        """A boolean per written document, in write order: whether it passes the filter ``spec`` (a search's). The
+        last filter's is kept until the next change: the pages of a listing, or searches of one filter, evaluate
+        it once, not each over every written document."""
+        key = json.dumps(spec, sort_keys=True, separators=(",", ":"))
+        last = self._cache.get("passing")
+        if last is not None and last[0] == key:
+            kept: np.ndarray = last[1]
+            return kept
+        columns = self.columns()
+        mask = evaluate(columns, spec).mask if columns.documents else np.zeros(0, dtype=bool)  # type: ignore[arg-type]
+        mask.flags.writeable = False  # shared by the requests that ask it
+        self._cache["passing"] = (key, mask)
+        return mask
 
 
 class DeltaColumns:

@@ -10,7 +10,6 @@ from typing import Any
 
 import numpy as np
 
-from index.engine import filters
 from index.engine.delta import Delta, Key
 from index.engine.table import Table
 from index.errors import InvalidQuery, shown
@@ -123,8 +122,8 @@ def _written_after(delta: Delta, spec: Any, start: Key | None, most: int) -> lis
     ids, places = delta.cached("id_order", lambda: _id_order(delta))
     begin = 0 if start is None else int(np.searchsorted(ids, start, side="right"))
     ids, places = ids[begin:], places[begin:]
-    if spec is not None:  # a boolean per written document, in write order
-        ids = ids[filters.evaluate(delta.columns(), spec).mask[places]]  # type: ignore[arg-type]
+    if spec is not None:
+        ids = ids[delta.passing(spec)[places]]
     found: list[Key] = ids[:most].tolist()
     return found
 

@@ -685,12 +685,7 @@ def _result(query: Query, found: Probe, hits: list[Neighbor]) -> Result:
 
 def _written(delta: Delta, query: Query) -> np.ndarray | None:
     """A boolean per written document (in write order): passes the query's filter (None: no filter)."""
-    if query.filter is None:
-        return None
-    columns = delta.columns()
-    if not columns.documents:
-        return np.zeros(0, dtype=bool)
-    return filters.evaluate(columns, query.filter).mask  # type: ignore[arg-type]
+    return None if query.filter is None else delta.passing(query.filter)
 
 
 def _passing(delta: Delta | None, query: Query, rows: RowSet) -> int:

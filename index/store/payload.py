@@ -250,42 +250,36 @@ class Payload:
         return pa.array(indices, pa.int64())
 
     def _needles(self, ids: Sequence[str | int] | np.ndarray | pa.Array) -> pa.Array:
-        """The ids as an Arrow array of the table's id type; a value no id can equal becomes null."""
+        """The ids as an Arrow array of the stored ids' type (large_string when they need 64-bit offsets); a value
+        no id can equal becomes null."""
         if isinstance(ids, pa.ChunkedArray):
             ids = ids.combine_chunks()
-        want = pa.int64() if self.id_type == INTEGER else pa.string()
+        parse, want = (_as_int, pa.int64()) if self.id_type == INTEGER else (_as_str, pa.string())
         if isinstance(ids, pa.Array) and ids.type == want:
-            return ids
-        if isinstance(ids, np.ndarray) and ids.dtype.kind in "iu" and self.id_type == INTEGER:
-            return pa.array(ids.astype(np.int64, copy=False))
-        values = ids.to_pylist() if isinstance(ids, pa.Array) else list(ids)
-        if self.id_type == INTEGER:
-            return pa.array([_as_int(v) for v in values], pa.int64())
-        return pa.array([_as_str(v) for v in values], pa.string())
+            needles = ids
+        elif isinstance(ids, np.ndarray) and ids.dtype.kind in "iu" and self.id_type == INTEGER:
+            needles = pa.array(ids.astype(np.int64, copy=False))
+        else:
+            values = ids.to_pylist() if isinstance(ids, pa.Array) else list(ids)
+            needles = pa.array([parse(v) for v in values], want)
+        return needles if needles.type == self._sorted_ids.type else needles.cast(self._sorted_ids.type)
 
     def row_of(self, ids: Sequence[str | int] | np.ndarray | pa.Array) -> np.ndarray:
         """The rows of ``ids`` (int64); :class:`UnknownDocument` names the ids that are not in the table.
 
         For an integer-id table, digit strings (``"12"``, as a URL carries them) are taken as the integer.
         """
-        needles = self._needles(ids)
-        if needles.type != self._sorted_ids.type:  # the stored ids are large_string when they need 64-bit offsets
-            needles = needles.cast(self._sorted_ids.type)
-        if not len(needles):
-            return np.zeros(0, dtype=np.int64)
-        positions = search_sorted(self._sorted_ids, needles.fill_null(0 if self.id_type == INTEGER else ""))
-        missing = (positions < 0) | np.asarray(needles.is_null().to_numpy(zero_copy_only=False), dtype=bool)
+        rows = self.find_rows(ids)
+        missing = rows < 0
         if missing.any():
             asked = ids.to_pylist() if isinstance(ids, pa.Array) else list(ids)
             unknown = [asked[i] for i in np.flatnonzero(missing)[:LOOKUP_LIMIT]]
             raise unknown_documents(unknown, int(missing.sum()), self.directory.name)
-        return np.asarray(self._sorted_rows[positions], dtype=np.int64)
+        return rows
 
-    def find_rows(self, ids: Sequence[str | int]) -> np.ndarray:
+    def find_rows(self, ids: Sequence[str | int] | np.ndarray | pa.Array) -> np.ndarray:
         """The row of each id, -1 for an id the table does not have (a write's upsert or delete)."""
         needles = self._needles(ids)
-        if needles.type != self._sorted_ids.type:
-            needles = needles.cast(self._sorted_ids.type)
         if not len(needles) or not len(self._sorted_rows):  # nothing asked, or a table of no rows (a shard)
             return np.full(len(needles), -1, dtype=np.int64)
         positions = search_sorted(self._sorted_ids, needles.fill_null(0 if self.id_type == INTEGER else ""))
@@ -297,10 +291,7 @@ class Payload:
         comes after ``key`` (an id as the table stores it, there or not; None: from the first row)."""
         if key is None:
             return np.asarray(self._sorted_rows)
-        needle = self._needles([key])
-        if needle.type != self._sorted_ids.type:
-            needle = needle.cast(self._sorted_ids.type)
-        (start,) = insertion_points(self._sorted_ids, needle, right=True)
+        (start,) = insertion_points(self._sorted_ids, self._needles([key]), right=True)
         return np.asarray(self._sorted_rows[int(start) :])
 
     def ids(self, rows: Sequence[int] | np.ndarray) -> list[str | int]:
@@ -345,13 +336,20 @@ INT64 = (-(2**63), 2**63 - 1)
 
 
 def _as_int(value: object) -> int | None:
-    """An integer id asked for as an int or as digits; None for anything else (no id equals it)."""
+    """An integer id asked for as an int or as digits (one sign at most: "+-7" is no integer, and leading zeros
+    dropped: "007" is 7); None for anything else, and past 64 bits (no id equals it)."""
     if isinstance(value, bool):
         return None
-    text = value.strip() if isinstance(value, str) and value.isascii() else ""
-    digits = (text[1:] if text[:1] in ("+", "-") else text).isdigit()  # one sign at most: "+-7" is no integer
-    number = int(value) if isinstance(value, int | np.integer) or digits else None  # type: ignore[call-overload]
-    return number if number is not None and INT64[0] <= number <= INT64[1] else None
+    if isinstance(value, int | np.integer):
+        number = int(value)
+    else:
+        text = value.strip() if isinstance(value, str) and value.isascii() else ""
+        sign, digits = (text[:1], text[1:]) if text[:1] in ("+", "-") else ("", text)
+        digits = (digits.lstrip("0") or "0") if digits.isdigit() else ""
+        if not digits or len(digits) > len(str(INT64[1])):  # not read by int(): past 4,300 digits it raises
+            return None
+        number = int(sign + digits)
+    return number if INT64[0] <= number <= INT64[1] else None
 
 
 def id_key(value: object, id_type: str) -> str | int | None:

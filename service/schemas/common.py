@@ -260,9 +260,9 @@ def int64_schema(schema: dict[str, Any]) -> None:
     schema["minimum"], schema["maximum"] = INT64_MIN + 1024, INT64_MAX + 1 - 1024
 
 
+Int64 = Annotated[int, Field(ge=INT64_MIN, le=INT64_MAX, json_schema_extra=int64_schema), Whole]
 DocumentId = Annotated[
-    Token | Annotated[int, Field(ge=INT64_MIN, le=INT64_MAX, json_schema_extra=int64_schema), Whole],
-    Field(description="a document's id (documents tables)", union_mode="left_to_right"),
+    Token | Int64, Field(description="a document's id (documents tables)", union_mode="left_to_right")
 ]
 
 

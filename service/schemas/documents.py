@@ -12,6 +12,7 @@ from service.schemas.common import (
     LIMITS,
     STRICT,
     DocumentId,
+    Int64,
     Token,
     ValidText,
     Whole,
@@ -79,8 +80,10 @@ class ScrollRequest(BaseModel):
         ]
         | None
     ) = Field(None, description=f"documents in a page, 1..max_batch (default {PAGE}, or max_batch when lower)")
-    after: DocumentId | None = Field(
-        None, description="the page starts after this id (the last answer's next; an id the table need not hold)"
+    after: Annotated[str, Field(min_length=1)] | Int64 | None = Field(  # an imported id may pass max_token_chars
+        None,
+        description="the page starts after this id (the last answer's next; an id the table need not hold)",
+        union_mode="left_to_right",
     )
     vector: bool = Field(False, description="also return each document's vector as imported")
     normalized: bool = Field(False, description="with vector: its unit vector, as searches use it")

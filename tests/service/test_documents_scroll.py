@@ -24,6 +24,7 @@ KEY = "scroll-writer-" + "k" * 24
 HEADERS = {"X-API-Key": KEY}
 MAX_BATCH = 64
 NUMBERS = [1000, -7, 20, 3, 2**40, 100, 5]  # integer ids: by number 100 comes after 20, as text before it
+LONG_IDS = ["c", "b" + "x" * 2000, "a", "b" + "x" * 1999 + "\U0001f600"]  # an import takes ids past max_token_chars
 
 Record = dict[str, Any]
 Passes = Callable[[Record], bool]
@@ -52,6 +53,9 @@ def server(lee_imports: Path, lee_docs: Lee, tmp_path_factory: pytest.TempPathFa
     numbers = [{"id": n, "vector": lee_docs.vectors[i].tolist(), "odd": n % 2 == 1} for i, n in enumerate(NUMBERS)]
     path = write_jsonl(data.parent / "numbers.jsonl", numbers)
     assert run_cli("import", path, "--format", "documents", "--name", "numbers", "--data-dir", data).code == 0
+    long = [{"id": ident, "vector": lee_docs.vectors[i].tolist()} for i, ident in enumerate(LONG_IDS)]
+    path = write_jsonl(data.parent / "long.jsonl", long)
+    assert run_cli("import", path, "--format", "documents", "--name", "long", "--data-dir", data).code == 0
     env = {"EMBEDDING_WRITE_KEYS": KEY, "EMBEDDING_MAX_BATCH": str(MAX_BATCH)}
     with real_server.running(data, data.parent / "serve.log", env=env) as server:
         yield server
@@ -171,6 +175,43 @@ def test_integer_ids_by_number(server: real_server.Server, lee_docs: Lee) -> Non
     write(server, "/documents/delete", {"ids": [100]}, "numbers")
     assert listed(every_page(server, {"limit": 2, "filter": {"odd": False}}, "numbers")) == [20, 50, 1000, 2**40]
     assert listed(every_page(server, {"after": -8}, "numbers"))[:2] == [-7, 3]
+
+
+def test_a_scroll_goes_on_past_an_imported_id_longer_than_a_token(
+    server: real_server.Server, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An import takes ids longer than ``max_token_chars``: a page that ends on one names it as ``next``, and the
+    next page starts after it (the listing goes on to the end, the clients' too)."""
+    listed, after = [], None
+    while True:
+        page = scroll(server, {"limit": 1, "fields": [], **({} if after is None else {"after": after})}, "long")
+        assert page.status_code == 200, page.text[:300]
+        listed += [d["id"] for d in page.json()["documents"]]
+        if (after := page.json()["next"]) is None:
+            break
+    assert listed == sorted(LONG_IDS)
+    monkeypatch.setattr(calls, "READ_DOCUMENTS", 1)
+    with Client(server.base) as client:
+        assert [d["id"] for d in client.list_documents("long")] == sorted(LONG_IDS)
+
+
+def test_an_integer_id_of_thousands_of_digits_is_read_as_any_other(server: real_server.Server, lee_docs: Lee) -> None:
+    """An integer-id table reads an id of more digits than Python's int() takes (4,300) as it reads any, in a
+    filter (a page's, a search's) and as ``after``: its leading zeros dropped (``"0...05"`` is 5), past 64 bits no
+    id's (a 422 as ``after``), never a 500."""
+    many, padded = "1" * 5000, "0" * 5000 + "5"
+    page = scroll(server, {"filter": {"id": {"in": [many, padded]}}, "fields": []}, "numbers")
+    assert page.status_code == 200 and [d["id"] for d in page.json()["documents"]] == [5], page.text[:300]
+    searched = real_server.HTTP.post(
+        f"{server.base}/v1/tables/numbers/search",
+        json={"vector": lee_docs.vectors[0].tolist(), "filter": {"id": many}},
+        timeout=30,
+    )
+    assert searched.status_code == 200 and searched.json()["hits"] == [], searched.text[:300]
+    page = scroll(server, {"after": padded, "limit": 1, "fields": []}, "numbers")
+    assert page.status_code == 200 and page.json()["next"] == 20, page.text[:300]
+    status, _, message = error(scroll(server, {"after": many}, "numbers"))
+    assert status == 422 and "integers within 64 bits" in message, message
 
 
 def error(answer: httpx.Response) -> tuple[int, str, str]:

@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from index.engine import delta as delta_module
 from index.engine import documents
 from index.engine.delta import Delta
 from index.engine.table import Table
@@ -197,3 +198,45 @@ def test_a_scroll_reads_the_rows_a_chunk_at_a_time(
         for start in lee_docs.ids:  # a page after each id: the rows a chunk ends at differ from page to page
             page, _ = documents.scroll_documents(table, delta, spec, 3, start, [], False, False)
             assert [d["id"] for d in page] == [i for i in expected if i > start][:3], (spec, start)
+
+
+def test_a_filter_over_the_written_documents_is_evaluated_once_per_change(
+    lee_data_dir: Path, lee_docs: Lee, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The pages of a listing by one filter evaluate it over the written documents once until the next write (the
+    last filter's booleans are kept), another filter's its own: every listing the brute force's."""
+    evaluated: list[object] = []
+    evaluate = delta_module.evaluate
+    monkeypatch.setattr(
+        delta_module, "evaluate", lambda columns, spec: evaluated.append(spec) or evaluate(columns, spec)
+    )
+    table = Table.load(lee_data_dir / "lee")
+    assert table.payload is not None
+    delta = Delta(table.payload, table.rows, table.dim, 0)
+    live = {lee_docs.ids[i]: lee_docs.record(i) for i in range(len(lee_docs.ids))}
+
+    def write(seq: int, ident: str, year: int) -> None:
+        delta.apply([upsert(seq, {"id": ident, "vector": lee_docs.vectors[seq].tolist(), "fields": {"year": year}})])
+        live[ident] = {"year": year}
+
+    def listing(spec: dict[str, Any]) -> list[object]:
+        listed, after, snapshot = [], None, delta.snapshot()
+        while True:
+            page, after = documents.scroll_documents(table, snapshot, spec, 25, after, [], False, False)
+            listed += [d["id"] for d in page]
+            if after is None:
+                return listed
+
+    for seq in range(1, 31):
+        write(seq, f"w-{seq:02d}", 1980 + seq)
+    late, early = {"year": {"gte": 2000}}, {"year": {"lt": 2000}}
+
+    def expected(spec: dict[str, Any]) -> list[object]:
+        return sorted(i for i, f in live.items() if ((f.get("year") or 0) >= 2000) == (spec is late))
+
+    for count, spec in enumerate((late, early, late), 1):
+        assert listing(spec) == expected(spec), spec
+        assert len(evaluated) == count, spec  # once a listing, however many pages
+    write(31, "w-05", 2005)  # replaced: it passes now
+    assert listing(late) == expected(late) and "w-05" in expected(late)
+    assert len(evaluated) == 4  # written since: evaluated again

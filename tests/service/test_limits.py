@@ -2,7 +2,7 @@
 the defaults (``max_batch`` 50, ``max_k`` 50, a 32 KiB body limit) answers ``Client.documents`` of Lee's 300
 documents, LangChain's ``get_by_ids``, LlamaIndex's ``get_nodes`` and writes of all 300 as a server with the
 default limits does, where the clients' default sizes (1,024 ids, 256 documents, 2 MiB, pages of 100) are each a
-422 or a 413."""
+422 or a 413; and a refusal of a request over any published limit names it (``"limit"`` in its error)."""
 
 from __future__ import annotations
 
@@ -17,15 +17,16 @@ import httpx
 import numpy as np
 import pytest
 
-from service.schemas.common import MAX_DIM, MAX_TEXT_CHARS, MAX_TOKEN_CHARS
-from service.schemas.embed import MAX_EMBED_CHARS
+from service.schemas.bounds import MAX_DIM, MAX_EMBED_CHARS, MAX_TEXT_CHARS, MAX_TOKEN_CHARS
 from service.schemas.limits import ServerLimits
 from service.settings import Settings
 from service_client import AsyncClient, Client
 from service_client.langchain import EmbeddingSearchStore
 from service_client.llamaindex import EmbeddingSearchVectorStore
 from tests.cli import run_cli
+from tests.conftest import link_table
 from tests.lee import Lee, jsonl_records, write_jsonl
+from tests.minilm import ST
 from tests.service import real_server
 
 KEY = "limits-writer-key-0123456789abcdef"
@@ -167,3 +168,86 @@ def test_a_fronts_limits_are_its_shards_where_lower(servers: tuple[str, str], fr
         expected = client.documents("notes", asked, vector=True)
     with Client(front) as client:
         assert client.documents("notes", asked, vector=True) == expected
+
+
+# A server whose every settable limit is low enough for one small request to exceed it (the fixed ones are the same
+# everywhere), and per published limit one request over it, the status and code its refusal has always had.
+TIGHT = {
+    "EMBEDDING_MAX_K": "20",
+    "EMBEDDING_MAX_BATCH": "8",
+    "EMBEDDING_MAX_HITS": "30",
+    "EMBEDDING_MAX_FILTER_CONDITIONS": "2",
+    "EMBEDDING_MAX_WORDS": "4",
+    "EMBEDDING_MAX_LAYOUT_WORK": "10",
+    "EMBEDDING_MAX_ENCODE_TOKENS": "32",
+    "EMBEDDING_MAX_SCORED_ROWS": "10",
+    "EMBEDDING_MAX_ANSWER_BYTES": "1000",
+    "EMBEDDING_MAX_BODY_BYTES": "300000",
+    "EMBEDDING_MAX_HEADER_BYTES": "2048",
+}
+INVALID = (422, "invalid_request")
+OVER: dict[str, tuple[str, str, dict[str, Any], tuple[int, str]]] = {
+    "max_k": ("small/neighbors", "GET", {"params": {"token": "the", "k": 21}}, INVALID),  # a query string's
+    "max_batch": ("lee/documents/get", "POST", {"json": {"ids": [f"lee-{i:03}" for i in range(9)]}}, INVALID),
+    "max_hits": ("small/neighbors", "POST", {"json": {"queries": ["the", "of"], "k": 20}}, INVALID),
+    "max_filter_conditions": (
+        "lee/documents/scroll",
+        "POST",
+        {"json": {"filter": {"and": [{"words": {"gte": 1}}, {"words": {"lte": 900}}]}}},
+        INVALID,
+    ),
+    "max_words": ("small/doesnt-match", "POST", {"json": {"queries": [["the", "of", "and"], ["a", "to"]]}}, INVALID),
+    "max_layout_work": (
+        "small/project",
+        "POST",
+        {"json": {"tokens": ["the", "of", "and", "to"], "method": "tsne", "perplexity": 3}},
+        INVALID,
+    ),
+    "max_encode_tokens": (f"{ST}/embed", "POST", {"json": {"texts": ["the river " * 20]}}, INVALID),
+    "max_scored_rows": (
+        "small/analogy",
+        "POST",
+        {"json": {"queries": [{"a": "man", "b": "king", "c": "woman"}] * 2, "method": "3cosmul", "k": 3}},
+        INVALID,
+    ),
+    "max_answer_bytes": ("lee/search", "POST", {"json": {"id": "lee-001", "k": 10}}, INVALID),
+    "max_body_bytes": (
+        "small/neighbors",
+        "POST",
+        {"json": {"token": "the", "pad": "x" * 300_000}},
+        (413, "body_too_large"),
+    ),
+    "max_header_bytes": ("small", "GET", {"headers": {"x-pad": "x" * 2048}}, (431, "headers_too_large")),
+    "max_token_chars": ("small/neighbors", "POST", {"json": {"token": "x" * (MAX_TOKEN_CHARS + 1)}}, INVALID),
+    "max_text_chars": ("lee/search", "POST", {"json": {"text": "x" * (MAX_TEXT_CHARS + 1), "k": 1}}, INVALID),
+    "max_embed_chars": ("small/embed", "POST", {"json": {"texts": ["x" * (MAX_EMBED_CHARS + 1)]}}, INVALID),
+    "max_dim": ("lee/search", "POST", {"json": {"vector": [0.5] * (MAX_DIM + 1), "k": 1}}, INVALID),
+}
+
+
+@pytest.fixture(scope="module")
+def tight(
+    tmp_path_factory: pytest.TempPathFactory, lee_data_dir: Path, small_data_dir: Path, minilm_st_dir: Path
+) -> Iterator[str]:
+    """The base URL of a server of ``TIGHT``'s limits over ``lee``, ``small`` and the transformer table."""
+    data = tmp_path_factory.mktemp("tight") / "data"
+    data.mkdir()
+    for table in (lee_data_dir / "lee", small_data_dir / "small", minilm_st_dir / ST):
+        assert link_table(table, data)
+    with real_server.running(data, data.parent / "serve.log", env=TIGHT) as server:
+        yield server.base
+
+
+@pytest.mark.parametrize("name", ServerLimits.model_fields)
+def test_every_refusal_of_a_limit_names_it(tight: str, name: str) -> None:
+    """A request over each published limit (a new limit without one here fails) is refused as ever, its envelope
+    naming the limit as ``GET /v1/limits`` does; in OpenAI's shape, not (its fields are OpenAI's only)."""
+    path, method, request, (status, code) = OVER[name]
+    response = real_server.HTTP.request(method, f"{tight}/v1/tables/{path}", **request)
+    assert (response.status_code, response.json()["error"]["code"]) == (status, code), response.text
+    assert response.json()["error"]["limit"] == name, response.text
+
+
+def test_openais_refusals_name_no_limit(tight: str) -> None:
+    response = real_server.HTTP.post(f"{tight}/v1/embeddings", json={"model": "small", "input": ["the"] * 9})
+    assert response.status_code == 422 and response.json()["error"].keys() == {"message", "type", "param", "code"}

@@ -40,15 +40,24 @@ FIXED = {
 
 
 @pytest.fixture(scope="module")
-def servers(tmp_path_factory: pytest.TempPathFactory, lee_docs: Lee) -> Iterator[tuple[str, str]]:
-    """The base URLs of two servers of ``notes`` (Lee's 300 stories, each with its metadata as the LangChain and
-    LlamaIndex stores keep it): one with the default limits, one with ``SMALL``'s (and a write key)."""
-    root = tmp_path_factory.mktemp("limits")
+def notes(tmp_path_factory: pytest.TempPathFactory, lee_docs: Lee) -> Path:
+    """A data directory of ``notes``: Lee's 300 stories, each with its metadata as the LangChain and LlamaIndex
+    stores keep it (read-only: copied by the servers that serve it)."""
+    root = tmp_path_factory.mktemp("notes")
     records = [{**r, "metadata": json.dumps({"row": i})} for i, r in enumerate(jsonl_records(lee_docs))]
     source = write_jsonl(root / "notes.jsonl", records)
-    made = run_cli("import", source, "--format", "documents", "--name", "notes", "--data-dir", root / "default")
+    made = run_cli("import", source, "--format", "documents", "--name", "notes", "--data-dir", root / "data")
     assert made.code == 0, made.err
-    shutil.copytree(root / "default", root / "small")
+    return root / "data"
+
+
+@pytest.fixture(scope="module")
+def servers(tmp_path_factory: pytest.TempPathFactory, notes: Path) -> Iterator[tuple[str, str]]:
+    """The base URLs of two servers of ``notes``: one with the default limits, one with ``SMALL``'s (and a write
+    key)."""
+    root = tmp_path_factory.mktemp("limits")
+    shutil.copytree(notes, root / "default")
+    shutil.copytree(notes, root / "small")
     env = {"EMBEDDING_WRITE_KEYS": KEY}
     started = real_server.start_together(
         lambda: real_server.start(root / "default", root / "default.log", env=env),
@@ -251,3 +260,68 @@ def test_every_refusal_of_a_limit_names_it(tight: str, name: str) -> None:
 def test_openais_refusals_name_no_limit(tight: str) -> None:
     response = real_server.HTTP.post(f"{tight}/v1/embeddings", json={"model": "small", "input": ["the"] * 9})
     assert response.status_code == 422 and response.json()["error"].keys() == {"message", "type", "param", "code"}
+
+
+# The limits of a server started again on its port: lower each time, below what a client read before.
+PHASES = (
+    {"EMBEDDING_MAX_BATCH": "100", "EMBEDDING_MAX_BODY_BYTES": str(64 * 1024)},
+    {"EMBEDDING_MAX_BATCH": "100", "EMBEDDING_MAX_BODY_BYTES": str(16 * 1024)},  # writes of 32 KiB refused
+    {"EMBEDDING_MAX_BATCH": "20", "EMBEDDING_MAX_BODY_BYTES": str(16 * 1024)},  # reads of 100 ids refused
+)
+WRITTEN = 40  # documents written again
+
+
+def test_the_clients_follow_a_servers_lowered_limits(tmp_path: Path, notes: Path, ids: list[str]) -> None:
+    """Each client reads a server's limits, then the server is started again on its port with a lower body limit,
+    then a lower max_batch: each request sized by the limits read before is refused for the one it is over, and
+    the client reads them again and sends what was refused in requests of the new sizes, once."""
+    shutil.copytree(notes, tmp_path / "data")
+    env = {"EMBEDDING_WRITE_KEYS": KEY}
+    started = [real_server.start(tmp_path / "data", tmp_path / "serve.log", env={**env, **PHASES[0]})]
+    base, port = started[0].base, started[0].port
+    sent: list[tuple[str, int]] = []
+
+    def record(response: httpx.Response) -> None:
+        sent.append((response.request.url.path, response.status_code))
+
+    async def arecord(response: httpx.Response) -> None:
+        record(response)
+
+    def restart(phase: dict[str, str]) -> None:
+        started[0].stop()
+        started[0] = real_server.start(tmp_path / "data", tmp_path / "serve.log", env={**env, **phase}, port=port)
+        sent.clear()
+
+    async def both(client: Client, aclient: AsyncClient) -> None:  # the server started again between their calls
+        expected = client.documents("notes", ids, vector=True)
+        assert (await aclient.limits()) == client.limits() and client.limits()["max_body_bytes"] == 64 * 1024
+        restart(PHASES[1])
+        written = client.upsert_many("notes", expected["documents"][:WRITTEN])
+        assert sum(answer["upserted"] for answer in written) == WRITTEN
+        assert refused_then_resized(sent, "/v1/tables/notes/documents", 413)
+        sent.clear()
+        written = await aclient.upsert_many("notes", expected["documents"][WRITTEN : 2 * WRITTEN])
+        assert sum(answer["upserted"] for answer in written) == WRITTEN
+        assert refused_then_resized(sent, "/v1/tables/notes/documents", 413)
+        restart(PHASES[2])
+        assert client.documents("notes", ids, vector=True) == expected
+        assert refused_then_resized(sent, "/v1/tables/notes/documents/get", 422) and len(sent) == 2 + 300 // 20
+        sent.clear()
+        assert (await aclient.list_documents("notes", vector=True)) == expected["documents"]
+        assert refused_then_resized(sent, "/v1/tables/notes/documents/scroll", 422)
+
+    async def run() -> None:
+        with httpx.Client(base_url=base, event_hooks={"response": [record]}) as http:
+            async with httpx.AsyncClient(base_url=base, event_hooks={"response": [arecord]}) as ahttp:
+                await both(Client(base, http=http, api_key=KEY), AsyncClient(base, http=ahttp, api_key=KEY))
+
+    try:
+        asyncio.run(run())
+    finally:
+        started[0].stop()
+
+
+def refused_then_resized(sent: list[tuple[str, int]], path: str, status: int) -> bool:
+    """Whether ``sent`` is one request to ``path`` refused with ``status``, the limits read again, and requests to
+    ``path`` that all succeed."""
+    return sent[:2] == [(path, status), ("/v1/limits", 200)] and {*sent[2:]} == {(path, 200)}

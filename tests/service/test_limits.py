@@ -177,6 +177,9 @@ def test_a_fronts_limits_are_its_shards_where_lower(servers: tuple[str, str], fr
         expected = client.documents("notes", asked, vector=True)
     with Client(front) as client:
         assert client.documents("notes", asked, vector=True) == expected
+    # more than its shard takes: the shard's refusal, naming the limit, is the front's answer
+    refused = real_server.HTTP.post(f"{front}/v1/tables/notes/documents/get", json={"ids": ids[:51]})
+    assert refused.status_code == 422 and refused.json()["error"]["limit"] == "max_batch", refused.text
 
 
 # A server whose every settable limit is low enough for one small request to exceed it (the fixed ones are the same

@@ -270,13 +270,14 @@ PHASES = (
     {"EMBEDDING_MAX_BATCH": "100", "EMBEDDING_MAX_BODY_BYTES": str(64 * 1024)},
     {"EMBEDDING_MAX_BATCH": "100", "EMBEDDING_MAX_BODY_BYTES": str(16 * 1024)},  # writes of 32 KiB refused
     {"EMBEDDING_MAX_BATCH": "20", "EMBEDDING_MAX_BODY_BYTES": str(16 * 1024)},  # reads of 100 ids refused
+    {"EMBEDDING_MAX_BATCH": "10", "EMBEDDING_MAX_BODY_BYTES": str(16 * 1024)},  # deletes of 20 ids refused
 )
 WRITTEN = 40  # documents written again
 
 
 def test_the_clients_follow_a_servers_lowered_limits(tmp_path: Path, notes: Path, ids: list[str]) -> None:
     """Each client reads a server's limits, then the server is started again on its port with a lower body limit,
-    then a lower max_batch: each request sized by the limits read before is refused for the one it is over, and
+    then a lower max_batch, twice: each request sized by the limits read before is refused for the one it is over, and
     the client reads them again and sends what was refused in requests of the new sizes, once."""
     shutil.copytree(notes, tmp_path / "data")
     env = {"EMBEDDING_WRITE_KEYS": KEY}
@@ -312,6 +313,9 @@ def test_the_clients_follow_a_servers_lowered_limits(tmp_path: Path, notes: Path
         sent.clear()
         assert (await aclient.list_documents("notes", vector=True)) == expected["documents"]
         assert refused_then_resized(sent, "/v1/tables/notes/documents/scroll", 422)
+        restart(PHASES[3])
+        assert [answer["deleted"] for answer in client.delete_many("notes", ids[:WRITTEN])] == [10] * 4
+        assert refused_then_resized(sent, "/v1/tables/notes/documents/delete", 422)
 
     async def run() -> None:
         with httpx.Client(base_url=base, event_hooks={"response": [record]}) as http:

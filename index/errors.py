@@ -43,6 +43,16 @@ class InvalidQuery(EmbeddingError):
     code = "invalid_request"
 
 
+class OverLimit(InvalidQuery, ValueError):
+    """A request over one of the server's limits: ``limit``, its name as ``GET /v1/limits`` gives it, is in the
+    error's envelope, so that a client knows which to read again. A ValueError too: a request model's validator
+    raises it as pydantic expects (``service.errors`` finds it in the validation error)."""
+
+    def __init__(self, message: str, limit: str) -> None:
+        super().__init__(message, limit=limit)
+        self.limit = limit
+
+
 class Abandoned(EmbeddingError):
     """A computation stopped because no one waits for its answer any more (its client has gone)."""
 

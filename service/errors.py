@@ -21,7 +21,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
 
-from index.errors import EmbeddingError, clipped
+from index.errors import EmbeddingError, OverLimit, clipped
+from service.schemas.bounds import FIXED_LIMITS
 
 log = logging.getLogger(__name__)
 Item = TypeVar("Item")
@@ -101,7 +102,8 @@ class ErrorBody(BaseModel):
 
 
 class ErrorResponse(BaseModel):
-    """The envelope of every error response; kind-specific fields (e.g. ``suggestions``) sit beside code."""
+    """The envelope of every error response; kind-specific fields (e.g. ``suggestions``; ``limit``, the name of
+    the limit of ``GET /v1/limits`` a request is over) sit beside code."""
 
     error: ErrorBody
 
@@ -257,9 +259,21 @@ def listed(details: Sequence[ValidationDetail], place: Callable[[ValidationDetai
     return "; ".join(shown) + more
 
 
+def _limit_of(errors: list[dict[str, Any]]) -> str | None:
+    """The name of the limit (as ``GET /v1/limits`` gives it) the first of ``errors`` over one is over: the
+    :class:`OverLimit` a validator raised, or the fixed limit of a field's ``max_length``."""
+    for error in errors:
+        context = error.get("ctx") or {}
+        if isinstance(context.get("error"), OverLimit):
+            return str(context["error"].limit)
+        if (named := FIXED_LIMITS.get((str(error.get("type")), context.get("max_length")))) is not None:
+            return named
+    return None
+
+
 def _validation_message(errors: list[dict[str, Any]]) -> tuple[str, list[ValidationDetail]]:
     details: list[ValidationDetail] = []
-    for error in _client_errors(errors):
+    for error in errors:
         loc = [clipped(str(p)) for p in error.get("loc", ())]  # a key of the client's (an extra field) may be long
         message = str(error.get("msg", "")).removeprefix("Value error, ")
         if error.get("type") == "json_invalid" and len(loc) == 2:  # FastAPI's loc: ("body", the character's offset)
@@ -277,8 +291,11 @@ async def _embedding_error(_: Request, exc: EmbeddingError) -> Response:
 
 
 async def _validation_error(_: Request, exc: RequestValidationError) -> Response:
-    message, details = _validation_message(list(exc.errors()))
-    return error_response("invalid_request", message, details=details)
+    errors = _client_errors(list(exc.errors()))
+    message, details = _validation_message(errors)
+    limit = _limit_of(errors)
+    named: dict[str, Any] = {} if limit is None else {"limit": limit}
+    return error_response("invalid_request", message, details=details, **named)
 
 
 def _allowed_methods(request: Request) -> str:
@@ -297,7 +314,7 @@ async def _http_error(request: Request, exc: StarletteHTTPException) -> Response
     headers = dict(exc.headers or {})
     if exc.status_code == 405:
         headers["Allow"] = _allowed_methods(request)
-    limit = getattr(exc, "limit", None)  # a body over the limit (service.http.limits.BodyTooLarge)
+    limit = getattr(exc, "limit", None)  # a body over max_body_bytes (service.http.limits.BodyTooLarge)
     return error_response(code, message, headers=headers, **({} if limit is None else {"limit": limit}))
 
 

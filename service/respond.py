@@ -24,7 +24,7 @@ from index.engine.door import (
     string_offsets,
     whole_rows,
 )
-from index.errors import InvalidQuery
+from index.errors import OverLimit
 from service.errors import item_error
 from service.schemas.common import LIMITS
 
@@ -175,11 +175,12 @@ def check_answer_bytes(
     limit = LIMITS.get().max_answer_bytes
     if total > limit:
         what = "document text" if not vectors else "vectors" if payload is None else "document text and vectors"
-        raise InvalidQuery(
+        raise OverLimit(
             f"this answer would carry {_size(total)} of {what} ({len(rows):,} hits), more than the server's "
             f"max_answer_bytes of {_size(limit)}: ask fewer hits (a smaller k or fewer queries)"
             + (', or fewer string fields ("fields")' if payload is not None else "")
-            + (' or no "vector" in include' if vectors else "")
+            + (' or no "vector" in include' if vectors else ""),
+            "max_answer_bytes",
         )
 
 

@@ -90,7 +90,7 @@ from index.engine.door import (
     unit_queries,
     unknown_documents,
 )
-from index.errors import EmbeddingError, InvalidQuery, UnknownTable
+from index.errors import EmbeddingError, InvalidQuery, OverLimit, UnknownTable
 from service.errors import ApiError, item_error
 from service.logs import REQUEST_ID
 from service.respond import FastJSON
@@ -513,10 +513,11 @@ def shard_body(body: SearchRequest, given: dict[str, Any], extra: int = 0) -> di
     vectors, for a diverse search or a client that asks for them)."""
     depth = depth_of(body) + extra
     if depth > LIMITS.get().max_k:  # a shard answers at most max_k: said here, as the word routes' front says it
-        raise InvalidQuery(
+        raise OverLimit(
             f"k: the front of a sharded table asks each shard for {depth} hits (the page, its re-ranking's "
             f"candidates and the query's own documents, which the merge leaves out), at most max_k "
-            f"({LIMITS.get().max_k}): ask a smaller page"
+            f"({LIMITS.get().max_k}): ask a smaller page",
+            "max_k",
         )
     query: dict[str, Any] = {name: given[name] for name in ("vector", "text", "filter") if name in given}
     items: list[dict[str, Any]] = []

@@ -36,7 +36,7 @@ from starlette.responses import Response
 from index.engine.door import STRING, by_owner, routed
 from service.respond import FastJSON
 from service.scatter import Front, ShardFailed, ShardRefused, failed, id_type
-from service.schemas.common import MAX_TOKEN_CHARS
+from service.schemas.bounds import MAX_TOKEN_CHARS
 from service.schemas.documents import DocumentsRequest, ScrollRequest
 
 

@@ -43,7 +43,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from index.engine.door import merged_suggestions, no_direction, owner, pair_cosines
-from index.errors import InvalidQuery, UnknownToken
+from index.errors import InvalidQuery, OverLimit, UnknownToken
 from service.errors import item_error
 from service.http.fastroute import parse_query
 from service.respond import FastJSON
@@ -221,10 +221,11 @@ class Words:
     def depth(self, k: int, own: set[int]) -> int:
         """How deep each shard is asked: ``k`` and the query's own rows, which the merge leaves out."""
         if k + len(own) > LIMITS.get().max_k:
-            raise InvalidQuery(
+            raise OverLimit(
                 f"k: the front of sharded table {self.name!r} asks each shard for k + {len(own)} hits (the query's "
                 f"own rows are left out after the merge), at most max_k ({LIMITS.get().max_k}): ask k <= "
-                f"{LIMITS.get().max_k - len(own)}"
+                f"{LIMITS.get().max_k - len(own)}",
+                "max_k",
             )
         return k + len(own)
 

@@ -35,7 +35,7 @@ from index.engine.door import STRING, by_owner, routed
 from service.errors import ApiError
 from service.respond import FastJSON
 from service.scatter import Front, ShardRefused, id_type, named, segment, shard_headers
-from service.schemas.common import MAX_TOKEN_CHARS
+from service.schemas.bounds import MAX_TOKEN_CHARS
 from service.schemas.writes import DeleteRequest, UpsertRequest, WriteResponse
 from service.writes import upsert_keys
 

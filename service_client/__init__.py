@@ -90,7 +90,7 @@ class Client:
         caller's, already pointed at the server (``base_url`` and ``timeout`` are then its own); the caller closes
         it, :meth:`close` does not."""
         self.retries = retries
-        self._known = Known()  # the server's limits, read once: calls.limits
+        self._known = Known()  # the server's limits, read once (again when lowered): calls.limits
         self._owned = http is None
         self.http = http or httpx.Client(base_url=base_url, timeout=timeout)
         if api_key:
@@ -148,8 +148,10 @@ class Client:
 
     def limits(self) -> dict[str, Any]:
         """The server's limits (``GET /v1/limits``: ``max_k``, ``max_batch``, ``max_body_bytes``, ...), read once and
-        kept; ``{}`` from a server that does not publish them. :meth:`documents`, :meth:`upsert_many` and
-        :meth:`delete_many` size their requests by them."""
+        kept; ``{}`` from a server that does not publish them. :meth:`documents`, :meth:`list_documents`,
+        :meth:`upsert_many` and :meth:`delete_many` size their requests by them, and when one is refused for its
+        ``max_batch`` or ``max_body_bytes`` (the server's lowered since: restarted, or a front whose shards
+        changed), read them again and send what was refused sized by them, once (refused again: raised)."""
         return self._run(calls.limits(self._known))
 
     def tables(self) -> list[TableInfo]:

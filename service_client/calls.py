@@ -5,7 +5,7 @@ and returns the answer shaped. The clients only carry the requests (``Client`` w
 
 from __future__ import annotations
 
-from collections.abc import Generator, Sequence
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
@@ -46,6 +46,7 @@ Method = Literal["3cosadd", "3cosmul"]
 MapMethod = Literal["pca", "tsne"]
 RETRY_SECONDS = 10.0  # the longest wait a Retry-After makes before a retry
 ENCODE_LIMIT = "max_encode_tokens"  # the ``limit`` of the refusal of a request's texts for their tokens
+SIZING = frozenset({"max_batch", "max_body_bytes"})  # the limits the clients size their requests of many items by
 T = TypeVar("T")
 
 
@@ -63,6 +64,7 @@ class Request:
     first: int = 0  # a write's: the index of its first document among the whole write's, which its error counts
     missing: Any = None  # not None: the answer of a server without the route (404), in place of its error
     halves: bool = False  # a write of several documents: its refusal for their tokens is its answer (it is resent)
+    sized: bool = False  # sized by the limits read before: its refusal for one of SIZING is its answer (resent)
 
     def arguments(self) -> dict[str, Any]:
         """httpx's arguments for the request."""
@@ -78,7 +80,7 @@ class Request:
             return self.missing
         if not response.is_success:
             error = _error(response)
-            if self.halves and _over_tokens(error):
+            if (self.halves and _over_tokens(error)) or (self.sized and error.limit in SIZING):
                 return error
             raise counted_from(error, self.first)
         return response if self.raw else _decoded(response)
@@ -95,9 +97,10 @@ def _over_tokens(error: ApiError) -> bool:
 
 @dataclass
 class Known:
-    """What a client learns of its server once and keeps: its limits (``GET /v1/limits``), read by the first call
-    that needs them; ``{}`` from a server that does not publish them (the clients then use the defaults'
-    sizes)."""
+    """What a client learns of its server and keeps: its limits (``GET /v1/limits``), read by the first call that
+    needs them, and again when a request sized by them is refused for one (:func:`in_runs`: the server restarted
+    with lower limits, or a front's shards changed); ``{}`` from a server that does not publish them (the clients
+    then use the defaults' sizes)."""
 
     limits: dict[str, Any] | None = None
 
@@ -131,14 +134,36 @@ def body_budget(limits: dict[str, Any]) -> int:
     return int(limits.get("max_body_bytes", 2 * WRITE_BYTES)) // 2
 
 
-def id_runs(ids: Sequence[str | int], known: Known, most: int) -> Call[list[list[str | int]]]:
-    """``ids`` in the runs one request each takes: at most ``most`` ids, fewer if the server's ``max_batch`` is
-    (:func:`batch_size`), and :func:`body_budget` bytes of them. No ids: no runs, and the limits not asked for."""
-    if not ids:
-        return []
+# A run's requests: ``run(start, end, sized)`` sends items ``start`` to ``end`` and answers None, or, refused for a
+# limit of SIZING while ``sized`` (its requests' refusal is then their answer), the first item it did not send.
+Run = Callable[[int, int, bool], Call[int | None]]
+
+
+def in_runs(sizes: Sequence[int], known: Known, most: int, run: Run) -> Call[None]:
+    """The items whose encoded ``sizes`` are given, sent by ``run`` in runs of at most ``most`` items, fewer if the
+    server's ``max_batch`` is (:func:`batch_size`), and :func:`body_budget` bytes. A run refused for one of those
+    limits (lowered since they were read): the limits read again and the items from the first unsent on cut by them,
+    once; a second refusal is raised. No items: no runs, and the limits not asked for."""
+    if not sizes:
+        return
     found = yield from limits(known)
-    sizes = [len(_encoded(ident)) + 1 for ident in ids]
-    return [list(ids[start:end]) for start, end in spans(sizes, batch_size(found, most), body_budget(found))]
+    start, sized = 0, True
+    while True:
+        unsent = None
+        for first, end in spans(sizes[start:], batch_size(found, most), body_budget(found)):
+            unsent = yield from run(start + first, start + end, sized)
+            if unsent is not None:
+                break
+        if unsent is None:
+            return
+        known.limits = None
+        found = yield from limits(known)
+        start, sized = unsent, False
+
+
+def id_sizes(ids: Sequence[str | int]) -> list[int]:
+    """Each id's bytes in a request's list of ids, about."""
+    return [len(_encoded(ident)) + 1 for ident in ids]
 
 
 def reload() -> Call[dict[str, Any]]:
@@ -275,17 +300,23 @@ def document(
 def documents(
     table: str, ids: Sequence[str | int], vector: bool, normalized: bool, fields: Sequence[str] | None, known: Known
 ) -> Call[dict[str, Any]]:
-    """``POST .../documents/get`` for each run of ids (:func:`id_runs`), the answers joined: ``{"documents",
+    """``POST .../documents/get`` for each run of ids (:func:`in_runs`), the answers joined: ``{"documents",
     "missing"}``."""
     options: dict[str, Any] = {"vector": vector, "normalized": normalized}
     if fields is not None:
         options["fields"] = list(fields)
     joined: dict[str, Any] = {"documents": [], "missing": []}
-    for run in (yield from id_runs(ids, known, READ_DOCUMENTS)):
-        body = {"ids": run, **options}
-        answer = yield Request("POST", table_path(table, "documents/get"), json=body)
+
+    def read(start: int, end: int, sized: bool) -> Call[int | None]:
+        body = {"ids": list(ids[start:end]), **options}
+        answer = yield Request("POST", table_path(table, "documents/get"), json=body, sized=sized)
+        if isinstance(answer, ApiError):
+            return start
         joined["documents"] += answer["documents"]
         joined["missing"] += answer["missing"]
+        return None
+
+    yield from in_runs(id_sizes(ids), known, READ_DOCUMENTS, read)
     return joined
 
 
@@ -297,8 +328,10 @@ def scroll_documents(
     vector: bool,
     normalized: bool,
     fields: Sequence[str] | None,
-) -> Call[dict[str, Any]]:
-    """``POST .../documents/scroll``: one page, ``{"documents", "next"}`` (no ``limit``: the server's page)."""
+    sized: bool = False,
+) -> Call[Any]:
+    """``POST .../documents/scroll``: one page, ``{"documents", "next"}`` (no ``limit``: the server's page);
+    ``sized`` (a ``limit`` sized by the limits read before), its refusal for ``max_batch`` as an :class:`ApiError`."""
     body: dict[str, Any] = {"vector": vector, "normalized": normalized}
     options = (
         ("filter", filter),
@@ -309,8 +342,7 @@ def scroll_documents(
     for name, value in options:
         if value is not None:
             body[name] = value
-    page: dict[str, Any] = yield Request("POST", table_path(table, "documents/scroll"), json=body)
-    return page
+    return (yield Request("POST", table_path(table, "documents/scroll"), json=body, sized=sized))
 
 
 def list_documents(
@@ -322,12 +354,18 @@ def list_documents(
     known: Known,
 ) -> Call[list[dict[str, Any]]]:
     """Every page of :func:`scroll_documents`, ``READ_DOCUMENTS`` documents a request (fewer if the server's
-    ``max_batch`` is), joined."""
+    ``max_batch`` is), joined; a page refused for ``max_batch`` (lowered since it was read): the limits read again
+    and the page asked again by them, once."""
     size = batch_size((yield from limits(known)), READ_DOCUMENTS)
     found: list[dict[str, Any]] = []
     after: str | int | None = None
+    sized = True
     while True:
-        page = yield from scroll_documents(table, filter, size, after, vector, normalized, fields)
+        page = yield from scroll_documents(table, filter, size, after, vector, normalized, fields, sized)
+        if isinstance(page, ApiError):
+            known.limits, sized = None, False
+            size = batch_size((yield from limits(known)), READ_DOCUMENTS)
+            continue
         found += page["documents"]
         after = page["next"]
         if after is None:
@@ -351,26 +389,36 @@ def upsert_many(table: str, documents: Sequence[dict[str, Any]], known: Known) -
     answers: list[dict[str, Any]] = []
     if not documents:
         return answers
-    found = yield from limits(known)
     encoded = [_encoded(_document(d)) for d in documents]
-    for start, end in spans([len(e) + 1 for e in encoded], batch_size(found, WRITE_DOCUMENTS), body_budget(found)):
-        yield from _write_run(table, encoded, start, end, answers)
+
+    def write(start: int, end: int, sized: bool) -> Call[int | None]:
+        return _write_run(table, encoded, start, end, answers, sized)
+
+    yield from in_runs([len(e) + 1 for e in encoded], known, WRITE_DOCUMENTS, write)
     return answers
 
 
-def _write_run(table: str, encoded: list[bytes], start: int, end: int, answers: list[dict[str, Any]]) -> Call[None]:
+def _write_run(
+    table: str, encoded: list[bytes], start: int, end: int, answers: list[dict[str, Any]], sized: bool
+) -> Call[int | None]:
     """Documents ``start`` to ``end`` (encoded) written in one request, its answer added to ``answers``; refused for
     the tokens their texts have the table's encoder run (``max_encode_tokens``), which writes none of them, each
     half written so in turn, the documents' order kept. (Through a sharded table's front, the other shards may have
-    written their parts of the refused request: they are written again, as an upsert repeated is harmless.)"""
+    written their parts of the refused request: they are written again, as an upsert repeated is harmless.) A run
+    (:data:`Run`): refused for a limit of SIZING while ``sized``, the first document not written."""
     body = write_body(encoded[start:end])
-    answer = yield Request("POST", table_path(table, "documents"), content=body, first=start, halves=end - start > 1)
+    path, several = table_path(table, "documents"), end - start > 1
+    answer = yield Request("POST", path, content=body, first=start, halves=several, sized=sized)
     if not isinstance(answer, ApiError):
         answers.append(answer)
-        return
+        return None
+    if not _over_tokens(answer):
+        return start
     middle = (start + end) // 2
-    yield from _write_run(table, encoded, start, middle, answers)
-    yield from _write_run(table, encoded, middle, end, answers)
+    for first, last in ((start, middle), (middle, end)):
+        if (unsent := (yield from _write_run(table, encoded, first, last, answers, sized))) is not None:
+            return unsent
+    return None
 
 
 def _check_once(documents: Sequence[dict[str, Any]]) -> None:
@@ -397,9 +445,17 @@ def delete_documents(
 
 
 def delete_many(table: str, ids: Sequence[str | int], known: Known) -> Call[list[dict[str, Any]]]:
-    answers = []
-    for run in (yield from id_runs(ids, known, WRITE_DOCUMENTS)):
-        answers.append((yield from delete_documents(table, run, None)))
+    answers: list[dict[str, Any]] = []
+
+    def delete(start: int, end: int, sized: bool) -> Call[int | None]:
+        body = {"ids": list(ids[start:end])}
+        answer = yield Request("POST", table_path(table, "documents/delete"), json=body, sized=sized)
+        if isinstance(answer, ApiError):
+            return start
+        answers.append(answer)
+        return None
+
+    yield from in_runs(id_sizes(ids), known, WRITE_DOCUMENTS, delete)
     return answers
 
 

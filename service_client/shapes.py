@@ -118,6 +118,12 @@ class ApiError(Exception):
     def suggestions(self) -> list[str]:
         return list(self.details.get("suggestions", []))
 
+    @property
+    def limit(self) -> str | None:
+        """The name of the server's limit (as ``GET /v1/limits`` gives it) the request was refused for being over."""
+        limit = self.details.get("limit")
+        return None if limit is None else str(limit)
+
 
 # The HTTP status of each code a batch item's error can have (docs/api.md, "Errors"): the batch answers 200, the
 # item's error is what the same query alone would have answered.

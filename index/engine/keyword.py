@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from index.errors import ArtifactError, InvalidQuery
+from index.errors import ArtifactError, InvalidQuery, OverLimit
 from index.progress import Progress, note
 from index.store import shardmap
 from index.store.payload import contiguous, search_sorted
@@ -71,9 +71,10 @@ def spend_postings(postings: int) -> None:
         return
     bound, spent = budget
     if spent + postings > bound:
-        raise InvalidQuery(
+        raise OverLimit(
             f"keyword scoring: the query words' documents add up to {spent + postings:,} (a word counted each time "
-            f"it is given), more than the server's {SCORE_SETTING} of {bound:,}; send fewer words or queries at a time"
+            f"it is given), more than the server's {SCORE_SETTING} of {bound:,}; send fewer words or queries at a time",
+            SCORE_SETTING,
         )
     budget[1] = spent + postings
 

@@ -32,7 +32,7 @@ import numpy as np
 
 from index.engine.encoding import Encoded, Pooling
 from index.engine.table import Table
-from index.errors import InvalidQuery
+from index.errors import InvalidQuery, OverLimit
 from index.store.artifact import GRAPH
 from index.store.tokens import TOKENIZER
 
@@ -43,7 +43,7 @@ SETTING = "max_encode_tokens"
 ENCODE_BUDGET: ContextVar[list[int] | None] = ContextVar("encode_budget", default=None)
 
 
-class TooManyTokens(InvalidQuery):
+class TooManyTokens(OverLimit):
     """Texts over the request's token bound (:data:`ENCODE_BUDGET`): the whole request is refused, a batch too
     (its items' texts count together), never one item of it."""
 
@@ -59,7 +59,7 @@ def spend(tokens: int, table: str) -> None:
         raise TooManyTokens(
             f"tokens for the model of table {table!r} to run: {spent + tokens:,}{before}, more than the server's "
             f"{SETTING} of {bound:,}; send fewer or shorter texts at a time",
-            limit=SETTING,
+            SETTING,
         )
     budget[1] = spent + tokens
 

@@ -39,7 +39,8 @@ from starlette.responses import Response
 from starlette.routing import request_response
 
 from index.engine.door import within_float32
-from service.schemas.common import LIMITS, MAX_DIM
+from service.schemas.bounds import MAX_DIM
+from service.schemas.common import LIMITS
 
 M = TypeVar("M", bound=BaseModel)
 F = TypeVar("F", bound=Callable[..., Any])
@@ -130,7 +131,7 @@ def parse_query(request: Request, model: type[M]) -> M:
             dict(parse_qsl(request.scope["query_string"].decode("latin-1"), keep_blank_values=True))
         )
     except ValidationError as exc:
-        errors = exc.errors(include_url=False, include_context=False, include_input=False)
+        errors = exc.errors(include_url=False, include_input=False)  # its context: the limit an error is over
         raise RequestValidationError([{**e, "loc": ("query", *e["loc"])} for e in errors]) from None
 
 

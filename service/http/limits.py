@@ -20,9 +20,10 @@ from service.schemas.common import LIMITS, Limits
 
 
 class BodyTooLarge(HTTPException):
+    limit = "max_body_bytes"  # the limit's name, in the answer (as in the 413 for a declared length)
+
     def __init__(self, limit: int) -> None:
         super().__init__(413, f"request body is larger than the limit of {limit} bytes")
-        self.limit = limit  # in the answer, as in the 413 for a declared length
 
 
 def is_json(content_type: bytes) -> bool:
@@ -89,9 +90,8 @@ class RequestLimitsMiddleware:
                     await error_response("bad_request", "invalid Content-Length header")(scope, receive, send)
                     return
                 if int(value) > limit:
-                    await error_response("body_too_large", BodyTooLarge(limit).detail, limit=limit)(
-                        scope, receive, send
-                    )
+                    over = BodyTooLarge(limit)
+                    await error_response("body_too_large", over.detail, limit=over.limit)(scope, receive, send)
                     return
                 await self.app(scope, receive, send)  # the server enforces the declared length
                 return

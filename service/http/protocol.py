@@ -12,10 +12,11 @@ API's JSON error envelope. ``embedding-serve`` runs with it (``JsonErrorsProtoco
 - 505 ``http_version_not_supported``: a request line of another version than HTTP/1.0 or 1.1 (httptools parses
   ``HTTP/2.0`` as if it were 1.1, and refuses ``HTTP/3.0`` as it refuses a malformed request).
 - 431 ``headers_too_large`` / 414 ``request_line_too_long``: a request head (request line and headers) over
-  ``max_header_bytes``. httptools has no limit of its own (uvicorn's ``h11_max_incomplete_event_size`` is for h11
-  only), so the protocol counts the bytes of an unfinished head and stops at the limit: nothing beyond it is
-  buffered. A head that starts in the same read as the end of a pipelined request is counted from the next
-  piece of the read (pieces of the limit, 64 KiB inside a body), so it can exceed the limit by that much at most.
+  ``max_header_bytes`` (``"limit": "max_header_bytes"`` in the envelope). httptools has no limit of its own
+  (uvicorn's ``h11_max_incomplete_event_size`` is for h11 only), so the protocol counts the bytes of an
+  unfinished head and stops at the limit: nothing beyond it is buffered. A head that starts in the same read as
+  the end of a pipelined request is counted from the next piece of the read (pieces of the limit, 64 KiB inside a
+  body), so it can exceed the limit by that much at most.
 - 408 ``request_timeout``: a head not complete ``header_timeout`` seconds after the connection opened, or after
   the first byte of the next request on a kept-alive connection (a client sending a byte now and then, forever).
   A connection that sent nothing is closed without an answer. Idle kept-alive connections close after uvicorn's
@@ -100,8 +101,13 @@ class ConnectionLimits:
     send_timeout: float = 30.0
 
 
+# The refusals of a head over max_header_bytes, which their envelope names (as /v1/limits does).
+HEAD_LIMIT = {"request_line_too_long": "max_header_bytes", "headers_too_large": "max_header_bytes"}
+
+
 def _body(code: str, message: str) -> bytes:
-    return orjson.dumps(error_body(code, message))
+    limit = HEAD_LIMIT.get(code)
+    return orjson.dumps(error_body(code, message, **({} if limit is None else {"limit": limit})))
 
 
 def request_id(headers: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:

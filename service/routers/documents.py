@@ -14,7 +14,7 @@ from service import execute, live
 from service.deps import TableDep
 from service.errors import BODY_ERRORS, TABLE_ERRORS, responses
 from service.respond import FastJSON
-from service.schemas.common import MAX_TOKEN_CHARS
+from service.schemas.bounds import MAX_TOKEN_CHARS
 from service.schemas.documents import (
     DocumentResponse,
     DocumentsRequest,

@@ -12,8 +12,8 @@ from starlette.responses import Response
 
 from service.errors import responses
 from service.respond import FastJSON
-from service.schemas.common import LIMITS, MAX_DIM, MAX_TEXT_CHARS, MAX_TOKEN_CHARS
-from service.schemas.embed import MAX_EMBED_CHARS
+from service.schemas.bounds import MAX_DIM, MAX_EMBED_CHARS, MAX_TEXT_CHARS, MAX_TOKEN_CHARS
+from service.schemas.common import LIMITS
 from service.schemas.limits import ServerLimits
 
 router = APIRouter(tags=["tables"])

@@ -15,7 +15,7 @@ from service import execute
 from service.deps import TableDep
 from service.errors import BODY_ERRORS, TABLE_ERRORS, responses
 from service.respond import FastJSON
-from service.schemas.common import MAX_TOKEN_CHARS
+from service.schemas.bounds import MAX_TOKEN_CHARS
 from service.schemas.tokens import TokenizeRequest, TokenizeResponse, TokenResponse
 
 router = APIRouter(prefix="/v1/tables/{table}", tags=["tokens"])

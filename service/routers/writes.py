@@ -28,7 +28,7 @@ from service.deps import RegistryDep, SettingsDep, TableDep
 from service.errors import BODY_ERRORS, ApiError, responses
 from service.http import auth
 from service.respond import FastJSON
-from service.schemas.common import MAX_TOKEN_CHARS
+from service.schemas.bounds import MAX_TOKEN_CHARS
 from service.schemas.writes import DeleteRequest, UpsertRequest, WriteResponse
 
 router = APIRouter(prefix="/v1/tables/{table}", tags=["writes"])

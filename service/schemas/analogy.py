@@ -7,7 +7,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from index.engine.door import Analogy, Query
-from index.errors import InvalidQuery
+from index.errors import OverLimit
 from service.schemas.common import (
     CHECK_BATCH,
     LIMITS,
@@ -78,9 +78,10 @@ class AnalogyRequest(TokenOptions):
         questions = len(self.queries) if self.method == "3cosmul" else sum(q.expect is not None for q in self.queries)
         if questions > 1 and questions * rows > limit:
             which = "by 3CosMul" if self.method == "3cosmul" else "with expect"
-            raise InvalidQuery(
+            raise OverLimit(
                 f"rows scored one by one ({questions:,} questions {which} x {rows:,} rows): {questions * rows:,}, "
-                f"more than the server's max_scored_rows of {limit:,}; ask fewer questions at a time"
+                f"more than the server's max_scored_rows of {limit:,}; ask fewer questions at a time",
+                "max_scored_rows",
             )
 
     def query(self, question: AnalogyQuery) -> Query:

@@ -21,7 +21,9 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationInfo
 
 from index.engine.door import FLOAT32_MAX, SearchOptions, filters
+from index.errors import OverLimit
 from service.errors import CODE_DESCRIPTION
+from service.schemas.bounds import MAX_DIM, MAX_TOKEN_CHARS
 
 
 @dataclass(frozen=True)
@@ -39,16 +41,13 @@ class Limits:
 
 LIMITS: ContextVar[Limits] = ContextVar("embedding_limits", default=Limits())  # noqa: B039 (frozen)
 
-MAX_TOKEN_CHARS = 1024
-MAX_TEXT_CHARS = 100_000
-MAX_DIM = 65_536
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 
 
 def _at_most_max_k(value: int, name: str) -> int:
     limit = LIMITS.get().max_k
     if value > limit:
-        raise ValueError(f"{name} must be at most {limit} (the server's max_k)")
+        raise OverLimit(f"{name} must be at most {limit} (the server's max_k)", "max_k")
     return value
 
 
@@ -64,15 +63,16 @@ def check_limit(limit: int) -> int:
 def _check_batch(items: list[Any]) -> list[Any]:
     limit = LIMITS.get().max_batch
     if len(items) > limit:
-        raise ValueError(f"a batch holds at most {limit} items (the server's max_batch), got {len(items)}")
+        raise OverLimit(f"a batch holds at most {limit} items (the server's max_batch), got {len(items)}", "max_batch")
     return items
 
 
 def check_work(amount: int, limit_name: str, what: str) -> None:
-    """ValueError when ``amount`` is over the limit ``limit_name`` of :class:`Limits` (a request's total work)."""
+    """:class:`OverLimit` when ``amount`` is over the limit ``limit_name`` of :class:`Limits` (a request's total
+    work)."""
     limit = getattr(LIMITS.get(), limit_name)
     if amount > limit:
-        raise ValueError(f"{what}: {amount:,}, more than the server's {limit_name} of {limit:,}")
+        raise OverLimit(f"{what}: {amount:,}, more than the server's {limit_name} of {limit:,}", limit_name)
 
 
 def check_hits(items: int, k: int) -> None:
@@ -83,7 +83,7 @@ def check_hits(items: int, k: int) -> None:
 def check_page(k: int, offset: int) -> None:
     limit = LIMITS.get().max_k
     if offset + k > limit:
-        raise ValueError(f"offset + k must be at most {limit} (the server's max_k), got {offset + k}")
+        raise OverLimit(f"offset + k must be at most {limit} (the server's max_k), got {offset + k}", "max_k")
 
 
 def k_schema(schema: dict[str, Any]) -> None:

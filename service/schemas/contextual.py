@@ -7,8 +7,8 @@ from typing import Annotated
 
 from pydantic import BaseModel, Field
 
+from service.schemas.bounds import MAX_EMBED_CHARS
 from service.schemas.common import STRICT, Whole
-from service.schemas.embed import MAX_EMBED_CHARS
 
 MAX_CONTEXT_TEXTS = 16  # texts a request: each answers hidden-size floats per token
 Text = Annotated[str, Field(min_length=1, max_length=MAX_EMBED_CHARS)]

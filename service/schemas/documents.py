@@ -7,6 +7,7 @@ from typing import Annotated, Any
 
 from pydantic import AfterValidator, BaseModel, Field, model_validator
 
+from index.errors import OverLimit
 from service.schemas.common import (
     CHECK_BATCH,
     LIMITS,
@@ -57,7 +58,7 @@ PAGE = 100  # a scroll's documents in a page, unless it says
 def _check_limit(limit: int) -> int:
     most = LIMITS.get().max_batch
     if limit > most:
-        raise ValueError(f"limit must be at most {most} (the server's max_batch)")
+        raise OverLimit(f"limit must be at most {most} (the server's max_batch)", "max_batch")
     return limit
 
 

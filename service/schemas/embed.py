@@ -10,6 +10,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 from index.engine.door import Pooling
+from service.schemas.bounds import MAX_EMBED_CHARS
 from service.schemas.common import CHECK_BATCH, STRICT, TABLE_NAME_PATTERN, Whole, batch_of
 
 POOLING_HELP = (
@@ -17,7 +18,6 @@ POOLING_HELP = (
     "has computed the component) or 'mean'; model-token tables: 'mean' (the tokens' rows, weighted by a "
     "model2vec model's token weights); transformer tables: the model's own pooling, 'mean' or 'cls'"
 )
-MAX_EMBED_CHARS = 10_000
 Text = Annotated[str, Field(min_length=1, max_length=MAX_EMBED_CHARS)]
 Texts = Annotated[list[Text], batch_of("the texts, 1..max_batch"), CHECK_BATCH]
 PoolingField = Annotated[Pooling | None, Field(description=POOLING_HELP)]

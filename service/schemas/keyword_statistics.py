@@ -9,7 +9,8 @@ from pydantic import BaseModel, Field, PrivateAttr, model_validator
 
 from index.engine.door import Statistics
 from index.errors import InvalidQuery
-from service.schemas.common import INT64_MAX, MAX_TEXT_CHARS, STRICT, Whole
+from service.schemas.bounds import MAX_TEXT_CHARS
+from service.schemas.common import INT64_MAX, STRICT, Whole
 
 MAX_TERMS = 10_000
 Count = Annotated[int, Field(ge=0, le=INT64_MAX), Whole]

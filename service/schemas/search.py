@@ -10,10 +10,9 @@ from pydantic.json_schema import SkipJsonSchema
 
 from index.engine.door import Examples, Mode, Query, check_mode, check_options
 from index.errors import InvalidQuery
+from service.schemas.bounds import MAX_DIM, MAX_TEXT_CHARS
 from service.schemas.common import (
     CHECK_BATCH,
-    MAX_DIM,
-    MAX_TEXT_CHARS,
     NO_POSITIVE_NEGATIVE,
     POSITIVE_NEGATIVE,
     STRICT,

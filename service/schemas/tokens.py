@@ -6,7 +6,8 @@ from typing import Annotated
 
 from pydantic import BaseModel, Field
 
-from service.schemas.common import MAX_TEXT_CHARS, STRICT, QueryInfo
+from service.schemas.bounds import MAX_TEXT_CHARS
+from service.schemas.common import STRICT, QueryInfo
 
 
 class TokenizeRequest(BaseModel):

@@ -6,9 +6,9 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, Field, model_validator
 
+from service.schemas.bounds import MAX_TEXT_CHARS
 from service.schemas.common import (
     CHECK_BATCH,
-    MAX_TEXT_CHARS,
     STRICT,
     DocumentId,
     ValidText,

@@ -59,11 +59,13 @@ def start(
     *args: str,
     env: dict[str, str] | None = None,
     while_starting: Callable[[Server], None] | None = None,
+    port: int | None = None,
 ) -> Server:
     """Start embedding-serve over ``data_dir``; return once it answers /healthz and every worker has finished
-    its start-up (its tables are loaded or refused by then). ``while_starting`` runs at every poll until then."""
+    its start-up (its tables are loaded or refused by then). ``while_starting`` runs at every poll until then.
+    ``port``: a stopped server's (started again on it), else a free one."""
     workers = int(args[args.index("--workers") + 1]) if "--workers" in args else 1
-    port = free_port()
+    port = port or free_port()
     command = [str(BIN / "embedding-serve"), "--data-dir", str(data_dir), "--host", "127.0.0.1", "--port", str(port)]
     # The data directory is not watched unless a test asks (EMBEDDING_WATCH_SECONDS): the reload tests count reloads.
     environment = {k: v for k, v in os.environ.items() if not k.startswith("EMBEDDING_")}

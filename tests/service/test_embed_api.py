@@ -20,7 +20,7 @@ from index.build.sources import RawTable, read_source
 from index.build.writer import build_table
 from index.engine.encode import Encoder
 from index.engine.table import Table
-from service.schemas.embed import MAX_EMBED_CHARS
+from service.schemas.bounds import MAX_EMBED_CHARS
 from tests.index.engine.test_encode import minilm_rows, token_mean, write_model2vec
 from tests.minilm import MINILM
 from tests.service import real_server

@@ -2,7 +2,7 @@
 the defaults (``max_batch`` 50, ``max_k`` 50, a 32 KiB body limit) answers ``Client.documents`` of Lee's 300
 documents, LangChain's ``get_by_ids``, LlamaIndex's ``get_nodes`` and writes of all 300 as a server with the
 default limits does, where the clients' default sizes (1,024 ids, 256 documents, 2 MiB, pages of 100) are each a
-422 or a 413."""
+422 or a 413; and a refusal of a request over any published limit names it (``"limit"`` in its error)."""
 
 from __future__ import annotations
 
@@ -17,15 +17,16 @@ import httpx
 import numpy as np
 import pytest
 
-from service.schemas.common import MAX_DIM, MAX_TEXT_CHARS, MAX_TOKEN_CHARS
-from service.schemas.embed import MAX_EMBED_CHARS
+from service.schemas.bounds import MAX_DIM, MAX_EMBED_CHARS, MAX_TEXT_CHARS, MAX_TOKEN_CHARS
 from service.schemas.limits import ServerLimits
 from service.settings import Settings
 from service_client import AsyncClient, Client
 from service_client.langchain import EmbeddingSearchStore
 from service_client.llamaindex import EmbeddingSearchVectorStore
 from tests.cli import run_cli
+from tests.conftest import link_table
 from tests.lee import Lee, jsonl_records, write_jsonl
+from tests.minilm import ST
 from tests.service import real_server
 
 KEY = "limits-writer-key-0123456789abcdef"
@@ -39,15 +40,24 @@ FIXED = {
 
 
 @pytest.fixture(scope="module")
-def servers(tmp_path_factory: pytest.TempPathFactory, lee_docs: Lee) -> Iterator[tuple[str, str]]:
-    """The base URLs of two servers of ``notes`` (Lee's 300 stories, each with its metadata as the LangChain and
-    LlamaIndex stores keep it): one with the default limits, one with ``SMALL``'s (and a write key)."""
-    root = tmp_path_factory.mktemp("limits")
+def notes(tmp_path_factory: pytest.TempPathFactory, lee_docs: Lee) -> Path:
+    """A data directory of ``notes``: Lee's 300 stories, each with its metadata as the LangChain and LlamaIndex
+    stores keep it (read-only: copied by the servers that serve it)."""
+    root = tmp_path_factory.mktemp("notes")
     records = [{**r, "metadata": json.dumps({"row": i})} for i, r in enumerate(jsonl_records(lee_docs))]
     source = write_jsonl(root / "notes.jsonl", records)
-    made = run_cli("import", source, "--format", "documents", "--name", "notes", "--data-dir", root / "default")
+    made = run_cli("import", source, "--format", "documents", "--name", "notes", "--data-dir", root / "data")
     assert made.code == 0, made.err
-    shutil.copytree(root / "default", root / "small")
+    return root / "data"
+
+
+@pytest.fixture(scope="module")
+def servers(tmp_path_factory: pytest.TempPathFactory, notes: Path) -> Iterator[tuple[str, str]]:
+    """The base URLs of two servers of ``notes``: one with the default limits, one with ``SMALL``'s (and a write
+    key)."""
+    root = tmp_path_factory.mktemp("limits")
+    shutil.copytree(notes, root / "default")
+    shutil.copytree(notes, root / "small")
     env = {"EMBEDDING_WRITE_KEYS": KEY}
     started = real_server.start_together(
         lambda: real_server.start(root / "default", root / "default.log", env=env),
@@ -167,3 +177,158 @@ def test_a_fronts_limits_are_its_shards_where_lower(servers: tuple[str, str], fr
         expected = client.documents("notes", asked, vector=True)
     with Client(front) as client:
         assert client.documents("notes", asked, vector=True) == expected
+    # more than its shard takes: the shard's refusal, naming the limit, is the front's answer
+    refused = real_server.HTTP.post(f"{front}/v1/tables/notes/documents/get", json={"ids": ids[:51]})
+    assert refused.status_code == 422 and refused.json()["error"]["limit"] == "max_batch", refused.text
+
+
+# A server whose every settable limit is low enough for one small request to exceed it (the fixed ones are the same
+# everywhere), and per published limit one request over it, the status and code its refusal has always had.
+TIGHT = {
+    "EMBEDDING_MAX_K": "20",
+    "EMBEDDING_MAX_BATCH": "8",
+    "EMBEDDING_MAX_HITS": "30",
+    "EMBEDDING_MAX_FILTER_CONDITIONS": "2",
+    "EMBEDDING_MAX_WORDS": "4",
+    "EMBEDDING_MAX_LAYOUT_WORK": "10",
+    "EMBEDDING_MAX_ENCODE_TOKENS": "32",
+    "EMBEDDING_MAX_SCORED_ROWS": "10",
+    "EMBEDDING_MAX_ANSWER_BYTES": "1000",
+    "EMBEDDING_MAX_BODY_BYTES": "300000",
+    "EMBEDDING_MAX_HEADER_BYTES": "2048",
+}
+INVALID = (422, "invalid_request")
+OVER: dict[str, tuple[str, str, dict[str, Any], tuple[int, str]]] = {
+    "max_k": ("small/neighbors", "GET", {"params": {"token": "the", "k": 21}}, INVALID),  # a query string's
+    "max_batch": ("lee/documents/get", "POST", {"json": {"ids": [f"lee-{i:03}" for i in range(9)]}}, INVALID),
+    "max_hits": ("small/neighbors", "POST", {"json": {"queries": ["the", "of"], "k": 20}}, INVALID),
+    "max_filter_conditions": (
+        "lee/documents/scroll",
+        "POST",
+        {"json": {"filter": {"and": [{"words": {"gte": 1}}, {"words": {"lte": 900}}]}}},
+        INVALID,
+    ),
+    "max_words": ("small/doesnt-match", "POST", {"json": {"queries": [["the", "of", "and"], ["a", "to"]]}}, INVALID),
+    "max_layout_work": (
+        "small/project",
+        "POST",
+        {"json": {"tokens": ["the", "of", "and", "to"], "method": "tsne", "perplexity": 3}},
+        INVALID,
+    ),
+    "max_encode_tokens": (f"{ST}/embed", "POST", {"json": {"texts": ["the river " * 20]}}, INVALID),
+    "max_scored_rows": (
+        "small/analogy",
+        "POST",
+        {"json": {"queries": [{"a": "man", "b": "king", "c": "woman"}] * 2, "method": "3cosmul", "k": 3}},
+        INVALID,
+    ),
+    "max_answer_bytes": ("lee/search", "POST", {"json": {"id": "lee-001", "k": 10}}, INVALID),
+    "max_body_bytes": (
+        "small/neighbors",
+        "POST",
+        {"json": {"token": "the", "pad": "x" * 300_000}},
+        (413, "body_too_large"),
+    ),
+    "max_header_bytes": ("small", "GET", {"headers": {"x-pad": "x" * 2048}}, (431, "headers_too_large")),
+    "max_token_chars": ("small/neighbors", "POST", {"json": {"token": "x" * (MAX_TOKEN_CHARS + 1)}}, INVALID),
+    "max_text_chars": ("lee/search", "POST", {"json": {"text": "x" * (MAX_TEXT_CHARS + 1), "k": 1}}, INVALID),
+    "max_embed_chars": ("small/embed", "POST", {"json": {"texts": ["x" * (MAX_EMBED_CHARS + 1)]}}, INVALID),
+    "max_dim": ("lee/search", "POST", {"json": {"vector": [0.5] * (MAX_DIM + 1), "k": 1}}, INVALID),
+}
+
+
+@pytest.fixture(scope="module")
+def tight(
+    tmp_path_factory: pytest.TempPathFactory, lee_data_dir: Path, small_data_dir: Path, minilm_st_dir: Path
+) -> Iterator[str]:
+    """The base URL of a server of ``TIGHT``'s limits over ``lee``, ``small`` and the transformer table."""
+    data = tmp_path_factory.mktemp("tight") / "data"
+    data.mkdir()
+    for table in (lee_data_dir / "lee", small_data_dir / "small", minilm_st_dir / ST):
+        assert link_table(table, data)
+    with real_server.running(data, data.parent / "serve.log", env=TIGHT) as server:
+        yield server.base
+
+
+@pytest.mark.parametrize("name", ServerLimits.model_fields)
+def test_every_refusal_of_a_limit_names_it(tight: str, name: str) -> None:
+    """A request over each published limit (a new limit without one here fails) is refused as ever, its envelope
+    naming the limit as ``GET /v1/limits`` does; in OpenAI's shape, not (its fields are OpenAI's only)."""
+    path, method, request, (status, code) = OVER[name]
+    response = real_server.HTTP.request(method, f"{tight}/v1/tables/{path}", **request)
+    assert (response.status_code, response.json()["error"]["code"]) == (status, code), response.text
+    assert response.json()["error"]["limit"] == name, response.text
+
+
+def test_openais_refusals_name_no_limit(tight: str) -> None:
+    response = real_server.HTTP.post(f"{tight}/v1/embeddings", json={"model": "small", "input": ["the"] * 9})
+    assert response.status_code == 422 and response.json()["error"].keys() == {"message", "type", "param", "code"}
+
+
+# The limits of a server started again on its port: lower each time, below what a client read before.
+PHASES = (
+    {"EMBEDDING_MAX_BATCH": "100", "EMBEDDING_MAX_BODY_BYTES": str(64 * 1024)},
+    {"EMBEDDING_MAX_BATCH": "100", "EMBEDDING_MAX_BODY_BYTES": str(16 * 1024)},  # writes of 32 KiB refused
+    {"EMBEDDING_MAX_BATCH": "20", "EMBEDDING_MAX_BODY_BYTES": str(16 * 1024)},  # reads of 100 ids refused
+    {"EMBEDDING_MAX_BATCH": "10", "EMBEDDING_MAX_BODY_BYTES": str(16 * 1024)},  # deletes of 20 ids refused
+)
+WRITTEN = 40  # documents written again
+
+
+def test_the_clients_follow_a_servers_lowered_limits(tmp_path: Path, notes: Path, ids: list[str]) -> None:
+    """Each client reads a server's limits, then the server is started again on its port with a lower body limit,
+    then a lower max_batch, twice: each request sized by the limits read before is refused for the one it is over, and
+    the client reads them again and sends what was refused in requests of the new sizes, once."""
+    shutil.copytree(notes, tmp_path / "data")
+    env = {"EMBEDDING_WRITE_KEYS": KEY}
+    started = [real_server.start(tmp_path / "data", tmp_path / "serve.log", env={**env, **PHASES[0]})]
+    base, port = started[0].base, started[0].port
+    sent: list[tuple[str, int]] = []
+
+    def record(response: httpx.Response) -> None:
+        sent.append((response.request.url.path, response.status_code))
+
+    async def arecord(response: httpx.Response) -> None:
+        record(response)
+
+    def restart(phase: dict[str, str]) -> None:
+        started[0].stop()
+        started[0] = real_server.start(tmp_path / "data", tmp_path / "serve.log", env={**env, **phase}, port=port)
+        sent.clear()
+
+    async def both(client: Client, aclient: AsyncClient) -> None:  # the server started again between their calls
+        expected = client.documents("notes", ids, vector=True)
+        assert (await aclient.limits()) == client.limits() and client.limits()["max_body_bytes"] == 64 * 1024
+        restart(PHASES[1])
+        written = client.upsert_many("notes", expected["documents"][:WRITTEN])
+        assert sum(answer["upserted"] for answer in written) == WRITTEN
+        assert refused_then_resized(sent, "/v1/tables/notes/documents", 413)
+        sent.clear()
+        written = await aclient.upsert_many("notes", expected["documents"][WRITTEN : 2 * WRITTEN])
+        assert sum(answer["upserted"] for answer in written) == WRITTEN
+        assert refused_then_resized(sent, "/v1/tables/notes/documents", 413)
+        restart(PHASES[2])
+        assert client.documents("notes", ids, vector=True) == expected
+        assert refused_then_resized(sent, "/v1/tables/notes/documents/get", 422) and len(sent) == 2 + 300 // 20
+        sent.clear()
+        assert (await aclient.list_documents("notes", vector=True)) == expected["documents"]
+        assert refused_then_resized(sent, "/v1/tables/notes/documents/scroll", 422)
+        restart(PHASES[3])
+        assert [answer["deleted"] for answer in client.delete_many("notes", ids[:WRITTEN])] == [10] * 4
+        assert refused_then_resized(sent, "/v1/tables/notes/documents/delete", 422)
+
+    async def run() -> None:
+        with httpx.Client(base_url=base, event_hooks={"response": [record]}) as http:
+            async with httpx.AsyncClient(base_url=base, event_hooks={"response": [arecord]}) as ahttp:
+                await both(Client(base, http=http, api_key=KEY), AsyncClient(base, http=ahttp, api_key=KEY))
+
+    try:
+        asyncio.run(run())
+    finally:
+        started[0].stop()
+
+
+def refused_then_resized(sent: list[tuple[str, int]], path: str, status: int) -> bool:
+    """Whether ``sent`` is one request to ``path`` refused with ``status``, the limits read again, and requests to
+    ``path`` that all succeed."""
+    return sent[:2] == [(path, status), ("/v1/limits", 200)] and {*sent[2:]} == {(path, 200)}

@@ -1,0 +1,17 @@
+"""The fixed limits, the same on every server (``GET /v1/limits`` publishes them beside the settings' limits), and
+the name a refusal gives each: a value over one is refused by its field's ``max_length``, whose pydantic error (its
+type and that length) :data:`FIXED_LIMITS` names, as ``service.errors`` renders it."""
+
+from __future__ import annotations
+
+MAX_TOKEN_CHARS = 1024  # a token, a document id
+MAX_TEXT_CHARS = 100_000  # a document's text, a search's
+MAX_EMBED_CHARS = 10_000  # a text to embed: about 1,500 words (a longer text is better split into passages)
+MAX_DIM = 65_536  # the values of a vector
+
+FIXED_LIMITS: dict[tuple[str, object], str] = {
+    ("string_too_long", MAX_TOKEN_CHARS): "max_token_chars",
+    ("string_too_long", MAX_TEXT_CHARS): "max_text_chars",
+    ("string_too_long", MAX_EMBED_CHARS): "max_embed_chars",
+    ("too_long", MAX_DIM): "max_dim",
+}

@@ -114,6 +114,7 @@ from index.store.shardmap import Place as ShardPlace
 from index.store.shardmap import is_sharded as manifest_is_sharded
 from index.store.shardmap import place as shard_place
 from index.store.shardmap import shard_name
+from index.store.tokens import MAX_TOKEN_CHARS
 
 __all__ = [
     "BOOLEAN",
@@ -124,6 +125,7 @@ __all__ = [
     "INTEGER",
     "LISTS",
     "LOOKUP_LIMIT",
+    "MAX_TOKEN_CHARS",
     "SCORE_BUDGET",
     "STRING",
     "STRING_LIST",

@@ -24,6 +24,9 @@ FILES = (BLOB, OFFSETS, ORDER, FOLDED_ORDER)
 PREFIX_BYTES = 8
 DOTTED_I = "i\u0307"  # what "İ" (U+0130) lower-cases and folds to outside Turkic languages
 FEW_LABELS = 64  # up to this many labels are read one by one (Tokens.labels)
+# The longest label a request names (a word, a model token, a document id), the API's ``max_token_chars``: an
+# import refuses a longer document id, which no route could read, delete or search by.
+MAX_TOKEN_CHARS = 1024
 
 # Model-token tables: one uint8 of kind bits per row (FLAGS), and the model's own tokenizer (TOKENIZER).
 FLAGS = "token_flags.npy"

@@ -4,7 +4,8 @@ type and that length) :data:`FIXED_LIMITS` names, as ``service.errors`` renders 
 
 from __future__ import annotations
 
-MAX_TOKEN_CHARS = 1024  # a token, a document id
+from index.engine.door import MAX_TOKEN_CHARS as MAX_TOKEN_CHARS  # a token, a document id: the store's, as an import's
+
 MAX_TEXT_CHARS = 100_000  # a document's text, a search's
 MAX_EMBED_CHARS = 10_000  # a text to embed: about 1,500 words (a longer text is better split into passages)
 MAX_DIM = 65_536  # the values of a vector

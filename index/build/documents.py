@@ -6,7 +6,8 @@ left out and counted, with the first few reasons kept for the report:
 
 - the vector: missing or null, of another length than most rows', NaN/Inf/null values or values beyond float32,
   all zeros;
-- the id: missing, empty, or a duplicate of an earlier row's (the first row keeps it);
+- the id: missing, empty, longer than the API's ``max_token_chars`` (no route could name it), or a duplicate
+  of an earlier row's (the first row keeps it);
 - a float field that is NaN or infinite (JSON cannot carry it); a CSV cell that should hold a JSON array and
   does not;
 - what the reader refused itself (a line that is not JSON, a value of another type than the field's first value,
@@ -43,10 +44,11 @@ from index.build.fields import (
 )
 from index.build.sources import DROP_HINT
 from index.engine.encode import cancelled_out, no_known_piece
-from index.errors import InputError
+from index.errors import InputError, shown
 from index.progress import note
 from index.store.payload import ID_KEY, INTEGER, STRING, contiguous, sort_ids
 from index.store.rows import row_norms
+from index.store.tokens import MAX_TOKEN_CHARS
 
 REPORTED = 5  # reasons kept in the report of an import with drop_invalid
 VECTOR_FIELDS = ("vector", "embedding")
@@ -212,8 +214,18 @@ def document_ids(name: str, column: pa.Array, checks: Checks, rows: Rows) -> tup
     if column.type != pa.int64():
         empty = pc.equal(pc.binary_length(column), 0).fill_null(False)
         checks.add(bools(empty), lambda row: "empty id")
+        long = pc.greater(pc.utf8_length(column), MAX_TOKEN_CHARS).fill_null(False)
+        checks.add(bools(long), lambda row: too_long(column[row].as_py()))
         return column, STRING
     return column, INTEGER
+
+
+def too_long(ident: str) -> str:
+    """Why an id is refused that no route could name (read, delete, search by)."""
+    return (
+        f"id of {len(ident):,} characters ({shown(ident)}): the API names a document by at most "
+        f"{MAX_TOKEN_CHARS:,} (max_token_chars)"
+    )
 
 
 def document_text(name: str, column: pa.Array, rows: Rows) -> pa.Array:

@@ -81,7 +81,7 @@ class ScrollRequest(BaseModel):
         ]
         | None
     ) = Field(None, description=f"documents in a page, 1..max_batch (default {PAGE}, or max_batch when lower)")
-    after: Annotated[str, Field(min_length=1)] | Int64 | None = Field(  # an imported id may pass max_token_chars
+    after: Annotated[str, Field(min_length=1)] | Int64 | None = Field(  # longer than any id: a page starts after it
         None,
         description="the page starts after this id (the last answer's next; an id the table need not hold)",
         union_mode="left_to_right",

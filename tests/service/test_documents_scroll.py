@@ -14,6 +14,7 @@ from typing import Any
 import httpx
 import pytest
 
+from index.store.tokens import MAX_TOKEN_CHARS
 from service_client import AsyncClient, Client, calls
 from tests.cli import run_cli
 from tests.lee import Lee, write_jsonl
@@ -24,7 +25,8 @@ KEY = "scroll-writer-" + "k" * 24
 HEADERS = {"X-API-Key": KEY}
 MAX_BATCH = 64
 NUMBERS = [1000, -7, 20, 3, 2**40, 100, 5]  # integer ids: by number 100 comes after 20, as text before it
-LONG_IDS = ["c", "b" + "x" * 2000, "a", "b" + "x" * 1999 + "\U0001f600"]  # an import takes ids past max_token_chars
+# ids as long as an import takes (max_token_chars; the emoji counts as one character), one with "/" and NUL
+LONG_IDS = ["c", "b" + "x" * (MAX_TOKEN_CHARS - 1), "a", "b" + "x" * (MAX_TOKEN_CHARS - 2) + "\U0001f600", "d/\0"]
 
 Record = dict[str, Any]
 Passes = Callable[[Record], bool]
@@ -177,19 +179,20 @@ def test_integer_ids_by_number(server: real_server.Server, lee_docs: Lee) -> Non
     assert listed(every_page(server, {"after": -8}, "numbers"))[:2] == [-7, 3]
 
 
-def test_a_scroll_goes_on_past_an_imported_id_longer_than_a_token(
+def test_a_scroll_goes_on_past_the_longest_ids_and_after_a_longer_one(
     server: real_server.Server, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """An import takes ids longer than ``max_token_chars``: a page that ends on one names it as ``next``, and the
-    next page starts after it (the listing goes on to the end, the clients' too)."""
-    listed, after = [], None
-    while True:
-        page = scroll(server, {"limit": 1, "fields": [], **({} if after is None else {"after": after})}, "long")
-        assert page.status_code == 200, page.text[:300]
-        listed += [d["id"] for d in page.json()["documents"]]
-        if (after := page.json()["next"]) is None:
-            break
-    assert listed == sorted(LONG_IDS)
+    """Ids of max_token_chars, the longest an import takes: a page that ends on one names it as ``next``, and the
+    next page starts after it (the listing goes on to the end, the clients' too); each is read by ``documents/get``
+    and searched by. An ``after`` longer than any id (a table imported before the bound may hold one) is taken."""
+    pages = every_page(server, {"limit": 1, "fields": []}, "long")  # each page read by documents/get too
+    assert listed(pages) == sorted(LONG_IDS)
+    for ident in LONG_IDS:
+        body = {"id": ident, "k": 1, "fields": []}
+        answer = real_server.HTTP.post(f"{server.base}/v1/tables/long/search", json=body, timeout=30)
+        assert answer.status_code == 200 and len(answer.json()["hits"]) == 1, answer.text[:300]
+    page = scroll(server, {"after": "b" + "x" * 2000, "fields": []}, "long")
+    assert [d["id"] for d in page.json()["documents"]] == sorted(LONG_IDS)[2:]
     monkeypatch.setattr(calls, "READ_DOCUMENTS", 1)
     with Client(server.base) as client:
         assert [d["id"] for d in client.list_documents("long")] == sorted(LONG_IDS)

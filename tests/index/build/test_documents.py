@@ -36,6 +36,7 @@ from index.engine.table import Table
 from index.errors import InvalidQuery, UnknownToken
 from index.store import artifact
 from index.store.payload import ID_LOOKUP, PAYLOAD, Payload, UnknownDocument, search_sorted, sort_ids, string_offsets
+from index.store.tokens import MAX_TOKEN_CHARS
 from tests import REPO
 from tests.cli import progress_lines, run_cli
 from tests.examples import example, printed
@@ -380,6 +381,12 @@ JSONL_CASES: dict[str, tuple[Callable[[Lee], list[str]], list[str], str]] = {
     ),
     "empty id": (lambda lee: _edit(lee, 12, _set("id", "")), [], ":13: empty id"),
     "null id": (lambda lee: _edit(lee, 13, _set("id", None)), [], ":14: no id ('id' is missing or null)"),
+    "id longer than max_token_chars": (  # no route could read, delete or search by it
+        lambda lee: _edit(lee, 20, _set("id", "lee-" + "x" * (MAX_TOKEN_CHARS - 3))),
+        [],
+        f":21: id of 1,025 characters ('lee-{'x' * 52}...): the API names a document by at most 1,024 "
+        "(max_token_chars)",
+    ),
     "float ids": (
         lambda lee: [json.dumps({**r, "id": i + 0.5}) for i, r in enumerate(jsonl_records(lee))],
         [],
@@ -746,10 +753,11 @@ def test_failed_import_leaves_the_existing_table_untouched(tmp_path: Path, lee: 
     good = write_jsonl(tmp_path / "good.jsonl", jsonl_records(lee))
     import_ok(good, data_dir)
     before = {p.name: p.read_bytes() for p in (data_dir / "lee").iterdir()}
-    bad = write_jsonl(tmp_path / "bad.jsonl", [], _edit(lee, 150, _set("id", "lee-000")))
-    message = import_fails(bad, data_dir, "--format", "documents", "--force", name="lee")
-    assert f"{bad}:151: duplicate id 'lee-000', first at line 1" in message
-    assert {p.name: p.read_bytes() for p in (data_dir / "lee").iterdir()} == before
+    for bad_id, problem in [("lee-000", "duplicate id 'lee-000', first at line 1"), ("x" * 2000, "id of 2,000")]:
+        bad = write_jsonl(tmp_path / "bad.jsonl", [], _edit(lee, 150, _set("id", bad_id)))
+        message = import_fails(bad, data_dir, "--format", "documents", "--force", name="lee")
+        assert f"{bad}:151: {problem}" in message
+        assert {p.name: p.read_bytes() for p in (data_dir / "lee").iterdir()} == before
     assert artifact.list_tables(data_dir) == ["lee"]
     assert not list(data_dir.glob(".tmp-*")) and not list(data_dir.glob(".old-*"))
     table = Table.load(data_dir / "lee")

@@ -211,6 +211,24 @@ def test_a_passage_problem_names_the_file_it_was_cut_from(tmp_path: Path, data_d
     assert result.code == 1 and "passage 2 (sub/b.txt#0): " in result.err, result.err
 
 
+def test_a_path_too_long_for_an_id_stops_the_import_unless_told(tmp_path: Path, data_dir: Path) -> None:
+    """A file whose relative path makes its passages' ids longer than the API's max_token_chars (ids no route could
+    name) stops the import, naming the file; with --drop-invalid its passages are dropped and the rest imported."""
+    notes = tmp_path / "notes"
+    deep = Path(*["d" * 250] * 4, "e" * 20)  # 1,024 characters: the ids of its file's passages are longer
+    (notes / deep).mkdir(parents=True)
+    (notes / deep / "a.txt").write_text("The heart pumps blood through the body.\n")
+    (notes / "b.txt").write_text("The lungs take in air.\n")
+    result = run_cli("import", notes, "--name", "n", "--data-dir", data_dir, "--encoder", "small")
+    assert result.code == 1, result.err
+    assert f"passage 2 ({deep.as_posix()}/a.txt#0): id of 1,032 characters (" in result.err, result.err
+    assert not (data_dir / "n").exists()
+    result = run_cli("import", notes, "--name", "n", "--data-dir", data_dir, "--encoder", "small", "--drop-invalid")
+    assert result.code == 0, result.err
+    payload = Table.load(data_dir / "n").payload
+    assert payload is not None and payload.column("id").to_pylist() == ["b.txt#0"]
+
+
 def test_odd_names_and_links_to_folders_are_named_among_the_skipped(tmp_path: Path, data_dir: Path) -> None:
     """A name holding bytes that are not UTF-8 (a Latin-1 name from an old archive) cannot be an id: its file or
     folder is skipped and shown with the bytes escaped; a link to a folder (here a loop back to the top) is not

@@ -184,7 +184,8 @@ def test_a_scroll_goes_on_past_the_longest_ids_and_after_a_longer_one(
 ) -> None:
     """Ids of max_token_chars, the longest an import takes: a page that ends on one names it as ``next``, and the
     next page starts after it (the listing goes on to the end, the clients' too); each is read by ``documents/get``
-    and searched by. An ``after`` longer than any id (a table imported before the bound may hold one) is taken."""
+    and by its path, and searched by. An ``after`` longer than any id (a table imported before the bound may hold
+    one) is taken."""
     pages = every_page(server, {"limit": 1, "fields": []}, "long")  # each page read by documents/get too
     assert listed(pages) == sorted(LONG_IDS)
     for ident in LONG_IDS:
@@ -196,6 +197,7 @@ def test_a_scroll_goes_on_past_the_longest_ids_and_after_a_longer_one(
     monkeypatch.setattr(calls, "READ_DOCUMENTS", 1)
     with Client(server.base) as client:
         assert [d["id"] for d in client.list_documents("long")] == sorted(LONG_IDS)
+        assert [client.document("long", ident, fields=[])["id"] for ident in LONG_IDS] == LONG_IDS  # GET by path
 
 
 def test_an_integer_id_of_thousands_of_digits_is_read_as_any_other(server: real_server.Server, lee_docs: Lee) -> None:

@@ -1,4 +1,5 @@
-"""Responses: JSON rendered fast, and the door's answers (``index.engine.door``) shaped as the API gives them."""
+"""Responses: JSON rendered fast, and the door's answers (``index.engine.door``) shaped as the API gives them, the
+bytes they carry weighed first (:func:`row_bytes`, the server's max_answer_bytes)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,9 @@ from starlette.responses import JSONResponse
 from index.engine.door import (
     STRING,
     Answer,
+    Bound,
     Delta,
+    Document,
     Failed,
     Hit,
     Neighbor,
@@ -157,31 +160,59 @@ def check_answer_bytes(
     delta: Delta | None,
 ) -> None:
     """422 when the hits of a search's ``answers`` would carry more bytes of text and vectors than the server's
-    max_answer_bytes: a documents table's text and string ``fields`` shown (default: all), measured from the stored
-    strings' offsets before any is read (a written document's text by its length), and with ``include`` vector
-    each hit's vector (:data:`VALUE_BYTES` a value)."""
-    payload, vectors = table.payload, "vector" in include
-    if payload is None and not vectors:
+    max_answer_bytes (:func:`row_bytes`)."""
+    vector = "vector" in include
+    if table.payload is None and not vector:
         return
     hits = (hit for answer in answers if isinstance(answer, Result) for hit in answer.hits)
     rows = np.array([hit.row if isinstance(hit, Hit) else hit[0] for hit in hits], dtype=np.int64)
-    total = len(rows) * table.dim * VALUE_BYTES if vectors else 0
-    if payload is not None:
-        stored = rows[rows < table.rows]
-        total += sum(int((ends[stored + 1] - ends[stored]).sum()) for ends in _offsets(payload, fields))
-        if delta is not None and len(stored) < len(rows):
-            written = delta.written_in_order()
-            total += sum(len((written[row].text or "").encode()) for row in rows[rows >= table.rows] - table.rows)
+    written = delta.written_in_order() if delta is not None and (rows >= table.rows).any() else []
+    total = int(row_bytes(table, rows, fields, vector, written).sum())
     limit = LIMITS.get().max_answer_bytes
     if total > limit:
-        what = "document text" if not vectors else "vectors" if payload is None else "document text and vectors"
-        raise OverLimit(
-            f"this answer would carry {_size(total)} of {what} ({len(rows):,} hits), more than the server's "
-            f"max_answer_bytes of {_size(limit)}: ask fewer hits (a smaller k or fewer queries)"
-            + (', or fewer string fields ("fields")' if payload is not None else "")
-            + (' or no "vector" in include' if vectors else ""),
-            "max_answer_bytes",
-        )
+        advice = "ask fewer hits (a smaller k or fewer queries)"
+        advice += ', or fewer string fields ("fields")' if table.payload is not None else ""
+        advice += ' or no "vector" in include' if vector else ""
+        raise too_much(table, vector, limit, total, f"{len(rows):,} hits", advice)
+
+
+def documents_bound(table: Table, fields: Sequence[str] | None, vector: bool) -> Bound:
+    """The bound of the documents read by id or a page at a time (``index.engine.door.read_documents``,
+    ``scroll_documents``): the server's max_answer_bytes, each document weighed as a search's hit is."""
+    limit = LIMITS.get().max_answer_bytes
+    return Bound(
+        weigh=lambda rows, written: row_bytes(table, rows, fields, vector, written),
+        most=limit,
+        refuse=lambda total, counted, advice: too_much(table, vector, limit, total, counted, advice),
+    )
+
+
+def row_bytes(
+    table: Table, rows: np.ndarray, fields: Sequence[str] | None, vector: bool, written: Sequence[Document]
+) -> np.ndarray:
+    """The bytes each of ``rows`` carries (int64), measured before anything is read: a version's row (below
+    ``table.rows``) its text and the string ``fields`` shown (None: all) from the stored strings' offsets, a
+    written document (row ``table.rows + i``: ``written[i]``) its text's UTF-8 length; with ``vector``, the row's
+    vector at :data:`VALUE_BYTES` a value."""
+    out = np.full(len(rows), table.dim * VALUE_BYTES if vector else 0, dtype=np.int64)
+    if table.payload is None:
+        return out
+    stored = np.flatnonzero(rows < table.rows)
+    for ends in _offsets(table.payload, fields):
+        out[stored] += ends[rows[stored] + 1] - ends[rows[stored]]
+    for at in np.flatnonzero(rows >= table.rows):
+        out[at] += len((written[rows[at] - table.rows].text or "").encode())
+    return out
+
+
+def too_much(table: Table, vector: bool, limit: int, total: int, counted: str, advice: str) -> OverLimit:
+    """The refusal of an answer that would carry ``total`` bytes (of ``counted``: "12 hits"), over ``limit``."""
+    what = "document text" if not vector else "vectors" if table.payload is None else "document text and vectors"
+    return OverLimit(
+        f"this answer would carry {_size(total)} of {what} ({counted}), more than the server's max_answer_bytes of "
+        f"{_size(limit)}: {advice}",
+        "max_answer_bytes",
+    )
 
 
 def _size(amount: int) -> str:
@@ -192,7 +223,7 @@ def _size(amount: int) -> str:
 _OFFSETS: weakref.WeakKeyDictionary[Payload, dict[str, np.ndarray]] = weakref.WeakKeyDictionary()
 
 
-def _offsets(payload: Payload, fields: list[str] | None) -> list[np.ndarray]:
+def _offsets(payload: Payload, fields: Sequence[str] | None) -> list[np.ndarray]:
     """Where each row's string starts and ends in the text column (every hit carries it) and in the string
     fields of ``fields`` (default: all): row ``i``'s bytes are ``ends[i + 1] - ends[i]``."""
     shown = list(payload.fields) if fields is None else fields

@@ -25,10 +25,19 @@ import numpy as np
 
 from index.engine import diagnostics, filters
 from index.engine.contextual import contextual, transformer_of
-from index.engine.delta import Delta, Key, parse_timestamp, timestamp_text, unwritten, vector_search, written_row
+from index.engine.delta import (
+    Delta,
+    Document,
+    Key,
+    parse_timestamp,
+    timestamp_text,
+    unwritten,
+    vector_search,
+    written_row,
+)
 from index.engine.dfs import gather as keyword_statistics
 from index.engine.dfs import summed as summed_statistics
-from index.engine.documents import read_document, read_documents, scroll_documents
+from index.engine.documents import Bound, read_document, read_documents, scroll_documents
 from index.engine.encode import (
     Encoded,
     NoKnownWord,
@@ -136,7 +145,9 @@ __all__ = [
     "Analogy",
     "Answer",
     "Answers",
+    "Bound",
     "Delta",
+    "Document",
     "DocumentSearch",
     "EmbeddingError",
     "Encoded",

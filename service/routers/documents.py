@@ -13,7 +13,7 @@ from index.engine import door
 from service import execute, live
 from service.deps import TableDep
 from service.errors import BODY_ERRORS, TABLE_ERRORS, responses
-from service.respond import FastJSON
+from service.respond import FastJSON, documents_bound
 from service.schemas.bounds import MAX_TOKEN_CHARS
 from service.schemas.documents import (
     DocumentResponse,
@@ -40,7 +40,8 @@ async def get_document(
     fields: Annotated[str | None, Query(max_length=MAX_TOKEN_CHARS, description="comma-separated fields")] = None,
 ) -> Response:
     names = None if fields is None else [name.strip() for name in fields.split(",") if name.strip()]
-    return FastJSON(door.read_document(table, live.delta_of(table), document, names, vector, normalized))
+    bound = documents_bound(table, names, vector)
+    return FastJSON(door.read_document(table, live.delta_of(table), document, names, vector, normalized, bound))
 
 
 @router.post(
@@ -50,11 +51,14 @@ async def get_document(
     summary="Many documents by id at once: those found in the order asked, and the ids not found",
 )
 async def get_documents(request: Request, table: TableDep, body: DocumentsRequest) -> Response:
+    bound = documents_bound(table, body.fields, body.vector)  # what the answer carries, bounded as a search's
     found, missing = await execute.compute(  # up to max_batch documents: in a worker thread, not on the loop
         request,
         table,
         "documents_get",
-        lambda: door.read_documents(table, live.delta_of(table), body.ids, body.fields, body.vector, body.normalized),
+        lambda: door.read_documents(
+            table, live.delta_of(table), body.ids, body.fields, body.vector, body.normalized, bound
+        ),
     )
     return FastJSON({"documents": found, "missing": missing})
 
@@ -66,12 +70,21 @@ async def get_documents(request: Request, table: TableDep, body: DocumentsReques
     summary="The documents a filter passes, a page at a time in the ids' order: next is the page's last id",
 )
 async def scroll_documents(request: Request, table: TableDep, body: ScrollRequest) -> Response:
+    bound = documents_bound(table, body.fields, body.vector)  # a page is cut short before it
     found, after = await execute.compute(  # a filter over every row: in a worker thread, not on the loop
         request,
         table,
         "documents_scroll",
         lambda: door.scroll_documents(
-            table, live.delta_of(table), body.filter, body.page, body.after, body.fields, body.vector, body.normalized
+            table,
+            live.delta_of(table),
+            body.filter,
+            body.page,
+            body.after,
+            body.fields,
+            body.vector,
+            body.normalized,
+            bound,
         ),
     )
     return FastJSON({"documents": found, "next": after})

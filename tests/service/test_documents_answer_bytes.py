@@ -1,0 +1,147 @@
+"""Documents read by id and a page at a time are bounded by ``EMBEDDING_MAX_ANSWER_BYTES`` as a search's hits are,
+on real servers of a small bound: gensim's Lee corpus served whole and as shards behind a real front, documents of
+long text written to both. A ``documents/get`` (or ``GET .../documents/{id}``) over the bound is refused; a page of
+``documents/scroll`` is cut short before the document that would pass it (``next`` the last one kept), its listing
+complete all the same, through the front too; a page's first document alone over it is refused.
+
+What a document carries is measured as the server does (``service.respond.row_bytes``): its text's and its string
+fields' UTF-8 bytes (here ``lang``; a written document's text only), 12 bytes a value of its vector when asked.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.lee import Lee
+from tests.service import real_server
+from tests.service.conftest import LEE_SHARDS, lee_copy
+
+KEY = "bounded-writer-" + "k" * 24
+HEADERS = {"X-API-Key": KEY}
+BOUND = 20_000  # about 16 of Lee's documents, 12 with their vectors
+MAX_BATCH = 64
+DIM = 50
+WRITTEN = ["aaa", "lee-0505", "lee-1005", "lee-2995", "zzz"]  # among the version's ids, first and last too
+
+Record = dict[str, Any]
+
+
+@pytest.fixture(scope="module")
+def servers(lee_imports: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    root = tmp_path_factory.mktemp("answer-bytes")
+    lee_copy(lee_imports, "plain", "whole", root / "whole")
+    lee_copy(lee_imports, "plain", "sharded", root / "sharded")
+    (root / "front").mkdir()
+    env = {
+        "EMBEDDING_WRITE_KEYS": KEY,
+        "EMBEDDING_MAX_BATCH": str(MAX_BATCH),
+        "EMBEDDING_MAX_ANSWER_BYTES": str(BOUND),
+    }
+    with real_server.whole_and_front(root, LEE_SHARDS, env, {}) as (whole, shards, front):
+        yield {"whole": whole, "shards": shards, "front": front}
+
+
+def post(server: real_server.Server, path: str, body: Record) -> httpx.Response:
+    return real_server.HTTP.post(f"{server.base}/v1/tables/lee/{path}", json=body, headers=HEADERS, timeout=30)
+
+
+def write_long(server: real_server.Server, lee_docs: Lee) -> None:
+    """The documents of :data:`WRITTEN`, each of about 5,000 bytes of text (fewer than one page's bound)."""
+    documents = [
+        {
+            "id": ident,
+            "text": (lee_docs.texts[i] + " ") * (5000 // len(lee_docs.texts[i]) + 1),
+            "fields": {"year": 2000},
+        }
+        | {"vector": lee_docs.vectors[i].tolist()}
+        for i, ident in enumerate(WRITTEN)
+    ]
+    answer = post(server, "documents", {"documents": documents})
+    assert answer.status_code == 200, answer.text
+
+
+def carried(document: Record, vector: bool) -> int:
+    """The bytes the server counts for a document shown: its text, its string field ``lang``, its vector."""
+    lang = document["fields"].get("lang") or ""
+    return len(document["text"].encode()) + len(lang.encode()) + (DIM * 12 if vector else 0)
+
+
+def pages(server: real_server.Server, body: Record) -> list[list[Record]]:
+    """Every page of a scroll from its start, each checked: within the bound, cut only where the next page's first
+    document would pass it (or at ``limit``), ``next`` its last id while more follow."""
+    out: list[list[Record]] = []
+    after = None
+    while True:
+        answer = post(server, "documents/scroll", body | ({} if after is None else {"after": after}))
+        assert answer.status_code == 200, answer.text[:300]
+        page = answer.json()
+        documents = page["documents"]
+        assert sum(carried(d, body.get("vector", False)) for d in documents) <= BOUND, after
+        if out and len(out[-1]) < MAX_BATCH:  # the last page was cut: this one's first would have passed the bound
+            held = sum(carried(d, body.get("vector", False)) for d in out[-1])
+            assert held + carried(documents[0], body.get("vector", False)) > BOUND, after
+        out.append(documents)
+        if page["next"] is None:
+            return out
+        assert page["next"] == documents[-1]["id"]
+        after = page["next"]
+
+
+def listed(found: list[list[Record]]) -> list[str]:
+    return [d["id"] for page in found for d in page]
+
+
+def error(answer: httpx.Response) -> tuple[int, str, str]:
+    body = answer.json()["error"]
+    return answer.status_code, body["code"], body["message"]
+
+
+def test_documents_read_by_id_over_the_bound_are_refused(servers: dict[str, Any], lee_docs: Lee) -> None:
+    """``documents/get`` of more documents than the bound holds is a 422 saying what to ask instead; of as many
+    as it holds without their vectors, an answer, with them a 422; ``GET .../documents/{id}`` of one written
+    document over the bound alone, a 422 (its text measured by its length)."""
+    whole = servers["whole"]
+    status, code, message = error(post(whole, "documents/get", {"ids": lee_docs.ids[:40]}))
+    assert (status, code) == (422, "invalid_request"), message
+    assert post(whole, "documents/get", {"ids": lee_docs.ids[:40]}).json()["error"]["limit"] == "max_answer_bytes"
+    assert "max_answer_bytes of 20,000 bytes" in message and "ask fewer ids, fewer fields or no vector" in message
+    sizes = [carried({"text": lee_docs.texts[i], "fields": lee_docs.record(i)}, False) for i in range(300)]
+    fits = next(n for n in range(1, 300) if sum(sizes[:n]) + n * DIM * 12 > BOUND)  # fits without vectors only
+    assert sum(sizes[:fits]) <= BOUND
+    answer = post(whole, "documents/get", {"ids": lee_docs.ids[:fits]})
+    assert answer.status_code == 200 and len(answer.json()["documents"]) == fits, answer.text[:300]
+    status, code, message = error(post(whole, "documents/get", {"ids": lee_docs.ids[:fits], "vector": True}))
+    assert status == 422 and "document text and vectors" in message, message
+    huge = {"id": "lee-1505", "text": "wombat " * 3000, "vector": lee_docs.vectors[0].tolist()}
+    assert post(whole, "documents", {"documents": [huge]}).status_code == 200
+    try:
+        got = real_server.HTTP.get(f"{whole.base}/v1/tables/lee/documents/lee-1505?fields=year", timeout=30)
+        assert error(got)[:2] == (422, "invalid_request") and "21,000 bytes" in error(got)[2], got.text
+        assert real_server.HTTP.get(f"{whole.base}/v1/tables/lee/documents/lee-150?vector=true").status_code == 200
+        status, _, message = error(post(whole, "documents/scroll", {"after": "lee-150", "fields": []}))
+        assert status == 422 and "the document 'lee-1505'" in message, message  # a page's first, alone over it
+        page = post(whole, "documents/scroll", {"after": "lee-148"}).json()  # cut before it
+        assert [d["id"] for d in page["documents"]] == ["lee-149", "lee-150"] and page["next"] == "lee-150", page
+    finally:
+        assert post(whole, "documents/delete", {"ids": ["lee-1505"]}).status_code == 200
+
+
+def test_pages_are_cut_by_bytes_and_list_every_document(servers: dict[str, Any], lee_docs: Lee) -> None:
+    """Pages of the whole table, with written documents of long text among the version's: each cut where the
+    next document would pass the bound (with vectors, sooner), and every live document listed once, in order."""
+    whole = servers["whole"]
+    write_long(whole, lee_docs)
+    every = sorted([*lee_docs.ids, *WRITTEN])
+    plain = pages(whole, {})
+    assert listed(plain) == every and len(plain) > len(every) / MAX_BATCH + 1
+    with_vectors = pages(whole, {"vector": True, "normalized": True})
+    assert listed(with_vectors) == every and len(with_vectors) > len(plain)
+    recent = [i for i, year in enumerate(lee_docs.fields["year"]) if year >= 1995]
+    expected = sorted([*(lee_docs.ids[i] for i in recent), *WRITTEN])
+    assert listed(pages(whole, {"filter": {"year": {"gte": 1995}}, "vector": True, "fields": ["year"]})) == expected
+

@@ -11,9 +11,10 @@ serving the table whole answers them (``service.routers.documents``).
 - ``POST .../documents/scroll``: every shard asked at once for its page after ``after`` (the request's filter,
   options and page size; by default a server's of the lowest ``max_batch`` of the front's and its shards', as
   its ``GET /v1/limits`` says, the shards' limits asked first or kept from the last ``LIMITS_SECONDS``), the
-  pages merged in the ids' order (each shard's is in that order) and the first ``limit`` kept; ``next`` is the
-  last one's id when a shard holds more (a page it did not finish, or documents past those kept), as the table's
-  ``next``.
+  pages merged in the ids' order (each shard's is in that order) up to the lowest ``next`` of the shards' (a
+  shard's page is cut short where its documents would pass its ``max_answer_bytes``: none of its documents after
+  its ``next`` is in the merge), and the first ``limit`` kept; ``next`` is the last one's id when a shard holds
+  more (a page it did not finish, or documents past those kept), as the table's ``next``.
 
 Each shard reads its own write log, so a document written or deleted (through the front or not) is read as the
 table holds it. A shard's refusal (the table's 404 ``unknown_document``, a 422 for an unknown field) is the answer,
@@ -121,7 +122,10 @@ def routes(front: Front, name: str) -> list[APIRoute]:
                 raise outcome
             pages.append(outcome)
         merged = list(heapq.merge(*(page["documents"] for page in pages), key=lambda document: document["id"]))
-        more = len(merged) > limit or any(page["next"] is not None for page in pages)
+        cut = [page["next"] for page in pages if page["next"] is not None]
+        if cut:  # a shard's page ends there (full, or cut short by its bytes): none of its later ones is here
+            merged = [document for document in merged if document["id"] <= min(cut)]
+        more = len(merged) > limit or bool(cut)
         kept = merged[:limit]
         return FastJSON({"documents": kept, "next": kept[-1]["id"] if more and kept else None})
 

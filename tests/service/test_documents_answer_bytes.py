@@ -145,3 +145,22 @@ def test_pages_are_cut_by_bytes_and_list_every_document(servers: dict[str, Any],
     expected = sorted([*(lee_docs.ids[i] for i in recent), *WRITTEN])
     assert listed(pages(whole, {"filter": {"year": {"gte": 1995}}, "vector": True, "fields": ["year"]})) == expected
 
+
+def test_the_front_merges_pages_cut_short_without_skipping(servers: dict[str, Any], lee_docs: Lee) -> None:
+    """Through the front of three shards, each cutting its own pages by bytes: the merged page keeps the documents
+    up to the lowest ``next`` of the shards', so the listing is the whole table's, every document once, in order."""
+    write_long(servers["front"], lee_docs)
+    write_long(servers["whole"], lee_docs)
+    for body in ({}, {"vector": True}, {"filter": {"year": {"gte": 1995}}, "fields": ["lang"]}):
+        whole = listed(pages(servers["whole"], body))
+        through = []
+        after = None
+        while True:
+            answer = post(servers["front"], "documents/scroll", body | ({} if after is None else {"after": after}))
+            assert answer.status_code == 200, answer.text[:300]
+            page = answer.json()
+            through += [d["id"] for d in page["documents"]]
+            if (after := page["next"]) is None:
+                break
+            assert after == page["documents"][-1]["id"]
+        assert through == whole, body

@@ -255,7 +255,8 @@ class Client:
         """Many documents at once (``POST .../documents/get``, ``READ_DOCUMENTS`` ids a request, fewer if the
         server's :meth:`limits` say so: its ``max_batch``, and half its ``max_body_bytes``): ``{"documents":
         [...], "missing": [...]}``, the documents found in the order asked, each as :meth:`document` gives it, and
-        the ids not found."""
+        the ids not found. A request refused for the bytes of its answer (``max_answer_bytes``) is sent again in
+        halves; a document that alone passes it is raised."""
         return self._run(calls.documents(table, ids, vector, normalized, fields, self._known))
 
     def scroll_documents(

@@ -46,6 +46,7 @@ Method = Literal["3cosadd", "3cosmul"]
 MapMethod = Literal["pca", "tsne"]
 RETRY_SECONDS = 10.0  # the longest wait a Retry-After makes before a retry
 ENCODE_LIMIT = "max_encode_tokens"  # the ``limit`` of the refusal of a request's texts for their tokens
+ANSWER_LIMIT = "max_answer_bytes"  # the ``limit`` of the refusal of an answer of too many bytes (documents read)
 SIZING = frozenset({"max_batch", "max_body_bytes"})  # the limits the clients size their requests of many items by
 T = TypeVar("T")
 
@@ -63,7 +64,7 @@ class Request:
     raw: bool = False
     first: int = 0  # a write's: the index of its first document among the whole write's, which its error counts
     missing: Any = None  # not None: the answer of a server without the route (404), in place of its error
-    halves: bool = False  # a write of several documents: its refusal for their tokens is its answer (it is resent)
+    halves: str | None = None  # a request of several items: its refusal for this limit is its answer (sent in halves)
     sized: bool = False  # sized by the limits read before: its refusal for one of SIZING is its answer (resent)
 
     def arguments(self) -> dict[str, Any]:
@@ -80,7 +81,7 @@ class Request:
             return self.missing
         if not response.is_success:
             error = _error(response)
-            if (self.halves and _over_tokens(error)) or (self.sized and error.limit in SIZING):
+            if (self.halves is not None and _refused_for(error, self.halves)) or (self.sized and error.limit in SIZING):
                 return error
             raise counted_from(error, self.first)
         return response if self.raw else _decoded(response)
@@ -89,10 +90,10 @@ class Request:
 Call = Generator[Request, Any, T]
 
 
-def _over_tokens(error: ApiError) -> bool:
-    """Whether ``error`` is a server's refusal of a request's texts for the tokens they have its model run (the whole
-    request refused before the model runs: nothing of it is written)."""
-    return error.status == 422 and error.code == "invalid_request" and error.details.get("limit") == ENCODE_LIMIT
+def _refused_for(error: ApiError, limit: str) -> bool:
+    """Whether ``error`` is a server's refusal of a whole request for ``limit``: the tokens its texts have the model
+    run (before the model runs: nothing of it is written), or the bytes of its answer (before any is read)."""
+    return error.status == 422 and error.code == "invalid_request" and error.details.get("limit") == limit
 
 
 @dataclass
@@ -159,6 +160,31 @@ def in_runs(sizes: Sequence[int], known: Known, most: int, run: Run) -> Call[Non
         known.limits = None
         found = yield from limits(known)
         start, sized = unsent, False
+
+
+# A request of items ``start`` to ``end``: ``send(start, end, sized, halves)`` sends them and answers None, or, refused
+# for a limit of SIZING while ``sized`` or for ``halves`` (the request's refusal is then its answer), that refusal.
+Send = Callable[[int, int, bool, str | None], Call[ApiError | None]]
+
+
+def halved(send: Send, limit: str) -> Run:
+    """A :data:`Run` of ``send``'s requests: items refused together for ``limit`` (too many tokens or bytes at once:
+    the request did nothing) are sent again in halves, each halved again while refused, in order; one item refused
+    so is raised. Refused for a limit of SIZING: the first item not sent."""
+
+    def run(start: int, end: int, sized: bool) -> Call[int | None]:
+        refused = yield from send(start, end, sized, limit if end - start > 1 else None)
+        if refused is None:
+            return None
+        if not _refused_for(refused, limit):
+            return start
+        middle = (start + end) // 2
+        for first, last in ((start, middle), (middle, end)):
+            if (unsent := (yield from run(first, last, sized))) is not None:
+                return unsent
+        return None
+
+    return run
 
 
 def id_sizes(ids: Sequence[str | int]) -> list[int]:
@@ -307,16 +333,16 @@ def documents(
         options["fields"] = list(fields)
     joined: dict[str, Any] = {"documents": [], "missing": []}
 
-    def read(start: int, end: int, sized: bool) -> Call[int | None]:
+    def read(start: int, end: int, sized: bool, halves: str | None) -> Call[ApiError | None]:
         body = {"ids": list(ids[start:end]), **options}
-        answer = yield Request("POST", table_path(table, "documents/get"), json=body, sized=sized)
+        answer = yield Request("POST", table_path(table, "documents/get"), json=body, sized=sized, halves=halves)
         if isinstance(answer, ApiError):
-            return start
+            return answer
         joined["documents"] += answer["documents"]
         joined["missing"] += answer["missing"]
         return None
 
-    yield from in_runs(id_sizes(ids), known, READ_DOCUMENTS, read)
+    yield from in_runs(id_sizes(ids), known, READ_DOCUMENTS, halved(read, ANSWER_LIMIT))
     return joined
 
 
@@ -391,34 +417,20 @@ def upsert_many(table: str, documents: Sequence[dict[str, Any]], known: Known) -
         return answers
     encoded = [_encoded(_document(d)) for d in documents]
 
-    def write(start: int, end: int, sized: bool) -> Call[int | None]:
-        return _write_run(table, encoded, start, end, answers, sized)
-
-    yield from in_runs([len(e) + 1 for e in encoded], known, WRITE_DOCUMENTS, write)
-    return answers
-
-
-def _write_run(
-    table: str, encoded: list[bytes], start: int, end: int, answers: list[dict[str, Any]], sized: bool
-) -> Call[int | None]:
-    """Documents ``start`` to ``end`` (encoded) written in one request, its answer added to ``answers``; refused for
-    the tokens their texts have the table's encoder run (``max_encode_tokens``), which writes none of them, each
-    half written so in turn, the documents' order kept. (Through a sharded table's front, the other shards may have
-    written their parts of the refused request: they are written again, as an upsert repeated is harmless.) A run
-    (:data:`Run`): refused for a limit of SIZING while ``sized``, the first document not written."""
-    body = write_body(encoded[start:end])
-    path, several = table_path(table, "documents"), end - start > 1
-    answer = yield Request("POST", path, content=body, first=start, halves=several, sized=sized)
-    if not isinstance(answer, ApiError):
+    def write(start: int, end: int, sized: bool, halves: str | None) -> Call[ApiError | None]:
+        body = write_body(encoded[start:end])
+        path = table_path(table, "documents")
+        answer = yield Request("POST", path, content=body, first=start, halves=halves, sized=sized)
+        if isinstance(answer, ApiError):
+            return answer
         answers.append(answer)
         return None
-    if not _over_tokens(answer):
-        return start
-    middle = (start + end) // 2
-    for first, last in ((start, middle), (middle, end)):
-        if (unsent := (yield from _write_run(table, encoded, first, last, answers, sized))) is not None:
-            return unsent
-    return None
+
+    # Refused for the tokens their texts have the table's encoder run, none of a run's documents is written: each half
+    # is written so in turn, the documents' order kept. (Through a sharded table's front, the other shards may have
+    # written their parts of the refused request: they are written again, as an upsert repeated is harmless.)
+    yield from in_runs([len(e) + 1 for e in encoded], known, WRITE_DOCUMENTS, halved(write, ENCODE_LIMIT))
+    return answers
 
 
 def _check_once(documents: Sequence[dict[str, Any]]) -> None:

@@ -47,9 +47,12 @@ def read_documents(
     carry more than the ``bound`` (weighed before anything is read) is refused."""
     found = _found(table, delta, ids)
     if bound is not None:
-        total = int(found.weighed(table, bound).sum())
+        weights = found.weighed(table, bound)
+        total = int(weights.sum())
         if total > bound.most:
-            raise bound.refuse(total, f"{found.count():,} documents", "ask fewer ids, fewer fields or no vector")
+            heavy = ids[int(weights.argmax())]  # named when it alone passes the bound
+            counted = f"the document {shown(heavy)}" if weights.max() > bound.most else f"{found.count():,} documents"
+            raise bound.refuse(total, counted, "ask fewer ids, fewer fields or no vector")
     return found.show(table, ids, names, vector, normalized)
 
 

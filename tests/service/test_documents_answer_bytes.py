@@ -10,6 +10,7 @@ fields' UTF-8 bytes (here ``lang``; a written document's text only), 12 bytes a 
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,7 @@ from typing import Any
 import httpx
 import pytest
 
+from service_client import ApiError, AsyncClient, Client
 from tests.lee import Lee
 from tests.service import real_server
 from tests.service.conftest import LEE_SHARDS, lee_copy
@@ -164,3 +166,32 @@ def test_the_front_merges_pages_cut_short_without_skipping(servers: dict[str, An
                 break
             assert after == page["documents"][-1]["id"]
         assert through == whole, body
+
+
+def test_the_clients_read_more_documents_than_one_answer_holds(servers: dict[str, Any], lee_docs: Lee) -> None:
+    """``Client.documents`` / ``AsyncClient.documents`` of 60 documents with their vectors (about 5 answers' worth):
+    each run refused for ``max_answer_bytes`` is read again in halves, so every document comes back, in the order
+    asked, as one request at a time gives it (a missing id too); a document alone over the bound is raised."""
+    whole = servers["whole"]
+    ids = [*lee_docs.ids[100:130], "no-such-id", *lee_docs.ids[130:160]]
+    alone = [post(whole, "documents/get", {"ids": [i], "vector": True}).json() for i in ids]
+    expected = {
+        "documents": [d for answer in alone for d in answer["documents"]],
+        "missing": ["no-such-id"],
+    }
+    with Client(whole.base) as client:
+        assert client.documents("lee", ids, vector=True) == expected
+
+    async def read() -> dict[str, Any]:
+        async with AsyncClient(whole.base) as client:
+            return await client.documents("lee", ids, vector=True)
+
+    assert asyncio.run(read()) == expected
+    huge = {"id": "lee-1506", "text": "wombat " * 3000, "vector": lee_docs.vectors[0].tolist()}
+    assert post(whole, "documents", {"documents": [huge]}).status_code == 200
+    try:
+        with Client(whole.base) as client, pytest.raises(ApiError) as refused:
+            client.documents("lee", ["lee-1505", "lee-1506", "lee-1507"])
+        assert refused.value.limit == "max_answer_bytes" and "the document 'lee-1506'" in str(refused.value)
+    finally:
+        assert post(whole, "documents/delete", {"ids": ["lee-1506"]}).status_code == 200

@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 BLOCK_ROWS_BYTES = 32 << 20  # row norms and scaling work on blocks of this size, never a full-size temporary
+MAX_DIM = 65_536  # the most values a vector of a request holds, the API's ``max_dim``
 
 
 def _step(matrix: np.ndarray) -> int:

@@ -23,10 +23,12 @@ import numpy as np
 import pytest
 from gensim.models import KeyedVectors
 
+from index.build.clean import clean
 from index.build.sources import RawTable, ReadOptions, read_source, sniff_format, text, word2vec_binary
 from index.engine.table import Table
 from index.errors import InputError
 from index.store import artifact
+from index.store.tokens import MAX_TOKEN_CHARS
 from tests.cli import REPO, progress_lines, run_cli
 
 ROWS = 3000
@@ -369,6 +371,36 @@ def test_duplicates_keep_first_and_are_counted(tmp_path: Path, data_dir: Path, g
     np.testing.assert_allclose(np.asarray(table.vectors) * np.asarray(table.norms)[:, None], gensim_rows, rtol=1e-5)
 
 
+@pytest.mark.parametrize("fmt", ["glove", "npy", "projector"])
+def test_tokens_no_request_could_name_are_dropped_and_counted(
+    tmp_path: Path, data_dir: Path, glove_rows, fmt: str
+) -> None:
+    """A word longer than max_token_chars, which no route could name, is dropped and counted whatever the reader, as
+    a duplicate is, and whatever its row holds (NaN here); one of max_token_chars characters is kept, however many
+    bytes they take (two each here)."""
+    tokens, matrix = glove_rows
+    longest, too_long = "é" * MAX_TOKEN_CHARS, ["x" * (MAX_TOKEN_CHARS + 1), "é" * (MAX_TOKEN_CHARS + 1)]
+    words = [*tokens[:100], too_long[0], *tokens[100:200], longest, too_long[1], *tokens[200:300]]
+    rows = matrix[: len(words)].copy()
+    rows[100] = np.nan
+    if fmt == "glove":
+        path, extra = write(tmp_path / "g.txt", text_lines(words, rows)), []
+    elif fmt == "npy":
+        np.save(path := tmp_path / "m.npy", rows)
+        extra = ["--vocab", write(tmp_path / "vocab.txt", [w.encode() for w in words])]
+    else:
+        path, extra = _projector(tmp_path / "proj", words, rows, None), []
+    table = import_ok(path, data_dir, "t", *extra)
+    kept = [i for i, word in enumerate(words) if word not in too_long]
+    assert_rows(table, [words[i] for i in kept], rows[kept])
+    assert table.manifest["cleaning"]["long_tokens_dropped"] == 2
+    assert table.tokens.find(longest) == 200
+    with progress_lines() as stream:
+        clean(read_source(path, fmt, ReadOptions(vocab=tmp_path / "vocab.txt" if extra else None))[0], path)
+    warning = "warning: dropped 2 token(s) longer than 1,024 characters (max_token_chars), which no request could name"
+    assert f"embedding-index: {warning} (first: 'xxxxx" in stream.getvalue()
+
+
 def test_non_utf8_token_strict_or_replaced(tmp_path: Path, data_dir: Path, glove_rows) -> None:
     tokens, matrix = glove_rows
     lines = text_lines(tokens[:200], matrix[:200])
@@ -515,6 +547,9 @@ def test_drop_invalid_never_leaves_an_empty_table_over_a_good_one(tmp_path: Path
     bad = write(tmp_path / "allbad.txt", [b"a nan 1", b"b inf 2"])
     message = import_fails(bad, data_dir, "--force", "--drop-invalid")
     assert "no rows left: all 2 rows are invalid" in message, message
+    long = write(tmp_path / "long.txt", [b"x" * (MAX_TOKEN_CHARS + 1) + b" 1 2", b"b inf 2"])  # dropped as too long
+    message = import_fails(long, data_dir, "--force", "--drop-invalid")
+    assert "no rows left: all 2 rows are invalid (NaN, Inf or overflowing values) or have tokens longer than" in message
     assert Table.load(data_dir / "t").tokens[:] == ["a", "b", "c"] and artifact.verify(data_dir / "t").ok
 
 

@@ -4,7 +4,7 @@ Duplicates keep their first row. Rows with NaN/Inf (or values whose norm overflo
 are refused with the source line number unless ``drop_invalid`` is set. A word longer than the API's
 ``max_token_chars`` is dropped and counted, as a duplicate is: no request could name it. Zero rows are kept (they
 have no direction, so their cosine with everything is 0) and counted. Model tables keep every row, since row id is
-token id there.
+token id there. A table wider than the API's ``max_dim`` is refused: no vector query could be sent to it.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import numpy as np
 from index.build.sources import RawTable
 from index.errors import InputError, shown
 from index.progress import warn
-from index.store.rows import row_norms
+from index.store.rows import MAX_DIM, row_norms
 from index.store.tokens import MAX_TOKEN_CHARS
 
 
@@ -31,6 +31,12 @@ def clean(
         raise InputError(path, f"no vectors found (matrix shape {list(matrix.shape)})")
     if len(raw.tokens) != matrix.shape[0]:
         raise InputError(path, f"{len(raw.tokens)} tokens for {matrix.shape[0]} vectors")
+    if matrix.shape[1] > MAX_DIM:
+        raise InputError(
+            raw.rows_file or path,
+            f"vectors of {matrix.shape[1]:,} values, more than the {MAX_DIM:,} a request's vector may hold "
+            "(max_dim): no vector query could be sent to the table",
+        )
     # Row-major float32 (a no-op when it already is): searches and row reads need contiguous rows.
     matrix = np.ascontiguousarray(matrix, dtype=np.float32)
     report: dict[str, Any] = dict(raw.report)

@@ -1,9 +1,10 @@
-"""Cleaning shared by every source: duplicate tokens, invalid rows, empty tokens, zero rows.
+"""Cleaning shared by every source: duplicate tokens, invalid rows, empty tokens, overlong tokens, zero rows.
 
 Duplicates keep their first row. Rows with NaN/Inf (or values whose norm overflows float32) and empty tokens
-are refused with the source line number unless ``drop_invalid`` is set. Zero rows are kept (they have no
-direction, so their cosine with everything is 0) and counted. Model tables keep every row, since row id is
-token id there.
+are refused with the source line number unless ``drop_invalid`` is set. A word longer than the API's
+``max_token_chars`` is dropped and counted, as a duplicate is: no request could name it. Zero rows are kept (they
+have no direction, so their cosine with everything is 0) and counted. Model tables keep every row, since row id is
+token id there. A table wider than the API's ``max_dim`` is refused: no vector query could be sent to it.
 """
 
 from __future__ import annotations
@@ -14,8 +15,10 @@ from typing import Any
 import numpy as np
 
 from index.build.sources import RawTable
-from index.errors import InputError
-from index.store.rows import row_norms
+from index.errors import InputError, shown
+from index.progress import warn
+from index.store.rows import MAX_DIM, row_norms
+from index.store.tokens import MAX_TOKEN_CHARS
 
 
 def clean(
@@ -28,6 +31,12 @@ def clean(
         raise InputError(path, f"no vectors found (matrix shape {list(matrix.shape)})")
     if len(raw.tokens) != matrix.shape[0]:
         raise InputError(path, f"{len(raw.tokens)} tokens for {matrix.shape[0]} vectors")
+    if matrix.shape[1] > MAX_DIM:
+        raise InputError(
+            raw.rows_file or path,
+            f"vectors of {matrix.shape[1]:,} values, more than the {MAX_DIM:,} a request's vector may hold "
+            "(max_dim): no vector query could be sent to the table",
+        )
     # Row-major float32 (a no-op when it already is): searches and row reads need contiguous rows.
     matrix = np.ascontiguousarray(matrix, dtype=np.float32)
     report: dict[str, Any] = dict(raw.report)
@@ -36,9 +45,14 @@ def clean(
     with np.errstate(over="ignore", invalid="ignore"):
         norms = row_norms(matrix)
     invalid = ~np.isfinite(norms)
-    empty = np.fromiter((not t for t in raw.tokens), dtype=bool, count=rows)
-    bad = invalid | empty
+    lengths = np.fromiter(map(len, raw.tokens), dtype=np.int64, count=rows)
+    empty = lengths == 0
     keep = np.ones(rows, dtype=bool)
+    if raw.kind == "words":  # a model table keeps every row; a documents import refused such an id already
+        keep = lengths <= MAX_TOKEN_CHARS
+        if not keep.all():
+            report["long_tokens_dropped"] = int(rows - keep.sum())
+    bad = (invalid | empty) & keep
     if bad.any():
         first = int(np.argmax(bad))
         if raw.kind == "tokens" or not drop_invalid:
@@ -47,8 +61,8 @@ def clean(
             raise InputError(raw.rows_file or path, what + hint, line=raw.first_line + first)
         keep &= ~bad
         report["invalid_rows_dropped"] = int(bad.sum())
-        if not keep.any():
-            raise InputError(path, f"no rows left: all {rows:,} rows are invalid (NaN, Inf or overflowing values)")
+    if rows and not keep.any():
+        raise InputError(path, f"no rows left: all {rows:,} rows {dropped_as(report)}")
 
     if raw.kind != "tokens":
         # The first row of each token among the valid ones: an invalid row dropped does not hide a later one.
@@ -61,6 +75,12 @@ def clean(
             keep &= unique
 
     report["zero_rows"] = int(((norms == 0) & keep).sum())
+    if report.get("long_tokens_dropped"):
+        first_long = raw.tokens[int(np.argmax(lengths > MAX_TOKEN_CHARS))]
+        warn(
+            f"dropped {report['long_tokens_dropped']:,} token(s) longer than {MAX_TOKEN_CHARS:,} characters "
+            f"(max_token_chars), which no request could name (first: {shown(first_long)})"
+        )
     if not keep.all():
         ids = np.flatnonzero(keep)
         raw = RawTable(
@@ -78,6 +98,19 @@ def clean(
         raw.matrix = matrix
     raw.report = report
     return raw, report
+
+
+def dropped_as(report: dict[str, Any]) -> str:
+    """Why every row was dropped: invalid values, overlong tokens, or some of each."""
+    reasons = [
+        what
+        for key, what in (
+            ("invalid_rows_dropped", "are invalid (NaN, Inf or overflowing values)"),
+            ("long_tokens_dropped", f"have tokens longer than {MAX_TOKEN_CHARS:,} characters (max_token_chars)"),
+        )
+        if report.get(key)
+    ]
+    return " or ".join(reasons)
 
 
 def invalid_problem(token: str) -> str:

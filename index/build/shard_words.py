@@ -1,11 +1,11 @@
 """A word table imported as shards (``embedding-index import ... --shards N`` of word vectors).
 
-The rows are read and cleaned once, as for a whole table (duplicates and invalid rows leave here, so the whole
-table's rows are the unsharded table's); each is then assigned to a shard by the stable hash of its token
-(``index.store.shardmap``, the hash documents use of their ids), and each shard is built as a complete word table
-of its rows, in the whole table's order, with ``whole_rows.npy`` (the whole table's row of each of its rows). The
-map, the assignment of every row and the whole table's tokens are written beside the shards, and the whole is
-published as one table, as a sharded documents table is (``index.build.shard``).
+The rows are read and cleaned once, as for a whole table (duplicates, invalid rows and words too long to name
+leave here, so the whole table's rows are the unsharded table's); each is then assigned to a shard by the stable
+hash of its token (``index.store.shardmap``, the hash documents use of their ids), and each shard is built as a
+complete word table of its rows, in the whole table's order, with ``whole_rows.npy`` (the whole table's row of each
+of its rows). The map, the assignment of every row and the whole table's tokens are written beside the shards, and
+the whole is published as one table, as a sharded documents table is (``index.build.shard``).
 """
 
 from __future__ import annotations

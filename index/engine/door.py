@@ -119,6 +119,7 @@ from index.store.payload import (
     string_offsets,
     unknown_documents,
 )
+from index.store.rows import MAX_DIM
 from index.store.shardmap import Place as ShardPlace
 from index.store.shardmap import is_sharded as manifest_is_sharded
 from index.store.shardmap import place as shard_place
@@ -134,6 +135,7 @@ __all__ = [
     "INTEGER",
     "LISTS",
     "LOOKUP_LIMIT",
+    "MAX_DIM",
     "MAX_TOKEN_CHARS",
     "SCORE_BUDGET",
     "STRING",

@@ -6,6 +6,9 @@ from __future__ import annotations
 import numpy as np
 
 BLOCK_ROWS_BYTES = 32 << 20  # row norms and scaling work on blocks of this size, never a full-size temporary
+# The most values a vector of a request holds, the API's ``max_dim``: an import refuses a wider table, which no
+# vector query could be sent to.
+MAX_DIM = 65_536
 
 
 def _step(matrix: np.ndarray) -> int:

@@ -4,11 +4,12 @@ type and that length) :data:`FIXED_LIMITS` names, as ``service.errors`` renders 
 
 from __future__ import annotations
 
-from index.engine.door import MAX_TOKEN_CHARS as MAX_TOKEN_CHARS  # a token, a document id: the store's, as an import's
+# The store's, as an import's: a token, a document id; the values of a vector
+from index.engine.door import MAX_DIM as MAX_DIM
+from index.engine.door import MAX_TOKEN_CHARS as MAX_TOKEN_CHARS
 
 MAX_TEXT_CHARS = 100_000  # a document's text, a search's
 MAX_EMBED_CHARS = 10_000  # a text to embed: about 1,500 words (a longer text is better split into passages)
-MAX_DIM = 65_536  # the values of a vector
 
 FIXED_LIMITS: dict[tuple[str, object], str] = {
     ("string_too_long", MAX_TOKEN_CHARS): "max_token_chars",

@@ -33,6 +33,8 @@ from index.engine.shards import (
 from index.engine.table import SearchOptions, Table
 from index.errors import InvalidQuery
 from index.store import artifact, shardmap
+from index.store.tokens import MAX_TOKEN_CHARS
+from tests.cli import run_cli
 from tests.index.build.test_shards import ROUNDING, equal_up_to_ties
 from tests.words import CASED, write_words
 
@@ -140,6 +142,20 @@ def word_queries(whole: Table) -> list[Query]:
         Query(analogy=Analogy("france", "paris", "japan"), k=30, method="3cosmul"),
         Query(token="nosuchwordzz"),  # an unknown token fails alone
     ]
+
+
+def test_a_word_no_request_could_name_is_dropped_before_the_rows_are_sharded(tmp_path: Path) -> None:
+    """The rows are cleaned once, as for a whole table: a word longer than max_token_chars leaves and is counted."""
+    words = tmp_path / "words.txt"
+    named = [f"w{i}" for i in range(12)]
+    words.write_text(
+        "".join(f"{word} {i} 1\n" for i, word in enumerate([named[0], "x" * (MAX_TOKEN_CHARS + 1), *named[1:]]))
+    )
+    done = run_cli("import", words, "--name", "w", "--shards", 2, "--data-dir", tmp_path)
+    assert done.code == 0, done.err
+    table = ShardedTable.load(tmp_path / "w")
+    assert sorted(token for shard in table.shards for token in shard.tokens[: shard.rows]) == sorted(named)
+    assert artifact.read_manifest(tmp_path / "w")["cleaning"]["long_tokens_dropped"] == 1
 
 
 def test_the_shards_answer_the_doors_word_queries_as_the_whole_table(whole: Table, sharded: ShardedTable) -> None:

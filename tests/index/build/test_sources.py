@@ -23,10 +23,13 @@ import numpy as np
 import pytest
 from gensim.models import KeyedVectors
 
+from index.build.clean import clean
 from index.build.sources import RawTable, ReadOptions, read_source, sniff_format, text, word2vec_binary
 from index.engine.table import Table
 from index.errors import InputError
 from index.store import artifact
+from index.store.rows import MAX_DIM
+from index.store.tokens import MAX_TOKEN_CHARS
 from tests.cli import REPO, progress_lines, run_cli
 
 ROWS = 3000
@@ -369,6 +372,36 @@ def test_duplicates_keep_first_and_are_counted(tmp_path: Path, data_dir: Path, g
     np.testing.assert_allclose(np.asarray(table.vectors) * np.asarray(table.norms)[:, None], gensim_rows, rtol=1e-5)
 
 
+@pytest.mark.parametrize("fmt", ["glove", "npy", "projector"])
+def test_tokens_no_request_could_name_are_dropped_and_counted(
+    tmp_path: Path, data_dir: Path, glove_rows, fmt: str
+) -> None:
+    """A word longer than max_token_chars, which no route could name, is dropped and counted whatever the reader, as
+    a duplicate is, and whatever its row holds (NaN here); one of max_token_chars characters is kept, however many
+    bytes they take (two each here)."""
+    tokens, matrix = glove_rows
+    longest, too_long = "é" * MAX_TOKEN_CHARS, ["x" * (MAX_TOKEN_CHARS + 1), "é" * (MAX_TOKEN_CHARS + 1)]
+    words = [*tokens[:100], too_long[0], *tokens[100:200], longest, too_long[1], *tokens[200:300]]
+    rows = matrix[: len(words)].copy()
+    rows[100] = np.nan
+    if fmt == "glove":
+        path, extra = write(tmp_path / "g.txt", text_lines(words, rows)), []
+    elif fmt == "npy":
+        np.save(path := tmp_path / "m.npy", rows)
+        extra = ["--vocab", write(tmp_path / "vocab.txt", [w.encode() for w in words])]
+    else:
+        path, extra = _projector(tmp_path / "proj", words, rows, None), []
+    table = import_ok(path, data_dir, "t", *extra)
+    kept = [i for i, word in enumerate(words) if word not in too_long]
+    assert_rows(table, [words[i] for i in kept], rows[kept])
+    assert table.manifest["cleaning"]["long_tokens_dropped"] == 2
+    assert table.tokens.find(longest) == 200
+    with progress_lines() as stream:
+        clean(read_source(path, fmt, ReadOptions(vocab=tmp_path / "vocab.txt" if extra else None))[0], path)
+    warning = "warning: dropped 2 token(s) longer than 1,024 characters (max_token_chars), which no request could name"
+    assert f"embedding-index: {warning} (first: 'xxxxx" in stream.getvalue()
+
+
 def test_non_utf8_token_strict_or_replaced(tmp_path: Path, data_dir: Path, glove_rows) -> None:
     tokens, matrix = glove_rows
     lines = text_lines(tokens[:200], matrix[:200])
@@ -515,6 +548,9 @@ def test_drop_invalid_never_leaves_an_empty_table_over_a_good_one(tmp_path: Path
     bad = write(tmp_path / "allbad.txt", [b"a nan 1", b"b inf 2"])
     message = import_fails(bad, data_dir, "--force", "--drop-invalid")
     assert "no rows left: all 2 rows are invalid" in message, message
+    long = write(tmp_path / "long.txt", [b"x" * (MAX_TOKEN_CHARS + 1) + b" 1 2", b"b inf 2"])  # dropped as too long
+    message = import_fails(long, data_dir, "--force", "--drop-invalid")
+    assert "no rows left: all 2 rows are invalid (NaN, Inf or overflowing values) or have tokens longer than" in message
     assert Table.load(data_dir / "t").tokens[:] == ["a", "b", "c"] and artifact.verify(data_dir / "t").ok
 
 
@@ -692,7 +728,8 @@ def test_last_row_short_is_named_by_its_line(tmp_path: Path, data_dir: Path) -> 
 
 
 def test_very_wide_rows_match_gensim(tmp_path: Path, data_dir: Path) -> None:
-    """600,000 values a row: parsed a line at a time in seconds, not as one pyarrow column per value (minutes)."""
+    """600,000 values a row: parsed a line at a time in seconds, not as one pyarrow column per value (minutes); the
+    import refuses the table, wider than the API's max_dim."""
     matrix = np.random.default_rng(7).standard_normal((2, 600_000)).astype(np.float32)
     path = write(tmp_path / "wide.txt", text_lines(["first", "second"], matrix))
     started = time.monotonic()
@@ -700,12 +737,12 @@ def test_very_wide_rows_match_gensim(tmp_path: Path, data_dir: Path) -> None:
     assert time.monotonic() - started < 20
     assert fmt == "glove" and np.array_equal(raw.matrix, matrix)
     assert_same_as_gensim(path, raw, binary=False, no_header=True)
-    table = import_ok(path, data_dir)
-    assert table.dim == 600_000 and table.tokens[:] == ["first", "second"]
+    assert f"{path}: vectors of 600,000 values, more than the 65,536" in import_fails(path, data_dir)
 
 
 def test_projector_rows_longer_than_the_sample(tmp_path: Path, data_dir: Path) -> None:
-    """A vectors.tsv whose first line is longer than the sample read for the dimension."""
+    """A vectors.tsv whose first line is longer than the sample read for the dimension (the import refuses the
+    table, wider than the API's max_dim, naming the file)."""
     matrix = np.random.default_rng(8).standard_normal((3, 150_000)).astype(np.float32)
     directory = tmp_path / "wide"
     directory.mkdir()
@@ -713,7 +750,8 @@ def test_projector_rows_longer_than_the_sample(tmp_path: Path, data_dir: Path) -
     (directory / "metadata.tsv").write_text("a\nb\nc\n")
     raw, fmt = read_source(directory)
     assert fmt == "projector" and raw.tokens == ["a", "b", "c"] and np.array_equal(raw.matrix, matrix)
-    assert import_ok(directory, data_dir).dim == 150_000
+    message = import_fails(directory, data_dir)
+    assert f"{directory / 'vectors.tsv'}: vectors of 150,000 values, more than the 65,536" in message
 
 
 def test_projector_invalid_value_names_vectors_tsv(tmp_path: Path, data_dir: Path) -> None:
@@ -723,6 +761,28 @@ def test_projector_invalid_value_names_vectors_tsv(tmp_path: Path, data_dir: Pat
     (directory / "metadata.tsv").write_text("a\nb\nc\n")
     message = import_fails(directory, data_dir)
     assert f"{directory / 'vectors.tsv'}:3: NaN" in message, message
+
+
+def test_vectors_wider_than_max_dim_are_refused(tmp_path: Path, data_dir: Path) -> None:
+    """A table no vector query could be sent to (wider than the API's max_dim) is refused, naming the file, whatever
+    the reader; one as wide as max_dim is imported."""
+    vocab = write(tmp_path / "vocab.txt", [b"a", b"b"])
+    np.save(tmp_path / "ok.npy", np.eye(2, MAX_DIM, dtype=np.float32))
+    assert import_ok(tmp_path / "ok.npy", data_dir, "t", "--vocab", vocab).dim == MAX_DIM
+    wide = np.eye(2, MAX_DIM + 1, dtype=np.float32)
+    np.save(tmp_path / "wide.npy", wide)
+    binary = b"".join(t + b" " + r.tobytes() for t, r in zip([b"a", b"b"], wide, strict=True))
+    refused = {
+        tmp_path / "wide.npy": ["--vocab", vocab],
+        write(tmp_path / "wide.txt", text_lines(["a", "b"], wide)): [],
+        write(tmp_path / "wide.bin", [binary], header=f"2 {MAX_DIM + 1}".encode()): [],
+    }
+    for path, extra in refused.items():
+        problem = "vectors of 65,537 values, more than the 65,536 a request's vector may hold (max_dim)"
+        assert (
+            import_fails(path, data_dir, *extra, "--force")
+            == f"embedding-index: error: {path}: {problem}: no vector query could be sent to the table"
+        )
 
 
 def test_npy_vocabulary_with_trailing_blank_lines(tmp_path: Path, data_dir: Path, glove_rows) -> None:

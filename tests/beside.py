@@ -49,7 +49,6 @@ MODULES = frozenset(
         "service/test_documents_answer_bytes",
         "service/test_exposure",
         "service/test_fuzz",
-        "service/test_limits",
         "service/test_publish_crash",
         "service/test_publish_newest",
         "service/test_reload",

@@ -23,6 +23,14 @@ const DEFAULTS = {
   axes: "", proj: "", q: "", doc: "", filter: "", offset: "", per: "", text: "", mode: "", ctx: "", cw: DEFAULT_WORD,
 };
 const URL_KEYS = Object.keys(DEFAULTS);
+const WORD_KEYS = ["word", "a", "b", "c", "expect", "method", "x", "y", "words", "axes", "proj", "q"];
+/** The URL keys each kind of table's cards read, besides ``table``: a link holds only what applies to its table. */
+const KEYS_OF_KIND = {
+  words: WORD_KEYS,
+  tokens: WORD_KEYS,
+  transformer: [...WORD_KEYS, "ctx", "cw"],
+  documents: ["doc", "filter", "offset", "per", "text", "mode"],
+};
 /** Each kind's name in the picker and the cards it gets, as the header says them. */
 const KIND_NAMES = { words: "words", tokens: "model tokens", transformer: "transformer model", documents: "documents" };
 const KIND_CARDS = {
@@ -152,7 +160,9 @@ function readURL() {
 
 function writeURL(push = false) {
   const params = new URLSearchParams();
-  for (const key of URL_KEYS) if (state[key] && state[key] !== DEFAULTS[key]) params.set(key, state[key]);
+  for (const key of ["table", ...KEYS_OF_KIND[tableKind()]]) {
+    if (state[key] && state[key] !== DEFAULTS[key]) params.set(key, state[key]);
+  }
   // A value too long for a link (a whole article as the text query) is used but left out, longest first.
   while (params.toString().length > MAX_QUERY) {
     const sized = [...params].map(([key, value]) => [encodeURIComponent(value).length, key]);
@@ -741,7 +751,7 @@ function kindOf(summary) {
   return summary?.kind === "tokens" ? "tokens" : "words";
 }
 
-/** The kind of the table picked: its cards (data-kinds). */
+/** The kind of the table picked: its cards (data-kinds) and its URL keys. */
 function tableKind() {
   return kindOf(tables.find((t) => t.name === state.table));
 }

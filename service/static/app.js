@@ -1,7 +1,7 @@
 // Embedding explorer: a small page over the JSON API (no build step, no dependencies).
 
 import { Contextual, DEFAULT_WORD } from "/static/contextual.js";
-import { DocumentSearch } from "/static/documents.js";
+import { DocumentSearch, textModes } from "/static/documents.js";
 import { TableMap } from "/static/tablemap.js";
 
 const K_NEIGHBOURS = 8;
@@ -23,6 +23,19 @@ const DEFAULTS = {
   axes: "", proj: "", q: "", doc: "", filter: "", offset: "", per: "", text: "", mode: "", ctx: "", cw: DEFAULT_WORD,
 };
 const URL_KEYS = Object.keys(DEFAULTS);
+const WORD_KEYS = ["word", "a", "b", "c", "expect", "method", "x", "y", "words", "axes", "proj", "q"];
+/** The URL keys each kind of table's cards read, besides ``table``: a link holds only what applies to its table. */
+const KEYS_OF_KIND = {
+  words: WORD_KEYS,
+  tokens: WORD_KEYS,
+  transformer: [...WORD_KEYS, "ctx", "cw"],
+  documents: ["doc", "filter", "offset", "per", "text", "mode"],
+};
+/** Each kind's name in the picker and the cards it gets, as the header says them. */
+const KIND_NAMES = { words: "words", tokens: "model tokens", transformer: "transformer model", documents: "documents" };
+const KIND_CARDS = {
+  words: "word cards", tokens: "word cards", transformer: "word cards + Contextual vectors", documents: "Search card",
+};
 const MAX_QUERY = 16_000; // characters of the URL's query, well inside the server's limit on a request's head
 
 const $ = (id) => document.getElementById(id);
@@ -147,7 +160,9 @@ function readURL() {
 
 function writeURL(push = false) {
   const params = new URLSearchParams();
-  for (const key of URL_KEYS) if (state[key] && state[key] !== DEFAULTS[key]) params.set(key, state[key]);
+  for (const key of ["table", ...KEYS_OF_KIND[tableKind()]]) {
+    if (state[key] && state[key] !== DEFAULTS[key]) params.set(key, state[key]);
+  }
   // A value too long for a link (a whole article as the text query) is used but left out, longest first.
   while (params.toString().length > MAX_QUERY) {
     const sized = [...params].map(([key, value]) => [encodeURIComponent(value).length, key]);
@@ -668,9 +683,8 @@ async function loadTables() {
     return false;
   }
   tables = data.tables || [];
-  const note = { tokens: ", model tokens", documents: ", documents" };
   select.replaceChildren(...tables.map((t) => el("option", { value: t.name },
-    `${t.name} (${t.rows.toLocaleString("en")} × ${t.dim}${note[t.kind] || ""})`)));
+    `${t.name} (${t.rows.toLocaleString("en")} × ${t.dim}, ${KIND_NAMES[kindOf(t)]})`)));
   if (!tables.length) {
     $("table-info").textContent = "no tables loaded";
     return false;
@@ -704,28 +718,48 @@ function fillCompare() {
   $("cmp-second").value = names.find((n) => n !== first) ?? first;
 }
 
+/** The header's line on the table picked: what it is, what it holds, its index and the cards it gets. */
 function showTableInfo(tables) {
   const table = tables.find((t) => t.name === state.table);
-  const index = table?.index?.kind || "flat";
-  $("table-info").textContent = table ? `${table.kind || "words"} · ${index} index` : "";
+  if (!table) {
+    $("table-info").textContent = "";
+    return;
+  }
+  const kind = kindOf(table);
+  const parts = [KIND_NAMES[kind], tableDetail(table, kind), `${table.index?.kind || "flat"} index`, KIND_CARDS[kind]];
+  $("table-info").textContent = parts.filter(Boolean).join(" · ");
 }
 
-/** The cards for a table's kind: the Search card for documents tables, the word cards for the others. */
+/** What a table of ``kind`` holds beyond its kind: the model of a model-token or transformer table, whether it
+ * runs; a documents table's text search. */
+function tableDetail(table, kind) {
+  const model = table.model?.name || "a model";
+  if (kind === "transformer") return `${model}, ${table.transformer.layers} layers run on text (embed, contextual)`;
+  if (kind === "tokens") return `${model}'s input rows, no model to run`;
+  if (kind !== "documents") return "";
+  const modes = textModes(table);
+  const encoder = table.documents?.encoder?.table;
+  if (!modes.length) return "no text search";
+  return `text search: ${modes.join(", ")}${encoder ? ` (encoder ${encoder})` : ""}`;
+}
+
+/** A table's kind as its summary (GET /v1/tables) tells them apart: "documents", "transformer" (model tokens
+ * imported with their model, which runs on text: embed and contextual), "tokens" or "words". */
+function kindOf(summary) {
+  if (summary?.kind === "documents") return "documents";
+  if (summary?.transformer) return "transformer";
+  return summary?.kind === "tokens" ? "tokens" : "words";
+}
+
+/** The kind of the table picked: its cards (data-kinds) and its URL keys. */
 function tableKind() {
-  const kind = tables.find((t) => t.name === state.table)?.kind;
-  return kind === "documents" || kind === "tokens" ? kind : "words";
-}
-
-/** Whether the table has what a card needs (data-needs: a key of its summary, e.g. "transformer"). */
-function tableHas(key) {
-  return Boolean(tables.find((t) => t.name === state.table)?.[key]);
+  return kindOf(tables.find((t) => t.name === state.table));
 }
 
 function showCards(kind) {
   $("cards").dataset.kind = kind;
   for (const card of $("cards").querySelectorAll(":scope > [data-kinds]")) {
-    const needs = card.dataset.needs;
-    card.hidden = !card.dataset.kinds.split(" ").includes(kind) || (needs !== undefined && !tableHas(needs));
+    card.hidden = !card.dataset.kinds.split(" ").includes(kind);
   }
 }
 
@@ -742,7 +776,7 @@ function runAll() {
   runAnalogy();
   runSimilarity();
   runDiagnostics();
-  if (tableHas("transformer")) contextual.open();
+  if (kind === "transformer") contextual.open();
 }
 
 /** Each diagnostics tool asked again with its inputs (on the table now picked); one without input is cleared. */
@@ -854,6 +888,7 @@ function wire() {
     const select = $("table");
     if (![...select.options].some((o) => o.value === state.table)) state.table = select.options[0]?.value ?? "";
     select.value = state.table;
+    showTableInfo(tables);
     runAll();
   });
   let lastWidth = 0;

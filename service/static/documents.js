@@ -94,6 +94,18 @@ export function showValue(value, type) {
   return String(value);
 }
 
+/** The search modes a text can use on a documents table (``summary``, from GET /v1/tables): vector and hybrid
+ * when its documents were embedded by an encoder of the server's (which embeds the text too), keyword and hybrid
+ * when it has a keyword index. */
+export function textModes(summary) {
+  const documents = summary?.documents || {};
+  const modes = [];
+  if (documents.encoder) modes.push("vector");
+  if (documents.keyword) modes.push("keyword");
+  if (documents.encoder && documents.keyword) modes.push("hybrid");
+  return modes;
+}
+
 export class DocumentSearch {
   /**
    * @param {HTMLElement} root the Search card
@@ -156,15 +168,8 @@ export class DocumentSearch {
     return hit ? String(hit.id) : "";
   }
 
-  /** The search modes a text can use on this table: vector and hybrid when its documents were embedded by an
-   * encoder of the server's (which embeds the text too), keyword and hybrid when it has a keyword index. */
   textModes() {
-    const documents = this.summary?.documents || {};
-    const modes = [];
-    if (documents.encoder) modes.push("vector");
-    if (documents.keyword) modes.push("keyword");
-    if (documents.encoder && documents.keyword) modes.push("hybrid");
-    return modes;
+    return textModes(this.summary);
   }
 
   /** The text box: on when the table can search by text, or a text search is plugged in (``textSearch``). */

@@ -209,16 +209,37 @@ def test_a_word_cut_by_truncation_or_read_as_unk_shows_the_server_message(
     watched.assert_clean(expected_422=("contextual",))
 
 
-def test_the_card_is_shown_only_for_a_transformer_table(server: str, watched: Watched) -> None:
+def test_the_card_is_shown_only_for_a_transformer_table_as_the_picker_and_header_say(
+    server: str, api: httpx.Client, watched: Watched
+) -> None:
+    """The picker and the header name the transformer table as one, with its model run on text and the card; the
+    same rows without their model as model tokens, with no model to run and no card. The card's word is in the
+    URL only while the transformer table is shown (and back with it)."""
+    summaries = {t["name"]: t for t in api.get("/v1/tables").json()["tables"]}
+    name, rows = summaries[MODEL]["model"]["name"], f"{summaries[MODEL]['rows']:,}"
+    assert summaries[TOKENS]["model"]["name"] == name and "transformer" not in summaries[TOKENS]
+    tokens_info = f"model tokens · {name}'s input rows, no model to run · flat index · word cards"
+    layers = summaries[MODEL]["transformer"]["layers"]
+    model_info = f"transformer model · {name}, {layers} layers run on text (embed, contextual) · flat index · "
     page = watched.page
-    page.goto(f"{server}/?table={TOKENS}")
+    page.goto(f"{server}/?table={TOKENS}&word=bank&cw=river")  # a link with the card's word, which this table lacks
     page.wait_for_selector("#neighbours:not([hidden])")
     page.wait_for_selector("#map-out svg circle")
-    assert page.locator("#contextual").is_hidden()
+    assert page.locator("#contextual").is_hidden() and watched.state() == {"table": TOKENS, "word": "bank"}
+    labels = page.eval_on_selector_all("#table option", "os => os.map(o => o.textContent)")
+    assert labels == [f"{TOKENS} ({rows} × 384, model tokens)", f"{MODEL} ({rows} × 384, transformer model)"]
+    assert page.inner_text("#table-info") == tokens_info
     page.select_option("#table", MODEL)
     page.wait_for_selector("#contextual:not([hidden])")
     settle(page)
-    assert page.locator("#cx-out .cx-matrix").is_visible()
+    assert page.locator("#cx-out .cx-matrix").is_visible() and page.input_value("#cx-word") == "river"
+    assert watched.state() == {"table": MODEL, "word": "bank", "cw": "river"}
+    assert page.inner_text("#table-info") == model_info + "word cards + Contextual vectors"
     page.select_option("#table", TOKENS)
     page.wait_for_selector("#contextual[hidden]", state="attached")
+    assert watched.state() == {"table": TOKENS, "word": "bank"} and page.inner_text("#table-info") == tokens_info
+    page.go_back()
+    page.wait_for_selector("#contextual:not([hidden])")
+    assert page.inner_text("#table-info") == model_info + "word cards + Contextual vectors"
+    settle(page)
     watched.assert_clean()

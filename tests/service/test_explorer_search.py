@@ -17,6 +17,7 @@ import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlencode
 
 import httpx
 import numpy as np
@@ -195,6 +196,40 @@ def test_a_words_map_left_for_a_documents_table_keeps_its_own_labels(
         api.get(f"/v1/tables/{WORDS}").json()["rows"],
         api.get(f"/v1/tables/{WORDS}/ids/0").json()["token"],
     ]
+    watched.assert_clean()
+
+
+def test_the_url_holds_only_what_the_table_shown_reads(server: str, api: httpx.Client, watched: Watched) -> None:
+    """The word tools' state leaves the URL for a documents table and is back with the words table; a link made
+    for either kind opens with its own keys and drops the other kind's. The picker and the header say what each
+    table is and which cards it gets, as its summary does."""
+    words = {"table": WORDS, "word": "heart", "a": "paris", "b": "france", "c": "rome", "x": "red", "y": "blue"}
+    page = watched.page
+    page.goto(f"{server}/?{urlencode({**words, 'doc': 'lee-001', 'text': 'fire'})}")
+    page.wait_for_selector("#neighbours-out .scores")
+    assert watched.state() == words
+    summaries = {t["name"]: t for t in api.get("/v1/tables").json()["tables"]}
+    kinds = {"lee": "documents", "lee-text": "documents", "no-text": "documents", WORDS: "words"}
+    labels = page.eval_on_selector_all("#table option", "os => os.map(o => o.textContent)")
+    assert labels == [f"{n} ({t['rows']:,} × {t['dim']}, {kinds[n]})" for n, t in summaries.items()]
+    assert page.inner_text("#table-info") == "words · flat index · word cards"
+    page.select_option("#table", DOCS)
+    settle(page)
+    assert watched.state() == {"table": DOCS}
+    assert page.inner_text("#table-info") == "documents · text search: keyword · flat index · Search card"
+    page.select_option("#table", WORDS)
+    page.wait_for_function("() => new URLSearchParams(location.search).get('table') === 'small'")
+    page.wait_for_selector("#neighbours-out:not([aria-busy]) .scores")
+    assert watched.state() == words and page.input_value("#word") == "heart"
+    page.goto(f"{server}/?{urlencode({'table': EMBEDDED, 'doc': 'lee-002', 'word': 'heart', 'x': 'red'})}")
+    settle(page)
+    assert watched.state() == {"table": EMBEDDED, "doc": "lee-002"} and sent(page)["id"] == "lee-002"
+    encoder = summaries[EMBEDDED]["documents"]["encoder"]["table"]
+    searches = f"text search: vector, keyword, hybrid (encoder {encoder})"
+    assert page.inner_text("#table-info") == f"documents · {searches} · flat index · Search card"
+    page.select_option("#table", "no-text")
+    settle(page)
+    assert page.inner_text("#table-info") == "documents · no text search · flat index · Search card"
     watched.assert_clean()
 
 

@@ -260,6 +260,17 @@ def test_every_refusal_of_a_limit_names_it(tight: str, name: str) -> None:
     assert response.json()["error"]["limit"] == name, response.text
 
 
+def test_a_long_list_that_is_no_vector_is_not_refused_as_one(tight: str) -> None:
+    """Positive lists of max_dim + 1 words or ids hold no vector's values: the words are over max_words, named so,
+    and the ids are looked up as any (none of Lee's), never refused as a vector over max_dim."""
+    for path, item, want in (("small/neighbors", "a", (422, "max_words")), ("lee/search", "x", (404, None))):
+        body = json.dumps({"positive": [item] * (MAX_DIM + 1), "k": 1}, separators=(",", ":"))
+        response = real_server.HTTP.post(
+            f"{tight}/v1/tables/{path}", content=body, headers={"content-type": "application/json"}
+        )
+        assert (response.status_code, response.json()["error"].get("limit")) == want, response.text[:300]
+
+
 def test_openais_refusals_name_no_limit(tight: str) -> None:
     response = real_server.HTTP.post(f"{tight}/v1/embeddings", json={"model": "small", "input": ["the"] * 9})
     assert response.status_code == 422 and response.json()["error"].keys() == {"message", "type", "param", "code"}

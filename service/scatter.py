@@ -138,7 +138,8 @@ REFUSED_KEY = (401, 403)  # a shard refusing the key the front took: the deploym
 # event loop time quadratic in its length (a big batch froze the front).
 SHARD_REQUESTS = 16
 # Seconds the front keeps a shard's limits (``GET <server>/v1/limits``): its server's settings, which change only
-# with a restart; a scroll without ``limit`` reads them for every page.
+# with a restart (its refusal of a request for one has them asked again at once); a scroll without ``limit`` reads
+# them for every page.
 LIMITS_SECONDS = 10.0
 
 
@@ -183,6 +184,10 @@ class ShardRefused(Exception):
         except (orjson.JSONDecodeError, KeyError, TypeError):
             return None
         return error if isinstance(error, dict) else None
+
+    def names_limit(self) -> bool:
+        """Whether the shard refused the request for one of its server's limits (``limit`` in its envelope)."""
+        return (self.error() or {}).get("limit") is not None
 
     def names_no_table(self) -> bool:
         """Whether the shard's server has no table of the name its URL gives (404 ``unknown_table``): the
@@ -286,6 +291,12 @@ class Front:
                 raise failed
         return self.kinds[name]
 
+    def refused(self, number: int, shard: Shard, refused: ShardRefused) -> None:
+        """Note shard ``number``'s refusal: one for a limit of its server (lower than the one kept: it restarted)
+        has the limits kept of it read again next time, so that a client reading the front's again sees it."""
+        if refused.names_limit():
+            self.limits.pop((shard.table, number), None)
+
     async def shard_limits(self) -> list[dict[str, Any]]:
         """The limits of each shard's servers (``GET <server>/v1/limits``, a replica of each in turn, all shards at
         once, each kept :data:`LIMITS_SECONDS`), which a request through the front must respect too; a shard that
@@ -376,6 +387,7 @@ class Front:
                 if refused.names_no_table():
                     reasons.append(f"{replica}: its server has no such table ({refusal_text(refused)})")
                     continue
+                self.refused(shard_number, shard, refused)
                 raise ShardRefused(answer.status_code, named(shard.table, answer.content))
             if answer.status_code != 200:
                 reasons.append(f"{replica}: status {answer.status_code}")

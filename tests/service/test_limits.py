@@ -343,3 +343,27 @@ def refused_then_resized(sent: list[tuple[str, int]], path: str, status: int) ->
     """Whether ``sent`` is one request to ``path`` refused with ``status``, the limits read again, and requests to
     ``path`` that all succeed."""
     return sent[:2] == [(path, status), ("/v1/limits", 200)] and {*sent[2:]} == {(path, 200)}
+
+
+def test_a_front_reads_a_shards_limits_again_when_it_refuses_one(tmp_path: Path, notes: Path, ids: list[str]) -> None:
+    """A front keeps its shard's limits for a while; the shard started again with a lower max_batch refuses a read,
+    then a delete, for it: the front's limits are read again at once (not 10 s later), so that a client that reads
+    them again after the refusal sizes its next request by the shard's new ones."""
+    shutil.copytree(notes, tmp_path / "shard")
+    (tmp_path / "front").mkdir()
+    started = [real_server.start(tmp_path / "shard", tmp_path / "shard.log", env={"EMBEDDING_WRITE_KEYS": KEY})]
+    env = {"EMBEDDING_SHARDS": json.dumps({"notes": [[f"{started[0].base}/v1/tables/notes"]]})}
+    front = real_server.start(tmp_path / "front", tmp_path / "front.log", env={**env, "EMBEDDING_WRITE_KEYS": KEY})
+    tables, headers = f"{front.base}/v1/tables/notes", {"X-API-Key": KEY}
+    try:
+        assert real_server.HTTP.get(f"{front.base}/v1/limits").json()["max_batch"] == 1024
+        for batch, (path, body) in ((20, ("get", {"ids": ids[:30]})), (10, ("delete", {"ids": ids[:15]}))):
+            port = started[0].port
+            started[0].stop()
+            shard_env = {"EMBEDDING_WRITE_KEYS": KEY, "EMBEDDING_MAX_BATCH": str(batch)}
+            started[0] = real_server.start(tmp_path / "shard", tmp_path / "shard.log", env=shard_env, port=port)
+            refused = real_server.HTTP.post(f"{tables}/documents/{path}", json=body, headers=headers)
+            assert refused.status_code == 422 and refused.json()["error"]["limit"] == "max_batch", refused.text
+            assert real_server.HTTP.get(f"{front.base}/v1/limits").json()["max_batch"] == batch
+    finally:
+        real_server.stop_together([front, started[0]])

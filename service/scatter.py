@@ -269,6 +269,7 @@ class Front:
         self._client: httpx.AsyncClient | None = None
         self.kinds: dict[str, str] = {}  # each table's kind ("documents", "words"), as its shards say
         self.id_types: dict[str, str | None] = {}  # a documents table's type of ids, as its shards say (else None)
+        self.string_fields: dict[str, frozenset[str]] = {}  # a documents table's fields of type string, as they say
         self.limits: dict[tuple[str, int], tuple[float, dict[str, Any]]] = {}  # by (table, shard): when, what
 
     async def kind_of(self, name: str) -> str:
@@ -279,7 +280,10 @@ class Front:
             for number, shard in enumerate(self.tables[name]):
                 try:
                     summary = await self.request(number, shard, "", None)
-                    self.id_types[name] = (summary.get("documents") or {}).get("id_type")
+                    documents = summary.get("documents") or {}
+                    self.id_types[name] = documents.get("id_type")
+                    fields = (documents.get("fields") or {}).items()
+                    self.string_fields[name] = frozenset(f for f, info in fields if info.get("type") == STRING)
                     self.kinds[name] = str(summary.get("kind", "documents"))
                     break
                 except ShardFailed as exc:
@@ -510,6 +514,12 @@ async def kind(front: Front, name: str) -> str:
         return await front.kind_of(name)
     except ShardFailed as outcome:
         raise failed(name, outcome) from None
+
+
+async def string_fields(front: Front, name: str) -> frozenset[str]:
+    """The fields of type string of the sharded documents table ``name``, as its shards say (once)."""
+    await kind(front, name)
+    return front.string_fields[name]
 
 
 async def id_type(front: Front, name: str) -> str | None:

@@ -271,6 +271,16 @@ def test_a_long_list_that_is_no_vector_is_not_refused_as_one(tight: str) -> None
         assert (response.status_code, response.json()["error"].get("limit")) == want, response.text[:300]
 
 
+def test_a_long_list_of_fields_is_no_token(tight: str, lee_docs: Lee) -> None:
+    """``GET .../documents/{id}?fields=`` of more than max_token_chars characters names fields, none of them a token
+    that long: the document (Lee's shortest, within max_answer_bytes) is answered with them, not refused as a token
+    over max_token_chars."""
+    fields = ",".join(["year"] * (MAX_TOKEN_CHARS // 4))  # 1,279 characters
+    shortest = lee_docs.ids[min(range(len(lee_docs.ids)), key=lambda i: len(lee_docs.texts[i]))]
+    response = real_server.HTTP.get(f"{tight}/v1/tables/lee/documents/{shortest}", params={"fields": fields})
+    assert response.status_code == 200 and response.json()["fields"].keys() == {"year"}, response.text[:300]
+
+
 def test_openais_refusals_name_no_limit(tight: str) -> None:
     response = real_server.HTTP.post(f"{tight}/v1/embeddings", json={"model": "small", "input": ["the"] * 9})
     assert response.status_code == 422 and response.json()["error"].keys() == {"message", "type", "param", "code"}

@@ -2,7 +2,8 @@
 the defaults (``max_batch`` 50, ``max_k`` 50, a 32 KiB body limit) answers ``Client.documents`` of Lee's 300
 documents, LangChain's ``get_by_ids``, LlamaIndex's ``get_nodes`` and writes of all 300 as a server with the
 default limits does, where the clients' default sizes (1,024 ids, 256 documents, 2 MiB, pages of 100) are each a
-422 or a 413; and a refusal of a request over any published limit names it (``"limit"`` in its error)."""
+422 or a 413; a refusal of a request over any published limit names it (``"limit"`` in its error), and no other
+refusal does; a front reads its shard's limits again when the shard refuses a request for one."""
 
 from __future__ import annotations
 

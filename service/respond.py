@@ -4,7 +4,7 @@ bytes they carry weighed first (:func:`row_bytes`, the server's max_answer_bytes
 from __future__ import annotations
 
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Container, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -173,7 +173,7 @@ def check_answer_bytes(
         advice = "ask fewer hits (a smaller k or fewer queries)"
         advice += ', or fewer string fields ("fields")' if table.payload is not None else ""
         advice += ' or no "vector" in include' if vector else ""
-        raise too_much(table, vector, limit, total, f"{len(rows):,} hits", advice)
+        raise too_much(table.payload is not None, vector, limit, total, f"{len(rows):,} hits", advice)
 
 
 def documents_bound(table: Table, fields: Sequence[str] | None, vector: bool) -> Bound:
@@ -183,7 +183,9 @@ def documents_bound(table: Table, fields: Sequence[str] | None, vector: bool) ->
     return Bound(
         weigh=lambda rows, written: row_bytes(table, rows, fields, vector, written),
         most=limit,
-        refuse=lambda total, counted, advice: too_much(table, vector, limit, total, counted, advice),
+        refuse=lambda total, counted, advice: too_much(
+            table.payload is not None, vector, limit, total, counted, advice
+        ),
     )
 
 
@@ -205,9 +207,23 @@ def row_bytes(
     return out
 
 
-def too_much(table: Table, vector: bool, limit: int, total: int, counted: str, advice: str) -> OverLimit:
-    """The refusal of an answer that would carry ``total`` bytes (of ``counted``: "12 hits"), over ``limit``."""
-    what = "document text" if not vector else "vectors" if table.payload is None else "document text and vectors"
+def shown_bytes(document: dict[str, Any], strings: Container[str]) -> int:
+    """The bytes a document as shown (``GET .../documents/{id}``) carries, as :func:`row_bytes` weighs a version's
+    row: its text, its fields of type string (``strings``), its vector (what a front weighs its shards' documents
+    by; a written document's string fields counted too)."""
+    fields = (document.get("fields") or {}).items()
+    vector = document.get("vector")
+    return (
+        len((document.get("text") or "").encode())
+        + sum(len(value.encode()) for name, value in fields if name in strings and isinstance(value, str))
+        + (0 if vector is None else len(vector) * VALUE_BYTES)
+    )
+
+
+def too_much(texts: bool, vector: bool, limit: int, total: int, counted: str, advice: str) -> OverLimit:
+    """The refusal of an answer that would carry ``total`` bytes (of ``counted``: "12 hits"), over ``limit``, of a
+    documents table's (``texts``) or another's."""
+    what = "document text" if not vector else "document text and vectors" if texts else "vectors"
     return OverLimit(
         f"this answer would carry {_size(total)} of {what} ({counted}), more than the server's max_answer_bytes of "
         f"{_size(limit)}: {advice}",

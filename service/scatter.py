@@ -138,7 +138,8 @@ REFUSED_KEY = (401, 403)  # a shard refusing the key the front took: the deploym
 # event loop time quadratic in its length (a big batch froze the front).
 SHARD_REQUESTS = 16
 # Seconds the front keeps a shard's limits (``GET <server>/v1/limits``): its server's settings, which change only
-# with a restart; a scroll without ``limit`` reads them for every page.
+# with a restart (its refusal of a request for one has them asked again at once); a scroll without ``limit`` reads
+# them for every page.
 LIMITS_SECONDS = 10.0
 
 
@@ -183,6 +184,10 @@ class ShardRefused(Exception):
         except (orjson.JSONDecodeError, KeyError, TypeError):
             return None
         return error if isinstance(error, dict) else None
+
+    def names_limit(self) -> bool:
+        """Whether the shard refused the request for one of its server's limits (``limit`` in its envelope)."""
+        return (self.error() or {}).get("limit") is not None
 
     def names_no_table(self) -> bool:
         """Whether the shard's server has no table of the name its URL gives (404 ``unknown_table``): the
@@ -264,6 +269,7 @@ class Front:
         self._client: httpx.AsyncClient | None = None
         self.kinds: dict[str, str] = {}  # each table's kind ("documents", "words"), as its shards say
         self.id_types: dict[str, str | None] = {}  # a documents table's type of ids, as its shards say (else None)
+        self.string_fields: dict[str, frozenset[str]] = {}  # a documents table's fields of type string, as they say
         self.limits: dict[tuple[str, int], tuple[float, dict[str, Any]]] = {}  # by (table, shard): when, what
 
     async def kind_of(self, name: str) -> str:
@@ -274,7 +280,10 @@ class Front:
             for number, shard in enumerate(self.tables[name]):
                 try:
                     summary = await self.request(number, shard, "", None)
-                    self.id_types[name] = (summary.get("documents") or {}).get("id_type")
+                    documents = summary.get("documents") or {}
+                    self.id_types[name] = documents.get("id_type")
+                    fields = (documents.get("fields") or {}).items()
+                    self.string_fields[name] = frozenset(f for f, info in fields if info.get("type") == STRING)
                     self.kinds[name] = str(summary.get("kind", "documents"))
                     break
                 except ShardFailed as exc:
@@ -285,6 +294,12 @@ class Front:
                 assert failed is not None
                 raise failed
         return self.kinds[name]
+
+    def refused(self, number: int, shard: Shard, refused: ShardRefused) -> None:
+        """Note shard ``number``'s refusal: one for a limit of its server (lower than the one kept: it restarted)
+        has the limits kept of it read again next time, so that a client reading the front's again sees it."""
+        if refused.names_limit():
+            self.limits.pop((shard.table, number), None)
 
     async def shard_limits(self) -> list[dict[str, Any]]:
         """The limits of each shard's servers (``GET <server>/v1/limits``, a replica of each in turn, all shards at
@@ -376,6 +391,7 @@ class Front:
                 if refused.names_no_table():
                     reasons.append(f"{replica}: its server has no such table ({refusal_text(refused)})")
                     continue
+                self.refused(shard_number, shard, refused)
                 raise ShardRefused(answer.status_code, named(shard.table, answer.content))
             if answer.status_code != 200:
                 reasons.append(f"{replica}: status {answer.status_code}")
@@ -498,6 +514,12 @@ async def kind(front: Front, name: str) -> str:
         return await front.kind_of(name)
     except ShardFailed as outcome:
         raise failed(name, outcome) from None
+
+
+async def string_fields(front: Front, name: str) -> frozenset[str]:
+    """The fields of type string of the sharded documents table ``name``, as its shards say (once)."""
+    await kind(front, name)
+    return front.string_fields[name]
 
 
 async def id_type(front: Front, name: str) -> str | None:

@@ -6,14 +6,17 @@ serving the table whole answers them (``service.routers.documents``).
   own query (``vector``, ``normalized``, ``fields``, checked here first as the table checks them).
 - ``POST .../documents/get``: the ids split by owner, each owner asked once for its part, all at once
   (``POST <replica>/documents/get`` with the request's options); the documents in the order asked (an id asked
-  twice, twice), the ids no shard has in ``missing``, as asked.
+  twice, twice), the ids no shard has in ``missing``, as asked; refused when the documents of the shards' answers
+  together carry more than the front's ``max_answer_bytes`` (each shard's within its own), weighed as the table
+  weighs them (``service.respond.shown_bytes``).
 
 - ``POST .../documents/scroll``: every shard asked at once for its page after ``after`` (the request's filter,
   options and page size; by default a server's of the lowest ``max_batch`` of the front's and its shards', as
   its ``GET /v1/limits`` says, the shards' limits asked first or kept from the last ``LIMITS_SECONDS``), the
   pages merged in the ids' order (each shard's is in that order) up to the lowest ``next`` of the shards' (a
   shard's page is cut short where its documents would pass its ``max_answer_bytes``: none of its documents after
-  its ``next`` is in the merge), and the first ``limit`` kept; ``next`` is the last one's id when a shard holds
+  its ``next`` is in the merge), and the first ``limit`` kept, cut short before the document that would take them
+  past the front's ``max_answer_bytes``, as the table's page is; ``next`` is the last one's id when a shard holds
   more (a page it did not finish, or documents past those kept), as the table's ``next``.
 
 Each shard reads its own write log, so a document written or deleted (through the front or not) is read as the
@@ -26,18 +29,20 @@ from __future__ import annotations
 
 import asyncio
 import heapq
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Annotated, Any
 
+import numpy as np
 import orjson
 from fastapi import Path, Query, Request
 from fastapi.routing import APIRoute
 from starlette.responses import Response
 
-from index.engine.door import STRING, by_owner, routed
-from service.respond import FastJSON
-from service.scatter import Front, ShardFailed, ShardRefused, failed, id_type
+from index.engine.door import STRING, by_owner, check_weights, page_within, routed
+from service.respond import FastJSON, shown_bytes, too_much
+from service.scatter import Front, ShardFailed, ShardRefused, failed, id_type, string_fields
 from service.schemas.bounds import MAX_TOKEN_CHARS
+from service.schemas.common import LIMITS
 from service.schemas.documents import DocumentsRequest, ScrollRequest
 
 
@@ -54,6 +59,14 @@ def placed(asked: Sequence[str | int], part: dict[str, Any]) -> Iterator[dict[st
             yield next(found)
 
 
+async def answer_bound(front: Front, vector: bool) -> tuple[int, Callable[[int, str, str], Exception]]:
+    """The front's max_answer_bytes, the lowest of its own and its shards' as its ``GET /v1/limits`` says, and the
+    refusal of an answer past it, which the shards' answers merged may be, each within its own."""
+    own = LIMITS.get().max_answer_bytes
+    most = min([own, *(int(shard.get("max_answer_bytes", own)) for shard in await front.shard_limits())])
+    return most, lambda total, counted, advice: too_much(True, vector, most, total, counted, advice)
+
+
 def routes(front: Front, name: str) -> list[APIRoute]:
     """The routes reading the documents of the sharded table ``name`` by id (ahead of the routes of every table)."""
     shards = front.tables[name]
@@ -64,7 +77,7 @@ def routes(front: Front, name: str) -> list[APIRoute]:
         document: Annotated[str, Path(min_length=1, max_length=MAX_TOKEN_CHARS)],
         vector: Annotated[bool, Query()] = False,
         normalized: Annotated[bool, Query()] = False,
-        fields: Annotated[str | None, Query(max_length=MAX_TOKEN_CHARS)] = None,
+        fields: Annotated[str | None, Query()] = None,
     ) -> Response:
         del vector, normalized, fields  # checked as the table checks them; the query is sent to the shard as it came
         kind = await id_type(front, name) or STRING
@@ -100,7 +113,12 @@ def routes(front: Front, name: str) -> list[APIRoute]:
             for i, document in zip(at, placed([ids[i] for i in at], outcome), strict=True):
                 shown[i] = document
         missing = [ident for ident, document in zip(ids, shown, strict=True) if document is None]
-        return FastJSON({"documents": [document for document in shown if document is not None], "missing": missing})
+        found = [document for document in shown if document is not None]
+        strings = await string_fields(front, name)
+        weights = np.array([0 if d is None else shown_bytes(d, strings) for d in shown], dtype=np.int64)
+        bound = await answer_bound(front, body.vector)
+        check_weights(weights, ids, len(found), *bound)  # the shards' parts together, each within its own
+        return FastJSON({"documents": found, "missing": missing})
 
     async def scroll(body: ScrollRequest) -> Response:
         limit = body.page
@@ -125,8 +143,13 @@ def routes(front: Front, name: str) -> list[APIRoute]:
         cut = [page["next"] for page in pages if page["next"] is not None]
         if cut:  # a shard's page ends there (full, or cut short by its bytes): none of its later ones is here
             merged = [document for document in merged if document["id"] <= min(cut)]
-        more = len(merged) > limit or bool(cut)
         kept = merged[:limit]
+        strings = await string_fields(front, name)
+        weights = np.array([shown_bytes(document, strings) for document in kept], dtype=np.int64)
+        bound = await answer_bound(front, body.vector)
+        within = page_within(weights, [document["id"] for document in kept], *bound)
+        more = len(merged) > within or bool(cut)  # cut short at limit or by its bytes, as a shard's page is
+        kept = kept[:within]
         return FastJSON({"documents": kept, "next": kept[-1]["id"] if more and kept else None})
 
     common: dict[str, Any] = {"include_in_schema": False}

@@ -70,10 +70,12 @@ async def _send(front: Front, table: str, shard: int, method: str, path: str, bo
     except httpx.TransportError as exc:
         message = f"the writer of shard {shard} of table {table!r} ({writer}) cannot be reached: {type(exc).__name__}"
         raise ApiError("shard_unavailable", message, table=table, shard=shard) from None
-    if ShardRefused(answer.status_code, answer.content).names_no_table():
+    refused = ShardRefused(answer.status_code, answer.content)
+    if refused.names_no_table():
         message = f"the writer of shard {shard} of table {table!r} ({writer}): its server has no such table"
         raise ApiError("shard_unavailable", message, table=table, shard=shard)
     if 400 <= answer.status_code < 500:
+        front.refused(shard, front.tables[table][shard], refused)
         try:
             refusal = orjson.loads(named(table, answer.content))  # the sharded table's name, not the shard's
         except orjson.JSONDecodeError:

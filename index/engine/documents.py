@@ -19,6 +19,7 @@ from index.store.payload import INTEGER, id_key
 
 Shown = dict[str, Any]
 CHUNK = 4096  # the rows a page's first look reads at least (each next look twice the last)
+Refuse = Callable[[int, str, str], Exception]  # a bound's refusal: (total, counted, advice) -> the error
 
 
 @dataclass(frozen=True)
@@ -29,7 +30,7 @@ class Bound:
 
     weigh: Callable[[np.ndarray, Sequence[Document]], np.ndarray]
     most: int
-    refuse: Callable[[int, str, str], Exception]
+    refuse: Refuse
 
 
 def read_documents(
@@ -47,13 +48,28 @@ def read_documents(
     carry more than the ``bound`` (weighed before anything is read) is refused."""
     found = _found(table, delta, ids)
     if bound is not None:
-        weights = found.weighed(table, bound)
-        total = int(weights.sum())
-        if total > bound.most:
-            heavy = ids[int(weights.argmax())]  # named when it alone passes the bound
-            counted = f"the document {shown(heavy)}" if weights.max() > bound.most else f"{found.count():,} documents"
-            raise bound.refuse(total, counted, "ask fewer ids, fewer fields or no vector")
+        check_weights(found.weighed(table, bound), ids, found.count(), bound.most, bound.refuse)
     return found.show(table, ids, names, vector, normalized)
+
+
+def check_weights(weights: np.ndarray, ids: Sequence[str | int], count: int, most: int, refuse: Refuse) -> None:
+    """The refusal of an answer of ``count`` documents by id, what each of ``ids`` carries ``weights``, more than
+    ``most`` in all (the heaviest named when it alone passes it)."""
+    total = int(weights.sum())
+    if total > most:
+        heavy = ids[int(weights.argmax())]
+        counted = f"the document {shown(heavy)}" if weights.max() > most else f"{count:,} documents"
+        raise refuse(total, counted, "ask fewer ids, fewer fields or no vector")
+
+
+def page_within(weights: np.ndarray, page: Sequence[str | int], most: int, refuse: Refuse) -> int:
+    """How many of a page's documents (``page``, what each carries ``weights``) come before the one that would take
+    it past ``most``; a first document that alone passes it refused."""
+    carried = np.cumsum(weights)
+    kept = int(np.searchsorted(carried, most, side="right"))
+    if kept == 0 and len(page):
+        raise refuse(int(carried[0]), f"the document {shown(page[0])}", "ask fewer fields or no vector")
+    return kept
 
 
 @dataclass(frozen=True)
@@ -167,10 +183,7 @@ def scroll_documents(
     more = len(keys) > limit
     found = _found(table, delta, page)
     if bound is not None and page:
-        carried = np.cumsum(found.weighed(table, bound))
-        kept = int(np.searchsorted(carried, bound.most, side="right"))  # those within the bound
-        if kept == 0:
-            raise bound.refuse(int(carried[0]), f"the document {shown(page[0])}", "ask fewer fields or no vector")
+        kept = page_within(found.weighed(table, bound), page, bound.most, bound.refuse)
         if kept < len(page):
             page, more = page[:kept], True
             found = _Found(found.written[:kept], found.rows[:kept])

@@ -37,7 +37,14 @@ from index.engine.delta import (
 )
 from index.engine.dfs import gather as keyword_statistics
 from index.engine.dfs import summed as summed_statistics
-from index.engine.documents import Bound, read_document, read_documents, scroll_documents
+from index.engine.documents import (
+    Bound,
+    check_weights,
+    page_within,
+    read_document,
+    read_documents,
+    scroll_documents,
+)
 from index.engine.encode import (
     Encoded,
     NoKnownWord,
@@ -183,6 +190,7 @@ __all__ = [
     "check_known",
     "check_mode",
     "check_options",
+    "check_weights",
     "colour_column",
     "colour_columns",
     "compared_rows",
@@ -209,6 +217,7 @@ __all__ = [
     "merged_writes",
     "no_direction",
     "owner",
+    "page_within",
     "pair_cosines",
     "parse_timestamp",
     "probe",

@@ -10,6 +10,9 @@ from index.engine.door import MAX_TOKEN_CHARS as MAX_TOKEN_CHARS
 
 MAX_TEXT_CHARS = 100_000  # a document's text, a search's
 MAX_EMBED_CHARS = 10_000  # a text to embed: about 1,500 words (a longer text is better split into passages)
+# The words or ids of one positive or negative list: no published limit (a neighbours request's words are bounded
+# by max_words), so not max_dim's length, which would name its refusal max_dim as if a vector were too long.
+MAX_EXAMPLES = 100_000
 
 FIXED_LIMITS: dict[tuple[str, object], str] = {
     ("string_too_long", MAX_TOKEN_CHARS): "max_token_chars",

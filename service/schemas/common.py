@@ -23,7 +23,7 @@ from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Fie
 from index.engine.door import FLOAT32_MAX, SearchOptions, filters
 from index.errors import OverLimit
 from service.errors import CODE_DESCRIPTION
-from service.schemas.bounds import MAX_DIM, MAX_TOKEN_CHARS
+from service.schemas.bounds import MAX_DIM, MAX_EXAMPLES, MAX_TOKEN_CHARS
 
 
 @dataclass(frozen=True)
@@ -128,7 +128,7 @@ Component = Annotated[float, Field(ge=-FLOAT32_MAX, le=FLOAT32_MAX, allow_inf_na
 Vector = Annotated[list[Component], Field(min_length=1, max_length=MAX_DIM)]
 # Items of a batch are checked one by one (a bad vector gets its own error), so the schema takes any numbers.
 BatchVector = Annotated[list[float], Field(min_length=1, max_length=MAX_DIM)]
-Tokens = Annotated[list[Token], Field(max_length=MAX_DIM)]
+Tokens = Annotated[list[Token], Field(max_length=MAX_EXAMPLES)]
 
 
 def batch_of(description: str, min_items: int = 1) -> Any:

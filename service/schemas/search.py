@@ -10,7 +10,7 @@ from pydantic.json_schema import SkipJsonSchema
 
 from index.engine.door import Examples, Mode, Query, check_mode, check_options
 from index.errors import InvalidQuery
-from service.schemas.bounds import MAX_DIM, MAX_TEXT_CHARS
+from service.schemas.bounds import MAX_EXAMPLES, MAX_TEXT_CHARS
 from service.schemas.common import (
     CHECK_BATCH,
     NO_POSITIVE_NEGATIVE,
@@ -40,7 +40,7 @@ from service.schemas.common import (
 from service.schemas.keyword_statistics import KeywordStatistics
 
 VectorBatch = Annotated[list[BatchVector], batch_of("a batch of query vectors"), CHECK_BATCH]
-DocumentIds = Annotated[list[DocumentId], Field(max_length=MAX_DIM)]
+DocumentIds = Annotated[list[DocumentId], Field(max_length=MAX_EXAMPLES)]
 Offset = Annotated[int, Field(ge=0, description="hits skipped first, for paging (offset + k <= max_k)"), Whole]
 MinScore = Annotated[
     float,

@@ -161,11 +161,24 @@ def test_the_front_merges_pages_cut_short_without_skipping(servers: dict[str, An
             answer = post(servers["front"], "documents/scroll", body | ({} if after is None else {"after": after}))
             assert answer.status_code == 200, answer.text[:300]
             page = answer.json()
+            assert sum(carried(d, body.get("vector", False)) for d in page["documents"]) <= BOUND, after
             through += [d["id"] for d in page["documents"]]
             if (after := page["next"]) is None:
                 break
             assert after == page["documents"][-1]["id"]
         assert through == whole, body
+
+
+def test_the_front_refuses_documents_its_shards_carry_past_the_bound_together(
+    servers: dict[str, Any], lee_docs: Lee
+) -> None:
+    """``documents/get`` of 40 documents through the front of three shards, each shard's part within the bound, all
+    of them past it: refused as the whole table refuses them, the same error; 12 of them answered as the whole's."""
+    body = {"ids": lee_docs.ids[:40]}
+    refused = post(servers["front"], "documents/get", body)
+    assert (refused.status_code, refused.json()) == (422, post(servers["whole"], "documents/get", body).json())
+    answer = post(servers["front"], "documents/get", {"ids": lee_docs.ids[:12]})
+    assert answer.json() == post(servers["whole"], "documents/get", {"ids": lee_docs.ids[:12]}).json()
 
 
 def test_the_clients_read_more_documents_than_one_answer_holds(servers: dict[str, Any], lee_docs: Lee) -> None:

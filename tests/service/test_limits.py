@@ -2,7 +2,8 @@
 the defaults (``max_batch`` 50, ``max_k`` 50, a 32 KiB body limit) answers ``Client.documents`` of Lee's 300
 documents, LangChain's ``get_by_ids``, LlamaIndex's ``get_nodes`` and writes of all 300 as a server with the
 default limits does, where the clients' default sizes (1,024 ids, 256 documents, 2 MiB, pages of 100) are each a
-422 or a 413; and a refusal of a request over any published limit names it (``"limit"`` in its error)."""
+422 or a 413; a refusal of a request over any published limit names it (``"limit"`` in its error), and no other
+refusal does; a front reads its shard's limits again when the shard refuses a request for one."""
 
 from __future__ import annotations
 
@@ -260,6 +261,27 @@ def test_every_refusal_of_a_limit_names_it(tight: str, name: str) -> None:
     assert response.json()["error"]["limit"] == name, response.text
 
 
+def test_a_long_list_that_is_no_vector_is_not_refused_as_one(tight: str) -> None:
+    """Positive lists of max_dim + 1 words or ids hold no vector's values: the words are over max_words, named so,
+    and the ids are looked up as any (none of Lee's), never refused as a vector over max_dim."""
+    for path, item, want in (("small/neighbors", "a", (422, "max_words")), ("lee/search", "x", (404, None))):
+        body = json.dumps({"positive": [item] * (MAX_DIM + 1), "k": 1}, separators=(",", ":"))
+        response = real_server.HTTP.post(
+            f"{tight}/v1/tables/{path}", content=body, headers={"content-type": "application/json"}
+        )
+        assert (response.status_code, response.json()["error"].get("limit")) == want, response.text[:300]
+
+
+def test_a_long_list_of_fields_is_no_token(tight: str, lee_docs: Lee) -> None:
+    """``GET .../documents/{id}?fields=`` of more than max_token_chars characters names fields, none of them a token
+    that long: the document (Lee's shortest, within max_answer_bytes) is answered with them, not refused as a token
+    over max_token_chars."""
+    fields = ",".join(["year"] * (MAX_TOKEN_CHARS // 4))  # 1,279 characters
+    shortest = lee_docs.ids[min(range(len(lee_docs.ids)), key=lambda i: len(lee_docs.texts[i]))]
+    response = real_server.HTTP.get(f"{tight}/v1/tables/lee/documents/{shortest}", params={"fields": fields})
+    assert response.status_code == 200 and response.json()["fields"].keys() == {"year"}, response.text[:300]
+
+
 def test_openais_refusals_name_no_limit(tight: str) -> None:
     response = real_server.HTTP.post(f"{tight}/v1/embeddings", json={"model": "small", "input": ["the"] * 9})
     assert response.status_code == 422 and response.json()["error"].keys() == {"message", "type", "param", "code"}
@@ -332,3 +354,27 @@ def refused_then_resized(sent: list[tuple[str, int]], path: str, status: int) ->
     """Whether ``sent`` is one request to ``path`` refused with ``status``, the limits read again, and requests to
     ``path`` that all succeed."""
     return sent[:2] == [(path, status), ("/v1/limits", 200)] and {*sent[2:]} == {(path, 200)}
+
+
+def test_a_front_reads_a_shards_limits_again_when_it_refuses_one(tmp_path: Path, notes: Path, ids: list[str]) -> None:
+    """A front keeps its shard's limits for a while; the shard started again with a lower max_batch refuses a read,
+    then a delete, for it: the front's limits are read again at once (not 10 s later), so that a client that reads
+    them again after the refusal sizes its next request by the shard's new ones."""
+    shutil.copytree(notes, tmp_path / "shard")
+    (tmp_path / "front").mkdir()
+    started = [real_server.start(tmp_path / "shard", tmp_path / "shard.log", env={"EMBEDDING_WRITE_KEYS": KEY})]
+    env = {"EMBEDDING_SHARDS": json.dumps({"notes": [[f"{started[0].base}/v1/tables/notes"]]})}
+    front = real_server.start(tmp_path / "front", tmp_path / "front.log", env={**env, "EMBEDDING_WRITE_KEYS": KEY})
+    tables, headers = f"{front.base}/v1/tables/notes", {"X-API-Key": KEY}
+    try:
+        assert real_server.HTTP.get(f"{front.base}/v1/limits").json()["max_batch"] == 1024
+        for batch, (path, body) in ((20, ("get", {"ids": ids[:30]})), (10, ("delete", {"ids": ids[:15]}))):
+            port = started[0].port
+            started[0].stop()
+            shard_env = {"EMBEDDING_WRITE_KEYS": KEY, "EMBEDDING_MAX_BATCH": str(batch)}
+            started[0] = real_server.start(tmp_path / "shard", tmp_path / "shard.log", env=shard_env, port=port)
+            refused = real_server.HTTP.post(f"{tables}/documents/{path}", json=body, headers=headers)
+            assert refused.status_code == 422 and refused.json()["error"]["limit"] == "max_batch", refused.text
+            assert real_server.HTTP.get(f"{front.base}/v1/limits").json()["max_batch"] == batch
+    finally:
+        real_server.stop_together([front, started[0]])

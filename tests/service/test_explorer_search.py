@@ -199,10 +199,13 @@ def test_a_words_map_left_for_a_documents_table_keeps_its_own_labels(
     watched.assert_clean()
 
 
-def test_the_url_holds_only_what_the_table_shown_reads(server: str, api: httpx.Client, watched: Watched) -> None:
+def test_the_url_holds_only_what_the_table_shown_reads(
+    server: str, api: httpx.Client, browser: object, watched: Watched
+) -> None:
     """The word tools' state leaves the URL for a documents table and is back with the words table; a link made
-    for either kind opens with its own keys and drops the other kind's. The picker and the header say what each
-    table is and which cards it gets, as its summary does."""
+    for either kind opens with its own keys and drops the other kind's (in a page of its own, as a link is opened:
+    leaving the words page at once would cut its maps' downloads). The picker and the header say what each table
+    is and which cards it gets, as its summary does."""
     words = {"table": WORDS, "word": "heart", "a": "paris", "b": "france", "c": "rome", "x": "red", "y": "blue"}
     page = watched.page
     page.goto(f"{server}/?{urlencode({**words, 'doc': 'lee-001', 'text': 'fire'})}")
@@ -221,16 +224,22 @@ def test_the_url_holds_only_what_the_table_shown_reads(server: str, api: httpx.C
     page.wait_for_function("() => new URLSearchParams(location.search).get('table') === 'small'")
     page.wait_for_selector("#neighbours-out:not([aria-busy]) .scores")
     assert watched.state() == words and page.input_value("#word") == "heart"
-    page.goto(f"{server}/?{urlencode({'table': EMBEDDED, 'doc': 'lee-002', 'word': 'heart', 'x': 'red'})}")
-    settle(page)
-    assert watched.state() == {"table": EMBEDDED, "doc": "lee-002"} and sent(page)["id"] == "lee-002"
-    encoder = summaries[EMBEDDED]["documents"]["encoder"]["table"]
-    searches = f"text search: vector, keyword, hybrid (encoder {encoder})"
-    assert page.inner_text("#table-info") == f"documents · {searches} · flat index · Search card"
-    page.select_option("#table", "no-text")
-    settle(page)
-    assert page.inner_text("#table-info") == "documents · no text search · flat index · Search card"
     watched.assert_clean()
+    linked = Watched(browser)
+    try:
+        page = linked.page
+        page.goto(f"{server}/?{urlencode({'table': EMBEDDED, 'doc': 'lee-002', 'word': 'heart', 'x': 'red'})}")
+        settle(page)
+        assert linked.state() == {"table": EMBEDDED, "doc": "lee-002"} and sent(page)["id"] == "lee-002"
+        encoder = summaries[EMBEDDED]["documents"]["encoder"]["table"]
+        searches = f"text search: vector, keyword, hybrid (encoder {encoder})"
+        assert page.inner_text("#table-info") == f"documents · {searches} · flat index · Search card"
+        page.select_option("#table", "no-text")
+        settle(page)
+        assert page.inner_text("#table-info") == "documents · no text search · flat index · Search card"
+        linked.assert_clean()
+    finally:
+        linked.close()
 
 
 def test_hits_of_the_table_before_are_not_shown_on_the_next(server: str, watched: Watched) -> None:

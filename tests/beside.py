@@ -54,6 +54,7 @@ MODULES = frozenset(
         "service/test_reload",
         "service/test_shard_write_durability",
         "service/test_shard_writes",
+        "service/test_shards_encoder",
         "service/test_shards_front",
         "service/test_shards_front_ids",
         "service/test_shards_words",

@@ -11,7 +11,6 @@ and those statistics are written beside the shards, and the whole is published a
 
 from __future__ import annotations
 
-import io
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -91,7 +90,7 @@ def shard_raw(
     ``rows``: the whole table's row of each (written beside them, ``shardmap.WHOLE_ROWS``)."""
     files = payload_files(documents.payload)
     if rows is not None:
-        files[shardmap.WHOLE_ROWS] = npy_bytes(np.asarray(rows, dtype=np.int64))
+        files[shardmap.WHOLE_ROWS] = artifact.npy_bytes(np.asarray(rows, dtype=np.int64))
     info: dict[str, Any] = {KIND: documents.info}
     text = documents.info.get("text_field")
     if text and whole is not None:
@@ -108,13 +107,6 @@ def shard_raw(
         extra_files=files,
         source=source,
     )
-
-
-def npy_bytes(array: np.ndarray) -> bytes:
-    """``array`` as the bytes of a .npy file (no pickle)."""
-    buffer = io.BytesIO()
-    np.save(buffer, array, allow_pickle=False)
-    return buffer.getvalue()
 
 
 def import_sharded(
@@ -155,7 +147,7 @@ def import_sharded(
     def beside(tmp: Path) -> dict[str, Any]:
         statistics: dict[str, Any] | None = None
         if whole is not None:
-            (tmp / shardmap.DF).write_bytes(npy_bytes(whole.df))
+            (tmp / shardmap.DF).write_bytes(artifact.npy_bytes(whole.df))
             terms = pa.RecordBatch.from_arrays([whole.terms], names=["term"])
             sink = pa.BufferOutputStream()
             with pa.ipc.new_file(sink, terms.schema) as writer:
@@ -247,7 +239,7 @@ def publish(
         for shard_dir in names:
             (built / shard_dir).rename(tmp / shard_dir)
         built.rmdir()
-        (tmp / shardmap.ASSIGNMENT).write_bytes(npy_bytes(assignment))
+        (tmp / shardmap.ASSIGNMENT).write_bytes(artifact.npy_bytes(assignment))
         write_tokens(tmp, sharding.tokens)  # the whole table's tokens (ids): its lookups, served whole
         return shardmap.write_manifest(
             tmp,

@@ -20,11 +20,11 @@ import numpy as np
 import pyarrow as pa
 
 from index.build.clean import clean
-from index.build.shard import BuildShard, Sharding, check_target, npy_bytes, publish
+from index.build.shard import BuildShard, Sharding, check_target, publish
 from index.build.sources import RawTable
 from index.errors import ArtifactError
 from index.progress import note
-from index.store import shardmap
+from index.store import artifact, shardmap
 
 WORDS = "words"
 
@@ -37,7 +37,7 @@ def shard_rows(raw: RawTable, rows: np.ndarray) -> RawTable:
         tokens=[raw.tokens[i] for i in listed],
         matrix=np.ascontiguousarray(raw.matrix[rows]),
         metadata={column: [values[i] for i in listed] for column, values in raw.metadata.items()},
-        extra_files={**raw.extra_files, shardmap.WHOLE_ROWS: npy_bytes(np.asarray(rows, dtype=np.int64))},
+        extra_files={**raw.extra_files, shardmap.WHOLE_ROWS: artifact.npy_bytes(np.asarray(rows, dtype=np.int64))},
     )
 
 

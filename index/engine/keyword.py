@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import functools
 import importlib.metadata
-import io
 import json
 import sys
 import threading
@@ -46,6 +45,7 @@ import numpy as np
 from index.errors import ArtifactError, InvalidQuery, OverLimit
 from index.progress import Progress, note
 from index.store import shardmap
+from index.store.artifact import npy_bytes
 from index.store.payload import contiguous, search_sorted
 
 if TYPE_CHECKING:
@@ -368,12 +368,6 @@ def _count(texts: pa.Array, tokenizer: Tokenizer, lengths: np.ndarray) -> _Count
     return counts
 
 
-def _npy(array: np.ndarray) -> bytes:
-    buffer = io.BytesIO()
-    np.save(buffer, array, allow_pickle=False)
-    return buffer.getvalue()
-
-
 def _arrow_file(batch: pa.RecordBatch) -> memoryview:
     sink = pa.BufferOutputStream()
     with pa.ipc.new_file(sink, batch.schema) as writer:
@@ -473,9 +467,9 @@ def build(
         "backend": "numpy",
     }
     files: dict[str, bytes | memoryview] = {
-        DATA: _npy(matrix.data),
-        INDICES: _npy(matrix.indices.astype(np.int32)),
-        INDPTR: _npy(indptr),
+        DATA: npy_bytes(matrix.data),
+        INDICES: npy_bytes(matrix.indices.astype(np.int32)),
+        INDPTR: npy_bytes(indptr),
         PARAMS: (json.dumps(params, indent=4) + "\n").encode(),
         TERMS: _arrow_file(pa.RecordBatch.from_arrays([terms], names=["term"])),
     }

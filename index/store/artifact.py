@@ -16,6 +16,7 @@ import ctypes
 import errno
 import fcntl
 import hashlib
+import io
 import json
 import os
 import re
@@ -345,6 +346,13 @@ def verified(directory: Path, attempts: int = 3) -> tuple[dict[str, Any], Verifi
         if checked.ok or read_manifest(directory) == manifest:
             break
     return manifest, checked
+
+
+def npy_bytes(array: np.ndarray) -> bytes:
+    """``array`` as the bytes of a .npy file (no pickle), for a file written into a table's directory."""
+    buffer = io.BytesIO()
+    np.save(buffer, array, allow_pickle=False)
+    return buffer.getvalue()
 
 
 def now_iso() -> str:

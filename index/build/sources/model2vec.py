@@ -10,7 +10,6 @@ says otherwise, as in model2vec) goes into the manifest with the rest of the con
 
 from __future__ import annotations
 
-import io
 import json
 from pathlib import Path
 from typing import Any
@@ -32,6 +31,7 @@ from index.build.sources.huggingface import (
     token_kinds,
 )
 from index.errors import InputError
+from index.store.artifact import npy_bytes
 from index.store.tokens import TOKENIZER, WEIGHTS
 
 MODEL = "model.safetensors"
@@ -87,12 +87,6 @@ def read_embeddings(tensor: TensorInfo) -> np.ndarray:
         handle.seek(tensor.start)
         read_exact(handle, memoryview(raw).cast("B"), tensor.file)  # type: ignore[arg-type]  # as above
     return raw.astype(np.float32)
-
-
-def npy_bytes(array: np.ndarray) -> bytes:
-    buffer = io.BytesIO()
-    np.save(buffer, array, allow_pickle=False)
-    return buffer.getvalue()
 
 
 def read(path: Path, options: ReadOptions) -> RawTable:

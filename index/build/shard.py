@@ -27,7 +27,7 @@ from index.engine import keyword
 from index.errors import ArtifactError
 from index.progress import note
 from index.store import artifact, shardmap
-from index.store.payload import KIND, contiguous, payload_files
+from index.store.payload import KIND, contiguous, payload_files, serialise
 from index.store.tokens import write_tokens
 
 log = logging.getLogger(__name__)
@@ -149,10 +149,7 @@ def import_sharded(
         if whole is not None:
             (tmp / shardmap.DF).write_bytes(artifact.npy_bytes(whole.df))
             terms = pa.RecordBatch.from_arrays([whole.terms], names=["term"])
-            sink = pa.BufferOutputStream()
-            with pa.ipc.new_file(sink, terms.schema) as writer:
-                writer.write_batch(terms)
-            (tmp / shardmap.TERMS).write_bytes(sink.getvalue().to_pybytes())
+            (tmp / shardmap.TERMS).write_bytes(serialise(terms))
             statistics = {
                 "field": text,
                 "tokenizer": tokenizer.settings(),

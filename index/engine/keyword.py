@@ -46,7 +46,7 @@ from index.errors import ArtifactError, InvalidQuery, OverLimit
 from index.progress import Progress, note
 from index.store import shardmap
 from index.store.artifact import npy_bytes
-from index.store.payload import contiguous, search_sorted
+from index.store.payload import contiguous, search_sorted, serialise
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -368,13 +368,6 @@ def _count(texts: pa.Array, tokenizer: Tokenizer, lengths: np.ndarray) -> _Count
     return counts
 
 
-def _arrow_file(batch: pa.RecordBatch) -> memoryview:
-    sink = pa.BufferOutputStream()
-    with pa.ipc.new_file(sink, batch.schema) as writer:
-        writer.write_batch(batch)
-    return memoryview(sink.getvalue())
-
-
 @dataclass(frozen=True)
 class Statistics:
     """What BM25 scores a document against beyond the document itself: the table's documents, their average
@@ -471,7 +464,7 @@ def build(
         INDICES: npy_bytes(matrix.indices.astype(np.int32)),
         INDPTR: npy_bytes(indptr),
         PARAMS: (json.dumps(params, indent=4) + "\n").encode(),
-        TERMS: _arrow_file(pa.RecordBatch.from_arrays([terms], names=["term"])),
+        TERMS: serialise(pa.RecordBatch.from_arrays([terms], names=["term"])),
     }
     info = {
         "tokenizer": tokenizer.settings(),

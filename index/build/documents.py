@@ -31,7 +31,6 @@ from index.build.fields import (
     INTEGER_TEXT,
     Checks,
     Rows,
-    bools,
     cast_text,
     column_error,
     describe_type,
@@ -44,6 +43,7 @@ from index.build.fields import (
 )
 from index.build.sources import DROP_HINT
 from index.engine.encode import cancelled_out, no_known_piece
+from index.engine.keyword import bools
 from index.errors import InputError, shown
 from index.progress import note
 from index.store.payload import ID_KEY, INTEGER, STRING, contiguous, sort_ids

@@ -22,6 +22,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.json as pajson
 
+from index.engine.keyword import bools
 from index.errors import InputError
 from index.store.payload import (
     BOOLEAN,
@@ -109,10 +110,6 @@ class Checks:
 
     def reason(self, row: int) -> str:
         return next(describe(row) for mask, describe in self.found if mask[row])
-
-
-def bools(values: pa.Array) -> np.ndarray:
-    return np.asarray(values.to_numpy(zero_copy_only=False), dtype=bool)
 
 
 def _all(mask: pa.Array) -> bool:

@@ -177,6 +177,7 @@ def word_characters() -> np.ndarray:
 
 
 def bools(array: pa.Array) -> np.ndarray:
+    """A boolean Arrow array (nulls as False) as NumPy booleans."""
     return np.asarray(array.to_numpy(zero_copy_only=False), dtype=bool)
 
 

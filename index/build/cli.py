@@ -438,8 +438,7 @@ def _whole_only(data_dir: Path, name: str, why: str) -> None:
     """Refuse a sharded table (``why``: what it has instead) before a command meant for one table."""
     from index.store import shardmap
 
-    directory = artifact.table_dir(data_dir, name)
-    if (directory / artifact.MANIFEST).is_file() and shardmap.is_sharded(artifact.read_manifest(directory)):
+    if shardmap.holds_sharded(artifact.table_dir(data_dir, name)):
         fail(f"table {name!r} is sharded: {why}")
 
 
@@ -629,8 +628,7 @@ def compact(name: str, data_dir: DataDir = Path("data"), quiet: Quiet = False) -
     from index.build.compact_shards import compact_sharded
     from index.store import shardmap
 
-    directory = artifact.table_dir(data_dir, name)
-    sharded = (directory / artifact.MANIFEST).is_file() and shardmap.is_sharded(artifact.read_manifest(directory))
+    sharded = shardmap.holds_sharded(artifact.table_dir(data_dir, name))
     done = compact_sharded(data_dir, name) if sharded else fold(data_dir, name)
     if not done["written"]:
         typer.echo(f"{name!r}: no writes since its version (sequence {done['log_sequence']}); nothing to do")

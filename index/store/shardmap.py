@@ -80,6 +80,12 @@ def is_sharded(manifest: dict[str, Any]) -> bool:
     return manifest.get("kind") == KIND
 
 
+def holds_sharded(directory: Path) -> bool:
+    """Whether ``directory`` holds a sharded table: it has a manifest, which says so (one that cannot be read
+    raises)."""
+    return (directory / artifact.MANIFEST).is_file() and is_sharded(artifact.read_manifest(directory))
+
+
 @dataclass(frozen=True)
 class Place:
     """Where a shard sits in its sharded table: what a server of the shard alone checks a write's ids against."""

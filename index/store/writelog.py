@@ -93,7 +93,7 @@ def table_log(directory: Path) -> Path:
     the same file whether one server loads the whole table or a shard's server loads the shard alone."""
     directory = Path(directory)
     parent = directory.parent
-    if (parent / artifact.MANIFEST).is_file() and shardmap.is_sharded(artifact.read_manifest(parent)):
+    if shardmap.holds_sharded(parent):
         artifact.check_name(parent.name)
         return parent.parent / DIRECTORY / parent.name / f"{artifact.check_name(directory.name)}{SUFFIX}"
     return log_path(parent, directory.name)

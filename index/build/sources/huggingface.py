@@ -330,6 +330,15 @@ def readable_label(label: str, scheme: str, prefix: str | None) -> str:
     return label
 
 
+def token_metadata(vocab: Vocabulary, labels: list[str], flags: np.ndarray) -> dict[str, list[str]]:
+    """A model-token table's metadata columns: each token's readable label (a row past the tokenizer's, its own
+    label) and its piece, ``word``, ``special`` or ``continuation`` (from its ``flags``)."""
+    readable = [readable_label(t, vocab.scheme, vocab.continuation_prefix) for t in vocab.labels]
+    readable += labels[len(vocab.labels) :]
+    piece = np.array(["word", "special", "continuation"])[np.minimum(flags, 2)].tolist()
+    return {"readable": readable, "piece": piece}
+
+
 def token_kinds(vocab: Vocabulary, flags: np.ndarray) -> dict[str, Any]:
     """The manifest's count of special and continuation tokens, and how the readable labels were made."""
     return {
@@ -407,10 +416,6 @@ def read(path: Path, options: ReadOptions) -> RawTable:
     unused = rows - len(vocab.labels)  # padding rows beyond the tokenizer (e.g. rounded up to a multiple of 64)
     labels = vocab.labels + [f"<unused:{i}>" for i in range(len(vocab.labels), rows)]
     flags = np.concatenate([token_flags(vocab), np.full(unused, FLAG_SPECIAL, dtype=np.uint8)])
-    readable = [readable_label(t, vocab.scheme, vocab.continuation_prefix) for t in vocab.labels]
-    readable += labels[len(vocab.labels) :]
-    piece = np.array(["word", "special", "continuation"])[np.minimum(flags, 2)].tolist()
-
     output = next((tensors[n] for n in OUTPUT_NAMES if n in tensors and n != tensor.name), None)
     tied = same_bytes(tensor, output) if output is not None else bool(config.get("tie_word_embeddings", True))
     architectures = config.get("architectures") or []
@@ -435,7 +440,7 @@ def read(path: Path, options: ReadOptions) -> RawTable:
         tokens=labels,
         matrix=matrix,
         first_line=0,  # error "lines" are token ids
-        metadata={"readable": readable, "piece": piece},
+        metadata=token_metadata(vocab, labels, flags),
         flags=flags,
         info=info,
         kind="tokens",

@@ -25,10 +25,10 @@ from index.build.sources.huggingface import (
     read_json,
     read_matrix,
     read_vocabulary,
-    readable_label,
     tensor_listing,
     token_flags,
     token_kinds,
+    token_metadata,
 )
 from index.errors import InputError
 from index.store.artifact import npy_bytes
@@ -132,8 +132,6 @@ def read(path: Path, options: ReadOptions) -> RawTable:
         extra_files[WEIGHTS] = npy_bytes(weights)
 
     flags = token_flags(vocab)
-    readable = [readable_label(t, vocab.scheme, vocab.continuation_prefix) for t in vocab.labels]
-    piece = np.array(["word", "special", "continuation"])[np.minimum(flags, 2)].tolist()
     settings: dict[str, Any] = {key: config[key] for key in CONFIG_KEYS if key in config}
     max_length = config.get("max_length", 512)  # model2vec's default
     info = {
@@ -162,7 +160,7 @@ def read(path: Path, options: ReadOptions) -> RawTable:
         tokens=vocab.labels,
         matrix=matrix,
         first_line=0,  # error "lines" are token ids
-        metadata={"readable": readable, "piece": piece},
+        metadata=token_metadata(vocab, vocab.labels, flags),
         flags=flags,
         info=info,
         kind="tokens",

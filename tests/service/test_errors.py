@@ -6,7 +6,6 @@ import io
 import json
 import logging
 import re
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -23,9 +22,8 @@ from service.http.fastroute import QueryRoute, query_params
 from service.logs import PlainFormatter
 from service.schemas.neighbors import NeighborsParams
 from tests import REPO
-from tests.cli import run_cli
-from tests.index.build.test_embed_documents import without_vectors
-from tests.lee import Lee, write_jsonl
+from tests.index.build.test_embed_documents import import_texts
+from tests.lee import Lee
 from tests.service.conftest import client_for
 
 T = "/v1/tables/small"
@@ -210,10 +208,7 @@ def test_a_table_not_served_says_why(tmp_path: Path, small_data_dir: Path, lee_d
     """A documents table whose encoder table is not served, or a table asked for that is not in the data
     directory: the 503 says why (a table's refused files are the server log's)."""
     data = tmp_path / "data"
-    shutil.copytree(small_data_dir / "small", data / "small")
-    path = write_jsonl(tmp_path / "lee-text.jsonl", without_vectors(lee_docs))
-    args = ("import", path, "--format", "documents", "--name", "lee", "--encoder", "small", "--data-dir", data)
-    assert run_cli(*args).code == 0
+    import_texts(data, small_data_dir, lee_docs, tmp_path / "lee-text.jsonl")
     with client_for(data_dir=data, tables=["lee", "nope"]) as client:
         error = envelope(client.post("/v1/tables/lee/search", json={"text": "budget", "k": 3}), 503, "not_ready")
         assert error["message"] == (

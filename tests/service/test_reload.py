@@ -20,9 +20,8 @@ from index.build.writer import build_table
 from index.engine.table import Table
 from index.store import artifact
 from service_client import ApiError, Client
-from tests.cli import run_cli
-from tests.index.build.test_embed_documents import without_vectors
-from tests.lee import Lee, write_jsonl
+from tests.index.build.test_embed_documents import import_texts
+from tests.lee import Lee
 from tests.service.conftest import client_for
 from tests.service.real_server import HTTP, Server, running, start, wait_for
 
@@ -374,10 +373,7 @@ def test_a_documents_table_withdrawn_for_its_rebuilt_encoder_is_missing_not_remo
     tmp_path: Path, small_data_dir: Path, lee_docs: Lee, glove_raw: RawTable, caplog: pytest.LogCaptureFixture
 ) -> None:
     data = tmp_path / "data"
-    shutil.copytree(small_data_dir / "small", data / "small")
-    texts = write_jsonl(tmp_path / "lee.jsonl", without_vectors(lee_docs))
-    args = ("import", texts, "--format", "documents", "--name", "leeenc", "--encoder", "small", "--data-dir", data)
-    assert run_cli(*args).code == 0
+    import_texts(data, small_data_dir, lee_docs, tmp_path / "lee.jsonl", name="leeenc")
     rows = artifact.read_manifest(data / "small")["rows"]
     with client_for(data_dir=data, api_key=KEY) as client:
         assert client.get("/readyz").json()["loaded"] == ["leeenc", "small"]

@@ -17,19 +17,15 @@ from index.engine.encode import encoder_for
 from index.engine.table import Table
 from index.store import artifact
 from service.registry import Registry
-from tests.cli import run_cli
-from tests.index.build.test_embed_documents import without_vectors
-from tests.lee import Lee, write_jsonl
+from tests.index.build.test_embed_documents import import_texts
+from tests.lee import Lee
 from tests.service.conftest import client_for
 
 
 @pytest.fixture(scope="module")
 def data_dir(tmp_path_factory: pytest.TempPathFactory, small_data_dir: Path, lee_docs: Lee) -> Path:
     data = tmp_path_factory.mktemp("text-data")
-    shutil.copytree(small_data_dir / "small", data / "small")
-    path = write_jsonl(data.parent / "lee-text.jsonl", without_vectors(lee_docs))
-    args = ("import", path, "--format", "documents", "--name", "lee", "--encoder", "small", "--data-dir", data)
-    assert run_cli(*args).code == 0
+    import_texts(data, small_data_dir, lee_docs, data.parent / "lee-text.jsonl")
     return data
 
 

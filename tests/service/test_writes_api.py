@@ -30,7 +30,7 @@ from service.schemas.writes import WriteDocument
 from service_client import ApiError, Client
 from tests.cli import run_cli
 from tests.conftest import link_table
-from tests.index.build.test_embed_documents import without_vectors
+from tests.index.build.test_embed_documents import import_texts
 from tests.lee import Lee, write_jsonl
 from tests.opposite import build_opposite
 from tests.service import real_server
@@ -45,10 +45,7 @@ NOTE = "The committee met on Tuesday to discuss the new budget for schools and h
 @pytest.fixture(scope="module")
 def data_dir(tmp_path_factory: pytest.TempPathFactory, small_data_dir: Path, lee_docs: Lee) -> Path:
     data = tmp_path_factory.mktemp("writes-data")
-    shutil.copytree(small_data_dir / "small", data / "small")
-    path = write_jsonl(data.parent / "lee-writes.jsonl", without_vectors(lee_docs))
-    args = ("import", path, "--format", "documents", "--name", "lee", "--encoder", "small", "--data-dir", data)
-    assert run_cli(*args).code == 0
+    import_texts(data, small_data_dir, lee_docs, data.parent / "lee-writes.jsonl")
     numbers = [{"id": i * 10, "vector": lee_docs.vectors[i].tolist()} for i in range(12)]  # integer ids, no text
     path = write_jsonl(data.parent / "numbers.jsonl", numbers)
     assert run_cli("import", path, "--format", "documents", "--name", "numbers", "--data-dir", data).code == 0

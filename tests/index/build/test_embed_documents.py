@@ -8,6 +8,7 @@ the manifest records the encoder, and bad rows (no text, no known word) are name
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -31,6 +32,15 @@ from tests.opposite import build_opposite
 
 def without_vectors(lee: Lee) -> list[dict[str, object]]:
     return [{key: value for key, value in record.items() if key != "vector"} for record in jsonl_records(lee)]
+
+
+def import_texts(data: Path, small_data_dir: Path, lee: Lee, source: Path, name: str = "lee") -> None:
+    """``data`` made of ``small`` (copied from ``small_data_dir``) and table ``name``: Lee's documents without
+    vectors (written to ``source``), their texts embedded by ``small`` at import."""
+    shutil.copytree(small_data_dir / "small", data / "small")
+    path = write_jsonl(source, without_vectors(lee))
+    args = ("import", path, "--format", "documents", "--name", name, "--encoder", "small", "--data-dir", data)
+    assert run_cli(*args).code == 0
 
 
 def imported(path: Path, data_dir: Path, *extra: object, name: str = "docs") -> Table:

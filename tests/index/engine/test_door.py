@@ -6,7 +6,6 @@ per-item errors in a batch, in order."""
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -22,10 +21,9 @@ from index.engine.hybrid import DEPTH, DIVERSE
 from index.engine.keyword import KeywordIndex
 from index.engine.table import SearchOptions, Table
 from index.store.writelog import Record
-from tests.cli import run_cli
-from tests.index.build.test_embed_documents import without_vectors
+from tests.index.build.test_embed_documents import import_texts
 from tests.index.engine.test_gensim_parity import ANALOGIES, QUERIES, assert_same
-from tests.lee import Lee, write_jsonl
+from tests.lee import Lee
 from tests.service.test_hybrid_api import TEXTS, best, bm25, cosines, fused, greedy_mmr
 
 K = 10
@@ -334,10 +332,7 @@ def test_the_delta_is_searched_beside_the_version(lee: Table, lee_docs: Lee) -> 
 def encoded(tmp_path_factory: pytest.TempPathFactory, small_data_dir: Path, lee_docs: Lee) -> tuple[Table, Table]:
     """Lee imported without vectors, embedded by the 20,000-row GloVe table ``small``: (lee, small)."""
     data = tmp_path_factory.mktemp("door-text")
-    shutil.copytree(small_data_dir / "small", data / "small")
-    path = write_jsonl(data.parent / "door-lee.jsonl", without_vectors(lee_docs))
-    args = ("import", path, "--format", "documents", "--name", "lee", "--encoder", "small", "--data-dir", data)
-    assert run_cli(*args).code == 0
+    import_texts(data, small_data_dir, lee_docs, data.parent / "door-lee.jsonl")
     return Table.load(data / "lee"), Table.load(data / "small")
 
 

@@ -92,6 +92,21 @@ def vector_requests(table: Table, name: str, words: list[tuple[str, int]]) -> li
     ]
 
 
+def load_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of a run that measures the GloVe table's hot routes (this module's and ``bench.floors``)."""
+    parser.add_argument("--data-dir", type=Path, default=REPO / "data")
+    parser.add_argument("--table", default=TABLE)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--seconds", type=float, default=5.0)
+    parser.add_argument("--connections", type=int, default=32)
+    parser.add_argument("--words", type=int, default=2048)
+
+
+def hot_routes(table: Table, name: str, words: list[tuple[str, int]]) -> dict[str, list[load.Request]]:
+    """The requests of the two hot routes over table ``name``: ``neighbors`` (GET) and ``search_vector``."""
+    return {"neighbors": http_requests(name, words)["hnsw_get"], "search_vector": vector_requests(table, name, words)}
+
+
 def measure(
     base: str, pid: int, items: list[load.Request], connections: int, seconds: float
 ) -> tuple[load.LoadResult, float]:
@@ -138,12 +153,7 @@ def table_of(summary: dict[str, dict[str, dict[str, float]]], ratios: dict[str, 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--before", required=True, help="the git ref to compare this tree with")
-    parser.add_argument("--data-dir", type=Path, default=REPO / "data")
-    parser.add_argument("--table", default=TABLE)
-    parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--seconds", type=float, default=5.0)
-    parser.add_argument("--connections", type=int, default=32)
-    parser.add_argument("--words", type=int, default=2048)
+    load_arguments(parser)
     parser.add_argument("--routes", default="neighbors,search_vector,search_hybrid", help="comma-separated")
     parser.add_argument("--env", action="append", default=[], help="NAME=VALUE for both servers (repeatable)")
     parser.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "before_after.json")
@@ -155,10 +165,7 @@ def main(argv: list[str] | None = None) -> int:
     env = server_env(cache=False) | dict(item.split("=", 1) for item in args.env)
     with tempfile.TemporaryDirectory(prefix="before-") as scratch:
         work = Path(scratch)
-        routes: dict[str, list[load.Request]] = {
-            "neighbors": http_requests(args.table, words)["hnsw_get"],
-            "search_vector": vector_requests(table, args.table, words),
-        }
+        routes = hot_routes(table, args.table, words)
         tables = [args.table]
         data_dir = args.data_dir
         if "search_hybrid" in args.routes.split(","):

@@ -28,20 +28,15 @@ from pathlib import Path
 from typing import Any
 
 from bench import load, thread_cpu
-from bench.before_after import vector_requests
-from bench.common import REPO, TABLE, Context, embedding_serve, free_port, machine, median, serve, server_env
-from bench.neighbours import check_answers, floor_command, http_requests, sample_words
+from bench.before_after import hot_routes, load_arguments
+from bench.common import REPO, Context, embedding_serve, free_port, machine, median, serve, server_env
+from bench.neighbours import check_answers, floor_command, sample_words
 from index.engine.table import Table
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--data-dir", type=Path, default=REPO / "data")
-    parser.add_argument("--table", default=TABLE)
-    parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--seconds", type=float, default=5.0)
-    parser.add_argument("--connections", type=int, default=32)
-    parser.add_argument("--words", type=int, default=2048)
+    load_arguments(parser)
     parser.add_argument("--busy", action="store_true", help="under bench.peers' background load")
     parser.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "floors.json")
     args = parser.parse_args(argv)
@@ -49,10 +44,7 @@ def main(argv: list[str] | None = None) -> int:
 
     table = Table.load(args.data_dir / args.table, checksums=False)
     words = sample_words(table, args.words)
-    routes = {
-        "neighbors": http_requests(args.table, words)["hnsw_get"],
-        "search_vector": vector_requests(table, args.table, words),
-    }
+    routes = hot_routes(table, args.table, words)
     ctx = Context(data_dir=args.data_dir, work_dir=args.out.parent, results_dir=args.out.parent, table=args.table)
     ours_port, floor_port = free_port(), free_port()
     with tempfile.TemporaryDirectory(prefix="floors-") as scratch, ExitStack() as stack:

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 from pathlib import Path
+from urllib.parse import quote
 
 import numpy as np
 from gensim.test.utils import datapath
 
-from bench.before_after import DOCUMENTS, K, documents_table, table_of, vector_requests
+from bench.before_after import DOCUMENTS, K, documents_table, hot_routes, load_arguments, table_of, vector_requests
+from bench.common import REPO, TABLE
 from bench.neighbours import sample_words
 from index.engine.table import Table
 
@@ -22,6 +25,23 @@ def test_vector_requests_carry_each_words_row(glove: Table) -> None:
         body = json.loads(item.body or b"")
         assert set(body) == {"vector", "k"} and body["k"] == K
         np.testing.assert_allclose(body["vector"], glove.vectors[row], atol=5e-7)
+
+
+def test_the_hot_routes_and_their_options(glove: Table) -> None:
+    """What this benchmark and bench.floors both measure: the neighbours GET of each word and its raw-vector search,
+    with the same options."""
+    parser = argparse.ArgumentParser()
+    load_arguments(parser)
+    args = parser.parse_args([])
+    assert (args.data_dir, args.table) == (REPO / "data", TABLE)
+    assert (args.rounds, args.seconds, args.connections, args.words) == (5, 5.0, 32, 2048)
+    words = sample_words(glove, 4)
+    routes = hot_routes(glove, glove.name, words)
+    assert list(routes) == ["neighbors", "search_vector"]
+    base = f"/v1/tables/{glove.name}/neighbors"
+    gets = [(item.method, item.path) for item in routes["neighbors"]]
+    assert gets == [("GET", f"{base}?token={quote(word, safe='')}&k={K}") for word, _ in words]
+    assert routes["search_vector"] == vector_requests(glove, glove.name, words)
 
 
 def test_documents_table_is_the_lee_corpus_with_hybrid_queries(tmp_path: Path) -> None:

@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from index.build.sources import RawTable, open_text, refuse_unread
+from index.build.sources import RawTable, open_text, reading, refuse_unread
 from index.errors import InputError
 from index.progress import Progress
 
@@ -73,18 +73,15 @@ class Corpus:
             if not path.is_file():
                 raise InputError(path, "corpus file not found" if not path.exists() else "not a regular file")
             file_words = 0
-            with open_text(path) as handle:
-                try:
-                    refuse_unread(path, handle.peek(16)[:16])
-                    for number, raw in enumerate(handle, start=1):
-                        try:
-                            file_words += len(raw.decode("utf-8").split())
-                        except UnicodeDecodeError as exc:
-                            problem = f"not UTF-8 text ({exc.reason} at byte {exc.start})"
-                            raise InputError(path, problem, number) from None
-                        lines += 1
-                except (OSError, EOFError, zlib.error) as exc:
-                    raise InputError(path, f"cannot read: {exc}") from None
+            with open_text(path) as handle, reading(path):
+                refuse_unread(path, handle.peek(16)[:16])
+                for number, raw in enumerate(handle, start=1):
+                    try:
+                        file_words += len(raw.decode("utf-8").split())
+                    except UnicodeDecodeError as exc:
+                        problem = f"not UTF-8 text ({exc.reason} at byte {exc.start})"
+                        raise InputError(path, problem, number) from None
+                    lines += 1
             if file_words == 0:
                 raise InputError(path, "corpus file has no words")
             words += file_words

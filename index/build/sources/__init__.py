@@ -11,7 +11,8 @@ import importlib
 import io
 import os
 import zlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -77,12 +78,18 @@ def open_text(path: Path) -> BinaryHandle:
     return gzip.open(path, "rb") if magic == b"\x1f\x8b" else open(path, "rb")
 
 
+@contextmanager
+def reading(path: Path) -> Iterator[None]:
+    """What reading ``path`` (gzip-compressed or not) raises in the block, as the InputError ``cannot read: ...``."""
+    try:
+        yield
+    except (OSError, EOFError, zlib.error) as exc:
+        raise InputError(path, f"cannot read: {exc}") from None
+
+
 def read_bytes(path: Path) -> bytes:
-    with open_text(path) as handle:
-        try:
-            return handle.read()
-        except (OSError, EOFError, zlib.error) as exc:
-            raise InputError(path, f"cannot read: {exc}") from None
+    with open_text(path) as handle, reading(path):
+        return handle.read()
 
 
 # format name -> (module of index.build.sources, its reader): one reader per format, imported when first used.
@@ -111,11 +118,8 @@ def reader(fmt: str) -> Reader:
 
 def read_head(path: Path) -> bytes:
     """The first bytes of the (decompressed) file: what its format is sniffed by."""
-    try:
-        with open_text(path) as handle:
-            return handle.read(HEAD_BYTES)
-    except (OSError, EOFError, zlib.error) as exc:
-        raise InputError(path, f"cannot read: {exc}") from None
+    with reading(path), open_text(path) as handle:
+        return handle.read(HEAD_BYTES)
 
 
 def sniff_format(path: Path, block: bytes | None = None) -> str:
@@ -201,12 +205,9 @@ MAX_FIRST_ROW = 64 << 20
 
 def _read_line(path: Path, offset: int, limit: int) -> bytes:
     """The rest of the line at byte ``offset`` of the (decompressed) file, at most ``limit`` bytes."""
-    try:
-        with open_text(path) as handle:
-            handle.seek(offset)
-            return handle.readline(limit)
-    except (OSError, EOFError, zlib.error) as exc:
-        raise InputError(path, f"cannot read: {exc}") from None
+    with reading(path), open_text(path) as handle:
+        handle.seek(offset)
+        return handle.readline(limit)
 
 
 def is_number(field: bytes) -> bool:

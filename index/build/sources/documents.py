@@ -21,7 +21,6 @@ import csv
 import io
 import json
 import re
-import zlib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -36,7 +35,7 @@ from index.build.documents import DocumentOptions, Documents, Embed, prepare
 from index.build.embed_documents import TextEncoder
 from index.build.fields import Rows
 from index.build.passages import DEFAULT_CHUNK_WORDS, Folder, passages_table, read_folder
-from index.build.sources import RawTable, ReadOptions, not_utf8_lines, open_text, read_bytes
+from index.build.sources import RawTable, ReadOptions, not_utf8_lines, open_text, read_bytes, reading
 from index.engine.keyword import Tokenizer, for_documents
 from index.errors import InputError
 from index.progress import Progress
@@ -100,11 +99,8 @@ def file_kind(path: Path) -> str:
     with open(path, "rb") as handle:
         if handle.read(4) == b"PAR1":
             return "parquet"
-    try:
-        with open_text(path) as handle:
-            start = handle.read(4096).removeprefix(BOM).lstrip()
-    except (OSError, EOFError, zlib.error) as exc:
-        raise InputError(path, f"cannot read: {exc}") from None
+    with reading(path), open_text(path) as handle:
+        start = handle.read(4096).removeprefix(BOM).lstrip()
     return "jsonl" if start.startswith(b"{") else "csv"
 
 

@@ -8,14 +8,21 @@ from __future__ import annotations
 
 import gzip
 import io
-import zlib
 from pathlib import Path
 from tokenize import TokenError
 
 import numpy as np
 import numpy.lib.format as npformat
 
-from index.build.sources import NOT_UTF8_DROP_HINT, RawTable, ReadOptions, not_utf8_lines, open_text, read_bytes
+from index.build.sources import (
+    NOT_UTF8_DROP_HINT,
+    RawTable,
+    ReadOptions,
+    not_utf8_lines,
+    open_text,
+    read_bytes,
+    reading,
+)
 from index.errors import InputError
 
 BOM = "\ufeff"
@@ -56,12 +63,9 @@ def load_matrix(path: Path) -> np.ndarray:
     The header is checked first (dtype, shape, and that the data it describes is there), so a damaged
     header can neither unpickle nor make a large allocation.
     """
-    try:
-        with open_text(path) as handle:
-            compressed = isinstance(handle, gzip.GzipFile)
-            data = handle.read() if compressed else handle.read(6)
-    except (OSError, EOFError, zlib.error) as exc:
-        raise InputError(path, f"cannot read: {exc}") from None
+    with reading(path), open_text(path) as handle:
+        compressed = isinstance(handle, gzip.GzipFile)
+        data = handle.read() if compressed else handle.read(6)
     if not data.startswith(MAGIC):
         what = "an .npz archive; give the .npy matrix itself" if data[:4] == b"PK\x03\x04" else "not a .npy file"
         raise InputError(path, what)

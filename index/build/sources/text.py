@@ -20,7 +20,6 @@ Reading is two streaming passes over the file, so memory stays near the size of 
 from __future__ import annotations
 
 import re
-import zlib
 from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -41,6 +40,7 @@ from index.build.sources import (
     decode_tokens,
     is_number,
     open_text,
+    reading,
 )
 from index.errors import InputError
 from index.progress import Progress, note
@@ -167,10 +167,8 @@ def _parse_header(path: Path, line: bytes) -> tuple[int, int]:
 
 
 def _read_block(handle: BinaryHandle, path: Path) -> bytes:
-    try:
+    with reading(path):
         return handle.read(CHUNK_BYTES)
-    except (OSError, EOFError, zlib.error) as exc:
-        raise InputError(path, f"cannot read: {exc}") from None
 
 
 def _scan(path: Path) -> tuple[int, int, bytes]:

@@ -13,13 +13,12 @@ a wrong dimension in the header, each row then read from inside the previous one
 from __future__ import annotations
 
 import gzip
-import zlib
 from pathlib import Path
 
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
-from index.build.sources import BinaryHandle, RawTable, ReadOptions, decode_tokens, open_text
+from index.build.sources import BinaryHandle, RawTable, ReadOptions, decode_tokens, open_text, reading
 from index.errors import InputError
 from index.progress import Progress
 
@@ -34,11 +33,9 @@ def _size(path: Path) -> int:
         if not isinstance(handle, gzip.GzipFile):
             return Path(path).stat().st_size
         total = 0
-        try:
+        with reading(path):
             while block := handle.read(CHUNK_BYTES):
                 total += len(block)
-        except (OSError, EOFError, zlib.error) as exc:
-            raise InputError(path, f"cannot read: {exc}") from None
         return total
 
 
@@ -57,10 +54,8 @@ def read(path: Path, options: ReadOptions) -> RawTable:
     path = Path(path)
     size = _size(path)
     with open_text(path) as handle:
-        try:
+        with reading(path):
             first = handle.readline(256)
-        except (OSError, EOFError, zlib.error) as exc:
-            raise InputError(path, f"cannot read: {exc}") from None
         if not first:
             raise InputError(path, "empty file: no vectors")
         rows, dim = _header(path, first)
@@ -83,10 +78,8 @@ def read(path: Path, options: ReadOptions) -> RawTable:
         with Progress(f"reading {path.name}", rows) as progress:
             while row < rows:
                 if not eof:
-                    try:
+                    with reading(path):
                         block = handle.read(CHUNK_BYTES)
-                    except (OSError, EOFError, zlib.error) as exc:
-                        raise InputError(path, f"cannot read: {exc}") from None
                     eof = not block
                     data += block
                 raw: list[bytes] = []
@@ -111,10 +104,8 @@ def read(path: Path, options: ReadOptions) -> RawTable:
 
 
 def _read_rest(handle: BinaryHandle, path: Path) -> bytes:
-    try:
+    with reading(path):
         return handle.read(1 << 20)
-    except (OSError, EOFError, zlib.error) as exc:
-        raise InputError(path, f"cannot read: {exc}") from None
 
 
 def _locate(

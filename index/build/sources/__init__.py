@@ -156,11 +156,10 @@ def sniff_format(path: Path, block: bytes | None = None) -> str:
     if len(head) > 1 and head[0] == 0x80 and 2 <= head[1] <= 5:
         return "gensim"  # a pickle
     first = head.split(b"\n", 1)[0]
-    parts = first.split()
-    if len(parts) == 2 and all(p.isdigit() for p in parts):
+    if (header := header_numbers(first)) is not None:
         # word2vec text if the first row is text (its token may contain spaces); else binary: a token, a space,
         # then raw float32 bytes.
-        dim = int(parts[1])
+        dim = header[1]
         row = head[len(first) + 1 :]
         if b"\n" not in row:
             row += _read_line(path, len(block), min(FIRST_ROW_SLACK + 32 * dim, MAX_FIRST_ROW))
@@ -168,6 +167,29 @@ def sniff_format(path: Path, block: bytes | None = None) -> str:
             return "word2vec-binary"
         return "fasttext" if name.endswith(".vec") else "word2vec"
     return "glove"
+
+
+def header_numbers(line: bytes) -> tuple[int, int] | None:
+    """The two numbers of a word2vec header line ``ROWS DIM``, or None when ``line`` is not one."""
+    parts = line.split()
+    if len(parts) != 2 or not all(p.isdigit() for p in parts):
+        return None
+    return int(parts[0]), int(parts[1])
+
+
+def word2vec_header(path: Path, line: bytes, hint: str = "") -> tuple[int, int]:
+    """The rows and dimension a word2vec file's first ``line`` announces (``hint`` ends the error of a line that is
+    not a header)."""
+    header = header_numbers(line)
+    if header is None:
+        shown = line[:60].decode("utf-8", "replace").strip()
+        raise InputError(
+            path, f"expected a word2vec header 'ROWS DIM' on the first line, found {shown!r}{hint}", line=1
+        )
+    rows, dim = header
+    if rows < 1 or dim < 1:
+        raise InputError(path, f"the header says {rows} rows of dimension {dim}: no vectors", line=1)
+    return rows, dim
 
 
 # First bytes of files no reader takes, and what they are.

@@ -41,6 +41,7 @@ from index.build.sources import (
     is_number,
     open_text,
     reading,
+    word2vec_header,
 )
 from index.errors import InputError
 from index.progress import Progress, note
@@ -87,7 +88,7 @@ def _read(path: Path, options: ReadOptions, header: bool) -> RawTable:
         raise InputError(path, f"the first line is longer than {MAX_HEAD >> 20} MiB: not an embedding file", line=1)
     first_line = 1
     if header:
-        rows, dim = _parse_header(path, head_lines[0])
+        rows, dim = word2vec_header(path, head_lines[0], " (use --format glove for a file without a header)")
         head_lines = head_lines[1:]
         first_line = 2
         if rows != lines - 1:  # blank lines between rows are not rows: they are refused or dropped later
@@ -148,22 +149,6 @@ def _read(path: Path, options: ReadOptions, header: bool) -> RawTable:
         "tokens_unicode_replaced": stats.tokens_unicode_replaced,
     }
     return RawTable(tokens=tokens, matrix=matrix, first_line=first_line, report=report)
-
-
-def _parse_header(path: Path, line: bytes) -> tuple[int, int]:
-    parts = line.split()
-    if len(parts) != 2 or not all(p.isdigit() for p in parts):
-        shown = line[:60].decode("utf-8", "replace").strip()
-        raise InputError(
-            path,
-            f"expected a word2vec header 'ROWS DIM' on the first line, found {shown!r} "
-            "(use --format glove for a file without a header)",
-            line=1,
-        )
-    rows, dim = int(parts[0]), int(parts[1])
-    if rows < 1 or dim < 1:
-        raise InputError(path, f"the header says {rows} rows of dimension {dim}: no vectors", line=1)
-    return rows, dim
 
 
 def _read_block(handle: BinaryHandle, path: Path) -> bytes:

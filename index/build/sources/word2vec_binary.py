@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
-from index.build.sources import BinaryHandle, RawTable, ReadOptions, decode_tokens, open_text, reading
+from index.build.sources import BinaryHandle, RawTable, ReadOptions, decode_tokens, open_text, reading, word2vec_header
 from index.errors import InputError
 from index.progress import Progress
 
@@ -39,17 +39,6 @@ def _size(path: Path) -> int:
         return total
 
 
-def _header(path: Path, line: bytes) -> tuple[int, int]:
-    parts = line.split()
-    if len(parts) != 2 or not all(p.isdigit() for p in parts):
-        shown = line[:60].decode("utf-8", "replace").strip()
-        raise InputError(path, f"expected a word2vec header 'ROWS DIM' on the first line, found {shown!r}", line=1)
-    rows, dim = int(parts[0]), int(parts[1])
-    if rows < 1 or dim < 1:
-        raise InputError(path, f"the header says {rows} rows of dimension {dim}: no vectors", line=1)
-    return rows, dim
-
-
 def read(path: Path, options: ReadOptions) -> RawTable:
     path = Path(path)
     size = _size(path)
@@ -58,7 +47,7 @@ def read(path: Path, options: ReadOptions) -> RawTable:
             first = handle.readline(256)
         if not first:
             raise InputError(path, "empty file: no vectors")
-        rows, dim = _header(path, first)
+        rows, dim = word2vec_header(path, first)
         width = 4 * dim
         body = size - len(first)
         if rows * (width + 2) > body:

@@ -59,6 +59,27 @@ def import_fails(path: Path, data_dir: Path, *extra: object, name: str = "t") ->
     return lines[0]
 
 
+NOT_A_HEADER = "expected a word2vec header 'ROWS DIM' on the first line, found '3 x'"
+
+
+@pytest.mark.parametrize(
+    ("fmt", "head", "problem"),
+    [
+        ("word2vec", b"3 x", NOT_A_HEADER + " (use --format glove for a file without a header)"),
+        ("word2vec-binary", b"3 x", NOT_A_HEADER),
+        ("word2vec", b"0 2", "the header says 0 rows of dimension 2: no vectors"),
+        ("word2vec-binary", b"3 0", "the header says 3 rows of dimension 0: no vectors"),
+    ],
+)
+def test_a_word2vec_header_is_two_positive_numbers(tmp_path: Path, fmt: str, head: bytes, problem: str) -> None:
+    """Text and binary word2vec files read their first line by one rule; the text one's error says what to do."""
+    path = tmp_path / "vectors"
+    path.write_bytes(head + b"\na 1 2\n")
+    with pytest.raises(InputError) as caught:
+        read_source(path, fmt)
+    assert str(caught.value) == f"{path}:1: {problem}"
+
+
 def fmt_row(row: np.ndarray) -> bytes:
     """The row's float32 values as text that parses back to exactly the same float32 values."""
     return " ".join(map(repr, row.tolist())).encode()

@@ -312,8 +312,26 @@ class Verification:
 def verify(directory: Path, checksums: bool = True, progress: Callable[[int], None] | None = None) -> Verification:
     """Compare the files of a table with its manifest: presence, sizes, and (by default) sha256."""
     manifest = read_manifest(directory)
-    problems = []
     listed = manifest.get("files", {})
+    problems = file_problems(directory, listed, checksums, progress)
+    if VECTORS in listed and not problems:
+        shape = np.load(directory / VECTORS, mmap_mode="r").shape
+        if shape != (manifest.get("rows"), manifest.get("dim")):
+            problems.append(f"{VECTORS}: shape {shape}, manifest says {manifest.get('rows')} x {manifest.get('dim')}")
+    return Verification(ok=not problems, problems=problems)
+
+
+def file_problems(
+    directory: Path,
+    listed: dict[str, Any],
+    checksums: bool = True,
+    progress: Callable[[int], None] | None = None,
+    beside: Collection[str] = (),
+) -> list[str]:
+    """What disagrees with the manifest's ``listed`` files (name -> bytes, sha256) in ``directory``: a file missing,
+    of another size or (``checksums``) another sha256, and one there that it does not list (``beside`` apart);
+    ``progress(bytes)`` after each file that was there whole."""
+    problems = []
     for name, info in listed.items():
         path = directory / name
         if not path.is_file():
@@ -328,13 +346,9 @@ def verify(directory: Path, checksums: bool = True, progress: Callable[[int], No
         if progress:
             progress(size)
     for child in directory.iterdir():
-        if child.name != MANIFEST and child.name not in listed:
+        if child.name != MANIFEST and child.name not in listed and child.name not in beside:
             problems.append(f"{child.name}: not listed in the manifest")
-    if VECTORS in listed and not problems:
-        shape = np.load(directory / VECTORS, mmap_mode="r").shape
-        if shape != (manifest.get("rows"), manifest.get("dim")):
-            problems.append(f"{VECTORS}: shape {shape}, manifest says {manifest.get('rows')} x {manifest.get('dim')}")
-    return Verification(ok=not problems, problems=problems)
+    return problems
 
 
 def verified(directory: Path, attempts: int = 3) -> tuple[dict[str, Any], Verification]:

@@ -221,21 +221,9 @@ def verify(directory: Path, checksums: bool = True) -> artifact.Verification:
     """A sharded table's own files against its manifest, each shard's manifest against the checksum the map
     holds, and each shard's files against its manifest (``artifact.verify``)."""
     manifest = artifact.read_manifest(directory)
-    problems: list[str] = []
-    listed = manifest.get("files", {})
     shards = manifest.get("shards", {})
     names = list(shards.get("names") or ())
-    for name, info in listed.items():
-        path = directory / name
-        if not path.is_file():
-            problems.append(f"{name}: missing")
-        elif path.stat().st_size != info.get("bytes"):
-            problems.append(f"{name}: {path.stat().st_size} bytes, manifest says {info.get('bytes')}")
-        elif checksums and artifact.sha256_file(path) != info.get("sha256"):
-            problems.append(f"{name}: sha256 differs from the manifest")
-    for child in directory.iterdir():
-        if child.name != artifact.MANIFEST and child.name not in listed and child.name not in names:
-            problems.append(f"{child.name}: not listed in the manifest")
+    problems = artifact.file_problems(directory, manifest.get("files", {}), checksums, beside=names)
     rows = 0
     for name in names:
         shard = directory / name

@@ -37,6 +37,26 @@ def test_build_writes_manifest_with_checksums(tmp_path: Path) -> None:
     assert not list(tmp_path.glob(".tmp-*"))
 
 
+def test_file_problems_name_each_file_that_disagrees_with_the_manifest(tmp_path: Path) -> None:
+    """What a table's and a sharded table's verification says of their files: missing, another size, another
+    sha256, or there and not listed (a sharded table's shard directories apart)."""
+    for name, content in (("a", b"abc"), ("b", b"xyz"), ("c", b"1234"), ("extra", b"")):
+        (tmp_path / name).write_bytes(content)
+    (tmp_path / "shard-000").mkdir()
+    listed = {
+        "a": {"bytes": 3, "sha256": artifact.sha256_file(tmp_path / "a")},
+        "b": {"bytes": 3, "sha256": "0" * 64},
+        "c": {"bytes": 3, "sha256": "0" * 64},
+        "gone": {"bytes": 1, "sha256": "0" * 64},
+    }
+    read: list[int] = []
+    problems = artifact.file_problems(tmp_path, listed, progress=read.append, beside=["shard-000"])
+    wrong = ["c: 4 bytes, manifest says 3", "gone: missing", "extra: not listed in the manifest"]
+    assert problems == ["b: sha256 differs from the manifest", *wrong] and read == [3, 3]
+    assert artifact.file_problems(tmp_path, listed, checksums=False, beside=["shard-000"]) == wrong
+    assert "shard-000: not listed in the manifest" in artifact.file_problems(tmp_path, listed)
+
+
 def test_rows_are_unit_and_norms_kept(tmp_path: Path) -> None:
     raw = _raw()
     original = raw.matrix.copy()

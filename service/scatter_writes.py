@@ -32,7 +32,7 @@ from fastapi.routing import APIRoute
 from starlette.responses import Response
 
 from index.engine.door import STRING, by_owner, routed
-from service.errors import ApiError
+from service.errors import ApiError, error_body
 from service.respond import FastJSON
 from service.scatter import Front, ShardRefused, id_type, named, segment, shard_headers
 from service.schemas.bounds import MAX_TOKEN_CHARS
@@ -79,7 +79,7 @@ async def _send(front: Front, table: str, shard: int, method: str, path: str, bo
         try:
             refusal = orjson.loads(named(table, answer.content))  # the sharded table's name, not the shard's
         except orjson.JSONDecodeError:
-            refusal = {"error": {"code": "invalid_request", "message": answer.text[:200]}}
+            refusal = error_body("invalid_request", answer.text[:200])
         raise Refused(answer.status_code, refusal)
     if answer.status_code != 200:
         message = f"the writer of shard {shard} of table {table!r} ({writer}) failed: status {answer.status_code}"
@@ -114,7 +114,7 @@ async def _scatter(front: Front, table: str, parts: dict[int, tuple[str, str, An
                 outcome.body = _renumbered(outcome.body, places)
                 done.append({"shard": shard, **outcome.body})
             else:
-                done.append({"shard": shard, "error": {"code": outcome.code, "message": outcome.message}})
+                done.append({"shard": shard, **error_body(outcome.code, outcome.message)})
             first = first or outcome
         elif isinstance(outcome, BaseException):
             raise outcome

@@ -39,17 +39,24 @@ def run(*args: object) -> subprocess.CompletedProcess[str]:
     return subprocess.run([*map(str, args)], capture_output=True, text=True, timeout=300)
 
 
+def import_whole_and_sharded(source: Path, data: Path, name: str) -> str:
+    """``name`` (whole) and ``name`` + "3" (``SHARDS`` shards) imported into ``data`` by the command from ``source``;
+    what the sharded import said."""
+    whole = run(EXE, "import", source, "--name", name, "--data-dir", data, "-q")
+    assert whole.returncode == 0, whole.stderr
+    sharded = run(EXE, "import", source, "--name", f"{name}3", "--shards", SHARDS, "--data-dir", data, "-q")
+    assert sharded.returncode == 0, sharded.stderr
+    return sharded.stdout
+
+
 @pytest.fixture(scope="module")
 def data_dir(tmp_path_factory: pytest.TempPathFactory, lee_docs: Lee) -> Path:
     """``lee`` (whole) and ``lee3`` (3 shards), imported by the command from one JSON Lines file."""
     root = tmp_path_factory.mktemp("shards")
     source = write_jsonl(root / "lee.jsonl", jsonl_records(lee_docs))
     data = root / "data"
-    whole = run(EXE, "import", source, "--name", "lee", "--data-dir", data, "-q")
-    assert whole.returncode == 0, whole.stderr
-    sharded = run(EXE, "import", source, "--name", "lee3", "--shards", SHARDS, "--data-dir", data, "-q")
-    assert sharded.returncode == 0, sharded.stderr
-    assert sharded.stdout.startswith(f"built 'lee3': 300 rows x 50 in {SHARDS} shards (")
+    said = import_whole_and_sharded(source, data, "lee")
+    assert said.startswith(f"built 'lee3': 300 rows x 50 in {SHARDS} shards (")
     return data
 
 

@@ -11,8 +11,6 @@ analogy's expected answer's rank, an unknown token's suggestions) add up to the 
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -35,15 +33,8 @@ from index.errors import InvalidQuery
 from index.store import artifact, shardmap
 from index.store.tokens import MAX_TOKEN_CHARS
 from tests.cli import run_cli
-from tests.index.build.test_shards import ROUNDING, equal_up_to_ties
+from tests.index.build.test_shards import EXE, ROUNDING, SHARDS, equal_up_to_ties, import_whole_and_sharded, run
 from tests.words import CASED, write_words
-
-EXE = Path(sys.executable).parent / "embedding-index"
-SHARDS = 3
-
-
-def run(*args: object) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*map(str, args)], capture_output=True, text=True, timeout=300)
 
 
 @pytest.fixture(scope="module")
@@ -52,11 +43,8 @@ def data_dir(tmp_path_factory: pytest.TempPathFactory, glove_raw: RawTable) -> P
     root = tmp_path_factory.mktemp("word-shards")
     source = write_words(glove_raw, root / "words.txt")
     data = root / "data"
-    whole = run(EXE, "import", source, "--name", "words", "--data-dir", data, "-q")
-    assert whole.returncode == 0, whole.stderr
-    sharded = run(EXE, "import", source, "--name", "words3", "--shards", SHARDS, "--data-dir", data, "-q")
-    assert sharded.returncode == 0, sharded.stderr
-    assert sharded.stdout.startswith(f"built 'words3': 20,002 rows x 50 in {SHARDS} shards (")
+    said = import_whole_and_sharded(source, data, "words")
+    assert said.startswith(f"built 'words3': 20,002 rows x 50 in {SHARDS} shards (")
     return data
 
 

@@ -508,6 +508,16 @@ def failed(name: str, outcome: ShardFailed) -> ApiError:
     return ApiError(code, message, table=name, shard=outcome.shard)
 
 
+def answer_of(name: str, outcome: Any) -> Any:
+    """A shard's answer among ``asyncio.gather``'s outcomes for table ``name``: a shard that did not answer raised
+    as the table's 503 or 504 (:func:`failed`), any other exception as it is."""
+    if isinstance(outcome, ShardFailed):
+        raise failed(name, outcome)
+    if isinstance(outcome, BaseException):
+        raise outcome
+    return outcome
+
+
 async def kind(front: Front, name: str) -> str:
     """What the sharded table ``name`` holds (its shards say, once); no shard answering is the search's 503/504."""
     try:

@@ -40,7 +40,7 @@ from starlette.responses import Response
 
 from index.engine.door import STRING, by_owner, check_weights, page_within, routed
 from service.respond import FastJSON, shown_bytes, too_much
-from service.scatter import Front, ShardFailed, ShardRefused, failed, id_type, string_fields
+from service.scatter import Front, ShardFailed, ShardRefused, answer_of, failed, id_type, string_fields
 from service.schemas.bounds import MAX_TOKEN_CHARS
 from service.schemas.common import LIMITS
 from service.schemas.documents import DocumentsRequest, ScrollRequest
@@ -106,11 +106,8 @@ def routes(front: Front, name: str) -> list[APIRoute]:
                 return outcome.response()
         shown: list[dict[str, Any] | None] = [None] * len(ids)
         for at, outcome in zip(groups.values(), outcomes, strict=True):
-            if isinstance(outcome, ShardFailed):
-                raise failed(name, outcome)
-            if isinstance(outcome, BaseException):
-                raise outcome
-            for i, document in zip(at, placed([ids[i] for i in at], outcome), strict=True):
+            answer = answer_of(name, outcome)
+            for i, document in zip(at, placed([ids[i] for i in at], answer), strict=True):
                 shown[i] = document
         missing = [ident for ident, document in zip(ids, shown, strict=True) if document is None]
         found = [document for document in shown if document is not None]
@@ -132,13 +129,7 @@ def routes(front: Front, name: str) -> list[APIRoute]:
         for outcome in outcomes:  # the request's fault first (a bad filter, an after the table cannot hold)
             if isinstance(outcome, ShardRefused):
                 return outcome.response()
-        pages: list[dict[str, Any]] = []
-        for outcome in outcomes:
-            if isinstance(outcome, ShardFailed):
-                raise failed(name, outcome)
-            if isinstance(outcome, BaseException):
-                raise outcome
-            pages.append(outcome)
+        pages: list[dict[str, Any]] = [answer_of(name, outcome) for outcome in outcomes]
         merged = list(heapq.merge(*(page["documents"] for page in pages), key=lambda document: document["id"]))
         cut = [page["next"] for page in pages if page["next"] is not None]
         if cut:  # a shard's page ends there (full, or cut short by its bytes): none of its later ones is here

@@ -23,7 +23,7 @@ from service.deps import RegistryDep
 from service.errors import ApiError
 from service.respond import FastJSON
 from service.routers.tables import summary as local_summary
-from service.scatter import Front, ShardFailed, ShardRefused, failed, unanswered
+from service.scatter import Front, ShardRefused, answer_of, unanswered
 
 
 async def shard_summaries(front: Front, name: str) -> list[dict[str, Any]]:
@@ -37,11 +37,7 @@ async def shard_summaries(front: Front, name: str) -> list[dict[str, Any]]:
     for number, outcome in enumerate(outcomes):
         if isinstance(outcome, ShardRefused):
             outcome = unanswered(number, outcome)
-        if isinstance(outcome, ShardFailed):
-            raise failed(name, outcome)
-        if isinstance(outcome, BaseException):
-            raise outcome
-        parts.append(outcome)
+        parts.append(answer_of(name, outcome))
     return parts
 
 

@@ -47,7 +47,7 @@ from index.errors import InvalidQuery, OverLimit, UnknownToken
 from service.errors import item_error
 from service.http.fastroute import parse_query
 from service.respond import FastJSON
-from service.scatter import Front, ShardFailed, ShardRefused, failed, kind, segment
+from service.scatter import Front, ShardFailed, ShardRefused, answer_of, failed, kind, segment
 from service.scatter_words import WORDS, nearest, query_of, query_vector, resolved, vector_body
 from service.schemas.analogy import AnalogyQuery, AnalogyRequest
 from service.schemas.common import LIMITS
@@ -239,13 +239,9 @@ class Words:
         )
         parts: list[dict[str, Any] | None] = []
         for answer in answers:
-            if isinstance(answer, ShardFailed):
-                raise failed(self.name, answer)
             if isinstance(answer, ShardRefused):
                 raise Refused.of(answer)
-            if isinstance(answer, BaseException):
-                raise answer
-            parts.append({"results": [answer]})
+            parts.append({"results": [answer_of(self.name, answer)]})
         return parts
 
 

@@ -44,7 +44,7 @@ from index.engine.encoding import Encoded as Encoded
 from index.engine.encoding import Pooling as Pooling
 from index.engine.table import Table
 from index.errors import InvalidQuery
-from index.store.tokens import DOTTED_I, FLAG_SPECIAL, TOKENIZER, WEIGHTS
+from index.store.tokens import DOTTED_I, FLAG_SPECIAL, WEIGHTS
 
 if TYPE_CHECKING:
     from index.engine.transformer_encoder import TransformerEncoder
@@ -242,14 +242,9 @@ class Encoder:
         wide = np.unique(np.searchsorted(offsets, np.flatnonzero(blob >= 0x80), "right") - 1)  # non-ASCII labels
         return any(label != label.lower() for label in self.table.tokens.labels(wide.tolist()))
 
-    @cached_property
+    @property
     def tokenizer(self) -> Any:
-        from tokenizers import Tokenizer
-
-        tokenizer = Tokenizer.from_file(str(self.table.directory / TOKENIZER))
-        tokenizer.no_padding()
-        tokenizer.no_truncation()
-        return tokenizer
+        return self.table.lookup.tokenizer  # the one the table's lookups tokenize with
 
     @cached_property
     def token_weights(self) -> np.ndarray | None:

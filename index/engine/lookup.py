@@ -155,11 +155,9 @@ class Lookup:
         when the model asks for it."""
         return text.lower() if self.lower_case else text
 
-    def tokenize(self, text: str) -> list[tuple[int, str]]:
-        """The (id, label) pairs the table's own tokenizer gives for ``text`` (as the model is given it, see
-        :meth:`model_text`), special tokens left out."""
-        if not self.has_tokenizer:
-            raise InvalidQuery(f"table {self.name!r} has no tokenizer (only model-token tables do)")
+    @property
+    def tokenizer(self) -> Any:
+        """The table's own tokenizer (``tokenizers``), loaded on first use, neither padding nor truncating."""
         if self._tokenizer is None:
             from tokenizers import Tokenizer
 
@@ -167,7 +165,14 @@ class Lookup:
             tokenizer.no_padding()  # a model's saved padding/truncation would add [PAD]s or cut the text
             tokenizer.no_truncation()
             self._tokenizer = tokenizer
-        encoding = self._tokenizer.encode(self.model_text(text), add_special_tokens=False)
+        return self._tokenizer
+
+    def tokenize(self, text: str) -> list[tuple[int, str]]:
+        """The (id, label) pairs the table's own tokenizer gives for ``text`` (as the model is given it, see
+        :meth:`model_text`), special tokens left out."""
+        if not self.has_tokenizer:
+            raise InvalidQuery(f"table {self.name!r} has no tokenizer (only model-token tables do)")
+        encoding = self.tokenizer.encode(self.model_text(text), add_special_tokens=False)
         rows = len(self.tokens)
         return [(int(i), self.tokens[int(i)]) for i in encoding.ids if 0 <= int(i) < rows]
 

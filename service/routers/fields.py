@@ -2,13 +2,15 @@
 
 The statistics are ``index.engine.field_stats``'s, computed once per loaded table (``Table.cached``) and, with
 documents written since the version, over the live documents once per change of the delta (``Delta.cached``).
+``GET .../fields/values?field=...`` gives the named fields' statistics with every value listed: what the front of a
+sharded table asks a shard that listed fewer values than it has (``service.scatter_fields``).
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Query, Request
 from starlette.responses import Response
 
 from index.engine.door import field_stats
@@ -39,4 +41,16 @@ async def get_fields(request: Request, table: TableDep) -> Response:
             return table.cached("fields", lambda: field_stats(payload))
 
         stats = await compute(request, table, "fields", version)
+    return FastJSON({"table": table.name, **stats})
+
+
+@router.get("/fields/values", include_in_schema=False)
+async def get_every_value(request: Request, table: TableDep, field: Annotated[list[str], Query()]) -> Response:
+    """The statistics of the fields named, each of their values listed with its count (not the most common only)."""
+    payload = table.documents("it has no fields")
+    delta = live.delta_of(table)
+    if delta is not None:
+        stats = field_stats(payload, delta, every=field)
+    else:
+        stats = await compute(request, table, "fields", lambda: field_stats(payload, every=field))
     return FastJSON({"table": table.name, **stats})

@@ -454,11 +454,14 @@ def test_the_front_forwards_the_clients_key_to_its_shards(servers: dict[str, Any
 
 def test_the_front_summarises_the_table_as_one_process(servers: dict[str, Any]) -> None:
     """``GET /v1/tables/lee`` and ``GET /v1/tables`` through the fronts (one retrying shard 0's replica that is
-    down) answer as the one-process server of the same shards: rows, fields, shards, writes."""
+    down) answer as the one-process server of the same shards: rows, fields, shards, writes; the explorer opens
+    on the table (``GET /v1/explorer``)."""
     got = [HTTP.get(f"{servers[name].base}/v1/tables/lee").json() for name in ("front", "partial", "one")]
     assert got[0] == got[1] == got[2] and got[2]["rows"] == sum(got[2]["shards"]["rows"]), got
     listed = [HTTP.get(f"{servers[name].base}/v1/tables").json() for name in ("front", "one")]
     assert listed[0] == listed[1] == {"tables": [got[2]], "unavailable": []}, listed
+    explorer = HTTP.get(f"{servers['front'].base}/v1/explorer").json()  # the page opens on a table it lists
+    assert (explorer["default_table"], explorer["default_reason"]) == ("lee", "first"), explorer
 
 
 def test_the_front_answers_fields_and_rows_by_id_as_one_process(servers: dict[str, Any]) -> None:

@@ -9,7 +9,9 @@ documents (the version's rows not deleted, then the written ones) when a delta i
 A sharded table's statistics are its shards' merged (:func:`merged_field_stats`): counts summed (each document is
 on one shard), the smallest of the smallest values, the largest of the largest; a field's distinct values and
 their counts merged from every value of each shard (``every``: a shard that listed fewer than it has is asked for
-all of them), so that every figure is the whole table's.
+all of them), so that every figure is the whole table's. A shard lists every value of a field only up to
+:data:`MOST_LISTED` distinct ones, so that its answer stays small: beyond, the merge has its most common values
+only, and says what it knows for sure (``"exact": false``: ``distinct`` and each count at least those shown).
 """
 
 from __future__ import annotations
@@ -29,14 +31,16 @@ else:
     from index.lazy import pa, pc
 
 TOP_VALUES = 50
+MOST_LISTED = 10_000  # the most distinct values of a field listed in full (``every``); beyond, its TOP_VALUES
 VALUED = (STRING, STRING_LIST, BOOLEAN)  # the kinds of field whose values are counted
 
 
 def field_stats(payload: Payload, delta: Delta | None = None, every: Collection[str] | None = None) -> dict[str, Any]:
     """``{"rows", "fields": {name: statistics}}`` over the version's rows, or the live documents of ``delta``;
-    with ``every``, of those fields alone, each of their values listed (not the :data:`TOP_VALUES` most common)."""
+    with ``every``, of those fields alone, each of their values listed (not the :data:`TOP_VALUES` most common)
+    where they are at most :data:`MOST_LISTED`."""
     names = [field for field in payload.fields if every is None or field in every]
-    top = TOP_VALUES if every is None else None
+    top = TOP_VALUES if every is None else MOST_LISTED
     if delta is None:
         fields = {field: _stats(payload.fields[field], payload.column(field), top) for field in names}
         return {"rows": len(payload), "fields": fields}
@@ -49,7 +53,7 @@ def field_stats(payload: Payload, delta: Delta | None = None, every: Collection[
     return {"rows": keep.true_count + len(written.documents), "fields": fields}
 
 
-def _stats(kind: str, column: pa.Array, top: int | None) -> dict[str, Any]:
+def _stats(kind: str, column: pa.Array, top: int) -> dict[str, Any]:
     out: dict[str, Any] = {"type": kind, "non_null": len(column) - column.null_count}
     if kind in (STRING, BOOLEAN):
         out.update(_common(column.drop_null(), top))
@@ -65,39 +69,47 @@ def _stats(kind: str, column: pa.Array, top: int | None) -> dict[str, Any]:
     return out
 
 
-def _common(values: pa.Array | pa.ChunkedArray, top: int | None) -> dict[str, Any]:
-    """The number of distinct ``values`` and the ``top`` most common (None: all), by count (then value), with their
-    counts."""
+def _common(values: pa.Array | pa.ChunkedArray, top: int) -> dict[str, Any]:
+    """The number of distinct ``values`` and the most common, by count (then value), with their counts: all of them
+    if they are at most ``top``, else the :data:`TOP_VALUES` most common."""
     counts = pc.value_counts(values)
     ranked = pa.table({"value": counts.field("values"), "count": counts.field("counts")}).sort_by(
         [("count", "descending"), ("value", "ascending")]
     )
-    return {"distinct": len(counts), "values": (ranked if top is None else ranked.slice(0, top)).to_pylist()}
+    listed = ranked if len(counts) <= top else ranked.slice(0, TOP_VALUES)
+    return {"distinct": len(counts), "values": listed.to_pylist()}
 
 
 def cut_fields(part: dict[str, Any]) -> list[str]:
-    """The fields whose values a table's statistics ``part`` did not list in full (more than :data:`TOP_VALUES`)."""
-    return [
-        name for name, stats in part["fields"].items() if "values" in stats and len(stats["values"]) < stats["distinct"]
-    ]
+    """The fields whose values a table's statistics ``part`` did not list in full (more than :data:`TOP_VALUES`)
+    but could (at most :data:`MOST_LISTED`)."""
+    return [name for name, stats in part["fields"].items() if _cut(stats) and stats["distinct"] <= MOST_LISTED]
+
+
+def _cut(stats: dict[str, Any]) -> bool:
+    return "values" in stats and len(stats["values"]) < stats["distinct"]
 
 
 def merged_field_stats(parts: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """The statistics of a sharded table from its shards' ``parts`` (:func:`field_stats`' answers, in shard order),
-    each field's values listed in full where a shard has more than :data:`TOP_VALUES` (:func:`cut_fields`)."""
+    each field's values listed in full where a shard has more than :data:`TOP_VALUES` (:func:`cut_fields`). A field
+    a shard listed in part (it has more than :data:`MOST_LISTED`) is not exact (``"exact": false``): its
+    ``distinct`` is at least the largest shard's (and the values listed), each listed count the sum of the counts
+    the shards listed (at least the value's), the values those with the highest such sums."""
     fields = {}
     for name, first in parts[0]["fields"].items():
         stats = [part["fields"][name] for part in parts]
         out: dict[str, Any] = {"type": first["type"], "non_null": sum(s["non_null"] for s in stats)}
         if first["type"] in VALUED:
-            counts: Counter[Any] = Counter()
+            counts: Counter[Any] = Counter()  # at most shards x MOST_LISTED values
             for s in stats:
-                if len(s["values"]) < s["distinct"]:
-                    raise ValueError(f"field {name!r}: a shard's values are not all listed")
                 counts.update({value["value"]: value["count"] for value in s["values"]})
             ranked = sorted(counts.items(), key=lambda item: (-item[1], item[0]))
             out["distinct"] = len(counts)
             out["values"] = [{"value": value, "count": count} for value, count in ranked[:TOP_VALUES]]
+            if any(_cut(s) for s in stats):
+                out["distinct"] = max(len(counts), *(s["distinct"] for s in stats))
+                out["exact"] = False
         elif "min" in first:
             key = _moment if first["type"] == TIMESTAMP else None
             lows = [s["min"] for s in stats if s["min"] is not None]

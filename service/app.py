@@ -30,7 +30,7 @@ from starlette.requests import Request
 from starlette.responses import FileResponse, HTMLResponse, Response
 from starlette.routing import Route
 
-from service import errors, live, scatter, scatter_documents, scatter_summary, scatter_writes
+from service import errors, live, scatter, scatter_documents, scatter_fields, scatter_summary, scatter_writes
 from service.execute import Searcher
 from service.http import auth
 from service.http.cache import AnswerCache, AnswerCacheMiddleware
@@ -162,9 +162,10 @@ def create_app(settings: Settings) -> FastAPI:
     app.state.front = front
     if front.tables:
         app.add_middleware(scatter.ClientKey)  # the client's key for the shard requests
-    answered = [  # the documents' writes and reads by id, answered from the shards that own the ids; the summary
+    answered = [  # the documents' writes and reads by id, from the shards that own the ids; the summary, fields
         *(route for name in front.tables for route in scatter_writes.routes(front, name)),
         *(route for name in front.tables for route in scatter_documents.routes(front, name)),
+        *(route for name in front.tables for route in scatter_fields.routes(front, name)),
         *(scatter_summary.routes(front) if front.tables else ()),
     ]
     fronting = [

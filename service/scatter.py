@@ -45,9 +45,10 @@ token or row id (neighbours, similarity, analogies) are ``service.scatter_tokens
 A batch (``queries``, or ``vectors`` sharing the request's filter and page) is each of its queries scattered as
 a request of its own, at once; an item's error (a shard's refusal of it) stands in its place. Not here: text
 alone with diversity (the front has no encoder for the query's vector; a sharded table served whole by one
-process answers it). The table's summary (and the list of tables) is ``service.scatter_summary``'; its documents'
-writes and reads by id are ``service.scatter_writes``' and ``service.scatter_documents``'. Its other routes
-(fields, a word table's rows) answer a 404 that names the front (:func:`elsewhere`).
+process answers it). The table's summary (and the list of tables) is ``service.scatter_summary``', its fields
+``service.scatter_fields``'; its documents' writes and reads by id are ``service.scatter_writes``' and
+``service.scatter_documents``'; its rows by id (``GET .../ids/{id}``) ``service.scatter_tokens``'. Its other
+routes (a word table's rows by token, its map) answer a 404 that names the front (:func:`elsewhere`).
 """
 
 from __future__ import annotations
@@ -725,9 +726,10 @@ def route(front: Front, name: str) -> APIRoute:
 
 
 def elsewhere(front: Front, routes: Sequence[BaseRoute], answered: Sequence[BaseRoute]) -> list[Route]:
-    """For each sharded table fronted here, a word table's routes by token (``service.scatter_tokens``), and its
-    table routes among ``routes`` that the front does not answer (every one but ``POST .../search``, those by token
-    and those among ``answered``: the writes and reads of documents): a 404 that says so, not "no table named"."""
+    """For each sharded table fronted here, a word table's routes by token and its rows by id
+    (``service.scatter_tokens``), and its table routes among ``routes`` that the front does not answer (every one
+    but ``POST .../search``, those and those among ``answered``: the writes and reads of documents, the summary and
+    fields): a 404 that says so, not "no table named"."""
     from service.scatter_tokens import routes as token_routes  # a sharded word table's routes by token
 
     out: list[Route] = []
@@ -736,9 +738,9 @@ def elsewhere(front: Front, routes: Sequence[BaseRoute], answered: Sequence[Base
         async def refuse(request: Request, name: str = name) -> Response:
             raise ApiError(
                 "not_found",
-                f"table {name!r} is sharded and this server is its front: it answers its summary, POST "
-                f"/v1/tables/{name}/search and the writes and reads of documents only; {request.method} "
-                f"{request.url.path} is for a server of one of its shards, or of the whole table",
+                f"table {name!r} is sharded and this server is its front: it answers its summary and fields, POST "
+                f"/v1/tables/{name}/search, its rows by id and the writes and reads of documents only; "
+                f"{request.method} {request.url.path} is for a server of one of its shards, or of the whole table",
                 table=name,
             )
 

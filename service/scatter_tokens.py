@@ -1,4 +1,6 @@
-"""The front of a sharded word table: its routes by token or row id (neighbours, similarity, analogies).
+"""The front of a sharded word table: its routes by token or row id (neighbours, similarity, analogies); and
+``GET .../ids/{id}`` of a sharded table of either kind (a documents table's first row is the explorer's first
+document), answered as the whole table answers it from the shard that holds that row (below).
 
 Each distinct token of a request is looked up once (``GET <replica>/tokens/{token}?normalized=true&row=true``):
 the whole table's match is the exact one, on the shard its hash names (asked first), else the case-folded one of
@@ -33,11 +35,11 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Iterable, Sequence
-from typing import Any, TypeVar, cast
+from typing import Annotated, Any, TypeVar, cast
 
 import numpy as np
 import orjson
-from fastapi import Request
+from fastapi import Path, Request
 from fastapi.routing import APIRoute
 from starlette.responses import Response
 from starlette.routing import Route
@@ -47,6 +49,7 @@ from index.errors import InvalidQuery, OverLimit, UnknownToken
 from service.errors import item_error
 from service.http.fastroute import parse_query
 from service.respond import FastJSON
+from service.routers.tokens import Normalized
 from service.scatter import Front, ShardFailed, ShardRefused, answer_of, failed, kind, segment
 from service.scatter_words import WORDS, nearest, query_of, query_vector, resolved, vector_body
 from service.schemas.analogy import AnalogyQuery, AnalogyRequest
@@ -129,10 +132,11 @@ class Words:
         error = UnknownToken(f"token {token!r} is not in table {self.name!r}", suggestions=suggestions, token=token)
         return Refused(refusal.status, item_error(error))
 
-    async def lookup_row(self, row: int) -> Found | Refused:
+    async def lookup_row(self, row: int, normalized: bool = True) -> Found | Refused:
         """Row ``row`` of the whole table, from the shard that holds it (every shard asked: ``GET .../rows/{row}``,
-        the others answer 404); a row past every shard's is the whole table's 404."""
-        path = f"/rows/{row}"
+        the others answer 404), its unit row or (``normalized`` false) its vector as imported; a row past every
+        shard's is the whole table's 404."""
+        path = f"/rows/{row}" + ("" if normalized else "?normalized=false")
 
         async def ask(shard: int) -> Found | None:
             try:
@@ -445,7 +449,17 @@ def routes(front: Front, name: str, refuse: Refuse) -> list[Route]:
             include_in_schema=False,
         )
 
+    async def by_id(id: Annotated[int, Path(ge=0)], normalized: Normalized = False) -> Response:
+        """``GET .../ids/{id}`` of a table of either kind: row ``id`` of the whole table, as its server answers it
+        (``service.routers.tokens``; the explorer's first document of a documents table)."""
+        match = await words.lookup_row(id, normalized)
+        if isinstance(match, Refused):
+            return match.response()
+        answer = {key: value for key, value in match.items() if key != "row"}  # the shard's own row is its own
+        return FastJSON(answer | {"id": id, "query": {**match["query"], "id": id}})
+
     return [
+        APIRoute(f"{prefix}/ids/{{id}}", by_id, methods=["GET"], include_in_schema=False),
         Route(f"{prefix}/neighbors", neighbors_get, methods=["GET"]),
         post("neighbors", neighbors_post),
         Route(f"{prefix}/similarity", similarity_get, methods=["GET"]),

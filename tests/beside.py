@@ -55,6 +55,7 @@ MODULES = frozenset(
         "service/test_shard_write_durability",
         "service/test_shard_writes",
         "service/test_shards_encoder",
+        "service/test_shards_fields",
         "service/test_shards_front",
         "service/test_shards_front_ids",
         "service/test_shards_words",

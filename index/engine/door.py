@@ -55,7 +55,7 @@ from index.engine.encode import (
     preview,
     unembedded,
 )
-from index.engine.field_stats import TOP_VALUES, field_stats
+from index.engine.field_stats import MOST_LISTED, TOP_VALUES, cut_fields, field_stats, merged_field_stats
 from index.engine.filters import RowSet
 from index.engine.fusion import rrf
 from index.engine.hybrid import DEPTH, LISTS, DocumentSearch, Hit, Mode, depths, diverse, reaching
@@ -144,6 +144,7 @@ __all__ = [
     "LOOKUP_LIMIT",
     "MAX_DIM",
     "MAX_TOKEN_CHARS",
+    "MOST_LISTED",
     "SCORE_BUDGET",
     "STRING",
     "STRING_LIST",
@@ -195,6 +196,7 @@ __all__ = [
     "colour_columns",
     "compared_rows",
     "contextual",
+    "cut_fields",
     "default_cache_dir",
     "depths",
     "diagnostics",
@@ -212,6 +214,7 @@ __all__ = [
     "local_rows",
     "manifest_is_sharded",
     "merge",
+    "merged_field_stats",
     "merged_suggestions",
     "merged_summary",
     "merged_writes",

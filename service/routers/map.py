@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import io
+from collections.abc import Collection
 from typing import Annotated, Any, Literal, cast
 
 import numpy as np
@@ -219,10 +220,11 @@ async def export_rows(request: Request, table: TableDep, body: ExportRequest) ->
     return Response(data, media_type="text/tab-separated-values; charset=utf-8", headers=headers)
 
 
-def default_table(registry: Any) -> tuple[str | None, str]:
+def default_table(registry: Any, fronted: Collection[str] = ()) -> tuple[str | None, str]:
     """The table the explorer opens on: the first of EMBEDDING_TABLES that is loaded; else glove-6b-50d (what
-    ``make run`` builds) when loaded; else the first loaded table by name."""
-    loaded = registry.tables
+    ``make run`` builds) when loaded; else the first loaded table by name, the sharded tables this server fronts
+    (``fronted``, which it lists) among them."""
+    loaded = {*registry.tables, *fronted}
     for name in registry.names or []:
         if name in loaded:
             return name, "EMBEDDING_TABLES"
@@ -237,8 +239,8 @@ def default_table(registry: Any) -> tuple[str | None, str]:
     responses=responses("not_ready"),
     summary="What the explorer page opens on: the default table, and what its map offers",
 )
-async def explorer_config(registry: RegistryDep, settings: SettingsDep) -> Response:
-    name, reason = default_table(registry)
+async def explorer_config(request: Request, registry: RegistryDep, settings: SettingsDep) -> Response:
+    name, reason = default_table(registry, request.app.state.front.tables)
     return FastJSON(
         {
             "default_table": name,

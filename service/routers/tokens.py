@@ -66,15 +66,16 @@ async def get_id(table: TableDep, id: Annotated[int, Path(ge=0)], normalized: No
 
 
 @router.get("/rows/{row}", include_in_schema=False)
-async def get_whole_row(table: TableDep, row: Annotated[int, Path(ge=0)]) -> Response:
-    """The table's row that is row ``row`` of the whole table (a shard's: of the sharded one), as its unit row with
-    that row (``GET .../tokens/{token}?normalized=true&row=true``): what the front of a sharded word table asks
-    every shard for a query by row id; 404 for a row the table does not hold."""
+async def get_whole_row(table: TableDep, row: Annotated[int, Path(ge=0)], normalized: Normalized = True) -> Response:
+    """The table's row that is row ``row`` of the whole table (a shard's: of the sharded one), as its unit row
+    (its vector as imported with ``normalized=false``) with that row (``GET .../tokens/{token}?normalized=true&
+    row=true``): what the front of a sharded table asks every shard for a query by row id, or for ``GET
+    .../ids/{id}``; 404 for a row the table does not hold."""
     held = local_rows(table, [row])
     if not len(held):
         raise UnknownToken(f"row {row} of the whole table is not in table {table.name!r}", suggestions=[])
     local = int(held[0])
-    return FastJSON(row_json(table, Resolved(str(row), local, table.tokens[local], "id"), True, True))
+    return FastJSON(row_json(table, Resolved(str(row), local, table.tokens[local], "id"), normalized, True))
 
 
 @router.get("/suggestions/{text:path}", include_in_schema=False)

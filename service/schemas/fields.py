@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
-from index.engine.door import TOP_VALUES
+from index.engine.door import MOST_LISTED, TOP_VALUES
 
 
 class FieldValue(BaseModel):
@@ -21,6 +21,15 @@ class FieldStats(BaseModel):
     )
     min: int | float | str | None = Field(None, description="numbers and timestamps (ISO 8601): the smallest")
     max: int | float | str | None = Field(None, description="numbers and timestamps (ISO 8601): the largest")
+    exact: bool | None = Field(
+        None,
+        description=(
+            "only at the front of a sharded table, only false: a string, tag or boolean field some shard holds more "
+            f"than {MOST_LISTED:,} distinct values of, whose figures are lower bounds: `distinct` at least the "
+            "largest shard's, each count the sum of those the shards listed among their most common (no more than the "
+            "value's true count), the values those with the highest sums"
+        ),
+    )
 
 
 class FieldsResponse(BaseModel):

@@ -502,13 +502,15 @@ function marked(el, text, words) {
 
 // ---------------------------------------------------------------------- the controls of each field type
 /** Strings and tags: the most common values as check chips (any of them), and a box for another value when the
- * field has more values than GET .../fields lists. */
+ * field has more values than GET .../fields lists; figures a sharded table's front knows as lower bounds only
+ * (``exact: false``) shown as such. */
 function valuePicker(el, name, stats, onChange) {
   const values = stats.values || [];
+  const least = stats.exact === false ? "≥" : "";
   const boxes = values.map(({ value, count }, i) => {
     const input = el("input", { type: "checkbox", value, onchange: onChange });
     const chip = el("label", { class: "ds-chip", ...(i >= CHIPS_SHOWN ? { hidden: "" } : {}) },
-      input, value, el("span", { class: "ds-n" }, count.toLocaleString("en")));
+      input, value, el("span", { class: "ds-n" }, least + count.toLocaleString("en")));
     return { input, chip };
   });
   const chips = el("div", { class: "ds-chips" }, ...boxes.map((b) => b.chip));
@@ -538,9 +540,9 @@ function valuePicker(el, name, stats, onChange) {
         onChange();
       }
     });
+    const listed = least ? `${values.length} common ones of ≥` : `the ${values.length} most common of `;
     nodes.push(el("div", { class: "row ds-other" },
-      el("label", { for: id },
-        `or any other (the ${values.length} most common of ${stats.distinct.toLocaleString("en")} are listed)`),
+      el("label", { for: id }, `or any other (${listed}${stats.distinct.toLocaleString("en")} are listed)`),
       other));
   }
   if (!values.length) nodes.push(el("p", { class: "muted" }, "no values"));

@@ -240,7 +240,7 @@ def test_the_front_checks_requests_as_any_search(servers: dict[str, Any], lee_do
     assert status == 422 and "re-ranks by the query's vector" in got["error"]["message"], got
     base = f"{servers['front'].base}/v1/tables/lee"
     for answer in (
-        HTTP.get(f"{base}/fields"),
+        HTTP.get(f"{base}/map/info"),
         HTTP.get(f"{base}/neighbors?token=fire"),
         HTTP.post(f"{base}/similarity", json={"pairs": [["a", "b"]]}),
     ):
@@ -454,17 +454,33 @@ def test_the_front_forwards_the_clients_key_to_its_shards(servers: dict[str, Any
 
 def test_the_front_summarises_the_table_as_one_process(servers: dict[str, Any]) -> None:
     """``GET /v1/tables/lee`` and ``GET /v1/tables`` through the fronts (one retrying shard 0's replica that is
-    down) answer as the one-process server of the same shards: rows, fields, shards, writes."""
+    down) answer as the one-process server of the same shards: rows, fields, shards, writes; the explorer opens
+    on the table (``GET /v1/explorer``)."""
     got = [HTTP.get(f"{servers[name].base}/v1/tables/lee").json() for name in ("front", "partial", "one")]
     assert got[0] == got[1] == got[2] and got[2]["rows"] == sum(got[2]["shards"]["rows"]), got
     listed = [HTTP.get(f"{servers[name].base}/v1/tables").json() for name in ("front", "one")]
     assert listed[0] == listed[1] == {"tables": [got[2]], "unavailable": []}, listed
+    explorer = HTTP.get(f"{servers['front'].base}/v1/explorer").json()  # the page opens on a table it lists
+    assert (explorer["default_table"], explorer["default_reason"]) == ("lee", "first"), explorer
+
+
+def test_the_front_answers_fields_and_rows_by_id_as_one_process(servers: dict[str, Any]) -> None:
+    """``GET .../fields`` (every shard's values merged, those it listed in part asked in full) and ``GET
+    .../ids/{id}`` (a row of the whole table, from the shard that holds it) through the front: the answers of the
+    one-process server of the same shards and of the whole table's server, byte for byte, refusals too."""
+    paths = ["fields", "ids/0", "ids/0?normalized=true", "ids/151", "ids/317", "ids/318", "ids/x", "ids/1?k=2"]
+    for path in paths:
+        got = [HTTP.get(f"{servers[name].base}/v1/tables/lee/{path}") for name in ("front", "one", "whole")]
+        assert len({(answer.status_code, answer.content) for answer in got}) == 1, (path, got[0].text, got[1].text)
+    assert [answer.status_code for answer in got] == [422] * 3
+    summary = HTTP.get(f"{servers['front'].base}/v1/tables/lee").json()
+    assert summary["rows"] == 318 and HTTP.get(f"{servers['front'].base}/v1/tables/lee/ids/317").json()["id"] == 317
 
 
 def test_the_python_client_reads_the_front_as_the_whole_table(servers: dict[str, Any], lee_docs: Lee) -> None:
     """An application's client, with its read key, gets from the front what it gets from the whole table: hits, a
-    batch's per-item errors, documents by id (LangChain's ``get_by_ids``, LlamaIndex's ``get_nodes``); its fields,
-    which only the shards serve, a typed 404 saying so; without the key, a typed 401."""
+    batch's per-item errors, documents by id (LangChain's ``get_by_ids``, LlamaIndex's ``get_nodes``), its fields;
+    without the key, a typed 401."""
     from service_client import ApiError, Client
     from service_client.langchain import EmbeddingSearchStore
     from service_client.llamaindex import EmbeddingSearchVectorStore
@@ -491,10 +507,7 @@ def test_the_python_client_reads_the_front_as_the_whole_table(servers: dict[str,
         got = answers(front)
         assert got == answers(whole) and got[3] == (404, "unknown_document") and got[8]["max_batch"] == 1024
         assert [d.id for d in got[6]] == [ids[0], *ids[2:]] == [n[0] for n in got[7]]  # as asked, found ones
-        with pytest.raises(ApiError) as elsewhere:
-            front.fields("lee")
-        assert (elsewhere.value.status, elsewhere.value.code) == (404, "not_found")
-        assert "is for a server of one of its shards" in elsewhere.value.message
+        assert front.fields("lee") == whole.fields("lee")
     with Client(front_base) as anonymous, pytest.raises(ApiError) as refused:
         anonymous.search_documents("lee", vector=lee_docs.vectors[7])
     assert (refused.value.status, refused.value.code) == (401, "unauthorized")
@@ -649,6 +662,8 @@ def test_the_fronts_metrics_label_its_table(tmp_path: Path, monkeypatch: pytest.
         ("POST", "/v1/tables/lee/search", {"vector": [0.5] * 50}, 503, "/v1/tables/{table}/search", "lee"),
         ("GET", "/v1/tables/lee", None, 503, "/v1/tables/{table}", "lee"),
         ("DELETE", "/v1/tables/lee/documents/a/b", None, 503, "/v1/tables/{table}/documents/{document:path}", "lee"),
+        ("GET", "/v1/tables/lee/fields", None, 503, "/v1/tables/{table}/fields", "lee"),
+        ("GET", "/v1/tables/lee/ids/3", None, 503, "/v1/tables/{table}/ids/{id}", "lee"),
         ("GET", "/v1/tables/nope/fields", None, 404, "/v1/tables/{table}/fields", "unknown"),
     ]
     with client_for(data_dir=tmp_path) as client:

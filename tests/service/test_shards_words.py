@@ -423,11 +423,17 @@ def test_what_the_front_cannot_answer_by_token_is_a_422_naming_why(one: Server, 
 
 def test_the_front_summarises_the_word_table_as_one_process(one: Server, front: Server) -> None:
     """``GET /v1/tables/words3`` and its entry in ``GET /v1/tables`` through the front, as the one-process server of
-    the same shards says them (no documents, no writes)."""
+    the same shards says them (no documents, no writes); its rows by id (``GET .../ids/{id}``) and its refusal of
+    ``GET .../fields`` too."""
     status, got = ask(front, "words3", "GET", "")
     assert (status, got) == ask(one, "words3", "GET", "") and got["kind"] == "words" and "writes" not in got, got
     listed = HTTP.get(f"{front.base}/v1/tables", headers={"x-api-key": READ_KEY}).json()
     assert listed == {"tables": [got], "unavailable": []}, listed
+    rows = got["rows"]
+    paths = {"/ids/0": 200, f"/ids/{rows // 2}?normalized=true": 200, f"/ids/{rows - 1}": 200, f"/ids/{rows}": 404}
+    for path, status in {**paths, "/fields": 422}.items():  # a row of the whole table; no fields in a word table
+        answer = ask(front, "words3", "GET", path)
+        assert answer == ask(one, "words3", "GET", path) and answer[0] == status, (path, answer)
 
 
 def test_the_front_refuses_document_reads_of_a_word_table_as_one_process_does(one: Server, front: Server) -> None:

@@ -512,6 +512,73 @@ def test_the_fronts_summary_is_the_one_process_servers_with_the_same_writes(writ
     assert post(written["front"], "documents/delete", {"ids": ["summary/1"]}).json()["deleted"] == 1
 
 
+def fields_of(servers: dict[str, Any], *names: str) -> list[bytes]:
+    return [HTTP.get(f"{servers[name].base}/v1/tables/lee/fields").content for name in names]
+
+
+def test_the_fronts_fields_are_the_one_process_servers_with_the_same_writes(
+    written: dict[str, Any], lee_docs: Lee
+) -> None:
+    """``GET .../fields`` through the front: the answer of the one-process server of the same shards and logs, byte
+    for byte, after the module's writes and deletes, and after documents written and deleted through the front
+    that move a field's extremes (two timestamps in one second on two shards: ``.5Z`` is the later) and its values.
+    Every shard lists some of its tags only (the front asks for all of them) and all of its languages."""
+    shard_fields = [
+        HTTP.get(f"{s.base}/v1/tables/{shardmap.shard_name(i)}/fields").json() for i, s in enumerate(written["shards"])
+    ]
+    assert all(len(part["fields"]["tags"]["values"]) < part["fields"]["tags"]["distinct"] for part in shard_fields)
+    assert all(len(part["fields"]["lang"]["values"]) == part["fields"]["lang"]["distinct"] for part in shard_fields)
+    front, one = fields_of(written, "front", "one")
+    assert front == one, (front, one)
+    ids = ["fields/a", *(f"fields/{n}" for n in range(1, 40))]
+    second = next(i for i in ids[1:] if shardmap.shard_of_id(i, SHARDS) != shardmap.shard_of_id(ids[0], SHARDS))
+    documents = [
+        {"id": ident, "vector": lee_docs.vectors[i].tolist(), "fields": fields}
+        for i, (ident, fields) in enumerate(
+            [
+                (ids[0], {"published": "2009-01-01T00:00:00Z", "tags": ["zebra"], "known": -1.5, "long": False}),
+                (second, {"published": "2009-01-01T00:00:00.5Z", "tags": ["zebra", "yak"], "lang": "xx"}),
+            ]
+        )
+    ]
+    assert post(written["front"], "documents", {"documents": documents}).status_code == 200
+    front, one = fields_of(written, "front", "one")
+    assert front == one, (front, one)
+    fields = json.loads(front)["fields"]
+    assert fields["published"]["max"] == "2009-01-01T00:00:00.5Z" and fields["known"]["min"] == -1.5, fields
+    assert {"value": "xx", "count": 1} in fields["lang"]["values"], fields["lang"]
+    assert post(written["front"], "documents/delete", {"ids": [ids[0], second]}).json()["deleted"] == 2
+    front, one = fields_of(written, "front", "one")
+    assert front == one and b'"zebra"' not in front, (front, one)
+
+
+def test_the_documents_card_works_through_the_front(written: dict[str, Any], tmp_path: Path) -> None:
+    """The explorer's Search card of the front: its filter controls (built from the front's fields), its first
+    document (the whole table's first row, ``GET .../ids/0``) and its hits are those the one-process server's page
+    shows, with no error."""
+    from tests.service.browser import Watched, launched, save_screenshot
+
+    shown = []
+    with launched() as browser:
+        for name in ("front", "one"):
+            watched = Watched(browser)
+            page = watched.page
+            page.goto(f"{written[name].base}/?table=lee")
+            page.wait_for_selector("#ds-out:not([aria-busy]) .ds-hits li")
+            shown.append([page.inner_text(part) for part in ("#ds-controls", "#ds-out")])
+            shown[-1].append(page.input_value("#ds-id"))
+            if name == "front":
+                save_screenshot(page, "explorer-front", tmp_path)
+            watched.assert_clean()
+            watched.close()
+    assert shown[0] == shown[1], shown
+    controls, hits, first = shown[0]
+    assert first == "lee-000" and hits.startswith("More like lee-000"), hits
+    tags = json.loads(fields_of(written, "front")[0])["fields"]["tags"]
+    assert f"{tags['values'][0]['value']}\n{tags['values'][0]['count']}" in controls, controls
+    assert f"the 50 most common of {tags['distinct']} are listed" in controls, controls
+
+
 def test_the_stores_work_through_the_front_as_on_the_whole_table(written: dict[str, Any]) -> None:
     """LangChain's store (``add_texts`` with its embedding: the table has no encoder, ``similarity_search`` with a
     filter) and LlamaIndex's (``add``, ``query`` and ``get_nodes`` with filters) read the table's summary: through

@@ -11,8 +11,9 @@ from typing import Any
 
 import pytest
 
+from index.engine import field_stats as field_stats_module
 from index.engine.delta import Delta
-from index.engine.field_stats import TOP_VALUES, field_stats
+from index.engine.field_stats import MOST_LISTED, TOP_VALUES, cut_fields, field_stats, merged_field_stats
 from index.engine.table import Table
 from index.errors import InvalidQuery
 from index.store.writelog import Record
@@ -21,8 +22,9 @@ from tests.lee import TYPES, Lee
 NUMBERS = ("integer", "float", "timestamp")
 
 
-def oracle(records: list[dict[str, Any]]) -> dict[str, Any]:
-    """The statistics of each of Lee's fields over ``records`` (timestamps as ISO 8601 text), in plain Python."""
+def oracle(records: list[dict[str, Any]], top: int | None = TOP_VALUES) -> dict[str, Any]:
+    """The statistics of each of Lee's fields over ``records`` (timestamps as ISO 8601 text), in plain Python; the
+    ``top`` most common values of each (None: all)."""
     out: dict[str, Any] = {}
     for name, kind in TYPES.items():
         present = [r[name] for r in records if r.get(name) is not None]
@@ -31,7 +33,7 @@ def oracle(records: list[dict[str, Any]]) -> dict[str, Any]:
             counts = Counter(tag for v in present for tag in set(v)) if kind == "string_list" else Counter(present)
             order = sorted(counts.items(), key=lambda item: (-item[1], item[0]))
             stats["distinct"] = len(counts)
-            stats["values"] = [{"value": value, "count": count} for value, count in order[:TOP_VALUES]]
+            stats["values"] = [{"value": value, "count": count} for value, count in order[:top]]
         if kind in NUMBERS:
             numbers = [v for v in present if not (isinstance(v, float) and math.isnan(v))]
             stats["min"], stats["max"] = (min(numbers), max(numbers)) if numbers else (None, None)
@@ -92,3 +94,58 @@ def test_made_once_per_loaded_table(lee: Table) -> None:
         return len(calls)
 
     assert (lee.cached("test-stats", make), lee.cached("test-stats", make), calls) == (1, 1, [1])
+
+
+def test_every_value_of_the_fields_asked(lee: Table, lee_docs: Lee, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every value of the fields asked, up to ``MOST_LISTED`` distinct ones; beyond, the most common as without."""
+    records = [lee_docs.record(i) for i in range(len(lee_docs.ids))]
+    found = field_stats(lee.documents("it has no fields"), every=["tags", "nope"])
+    assert found == {"rows": 300, "fields": {"tags": oracle(records, None)["tags"]}}
+    assert len(found["fields"]["tags"]["values"]) == found["fields"]["tags"]["distinct"] > TOP_VALUES
+    monkeypatch.setattr(field_stats_module, "MOST_LISTED", found["fields"]["tags"]["distinct"] - 1)
+    capped = field_stats(lee.documents("it has no fields"), every=["tags", "lang"])["fields"]
+    assert capped == {name: oracle(records)[name] for name in ("tags", "lang")}
+
+
+def test_shards_statistics_merge_into_the_whole_tables(lee_docs: Lee) -> None:
+    """A sharded table's statistics from its shards' (each listing every value), as the whole table's: counts
+    summed, each distinct value once, the extremes of all."""
+    records = [lee_docs.record(i) for i in range(len(lee_docs.ids))]
+    shards = [records[0::3], records[1::3], records[2::3]]
+    parts = [{"rows": len(shard), "fields": oracle(shard, None)} for shard in shards]
+    assert merged_field_stats(parts) == {"rows": 300, "fields": oracle(records)}
+    cut = {"rows": len(shards[0]), "fields": oracle(shards[0])}
+    assert cut_fields(cut) == ["tags"] and cut_fields(parts[0]) == []
+    late = [{**part, "fields": {**part["fields"], "published": {**part["fields"]["published"]}}} for part in parts]
+    late[0]["fields"]["published"]["max"] = "2009-01-01T00:00:00Z"
+    late[2]["fields"]["published"]["max"] = "2009-01-01T00:00:00.5Z"  # half a second later, though less as text
+    late[1]["fields"]["published"] |= {"min": None, "max": None}  # a shard without a value of the field
+    merged = merged_field_stats(late)["fields"]["published"]
+    lowest = min(part["fields"]["published"]["min"] for part in (parts[0], parts[2]))  # whole seconds: as text
+    assert merged == {"type": "timestamp", "non_null": 300, "min": lowest, "max": "2009-01-01T00:00:00.5Z"}
+
+
+def test_a_field_a_shard_lists_in_part_merges_into_lower_bounds(lee_docs: Lee) -> None:
+    """A shard with more than ``MOST_LISTED`` values of a field lists its most common only (and the front does not
+    ask it for all): that field's merge is flagged ``"exact": false``, its ``distinct`` and each count at most the
+    whole table's; the other fields' statistics are exact."""
+    records = [lee_docs.record(i) for i in range(len(lee_docs.ids))]
+    shards = [records[0::3], records[1::3], records[2::3]]
+    parts = [{"rows": len(shard), "fields": oracle(shard, None)} for shard in shards]
+    cut = {"rows": len(shards[0]), "fields": oracle(shards[0])}
+    assert cut_fields({**cut, "fields": {"tags": {**cut["fields"]["tags"], "distinct": MOST_LISTED + 1}}}) == []
+    merged = merged_field_stats([cut, *parts[1:]])["fields"]
+    truth = oracle(records, None)
+    assert {name: stats for name, stats in merged.items() if name != "tags"} == {
+        name: stats for name, stats in oracle(records).items() if name != "tags"
+    }
+    tags, counts = merged["tags"], {value["value"]: value["count"] for value in truth["tags"]["values"]}
+    assert tags["exact"] is False and len(tags["values"]) == TOP_VALUES
+    largest = max(part["fields"]["tags"]["distinct"] for part in parts)
+    assert largest < tags["distinct"] <= truth["tags"]["distinct"]  # the values of the shards listed in full too
+    assert all(value["count"] <= counts[value["value"]] for value in tags["values"])
+    assert any(value["count"] < counts[value["value"]] for value in tags["values"])  # some are not exact
+    sums = Counter[Any]()
+    for part in (cut, *parts[1:]):
+        sums.update({value["value"]: value["count"] for value in part["fields"]["tags"]["values"]})
+    assert all(value["count"] == sums[value["value"]] for value in tags["values"])

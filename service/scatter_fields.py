@@ -1,0 +1,72 @@
+"""The front's ``GET /v1/tables/{t}/fields`` of a sharded documents table: what its fields hold, answered as one
+process serving the table whole answers it (``service.routers.fields``), from its shards' own statistics.
+
+Every shard is asked at once for its statistics (``GET <replica>/fields``, kept by the shard while it is not
+written to); a shard that listed fewer values of a string, tag or boolean field than it has (more than
+``TOP_VALUES``) is then asked for every value of those fields (``GET <replica>/fields/values?field=...``), so
+that the merge (``index.engine.field_stats.merged_field_stats``) is exact: rows and counts summed, the distinct
+values of every shard counted once, the smallest and largest values of all. Not of a field a shard holds more than
+``MOST_LISTED`` distinct values of (unique titles): its answer would grow with the table; that field's statistics
+are merged from the most common values the shards listed and flagged ``"exact": false`` (lower bounds). Each shard
+reads its own write log: documents written or deleted (through the front or not) count as the table counts them.
+
+A shard's refusal (a word table's 422) is the answer, naming the sharded table; a shard that does not answer fails
+the request (503 ``shard_unavailable``, 504 ``shard_timeout``), partial answers or not: the sums would be wrong.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from fastapi.routing import APIRoute
+from starlette.responses import Response
+
+from index.engine.door import cut_fields, merged_field_stats
+from service.respond import FastJSON
+from service.scatter import Front, Shard, ShardRefused, answer_of, segment
+
+
+async def every_shard(front: Front, name: str, ask: Callable[[int, Shard], Awaitable[dict[str, Any]]]) -> list[Any]:
+    """``ask(number, shard)`` of the shards of ``name`` at once, the answers in shard order; a shard that does not
+    answer raises the front's 503 or 504, a shard's refusal :class:`ShardRefused`."""
+    outcomes = await asyncio.gather(
+        *(ask(i, shard) for i, shard in enumerate(front.tables[name])), return_exceptions=True
+    )
+    for outcome in outcomes:  # the request's fault first (a word table's fields): the table's answer
+        if isinstance(outcome, ShardRefused):
+            raise outcome
+    return [answer_of(name, outcome) for outcome in outcomes]
+
+
+async def fields_of(front: Front, name: str) -> dict[str, Any]:
+    """The statistics of the fields of the sharded table ``name``, every figure the whole table's."""
+    parts = await every_shard(front, name, lambda number, shard: front.request(number, shard, "/fields", None))
+
+    async def whole(number: int, shard: Shard) -> dict[str, Any]:
+        """Shard ``number``'s statistics with every value of the fields it listed in part."""
+        part: dict[str, Any] = parts[number]
+        cut = cut_fields(part)
+        if not cut:
+            return part
+        query = "&".join(f"field={segment(field)}" for field in cut)
+        listed = await front.request(number, shard, f"/fields/values?{query}", None)
+        return {**part, "fields": {**part["fields"], **listed["fields"]}}
+
+    return {"table": name, **merged_field_stats(await every_shard(front, name, whole))}
+
+
+def routes(front: Front, name: str) -> list[APIRoute]:
+    """``GET /v1/tables/<name>/fields`` for the sharded table ``name`` (ahead of the routes of every table)."""
+
+    async def get_fields() -> Response:
+        try:
+            return FastJSON(await fields_of(front, name))
+        except ShardRefused as refused:
+            return refused.response()
+
+    summary = f"The fields of the sharded table {name}"
+    return [
+        APIRoute(f"/v1/tables/{name}/fields", get_fields, methods=["GET"], summary=summary, include_in_schema=False)
+    ]

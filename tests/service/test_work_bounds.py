@@ -4,6 +4,9 @@
   the products that make a request long (items x k, filter conditions, words x lists, neighbours' positive and
   negative words x items, analogy questions scoring every row x rows, tokens x perplexity or n_neighbors) are
   422s naming the setting, before any work; requests just within them are answered.
+- What a request scores or tests one by one beyond its searches is bounded together (max_scored_rows): its
+  keyword words' documents, its filters' conditions x the table's rows, and diversity's comparisons; on a real
+  server, over it is a 422 for the whole request, a batch too.
 - The text a search of documents answers is bounded: on a real server over documents of 50 KB, a batch (or one
   query) whose hits would carry more than max_answer_bytes is a 422 naming it, before the answer is built;
   the text of documents written since the table's version counts too, and so do the vectors asked for.
@@ -230,6 +233,57 @@ def test_the_keyword_bound_counts_written_documents_too(lee_data_dir: Path, tmp_
         over(client, f"{LEE}/search", query, f"{said_in_all}max_scored_rows of {bound:,}")
         response = client.post(f"{LEE}/search", json={**query, "text": "said " * 40})
         assert response.status_code == 200 and response.json()["hits"][0]["id"] == "new", response.text[:300]
+
+
+SCORED_ROWS = 6_000  # the bounded server's max_scored_rows: 20 conditions over lee's 300 rows
+
+
+@pytest.fixture(scope="module")
+def bounded_server(data_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """A real server whose requests may score or test 6,000 rows one by one (max_scored_rows)."""
+    env = {"EMBEDDING_MAX_SCORED_ROWS": str(SCORED_ROWS)}
+    process = start(data_dir, tmp_path_factory.mktemp("work-bounds-scored") / "server.log", env=env)
+    try:
+        yield process
+    finally:
+        assert process.stop() == 0
+
+
+def refused(server: Server, body: dict[str, Any], counted: str) -> None:
+    """``body``, searched on lee, is a 422 naming max_scored_rows, for the whole request (a batch too)."""
+    response = HTTP.post(f"{server.base}{LEE}/search", json=body, timeout=60)
+    error = error_of((response.status_code, dict(response.headers), response.content), 422)
+    assert error["limit"] == "max_scored_rows" and counted in error["message"], error
+    assert "more than the server's max_scored_rows of 6,000" in error["message"], error
+
+
+def answered(server: Server, body: dict[str, Any]) -> dict[str, Any]:
+    response = HTTP.post(f"{server.base}{LEE}/search", json=body, timeout=60)
+    assert response.status_code == 200, response.text[:300]
+    answer: dict[str, Any] = response.json()
+    return answer
+
+
+def test_filters_whose_conditions_test_too_many_rows_are_a_422(bounded_server: Server) -> None:
+    """Each condition of a filter (an operator on a field, an and/or/not) tests every row of the table: their rows
+    count towards max_scored_rows, a batch's filters together, refused before any is evaluated, the whole request
+    (never one item of a batch). The first 4,096 conditions of a table of a million rows took a core for a minute."""
+    years = [{"year": {"gte": 1990 + i}} for i in range(21)]
+    refused(bounded_server, {"id": "lee-000", "filter": {"or": years[:20]}}, "add up to 6,300 (each condition")
+    batch = [{"id": "lee-000", "filter": {"year": {"lt": 1990 + i}}} for i in range(21)]
+    refused(bounded_server, {"queries": batch}, "filtering: the rows the conditions test add up to 6,300")
+    assert answered(bounded_server, {"id": "lee-000", "k": 1, "filter": {"and": years[:19]}})["hits"] == []
+    assert len(answered(bounded_server, {"queries": batch[:20], "k": 1})["results"]) == 20
+
+
+def test_diversity_comparing_too_many_candidates_is_a_422(bounded_server: Server) -> None:
+    """MMR compares each candidate (4 x offset + k) with each hit it chooses, a step apiece: its comparisons, and
+    500 a step, count towards max_scored_rows. A batch of 102 queries at k 1,000 took a core for 6 s."""
+    counted = "diversity: the candidates compared with each hit chosen add up to 6,576 (12 hits x 48 candidates"
+    refused(bounded_server, {"id": "lee-000", "k": 12, "diversity": 0.5}, counted)
+    refused(bounded_server, {"id": "lee-000", "k": 2, "offset": 10, "diversity": 0.5}, counted)
+    refused(bounded_server, {"queries": [{"id": "lee-000"}, {"id": "lee-001"}], "k": 6, "diversity": 0.5}, "6,288")
+    assert len(answered(bounded_server, {"id": "lee-000", "k": 11, "diversity": 0.5})["hits"]) == 11
 
 
 LONG_TEXT_BYTES = 50_000  # a document's text in the table ``long``

@@ -24,7 +24,7 @@ from typing import Any, Literal, NamedTuple, cast
 import numpy as np
 
 from index.engine import diagnostics, filters
-from index.engine.budget import SCORE_BUDGET, OverBudget
+from index.engine.budget import EXACT_BUDGET, SCORE_BUDGET, OverBudget
 from index.engine.contextual import contextual, transformer_of
 from index.engine.delta import (
     Delta,
@@ -137,6 +137,7 @@ __all__ = [
     "BOOLEAN",
     "DEPTH",
     "ENCODE_BUDGET",
+    "EXACT_BUDGET",
     "FLOAT",
     "FLOAT32_MAX",
     "INTEGER",

@@ -22,6 +22,7 @@ class ServerLimits(BaseModel):
         description="most rows one analogy batch scores one by one; also the rows one request's keyword words, "
         "filter conditions and diversity score or test, together"
     )
+    max_exact_rows: int = Field(description="most rows one request's exact searches score: queries x rows")
     max_answer_bytes: int = Field(description="most bytes of text and vectors one search answers")
     max_body_bytes: int = Field(description="largest request body; larger is a 413")
     max_header_bytes: int = Field(description="largest request line plus headers; larger is a 431")

@@ -5,8 +5,9 @@
   negative words x items, analogy questions scoring every row x rows, tokens x perplexity or n_neighbors) are
   422s naming the setting, before any work; requests just within them are answered.
 - What a request scores or tests one by one beyond its searches is bounded together (max_scored_rows): its
-  keyword words' documents, its filters' conditions x the table's rows, and diversity's comparisons; on a real
-  server, over it is a 422 for the whole request, a batch too.
+  keyword words' documents, its filters' conditions x the table's rows, and diversity's comparisons; and so are
+  the rows its exact searches score (max_exact_rows): on a real server, over either is a 422 for the whole
+  request, a batch too.
 - The text a search of documents answers is bounded: on a real server over documents of 50 KB, a batch (or one
   query) whose hits would carry more than max_answer_bytes is a 422 naming it, before the answer is built;
   the text of documents written since the table's version counts too, and so do the vectors asked for.
@@ -236,12 +237,14 @@ def test_the_keyword_bound_counts_written_documents_too(lee_data_dir: Path, tmp_
 
 
 SCORED_ROWS = 6_000  # the bounded server's max_scored_rows: 20 conditions over lee's 300 rows
+EXACT_ROWS = 40_000  # its max_exact_rows: two queries over small's 20,000 rows (a table without an index)
 
 
 @pytest.fixture(scope="module")
 def bounded_server(data_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    """A real server whose requests may score or test 6,000 rows one by one (max_scored_rows)."""
-    env = {"EMBEDDING_MAX_SCORED_ROWS": str(SCORED_ROWS)}
+    """A real server whose requests may score or test 6,000 rows one by one (max_scored_rows) and score 40,000
+    in exact searches (max_exact_rows)."""
+    env = {"EMBEDDING_MAX_SCORED_ROWS": str(SCORED_ROWS), "EMBEDDING_MAX_EXACT_ROWS": str(EXACT_ROWS)}
     process = start(data_dir, tmp_path_factory.mktemp("work-bounds-scored") / "server.log", env=env)
     try:
         yield process
@@ -284,6 +287,21 @@ def test_diversity_comparing_too_many_candidates_is_a_422(bounded_server: Server
     refused(bounded_server, {"id": "lee-000", "k": 2, "offset": 10, "diversity": 0.5}, counted)
     refused(bounded_server, {"queries": [{"id": "lee-000"}, {"id": "lee-001"}], "k": 6, "diversity": 0.5}, "6,288")
     assert len(answered(bounded_server, {"id": "lee-000", "k": 11, "diversity": 0.5})["hits"]) == 11
+
+
+def test_exact_searches_scoring_too_many_rows_are_a_422(bounded_server: Server, small: Table) -> None:
+    """An exact search scores every row for each query (small has no approximate index: every search of it is
+    exact): its queries x rows count towards max_exact_rows, refused before any is scored. 1,024 exact queries over
+    GloVe's 400,000 rows took a core for 3.3 s."""
+    assert small.index is None and small.rows == 20_000
+    vectors = queries(small, 3, seed=5).round(6).tolist()
+    for path, body in (("search", {"vectors": vectors, "k": 3}), ("neighbors", {"queries": ["the", "of", "and"]})):
+        response = HTTP.post(f"{bounded_server.base}{SMALL}/{path}", json=body, timeout=60)
+        error = error_of((response.status_code, dict(response.headers), response.content), 422)
+        assert error["limit"] == "max_exact_rows" and "add up to 60,000 (3 x 20,000 here)" in error["message"], error
+        assert "more than the server's max_exact_rows of 40,000" in error["message"], error
+    response = HTTP.post(f"{bounded_server.base}{SMALL}/search", json={"vectors": vectors[:2], "k": 3}, timeout=60)
+    assert response.status_code == 200 and len(response.json()["results"]) == 2, response.text[:300]
 
 
 LONG_TEXT_BYTES = 50_000  # a document's text in the table ``long``

@@ -88,7 +88,8 @@ class Settings(BaseSettings):
         ge=1,
         le=1_000_000_000_000,
         description="most rows one request's exact searches score: their queries x the rows each scores (a search "
-        "with exact, or restrict, or of a table without an approximate index, or filtered to few rows), e.g. a batch "
+        "with exact, or restrict, or of a table without an approximate index, or filtered to few rows; rank's pairs, "
+        "each scoring every row), e.g. a batch "
         "of 1,024 queries over 100,000 rows, the largest table an import leaves without one (1,024 exact queries over "
         "GloVe's 400,000 rows took a core for 3.3 s); more is a 422 before they are scored",
     )

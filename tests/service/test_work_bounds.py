@@ -291,8 +291,8 @@ def test_diversity_comparing_too_many_candidates_is_a_422(bounded_server: Server
 
 def test_exact_searches_scoring_too_many_rows_are_a_422(bounded_server: Server, small: Table) -> None:
     """An exact search scores every row for each query (small has no approximate index: every search of it is
-    exact): its queries x rows count towards max_exact_rows, refused before any is scored. 1,024 exact queries over
-    GloVe's 400,000 rows took a core for 3.3 s."""
+    exact), as rank does for each pair: their queries x rows count towards max_exact_rows, refused before any is
+    scored. 1,024 exact queries over GloVe's 400,000 rows took a core for 3.3 s."""
     assert small.index is None and small.rows == 20_000
     vectors = queries(small, 3, seed=5).round(6).tolist()
     for path, body in (("search", {"vectors": vectors, "k": 3}), ("neighbors", {"queries": ["the", "of", "and"]})):
@@ -300,6 +300,12 @@ def test_exact_searches_scoring_too_many_rows_are_a_422(bounded_server: Server, 
         error = error_of((response.status_code, dict(response.headers), response.content), 422)
         assert error["limit"] == "max_exact_rows" and "add up to 60,000 (3 x 20,000 here)" in error["message"], error
         assert "more than the server's max_exact_rows of 40,000" in error["message"], error
+    pairs = [["the", "of"], ["and", "to"], ["in", "a"]]
+    response = HTTP.post(f"{bounded_server.base}{SMALL}/rank", json={"pairs": pairs}, timeout=60)
+    error = error_of((response.status_code, dict(response.headers), response.content), 422)
+    assert error["message"].startswith("rank: its pairs x the rows they score add up to 60,000"), error
+    response = HTTP.post(f"{bounded_server.base}{SMALL}/rank", json={"pairs": pairs[:2]}, timeout=60)
+    assert response.status_code == 200 and len(response.json()["ranks"]) == 2, response.text[:300]
     response = HTTP.post(f"{bounded_server.base}{SMALL}/search", json={"vectors": vectors[:2], "k": 3}, timeout=60)
     assert response.status_code == 200 and len(response.json()["results"]) == 2, response.text[:300]
 

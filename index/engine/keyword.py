@@ -612,13 +612,30 @@ class KeywordIndex:
             terms = terms.cast(self._terms.type)
         return search_sorted(self._terms, terms) if len(terms) else np.zeros(0, dtype=np.int64)
 
+    def document_counts(self, terms: pa.Array) -> np.ndarray:
+        """How many documents hold each word (0: none), read from where its postings start and stop."""
+        columns = self.term_ids(terms)
+        known = columns >= 0
+        counts = np.zeros(len(columns), dtype=np.int64)
+        indptr = self._postings.indptr
+        counts[known] = indptr[columns[known] + 1] - indptr[columns[known]]
+        return counts
+
     def postings(self, word: str) -> tuple[np.ndarray, np.ndarray]:
         """The rows holding ``word`` and their stored scores for it (none when no document holds it)."""
-        (column,) = self.term_ids(pa.array([word], pa.string())).tolist()
-        if column < 0:
-            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float64)
-        rows, scores = self._postings.column(column)
-        return np.asarray(rows, dtype=np.int64), np.asarray(scores, dtype=np.float64)
+        return self.postings_of([word])[0]
+
+    def postings_of(self, words: Sequence[str]) -> list[tuple[np.ndarray, np.ndarray]]:
+        """:meth:`postings` of each of ``words``, their columns looked up together (one search of the sorted
+        words, not one a word)."""
+        out = []
+        for column in self.term_ids(pa.array(list(words), pa.string())).tolist():
+            if column < 0:
+                out.append((np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float64)))
+                continue
+            rows, scores = self._postings.column(column)
+            out.append((np.asarray(rows, dtype=np.int64), np.asarray(scores, dtype=np.float64)))
+        return out
 
     def holds(self, text: str) -> bool:
         """Whether some document holds a word of ``text`` as the index reads it: whether :meth:`search` finds it a

@@ -39,6 +39,7 @@ from index.build.sources import read_source
 from index.build.writer import build_table
 from index.engine import layout
 from index.engine.filters import MAX_DEPTH
+from index.engine.live_search import LiveKeyword
 from index.engine.table import Table
 from service.app import create_app
 from service.settings import Settings
@@ -234,6 +235,28 @@ def test_the_keyword_bound_counts_written_documents_too(lee_data_dir: Path, tmp_
         over(client, f"{LEE}/search", query, f"{said_in_all}max_scored_rows of {bound:,}")
         response = client.post(f"{LEE}/search", json={**query, "text": "said " * 40})
         assert response.status_code == 200 and response.json()["hits"][0]["id"] == "new", response.text[:300]
+
+
+def test_a_keyword_query_beside_written_documents_is_refused_before_any_postings_are_read(
+    lee_data_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Beside written documents each word's postings are read one word at a time (each row's count recovered from
+    its score): the words' documents are added up from where the postings start and stop, and the query refused,
+    before any is read. A hybrid search of 12,000 distinct words took 5.9 s reading them before its 422 (their
+    columns looked up one word at a time: now all at once, 0.5 s for a query within the bound)."""
+    (tmp_path / "lee").symlink_to(lee_data_dir / "lee")
+    read: list[str] = []
+    postings = LiveKeyword._version_postings
+    monkeypatch.setattr(
+        LiveKeyword, "_version_postings", lambda self, word, stored: read.append(word) or postings(self, word, stored)
+    )
+    with client_for(data_dir=tmp_path, write_keys=["w"], max_scored_rows=1_000) as client:
+        written = {"id": "new", "vector": [0.5] * 50, "text": "It was said, and said again."}
+        assert client.post(f"{LEE}/documents", json={"documents": [written]}, headers={"X-API-Key": "w"}).is_success
+        over(client, f"{LEE}/search", {"text": "said " * 5, "mode": "keyword", "k": 1}, "max_scored_rows of 1,000")
+        assert read == []
+        response = client.post(f"{LEE}/search", json={"text": "said " * 4, "mode": "keyword", "k": 1})
+        assert response.status_code == 200 and read == ["said"], (response.text[:300], read)
 
 
 SCORED_ROWS = 6_000  # the bounded server's max_scored_rows: 20 conditions over lee's 300 rows

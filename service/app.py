@@ -79,6 +79,7 @@ def create_app(settings: Settings) -> FastAPI:
         max_layout_work=settings.max_layout_work,
         max_encode_tokens=settings.max_encode_tokens,
         max_scored_rows=settings.max_scored_rows,
+        max_exact_rows=settings.max_exact_rows,
         max_answer_bytes=settings.max_answer_bytes,
     )
     metrics = Metrics()

@@ -76,9 +76,22 @@ class Settings(BaseSettings):
         le=1_000_000_000_000,
         description="most rows one analogy batch scores one by one: its questions that score every row searched "
         "(all of them with method 3cosmul, those with expect otherwise) x those rows, e.g. 50 questions over "
-        "400,000 rows; more is a 422 before any work (a single question is always answered). Also the documents "
-        "the words of one request's keyword queries add up (a word given twice counts twice): more is a 422 "
-        "before any scoring",
+        "400,000 rows; more is a 422 before any work (a single question is always answered). Also what one "
+        "request scores or tests one by one beyond its searches, together: the documents the words of its keyword "
+        "queries add up (a word given twice counts twice), the rows each condition of its filters tests (conditions "
+        "x the table's rows, e.g. 20 conditions over a million rows), and the candidates diversity (MMR) compares "
+        "with each hit it chooses (hits x (candidates + 500)); more is a 422 (before any filter is evaluated; "
+        "diversity's before the query that would pass it)",
+    )
+    max_exact_rows: int = Field(
+        102_400_000,
+        ge=1,
+        le=1_000_000_000_000,
+        description="most rows one request's exact searches score: their queries x the rows each scores (a search "
+        "with exact, or restrict, or of a table without an approximate index, or filtered to few rows; rank's pairs, "
+        "each scoring every row), e.g. a batch "
+        "of 1,024 queries over 100,000 rows, the largest table an import leaves without one (1,024 exact queries over "
+        "GloVe's 400,000 rows took a core for 3.3 s); more is a 422 before they are scored",
     )
     max_answer_bytes: int = Field(
         64_000_000,

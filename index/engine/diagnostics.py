@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from index.engine.analogy import cosmul
+from index.engine.budget import spend_exact
 from index.engine.knn import inner_products, unit_mean
 from index.engine.table import Neighbor, Resolved, SearchOptions, Table, VectorSearch
 from index.errors import InvalidQuery, UnknownToken
@@ -140,6 +141,7 @@ def ranks(table: Table, a: Sequence[int], b: Sequence[int]) -> tuple[np.ndarray,
     """gensim ``rank(a[i], b[i])`` for many pairs (1 + the number of rows closer to a than b, a left out), and
     the cosine of each pair, from one matrix product per block of pairs."""
     a_ids, b_ids = np.asarray(a, dtype=np.int64), np.asarray(b, dtype=np.int64)
+    spend_exact(len(a_ids), table.rows, "rank: its pairs")  # each scores every row, as an exact search
     out = np.empty(len(a_ids), dtype=np.int64)
     cosines = np.empty(len(a_ids), dtype=np.float32)
     step = _per_block(table.rows)

@@ -24,6 +24,7 @@ from typing import Any, Literal, NamedTuple, cast
 import numpy as np
 
 from index.engine import diagnostics, filters
+from index.engine.budget import EXACT_BUDGET, SCORE_BUDGET, OverBudget
 from index.engine.contextual import contextual, transformer_of
 from index.engine.delta import (
     Delta,
@@ -60,7 +61,6 @@ from index.engine.filters import RowSet
 from index.engine.fusion import rrf
 from index.engine.hybrid import DEPTH, LISTS, DocumentSearch, Hit, Mode, depths, diverse, reaching
 from index.engine.hybrid import run as run_hybrid
-from index.engine.keyword import SCORE_BUDGET
 from index.engine.knn import (
     FLOAT32_MAX,
     Hits,
@@ -137,6 +137,7 @@ __all__ = [
     "BOOLEAN",
     "DEPTH",
     "ENCODE_BUDGET",
+    "EXACT_BUDGET",
     "FLOAT",
     "FLOAT32_MAX",
     "INTEGER",
@@ -602,8 +603,8 @@ def run(
 ) -> list[Answer]:
     """Answer each of ``queries`` in order (its result, or its error): one engine request per group of items
     sharing a filter, page and mode. ``encoder`` embeds texts (their tokens over the request's bound raise, for the
-    whole batch: :class:`TooManyTokens`); ``delta`` holds the documents written since the version, searched beside
-    it."""
+    whole batch: :class:`TooManyTokens`; so do filters over its bound of rows: :class:`OverBudget`); ``delta`` holds
+    the documents written since the version, searched beside it."""
     out: list[Answer | None] = [None] * len(queries)  # every place is set: a failure, or its group's answer
     groups: dict[Any, list[tuple[int, _Item]]] = {}
     for position, query in enumerate(queries):
@@ -611,7 +612,7 @@ def run(
             item = _prepare(table, query, encoder, delta)
             if query.filter is not None:
                 item.rows = table.filter(query.filter)
-        except TooManyTokens:  # the request's bound, which its items' texts share: the whole request is refused
+        except (TooManyTokens, OverBudget):  # the request's bounds, which its items share: the whole request is refused
             raise
         except EmbeddingError as exc:
             out[position] = Failed(exc)

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 import faiss
 import numpy as np
 
+from index.engine.budget import spend
 from index.errors import InvalidQuery, clipped, shown
 from index.store.payload import (
     BOOLEAN,
@@ -111,6 +112,13 @@ class RowSet:
 
 def evaluate(payload: Payload, spec: Any) -> RowSet:
     """The rows of ``payload`` that pass the filter ``spec`` (JSON, as described in the module docstring)."""
+    rows = len(payload)
+    spend(
+        rows * _conditions(spec),
+        "filtering: the rows the conditions test",
+        'send fewer conditions (one "in" holds many values)',
+        f" (each condition, and/or/not included, tests the {rows:,} rows)",
+    )
     passing = _node(payload, spec, "filter", 0)
     return RowSet(np.asarray(passing.to_numpy(zero_copy_only=False), dtype=bool))
 
@@ -135,6 +143,21 @@ def _node(payload: Payload, spec: Any, where: str, depth: int) -> pa.Array:
         else:
             parts.append(_field(payload, key, value, here))
     return _combine(parts, pc.and_)
+
+
+def _conditions(spec: Any) -> int:
+    """The conditions of a filter, as ``max_filter_conditions`` counts them: each operator on a field, each
+    and/or/not (what is not a filter counts nothing: its evaluation refuses it)."""
+    count, pending = 0, [spec]
+    while pending:
+        node = pending.pop()
+        for key, value in node.items() if isinstance(node, dict) else ():
+            if key in ("and", "or", "not"):
+                count += 1
+                pending.extend(value if isinstance(value, list) else [value])
+            else:
+                count += len(value) if isinstance(value, dict) and value else 1
+    return count
 
 
 def _combine(parts: list[pa.Array], op: Callable[..., Any]) -> pa.Array:

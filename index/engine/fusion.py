@@ -17,9 +17,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from index.engine.budget import spend
 from index.errors import InvalidQuery
 
 RRF_K = 60
+MMR_STEP = 500  # what one step of MMR costs beside its comparisons, counted as comparing this many candidates
 
 
 @dataclass(frozen=True)
@@ -101,6 +103,12 @@ def mmr(
     if relevant.shape != (len(rows),):
         raise InvalidQuery(f"one relevance per candidate ({len(rows)}), not {relevant.shape}")
     count = min(k, len(rows))
+    spend(
+        count * (len(rows) + MMR_STEP),
+        "diversity: the candidates compared with each hit chosen",
+        "ask fewer hits (offset + k) or fewer queries at a time",
+        f" ({count:,} hits x {len(rows):,} candidates, and {MMR_STEP:,} for each hit's step)",
+    )
     chosen = np.empty(count, dtype=np.int64)
     scores = np.empty(count, dtype=np.float64)
     closest = np.zeros(len(rows))  # each candidate's highest similarity to those chosen

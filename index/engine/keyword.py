@@ -35,14 +35,14 @@ import json
 import sys
 import threading
 from collections.abc import Sequence
-from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from index.errors import ArtifactError, InvalidQuery, OverLimit
+from index.engine.budget import spend
+from index.errors import ArtifactError, InvalidQuery
 from index.progress import Progress, note
 from index.store import shardmap
 from index.store.artifact import npy_bytes
@@ -55,28 +55,14 @@ else:
     from index.lazy import pa, pc
 
 KEYWORD = "keyword"  # the manifest's section
-SCORE_SETTING = "max_scored_rows"
-# A request's bound on the postings its keyword queries add up, and those added so far, ``[bound, spent]``: a list,
-# so that every copy of the request's context (the worker thread a search runs in) spends from the same count; the
-# server sets it per request, None (the builder, the tests of the engine) bounds nothing. A word given twice is
-# scored twice, so a query of one common word repeated costs its postings per repetition.
-SCORE_BUDGET: ContextVar[list[int] | None] = ContextVar("score_budget", default=None)
 
 
 def spend_postings(postings: int) -> None:
-    """Count ``postings`` a keyword search is about to add up against the request's bound (:data:`SCORE_BUDGET`):
-    past it, the whole request is refused before they are scored."""
-    budget = SCORE_BUDGET.get()
-    if budget is None:
-        return
-    bound, spent = budget
-    if spent + postings > bound:
-        raise OverLimit(
-            f"keyword scoring: the query words' documents add up to {spent + postings:,} (a word counted each time "
-            f"it is given), more than the server's {SCORE_SETTING} of {bound:,}; send fewer words or queries at a time",
-            SCORE_SETTING,
-        )
-    budget[1] = spent + postings
+    """Count ``postings`` a keyword search is about to add up against the request's bound (a word given twice is
+    scored twice, so a query of one common word repeated costs its postings per repetition): past it, the whole
+    request is refused before they are scored."""
+    aside = " (a word counted each time it is given)"
+    spend(postings, "keyword scoring: the query words' documents", "send fewer words or queries at a time", aside)
 
 
 DATA, INDICES, INDPTR = "keyword_data.npy", "keyword_indices.npy", "keyword_indptr.npy"
@@ -614,13 +600,30 @@ class KeywordIndex:
             terms = terms.cast(self._terms.type)
         return search_sorted(self._terms, terms) if len(terms) else np.zeros(0, dtype=np.int64)
 
+    def document_counts(self, terms: pa.Array) -> np.ndarray:
+        """How many documents hold each word (0: none), read from where its postings start and stop."""
+        columns = self.term_ids(terms)
+        known = columns >= 0
+        counts = np.zeros(len(columns), dtype=np.int64)
+        indptr = self._postings.indptr
+        counts[known] = indptr[columns[known] + 1] - indptr[columns[known]]
+        return counts
+
     def postings(self, word: str) -> tuple[np.ndarray, np.ndarray]:
         """The rows holding ``word`` and their stored scores for it (none when no document holds it)."""
-        (column,) = self.term_ids(pa.array([word], pa.string())).tolist()
-        if column < 0:
-            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float64)
-        rows, scores = self._postings.column(column)
-        return np.asarray(rows, dtype=np.int64), np.asarray(scores, dtype=np.float64)
+        return self.postings_of([word])[0]
+
+    def postings_of(self, words: Sequence[str]) -> list[tuple[np.ndarray, np.ndarray]]:
+        """:meth:`postings` of each of ``words``, their columns looked up together (one search of the sorted
+        words, not one a word)."""
+        out = []
+        for column in self.term_ids(pa.array(list(words), pa.string())).tolist():
+            if column < 0:
+                out.append((np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float64)))
+                continue
+            rows, scores = self._postings.column(column)
+            out.append((np.asarray(rows, dtype=np.int64), np.asarray(scores, dtype=np.float64)))
+        return out
 
     def holds(self, text: str) -> bool:
         """Whether some document holds a word of ``text`` as the index reads it: whether :meth:`search` finds it a

@@ -13,6 +13,7 @@ from typing import Any, cast
 import faiss
 import numpy as np
 
+from index.engine.budget import spend_exact
 from index.errors import InvalidQuery
 
 SMALL_BATCH = 2  # up to this many queries a plain matrix product beats FAISS's blocked search
@@ -95,7 +96,9 @@ def mean_query(vectors: np.ndarray, positive: Sequence[int], negative: Sequence[
 
 
 def exact_knn(queries: np.ndarray, base: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """Brute-force inner-product top-``k``: one BLAS product for a few queries, FAISS's blocked search beyond."""
+    """Brute-force inner-product top-``k``: one BLAS product for a few queries, FAISS's blocked search beyond. Its
+    queries x rows count towards the request's bound (``max_exact_rows``)."""
+    spend_exact(len(queries), len(base))
     if len(queries) > SMALL_BATCH:
         return faiss.knn(queries, base, k, metric=faiss.METRIC_INNER_PRODUCT)
     return best_of(inner_products(queries, base), k)
@@ -154,6 +157,7 @@ def exact_knn_rows(queries: np.ndarray, base: np.ndarray, k: int, rows: np.ndarr
     if len(rows) * GATHER_BELOW < len(base):
         scores, ids = exact_knn(queries, np.ascontiguousarray(base[rows]), k)
         return scores, np.where(ids >= 0, rows[np.maximum(ids, 0)], -1)
+    spend_exact(len(queries), len(base))  # every row scored, the others' scores then dropped
     out_scores = np.empty((len(queries), k), dtype=np.float32)
     out_ids = np.empty((len(queries), k), dtype=np.int64)
     step = max(1, MASKED_BLOCK_BYTES // (4 * len(base)))

@@ -184,9 +184,13 @@ class LiveKeyword:
         low, high = np.searchsorted(self.words, [ident, ident + 1]) if ident >= 0 else (0, 0)
         return self.documents[low:high], self.tf[low:high]
 
-    def _version_postings(self, word: str) -> tuple[np.ndarray, np.ndarray]:
-        """The version's live rows holding ``word`` and its count in each (recovered from the stored score)."""
-        rows, data = self.index.postings(word)  # a sharded table's: its shards', scored with its statistics
+    def _version_postings(
+        self, word: str, stored: tuple[np.ndarray, np.ndarray] | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """The version's live rows holding ``word`` and its count in each, recovered from its ``stored`` postings
+        (``KeywordIndex.postings``, read when not given: rows and scores; a sharded table's: its shards', scored
+        with its statistics)."""
+        rows, data = self.index.postings(word) if stored is None else stored
         if not len(rows):
             return rows, np.zeros(0, dtype=np.int32)
         n, df = self.base, len(rows)
@@ -205,6 +209,13 @@ class LiveKeyword:
         live = ~self.deleted[rows]
         return rows[live], tf[live]
 
+    def _documents_holding(self, terms: pa.Array, words: list[str]) -> int:
+        """The documents holding each of ``words`` (``terms``), added up, a word counted each time it is given: the
+        version's postings (a deleted or replaced document's too) and the written documents'."""
+        written = np.array([self.vocabulary.get(word, -1) for word in words], dtype=np.int64)
+        held = np.searchsorted(self.words, written + 1) - np.searchsorted(self.words, written)
+        return int(self.index.document_counts(terms).sum() + held[written >= 0].sum())
+
     def search(self, texts: Sequence[str], k: int, allowed: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
         if k < 1:
             raise InvalidQuery(f"k must be at least 1, not {k}")
@@ -213,15 +224,18 @@ class LiveKeyword:
         out_ids = np.full((m, k), -1, dtype=np.int64)
         tokens = self.tokenizer(pa.array(list(texts), pa.string()))
         words: list[str] = tokens.terms.to_pylist()
+        spend_postings(self._documents_holding(tokens.terms, words))  # before any word's postings are read
         bounds = np.searchsorted(tokens.rows, np.arange(m + 1))
         k1, b = self.index.k1, self.index.b
+        distinct = list(dict.fromkeys(words))
+        stored = dict(zip(distinct, self.index.postings_of(distinct), strict=True))
         cache: dict[str, tuple[np.ndarray, np.ndarray]] = {}
         for q in range(m):
             query = words[bounds[q] : bounds[q + 1]]
             lists = []
             for word in query:
                 if word not in cache:
-                    rows, tf = self._version_postings(word)
+                    rows, tf = self._version_postings(word, stored[word])
                     documents, written_tf = self._written_postings(word)
                     cache[word] = (
                         np.concatenate([rows, documents + self.base]),
@@ -232,7 +246,6 @@ class LiveKeyword:
             if not lists:
                 continue
             df = np.array([len(rows) for rows, _ in lists], dtype=np.int64)
-            spend_postings(int(df.sum()))
             if self.statistics is not None:
                 given = np.array([self.statistics.frequency(w)[1] for w in query if len(cache[w][0])])
                 if (given < df).any():

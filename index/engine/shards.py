@@ -284,16 +284,25 @@ class _Keyword(KeywordIndex):
     def term_ids(self, terms: Any) -> np.ndarray:
         raise InvalidQuery("a sharded table's keyword index is its shards'")
 
-    def postings(self, word: str) -> tuple[np.ndarray, np.ndarray]:
-        """The whole table's rows holding ``word`` and their scores: every shard's (scored with the whole table's
-        statistics), in the whole table's rows."""
-        rows, data = [np.zeros(0, dtype=np.int64)], [np.zeros(0, dtype=np.float64)]
+    def document_counts(self, terms: Any) -> np.ndarray:
+        """How many documents of the whole table hold each word: its shards' together."""
+        counts = np.zeros(len(terms), dtype=np.int64)
+        for shard in self._table.shards:
+            if shard.keyword is not None:
+                counts += shard.keyword.document_counts(terms)
+        return counts
+
+    def postings_of(self, words: Sequence[str]) -> list[tuple[np.ndarray, np.ndarray]]:
+        """The whole table's rows holding each of ``words`` and their scores: every shard's (scored with the whole
+        table's statistics), in the whole table's rows."""
+        rows: list[list[np.ndarray]] = [[np.zeros(0, dtype=np.int64)] for _ in words]
+        data: list[list[np.ndarray]] = [[np.zeros(0, dtype=np.float64)] for _ in words]
         for s, shard in enumerate(self._table.shards):
             if shard.keyword is not None:
-                local, scores = shard.keyword.postings(word)
-                rows.append(self._table.global_rows[s][local])
-                data.append(scores)
-        return np.concatenate(rows), np.concatenate(data)
+                for i, (local, scores) in enumerate(shard.keyword.postings_of(words)):
+                    rows[i].append(self._table.global_rows[s][local])
+                    data[i].append(scores)
+        return [(np.concatenate(r), np.concatenate(d)) for r, d in zip(rows, data, strict=True)]
 
     def holds(self, text: str) -> bool:
         return any(shard.keyword is not None and shard.keyword.holds(text) for shard in self._table.shards)

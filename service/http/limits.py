@@ -1,9 +1,9 @@
 """Request limits: the body-size cap (413 in the error envelope), the model limits of this app, the tokens a request
-may have a transformer run (``index.engine.door.ENCODE_BUDGET``), the postings its keyword queries may add up
-(``SCORE_BUDGET``) and the unknown words it is given suggestions for (``SUGGESTION_BUDGET``); and every POST body
-read as JSON whatever its ``Content-Type`` says (``curl -d`` sends ``application/x-www-form-urlencoded``, which
-FastAPI would hand to the models as bytes: a 422 that names no cause); a body in a coding the server does not read
-(``refused_coding``) is a 400.
+may have a transformer run (``index.engine.door.ENCODE_BUDGET``), the rows it may score one by one
+(``SCORE_BUDGET``), those its exact searches may score (``EXACT_BUDGET``) and the unknown words it is given
+suggestions for (``SUGGESTION_BUDGET``); and every POST body read as JSON whatever its ``Content-Type`` says
+(``curl -d`` sends ``application/x-www-form-urlencoded``, which FastAPI would hand to the models as bytes: a 422
+that names no cause); a body in a coding the server does not read (``refused_coding``) is a 400.
 
 A pure ASGI middleware (no per-request task), so it costs next to nothing on the hot path.
 """
@@ -13,7 +13,7 @@ from __future__ import annotations
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from index.engine.door import ENCODE_BUDGET, SCORE_BUDGET, SUGGESTED_MISSES, SUGGESTION_BUDGET
+from index.engine.door import ENCODE_BUDGET, EXACT_BUDGET, SCORE_BUDGET, SUGGESTED_MISSES, SUGGESTION_BUDGET
 from index.errors import shown
 from service.errors import error_response
 from service.schemas.common import LIMITS, Limits
@@ -76,7 +76,8 @@ class RequestLimitsMiddleware:
             return
         LIMITS.set(self.limits)
         ENCODE_BUDGET.set([self.limits.max_encode_tokens, 0])  # this request's, whatever its connection served before
-        SCORE_BUDGET.set([self.limits.max_scored_rows, 0])  # the postings its keyword queries add up
+        SCORE_BUDGET.set([self.limits.max_scored_rows, 0])  # its keyword words' postings, filters' rows, MMR's
+        EXACT_BUDGET.set([self.limits.max_exact_rows, 0])  # the rows its exact searches score
         SUGGESTION_BUDGET.set([SUGGESTED_MISSES])  # the unknown words it is given suggestions for
         if (refused := refused_coding(scope["headers"])) is not None:
             await error_response("bad_request", refused)(scope, receive, send)

@@ -36,6 +36,7 @@ class Limits:
     max_layout_work: int = 32_768  # tokens x perplexity (t-SNE) or x n_neighbors (UMAP) of one projection
     max_encode_tokens: int = 16_384  # tokens one request has a transformer table's model run (index.engine.door)
     max_scored_rows: int = 20_000_000  # rows one analogy batch scores one by one (service.schemas.analogy)
+    max_exact_rows: int = 102_400_000  # queries x rows of one request's exact searches (index.engine.knn)
     max_answer_bytes: int = 64_000_000  # text and vectors one search answers (service.respond)
 
 

@@ -18,7 +18,11 @@ class ServerLimits(BaseModel):
     max_words: int = Field(description="most words in all the word lists of one request")
     max_layout_work: int = Field(description="largest t-SNE or UMAP projection: tokens x perplexity or n_neighbors")
     max_encode_tokens: int = Field(description="most tokens one request has a transformer table's model run")
-    max_scored_rows: int = Field(description="most rows one analogy batch scores one by one")
+    max_scored_rows: int = Field(
+        description="most rows one analogy batch scores one by one; also the rows one request's keyword words, "
+        "filter conditions and diversity score or test, together"
+    )
+    max_exact_rows: int = Field(description="most rows one request's exact searches score: queries x rows")
     max_answer_bytes: int = Field(description="most bytes of text and vectors one search answers")
     max_body_bytes: int = Field(description="largest request body; larger is a 413")
     max_header_bytes: int = Field(description="largest request line plus headers; larger is a 431")

@@ -194,6 +194,7 @@ TIGHT = {
     "EMBEDDING_MAX_LAYOUT_WORK": "10",
     "EMBEDDING_MAX_ENCODE_TOKENS": "32",
     "EMBEDDING_MAX_SCORED_ROWS": "10",
+    "EMBEDDING_MAX_EXACT_ROWS": "20000",
     "EMBEDDING_MAX_ANSWER_BYTES": "1000",
     "EMBEDDING_MAX_BODY_BYTES": "300000",
     "EMBEDDING_MAX_HEADER_BYTES": "2048",
@@ -223,6 +224,7 @@ OVER: dict[str, tuple[str, str, dict[str, Any], tuple[int, str]]] = {
         {"json": {"queries": [{"a": "man", "b": "king", "c": "woman"}] * 2, "method": "3cosmul", "k": 3}},
         INVALID,
     ),
+    "max_exact_rows": ("small/search", "POST", {"json": {"vectors": [[0.5] * 50] * 2, "k": 3}}, INVALID),
     "max_answer_bytes": ("lee/search", "POST", {"json": {"id": "lee-001", "k": 10}}, INVALID),
     "max_body_bytes": (
         "small/neighbors",

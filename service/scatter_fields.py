@@ -4,12 +4,13 @@ process serving the table whole answers it (``service.routers.fields``), from it
 Every shard is asked at once for its statistics (``GET <replica>/fields``, kept by the shard while it is not
 written to); a shard that listed fewer values of a string, tag or boolean field than it has (more than
 ``TOP_VALUES``) is then asked for every value of those fields (``GET <replica>/fields/values?field=...``, in
-several requests when their names are long: :func:`queries`), so
-that the merge (``index.engine.field_stats.merged_field_stats``) is exact: rows and counts summed, the distinct
-values of every shard counted once, the smallest and largest values of all. Not of a field a shard holds more than
-``MOST_LISTED`` distinct values of (unique titles): its answer would grow with the table; that field's statistics
-are merged from the most common values the shards listed and flagged ``"exact": false`` (lower bounds). Each shard
-reads its own write log: documents written or deleted (through the front or not) count as the table counts them.
+several requests when their names are long: :func:`queries`), so that the merge
+(``index.engine.field_stats.merged_field_stats``) is exact: rows and counts summed, the distinct values of every
+shard counted once, the smallest and largest values of all. Not of a field a shard holds more than ``MOST_LISTED``
+distinct values of (unique titles), or values of more than ``MOST_LISTED_BYTES`` in all (long texts): its answer
+would grow with the table; that field's statistics are merged from the most common values the shards listed and
+flagged ``"exact": false`` (lower bounds). Each shard reads its own write log: documents written or deleted
+(through the front or not) count as the table counts them.
 
 A shard's refusal (a word table's 422) is the answer, naming the sharded table; a shard that does not answer fails
 the request (503 ``shard_unavailable``, 504 ``shard_timeout``), partial answers or not: the sums would be wrong.

@@ -21,7 +21,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from index.engine.field_stats import MOST_LISTED, TOP_VALUES
+from index.engine.field_stats import MOST_LISTED, MOST_LISTED_BYTES, TOP_VALUES
 from index.store import shardmap
 from service.scatter import segment
 from tests.cli import run_cli
@@ -32,7 +32,8 @@ from tests.service.real_server import HTTP, Server
 SHARDS = 2
 DOCUMENTS = 2 * MOST_LISTED + 1000  # a shard holds more than MOST_LISTED titles, words
 # Table "wide": fields of long names, a value of their own in each document (more than TOP_VALUES on a shard), so
-# that asking a shard for every value of all of them at once would be a URL over its 32 KiB max_header_bytes.
+# that asking a shard for every value of all of them at once would be a URL over its 32 KiB max_header_bytes; and
+# "long", a value of 20 KB of its own in each document: more than MOST_LISTED_BYTES on a shard.
 WIDE_FIELDS = [f"{n} {'long name ' * 400}" for n in range(9)]
 WIDE_DOCUMENTS = 160
 
@@ -81,7 +82,7 @@ def servers(tmp_path_factory: pytest.TempPathFactory, records: list[dict[str, An
         replicas = [[f"{wide.base}/v1/tables/{shardmap.shard_name(i)}"] for i in range(SHARDS)]
         env = {"EMBEDDING_SHARDS": json.dumps({"uniq": real_server.replicas(shards), "wide": replicas})}
         started.append(real_server.start(root / "front", root / "front.log", env=env))
-        yield {"shards": shards, "one": one, "front": started[-1]}
+        yield {"shards": shards, "one": one, "wide": wide, "front": started[-1]}
     finally:
         real_server.stop_together(started)
 
@@ -91,6 +92,7 @@ def wide_table(path: Path) -> Path:
     ids = [f"w{i}" for i in range(WIDE_DOCUMENTS)]
     vectors = [[float(i % 7), float(i % 11), 1.0] for i in range(WIDE_DOCUMENTS)]
     columns = {name: [f"{n} {i}" for i in range(WIDE_DOCUMENTS)] for n, name in enumerate(WIDE_FIELDS)}
+    columns["long"] = [f"{i} {'long value ' * 1850}" for i in range(WIDE_DOCUMENTS)]
     pq.write_table(pa.table({"id": ids, "vector": vectors, **columns}), path)
     return path
 
@@ -145,12 +147,25 @@ def test_the_fronts_fields_are_exact_or_lower_bounds_flagged(
 
 def test_the_front_asks_for_the_values_of_many_long_named_fields_in_parts(servers: dict[str, Any]) -> None:
     """Fields whose names, all in one URL, would be longer than a shard's request line may be: the front's answer is
-    still the one-process server's, byte for byte."""
-    got = [HTTP.get(f"{servers[name].base}/v1/tables/wide/fields") for name in ("front", "one")]
-    assert got[0].status_code == 200 and got[0].content == got[1].content, got[0].text[:300]
-    wide = got[0].json()["fields"]
-    assert list(wide) == WIDE_FIELDS and {stats["distinct"] for stats in wide.values()} == {WIDE_DOCUMENTS}
+    still the one-process server's."""
+    front, one = fields(servers["front"], "wide"), fields(servers["one"], "wide")
+    assert [front[name] for name in WIDE_FIELDS] == [one[name] for name in WIDE_FIELDS]
+    assert {front[name]["distinct"] for name in WIDE_FIELDS} == {WIDE_DOCUMENTS}
     assert len("&".join(f"field={segment(name)}" for name in WIDE_FIELDS)) > 32 << 10
+
+
+def test_a_field_of_long_values_is_listed_in_part(servers: dict[str, Any]) -> None:
+    """A shard lists every value of a field only up to ``MOST_LISTED_BYTES`` of them, so that its answer stays
+    small: of "long" (about 1.6 MB on a shard), its most common, as ``GET .../fields``; the front's figures are then
+    lower bounds, flagged."""
+    shard, name = servers["wide"], shardmap.shard_name(0)
+    listed = fields(shard, name, "/values?field=long")["long"]
+    assert listed == fields(shard, name)["long"] and len(listed["values"]) == TOP_VALUES < listed["distinct"]
+    assert listed["distinct"] * len(listed["values"][0]["value"]) > MOST_LISTED_BYTES
+    front = fields(servers["front"], "wide")["long"]
+    assert front["exact"] is False and front["non_null"] == WIDE_DOCUMENTS, front["distinct"]
+    largest = max(fields(shard, shardmap.shard_name(i))["long"]["distinct"] for i in range(SHARDS))
+    assert largest <= front["distinct"] <= WIDE_DOCUMENTS and {v["count"] for v in front["values"]} == {1}
 
 
 def test_the_explorer_filters_on_a_field_of_lower_bounds(servers: dict[str, Any], tmp_path: Path) -> None:

@@ -122,6 +122,18 @@ def test_every_value_of_the_fields_asked(lee: Table, lee_docs: Lee, monkeypatch:
     assert capped == {name: oracle(records)[name] for name in ("tags", "lang")}
 
 
+def test_every_value_up_to_most_listed_bytes(lee: Table, lee_docs: Lee, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every value of a field asked whose text is at most ``MOST_LISTED_BYTES`` in all; of longer, the most common,
+    as without ``every``."""
+    records = [lee_docs.record(i) for i in range(len(lee_docs.ids))]
+    tags = oracle(records, None)["tags"]
+    text = sum(len(value["value"].encode()) for value in tags["values"])
+    monkeypatch.setattr(field_stats_module, "MOST_LISTED_BYTES", text)
+    assert field_stats(lee.documents("it has no fields"), every=["tags"])["fields"]["tags"] == tags
+    monkeypatch.setattr(field_stats_module, "MOST_LISTED_BYTES", text - 1)
+    assert field_stats(lee.documents("it has no fields"), every=["tags"])["fields"]["tags"] == oracle(records)["tags"]
+
+
 def test_shards_statistics_merge_into_the_whole_tables(lee_docs: Lee) -> None:
     """A sharded table's statistics from its shards' (each listing every value), as the whole table's: counts
     summed, each distinct value once, the extremes of all."""

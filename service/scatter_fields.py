@@ -3,12 +3,14 @@ process serving the table whole answers it (``service.routers.fields``), from it
 
 Every shard is asked at once for its statistics (``GET <replica>/fields``, kept by the shard while it is not
 written to); a shard that listed fewer values of a string, tag or boolean field than it has (more than
-``TOP_VALUES``) is then asked for every value of those fields (``GET <replica>/fields/values?field=...``), so
-that the merge (``index.engine.field_stats.merged_field_stats``) is exact: rows and counts summed, the distinct
-values of every shard counted once, the smallest and largest values of all. Not of a field a shard holds more than
-``MOST_LISTED`` distinct values of (unique titles): its answer would grow with the table; that field's statistics
-are merged from the most common values the shards listed and flagged ``"exact": false`` (lower bounds). Each shard
-reads its own write log: documents written or deleted (through the front or not) count as the table counts them.
+``TOP_VALUES``) is then asked for every value of those fields (``GET <replica>/fields/values?field=...``, in
+several requests when their names are long: :func:`queries`), so that the merge
+(``index.engine.field_stats.merged_field_stats``) is exact: rows and counts summed, the distinct values of every
+shard counted once, the smallest and largest values of all. Not of a field a shard holds more than ``MOST_LISTED``
+distinct values of (unique titles), or values of more than ``MOST_LISTED_BYTES`` in all (long texts): its answer
+would grow with the table; that field's statistics are merged from the most common values the shards listed and
+flagged ``"exact": false`` (lower bounds). Each shard reads its own write log: documents written or deleted
+(through the front or not) count as the table counts them.
 
 A shard's refusal (a word table's 422) is the answer, naming the sharded table; a shard that does not answer fails
 the request (503 ``shard_unavailable``, 504 ``shard_timeout``), partial answers or not: the sums would be wrong.
@@ -26,6 +28,22 @@ from starlette.responses import Response
 from index.engine.door import cut_fields, merged_field_stats
 from service.respond import FastJSON
 from service.scatter import Front, Shard, ShardRefused, answer_of, segment
+
+QUERY_BYTES = 4096  # the longest query string of a request for every value of some fields (they are split)
+
+
+def queries(fields: list[str]) -> list[str]:
+    """The query strings that ask a shard for every value of ``fields``, each at most :data:`QUERY_BYTES` (a field
+    whose name is longer alone): however many fields and however long their names, a request line within the
+    shard's ``max_header_bytes``."""
+    out: list[str] = []
+    for field in fields:
+        part = f"field={segment(field)}"
+        if out and len(out[-1]) + 1 + len(part) <= QUERY_BYTES:
+            out[-1] += "&" + part
+        else:
+            out.append(part)
+    return out
 
 
 async def every_shard(front: Front, name: str, ask: Callable[[int, Shard], Awaitable[dict[str, Any]]]) -> list[Any]:
@@ -47,12 +65,10 @@ async def fields_of(front: Front, name: str) -> dict[str, Any]:
     async def whole(number: int, shard: Shard) -> dict[str, Any]:
         """Shard ``number``'s statistics with every value of the fields it listed in part."""
         part: dict[str, Any] = parts[number]
-        cut = cut_fields(part)
-        if not cut:
-            return part
-        query = "&".join(f"field={segment(field)}" for field in cut)
-        listed = await front.request(number, shard, f"/fields/values?{query}", None)
-        return {**part, "fields": {**part["fields"], **listed["fields"]}}
+        listed = dict(part["fields"])
+        for query in queries(cut_fields(part)):
+            listed |= (await front.request(number, shard, f"/fields/values?{query}", None))["fields"]
+        return {**part, "fields": listed}
 
     return {"table": name, **merged_field_stats(await every_shard(front, name, whole))}
 

@@ -72,8 +72,9 @@ def parse_timestamp(text: str) -> dt.datetime:
 
 def timestamp_text(moment: dt.datetime) -> str:
     """A timestamp as the payload shows it: ``2001-12-24T05:30:00Z`` in UTC, fractions of a second only when set
-    (``.5``, not ``.500000``)."""
-    text = moment.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S")
+    (``.5``, not ``.500000``); the year in four digits (``0999``, as ``%Y`` does not write it)."""
+    utc = moment.astimezone(dt.UTC)
+    text = f"{utc.year:04d}" + utc.strftime("-%m-%dT%H:%M:%S")
     return text + (f".{moment.microsecond:06d}".rstrip("0") if moment.microsecond else "") + "Z"
 
 

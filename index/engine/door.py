@@ -56,7 +56,14 @@ from index.engine.encode import (
     preview,
     unembedded,
 )
-from index.engine.field_stats import MOST_LISTED, TOP_VALUES, cut_fields, field_stats, merged_field_stats
+from index.engine.field_stats import (
+    MOST_LISTED,
+    MOST_LISTED_BYTES,
+    TOP_VALUES,
+    cut_fields,
+    field_stats,
+    merged_field_stats,
+)
 from index.engine.filters import RowSet
 from index.engine.fusion import rrf
 from index.engine.hybrid import DEPTH, LISTS, DocumentSearch, Hit, Mode, depths, diverse, reaching
@@ -146,6 +153,7 @@ __all__ = [
     "MAX_DIM",
     "MAX_TOKEN_CHARS",
     "MOST_LISTED",
+    "MOST_LISTED_BYTES",
     "SCORE_BUDGET",
     "STRING",
     "STRING_LIST",

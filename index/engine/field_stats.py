@@ -10,8 +10,9 @@ A sharded table's statistics are its shards' merged (:func:`merged_field_stats`)
 on one shard), the smallest of the smallest values, the largest of the largest; a field's distinct values and
 their counts merged from every value of each shard (``every``: a shard that listed fewer than it has is asked for
 all of them), so that every figure is the whole table's. A shard lists every value of a field only up to
-:data:`MOST_LISTED` distinct ones, so that its answer stays small: beyond, the merge has its most common values
-only, and says what it knows for sure (``"exact": false``: ``distinct`` and each count at least those shown).
+:data:`MOST_LISTED` distinct ones of :data:`MOST_LISTED_BYTES` in all, so that its answer stays small: beyond, the
+merge has its most common values only, and says what it knows for sure (``"exact": false``: ``distinct`` and each
+count at least those shown).
 """
 
 from __future__ import annotations
@@ -32,35 +33,36 @@ else:
 
 TOP_VALUES = 50
 MOST_LISTED = 10_000  # the most distinct values of a field listed in full (``every``); beyond, its TOP_VALUES
+MOST_LISTED_BYTES = 1 << 20  # and the most bytes of their text (long values: abstracts, URLs)
 VALUED = (STRING, STRING_LIST, BOOLEAN)  # the kinds of field whose values are counted
 
 
 def field_stats(payload: Payload, delta: Delta | None = None, every: Collection[str] | None = None) -> dict[str, Any]:
     """``{"rows", "fields": {name: statistics}}`` over the version's rows, or the live documents of ``delta``;
     with ``every``, of those fields alone, each of their values listed (not the :data:`TOP_VALUES` most common)
-    where they are at most :data:`MOST_LISTED`."""
+    where they are at most :data:`MOST_LISTED` of at most :data:`MOST_LISTED_BYTES`."""
     names = [field for field in payload.fields if every is None or field in every]
-    top = TOP_VALUES if every is None else MOST_LISTED
+    listing = every is not None
     if delta is None:
-        fields = {field: _stats(payload.fields[field], payload.column(field), top) for field in names}
+        fields = {field: _stats(payload.fields[field], payload.column(field), listing) for field in names}
         return {"rows": len(payload), "fields": fields}
     keep, written = pa.array(~delta.deleted), delta.columns()
     fields = {}
     for field in names:
         column = payload.column(field).filter(keep)
         live = pa.concat_arrays([column, written.column(field).cast(column.type)])
-        fields[field] = _stats(payload.fields[field], live, top)
+        fields[field] = _stats(payload.fields[field], live, listing)
     return {"rows": keep.true_count + len(written.documents), "fields": fields}
 
 
-def _stats(kind: str, column: pa.Array, top: int) -> dict[str, Any]:
+def _stats(kind: str, column: pa.Array, every: bool) -> dict[str, Any]:
     out: dict[str, Any] = {"type": kind, "non_null": len(column) - column.null_count}
     if kind in (STRING, BOOLEAN):
-        out.update(_common(column.drop_null(), top))
+        out.update(_common(column.drop_null(), every))
     elif kind == STRING_LIST:
         # One (document, tag) pair per tag a document has, however often its list repeats it.
         pairs = pa.table({"row": pc.list_parent_indices(column), "tag": pc.list_flatten(column)}).drop_null()
-        out.update(_common(pairs.group_by(["row", "tag"]).aggregate([]).column("tag"), top))
+        out.update(_common(pairs.group_by(["row", "tag"]).aggregate([]).column("tag"), every))
     elif kind in (INTEGER, FLOAT, TIMESTAMP):
         if kind == FLOAT:
             column = pc.filter(column, pc.invert(pc.is_nan(column)))
@@ -69,20 +71,28 @@ def _stats(kind: str, column: pa.Array, top: int) -> dict[str, Any]:
     return out
 
 
-def _common(values: pa.Array | pa.ChunkedArray, top: int) -> dict[str, Any]:
+def _common(values: pa.Array | pa.ChunkedArray, every: bool) -> dict[str, Any]:
     """The number of distinct ``values`` and the most common, by count (then value), with their counts: all of them
-    if they are at most ``top``, else the :data:`TOP_VALUES` most common."""
+    if they are at most :data:`TOP_VALUES`, or with ``every`` at most :data:`MOST_LISTED` of at most
+    :data:`MOST_LISTED_BYTES`; else the :data:`TOP_VALUES` most common."""
     counts = pc.value_counts(values)
     ranked = pa.table({"value": counts.field("values"), "count": counts.field("counts")}).sort_by(
         [("count", "descending"), ("value", "ascending")]
     )
-    listed = ranked if len(counts) <= top else ranked.slice(0, TOP_VALUES)
+    few = len(counts) <= TOP_VALUES or (every and _listable(counts.field("values")))
+    listed = ranked if few else ranked.slice(0, TOP_VALUES)
     return {"distinct": len(counts), "values": listed.to_pylist()}
+
+
+def _listable(distinct: pa.Array) -> bool:
+    """Whether a field's ``distinct`` values (strings: more than a boolean's two) are few and short enough to list."""
+    return len(distinct) <= MOST_LISTED and (pc.sum(pc.binary_length(distinct)).as_py() or 0) <= MOST_LISTED_BYTES
 
 
 def cut_fields(part: dict[str, Any]) -> list[str]:
     """The fields whose values a table's statistics ``part`` did not list in full (more than :data:`TOP_VALUES`)
-    but could (at most :data:`MOST_LISTED`)."""
+    but might (at most :data:`MOST_LISTED`; if their text is over :data:`MOST_LISTED_BYTES`, the shard lists its most
+    common again)."""
     return [name for name, stats in part["fields"].items() if _cut(stats) and stats["distinct"] <= MOST_LISTED]
 
 
@@ -93,9 +103,10 @@ def _cut(stats: dict[str, Any]) -> bool:
 def merged_field_stats(parts: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """The statistics of a sharded table from its shards' ``parts`` (:func:`field_stats`' answers, in shard order),
     each field's values listed in full where a shard has more than :data:`TOP_VALUES` (:func:`cut_fields`). A field
-    a shard listed in part (it has more than :data:`MOST_LISTED`) is not exact (``"exact": false``): its
-    ``distinct`` is at least the largest shard's (and the values listed), each listed count the sum of the counts
-    the shards listed (no more than the value's true count), the values those with the highest such sums."""
+    a shard listed in part (it has more than :data:`MOST_LISTED`, or their text more than :data:`MOST_LISTED_BYTES`)
+    is not exact (``"exact": false``): its ``distinct`` is at least the largest shard's (and the values listed),
+    each listed count the sum of the counts the shards listed (no more than the value's true count), the values
+    those with the highest such sums."""
     fields = {}
     for name, first in parts[0]["fields"].items():
         stats = [part["fields"][name] for part in parts]

@@ -3,8 +3,9 @@
 The statistics are ``index.engine.field_stats``'s, computed once per loaded table (``Table.cached``) and, with
 documents written since the version, over the live documents once per change of the delta (``Delta.cached``).
 ``GET .../fields/values?field=...`` gives the named fields' statistics with every value listed (up to
-``MOST_LISTED`` distinct ones; beyond, the most common as ``/fields``): what the front of a sharded table asks a
-shard that listed fewer values than it has (``service.scatter_fields``), each field's made once as ``/fields``'s.
+``MOST_LISTED`` distinct ones of ``MOST_LISTED_BYTES`` in all; beyond, the most common as ``/fields``): what the
+front of a sharded table asks a shard that listed fewer values than it has (``service.scatter_fields``), each
+field's made once as ``/fields``'s.
 """
 
 from __future__ import annotations

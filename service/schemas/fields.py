@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
-from index.engine.door import MOST_LISTED, TOP_VALUES
+from index.engine.door import MOST_LISTED, MOST_LISTED_BYTES, TOP_VALUES
 
 
 class FieldValue(BaseModel):
@@ -25,7 +25,8 @@ class FieldStats(BaseModel):
         None,
         description=(
             "only at the front of a sharded table, only false: a string, tag or boolean field some shard holds more "
-            f"than {MOST_LISTED:,} distinct values of, whose figures are lower bounds: `distinct` at least the "
+            f"than {MOST_LISTED:,} distinct values of (or values of more than {MOST_LISTED_BYTES >> 20} MiB in all), "
+            "whose figures are lower bounds: `distinct` at least the "
             "largest shard's, each count the sum of those the shards listed among their most common (no more than the "
             "value's true count), the values those with the highest sums"
         ),

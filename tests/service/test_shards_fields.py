@@ -5,7 +5,8 @@ sharded table served whole by one process, and a front of the shards, all real p
 Fields of few values, or of more than the shards' top lists but at most ``MOST_LISTED`` on every shard, are the
 one-process server's, exactly; those with more on some shard (unique titles) are flagged ``"exact": false``, their
 figures lower bounds checked against plain Python over the documents imported. The explorer's filter controls
-work on them through the front, in Chromium.
+work on them through the front, in Chromium. A second sharded table of fields with long names (one server for
+both its shards) is fronted too: every value of all of them would not fit one request line.
 """
 
 from __future__ import annotations
@@ -16,10 +17,13 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
-from index.engine.field_stats import MOST_LISTED, TOP_VALUES
+from index.engine.field_stats import MOST_LISTED, MOST_LISTED_BYTES, TOP_VALUES
 from index.store import shardmap
+from service.scatter import segment
 from tests.cli import run_cli
 from tests.lee import write_jsonl
 from tests.service import real_server
@@ -27,6 +31,11 @@ from tests.service.real_server import HTTP, Server
 
 SHARDS = 2
 DOCUMENTS = 2 * MOST_LISTED + 1000  # a shard holds more than MOST_LISTED titles, words
+# Table "wide": fields of long names, a value of their own in each document (more than TOP_VALUES on a shard), so
+# that asking a shard for every value of all of them at once would be a URL over its 32 KiB max_header_bytes; and
+# "long", a value of 20 KB of its own in each document: more than MOST_LISTED_BYTES on a shard.
+WIDE_FIELDS = [f"{n} {'long name ' * 400}" for n in range(9)]
+WIDE_DOCUMENTS = 160
 
 
 def record(i: int) -> dict[str, Any]:
@@ -49,19 +58,43 @@ def servers(tmp_path_factory: pytest.TempPathFactory, records: list[dict[str, An
     source = write_jsonl(root / "uniq.jsonl", records)
     done = run_cli("import", source, "--name", "uniq", "--shards", SHARDS, "--data-dir", root / "sharded")
     assert done.code == 0, done.err
+    done = run_cli(
+        "import",
+        wide_table(root / "wide.parquet"),
+        "--name",
+        "wide",
+        "--shards",
+        SHARDS,
+        "--data-dir",
+        root / "sharded",
+    )
+    assert done.code == 0, done.err
     (root / "front").mkdir()
+    shard_names = ",".join(shardmap.shard_name(i) for i in range(SHARDS))
     started: list[Server] = []
     try:
         started += real_server.start_together(
             *real_server.shard_starts(root / "sharded" / "uniq", root, SHARDS, {}),
             lambda: real_server.start(root / "sharded", root / "one.log"),
+            lambda: real_server.start(root / "sharded" / "wide", root / "wide.log", "--tables", shard_names),
         )
-        *shards, one = started
-        env = {"EMBEDDING_SHARDS": json.dumps({"uniq": real_server.replicas(shards)})}
+        *shards, one, wide = started
+        replicas = [[f"{wide.base}/v1/tables/{shardmap.shard_name(i)}"] for i in range(SHARDS)]
+        env = {"EMBEDDING_SHARDS": json.dumps({"uniq": real_server.replicas(shards), "wide": replicas})}
         started.append(real_server.start(root / "front", root / "front.log", env=env))
-        yield {"shards": shards, "one": one, "front": started[-1]}
+        yield {"shards": shards, "one": one, "wide": wide, "front": started[-1]}
     finally:
         real_server.stop_together(started)
+
+
+def wide_table(path: Path) -> Path:
+    """Table "wide" as Parquet (its long field names written once)."""
+    ids = [f"w{i}" for i in range(WIDE_DOCUMENTS)]
+    vectors = [[float(i % 7), float(i % 11), 1.0] for i in range(WIDE_DOCUMENTS)]
+    columns = {name: [f"{n} {i}" for i in range(WIDE_DOCUMENTS)] for n, name in enumerate(WIDE_FIELDS)}
+    columns["long"] = [f"{i} {'long value ' * 1850}" for i in range(WIDE_DOCUMENTS)]
+    pq.write_table(pa.table({"id": ids, "vector": vectors, **columns}), path)
+    return path
 
 
 def fields(server: Server, table: str = "uniq", query: str = "") -> dict[str, Any]:
@@ -110,6 +143,29 @@ def test_the_fronts_fields_are_exact_or_lower_bounds_flagged(
         }
     assert front["word"]["values"][:5] == one["word"]["values"][:5]  # the common words' counts are all there
     assert [v["value"] for v in front["word"]["values"][:5]] == [f"hot{i}" for i in range(5)]
+
+
+def test_the_front_asks_for_the_values_of_many_long_named_fields_in_parts(servers: dict[str, Any]) -> None:
+    """Fields whose names, all in one URL, would be longer than a shard's request line may be: the front's answer is
+    still the one-process server's."""
+    front, one = fields(servers["front"], "wide"), fields(servers["one"], "wide")
+    assert [front[name] for name in WIDE_FIELDS] == [one[name] for name in WIDE_FIELDS]
+    assert {front[name]["distinct"] for name in WIDE_FIELDS} == {WIDE_DOCUMENTS}
+    assert len("&".join(f"field={segment(name)}" for name in WIDE_FIELDS)) > 32 << 10
+
+
+def test_a_field_of_long_values_is_listed_in_part(servers: dict[str, Any]) -> None:
+    """A shard lists every value of a field only up to ``MOST_LISTED_BYTES`` of them, so that its answer stays
+    small: of "long" (about 1.6 MB on a shard), its most common, as ``GET .../fields``; the front's figures are then
+    lower bounds, flagged."""
+    shard, name = servers["wide"], shardmap.shard_name(0)
+    listed = fields(shard, name, "/values?field=long")["long"]
+    assert listed == fields(shard, name)["long"] and len(listed["values"]) == TOP_VALUES < listed["distinct"]
+    assert listed["distinct"] * len(listed["values"][0]["value"]) > MOST_LISTED_BYTES
+    front = fields(servers["front"], "wide")["long"]
+    assert front["exact"] is False and front["non_null"] == WIDE_DOCUMENTS, front["distinct"]
+    largest = max(fields(shard, shardmap.shard_name(i))["long"]["distinct"] for i in range(SHARDS))
+    assert largest <= front["distinct"] <= WIDE_DOCUMENTS and {v["count"] for v in front["values"]} == {1}
 
 
 def test_the_explorer_filters_on_a_field_of_lower_bounds(servers: dict[str, Any], tmp_path: Path) -> None:

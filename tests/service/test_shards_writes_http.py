@@ -521,8 +521,9 @@ def test_the_fronts_fields_are_the_one_process_servers_with_the_same_writes(
 ) -> None:
     """``GET .../fields`` through the front: the answer of the one-process server of the same shards and logs, byte
     for byte, after the module's writes and deletes, and after documents written and deleted through the front
-    that move a field's extremes (two timestamps in one second on two shards: ``.5Z`` is the later) and its values.
-    Every shard lists some of its tags only (the front asks for all of them) and all of its languages."""
+    that move a field's extremes (two timestamps in one second on two shards: ``.5Z`` is the later; one before the
+    year 1000, its year in four digits) and its values. Every shard lists some of its tags only (the front asks for
+    all of them) and all of its languages."""
     shard_fields = [
         HTTP.get(f"{s.base}/v1/tables/{shardmap.shard_name(i)}/fields").json() for i, s in enumerate(written["shards"])
     ]
@@ -532,12 +533,14 @@ def test_the_fronts_fields_are_the_one_process_servers_with_the_same_writes(
     assert front == one, (front, one)
     ids = ["fields/a", *(f"fields/{n}" for n in range(1, 40))]
     second = next(i for i in ids[1:] if shardmap.shard_of_id(i, SHARDS) != shardmap.shard_of_id(ids[0], SHARDS))
+    oldest = next(i for i in ids[1:] if i != second)
     documents = [
         {"id": ident, "vector": lee_docs.vectors[i].tolist(), "fields": fields}
         for i, (ident, fields) in enumerate(
             [
                 (ids[0], {"published": "2009-01-01T00:00:00Z", "tags": ["zebra"], "known": -1.5, "long": False}),
                 (second, {"published": "2009-01-01T00:00:00.5Z", "tags": ["zebra", "yak"], "lang": "xx"}),
+                (oldest, {"published": "0999-06-01T00:00:00Z"}),
             ]
         )
     ]
@@ -546,8 +549,14 @@ def test_the_fronts_fields_are_the_one_process_servers_with_the_same_writes(
     assert front == one, (front, one)
     fields = json.loads(front)["fields"]
     assert fields["published"]["max"] == "2009-01-01T00:00:00.5Z" and fields["known"]["min"] == -1.5, fields
+    assert fields["published"]["min"] == "0999-06-01T00:00:00Z", fields["published"]
     assert {"value": "xx", "count": 1} in fields["lang"]["values"], fields["lang"]
-    assert post(written["front"], "documents/delete", {"ids": [ids[0], second]}).json()["deleted"] == 2
+    kept = HTTP.get(f"{written['front'].base}/v1/tables/lee/documents/{oldest}").json()
+    assert kept["fields"]["published"] == "0999-06-01T00:00:00Z", kept
+    before = {"vector": lee_docs.vectors[0].tolist(), "k": 2, "filter": {"published": {"lt": "1000-01-01T00:00:00Z"}}}
+    status, found = search(written["front"], before)
+    assert status == 200 and [hit["id"] for hit in found["hits"]] == [oldest], found
+    assert post(written["front"], "documents/delete", {"ids": [ids[0], second, oldest]}).json()["deleted"] == 3
     front, one = fields_of(written, "front", "one")
     assert front == one and b'"zebra"' not in front, (front, one)
 

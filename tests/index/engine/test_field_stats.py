@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from index.engine import field_stats as field_stats_module
-from index.engine.delta import Delta
+from index.engine.delta import Delta, parse_timestamp, timestamp_text
 from index.engine.field_stats import MOST_LISTED, TOP_VALUES, cut_fields, field_stats, merged_field_stats
 from index.engine.table import Table
 from index.errors import InvalidQuery
@@ -80,6 +80,21 @@ def test_the_live_documents_fields(lee: Table, lee_docs: Lee) -> None:
     assert found != field_stats(payload)  # the writes count
 
 
+def test_a_year_before_1000_is_written_in_four_digits(lee: Table, lee_docs: Lee) -> None:
+    """A timestamp before the year 1000 as ISO 8601 writes it (``0999``, not ``999``): what the writes keep and
+    read back, and the shards' extremes the merge compares as moments."""
+    payload = lee.documents("it has no fields")
+    delta = Delta(payload, lee.rows, lee.dim, 0)
+    old = {"id": "old", "text": "long ago", "vector": lee_docs.vectors[0].tolist(), "fields": {}}
+    old["fields"] = {"published": timestamp_text(parse_timestamp("0999-06-01T05:00:00.25+05:00"))}
+    assert old["fields"]["published"] == "0999-06-01T00:00:00.25Z"
+    delta.apply([Record(1, 0, 0, {"op": "upsert", "documents": [old]})])
+    shard = field_stats(payload, delta)
+    assert shard["fields"]["published"]["min"] == "0999-06-01T00:00:00.25Z"
+    merged = merged_field_stats([field_stats(payload), shard])["fields"]["published"]
+    assert (merged["min"], merged["max"]) == ("0999-06-01T00:00:00.25Z", shard["fields"]["published"]["max"])
+
+
 def test_word_tables_have_no_fields(small_data_dir: Path) -> None:
     words = Table.load(small_data_dir / "small")
     with pytest.raises(InvalidQuery, match="holds words, not documents: it has no fields"):
@@ -105,6 +120,18 @@ def test_every_value_of_the_fields_asked(lee: Table, lee_docs: Lee, monkeypatch:
     monkeypatch.setattr(field_stats_module, "MOST_LISTED", found["fields"]["tags"]["distinct"] - 1)
     capped = field_stats(lee.documents("it has no fields"), every=["tags", "lang"])["fields"]
     assert capped == {name: oracle(records)[name] for name in ("tags", "lang")}
+
+
+def test_every_value_up_to_most_listed_bytes(lee: Table, lee_docs: Lee, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every value of a field asked whose text is at most ``MOST_LISTED_BYTES`` in all; of longer, the most common,
+    as without ``every``."""
+    records = [lee_docs.record(i) for i in range(len(lee_docs.ids))]
+    tags = oracle(records, None)["tags"]
+    text = sum(len(value["value"].encode()) for value in tags["values"])
+    monkeypatch.setattr(field_stats_module, "MOST_LISTED_BYTES", text)
+    assert field_stats(lee.documents("it has no fields"), every=["tags"])["fields"]["tags"] == tags
+    monkeypatch.setattr(field_stats_module, "MOST_LISTED_BYTES", text - 1)
+    assert field_stats(lee.documents("it has no fields"), every=["tags"])["fields"]["tags"] == oracle(records)["tags"]
 
 
 def test_shards_statistics_merge_into_the_whole_tables(lee_docs: Lee) -> None:

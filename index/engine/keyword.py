@@ -46,7 +46,7 @@ from index.errors import ArtifactError, InvalidQuery
 from index.progress import Progress, note
 from index.store import shardmap
 from index.store.artifact import npy_bytes
-from index.store.payload import contiguous, search_sorted, serialise
+from index.store.payload import contiguous, prefix_keys, search_sorted, serialise
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -598,7 +598,12 @@ class KeywordIndex:
         """The column of each word, -1 for a word no document holds."""
         if terms.type != self._terms.type:
             terms = terms.cast(self._terms.type)
-        return search_sorted(self._terms, terms) if len(terms) else np.zeros(0, dtype=np.int64)
+        return search_sorted(self._terms, terms, self._term_keys) if len(terms) else np.zeros(0, dtype=np.int64)
+
+    @functools.cached_property
+    def _term_keys(self) -> np.ndarray:
+        """The sorted words' :func:`prefix_keys`, made on the first look-up."""
+        return prefix_keys(self._terms)
 
     def document_counts(self, terms: pa.Array) -> np.ndarray:
         """How many documents hold each word (0: none), read from where its postings start and stop."""

@@ -15,7 +15,7 @@ Field types and their Arrow types: string (utf8), integer (int64), float (float6
 from __future__ import annotations
 
 from collections.abc import Sequence
-from functools import cache
+from functools import cache, cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -150,12 +150,33 @@ def open_batch(path: Path) -> pa.RecordBatch:
         raise ArtifactError(f"{path}: unreadable Arrow file ({exc})") from exc
 
 
-def insertion_points(haystack: pa.Array, needles: pa.Array, right: bool = False) -> np.ndarray:
+def prefix_keys(strings: pa.Array) -> np.ndarray:
+    """Each string's first 8 UTF-8 bytes as one big-endian number, zeros after a shorter string's end: uint64 keys
+    in the strings' byte order (a key below another's is a string below the other's, equal keys say nothing), so
+    that numpy's binary search over a sorted array's keys narrows each string's place to the few that share them
+    (:func:`insertion_points`)."""
+    offsets = string_offsets(strings)
+    starts, lengths = offsets[:-1].astype(np.int64), np.diff(offsets)
+    data = strings.buffers()[2]
+    bytes_ = np.frombuffer(data, dtype=np.uint8) if data is not None else np.zeros(0, dtype=np.uint8)
+    keys = np.zeros(len(strings), dtype=np.uint64)
+    for position in range(8):  # one vectorised pass a byte, over every string
+        held = lengths > position
+        byte = np.zeros(len(strings), dtype=np.uint64)
+        byte[held] = bytes_[starts[held] + position]
+        keys = (keys << np.uint64(8)) | byte
+    return keys
+
+
+def insertion_points(
+    haystack: pa.Array, needles: pa.Array, right: bool = False, keys: np.ndarray | None = None
+) -> np.ndarray:
     """For each needle, where it would go in the sorted ``haystack``: before the ids equal to it (``right``: after
     them), as numpy's ``searchsorted``.
 
     Integers use numpy's binary search; strings a binary search of all needles at once, one Arrow gather and
-    comparison per halving (about 20 steps for a million ids, whatever the number of needles).
+    comparison per halving: from the whole array (about 20 steps for a million strings, whatever the number of
+    needles), or, given the haystack's :func:`prefix_keys`, from the few strings that share each needle's key.
     """
     if pa.types.is_integer(haystack.type):
         wanted = needles.to_numpy(zero_copy_only=False)
@@ -163,7 +184,12 @@ def insertion_points(haystack: pa.Array, needles: pa.Array, right: bool = False)
         return found.astype(np.int64)
     n, m = len(haystack), len(needles)
     before = pc.less_equal if right else pc.less
-    lo, hi = np.zeros(m, dtype=np.int64), np.full(m, n, dtype=np.int64)
+    if keys is None:
+        lo, hi = np.zeros(m, dtype=np.int64), np.full(m, n, dtype=np.int64)
+    else:  # the place is after every string of a lower key and before every one of a higher key
+        wanted = prefix_keys(needles)
+        lo = np.searchsorted(keys, wanted, side="left").astype(np.int64)
+        hi = np.searchsorted(keys, wanted, side="right").astype(np.int64)
     while True:
         active = lo < hi
         if not active.any():
@@ -175,10 +201,11 @@ def insertion_points(haystack: pa.Array, needles: pa.Array, right: bool = False)
         hi = np.where(active & ~below, mid, hi)
 
 
-def search_sorted(haystack: pa.Array, needles: pa.Array) -> np.ndarray:
-    """For each needle, its position in the sorted ``haystack``, or -1 when absent (:func:`insertion_points`)."""
+def search_sorted(haystack: pa.Array, needles: pa.Array, keys: np.ndarray | None = None) -> np.ndarray:
+    """For each needle, its position in the sorted ``haystack``, or -1 when absent (:func:`insertion_points`, with
+    the haystack's ``keys`` when given)."""
     n, m = len(haystack), len(needles)
-    lo = insertion_points(haystack, needles)
+    lo = insertion_points(haystack, needles, keys=keys)
     found = np.zeros(m, dtype=bool)
     inside = lo < n
     if inside.any():
@@ -282,7 +309,8 @@ class Payload:
         needles = self._needles(ids)
         if not len(needles) or not len(self._sorted_rows):  # nothing asked, or a table of no rows (a shard)
             return np.full(len(needles), -1, dtype=np.int64)
-        positions = search_sorted(self._sorted_ids, needles.fill_null(0 if self.id_type == INTEGER else ""))
+        wanted = needles.fill_null(0 if self.id_type == INTEGER else "")
+        positions = search_sorted(self._sorted_ids, wanted, self._id_keys)
         positions[np.asarray(needles.is_null().to_numpy(zero_copy_only=False), dtype=bool)] = -1
         return np.where(positions >= 0, self._sorted_rows[np.maximum(positions, 0)], -1).astype(np.int64)
 
@@ -291,8 +319,13 @@ class Payload:
         comes after ``key`` (an id as the table stores it, there or not; None: from the first row)."""
         if key is None:
             return np.asarray(self._sorted_rows)
-        (start,) = insertion_points(self._sorted_ids, self._needles([key]), right=True)
+        (start,) = insertion_points(self._sorted_ids, self._needles([key]), right=True, keys=self._id_keys)
         return np.asarray(self._sorted_rows[int(start) :])
+
+    @cached_property
+    def _id_keys(self) -> np.ndarray | None:
+        """The sorted text ids' :func:`prefix_keys` (None for integer ids), made on the first look-up."""
+        return None if pa.types.is_integer(self._sorted_ids.type) else prefix_keys(self._sorted_ids)
 
     def ids(self, rows: Sequence[int] | np.ndarray) -> list[str | int]:
         """The ids of ``rows``."""

@@ -55,6 +55,7 @@ else:
     from index.lazy import pa, pc
 
 KEYWORD = "keyword"  # the manifest's section
+TEXTS_KEPT = 64  # query texts whose words a keyword index keeps looked up (KeywordIndex._text_columns)
 
 
 def spend_postings(postings: int) -> None:
@@ -553,6 +554,9 @@ class KeywordIndex:
         self._terms = terms
         # A shard's: the whole table's statistics its scores were made with (None: its own documents')
         self.whole = whole
+        # The words of the last texts looked up one at a time: a query's text is looked up by the door (whether a
+        # document holds one of its words, :meth:`holds`), then by its search, each one tokenizer run otherwise.
+        self._text_columns = functools.lru_cache(maxsize=TEXTS_KEPT)(self._columns_of_text)
 
     @classmethod
     def open(
@@ -634,7 +638,20 @@ class KeywordIndex:
         """Whether some document holds a word of ``text`` as the index reads it: whether :meth:`search` finds it a
         hit, every row not filtered out (each word of the index is some document's, which it scores above zero),
         found in the words without scoring a document."""
-        return bool((self.term_ids(self.tokenizer([text]).terms) >= 0).any())
+        return bool((self._text_columns(text) >= 0).any())
+
+    def _columns_of_text(self, text: str) -> np.ndarray:
+        columns = self.term_ids(self.tokenizer([text]).terms)
+        columns.flags.writeable = False  # kept (``_text_columns``)
+        return columns
+
+    def _query_columns(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+        """The column of each word of ``texts`` (-1: a word no document holds) and the text it is a word of."""
+        if len(texts) == 1:  # one query's text, which the door's :meth:`holds` has just looked up
+            columns = self._text_columns(texts[0])
+            return columns, np.zeros(len(columns), dtype=np.int64)
+        tokens = self.tokenizer(pa.array(list(texts), pa.string()))
+        return self.term_ids(tokens.terms), tokens.rows
 
     def search(self, texts: Sequence[str], k: int, allowed: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
         """The ``k`` best documents of each query text: (scores float32, rows int64), shaped (queries, k), best
@@ -654,10 +671,9 @@ class KeywordIndex:
         m = len(texts)
         scores = np.full((m, k), -np.inf, dtype=np.float32)
         ids = np.full((m, k), -1, dtype=np.int64)
-        tokens = self.tokenizer(pa.array(list(texts), pa.string()))
-        columns = self.term_ids(tokens.terms)
+        columns, owners = self._query_columns(texts)
         known = columns >= 0
-        columns, owners = columns[known], tokens.rows[known]
+        columns, owners = columns[known], owners[known]
         indptr = self._postings.indptr
         spend_postings(int((indptr[columns + 1] - indptr[columns]).sum()))
         bounds = np.searchsorted(owners, np.arange(m + 1))

@@ -369,6 +369,21 @@ def test_the_k_best_that_pass_not_the_k_best_then_filtered(lee: Lee) -> None:
     assert filtered[0].tolist() == rows[0, 10:20].tolist()
 
 
+def test_a_query_s_text_is_cut_once_for_its_probe_and_its_search(lee: Lee, monkeypatch: pytest.MonkeyPatch) -> None:
+    index = KeywordIndex.open(lee.directory, lee.manifest)  # its own kept texts
+    assert index is not None
+    tokenizer, cut = index.tokenizer, []
+    monkeypatch.setattr(index, "tokenizer", lambda texts: cut.append(len(texts)) or tokenizer(texts))
+    query = queries_of(lee)[0]
+    assert index.holds(query)
+    alone = index.search([query], 10)
+    assert cut == [1]  # the door's probe, then the search: one cut
+    together = index.search([query, "cricket"], 10)  # a batch: its texts cut together
+    assert cut == [1, 2]
+    np.testing.assert_array_equal(alone[1][0], together[1][0])
+    np.testing.assert_array_equal(alone[0][0], together[0][0])
+
+
 def test_queries_without_known_words_have_no_hits(lee: Lee) -> None:
     queries = ["zzzqqq xyzzy", "", "!!! ...", "Australian cricket captain", "qwertyuiop cricket"]
     scores, rows = lee.index.search(queries, 5)

@@ -573,7 +573,11 @@ class KeywordIndex:
         directory = Path(directory)
         try:
             params = json.loads((directory / PARAMS).read_bytes())
-            data, indices, indptr = (np.load(directory / name, mmap_mode="r") for name in (DATA, INDICES, INDPTR))
+            # Plain ndarray views of the read-only maps, as the table's vectors: indexing a np.memmap costs
+            # microseconds on every query's every word.
+            data, indices, indptr = (
+                np.load(directory / name, mmap_mode="r").view(np.ndarray) for name in (DATA, INDICES, INDPTR)
+            )
             postings = Postings(data, indices, indptr, params["num_docs"])
             reader = pa.ipc.open_file(pa.memory_map(str(directory / TERMS), "r"))
             terms = reader.get_batch(0).column(0)

@@ -550,15 +550,10 @@ def _prepare(table: Table, query: Query, encoder: Table | None, delta: Delta | N
 def _has_keyword(table: Table, text: str, delta: Delta | None) -> bool:
     """Whether some live document holds a word of ``text`` (mode hybrid's keyword list is not empty, filter aside):
     the version's words looked up (``KeywordIndex.holds``); with a ``delta``, a written document counts and a
-    deleted one does not, so the live documents are searched."""
-    if delta is None:
-        assert table.keyword is not None  # checked by _prepare for modes keyword and hybrid
-        return table.keyword.holds(text)
-    source = LiveSource(table, delta)
-    assert source.keyword is not None  # the version's, with the written documents'
-    allowed = np.concatenate([~delta.deleted, np.ones(source.rows - table.rows, dtype=bool)])
-    _, rows = source.keyword.search([text], 1, allowed)
-    return bool(rows[0, 0] >= 0)
+    deleted one does not (``LiveKeyword.holds``)."""
+    keyword = table.keyword if delta is None else LiveSource(table, delta).keyword
+    assert keyword is not None  # checked by _prepare for modes keyword and hybrid
+    return keyword.holds(text)
 
 
 # ------------------------------------------------------------------------------------------------- runs

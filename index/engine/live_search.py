@@ -11,6 +11,8 @@ documents' counts, cut by the table's own tokenizer. The arithmetic is ``index.e
 operation by operation, so scores and order equal a fresh import's.
 A shard of a sharded table searched through a front scores with the whole table's statistics instead
 (:meth:`LiveKeyword.scored_with`, ``index.engine.dfs``).
+Mode hybrid's probe (whether a live document holds a word of its text) is a look-up, :meth:`LiveKeyword.holds`,
+with the answer of a whole search of one hit.
 
 The version's document lengths are not stored: the first keyword search beside a delta cuts the version's text
 once (per process and version) to count them. Each written document is cut once (:class:`WrittenWords`, kept
@@ -209,12 +211,29 @@ class LiveKeyword:
         live = ~self.deleted[rows]
         return rows[live], tf[live]
 
+    def holds(self, text: str) -> bool:
+        """Whether some live document holds a word of ``text`` as the index reads it: whether :meth:`search` finds it
+        a hit, every live row allowed. A written document holding one does (its count is at least 1); else a
+        version row not deleted whose count, recovered from its stored score, is above zero. Looked up word by word
+        until one is held, without scoring a document."""
+        terms = self.tokenizer([text]).terms
+        words: list[str] = terms.to_pylist()
+        if self._written_holding(words).any():
+            return True
+        counts = self.index.document_counts(terms).tolist()
+        known = dict.fromkeys(word for word, count in zip(words, counts, strict=True) if count)
+        return any((self._version_postings(word)[1] > 0).any() for word in known)
+
+    def _written_holding(self, words: list[str]) -> np.ndarray:
+        """How many written documents hold each of ``words``."""
+        written = np.array([self.vocabulary.get(word, -1) for word in words], dtype=np.int64)
+        held = np.searchsorted(self.words, written + 1) - np.searchsorted(self.words, written)
+        return np.where(written >= 0, held, 0)
+
     def _documents_holding(self, terms: pa.Array, words: list[str]) -> int:
         """The documents holding each of ``words`` (``terms``), added up, a word counted each time it is given: the
         version's postings (a deleted or replaced document's too) and the written documents'."""
-        written = np.array([self.vocabulary.get(word, -1) for word in words], dtype=np.int64)
-        held = np.searchsorted(self.words, written + 1) - np.searchsorted(self.words, written)
-        return int(self.index.document_counts(terms).sum() + held[written >= 0].sum())
+        return int(self.index.document_counts(terms).sum() + self._written_holding(words).sum())
 
     def search(self, texts: Sequence[str], k: int, allowed: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
         if k < 1:

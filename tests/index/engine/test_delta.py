@@ -3,6 +3,7 @@ documents were only appended), always equals the one made from scratch: ids, uni
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -108,6 +109,65 @@ def test_keyword_search_after_each_change_equals_a_delta_made_at_once(lee_data_d
         got, want = mine.search(queries, 20), theirs.search(queries, 20)
         np.testing.assert_array_equal(got[1], want[1])
         np.testing.assert_array_equal(got[0], want[0])
+
+
+def test_the_live_probe_answers_as_a_live_search_of_one_hit(lee_data_dir: Path, lee_docs: Lee) -> None:
+    """Mode hybrid's probe beside writes (``LiveKeyword.holds``, a look-up) says whether a whole live search of one
+    hit finds a document, after each change: words held only by deleted, replaced or written-then-deleted documents,
+    words given twice, no word at all; and with version rows whose recovered counts round to 0."""
+    from index.engine.live_search import LiveKeyword, LiveSource
+
+    table = Table.load(lee_data_dir / "lee")
+    assert table.payload is not None and table.keyword is not None
+    texts, ids = lee_docs.texts, lee_docs.ids
+    words_of = [set(table.keyword.tokenizer.words(text)) for text in texts]
+    holders: dict[str, list[int]] = {}
+    for row, words in enumerate(words_of):
+        for word in words:
+            holders.setdefault(word, []).append(row)
+    chosen = (3, 7, 40, 41, 77, 150, 200)  # the rows the changes touch, and some they do not
+    rare = [sorted(w for w in words_of[r] if holders[w] == [r])[:2] for r in chosen]  # words only row r holds
+    probes = ["", "!!! ... ?", "the and of", "zzqx qqzv"] + [" ".join(words) for words in rare]
+    probes += [f"{words[0]} zzqx {words[0]}" for words in rare if words] + [
+        " ".join(texts[r].split()[:6]) for r in chosen
+    ]
+    delta = Delta(table.payload, table.rows, table.dim, 0)
+    steps: list[dict[str, object]] = [
+        {"op": "delete", "ids": [ids[40], ids[41]]},  # words only deleted rows hold
+        {
+            "op": "upsert",
+            "documents": [
+                {"id": f"n{r}", "text": texts[r], "vector": lee_docs.vectors[r].tolist()} for r in (40, 7, 200)
+            ],
+        },  # one of them written again, and words of live rows written too
+        {"op": "upsert", "documents": [{"id": ids[77], "text": texts[150], "vector": lee_docs.vectors[0].tolist()}]},
+        {"op": "delete", "ids": ["n40", "n7", ids[3]]},  # written documents deleted again
+    ]
+
+    def old_probe(keyword: LiveKeyword, text: str) -> bool:
+        allowed = np.concatenate([~delta.deleted, np.ones(keyword.rows - table.rows, dtype=bool)])
+        return bool(keyword.search([text], 1, allowed)[1][0, 0] >= 0)
+
+    differs: list[list[bool]] = []
+    for seq, body in enumerate(steps, 1):
+        delta.apply([Record(seq, 0, 0, body)])
+        live = LiveSource(table, delta.snapshot()).keyword
+        assert live is not None
+        rounded = copy.copy(live)
+        rounded.old_average = live.old_average * 8  # most recovered counts of 1 and 2 now round to 0
+        for keyword in (live, rounded):
+            answers = [keyword.holds(text) for text in probes]
+            assert answers == [old_probe(keyword, text) for text in probes], seq
+            assert True in answers and False in answers
+            differs.append(answers)
+        held = [live.holds(" ".join(words)) for words in rare]
+        gone = {40, 41} | ({3} if seq == 4 else set()) | ({77} if seq >= 3 else set())
+        want = [
+            bool(words) and (r not in gone or (r == 40 and seq in (2, 3)))
+            for r, words in zip(chosen, rare, strict=True)
+        ]
+        assert held == want, seq
+    assert any(a != b for a, b in zip(differs[::2], differs[1::2], strict=True))  # counts rounded to 0 tried
 
 
 def upsert(seq: int, document: dict[str, object]) -> Record:

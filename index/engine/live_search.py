@@ -22,6 +22,7 @@ across the delta's changes while the document stays written).
 from __future__ import annotations
 
 import copy
+import functools
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -31,7 +32,15 @@ import numpy as np
 
 from index.engine.delta import Delta, Document, vector_search
 from index.engine.filters import RowSet
-from index.engine.keyword import KeywordIndex, Tokenizer, best_positive, spend_postings, text_blocks
+from index.engine.keyword import (
+    TEXTS_KEPT,
+    KeywordIndex,
+    Tokenizer,
+    Tokens,
+    best_positive,
+    spend_postings,
+    text_blocks,
+)
 from index.engine.knn import Neighbor
 from index.engine.table import SearchOptions, Table, VectorSearch
 from index.errors import InvalidQuery
@@ -161,6 +170,9 @@ class LiveKeyword:
             int(everything.sum()),
         )  # the version's documents' and the live ones'
         self.statistics: Statistics | None = None
+        # The words of the last texts cut one at a time: a query's text is cut by the door's probe (:meth:`holds`),
+        # then by its search, each one tokenizer run otherwise.
+        self._cut_text = functools.lru_cache(maxsize=TEXTS_KEPT)(self._cut)
 
     def scored_with(self, statistics: Statistics | None) -> LiveKeyword:
         """This index scoring with ``statistics`` (a sharded table's whole, ``index.engine.dfs``) rather than its
@@ -179,6 +191,11 @@ class LiveKeyword:
             statistics.average(False),
         )
         return other
+
+    def _cut(self, text: str) -> Tokens:
+        tokens = self.tokenizer([text])
+        tokens.rows.flags.writeable = False  # kept (``_cut_text``)
+        return tokens
 
     def _written_postings(self, word: str) -> tuple[np.ndarray, np.ndarray]:
         """The written documents holding ``word`` (places in write order, ascending) and its count in each."""
@@ -216,7 +233,7 @@ class LiveKeyword:
         a hit, every live row allowed. A written document holding one does (its count is at least 1); else a
         version row not deleted whose count, recovered from its stored score, is above zero. Looked up word by word
         until one is held, without scoring a document."""
-        terms = self.tokenizer([text]).terms
+        terms = self._cut_text(text).terms
         words: list[str] = terms.to_pylist()
         if self._written_holding(words).any():
             return True
@@ -241,7 +258,8 @@ class LiveKeyword:
         m = len(texts)
         out_scores = np.full((m, k), -np.inf, dtype=np.float32)
         out_ids = np.full((m, k), -1, dtype=np.int64)
-        tokens = self.tokenizer(pa.array(list(texts), pa.string()))
+        # one query's text, which the door's probe has just cut
+        tokens = self._cut_text(texts[0]) if m == 1 else self.tokenizer(pa.array(list(texts), pa.string()))
         words: list[str] = tokens.terms.to_pylist()
         spend_postings(self._documents_holding(tokens.terms, words))  # before any word's postings are read
         bounds = np.searchsorted(tokens.rows, np.arange(m + 1))

@@ -170,6 +170,29 @@ def test_the_live_probe_answers_as_a_live_search_of_one_hit(lee_data_dir: Path, 
     assert any(a != b for a, b in zip(differs[::2], differs[1::2], strict=True))  # counts rounded to 0 tried
 
 
+def test_a_query_s_text_is_cut_once_for_the_live_probe_and_search(
+    lee_data_dir: Path, lee_docs: Lee, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from index.engine.live_search import LiveKeyword
+
+    table = Table.load(lee_data_dir / "lee")
+    assert table.payload is not None
+    delta = Delta(table.payload, table.rows, table.dim, 0)
+    written = {"id": "n1", "text": lee_docs.texts[5], "vector": lee_docs.vectors[5].tolist()}
+    delta.apply([upsert(1, written), Record(2, 0, 0, {"op": "delete", "ids": [lee_docs.ids[9]]})])
+    live = LiveKeyword(table, delta.snapshot())  # its own kept texts
+    tokenizer, cut = live.tokenizer, []
+    monkeypatch.setattr(live, "tokenizer", lambda texts: cut.append(len(texts)) or tokenizer(texts))
+    query = " ".join(lee_docs.texts[5].split()[:8])
+    assert live.holds(query)
+    alone = live.search([query], 10)
+    assert cut == [1]  # the door's probe, then the search: one cut
+    together = live.search([query, "cricket"], 10)  # a batch: its texts cut together
+    assert cut == [1, 2]
+    np.testing.assert_array_equal(alone[1][0], together[1][0])
+    np.testing.assert_array_equal(alone[0][0], together[0][0])
+
+
 def upsert(seq: int, document: dict[str, object]) -> Record:
     return Record(seq, 0, 0, {"op": "upsert", "documents": [document]})
 

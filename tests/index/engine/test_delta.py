@@ -17,6 +17,7 @@ from index.engine.delta import Delta
 from index.engine.table import Table
 from index.store.payload import UnknownDocument
 from index.store.writelog import LogMismatch, Record
+from tests.index.engine.test_keyword import check_cut_once
 from tests.lee import Lee
 
 
@@ -181,16 +182,7 @@ def test_a_query_s_text_is_cut_once_for_the_live_probe_and_search(
     written = {"id": "n1", "text": lee_docs.texts[5], "vector": lee_docs.vectors[5].tolist()}
     delta.apply([upsert(1, written), Record(2, 0, 0, {"op": "delete", "ids": [lee_docs.ids[9]]})])
     live = LiveKeyword(table, delta.snapshot())  # its own kept texts
-    tokenizer, cut = live.tokenizer, []
-    monkeypatch.setattr(live, "tokenizer", lambda texts: cut.append(len(texts)) or tokenizer(texts))
-    query = " ".join(lee_docs.texts[5].split()[:8])
-    assert live.holds(query)
-    alone = live.search([query], 10)
-    assert cut == [1]  # the door's probe, then the search: one cut
-    together = live.search([query, "cricket"], 10)  # a batch: its texts cut together
-    assert cut == [1, 2]
-    np.testing.assert_array_equal(alone[1][0], together[1][0])
-    np.testing.assert_array_equal(alone[0][0], together[0][0])
+    check_cut_once(live, " ".join(lee_docs.texts[5].split()[:8]), monkeypatch)
 
 
 def upsert(seq: int, document: dict[str, object]) -> Record:

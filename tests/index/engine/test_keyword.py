@@ -43,6 +43,7 @@ from index.engine.keyword import (
     build,
     english_stopwords,
 )
+from index.engine.live_search import LiveKeyword
 from index.engine.table import Table
 from index.errors import ArtifactError, InvalidQuery
 from index.store import artifact
@@ -373,9 +374,13 @@ def test_the_k_best_that_pass_not_the_k_best_then_filtered(lee: Lee) -> None:
 def test_a_query_s_text_is_cut_once_for_its_probe_and_its_search(lee: Lee, monkeypatch: pytest.MonkeyPatch) -> None:
     index = KeywordIndex.open(lee.directory, lee.manifest)  # its own kept texts
     assert index is not None
+    check_cut_once(index, queries_of(lee)[0], monkeypatch)
+
+
+def check_cut_once(index: KeywordIndex | LiveKeyword, query: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``index`` cuts ``query``, which a document holds, once for the door's probe and its search."""
     tokenizer, cut = index.tokenizer, []
     monkeypatch.setattr(index, "tokenizer", lambda texts: cut.append(len(texts)) or tokenizer(texts))
-    query = queries_of(lee)[0]
     assert index.holds(query)
     alone = index.search([query], 10)
     assert cut == [1]  # the door's probe, then the search: one cut

@@ -107,6 +107,16 @@ def version_lengths(table: Table, index: KeywordIndex) -> np.ndarray:
     return cached
 
 
+@functools.lru_cache(maxsize=TEXTS_KEPT)
+def cut_text(tokenizer: Tokenizer, text: str) -> Tokens:
+    """The words of one text, kept for the last texts cut one at a time: a query's text is cut by the door's probe
+    (:meth:`LiveKeyword.holds`), then by its search, each one tokenizer run otherwise. (Kept here rather than on the
+    live index, which each change of the delta replaces.)"""
+    tokens = tokenizer([text])
+    tokens.rows.flags.writeable = False
+    return tokens
+
+
 class WrittenWords:
     """The written documents' word counts, each document cut once (kept while it stays written, across changes of
     the delta), the words numbered in a vocabulary of their own."""
@@ -170,9 +180,6 @@ class LiveKeyword:
             int(everything.sum()),
         )  # the version's documents' and the live ones'
         self.statistics: Statistics | None = None
-        # The words of the last texts cut one at a time: a query's text is cut by the door's probe (:meth:`holds`),
-        # then by its search, each one tokenizer run otherwise.
-        self._cut_text = functools.lru_cache(maxsize=TEXTS_KEPT)(self._cut)
 
     def scored_with(self, statistics: Statistics | None) -> LiveKeyword:
         """This index scoring with ``statistics`` (a sharded table's whole, ``index.engine.dfs``) rather than its
@@ -191,11 +198,6 @@ class LiveKeyword:
             statistics.average(False),
         )
         return other
-
-    def _cut(self, text: str) -> Tokens:
-        tokens = self.tokenizer([text])
-        tokens.rows.flags.writeable = False  # kept (``_cut_text``)
-        return tokens
 
     def _written_postings(self, word: str) -> tuple[np.ndarray, np.ndarray]:
         """The written documents holding ``word`` (places in write order, ascending) and its count in each."""
@@ -233,7 +235,7 @@ class LiveKeyword:
         a hit, every live row allowed. A written document holding one does (its count is at least 1); else a
         version row not deleted whose count, recovered from its stored score, is above zero. Looked up word by word
         until one is held, without scoring a document."""
-        terms = self._cut_text(text).terms
+        terms = cut_text(self.tokenizer, text).terms
         words: list[str] = terms.to_pylist()
         if self._written_holding(words).any():
             return True
@@ -259,7 +261,7 @@ class LiveKeyword:
         out_scores = np.full((m, k), -np.inf, dtype=np.float32)
         out_ids = np.full((m, k), -1, dtype=np.int64)
         # one query's text, which the door's probe has just cut
-        tokens = self._cut_text(texts[0]) if m == 1 else self.tokenizer(pa.array(list(texts), pa.string()))
+        tokens = cut_text(self.tokenizer, texts[0]) if m == 1 else self.tokenizer(pa.array(list(texts), pa.string()))
         words: list[str] = tokens.terms.to_pylist()
         spend_postings(self._documents_holding(tokens.terms, words))  # before any word's postings are read
         bounds = np.searchsorted(tokens.rows, np.arange(m + 1))

@@ -519,6 +519,18 @@ def answer_of(name: str, outcome: Any) -> Any:
     return outcome
 
 
+async def every_shard(front: Front, name: str, ask: Callable[[int, Shard], Awaitable[dict[str, Any]]]) -> list[Any]:
+    """``ask(number, shard)`` of the shards of ``name`` at once, the answers in shard order; a shard that does not
+    answer raises the front's 503 or 504, a shard's refusal :class:`ShardRefused`."""
+    outcomes = await asyncio.gather(
+        *(ask(i, shard) for i, shard in enumerate(front.tables[name])), return_exceptions=True
+    )
+    for outcome in outcomes:  # the request's fault first (a word table's fields): the table's answer
+        if isinstance(outcome, ShardRefused):
+            raise outcome
+    return [answer_of(name, outcome) for outcome in outcomes]
+
+
 async def kind(front: Front, name: str) -> str:
     """What the sharded table ``name`` holds (its shards say, once); no shard answering is the search's 503/504."""
     try:

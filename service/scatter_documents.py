@@ -40,7 +40,7 @@ from starlette.responses import Response
 
 from index.engine.door import STRING, by_owner, check_weights, page_within, routed
 from service.respond import FastJSON, shown_bytes, too_much
-from service.scatter import Front, ShardFailed, ShardRefused, answer_of, failed, id_type, string_fields
+from service.scatter import Front, ShardFailed, ShardRefused, answer_of, every_shard, failed, id_type, string_fields
 from service.schemas.bounds import MAX_TOKEN_CHARS
 from service.schemas.common import LIMITS
 from service.schemas.documents import DocumentsRequest, ScrollRequest
@@ -122,14 +122,12 @@ def routes(front: Front, name: str) -> list[APIRoute]:
         if body.limit is None:  # the default page of a server of the lowest max_batch, as the front's /v1/limits says
             limit = min([limit, *(int(s.get("max_batch", limit)) for s in await front.shard_limits())])
         sent = orjson.dumps(body.model_dump(mode="json", exclude_unset=True) | {"limit": limit})
-        outcomes = await asyncio.gather(
-            *(front.request(number, shard, "/documents/scroll", sent) for number, shard in enumerate(shards)),
-            return_exceptions=True,
-        )
-        for outcome in outcomes:  # the request's fault first (a bad filter, an after the table cannot hold)
-            if isinstance(outcome, ShardRefused):
-                return outcome.response()
-        pages: list[dict[str, Any]] = [answer_of(name, outcome) for outcome in outcomes]
+        try:  # the request's fault first (a bad filter, an after the table cannot hold): the table's answer
+            pages = await every_shard(
+                front, name, lambda number, shard: front.request(number, shard, "/documents/scroll", sent)
+            )
+        except ShardRefused as refused:
+            return refused.response()
         merged = list(heapq.merge(*(page["documents"] for page in pages), key=lambda document: document["id"]))
         cut = [page["next"] for page in pages if page["next"] is not None]
         if cut:  # a shard's page ends there (full, or cut short by its bytes): none of its later ones is here

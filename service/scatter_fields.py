@@ -18,8 +18,6 @@ the request (503 ``shard_unavailable``, 504 ``shard_timeout``), partial answers 
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 from fastapi.routing import APIRoute
@@ -27,7 +25,7 @@ from starlette.responses import Response
 
 from index.engine.door import cut_fields, merged_field_stats
 from service.respond import FastJSON
-from service.scatter import Front, Shard, ShardRefused, answer_of, segment
+from service.scatter import Front, Shard, ShardRefused, every_shard, segment
 
 QUERY_BYTES = 4096  # the longest query string of a request for every value of some fields (they are split)
 
@@ -44,18 +42,6 @@ def queries(fields: list[str]) -> list[str]:
         else:
             out.append(part)
     return out
-
-
-async def every_shard(front: Front, name: str, ask: Callable[[int, Shard], Awaitable[dict[str, Any]]]) -> list[Any]:
-    """``ask(number, shard)`` of the shards of ``name`` at once, the answers in shard order; a shard that does not
-    answer raises the front's 503 or 504, a shard's refusal :class:`ShardRefused`."""
-    outcomes = await asyncio.gather(
-        *(ask(i, shard) for i, shard in enumerate(front.tables[name])), return_exceptions=True
-    )
-    for outcome in outcomes:  # the request's fault first (a word table's fields): the table's answer
-        if isinstance(outcome, ShardRefused):
-            raise outcome
-    return [answer_of(name, outcome) for outcome in outcomes]
 
 
 async def fields_of(front: Front, name: str) -> dict[str, Any]:

@@ -114,7 +114,7 @@ def evaluate(payload: Payload, spec: Any) -> RowSet:
     """The rows of ``payload`` that pass the filter ``spec`` (JSON, as described in the module docstring)."""
     rows = len(payload)
     spend(
-        rows * conditions(spec)[0],
+        rows * _conditions(spec),
         "filtering: the rows the conditions test",
         'send fewer conditions (one "in" holds many values)',
         f" (each condition, and/or/not included, tests the {rows:,} rows)",
@@ -145,26 +145,19 @@ def _node(payload: Payload, spec: Any, where: str, depth: int) -> pa.Array:
     return _combine(parts, pc.and_)
 
 
-def conditions(spec: Any) -> tuple[int, int]:
-    """How many conditions a filter holds, one per operator on a field and per and/or/not (each is one pass over a
-    column or over the rows' booleans), and how deep its and/or/not nest: counted without recursion, whatever the
-    depth (the request's schema refuses one deeper than :data:`MAX_DEPTH` with it)."""
-    count, deepest, pending = 0, 0, [(spec, 0)]
+def _conditions(spec: Any) -> int:
+    """The conditions of a filter, as ``max_filter_conditions`` counts them: each operator on a field, each
+    and/or/not (what is not a filter counts nothing: its evaluation refuses it)."""
+    count, pending = 0, [spec]
     while pending:
-        node, depth = pending.pop()
-        deepest = max(deepest, depth)
-        if isinstance(node, list):
-            pending.extend((item, depth) for item in node)
-        elif not isinstance(node, dict):
-            count += 1
-        else:
-            for key, value in node.items():
-                if key in ("and", "or", "not"):
-                    count += 1
-                    pending.append((value, depth + 1))
-                else:
-                    count += len(value) if isinstance(value, dict) and value else 1
-    return count, deepest
+        node = pending.pop()
+        for key, value in node.items() if isinstance(node, dict) else ():
+            if key in ("and", "or", "not"):
+                count += 1
+                pending.extend(value if isinstance(value, list) else [value])
+            else:
+                count += len(value) if isinstance(value, dict) and value else 1
+    return count
 
 
 def _combine(parts: list[pa.Array], op: Callable[..., Any]) -> pa.Array:

@@ -268,11 +268,25 @@ DocumentId = Annotated[
 
 
 def conditions(spec: Any) -> int:
-    """How many conditions a filter holds (``index.engine.filters.conditions``); a filter nested deeper than the
-    engine evaluates is its 422, whatever its depth."""
-    count, depth = filters.conditions(spec)
-    if depth > filters.MAX_DEPTH:  # as deep as the engine evaluates them
-        raise ValueError(f"a filter nests at most {filters.MAX_DEPTH} levels of and/or/not")
+    """How many conditions a filter holds: one per operator on a field and per and/or/not (each is one pass over
+    a column or over the rows' booleans). Counted without recursion, so a filter nested deeper than the engine
+    evaluates is its 422, whatever its depth."""
+    count, pending = 0, [(spec, 0)]
+    while pending:
+        node, depth = pending.pop()
+        if isinstance(node, list):
+            pending.extend((item, depth) for item in node)
+        elif not isinstance(node, dict):
+            count += 1
+        else:
+            for key, value in node.items():
+                if key not in ("and", "or", "not"):
+                    count += len(value) if isinstance(value, dict) and value else 1
+                elif depth == filters.MAX_DEPTH:  # as deep as the engine evaluates them
+                    raise ValueError(f"a filter nests at most {filters.MAX_DEPTH} levels of and/or/not")
+                else:
+                    count += 1
+                    pending.append((value, depth + 1))
     return count
 
 

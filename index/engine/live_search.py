@@ -334,11 +334,15 @@ class LiveSource:
         _, written, _ = delta.matrix()
         self.rows = table.rows + len(written)
         self.vectors = _Rows(table.vectors, written)
-        self.keyword = (
-            None
-            if table.keyword is None
-            else delta.cached("keyword", lambda: LiveKeyword(table, delta)).scored_with(statistics)
-        )
+        self.statistics = statistics
+
+    @functools.cached_property
+    def keyword(self) -> LiveKeyword | None:
+        """The live keyword index, made when a search first reads it (a vector search, diverse or not, never does)."""
+        table, delta = self.table, self.delta
+        if table.keyword is None:
+            return None
+        return delta.cached("keyword", lambda: LiveKeyword(table, delta)).scored_with(self.statistics)
 
     def limit(self, options: SearchOptions) -> int:
         """Every row, written ones too; ``restrict``: the version's first rows (as ``vector_search`` reads it)."""

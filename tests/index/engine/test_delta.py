@@ -157,6 +157,26 @@ def test_a_table_without_kept_lengths_searches_beside_writes_as_one_with_them(
     np.testing.assert_array_equal(old_scores, kept_scores)
 
 
+def test_a_vector_search_beside_writes_makes_no_live_keyword_index(lee_data_dir: Path, lee_docs: Lee) -> None:
+    """Diverse and plain vector searches beside writes never read the live keyword index, so never make it (its
+    written documents cut, its version's lengths read); a hybrid search does."""
+    from index.engine import door
+    from index.engine.query import Query, Result
+
+    table = Table.load(lee_data_dir / "lee")
+    assert table.payload is not None
+    delta = Delta(table.payload, table.rows, table.dim, 0)
+    delta.apply([upsert(1, {"id": "n1", "text": lee_docs.texts[5], "vector": lee_docs.vectors[5].tolist()})])
+    snapshot = delta.snapshot()
+    vector = lee_docs.vectors[5].tolist()
+    answers = door.run(table, [Query(vector=vector, diversity=0.5), Query(vector=vector)], None, snapshot)
+    assert all(isinstance(a, Result) and a.hits for a in answers)
+    assert "keyword" not in snapshot._cache
+    hybrid = Query(vector=vector, text=" ".join(lee_docs.texts[5].split()[:8]), mode="hybrid")
+    (answer,) = door.run(table, [hybrid], None, snapshot)
+    assert isinstance(answer, Result) and answer.hits and "keyword" in snapshot._cache
+
+
 def test_the_live_probe_answers_as_a_live_search_of_one_hit(lee_data_dir: Path, lee_docs: Lee) -> None:
     """Mode hybrid's probe beside writes (``LiveKeyword.holds``, a look-up) says whether a whole live search of one
     hit finds a document, after each change: words held only by deleted, replaced or written-then-deleted documents,

@@ -23,8 +23,10 @@ names of their own (``bm25s.BM25.load(mmap=True)`` reads them, as the tests do);
 
 Files: ``keyword_data.npy`` (float32, each posting's score), ``keyword_indices.npy`` (int32, each posting's row),
 ``keyword_indptr.npy`` (int64, where each word's postings start: a CSC matrix, rows x words),
-``keyword_params.json`` (bm25s's parameters) and ``keyword_terms.arrow`` (the words, sorted; word ``i`` is
-column ``i``). The manifest's ``keyword`` records the tokenizer, k1, b and the counts.
+``keyword_params.json`` (bm25s's parameters), ``keyword_terms.arrow`` (the words, sorted; word ``i`` is
+column ``i``) and ``keyword_lengths.npy`` (int32, each row's word count, ``len(d)``: what a search beside writes
+reads, ``index.engine.live_search``; a table built before it has none). The manifest's ``keyword`` records the
+tokenizer, k1, b, the counts and the files.
 """
 
 from __future__ import annotations
@@ -68,7 +70,8 @@ def spend_postings(postings: int) -> None:
 
 DATA, INDICES, INDPTR = "keyword_data.npy", "keyword_indices.npy", "keyword_indptr.npy"
 PARAMS, TERMS = "keyword_params.json", "keyword_terms.arrow"
-FILES = (DATA, INDICES, INDPTR, PARAMS, TERMS)
+LENGTHS = "keyword_lengths.npy"
+FILES = (DATA, INDICES, INDPTR, LENGTHS, PARAMS, TERMS)
 METHOD = "lucene"
 K1, B = 1.2, 0.75  # Lucene's and Elasticsearch's defaults
 # The import's default: bm25s's English stop words and PyStemmer's English stemmer, chosen by the known-item
@@ -451,6 +454,7 @@ def build(
         DATA: npy_bytes(matrix.data),
         INDICES: npy_bytes(matrix.indices.astype(np.int32)),
         INDPTR: npy_bytes(indptr),
+        LENGTHS: npy_bytes(lengths.astype(np.int32)),
         PARAMS: (json.dumps(params, indent=4) + "\n").encode(),
         TERMS: serialise(pa.RecordBatch.from_arrays([terms], names=["term"])),
     }
@@ -543,6 +547,7 @@ class KeywordIndex:
         postings: Postings,
         terms: pa.Array,
         whole: Statistics | None = None,
+        lengths: np.ndarray | None = None,
     ) -> None:
         self.directory = directory
         self.info = info
@@ -554,6 +559,7 @@ class KeywordIndex:
         self._terms = terms
         # A shard's: the whole table's statistics its scores were made with (None: its own documents')
         self.whole = whole
+        self.lengths = lengths  # each row's word count (int32, mapped); None: a table built before they were kept
         # The words of the last texts looked up one at a time: a query's text is looked up by the door (whether a
         # document holds one of its words, :meth:`holds`), then by its search, each one tokenizer run otherwise.
         self._text_columns = functools.lru_cache(maxsize=TEXTS_KEPT)(self._columns_of_text)
@@ -579,6 +585,8 @@ class KeywordIndex:
                 np.load(directory / name, mmap_mode="r").view(np.ndarray) for name in (DATA, INDICES, INDPTR)
             )
             postings = Postings(data, indices, indptr, params["num_docs"])
+            kept = LENGTHS in info.get("files", ())  # not by a table built before the lengths were kept
+            lengths = np.load(directory / LENGTHS, mmap_mode="r").view(np.ndarray) if kept else None
             reader = pa.ipc.open_file(pa.memory_map(str(directory / TERMS), "r"))
             terms = reader.get_batch(0).column(0)
         except (OSError, ValueError, KeyError, TypeError, pa.ArrowInvalid) as exc:
@@ -592,6 +600,8 @@ class KeywordIndex:
             problems.append(f"{PARAMS} disagrees with the manifest on k1, b or the method")
         if (postings.data.dtype, postings.indices.dtype) != (np.dtype(np.float32), np.dtype(np.int32)):
             problems.append(f"scores of {postings.data.dtype} and rows of {postings.indices.dtype}")
+        if lengths is not None and (lengths.dtype != np.int32 or lengths.shape != (postings.rows,)):
+            problems.append(f"{lengths.dtype} lengths of shape {lengths.shape} for {postings.rows:,} documents")
         if problems:
             raise ArtifactError(f"table {directory.name!r}: keyword index: " + "; ".join(problems))
         word_characters()  # once per process, before a first query that is not ASCII
@@ -600,7 +610,7 @@ class KeywordIndex:
             found = whole if whole is not None else shardmap.whole_keyword(directory)
             if found is not None:
                 statistics = Statistics(found.documents, found.average_length, found.words, found.terms, found.df)
-        return cls(directory, info, postings, terms, statistics)
+        return cls(directory, info, postings, terms, statistics, lengths)
 
     def term_ids(self, terms: pa.Array) -> np.ndarray:
         """The column of each word, -1 for a word no document holds."""

@@ -14,9 +14,10 @@ A shard of a sharded table searched through a front scores with the whole table'
 Mode hybrid's probe (whether a live document holds a word of its text) is a look-up, :meth:`LiveKeyword.holds`,
 with the answer of a whole search of one hit.
 
-The version's document lengths are not stored: the first keyword search beside a delta cuts the version's text
-once (per process and version) to count them. Each written document is cut once (:class:`WrittenWords`, kept
-across the delta's changes while the document stays written).
+The version's document lengths are read from its keyword index (``keyword_lengths.npy``, mapped); a table built
+before they were kept has none, and the first search beside its delta cuts the version's text once (per process
+and version) to count them. Each written document is cut once (:class:`WrittenWords`, kept across the delta's
+changes while the document stays written).
 """
 
 from __future__ import annotations
@@ -90,7 +91,10 @@ class Statistics:
 
 
 def version_lengths(table: Table, index: KeywordIndex) -> np.ndarray:
-    """Each version row's word count as the keyword index cut it (cached on the index)."""
+    """Each version row's word count as the keyword index cut it: the index's own (``KeywordIndex.lengths``), else
+    (a table built before they were kept) the version's text cut once, kept on the index."""
+    if index.lengths is not None:
+        return index.lengths
     cached: np.ndarray | None = getattr(index, "_live_lengths", None)
     if cached is not None:
         return cached
@@ -330,11 +334,15 @@ class LiveSource:
         _, written, _ = delta.matrix()
         self.rows = table.rows + len(written)
         self.vectors = _Rows(table.vectors, written)
-        self.keyword = (
-            None
-            if table.keyword is None
-            else delta.cached("keyword", lambda: LiveKeyword(table, delta)).scored_with(statistics)
-        )
+        self.statistics = statistics
+
+    @functools.cached_property
+    def keyword(self) -> LiveKeyword | None:
+        """The live keyword index, made when a search first reads it (a vector search, diverse or not, never does)."""
+        table, delta = self.table, self.delta
+        if table.keyword is None:
+            return None
+        return delta.cached("keyword", lambda: LiveKeyword(table, delta)).scored_with(self.statistics)
 
     def limit(self, options: SearchOptions) -> int:
         """Every row, written ones too; ``restrict``: the version's first rows (as ``vector_search`` reads it)."""

@@ -18,6 +18,7 @@ the merge of the shards' lists is the whole table's list.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Collection, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
@@ -280,6 +281,20 @@ class _Keyword(KeywordIndex):
         self.k1, self.b = first.k1, first.b
         self.rows = table.rows
         self.whole = None  # its postings are all the whole table's: its own statistics are the whole's
+
+    @functools.cached_property
+    def lengths(self) -> np.ndarray | None:  # type: ignore[override]
+        """Each row's word count: its shards' kept lengths in the whole table's rows (None when a shard has none,
+        built before they were kept), gathered on the first search beside writes."""
+        table = self._table
+        kept = [shard.keyword.lengths for shard in table.shards if shard.keyword is not None]
+        found = [part for part in kept if part is not None]
+        if len(found) < len(table.shards):
+            return None
+        lengths = np.zeros(table.rows, dtype=np.int32)
+        for rows, part in zip(table.global_rows, found, strict=True):
+            lengths[rows] = part
+        return lengths
 
     def term_ids(self, terms: Any) -> np.ndarray:
         raise InvalidQuery("a sharded table's keyword index is its shards'")

@@ -25,6 +25,7 @@ from service import live, writes
 from service.schemas.writes import WriteDocument
 from tests.cli import run_cli
 from tests.index.build.test_shards import EXE, door_queries, run
+from tests.index.engine.test_keyword import assert_lengths_are_the_cut
 from tests.lee import Lee
 from tests.service.conftest import LEE_SHARDS, lee_copy
 from tests.service.test_live_search import as_write, written
@@ -218,6 +219,8 @@ def test_compaction_folds_every_shards_log(data: Path, tables: tuple[Table, Shar
         log = writelog.table_log(shard_map.shard_directory(s))
         assert log.stat().st_size == 0 and int(sharded.shards[s].manifest["log_sequence"]) > 0
     whole, sharded = load(data)
+    for table in (whole, *sharded.shards):  # the keyword indexes rebuilt: the folded documents' lengths
+        assert_lengths_are_the_cut(table)
     assert same_answers(whole, sharded, lee_docs, written=False) >= 32
     done = upsert(whole, sharded, [{"id": "after", "vector": lee_docs.vectors[1].tolist()}])
     owner = shardmap.shard_of_id("after", SHARDS)
@@ -246,6 +249,7 @@ def test_a_shard_whose_every_document_is_deleted_compacts_empty(
     assert [shard.rows for shard in sharded.shards][1] == 0 and sharded.rows == whole.rows
     assert same_answers(whole, sharded, lee_docs, written=False) >= 32
     alone = Table.load(directory / shardmap.shard_name(1))
+    assert_lengths_are_the_cut(alone)  # none
     vector = lee_docs.vectors[3].tolist()
     searches = [Query(vector=vector), Query(text="police fire", mode="keyword"), Query(vector=vector, diversity=0.3)]
     searches.append(Query(vector=vector, text="police", mode="hybrid", k=5))

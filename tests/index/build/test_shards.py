@@ -29,6 +29,7 @@ from index.engine.query import Examples, Failed, Query, Result
 from index.engine.shards import ShardedTable, merge
 from index.engine.table import SearchOptions, Table, VectorSearch
 from index.store import artifact, shardmap
+from tests.index.engine.test_keyword import assert_lengths_are_the_cut
 from tests.lee import Lee, jsonl_records, write_jsonl
 
 EXE = Path(sys.executable).parent / "embedding-index"
@@ -165,6 +166,16 @@ def test_keyword_statistics_are_the_whole_tables(whole: Table, sharded: ShardedT
             shard_data = part.data[part.indptr[j] : part.indptr[j + 1]]
             np.testing.assert_array_equal(mine[shard_rows], rows[is_mine[rows]])
             np.testing.assert_array_equal(shard_data, data[is_mine[rows]])
+
+
+def test_each_shard_keeps_its_documents_lengths(whole: Table, sharded: ShardedTable) -> None:
+    """Each shard keeps its own documents' word counts; the sharded table reads them in the whole table's rows:
+    the whole table's own."""
+    for shard in sharded.shards:
+        assert_lengths_are_the_cut(shard)
+    assert whole.keyword is not None and sharded.keyword is not None and whole.keyword.lengths is not None
+    assert sharded.keyword.lengths is not None
+    np.testing.assert_array_equal(sharded.keyword.lengths, whole.keyword.lengths)
 
 
 def test_a_shard_alone_reads_its_scores_back_with_its_whole_tables_statistics(

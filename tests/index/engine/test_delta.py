@@ -4,6 +4,8 @@ documents were only appended), always equals the one made from scratch: ids, uni
 from __future__ import annotations
 
 import copy
+import json
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -14,7 +16,9 @@ import pytest
 from index.engine import delta as delta_module
 from index.engine import documents
 from index.engine.delta import Delta
+from index.engine.keyword import LENGTHS
 from index.engine.table import Table
+from index.store import artifact
 from index.store.payload import UnknownDocument
 from index.store.writelog import LogMismatch, Record
 from tests.index.engine.test_keyword import check_cut_once
@@ -110,6 +114,67 @@ def test_keyword_search_after_each_change_equals_a_delta_made_at_once(lee_data_d
         got, want = mine.search(queries, 20), theirs.search(queries, 20)
         np.testing.assert_array_equal(got[1], want[1])
         np.testing.assert_array_equal(got[0], want[0])
+
+
+def without_lengths(source: Path, directory: Path) -> Path:
+    """A copy of the table in ``source`` as built before its keyword index kept the documents' lengths."""
+    shutil.copytree(source, directory)
+    (directory / LENGTHS).unlink()
+    manifest = json.loads((directory / artifact.MANIFEST).read_text())
+    del manifest["files"][LENGTHS]
+    manifest["keyword"]["files"].remove(LENGTHS)
+    (directory / artifact.MANIFEST).write_text(json.dumps(manifest))
+    return directory
+
+
+def test_a_table_without_kept_lengths_searches_beside_writes_as_one_with_them(
+    lee_data_dir: Path, lee_docs: Lee, tmp_path: Path
+) -> None:
+    """A table built before the lengths were kept loads and cuts its version's text once for them (the same
+    counts); beside the same writes, its keyword searches answer as the table's that reads them, to the bit."""
+    from index.engine.live_search import LiveSource, version_lengths
+
+    kept = Table.load(lee_data_dir / "lee")
+    old = Table.load(without_lengths(lee_data_dir / "lee", tmp_path / "lee"))
+    assert kept.keyword is not None and kept.keyword.lengths is not None
+    assert old.keyword is not None and old.keyword.lengths is None
+    np.testing.assert_array_equal(version_lengths(old, old.keyword), kept.keyword.lengths)
+    texts = lee_docs.texts
+    written = [{"id": f"n{i}", "text": texts[r], "vector": lee_docs.vectors[r].tolist()} for i, r in enumerate((3, 40))]
+    records = [upsert(1, written[0]), upsert(2, written[1]), Record(3, 0, 0, {"op": "delete", "ids": ["lee-077"]})]
+    queries = [" ".join(texts[r].split()[:10]) for r in (3, 40, 77, 150)]
+    answers = []
+    for table in (kept, old):
+        assert table.payload is not None
+        delta = Delta(table.payload, table.rows, table.dim, 0)
+        delta.apply(records)
+        live = LiveSource(table, delta.snapshot()).keyword
+        assert live is not None
+        answers.append(live.search(queries, 20))
+    (kept_scores, kept_ids), (old_scores, old_ids) = answers
+    assert (kept_ids[:, 0] >= 0).all()
+    np.testing.assert_array_equal(old_ids, kept_ids)
+    np.testing.assert_array_equal(old_scores, kept_scores)
+
+
+def test_a_vector_search_beside_writes_makes_no_live_keyword_index(lee_data_dir: Path, lee_docs: Lee) -> None:
+    """Diverse and plain vector searches beside writes never read the live keyword index, so never make it (its
+    written documents cut, its version's lengths read); a hybrid search does."""
+    from index.engine import door
+    from index.engine.query import Query, Result
+
+    table = Table.load(lee_data_dir / "lee")
+    assert table.payload is not None
+    delta = Delta(table.payload, table.rows, table.dim, 0)
+    delta.apply([upsert(1, {"id": "n1", "text": lee_docs.texts[5], "vector": lee_docs.vectors[5].tolist()})])
+    snapshot = delta.snapshot()
+    vector = lee_docs.vectors[5].tolist()
+    answers = door.run(table, [Query(vector=vector, diversity=0.5), Query(vector=vector)], None, snapshot)
+    assert all(isinstance(a, Result) and a.hits for a in answers)
+    assert "keyword" not in snapshot._cache
+    hybrid = Query(vector=vector, text=" ".join(lee_docs.texts[5].split()[:8]), mode="hybrid")
+    (answer,) = door.run(table, [hybrid], None, snapshot)
+    assert isinstance(answer, Result) and answer.hits and "keyword" in snapshot._cache
 
 
 def test_the_live_probe_answers_as_a_live_search_of_one_hit(lee_data_dir: Path, lee_docs: Lee) -> None:

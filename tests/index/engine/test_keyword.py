@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import json
 import re
+import shutil
 import sys
 from collections import Counter
 from dataclasses import dataclass
@@ -36,6 +37,7 @@ from index.engine.keyword import (
     INDICES,
     INDPTR,
     KEYWORD,
+    LENGTHS,
     PARAMS,
     Built,
     KeywordIndex,
@@ -102,6 +104,16 @@ def open_built(built: Built, directory: Path, rows: int) -> KeywordIndex:
     index = KeywordIndex.open(directory, {"rows": rows, KEYWORD: built.info})
     assert index is not None
     return index
+
+
+def assert_lengths_are_the_cut(table: Table) -> None:
+    """The table's kept lengths (int32, mapped) are each document's word count as its own tokenizer cuts the
+    document alone."""
+    index = table.keyword
+    assert index is not None and table.payload is not None and index.lengths is not None
+    assert index.lengths.dtype == np.int32 and isinstance(index.lengths.base, np.memmap)
+    texts = table.payload.text(range(table.rows))
+    assert index.lengths.tolist() == [len(index.tokenizer.words(text or "")) for text in texts]
 
 
 def bm25_reference(lee: Lee, queries: list[str], k1: float, b: float) -> np.ndarray:
@@ -252,6 +264,51 @@ def test_the_import_writes_the_keyword_index(lee: Lee) -> None:
     postings = lee.index._postings
     arrays = [getattr(postings, name) for name in ("data", "indices", "indptr")]
     assert all(type(a) is np.ndarray and isinstance(a.base, np.memmap) for a in arrays)  # views of the maps
+
+
+def test_the_index_keeps_each_document_s_length(lee: Lee, lee_data_dir: Path) -> None:
+    """Each document's word count is kept beside the postings, mapped: the words counted here (no stop words or
+    stemming), and, in a table of the import's defaults, the words its own tokenizer cuts from each text alone."""
+    lengths = lee.index.lengths
+    assert lengths is not None and lengths.dtype == np.int32 and isinstance(lengths.base, np.memmap)
+    assert lengths.tolist() == [len(words) for words in lee.words]
+    assert int(lengths.sum()) == lee.manifest[KEYWORD]["words"]  # type: ignore[index]
+    table = Table.load(lee_data_dir / "lee")
+    assert table.keyword is not None and table.keyword.tokenizer == Tokenizer.named("en", "english")
+    assert_lengths_are_the_cut(table)
+
+
+def test_lengths_of_documents_without_words_and_in_other_scripts(tmp_path: Path) -> None:
+    """No text, empty text, punctuation and stop words alone count 0; a decomposed letter is one word with its
+    mark; Cyrillic, CJK and digits with an underscore are words; stemming keeps the count. The file's length is
+    the documents', or the index is refused."""
+    texts = [None, "", "...", "the of and", "Café cafe\u0301 naïve.", "Привет мир мир", "東京 2024_tokyo"]
+    texts.append("running ran")
+    tokenizer = Tokenizer.named(DEFAULT_STOPWORDS, DEFAULT_STEMMER)
+    built = build(pa.array(texts, pa.string()), tokenizer)
+    assert built is not None
+    index = open_built(built, tmp_path, len(texts))
+    assert index.lengths is not None and index.lengths.tolist() == [0, 0, 0, 0, 3, 3, 2, 2]
+    assert index.lengths.tolist() == [len(tokenizer.words(text or "")) for text in texts]
+    (tmp_path / LENGTHS).write_bytes(artifact.npy_bytes(np.zeros(len(texts) - 1, dtype=np.int32)))
+    with pytest.raises(ArtifactError, match="lengths of shape"):
+        KeywordIndex.open(tmp_path, {"rows": len(texts), KEYWORD: built.info})
+
+
+@pytest.mark.parametrize("damage", ["flip", "missing"])
+def test_a_damaged_lengths_file_is_refused(tmp_path: Path, lee: Lee, damage: str) -> None:
+    """The manifest checksums the lengths as every other file: a table whose lengths changed or went is refused."""
+    directory = shutil.copytree(lee.directory, tmp_path / "lee")
+    assert Table.load(directory).keyword is not None
+    path = directory / LENGTHS
+    if damage == "flip":
+        data = bytearray(path.read_bytes())
+        data[-1] ^= 0x01
+        path.write_bytes(bytes(data))
+    else:
+        path.unlink()
+    with pytest.raises(ArtifactError, match=f"disagrees with its manifest: {LENGTHS}"):
+        Table.load(directory)
 
 
 def test_the_arrays_are_bm25s_own(lee: Lee) -> None:

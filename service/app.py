@@ -50,6 +50,7 @@ from service.reload import Reloader
 from service.respond import FastJSON
 from service.routers import ROUTERS
 from service.routers.embed import ROUTERS as EMBED_ROUTERS
+from service.routers.embed import undeclare_422
 from service.routers.writes import write_routes
 from service.schemas.common import LIMITS, Limits
 from service.settings import SUPERVISOR_VARIABLE, Settings, cores, describe_error
@@ -220,6 +221,7 @@ def create_app(settings: Settings) -> FastAPI:
             schema = build_openapi()  # cached by FastAPI until a route is added
             if not documented or documented[0] is not schema:
                 document_query_models(ROUTERS, schema)
+                undeclare_422(schema)
                 errors.document_envelope(schema)
                 if front.tables:  # a request naming a sharded table is answered from its shards
                     errors.declare(schema, "/v1/tables/{table}", "shard_unavailable", "shard_timeout")

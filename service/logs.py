@@ -44,7 +44,8 @@ class PlainFormatter(logging.Formatter):
     def formatMessage(self, record: logging.LogRecord) -> str:
         line = super().formatMessage(record)
         request_id = REQUEST_ID.get()
-        return line if request_id is None else f"{line} request_id={request_id}"
+        # rstrip: uvicorn's "Exception in ASGI application\n" ends in a newline, and the id goes on its line
+        return line if request_id is None else f"{line.rstrip()} request_id={request_id}"
 
 
 COMMAND = "embedding-serve"

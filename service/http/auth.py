@@ -23,7 +23,7 @@ from starlette.routing import BaseRoute, Match
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from service.errors import ERRORS, ApiError, envelope, error_response
-from service.http.openai_errors import is_openai
+from service.http.openai_errors import is_openai, openai_status
 
 if TYPE_CHECKING:
     from service.settings import Settings
@@ -173,5 +173,8 @@ def document_read_key(schema: dict[str, Any]) -> None:
         for operation in item.values():
             operation["security"] = [{"ReadKey": []}, {"ReadKeyBearer": []}] if is_openai(path) else [{"ReadKey": []}]
             for code in ("unauthorized", "forbidden"):
-                status = str(ERRORS[code].status)
-                operation["responses"].setdefault(status, {"description": ERRORS[code].description, "content": content})
+                status = str(openai_status(code) if is_openai(path) else ERRORS[code].status)
+                said = ERRORS[code].description
+                answer = operation["responses"].setdefault(status, {"description": said, "content": content})
+                if said not in answer["description"] and is_openai(path):  # both are OpenAI's 401
+                    answer["description"] += f" / {said}"

@@ -3,7 +3,10 @@
 The service answers every error as ``{"error": {"code", "message", ...}}``; on the paths an OpenAI client calls
 (``POST /v1/embeddings``, ``GET /v1/models`` and ``/v1/models/{model}``) this pure ASGI middleware rewrites such
 an answer, whoever gave it (validation, the body limit, the read key, the route), into ``{"error": {"message",
-"type", "param", "code"}}``, keeping its status. Answers below 400 pass through untouched.
+"type", "param", "code"}}``, with the status and code OpenAI's API gives where they differ from the service's: an
+invalid request (a field, too many inputs, a body over the limit) is a 400, a key that is not valid a 401
+(``invalid_api_key``), so OpenAI's clients raise what code written for OpenAI catches (``BadRequestError``,
+``AuthenticationError``). Answers below 400 pass through untouched.
 """
 
 from __future__ import annotations
@@ -13,11 +16,19 @@ from typing import Any, cast
 import orjson
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from service.errors import ValidationDetail, dotted, listed
+from service.errors import ValidationDetail, dotted, listed, status_of
 
 PATHS = frozenset({"/v1/embeddings", "/v1/models"})
 PREFIXES = ("/v1/models/",)  # every path under it, even one that names no model, answers in OpenAI's shape
-CODES = {"unknown_table": "model_not_found"}  # OpenAI's name where it has one
+# OpenAI's code where it differs: its name (model_not_found, invalid_api_key), or none (null) where it gives none
+# for a request it refuses, an invalid field or a missing key. The service's other codes are kept.
+CODES: dict[str, str | None] = {
+    "unknown_table": "model_not_found",
+    "forbidden": "invalid_api_key",
+    "invalid_request": None,
+    "unauthorized": None,
+}
+STATUSES = {"invalid_request": 400, "body_too_large": 400, "forbidden": 401}  # OpenAI's, where it differs
 PARAMS = {"unknown_table": "model"}
 
 
@@ -44,10 +55,15 @@ def _place(problem: ValidationDetail) -> str | None:
     return loc[0] + (f"[{item}]" if item is not None else "")
 
 
-def openai_error(status: int, body: bytes) -> bytes:
-    """The service's error body as OpenAI's (a body that is not the service's envelope is kept as the message); a
-    validation error's problems are named as ``param`` names them (``input[2]``, where the service says
-    ``input.2``)."""
+def openai_status(code: str) -> int:
+    """The status of the service's error ``code`` on the OpenAI-compatible paths."""
+    return STATUSES.get(code, status_of(code))
+
+
+def openai_error(status: int, body: bytes) -> tuple[int, bytes]:
+    """The service's error answer as OpenAI's: its status and body (a body that is not the service's envelope is
+    kept as the message); a validation error's problems are named as ``param`` names them (``input[2]``, where
+    the service says ``input.2``)."""
     try:
         error = orjson.loads(body).get("error")
     except (orjson.JSONDecodeError, AttributeError):
@@ -55,18 +71,18 @@ def openai_error(status: int, body: bytes) -> bytes:
     if not isinstance(error, dict):
         error = {"message": body.decode("utf-8", "replace") or "error"}
     if {"type", "param"} <= error.keys():  # already OpenAI's
-        return body
-    code = error.get("code")
+        return status, body
+    code = str(error.get("code"))
     problems = _problems(error.get("details"))
-    param = error.get("param") or PARAMS.get(str(code)) or (_place(problems[0]) if problems else None)
+    param = error.get("param") or PARAMS.get(code) or (_place(problems[0]) if problems else None)
     message = listed(problems, lambda p: _place(p) or dotted(p)) if problems else str(error.get("message", ""))
     shaped = {
         "message": message,
         "type": "server_error" if status >= 500 else "invalid_request_error",
         "param": param,
-        "code": CODES.get(str(code), code),
+        "code": CODES.get(code, error.get("code")),
     }
-    return orjson.dumps({"error": shaped})
+    return STATUSES.get(code, status), orjson.dumps({"error": shaped})
 
 
 class OpenAIErrorsMiddleware:
@@ -93,9 +109,10 @@ class OpenAIErrorsMiddleware:
             chunks.append(message.get("body", b""))
             if message.get("more_body", False):
                 return
-            body = openai_error(start["status"], b"".join(chunks))
+            status, body = openai_error(start["status"], b"".join(chunks))
             headers = [(k, v) for k, v in start.get("headers", []) if k.lower() != b"content-length"]
-            await send({**start, "headers": [*headers, (b"content-length", str(len(body)).encode())]})
+            length = (b"content-length", str(len(body)).encode())
+            await send({**start, "status": status, "headers": [*headers, length]})
             await send({"type": "http.response.body", "body": body})
 
         await self.app(scope, receive, reshaped)

@@ -143,8 +143,9 @@ ALIVE_BODY = b'{"status":"ok"}'  # GET /healthz's answer
 
 
 def _shaped(scope: Any, code: str, body: bytes) -> bytes:
-    """``body`` as the request's path answers errors: in OpenAI's shape on the OpenAI-compatible paths."""
-    return openai_error(status_of(code), body) if is_openai(scope.get("path", "")) else body
+    """``body`` as the request's path answers errors: in OpenAI's shape on the OpenAI-compatible paths (where the
+    protocol's refusals keep their status: OpenAI's is the same)."""
+    return openai_error(status_of(code), body)[1] if is_openai(scope.get("path", "")) else body
 
 
 def refusal(code: str, message: str) -> Any:

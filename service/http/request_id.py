@@ -41,7 +41,7 @@ class RequestIdMiddleware:
             await send(message)
 
         token = REQUEST_ID.set(request_id.decode("ascii"))
-        try:
-            await self.app(scope, receive, send_id)  # the server's access line is written in send: with the id
-        finally:
-            REQUEST_ID.reset(token)
+        await self.app(scope, receive, send_id)  # the server's access line is written in send: with the id
+        # Reset once answered. An exception leaves it set: uvicorn's line about it ("Exception in ASGI application",
+        # logged after the 500 was sent) names the request too; the id goes with the request's own task.
+        REQUEST_ID.reset(token)

@@ -20,7 +20,7 @@ from index.errors import EmbeddingError, InvalidQuery
 from service.deps import NAME_SCHEMA, RegistryDep, TableDep, table_named
 from service.errors import BODY_ERRORS, ApiError, by_status, describe, headers, responses
 from service.execute import compute
-from service.http.openai_errors import CODES
+from service.http.openai_errors import CODES, is_openai, openai_status
 from service.respond import FastJSON
 from service.schemas.embed import (
     EmbedRequest,
@@ -102,14 +102,33 @@ def check_model(table: Table) -> None:
         raise ApiError("unknown_table", f"table {table.name!r} is {kind}, not a model that embeds text")
 
 
+OPENAI_NAMES = {code: name or "null" for code, name in CODES.items()}
+FASTAPI_422 = ("HTTPValidationError", "ValidationError")  # the schemas of the 422 FastAPI declares itself
+
+
+def undeclare_422(schema: dict[str, Any]) -> None:
+    """Take the 422 FastAPI declares on an operation that declares none out of the OpenAI-compatible ones (they
+    answer an invalid request with OpenAI's 400), with its schemas once nothing names them."""
+    for path, item in schema["paths"].items():
+        for operation in item.values() if is_openai(path) else ():
+            operation["responses"].pop("422", None)
+    if FASTAPI_422[0] not in str(schema["paths"]):
+        for name in FASTAPI_422:
+            schema.get("components", {}).get("schemas", {}).pop(name, None)
+
+
 def openai_responses(*codes: str) -> dict[int | str, dict[str, Any]]:
+    """The error answers of an OpenAI-compatible operation, by the status each has there (OpenAI's)."""
+    grouped: dict[int, list[str]] = {}
+    for code in (code for kinds in by_status(*codes).values() for code in kinds):
+        grouped.setdefault(openai_status(code), []).append(code)
     return {
         status: {
             "model": OpenAIError,
-            "description": f"OpenAI's error shape; {describe(kinds, CODES)}",
+            "description": f"OpenAI's error shape; {describe(kinds, OPENAI_NAMES)}",
             **headers(kinds),
         }
-        for status, kinds in by_status(*codes).items()
+        for status, kinds in sorted(grouped.items())
     }
 
 

@@ -138,11 +138,14 @@ class OpenAIErrorBody(BaseModel):
     message: str
     type: str = Field(description="invalid_request_error (4xx) or server_error (5xx)")
     param: str | None = Field(description="the request's field at fault (input[2] for the third input), if one is")
-    code: str | None = Field(description="the service's error code (model_not_found for an unknown model)")
+    code: str | None = Field(
+        description="OpenAI's code where it has one (model_not_found, invalid_api_key), none for an invalid request "
+        "or a missing key, else the service's error code"
+    )
 
 
 class OpenAIErrorResponse(BaseModel):
-    """Every error of ``POST /v1/embeddings`` and ``/v1/models``, in OpenAI's shape (the status is the service's
-    own)."""
+    """Every error of ``POST /v1/embeddings`` and ``/v1/models``, in OpenAI's shape and with OpenAI's status (400
+    for an invalid request, 401 for a key missing or not valid, 404 for an unknown model)."""
 
     error: OpenAIErrorBody

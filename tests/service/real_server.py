@@ -60,13 +60,15 @@ def start(
     env: dict[str, str] | None = None,
     while_starting: Callable[[Server], None] | None = None,
     port: int | None = None,
+    serve: tuple[str, ...] = (str(BIN / "embedding-serve"),),
 ) -> Server:
     """Start embedding-serve over ``data_dir``; return once it answers /healthz and every worker has finished
     its start-up (its tables are loaded or refused by then). ``while_starting`` runs at every poll until then.
-    ``port``: a stopped server's (started again on it), else a free one."""
+    ``port``: a stopped server's (started again on it), else a free one. ``serve``: the command that runs
+    embedding-serve (``python -m tests.service.failing_serve``: with a route that fails)."""
     workers = int(args[args.index("--workers") + 1]) if "--workers" in args else 1
     port = port or free_port()
-    command = [str(BIN / "embedding-serve"), "--data-dir", str(data_dir), "--host", "127.0.0.1", "--port", str(port)]
+    command = [*serve, "--data-dir", str(data_dir), "--host", "127.0.0.1", "--port", str(port)]
     # The data directory is not watched unless a test asks (EMBEDDING_WATCH_SECONDS): the reload tests count reloads.
     environment = {k: v for k, v in os.environ.items() if not k.startswith("EMBEDDING_")}
     environment |= {"EMBEDDING_WATCH_SECONDS": "0"} | (env or {})

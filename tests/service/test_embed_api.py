@@ -10,6 +10,7 @@ import shutil
 import unicodedata
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -218,7 +219,7 @@ def test_input_of_another_type_is_one_problem(server: real_server.Server, given:
     body = {"model": "glove", "input": given}
     response = real_server.HTTP.post(f"{server.base}/v1/embeddings", json=body)
     error = {"message": f"input: send a string or a list of strings, not {named}", "param": "input"}
-    assert response.status_code == 422 and response.json()["error"].items() >= error.items()
+    assert response.status_code == 400 and response.json()["error"].items() >= error.items()
 
 
 def test_openai_pooling_as_an_extra_field(oai: openai.OpenAI, tables: dict[str, Table]) -> None:
@@ -251,58 +252,58 @@ def test_azure_openais_client_is_answered_as_openais(server: real_server.Server,
     with pytest.raises(openai.NotFoundError) as caught:
         azure.embeddings.create(model="glove", input=TEXTS)
     assert caught.value.response.url.path == "/v1/deployments/glove/embeddings"
-    with pytest.raises(openai.UnprocessableEntityError) as refused:
+    with pytest.raises(openai.BadRequestError) as refused:
         oai.with_options(default_query={"api_version": AZURE_VERSION}).models.list()
     assert openai_error(refused.value)["message"] == "api_version: Extra inputs are not permitted"
 
 
+# OpenAI's statuses: 400 for an invalid request, 404 for an unknown model; its code where it has one, else none.
 @pytest.mark.parametrize(
     ("kwargs", "kind", "param", "code", "message"),
     [
         ({"model": "glovee", "input": "a"}, "NotFoundError", "model", "model_not_found", "no table named 'glovee'"),
-        ({"model": "BAAI/bge-small-en-v1.5", "input": "a"}, "UnprocessableEntityError", "model", "invalid_request",
+        ({"model": "BAAI/bge-small-en-v1.5", "input": "a"}, "BadRequestError", "model", None,
          "invalid table name 'BAAI/bge-small-en-v1.5': use 1-64 letters, digits"),
-        ({"model": "glove", "input": [[1, 2, 3]]}, "UnprocessableEntityError", "input", "invalid_request", "token-id"),
-        ({"model": "glove", "input": [1, 2, 3]}, "UnprocessableEntityError", "input", "invalid_request", "token-id"),
-        ({"model": "glove", "input": ["heart", "qqqzx"]}, "UnprocessableEntityError", "input[1]", "invalid_request",
+        ({"model": "glove", "input": [[1, 2, 3]]}, "BadRequestError", "input", None, "token-id"),
+        ({"model": "glove", "input": [1, 2, 3]}, "BadRequestError", "input", None, "token-id"),
+        ({"model": "glove", "input": ["heart", "qqqzx"]}, "BadRequestError", "input[1]", None,
          "input[1] 'qqqzx': no word of it is known to table 'glove': unknown qqqzx"),
-        ({"model": "glove", "input": "qqqzx"}, "UnprocessableEntityError", "input", "invalid_request",
+        ({"model": "glove", "input": "qqqzx"}, "BadRequestError", "input", None,
          "input 'qqqzx': no word of it is known to table 'glove': unknown qqqzx"),  # one string: no [0]
-        ({"model": "glove", "input": " "}, "UnprocessableEntityError", "input", "invalid_request",
-         "input ' ' has no words to embed"),
-        ({"model": "glove", "input": ""}, "UnprocessableEntityError", "input", "invalid_request",
+        ({"model": "glove", "input": " "}, "BadRequestError", "input", None, "input ' ' has no words to embed"),
+        ({"model": "glove", "input": ""}, "BadRequestError", "input", None,
          "input: String should have at least 1 character"),
-        ({"model": "glove", "input": ["a", "b", ""]}, "UnprocessableEntityError", "input[2]", "invalid_request",
+        ({"model": "glove", "input": ["a", "b", ""]}, "BadRequestError", "input[2]", None,
          "input[2]: String should have at least 1 character"),
-        ({"model": "glove", "input": ["a", True]}, "UnprocessableEntityError", "input[1]", "invalid_request",
+        ({"model": "glove", "input": ["a", True]}, "BadRequestError", "input[1]", None,
          "input[1]: Input should be a valid string"),
-        ({"model": "glove", "input": [["a heart"]]}, "UnprocessableEntityError", "input[0]", "invalid_request",
+        ({"model": "glove", "input": [["a heart"]]}, "BadRequestError", "input[0]", None,
          "input[0]: Input should be a valid string"),
-        ({"model": "glove", "input": "a", "dimensions": 8}, "UnprocessableEntityError", "dimensions",
-         "invalid_request", "dimensions must be 50"),
-        ({"model": "minilm", "input": "a", "extra_body": {"pooling": "sif"}}, "UnprocessableEntityError", "pooling",
-         "invalid_request", "sif pooling is for word tables"),
-        ({"model": "glove", "input": ["a"] * 1025}, "UnprocessableEntityError", "input", "invalid_request",
-         "at most 1024 items"),
+        ({"model": "glove", "input": "a", "dimensions": 8}, "BadRequestError", "dimensions", None,
+         "dimensions must be 50"),
+        ({"model": "minilm", "input": "a", "extra_body": {"pooling": "sif"}}, "BadRequestError", "pooling", None,
+         "sif pooling is for word tables"),
+        ({"model": "glove", "input": ["a"] * 1025}, "BadRequestError", "input", None, "at most 1024 items"),
     ],
 )  # fmt: skip
 def test_openai_errors_in_openais_shape(
-    oai: openai.OpenAI, kwargs: dict, kind: str, param: str, code: str, message: str
+    oai: openai.OpenAI, kwargs: dict, kind: str, param: str, code: str | None, message: str
 ) -> None:
     with pytest.raises(getattr(openai, kind)) as caught:
         oai.embeddings.create(encoding_format="float", **kwargs)
     error = openai_error(caught.value)
     assert (error["type"], error["param"], error["code"]) == ("invalid_request_error", param, code)
     assert message in error["message"] and message in str(caught.value)
+    assert (caught.value.type, caught.value.param, caught.value.code) == ("invalid_request_error", param, code)
 
 
 @pytest.mark.parametrize("model", ["nomic-embed-text:latest", "BAAI/bge-small-en-v1.5"])
 def test_a_model_that_is_no_table_name_is_named(oai: openai.OpenAI, model: str) -> None:
     """As ``POST /v1/embeddings`` names it, a slash too (the client puts it in the path as it is)."""
-    with pytest.raises(openai.UnprocessableEntityError) as caught:
+    with pytest.raises(openai.BadRequestError) as caught:
         oai.models.retrieve(model)
     error = openai_error(caught.value)
-    assert (error["param"], error["code"]) == ("model", "invalid_request")
+    assert (error["param"], error["code"]) == ("model", None)
     assert f"invalid table name {model!r}: use 1-64 letters" in error["message"]
 
 
@@ -312,49 +313,62 @@ def test_models_with_a_trailing_slash_are_redirected(server: real_server.Server)
         assert response.status_code == 307 and response.headers["location"] == to
 
 
-def test_errors_before_the_route_are_in_openais_shape_too(data_dir: Path) -> None:
-    """The body limit and the read key answer ahead of the route: reshaped all the same; a client that sends
-    the read key (as X-API-Key, or as its api_key: the bearer token) is let in."""
-    settings = {"data_dir": data_dir, "tables": ["glove"], "max_body_bytes": 1024, "read_api_key": "r" * 32}
-    with client_for(**settings) as test_client:
-        plain = openai.OpenAI(base_url="http://testserver/v1", api_key="x", http_client=test_client, max_retries=0)
-        with pytest.raises(openai.PermissionDeniedError) as caught:
-            plain.embeddings.create(model="glove", input="a heart")
+READ_KEY = "r" * 32
+
+
+@pytest.fixture(scope="module")
+def keyed(small_data_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A real server over ``small`` with a read key and a body limit of 1 KiB: its base URL."""
+    log = tmp_path_factory.mktemp("keyed-serve") / "server.log"
+    env = {"EMBEDDING_READ_API_KEY": READ_KEY, "EMBEDDING_MAX_BODY_BYTES": "1024", "EMBEDDING_MAX_BATCH": "8"}
+    with real_server.running(small_data_dir, log, "--threads", "1", env=env) as server:
+        yield server.base
+
+
+def test_the_refusals_before_the_route_are_openais(keyed: str) -> None:
+    """The read key and the body limit answer ahead of the route, as OpenAI's API answers: a key missing or not
+    valid is a 401 (``AuthenticationError``; ``invalid_api_key`` for one not valid), a body over the limit and too
+    many inputs a 400 (``BadRequestError``). A client that sends the read key (as X-API-Key, or as its api_key:
+    the bearer token) is let in."""
+
+    def client(api_key: str, **options: Any) -> openai.OpenAI:
+        return openai.OpenAI(base_url=f"{keyed}/v1", api_key=api_key, max_retries=0, **options)
+
+    refusals = [
+        (client("x"), {}, openai.AuthenticationError, "invalid_api_key", "the API key is not valid"),
+        (client("x"), {"extra_headers": {"Authorization": openai.Omit()}}, openai.AuthenticationError, None, "needs"),
+        (client(READ_KEY), {"input": ["a heart"] * 200}, openai.BadRequestError, "body_too_large", "1024 bytes"),
+        (client(READ_KEY), {"input": ["a"] * 9}, openai.BadRequestError, None, "at most 8 items"),
+    ]
+    for sender, kwargs, kind, code, message in refusals:
+        with pytest.raises(kind) as caught:
+            sender.embeddings.create(**{"model": "small", "input": "a heart", **kwargs})
         error = openai_error(caught.value)
-        assert error["code"] == "forbidden" and error["message"].endswith(
-            "in the X-API-Key header or as the bearer token (an OpenAI client's api_key)"
-        )
-        response = test_client.post("/v1/embeddings", json={"model": "glove", "input": "a heart"})  # no key at all
-        assert response.status_code == 401 and response.json()["error"]["code"] == "unauthorized"
-        with_api_key = openai.OpenAI(
-            base_url="http://testserver/v1", api_key="r" * 32, http_client=test_client, max_retries=0
-        )
-        assert [model.id for model in with_api_key.models.list()] == ["glove"]
-        keyed = openai.OpenAI(  # X-API-Key wins over the bearer token
-            base_url="http://testserver/v1",
-            api_key="x",
-            http_client=test_client,
-            max_retries=0,
-            default_headers={"X-API-Key": "r" * 32},
-        )
-        for client in (with_api_key, keyed):
-            assert len(client.embeddings.create(model="glove", input="a heart").data[0].embedding) == 50
-        # the table routes read X-API-Key only
-        bearer = {"Authorization": f"Bearer {'r' * 32}"}
-        table = test_client.post("/v1/tables/glove/embed", json={"texts": ["a heart"]}, headers=bearer).json()
-        assert table["error"]["message"].endswith("admin key in the X-API-Key header"), table
-        with pytest.raises(openai.APIStatusError) as caught:
-            keyed.embeddings.create(model="glove", input=["a heart"] * 200)
-        assert caught.value.status_code == 413 and openai_error(caught.value)["code"] == "body_too_large"
-        response = test_client.get("/v1/embeddings", headers={"X-API-Key": "r" * 32})
-        assert response.status_code == 405 and response.json()["error"]["type"] == "invalid_request_error"
-        # the table routes keep the service's envelope
-        error = test_client.post("/v1/tables/glove/embed", json={"texts": "x"}, headers={"X-API-Key": "r" * 32})
-        assert set(error.json()["error"]) >= {"code", "message"} and "type" not in error.json()["error"]
+        assert (error["type"], error["code"]) == ("invalid_request_error", code) and message in error["message"]
+        assert error["param"] == ("input" if "items" in message else None), error
+    with pytest.raises(openai.AuthenticationError):  # the models too
+        client("x").models.list()
+    assert client(READ_KEY).models.retrieve("small").id == "small"
+    keyed_header = client("x", default_headers={"X-API-Key": READ_KEY})  # X-API-Key wins over the bearer token
+    for sender in (client(READ_KEY), keyed_header):
+        assert len(sender.embeddings.create(model="small", input="a heart").data[0].embedding) == 50
+    answered = real_server.HTTP.get(f"{keyed}/v1/embeddings", headers={"X-API-Key": READ_KEY})
+    assert answered.status_code == 405 and answered.json()["error"]["type"] == "invalid_request_error"
+    # the table routes read X-API-Key only, and keep the service's envelope and statuses
+    bearer = {"Authorization": f"Bearer {READ_KEY}"}
+    table = real_server.HTTP.post(f"{keyed}/v1/tables/small/embed", json={"texts": ["a heart"]}, headers=bearer)
+    assert table.status_code == 401 and table.json()["error"]["code"] == "unauthorized", table.text
+    error = real_server.HTTP.post(
+        f"{keyed}/v1/tables/small/embed", json={"texts": "x"}, headers={"X-API-Key": READ_KEY}
+    )
+    assert error.status_code == 422 and set(error.json()["error"]) >= {"code", "message"}
+    assert "type" not in error.json()["error"]
 
 
 def test_openapi_documents_both_routes(client: TestClient) -> None:
     paths = client.get("/openapi.json").json()["paths"]
     assert "/v1/tables/{table}/embed" in paths and "/v1/embeddings" in paths
-    errors = paths["/v1/embeddings"]["post"]["responses"]["422"]["content"]["application/json"]["schema"]
-    assert errors["$ref"].endswith("/OpenAIErrorResponse")
+    responses = paths["/v1/embeddings"]["post"]["responses"]
+    errors = responses["400"]["content"]["application/json"]["schema"]  # OpenAI's status for an invalid request
+    assert errors["$ref"].endswith("/OpenAIErrorResponse") and not {"413", "422"} & set(responses)  # nor FastAPI's
+    assert "`null`: Invalid request" in responses["400"]["description"]

@@ -171,7 +171,7 @@ def test_text_without_a_known_word_names_it_where_a_vector_is_needed(base: str, 
 
 def test_embeddings_name_the_input_without_a_known_word(base: str) -> None:
     oai = openai.OpenAI(base_url=f"{base}/v1", api_key="unused", max_retries=0)
-    with pytest.raises(openai.UnprocessableEntityError) as caught:
+    with pytest.raises(openai.BadRequestError) as caught:
         oai.embeddings.create(model=GLOVE, input=["warranty", f"{UNKNOWN} gnomovision", "licence"])
     error = caught.value.response.json()["error"]
     assert error == {
@@ -179,7 +179,7 @@ def test_embeddings_name_the_input_without_a_known_word(base: str) -> None:
         f"{UNKNOWN}, gnomovision",
         "type": "invalid_request_error",
         "param": "input[1]",
-        "code": "invalid_request",
+        "code": None,
     }
     embed = real_server.HTTP.post(f"{base}/v1/tables/{GLOVE}/embed", json={"texts": ["warranty", UNKNOWN]})
     assert embed.status_code == 422
@@ -189,7 +189,7 @@ def test_embeddings_name_the_input_without_a_known_word(base: str) -> None:
 def test_embeddings_errors_name_fields_not_pydantic_types(base: str) -> None:
     for body in ({"model": GLOVE, "input": ["a" * 10_001]}, {"model": GLOVE, "input": ["a"] * 2000}):
         response = real_server.HTTP.post(f"{base}/v1/embeddings", json=body)
-        assert response.status_code == 422
+        assert response.status_code == 400
         message = response.json()["error"]["message"]
         assert not re.search(r"function-after|constrained-str|_check_batch|valid string", message), message
     too_long = real_server.HTTP.post(f"{base}/v1/embeddings", json={"model": GLOVE, "input": ["a" * 10_001]}).json()[

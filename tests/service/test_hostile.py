@@ -263,7 +263,7 @@ def test_a_long_key_is_quoted_clipped(server: Server, name: str) -> None:
     """A key of a megabyte is named by its start: the answer is small, not the key twice over."""
     path, body = UNKNOWN_KEYS[name]
     status, _, answer = send(server, http("POST", path, json.dumps(body).encode()))
-    assert status == 422 and len(answer) < 1000, (status, len(answer))
+    assert status == (400 if path == b"/v1/embeddings" else 422) and len(answer) < 1000, (status, len(answer))
     error = json.loads(answer)["error"]
     assert "nnnnnnnnnn..." in error["message"] and "Extra inputs are not permitted" in error["message"], error
 

@@ -72,14 +72,14 @@ def test_a_lone_surrogate_is_a_422(client: TestClient, case: tuple[str, dict[str
     refused(client, path, body, where)
 
 
-def test_a_lone_surrogate_in_openai_embeddings_is_a_422(client: TestClient) -> None:
+def test_a_lone_surrogate_in_openai_embeddings_is_a_400(client: TestClient) -> None:
     for body in (
         {"model": "lee", "input": LONE},
         {"model": "lee", "input": ["a", LONE]},
         {"model": LONE, "input": "a"},
     ):
         status, answer = post(client, "/v1/embeddings", body)
-        assert status == 422 and answer["error"]["type"] == "invalid_request_error", answer
+        assert status == 400 and answer["error"]["type"] == "invalid_request_error", answer
 
 
 def test_openai_errors_name_the_right_param(client: TestClient) -> None:
@@ -88,7 +88,7 @@ def test_openai_errors_name_the_right_param(client: TestClient) -> None:
     status, answer = post(client, "/v1/embeddings", {"model": "lee", "input": "heart", "dimensions": 384})
     assert status == 404 and (answer["error"]["param"], answer["error"]["code"]) == ("model", "model_not_found")
     broken = client.post("/v1/embeddings", content=b'{"model": "lee", "input": "heart",}')
-    assert broken.status_code == 422 and broken.json()["error"]["param"] is None, broken.text
+    assert broken.status_code == 400 and broken.json()["error"]["param"] is None, broken.text
     assert set(broken.json()["error"]) == {"message", "type", "param", "code"}
 
 

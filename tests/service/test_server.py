@@ -7,6 +7,7 @@ import json
 import os
 import re
 import signal
+import sys
 import threading
 import time
 from pathlib import Path
@@ -19,7 +20,7 @@ import pytest
 from index.engine.table import Table
 from service.main import listen_problem
 from service_client import ApiError, Client, Neighbor
-from tests.service import raw_http
+from tests.service import failing_serve, raw_http
 from tests.service.real_server import HTTP, Server, start, wait_for
 
 
@@ -72,6 +73,31 @@ def test_a_request_id_is_sent_back_and_logged(small_server: Server) -> None:
         status, answered = ask(k, invalid)
         assert status == 200 and "x-request-id" not in answered, invalid
         assert access_line(k).endswith(" 200") and invalid not in small_server.log(), invalid
+
+
+def test_the_lines_of_a_request_that_fails_name_its_id(small_data_dir: Path, tmp_path: Path) -> None:
+    """An unexpected error's 500 logs three lines, each naming the request's id at the end of its line: the
+    service's with the traceback, the access line and uvicorn's own with the traceback again (logged once the 500
+    is sent). The next request, without an id, has lines without one (uvicorn closes the connection of a request
+    whose app raised: the next one comes on another)."""
+    serve = (sys.executable, "-m", "tests.service.failing_serve")
+    server = start(small_data_dir, tmp_path / "server.log", "--threads", "1", serve=serve)
+    try:
+        failed = HTTP.get(server.base + failing_serve.PATH, headers={"X-Request-ID": "fails-7"})
+        assert failed.status_code == 500 and failed.headers["x-request-id"] == "fails-7"
+        assert HTTP.get(server.base + failing_serve.PATH).status_code == 500
+    finally:
+        stop(server)
+    lines = [line for line in server.log().splitlines() if " ERROR " in line or "/v1/fails" in line]
+    assert [line.split(" ", 3)[3] for line in lines] == [
+        "service.errors: unhandled error on GET /v1/fails request_id=fails-7",
+        f'uvicorn.access: {lines[1].split(" ")[4]} - "GET /v1/fails HTTP/1.1" 500 request_id=fails-7',
+        "uvicorn.error: Exception in ASGI application request_id=fails-7",
+        "service.errors: unhandled error on GET /v1/fails",
+        f'uvicorn.access: {lines[4].split(" ")[4]} - "GET /v1/fails HTTP/1.1" 500',
+        "uvicorn.error: Exception in ASGI application",
+    ]
+    assert server.log().count("RuntimeError: an unexpected fault") == 4  # each of the two tracebacks, twice
 
 
 def test_python_client_against_the_real_server(server: str, small: Table) -> None:

@@ -94,7 +94,7 @@ def test_the_openai_routes_query_parameter_is_refused_in_openais_shape(server: S
     assert post(server, "/v1/embeddings", body)[0] == 200
     status, _, answer = post(server, "/v1/embeddings?dimensions=8", body)
     error = json.loads(answer)["error"]
-    assert status == 422 and error["type"] == "invalid_request_error", (status, error)
+    assert status == 400 and error["type"] == "invalid_request_error", (status, error)
     assert error["message"] == "dimensions: Extra inputs are not permitted" and error["param"] == "dimensions", error
 
 

@@ -213,16 +213,20 @@ def write_body(encoded: Sequence[bytes]) -> bytes:
     return b'{"documents":[' + b",".join(encoded) + b"]}"
 
 
-def spans(sizes: Sequence[int], most: int, budget: int) -> list[tuple[int, int]]:
+def spans(
+    sizes: Sequence[int], most: int, budget: int, also: Sequence[tuple[Sequence[int], int]] = ()
+) -> list[tuple[int, int]]:
     """The runs ``(start, end)`` of consecutive items whose sizes are ``sizes``: at most ``most`` items and
-    ``budget`` of size each, every item in one (an item larger than ``budget`` alone)."""
+    ``budget`` of size each, and of each ``(costs, bound)`` of ``also`` (the items' costs), at most ``bound``;
+    every item in one (an item over a budget alone)."""
+    costs = [(sizes, budget), *also]
     runs: list[tuple[int, int]] = []
-    start = size = 0
-    for i, item in enumerate(sizes):
-        if i > start and (i - start == most or size + item > budget):
+    start, totals = 0, [0] * len(costs)
+    for i in range(len(sizes)):
+        if i > start and (i - start == most or any(t + c[i] > b for t, (c, b) in zip(totals, costs, strict=True))):
             runs.append((start, i))
-            start, size = i, 0
-        size += item
+            start, totals = i, [0] * len(costs)
+        totals = [t + c[i] for t, (c, _) in zip(totals, costs, strict=True)]
     return [*runs, (start, len(sizes))] if sizes else runs
 
 

@@ -484,6 +484,34 @@ def test_every_batch_call_is_sent_in_the_servers_sizes(
     assert [(path, status) for method, path, status in sent if method == "POST"] == batches
 
 
+def test_a_batch_of_document_searches_is_sent_in_the_servers_sizes(servers: tuple[str, str], ids: list[str]) -> None:
+    """150 searches of ``notes`` by id (one of a missing document) on the server of max_batch 50: three requests,
+    each search's hits' scores (Lee's stories that are there twice are tied: either may come first), or
+    error, as it alone answers, from each client."""
+    queries: list[dict[str, Any]] = [{"id": ident} for ident in ids[:150]]
+    queries[70] = {"id": "nowhere"}
+    sent: list[str] = []
+    hooks = {"request": [lambda request: sent.append(request.method)]}
+    with httpx.Client(base_url=servers[1], event_hooks=hooks) as http:
+        client = Client(servers[1], http=http)
+        answered = client.search_documents_batch("notes", queries, k=2, fields=["year"])
+        assert sent.count("POST") == 3
+        expected = [
+            alone(client, "search_documents", ("notes",), (), {**q, "k": 2, "fields": ["year"]}) for q in queries
+        ]
+    assert same(scores(answered), scores(expected)) and isinstance(answered[70], ApiError)
+
+    async def search() -> list[Any]:
+        async with AsyncClient(servers[1]) as aclient:
+            return list(await aclient.search_documents_batch("notes", queries, k=2, fields=["year"]))
+
+    assert same(scores(asyncio.run(search())), scores(answered))
+
+
+def scores(answers: list[Any]) -> list[Any]:
+    return [a if isinstance(a, ApiError) else [hit.score for hit in a.hits] for a in answers]
+
+
 def test_texts_are_embedded_in_the_servers_sizes(tight: str) -> None:
     """24 texts of 5 to 9 tokens: 8 at a time (max_batch) are over max_encode_tokens (32), which the client cannot
     count: each 8 is refused and sent again in halves; the vectors are each text's alone."""

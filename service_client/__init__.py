@@ -151,9 +151,19 @@ class Client:
     def limits(self) -> dict[str, Any]:
         """The server's limits (``GET /v1/limits``: ``max_k``, ``max_batch``, ``max_body_bytes``, ...), read once and
         kept; ``{}`` from a server that does not publish them. :meth:`documents`, :meth:`list_documents`,
-        :meth:`upsert_many` and :meth:`delete_many` size their requests by them, and when one is refused for its
-        ``max_batch`` or ``max_body_bytes`` (the server's lowered since: restarted, or a front whose shards
-        changed), read them again and send what was refused sized by them, once (refused again: raised)."""
+        :meth:`upsert_many`, :meth:`delete_many` and the batch calls size their requests by them, and when one is
+        refused for a limit it was sized by (the server's lowered since: restarted, or a front whose shards
+        changed), read them again and send what was refused sized by them, once (refused again: raised).
+
+        A batch call (``neighbors_batch``, ``search_batch``, ``search_documents_batch``, ``similarity_batch``,
+        ``similarities``, ``analogies``, ``rank_batch``, ``ranks``, ``doesnt_match_batch``, ``n_similarity_batch``,
+        ``compare_batch``, ``embed``, ``embed_details``) takes any number of items, sent in requests of at most
+        ``max_batch`` items and half ``max_body_bytes`` of JSON, within ``max_hits`` (items x k), ``max_words``,
+        ``max_exact_rows`` (queries x the rows each scores exactly, by the table's ``rows``, read once) and
+        ``max_scored_rows`` (3CosMul's questions), the answers joined in order; ``embed``'s refused for
+        ``max_encode_tokens`` sent again in halves. What only the server counts (a filter's rows, a keyword query's
+        documents, a search's text tokens, ``max_answer_bytes``, ``max_filter_conditions``) is left to it: its 422
+        names the limit."""
         return self._run(runs.limits(self._known))
 
     def tables(self) -> list[TableInfo]:

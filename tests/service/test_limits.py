@@ -393,6 +393,7 @@ VECTORS[10] = [0.5] * 49  # not the table's dimension
 # each of small's 20,000 rows; max_scored_rows 10).
 BATCHES: list[tuple[str, tuple[str, ...], dict[str, Any], list[Any], str, int]] = [
     ("neighbors_batch", ("small",), {"k": 3, "restrict": 1000}, TOKENS, "neighbors", 3),
+    ("neighbors_batch", ("small",), {"k": 10, "restrict": 100}, TOKENS[9:15], "neighbors", 2),  # max_hits
     ("search_batch", ("small",), {"k": 3, "restrict": 1000}, VECTORS, "search", 3),
     ("similarity_batch", ("small",), {}, list(zip(TOKENS, reversed(TOKENS), strict=True)), "similarity", 3),
     ("rank_batch", ("small",), {}, [("king", "queen"), ("cat", UNKNOWN), ("red", "blue")], "rank", 3),  # exact rows

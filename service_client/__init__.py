@@ -92,7 +92,7 @@ class Client:
         caller's, already pointed at the server (``base_url`` and ``timeout`` are then its own); the caller closes
         it, :meth:`close` does not."""
         self.retries = retries
-        self._known = Known()  # the server's limits, read once (again when lowered): calls.limits
+        self._known = Known()  # the server's limits and tables' rows, read once (again when lowered): runs.Known
         self._owned = http is None
         self.http = http or httpx.Client(base_url=base_url, timeout=timeout)
         if api_key:

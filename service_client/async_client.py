@@ -48,7 +48,7 @@ class AsyncClient:
         """As :class:`~service_client.Client`'s: ``http``, an ``httpx.AsyncClient`` of the caller's, who closes
         it (:meth:`aclose` does not)."""
         self.retries = retries
-        self._known = Known()  # the server's limits, read once (again when lowered): calls.limits
+        self._known = Known()  # the server's limits and tables' rows, read once (again when lowered): runs.Known
         self._owned = http is None
         self.http = http or httpx.AsyncClient(base_url=base_url, timeout=timeout)
         if api_key:

@@ -10,7 +10,7 @@ from typing import Any, TypeVar
 
 import httpx
 
-from service_client.shapes import ApiError, _decoded, _encoded, _error, counted_from
+from service_client.shapes import ApiError, _decoded, _encoded, _error, counted_from, renumbered
 
 ENCODE_LIMIT = "max_encode_tokens"  # the ``limit`` of the refusal of a request's texts for their tokens
 ANSWER_LIMIT = "max_answer_bytes"  # the ``limit`` of the refusal of an answer of too many bytes (documents read)
@@ -30,7 +30,8 @@ class Request:
     params: dict[str, Any] | None = None
     content: bytes | None = None
     raw: bool = False
-    first: int = 0  # a write's: the index of its first document among the whole write's, which its error counts
+    first: int = 0  # the index of its first item among the whole call's, which its error counts from
+    items: str | None = None  # a batch's: its items' field (``queries``), which its error names them by
     missing: Any = None  # not None: the answer of a server without the route (404), in place of its error
     halves: str | None = None  # a request of several items: its refusal for this limit is its answer (sent in halves)
     sized: bool = False  # sized by the limits read before: its refusal for one of SIZING is its answer (resent)
@@ -51,7 +52,7 @@ class Request:
             error = _error(response)
             if (self.halves is not None and refused_for(error, self.halves)) or (self.sized and error.limit in SIZING):
                 return error
-            raise counted_from(error, self.first)
+            raise counted_from(error, self.first) if self.items is None else renumbered(error, self.items, self.first)
         return response if self.raw else _decoded(response)
 
 

@@ -166,7 +166,7 @@ def batched(batch: Batch, known: Known) -> Call[Any]:
 
     def request(start: int, end: int, sized: bool, halves: str | None) -> Request:
         body = {batch.key: batch.items[start:end], **batch.body}
-        return Request("POST", batch.path, json=body, sized=sized, halves=halves)
+        return Request("POST", batch.path, json=body, first=start, items=batch.key, sized=sized, halves=halves)
 
     if not batch.items:
         return (yield request(0, 0, False, None))

@@ -259,6 +259,27 @@ def counted_from(error: ApiError, first: int) -> ApiError:
     return ApiError(error.status, error.code, message, error.details, error.retry_after)
 
 
+def renumbered(error: ApiError, key: str, first: int) -> ApiError:
+    """``error`` of a batch request whose items (``key``) are a longer batch's from ``first`` on: the item it names
+    (``queries.3: ...``, and in its ``details``' ``loc``) counted among the batch's."""
+    found = re.match(rf"{re.escape(key)}\.(\d+)", error.message)
+    if first == 0 or found is None:
+        return error
+    message = f"{key}.{first + int(found.group(1))}{error.message[found.end() :]}"
+    details = dict(error.details)
+    if isinstance(details.get("details"), list):
+        details["details"] = [_renumbered_loc(item, key, first) for item in details["details"]]
+    return ApiError(error.status, error.code, message, details, error.retry_after)
+
+
+def _renumbered_loc(item: Any, key: str, first: int) -> Any:
+    loc = item.get("loc") if isinstance(item, dict) else None
+    if isinstance(loc, list) and key in loc[:-1] and str(loc[loc.index(key) + 1]).isdigit():
+        at = loc.index(key) + 1
+        return {**item, "loc": [*loc[:at], type(loc[at])(first + int(loc[at])), *loc[at + 1 :]]}
+    return item
+
+
 def _error(response: httpx.Response) -> ApiError:
     """The answer's error envelope as an :class:`ApiError`; an answer that is not one (a proxy's HTML page) is code
     ``http_error``, its text's beginning the message."""

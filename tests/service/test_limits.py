@@ -513,6 +513,16 @@ def scores(answers: list[Any]) -> list[Any]:
     return [a if isinstance(a, ApiError) else [hit.score for hit in a.hits] for a in answers]
 
 
+def test_a_refusal_of_a_later_request_names_the_item_among_the_batchs(tight: str) -> None:
+    """A token too long for any request, the 21st of 24 (the fifth of the third request): the call raises that
+    request's refusal, as the server's of one request of them all, its error naming ``queries.20``, not 4."""
+    tokens = [*TOKENS[:20], "x" * (MAX_TOKEN_CHARS + 1), *TOKENS[21:]]
+    with Client(tight) as client, pytest.raises(ApiError) as refused:
+        client.neighbors_batch("small", tokens, k=3, restrict=1000)
+    assert refused.value.message.startswith("queries.20: ") and refused.value.limit == "max_token_chars"
+    assert refused.value.details["details"][0]["loc"] == ["body", "queries", "20"]
+
+
 def test_texts_are_embedded_in_the_servers_sizes(tight: str) -> None:
     """24 texts of 5 to 9 tokens: 8 at a time (max_batch) are over max_encode_tokens (32), which the client cannot
     count: each 8 is refused and sent again in halves; the vectors are each text's alone."""

@@ -56,11 +56,6 @@ def table_path(table: str, suffix: str) -> str:
 
 
 # ------------------------------------------------------------------------------------------- server
-def id_sizes(ids: Sequence[str | int]) -> list[int]:
-    """Each id's bytes in a request's list of ids, about."""
-    return [len(_encoded(ident)) + 1 for ident in ids]
-
-
 def reload() -> Call[dict[str, Any]]:
     report: dict[str, Any] = yield Request("POST", "/v1/admin/reload")
     return report
@@ -232,6 +227,11 @@ def document(
         params["fields"] = ",".join(fields)
     found: dict[str, Any] = yield Request("GET", table_path(table, f"documents/{segment(str(id))}"), params=params)
     return found
+
+
+def id_sizes(ids: Sequence[str | int]) -> list[int]:
+    """Each id's bytes in a request's list of ids, about."""
+    return [len(_encoded(ident)) + 1 for ident in ids]
 
 
 def documents(

@@ -25,10 +25,12 @@ from typing import Any, Literal, cast
 import httpx
 import numpy as np
 
-from service_client import calls
+from service_client import calls, runs
 from service_client.async_client import AsyncClient
-from service_client.calls import RETRY_SECONDS, Call, Known, MapMethod, Method, Request, retry_wait
+from service_client.calls import RETRY_SECONDS, MapMethod, Method, retry_wait
 from service_client.maps import MapColours
+from service_client.request import Call, Request
+from service_client.runs import Known
 from service_client.shapes import (
     ITEM_STATUS,
     READ_DOCUMENTS,
@@ -90,7 +92,7 @@ class Client:
         caller's, already pointed at the server (``base_url`` and ``timeout`` are then its own); the caller closes
         it, :meth:`close` does not."""
         self.retries = retries
-        self._known = Known()  # the server's limits, read once (again when lowered): calls.limits
+        self._known = Known()  # the server's limits and tables' rows, read once (again when lowered): runs.Known
         self._owned = http is None
         self.http = http or httpx.Client(base_url=base_url, timeout=timeout)
         if api_key:
@@ -149,10 +151,20 @@ class Client:
     def limits(self) -> dict[str, Any]:
         """The server's limits (``GET /v1/limits``: ``max_k``, ``max_batch``, ``max_body_bytes``, ...), read once and
         kept; ``{}`` from a server that does not publish them. :meth:`documents`, :meth:`list_documents`,
-        :meth:`upsert_many` and :meth:`delete_many` size their requests by them, and when one is refused for its
-        ``max_batch`` or ``max_body_bytes`` (the server's lowered since: restarted, or a front whose shards
-        changed), read them again and send what was refused sized by them, once (refused again: raised)."""
-        return self._run(calls.limits(self._known))
+        :meth:`upsert_many`, :meth:`delete_many` and the batch calls size their requests by them, and when one is
+        refused for a limit it was sized by (the server's lowered since: restarted, or a front whose shards
+        changed), read them again and send what was refused sized by them, once (refused again: raised).
+
+        A batch call (``neighbors_batch``, ``search_batch``, ``search_documents_batch``, ``similarity_batch``,
+        ``similarities``, ``analogies``, ``rank_batch``, ``ranks``, ``doesnt_match_batch``, ``n_similarity_batch``,
+        ``compare_batch``, ``embed``, ``embed_details``) takes any number of items, sent in requests of at most
+        ``max_batch`` items and half ``max_body_bytes`` of JSON, within ``max_hits`` (items x k), ``max_words``,
+        ``max_exact_rows`` (queries x the rows each scores exactly, by the table's ``rows``, read once) and
+        ``max_scored_rows`` (3CosMul's questions), the answers joined in order; ``embed``'s refused for
+        ``max_encode_tokens`` sent again in halves. What only the server counts (a filter's rows, a keyword query's
+        documents, a search's text tokens, ``max_answer_bytes``, ``max_filter_conditions``) is left to it: its 422
+        names the limit."""
+        return self._run(runs.limits(self._known))
 
     def tables(self) -> list[TableInfo]:
         return self._run(calls.tables())
@@ -185,18 +197,18 @@ class Client:
     def neighbors_batch(
         self, table: str, queries: Sequence[str | dict[str, Any]], k: int = 10, **options: Any
     ) -> list[list[Neighbor] | ApiError]:
-        return self._run(calls.neighbors_batch(table, queries, k, options))
+        return self._run(calls.neighbors_batch(table, queries, k, options, self._known))
 
     def similarity(self, table: str, a: str, b: str) -> float:
         return self._run(calls.similarity(table, a, b))
 
     def similarities(self, table: str, pairs: Sequence[tuple[str, str]]) -> list[float | None]:
-        return self._run(calls.similarities(table, pairs))
+        return self._run(calls.similarities(table, pairs, self._known))
 
     def similarity_batch(self, table: str, pairs: Sequence[tuple[str, str]], **options: Any) -> list[float | ApiError]:
         """:meth:`similarities` with, for a pair it cannot score, the item's :class:`ApiError` (an unknown token's
         suggestions) in place of None; ``options``: ``compose``."""
-        return self._run(calls.similarity_batch(table, pairs, options))
+        return self._run(calls.similarity_batch(table, pairs, options, self._known))
 
     def analogy(
         self, table: str, a: str, b: str, c: str, k: int = 10, method: Method = "3cosadd", **options: Any
@@ -212,7 +224,7 @@ class Client:
         method: Method = "3cosadd",
         **options: Any,
     ) -> list[list[Neighbor] | ApiError]:
-        return self._run(calls.analogies(table, questions, k, method, options))
+        return self._run(calls.analogies(table, questions, k, method, options, self._known))
 
     def search(self, table: str, vector: Sequence[float], k: int = 10, **options: Any) -> list[Neighbor]:
         return self._run(calls.search(table, vector, k, options))
@@ -220,7 +232,7 @@ class Client:
     def search_batch(
         self, table: str, vectors: Sequence[Sequence[float]], k: int = 10, **options: Any
     ) -> list[list[Neighbor] | ApiError]:
-        return self._run(calls.search_batch(table, vectors, k, options))
+        return self._run(calls.search_batch(table, vectors, k, options, self._known))
 
     def search_documents(self, table: str, k: int = 10, **query: Any) -> Hits:
         """A documents table's search: ``query`` is the request's fields (``vector``, ``id``, ``positive``,
@@ -230,7 +242,7 @@ class Client:
     def search_documents_batch(
         self, table: str, queries: Sequence[dict[str, Any]], k: int = 10, **options: Any
     ) -> list[Hits | ApiError]:
-        return self._run(calls.search_documents_batch(table, queries, k, options))
+        return self._run(calls.search_documents_batch(table, queries, k, options, self._known))
 
     def document(
         self,
@@ -322,11 +334,11 @@ class Client:
 
     def embed(self, table: str, texts: Sequence[str], pooling: str | None = None) -> list[list[float]]:
         """Vectors of ``texts`` by the table's encoder (``POST .../embed``)."""
-        return self._run(calls.embed_details(table, texts, pooling)).vectors
+        return self._run(calls.embed_details(table, texts, pooling, self._known)).vectors
 
     def embed_details(self, table: str, texts: Sequence[str], pooling: str | None = None) -> Embedded:
         """:meth:`embed`'s whole answer: the vectors, and per text its tokens, unknown words and truncation."""
-        return self._run(calls.embed_details(table, texts, pooling))
+        return self._run(calls.embed_details(table, texts, pooling, self._known))
 
     def contextual(self, table: str, texts: Sequence[str], token: str | None = None, k: int = 5) -> dict[str, Any]:
         """A transformer table's last-layer token vectors of ``texts`` (``POST .../contextual``): ``{"table",
@@ -355,18 +367,18 @@ class Client:
         self, table: str, queries: Sequence[Sequence[str]], skip_unknown: bool = False
     ) -> list[str | ApiError]:
         """:meth:`doesnt_match` of each word list: per list the odd one out, or the item's :class:`ApiError`."""
-        return self._run(calls.doesnt_match_batch(table, queries, skip_unknown))
+        return self._run(calls.doesnt_match_batch(table, queries, skip_unknown, self._known))
 
     def rank(self, table: str, a: str, b: str) -> int:
         """gensim ``rank(a, b)``: where ``b`` ranks among the neighbours of ``a`` (1: the nearest)."""
         return self._run(calls.rank(table, a, b))
 
     def ranks(self, table: str, pairs: Sequence[tuple[str, str]]) -> list[int | None]:
-        return self._run(calls.ranks(table, pairs))
+        return self._run(calls.ranks(table, pairs, self._known))
 
     def rank_batch(self, table: str, pairs: Sequence[tuple[str, str]]) -> list[int | ApiError]:
         """:meth:`ranks` with, for a pair it cannot rank, the item's :class:`ApiError` in place of None."""
-        return self._run(calls.rank_batch(table, pairs))
+        return self._run(calls.rank_batch(table, pairs, self._known))
 
     def closer_than(
         self, table: str, a: str, b: str, limit: int = 100, order: Literal["index", "score"] = "index"
@@ -382,7 +394,7 @@ class Client:
         self, table: str, pairs: Sequence[tuple[Sequence[str], Sequence[str]]], skip_unknown: bool = False
     ) -> list[float | ApiError]:
         """:meth:`n_similarity` of each pair of word sets: per pair the cosine, or the item's :class:`ApiError`."""
-        return self._run(calls.n_similarity_batch(table, pairs, skip_unknown))
+        return self._run(calls.n_similarity_batch(table, pairs, skip_unknown, self._known))
 
     def expected_rank(
         self, table: str, a: str, b: str, c: str, expect: str, method: Method = "3cosadd", **options: Any
@@ -398,7 +410,7 @@ class Client:
         self, first: str, second: str, tokens: Sequence[str], k: int = 10, **options: Any
     ) -> list[dict[str, Any] | ApiError]:
         """:meth:`compare` of each token: per token the comparison, or the item's :class:`ApiError`."""
-        return self._run(calls.compare_batch(first, second, tokens, k, options))
+        return self._run(calls.compare_batch(first, second, tokens, k, options, self._known))
 
     # ------------------------------------------------------------------------------ map and export
     def map_info(self, table: str, method: MapMethod = "pca") -> dict[str, Any]:

@@ -12,9 +12,11 @@ from typing import TYPE_CHECKING, Any, Literal, cast
 import httpx
 import numpy as np
 
-from service_client import calls
-from service_client.calls import Call, Known, MapMethod, Method, Request, retry_wait
+from service_client import calls, runs
+from service_client.calls import MapMethod, Method, retry_wait
 from service_client.maps import MapColours
+from service_client.request import Call, Request
+from service_client.runs import Known
 from service_client.shapes import (
     ApiError,
     Embedded,
@@ -46,7 +48,7 @@ class AsyncClient:
         """As :class:`~service_client.Client`'s: ``http``, an ``httpx.AsyncClient`` of the caller's, who closes
         it (:meth:`aclose` does not)."""
         self.retries = retries
-        self._known = Known()  # the server's limits, read once (again when lowered): calls.limits
+        self._known = Known()  # the server's limits and tables' rows, read once (again when lowered): runs.Known
         self._owned = http is None
         self.http = http or httpx.AsyncClient(base_url=base_url, timeout=timeout)
         if api_key:
@@ -111,7 +113,7 @@ class AsyncClient:
         return await self._run(calls.reload())
 
     async def limits(self) -> dict[str, Any]:
-        return await self._run(calls.limits(self._known))
+        return await self._run(runs.limits(self._known))
 
     async def tables(self) -> list[TableInfo]:
         return await self._run(calls.tables())
@@ -140,18 +142,18 @@ class AsyncClient:
     async def neighbors_batch(
         self, table: str, queries: Sequence[str | dict[str, Any]], k: int = 10, **options: Any
     ) -> list[list[Neighbor] | ApiError]:
-        return await self._run(calls.neighbors_batch(table, queries, k, options))
+        return await self._run(calls.neighbors_batch(table, queries, k, options, self._known))
 
     async def similarity(self, table: str, a: str, b: str) -> float:
         return await self._run(calls.similarity(table, a, b))
 
     async def similarities(self, table: str, pairs: Sequence[tuple[str, str]]) -> list[float | None]:
-        return await self._run(calls.similarities(table, pairs))
+        return await self._run(calls.similarities(table, pairs, self._known))
 
     async def similarity_batch(
         self, table: str, pairs: Sequence[tuple[str, str]], **options: Any
     ) -> list[float | ApiError]:
-        return await self._run(calls.similarity_batch(table, pairs, options))
+        return await self._run(calls.similarity_batch(table, pairs, options, self._known))
 
     async def analogy(
         self, table: str, a: str, b: str, c: str, k: int = 10, method: Method = "3cosadd", **options: Any
@@ -166,7 +168,7 @@ class AsyncClient:
         method: Method = "3cosadd",
         **options: Any,
     ) -> list[list[Neighbor] | ApiError]:
-        return await self._run(calls.analogies(table, questions, k, method, options))
+        return await self._run(calls.analogies(table, questions, k, method, options, self._known))
 
     async def search(self, table: str, vector: Sequence[float], k: int = 10, **options: Any) -> list[Neighbor]:
         return await self._run(calls.search(table, vector, k, options))
@@ -174,7 +176,7 @@ class AsyncClient:
     async def search_batch(
         self, table: str, vectors: Sequence[Sequence[float]], k: int = 10, **options: Any
     ) -> list[list[Neighbor] | ApiError]:
-        return await self._run(calls.search_batch(table, vectors, k, options))
+        return await self._run(calls.search_batch(table, vectors, k, options, self._known))
 
     async def search_documents(self, table: str, k: int = 10, **query: Any) -> Hits:
         return await self._run(calls.search_documents(table, k, query))
@@ -182,7 +184,7 @@ class AsyncClient:
     async def search_documents_batch(
         self, table: str, queries: Sequence[dict[str, Any]], k: int = 10, **options: Any
     ) -> list[Hits | ApiError]:
-        return await self._run(calls.search_documents_batch(table, queries, k, options))
+        return await self._run(calls.search_documents_batch(table, queries, k, options, self._known))
 
     async def document(
         self,
@@ -248,10 +250,10 @@ class AsyncClient:
         return await self._run(calls.delete_document(table, id))
 
     async def embed(self, table: str, texts: Sequence[str], pooling: str | None = None) -> list[list[float]]:
-        return (await self._run(calls.embed_details(table, texts, pooling))).vectors
+        return (await self._run(calls.embed_details(table, texts, pooling, self._known))).vectors
 
     async def embed_details(self, table: str, texts: Sequence[str], pooling: str | None = None) -> Embedded:
-        return await self._run(calls.embed_details(table, texts, pooling))
+        return await self._run(calls.embed_details(table, texts, pooling, self._known))
 
     async def contextual(
         self, table: str, texts: Sequence[str], token: str | None = None, k: int = 5
@@ -275,16 +277,16 @@ class AsyncClient:
     async def doesnt_match_batch(
         self, table: str, queries: Sequence[Sequence[str]], skip_unknown: bool = False
     ) -> list[str | ApiError]:
-        return await self._run(calls.doesnt_match_batch(table, queries, skip_unknown))
+        return await self._run(calls.doesnt_match_batch(table, queries, skip_unknown, self._known))
 
     async def rank(self, table: str, a: str, b: str) -> int:
         return await self._run(calls.rank(table, a, b))
 
     async def ranks(self, table: str, pairs: Sequence[tuple[str, str]]) -> list[int | None]:
-        return await self._run(calls.ranks(table, pairs))
+        return await self._run(calls.ranks(table, pairs, self._known))
 
     async def rank_batch(self, table: str, pairs: Sequence[tuple[str, str]]) -> list[int | ApiError]:
-        return await self._run(calls.rank_batch(table, pairs))
+        return await self._run(calls.rank_batch(table, pairs, self._known))
 
     async def closer_than(
         self, table: str, a: str, b: str, limit: int = 100, order: Literal["index", "score"] = "index"
@@ -297,7 +299,7 @@ class AsyncClient:
     async def n_similarity_batch(
         self, table: str, pairs: Sequence[tuple[Sequence[str], Sequence[str]]], skip_unknown: bool = False
     ) -> list[float | ApiError]:
-        return await self._run(calls.n_similarity_batch(table, pairs, skip_unknown))
+        return await self._run(calls.n_similarity_batch(table, pairs, skip_unknown, self._known))
 
     async def expected_rank(
         self, table: str, a: str, b: str, c: str, expect: str, method: Method = "3cosadd", **options: Any
@@ -310,7 +312,7 @@ class AsyncClient:
     async def compare_batch(
         self, first: str, second: str, tokens: Sequence[str], k: int = 10, **options: Any
     ) -> list[dict[str, Any] | ApiError]:
-        return await self._run(calls.compare_batch(first, second, tokens, k, options))
+        return await self._run(calls.compare_batch(first, second, tokens, k, options, self._known))
 
     # ------------------------------------------------------------------------------ map and export
     async def map_info(self, table: str, method: MapMethod = "pca") -> dict[str, Any]:

@@ -1,22 +1,23 @@
 """Each call of the API described once, for :class:`~service_client.Client` and :class:`~service_client.AsyncClient`
-alike: a generator that yields the :class:`Request` s it makes (most make one), is sent each one's decoded answer,
-and returns the answer shaped. The clients only carry the requests (``Client`` waiting, ``AsyncClient`` awaiting).
+alike: a generator that yields the :class:`~service_client.request.Request` s it makes (most make one), is sent
+each one's decoded answer, and returns the answer shaped. The clients only carry the requests (``Client`` waiting,
+``AsyncClient`` awaiting). A call of many items is sent in runs the server's limits take (:mod:`service_client.runs`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator, Sequence
-from dataclasses import dataclass
-from typing import Any, Literal, TypeVar
+from collections.abc import Sequence
+from typing import Any, Literal
 
 import httpx
 import numpy as np
 
 from service_client import maps
 from service_client.maps import MapColours
+from service_client.request import ANSWER_LIMIT, ENCODE_LIMIT, Call, Request
+from service_client.runs import Batch, Known, Scan, batch_size, batched, by_bytes, halved, in_runs, limits, scanned
 from service_client.shapes import (
     READ_DOCUMENTS,
-    WRITE_BYTES,
     WRITE_DOCUMENTS,
     ApiError,
     Embedded,
@@ -27,83 +28,20 @@ from service_client.shapes import (
     Projection,
     TableInfo,
     _batch,
-    _decoded,
     _document,
     _encoded,
-    _error,
     _hits,
     _items,
     _neighbors,
     _retry_after,
     _values,
-    counted_from,
     segment,
-    spans,
     write_body,
 )
 
 Method = Literal["3cosadd", "3cosmul"]
 MapMethod = Literal["pca", "tsne"]
 RETRY_SECONDS = 10.0  # the longest wait a Retry-After makes before a retry
-ENCODE_LIMIT = "max_encode_tokens"  # the ``limit`` of the refusal of a request's texts for their tokens
-ANSWER_LIMIT = "max_answer_bytes"  # the ``limit`` of the refusal of an answer of too many bytes (documents read)
-SIZING = frozenset({"max_batch", "max_body_bytes"})  # the limits the clients size their requests of many items by
-T = TypeVar("T")
-
-
-@dataclass(frozen=True)
-class Request:
-    """One request: ``json``, a body to encode (see :func:`~service_client.shapes._encoded`), or ``content``, one
-    encoded already; ``raw``: the answer is the response itself (a binary or text body), not its JSON."""
-
-    method: str
-    path: str
-    json: Any = None
-    params: dict[str, Any] | None = None
-    content: bytes | None = None
-    raw: bool = False
-    first: int = 0  # a write's: the index of its first document among the whole write's, which its error counts
-    missing: Any = None  # not None: the answer of a server without the route (404), in place of its error
-    halves: str | None = None  # a request of several items: its refusal for this limit is its answer (sent in halves)
-    sized: bool = False  # sized by the limits read before: its refusal for one of SIZING is its answer (resent)
-
-    def arguments(self) -> dict[str, Any]:
-        """httpx's arguments for the request."""
-        arguments: dict[str, Any] = {} if self.params is None else {"params": self.params}
-        content = _encoded(self.json) if self.json is not None else self.content
-        if content is not None:
-            arguments.update(content=content, headers={"Content-Type": "application/json"})
-        return arguments
-
-    def answer(self, response: httpx.Response) -> Any:
-        """The successful answer (decoded, unless ``raw``), or its error raised."""
-        if response.status_code == 404 and self.missing is not None:
-            return self.missing
-        if not response.is_success:
-            error = _error(response)
-            if (self.halves is not None and _refused_for(error, self.halves)) or (self.sized and error.limit in SIZING):
-                return error
-            raise counted_from(error, self.first)
-        return response if self.raw else _decoded(response)
-
-
-Call = Generator[Request, Any, T]
-
-
-def _refused_for(error: ApiError, limit: str) -> bool:
-    """Whether ``error`` is a server's refusal of a whole request for ``limit``: the tokens its texts have the model
-    run (before the model runs: nothing of it is written), or the bytes of its answer (before any is read)."""
-    return error.status == 422 and error.code == "invalid_request" and error.details.get("limit") == limit
-
-
-@dataclass
-class Known:
-    """What a client learns of its server and keeps: its limits (``GET /v1/limits``), read by the first call that
-    needs them, and again when a request sized by them is refused for one (:func:`in_runs`: the server restarted
-    with lower limits, or a front's shards changed); ``{}`` from a server that does not publish them (the clients
-    then use the defaults' sizes)."""
-
-    limits: dict[str, Any] | None = None
 
 
 def retry_wait(response: httpx.Response) -> float | None:
@@ -118,80 +56,6 @@ def table_path(table: str, suffix: str) -> str:
 
 
 # ------------------------------------------------------------------------------------------- server
-def limits(known: Known) -> Call[dict[str, Any]]:
-    if known.limits is None:
-        known.limits = yield Request("GET", "/v1/limits", missing={})
-    return dict(known.limits)
-
-
-def batch_size(limits: dict[str, Any], most: int) -> int:
-    """The items one batch request of the client's holds: ``most``, fewer if the server's ``max_batch`` is."""
-    return min(most, int(limits.get("max_batch", most)))
-
-
-def body_budget(limits: dict[str, Any]) -> int:
-    """The bytes of JSON the client puts in one request of many documents or ids, about: half the server's body
-    limit (``WRITE_BYTES`` for a server that does not say it)."""
-    return int(limits.get("max_body_bytes", 2 * WRITE_BYTES)) // 2
-
-
-# A run's requests: ``run(start, end, sized)`` sends items ``start`` to ``end`` and answers None, or, refused for a
-# limit of SIZING while ``sized`` (its requests' refusal is then their answer), the first item it did not send.
-Run = Callable[[int, int, bool], Call[int | None]]
-
-
-def in_runs(sizes: Sequence[int], known: Known, most: int, run: Run) -> Call[None]:
-    """The items whose encoded ``sizes`` are given, sent by ``run`` in runs of at most ``most`` items, fewer if the
-    server's ``max_batch`` is (:func:`batch_size`), and :func:`body_budget` bytes. A run refused for one of those
-    limits (lowered since they were read): the limits read again and the items from the first unsent on cut by them,
-    once; a second refusal is raised. No items: no runs, and the limits not asked for."""
-    if not sizes:
-        return
-    found = yield from limits(known)
-    start, sized = 0, True
-    while True:
-        unsent = None
-        for first, end in spans(sizes[start:], batch_size(found, most), body_budget(found)):
-            unsent = yield from run(start + first, start + end, sized)
-            if unsent is not None:
-                break
-        if unsent is None:
-            return
-        known.limits = None
-        found = yield from limits(known)
-        start, sized = unsent, False
-
-
-# A request of items ``start`` to ``end``: ``send(start, end, sized, halves)`` sends them and answers None, or, refused
-# for a limit of SIZING while ``sized`` or for ``halves`` (the request's refusal is then its answer), that refusal.
-Send = Callable[[int, int, bool, str | None], Call[ApiError | None]]
-
-
-def halved(send: Send, limit: str) -> Run:
-    """A :data:`Run` of ``send``'s requests: items refused together for ``limit`` (too many tokens or bytes at once:
-    the request did nothing) are sent again in halves, each halved again while refused, in order; one item refused
-    so is raised. Refused for a limit of SIZING: the first item not sent."""
-
-    def run(start: int, end: int, sized: bool) -> Call[int | None]:
-        refused = yield from send(start, end, sized, limit if end - start > 1 else None)
-        if refused is None:
-            return None
-        if not _refused_for(refused, limit):
-            return start
-        middle = (start + end) // 2
-        for first, last in ((start, middle), (middle, end)):
-            if (unsent := (yield from run(first, last, sized))) is not None:
-                return unsent
-        return None
-
-    return run
-
-
-def id_sizes(ids: Sequence[str | int]) -> list[int]:
-    """Each id's bytes in a request's list of ids, about."""
-    return [len(_encoded(ident)) + 1 for ident in ids]
-
-
 def reload() -> Call[dict[str, Any]]:
     report: dict[str, Any] = yield Request("POST", "/v1/admin/reload")
     return report
@@ -243,11 +107,18 @@ def most_similar(
 
 
 def neighbors_batch(
-    table: str, queries: Sequence[str | dict[str, Any]], k: int, options: dict[str, Any]
+    table: str, queries: Sequence[str | dict[str, Any]], k: int, options: dict[str, Any], known: Known
 ) -> Call[list[list[Neighbor] | ApiError]]:
-    body = {"queries": list(queries), "k": k, **options}
-    answer = yield Request("POST", table_path(table, "neighbors"), json=body)
-    return _batch(answer["results"])
+    words = [len(q.get("positive", ())) + len(q.get("negative", ())) if isinstance(q, dict) else 0 for q in queries]
+    batch = Batch(
+        table_path(table, "neighbors"),
+        "queries",
+        list(queries),
+        {"k": k, **options},
+        costs=(("max_hits", [k] * len(queries)), ("max_words", words)),
+        scans=((table, "max_exact_rows", scanned(options)),),
+    )
+    return _batch((yield from batched(batch, known))["results"])
 
 
 def similarity(table: str, a: str, b: str) -> Call[float]:
@@ -255,16 +126,28 @@ def similarity(table: str, a: str, b: str) -> Call[float]:
     return float(answer["similarity"])
 
 
-def similarities(table: str, pairs: Sequence[tuple[str, str]]) -> Call[list[float | None]]:
-    answer = yield Request("POST", table_path(table, "similarity"), json={"pairs": [list(p) for p in pairs]})
+def similarities(table: str, pairs: Sequence[tuple[str, str]], known: Known) -> Call[list[float | None]]:
+    answer = yield from pairs_batch(table, "similarity", pairs, {}, known)
     found: list[float | None] = answer["similarities"]
     return found
 
 
-def similarity_batch(table: str, pairs: Sequence[tuple[str, str]], options: dict[str, Any]) -> Call[list[Any]]:
-    body = {"pairs": [list(p) for p in pairs], **options}
-    answer = yield Request("POST", table_path(table, "similarity"), json=body)
+def similarity_batch(
+    table: str, pairs: Sequence[tuple[str, str]], options: dict[str, Any], known: Known
+) -> Call[list[Any]]:
+    answer = yield from pairs_batch(table, "similarity", pairs, options, known)
     return _values(answer["similarities"], answer["errors"])
+
+
+def pairs_batch(
+    table: str, route: str, pairs: Sequence[tuple[str, str]], options: dict[str, Any], known: Known
+) -> Call[Any]:
+    """``POST .../similarity`` or ``.../rank`` of ``pairs`` in runs; each pair's rank scores every row, as an exact
+    search."""
+    every = (table, "max_exact_rows", lambda described: int(described.get("rows", 0)))  # a rank's rows
+    items = [list(p) for p in pairs]
+    batch = Batch(table_path(table, route), "pairs", items, options, scans=(every,) if route == "rank" else ())
+    return (yield from batched(batch, known))
 
 
 def analogy(
@@ -276,11 +159,26 @@ def analogy(
 
 
 def analogies(
-    table: str, questions: Sequence[tuple[str, str, str]], k: int, method: Method, options: dict[str, Any]
+    table: str,
+    questions: Sequence[tuple[str, str, str]],
+    k: int,
+    method: Method,
+    options: dict[str, Any],
+    known: Known,
 ) -> Call[list[list[Neighbor] | ApiError]]:
-    body = {"queries": [{"a": a, "b": b, "c": c} for a, b, c in questions], "k": k, "method": method, **options}
-    answer = yield Request("POST", table_path(table, "analogy"), json=body)
-    return _batch(answer["results"])
+    """In runs; 3CosMul's questions each score every row searched (``max_scored_rows``)."""
+    scans: list[Scan] = [(table, "max_exact_rows", scanned(options))]
+    if method == "3cosmul":
+        scans.append((table, "max_scored_rows", scanned({**options, "exact": True})))
+    batch = Batch(
+        table_path(table, "analogy"),
+        "queries",
+        [{"a": a, "b": b, "c": c} for a, b, c in questions],
+        {"k": k, "method": method, **options},
+        costs=(("max_hits", [k] * len(questions)),),
+        scans=tuple(scans),
+    )
+    return _batch((yield from batched(batch, known))["results"])
 
 
 def search(table: str, vector: Sequence[float], k: int, options: dict[str, Any]) -> Call[list[Neighbor]]:
@@ -290,11 +188,19 @@ def search(table: str, vector: Sequence[float], k: int, options: dict[str, Any])
 
 
 def search_batch(
-    table: str, vectors: Sequence[Sequence[float]], k: int, options: dict[str, Any]
+    table: str, vectors: Sequence[Sequence[float]], k: int, options: dict[str, Any], known: Known
 ) -> Call[list[list[Neighbor] | ApiError]]:
-    body = {"vectors": [[float(x) for x in v] for v in vectors], "k": k, **options}
-    answer = yield Request("POST", table_path(table, "search"), json=body)
+    items = [[float(x) for x in v] for v in vectors]
+    answer = yield from batched(searches(table, "vectors", items, k, options), known)
     return _batch(answer["results"])
+
+
+def searches(table: str, key: str, items: list[Any], k: int, options: dict[str, Any]) -> Batch:
+    """A batch of ``POST .../search``: each item asks its page (``max_hits``: k and the largest offset)."""
+    offsets = [int(options.get("offset", 0)), *(int(q.get("offset", 0)) for q in items if isinstance(q, dict))]
+    page = [k + max(offsets)] * len(items)
+    scans = ((table, "max_exact_rows", scanned(options)),)
+    return Batch(table_path(table, "search"), key, items, {"k": k, **options}, (("max_hits", page),), scans)
 
 
 def search_documents(table: str, k: int, query: dict[str, Any]) -> Call[Hits]:
@@ -305,9 +211,9 @@ def search_documents(table: str, k: int, query: dict[str, Any]) -> Call[Hits]:
 
 
 def search_documents_batch(
-    table: str, queries: Sequence[dict[str, Any]], k: int, options: dict[str, Any]
+    table: str, queries: Sequence[dict[str, Any]], k: int, options: dict[str, Any], known: Known
 ) -> Call[list[Hits | ApiError]]:
-    answer = yield Request("POST", table_path(table, "search"), json={"queries": list(queries), "k": k, **options})
+    answer = yield from batched(searches(table, "queries", list(queries), k, options), known)
     return _items(answer["results"], _hits)
 
 
@@ -321,6 +227,11 @@ def document(
         params["fields"] = ",".join(fields)
     found: dict[str, Any] = yield Request("GET", table_path(table, f"documents/{segment(str(id))}"), params=params)
     return found
+
+
+def id_sizes(ids: Sequence[str | int]) -> list[int]:
+    """Each id's bytes in a request's list of ids, about."""
+    return [len(_encoded(ident)) + 1 for ident in ids]
 
 
 def documents(
@@ -342,7 +253,7 @@ def documents(
         joined["missing"] += answer["missing"]
         return None
 
-    yield from in_runs(id_sizes(ids), known, READ_DOCUMENTS, halved(read, ANSWER_LIMIT))
+    yield from in_runs(len(ids), known, by_bytes(id_sizes(ids), READ_DOCUMENTS), halved(read, ANSWER_LIMIT))
     return joined
 
 
@@ -389,7 +300,8 @@ def list_documents(
     while True:
         page = yield from scroll_documents(table, filter, size, after, vector, normalized, fields, sized)
         if isinstance(page, ApiError):
-            known.limits, sized = None, False
+            known.forget()
+            sized = False
             size = batch_size((yield from limits(known)), READ_DOCUMENTS)
             continue
         found += page["documents"]
@@ -429,7 +341,8 @@ def upsert_many(table: str, documents: Sequence[dict[str, Any]], known: Known) -
     # Refused for the tokens their texts have the table's encoder run, none of a run's documents is written: each half
     # is written so in turn, the documents' order kept. (Through a sharded table's front, the other shards may have
     # written their parts of the refused request: they are written again, as an upsert repeated is harmless.)
-    yield from in_runs([len(e) + 1 for e in encoded], known, WRITE_DOCUMENTS, halved(write, ENCODE_LIMIT))
+    sizes = [len(e) + 1 for e in encoded]
+    yield from in_runs(len(encoded), known, by_bytes(sizes, WRITE_DOCUMENTS), halved(write, ENCODE_LIMIT))
     return answers
 
 
@@ -467,7 +380,7 @@ def delete_many(table: str, ids: Sequence[str | int], known: Known) -> Call[list
         answers.append(answer)
         return None
 
-    yield from in_runs(id_sizes(ids), known, WRITE_DOCUMENTS, delete)
+    yield from in_runs(len(ids), known, by_bytes(id_sizes(ids), WRITE_DOCUMENTS), delete)
     return answers
 
 
@@ -476,9 +389,11 @@ def delete_document(table: str, id: str | int) -> Call[dict[str, Any]]:
     return answer
 
 
-def embed_details(table: str, texts: Sequence[str], pooling: str | None) -> Call[Embedded]:
-    body: dict[str, Any] = {"texts": list(texts), **({"pooling": pooling} if pooling else {})}
-    data = yield Request("POST", table_path(table, "embed"), json=body)
+def embed_details(table: str, texts: Sequence[str], pooling: str | None, known: Known) -> Call[Embedded]:
+    """In runs; one refused for its texts' tokens (``max_encode_tokens``) sent again in halves."""
+    body: dict[str, Any] = {"pooling": pooling} if pooling else {}
+    batch = Batch(table_path(table, "embed"), "texts", list(texts), body, halves=ENCODE_LIMIT)
+    data = yield from batched(batch, known)
     vectors = [list(v) for v in data["vectors"]]
     return Embedded(vectors, list(data["tokens"]), list(data["unknown"]), data["pooling"], data.get("truncated"))
 
@@ -510,9 +425,13 @@ def doesnt_match(table: str, words: Sequence[str], skip_unknown: bool) -> Call[s
     return str(answer["doesnt_match"]["token"])
 
 
-def doesnt_match_batch(table: str, queries: Sequence[Sequence[str]], skip_unknown: bool) -> Call[list[str | ApiError]]:
-    body = {"queries": [list(words) for words in queries], "skip_unknown": skip_unknown}
-    answer = yield Request("POST", table_path(table, "doesnt-match"), json=body)
+def doesnt_match_batch(
+    table: str, queries: Sequence[Sequence[str]], skip_unknown: bool, known: Known
+) -> Call[list[str | ApiError]]:
+    items = [list(words) for words in queries]
+    costs = (("max_words", [len(words) for words in items]),)
+    batch = Batch(table_path(table, "doesnt-match"), "queries", items, {"skip_unknown": skip_unknown}, costs)
+    answer = yield from batched(batch, known)
     return _items(answer["results"], lambda item: str(item["doesnt_match"]["token"]))
 
 
@@ -521,14 +440,14 @@ def rank(table: str, a: str, b: str) -> Call[int]:
     return int(answer["rank"])
 
 
-def ranks(table: str, pairs: Sequence[tuple[str, str]]) -> Call[list[int | None]]:
-    answer = yield Request("POST", table_path(table, "rank"), json={"pairs": [list(p) for p in pairs]})
+def ranks(table: str, pairs: Sequence[tuple[str, str]], known: Known) -> Call[list[int | None]]:
+    answer = yield from pairs_batch(table, "rank", pairs, {}, known)
     found: list[int | None] = answer["ranks"]
     return found
 
 
-def rank_batch(table: str, pairs: Sequence[tuple[str, str]]) -> Call[list[Any]]:
-    answer = yield Request("POST", table_path(table, "rank"), json={"pairs": [list(p) for p in pairs]})
+def rank_batch(table: str, pairs: Sequence[tuple[str, str]], known: Known) -> Call[list[Any]]:
+    answer = yield from pairs_batch(table, "rank", pairs, {}, known)
     return _values(answer["ranks"], answer["errors"])
 
 
@@ -547,10 +466,12 @@ def n_similarity(table: str, a: Sequence[str], b: Sequence[str], skip_unknown: b
 
 
 def n_similarity_batch(
-    table: str, pairs: Sequence[tuple[Sequence[str], Sequence[str]]], skip_unknown: bool
+    table: str, pairs: Sequence[tuple[Sequence[str], Sequence[str]]], skip_unknown: bool, known: Known
 ) -> Call[list[float | ApiError]]:
-    body = {"queries": [{"a": list(a), "b": list(b)} for a, b in pairs], "skip_unknown": skip_unknown}
-    answer = yield Request("POST", table_path(table, "n-similarity"), json=body)
+    items = [{"a": list(a), "b": list(b)} for a, b in pairs]
+    costs = (("max_words", [len(a) + len(b) for a, b in pairs]),)
+    batch = Batch(table_path(table, "n-similarity"), "queries", items, {"skip_unknown": skip_unknown}, costs)
+    answer = yield from batched(batch, known)
     return _items(answer["results"], lambda item: float(item["similarity"]))
 
 
@@ -570,10 +491,13 @@ def compare(first: str, second: str, token: str, k: int, options: dict[str, Any]
 
 
 def compare_batch(
-    first: str, second: str, tokens: Sequence[str], k: int, options: dict[str, Any]
+    first: str, second: str, tokens: Sequence[str], k: int, options: dict[str, Any], known: Known
 ) -> Call[list[dict[str, Any] | ApiError]]:
-    body = {"first": first, "second": second, "tokens": list(tokens), "k": k, **options}
-    answer = yield Request("POST", "/v1/compare", json=body)
+    """In runs; each token searches both tables."""
+    body = {"first": first, "second": second, "k": k, **options}
+    scans = tuple((table, "max_exact_rows", scanned(options)) for table in (first, second))
+    batch = Batch("/v1/compare", "tokens", list(tokens), body, (("max_hits", [k] * len(tokens)),), scans)
+    answer = yield from batched(batch, known)
     return _items(answer["results"], lambda item: item)
 
 

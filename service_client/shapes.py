@@ -213,16 +213,20 @@ def write_body(encoded: Sequence[bytes]) -> bytes:
     return b'{"documents":[' + b",".join(encoded) + b"]}"
 
 
-def spans(sizes: Sequence[int], most: int, budget: int) -> list[tuple[int, int]]:
+def spans(
+    sizes: Sequence[int], most: int, budget: int, also: Sequence[tuple[Sequence[int], int]] = ()
+) -> list[tuple[int, int]]:
     """The runs ``(start, end)`` of consecutive items whose sizes are ``sizes``: at most ``most`` items and
-    ``budget`` of size each, every item in one (an item larger than ``budget`` alone)."""
+    ``budget`` of size each, and of each ``(costs, bound)`` of ``also`` (the items' costs), at most ``bound``;
+    every item in one (an item over a budget alone)."""
+    costs = [(sizes, budget), *also]
     runs: list[tuple[int, int]] = []
-    start = size = 0
-    for i, item in enumerate(sizes):
-        if i > start and (i - start == most or size + item > budget):
+    start, totals = 0, [0] * len(costs)
+    for i in range(len(sizes)):
+        if i > start and (i - start == most or any(t + c[i] > b for t, (c, b) in zip(totals, costs, strict=True))):
             runs.append((start, i))
-            start, size = i, 0
-        size += item
+            start, totals = i, [0] * len(costs)
+        totals = [t + c[i] for t, (c, _) in zip(totals, costs, strict=True)]
     return [*runs, (start, len(sizes))] if sizes else runs
 
 
@@ -253,6 +257,27 @@ def counted_from(error: ApiError, first: int) -> ApiError:
     message = f"documents[{first + int(found.group(1))}]{error.message[found.end() :]}"
     message += f" (documents[0] to documents[{first - 1}] were written, by the requests before)"
     return ApiError(error.status, error.code, message, error.details, error.retry_after)
+
+
+def renumbered(error: ApiError, key: str, first: int) -> ApiError:
+    """``error`` of a batch request whose items (``key``) are a longer batch's from ``first`` on: the item it names
+    (``queries.3: ...``, and in its ``details``' ``loc``) counted among the batch's."""
+    found = re.match(rf"{re.escape(key)}\.(\d+)", error.message)
+    if first == 0 or found is None:
+        return error
+    message = f"{key}.{first + int(found.group(1))}{error.message[found.end() :]}"
+    details = dict(error.details)
+    if isinstance(details.get("details"), list):
+        details["details"] = [_renumbered_loc(item, key, first) for item in details["details"]]
+    return ApiError(error.status, error.code, message, details, error.retry_after)
+
+
+def _renumbered_loc(item: Any, key: str, first: int) -> Any:
+    loc = item.get("loc") if isinstance(item, dict) else None
+    if isinstance(loc, list) and key in loc[:-1] and str(loc[loc.index(key) + 1]).isdigit():
+        at = loc.index(key) + 1
+        return {**item, "loc": [*loc[:at], type(loc[at])(first + int(loc[at])), *loc[at + 1 :]]}
+    return item
 
 
 def _error(response: httpx.Response) -> ApiError:

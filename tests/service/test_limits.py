@@ -8,6 +8,7 @@ refusal does; a front reads its shard's limits again when the shard refuses a re
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import shutil
 from collections.abc import Iterator
@@ -21,7 +22,7 @@ import pytest
 from service.schemas.bounds import MAX_DIM, MAX_EMBED_CHARS, MAX_TEXT_CHARS, MAX_TOKEN_CHARS
 from service.schemas.limits import ServerLimits
 from service.settings import Settings
-from service_client import AsyncClient, Client
+from service_client import ApiError, AsyncClient, Client
 from service_client.langchain import EmbeddingSearchStore
 from service_client.llamaindex import EmbeddingSearchVectorStore
 from tests.cli import run_cli
@@ -380,3 +381,179 @@ def test_a_front_reads_a_shards_limits_again_when_it_refuses_one(tmp_path: Path,
             assert real_server.HTTP.get(f"{front.base}/v1/limits").json()["max_batch"] == batch
     finally:
         real_server.stop_together([front, started[0]])
+
+
+UNKNOWN = "zzqqxx"
+WORDS = ["king", "queen", "man", "woman", "fire", "water", "red", "blue", "one", "two", "paris", "london"]
+TOKENS = [*WORDS, UNKNOWN, *WORDS[:10], UNKNOWN]  # 3 x tight's max_batch, unknown in the second and third requests
+VECTORS = [[0.1 * (i % 5) - 0.2] * 50 for i in range(24)]
+VECTORS[10] = [0.5] * 49  # not the table's dimension
+# Each batch call on ``tight``: its table(s), options and items, the call that answers one item alone, and how many
+# batch requests the server's limits make of them (max_batch 8; max_hits 30; max_words 4; max_exact_rows 20,000,
+# each of small's 20,000 rows; max_scored_rows 10).
+BATCHES: list[tuple[str, tuple[str, ...], dict[str, Any], list[Any], str, int]] = [
+    ("neighbors_batch", ("small",), {"k": 3, "restrict": 1000}, TOKENS, "neighbors", 3),
+    ("neighbors_batch", ("small",), {"k": 10, "restrict": 100}, TOKENS[9:15], "neighbors", 2),  # max_hits
+    ("search_batch", ("small",), {"k": 3, "restrict": 1000}, VECTORS, "search", 3),
+    ("similarity_batch", ("small",), {}, list(zip(TOKENS, reversed(TOKENS), strict=True)), "similarity", 3),
+    ("rank_batch", ("small",), {}, [("king", "queen"), ("cat", UNKNOWN), ("red", "blue")], "rank", 3),  # exact rows
+    ("analogies", ("small",), {"k": 2, "restrict": 2000}, [("man", "king", t) for t in TOKENS], "analogy", 3),
+    (
+        "analogies",
+        ("small",),
+        {"k": 2, "method": "3cosmul", "restrict": 100},
+        [("man", "king", "woman")] * 3,
+        "analogy",
+        3,
+    ),
+    ("doesnt_match_batch", ("small",), {}, [["fire", w] for w in TOKENS[8:14]], "doesnt_match", 3),  # max_words
+    ("n_similarity_batch", ("small",), {}, [(["fire"], [w]) for w in TOKENS[8:14]], "n_similarity", 3),
+    ("search_batch", ("small",), {"k": 3}, VECTORS[8:11], "search", 3),  # exact: every row
+    ("compare_batch", ("small", ST), {"k": 3, "restrict": 500}, TOKENS, "compare", 3),
+]
+
+
+def shown(answer: Any, floats: list[float]) -> Any:
+    """An answer with its floats taken out into ``floats`` (a batch's scores may differ from one query's in the
+    last bits), an error as its status, code and message (an ApiError is equal only to itself)."""
+    if isinstance(answer, ApiError):
+        return (answer.status, answer.code, answer.message)
+    if isinstance(answer, float):
+        floats.append(answer)
+        return float
+    if dataclasses.is_dataclass(answer) and not isinstance(answer, type):
+        return shown(dataclasses.asdict(answer), floats)
+    if isinstance(answer, dict):
+        return {key: shown(value, floats) for key, value in answer.items()}
+    if isinstance(answer, list | tuple):
+        return [shown(value, floats) for value in answer]
+    return answer
+
+
+def same(answers: list[Any], expected: list[Any]) -> bool:
+    """Whether ``answers`` are ``expected``, their floats to within 1e-6."""
+    ours: list[float] = []
+    theirs: list[float] = []
+    return shown(answers, ours) == shown(expected, theirs) and ours == pytest.approx(theirs, abs=1e-6)
+
+
+def alone(client: Client, single: str, prefix: tuple[str, ...], item: Any, options: dict[str, Any]) -> Any:
+    """The answer to ``item`` asked alone, or its error."""
+    try:
+        return getattr(client, single)(*prefix, *(item if isinstance(item, tuple) else (item,)), **options)
+    except ApiError as error:
+        return error
+
+
+@pytest.mark.parametrize(
+    ("name", "prefix", "options", "items", "single", "requests"), BATCHES, ids=[f"{b[0]}-{len(b[3])}" for b in BATCHES]
+)
+def test_every_batch_call_is_sent_in_the_servers_sizes(
+    tight: str,
+    name: str,
+    prefix: tuple[str, ...],
+    options: dict[str, Any],
+    items: list[Any],
+    single: str,
+    requests: int,
+) -> None:
+    """Items that no one request of ``tight`` takes (over its max_batch, hits, words, exact or scored rows), sent by
+    each client in requests within them: each item's answer, or error at its place, as the item asked alone."""
+    sent: list[tuple[str, str, int]] = []
+
+    def record(response: httpx.Response) -> None:
+        sent.append((response.request.method, response.request.url.path, response.status_code))
+
+    async def arecord(response: httpx.Response) -> None:
+        record(response)
+
+    with httpx.Client(base_url=tight, event_hooks={"response": [record]}) as http:
+        client = Client(tight, http=http)
+        answered = getattr(client, name)(*prefix, items, **options)
+        batches = [(path, status) for method, path, status in sent if method == "POST"]
+        expected = [alone(client, single, prefix, item, options) for item in items]
+    assert same(answered, expected)
+    assert len(batches) == requests and {status for _, status in batches} == {200}
+    assert sent[0] == ("GET", "/v1/limits", 200)
+
+    async def both() -> list[Any]:
+        async with httpx.AsyncClient(base_url=tight, event_hooks={"response": [arecord]}) as ahttp:
+            return list(await getattr(AsyncClient(tight, http=ahttp), name)(*prefix, items, **options))
+
+    sent.clear()
+    assert same(asyncio.run(both()), answered)
+    assert [(path, status) for method, path, status in sent if method == "POST"] == batches
+
+
+def test_a_batch_of_document_searches_is_sent_in_the_servers_sizes(servers: tuple[str, str], ids: list[str]) -> None:
+    """150 searches of ``notes`` by id (one of a missing document) on the server of max_batch 50: three requests,
+    each search's hits' scores (Lee's stories that are there twice are tied: either may come first), or
+    error, as it alone answers, from each client."""
+    queries: list[dict[str, Any]] = [{"id": ident} for ident in ids[:150]]
+    queries[70] = {"id": "nowhere"}
+    sent: list[str] = []
+    hooks = {"request": [lambda request: sent.append(request.method)]}
+    with httpx.Client(base_url=servers[1], event_hooks=hooks) as http:
+        client = Client(servers[1], http=http)
+        answered = client.search_documents_batch("notes", queries, k=2, fields=["year"])
+        assert sent.count("POST") == 3
+        expected = [
+            alone(client, "search_documents", ("notes",), (), {**q, "k": 2, "fields": ["year"]}) for q in queries
+        ]
+    assert same(scores(answered), scores(expected)) and isinstance(answered[70], ApiError)
+
+    async def search() -> list[Any]:
+        async with AsyncClient(servers[1]) as aclient:
+            return list(await aclient.search_documents_batch("notes", queries, k=2, fields=["year"]))
+
+    assert same(scores(asyncio.run(search())), scores(answered))
+
+
+def scores(answers: list[Any]) -> list[Any]:
+    return [a if isinstance(a, ApiError) else [hit.score for hit in a.hits] for a in answers]
+
+
+def test_a_refusal_of_a_later_request_names_the_item_among_the_batchs(tight: str) -> None:
+    """A token too long for any request, the 21st of 24 (the fifth of the third request): the call raises that
+    request's refusal, as the server's of one request of them all, its error naming ``queries.20``, not 4."""
+    tokens = [*TOKENS[:20], "x" * (MAX_TOKEN_CHARS + 1), *TOKENS[21:]]
+    with Client(tight) as client, pytest.raises(ApiError) as refused:
+        client.neighbors_batch("small", tokens, k=3, restrict=1000)
+    assert refused.value.message.startswith("queries.20: ") and refused.value.limit == "max_token_chars"
+    assert refused.value.details["details"][0]["loc"] == ["body", "queries", "20"]
+
+
+def test_texts_are_embedded_in_the_servers_sizes(tight: str) -> None:
+    """24 texts of 5 to 9 tokens: 8 at a time (max_batch) are over max_encode_tokens (32), which the client cannot
+    count: each 8 is refused and sent again in halves; the vectors are each text's alone."""
+    texts = [f"the river {word}" for word in TOKENS]
+    sent: list[int] = []
+    hooks = {"response": [lambda response: sent.append(response.status_code)]}
+    with httpx.Client(base_url=tight, event_hooks=hooks) as http:
+        client = Client(tight, http=http)
+        details = client.embed_details(ST, texts)
+        assert sent == [200] + [422, 200, 200] * 3  # the limits, then each 8 refused and halved
+        alone = [client.embed_details(ST, [text]) for text in texts]
+    for vector, one in zip(details.vectors, alone, strict=True):  # a text's vector alone and among others: as near
+        assert vector == pytest.approx(one.vectors[0], abs=1e-5)  # as the model's batches of padded texts give them
+    assert details.pooling == alone[0].pooling
+    assert details.tokens == [one.tokens[0] for one in alone] and max(details.tokens) == 9
+    assert details.truncated == [False] * 24
+
+
+def test_a_batch_refused_for_a_lowered_limit_is_sized_again(tight: str) -> None:
+    """A client that read a higher max_batch than the server's now (the server started again with a lower one)
+    sends 24 tokens at once; refused for it, it reads the limits again and sends them in threes of 8."""
+    sent: list[tuple[str, int]] = []
+    hooks = {"response": [lambda response: sent.append((response.request.url.path, response.status_code))]}
+    with httpx.Client(base_url=tight, event_hooks=hooks) as http:
+        client = Client(tight, http=http)
+        client._known.limits = {**client.limits(), "max_batch": 100}  # as read before the server's restart
+        sent.clear()
+        answered = client.neighbors_batch("small", TOKENS, k=3, restrict=1000)
+    path = "/v1/tables/small/neighbors"
+    assert (
+        sent
+        == [("/v1/tables/small", 200), (path, 422), ("/v1/limits", 200), ("/v1/tables/small", 200)] + [(path, 200)] * 3
+    )
+    assert [isinstance(a, ApiError) for a in answered] == [t == UNKNOWN for t in TOKENS]

@@ -767,6 +767,9 @@ def eval_(
     typer.echo(json.dumps(report, indent=2) if as_json else format_report(report))
 
 
+INTERRUPTED = 130  # the exit status of a command stopped by Ctrl-C (128 + SIGINT)
+
+
 def main() -> None:
     """Entry point: run the command, turning known errors into one line and exit status 1."""
     try:
@@ -774,9 +777,10 @@ def main() -> None:
     except EmbeddingError as exc:
         typer.echo(f"embedding-index: error: {exc.message}", err=True)
         sys.exit(1)
-    except KeyboardInterrupt:
-        typer.echo("embedding-index: interrupted; nothing was written", err=True)
-        sys.exit(130)
+    except SystemExit as exc:
+        if exc.code == INTERRUPTED:  # Typer ends a command stopped by Ctrl-C (KeyboardInterrupt) so, without a word
+            typer.echo("embedding-index: interrupted; no table was built or replaced", err=True)
+        raise
     except OSError as exc:
         typer.echo(f"embedding-index: error: {exc.filename or ''}: {exc.strerror or exc}", err=True)
         sys.exit(1)

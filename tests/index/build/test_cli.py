@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 import typer.main
 
+from index.build import writer
 from index.build.cli import index_column, verify
 from index.build.sources import RawTable
 from index.engine.table import Table
@@ -146,6 +147,25 @@ def test_a_data_dir_that_is_a_file_is_named_by_every_command(tmp_path: Path, mon
         assert (result.code, result.err) == (1, f"embedding-index: error: {words}: not a directory\n"), name
     monkeypatch.setenv("EMBEDDING_DATA_DIR", str(words))  # the same directory from the environment
     assert run_cli("list").err == f"embedding-index: error: {words}: not a directory\n"
+
+
+def test_ctrl_c_says_so_and_leaves_the_table_as_it_was(
+    tmp_path: Path, glove_raw: RawTable, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ctrl-C while a rebuild writes its files: exit status 130 with one line (Typer ends it so without a word), the
+    existing table as it was and no temporary directory left."""
+    words, data_dir = write_words(glove_raw, tmp_path / "words.txt", rows=2000), tmp_path / "data"
+    assert run_cli("import", words, "--name", "t", "--data-dir", data_dir).code == 0
+    before = (data_dir / "t" / "manifest.json").read_bytes()
+
+    def interrupted(*args: object) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(writer, "write_tokens", interrupted)
+    result = run_cli("import", words, "--name", "t", "--data-dir", data_dir, "--force")
+    assert (result.code, result.err) == (130, "embedding-index: interrupted; no table was built or replaced\n")
+    assert (data_dir / "t" / "manifest.json").read_bytes() == before
+    assert sorted(path.name for path in data_dir.iterdir()) == ["t"]
 
 
 def start(*args: object, cwd: Path | None = None) -> subprocess.Popen[str]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import bz2
 import gzip
+import hashlib
 import io
 import json
 import lzma
@@ -23,8 +24,10 @@ import numpy as np
 import pytest
 from gensim.models import KeyedVectors
 
+from index.build import writer
 from index.build.clean import clean
 from index.build.sources import RawTable, ReadOptions, read_source, sniff_format, text, word2vec_binary
+from index.build.writer import source_digest
 from index.engine.table import Table
 from index.errors import InputError
 from index.store import artifact
@@ -1133,6 +1136,23 @@ def test_reader_options_apply_to_direct_calls(tmp_path: Path, glove_rows) -> Non
     path = write(tmp_path / "g.txt", [*lines[:5], b"bad 1", *lines[5:]])
     raw, fmt = read_source(path, "glove", ReadOptions(drop_invalid=True))
     assert fmt == "glove" and len(raw.tokens) == 10 and raw.report["malformed_rows_dropped"] == 1
+
+
+def test_a_large_sources_checksum_shows_its_progress(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The source's sha256 takes a second or more from ``SHOWN_DIGEST_BYTES`` on (a 5 GB fastText file, ten): its
+    progress is shown from there on; the digest is the file's, a folder's that of its files' names and digests."""
+    first, second = tmp_path / "a.txt", tmp_path / "b.txt"
+    first.write_bytes(b"x" * 3000)
+    second.write_bytes(b"y" * 1000)
+    monkeypatch.setattr(writer, "SHOWN_DIGEST_BYTES", 4000)
+    with progress_lines() as shown:
+        assert source_digest([first]) == hashlib.sha256(first.read_bytes()).hexdigest()
+    assert shown.getvalue() == ""
+    with progress_lines() as shown:
+        folder = source_digest([tmp_path])
+    assert shown.getvalue() == "embedding-index: checksum of the source: done (0 MiB of 0 MiB) in 0s\n"
+    named = "".join(f"{f.name}:{hashlib.sha256(f.read_bytes()).hexdigest()}\n" for f in (first, second))
+    assert folder == hashlib.sha256(named.encode()).hexdigest()
 
 
 # ---------------------------------------------------------------------------------------------- real binary

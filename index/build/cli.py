@@ -133,7 +133,7 @@ def fail(message: str) -> None:
 
 def _taken(data_dir: Path, name: str, force: bool) -> bool:
     """True when table ``name`` (a checked name) exists and ``--force`` was not given: before reading any input."""
-    return artifact.table_dir(data_dir, name).exists() and not force
+    return artifact.is_taken(data_dir, name) and not force
 
 
 def _build_and_report(
@@ -335,8 +335,7 @@ def import_(
     if not path.exists():
         fail(f"{path}: no such file or directory")
     refuse_stream(path)
-    if _taken(data_dir, name, force):
-        fail(f"table {name!r} already exists in {data_dir} (use --force to rebuild it)")
+    artifact.check_free(data_dir, name, force)
     document_options: tuple[tuple[str, object], ...] = (
         ("--id-field", id_field),
         ("--text-field", text_field),
@@ -573,8 +572,7 @@ def train(
     from index.build.train import TrainParams, train_word2vec
     from index.build.writer import source_digest
 
-    if _taken(data_dir, name, force):
-        fail(f"table {name!r} already exists in {data_dir} (use --force to rebuild it)")
+    artifact.check_free(data_dir, name, force)
     params = TrainParams(
         dim=dim, window=window, min_count=min_count, epochs=epochs, negative=negative, sg=sg, seed=seed, workers=workers
     )

@@ -77,8 +77,7 @@ def build_table(
     artifact.check_name(name)
     for path, what in artifact.recover(data_dir):  # left by a build that was killed
         log.warning("%s: %s", path, what)
-    if artifact.table_dir(data_dir, name).exists() and not force:
-        raise ArtifactError(f"table {name!r} already exists in {data_dir} (use --force to rebuild it)")
+    artifact.check_free(data_dir, name, force)
     note(f"cleaning and normalising {len(raw.tokens):,} rows ...")
     raw, report = clean(raw, source.get("path", name), drop_invalid=drop_invalid, allow_empty=empty)
     unit, norms = normalise(raw.matrix)

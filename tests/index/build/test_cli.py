@@ -168,6 +168,20 @@ def test_ctrl_c_says_so_and_leaves_the_table_as_it_was(
     assert sorted(path.name for path in data_dir.iterdir()) == ["t"]
 
 
+def test_a_folder_of_ones_own_under_a_tables_name_is_never_replaced(tmp_path: Path, glove_raw: RawTable) -> None:
+    """A folder (or file) in the data directory that is not a table keeps what it holds: each command that makes a
+    table refuses its name, --force or not, before reading anything."""
+    words, data_dir = write_words(glove_raw, tmp_path / "words.txt", rows=2000), tmp_path / "data"
+    (data_dir / "notes").mkdir(parents=True)
+    (data_dir / "notes" / "todo.txt").write_text("mine\n")
+    refused = f"embedding-index: error: {data_dir / 'notes'}: not a table (no manifest.json), never replaced, even "
+    for command in (["import", words], ["import", words, "--shards", "2"], ["train", words], ["build"]):
+        for force in ([], ["--force"]):
+            result = run_cli(*command, "--name", "notes", "--data-dir", data_dir, *force)
+            assert (result.code, result.err.startswith(refused)) == (1, True), (command, force, result.err)
+    assert [path.name for path in data_dir.rglob("*")] == ["notes", "todo.txt"]
+
+
 def start(*args: object, cwd: Path | None = None) -> subprocess.Popen[str]:
     return subprocess.Popen([*map(str, args)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=cwd)
 

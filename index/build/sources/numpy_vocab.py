@@ -15,6 +15,7 @@ import numpy as np
 import numpy.lib.format as npformat
 
 from index.build.sources import (
+    HEAD_BYTES,
     NOT_UTF8_DROP_HINT,
     RawTable,
     ReadOptions,
@@ -22,6 +23,7 @@ from index.build.sources import (
     open_text,
     read_bytes,
     reading,
+    refuse_unread,
 )
 from index.errors import InputError
 
@@ -108,6 +110,7 @@ def read_lines(path: Path, options: ReadOptions) -> tuple[list[str], int, list[i
     and listed (0-based). The error is returned, with the lines (U+FFFD in its place), for the caller to raise
     after any problem on an earlier line (see ``first_of``)."""
     data = read_bytes(path)
+    refuse_unread(path, data[:HEAD_BYTES])
     refused: InputError | None = None
     try:
         text = data.decode("utf-8")

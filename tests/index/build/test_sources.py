@@ -26,7 +26,15 @@ from gensim.models import KeyedVectors
 
 from index.build import writer
 from index.build.clean import clean
-from index.build.sources import RawTable, ReadOptions, read_source, sniff_format, text, word2vec_binary
+from index.build.sources import (
+    RawTable,
+    ReadOptions,
+    read_source,
+    refuse_unread,
+    sniff_format,
+    text,
+    word2vec_binary,
+)
 from index.build.writer import source_digest
 from index.engine.table import Table
 from index.errors import InputError
@@ -919,6 +927,30 @@ BAD_CASES: dict[str, tuple[Callable[[Path, object], list[object]], list[str]]] =
         lambda p, r: [*_write_case(p, "wiki.bin", FASTTEXT_MODEL_HEAD), "--format", "npy"],
         ["wiki.bin:", "a fastText .bin model"],
     ),
+    "UTF-16 text": (  # as Windows tools write "Unicode": a byte order mark, two bytes a character
+        lambda p, r: _write_case(p, "g.txt", _join(_lines(r)).decode().encode("utf-16")),
+        ["g.txt:", "UTF-16 text", "convert it to UTF-8 first"],
+    ),
+    "UTF-16 big-endian read as glove": (
+        lambda p, r: [
+            *_write_case(p, "g.txt", b"\xfe\xff" + _join(_lines(r)).decode().encode("utf-16-be")),
+            "--format",
+            "glove",
+        ],
+        ["g.txt:", "UTF-16 text"],
+    ),
+    "UTF-16 documents": (
+        lambda p, r: _write_case(p, "d.jsonl", '{"id": "a", "vector": [1.0]}\n'.encode("utf-16")),
+        ["d.jsonl:", "UTF-16 text"],
+    ),
+    "UTF-16 vocabulary": (
+        lambda p, r: [
+            *_npy(p, r, vocab_lines=None),
+            "--vocab",
+            _write_case(p, "v.txt", "\n".join(r[0]).encode("utf-16"))[0],
+        ],
+        ["v.txt:", "UTF-16 text"],
+    ),
     "wrong row length": (
         lambda p, r: _write_case(p, "g.txt", _join([*_lines(r)[:57], b"short 0.1 0.2", *_lines(r)[58:]])),
         ["g.txt:58:", "2 values after the token, expected 50"],
@@ -1035,6 +1067,14 @@ BAD_CASES: dict[str, tuple[Callable[[Path, object], list[object]], list[str]]] =
     ),
 }
 FORCED = {"not a header": ["--format", "word2vec"]}
+
+
+def test_binary_bytes_like_a_utf16_mark_are_not_text(tmp_path: Path) -> None:
+    """A safetensors file whose header length starts 0xFEFF is no UTF-16 text: the UTF-16 refusal reads on."""
+    for head in (b"\xff\xfe\x01\x00\x00\x00\x00\x00{", b"\xfe\xff\x00\x00\x00\x00\x00\x01{"):
+        refuse_unread(tmp_path / "model.safetensors", head)
+    with pytest.raises(InputError, match="UTF-16 text"):
+        refuse_unread(tmp_path / "g.txt", "\ufeffthe 0.1".encode("utf-16-le"))
 
 
 @pytest.mark.parametrize("case", sorted(BAD_CASES))

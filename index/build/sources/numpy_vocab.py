@@ -39,7 +39,7 @@ def read(path: Path, options: ReadOptions) -> RawTable:
         raise InputError(path, "a .npy matrix needs its vocabulary: --vocab FILE (one token per line)")
     vocab = Path(options.vocab)
     if not vocab.is_file():
-        raise InputError(vocab, "no such vocabulary file")
+        raise InputError(vocab, "no such vocabulary file" if not vocab.exists() else "the vocabulary is not a file")
     matrix = load_matrix(path)
     tokens, replaced, not_utf8, refused = read_lines(vocab, options)
     if not options.drop_invalid and "" in tokens:

@@ -1027,6 +1027,10 @@ BAD_CASES: dict[str, tuple[Callable[[Path, object], list[object]], list[str]]] =
     "npy object array": (_object_npy, ["m.npy", "Python objects"]),
     "npy without vocabulary": (lambda p, r: _npy(p, r, vocab_lines=None), ["m.npy", "--vocab"]),
     "npy vocabulary too short": (lambda p, r: _npy(p, r, vocab_lines=199), ["vocab.txt", "199 tokens", "200 rows"]),
+    "npy vocabulary a folder": (
+        lambda p, r: [*_npy(p, r, vocab_lines=None), "--vocab", p],
+        ["the vocabulary is not a file"],
+    ),
     "npy one-dimensional": (
         lambda p, r: _npy(p, r, array=np.zeros(200, dtype=np.float32)),
         ["m.npy", "2-D"],

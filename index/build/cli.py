@@ -5,7 +5,6 @@ from __future__ import annotations
 import functools
 import json
 import os
-import shutil
 import sys
 import time
 from collections.abc import Callable
@@ -728,7 +727,7 @@ def remove(name: str, data_dir: DataDir = Path("data"), quiet: Quiet = False) ->
     if not (directory / artifact.MANIFEST).is_file():  # a table, even one whose manifest cannot be read
         raise UnknownTable(f"no table at {name!r}")
     remove_logs(data_dir, name)  # first: a table imported later under the name never replays these writes
-    shutil.rmtree(directory)
+    artifact.remove(data_dir, name)
     typer.echo(f"removed {name}")
 
 

@@ -162,6 +162,15 @@ def staging(
         os.close(lock)
 
 
+def remove(data_dir: Path, name: str) -> None:
+    """Delete table ``name`` in one step: renamed to a hidden temporary name under the publish lock (the name holds
+    the whole table until then, and nothing after), then deleted; stopped midway, :func:`recover` finishes it."""
+    hidden = Path(data_dir) / f".tmp-{name}-{uuid.uuid4().hex[:8]}"
+    with publish_lock(data_dir):
+        os.rename(table_dir(data_dir, name), hidden)
+    shutil.rmtree(hidden)
+
+
 def _continue_log(final: Path, tmp: Path) -> None:
     """A version published over another one of the table continues its write log's numbering: when it does not set
     the sequence it holds (``log_sequence``: a compaction's, a republish's), it keeps the replaced version's, so the

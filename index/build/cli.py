@@ -131,7 +131,8 @@ def fail(message: str) -> None:
 
 
 def _taken(data_dir: Path, name: str, force: bool) -> bool:
-    """True when table ``name`` (a checked name) exists and ``--force`` was not given: before reading any input."""
+    """True when table ``name`` (a checked name) exists and ``--force`` was not given, before reading any input;
+    anything else of that name is refused (``artifact.is_taken``)."""
     return artifact.is_taken(data_dir, name) and not force
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import functools
 import json
 import os
-import shutil
 import sys
 import time
 from collections.abc import Callable
@@ -132,8 +131,9 @@ def fail(message: str) -> None:
 
 
 def _taken(data_dir: Path, name: str, force: bool) -> bool:
-    """True when table ``name`` (a checked name) exists and ``--force`` was not given: before reading any input."""
-    return artifact.table_dir(data_dir, name).exists() and not force
+    """True when table ``name`` (a checked name) exists and ``--force`` was not given, before reading any input;
+    anything else of that name is refused (``artifact.is_taken``)."""
+    return artifact.is_taken(data_dir, name) and not force
 
 
 def _build_and_report(
@@ -335,8 +335,7 @@ def import_(
     if not path.exists():
         fail(f"{path}: no such file or directory")
     refuse_stream(path)
-    if _taken(data_dir, name, force):
-        fail(f"table {name!r} already exists in {data_dir} (use --force to rebuild it)")
+    artifact.check_free(data_dir, name, force)
     document_options: tuple[tuple[str, object], ...] = (
         ("--id-field", id_field),
         ("--text-field", text_field),
@@ -573,8 +572,7 @@ def train(
     from index.build.train import TrainParams, train_word2vec
     from index.build.writer import source_digest
 
-    if _taken(data_dir, name, force):
-        fail(f"table {name!r} already exists in {data_dir} (use --force to rebuild it)")
+    artifact.check_free(data_dir, name, force)
     params = TrainParams(
         dim=dim, window=window, min_count=min_count, epochs=epochs, negative=negative, sg=sg, seed=seed, workers=workers
     )
@@ -730,7 +728,7 @@ def remove(name: str, data_dir: DataDir = Path("data"), quiet: Quiet = False) ->
     if not (directory / artifact.MANIFEST).is_file():  # a table, even one whose manifest cannot be read
         raise UnknownTable(f"no table at {name!r}")
     remove_logs(data_dir, name)  # first: a table imported later under the name never replays these writes
-    shutil.rmtree(directory)
+    artifact.remove(data_dir, name)
     typer.echo(f"removed {name}")
 
 
@@ -767,6 +765,9 @@ def eval_(
     typer.echo(json.dumps(report, indent=2) if as_json else format_report(report))
 
 
+INTERRUPTED = 130  # the exit status of a command stopped by Ctrl-C (128 + SIGINT)
+
+
 def main() -> None:
     """Entry point: run the command, turning known errors into one line and exit status 1."""
     try:
@@ -774,9 +775,10 @@ def main() -> None:
     except EmbeddingError as exc:
         typer.echo(f"embedding-index: error: {exc.message}", err=True)
         sys.exit(1)
-    except KeyboardInterrupt:
-        typer.echo("embedding-index: interrupted; nothing was written", err=True)
-        sys.exit(130)
+    except SystemExit as exc:
+        if exc.code == INTERRUPTED:  # Typer ends a command stopped by Ctrl-C (KeyboardInterrupt) so, without a word
+            typer.echo("embedding-index: interrupted; no table was built or replaced", err=True)
+        raise
     except OSError as exc:
         typer.echo(f"embedding-index: error: {exc.filename or ''}: {exc.strerror or exc}", err=True)
         sys.exit(1)

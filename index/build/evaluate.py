@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from index.build.gensim_data import gensim_data
+from index.build.sources import read_bytes
 from index.engine.analogy import analogy_top
 from index.engine.table import Table
 from index.errors import InputError, InvalidQuery
@@ -79,9 +80,10 @@ class Vocabulary:
 
 
 def _lines(path: Path) -> Iterator[tuple[int, str]]:
-    """(1-based line number, text) of a UTF-8 file, split on newlines as gensim reads analogy files."""
+    """(1-based line number, text) of a UTF-8 file (gzip-compressed too, as gensim opens it), split on newlines as
+    gensim reads analogy files."""
     try:
-        data = Path(path).read_bytes()
+        data = read_bytes(Path(path))
     except FileNotFoundError:
         raise InputError(path, "file not found") from None
     except OSError as exc:

@@ -181,8 +181,7 @@ def check_target(data_dir: Path, name: str, shards: int, force: bool) -> None:
     artifact.check_name(name)
     for path, what in artifact.recover(data_dir):
         log.warning("%s: %s", path, what)
-    if artifact.table_dir(data_dir, name).exists() and not force:
-        raise ArtifactError(f"table {name!r} already exists in {data_dir} (use --force to rebuild it)")
+    artifact.check_free(data_dir, name, force)
 
 
 @dataclass(frozen=True)

@@ -99,7 +99,7 @@ def sif_table(data_dir: Path, name: str, corpus: Path | None = None, a: float = 
         raise InvalidQuery(f"table {name!r} is a {table.kind} table: SIF is for word tables")
     path = Path(corpus) if corpus is not None else default_corpus()
     if not path.is_file():
-        raise InputError(path, "no such file")
+        raise InputError(path, "no such file" if not path.exists() else "not a file")
     encoder = Encoder(table, a=a)
     note(f"SIF vectors of the lines of {path.name} (a = {a}, p(w) from {encoder.frequency_source}) ...")
     component, made = corpus_component(encoder, path)

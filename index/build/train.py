@@ -20,6 +20,7 @@ on ``PYTHONHASHSEED``.
 from __future__ import annotations
 
 import logging
+import os
 import time
 import zlib
 from collections.abc import Iterator
@@ -36,6 +37,7 @@ from index.progress import Progress
 log = logging.getLogger(__name__)
 
 MAX_SENTENCE = 10_000  # gensim's MAX_WORDS_IN_BATCH: longer lines are cut, as LineSentence does
+PROGRESS_LINES = 10_000  # reading the corpus: its progress advanced every this many lines
 
 
 @dataclass(frozen=True)
@@ -59,32 +61,41 @@ def stable_hash(text: str) -> int:
 
 
 class Corpus:
-    """The corpus files as a re-iterable stream of sentences (lists of tokens)."""
+    """The corpus files as a re-iterable stream of sentences (lists of tokens); ``progress``, while set, advances by
+    the words of each sentence read."""
 
     def __init__(self, paths: list[Path]) -> None:
         self.paths = [Path(p) for p in paths]
+        self.progress: Progress | None = None
 
     def check(self) -> tuple[int, int]:
         """Read every file once: refuse missing, unreadable, non-UTF-8 or wordless files; return (lines, words)."""
         if not self.paths:
             raise InputError("corpus", "give at least one corpus file")
-        lines = words = 0
         for path in self.paths:
             if not path.is_file():
                 raise InputError(path, "corpus file not found" if not path.exists() else "not a regular file")
-            file_words = 0
-            with open_text(path) as handle, reading(path):
-                refuse_unread(path, handle.peek(16)[:16])
-                for number, raw in enumerate(handle, start=1):
-                    try:
-                        file_words += len(raw.decode("utf-8").split())
-                    except UnicodeDecodeError as exc:
-                        problem = f"not UTF-8 text ({exc.reason} at byte {exc.start})"
-                        raise InputError(path, problem, number) from None
-                    lines += 1
-            if file_words == 0:
-                raise InputError(path, "corpus file has no words")
-            words += file_words
+        lines = words = 0
+        with Progress("reading the corpus", sum(path.stat().st_size for path in self.paths), "bytes") as progress:
+            for path in self.paths:
+                file_words = read = 0
+                with open_text(path) as handle, reading(path):
+                    refuse_unread(path, handle.peek(16)[:16])
+                    for number, raw in enumerate(handle, start=1):
+                        try:
+                            file_words += len(raw.decode("utf-8").split())
+                        except UnicodeDecodeError as exc:
+                            problem = f"not UTF-8 text ({exc.reason} at byte {exc.start})"
+                            raise InputError(path, problem, number) from None
+                        lines += 1
+                        if number % PROGRESS_LINES == 0:  # by the bytes read from the disk (of a .gz: compressed)
+                            position = os.lseek(handle.fileno(), 0, os.SEEK_CUR)
+                            progress.advance(position - read)
+                            read = position
+                progress.advance(path.stat().st_size - read)
+                if file_words == 0:
+                    raise InputError(path, "corpus file has no words")
+                words += file_words
         return lines, words
 
     def __iter__(self) -> Iterator[list[str]]:
@@ -93,28 +104,10 @@ class Corpus:
                 for raw in handle:
                     tokens = raw.decode("utf-8").split()
                     for start in range(0, len(tokens), MAX_SENTENCE):
-                        yield tokens[start : start + MAX_SENTENCE]
-
-
-def _progress_callback(epochs: int) -> Any:
-    from gensim.models.callbacks import CallbackAny2Vec
-
-    class EpochProgress(CallbackAny2Vec):  # type: ignore[misc]  # gensim is untyped: its base class is Any
-        def __init__(self) -> None:
-            self.progress: Progress | None = None
-
-        def on_train_begin(self, model: Any) -> None:
-            self.progress = Progress("training", epochs, "epochs").__enter__()
-
-        def on_epoch_end(self, model: Any) -> None:
-            if self.progress is not None:
-                self.progress.advance(1)
-
-        def on_train_end(self, model: Any) -> None:
-            if self.progress is not None:
-                self.progress.__exit__(None, None, None)
-
-    return EpochProgress()
+                        sentence = tokens[start : start + MAX_SENTENCE]
+                        yield sentence
+                        if self.progress is not None:
+                            self.progress.advance(len(sentence))
 
 
 def train_word2vec(corpus_paths: list[Path], params: TrainParams) -> RawTable:
@@ -136,16 +129,13 @@ def train_word2vec(corpus_paths: list[Path], params: TrainParams) -> RawTable:
         hashfxn=stable_hash,
     )
     started = time.perf_counter()
-    model.build_vocab(corpus_iterable=corpus)
+    with Progress("counting the words of the corpus", words, "words") as corpus.progress:
+        model.build_vocab(corpus_iterable=corpus)
     where = ", ".join(str(p) for p in corpus.paths)
     if len(model.wv) == 0:
         raise InputError(where, f"no word occurs at least {params.min_count} times (--min-count)")
-    model.train(
-        corpus_iterable=corpus,
-        total_examples=model.corpus_count,
-        epochs=params.epochs,
-        callbacks=[_progress_callback(params.epochs)],
-    )
+    with Progress("training", words * params.epochs, "words") as corpus.progress:  # epoch after epoch
+        model.train(corpus_iterable=corpus, total_examples=model.corpus_count, epochs=params.epochs)
     tokens = list(model.wv.index_to_key)
     matrix = np.array(model.wv.vectors, dtype=np.float32)
     log.info("trained %d x %d on %d lines, %d words", len(tokens), params.dim, lines, words)

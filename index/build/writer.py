@@ -6,6 +6,7 @@ import hashlib
 import logging
 import time
 from collections.abc import Callable
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +18,7 @@ from index.build.clean import clean
 from index.build.index_choice import IndexSpec, build_and_measure, parse_spec
 from index.build.sources import RawTable
 from index.errors import ArtifactError
-from index.progress import duration, note
+from index.progress import Progress, duration, note
 from index.store import artifact
 from index.store.metadata import METADATA, metadata_file
 from index.store.rows import normalise
@@ -25,18 +26,25 @@ from index.store.tokens import FLAGS, write_tokens
 
 log = logging.getLogger(__name__)
 
+SHOWN_DIGEST_BYTES = 256 << 20  # a source this large takes a second or more to hash: its progress is shown
+
 
 def source_digest(paths: list[Path]) -> str:
-    """sha256 of the source files (a directory counts as its top-level files, sorted by name)."""
+    """sha256 of the source files (a directory counts as its top-level files, sorted by name); its progress shown
+    from ``SHOWN_DIGEST_BYTES`` on."""
     files: list[Path] = []
     for path in paths:
         path = Path(path)
         files.extend(sorted(p for p in path.iterdir() if p.is_file()) if path.is_dir() else [path])
+    size = sum(f.stat().st_size for f in files)
+    shown = Progress("checksum of the source", size, "bytes") if size >= SHOWN_DIGEST_BYTES else nullcontext()
+    with shown as progress:
+        digests = [artifact.sha256_file(f, progress=progress) for f in files]
     if len(files) == 1:
-        return artifact.sha256_file(files[0])
+        return digests[0]
     digest = hashlib.sha256()
-    for f in files:
-        digest.update(f"{f.name}:{artifact.sha256_file(f)}\n".encode())
+    for f, file_digest in zip(files, digests, strict=True):
+        digest.update(f"{f.name}:{file_digest}\n".encode())
     return digest.hexdigest()
 
 
@@ -69,8 +77,7 @@ def build_table(
     artifact.check_name(name)
     for path, what in artifact.recover(data_dir):  # left by a build that was killed
         log.warning("%s: %s", path, what)
-    if artifact.table_dir(data_dir, name).exists() and not force:
-        raise ArtifactError(f"table {name!r} already exists in {data_dir} (use --force to rebuild it)")
+    artifact.check_free(data_dir, name, force)
     note(f"cleaning and normalising {len(raw.tokens):,} rows ...")
     raw, report = clean(raw, source.get("path", name), drop_invalid=drop_invalid, allow_empty=empty)
     unit, norms = normalise(raw.matrix)

@@ -62,6 +62,23 @@ def table_dir(data_dir: Path, name: str) -> Path:
     return Path(data_dir) / check_name(name)
 
 
+def is_taken(data_dir: Path, name: str) -> bool:
+    """True when table ``name`` exists. Anything else of that name (a folder of one's own, a file) is refused: a
+    table published over it, ``--force`` or not, would delete what it holds."""
+    path = table_dir(data_dir, name)
+    if not os.path.lexists(path):
+        return False
+    if not (path / MANIFEST).is_file():
+        raise ArtifactError(f"{path}: not a table (no {MANIFEST}), never replaced, even with --force: move it away")
+    return True
+
+
+def check_free(data_dir: Path, name: str, force: bool) -> None:
+    """Refuse to publish table ``name`` over an existing one without ``force`` (over anything else, always)."""
+    if is_taken(data_dir, name) and not force:
+        raise ArtifactError(f"table {name!r} already exists in {data_dir} (use --force to rebuild it)")
+
+
 def sha256_file(path: Path, chunk: int = 1 << 22, progress: Progress | None = None) -> str:
     digest = hashlib.sha256()
     with open(path, "rb") as handle:
@@ -112,9 +129,7 @@ def staging(
     name is left as it was. An error without a file name (a full disk) is given the name of the file it stopped.
     """
     final = table_dir(data_dir, name)
-    exists = ArtifactError(f"table {name!r} already exists in {data_dir} (use --force to rebuild it)")
-    if final.exists() and not force:
-        raise exists
+    check_free(data_dir, name, force)
     Path(data_dir).mkdir(parents=True, exist_ok=True)
     tmp = Path(data_dir) / f".tmp-{name}-{uuid.uuid4().hex[:8]}"
     with publish_lock(data_dir):  # made and locked at once: recover() never takes it for a dead build's
@@ -125,8 +140,7 @@ def staging(
         try:
             yield tmp
             with publish_lock(data_dir):
-                if final.exists() and not force:  # another build published the name meanwhile
-                    raise exists
+                check_free(data_dir, name, force)  # another build may have published the name meanwhile
                 if complete is not None:
                     complete(tmp)
                 if final.exists():
@@ -146,6 +160,15 @@ def staging(
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
         os.close(lock)
+
+
+def remove(data_dir: Path, name: str) -> None:
+    """Delete table ``name`` in one step: renamed to a hidden temporary name under the publish lock (the name holds
+    the whole table until then, and nothing after), then deleted; stopped midway, :func:`recover` finishes it."""
+    hidden = Path(data_dir) / f".tmp-{name}-{uuid.uuid4().hex[:8]}"
+    with publish_lock(data_dir):
+        os.rename(table_dir(data_dir, name), hidden)
+    shutil.rmtree(hidden)
 
 
 def _continue_log(final: Path, tmp: Path) -> None:

@@ -213,12 +213,24 @@ def refuse_stream(path: Path) -> None:
 
 
 def refuse_unread(path: Path, head: bytes) -> None:
-    """Refuse a file that its first bytes show no reader takes: xz, bzip2 or zstd compressed, a fastText model."""
+    """Refuse a file that its first bytes show no reader takes: xz, bzip2 or zstd compressed, a fastText model, UTF-16
+    text."""
     for magic, what in UNREAD:
         if head.startswith(magic):
             raise InputError(path, what)
     if head.startswith(b"BZh") and head[4:10] == b"1AY&SY":
         raise InputError(path, "bzip2 compressed: decompress it first (gzip is read as it is)")
+    if _utf16(head):
+        raise InputError(path, "UTF-16 text (Windows' 'Unicode'): convert it to UTF-8 first (iconv -f UTF-16 -t UTF-8)")
+
+
+def _utf16(head: bytes) -> bool:
+    """A byte order mark of UTF-16 then two characters of text (not a binary file that starts with those bytes)."""
+    for mark, codec in ((b"\xff\xfe", "utf-16-le"), (b"\xfe\xff", "utf-16-be")):
+        if head.startswith(mark):
+            text = head[2:6].decode(codec, "replace")
+            return len(text) == 2 and all(char.isprintable() or char.isspace() for char in text)
+    return False
 
 
 FIRST_ROW_SLACK = 64 << 10  # how far past DIM values of 32 bytes the sniffer looks for the end of the first row

@@ -15,6 +15,7 @@ import numpy as np
 import numpy.lib.format as npformat
 
 from index.build.sources import (
+    HEAD_BYTES,
     NOT_UTF8_DROP_HINT,
     RawTable,
     ReadOptions,
@@ -22,6 +23,7 @@ from index.build.sources import (
     open_text,
     read_bytes,
     reading,
+    refuse_unread,
 )
 from index.errors import InputError
 
@@ -37,7 +39,7 @@ def read(path: Path, options: ReadOptions) -> RawTable:
         raise InputError(path, "a .npy matrix needs its vocabulary: --vocab FILE (one token per line)")
     vocab = Path(options.vocab)
     if not vocab.is_file():
-        raise InputError(vocab, "no such vocabulary file")
+        raise InputError(vocab, "no such vocabulary file" if not vocab.exists() else "the vocabulary is not a file")
     matrix = load_matrix(path)
     tokens, replaced, not_utf8, refused = read_lines(vocab, options)
     if not options.drop_invalid and "" in tokens:
@@ -108,6 +110,7 @@ def read_lines(path: Path, options: ReadOptions) -> tuple[list[str], int, list[i
     and listed (0-based). The error is returned, with the lines (U+FFFD in its place), for the caller to raise
     after any problem on an earlier line (see ``first_of``)."""
     data = read_bytes(path)
+    refuse_unread(path, data[:HEAD_BYTES])
     refused: InputError | None = None
     try:
         text = data.decode("utf-8")

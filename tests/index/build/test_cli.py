@@ -4,6 +4,7 @@ side of the command, the import's help, and the Makefile's shortcuts for the com
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import shutil
 import subprocess
@@ -14,10 +15,11 @@ import numpy as np
 import pytest
 import typer.main
 
+from index.build import writer
 from index.build.cli import index_column, verify
 from index.build.sources import RawTable
 from index.engine.table import Table
-from index.store import writelog
+from index.store import artifact, writelog
 from tests.cli import REPO, progress_lines, run_cli, untimed
 from tests.examples import example
 from tests.lee import Lee, jsonl_records
@@ -146,6 +148,63 @@ def test_a_data_dir_that_is_a_file_is_named_by_every_command(tmp_path: Path, mon
         assert (result.code, result.err) == (1, f"embedding-index: error: {words}: not a directory\n"), name
     monkeypatch.setenv("EMBEDDING_DATA_DIR", str(words))  # the same directory from the environment
     assert run_cli("list").err == f"embedding-index: error: {words}: not a directory\n"
+
+
+def test_ctrl_c_says_so_and_leaves_the_table_as_it_was(
+    tmp_path: Path, glove_raw: RawTable, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ctrl-C while a rebuild writes its files: exit status 130 with one line (Typer ends it so without a word), the
+    existing table as it was and no temporary directory left."""
+    words, data_dir = write_words(glove_raw, tmp_path / "words.txt", rows=2000), tmp_path / "data"
+    assert run_cli("import", words, "--name", "t", "--data-dir", data_dir).code == 0
+    before = (data_dir / "t" / "manifest.json").read_bytes()
+
+    def interrupted(*args: object) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(writer, "write_tokens", interrupted)
+    result = run_cli("import", words, "--name", "t", "--data-dir", data_dir, "--force")
+    assert (result.code, result.err) == (130, "embedding-index: interrupted; no table was built or replaced\n")
+    assert (data_dir / "t" / "manifest.json").read_bytes() == before
+    assert sorted(path.name for path in data_dir.iterdir()) == ["t"]
+
+
+def test_a_folder_of_ones_own_under_a_tables_name_is_never_replaced(tmp_path: Path, glove_raw: RawTable) -> None:
+    """A folder (or file) in the data directory that is not a table keeps what it holds: each command that makes a
+    table refuses its name, --force or not, before reading anything."""
+    words, data_dir = write_words(glove_raw, tmp_path / "words.txt", rows=2000), tmp_path / "data"
+    (data_dir / "notes").mkdir(parents=True)
+    (data_dir / "notes" / "todo.txt").write_text("mine\n")
+    refused = f"embedding-index: error: {data_dir / 'notes'}: not a table (no manifest.json), never replaced, even "
+    for command in (["import", words], ["import", words, "--shards", "2"], ["train", words], ["build"]):
+        for force in ([], ["--force"]):
+            result = run_cli(*command, "--name", "notes", "--data-dir", data_dir, *force)
+            assert (result.code, result.err.startswith(refused)) == (1, True), (command, force, result.err)
+    assert [path.name for path in data_dir.rglob("*")] == ["notes", "todo.txt"]
+
+
+def test_a_removal_stopped_midway_takes_the_whole_table_away(
+    tmp_path: Path, glove_raw: RawTable, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``remove`` stopped while it deletes the files (Ctrl-C here): the name holds no part of the table, which no
+    server would load; its files, hidden, are deleted by the next build, ``verify`` or server start."""
+    words, data_dir = write_words(glove_raw, tmp_path / "words.txt", rows=2000), tmp_path / "data"
+    assert run_cli("import", words, "--name", "t", "--data-dir", data_dir).code == 0
+
+    unlink, deleted = os.unlink, []
+
+    def one_then_interrupted(path: str, *, dir_fd: int | None = None) -> None:  # shutil.rmtree's unlink
+        if dir_fd is not None and deleted:
+            raise KeyboardInterrupt
+        unlink(path, dir_fd=dir_fd)
+        deleted.append(path)
+
+    with monkeypatch.context() as patched:
+        patched.setattr(os, "unlink", one_then_interrupted)
+        assert run_cli("remove", "t", "--data-dir", data_dir).code == 130
+    assert not (data_dir / "t").exists() and artifact.list_tables(data_dir) == []
+    [hidden] = data_dir.glob(".tmp-t-*")
+    assert [path for path, _ in artifact.recover(data_dir)] == [hidden] and not hidden.exists()
 
 
 def start(*args: object, cwd: Path | None = None) -> subprocess.Popen[str]:

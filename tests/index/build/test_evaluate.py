@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import gzip
 import json
 import subprocess
 import sys
@@ -15,6 +16,7 @@ from gensim.models import KeyedVectors
 
 from bench.analogy import subset
 from index.build.evaluate import default_sets, evaluate_analogies, evaluate_pairs, format_report
+from index.build.sources import RawTable
 from index.engine import analogy
 from index.engine.analogy import analogy_top
 from index.engine.table import Table
@@ -172,6 +174,24 @@ def test_restricted_pairs_equal_gensim(glove: Table, glove_kv: KeyedVectors) -> 
     pearson, spearman, oov_ratio = glove_kv.evaluate_word_pairs(str(SIMLEX), restrict_vocab=5_000)
     assert ours["oov"] > 0
     assert (ours["pearson"], ours["spearman"], ours["oov_ratio"]) == pytest.approx(
+        (pearson[0], spearman[0], oov_ratio), abs=1e-6
+    )
+
+
+def test_gzip_files_are_read_as_gensim_reads_them(small: Table, glove_raw: RawTable, tmp_path: Path) -> None:
+    """A gzip-compressed analogy or pair file is decompressed, as gensim opens it: the same figures as gensim's."""
+    kv = KeyedVectors(small.dim)
+    kv.add_vectors(glove_raw.tokens[: small.rows], glove_raw.matrix[: small.rows])
+    questions, pairs = tmp_path / "questions.txt.gz", tmp_path / "wordsim.tsv.gz"
+    questions.write_bytes(gzip.compress(subset(GOOGLE, tmp_path / "q.txt", 40).read_bytes()))
+    pairs.write_bytes(gzip.compress(WORDSIM.read_bytes()))
+    ours = evaluate_analogies(small, questions)
+    accuracy, sections = kv.evaluate_word_analogies(str(questions))
+    assert ours["total"] == len(sections[-1]["correct"]) + len(sections[-1]["incorrect"]) > 100
+    assert ours["accuracy"] == pytest.approx(accuracy, abs=1e-9)
+    pearson, spearman, oov_ratio = kv.evaluate_word_pairs(str(pairs))
+    found = evaluate_pairs(small, pairs)
+    assert (found["pearson"], found["spearman"], found["oov_ratio"]) == pytest.approx(
         (pearson[0], spearman[0], oov_ratio), abs=1e-6
     )
 

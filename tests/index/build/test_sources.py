@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import bz2
 import gzip
+import hashlib
 import io
 import json
 import lzma
@@ -23,8 +24,18 @@ import numpy as np
 import pytest
 from gensim.models import KeyedVectors
 
+from index.build import writer
 from index.build.clean import clean
-from index.build.sources import RawTable, ReadOptions, read_source, sniff_format, text, word2vec_binary
+from index.build.sources import (
+    RawTable,
+    ReadOptions,
+    read_source,
+    refuse_unread,
+    sniff_format,
+    text,
+    word2vec_binary,
+)
+from index.build.writer import source_digest
 from index.engine.table import Table
 from index.errors import InputError
 from index.store import artifact
@@ -916,6 +927,30 @@ BAD_CASES: dict[str, tuple[Callable[[Path, object], list[object]], list[str]]] =
         lambda p, r: [*_write_case(p, "wiki.bin", FASTTEXT_MODEL_HEAD), "--format", "npy"],
         ["wiki.bin:", "a fastText .bin model"],
     ),
+    "UTF-16 text": (  # as Windows tools write "Unicode": a byte order mark, two bytes a character
+        lambda p, r: _write_case(p, "g.txt", _join(_lines(r)).decode().encode("utf-16")),
+        ["g.txt:", "UTF-16 text", "convert it to UTF-8 first"],
+    ),
+    "UTF-16 big-endian read as glove": (
+        lambda p, r: [
+            *_write_case(p, "g.txt", b"\xfe\xff" + _join(_lines(r)).decode().encode("utf-16-be")),
+            "--format",
+            "glove",
+        ],
+        ["g.txt:", "UTF-16 text"],
+    ),
+    "UTF-16 documents": (
+        lambda p, r: _write_case(p, "d.jsonl", '{"id": "a", "vector": [1.0]}\n'.encode("utf-16")),
+        ["d.jsonl:", "UTF-16 text"],
+    ),
+    "UTF-16 vocabulary": (
+        lambda p, r: [
+            *_npy(p, r, vocab_lines=None),
+            "--vocab",
+            _write_case(p, "v.txt", "\n".join(r[0]).encode("utf-16"))[0],
+        ],
+        ["v.txt:", "UTF-16 text"],
+    ),
     "wrong row length": (
         lambda p, r: _write_case(p, "g.txt", _join([*_lines(r)[:57], b"short 0.1 0.2", *_lines(r)[58:]])),
         ["g.txt:58:", "2 values after the token, expected 50"],
@@ -992,6 +1027,10 @@ BAD_CASES: dict[str, tuple[Callable[[Path, object], list[object]], list[str]]] =
     "npy object array": (_object_npy, ["m.npy", "Python objects"]),
     "npy without vocabulary": (lambda p, r: _npy(p, r, vocab_lines=None), ["m.npy", "--vocab"]),
     "npy vocabulary too short": (lambda p, r: _npy(p, r, vocab_lines=199), ["vocab.txt", "199 tokens", "200 rows"]),
+    "npy vocabulary a folder": (
+        lambda p, r: [*_npy(p, r, vocab_lines=None), "--vocab", p],
+        ["the vocabulary is not a file"],
+    ),
     "npy one-dimensional": (
         lambda p, r: _npy(p, r, array=np.zeros(200, dtype=np.float32)),
         ["m.npy", "2-D"],
@@ -1032,6 +1071,14 @@ BAD_CASES: dict[str, tuple[Callable[[Path, object], list[object]], list[str]]] =
     ),
 }
 FORCED = {"not a header": ["--format", "word2vec"]}
+
+
+def test_binary_bytes_like_a_utf16_mark_are_not_text(tmp_path: Path) -> None:
+    """A safetensors file whose header length starts 0xFEFF is no UTF-16 text: the UTF-16 refusal reads on."""
+    for head in (b"\xff\xfe\x01\x00\x00\x00\x00\x00{", b"\xfe\xff\x00\x00\x00\x00\x00\x01{"):
+        refuse_unread(tmp_path / "model.safetensors", head)
+    with pytest.raises(InputError, match="UTF-16 text"):
+        refuse_unread(tmp_path / "g.txt", "\ufeffthe 0.1".encode("utf-16-le"))
 
 
 @pytest.mark.parametrize("case", sorted(BAD_CASES))
@@ -1133,6 +1180,23 @@ def test_reader_options_apply_to_direct_calls(tmp_path: Path, glove_rows) -> Non
     path = write(tmp_path / "g.txt", [*lines[:5], b"bad 1", *lines[5:]])
     raw, fmt = read_source(path, "glove", ReadOptions(drop_invalid=True))
     assert fmt == "glove" and len(raw.tokens) == 10 and raw.report["malformed_rows_dropped"] == 1
+
+
+def test_a_large_sources_checksum_shows_its_progress(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The source's sha256 takes a second or more from ``SHOWN_DIGEST_BYTES`` on (a 5 GB fastText file, ten): its
+    progress is shown from there on; the digest is the file's, a folder's that of its files' names and digests."""
+    first, second = tmp_path / "a.txt", tmp_path / "b.txt"
+    first.write_bytes(b"x" * 3000)
+    second.write_bytes(b"y" * 1000)
+    monkeypatch.setattr(writer, "SHOWN_DIGEST_BYTES", 4000)
+    with progress_lines() as shown:
+        assert source_digest([first]) == hashlib.sha256(first.read_bytes()).hexdigest()
+    assert shown.getvalue() == ""
+    with progress_lines() as shown:
+        folder = source_digest([tmp_path])
+    assert shown.getvalue() == "embedding-index: checksum of the source: done (0 MiB of 0 MiB) in 0s\n"
+    named = "".join(f"{f.name}:{hashlib.sha256(f.read_bytes()).hexdigest()}\n" for f in (first, second))
+    assert folder == hashlib.sha256(named.encode()).hexdigest()
 
 
 # ---------------------------------------------------------------------------------------------- real binary

@@ -19,10 +19,12 @@ import pytest
 from gensim.models import Word2Vec
 from gensim.test.utils import datapath
 
+from index import progress
+from index.build import train
 from index.build.train import TrainParams, train_word2vec
 from index.engine.table import Table
 from tests import REPO
-from tests.cli import run_cli, run_index
+from tests.cli import progress_lines, run_cli, run_index
 from tests.early import Early
 
 SMALL = ("--dim", "32", "--epochs", "2", "--workers", "1", "--min-count", "5", "--index", "flat")
@@ -124,6 +126,26 @@ def test_several_files_and_gzip(lee: Path, tmp_path: Path) -> None:
     np.testing.assert_array_equal(split.matrix, whole.matrix)
 
 
+def test_each_pass_over_the_corpus_shows_progress(lee: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Reading the corpus (by the bytes of its files), counting its words and training (by words, epoch after epoch)
+    each say how far they are: a large corpus takes minutes before training and each epoch as long."""
+    monkeypatch.setattr(progress.CONFIG, "interval", 0.0)  # a line at every step forward
+    monkeypatch.setattr(train, "PROGRESS_LINES", 50)  # the corpus's 300 lines read in 6 steps
+    with progress_lines() as shown:
+        train_word2vec([lee], TrainParams(dim=8, epochs=2, workers=1))
+    steps: dict[str, list[str]] = {}
+    for line in shown.getvalue().splitlines():
+        step, state = line.removeprefix("embedding-index: ").split(": ", 1)
+        steps.setdefault(step, []).append(state)
+    assert list(steps) == ["reading the corpus", "counting the words of the corpus", "training"]
+    words = 59_890
+    for step, total in zip(steps, ("0 MiB", f"{words:,}", f"{2 * words:,}"), strict=True):
+        *partial, last = steps[step]
+        done = [int(state.split("%")[0]) for state in partial]
+        assert len(done) >= 2 and done == sorted(done) and done[-1] > 0, (step, partial)
+        assert last.startswith(f"done ({total} of {total}"), (step, last)
+
+
 BAD = [
     (None, "corpus file not found"),
     (b"", "corpus file has no words"),
@@ -135,14 +157,26 @@ BAD = [
 
 @pytest.fixture(scope="module")
 def refusals(tmp_path_factory: pytest.TempPathFactory) -> list[tuple[Path, Path, subprocess.Popen[str]]]:
-    """(corpus, data directory, its ``embedding-index train``) of each bad corpus, the commands started together."""
+    """(corpus, data directory, its ``embedding-index --quiet train``: the error alone, without the progress of the
+    steps before it) of each bad corpus, the commands started together."""
     started = []
     for content, _ in BAD:
         work = tmp_path_factory.mktemp("bad")
         corpus = work / "corpus.txt"
         if content is not None:
             corpus.write_bytes(content)
-        argv = [sys.executable, "-m", "index", "train", str(corpus), "--name", "bad", "--data-dir", str(work / "data")]
+        argv = [
+            sys.executable,
+            "-m",
+            "index",
+            "--quiet",
+            "train",
+            str(corpus),
+            "--name",
+            "bad",
+            "--data-dir",
+            str(work / "data"),
+        ]
         process = subprocess.Popen([*argv, *SMALL], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         started.append((corpus, work / "data", process))
     return started

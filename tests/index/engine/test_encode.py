@@ -546,6 +546,9 @@ def test_sif_command_and_its_errors(data_dir: Path, tmp_path: Path, glove_raw: R
     corpus.write_text("zzqxv qqqzx\n")
     with pytest.raises(InputError, match=re.escape("no line has a word of table 'glove-20k' (1 lines)")):
         sif_table(data_dir, "glove-20k", corpus)
+    for path, problem in ((tmp_path / "nope.txt", "no such file"), (tmp_path, "not a file")):
+        with pytest.raises(InputError, match=re.escape(f"{path}: {problem}")):
+            sif_table(data_dir, "glove-20k", path)
     done = run_index("sif", "minilm", "--data-dir", str(data_dir))
     assert done.returncode == 1 and "SIF is for word tables" in done.stderr
     assert Table.load(data_dir / "glove-20k").manifest["sif"]["a"] == 0.01  # a failed step changed nothing

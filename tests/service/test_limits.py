@@ -514,13 +514,18 @@ def scores(answers: list[Any]) -> list[Any]:
 
 
 def test_a_refusal_of_a_later_request_names_the_item_among_the_batchs(tight: str) -> None:
-    """A token too long for any request, the 21st of 24 (the fifth of the third request): the call raises that
-    request's refusal, as the server's of one request of them all, its error naming ``queries.20``, not 4."""
-    tokens = [*TOKENS[:20], "x" * (MAX_TOKEN_CHARS + 1), *TOKENS[21:]]
+    """Tokens too long for any request, the 21st and 23rd of 24 (the fifth and seventh of the third request): the
+    call raises that request's refusal, as the server's of one request of them all, its error naming
+    ``queries.20`` and ``queries.22``, not 4 and 6."""
+    long = "x" * (MAX_TOKEN_CHARS + 1)
+    tokens = [*TOKENS[:20], long, TOKENS[21], long, TOKENS[23]]
     with Client(tight) as client, pytest.raises(ApiError) as refused:
         client.neighbors_batch("small", tokens, k=3, restrict=1000)
-    assert refused.value.message.startswith("queries.20: ") and refused.value.limit == "max_token_chars"
-    assert refused.value.details["details"][0]["loc"] == ["body", "queries", "20"]
+    message, details = refused.value.message, refused.value.details["details"]
+    assert (
+        message.startswith("queries.20: ") and "; queries.22: " in message and refused.value.limit == "max_token_chars"
+    )
+    assert [problem["loc"] for problem in details] == [["body", "queries", "20"], ["body", "queries", "22"]]
 
 
 def test_texts_are_embedded_in_the_servers_sizes(tight: str) -> None:

@@ -546,6 +546,20 @@ def test_texts_are_embedded_in_the_servers_sizes(tight: str) -> None:
     assert details.truncated == [False] * 24
 
 
+def test_a_server_without_a_limit_of_rows_is_asked_no_tables_rows(tight: str) -> None:
+    """A server that publishes no max_exact_rows (an older version): a batch of searches, exact or restricted,
+    that fits one request is that request alone, the table's rows never read."""
+    sent: list[str] = []
+    hooks = {"response": [lambda response: sent.append(response.request.url.path)]}
+    with httpx.Client(base_url=tight, event_hooks=hooks) as http:
+        client = Client(tight, http=http)
+        client._known.limits = {k: v for k, v in client.limits().items() if k != "max_exact_rows"}
+        sent.clear()
+        client.search_batch("small", VECTORS[:1], k=3, exact=True)
+        client.neighbors_batch("small", TOKENS[:2], k=3, restrict=1000)
+    assert sent == ["/v1/tables/small/search", "/v1/tables/small/neighbors"]
+
+
 def test_a_batch_refused_for_a_lowered_limit_is_sized_again(tight: str) -> None:
     """A client that read a higher max_batch than the server's now (the server started again with a lower one)
     sends 24 tokens at once; refused for it, it reads the limits again and sends them in threes of 8."""

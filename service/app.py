@@ -204,10 +204,11 @@ def create_app(settings: Settings) -> FastAPI:
             allow_headers=["*"],
         )
     app.add_middleware(RequestLimitsMiddleware, max_body_bytes=settings.max_body_bytes, limits=limits)
+    # Every error of the OpenAI-compatible paths in OpenAI's shape and status, the one the metrics count
+    app.add_middleware(OpenAIErrorsMiddleware)
     app.add_middleware(
         MetricsMiddleware, metrics=metrics, tables=table_names, fronted=scatter.metric_labels(front, fronting)
     )
-    app.add_middleware(OpenAIErrorsMiddleware)  # outermost added: every error of POST /v1/embeddings in OpenAI's shape
     # Around the whole stack, Starlette's error middleware included: a 500 and its log line carry the request's id.
     build_stack = app.build_middleware_stack
     app.build_middleware_stack = lambda: RequestIdMiddleware(build_stack())  # type: ignore[method-assign]

@@ -150,7 +150,7 @@ class Batch:
         def cut(known: Known, start: int) -> Call[list[tuple[int, int]]]:
             found = yield from limits(known)
             costs = {limit: list(each) for limit, each in self.costs}
-            for table, limit, rows in self.scans:
+            for table, limit, rows in (scan for scan in self.scans if scan[1] in found):  # a server's limit only
                 scored = rows((yield from described(table, known)))
                 costs[limit] = [c + scored for c in costs.get(limit, [0] * len(sizes))]
             also = [(each[start:], int(found[limit])) for limit, each in costs.items() if limit in found]

@@ -260,12 +260,12 @@ def counted_from(error: ApiError, first: int) -> ApiError:
 
 
 def renumbered(error: ApiError, key: str, first: int) -> ApiError:
-    """``error`` of a batch request whose items (``key``) are a longer batch's from ``first`` on: the item it names
-    (``queries.3: ...``, and in its ``details``' ``loc``) counted among the batch's."""
-    found = re.match(rf"{re.escape(key)}\.(\d+)", error.message)
-    if first == 0 or found is None:
+    """``error`` of a batch request whose items (``key``) are a longer batch's from ``first`` on: each item it names
+    (``queries.3: ...; queries.5: ...``, and in its ``details``' ``loc``) counted among the batch's."""
+    place = re.compile(rf"(?:^|(?<=; )){re.escape(key)}\.(\d+)")  # each problem of the message names its place
+    if first == 0 or place.search(error.message) is None:
         return error
-    message = f"{key}.{first + int(found.group(1))}{error.message[found.end() :]}"
+    message = place.sub(lambda found: f"{key}.{first + int(found.group(1))}", error.message)
     details = dict(error.details)
     if isinstance(details.get("details"), list):
         details["details"] = [_renumbered_loc(item, key, first) for item in details["details"]]

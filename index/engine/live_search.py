@@ -335,14 +335,17 @@ class LiveSource:
         self.rows = table.rows + len(written)
         self.vectors = _Rows(table.vectors, written)
         self.statistics = statistics
+        self._keyword: LiveKeyword | None = None
 
-    @functools.cached_property
+    @property
     def keyword(self) -> LiveKeyword | None:
-        """The live keyword index, made when a search first reads it (a vector search, diverse or not, never does)."""
+        """The live keyword index, made when a search first reads it (a vector search, diverse or not, never does).
+        Not a ``functools.cached_property``: before Python 3.12 its lock is one for every instance, so a slow first
+        cut of one search's would hold up every other search beside writes."""
         table, delta = self.table, self.delta
-        if table.keyword is None:
-            return None
-        return delta.cached("keyword", lambda: LiveKeyword(table, delta)).scored_with(self.statistics)
+        if self._keyword is None and table.keyword is not None:
+            self._keyword = delta.cached("keyword", lambda: LiveKeyword(table, delta)).scored_with(self.statistics)
+        return self._keyword
 
     def limit(self, options: SearchOptions) -> int:
         """Every row, written ones too; ``restrict``: the version's first rows (as ``vector_search`` reads it)."""

@@ -18,7 +18,6 @@ the merge of the shards' lists is the whole table's list.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Collection, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
@@ -281,11 +280,18 @@ class _Keyword(KeywordIndex):
         self.k1, self.b = first.k1, first.b
         self.rows = table.rows
         self.whole = None  # its postings are all the whole table's: its own statistics are the whole's
+        self._lengths: tuple[np.ndarray | None] | None = None  # gathered when first read
 
-    @functools.cached_property
+    @property
     def lengths(self) -> np.ndarray | None:  # type: ignore[override]
         """Each row's word count: its shards' kept lengths in the whole table's rows (None when a shard has none,
-        built before they were kept), gathered on the first search beside writes."""
+        built before they were kept), gathered on the first search beside writes (not under a
+        ``functools.cached_property``'s lock, one for every table before Python 3.12)."""
+        if self._lengths is None:
+            self._lengths = (self._gathered_lengths(),)
+        return self._lengths[0]
+
+    def _gathered_lengths(self) -> np.ndarray | None:
         table = self._table
         kept = [shard.keyword.lengths for shard in table.shards if shard.keyword is not None]
         found = [part for part in kept if part is not None]

@@ -363,6 +363,10 @@ def test_the_refusals_before_the_route_are_openais(keyed: str) -> None:
     )
     assert error.status_code == 422 and set(error.json()["error"]) >= {"code", "message"}
     assert "type" not in error.json()["error"]
+    # the metrics count each refusal by the status its client got: OpenAI's, none of the service's 403 or 413
+    counted = real_server.HTTP.get(f"{keyed}/metrics").text
+    assert 'route="/v1/embeddings",status="400"' in counted and 'route="unmatched",status="400"' in counted
+    assert 'status="403"' not in counted and 'status="413"' not in counted
 
 
 def test_openapi_documents_both_routes(client: TestClient) -> None:

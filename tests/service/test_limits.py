@@ -514,13 +514,18 @@ def scores(answers: list[Any]) -> list[Any]:
 
 
 def test_a_refusal_of_a_later_request_names_the_item_among_the_batchs(tight: str) -> None:
-    """A token too long for any request, the 21st of 24 (the fifth of the third request): the call raises that
-    request's refusal, as the server's of one request of them all, its error naming ``queries.20``, not 4."""
-    tokens = [*TOKENS[:20], "x" * (MAX_TOKEN_CHARS + 1), *TOKENS[21:]]
+    """Tokens too long for any request, the 21st and 23rd of 24 (the fifth and seventh of the third request): the
+    call raises that request's refusal, as the server's of one request of them all, its error naming
+    ``queries.20`` and ``queries.22``, not 4 and 6."""
+    long = "x" * (MAX_TOKEN_CHARS + 1)
+    tokens = [*TOKENS[:20], long, TOKENS[21], long, TOKENS[23]]
     with Client(tight) as client, pytest.raises(ApiError) as refused:
         client.neighbors_batch("small", tokens, k=3, restrict=1000)
-    assert refused.value.message.startswith("queries.20: ") and refused.value.limit == "max_token_chars"
-    assert refused.value.details["details"][0]["loc"] == ["body", "queries", "20"]
+    message, details = refused.value.message, refused.value.details["details"]
+    assert (
+        message.startswith("queries.20: ") and "; queries.22: " in message and refused.value.limit == "max_token_chars"
+    )
+    assert [problem["loc"] for problem in details] == [["body", "queries", "20"], ["body", "queries", "22"]]
 
 
 def test_texts_are_embedded_in_the_servers_sizes(tight: str) -> None:
@@ -539,6 +544,20 @@ def test_texts_are_embedded_in_the_servers_sizes(tight: str) -> None:
     assert details.pooling == alone[0].pooling
     assert details.tokens == [one.tokens[0] for one in alone] and max(details.tokens) == 9
     assert details.truncated == [False] * 24
+
+
+def test_a_server_without_a_limit_of_rows_is_asked_no_tables_rows(tight: str) -> None:
+    """A server that publishes no max_exact_rows (an older version): a batch of searches, exact or restricted,
+    that fits one request is that request alone, the table's rows never read."""
+    sent: list[str] = []
+    hooks = {"response": [lambda response: sent.append(response.request.url.path)]}
+    with httpx.Client(base_url=tight, event_hooks=hooks) as http:
+        client = Client(tight, http=http)
+        client._known.limits = {k: v for k, v in client.limits().items() if k != "max_exact_rows"}
+        sent.clear()
+        client.search_batch("small", VECTORS[:1], k=3, exact=True)
+        client.neighbors_batch("small", TOKENS[:2], k=3, restrict=1000)
+    assert sent == ["/v1/tables/small/search", "/v1/tables/small/neighbors"]
 
 
 def test_a_batch_refused_for_a_lowered_limit_is_sized_again(tight: str) -> None:

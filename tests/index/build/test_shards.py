@@ -13,7 +13,11 @@ import json
 import shutil
 import subprocess
 import sys
+import threading
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -176,6 +180,31 @@ def test_each_shard_keeps_its_documents_lengths(whole: Table, sharded: ShardedTa
     assert whole.keyword is not None and sharded.keyword is not None and whole.keyword.lengths is not None
     assert sharded.keyword.lengths is not None
     np.testing.assert_array_equal(sharded.keyword.lengths, whole.keyword.lengths)
+
+
+def test_a_sharded_tables_lengths_gathered_slowly_hold_up_no_other_tables(data_dir: Path) -> None:
+    """A sharded table gathers its shards' lengths when first read: one gathering slowly holds up no other
+    table's."""
+    slow, other = (ShardedTable.load(data_dir / "lee3") for _ in range(2))
+    gathering, gathered = threading.Event(), threading.Event()
+
+    class Slow(list[Any]):
+        def __iter__(self) -> Iterator[Any]:
+            gathering.set()
+            gathered.wait(30)
+            return super().__iter__()
+
+    slow.global_rows = Slow(slow.global_rows)
+    reading = threading.Thread(target=lambda: slow.keyword and slow.keyword.lengths)
+    pool = ThreadPoolExecutor(1)
+    reading.start()
+    try:
+        assert gathering.wait(30)
+        assert pool.submit(lambda: other.keyword and other.keyword.lengths).result(timeout=5) is not None
+    finally:
+        gathered.set()
+        reading.join()
+        pool.shutdown()
 
 
 def test_a_shard_alone_reads_its_scores_back_with_its_whole_tables_statistics(

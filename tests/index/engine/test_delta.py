@@ -6,7 +6,9 @@ from __future__ import annotations
 import copy
 import json
 import shutil
+import threading
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -380,3 +382,39 @@ def test_a_filter_over_the_written_documents_is_evaluated_once_per_change(
     write(31, "w-05", 2005)  # replaced: it passes now
     assert listing(late) == expected(late) and "w-05" in expected(late)
     assert len(evaluated) == 4  # written since: evaluated again
+
+
+def test_a_live_keyword_index_made_slowly_holds_up_no_other_search(
+    lee_data_dir: Path, lee_docs: Lee, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each search beside writes makes its live keyword index when it first reads it: one made slowly (a table built
+    before the lengths were kept cuts its version's text) holds up no other search's, of another delta."""
+    from index.engine import live_search
+
+    table = Table.load(lee_data_dir / "lee")
+    assert table.payload is not None
+    snapshots = []
+    for row in (5, 6):
+        delta = Delta(table.payload, table.rows, table.dim, 0)
+        delta.apply([upsert(1, {"id": "n1", "text": lee_docs.texts[row], "vector": lee_docs.vectors[row].tolist()})])
+        snapshots.append(delta.snapshot())
+    cutting, cut = threading.Event(), threading.Event()
+
+    class Slow(live_search.LiveKeyword):
+        def __init__(self, table: Table, delta: Delta) -> None:
+            if delta is snapshots[0]:
+                cutting.set()
+                cut.wait(30)
+            super().__init__(table, delta)
+
+    monkeypatch.setattr(live_search, "LiveKeyword", Slow)
+    slow = threading.Thread(target=lambda: live_search.LiveSource(table, snapshots[0]).keyword)
+    other = ThreadPoolExecutor(1)
+    slow.start()
+    try:
+        assert cutting.wait(30)
+        assert other.submit(lambda: live_search.LiveSource(table, snapshots[1]).keyword).result(timeout=5) is not None
+    finally:
+        cut.set()
+        slow.join()
+        other.shutdown()

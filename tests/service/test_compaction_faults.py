@@ -3,6 +3,7 @@ new one) serves with the log, no write is lost, and the next compaction complete
 
 from __future__ import annotations
 
+import os
 import random
 import shutil
 import signal
@@ -148,15 +149,15 @@ def test_a_remove_cut_short_leaves_no_writes_for_a_table_imported_later(
         with pytest.raises(OSError):
             writelog.remove_logs(data, "lee")
     assert not writelog.previous_path(path).exists()  # never a replaced file without its log
-    real_rmtree = shutil.rmtree
+    real_rename = os.rename
 
-    def rmtree_failing_on_the_table(target: Path, *args: Any, **kwargs: Any) -> None:
-        if Path(target) == data / "lee":
+    def rename_failing_on_the_table(source: Any, target: Any) -> None:  # the table's one step out of its name
+        if Path(source) == data / "lee":
             raise OSError("stopped here")
-        real_rmtree(target, *args, **kwargs)
+        real_rename(source, target)
 
     with monkeypatch.context() as patched:
-        patched.setattr(shutil, "rmtree", rmtree_failing_on_the_table)
+        patched.setattr(os, "rename", rename_failing_on_the_table)
         assert run_cli("remove", "lee", "--data-dir", data).code != 0
     assert not any(path.parent.iterdir()) and (data / "lee").is_dir()
     assert run_cli("remove", "lee", "--data-dir", data).code == 0 and not (data / "lee").exists()

@@ -19,7 +19,7 @@ from index.build.budget import AUTO_BUDGET_SECONDS
 from index.build.sources import FORMATS, RawTable
 from index.engine.keyword import DEFAULT_STEMMER, DEFAULT_STOPWORDS
 from index.errors import ArtifactError, EmbeddingError, UnknownTable
-from index.progress import note
+from index.progress import Progress, note
 from index.store import artifact
 
 app = typer.Typer(
@@ -761,7 +761,12 @@ def eval_(
         report["analogies"] = evaluate_analogies(
             table, analogies, restrict=restrict, method=method.value, errors=errors
         )
-    report["pairs"] = [evaluate_pairs(table, p, restrict=restrict) for p in pairs or []]
+    report["pairs"] = []
+    if pairs:
+        with Progress("word pairs", len(pairs), "files") as progress:
+            for path in pairs:
+                report["pairs"].append(evaluate_pairs(table, path, restrict=restrict))
+                progress.advance()
     typer.echo(json.dumps(report, indent=2) if as_json else format_report(report))
 
 

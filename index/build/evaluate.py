@@ -12,7 +12,8 @@
 - of the best ``5 + inputs`` rows the inputs are dropped and the first five kept; the prediction is the first of
   them whose upper-cased label is in the vocabulary and is none of a, b, c (else the last of them).
 
-The search itself is :func:`index.engine.analogy.analogy_top`.
+The search itself is :func:`index.engine.analogy.analogy_top`; its progress (rows searched) goes to stderr with the
+builder's other steps, the report to stdout.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from index.build.sources import read_bytes
 from index.engine.analogy import analogy_top
 from index.engine.table import Table
 from index.errors import InputError, InvalidQuery
+from index.progress import Progress
 
 TOPN = 5  # gensim evaluates the top 5 answers of most_similar
 METHODS = ("3cosadd", "3cosmul")
@@ -181,7 +183,8 @@ def evaluate_analogies(
     predicted = np.full(len(a), -1, dtype=np.int64)
     limit = vocab.limit if method == "3cosadd" else table.rows  # gensim's 3CosMul ignores restrict_vocab
     if len(a):
-        ids, _ = analogy_top(table, a, b, c, TOPN + 3, method, limit)
+        with Progress(f"analogies {Path(path).name} ({method})", limit) as progress:
+            ids, _ = analogy_top(table, a, b, c, TOPN + 3, method, limit, done=progress.advance)
         predicted = _predict(vocab, ids, a, b, c)
         correct = predicted == expected
     n_sections = len(questions.sections)

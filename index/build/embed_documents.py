@@ -33,7 +33,7 @@ from index.engine.encode import Encoder, encoder_for
 from index.engine.encoding import Encoded
 from index.engine.table import Table
 from index.engine.transformer_encoder import TransformerEncoder, threads
-from index.errors import InputError, UnknownTable
+from index.errors import InputError, UnknownTable, counted
 from index.progress import Progress, note
 from index.store import artifact
 
@@ -105,7 +105,8 @@ class TextEncoder:
                 cancelled.update({start + i: words for i, words in encoded.cancelled.items()})
                 left_out.update({start + i: pieces for i, pieces in encoded.left_out.items()})
         seconds = time.perf_counter() - started
-        note(f"embedded {len(texts):,} texts in {seconds:.1f} s ({len(texts) / max(seconds, 1e-9):,.0f} texts/s)")
+        rate = len(texts) / max(seconds, 1e-9)
+        note(f"embedded {counted(len(texts), 'text')} in {seconds:.1f} s ({rate:,.0f} texts/s)")
         matrix = np.vstack(blocks) if blocks else np.zeros((0, self.table.dim), dtype=np.float32)
         return Embedded(matrix, ok, cancelled, left_out)
 

@@ -31,7 +31,7 @@ from index.build.gensim_data import gensim_data
 from index.build.sources import read_bytes
 from index.engine.analogy import analogy_top
 from index.engine.table import Table
-from index.errors import InputError, InvalidQuery
+from index.errors import InputError, InvalidQuery, counted
 from index.progress import Progress
 
 TOPN = 5  # gensim evaluates the top 5 answers of most_similar
@@ -287,13 +287,15 @@ def evaluate_pairs(
         left.append(first)
         right.append(second)
     if not gold:
-        raise InputError(path, f"no word pair with both words in the first {vocab.limit:,} rows of {table.name!r}")
+        raise InputError(
+            path, f"no word pair with both words in the first {counted(vocab.limit, 'row')} of {table.name!r}"
+        )
     # Correlations and their p-values need MIN_PAIRS pairs and scores that differ (else scipy raises or gives NaN).
     if len(gold) < MIN_PAIRS:
         raise InputError(
             path,
-            f"a correlation needs at least {MIN_PAIRS} word pairs with both words in the first {vocab.limit:,} rows "
-            f"of {table.name!r}; found {len(gold)}",
+            f"a correlation needs at least {MIN_PAIRS} word pairs with both words in the first "
+            f"{counted(vocab.limit, 'row')} of {table.name!r}; found {len(gold)}",
         )
     if min(gold) == max(gold):
         raise InputError(path, f"all {len(gold):,} known pairs have the score {gold[0]:g}: no correlation to measure")
@@ -322,7 +324,7 @@ def format_report(report: dict[str, Any]) -> str:
     analogies = report.get("analogies")
     parts = [analogies] if analogies else []
     limit = min([p["restrict"] for p in parts + report.get("pairs", [])], default=report["restrict"])
-    lines = [f"table {report['table']}, vocabulary: first {limit:,} rows"]
+    lines = [f"table {report['table']}, vocabulary: first {counted(limit, 'row')}"]
     if analogies:
         lines.append(
             f"analogies {Path(analogies['file']).name} ({analogies['method']}): accuracy {analogies['accuracy']:.4f}"

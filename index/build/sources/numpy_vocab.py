@@ -25,7 +25,7 @@ from index.build.sources import (
     reading,
     refuse_unread,
 )
-from index.errors import InputError
+from index.errors import InputError, counted
 
 BOM = "\ufeff"
 MAGIC = b"\x93NUMPY"
@@ -48,7 +48,9 @@ def read(path: Path, options: ReadOptions) -> RawTable:
     if refused:
         raise refused
     if len(tokens) != matrix.shape[0]:
-        raise InputError(vocab, f"{len(tokens):,} tokens, but {path.name} has {matrix.shape[0]:,} rows")
+        raise InputError(
+            vocab, f"{counted(len(tokens), 'token')}, but {path.name} has {counted(matrix.shape[0], 'row')}"
+        )
     with np.errstate(over="ignore", invalid="ignore"):
         matrix = np.array(matrix, dtype=np.float32)
     if not_utf8:  # --drop-invalid: the rows whose token is not UTF-8 left out

@@ -80,6 +80,7 @@ NOT_A_HEADER = "expected a word2vec header 'ROWS DIM' on the first line, found '
         ("word2vec-binary", b"3 x", NOT_A_HEADER),
         ("word2vec", b"0 2", "the header says 0 rows of dimension 2: no vectors"),
         ("word2vec-binary", b"3 0", "the header says 3 rows of dimension 0: no vectors"),
+        ("word2vec", b"1 0", "the header says 1 row of dimension 0: no vectors"),  # a count of 1: singular
     ],
 )
 def test_a_word2vec_header_is_two_positive_numbers(tmp_path: Path, fmt: str, head: bytes, problem: str) -> None:
@@ -739,6 +740,12 @@ def test_blank_line_between_rows_under_a_header(tmp_path: Path, data_dir: Path) 
     short = tmp_path / "six.txt"
     short.write_bytes(b"6 3\na 1 0 0\n\nb 0 1 0\n")
     assert "six.txt:1: the header says 6 rows but the file has 2" in import_fails(short, data_dir, name="six")
+    one = tmp_path / "one.txt"  # a count of 1 is said in the singular
+    one.write_bytes(b"1 3\na 1 0 0\nb 0 1 0\n")
+    assert "one.txt:1: the header says 1 row but the file has 2" in import_fails(one, data_dir, name="one")
+    one.write_bytes(b"1 3\na 1 0 0\n")
+    done = run_cli("import", one, "--name", "one", "--data-dir", data_dir)
+    assert done.code == 0 and done.out.startswith("built 'one': 1 row x 3 "), done
 
 
 def test_counting_the_blank_lines_is_a_step_shown(tmp_path: Path) -> None:

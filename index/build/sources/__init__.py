@@ -140,7 +140,7 @@ def sniff_format(path: Path, block: bytes | None = None) -> str:
     name = path.name.lower().removesuffix(".gz")
     if name.endswith((".jsonl", ".ndjson", ".json", ".parquet", ".csv")):
         return "documents"
-    if name.endswith(".npy"):
+    if name.endswith((".npy", ".npz")):
         return "npy"
     if name.endswith(".tsv"):
         return "projector"

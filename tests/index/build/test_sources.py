@@ -265,6 +265,15 @@ def test_npy_gzip_and_crlf_vocabulary(tmp_path: Path, data_dir: Path, glove_rows
     assert_rows(table, tokens, matrix)
 
 
+@pytest.mark.parametrize("save", [np.savez, np.savez_compressed])
+def test_npz_of_vectors_and_tokens(tmp_path: Path, data_dir: Path, glove_rows, save) -> None:
+    """An .npz archive of the arrays ``vectors`` and ``tokens`` (str) is the same table as .npy + vocabulary."""
+    tokens, matrix = glove_rows
+    save(tmp_path / "m.npz", vectors=matrix, tokens=np.array(tokens, dtype=str))
+    assert sniff_format(tmp_path / "m.npz") == "npy"
+    assert_rows(import_ok(tmp_path / "m.npz", data_dir, "t"), tokens, matrix)
+
+
 def _projector(directory: Path, tokens: list[str], matrix: np.ndarray, kinds: list[str] | None) -> Path:
     directory.mkdir(parents=True, exist_ok=True)
     rows = ["\t".join(map(repr, r.tolist())) for r in matrix]
@@ -867,6 +876,14 @@ def _npy(tmp_path: Path, rows, vocab_lines: int | None = 200, array: np.ndarray 
     return [tmp_path / "m.npy", "--vocab", tmp_path / "vocab.txt"]
 
 
+def _npz(tmp_path: Path, rows, **arrays: object) -> list[object]:
+    """``m.npz`` of ``rows``'s first 200 as ``vectors`` and ``tokens``, or of ``arrays`` (None: left out)."""
+    tokens, matrix = rows
+    given = {"vectors": matrix[:200], "tokens": np.array(tokens[:200], dtype=str), **arrays}
+    np.savez(tmp_path / "m.npz", **{name: array for name, array in given.items() if array is not None})
+    return [tmp_path / "m.npz"]
+
+
 def _write_case(tmp_path: Path, name: str, data: bytes) -> list[object]:
     (tmp_path / name).write_bytes(data)
     return [tmp_path / name]
@@ -1046,6 +1063,28 @@ BAD_CASES: dict[str, tuple[Callable[[Path, object], list[object]], list[str]]] =
     "npy with nan": (
         lambda p, r: _npy(p, r, array=np.where(np.arange(200)[:, None] == 12, np.nan, r[1][:200])),
         ["m.npy:13:", "NaN"],
+    ),
+    "npz with --vocab": (lambda p, r: [*_npz(p, r), "--vocab", p / "m.npz"], ["m.npz", "leave out --vocab"]),
+    "npz without tokens": (lambda p, r: _npz(p, r, tokens=None), ["m.npz", "found 'vectors'", "np.savez("]),
+    "npz with an extra array": (
+        lambda p, r: _npz(p, r, norms=np.ones(200)),
+        ["m.npz", "holds the arrays 'tokens' and 'vectors', found 'norms', 'tokens', 'vectors'"],
+    ),
+    "npz object tokens": (
+        lambda p, r: _npz(p, r, tokens=np.array(r[0][:200], dtype=object)),
+        ["m.npz", "array 'tokens': holds Python objects", "unpickle"],
+    ),
+    "npz bytes tokens": (
+        lambda p, r: _npz(p, r, tokens=np.array(r[0][:200], dtype=bytes)),
+        ["m.npz", "array 'tokens': dtype |S", "is not str"],
+    ),
+    "npz tokens too few": (
+        lambda p, r: _npz(p, r, tokens=np.array(r[0][:199], dtype=str)),
+        ["m.npz", "array 'tokens': 199 tokens, but 'vectors' has 200"],
+    ),
+    "npz one-dimensional vectors": (
+        lambda p, r: _npz(p, r, vectors=np.zeros(200, dtype=np.float32)),
+        ["m.npz", "array 'vectors': expected a 2-D matrix"],
     ),
     "not an npy": (lambda p, r: [*_write_case(p, "m.npy", b"hello"), "--vocab", p / "m.npy"], ["m.npy", "not a .npy"]),
     "projector without metadata": (

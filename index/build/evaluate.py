@@ -225,7 +225,11 @@ def _errors(
     wrong = np.flatnonzero(~correct)
     quads = questions.ids[wrong]
     rankable = (quads[:, 3:] != quads[:, :3]).all(axis=1)  # an expected word that is also a, b or c never ranks
-    found = iter(analogy_expectations(table, quads[rankable, :3], quads[rankable, 3], method, restrict=limit))
+    with Progress("ranking the expected words of the incorrect answers", int(rankable.sum()), "questions") as progress:
+        ranked = analogy_expectations(
+            table, quads[rankable, :3], quads[rankable, 3], method, restrict=limit, done=progress.advance
+        )
+    found = iter(ranked)
     out = []
     for j, ok in zip(wrong.tolist(), rankable.tolist(), strict=True):
         guess = int(predicted[j])

@@ -309,12 +309,15 @@ def test_cli_eval_text_and_errors(small_data_dir: Path, tmp_path: Path) -> None:
 def test_analogies_show_progress_by_rows_searched(
     small: Table, method: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The analogy search (seconds on the default sets) advances its progress chunk of rows by chunk of rows."""
+    """The analogy search (seconds on the default sets) advances its progress chunk of rows by chunk of rows; the
+    ranks of ``--errors`` (a minute on the whole table) block of questions by block."""
     monkeypatch.setattr(progress.CONFIG, "interval", 0.0)  # a line at every step forward
     questions = subset(GOOGLE, tmp_path / "q.txt", 10)
     with progress_lines() as shown:
-        evaluate_analogies(small, questions, method=method)
-    states = [line.split(f"analogies q.txt ({method}): ", 1)[1] for line in shown.getvalue().splitlines()]
+        report = evaluate_analogies(small, questions, method=method, errors=True)
+    *lines, ranking = shown.getvalue().splitlines()  # then --errors ranks the expected words of the incorrect ones
+    assert report["errors"] and ranking.startswith("embedding-index: ranking the expected words of the incorrect ")
+    states = [line.split(f"analogies q.txt ({method}): ", 1)[1] for line in lines]
     counted = [int(state.split("(")[1].split(" of ")[0].replace(",", "")) for state in states[:-1]]
     assert len(counted) >= 1 and counted == sorted(set(counted)) and counted[-1] < small.rows, states
     assert states[-1].startswith(f"done ({small.rows:,} of {small.rows:,} rows)")

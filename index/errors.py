@@ -15,6 +15,11 @@ def clipped(text: str, limit: int = SHOWN_CHARS) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
+def counted(count: int, noun: str) -> str:
+    """``count`` ``noun``s as a message says them: "1 row", "2,000 rows" (every noun counted takes an "s")."""
+    return f"{count:,} {noun}{'' if count == 1 else 's'}"
+
+
 def shown(value: Any) -> str:
     """A client's value as a message quotes it: its repr, clipped."""
     return clipped(repr(value))

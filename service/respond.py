@@ -27,7 +27,7 @@ from index.engine.door import (
     string_offsets,
     whole_rows,
 )
-from index.errors import OverLimit
+from index.errors import OverLimit, counted
 from service.errors import item_error
 from service.schemas.common import LIMITS
 
@@ -173,7 +173,7 @@ def check_answer_bytes(
         advice = "ask fewer hits (a smaller k or fewer queries)"
         advice += ', or fewer string fields ("fields")' if table.payload is not None else ""
         advice += ' or no "vector" in include' if vector else ""
-        raise too_much(table.payload is not None, vector, limit, total, f"{len(rows):,} hits", advice)
+        raise too_much(table.payload is not None, vector, limit, total, counted(len(rows), "hit"), advice)
 
 
 def documents_bound(table: Table, fields: Sequence[str] | None, vector: bool) -> Bound:

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from index.build.sources import RawTable
-from index.errors import InputError, shown
+from index.errors import InputError, counted, shown
 from index.progress import warn
 from index.store.rows import MAX_DIM, row_norms
 from index.store.tokens import MAX_TOKEN_CHARS
@@ -30,7 +30,7 @@ def clean(
     if matrix.ndim != 2 or (matrix.shape[0] == 0 and not allow_empty) or matrix.shape[1] == 0:
         raise InputError(path, f"no vectors found (matrix shape {list(matrix.shape)})")
     if len(raw.tokens) != matrix.shape[0]:
-        raise InputError(path, f"{len(raw.tokens)} tokens for {matrix.shape[0]} vectors")
+        raise InputError(path, f"{counted(len(raw.tokens), 'token')} for {counted(matrix.shape[0], 'vector')}")
     if matrix.shape[1] > MAX_DIM:
         raise InputError(
             raw.rows_file or path,

@@ -18,8 +18,8 @@ import typer
 from index.build.budget import AUTO_BUDGET_SECONDS
 from index.build.sources import FORMATS, RawTable
 from index.engine.keyword import DEFAULT_STEMMER, DEFAULT_STOPWORDS
-from index.errors import ArtifactError, EmbeddingError, UnknownTable
-from index.progress import note
+from index.errors import ArtifactError, EmbeddingError, UnknownTable, counted
+from index.progress import Progress, note
 from index.store import artifact
 
 app = typer.Typer(
@@ -161,7 +161,7 @@ def _build_and_report(
     index = manifest["index"]
     later = " (exact search until `embedding-index index` builds its index)" if index.get("deferred") else ""
     typer.echo(
-        f"built {manifest['name']!r}: {manifest['rows']:,} rows x {manifest['dim']} "
+        f"built {manifest['name']!r}: {counted(manifest['rows'], 'row')} x {manifest['dim']} "
         f"({index['spec']['kind']}, recall@10 {index['recall_at_10']}){later} in {manifest['build_seconds']} s "
         f"-> {artifact.table_dir(data_dir, manifest['name'])}"
     )
@@ -579,7 +579,8 @@ def train(
     raw = train_word2vec(corpus, params)
     stats = raw.info["corpus"]
     typer.echo(
-        f"trained {len(raw.tokens):,} words x {dim} on {stats['lines']:,} lines ({stats['words']:,} tokens)"
+        f"trained {counted(len(raw.tokens), 'word')} x {dim} on {counted(stats['lines'], 'line')} "
+        f"({counted(stats['words'], 'token')})"
         f" in {stats['train_seconds']} s"
     )
     source = {"format": "word2vec-training", "path": [str(p) for p in corpus], "sha256": source_digest(corpus)}
@@ -632,8 +633,8 @@ def compact(name: str, data_dir: DataDir = Path("data"), quiet: Quiet = False) -
         typer.echo(f"{name!r}: no writes since its version (sequence {done['log_sequence']}); nothing to do")
         return
     typer.echo(
-        f"compacted {name!r}: {done['written']:,} writes folded in, {done['rows']:,} documents, sequence "
-        f"{done['log_sequence']}; {done['kept']:,} later writes kept in the log"
+        f"compacted {name!r}: {counted(done['written'], 'write')} folded in, {counted(done['rows'], 'document')}, "
+        f"sequence {done['log_sequence']}; {counted(done['kept'], 'later write')} kept in the log"
     )
 
 
@@ -656,7 +657,8 @@ def sif(
     info = sif_table(data_dir, name, corpus, a)["sif"]
     made = info["corpus"]
     typer.echo(
-        f"SIF component of {name!r}: {made['texts']:,} texts of {made['path']} ({made['skipped']:,} lines skipped), "
+        f"SIF component of {name!r}: {counted(made['texts'], 'text')} of {made['path']} "
+        f"({counted(made['skipped'], 'line')} skipped), "
         f"a = {info['a']}, p(w) from {info['frequencies']}, {made['explained']:.1%} of their squared length along it"
     )
 
@@ -761,7 +763,12 @@ def eval_(
         report["analogies"] = evaluate_analogies(
             table, analogies, restrict=restrict, method=method.value, errors=errors
         )
-    report["pairs"] = [evaluate_pairs(table, p, restrict=restrict) for p in pairs or []]
+    report["pairs"] = []
+    if pairs:
+        with Progress("word pairs", len(pairs), "files") as progress:
+            for path in pairs:
+                report["pairs"].append(evaluate_pairs(table, path, restrict=restrict))
+                progress.advance()
     typer.echo(json.dumps(report, indent=2) if as_json else format_report(report))
 
 

@@ -12,13 +12,15 @@ A transformer table's blocks run on as many threads as the process has cores (:f
 ONNX Runtime session of a single intra-op thread (a session may be run from several threads at once; the GIL is
 released while it runs). Independent single-threaded runs spend less CPU per text than one run spread over the
 cores, whose threads wait for each other at every operator (BENCHMARKS.md, "A sharded table"); a Ray actor, given
-one core, runs one. The vectors do not depend on the threads.
+one core, runs one. The vectors do not depend on the threads. Progress counts the texts of each run of the model
+as it ends (a block of :data:`MODEL_BLOCK_TEXTS` texts takes seconds on a busy machine), a word table's per block.
 """
 
 from __future__ import annotations
 
+import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,7 +33,7 @@ from index.engine.encode import Encoder, encoder_for
 from index.engine.encoding import Encoded
 from index.engine.table import Table
 from index.engine.transformer_encoder import TransformerEncoder, threads
-from index.errors import InputError, UnknownTable
+from index.errors import InputError, UnknownTable, counted
 from index.progress import Progress, note
 from index.store import artifact
 
@@ -87,8 +89,14 @@ class TextEncoder:
             Progress(f"embedding with {self.table.name}", len(texts), "documents") as progress,
             ThreadPoolExecutor(self.runs) as pool,
         ):
+            counting = threading.Lock()  # the blocks' threads advance one progress
+
+            def advance(done: int) -> None:
+                with counting:
+                    progress.advance(done)
+
             # zero rows for texts the encoder cannot embed; the blocks come back in their order
-            for number, encoded in enumerate(pool.map(self._encode, given)):
+            for number, encoded in enumerate(pool.map(lambda block: self._encode(block, advance), given)):
                 block, start = given[number], number * step
                 # a blank text is no document (a transformer would embed it as [CLS] [SEP] alone)
                 known = (np.asarray(encoded.tokens) > 0) & np.array([bool(text.strip()) for text in block], dtype=bool)
@@ -96,11 +104,15 @@ class TextEncoder:
                 ok[start : start + len(block)] = known
                 cancelled.update({start + i: words for i, words in encoded.cancelled.items()})
                 left_out.update({start + i: pieces for i, pieces in encoded.left_out.items()})
-                progress.advance(len(block))
         seconds = time.perf_counter() - started
-        note(f"embedded {len(texts):,} texts in {seconds:.1f} s ({len(texts) / max(seconds, 1e-9):,.0f} texts/s)")
+        rate = len(texts) / max(seconds, 1e-9)
+        note(f"embedded {counted(len(texts), 'text')} in {seconds:.1f} s ({rate:,.0f} texts/s)")
         matrix = np.vstack(blocks) if blocks else np.zeros((0, self.table.dim), dtype=np.float32)
         return Embedded(matrix, ok, cancelled, left_out)
 
-    def _encode(self, block: list[str]) -> Encoded:
-        return self.encoder.encode(block, strict=False)
+    def _encode(self, block: list[str], advance: Callable[[int], None]) -> Encoded:
+        if isinstance(self.encoder, TransformerEncoder):
+            return self.encoder.encode(block, strict=False, done=advance)  # advanced run by run
+        encoded = self.encoder.encode(block, strict=False)
+        advance(len(block))
+        return encoded

@@ -12,7 +12,8 @@
 - of the best ``5 + inputs`` rows the inputs are dropped and the first five kept; the prediction is the first of
   them whose upper-cased label is in the vocabulary and is none of a, b, c (else the last of them).
 
-The search itself is :func:`index.engine.analogy.analogy_top`.
+The search itself is :func:`index.engine.analogy.analogy_top`; its progress (rows searched) goes to stderr with the
+builder's other steps, the report to stdout.
 """
 
 from __future__ import annotations
@@ -30,7 +31,8 @@ from index.build.gensim_data import gensim_data
 from index.build.sources import read_bytes
 from index.engine.analogy import analogy_top
 from index.engine.table import Table
-from index.errors import InputError, InvalidQuery
+from index.errors import InputError, InvalidQuery, counted
+from index.progress import Progress
 
 TOPN = 5  # gensim evaluates the top 5 answers of most_similar
 METHODS = ("3cosadd", "3cosmul")
@@ -181,7 +183,8 @@ def evaluate_analogies(
     predicted = np.full(len(a), -1, dtype=np.int64)
     limit = vocab.limit if method == "3cosadd" else table.rows  # gensim's 3CosMul ignores restrict_vocab
     if len(a):
-        ids, _ = analogy_top(table, a, b, c, TOPN + 3, method, limit)
+        with Progress(f"analogies {Path(path).name} ({method})", limit) as progress:
+            ids, _ = analogy_top(table, a, b, c, TOPN + 3, method, limit, done=progress.advance)
         predicted = _predict(vocab, ids, a, b, c)
         correct = predicted == expected
     n_sections = len(questions.sections)
@@ -222,7 +225,11 @@ def _errors(
     wrong = np.flatnonzero(~correct)
     quads = questions.ids[wrong]
     rankable = (quads[:, 3:] != quads[:, :3]).all(axis=1)  # an expected word that is also a, b or c never ranks
-    found = iter(analogy_expectations(table, quads[rankable, :3], quads[rankable, 3], method, restrict=limit))
+    with Progress("ranking the expected words of the incorrect answers", int(rankable.sum()), "questions") as progress:
+        ranked = analogy_expectations(
+            table, quads[rankable, :3], quads[rankable, 3], method, restrict=limit, done=progress.advance
+        )
+    found = iter(ranked)
     out = []
     for j, ok in zip(wrong.tolist(), rankable.tolist(), strict=True):
         guess = int(predicted[j])
@@ -284,13 +291,15 @@ def evaluate_pairs(
         left.append(first)
         right.append(second)
     if not gold:
-        raise InputError(path, f"no word pair with both words in the first {vocab.limit:,} rows of {table.name!r}")
+        raise InputError(
+            path, f"no word pair with both words in the first {counted(vocab.limit, 'row')} of {table.name!r}"
+        )
     # Correlations and their p-values need MIN_PAIRS pairs and scores that differ (else scipy raises or gives NaN).
     if len(gold) < MIN_PAIRS:
         raise InputError(
             path,
-            f"a correlation needs at least {MIN_PAIRS} word pairs with both words in the first {vocab.limit:,} rows "
-            f"of {table.name!r}; found {len(gold)}",
+            f"a correlation needs at least {MIN_PAIRS} word pairs with both words in the first "
+            f"{counted(vocab.limit, 'row')} of {table.name!r}; found {len(gold)}",
         )
     if min(gold) == max(gold):
         raise InputError(path, f"all {len(gold):,} known pairs have the score {gold[0]:g}: no correlation to measure")
@@ -319,7 +328,7 @@ def format_report(report: dict[str, Any]) -> str:
     analogies = report.get("analogies")
     parts = [analogies] if analogies else []
     limit = min([p["restrict"] for p in parts + report.get("pairs", [])], default=report["restrict"])
-    lines = [f"table {report['table']}, vocabulary: first {limit:,} rows"]
+    lines = [f"table {report['table']}, vocabulary: first {counted(limit, 'row')}"]
     if analogies:
         lines.append(
             f"analogies {Path(analogies['file']).name} ({analogies['method']}): accuracy {analogies['accuracy']:.4f}"

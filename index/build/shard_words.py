@@ -22,7 +22,7 @@ import pyarrow as pa
 from index.build.clean import clean
 from index.build.shard import BuildShard, Sharding, check_target, publish
 from index.build.sources import RawTable
-from index.errors import ArtifactError
+from index.errors import ArtifactError, counted
 from index.progress import note
 from index.store import artifact, shardmap
 
@@ -60,7 +60,7 @@ def import_sharded_words(
     check_target(data_dir, name, shards, force)
     if raw.kind != WORDS:
         raise ArtifactError(f"--shards: a {raw.kind} table stays whole (words and documents tables shard)")
-    note(f"cleaning {len(raw.tokens):,} rows ...")
+    note(f"cleaning {counted(len(raw.tokens), 'row')} ...")
     raw, report = clean(raw, source.get("path", name), drop_invalid=drop_invalid)
     raw = replace(raw, report=report)
     assignment = shardmap.assign(pa.array(raw.tokens, pa.string()), shards)

@@ -25,7 +25,7 @@ from index.build.sources import open_text
 from index.build.writer import source_digest
 from index.engine.encode import DEFAULT_A, SIF_COMPONENT, Encoder
 from index.engine.table import Table
-from index.errors import InputError, InvalidQuery
+from index.errors import InputError, InvalidQuery, counted
 from index.progress import Progress, duration, note
 from index.store import artifact
 
@@ -84,7 +84,7 @@ def corpus_component(encoder: Encoder, corpus: Path) -> tuple[np.ndarray, dict[s
             lines, texts = lines + len(batch), texts + len(known)
             progress.advance(len(batch))
     if not texts:
-        raise InputError(corpus, f"no line has a word of table {encoder.table.name!r} ({lines} lines)")
+        raise InputError(corpus, f"no line has a word of table {encoder.table.name!r} ({counted(lines, 'line')})")
     component, share = first_component(gram)
     return component, {"lines": lines, "texts": texts, "skipped": lines - texts, "explained": round(share, 6)}
 

@@ -17,7 +17,7 @@ from index.build.budget import AUTO_BUDGET_SECONDS
 from index.build.clean import clean
 from index.build.index_choice import IndexSpec, build_and_measure, parse_spec
 from index.build.sources import RawTable
-from index.errors import ArtifactError
+from index.errors import ArtifactError, counted
 from index.progress import Progress, duration, note
 from index.store import artifact
 from index.store.metadata import METADATA, metadata_file
@@ -78,7 +78,7 @@ def build_table(
     for path, what in artifact.recover(data_dir):  # left by a build that was killed
         log.warning("%s: %s", path, what)
     artifact.check_free(data_dir, name, force)
-    note(f"cleaning and normalising {len(raw.tokens):,} rows ...")
+    note(f"cleaning and normalising {counted(len(raw.tokens), 'row')} ...")
     raw, report = clean(raw, source.get("path", name), drop_invalid=drop_invalid, allow_empty=empty)
     unit, norms = normalise(raw.matrix)
     spec = parse_spec(index_spec, len(unit), unit.shape[1])

@@ -16,7 +16,7 @@ kinds out.
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Protocol
@@ -212,13 +212,20 @@ class _ChunkScan:
 
 
 def analogy_top(
-    table: Table, a: np.ndarray, b: np.ndarray, c: np.ndarray, k: int, method: str, limit: int
+    table: Table,
+    a: np.ndarray,
+    b: np.ndarray,
+    c: np.ndarray,
+    k: int,
+    method: str,
+    limit: int,
+    done: Callable[[int], None] | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Exact top-``k`` (ids, scores) among the first ``limit`` rows for questions "a is to b as c is to ?".
 
     3CosAdd scores are cosines with the normalised ``b + c - a``; 3CosMul scores are Levy and Goldberg's, with
     gensim's shift to [0, 1]. Best first; ties by lower id; ``-1`` pads when ``limit < k``. A ``limit`` past the
-    table's rows is the whole table.
+    table's rows is the whole table. ``done(rows)`` as the rows are searched (the builder's progress): ``limit`` in all.
     """
     n = len(a)
     limit = min(limit, len(table.vectors))
@@ -240,6 +247,8 @@ def analogy_top(
     buffer = np.empty((chunk_rows, terms.width), dtype=np.float32)
     with ThreadPoolExecutor(THREADS) as pool:  # numpy releases the GIL in the heavy steps: slices run in parallel
         start = head if terms.add else 0  # 3CosAdd seeds are exhaustive over the first rows; 3CosMul ones are not
+        if done is not None and start:
+            done(start)
         while start < limit:
             # Chunks double up to chunk_rows, so the thresholds tighten before the bulk of the rows.
             stop = min(limit, start + min(chunk_rows, max(span, start)))
@@ -262,6 +271,8 @@ def analogy_top(
             found_s.append(s)
             best = _merge_best(best, q, s)
             threshold = _threshold(best, scale)
+            if done is not None:
+                done(size)
             start = stop
     # 3. Exact scores (as gensim computes them) of the candidates that can still make it; best k per question.
     q, r, s = np.concatenate(found_q), np.concatenate(found_r), np.concatenate(found_s)

@@ -19,7 +19,7 @@ row each word resolved to. Scores over every row are one matrix product (chunked
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -243,13 +243,14 @@ def analogy_expectations(
     restrict: int | None = None,
     skip_special: bool = False,
     whole_words_only: bool = False,
+    done: Callable[[int], None] | None = None,
 ) -> list[Expectation]:
     """The rank, score and margin of ``expected[i]`` among the answers to "a is to b as c is to ?".
 
     Every candidate row is scored as :meth:`Table.analogy` scores it (3CosAdd: cosine with the normalised
     b + c - a over the first ``restrict`` rows; 3CosMul: gensim's ``most_similar_cosmul``), a, b, c and
     left-out token kinds excluded (:func:`analogy_scores`); the rank is 1 + the number of candidates scoring
-    strictly higher.
+    strictly higher. ``done(questions)`` after each block of questions (the builder's progress).
     """
     if method not in ("3cosadd", "3cosmul"):
         raise InvalidQuery(f"unknown analogy method {method!r}: use 3cosadd or 3cosmul")
@@ -276,6 +277,8 @@ def analogy_expectations(
         higher = np.count_nonzero(scores > mine[:, None], axis=1)
         top = scores.max(axis=1)
         out.extend(Expectation(int(h) + 1, float(s), float(t)) for h, s, t in zip(higher, mine, top, strict=True))
+        if done is not None:
+            done(len(a))
     return out
 
 

@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from index.engine.budget import spend
-from index.errors import ArtifactError, InvalidQuery
+from index.errors import ArtifactError, InvalidQuery, counted
 from index.progress import Progress, note
 from index.store import shardmap
 from index.store.artifact import npy_bytes
@@ -473,7 +473,9 @@ def build(
     }
     if whole is not None:
         info["statistics"] = {"documents": whole.documents, "words": whole.words, "terms": len(whole.terms)}
-    note(f"keyword index: {len(terms):,} words, {matrix.nnz:,} postings over {n:,} documents")
+    note(
+        f"keyword index: {counted(len(terms), 'word')}, {counted(matrix.nnz, 'posting')} over {counted(n, 'document')}"
+    )
     return Built(files, info)
 
 

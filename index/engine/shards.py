@@ -33,7 +33,7 @@ from index.engine.keyword import KeywordIndex
 from index.engine.knn import Hits, Neighbor
 from index.engine.lookup import NEIGHBOURHOOD, SUGGESTION_POOL, best_suggestions, ranked_candidates
 from index.engine.table import AnalogySearch, Answers, Method, Search, SearchOptions, Table, VectorSearch
-from index.errors import ArtifactError, InvalidQuery
+from index.errors import ArtifactError, InvalidQuery, counted
 from index.store import artifact, shardmap
 from index.store.payload import KIND, Payload, sort_ids
 from index.store.tokens import Tokens
@@ -432,7 +432,7 @@ class ShardedTable(Table):
     def shard_of(self, row: int) -> tuple[int, int]:
         """(shard, its row) of the whole table's ``row``."""
         if not 0 <= row < self.rows:
-            raise InvalidQuery(f"row {row} is outside the table's {self.rows:,} rows")
+            raise InvalidQuery(f"row {row} is outside the table's {counted(self.rows, 'row')}")
         return int(self.assignment[row]), int(self.local[row])
 
     def ids(self, rows: Sequence[int]) -> list[Any]:

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Callable
 from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
@@ -190,9 +191,9 @@ class TransformerEncoder:
         cut = [first_cut(e) if t else None for e, t in zip(encodings, truncated, strict=True)]
         return Tokenised([e.ids for e in encodings], truncated, cut)
 
-    def forward(self, ids: list[list[int]], tokens: bool = False) -> Forward:
+    def forward(self, ids: list[list[int]], tokens: bool = False, done: Callable[[int], None] | None = None) -> Forward:
         """The graph run over ``ids`` sorted by length, in batches padded to their longest member, once the request's
-        bound allows their tokens (:func:`spend`)."""
+        bound allows their tokens (:func:`spend`); ``done(texts)`` after each run (the builder's progress)."""
         lengths = np.fromiter(map(len, ids), dtype=np.int64, count=len(ids))
         spend(int(lengths.sum()), self.table.name)
         order = np.argsort(lengths, kind="stable")
@@ -210,13 +211,22 @@ class TransformerEncoder:
             if tokens:
                 for row, i in enumerate(chosen.tolist()):
                     per_text[i] = np.asarray(found[1][row, : lengths[i]], dtype=np.float32)
+            if done is not None:
+                done(len(chosen))
         return Forward(vectors, per_text if tokens else None)
 
-    def encode(self, texts: list[str], pooling: str | None = None, strict: bool = True) -> Encoded:
-        """Unit vectors of ``texts`` (every text has one: an empty text is [CLS] [SEP])."""
+    def encode(
+        self,
+        texts: list[str],
+        pooling: str | None = None,
+        strict: bool = True,
+        done: Callable[[int], None] | None = None,
+    ) -> Encoded:
+        """Unit vectors of ``texts`` (every text has one: an empty text is [CLS] [SEP]); ``done`` as in
+        :meth:`forward`."""
         chosen = self.check(pooling)
         tokenised = self.tokenise(texts)
-        vectors = self.forward(tokenised.ids).vectors
+        vectors = self.forward(tokenised.ids, done=done).vectors
         norms = np.linalg.norm(vectors.astype(np.float64), axis=1)
         vectors = (vectors / np.where(norms > 0, norms, 1.0)[:, None]).astype(np.float32)
         unknown_id = self.unknown_id

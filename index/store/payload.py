@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from index.errors import ArtifactError, InvalidQuery, UnknownToken
+from index.errors import ArtifactError, InvalidQuery, UnknownToken, counted
 from index.store import artifact
 
 if TYPE_CHECKING:
@@ -273,7 +273,7 @@ class Payload:
         indices = np.asarray(rows, dtype=np.int64).reshape(-1)
         if len(indices) and (indices.min() < 0 or indices.max() >= len(self)):
             bad = indices[(indices < 0) | (indices >= len(self))][0]
-            raise InvalidQuery(f"row {int(bad)} is outside the table's {len(self):,} rows")
+            raise InvalidQuery(f"row {int(bad)} is outside the table's {counted(len(self), 'row')}")
         return pa.array(indices, pa.int64())
 
     def _needles(self, ids: Sequence[str | int] | np.ndarray | pa.Array) -> pa.Array:

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from index.engine.keyword import DEFAULT_STEMMER, DEFAULT_STOPWORDS
-from index.errors import InputError
+from index.errors import InputError, counted
 from index.progress import note
 
 DROP_HINT = " (use --drop-invalid to skip such rows)"  # ends a bad row's error, where a reader can drop it
@@ -140,7 +140,7 @@ def sniff_format(path: Path, block: bytes | None = None) -> str:
     name = path.name.lower().removesuffix(".gz")
     if name.endswith((".jsonl", ".ndjson", ".json", ".parquet", ".csv")):
         return "documents"
-    if name.endswith(".npy"):
+    if name.endswith((".npy", ".npz")):
         return "npy"
     if name.endswith(".tsv"):
         return "projector"
@@ -188,7 +188,7 @@ def word2vec_header(path: Path, line: bytes, hint: str = "") -> tuple[int, int]:
         )
     rows, dim = header
     if rows < 1 or dim < 1:
-        raise InputError(path, f"the header says {rows} rows of dimension {dim}: no vectors", line=1)
+        raise InputError(path, f"the header says {counted(rows, 'row')} of dimension {dim}: no vectors", line=1)
     return rows, dim
 
 

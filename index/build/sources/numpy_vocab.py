@@ -1,6 +1,7 @@
-"""A NumPy ``.npy`` matrix (rows x dim, any real numeric dtype) plus a vocabulary file, one token per line.
+"""A NumPy ``.npy`` matrix (rows x dim, any real numeric dtype) plus a vocabulary file, one token per line; or an
+``.npz`` archive of both: exactly the arrays ``vectors`` (the matrix) and ``tokens`` (a str array, one per row).
 
-The matrix is read with ``allow_pickle=False`` always: an object array is refused, never unpickled. Row
+Arrays are read with ``allow_pickle=False`` always: an object array is refused, never unpickled. Row
 numbers (1-based) stand in for line numbers in messages about the matrix.
 """
 
@@ -8,6 +9,7 @@ from __future__ import annotations
 
 import gzip
 import io
+import zipfile
 from pathlib import Path
 from tokenize import TokenError
 
@@ -22,19 +24,25 @@ from index.build.sources import (
     not_utf8_lines,
     open_text,
     read_bytes,
+    read_head,
     reading,
     refuse_unread,
 )
-from index.errors import InputError
+from index.errors import InputError, counted
 
 BOM = "\ufeff"
 MAGIC = b"\x93NUMPY"
+ZIP_MAGIC = b"PK\x03\x04"  # an .npz archive
+NPZ_ARRAYS = ("tokens", "vectors")
+NPZ_HINT = "np.savez(path, vectors=matrix, tokens=np.array(tokens, dtype=str))"
 # What numpy raises on a damaged header or body (the header is a Python literal, parsed with tokenize and ast).
 NPY_ERRORS = (ValueError, TypeError, KeyError, SyntaxError, TokenError, EOFError, OSError, UnicodeDecodeError)
 
 
 def read(path: Path, options: ReadOptions) -> RawTable:
     path = Path(path)
+    if read_head(path).startswith(ZIP_MAGIC):
+        return read_npz(path, options)
     if options.vocab is None:
         raise InputError(path, "a .npy matrix needs its vocabulary: --vocab FILE (one token per line)")
     vocab = Path(options.vocab)
@@ -48,9 +56,10 @@ def read(path: Path, options: ReadOptions) -> RawTable:
     if refused:
         raise refused
     if len(tokens) != matrix.shape[0]:
-        raise InputError(vocab, f"{len(tokens):,} tokens, but {path.name} has {matrix.shape[0]:,} rows")
-    with np.errstate(over="ignore", invalid="ignore"):
-        matrix = np.array(matrix, dtype=np.float32)
+        raise InputError(
+            vocab, f"{counted(len(tokens), 'token')}, but {path.name} has {counted(matrix.shape[0], 'row')}"
+        )
+    matrix = as_float32(matrix)
     if not_utf8:  # --drop-invalid: the rows whose token is not UTF-8 left out
         keep = keep_mask(len(tokens), not_utf8)
         tokens = [tokens[i] for i in np.flatnonzero(keep).tolist()]
@@ -69,8 +78,7 @@ def load_matrix(path: Path) -> np.ndarray:
         compressed = isinstance(handle, gzip.GzipFile)
         data = handle.read() if compressed else handle.read(6)
     if not data.startswith(MAGIC):
-        what = "an .npz archive; give the .npy matrix itself" if data[:4] == b"PK\x03\x04" else "not a .npy file"
-        raise InputError(path, what)
+        raise InputError(path, "not a .npy file")
     with io.BytesIO(data) if compressed else open(path, "rb") as stream:
         try:
             version = npformat.read_magic(stream)
@@ -79,12 +87,8 @@ def load_matrix(path: Path) -> np.ndarray:
             available = (len(data) if compressed else path.stat().st_size) - stream.tell()
         except NPY_ERRORS as exc:
             raise InputError(path, f"not a readable .npy file ({type(exc).__name__}: {exc})") from None
-    if dtype.hasobject:
-        raise InputError(path, "holds Python objects (dtype object); refused, since reading it would unpickle")
-    if dtype.kind not in "fiu":
-        raise InputError(path, f"dtype {dtype} is not a real numeric matrix")
-    if len(shape) != 2:
-        raise InputError(path, f"expected a 2-D matrix (rows x dim), found shape {list(shape)}")
+    if problem := matrix_problem(shape, dtype):
+        raise InputError(path, problem)
     needed = shape[0] * shape[1] * dtype.itemsize
     if needed > available:
         raise InputError(
@@ -101,6 +105,75 @@ def load_matrix(path: Path) -> np.ndarray:
         return matrix
     except NPY_ERRORS as exc:
         raise InputError(path, f"not a readable .npy file ({type(exc).__name__}: {exc})") from None
+
+
+def matrix_problem(shape: tuple[int, ...], dtype: np.dtype) -> str | None:
+    """What keeps an array of ``shape`` and ``dtype`` (from its header) from being the table's matrix."""
+    if dtype.hasobject:
+        return "holds Python objects (dtype object); refused, since reading it would unpickle"
+    if dtype.kind not in "fiu":
+        return f"dtype {dtype} is not a real numeric matrix"
+    if len(shape) != 2:
+        return f"expected a 2-D matrix (rows x dim), found shape {list(shape)}"
+    return None
+
+
+def as_float32(matrix: np.ndarray) -> np.ndarray:
+    """The matrix as float32 (values past float32's range become Inf, which the cleaning names by row)."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        return np.array(matrix, dtype=np.float32)
+
+
+def read_npz(path: Path, options: ReadOptions) -> RawTable:
+    """An ``.npz`` archive (``np.savez`` or ``np.savez_compressed``) of exactly ``vectors`` and ``tokens``."""
+    if options.vocab is not None:
+        raise InputError(path, "an .npz archive carries its own tokens (its array 'tokens'): leave out --vocab")
+    try:
+        archive = zipfile.ZipFile(io.BytesIO(read_bytes(path)))
+        members = {name.removesuffix(".npy"): name for name in archive.namelist()}
+    except zipfile.BadZipFile as exc:
+        raise InputError(path, f"not a readable .npz archive ({exc})") from None
+    if sorted(members) != list(NPZ_ARRAYS):
+        found = ", ".join(map(repr, sorted(members))) or "none"
+        raise InputError(path, f"an .npz archive holds the arrays 'tokens' and 'vectors', found {found}; {NPZ_HINT}")
+    matrix = npz_array(path, archive, members["vectors"])
+    labels = npz_array(path, archive, members["tokens"])
+    if len(labels) != len(matrix):
+        raise InputError(path, f"array 'tokens': {counted(len(labels), 'token')}, but 'vectors' has {len(matrix):,}")
+    tokens: list[str] = labels.tolist()
+    if not options.drop_invalid and "" in tokens:
+        raise InputError(path, "array 'tokens': an empty token", line=tokens.index("") + 1)
+    report = {"malformed_rows_dropped": 0, "tokens_unicode_replaced": 0}
+    return RawTable(tokens=tokens, matrix=as_float32(matrix), first_line=1, report=report)
+
+
+def npz_array(path: Path, archive: zipfile.ZipFile, member: str) -> np.ndarray:
+    """The archive's array ``vectors`` (a matrix) or ``tokens`` (1-D, str), its header checked before it is read."""
+    name = member.removesuffix(".npy")
+    try:
+        with archive.open(member) as stream:
+            version = npformat.read_magic(stream)
+            header = npformat.read_array_header_1_0 if version == (1, 0) else npformat.read_array_header_2_0
+            shape, _, dtype = header(stream)
+            available = archive.getinfo(member).file_size - stream.tell()
+    except (*NPY_ERRORS, zipfile.BadZipFile) as exc:
+        raise InputError(path, f"array {name!r}: not a readable .npy ({type(exc).__name__}: {exc})") from None
+    if name == "vectors" or dtype.hasobject:
+        problem = matrix_problem(shape, dtype)
+    elif dtype.kind != "U":
+        problem = f"dtype {dtype} is not str; {NPZ_HINT}"
+    else:
+        problem = None if len(shape) == 1 else f"expected one token per row (1-D), found shape {list(shape)}"
+    if not problem and int(np.prod(shape)) * dtype.itemsize > available:
+        problem = f"truncated: shape {list(shape)} of {dtype} needs more than the {available:,} bytes that follow"
+    if problem:
+        raise InputError(path, f"array {name!r}: {problem}")
+    try:
+        with archive.open(member) as stream:
+            array: np.ndarray = npformat.read_array(stream, allow_pickle=False)
+            return array
+    except (*NPY_ERRORS, zipfile.BadZipFile) as exc:
+        raise InputError(path, f"array {name!r}: not a readable .npy ({type(exc).__name__}: {exc})") from None
 
 
 def read_lines(path: Path, options: ReadOptions) -> tuple[list[str], int, list[int], InputError | None]:

@@ -18,7 +18,7 @@ import pyarrow.csv as pacsv
 
 from index.build.sources import DROP_HINT, WIDE_DIM, RawTable, ReadOptions, is_number, read_bytes
 from index.build.sources.numpy_vocab import first_of, keep_mask, read_lines
-from index.errors import InputError
+from index.errors import InputError, counted
 
 SAMPLE_BYTES = 1 << 20  # the dimension is the most common row length among the whole lines in this much
 
@@ -56,7 +56,7 @@ def read(path: Path, options: ReadOptions) -> RawTable:
     tokens, columns, replaced, dropped = read_metadata(metadata_path, options)
     matrix, keep = read_vectors(vectors_path, options)
     if len(keep) != len(tokens):
-        raise InputError(metadata_path, f"{len(tokens):,} rows, but {vectors_path.name} has {len(keep):,}")
+        raise InputError(metadata_path, f"{counted(len(tokens), 'row')}, but {vectors_path.name} has {len(keep):,}")
     if dropped:  # --drop-invalid: the rows whose metadata line is dropped left out too
         labelled = keep_mask(len(tokens), dropped)
         matrix = matrix[labelled[keep]]

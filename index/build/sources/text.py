@@ -43,7 +43,7 @@ from index.build.sources import (
     reading,
     word2vec_header,
 )
-from index.errors import InputError
+from index.errors import InputError, counted
 from index.progress import Progress, note
 
 CHUNK_BYTES = 2 << 20
@@ -94,7 +94,9 @@ def _read(path: Path, options: ReadOptions, header: bool) -> RawTable:
         if rows != lines - 1:  # blank lines between rows are not rows: they are refused or dropped later
             found_rows = lines - 1 - _count_blank_lines(path, lines)
             if rows != found_rows:
-                raise InputError(path, f"the header says {rows:,} rows but the file has {found_rows:,}", line=1)
+                raise InputError(
+                    path, f"the header says {counted(rows, 'row')} but the file has {found_rows:,}", line=1
+                )
     else:
         rows = lines
     sample = [line for line in head_lines[: min(SAMPLE_LINES, rows)] if line.strip()]

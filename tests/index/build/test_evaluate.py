@@ -15,14 +15,15 @@ import pytest
 from gensim.models import KeyedVectors
 
 from bench.analogy import subset
+from index import progress
 from index.build.evaluate import default_sets, evaluate_analogies, evaluate_pairs, format_report
 from index.build.sources import RawTable
 from index.engine import analogy
 from index.engine.analogy import analogy_top
 from index.engine.table import Table
 from tests import REPO
-from tests.cli import Result, run_cli
-from tests.conftest import cache_dir
+from tests.cli import Result, progress_lines, run_cli
+from tests.conftest import SMALL_ROWS, cache_dir
 from tests.early import Done, Early
 from tests.examples import example
 from tests.gensim_reference import PARITY_TOP5, TRIMMED, gensim_analogies, google_sample, trimmed_key
@@ -296,8 +297,30 @@ def test_cli_eval_text_and_errors(small_data_dir: Path, tmp_path: Path) -> None:
     assert report.returncode == 0, report_err
     assert "analogies q.txt (3cosmul): accuracy" in report_out
     assert "pairs wordsim353.tsv: Spearman" in report_out
+    assert [line.rsplit(" in ", 1)[0] for line in report_err.splitlines()] == [  # each step's progress, on stderr
+        f"embedding-index: analogies q.txt (3cosmul): done ({SMALL_ROWS:,} of {SMALL_ROWS:,} rows)",
+        "embedding-index: word pairs: done (1 of 1 files)",
+    ]
     assert missing.returncode == 1
     assert missing_err.strip().splitlines() == [f"embedding-index: error: {tmp_path / 'nope.txt'}: file not found"]
+
+
+@pytest.mark.parametrize("method", ["3cosadd", "3cosmul"])
+def test_analogies_show_progress_by_rows_searched(
+    small: Table, method: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The analogy search (seconds on the default sets) advances its progress chunk of rows by chunk of rows; the
+    ranks of ``--errors`` (a minute on the whole table) block of questions by block."""
+    monkeypatch.setattr(progress.CONFIG, "interval", 0.0)  # a line at every step forward
+    questions = subset(GOOGLE, tmp_path / "q.txt", 10)
+    with progress_lines() as shown:
+        report = evaluate_analogies(small, questions, method=method, errors=True)
+    *lines, ranking = shown.getvalue().splitlines()  # then --errors ranks the expected words of the incorrect ones
+    assert report["errors"] and ranking.startswith("embedding-index: ranking the expected words of the incorrect ")
+    states = [line.split(f"analogies q.txt ({method}): ", 1)[1] for line in lines]
+    counted = [int(state.split("(")[1].split(" of ")[0].replace(",", "")) for state in states[:-1]]
+    assert len(counted) >= 1 and counted == sorted(set(counted)) and counted[-1] < small.rows, states
+    assert states[-1].startswith(f"done ({small.rows:,} of {small.rows:,} rows)")
 
 
 # ---------------------------------------------------------------------------------- the batched exact search

@@ -80,6 +80,7 @@ NOT_A_HEADER = "expected a word2vec header 'ROWS DIM' on the first line, found '
         ("word2vec-binary", b"3 x", NOT_A_HEADER),
         ("word2vec", b"0 2", "the header says 0 rows of dimension 2: no vectors"),
         ("word2vec-binary", b"3 0", "the header says 3 rows of dimension 0: no vectors"),
+        ("word2vec", b"1 0", "the header says 1 row of dimension 0: no vectors"),  # a count of 1: singular
     ],
 )
 def test_a_word2vec_header_is_two_positive_numbers(tmp_path: Path, fmt: str, head: bytes, problem: str) -> None:
@@ -262,6 +263,15 @@ def test_npy_gzip_and_crlf_vocabulary(tmp_path: Path, data_dir: Path, glove_rows
     (tmp_path / "vocab.txt").write_bytes("\r\n".join(tokens).encode())  # no final newline
     table = import_ok(tmp_path / "m.npy.gz", data_dir, "t", "--vocab", tmp_path / "vocab.txt")
     assert_rows(table, tokens, matrix)
+
+
+@pytest.mark.parametrize("save", [np.savez, np.savez_compressed])
+def test_npz_of_vectors_and_tokens(tmp_path: Path, data_dir: Path, glove_rows, save) -> None:
+    """An .npz archive of the arrays ``vectors`` and ``tokens`` (str) is the same table as .npy + vocabulary."""
+    tokens, matrix = glove_rows
+    save(tmp_path / "m.npz", vectors=matrix, tokens=np.array(tokens, dtype=str))
+    assert sniff_format(tmp_path / "m.npz") == "npy"
+    assert_rows(import_ok(tmp_path / "m.npz", data_dir, "t"), tokens, matrix)
 
 
 def _projector(directory: Path, tokens: list[str], matrix: np.ndarray, kinds: list[str] | None) -> Path:
@@ -739,6 +749,12 @@ def test_blank_line_between_rows_under_a_header(tmp_path: Path, data_dir: Path) 
     short = tmp_path / "six.txt"
     short.write_bytes(b"6 3\na 1 0 0\n\nb 0 1 0\n")
     assert "six.txt:1: the header says 6 rows but the file has 2" in import_fails(short, data_dir, name="six")
+    one = tmp_path / "one.txt"  # a count of 1 is said in the singular
+    one.write_bytes(b"1 3\na 1 0 0\nb 0 1 0\n")
+    assert "one.txt:1: the header says 1 row but the file has 2" in import_fails(one, data_dir, name="one")
+    one.write_bytes(b"1 3\na 1 0 0\n")
+    done = run_cli("import", one, "--name", "one", "--data-dir", data_dir)
+    assert done.code == 0 and done.out.startswith("built 'one': 1 row x 3 "), done
 
 
 def test_counting_the_blank_lines_is_a_step_shown(tmp_path: Path) -> None:
@@ -858,6 +874,14 @@ def _npy(tmp_path: Path, rows, vocab_lines: int | None = 200, array: np.ndarray 
         return [tmp_path / "m.npy"]
     (tmp_path / "vocab.txt").write_text("\n".join(tokens[:vocab_lines]) + "\n")
     return [tmp_path / "m.npy", "--vocab", tmp_path / "vocab.txt"]
+
+
+def _npz(tmp_path: Path, rows, **arrays: object) -> list[object]:
+    """``m.npz`` of ``rows``'s first 200 as ``vectors`` and ``tokens``, or of ``arrays`` (None: left out)."""
+    tokens, matrix = rows
+    given = {"vectors": matrix[:200], "tokens": np.array(tokens[:200], dtype=str), **arrays}
+    np.savez(tmp_path / "m.npz", **{name: array for name, array in given.items() if array is not None})
+    return [tmp_path / "m.npz"]
 
 
 def _write_case(tmp_path: Path, name: str, data: bytes) -> list[object]:
@@ -1039,6 +1063,28 @@ BAD_CASES: dict[str, tuple[Callable[[Path, object], list[object]], list[str]]] =
     "npy with nan": (
         lambda p, r: _npy(p, r, array=np.where(np.arange(200)[:, None] == 12, np.nan, r[1][:200])),
         ["m.npy:13:", "NaN"],
+    ),
+    "npz with --vocab": (lambda p, r: [*_npz(p, r), "--vocab", p / "m.npz"], ["m.npz", "leave out --vocab"]),
+    "npz without tokens": (lambda p, r: _npz(p, r, tokens=None), ["m.npz", "found 'vectors'", "np.savez("]),
+    "npz with an extra array": (
+        lambda p, r: _npz(p, r, norms=np.ones(200)),
+        ["m.npz", "holds the arrays 'tokens' and 'vectors', found 'norms', 'tokens', 'vectors'"],
+    ),
+    "npz object tokens": (
+        lambda p, r: _npz(p, r, tokens=np.array(r[0][:200], dtype=object)),
+        ["m.npz", "array 'tokens': holds Python objects", "unpickle"],
+    ),
+    "npz bytes tokens": (
+        lambda p, r: _npz(p, r, tokens=np.array(r[0][:200], dtype=bytes)),
+        ["m.npz", "array 'tokens': dtype |S", "is not str"],
+    ),
+    "npz tokens too few": (
+        lambda p, r: _npz(p, r, tokens=np.array(r[0][:199], dtype=str)),
+        ["m.npz", "array 'tokens': 199 tokens, but 'vectors' has 200"],
+    ),
+    "npz one-dimensional vectors": (
+        lambda p, r: _npz(p, r, vectors=np.zeros(200, dtype=np.float32)),
+        ["m.npz", "array 'vectors': expected a 2-D matrix"],
     ),
     "not an npy": (lambda p, r: [*_write_case(p, "m.npy", b"hello"), "--vocab", p / "m.npy"], ["m.npy", "not a .npy"]),
     "projector without metadata": (

@@ -29,7 +29,7 @@ from index.errors import ArtifactError, InputError, InvalidQuery
 from index.store import artifact
 from index.store.artifact import GRAPH
 from tests import REPO
-from tests.cli import run_cli, run_index
+from tests.cli import progress_lines, run_cli, run_index
 from tests.minilm import ST, minilm_dir
 
 RECORDED = REPO / "tests" / "data" / "sentence-transformers-minilm.json"
@@ -332,6 +332,27 @@ def test_an_import_embeds_blocks_on_single_threaded_runs_with_the_same_vectors(
     serial = TextEncoder(table, encoder).embed(texts)
     assert found.ok.tolist() == [i not in (5, 22, 39) for i in range(40)] and np.array_equal(found.ok, serial.ok)
     assert found.matrix.shape == (37, table.dim) and np.array_equal(found.matrix, serial.matrix)
+
+
+def test_an_import_shows_progress_as_the_model_runs_end(
+    table: Table, encoder: TransformerEncoder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A block of texts (seconds of work on a busy machine) advances the import's progress run by run of the model,
+    not once at its end; the lines count the texts up to all of them."""
+    from index import progress
+    from index.build.embed_documents import TextEncoder
+
+    monkeypatch.setattr(progress.CONFIG, "interval", 0.0)  # a line at every step forward
+    monkeypatch.setenv("EMBEDDING_THREADS", "1")
+    texts = [f"sentence {i} about the edge of the river bank, " * 4 for i in range(24)]  # one block, several runs
+    lengths = np.array([len(ids) for ids in encoder.tokenise(texts).ids])
+    runs = batches(lengths, np.argsort(lengths, kind="stable"))
+    with progress_lines() as shown:
+        TextEncoder.open(table.directory).embed(texts)
+    states = [line.split(f"embedding with {NAME}: ", 1)[1] for line in shown.getvalue().splitlines() if NAME in line]
+    counted = [int(state.split("(")[1].split(" of ")[0]) for state in states[:-1]]
+    assert len(runs) > 2 and counted == np.cumsum([len(run) for run in runs])[:-1].tolist(), states
+    assert states[-1].startswith("done (24 of 24 documents)")
 
 
 def test_requests_that_come_together_share_one_session(table: Table, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -544,7 +544,7 @@ def test_sif_command_and_its_errors(data_dir: Path, tmp_path: Path, glove_raw: R
     with pytest.raises(InputError, match=re.escape(f"{corpus}:2: not UTF-8 (byte 0xff at column 5)")):
         sif_table(data_dir, "glove-20k", corpus)
     corpus.write_text("zzqxv qqqzx\n")
-    with pytest.raises(InputError, match=re.escape("no line has a word of table 'glove-20k' (1 lines)")):
+    with pytest.raises(InputError, match=re.escape("no line has a word of table 'glove-20k' (1 line)")):
         sif_table(data_dir, "glove-20k", corpus)
     for path, problem in ((tmp_path / "nope.txt", "no such file"), (tmp_path, "not a file")):
         with pytest.raises(InputError, match=re.escape(f"{path}: {problem}")):

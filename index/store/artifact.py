@@ -158,17 +158,40 @@ def staging(
                 raise _named(exc, _newest(tmp)) from exc
             raise
     finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        delete(tmp, ignore_errors=True)  # after an exchange, the older version (a link if the table was one)
         os.close(lock)
 
 
 def remove(data_dir: Path, name: str) -> None:
     """Delete table ``name`` in one step: renamed to a hidden temporary name under the publish lock (the name holds
-    the whole table until then, and nothing after), then deleted; stopped midway, :func:`recover` finishes it."""
+    the whole table until then, and nothing after), then deleted, locked as a live build's directory is so that
+    :func:`recover` leaves it alone; stopped midway, :func:`recover` finishes it. A table linked from elsewhere (a
+    symbolic link) loses its link only."""
+    final = table_dir(data_dir, name)
     hidden = Path(data_dir) / f".tmp-{name}-{uuid.uuid4().hex[:8]}"
     with publish_lock(data_dir):
-        os.rename(table_dir(data_dir, name), hidden)
-    shutil.rmtree(hidden)
+        if not (final / MANIFEST).is_file():  # removed by another process meanwhile
+            raise UnknownTable(f"no table at {name!r}")
+        lock = os.open(final, os.O_RDONLY)
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        os.rename(final, hidden)
+    try:
+        delete(hidden)
+    finally:
+        os.close(lock)
+
+
+def delete(path: Path, ignore_errors: bool = False) -> None:
+    """Delete a directory and its files; a symbolic link (a table linked from elsewhere) is unlinked, what it points
+    to left as it is."""
+    if not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=ignore_errors)
+        return
+    try:
+        path.unlink()
+    except OSError:
+        if not ignore_errors:
+            raise
 
 
 def _continue_log(final: Path, tmp: Path) -> None:
@@ -243,7 +266,7 @@ def publish(tmp: Path, final: Path) -> None:
         os.rename(final, old)
         os.rename(tmp, final)  # killed before this, recover() puts the old version back
     fsync_dir(final.parent)
-    shutil.rmtree(old, ignore_errors=True)
+    delete(old, ignore_errors=True)
 
 
 def _in_use(path: Path) -> bool:
@@ -280,11 +303,11 @@ def recover(data_dir: Path) -> list[tuple[Path, str]]:
     with publish_lock(data_dir):
         for p in sorted(data_dir.glob(".tmp-*")):
             if not _in_use(p):
-                done.append((p, _attempt(shutil.rmtree, p, None, "removed, left by a build that did not finish")))
+                done.append((p, _attempt(delete, p, None, "removed, left by a build that did not finish")))
         for p in sorted(data_dir.glob(".old-*")):
             target = data_dir / p.name[len(".old-") :].rsplit("-", 1)[0]
             if target.exists():
-                done.append((p, _attempt(shutil.rmtree, p, None, "removed, an older version already replaced")))
+                done.append((p, _attempt(delete, p, None, "removed, an older version already replaced")))
             else:
                 what = f"restored as {target.name!r}: a publish was interrupted, the previous version serves"
                 done.append((p, _attempt(os.rename, p, target, what)))

@@ -162,6 +162,9 @@ def staging(
         os.close(lock)
 
 
+removed: list[str] = []  # the tables this process removed: what a command interrupted after it says it did
+
+
 def remove(data_dir: Path, name: str) -> None:
     """Delete table ``name`` in one step: renamed to a hidden temporary name under the publish lock (the name holds
     the whole table until then, and nothing after), then deleted, locked as a live build's directory is so that
@@ -175,6 +178,7 @@ def remove(data_dir: Path, name: str) -> None:
         lock = os.open(final, os.O_RDONLY)
         fcntl.flock(lock, fcntl.LOCK_EX)
         os.rename(final, hidden)
+        removed.append(name)
     try:
         delete(hidden)
     finally:

@@ -186,8 +186,9 @@ def test_a_folder_of_ones_own_under_a_tables_name_is_never_replaced(tmp_path: Pa
 def test_a_removal_stopped_midway_takes_the_whole_table_away(
     tmp_path: Path, glove_raw: RawTable, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """``remove`` stopped while it deletes the files (Ctrl-C here): the name holds no part of the table, which no
-    server would load; its files, hidden, are deleted by the next build, ``verify`` or server start."""
+    """``remove`` stopped while it deletes the files (Ctrl-C here) says the table was removed: the name holds no part
+    of the table, which no server would load; its files, hidden, are deleted by the next build, ``verify`` or server
+    start."""
     words, data_dir = write_words(glove_raw, tmp_path / "words.txt", rows=2000), tmp_path / "data"
     assert run_cli("import", words, "--name", "t", "--data-dir", data_dir).code == 0
 
@@ -201,7 +202,9 @@ def test_a_removal_stopped_midway_takes_the_whole_table_away(
 
     with monkeypatch.context() as patched:
         patched.setattr(os, "unlink", one_then_interrupted)
-        assert run_cli("remove", "t", "--data-dir", data_dir).code == 130
+        result = run_cli("remove", "t", "--data-dir", data_dir)
+    removed = "table 't' was removed (its files are deleted by the next build, verify or server start)"
+    assert (result.code, result.err) == (130, f"embedding-index: interrupted; {removed}\n")
     assert not (data_dir / "t").exists() and artifact.list_tables(data_dir) == []
     [hidden] = data_dir.glob(".tmp-t-*")
     assert [path for path, _ in artifact.recover(data_dir)] == [hidden] and not hidden.exists()

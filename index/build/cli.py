@@ -768,17 +768,9 @@ def eval_(
 INTERRUPTED = 130  # the exit status of a command stopped by Ctrl-C (128 + SIGINT)
 
 
-def _interrupted_after() -> str:
-    """What a command stopped by Ctrl-C did: a ``remove`` stopped while it deletes the files has removed the table."""
-    if artifact.removed:
-        where = "its files are deleted by the next build, verify or server start"
-        return f"table {artifact.removed[-1]!r} was removed ({where})"
-    return "no table was built or replaced"
-
-
 def main() -> None:
     """Entry point: run the command, turning known errors into one line and exit status 1."""
-    artifact.removed.clear()
+    artifact.changed.clear()
     try:
         app()
     except EmbeddingError as exc:
@@ -786,7 +778,8 @@ def main() -> None:
         sys.exit(1)
     except SystemExit as exc:
         if exc.code == INTERRUPTED:  # Typer ends a command stopped by Ctrl-C (KeyboardInterrupt) so, without a word
-            typer.echo(f"embedding-index: interrupted; {_interrupted_after()}", err=True)
+            done = "; ".join(artifact.changed) or "no table was built or replaced"  # a remove's, a publish's
+            typer.echo(f"embedding-index: interrupted; {done}", err=True)
         raise
     except OSError as exc:
         typer.echo(f"embedding-index: error: {exc.filename or ''}: {exc.strerror or exc}", err=True)

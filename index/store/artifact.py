@@ -58,6 +58,9 @@ def check_name(name: str) -> str:
     return name
 
 
+changed: list[str] = []  # what this process published or removed: what a command interrupted after it did
+
+
 def table_dir(data_dir: Path, name: str) -> Path:
     return Path(data_dir) / check_name(name)
 
@@ -162,9 +165,6 @@ def staging(
         os.close(lock)
 
 
-removed: list[str] = []  # the tables this process removed: what a command interrupted after it says it did
-
-
 def remove(data_dir: Path, name: str) -> None:
     """Delete table ``name`` in one step: renamed to a hidden temporary name under the publish lock (the name holds
     the whole table until then, and nothing after), then deleted, locked as a live build's directory is so that
@@ -178,7 +178,7 @@ def remove(data_dir: Path, name: str) -> None:
         lock = os.open(final, os.O_RDONLY)
         fcntl.flock(lock, fcntl.LOCK_EX)
         os.rename(final, hidden)
-        removed.append(name)
+        changed.append(f"table {name!r} was removed (its files are deleted by the next build, verify or server start)")
     try:
         delete(hidden)
     finally:
@@ -269,6 +269,8 @@ def publish(tmp: Path, final: Path) -> None:
         old = final.with_name(f".old-{final.name}-{uuid.uuid4().hex[:8]}")
         os.rename(final, old)
         os.rename(tmp, final)  # killed before this, recover() puts the old version back
+    if not any(part.startswith(".tmp-") for part in final.parts):  # a table's, not a shard's into its table's
+        changed.append(f"table {final.name!r} was published")
     fsync_dir(final.parent)
     delete(old, ignore_errors=True)
 

@@ -169,6 +169,26 @@ def test_ctrl_c_says_so_and_leaves_the_table_as_it_was(
     assert sorted(path.name for path in data_dir.iterdir()) == ["t"]
 
 
+def test_ctrl_c_after_the_publish_says_the_table_was_published(
+    tmp_path: Path, glove_raw: RawTable, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ctrl-C just after the new version took the table's name: the message says so (a shard published into its
+    table's staging directory is not a table published)."""
+    words, data_dir = write_words(glove_raw, tmp_path / "words.txt", rows=2000), tmp_path / "data"
+    publish, interrupted = artifact.publish, "embedding-index: interrupted; "
+
+    def then_interrupted(tmp: Path, final: Path) -> None:
+        publish(tmp, final)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(artifact, "publish", then_interrupted)
+    result = run_cli("import", words, "--name", "t", "--data-dir", data_dir, "--shards", "2")
+    assert (result.code, result.err) == (130, f"{interrupted}no table was built or replaced\n")
+    result = run_cli("import", words, "--name", "t", "--data-dir", data_dir)
+    assert (result.code, result.err) == (130, f"{interrupted}table 't' was published\n")
+    assert artifact.list_tables(data_dir) == ["t"] and artifact.verify(data_dir / "t").ok
+
+
 def test_a_folder_of_ones_own_under_a_tables_name_is_never_replaced(tmp_path: Path, glove_raw: RawTable) -> None:
     """A folder (or file) in the data directory that is not a table keeps what it holds: each command that makes a
     table refuses its name, --force or not, before reading anything."""

@@ -727,6 +727,8 @@ def remove(name: str, data_dir: DataDir = Path("data"), quiet: Quiet = False) ->
     directory = artifact.table_dir(data_dir, name)
     if not (directory / artifact.MANIFEST).is_file():  # a table, even one whose manifest cannot be read
         raise UnknownTable(f"no table at {name!r}")
+    if (Path(data_dir) / artifact.MANIFEST).is_file():  # a sharded table's directory (as its shards' servers use)
+        raise ArtifactError(f"{name!r} is a shard of the table at {data_dir}: remove that table, not one of its shards")
     remove_logs(data_dir, name)  # first: a table imported later under the name never replays these writes
     artifact.remove(data_dir, name)
     typer.echo(f"removed {name}")

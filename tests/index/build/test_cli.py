@@ -355,10 +355,16 @@ def test_a_table_with_an_unreadable_manifest_is_listed_as_such_and_can_be_remove
 
 
 def test_list_names_a_sharded_tables_shards_and_their_index(tmp_path: Path, glove_raw: RawTable) -> None:
+    """``list`` names the shards; ``remove`` of one shard (in the table's directory, as its servers' data directory)
+    is refused: the table would be left without it."""
     source = write_words(glove_raw, tmp_path / "words.txt", rows=2_000)
     assert run_cli("import", source, "--name", "words", "--shards", "3", "--data-dir", tmp_path).code == 0
     listed = run_cli("list", "--data-dir", tmp_path)
     assert listed.code == 0 and listed.out == "words\t2002 x 50\tsharded\t3 shards, flat\n", listed.out
+    shard = run_cli("remove", "shard-000", "--data-dir", tmp_path / "words")
+    refused = f"embedding-index: error: 'shard-000' is a shard of the table at {tmp_path / 'words'}: remove that"
+    assert (shard.code, shard.err.startswith(refused)) == (1, True), shard.err
+    assert run_cli("verify", "words", "--data-dir", tmp_path).out == "words: ok\n"
 
 
 @pytest.mark.parametrize(

@@ -772,7 +772,7 @@ INTERRUPTED = 130  # the exit status of a command stopped by Ctrl-C (128 + SIGIN
 
 def main() -> None:
     """Entry point: run the command, turning known errors into one line and exit status 1."""
-    artifact.changed.clear()
+    artifact.changed = []
     try:
         app()
     except EmbeddingError as exc:
@@ -780,7 +780,7 @@ def main() -> None:
         sys.exit(1)
     except SystemExit as exc:
         if exc.code == INTERRUPTED:  # Typer ends a command stopped by Ctrl-C (KeyboardInterrupt) so, without a word
-            done = "; ".join(artifact.changed) or "no table was built or replaced"  # a remove's, a publish's
+            done = "; ".join(artifact.changed or []) or "no table was built or replaced"  # a remove's, a publish's
             typer.echo(f"embedding-index: interrupted; {done}", err=True)
         raise
     except OSError as exc:

@@ -58,7 +58,13 @@ def check_name(name: str) -> str:
     return name
 
 
-changed: list[str] = []  # what this process published or removed: what a command interrupted after it did
+# What a command line run published or removed, said if it is interrupted after (None: not recorded, as in a server)
+changed: list[str] | None = None
+
+
+def _did(what: str) -> None:
+    if changed is not None:
+        changed.append(what)
 
 
 def table_dir(data_dir: Path, name: str) -> Path:
@@ -178,7 +184,7 @@ def remove(data_dir: Path, name: str) -> None:
         lock = os.open(final, os.O_RDONLY)
         fcntl.flock(lock, fcntl.LOCK_EX)
         os.rename(final, hidden)
-        changed.append(f"table {name!r} was removed (its files are deleted by the next build, verify or server start)")
+        _did(f"table {name!r} was removed (its files are deleted by the next build, verify or server start)")
     try:
         delete(hidden)
     finally:
@@ -270,7 +276,7 @@ def publish(tmp: Path, final: Path) -> None:
         os.rename(final, old)
         os.rename(tmp, final)  # killed before this, recover() puts the old version back
     if not any(part.startswith(".tmp-") for part in final.parts):  # a table's, not a shard's into its table's
-        changed.append(f"table {final.name!r} was published")
+        _did(f"table {final.name!r} was published")
     fsync_dir(final.parent)
     delete(old, ignore_errors=True)
 

@@ -141,10 +141,8 @@ def staging(
     check_free(data_dir, name, force)
     Path(data_dir).mkdir(parents=True, exist_ok=True)
     tmp = Path(data_dir) / f".tmp-{name}-{uuid.uuid4().hex[:8]}"
-    with publish_lock(data_dir):  # made and locked at once: recover() never takes it for a dead build's
-        tmp.mkdir()
-        lock = os.open(tmp, os.O_RDONLY)
-        fcntl.flock(lock, fcntl.LOCK_EX)  # held while building: recover() leaves a live build's directory alone
+    with publish_lock(data_dir):
+        lock = _made_and_locked(tmp)
     try:
         try:
             yield tmp
@@ -172,23 +170,36 @@ def staging(
 
 
 def remove(data_dir: Path, name: str) -> None:
-    """Delete table ``name`` in one step: renamed to a hidden temporary name under the publish lock (the name holds
-    the whole table until then, and nothing after), then deleted, locked as a live build's directory is so that
-    :func:`recover` leaves it alone; stopped midway, :func:`recover` finishes it. A table linked from elsewhere (a
-    symbolic link) loses its link only."""
+    """Delete table ``name`` in one step: moved into a hidden temporary directory under the publish lock (the name
+    holds the whole table until then, and nothing after), then deleted, the directory locked as a live build's is,
+    so that :func:`recover` leaves it alone; stopped midway, :func:`recover` finishes it. A table that is a symbolic
+    link loses its link only."""
     final = table_dir(data_dir, name)
     hidden = Path(data_dir) / f".tmp-{name}-{uuid.uuid4().hex[:8]}"
     with publish_lock(data_dir):
         if not (final / MANIFEST).is_file():  # removed by another process meanwhile
             raise UnknownTable(f"no table at {name!r}")
-        lock = os.open(final, os.O_RDONLY)
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        os.rename(final, hidden)
+        lock = _made_and_locked(hidden)
+        try:
+            os.rename(final, hidden / name)
+        except BaseException:
+            os.close(lock)
+            hidden.rmdir()
+            raise
         _did(f"table {name!r} was removed (its files are deleted by the next build, verify or server start)")
     try:
-        delete(hidden)
+        shutil.rmtree(hidden)
     finally:
         os.close(lock)
+
+
+def _made_and_locked(directory: Path) -> int:
+    """Make ``directory`` and lock it (under the publish lock: :func:`recover` never sees it unlocked), for as long
+    as the returned descriptor is open: :func:`recover` leaves a live build's or removal's directory alone."""
+    directory.mkdir()
+    lock = os.open(directory, os.O_RDONLY)
+    fcntl.flock(lock, fcntl.LOCK_EX)
+    return lock
 
 
 def delete(path: Path, ignore_errors: bool = False) -> None:

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import shutil
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -119,6 +121,22 @@ def test_a_removal_under_way_is_not_taken_for_a_dead_one(tmp_path: Path, monkeyp
     assert list(tmp_path.iterdir()) == []
     with pytest.raises(UnknownTable, match="no table at 't'"):
         artifact.remove(tmp_path, "t")
+
+
+def test_a_lock_still_held_on_a_table_does_not_hold_up_its_removal(tmp_path: Path) -> None:
+    """The build that published a table holds a lock on its directory until it has finished: a ``remove`` then
+    does not wait for it."""
+    build_table(_raw(), data_dir=tmp_path, name="t", source={})
+    held = os.open(tmp_path / "t", os.O_RDONLY)
+    fcntl.flock(held, fcntl.LOCK_EX)
+    removal = threading.Thread(target=artifact.remove, args=(tmp_path, "t"))
+    try:
+        removal.start()
+        removal.join(timeout=10)
+        assert not removal.is_alive() and list(tmp_path.iterdir()) == []
+    finally:
+        os.close(held)
+        removal.join()
 
 
 def test_a_table_linked_from_elsewhere_loses_its_link_only(tmp_path: Path) -> None:

@@ -729,6 +729,8 @@ def remove(name: str, data_dir: DataDir = Path("data"), quiet: Quiet = False) ->
     directory = artifact.table_dir(data_dir, name)
     if not (directory / artifact.MANIFEST).is_file():  # a table, even one whose manifest cannot be read
         raise UnknownTable(f"no table at {name!r}")
+    if (Path(data_dir) / artifact.MANIFEST).is_file():  # a sharded table's directory (as its shards' servers use)
+        raise ArtifactError(f"{name!r} is a shard of the table at {data_dir}: remove that table, not one of its shards")
     remove_logs(data_dir, name)  # first: a table imported later under the name never replays these writes
     artifact.remove(data_dir, name)
     typer.echo(f"removed {name}")
@@ -777,6 +779,7 @@ INTERRUPTED = 130  # the exit status of a command stopped by Ctrl-C (128 + SIGIN
 
 def main() -> None:
     """Entry point: run the command, turning known errors into one line and exit status 1."""
+    artifact.changed = []
     try:
         app()
     except EmbeddingError as exc:
@@ -784,7 +787,8 @@ def main() -> None:
         sys.exit(1)
     except SystemExit as exc:
         if exc.code == INTERRUPTED:  # Typer ends a command stopped by Ctrl-C (KeyboardInterrupt) so, without a word
-            typer.echo("embedding-index: interrupted; no table was built or replaced", err=True)
+            done = "; ".join(artifact.changed or []) or "no table was built or replaced"  # a remove's, a publish's
+            typer.echo(f"embedding-index: interrupted; {done}", err=True)
         raise
     except OSError as exc:
         typer.echo(f"embedding-index: error: {exc.filename or ''}: {exc.strerror or exc}", err=True)

@@ -58,6 +58,15 @@ def check_name(name: str) -> str:
     return name
 
 
+# What a command line run published or removed, said if it is interrupted after (None: not recorded, as in a server)
+changed: list[str] | None = None
+
+
+def _did(what: str) -> None:
+    if changed is not None:
+        changed.append(what)
+
+
 def table_dir(data_dir: Path, name: str) -> Path:
     return Path(data_dir) / check_name(name)
 
@@ -132,10 +141,8 @@ def staging(
     check_free(data_dir, name, force)
     Path(data_dir).mkdir(parents=True, exist_ok=True)
     tmp = Path(data_dir) / f".tmp-{name}-{uuid.uuid4().hex[:8]}"
-    with publish_lock(data_dir):  # made and locked at once: recover() never takes it for a dead build's
-        tmp.mkdir()
-        lock = os.open(tmp, os.O_RDONLY)
-        fcntl.flock(lock, fcntl.LOCK_EX)  # held while building: recover() leaves a live build's directory alone
+    with publish_lock(data_dir):
+        lock = _made_and_locked(tmp)
     try:
         try:
             yield tmp
@@ -158,17 +165,54 @@ def staging(
                 raise _named(exc, _newest(tmp)) from exc
             raise
     finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        delete(tmp, ignore_errors=True)  # after an exchange, the older version (a link if the table was one)
         os.close(lock)
 
 
 def remove(data_dir: Path, name: str) -> None:
-    """Delete table ``name`` in one step: renamed to a hidden temporary name under the publish lock (the name holds
-    the whole table until then, and nothing after), then deleted; stopped midway, :func:`recover` finishes it."""
+    """Delete table ``name`` in one step: moved into a hidden temporary directory under the publish lock (the name
+    holds the whole table until then, and nothing after), then deleted, the directory locked as a live build's is,
+    so that :func:`recover` leaves it alone; stopped midway, :func:`recover` finishes it. A table that is a symbolic
+    link loses its link only."""
+    final = table_dir(data_dir, name)
     hidden = Path(data_dir) / f".tmp-{name}-{uuid.uuid4().hex[:8]}"
     with publish_lock(data_dir):
-        os.rename(table_dir(data_dir, name), hidden)
-    shutil.rmtree(hidden)
+        if not (final / MANIFEST).is_file():  # removed by another process meanwhile
+            raise UnknownTable(f"no table at {name!r}")
+        lock = _made_and_locked(hidden)
+        try:
+            os.rename(final, hidden / name)
+        except BaseException:
+            os.close(lock)
+            hidden.rmdir()
+            raise
+        _did(f"table {name!r} was removed (its files are deleted by the next build, verify or server start)")
+    try:
+        shutil.rmtree(hidden)
+    finally:
+        os.close(lock)
+
+
+def _made_and_locked(directory: Path) -> int:
+    """Make ``directory`` and lock it (under the publish lock: :func:`recover` never sees it unlocked), for as long
+    as the returned descriptor is open: :func:`recover` leaves a live build's or removal's directory alone."""
+    directory.mkdir()
+    lock = os.open(directory, os.O_RDONLY)
+    fcntl.flock(lock, fcntl.LOCK_EX)
+    return lock
+
+
+def delete(path: Path, ignore_errors: bool = False) -> None:
+    """Delete a directory and its files; a symbolic link (a table linked from elsewhere) is unlinked, what it points
+    to left as it is."""
+    if not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=ignore_errors)
+        return
+    try:
+        path.unlink()
+    except OSError:
+        if not ignore_errors:
+            raise
 
 
 def _continue_log(final: Path, tmp: Path) -> None:
@@ -242,8 +286,10 @@ def publish(tmp: Path, final: Path) -> None:
         old = final.with_name(f".old-{final.name}-{uuid.uuid4().hex[:8]}")
         os.rename(final, old)
         os.rename(tmp, final)  # killed before this, recover() puts the old version back
+    if not any(part.startswith(".tmp-") for part in final.parts):  # a table's, not a shard's into its table's
+        _did(f"table {final.name!r} was published")
     fsync_dir(final.parent)
-    shutil.rmtree(old, ignore_errors=True)
+    delete(old, ignore_errors=True)
 
 
 def _in_use(path: Path) -> bool:
@@ -280,11 +326,11 @@ def recover(data_dir: Path) -> list[tuple[Path, str]]:
     with publish_lock(data_dir):
         for p in sorted(data_dir.glob(".tmp-*")):
             if not _in_use(p):
-                done.append((p, _attempt(shutil.rmtree, p, None, "removed, left by a build that did not finish")))
+                done.append((p, _attempt(delete, p, None, "removed, left by a build that did not finish")))
         for p in sorted(data_dir.glob(".old-*")):
             target = data_dir / p.name[len(".old-") :].rsplit("-", 1)[0]
             if target.exists():
-                done.append((p, _attempt(shutil.rmtree, p, None, "removed, an older version already replaced")))
+                done.append((p, _attempt(delete, p, None, "removed, an older version already replaced")))
             else:
                 what = f"restored as {target.name!r}: a publish was interrupted, the previous version serves"
                 done.append((p, _attempt(os.rename, p, target, what)))

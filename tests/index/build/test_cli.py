@@ -169,6 +169,26 @@ def test_ctrl_c_says_so_and_leaves_the_table_as_it_was(
     assert sorted(path.name for path in data_dir.iterdir()) == ["t"]
 
 
+def test_ctrl_c_after_the_publish_says_the_table_was_published(
+    tmp_path: Path, glove_raw: RawTable, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ctrl-C just after the new version took the table's name: the message says so (a shard published into its
+    table's staging directory is not a table published)."""
+    words, data_dir = write_words(glove_raw, tmp_path / "words.txt", rows=2000), tmp_path / "data"
+    publish, interrupted = artifact.publish, "embedding-index: interrupted; "
+
+    def then_interrupted(tmp: Path, final: Path) -> None:
+        publish(tmp, final)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(artifact, "publish", then_interrupted)
+    result = run_cli("import", words, "--name", "t", "--data-dir", data_dir, "--shards", "2")
+    assert (result.code, result.err) == (130, f"{interrupted}no table was built or replaced\n")
+    result = run_cli("import", words, "--name", "t", "--data-dir", data_dir)
+    assert (result.code, result.err) == (130, f"{interrupted}table 't' was published\n")
+    assert artifact.list_tables(data_dir) == ["t"] and artifact.verify(data_dir / "t").ok
+
+
 def test_a_folder_of_ones_own_under_a_tables_name_is_never_replaced(tmp_path: Path, glove_raw: RawTable) -> None:
     """A folder (or file) in the data directory that is not a table keeps what it holds: each command that makes a
     table refuses its name, --force or not, before reading anything."""
@@ -186,8 +206,9 @@ def test_a_folder_of_ones_own_under_a_tables_name_is_never_replaced(tmp_path: Pa
 def test_a_removal_stopped_midway_takes_the_whole_table_away(
     tmp_path: Path, glove_raw: RawTable, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """``remove`` stopped while it deletes the files (Ctrl-C here): the name holds no part of the table, which no
-    server would load; its files, hidden, are deleted by the next build, ``verify`` or server start."""
+    """``remove`` stopped while it deletes the files (Ctrl-C here) says the table was removed: the name holds no part
+    of the table, which no server would load; its files, hidden, are deleted by the next build, ``verify`` or server
+    start."""
     words, data_dir = write_words(glove_raw, tmp_path / "words.txt", rows=2000), tmp_path / "data"
     assert run_cli("import", words, "--name", "t", "--data-dir", data_dir).code == 0
 
@@ -201,7 +222,9 @@ def test_a_removal_stopped_midway_takes_the_whole_table_away(
 
     with monkeypatch.context() as patched:
         patched.setattr(os, "unlink", one_then_interrupted)
-        assert run_cli("remove", "t", "--data-dir", data_dir).code == 130
+        result = run_cli("remove", "t", "--data-dir", data_dir)
+    removed = "table 't' was removed (its files are deleted by the next build, verify or server start)"
+    assert (result.code, result.err) == (130, f"embedding-index: interrupted; {removed}\n")
     assert not (data_dir / "t").exists() and artifact.list_tables(data_dir) == []
     [hidden] = data_dir.glob(".tmp-t-*")
     assert [path for path, _ in artifact.recover(data_dir)] == [hidden] and not hidden.exists()
@@ -332,10 +355,16 @@ def test_a_table_with_an_unreadable_manifest_is_listed_as_such_and_can_be_remove
 
 
 def test_list_names_a_sharded_tables_shards_and_their_index(tmp_path: Path, glove_raw: RawTable) -> None:
+    """``list`` names the shards; ``remove`` of one shard (in the table's directory, as its servers' data directory)
+    is refused: the table would be left without it."""
     source = write_words(glove_raw, tmp_path / "words.txt", rows=2_000)
     assert run_cli("import", source, "--name", "words", "--shards", "3", "--data-dir", tmp_path).code == 0
     listed = run_cli("list", "--data-dir", tmp_path)
     assert listed.code == 0 and listed.out == "words\t2002 x 50\tsharded\t3 shards, flat\n", listed.out
+    shard = run_cli("remove", "shard-000", "--data-dir", tmp_path / "words")
+    refused = f"embedding-index: error: 'shard-000' is a shard of the table at {tmp_path / 'words'}: remove that"
+    assert (shard.code, shard.err.startswith(refused)) == (1, True), shard.err
+    assert run_cli("verify", "words", "--data-dir", tmp_path).out == "words: ok\n"
 
 
 @pytest.mark.parametrize(

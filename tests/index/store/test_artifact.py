@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import shutil
 import subprocess
+import sys
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -14,7 +17,7 @@ import pytest
 from index.build.sources import RawTable
 from index.build.writer import build_table
 from index.engine.table import Table
-from index.errors import ArtifactError, InvalidQuery
+from index.errors import ArtifactError, InvalidQuery, UnknownTable
 from index.store import artifact
 
 
@@ -98,6 +101,58 @@ def test_a_build_that_has_just_begun_is_not_taken_for_a_dead_one(tmp_path: Path)
     with artifact.staging(tmp_path, "t") as tmp:
         assert artifact.recover(tmp_path) == []
         assert tmp.is_dir()
+
+
+def test_a_removal_under_way_is_not_taken_for_a_dead_one(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A recovery in another process (a server starting, a build, ``verify``) while ``remove`` deletes the files
+    leaves them to it; a second removal of the name is told there is no such table."""
+    build_table(_raw(), data_dir=tmp_path, name="t", source={})
+    rmtree, recovered = shutil.rmtree, []
+
+    def recovery_meanwhile(path: Path, **options: bool) -> None:
+        code = "import sys; from index.store import artifact; print(artifact.recover(sys.argv[1]))"
+        recovered.append(subprocess.run([sys.executable, "-c", code, tmp_path], capture_output=True, text=True))
+        rmtree(path, **options)
+
+    with monkeypatch.context() as patched:
+        patched.setattr(shutil, "rmtree", recovery_meanwhile)
+        artifact.remove(tmp_path, "t")
+    assert [(done.returncode, done.stdout) for done in recovered] == [(0, "[]\n")]
+    assert list(tmp_path.iterdir()) == []
+    with pytest.raises(UnknownTable, match="no table at 't'"):
+        artifact.remove(tmp_path, "t")
+
+
+def test_a_lock_still_held_on_a_table_does_not_hold_up_its_removal(tmp_path: Path) -> None:
+    """The build that published a table holds a lock on its directory until it has finished: a ``remove`` then
+    does not wait for it."""
+    build_table(_raw(), data_dir=tmp_path, name="t", source={})
+    held = os.open(tmp_path / "t", os.O_RDONLY)
+    fcntl.flock(held, fcntl.LOCK_EX)
+    removal = threading.Thread(target=artifact.remove, args=(tmp_path, "t"))
+    try:
+        removal.start()
+        removal.join(timeout=10)
+        assert not removal.is_alive() and list(tmp_path.iterdir()) == []
+    finally:
+        os.close(held)
+        removal.join()
+
+
+def test_a_table_linked_from_elsewhere_loses_its_link_only(tmp_path: Path) -> None:
+    """A symbolic link to a table: ``remove`` and a ``--force`` build unlink it and leave the table it points to as
+    it is; a link left by a publisher that was killed is removed by the next recovery."""
+    data_dir, elsewhere = tmp_path / "data", tmp_path / "elsewhere"
+    build_table(_raw(), data_dir=elsewhere, name="t", source={})
+    data_dir.mkdir()
+    (data_dir / "linked").symlink_to(elsewhere / "t")
+    artifact.remove(data_dir, "linked")
+    (data_dir / "linked").symlink_to(elsewhere / "t")
+    build_table(_raw(seed=1), data_dir=data_dir, name="linked", source={}, force=True)
+    assert [path.name for path in data_dir.iterdir()] == ["linked"] and not (data_dir / "linked").is_symlink()
+    (data_dir / ".tmp-linked-deadbeef").symlink_to(elsewhere / "t")
+    assert [path.name for path, _ in artifact.recover(data_dir)] == [".tmp-linked-deadbeef"]
+    assert [path.name for path in data_dir.iterdir()] == ["linked"] and artifact.verify(elsewhere / "t").ok
 
 
 @pytest.mark.parametrize("damage", ["truncate", "flip", "manifest", "extra", "missing"])

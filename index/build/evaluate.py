@@ -225,10 +225,12 @@ def _errors(
     wrong = np.flatnonzero(~correct)
     quads = questions.ids[wrong]
     rankable = (quads[:, 3:] != quads[:, :3]).all(axis=1)  # an expected word that is also a, b or c never ranks
-    with Progress("ranking the expected words of the incorrect answers", int(rankable.sum()), "questions") as progress:
-        ranked = analogy_expectations(
-            table, quads[rankable, :3], quads[rankable, 3], method, restrict=limit, done=progress.advance
-        )
+    ranked = []
+    if rankable.any():  # else no step to show
+        with Progress("ranking the expected words of the incorrect answers", int(rankable.sum()), "questions") as step:
+            ranked = analogy_expectations(
+                table, quads[rankable, :3], quads[rankable, 3], method, restrict=limit, done=step.advance
+            )
     found = iter(ranked)
     out = []
     for j, ok in zip(wrong.tolist(), rankable.tolist(), strict=True):

@@ -1,8 +1,9 @@
 """A NumPy ``.npy`` matrix (rows x dim, any real numeric dtype) plus a vocabulary file, one token per line; or an
 ``.npz`` archive of both: exactly the arrays ``vectors`` (the matrix) and ``tokens`` (a str array, one per row).
 
-Arrays are read with ``allow_pickle=False`` always: an object array is refused, never unpickled. Row
-numbers (1-based) stand in for line numbers in messages about the matrix.
+Never unpickling: an object array is refused by its header, a ``.npy`` read with ``allow_pickle=False``, an ``.npz``
+member's bytes taken as the dtype its header names (as many as the member holds: the size it claims is not trusted).
+Row numbers (1-based) stand in for line numbers in messages about the matrix.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import gzip
 import io
 import zipfile
+from collections import Counter
 from pathlib import Path
 from tokenize import TokenError
 
@@ -130,9 +132,14 @@ def read_npz(path: Path, options: ReadOptions) -> RawTable:
         raise InputError(path, "an .npz archive carries its own tokens (its array 'tokens'): leave out --vocab")
     try:
         archive = zipfile.ZipFile(io.BytesIO(read_bytes(path)))
-        members = {name.removesuffix(".npy"): name for name in archive.namelist()}
+        names = archive.namelist()
     except zipfile.BadZipFile as exc:
         raise InputError(path, f"not a readable .npz archive ({exc})") from None
+    members = {name.removesuffix(".npy"): name for name in names}
+    arrays = Counter(name.removesuffix(".npy") for name in names)
+    if twice := [array for array, count in arrays.items() if count > 1]:  # np.load would take one of them
+        given = ", ".join(repr(name) for name in names if name.removesuffix(".npy") == twice[0])
+        raise InputError(path, f"array {twice[0]!r} is in the archive twice ({given})")
     if sorted(members) != list(NPZ_ARRAYS):
         found = ", ".join(map(repr, sorted(members))) or "none"
         raise InputError(path, f"an .npz archive holds the arrays 'tokens' and 'vectors', found {found}; {NPZ_HINT}")
@@ -140,11 +147,54 @@ def read_npz(path: Path, options: ReadOptions) -> RawTable:
     labels = npz_array(path, archive, members["tokens"])
     if len(labels) != len(matrix):
         raise InputError(path, f"array 'tokens': {counted(len(labels), 'token')}, but 'vectors' has {len(matrix):,}")
-    tokens: list[str] = labels.tolist()
+    tokens, dropped, report = npz_tokens(path, labels.tolist(), options)
+    matrix = as_float32(matrix)
+    if dropped:  # --drop-invalid: their rows left out
+        keep = keep_mask(len(tokens), dropped)
+        tokens, matrix = [tokens[i] for i in np.flatnonzero(keep).tolist()], matrix[keep]
+    return RawTable(tokens=tokens, matrix=matrix, first_line=1, report=report)
+
+
+def npz_tokens(path: Path, tokens: list[str], options: ReadOptions) -> tuple[list[str], list[int], dict[str, int]]:
+    """The array ``tokens`` checked as the lines of a vocabulary file are: an empty token refused, one with an
+    unpaired surrogate (which a str array holds and UTF-8 cannot) refused, replaced as its UTF-8 bytes would be
+    (``--unicode-errors replace``) or its row dropped (``--drop-invalid``); return (tokens, rows to drop, report)."""
+    unpaired = surrogate_rows(tokens)
+    refused = None
+    if unpaired and options.unicode_errors != "replace" and not options.drop_invalid:
+        problem = "an unpaired surrogate (U+D800 to U+DFFF), which is no character in UTF-8"
+        refused = InputError(
+            path,
+            f"array 'tokens': {problem}; use --unicode-errors replace to substitute U+FFFD{NOT_UTF8_DROP_HINT}",
+            line=unpaired[0] + 1,
+        )
     if not options.drop_invalid and "" in tokens:
-        raise InputError(path, "array 'tokens': an empty token", line=tokens.index("") + 1)
-    report = {"malformed_rows_dropped": 0, "tokens_unicode_replaced": 0}
-    return RawTable(tokens=tokens, matrix=as_float32(matrix), first_line=1, report=report)
+        refused = first_of(refused, InputError(path, "array 'tokens': an empty token", line=tokens.index("") + 1))
+    if refused:
+        raise refused
+    if options.unicode_errors != "replace":
+        return tokens, unpaired, {"malformed_rows_dropped": len(unpaired), "tokens_unicode_replaced": 0}
+    for row in unpaired:
+        tokens[row] = tokens[row].encode("utf-8", "surrogatepass").decode("utf-8", "replace")
+    return tokens, [], {"malformed_rows_dropped": 0, "tokens_unicode_replaced": len(unpaired)}
+
+
+def surrogate_rows(tokens: list[str]) -> list[int]:
+    """The rows (0-based) whose token holds an unpaired surrogate (U+D800 to U+DFFF, no character in UTF-8), which a
+    str array can hold and a vocabulary file cannot."""
+    try:
+        "".join(tokens).encode("utf-8")
+        return []
+    except UnicodeEncodeError:
+        return [row for row, token in enumerate(tokens) if not _is_utf8(token)]
+
+
+def _is_utf8(token: str) -> bool:
+    try:
+        token.encode("utf-8")
+        return True
+    except UnicodeEncodeError:
+        return False
 
 
 def npz_array(path: Path, archive: zipfile.ZipFile, member: str) -> np.ndarray:
@@ -154,8 +204,9 @@ def npz_array(path: Path, archive: zipfile.ZipFile, member: str) -> np.ndarray:
         with archive.open(member) as stream:
             version = npformat.read_magic(stream)
             header = npformat.read_array_header_1_0 if version == (1, 0) else npformat.read_array_header_2_0
-            shape, _, dtype = header(stream)
-            available = archive.getinfo(member).file_size - stream.tell()
+            shape, fortran_order, dtype = header(stream)
+            start = stream.tell()
+            available = archive.getinfo(member).file_size - start
     except (*NPY_ERRORS, zipfile.BadZipFile) as exc:
         raise InputError(path, f"array {name!r}: not a readable .npy ({type(exc).__name__}: {exc})") from None
     if name == "vectors" or dtype.hasobject:
@@ -164,16 +215,24 @@ def npz_array(path: Path, archive: zipfile.ZipFile, member: str) -> np.ndarray:
         problem = f"dtype {dtype} is not str; {NPZ_HINT}"
     else:
         problem = None if len(shape) == 1 else f"expected one token per row (1-D), found shape {list(shape)}"
-    if not problem and int(np.prod(shape)) * dtype.itemsize > available:
+    needed = int(np.prod(shape)) * dtype.itemsize
+    if not problem and needed > available:
         problem = f"truncated: shape {list(shape)} of {dtype} needs more than the {available:,} bytes that follow"
     if problem:
         raise InputError(path, f"array {name!r}: {problem}")
     try:
         with archive.open(member) as stream:
-            array: np.ndarray = npformat.read_array(stream, allow_pickle=False)
-            return array
+            stream.seek(start)
+            data = stream.read(needed)  # what the member holds: the size its entry claims is not trusted
     except (*NPY_ERRORS, zipfile.BadZipFile) as exc:
         raise InputError(path, f"array {name!r}: not a readable .npy ({type(exc).__name__}: {exc})") from None
+    if len(data) < needed:
+        raise InputError(
+            path,
+            f"array {name!r}: truncated: shape {list(shape)} of {dtype} needs {needed:,} bytes, {len(data):,} follow",
+        )
+    array = np.frombuffer(data, dtype=dtype, count=int(np.prod(shape)))
+    return array.reshape(shape[::-1]).T if fortran_order else array.reshape(shape)
 
 
 def read_lines(path: Path, options: ReadOptions) -> tuple[list[str], int, list[int], InputError | None]:

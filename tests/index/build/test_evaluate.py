@@ -323,6 +323,18 @@ def test_analogies_show_progress_by_rows_searched(
     assert states[-1].startswith(f"done ({small.rows:,} of {small.rows:,} rows)")
 
 
+def test_errors_with_nothing_to_rank_show_no_step(small: Table, tmp_path: Path) -> None:
+    """An incorrect answer whose expected word is one of a, b, c has no rank to compute: no step of 0 of 0 shown."""
+    questions = tmp_path / "q.txt"
+    questions.write_text(": same\nking man queen man\n", encoding="utf-8")
+    with progress_lines() as shown:
+        report = evaluate_analogies(small, questions, errors=True)
+    assert [error["rank"] for error in report["errors"]] == [None]
+    assert [line.split(": done")[0] for line in shown.getvalue().splitlines()] == [
+        "embedding-index: analogies q.txt (3cosadd)"
+    ]
+
+
 # ---------------------------------------------------------------------------------- the batched exact search
 def brute_force(table: Table, a: int, b: int, c: int, method: str, limit: int) -> np.ndarray:
     if method == "3cosadd":

@@ -17,6 +17,7 @@ import os
 import subprocess
 import sys
 import time
+import zipfile
 from collections.abc import Callable
 from pathlib import Path
 
@@ -272,6 +273,23 @@ def test_npz_of_vectors_and_tokens(tmp_path: Path, data_dir: Path, glove_rows, s
     save(tmp_path / "m.npz", vectors=matrix, tokens=np.array(tokens, dtype=str))
     assert sniff_format(tmp_path / "m.npz") == "npy"
     assert_rows(import_ok(tmp_path / "m.npz", data_dir, "t"), tokens, matrix)
+
+
+def test_npz_token_with_an_unpaired_surrogate_replaced_or_dropped(tmp_path: Path, data_dir: Path, glove_rows) -> None:
+    """A str array can hold an unpaired surrogate, which UTF-8 cannot: ``--unicode-errors replace`` makes it what the
+    vocabulary file of the same bytes gives (U+FFFD for each), ``--drop-invalid`` leaves its row out."""
+    tokens, matrix = glove_rows
+    given = [*tokens[:12], "a\ud800", *tokens[13:200]]
+    np.savez(tmp_path / "m.npz", vectors=matrix[:200], tokens=np.array(given, dtype=str))
+    np.save(tmp_path / "m.npy", matrix[:200])
+    (tmp_path / "vocab.txt").write_bytes("\n".join(given).encode("utf-8", "surrogatepass") + b"\n")
+    replaced = import_ok(tmp_path / "m.npz", data_dir, "r", "--unicode-errors", "replace")
+    vocab = import_ok(
+        tmp_path / "m.npy", data_dir, "v", "--vocab", tmp_path / "vocab.txt", "--unicode-errors", "replace"
+    )
+    assert replaced.tokens[12] == vocab.tokens[12] == "a\ufffd\ufffd\ufffd"
+    dropped = import_ok(tmp_path / "m.npz", data_dir, "d", "--drop-invalid")
+    assert_rows(dropped, tokens[:12] + tokens[13:200], np.delete(matrix[:200], 12, axis=0))
 
 
 def _projector(directory: Path, tokens: list[str], matrix: np.ndarray, kinds: list[str] | None) -> Path:
@@ -884,6 +902,39 @@ def _npz(tmp_path: Path, rows, **arrays: object) -> list[object]:
     return [tmp_path / "m.npz"]
 
 
+def _zip(tmp_path: Path, members: dict[str, bytes], claimed: int = 0) -> list[object]:
+    """``m.npz`` of ``members`` as given; ``claimed``: the size the entry of ``vectors.npy`` states (a field of the
+    zip that a forged archive sets at will)."""
+    with zipfile.ZipFile(tmp_path / "m.npz", "w") as archive:
+        for name, data in members.items():
+            archive.writestr(name, data)
+        if claimed:
+            archive.getinfo("vectors.npy").file_size = claimed
+    return [tmp_path / "m.npz"]
+
+
+def _npy_bytes(array: np.ndarray) -> bytes:
+    out = io.BytesIO()
+    np.lib.format.write_array(out, array)
+    return out.getvalue()
+
+
+def _npz_twice(tmp_path: Path, rows) -> list[object]:
+    """The matrix as both ``vectors.npy`` and ``vectors`` (np.load answers either name)."""
+    tokens, matrix = _npy_bytes(np.array(rows[0][:200], dtype=str)), _npy_bytes(rows[1][:200])
+    return _zip(tmp_path, {"vectors.npy": matrix, "vectors": matrix, "tokens.npy": tokens})
+
+
+def _npz_claiming(tmp_path: Path, rows, claimed: int) -> list[object]:
+    """``vectors.npy`` whose header and entry claim ``claimed`` bytes of rows of 50 float32 and which holds 64."""
+    head = io.BytesIO()
+    np.lib.format.write_array_header_1_0(
+        head, {"descr": "<f4", "fortran_order": False, "shape": ((claimed - 1024) // 200, 50)}
+    )
+    members = {"vectors.npy": head.getvalue() + bytes(64), "tokens.npy": _npy_bytes(np.array(rows[0][:200], dtype=str))}
+    return _zip(tmp_path, members, claimed)
+
+
 def _write_case(tmp_path: Path, name: str, data: bytes) -> list[object]:
     (tmp_path / name).write_bytes(data)
     return [tmp_path / name]
@@ -1085,6 +1136,18 @@ BAD_CASES: dict[str, tuple[Callable[[Path, object], list[object]], list[str]]] =
     "npz one-dimensional vectors": (
         lambda p, r: _npz(p, r, vectors=np.zeros(200, dtype=np.float32)),
         ["m.npz", "array 'vectors': expected a 2-D matrix"],
+    ),
+    "npz with an array twice": (
+        _npz_twice,
+        ["m.npz", "array 'vectors' is in the archive twice ('vectors.npy', 'vectors')"],
+    ),
+    "npz token with an unpaired surrogate": (
+        lambda p, r: _npz(p, r, tokens=np.array([*r[0][:12], "a\ud800", *r[0][13:200]], dtype=str)),
+        ["m.npz:13:", "array 'tokens': an unpaired surrogate", "--unicode-errors replace"],
+    ),
+    "npz whose entry claims a terabyte": (  # refused by the bytes it holds, before numpy allocates what it claims
+        lambda p, r: _npz_claiming(p, r, 1 << 40),
+        ["m.npz", "array 'vectors': truncated:", "bytes, 64 follow"],
     ),
     "not an npy": (lambda p, r: [*_write_case(p, "m.npy", b"hello"), "--vocab", p / "m.npy"], ["m.npy", "not a .npy"]),
     "projector without metadata": (

@@ -63,7 +63,7 @@ def _ids(texts: list[str], metadatas: list[dict[str, Any]] | None, ids: list[str
     metadatas = metadatas or [{} for _ in texts]
     ids = [str(i) if i is not None else str(uuid.uuid4()) for i in ids] if ids else [str(uuid.uuid4()) for _ in texts]
     if not len(texts) == len(metadatas) == len(ids):  # before the texts are embedded
-        raise ValueError(f"{len(texts)} texts, {len(metadatas)} metadatas and {len(ids)} ids: give one of each a text")
+        raise ValueError(f"texts: {len(texts)}, metadatas: {len(metadatas)}, ids: {len(ids)}: give one of each a text")
     return ids
 
 

@@ -267,9 +267,9 @@ def test_ids_with_a_filter_delete_those_passing_and_lengths_that_differ_are_refu
     assert [d.id for d in store.get_by_ids(["lee-1", "lee-2", "lee-3", "lee-5"])] == ["lee-2", "lee-5"]
     with pytest.raises(ValueError, match="needs ids or a filter="):
         store.delete()
-    with pytest.raises(ValueError, match="2 texts, 1 metadatas and 2 ids"):
+    with pytest.raises(ValueError, match="texts: 2, metadatas: 1, ids: 2"):
         store.add_texts(["a", "b"], [{"topic": "x"}], ids=["new-a", "new-b"])
-    with pytest.raises(ValueError, match="1 texts, 1 metadatas and 2 ids"):
+    with pytest.raises(ValueError, match="texts: 1, metadatas: 1, ids: 2"):
         store.add_texts(["a"], ids=["new-a", "new-b"])
     assert store.get_by_ids(["new-a", "new-b"]) == []
 

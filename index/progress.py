@@ -167,7 +167,8 @@ class Progress:
     def _line(self, final: bool = False) -> None:
         stream = CONFIG.stream or sys.stderr
         elapsed = time.monotonic() - self.started
-        amount = f"{self._amount(self.done)} of {self._amount(self.total)} {'' if self.unit == 'bytes' else self.unit}"
+        unit = "" if self.unit == "bytes" else self.unit.removesuffix("s") if self.total == 1 else self.unit
+        amount = f"{self._amount(self.done)} of {self._amount(self.total)} {unit}"
         if final:
             text = f"{self.step}: done ({amount.strip()}) in {duration(elapsed)}"
         else:

@@ -299,7 +299,7 @@ def test_cli_eval_text_and_errors(small_data_dir: Path, tmp_path: Path) -> None:
     assert "pairs wordsim353.tsv: Spearman" in report_out
     assert [line.rsplit(" in ", 1)[0] for line in report_err.splitlines()] == [  # each step's progress, on stderr
         f"embedding-index: analogies q.txt (3cosmul): done ({SMALL_ROWS:,} of {SMALL_ROWS:,} rows)",
-        "embedding-index: word pairs: done (1 of 1 files)",
+        "embedding-index: word pairs: done (1 of 1 file)",
     ]
     assert missing.returncode == 1
     assert missing_err.strip().splitlines() == [f"embedding-index: error: {tmp_path / 'nope.txt'}: file not found"]

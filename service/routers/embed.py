@@ -88,7 +88,7 @@ ModelName = Annotated[str, Path(description="a table's name", max_length=64, jso
 
 
 async def model_table(request: Request, model: ModelName) -> Table:
-    """The table ``model`` names; the registry checks the name: 422 for one that is no table name (param model)."""
+    """The table ``model`` names; the registry checks the name: a 400 for one that is no table name (param model)."""
     try:
         return await table_named(request, model)
     except InvalidQuery as exc:

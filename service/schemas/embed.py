@@ -71,7 +71,7 @@ OpenAIInput = Annotated[
 
 
 # Checked by the registry, as a path's table name is (the pattern is the OpenAPI document's): a name that is no
-# table name (``BAAI/bge-small-en-v1.5``) is a 422 that says what a table name is, not a regular expression.
+# table name (``BAAI/bge-small-en-v1.5``) is OpenAI's 400 saying what a table name is, not a regular expression.
 ModelField = Annotated[
     str,
     Field(

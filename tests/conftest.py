@@ -19,8 +19,9 @@
   child process started at collection (``tests.minilm.TRANSFORMER``).
 
 Every process the tests start shares one numba cache in the test cache (``NUMBA_CACHE_DIR``), filled in the
-background at collection (``tests/numba_cache.py``); commands a test declares with ``tests.early.Early`` start at
-collection too, and so does the second session that runs the modules of ``tests.beside``.
+background at collection (``tests/numba_cache.py``; a test that runs a UMAP or t-SNE layout waits for it with
+``numba_compiled``); commands a test declares with ``tests.early.Early`` start at collection too, and so does the
+second session that runs the modules of ``tests.beside``.
 """
 
 from __future__ import annotations
@@ -314,6 +315,14 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 def glove_data_dir() -> Path:
     GLOVE_BUILD.wait()
     return cache_dir()
+
+
+@pytest.fixture(scope="session")
+def numba_compiled() -> None:
+    """pynndescent's and umap-learn's code compiled in numba's cache (``tests.numba_cache``): a test that runs a
+    UMAP or t-SNE layout (openTSNE imports pynndescent), in process or in its servers, waits for the background
+    step instead of compiling the same code beside it (tens of seconds of CPU in a fresh clone)."""
+    NUMBA.wait()
 
 
 @pytest.fixture(scope="session")

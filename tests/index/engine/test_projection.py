@@ -63,6 +63,7 @@ def test_pca_projection_is_a_float64_svd_of_the_centred_rows(small: Table) -> No
     assert two.shape == (2, 2) and np.abs(two[:, 1]).max() < 1e-9 and two_ratio[0] == pytest.approx(1.0)
 
 
+@pytest.mark.usefixtures("numba_compiled")
 def test_tsne_equals_opentsne_with_the_same_seed_and_the_perplexity_lowered(rows: np.ndarray) -> None:
     from openTSNE import TSNE
 
@@ -93,6 +94,7 @@ def test_tsne_equals_opentsne_with_the_same_seed_and_the_perplexity_lowered(rows
     assert not np.array_equal(tsne_projection(rows, perplexity=4.0, seed=8).points, low.points)
 
 
+@pytest.mark.usefixtures("numba_compiled")
 def test_umap_equals_umap_learn_with_the_same_seed_and_n_neighbors_lowered(rows: np.ndarray) -> None:
     import umap
 

@@ -79,11 +79,11 @@ def test_a_run_selected_with_k_sends_only_the_selected_tests_beside(tmp_path: Pa
     """A real run: ``-k`` picks one test here and one of a module of the second session, which runs it (and only
     it: the split comes after the selection) and reports; the suite's session passes its own and the wait, saying
     (every half second here) how far the second session is while it waits."""
-    selection = "test_the_modules_named_exist or test_admin_endpoints_need_the_admin_key"
+    selection = "test_the_modules_named_exist or test_spec_parsing"
     env = {k: v for k, v in os.environ.items() if k != beside.SECOND} | {"EMBEDDING_TESTS_PROGRESS_SECONDS": "0.5"}
     command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--basetemp", str(tmp_path), "-k"]
     run = subprocess.run(
-        [*command, selection, "tests/test_beside.py", "tests/service/test_reload.py"],
+        [*command, selection, "tests/test_beside.py", "tests/index/build/test_compressed.py"],
         cwd=REPO,
         env=env,
         capture_output=True,

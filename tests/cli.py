@@ -1,7 +1,7 @@
 """The builder's command line, run as the tests run it: in this process through its console entry point
-(:func:`run_cli`, cheap enough for the hundreds of calls the tests make) or in a child process as a user runs it
-(:func:`run_index`: its whole output, progress lines included). :func:`progress_lines` holds the lines of a step run
-in this process."""
+(:func:`run_cli`, cheap enough for the hundreds of calls the tests make; its progress lines too with ``quiet=False``)
+or in a child process as a user runs it (:func:`run_index`: its whole output, progress lines included).
+:func:`progress_lines` holds the lines of a step run in this process."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import re
 import subprocess
 import sys
 from collections.abc import Iterator
-from contextlib import contextmanager, redirect_stderr, redirect_stdout
+from contextlib import contextmanager, nullcontext, redirect_stderr, redirect_stdout
 from dataclasses import dataclass
 from functools import cache
 from unittest import mock
@@ -35,11 +35,14 @@ class Result:
 command_of = cache(typer.main.get_command)
 
 
-def run_cli(*args: object) -> Result:
-    """Run ``embedding-index --quiet`` in this process through its console entry point ``index.build.cli.main``."""
+def run_cli(*args: object, quiet: bool = True) -> Result:
+    """Run ``embedding-index --quiet`` in this process through its console entry point ``index.build.cli.main``;
+    with ``quiet=False``, without ``--quiet``: its progress lines are on its stderr (and this process as quiet as
+    before afterwards)."""
     out, err = io.StringIO(), io.StringIO()
-    argv = ["embedding-index", "--quiet", *map(str, args)]
+    argv = ["embedding-index", *(["--quiet"] if quiet else []), *map(str, args)]
     with (
+        nullcontext() if quiet else quiet_kept(),
         mock.patch.object(sys, "argv", argv),
         mock.patch.object(typer.main, "get_command", command_of),
         redirect_stdout(out),
@@ -63,6 +66,16 @@ def run_index(*args: str, timeout: float | None = None) -> subprocess.CompletedP
     return subprocess.run(
         [sys.executable, "-m", "index", *args], capture_output=True, text=True, cwd=REPO, timeout=timeout
     )
+
+
+@contextmanager
+def quiet_kept() -> Iterator[None]:
+    """The builder as quiet (``--quiet``) in this process afterwards as it was before."""
+    quiet = progress.CONFIG.quiet
+    try:
+        yield
+    finally:
+        progress.CONFIG.quiet = quiet
 
 
 @contextmanager

@@ -10,8 +10,6 @@ import gzip
 import hashlib
 import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -21,7 +19,6 @@ from index.engine.table import Table
 from index.store import artifact
 from tests.cli import REPO, run_cli
 
-EXE = Path(sys.executable).with_name("embedding-index")
 LICENSES = Path("/usr/share/common-licenses")
 MAN = Path("/usr/share/man/man1")
 
@@ -117,20 +114,21 @@ def test_a_file_that_is_not_utf8_stops_the_import_unless_told(folder: Path, tmp_
 
 
 def test_the_import_says_what_it_skipped_and_records_it(folder: Path, data_dir: Path) -> None:
-    command = [EXE, "import", folder, "--name", "mixed", "--data-dir", data_dir, "--encoder", "small"]
-    done = subprocess.run([*map(str, command), "--drop-invalid"], capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr
+    done = run_cli(
+        "import", folder, "--name", "mixed", "--data-dir", data_dir, "--encoder", "small", "--drop-invalid", quiet=False
+    )
+    assert done.code == 0, done.err
     read = read_folder(folder, drop_invalid=True)
     assert (
         f"embedding-index: read {len(read.files):,} text files of {folder}; skipped 5: 1 hidden file, 1 empty, "
         "1 not a regular file, 1 not UTF-8 text, 1 binary"
-    ) in done.stderr.splitlines()
+    ) in done.err.splitlines()
     for path, why in SKIPPED.items():
-        assert f"embedding-index: skipped {path}: {why}" in done.stderr.splitlines()
+        assert f"embedding-index: skipped {path}: {why}" in done.err.splitlines()
     assert (
         f"files: {len(read.files):,} read, 5 skipped (1 hidden file, 1 empty, 1 not a regular file, "
         "1 not UTF-8 text, 1 binary; each is listed in the manifest's source)"
-    ) in done.stdout.splitlines()
+    ) in done.out.splitlines()
     table = Table.load(data_dir / "mixed")
     source = table.manifest["source"]
     assert source["sha256"] == read.sha256 and source["files_read"] == len(read.files)
@@ -278,10 +276,9 @@ def test_control_characters_in_names_are_escaped_where_they_are_named(tmp_path: 
         ("tab\\x09here.jpg", "binary (a NUL byte at offset 4)"),
     ]
     assert read_folder(root).skipped == skipped
-    command = [EXE, "import", root, "--name", "ctl", "--data-dir", data_dir, "--encoder", "small"]
-    done = subprocess.run(list(map(str, command)), capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr
-    lines = done.stderr.splitlines()
+    done = run_cli("import", root, "--name", "ctl", "--data-dir", data_dir, "--encoder", "small", quiet=False)
+    assert done.code == 0, done.err
+    lines = done.err.splitlines()
     assert f"embedding-index: read 1 text files of {root}; skipped 3: 2 empty, 1 binary" in lines
     for path, why in skipped:
         assert f"embedding-index: skipped {path}: {why}" in lines

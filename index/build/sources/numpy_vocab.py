@@ -197,6 +197,10 @@ def _is_utf8(token: str) -> bool:
         return False
 
 
+def _unreadable(path: Path, name: str, exc: Exception) -> InputError:
+    return InputError(path, f"array {name!r}: not a readable .npy ({type(exc).__name__}: {exc})")
+
+
 def npz_array(path: Path, archive: zipfile.ZipFile, member: str) -> np.ndarray:
     """The archive's array ``vectors`` (a matrix) or ``tokens`` (1-D, str), its header checked before it is read."""
     name = member.removesuffix(".npy")
@@ -208,7 +212,7 @@ def npz_array(path: Path, archive: zipfile.ZipFile, member: str) -> np.ndarray:
             start = stream.tell()
             available = archive.getinfo(member).file_size - start
     except (*NPY_ERRORS, zipfile.BadZipFile) as exc:
-        raise InputError(path, f"array {name!r}: not a readable .npy ({type(exc).__name__}: {exc})") from None
+        raise _unreadable(path, name, exc) from None
     if name == "vectors" or dtype.hasobject:
         problem = matrix_problem(shape, dtype)
     elif dtype.kind != "U":
@@ -225,7 +229,7 @@ def npz_array(path: Path, archive: zipfile.ZipFile, member: str) -> np.ndarray:
             stream.seek(start)
             data = stream.read(needed)  # what the member holds: the size its entry claims is not trusted
     except (*NPY_ERRORS, zipfile.BadZipFile) as exc:
-        raise InputError(path, f"array {name!r}: not a readable .npy ({type(exc).__name__}: {exc})") from None
+        raise _unreadable(path, name, exc) from None
     if len(data) < needed:
         raise InputError(
             path,

@@ -385,12 +385,12 @@ def test_a_front_reads_a_shards_limits_again_when_it_refuses_one(tmp_path: Path,
 
 UNKNOWN = "zzqqxx"
 WORDS = ["king", "queen", "man", "woman", "fire", "water", "red", "blue", "one", "two", "paris", "london"]
-TOKENS = [*WORDS, UNKNOWN, *WORDS[:10], UNKNOWN]  # 3 x tight's max_batch, unknown in the second and third requests
+TOKENS = [*WORDS, UNKNOWN, *WORDS[:10], UNKNOWN]  # unknown in the second and third requests of TIGHT's max_batch
+assert len(TOKENS) == 3 * int(TIGHT["EMBEDDING_MAX_BATCH"])
 VECTORS = [[0.1 * (i % 5) - 0.2] * 50 for i in range(24)]
 VECTORS[10] = [0.5] * 49  # not the table's dimension
 # Each batch call on ``tight``: its table(s), options and items, the call that answers one item alone, and how many
-# batch requests the server's limits make of them (max_batch 8; max_hits 30; max_words 4; max_exact_rows 20,000,
-# each of small's 20,000 rows; max_scored_rows 10).
+# batch requests ``TIGHT``'s limits make of them (max_batch, max_hits, max_words, max_exact_rows, max_scored_rows).
 BATCHES: list[tuple[str, tuple[str, ...], dict[str, Any], list[Any], str, int]] = [
     ("neighbors_batch", ("small",), {"k": 3, "restrict": 1000}, TOKENS, "neighbors", 3),
     ("neighbors_batch", ("small",), {"k": 10, "restrict": 100}, TOKENS[9:15], "neighbors", 2),  # max_hits

@@ -39,6 +39,7 @@ from service.http.declared_query import declared_only
 from service.http.drain import Drain
 from service.http.fastroute import document_query_models
 from service.http.head import HeadAsGetMiddleware
+from service.http.known_routes import KnownRoutes
 from service.http.limits import RequestLimitsMiddleware
 from service.http.metrics import Metrics, MetricsMiddleware
 from service.http.openai_errors import OpenAIErrorsMiddleware
@@ -183,6 +184,7 @@ def create_app(settings: Settings) -> FastAPI:
     # The last middleware added runs first: metrics see every request, including refused ones and cache hits;
     # CORS answers preflights before the read key is asked for; the answer cache serves only allowed requests;
     # HEAD is routed as GET last, so it is counted as HEAD and never cached.
+    app.add_middleware(KnownRoutes, fastapi=app)  # innermost: the hot routes found without the router
     app.add_middleware(HeadAsGetMiddleware)
     if settings.cache_bytes:
         app.state.answer_cache = AnswerCache(settings.cache_bytes)

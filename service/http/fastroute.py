@@ -146,11 +146,14 @@ class QueryRoute(APIRoute):
 
     def __init__(self, path: str, endpoint: Callable[..., Any], **kwargs: Any) -> None:
         super().__init__(path, endpoint, **kwargs)
+        # hot: answered by a handler of its own (service.http.known_routes finds it without the router); direct:
+        # its whole app is Starlette's request wrapper of that handler
+        self.hot = self.direct = False
         if getattr(endpoint, "query_model", None) is not None:
-            self.app = request_response(self._direct_handler())
+            self.app, self.hot, self.direct = request_response(self._direct_handler()), True, True
         elif (fast := getattr(endpoint, "plain_body", None)) is not None:
             # FastAPI's wrapper: the route's own path (the fallback) needs its exit stacks in the scope
-            self.app = with_exit_stacks(self._plain_first(fast))
+            self.app, self.hot = with_exit_stacks(self._plain_first(fast)), True
 
     def _plain_first(self, fast: Handler) -> Callable[[Request], Coroutine[Any, Any, Response]]:
         """The route's handler, with ``fast`` answering the plain bodies first (the body read once, kept by the

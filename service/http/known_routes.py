@@ -8,14 +8,15 @@ each (``POST .../search`` is the seventh): together more of the event loop's tim
 of the search (BENCHMARKS.md, "HTTP floors: the hot routes found without the router").
 
 So the first request of a method and path goes through them as any request does, and if the router gave it a hot
-route, the route and what the router put in the scope (its endpoint, its path parameters) are remembered (at most
-``KNOWN`` method and path pairs, then they start again). A later request with that method and path is given the
-same scope and handed to the route: a route whose whole app is Starlette's request wrapper of its own handler
-(``QueryRoute.direct``) answers every error there, by the exception handlers the exception middleware gave the
-first request's scope, so it is called as it is; any other is wrapped in FastAPI's exception middleware and exit
-stack, as the router would have been. Every other request goes through the router, and so does every request
-while FastAPI's telemetry follows it (the router names its route) or once the routes changed (a drain puts its own
-``/readyz`` first): what was remembered is then forgotten.
+route that takes its method (the 405 of another is raised by the route's ``handle``, outside a direct route's
+wrapper, for the exception middleware), the route and what the router put in the scope (its endpoint, its path
+parameters) are remembered (at most ``KNOWN`` method and path pairs, then they start again). A later request with
+that method and path is given the same scope and handed to the route: a route whose whole app is Starlette's
+request wrapper of its own handler (``QueryRoute.direct``) answers every error there, by the exception handlers the
+exception middleware gave the first request's scope, so it is called as it is; any other is wrapped in FastAPI's
+exception middleware and exit stack, as the router would have been. Every other request goes through the router,
+and so does every request while FastAPI's telemetry follows it (the router names its route) or once the routes
+changed (a drain puts its own ``/readyz`` first): what was remembered is then forgotten.
 """
 
 from __future__ import annotations
@@ -73,11 +74,14 @@ class KnownRoutes:
         await self.apps[route](scope, receive, send)
 
     def remember(self, key: tuple[str, str, str], scope: Scope) -> None:
-        """The hot route the router gave a request, and what it put in the scope (of any other, nothing)."""
+        """The hot route the router gave a request of a method it takes, and what it put in the scope (of any other,
+        nothing)."""
         self.handlers = scope.get(HANDLERS, self.handlers)
         route = scope.get("route")
         routed = {name: scope[name] for name in ROUTED if name in scope}
         if route is None or id(route) not in self.apps or len(routed) < len(ROUTED) or self.handlers is None:
+            return
+        if key[0] not in route.methods:
             return
         if len(self.known) >= KNOWN:
             self.known.clear()

@@ -57,6 +57,8 @@ REQUESTS: list[tuple[str, str, dict[str, Any]]] = [
     ("GET", "/v1/tables/nowhere/neighbors?token=heart", {}),  # 404, an unknown table
     ("GET", "/v1/tables/.hidden/neighbors?token=heart", {}),  # 422, a name that is not a table's
     ("HEAD", f"{T}/neighbors?token=heart", {}),
+    ("DELETE", f"{T}/neighbors", {}),  # 405: a method the hot route does not take
+    ("PUT", "/v1/compare", {}),  # 405, the same outside a table's path
     ("POST", f"{T}/neighbors", {}),  # 422 without a body (not a hot route: the router every time)
     ("POST", f"{T}/search", {"json": {"token": "heart", "k": 3}}),  # not a plain body: the route's own path
     ("POST", f"{T}/search", {"json": {"vector": [0.0] * 50, "k": 3}}),  # 422, a zero vector

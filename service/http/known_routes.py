@@ -10,13 +10,14 @@ of the search (BENCHMARKS.md, "HTTP floors: the hot routes found without the rou
 So the first request of a method and path goes through them as any request does, and if the router gave it a hot
 route that takes its method (the 405 of another is raised by the route's ``handle``, outside a direct route's
 wrapper, for the exception middleware), the route and what the router put in the scope (its endpoint, its path
-parameters) are remembered (at most ``KNOWN`` method and path pairs, then they start again). A later request with
-that method and path is given the same scope and handed to the route: a route whose whole app is Starlette's
-request wrapper of its own handler (``QueryRoute.direct``) answers every error there, by the exception handlers the
-exception middleware gave the first request's scope, so it is called as it is; any other is wrapped in FastAPI's
-exception middleware and exit stack, as the router would have been. Every other request goes through the router,
-and so does every request while FastAPI's telemetry follows it (the router names its route) or once the routes
-changed (a drain puts its own ``/readyz`` first): what was remembered is then forgotten.
+parameters) are remembered (at most ``KNOWN`` method and path pairs, of paths up to ``LONGEST_PATH`` characters,
+then they start again). A later request with that method and path is given the same scope and handed to the route:
+a route whose whole app is Starlette's request wrapper of its own handler (``QueryRoute.direct``) answers every error
+there, by the exception handlers the exception middleware gave the first request's scope, so it is called as it is;
+any other is wrapped in FastAPI's exception middleware and exit stack, as the router would have been. Every other
+request goes through the router, and so does every request while FastAPI's telemetry follows it (the router names
+its route) or once the routes changed (a drain puts its own ``/readyz`` first): what was remembered is then
+forgotten.
 """
 
 from __future__ import annotations
@@ -29,6 +30,9 @@ from starlette.middleware.exceptions import ExceptionMiddleware
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 KNOWN = 1024  # method and path pairs remembered: a table's name is part of the path
+# The longest path remembered: a hot route's path naming a table (at most 64 characters) is under 100, and a client's
+# longer one (a refused name) would otherwise keep its path twice, up to KNOWN times (60 MB at a 32 KiB head limit)
+LONGEST_PATH = 256
 HANDLERS = "starlette.exception_handlers"  # what Starlette's exception middleware gives the scope
 ROUTED = ("endpoint", "path_params", "route", "router")  # what the router gives the scope of a request it routes
 
@@ -81,7 +85,7 @@ class KnownRoutes:
         routed = {name: scope[name] for name in ROUTED if name in scope}
         if route is None or id(route) not in self.apps or len(routed) < len(ROUTED) or self.handlers is None:
             return
-        if key[0] not in route.methods:
+        if key[0] not in route.methods or len(key[1]) > LONGEST_PATH:
             return
         if len(self.known) >= KNOWN:
             self.known.clear()

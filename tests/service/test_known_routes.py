@@ -131,3 +131,13 @@ def test_what_is_remembered_is_bounded(client: TestClient, monkeypatch: pytest.M
         client.get(f"/v1/tables/{name}/neighbors?token=heart")
         assert len(known) <= 2
     assert ("GET", "/v1/tables/c/neighbors", "") in known
+
+
+def test_a_long_path_is_not_remembered(client: TestClient) -> None:
+    """What is remembered stays small whatever paths clients send: a table name of 30,000 characters, refused, would
+    otherwise keep its path twice (the key, the path parameter) for every such request, up to ``KNOWN`` of them."""
+    url = f"/v1/tables/{'x' * 30_000}/neighbors?token=heart"
+    routed = answer(client, "GET", url)
+    assert routed[0] == 422
+    assert answer(client, "GET", url) == routed
+    assert sum(len(path) for _, path, _ in middleware(client).known) < 1000

@@ -68,8 +68,10 @@ class KnownRoutes:
         key = (scope["method"], scope["path"], scope.get("root_path", ""))
         known = self.known.get(key)
         if known is None:
+            routes = self.routes
             await self.app(scope, receive, send)
-            self.remember(key, scope)
+            if self.routes == routes == len(self.router.routes):  # the routes it was routed by are still the ones
+                self.remember(key, scope)
             return
         route, routed = known
         scope.update(routed)

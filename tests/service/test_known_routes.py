@@ -141,3 +141,22 @@ def test_a_long_path_is_not_remembered(client: TestClient) -> None:
     assert routed[0] == 422
     assert answer(client, "GET", url) == routed
     assert sum(len(path) for _, path, _ in middleware(client).known) < 1000
+
+
+def test_a_request_routed_while_the_routes_change_is_not_remembered(client: TestClient) -> None:
+    known_routes_ = middleware(client)
+    routes = client.app.router.routes  # type: ignore[attr-defined]
+    inner = known_routes_.app
+    put_first = Route("/elsewhere", lambda request: Response(b""))
+
+    async def routes_change_meanwhile(scope: Any, receive: Any, send: Any) -> None:
+        await inner(scope, receive, send)
+        routes.insert(0, put_first)  # as a drain puts its /readyz first while requests are under way
+
+    known_routes_.app = routes_change_meanwhile
+    try:
+        assert client.get(f"{T}/neighbors?token=heart").status_code == 200
+    finally:
+        known_routes_.app = inner
+        routes.remove(put_first)
+    assert ("GET", f"{T}/neighbors", "") not in known_routes_.known

@@ -209,9 +209,10 @@ def create_app(settings: Settings) -> FastAPI:
     app.add_middleware(
         MetricsMiddleware, metrics=metrics, tables=table_names, fronted=scatter.metric_labels(front, fronting)
     )
-    # Around the whole stack, Starlette's error middleware included: a 500 and its log line carry the request's id.
+    # Around the whole stack, Starlette's error middleware included: a 500 and its log line carry the request's id,
+    # and the unexpected error behind it is logged once (errors.LoggedOnce), not again by uvicorn.
     build_stack = app.build_middleware_stack
-    app.build_middleware_stack = lambda: RequestIdMiddleware(build_stack())  # type: ignore[method-assign]
+    app.build_middleware_stack = lambda: RequestIdMiddleware(errors.LoggedOnce(build_stack()))  # type: ignore[method-assign]
 
     build_openapi = app.openapi
     documented: list[dict[str, Any]] = []  # the schema FastAPI cached, once the query models are added to it

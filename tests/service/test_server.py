@@ -63,6 +63,7 @@ def test_a_request_id_is_sent_back_and_logged(small_server: Server) -> None:
         [line] = [line for line in small_server.log().splitlines() if f"&k={k} HTTP/1.1" in line]
         return line
 
+    assert "INFO service.app: ready: 1 table loaded, 0 failed\n" in small_server.log()  # its start-up's line
     status, answered = ask(42, "req-7f3a/2")
     assert status == 200 and answered["x-request-id"] == "req-7f3a/2"
     assert access_line(42).endswith('/neighbors?token=heart&k=42 HTTP/1.1" 200 request_id=req-7f3a/2')

@@ -44,7 +44,7 @@ from index.build.fields import (
 from index.build.sources import DROP_HINT
 from index.engine.encode import cancelled_out, no_known_piece
 from index.engine.keyword import bools
-from index.errors import InputError, every, shown
+from index.errors import InputError, counted, every, shown
 from index.progress import note
 from index.store.payload import ID_KEY, INTEGER, STRING, contiguous, sort_ids
 from index.store.rows import row_norms
@@ -163,7 +163,7 @@ def vectors(name: str, column: pa.Array, checks: Checks, rows: Rows) -> Vectors:
     checks.add(
         ~missing & (lengths != dim),
         lambda row: (
-            f"vector {name!r} has {lengths[row]} values, expected {dim} (as most rows)"
+            f"vector {name!r} has {counted(int(lengths[row]), 'value')}, expected {dim} (as most rows)"
             if lengths[row]
             else f"vector {name!r} is empty"
         ),

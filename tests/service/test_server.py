@@ -144,8 +144,9 @@ def test_python_client_against_the_real_server(server: str, small: Table) -> Non
         assert len(vector) == 50
         np.testing.assert_allclose(api.vector("small", "heart", normalized=True), small.vectors[heart], atol=1e-6)
         assert api.search("small", vector, k=1)[0].token == "heart"
-        hits = api.search_batch("small", [vector, [1.0, 2.0]], k=1)
+        hits = api.search_batch("small", [vector, [1.0]], k=1)
         assert hits[0][0].token == "heart" and isinstance(hits[1], ApiError) and hits[1].code == "invalid_request"
+        assert hits[1].message == "the vector has 1 value; table 'small' has 50 dimensions"
         assert api.vector("small", "1/2") and api.vector("small", ".")  # tokens that need escaping in a path
         assert api.vector_of_id("small", heart) == vector
         assert api.vector_of_id("small", heart, normalized=True) == api.vector("small", "heart", normalized=True)

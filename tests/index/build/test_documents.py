@@ -749,13 +749,16 @@ def test_drop_invalid_skips_and_reports(tmp_path: Path, lee: Lee) -> None:
 
 
 def test_rows_dropped_are_counted_as_english_counts_them(tmp_path: Path) -> None:
-    """With --drop-invalid, one row dropped is "1 invalid row"; every row invalid, one or more, refuses the import,
-    whether the reader refused them (bad JSON) or their checks did (NaN)."""
-    good, bad_json = b'{"id": "a", "vector": [1, 2]}', b"{oops"
+    """With --drop-invalid, one row dropped is "1 invalid row" (its vector of "1 value"); every row invalid, one or
+    more, refuses the import, whether the reader refused them (bad JSON) or their checks did (NaN)."""
     path = tmp_path / "docs.jsonl"
-    path.write_bytes(good + b"\n" + bad_json + b"\n")
+    path.write_bytes(b'{"id": "a", "vector": [1, 2]}\n{"id": "b", "vector": [3, 4]}\n{"id": "c", "vector": [5]}\n')
     _, _, out = import_ok(path, tmp_path / "data", "t", "--drop-invalid")
-    assert "dropped 1 invalid row (--drop-invalid), first: line 2: bad JSON: " in out, out
+    said = (
+        "dropped 1 invalid row (--drop-invalid), first: line 3: vector 'vector' has 1 value, expected 2 (as most rows)"
+    )
+    assert said in out, out
+    bad_json = b"{oops"
     nan = [b'{"id": "%s", "vector": [NaN, 1]}' % name for name in (b"a", b"b")]
     for lines, said in [
         ([bad_json], "the only row is invalid, line 1: bad JSON: "),

@@ -799,7 +799,7 @@ def test_last_row_short_is_named_by_its_line(tmp_path: Path, data_dir: Path) -> 
     path = tmp_path / "short.txt"
     path.write_bytes(b"2 2\na 1 2\nb 3\n")
     message = import_fails(path, data_dir)
-    assert "short.txt:3: 1 values after the token, expected 2" in message, message
+    assert "short.txt:3: 1 value after the token, expected 2" in message, message
 
 
 def test_very_wide_rows_match_gensim(tmp_path: Path, data_dir: Path) -> None:

@@ -20,6 +20,11 @@ def counted(count: int, noun: str) -> str:
     return f"{count:,} {noun}{'' if count == 1 else 's'}"
 
 
+def every(count: int, noun: str) -> str:
+    """All ``count`` ``noun``s as a message names them: "the only row" for one, "all 2,000 rows" for more."""
+    return f"the only {noun}" if count == 1 else f"all {counted(count, noun)}"
+
+
 def shown(value: Any) -> str:
     """A client's value as a message quotes it: its repr, clipped."""
     return clipped(repr(value))

@@ -30,6 +30,7 @@ from starlette.requests import Request
 from starlette.responses import FileResponse, HTMLResponse, Response
 from starlette.routing import Route
 
+from index.errors import counted
 from service import errors, live, scatter, scatter_documents, scatter_fields, scatter_summary, scatter_writes
 from service.execute import Searcher
 from service.http import auth
@@ -109,9 +110,10 @@ def create_app(settings: Settings) -> FastAPI:
         )
         table_names.update(registry.tables)
         app.state.registry = registry
-        log.info("ready: %d table(s) loaded, %d failed", len(registry.tables), len(registry.failed))
-        if fronted:
-            log.info("answering sharded table(s) %s from their shards (EMBEDDING_SHARDS)", fronted)
+        log.info("ready: %s loaded, %d failed", counted(len(registry.tables), "table"), len(registry.failed))
+        if fronted:  # "answering sharded table lee from its shards", "sharded tables glove, lee from their shards"
+            noun, whose = ("table", "its") if len(app.state.front.tables) == 1 else ("tables", "their")
+            log.info("answering sharded %s %s from %s shards (EMBEDDING_SHARDS)", noun, fronted, whose)
         del registry  # the app's state holds it, until a reload replaces it: then nothing else may
         reloader.loaded()
         watcher.start()  # a table published, rebuilt or removed in the data directory is reloaded (service.watch)
@@ -211,9 +213,10 @@ def create_app(settings: Settings) -> FastAPI:
     app.add_middleware(
         MetricsMiddleware, metrics=metrics, tables=table_names, fronted=scatter.metric_labels(front, fronting)
     )
-    # Around the whole stack, Starlette's error middleware included: a 500 and its log line carry the request's id.
+    # Around the whole stack, Starlette's error middleware included: a 500 and its log line carry the request's id,
+    # and the unexpected error behind it is logged once (errors.LoggedOnce), not again by uvicorn.
     build_stack = app.build_middleware_stack
-    app.build_middleware_stack = lambda: RequestIdMiddleware(build_stack())  # type: ignore[method-assign]
+    app.build_middleware_stack = lambda: RequestIdMiddleware(errors.LoggedOnce(build_stack()))  # type: ignore[method-assign]
 
     build_openapi = app.openapi
     documented: list[dict[str, Any]] = []  # the schema FastAPI cached, once the query models are added to it

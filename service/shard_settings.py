@@ -45,5 +45,5 @@ def front_settings() -> ShardSettings:
         for replicas in shards:
             for url in replicas:
                 if not url.startswith(("http://", "https://")):
-                    raise ValueError(f"EMBEDDING_SHARDS: table {name!r}: {url!r} is not an http(s) URL")
+                    raise ValueError(f"EMBEDDING_SHARDS: table {name!r}: {url!r} is neither an http nor an https URL")
     return settings

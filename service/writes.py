@@ -44,7 +44,7 @@ from index.engine.door import (
     unembedded,
     written_row,
 )
-from index.errors import InvalidQuery, clipped, shown
+from index.errors import InvalidQuery, clipped, counted, shown
 from service.schemas.writes import WriteDocument
 
 WRITES_ONLY = "only documents tables take writes"  # why a table that is not a documents table refuses a write
@@ -157,7 +157,8 @@ def upsert_body(
         vector = None
         if document.vector is not None:
             if len(document.vector) != table.dim:
-                raise InvalidQuery(f"{name}: a vector of {len(document.vector)} values; the table's have {table.dim}")
+                got = counted(len(document.vector), "value")
+                raise InvalidQuery(f"{name}: a vector of {got}; the table's have {table.dim}")
             try:
                 vector = written_row(document.vector)
             except InvalidQuery as error:

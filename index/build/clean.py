@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from index.build.sources import RawTable
-from index.errors import InputError, counted, shown
+from index.errors import InputError, counted, every, shown
 from index.progress import warn
 from index.store.rows import MAX_DIM, row_norms
 from index.store.tokens import MAX_TOKEN_CHARS
@@ -62,7 +62,7 @@ def clean(
         keep &= ~bad
         report["invalid_rows_dropped"] = int(bad.sum())
     if rows and not keep.any():
-        raise InputError(path, f"no rows left: all {rows:,} rows {dropped_as(report)}")
+        raise InputError(path, f"no rows left: {all_dropped(rows, report)}")
 
     if raw.kind != "tokens":
         # The first row of each token among the valid ones: an invalid row dropped does not hide a later one.
@@ -78,7 +78,7 @@ def clean(
     if report.get("long_tokens_dropped"):
         first_long = raw.tokens[int(np.argmax(lengths > MAX_TOKEN_CHARS))]
         warn(
-            f"dropped {report['long_tokens_dropped']:,} token(s) longer than {MAX_TOKEN_CHARS:,} characters "
+            f"dropped {counted(report['long_tokens_dropped'], 'token')} longer than {MAX_TOKEN_CHARS:,} characters "
             f"(max_token_chars), which no request could name (first: {shown(first_long)})"
         )
     if not keep.all():
@@ -100,17 +100,23 @@ def clean(
     return raw, report
 
 
-def dropped_as(report: dict[str, Any]) -> str:
-    """Why every row was dropped: invalid values, overlong tokens, or some of each."""
+def all_dropped(rows: int, report: dict[str, Any]) -> str:
+    """Why every one of ``rows`` rows was dropped: invalid values, overlong tokens, or some of each ("all 2 rows
+    are invalid ...", "the only row has a token longer than ...")."""
+    one = rows == 1
     reasons = [
         what
         for key, what in (
-            ("invalid_rows_dropped", "are invalid (NaN, Inf or overflowing values)"),
-            ("long_tokens_dropped", f"have tokens longer than {MAX_TOKEN_CHARS:,} characters (max_token_chars)"),
+            ("invalid_rows_dropped", f"{'is' if one else 'are'} invalid (NaN, Inf or overflowing values)"),
+            (
+                "long_tokens_dropped",
+                f"{'has a token' if one else 'have tokens'} longer than {MAX_TOKEN_CHARS:,} characters "
+                "(max_token_chars)",
+            ),
         )
         if report.get(key)
     ]
-    return " or ".join(reasons)
+    return f"{every(rows, 'row')} {' or '.join(reasons)}"
 
 
 def invalid_problem(token: str) -> str:

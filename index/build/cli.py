@@ -183,7 +183,8 @@ def _report_documents(manifest: dict[str, Any]) -> None:
     cleaning = manifest.get("cleaning", {})
     if cleaning.get("invalid_rows_dropped"):
         reasons = "; ".join(cleaning["invalid_rows"])
-        typer.echo(f"dropped {cleaning['invalid_rows_dropped']:,} invalid rows (--drop-invalid), first: {reasons}")
+        dropped = counted(cleaning["invalid_rows_dropped"], "invalid row")
+        typer.echo(f"dropped {dropped} (--drop-invalid), first: {reasons}")
     if cleaning.get("texts_not_embedded"):
         from index.build.documents import not_embedded_line
 
@@ -741,7 +742,9 @@ def eval_(
     name: str,
     data_dir: DataDir = Path("data"),
     analogies: Annotated[Path | None, typer.Option(help="Analogy questions (questions-words.txt format).")] = None,
-    pairs: Annotated[list[Path] | None, typer.Option(help="Word-pair file(s) (WordSim353 / SimLex-999).")] = None,
+    pairs: Annotated[
+        list[Path] | None, typer.Option(help="A word-pair file (WordSim353 / SimLex-999); repeat for more.")
+    ] = None,
     restrict: Annotated[int, typer.Option(min=1, help="Only the first N rows, as gensim's restrict_vocab.")] = 300_000,
     method: Annotated[Method, typer.Option(help="Analogy method.")] = Method.cosadd,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,

@@ -44,7 +44,7 @@ from index.build.fields import (
 from index.build.sources import DROP_HINT
 from index.engine.encode import cancelled_out, no_known_piece
 from index.engine.keyword import bools
-from index.errors import InputError, shown
+from index.errors import InputError, counted, every, shown
 from index.progress import note
 from index.store.payload import ID_KEY, INTEGER, STRING, contiguous, sort_ids
 from index.store.rows import row_norms
@@ -163,7 +163,7 @@ def vectors(name: str, column: pa.Array, checks: Checks, rows: Rows) -> Vectors:
     checks.add(
         ~missing & (lengths != dim),
         lambda row: (
-            f"vector {name!r} has {lengths[row]} values, expected {dim} (as most rows)"
+            f"vector {name!r} has {counted(int(lengths[row]), 'value')}, expected {dim} (as most rows)"
             if lengths[row]
             else f"vector {name!r} is empty"
         ),
@@ -282,6 +282,11 @@ def _reasons(rows: Rows, checks: Checks, bad: np.ndarray) -> list[tuple[int, str
     return sorted(found + rows.problems)[:REPORTED]
 
 
+def none_left(invalid: int) -> str:
+    """An import's refusal when each of its ``invalid`` rows is: "no documents left: the only row is invalid"."""
+    return f"no documents left: {every(invalid, 'row')} {'is' if invalid == 1 else 'are'} invalid"
+
+
 def prepare(rows: Rows, options: DocumentOptions) -> Documents:
     """Check and type ``rows`` into documents; raise :class:`InputError` for the first bad row, unless
     ``options.drop_invalid``."""
@@ -290,9 +295,7 @@ def prepare(rows: Rows, options: DocumentOptions) -> Documents:
         line, reason = min(rows.problems)
         if not options.drop_invalid:
             raise locate(rows, line, reason + DROP_HINT)
-        raise InputError(
-            rows.path, f"no documents left: all {len(rows.problems):,} rows are invalid, {where(rows, line)}: {reason}"
-        )
+        raise InputError(rows.path, f"{none_left(len(rows.problems))}, {where(rows, line)}: {reason}")
     names = table.column_names
     repeated = sorted({n for n in names if names.count(n) > 1})
     if repeated:
@@ -364,7 +367,7 @@ def prepare(rows: Rows, options: DocumentOptions) -> Documents:
             report["texts_not_embedded"] = found.not_embedded
     keep = ~bad
     if not keep.any():
-        raise InputError(rows.path, f"no documents left: all {dropped:,} rows are invalid, {report['invalid_rows'][0]}")
+        raise InputError(rows.path, f"{none_left(dropped)}, {report['invalid_rows'][0]}")
 
     kept = pa.array(keep)
 

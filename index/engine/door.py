@@ -118,7 +118,7 @@ from index.engine.shards import (
 )
 from index.engine.table import AnalogySearch, Answers, Plan, Resolved, Search, SearchOptions, Table, VectorSearch
 from index.engine.transformer_encoder import ENCODE_BUDGET, TooManyTokens
-from index.errors import EmbeddingError, InvalidQuery
+from index.errors import EmbeddingError, InvalidQuery, counted
 from index.store.payload import (
     BOOLEAN,
     FLOAT,
@@ -346,7 +346,8 @@ def _raw_vector(table: Table, values: Sequence[float] | np.ndarray) -> Probe:
     """A client's vector: right length, finite, within float32, not zero; normalised here."""
     array = np.asarray(values, dtype=np.float64)
     if array.shape != (table.dim,):
-        raise InvalidQuery(f"the vector has {array.size} values; table {table.name!r} has {table.dim} dimensions")
+        got, dims = counted(array.size, "value"), counted(table.dim, "dimension")
+        raise InvalidQuery(f"the vector has {got}; table {table.name!r} has {dims}")
     if not within_float32(array):
         if not np.isfinite(array).all():
             raise InvalidQuery("the vector must contain only finite numbers (no NaN or Infinity)")

@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from index.errors import ArtifactError, UnknownTable
+from index.errors import ArtifactError, UnknownTable, counted
 from index.store import artifact, shardmap
 from index.store.payload import BOOLEAN, FLOAT, INTEGER, KIND, STRING, STRING_LIST, TIMESTAMP
 
@@ -145,8 +145,8 @@ def misfit(body: dict[str, Any], shape: Shape) -> str | None:
         if not want_id(ident):
             return f"document id {ident!r} is not of the table's id type ({shape.id_type})"
         if not isinstance(vector, list) or len(vector) != shape.dim:
-            shown = len(vector) if isinstance(vector, list) else "no"
-            return f"document {ident!r} has a vector of {shown} values; the table's have {shape.dim}"
+            shown = counted(len(vector), "value") if isinstance(vector, list) else "no values"
+            return f"document {ident!r} has a vector of {shown}; the table's have {shape.dim}"
         if document.get("text") is not None and not shape.text:
             return f"document {ident!r} has text; the table keeps none"
         for name, value in fields.items():

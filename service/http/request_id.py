@@ -42,6 +42,4 @@ class RequestIdMiddleware:
 
         token = REQUEST_ID.set(request_id.decode("ascii"))
         await self.app(scope, receive, send_id)  # the server's access line is written in send: with the id
-        # Reset once answered. An exception leaves it set: uvicorn's line about it ("Exception in ASGI application",
-        # logged after the 500 was sent) names the request too; the id goes with the request's own task.
-        REQUEST_ID.reset(token)
+        REQUEST_ID.reset(token)  # an unexpected error was logged, with the id, and ended inside (errors.LoggedOnce)

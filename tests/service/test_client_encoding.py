@@ -57,7 +57,7 @@ def test_an_integer_beyond_64_bits_is_written_by_json() -> None:
 
 def test_an_error_answer_is_still_the_servers_envelope() -> None:
     sent: list[httpx.Request] = []
-    error = {"error": {"code": "invalid_request", "message": "the vector has 1 values"}}
+    error = {"error": {"code": "invalid_request", "message": "the vector has 1 value; table 't' has 50 dimensions"}}
     with pytest.raises(ApiError) as raised:
         client_seeing(sent, error, 422).search("t", [1.0])
     assert (raised.value.status, raised.value.code) == (422, "invalid_request")

@@ -689,10 +689,15 @@ def test_a_front_without_tables_of_its_own_says_what_it_answers(
         monkeypatch.setenv("EMBEDDING_SHARDS", json.dumps({"lee": [[down]], "glove": [[down]]}))
         with client_for(data_dir=tmp_path, api_key="admin") as front:  # and at a reload
             assert front.post("/v1/admin/reload", headers={"x-api-key": "admin"}).status_code == 200
+        monkeypatch.setenv("EMBEDDING_SHARDS", json.dumps({"lee": [[down]]}))
+        with client_for(data_dir=tmp_path):
+            pass
     said = [record.getMessage() for record in caplog.records]
     empty = f"no tables found in {tmp_path}"
-    fronting = "answering sharded table(s) glove, lee from their shards (EMBEDDING_SHARDS)"
+    fronting = "answering sharded tables glove, lee from their shards (EMBEDDING_SHARDS)"
     assert said.count(empty) == 1 and said.index(empty) < said.index(fronting), said
+    assert said.count("ready: 0 tables loaded, 0 failed") == 3, said
+    assert "answering sharded table lee from its shards (EMBEDDING_SHARDS)" in said, said
 
 
 def test_the_merge_orders_equal_scores_by_row_and_written_documents_last() -> None:
@@ -741,7 +746,7 @@ def test_the_merge_orders_equal_scores_by_row_and_written_documents_last() -> No
         ("nonsense", "EMBEDDING_SHARDS: not JSON of the form {table: [[replica URL, ...], ...]}"),
         ('{"a/b": [["http://x"]]}', "EMBEDDING_SHARDS: 'a/b' is not a table name"),
         ('{"lee": [[]]}', "EMBEDDING_SHARDS: table 'lee' needs at least one replica URL per shard"),
-        ('{"lee": [["ftp://x"]]}', "EMBEDDING_SHARDS: table 'lee': 'ftp://x' is not an http(s) URL"),
+        ('{"lee": [["ftp://x"]]}', "EMBEDDING_SHARDS: table 'lee': 'ftp://x' is neither an http nor an https URL"),
         ('{"lee": [["http://x"]]}', None),
     ],
 )

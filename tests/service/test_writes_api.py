@@ -269,7 +269,7 @@ def test_a_whole_float_is_an_integer_fields_value(server: real_server.Server) ->
         ({"id": "bad", "text": NOTE, "fields": {"year": 1999.5}}, ["(id 'bad'): field 'year' is an integer", "1999.5"]),
         ({"id": "bad", "text": NOTE, "fields": {"tags": [1, 2]}}, ["field 'tags' is a string_list field"]),
         ({"id": "bad", "text": NOTE, "fields": {"published": "tuesday"}}, ["field 'published' is a timestamp"]),
-        ({"id": "bad", "vector": [0.5, 1.0]}, ["a vector of 2 values; the table's have 50"]),
+        ({"id": "bad", "vector": [0.5]}, ["a vector of 1 value; the table's have 50"]),
         ({"id": "bad", "vector": [0.0] * 50}, ["all zeros"]),
         ({"id": "bad"}, ["give its vector, or its text"]),
         ({"id": "bad", "text": "zzqxv qqqzx"}, ["its text 'zzqxv qqqzx': no word of it is known to 'small'"]),

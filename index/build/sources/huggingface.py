@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from index.build.sources import RawTable, ReadOptions
-from index.errors import InputError
+from index.errors import InputError, counted
 from index.store.tokens import (
     BYTE_DECODER,
     BYTE_LEVEL_TO_LATIN1,
@@ -118,7 +118,7 @@ def model_files(directory: Path) -> list[Path]:
         files = [directory / n for n in names]
         missing = [f.name for f in files if not f.is_file()]
         if missing:
-            raise InputError(index, f"lists shard(s) that are missing: {', '.join(missing)}")
+            raise InputError(index, f"lists {counted(len(missing), 'file')} not found: {', '.join(missing)}")
         return files
     files = sorted(directory.glob("*.safetensors"))
     if not files:

@@ -177,7 +177,7 @@ def _parse_line(line: bytes, dim: int, out: np.ndarray) -> str | None:
     if not line.strip():
         return "empty line"
     if len(fields) != dim:
-        return f"{len(fields)} values, expected {dim}"
+        return f"{counted(len(fields), 'value')}, expected {dim}"
     try:
         values = np.array(fields, dtype=np.float64)
     except ValueError:

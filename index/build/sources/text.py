@@ -106,7 +106,7 @@ def _read(path: Path, options: ReadOptions, header: bool) -> RawTable:
     # The most common number of values; on a tie the smaller one (extra fields are tokens with spaces).
     found = min(counts, key=lambda n: (-counts[n], n))
     if header and dim not in counts:
-        raise InputError(path, f"the header says dimension {dim} but the rows have {found} values", line=1)
+        raise InputError(path, f"the header says dimension {dim} but the rows have {counted(found, 'value')}", line=1)
     if not header:
         dim = found
         if dim < 1:
@@ -269,7 +269,7 @@ def _parse_line(line: bytes, dim: int) -> tuple[bytes, np.ndarray] | str:
     # Extra fields are part of the token (one with spaces) unless the field before the vector is a number:
     # then the row has a value too many.
     if len(parts) < dim + 1 or (len(parts) > dim + 1 and is_number(parts[-dim - 1])):
-        return f"{len(parts) - 1} values after the token, expected {dim}"
+        return f"{counted(len(parts) - 1, 'value')} after the token, expected {dim}"
     try:
         values = np.array(parts[-dim:], dtype=np.float64)
     except ValueError:

@@ -748,6 +748,29 @@ def test_drop_invalid_skips_and_reports(tmp_path: Path, lee: Lee) -> None:
     assert f"dropped 5 invalid rows (--drop-invalid), first: {'; '.join(reasons)}" in out
 
 
+def test_rows_dropped_are_counted_as_english_counts_them(tmp_path: Path) -> None:
+    """With --drop-invalid, one row dropped is "1 invalid row" (its vector of "1 value"); every row invalid, one or
+    more, refuses the import, whether the reader refused them (bad JSON) or their checks did (NaN)."""
+    path = tmp_path / "docs.jsonl"
+    path.write_bytes(b'{"id": "a", "vector": [1, 2]}\n{"id": "b", "vector": [3, 4]}\n{"id": "c", "vector": [5]}\n')
+    _, _, out = import_ok(path, tmp_path / "data", "t", "--drop-invalid")
+    said = (
+        "dropped 1 invalid row (--drop-invalid), first: line 3: vector 'vector' has 1 value, expected 2 (as most rows)"
+    )
+    assert said in out, out
+    bad_json = b"{oops"
+    nan = [b'{"id": "%s", "vector": [NaN, 1]}' % name for name in (b"a", b"b")]
+    for lines, said in [
+        ([bad_json], "the only row is invalid, line 1: bad JSON: "),
+        ([bad_json, bad_json], "all 2 rows are invalid, line 1: bad JSON: "),
+        (nan[:1], "the only row is invalid, line 1: vector 'vector' has NaN"),
+        (nan, "all 2 rows are invalid, line 1: vector 'vector' has NaN"),
+    ]:
+        path.write_bytes(b"\n".join(lines) + b"\n")
+        message = import_fails(path, tmp_path / "data", "--format", "documents", "--drop-invalid", "--force", name="t")
+        assert f"{path}: no documents left: {said}" in message, message
+
+
 def test_failed_import_leaves_the_existing_table_untouched(tmp_path: Path, lee: Lee) -> None:
     data_dir = tmp_path / "data"
     good = write_jsonl(tmp_path / "good.jsonl", jsonl_records(lee))

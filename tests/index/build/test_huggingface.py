@@ -381,6 +381,15 @@ def test_errors_name_the_file(tmp_path: Path) -> None:
         hf.read(model.directory, ReadOptions())
 
 
+def test_an_index_json_naming_missing_files_is_refused_with_their_count(tmp_path: Path) -> None:
+    (tmp_path / hf.INDEX_JSON).write_text(json.dumps({"weight_map": {"a": "model-1.safetensors"}}))
+    with pytest.raises(InputError, match=r"lists 1 file not found: model-1\.safetensors$"):
+        hf.model_files(tmp_path)
+    (tmp_path / hf.INDEX_JSON).write_text(json.dumps({"weight_map": {"a": "m-1.safetensors", "b": "m-2.safetensors"}}))
+    with pytest.raises(InputError, match=r"lists 2 files not found: m-1\.safetensors, m-2\.safetensors$"):
+        hf.model_files(tmp_path)
+
+
 def test_cli_error_is_one_line(tmp_path: Path) -> None:
     model = tmp_path / "empty-model"
     model.mkdir()

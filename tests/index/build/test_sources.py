@@ -458,7 +458,7 @@ def test_tokens_no_request_could_name_are_dropped_and_counted(
     assert table.tokens.find(longest) == 200
     with progress_lines() as stream:
         clean(read_source(path, fmt, ReadOptions(vocab=tmp_path / "vocab.txt" if extra else None))[0], path)
-    warning = "warning: dropped 2 token(s) longer than 1,024 characters (max_token_chars), which no request could name"
+    warning = "warning: dropped 2 tokens longer than 1,024 characters (max_token_chars), which no request could name"
     assert f"embedding-index: {warning} (first: 'xxxxx" in stream.getvalue()
 
 
@@ -611,6 +611,15 @@ def test_drop_invalid_never_leaves_an_empty_table_over_a_good_one(tmp_path: Path
     long = write(tmp_path / "long.txt", [b"x" * (MAX_TOKEN_CHARS + 1) + b" 1 2", b"b inf 2"])  # dropped as too long
     message = import_fails(long, data_dir, "--force", "--drop-invalid")
     assert "no rows left: all 2 rows are invalid (NaN, Inf or overflowing values) or have tokens longer than" in message
+    for lines, said in (
+        ([b"a nan 1"], "the only row is invalid (NaN, Inf or overflowing values)"),
+        (
+            [b"x" * (MAX_TOKEN_CHARS + 1) + b" 1 2"],
+            f"the only row has a token longer than {MAX_TOKEN_CHARS:,} characters",
+        ),
+    ):
+        message = import_fails(write(tmp_path / "one.txt", lines), data_dir, "--force", "--drop-invalid")
+        assert f"no rows left: {said}" in message, message
     assert Table.load(data_dir / "t").tokens[:] == ["a", "b", "c"] and artifact.verify(data_dir / "t").ok
 
 
@@ -790,7 +799,7 @@ def test_last_row_short_is_named_by_its_line(tmp_path: Path, data_dir: Path) -> 
     path = tmp_path / "short.txt"
     path.write_bytes(b"2 2\na 1 2\nb 3\n")
     message = import_fails(path, data_dir)
-    assert "short.txt:3: 1 values after the token, expected 2" in message, message
+    assert "short.txt:3: 1 value after the token, expected 2" in message, message
 
 
 def test_very_wide_rows_match_gensim(tmp_path: Path, data_dir: Path) -> None:

@@ -261,7 +261,7 @@ def upsert(seq: int, document: dict[str, object]) -> Record:
     [
         ({"fields": {"year": "1977"}}, "field 'year' holds '1977', not of type integer"),
         ({"fields": {"colour": "red"}}, "field 'colour', which the table does not have"),
-        ({"vector": [0.5] * 7}, "a vector of 7 values; the table's have 50"),
+        ({"vector": [0.5]}, "a vector of 1 value; the table's have 50"),
         ({"id": 7}, "id 7 is not of the table's id type (string)"),
     ],
 )

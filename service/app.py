@@ -42,6 +42,7 @@ from service.http.fastroute import document_query_models
 from service.http.head import HeadAsGetMiddleware
 from service.http.known_routes import KnownRoutes
 from service.http.limits import RequestLimitsMiddleware
+from service.http.logged_once import LoggedOnce
 from service.http.metrics import Metrics, MetricsMiddleware
 from service.http.openai_errors import OpenAIErrorsMiddleware
 from service.http.request_id import RequestIdMiddleware
@@ -214,9 +215,9 @@ def create_app(settings: Settings) -> FastAPI:
         MetricsMiddleware, metrics=metrics, tables=table_names, fronted=scatter.metric_labels(front, fronting)
     )
     # Around the whole stack, Starlette's error middleware included: a 500 and its log line carry the request's id,
-    # and the unexpected error behind it is logged once (errors.LoggedOnce), not again by uvicorn.
+    # and the unexpected error behind it is logged once (http.logged_once), not again by uvicorn.
     build_stack = app.build_middleware_stack
-    app.build_middleware_stack = lambda: RequestIdMiddleware(errors.LoggedOnce(build_stack()))  # type: ignore[method-assign]
+    app.build_middleware_stack = lambda: RequestIdMiddleware(LoggedOnce(build_stack()))  # type: ignore[method-assign]
 
     build_openapi = app.openapi
     documented: list[dict[str, Any]] = []  # the schema FastAPI cached, once the query models are added to it

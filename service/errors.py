@@ -20,7 +20,6 @@ from fastapi.openapi.models import Schema
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
-from starlette.types import ASGIApp, Receive, Scope, Send
 
 from index.errors import EmbeddingError, OverLimit, clipped
 from service.schemas.bounds import FIXED_LIMITS
@@ -320,24 +319,7 @@ async def _http_error(request: Request, exc: StarletteHTTPException) -> Response
 
 
 async def _unexpected(_: Request, __: Exception) -> Response:
-    return error_response("internal", "internal server error")  # logged by LoggedOnce
-
-
-class LoggedOnce:
-    """Around Starlette's error middleware, which answers an unexpected error with :func:`_unexpected`'s 500 and
-    raises it again for the server: the error logged here with its traceback, and ended. Raised on, uvicorn would
-    log the traceback a second time ("Exception in ASGI application") and close the connection."""
-
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        try:
-            await self.app(scope, receive, send)
-        except Exception as exc:
-            if scope["type"] != "http":  # the lifespan's failure is uvicorn's to report
-                raise
-            log.error("unhandled error on %s %s", scope["method"], scope["path"], exc_info=exc)
+    return error_response("internal", "internal server error")  # logged by service.http.logged_once
 
 
 def install(app: FastAPI) -> None:

@@ -42,4 +42,4 @@ class RequestIdMiddleware:
 
         token = REQUEST_ID.set(request_id.decode("ascii"))
         await self.app(scope, receive, send_id)  # the server's access line is written in send: with the id
-        REQUEST_ID.reset(token)  # an unexpected error was logged, with the id, and ended inside (errors.LoggedOnce)
+        REQUEST_ID.reset(token)  # an unexpected error was logged, with the id, and ended inside (http.logged_once)

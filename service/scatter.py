@@ -696,6 +696,8 @@ def route(front: Front, name: str) -> APIRoute:
         """One query of a batch, answered as a request of its own; its error in its place."""
         try:
             given = {**common, **query}
+            if given.get("mode") != "hybrid":  # the batch's rrf_k and weights are its hybrid items' alone
+                given = {key: value for key, value in given.items() if key not in ("rrf_k", "weights")}
             return await one(SearchRequest.model_validate(given), given)
         except ShardRefused as refused:
             error: dict[str, Any] = orjson.loads(refused.body)

@@ -46,7 +46,7 @@ from index.engine.encode import cancelled_out, no_known_piece
 from index.engine.keyword import bools
 from index.errors import InputError, counted, every, shown
 from index.progress import note
-from index.store.payload import ID_KEY, INTEGER, STRING, contiguous, sort_ids
+from index.store.payload import ID_KEY, INTEGER, LOGICAL, STRING, contiguous, sort_ids
 from index.store.rows import row_norms
 from index.store.tokens import MAX_TOKEN_CHARS
 
@@ -320,6 +320,12 @@ def prepare(rows: Rows, options: DocumentOptions) -> Documents:
             rows.path,
             f"a field named {ID_KEY!r} beside the ids of --id-field {id_name!r}: a filter's {ID_KEY!r} is the "
             f"documents' ids; rename the field, or make it the ids (--id-field {ID_KEY})",
+        )
+    if combining := [n for n in names if n in LOGICAL and n not in chosen]:  # a filter's and/or/not combine
+        raise InputError(
+            rows.path,
+            f"a field named {combining[0]!r}: a filter's {combining[0]!r} combines filters, so no filter could "
+            "test the field; rename it",
         )
     n = table.num_rows
     if n == 0:

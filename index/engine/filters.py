@@ -12,7 +12,8 @@ A filter is JSON, as the search request carries it:
 - ``{"id": "lee-010"}``, ``{"id": {"in": [...]}}``, ``{"id": {"ne": ...}}``: the documents' own ids (not a
   field: the import refuses a field named ``id``, and on a table imported before with one, ``id`` is refused),
   read as the table reads ids (``"7"`` is 7 in an integer-id table); an id the table does not have passes no row;
-- ``{"not": F}``, ``{"and": [F, ...]}``, ``{"or": [F, ...]}``; several keys in one object all must hold.
+- ``{"not": F}``, ``{"and": [F, ...]}``, ``{"or": [F, ...]}`` (never fields: the import refuses a field so
+  named); several keys in one object all must hold.
 
 A null (missing) value passes no condition but ``ne`` and ``not``. Each condition is one Arrow compute call
 over the column (no Python loop over documents); the result is a :class:`RowSet`, a boolean per row with the
@@ -38,6 +39,7 @@ from index.store.payload import (
     FLOAT,
     ID_KEY,
     INTEGER,
+    LOGICAL,
     STRING,
     STRING_LIST,
     TIMESTAMP,
@@ -51,7 +53,6 @@ if TYPE_CHECKING:
 else:
     from index.lazy import pa, pc
 
-LOGICAL = ("and", "or", "not")
 RANGE = ("gt", "gte", "lt", "lte")
 OPERATORS: dict[str, tuple[str, ...]] = {
     STRING: ("eq", "ne", "in", "prefix", "contains"),
@@ -152,7 +153,7 @@ def _conditions(spec: Any) -> int:
     while pending:
         node = pending.pop()
         for key, value in node.items() if isinstance(node, dict) else ():
-            if key in ("and", "or", "not"):
+            if key in LOGICAL:
                 count += 1
                 pending.extend(value if isinstance(value, list) else [value])
             else:

@@ -64,6 +64,7 @@ def arrow_types() -> dict[str, pa.DataType]:
 
 
 ID_KEY = "id"  # a filter's key for the documents' own ids, so no field is named so (the import refuses one)
+LOGICAL = ("and", "or", "not")  # a filter's keys that combine filters: no field is named so either
 LOOKUP_LIMIT = 5  # unknown ids named in one error
 
 

@@ -117,21 +117,20 @@ DOCUMENT_FORMS = (given("vector"), given("id"), POSITIVE_NEGATIVE)
 TEXT_ALONE = {"allOf": [present("text"), absent("vector", "id"), NO_POSITIVE_NEGATIVE]}  # no vector query
 TEXT_FORM = Form({"allOf": [present("text"), absent("vector", "vectors", "id", "queries"), NO_POSITIVE_NEGATIVE]})
 VECTOR_QUERY = {"anyOf": [present("vector"), present("id"), nonempty("positive"), nonempty("negative")]}
+IS_HYBRID = {"required": ["mode"], "properties": {"mode": {"const": "hybrid"}}}
+HYBRID_ITEM = {"required": ["queries"], "properties": {"queries": {"type": "array", "contains": IS_HYBRID}}}
+NO_FUSION = {"anyOf": [absent("rrf_k", "weights"), HYBRID_ITEM]}  # the fusion's options: for mode hybrid only
 # What each mode asks of a request (beside its form): a vector search's score floor is a cosine; keyword search
 # takes text alone and no diversity; hybrid search text (and a vector query, or the table's encoder embeds the
-# text); a batch's items carry their own.
+# text), and it alone rrf_k and weights; a batch's items carry their own.
 MODE_FORMS = (
-    {"properties": {"mode": {"const": "vector"}, "min_score": {"minimum": -1, "maximum": 1}}},
+    {"properties": {"mode": {"const": "vector"}, "min_score": {"minimum": -1, "maximum": 1}}, **NO_FUSION},
     {
         "required": ["mode"],
         "properties": {"mode": {"const": "keyword"}, "diversity": {"maximum": 0}},
-        "anyOf": [TEXT_ALONE, present("queries")],
+        "allOf": [{"anyOf": [TEXT_ALONE, present("queries")]}, NO_FUSION],
     },
-    {
-        "required": ["mode"],
-        "properties": {"mode": {"const": "hybrid"}},
-        "anyOf": [present("text"), present("queries")],  # the vector side: a vector query, or the table's encoder
-    },
+    {**IS_HYBRID, "anyOf": [present("text"), present("queries")]},  # the vector side: a vector query, or the encoder
 )
 
 
@@ -229,6 +228,7 @@ class SearchRequest(TokenOptions, PageOptions):
             raise ValueError(
                 "give exactly one of vector, vectors, id, positive/negative document ids, queries, or text alone"
             )
+        self._check_fusion()
         if self.queries is None:
             check_mode(self.mode, self.text, bool(vector_query), self.min_score, self.diversity)
         else:  # the items' texts and vector queries are checked one by one (a bad item fails alone)
@@ -241,6 +241,16 @@ class SearchRequest(TokenOptions, PageOptions):
         check_hits(len(self.queries or self.vectors or ()), self.k + offset)
         check_work(sum(map(conditions, filters)), "max_filter_conditions", "conditions in the filters")
         return self
+
+    def _check_fusion(self) -> None:
+        """``rrf_k`` and ``weights`` weigh mode hybrid's two lists: given where no query is hybrid, a 422 rather
+        than left unread."""
+        given = [n for n in ("rrf_k", "weights") if n in self.model_fields_set and getattr(self, n) is not None]
+        if given and self.mode != "hybrid" and all(q.mode != "hybrid" for q in self.queries or ()):
+            searched = "no query of the batch is" if self.queries else f"this search is mode {self.mode}, not"
+            raise ValueError(
+                f"{' and '.join(given)}: for mode hybrid, which fuses a vector and a keyword list; {searched} hybrid"
+            )
 
     def document_query(self) -> DocumentQuery:
         """The single query of the request (not ``vectors`` or ``queries``)."""

@@ -168,9 +168,10 @@ FORM_FIELDS: dict[type[BaseModel], dict[str, Any]] = {
         "id": "d1",
         "positive": ["d1"],
         "negative": ["d2"],
-        "queries": [{"vector": [0.1, 0.2]}],
+        "queries": [[{"vector": [0.1, 0.2]}], [{"text": "red", "mode": "hybrid"}]],  # choices, as mode's
         "text": "red",
         "mode": ["vector", "keyword", "hybrid"],  # a list of choices: each is tried, and leaving it out
+        "weights": {"keyword": 2},  # mode hybrid's alone
     },
     DocumentQuery: {"vector": [0.1], "id": 7, "positive": ["d1"], "negative": ["d2"], "text": "red"},
     NeighborsRequest: {"token": "red", "id": 3, "positive": ["red"], "negative": ["blue"], "queries": ["red"]},
@@ -188,8 +189,11 @@ FORM_FIELDS: dict[type[BaseModel], dict[str, Any]] = {
 }
 
 
+CHOICES = ("mode", "queries")  # fields of FORM_FIELDS[SearchRequest] given as a list of the values to try
+
+
 def bodies(fields: dict[str, Any]) -> list[dict[str, Any]]:
-    choices = [[(name, v) for v in (value if name == "mode" else [value])] for name, value in fields.items()]
+    choices = [[(name, v) for v in (value if name in CHOICES else [value])] for name, value in fields.items()]
     every: list[dict[str, Any]] = [{}]
     for options in choices:
         every = [*every, *({**body, name: value} for body in every for name, value in options)]

@@ -279,6 +279,10 @@ def test_a_batch_mixes_modes(base: str, lee_docs: Lee) -> None:
     assert "mode keyword needs text" in results[5]["error"]["message"]
     for position in (0, 1, 2, 4):
         assert results[position]["hits"] == hits(base, {**items[position], "k": 4}), position
+    fusion = {"rrf_k": 10, "weights": {"keyword": 3}}  # the batch's hybrid item's
+    weighed = post(base, {"queries": items[:3], "k": 4, "fields": [], **fusion}).json()["results"]
+    assert weighed[:2] == results[:2] and weighed[2]["hits"] == hits(base, {**items[2], "k": 4, **fusion})
+    assert weighed[2] != results[2]
     keyword_batch = post(base, {"queries": [{"text": t} for t in TEXTS], "mode": "keyword", "k": 3}).json()["results"]
     for text, result in zip(TEXTS, keyword_batch, strict=True):
         assert result["hits"] == hits(base, {"text": text, "mode": "keyword", "k": 3, "fields": None})
@@ -299,6 +303,9 @@ def test_a_batch_mixes_modes(base: str, lee_docs: Lee) -> None:
         ({"id": "lee-001", "mode": "fuzzy"}, "mode"),
         ({"id": "lee-001", "text": "fire", "mode": "hybrid", "weights": {"vector": -1}}, "weights.vector"),
         ({"id": "lee-001", "text": "fire", "mode": "hybrid", "rrf_k": -1}, "rrf_k"),
+        ({"id": "lee-001", "rrf_k": 10}, "rrf_k: for mode hybrid, which fuses a vector and a keyword list; this"),
+        ({"text": "fire", "mode": "keyword", "rrf_k": 0, "weights": {"keyword": 2}}, "rrf_k and weights: for mode"),
+        ({"queries": [{"id": "lee-001"}], "weights": {"vector": 2}}, "weights: for mode hybrid, which fuses a vector"),
         ({"queries": [{"id": "lee-001"}], "text": "fire"}, "give each item of queries its own text"),
         ({"text": "", "mode": "keyword"}, "text"),
     ],

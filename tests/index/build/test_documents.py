@@ -466,6 +466,11 @@ JSONL_CASES: dict[str, tuple[Callable[[Lee], list[str]], list[str], str]] = {
         ": a field named 'id' beside the ids of --id-field 'lang': a filter's 'id' is the documents' ids; rename "
         "the field, or make it the ids (--id-field id)",
     ),
+    "a field named not": (
+        lambda lee: _edit(lee, 2, _set("not", "x")),
+        [],
+        ": a field named 'not': a filter's 'not' combines filters, so no filter could test the field; rename it",
+    ),
     "two options, one field": (
         lambda lee: _edit(lee, 0, lambda r: None),
         ["--text-field", "id"],

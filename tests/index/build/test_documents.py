@@ -356,17 +356,22 @@ JSONL_CASES: dict[str, tuple[Callable[[Lee], list[str]], list[str], str]] = {
     "NaN in vector": (
         lambda lee: _edit(lee, 100, lambda r: r["vector"].__setitem__(3, float("nan"))),
         [],
-        ":101: vector 'vector' has NaN, Inf or null values, or values beyond float32",
+        ":101: vector 'vector' value 4 is NaN",
     ),
     "null in vector": (
         lambda lee: _edit(lee, 101, lambda r: r["vector"].__setitem__(0, None)),
         [],
-        ":102: vector 'vector' has NaN, Inf or null values, or values beyond float32",
+        ":102: vector 'vector' value 1 is null",
     ),
     "beyond float32": (
         lambda lee: _edit(lee, 102, lambda r: r["vector"].__setitem__(1, 1e39)),
         [],
-        ":103: vector 'vector' has NaN, Inf or null values, or values beyond float32",
+        ":103: vector 'vector' value 2 is 1e+39, beyond float32",
+    ),
+    "squares beyond float32": (
+        lambda lee: _edit(lee, 103, lambda r: r["vector"].__setitem__(2, 1e20)),
+        [],
+        ":104: vector 'vector' has values too large to normalise in float32 (their squares overflow)",
     ),
     "zero vector": (lambda lee: _edit(lee, 5, _set("vector", [0.0] * 50)), [], ":6: vector 'vector' is all zeros"),
     "vector of strings": (
@@ -483,7 +488,7 @@ JSONL_CASES: dict[str, tuple[Callable[[Lee], list[str]], list[str], str]] = {
             _edit(lee, 100, lambda r: r["vector"].__setitem__(0, float("inf")))
         ),
         [],
-        ":104: vector 'vector' has NaN, Inf or null values, or values beyond float32",
+        ":104: vector 'vector' value 1 is infinite",
     ),
     "every line bad": (lambda lee: ["", "not JSON", "{oops"], [], ":2: bad JSON: Expecting value (column 1)"),
     "a JSON array": (
@@ -705,8 +710,7 @@ def test_bad_csv_and_parquet_name_the_line_or_row(tmp_path: Path, lee: Lee) -> N
     path = write_parquet(tmp_path / "docs.parquet", lee, vectors)
     message = import_fails(path, tmp_path / "data")
     assert message == (
-        f"embedding-index: error: {path}: row 18: vector 'vector' has NaN, Inf or null values, or values beyond "
-        "float32 (use --drop-invalid to skip such rows)"
+        f"embedding-index: error: {path}: row 18: vector 'vector' value 5 is NaN (use --drop-invalid to skip such rows)"
     )
 
 
@@ -741,7 +745,7 @@ def test_drop_invalid_skips_and_reports(tmp_path: Path, lee: Lee) -> None:
     assert reasons[0].startswith("line 11: bad JSON: ")
     assert reasons[1:] == [
         "line 21: duplicate id 'lee-002', first at line 3",
-        "line 31: vector 'vector' has NaN, Inf or null values, or values beyond float32",
+        "line 31: vector 'vector' value 1 is NaN",
         "line 41: field 'year' is a string, but its first value (line 1) is a number",
         "line 300: vector 'vector' has 10 values, expected 50 (as most rows)",
     ]

@@ -4,8 +4,8 @@ Every check is vectorised (Arrow compute and numpy over whole columns); only the
 looked at one by one. A bad row is refused with its file and line (row for Parquet), or, with ``drop_invalid``,
 left out and counted, with the first few reasons kept for the report:
 
-- the vector: missing or null, of another length than most rows', NaN/Inf/null values or values beyond float32,
-  all zeros;
+- the vector: missing or null, of another length than most rows', a value that is null, NaN, infinite or beyond
+  float32 (the first is named), all zeros;
 - the id: missing, empty, longer than the API's ``max_token_chars`` (no route could name it), or a duplicate
   of an earlier row's (the first row keeps it);
 - a float field that is NaN or infinite (JSON cannot carry it); a CSV cell that should hold a JSON array and
@@ -18,6 +18,7 @@ A field whose type no document field can have (an object, a list of numbers, ...
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -44,6 +45,7 @@ from index.build.fields import (
 from index.build.sources import DROP_HINT
 from index.engine.encode import cancelled_out, no_known_piece
 from index.engine.keyword import bools
+from index.engine.knn import FLOAT32_MAX
 from index.errors import InputError, counted, every, shown
 from index.progress import note
 from index.store.payload import ID_KEY, INTEGER, LOGICAL, STRING, contiguous, sort_ids
@@ -186,9 +188,27 @@ def vectors(name: str, column: pa.Array, checks: Checks, rows: Rows) -> Vectors:
     nonfinite, zero = np.zeros(len(lengths), dtype=bool), np.zeros(len(lengths), dtype=bool)
     nonfinite[chosen] = ~np.isfinite(norms)
     zero[chosen] = norms == 0
-    checks.add(nonfinite, lambda row: f"vector {name!r} has NaN, Inf or null values, or values beyond float32")
+    checks.add(nonfinite, lambda row: not_finite(name, column[row].as_py()))
     checks.add(zero, lambda row: f"vector {name!r} is all zeros (it has no direction to search by)")
     return Vectors(matrix, chosen, dim)
+
+
+def not_finite(name: str, values: list[float | None]) -> str:
+    """Why a vector has no finite float32 length: its first value that is null, NaN, infinite or beyond float32,
+    else values whose squares are."""
+    for at, value in enumerate(values, 1):
+        if value is None:
+            problem = "null"
+        elif math.isnan(value):
+            problem = "NaN"
+        elif math.isinf(value):
+            problem = "infinite"
+        elif abs(value) > FLOAT32_MAX:
+            problem = f"{value:g}, beyond float32"
+        else:
+            continue
+        return f"vector {name!r} value {at} is {problem}"
+    return f"vector {name!r} has values too large to normalise in float32 (their squares overflow)"
 
 
 def document_ids(name: str, column: pa.Array, checks: Checks, rows: Rows) -> tuple[pa.Array, str]:

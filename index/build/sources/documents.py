@@ -205,10 +205,7 @@ def _parse_jsonl(path: Path, data: bytes) -> pa.Table | None:
                 if LONG_INTEGER.search(chunk):
                     raise _Refused
                 try:
-                    table = pajson.read_json(
-                        pa.BufferReader(buffer.slice(start, end - start)),
-                        read_options=pajson.ReadOptions(block_size=max(1 << 20, len(chunk) + 1)),
-                    )
+                    table = _read_json(buffer.slice(start, end - start), block_size=max(1 << 20, len(chunk) + 1))
                 except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
                     raise _Refused from None
                 if table.num_rows != lines - len(_blank_lines(chunk)):
@@ -223,9 +220,23 @@ def _parse_jsonl(path: Path, data: bytes) -> pa.Table | None:
     except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
         # Blocks typed a field apart (all timestamps in one, other strings in another): the whole file at once.
         try:
-            return pajson.read_json(pa.BufferReader(buffer))
+            return _read_json(buffer)
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
             return None
+
+
+def _read_json(lines: pa.Buffer, block_size: int = 1 << 20) -> pa.Table:
+    """JSON Lines through pyarrow's parser. Where a block's first values of a list field are null (``[null, 1]``),
+    its type inference leaves them out of the list's values (apache/arrow#51305: an invalid table, which fails
+    later); such a table is read again with the types it found, which keeps them."""
+    options = pajson.ReadOptions(block_size=block_size)
+    table = pajson.read_json(pa.BufferReader(lines), read_options=options)
+    try:
+        table.validate(full=True)
+    except pa.ArrowInvalid:
+        typed = pajson.ParseOptions(explicit_schema=table.schema)
+        table = pajson.read_json(pa.BufferReader(lines), read_options=options, parse_options=typed)
+    return table
 
 
 class _Repeated(ValueError):
@@ -301,7 +312,7 @@ def _checked_jsonl(path: Path, data: bytes) -> Rows:
     if not kept:
         return Rows(pa.table({}), path, "jsonl", lambda rows: rows + 1, problems=problems)
     try:
-        table = pajson.read_json(pa.BufferReader(b"\n".join(kept)))
+        table = _read_json(pa.py_buffer(b"\n".join(kept)))
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
         raise InputError(path, f"cannot read as JSON Lines: {exc}") from None
     if table.num_rows != len(kept):

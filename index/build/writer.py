@@ -85,7 +85,10 @@ def build_table(
     if defer_index and spec.kind != "flat":
         built = build_and_measure(unit, IndexSpec(kind="flat"), min_recall=min_recall)
         built.info["deferred"] = {"spec": index_spec, "min_recall": min_recall, "budget_seconds": budget, "seed": seed}
-        note(f"exact search for now; the {index_spec!r} index is left for `embedding-index index {name}`")
+        note(
+            f"exact search for now; the {index_spec!r} index is built later, "
+            f"in the background by `embedding-serve` or by `embedding-index index {name}`"
+        )
     else:
         built = build_and_measure(unit, spec, min_recall=min_recall, seed=seed, budget=budget)
     note(f"writing {artifact.table_dir(data_dir, name)} ...")

@@ -257,6 +257,21 @@ def test_quiet_keeps_faiss_training_warnings_off_stderr(
     assert capfd.readouterr().err == ""
 
 
+def test_a_deferred_index_names_the_server_that_builds_it(tmp_path: Path, data_dir: Path) -> None:
+    """What ``make run`` prints before serving: the index is left to ``embedding-serve`` (which builds it), not only
+    to a command the user would think they must run."""
+    rows = np.random.default_rng(0).standard_normal((200, 8))
+    words = tmp_path / "few.txt"
+    words.write_text("".join(f"w{i} " + " ".join(f"{v:.4f}" for v in row) + "\n" for i, row in enumerate(rows)))
+    given = ("--index", "hnsw", "--defer-index")
+    result = run_cli("import", words, "--name", "later", "--data-dir", data_dir, *given, quiet=False)
+    assert result.code == 0, result.err
+    note = "the 'hnsw' index is built later, in the background by `embedding-serve` or by `embedding-index index later`"
+    assert f"embedding-index: exact search for now; {note}\n" in result.err, result.err
+    until = "(exact search until `embedding-serve` or `embedding-index index` builds its index)"
+    assert result.out.startswith("built 'later': 200 rows x 8 (flat, recall@10 1.0) " + until), result.out
+
+
 def test_quiet_before_or_after_the_command(tmp_path: Path, data_dir: Path, lee_docs: Lee) -> None:
     source = lee_json(tmp_path / "lee.json", lee_docs)
     places = (["--quiet", "import"], ["import", "--quiet"], ["-q", "import"], ["import", "-q"])

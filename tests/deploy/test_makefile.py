@@ -1,0 +1,46 @@
+"""The Makefile as a newcomer meets it: ``make`` alone lists the targets README.md names (and makes nothing), and
+the long installs say what they do before they start."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests import REPO
+
+pytestmark = pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
+MAKEFILE = REPO / "Makefile"
+
+
+def make(*args: str, cwd: Path = REPO) -> str:
+    done = subprocess.run(
+        ["make", "-f", str(MAKEFILE), *args], cwd=cwd, capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def test_make_alone_lists_every_target_readme_names_and_makes_nothing(tmp_path: Path) -> None:
+    listed = make(cwd=tmp_path)
+    assert list(tmp_path.iterdir()) == []  # no .venv made by a make that only asked what there is
+    assert make("help", "PORT=9000", cwd=tmp_path) == listed.replace(":8000", ":9000").replace(", 8000)", ", 9000)")
+    named = set(re.findall(r"`make ([a-z][a-z-]*)", (REPO / "README.md").read_text(encoding="utf-8")))
+    assert {"run", "test", "lint", "build", "sif", "import", "bench"} <= named, named
+    rules = set(re.findall(r"^([a-z][a-z-]*):", MAKEFILE.read_text(encoding="utf-8"), re.M))
+    assert named <= rules, named - rules
+    assert {target for target in named if f"make {target} " not in listed} == set(), listed
+    assert "serve on http://127.0.0.1:8000" in listed and "make run PORT=9000" in listed
+
+
+def test_the_installs_say_what_they_do_before_they_start(tmp_path: Path) -> None:
+    """``make run`` on a fresh clone spends up to a minute installing: a line says so first, not only the
+    commands make echoes (the installer itself is quiet)."""
+    planned = make("-n", "run", f"VENV={tmp_path / 'venv'}", f"DATA_DIR={tmp_path / 'data'}").splitlines()
+    installing = next(i for i, line in enumerate(planned) if "uv pip install" in line)
+    said = [line for line in planned[:installing] if line.startswith("echo ")]
+    assert said[-1].startswith(f'echo "installing embedding-search and its packages into {tmp_path / "venv"} ('), said
+    assert any("creating" in line and "installing uv" in line for line in said), said

@@ -509,6 +509,29 @@ def test_a_batch_of_document_searches_is_sent_in_the_servers_sizes(servers: tupl
     assert same(scores(asyncio.run(search())), scores(answered))
 
 
+def test_a_batchs_rrf_k_and_weights_go_to_the_requests_of_its_hybrid_searches(servers: tuple[str, str]) -> None:
+    """51 searches, the first of mode hybrid, with rrf_k and weights, on the server of max_batch 50: the second
+    request (no hybrid search) is sent without them, as the server refuses them to a batch none of whose searches
+    is hybrid; each answer is its search's asked alone. Without a hybrid search they are the server's 422."""
+    queries: list[dict[str, Any]] = [{"id": f"lee-{i:03}"} for i in range(51)]
+    queries[0] = {"id": "lee-000", "text": "bushfires in Sydney", "mode": "hybrid"}
+    fusion: dict[str, Any] = {"rrf_k": 5, "weights": {"keyword": 3}}
+    with Client(servers[1]) as client:
+        answered = client.search_documents_batch("notes", queries, k=3, fields=[], **fusion)
+        first, last = ({**queries[i], **(fusion if i == 0 else {})} for i in (0, 50))
+        expected = [client.search_documents("notes", k=3, fields=[], **q) for q in (first, last)]
+        assert scores([answered[0], answered[50]]) == scores(expected)
+        assert scores([answered[0]]) != scores([client.search_documents("notes", k=3, fields=[], **queries[0])])
+        with pytest.raises(ApiError, match="rrf_k and weights: for mode hybrid"):
+            client.search_documents_batch("notes", queries[1:], k=3, fields=[], **fusion)
+
+    async def search() -> list[Any]:
+        async with AsyncClient(servers[1]) as aclient:
+            return list(await aclient.search_documents_batch("notes", queries, k=3, fields=[], **fusion))
+
+    assert scores(asyncio.run(search())) == scores(answered)
+
+
 def scores(answers: list[Any]) -> list[Any]:
     return [a if isinstance(a, ApiError) else [hit.score for hit in a.hits] for a in answers]
 

@@ -201,8 +201,8 @@ def searches(table: str, key: str, items: list[Any], k: int, options: dict[str, 
     offsets = [int(options.get("offset", 0)), *(int(q.get("offset", 0)) for q in items if isinstance(q, dict))]
     page = [k + max(offsets)] * len(items)
     scans = ((table, "max_exact_rows", scanned(options)),)
-    fused = options.get("mode") != "hybrid" and any(_hybrid(items))  # the fusion's options: its hybrid items'
-    unused = (lambda run: () if any(_hybrid(run)) else FUSION) if fused else None
+    mode = options.get("mode") or "vector"
+    unused = (lambda run: () if _hybrid(run, mode) else FUSION) if _hybrid(items, mode) else None
     body = {"k": k, **options}
     return Batch(table_path(table, "search"), key, items, body, (("max_hits", page),), scans, unused=unused)
 
@@ -210,8 +210,9 @@ def searches(table: str, key: str, items: list[Any], k: int, options: dict[str, 
 FUSION = ("rrf_k", "weights")  # mode hybrid's options: the server refuses them to a request with no hybrid search
 
 
-def _hybrid(items: list[Any]) -> list[bool]:
-    return [isinstance(q, dict) and q.get("mode") == "hybrid" for q in items]
+def _hybrid(items: list[Any], mode: str) -> bool:
+    """Whether a query of ``items`` is of mode hybrid (its own, else the batch's ``mode``)."""
+    return any(isinstance(q, dict) and (q.get("mode") or mode) == "hybrid" for q in items)
 
 
 def search_documents(table: str, k: int, query: dict[str, Any]) -> Call[Hits]:

@@ -695,7 +695,9 @@ def route(front: Front, name: str) -> APIRoute:
     async def item(common: dict[str, Any], query: dict[str, Any]) -> dict[str, Any]:
         """One query of a batch, answered as a request of its own; its error in its place."""
         try:
-            given = {**common, **query}
+            # An item's mode null is the batch's, as the whole table reads it.
+            own = {key: value for key, value in query.items() if key != "mode" or value is not None}
+            given = {**common, **own}
             if given.get("mode") != "hybrid":  # the batch's rrf_k and weights are its hybrid items' alone
                 given = {key: value for key, value in given.items() if key not in ("rrf_k", "weights")}
             return await one(SearchRequest.model_validate(given), given)

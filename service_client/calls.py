@@ -196,11 +196,23 @@ def search_batch(
 
 
 def searches(table: str, key: str, items: list[Any], k: int, options: dict[str, Any]) -> Batch:
-    """A batch of ``POST .../search``: each item asks its page (``max_hits``: k and the largest offset)."""
+    """A batch of ``POST .../search``: each item asks its page (``max_hits``: k and the largest offset); a run none
+    of whose items is of mode hybrid is sent without ``rrf_k`` and ``weights`` (another run's hybrid items')."""
     offsets = [int(options.get("offset", 0)), *(int(q.get("offset", 0)) for q in items if isinstance(q, dict))]
     page = [k + max(offsets)] * len(items)
     scans = ((table, "max_exact_rows", scanned(options)),)
-    return Batch(table_path(table, "search"), key, items, {"k": k, **options}, (("max_hits", page),), scans)
+    mode = options.get("mode") or "vector"
+    unused = (lambda run: () if _hybrid(run, mode) else FUSION) if _hybrid(items, mode) else None
+    body = {"k": k, **options}
+    return Batch(table_path(table, "search"), key, items, body, (("max_hits", page),), scans, unused=unused)
+
+
+FUSION = ("rrf_k", "weights")  # mode hybrid's options: the server refuses them to a request with no hybrid search
+
+
+def _hybrid(items: list[Any], mode: str) -> bool:
+    """Whether a query of ``items`` is of mode hybrid (its own, else the batch's ``mode``)."""
+    return any(isinstance(q, dict) and (q.get("mode") or mode) == "hybrid" for q in items)
 
 
 def search_documents(table: str, k: int, query: dict[str, Any]) -> Call[Hits]:

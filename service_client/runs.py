@@ -143,6 +143,7 @@ class Batch:
     costs: tuple[tuple[str, Sequence[int]], ...] = ()
     scans: tuple[Scan, ...] = ()
     halves: str | None = None
+    unused: Callable[[list[Any]], tuple[str, ...]] | None = None  # keys of ``body`` a run of these items leaves out
 
     def cut(self) -> Cut:
         sizes = [len(_encoded(item)) + 1 for item in self.items]
@@ -165,7 +166,9 @@ def batched(batch: Batch, known: Known) -> Call[Any]:
     the one request (the server's answer to it, or refusal)."""
 
     def request(start: int, end: int, sized: bool, halves: str | None) -> Request:
-        body = {batch.key: batch.items[start:end], **batch.body}
+        items = batch.items[start:end]
+        unused = () if batch.unused is None else batch.unused(items)
+        body = {batch.key: items, **{key: value for key, value in batch.body.items() if key not in unused}}
         return Request("POST", batch.path, json=body, first=start, items=batch.key, sized=sized, halves=halves)
 
     if not batch.items:

@@ -120,6 +120,8 @@ VECTOR_QUERY = {"anyOf": [present("vector"), present("id"), nonempty("positive")
 IS_HYBRID = {"required": ["mode"], "properties": {"mode": {"const": "hybrid"}}}
 HYBRID_ITEM = {"required": ["queries"], "properties": {"queries": {"type": "array", "contains": IS_HYBRID}}}
 NO_FUSION = {"anyOf": [absent("rrf_k", "weights"), HYBRID_ITEM]}  # the fusion's options: for mode hybrid only
+OTHER_MODE = {"required": ["mode"], "properties": {"mode": {"enum": ["vector", "keyword"]}}}
+HYBRID_OR_NO_BATCH = {"properties": {"queries": {"contains": {"not": OTHER_MODE}}}}  # an item of the batch's mode
 # What each mode asks of a request (beside its form): a vector search's score floor is a cosine; keyword search
 # takes text alone and no diversity; hybrid search text (and a vector query, or the table's encoder embeds the
 # text), and it alone rrf_k and weights; a batch's items carry their own.
@@ -130,7 +132,13 @@ MODE_FORMS = (
         "properties": {"mode": {"const": "keyword"}, "diversity": {"maximum": 0}},
         "allOf": [{"anyOf": [TEXT_ALONE, present("queries")]}, NO_FUSION],
     },
-    {**IS_HYBRID, "anyOf": [present("text"), present("queries")]},  # the vector side: a vector query, or the encoder
+    {  # the vector side: a vector query, or the encoder
+        **IS_HYBRID,
+        "allOf": [
+            {"anyOf": [present("text"), present("queries")]},
+            {"anyOf": [absent("rrf_k", "weights"), HYBRID_OR_NO_BATCH]},
+        ],
+    },
 )
 
 
@@ -246,7 +254,8 @@ class SearchRequest(TokenOptions, PageOptions):
         """``rrf_k`` and ``weights`` weigh mode hybrid's two lists: given where no query is hybrid, a 422 rather
         than left unread."""
         given = [n for n in ("rrf_k", "weights") if n in self.model_fields_set and getattr(self, n) is not None]
-        if given and self.mode != "hybrid" and all(q.mode != "hybrid" for q in self.queries or ()):
+        modes = [self.mode] if self.queries is None else [q.mode or self.mode for q in self.queries]
+        if given and "hybrid" not in modes:
             searched = "no query of the batch is" if self.queries else f"this search is mode {self.mode}, not"
             raise ValueError(
                 f"{' and '.join(given)}: for mode hybrid, which fuses a vector and a keyword list; {searched} hybrid"

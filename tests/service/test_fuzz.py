@@ -168,7 +168,7 @@ FORM_FIELDS: dict[type[BaseModel], dict[str, Any]] = {
         "id": "d1",
         "positive": ["d1"],
         "negative": ["d2"],
-        "queries": [[{"vector": [0.1, 0.2]}], [{"text": "red", "mode": "hybrid"}]],  # choices, as mode's
+        "queries": [[{"vector": [0.1, 0.2]}], [{"text": "red", "mode": "hybrid"}], [{"id": 7, "mode": "vector"}]],
         "text": "red",
         "mode": ["vector", "keyword", "hybrid"],  # a list of choices: each is tried, and leaving it out
         "weights": {"keyword": 2},  # mode hybrid's alone
@@ -189,7 +189,9 @@ FORM_FIELDS: dict[type[BaseModel], dict[str, Any]] = {
 }
 
 
-CHOICES = ("mode", "queries")  # fields of FORM_FIELDS[SearchRequest] given as a list of the values to try
+# Fields of FORM_FIELDS[SearchRequest] given as a list of the values to try (a batch's items: of the request's mode,
+# of mode hybrid, of another).
+CHOICES = ("mode", "queries")
 
 
 def bodies(fields: dict[str, Any]) -> list[dict[str, Any]]:

@@ -306,6 +306,7 @@ def test_a_batch_mixes_modes(base: str, lee_docs: Lee) -> None:
         ({"id": "lee-001", "rrf_k": 10}, "rrf_k: for mode hybrid, which fuses a vector and a keyword list; this"),
         ({"text": "fire", "mode": "keyword", "rrf_k": 0, "weights": {"keyword": 2}}, "rrf_k and weights: for mode"),
         ({"queries": [{"id": "lee-001"}], "weights": {"vector": 2}}, "weights: for mode hybrid, which fuses a vector"),
+        ({"queries": [{"id": "lee-001", "mode": "vector"}], "mode": "hybrid", "rrf_k": 1}, "no query of the batch is"),
         ({"queries": [{"id": "lee-001"}], "text": "fire"}, "give each item of queries its own text"),
         ({"text": "", "mode": "keyword"}, "text"),
     ],

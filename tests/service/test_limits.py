@@ -509,6 +509,38 @@ def test_a_batch_of_document_searches_is_sent_in_the_servers_sizes(servers: tupl
     assert same(scores(asyncio.run(search())), scores(answered))
 
 
+@pytest.mark.parametrize("batch_mode", [None, "hybrid"])
+def test_a_batchs_rrf_k_and_weights_go_to_the_requests_of_its_hybrid_searches(
+    servers: tuple[str, str], batch_mode: str | None
+) -> None:
+    """51 searches with rrf_k and weights on the server of max_batch 50, the first of mode hybrid (its own, or the
+    batch's, which the others leave for mode vector): the second request (no hybrid search) is sent without them,
+    as the server refuses them to a batch none of whose searches is hybrid; each answer is its search's asked
+    alone. Without a hybrid search they are the server's 422."""
+    other = {"mode": "vector"} if batch_mode else {}
+    queries: list[dict[str, Any]] = [{"id": f"lee-{i:03}", **other} for i in range(51)]
+    queries[0] = {"id": "lee-000", "text": "bushfires in Sydney", **({} if batch_mode else {"mode": "hybrid"})}
+    fusion: dict[str, Any] = {"rrf_k": 5, "weights": {"keyword": 3}}
+    options = {**fusion, **({"mode": batch_mode} if batch_mode else {})}
+    hybrid = {**queries[0], "mode": "hybrid", "k": 3, "fields": []}
+    with Client(servers[1]) as client:
+        answered = client.search_documents_batch("notes", queries, k=3, fields=[], **options)
+        expected = [
+            client.search_documents("notes", **hybrid, **fusion),
+            client.search_documents("notes", **queries[50], k=3, fields=[]),
+        ]
+        assert scores([answered[0], answered[50]]) == scores(expected)
+        assert scores([answered[0]]) != scores([client.search_documents("notes", **hybrid)])
+        with pytest.raises(ApiError, match="rrf_k and weights: for mode hybrid"):
+            client.search_documents_batch("notes", queries[1:], k=3, fields=[], **options)
+
+    async def search() -> list[Any]:
+        async with AsyncClient(servers[1]) as aclient:
+            return list(await aclient.search_documents_batch("notes", queries, k=3, fields=[], **options))
+
+    assert scores(asyncio.run(search())) == scores(answered)
+
+
 def scores(answers: list[Any]) -> list[Any]:
     return [a if isinstance(a, ApiError) else [hit.score for hit in a.hits] for a in answers]
 

@@ -381,6 +381,7 @@ def test_the_front_answers_a_batch_item_by_item(servers: dict[str, Any], lee_doc
         {"queries": items, "k": 6, "fields": ["year"]},
         {"queries": items[:3], "k": 6, "diversity": 0.5},
         {"queries": items[:3], "k": 6, "rrf_k": 10, "weights": {"keyword": 2}},  # its hybrid item's alone
+        {"queries": [{**items[2], "mode": None}, items[1]], "k": 6, "mode": "hybrid", "rrf_k": 10},  # null: the top's
         {"vectors": vectors, "k": 7, "offset": 1, "filter": {"lang": "en"}},
         {"queries": [items[0], items[5], items[6]], "k": 5, "offset": 1, "filter": {"lang": "en"}, "min_score": 0.6},
     ):
@@ -391,7 +392,7 @@ def test_the_front_answers_a_batch_item_by_item(servers: dict[str, Any], lee_doc
         if "vectors" in body:
             alone = [{"vector": vector, **common} for vector in body["vectors"]]
         else:
-            alone = [{**common, **query} for query in body["queries"]]
+            alone = [{**common, **{k: v for k, v in query.items() if v is not None}} for query in body["queries"]]
             fusion = ("rrf_k", "weights")  # a query not of mode hybrid is refused them asked alone
             alone = [q if q.get("mode") == "hybrid" else {k: v for k, v in q.items() if k not in fusion} for q in alone]
         assert len(got["results"]) == len(expected["results"]) == len(alone)

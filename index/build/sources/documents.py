@@ -228,15 +228,44 @@ def _parse_jsonl(path: Path, data: bytes) -> pa.Table | None:
 def _read_json(lines: pa.Buffer, block_size: int = 1 << 20) -> pa.Table:
     """JSON Lines through pyarrow's parser. Where a block's first values of a list field are null (``[null, 1]``),
     its type inference leaves them out of the list's values (apache/arrow#51305: an invalid table, which fails
-    later); such a table is read again with the types it found, which keeps them."""
+    later); such a table is read again with the types it found, which keeps them. Lists that hold nulls alone
+    (``[null, null]``, typed lists of nulls) lose them even so: they are read as lists of strings, then typed
+    lists of nulls again."""
     options = pajson.ReadOptions(block_size=block_size)
     table = pajson.read_json(pa.BufferReader(lines), read_options=options)
     try:
         table.validate(full=True)
     except pa.ArrowInvalid:
-        typed = pajson.ParseOptions(explicit_schema=table.schema)
+        found = table.schema
+        del table  # not held while the lines are parsed again
+        typed = pajson.ParseOptions(explicit_schema=pa.schema([f.with_type(_inner_strings(f.type)) for f in found]))
         table = pajson.read_json(pa.BufferReader(lines), read_options=options, parse_options=typed)
+        for i, kind in enumerate(found.types):
+            if _null_leaves(kind):
+                table = table.set_column(i, found.field(i), [_as_nulls(c, kind) for c in table.column(i).chunks])
     return table
+
+
+def _inner_strings(kind: pa.DataType) -> pa.DataType:
+    """``kind`` with the nulls its lists hold (in lists or objects) typed as strings."""
+    if pa.types.is_list(kind):
+        inner = kind.value_type
+        return pa.list_(pa.string() if pa.types.is_null(inner) else _inner_strings(inner))
+    if pa.types.is_struct(kind):
+        return pa.struct([f.with_type(_inner_strings(f.type)) for f in kind])
+    return kind
+
+
+def _null_leaves(kind: pa.DataType) -> bool:
+    """Whether ``kind`` is lists (of lists) of nulls."""
+    return pa.types.is_list(kind) and (pa.types.is_null(kind.value_type) or _null_leaves(kind.value_type))
+
+
+def _as_nulls(lists: pa.ListArray, kind: pa.DataType) -> pa.ListArray:
+    """``lists`` of strings (or lists of them), every one null, as ``kind``, lists (of lists) of nulls."""
+    inner = kind.value_type
+    values = pa.nulls(len(lists.values)) if pa.types.is_null(inner) else _as_nulls(lists.values, inner)
+    return pa.ListArray.from_arrays(lists.offsets, values, type=kind, mask=lists.is_null())
 
 
 class _Repeated(ValueError):

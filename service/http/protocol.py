@@ -1,8 +1,9 @@
 """uvicorn's httptools protocol with the limits a server that clients reach directly needs, every refusal in the
 API's JSON error envelope. ``embedding-serve`` runs with it (``JsonErrorsProtocol.with_limits(...)``).
 
-- 400 ``bad_request``: a request that is not valid HTTP/1.1 (raw non-ASCII bytes or a NUL in the request line, a
-  bad Content-Length, a broken header, broken chunked framing, a Transfer-Encoding other than chunked), which
+- 400 ``bad_request``: a request that is not valid HTTP/1.1 (raw non-ASCII bytes or a NUL in the request line,
+  its message then saying to percent-encode them; a bad Content-Length, a broken header, broken chunked framing, a
+  Transfer-Encoding other than chunked), which
   uvicorn would answer itself in plain text (httptools takes ``gzip, chunked`` as chunked: that one, and a
   Content-Encoding, ``service.http.limits`` refuses); also a body the client ends (shuts its side) before it is
   complete, and a request with more than one Host header or one that is no host and port, or an HTTP/1.1 request
@@ -79,6 +80,10 @@ log = logging.getLogger("uvicorn.error")
 MESSAGE = "the request is not valid HTTP/1.1 (request line, headers or body framing)"
 HOST_MESSAGE = "a request must have at most one Host header, naming a host (name or address) and optionally a port"
 NO_HOST_MESSAGE = "an HTTP/1.1 request must have a Host header naming the server, e.g. Host: localhost:8000"
+URL_MESSAGE = (  # curl sends a query string as typed: ?token=café is refused by the parser
+    "the URL holds a byte HTTP does not allow in it as it is (a non-ASCII letter, a control character): "
+    "percent-encode it as UTF-8 (é is %C3%A9; curl -G --data-urlencode 'token=café')"
+)
 # RFC 9110's Host: a reg-name (unreserved, sub-delims, %-escapes) or an IP-literal (an IPv6 address, with a zone as
 # RFC 6874 writes it or as a client sends it unescaped, or an IPvFuture), and an optional port
 HOST = re.compile(
@@ -390,7 +395,7 @@ class JsonErrorsProtocol(HttpToolsProtocol):
             self._refuse("bad_request", self.bad_host)
             return
         self._say(logging.INFO, "not valid HTTP/1.1: answering 400")
-        self._refuse("bad_request", MESSAGE)
+        self._refuse("bad_request", URL_MESSAGE if isinstance(error, httptools.HttpParserInvalidURLError) else MESSAGE)
 
     def _head_too_large(self) -> None:
         url: bytes = getattr(self, "url", b"")  # uvicorn's: the URL received so far

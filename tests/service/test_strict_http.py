@@ -174,6 +174,17 @@ def test_an_http_1_1_request_without_host_is_a_400(server: Server) -> None:
     assert ask(server, with_hosts().replace(b" HTTP/1.1\r\n", b" HTTP/1.0\r\n"))[0] == 200
 
 
+def test_a_raw_non_ascii_word_in_the_url_is_a_400_that_says_to_percent_encode_it(server: Server) -> None:
+    """curl sends a query string as typed (``?token=josé``), its UTF-8 bytes raw, which HTTP does not allow in a
+    request line: the 400 says to percent-encode the word, and the word percent-encoded is answered."""
+    raw = "GET {}/neighbors?token={} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
+    error = raw_http.error_of(ask(server, raw.format(T, "jos\u00e9").encode()), 400)
+    assert error == {"code": "bad_request", "message": protocol.URL_MESSAGE}, error
+    assert "%C3%A9" in error["message"], error
+    status, _, body = ask(server, raw.format(T, "jos%C3%A9").encode())
+    assert status == 200 and json.loads(body)["query"]["token"] == "jos\u00e9", body[:300]
+
+
 # ---------------------------------------------------------------------------------------------- redirects
 @pytest.mark.parametrize(
     ("target", "location"),

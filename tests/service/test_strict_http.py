@@ -185,6 +185,17 @@ def test_a_raw_non_ascii_word_in_the_url_is_a_400_that_says_to_percent_encode_it
     assert status == 200 and json.loads(body)["query"]["token"] == "jos\u00e9", body[:300]
 
 
+@pytest.mark.parametrize(
+    "target",
+    [f"{T}/neighbors?token=jos%E9", f"{T}/tokens/jos%E9", f"{T}/similarity?a=%ED%A0%80&b=red", f"{T}/tokens/%FF"],
+)
+def test_percent_escapes_that_are_not_utf8_are_a_400(server: Server, target: str) -> None:
+    """A URL's escapes are UTF-8, as a body is (a Latin-1 client's josé is jos%E9, a surrogate's UTF-8 is none):
+    others are a 400 saying so, not a word of U+FFFD looked up and not found."""
+    error = raw_http.error_of(get(server, target), 400)
+    assert error == {"code": "bad_request", "message": protocol.ESCAPES_MESSAGE}, error
+
+
 # ---------------------------------------------------------------------------------------------- redirects
 @pytest.mark.parametrize(
     ("target", "location"),
@@ -282,6 +293,7 @@ def test_a_protocol_refusal_is_logged_with_the_id_read_before_it(server: Server)
         ("log-no-host", with_hosts(request_id="log-no-host"), 400, "no Host header"),
         ("log-version", with_hosts("a", request_id="log-version").replace(b"HTTP/1.1", b"HTTP/2.0"), 505, "version"),
         ("log-cut", cut, 400, "inside a request body"),
+        ("log-escapes", raw_http.request("GET", f"{T}/tokens/%FF", headers={"X-Request-ID": "log-escapes"}), 400, "%-"),
     ]
     for name, raw, status, what in cases:
         answered, port = refused(server, raw, then_shut=name == "log-cut")

@@ -127,6 +127,25 @@ def test_repeated_and_head_requests_are_checked_too(server: Server) -> None:
     assert (status, headers["content-type"]) == (422, "application/json")
 
 
+@pytest.mark.parametrize(
+    ("target", "again"),
+    [
+        (f"{T}/neighbors?token=heart&k=5", "token=love"),
+        (f"{T}/similarity?a=red&b=blue", "b=green"),
+        (f"{T}/rank?a=king&b=queen", "a=prince"),
+        (f"{T}/closer-than?a=paris&b=london", "b=rome"),
+        ("/v1/compare?first=small&second=small&token=heart", "token=love"),
+    ],
+)
+def test_a_word_routes_parameter_given_twice_is_refused(server: Server, target: str, again: str) -> None:
+    """``?token=heart&token=love`` answered for love alone would look like an answer for both words: refused,
+    naming the parameter."""
+    name = again.split("=")[0]
+    error = raw_http.error_of(get(server, f"{target}&{again}"), 422)
+    assert error["message"] == f"{name}: given 2 times; give it once", error
+    assert error["details"][0]["loc"] == ["query", name], error
+
+
 @pytest.mark.parametrize("probe", ["/healthz", "/readyz", "/metrics"])
 def test_a_probe_answers_whatever_its_query_string(server: Server, probe: str) -> None:
     """A monitor's cache-buster on a probe does not make a healthy server look dead, nor lose its metrics."""

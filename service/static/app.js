@@ -303,8 +303,10 @@ async function runSimilarity() {
 }
 
 // -------------------------------------------------------------- diagnostics
+/** The words of a list: parted by spaces, and by commas but those inside a number ("1,000" is one word). */
+const splitWords = (text) => text.split(/\s+|(?<!\d),|,(?!\d)/).filter(Boolean);
 /** Words of a space-separated input. */
-const wordsOf = (id) => $(id).value.split(/[\s,]+/).filter(Boolean);
+const wordsOf = (id) => splitWords($(id).value);
 
 async function runOddOneOut() {
   const out = $("odd-out");
@@ -423,7 +425,7 @@ function parseWords(text) {
   text.split("\n").forEach((line, i) => {
     const colon = line.indexOf(":");
     const group = colon >= 0 ? line.slice(0, colon).trim() || `group ${i + 1}` : "words";
-    for (const word of line.slice(colon + 1).split(/[\s,]+/)) {
+    for (const word of splitWords(line.slice(colon + 1))) {
       if (word && !seen.has(word)) {
         seen.add(word);
         items.push({ word, group });

@@ -979,6 +979,14 @@ def test_diagnostics_odd_one_out_and_rank(server: str, api: httpx.Client, watche
     assert page.input_value("#odd-words") == " ".join(fixed)
     odd = api.post(f"/v1/tables/{WORDS_TABLE}/doesnt-match", json={"words": fixed}).json()
     assert page.locator("#odd-out .scores button.token").all_inner_texts() == [r["token"] for r in odd["ranking"]]
+
+    numbers = ["1,000", "10,000", "100,000", "banana"]  # GloVe's numbers hold commas: one word each
+    odd = api.post(f"/v1/tables/{WORDS_TABLE}/doesnt-match", json={"words": numbers}).json()
+    page.fill("#odd-words", "1,000 10,000 100,000,banana")  # a comma outside a number parts words, as a space
+    page.press("#odd-words", "Enter")
+    shown = "t => document.querySelector('#odd-out:not([aria-busy]) strong')?.innerText === t"
+    page.wait_for_function(shown, arg=odd["doesnt_match"]["token"])
+    assert page.locator("#odd-out .scores button.token").all_inner_texts() == [r["token"] for r in odd["ranking"]]
     watched.assert_clean(expected_404=("kingg", "doesnt-match"))
 
 

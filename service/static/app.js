@@ -184,7 +184,7 @@ function fillInputs() {
   $("sim-b").value = state.y;
   $("map-words").value = state.words || DEFAULT_WORDS;
   tableMap.setSearch(state.q);
-  const pairs = state.axes ? state.axes.split(",") : [];
+  const pairs = axesOf(state.axes);
   ["ax-a", "ax-b", "ax-c", "ax-d"].forEach((id, i) => { $(id).value = pairs[i] || ""; });
   const [method, seed, param] = state.proj ? state.proj.split(",") : [];
   const nonlinear = METHOD_NAMES[method] ? method : "";
@@ -230,8 +230,13 @@ function methodUnavailable(method, message) {
 function readAxes() {
   if (mapMethod() !== "pairs") return "";
   const words = ["ax-a", "ax-b", "ax-c", "ax-d"].map((id) => $(id).value.trim());
-  return words.some(Boolean) ? words.join(",") : "";
+  const escaped = words.map((w) => w.replaceAll("%", "%25").replaceAll(",", "%2C"));
+  return words.some(Boolean) ? escaped.join(",") : "";
 }
+
+/** The four words of the axes' pairs, as readAxes wrote them (a comma of a word, "1,000", escaped). */
+const axesOf = (axes) =>
+  axes ? axes.split(",").map((w) => w.replace(/%2C|%25/gi, (escape) => (escape === "%25" ? "%" : ","))) : [];
 
 // --------------------------------------------------------------- neighbours
 function searchWord(word) {
@@ -446,7 +451,7 @@ async function runMap() {
   const done = begin("map", out);
   const table = state.table;
   const body = { tokens: items.map((item) => item.word), method: "pca", skip_unknown: true };
-  const [xa, xb, ya, yb] = state.axes ? state.axes.split(",") : [];
+  const [xa, xb, ya, yb] = axesOf(state.axes);
   const [method, seed, param] = state.proj ? state.proj.split(",") : [];
   if (METHOD_NAMES[method]) {
     body.method = method;

@@ -918,6 +918,15 @@ def test_axes_move_the_points(server: str, api: httpx.Client, watched: Watched) 
     page.fill("#ax-d", "blue")
     page.press("#ax-d", "Enter")
     page.wait_for_selector("#map-out:not([aria-busy]) svg >> text=/y: red − blue/")
+
+    page.fill("#ax-a", "1,000")  # a word with a comma: escaped in the URL's comma-separated pairs
+    page.fill("#ax-b", "%")
+    page.press("#ax-b", "Enter")
+    page.wait_for_function("() => new URLSearchParams(location.search).get('axes') === '1%2C000,%25,red,blue'")
+    page.wait_for_selector("#map-out:not([aria-busy]) svg >> text=/x: 1,000 − %/")
+    page.reload()  # the link draws the same pairs
+    page.wait_for_selector("#map-out:not([aria-busy]) svg >> text=/x: 1,000 − %/")
+    assert [page.input_value(f"#ax-{i}") for i in "abcd"] == ["1,000", "%", "red", "blue"]
     watched.assert_clean()
 
 

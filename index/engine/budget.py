@@ -30,11 +30,13 @@ def spend(rows: int, what: str, advice: str, aside: str = "") -> None:
     _spend(SCORE_BUDGET, SCORE_SETTING, rows, f"{what} add up to {{total}}{aside}", advice)
 
 
-def spend_exact(queries: int, rows: int, whose: str = "exact search: its queries") -> None:
+EXACT_ADVICE = "send fewer queries at a time (a table's approximate index, exact false, scores a few rows a query)"
+
+
+def spend_exact(queries: int, rows: int, whose: str = "exact search: its queries", advice: str = EXACT_ADVICE) -> None:
     """Count the rows an exact search of ``queries`` over ``rows`` rows scores (:data:`EXACT_BUDGET`); ``whose``:
-    what scores them."""
+    what scores them, ``advice``: what to send instead."""
     what = f"{whose} x the rows they score add up to {{total}} ({queries:,} x {rows:,} here)"
-    advice = "send fewer queries at a time (a table's approximate index, exact false, scores a few rows a query)"
     _spend(EXACT_BUDGET, EXACT_SETTING, queries * rows, what, advice)
 
 

@@ -141,7 +141,8 @@ def ranks(table: Table, a: Sequence[int], b: Sequence[int]) -> tuple[np.ndarray,
     """gensim ``rank(a[i], b[i])`` for many pairs (1 + the number of rows closer to a than b, a left out), and
     the cosine of each pair, from one matrix product per block of pairs."""
     a_ids, b_ids = np.asarray(a, dtype=np.int64), np.asarray(b, dtype=np.int64)
-    spend_exact(len(a_ids), table.rows, "rank: its pairs")  # each scores every row, as an exact search
+    advice = "send fewer pairs at a time (each scores every row, exact or not)"  # rank takes no exact
+    spend_exact(len(a_ids), table.rows, "rank: its pairs", advice)
     out = np.empty(len(a_ids), dtype=np.int64)
     cosines = np.empty(len(a_ids), dtype=np.float32)
     step = _per_block(table.rows)

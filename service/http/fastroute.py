@@ -22,6 +22,7 @@ which gives its answer or its error; tests send the same bodies both ways and co
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -123,13 +124,22 @@ def parse_query(request: Request, model: type[M]) -> M:
 
     The hot GET routes take the table name as their only parameter and do this and :func:`table_named`
     themselves: FastAPI's field-by-field query parsing and its dependency solving cost more per request than
-    the lookup they wrap. Errors keep FastAPI's shape (``loc`` starts with "query").
+    the lookup they wrap. Errors keep FastAPI's shape (``loc`` starts with "query"). A parameter of the model
+    given twice is refused: ``?token=heart&token=love`` answered for its last value would look answered for both.
     """
+    pairs = parse_qsl(request.scope["query_string"].decode("latin-1"), keep_blank_values=True)
+    fields = dict(pairs)
+    if len(fields) < len(pairs):
+        repeated = Counter(name for name, _ in pairs if name in model.model_fields)
+        twice = [
+            {"type": "value_error", "loc": ("query", name), "msg": f"given {n} times; give it once"}
+            for name, n in repeated.items()
+            if n > 1
+        ]
+        if twice:
+            raise RequestValidationError(twice)
     try:
-        # What Starlette's request.query_params holds (the last value of a repeated name), without its multidict.
-        return model.model_validate(
-            dict(parse_qsl(request.scope["query_string"].decode("latin-1"), keep_blank_values=True))
-        )
+        return model.model_validate(fields)
     except ValidationError as exc:
         errors = exc.errors(include_url=False, include_input=False)  # its context: the limit an error is over
         raise RequestValidationError([{**e, "loc": ("query", *e["loc"])} for e in errors]) from None

@@ -1,8 +1,10 @@
 """uvicorn's httptools protocol with the limits a server that clients reach directly needs, every refusal in the
 API's JSON error envelope. ``embedding-serve`` runs with it (``JsonErrorsProtocol.with_limits(...)``).
 
-- 400 ``bad_request``: a request that is not valid HTTP/1.1 (raw non-ASCII bytes or a NUL in the request line, a
-  bad Content-Length, a broken header, broken chunked framing, a Transfer-Encoding other than chunked), which
+- 400 ``bad_request``: a request that is not valid HTTP/1.1 (raw non-ASCII bytes or a NUL in the request line,
+  its message then saying to percent-encode them; %-escapes that are not UTF-8, which uvicorn and the query
+  parser would decode to U+FFFD; a bad Content-Length, a broken header, broken chunked framing, a
+  Transfer-Encoding other than chunked), which
   uvicorn would answer itself in plain text (httptools takes ``gzip, chunked`` as chunked: that one, and a
   Content-Encoding, ``service.http.limits`` refuses); also a body the client ends (shuts its side) before it is
   complete, and a request with more than one Host header or one that is no host and port, or an HTTP/1.1 request
@@ -60,6 +62,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, ClassVar
+from urllib.parse import unquote_to_bytes
 
 import httptools
 import orjson
@@ -79,6 +82,11 @@ log = logging.getLogger("uvicorn.error")
 MESSAGE = "the request is not valid HTTP/1.1 (request line, headers or body framing)"
 HOST_MESSAGE = "a request must have at most one Host header, naming a host (name or address) and optionally a port"
 NO_HOST_MESSAGE = "an HTTP/1.1 request must have a Host header naming the server, e.g. Host: localhost:8000"
+ESCAPES_MESSAGE = "the URL's %-escapes are not UTF-8: encode its words as UTF-8 before escaping them (é is %C3%A9)"
+URL_MESSAGE = (  # curl sends a query string as typed: ?token=café is refused by the parser
+    "the URL holds a byte HTTP does not allow in it as it is (a non-ASCII letter, a control character): "
+    "percent-encode it as UTF-8 (é is %C3%A9; curl -G --data-urlencode 'token=café')"
+)
 # RFC 9110's Host: a reg-name (unreserved, sub-delims, %-escapes) or an IP-literal (an IPv6 address, with a zone as
 # RFC 6874 writes it or as a client sends it unescaped, or an IPvFuture), and an optional port
 HOST = re.compile(
@@ -90,6 +98,15 @@ LINGER_SECONDS = 2.0
 BODY_SLICE = 64 << 10  # a body is fed this much at a time (uvicorn stops reading at 64 KiB of unread body)
 JSON = (b"content-type", b"application/json")
 CLOSE = (b"connection", b"close")
+
+
+def utf8_escapes(url: bytes) -> bool:
+    """Whether ``url``'s %-escapes decode to UTF-8 (uvicorn and the query parser would put U+FFFD for others)."""
+    try:
+        unquote_to_bytes(url).decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
 
 
 @dataclass(frozen=True)
@@ -224,6 +241,7 @@ class JsonErrorsProtocol(HttpToolsProtocol):
         self.body_timer: asyncio.TimerHandle | None = None  # armed once a body goes on past the read that began it
         self.bad_version = False  # the parser error at hand is a request line's HTTP version
         self.bad_host = ""  # the parser error at hand is Host headers: its message
+        self.bad_escapes = False  # the parser error at hand is the URL's %-escapes, not UTF-8
         self.refused = False
         self.running: Any = None  # the request cycle whose app runs (uvicorn's ``cycle`` is the last one parsed)
         self.send_timer: asyncio.TimerHandle | None = None  # armed while an answer waits in the write buffer
@@ -359,6 +377,9 @@ class JsonErrorsProtocol(HttpToolsProtocol):
             self.bad_host = NO_HOST_MESSAGE
         if self.bad_host:
             raise httptools.HttpParserError("no Host header, more than one, or an invalid one")
+        if b"%" in self.url and not utf8_escapes(self.url):  # else decoded to U+FFFD, a word no one asked for
+            self.bad_escapes = True
+            raise httptools.HttpParserError("%-escapes not UTF-8")
         self.heads += 1
         self.head = self.head_since = None
         self.begun = False
@@ -389,8 +410,12 @@ class JsonErrorsProtocol(HttpToolsProtocol):
             self._say(logging.INFO, "no Host header, more than one, or an invalid one: answering 400")
             self._refuse("bad_request", self.bad_host)
             return
+        if self.bad_escapes:
+            self._say(logging.INFO, "URL %%-escapes not UTF-8: answering 400")
+            self._refuse("bad_request", ESCAPES_MESSAGE)
+            return
         self._say(logging.INFO, "not valid HTTP/1.1: answering 400")
-        self._refuse("bad_request", MESSAGE)
+        self._refuse("bad_request", URL_MESSAGE if isinstance(error, httptools.HttpParserInvalidURLError) else MESSAGE)
 
     def _head_too_large(self) -> None:
         url: bytes = getattr(self, "url", b"")  # uvicorn's: the URL received so far

@@ -184,7 +184,7 @@ function fillInputs() {
   $("sim-b").value = state.y;
   $("map-words").value = state.words || DEFAULT_WORDS;
   tableMap.setSearch(state.q);
-  const pairs = state.axes ? state.axes.split(",") : [];
+  const pairs = axesOf(state.axes);
   ["ax-a", "ax-b", "ax-c", "ax-d"].forEach((id, i) => { $(id).value = pairs[i] || ""; });
   const [method, seed, param] = state.proj ? state.proj.split(",") : [];
   const nonlinear = METHOD_NAMES[method] ? method : "";
@@ -230,8 +230,13 @@ function methodUnavailable(method, message) {
 function readAxes() {
   if (mapMethod() !== "pairs") return "";
   const words = ["ax-a", "ax-b", "ax-c", "ax-d"].map((id) => $(id).value.trim());
-  return words.some(Boolean) ? words.join(",") : "";
+  const escaped = words.map((w) => w.replaceAll("%", "%25").replaceAll(",", "%2C"));
+  return words.some(Boolean) ? escaped.join(",") : "";
 }
+
+/** The four words of the axes' pairs, as readAxes wrote them (a comma of a word, "1,000", escaped). */
+const axesOf = (axes) =>
+  axes ? axes.split(",").map((w) => w.replace(/%2C|%25/gi, (escape) => (escape === "%25" ? "%" : ","))) : [];
 
 // --------------------------------------------------------------- neighbours
 function searchWord(word) {
@@ -303,8 +308,10 @@ async function runSimilarity() {
 }
 
 // -------------------------------------------------------------- diagnostics
+/** The words of a list: parted by spaces, and by commas but those inside a number ("1,000" is one word). */
+const splitWords = (text) => text.split(/\s+|(?<!\d),|,(?!\d)/).filter(Boolean);
 /** Words of a space-separated input. */
-const wordsOf = (id) => $(id).value.split(/[\s,]+/).filter(Boolean);
+const wordsOf = (id) => splitWords($(id).value);
 
 async function runOddOneOut() {
   const out = $("odd-out");
@@ -423,7 +430,7 @@ function parseWords(text) {
   text.split("\n").forEach((line, i) => {
     const colon = line.indexOf(":");
     const group = colon >= 0 ? line.slice(0, colon).trim() || `group ${i + 1}` : "words";
-    for (const word of line.slice(colon + 1).split(/[\s,]+/)) {
+    for (const word of splitWords(line.slice(colon + 1))) {
       if (word && !seen.has(word)) {
         seen.add(word);
         items.push({ word, group });
@@ -444,7 +451,7 @@ async function runMap() {
   const done = begin("map", out);
   const table = state.table;
   const body = { tokens: items.map((item) => item.word), method: "pca", skip_unknown: true };
-  const [xa, xb, ya, yb] = state.axes ? state.axes.split(",") : [];
+  const [xa, xb, ya, yb] = axesOf(state.axes);
   const [method, seed, param] = state.proj ? state.proj.split(",") : [];
   if (METHOD_NAMES[method]) {
     body.method = method;

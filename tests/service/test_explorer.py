@@ -918,6 +918,15 @@ def test_axes_move_the_points(server: str, api: httpx.Client, watched: Watched) 
     page.fill("#ax-d", "blue")
     page.press("#ax-d", "Enter")
     page.wait_for_selector("#map-out:not([aria-busy]) svg >> text=/y: red − blue/")
+
+    page.fill("#ax-a", "1,000")  # a word with a comma: escaped in the URL's comma-separated pairs
+    page.fill("#ax-b", "%")
+    page.press("#ax-b", "Enter")
+    page.wait_for_function("() => new URLSearchParams(location.search).get('axes') === '1%2C000,%25,red,blue'")
+    page.wait_for_selector("#map-out:not([aria-busy]) svg >> text=/x: 1,000 − %/")
+    page.reload()  # the link draws the same pairs
+    page.wait_for_selector("#map-out:not([aria-busy]) svg >> text=/x: 1,000 − %/")
+    assert [page.input_value(f"#ax-{i}") for i in "abcd"] == ["1,000", "%", "red", "blue"]
     watched.assert_clean()
 
 
@@ -978,6 +987,14 @@ def test_diagnostics_odd_one_out_and_rank(server: str, api: httpx.Client, watche
     fixed = ["breakfast", "cereal", "dinner", error["suggestions"][0]]
     assert page.input_value("#odd-words") == " ".join(fixed)
     odd = api.post(f"/v1/tables/{WORDS_TABLE}/doesnt-match", json={"words": fixed}).json()
+    assert page.locator("#odd-out .scores button.token").all_inner_texts() == [r["token"] for r in odd["ranking"]]
+
+    numbers = ["1,000", "10,000", "100,000", "banana"]  # GloVe's numbers hold commas: one word each
+    odd = api.post(f"/v1/tables/{WORDS_TABLE}/doesnt-match", json={"words": numbers}).json()
+    page.fill("#odd-words", "1,000 10,000 100,000,banana")  # a comma outside a number parts words, as a space
+    page.press("#odd-words", "Enter")
+    shown = "t => document.querySelector('#odd-out:not([aria-busy]) strong')?.innerText === t"
+    page.wait_for_function(shown, arg=odd["doesnt_match"]["token"])
     assert page.locator("#odd-out .scores button.token").all_inner_texts() == [r["token"] for r in odd["ranking"]]
     watched.assert_clean(expected_404=("kingg", "doesnt-match"))
 

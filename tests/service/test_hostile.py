@@ -151,8 +151,8 @@ CASES: dict[str, tuple[bytes | Callable[[], bytes], int | None]] = {
     "unknown fields": (post(b"/neighbors", '{"token": "heart", "__proto__": {"admin": true}}'), 422),
     "bad Content-Length": (http("POST", T + b"/search", headers={"Content-Length": "abc"}), 400),
     "raw non-UTF-8 bytes in the query": (http("GET", T + b"/neighbors?token=\xff\xfe"), 400),
-    "percent-encoded non-UTF-8 query": (http("GET", T + b"/neighbors?token=%ff%fe"), 404),
-    "percent-encoded non-UTF-8 token path": (http("GET", T + b"/tokens/%ff%fe"), 404),
+    "percent-encoded non-UTF-8 query": (http("GET", T + b"/neighbors?token=%ff%fe"), 400),
+    "percent-encoded non-UTF-8 token path": (http("GET", T + b"/tokens/%ff%fe"), 400),
     # table names
     "unknown table": (http("GET", b"/v1/tables/nosuch/neighbors?token=heart"), 404),
     "table ..": (http("GET", b"/v1/tables/../neighbors?token=heart"), 422),

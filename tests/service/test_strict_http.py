@@ -127,6 +127,25 @@ def test_repeated_and_head_requests_are_checked_too(server: Server) -> None:
     assert (status, headers["content-type"]) == (422, "application/json")
 
 
+@pytest.mark.parametrize(
+    ("target", "again"),
+    [
+        (f"{T}/neighbors?token=heart&k=5", "token=love"),
+        (f"{T}/similarity?a=red&b=blue", "b=green"),
+        (f"{T}/rank?a=king&b=queen", "a=prince"),
+        (f"{T}/closer-than?a=paris&b=london", "b=rome"),
+        ("/v1/compare?first=small&second=small&token=heart", "token=love"),
+    ],
+)
+def test_a_word_routes_parameter_given_twice_is_refused(server: Server, target: str, again: str) -> None:
+    """``?token=heart&token=love`` answered for love alone would look like an answer for both words: refused,
+    naming the parameter."""
+    name = again.split("=")[0]
+    error = raw_http.error_of(get(server, f"{target}&{again}"), 422)
+    assert error["message"] == f"{name}: given 2 times; give it once", error
+    assert error["details"][0]["loc"] == ["query", name], error
+
+
 @pytest.mark.parametrize("probe", ["/healthz", "/readyz", "/metrics"])
 def test_a_probe_answers_whatever_its_query_string(server: Server, probe: str) -> None:
     """A monitor's cache-buster on a probe does not make a healthy server look dead, nor lose its metrics."""
@@ -172,6 +191,28 @@ def test_an_http_1_1_request_without_host_is_a_400(server: Server) -> None:
     assert error == {"code": "bad_request", "message": protocol.NO_HOST_MESSAGE}, error
     assert "Host: " in error["message"] and response[1]["x-request-id"] == ID
     assert ask(server, with_hosts().replace(b" HTTP/1.1\r\n", b" HTTP/1.0\r\n"))[0] == 200
+
+
+def test_a_raw_non_ascii_word_in_the_url_is_a_400_that_says_to_percent_encode_it(server: Server) -> None:
+    """curl sends a query string as typed (``?token=josé``), its UTF-8 bytes raw, which HTTP does not allow in a
+    request line: the 400 says to percent-encode the word, and the word percent-encoded is answered."""
+    raw = "GET {}/neighbors?token={} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
+    error = raw_http.error_of(ask(server, raw.format(T, "jos\u00e9").encode()), 400)
+    assert error == {"code": "bad_request", "message": protocol.URL_MESSAGE}, error
+    assert "%C3%A9" in error["message"], error
+    status, _, body = ask(server, raw.format(T, "jos%C3%A9").encode())
+    assert status == 200 and json.loads(body)["query"]["token"] == "jos\u00e9", body[:300]
+
+
+@pytest.mark.parametrize(
+    "target",
+    [f"{T}/neighbors?token=jos%E9", f"{T}/tokens/jos%E9", f"{T}/similarity?a=%ED%A0%80&b=red", f"{T}/tokens/%FF"],
+)
+def test_percent_escapes_that_are_not_utf8_are_a_400(server: Server, target: str) -> None:
+    """A URL's escapes are UTF-8, as a body is (a Latin-1 client's josé is jos%E9, a surrogate's UTF-8 is none):
+    others are a 400 saying so, not a word of U+FFFD looked up and not found."""
+    error = raw_http.error_of(get(server, target), 400)
+    assert error == {"code": "bad_request", "message": protocol.ESCAPES_MESSAGE}, error
 
 
 # ---------------------------------------------------------------------------------------------- redirects
@@ -271,6 +312,7 @@ def test_a_protocol_refusal_is_logged_with_the_id_read_before_it(server: Server)
         ("log-no-host", with_hosts(request_id="log-no-host"), 400, "no Host header"),
         ("log-version", with_hosts("a", request_id="log-version").replace(b"HTTP/1.1", b"HTTP/2.0"), 505, "version"),
         ("log-cut", cut, 400, "inside a request body"),
+        ("log-escapes", raw_http.request("GET", f"{T}/tokens/%FF", headers={"X-Request-ID": "log-escapes"}), 400, "%-"),
     ]
     for name, raw, status, what in cases:
         answered, port = refused(server, raw, then_shut=name == "log-cut")

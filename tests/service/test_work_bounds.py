@@ -327,6 +327,7 @@ def test_exact_searches_scoring_too_many_rows_are_a_422(bounded_server: Server, 
     response = HTTP.post(f"{bounded_server.base}{SMALL}/rank", json={"pairs": pairs}, timeout=60)
     error = error_of((response.status_code, dict(response.headers), response.content), 422)
     assert error["message"].startswith("rank: its pairs x the rows they score add up to 60,000"), error
+    assert error["message"].endswith("send fewer pairs at a time (each scores every row, exact or not)"), error
     response = HTTP.post(f"{bounded_server.base}{SMALL}/rank", json={"pairs": pairs[:2]}, timeout=60)
     assert response.status_code == 200 and len(response.json()["ranks"]) == 2, response.text[:300]
     response = HTTP.post(f"{bounded_server.base}{SMALL}/search", json={"vectors": vectors[:2], "k": 3}, timeout=60)

@@ -89,6 +89,17 @@ def test_analogies(glove: Table, glove_kv: KeyedVectors, a: str, b: str, c: str)
     assert_same(glove.analogy(ia, ib, ic, k=10, method="3cosmul", exact=True), mul, glove_kv)
 
 
+def test_cosmul_restricted(glove: Table, glove_kv: KeyedVectors) -> None:
+    """restrict narrows 3CosMul's candidates to the first rows, as restrict_vocab narrows 3CosAdd's; gensim's
+    most_similar_cosmul ignores restrict_vocab, so its scores of every row are cut to those rows here."""
+    ia, ib, ic = ids(glove, ["man", "king", "woman"])
+    scores = glove_kv.most_similar_cosmul(positive=["king", "woman"], negative=["man"], topn=None)[:1_000].copy()
+    scores[[i for i in (ia, ib, ic) if i < 1_000]] = -np.inf
+    best = np.argsort(-scores, kind="stable")[:10]
+    expected = [(glove_kv.index_to_key[i], float(scores[i])) for i in best]
+    assert_same(glove.analogy(ia, ib, ic, k=10, method="3cosmul", restrict=1_000), expected, glove_kv)
+
+
 def test_similarity(glove: Table, glove_kv: KeyedVectors) -> None:
     rows = ids(glove, WORDS)
     pairs = list(zip(WORDS, WORDS[1:] + WORDS[:1], strict=True))

@@ -215,6 +215,21 @@ def test_percent_escapes_that_are_not_utf8_are_a_400(server: Server, target: str
     assert error == {"code": "bad_request", "message": protocol.ESCAPES_MESSAGE}, error
 
 
+@pytest.mark.parametrize(
+    "raw",
+    [
+        raw_http.request("GET", "/v1/models/caf%E9", headers={"Connection": "close"}),
+        raw_http.request("POST", "/v1/embeddings?user=%E9", b"{}", {"Connection": "close"}),
+        b"GET /v1/models HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n",
+    ],
+)
+def test_the_protocols_refusals_on_the_openai_paths_are_in_openais_shape(server: Server, raw: bytes) -> None:
+    """As every other error there: OpenAI's clients read ``type`` and ``param`` (a refusal pipelined behind an
+    answer was already so)."""
+    error = raw_http.error_of(ask(server, raw), 400)
+    assert error.keys() == {"message", "type", "param", "code"} and error["code"] == "bad_request", error
+
+
 # ---------------------------------------------------------------------------------------------- redirects
 @pytest.mark.parametrize(
     ("target", "location"),

@@ -513,7 +513,9 @@ class JsonErrorsProtocol(HttpToolsProtocol):
             return
         self._unset_keepalive_if_required()
         body = _shaped(self._refused_path(), code, _body(code, message))
-        transport.write(_answer(code, body, self.server_state.default_headers, *named))
+        answer = _answer(code, body, self.server_state.default_headers, *named)
+        heading = (self.begun or self.in_body) and self.parser is not None and self.parser.get_method() == b"HEAD"
+        transport.write(answer[: -len(body)] if heading else answer)  # a HEAD's answer: the head alone
         self._linger()
 
     def _linger(self) -> None:

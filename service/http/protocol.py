@@ -1,5 +1,6 @@
 """uvicorn's httptools protocol with the limits a server that clients reach directly needs, every refusal in the
-API's JSON error envelope. ``embedding-serve`` runs with it (``JsonErrorsProtocol.with_limits(...)``).
+API's JSON error envelope (OpenAI's shape on its paths, once the request's path is read). ``embedding-serve`` runs
+with it (``JsonErrorsProtocol.with_limits(...)``).
 
 - 400 ``bad_request``: a request that is not valid HTTP/1.1 (raw non-ASCII bytes or a NUL in the request line,
   its message then saying to percent-encode them; %-escapes that are not UTF-8, which uvicorn and the query
@@ -159,17 +160,17 @@ OVERLOADED_HEADERS = [JSON, (b"retry-after", b"%d" % RETRY_AFTER_SECONDS), CLOSE
 ALIVE_BODY = b'{"status":"ok"}'  # GET /healthz's answer
 
 
-def _shaped(scope: Any, code: str, body: bytes) -> bytes:
+def _shaped(path: str, code: str, body: bytes) -> bytes:
     """``body`` as the request's path answers errors: in OpenAI's shape on the OpenAI-compatible paths (where the
     protocol's refusals keep their status: OpenAI's is the same)."""
-    return openai_error(status_of(code), body)[1] if is_openai(scope.get("path", "")) else body
+    return openai_error(status_of(code), body)[1] if is_openai(path) else body
 
 
 def refusal(code: str, message: str) -> Any:
     """The ASGI app answering ``code`` and closing, for a queued (pipelined) request refused before it runs."""
 
     async def app(scope: Any, receive: Any, send: Any) -> None:
-        body = _shaped(scope, code, _body(code, message))
+        body = _shaped(scope.get("path", ""), code, _body(code, message))
         headers = [JSON, CLOSE, (b"content-length", b"%d" % len(body)), *request_id(scope["headers"])]
         with naming(scope["headers"]):  # its access line
             await send({"type": "http.response.start", "status": status_of(code), "headers": headers})
@@ -186,7 +187,7 @@ async def overloaded(scope: Any, receive: Any, send: Any) -> None:
     else:
         status, body, headers = (
             status_of("overloaded"),
-            _shaped(scope, "overloaded", OVERLOADED_BODY),
+            _shaped(scope.get("path", ""), "overloaded", OVERLOADED_BODY),
             OVERLOADED_HEADERS,
         )
     headers = [*headers, (b"content-length", b"%d" % len(body)), *request_id(scope["headers"])]
@@ -511,7 +512,10 @@ class JsonErrorsProtocol(HttpToolsProtocol):
         if transport.is_closing():
             return
         self._unset_keepalive_if_required()
-        transport.write(_answer(code, _body(code, message), self.server_state.default_headers, *named))
+        body = _shaped(self._refused_path(), code, _body(code, message))
+        answer = _answer(code, body, self.server_state.default_headers, *named)
+        heading = (self.begun or self.in_body) and self.parser is not None and self.parser.get_method() == b"HEAD"
+        transport.write(answer[: -len(body)] if heading else answer)  # a HEAD's answer: the head alone
         self._linger()
 
     def _linger(self) -> None:
@@ -528,6 +532,14 @@ class JsonErrorsProtocol(HttpToolsProtocol):
     def _refused_headers(self) -> list[tuple[bytes, bytes]]:
         """The headers parsed of the request being refused: none before its head began (not the request before's)."""
         return self.headers if self.begun or self.in_body else []
+
+    def _refused_path(self) -> str:
+        """The path of the request being refused, decoded as its scope's would be: none before its URL was read."""
+        try:
+            path = httptools.parse_url(getattr(self, "url", b"")).path if self.begun or self.in_body else b""
+        except httptools.HttpParserInvalidURLError:  # a URL read in part, or not one
+            return ""
+        return unquote_to_bytes(path or b"").decode("utf-8", "replace")
 
     def _say(self, level: int, message: str, *args: object) -> None:
         """A refusal's log line, after the peer: naming the request's id when its header was read."""

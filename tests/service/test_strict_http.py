@@ -215,6 +215,39 @@ def test_percent_escapes_that_are_not_utf8_are_a_400(server: Server, target: str
     assert error == {"code": "bad_request", "message": protocol.ESCAPES_MESSAGE}, error
 
 
+@pytest.mark.parametrize(
+    "raw",
+    [
+        raw_http.request("HEAD", f"{T}/tokens/%E9", headers={"Connection": "close"}),
+        b"HEAD /v1/tables HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n",
+    ],
+)
+def test_a_head_request_the_protocol_refuses_is_answered_without_a_body(server: Server, raw: bytes) -> None:
+    """RFC 9110, 9.3.2: its 400 is the GET's head (its Content-Length too), as the app answers HEAD."""
+    with raw_http.connect(server.port) as sock:
+        sock.sendall(raw)
+        status, headers, rest = raw_http.read_head(sock)
+        while chunk := sock.recv(1 << 16):
+            rest += chunk
+    assert (status, headers["content-type"], rest) == (400, "application/json", b""), (status, headers, rest)
+    assert int(headers["content-length"]) > 0, headers
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        raw_http.request("GET", "/v1/models/caf%E9", headers={"Connection": "close"}),
+        raw_http.request("POST", "/v1/embeddings?user=%E9", b"{}", {"Connection": "close"}),
+        b"GET /v1/models HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n",
+    ],
+)
+def test_the_protocols_refusals_on_the_openai_paths_are_in_openais_shape(server: Server, raw: bytes) -> None:
+    """As every other error there: OpenAI's clients read ``type`` and ``param`` (a refusal pipelined behind an
+    answer was already so)."""
+    error = raw_http.error_of(ask(server, raw), 400)
+    assert error.keys() == {"message", "type", "param", "code"} and error["code"] == "bad_request", error
+
+
 # ---------------------------------------------------------------------------------------------- redirects
 @pytest.mark.parametrize(
     ("target", "location"),

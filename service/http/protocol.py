@@ -2,14 +2,13 @@
 API's JSON error envelope (OpenAI's shape on its paths, once the request's path is read). ``embedding-serve`` runs
 with it (``JsonErrorsProtocol.with_limits(...)``).
 
-- 400 ``bad_request``: a request that is not valid HTTP/1.1 (raw non-ASCII bytes or a NUL in the request line,
-  its message then saying to percent-encode them; %-escapes that are not UTF-8, which uvicorn and the query
-  parser would decode to U+FFFD; a bad Content-Length, a broken header, broken chunked framing, a
-  Transfer-Encoding other than chunked), which
-  uvicorn would answer itself in plain text (httptools takes ``gzip, chunked`` as chunked: that one, and a
-  Content-Encoding, ``service.http.limits`` refuses); also a body the client ends (shuts its side) before it is
-  complete, and a request with more than one Host header or one that is no host and port, or an HTTP/1.1 request
-  without one (RFC 9112, 3.2: HTTP/1.0 requests may omit it).
+- 400 ``bad_request``: a request that is not valid HTTP/1.1 (raw non-ASCII bytes or a NUL in the request line, its
+  message then saying to percent-encode them; %-escapes that are not UTF-8, which uvicorn and the query parser would
+  decode to U+FFFD, but in a probe's query string, which is not read; a bad Content-Length, a broken header, broken
+  chunked framing, a Transfer-Encoding other than chunked), which uvicorn would answer itself in plain text (httptools
+  takes ``gzip, chunked`` as chunked: that one, and a Content-Encoding, ``service.http.limits`` refuses); also a body
+  the client ends (shuts its side) before it is complete, and a request with more than one Host header or one that is
+  no host and port, or an HTTP/1.1 request without one (RFC 9112, 3.2: HTTP/1.0 requests may omit it).
   A request whose body breaks off this way is given up at once (its app sees ``http.disconnect``): the refusal
   is its answer, and waits only for answers to earlier (pipelined) requests.
 - 505 ``http_version_not_supported``: a request line of another version than HTTP/1.0 or 1.1 (httptools parses
@@ -72,6 +71,7 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from uvicorn.server import ServerState
 
 from service.errors import error_body, status_of
+from service.http.declared_query import PROBES
 from service.http.one_write import use_one_write
 from service.http.openai_errors import is_openai, openai_error
 from service.http.request_id import HEADER as REQUEST_ID
@@ -102,11 +102,15 @@ CLOSE = (b"connection", b"close")
 
 
 def utf8_escapes(url: bytes) -> bool:
-    """Whether ``url``'s %-escapes decode to UTF-8 (uvicorn and the query parser would put U+FFFD for others)."""
+    """Whether ``url``'s %-escapes decode to UTF-8 (uvicorn and the query parser would put U+FFFD for others), or
+    the URL is a probe's, which answers whatever its query string (a monitor's cache-buster: ``PROBES``)."""
     try:
         unquote_to_bytes(url).decode("utf-8")
     except UnicodeDecodeError:
-        return False
+        try:
+            return (httptools.parse_url(url).path or b"").decode("latin-1") in PROBES
+        except httptools.HttpParserInvalidURLError:
+            return False
     return True
 
 

@@ -215,6 +215,14 @@ def test_percent_escapes_that_are_not_utf8_are_a_400(server: Server, target: str
     assert error == {"code": "bad_request", "message": protocol.ESCAPES_MESSAGE}, error
 
 
+@pytest.mark.parametrize("target", ["/healthz?t=%E9", "/readyz?x=%FF", "/metrics?name=%E9"])
+def test_the_probes_answer_whatever_their_query_string_escapes(server: Server, target: str) -> None:
+    """A monitor's cache-buster must not make a healthy server look dead: the probes' query strings are not read."""
+    status, _, body = get(server, target)
+    assert status == 200, body[:300]
+    assert raw_http.error_of(get(server, "/healthz%E9"), 400)["message"] == protocol.ESCAPES_MESSAGE  # the path is
+
+
 @pytest.mark.parametrize(
     "raw",
     [

@@ -99,6 +99,7 @@ from index.engine.query import (
     Query,
     Result,
     attempt,
+    check_fusion,
     check_mode,
     check_options,
 )
@@ -197,6 +198,7 @@ __all__ = [
     "analogy_part",
     "attempt",
     "by_owner",
+    "check_fusion",
     "check_known",
     "check_mode",
     "check_options",

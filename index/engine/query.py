@@ -149,6 +149,17 @@ def check_options(mode: str, min_score: float | None, diversity: float | None) -
         raise ValueError("diversity needs a query vector: it is for modes vector and hybrid, not keyword")
 
 
+def check_fusion(given: Sequence[str], mode: str, item_modes: Sequence[str | None] | None) -> None:
+    """Mode hybrid's fusion options (``given``: which of rrf_k and weights a request sets) where none of its queries
+    is hybrid (``mode``, or a batch's ``item_modes``, each its own or the batch's): a ValueError, not left unread."""
+    modes = [mode] if item_modes is None else [own or mode for own in item_modes]
+    if given and "hybrid" not in modes:
+        searched = "no query of the batch is" if item_modes else f"this search is mode {mode}, not"
+        raise ValueError(
+            f"{' and '.join(given)}: for mode hybrid, which fuses a vector and a keyword list; {searched} hybrid"
+        )
+
+
 def check_mode(
     mode: str, text: str | None, vector_query: bool, min_score: float | None, diversity: float | None
 ) -> None:

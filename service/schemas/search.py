@@ -8,7 +8,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, Field, model_validator
 from pydantic.json_schema import SkipJsonSchema
 
-from index.engine.door import Examples, Mode, Query, check_mode, check_options
+from index.engine.door import Examples, Mode, Query, check_fusion, check_mode, check_options
 from index.errors import InvalidQuery
 from service.schemas.bounds import MAX_EXAMPLES, MAX_TEXT_CHARS
 from service.schemas.common import (
@@ -251,15 +251,9 @@ class SearchRequest(TokenOptions, PageOptions):
         return self
 
     def _check_fusion(self) -> None:
-        """``rrf_k`` and ``weights`` weigh mode hybrid's two lists: given where no query is hybrid, a 422 rather
-        than left unread."""
+        """``rrf_k`` and ``weights``, of the fields the body sets, checked against its queries' modes."""
         given = [n for n in ("rrf_k", "weights") if n in self.model_fields_set and getattr(self, n) is not None]
-        modes = [self.mode] if self.queries is None else [q.mode or self.mode for q in self.queries]
-        if given and "hybrid" not in modes:
-            searched = "no query of the batch is" if self.queries else f"this search is mode {self.mode}, not"
-            raise ValueError(
-                f"{' and '.join(given)}: for mode hybrid, which fuses a vector and a keyword list; {searched} hybrid"
-            )
+        check_fusion(given, self.mode, None if self.queries is None else [q.mode for q in self.queries])
 
     def document_query(self) -> DocumentQuery:
         """The single query of the request (not ``vectors`` or ``queries``)."""

@@ -599,6 +599,8 @@ def test_colours_that_come_while_another_tables_layout_loads_are_dropped(server:
 
 
 # The colours of the map's legend ("rgb(r, g, b)"), and how many of the canvas' pixels are each of ``colours``.
+# The map draws in the animation frame after a change (TableMap.request): two frames on, it has drawn.
+TWO_FRAMES = "() => new Promise((done) => requestAnimationFrame(() => requestAnimationFrame(done)))"
 SWATCHES = "() => [...document.querySelectorAll('#table-map .tm-legend .swatch')].map((s) => s.style.backgroundColor)"
 INKED = """(colours) => {
   const canvas = document.getElementById("tm-canvas");
@@ -623,6 +625,7 @@ def test_colours_refused_for_the_next_table_leave_it_its_own_colours(
     page = watched.page
     page.select_option("#tm-colour", "token kind")
     page.wait_for_function("() => explorer.tableMap.column === 'token kind'")
+    page.evaluate(TWO_FRAMES)
     kinds = page.evaluate(SWATCHES)
     assert len(kinds) == 3 and sum(page.evaluate(INKED, kinds)) > 0
     refused = f"{server}/v1/tables/{TWIN_TABLE}/map/colours/nope"
@@ -656,7 +659,7 @@ def test_the_next_layout_is_drawn_in_its_own_colours_till_the_columns_come(serve
     assert page.evaluate("explorer.tableMap.table") == TWIN_TABLE
     page.focus("#tm-canvas")
     page.keyboard.press("ArrowLeft")
-    page.evaluate("() => new Promise((done) => requestAnimationFrame(() => requestAnimationFrame(done)))")
+    page.evaluate(TWO_FRAMES)
     assert page.evaluate("explorer.tableMap.column") == "rank" and page.input_value("#tm-colour") == "token kind"
     assert page.locator("#table-map .tm-legend li").all_inner_texts()[0] == "top 100"
     assert page.evaluate(INKED, kinds) == [0, 0, 0]

@@ -19,7 +19,9 @@ from urllib.parse import parse_qsl
 from fastapi.dependencies.models import Dependant
 from fastapi.exceptions import RequestValidationError
 from fastapi.routing import APIRoute
-from starlette.types import Receive, Scope, Send
+from starlette._exception_handler import wrap_app_handling_exceptions
+from starlette.requests import Request
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 EXTRA = "Extra inputs are not permitted"  # pydantic's words for a field a model forbids
 # The probes and the metrics answer whatever their query string: a monitor's cache-buster (``/healthz?t=...``) must
@@ -59,11 +61,21 @@ def _checked(app: Any, declared: frozenset[str]) -> Any:
     async def checked(scope: Scope, receive: Receive, send: Send) -> None:
         query = scope["query_string"]
         if query and (unknown := unknown_parameters(query, declared)):
-            # raised to the app's handler of validation errors, as the route's own would be
-            raise RequestValidationError(
+            # answered by the app's handler of validation errors, as the route's own would be (a hot route is
+            # handed requests without the exception middleware: service.http.known_routes)
+            refused = RequestValidationError(
                 [{"type": "extra_forbidden", "loc": ("query", n), "msg": EXTRA} for n in unknown]
             )
+            await wrap_app_handling_exceptions(_raising(refused), Request(scope))(scope, receive, send)
+            return
         await app(scope, receive, send)
 
     checked.declared = declared  # type: ignore[attr-defined]  # a function attribute, read back by hasattr
     return checked
+
+
+def _raising(error: Exception) -> ASGIApp:
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
+        raise error
+
+    return app

@@ -32,12 +32,15 @@ import numpy as np
 import orjson
 from fastapi import APIRouter, Request
 from fastapi.exceptions import RequestValidationError
+from fastapi.middleware.asyncexitstack import AsyncExitStackMiddleware
 from fastapi.routing import APIRoute
 from fastapi.routing import request_response as with_exit_stacks
 from pydantic import BaseModel, ValidationError
+from starlette._exception_handler import wrap_app_handling_exceptions
 from starlette.requests import ClientDisconnect
 from starlette.responses import Response
 from starlette.routing import request_response
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from index.engine.door import within_float32
 from service.schemas.bounds import MAX_DIM
@@ -156,33 +159,46 @@ class QueryRoute(APIRoute):
 
     def __init__(self, path: str, endpoint: Callable[..., Any], **kwargs: Any) -> None:
         super().__init__(path, endpoint, **kwargs)
-        # hot: answered by a handler of its own (service.http.known_routes finds it without the router); direct:
-        # its whole app is Starlette's request wrapper of that handler
-        self.hot = self.direct = False
+        # hot: answered by a handler of its own, which answers its errors itself by the app's exception handlers
+        # (service.http.known_routes hands it requests without the router)
+        self.hot = False
         if getattr(endpoint, "query_model", None) is not None:
-            self.app, self.hot, self.direct = request_response(self._direct_handler()), True, True
+            self.app, self.hot = request_response(self._direct_handler()), True
         elif (fast := getattr(endpoint, "plain_body", None)) is not None:
-            # FastAPI's wrapper: the route's own path (the fallback) needs its exit stacks in the scope
-            self.app, self.hot = with_exit_stacks(self._plain_first(fast)), True
+            self.app, self.hot = self._plain_first(fast), True
 
-    def _plain_first(self, fast: Handler) -> Callable[[Request], Coroutine[Any, Any, Response]]:
-        """The route's handler, with ``fast`` answering the plain bodies first (the body read once, kept by the
-        request for the route's own path)."""
-        route = self.get_route_handler()
+    def _plain_first(self, fast: Handler) -> ASGIApp:
+        """The route's app: the body read once; a plain one (:func:`plain_vector`) answered by ``fast``, its errors
+        by the app's exception handlers as Starlette's plain request wrapper answers them; any other body, or one
+        ``fast`` leaves, handed on as read to the route's own app: FastAPI's wrapper with all the exit stacks it
+        expects (``service.http.known_routes`` hands requests on without the app's own). A plain body thus passes
+        through no exit stack and none of FastAPI's wrappers, which cost it more than its whole parse
+        (BENCHMARKS.md, "HTTP floors: a plain body read without FastAPI's wrappers")."""
+        routed = AsyncExitStackMiddleware(with_exit_stacks(self.get_route_handler()))
 
-        async def handler(request: Request) -> Response:
-            try:
-                body = await request.body()
-            except ClientDisconnect:  # the client went mid-body: the route's own path answers it (FastAPI's 400)
-                return await route(request)
-            plain = plain_vector(request.headers.get("content-type"), body)
-            if plain is not None:
-                response = await fast(request, plain)
-                if response is not None:
-                    return response
-            return await route(request)
+        async def app(scope: Scope, receive: Receive, send: Send) -> None:
+            request = Request(scope, receive, send)
+            handed: Receive | None = None  # the receive of the route's own app, when it is to answer
 
-        return handler
+            async def plain_first(scope: Scope, receive: Receive, send: Send) -> None:
+                nonlocal handed
+                try:
+                    body = await request.body()  # a body over the limit raises, answered as the route's error
+                except ClientDisconnect:  # the client went mid-body: the route's own path answers it (FastAPI's 400)
+                    handed = receive
+                    return
+                plain = plain_vector(request.headers.get("content-type"), body)
+                response = None if plain is None else await fast(request, plain)
+                if response is None:
+                    handed = _as_read(body, receive)
+                else:
+                    await response(scope, receive, send)
+
+            await wrap_app_handling_exceptions(plain_first, request)(scope, receive, send)
+            if handed is not None:
+                await routed(scope, handed, send)
+
+        return app
 
     def _direct_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
         dependant, endpoint = self.dependant, self.endpoint
@@ -216,6 +232,20 @@ class QueryRoute(APIRoute):
             return response
 
         return handler
+
+
+def _as_read(body: bytes, receive: Receive) -> Receive:
+    """``receive`` whose first message is the whole ``body``, already read from it."""
+    given = False
+
+    async def again() -> Message:
+        nonlocal given
+        if given:
+            return await receive()
+        given = True
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    return again
 
 
 def document_query_models(routers: Iterable[APIRouter], schema: dict[str, Any]) -> None:

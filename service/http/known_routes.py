@@ -8,16 +8,14 @@ each (``POST .../search`` is the seventh): together more of the event loop's tim
 of the search (BENCHMARKS.md, "HTTP floors: the hot routes found without the router").
 
 So the first request of a method and path goes through them as any request does, and if the router gave it a hot
-route that takes its method (the 405 of another is raised by the route's ``handle``, outside a direct route's
+route that takes its method (the 405 of another is raised by the route's ``handle``, outside the route's own
 wrapper, for the exception middleware), the route and what the router put in the scope (its endpoint, its path
 parameters) are remembered (at most ``KNOWN`` method and path pairs, of paths up to ``LONGEST_PATH`` characters,
-then they start again). A later request with that method and path is given the same scope and handed to the route:
-a route whose whole app is Starlette's request wrapper of its own handler (``QueryRoute.direct``) answers every error
-there, by the exception handlers the exception middleware gave the first request's scope, so it is called as it is;
-any other is wrapped in FastAPI's exception middleware and exit stack, as the router would have been. Every other
-request goes through the router, and so does every request while FastAPI's telemetry follows it (the router names
-its route) or once the routes changed (a drain puts its own ``/readyz`` first): what was remembered is then
-forgotten.
+then they start again). A later request with that method and path is given the same scope and handed to the route,
+which answers every error itself, by the exception handlers the exception middleware gave the first request's
+scope. Every other request goes through the router, and so does every request while FastAPI's telemetry follows it
+(the router names its route) or once the routes changed (a drain puts its own ``/readyz`` first): what was
+remembered is then forgotten.
 """
 
 from __future__ import annotations
@@ -25,8 +23,6 @@ from __future__ import annotations
 from typing import Any
 
 from fastapi import FastAPI
-from fastapi.middleware.asyncexitstack import AsyncExitStackMiddleware
-from starlette.middleware.exceptions import ExceptionMiddleware
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 KNOWN = 1024  # method and path pairs remembered: a table's name is part of the path
@@ -44,14 +40,9 @@ class KnownRoutes:
     def __init__(self, app: ASGIApp, fastapi: FastAPI) -> None:
         self.app = app
         self.router = fastapi.router
-        handlers = {key: value for key, value in fastapi.exception_handlers.items() if key not in (500, Exception)}
         # Each hot route's app, by id (a route compares by its path, endpoint and methods: it has no hash)
         self.apps: dict[int, ASGIApp] = {
-            id(route): route.handle
-            if getattr(route, "direct", False)
-            else ExceptionMiddleware(AsyncExitStackMiddleware(route.handle), handlers=handlers, debug=fastapi.debug)
-            for route in self.router.routes
-            if getattr(route, "hot", False)
+            id(route): route.handle for route in self.router.routes if getattr(route, "hot", False)
         }
         self.routes = len(self.router.routes)  # when this changes, what was remembered is forgotten
         self.handlers: Any = None  # the exception middleware's handlers, as it gave them to a scope

@@ -63,6 +63,9 @@ REQUESTS: list[tuple[str, str, dict[str, Any]]] = [
     ("POST", f"{T}/search", {"json": {"token": "heart", "k": 3}}),  # not a plain body: the route's own path
     ("POST", f"{T}/search", {"json": {"vector": [0.0] * 50, "k": 3}}),  # 422, a zero vector
     ("POST", f"{T}/search", {"content": b"{", "headers": {"content-type": "application/json"}}),  # 422
+    ("POST", f"{T}/search", {"json": {"vector": [0.5] * 50, "k": 3}}),  # a plain body: the fast handler
+    ("POST", f"{T}/search?k=3", {"json": {"vector": [0.5] * 50, "k": 3}}),  # 422, an undeclared query parameter
+    ("POST", f"{T}/search", {"json": {"vector": [0.5] * 49, "k": 3}}),  # 422, plain but of the wrong length
 ]
 
 
@@ -75,6 +78,23 @@ def test_a_known_request_is_answered_as_the_routed_one(
     routed = answer(client, method, url, **kwargs)
     for _ in range(2):
         assert answer(client, method, url, **kwargs) == routed
+
+
+def test_a_chunked_body_over_the_limit_known_is_refused_as_routed(small_data_dir: Path) -> None:
+    """The body of a known ``POST .../search`` is read by the route's own app, where the limit's error is raised
+    as the body arrives: it is answered as through the router, a 413."""
+
+    def chunks() -> Iterator[bytes]:  # no Content-Length: the server counts the bytes as they arrive
+        yield b'{"vector": ['
+        for _ in range(200):
+            yield b"0.5, " * 10
+        yield b"0.5]}"
+
+    with client_for(data_dir=small_data_dir, cache_bytes=0, max_body_bytes=4096) as client:
+        answers = [answer(client, "POST", f"{T}/search", content=chunks()) for _ in range(3)]
+        assert ("POST", f"{T}/search", "") in middleware(client).known
+    assert answers[0][0] == 413 and b"body_too_large" in answers[0][2]
+    assert answers[1] == answers[2] == answers[0]
 
 
 def test_hot_routes_are_remembered_and_others_are_not(client: TestClient) -> None:

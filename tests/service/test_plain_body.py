@@ -34,12 +34,12 @@ def both_dir(tmp_path_factory: pytest.TempPathFactory, small_data_dir: Path, lee
 
 
 def normal_path_only(client: TestClient) -> TestClient:
-    """The app with the search route's own handler back: every body through FastAPI and the request model. (The
-    apps share their route objects: this one gets a copy.)"""
+    """The app with the search route's own handler back: every body through the router, FastAPI and the request
+    model. (The apps share their route objects: this one gets a copy.)"""
     routes = client.app.router.routes  # type: ignore[attr-defined]
     (at,) = [i for i, r in enumerate(routes) if isinstance(r, APIRoute) and r.path == "/v1/tables/{table}/search"]
     normal = copy.copy(routes[at])
-    normal.app = request_response(normal.get_route_handler())
+    normal.app, normal.hot = request_response(normal.get_route_handler()), False
     routes[at] = normal
     return client
 

@@ -14,6 +14,7 @@ import atexit
 import contextlib
 import ctypes
 import difflib
+import errno
 import gc
 import logging
 import logging.config
@@ -157,7 +158,12 @@ def listen_problem(host: str, port: int) -> str:
             probe.bind((host, port))
         except OSError as exc:  # socket.gaierror included
             address = f"[{host}]:{port}" if family == socket.AF_INET6 else f"{host}:{port}"
-            return f"cannot listen on {address}: {exc.strerror or exc}"
+            problem = f"cannot listen on {address}: {exc.strerror or exc}"
+            if exc.errno == errno.EADDRINUSE:
+                problem += (
+                    "; another process listens there: stop it, or choose another port (--port 9000, make run PORT=9000)"
+                )
+            return problem
     return ""
 
 

@@ -200,7 +200,11 @@ def test_a_port_it_cannot_listen_on_stops_it_before_the_tables_load(
         port = taken.getsockname()[1]
         for workers in ("1", "2"):
             assert serve.main(["--data-dir", str(tmp_path), "--port", str(port), "--workers", workers]) == 2
-            assert errors(capsys) == [refused.format("127.0.0.1", port, "Address already in use")]
+            in_use = (
+                "Address already in use; another process listens there: stop it, or choose another port (--port "
+                "9000, make run PORT=9000)"
+            )
+            assert errors(capsys) == [refused.format("127.0.0.1", port, in_use)]
     assert serve.main(["--data-dir", str(tmp_path), "--host", "192.0.2.1", "--port", str(port)]) == 2  # TEST-NET-1
     assert errors(capsys) == [refused.format("192.0.2.1", port, "Cannot assign requested address")]
     assert loaded == []

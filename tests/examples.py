@@ -10,6 +10,10 @@ from pathlib import Path
 
 from tests import REPO
 
+# A float agrees with the one shown to the digits shown, or to this share of its size: a score or a layout is made
+# of float32 sums, which another CPU's vector kernels add in their own order, so its last digits are the machine's.
+FLOAT_SHARE = 1e-6
+
 
 def _blocks(doc: str, name: str) -> tuple[str, str | None]:
     text = (REPO / doc).read_text(encoding="utf-8")
@@ -41,3 +45,10 @@ def console_blocks(path: Path) -> Iterator[tuple[int, list[str]]]:
             yield i + 2, lines[i + 1 : end]
             i = end
         i += 1
+
+
+def same_float(shown: float, real: float) -> bool:
+    """Whether ``real`` is the float ``shown`` (see :data:`FLOAT_SHARE`)."""
+    text = repr(float(shown))
+    digits = len(text.split(".")[1]) if "e" not in text else 17
+    return abs(real - shown) <= max(0.5 * 10**-digits + 1e-15, FLOAT_SHARE * abs(shown))

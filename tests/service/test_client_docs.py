@@ -17,7 +17,7 @@ import pytest
 from index.build.sources import glove_package
 from service_client import ApiError, Client
 from tests.conftest import link_table
-from tests.examples import example
+from tests.examples import example, same_float
 from tests.minilm import MINILM
 from tests.service import real_server
 
@@ -89,13 +89,32 @@ class Run:
 
 def agrees(value: str, comment: str) -> bool | None:
     """Whether a value's repr (or a printed line) is what the comment shows: up to its ``...``, or whole for a
-    comment that is a value; None for a comment in words."""
+    comment that is a value (its floats as :func:`tests.examples.same_float` compares them); None for a comment in
+    words."""
     if "..." in comment:
         return value.startswith(comment.split("...")[0])
     try:
-        return value == repr(ast.literal_eval(comment))
+        shown = ast.literal_eval(comment)
     except (ValueError, SyntaxError):
         return value == comment if comment[:1] in "[({'\"" else None
+    if value == repr(shown):
+        return True
+    try:
+        return alike(shown, ast.literal_eval(value))
+    except (ValueError, SyntaxError):  # a value with an ApiError in it
+        return False
+
+
+def alike(shown: Any, real: Any) -> bool:
+    if type(shown) is not type(real):
+        return False
+    if isinstance(shown, float):
+        return same_float(shown, real)
+    if isinstance(shown, (list, tuple)):
+        return len(shown) == len(real) and all(alike(a, b) for a, b in zip(shown, real, strict=False))
+    if isinstance(shown, dict):
+        return shown.keys() == real.keys() and all(alike(shown[key], real[key]) for key in shown)
+    return bool(shown == real)
 
 
 @pytest.mark.parametrize(

@@ -191,7 +191,8 @@ def test_the_tokens_a_request_has_the_model_run_are_bounded(bounded: TestClient)
     assert within.status_code == 200 and within.json()["tokens"] == [256, 3]
     message = (
         "tokens for the model of table 'st' to run: 260, more than the server's max_encode_tokens of 259; send "
-        "fewer or shorter texts at a time"
+        "fewer or shorter texts at a time: 1 text of any length fits in one request (the model cuts each at 256 "
+        "tokens)"
     )
     over = bounded.post("/v1/tables/st/embed", json={"texts": [LONG, "a b"]})
     refusal = {"code": "invalid_request", "message": message, "limit": "max_encode_tokens"}  # the setting reached
@@ -211,6 +212,36 @@ def test_the_tokens_a_request_has_the_model_run_are_bounded(bounded: TestClient)
     counted = message.replace("260,", "260 (256 of them by this request's texts before),")  # LONG ran, "a b" not
     assert search.json()["error"]["message"] == counted
     assert bounded.post("/v1/tables/lee/search", json={"text": "a b", "k": 3}).status_code == 200
+
+
+def test_langchain_and_llamaindex_embed_in_the_batches_the_refusal_names(server: real_server.Server, st: Table) -> None:
+    """LangChain's and LlamaIndex's OpenAI embeddings send a batch as one request and cannot split one refused for
+    its tokens: at their default batch sizes (1,000 and 100 texts) a few long texts are refused, the refusal saying
+    how many texts fit (SERVED_BOUND // 256 = 4); at that batch size, as docs/documents.md says, every text is
+    embedded as the encoder embeds it."""
+    from langchain_openai import OpenAIEmbeddings
+    from llama_index.embeddings.openai import OpenAIEmbedding
+
+    texts = lee_stories().texts[:10]  # 1,915 tokens as the model cuts them: over SERVED_BOUND
+    expected = encoder_for(st).encode(texts).vectors
+    base = f"{server.base}/v1"
+    fit = SERVED_BOUND // 256
+    chain = {"model": "st", "base_url": base, "api_key": "unused", "check_embedding_ctx_length": False}
+    llama = {"model_name": "st", "api_base": base, "api_key": "unused"}
+    refusals = (
+        lambda: OpenAIEmbeddings(**chain, max_retries=0).embed_documents(texts),
+        lambda: OpenAIEmbedding(**llama, max_retries=1).get_text_embedding_batch(texts),
+    )
+    for embed in refusals:
+        with pytest.raises(openai.BadRequestError) as refused:
+            embed()
+        assert (refused.value.code, refused.value.param) == (None, "input")
+        told = f"; send fewer or shorter texts at a time: {fit} texts of any length fit in one request (the model "
+        assert told + "cuts each at 256 tokens)" in refused.value.message
+    vectors = OpenAIEmbeddings(**chain, chunk_size=fit).embed_documents(texts)
+    np.testing.assert_allclose(vectors, expected, atol=1e-6)
+    vectors = OpenAIEmbedding(**llama, embed_batch_size=fit).get_text_embedding_batch(texts)
+    np.testing.assert_allclose(vectors, expected, atol=1e-6)
 
 
 def halves(lengths: list[int], start: int, end: int) -> list[int]:

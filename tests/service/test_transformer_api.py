@@ -183,6 +183,28 @@ def test_text_queries_in_every_mode(client: TestClient, data_dir: Path, st: Tabl
     assert record["table"] == "st" and record["graph_sha256"] == st.graph_sha256
 
 
+def test_a_blank_text_query_is_no_query(client: TestClient) -> None:
+    """As a blank document is refused (below), so is a blank text query, as a static encoder refuses it: the model
+    would embed it as [CLS] [SEP] alone, to which every story scores by chance. Mode hybrid falls back to keyword;
+    a text of an unknown piece alone ([CLS] [UNK] [SEP]) is embedded, as sentence-transformers embeds it."""
+    for blank in (" ", "  \n\t "):
+        refused = client.post("/v1/tables/lee/search", json={"text": blank, "k": 3})
+        assert refused.status_code == 422, refused.text
+        assert refused.json()["error"]["message"].startswith(f"text {blank!r} has no words to embed; mode keyword")
+        hybrid = client.post("/v1/tables/lee/search", json={"text": blank, "k": 3, "mode": "hybrid"}).json()
+        assert hybrid == {
+            "hits": [],
+            "fallback": {"mode": "keyword", "reason": f"text {blank!r} has no words to embed"},
+        }
+        batch = client.post("/v1/tables/lee/search", json={"queries": [{"text": blank}, {"text": "a bank"}], "k": 3})
+        first, second = batch.json()["results"]
+        assert (
+            first["error"]["message"].startswith(f"text {blank!r} has no words to embed") and len(second["hits"]) == 3
+        )
+    unknown = client.post("/v1/tables/lee/search", json={"text": "\U0001f642", "k": 3})
+    assert unknown.status_code == 200 and len(unknown.json()["hits"]) == 3
+
+
 def test_the_tokens_a_request_has_the_model_run_are_bounded(bounded: TestClient) -> None:
     """Every route that runs the model counts the tokens of its texts (cut at the model's length, [CLS] and [SEP]
     included) against max_encode_tokens, before the model runs: one token over it is a 422 naming the count, the

@@ -53,6 +53,7 @@ from index.engine.encode import (
     check_known,
     embeds_text,
     encoder_for,
+    no_known_word,
     preview,
     unembedded,
 )
@@ -397,16 +398,19 @@ def _documents(table: Table, query: Query, delta: Delta | None) -> Probe:
 def _text(table: Table, encoder: Table | None, text: str) -> Probe:
     """A documents table's text query, embedded by ``encoder``: the table that embedded its documents at import,
     with the same pooling. A text with no word the encoder knows, or whose known words cancel out, is a
-    :class:`NoKnownWord`."""
+    :class:`NoKnownWord`; so is a blank one, with every encoder, as a blank document is no document (a transformer
+    would embed it as [CLS] [SEP] alone, a vector every document scores by chance)."""
     record = table.encoder_record
     if record is None or encoder is None:
         raise InvalidQuery(
             f"table {table.name!r} records no encoder (its vectors came with the documents): send the query's "
             "vector from your own model, or search by keyword"
         )
+    whose = f"the vocabulary the documents of {table.name!r} were embedded with ({encoder.name})"
+    if not text.strip():
+        raise no_known_word("text", text, whose)
     encoded = encoder_for(encoder).encode([text], record.get("pooling"), strict=False)
     if encoded.tokens[0] == 0:
-        whose = f"the vocabulary the documents of {table.name!r} were embedded with ({encoder.name})"
         raise unembedded(encoded, 0, "text", text, whose)
     info = {"text": text, "encoder": encoder.name, "tokens": encoded.tokens[0], "unknown": encoded.unknown[0]}
     return Probe(encoded.vectors[0], set(), info)

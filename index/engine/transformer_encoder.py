@@ -49,17 +49,26 @@ class TooManyTokens(OverLimit):
     (its items' texts count together), never one item of it."""
 
 
-def spend(tokens: int, table: str) -> None:
-    """Count ``tokens`` the model is about to run against the request's bound; :class:`TooManyTokens` past it."""
+def spend(tokens: int, table: str, longest: int) -> None:
+    """Count ``tokens`` the model is about to run against the request's bound; :class:`TooManyTokens` past it,
+    saying how many texts always fit (the model cuts each at ``longest`` tokens): the batch size to give a client
+    that cannot split a refused request itself (LangChain's or LlamaIndex's OpenAI embeddings)."""
     budget = ENCODE_BUDGET.get()
     if budget is None:
         return
     bound, spent = budget
     if spent + tokens > bound:
         before = f" ({spent:,} of them by this request's texts before)" if spent else ""
+        fit = bound // longest
+        fitting = (
+            f": {fit:,} {'text' if fit == 1 else 'texts'} of any length {'fits' if fit == 1 else 'fit'} in one "
+            f"request (the model cuts each at {longest:,} tokens)"
+            if fit
+            else ""
+        )
         raise TooManyTokens(
             f"tokens for the model of table {table!r} to run: {spent + tokens:,}{before}, more than the server's "
-            f"{SETTING} of {bound:,}; send fewer or shorter texts at a time",
+            f"{SETTING} of {bound:,}; send fewer or shorter texts at a time{fitting}",
             SETTING,
         )
     budget[1] = spent + tokens
@@ -195,7 +204,7 @@ class TransformerEncoder:
         """The graph run over ``ids`` sorted by length, in batches padded to their longest member, once the request's
         bound allows their tokens (:func:`spend`); ``done(texts)`` after each run (the builder's progress)."""
         lengths = np.fromiter(map(len, ids), dtype=np.int64, count=len(ids))
-        spend(int(lengths.sum()), self.table.name)
+        spend(int(lengths.sum()), self.table.name, self.max_length)
         order = np.argsort(lengths, kind="stable")
         vectors = np.zeros((len(ids), self.table.dim), dtype=np.float32)
         per_text: list[np.ndarray] = [np.zeros((0, self.table.dim), dtype=np.float32)] * len(ids)

@@ -53,13 +53,18 @@ def _token_ids(value: Any) -> bool:
 
 
 JSON_TYPES = {type(None): "null", bool: "a boolean", float: "a number", dict: "an object"}
+# Who sends token ids without being asked to: LangChain's OpenAIEmbeddings, which cuts texts into tiktoken's ids
+TOKEN_IDS = (
+    "token-id input (integers, or lists of them) is not accepted: send text, a string or strings (LangChain's "
+    "OpenAIEmbeddings sends tiktoken's token ids unless given check_embedding_ctx_length=False)"
+)
 
 
 def _text_input(value: Any) -> Any:
     """OpenAI's ``input`` is a text or texts here: token ids (integers, or lists of them) are refused by name; any
     other value is validated as text (an empty one is named by its place: ``input[2]``)."""
     if _token_ids(value) or (isinstance(value, list) and any(map(_token_ids, value))):
-        raise ValueError("token-id input (integers, or lists of them) is not accepted: send text, a string or strings")
+        raise ValueError(TOKEN_IDS)
     if not isinstance(value, str | list):  # one problem, not one for each form it is not
         raise ValueError(f"send a string or a list of strings, not {JSON_TYPES.get(type(value), 'that')}")
     return value

@@ -183,6 +183,28 @@ def test_text_queries_in_every_mode(client: TestClient, data_dir: Path, st: Tabl
     assert record["table"] == "st" and record["graph_sha256"] == st.graph_sha256
 
 
+def test_a_blank_text_query_is_no_query(client: TestClient) -> None:
+    """As a blank document is refused (below), so is a blank text query, as a static encoder refuses it: the model
+    would embed it as [CLS] [SEP] alone, to which every story scores by chance. Mode hybrid falls back to keyword;
+    a text of an unknown piece alone ([CLS] [UNK] [SEP]) is embedded, as sentence-transformers embeds it."""
+    for blank in (" ", "  \n\t "):
+        refused = client.post("/v1/tables/lee/search", json={"text": blank, "k": 3})
+        assert refused.status_code == 422, refused.text
+        assert refused.json()["error"]["message"].startswith(f"text {blank!r} has no words to embed; mode keyword")
+        hybrid = client.post("/v1/tables/lee/search", json={"text": blank, "k": 3, "mode": "hybrid"}).json()
+        assert hybrid == {
+            "hits": [],
+            "fallback": {"mode": "keyword", "reason": f"text {blank!r} has no words to embed"},
+        }
+        batch = client.post("/v1/tables/lee/search", json={"queries": [{"text": blank}, {"text": "a bank"}], "k": 3})
+        first, second = batch.json()["results"]
+        assert (
+            first["error"]["message"].startswith(f"text {blank!r} has no words to embed") and len(second["hits"]) == 3
+        )
+    unknown = client.post("/v1/tables/lee/search", json={"text": "\U0001f642", "k": 3})
+    assert unknown.status_code == 200 and len(unknown.json()["hits"]) == 3
+
+
 def test_the_tokens_a_request_has_the_model_run_are_bounded(bounded: TestClient) -> None:
     """Every route that runs the model counts the tokens of its texts (cut at the model's length, [CLS] and [SEP]
     included) against max_encode_tokens, before the model runs: one token over it is a 422 naming the count, the
@@ -191,7 +213,8 @@ def test_the_tokens_a_request_has_the_model_run_are_bounded(bounded: TestClient)
     assert within.status_code == 200 and within.json()["tokens"] == [256, 3]
     message = (
         "tokens for the model of table 'st' to run: 260, more than the server's max_encode_tokens of 259; send "
-        "fewer or shorter texts at a time"
+        "fewer or shorter texts at a time: 1 text of any length fits in one request (the model cuts each at 256 "
+        "tokens)"
     )
     over = bounded.post("/v1/tables/st/embed", json={"texts": [LONG, "a b"]})
     refusal = {"code": "invalid_request", "message": message, "limit": "max_encode_tokens"}  # the setting reached
@@ -211,6 +234,36 @@ def test_the_tokens_a_request_has_the_model_run_are_bounded(bounded: TestClient)
     counted = message.replace("260,", "260 (256 of them by this request's texts before),")  # LONG ran, "a b" not
     assert search.json()["error"]["message"] == counted
     assert bounded.post("/v1/tables/lee/search", json={"text": "a b", "k": 3}).status_code == 200
+
+
+def test_langchain_and_llamaindex_embed_in_the_batches_the_refusal_names(server: real_server.Server, st: Table) -> None:
+    """LangChain's and LlamaIndex's OpenAI embeddings send a batch as one request and cannot split one refused for
+    its tokens: at their default batch sizes (1,000 and 100 texts) a few long texts are refused, the refusal saying
+    how many texts fit (SERVED_BOUND // 256 = 4); at that batch size, as docs/documents.md says, every text is
+    embedded as the encoder embeds it."""
+    from langchain_openai import OpenAIEmbeddings
+    from llama_index.embeddings.openai import OpenAIEmbedding
+
+    texts = lee_stories().texts[:10]  # 1,915 tokens as the model cuts them: over SERVED_BOUND
+    expected = encoder_for(st).encode(texts).vectors
+    base = f"{server.base}/v1"
+    fit = SERVED_BOUND // 256
+    chain = {"model": "st", "base_url": base, "api_key": "unused", "check_embedding_ctx_length": False}
+    llama = {"model_name": "st", "api_base": base, "api_key": "unused"}
+    refusals = (
+        lambda: OpenAIEmbeddings(**chain, max_retries=0).embed_documents(texts),
+        lambda: OpenAIEmbedding(**llama, max_retries=1).get_text_embedding_batch(texts),
+    )
+    for embed in refusals:
+        with pytest.raises(openai.BadRequestError) as refused:
+            embed()
+        assert (refused.value.code, refused.value.param) == (None, "input")
+        told = f"; send fewer or shorter texts at a time: {fit} texts of any length fit in one request (the model "
+        assert told + "cuts each at 256 tokens)" in refused.value.message
+    vectors = OpenAIEmbeddings(**chain, chunk_size=fit).embed_documents(texts)
+    np.testing.assert_allclose(vectors, expected, atol=1e-6)
+    vectors = OpenAIEmbedding(**llama, embed_batch_size=fit).get_text_embedding_batch(texts)
+    np.testing.assert_allclose(vectors, expected, atol=1e-6)
 
 
 def halves(lengths: list[int], start: int, end: int) -> list[int]:

@@ -243,3 +243,20 @@ def test_the_card_is_shown_only_for_a_transformer_table_as_the_picker_and_header
     assert page.inner_text("#table-info") == model_info + "word cards + Contextual vectors"
     settle(page)
     watched.assert_clean()
+
+
+def test_the_card_fits_a_phone(server: str, browser: Any) -> None:
+    """At 375 px the page does not scroll sideways: the map shrinks to the card, the cosines scroll in their box."""
+    phone = Watched(browser, width=375, height=812)
+    try:
+        page = open_card(phone, server)
+        page.wait_for_selector("#cx-out .cx-map")
+        scroll, client = page.evaluate("[document.documentElement.scrollWidth, document.documentElement.clientWidth]")
+        assert client == 375 and scroll <= client
+        card = page.locator("#contextual").bounding_box()
+        plot = page.locator("#cx-out .cx-map").bounding_box()
+        assert card is not None and plot is not None
+        assert card["x"] <= plot["x"] and plot["x"] + plot["width"] <= card["x"] + card["width"]
+        phone.assert_clean()
+    finally:
+        phone.close()

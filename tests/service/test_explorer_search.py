@@ -491,6 +491,21 @@ def test_a_text_search_plugs_into_the_text_box(
     watched.assert_clean(expected_404=("/tokens/zzqqxv",))
 
 
+# What each mode's score is, as a hit's score says on hover: a fused hit names its ranks in the lists fused.
+SCORE_TITLES = {
+    "vector": lambda hit: "cosine with the query",
+    "keyword": lambda hit: "BM25 score of the query's words",
+    "hybrid": lambda hit: (
+        "fused score (reciprocal rank fusion): "
+        + ", ".join(f"{name} no. {rank}" for name, rank in hit["ranks"].items())
+    ),
+}
+
+
+def score_titles(page: Any) -> list[str]:
+    return page.eval_on_selector_all("#ds-out .ds-hit .score", "spans => spans.map(s => s.title)")
+
+
 def test_text_searches_by_the_tables_own_modes(
     server: str, api: httpx.Client, watched: Watched, types: dict[str, str]
 ) -> None:
@@ -514,6 +529,7 @@ def test_text_searches_by_the_tables_own_modes(
         assert body == {"text": "firefighters battle bushfires near Sydney", "mode": mode, "k": 10, "offset": 0}
         answer = api.post(f"/v1/tables/{EMBEDDED}/search", json=body).json()
         assert [hit["id"] for hit in shown_hits(page)] == [hit["id"] for hit in answer["hits"]]
+        assert score_titles(page) == [SCORE_TITLES[mode](hit) for hit in answer["hits"]]
         if mode != "vector":  # BM25 finds the fire stories; a mean of GloVe rows is a weaker guide
             assert sum("fire" in hit["text"].lower() for hit in answer["hits"][:5]) >= 3, mode
         assert not page.is_visible("#ds-out .ds-fallback")
@@ -526,6 +542,7 @@ def test_text_searches_by_the_tables_own_modes(
     answer = api.post(f"/v1/tables/{EMBEDDED}/search", json=sent(page)).json()
     assert answer["fallback"]["mode"] == "keyword" and len(answer["hits"]) == 10
     assert [hit["id"] for hit in shown_hits(page)] == [hit["id"] for hit in answer["hits"]]
+    assert score_titles(page) == [SCORE_TITLES["keyword"](hit) for hit in answer["hits"]]  # BM25's scores
     note = page.inner_text("#ds-out .ds-fallback")
     assert note.startswith("Searched by keyword only: text 'canyoning': no word of it is known") and "(small)" in note
     assert set(page.locator("#ds-out .ds-shared").all_inner_texts()) == {"1 shared word"}  # the one word asked

@@ -475,7 +475,7 @@ async function runMap() {
   const unknown = data.unknown || [];
   const known = items.filter((item) => !unknown.includes(item.word));
   // One point per distinct row, in input order; match by token when two inputs shared a row ("Red", "red").
-  const byToken = new Map(known.map((item) => [item.word.toLowerCase(), item]));
+  const byToken = new Map(known.map((item) => [item.word.toLowerCase(), item]).reverse()); // the first one wins
   const aligned = data.points.length === known.length;
   const points = data.points.map((p, i) => ({
     ...p, ...(aligned ? known[i] : byToken.get(p.token.toLowerCase()) || { word: p.token, group: "words" }),

@@ -205,6 +205,22 @@ def test_map_draws_one_point_per_word_and_reports_unknown_words(
     watched.assert_clean()
 
 
+def test_a_row_typed_twice_keeps_its_first_word_and_group(server: str, api: httpx.Client, watched: Watched) -> None:
+    """Words that are one row (RED finds red) are one point, named and coloured as the first of them was typed."""
+    watched.open(server, f"?table={WORDS_TABLE}")
+    page = watched.page
+    page.fill("#map-words", "colours: red blue\nshouting: RED BLUE green")
+    page.press("#map-words", "Control+Enter")
+    page.wait_for_function("() => document.querySelectorAll('#map-out svg circle').length === 3")
+    tokens = ["red", "blue", "RED", "BLUE", "green"]
+    answer = api.post(f"/v1/tables/{WORDS_TABLE}/project", json={"tokens": tokens, "method": "pca"}).json()
+    assert [p["token"] for p in answer["points"]] == ["red", "blue", "green"]  # one point per row
+    titles = page.locator("#map-out svg .point title").all_text_contents()
+    assert titles == ["red (colours)", "blue (colours)", "green (shouting)"]
+    assert page.locator("#map-out .legend li").all_inner_texts() == ["colours", "shouting"]
+    watched.assert_clean()
+
+
 def test_unknown_word_shows_clickable_suggestions(server: str, api: httpx.Client, watched: Watched) -> None:
     watched.open(server, f"?table={WORDS_TABLE}")
     page = watched.page

@@ -292,6 +292,9 @@ export class DocumentSearch {
       this.run();
     });
     this.$("ds-k").addEventListener("change", () => this.$("ds-form").requestSubmit());
+    this.$("ds-mode").addEventListener("change", () => { // the hits shown are always the picked mode's
+      if (this.$("ds-text").value.trim()) this.$("ds-form").requestSubmit();
+    });
     this.$("ds-filter").addEventListener("keydown", (event) => {
       if (event.key === "Enter" && !event.shiftKey) {
         event.preventDefault();

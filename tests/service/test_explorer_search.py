@@ -549,6 +549,36 @@ def test_text_searches_by_the_tables_own_modes(
     watched.assert_clean()
 
 
+def test_picking_another_mode_searches_the_text_again(server: str, api: httpx.Client, watched: Watched) -> None:
+    """The hits shown are always the picked mode's: picking keyword after a hybrid search searches again, without
+    Enter; with the box empty there is no text to search, and the hits of the document stay."""
+    page = watched.page
+    page.goto(f"{server}/?table={EMBEDDED}")
+    settle(page)
+    page.fill("#ds-text", "bushfires near Sydney")
+    page.press("#ds-text", "Enter")
+    page.wait_for_function("() => new URLSearchParams(location.search).get('mode') === 'hybrid'")
+    settle(page)
+    page.select_option("#ds-mode", "keyword")
+    page.wait_for_function("() => new URLSearchParams(location.search).get('mode') === 'keyword'")
+    settle(page)
+    body = sent(page)
+    assert body == {"text": "bushfires near Sydney", "mode": "keyword", "k": 10, "offset": 0}
+    answer = api.post(f"/v1/tables/{EMBEDDED}/search", json=body).json()
+    assert [hit["id"] for hit in shown_hits(page)] == [hit["id"] for hit in answer["hits"]]
+    page.fill("#ds-text", "")
+    page.press("#ds-text", "Enter")
+    page.wait_for_function("() => !new URLSearchParams(location.search).has('text')")
+    settle(page)
+    assert "id" in sent(page)
+    searches: list[str] = []
+    page.on("request", lambda request: request.url.endswith("/search") and searches.append(request.url))
+    page.select_option("#ds-mode", "vector")
+    page.wait_for_timeout(300)  # a search the pick started would be on its way at once
+    assert searches == []
+    watched.assert_clean()
+
+
 def test_a_text_query_is_kept_in_the_url(server: str, watched: Watched) -> None:
     """The text and its mode go into the URL: a reload searches them again, more like this leaves them and Back
     brings them back."""

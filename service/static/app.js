@@ -161,7 +161,7 @@ function readURL() {
 function writeURL(push = false) {
   const params = new URLSearchParams();
   for (const key of ["table", ...KEYS_OF_KIND[tableKind()]]) {
-    if (state[key] && state[key] !== DEFAULTS[key]) params.set(key, state[key]);
+    if (state[key] !== DEFAULTS[key]) params.set(key, state[key]); // an emptied "bank" as "cw=": "" is no default
   }
   // A value too long for a link (a whole article as the text query) is used but left out, longest first.
   while (params.toString().length > MAX_QUERY) {

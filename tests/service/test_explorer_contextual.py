@@ -162,6 +162,28 @@ def test_a_click_on_a_word_follows_it_and_the_url_keeps_the_view(
     watched.assert_clean()
 
 
+def test_an_emptied_word_is_kept_in_the_url(server: str, watched: Watched) -> None:
+    """With no word the card shows the sentences' words to pick from; the link and a reload keep it so, not the
+    default word."""
+    page = open_card(watched, server)
+    page.fill("#cx-word", "")
+    page.press("#cx-word", "Enter")
+    page.wait_for_function("() => new URLSearchParams(location.search).get('cw') === ''")
+    settle(page)
+    page.wait_for_selector("#cx-out .cx-prompt")
+    assert page.locator("#cx-out .cx-matrix").count() == 0
+    page.reload()
+    settle(page)
+    assert page.input_value("#cx-word") == "" and page.input_value("#cx-texts").splitlines() == BANK
+    page.wait_for_selector("#cx-out .cx-prompt")
+    assert page.locator("#cx-out .cx-matrix").count() == 0
+    page.go_back()
+    page.wait_for_function("() => !new URLSearchParams(location.search).has('cw')")
+    settle(page)
+    assert page.input_value("#cx-word") == "bank" and page.locator("#cx-out .cx-matrix").count() == 1
+    watched.assert_clean()
+
+
 def test_a_word_not_in_the_sentences_shows_the_error_and_their_words(
     server: str, api: httpx.Client, watched: Watched
 ) -> None:

@@ -4,11 +4,12 @@ with it (``JsonErrorsProtocol.with_limits(...)``).
 
 - 400 ``bad_request``: a request that is not valid HTTP/1.1 (raw non-ASCII bytes or a NUL in the request line, its
   message then saying to percent-encode them; %-escapes that are not UTF-8, which uvicorn and the query parser would
-  decode to U+FFFD, but in a probe's query string, which is not read; a bad Content-Length, a broken header, broken
-  chunked framing, a Transfer-Encoding other than chunked), which uvicorn would answer itself in plain text (httptools
-  takes ``gzip, chunked`` as chunked: that one, and a Content-Encoding, ``service.http.limits`` refuses); also a body
-  the client ends (shuts its side) before it is complete, and a request with more than one Host header or one that is
-  no host and port, or an HTTP/1.1 request without one (RFC 9112, 3.2: HTTP/1.0 requests may omit it).
+  decode to U+FFFD, but in the query string of a probe or of the explorer page, which the server does not read; a
+  bad Content-Length, a broken header, broken chunked framing, a Transfer-Encoding other than chunked), which
+  uvicorn would answer itself in plain text (httptools takes ``gzip, chunked`` as chunked: that one, and a
+  Content-Encoding, ``service.http.limits`` refuses); also a body the client ends (shuts its side) before it is
+  complete, and a request with more than one Host header or one that is no host and port, or an HTTP/1.1 request
+  without one (RFC 9112, 3.2: HTTP/1.0 requests may omit it).
   A request whose body breaks off this way is given up at once (its app sees ``http.disconnect``): the refusal
   is its answer, and waits only for answers to earlier (pipelined) requests.
 - 505 ``http_version_not_supported``: a request line of another version than HTTP/1.0 or 1.1 (httptools parses
@@ -101,14 +102,20 @@ JSON = (b"content-type", b"application/json")
 CLOSE = (b"connection", b"close")
 
 
+# The paths whose query string the server does not read: the probes (a monitor's cache-buster: ``PROBES``) and the
+# explorer page, whose script reads it as the browser decodes it (a shared link cut inside an escape, or a Latin-1
+# caf%E9, opens the page, whose cards say which word the table lacks, instead of a JSON refusal).
+QUERY_NOT_READ = PROBES | {"/"}
+
+
 def utf8_escapes(url: bytes) -> bool:
     """Whether ``url``'s %-escapes decode to UTF-8 (uvicorn and the query parser would put U+FFFD for others), or
-    the URL is a probe's, which answers whatever its query string (a monitor's cache-buster: ``PROBES``)."""
+    the URL's path is one that answers whatever its query string (``QUERY_NOT_READ``)."""
     try:
         unquote_to_bytes(url).decode("utf-8")
     except UnicodeDecodeError:
         try:
-            return (httptools.parse_url(url).path or b"").decode("latin-1") in PROBES
+            return (httptools.parse_url(url).path or b"").decode("latin-1") in QUERY_NOT_READ
         except httptools.HttpParserInvalidURLError:
             return False
     return True

@@ -161,7 +161,7 @@ function readURL() {
 function writeURL(push = false) {
   const params = new URLSearchParams();
   for (const key of ["table", ...KEYS_OF_KIND[tableKind()]]) {
-    if (state[key] && state[key] !== DEFAULTS[key]) params.set(key, state[key]);
+    if (state[key] !== DEFAULTS[key]) params.set(key, state[key]); // an emptied "bank" as "cw=": "" is no default
   }
   // A value too long for a link (a whole article as the text query) is used but left out, longest first.
   while (params.toString().length > MAX_QUERY) {
@@ -475,7 +475,7 @@ async function runMap() {
   const unknown = data.unknown || [];
   const known = items.filter((item) => !unknown.includes(item.word));
   // One point per distinct row, in input order; match by token when two inputs shared a row ("Red", "red").
-  const byToken = new Map(known.map((item) => [item.word.toLowerCase(), item]));
+  const byToken = new Map(known.map((item) => [item.word.toLowerCase(), item]).reverse()); // the first one wins
   const aligned = data.points.length === known.length;
   const points = data.points.map((p, i) => ({
     ...p, ...(aligned ? known[i] : byToken.get(p.token.toLowerCase()) || { word: p.token, group: "words" }),

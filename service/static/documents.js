@@ -292,6 +292,9 @@ export class DocumentSearch {
       this.run();
     });
     this.$("ds-k").addEventListener("change", () => this.$("ds-form").requestSubmit());
+    this.$("ds-mode").addEventListener("change", () => { // the hits shown are always the picked mode's
+      if (this.$("ds-text").value.trim()) this.$("ds-form").requestSubmit();
+    });
     this.$("ds-filter").addEventListener("keydown", (event) => {
       if (event.key === "Enter" && !event.shiftKey) {
         event.preventDefault();
@@ -420,7 +423,8 @@ export class DocumentSearch {
     const range = hits.length ? `hits ${body.offset + 1}–${body.offset + hits.length}` : "no hits";
     count.append(` · ${range}`);
     const list = el("ol", { class: "ds-hits", start: body.offset + 1 });
-    for (const hit of hits) list.append(this.hit(hit, types, shared));
+    const mode = data.fallback?.mode ?? body.mode; // a hybrid search fallen back to one list has that list's scores
+    for (const hit of hits) list.append(this.hit(hit, types, shared, mode));
     const parts = [head, count];
     if (data.fallback) { // hybrid on a text whose words the encoder does not know: searched by keyword alone
       parts.push(el("p", { class: "muted ds-fallback" }, `Searched by ${data.fallback.mode} only: `,
@@ -439,7 +443,7 @@ export class DocumentSearch {
     return parts;
   }
 
-  hit(hit, types, shared) {
+  hit(hit, types, shared, mode) {
     const { el } = this.deps;
     const words = markable(hit.text);
     const common = new Set([...words].filter((w) => shared.has(w)));
@@ -451,7 +455,7 @@ export class DocumentSearch {
     const item = el("li", { class: "ds-hit", "data-id": String(hit.id) },
       el("div", { class: "ds-hit-head" },
         el("span", { class: "ds-id" }, String(hit.id)),
-        el("span", { class: "score", title: "cosine with the query" }, hit.score.toFixed(3)),
+        el("span", { class: "score", title: scoreTitle(mode, hit.ranks) }, hit.score.toFixed(3)),
         shared.size ? el("span", { class: "muted ds-shared" }, `${common.size} shared word${common.size === 1 ? "" : "s"}`) : null,
         el("button", {
           type: "button", class: "secondary small ds-more", onclick: () => this.searchFrom(String(hit.id)),
@@ -483,6 +487,15 @@ export class DocumentSearch {
       el("button", { type: "button", class: "secondary small ds-next", onclick: () => this.page(offset + k),
         ...(more ? {} : { disabled: "" }) }, "next →"));
   }
+}
+
+/** What a hit's score is in search ``mode`` (none: more like a document, by cosine); a fused hit's ranks in the
+ * lists fused. */
+function scoreTitle(mode, ranks) {
+  if (mode === "keyword") return "BM25 score of the query's words";
+  if (mode !== "hybrid") return "cosine with the query";
+  const where = Object.entries(ranks || {}).map(([list, rank]) => `${list} no. ${rank}`);
+  return `fused score (reciprocal rank fusion)${where.length ? `: ${where.join(", ")}` : ""}`;
 }
 
 /** ``text`` as nodes, the words in ``words`` (lower-cased) inside <mark>. */

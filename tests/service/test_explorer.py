@@ -205,6 +205,22 @@ def test_map_draws_one_point_per_word_and_reports_unknown_words(
     watched.assert_clean()
 
 
+def test_a_row_typed_twice_keeps_its_first_word_and_group(server: str, api: httpx.Client, watched: Watched) -> None:
+    """Words that are one row (RED finds red) are one point, named and coloured as the first of them was typed."""
+    watched.open(server, f"?table={WORDS_TABLE}")
+    page = watched.page
+    page.fill("#map-words", "colours: red blue\nshouting: RED BLUE green")
+    page.press("#map-words", "Control+Enter")
+    page.wait_for_function("() => document.querySelectorAll('#map-out svg circle').length === 3")
+    tokens = ["red", "blue", "RED", "BLUE", "green"]
+    answer = api.post(f"/v1/tables/{WORDS_TABLE}/project", json={"tokens": tokens, "method": "pca"}).json()
+    assert [p["token"] for p in answer["points"]] == ["red", "blue", "green"]  # one point per row
+    titles = page.locator("#map-out svg .point title").all_text_contents()
+    assert titles == ["red (colours)", "blue (colours)", "green (shouting)"]
+    assert page.locator("#map-out .legend li").all_inner_texts() == ["colours", "shouting"]
+    watched.assert_clean()
+
+
 def test_unknown_word_shows_clickable_suggestions(server: str, api: httpx.Client, watched: Watched) -> None:
     watched.open(server, f"?table={WORDS_TABLE}")
     page = watched.page
@@ -234,6 +250,27 @@ def test_unknown_word_shows_clickable_suggestions(server: str, api: httpx.Client
     assert page.input_value("#sim-b") == suggestions[0]
     assert watched.state()["y"] == suggestions[0]
     watched.assert_clean(expected_404=("hearrt", "horsse"))
+
+
+def test_a_link_whose_escapes_are_not_utf8_opens_the_page(server: str, api: httpx.Client, watched: Watched) -> None:
+    """A link cut inside an escape, or written by a Latin-1 tool (caf%E9), opens the page, as the browser decodes
+    its query string (U+FFFD for the broken bytes); the cards say the word is unknown and suggest, as for a typo."""
+    page = watched.page
+    opened = page.goto(f"{server}/?table={WORDS_TABLE}&word=caf%E9&x=red&y=bl%E0%A4")
+    assert opened is not None and opened.status == 200, opened and opened.text()[:300]
+    page.wait_for_selector("#neighbours-out:not([aria-busy]) [role=alert]")
+    page.wait_for_selector("#similarity-out:not([aria-busy]) [role=alert]")
+    assert page.input_value("#word") == "caf\ufffd" and page.input_value("#sim-b") == "bl\ufffd"
+    error = api.get(f"/v1/tables/{WORDS_TABLE}/neighbors", params={"token": "caf\ufffd", "k": 8}).json()["error"]
+    assert page.inner_text("#neighbours-out [role=alert] p") == error["message"]
+    assert page.locator("#neighbours-out button.chip").all_inner_texts() == error["suggestions"]
+    assert "cafe" in error["suggestions"]
+    page.locator("#neighbours-out button.chip", has_text=re.compile("^cafe$")).click()
+    page.wait_for_function("() => new URLSearchParams(location.search).get('word') === 'cafe'")
+    page.wait_for_selector("#neighbours-out:not([aria-busy]) .scores")
+    expected = api.get(f"/v1/tables/{WORDS_TABLE}/neighbors", params={"token": "cafe", "k": 8}).json()
+    assert neighbour_tokens(page) == [n["token"] for n in expected["neighbors"]]
+    watched.assert_clean(expected_404=("caf%EF%BF%BD", "bl%EF%BF%BD"))
 
 
 @pytest.mark.parametrize("method", ["3cosadd", "3cosmul"])

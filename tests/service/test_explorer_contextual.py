@@ -162,6 +162,28 @@ def test_a_click_on_a_word_follows_it_and_the_url_keeps_the_view(
     watched.assert_clean()
 
 
+def test_an_emptied_word_is_kept_in_the_url(server: str, watched: Watched) -> None:
+    """With no word the card shows the sentences' words to pick from; the link and a reload keep it so, not the
+    default word."""
+    page = open_card(watched, server)
+    page.fill("#cx-word", "")
+    page.press("#cx-word", "Enter")
+    page.wait_for_function("() => new URLSearchParams(location.search).get('cw') === ''")
+    settle(page)
+    page.wait_for_selector("#cx-out .cx-prompt")
+    assert page.locator("#cx-out .cx-matrix").count() == 0
+    page.reload()
+    settle(page)
+    assert page.input_value("#cx-word") == "" and page.input_value("#cx-texts").splitlines() == BANK
+    page.wait_for_selector("#cx-out .cx-prompt")
+    assert page.locator("#cx-out .cx-matrix").count() == 0
+    page.go_back()
+    page.wait_for_function("() => !new URLSearchParams(location.search).has('cw')")
+    settle(page)
+    assert page.input_value("#cx-word") == "bank" and page.locator("#cx-out .cx-matrix").count() == 1
+    watched.assert_clean()
+
+
 def test_a_word_not_in_the_sentences_shows_the_error_and_their_words(
     server: str, api: httpx.Client, watched: Watched
 ) -> None:
@@ -243,3 +265,20 @@ def test_the_card_is_shown_only_for_a_transformer_table_as_the_picker_and_header
     assert page.inner_text("#table-info") == model_info + "word cards + Contextual vectors"
     settle(page)
     watched.assert_clean()
+
+
+def test_the_card_fits_a_phone(server: str, browser: Any) -> None:
+    """At 375 px the page does not scroll sideways: the map shrinks to the card, the cosines scroll in their box."""
+    phone = Watched(browser, width=375, height=812)
+    try:
+        page = open_card(phone, server)
+        page.wait_for_selector("#cx-out .cx-map")
+        scroll, client = page.evaluate("[document.documentElement.scrollWidth, document.documentElement.clientWidth]")
+        assert client == 375 and scroll <= client
+        card = page.locator("#contextual").bounding_box()
+        plot = page.locator("#cx-out .cx-map").bounding_box()
+        assert card is not None and plot is not None
+        assert card["x"] <= plot["x"] and plot["x"] + plot["width"] <= card["x"] + card["width"]
+        phone.assert_clean()
+    finally:
+        phone.close()

@@ -491,6 +491,21 @@ def test_a_text_search_plugs_into_the_text_box(
     watched.assert_clean(expected_404=("/tokens/zzqqxv",))
 
 
+# What each mode's score is, as a hit's score says on hover: a fused hit names its ranks in the lists fused.
+SCORE_TITLES = {
+    "vector": lambda hit: "cosine with the query",
+    "keyword": lambda hit: "BM25 score of the query's words",
+    "hybrid": lambda hit: (
+        "fused score (reciprocal rank fusion): "
+        + ", ".join(f"{name} no. {rank}" for name, rank in hit["ranks"].items())
+    ),
+}
+
+
+def score_titles(page: Any) -> list[str]:
+    return page.eval_on_selector_all("#ds-out .ds-hit .score", "spans => spans.map(s => s.title)")
+
+
 def test_text_searches_by_the_tables_own_modes(
     server: str, api: httpx.Client, watched: Watched, types: dict[str, str]
 ) -> None:
@@ -514,6 +529,7 @@ def test_text_searches_by_the_tables_own_modes(
         assert body == {"text": "firefighters battle bushfires near Sydney", "mode": mode, "k": 10, "offset": 0}
         answer = api.post(f"/v1/tables/{EMBEDDED}/search", json=body).json()
         assert [hit["id"] for hit in shown_hits(page)] == [hit["id"] for hit in answer["hits"]]
+        assert score_titles(page) == [SCORE_TITLES[mode](hit) for hit in answer["hits"]]
         if mode != "vector":  # BM25 finds the fire stories; a mean of GloVe rows is a weaker guide
             assert sum("fire" in hit["text"].lower() for hit in answer["hits"][:5]) >= 3, mode
         assert not page.is_visible("#ds-out .ds-fallback")
@@ -526,9 +542,40 @@ def test_text_searches_by_the_tables_own_modes(
     answer = api.post(f"/v1/tables/{EMBEDDED}/search", json=sent(page)).json()
     assert answer["fallback"]["mode"] == "keyword" and len(answer["hits"]) == 10
     assert [hit["id"] for hit in shown_hits(page)] == [hit["id"] for hit in answer["hits"]]
+    assert score_titles(page) == [SCORE_TITLES["keyword"](hit) for hit in answer["hits"]]  # BM25's scores
     note = page.inner_text("#ds-out .ds-fallback")
     assert note.startswith("Searched by keyword only: text 'canyoning': no word of it is known") and "(small)" in note
     assert set(page.locator("#ds-out .ds-shared").all_inner_texts()) == {"1 shared word"}  # the one word asked
+    watched.assert_clean()
+
+
+def test_picking_another_mode_searches_the_text_again(server: str, api: httpx.Client, watched: Watched) -> None:
+    """The hits shown are always the picked mode's: picking keyword after a hybrid search searches again, without
+    Enter; with the box empty there is no text to search, and the hits of the document stay."""
+    page = watched.page
+    page.goto(f"{server}/?table={EMBEDDED}")
+    settle(page)
+    page.fill("#ds-text", "bushfires near Sydney")
+    page.press("#ds-text", "Enter")
+    page.wait_for_function("() => new URLSearchParams(location.search).get('mode') === 'hybrid'")
+    settle(page)
+    page.select_option("#ds-mode", "keyword")
+    page.wait_for_function("() => new URLSearchParams(location.search).get('mode') === 'keyword'")
+    settle(page)
+    body = sent(page)
+    assert body == {"text": "bushfires near Sydney", "mode": "keyword", "k": 10, "offset": 0}
+    answer = api.post(f"/v1/tables/{EMBEDDED}/search", json=body).json()
+    assert [hit["id"] for hit in shown_hits(page)] == [hit["id"] for hit in answer["hits"]]
+    page.fill("#ds-text", "")
+    page.press("#ds-text", "Enter")
+    page.wait_for_function("() => !new URLSearchParams(location.search).has('text')")
+    settle(page)
+    assert "id" in sent(page)
+    searches: list[str] = []
+    page.on("request", lambda request: request.url.endswith("/search") and searches.append(request.url))
+    page.select_option("#ds-mode", "vector")
+    page.wait_for_timeout(300)  # a search the pick started would be on its way at once
+    assert searches == []
     watched.assert_clean()
 
 

@@ -51,6 +51,10 @@ SAMPLE_LINES = 1000
 MAX_HEAD = 64 << 20  # the longest first line accepted
 BOM = b"\xef\xbb\xbf"
 BLANK_LINE = re.compile(rb"^[ \t\r\f\v]*\n", re.MULTILINE)
+NOT_GLOVE = (  # what a binary file read as GloVe is told
+    "not GloVe text, which is a token and its values on each line; word2vec binary starts with a line 'ROWS DIM', "
+    "and a fastText .bin model is not read (import the .vec file fastText writes beside it)"
+)
 
 
 def read_word2vec_text(path: Path, options: ReadOptions) -> RawTable:
@@ -61,6 +65,13 @@ def read_word2vec_text(path: Path, options: ReadOptions) -> RawTable:
 def read_glove_text(path: Path, options: ReadOptions) -> RawTable:
     """GloVe text: one row per line, no header; the dimension is taken from the rows."""
     return _read(Path(path), options, header=False)
+
+
+def _refuse_binary(path: Path, head: bytes) -> None:
+    """Refuse ``path`` as binary when its first bytes ``head`` hold a NUL byte; called where it is no token's: in
+    the first line, or in a file whose rows have no values."""
+    if (nul := head.find(b"\0")) >= 0:
+        raise InputError(path, f"binary data (a NUL byte at offset {nul}), {NOT_GLOVE}", line=1)
 
 
 @dataclass
@@ -99,6 +110,8 @@ def _read(path: Path, options: ReadOptions, header: bool) -> RawTable:
                 )
     else:
         rows = lines
+        if b"\0" in head_lines[0]:  # a binary file (of no format sniffed) read as GloVe
+            _refuse_binary(path, head)
     sample = [line for line in head_lines[: min(SAMPLE_LINES, rows)] if line.strip()]
     if not sample:
         raise InputError(path, "no vectors found", line=first_line)
@@ -110,6 +123,7 @@ def _read(path: Path, options: ReadOptions, header: bool) -> RawTable:
     if not header:
         dim = found
         if dim < 1:
+            _refuse_binary(path, head)
             raise InputError(path, "no vector values after the token", line=1)
     trailing = sum(line.rstrip(b"\r").endswith(b" ") for line in sample) * 2 > len(sample)
     ncols = dim + 1 + trailing

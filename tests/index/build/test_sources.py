@@ -1199,6 +1199,27 @@ def test_binary_bytes_like_a_utf16_mark_are_not_text(tmp_path: Path) -> None:
         refuse_unread(tmp_path / "g.txt", "\ufeffthe 0.1".encode("utf-16-le"))
 
 
+def test_a_binary_file_is_not_read_as_glove_text(tmp_path: Path, data_dir: Path) -> None:
+    """A binary file no reader sniffs (a fastText model from before its magic number, as gensim's test data has
+    one, a program, an image) is said to be binary, also with ``--format glove``; a NUL byte in a later token is
+    no sign of one."""
+    from gensim.test.utils import datapath
+
+    old_fasttext = Path(datapath("cp852_fasttext.bin"))
+    program, image = tmp_path / "program", tmp_path / "image.png"
+    program.write_bytes(b"\x7fELF\x02\x01\x01\x00" + bytes(range(256)) * 4)
+    image.write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR" + bytes(64))
+    said = "not GloVe text, which is a token and its values on each line; word2vec binary starts with a line"
+    cases = ((old_fasttext, 1, ()), (program, 7, ()), (program, 7, ("--format", "glove")), (image, 8, ()))
+    for path, offset, extra in cases:
+        message = import_fails(path, data_dir, *extra)
+        assert message.startswith(f"embedding-index: error: {path}:1: binary data (a NUL byte at offset {offset}), ")
+        assert said in message and "fastText .bin model is not read" in message
+    text = tmp_path / "nul.txt"
+    text.write_bytes(b"the 0.5 1\na\0b 1 0.25\n")
+    assert import_ok(text, data_dir).tokens[1] == "a\0b"
+
+
 @pytest.mark.parametrize("case", sorted(BAD_CASES))
 def test_bad_input_fails_cleanly(tmp_path: Path, data_dir: Path, glove_rows, case: str) -> None:
     make, expected = BAD_CASES[case]

@@ -6,9 +6,10 @@ a line are the vector. Files may be gzip-compressed.
 
 Reading is two streaming passes over the file, so memory stays near the size of the final matrix:
 
-1. a scan counts the lines, so a word2vec header that disagrees with the file is refused before anything
-   large is allocated, and the matrix can be allocated once at its final size (when the header's rows are not
-   the lines after it, another pass counts the blank lines among them, which are not rows);
+1. a scan counts the lines (a step shown by the bytes read), so a word2vec header that disagrees with the file
+   is refused before anything large is allocated, and the matrix can be allocated once at its final size (when
+   the header's rows are not the lines after it, another pass counts the blank lines among them, which are not
+   rows);
 2. a parse of chunks of whole lines with pyarrow's CSV reader (multi-threaded C++, numbers parsed as
    float64 and rounded to float32 exactly as gensim does). A chunk that pyarrow refuses (a token with spaces,
    a short row, a bad number, ...) is parsed again line by line, which gives the exact line number. Rows of
@@ -19,6 +20,7 @@ Reading is two streaming passes over the file, so memory stays near the size of 
 
 from __future__ import annotations
 
+import os
 import re
 from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
@@ -44,7 +46,7 @@ from index.build.sources import (
     word2vec_header,
 )
 from index.errors import InputError, counted
-from index.progress import Progress, note
+from index.progress import Progress
 
 CHUNK_BYTES = 2 << 20
 SAMPLE_LINES = 1000
@@ -88,7 +90,6 @@ class _Chunk:
 
 
 def _read(path: Path, options: ReadOptions, header: bool) -> RawTable:
-    note(f"counting the lines of {path.name} ...")
     lines, nbytes, head = _scan(path)
     if lines == 0:
         raise InputError(path, "empty file: no vectors")
@@ -173,12 +174,19 @@ def _read_block(handle: BinaryHandle, path: Path) -> bytes:
 
 
 def _scan(path: Path) -> tuple[int, int, bytes]:
-    """Return (lines up to the last non-blank one, total bytes, the first block(s): at least two whole lines)."""
-    lines = newlines = total = 0
+    """Return (lines up to the last non-blank one, total bytes, the first block(s): at least two whole lines); a
+    step shown by the bytes read from the disk (of a .gz file: compressed)."""
+    lines = newlines = total = read = 0
     head = b""
     head_done = False
-    with open_text(path) as handle:
+    with (
+        open_text(path) as handle,
+        Progress(f"counting the lines of {path.name}", path.stat().st_size, "bytes") as progress,
+    ):
         while block := _read_block(handle, path):
+            position = os.lseek(handle.fileno(), 0, os.SEEK_CUR)
+            progress.advance(position - read)
+            read = position
             if not total:
                 block = block.removeprefix(BOM)
             if not head_done:

@@ -13,6 +13,7 @@ a wrong dimension in the header, each row then read from inside the previous one
 from __future__ import annotations
 
 import gzip
+import os
 from pathlib import Path
 
 import numpy as np
@@ -28,14 +29,20 @@ WRONG_HEADER = "wrong dimension in the header, or not a word2vec binary file?"
 
 
 def _size(path: Path) -> int:
-    """Size of the (decompressed) content."""
+    """Size of the (decompressed) content: of a .gz file, a pass over it, shown by the compressed bytes read."""
     with open_text(path) as handle:
         if not isinstance(handle, gzip.GzipFile):
             return Path(path).stat().st_size
-        total = 0
-        with reading(path):
+        total = read = 0
+        with (
+            reading(path),
+            Progress(f"measuring the decompressed size of {path.name}", path.stat().st_size, "bytes") as progress,
+        ):
             while block := handle.read(CHUNK_BYTES):
                 total += len(block)
+                position = os.lseek(handle.fileno(), 0, os.SEEK_CUR)
+                progress.advance(position - read)
+                read = position
         return total
 
 

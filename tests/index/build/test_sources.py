@@ -795,6 +795,52 @@ def test_counting_the_blank_lines_is_a_step_shown(tmp_path: Path) -> None:
     assert "embedding-index: counting the blank lines of blanks.txt: done (3 of 3 lines) in " in stream.getvalue()
 
 
+@pytest.mark.parametrize("name", ["rows.txt", "rows.txt.gz"])
+def test_counting_the_lines_is_a_step_shown(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str) -> None:
+    """The first pass over a text file, which counts its lines (a minute over a GloVe 840B file, more gzipped),
+    shows its progress by the bytes read from the disk, as every long step does."""
+    from index import progress
+
+    rows = np.random.default_rng(0).standard_normal((40_000, 50)).astype(np.float32)
+    text = b"".join(b"w%d " % i + b" ".join(b"%.6f" % v for v in row) + b"\n" for i, row in enumerate(rows))
+    path = tmp_path / name
+    path.write_bytes(gzip.compress(text) if name.endswith(".gz") else text)
+    size = path.stat().st_size
+    assert size > 4 << 20  # more than one block read
+    monkeypatch.setattr(progress.CONFIG, "interval", 0.0)  # a line at every step forward
+    with progress_lines() as stream:
+        raw, _ = read_source(path, "glove")
+    assert len(raw.tokens) == 40_000
+    counting = [line for line in stream.getvalue().splitlines() if "counting the lines of" in line]
+    assert counting[0].startswith(f"embedding-index: counting the lines of {name}: ") and "% (" in counting[0]
+    assert counting[-1].startswith(
+        f"embedding-index: counting the lines of {name}: done ({size / 2**20:,.0f} MiB of {size / 2**20:,.0f} MiB) in "
+    )
+
+
+def test_measuring_a_gzipped_word2vec_binary_file_is_a_step_shown(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The pass that decompresses a gzipped word2vec binary file to check its header against its size (a minute
+    over GoogleNews-vectors-negative300.bin.gz) shows its progress by the compressed bytes read."""
+    from index import progress
+
+    rows = np.random.default_rng(0).standard_normal((40_000, 50)).astype(np.float32)
+    body = b"".join(b"w%d " % i + row.tobytes() + b"\n" for i, row in enumerate(rows))
+    path = tmp_path / "rows.bin.gz"
+    path.write_bytes(gzip.compress(b"40000 50\n" + body))
+    size = path.stat().st_size
+    assert size > 4 << 20  # more than one block read
+    monkeypatch.setattr(progress.CONFIG, "interval", 0.0)  # a line at every step forward
+    with progress_lines() as stream:
+        raw, fmt = read_source(path)
+    assert fmt == "word2vec-binary" and np.array_equal(raw.matrix, rows)
+    step = "embedding-index: measuring the decompressed size of rows.bin.gz: "
+    measuring = [line for line in stream.getvalue().splitlines() if line.startswith(step)]
+    assert "% (" in measuring[0]
+    assert measuring[-1].startswith(f"{step}done ({size / 2**20:,.0f} MiB of {size / 2**20:,.0f} MiB) in ")
+
+
 def test_last_row_short_is_named_by_its_line(tmp_path: Path, data_dir: Path) -> None:
     path = tmp_path / "short.txt"
     path.write_bytes(b"2 2\na 1 2\nb 3\n")
@@ -1370,8 +1416,8 @@ def test_console_script_success_and_failure(tmp_path: Path, glove_rows) -> None:
         f"embedding-index: error: {bad}:1235: 47 values after the token, expected 50 "
         "(use --drop-invalid to skip such rows)"
     )
-    assert progress == [  # then the first bad line stops it
-        "embedding-index: reading bad.txt (glove) ...",
-        "embedding-index: counting the lines of bad.txt ...",
-    ]
+    mib = f"{bad.stat().st_size / 2**20:,.0f} MiB"
+    assert len(progress) == 2  # then the first bad line stops it
+    assert progress[0] == "embedding-index: reading bad.txt (glove) ..."
+    assert progress[1].startswith(f"embedding-index: counting the lines of bad.txt: done ({mib} of {mib}) in ")
     assert not (data / "bad").exists() and not list(data.glob(".tmp-*"))

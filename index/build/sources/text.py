@@ -125,7 +125,8 @@ def _read(path: Path, options: ReadOptions, header: bool) -> RawTable:
         dim = found
         if dim < 1:
             _refuse_binary(path, head)
-            raise InputError(path, "no vector values after the token", line=1)
+            tabs = " (the values are separated by tabs: GloVe text separates them by spaces)" if b"\t" in head else ""
+            raise InputError(path, f"no vector values after the token{tabs}", line=1)
     trailing = sum(line.rstrip(b"\r").endswith(b" ") for line in sample) * 2 > len(sample)
     ncols = dim + 1 + trailing
     del head, head_lines, sample

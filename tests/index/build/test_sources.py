@@ -1044,6 +1044,10 @@ def _join(lines: list[bytes]) -> bytes:
 FASTTEXT_MODEL_HEAD = (793712314).to_bytes(4, "little") + (12).to_bytes(4, "little") + (20).to_bytes(4, "little") * 30
 
 BAD_CASES: dict[str, tuple[Callable[[Path, object], list[object]], list[str]]] = {
+    "values separated by tabs": (
+        lambda p, r: _write_case(p, "g.txt", _join(_lines(r)).replace(b" ", b"\t")),
+        ["g.txt:1: no vector values after the token (the values are separated by tabs: GloVe text separates them by"],
+    ),
     "xz compressed": (
         lambda p, r: _write_case(p, "g.txt.xz", lzma.compress(_join(_lines(r)))),
         ["g.txt.xz:", "xz compressed: decompress it first"],

@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from index.build.sources import BinaryHandle, RawTable, open_text, reading, refuse_unread
+from index.build.sources import BOM, BinaryHandle, RawTable, open_text, reading, refuse_unread
 from index.errors import InputError
 from index.progress import Progress
 
@@ -39,7 +39,6 @@ log = logging.getLogger(__name__)
 
 MAX_SENTENCE = 10_000  # gensim's MAX_WORDS_IN_BATCH: longer lines are cut, as LineSentence does
 PROGRESS_LINES = 10_000  # reading the corpus: its progress advanced every this many lines
-BOM = b"\xef\xbb\xbf"
 
 
 @dataclass(frozen=True)

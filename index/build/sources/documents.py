@@ -35,7 +35,7 @@ from index.build.documents import DocumentOptions, Documents, Embed, prepare
 from index.build.embed_documents import TextEncoder
 from index.build.fields import Rows
 from index.build.passages import DEFAULT_CHUNK_WORDS, Folder, passages_table, read_folder
-from index.build.sources import RawTable, ReadOptions, not_utf8_lines, open_text, read_bytes, reading
+from index.build.sources import BOM, RawTable, ReadOptions, not_utf8_lines, open_text, read_bytes, reading
 from index.engine.keyword import Tokenizer, for_documents
 from index.errors import InputError
 from index.progress import Progress
@@ -45,7 +45,6 @@ CHUNK_BYTES = 8 << 20  # JSON Lines are parsed this many bytes of whole lines at
 BATCH_ROWS = 65_536
 CSV_BLOCK_BYTES = 4 << 20  # CSV is parsed in blocks of this many bytes, or more for a longer record
 MAX_CSV_BLOCK_BYTES = 2**31 - 1  # pyarrow's largest
-BOM = b"\xef\xbb\xbf"
 BLANK_LINE = re.compile(rb"\n[ \t\r]*(?=\n|\Z)")  # a blank line (what pyarrow's JSON parser skips), after its newline
 FIRST_BLANK = re.compile(rb"[ \t\r]*(?:\n|\Z)")
 # An integer literal of 19 digits or more, which may not fit in 64 bits: pyarrow's parser would make its column

@@ -16,7 +16,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.csv as pacsv
 
-from index.build.sources import DROP_HINT, WIDE_DIM, RawTable, ReadOptions, is_number, read_bytes
+from index.build.sources import BOM, DROP_HINT, WIDE_DIM, RawTable, ReadOptions, is_number, read_bytes
 from index.build.sources.numpy_vocab import first_of, keep_mask, read_lines
 from index.errors import InputError, counted
 from index.progress import Progress
@@ -126,7 +126,7 @@ def read_metadata(path: Path, options: ReadOptions) -> tuple[list[str], dict[str
 
 def read_vectors(path: Path, options: ReadOptions) -> tuple[np.ndarray, np.ndarray]:
     """Return (float32 matrix of the rows kept, which lines were kept)."""
-    data = read_bytes(path).removeprefix(b"\xef\xbb\xbf").rstrip(b"\r\n")
+    data = read_bytes(path).removeprefix(BOM).rstrip(b"\r\n")
     if not data.strip():
         raise InputError(path, "empty file: no vectors")
     data += b"\n"

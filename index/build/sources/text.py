@@ -34,6 +34,7 @@ import pyarrow.csv as pacsv
 
 from index.build.clean import first_invalid, invalid_problem
 from index.build.sources import (
+    BOM,
     DROP_HINT,
     WIDE_DIM,
     BinaryHandle,
@@ -51,7 +52,6 @@ from index.progress import Progress
 CHUNK_BYTES = 2 << 20
 SAMPLE_LINES = 1000
 MAX_HEAD = 64 << 20  # the longest first line accepted
-BOM = b"\xef\xbb\xbf"
 BLANK_LINE = re.compile(rb"^[ \t\r\f\v]*\n", re.MULTILINE)
 NOT_GLOVE = (  # what a binary file read as GloVe is told
     "not GloVe text, which is a token and its values on each line; word2vec binary starts with a line 'ROWS DIM', "

@@ -19,7 +19,16 @@ from pathlib import Path
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
-from index.build.sources import BinaryHandle, RawTable, ReadOptions, decode_tokens, open_text, reading, word2vec_header
+from index.build.sources import (
+    BOM,
+    BinaryHandle,
+    RawTable,
+    ReadOptions,
+    decode_tokens,
+    open_text,
+    reading,
+    word2vec_header,
+)
 from index.errors import InputError
 from index.progress import Progress
 
@@ -54,7 +63,7 @@ def read(path: Path, options: ReadOptions) -> RawTable:
             first = handle.readline(256)
         if not first:
             raise InputError(path, "empty file: no vectors")
-        rows, dim = word2vec_header(path, first)
+        rows, dim = word2vec_header(path, first.removeprefix(BOM))  # a byte-order mark, as the format is sniffed
         width = 4 * dim
         body = size - len(first)
         if rows * (width + 2) > body:

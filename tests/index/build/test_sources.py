@@ -226,6 +226,16 @@ def test_word2vec_binary_without_newlines(tmp_path: Path, data_dir: Path, glove_
     assert_same_as_gensim(path, raw, binary=True)
 
 
+def test_word2vec_binary_after_a_byte_order_mark(tmp_path: Path, data_dir: Path, glove_rows) -> None:
+    """A byte-order mark before the header, which the format is sniffed past, is read past too."""
+    tokens, matrix = glove_rows
+    body = b"".join(t.encode() + b" " + r.astype("<f4").tobytes() + b"\n" for t, r in zip(tokens, matrix, strict=True))
+    path = tmp_path / "marked.bin"
+    path.write_bytes(f"\ufeff{ROWS} 50\n".encode() + body)
+    assert sniff_format(path) == "word2vec-binary"
+    assert_rows(import_ok(path, data_dir), tokens, matrix)
+
+
 def test_tokens_with_spaces_glove_840b_style(tmp_path: Path, data_dir: Path, glove_rows) -> None:
     tokens, matrix = glove_rows
     tokens = list(tokens)

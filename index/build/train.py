@@ -7,7 +7,8 @@ Tokenisation, exactly as gensim's ``LineSentence`` and the original word2vec too
 - a line is split on Unicode whitespace (``str.split()``); nothing else is done: no lowercasing, no punctuation
   stripping, no Unicode normalisation. Preprocess the corpus first if you want any of these;
 - lines longer than 10,000 tokens are cut into sentences of 10,000 tokens (gensim's ``MAX_WORDS_IN_BATCH``);
-- files must be UTF-8.
+- files must be UTF-8; a byte-order mark at the start of a file is no part of its first word (gensim would keep
+  it there: ``\ufeffThe``, a word no one types).
 
 Rows come out in gensim's order: descending corpus frequency, ties in order of first appearance.
 
@@ -30,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from index.build.sources import RawTable, open_text, reading, refuse_unread
+from index.build.sources import BOM, BinaryHandle, RawTable, open_text, reading, refuse_unread
 from index.errors import InputError
 from index.progress import Progress
 
@@ -81,7 +82,7 @@ class Corpus:
                 file_words = read = 0
                 with open_text(path) as handle, reading(path):
                     refuse_unread(path, handle.peek(16)[:16])
-                    for number, raw in enumerate(handle, start=1):
+                    for number, raw in enumerate(_lines(handle), start=1):
                         try:
                             file_words += len(raw.decode("utf-8").split())
                         except UnicodeDecodeError as exc:
@@ -101,13 +102,21 @@ class Corpus:
     def __iter__(self) -> Iterator[list[str]]:
         for path in self.paths:
             with open_text(path) as handle:
-                for raw in handle:
+                for raw in _lines(handle):
                     tokens = raw.decode("utf-8").split()
                     for start in range(0, len(tokens), MAX_SENTENCE):
                         sentence = tokens[start : start + MAX_SENTENCE]
                         yield sentence
                         if self.progress is not None:
                             self.progress.advance(len(sentence))
+
+
+def _lines(handle: BinaryHandle) -> Iterator[bytes]:
+    """The lines of a corpus file, a UTF-8 byte-order mark at its start left out."""
+    first = handle.readline()
+    if first:
+        yield first.removeprefix(BOM)
+    yield from handle
 
 
 def train_word2vec(corpus_paths: list[Path], params: TrainParams) -> RawTable:

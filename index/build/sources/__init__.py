@@ -28,6 +28,7 @@ NOT_UTF8_DROP_HINT = ", or --drop-invalid to skip such rows"  # ends that of a t
 # Rows wider than this are parsed line by line with NumPy: pyarrow's CSV reader (one column per value) does not scale.
 WIDE_DIM = 4096
 HEAD_BYTES = 4096  # the first bytes a file's format is sniffed by
+BOM = b"\xef\xbb\xbf"  # UTF-8's byte-order mark: no part of a file's text
 
 
 @dataclass
@@ -149,7 +150,7 @@ def sniff_format(path: Path, block: bytes | None = None) -> str:
     if name.endswith((".model", ".kv", ".pkl", ".pickle")):
         return "gensim"  # the reader refuses it unless --allow-pickle is given
     block = read_head(path) if block is None else block
-    head = block.removeprefix(b"\xef\xbb\xbf")
+    head = block.removeprefix(BOM)
     if head.startswith((b"\x93NUMPY", b"PK\x03\x04")):
         return "npy"
     refuse_unread(path, head)

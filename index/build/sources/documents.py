@@ -35,7 +35,7 @@ from index.build.documents import DocumentOptions, Documents, Embed, prepare
 from index.build.embed_documents import TextEncoder
 from index.build.fields import Rows
 from index.build.passages import DEFAULT_CHUNK_WORDS, Folder, passages_table, read_folder
-from index.build.sources import RawTable, ReadOptions, not_utf8_lines, open_text, read_bytes, reading
+from index.build.sources import BOM, RawTable, ReadOptions, not_utf8_lines, open_text, read_bytes, reading
 from index.engine.keyword import Tokenizer, for_documents
 from index.errors import InputError
 from index.progress import Progress
@@ -43,7 +43,8 @@ from index.store.payload import KIND, payload_files
 
 CHUNK_BYTES = 8 << 20  # JSON Lines are parsed this many bytes of whole lines at a time
 BATCH_ROWS = 65_536
-BOM = b"\xef\xbb\xbf"
+CSV_BLOCK_BYTES = 4 << 20  # CSV is parsed in blocks of this many bytes, or more for a longer record
+MAX_CSV_BLOCK_BYTES = 2**31 - 1  # pyarrow's largest
 BLANK_LINE = re.compile(rb"\n[ \t\r]*(?=\n|\Z)")  # a blank line (what pyarrow's JSON parser skips), after its newline
 FIRST_BLANK = re.compile(rb"[ \t\r]*(?:\n|\Z)")
 # An integer literal of 19 digits or more, which may not fit in 64 bits: pyarrow's parser would make its column
@@ -398,43 +399,17 @@ def read_csv(path: Path) -> Rows:
     # First: pyarrow's handler of a refused row cannot show a row that is not UTF-8 either.
     data, not_utf8 = _as_utf8(data)
     refused: list[tuple[int, int, int]] = []  # (record number, cells, expected cells)
-
-    def invalid(row: pacsv.InvalidRow) -> str:
-        refused.append((row.number, row.actual_columns, row.expected_columns))
-        return "skip"
-
-    parse = pacsv.ParseOptions(newlines_in_values=True, invalid_row_handler=invalid)
-    try:
-        header = pacsv.ParseOptions(newlines_in_values=True, invalid_row_handler=lambda row: "skip")
-        head = pacsv.open_csv(pa.BufferReader(data), parse_options=header)
-        names = head.schema.names
-        head.close()
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
-        raise _csv_error(path, exc) from None
-    for i, name in enumerate(names):
-        if not name.strip():
-            raise InputError(path, f"header column {i + 1} has no name", line=1)
-    convert = pacsv.ConvertOptions(
-        column_types=dict.fromkeys(names, pa.string()),
-        strings_can_be_null=True,
-        quoted_strings_can_be_null=True,
-        null_values=[""],
-    )
-    batches = []
-    try:
-        reader = pacsv.open_csv(
-            pa.BufferReader(data),
-            read_options=pacsv.ReadOptions(use_threads=False, block_size=4 << 20),
-            parse_options=parse,
-            convert_options=convert,
-        )
-        with Progress(f"reading {path.name}", max(0, _line_count(data) - 1)) as progress:
-            for batch in reader:
-                batches.append(batch)
-                progress.advance(batch.num_rows)
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
-        raise _csv_error(path, exc) from None
-    table = pa.Table.from_batches(batches, schema=reader.schema)
+    block = CSV_BLOCK_BYTES
+    while True:
+        refused.clear()
+        try:
+            table = _read_csv_blocks(path, data, block, refused)
+            break
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+            # A record longer than a block (a cell of megabytes: a book's text) is parsed again in larger blocks.
+            if "straddl" not in str(exc) or block > len(data) or block == MAX_CSV_BLOCK_BYTES:
+                raise _csv_error(path, exc) from None
+            block = min(2 * block, MAX_CSV_BLOCK_BYTES)
     reasons = {number: f"{cells} cells, the header has {expected}" for number, cells, expected in refused}
     records = _CsvRecords(data, table.num_rows, list(reasons))
     if not_utf8:  # such records are the rows' problems (a record's first line names it), the header the file's
@@ -450,6 +425,38 @@ def read_csv(path: Path) -> Rows:
         records = _CsvRecords(data, table.num_rows, list(reasons))
     problems = [(records.line(number), reason) for number, reason in sorted(reasons.items())]
     return Rows(table, path, "csv", records, problems=problems, text_only=True)
+
+
+def _read_csv_blocks(path: Path, data: bytes, block: int, refused: list[tuple[int, int, int]]) -> pa.Table:
+    """The cells of ``data`` as strings, parsed by pyarrow in blocks of ``block`` bytes; each record of the wrong
+    number of cells is added to ``refused`` (record number, cells, expected cells) and left out."""
+
+    def invalid(row: pacsv.InvalidRow) -> str:
+        refused.append((row.number, row.actual_columns, row.expected_columns))
+        return "skip"
+
+    read = pacsv.ReadOptions(use_threads=False, block_size=block)
+    header = pacsv.ParseOptions(newlines_in_values=True, invalid_row_handler=lambda row: "skip")
+    head = pacsv.open_csv(pa.BufferReader(data), read_options=read, parse_options=header)
+    names = head.schema.names
+    head.close()
+    for i, name in enumerate(names):
+        if not name.strip():
+            raise InputError(path, f"header column {i + 1} has no name", line=1)
+    convert = pacsv.ConvertOptions(
+        column_types=dict.fromkeys(names, pa.string()),
+        strings_can_be_null=True,
+        quoted_strings_can_be_null=True,
+        null_values=[""],
+    )
+    parse = pacsv.ParseOptions(newlines_in_values=True, invalid_row_handler=invalid)
+    reader = pacsv.open_csv(pa.BufferReader(data), read_options=read, parse_options=parse, convert_options=convert)
+    batches = []
+    with Progress(f"reading {path.name}", max(0, _line_count(data) - 1)) as progress:
+        for batch in reader:
+            batches.append(batch)
+            progress.advance(batch.num_rows)
+    return pa.Table.from_batches(batches, schema=reader.schema)
 
 
 def _as_utf8(data: bytes) -> tuple[bytes, dict[int, int]]:
@@ -478,11 +485,15 @@ class _CsvRecords:
     def _lines_of_records(self, records: np.ndarray) -> np.ndarray:
         if self._starts is None:  # one pass of Python's csv module, which splits records as pyarrow does
             starts, previous = [], 0
-            reader = csv.reader(io.StringIO(self._data.decode("utf-8"), newline=""))
-            for record in reader:
-                if record:
-                    starts.append(previous + 1)
-                previous = reader.line_num
+            limit = csv.field_size_limit(max(csv.field_size_limit(), len(self._data)))  # a cell may be the file
+            try:
+                reader = csv.reader(io.StringIO(self._data.decode("utf-8"), newline=""))
+                for record in reader:
+                    if record:
+                        starts.append(previous + 1)
+                    previous = reader.line_num
+            finally:
+                csv.field_size_limit(limit)
             self._starts = np.asarray(starts, dtype=np.int64)
         return np.asarray(self._starts[records - 1], dtype=np.int64)
 

@@ -16,11 +16,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.csv as pacsv
 
-from index.build.sources import DROP_HINT, WIDE_DIM, RawTable, ReadOptions, is_number, read_bytes
+from index.build.sources import BOM, DROP_HINT, WIDE_DIM, RawTable, ReadOptions, is_number, read_bytes
 from index.build.sources.numpy_vocab import first_of, keep_mask, read_lines
 from index.errors import InputError, counted
+from index.progress import Progress
 
 SAMPLE_BYTES = 1 << 20  # the dimension is the most common row length among the whole lines in this much
+BLOCK_BYTES = 4 << 20  # vectors.tsv is parsed this many bytes at a time
 
 
 def locate(path: Path, vocab: Path | None = None) -> tuple[Path, Path]:
@@ -124,7 +126,7 @@ def read_metadata(path: Path, options: ReadOptions) -> tuple[list[str], dict[str
 
 def read_vectors(path: Path, options: ReadOptions) -> tuple[np.ndarray, np.ndarray]:
     """Return (float32 matrix of the rows kept, which lines were kept)."""
-    data = read_bytes(path).removeprefix(b"\xef\xbb\xbf").rstrip(b"\r\n")
+    data = read_bytes(path).removeprefix(BOM).rstrip(b"\r\n")
     if not data.strip():
         raise InputError(path, "empty file: no vectors")
     data += b"\n"
@@ -132,27 +134,40 @@ def read_vectors(path: Path, options: ReadOptions) -> tuple[np.ndarray, np.ndarr
     sample = [line.strip() for line in data[:whole].split(b"\n", 1000)[:1000] if line.strip()]
     counts = Counter(len(line.split(b"\t")) for line in sample)
     dim = min(counts, key=lambda n: (-counts[n], n))
-    matrix = _arrow_parse(data, dim) if dim <= WIDE_DIM else None
-    if matrix is not None:
-        return matrix, np.ones(len(matrix), dtype=bool)
-    lines = data.split(b"\n")[:-1]
-    matrix = np.empty((len(lines), dim), dtype=np.float32)
-    keep = np.ones(len(lines), dtype=bool)
-    for i, line in enumerate(lines):
-        problem = _parse_line(line, dim, matrix[i])
-        if problem:
-            if not options.drop_invalid:
-                raise InputError(path, problem + DROP_HINT, line=i + 1)
-            keep[i] = False
+    rows = data.count(b"\n")
+    matrix = np.empty((rows, dim), dtype=np.float32)
+    if dim <= WIDE_DIM:
+        try:
+            _arrow_parse(path, data, matrix)
+            return matrix, np.ones(rows, dtype=bool)
+        except _Refused:
+            pass
+    keep = np.ones(rows, dtype=bool)
+    with Progress(f"reading {path.name} line by line", rows) as progress:
+        for i, line in enumerate(data.split(b"\n")[:-1]):
+            problem = _parse_line(line, dim, matrix[i])
+            if problem:
+                if not options.drop_invalid:
+                    raise InputError(path, problem + DROP_HINT, line=i + 1)
+                keep[i] = False
+            progress.advance()
     return (matrix if keep.all() else matrix[keep]), keep
 
 
-def _arrow_parse(data: bytes, dim: int) -> np.ndarray | None:
+class _Refused(Exception):
+    """pyarrow refused a block: each line is parsed on its own, which names the bad one."""
+
+
+def _arrow_parse(path: Path, data: bytes, out: np.ndarray) -> None:
+    """Parse the lines of ``data`` into ``out`` with pyarrow, a block at a time (its progress shown); raise
+    :class:`_Refused` at a block it refuses."""
+    rows, dim = out.shape
     names = [f"c{i}" for i in range(dim)]
+    done = 0
     try:
-        table = pacsv.read_csv(
+        reader = pacsv.open_csv(
             pa.py_buffer(data),
-            read_options=pacsv.ReadOptions(column_names=names, block_size=max(1 << 20, len(data) // 4 + 1)),
+            read_options=pacsv.ReadOptions(column_names=names, block_size=BLOCK_BYTES),
             parse_options=pacsv.ParseOptions(
                 delimiter="\t", quote_char=False, double_quote=False, escape_char=False, ignore_empty_lines=False
             ),
@@ -160,15 +175,19 @@ def _arrow_parse(data: bytes, dim: int) -> np.ndarray | None:
                 column_types=dict.fromkeys(names, pa.float64()), null_values=[], strings_can_be_null=False
             ),
         )
+        with Progress(f"reading {path.name}", rows) as progress, np.errstate(over="ignore", invalid="ignore"):
+            for batch in reader:
+                end = done + batch.num_rows
+                if end > rows:
+                    raise _Refused
+                for i in range(dim):
+                    out[done:end, i] = batch.column(i).to_numpy()
+                progress.advance(batch.num_rows)
+                done = end
+            if done != rows:
+                raise _Refused
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-        return None
-    if table.num_rows != data.count(b"\n"):
-        return None
-    matrix = np.empty((table.num_rows, dim), dtype=np.float32)
-    with np.errstate(over="ignore", invalid="ignore"):
-        for i in range(dim):
-            matrix[:, i] = table.column(i).to_numpy()
-    return matrix
+        raise _Refused from None
 
 
 def _parse_line(line: bytes, dim: int, out: np.ndarray) -> str | None:

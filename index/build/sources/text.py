@@ -6,9 +6,10 @@ a line are the vector. Files may be gzip-compressed.
 
 Reading is two streaming passes over the file, so memory stays near the size of the final matrix:
 
-1. a scan counts the lines, so a word2vec header that disagrees with the file is refused before anything
-   large is allocated, and the matrix can be allocated once at its final size (when the header's rows are not
-   the lines after it, another pass counts the blank lines among them, which are not rows);
+1. a scan counts the lines (a step shown by the bytes read), so a word2vec header that disagrees with the file
+   is refused before anything large is allocated, and the matrix can be allocated once at its final size (when
+   the header's rows are not the lines after it, another pass counts the blank lines among them, which are not
+   rows);
 2. a parse of chunks of whole lines with pyarrow's CSV reader (multi-threaded C++, numbers parsed as
    float64 and rounded to float32 exactly as gensim does). A chunk that pyarrow refuses (a token with spaces,
    a short row, a bad number, ...) is parsed again line by line, which gives the exact line number. Rows of
@@ -19,6 +20,7 @@ Reading is two streaming passes over the file, so memory stays near the size of 
 
 from __future__ import annotations
 
+import os
 import re
 from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
@@ -32,6 +34,7 @@ import pyarrow.csv as pacsv
 
 from index.build.clean import first_invalid, invalid_problem
 from index.build.sources import (
+    BOM,
     DROP_HINT,
     WIDE_DIM,
     BinaryHandle,
@@ -44,13 +47,16 @@ from index.build.sources import (
     word2vec_header,
 )
 from index.errors import InputError, counted
-from index.progress import Progress, note
+from index.progress import Progress
 
 CHUNK_BYTES = 2 << 20
 SAMPLE_LINES = 1000
 MAX_HEAD = 64 << 20  # the longest first line accepted
-BOM = b"\xef\xbb\xbf"
 BLANK_LINE = re.compile(rb"^[ \t\r\f\v]*\n", re.MULTILINE)
+NOT_GLOVE = (  # what a binary file read as GloVe is told
+    "not GloVe text, which is a token and its values on each line; word2vec binary starts with a line 'ROWS DIM', "
+    "and a fastText .bin model is not read (import the .vec file fastText writes beside it)"
+)
 
 
 def read_word2vec_text(path: Path, options: ReadOptions) -> RawTable:
@@ -61,6 +67,13 @@ def read_word2vec_text(path: Path, options: ReadOptions) -> RawTable:
 def read_glove_text(path: Path, options: ReadOptions) -> RawTable:
     """GloVe text: one row per line, no header; the dimension is taken from the rows."""
     return _read(Path(path), options, header=False)
+
+
+def _refuse_binary(path: Path, head: bytes) -> None:
+    """Refuse ``path`` as binary when its first bytes ``head`` hold a NUL byte; called where it is no token's: in
+    the first line, or in a file whose rows have no values."""
+    if (nul := head.find(b"\0")) >= 0:
+        raise InputError(path, f"binary data (a NUL byte at offset {nul}), {NOT_GLOVE}", line=1)
 
 
 @dataclass
@@ -77,7 +90,6 @@ class _Chunk:
 
 
 def _read(path: Path, options: ReadOptions, header: bool) -> RawTable:
-    note(f"counting the lines of {path.name} ...")
     lines, nbytes, head = _scan(path)
     if lines == 0:
         raise InputError(path, "empty file: no vectors")
@@ -99,6 +111,8 @@ def _read(path: Path, options: ReadOptions, header: bool) -> RawTable:
                 )
     else:
         rows = lines
+        if b"\0" in head_lines[0]:  # a binary file (of no format sniffed) read as GloVe
+            _refuse_binary(path, head)
     sample = [line for line in head_lines[: min(SAMPLE_LINES, rows)] if line.strip()]
     if not sample:
         raise InputError(path, "no vectors found", line=first_line)
@@ -110,7 +124,9 @@ def _read(path: Path, options: ReadOptions, header: bool) -> RawTable:
     if not header:
         dim = found
         if dim < 1:
-            raise InputError(path, "no vector values after the token", line=1)
+            _refuse_binary(path, head)
+            tabs = " (the values are separated by tabs: GloVe text separates them by spaces)" if b"\t" in head else ""
+            raise InputError(path, f"no vector values after the token{tabs}", line=1)
     trailing = sum(line.rstrip(b"\r").endswith(b" ") for line in sample) * 2 > len(sample)
     ncols = dim + 1 + trailing
     del head, head_lines, sample
@@ -159,12 +175,19 @@ def _read_block(handle: BinaryHandle, path: Path) -> bytes:
 
 
 def _scan(path: Path) -> tuple[int, int, bytes]:
-    """Return (lines up to the last non-blank one, total bytes, the first block(s): at least two whole lines)."""
-    lines = newlines = total = 0
+    """Return (lines up to the last non-blank one, total bytes, the first block(s): at least two whole lines); a
+    step shown by the bytes read from the disk (of a .gz file: compressed)."""
+    lines = newlines = total = read = 0
     head = b""
     head_done = False
-    with open_text(path) as handle:
+    with (
+        open_text(path) as handle,
+        Progress(f"counting the lines of {path.name}", path.stat().st_size, "bytes") as progress,
+    ):
         while block := _read_block(handle, path):
+            position = os.lseek(handle.fileno(), 0, os.SEEK_CUR)
+            progress.advance(position - read)
+            read = position
             if not total:
                 block = block.removeprefix(BOM)
             if not head_done:

@@ -13,12 +13,22 @@ a wrong dimension in the header, each row then read from inside the previous one
 from __future__ import annotations
 
 import gzip
+import os
 from pathlib import Path
 
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
-from index.build.sources import BinaryHandle, RawTable, ReadOptions, decode_tokens, open_text, reading, word2vec_header
+from index.build.sources import (
+    BOM,
+    BinaryHandle,
+    RawTable,
+    ReadOptions,
+    decode_tokens,
+    open_text,
+    reading,
+    word2vec_header,
+)
 from index.errors import InputError
 from index.progress import Progress
 
@@ -28,14 +38,20 @@ WRONG_HEADER = "wrong dimension in the header, or not a word2vec binary file?"
 
 
 def _size(path: Path) -> int:
-    """Size of the (decompressed) content."""
+    """Size of the (decompressed) content: of a .gz file, a pass over it, shown by the compressed bytes read."""
     with open_text(path) as handle:
         if not isinstance(handle, gzip.GzipFile):
             return Path(path).stat().st_size
-        total = 0
-        with reading(path):
+        total = read = 0
+        with (
+            reading(path),
+            Progress(f"measuring the decompressed size of {path.name}", path.stat().st_size, "bytes") as progress,
+        ):
             while block := handle.read(CHUNK_BYTES):
                 total += len(block)
+                position = os.lseek(handle.fileno(), 0, os.SEEK_CUR)
+                progress.advance(position - read)
+                read = position
         return total
 
 
@@ -47,7 +63,7 @@ def read(path: Path, options: ReadOptions) -> RawTable:
             first = handle.readline(256)
         if not first:
             raise InputError(path, "empty file: no vectors")
-        rows, dim = word2vec_header(path, first)
+        rows, dim = word2vec_header(path, first.removeprefix(BOM))  # a byte-order mark, as the format is sniffed
         width = 4 * dim
         body = size - len(first)
         if rows * (width + 2) > body:

@@ -723,6 +723,25 @@ def test_bad_csv_and_parquet_name_the_line_or_row(tmp_path: Path, lee: Lee) -> N
     )
 
 
+def test_csv_cells_of_megabytes(tmp_path: Path, lee: Lee) -> None:
+    """A document's text of 9 MB (more than twice the block pyarrow parses CSV in) is read whole; a bad row after a cell
+    longer than Python's csv field limit (128 KiB) is named by its line, as any bad row."""
+    rows = csv_rows(lee)
+    book = " ".join(lee.texts) * 32
+    assert len(book.encode()) > 9_000_000
+    rows[5][1] = book
+    _, payload, _ = import_ok(write_csv(tmp_path / "book.csv", rows), tmp_path / "data", "book")
+    assert len(payload) == 300 and payload.text([4]) == [book] and payload.text([5]) == [lee.texts[5]]
+
+    rows[5][1] = book[:200_000]
+    rows[40][-1] = json.dumps(json.loads(rows[40][-1])[:-1])  # record 41: line 41 (the header is line 1)
+    path = write_csv(tmp_path / "long-cell.csv", rows)
+    assert import_fails(path, tmp_path / "data") == (
+        f"embedding-index: error: {path}:41: vector 'vector' has 49 values, expected 50 (as most rows) "
+        "(use --drop-invalid to skip such rows)"
+    )
+
+
 def test_lines_checked_one_by_one_are_counted_as_the_file_has_them(tmp_path: Path) -> None:
     """A file pyarrow refuses is checked line by line, its progress counting the file's lines (the empty piece
     after the last newline is none), as the reading of a good file counts its rows."""

@@ -226,6 +226,16 @@ def test_word2vec_binary_without_newlines(tmp_path: Path, data_dir: Path, glove_
     assert_same_as_gensim(path, raw, binary=True)
 
 
+def test_word2vec_binary_after_a_byte_order_mark(tmp_path: Path, data_dir: Path, glove_rows) -> None:
+    """A byte-order mark before the header, which the format is sniffed past, is read past too."""
+    tokens, matrix = glove_rows
+    body = b"".join(t.encode() + b" " + r.astype("<f4").tobytes() + b"\n" for t, r in zip(tokens, matrix, strict=True))
+    path = tmp_path / "marked.bin"
+    path.write_bytes(f"\ufeff{ROWS} 50\n".encode() + body)
+    assert sniff_format(path) == "word2vec-binary"
+    assert_rows(import_ok(path, data_dir), tokens, matrix)
+
+
 def test_tokens_with_spaces_glove_840b_style(tmp_path: Path, data_dir: Path, glove_rows) -> None:
     tokens, matrix = glove_rows
     tokens = list(tokens)
@@ -795,6 +805,79 @@ def test_counting_the_blank_lines_is_a_step_shown(tmp_path: Path) -> None:
     assert "embedding-index: counting the blank lines of blanks.txt: done (3 of 3 lines) in " in stream.getvalue()
 
 
+@pytest.mark.parametrize("name", ["rows.txt", "rows.txt.gz"])
+def test_counting_the_lines_is_a_step_shown(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str) -> None:
+    """The first pass over a text file, which counts its lines (a minute over a GloVe 840B file, more gzipped),
+    shows its progress by the bytes read from the disk, as every long step does."""
+    from index import progress
+
+    rows = np.random.default_rng(0).standard_normal((40_000, 50)).astype(np.float32)
+    text = b"".join(b"w%d " % i + b" ".join(b"%.6f" % v for v in row) + b"\n" for i, row in enumerate(rows))
+    path = tmp_path / name
+    path.write_bytes(gzip.compress(text) if name.endswith(".gz") else text)
+    size = path.stat().st_size
+    assert size > 4 << 20  # more than one block read
+    monkeypatch.setattr(progress.CONFIG, "interval", 0.0)  # a line at every step forward
+    with progress_lines() as stream:
+        raw, _ = read_source(path, "glove")
+    assert len(raw.tokens) == 40_000
+    counting = [line for line in stream.getvalue().splitlines() if "counting the lines of" in line]
+    assert counting[0].startswith(f"embedding-index: counting the lines of {name}: ") and "% (" in counting[0]
+    assert counting[-1].startswith(
+        f"embedding-index: counting the lines of {name}: done ({size / 2**20:,.0f} MiB of {size / 2**20:,.0f} MiB) in "
+    )
+
+
+def test_measuring_a_gzipped_word2vec_binary_file_is_a_step_shown(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The pass that decompresses a gzipped word2vec binary file to check its header against its size (a minute
+    over GoogleNews-vectors-negative300.bin.gz) shows its progress by the compressed bytes read."""
+    from index import progress
+
+    rows = np.random.default_rng(0).standard_normal((40_000, 50)).astype(np.float32)
+    body = b"".join(b"w%d " % i + row.tobytes() + b"\n" for i, row in enumerate(rows))
+    path = tmp_path / "rows.bin.gz"
+    path.write_bytes(gzip.compress(b"40000 50\n" + body))
+    size = path.stat().st_size
+    assert size > 4 << 20  # more than one block read
+    monkeypatch.setattr(progress.CONFIG, "interval", 0.0)  # a line at every step forward
+    with progress_lines() as stream:
+        raw, fmt = read_source(path)
+    assert fmt == "word2vec-binary" and np.array_equal(raw.matrix, rows)
+    step = "embedding-index: measuring the decompressed size of rows.bin.gz: "
+    measuring = [line for line in stream.getvalue().splitlines() if line.startswith(step)]
+    assert "% (" in measuring[0]
+    assert measuring[-1].startswith(f"{step}done ({size / 2**20:,.0f} MiB of {size / 2**20:,.0f} MiB) in ")
+
+
+def test_reading_a_projector_pair_is_a_step_shown(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``vectors.tsv`` is read a block at a time, its progress shown by rows (400,000 rows took 5 s with nothing
+    shown); a row pyarrow refuses has the file read line by line, shown too, which names its line."""
+    from index import progress
+
+    rows = np.random.default_rng(0).standard_normal((40_000, 50)).astype(np.float32)
+    lines = [b"\t".join(b"%.6f" % v for v in row) for row in rows]
+    folder = tmp_path / "pair"
+    folder.mkdir()
+    (folder / "vectors.tsv").write_bytes(b"\n".join(lines) + b"\n")
+    (folder / "metadata.tsv").write_text("".join(f"w{i}\n" for i in range(40_000)))
+    monkeypatch.setattr(progress.CONFIG, "interval", 0.0)  # a line at every step forward
+    with progress_lines() as stream:
+        raw, _ = read_source(folder)
+    np.testing.assert_allclose(raw.matrix, rows, rtol=0, atol=6e-7)  # six decimals
+    reading = [line for line in stream.getvalue().splitlines() if "reading vectors.tsv" in line]
+    assert "% (" in reading[0] and reading[-1].startswith(
+        "embedding-index: reading vectors.tsv: done (40,000 of 40,000 rows) in "
+    )
+
+    lines[-1] = lines[-1].rsplit(b"\t", 1)[0]
+    (folder / "vectors.tsv").write_bytes(b"\n".join(lines) + b"\n")
+    with progress_lines() as stream, pytest.raises(InputError, match=r"vectors.tsv:40000: 49 values, expected 50"):
+        read_source(folder)
+    assert "embedding-index: reading vectors.tsv line by line: 50% (20,000 of 40,000 rows)" in stream.getvalue()
+
+
 def test_last_row_short_is_named_by_its_line(tmp_path: Path, data_dir: Path) -> None:
     path = tmp_path / "short.txt"
     path.write_bytes(b"2 2\na 1 2\nb 3\n")
@@ -971,6 +1054,10 @@ def _join(lines: list[bytes]) -> bytes:
 FASTTEXT_MODEL_HEAD = (793712314).to_bytes(4, "little") + (12).to_bytes(4, "little") + (20).to_bytes(4, "little") * 30
 
 BAD_CASES: dict[str, tuple[Callable[[Path, object], list[object]], list[str]]] = {
+    "values separated by tabs": (
+        lambda p, r: _write_case(p, "g.txt", _join(_lines(r)).replace(b" ", b"\t")),
+        ["g.txt:1: no vector values after the token (the values are separated by tabs: GloVe text separates them by"],
+    ),
     "xz compressed": (
         lambda p, r: _write_case(p, "g.txt.xz", lzma.compress(_join(_lines(r)))),
         ["g.txt.xz:", "xz compressed: decompress it first"],
@@ -1199,6 +1286,27 @@ def test_binary_bytes_like_a_utf16_mark_are_not_text(tmp_path: Path) -> None:
         refuse_unread(tmp_path / "g.txt", "\ufeffthe 0.1".encode("utf-16-le"))
 
 
+def test_a_binary_file_is_not_read_as_glove_text(tmp_path: Path, data_dir: Path) -> None:
+    """A binary file no reader sniffs (a fastText model from before its magic number, as gensim's test data has
+    one, a program, an image) is said to be binary, also with ``--format glove``; a NUL byte in a later token is
+    no sign of one."""
+    from gensim.test.utils import datapath
+
+    old_fasttext = Path(datapath("cp852_fasttext.bin"))
+    program, image = tmp_path / "program", tmp_path / "image.png"
+    program.write_bytes(b"\x7fELF\x02\x01\x01\x00" + bytes(range(256)) * 4)
+    image.write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR" + bytes(64))
+    said = "not GloVe text, which is a token and its values on each line; word2vec binary starts with a line"
+    cases = ((old_fasttext, 1, ()), (program, 7, ()), (program, 7, ("--format", "glove")), (image, 8, ()))
+    for path, offset, extra in cases:
+        message = import_fails(path, data_dir, *extra)
+        assert message.startswith(f"embedding-index: error: {path}:1: binary data (a NUL byte at offset {offset}), ")
+        assert said in message and "fastText .bin model is not read" in message
+    text = tmp_path / "nul.txt"
+    text.write_bytes(b"the 0.5 1\na\0b 1 0.25\n")
+    assert import_ok(text, data_dir).tokens[1] == "a\0b"
+
+
 @pytest.mark.parametrize("case", sorted(BAD_CASES))
 def test_bad_input_fails_cleanly(tmp_path: Path, data_dir: Path, glove_rows, case: str) -> None:
     make, expected = BAD_CASES[case]
@@ -1349,8 +1457,8 @@ def test_console_script_success_and_failure(tmp_path: Path, glove_rows) -> None:
         f"embedding-index: error: {bad}:1235: 47 values after the token, expected 50 "
         "(use --drop-invalid to skip such rows)"
     )
-    assert progress == [  # then the first bad line stops it
-        "embedding-index: reading bad.txt (glove) ...",
-        "embedding-index: counting the lines of bad.txt ...",
-    ]
+    mib = f"{bad.stat().st_size / 2**20:,.0f} MiB"
+    assert len(progress) == 2  # then the first bad line stops it
+    assert progress[0] == "embedding-index: reading bad.txt (glove) ..."
+    assert progress[1].startswith(f"embedding-index: counting the lines of bad.txt: done ({mib} of {mib}) in ")
     assert not (data / "bad").exists() and not list(data.glob(".tmp-*"))

@@ -126,6 +126,21 @@ def test_several_files_and_gzip(lee: Path, tmp_path: Path) -> None:
     np.testing.assert_array_equal(split.matrix, whole.matrix)
 
 
+def test_a_byte_order_mark_is_no_part_of_the_first_word(lee: Path, tmp_path: Path) -> None:
+    """Files saved with a UTF-8 byte-order mark (as Windows editors save them), plain or gzipped, train the table
+    their text without it does: no word '\ufeffHundreds' beside 'Hundreds'."""
+    lines = lee.read_text(encoding="utf-8").splitlines(keepends=True)
+    first, second = tmp_path / "one.txt", tmp_path / "two.txt.gz"
+    first.write_text("\ufeff" + "".join(lines[:150]), encoding="utf-8")
+    second.write_bytes(gzip.compress(("\ufeff" + "".join(lines[150:])).encode("utf-8")))
+    params = TrainParams(dim=16, epochs=1, workers=1, seed=3, min_count=1)
+    marked = train_word2vec([first, second], params)
+    whole = train_word2vec([lee], params)
+    assert not [token for token in marked.tokens if "\ufeff" in token]
+    assert marked.tokens == whole.tokens
+    np.testing.assert_array_equal(marked.matrix, whole.matrix)
+
+
 def test_each_pass_over_the_corpus_shows_progress(lee: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Reading the corpus (by the bytes of its files), counting its words and training (by words, epoch after epoch)
     each say how far they are: a large corpus takes minutes before training and each epoch as long."""

@@ -34,6 +34,7 @@ from index.errors import counted
 from service import errors, live, scatter, scatter_documents, scatter_fields, scatter_summary, scatter_writes
 from service.execute import Searcher
 from service.http import auth
+from service.http.app_state import AppState
 from service.http.cache import AnswerCache, AnswerCacheMiddleware
 from service.http.cors import JsonCORSMiddleware
 from service.http.declared_query import declared_only
@@ -152,6 +153,7 @@ def create_app(settings: Settings) -> FastAPI:
         telemetry={"tracing": settings.telemetry, "metrics": settings.telemetry, "logs": settings.telemetry},
     )
     app.router.default = relative_slash_redirects(app.router)
+    app.state = AppState(app.state._state)  # read on every request: its values found at once
     app.state.settings = settings
     app.state.metrics = metrics
     # Once the drain begins, /readyz is answered ahead of the health router's route: 503, shutting down.

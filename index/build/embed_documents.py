@@ -33,8 +33,8 @@ from index.engine.encode import Encoder, encoder_for
 from index.engine.encoding import Encoded
 from index.engine.table import Table
 from index.engine.transformer_encoder import TransformerEncoder, threads
-from index.errors import InputError, UnknownTable, counted
-from index.progress import Progress, note
+from index.errors import InputError, UnknownTable, counted, every
+from index.progress import Progress, note, warn
 from index.store import artifact
 
 BLOCK_TEXTS = 4096  # texts embedded at a time (one progress step)
@@ -79,6 +79,7 @@ class TextEncoder:
         """The float32 unit rows of the embeddable texts, in order; a boolean per text: embedded or not; the known
         words of the texts whose known words cancel out; what the tokenizer left out of those without a known piece."""
         ok = np.zeros(len(texts), dtype=bool)
+        cut = 0  # texts longer than a transformer reads, embedded from their start
         cancelled: dict[int, list[str]] = {}
         left_out: dict[int, tuple[list[str], list[str]]] = {}
         blocks = []
@@ -102,11 +103,20 @@ class TextEncoder:
                 known = (np.asarray(encoded.tokens) > 0) & np.array([bool(text.strip()) for text in block], dtype=bool)
                 blocks.append(encoded.vectors[known])
                 ok[start : start + len(block)] = known
+                cut += int(np.count_nonzero(encoded.truncated)) if encoded.truncated is not None else 0
                 cancelled.update({start + i: words for i, words in encoded.cancelled.items()})
                 left_out.update({start + i: pieces for i, pieces in encoded.left_out.items()})
         seconds = time.perf_counter() - started
         rate = len(texts) / max(seconds, 1e-9)
         note(f"embedded {counted(len(texts), 'text')} in {seconds:.1f} s ({rate:,.0f} texts/s)")
+        if cut and isinstance(self.encoder, TransformerEncoder):
+            longest = self.encoder.max_length
+            which = every(cut, "text") if cut == len(texts) else f"{cut:,} of the {counted(len(texts), 'text')}"
+            warn(
+                f"{which} {'is' if cut == 1 else 'are'} longer than the {longest:,} tokens {self.table.name!r}'s model "
+                f"reads: each embedded from its first {longest:,} (as sentence-transformers embeds it); split such "
+                "documents smaller (a folder's --chunk-words) to embed all of their text"
+            )
         matrix = np.vstack(blocks) if blocks else np.zeros((0, self.table.dim), dtype=np.float32)
         return Embedded(matrix, ok, cancelled, left_out)
 

@@ -382,3 +382,26 @@ def test_requests_that_come_together_share_one_session(table: Table, monkeypatch
         vectors = list(pool.map(lambda text: fresh.encode([text]).vectors[0], ["heart"] * 8))
     assert sorted(opened) == ["session", "tokenizer"]
     assert all(np.array_equal(v, vectors[0]) for v in vectors)
+
+
+def test_an_import_says_how_many_texts_the_model_cut(table: Table, encoder: TransformerEncoder) -> None:
+    """Texts longer than the model reads are embedded from their start, as sentence-transformers embeds them; the
+    import says how many, so that a user can split them and have all of their text embedded."""
+    from index.build.embed_documents import TextEncoder
+
+    long = "the river bank " * 100  # 300 words: more than 256 tokens
+    texts = [long, "a short one", long + "again", "another short one"]
+    assert encoder.tokenise(texts).truncated == [True, False, True, False]
+    with progress_lines() as shown:
+        TextEncoder(table, encoder).embed(texts)
+    assert (
+        f"embedding-index: warning: 2 of the 4 texts are longer than the 256 tokens {NAME!r}'s model reads: each "
+        "embedded from its first 256 (as sentence-transformers embeds it); split such documents smaller (a folder's "
+        "--chunk-words) to embed all of their text"
+    ) in shown.getvalue().splitlines()
+    with progress_lines() as shown:
+        TextEncoder(table, encoder).embed([long])
+    assert "warning: the only text is longer than the 256 tokens" in shown.getvalue()
+    with progress_lines() as shown:
+        TextEncoder(table, encoder).embed(texts[1::2])
+    assert "warning" not in shown.getvalue()

@@ -113,9 +113,9 @@ class TextEncoder:
             longest = self.encoder.max_length
             which = every(cut, "text") if cut == len(texts) else f"{cut:,} of the {counted(len(texts), 'text')}"
             warn(
-                f"{which} {'is' if cut == 1 else 'are'} longer than the {longest:,} tokens {self.table.name!r}'s model "
-                f"reads: each embedded from its first {longest:,} (as sentence-transformers embeds it); split such "
-                "documents smaller (a folder's --chunk-words) to embed all of their text"
+                f"{which} {'is' if cut == 1 else 'are'} longer than the {longest:,} tokens the model of table "
+                f"{self.table.name!r} reads: each embedded from its first {longest:,} (as sentence-transformers embeds "
+                "it); split such documents smaller (a folder's --chunk-words) to embed all of their text"
             )
         matrix = np.vstack(blocks) if blocks else np.zeros((0, self.table.dim), dtype=np.float32)
         return Embedded(matrix, ok, cancelled, left_out)

@@ -395,9 +395,9 @@ def test_an_import_says_how_many_texts_the_model_cut(table: Table, encoder: Tran
     with progress_lines() as shown:
         TextEncoder(table, encoder).embed(texts)
     assert (
-        f"embedding-index: warning: 2 of the 4 texts are longer than the 256 tokens {NAME!r}'s model reads: each "
-        "embedded from its first 256 (as sentence-transformers embeds it); split such documents smaller (a folder's "
-        "--chunk-words) to embed all of their text"
+        f"embedding-index: warning: 2 of the 4 texts are longer than the 256 tokens the model of table {NAME!r} "
+        "reads: each embedded from its first 256 (as sentence-transformers embeds it); split such documents smaller "
+        "(a folder's --chunk-words) to embed all of their text"
     ) in shown.getvalue().splitlines()
     with progress_lines() as shown:
         TextEncoder(table, encoder).embed([long])

@@ -367,9 +367,9 @@ class Registry:
                 )
             elif record.get("pooling") == "sif" and encoder.sif_sha256 is None:
                 reason = (
-                    f"its documents were embedded with table {record['table']!r}'s SIF component, which that table "
-                    f"no longer has: `embedding-index sif {record['table']}` computes one, then import the documents "
-                    "again with --encoder"
+                    f"its documents were embedded with the SIF component of table {record['table']!r}, which that "
+                    f"table no longer has: `embedding-index sif {record['table']}` computes one, then import the "
+                    "documents again with --encoder"
                 )
             elif record.get("sif_sha256", encoder.sif_sha256) != encoder.sif_sha256:
                 reason = (

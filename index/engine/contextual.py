@@ -112,7 +112,7 @@ def contextual(encoder: TransformerEncoder, texts: list[str], token: str | None 
         return answer
     pieces = encoder.tokenizer.encode(encoder.model_text(token), add_special_tokens=False).ids
     if not pieces:
-        raise InvalidQuery(f"token {token!r} has no piece in table {table.name!r}'s tokenizer")
+        raise InvalidQuery(f"token {token!r} has no piece in the tokenizer of table {table.name!r}")
     unknown = encoder.unknown_id
     if unknown is not None and unknown in pieces and token.strip() != table.tokens[unknown]:
         # the unknown piece stands for any word the vocabulary lacks: every one of them would be this word

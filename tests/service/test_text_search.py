@@ -96,6 +96,22 @@ def test_an_encoder_rebuilt_since_is_refused(tmp_path: Path, data_dir: Path, sma
     assert "other vectors than table 'small' holds now" in registry.failed["lee"]
 
 
+def test_documents_embedded_by_a_sif_component_the_encoder_no_longer_has_are_refused(
+    tmp_path: Path, data_dir: Path
+) -> None:
+    copy = tmp_path / "data"
+    shutil.copytree(data_dir, copy)
+    manifest = artifact.read_manifest(copy / "lee")
+    manifest["documents"]["encoder"]["pooling"] = "sif"  # as an import by the component dropped since would say
+    artifact.write_manifest(copy / "lee", manifest)
+    registry = Registry.load(copy)
+    assert "small" in registry.tables and "lee" not in registry.tables
+    assert registry.failed["lee"] == (
+        "its documents were embedded with the SIF component of table 'small', which that table no longer has: "
+        "`embedding-index sif small` computes one, then import the documents again with --encoder"
+    )
+
+
 def test_tables_whose_vectors_came_with_them_refuse_text_queries(lee_data_dir: Path) -> None:
     with client_for(data_dir=lee_data_dir) as client:
         response = client.post("/v1/tables/lee/search", json={"text": "fires", "k": 3})

@@ -456,6 +456,11 @@ def test_the_python_client_asks_for_contextual_vectors_and_truncation(client: Te
         ("/v1/tables/lee/contextual", {"texts": ["a"]}, "table 'lee' is not a transformer table"),
         ("/v1/tables/st/contextual", {"texts": ["the river"], "token": "bank"}, "'bank' (bank) occurs in none"),
         ("/v1/tables/st/contextual", {"texts": ["a"] * 17}, "texts: List should have at most 16 items"),
+        (  # a zero-width space: BERT's tokenizer drops it, leaving no piece to follow
+            "/v1/tables/st/contextual",
+            {"texts": ["the river"], "token": "\u200b"},
+            "token '\\u200b' has no piece in the tokenizer of table 'st'",
+        ),
         ("/v1/tables/st/contextual", {"texts": ["a"], "k": 0}, "k: Input should be greater than or equal to 1"),
         (  # each text cut at the model's length: more occurrences than are followed (their cosines grow as the square)
             "/v1/tables/st/contextual",

@@ -160,8 +160,10 @@ def listen_problem(host: str, port: int) -> str:
             address = f"[{host}]:{port}" if family == socket.AF_INET6 else f"{host}:{port}"
             problem = f"cannot listen on {address}: {exc.strerror or exc}"
             if exc.errno == errno.EADDRINUSE:
+                other = port + 1 if port < 65535 else port - 1  # an example that is not the port in use
                 problem += (
-                    "; another process listens there: stop it, or choose another port (--port 9000, make run PORT=9000)"
+                    f"; another process listens there: stop it, or choose another port (--port {other}, make run "
+                    f"PORT={other})"
                 )
             return problem
     return ""

@@ -545,7 +545,8 @@ def _prepare(table: Table, query: Query, encoder: Table | None, delta: Delta | N
             found = _text(table, encoder, text)  # 422 when the table records no encoder
         except NoKnownWord as exc:
             if mode != "hybrid" or query.diversity or query.min_score is not None:  # these need a vector
-                raise NoKnownWord(exc.message + KEYWORD_HINT, **exc.details) from None
+                hint = KEYWORD_HINT if exc.details.get("words") else ""  # a text of no words: none to find either
+                raise NoKnownWord(exc.message + hint, **exc.details) from None
             return _Item(query, "keyword", None, {"mode": "keyword", "reason": exc.message})
     item = _Item(query, mode, found)  # made beside the probe, before the keyword index is asked
     if mode == "hybrid" and text is not None and query.min_score is None and not _has_keyword(table, text, delta):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import mmap
@@ -200,15 +201,19 @@ def test_a_port_it_cannot_listen_on_stops_it_before_the_tables_load(
         port = taken.getsockname()[1]
         for workers in ("1", "2"):
             assert serve.main(["--data-dir", str(tmp_path), "--port", str(port), "--workers", workers]) == 2
-            in_use = (
+            in_use = (  # the port suggested is another one (a fixed 9000 was the one in use when --port 9000)
                 "Address already in use; another process listens there: stop it, or choose another port (--port "
-                "9000, make run PORT=9000)"
+                f"{port + 1}, make run PORT={port + 1})"
             )
             assert errors(capsys) == [refused.format("127.0.0.1", port, in_use)]
     assert serve.main(["--data-dir", str(tmp_path), "--host", "192.0.2.1", "--port", str(port)]) == 2  # TEST-NET-1
     assert errors(capsys) == [refused.format("192.0.2.1", port, "Cannot assign requested address")]
     assert loaded == []
     assert serve.listen_problem("127.0.0.1", port) == ""  # free again
+    with contextlib.ExitStack() as highest:
+        with contextlib.suppress(OSError):  # another process may hold it: in use all the same
+            highest.enter_context(socket.create_server(("127.0.0.1", 65535)))
+        assert serve.listen_problem("127.0.0.1", 65535).endswith("(--port 65534, make run PORT=65534)")
 
 
 def test_a_metrics_directory_that_cannot_hold_the_metrics_stops_it(

@@ -190,7 +190,7 @@ def test_a_blank_text_query_is_no_query(client: TestClient) -> None:
     for blank in (" ", "  \n\t "):
         refused = client.post("/v1/tables/lee/search", json={"text": blank, "k": 3})
         assert refused.status_code == 422, refused.text
-        assert refused.json()["error"]["message"].startswith(f"text {blank!r} has no words to embed; mode keyword")
+        assert refused.json()["error"]["message"] == f"text {blank!r} has no words to embed"  # no keyword to find
         hybrid = client.post("/v1/tables/lee/search", json={"text": blank, "k": 3, "mode": "hybrid"}).json()
         assert hybrid == {
             "hits": [],

@@ -487,7 +487,9 @@ class _CsvRecords:
             starts, previous = [], 0
             limit = csv.field_size_limit(max(csv.field_size_limit(), len(self._data)))  # a cell may be the file
             try:
-                reader = csv.reader(io.StringIO(self._data.decode("utf-8"), newline=""))
+                # decoded as it is read, a few KiB at a time (the whole text decoded into a StringIO, four bytes a
+                # character, took five times the file)
+                reader = csv.reader(io.TextIOWrapper(io.BytesIO(self._data), encoding="utf-8", newline=""))
                 for record in reader:
                     if record:
                         starts.append(previous + 1)

@@ -348,6 +348,16 @@ def test_text_is_embedded_by_the_encoder(encoded: tuple[Table, Table]) -> None:
     assert isinstance(alone, Failed) and "records no encoder" in alone.error.message
 
 
+def test_a_text_of_no_words_is_not_sent_to_the_keyword_index(encoded: tuple[Table, Table]) -> None:
+    """A blank text (or one of no words) is refused without the hint to search it by keyword: that finds no words
+    in it either."""
+    lee, small = encoded
+    for text in ("  ", " \n\t"):
+        (refused,) = door.run(lee, [Query(text=text, k=5)], encoder=small)
+        assert isinstance(refused, Failed) and refused.error.message == f"text {text!r} has no words to embed"
+        assert one(lee, Query(text=text, mode="keyword", k=5), encoder=small).hits == []
+
+
 def test_hybrids_fallbacks(encoded: tuple[Table, Table]) -> None:
     lee, small = encoded
     assert lee.keyword is not None

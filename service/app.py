@@ -217,9 +217,10 @@ def create_app(settings: Settings) -> FastAPI:
         MetricsMiddleware, metrics=metrics, tables=table_names, fronted=scatter.metric_labels(front, fronting)
     )
     # Around the whole stack, Starlette's error middleware included: a 500 and its log line carry the request's id,
-    # and the unexpected error behind it is logged once (http.logged_once), not again by uvicorn.
+    # and the unexpected error behind it is logged once (http.logged_once), not again by uvicorn; so is a request
+    # cancelled at the shutdown timeout, answered 503 there.
     build_stack = app.build_middleware_stack
-    app.build_middleware_stack = lambda: RequestIdMiddleware(LoggedOnce(build_stack()))  # type: ignore[method-assign]
+    app.build_middleware_stack = lambda: RequestIdMiddleware(LoggedOnce(build_stack(), drain))  # type: ignore[method-assign]
 
     build_openapi = app.openapi
     documented: list[dict[str, Any]] = []  # the schema FastAPI cached, once the query models are added to it

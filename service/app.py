@@ -128,10 +128,11 @@ def create_app(settings: Settings) -> FastAPI:
         gc.set_threshold(GC_YOUNG_THRESHOLD)
         gc.enable()  # embedding-serve turns it off for the start-up (service.main)
         # Under uvicorn: SIGTERM fails readiness first, then the server shuts down (service.http.drain). The state
-        # hands the drain to the HTTP protocol too (service.http.protocol), which closes connections while it lasts.
+        # hands the drain to the HTTP protocol too (service.http.protocol), which closes connections while it lasts,
+        # and the metrics, which count the requests it refuses.
         draining = drain.install()
         try:
-            yield {"drain": drain}
+            yield {"drain": drain, "metrics": metrics}
         finally:
             watcher.stop()
             if draining:

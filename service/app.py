@@ -128,10 +128,11 @@ def create_app(settings: Settings) -> FastAPI:
         gc.set_threshold(GC_YOUNG_THRESHOLD)
         gc.enable()  # embedding-serve turns it off for the start-up (service.main)
         # Under uvicorn: SIGTERM fails readiness first, then the server shuts down (service.http.drain). The state
-        # hands the drain to the HTTP protocol too (service.http.protocol), which closes connections while it lasts.
+        # hands the drain to the HTTP protocol too (service.http.protocol), which closes connections while it lasts,
+        # and the metrics, which count the requests it refuses.
         draining = drain.install()
         try:
-            yield {"drain": drain}
+            yield {"drain": drain, "metrics": metrics}
         finally:
             watcher.stop()
             if draining:
@@ -217,9 +218,10 @@ def create_app(settings: Settings) -> FastAPI:
         MetricsMiddleware, metrics=metrics, tables=table_names, fronted=scatter.metric_labels(front, fronting)
     )
     # Around the whole stack, Starlette's error middleware included: a 500 and its log line carry the request's id,
-    # and the unexpected error behind it is logged once (http.logged_once), not again by uvicorn.
+    # and the unexpected error behind it is logged once (http.logged_once), not again by uvicorn; so is a request
+    # cancelled at the shutdown timeout, answered 503 there.
     build_stack = app.build_middleware_stack
-    app.build_middleware_stack = lambda: RequestIdMiddleware(LoggedOnce(build_stack()))  # type: ignore[method-assign]
+    app.build_middleware_stack = lambda: RequestIdMiddleware(LoggedOnce(build_stack(), drain))  # type: ignore[method-assign]
 
     build_openapi = app.openapi
     documented: list[dict[str, Any]] = []  # the schema FastAPI cached, once the query models are added to it

@@ -19,7 +19,7 @@ from pydantic_settings import BaseSettings, NoDecode, PydanticBaseSettingsSource
 from index.errors import InvalidQuery
 from service.secret_files import SecretFiles, file_variable, key_files
 
-KIB, MIB = 1 << 10, 1 << 20
+KIB, MIB, GIB, TIB = 1 << 10, 1 << 20, 1 << 30, 1 << 40
 SUPERVISOR_VARIABLE = "EMBEDDING_SERVE_SUPERVISOR_PID"  # set by embedding-serve --workers N for its workers
 # What embedding-serve sets for its own processes, beside the settings
 STATUS_VARIABLE = "EMBEDDING_INDEX_STATUS_DIR"  # for its app: where the background builds' status files are
@@ -131,7 +131,9 @@ class Settings(BaseSettings):
         le=100_000,
         description="long computations waiting for a slot per worker; one more is answered 503 overloaded at once",
     )
-    max_body_bytes: int = Field(4 * MIB, ge=1024, description="largest request body; larger bodies get 413")
+    max_body_bytes: int = Field(
+        4 * MIB, ge=1 * KIB, le=1 * GIB, description="largest request body; larger bodies get 413"
+    )
     cors_origins: Annotated[list[str], NoDecode] = Field(
         default_factory=list, description="origins allowed by CORS (default none: CORS closed)"
     )
@@ -164,6 +166,7 @@ class Settings(BaseSettings):
     compact_rows: int = Field(
         10_000,
         ge=0,
+        le=1_000_000_000_000,
         description="compact a documents table in the background once this many documents were written or deleted "
         "since its version; 0: not by count",
     )
@@ -180,7 +183,10 @@ class Settings(BaseSettings):
         "background process, at start-up and for a table published later, serving exact answers until it is published",
     )
     cache_bytes: int = Field(
-        8 * MIB, ge=0, description="memory per worker for repeated GET answers (service.http.cache); 0 turns it off"
+        8 * MIB,
+        ge=0,
+        le=1 * TIB,
+        description="memory per worker for repeated GET answers (service.http.cache); 0 turns it off",
     )
     cache_dir: Path | None = Field(
         None,

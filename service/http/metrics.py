@@ -1,5 +1,6 @@
-"""Prometheus metrics: requests and latency per route template and table, time spent in the query engine, and the
-engine calls holding or awaiting a worker thread's slot.
+"""Prometheus metrics: requests and latency per route template and table, the requests the HTTP protocol refused
+before the app (``service.http.protocol``), time spent in the query engine, and the engine calls holding or
+awaiting a worker thread's slot.
 
 Each app has its own registry (tests build many apps in one process). With several worker processes set
 ``PROMETHEUS_MULTIPROC_DIR`` (``embedding-serve --workers N`` does) and ``/metrics`` aggregates every worker.
@@ -41,6 +42,14 @@ class Metrics:
             ("result",),
             registry=self.registry,
         )
+        self.refused = Counter(
+            "embedding_http_refused",
+            "Requests the HTTP protocol answered with an error before they reached the app, by error code: "
+            "overloaded (a connection past EMBEDDING_MAX_CONNECTIONS), request_timeout, headers_too_large, "
+            "request_line_too_long, bad_request, http_version_not_supported",
+            ("code",),
+            registry=self.registry,
+        )
         self.search = Histogram(
             "embedding_search_seconds",
             "Time spent in the query engine per operation and table",
@@ -56,6 +65,9 @@ class Metrics:
             multiprocess_mode="livesum",
             registry=self.registry,
         )
+
+    def count_refusal(self, code: str) -> None:
+        self.children(self.refused, code).inc()
 
     def observe_search(self, operation: str, table: str, seconds: float) -> None:
         self.children(self.search, operation, table).observe(seconds)

@@ -29,6 +29,9 @@ with it (``JsonErrorsProtocol.with_limits(...)``).
 - 503 ``overloaded`` with ``Retry-After``: a connection opened while ``max_connections`` are open gets this
   answer to its request and is closed (instead of uvicorn's plain-text ``limit_concurrency`` 503, which also
   refuses requests on connections already served); ``GET /healthz`` excepted, answered alive.
+
+Each refusal is counted in the app's metrics (``embedding_http_refused_total`` by its code): the app's own
+request metrics never see these requests.
 - A client that reads none of its answers: while answer bytes wait in the write buffer (the client's window is
   closed), the connection is checked every ``send_timeout`` seconds and aborted once they have not moved since
   the check before, so the connection slot and the answers' memory are not held forever (a close would wait for
@@ -196,6 +199,9 @@ async def overloaded(scope: Any, receive: Any, send: Any) -> None:
     if scope.get("path") == "/healthz" and scope.get("method") in ("GET", "HEAD"):
         status, body, headers = 200, ALIVE_BODY, [JSON, CLOSE]
     else:
+        metrics = scope.get("state", {}).get("metrics")  # the app's lifespan state, as the protocol's
+        if metrics is not None:
+            metrics.count_refusal("overloaded")
         status, body, headers = (
             status_of("overloaded"),
             _shaped(scope.get("path", ""), "overloaded", OVERLOADED_BODY),
@@ -258,6 +264,7 @@ class JsonErrorsProtocol(HttpToolsProtocol):
         self.running: Any = None  # the request cycle whose app runs (uvicorn's ``cycle`` is the last one parsed)
         self.send_timer: asyncio.TimerHandle | None = None  # armed while an answer waits in the write buffer
         self.drain = app_state.get("drain")  # the app's service.http.drain.Drain, from its lifespan state
+        self.metrics = app_state.get("metrics")  # the app's service.http.metrics.Metrics: the refusals counted
 
     def _unsupported_upgrade_warning(self) -> None:
         """An upgrade request (WebSocket, h2c) is served as the plain request it also is: nothing to warn of, nor
@@ -495,6 +502,8 @@ class JsonErrorsProtocol(HttpToolsProtocol):
             return
         self.refused = True  # nothing more is read into the parser
         self._cancel_timers()
+        if self.metrics is not None:
+            self.metrics.count_refusal(code)
         named = request_id(self._refused_headers())
         cycle = self.cycle
         if cycle is not None and self.in_body and not cycle.response_started:

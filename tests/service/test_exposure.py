@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 import socket
 import threading
 import time
@@ -376,6 +377,55 @@ def test_a_request_line_of_another_http_version_is_505(server: Server, version: 
         sock.sendall(b"GET /healthz HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
         status, _, body = read_response(sock)
     assert status == 200 and json.loads(body) == {"status": "ok"}
+
+
+def refusals(server: Server) -> tuple[dict[str, float], int]:
+    """``embedding_http_refused_total`` by code, from the server's ``/metrics``, and how many of the asks for them
+    were refused themselves, over the connection limit (the server not yet done with connections just closed)."""
+    over = 0
+    while True:
+        with connect(server.port) as sock:
+            sock.sendall(request("GET", "/metrics"))
+            status, _, body = read_response(sock)
+        if status != 503:
+            break
+        over += 1
+        time.sleep(0.1)
+    assert status == 200, body[:300]
+    found = re.findall(r'^embedding_http_refused_total\{code="(\w+)"\} (\S+)$', body.decode(), re.MULTILINE)
+    return {code: float(value) for code, value in found}, over
+
+
+def test_the_refusals_are_counted_in_the_metrics(server: Server) -> None:
+    """The requests the protocol refuses never reach the app, whose request metrics count its answers: each is
+    counted in ``embedding_http_refused_total`` by its code, the liveness probe answered alive over the connection
+    limit not."""
+    before, _ = refusals(server)
+    kept = [connect(server.port) for _ in range(MAX_CONNECTIONS)]
+    try:
+        for sock in kept:
+            sock.sendall(request("GET", "/healthz"))
+            assert read_response(sock)[0] == 200
+        for path in ("/v1/tables", "/healthz", "/v1/tables"):
+            with connect(server.port) as extra:
+                extra.sendall(request("GET", path))
+                assert read_response(extra)[0] == (200 if path == "/healthz" else 503)
+    finally:
+        for sock in kept:
+            sock.close()
+    with connect(server.port, timeout=10) as sock:
+        sock.sendall(request("GET", "/healthz", headers={"X-Big": "z" * MAX_HEADER_BYTES}))
+        assert error_of(read_response(sock), 431)["code"] == "headers_too_large"
+    with connect(server.port, timeout=10) as sock:
+        sock.sendall(b"GET /healthz HTTP/2.0\r\nHost: 127.0.0.1\r\n\r\n")
+        assert error_of(read_response(sock), 505)["code"] == "http_version_not_supported"
+    after, over = refusals(server)
+    added = {code: count - before.get(code, 0.0) for code, count in after.items()}
+    assert {code: count for code, count in added.items() if count} == {
+        "overloaded": 2 + over,
+        "headers_too_large": 1,
+        "http_version_not_supported": 1,
+    }
 
 
 def test_healthy_afterwards(server: Server, small: Table) -> None:

@@ -162,6 +162,34 @@ def test_bad_settings_fail_fast(
     assert "\n" not in line and named in line
 
 
+INT64_MAX = (1 << 63) - 1  # the largest integer JSON answers (orjson) hold
+
+
+@pytest.mark.parametrize("name", [name for name, field in Settings.model_fields.items() if field.annotation is int])
+def test_every_count_has_a_bound_the_answers_can_hold(clean_env: pytest.MonkeyPatch, tmp_path: Path, name: str) -> None:
+    """A count past every sensible value (EMBEDDING_MAX_BODY_BYTES=99999999999999999999999) is refused at start-up,
+    naming it: accepted, it made GET /v1/limits a 500 (an integer past 64 bits, which JSON answers cannot hold)."""
+    clean_env.setenv("EMBEDDING_DATA_DIR", str(tmp_path))
+    clean_env.setenv(f"EMBEDDING_{name.upper()}", str(INT64_MAX + 1))
+    with pytest.raises(ValidationError) as info:
+        Settings()
+    assert describe_error(info.value).startswith(f"invalid settings: EMBEDDING_{name.upper()}: Input should be less")
+
+
+def test_the_limits_are_answered_at_their_largest_values(small_data_dir: Path) -> None:
+    """Every limit at the largest value its setting takes: GET /v1/limits answers them."""
+    largest = {
+        name: max(bound.le for bound in field.metadata if hasattr(bound, "le"))
+        for name, field in Settings.model_fields.items()
+        if field.annotation is int
+    }
+    assert all(value <= INT64_MAX for value in largest.values()), largest
+    with client_for(data_dir=small_data_dir, **largest) as client:
+        answer = client.get("/v1/limits")
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["max_body_bytes"] == largest["max_body_bytes"]
+
+
 def test_embedding_serve_exits_non_zero_on_bad_settings(
     clean_env: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -26,6 +26,7 @@ import pytest
 
 from bench.common import free_port
 from index.engine.table import Table
+from service.http.logged_once import CUT_MESSAGE
 from tests.service.raw_http import (
     assert_exact_neighbours,
     closed,
@@ -49,12 +50,13 @@ SHUTTING_DOWN = "Shutting down"
 class InFlight:
     """A search request whose body is held back: the server is working on it until ``finish``."""
 
-    def __init__(self, port: int, vectors: np.ndarray) -> None:
+    def __init__(self, port: int, vectors: np.ndarray, request_id: str = "") -> None:
         self.vectors = vectors
         body = search_body(vectors, k=5)
         self.rest = body[10:]
         self.sock = connect(port)
-        head = request("POST", "/v1/tables/small/search", body, headers={"Expect": "100-continue"})
+        headers = {"Expect": "100-continue", **({"X-Request-ID": request_id} if request_id else {})}
+        head = request("POST", "/v1/tables/small/search", body, headers=headers)
         self.sock.sendall(head[: len(head) - len(body)] + body[:10])
         status, _, self.data = read_head(self.sock)
         assert status == 100  # the app is reading the body: the request is in flight
@@ -132,25 +134,31 @@ def test_sigterm_drains_then_finishes_the_requests_in_flight(
 
 def test_a_request_outlasting_the_shutdown_timeout_is_cut(small_data_dir: Path, small: Table, tmp_path: Path) -> None:
     """No drain (the default): the server stops accepting at once, gives a request in flight its timeout, then
-    cancels it and exits 0."""
+    cancels it, answering it 503 in the envelope (not uvicorn's plain-text 500 and a traceback), and exits 0."""
     env = {"EMBEDDING_SHUTDOWN_TIMEOUT": str(CUT_AFTER)}
     server = start(small_data_dir, tmp_path / "server.log", env=env)
     try:
-        stuck = InFlight(server.port, queries(small, 1, seed=9))  # its body never comes
+        stuck = InFlight(server.port, queries(small, 1, seed=9), request_id="cut-at-shutdown")  # its body never comes
         signalled = time.monotonic()
         server.process.send_signal(signal.SIGTERM)
         assert server.process.wait(timeout=10) == 0
         elapsed = time.monotonic() - signalled
         assert CUT_AFTER <= elapsed < CUT_AFTER + 4.0
         stuck.sock.settimeout(5)
-        with pytest.raises(ConnectionError):  # cut: closed, or uvicorn's own 500 and closed
-            while True:
-                status, _, stuck.data = read_head(stuck.sock, stuck.data)
-                assert status != 200
+        response = read_response(stuck.sock, stuck.data)
+        error = error_of(response, 503)
+        assert error == {"code": "not_ready", "message": CUT_MESSAGE, "shutting_down": True}
+        assert response[1]["connection"] == "close" and response[1]["x-request-id"] == "cut-at-shutdown"
+        assert closed(stuck.sock)
         stuck.sock.close()
     finally:
         server.stop()
-    assert "timeout graceful shutdown exceeded" in server.log()
+    log = server.log()
+    assert "timeout graceful shutdown exceeded" in log
+    assert "Traceback" not in log and "Exception in ASGI application" not in log
+    cut = [line for line in log.splitlines() if "still running at the shutdown timeout" in line]
+    assert len(cut) == 1 and "POST /v1/tables/small/search" in cut[0] and "request_id=cut-at-shutdown" in cut[0]
+    assert '"POST /v1/tables/small/search HTTP/1.1" 503 request_id=cut-at-shutdown' in log
 
 
 # The real start-up held at a known point, after the arguments are read and before anything is loaded or served:

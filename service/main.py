@@ -29,6 +29,7 @@ from typing import Any, NoReturn
 
 from pydantic import ValidationError
 
+from index.errors import counted
 from service.logs import format_from_env, log_config, say
 from service.settings import (
     INTERNAL_VARIABLES,
@@ -41,6 +42,7 @@ from service.settings import (
 from service.shard_settings import ShardSettings
 
 APP = "service.app:app_from_env"
+WORKERS_PER_CORE = 4  # the most worker processes a core is given (a typo such as --workers 1000 is refused)
 M_MMAP_THRESHOLD, M_ARENA_MAX = -3, -8  # glibc mallopt options (malloc.h)
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMEXPR_NUM_THREADS")
 
@@ -232,6 +234,14 @@ def _main(argv: list[str] | None) -> int:
     args = command_line.parse_args(argv)
     if args.workers < 1:
         say("--workers must be at least 1", log_format)
+        return 2
+    if args.workers > WORKERS_PER_CORE * cores():
+        say(
+            f"--workers must be at most {WORKERS_PER_CORE * cores()} ({WORKERS_PER_CORE} x the "
+            f"{counted(cores(), 'core')} this process may use), not {args.workers}: each worker is a process of its "
+            "own, and more than the cores only take memory and share them",
+            log_format,
+        )
         return 2
     if not 0 <= args.port <= 65535:
         say(f"--port must be from 0 to 65535, not {args.port}", log_format)

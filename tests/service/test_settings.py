@@ -377,6 +377,11 @@ def test_start_up_lines_are_json_lines_in_json_format(
     assert lines() == [{"level": "error", "message": "argument --port: invalid int value: 'x'"}]
     assert serve.main(["--data-dir", str(tmp_path), "--workers", "0"]) == 2
     assert capsys.readouterr().err == "embedding-serve: --workers must be at least 1\n"
+    assert serve.main(["--data-dir", str(tmp_path), "--workers", "5"]) == 2  # cores() is 1 here
+    assert capsys.readouterr().err == (
+        "embedding-serve: --workers must be at most 4 (4 x the 1 core this process may use), not 5: each worker is "
+        "a process of its own, and more than the cores only take memory and share them\n"
+    )
 
 
 def test_help_says_which_variable_each_option_overrides(capsys: pytest.CaptureFixture[str]) -> None:

@@ -74,6 +74,11 @@ A request may carry an `X-Request-ID` header (1 to 128 visible ASCII characters;
 answer carries it back, and the server's log lines about the request name it."""
 
 
+# Response headers a page on an allowed origin may read (a browser hides all but a few otherwise): the request's id (a
+# proxy's, when one names requests), to quote in a report, and how long to wait after an overloaded 503
+EXPOSED = ["X-Request-ID", "Retry-After"]
+
+
 def create_app(settings: Settings) -> FastAPI:
     limits = Limits(
         max_k=settings.max_k,
@@ -210,6 +215,7 @@ def create_app(settings: Settings) -> FastAPI:
             allow_origins=settings.cors_origins,
             allow_methods=["GET", "POST", "DELETE"],
             allow_headers=["*"],
+            expose_headers=EXPOSED,
         )
     app.add_middleware(RequestLimitsMiddleware, max_body_bytes=settings.max_body_bytes, limits=limits)
     # Every error of the OpenAI-compatible paths in OpenAI's shape and status, the one the metrics count

@@ -262,6 +262,13 @@ def test_cors_preflight_from_any_origin_is_not_allowed_by_default(data_dir: Path
         for origin in origins:
             refused = client.options("/v1/tables/t/search", headers={**allowed, "origin": origin})
             assert "access-control-allow-origin" not in refused.headers
+        # a page may read the request's id (a proxy's, when one names requests) and Retry-After, which a browser
+        # hides unless they are exposed
+        asked = {"origin": "https://app.example", "x-api-key": READ, "x-request-id": "req-7"}
+        answer = client.get("/v1/tables/t", headers=asked)
+        assert answer.status_code == 200 and answer.headers["x-request-id"] == "req-7"
+        exposed = {name.strip().lower() for name in answer.headers["access-control-expose-headers"].split(",")}
+        assert exposed == {"x-request-id", "retry-after"}
 
 
 # ------------------------------------------------------------------------------------------- table names

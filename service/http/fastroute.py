@@ -172,9 +172,8 @@ class QueryRoute(APIRoute):
         by the app's exception handlers as Starlette's plain request wrapper answers them; any other body, or one
         ``fast`` leaves, handed on as read to the route's own app: FastAPI's wrapper with all the exit stacks it
         expects (``service.http.known_routes`` hands requests on without the app's own). A plain body thus passes
-        through no exit stack and none of FastAPI's wrappers, which cost it more than its whole parse
-        (BENCHMARKS.md, "HTTP floors: a plain body read without FastAPI's wrappers, the app's state read at
-        once")."""
+        through no exit stack and none of FastAPI's wrappers (what that saves: BENCHMARKS.md, "HTTP floors: a plain
+        body read without FastAPI's wrappers, the app's state read at once")."""
         routed = AsyncExitStackMiddleware(with_exit_stacks(self.get_route_handler()))
 
         async def app(scope: Scope, receive: Receive, send: Send) -> None:

@@ -33,6 +33,9 @@ Every shard request carries the client's ``X-API-Key`` (:data:`CLIENT_KEY`, kept
 middleware), and the request's ``X-Request-ID`` when it has one (``service.http.request_id``); a shard that
 refuses the key (401, 403) has not answered: the front took the key, its shards must too; nor has one whose server
 has no table of the name its URL gives (404 ``unknown_table``: a URL the deployment got wrong, not the request).
+A replica whose summary says it serves another shard, or a shard of a table of another number of shards
+(``shard_of``, asked before the first request to it and again after it failed), has not answered either: it
+would miss the ids routed to it (:class:`Misplaced`).
 A shard that does not answer (refused, failed, or past its deadline) fails the search (503 ``shard_unavailable``,
 504 ``shard_timeout``), unless ``EMBEDDING_PARTIAL=true``: then the answer merges the shards that answered and
 says which did not (``partial``). A shard's own 4xx (a bad filter, a text with no known word, an unknown
@@ -171,6 +174,11 @@ def named(table: str, answer: bytes) -> bytes:
     return SHARD_TABLE.sub(f"table '{table}'".encode(), answer)  # table names are plain (validated) text
 
 
+class Misplaced(Exception):
+    """A replica whose server serves another shard than the one ``EMBEDDING_SHARDS`` lists it as (its summary's
+    ``shard_of``): it would answer for ids it does not own, and miss those it should."""
+
+
 class ShardRefused(Exception):
     """A shard's own 4xx answer: the request's fault, answered as it is."""
 
@@ -272,6 +280,7 @@ class Front:
         self.id_types: dict[str, str | None] = {}  # a documents table's type of ids, as its shards say (else None)
         self.string_fields: dict[str, frozenset[str]] = {}  # a documents table's fields of type string, as they say
         self.limits: dict[tuple[str, int], tuple[float, dict[str, Any]]] = {}  # by (table, shard): when, what
+        self.placed: set[tuple[str, int, str]] = set()  # (table, shard, replica): its server said it is that shard
 
     async def kind_of(self, name: str) -> str:
         """What sharded table ``name`` holds, from the first of its shards that answers (``GET <replica>``); a
@@ -295,6 +304,30 @@ class Front:
                 assert failed is not None
                 raise failed
         return self.kinds[name]
+
+    async def check_place(self, table: str, number: int, replica: str, timeout: float) -> None:
+        """Check that ``replica`` serves shard ``number`` of a table of as many shards as ``EMBEDDING_SHARDS`` lists
+        for ``table``, as its summary's ``shard_of`` says (``GET <replica>``; a table that is no shard passes):
+        :class:`Misplaced` if not. Asked once per replica, and again after it failed (a restart may serve another
+        import); a refusal of the summary is left to the request that follows."""
+        key = (table, number, replica)
+        if key in self.placed or replica not in self.tables[table][number].replicas:  # a server's URL: no shard
+            return
+        answer = await self.client.get(replica, headers=shard_headers(), timeout=timeout)
+        if answer.status_code != 200:
+            return  # its refusal (of the key, or of a table it does not have) is the following request's
+        try:
+            place = orjson.loads(answer.content).get("shard_of")
+        except (orjson.JSONDecodeError, AttributeError):  # no table's summary: the following request says so
+            return
+        count = len(self.tables[table])
+        if place is not None and (place.get("shard"), place.get("shards")) != (number, count):
+            raise Misplaced(
+                f"{replica}: its server serves shard {place.get('shard')} of the {place.get('shards')} of table "
+                f"{place.get('table')!r}, not shard {number} of {count} as EMBEDDING_SHARDS lists it; list every "
+                f"shard's replicas in shard order, all of one import"
+            )
+        self.placed.add(key)
 
     def refused(self, number: int, shard: Shard, refused: ShardRefused) -> None:
         """Note shard ``number``'s refusal: one for a limit of its server (lower than the one kept: it restarted)
@@ -372,12 +405,18 @@ class Front:
                         raise down[shard.table, shard_number]
                     method = "GET" if payload is None else "POST"
                     url, timeout = f"{replica}{path}", self.settings.shard_timeout
+                    await self.check_place(shard.table, shard_number, replica, timeout)
                     answer = await self.client.request(method, url, content=payload, headers=headers, timeout=timeout)
+            except Misplaced as exc:
+                reasons.append(str(exc))
+                continue
             except httpx.TimeoutException:
+                self.placed.discard((shard.table, shard_number, replica))
                 reasons.append(f"{replica}: no answer within {self.settings.shard_timeout:g} s")
                 timed_out = True
                 continue
             except httpx.TransportError as exc:
+                self.placed.discard((shard.table, shard_number, replica))
                 reasons.append(f"{replica}: {type(exc).__name__} ({exc})")
                 continue
             if answer.status_code in REFUSED_KEY:

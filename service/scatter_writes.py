@@ -34,7 +34,7 @@ from starlette.responses import Response
 from index.engine.door import STRING, by_owner, routed
 from service.errors import ApiError, error_body
 from service.respond import FastJSON
-from service.scatter import Front, ShardRefused, id_type, named, segment, shard_headers
+from service.scatter import Front, Misplaced, ShardRefused, id_type, named, segment, shard_headers
 from service.schemas.bounds import MAX_TOKEN_CHARS
 from service.schemas.writes import DeleteRequest, UpsertRequest, WriteResponse
 from service.writes import upsert_keys
@@ -63,11 +63,17 @@ async def _send(front: Front, table: str, shard: int, method: str, path: str, bo
     try:
         url = f"{writer}{path}"
         async with front.tables[table][shard].slots:  # one of the shard's slots, as a search's request takes
+            await front.check_place(table, shard, writer, front.settings.shard_timeout)
             answer = await front.client.request(method, url, content=content, headers=headers, timeout=timeout)
+    except Misplaced as exc:
+        message = f"the writer of shard {shard} of table {table!r} is not that shard: {exc}; nothing was written"
+        raise ApiError("shard_unavailable", message, table=table, shard=shard) from None
     except httpx.TimeoutException:
+        front.placed.discard((table, shard, writer))
         message = f"the writer of shard {shard} of table {table!r} ({writer}) did not answer in time; the write may "
         raise ApiError("shard_timeout", message + "have been applied", table=table, shard=shard) from None
     except httpx.TransportError as exc:
+        front.placed.discard((table, shard, writer))
         message = f"the writer of shard {shard} of table {table!r} ({writer}) cannot be reached: {type(exc).__name__}"
         raise ApiError("shard_unavailable", message, table=table, shard=shard) from None
     refused = ShardRefused(answer.status_code, answer.content)

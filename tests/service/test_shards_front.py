@@ -517,6 +517,44 @@ def test_the_python_client_reads_the_front_as_the_whole_table(servers: dict[str,
     assert (refused.value.status, refused.value.code) == (401, "unauthorized")
 
 
+def test_a_shard_listed_in_another_shards_place_fails_saying_so(servers: dict[str, Any], root: Path) -> None:
+    """A front whose ``EMBEDDING_SHARDS`` lists shards 0 and 1 in each other's place would route an id to a shard
+    that does not hold it (a 404 for a document the table holds, a write refused by the wrong shard): each
+    shard's server says in its summary which shard of how many it serves (``shard_of``), and the front fails
+    every request that needs a shard listed out of place, 503 saying so (writes: ``test_shards_writes_http.py``)."""
+    shards = servers["shards"]
+    for number, shard in enumerate(shards):
+        summary = HTTP.get(f"{shard.base}/v1/tables/{shardmap.shard_name(number)}").json()
+        assert summary["shard_of"] == {"table": "lee", "shard": number, "shards": SHARDS}, summary
+    assert "shard_of" not in HTTP.get(f"{servers['one'].base}/v1/tables/lee").json()  # the table served whole
+    replicas = real_server.replicas(shards)
+    swapped = json.dumps({"lee": [replicas[1], replicas[0], replicas[2]]})
+    front = real_server.start(root / "front", root / "front-swapped.log", env={"EMBEDDING_SHARDS": swapped, **KEYS})
+    try:
+        owned = next(f"lee-{i:03d}" for i in range(300) if shardmap.shard_of_id(f"lee-{i:03d}", SHARDS) == 0)
+        base = f"{front.base}/v1/tables/lee"
+        vector = [0.5] * 50
+        for answer in (
+            HTTP.get(f"{base}/documents/{owned}"),
+            HTTP.post(f"{base}/documents/get", json={"ids": [owned]}),
+            HTTP.post(f"{base}/search", json={"id": owned, "k": 3}),
+            HTTP.post(f"{base}/search", json={"vector": vector, "k": 3}),
+            HTTP.get(base),
+        ):
+            error = answer.json()["error"]
+            assert answer.status_code == 503 and error["code"] == "shard_unavailable", (answer.request.url, error)
+            assert (
+                f"{replicas[1][0]}: its server serves shard 1 of the 3 of table 'lee', not shard 0 of 3"
+                in error["message"]
+            ), error
+    finally:
+        real_server.stop_together([front])
+    got, expected = (
+        HTTP.get(f"{s.base}/v1/tables/lee/documents/{owned}") for s in (servers["front"], servers["whole"])
+    )
+    assert got.status_code == 200 and got.content == expected.content  # where it is listed in its place
+
+
 def test_a_slow_shard_hits_its_deadline(servers: dict[str, Any], lee_docs: Lee) -> None:
     """A search, a read of documents of which the stopped shard holds some, one or many, and the table's summary:
     504 naming it."""

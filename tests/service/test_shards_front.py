@@ -555,6 +555,28 @@ def test_a_shard_listed_in_another_shards_place_fails_saying_so(servers: dict[st
     assert got.status_code == 200 and got.content == expected.content  # where it is listed in its place
 
 
+def test_a_write_to_shards_that_take_none_is_the_deployments_fault(root: Path) -> None:
+    """A front started with write keys over shard servers started without any key: the client's write key is not
+    at fault, the deployment is: 503 ``shard_unavailable`` saying the shard's writer takes no writes, not the
+    shard's 403 telling the client to start "this server" (the front, which has them) with EMBEDDING_WRITE_KEYS."""
+    key = "front-write-key-0123456789"
+    (root / "open").mkdir()
+    started = real_server.start_together(*real_server.shard_starts(root / "sharded" / "lee", root / "open", SHARDS, {}))
+    try:
+        config = json.dumps({"lee": real_server.replicas(started)})
+        env = {"EMBEDDING_SHARDS": config, "EMBEDDING_WRITE_KEYS": key}
+        started.append(real_server.start(root / "front", root / "front-writes.log", env=env))
+        body = {"documents": [{"id": "lee-000", "vector": [0.5] * 50}]}
+        answer = HTTP.post(f"{started[-1].base}/v1/tables/lee/documents", json=body, headers={"x-api-key": key})
+        error = answer.json()["error"]
+        assert answer.status_code == 503 and error["code"] == "shard_unavailable", error
+        owner = shardmap.shard_of_id("lee-000", SHARDS)
+        assert error["shard"] == owner and f"the writer of shard {owner} of table 'lee'" in error["message"], error
+        assert "takes no writes: its server was started without EMBEDDING_WRITE_KEYS" in error["message"], error
+    finally:
+        real_server.stop_together(started)
+
+
 def test_a_slow_shard_hits_its_deadline(servers: dict[str, Any], lee_docs: Lee) -> None:
     """A search, a read of documents of which the stopped shard holds some, one or many, and the table's summary:
     504 naming it."""

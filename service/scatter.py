@@ -34,8 +34,8 @@ middleware), and the request's ``X-Request-ID`` when it has one (``service.http.
 refuses the key (401, 403) has not answered: the front took the key, its shards must too; nor has one whose server
 has no table of the name its URL gives (404 ``unknown_table``: a URL the deployment got wrong, not the request).
 A replica whose summary says it serves another shard, or a shard of a table of another number of shards
-(``shard_of``, asked before the first request to it and again after it failed), has not answered either: it
-would miss the ids routed to it (:class:`Misplaced`).
+(``shard_of``, asked before the first request to it, again every few seconds and after it failed), has not
+answered either: it would miss the ids routed to it (:class:`Misplaced`).
 A shard that does not answer (refused, failed, or past its deadline) fails the search (503 ``shard_unavailable``,
 504 ``shard_timeout``), unless ``EMBEDDING_PARTIAL=true``: then the answer merges the shards that answered and
 says which did not (``partial``). A shard's own 4xx (a bad filter, a text with no known word, an unknown
@@ -145,6 +145,9 @@ SHARD_REQUESTS = 16
 # with a restart (its refusal of a request for one has them asked again at once); a scroll without ``limit`` reads
 # them for every page.
 LIMITS_SECONDS = 10.0
+# Seconds the front trusts a replica's place (its summary's ``shard_of``) before asking it again: a replica restarted
+# on the same URL may serve another shard, or a shard of another import, without the front seeing it fail.
+PLACE_SECONDS = 5.0
 
 
 @dataclass
@@ -280,7 +283,7 @@ class Front:
         self.id_types: dict[str, str | None] = {}  # a documents table's type of ids, as its shards say (else None)
         self.string_fields: dict[str, frozenset[str]] = {}  # a documents table's fields of type string, as they say
         self.limits: dict[tuple[str, int], tuple[float, dict[str, Any]]] = {}  # by (table, shard): when, what
-        self.placed: set[tuple[str, int, str]] = set()  # (table, shard, replica): its server said it is that shard
+        self.placed: dict[tuple[str, int, str], float] = {}  # (table, shard, replica): when it said it is that shard
 
     async def kind_of(self, name: str) -> str:
         """What sharded table ``name`` holds, from the first of its shards that answers (``GET <replica>``); a
@@ -308,10 +311,13 @@ class Front:
     async def check_place(self, table: str, number: int, replica: str, timeout: float) -> None:
         """Check that ``replica`` serves shard ``number`` of a table of as many shards as ``EMBEDDING_SHARDS`` lists
         for ``table``, as its summary's ``shard_of`` says (``GET <replica>``; a table that is no shard passes):
-        :class:`Misplaced` if not. Asked once per replica, and again after it failed (a restart may serve another
-        import); a refusal of the summary is left to the request that follows."""
+        :class:`Misplaced` if not. Asked again :data:`PLACE_SECONDS` later, and after the replica failed (a restart
+        may serve another import); a refusal of the summary is left to the request that follows."""
         key = (table, number, replica)
-        if key in self.placed or replica not in self.tables[table][number].replicas:  # a server's URL: no shard
+        if replica not in self.tables[table][number].replicas:  # a server's URL (its limits): no shard
+            return
+        checked = self.placed.get(key)
+        if checked is not None and time.monotonic() - checked < PLACE_SECONDS:
             return
         answer = await self.client.get(replica, headers=shard_headers(), timeout=timeout)
         if answer.status_code != 200:
@@ -327,7 +333,7 @@ class Front:
                 f"{place.get('table')!r}, not shard {number} of {count} as EMBEDDING_SHARDS lists it; list every "
                 f"shard's replicas in shard order, all of one import"
             )
-        self.placed.add(key)
+        self.placed[key] = time.monotonic()
 
     def refused(self, number: int, shard: Shard, refused: ShardRefused) -> None:
         """Note shard ``number``'s refusal: one for a limit of its server (lower than the one kept: it restarted)
@@ -411,12 +417,12 @@ class Front:
                 reasons.append(str(exc))
                 continue
             except httpx.TimeoutException:
-                self.placed.discard((shard.table, shard_number, replica))
+                self.placed.pop((shard.table, shard_number, replica), None)
                 reasons.append(f"{replica}: no answer within {self.settings.shard_timeout:g} s")
                 timed_out = True
                 continue
             except httpx.TransportError as exc:
-                self.placed.discard((shard.table, shard_number, replica))
+                self.placed.pop((shard.table, shard_number, replica), None)
                 reasons.append(f"{replica}: {type(exc).__name__} ({exc})")
                 continue
             if answer.status_code in REFUSED_KEY:

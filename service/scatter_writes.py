@@ -71,11 +71,11 @@ async def _send(front: Front, table: str, shard: int, method: str, path: str, bo
         message = f"the writer of shard {shard} of table {table!r} is not that shard: {exc}; nothing was written"
         raise ApiError("shard_unavailable", message, table=table, shard=shard) from None
     except httpx.TimeoutException:
-        front.placed.discard((table, shard, writer))
+        front.placed.pop((table, shard, writer), None)
         message = f"the writer of shard {shard} of table {table!r} ({writer}) did not answer in time; the write may "
         raise ApiError("shard_timeout", message + "have been applied", table=table, shard=shard) from None
     except httpx.TransportError as exc:
-        front.placed.discard((table, shard, writer))
+        front.placed.pop((table, shard, writer), None)
         message = f"the writer of shard {shard} of table {table!r} ({writer}) cannot be reached: {type(exc).__name__}"
         raise ApiError("shard_unavailable", message, table=table, shard=shard) from None
     refused = ShardRefused(answer.status_code, answer.content)

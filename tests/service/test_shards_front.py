@@ -35,7 +35,7 @@ import numpy as np
 import pytest
 
 from index.store import shardmap
-from service.scatter import SHARD_REQUESTS, merge_lists, merged_answer, shard_body
+from service.scatter import PLACE_SECONDS, SHARD_REQUESTS, merge_lists, merged_answer, shard_body
 from service.schemas.common import LIMITS
 from service.schemas.search import SearchRequest
 from service.shard_settings import front_settings
@@ -553,6 +553,37 @@ def test_a_shard_listed_in_another_shards_place_fails_saying_so(servers: dict[st
         HTTP.get(f"{s.base}/v1/tables/lee/documents/{owned}") for s in (servers["front"], servers["whole"])
     )
     assert got.status_code == 200 and got.content == expected.content  # where it is listed in its place
+
+
+def test_a_replica_restarted_on_another_import_is_noticed(root: Path, lee_imports: Path) -> None:
+    """Shard 2's server restarted on its URL serving shard 2 of an import into four shards, between two requests,
+    so that the front sees no failure: within ``PLACE_SECONDS`` the front asks its place again and fails the
+    requests that need it, 503 saying so, rather than miss the documents shard 2 of three holds."""
+    from tests.cli import run_cli
+
+    four = root / "four"
+    done = run_cli("import", lee_imports / "copies.jsonl", "--name", "lee", "--shards", 4, "--data-dir", four)
+    assert done.code == 0, done.err
+    (root / "restarted").mkdir()
+    table = root / "sharded" / "lee"
+    started = real_server.start_together(*real_server.shard_starts(table, root / "restarted", SHARDS, KEYS))
+    try:
+        env = {"EMBEDDING_SHARDS": json.dumps({"lee": real_server.replicas(started)}), **KEYS}
+        started.append(real_server.start(root / "front", root / "front-restarted.log", env=env))
+        base = f"{started[-1].base}/v1/tables/lee"
+        owned = next(f"lee-{i:03d}" for i in range(300) if shardmap.shard_of_id(f"lee-{i:03d}", SHARDS) == 2)
+        assert HTTP.get(f"{base}/documents/{owned}").status_code == 200
+        port = started[2].port
+        started[2].stop()
+        log, name = root / "restarted" / "again.log", shardmap.shard_name(2)
+        started[2] = real_server.start(four / "lee", log, "--tables", name, env=KEYS, port=port)
+        time.sleep(PLACE_SECONDS)
+        answer = HTTP.get(f"{base}/documents/{owned}")
+        error = answer.json()["error"]
+        assert answer.status_code == 503 and error["code"] == "shard_unavailable" and error["shard"] == 2, error
+        assert "its server serves shard 2 of the 4 of table 'lee', not shard 2 of 3" in error["message"], error
+    finally:
+        real_server.stop_together(started)
 
 
 def test_a_write_to_shards_that_take_none_is_the_deployments_fault(root: Path) -> None:

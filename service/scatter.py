@@ -58,6 +58,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import logging
 import re
 import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
@@ -117,6 +118,7 @@ CLIENT_KEY: ContextVar[str | None] = ContextVar("client_key", default=None)
 # other queries (a batch's items) do not ask them again, each waiting out its deadline.
 DOWN: ContextVar[dict[tuple[str, int], ShardFailed] | None] = ContextVar("down", default=None)
 T = TypeVar("T")
+log = logging.getLogger(__name__)
 
 
 def segment(text: str) -> str:
@@ -284,6 +286,7 @@ class Front:
         self.string_fields: dict[str, frozenset[str]] = {}  # a documents table's fields of type string, as they say
         self.limits: dict[tuple[str, int], tuple[float, dict[str, Any]]] = {}  # by (table, shard): when, what
         self.placed: dict[tuple[str, int, str], float] = {}  # (table, shard, replica): when it said it is that shard
+        self.misplaced: set[tuple[str, int, str]] = set()  # (table, shard, replica): said to be another, logged
 
     async def kind_of(self, name: str) -> str:
         """What sharded table ``name`` holds, from the first of its shards that answers (``GET <replica>``); a
@@ -328,11 +331,16 @@ class Front:
             return
         count = len(self.tables[table])
         if place is not None and (place.get("shard"), place.get("shards")) != (number, count):
-            raise Misplaced(
+            misplaced = Misplaced(
                 f"{replica}: its server serves shard {place.get('shard')} of the {place.get('shards')} of table "
                 f"{place.get('table')!r}, not shard {number} of {count} as EMBEDDING_SHARDS lists it; list every "
                 f"shard's replicas in shard order, all of one import"
             )
+            if key not in self.misplaced:  # the operator's to mend: said once, not at every request
+                self.misplaced.add(key)
+                log.error("table %r, shard %d: %s", table, number, misplaced)
+            raise misplaced
+        self.misplaced.discard(key)
         self.placed[key] = time.monotonic()
 
     def refused(self, number: int, shard: Shard, refused: ShardRefused) -> None:

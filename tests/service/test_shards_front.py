@@ -549,6 +549,9 @@ def test_a_shard_listed_in_another_shards_place_fails_saying_so(servers: dict[st
             ), error
     finally:
         real_server.stop_together([front])
+    said = [line for line in front.log().splitlines() if "as EMBEDDING_SHARDS lists it" in line]
+    assert len(said) == 2, said  # once for each replica out of place, however many requests met it
+    assert "ERROR service.scatter: table 'lee', shard 0: " in said[0] + said[1], said
     got, expected = (
         HTTP.get(f"{s.base}/v1/tables/lee/documents/{owned}") for s in (servers["front"], servers["whole"])
     )

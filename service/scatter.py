@@ -33,6 +33,9 @@ Every shard request carries the client's ``X-API-Key`` (:data:`CLIENT_KEY`, kept
 middleware), and the request's ``X-Request-ID`` when it has one (``service.http.request_id``); a shard that
 refuses the key (401, 403) has not answered: the front took the key, its shards must too; nor has one whose server
 has no table of the name its URL gives (404 ``unknown_table``: a URL the deployment got wrong, not the request).
+A replica whose summary says it serves another shard, or a shard of a table of another number of shards
+(``shard_of``, asked before the first request to it, again every few seconds and after it failed), has not
+answered either: it would miss the ids routed to it (:class:`Misplaced`).
 A shard that does not answer (refused, failed, or past its deadline) fails the search (503 ``shard_unavailable``,
 504 ``shard_timeout``), unless ``EMBEDDING_PARTIAL=true``: then the answer merges the shards that answered and
 says which did not (``partial``). A shard's own 4xx (a bad filter, a text with no known word, an unknown
@@ -55,6 +58,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import logging
 import re
 import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
@@ -114,6 +118,7 @@ CLIENT_KEY: ContextVar[str | None] = ContextVar("client_key", default=None)
 # other queries (a batch's items) do not ask them again, each waiting out its deadline.
 DOWN: ContextVar[dict[tuple[str, int], ShardFailed] | None] = ContextVar("down", default=None)
 T = TypeVar("T")
+log = logging.getLogger(__name__)
 
 
 def segment(text: str) -> str:
@@ -142,6 +147,9 @@ SHARD_REQUESTS = 16
 # with a restart (its refusal of a request for one has them asked again at once); a scroll without ``limit`` reads
 # them for every page.
 LIMITS_SECONDS = 10.0
+# Seconds the front trusts a replica's place (its summary's ``shard_of``) before asking it again: a replica restarted
+# on the same URL may serve another shard, or a shard of another import, without the front seeing it fail.
+PLACE_SECONDS = 5.0
 
 
 @dataclass
@@ -169,6 +177,11 @@ SHARD_TABLE = re.compile(rb"table '(shard-\d+)'")  # how a shard's messages name
 def named(table: str, answer: bytes) -> bytes:
     """A shard's answer as the sharded table's: its messages name ``table``, not the shard's own table."""
     return SHARD_TABLE.sub(f"table '{table}'".encode(), answer)  # table names are plain (validated) text
+
+
+class Misplaced(Exception):
+    """A replica whose server serves another shard than the one ``EMBEDDING_SHARDS`` lists it as (its summary's
+    ``shard_of``): it would answer for ids it does not own, and miss those it should."""
 
 
 class ShardRefused(Exception):
@@ -272,6 +285,8 @@ class Front:
         self.id_types: dict[str, str | None] = {}  # a documents table's type of ids, as its shards say (else None)
         self.string_fields: dict[str, frozenset[str]] = {}  # a documents table's fields of type string, as they say
         self.limits: dict[tuple[str, int], tuple[float, dict[str, Any]]] = {}  # by (table, shard): when, what
+        self.placed: dict[tuple[str, int, str], float] = {}  # (table, shard, replica): when it said it is that shard
+        self.misplaced: set[tuple[str, int, str]] = set()  # (table, shard, replica): said to be another, logged
 
     async def kind_of(self, name: str) -> str:
         """What sharded table ``name`` holds, from the first of its shards that answers (``GET <replica>``); a
@@ -295,6 +310,38 @@ class Front:
                 assert failed is not None
                 raise failed
         return self.kinds[name]
+
+    async def check_place(self, table: str, number: int, replica: str, timeout: float) -> None:
+        """Check that ``replica`` serves shard ``number`` of a table of as many shards as ``EMBEDDING_SHARDS`` lists
+        for ``table``, as its summary's ``shard_of`` says (``GET <replica>``; a table that is no shard passes):
+        :class:`Misplaced` if not. Asked again :data:`PLACE_SECONDS` later, and after the replica failed (a restart
+        may serve another import); a refusal of the summary is left to the request that follows."""
+        key = (table, number, replica)
+        if replica not in self.tables[table][number].replicas:  # a server's URL (its limits): no shard
+            return
+        checked = self.placed.get(key)
+        if checked is not None and time.monotonic() - checked < PLACE_SECONDS:
+            return
+        answer = await self.client.get(replica, headers=shard_headers(), timeout=timeout)
+        if answer.status_code != 200:
+            return  # its refusal (of the key, or of a table it does not have) is the following request's
+        try:
+            place = orjson.loads(answer.content).get("shard_of")
+        except (orjson.JSONDecodeError, AttributeError):  # no table's summary: the following request says so
+            return
+        count = len(self.tables[table])
+        if place is not None and (place.get("shard"), place.get("shards")) != (number, count):
+            misplaced = Misplaced(
+                f"{replica}: its server serves shard {place.get('shard')} of the {place.get('shards')} of table "
+                f"{place.get('table')!r}, not shard {number} of {count} as EMBEDDING_SHARDS lists it; list every "
+                f"shard's replicas in shard order, all of one import"
+            )
+            if key not in self.misplaced:  # the operator's to mend: said once, not at every request
+                self.misplaced.add(key)
+                log.error("table %r, shard %d: %s", table, number, misplaced)
+            raise misplaced
+        self.misplaced.discard(key)
+        self.placed[key] = time.monotonic()
 
     def refused(self, number: int, shard: Shard, refused: ShardRefused) -> None:
         """Note shard ``number``'s refusal: one for a limit of its server (lower than the one kept: it restarted)
@@ -372,12 +419,18 @@ class Front:
                         raise down[shard.table, shard_number]
                     method = "GET" if payload is None else "POST"
                     url, timeout = f"{replica}{path}", self.settings.shard_timeout
+                    await self.check_place(shard.table, shard_number, replica, timeout)
                     answer = await self.client.request(method, url, content=payload, headers=headers, timeout=timeout)
+            except Misplaced as exc:
+                reasons.append(str(exc))
+                continue
             except httpx.TimeoutException:
+                self.placed.pop((shard.table, shard_number, replica), None)
                 reasons.append(f"{replica}: no answer within {self.settings.shard_timeout:g} s")
                 timed_out = True
                 continue
             except httpx.TransportError as exc:
+                self.placed.pop((shard.table, shard_number, replica), None)
                 reasons.append(f"{replica}: {type(exc).__name__} ({exc})")
                 continue
             if answer.status_code in REFUSED_KEY:

@@ -16,8 +16,9 @@ The client's ``X-API-Key`` goes along: the shard's server checks it.
   the counts summed, ``sequence`` the highest of theirs, ``shards`` what each did. A shard's own refusal (4xx)
   is the answer, with its status; when other shards of the same write answered, the envelope says in
   ``shards`` what each did (a write through the front is not atomic across shards). A writer that cannot be
-  reached, fails, or whose server has no table of the name its URL gives: 503 ``shard_unavailable``; no answer
-  in time: 504 ``shard_timeout`` (the write may have been applied: repeating an upsert or a delete is harmless).
+  reached, fails, takes no writes (a server without write keys: the deployment's fault, not the client's key's)
+  or whose server has no table of the name its URL gives: 503 ``shard_unavailable``; no answer in time: 504
+  ``shard_timeout`` (the write may have been applied: repeating an upsert or a delete is harmless).
 """
 
 from __future__ import annotations
@@ -33,8 +34,9 @@ from starlette.responses import Response
 
 from index.engine.door import STRING, by_owner, routed
 from service.errors import ApiError, error_body
+from service.http.auth import READ_ONLY
 from service.respond import FastJSON
-from service.scatter import Front, ShardRefused, id_type, named, segment, shard_headers
+from service.scatter import Front, Misplaced, ShardRefused, id_type, named, segment, shard_headers
 from service.schemas.bounds import MAX_TOKEN_CHARS
 from service.schemas.writes import DeleteRequest, UpsertRequest, WriteResponse
 from service.writes import upsert_keys
@@ -63,16 +65,29 @@ async def _send(front: Front, table: str, shard: int, method: str, path: str, bo
     try:
         url = f"{writer}{path}"
         async with front.tables[table][shard].slots:  # one of the shard's slots, as a search's request takes
+            await front.check_place(table, shard, writer, front.settings.shard_timeout)
             answer = await front.client.request(method, url, content=content, headers=headers, timeout=timeout)
+    except Misplaced as exc:
+        message = f"the writer of shard {shard} of table {table!r} is not that shard: {exc}; nothing was written"
+        raise ApiError("shard_unavailable", message, table=table, shard=shard) from None
     except httpx.TimeoutException:
+        front.placed.pop((table, shard, writer), None)
         message = f"the writer of shard {shard} of table {table!r} ({writer}) did not answer in time; the write may "
         raise ApiError("shard_timeout", message + "have been applied", table=table, shard=shard) from None
     except httpx.TransportError as exc:
+        front.placed.pop((table, shard, writer), None)
         message = f"the writer of shard {shard} of table {table!r} ({writer}) cannot be reached: {type(exc).__name__}"
         raise ApiError("shard_unavailable", message, table=table, shard=shard) from None
     refused = ShardRefused(answer.status_code, answer.content)
     if refused.names_no_table():
         message = f"the writer of shard {shard} of table {table!r} ({writer}): its server has no such table"
+        raise ApiError("shard_unavailable", message, table=table, shard=shard)
+    if answer.status_code == 403 and (refused.error() or {}).get("message") == READ_ONLY:
+        message = (
+            f"the writer of shard {shard} of table {table!r} ({writer}) takes no writes: its server was started "
+            "without EMBEDDING_WRITE_KEYS (a shard's writer is the first replica EMBEDDING_SHARDS lists for it, and "
+            "takes the front's write keys); nothing was written to it"
+        )
         raise ApiError("shard_unavailable", message, table=table, shard=shard)
     if 400 <= answer.status_code < 500:
         front.refused(shard, front.tables[table][shard], refused)

@@ -35,7 +35,7 @@ import numpy as np
 import pytest
 
 from index.store import shardmap
-from service.scatter import SHARD_REQUESTS, merge_lists, merged_answer, shard_body
+from service.scatter import PLACE_SECONDS, SHARD_REQUESTS, merge_lists, merged_answer, shard_body
 from service.schemas.common import LIMITS
 from service.schemas.search import SearchRequest
 from service.shard_settings import front_settings
@@ -515,6 +515,100 @@ def test_the_python_client_reads_the_front_as_the_whole_table(servers: dict[str,
     with Client(front_base) as anonymous, pytest.raises(ApiError) as refused:
         anonymous.search_documents("lee", vector=lee_docs.vectors[7])
     assert (refused.value.status, refused.value.code) == (401, "unauthorized")
+
+
+def test_a_shard_listed_in_another_shards_place_fails_saying_so(servers: dict[str, Any], root: Path) -> None:
+    """A front whose ``EMBEDDING_SHARDS`` lists shards 0 and 1 in each other's place would route an id to a shard
+    that does not hold it (a 404 for a document the table holds, a write refused by the wrong shard): each
+    shard's server says in its summary which shard of how many it serves (``shard_of``), and the front fails
+    every request that needs a shard listed out of place, 503 saying so (writes: ``test_shards_writes_http.py``)."""
+    shards = servers["shards"]
+    for number, shard in enumerate(shards):
+        summary = HTTP.get(f"{shard.base}/v1/tables/{shardmap.shard_name(number)}").json()
+        assert summary["shard_of"] == {"table": "lee", "shard": number, "shards": SHARDS}, summary
+    assert "shard_of" not in HTTP.get(f"{servers['one'].base}/v1/tables/lee").json()  # the table served whole
+    replicas = real_server.replicas(shards)
+    swapped = json.dumps({"lee": [replicas[1], replicas[0], replicas[2]]})
+    front = real_server.start(root / "front", root / "front-swapped.log", env={"EMBEDDING_SHARDS": swapped, **KEYS})
+    try:
+        owned = next(f"lee-{i:03d}" for i in range(300) if shardmap.shard_of_id(f"lee-{i:03d}", SHARDS) == 0)
+        base = f"{front.base}/v1/tables/lee"
+        vector = [0.5] * 50
+        for answer in (
+            HTTP.get(f"{base}/documents/{owned}"),
+            HTTP.post(f"{base}/documents/get", json={"ids": [owned]}),
+            HTTP.post(f"{base}/search", json={"id": owned, "k": 3}),
+            HTTP.post(f"{base}/search", json={"vector": vector, "k": 3}),
+            HTTP.get(base),
+        ):
+            error = answer.json()["error"]
+            assert answer.status_code == 503 and error["code"] == "shard_unavailable", (answer.request.url, error)
+            assert (
+                f"{replicas[1][0]}: its server serves shard 1 of the 3 of table 'lee', not shard 0 of 3"
+                in error["message"]
+            ), error
+    finally:
+        real_server.stop_together([front])
+    said = [line for line in front.log().splitlines() if "as EMBEDDING_SHARDS lists it" in line]
+    assert len(said) == 2, said  # once for each replica out of place, however many requests met it
+    assert "ERROR service.scatter: table 'lee', shard 0: " in said[0] + said[1], said
+    got, expected = (
+        HTTP.get(f"{s.base}/v1/tables/lee/documents/{owned}") for s in (servers["front"], servers["whole"])
+    )
+    assert got.status_code == 200 and got.content == expected.content  # where it is listed in its place
+
+
+def test_a_replica_restarted_on_another_import_is_noticed(root: Path, lee_imports: Path) -> None:
+    """Shard 2's server restarted on its URL serving shard 2 of an import into four shards, between two requests,
+    so that the front sees no failure: within ``PLACE_SECONDS`` the front asks its place again and fails the
+    requests that need it, 503 saying so, rather than miss the documents shard 2 of three holds."""
+    from tests.cli import run_cli
+
+    four = root / "four"
+    done = run_cli("import", lee_imports / "copies.jsonl", "--name", "lee", "--shards", 4, "--data-dir", four)
+    assert done.code == 0, done.err
+    (root / "restarted").mkdir()
+    table = root / "sharded" / "lee"
+    started = real_server.start_together(*real_server.shard_starts(table, root / "restarted", SHARDS, KEYS))
+    try:
+        env = {"EMBEDDING_SHARDS": json.dumps({"lee": real_server.replicas(started)}), **KEYS}
+        started.append(real_server.start(root / "front", root / "front-restarted.log", env=env))
+        base = f"{started[-1].base}/v1/tables/lee"
+        owned = next(f"lee-{i:03d}" for i in range(300) if shardmap.shard_of_id(f"lee-{i:03d}", SHARDS) == 2)
+        assert HTTP.get(f"{base}/documents/{owned}").status_code == 200
+        port = started[2].port
+        started[2].stop()
+        log, name = root / "restarted" / "again.log", shardmap.shard_name(2)
+        started[2] = real_server.start(four / "lee", log, "--tables", name, env=KEYS, port=port)
+        time.sleep(PLACE_SECONDS)
+        answer = HTTP.get(f"{base}/documents/{owned}")
+        error = answer.json()["error"]
+        assert answer.status_code == 503 and error["code"] == "shard_unavailable" and error["shard"] == 2, error
+        assert "its server serves shard 2 of the 4 of table 'lee', not shard 2 of 3" in error["message"], error
+    finally:
+        real_server.stop_together(started)
+
+
+def test_a_write_to_shards_that_take_none_is_the_deployments_fault(root: Path) -> None:
+    """A front started with write keys over shard servers started without any key: the client's write key is not
+    at fault, the deployment is: 503 ``shard_unavailable`` saying the shard's writer takes no writes, not the
+    shard's 403 telling the client to start "this server" (the front, which has them) with EMBEDDING_WRITE_KEYS."""
+    key = "front-write-key-0123456789"
+    (root / "open").mkdir()
+    started = real_server.start_together(*real_server.shard_starts(root / "sharded" / "lee", root / "open", SHARDS, {}))
+    try:
+        config = json.dumps({"lee": real_server.replicas(started)})
+        env = {"EMBEDDING_SHARDS": config, "EMBEDDING_WRITE_KEYS": key}
+        started.append(real_server.start(root / "front", root / "front-writes.log", env=env))
+        body = {"documents": [{"id": "lee-000", "vector": [0.5] * 50}]}
+        answer = HTTP.post(f"{started[-1].base}/v1/tables/lee/documents", json=body, headers={"x-api-key": key})
+        error = answer.json()["error"]
+        assert answer.status_code == 503 and error["code"] == "shard_unavailable", error
+        owner = shardmap.shard_of_id("lee-000", SHARDS)
+        assert error["shard"] == owner and f"the writer of shard {owner} of table 'lee'" in error["message"], error
+        assert "takes no writes: its server was started without EMBEDDING_WRITE_KEYS" in error["message"], error
+    finally:
+        real_server.stop_together(started)
 
 
 def test_a_slow_shard_hits_its_deadline(servers: dict[str, Any], lee_docs: Lee) -> None:

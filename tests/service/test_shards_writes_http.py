@@ -453,6 +453,44 @@ def test_a_shard_url_naming_no_table_fails_every_route_as_a_shard_that_does_not_
     assert [t["name"] for t in listed["tables"]] == ["lee-2"] and listed["unavailable"] == ["lee"], listed
 
 
+def test_a_writer_listed_out_of_place_writes_nothing(servers: dict[str, Any], lee_docs: Lee) -> None:
+    """A front listing shards 0 and 1 in each other's place, or two of the three shards (as a front left with the
+    shards of an import into two), would send a write to a shard that does not own its id: 503
+    ``shard_unavailable`` saying which shard the writer serves, and no shard's log grows."""
+    replicas = real_server.replicas(servers["shards"])
+    listings = {
+        "swapped": ([replicas[1], replicas[0], replicas[2]], "shard 1 of the 3 of table 'lee', not shard 0 of 3"),
+        "two": (replicas[:2], "shard 0 of the 3 of table 'lee', not shard 0 of 2"),
+    }
+    root = servers["root"]
+    logs = root / "sharded" / writelog.DIRECTORY / "lee"
+    sizes = {log: log.stat().st_size for log in logs.glob("*.log")}
+    env = {"EMBEDDING_WRITE_KEYS": KEY}
+    fronts = real_server.start_together(
+        *(
+            lambda listing=listing, name=name: real_server.start(
+                root / "front", root / f"{name}.log", env={"EMBEDDING_SHARDS": json.dumps({"lee": listing}), **env}
+            )
+            for name, (listing, _) in listings.items()
+        )
+    )
+    try:
+        vector = lee_docs.vectors[3].tolist()
+        for front, (listing, said) in zip(fronts, listings.values(), strict=True):
+            ident = next(f"placed/{i}" for i in range(100) if shardmap.shard_of_id(f"placed/{i}", len(listing)) == 0)
+            answer = HTTP.post(
+                f"{front.base}/v1/tables/lee/documents",
+                json={"documents": [{"id": ident, "vector": vector}]},
+                headers=HEADERS,
+            )
+            error = answer.json()["error"]
+            assert answer.status_code == 503 and error["code"] == "shard_unavailable" and error["shard"] == 0, error
+            assert f"its server serves {said}" in error["message"], error
+    finally:
+        real_server.stop_together(fronts)
+    assert {log: log.stat().st_size for log in logs.glob("*.log")} == sizes
+
+
 def test_a_string_id_is_its_text(written: dict[str, Any], lee_docs: Lee) -> None:
     """On a string-id table ``"007"`` and ``"7"`` are two documents, each routed by its own text (an integer 7 finds
     ``"7"``, as the table reads it): written, found, left out of their own answers and deleted through the front as

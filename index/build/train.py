@@ -21,7 +21,6 @@ on ``PYTHONHASHSEED``.
 from __future__ import annotations
 
 import logging
-import os
 import time
 import zlib
 from collections.abc import Iterator
@@ -31,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from index.build.sources import BOM, BinaryHandle, RawTable, open_text, reading, refuse_unread
+from index.build.sources import BOM, BinaryHandle, RawTable, open_text, read_on_disk, reading, refuse_unread
 from index.errors import InputError
 from index.progress import Progress
 
@@ -90,7 +89,7 @@ class Corpus:
                             raise InputError(path, problem, number) from None
                         lines += 1
                         if number % PROGRESS_LINES == 0:  # by the bytes read from the disk (of a .gz: compressed)
-                            position = os.lseek(handle.fileno(), 0, os.SEEK_CUR)
+                            position = read_on_disk(handle)
                             progress.advance(position - read)
                             read = position
                 progress.advance(path.stat().st_size - read)

@@ -79,6 +79,12 @@ def open_text(path: Path) -> BinaryHandle:
     return gzip.open(path, "rb") if magic == b"\x1f\x8b" else open(path, "rb")
 
 
+def read_on_disk(handle: BinaryHandle) -> int:
+    """How far ``handle``'s file has been read from the disk (of a .gz file: its compressed bytes), for progress by
+    bytes."""
+    return os.lseek(handle.fileno(), 0, os.SEEK_CUR)
+
+
 @contextmanager
 def reading(path: Path) -> Iterator[None]:
     """What reading ``path`` (gzip-compressed or not) raises in the block, as the InputError ``cannot read: ...``."""

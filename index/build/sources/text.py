@@ -20,7 +20,6 @@ Reading is two streaming passes over the file, so memory stays near the size of 
 
 from __future__ import annotations
 
-import os
 import re
 from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
@@ -43,6 +42,7 @@ from index.build.sources import (
     decode_tokens,
     is_number,
     open_text,
+    read_on_disk,
     reading,
     word2vec_header,
 )
@@ -185,7 +185,7 @@ def _scan(path: Path) -> tuple[int, int, bytes]:
         Progress(f"counting the lines of {path.name}", path.stat().st_size, "bytes") as progress,
     ):
         while block := _read_block(handle, path):
-            position = os.lseek(handle.fileno(), 0, os.SEEK_CUR)
+            position = read_on_disk(handle)
             progress.advance(position - read)
             read = position
             if not total:

@@ -13,7 +13,6 @@ a wrong dimension in the header, each row then read from inside the previous one
 from __future__ import annotations
 
 import gzip
-import os
 from pathlib import Path
 
 import numpy as np
@@ -26,6 +25,7 @@ from index.build.sources import (
     ReadOptions,
     decode_tokens,
     open_text,
+    read_on_disk,
     reading,
     word2vec_header,
 )
@@ -49,7 +49,7 @@ def _size(path: Path) -> int:
         ):
             while block := handle.read(CHUNK_BYTES):
                 total += len(block)
-                position = os.lseek(handle.fileno(), 0, os.SEEK_CUR)
+                position = read_on_disk(handle)
                 progress.advance(position - read)
                 read = position
         return total

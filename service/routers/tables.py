@@ -31,7 +31,7 @@ def summary(table: Table, builds: dict[str, dict[str, Any]]) -> dict[str, Any]:
     sharded = live.sharded_of(table)
     if sharded is not None:
         out["writes"] = sharded.summary()
-    place = shard_place(table.directory)
+    place = table.cached("shard_place", lambda: shard_place(table.directory))  # read once per loaded version
     if place is not None:  # a shard served alone: a front checks that it lists the shard in its place
         out["shard_of"] = {"table": place.table, "shard": place.shard, "shards": place.count}
     return out

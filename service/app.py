@@ -31,7 +31,7 @@ from starlette.responses import FileResponse, HTMLResponse, Response
 from starlette.routing import Route
 
 from index.errors import counted
-from service import errors, live, scatter, scatter_documents, scatter_fields, scatter_summary, scatter_writes
+from service import api_docs, errors, live, scatter, scatter_documents, scatter_fields, scatter_summary, scatter_writes
 from service.execute import Searcher
 from service.http import auth
 from service.http.app_state import AppState
@@ -153,7 +153,7 @@ def create_app(settings: Settings) -> FastAPI:
         description=DESCRIPTION,
         lifespan=lifespan,
         default_response_class=FastJSON,
-        docs_url="/docs",
+        docs_url=None,  # service.api_docs: the page without a CDN
         redoc_url=None,
         redirect_slashes=False,  # relative_slash_redirects instead: a Location of the path alone
         telemetry={"tracing": settings.telemetry, "metrics": settings.telemetry, "logs": settings.telemetry},
@@ -191,6 +191,7 @@ def create_app(settings: Settings) -> FastAPI:
     app.router.routes[:0] = fronting
     app.state.api_routes = [route for route in routes if isinstance(route, APIRoute)]
     _mount_explorer(app)
+    api_docs.mount(app)
 
     # The last middleware added runs first: metrics see every request, including refused ones and cache hits;
     # CORS answers preflights before the read key is asked for; the answer cache serves only allowed requests;

@@ -34,8 +34,8 @@ IN_HEADER = f"in the {HEADER} header"
 IN_HEADER_OR_BEARER = f"{IN_HEADER} or as the bearer token (an OpenAI client's api_key)"
 BEARER = b"bearer "
 ADMIN_PREFIX = "/v1/admin/"
-OPEN_PATHS = frozenset({"/healthz", "/readyz", "/metrics", "/docs", "/docs/oauth2-redirect", "/openapi.json", "/"})
-OPEN_PREFIXES = ("/static/", ADMIN_PREFIX)
+OPEN_PATHS = frozenset({"/healthz", "/readyz", "/metrics", "/docs", "/openapi.json", "/"})
+OPEN_PREFIXES = ("/static/", "/docs/", ADMIN_PREFIX)  # /docs/: the API page's files (service.api_docs)
 
 
 class Kind(NamedTuple):

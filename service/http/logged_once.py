@@ -27,6 +27,7 @@ log = logging.getLogger("service.errors")  # the service's error lines, as the d
 
 CUT = "not_ready"
 CUT_MESSAGE = "the server shut down before this request was answered: send it again"
+CUT_STATUS = status_of(CUT)
 
 
 class LoggedOnce:
@@ -56,7 +57,7 @@ class LoggedOnce:
 async def _cut(scope: Scope, send: Send) -> None:
     """Answer a request cancelled at the shutdown timeout, unless its answer had begun (uvicorn then closes the
     connection, as it would have)."""
-    status = status_of(CUT)
+    status = CUT_STATUS
     body = orjson.dumps(error_body(CUT, CUT_MESSAGE, shutting_down=True))
     if is_openai(scope["path"]):
         status, body = openai_error(status, body)

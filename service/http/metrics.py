@@ -8,12 +8,15 @@ Each app has its own registry (tests build many apps in one process). With sever
 
 from __future__ import annotations
 
+import asyncio
 import os
 import time
 from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from service.http.logged_once import CUT_STATUS
 
 LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
@@ -120,7 +123,7 @@ class MetricsMiddleware:
             await self.app(scope, receive, send)
             return
         started = time.perf_counter()
-        status = 500
+        status: int | None = None  # until the answer starts
 
         async def send_status(message: Message) -> None:
             nonlocal status
@@ -130,6 +133,9 @@ class MetricsMiddleware:
 
         try:
             await self.app(scope, receive, send_status)
+        except asyncio.CancelledError:  # cut at the shutdown timeout: answered 503 outside (service.http.logged_once)
+            status = status or CUT_STATUS
+            raise
         finally:
             route = scope.get("route")
             template = getattr(route, "path", None) or other_template(scope)
@@ -139,7 +145,7 @@ class MetricsMiddleware:
             elif not table and template in self.fronted:
                 template, table = self.fronted[template]
             method = scope["method"] if scope["method"] in METHODS else "other"  # a client's word: not a label
-            count, latency = self.metrics.request_children(method, template, table, status)
+            count, latency = self.metrics.request_children(method, template, table, status or 500)
             count.inc()
             latency.observe(time.perf_counter() - started)
 

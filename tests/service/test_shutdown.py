@@ -11,6 +11,7 @@ PID namespace's init (PID 1, as a container's command), which ignores a signal i
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import shutil
@@ -26,7 +27,9 @@ import pytest
 
 from bench.common import free_port
 from index.engine.table import Table
-from service.http.logged_once import CUT_MESSAGE
+from service.http.drain import Drain
+from service.http.logged_once import CUT_MESSAGE, LoggedOnce
+from service.http.metrics import Metrics, MetricsMiddleware
 from tests.service.raw_http import (
     assert_exact_neighbours,
     closed,
@@ -159,6 +162,39 @@ def test_a_request_outlasting_the_shutdown_timeout_is_cut(small_data_dir: Path, 
     cut = [line for line in log.splitlines() if "still running at the shutdown timeout" in line]
     assert len(cut) == 1 and "POST /v1/tables/small/search" in cut[0] and "request_id=cut-at-shutdown" in cut[0]
     assert '"POST /v1/tables/small/search HTTP/1.1" 503 request_id=cut-at-shutdown' in log
+
+
+def test_a_request_cut_at_the_shutdown_timeout_is_counted_as_answered() -> None:
+    """The request metrics count a cut request by the status its client gets (503), not as a 500: the counts of a
+    worker that stops (replaced under a supervisor) stay in the server's totals."""
+    metrics = Metrics()
+    drain = Drain(0.0, on_start=lambda: None)
+    drain.draining = True  # after SIGTERM, as uvicorn cancels the requests still running
+
+    async def never_answers(scope: object, receive: object, send: object) -> None:
+        await asyncio.sleep(3600)
+
+    sent: list[dict[str, object]] = []
+
+    async def send(message: dict[str, object]) -> None:
+        sent.append(message)
+
+    async def receive() -> dict[str, object]:
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    async def cut() -> None:
+        app = LoggedOnce(MetricsMiddleware(never_answers, metrics, {"small"}), drain)  # type: ignore[arg-type]
+        scope = {"type": "http", "method": "GET", "path": "/v1/tables/small/neighbors", "path_params": {}}
+        request = asyncio.ensure_future(app(scope, receive, send))
+        await asyncio.sleep(0.01)
+        request.cancel()  # what uvicorn does at the shutdown timeout
+        await request
+
+    asyncio.run(cut())
+    assert sent[0]["status"] == 503
+    text = metrics.exposition()[0].decode()
+    assert 'method="GET",route="unmatched",status="503",table=""} 1.0' in text
+    assert 'status="500"' not in text
 
 
 # The real start-up held at a known point, after the arguments are read and before anything is loaded or served:

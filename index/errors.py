@@ -74,8 +74,9 @@ class InputError(EmbeddingError):
 
     code = "bad_input"
 
-    def __init__(self, path: object, problem: str, line: int | None = None) -> None:
-        where = f"{path}:{line}" if line is not None else f"{path}"
+    def __init__(self, path: object, problem: str, line: int | None = None, unit: str = "line") -> None:
+        """``unit``: what ``line`` counts in a file without lines ("row" of a .npy from 0, "token id", "vector")."""
+        where = f"{path}" if line is None else f"{path}:{line}" if unit == "line" else f"{path}, {unit} {line}"
         super().__init__(f"{where}: {problem}", path=str(path), line=line)
 
 

@@ -58,7 +58,7 @@ def clean(
         if raw.kind == "tokens" or not drop_invalid:
             what = "an empty token" if empty[first] else invalid_problem(raw.tokens[first])
             hint = "" if raw.kind == "tokens" else " (use --drop-invalid to skip such rows)"
-            raise InputError(raw.rows_file or path, what + hint, line=raw.first_line + first)
+            raise InputError(raw.rows_file or path, what + hint, line=raw.first_line + first, unit=raw.rows_are)
         keep &= ~bad
         report["invalid_rows_dropped"] = int(bad.sum())
     if rows and not keep.any():
@@ -87,6 +87,7 @@ def clean(
             tokens=[raw.tokens[i] for i in ids],
             matrix=matrix[ids],
             first_line=raw.first_line,
+            rows_are=raw.rows_are,
             metadata={k: [v[i] for i in ids] for k, v in raw.metadata.items()},
             flags=None if raw.flags is None else raw.flags[ids],
             report=report,

@@ -56,6 +56,7 @@ class RawTable:
     tokens: list[str]
     matrix: np.ndarray  # float32, rows x dim
     first_line: int = 1  # line number of row 0 in the source, for error messages
+    rows_are: str = "line"  # what first_line counts where the source has no lines: "row", "token id", "vector"
     metadata: dict[str, list[str]] = field(default_factory=dict)
     flags: np.ndarray | None = None  # per-row token kind bits, model tables only
     report: dict[str, Any] = field(default_factory=dict)  # what the reader cleaned

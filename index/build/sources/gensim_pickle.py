@@ -36,4 +36,6 @@ def read(path: Path, options: ReadOptions) -> RawTable:
     matrix = np.asarray(vectors.vectors, dtype=np.float32)
     if matrix.ndim != 2 or matrix.shape[0] != len(tokens):
         raise InputError(path, f"{len(tokens):,} keys for a vector matrix of shape {list(matrix.shape)}")
-    return RawTable(tokens=tokens, matrix=matrix, info={"gensim_class": type(loaded).__name__})
+    return RawTable(
+        tokens=tokens, matrix=matrix, first_line=0, rows_are="row", info={"gensim_class": type(loaded).__name__}
+    )

@@ -439,7 +439,8 @@ def read(path: Path, options: ReadOptions) -> RawTable:
     return RawTable(
         tokens=labels,
         matrix=matrix,
-        first_line=0,  # error "lines" are token ids
+        first_line=0,
+        rows_are="token id",
         metadata=token_metadata(vocab, labels, flags),
         flags=flags,
         info=info,

@@ -67,7 +67,7 @@ def read(path: Path, options: ReadOptions) -> RawTable:
         tokens = [tokens[i] for i in np.flatnonzero(keep).tolist()]
         matrix = matrix[keep]
     report = {"malformed_rows_dropped": len(not_utf8), "tokens_unicode_replaced": replaced}
-    return RawTable(tokens=tokens, matrix=matrix, first_line=1, report=report)
+    return RawTable(tokens=tokens, matrix=matrix, first_line=0, rows_are="row", report=report)
 
 
 def load_matrix(path: Path) -> np.ndarray:
@@ -152,7 +152,7 @@ def read_npz(path: Path, options: ReadOptions) -> RawTable:
     if dropped:  # --drop-invalid: their rows left out
         keep = keep_mask(len(tokens), dropped)
         tokens, matrix = [tokens[i] for i in np.flatnonzero(keep).tolist()], matrix[keep]
-    return RawTable(tokens=tokens, matrix=matrix, first_line=1, report=report)
+    return RawTable(tokens=tokens, matrix=matrix, first_line=0, rows_are="row", report=report)
 
 
 def npz_tokens(path: Path, tokens: list[str], options: ReadOptions) -> tuple[list[str], list[int], dict[str, int]]:

@@ -105,7 +105,7 @@ def read(path: Path, options: ReadOptions) -> RawTable:
                 f"{size - base:,} bytes follow the {rows:,} rows the header announces (byte offset {base:,}); "
                 + WRONG_HEADER,
             )
-    return RawTable(tokens=tokens, matrix=matrix, first_line=1, report={"tokens_unicode_replaced": replaced})
+    return RawTable(tokens=tokens, matrix=matrix, rows_are="vector", report={"tokens_unicode_replaced": replaced})
 
 
 def _read_rest(handle: BinaryHandle, path: Path) -> bytes:

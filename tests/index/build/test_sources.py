@@ -1191,6 +1191,12 @@ BAD_CASES: dict[str, tuple[Callable[[Path, object], list[object]], list[str]]] =
         lambda p, r: _write_case(p, "v.bin", b"3000000 300\n" + _binary(r)[7:]),
         ["v.bin:1:", "header says 3,000,000 rows"],
     ),
+    "binary with an infinite value": (  # a binary file has no lines: its vectors are counted
+        lambda p, r: _write_case(
+            p, "v.bin", _binary((r[0], np.where(np.arange(100)[:, None] == 3, np.inf, r[1][:100]).astype(np.float32)))
+        ),
+        ["v.bin, vector 4:", "NaN, Inf"],
+    ),
     "binary wrong dimension": (
         lambda p, r: _write_case(p, "v.bin", b"100 40\n" + _binary(r)[7:]),
         ["v.bin", "header"],
@@ -1209,7 +1215,7 @@ BAD_CASES: dict[str, tuple[Callable[[Path, object], list[object]], list[str]]] =
     "npy complex": (lambda p, r: _npy(p, r, array=np.zeros((200, 4), dtype=np.complex64)), ["m.npy", "complex"]),
     "npy with nan": (
         lambda p, r: _npy(p, r, array=np.where(np.arange(200)[:, None] == 12, np.nan, r[1][:200])),
-        ["m.npy:13:", "NaN"],
+        ["m.npy, row 12:", "NaN"],
     ),
     "npz with --vocab": (lambda p, r: [*_npz(p, r), "--vocab", p / "m.npz"], ["m.npz", "leave out --vocab"]),
     "npz without tokens": (lambda p, r: _npz(p, r, tokens=None), ["m.npz", "found 'vectors'", "np.savez("]),

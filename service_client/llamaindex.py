@@ -10,7 +10,8 @@ embedding-search[llamaindex]``).
 
 ``add`` upserts each node by its id (its embedding as the vector, its text, its metadata and relationships kept
 whole, as JSON, in the table's string field ``metadata``; a metadata key that is also a field of the table is
-written to that field too, and its source document's id to a ``ref_doc_id`` field when the table has one);
+written to that field too, and its source document's id to a ``ref_doc_id`` field when the table has one; a
+table without ``metadata`` takes only nodes its fields hold whole, without relationships: others are a ValueError);
 ``delete(ref_doc_id)`` deletes the nodes of a source document (by that field); ``get_nodes(filters=...)`` lists
 the nodes the filters pass (the server's pages of them, in the ids' order); ``query`` searches by the query
 embedding with ``MetadataFilters`` translated to the server's filter language (on the table's fields;
@@ -46,7 +47,7 @@ from pydantic import PrivateAttr
 
 from service_client import AsyncClient, Client, Hit
 from service_client.async_client import LoopClient
-from service_client.stored import METADATA, among, is_id, metadata_of, plain
+from service_client.stored import METADATA, among, is_id, metadata_of, plain, unkept
 
 REF_DOC_ID = "ref_doc_id"
 RANGES = {FilterOperator.GT: "gt", FilterOperator.GTE: "gte", FilterOperator.LT: "lt", FilterOperator.LTE: "lte"}
@@ -224,11 +225,11 @@ class EmbeddingSearchVectorStore(BasePydanticVectorStore):
         return self._info
 
     def add(self, nodes: Sequence[BaseNode], **kwargs: Any) -> list[str]:
-        self._client.upsert_many(self.table, _rows(nodes, self.fields()))
+        self._client.upsert_many(self.table, _rows(self.table, nodes, self.fields()))
         return [node.node_id for node in nodes]
 
     async def async_add(self, nodes: Sequence[BaseNode], **kwargs: Any) -> list[str]:
-        await self.async_client.upsert_many(self.table, _rows(nodes, await self.afields()))
+        await self.async_client.upsert_many(self.table, _rows(self.table, nodes, await self.afields()))
         return [node.node_id for node in nodes]
 
     def delete(self, ref_doc_id: str, **delete_kwargs: Any) -> None:
@@ -316,11 +317,14 @@ def _types(fields: dict[str, Any]) -> dict[str, str]:
     return {name: field["type"] for name, field in fields.items()}
 
 
-def _rows(nodes: Sequence[BaseNode], known: dict[str, Any]) -> list[dict[str, Any]]:
-    """The documents to write of ``nodes``, ``known`` the table's fields."""
+def _rows(table: str, nodes: Sequence[BaseNode], known: dict[str, Any]) -> list[dict[str, Any]]:
+    """The documents to write of ``nodes``, ``known`` the table's fields; a ValueError, before any is written, for
+    a node whose metadata or relationships the table would not keep (:func:`~service_client.stored.unkept`)."""
     documents = []
-    for node in nodes:
+    for i, node in enumerate(nodes):
         metadata = plain(node.metadata)  # NumPy's values as JSON's, which LlamaIndex's dump needs too
+        related = f"its relationships ({', '.join(sorted(r.name.lower() for r in node.relationships))})"
+        unkept(table, known, f"nodes[{i}] (id {node.node_id!r})", metadata, related if node.relationships else "")
         shown = node.model_copy(update={"metadata": metadata})
         stored = node_to_metadata_dict(shown, remove_text=True, flat_metadata=False)
         fields = {k: v for k, v in metadata.items() if k in known and k not in (METADATA, REF_DOC_ID)}

@@ -59,8 +59,11 @@ def server_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     data = tmp_path_factory.mktemp("llamaindex-data")
     source = data.parent / "li.jsonl"
     row = {"id": "placeholder", "text": "placeholder", "vector": [1.0] + [0.0] * (DIM - 1), "metadata": "{}"}
-    source.write_text(json.dumps({**row, "ref_doc_id": "none", "topic": "none", "row": -1}) + "\n")
+    source.write_text(json.dumps({**row, "ref_doc_id": "none", "topic": "none", "row": -1, "urgent": False}) + "\n")
     assert run_cli("import", source, "--format", "documents", "--name", "li", "--data-dir", data).code == 0
+    bare = data.parent / "bare.jsonl"  # ``bare``: fields but no ``metadata`` field
+    bare.write_text(json.dumps({key: row[key] for key in ("id", "text", "vector")} | {"topic": "none"}) + "\n")
+    assert run_cli("import", bare, "--format", "documents", "--name", "bare", "--data-dir", data).code == 0
     log = tmp_path_factory.mktemp("llamaindex-serve") / "serve.log"
     with real_server.running(data, log, "--workers", "2", env={"EMBEDDING_WRITE_KEYS": KEY}) as server:
         yield server.base
@@ -130,6 +133,31 @@ def test_a_node_id_twice_in_one_add_is_refused(store: EmbeddingSearchVectorStore
     with pytest.raises(ValueError, match=r"^documents\[2\] \(id '1'\): the id comes twice \(documents\[0\] too\)"):
         store.add([node("1", "foo"), node("2", "bar"), node("1", "baz")])
     assert ask(store, "foo", 3) == []
+
+
+def test_what_a_table_without_its_metadata_field_would_drop_is_refused(server_url: str) -> None:
+    """A table without the field ``metadata`` keeps only the metadata its fields hold: nodes with other metadata
+    keys or with relationships (which only that field keeps) are a ValueError naming them before any node is
+    written, not nodes stored without them; nodes its fields hold whole are written and come back whole."""
+    store = EmbeddingSearchVectorStore(Client(server_url, api_key=KEY), "bare")
+    kept = TextNode(id_="b1", text="a fire", metadata={"topic": "fire"}, embedding=FAKE.embed_query("a fire"))
+    sourced = node("b2", "a blaze", "doc-b", topic="fire")
+    with pytest.raises(ValueError, match=r"nodes\[1\] \(id 'b2'\): .* so its relationships \(source\) would be lost"):
+        store.add([kept, sourced])
+    keyed = node("b3", "a flame", topic="fire", page=3)
+    keyed.relationships.clear()
+    lost = (
+        r"nodes\[0\] \(id 'b3'\): table 'bare' has no string field 'metadata', .* so its metadata key 'page' "
+        r"would be lost \(its fields: 'topic'\): .*; nothing was written"
+    )
+    with pytest.raises(ValueError, match=lost):
+        asyncio.run(store.async_add([keyed]))
+    assert store.get_nodes(["b1", "b2", "b3"]) == []
+    try:
+        assert store.add([kept]) == ["b1"]
+        assert [(n.node_id, n.metadata) for n in store.get_nodes(["b1"])] == [("b1", {"topic": "fire"})]
+    finally:
+        store.delete_nodes(["b1"])
 
 
 def test_get_nodes_skips_missing_ids(store: EmbeddingSearchVectorStore, server_url: str) -> None:

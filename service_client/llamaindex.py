@@ -52,6 +52,7 @@ from service_client.stored import METADATA, among, is_id, metadata_of, plain, un
 REF_DOC_ID = "ref_doc_id"
 RANGES = {FilterOperator.GT: "gt", FilterOperator.GTE: "gte", FilterOperator.LT: "lt", FilterOperator.LTE: "lte"}
 COMPARISONS = {**RANGES, FilterOperator.EQ: "eq", FilterOperator.NE: "ne"}
+TRUTHS = (FilterOperator.EQ, FilterOperator.NE, FilterOperator.IN, FilterOperator.NIN)  # a boolean field takes
 ORIGINS = {"integer": 0, "float": 0.0, "timestamp": "1970-01-01T00:00:00Z"}  # a value each is above or below
 
 
@@ -82,10 +83,13 @@ def filter_of(filters: MetadataFilters, types: Mapping[str, str] | None = None) 
 
 
 def _condition(item: MetadataFilter, types: Mapping[str, str] | None) -> dict[str, Any] | bool:
-    key, value, operator = item.key, item.value, item.operator
+    key, operator = item.key, item.operator
+    value: Any = item.value
     kind = (types or {}).get(key)
     if operator == FilterOperator.IS_EMPTY:
         return _empty(key, kind)
+    if kind == "boolean" and operator in TRUTHS:
+        value = [_truth(key, v) for v in value] if isinstance(value, list) else _truth(key, value)
     if kind == "integer" and _fraction(value):
         if operator in (FilterOperator.EQ, FilterOperator.NE):
             return operator == FilterOperator.NE
@@ -99,10 +103,23 @@ def _condition(item: MetadataFilter, types: Mapping[str, str] | None) -> dict[st
             values = [v for v in values if not _fraction(v)]
         if not values:  # in no values: no node; not in them: every node
             return operator == FilterOperator.NIN
-        return {"not": {key: {"in": values}}} if operator == FilterOperator.NIN else {key: {"in": values}}
+        among: dict[str, Any] = {key: {"in": values}}
+        if kind == "boolean":  # which takes eq and ne alone
+            among = {"or": [{key: {"eq": truth}} for truth in dict.fromkeys(values)]}
+        return {"not": among} if operator == FilterOperator.NIN else among
     if operator in (FilterOperator.ALL, FilterOperator.CONTAINS, FilterOperator.TEXT_MATCH):
         return {key: {"contains": value}}  # TEXT_MATCH: a substring, case-sensitive, as LlamaIndex matches it
     raise ValueError(f"filter operator {operator.value!r} has no equivalent in the server's filter language")
+
+
+def _truth(key: str, value: object) -> bool:
+    """A boolean field's value as LlamaIndex compares it (``True == 1``): its ``MetadataFilter`` holds no bool."""
+    if isinstance(value, int | float) and value in (0, 1):
+        return bool(value)
+    raise ValueError(
+        f"field {key!r} is a boolean field: compare it with 1 (true) or 0 (false), as LlamaIndex's MetadataFilter "
+        f"holds no True or False, not {value!r}"
+    )
 
 
 def _fraction(value: object) -> TypeGuard[float]:

@@ -270,6 +270,10 @@ def test_a_filter_the_server_cannot_say_is_refused() -> None:
     text = FilterOperator.TEXT_MATCH_INSENSITIVE
     with pytest.raises(ValueError, match="text_match_insensitive"):
         filter_of(MetadataFilters(filters=[MetadataFilter(key="topic", value="t", operator=text)]))
+    for value in ("true", 2, [1, 2]):  # a boolean field compared with what is neither 1 nor 0
+        truth = MetadataFilters(filters=[MetadataFilter(key="urgent", value=value)])
+        with pytest.raises(ValueError, match=r"field 'urgent' is a boolean field: compare it with 1 \(true\) or 0"):
+            filter_of(truth, {"urgent": "boolean"})
     empty = MetadataFilters(filters=[MetadataFilter(key="topic", value=None, operator=FilterOperator.IS_EMPTY)])
     with pytest.raises(ValueError, match="'is_empty' needs the type of field 'topic'"):
         filter_of(empty)  # without the table's field types
@@ -496,10 +500,18 @@ def test_hybrid_alpha_one_is_the_vector_search_and_zero_the_keyword_search(
 def test_filters_pass_the_nodes_llamaindexs_own_store_passes(store: EmbeddingSearchVectorStore) -> None:
     """Each operator, alone and combined by and, or and not, passes the nodes LlamaIndex's ``SimpleVectorStore``
     passes: ``in`` of no values none, ``nin`` of no values every node (a node without the key too), ``is_empty``
-    a node without the key or with an empty string, an integer compared with a fraction as a number."""
+    a node without the key or with an empty string, an integer compared with a fraction as a number, a boolean
+    field with 1 and 0 as true and false (``True == 1``: a ``MetadataFilter`` holds no bool)."""
     topics = ["fire", "sport", None, "fire brigade", "", None, "rain"]
+    urgent: list[dict[str, Any]] = [{"urgent": True}, {"urgent": False}, {}]
     nodes = [
-        node(f"{i}", f"note {i}", **({} if topic is None else {"topic": topic}), **({"row": i} if i != 5 else {}))
+        node(
+            f"{i}",
+            f"note {i}",
+            **({} if topic is None else {"topic": topic}),
+            **({"row": i} if i != 5 else {}),
+            **urgent[i % 3],
+        )
         for i, topic in enumerate(topics)
     ]
     store.add(nodes)
@@ -518,6 +530,11 @@ def test_filters_pass_the_nodes_llamaindexs_own_store_passes(store: EmbeddingSea
         MetadataFilter(key="row", value=2.5, operator=FilterOperator.NE),
         MetadataFilter(key="row", value=[2.5, 3.0], operator=FilterOperator.IN),  # an integer field, by fractions
         MetadataFilter(key="row", value=[2.5], operator=FilterOperator.NIN),
+        MetadataFilter(key="urgent", value=1),
+        MetadataFilter(key="urgent", value=0.0),
+        MetadataFilter(key="urgent", value=1, operator=FilterOperator.NE),
+        MetadataFilter(key="urgent", value=[0], operator=FilterOperator.IN),
+        MetadataFilter(key="urgent", value=[1], operator=FilterOperator.NIN),
     ]
     pairs = [[a, b] for a in atoms for b in atoms if a is not b][::12]
     for condition in FilterCondition:

@@ -327,7 +327,7 @@ class EmbeddingSearchVectorStore(BasePydanticVectorStore):
         return _result((await self.async_client.search_documents(self.table, k=k, **body)).hits)
 
 
-EVERY_NODE = {"not": {METADATA: "\u0000"}}  # a filter every document passes
+EVERY_NODE = {"not": {"id": "\u0000"}}  # a filter every document passes (of an id none has), of any table
 
 
 def _types(fields: dict[str, Any]) -> dict[str, str]:

@@ -160,6 +160,17 @@ def test_what_a_table_without_its_metadata_field_would_drop_is_refused(server_ur
         store.delete_nodes(["b1"])
 
 
+def test_clear_deletes_every_node_of_a_table_without_the_metadata_field(server_url: str) -> None:
+    store = EmbeddingSearchVectorStore(Client(server_url, api_key=KEY), "bare")
+    nodes = [TextNode(id_=f"c{i}", text="a fire", embedding=FAKE.embed_query(f"{i}")) for i in range(3)]
+    store.add(nodes[:2])
+    store.clear()
+    assert store.get_nodes() == []
+    store.add(nodes)
+    asyncio.run(store.aclear())
+    assert store.get_nodes() == []
+
+
 def test_get_nodes_skips_missing_ids(store: EmbeddingSearchVectorStore, server_url: str) -> None:
     store.add([node("1", "foo", topic="a")])
     found = store.get_nodes(["1", "2"])

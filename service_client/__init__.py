@@ -87,8 +87,9 @@ class Client:
         retries: int = 2,
     ) -> None:
         """``api_key``: sent as ``X-API-Key`` (a read key, or a write key for the write methods). ``retries``: how
-        many times a request answered 503 with ``Retry-After`` (``overloaded``: the server did not start it) is
-        sent again, after the seconds it says (at most ``RETRY_SECONDS``). ``http``: an ``httpx.Client`` of the
+        many times a request answered 503 with ``Retry-After`` (``overloaded``: the server did not start it), or
+        429 with it (a rate limit in front of the server), is sent again, after the seconds it says (at most
+        ``RETRY_SECONDS``). ``http``: an ``httpx.Client`` of the
         caller's, already pointed at the server (``base_url`` and ``timeout`` are then its own); the caller closes
         it, :meth:`close` does not."""
         self.retries = retries

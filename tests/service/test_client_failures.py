@@ -12,7 +12,7 @@ import httpx
 import pytest
 from fastapi.testclient import TestClient
 
-from service_client import ApiError, Client
+from service_client import ApiError, AsyncClient, Client
 
 ANSWER = {"neighbors": [{"token": "heart", "id": 1, "score": 0.5}]}
 OVERLOADED = {"error": {"code": "overloaded", "message": "the server is busy; retry"}}
@@ -57,6 +57,37 @@ def test_retries_run_out_into_the_overloaded_error() -> None:
     with pytest.raises(ApiError) as unavailable:  # a 503 without Retry-After (not_ready, a shard down) is not retried
         answering(overloaded(None), sent=sent).neighbors("t", "heart")
     assert unavailable.value.retry_after is None and len(sent) == 1
+
+
+def test_a_rate_limits_429_with_retry_after_is_retried_as_overloaded() -> None:
+    """A 429 with ``Retry-After`` (a gateway's rate limit in front of the server, which did not pass the request
+    on) is sent again after its seconds, as an ``overloaded`` answer is; without one it is raised at once."""
+    limited = httpx.Response(429, content=b"<html>Too Many Requests</html>", headers={"Retry-After": "0"})
+    sent: list[httpx.Request] = []
+    assert answering(limited, httpx.Response(200, json=ANSWER), sent=sent).neighbors("t", "heart")[0].id == 1
+    assert len(sent) == 2
+    sent.clear()
+    with pytest.raises(ApiError) as raised:
+        answering(limited, sent=sent).neighbors("t", "heart")
+    assert (raised.value.status, raised.value.retry_after, len(sent)) == (429, 0.0, 3)  # the 2 retries run out
+    sent.clear()
+    with pytest.raises(ApiError) as unsaid:
+        answering(httpx.Response(429, content=b"slow down"), sent=sent).neighbors("t", "heart")
+    assert (unsaid.value.status, unsaid.value.code, len(sent)) == (429, "http_error", 1)
+
+
+async def test_the_async_client_retries_a_429_with_retry_after() -> None:
+    sent: list[httpx.Request] = []
+    answers = [httpx.Response(429, headers={"Retry-After": "0"}), httpx.Response(200, json=ANSWER)]
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        sent.append(request)
+        return answers[len(sent) - 1]
+
+    http = httpx.AsyncClient(base_url="http://test", transport=httpx.MockTransport(handler))
+    async with http:
+        assert (await AsyncClient("http://test", http=http).neighbors("t", "heart"))[0].id == 1
+    assert len(sent) == 2
 
 
 def test_a_proxys_html_page_is_an_api_error() -> None:

@@ -134,7 +134,7 @@ class Client:
         try:
             return self.http.request(request.method, request.path, **request.arguments())
         except httpx.TransportError as exc:
-            raise _no_answer(exc) from exc
+            raise _no_answer(exc, self._owned) from exc
 
     # --------------------------------------------------------------------------------------- server
     def ready(self) -> bool:

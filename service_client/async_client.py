@@ -100,7 +100,7 @@ class AsyncClient:
         try:
             return await self.http.request(request.method, request.path, **request.arguments())
         except httpx.TransportError as exc:
-            raise _no_answer(exc) from exc
+            raise _no_answer(exc, self._owned) from exc
 
     # --------------------------------------------------------------------------------------- server
     async def ready(self) -> bool:

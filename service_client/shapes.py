@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json as _json
 import re
+import urllib.request
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -303,8 +304,20 @@ def _decoded(response: httpx.Response) -> Any:
         raise ApiError(response.status_code, "invalid_response", f"the answer is not JSON: {text}", {}) from None
 
 
-def _no_answer(exc: httpx.TransportError) -> ApiError:
-    """No answer to a request as an :class:`ApiError` of status 0."""
+def _no_answer(exc: httpx.TransportError, owned: bool) -> ApiError:
+    """No answer to a request as an :class:`ApiError` of status 0; ``owned``: the request's httpx client is the
+    client's own, which sends it through the proxy the environment names (whose connection it then was)."""
+    proxy = _proxy_of(exc.request.url) if owned else ""
     if isinstance(exc, httpx.TimeoutException):
-        return ApiError(0, "timeout", f"no answer from {exc.request.url} in time ({type(exc).__name__})", {})
-    return ApiError(0, "connection_error", f"{exc.request.url}: {exc}", {})
+        return ApiError(0, "timeout", f"no answer from {exc.request.url}{proxy} in time ({type(exc).__name__})", {})
+    return ApiError(0, "connection_error", f"{exc.request.url}{proxy}: {exc}", {})
+
+
+def _proxy_of(url: httpx.URL) -> str:
+    """The proxy the environment names for ``url`` as words of an error's message (``""``: none, or its host in
+    ``no_proxy``), read as httpx reads it: ``{scheme}_proxy``, else ``all_proxy``, upper case too."""
+    proxies = urllib.request.getproxies()
+    name = url.scheme if proxies.get(url.scheme) else "all"
+    if not proxies.get(name) or urllib.request.proxy_bypass(url.host):
+        return ""
+    return f" through the proxy {proxies[name]} ({name.upper()}_PROXY; NO_PROXY={url.host} reaches it directly)"

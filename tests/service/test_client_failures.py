@@ -3,6 +3,7 @@ each an :class:`ApiError`; an ``overloaded`` answer retried after its ``Retry-Af
 
 from __future__ import annotations
 
+import asyncio
 import json
 import pickle
 import socket
@@ -146,3 +147,27 @@ def test_a_refused_connection_is_a_connection_error() -> None:
             client.tables()
     assert (raised.value.status, raised.value.code) == (0, "connection_error")
     assert base in raised.value.message and isinstance(raised.value.__cause__, httpx.ConnectError)
+
+
+def test_a_connection_through_the_environments_proxy_names_the_proxy(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With HTTP_PROXY set, httpx sends the request to the proxy: a proxy that refuses the connection or does not
+    answer is named in the error, not taken for the server (which may well be up), until NO_PROXY names it."""
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        proxy = f"http://127.0.0.1:{listener.getsockname()[1]}"
+    with socket.create_server(("127.0.0.1", 0)) as server:  # listening: the connection refused is the proxy's
+        base = f"http://127.0.0.1:{server.getsockname()[1]}"
+        for name in ("NO_PROXY", "no_proxy", "ALL_PROXY", "all_proxy", "http_proxy"):
+            monkeypatch.delenv(name, raising=False)
+        monkeypatch.setenv("HTTP_PROXY", proxy)
+        with Client(base) as client, pytest.raises(ApiError) as raised:
+            client.tables()
+        assert raised.value.code == "connection_error"
+        named = f"{base}/v1/tables through the proxy {proxy} (HTTP_PROXY; NO_PROXY=127.0.0.1 reaches it directly)"
+        assert named in raised.value.message
+        with pytest.raises(ApiError) as awaited:
+            asyncio.run(AsyncClient(base).tables())
+        assert awaited.value.code == "connection_error" and named in awaited.value.message
+        monkeypatch.setenv("NO_PROXY", "127.0.0.1")
+        with Client(base, timeout=0.5) as client, pytest.raises(ApiError) as direct:
+            client.tables()  # straight to the server, which never answers
+        assert direct.value.code == "timeout" and "proxy" not in direct.value.message

@@ -82,8 +82,14 @@ class Hit:
 
 @dataclass(frozen=True)
 class Hits:
+    """A search's hits; ``passing``, with a filter, how many documents pass it; ``fallback``, a hybrid search
+    answered by one list alone (``{"mode", "reason"}``: the other had nothing); ``partial``, the front of a sharded
+    table answering without the shards that did not (``{"shards", "answered", "missing"}``)."""
+
     hits: list[Hit]
-    passing: int | None = None  # with a filter: how many documents pass it
+    passing: int | None = None
+    fallback: dict[str, Any] | None = None
+    partial: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -157,7 +163,7 @@ def _hits(answer: dict[str, Any]) -> Hits:
         Hit(h["id"], h["score"], h.get("text"), h.get("fields", {}), h.get("ranks", {}), h.get("vector"))
         for h in answer["hits"]
     ]
-    return Hits(hits, answer.get("passing"))
+    return Hits(hits, answer.get("passing"), answer.get("fallback"), answer.get("partial"))
 
 
 def _item_error(envelope: dict[str, Any]) -> ApiError:

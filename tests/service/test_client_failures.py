@@ -171,3 +171,16 @@ def test_a_connection_through_the_environments_proxy_names_the_proxy(monkeypatch
         with Client(base, timeout=0.5) as client, pytest.raises(ApiError) as direct:
             client.tables()  # straight to the server, which never answers
         assert direct.value.code == "timeout" and "proxy" not in direct.value.message
+
+
+def test_a_partial_answer_of_a_sharded_tables_front_is_said() -> None:
+    """The front of a sharded table with EMBEDDING_PARTIAL=true answers a search without a shard that did not
+    answer and says so (docs/deployment.md): the client's Hits carry it, a batch's items each their own."""
+    partial = {"shards": 3, "answered": 2, "missing": [{"shard": 2, "reason": "no answer in 2 s"}]}
+    hit = {"id": "lee-001", "score": 0.5, "text": "a", "fields": {}}
+    one = answering(httpx.Response(200, json={"hits": [hit], "partial": partial}))
+    assert one.search_documents("lee", k=1, text="fire").partial == partial
+    results = {"results": [{"hits": [hit], "partial": partial}, {"hits": []}]}
+    first, second = answering(httpx.Response(200, json=results)).search_documents_batch("lee", [{"id": "a"}] * 2)
+    assert not isinstance(first, ApiError) and first.partial == partial
+    assert not isinstance(second, ApiError) and second.partial is None

@@ -48,6 +48,7 @@ from service_client.shapes import (
     TableInfo,
     _no_answer,
     segment,
+    server_address,
     write_bodies,
 )
 
@@ -95,7 +96,7 @@ class Client:
         self.retries = retries
         self._known = Known()  # the server's limits and tables' rows, read once (again when lowered): runs.Known
         self._owned = http is None
-        self.http = http or httpx.Client(base_url=base_url, timeout=timeout)
+        self.http = http or httpx.Client(base_url=server_address(base_url), timeout=timeout)
         if api_key:
             self.http.headers["X-API-Key"] = api_key
 

@@ -149,6 +149,15 @@ ITEM_STATUS = {
 }
 
 
+def server_address(base_url: str) -> str:
+    """``base_url`` as a client's address, or a ValueError for one that could never be reached (no scheme: httpx
+    would refuse every request, and ``ready()`` answer False for ever)."""
+    url = httpx.URL(base_url)
+    if url.scheme not in ("http", "https") or not url.host:
+        raise ValueError(f"base_url {base_url!r} is not an address of the form http://host:port (or https://)")
+    return base_url
+
+
 def segment(text: str) -> str:
     """``text`` as one path segment: every reserved character escaped, dots too (so "." and ".." survive)."""
     return quote(text, safe="").replace(".", "%2E")

@@ -184,3 +184,13 @@ def test_a_partial_answer_of_a_sharded_tables_front_is_said() -> None:
     first, second = answering(httpx.Response(200, json=results)).search_documents_batch("lee", [{"id": "a"}] * 2)
     assert not isinstance(first, ApiError) and first.partial == partial
     assert not isinstance(second, ApiError) and second.partial is None
+
+
+@pytest.mark.parametrize("base_url", ["localhost:8000", "127.0.0.1:8000", "http//127.0.0.1:8000", "", "http://"])
+def test_an_address_without_its_scheme_is_refused_at_once(base_url: str) -> None:
+    """An address httpx could never send a request to (no ``http://``: "localhost:8000" is read as the scheme
+    ``localhost``) is a ValueError when the client is made, not every call's connection_error and a ``ready()``
+    that answers False for ever."""
+    for made in (Client, AsyncClient):
+        with pytest.raises(ValueError, match=f"base_url {base_url!r} is not an address of the form http://host:port"):
+            made(base_url)

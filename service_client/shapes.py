@@ -335,4 +335,5 @@ def _proxy_of(url: httpx.URL) -> str:
     name = url.scheme if proxies.get(url.scheme) else "all"
     if not proxies.get(name) or urllib.request.proxy_bypass(url.host):
         return ""
-    return f" through the proxy {proxies[name]} ({name.upper()}_PROXY; NO_PROXY={url.host} reaches it directly)"
+    variable = f"{name.upper()}_PROXY"
+    return f" through the proxy {proxies[name]} ({variable}; NO_PROXY={url.host} reaches the server directly)"

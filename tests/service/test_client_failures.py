@@ -162,7 +162,7 @@ def test_a_connection_through_the_environments_proxy_names_the_proxy(monkeypatch
         with Client(base) as client, pytest.raises(ApiError) as raised:
             client.tables()
         assert raised.value.code == "connection_error"
-        named = f"{base}/v1/tables through the proxy {proxy} (HTTP_PROXY; NO_PROXY=127.0.0.1 reaches it directly)"
+        named = f"{base}/v1/tables through the proxy {proxy} (HTTP_PROXY; NO_PROXY=127.0.0.1 reaches the server"
         assert named in raised.value.message
         with pytest.raises(ApiError) as awaited:
             asyncio.run(AsyncClient(base).tables())

@@ -48,6 +48,7 @@ from service_client.shapes import (
     TableInfo,
     _no_answer,
     segment,
+    server_address,
     write_bodies,
 )
 
@@ -87,14 +88,15 @@ class Client:
         retries: int = 2,
     ) -> None:
         """``api_key``: sent as ``X-API-Key`` (a read key, or a write key for the write methods). ``retries``: how
-        many times a request answered 503 with ``Retry-After`` (``overloaded``: the server did not start it) is
-        sent again, after the seconds it says (at most ``RETRY_SECONDS``). ``http``: an ``httpx.Client`` of the
+        many times a request answered 503 with ``Retry-After`` (``overloaded``: the server did not start it), or
+        429 with it (a rate limit in front of the server), is sent again, after the seconds it says (at most
+        ``RETRY_SECONDS``). ``http``: an ``httpx.Client`` of the
         caller's, already pointed at the server (``base_url`` and ``timeout`` are then its own); the caller closes
         it, :meth:`close` does not."""
         self.retries = retries
         self._known = Known()  # the server's limits and tables' rows, read once (again when lowered): runs.Known
         self._owned = http is None
-        self.http = http or httpx.Client(base_url=base_url, timeout=timeout)
+        self.http = http or httpx.Client(base_url=server_address(base_url), timeout=timeout)
         if api_key:
             self.http.headers["X-API-Key"] = api_key
 
@@ -133,7 +135,7 @@ class Client:
         try:
             return self.http.request(request.method, request.path, **request.arguments())
         except httpx.TransportError as exc:
-            raise _no_answer(exc) from exc
+            raise _no_answer(exc, self._owned) from exc
 
     # --------------------------------------------------------------------------------------- server
     def ready(self) -> bool:

@@ -27,6 +27,7 @@ from service_client.shapes import (
     T,
     TableInfo,
     _no_answer,
+    server_address,
 )
 
 if TYPE_CHECKING:
@@ -50,7 +51,7 @@ class AsyncClient:
         self.retries = retries
         self._known = Known()  # the server's limits and tables' rows, read once (again when lowered): runs.Known
         self._owned = http is None
-        self.http = http or httpx.AsyncClient(base_url=base_url, timeout=timeout)
+        self.http = http or httpx.AsyncClient(base_url=server_address(base_url), timeout=timeout)
         if api_key:
             self.http.headers["X-API-Key"] = api_key
 
@@ -100,7 +101,7 @@ class AsyncClient:
         try:
             return await self.http.request(request.method, request.path, **request.arguments())
         except httpx.TransportError as exc:
-            raise _no_answer(exc) from exc
+            raise _no_answer(exc, self._owned) from exc
 
     # --------------------------------------------------------------------------------------- server
     async def ready(self) -> bool:

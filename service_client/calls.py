@@ -45,10 +45,11 @@ RETRY_SECONDS = 10.0  # the longest wait a Retry-After makes before a retry
 
 
 def retry_wait(response: httpx.Response) -> float | None:
-    """The seconds to wait before sending a request again, for an ``overloaded`` answer (503 with ``Retry-After``:
-    the server did not start it); None for any other answer."""
+    """The seconds to wait before sending a request again, for an answer that did not start it and says when to
+    ask again: 503 with ``Retry-After`` (``overloaded``), or 429 with it (a rate limit in front of the server); None
+    for any other answer."""
     wait = _retry_after(response)
-    return None if response.status_code != 503 or wait is None else min(wait, RETRY_SECONDS)
+    return None if response.status_code not in (429, 503) or wait is None else min(wait, RETRY_SECONDS)
 
 
 def table_path(table: str, suffix: str) -> str:

@@ -13,7 +13,8 @@ search is ``POST .../search``, seen at once (``max_marginal_relevance_search``: 
 ``fetch_k`` nearest documents, which the search answers with their unit vectors). A document's metadata is kept
 whole, as JSON, in the table's string field ``metadata`` (so it comes back as it went in, whatever its keys); a
 metadata key that is also a field of the table is written to that field too, where ``filter`` (the server's
-filter language) can test it. Ids are strings (a table of string ids).
+filter language) can test it; a table without that field keeps only what its fields hold (other keys are a
+ValueError before any text is embedded). Ids are strings (a table of string ids).
 Without an ``embedding``, texts are embedded by the table's encoder on the server.
 
 The async methods (``aadd_texts``, ``asimilarity_search``, ``adelete``, ...) are the store's own, over an
@@ -37,7 +38,7 @@ from langchain_core.vectorstores.utils import maximal_marginal_relevance
 
 from service_client import ApiError, AsyncClient, Client, Hit
 from service_client.async_client import LoopClient
-from service_client.stored import METADATA, among, is_id, metadata_of, plain
+from service_client.stored import METADATA, among, is_id, metadata_of, plain, unkept
 
 
 def _max_k(error: ApiError) -> int | None:
@@ -134,30 +135,34 @@ class EmbeddingSearchStore(VectorStore):
         fields: dict[str, Any] = self.documents()["fields"]
         return fields
 
-    def _rows(
-        self,
-        table: dict[str, Any],
-        ids: list[str],
-        texts: list[str],
-        metadatas: list[dict[str, Any]] | None,
-        vectors: list[list[float]] | None,
+    def _fields(
+        self, table: dict[str, Any], texts: list[str], ids: list[str], metadatas: list[dict[str, Any]] | None
     ) -> list[dict[str, Any]]:
-        """The documents to write of the texts, ``table`` the table's ``documents`` description."""
+        """Each text's fields to write, ``table`` the table's ``documents`` description: its metadata's keys that
+        are fields, and the whole metadata as JSON in ``metadata``; a ValueError, before any text is embedded,
+        for metadata the table would not keep (:func:`~service_client.stored.unkept`)."""
+        known, rows = table["fields"], []
+        for i, (ident, metadata) in enumerate(zip(ids, metadatas or [{} for _ in texts], strict=True)):
+            metadata = plain(metadata)
+            unkept(self.table, known, f"metadatas[{i}] (id {ident!r})", metadata)
+            fields = {name: value for name, value in metadata.items() if name in known and name != METADATA}
+            if METADATA in known:
+                fields[METADATA] = json.dumps(metadata, sort_keys=True)
+            rows.append(fields)
+        return rows
+
+    @staticmethod
+    def _rows(
+        ids: list[str], texts: list[str], fields: list[dict[str, Any]], vectors: list[list[float]] | None
+    ) -> list[dict[str, Any]]:
+        """The documents to write of the texts."""
         documents = []
-        for i, (ident, text, metadata) in enumerate(zip(ids, texts, metadatas or [{} for _ in texts], strict=True)):
-            document: dict[str, Any] = {"id": ident, "text": text, "fields": self._row_fields(table, metadata)}
+        for i, (ident, text, values) in enumerate(zip(ids, texts, fields, strict=True)):
+            document: dict[str, Any] = {"id": ident, "text": text, "fields": values}
             if vectors is not None:
                 document["vector"] = vectors[i]
             documents.append(document)
         return documents
-
-    @staticmethod
-    def _row_fields(table: dict[str, Any], metadata: dict[str, Any]) -> dict[str, Any]:
-        metadata, known = plain(metadata), table["fields"]
-        fields = {name: value for name, value in metadata.items() if name in known and name != METADATA}
-        if METADATA in known:
-            fields[METADATA] = json.dumps(metadata, sort_keys=True)
-        return fields
 
     def _document(self, hit: Hit | dict[str, Any]) -> Document:
         ident, text, fields = (
@@ -178,8 +183,9 @@ class EmbeddingSearchStore(VectorStore):
     ) -> list[str]:
         texts = list(texts)
         ids = _ids(texts, metadatas, ids)
+        fields = self._fields(self.documents(), texts, ids, metadatas)
         vectors = self.embedding.embed_documents(texts) if self.embedding is not None else None
-        self.client.upsert_many(self.table, self._rows(self.documents(), ids, texts, metadatas, vectors))
+        self.client.upsert_many(self.table, self._rows(ids, texts, fields, vectors))
         return ids
 
     async def aadd_texts(
@@ -192,9 +198,9 @@ class EmbeddingSearchStore(VectorStore):
     ) -> list[str]:
         texts = list(texts)
         ids = _ids(texts, metadatas, ids)
+        fields = self._fields(await self.adocuments(), texts, ids, metadatas)
         vectors = await self.embedding.aembed_documents(texts) if self.embedding is not None else None
-        documents = self._rows(await self.adocuments(), ids, texts, metadatas, vectors)
-        await self.async_client.upsert_many(self.table, documents)
+        await self.async_client.upsert_many(self.table, self._rows(ids, texts, fields, vectors))
         return ids
 
     def delete(self, ids: list[str] | None = None, **kwargs: Any) -> bool | None:

@@ -10,7 +10,8 @@ embedding-search[llamaindex]``).
 
 ``add`` upserts each node by its id (its embedding as the vector, its text, its metadata and relationships kept
 whole, as JSON, in the table's string field ``metadata``; a metadata key that is also a field of the table is
-written to that field too, and its source document's id to a ``ref_doc_id`` field when the table has one);
+written to that field too, and its source document's id to a ``ref_doc_id`` field when the table has one; a
+table without ``metadata`` takes only nodes its fields hold whole, without relationships: others are a ValueError);
 ``delete(ref_doc_id)`` deletes the nodes of a source document (by that field); ``get_nodes(filters=...)`` lists
 the nodes the filters pass (the server's pages of them, in the ids' order); ``query`` searches by the query
 embedding with ``MetadataFilters`` translated to the server's filter language (on the table's fields;
@@ -46,11 +47,12 @@ from pydantic import PrivateAttr
 
 from service_client import AsyncClient, Client, Hit
 from service_client.async_client import LoopClient
-from service_client.stored import METADATA, among, is_id, metadata_of, plain
+from service_client.stored import METADATA, among, is_id, metadata_of, plain, unkept
 
 REF_DOC_ID = "ref_doc_id"
 RANGES = {FilterOperator.GT: "gt", FilterOperator.GTE: "gte", FilterOperator.LT: "lt", FilterOperator.LTE: "lte"}
 COMPARISONS = {**RANGES, FilterOperator.EQ: "eq", FilterOperator.NE: "ne"}
+TRUTHS = (FilterOperator.EQ, FilterOperator.NE, FilterOperator.IN, FilterOperator.NIN)  # of a boolean field: 1, 0
 ORIGINS = {"integer": 0, "float": 0.0, "timestamp": "1970-01-01T00:00:00Z"}  # a value each is above or below
 
 
@@ -81,10 +83,13 @@ def filter_of(filters: MetadataFilters, types: Mapping[str, str] | None = None) 
 
 
 def _condition(item: MetadataFilter, types: Mapping[str, str] | None) -> dict[str, Any] | bool:
-    key, value, operator = item.key, item.value, item.operator
+    key, operator = item.key, item.operator
+    value: Any = item.value
     kind = (types or {}).get(key)
     if operator == FilterOperator.IS_EMPTY:
         return _empty(key, kind)
+    if kind == "boolean" and operator in TRUTHS:
+        value = [_truth(key, v) for v in value] if isinstance(value, list) else _truth(key, value)
     if kind == "integer" and _fraction(value):
         if operator in (FilterOperator.EQ, FilterOperator.NE):
             return operator == FilterOperator.NE
@@ -98,10 +103,23 @@ def _condition(item: MetadataFilter, types: Mapping[str, str] | None) -> dict[st
             values = [v for v in values if not _fraction(v)]
         if not values:  # in no values: no node; not in them: every node
             return operator == FilterOperator.NIN
-        return {"not": {key: {"in": values}}} if operator == FilterOperator.NIN else {key: {"in": values}}
+        among: dict[str, Any] = {key: {"in": values}}
+        if kind == "boolean":  # which takes eq and ne alone
+            among = {"or": [{key: {"eq": truth}} for truth in dict.fromkeys(values)]}
+        return {"not": among} if operator == FilterOperator.NIN else among
     if operator in (FilterOperator.ALL, FilterOperator.CONTAINS, FilterOperator.TEXT_MATCH):
         return {key: {"contains": value}}  # TEXT_MATCH: a substring, case-sensitive, as LlamaIndex matches it
     raise ValueError(f"filter operator {operator.value!r} has no equivalent in the server's filter language")
+
+
+def _truth(key: str, value: object) -> bool:
+    """A boolean field's value as LlamaIndex compares it (``True == 1``): its ``MetadataFilter`` holds no bool."""
+    if isinstance(value, int | float) and value in (0, 1):
+        return bool(value)
+    raise ValueError(
+        f"field {key!r} is a boolean field: compare it with 1 (true) or 0 (false), as LlamaIndex's MetadataFilter "
+        f"holds no True or False, not {value!r}"
+    )
 
 
 def _fraction(value: object) -> TypeGuard[float]:
@@ -224,11 +242,11 @@ class EmbeddingSearchVectorStore(BasePydanticVectorStore):
         return self._info
 
     def add(self, nodes: Sequence[BaseNode], **kwargs: Any) -> list[str]:
-        self._client.upsert_many(self.table, _rows(nodes, self.fields()))
+        self._client.upsert_many(self.table, _rows(self.table, nodes, self.fields()))
         return [node.node_id for node in nodes]
 
     async def async_add(self, nodes: Sequence[BaseNode], **kwargs: Any) -> list[str]:
-        await self.async_client.upsert_many(self.table, _rows(nodes, await self.afields()))
+        await self.async_client.upsert_many(self.table, _rows(self.table, nodes, await self.afields()))
         return [node.node_id for node in nodes]
 
     def delete(self, ref_doc_id: str, **delete_kwargs: Any) -> None:
@@ -309,18 +327,21 @@ class EmbeddingSearchVectorStore(BasePydanticVectorStore):
         return _result((await self.async_client.search_documents(self.table, k=k, **body)).hits)
 
 
-EVERY_NODE = {"not": {METADATA: "\u0000"}}  # a filter every document passes
+EVERY_NODE = {"not": {"id": "\u0000"}}  # a filter every document passes (of an id none has), of any table
 
 
 def _types(fields: dict[str, Any]) -> dict[str, str]:
     return {name: field["type"] for name, field in fields.items()}
 
 
-def _rows(nodes: Sequence[BaseNode], known: dict[str, Any]) -> list[dict[str, Any]]:
-    """The documents to write of ``nodes``, ``known`` the table's fields."""
+def _rows(table: str, nodes: Sequence[BaseNode], known: dict[str, Any]) -> list[dict[str, Any]]:
+    """The documents to write of ``nodes``, ``known`` the table's fields; a ValueError, before any is written, for
+    a node whose metadata or relationships the table would not keep (:func:`~service_client.stored.unkept`)."""
     documents = []
-    for node in nodes:
+    for i, node in enumerate(nodes):
         metadata = plain(node.metadata)  # NumPy's values as JSON's, which LlamaIndex's dump needs too
+        related = f"its relationships ({', '.join(sorted(r.name.lower() for r in node.relationships))})"
+        unkept(table, known, f"nodes[{i}] (id {node.node_id!r})", metadata, related if node.relationships else "")
         shown = node.model_copy(update={"metadata": metadata})
         stored = node_to_metadata_dict(shown, remove_text=True, flat_metadata=False)
         fields = {k: v for k, v in metadata.items() if k in known and k not in (METADATA, REF_DOC_ID)}

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json as _json
 import re
+import urllib.request
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -81,8 +82,14 @@ class Hit:
 
 @dataclass(frozen=True)
 class Hits:
+    """A search's hits; ``passing``, with a filter, how many documents pass it; ``fallback``, a hybrid search
+    answered by one list alone (``{"mode", "reason"}``: the other had nothing); ``partial``, the front of a sharded
+    table answering without the shards that did not (``{"shards", "answered", "missing"}``)."""
+
     hits: list[Hit]
-    passing: int | None = None  # with a filter: how many documents pass it
+    passing: int | None = None
+    fallback: dict[str, Any] | None = None
+    partial: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -142,6 +149,15 @@ ITEM_STATUS = {
 }
 
 
+def server_address(base_url: str) -> str:
+    """``base_url`` as a client's address, or a ValueError for one that could never be reached (no scheme: httpx
+    would refuse every request, and ``ready()`` answer False for ever)."""
+    url = httpx.URL(base_url)
+    if url.scheme not in ("http", "https") or not url.host:
+        raise ValueError(f"base_url {base_url!r} is not an address of the form http://host:port (or https://)")
+    return base_url
+
+
 def segment(text: str) -> str:
     """``text`` as one path segment: every reserved character escaped, dots too (so "." and ".." survive)."""
     return quote(text, safe="").replace(".", "%2E")
@@ -156,7 +172,7 @@ def _hits(answer: dict[str, Any]) -> Hits:
         Hit(h["id"], h["score"], h.get("text"), h.get("fields", {}), h.get("ranks", {}), h.get("vector"))
         for h in answer["hits"]
     ]
-    return Hits(hits, answer.get("passing"))
+    return Hits(hits, answer.get("passing"), answer.get("fallback"), answer.get("partial"))
 
 
 def _item_error(envelope: dict[str, Any]) -> ApiError:
@@ -303,8 +319,21 @@ def _decoded(response: httpx.Response) -> Any:
         raise ApiError(response.status_code, "invalid_response", f"the answer is not JSON: {text}", {}) from None
 
 
-def _no_answer(exc: httpx.TransportError) -> ApiError:
-    """No answer to a request as an :class:`ApiError` of status 0."""
+def _no_answer(exc: httpx.TransportError, owned: bool) -> ApiError:
+    """No answer to a request as an :class:`ApiError` of status 0; ``owned``: the request's httpx client is the
+    client's own, which sends it through the proxy the environment names (whose connection it then was)."""
+    proxy = _proxy_of(exc.request.url) if owned else ""
     if isinstance(exc, httpx.TimeoutException):
-        return ApiError(0, "timeout", f"no answer from {exc.request.url} in time ({type(exc).__name__})", {})
-    return ApiError(0, "connection_error", f"{exc.request.url}: {exc}", {})
+        return ApiError(0, "timeout", f"no answer from {exc.request.url}{proxy} in time ({type(exc).__name__})", {})
+    return ApiError(0, "connection_error", f"{exc.request.url}{proxy}: {exc}", {})
+
+
+def _proxy_of(url: httpx.URL) -> str:
+    """The proxy the environment names for ``url`` as words of an error's message (``""``: none, or its host in
+    ``no_proxy``), read as httpx reads it: ``{scheme}_proxy``, else ``all_proxy``, upper case too."""
+    proxies = urllib.request.getproxies()
+    name = url.scheme if proxies.get(url.scheme) else "all"
+    if not proxies.get(name) or urllib.request.proxy_bypass(url.host):
+        return ""
+    variable = f"{name.upper()}_PROXY"
+    return f" through the proxy {proxies[name]} ({variable}; NO_PROXY={url.host} reaches the server directly)"

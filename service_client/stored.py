@@ -1,6 +1,7 @@
 """What the LangChain and LlamaIndex stores write and read back of a document: the metadata they keep whole, as a
 JSON object, in the table's string field ``metadata``; its values as JSON has them; the ids the server takes, and
-its filter of documents by id."""
+its filter of documents by id. A table without that field keeps only the metadata its fields hold: what else a
+write would drop is refused before anything is written (:func:`unkept`)."""
 
 from __future__ import annotations
 
@@ -27,6 +28,22 @@ def _listed(value: Any) -> Any:
     if not callable(tolist):
         raise TypeError(f"a metadata value of type {type(value).__name__} has no JSON form: {value!r}")
     return tolist()
+
+
+def unkept(table: str, fields: dict[str, Any], item: str, metadata: dict[str, Any], more: str = "") -> None:
+    """A ValueError when the table ``table`` of ``fields`` has no field ``metadata`` and the write of ``item`` (a
+    document, named as the store names it) would drop what its fields do not hold: its metadata's keys that are
+    not fields, and ``more`` (what else only that field would keep)."""
+    if METADATA in fields:
+        return
+    keys = [repr(key) for key in metadata if key not in fields]
+    lost = ([f"its metadata key{'s' if len(keys) > 1 else ''} {', '.join(keys)}"] if keys else []) + [more] * bool(more)
+    if lost:
+        raise ValueError(
+            f"{item}: table {table!r} has no string field {METADATA!r}, which keeps a document's metadata whole, "
+            f"so {' and '.join(lost)} would be lost (its fields: {', '.join(map(repr, fields)) or 'none'}): import "
+            f"the table with a {METADATA!r} field, or give only metadata its fields hold; nothing was written"
+        )
 
 
 def is_id(ident: str) -> bool:

@@ -3,6 +3,7 @@ each an :class:`ApiError`; an ``overloaded`` answer retried after its ``Retry-Af
 
 from __future__ import annotations
 
+import asyncio
 import json
 import pickle
 import socket
@@ -12,7 +13,7 @@ import httpx
 import pytest
 from fastapi.testclient import TestClient
 
-from service_client import ApiError, Client
+from service_client import ApiError, AsyncClient, Client
 
 ANSWER = {"neighbors": [{"token": "heart", "id": 1, "score": 0.5}]}
 OVERLOADED = {"error": {"code": "overloaded", "message": "the server is busy; retry"}}
@@ -57,6 +58,37 @@ def test_retries_run_out_into_the_overloaded_error() -> None:
     with pytest.raises(ApiError) as unavailable:  # a 503 without Retry-After (not_ready, a shard down) is not retried
         answering(overloaded(None), sent=sent).neighbors("t", "heart")
     assert unavailable.value.retry_after is None and len(sent) == 1
+
+
+def test_a_rate_limits_429_with_retry_after_is_retried_as_overloaded() -> None:
+    """A 429 with ``Retry-After`` (a gateway's rate limit in front of the server, which did not pass the request
+    on) is sent again after its seconds, as an ``overloaded`` answer is; without one it is raised at once."""
+    limited = httpx.Response(429, content=b"<html>Too Many Requests</html>", headers={"Retry-After": "0"})
+    sent: list[httpx.Request] = []
+    assert answering(limited, httpx.Response(200, json=ANSWER), sent=sent).neighbors("t", "heart")[0].id == 1
+    assert len(sent) == 2
+    sent.clear()
+    with pytest.raises(ApiError) as raised:
+        answering(limited, sent=sent).neighbors("t", "heart")
+    assert (raised.value.status, raised.value.retry_after, len(sent)) == (429, 0.0, 3)  # the 2 retries run out
+    sent.clear()
+    with pytest.raises(ApiError) as unsaid:
+        answering(httpx.Response(429, content=b"slow down"), sent=sent).neighbors("t", "heart")
+    assert (unsaid.value.status, unsaid.value.code, len(sent)) == (429, "http_error", 1)
+
+
+async def test_the_async_client_retries_a_429_with_retry_after() -> None:
+    sent: list[httpx.Request] = []
+    answers = [httpx.Response(429, headers={"Retry-After": "0"}), httpx.Response(200, json=ANSWER)]
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        sent.append(request)
+        return answers[len(sent) - 1]
+
+    http = httpx.AsyncClient(base_url="http://test", transport=httpx.MockTransport(handler))
+    async with http:
+        assert (await AsyncClient("http://test", http=http).neighbors("t", "heart"))[0].id == 1
+    assert len(sent) == 2
 
 
 def test_a_proxys_html_page_is_an_api_error() -> None:
@@ -115,3 +147,50 @@ def test_a_refused_connection_is_a_connection_error() -> None:
             client.tables()
     assert (raised.value.status, raised.value.code) == (0, "connection_error")
     assert base in raised.value.message and isinstance(raised.value.__cause__, httpx.ConnectError)
+
+
+def test_a_connection_through_the_environments_proxy_names_the_proxy(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With HTTP_PROXY set, httpx sends the request to the proxy: a proxy that refuses the connection or does not
+    answer is named in the error, not taken for the server (which may well be up), until NO_PROXY names it."""
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        proxy = f"http://127.0.0.1:{listener.getsockname()[1]}"
+    with socket.create_server(("127.0.0.1", 0)) as server:  # listening: the connection refused is the proxy's
+        base = f"http://127.0.0.1:{server.getsockname()[1]}"
+        for name in ("NO_PROXY", "no_proxy", "ALL_PROXY", "all_proxy", "http_proxy"):
+            monkeypatch.delenv(name, raising=False)
+        monkeypatch.setenv("HTTP_PROXY", proxy)
+        with Client(base) as client, pytest.raises(ApiError) as raised:
+            client.tables()
+        assert raised.value.code == "connection_error"
+        named = f"{base}/v1/tables through the proxy {proxy} (HTTP_PROXY; NO_PROXY=127.0.0.1 reaches the server"
+        assert named in raised.value.message
+        with pytest.raises(ApiError) as awaited:
+            asyncio.run(AsyncClient(base).tables())
+        assert awaited.value.code == "connection_error" and named in awaited.value.message
+        monkeypatch.setenv("NO_PROXY", "127.0.0.1")
+        with Client(base, timeout=0.5) as client, pytest.raises(ApiError) as direct:
+            client.tables()  # straight to the server, which never answers
+        assert direct.value.code == "timeout" and "proxy" not in direct.value.message
+
+
+def test_a_partial_answer_of_a_sharded_tables_front_is_said() -> None:
+    """The front of a sharded table with EMBEDDING_PARTIAL=true answers a search without a shard that did not
+    answer and says so (docs/deployment.md): the client's Hits carry it, a batch's items each their own."""
+    partial = {"shards": 3, "answered": 2, "missing": [{"shard": 2, "reason": "no answer in 2 s"}]}
+    hit = {"id": "lee-001", "score": 0.5, "text": "a", "fields": {}}
+    one = answering(httpx.Response(200, json={"hits": [hit], "partial": partial}))
+    assert one.search_documents("lee", k=1, text="fire").partial == partial
+    results = {"results": [{"hits": [hit], "partial": partial}, {"hits": []}]}
+    first, second = answering(httpx.Response(200, json=results)).search_documents_batch("lee", [{"id": "a"}] * 2)
+    assert not isinstance(first, ApiError) and first.partial == partial
+    assert not isinstance(second, ApiError) and second.partial is None
+
+
+@pytest.mark.parametrize("base_url", ["localhost:8000", "127.0.0.1:8000", "http//127.0.0.1:8000", "", "http://"])
+def test_an_address_without_its_scheme_is_refused_at_once(base_url: str) -> None:
+    """An address httpx could never send a request to (no ``http://``: "localhost:8000" is read as the scheme
+    ``localhost``) is a ValueError when the client is made, not every call's connection_error and a ``ready()``
+    that answers False for ever."""
+    for made in (Client, AsyncClient):
+        with pytest.raises(ValueError, match=f"base_url {base_url!r} is not an address of the form http://host:port"):
+            made(base_url)

@@ -11,6 +11,7 @@ without its content type; batch items' statuses.
 
 from __future__ import annotations
 
+import asyncio
 import io
 import re
 import shlex
@@ -29,7 +30,7 @@ import pytest
 
 from index.build.sources import glove_package
 from index.engine.table import Table
-from service_client import ApiError, Client
+from service_client import ApiError, AsyncClient, Client
 from tests.cli import run_cli
 from tests.conftest import link_table
 from tests.examples import example, printed
@@ -134,6 +135,13 @@ def test_hybrid_falls_back_to_keyword_for_words_the_encoder_does_not_know(base: 
     )
     assert "fallback" not in results[1]
     assert any(set(hit["ranks"]) == {"vector", "keyword"} for hit in results[1]["hits"])
+    with Client(base) as client:  # the Python clients' Hits say it too, a batch's items each for itself
+        assert client.search_documents("licences", k=5, text=UNKNOWN, mode="hybrid").fallback == fallback
+        first, second = client.search_documents_batch("licences", items, k=5, mode="hybrid")
+        assert not isinstance(first, ApiError) and first.fallback == results[0]["fallback"]
+        assert not isinstance(second, ApiError) and second.fallback is None and second.partial is None
+    awaited = asyncio.run(AsyncClient(base).search_documents("licences", k=5, text=UNKNOWN, mode="hybrid"))
+    assert awaited.fallback == fallback and awaited.partial is None
 
 
 def test_hybrid_falls_back_to_vector_for_words_no_document_holds(base: str) -> None:

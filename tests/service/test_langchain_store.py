@@ -41,8 +41,8 @@ WIDE = 1536  # OpenAI's text-embedding-3-small
 @pytest.fixture(scope="module")
 def server_url(tmp_path_factory: pytest.TempPathFactory, small_data_dir: Path) -> Iterator[str]:
     """A server with ``lc``: a documents table of 6 dimensions with fields ``metadata``, ``topic`` and ``published``,
-    imported with one placeholder document that each test's store deletes; ``wide``, of 1,536 dimensions; and
-    ``encoded``, whose texts the words table ``small`` embeds."""
+    imported with one placeholder document that each test's store deletes; ``wide``, of 1,536 dimensions;
+    ``encoded``, whose texts the words table ``small`` embeds; and ``bare``, of the field ``topic`` alone."""
     data = tmp_path_factory.mktemp("langchain-data")
     shutil.copytree(small_data_dir / "small", data / "small")
     encoded = data.parent / "encoded.jsonl"
@@ -58,6 +58,9 @@ def server_url(tmp_path_factory: pytest.TempPathFactory, small_data_dir: Path) -
     wide = data.parent / "wide.jsonl"  # ``wide``: the same with vectors of an OpenAI embedding's size
     wide.write_text(json.dumps({**placeholder, "vector": [1.0] + [0.0] * (WIDE - 1), "metadata": "{}"}) + "\n")
     assert run_cli("import", wide, "--format", "documents", "--name", "wide", "--data-dir", data).code == 0
+    bare = data.parent / "bare.jsonl"  # ``bare``: fields but no ``metadata`` field
+    bare.write_text(json.dumps({**placeholder, "topic": "none"}) + "\n")
+    assert run_cli("import", bare, "--format", "documents", "--name", "bare", "--data-dir", data).code == 0
     log = tmp_path_factory.mktemp("langchain-serve") / "serve.log"
     with real_server.running(data, log, "--workers", "2", env={"EMBEDDING_WRITE_KEYS": KEY}) as server:
         yield server.base
@@ -232,6 +235,44 @@ def test_documents_written_otherwise_come_back_with_their_fields(server_url: str
         assert [d.metadata for d in store.get_by_ids(["listed", "plain"])] == [expected["listed"], expected["plain"]]
     finally:
         everything(store)
+
+
+class CountedEmbedding(DeterministicFakeEmbedding):
+    """LangChain's fake embedding, counting the texts it embeds."""
+
+    embedded: int = 0
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        self.embedded += len(texts)
+        return super().embed_documents(texts)
+
+    async def aembed_documents(self, texts: list[str]) -> list[list[float]]:
+        return self.embed_documents(texts)
+
+
+async def test_metadata_a_table_without_its_metadata_field_would_drop_is_refused(server_url: str) -> None:
+    """A table without the field ``metadata`` keeps only the metadata its fields hold: a write of other keys is a
+    ValueError naming them, before any text is embedded or written, not metadata dropped without a word; a
+    write of metadata its fields hold comes back whole."""
+    embedding = CountedEmbedding(size=DIM)
+    store = EmbeddingSearchStore(Client(server_url, api_key=KEY), "bare", embedding=embedding)
+    metadatas = [{"topic": "fire"}, {"topic": "fire", "source": "notes.txt", "page": 3}]
+    lost = (
+        r"metadatas\[1\] \(id 'b2'\): table 'bare' has no string field 'metadata', which keeps a document's "
+        r"metadata whole, so its metadata keys 'source', 'page' would be lost \(its fields: 'topic'\): .*; "
+        "nothing was written"
+    )
+    with pytest.raises(ValueError, match=lost):
+        store.add_texts(["a fire", "a blaze"], metadatas, ids=["b1", "b2"])
+    with pytest.raises(ValueError, match=lost):
+        await store.aadd_texts(["a fire", "a blaze"], metadatas, ids=["b1", "b2"])
+    assert embedding.embedded == 0 and store.get_by_ids(["b1", "b2"]) == []
+    try:
+        assert store.add_texts(["a fire"], metadatas[:1], ids=["b1"]) == ["b1"]
+        assert [(d.id, d.metadata) for d in store.get_by_ids(["b1"])] == [("b1", {"topic": "fire"})]
+    finally:
+        store.delete(["b1"])
+        await store.aclose()
 
 
 def test_without_an_embedding_the_tables_encoder_embeds(server_url: str, lee_docs: Lee) -> None:

@@ -59,8 +59,11 @@ def server_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     data = tmp_path_factory.mktemp("llamaindex-data")
     source = data.parent / "li.jsonl"
     row = {"id": "placeholder", "text": "placeholder", "vector": [1.0] + [0.0] * (DIM - 1), "metadata": "{}"}
-    source.write_text(json.dumps({**row, "ref_doc_id": "none", "topic": "none", "row": -1}) + "\n")
+    source.write_text(json.dumps({**row, "ref_doc_id": "none", "topic": "none", "row": -1, "urgent": False}) + "\n")
     assert run_cli("import", source, "--format", "documents", "--name", "li", "--data-dir", data).code == 0
+    bare = data.parent / "bare.jsonl"  # ``bare``: fields but no ``metadata`` field
+    bare.write_text(json.dumps({key: row[key] for key in ("id", "text", "vector")} | {"topic": "none"}) + "\n")
+    assert run_cli("import", bare, "--format", "documents", "--name", "bare", "--data-dir", data).code == 0
     log = tmp_path_factory.mktemp("llamaindex-serve") / "serve.log"
     with real_server.running(data, log, "--workers", "2", env={"EMBEDDING_WRITE_KEYS": KEY}) as server:
         yield server.base
@@ -130,6 +133,42 @@ def test_a_node_id_twice_in_one_add_is_refused(store: EmbeddingSearchVectorStore
     with pytest.raises(ValueError, match=r"^documents\[2\] \(id '1'\): the id comes twice \(documents\[0\] too\)"):
         store.add([node("1", "foo"), node("2", "bar"), node("1", "baz")])
     assert ask(store, "foo", 3) == []
+
+
+def test_what_a_table_without_its_metadata_field_would_drop_is_refused(server_url: str) -> None:
+    """A table without the field ``metadata`` keeps only the metadata its fields hold: nodes with other metadata
+    keys or with relationships (which only that field keeps) are a ValueError naming them before any node is
+    written, not nodes stored without them; nodes its fields hold whole are written and come back whole."""
+    store = EmbeddingSearchVectorStore(Client(server_url, api_key=KEY), "bare")
+    kept = TextNode(id_="b1", text="a fire", metadata={"topic": "fire"}, embedding=FAKE.embed_query("a fire"))
+    sourced = node("b2", "a blaze", "doc-b", topic="fire")
+    with pytest.raises(ValueError, match=r"nodes\[1\] \(id 'b2'\): .* so its relationships \(source\) would be lost"):
+        store.add([kept, sourced])
+    keyed = node("b3", "a flame", topic="fire", page=3)
+    keyed.relationships.clear()
+    lost = (
+        r"nodes\[0\] \(id 'b3'\): table 'bare' has no string field 'metadata', .* so its metadata key 'page' "
+        r"would be lost \(its fields: 'topic'\): .*; nothing was written"
+    )
+    with pytest.raises(ValueError, match=lost):
+        asyncio.run(store.async_add([keyed]))
+    assert store.get_nodes(["b1", "b2", "b3"]) == []
+    try:
+        assert store.add([kept]) == ["b1"]
+        assert [(n.node_id, n.metadata) for n in store.get_nodes(["b1"])] == [("b1", {"topic": "fire"})]
+    finally:
+        store.delete_nodes(["b1"])
+
+
+def test_clear_deletes_every_node_of_a_table_without_the_metadata_field(server_url: str) -> None:
+    store = EmbeddingSearchVectorStore(Client(server_url, api_key=KEY), "bare")
+    nodes = [TextNode(id_=f"c{i}", text="a fire", embedding=FAKE.embed_query(f"{i}")) for i in range(3)]
+    store.add(nodes[:2])
+    store.clear()
+    assert store.get_nodes() == []
+    store.add(nodes)
+    asyncio.run(store.aclear())
+    assert store.get_nodes() == []
 
 
 def test_get_nodes_skips_missing_ids(store: EmbeddingSearchVectorStore, server_url: str) -> None:
@@ -242,6 +281,10 @@ def test_a_filter_the_server_cannot_say_is_refused() -> None:
     text = FilterOperator.TEXT_MATCH_INSENSITIVE
     with pytest.raises(ValueError, match="text_match_insensitive"):
         filter_of(MetadataFilters(filters=[MetadataFilter(key="topic", value="t", operator=text)]))
+    for value in ("true", 2, [1, 2]):  # a boolean field compared with what is neither 1 nor 0
+        truth = MetadataFilters(filters=[MetadataFilter(key="urgent", value=value)])
+        with pytest.raises(ValueError, match=r"field 'urgent' is a boolean field: compare it with 1 \(true\) or 0"):
+            filter_of(truth, {"urgent": "boolean"})
     empty = MetadataFilters(filters=[MetadataFilter(key="topic", value=None, operator=FilterOperator.IS_EMPTY)])
     with pytest.raises(ValueError, match="'is_empty' needs the type of field 'topic'"):
         filter_of(empty)  # without the table's field types
@@ -468,10 +511,18 @@ def test_hybrid_alpha_one_is_the_vector_search_and_zero_the_keyword_search(
 def test_filters_pass_the_nodes_llamaindexs_own_store_passes(store: EmbeddingSearchVectorStore) -> None:
     """Each operator, alone and combined by and, or and not, passes the nodes LlamaIndex's ``SimpleVectorStore``
     passes: ``in`` of no values none, ``nin`` of no values every node (a node without the key too), ``is_empty``
-    a node without the key or with an empty string, an integer compared with a fraction as a number."""
+    a node without the key or with an empty string, an integer compared with a fraction as a number, a boolean
+    field with 1 and 0 as true and false (``True == 1``: a ``MetadataFilter`` holds no bool)."""
     topics = ["fire", "sport", None, "fire brigade", "", None, "rain"]
+    urgent: list[dict[str, Any]] = [{"urgent": True}, {"urgent": False}, {}]
     nodes = [
-        node(f"{i}", f"note {i}", **({} if topic is None else {"topic": topic}), **({"row": i} if i != 5 else {}))
+        node(
+            f"{i}",
+            f"note {i}",
+            **({} if topic is None else {"topic": topic}),
+            **({"row": i} if i != 5 else {}),
+            **urgent[i % 3],
+        )
         for i, topic in enumerate(topics)
     ]
     store.add(nodes)
@@ -490,6 +541,11 @@ def test_filters_pass_the_nodes_llamaindexs_own_store_passes(store: EmbeddingSea
         MetadataFilter(key="row", value=2.5, operator=FilterOperator.NE),
         MetadataFilter(key="row", value=[2.5, 3.0], operator=FilterOperator.IN),  # an integer field, by fractions
         MetadataFilter(key="row", value=[2.5], operator=FilterOperator.NIN),
+        MetadataFilter(key="urgent", value=1),
+        MetadataFilter(key="urgent", value=0.0),
+        MetadataFilter(key="urgent", value=1, operator=FilterOperator.NE),
+        MetadataFilter(key="urgent", value=[0], operator=FilterOperator.IN),
+        MetadataFilter(key="urgent", value=[1], operator=FilterOperator.NIN),
     ]
     pairs = [[a, b] for a in atoms for b in atoms if a is not b][::12]
     for condition in FilterCondition:

@@ -51,6 +51,7 @@ TSNE_DEFAULTS: dict[str, Any] = {"perplexity": 30.0, "n_iter": 500, "seed": 42, 
 PROJECTION_SEED = 42  # the default seed of a t-SNE or UMAP projection of chosen rows
 STOP_EVERY_ITERS = 25  # how often a t-SNE layout asks whether it is still wanted
 UMAP_DEFAULTS: dict[str, Any] = {"n_neighbors": 15, "min_dist": 0.1, "n_epochs": 500, "metric": "cosine"}
+SAME_DIRECTION = 1e-6  # unit rows no further apart than this in any coordinate point the same way
 MIN_NONLINEAR_ROWS = 4  # t-SNE of fewer rows is degenerate; UMAP's spectral initialisation needs four
 # method -> (module to import, the PyPI package that provides it); both come with the ``map`` extra
 PACKAGES = {"tsne": ("openTSNE", "openTSNE"), "umap": ("umap", "umap-learn")}
@@ -177,6 +178,11 @@ def tsne_layout(
         which = f"token {labels[row]!r} (row {row})" if labels is not None else f"row {row}"
         raise InvalidQuery(
             f"the vector of {which} is all zeros: t-SNE by cosine cannot place a row without direction (pca can)"
+        )
+    if np.ptp(data, axis=0).max() <= SAME_DIRECTION:  # openTSNE's PCA start divides by their spread: NaN points
+        raise InvalidQuery(
+            f"all {len(data):,} rows point the same way: t-SNE by cosine cannot spread rows with no distance between "
+            "them (pca can)"
         )
     tsne = TSNE(
         n_components=2,

@@ -19,6 +19,7 @@ lives outside the table directory, which is read-only and verified file by file 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import gzip
 import hashlib
 import importlib.util
@@ -29,7 +30,8 @@ import stat
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+import zlib
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -496,7 +498,9 @@ def default_cache_dir(data_dir: Path) -> Path:
 
 class LayoutCache:
     """Layouts and label lists kept on disk (``<dir>/layouts``) and the last few in memory, computed once per
-    key even when requests for it arrive together."""
+    key even when requests for it arrive together, in this process or in others sharing the directory (a lock
+    file per key). A kept file is used only whole: a layout's points match the checksum in its ``.json``, a label
+    list passes gzip's own check; anything else is computed again and written over it."""
 
     def __init__(self, directory: Path, memory_items: int = 4) -> None:
         self.directory = Path(directory) / "layouts"
@@ -508,6 +512,24 @@ class LayoutCache:
     def _lock(self, key: str) -> threading.Lock:
         with self._guard:
             return self._locks.setdefault(key, threading.Lock())
+
+    @contextlib.contextmanager
+    def _computing(self, key: str) -> Iterator[None]:
+        """Held while ``key`` is looked up and computed: by one thread of this process, and by one process of those
+        sharing the directory (an flock on ``.<key>.lock``; a directory that cannot hold it: this process's lock)."""
+        with self._lock(key):
+            try:
+                self.directory.mkdir(parents=True, exist_ok=True)
+                fd: int | None = os.open(self.directory / f".{key}.lock", os.O_RDWR | os.O_CREAT, 0o644)
+            except OSError:
+                fd = None
+            try:
+                if fd is not None:
+                    fcntl.flock(fd, fcntl.LOCK_EX)
+                yield
+            finally:
+                if fd is not None:
+                    os.close(fd)  # and with it the flock
 
     def _remember(self, key: str, value: Remembered) -> Remembered:
         with self._guard:
@@ -529,10 +551,19 @@ class LayoutCache:
         try:
             points = np.load(self.directory / f"{key}.npy")
             info = json.loads((self.directory / f"{key}.json").read_text())
-            if points.shape == (int(info["rows"]), 2) and points.dtype == np.float32:
+            whole = (
+                points.shape == (int(info["rows"]), 2)
+                and points.dtype == np.float32
+                and info.get("points_sha256") == _checksum(points)
+                and {"method", "bounds", "seconds"} <= info.keys()
+            )
+            if whole:
                 return self._remember(key, Layout(points, {**info, "cached": True}))
-        except (OSError, ValueError, KeyError):
+            log.warning("layout cache %s: cut, damaged or without its checksum; computed again", key)
+        except OSError:  # not there (or not readable): computed, and written when the directory can be
             pass
+        except (ValueError, KeyError, TypeError) as exc:
+            log.warning("layout cache %s: unreadable (%s), computed again", key, exc)
         return None
 
     def kept(self, name: str, manifest: dict[str, Any], method: str, **params: Any) -> Layout | None:
@@ -554,8 +585,8 @@ class LayoutCache:
         found: Layout | None = self._memory.get(key)
         if found is not None:
             return found
-        with self._lock(key):
-            kept = self._kept(key)  # also by a request that held the lock before this one
+        with self._computing(key):
+            kept = self._kept(key)  # also by a request, or another process, that held the lock before this one
             if kept is not None:
                 return kept
             points_path, info_path = self.directory / f"{key}.npy", self.directory / f"{key}.json"
@@ -567,7 +598,12 @@ class LayoutCache:
                 layout.info["params"]["rows"] = params["rows"]
             else:
                 raise InvalidQuery(f"unknown layout method {method!r}")
-            info = {**layout.info, "key": key, "computed_at": artifact.now_iso()}
+            info = {
+                **layout.info,
+                "key": key,
+                "computed_at": artifact.now_iso(),
+                "points_sha256": _checksum(layout.points),
+            }
             self._write(points_path, lambda path: np.save(path, layout.points))
             self._write(info_path, lambda path: path.write_text(json.dumps(info, indent=1)))
             log.info("layout %s: %s of %d rows in %.2f s", key, method, layout.info["rows"], layout.info["seconds"])
@@ -579,12 +615,15 @@ class LayoutCache:
         found: bytes | None = self._memory.get(key)  # a labels key holds bytes
         if found is not None:
             return found
-        with self._lock(key):
+        with self._computing(key):
             path = self.directory / f"{key}.json.gz"
-            try:
-                return self._remember(key, path.read_bytes())
-            except OSError:
-                pass
+            with contextlib.suppress(OSError):  # not there (or not readable): computed
+                kept = path.read_bytes()
+                try:
+                    gzip.decompress(kept)  # a cut or damaged file fails gzip's length and CRC check
+                    return self._remember(key, kept)
+                except (OSError, EOFError, zlib.error) as exc:  # gzip.BadGzipFile is an OSError
+                    log.warning("layout cache %s: cut or damaged (%s), computed again", path.name, exc)
             import orjson
 
             body = gzip.compress(orjson.dumps(list(labels)), compresslevel=6, mtime=0)
@@ -602,6 +641,10 @@ class LayoutCache:
             os.replace(tmp, path)
         except OSError as exc:
             log.warning("layout cache %s not written: %s", path, exc)
+
+
+def _checksum(points: np.ndarray) -> str:
+    return hashlib.sha256(np.ascontiguousarray(points).tobytes()).hexdigest()
 
 
 # ---------------------------------------------------------------------------------------------- colour columns

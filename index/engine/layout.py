@@ -181,6 +181,10 @@ def tsne_layout(
         raise InvalidQuery(
             f"the vector of {which} is all zeros: t-SNE by cosine cannot place a row without direction (pca can)"
         )
+    if data.shape[1] < 2:  # openTSNE starts from the rows' first two principal components
+        raise InvalidQuery(
+            f"t-SNE needs rows of at least 2 dimensions, and this table's have {data.shape[1]} (pca can lay them out)"
+        )
     if np.ptp(data, axis=0).max() <= SAME_DIRECTION:  # openTSNE's PCA start divides by their spread: NaN points
         raise InvalidQuery(
             f"all {len(data):,} rows point the same way: t-SNE by cosine cannot spread rows with no distance between "

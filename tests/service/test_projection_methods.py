@@ -150,6 +150,22 @@ def test_tsne_of_rows_that_all_point_the_same_way_is_a_422(tmp_path: Path) -> No
             assert np.isfinite(points_of(answer.json())).all(), (body, answer.text)
 
 
+def test_tsne_of_a_table_of_one_dimension_is_a_422(tmp_path: Path) -> None:
+    """openTSNE starts from two principal components, which rows of one value do not have (it raised, a 500)."""
+    source = tmp_path / "line.txt"
+    source.write_text("5 1\na 1\nb 2\nc -1\nd -3\ne 0.5\n")
+    assert run_cli("import", source, "--name", "line", "--data-dir", tmp_path / "data").code == 0
+    tokens = ["a", "b", "c", "d", "e"]
+    with client_for(data_dir=tmp_path / "data") as client:
+        refused = client.post("/v1/tables/line/project", json={"tokens": tokens, "method": "tsne"})
+        assert refused.status_code == 422, refused.text
+        assert refused.json()["error"]["message"] == (
+            "t-SNE needs rows of at least 2 dimensions, and this table's have 1 (pca can lay them out)"
+        )
+        pca = client.post("/v1/tables/line/project", json={"tokens": tokens})
+        assert pca.status_code == 200 and pca.json()["explained_variance_ratio"] == [1.0, 0.0]
+
+
 @pytest.mark.parametrize(
     ("method", "module", "package"), [("tsne", "openTSNE", "openTSNE"), ("umap", "umap", "umap-learn")]
 )

@@ -447,6 +447,13 @@ def project(table: Table, asked: Projection, stop: Callable[[], bool] | None = N
             layout = tsne_projection(vectors, asked.perplexity, asked.seed, stop=stop)
         else:
             layout = umap_projection(vectors, asked.n_neighbors, asked.min_dist, asked.seed)
+            lost = np.flatnonzero(~np.isfinite(layout.points).all(axis=1))
+            if len(lost):  # umap-learn cuts edges of cosine distance 2 and leaves a row without any at NaN
+                names = ", ".join(repr(rows[ids[i]]) for i in lost[:5])
+                raise InvalidQuery(
+                    f"UMAP cannot place {names}: every row near it by cosine points exactly the opposite way (leave "
+                    "it out, add tokens near it, or use pca or axes)"
+                )
         points, ratio = layout.points, None
         extra["params"] = layout.info["params"]
     else:

@@ -150,7 +150,7 @@ def test_tsne_of_rows_that_all_point_the_same_way_is_a_422(tmp_path: Path) -> No
             assert np.isfinite(points_of(answer.json())).all(), (body, answer.text)
 
 
-def test_tsne_of_a_table_of_one_dimension_is_a_422(tmp_path: Path) -> None:
+def test_a_table_of_one_dimension_is_laid_out_or_refused_with_a_422(tmp_path: Path) -> None:
     """openTSNE starts from two principal components, which rows of one value do not have (it raised, a 500)."""
     source = tmp_path / "line.txt"
     source.write_text("5 1\na 1\nb 2\nc -1\nd -3\ne 0.5\n")
@@ -164,6 +164,16 @@ def test_tsne_of_a_table_of_one_dimension_is_a_422(tmp_path: Path) -> None:
         )
         pca = client.post("/v1/tables/line/project", json={"tokens": tokens})
         assert pca.status_code == 200 and pca.json()["explained_variance_ratio"] == [1.0, 0.0]
+        # UMAP: "c" alone points one way (-1), so its every neighbour is at cosine distance 2, an edge umap-learn
+        # cuts; the row it left without any was a point at NaN (a 200 of nulls)
+        alone = client.post("/v1/tables/line/project", json={"tokens": ["a", "b", "e", "c"], "method": "umap"})
+        assert alone.status_code == 422, alone.text
+        assert alone.json()["error"]["message"] == (
+            "UMAP cannot place 'c': every row near it by cosine points exactly the opposite way (leave it out, add "
+            "tokens near it, or use pca or axes)"
+        )
+        both = client.post("/v1/tables/line/project", json={"tokens": tokens, "method": "umap"})
+        assert both.status_code == 200 and np.isfinite(points_of(both.json())).all()
 
 
 @pytest.mark.parametrize(

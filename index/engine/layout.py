@@ -313,6 +313,7 @@ def pca_projection(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     data = np.asarray(rows, dtype=np.float64)
     centred = data - data.mean(axis=0)
     u, s, vt = np.linalg.svd(centred, full_matrices=False)
+    s[s <= s.max(initial=0) * max(centred.shape) * np.finfo(np.float64).eps] = 0  # rounding, not a direction
     signs = np.sign(vt[np.arange(len(vt)), np.abs(vt).argmax(axis=1)])
     signs[signs == 0] = 1
     points = (u * s * signs)[:, :2]

@@ -19,6 +19,7 @@ lives outside the table directory, which is read-only and verified file by file 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import gzip
 import hashlib
 import importlib.util
@@ -29,7 +30,8 @@ import stat
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+import zlib
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -51,6 +53,7 @@ TSNE_DEFAULTS: dict[str, Any] = {"perplexity": 30.0, "n_iter": 500, "seed": 42, 
 PROJECTION_SEED = 42  # the default seed of a t-SNE or UMAP projection of chosen rows
 STOP_EVERY_ITERS = 25  # how often a t-SNE layout asks whether it is still wanted
 UMAP_DEFAULTS: dict[str, Any] = {"n_neighbors": 15, "min_dist": 0.1, "n_epochs": 500, "metric": "cosine"}
+SAME_DIRECTION = 1e-6  # unit rows no further apart than this in any coordinate point the same way
 MIN_NONLINEAR_ROWS = 4  # t-SNE of fewer rows is degenerate; UMAP's spectral initialisation needs four
 # method -> (module to import, the PyPI package that provides it); both come with the ``map`` extra
 PACKAGES = {"tsne": ("openTSNE", "openTSNE"), "umap": ("umap", "umap-learn")}
@@ -178,6 +181,15 @@ def tsne_layout(
         raise InvalidQuery(
             f"the vector of {which} is all zeros: t-SNE by cosine cannot place a row without direction (pca can)"
         )
+    if data.shape[1] < 2:  # openTSNE starts from the rows' first two principal components
+        raise InvalidQuery(
+            f"t-SNE needs rows of at least 2 dimensions, and this table's have {data.shape[1]} (pca can lay them out)"
+        )
+    if np.ptp(data, axis=0).max() <= SAME_DIRECTION:  # openTSNE's PCA start divides by their spread: NaN points
+        raise InvalidQuery(
+            f"all {len(data):,} rows point the same way: t-SNE by cosine cannot spread rows with no distance between "
+            "them (pca can)"
+        )
     tsne = TSNE(
         n_components=2,
         perplexity=perplexity,
@@ -301,6 +313,7 @@ def pca_projection(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     data = np.asarray(rows, dtype=np.float64)
     centred = data - data.mean(axis=0)
     u, s, vt = np.linalg.svd(centred, full_matrices=False)
+    s[s <= s.max(initial=0) * max(centred.shape) * np.finfo(np.float64).eps] = 0  # rounding, not a direction
     signs = np.sign(vt[np.arange(len(vt)), np.abs(vt).argmax(axis=1)])
     signs[signs == 0] = 1
     points = (u * s * signs)[:, :2]
@@ -435,6 +448,13 @@ def project(table: Table, asked: Projection, stop: Callable[[], bool] | None = N
             layout = tsne_projection(vectors, asked.perplexity, asked.seed, stop=stop)
         else:
             layout = umap_projection(vectors, asked.n_neighbors, asked.min_dist, asked.seed)
+            lost = np.flatnonzero(~np.isfinite(layout.points).all(axis=1))
+            if len(lost):  # umap-learn cuts edges of cosine distance 2 and leaves a row without any at NaN
+                names = ", ".join(repr(rows[ids[i]]) for i in lost[:5])
+                raise InvalidQuery(
+                    f"UMAP cannot place {names}: every row near it by cosine points exactly the opposite way (leave "
+                    "it out, add tokens near it, or use pca or axes)"
+                )
         points, ratio = layout.points, None
         extra["params"] = layout.info["params"]
     else:
@@ -490,7 +510,9 @@ def default_cache_dir(data_dir: Path) -> Path:
 
 class LayoutCache:
     """Layouts and label lists kept on disk (``<dir>/layouts``) and the last few in memory, computed once per
-    key even when requests for it arrive together."""
+    key even when requests for it arrive together, in this process or in others sharing the directory (a lock
+    file per key). A kept file is used only whole: a layout's points match the checksum in its ``.json``, a label
+    list passes gzip's own check; anything else is computed again and written over it."""
 
     def __init__(self, directory: Path, memory_items: int = 4) -> None:
         self.directory = Path(directory) / "layouts"
@@ -502,6 +524,24 @@ class LayoutCache:
     def _lock(self, key: str) -> threading.Lock:
         with self._guard:
             return self._locks.setdefault(key, threading.Lock())
+
+    @contextlib.contextmanager
+    def _computing(self, key: str) -> Iterator[None]:
+        """Held while ``key`` is looked up and computed: by one thread of this process, and by one process of those
+        sharing the directory (an flock on ``.<key>.lock``; a directory that cannot hold it: this process's lock)."""
+        with self._lock(key):
+            try:
+                self.directory.mkdir(parents=True, exist_ok=True)
+                fd: int | None = os.open(self.directory / f".{key}.lock", os.O_RDWR | os.O_CREAT, 0o644)
+            except OSError:
+                fd = None
+            try:
+                if fd is not None:
+                    fcntl.flock(fd, fcntl.LOCK_EX)
+                yield
+            finally:
+                if fd is not None:
+                    os.close(fd)  # and with it the flock
 
     def _remember(self, key: str, value: Remembered) -> Remembered:
         with self._guard:
@@ -523,10 +563,19 @@ class LayoutCache:
         try:
             points = np.load(self.directory / f"{key}.npy")
             info = json.loads((self.directory / f"{key}.json").read_text())
-            if points.shape == (int(info["rows"]), 2) and points.dtype == np.float32:
+            whole = (
+                points.shape == (int(info["rows"]), 2)
+                and points.dtype == np.float32
+                and info.get("points_sha256") == _checksum(points)
+                and {"method", "bounds", "seconds"} <= info.keys()
+            )
+            if whole:
                 return self._remember(key, Layout(points, {**info, "cached": True}))
-        except (OSError, ValueError, KeyError):
+            log.warning("layout cache %s: cut, damaged or without its checksum; computed again", key)
+        except OSError:  # not there (or not readable): computed, and written when the directory can be
             pass
+        except (ValueError, KeyError, TypeError) as exc:
+            log.warning("layout cache %s: unreadable (%s), computed again", key, exc)
         return None
 
     def kept(self, name: str, manifest: dict[str, Any], method: str, **params: Any) -> Layout | None:
@@ -548,8 +597,8 @@ class LayoutCache:
         found: Layout | None = self._memory.get(key)
         if found is not None:
             return found
-        with self._lock(key):
-            kept = self._kept(key)  # also by a request that held the lock before this one
+        with self._computing(key):
+            kept = self._kept(key)  # also by a request, or another process, that held the lock before this one
             if kept is not None:
                 return kept
             points_path, info_path = self.directory / f"{key}.npy", self.directory / f"{key}.json"
@@ -561,7 +610,12 @@ class LayoutCache:
                 layout.info["params"]["rows"] = params["rows"]
             else:
                 raise InvalidQuery(f"unknown layout method {method!r}")
-            info = {**layout.info, "key": key, "computed_at": artifact.now_iso()}
+            info = {
+                **layout.info,
+                "key": key,
+                "computed_at": artifact.now_iso(),
+                "points_sha256": _checksum(layout.points),
+            }
             self._write(points_path, lambda path: np.save(path, layout.points))
             self._write(info_path, lambda path: path.write_text(json.dumps(info, indent=1)))
             log.info("layout %s: %s of %d rows in %.2f s", key, method, layout.info["rows"], layout.info["seconds"])
@@ -573,12 +627,15 @@ class LayoutCache:
         found: bytes | None = self._memory.get(key)  # a labels key holds bytes
         if found is not None:
             return found
-        with self._lock(key):
+        with self._computing(key):
             path = self.directory / f"{key}.json.gz"
-            try:
-                return self._remember(key, path.read_bytes())
-            except OSError:
-                pass
+            with contextlib.suppress(OSError):  # not there (or not readable): computed
+                kept = path.read_bytes()
+                try:
+                    gzip.decompress(kept)  # a cut or damaged file fails gzip's length and CRC check
+                    return self._remember(key, kept)
+                except (OSError, EOFError, zlib.error) as exc:  # gzip.BadGzipFile is an OSError
+                    log.warning("layout cache %s: cut or damaged (%s), computed again", path.name, exc)
             import orjson
 
             body = gzip.compress(orjson.dumps(list(labels)), compresslevel=6, mtime=0)
@@ -596,6 +653,10 @@ class LayoutCache:
             os.replace(tmp, path)
         except OSError as exc:
             log.warning("layout cache %s not written: %s", path, exc)
+
+
+def _checksum(points: np.ndarray) -> str:
+    return hashlib.sha256(np.ascontiguousarray(points).tobytes()).hexdigest()
 
 
 # ---------------------------------------------------------------------------------------------- colour columns

@@ -72,6 +72,17 @@ async def get_layout(request: Request, table: Table, method: str) -> Any:
         if not tsne_available():
             raise InvalidQuery("t-SNE maps need the openTSNE package, which this server does not have")
         params = {**TSNE, "rows": min(rows, table.rows)}
+        least = int(3 * TSNE["perplexity"]) + 1  # t-SNE looks at about 3 x perplexity neighbours of each row
+        if params["rows"] < least:
+            held = (
+                f"table {table.name!r} has {table.rows:,}"
+                if table.rows < rows
+                else f"EMBEDDING_MAP_TSNE_ROWS is {rows:,}"
+            )
+            raise InvalidQuery(
+                f"a t-SNE map (perplexity {TSNE['perplexity']:g}) needs at least {least} rows, and {held} "
+                "(pca lays out any table)"
+            )
     kept = await compute(request, table, "map", lambda: cache.kept(table.name, table.manifest, method, **params))
     if kept is not None:
         return kept

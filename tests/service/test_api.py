@@ -252,6 +252,9 @@ def test_projection_is_pca_of_the_rows(api: TestClient, small: Table) -> None:
     assert api.post(f"{T}/project", json={"tokens": ["red", "no-such-wordzz"]}).status_code == 404
     skipped = api.post(f"{T}/project", json={"tokens": ["red", "blue", "no-such-wordzz"], "skip_unknown": True})
     assert skipped.json()["unknown"] == ["no-such-wordzz"] and len(skipped.json()["points"]) == 2
+    # two rows have one direction between them: the second coordinate is 0, not the SVD's rounding (2e-17)
+    assert [p["y"] for p in skipped.json()["points"]] == [0.0, 0.0]
+    assert skipped.json()["explained_variance_ratio"] == [1.0, 0.0]
     assert api.post(f"{T}/project", json={"tokens": ["red", "RED"]}).status_code == 422
     assert api.post(f"{T}/project", json={"tokens": ["red", "blue"], "method": "mds"}).status_code == 422  # unknown
     few = api.post(f"{T}/project", json={"tokens": ["red", "blue"], "method": "tsne"})  # t-SNE needs four

@@ -257,3 +257,64 @@ def test_tsne_of_the_most_frequent_rows_is_seeded_recorded_and_cached(tmp_path: 
     near2d = np.argsort(-planar, axis=1)[:, :10]
     overlap = np.mean([len(set(a) & set(b)) / 10 for a, b in zip(near, near2d, strict=True)])
     assert overlap > 0.25  # chance: 10 / 199
+
+
+@pytest.mark.parametrize("damage", ["labels cut", "points cut", "points changed", "info without bounds"])
+def test_a_cut_or_damaged_cache_file_is_laid_out_again(tmp_path: Path, small: Table, damage: str) -> None:
+    """A kept file is served only whole: a label list cut short (served as it was, it failed the client's gunzip),
+    positions cut or changed inside, an info file lacking a field (a 500): each is computed again and written
+    over, and the answers are those of a fresh cache."""
+    raw = RawTable(tokens=list(small.tokens[:300]), matrix=np.asarray(small.vectors[:300]).copy())
+    build_table(
+        raw, data_dir=tmp_path / "data", name="few", source={"format": "test", "path": "few"}, index_spec="flat"
+    )
+    paths = ("/v1/tables/few/map/labels", "/v1/tables/few/map", "/v1/tables/few/map/info")
+
+    def answers(cache: Path) -> list[bytes]:
+        with client_for(data_dir=tmp_path / "data", cache_dir=cache) as client:  # a server of its own: disk read
+            got = [client.get(path) for path in paths]
+        assert [r.status_code for r in got] == [200, 200, 200], [r.text for r in got]
+        info = json.loads(got[2].content)
+        assert set(info) >= {"bounds", "rows", "cached"}
+        return [got[0].content, got[1].content, json.dumps({**info, "cached": None, "seconds": None}).encode()]
+
+    fresh = answers(tmp_path / "fresh")
+    layouts = tmp_path / "kept" / "layouts"
+    answers(tmp_path / "kept")
+    [labels] = layouts.glob("few-*-labels-v1.json.gz")
+    [points] = layouts.glob("few-*-pca-v1.npy")
+    [info] = layouts.glob("few-*-pca-v1.json")
+    if damage == "labels cut":
+        labels.write_bytes(labels.read_bytes()[:-20])
+    elif damage == "points cut":
+        points.write_bytes(points.read_bytes()[:-8])
+    elif damage == "points changed":
+        changed = np.load(points)
+        changed[7] = changed[8]
+        np.save(points, changed)
+    else:
+        kept = json.loads(info.read_text())
+        del kept["bounds"]
+        info.write_text(json.dumps(kept))
+    again = answers(tmp_path / "kept")
+    assert gzip.decompress(again[0]) == gzip.decompress(fresh[0])
+    assert again[1] == fresh[1]
+    assert json.loads(again[2])["bounds"] == json.loads(fresh[2])["bounds"]
+    assert answers(tmp_path / "kept") == again  # written over: the next server reads it whole
+
+
+def test_a_tsne_map_of_too_few_rows_says_which_limit_and_what_lays_it_out(tmp_path: Path, small: Table) -> None:
+    """A t-SNE map at perplexity 30 needs 91 rows: the 422 says whether the table or the setting has fewer (it said
+    only that perplexity 30 needs more than 90 rows, which a client of the map cannot change)."""
+    pytest.importorskip("openTSNE")
+    raw = RawTable(tokens=list(small.tokens[:50]), matrix=np.asarray(small.vectors[:50]).copy())
+    build_table(raw, data_dir=tmp_path, name="few", source={"format": "test", "path": "few"}, index_spec="flat")
+    for setting, held in ((200, "table 'few' has 50"), (40, "EMBEDDING_MAP_TSNE_ROWS is 40")):
+        with client_for(data_dir=tmp_path, map_tsne_rows=setting) as client:
+            for path in ("/v1/tables/few/map/info?method=tsne", "/v1/tables/few/map?method=tsne"):
+                response = client.get(path)
+                assert response.status_code == 422, response.text
+                assert response.json()["error"]["message"] == (
+                    f"a t-SNE map (perplexity 30) needs at least 91 rows, and {held} (pca lays out any table)"
+                )
+            assert client.get("/v1/tables/few/map/info").json()["rows"] == 50

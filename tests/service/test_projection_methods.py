@@ -5,6 +5,7 @@ are the usual envelope, and the OpenAPI document describes the four forms the va
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 from typing import Any
 
 import jsonschema
@@ -13,6 +14,8 @@ import pytest
 from fastapi.testclient import TestClient
 
 from index.engine.table import Table
+from tests.cli import run_cli
+from tests.service.conftest import client_for
 
 T = "/v1/tables/small"
 
@@ -122,6 +125,55 @@ def test_too_few_tokens_and_unknown_tokens(api: TestClient, method: str, name: s
     assert response.json()["error"]["message"] == f"{name} needs at least 4 distinct tokens, got 3"
     missing = api.post(f"{T}/project", json={"tokens": [*WORDS, "qzxqzxq"], "method": method})
     assert missing.status_code == 404 and missing.json()["error"]["token"] == "qzxqzxq"
+
+
+def test_tsne_of_rows_that_all_point_the_same_way_is_a_422(tmp_path: Path) -> None:
+    """Words whose rows are one direction (an import keeps duplicate vectors under their own tokens) have no
+    distance between them: openTSNE's PCA start would divide by their zero spread and place every point at NaN
+    (a 200 of null coordinates). t-SNE refuses them; a single other word is enough to lay them out; pca and umap
+    answer with numbers."""
+    source = tmp_path / "same.txt"
+    source.write_text("6 3\ns0 1 2 3\ns1 1 2 3\ns2 2 4 6\ns3 1 2 3\na 0 1 0\nb 1 0 0\n")
+    assert run_cli("import", source, "--name", "same", "--data-dir", tmp_path / "data").code == 0
+    same = ["s0", "s1", "s2", "s3"]
+    with client_for(data_dir=tmp_path / "data") as client:
+        refused = client.post("/v1/tables/same/project", json={"tokens": same, "method": "tsne"})
+        assert refused.status_code == 422, refused.text
+        assert refused.json()["error"] == {
+            "code": "invalid_request",
+            "message": "all 4 rows point the same way: t-SNE by cosine cannot spread rows with no distance between "
+            "them (pca can)",
+        }
+        for body in ({"tokens": [*same, "a"], "method": "tsne"}, {"tokens": same, "method": "umap"}, {"tokens": same}):
+            answer = client.post("/v1/tables/same/project", json=body)
+            assert answer.status_code == 200, answer.text
+            assert np.isfinite(points_of(answer.json())).all(), (body, answer.text)
+
+
+def test_a_table_of_one_dimension_is_laid_out_or_refused_with_a_422(tmp_path: Path) -> None:
+    """openTSNE starts from two principal components, which rows of one value do not have (it raised, a 500)."""
+    source = tmp_path / "line.txt"
+    source.write_text("5 1\na 1\nb 2\nc -1\nd -3\ne 0.5\n")
+    assert run_cli("import", source, "--name", "line", "--data-dir", tmp_path / "data").code == 0
+    tokens = ["a", "b", "c", "d", "e"]
+    with client_for(data_dir=tmp_path / "data") as client:
+        refused = client.post("/v1/tables/line/project", json={"tokens": tokens, "method": "tsne"})
+        assert refused.status_code == 422, refused.text
+        assert refused.json()["error"]["message"] == (
+            "t-SNE needs rows of at least 2 dimensions, and this table's have 1 (pca can lay them out)"
+        )
+        pca = client.post("/v1/tables/line/project", json={"tokens": tokens})
+        assert pca.status_code == 200 and pca.json()["explained_variance_ratio"] == [1.0, 0.0]
+        # UMAP: "c" alone points one way (-1), so its every neighbour is at cosine distance 2, an edge umap-learn
+        # cuts; the row it left without any was a point at NaN (a 200 of nulls)
+        alone = client.post("/v1/tables/line/project", json={"tokens": ["a", "b", "e", "c"], "method": "umap"})
+        assert alone.status_code == 422, alone.text
+        assert alone.json()["error"]["message"] == (
+            "UMAP cannot place 'c': every row near it by cosine points exactly the opposite way (leave it out, add "
+            "tokens near it, or use pca or axes)"
+        )
+        both = client.post("/v1/tables/line/project", json={"tokens": tokens, "method": "umap"})
+        assert both.status_code == 200 and np.isfinite(points_of(both.json())).all()
 
 
 @pytest.mark.parametrize(

@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import json
+import multiprocessing
 import os
 import stat
 import tempfile
+import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from index.engine import layout as layouts
 from index.engine.layout import (
     TOKEN_KIND,
     LayoutCache,
@@ -106,15 +109,48 @@ def test_cache_computes_once_keyed_by_checksum_and_outside_the_table(small: Tabl
     assert first.info["cached"] is False
     files = sorted(p.name for p in (tmp_path / "layouts").iterdir())
     checksum = small.manifest["files"][artifact.VECTORS]["sha256"][:16]
-    assert files == [f"small-{checksum}-pca-v1.json", f"small-{checksum}-pca-v1.npy"]
+    key = f"small-{checksum}-pca-v1"
+    assert files == [f".{key}.lock", f"{key}.json", f"{key}.npy"]  # the lock: one process computes it at a time
     again = LayoutCache(tmp_path).layout(small.name, small.manifest, small.vectors, "pca")  # a new process
     assert again.info["cached"] is True and again.info["key"] == first.info["key"]
     np.testing.assert_array_equal(again.points, first.points)
     other = {**small.manifest, "files": {artifact.VECTORS: {"sha256": "0" * 64}}}  # other rows: another key
     assert cache.layout(small.name, other, small.vectors[:100], "pca").info["rows"] == 100
     assert artifact.verify(small.directory).ok  # the table directory is untouched
-    info = json.loads((tmp_path / "layouts" / files[0]).read_text())
+    info = json.loads((tmp_path / "layouts" / f"{key}.json").read_text())
     assert info["method"] == "pca" and info["computed_at"]
+
+
+def _lay_out(
+    cache_dir: Path, small: Table, start: multiprocessing.synchronize.Event, cached: multiprocessing.Queue
+) -> None:
+    start.wait()
+    cached.put(LayoutCache(cache_dir).layout(small.name, small.manifest, small.vectors, "pca").info["cached"])
+
+
+def test_processes_sharing_the_directory_lay_a_table_out_once(
+    small: Table, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two workers asking for one layout at once: one computes it, the other waits for it and reads it from disk
+    (each used to compute it: a t-SNE map's minutes of CPU once per worker)."""
+    compute = layouts.pca_layout
+
+    def slow(rows: np.ndarray) -> layouts.Layout:
+        time.sleep(1)  # long enough for both to ask before either has written it
+        return compute(rows)
+
+    monkeypatch.setattr(layouts, "pca_layout", slow)
+    fork = multiprocessing.get_context("fork")
+    start, cached = fork.Event(), fork.Queue()
+    workers = [fork.Process(target=_lay_out, args=(tmp_path, small, start, cached)) for _ in range(2)]
+    for worker in workers:
+        worker.start()
+    start.set()
+    answers = sorted(cached.get(timeout=60) for _ in workers)
+    for worker in workers:
+        worker.join(timeout=60)
+        assert worker.exitcode == 0
+    assert answers == [False, True]
 
 
 def test_labels_are_cached_as_gzip_json(small: Table, tmp_path: Path) -> None:

@@ -16,7 +16,8 @@ the record, since replaying past it would lose acknowledged writes silently.
 
 A compaction cuts the log (:func:`cut`): the records its new version holds are dropped, the later ones move to a
 new file renamed over the log. The file it replaced stays as ``.<name>.log.previous`` until the next cut, so a
-reader still on the older version reads the records it had not read yet before it reads the new file.
+reader still on the older version reads the records it had not read yet before it reads the new file; a record
+that finds the disk full empties it first (:func:`empty_replaced`), as does the next cut.
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ SUFFIX = ".log"
 MARK = b"\xe5\x1f"
 HEADER = struct.Struct("<2sIQI")  # mark, payload length, sequence number, crc32(sequence + payload)
 MAX_RECORD = 256 << 20  # a frame claiming more is corrupt (bodies are limited far below this)
+NO_ROOM = (errno.ENOSPC, errno.EDQUOT)  # a full disk, a quota reached
 
 
 class LogCorrupt(ArtifactError):
@@ -433,6 +435,22 @@ def previous_path(path: Path) -> Path:
     return path.with_name(f".{path.name}.previous")
 
 
+def empty_replaced(path: Path) -> int:
+    """Give back the room of the file the last cut of the log at ``path`` replaced: it is emptied, not removed, so
+    that no new log file takes its inode, by which readers tell the files apart. Returns the bytes given back.
+    Every record it held is in the table's newest version or in the log: only a worker still on an older version
+    that had not read its last records needs it, and that one answers 503 until it has loaded the newest
+    (``service.live``), as after two cuts."""
+    previous = previous_path(path)
+    try:
+        size = previous.stat().st_size
+        if size:
+            os.truncate(previous, 0)
+    except FileNotFoundError:
+        return 0
+    return size
+
+
 def _unread_before_cut(path: Path, inode: int | None, start: int, previous: int) -> list[Record]:
     """The records after byte ``start`` of the log file ``inode`` that a cut replaced since it was read (none when
     a later cut replaced it too; every record of the replaced file when the reader had read none, ``inode`` None:
@@ -488,21 +506,31 @@ class Appender:
     def append(self, seq: int, body: dict[str, Any]) -> Record:
         """Append one record; it is on disk (fsynced, unless ``sync`` is off) when this returns. A write that fails
         (a full disk, a file size limit) is cut off again and raises :class:`LogWriteFailed`: the log ends at its
-        last whole record."""
+        last whole record. A disk with no room for it is first given back the file the last cut replaced
+        (:func:`empty_replaced`), and the record written once more."""
         data = frame(seq, {**body, "table": log_owner(self.path)})  # its log: a copy under another name is refused
-        at = os.lseek(self.fd, 0, os.SEEK_END)
-        try:
-            written = 0
-            while written < len(data):
-                written += os.pwrite(self.fd, data[written:], at + written)
-            if self.sync:
-                os.fsync(self.fd)
-        except OSError as exc:
-            self.cut_back(at)
-            reason = exc.strerror or str(exc)
-            message = f"write log {self.path.name} could not be written ({reason}); nothing was written"
-            raise LogWriteFailed(message) from exc
-        return Record(seq, at, at + len(data), body)
+        while True:
+            at = os.lseek(self.fd, 0, os.SEEK_END)
+            try:
+                written = 0
+                while written < len(data):
+                    written += os.pwrite(self.fd, data[written:], at + written)
+                if self.sync:
+                    os.fsync(self.fd)
+                return Record(seq, at, at + len(data), body)
+            except OSError as exc:
+                self.cut_back(at)
+                freed = empty_replaced(self.path) if exc.errno in NO_ROOM else 0
+                if freed:
+                    log.warning(
+                        "write log %s: the disk is full: emptied the file the last cut replaced (%d bytes)",
+                        self.path,
+                        freed,
+                    )
+                    continue
+                reason = exc.strerror or str(exc)
+                message = f"write log {self.path.name} could not be written ({reason}); nothing was written"
+                raise LogWriteFailed(message) from exc
 
     def cut_back(self, at: int) -> None:
         """The log cut back to byte ``at``, where a failed record began, or one of a write that failed as a whole
@@ -549,14 +577,19 @@ def cut(path: Path, covered: int) -> int:
         kept = [r for r in records if r.seq > covered]
         if len(kept) == len(records):
             return len(kept)
+        empty_replaced(path)  # first: its room may be needed for the new file (on a full disk)
         tmp = path.with_name(f".{path.name}.cut")
-        with open(tmp, "wb") as handle:
-            for record in kept:
-                handle.write(data[record.offset : record.end])
-            handle.flush()
-            os.fsync(handle.fileno())
+        try:
+            with open(tmp, "wb") as handle:
+                for record in kept:
+                    handle.write(data[record.offset : record.end])
+                handle.flush()
+                os.fsync(handle.fileno())
+        except OSError:
+            tmp.unlink(missing_ok=True)
+            raise
         previous = previous_path(path)
-        previous.unlink(missing_ok=True)
+        previous.unlink(missing_ok=True)  # after the new file is made, which so cannot take its inode
         os.link(path, previous)
         os.rename(tmp, path)
         artifact.fsync_dir(path.parent)

@@ -28,6 +28,7 @@ import pytest
 
 from index.store import artifact, writelog
 from tests.cli import Result, run_cli
+from tests.index.store.test_writelog import small_tmpfs
 from tests.lee import Lee, jsonl_records, write_jsonl
 from tests.service import real_server
 
@@ -350,3 +351,36 @@ def test_a_log_put_in_place_of_another_tables_is_refused_not_replayed(
     refused = run_cli("compact", "copy", "--data-dir", data)
     assert refused.code != 0 and "table 'copy' not compacted (its write log)" in refused.err and said in refused.err
     assert writelog.log_path(data, "copy").read_bytes() == writelog.log_path(data, "lee").read_bytes()  # not cut
+
+
+def test_a_log_that_filled_its_disk_takes_writes_again_once_compacted(
+    lee_data_dir: Path, tmp_path: Path, lee_docs: Lee
+) -> None:
+    """The log's folder on a small disk that the writes fill: compacting folds them into the table's next version
+    and cuts the log, and the room the cut log took (kept for readers still on the older version) is given back to
+    the next write, which a full disk would refuse otherwise."""
+    data = tmp_path / "data"
+    shutil.copytree(lee_data_dir / "lee", data / "lee")
+    url = "/v1/tables/lee/documents"
+    env = {"EMBEDDING_WRITE_KEYS": KEY}
+    with small_tmpfs(data / writelog.DIRECTORY, "64k"), real_server.running(data, tmp_path / "serve.log", env=env) as s:
+
+        def write(i: int) -> httpx.Response:
+            document = upsert_body(lee_docs, f"full-{i}", i % 300, 2000)["documents"][0]
+            return real_server.HTTP.post(f"{s.base}{url}", json={"documents": [document]}, headers=HEADERS)
+
+        answers = [write(0)]
+        while answers[-1].status_code == 200:
+            answers.append(write(len(answers)))
+        refused = answers.pop()
+        assert refused.status_code == 503 and "No space left on device" in refused.text, refused.text
+        assert len(answers) > 10
+        compacted = run_cli("compact", "lee", "--data-dir", data)
+        assert compacted.code == 0, compacted.err
+        assert f"{len(answers)} writes folded in, {300 + len(answers)} documents" in compacted.out
+        after = write(len(answers) + 1)
+        assert after.status_code == 200, after.text
+        assert after.json()["sequence"] == len(answers) + 1
+        found = real_server.HTTP.get(f"{s.base}{url}/full-{len(answers) + 1}")
+        assert found.status_code == 200, found.text
+    assert "the disk is full: emptied the file the last cut replaced" in (tmp_path / "serve.log").read_text()

@@ -100,10 +100,38 @@ class Live:
             self._apply(records)
             cut = log.inode != self.inode  # another log file: a compaction cut the log after it published
             self.delta.offset, self.inode = offset, log.inode
+            self._check_there(log)
             if cut:
                 self._check_reach(before, records)
             self._check_behind()
+            self._check_lineage(log)
             yield log
+
+    def _check_there(self, log: writelog.Appender) -> None:
+        """The 404 of a write to a table removed from the data directory while this worker still serves it
+        (``embedding-index remove`` deletes its log, then the table): it would be answered, then lost or replayed
+        into a table imported later under the name. An empty log this write made is taken away again."""
+        if (self.directory / artifact.MANIFEST).is_file():
+            return
+        if os.fstat(log.fd).st_size == 0:
+            self.path.unlink(missing_ok=True)
+        raise ApiError("unknown_table", f"table {self.directory.name!r} was removed; nothing was written")
+
+    def _check_lineage(self, log: writelog.Appender) -> None:
+        """The 503 of a write that would start an empty log from another sequence than the table's newest version
+        ends at: the table was removed and imported afresh since this worker loaded it (an empty log otherwise
+        follows a cut, whose version holds every write this worker has read), and the write, numbered after the
+        removed table's, would make the new table refuse its log. It answers again once it has loaded the new one."""
+        if os.fstat(log.fd).st_size:
+            return
+        folded = int(artifact.read_manifest(self.directory).get("log_sequence", 0))
+        if folded != self.delta.seq:
+            raise ApiError(
+                "not_ready",
+                f"table {self.directory.name!r} was imported again since this worker loaded it (its new version holds "
+                f"the writes up to {folded}, this worker up to {self.delta.seq}); nothing was written: it answers "
+                "again once it has loaded the new version (in a moment)",
+            )
 
     def _refused(self, exc: writelog.LogCorrupt | writelog.LogMismatch) -> ApiError:
         """The 503 of its table once its log, read while serving, holds a record it cannot apply: a damaged one

@@ -384,3 +384,49 @@ def test_a_log_that_filled_its_disk_takes_writes_again_once_compacted(
         found = real_server.HTTP.get(f"{s.base}{url}/full-{len(answers) + 1}")
         assert found.status_code == 200, found.text
     assert "the disk is full: emptied the file the last cut replaced" in (tmp_path / "serve.log").read_text()
+
+
+def test_a_removed_table_takes_no_write_and_one_imported_under_its_name_starts_afresh(
+    lee_data_dir: Path, tmp_path: Path, lee_docs: Lee
+) -> None:
+    """``embedding-index remove`` while the server still serves the table (nothing watched: until a reload): writes
+    after it are refused, 404, rather than answered and kept in a log of their own, which a table imported next under
+    the name would replay, or be refused for (its first record far past the new version's); and so are writes to the
+    removed table once another is imported under its name, until the server has loaded that."""
+    data = tmp_path / "data"
+    shutil.copytree(lee_data_dir / "lee", data / "lee")
+    path = writelog.log_path(data, "lee")
+    url = "/v1/tables/lee/documents"
+    env = {"EMBEDDING_WRITE_KEYS": KEY, "EMBEDDING_WATCH_SECONDS": "0"}
+    with real_server.running(data, tmp_path / "serve.log", env=env) as server:
+
+        def write(i: int) -> httpx.Response:
+            document = upsert_body(lee_docs, f"d{i}", i, 2000)["documents"][0]
+            return real_server.HTTP.post(f"{server.base}{url}", json={"documents": [document]}, headers=HEADERS)
+
+        assert [write(i).status_code for i in range(3)] == [200] * 3
+        removed = run_cli("remove", "lee", "--data-dir", data)
+        assert removed.code == 0, removed.err
+        refused = [write(3), write(4)]  # the second would find the log the first made, and be appended to it
+        assert [answer.status_code for answer in refused] == [404, 404], [answer.text for answer in refused]
+        for answer in refused:
+            assert answer.json()["error"]["message"] == "table 'lee' was removed; nothing was written"
+        assert not path.exists() and not list(path.parent.iterdir())
+        source = write_jsonl(tmp_path / "lee.jsonl", jsonl_records(lee_docs))
+        imported = run_cli("import", source, "--name", "lee", "--data-dir", data)
+        assert imported.code == 0, imported.err
+        stale = write(5)  # the removed table's writes are in no version of the new one: its log starts again
+        assert stale.status_code == 503, stale.text
+        message = stale.json()["error"]["message"]
+        assert "table 'lee' was imported again since this worker loaded it" in message, message
+        assert "(its new version holds the writes up to 0, this worker up to 3); nothing was written" in message
+        server.process.send_signal(signal.SIGHUP)
+
+        def fresh() -> bool:
+            summary = real_server.HTTP.get(f"{server.base}/v1/tables/lee")
+            return summary.status_code == 200 and summary.json()["writes"]["sequence"] == 0
+
+        real_server.wait_for(fresh, 30, "the table imported afresh")
+        assert real_server.HTTP.get(f"{server.base}{url}/d0").status_code == 404
+        again = write(6)
+        assert again.status_code == 200 and again.json()["sequence"] == 1, again.text

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 from index.engine.door import Delta, ShardedTable, Table, WholeDelta, merged_writes, shard_place
+from index.errors import InvalidQuery
 from index.store import artifact, writelog
 from service.errors import ApiError
 
@@ -249,7 +250,7 @@ class Sharded:
                     for shard, (body, _) in made.items():
                         if body is not None:
                             appended[shard] = logs[shard].append(self.shards[shard].delta.seq + 1, body)
-                except writelog.LogWriteFailed:
+                except (writelog.LogWriteFailed, InvalidQuery):  # a log that failed, or a record too long
                     for shard, record in appended.items():
                         logs[shard].cut_back(record.offset)
                     raise

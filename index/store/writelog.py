@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from index.errors import ArtifactError, UnknownTable, counted
+from index.errors import ArtifactError, InvalidQuery, UnknownTable, counted
 from index.store import artifact, shardmap
 from index.store.payload import BOOLEAN, FLOAT, INTEGER, KIND, STRING, STRING_LIST, TIMESTAMP
 
@@ -48,7 +48,7 @@ DIRECTORY = ".writes"
 SUFFIX = ".log"
 MARK = b"\xe5\x1f"
 HEADER = struct.Struct("<2sIQI")  # mark, payload length, sequence number, crc32(sequence + payload)
-MAX_RECORD = 256 << 20  # a frame claiming more is corrupt (bodies are limited far below this)
+MAX_RECORD = 256 << 20  # a frame claiming more is corrupt; a write of more is refused (bodies are limited far below)
 NO_ROOM = (errno.ENOSPC, errno.EDQUOT)  # a full disk, a quota reached
 
 
@@ -509,6 +509,12 @@ class Appender:
         last whole record. A disk with no room for it is first given back the file the last cut replaced
         (:func:`empty_replaced`), and the record written once more."""
         data = frame(seq, {**body, "table": log_owner(self.path)})  # its log: a copy under another name is refused
+        if len(data) - HEADER.size > MAX_RECORD:  # a reader would take it for a damaged length, and cut it off
+            raise InvalidQuery(
+                f"this write's record would be {counted(len(data) - HEADER.size, 'byte')}, more than the write log "
+                f"takes in one ({counted(MAX_RECORD, 'byte')}): write it in parts (fewer documents, or a delete by "
+                "fewer ids or a narrower filter); nothing was written"
+            )
         while True:
             at = os.lseek(self.fd, 0, os.SEEK_END)
             try:

@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 
+from index.errors import InvalidQuery
 from index.store import writelog
 
 PARAGRAPHS = [p for p in Path("/usr/share/common-licenses/GPL-3").read_text().split("\n\n") if p.strip()][:40]
@@ -412,3 +413,24 @@ def test_a_cut_on_a_full_disk_frees_the_file_the_last_cut_replaced_first(tmp_pat
         assert [r.seq for r in writelog.recover(path)] == list(range(5, seq + 1))
         assert [r.seq for r in writelog.read(writelog.previous_path(path))] == list(range(3, seq + 1))
         assert not list(logs.glob("*.cut"))
+
+
+def test_a_record_over_the_largest_a_reader_takes_is_refused_not_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A record longer than ``MAX_RECORD`` (which a reader takes for a damaged length) would be answered, then cut
+    as a torn tail by the next reader: it is refused before anything is written (a delete by a filter that matches
+    millions of documents, whose record lists their ids)."""
+    path = tmp_path / "t.log"
+    write(path, 2)
+    size = path.stat().st_size
+    monkeypatch.setattr(writelog, "MAX_RECORD", 3_000)
+    ids = [f"gpl-{i}" for i in range(1_000)]
+    with writelog.appending(path) as log, pytest.raises(InvalidQuery) as refused:
+        log.append(3, {"op": "delete", "ids": ids})
+    assert refused.value.message.startswith(
+        "this write's record would be 9,957 bytes, more than the write log takes in one (3,000 bytes)"
+    )
+    assert path.stat().st_size == size
+    write(path, 1, first=3)
+    assert [r.seq for r in writelog.recover(path)] == [1, 2, 3]

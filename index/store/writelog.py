@@ -577,9 +577,11 @@ def cut(path: Path, covered: int) -> int:
         return 0
     with _locked(path, os.O_RDWR, fcntl.LOCK_EX) as fd:
         data = _read_from(fd, 0)
-        records, end, problem = scan(data, log=log_owner(path))
-        if problem is not None:
-            raise LogCorrupt(f"write log {path}: record at byte {end} is damaged: {problem}")
+        records, end, problem = scan(data, log=log_owner(path))  # damage with good records after it: LogCorrupt
+        if problem is not None:  # a torn tail (a writer killed in a record since the compaction read the log)
+            log.warning("write log %s: cut %d bytes at byte %d (%s)", path, len(data) - end, end, problem)
+            os.ftruncate(fd, end)
+            os.fsync(fd)
         kept = [r for r in records if r.seq > covered]
         if len(kept) == len(records):
             return len(kept)

@@ -434,3 +434,21 @@ def test_a_record_over_the_largest_a_reader_takes_is_refused_not_written(
     assert path.stat().st_size == size
     write(path, 1, first=3)
     assert [r.seq for r in writelog.recover(path)] == [1, 2, 3]
+
+
+@pytest.mark.parametrize("covered", [0, 2])
+def test_a_cut_cuts_a_torn_tail_too(tmp_path: Path, covered: int, caplog: pytest.LogCaptureFixture) -> None:
+    """A writer killed in a record after the compaction read the log leaves a torn tail, never an answered write:
+    the compaction's cut, once its version is published, cuts it as a writer or a restart would, rather than fail
+    after publishing."""
+    path = tmp_path / "t.log"
+    write(path, 4)
+    torn = writelog.frame(5, body(4))
+    with path.open("ab") as handle:
+        handle.write(torn[: len(torn) // 2])
+    with caplog.at_level(logging.WARNING, logger="index.store.writelog"):
+        assert writelog.cut(path, covered) == 4 - covered
+    assert f"cut {len(torn) // 2} bytes" in caplog.text
+    assert [r.seq for r in writelog.recover(path)] == list(range(covered + 1, 5))
+    write(path, 1, first=5)
+    assert [r.seq for r in writelog.recover(path)] == list(range(covered + 1, 6))

@@ -170,26 +170,64 @@ def first_misfit(records: list[Record], shape: Shape) -> tuple[Record, str] | No
 
 
 def check_reimport(data_dir: Path, name: str, new: Path) -> None:
-    """Before the documents table at ``new`` is published over table ``name`` (an import with ``--force``): the
-    writes its log holds beyond the replaced version are replayed over the new one, so each must fit it (id type,
-    dimension, field types); else :class:`LogMismatch` names the first that does not, and nothing is replaced."""
+    """Before the table at ``new`` is published over table ``name`` (an import with ``--force``): the writes its log
+    holds beyond the replaced version are replayed over the new one, so each must fit it (id type, dimension, field
+    types); else :class:`LogMismatch` names the first that does not, and nothing is replaced. An import from a whole
+    table to shards, or from shards to a whole table or to shards again, replays no log: it is refused while the
+    replaced table's logs hold writes beyond its version, which it would drop."""
     manifest = artifact.read_manifest(new)
     final = artifact.table_dir(data_dir, name)
-    if manifest.get("kind") != KIND or "log_sequence" in manifest or shardmap.is_sharded(manifest):
+    if "log_sequence" in manifest:  # a compaction's version, which holds its log's writes
         return
     try:
-        covered = int(artifact.read_manifest(final).get("log_sequence", 0))
+        old = artifact.read_manifest(final)
     except (UnknownTable, ArtifactError):  # the name holds no table, or a damaged one: nothing is continued
         return
+    if shardmap.is_sharded(manifest) or shardmap.is_sharded(old):
+        found = _unfolded(data_dir, name, final, old)
+        if found is not None:
+            log_name, seq = found
+            how = "as shards" if shardmap.is_sharded(manifest) else "over a sharded table"
+            raise LogMismatch(
+                f"table {name!r} not replaced: its write log {log_name} holds writes made since its version (the "
+                f"first: sequence {seq}), which an import {how} does not replay; compact first (`embedding-index "
+                f"compact {name}`) to fold them into the version this import replaces, or remove the table "
+                f"(`embedding-index remove {name}`)"
+            )
+        return
+    if manifest.get("kind") != KIND:
+        return
+    covered = int(old.get("log_sequence", 0))
     records = [r for r in read(log_path(data_dir, name)) if r.seq > covered]
-    found = first_misfit(records, Shape.of(manifest))
-    if found is not None:
-        record, problem = found
+    found_misfit = first_misfit(records, Shape.of(manifest))
+    if found_misfit is not None:
+        record, problem = found_misfit
         raise LogMismatch(
             f"table {name!r} not replaced: its write log holds writes the new import cannot take (sequence "
             f"{record.seq}: {problem}); compact first (`embedding-index compact {name}`) to fold them into the "
             f"version this import replaces, or remove the table (`embedding-index remove {name}`)"
         )
+
+
+def _unfolded(data_dir: Path, name: str, directory: Path, manifest: dict[str, Any]) -> tuple[str, int] | None:
+    """The first write beyond its version in the log of documents table ``name`` (at ``directory``, of
+    ``manifest``), or of any of its shards: (the log, its sequence number); None when there is none."""
+    if shardmap.is_sharded(manifest):
+        if manifest.get("of") != KIND:
+            return None
+        names = list(manifest["shards"]["names"])
+        logs = [(table_log(directory / shard), directory / shard) for shard in names]
+        covered = [int(artifact.read_manifest(shard).get("log_sequence", 0)) for _, shard in logs]
+        paths = [path for path, _ in logs]
+    elif manifest.get("kind") == KIND:
+        paths, covered = [log_path(data_dir, name)], [int(manifest.get("log_sequence", 0))]
+    else:
+        return None
+    for path, sequence in zip(paths, covered, strict=True):
+        later = [r.seq for r in read(path) if r.seq > sequence]
+        if later:
+            return f"{log_owner(path)}{SUFFIX}", later[0]
+    return None
 
 
 def frame(seq: int, body: dict[str, Any]) -> bytes:

@@ -430,3 +430,33 @@ def test_a_removed_table_takes_no_write_and_one_imported_under_its_name_starts_a
         assert real_server.HTTP.get(f"{server.base}{url}/d0").status_code == 404
         again = write(6)
         assert again.status_code == 200 and again.json()["sequence"] == 1, again.text
+
+
+def test_an_import_to_or_from_shards_over_writes_is_refused(lee_docs: Lee, tmp_path: Path) -> None:
+    """A re-import that makes a whole table sharded (or a sharded one whole, or sharded again) replays no log: while
+    the replaced table's logs hold writes beyond its version it is refused, naming the log, rather than dropping
+    them; compacted, it goes ahead."""
+    data = tmp_path / "data"
+    source = write_jsonl(tmp_path / "lee.jsonl", jsonl_records(lee_docs))
+    assert import_lee(source, data).code == 0
+    append(data, lee_docs, 1, ["w1"])
+    manifest = (data / "lee" / artifact.MANIFEST).read_bytes()
+    refused = import_lee(source, data, "--shards", "3", "--force")
+    assert refused.code != 0
+    assert "table 'lee' not replaced: its write log lee.log holds writes made since its version (the first: " in (
+        refused.err
+    )
+    assert "sequence 1), which an import as shards does not replay; compact first" in refused.err, refused.err
+    assert (data / "lee" / artifact.MANIFEST).read_bytes() == manifest
+    assert run_cli("compact", "lee", "--data-dir", data).code == 0
+    assert import_lee(source, data, "--shards", "3", "--force").code == 0
+    shard = data / "lee" / "shard-002"
+    with writelog.appending(writelog.table_log(shard)) as log:
+        log.append(1, upsert_body(lee_docs, "w2", 2, 2001))
+    for more in ((), ("--shards", "2")):
+        refused = import_lee(source, data, "--force", *more)
+        assert refused.code != 0
+        assert "its write log lee/shard-002.log holds writes made since its version (the first: sequence 1)" in (
+            refused.err
+        )
+    assert artifact.read_manifest(data / "lee")["shards"]["count"] == 3

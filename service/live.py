@@ -116,22 +116,23 @@ class Live:
             return
         if os.fstat(log.fd).st_size == 0:
             self.path.unlink(missing_ok=True)
-        raise ApiError("unknown_table", f"table {self.directory.name!r} was removed; nothing was written")
+        raise ApiError("unknown_table", f"table {writelog.log_owner(self.path)!r} was removed; nothing was written")
 
     def _check_lineage(self, log: writelog.Appender) -> None:
         """The 503 of a write that would start an empty log from another sequence than the table's newest version
-        ends at: the table was removed and imported afresh since this worker loaded it (an empty log otherwise
-        follows a cut, whose version holds every write this worker has read), and the write, numbered after the
-        removed table's, would make the new table refuse its log. It answers again once it has loaded the new one."""
+        ends at: the table was removed (its log first), or removed and imported afresh, since this worker loaded it
+        (an empty log otherwise follows a cut, whose version holds every write this worker has read), and the write,
+        numbered after the removed table's, would make a table imported under the name refuse its log. It answers
+        again once it has loaded the table in its place."""
         if os.fstat(log.fd).st_size:
             return
         folded = int(artifact.read_manifest(self.directory).get("log_sequence", 0))
         if folded != self.delta.seq:
             raise ApiError(
                 "not_ready",
-                f"table {self.directory.name!r} was imported again since this worker loaded it (its new version holds "
-                f"the writes up to {folded}, this worker up to {self.delta.seq}); nothing was written: it answers "
-                "again once it has loaded the new version (in a moment)",
+                f"table {writelog.log_owner(self.path)!r} was removed or imported again since this worker loaded it "
+                f"(the version in its place holds the writes up to {folded}, this worker up to {self.delta.seq}); "
+                "nothing was written: it answers again once it has loaded the table in its place (in a moment)",
             )
 
     def _refused(self, exc: writelog.LogCorrupt | writelog.LogMismatch) -> ApiError:

@@ -418,8 +418,10 @@ def test_a_removed_table_takes_no_write_and_one_imported_under_its_name_starts_a
         stale = write(5)  # the removed table's writes are in no version of the new one: its log starts again
         assert stale.status_code == 503, stale.text
         message = stale.json()["error"]["message"]
-        assert "table 'lee' was imported again since this worker loaded it" in message, message
-        assert "(its new version holds the writes up to 0, this worker up to 3); nothing was written" in message
+        assert "table 'lee' was removed or imported again since this worker loaded it" in message, message
+        assert (
+            "(the version in its place holds the writes up to 0, this worker up to 3); nothing was written" in message
+        )
         server.process.send_signal(signal.SIGHUP)
 
         def fresh() -> bool:

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 from index.engine.door import Delta, ShardedTable, Table, WholeDelta, merged_writes, shard_place
+from index.errors import InvalidQuery
 from index.store import artifact, writelog
 from service.errors import ApiError
 
@@ -100,10 +101,39 @@ class Live:
             self._apply(records)
             cut = log.inode != self.inode  # another log file: a compaction cut the log after it published
             self.delta.offset, self.inode = offset, log.inode
+            self._check_there(log)
             if cut:
                 self._check_reach(before, records)
             self._check_behind()
+            self._check_lineage(log)
             yield log
+
+    def _check_there(self, log: writelog.Appender) -> None:
+        """The 404 of a write to a table removed from the data directory while this worker still serves it
+        (``embedding-index remove`` deletes its log, then the table): it would be answered, then lost or replayed
+        into a table imported later under the name. An empty log this write made is taken away again."""
+        if (self.directory / artifact.MANIFEST).is_file():
+            return
+        if os.fstat(log.fd).st_size == 0:
+            self.path.unlink(missing_ok=True)
+        raise ApiError("unknown_table", f"table {writelog.log_owner(self.path)!r} was removed; nothing was written")
+
+    def _check_lineage(self, log: writelog.Appender) -> None:
+        """The 503 of a write that would start an empty log from another sequence than the table's newest version
+        ends at: the table was removed (its log first), or removed and imported afresh, since this worker loaded it
+        (an empty log otherwise follows a cut, whose version holds every write this worker has read), and the write,
+        numbered after the removed table's, would make a table imported under the name refuse its log. It answers
+        again once it has loaded the table in its place."""
+        if os.fstat(log.fd).st_size:
+            return
+        folded = int(artifact.read_manifest(self.directory).get("log_sequence", 0))
+        if folded != self.delta.seq:
+            raise ApiError(
+                "not_ready",
+                f"table {writelog.log_owner(self.path)!r} was removed or imported again since this worker loaded it "
+                f"(the version in its place holds the writes up to {folded}, this worker up to {self.delta.seq}); "
+                "nothing was written: it answers again once it has loaded the table in its place (in a moment)",
+            )
 
     def _refused(self, exc: writelog.LogCorrupt | writelog.LogMismatch) -> ApiError:
         """The 503 of its table once its log, read while serving, holds a record it cannot apply: a damaged one
@@ -221,7 +251,7 @@ class Sharded:
                     for shard, (body, _) in made.items():
                         if body is not None:
                             appended[shard] = logs[shard].append(self.shards[shard].delta.seq + 1, body)
-                except writelog.LogWriteFailed:
+                except (writelog.LogWriteFailed, InvalidQuery):  # a log that failed, or a record too long
                     for shard, record in appended.items():
                         logs[shard].cut_back(record.offset)
                     raise

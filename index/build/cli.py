@@ -494,6 +494,7 @@ def _import_sharded(
     from index.build.shard import import_sharded, one_by_one
     from index.build.sources.documents import read_documents
     from index.build.writer import source_digest
+    from index.store.writelog import check_reimport
 
     started = time.perf_counter()
     cluster = None if ray is None else ray_build.connect(ray)
@@ -515,6 +516,7 @@ def _import_sharded(
         params=params,
         force=build.force,
         run_all=one_by_one if cluster is None else lambda jobs: ray_build.run_all(cluster, jobs, "shards on Ray"),
+        complete=lambda tmp: check_reimport(data_dir, name, tmp),  # the replaced table's writes: none unfolded
     )
     _say_sharded(manifest, data_dir, name)
 

@@ -16,7 +16,8 @@ the record, since replaying past it would lose acknowledged writes silently.
 
 A compaction cuts the log (:func:`cut`): the records its new version holds are dropped, the later ones move to a
 new file renamed over the log. The file it replaced stays as ``.<name>.log.previous`` until the next cut, so a
-reader still on the older version reads the records it had not read yet before it reads the new file.
+reader still on the older version reads the records it had not read yet before it reads the new file; a record
+that finds the disk full empties it first (:func:`empty_replaced`), as does the next cut.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from index.errors import ArtifactError, UnknownTable, counted
+from index.errors import ArtifactError, InvalidQuery, UnknownTable, counted
 from index.store import artifact, shardmap
 from index.store.payload import BOOLEAN, FLOAT, INTEGER, KIND, STRING, STRING_LIST, TIMESTAMP
 
@@ -47,7 +48,8 @@ DIRECTORY = ".writes"
 SUFFIX = ".log"
 MARK = b"\xe5\x1f"
 HEADER = struct.Struct("<2sIQI")  # mark, payload length, sequence number, crc32(sequence + payload)
-MAX_RECORD = 256 << 20  # a frame claiming more is corrupt (bodies are limited far below this)
+MAX_RECORD = 256 << 20  # a frame claiming more is corrupt; a write of more is refused (bodies are limited far below)
+NO_ROOM = (errno.ENOSPC, errno.EDQUOT)  # a full disk, a quota reached
 
 
 class LogCorrupt(ArtifactError):
@@ -168,26 +170,64 @@ def first_misfit(records: list[Record], shape: Shape) -> tuple[Record, str] | No
 
 
 def check_reimport(data_dir: Path, name: str, new: Path) -> None:
-    """Before the documents table at ``new`` is published over table ``name`` (an import with ``--force``): the
-    writes its log holds beyond the replaced version are replayed over the new one, so each must fit it (id type,
-    dimension, field types); else :class:`LogMismatch` names the first that does not, and nothing is replaced."""
+    """Before the table at ``new`` is published over table ``name`` (an import with ``--force``): the writes its log
+    holds beyond the replaced version are replayed over the new one, so each must fit it (id type, dimension, field
+    types); else :class:`LogMismatch` names the first that does not, and nothing is replaced. An import from a whole
+    table to shards, or from shards to a whole table or to shards again, replays no log: it is refused while the
+    replaced table's logs hold writes beyond its version, which it would drop."""
     manifest = artifact.read_manifest(new)
     final = artifact.table_dir(data_dir, name)
-    if manifest.get("kind") != KIND or "log_sequence" in manifest or shardmap.is_sharded(manifest):
+    if "log_sequence" in manifest:  # a compaction's version, which holds its log's writes
         return
     try:
-        covered = int(artifact.read_manifest(final).get("log_sequence", 0))
+        old = artifact.read_manifest(final)
     except (UnknownTable, ArtifactError):  # the name holds no table, or a damaged one: nothing is continued
         return
+    if shardmap.is_sharded(manifest) or shardmap.is_sharded(old):
+        found = _unfolded(data_dir, name, final, old)
+        if found is not None:
+            log_name, seq = found
+            how = "as shards" if shardmap.is_sharded(manifest) else "over a sharded table"
+            raise LogMismatch(
+                f"table {name!r} not replaced: its write log {log_name} holds writes made since its version (the "
+                f"first: sequence {seq}), which an import {how} does not replay; compact first (`embedding-index "
+                f"compact {name}`) to fold them into the version this import replaces, or remove the table "
+                f"(`embedding-index remove {name}`)"
+            )
+        return
+    if manifest.get("kind") != KIND:
+        return
+    covered = int(old.get("log_sequence", 0))
     records = [r for r in read(log_path(data_dir, name)) if r.seq > covered]
-    found = first_misfit(records, Shape.of(manifest))
-    if found is not None:
-        record, problem = found
+    found_misfit = first_misfit(records, Shape.of(manifest))
+    if found_misfit is not None:
+        record, problem = found_misfit
         raise LogMismatch(
             f"table {name!r} not replaced: its write log holds writes the new import cannot take (sequence "
             f"{record.seq}: {problem}); compact first (`embedding-index compact {name}`) to fold them into the "
             f"version this import replaces, or remove the table (`embedding-index remove {name}`)"
         )
+
+
+def _unfolded(data_dir: Path, name: str, directory: Path, manifest: dict[str, Any]) -> tuple[str, int] | None:
+    """The first write beyond its version in the log of documents table ``name`` (at ``directory``, of
+    ``manifest``), or of any of its shards: (the log, its sequence number); None when there is none."""
+    if shardmap.is_sharded(manifest):
+        if manifest.get("of") != KIND:
+            return None
+        names = list(manifest["shards"]["names"])
+        logs = [(table_log(directory / shard), directory / shard) for shard in names]
+        covered = [int(artifact.read_manifest(shard).get("log_sequence", 0)) for _, shard in logs]
+        paths = [path for path, _ in logs]
+    elif manifest.get("kind") == KIND:
+        paths, covered = [log_path(data_dir, name)], [int(manifest.get("log_sequence", 0))]
+    else:
+        return None
+    for path, sequence in zip(paths, covered, strict=True):
+        later = [r.seq for r in read(path) if r.seq > sequence]
+        if later:
+            return f"{log_owner(path)}{SUFFIX}", later[0]
+    return None
 
 
 def frame(seq: int, body: dict[str, Any]) -> bytes:
@@ -433,6 +473,22 @@ def previous_path(path: Path) -> Path:
     return path.with_name(f".{path.name}.previous")
 
 
+def empty_replaced(path: Path) -> int:
+    """Give back the room of the file the last cut of the log at ``path`` replaced: it is emptied, not removed, so
+    that no new log file takes its inode, by which readers tell the files apart. Returns the bytes given back.
+    Every record it held is in the table's newest version or in the log: only a worker still on an older version
+    that had not read its last records needs it, and that one answers 503 until it has loaded the newest
+    (``service.live``), as after two cuts."""
+    previous = previous_path(path)
+    try:
+        size = previous.stat().st_size
+        if size:
+            os.truncate(previous, 0)
+    except FileNotFoundError:
+        return 0
+    return size
+
+
 def _unread_before_cut(path: Path, inode: int | None, start: int, previous: int) -> list[Record]:
     """The records after byte ``start`` of the log file ``inode`` that a cut replaced since it was read (none when
     a later cut replaced it too; every record of the replaced file when the reader had read none, ``inode`` None:
@@ -488,21 +544,37 @@ class Appender:
     def append(self, seq: int, body: dict[str, Any]) -> Record:
         """Append one record; it is on disk (fsynced, unless ``sync`` is off) when this returns. A write that fails
         (a full disk, a file size limit) is cut off again and raises :class:`LogWriteFailed`: the log ends at its
-        last whole record."""
+        last whole record. A disk with no room for it is first given back the file the last cut replaced
+        (:func:`empty_replaced`), and the record written once more."""
         data = frame(seq, {**body, "table": log_owner(self.path)})  # its log: a copy under another name is refused
-        at = os.lseek(self.fd, 0, os.SEEK_END)
-        try:
-            written = 0
-            while written < len(data):
-                written += os.pwrite(self.fd, data[written:], at + written)
-            if self.sync:
-                os.fsync(self.fd)
-        except OSError as exc:
-            self.cut_back(at)
-            reason = exc.strerror or str(exc)
-            message = f"write log {self.path.name} could not be written ({reason}); nothing was written"
-            raise LogWriteFailed(message) from exc
-        return Record(seq, at, at + len(data), body)
+        if len(data) - HEADER.size > MAX_RECORD:  # a reader would take it for a damaged length, and cut it off
+            raise InvalidQuery(
+                f"this write's record would be {counted(len(data) - HEADER.size, 'byte')}, more than the write log "
+                f"takes in one ({counted(MAX_RECORD, 'byte')}): write it in parts (fewer documents, or a delete by "
+                "fewer ids or a narrower filter); nothing was written"
+            )
+        while True:
+            at = os.lseek(self.fd, 0, os.SEEK_END)
+            try:
+                written = 0
+                while written < len(data):
+                    written += os.pwrite(self.fd, data[written:], at + written)
+                if self.sync:
+                    os.fsync(self.fd)
+                return Record(seq, at, at + len(data), body)
+            except OSError as exc:
+                self.cut_back(at)
+                freed = empty_replaced(self.path) if exc.errno in NO_ROOM else 0
+                if freed:
+                    log.warning(
+                        "write log %s: the disk is full: emptied the file the last cut replaced (%d bytes)",
+                        self.path,
+                        freed,
+                    )
+                    continue
+                reason = exc.strerror or str(exc)
+                message = f"write log {self.path.name} could not be written ({reason}); nothing was written"
+                raise LogWriteFailed(message) from exc
 
     def cut_back(self, at: int) -> None:
         """The log cut back to byte ``at``, where a failed record began, or one of a write that failed as a whole
@@ -543,20 +615,27 @@ def cut(path: Path, covered: int) -> int:
         return 0
     with _locked(path, os.O_RDWR, fcntl.LOCK_EX) as fd:
         data = _read_from(fd, 0)
-        records, end, problem = scan(data, log=log_owner(path))
-        if problem is not None:
-            raise LogCorrupt(f"write log {path}: record at byte {end} is damaged: {problem}")
+        records, end, problem = scan(data, log=log_owner(path))  # damage with good records after it: LogCorrupt
+        if problem is not None:  # a torn tail (a writer killed in a record since the compaction read the log)
+            log.warning("write log %s: cut %d bytes at byte %d (%s)", path, len(data) - end, end, problem)
+            os.ftruncate(fd, end)
+            os.fsync(fd)
         kept = [r for r in records if r.seq > covered]
         if len(kept) == len(records):
             return len(kept)
+        empty_replaced(path)  # first: its room may be needed for the new file (on a full disk)
         tmp = path.with_name(f".{path.name}.cut")
-        with open(tmp, "wb") as handle:
-            for record in kept:
-                handle.write(data[record.offset : record.end])
-            handle.flush()
-            os.fsync(handle.fileno())
+        try:
+            with open(tmp, "wb") as handle:
+                for record in kept:
+                    handle.write(data[record.offset : record.end])
+                handle.flush()
+                os.fsync(handle.fileno())
+        except OSError:
+            tmp.unlink(missing_ok=True)
+            raise
         previous = previous_path(path)
-        previous.unlink(missing_ok=True)
+        previous.unlink(missing_ok=True)  # after the new file is made, which so cannot take its inode
         os.link(path, previous)
         os.rename(tmp, path)
         artifact.fsync_dir(path.parent)

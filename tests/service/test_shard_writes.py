@@ -26,7 +26,7 @@ from service.schemas.writes import WriteDocument
 from tests.cli import run_cli
 from tests.index.build.test_shards import EXE, door_queries, run
 from tests.index.engine.test_keyword import assert_lengths_are_the_cut
-from tests.lee import Lee
+from tests.lee import Lee, jsonl_records
 from tests.service.conftest import LEE_SHARDS, lee_copy
 from tests.service.test_live_search import as_write, written
 
@@ -199,6 +199,30 @@ def test_a_refused_document_writes_nothing(tables: tuple[Table, ShardedTable], l
     with pytest.raises(door.InvalidQuery):
         shards.write(writes.sharded_filter_delete(sharded, {"nope": 1}), True)
     assert shards.summary() == before
+
+
+def test_a_record_too_long_for_one_shards_log_writes_none(
+    lee_imports: Path, lee_docs: Lee, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A shard's record longer than its log takes (``writelog.MAX_RECORD``) is refused, 422, and the records
+    appended to the shards before it are cut off again: the write writes none, as a log that fails does."""
+    lee_copy(lee_imports, "plain", "sharded", tmp_path / "data")
+    sharded = ShardedTable.load(tmp_path / "data" / "lee")
+    live.attach(sharded, tmp_path / "data" / "lee")
+    shards = live.sharded_of(sharded)
+    assert shards is not None
+    records = jsonl_records(lee_docs)[:40]
+    documents = [WriteDocument.model_validate({**as_write(r), "id": f"long/{r['id']}"}) for r in records]
+    makes = writes.sharded_upsert(sharded, None, documents, shards.whole.delta)
+    sizes = {shard: len(writelog.frame(1, make(shards.shards[shard].delta)[0] or {})) for shard, make in makes.items()}
+    first, last = min(sizes), max(sizes)
+    assert sizes[first] < sizes[last], sizes  # the last shard's record alone is too long
+    monkeypatch.setattr(writelog, "MAX_RECORD", sizes[last] - 100)
+    logs = [state.path for state in shards.shards]
+    with pytest.raises(InvalidQuery, match="more than the write log takes in one"):
+        shards.write(makes, True)
+    assert [path.stat().st_size if path.exists() else 0 for path in logs] == [0] * SHARDS
+    assert shards.summary()["written"] == 0
 
 
 def test_compaction_folds_every_shards_log(data: Path, tables: tuple[Table, ShardedTable], lee_docs: Lee) -> None:

@@ -28,6 +28,7 @@ import pytest
 
 from index.store import artifact, writelog
 from tests.cli import Result, run_cli
+from tests.index.store.test_writelog import small_tmpfs
 from tests.lee import Lee, jsonl_records, write_jsonl
 from tests.service import real_server
 
@@ -350,3 +351,114 @@ def test_a_log_put_in_place_of_another_tables_is_refused_not_replayed(
     refused = run_cli("compact", "copy", "--data-dir", data)
     assert refused.code != 0 and "table 'copy' not compacted (its write log)" in refused.err and said in refused.err
     assert writelog.log_path(data, "copy").read_bytes() == writelog.log_path(data, "lee").read_bytes()  # not cut
+
+
+def test_a_log_that_filled_its_disk_takes_writes_again_once_compacted(
+    lee_data_dir: Path, tmp_path: Path, lee_docs: Lee
+) -> None:
+    """The log's folder on a small disk that the writes fill: compacting folds them into the table's next version
+    and cuts the log, and the room the cut log took (kept for readers still on the older version) is given back to
+    the next write, which a full disk would refuse otherwise."""
+    data = tmp_path / "data"
+    shutil.copytree(lee_data_dir / "lee", data / "lee")
+    url = "/v1/tables/lee/documents"
+    env = {"EMBEDDING_WRITE_KEYS": KEY}
+    with small_tmpfs(data / writelog.DIRECTORY, "64k"), real_server.running(data, tmp_path / "serve.log", env=env) as s:
+
+        def write(i: int) -> httpx.Response:
+            document = upsert_body(lee_docs, f"full-{i}", i % 300, 2000)["documents"][0]
+            return real_server.HTTP.post(f"{s.base}{url}", json={"documents": [document]}, headers=HEADERS)
+
+        answers = [write(0)]
+        while answers[-1].status_code == 200:
+            answers.append(write(len(answers)))
+        refused = answers.pop()
+        assert refused.status_code == 503 and "No space left on device" in refused.text, refused.text
+        assert len(answers) > 10
+        compacted = run_cli("compact", "lee", "--data-dir", data)
+        assert compacted.code == 0, compacted.err
+        assert f"{len(answers)} writes folded in, {300 + len(answers)} documents" in compacted.out
+        after = write(len(answers) + 1)
+        assert after.status_code == 200, after.text
+        assert after.json()["sequence"] == len(answers) + 1
+        found = real_server.HTTP.get(f"{s.base}{url}/full-{len(answers) + 1}")
+        assert found.status_code == 200, found.text
+    assert "the disk is full: emptied the file the last cut replaced" in (tmp_path / "serve.log").read_text()
+
+
+def test_a_removed_table_takes_no_write_and_one_imported_under_its_name_starts_afresh(
+    lee_data_dir: Path, tmp_path: Path, lee_docs: Lee
+) -> None:
+    """``embedding-index remove`` while the server still serves the table (nothing watched: until a reload): writes
+    after it are refused, 404, rather than answered and kept in a log of their own, which a table imported next under
+    the name would replay, or be refused for (its first record far past the new version's); and so are writes to the
+    removed table once another is imported under its name, until the server has loaded that."""
+    data = tmp_path / "data"
+    shutil.copytree(lee_data_dir / "lee", data / "lee")
+    path = writelog.log_path(data, "lee")
+    url = "/v1/tables/lee/documents"
+    env = {"EMBEDDING_WRITE_KEYS": KEY, "EMBEDDING_WATCH_SECONDS": "0"}
+    with real_server.running(data, tmp_path / "serve.log", env=env) as server:
+
+        def write(i: int) -> httpx.Response:
+            document = upsert_body(lee_docs, f"d{i}", i, 2000)["documents"][0]
+            return real_server.HTTP.post(f"{server.base}{url}", json={"documents": [document]}, headers=HEADERS)
+
+        assert [write(i).status_code for i in range(3)] == [200] * 3
+        removed = run_cli("remove", "lee", "--data-dir", data)
+        assert removed.code == 0, removed.err
+        refused = [write(3), write(4)]  # the second would find the log the first made, and be appended to it
+        assert [answer.status_code for answer in refused] == [404, 404], [answer.text for answer in refused]
+        for answer in refused:
+            assert answer.json()["error"]["message"] == "table 'lee' was removed; nothing was written"
+        assert not path.exists() and not list(path.parent.iterdir())
+        source = write_jsonl(tmp_path / "lee.jsonl", jsonl_records(lee_docs))
+        imported = run_cli("import", source, "--name", "lee", "--data-dir", data)
+        assert imported.code == 0, imported.err
+        stale = write(5)  # the removed table's writes are in no version of the new one: its log starts again
+        assert stale.status_code == 503, stale.text
+        message = stale.json()["error"]["message"]
+        assert "table 'lee' was removed or imported again since this worker loaded it" in message, message
+        assert (
+            "(the version in its place holds the writes up to 0, this worker up to 3); nothing was written" in message
+        )
+        server.process.send_signal(signal.SIGHUP)
+
+        def fresh() -> bool:
+            summary = real_server.HTTP.get(f"{server.base}/v1/tables/lee")
+            return summary.status_code == 200 and summary.json()["writes"]["sequence"] == 0
+
+        real_server.wait_for(fresh, 30, "the table imported afresh")
+        assert real_server.HTTP.get(f"{server.base}{url}/d0").status_code == 404
+        again = write(6)
+        assert again.status_code == 200 and again.json()["sequence"] == 1, again.text
+
+
+def test_an_import_to_or_from_shards_over_writes_is_refused(lee_docs: Lee, tmp_path: Path) -> None:
+    """A re-import that makes a whole table sharded (or a sharded one whole, or sharded again) replays no log: while
+    the replaced table's logs hold writes beyond its version it is refused, naming the log, rather than dropping
+    them; compacted, it goes ahead."""
+    data = tmp_path / "data"
+    source = write_jsonl(tmp_path / "lee.jsonl", jsonl_records(lee_docs))
+    assert import_lee(source, data).code == 0
+    append(data, lee_docs, 1, ["w1"])
+    manifest = (data / "lee" / artifact.MANIFEST).read_bytes()
+    refused = import_lee(source, data, "--shards", "3", "--force")
+    assert refused.code != 0
+    assert "table 'lee' not replaced: its write log lee.log holds writes made since its version (the first: " in (
+        refused.err
+    )
+    assert "sequence 1), which an import as shards does not replay; compact first" in refused.err, refused.err
+    assert (data / "lee" / artifact.MANIFEST).read_bytes() == manifest
+    assert run_cli("compact", "lee", "--data-dir", data).code == 0
+    assert import_lee(source, data, "--shards", "3", "--force").code == 0
+    shard = data / "lee" / "shard-002"
+    with writelog.appending(writelog.table_log(shard)) as log:
+        log.append(1, upsert_body(lee_docs, "w2", 2, 2001))
+    for more in ((), ("--shards", "2")):
+        refused = import_lee(source, data, "--force", *more)
+        assert refused.code != 0
+        assert "its write log lee/shard-002.log holds writes made since its version (the first: sequence 1)" in (
+            refused.err
+        )
+    assert artifact.read_manifest(data / "lee")["shards"]["count"] == 3

@@ -5,18 +5,23 @@ take turns; a cut keeps the records after the position it covered. Payloads are 
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import logging
 import multiprocessing
 import os
+import shutil
+import subprocess
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from index.errors import InvalidQuery
 from index.store import writelog
 
 PARAGRAPHS = [p for p in Path("/usr/share/common-licenses/GPL-3").read_text().split("\n\n") if p.strip()][:40]
@@ -345,3 +350,105 @@ def test_a_record_names_its_log_and_a_copy_under_another_name_is_refused(tmp_pat
     assert [r.body for r in writelog.recover(unnamed)] == [body(0)]
     assert writelog.log_owner(writelog.previous_path(shard)) == "t/shard-001"
     assert writelog.log_owner(writelog.previous_path(logs / "a.log")) == "a"
+
+
+@contextlib.contextmanager
+def small_tmpfs(directory: Path, size: str) -> Iterator[Path]:
+    """``directory`` on a tmpfs of ``size`` that fills up (ENOSPC itself); skipped where mounting needs root."""
+    if os.geteuid() != 0 or not shutil.which("mount"):
+        pytest.skip("mounting a small tmpfs needs root")
+    directory.mkdir(parents=True, exist_ok=True)
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(directory)], check=False)
+    if mounted.returncode != 0:
+        pytest.skip("this system does not allow mounting a tmpfs")
+    try:
+        yield directory
+    finally:
+        subprocess.run(["umount", str(directory)], check=True)
+
+
+def fill(path: Path, seq: int = 0) -> int:
+    """Records appended to the log at ``path`` (after sequence ``seq``) until the disk refuses one; the last
+    sequence written."""
+    with writelog.appending(path) as log:
+        while True:
+            try:
+                log.append(seq + 1, body(seq))
+            except writelog.LogWriteFailed as error:
+                assert "No space left on device" in error.message, error.message
+                return seq
+            seq += 1
+
+
+def test_a_full_disk_gets_back_the_room_of_the_file_a_cut_replaced(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    with small_tmpfs(tmp_path / writelog.DIRECTORY, "64k") as logs:
+        path = logs / "t.log"
+        last = fill(path)
+        assert last > 10
+        size = path.stat().st_size
+        assert writelog.cut(path, last) == 0  # every record folded into a new version: the log is empty again
+        assert writelog.previous_path(path).stat().st_size == size
+        with caplog.at_level(logging.WARNING, logger="index.store.writelog"), writelog.appending(path) as log:
+            log.append(last + 1, body(last))  # the disk is full of the replaced file: it is removed for the record
+        assert writelog.previous_path(path).stat().st_size == 0  # emptied, not removed (its inode stays taken)
+        assert [r.seq for r in writelog.recover(path)] == [last + 1]
+        assert f"the disk is full: emptied the file the last cut replaced ({size} bytes)" in caplog.text
+        again = fill(path, last + 1)  # room for as many records again, then a full disk refuses the next as before
+        assert again - last > 10
+        assert [r.seq for r in writelog.recover(path)] == list(range(last + 1, again + 1))
+
+
+def test_a_cut_on_a_full_disk_frees_the_file_the_last_cut_replaced_first(tmp_path: Path) -> None:
+    with small_tmpfs(tmp_path / writelog.DIRECTORY, "64k") as logs:
+        path = logs / "t.log"
+        seq = 0
+        with writelog.appending(path) as log:
+            while path.stat().st_size < 28 << 10:  # less than half the disk
+                seq += 1
+                log.append(seq, body(seq - 1))
+        assert writelog.cut(path, 2) == seq - 2  # the replaced file kept beside the log: the disk nearly full
+        assert writelog.cut(path, 4) == seq - 4  # its new file fits in the room of the file it replaces
+        assert [r.seq for r in writelog.recover(path)] == list(range(5, seq + 1))
+        assert [r.seq for r in writelog.read(writelog.previous_path(path))] == list(range(3, seq + 1))
+        assert not list(logs.glob("*.cut"))
+
+
+def test_a_record_over_the_largest_a_reader_takes_is_refused_not_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A record longer than ``MAX_RECORD`` (which a reader takes for a damaged length) would be answered, then cut
+    as a torn tail by the next reader: it is refused before anything is written (a delete by a filter that matches
+    millions of documents, whose record lists their ids)."""
+    path = tmp_path / "t.log"
+    write(path, 2)
+    size = path.stat().st_size
+    monkeypatch.setattr(writelog, "MAX_RECORD", 3_000)
+    ids = [f"gpl-{i}" for i in range(1_000)]
+    with writelog.appending(path) as log, pytest.raises(InvalidQuery) as refused:
+        log.append(3, {"op": "delete", "ids": ids})
+    assert refused.value.message.startswith(
+        "this write's record would be 9,957 bytes, more than the write log takes in one (3,000 bytes)"
+    )
+    assert path.stat().st_size == size
+    write(path, 1, first=3)
+    assert [r.seq for r in writelog.recover(path)] == [1, 2, 3]
+
+
+@pytest.mark.parametrize("covered", [0, 2])
+def test_a_cut_cuts_a_torn_tail_too(tmp_path: Path, covered: int, caplog: pytest.LogCaptureFixture) -> None:
+    """A writer killed in a record after the compaction read the log leaves a torn tail, never an answered write:
+    the compaction's cut, once its version is published, cuts it as a writer or a restart would, rather than fail
+    after publishing."""
+    path = tmp_path / "t.log"
+    write(path, 4)
+    torn = writelog.frame(5, body(4))
+    with path.open("ab") as handle:
+        handle.write(torn[: len(torn) // 2])
+    with caplog.at_level(logging.WARNING, logger="index.store.writelog"):
+        assert writelog.cut(path, covered) == 4 - covered
+    assert f"cut {len(torn) // 2} bytes" in caplog.text
+    assert [r.seq for r in writelog.recover(path)] == list(range(covered + 1, 5))
+    write(path, 1, first=5)
+    assert [r.seq for r in writelog.recover(path)] == list(range(covered + 1, 6))

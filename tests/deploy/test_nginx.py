@@ -305,6 +305,25 @@ def test_slow_clients_get_the_servers_time() -> None:
         assert directive(conf, nginx) == f"{Settings.model_fields[setting].default:g}s", nginx
 
 
+def test_a_body_over_the_servers_limit_gets_the_servers_answer(stack) -> None:
+    """nginx takes bodies as large as the server does (``EMBEDDING_MAX_BODY_BYTES``), and refuses a larger one
+    with the server's own answer: the same status and JSON whether nginx or a replica refuses it (the limit's
+    name, which clients read, included), on the API's paths and OpenAI's."""
+    base, backends, _ = stack
+    direct = f"http://{next(iter(backends))}"
+    with httpx.Client(timeout=30) as client:
+        limit = client.get(f"{direct}/v1/limits").json()["max_body_bytes"]
+        assert directive(NGINX_CONF.read_text(), "client_max_body_size") == f"{limit >> 20}m"
+        for path in (f"/v1/tables/{TABLE}/neighbors", "/v1/embeddings"):
+            for size in (limit + 1, 2 * limit + 1):  # just over the limit, and well over it
+                body = b"x" * size
+                through, alone = client.post(base + path, content=body), client.post(direct + path, content=body)
+                assert (through.status_code, through.json()) == (alone.status_code, alone.json()), (path, size)
+                assert through.json()["error"]["code"] == "body_too_large"
+            within = client.post(base + path, content=b"x" * limit)  # not too large: malformed JSON, the server's
+            assert within.status_code in (400, 422) and within.json()["error"]["code"] != "body_too_large"
+
+
 def test_metrics_are_not_published(stack) -> None:
     base, backends, _ = stack
     with httpx.Client(timeout=30) as client:

@@ -399,6 +399,11 @@ def test_a_replica_that_does_not_answer_in_time_is_a_timeout(small_data_dir: Pat
     nginx's 504 ``timeout`` in the API's envelope: not the 503 that says no replica is available, which sends the
     operator looking for replicas that are down when one was only slow (or a t-SNE map still being computed). The
     two timeouts shortened in the same proportion, 2 s and 1 s, for a test of seconds."""
+    conf = NGINX_CONF.read_text()
+    read, connect = (
+        directive(conf, name).removesuffix("s") for name in ("proxy_read_timeout", "proxy_connect_timeout")
+    )
+    assert f"did not answer in time ({read} s; {connect} s to connect)" in conf, "the 504 names the timeouts set"
     shorter = (
         ("proxy_read_timeout 60s;", "proxy_read_timeout 2s;"),
         ("proxy_next_upstream_timeout 20s;", "proxy_next_upstream_timeout 1s;"),

@@ -1,15 +1,18 @@
 """The repo's nginx config, run by Debian's nginx on loopback in front of two real ``embedding-serve`` processes.
 
 The config is rendered from deploy/nginx.conf itself: only the upstream ``server api:8000 ...`` line (two loopback
-servers with the same parameters), the ``listen`` port and the ``/tmp/`` prefix change. The tests check that
-requests are balanced over both replicas and that killing one (SIGKILL) under load fails no client request; that
-the API's own 503s (a table refused at load) take no replica out of service; that nginx passes the request heads
-the server takes, names each request (X-Request-ID) and answers its own errors in the API's JSON envelope (OpenAI's
-shape on the OpenAI paths); and that /metrics is not published.
+servers with the same parameters), the ``listen`` port and the ``/tmp/`` prefix change (and, for the replica that
+never answers, two timeouts shortened). The tests check that requests are balanced over both replicas and that
+killing one (SIGKILL) under load fails no client request; that a replica that never answers gets nginx's 504
+``timeout``, not the 503 of no replica at all; that the API's own 503s (a table refused at load) take no replica
+out of service; that nginx passes the request heads the server takes, names each request (X-Request-ID) and
+answers its own errors in the API's JSON envelope (OpenAI's shape on the OpenAI paths); and that /metrics is not
+published.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -73,9 +76,17 @@ Stack = tuple[str, dict[str, tuple[subprocess.Popen[bytes], Path]], Path]  # ngi
 
 
 @contextmanager
-def running_stack(data_dir: Path, tmp_path: Path, ready_path: str = "/readyz") -> Iterator[Stack]:
-    """Two embedding-serve replicas of ``data_dir`` and nginx (from the repo's config) in front, each ready when
-    ``ready_path`` answers 200; everything stopped after."""
+def running_stack(
+    data_dir: Path,
+    tmp_path: Path,
+    ready_path: str = "/readyz",
+    replicas: int = 2,
+    more_backends: tuple[int, ...] = (),
+    changes: tuple[tuple[str, str], ...] = (),
+) -> Iterator[Stack]:
+    """``replicas`` embedding-serve replicas of ``data_dir`` (and the ports ``more_backends`` beside them) with
+    nginx (from the repo's config, each of ``changes`` replaced in it) in front, each ready when ``ready_path``
+    answers 200; everything stopped after."""
     if NGINX is None:
         pytest.fail("nginx is not installed: install the Debian package nginx (`make system-deps` does it)")
     serve = Path(sys.executable).parent / "embedding-serve"
@@ -83,7 +94,7 @@ def running_stack(data_dir: Path, tmp_path: Path, ready_path: str = "/readyz") -
     processes: list[subprocess.Popen[bytes]] = []
     try:
         backends = {}
-        for name in ("a", "b"):
+        for name in "abcdefgh"[:replicas]:
             port = free_port()
             log = tmp_path / f"backend-{name}.log"
             process = start([str(serve), "--host", "127.0.0.1", "--port", str(port)], env, log)
@@ -96,7 +107,13 @@ def running_stack(data_dir: Path, tmp_path: Path, ready_path: str = "/readyz") -
         prefix = tmp_path / "nginx"
         prefix.mkdir()
         conf = prefix / "nginx.conf"
-        conf.write_text(render(NGINX_CONF.read_text(), [int(a.split(":")[1]) for a in backends], port, prefix))
+        text = render(
+            NGINX_CONF.read_text(), [int(a.split(":")[1]) for a in backends] + list(more_backends), port, prefix
+        )
+        for before, after in changes:
+            assert before in text, f"deploy/nginx.conf has no {before!r}"
+            text = text.replace(before, after)
+        conf.write_text(text)
         command = [NGINX, "-p", str(prefix), "-c", str(conf), "-e", "stderr"]
         check = subprocess.run([*command, "-t"], capture_output=True, text=True, timeout=30)
         assert check.returncode == 0, check.stderr
@@ -288,6 +305,25 @@ def test_slow_clients_get_the_servers_time() -> None:
         assert directive(conf, nginx) == f"{Settings.model_fields[setting].default:g}s", nginx
 
 
+def test_a_body_over_the_servers_limit_gets_the_servers_answer(stack) -> None:
+    """nginx takes bodies as large as the server does (``EMBEDDING_MAX_BODY_BYTES``), and refuses a larger one
+    with the server's own answer: the same status and JSON whether nginx or a replica refuses it (the limit's
+    name, which clients read, included), on the API's paths and OpenAI's."""
+    base, backends, _ = stack
+    direct = f"http://{next(iter(backends))}"
+    with httpx.Client(timeout=30) as client:
+        limit = client.get(f"{direct}/v1/limits").json()["max_body_bytes"]
+        assert directive(NGINX_CONF.read_text(), "client_max_body_size") == f"{limit >> 20}m"
+        for path in (f"/v1/tables/{TABLE}/neighbors", "/v1/embeddings"):
+            for size in (limit + 1, 2 * limit + 1):  # just over the limit, and well over it
+                body = b"x" * size
+                through, alone = client.post(base + path, content=body), client.post(direct + path, content=body)
+                assert (through.status_code, through.json()) == (alone.status_code, alone.json()), (path, size)
+                assert through.json()["error"]["code"] == "body_too_large"
+            within = client.post(base + path, content=b"x" * limit)  # not too large: malformed JSON, the server's
+            assert within.status_code in (400, 422) and within.json()["error"]["code"] != "body_too_large"
+
+
 def test_metrics_are_not_published(stack) -> None:
     base, backends, _ = stack
     with httpx.Client(timeout=30) as client:
@@ -333,3 +369,61 @@ def test_the_apis_503_takes_no_replica_out_of_service(refused_table_data: Path, 
         entries = upstreams(log)
         assert all(len(tried) == 1 for request, _, tried in entries if "/broken/" in request), entries
         assert {tried[-1] for _, _, tried in entries[logged:]} == set(backends)
+
+
+@contextmanager
+def silent_backend() -> Iterator[int]:
+    """A port that takes connections and requests and never answers, as a replica that hangs."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    held: list[socket.socket] = []
+
+    def take() -> None:
+        with contextlib.suppress(OSError):  # the listener shut down
+            while True:
+                held.append(listener.accept()[0])
+
+    taker = threading.Thread(target=take, daemon=True)
+    taker.start()
+    try:
+        yield listener.getsockname()[1]
+    finally:
+        listener.shutdown(socket.SHUT_RDWR)
+        listener.close()
+        taker.join(10)
+        for connection in held:
+            connection.close()
+
+
+def test_a_replica_that_does_not_answer_in_time_is_a_timeout(small_data_dir: Path, tmp_path: Path) -> None:
+    """An answer later than ``proxy_read_timeout`` (60 s), past the 20 s in which nginx retries a request, is
+    nginx's 504 ``timeout`` in the API's envelope: not the 503 that says no replica is available, which sends the
+    operator looking for replicas that are down when one was only slow (or a t-SNE map still being computed). The
+    two timeouts shortened in the same proportion, 2 s and 1 s, for a test of seconds."""
+    conf = NGINX_CONF.read_text()
+    read, connect = (
+        directive(conf, name).removesuffix("s") for name in ("proxy_read_timeout", "proxy_connect_timeout")
+    )
+    assert f"did not answer in time ({read} s; {connect} s to connect)" in conf, "the 504 names the timeouts set"
+    shorter = (
+        ("proxy_read_timeout 60s;", "proxy_read_timeout 2s;"),
+        ("proxy_next_upstream_timeout 20s;", "proxy_next_upstream_timeout 1s;"),
+    )
+    with (
+        silent_backend() as silent,
+        running_stack(small_data_dir, tmp_path, replicas=1, more_backends=(silent,), changes=shorter) as stack,
+    ):
+        base, backends, nginx_log = stack
+        with httpx.Client(base_url=base, timeout=30) as client:
+            for path, openai in ((neighbours_path("king"), False), ("/v1/models", True)):
+                # Round-robin, and the silent replica skipped for fail_timeout (5 s) once it timed out: ask until it
+                # is asked again.
+                deadline = time.monotonic() + 30
+                answers = [client.get(path)]
+                while answers[-1].status_code == 200 and time.monotonic() < deadline:
+                    answers.append(client.get(path))
+                assert_envelope(answers[-1], 504, "timeout", openai=openai)
+                assert "did not answer in time" in answers[-1].json()["error"]["message"]
+                line = logged_line(nginx_log, answers[-1].headers["x-request-id"])
+                assert f"upstream=127.0.0.1:{silent} upstream_status=504 " in line, line
+                assert all(response.status_code == 200 for response in answers[:-1]), answers
+        assert set(backends) <= {u[-1] for _, status, u in upstreams(nginx_log) if status == 200}

@@ -139,7 +139,9 @@ class Settings(BaseSettings):
     )
     log_format: Literal["plain", "json"] = Field("plain", description="log lines as plain text or one JSON object")
     log_level: Literal["critical", "error", "warning", "info", "debug"] = "info"
-    threads: int | None = Field(None, ge=1, le=512, description="FAISS/BLAS threads per process (default 1)")
+    threads: int | None = Field(
+        None, ge=1, le=512, description="FAISS/BLAS threads per worker (embedding-serve: OMP_NUM_THREADS, else 1)"
+    )
     searcher_nice: int = Field(
         0,
         ge=0,

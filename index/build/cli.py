@@ -1,4 +1,5 @@
-"""The ``embedding-index`` command: build, import, train, list, inspect, verify, remove and evaluate tables."""
+"""The ``embedding-index`` command: build, import and train tables, build a deferred index, compact a write log,
+add a SIF component; list, inspect, verify, remove and evaluate tables."""
 
 from __future__ import annotations
 

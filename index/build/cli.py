@@ -602,10 +602,20 @@ def index_(
     min_recall: Annotated[
         float | None,
         typer.Option(
-            "--min-recall", min=0.0, max=1.0, help="Refuse the index below this recall@10 (default: the build's)."
+            "--min-recall",
+            min=0.0,
+            max=1.0,
+            help="Refuse the index below this recall@10 (default: the deferring build's, else 0.95).",
         ),
     ] = None,
-    budget: Annotated[float | None, typer.Option("--build-budget", min=1, help="Seconds auto may spend.")] = None,
+    budget: Annotated[
+        float | None,
+        typer.Option(
+            "--build-budget",
+            min=1,
+            help=f"Seconds auto may spend (default: the deferring build's, else {AUTO_BUDGET_SECONDS:g}).",
+        ),
+    ] = None,
     quiet: Quiet = False,
 ) -> None:
     """Build (or rebuild) the approximate index of an existing table and publish the new version atomically;

@@ -436,11 +436,20 @@ def import_(
         _report_documents(manifest)
 
 
+def _table(data_dir: Path, name: str) -> Path:
+    """The directory of table ``name``; when ``data_dir`` holds no such table, an error naming both (a --data-dir
+    left out is ./data of the working directory)."""
+    directory = artifact.table_dir(data_dir, name)
+    if not (directory / artifact.MANIFEST).is_file():  # a table, even one whose manifest cannot be read
+        raise UnknownTable(f"no table {name!r} in {data_dir}")
+    return directory
+
+
 def _whole_only(data_dir: Path, name: str, why: str) -> None:
-    """Refuse a sharded table (``why``: what it has instead) before a command meant for one table."""
+    """Refuse a missing or sharded table (``why``: what it has instead) before a command meant for one table."""
     from index.store import shardmap
 
-    if shardmap.holds_sharded(artifact.table_dir(data_dir, name)):
+    if shardmap.holds_sharded(_table(data_dir, name)):
         fail(f"table {name!r} is sharded: {why}")
 
 
@@ -640,7 +649,7 @@ def compact(name: str, data_dir: DataDir = Path("data"), quiet: Quiet = False) -
     from index.build.compact_shards import compact_sharded
     from index.store import shardmap
 
-    sharded = shardmap.holds_sharded(artifact.table_dir(data_dir, name))
+    sharded = shardmap.holds_sharded(_table(data_dir, name))
     done = compact_sharded(data_dir, name) if sharded else fold(data_dir, name)
     if not done["written"]:
         typer.echo(f"{name!r}: no writes since its version (sequence {done['log_sequence']}); nothing to do")
@@ -703,18 +712,19 @@ def index_column(manifest: dict[str, Any]) -> str:
 @app.command()
 def inspect(name: str, data_dir: DataDir = Path("data"), quiet: Quiet = False) -> None:
     """Print a table's manifest."""
-    typer.echo(json.dumps(artifact.read_manifest(artifact.table_dir(data_dir, name)), indent=2, ensure_ascii=False))
+    typer.echo(json.dumps(artifact.read_manifest(_table(data_dir, name)), indent=2, ensure_ascii=False))
 
 
 @app.command()
 def verify(name: str, data_dir: DataDir = Path("data"), quiet: Quiet = False) -> None:
     """Check every file of a table against its manifest (sizes and sha256), after finishing what killed builds left
     in the data directory (each leftover is named with what was done)."""
-    directory = artifact.table_dir(data_dir, name)
+    artifact.table_dir(data_dir, name)  # the name checked before anything is done
     for path, what in artifact.recover(data_dir):
         note(f"{path}: {what}")
     from index.store import shardmap
 
+    directory = _table(data_dir, name)  # a version a killed publish had parked is back now
     manifest = artifact.read_manifest(directory)
     sharded = shardmap.is_sharded(manifest)
     result = shardmap.verify(directory) if sharded else artifact.verify(directory)
@@ -739,9 +749,7 @@ def remove(name: str, data_dir: DataDir = Path("data"), quiet: Quiet = False) ->
     """Delete a table, and its write log (the documents written to it over HTTP; a sharded table's: its shards')."""
     from index.store.writelog import remove_logs
 
-    directory = artifact.table_dir(data_dir, name)
-    if not (directory / artifact.MANIFEST).is_file():  # a table, even one whose manifest cannot be read
-        raise UnknownTable(f"no table at {name!r}")
+    _table(data_dir, name)
     if (Path(data_dir) / artifact.MANIFEST).is_file():  # a sharded table's directory (as its shards' servers use)
         raise ArtifactError(f"{name!r} is a shard of the table at {data_dir}: remove that table, not one of its shards")
     remove_logs(data_dir, name)  # first: a table imported later under the name never replays these writes

@@ -314,8 +314,8 @@ def import_(
         str | None,
         typer.Option(
             "--ray",
-            help="With --shards: run the import on Ray (auto: the cluster RAY_ADDRESS names, else a local one; or a "
-            "cluster's address): embedding by actors holding the encoder, each shard built by a task.",
+            help="With --shards, of documents: run the import on Ray (auto: the cluster RAY_ADDRESS names, else a "
+            "local one; or a cluster's address): embedding by actors holding the encoder, each shard built by a task.",
         ),
     ] = None,
     force: Force = False,

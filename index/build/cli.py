@@ -436,6 +436,14 @@ def import_(
         _report_documents(manifest)
 
 
+def _recovered(data_dir: Path, name: str) -> None:
+    """Before a command that verifies or publishes table ``name``: what killed publishers left in ``data_dir``
+    finished (a version a publish parked put back under its name), each leftover named."""
+    artifact.table_dir(data_dir, name)  # the name checked before anything is done
+    for path, what in artifact.recover(data_dir):
+        note(f"{path}: {what}")
+
+
 def _table(data_dir: Path, name: str) -> Path:
     """The directory of table ``name``; when ``data_dir`` holds no such table, an error naming both (a --data-dir
     left out is ./data of the working directory)."""
@@ -631,6 +639,7 @@ def index_(
     the old version keeps serving until then, and is left as it was if anything fails."""
     from index.build.writer import index_table
 
+    _recovered(data_dir, name)
     _whole_only(data_dir, name, "each shard's index is built by its import (import it again to change it)")
     manifest = index_table(data_dir, name, index_spec=index, min_recall=min_recall, budget=budget)
     info = manifest["index"]
@@ -675,6 +684,7 @@ def sif(
     and publish the new version of the table with it."""
     from index.build.sif import sif_table
 
+    _recovered(data_dir, name)
     _whole_only(data_dir, name, "a SIF component is a whole table's (import it without --shards for one)")
     info = sif_table(data_dir, name, corpus, a)["sif"]
     made = info["corpus"]
@@ -719,9 +729,7 @@ def inspect(name: str, data_dir: DataDir = Path("data"), quiet: Quiet = False) -
 def verify(name: str, data_dir: DataDir = Path("data"), quiet: Quiet = False) -> None:
     """Check every file of a table against its manifest (sizes and sha256), after finishing what killed builds left
     in the data directory (each leftover is named with what was done)."""
-    artifact.table_dir(data_dir, name)  # the name checked before anything is done
-    for path, what in artifact.recover(data_dir):
-        note(f"{path}: {what}")
+    _recovered(data_dir, name)
     from index.store import shardmap
 
     directory = _table(data_dir, name)  # a version a killed publish had parked is back now

@@ -658,6 +658,7 @@ def compact(name: str, data_dir: DataDir = Path("data"), quiet: Quiet = False) -
     from index.build.compact_shards import compact_sharded
     from index.store import shardmap
 
+    _recovered(data_dir, name)
     sharded = shardmap.holds_sharded(_table(data_dir, name))
     done = compact_sharded(data_dir, name) if sharded else fold(data_dir, name)
     if not done["written"]:

@@ -352,17 +352,19 @@ def test_a_missing_table_is_named_with_the_data_directory_looked_in(tmp_path: Pa
     assert result.code == 1 and result.err.strip() == f"embedding-index: error: no table 'nope' in {tmp_path}"
 
 
-@pytest.mark.parametrize("command", [("index", "--index", "flat"), ("sif",)])
+@pytest.mark.parametrize(
+    ("command", "refused"), [(("index", "--index", "flat"), ""), (("sif",), ""), (("compact",), "holds words")]
+)
 def test_a_version_a_killed_publish_parked_is_put_back_before_a_new_one(
-    tmp_path: Path, data_dir: Path, command: tuple[str, ...]
+    tmp_path: Path, data_dir: Path, command: tuple[str, ...], refused: str
 ) -> None:
     """A publish killed between its two renames (a file system that cannot exchange) leaves the table parked as
-    .old-<name>-*: the next index or SIF build puts it back and publishes over it, as an import, verify and the
-    server's start-up do, rather than find no table."""
+    .old-<name>-*: the next index, SIF build or compaction puts it back and goes on with it (a compaction of a
+    word table: refused as such), as an import, verify and the server's start-up do, rather than find no table."""
     parked = tmp_path / "parked"
     shutil.copytree(data_dir / "small", parked / ".old-small-0123abcd")
     result = run_cli(command[0], "small", *command[1:], "--data-dir", parked)
-    assert result.code == 0, result.err
+    assert (result.code, refused in result.err) == (1 if refused else 0, True), result.err
     assert [p.name for p in parked.iterdir()] == ["small"]
     assert run_cli("verify", "small", "--data-dir", parked).code == 0
 

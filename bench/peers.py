@@ -233,15 +233,6 @@ def tree_memory(pid: int) -> dict[str, float]:
     return {"rss_mib": round(rss / MIB, 1), "uss_mib": round(uss / MIB, 1), "processes": len(procs)}
 
 
-def tree_pids(pid: int) -> list[int]:
-    import psutil
-
-    try:
-        return [pid, *(p.pid for p in psutil.Process(pid).children(recursive=True))]
-    except psutil.NoSuchProcess:
-        return [pid]
-
-
 # --------------------------------------------------------------------- sides
 Search = Callable[[np.ndarray], list[int]]
 

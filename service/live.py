@@ -310,17 +310,6 @@ def delta_of(table: Table) -> Delta | None:
         return delta.snapshot() if delta.documents or delta.deleted.any() else None
 
 
-def kept_delta(table: Table) -> Delta | None:
-    """The table's delta even with nothing written since its version (None: not a documents table): what it
-    computes for a keyword search (each document's length) is kept until a write, rather than made per request."""
-    state = _LIVE.get(table)
-    if state is None:
-        return None
-    delta = state.refresh()
-    with state.lock:
-        return delta.snapshot()
-
-
 def log_lengths() -> tuple[int, ...]:
     """The length and file of every loaded documents table's write log (a stat each): what cached answers depend
     on (a log cut by a compaction is another file, which may grow back to an earlier length)."""

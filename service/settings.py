@@ -20,6 +20,7 @@ from index.errors import InvalidQuery
 from service.secret_files import SecretFiles, file_variable, key_files
 
 KIB, MIB, GIB, TIB = 1 << 10, 1 << 20, 1 << 30, 1 << 40
+YEAR_SECONDS = 365 * 24 * 3600
 SUPERVISOR_VARIABLE = "EMBEDDING_SERVE_SUPERVISOR_PID"  # set by embedding-serve --workers N for its workers
 # What embedding-serve sets for its own processes, beside the settings
 STATUS_VARIABLE = "EMBEDDING_INDEX_STATUS_DIR"  # for its app: where the background builds' status files are
@@ -139,7 +140,9 @@ class Settings(BaseSettings):
     )
     log_format: Literal["plain", "json"] = Field("plain", description="log lines as plain text or one JSON object")
     log_level: Literal["critical", "error", "warning", "info", "debug"] = "info"
-    threads: int | None = Field(None, ge=1, le=512, description="FAISS/BLAS threads per process (default 1)")
+    threads: int | None = Field(
+        None, ge=1, le=512, description="FAISS/BLAS threads per worker (embedding-serve: OMP_NUM_THREADS, else 1)"
+    )
     searcher_nice: int = Field(
         0,
         ge=0,
@@ -173,8 +176,9 @@ class Settings(BaseSettings):
     compact_seconds: float = Field(
         0.0,
         ge=0,
+        le=YEAR_SECONDS,
         description="compact a documents table in the background once its oldest write since its version is this "
-        "many seconds old; 0: not by age",
+        "many seconds old (at most a year); 0: not by age",
     )
     verify_checksums: bool = Field(True, description="check every table file's sha256 against its manifest on load")
     build_deferred: bool = Field(

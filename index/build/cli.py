@@ -1,4 +1,5 @@
-"""The ``embedding-index`` command: build, import, train, list, inspect, verify, remove and evaluate tables."""
+"""The ``embedding-index`` command: build, import and train tables, build a deferred index, compact a write log,
+add a SIF component; list, inspect, verify, remove and evaluate tables."""
 
 from __future__ import annotations
 
@@ -313,8 +314,8 @@ def import_(
         str | None,
         typer.Option(
             "--ray",
-            help="With --shards: run the import on Ray (auto: the cluster RAY_ADDRESS names, else a local one; or a "
-            "cluster's address): embedding by actors holding the encoder, each shard built by a task.",
+            help="With --shards, of documents: run the import on Ray (auto: the cluster RAY_ADDRESS names, else a "
+            "local one; or a cluster's address): embedding by actors holding the encoder, each shard built by a task.",
         ),
     ] = None,
     force: Force = False,
@@ -435,11 +436,28 @@ def import_(
         _report_documents(manifest)
 
 
+def _recovered(data_dir: Path, name: str) -> None:
+    """Before a command that verifies or publishes table ``name``: what killed publishers left in ``data_dir``
+    finished (a version a publish parked put back under its name), each leftover named."""
+    artifact.table_dir(data_dir, name)  # the name checked before anything is done
+    for path, what in artifact.recover(data_dir):
+        note(f"{path}: {what}")
+
+
+def _table(data_dir: Path, name: str) -> Path:
+    """The directory of table ``name``; when ``data_dir`` holds no such table, an error naming both (a --data-dir
+    left out is ./data of the working directory)."""
+    directory = artifact.table_dir(data_dir, name)
+    if not (directory / artifact.MANIFEST).is_file():  # a table, even one whose manifest cannot be read
+        raise UnknownTable(f"no table {name!r} in {data_dir}")
+    return directory
+
+
 def _whole_only(data_dir: Path, name: str, why: str) -> None:
-    """Refuse a sharded table (``why``: what it has instead) before a command meant for one table."""
+    """Refuse a missing or sharded table (``why``: what it has instead) before a command meant for one table."""
     from index.store import shardmap
 
-    if shardmap.holds_sharded(artifact.table_dir(data_dir, name)):
+    if shardmap.holds_sharded(_table(data_dir, name)):
         fail(f"table {name!r} is sharded: {why}")
 
 
@@ -603,16 +621,27 @@ def index_(
     min_recall: Annotated[
         float | None,
         typer.Option(
-            "--min-recall", min=0.0, max=1.0, help="Refuse the index below this recall@10 (default: the build's)."
+            "--min-recall",
+            min=0.0,
+            max=1.0,
+            help="Refuse the index below this recall@10 (default: the deferring build's, else 0.95).",
         ),
     ] = None,
-    budget: Annotated[float | None, typer.Option("--build-budget", min=1, help="Seconds auto may spend.")] = None,
+    budget: Annotated[
+        float | None,
+        typer.Option(
+            "--build-budget",
+            min=1,
+            help=f"Seconds auto may spend (default: the deferring build's, else {AUTO_BUDGET_SECONDS:g}).",
+        ),
+    ] = None,
     quiet: Quiet = False,
 ) -> None:
     """Build (or rebuild) the approximate index of an existing table and publish the new version atomically;
     the old version keeps serving until then, and is left as it was if anything fails."""
     from index.build.writer import index_table
 
+    _recovered(data_dir, name)
     _whole_only(data_dir, name, "each shard's index is built by its import (import it again to change it)")
     manifest = index_table(data_dir, name, index_spec=index, min_recall=min_recall, budget=budget)
     info = manifest["index"]
@@ -631,7 +660,8 @@ def compact(name: str, data_dir: DataDir = Path("data"), quiet: Quiet = False) -
     from index.build.compact_shards import compact_sharded
     from index.store import shardmap
 
-    sharded = shardmap.holds_sharded(artifact.table_dir(data_dir, name))
+    _recovered(data_dir, name)
+    sharded = shardmap.holds_sharded(_table(data_dir, name))
     done = compact_sharded(data_dir, name) if sharded else fold(data_dir, name)
     if not done["written"]:
         typer.echo(f"{name!r}: no writes since its version (sequence {done['log_sequence']}); nothing to do")
@@ -657,6 +687,7 @@ def sif(
     and publish the new version of the table with it."""
     from index.build.sif import sif_table
 
+    _recovered(data_dir, name)
     _whole_only(data_dir, name, "a SIF component is a whole table's (import it without --shards for one)")
     info = sif_table(data_dir, name, corpus, a)["sif"]
     made = info["corpus"]
@@ -694,18 +725,17 @@ def index_column(manifest: dict[str, Any]) -> str:
 @app.command()
 def inspect(name: str, data_dir: DataDir = Path("data"), quiet: Quiet = False) -> None:
     """Print a table's manifest."""
-    typer.echo(json.dumps(artifact.read_manifest(artifact.table_dir(data_dir, name)), indent=2, ensure_ascii=False))
+    typer.echo(json.dumps(artifact.read_manifest(_table(data_dir, name)), indent=2, ensure_ascii=False))
 
 
 @app.command()
 def verify(name: str, data_dir: DataDir = Path("data"), quiet: Quiet = False) -> None:
     """Check every file of a table against its manifest (sizes and sha256), after finishing what killed builds left
     in the data directory (each leftover is named with what was done)."""
-    directory = artifact.table_dir(data_dir, name)
-    for path, what in artifact.recover(data_dir):
-        note(f"{path}: {what}")
+    _recovered(data_dir, name)
     from index.store import shardmap
 
+    directory = _table(data_dir, name)  # a version a killed publish had parked is back now
     manifest = artifact.read_manifest(directory)
     sharded = shardmap.is_sharded(manifest)
     result = shardmap.verify(directory) if sharded else artifact.verify(directory)
@@ -730,9 +760,7 @@ def remove(name: str, data_dir: DataDir = Path("data"), quiet: Quiet = False) ->
     """Delete a table, and its write log (the documents written to it over HTTP; a sharded table's: its shards')."""
     from index.store.writelog import remove_logs
 
-    directory = artifact.table_dir(data_dir, name)
-    if not (directory / artifact.MANIFEST).is_file():  # a table, even one whose manifest cannot be read
-        raise UnknownTable(f"no table at {name!r}")
+    _table(data_dir, name)
     if (Path(data_dir) / artifact.MANIFEST).is_file():  # a sharded table's directory (as its shards' servers use)
         raise ArtifactError(f"{name!r} is a shard of the table at {data_dir}: remove that table, not one of its shards")
     remove_logs(data_dir, name)  # first: a table imported later under the name never replays these writes

@@ -37,7 +37,7 @@ T = TypeVar("T")
 @dataclass(frozen=True)
 class Document:
     id: Key
-    vector: np.ndarray  # unit float32, as the builder makes it (index.build.clean.normalise)
+    vector: np.ndarray  # unit float32, as the builder makes it (index.store.rows.normalise)
     norm: float
     text: str | None
     fields: dict[str, Any]  # JSON-ready: timestamps as ISO 8601 text

@@ -35,11 +35,6 @@ class Fused:
     def __len__(self) -> int:
         return len(self.ids)
 
-    def lists_of(self, i: int) -> list[int]:
-        """The lists hit ``i`` came from."""
-        found: list[int] = np.flatnonzero(self.ranks[i]).tolist()
-        return found
-
 
 def rrf(
     lists: Sequence[np.ndarray | Sequence[int]],

@@ -127,11 +127,6 @@ def tsne_available() -> bool:
     return importlib.util.find_spec("openTSNE") is not None
 
 
-def umap_available() -> bool:
-    """Whether umap-learn is installed (looked up, not imported: importing it loads numba)."""
-    return importlib.util.find_spec("umap") is not None
-
-
 def missing_package(method: str) -> InvalidQuery:
     """The 422 for a layout method whose package is not installed: it names the package and the extra."""
     package = PACKAGES[method][1]

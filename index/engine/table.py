@@ -41,7 +41,7 @@ from typing import Any, Literal, TypedDict, TypeVar, Unpack
 import faiss
 import numpy as np
 
-from index.engine.analogy import analogy_top, cosmul, cosmul_top
+from index.engine.analogy import analogy_top, cosmul_top
 from index.engine.filters import RowSet, evaluate
 from index.engine.keyword import KeywordIndex
 from index.engine.knn import (
@@ -554,12 +554,6 @@ class Table:
         """gensim ``most_similar_cosmul`` (always exact: it scores every row)."""
         options = SearchOptions(True, restrict, skip_special, whole_words_only)
         return cosmul_top(self.vectors, [(positive, negative)], k, self.limit(options), self.dropped(options))[0]
-
-    def cosmul_scores(self, positive: Sequence[int], negative: Sequence[int]) -> np.ndarray:
-        """The 3CosMul score of every row, as gensim ``most_similar_cosmul`` scores them (inputs not left out)."""
-        terms = np.asarray(self.vectors[list(positive) + list(negative)], dtype=np.float32)
-        shifted = ((1 + self.vectors @ terms.T) / 2).T
-        return cosmul(shifted[: len(positive)], shifted[len(positive) :])
 
     def analogy(
         self,

@@ -307,11 +307,6 @@ def _in_use(path: Path) -> bool:
     return False
 
 
-def clean_stale(data_dir: Path) -> list[Path]:
-    """Remove temporary directories left by builds that were killed; return what was removed."""
-    return [path for path, _ in recover(data_dir)]
-
-
 def recover(data_dir: Path) -> list[tuple[Path, str]]:
     """Finish what killed publishers left in ``data_dir``: (path, what was done) for each leftover.
 

@@ -33,7 +33,6 @@ from service.schemas.common import (
     check_work,
     conditions,
     given,
-    nonempty,
     one_form,
     present,
 )
@@ -116,7 +115,6 @@ DOCUMENT_ONLY = (
 DOCUMENT_FORMS = (given("vector"), given("id"), POSITIVE_NEGATIVE)
 TEXT_ALONE = {"allOf": [present("text"), absent("vector", "id"), NO_POSITIVE_NEGATIVE]}  # no vector query
 TEXT_FORM = Form({"allOf": [present("text"), absent("vector", "vectors", "id", "queries"), NO_POSITIVE_NEGATIVE]})
-VECTOR_QUERY = {"anyOf": [present("vector"), present("id"), nonempty("positive"), nonempty("negative")]}
 IS_HYBRID = {"required": ["mode"], "properties": {"mode": {"const": "hybrid"}}}
 HYBRID_ITEM = {"required": ["queries"], "properties": {"queries": {"type": "array", "contains": IS_HYBRID}}}
 NO_FUSION = {"anyOf": [absent("rrf_k", "weights"), HYBRID_ITEM]}  # the fusion's options: for mode hybrid only
@@ -254,20 +252,6 @@ class SearchRequest(TokenOptions, PageOptions):
         """``rrf_k`` and ``weights``, of the fields the body sets, checked against its queries' modes."""
         given = [n for n in ("rrf_k", "weights") if n in self.model_fields_set and getattr(self, n) is not None]
         check_fusion(given, self.mode, None if self.queries is None else [q.mode for q in self.queries])
-
-    def document_query(self) -> DocumentQuery:
-        """The single query of the request (not ``vectors`` or ``queries``)."""
-        return DocumentQuery.model_construct(
-            vector=self.vector,
-            id=self.id,
-            positive=self.positive,
-            negative=self.negative,
-            filter=self.filter,
-            offset=self.offset,
-            min_score=self.min_score,
-            text=self.text,
-            mode=self.mode,
-        )
 
     def vector_queries(self, name: str, kind: str) -> list[Query]:
         """The engine's queries of a vector search of table ``name`` of words or model tokens (``kind``):

@@ -58,10 +58,12 @@ DONE = "compacted 'lee'"  # the start of the report the command prints when it i
 
 def start_compaction(command: list[str]) -> tuple[subprocess.Popen[str], float]:
     """``embedding-index compact`` started (its stdout and stderr in one pipe); returned with the time its work
-    began: its first progress line."""
+    began: its first progress line after those naming what it cleared."""
     child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     assert child.stdout is not None
     first = child.stdout.readline()
+    while ": removed, " in first:  # first, what the compaction killed before it left (its staging directory)
+        first = child.stdout.readline()
     assert first.startswith("embedding-index: verifying"), first
     return child, time.monotonic()
 

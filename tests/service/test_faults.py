@@ -225,9 +225,9 @@ def test_a_live_build_is_left_alone_and_a_half_published_one_is_restored(small_d
     (data_dir / "t").rename(data_dir / ".old-t-0123abcd")
     with artifact.staging(data_dir, "v") as live:  # a build that is still running holds its directory
         (live / "part").write_bytes(b"being written")
-        removed = artifact.clean_stale(data_dir)
+        done = artifact.recover(data_dir)
         assert live.exists() and (live / "part").exists()
-        assert [p.name for p in removed] == [".old-t-0123abcd"]
+        assert [p.name for p, _ in done] == [".old-t-0123abcd"]
         (live / "part").unlink()
         artifact.write_manifest(live, {"name": "v", "rows": 0, "dim": 0})
     assert artifact.verify(data_dir / "t").ok  # restored

@@ -176,6 +176,17 @@ def test_every_count_has_a_bound_the_answers_can_hold(clean_env: pytest.MonkeyPa
     assert describe_error(info.value).startswith(f"invalid settings: EMBEDDING_{name.upper()}: Input should be less")
 
 
+@pytest.mark.parametrize("name", [name for name, field in Settings.model_fields.items() if field.annotation is float])
+def test_every_time_has_a_bound(clean_env: pytest.MonkeyPatch, tmp_path: Path, name: str) -> None:
+    """A number of seconds past every sensible value is refused at start-up, naming it: accepted, an infinite
+    EMBEDDING_COMPACT_SECONDS (meant as "never by age") also kept a failed compaction from ever being tried again."""
+    clean_env.setenv("EMBEDDING_DATA_DIR", str(tmp_path))
+    clean_env.setenv(f"EMBEDDING_{name.upper()}", "inf")
+    with pytest.raises(ValidationError) as info:
+        Settings()
+    assert describe_error(info.value).startswith(f"invalid settings: EMBEDDING_{name.upper()}: Input should be less")
+
+
 def test_the_limits_are_answered_at_their_largest_values(small_data_dir: Path) -> None:
     """Every limit at the largest value its setting takes: GET /v1/limits answers them."""
     largest = {

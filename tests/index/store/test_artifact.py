@@ -188,8 +188,11 @@ def test_stale_temporary_directories_are_cleaned(tmp_path: Path) -> None:
     build_table(_raw(), data_dir=tmp_path, name="t", source={})
     (tmp_path / ".tmp-t-deadbeef").mkdir()
     shutil.copytree(tmp_path / "t", tmp_path / ".old-u-12345678")
-    removed = artifact.clean_stale(tmp_path)
-    assert len(removed) == 2
+    done = artifact.recover(tmp_path)
+    assert [(p.name, what.split(",")[0].split(":")[0]) for p, what in done] == [
+        (".tmp-t-deadbeef", "removed"),
+        (".old-u-12345678", "restored as 'u'"),
+    ]
     assert artifact.list_tables(tmp_path) == ["t", "u"]
 
 

@@ -14,6 +14,7 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 from urllib.parse import quote, quote_plus
 
 import numpy as np
@@ -29,6 +30,7 @@ from service.deps import TABLE_NAME
 from service.http import auth
 from service.settings import Settings
 from tests import REPO
+from tests.cli import run_cli
 from tests.service import raw_http, real_server
 from tests.service.conftest import client_for
 from tests.service.documented import check_answer
@@ -256,6 +258,50 @@ def test_a_key_sent_where_none_is_read_is_not_logged(tmp_path: Path, small_data_
     assert "GET /v1/tables/small/neighbors?token=cat&key=[key] HTTP/1.1" in log  # the rest of the line kept
     assert "GET /v1/tables/small/neighbors?token=[key]&k=3&words=now HTTP/1.1" in log
     assert "table 'small' loaded: " in log and " rows x " in log  # the words holding the short key untouched
+
+
+HOSTILE = [
+    '<img src=x onerror="window.injected=1">',
+    '"><svg onload="window.injected=2">',
+    "</script><script>window.injected=3</script>",
+]
+
+
+def test_the_explorer_shows_hostile_tokens_and_texts_as_text(tmp_path: Path, watched: Any) -> None:
+    """Tokens and document texts that are markup (an ``onerror`` image, an ``onload`` SVG, a script) are shown by
+    the explorer page in Chromium as the text they are: nothing of theirs runs or becomes an element."""
+    rng = np.random.default_rng(7)
+    words = tmp_path / "hostile.txt"
+    tokens = [*HOSTILE, "cat", "dog", *(f"w{i}" for i in range(40))]
+    vectors = rng.normal(size=(len(tokens), 10))
+    vectors[: len(HOSTILE)] = vectors[len(HOSTILE)] + rng.normal(scale=0.01, size=(len(HOSTILE), 10))  # cat's nearest
+    lines = (f"{token} {' '.join(f'{v:.4f}' for v in row)}\n" for token, row in zip(tokens, vectors, strict=True))
+    words.write_text("".join(lines))
+    documents = tmp_path / "docs.jsonl"
+    rows = [{"id": f"d{i}", "text": f"{HOSTILE[i % 3]} cats {i}", "vector": [*rng.normal(size=8)]} for i in range(30)]
+    documents.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    data = tmp_path / "data"
+    for source, name, form in ((words, "hostile", "glove"), (documents, "docs", "documents")):
+        assert run_cli("import", source, "--format", form, "--name", name, "--data-dir", data).code == 0
+    with real_server.running(data, tmp_path / "server.log") as server:
+        page = watched.page
+        dialogs: list[str] = []
+        page.on("dialog", lambda dialog: (dialogs.append(dialog.message), dialog.dismiss()))
+        for query, shown in (
+            ("?table=hostile&word=cat", "#neighbours:not([hidden])"),
+            (f"?table=hostile&word={quote(HOSTILE[0])}", "#neighbours:not([hidden])"),
+            ("?table=docs&text=cats&per=50", "#ds-out:not([aria-busy]) .ds-count"),
+            ("?table=docs&doc=d1", "#ds-out:not([aria-busy]) .ds-count"),
+        ):
+            page.goto(f"{server.base}/{query}")
+            page.wait_for_selector(shown)
+            page.wait_for_function("t => document.body.innerText.includes(t)", arg=HOSTILE[0])
+            text = page.inner_text("body")
+            assert all(hostile in text for hostile in HOSTILE), query
+            made = "document.querySelectorAll('img[src=x], svg[onload], script:not([src])').length"
+            assert page.evaluate(made) == 0 and page.evaluate("window.injected") is None, query
+        assert dialogs == []
+        watched.assert_clean(expected_404=("/v1/tables/hostile/",))  # cards asking for man, king, woman
 
 
 def test_keys_are_compared_in_constant_time(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -5,9 +5,10 @@ from __future__ import annotations
 import logging
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from contextvars import ContextVar
 from typing import Any
+from urllib.parse import unquote, unquote_plus
 
 import orjson
 
@@ -30,6 +31,51 @@ class JsonFormatter(logging.Formatter):
         if record.exc_info:
             entry["exception"] = self.formatException(record.exc_info)
         return orjson.dumps(entry).decode()
+
+
+REDACTED = "[key]"
+
+
+class KeysRedacted(logging.Filter):
+    """The server's keys out of the URLs a line logs (the access line's, an error's): a path segment, or a query
+    parameter's name or value, that is a key once its %-escapes are decoded is written ``[key]``. A client that sends
+    a key where none is read (``?api_key=...``, a path) is refused as sending none, and its key does not reach the
+    log, whose readers need not hold it. Whole parts only: a short key leaves the words that hold it alone."""
+
+    def __init__(self, keys: Iterable[str]) -> None:
+        super().__init__()
+        self.keys = frozenset(keys)
+        self.slashed = tuple(key for key in self.keys if "/" in key)  # a key holding "/" spans path segments
+
+    def part(self, text: str, decode: Callable[[str], str]) -> str:
+        return REDACTED if decode(text) in self.keys else text
+
+    def url(self, url: str) -> str:
+        path, mark, query = url.partition("?")
+        for key in self.slashed:
+            if key in unquote(path):
+                path = unquote(path).replace(key, REDACTED)  # written decoded then
+        path = "/".join(self.part(segment, unquote) for segment in path.split("/"))
+        params = (param.partition("=") for param in query.split("&")) if mark else ()
+        query = "&".join(self.part(n, unquote_plus) + eq + self.part(v, unquote_plus) for n, eq, v in params)
+        return path + mark + query
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if isinstance(record.args, tuple):  # a URL is an argument of the message, starting with its path
+            record.args = tuple(self.url(a) if isinstance(a, str) and a[:1] == "/" else a for a in record.args)
+        return True
+
+
+def redact_keys(keys: Iterable[str]) -> None:
+    """:class:`KeysRedacted` on every handler of the root logger and of uvicorn's (plain uvicorn gives them their
+    own), in place of one set before."""
+    redacted = KeysRedacted(keys)
+    for name in (None, "uvicorn", "uvicorn.error", "uvicorn.access"):
+        for handler in logging.getLogger(name).handlers:
+            for before in [each for each in handler.filters if isinstance(each, KeysRedacted)]:
+                handler.removeFilter(before)
+            if redacted.keys:
+                handler.addFilter(redacted)
 
 
 PLAIN = "%(asctime)s %(levelname)s %(name)s: %(message)s"

@@ -14,6 +14,8 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
+from urllib.parse import quote, quote_plus
 
 import numpy as np
 import pytest
@@ -28,7 +30,8 @@ from service.deps import TABLE_NAME
 from service.http import auth
 from service.settings import Settings
 from tests import REPO
-from tests.service import real_server
+from tests.cli import run_cli
+from tests.service import raw_http, real_server
 from tests.service.conftest import client_for
 from tests.service.documented import check_answer
 
@@ -215,6 +218,90 @@ def test_a_write_route_names_a_write_key_with_or_without_a_read_key(
             answer = client.request(method, path.format("sharded"), json=body, headers=headers)
             status, code, message = expected_writes[key]
             assert (answer.status_code, answer.json()["error"]) == (status, {"code": code, "message": message}), path
+
+
+def test_a_key_sent_where_none_is_read_is_not_logged(tmp_path: Path, small_data_dir: Path) -> None:
+    """A key in a query string (``?api_key=``, as some tools send it) or in a path is no key: refused, and the real
+    server's access log holds ``[key]`` where it was, in each spelling a URL gives it (as sent, %-escaped in either
+    case, ``+`` for a space), never the key itself."""
+    odd = "write/key+0123 4567=89&abc"  # characters a URL escapes
+    data = tmp_path / "data"
+    shutil.copytree(small_data_dir / "small", data / "small")
+    keys = {"EMBEDDING_READ_API_KEY": READ, "EMBEDDING_API_KEY": ADMIN, "EMBEDDING_WRITE_KEYS": f"{WRITE},{odd},ow"}
+    spelled = [
+        quote(odd, safe=""),
+        quote(odd, safe="").lower(),  # the letters of odd are lower-case: only the escapes change
+        quote_plus(odd),
+    ]
+    targets = [
+        f"/v1/tables?api_key={READ}",
+        f"/v1/tables/small/neighbors?token=cat&key={WRITE}",
+        f"/v1/tables/{ADMIN}",
+        f"/v1/tables/small/tokens/{quote(odd)}",
+        f"/v1/tables/small/tokens/{quote(odd, safe='')}",
+        "/v1/tables/small/neighbors?token=ow&k=3&words=now",  # a short key: only a whole part is one
+        *(f"/v1/tables?api_key={key}" for key in spelled),
+    ]
+    with real_server.running(data, tmp_path / "server.log", env=keys) as server:
+        for target in targets:
+            sock = raw_http.connect(server.port)
+            with sock:
+                sock.sendall(raw_http.request("GET", target, headers={"Connection": "close"}))
+                status, _, body = raw_http.read_response(sock)
+            assert status == 401 and json.loads(body)["error"]["code"] == "unauthorized", (target, body)
+        real_server.wait_for(lambda: server.log().count('" 401') >= len(targets), what="the access lines")
+        log = server.log()
+    for secret in (READ, WRITE, ADMIN, odd, quote(odd), *spelled, quote(odd, safe="/")):
+        assert secret not in log
+    lines = [line for line in log.splitlines() if '" 401' in line]
+    assert len(lines) == len(targets) and all("[key]" in line for line in lines), lines
+    assert "GET /v1/tables/small/neighbors?token=cat&key=[key] HTTP/1.1" in log  # the rest of the line kept
+    assert "GET /v1/tables/small/neighbors?token=[key]&k=3&words=now HTTP/1.1" in log
+    assert "table 'small' loaded: " in log and " rows x " in log  # the words holding the short key untouched
+
+
+HOSTILE = [
+    '<img src=x onerror="window.injected=1">',
+    '"><svg onload="window.injected=2">',
+    "</script><script>window.injected=3</script>",
+]
+
+
+def test_the_explorer_shows_hostile_tokens_and_texts_as_text(tmp_path: Path, watched: Any) -> None:
+    """Tokens and document texts that are markup (an ``onerror`` image, an ``onload`` SVG, a script) are shown by
+    the explorer page in Chromium as the text they are: nothing of theirs runs or becomes an element."""
+    rng = np.random.default_rng(7)
+    words = tmp_path / "hostile.txt"
+    tokens = [*HOSTILE, "cat", "dog", *(f"w{i}" for i in range(40))]
+    vectors = rng.normal(size=(len(tokens), 10))
+    vectors[: len(HOSTILE)] = vectors[len(HOSTILE)] + rng.normal(scale=0.01, size=(len(HOSTILE), 10))  # cat's nearest
+    lines = (f"{token} {' '.join(f'{v:.4f}' for v in row)}\n" for token, row in zip(tokens, vectors, strict=True))
+    words.write_text("".join(lines))
+    documents = tmp_path / "docs.jsonl"
+    rows = [{"id": f"d{i}", "text": f"{HOSTILE[i % 3]} cats {i}", "vector": [*rng.normal(size=8)]} for i in range(30)]
+    documents.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    data = tmp_path / "data"
+    for source, name, form in ((words, "hostile", "glove"), (documents, "docs", "documents")):
+        assert run_cli("import", source, "--format", form, "--name", name, "--data-dir", data).code == 0
+    with real_server.running(data, tmp_path / "server.log") as server:
+        page = watched.page
+        dialogs: list[str] = []
+        page.on("dialog", lambda dialog: (dialogs.append(dialog.message), dialog.dismiss()))
+        for query, shown in (
+            ("?table=hostile&word=cat", "#neighbours:not([hidden])"),
+            (f"?table=hostile&word={quote(HOSTILE[0])}", "#neighbours:not([hidden])"),
+            ("?table=docs&text=cats&per=50", "#ds-out:not([aria-busy]) .ds-count"),
+            ("?table=docs&doc=d1", "#ds-out:not([aria-busy]) .ds-count"),
+        ):
+            page.goto(f"{server.base}/{query}")
+            page.wait_for_selector(shown)
+            page.wait_for_function("t => document.body.innerText.includes(t)", arg=HOSTILE[0])
+            text = page.inner_text("body")
+            assert all(hostile in text for hostile in HOSTILE), query
+            made = "document.querySelectorAll('img[src=x], svg[onload], script:not([src])').length"
+            assert page.evaluate(made) == 0 and page.evaluate("window.injected") is None, query
+        assert dialogs == []
+        watched.assert_clean(expected_404=("/v1/tables/hostile/",))  # cards asking for man, king, woman
 
 
 def test_keys_are_compared_in_constant_time(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -173,6 +173,30 @@ def test_a_connection_through_the_environments_proxy_names_the_proxy(monkeypatch
         assert direct.value.code == "timeout" and "proxy" not in direct.value.message
 
 
+def test_the_proxy_named_is_the_one_httpx_took_and_without_its_password(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The proxy a connection error names is decided as httpx decides it, whose NO_PROXY rules are not urllib's
+    (``host:port`` skips the proxy for that port, ``.localhost`` does not skip it for ``localhost``), and is shown
+    without the user and password its address may hold."""
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        port = listener.getsockname()[1]
+    with socket.create_server(("127.0.0.1", 0)) as server:  # listening, never answering: a direct request times out
+        base = f"http://localhost:{server.getsockname()[1]}"
+        for name in ("NO_PROXY", "no_proxy", "ALL_PROXY", "all_proxy", "http_proxy", "HTTPS_PROXY", "https_proxy"):
+            monkeypatch.delenv(name, raising=False)
+        monkeypatch.setenv("HTTP_PROXY", f"http://alice:s3cret@127.0.0.1:{port}")
+        for no_proxy, through in ((".localhost", True), (f"localhost:{server.getsockname()[1]}", False)):
+            monkeypatch.setenv("NO_PROXY", no_proxy)
+            with Client(base, timeout=0.5) as client, pytest.raises(ApiError) as raised:
+                client.tables()
+            message = raised.value.message
+            assert "s3cret" not in message and "alice" not in message, message
+            if through:  # the proxy refuses the connection
+                assert raised.value.code == "connection_error", message
+                assert f"through the proxy http://127.0.0.1:{port} (HTTP_PROXY; NO_PROXY=localhost" in message
+            else:  # straight to the server, which never answers
+                assert raised.value.code == "timeout" and "proxy" not in message, message
+
+
 def test_a_partial_answer_of_a_sharded_tables_front_is_said() -> None:
     """The front of a sharded table with EMBEDDING_PARTIAL=true answers a search without a shard that did not
     answer and says so (docs/deployment.md): the client's Hits carry it, a batch's items each their own."""

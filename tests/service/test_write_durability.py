@@ -434,6 +434,45 @@ def test_a_removed_table_takes_no_write_and_one_imported_under_its_name_starts_a
         assert again.status_code == 200 and again.json()["sequence"] == 1, again.text
 
 
+def test_a_table_removed_and_imported_again_takes_no_write_before_it_is_loaded(
+    lee_data_dir: Path, tmp_path: Path, lee_docs: Lee
+) -> None:
+    """A worker that wrote nothing to the removed table ends at the same sequence (0) as the table imported under
+    its name: its writes, checked against the removed table's fields, are refused all the same (503) until it has
+    loaded the new import, rather than written into the new table's log as its first record."""
+    data = tmp_path / "data"
+    shutil.copytree(lee_data_dir / "lee", data / "lee")
+    path = writelog.log_path(data, "lee")
+    url = "/v1/tables/lee/documents"
+    env = {"EMBEDDING_WRITE_KEYS": KEY, "EMBEDDING_WATCH_SECONDS": "0"}
+    with real_server.running(data, tmp_path / "serve.log", env=env) as server:
+
+        def write(i: int) -> httpx.Response:
+            document = upsert_body(lee_docs, f"d{i}", i, 2000)["documents"][0]
+            return real_server.HTTP.post(f"{server.base}{url}", json={"documents": [document]}, headers=HEADERS)
+
+        assert run_cli("remove", "lee", "--data-dir", data).code == 0
+        source = write_jsonl(tmp_path / "lee.jsonl", jsonl_records(lee_docs)[:200])  # another table of the name
+        imported = run_cli("import", source, "--name", "lee", "--data-dir", data)
+        assert imported.code == 0, imported.err
+        stale = write(0)
+        assert stale.status_code == 503, stale.text
+        assert stale.json()["error"]["message"] == (
+            "table 'lee' was removed or imported again since this worker loaded it; nothing was written: it answers "
+            "again once it has loaded the table in its place (in a moment)"
+        )
+        assert not path.exists() or path.stat().st_size == 0
+        server.process.send_signal(signal.SIGHUP)
+
+        def fresh() -> bool:
+            summary = real_server.HTTP.get(f"{server.base}/v1/tables/lee")
+            return summary.status_code == 200 and summary.json()["rows"] == 200
+
+        real_server.wait_for(fresh, 30, "the table imported afresh")
+        again = write(1)
+        assert again.status_code == 200 and again.json()["sequence"] == 1, again.text
+
+
 def test_an_import_to_or_from_shards_over_writes_is_refused(lee_docs: Lee, tmp_path: Path) -> None:
     """A re-import that makes a whole table sharded (or a sharded one whole, or sharded again) replays no log: while
     the replaced table's logs hold writes beyond its version it is refused, naming the log, rather than dropping

@@ -152,9 +152,13 @@ ITEM_STATUS = {
 def server_address(base_url: str) -> str:
     """``base_url`` as a client's address, or a ValueError for one that could never be reached (no scheme: httpx
     would refuse every request, and ``ready()`` answer False for ever)."""
-    url = httpx.URL(base_url)
+    problem = f"base_url {base_url!r} is not an address of the form http://host:port (or https://)"
+    try:
+        url = httpx.URL(base_url)
+    except httpx.InvalidURL as exc:  # not a ValueError: a port that is no number, an unclosed [
+        raise ValueError(f"{problem}: {exc}") from None
     if url.scheme not in ("http", "https") or not url.host:
-        raise ValueError(f"base_url {base_url!r} is not an address of the form http://host:port (or https://)")
+        raise ValueError(problem)
     return base_url
 
 

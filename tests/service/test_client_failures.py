@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import pickle
+import re
 import socket
 from collections.abc import Iterator
 
@@ -210,11 +211,13 @@ def test_a_partial_answer_of_a_sharded_tables_front_is_said() -> None:
     assert not isinstance(second, ApiError) and second.partial is None
 
 
-@pytest.mark.parametrize("base_url", ["localhost:8000", "127.0.0.1:8000", "http//127.0.0.1:8000", "", "http://"])
+@pytest.mark.parametrize(
+    "base_url", ["localhost:8000", "127.0.0.1:8000", "http//127.0.0.1:8000", "", "http://", "http://[::1", "http://h:x"]
+)
 def test_an_address_without_its_scheme_is_refused_at_once(base_url: str) -> None:
     """An address httpx could never send a request to (no ``http://``: "localhost:8000" is read as the scheme
     ``localhost``) is a ValueError when the client is made, not every call's connection_error and a ``ready()``
     that answers False for ever."""
     for made in (Client, AsyncClient):
-        with pytest.raises(ValueError, match=f"base_url {base_url!r} is not an address of the form http://host:port"):
+        with pytest.raises(ValueError, match=re.escape(f"base_url {base_url!r} is not an address of the form http://")):
             made(base_url)

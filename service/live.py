@@ -44,9 +44,10 @@ _LOCK = threading.Lock()
 
 
 class Live:
-    def __init__(self, delta: Delta, path: Path, directory: Path) -> None:
+    def __init__(self, delta: Delta, path: Path, directory: Path, files: object = None) -> None:
         self.path = path
         self.directory = directory  # the table's, whose manifest says which writes its version holds
+        self.files = files  # the loaded version's files (their checksums), by which another import is told apart
         self.delta = delta
         self.lock = threading.Lock()
         self.inode: int | None = None  # of the log file read (a compaction replaces it with a shorter one)
@@ -120,19 +121,23 @@ class Live:
 
     def _check_lineage(self, log: writelog.Appender) -> None:
         """The 503 of a write that would start an empty log from another sequence than the table's newest version
-        ends at: the table was removed (its log first), or removed and imported afresh, since this worker loaded it
-        (an empty log otherwise follows a cut, whose version holds every write this worker has read), and the write,
-        numbered after the removed table's, would make a table imported under the name refuse its log. It answers
-        again once it has loaded the table in its place."""
+        ends at, or into another import than the one this worker serves: the table was removed (its log first), or
+        removed and imported afresh, since this worker loaded it (an empty log otherwise follows a cut, whose
+        version holds every write this worker has read). Numbered after the removed table's, the write would make
+        the table imported under the name refuse its log; checked against the removed table's fields, it could
+        hold what the new one cannot take. It answers again once it has loaded the table in its place."""
         if os.fstat(log.fd).st_size:
             return
-        folded = int(artifact.read_manifest(self.directory).get("log_sequence", 0))
-        if folded != self.delta.seq:
+        manifest = artifact.read_manifest(self.directory)
+        folded = int(manifest.get("log_sequence", 0))
+        imported = "log_sequence" not in manifest and manifest.get("files") != self.files  # not a compaction's
+        if folded != self.delta.seq or imported:
+            held = f" (the version in its place holds the writes up to {folded}, this worker up to {self.delta.seq})"
             raise ApiError(
                 "not_ready",
-                f"table {writelog.log_owner(self.path)!r} was removed or imported again since this worker loaded it "
-                f"(the version in its place holds the writes up to {folded}, this worker up to {self.delta.seq}); "
-                "nothing was written: it answers again once it has loaded the table in its place (in a moment)",
+                f"table {writelog.log_owner(self.path)!r} was removed or imported again since this worker loaded it"
+                f"{held if folded != self.delta.seq else ''}; nothing was written: it answers again once it has "
+                "loaded the table in its place (in a moment)",
             )
 
     def _refused(self, exc: writelog.LogCorrupt | writelog.LogMismatch) -> ApiError:
@@ -176,7 +181,7 @@ def _attach(table: Table, directory: Path) -> Live:
     covered = int(table.manifest.get("log_sequence", 0))
     assert table.payload is not None
     delta = Delta(table.payload, table.rows, table.dim, covered)
-    live = Live(delta, writelog.table_log(directory), directory)
+    live = Live(delta, writelog.table_log(directory), directory, table.manifest.get("files"))
     try:
         records, live.inode = _recovered(live.path)
         live.delta.replay(records)

@@ -52,7 +52,7 @@ from service_client.stored import METADATA, among, is_id, metadata_of, plain, un
 REF_DOC_ID = "ref_doc_id"
 RANGES = {FilterOperator.GT: "gt", FilterOperator.GTE: "gte", FilterOperator.LT: "lt", FilterOperator.LTE: "lte"}
 COMPARISONS = {**RANGES, FilterOperator.EQ: "eq", FilterOperator.NE: "ne"}
-TRUTHS = (FilterOperator.EQ, FilterOperator.NE, FilterOperator.IN, FilterOperator.NIN)  # of a boolean field: 1, 0
+TRUTHS = (FilterOperator.EQ, FilterOperator.NE, FilterOperator.IN, FilterOperator.ANY, FilterOperator.NIN)  # by 1 and 0
 ORIGINS = {"integer": 0, "float": 0.0, "timestamp": "1970-01-01T00:00:00Z"}  # a value each is above or below
 
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json as _json
 import re
-import urllib.request
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -14,6 +13,7 @@ from urllib.parse import quote
 
 import httpx
 import orjson
+from httpx._utils import URLPattern, get_environment_proxies  # how httpx reads the proxy settings
 
 WRITE_DOCUMENTS = 256  # documents per write request of upsert_many, at most
 READ_DOCUMENTS = 1024  # ids per request of documents(), at most: the server's default max_batch
@@ -152,9 +152,13 @@ ITEM_STATUS = {
 def server_address(base_url: str) -> str:
     """``base_url`` as a client's address, or a ValueError for one that could never be reached (no scheme: httpx
     would refuse every request, and ``ready()`` answer False for ever)."""
-    url = httpx.URL(base_url)
+    problem = f"base_url {base_url!r} is not an address of the form http://host:port (or https://)"
+    try:
+        url = httpx.URL(base_url)
+    except httpx.InvalidURL as exc:  # not a ValueError: a port that is no number, an unclosed [
+        raise ValueError(f"{problem}: {exc}") from None
     if url.scheme not in ("http", "https") or not url.host:
-        raise ValueError(f"base_url {base_url!r} is not an address of the form http://host:port (or https://)")
+        raise ValueError(problem)
     return base_url
 
 
@@ -329,11 +333,15 @@ def _no_answer(exc: httpx.TransportError, owned: bool) -> ApiError:
 
 
 def _proxy_of(url: httpx.URL) -> str:
-    """The proxy the environment names for ``url`` as words of an error's message (``""``: none, or its host in
-    ``no_proxy``), read as httpx reads it: ``{scheme}_proxy``, else ``all_proxy``, upper case too."""
-    proxies = urllib.request.getproxies()
-    name = url.scheme if proxies.get(url.scheme) else "all"
-    if not proxies.get(name) or urllib.request.proxy_bypass(url.host):
+    """The proxy the environment names for ``url`` as words of an error's message (``""``: none, or ``url``'s host
+    in ``no_proxy``), decided by httpx's own reading of it (its NO_PROXY rules are not urllib's: ``host:port``,
+    ``.domain``), without the proxy's user and password."""
+    mounts = sorted(get_environment_proxies().items(), key=lambda mount: URLPattern(mount[0]))  # httpx's order
+    pattern, proxy = next(
+        ((pattern, proxy) for pattern, proxy in mounts if URLPattern(pattern).matches(url)), ("", None)
+    )
+    if proxy is None:  # none, or a NO_PROXY of the host
         return ""
-    variable = f"{name.upper()}_PROXY"
-    return f" through the proxy {proxies[name]} ({variable}; NO_PROXY={url.host} reaches the server directly)"
+    variable = f"{pattern.split(':')[0].upper()}_PROXY"  # http://, https:// or all://
+    shown = httpx.URL(proxy).copy_with(userinfo=b"")
+    return f" through the proxy {shown} ({variable}; NO_PROXY={url.host} reaches the server directly)"

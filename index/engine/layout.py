@@ -311,7 +311,7 @@ def pca_projection(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     s[s <= s.max(initial=0) * max(centred.shape) * np.finfo(np.float64).eps] = 0  # rounding, not a direction
     signs = np.sign(vt[np.arange(len(vt)), np.abs(vt).argmax(axis=1)])
     signs[signs == 0] = 1
-    points = (u * s * signs)[:, :2]
+    points = (u * s * signs)[:, :2] + 0.0  # + 0.0: a coordinate of no direction is 0, never -0.0
     if points.shape[1] < 2:
         points = np.pad(points, ((0, 0), (0, 2 - points.shape[1])))
     variance = s**2

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import pickle
+import re
 import socket
 from collections.abc import Iterator
 
@@ -173,6 +174,30 @@ def test_a_connection_through_the_environments_proxy_names_the_proxy(monkeypatch
         assert direct.value.code == "timeout" and "proxy" not in direct.value.message
 
 
+def test_the_proxy_named_is_the_one_httpx_took_and_without_its_password(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The proxy a connection error names is decided as httpx decides it, whose NO_PROXY rules are not urllib's
+    (``host:port`` skips the proxy for that port, ``.localhost`` does not skip it for ``localhost``), and is shown
+    without the user and password its address may hold."""
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        port = listener.getsockname()[1]
+    with socket.create_server(("127.0.0.1", 0)) as server:  # listening, never answering: a direct request times out
+        base = f"http://localhost:{server.getsockname()[1]}"
+        for name in ("NO_PROXY", "no_proxy", "ALL_PROXY", "all_proxy", "http_proxy", "HTTPS_PROXY", "https_proxy"):
+            monkeypatch.delenv(name, raising=False)
+        monkeypatch.setenv("HTTP_PROXY", f"http://alice:s3cret@127.0.0.1:{port}")
+        for no_proxy, through in ((".localhost", True), (f"localhost:{server.getsockname()[1]}", False)):
+            monkeypatch.setenv("NO_PROXY", no_proxy)
+            with Client(base, timeout=0.5) as client, pytest.raises(ApiError) as raised:
+                client.tables()
+            message = raised.value.message
+            assert "s3cret" not in message and "alice" not in message, message
+            if through:  # the proxy refuses the connection
+                assert raised.value.code == "connection_error", message
+                assert f"through the proxy http://127.0.0.1:{port} (HTTP_PROXY; NO_PROXY=localhost" in message
+            else:  # straight to the server, which never answers
+                assert raised.value.code == "timeout" and "proxy" not in message, message
+
+
 def test_a_partial_answer_of_a_sharded_tables_front_is_said() -> None:
     """The front of a sharded table with EMBEDDING_PARTIAL=true answers a search without a shard that did not
     answer and says so (docs/deployment.md): the client's Hits carry it, a batch's items each their own."""
@@ -186,11 +211,13 @@ def test_a_partial_answer_of_a_sharded_tables_front_is_said() -> None:
     assert not isinstance(second, ApiError) and second.partial is None
 
 
-@pytest.mark.parametrize("base_url", ["localhost:8000", "127.0.0.1:8000", "http//127.0.0.1:8000", "", "http://"])
+@pytest.mark.parametrize(
+    "base_url", ["localhost:8000", "127.0.0.1:8000", "http//127.0.0.1:8000", "", "http://", "http://[::1", "http://h:x"]
+)
 def test_an_address_without_its_scheme_is_refused_at_once(base_url: str) -> None:
     """An address httpx could never send a request to (no ``http://``: "localhost:8000" is read as the scheme
     ``localhost``) is a ValueError when the client is made, not every call's connection_error and a ``ready()``
     that answers False for ever."""
     for made in (Client, AsyncClient):
-        with pytest.raises(ValueError, match=f"base_url {base_url!r} is not an address of the form http://host:port"):
+        with pytest.raises(ValueError, match=re.escape(f"base_url {base_url!r} is not an address of the form http://")):
             made(base_url)

@@ -553,6 +553,16 @@ def test_filters_pass_the_nodes_llamaindexs_own_store_passes(store: EmbeddingSea
             filters = MetadataFilters(filters=items, condition=condition)
             query = VectorStoreQuery(query_embedding=FAKE.embed_query("note"), similarity_top_k=10, filters=filters)
             assert sorted(store.query(query).ids or []) == sorted(own.query(query).ids or []), (condition, items)
+    for truths in (
+        [1],
+        [0, 1],
+    ):  # any of a boolean field's values: as in (LlamaIndex's own store takes no any of a bool)
+        found = []
+        for operator in (FilterOperator.ANY, FilterOperator.IN):
+            filters = MetadataFilters(filters=[MetadataFilter(key="urgent", value=truths, operator=operator)])
+            query = VectorStoreQuery(query_embedding=FAKE.embed_query("note"), similarity_top_k=10, filters=filters)
+            found.append(sorted(store.query(query).ids or []))
+        assert found[0] == found[1] == sorted(own.query(query).ids or []), truths
     nothing = MetadataFilters(filters=[MetadataFilter(key="topic", value=[], operator=FilterOperator.IN)])
     store.delete_nodes(filters=nothing)
     assert len(ask(store, "note", 10)) == len(nodes)

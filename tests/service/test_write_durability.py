@@ -386,6 +386,24 @@ def test_a_log_that_filled_its_disk_takes_writes_again_once_compacted(
     assert "the disk is full: emptied the file the last cut replaced" in (tmp_path / "serve.log").read_text()
 
 
+@contextlib.contextmanager
+def served_unwatched(
+    lee_data_dir: Path, data: Path, lee_docs: Lee
+) -> Iterator[tuple[real_server.Server, Callable[[int], httpx.Response]]]:
+    """``lee`` copied into ``data`` and served with writes on and nothing watched (its tables change on a reload
+    alone); and the upsert of document ``d<i>``."""
+    shutil.copytree(lee_data_dir / "lee", data / "lee")
+    env = {"EMBEDDING_WRITE_KEYS": KEY, "EMBEDDING_WATCH_SECONDS": "0"}
+    with real_server.running(data, data.parent / "serve.log", env=env) as server:
+
+        def write(i: int) -> httpx.Response:
+            document = upsert_body(lee_docs, f"d{i}", i, 2000)["documents"][0]
+            url = f"{server.base}/v1/tables/lee/documents"
+            return real_server.HTTP.post(url, json={"documents": [document]}, headers=HEADERS)
+
+        yield server, write
+
+
 def test_a_removed_table_takes_no_write_and_one_imported_under_its_name_starts_afresh(
     lee_data_dir: Path, tmp_path: Path, lee_docs: Lee
 ) -> None:
@@ -394,16 +412,9 @@ def test_a_removed_table_takes_no_write_and_one_imported_under_its_name_starts_a
     the name would replay, or be refused for (its first record far past the new version's); and so are writes to the
     removed table once another is imported under its name, until the server has loaded that."""
     data = tmp_path / "data"
-    shutil.copytree(lee_data_dir / "lee", data / "lee")
     path = writelog.log_path(data, "lee")
     url = "/v1/tables/lee/documents"
-    env = {"EMBEDDING_WRITE_KEYS": KEY, "EMBEDDING_WATCH_SECONDS": "0"}
-    with real_server.running(data, tmp_path / "serve.log", env=env) as server:
-
-        def write(i: int) -> httpx.Response:
-            document = upsert_body(lee_docs, f"d{i}", i, 2000)["documents"][0]
-            return real_server.HTTP.post(f"{server.base}{url}", json={"documents": [document]}, headers=HEADERS)
-
+    with served_unwatched(lee_data_dir, data, lee_docs) as (server, write):
         assert [write(i).status_code for i in range(3)] == [200] * 3
         removed = run_cli("remove", "lee", "--data-dir", data)
         assert removed.code == 0, removed.err
@@ -431,6 +442,37 @@ def test_a_removed_table_takes_no_write_and_one_imported_under_its_name_starts_a
         real_server.wait_for(fresh, 30, "the table imported afresh")
         assert real_server.HTTP.get(f"{server.base}{url}/d0").status_code == 404
         again = write(6)
+        assert again.status_code == 200 and again.json()["sequence"] == 1, again.text
+
+
+def test_a_table_removed_and_imported_again_takes_no_write_before_it_is_loaded(
+    lee_data_dir: Path, tmp_path: Path, lee_docs: Lee
+) -> None:
+    """A worker that wrote nothing to the removed table ends at the same sequence (0) as the table imported under
+    its name: its writes, checked against the removed table's fields, are refused all the same (503) until it has
+    loaded the new import, rather than written into the new table's log as its first record."""
+    data = tmp_path / "data"
+    path = writelog.log_path(data, "lee")
+    with served_unwatched(lee_data_dir, data, lee_docs) as (server, write):
+        assert run_cli("remove", "lee", "--data-dir", data).code == 0
+        source = write_jsonl(tmp_path / "lee.jsonl", jsonl_records(lee_docs)[:200])  # another table of the name
+        imported = run_cli("import", source, "--name", "lee", "--data-dir", data)
+        assert imported.code == 0, imported.err
+        stale = write(0)
+        assert stale.status_code == 503, stale.text
+        assert stale.json()["error"]["message"] == (
+            "table 'lee' was removed or imported again since this worker loaded it; nothing was written: it answers "
+            "again once it has loaded the table in its place (in a moment)"
+        )
+        assert not path.exists() or path.stat().st_size == 0
+        server.process.send_signal(signal.SIGHUP)
+
+        def fresh() -> bool:
+            summary = real_server.HTTP.get(f"{server.base}/v1/tables/lee")
+            return summary.status_code == 200 and summary.json()["rows"] == 200
+
+        real_server.wait_for(fresh, 30, "the table imported afresh")
+        again = write(1)
         assert again.status_code == 200 and again.json()["sequence"] == 1, again.text
 
 

@@ -3,7 +3,8 @@
 
 Never unpickling: an object array is refused by its header, a ``.npy`` read with ``allow_pickle=False``, an ``.npz``
 member's bytes taken as the dtype its header names (as many as the member holds: the size it claims is not trusted).
-Row numbers (1-based) stand in for line numbers in messages about the matrix.
+A row of the matrix, or of an .npz's ``tokens``, is named by its row counted from 0, as NumPy counts (``m.npy, row 7``);
+the vocabulary file's by its line.
 """
 
 from __future__ import annotations
@@ -166,10 +167,12 @@ def npz_tokens(path: Path, tokens: list[str], options: ReadOptions) -> tuple[lis
         refused = InputError(
             path,
             f"array 'tokens': {problem}; use --unicode-errors replace to substitute U+FFFD{NOT_UTF8_DROP_HINT}",
-            line=unpaired[0] + 1,
+            line=unpaired[0],
+            unit="row",
         )
     if not options.drop_invalid and "" in tokens:
-        refused = first_of(refused, InputError(path, "array 'tokens': an empty token", line=tokens.index("") + 1))
+        empty = InputError(path, "array 'tokens': an empty token", line=tokens.index(""), unit="row")
+        refused = first_of(refused, empty)
     if refused:
         raise refused
     if options.unicode_errors != "replace":

@@ -1245,7 +1245,11 @@ BAD_CASES: dict[str, tuple[Callable[[Path, object], list[object]], list[str]]] =
     ),
     "npz token with an unpaired surrogate": (
         lambda p, r: _npz(p, r, tokens=np.array([*r[0][:12], "a\ud800", *r[0][13:200]], dtype=str)),
-        ["m.npz:13:", "array 'tokens': an unpaired surrogate", "--unicode-errors replace"],
+        ["m.npz, row 12:", "array 'tokens': an unpaired surrogate", "--unicode-errors replace"],
+    ),
+    "npz with an empty token": (  # named by its row, as a NaN row of the same archive is
+        lambda p, r: _npz(p, r, tokens=np.array([*r[0][:7], "", *r[0][8:200]], dtype=str)),
+        ["m.npz, row 7:", "array 'tokens': an empty token"],
     ),
     "npz whose entry claims a terabyte": (  # refused by the bytes it holds, before numpy allocates what it claims
         lambda p, r: _npz_claiming(p, r, 1 << 40),

@@ -24,6 +24,7 @@ from index.engine.layout import (
     dequantize,
     pca_components,
     pca_layout,
+    pca_projection,
     quantize,
 )
 from index.engine.table import Table
@@ -60,6 +61,15 @@ def test_pca_signs_follow_the_largest_loading_and_blocks_do_not_change_the_answe
     np.testing.assert_allclose(pca_components(small.vectors)[1], components, atol=1e-5)
     with pytest.raises(InvalidQuery):
         pca_components(small.vectors[:1])
+
+
+def test_a_projection_of_two_rows_has_a_second_coordinate_of_0_never_minus_0(small: Table) -> None:
+    """Two rows have one direction: their second coordinate is 0, which a negative loading times 0 made -0.0 (an
+    answer's ``"y": -0.0``) for about half of the pairs."""
+    for first in range(0, 40, 2):
+        points, ratio = pca_projection(np.asarray(small.vectors[first : first + 2]))
+        assert points[:, 1].tolist() == [0.0, 0.0] and not np.signbit(points[:, 1]).any(), points
+        assert ratio.tolist() == [1.0, 0.0]
 
 
 def test_quantized_points_come_back_within_one_step(small: Table) -> None:

@@ -17,6 +17,7 @@ import typer
 
 from index.build.budget import AUTO_BUDGET_SECONDS
 from index.build.sources import FORMATS, RawTable
+from index.build.train import MAX_NEGATIVE, MAX_SENTENCE, MAX_WORKERS
 from index.engine.keyword import DEFAULT_STEMMER, DEFAULT_STOPWORDS
 from index.errors import ArtifactError, EmbeddingError, UnknownTable, counted
 from index.progress import Progress, note
@@ -72,7 +73,12 @@ MinRecall = Annotated[
     float, typer.Option("--min-recall", min=0.0, max=1.0, help="Refuse an approximate index below this recall@10.")
 ]
 Force = Annotated[bool, typer.Option("--force", help="Replace an existing table of the same name.")]
-Seed = Annotated[int, typer.Option("--seed", help="Seed for sampling and training.")]
+# FAISS takes its k-means seed as a C int and gensim its seed as NumPy's 32-bit one: a seed outside both is a
+# traceback from either, after the corpus or the rows were read.
+MAX_SEED = 2**31 - 1
+Seed = Annotated[
+    int, typer.Option("--seed", min=0, max=MAX_SEED, help="Seed for sampling and training (0 to 2,147,483,647).")
+]
 
 
 def _quiet(value: bool) -> None:
@@ -550,18 +556,25 @@ def _import_sharded_words(
     _say_sharded(manifest, data_dir, name)
 
 
+CORES = max(1, min(MAX_WORKERS, os.cpu_count() or 1))  # train's threads by default
+
+
 @app.command()
 def train(
     corpus: Annotated[list[Path], typer.Argument(help="Text corpus files (one sentence per line).")],
     name: Annotated[str, typer.Option(help="Table name.")],
     data_dir: DataDir = Path("data"),
     dim: Annotated[int, typer.Option(min=1, max=4096, help="Vector size.")] = 100,
-    window: Annotated[int, typer.Option(min=1, help="Context window.")] = 5,
+    window: Annotated[
+        int, typer.Option(min=1, max=MAX_SENTENCE, help="Context window (at most 10,000, the longest sentence).")
+    ] = 5,
     min_count: Annotated[int, typer.Option(min=1, help="Ignore words rarer than this.")] = 5,
     epochs: Annotated[int, typer.Option(min=1, help="Passes over the corpus.")] = 5,
-    negative: Annotated[int, typer.Option(min=1, help="Negative samples.")] = 5,
+    negative: Annotated[
+        int, typer.Option(min=1, max=MAX_NEGATIVE, help="Negative samples per word (at most 1,000).")
+    ] = 5,
     sg: Annotated[bool, typer.Option("--sg/--cbow", help="Skip-gram (default) or CBOW.")] = True,
-    workers: Annotated[int, typer.Option(min=1, help="Training threads.")] = max(1, os.cpu_count() or 1),
+    workers: Annotated[int, typer.Option(min=1, max=MAX_WORKERS, help="Training threads (at most 256).")] = CORES,
     index: IndexOpt = "auto",
     min_recall: MinRecall = 0.95,
     force: Force = False,

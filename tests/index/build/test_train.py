@@ -266,3 +266,25 @@ def test_import_seed_out_of_range_is_refused(tmp_path: Path) -> None:
     done = run_cli(*args)
     assert done.code == 2 and "Invalid value for '--seed'" in done.err, done.err
     assert not (tmp_path / "data" / "bad").exists()
+
+
+@pytest.mark.parametrize(
+    ("command", "spec", "problem"),
+    [
+        ("train", "hnsw:M=0", "index spec 'hnsw:M=0': options must be positive"),
+        ("train", "PQ7", "FAISS cannot build index 'PQ7'"),  # 7 codes do not divide --dim 32
+        ("import", "ivf:nlist=abc", "index spec 'ivf:nlist=abc': 'nlist=abc' is not KEY=INTEGER"),
+    ],
+)
+def test_a_malformed_index_spec_is_refused_before_reading_or_training(
+    tmp_path: Path, command: str, spec: str, problem: str
+) -> None:
+    """The spec's form is checked first: it was refused only once the corpus was trained on (hours, for a big
+    one) or the file read, its progress lines shown."""
+    rows = tmp_path / "rows.txt"
+    rows.write_text("".join(f"w{i} {i % 7} {i % 5} {i % 3}\n" for i in range(200)), encoding="utf-8")
+    source = [str(LEE), *SMALL[:-2]] if command == "train" else [str(rows)]  # SMALL without its --index flat
+    done = run_cli(command, *source, "--name", "bad", "--data-dir", tmp_path / "data", "--index", spec, quiet=False)
+    assert done.code == 1, done.err
+    assert done.err.startswith(f"embedding-index: error: {problem}") and done.err.count("\n") == 1, done.err
+    assert not (tmp_path / "data" / "bad").exists()

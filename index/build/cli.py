@@ -76,9 +76,7 @@ Force = Annotated[bool, typer.Option("--force", help="Replace an existing table 
 # FAISS takes its k-means seed as a C int and gensim its seed as NumPy's 32-bit one: a seed outside both is a
 # traceback from either, after the corpus or the rows were read.
 MAX_SEED = 2**31 - 1
-Seed = Annotated[
-    int, typer.Option("--seed", min=0, max=MAX_SEED, help="Seed for sampling and training (0 to 2,147,483,647).")
-]
+Seed = Annotated[int, typer.Option("--seed", min=0, max=MAX_SEED, help="Seed for sampling and training.")]
 
 
 def _quiet(value: bool) -> None:
@@ -570,15 +568,13 @@ def train(
     data_dir: DataDir = Path("data"),
     dim: Annotated[int, typer.Option(min=1, max=4096, help="Vector size.")] = 100,
     window: Annotated[
-        int, typer.Option(min=1, max=MAX_SENTENCE, help="Context window (at most 10,000, the longest sentence).")
+        int, typer.Option(min=1, max=MAX_SENTENCE, help="Context window (a sentence is at most 10,000 words).")
     ] = 5,
     min_count: Annotated[int, typer.Option(min=1, help="Ignore words rarer than this.")] = 5,
     epochs: Annotated[int, typer.Option(min=1, help="Passes over the corpus.")] = 5,
-    negative: Annotated[
-        int, typer.Option(min=1, max=MAX_NEGATIVE, help="Negative samples per word (at most 1,000).")
-    ] = 5,
+    negative: Annotated[int, typer.Option(min=1, max=MAX_NEGATIVE, help="Negative samples per word.")] = 5,
     sg: Annotated[bool, typer.Option("--sg/--cbow", help="Skip-gram (default) or CBOW.")] = True,
-    workers: Annotated[int, typer.Option(min=1, max=MAX_WORKERS, help="Training threads (at most 256).")] = CORES,
+    workers: Annotated[int, typer.Option(min=1, max=MAX_WORKERS, help="Training threads.")] = CORES,
     index: IndexOpt = "auto",
     min_recall: MinRecall = 0.95,
     force: Force = False,

@@ -132,6 +132,8 @@ def parse_spec(spec: str, rows: int, dim: int | None = None) -> IndexSpec:
     """Turn a command-line index spec into an :class:`IndexSpec` for a table of ``rows`` rows (of ``dim``
     dimensions: the ``ivfpq`` kinds check and default their code count with it)."""
     spec = spec.strip()
+    if not spec:  # as an unset variable gives it (--index "$SPEC"): not auto, nor the FAISS factory string ""
+        raise InvalidQuery("index spec is empty: give auto, flat, hnsw, ivf, ivfpq, opq or a FAISS factory string")
     if spec == "auto":
         if rows < AUTO_FLAT_BELOW:
             return IndexSpec(kind="flat")

@@ -32,10 +32,12 @@ app = typer.Typer(
 
 
 def _data_dir(value: Path) -> Path:
-    """Refuse a data directory that is a file, before a command reads or writes in it."""
+    """Refuse a data directory that is a file or a dangling link, before a command reads or writes in it."""
     path = Path(value)
     if path.exists() and not path.is_dir():
         fail(f"{path}: not a directory")
+    if path.is_symlink() and not path.exists():  # a command would make it and fail with "File exists"
+        fail(f"{path}: a symbolic link to {os.readlink(path)}, which does not exist")
     return path
 
 

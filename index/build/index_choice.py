@@ -31,6 +31,7 @@ from __future__ import annotations
 import math
 import os
 import re
+import sys
 import time
 from dataclasses import dataclass, field
 from typing import Any, cast
@@ -131,6 +132,8 @@ def parse_spec(spec: str, rows: int, dim: int | None = None) -> IndexSpec:
     """Turn a command-line index spec into an :class:`IndexSpec` for a table of ``rows`` rows (of ``dim``
     dimensions: the ``ivfpq`` kinds check and default their code count with it)."""
     spec = spec.strip()
+    if not spec:  # as an unset variable gives it (--index "$SPEC"): not auto, nor the FAISS factory string ""
+        raise InvalidQuery("index spec is empty: give auto, flat, hnsw, ivf, ivfpq, opq or a FAISS factory string")
     if spec == "auto":
         if rows < AUTO_FLAT_BELOW:
             return IndexSpec(kind="flat")
@@ -158,6 +161,13 @@ def parse_spec(spec: str, rows: int, dim: int | None = None) -> IndexSpec:
     if dim is not None:
         _factory(dim, spec)  # a string FAISS cannot make is refused now, not when a deferred build comes to it
     return IndexSpec(kind="factory", factory=spec)
+
+
+def check_spec(spec: str, dim: int | None = None) -> None:
+    """Refuse a spec of the wrong form before any input is read or trained on: its options (names, integers, ranges)
+    and, given the dimension, a factory string FAISS cannot make. What depends on the rows (nlist, codes) is checked
+    when they are known."""
+    parse_spec(spec, sys.maxsize, dim)
 
 
 def _factory(dim: int, factory: str) -> faiss.Index:

@@ -37,6 +37,12 @@ from index.progress import Progress
 log = logging.getLogger(__name__)
 
 MAX_SENTENCE = 10_000  # gensim's MAX_WORDS_IN_BATCH: longer lines are cut, as LineSentence does
+# Bounds of train's options. gensim's training threads take the window and the negative samples as C ints: a value
+# past one kills the thread and leaves gensim waiting for it for ever, and a million negative samples per word train
+# without end; a thread the system cannot start is a traceback. A window wider than the longest sentence
+# (MAX_SENTENCE) reaches no further word.
+MAX_NEGATIVE = 1_000
+MAX_WORKERS = 256
 PROGRESS_LINES = 10_000  # reading the corpus: its progress advanced every this many lines
 
 

@@ -15,7 +15,7 @@ import numpy as np
 
 from index.build.budget import AUTO_BUDGET_SECONDS
 from index.build.clean import clean
-from index.build.index_choice import IndexSpec, build_and_measure, parse_spec
+from index.build.index_choice import IndexSpec, build_and_measure, check_spec, parse_spec
 from index.build.sources import RawTable
 from index.errors import ArtifactError, counted
 from index.progress import Progress, duration, note
@@ -141,10 +141,12 @@ def index_table(
     started = time.perf_counter()
     directory = artifact.table_dir(data_dir, name)
     artifact.read_manifest(directory)  # no such table: say so before anything else
+    if index_spec is not None:
+        check_spec(index_spec)  # its form, before the table's files are read
     note(f"verifying {directory} ...")
     manifest, checked = artifact.verified(directory)
     deferred = manifest.get("index", {}).get("deferred") or {}
-    spec_text = index_spec or deferred.get("spec") or "auto"
+    spec_text = index_spec if index_spec is not None else deferred.get("spec") or "auto"
     if not checked.ok:
         raise ArtifactError(f"table {name!r}: " + "; ".join(checked.problems))
     vectors = np.load(directory / artifact.VECTORS, mmap_mode="r")

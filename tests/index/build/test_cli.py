@@ -150,6 +150,20 @@ def test_a_data_dir_that_is_a_file_is_named_by_every_command(tmp_path: Path, mon
     assert run_cli("list").err == f"embedding-index: error: {words}: not a directory\n"
 
 
+def test_a_data_dir_that_is_a_dangling_link_is_named(tmp_path: Path) -> None:
+    """A data directory that is a link to nothing (a volume not mounted, a moved folder): an import said only
+    "File exists" (making the directory), list "no tables"; both name the link and where it points."""
+    words = tmp_path / "ft.vec"
+    words.write_text("1 3\nheart 0.1 0.2 0.3\n", encoding="utf-8")
+    link = tmp_path / "data"
+    link.symlink_to(tmp_path / "volume")
+    problem = f"embedding-index: error: {link}: a symbolic link to {tmp_path / 'volume'}, which does not exist\n"
+    for args in (["import", words, "--name", "t"], ["list"]):
+        result = run_cli(*args, "--data-dir", link)
+        assert (result.code, result.out, result.err) == (1, "", problem), args
+    assert not (tmp_path / "volume").exists()
+
+
 def test_ctrl_c_says_so_and_leaves_the_table_as_it_was(
     tmp_path: Path, glove_raw: RawTable, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -305,6 +305,28 @@ def test_cli_eval_text_and_errors(small_data_dir: Path, tmp_path: Path) -> None:
     assert missing_err.strip().splitlines() == [f"embedding-index: error: {tmp_path / 'nope.txt'}: file not found"]
 
 
+def test_cli_eval_of_a_documents_table_is_refused(tmp_path: Path) -> None:
+    """A documents table's ids are no words: eval said every question skipped (exit 0) or no known word pair,
+    blaming the pair file; it names the table's kind instead, whatever files are given."""
+    documents = tmp_path / "docs.jsonl"
+    rows = [{"id": word, "text": f"about {word}", "vector": [1.0, float(i), 0.5]} for i, word in enumerate(WORDS)]
+    documents.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
+    data_dir = tmp_path / "data"
+    assert run_cli("import", documents, "--name", "docs", "--data-dir", data_dir).code == 0
+    questions = tmp_path / "q.txt"
+    questions.write_text(": s\nman king woman queen\n", encoding="utf-8")
+    for files in [["--analogies", questions], ["--pairs", WORDSIM], []]:
+        done = run_cli("eval", "docs", "--data-dir", data_dir, *files)
+        assert (done.code, done.out) == (1, ""), done.out
+        assert (
+            done.err == "embedding-index: error: table 'docs' is a documents table: eval is for word and "
+            "model-token tables\n"
+        ), done.err
+
+
+WORDS = ["man", "king", "woman", "queen", "tiger", "cat", "car"]
+
+
 @pytest.mark.parametrize("method", ["3cosadd", "3cosmul"])
 def test_analogies_show_progress_by_rows_searched(
     small: Table, method: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch

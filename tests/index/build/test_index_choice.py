@@ -38,7 +38,7 @@ from index.engine.table import Table
 from index.errors import InvalidQuery
 from index.store import artifact
 from tests import REPO
-from tests.cli import progress_lines
+from tests.cli import progress_lines, run_cli
 
 
 def clustered(rows: int, dim: int, seed: int = 0) -> np.ndarray:
@@ -297,6 +297,25 @@ def test_a_failed_index_build_leaves_the_table_as_it_was(tmp_path: Path) -> None
     assert (tmp_path / "t" / artifact.MANIFEST).read_text() == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["t"]
     assert Table.load(tmp_path / "t").manifest["index"]["deferred"]["spec"] == "hnsw"
+
+
+@pytest.mark.parametrize("spec", ["", " "])
+def test_an_empty_index_spec_is_refused_not_taken_for_auto(tmp_path: Path, spec: str) -> None:
+    """``--index "$SPEC"`` with SPEC unset: `index` rebuilt the table with auto (a hand-built HNSW graph replaced by
+    exact search) and `import` read the whole file before FAISS refused the factory string ''."""
+    build_table(
+        raw_table(clustered(3_000, 8)), data_dir=tmp_path, name="t", source={"format": "test"}, index_spec="hnsw"
+    )
+    before = (tmp_path / "t" / artifact.MANIFEST).read_text()
+    done = run_cli("index", "t", "--data-dir", tmp_path, "--index", spec, quiet=False)
+    assert (done.code, done.out) == (1, ""), done.out
+    assert done.err.startswith("embedding-index: error: index spec is empty: ") and done.err.count("\n") == 1
+    assert (tmp_path / "t" / artifact.MANIFEST).read_text() == before
+    rows = tmp_path / "rows.txt"
+    rows.write_text("".join(f"w{i} {i % 7} {i % 5} {i % 3}\n" for i in range(200)), encoding="utf-8")
+    done = run_cli("import", rows, "--name", "u", "--data-dir", tmp_path, "--index", spec, quiet=False)
+    assert done.code == 1 and done.err.startswith("embedding-index: error: index spec is empty: "), done.err
+    assert done.err.count("\n") == 1 and not (tmp_path / "u").exists(), done.err
 
 
 def test_progress_lines_and_status_file(tmp_path: Path) -> None:

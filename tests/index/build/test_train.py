@@ -236,3 +236,55 @@ def test_compressed_corpus_is_refused_by_what_it_is(
     assert done.err.startswith(f"embedding-index: error: {corpus}: ") and done.err.count("\n") == 1, done.err
     assert all(part in done.err for part in problem), done.err
     assert not (tmp_path / "data" / "bad").exists()
+
+
+OUT_OF_RANGE = [  # each once a traceback after the corpus was read, or a training that never ended
+    ("--window", "10000000000"),  # an OverflowError in gensim's thread, then gensim waiting for it for ever
+    ("--negative", "2147483648"),  # the same
+    ("--negative", "1000000000"),  # trains for ever
+    ("--workers", "100000"),  # "can't start new thread"
+    ("--seed", "-5"),  # NumPy refuses a negative seed
+    ("--seed", "2147483648"),  # FAISS's k-means seed is a C int
+]
+
+
+@pytest.mark.parametrize(("option", "value"), OUT_OF_RANGE)
+def test_train_options_out_of_range_are_refused_before_reading(tmp_path: Path, option: str, value: str) -> None:
+    """An option gensim or FAISS cannot take is refused by the command line, at once, and nothing is written."""
+    args = ["train", str(LEE), "--name", "bad", "--data-dir", str(tmp_path / "data"), *SMALL, option, value]
+    done = run_index(*args, timeout=120)  # a child process: without the bound, some of these never end
+    assert done.returncode == 2, done.stderr
+    assert f"Invalid value for '{option}'" in done.stderr and "Traceback" not in done.stderr, done.stderr
+    assert not (tmp_path / "data" / "bad").exists()
+
+
+def test_import_seed_out_of_range_is_refused(tmp_path: Path) -> None:
+    """--seed is the index's sampling seed on import too: a negative one was NumPy's traceback after the read."""
+    rows = tmp_path / "rows.txt"
+    rows.write_text("".join(f"w{i} {i % 7} {i % 5} {i % 3}\n" for i in range(200)), encoding="utf-8")
+    args = ["import", rows, "--name", "bad", "--data-dir", tmp_path / "data", "--index", "hnsw", "--seed", "-5"]
+    done = run_cli(*args)
+    assert done.code == 2 and "Invalid value for '--seed'" in done.err, done.err
+    assert not (tmp_path / "data" / "bad").exists()
+
+
+@pytest.mark.parametrize(
+    ("command", "spec", "problem"),
+    [
+        ("train", "hnsw:M=0", "index spec 'hnsw:M=0': options must be positive"),
+        ("train", "PQ7", "FAISS cannot build index 'PQ7'"),  # 7 codes do not divide --dim 32
+        ("import", "ivf:nlist=abc", "index spec 'ivf:nlist=abc': 'nlist=abc' is not KEY=INTEGER"),
+    ],
+)
+def test_a_malformed_index_spec_is_refused_before_reading_or_training(
+    tmp_path: Path, command: str, spec: str, problem: str
+) -> None:
+    """The spec's form is checked first: it was refused only once the corpus was trained on (hours, for a big
+    one) or the file read, its progress lines shown."""
+    rows = tmp_path / "rows.txt"
+    rows.write_text("".join(f"w{i} {i % 7} {i % 5} {i % 3}\n" for i in range(200)), encoding="utf-8")
+    source = [str(LEE), *SMALL[:-2]] if command == "train" else [str(rows)]  # SMALL without its --index flat
+    done = run_cli(command, *source, "--name", "bad", "--data-dir", tmp_path / "data", "--index", spec, quiet=False)
+    assert done.code == 1, done.err
+    assert done.err.startswith(f"embedding-index: error: {problem}") and done.err.count("\n") == 1, done.err
+    assert not (tmp_path / "data" / "bad").exists()

@@ -6,7 +6,8 @@
     python -m bench --only peers                         # vector databases side by side (the `bench` extra)
     python -m bench --only peers-text                    # the text path beside Chroma (query text -> top 10)
 
-Each benchmark writes ``<results-dir>/<name>.json`` (machine, versions, command, every figure); BENCHMARKS.md is
+Each benchmark writes ``<results-dir>/<name>.json`` (machine, load average at its start and end, versions, command,
+every figure); BENCHMARKS.md is
 then rendered from every results file present, so benchmarks can be run (and rerun) one at a time.
 """
 
@@ -149,7 +150,13 @@ def main(argv: list[str] | None = None) -> int:
     try:
         for name in args.only or NAMES:
             path = args.results_dir / f"{name}.json"
-            header = {"name": name, "quick": args.quick, "rounds": rounds, "command": ctx.bench_command(name)}
+            header = {
+                "name": name,
+                "quick": args.quick,
+                "rounds": rounds,
+                "command": ctx.bench_command(name),
+                "load_average_at_start": [round(x, 2) for x in os.getloadavg()],  # machine() has the end's
+            }
             started = time.time()
             print(f"bench: {name} ...", file=sys.stderr, flush=True)
 

@@ -1012,6 +1012,11 @@ WITH_RUN = {
 }  # renderers that also take the run's header (machine, date)
 
 
+def loads(average: list[float] | None) -> str:
+    """A load average (1, 5 and 15 minutes) as the tables show it; "-" for results that did not record it."""
+    return " / ".join(f"{x:g}" for x in average) if average else "-"
+
+
 def render(results: dict[str, dict[str, Any]]) -> str:
     first = next(iter(results.values()), None)
     out = [
@@ -1034,14 +1039,25 @@ def render(results: dict[str, dict[str, Any]]) -> str:
         f"{m['cpu']}, {m['cores']} cores, {m['ram_gib']} GiB RAM, Linux {m['kernel']}, Python {m['python']}.  \n"
         "Versions: " + ", ".join(f"{k} {val}" for k, val in v.items()) + ".",
         table(
-            ["Benchmark", "Run at", "Duration s", "Rounds", "Load average at the end", "Command"],
+            [
+                "Benchmark",
+                "Machine",
+                "Run at",
+                "Duration s",
+                "Rounds",
+                "Load average at the start",
+                "At the end",
+                "Command",
+            ],
             [
                 [
                     name,
+                    f"{r['machine']['cpu']}, {r['machine']['cores']} cores",
                     r.get("started", r["machine"]["date"]),
                     r.get("seconds", "-"),
                     r["rounds"],
-                    " / ".join(f"{x:g}" for x in r["machine"]["load_average"]),
+                    loads(r.get("load_average_at_start")),
+                    loads(r["machine"]["load_average"]),
                     code(r["command"]),
                 ]
                 for name, r in results.items()

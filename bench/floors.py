@@ -12,8 +12,8 @@ searched ``GET .../neighbors?token=<word>&k=10`` and ``POST .../search`` with ``
 floor's in the same round, each round's and their median (not the ratio of the two medians), beside each server's
 CPU per request (its event loop's, and its other threads' together: the searcher thread's; ``bench.thread_cpu``),
 which requests/s follow when the cores are saturated. ``--busy`` runs the same under ``bench.peers``' background
-load (two processes spinning NumPy matrix products), both sides under it. The load average is recorded at the start and
-at the end.
+load (two processes spinning NumPy matrix products), both sides under it. A response that is not a 200 stops the
+run (a refusal is not a request served). The load average is recorded at the start and at the end.
 """
 
 from __future__ import annotations
@@ -94,6 +94,7 @@ def main(argv: list[str] | None = None) -> int:
             for server, route in cases[r % len(cases) :] + cases[: r % len(cases)]:
                 before = thread_cpu.snapshot(pids[server])
                 result = load.run(servers[server].base, routes[route], args.connections, args.seconds, use_wrk=True)
+                result.checked()  # a refusal is not a request served
                 used = thread_cpu.per_request(pids[server], before, thread_cpu.snapshot(pids[server]), result.requests)
                 rounds[f"{server}:{route}"].append(result.rps)
                 cpu[f"{server}:{route}"].append(used)

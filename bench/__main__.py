@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import report
-from bench.common import REPO, TABLE, Context, machine, versions
+from bench.common import REPO, SECONDS, TABLE, Context, machine, versions
 
 NAMES = report.NAMES  # every benchmark, in the report's order
 # benchmarks that build their own tables (no --data-dir table needed)
@@ -72,7 +72,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--only", action="append", choices=NAMES, help="run only this benchmark (repeatable)")
     p.add_argument("--quick", action="store_true", help="tiny sizes and one round: seconds, not minutes")
     p.add_argument("--rounds", type=int, help="rounds per comparison (default 3; 1 with --quick)")
-    p.add_argument("--seconds", type=float, default=5.0, help="duration of each HTTP load measurement")
+    p.add_argument("--seconds", type=float, default=SECONDS, help="duration of each HTTP load measurement")
     p.add_argument("--results-dir", type=Path, default=REPO / "bench" / "results")
     p.add_argument("--markdown", type=Path, default=REPO / "BENCHMARKS.md", help="report to write")
     p.add_argument("--work-dir", type=Path, help="scratch directory for generated inputs (default: a temp dir)")

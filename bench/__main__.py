@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import report
-from bench.common import REPO, SECONDS, TABLE, Context, machine, versions
+from bench.common import REPO, SECONDS, TABLE, Context, exit_on_sigterm, machine, versions
 
 NAMES = report.NAMES  # every benchmark, in the report's order
 # benchmarks that build their own tables (no --data-dir table needed)
@@ -116,7 +116,11 @@ def save(path: Path, payload: dict[str, Any]) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
+    with exit_on_sigterm():  # a run stopped by SIGTERM stops its servers too
+        return run(parse_args(argv), argv)
+
+
+def run(args: argparse.Namespace, argv: list[str] | None) -> int:
     rounds = args.rounds or (1 if args.quick else 3)
     needs_table = any(name not in OWN_TABLE for name in args.only or NAMES)
     if needs_table and not (args.data_dir / args.table / "manifest.json").is_file():

@@ -42,6 +42,7 @@ from bench.common import (
     TABLE,
     Context,
     embedding_serve,
+    exit_on_sigterm,
     free_port,
     machine,
     median,
@@ -260,4 +261,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    with exit_on_sigterm():  # a run stopped by SIGTERM stops its servers too
+        sys.exit(main())

@@ -356,6 +356,22 @@ def wait_idle(pid: int, timeout: float = 300.0) -> float:
     return time.perf_counter() - started
 
 
+@contextmanager
+def exit_on_sigterm() -> Iterator[None]:
+    """SIGTERM (``timeout``, ``kill``, a CI job cancelled) as an exit through every ``finally``: the servers a
+    benchmark started run in sessions of their own (:func:`own_session`), and Python's default SIGTERM ends the
+    process without stopping them, leaving them on their ports and the cores."""
+
+    def leave(signum: int, frame: Any) -> None:
+        raise SystemExit(128 + signum)
+
+    previous = signal.signal(signal.SIGTERM, leave)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def stop(process: subprocess.Popen[bytes]) -> None:
     if process.poll() is None:
         os.killpg(process.pid, signal.SIGTERM)

@@ -29,7 +29,18 @@ from typing import Any
 
 from bench import load, thread_cpu
 from bench.before_after import hot_routes, load_arguments
-from bench.common import REPO, Context, embedding_serve, free_port, machine, median, paired, serve, server_env
+from bench.common import (
+    REPO,
+    Context,
+    embedding_serve,
+    exit_on_sigterm,
+    free_port,
+    machine,
+    median,
+    paired,
+    serve,
+    server_env,
+)
 from bench.neighbours import check_answers, floor_command, sample_words
 from index.engine.table import Table
 
@@ -136,4 +147,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    with exit_on_sigterm():  # a run stopped by SIGTERM stops its servers too
+        sys.exit(main())

@@ -13,7 +13,7 @@ import pytest
 
 import bench.__main__ as bench_main
 from bench import report
-from bench.common import TABLE
+from bench.common import REPO, TABLE
 
 
 def test_each_run_records_the_load_average_at_its_start_and_its_end(
@@ -75,3 +75,46 @@ def test_the_recorded_command_reruns_the_benchmark_with_the_same_options(
     assert command.startswith(".venv/bin/python -m bench ")
     rerun, ran = bench_main.parse_args(shlex.split(command)[3:]), bench_main.parse_args(argv)
     assert vars(rerun) == {**vars(ran), "results_dir": rerun.results_dir}  # the results go where the reader says
+
+
+def rendered(tmp_path: Path, *names: str) -> Path:
+    """A BENCHMARKS.md with the sections of ``names`` and hand-written notes below the marker."""
+    sections = "".join(f"## {report.TITLES[name]}\n\nfigures of {name}\n\n" for name in names)
+    markdown = tmp_path / "BENCHMARKS.md"
+    markdown.write_text(f"# Benchmarks\n\n{sections}\n<!-- notes -->\nnotes\n")
+    return markdown
+
+
+def test_a_rerun_that_would_drop_another_benchmarks_section_stops_before_it_starts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def runner(name: str) -> Callable[..., dict[str, Any]]:
+        raise AssertionError("nothing is run")
+
+    monkeypatch.setattr(bench_main, "runner", runner)
+    markdown = rendered(tmp_path, "analogy", "writes")
+    before = markdown.read_text()
+    argv = ["--only", "writes", "--results-dir", str(tmp_path / "results"), "--markdown", str(markdown)]
+    assert bench_main.main(argv) == 2  # analogy's figures are in the file, not in the (empty) results dir
+    assert markdown.read_text() == before and not (tmp_path / "results").exists()
+
+
+def test_a_failed_rerun_leaves_the_sections_figures_in_place(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def failing(ctx: Any) -> dict[str, Any]:
+        raise RuntimeError("the server did not start")
+
+    monkeypatch.setattr(bench_main, "runner", lambda name: failing)
+    markdown = rendered(tmp_path, "writes")
+    before = markdown.read_text()
+    argv = ["--only", "writes", "--results-dir", str(tmp_path / "results"), "--markdown", str(markdown)]
+    assert bench_main.main(argv) == 1
+    assert json.loads((tmp_path / "results" / "writes.json").read_text())["status"] == "failed"
+    assert markdown.read_text() == before  # not replaced by "Not measured: the run failed"
+
+
+def test_the_quick_mode_writes_into_build_unless_told_otherwise() -> None:
+    args = bench_main.parse_args(["--quick"])
+    assert args.results_dir == REPO / "build" / "bench-quick"
+    assert args.markdown == REPO / "build" / "bench-quick" / "BENCHMARKS.md"
+    args = bench_main.parse_args([])
+    assert args.results_dir == REPO / "bench" / "results" and args.markdown == REPO / "BENCHMARKS.md"

@@ -369,20 +369,10 @@ def tuning(ctx: Context, words: list[tuple[str, int]], ef: int) -> list[dict[str
     return out
 
 
-# ----------------------------------------------------------------------- run
-def run(ctx: Context) -> dict[str, Any]:
-    table = Table.load(ctx.table_dir)
-    words = sample_words(table, 600 if ctx.quick else 5000)
-    kv = keyed_vectors(table)
-    proc = in_process(ctx, table, kv, words)
-    sweep = recall_sweep(ctx, table, words)
-    del kv
-    http = over_http(ctx, words)
-    good = [x["efSearch"] for x in sweep if x["recall_at_10"] >= 0.99]
-    tuned = tuning(ctx, words, good[0] if good else 64)
-    command = ctx.bench_command("neighbours")
-    ef = table.index.hnsw.efSearch if table.index is not None else None
-
+def targets_of(http: dict[str, Any], proc: dict[str, Any], command: str) -> list[dict[str, Any]]:
+    """The summary's rows: over HTTP against the floor (ours over the floor's p50 plus the in-process search: > 1 is
+    slower; ours over the floor's requests/s: < 1 is fewer), in process against gensim (gensim's p50 over ours:
+    > 1 is faster); every ratio paired by round."""
     targets = []
     for kind, floor, call in (
         ("get", "floor_get", "ours_hnsw_single"),
@@ -460,6 +450,24 @@ def run(ctx: Context) -> dict[str, Any]:
                     "gensim",
                 )
             )
+    return targets
+
+
+# ----------------------------------------------------------------------- run
+def run(ctx: Context) -> dict[str, Any]:
+    table = Table.load(ctx.table_dir)
+    words = sample_words(table, 600 if ctx.quick else 5000)
+    kv = keyed_vectors(table)
+    proc = in_process(ctx, table, kv, words)
+    sweep = recall_sweep(ctx, table, words)
+    del kv
+    http = over_http(ctx, words)
+    good = [x["efSearch"] for x in sweep if x["recall_at_10"] >= 0.99]
+    tuned = tuning(ctx, words, good[0] if good else 64)
+    command = ctx.bench_command("neighbours")
+    ef = table.index.hnsw.efSearch if table.index is not None else None
+
+    targets = targets_of(http, proc, command)
     return {
         "table": ctx.table,
         "table_rows": table.rows,

@@ -2,12 +2,16 @@
 
     python -m bench --data-dir data                      # everything (make bench)
     python -m bench --data-dir data --only neighbours    # one benchmark; the others' last results are kept
-    python -m bench --data-dir data --quick              # tiny sizes, one round: checks that the scripts work
+    python -m bench --data-dir data --quick              # tiny sizes, one round, into build/bench-quick/
     python -m bench --only peers                         # vector databases side by side (the `bench` extra)
     python -m bench --only peers-text                    # the text path beside Chroma (query text -> top 10)
 
-Each benchmark writes ``<results-dir>/<name>.json`` (machine, versions, command, every figure); BENCHMARKS.md is
-then rendered from every results file present, so benchmarks can be run (and rerun) one at a time.
+Each benchmark writes ``<results-dir>/<name>.json`` (machine, load average at its start and end, versions, command,
+every figure); BENCHMARKS.md is then rendered from every results file present, so benchmarks can be run (and
+rerun) one at a time. It is not rendered when that would drop a section it has (a benchmark with no results in
+``--results-dir``: bench/results/ is not kept in the repository): the run then stops before it starts, and
+``--markdown build/BENCHMARKS.md`` renders elsewhere. ``--quick`` writes into build/bench-quick/ unless told
+otherwise.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import report
-from bench.common import REPO, TABLE, Context, machine, versions
+from bench.common import REPO, SECONDS, TABLE, Context, exit_on_sigterm, machine, versions
 
 NAMES = report.NAMES  # every benchmark, in the report's order
 # benchmarks that build their own tables (no --data-dir table needed)
@@ -71,9 +75,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--only", action="append", choices=NAMES, help="run only this benchmark (repeatable)")
     p.add_argument("--quick", action="store_true", help="tiny sizes and one round: seconds, not minutes")
     p.add_argument("--rounds", type=int, help="rounds per comparison (default 3; 1 with --quick)")
-    p.add_argument("--seconds", type=float, default=5.0, help="duration of each HTTP load measurement")
-    p.add_argument("--results-dir", type=Path, default=REPO / "bench" / "results")
-    p.add_argument("--markdown", type=Path, default=REPO / "BENCHMARKS.md", help="report to write")
+    p.add_argument("--seconds", type=float, default=SECONDS, help="duration of each HTTP load measurement")
+    p.add_argument("--results-dir", type=Path, help="default bench/results (build/bench-quick with --quick)")
+    p.add_argument("--markdown", type=Path, help="report to write: BENCHMARKS.md (with --quick, in the results dir)")
     p.add_argument("--work-dir", type=Path, help="scratch directory for generated inputs (default: a temp dir)")
     p.add_argument("--fresh", action="store_true", help="growth: measure the selected sizes again (others are kept)")
     p.add_argument("--growth-rows", type=int, nargs="+", help="growth: row counts (default 100k 500k 1M 2M)")
@@ -104,7 +108,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--peers-latency-seconds", type=float, help="peers: most seconds of each one-query measurement (default 30)"
     )
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    quick = REPO / "build" / "bench-quick"
+    args.results_dir = args.results_dir or (quick if args.quick else REPO / "bench" / "results")
+    args.markdown = args.markdown or (quick / "BENCHMARKS.md" if args.quick else REPO / "BENCHMARKS.md")
+    return args
 
 
 def save(path: Path, payload: dict[str, Any]) -> None:
@@ -115,8 +123,20 @@ def save(path: Path, payload: dict[str, Any]) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
+    with exit_on_sigterm():  # a run stopped by SIGTERM stops its servers too
+        return run(parse_args(argv), argv)
+
+
+def run(args: argparse.Namespace, argv: list[str] | None) -> int:
     rounds = args.rounds or (1 if args.quick else 3)
+    lost = report.dropped(args.results_dir, args.markdown, args.only or NAMES)
+    if lost:  # checked before a long run, and again when writing (a benchmark may fail)
+        print(
+            f"bench: {args.markdown} has sections of {', '.join(lost)} and {args.results_dir} no results of them: "
+            "rendering would drop them; pass --markdown elsewhere (e.g. build/BENCHMARKS.md)",
+            file=sys.stderr,
+        )
+        return 2
     needs_table = any(name not in OWN_TABLE for name in args.only or NAMES)
     if needs_table and not (args.data_dir / args.table / "manifest.json").is_file():
         print(
@@ -149,7 +169,13 @@ def main(argv: list[str] | None = None) -> int:
     try:
         for name in args.only or NAMES:
             path = args.results_dir / f"{name}.json"
-            header = {"name": name, "quick": args.quick, "rounds": rounds, "command": ctx.bench_command(name)}
+            header = {
+                "name": name,
+                "quick": args.quick,
+                "rounds": rounds,
+                "command": ctx.bench_command(name),
+                "load_average_at_start": [round(x, 2) for x in os.getloadavg()],  # machine() has the end's
+            }
             started = time.time()
             print(f"bench: {name} ...", file=sys.stderr, flush=True)
 
@@ -187,7 +213,11 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if args.work_dir is None:
             shutil.rmtree(scratch, ignore_errors=True)
-    report.write(args.results_dir, args.markdown)
+    try:
+        report.write(args.results_dir, args.markdown)
+    except RuntimeError as exc:
+        print(f"bench: {exc}", file=sys.stderr)
+        return 1
     print(f"bench: wrote {args.markdown}", file=sys.stderr)
     return 1 if failed else 0
 

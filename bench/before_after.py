@@ -16,7 +16,8 @@ off, so every request searches. The routes measured:
 First every request is sent to both: the answers must be byte for byte the same. Then each round measures both,
 in alternating order, route by route: one connection (p50) and ``--connections`` connections (requests/s), with
 ``wrk`` when it is installed, and the server's CPU per request in the many-connection run (all its threads,
-``bench.thread_cpu``: on a shared machine it varies far less from round to round than requests/s). The
+``bench.thread_cpu``: on a shared machine it varies far less from round to round than requests/s); a response
+that is not a 200 stops the run. The
 after/before ratios of the medians (and of each round's pair) are printed as a small table and written as JSON
 with every round; a change to the serving path is judged on those ratios.
 """
@@ -41,6 +42,7 @@ from bench.common import (
     TABLE,
     Context,
     embedding_serve,
+    exit_on_sigterm,
     free_port,
     machine,
     median,
@@ -110,10 +112,11 @@ def hot_routes(table: Table, name: str, words: list[tuple[str, int]]) -> dict[st
 def measure(
     base: str, pid: int, items: list[load.Request], connections: int, seconds: float
 ) -> tuple[load.LoadResult, float]:
-    """A load run and the serving process's CPU per request during it (microseconds, all threads)."""
+    """A load run and the serving process's CPU per request during it (microseconds, all threads); a response that
+    is not a 200 stops the run."""
     serving = thread_cpu.serving_pid(pid)
     before = thread_cpu.snapshot(serving)
-    result = load.run(base, items, connections, seconds, use_wrk=wrk_path() is not None)
+    result = load.run(base, items, connections, seconds, use_wrk=wrk_path() is not None).checked()
     used = thread_cpu.per_request(serving, before, thread_cpu.snapshot(serving), result.requests)
     wait_idle(pid)
     return result, used["loop"] + used["others"]
@@ -258,4 +261,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    with exit_on_sigterm():  # a run stopped by SIGTERM stops its servers too
+        sys.exit(main())

@@ -27,6 +27,14 @@ import numpy as np
 REPO = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
 TABLE = "glove-6b-50d"
+SECONDS = 5.0  # each HTTP load measurement, unless --seconds says otherwise
+PEERS_OPTIONS = ("peers_rows", "peers_latency_seconds", "peers_systems", "peers_busy")
+# The options of python -m bench that only some benchmarks read, by benchmark: their rerun commands carry them.
+OPTIONS_OF = {
+    "peers": PEERS_OPTIONS,
+    "peers-text": PEERS_OPTIONS,
+    "growth": ("fresh", "growth_rows", "growth_dims", "growth_compressed_rows"),
+}
 MIB = 1 << 20
 # A server's start-up, and one readiness poll, on a machine whose cores are taken by other work (the tests run the
 # quick benchmarks beside them at nice 19): its requests can wait seconds for a CPU.
@@ -54,17 +62,19 @@ class Context:
     def bench_command(self, name: str) -> str:
         """The command that reruns one benchmark with this run's options."""
         parts = [".venv/bin/python", "-m", "bench", "--data-dir", str(self.data_dir), "--only", name]
+        if self.table != TABLE:
+            parts += ["--table", self.table]
         if self.quick:
             parts.append("--quick")
         parts += ["--rounds", str(self.rounds)]
-        if name in ("peers", "peers-text"):
-            for option in ("peers_rows", "peers_latency_seconds", "peers_systems", "peers_busy"):
-                value = self.options.get(option)
-                if value:
-                    flag = "--" + option.replace("_", "-")
-                    parts += (
-                        [flag] if value is True else [flag, *map(str, value if isinstance(value, list) else [value])]
-                    )
+        seconds = self.options.get("seconds")
+        if seconds is not None and seconds != SECONDS:
+            parts += ["--seconds", f"{seconds:g}"]
+        for option in OPTIONS_OF.get(name, ()):
+            value = self.options.get(option)
+            if value:
+                flag = "--" + option.replace("_", "-")
+                parts += [flag] if value is True else [flag, *map(str, value if isinstance(value, list) else [value])]
         return shlex.join(parts)
 
 
@@ -344,6 +354,22 @@ def wait_idle(pid: int, timeout: float = 300.0) -> float:
             break
         last = now
     return time.perf_counter() - started
+
+
+@contextmanager
+def exit_on_sigterm() -> Iterator[None]:
+    """SIGTERM (``timeout``, ``kill``, a CI job cancelled) as an exit through every ``finally``: the servers a
+    benchmark started run in sessions of their own (:func:`own_session`), and Python's default SIGTERM ends the
+    process without stopping them, leaving them on their ports and the cores."""
+
+    def leave(signum: int, frame: Any) -> None:
+        raise SystemExit(128 + signum)
+
+    previous = signal.signal(signal.SIGTERM, leave)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def stop(process: subprocess.Popen[bytes]) -> None:

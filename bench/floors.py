@@ -9,11 +9,11 @@ The service is ``embedding-serve`` at its defaults with the answer cache off, so
 searched ``GET .../neighbors?token=<word>&k=10`` and ``POST .../search`` with ``{"vector": <the word's row>,
 "k": 10}`` on the GloVe table. Each round measures every (server, route) pair at ``--connections`` connections
 (wrk when installed), in an order rotated round by round; the figure is the service's requests/s over the
-floor's, per round and the median, beside each server's CPU per request (its event loop's, and its other
-threads' together: the searcher thread's; ``bench.thread_cpu``), which requests/s follow when the cores are
-saturated. ``--busy`` runs the same under ``bench.peers``' background load (two
-processes spinning NumPy matrix products), both sides under it. The load average is recorded at the start and
-at the end.
+floor's in the same round, each round's and their median (not the ratio of the two medians), beside each server's
+CPU per request (its event loop's, and its other threads' together: the searcher thread's; ``bench.thread_cpu``),
+which requests/s follow when the cores are saturated. ``--busy`` runs the same under ``bench.peers``' background
+load (two processes spinning NumPy matrix products), both sides under it. A response that is not a 200 stops the
+run (a refusal is not a request served). The load average is recorded at the start and at the end.
 """
 
 from __future__ import annotations
@@ -29,9 +29,36 @@ from typing import Any
 
 from bench import load, thread_cpu
 from bench.before_after import hot_routes, load_arguments
-from bench.common import REPO, Context, embedding_serve, free_port, machine, median, serve, server_env
+from bench.common import (
+    REPO,
+    Context,
+    embedding_serve,
+    exit_on_sigterm,
+    free_port,
+    machine,
+    median,
+    paired,
+    serve,
+    server_env,
+)
 from bench.neighbours import check_answers, floor_command, sample_words
 from index.engine.table import Table
+
+
+def route_ratio(route: str, rounds: dict[str, list[float]], cpu: dict[str, list[dict[str, float]]]) -> dict[str, Any]:
+    """One route's figures: each server's median requests/s and CPU per request, and the service's requests/s over
+    the floor's, round by round and their median (both ran in the same round: ``bench.common.paired``)."""
+    ours_rps, floor_rps = rounds[f"ours:{route}"], rounds[f"floor:{route}"]
+    return {
+        "ours_rps": median(ours_rps),
+        "floor_rps": median(floor_rps),
+        "ratio": paired(ours_rps, floor_rps),
+        "ratio_rounds": [a / b for a, b in zip(ours_rps, floor_rps, strict=True)],
+        "cpu_us_per_request": {
+            server: {part: median([x[part] for x in cpu[f"{server}:{route}"]]) for part in ("loop", "others")}
+            for server in ("ours", "floor")
+        },
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -78,6 +105,7 @@ def main(argv: list[str] | None = None) -> int:
             for server, route in cases[r % len(cases) :] + cases[: r % len(cases)]:
                 before = thread_cpu.snapshot(pids[server])
                 result = load.run(servers[server].base, routes[route], args.connections, args.seconds, use_wrk=True)
+                result.checked()  # a refusal is not a request served
                 used = thread_cpu.per_request(pids[server], before, thread_cpu.snapshot(pids[server]), result.requests)
                 rounds[f"{server}:{route}"].append(result.rps)
                 cpu[f"{server}:{route}"].append(used)
@@ -86,19 +114,7 @@ def main(argv: list[str] | None = None) -> int:
                     f"{used['loop']:,.0f} us, other threads {used['others']:,.0f} us",
                     flush=True,
                 )
-    ratios: dict[str, Any] = {}
-    for route in routes:
-        ours_rps, floor_rps = rounds[f"ours:{route}"], rounds[f"floor:{route}"]
-        ratios[route] = {
-            "ours_rps": median(ours_rps),
-            "floor_rps": median(floor_rps),
-            "ratio": median(ours_rps) / median(floor_rps),
-            "ratio_rounds": [a / b for a, b in zip(ours_rps, floor_rps, strict=True)],
-            "cpu_us_per_request": {
-                server: {part: median([x[part] for x in cpu[f"{server}:{route}"]]) for part in ("loop", "others")}
-                for server in servers
-            },
-        }
+    ratios = {route: route_ratio(route, rounds, cpu) for route in routes}
     load_end = [round(x, 2) for x in os.getloadavg()]
     out = {
         "table": args.table,
@@ -131,4 +147,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    with exit_on_sigterm():  # a run stopped by SIGTERM stops its servers too
+        sys.exit(main())

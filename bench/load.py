@@ -43,6 +43,12 @@ class LoadResult:
     def as_dict(self) -> dict[str, object]:
         return asdict(self)
 
+    def checked(self) -> LoadResult:
+        """This result, or an error when a response was not a 200: requests/s must count answers, not refusals."""
+        if self.errors:
+            raise RuntimeError(f"{self.errors:,} of {self.requests:,} responses were not a 200: {self.command}")
+        return self
+
 
 def run(
     base: str, requests: list[Request], connections: int, seconds: float, use_wrk: bool, max_requests: int = 0

@@ -3,6 +3,8 @@ one query at a time and batches of 64; against gensim ``most_similar`` and again
 FastAPI endpoint answering a same-size constant JSON, see ``bench/floor_app.py``).
 
 Figures: p50/p99 latency at concurrency 1, requests/s at concurrency 32, and recall@10 for each HNSW efSearch.
+Before any timing over HTTP, every request is answered 200 by embedding-serve, and the server with the answer cache
+and the one with remembered searches answer the one-query requests byte for byte as it does.
 """
 
 from __future__ import annotations
@@ -215,6 +217,12 @@ def check_answers(base: str, requests: dict[str, list[load.Request]]) -> dict[st
     return answers
 
 
+def same_answers(base: str, items: list[load.Request], expected: list[bytes], server: str) -> None:
+    """``server`` answers every request 200, byte for byte as ``expected`` (embedding-serve's answers)."""
+    if check_answers(base, {"items": items})["items"] != expected:
+        raise RuntimeError(f"{server} answers differently from embedding-serve")
+
+
 @dataclass(frozen=True)
 class HttpLoad:
     """How the HTTP measurements load a server (smaller in the quick mode). Each waits until the server is idle
@@ -269,8 +277,8 @@ def over_http(ctx: Context, words: list[tuple[str, int]]) -> dict[str, Any]:
         serve(remembered_command(ctx, remembered_port), "/readyz", remembered_port, server_env(cache=False)) as memo,
     ):
         answers = check_answers(ours.base, requests)
-        if check_answers(memo.base, {"hnsw_get": requests["hnsw_get"]})["hnsw_get"] != answers["hnsw_get"]:
-            raise RuntimeError("the server with remembered searches answers differently from embedding-serve")
+        same_answers(memo.base, requests["hnsw_get"], answers["hnsw_get"], "the server with remembered searches")
+        same_answers(cached.base, requests["hnsw_get"], answers["hnsw_get"], "the server with the answer cache")
         sample = {name: bodies[0] for name, bodies in answers.items()}
         bodies = ctx.work_dir / "floor-bodies.json"
         bodies.write_text(json.dumps({"get": sample["hnsw_get"].decode(), "post": sample["hnsw_post64"].decode()}))
@@ -361,20 +369,10 @@ def tuning(ctx: Context, words: list[tuple[str, int]], ef: int) -> list[dict[str
     return out
 
 
-# ----------------------------------------------------------------------- run
-def run(ctx: Context) -> dict[str, Any]:
-    table = Table.load(ctx.table_dir)
-    words = sample_words(table, 600 if ctx.quick else 5000)
-    kv = keyed_vectors(table)
-    proc = in_process(ctx, table, kv, words)
-    sweep = recall_sweep(ctx, table, words)
-    del kv
-    http = over_http(ctx, words)
-    good = [x["efSearch"] for x in sweep if x["recall_at_10"] >= 0.99]
-    tuned = tuning(ctx, words, good[0] if good else 64)
-    command = ctx.bench_command("neighbours")
-    ef = table.index.hnsw.efSearch if table.index is not None else None
-
+def targets_of(http: dict[str, Any], proc: dict[str, Any], command: str) -> list[dict[str, Any]]:
+    """The summary's rows: over HTTP against the floor (ours over the floor's p50 plus the in-process search: > 1 is
+    slower; ours over the floor's requests/s: < 1 is fewer), in process against gensim (gensim's p50 over ours:
+    > 1 is faster); every ratio paired by round."""
     targets = []
     for kind, floor, call in (
         ("get", "floor_get", "ours_hnsw_single"),
@@ -452,6 +450,24 @@ def run(ctx: Context) -> dict[str, Any]:
                     "gensim",
                 )
             )
+    return targets
+
+
+# ----------------------------------------------------------------------- run
+def run(ctx: Context) -> dict[str, Any]:
+    table = Table.load(ctx.table_dir)
+    words = sample_words(table, 600 if ctx.quick else 5000)
+    kv = keyed_vectors(table)
+    proc = in_process(ctx, table, kv, words)
+    sweep = recall_sweep(ctx, table, words)
+    del kv
+    http = over_http(ctx, words)
+    good = [x["efSearch"] for x in sweep if x["recall_at_10"] >= 0.99]
+    tuned = tuning(ctx, words, good[0] if good else 64)
+    command = ctx.bench_command("neighbours")
+    ef = table.index.hnsw.efSearch if table.index is not None else None
+
+    targets = targets_of(http, proc, command)
     return {
         "table": ctx.table,
         "table_rows": table.rows,

@@ -14,7 +14,8 @@ the same cores (``background_load``: processes at normal priority, each spinning
 for the whole measurement), every side under the same load, and loads each side a second time under it: quiet
 and busy figures paired by round.
 
-A peer whose Python packages are not installed (the ``bench`` extra) is left out and reported as such.
+A peer whose Python packages are not installed (the ``bench`` extra) is left out and reported as such; one named
+with ``--peers-systems`` that is not installed stops the run with an error.
 """
 
 from __future__ import annotations
@@ -673,17 +674,31 @@ def loaded(name: str, ctx: Context, root: Path, raw: RawTable, unit: np.ndarray)
     return side
 
 
+def absent_peers(only: tuple[str, ...]) -> dict[str, str]:
+    """The peers left out, each with why; a peer asked for by name (``--peers-systems``) that is not installed is
+    an error, not a comparison quietly left out."""
+    missing = [name for name, packages in PEERS.items() if not installed(packages)]
+    wanted = [name for name in only if name in missing]
+    if wanted:
+        raise RuntimeError(
+            f"peers: {', '.join(wanted)} selected but not installed: install the `bench` extra "
+            "(pip install -e '.[bench]', or make bench)"
+        )
+    absent = dict.fromkeys(missing, "not installed")
+    for name in PEERS:
+        if only and name not in only:
+            absent[name] = "not selected"
+    return absent
+
+
 def run(ctx: Context) -> dict[str, Any]:
     plan = Plan.of(ctx)
+    absent = absent_peers(plan.only)
     raw, unit = unit_rows(plan.rows)
     rng = np.random.default_rng(QUERY_SEED)
     query_ids = np.sort(rng.choice(len(unit), size=min(plan.queries, len(unit)), replace=False))
     queries = np.ascontiguousarray(unit[query_ids])
     truth = exact_top_k(unit, queries)
-    absent = {name: "not installed" for name, packages in PEERS.items() if not installed(packages)}
-    for name in SIDES:
-        if plan.only and name not in plan.only and name != "embedding-search":
-            absent[name] = "not selected"
     names = [name for name in SIDES if name not in absent]
     root = ctx.work_dir / "peers"
     shutil.rmtree(root, ignore_errors=True)

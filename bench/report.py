@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -1012,6 +1013,11 @@ WITH_RUN = {
 }  # renderers that also take the run's header (machine, date)
 
 
+def loads(average: list[float] | None) -> str:
+    """A load average (1, 5 and 15 minutes) as the tables show it; "-" for results that did not record it."""
+    return " / ".join(f"{x:g}" for x in average) if average else "-"
+
+
 def render(results: dict[str, dict[str, Any]]) -> str:
     first = next(iter(results.values()), None)
     out = [
@@ -1024,7 +1030,9 @@ def render(results: dict[str, dict[str, Any]]) -> str:
         "Rerun everything with `make bench`, or one benchmark with "
         "`.venv/bin/python -m bench --data-dir data --only NAME` (analogy, neighbours, import, startup, growth, "
         "peers, peers-text, firstrun, documents, text, writes); "
-        "every figure is also in `bench/results/NAME.json`.",
+        "every figure is also in `bench/results/NAME.json` (not kept in the repository). This file is rendered "
+        "only from results of every benchmark it shows: a single benchmark's rerun from a fresh checkout renders "
+        "elsewhere (`--markdown build/BENCHMARKS.md`).",
     ]
     if first is None:
         return "\n\n".join([*out, "No results yet."]) + "\n"
@@ -1034,14 +1042,25 @@ def render(results: dict[str, dict[str, Any]]) -> str:
         f"{m['cpu']}, {m['cores']} cores, {m['ram_gib']} GiB RAM, Linux {m['kernel']}, Python {m['python']}.  \n"
         "Versions: " + ", ".join(f"{k} {val}" for k, val in v.items()) + ".",
         table(
-            ["Benchmark", "Run at", "Duration s", "Rounds", "Load average at the end", "Command"],
+            [
+                "Benchmark",
+                "Machine",
+                "Run at",
+                "Duration s",
+                "Rounds",
+                "Load average at the start",
+                "At the end",
+                "Command",
+            ],
             [
                 [
                     name,
+                    f"{r['machine']['cpu']}, {r['machine']['cores']} cores",
                     r.get("started", r["machine"]["date"]),
                     r.get("seconds", "-"),
                     r["rounds"],
-                    " / ".join(f"{x:g}" for x in r["machine"]["load_average"]),
+                    loads(r.get("load_average_at_start")),
+                    loads(r["machine"]["load_average"]),
                     code(r["command"]),
                 ]
                 for name, r in results.items()
@@ -1070,12 +1089,35 @@ def render(results: dict[str, dict[str, Any]]) -> str:
     return "\n\n".join(out) + "\n"
 
 
+MARKER = "\n<!-- notes -->\n"  # the hand-written notes below it are kept as they are
+
+
+def dropped(results_dir: Path, markdown: Path, coming: Sequence[str] = ()) -> list[str]:
+    """The benchmarks whose sections ``markdown`` renders but whose figures are not in ``results_dir`` (no results
+    file, or a failed run's only), besides those of ``coming`` (about to be run): rendering would drop them."""
+    if not markdown.is_file():
+        return []
+    rendered = markdown.read_text().split(MARKER, 1)[0]
+    kept = set(coming)
+    for name in NAMES:
+        path = results_dir / f"{name}.json"
+        if path.is_file() and json.loads(path.read_text()).get("status") != "failed":
+            kept.add(name)
+    return [name for name in NAMES if f"\n## {TITLES[name]}\n" in rendered and name not in kept]
+
+
 def write(results_dir: Path, markdown: Path) -> None:
+    """Render every results file of ``results_dir`` into ``markdown``, unless that would drop a section it has."""
+    lost = dropped(results_dir, markdown)
+    if lost:
+        raise RuntimeError(
+            f"{markdown} not written: its sections of {', '.join(lost)} have no results in {results_dir} "
+            "(bench/results/ is not kept in the repository); pass --markdown elsewhere, e.g. build/BENCHMARKS.md"
+        )
     results = load(results_dir)
     head = ""
     if markdown.is_file():  # keep hand-written notes below the marker
         text = markdown.read_text()
-        marker = "\n<!-- notes -->\n"
-        if marker in text:
-            head = marker + text.split(marker, 1)[1]
+        if MARKER in text:
+            head = MARKER + text.split(MARKER, 1)[1]
     markdown.write_text(render(results) + head)

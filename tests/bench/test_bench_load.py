@@ -3,42 +3,26 @@ to stand for requests served when there were any."""
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
 from bench import load
 from bench.common import wrk_path
+from tests.bench.stub_server import QuietHandler, served
 
 
-class Handler(BaseHTTPRequestHandler):
+class Handler(QuietHandler):
     protocol_version = "HTTP/1.1"  # keep-alive, as the drivers' connections expect
 
     def do_GET(self) -> None:
-        status = 503 if self.path.startswith("/busy") else 200
-        body = b'{"ok": true}'
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, format: str, *args: object) -> None:
-        pass
+        self.answer(503 if self.path.startswith("/busy") else 200, b'{"ok": true}')
 
 
 @pytest.fixture(scope="module")
 def base() -> Iterator[str]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with served(Handler) as url:
+        yield url
 
 
 DRIVERS = [False] + ([True] if wrk_path() else [])

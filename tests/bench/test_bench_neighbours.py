@@ -3,41 +3,28 @@ ratios come out the right way round."""
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
 
 from bench import load
 from bench.neighbours import same_answers, targets_of
+from tests.bench import stub_server
 
 
-class Handler(BaseHTTPRequestHandler):
+class Handler(stub_server.QuietHandler):
     """Answers ``/neighbors?token=W`` with ``{"token": "W"}``, but ``heart`` as ``cache`` would if it mixed up keys."""
 
     def do_GET(self) -> None:
         token = self.path.split("token=", 1)[1]
-        body = ('{"token": "%s"}' % ("cache" if token == "heart" else token)).encode()
-        self.send_response(200)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, format: str, *args: object) -> None:
-        pass
+        self.answer(200, ('{"token": "%s"}' % ("cache" if token == "heart" else token)).encode())
 
 
 @pytest.fixture(scope="module")
 def base() -> Iterator[str]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with stub_server.served(Handler) as url:
+        yield url
 
 
 def test_a_server_answering_as_embedding_serve_does_passes(base: str) -> None:

@@ -30,6 +30,7 @@ import stat
 import tempfile
 import threading
 import time
+import warnings
 import zlib
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -245,7 +246,9 @@ def umap_layout(
             random_state=seed,
             n_jobs=1,
         )
-        return np.asarray(reducer.fit_transform(data), dtype=np.float32)
+        with warnings.catch_warnings():  # a point it leaves unplaced is the caller's 422 (project), not a log line
+            warnings.filterwarnings("ignore", "A large number of your vertices were disconnected", UserWarning)
+            return np.asarray(reducer.fit_transform(data), dtype=np.float32)
 
     with _UMAP_LOCK:
         umap_cache.enable()  # a process's first layout loads umap-learn's compiled code where numba cached it

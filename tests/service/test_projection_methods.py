@@ -150,6 +150,7 @@ def test_tsne_of_rows_that_all_point_the_same_way_is_a_422(tmp_path: Path) -> No
             assert np.isfinite(points_of(answer.json())).all(), (body, answer.text)
 
 
+@pytest.mark.filterwarnings("error:A large number of your vertices:UserWarning")  # umap-learn's, of the row it left
 def test_a_table_of_one_dimension_is_laid_out_or_refused_with_a_422(tmp_path: Path) -> None:
     """openTSNE starts from two principal components, which rows of one value do not have (it raised, a 500)."""
     source = tmp_path / "line.txt"

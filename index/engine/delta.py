@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import numpy as np
 
 from index.engine.filters import RowSet, evaluate
+from index.engine.knn import inner_products
 from index.engine.table import Table, VectorSearch
 from index.errors import InvalidQuery
 from index.store.payload import LOOKUP_LIMIT, TIMESTAMP, Payload, arrow_types, id_key, unknown_documents
@@ -350,7 +351,8 @@ def vector_search(
         usable[:] = False
     candidates = np.flatnonzero(usable)
     chosen = vectors if len(candidates) == len(vectors) else vectors[candidates]  # no copy without a filter
-    scores = np.asarray(search.queries @ chosen.T, dtype=np.float32) if len(candidates) else None
+    # scored as the version's exact search scores its rows: a written copy of a row ties with it, to the bit
+    scores = inner_products(np.asarray(search.queries, dtype=np.float32), chosen) if len(candidates) else None
     answers = []
     for q in range(len(search.queries)):
         hits = list(found[q]) if found else []

@@ -1,0 +1,291 @@
+"""Document search on the READMEs of ``/usr/share/doc`` against independent computations.
+
+The READMEs installed on the machine (plain and gzip, one document each) are imported with ``embedding-index
+import`` as a documents table with fields of every type and a vector each (seeded random rows, some repeated so
+that cosines tie). Every mode is checked against an oracle of its own: vector against a float64 brute force over
+the stored unit rows, keyword against ``bm25s`` over the words cut as docs/documents.md says (lower-cased,
+composed, ``[\\p{L}\\p{M}\\p{N}_]+``, bm25s's English stop words, PyStemmer's English stemmer), hybrid against
+Reciprocal Rank Fusion computed by hand from those two lists; pages against one long page, a score floor
+against the long page cut, and a batch against its queries one by one.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import shutil
+import unicodedata
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from index.engine.hybrid import DEPTH, DocumentSearch, Hit, Mode, run
+from index.engine.table import Table
+from tests.cli import run_cli
+
+DIM = 16
+ALIKE = 12  # documents sharing one vector: a tie group that pages cut through
+
+
+@dataclass
+class Readmes:
+    table: Table
+    texts: list[str]
+    unit: np.ndarray  # float64 unit rows, as stored
+    raw: np.ndarray  # float32 rows, as imported
+
+
+def readme_texts(limit: int = 240) -> list[str]:
+    texts = []
+    for path in sorted(Path("/usr/share/doc").glob("*/README*")):
+        if not path.is_file():
+            continue
+        data = path.read_bytes()
+        if data[:2] == b"\x1f\x8b":
+            data = gzip.decompress(data)
+        try:
+            text = data.decode("utf-8")[:20_000]
+        except UnicodeDecodeError:
+            continue
+        if text.strip() and "\0" not in text:
+            texts.append(text)
+    return texts[:limit]
+
+
+@pytest.fixture(scope="module")
+def readmes(tmp_path_factory: pytest.TempPathFactory) -> Readmes:
+    texts = readme_texts()
+    if len(texts) < 50:
+        pytest.skip(f"only {len(texts)} READMEs under /usr/share/doc")
+    texts += ["Straße ÉTÉ été café naïve Zürich", "ÉTÉ été ete", "the of and"]  # unicode, case, stop words only
+    rng = np.random.default_rng(7)
+    vectors = rng.standard_normal((len(texts), DIM)).astype(np.float32)
+    vectors[1 : 1 + ALIKE] = vectors[0]
+    work = tmp_path_factory.mktemp("readmes")
+    with open(work / "readmes.jsonl", "w", encoding="utf-8") as out:
+        for i, text in enumerate(texts):
+            record = {"id": f"r{i}", "text": text, "vector": vectors[i].tolist(), "size": len(text)}
+            out.write(json.dumps(record) + "\n")
+    result = run_cli("import", work / "readmes.jsonl", "--name", "readmes", "--data-dir", work / "data")
+    assert result.code == 0, result.err
+    table = Table.load(work / "data" / "readmes")
+    unit = np.asarray(table.vectors, dtype=np.float64)
+    return Readmes(table, texts, unit / np.linalg.norm(unit, axis=1, keepdims=True), vectors)
+
+
+def words(text: str) -> list[str]:
+    import regex
+    import Stemmer
+
+    from index.engine.keyword import english_stopwords
+
+    stem = Stemmer.Stemmer("english")
+    stop = set(english_stopwords())
+    cut = regex.findall(r"[\p{L}\p{M}\p{N}_]+", unicodedata.normalize("NFC", text).lower())
+    return [stem.stemWord(w) for w in cut if w not in stop]
+
+
+@pytest.fixture(scope="module")
+def bm25(readmes: Readmes) -> Any:
+    import bm25s
+
+    model = bm25s.BM25(k1=1.2, b=0.75)
+    model.index([words(t) for t in readmes.texts], show_progress=False, create_empty_token=False)
+    return model
+
+
+def keyword_scores(model: Any, text: str, rows: int) -> np.ndarray:
+    known = [model.vocab_dict[w] for w in words(text) if w in model.vocab_dict]
+    return np.asarray(model.get_scores_from_ids(known), dtype=np.float32) if known else np.zeros(rows, np.float32)
+
+
+def ranked(scores: np.ndarray, depth: int, keep: np.ndarray) -> list[int]:
+    """Rows by score, best first, equal scores by row, those ``keep`` allows."""
+    order = np.lexsort((np.arange(len(scores)), -scores))
+    return [int(r) for r in order if keep[r]][:depth]
+
+
+def queries(readmes: Readmes) -> list[tuple[str, np.ndarray]]:
+    rng = np.random.default_rng(11)
+    out = []
+    for i in range(0, len(readmes.texts), 3):
+        split = readmes.texts[i].split()
+        start = int(rng.integers(0, max(1, len(split) - 4)))
+        text = " ".join(split[start : start + 4]) or "licence"
+        out.append((text, readmes.unit[(i * 7) % len(readmes.texts)]))
+    out.append(("ÉTÉ", readmes.unit[0]))  # the tie group's own vector
+    return out
+
+
+def search(readmes: Readmes, mode: Mode, text: str, query: np.ndarray, **options: Any) -> list[Hit]:
+    texts = None if mode == "vector" else [text]
+    return run(readmes.table, DocumentSearch(mode, texts=texts, queries=query[None, :], **options))[0]
+
+
+def oracle(
+    unit: np.ndarray, bm25: Any, mode: Mode, text: str, query: np.ndarray, depth: int, keep: np.ndarray
+) -> list[tuple[int, float]]:
+    """The ``depth`` best rows (of those ``keep`` allows) and their scores: cosines over the float64 unit rows
+    ``unit``, bm25s's BM25, or the RRF (k 60, both lists ``max(depth, DEPTH)`` deep) of the two."""
+    n = len(unit)
+    cosines = unit @ query
+    vector = ranked(cosines, max(depth, DEPTH), keep)
+    bm = keyword_scores(bm25, text, n)
+    keyword = ranked(bm, max(depth, DEPTH), keep & (bm > 0))
+    if mode == "vector":
+        return [(r, float(cosines[r])) for r in vector[:depth]]
+    if mode == "keyword":
+        return [(r, float(bm[r])) for r in keyword[:depth]]
+    fused: dict[int, float] = {}
+    best: dict[int, tuple[int, int]] = {}
+    for which, ranking in enumerate((vector, keyword)):
+        for rank, row in enumerate(ranking, 1):
+            fused[row] = fused.get(row, 0.0) + 1.0 / (60 + rank)
+            best[row] = min(best.get(row, (rank, which)), (rank, which))
+    order = sorted(fused, key=lambda row: (-fused[row], best[row]))
+    return [(r, fused[r]) for r in order[:depth]]
+
+
+def check(hits: list[Hit], expected: list[tuple[int, float]], what: str) -> None:
+    assert [h.row for h in hits] == [r for r, _ in expected], what
+    np.testing.assert_allclose([h.score for h in hits], [s for _, s in expected], rtol=1e-6, atol=1e-7, err_msg=what)
+
+
+@pytest.mark.parametrize("mode", ["vector", "keyword", "hybrid"])
+def test_every_mode_equals_its_oracle(readmes: Readmes, bm25: Any, mode: Mode) -> None:
+    every = np.ones(len(readmes.texts), dtype=bool)
+    short = readmes.table.filter({"size": {"lt": 2000}})
+    for text, query in queries(readmes):
+        check(search(readmes, mode, text, query, k=20), oracle(readmes.unit, bm25, mode, text, query, 20, every), text)
+        expected = oracle(readmes.unit, bm25, mode, text, query, 10, short.mask)
+        check(search(readmes, mode, text, query, k=10, rows=short), expected, f"{text} (filtered)")
+
+
+@pytest.mark.parametrize("mode", ["vector", "keyword", "hybrid"])
+def test_pages_floors_and_batches_are_one_ranking(readmes: Readmes, bm25: Any, mode: Mode) -> None:
+    for text, query in queries(readmes)[::4] + queries(readmes)[-1:]:
+        long = search(readmes, mode, text, query, k=40)
+        pages = [h for offset in range(0, 40, 7) for h in search(readmes, mode, text, query, k=7, offset=offset)]
+        assert [(h.row, h.score) for h in pages[:40]] == [(h.row, h.score) for h in long], text
+        if long:
+            floor = long[len(long) // 2].score
+            cut = search(readmes, mode, text, query, k=40, min_score=floor)
+            assert [h.row for h in cut] == [h.row for h in long if h.score >= floor], text
+    batch = queries(readmes)[:20]
+    texts = None if mode == "vector" else [t for t, _ in batch]
+    together = run(readmes.table, DocumentSearch(mode, k=9, texts=texts, queries=np.stack([q for _, q in batch])))
+    for (text, query), answer in zip(batch, together, strict=True):
+        alone = search(readmes, mode, text, query, k=9)
+        assert [(h.row, h.ranks) for h in answer] == [(h.row, h.ranks) for h in alone], text
+        # a batch's cosines come from one matrix product, a query's alone from a vector one: float32 apart
+        np.testing.assert_allclose([h.score for h in answer], [h.score for h in alone], rtol=2e-7, err_msg=text)
+
+
+def test_equal_cosines_go_by_row_across_pages(readmes: Readmes) -> None:
+    """The tie group (documents 0 to ALIKE, one vector) comes first, by row, however a page cuts it."""
+    query = readmes.unit[0]
+    for k in range(1, ALIKE + 2):
+        hits = [h.row for o in range(0, ALIKE + 1, k) for h in search(readmes, "vector", "", query, k=k, offset=o)]
+        assert hits[: ALIKE + 1] == list(range(ALIKE + 1)), k
+
+
+@dataclass
+class Live:
+    ids: list[str]  # each live row's id, in the row order searches number them
+    texts: list[str]
+    unit: np.ndarray
+
+
+def written_readmes(readmes: Readmes) -> tuple[list[dict[str, Any]], Live]:
+    """Writes over the table (new documents, imported ones replaced with other texts, deletes of imported and
+    written ones, the tie group cut), and the live documents they leave, as the oracle sees them."""
+    n = len(readmes.texts)
+    rng = np.random.default_rng(5)
+
+    def doc(ident: str, text: str) -> dict[str, Any]:
+        return {"id": ident, "text": text, "vector": rng.standard_normal(DIM).tolist(), "fields": {"size": len(text)}}
+
+    new = [doc(f"w{i}", readmes.texts[(37 * i) % n][::-1][:3000]) for i in range(30)]  # reversed: new words
+    replaced = [doc(f"r{i}", readmes.texts[(i + 100) % n]) for i in (3, 50, 120, n - 3)]
+    new[7]["vector"] = readmes.raw[0].tolist()  # joins the tie group: normalised as the import normalised it
+    bodies = [
+        {"op": "upsert", "documents": new[:20]},
+        {"op": "upsert", "documents": replaced},
+        {"op": "delete", "ids": ["r1", "r5", "r60", "w2", "w11"]},
+        {"op": "upsert", "documents": [*new[20:], {**new[4], "text": "ÉTÉ café Zürich"}]},  # w4 written again
+    ]
+    live: dict[str, tuple[str, np.ndarray]] = {
+        f"r{i}": (readmes.texts[i], readmes.unit[i]) for i in range(n) if f"r{i}" not in {"r1", "r5", "r60"}
+    }
+    version = [k for k in live if all(k != d["id"] for d in replaced)]
+    written: dict[str, tuple[str, np.ndarray]] = {}
+    for body in bodies:
+        if body["op"] == "delete":
+            for ident in body["ids"]:
+                written.pop(ident, None)
+            continue
+        for d in body["documents"]:
+            tied = d["vector"] == readmes.raw[0].tolist()  # the import's unit row, which the write's must equal
+            vector = readmes.unit[0] if tied else np.asarray(d["vector"], dtype=np.float64)
+            written.pop(d["id"], None)  # a document written again moves to the end
+            written[d["id"]] = (d["text"], vector / np.linalg.norm(vector))
+    ids = version + list(written)
+    rows = {**{k: live[k] for k in version}, **written}
+    return bodies, Live(ids, [rows[i][0] for i in ids], np.stack([rows[i][1] for i in ids]))
+
+
+def live_oracle(
+    live: Live, model: Any, mode: Mode, text: str, query: np.ndarray, depth: int
+) -> list[tuple[str, float]]:
+    expected = oracle(live.unit, model, mode, text, query, depth, np.ones(len(live.ids), dtype=bool))
+    return [(live.ids[r], s) for r, s in expected]
+
+
+def test_searches_after_writes_and_after_compaction_equal_the_oracle(readmes: Readmes, tmp_path: Path) -> None:
+    import bm25s
+
+    from index.build.compact import compact
+    from index.engine.delta import Delta
+    from index.engine.live_search import LiveSource
+    from index.store import writelog
+
+    data = tmp_path / "data"
+    shutil.copytree(readmes.table.directory.parent, data)
+    bodies, live = written_readmes(readmes)
+    with writelog.appending(writelog.log_path(data, "readmes")) as log:
+        records = [log.append(seq, body) for seq, body in enumerate(bodies, 1)]
+    table = Table.load(data / "readmes")
+    assert table.payload is not None
+    delta = Delta(table.payload, table.rows, table.dim, 0)
+    delta.apply(records)
+    model = bm25s.BM25(k1=1.2, b=0.75)
+    model.index([words(t) for t in live.texts], show_progress=False, create_empty_token=False)
+    source = LiveSource(table, delta.snapshot())
+    version_ids = table.payload.column(table.payload.id_field).to_pylist()
+    written_ids = [d.id for d in delta.written_in_order()]
+
+    def named(hits: list[Hit], base: int) -> list[tuple[str, float]]:
+        return [(version_ids[h.row] if h.row < base else written_ids[h.row - base], h.score) for h in hits]
+
+    compacted: Table | None = None
+    for stage in ("written", "compacted"):
+        for mode in ("vector", "keyword", "hybrid"):
+            for text, query in [*queries(readmes)[::2], ("ÉTÉ café", readmes.unit[0])]:
+                what = f"{stage} {mode} {text!r}"
+                expected = live_oracle(live, model, mode, text, query, 25)
+                texts = None if mode == "vector" else [text]
+                search = DocumentSearch(mode, k=25, texts=texts, queries=query[None, :])
+                if compacted is None:
+                    got = named(run(source, search)[0], table.rows)
+                else:
+                    got = named(run(compacted, search)[0], compacted.rows)
+                assert [i for i, _ in got] == [i for i, _ in expected], what
+                np.testing.assert_allclose([s for _, s in got], [s for _, s in expected], rtol=1e-6, err_msg=what)
+        if stage == "written":
+            assert compact(data, "readmes")["written"] > 0
+            compacted = Table.load(data / "readmes")
+            version_ids, written_ids = compacted.payload.column(compacted.payload.id_field).to_pylist(), []
+            assert version_ids == live.ids

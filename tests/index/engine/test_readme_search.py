@@ -16,6 +16,7 @@ import json
 import shutil
 import unicodedata
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
@@ -67,13 +68,42 @@ def readmes(tmp_path_factory: pytest.TempPathFactory) -> Readmes:
     work = tmp_path_factory.mktemp("readmes")
     with open(work / "readmes.jsonl", "w", encoding="utf-8") as out:
         for i, text in enumerate(texts):
-            record = {"id": f"r{i}", "text": text, "vector": vectors[i].tolist(), "size": len(text)}
+            record = {"id": f"r{i}", "text": text, "vector": vectors[i].tolist(), **fields_of(i, text)}
             out.write(json.dumps(record) + "\n")
     result = run_cli("import", work / "readmes.jsonl", "--name", "readmes", "--data-dir", work / "data")
     assert result.code == 0, result.err
     table = Table.load(work / "data" / "readmes")
     unit = np.asarray(table.vectors, dtype=np.float64)
     return Readmes(table, texts, unit / np.linalg.norm(unit, axis=1, keepdims=True), vectors)
+
+
+NAMES = [
+    "Ünïcode",
+    "ünïcode",
+    "ÜNÏCODE",
+    "Straße",
+    "strasse",
+    "日本語",
+    "e\u0301te\u0301",
+]  # case, scripts, a decomposed é
+
+
+def fields_of(i: int, text: str) -> dict[str, Any]:
+    """Document ``i``'s fields, one of every type, some missing: ``size`` integer, ``ratio`` float, ``gz``
+    boolean, ``stamp`` timestamp (written with an offset on odd rows), ``name`` string, ``tags`` string list
+    (empty on some rows)."""
+    moment = datetime(2020, 1, 1, tzinfo=UTC) + timedelta(hours=5 * i, minutes=13 * i)
+    zone = timezone(timedelta(hours=2)) if i % 2 else UTC
+    long = sorted({w for w in text.lower().split() if len(w) > 9 and w.isalpha()})
+    fields: dict[str, Any] = {
+        "size": len(text),
+        "ratio": round(sum(c.isalpha() for c in text) / len(text), 6),
+        "gz": i % 3 == 0,
+        "stamp": None if i % 7 == 3 else moment.astimezone(zone).isoformat(),
+        "name": None if i % 11 == 5 else NAMES[i % len(NAMES)],
+        "tags": None if i % 13 == 4 else long[:3],
+    }
+    return fields
 
 
 def words(text: str) -> list[str]:
@@ -289,3 +319,73 @@ def test_searches_after_writes_and_after_compaction_equal_the_oracle(readmes: Re
             compacted = Table.load(data / "readmes")
             version_ids, written_ids = compacted.payload.column(compacted.payload.id_field).to_pylist(), []
             assert version_ids == live.ids
+
+
+def at(text: str) -> datetime:
+    return datetime.fromisoformat(text)
+
+
+Doc = dict[str, Any]
+# a filter, and the same condition in Python over one document's fields (a missing one: None)
+FILTERS: list[tuple[dict[str, Any], Any]] = [
+    ({"name": "Ünïcode"}, lambda d: d["name"] == "Ünïcode"),
+    ({"name": {"ne": "ünïcode"}}, lambda d: d["name"] != "ünïcode"),
+    ({"name": {"in": ["ÜNÏCODE", "Straße", "nobody"]}}, lambda d: d["name"] in ("ÜNÏCODE", "Straße")),
+    ({"name": {"prefix": "Ü"}}, lambda d: (d["name"] or "").startswith("Ü")),
+    ({"name": {"contains": "nïc"}}, lambda d: "nïc" in (d["name"] or "")),
+    ({"name": {"contains": "ße"}}, lambda d: "ße" in (d["name"] or "")),
+    ({"name": "日本語"}, lambda d: d["name"] == "日本語"),
+    ({"name": "e\u0301te\u0301"}, lambda d: d["name"] == "e\u0301te\u0301"),
+    ({"not": {"name": {"prefix": "s"}}}, lambda d: not (d["name"] or "").startswith("s")),
+    ({"size": {"gt": 1000, "lte": 5000}}, lambda d: 1000 < d["size"] <= 5000),
+    ({"size": {"in": [d for d in range(0, 20_000, 7)]}}, lambda d: d["size"] % 7 == 0),
+    ({"size": {"ne": 0}, "gz": True}, lambda d: d["size"] != 0 and d["gz"]),
+    ({"ratio": {"gte": 0.7}}, lambda d: d["ratio"] >= 0.7),
+    ({"ratio": {"lt": 0.65, "gt": 0.5}}, lambda d: 0.5 < d["ratio"] < 0.65),
+    ({"gz": {"ne": True}}, lambda d: d["gz"] is not True),
+    (
+        {"stamp": {"gte": "2020-01-20", "lt": "2020-02-01T12:00:00+05:00"}},
+        lambda d: (
+            d["stamp"] is not None and at("2020-01-20T00:00:00+00:00") <= d["stamp"] < at("2020-02-01T07:00:00+00:00")
+        ),
+    ),
+    ({"stamp": {"ne": "2020-01-01T00:00:00Z"}}, lambda d: d["stamp"] != at("2020-01-01T00:00:00+00:00")),
+    (
+        {"tags": {"contains": ["configuration", "documentation"]}},
+        lambda d: {"configuration", "documentation"} <= set(d["tags"] or []),
+    ),
+    ({"tags": {"ne": "documentation"}}, lambda d: "documentation" not in (d["tags"] or [])),
+    ({"tags": {"prefix": "config"}}, lambda d: any(t.startswith("config") for t in d["tags"] or [])),
+    (
+        {"or": [{"and": [{"gz": True}, {"not": {"name": {"in": ["Straße", "strasse"]}}}]}, {"ratio": {"lt": 0.6}}]},
+        lambda d: (d["gz"] and d["name"] not in ("Straße", "strasse")) or d["ratio"] < 0.6,
+    ),
+    (
+        {"not": {"or": [{"tags": "documentation"}, {"stamp": {"lt": "2020-02-01"}}]}},
+        lambda d: (
+            not (
+                "documentation" in (d["tags"] or [])
+                or (d["stamp"] is not None and d["stamp"] < at("2020-02-01T00:00:00+00:00"))
+            )
+        ),
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("spec", "condition"), FILTERS, ids=[json.dumps(f, ensure_ascii=False)[:60] for f, _ in FILTERS]
+)
+def test_filters_of_every_type_equal_python(readmes: Readmes, spec: dict[str, Any], condition: Any) -> None:
+    documents = []
+    for i, text in enumerate(readmes.texts):
+        fields = fields_of(i, text)
+        fields["stamp"] = None if fields["stamp"] is None else at(fields["stamp"])
+        documents.append(fields)
+    expected = np.array([bool(condition(d)) for d in documents])
+    rows = readmes.table.filter(spec)
+    assert 0 < expected.sum() < len(expected), "a case that cannot tell documents apart"
+    np.testing.assert_array_equal(rows.mask, expected)
+    # and the search among them is the brute force's
+    query = readmes.unit[1]
+    hits = search(readmes, "vector", "", query, k=15, rows=rows)
+    check(hits, oracle(readmes.unit, None, "vector", "", query, 15, expected), json.dumps(spec))

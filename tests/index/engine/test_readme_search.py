@@ -389,3 +389,45 @@ def test_filters_of_every_type_equal_python(readmes: Readmes, spec: dict[str, An
     query = readmes.unit[1]
     hits = search(readmes, "vector", "", query, k=15, rows=rows)
     check(hits, oracle(readmes.unit, None, "vector", "", query, 15, expected), json.dumps(spec))
+
+
+def greedy_mmr(
+    unit: np.ndarray, pool: list[tuple[int, float]], k: int, lam: float, best: float
+) -> list[tuple[int, float]]:
+    """docs/documents.md's MMR, step by step in float64: the most relevant first, then the candidate with the best
+    ``(1 - lam) * relevance - lam * (its highest cosine with one chosen)``; equal values by relevance, then by
+    place. Relevance is the score over ``best`` (1 for cosines)."""
+    relevance = np.array([s for _, s in pool]) / best
+    rows = unit[[r for r, _ in pool]]
+    chosen: list[int] = []
+    while len(chosen) < min(k, len(pool)):
+        values = []
+        for i in range(len(pool)):
+            if i in chosen:
+                continue
+            closest = max((float(rows[i] @ rows[j]) for j in chosen), default=0.0)
+            values.append(((1 - lam) * relevance[i] - lam * closest if chosen else relevance[i], relevance[i], -i))
+        chosen.append(-max(values)[2])
+    return [pool[i] for i in chosen]
+
+
+@pytest.mark.parametrize("mode", ["vector", "hybrid"])
+@pytest.mark.parametrize("lam", [0.3, 0.8])
+def test_diversity_is_greedy_mmr(readmes: Readmes, bm25: Any, mode: Mode, lam: float) -> None:
+    every = np.ones(len(readmes.texts), dtype=bool)
+    for text, query in [*queries(readmes)[::6], queries(readmes)[-1]]:
+        k, offset = 6, 2
+        want = offset + k
+        depth = max(4 * want, DEPTH) if mode == "hybrid" else 4 * want
+        pool = oracle(readmes.unit, bm25, mode, text, query, depth, every)
+        best = 1.0 if mode == "vector" else 2 / 61
+        expected = greedy_mmr(readmes.unit, pool, want, lam, best)[offset:]
+        hits = search(readmes, mode, text, query, k=k, offset=offset, diversity=lam)
+        check(hits, expected, f"{mode} {lam} {text!r}")
+        # a floor between two candidates' unequal scores from a third of the way down: those below it miss it
+        third = next(i for i in range(len(pool) // 3, len(pool) - 1) if pool[i][1] - pool[i + 1][1] > 1e-6)
+        floor = (pool[third][1] + pool[third + 1][1]) / 2
+        reaching = [(r, s) for r, s in pool if s >= floor]
+        expected = greedy_mmr(readmes.unit, reaching, want, lam, best)[offset:]
+        hits = search(readmes, mode, text, query, k=k, offset=offset, diversity=lam, min_score=floor)
+        check(hits, expected, f"{mode} {lam} {text!r} min_score {floor}")

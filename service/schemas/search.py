@@ -120,11 +120,16 @@ HYBRID_ITEM = {"required": ["queries"], "properties": {"queries": {"type": "arra
 NO_FUSION = {"anyOf": [absent("rrf_k", "weights"), HYBRID_ITEM]}  # the fusion's options: for mode hybrid only
 OTHER_MODE = {"required": ["mode"], "properties": {"mode": {"enum": ["vector", "keyword"]}}}
 HYBRID_OR_NO_BATCH = {"properties": {"queries": {"contains": {"not": OTHER_MODE}}}}  # an item of the batch's mode
+COSINE_FLOOR = {"properties": {"min_score": {"minimum": -1, "maximum": 1}}}
 # What each mode asks of a request (beside its form): a vector search's score floor is a cosine; keyword search
 # takes text alone and no diversity; hybrid search text (and a vector query, or the table's encoder embeds the
-# text), and it alone rrf_k and weights; a batch's items carry their own.
+# text), and it alone rrf_k and weights; a batch's items carry their own, and its score floor is its items' (each
+# of the mode it is searched in: a BM25 floor for items of mode keyword).
 MODE_FORMS = (
-    {"properties": {"mode": {"const": "vector"}, "min_score": {"minimum": -1, "maximum": 1}}, **NO_FUSION},
+    {
+        "properties": {"mode": {"const": "vector"}},
+        "allOf": [{"anyOf": [COSINE_FLOOR, present("queries")]}, NO_FUSION],
+    },
     {
         "required": ["mode"],
         "properties": {"mode": {"const": "keyword"}, "diversity": {"maximum": 0}},
@@ -237,8 +242,8 @@ class SearchRequest(TokenOptions, PageOptions):
         self._check_fusion()
         if self.queries is None:
             check_mode(self.mode, self.text, bool(vector_query), self.min_score, self.diversity)
-        else:  # the items' texts and vector queries are checked one by one (a bad item fails alone)
-            check_options(self.mode, self.min_score, self.diversity)
+        else:  # the items' texts, vector queries and score floors (theirs or this one) are checked one by one
+            check_options(self.mode, None, self.diversity)
         offset, filters = self.offset, [] if self.filter is None else [self.filter]
         if self.queries is not None:  # each item's page and filter too
             offset = max([offset, *[q.offset for q in self.queries]])

@@ -288,6 +288,21 @@ def test_a_batch_mixes_modes(base: str, lee_docs: Lee) -> None:
         assert result["hits"] == hits(base, {"text": text, "mode": "keyword", "k": 3, "fields": None})
 
 
+def test_a_batch_s_score_floor_is_each_item_s_in_its_mode(base: str, lee_docs: Lee) -> None:
+    """The request's min_score goes to the items without their own, each scored in its mode: a BM25 floor above 1
+    for keyword items is no cosine to refuse, and a vector item that takes it fails alone, as with its own."""
+    floor = hits(base, {"text": TEXTS[0], "mode": "keyword", "k": 10})[4]["score"]
+    assert floor > 1  # BM25's, beyond any cosine
+    items = [{"text": TEXTS[0], "mode": "keyword"}, {"id": lee_docs.ids[3]}, {"text": TEXTS[1], "mode": "keyword"}]
+    results = post(base, {"queries": items, "k": 10, "min_score": floor, "fields": []}).json()["results"]
+    assert "min_score of mode vector is a cosine" in results[1]["error"]["message"]
+    for position in (0, 2):
+        assert results[position]["hits"] == hits(base, {**items[position], "k": 10, "min_score": floor}), position
+    assert len(results[0]["hits"]) == 5
+    alike = post(base, {"queries": items[::2], "mode": "keyword", "k": 10, "min_score": floor, "fields": []})
+    assert [r["hits"] for r in alike.json()["results"]] == [results[0]["hits"], results[2]["hits"]]
+
+
 @pytest.mark.parametrize(
     "body, words",
     [

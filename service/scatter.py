@@ -683,7 +683,7 @@ def route(front: Front, name: str) -> APIRoute:
         asked = positive + negative
         rows = await asyncio.gather(*(front.unit_row(shards, d, ids) for d in asked), return_exceptions=True)
         refused_ids(name, asked, rows, len(positive))
-        vector = unit_mean(np.vstack(cast(list[np.ndarray], rows)), len(positive))[0]
+        vector = unit_mean(np.vstack(cast(list[np.ndarray], rows)), len(positive), "documents")[0]
         rest = {k: v for k, v in given.items() if k not in ("id", "positive", "negative")}
         rest["vector"] = vector.astype(np.float64).tolist()  # each float32 exactly
         return rest, frozenset(routed(asked, ids)), vector  # as the hits' ids: as the table stores them

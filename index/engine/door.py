@@ -372,7 +372,7 @@ def _documents(table: Table, query: Query, delta: Delta | None) -> Probe:
         info = {"positive": examples.positive, "negative": examples.negative}
     if delta is None:
         pos, neg = table.payload.row_of(asked[:positive]).tolist(), table.payload.row_of(asked[positive:]).tolist()
-        return Probe(mean_query(table.vectors, pos, neg)[0], set(pos) | set(neg), info)
+        return Probe(mean_query(table.vectors, pos, neg, "documents")[0], set(pos) | set(neg), info)
     order = delta.places()
     rows, vectors = [], []
     for ident in asked:

@@ -66,33 +66,36 @@ def unit_vector(values: np.ndarray) -> np.ndarray:
     return unit
 
 
-def unit_mean(rows: np.ndarray, positive: int) -> np.ndarray:
+def unit_mean(rows: np.ndarray, positive: int, of: str = "tokens") -> np.ndarray:
     """gensim's ``most_similar`` query of unit ``rows`` (the first ``positive`` weighted +1, the others -1): their
-    mean, normalised (1 x dim, float32). One positive row alone is itself, through the same float64 arithmetic."""
+    mean, normalised (1 x dim, float32). One positive row alone is itself, through the same float64 arithmetic.
+    ``of``: what the rows are, as an error names them."""
     matrix = np.asarray(rows, dtype=np.float64)
     if len(matrix) == 1 and positive == 1:
-        return _normalised(matrix[0])
+        return _normalised(matrix[0], of)
     weights = np.array([1.0] * positive + [-1.0] * (len(matrix) - positive))
-    return _normalised(weights @ matrix / len(matrix))
+    return _normalised(weights @ matrix / len(matrix), of)
 
 
-def _normalised(mean: np.ndarray) -> np.ndarray:
+def _normalised(mean: np.ndarray, of: str) -> np.ndarray:
     """``mean`` (dim, float64) scaled to unit length: 1 x dim, float32."""
     norm = math.sqrt(mean @ mean)  # what np.linalg.norm computes for a vector (both round sqrt exactly)
     if norm < 1e-12:
-        raise InvalidQuery("the positive and negative tokens cancel out: the query vector is zero")
+        raise InvalidQuery(f"the positive and negative {of} cancel out: the query vector is zero")
     query: np.ndarray = (mean / norm).astype(np.float32)
     return query[None, :]
 
 
-def mean_query(vectors: np.ndarray, positive: Sequence[int], negative: Sequence[int] = ()) -> np.ndarray:
+def mean_query(
+    vectors: np.ndarray, positive: Sequence[int], negative: Sequence[int] = (), of: str = "tokens"
+) -> np.ndarray:
     """gensim's ``most_similar`` query of the rows ``positive`` (+1) and ``negative`` (-1) of the unit rows
     ``vectors``: their weighted mean, normalised (1 x dim)."""
     if not positive and not negative:
         raise InvalidQuery("give at least one positive or negative token")
     if len(positive) == 1 and not negative:  # one word: its row, sliced rather than gathered
-        return unit_mean(vectors[positive[0]][None], 1)
-    return unit_mean(vectors[[*positive, *negative]], len(positive))
+        return unit_mean(vectors[positive[0]][None], 1, of)
+    return unit_mean(vectors[[*positive, *negative]], len(positive), of)
 
 
 def exact_knn(queries: np.ndarray, base: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:

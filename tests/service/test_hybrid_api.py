@@ -307,6 +307,7 @@ def test_a_batch_s_score_floor_is_each_item_s_in_its_mode(base: str, lee_docs: L
     "body, words",
     [
         ({"mode": "keyword"}, "give exactly one of"),
+        ({"positive": ["lee-003"], "negative": ["lee-003"]}, "the positive and negative documents cancel out"),
         ({"text": "fire", "vector": [0.1] * 50, "mode": "keyword"}, "text alone"),
         ({"id": "lee-001", "mode": "hybrid"}, "mode hybrid needs text (with a vector"),
         ({"text": "fire", "mode": "hybrid"}, "records no encoder"),  # its vectors came with the documents

@@ -289,7 +289,11 @@ def _value(kind: str, value: Any, where: str) -> Any:
     elif kind == INTEGER:
         if isinstance(value, float) and value.is_integer():
             value = int(value)
-        ok = isinstance(value, int) and not isinstance(value, bool) and -(2**63) <= value < 2**63
+        ok = isinstance(value, int) and not isinstance(value, bool)
+        if ok and not -(2**63) <= value < 2**63:
+            raise InvalidQuery(
+                f"{where}: {value} is beyond an integer field's 64 bits (-9223372036854775808 to 9223372036854775807)"
+            )
     elif kind == FLOAT:
         ok = isinstance(value, int | float) and not isinstance(value, bool) and abs(value) <= FLOAT_MAX
         value = float(value) if ok else value

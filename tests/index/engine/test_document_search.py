@@ -109,6 +109,8 @@ def test_filter_equals_python(
         ({"yeer": 1}, "no field 'yeer'"),
         ({"year": "1990"}, "an integer field is compared with a whole number, got '1990'"),
         ({"year": 1.5}, "got 1.5"),
+        ({"year": {"gt": 2**63}}, "filter.year.gt: 9223372036854775808 is beyond an integer field's 64 bits"),
+        ({"year": {"in": [1990, -(2**63) - 1]}}, "filter.year.in[1]: -9223372036854775809 is beyond"),
         ({"lang": 3}, "string field is compared with text"),
         ({"long": 1}, "boolean field is compared with true or false"),
         ({"lang": {"gte": "a"}}, "string field 'lang' takes the operators eq, ne, in, prefix, contains, not 'gte'"),

@@ -107,14 +107,16 @@ def fields_of(i: int, text: str) -> dict[str, Any]:
 
 
 def words(text: str) -> list[str]:
-    import regex
+    """The words docs/documents.md says the keyword index cuts: lower-cased, composed, runs of letters, marks,
+    digits and ``_`` (Unicode classes L, M and N), less bm25s's English stop words, stemmed by PyStemmer."""
     import Stemmer
 
     from index.engine.keyword import english_stopwords
 
     stem = Stemmer.Stemmer("english")
     stop = set(english_stopwords())
-    cut = regex.findall(r"[\p{L}\p{M}\p{N}_]+", unicodedata.normalize("NFC", text).lower())
+    composed = unicodedata.normalize("NFC", text).lower()
+    cut = "".join(c if c == "_" or unicodedata.category(c)[0] in "LMN" else " " for c in composed).split()
     return [stem.stemWord(w) for w in cut if w not in stop]
 
 

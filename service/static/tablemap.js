@@ -39,7 +39,8 @@ function fromBase64(text) {
 export class TableMap {
   /**
    * @param {HTMLElement} root the section holding the map's controls (ids below are looked up inside it)
-   * @param {{fetchJSON: Function, tablePath: Function, show: Function, onSearch?: Function}} deps tablePath(suffix,
+   * @param {{fetchJSON: Function, fetch: Function, tablePath: Function, show: Function, onSearch?: Function}} deps
+   *   fetch is ``fetch`` with the server's key; tablePath(suffix,
    *   table) is an API path of ``table``; show(out, ...nodes) puts an answer in ``out``, the focus going to ``out``
    *   when it was on something there (a neighbour)
    */
@@ -88,7 +89,7 @@ export class TableMap {
     const path = (suffix) => this.deps.tablePath(suffix, table);
     const [info, points] = await Promise.all([
       this.deps.fetchJSON(path(`map/info?method=${method}`)),
-      fetch(path(`map?method=${method}`))
+      this.deps.fetch(path(`map?method=${method}`))
         .then(async (r) => (r.ok ? { buffer: await r.arrayBuffer() } : { error: await refusal(r) }))
         .catch(() => ({})), // the network failed
     ]);
@@ -151,7 +152,7 @@ export class TableMap {
     let text = null;
     let why = ""; // the server's reason, when it refused
     try {
-      const response = await fetch(this.path("map/labels"));
+      const response = await this.deps.fetch(this.path("map/labels"));
       if (response.ok) text = await new Response(response.body.pipeThrough(new DecompressionStream("gzip"))).text();
       else why = ` (${await refusal(response)})`;
     } catch {

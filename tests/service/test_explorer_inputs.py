@@ -1,6 +1,7 @@
 """The explorer page's inputs, driven in headless Chromium against real ``embedding-serve`` processes: a box of
-spaces is refused in place (the answer shown stays), the word map's unknown words get the API's suggestions, and a
-server that asks for a read key gets it from a field kept for the tab only, sent as ``X-API-Key``.
+spaces is refused in place (the answer shown stays), a first answer on its way is said, the word map's unknown words
+get the API's suggestions, and a server that asks for a read key gets it from a field kept for the tab only, sent as
+``X-API-Key``.
 """
 
 from __future__ import annotations
@@ -53,6 +54,25 @@ def test_a_box_of_spaces_is_refused_and_the_answer_stays(server: str, watched: W
     assert watched.state()["word"] == "heart" and "y" not in watched.state()  # the link is the answer's
     for box in boxes:  # each box is marked invalid, and the browser says why
         assert page.eval_on_selector(box, "input => !input.validity.valid && input.validationMessage"), box
+    watched.assert_clean()
+
+
+def test_a_first_answer_on_its_way_is_said(server: str, watched: Watched) -> None:
+    """A box with no answer yet says it waits for the server (a slow server, a long list); the answer replaces it."""
+    watched.open(server, f"?table={WORDS}")
+    page = watched.page
+    held: list[Any] = []
+    page.route("**/neighbors?*", lambda route: held.append(route))
+    page.fill("#word", "heart")
+    page.press("#word", "Enter")
+    page.wait_for_function("() => document.getElementById('neighbours-out').getAttribute('aria-busy') === 'true'")
+    waiting = "() => getComputedStyle(document.getElementById('neighbours-out'), '::before')"
+    page.wait_for_function(f"{waiting}.visibility === 'visible'")
+    assert page.evaluate(f"({waiting})().content") == '"Waiting for the server…"'
+    assert page.is_visible("#neighbours-out")
+    held[0].continue_()
+    page.wait_for_selector("#neighbours-out:not([aria-busy]) .scores")
+    assert page.evaluate(f"({waiting})().content") == "none"
     watched.assert_clean()
 
 

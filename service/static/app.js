@@ -2,7 +2,7 @@
 
 import { Contextual, DEFAULT_WORD } from "/static/contextual.js";
 import { DocumentSearch, textModes } from "/static/documents.js";
-import { TableMap } from "/static/tablemap.js";
+import { statusMessage, TableMap } from "/static/tablemap.js";
 
 const K_NEIGHBOURS = 8;
 const K_ANALOGY = 5;
@@ -87,7 +87,7 @@ async function api(path, body) {
   };
   try {
     const response = await apiFetch(path, init);
-    const data = await response.json().catch(() => ({ error: { message: `HTTP ${response.status}` } }));
+    const data = await response.json().catch(() => ({ error: { message: statusMessage(response) } }));
     return { ok: response.ok, status: response.status, data };
   } catch (err) {
     return { ok: false, status: 0, data: { error: { message: `network error: ${err.message}` } } };
@@ -703,7 +703,7 @@ async function exportView(kind, table, rows, coordinates, box) {
   }
   if (!response.ok) {
     const data = await response.json().catch(() => ({}));
-    box.replaceChildren(errorBox(data.error || { message: `HTTP ${response.status}` }));
+    box.replaceChildren(errorBox(data.error || { message: statusMessage(response) }));
     return;
   }
   saveBlob(`${kind}.tsv`, await response.blob());

@@ -25,7 +25,14 @@ const rgba32 = ([r, g, b]) => (0xff000000 | (b << 16) | (g << 8) | r) >>> 0;
 /** Why ``response`` (an error answer) failed: its envelope's message, else its status. */
 async function refusal(response) {
   const data = await response.json().catch(() => null);
-  return data?.error?.message || `HTTP ${response.status}`;
+  return data?.error?.message || statusMessage(response);
+}
+
+/** What an answer that is no JSON envelope (a proxy's page: 429, 502) says: its status, and when to ask again. */
+export function statusMessage(response) {
+  const retry = response.headers.get("Retry-After");
+  const status = `${response.status}${response.statusText ? ` ${response.statusText}` : ""}`;
+  return `the server answered ${status}${retry ? `; try again in ${retry} s` : ""}`;
 }
 
 /** base64 -> Uint8Array */

@@ -76,6 +76,24 @@ def test_a_first_answer_on_its_way_is_said(server: str, watched: Watched) -> Non
     watched.assert_clean()
 
 
+def test_an_answer_that_is_no_json_says_its_status_and_when_to_ask_again(server: str, watched: Watched) -> None:
+    """A proxy in front of the server answers 429 or 502 with a page of its own, not the API's envelope."""
+    watched.open(server, f"?table={WORDS}")
+    page = watched.page
+    page.route(
+        "**/similarity?*",
+        lambda route: route.fulfill(status=429, body="<html>slow down</html>", headers={"Retry-After": "3"}),
+    )
+    page.fill("#sim-b", "horse")
+    page.press("#sim-b", "Enter")
+    page.wait_for_selector("#similarity-out:not([aria-busy]) [role=alert]")
+    assert page.inner_text("#similarity-out") == "the server answered 429 Too Many Requests; try again in 3 s"
+    page.route("**/export", lambda route: route.fulfill(status=502, body="Bad Gateway"))
+    page.click("#map-export [data-export=vectors]")
+    page.wait_for_selector("#map-export-out [role=alert]")
+    assert page.inner_text("#map-export-out") == "the server answered 502 Bad Gateway"
+
+
 def test_the_maps_unknown_words_get_the_apis_suggestions(server: str, api: httpx.Client, watched: Watched) -> None:
     watched.open(server, f"?table={WORDS}")
     page = watched.page

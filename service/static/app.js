@@ -2,7 +2,7 @@
 
 import { Contextual, DEFAULT_WORD } from "/static/contextual.js";
 import { DocumentSearch, textModes } from "/static/documents.js";
-import { TableMap } from "/static/tablemap.js";
+import { statusMessage, TableMap } from "/static/tablemap.js";
 
 const K_NEIGHBOURS = 8;
 const K_ANALOGY = 5;
@@ -68,14 +68,26 @@ function svg(tag, attrs = {}, text) {
   return node;
 }
 
+/** The server's key, when it asks for one: kept for this tab only (sessionStorage), never in the URL. */
+const KEY_STORE = "embedding-explorer-api-key";
+
+/** ``fetch`` with the key typed in, if any, as ``X-API-Key``; a 401 shows the key form. */
+async function apiFetch(path, init = {}) {
+  const key = sessionStorage.getItem(KEY_STORE);
+  const headers = { ...(init.headers || {}), ...(key ? { "X-API-Key": key } : {}) };
+  const response = await fetch(path, { ...init, headers });
+  if (response.status === 401 || response.status === 403) askKey(); // no key, or a wrong one
+  return response;
+}
+
 /** Call the API; resolves to {ok, status, data} (data is the JSON body, or an error envelope). */
 async function api(path, body) {
   const init = body === undefined ? {} : {
     method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify(body),
   };
   try {
-    const response = await fetch(path, init);
-    const data = await response.json().catch(() => ({ error: { message: `HTTP ${response.status}` } }));
+    const response = await apiFetch(path, init);
+    const data = await response.json().catch(() => ({ error: { message: statusMessage(response) } }));
     return { ok: response.ok, status: response.status, data };
   } catch (err) {
     return { ok: false, status: 0, data: { error: { message: `network error: ${err.message}` } } };
@@ -482,9 +494,33 @@ async function runMap() {
   }));
   lastMap = {
     table, points, variance: data.explained_variance_ratio || [], unknown, axes: data.axes || null,
-    method: data.method, params: data.params || null,
+    method: data.method, params: data.params || null, suggestions: {},
   };
   drawMap();
+  if (unknown.length) suggestUnknown(lastMap);
+}
+
+/** The API's suggestions for the map's unknown words (those of a batch of neighbour queries that each fail), drawn
+ * under the map as buttons: a click puts one in place of its unknown word and draws again. */
+async function suggestUnknown(map) {
+  const words = map.unknown.slice(0, 64); // the API spells out suggestions for the first 64 unknown words
+  const { ok, data } = await api(tablePath("neighbors", map.table), { queries: words, k: 1 });
+  if (!ok || map !== lastMap) return;
+  words.forEach((word, i) => { map.suggestions[word] = data.results[i]?.error?.suggestions || []; });
+  drawMap();
+}
+
+/** The map's words with ``word`` replaced by ``pick`` wherever it stands, groups kept. */
+function replaceMapWord(word, pick) {
+  const lines = $("map-words").value.split("\n").map((line) => {
+    const colon = line.indexOf(":");
+    const words = splitWords(line.slice(colon + 1));
+    if (!words.includes(word)) return line;
+    const replaced = words.map((w) => (w === word ? pick : w)).join(" ");
+    return colon >= 0 ? `${line.slice(0, colon + 1)} ${replaced}` : replaced;
+  });
+  $("map-words").value = lines.join("\n");
+  $("map-form").requestSubmit();
 }
 
 /**
@@ -587,8 +623,15 @@ function drawMap() {
       `the axes carry ${pct(variance[0])} and ${pct(variance[1])} of the variance of these ${points.length} words.`
     : `The two components explain ${explained.toFixed(1)}% of the variance of these ${points.length} words ` +
       `(PC1 ${pct(variance[0])}, PC2 ${pct(variance[1])}).`;
-  out.replaceChildren(legend, plot, el("p", { class: "muted" }, caption));
+  show(out, legend, plot, el("p", { class: "muted" }, caption));
   if (unknown.length) out.append(el("p", { class: "warning" }, `Not in this table, left out: ${unknown.join(", ")}`));
+  for (const word of unknown) {
+    const picks = lastMap.suggestions[word] || [];
+    if (!picks.length) continue;
+    const list = el("ul", { class: "chips", "aria-label": `Suggestions for ${word}` }, ...picks.map((pick) => el("li", {},
+      el("button", { type: "button", class: "chip", onclick: () => replaceMapWord(word, pick) }, pick))));
+    out.append(el("div", { class: "map-suggestions" }, el("p", { class: "muted" }, `Did you mean, for ${word}:`), list));
+  }
 }
 
 /** What a t-SNE or UMAP map was computed with, from the answer's params. */
@@ -651,7 +694,7 @@ async function exportView(kind, table, rows, coordinates, box) {
   }
   let response;
   try {
-    response = await fetch(tablePath("export", table), {
+    response = await apiFetch(tablePath("export", table), {
       method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ rows, file: kind }),
     });
   } catch (err) {
@@ -660,7 +703,7 @@ async function exportView(kind, table, rows, coordinates, box) {
   }
   if (!response.ok) {
     const data = await response.json().catch(() => ({}));
-    box.replaceChildren(errorBox(data.error || { message: `HTTP ${response.status}` }));
+    box.replaceChildren(errorBox(data.error || { message: statusMessage(response) }));
     return;
   }
   saveBlob(`${kind}.tsv`, await response.blob());
@@ -681,6 +724,28 @@ function exportTableMap(kind) {
 }
 
 // ------------------------------------------------------------------- tables
+/** Show the key form (the server answered 401), unless it is shown already. */
+function askKey() {
+  const form = $("key-form");
+  if (!form.hidden) return;
+  form.hidden = false;
+  $("api-key").value = sessionStorage.getItem(KEY_STORE) || "";
+  if (!sessionStorage.getItem(KEY_STORE)) $("api-key").focus();
+}
+
+/** A key typed in (or emptied): kept for this tab, and every card asked again with it. */
+async function useKey() {
+  const key = $("api-key").value.trim();
+  if (key) sessionStorage.setItem(KEY_STORE, key);
+  else sessionStorage.removeItem(KEY_STORE);
+  $("key-form").hidden = !key;
+  if (!tables.length) {
+    if (!(await loadTables())) return;
+    writeURL();
+  }
+  runAll();
+}
+
 async function loadTables() {
   const select = $("table");
   const [{ ok, data }, explorer] = await Promise.all([api("/v1/tables"), api("/v1/explorer")]);
@@ -705,13 +770,13 @@ async function loadTables() {
   if (!config.tsne_available) {
     methodUnavailable("tsne", "t-SNE needs the openTSNE package on the server (pip install 'embedding-search[map]')");
   }
-  select.addEventListener("change", () => {
+  select.onchange = () => {
     state.table = select.value;
     Object.assign(state, { doc: "", filter: "", offset: "", text: "", mode: "" }); // a document query belongs to its table
     showTableInfo(tables);
     writeURL(true);
     runAll();
-  });
+  };
   return true;
 }
 
@@ -796,6 +861,10 @@ function runDiagnostics() {
 
 // --------------------------------------------------------------------- wire
 function wire() {
+  $("key-form").addEventListener("submit", (event) => {
+    event.preventDefault();
+    useKey();
+  });
   $("neighbours-form").addEventListener("submit", (event) => {
     event.preventDefault();
     searchWord($("word").value.trim());
@@ -911,6 +980,7 @@ function wire() {
 async function main() {
   tableMap = new TableMap($("table-map"), {
     fetchJSON: api,
+    fetch: apiFetch,
     tablePath,
     show,
     onSearch: (text) => {
@@ -926,6 +996,7 @@ async function main() {
   readURL();
   fillInputs();
   wire();
+  if (sessionStorage.getItem(KEY_STORE)) askKey(); // the key in use is shown, to change or forget
   if (await loadTables()) {
     writeURL();
     runAll();

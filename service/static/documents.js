@@ -178,10 +178,12 @@ export class DocumentSearch {
     const modes = this.textModes();
     const on = plugged || modes.length > 0;
     this.$("ds-text").disabled = !on;
-    this.$("ds-text").placeholder = on ? "words to search for" : "text search needs an encoder";
+    // one mode is no choice: the box names it, and the menu (which still holds it) is hidden
+    const only = !plugged && modes.length === 1 ? ` (${modes[0]})` : "";
+    this.$("ds-text").placeholder = on ? `words to search for${only}` : "text search needs an encoder";
     this.$("ds-text-note").hidden = on;
     const select = this.$("ds-mode");
-    select.hidden = plugged || modes.length === 0;
+    select.hidden = plugged || modes.length < 2;
     const { el } = this.deps;
     select.replaceChildren(...modes.map((mode) => el("option", { value: mode }, mode)));
     if (modes.includes("hybrid")) select.value = "hybrid";

@@ -25,7 +25,14 @@ const rgba32 = ([r, g, b]) => (0xff000000 | (b << 16) | (g << 8) | r) >>> 0;
 /** Why ``response`` (an error answer) failed: its envelope's message, else its status. */
 async function refusal(response) {
   const data = await response.json().catch(() => null);
-  return data?.error?.message || `HTTP ${response.status}`;
+  return data?.error?.message || statusMessage(response);
+}
+
+/** What an answer that is no JSON envelope (a proxy's page: 429, 502) says: its status, and when to ask again. */
+export function statusMessage(response) {
+  const retry = response.headers.get("Retry-After");
+  const status = `${response.status}${response.statusText ? ` ${response.statusText}` : ""}`;
+  return `the server answered ${status}${retry ? `; try again in ${retry} s` : ""}`;
 }
 
 /** base64 -> Uint8Array */
@@ -39,7 +46,8 @@ function fromBase64(text) {
 export class TableMap {
   /**
    * @param {HTMLElement} root the section holding the map's controls (ids below are looked up inside it)
-   * @param {{fetchJSON: Function, tablePath: Function, show: Function, onSearch?: Function}} deps tablePath(suffix,
+   * @param {{fetchJSON: Function, fetch: Function, tablePath: Function, show: Function, onSearch?: Function}} deps
+   *   fetch is ``fetch`` with the server's key; tablePath(suffix,
    *   table) is an API path of ``table``; show(out, ...nodes) puts an answer in ``out``, the focus going to ``out``
    *   when it was on something there (a neighbour)
    */
@@ -88,7 +96,7 @@ export class TableMap {
     const path = (suffix) => this.deps.tablePath(suffix, table);
     const [info, points] = await Promise.all([
       this.deps.fetchJSON(path(`map/info?method=${method}`)),
-      fetch(path(`map?method=${method}`))
+      this.deps.fetch(path(`map?method=${method}`))
         .then(async (r) => (r.ok ? { buffer: await r.arrayBuffer() } : { error: await refusal(r) }))
         .catch(() => ({})), // the network failed
     ]);
@@ -151,7 +159,7 @@ export class TableMap {
     let text = null;
     let why = ""; // the server's reason, when it refused
     try {
-      const response = await fetch(this.path("map/labels"));
+      const response = await this.deps.fetch(this.path("map/labels"));
       if (response.ok) text = await new Response(response.body.pipeThrough(new DecompressionStream("gzip"))).text();
       else why = ` (${await refusal(response)})`;
     } catch {

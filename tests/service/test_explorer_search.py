@@ -158,6 +158,8 @@ def test_a_documents_table_shows_the_search_card_and_a_words_table_the_word_card
     assert "documents" in page.inner_text(f"#table option[value='{DOCS}']")
     assert page.input_value("#ds-id") == FIRST and not page.is_disabled("#ds-text")  # by keyword: no encoder
     assert page.eval_on_selector_all("#ds-mode option", "os => os.map(o => o.value)") == ["keyword"]
+    # one mode is no choice: no menu, the box names it
+    assert not page.is_visible("#ds-mode") and page.get_attribute("#ds-text", "placeholder").endswith("(keyword)")
     assert sent(page) == {"id": FIRST, "k": 10, "offset": 0}
     answer = assert_same_hits(page, api, types)
     assert FIRST not in [hit["id"] for hit in answer["hits"]]

@@ -43,7 +43,8 @@ says which did not (``partial``). A shard's own 4xx (a bad filter, a text with n
 document) is the answer.
 
 A sharded word table's search is by vector alone (``service.scatter_words``): each shard's ``offset + k`` best,
-merged by cosine, equal cosines by row; its kind is asked of its shards once (``GET <replica>``). Its routes by
+merged by cosine, equal cosines by row; its kind is asked of its shards (``GET <replica>``, again every
+:data:`PLACE_SECONDS`: a table imported again may be of another kind, type of ids or string fields). Its routes by
 token or row id (neighbours, similarity, analogies) are ``service.scatter_tokens``'.
 
 A batch (``queries``, or ``vectors`` sharing the request's filter and page) is each of its queries scattered as
@@ -285,15 +286,18 @@ class Front:
         self.kinds: dict[str, str] = {}  # each table's kind ("documents", "words"), as its shards say
         self.id_types: dict[str, str | None] = {}  # a documents table's type of ids, as its shards say (else None)
         self.string_fields: dict[str, frozenset[str]] = {}  # a documents table's fields of type string, as they say
+        self.learned: dict[str, float] = {}  # when the three above were read of each table
         self.limits: dict[tuple[str, int], tuple[float, dict[str, Any]]] = {}  # by (table, shard): when, what
         # (table, shard, replica): when it said it is that shard, and its place (``shard_of``: None, no shard)
         self.placed: dict[tuple[str, int, str], tuple[float, dict[str, Any] | None]] = {}
         self.misplaced: set[tuple[str, int, str]] = set()  # (table, shard, replica): said to be another, logged
 
     async def kind_of(self, name: str) -> str:
-        """What sharded table ``name`` holds, from the first of its shards that answers (``GET <replica>``); a
-        shard's refusal of that summary is its failure (a shard URL that names no table is the deployment's)."""
-        if name not in self.kinds:
+        """What sharded table ``name`` holds, from the first of its shards that answers (``GET <replica>``), with
+        its type of ids and its string fields; read again :data:`PLACE_SECONDS` later, as a replica's place is (the
+        shards imported again may hold another). A shard's refusal of that summary is its failure (a shard URL that
+        names no table is the deployment's)."""
+        if name not in self.kinds or time.monotonic() - self.learned[name] >= PLACE_SECONDS:
             failed: ShardFailed | None = None
             for number, shard in enumerate(self.tables[name]):
                 try:
@@ -303,6 +307,7 @@ class Front:
                     fields = (documents.get("fields") or {}).items()
                     self.string_fields[name] = frozenset(f for f, info in fields if info.get("type") == STRING)
                     self.kinds[name] = str(summary.get("kind", "documents"))
+                    self.learned[name] = time.monotonic()
                     break
                 except ShardFailed as exc:
                     failed = failed or exc
@@ -310,7 +315,8 @@ class Front:
                     failed = failed or unanswered(number, refused)
             else:
                 assert failed is not None
-                raise failed
+                if name not in self.kinds:  # else what was read last stands until a shard answers
+                    raise failed
         return self.kinds[name]
 
     async def check_place(self, table: str, number: int, replica: str, timeout: float) -> None:
@@ -613,7 +619,8 @@ async def every_shard(front: Front, name: str, ask: Callable[[int, Shard], Await
 
 
 async def kind(front: Front, name: str) -> str:
-    """What the sharded table ``name`` holds (its shards say, once); no shard answering is the search's 503/504."""
+    """What the sharded table ``name`` holds (its shards say, every :data:`PLACE_SECONDS`); no shard answering is the
+    search's 503/504."""
     try:
         return await front.kind_of(name)
     except ShardFailed as outcome:
@@ -621,14 +628,14 @@ async def kind(front: Front, name: str) -> str:
 
 
 async def string_fields(front: Front, name: str) -> frozenset[str]:
-    """The fields of type string of the sharded documents table ``name``, as its shards say (once)."""
+    """The fields of type string of the sharded documents table ``name``, as its shards say (:func:`kind`)."""
     await kind(front, name)
     return front.string_fields[name]
 
 
 async def id_type(front: Front, name: str) -> str | None:
-    """The type of the ids of the sharded table ``name`` (None: it holds no documents), as its shards say (once):
-    how the table reads an id, and so how the front routes it (``index.engine.door.routed``)."""
+    """The type of the ids of the sharded table ``name`` (None: it holds no documents), as its shards say
+    (:func:`kind`): how the table reads an id, and so how the front routes it (``index.engine.door.routed``)."""
     await kind(front, name)
     return front.id_types[name]
 

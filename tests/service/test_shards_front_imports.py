@@ -3,14 +3,21 @@
 Each sharded import has an identity (``shards.import`` in its map, kept by its compactions) that every shard's
 summary carries (``shard_of``): a replica serving shard 2 of another import of the same name and number of shards
 is refused as one listed out of place is (503 naming it, logged once), rather than merged with the other shards.
+The front reads a table's kind, type of ids and string fields again every ``PLACE_SECONDS``: shards imported again
+under integer ids are routed by the new ids without restarting the front.
 """
 
 from __future__ import annotations
 
 import json
+import signal
+import time
 from pathlib import Path
 
 from index.store import shardmap
+from service.scatter import PLACE_SECONDS
+from tests.cli import run_cli
+from tests.lee import Lee, jsonl_records, write_jsonl
 from tests.service import real_server
 from tests.service.conftest import LEE_SHARDS, lee_copy
 from tests.service.real_server import HTTP
@@ -69,3 +76,42 @@ def test_a_shard_of_another_import_is_refused_not_merged(tmp_path: Path, lee_imp
         real_server.stop_together(started)
     said = [line for line in started[-1].log().splitlines() if f"of import {theirs}" in line]
     assert len(said) == 1 and "ERROR service.scatter: table 'lee', shard 2: " in said[0], said
+
+
+def test_shards_imported_again_under_integer_ids_are_routed_by_them(tmp_path: Path, lee_docs: Lee) -> None:
+    """``lee`` imported as shards under string ids, served through a front; then imported again over it under
+    integer ids, and its shards' server reloaded: within ``PLACE_SECONDS`` the front routes an id as the new table
+    reads it (``"007"`` is 7, on 7's shard) and leaves a query's own document out of its hits, as it does for a
+    table it has served from the start."""
+    records = jsonl_records(lee_docs)
+    strings = write_jsonl(tmp_path / "strings.jsonl", records)
+    numbers = write_jsonl(tmp_path / "numbers.jsonl", [{**r, "id": i} for i, r in enumerate(records)])
+    data = tmp_path / "data"
+    done = run_cli("import", strings, "--name", "lee", "--shards", SHARDS, "--data-dir", data)
+    assert done.code == 0, done.err
+    (tmp_path / "front").mkdir()
+    names = ",".join(shardmap.shard_name(s) for s in range(SHARDS))
+    started = [real_server.start(data / "lee", tmp_path / "shards.log", "--tables", names)]
+    try:
+        env = {"EMBEDDING_SHARDS": json.dumps({"lee": shard_urls(started[0], range(SHARDS))})}
+        started.append(real_server.start(tmp_path / "front", tmp_path / "front.log", env=env))
+        base = f"{started[-1].base}/v1/tables/lee"
+        assert HTTP.get(f"{base}/documents/lee-007").status_code == 200
+
+        done = run_cli("import", numbers, "--name", "lee", "--shards", SHARDS, "--data-dir", data, "--force")
+        assert done.code == 0, done.err
+        shard = f"{started[0].base}/v1/tables/{shardmap.shard_name(0)}"
+        started[0].process.send_signal(signal.SIGHUP)
+        real_server.wait_for(
+            lambda: HTTP.get(shard).json()["documents"]["id_type"] == "integer", what="the shards reloaded"
+        )
+        time.sleep(PLACE_SECONDS)
+        number = next(
+            n for n in range(1, 300) if shardmap.shard_of_id(f"0{n}", SHARDS) != shardmap.shard_of_id(n, SHARDS)
+        )
+        found = HTTP.get(f"{base}/documents/0{number}")  # routed by the text "0<n>": another shard, a 404
+        assert found.status_code == 200 and found.json()["id"] == number, found.text
+        hits = HTTP.post(f"{base}/search", json={"id": number, "k": 5}).json()["hits"]
+        assert len(hits) == 5 and number not in [hit["id"] for hit in hits], hits  # the query's own left out
+    finally:
+        real_server.stop_together(started)

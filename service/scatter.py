@@ -33,16 +33,18 @@ Every shard request carries the client's ``X-API-Key`` (:data:`CLIENT_KEY`, kept
 middleware), and the request's ``X-Request-ID`` when it has one (``service.http.request_id``); a shard that
 refuses the key (401, 403) has not answered: the front took the key, its shards must too; nor has one whose server
 has no table of the name its URL gives (404 ``unknown_table``: a URL the deployment got wrong, not the request).
-A replica whose summary says it serves another shard, or a shard of a table of another number of shards
-(``shard_of``, asked before the first request to it, again every few seconds and after it failed), has not
-answered either: it would miss the ids routed to it (:class:`Misplaced`).
+A replica whose summary says it serves another shard, a shard of a table of another number of shards, or a
+shard of another import than the table's other replicas checked (``shard_of``, its ``import``: asked before the
+first request to it, again every few seconds and after it failed), has not answered either: it would miss the
+ids routed to it, or merge another table's answers (:class:`Misplaced`).
 A shard that does not answer (refused, failed, or past its deadline) fails the search (503 ``shard_unavailable``,
 504 ``shard_timeout``), unless ``EMBEDDING_PARTIAL=true``: then the answer merges the shards that answered and
 says which did not (``partial``). A shard's own 4xx (a bad filter, a text with no known word, an unknown
 document) is the answer.
 
 A sharded word table's search is by vector alone (``service.scatter_words``): each shard's ``offset + k`` best,
-merged by cosine, equal cosines by row; its kind is asked of its shards once (``GET <replica>``). Its routes by
+merged by cosine, equal cosines by row; its kind is asked of its shards (``GET <replica>``, again every
+:data:`PLACE_SECONDS`: a table imported again may be of another kind, type of ids or string fields). Its routes by
 token or row id (neighbours, similarity, analogies) are ``service.scatter_tokens``'.
 
 A batch (``queries``, or ``vectors`` sharing the request's filter and page) is each of its queries scattered as
@@ -284,14 +286,18 @@ class Front:
         self.kinds: dict[str, str] = {}  # each table's kind ("documents", "words"), as its shards say
         self.id_types: dict[str, str | None] = {}  # a documents table's type of ids, as its shards say (else None)
         self.string_fields: dict[str, frozenset[str]] = {}  # a documents table's fields of type string, as they say
+        self.learned: dict[str, float] = {}  # when the three above were read of each table
         self.limits: dict[tuple[str, int], tuple[float, dict[str, Any]]] = {}  # by (table, shard): when, what
-        self.placed: dict[tuple[str, int, str], float] = {}  # (table, shard, replica): when it said it is that shard
+        # (table, shard, replica): when it said it is that shard, and its place (``shard_of``: None, no shard)
+        self.placed: dict[tuple[str, int, str], tuple[float, dict[str, Any] | None]] = {}
         self.misplaced: set[tuple[str, int, str]] = set()  # (table, shard, replica): said to be another, logged
 
     async def kind_of(self, name: str) -> str:
-        """What sharded table ``name`` holds, from the first of its shards that answers (``GET <replica>``); a
-        shard's refusal of that summary is its failure (a shard URL that names no table is the deployment's)."""
-        if name not in self.kinds:
+        """What sharded table ``name`` holds, from the first of its shards that answers (``GET <replica>``), with
+        its type of ids and its string fields; read again :data:`PLACE_SECONDS` later, as a replica's place is (the
+        shards imported again may hold another). A shard's refusal of that summary is its failure (a shard URL that
+        names no table is the deployment's)."""
+        if name not in self.kinds or time.monotonic() - self.learned[name] >= PLACE_SECONDS:
             failed: ShardFailed | None = None
             for number, shard in enumerate(self.tables[name]):
                 try:
@@ -301,6 +307,7 @@ class Front:
                     fields = (documents.get("fields") or {}).items()
                     self.string_fields[name] = frozenset(f for f, info in fields if info.get("type") == STRING)
                     self.kinds[name] = str(summary.get("kind", "documents"))
+                    self.learned[name] = time.monotonic()
                     break
                 except ShardFailed as exc:
                     failed = failed or exc
@@ -308,19 +315,21 @@ class Front:
                     failed = failed or unanswered(number, refused)
             else:
                 assert failed is not None
-                raise failed
+                if name not in self.kinds:  # else what was read last stands until a shard answers
+                    raise failed
         return self.kinds[name]
 
     async def check_place(self, table: str, number: int, replica: str, timeout: float) -> None:
         """Check that ``replica`` serves shard ``number`` of a table of as many shards as ``EMBEDDING_SHARDS`` lists
-        for ``table``, as its summary's ``shard_of`` says (``GET <replica>``; a table that is no shard passes):
-        :class:`Misplaced` if not. Asked again :data:`PLACE_SECONDS` later, and after the replica failed (a restart
-        may serve another import); a refusal of the summary is left to the request that follows."""
+        for ``table``, of the import the table's other replicas serve, as its summary's ``shard_of`` says (``GET
+        <replica>``; a table that is no shard passes): :class:`Misplaced` if not. Asked again :data:`PLACE_SECONDS`
+        later, and after the replica failed (a restart may serve another import); a refusal of the summary is left
+        to the request that follows."""
         key = (table, number, replica)
         if replica not in self.tables[table][number].replicas:  # a server's URL (its limits): no shard
             return
         checked = self.placed.get(key)
-        if checked is not None and time.monotonic() - checked < PLACE_SECONDS:
+        if checked is not None and time.monotonic() - checked[0] < PLACE_SECONDS:
             return
         answer = await self.client.get(replica, headers=shard_headers(), timeout=timeout)
         if answer.status_code != 200:
@@ -329,19 +338,44 @@ class Front:
             place = orjson.loads(answer.content).get("shard_of")
         except (orjson.JSONDecodeError, AttributeError):  # no table's summary: the following request says so
             return
-        count = len(self.tables[table])
-        if place is not None and (place.get("shard"), place.get("shards")) != (number, count):
-            misplaced = Misplaced(
-                f"{replica}: its server serves shard {place.get('shard')} of the {place.get('shards')} of table "
-                f"{place.get('table')!r}, not shard {number} of {count} as EMBEDDING_SHARDS lists it; list every "
-                f"shard's replicas in shard order, all of one import"
-            )
-            if key not in self.misplaced:  # the operator's to mend: said once, not at every request
-                self.misplaced.add(key)
-                log.error("table %r, shard %d: %s", table, number, misplaced)
-            raise misplaced
+        if place is not None:
+            self.placed.pop(key, None)  # not among the replicas its own import is checked against
+            problem = self.out_of_place(table, number, place)
+            if problem:
+                misplaced = Misplaced(
+                    f"{replica}: {problem}; list every shard's replicas in shard order, all of one import"
+                )
+                if key not in self.misplaced:  # the operator's to mend: said once, not at every request
+                    self.misplaced.add(key)
+                    log.error("table %r, shard %d: %s", table, number, misplaced)
+                raise misplaced
         self.misplaced.discard(key)
-        self.placed[key] = time.monotonic()
+        self.placed[key] = (time.monotonic(), place)
+
+    def out_of_place(self, table: str, number: int, place: dict[str, Any]) -> str | None:
+        """What is wrong with a replica listed as shard ``number`` of ``table`` whose summary says ``place``
+        (``shard_of``): another shard, a shard of another number of shards, or of another import than the one the
+        table's other replicas checked lately serve (None: nothing)."""
+        count = len(self.tables[table])
+        if (place.get("shard"), place.get("shards")) != (number, count):
+            return (
+                f"its server serves shard {place.get('shard')} of the {place.get('shards')} of table "
+                f"{place.get('table')!r}, not shard {number} of {count} as EMBEDDING_SHARDS lists it"
+            )
+        # The imports of the table's replicas checked within PLACE_SECONDS (an older one may have been imported
+        # again since: once every shard is, the new import is the one its replicas are checked against).
+        recent = time.monotonic() - PLACE_SECONDS
+        imports = {
+            str(p.get("import"))
+            for (name, _, _), (when, p) in self.placed.items()
+            if name == table and p and when > recent
+        }
+        if imports and str(place.get("import")) not in imports:
+            return (
+                f"its server serves shard {number} of table {place.get('table')!r} of import {place.get('import')}, "
+                f"not of import {', '.join(sorted(imports))} as the table's other replicas do"
+            )
+        return None
 
     def refused(self, number: int, shard: Shard, refused: ShardRefused) -> None:
         """Note shard ``number``'s refusal: one for a limit of its server (lower than the one kept: it restarted)
@@ -585,7 +619,8 @@ async def every_shard(front: Front, name: str, ask: Callable[[int, Shard], Await
 
 
 async def kind(front: Front, name: str) -> str:
-    """What the sharded table ``name`` holds (its shards say, once); no shard answering is the search's 503/504."""
+    """What the sharded table ``name`` holds (its shards say, every :data:`PLACE_SECONDS`); no shard answering is the
+    search's 503/504."""
     try:
         return await front.kind_of(name)
     except ShardFailed as outcome:
@@ -593,14 +628,14 @@ async def kind(front: Front, name: str) -> str:
 
 
 async def string_fields(front: Front, name: str) -> frozenset[str]:
-    """The fields of type string of the sharded documents table ``name``, as its shards say (once)."""
+    """The fields of type string of the sharded documents table ``name``, as its shards say (:func:`kind`)."""
     await kind(front, name)
     return front.string_fields[name]
 
 
 async def id_type(front: Front, name: str) -> str | None:
-    """The type of the ids of the sharded table ``name`` (None: it holds no documents), as its shards say (once):
-    how the table reads an id, and so how the front routes it (``index.engine.door.routed``)."""
+    """The type of the ids of the sharded table ``name`` (None: it holds no documents), as its shards say
+    (:func:`kind`): how the table reads an id, and so how the front routes it (``index.engine.door.routed``)."""
     await kind(front, name)
     return front.id_types[name]
 

@@ -15,10 +15,11 @@ The client's ``X-API-Key`` goes along: the shard's server checks it.
 - One shard written: its answer is the front's (``table`` the sharded table's name, ``shards`` added). Several:
   the counts summed, ``sequence`` the highest of theirs, ``shards`` what each did. A shard's own refusal (4xx)
   is the answer, with its status; when other shards of the same write answered, the envelope says in
-  ``shards`` what each did (a write through the front is not atomic across shards). A writer that cannot be
-  reached, fails, takes no writes (a server without write keys: the deployment's fault, not the client's key's)
-  or whose server has no table of the name its URL gives: 503 ``shard_unavailable``; no answer in time: 504
-  ``shard_timeout`` (the write may have been applied: repeating an upsert or a delete is harmless).
+  ``shards`` what each did (a write through the front is not atomic across shards), unless every shard refused
+  it alike (a delete by a filter the table cannot read): then it is the table's refusal as it is. A writer that
+  cannot be reached, fails, takes no writes (a server without write keys: the deployment's fault, not the
+  client's key's) or whose server has no table of the name its URL gives: 503 ``shard_unavailable``; no answer in
+  time: 504 ``shard_timeout`` (the write may have been applied: repeating an upsert or a delete is harmless).
 """
 
 from __future__ import annotations
@@ -138,7 +139,10 @@ async def _scatter(front: Front, table: str, parts: dict[int, tuple[str, str, An
     if first is None:
         total = sum(d[what] for d in done)
         return FastJSON({"table": table, "sequence": max(d["sequence"] for d in done), what: total, "shards": done})
-    others = {"shards": done} if len(done) > 1 else {}
+    # Every shard refusing alike (a delete's filter the table cannot read): nothing written, the table's refusal.
+    refusals = [orjson.dumps(o.body) for o in outcomes if isinstance(o, Refused)]
+    alike = len(refusals) == len(outcomes) and len(set(refusals)) == 1
+    others = {"shards": done} if len(done) > 1 and not alike else {}
     if isinstance(first, ApiError):
         raise ApiError(first.code, first.message, **first.details, **others)
     error = {**first.body.get("error", {}), **others}

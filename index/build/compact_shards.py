@@ -91,6 +91,7 @@ def _compact(data_dir: Path, name: str, directory: Path) -> dict[str, Any]:
         force=True,
         complete=unchanged(directory, manifest, name),
         empty=True,
+        identity=manifest["shards"].get(shardmap.IMPORT),  # the same import, its shards served on
     )
     kept = finish(data_dir, logs)
     return {

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import time
+import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -123,12 +124,14 @@ def import_sharded(
     run_all: RunAll = one_by_one,
     complete: Callable[[Path], None] | None = None,
     empty: bool = False,
+    identity: str | None = None,
 ) -> dict[str, Any]:
     """Publish ``documents`` as table ``name`` of ``shards`` shards; return the sharded table's manifest.
 
     ``build_shard(raw, directory, name)`` builds one shard as a table of ``directory`` (``build_table`` with the
     import's index options); ``complete``, if given, runs under the publish lock before the swap (it may refuse);
-    ``empty``: a shard may hold no document (a compaction's, after deletes), else that is refused."""
+    ``empty``: a shard may hold no document (a compaction's, after deletes), else that is refused; ``identity``:
+    the import's (a compaction keeps its table's), else a new one."""
     started = time.perf_counter()
     check_target(data_dir, name, shards, force)
     assignment = shardmap.assign(documents.payload.column(0).combine_chunks(), shards)
@@ -164,7 +167,9 @@ def import_sharded(
         return {KIND: {**documents.info}, "keyword_statistics": statistics, "cleaning": documents.report}
 
     return publish(
-        Sharding(data_dir, name, shards, assignment, documents.tokens, KIND, "documents", source, params, started),
+        Sharding(
+            data_dir, name, shards, assignment, documents.tokens, KIND, "documents", source, params, started, identity
+        ),
         job,
         beside,
         force=force,
@@ -198,6 +203,7 @@ class Sharding:
     source: dict[str, Any]
     params: dict[str, Any]
     started: float
+    identity: str | None = None  # the import's (``shardmap.IMPORT``), else a new one: a compaction keeps its own
 
 
 def publish(
@@ -253,6 +259,7 @@ def publish(
                     "names": names,
                     "rows": [m["rows"] for m in manifests],
                     "index": [m["index"]["spec"] for m in manifests],
+                    shardmap.IMPORT: sharding.identity or uuid.uuid4().hex,
                 },
                 **beside(tmp),
                 "built_at": artifact.now_iso(),

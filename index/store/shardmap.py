@@ -3,7 +3,8 @@
 ::
 
     <name>/manifest.json        kind "sharded": the map (how rows are assigned, each shard's rows and manifest
-                                checksum), the whole table's documents and keyword statistics, its own files
+                                checksum, the import's identity), the whole table's documents and keyword
+                                statistics, its own files
     <name>/assignment.npy       uint16, the shard of each row of the whole table, in import order
     <name>/keyword_terms.arrow  the whole table's words (sorted) and ...
     <name>/keyword_df.npy       ... the documents holding each (int64): BM25's document frequencies
@@ -48,6 +49,9 @@ WHOLE_ROWS = "whole_rows.npy"  # in each shard: the whole table's row of each of
 TERMS, DF = "keyword_terms.arrow", "keyword_df.npy"
 HASH = "blake2b-64(id as UTF-8 text, integers in decimal), big-endian, mod shards"
 MAX_SHARDS = 1024
+# The map's key of the import's identity: made by each sharded import, kept by its compactions, so that a front
+# tells a shard of this import from the same shard of another import of the table's name and count.
+IMPORT = "import"
 
 
 def shard_name(shard: int) -> str:
@@ -93,6 +97,7 @@ class Place:
     table: str  # the sharded table's name
     shard: int
     count: int
+    identity: str | None  # its import's (``shards.import``: None for a table imported before imports had one)
 
     def foreign(self, keys: Sequence[str | int]) -> tuple[np.ndarray, np.ndarray]:
         """The places among ``keys`` (ids as the table stores them) that another shard owns, and their owners."""
@@ -110,10 +115,11 @@ def place(directory: Path) -> Place | None:
     if not (parent / artifact.MANIFEST).is_file():
         return None
     manifest = artifact.read_manifest(parent)
-    names = list((manifest.get("shards") or {}).get("names") or ()) if is_sharded(manifest) else []
+    shards = (manifest.get("shards") or {}) if is_sharded(manifest) else {}
+    names = list(shards.get("names") or ())
     if Path(directory).name not in names:
         return None
-    return Place(parent.name, names.index(Path(directory).name), len(names))
+    return Place(parent.name, names.index(Path(directory).name), len(names), shards.get(IMPORT))
 
 
 @dataclass(frozen=True)

@@ -33,7 +33,7 @@ def summary(table: Table, builds: dict[str, dict[str, Any]]) -> dict[str, Any]:
         out["writes"] = sharded.summary()
     place = table.cached("shard_place", lambda: shard_place(table.directory))  # read once per loaded version
     if place is not None:  # a shard served alone: a front checks that it lists the shard in its place
-        out["shard_of"] = {"table": place.table, "shard": place.shard, "shards": place.count}
+        out["shard_of"] = {"table": place.table, "shard": place.shard, "shards": place.count, "import": place.identity}
     return out
 
 

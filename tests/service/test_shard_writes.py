@@ -228,13 +228,18 @@ def test_a_record_too_long_for_one_shards_log_writes_none(
 def test_compaction_folds_every_shards_log(data: Path, tables: tuple[Table, ShardedTable], lee_docs: Lee) -> None:
     """``embedding-index compact`` of the sharded table: every shard rebuilt with its log folded in (the map
     valid, each document still in the shard that owns its id), the logs cut; the compacted sharded table answers
-    as the compacted whole table, and a later write is numbered after what was folded."""
+    as the compacted whole table, and a later write is numbered after what was folded; the import's identity,
+    which a front checks every shard against, is the same after."""
+    identity = shardmap.read(data / "sharded" / "lee").manifest["shards"][shardmap.IMPORT]
     for where in ("whole", "sharded"):
         done = run(EXE, "compact", "lee", "--data-dir", data / where)
         assert done.returncode == 0 and done.stdout.startswith("compacted 'lee': "), done.stderr
     directory = data / "sharded" / "lee"
     assert shardmap.verify(directory).ok
     shard_map = shardmap.read(directory)
+    assert shard_map.manifest["shards"][shardmap.IMPORT] == identity and len(identity) == 32
+    places = [shardmap.place(shard_map.shard_directory(s)) for s in range(SHARDS)]
+    assert [place and place.identity for place in places] == [identity] * SHARDS
     sharded = ShardedTable.load(directory)
     assert sharded.payload is not None
     owners = [shardmap.shard_of_id(i, SHARDS) for i in sharded.payload.ids(range(sharded.rows))]
@@ -319,7 +324,8 @@ def test_a_shard_knows_its_place_and_refuses_another_shards_ids(data: Path, lee_
     """What a shard's own server checks a write against: the map beside it names the shard, and an upsert of an id
     another shard owns is refused (before any embedding) with the owner named; the shard's own ids pass."""
     root = data / "sharded" / "lee"
-    assert shardmap.place(root / shardmap.shard_name(1)) == shardmap.Place("lee", 1, SHARDS)
+    identity = shardmap.read(root).manifest["shards"][shardmap.IMPORT]
+    assert shardmap.place(root / shardmap.shard_name(1)) == shardmap.Place("lee", 1, SHARDS, identity)
     assert shardmap.place(root) is None and shardmap.place(data / "whole" / "lee") is None
     shard = Table.load(root / shardmap.shard_name(1))
     place = shardmap.place(shard.directory)

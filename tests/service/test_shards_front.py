@@ -525,7 +525,8 @@ def test_a_shard_listed_in_another_shards_place_fails_saying_so(servers: dict[st
     shards = servers["shards"]
     for number, shard in enumerate(shards):
         summary = HTTP.get(f"{shard.base}/v1/tables/{shardmap.shard_name(number)}").json()
-        assert summary["shard_of"] == {"table": "lee", "shard": number, "shards": SHARDS}, summary
+        identity = shardmap.read(root / "sharded" / "lee").manifest["shards"][shardmap.IMPORT]
+        assert summary["shard_of"] == {"table": "lee", "shard": number, "shards": SHARDS, "import": identity}
     assert "shard_of" not in HTTP.get(f"{servers['one'].base}/v1/tables/lee").json()  # the table served whole
     replicas = real_server.replicas(shards)
     swapped = json.dumps({"lee": [replicas[1], replicas[0], replicas[2]]})

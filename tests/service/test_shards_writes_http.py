@@ -379,6 +379,14 @@ def test_refusals_come_back_as_the_shards_envelope(written: dict[str, Any], lee_
     assert answer.json()["error"]["message"] == "documents[0] (id 5): the ids of table 'lee' are strings"
 
 
+def test_a_delete_by_a_filter_every_shard_refuses_is_the_tables_refusal(servers: dict[str, Any]) -> None:
+    """A delete by a filter the table cannot read is sent to every shard, and each refuses it alike: the front's
+    answer is the whole table's, not the same refusal repeated once per shard in ``shards``."""
+    for spec in ({"nope": 1}, {}, {"year": {"gte": "x"}}):
+        got, expected = (post(servers[s], "documents/delete", {"filter": spec}) for s in ("front", "whole"))
+        assert got.status_code == expected.status_code == 422 and got.json() == expected.json(), (got.text, spec)
+
+
 def test_a_shard_served_alone_refuses_the_ids_another_shard_owns(servers: dict[str, Any], lee_docs: Lee) -> None:
     """A write sent to a shard's own server rather than through the front: an id another shard owns is refused
     whole, naming its owner, and the shard's log is left as it was."""

@@ -10,6 +10,7 @@ filters, paging, score floor, diversity, documents left out) answers exactly as 
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -79,6 +80,7 @@ def test_the_shards_union_is_the_whole_table(whole: Table, sharded: ShardedTable
     assert whole.payload is not None
     shard_map = sharded.map
     assert shard_map.count == SHARDS and shard_map.manifest["shards"]["hash"] == shardmap.HASH
+    assert re.fullmatch("[0-9a-f]{32}", shard_map.manifest["shards"][shardmap.IMPORT])  # the import's identity
     expected = np.array([shardmap.shard_of_id(i, SHARDS) for i in lee_docs.ids])
     np.testing.assert_array_equal(shard_map.assignment, expected)
     assert sorted(np.bincount(expected).tolist()) == sorted(shard_map.manifest["shards"]["rows"])

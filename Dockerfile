@@ -74,7 +74,7 @@ RUN groupadd --system --gid 10001 app \
 COPY --from=build /opt/venv /opt/venv
 # Owned by the app user so that the compose `builder` service can add tables to the `tables` volume, which Docker
 # fills with this directory when it is new; the API replicas mount it read-only. No VOLUME: Docker would give
-# every container an anonymous volume holding a writable copy of /data (the table's 267 MiB copied at each
+# every container an anonymous volume holding a writable copy of /data (the whole table copied at each
 # start, left behind by a container removed without -v), under --read-only too, and the server would write its
 # map layouts there. Without it /data is part of the read-only image, and a volume is mounted over it by choice.
 COPY --from=build --chown=10001:10001 /data /data

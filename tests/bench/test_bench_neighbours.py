@@ -51,7 +51,7 @@ def test_the_summary_ratios_are_the_right_way_round() -> None:
     http = {
         "connections": 32,
         "floor_get": served(0.1, 1_000.0),
-        "hnsw_get": served(0.4, 500.0),  # 0.4 ms against 0.1 + 0.1 ms: twice the bound; half the floor's req/s
+        "hnsw_get": served(0.4, 500.0),  # against 0.1 + 0.1 ms and 1,000 req/s: the ratios 2.0 and 0.5 below
         "cached_get": served(0.05, 3_000.0),
         "remembered_get": served(0.2, 700.0),
         "floor_post64": served(0.2, 800.0),
@@ -68,9 +68,9 @@ def test_the_summary_ratios_are_the_right_way_round() -> None:
     rows = {row["figure"]: row for row in targets_of(http, proc, "command")}
     get = "neighbours over HTTP, one query (HNSW), "
     assert rows[get + "p50 at concurrency 1 vs floor p50 + in-process search"]["ratio"] == 2.0
-    assert rows[get + "p50 at concurrency 1 vs floor p50 + in-process search"]["met"] is False  # <= 1.5x
+    assert rows[get + "p50 at concurrency 1 vs floor p50 + in-process search"]["met"] is False
     assert rows[get + "requests/s at concurrency 32 vs the floor"]["ratio"] == 0.5
-    assert rows[get + "requests/s at concurrency 32 vs the floor"]["met"] is False  # >= 0.6x
+    assert rows[get + "requests/s at concurrency 32 vs the floor"]["met"] is False
     cached = (
         "neighbours over HTTP, one query asked before (answer cache hit), requests/s at concurrency 32 vs the floor"
     )

@@ -69,7 +69,7 @@ def test_dockerfile_shape() -> None:
     users = [i.args for i in runtime if i.keyword == "USER"]
     assert users and users[-1].split(":")[0] not in ("root", "0"), "the container runs as a non-root user"
     # No VOLUME: Docker would give every container an anonymous volume holding a writable copy of the image's
-    # /data, --read-only or not: 267 MiB copied at each start and left behind by a container removed without -v,
+    # /data, --read-only or not: the whole table copied at each start and left behind by a container removed without -v,
     # where the server then writes its map layouts (its data directory being writable), not under /tmp.
     assert [i.args for i in runtime if i.keyword == "VOLUME"] == [], "/data stays in the image's read-only layer"
     assert any("--from=build" in i.args and i.args.endswith("/data /data") for i in runtime if i.keyword == "COPY")

@@ -89,6 +89,7 @@ from index.engine.layout import (
     project,
     quantize,
     tsne_available,
+    tsne_least_rows,
 )
 from index.engine.live_search import LiveSource, Statistics
 from index.engine.lookup import SUGGESTED_MISSES, SUGGESTION_BUDGET
@@ -256,6 +257,7 @@ __all__ = [
     "timestamp_text",
     "transformer_of",
     "tsne_available",
+    "tsne_least_rows",
     "unembedded",
     "unit_mean",
     "unit_queries",

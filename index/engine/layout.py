@@ -128,6 +128,11 @@ def tsne_available() -> bool:
     return importlib.util.find_spec("openTSNE") is not None
 
 
+def tsne_least_rows(perplexity: float) -> int:
+    """The fewest rows a t-SNE layout of ``perplexity`` takes: it looks at about 3 x perplexity neighbours of each."""
+    return int(3 * perplexity) + 1
+
+
 def missing_package(method: str) -> InvalidQuery:
     """The 422 for a layout method whose package is not installed: it names the package and the extra."""
     package = PACKAGES[method][1]
@@ -166,7 +171,7 @@ def tsne_layout(
         from openTSNE import TSNE
     except ImportError:
         raise missing_package("tsne") from None
-    if len(rows) <= 3 * perplexity:
+    if len(rows) < tsne_least_rows(perplexity):
         raise InvalidQuery(f"t-SNE with perplexity {perplexity:g} needs more than {3 * perplexity:g} rows")
     started = time.perf_counter()
     data = np.asarray(rows, dtype=np.float32)

@@ -33,6 +33,7 @@ from index.engine.door import (
     default_cache_dir,
     quantize,
     tsne_available,
+    tsne_least_rows,
 )
 from index.errors import InvalidQuery
 from service.deps import RegistryDep, SettingsDep, TableDep
@@ -72,7 +73,7 @@ async def get_layout(request: Request, table: Table, method: str) -> Any:
         if not tsne_available():
             raise InvalidQuery("t-SNE maps need the openTSNE package, which this server does not have")
         params = {**TSNE, "rows": min(rows, table.rows)}
-        least = int(3 * TSNE["perplexity"]) + 1  # t-SNE looks at about 3 x perplexity neighbours of each row
+        least = tsne_least_rows(TSNE["perplexity"])
         if params["rows"] < least:
             held = (
                 f"table {table.name!r} has {table.rows:,}"

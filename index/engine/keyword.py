@@ -1,14 +1,16 @@
 """Keyword search over a documents table's text: BM25 (Lucene's variant) in the file layout of ``bm25s``.
 
 The tokenizer composes the text (Unicode's NFC: ``e`` and U+0301 is ``é``, so that a word typed either way is one
-word), lower-cases it (Arrow's ``utf8_lower``, Unicode's per-character mapping) and cuts the text into
-words: maximal runs of letters, combining marks, digits and underscores (Unicode classes L, M and N, and ``_``:
-``\\w+`` that keeps a word's combining marks inside it), as RE2 classes the code points. The cut runs over the
-UTF-8 bytes of many texts at once (numpy), documents and queries alike. Stop words (one of bm25s's lists) and
-stemming (a Snowball stemmer of PyStemmer, the stemmer bm25s takes) are import options, applied in bm25s's order:
+word), lower-cases it (Arrow's ``utf8_lower``, Unicode's per-character mapping, then the final sigma ``ς`` folded
+to ``σ`` as ``str.casefold`` folds it: letter by letter, a Greek word typed in capitals ends in ``σ``) and cuts
+the text into words: maximal runs of letters, combining marks, digits and underscores (Unicode classes L, M and N,
+and ``_``: ``\\w+`` that keeps a word's combining marks inside it), as RE2 classes the code points. The cut runs
+over the UTF-8 bytes of many texts at once (numpy), documents and queries alike. Stop words (one of bm25s's lists)
+and stemming (a Snowball stemmer of PyStemmer, the stemmer bm25s takes) are import options, applied in bm25s's order:
 lower-case, cut, drop the stop words, stem. The manifest keeps the stop words themselves, the stemmer's name and
 the normal form, so queries are always cut as the documents were (a table built before the text was composed
-has no ``normalize``: its queries are not composed either).
+has no ``normalize``: its queries are not composed either; one built before the final sigma was folded has no
+``final_sigma``: its queries keep their ``ς``).
 
 A document's score for a query is the sum, over the query's words (a word given twice counts twice), of
 
@@ -79,6 +81,7 @@ K1, B = 1.2, 0.75  # Lucene's and Elasticsearch's defaults
 DEFAULT_STOPWORDS, DEFAULT_STEMMER = "en", "english"
 WORD = r"[\p{L}\p{M}\p{N}_]+"  # what a word is (RE2 syntax)
 LOWERCASE = "utf8_lower"
+FINAL_SIGMA = "folded"  # the tokenizer's final_sigma: "ς" is "σ" (none: a table built before it was folded)
 NORMALIZE = "NFC"  # the text's normal form (Arrow's ``utf8_normalize``)
 BLOCK_BYTES = 8 << 20  # text tokenized at a time
 
@@ -216,6 +219,20 @@ def composed(texts: pa.Array) -> pa.Array:
     return pc.replace_with_mask(texts, mask, pc.utf8_normalize(texts.filter(mask), NORMALIZE))
 
 
+def sigma_folded(lowered: pa.Array) -> pa.Array:
+    """``lowered`` (no nulls) with the final sigma ``ς`` as ``σ``, as ``str.casefold`` folds it: lower-cased letter
+    by letter, ``ΟΔΟΣ`` is ``οδοσ``, which the word typed in lower case, ``οδος``, is then too. Only the texts holding
+    a UTF-8 byte CF (the first byte of ``ς``, U+03C2, and of the Greek letters around it) are searched."""
+    data, starts = _utf8(lowered)
+    at = np.flatnonzero(data == 0xCF)
+    if not len(at):
+        return lowered
+    holds = np.zeros(len(lowered), dtype=bool)
+    holds[np.searchsorted(starts, at, side="right") - 1] = True
+    mask = pa.array(holds)
+    return pc.replace_with_mask(lowered, mask, pc.replace_substring(lowered.filter(mask), "ς", "σ"))
+
+
 def _cut(lowered: pa.Array) -> Tokens:
     """The words of each text: the runs of word bytes, a text's end ending a run (all vectorised)."""
     data, starts_of_texts = _utf8(lowered)
@@ -242,12 +259,14 @@ def _cut(lowered: pa.Array) -> Tokens:
 @dataclass(frozen=True)
 class Tokenizer:
     """Compose, lower-case, cut into words, drop the stop words, stem (no stop words and no stemming by default).
-    ``normalize`` None: the text is cut as it comes (a table built before it was composed)."""
+    ``normalize`` None: the text is cut as it comes (a table built before it was composed); ``final_sigma`` None:
+    a ``ς`` stays a ``ς`` (a table built before it was folded)."""
 
     stopwords: tuple[str, ...] = ()
     stopwords_name: str | None = None  # the list's name ("en": bm25s's English list)
     stemmer: str | None = None  # a Snowball algorithm of PyStemmer ("english")
     normalize: str | None = NORMALIZE
+    final_sigma: str | None = FINAL_SIGMA
 
     @classmethod
     def english(cls) -> Tokenizer:
@@ -268,7 +287,10 @@ class Tokenizer:
         column = column.fill_null("")
         if self.normalize:
             column = composed(column)
-        cut = _cut(pc.utf8_lower(column))
+        lowered = pc.utf8_lower(column)
+        if self.final_sigma:
+            lowered = sigma_folded(lowered)
+        cut = _cut(lowered)
         terms, rows = cut.terms, cut.rows
         if self.stopwords and len(terms):
             keep = pc.invert(pc.is_in(terms, value_set=pa.array(self.stopwords, terms.type)))
@@ -289,6 +311,7 @@ class Tokenizer:
             "lowercase": LOWERCASE,
             "word": WORD,
             "normalize": self.normalize,
+            "final_sigma": self.final_sigma,
             "stopwords": self.stopwords_name if self.stopwords else None,
             "stopword_list": list(self.stopwords),
             "stemmer": self.stemmer,
@@ -300,14 +323,21 @@ class Tokenizer:
     @classmethod
     def from_settings(cls, settings: dict[str, Any]) -> Tokenizer:
         """The tokenizer a manifest records (a table built before stemming was an option has no ``stemmer``, one built
-        before the text was composed no ``normalize``)."""
-        normalize = settings.get("normalize")
-        if settings.get("lowercase") != LOWERCASE or settings.get("word") != WORD or normalize not in (None, NORMALIZE):
+        before the text was composed no ``normalize``, one built before the final sigma was folded no
+        ``final_sigma``)."""
+        normalize, final_sigma = settings.get("normalize"), settings.get("final_sigma")
+        if (
+            settings.get("lowercase") != LOWERCASE
+            or settings.get("word") != WORD
+            or normalize not in (None, NORMALIZE)
+            or final_sigma not in (None, FINAL_SIGMA)
+        ):
             raise ArtifactError(f"keyword index tokenized otherwise than this version does: {settings}")
         stemmer = settings.get("stemmer")
         if stemmer is not None and stemmer not in stemmers():
             raise ArtifactError(f"keyword index stemmed by {stemmer!r}, which PyStemmer does not have")
-        return cls(tuple(settings.get("stopword_list") or ()), settings.get("stopwords"), stemmer, normalize)
+        stopwords = tuple(settings.get("stopword_list") or ())
+        return cls(stopwords, settings.get("stopwords"), stemmer, normalize, final_sigma)
 
 
 # ---------------------------------------------------------------------------------------------- building

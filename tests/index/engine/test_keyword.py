@@ -169,9 +169,10 @@ def test_tokenizer() -> None:
 
 
 def arrow_cut(texts: pa.Array) -> tuple[list[str], list[int]]:
-    """The words as Arrow's own regex split cuts the composed (NFC), lower-cased texts (words, the text of each)."""
-    composed = pc.utf8_normalize(texts, "NFC")
-    pieces = pc.split_pattern_regex(pc.utf8_lower(composed), pattern=r"[^\p{L}\p{M}\p{N}_]+")
+    """The words as Arrow's own regex split cuts the composed (NFC), lower-cased texts, the final sigma folded
+    (words, the text of each)."""
+    lowered = pc.replace_substring(pc.utf8_lower(pc.utf8_normalize(texts, "NFC")), "ς", "σ")
+    pieces = pc.split_pattern_regex(lowered, pattern=r"[^\p{L}\p{M}\p{N}_]+")
     words, rows = pc.list_flatten(pieces), pc.list_parent_indices(pieces)
     nonempty = pc.greater(pc.binary_length(words), 0)
     return words.filter(nonempty).to_pylist(), rows.filter(nonempty).to_pylist()
@@ -222,6 +223,27 @@ def test_composed_and_decomposed_text_are_the_same_words(tmp_path: Path) -> None
     assert older.tokenizer.words("cafe\u0301") == ["cafe\u0301"]  # cut as it comes, as its words were
     with pytest.raises(ArtifactError, match="tokenized otherwise"):
         Tokenizer.from_settings({**built.info["tokenizer"], "normalize": "NFD"})
+
+
+def test_a_greek_word_in_capitals_is_the_word_in_lower_case(tmp_path: Path) -> None:
+    """Lower-cased letter by letter, a Greek word in capitals ends in σ where the word typed in lower case ends in
+    its final form ς: the final sigma is folded (as ``str.casefold`` folds it), in documents and queries, so both
+    find both with the same scores. A table built before (its manifest without "final_sigma") keeps its ς."""
+    texts = ["ο Σίσυφος και η πέτρα", "ΣΊΣΥΦΟΣ", "η οδός", "ΟΔΌΣ ΣΤΑΔΊΟΥ", "ς alone", "stone"]
+    built = build(pa.array(texts), Tokenizer())
+    assert built is not None
+    index = open_built(built, tmp_path, len(texts))
+    scores, rows = index.search(["ΣΊΣΥΦΟΣ", "σίσυφος", "Σίσυφος", "οδός", "ΟΔΌΣ"], 3)
+    assert rows[:3].tolist() == [[1, 0, -1]] * 3 and (scores[1:3] == scores[0]).all()
+    assert rows[3:].tolist() == [[2, 3, -1]] * 2 and (scores[4] == scores[3]).all()
+    assert index.tokenizer.words("Σίσυφος ΣΊΣΥΦΟΣ ς") == ["σίσυφοσ", "σίσυφοσ", "σ"]
+    assert built.info["tokenizer"]["final_sigma"] == "folded"
+
+    settings = {name: value for name, value in built.info["tokenizer"].items() if name != "final_sigma"}
+    older = Tokenizer.from_settings(settings)
+    assert older.final_sigma is None and older.words("ΣΊΣΥΦΟΣ σίσυφος") == ["σίσυφοσ", "σίσυφος"]
+    with pytest.raises(ArtifactError, match="tokenized otherwise"):
+        Tokenizer.from_settings({**built.info["tokenizer"], "final_sigma": "kept"})
 
 
 def test_only_texts_that_may_change_are_normalised(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
+from urllib.parse import quote
 
 import numpy as np
 import pytest
@@ -15,6 +16,7 @@ from tokenizers import Tokenizer
 from index.build.sources import RawTable, ReadOptions
 from index.build.sources import huggingface as hf
 from index.build.writer import build_table
+from index.engine.table import Table
 from service.app import create_app
 from service.settings import Settings
 from tests import vectors
@@ -134,6 +136,34 @@ def test_cjk_lookup(client: TestClient, minilm_tokenizer: Tokenizer, unit: np.nd
         missing = client.get("/v1/tables/minilm/neighbors", params=params)
         assert missing.status_code == 404 and missing.json()["error"]["code"] == "unknown_token"
     assert "[UNK]" in missing.json()["error"]["message"]
+
+
+def test_a_word_is_the_row_the_uncased_model_reads_it_as(
+    client: TestClient, data_dir: Path, minilm_tokenizer: Tokenizer, unit: np.ndarray, special_ids: set[int]
+) -> None:
+    """all-MiniLM-L6-v2's tokenizer lower-cases and strips accents before it splits a text, and its vocabulary
+    holds no accented letter: to the model "Café" is the row ``cafe``, and so it is to the word routes."""
+    vocab = minilm_tokenizer.get_vocab()
+    normalizer = minilm_tokenizer.normalizer
+    for word, label in [("café", "cafe"), ("Café", "cafe"), ("naïve", "naive"), ("ÉCOLE", "ecole"), ("##É", "##e")]:
+        assert word not in vocab and normalizer.normalize_str(word) == label
+        row = vocab[label]
+        got = client.get("/v1/tables/minilm/neighbors", params={"token": word, "k": 5}).json()
+        assert got["query"] == {"text": word, "token": label, "id": row, "match": "normalized"}
+        assert ids(got) == brute_force(unit, unit[row], 5, {row} | special_ids)
+        assert client.get(f"/v1/tables/minilm/tokens/{quote(word, safe='')}").json()["id"] == row
+    assert minilm_tokenizer.encode("Café", add_special_tokens=False).ids == [vocab["cafe"]]
+    sim = client.get("/v1/tables/minilm/similarity", params={"a": "Café", "b": "cafe"}).json()
+    assert sim["similarity"] == pytest.approx(1.0) and sim["query"]["a"]["match"] == "normalized"
+    # Rules before it still come first ("[cls]" is [CLS] case-folded), a normal form that is no row is unknown
+    # ("straße"), and a word table has no tokenizer to normalise with (GloVe's "role" is among its first 5,000 rows,
+    # "rôle" is not).
+    assert client.get("/v1/tables/minilm/tokens/[cls]").json()["query"]["match"] == "casefold"
+    missing = client.get("/v1/tables/minilm/neighbors", params={"token": "Straße"}).json()
+    assert missing["error"]["code"] == "unknown_token" and missing["error"]["suggestions"]
+    assert client.get("/v1/tables/glove-5k/neighbors", params={"token": "role"}).status_code == 200
+    assert client.get("/v1/tables/glove-5k/neighbors", params={"token": "rôle"}).status_code == 404
+    assert Table.load(data_dir / MINILM).find("caf\ud800") is None  # a lone surrogate, which no normaliser reads
 
 
 def test_byte_level_table_resolves_plain_words(client: TestClient, data_dir: Path) -> None:

@@ -90,40 +90,39 @@ class Lookup:
     def find(self, sent: str) -> Resolved | None:
         """Resolve a word: exact (as sent, then in Unicode's composed form NFC), then the space-marked form for
         model tokens, then case-folded (``Tokens.find_folded``: ``İ`` as Turkish folds it when nothing else
-        matches), then for model tokens as the model's tokenizer normalises it (:meth:`normalized`). A label that
-        is not NFC (a decomposed "café", the Kelvin sign) is found as it is spelled, as gensim finds it, before
-        the composed form could match another row."""
+        matches; for model tokens the space-marked forms too), then for model tokens as the model's tokenizer
+        normalises it (:meth:`normalized`), by the same rules. A label that is not NFC (a decomposed "café", the
+        Kelvin sign) is found as it is spelled, as gensim finds it, before the composed form could match another
+        row."""
         found = self.tokens.find(sent)
         if found is not None:  # the usual case, before any other form is made
             return Resolved(sent, found, sent, "exact")
         text = unicodedata.normalize("NFC", sent)
-        if text != sent and (found := self.tokens.find(text)) is not None:
-            return Resolved(sent, found, text, "exact")
-        if self.model_tokens and (labelled := self.model_label(text)) is not None:
+        labelled = self.spelled(text)
+        if labelled is not None:
             return Resolved(sent, *labelled)
-        found = self.tokens.find_folded(text)
-        if found is not None:
-            return Resolved(sent, found, self.tokens[found], "casefold")
         normal = self.normalized(text)
-        if normal is not None and (labelled := self.model_label(normal)) is not None:
-            return Resolved(sent, labelled[0], labelled[1], "normalized")
-        return None
+        labelled = None if normal is None else self.spelled(normal)
+        return None if labelled is None else Resolved(sent, labelled[0], labelled[1], "normalized")
 
-    def model_label(self, text: str) -> tuple[int, str, str] | None:
-        """The row of a model token spelled ``text``: (row, label, "exact" or "space-marked"), or None. The
-        forms tried: ``text`` itself, its byte-level BPE spelling, then each of them space-marked."""
+    def spelled(self, text: str) -> tuple[int, str, str] | None:
+        """The row of ``text`` (row, label, match), or None, by the first rule that finds one: the exact label,
+        for model tokens also the byte-level BPE spelling ("exact") and each form space-marked ("space-marked");
+        then the same case-folded, the lowest id of a form ("casefold"). Byte-level spellings are not folded:
+        their characters stand for bytes, which case folding would change into others."""
         forms = [text]
         if self.byte_level and (label := byte_level_label(text)) != text:
             forms.append(label)  # byte-level BPE labels spell "café" as "cafÃ©"
+        marked = [marker + form for form in forms for marker in SPACE_MARKERS] if self.model_tokens else []
         for label in forms:
-            found = self.tokens.find(label)
-            if found is not None:
+            if (found := self.tokens.find(label)) is not None:
                 return found, label, "exact"
-        for form in forms:
-            for marker in SPACE_MARKERS:
-                found = self.tokens.find(marker + form)
-                if found is not None:
-                    return found, marker + form, "space-marked"
+        for label in marked:
+            if (found := self.tokens.find(label)) is not None:
+                return found, label, "space-marked"
+        for label in [text, *(marker + text for marker in SPACE_MARKERS if self.model_tokens)]:
+            if (found := self.tokens.find_folded(label)) is not None:
+                return found, self.tokens[found], "casefold"
         return None
 
     def normalized(self, text: str) -> str | None:

@@ -33,6 +33,8 @@ def data_dir(tmp_path_factory: pytest.TempPathFactory, glove_raw: RawTable, mini
     shutil.copytree(minilm_data_dir / MINILM, data / MINILM)  # the session's
     tiny = write_model(root / "tiny", "byte-bpe", "BF16", "model.embed_tokens.weight", sharded=False, output=None)
     build_table(hf.read(tiny.directory, ReadOptions()), data_dir=data, name="tiny-bpe", source={"format": "hf"})
+    sp = write_model(root / "sp", "sp-unigram", "F32", "shared.weight", sharded=False, output=None)
+    build_table(hf.read(sp.directory, ReadOptions()), data_dir=data, name="tiny-sp", source={"format": "hf"})
     words = RawTable(tokens=glove_raw.tokens[:5000], matrix=glove_raw.matrix[:5000].copy())
     build_table(words, data_dir=data, name="glove-5k", source={"format": "glove-package"})
     return data
@@ -175,6 +177,51 @@ def test_byte_level_table_resolves_plain_words(client: TestClient, data_dir: Pat
         assert len(got["neighbors"]) == 3 and all(n["readable"] for n in got["neighbors"])
     body = client.get("/v1/tables/tiny-bpe/tokens/心").json()
     assert body["readable"].strip() == "心" and body["token"] != "心"  # the label spells the UTF-8 bytes
+
+
+@pytest.mark.parametrize(("table", "marker"), [("tiny-bpe", "Ġ"), ("tiny-sp", "▁")])
+def test_a_word_in_another_case_finds_its_word_start_piece(
+    client: TestClient, data_dir: Path, table: str, marker: str
+) -> None:
+    """A cased byte-level or SentencePiece vocabulary labels a word's start with its space marker: "Need" or
+    "NEED", in no case a label, is the word ``▁need`` case-folded (the lowest id of the labels folding alike), as
+    "need" is it space-marked; a label spelled as typed still comes first."""
+    vocab = Tokenizer.from_file(str(data_dir / table / "tokenizer.json")).get_vocab()
+    folded: dict[str, list[int]] = {}
+    for label, row in vocab.items():
+        folded.setdefault(label.casefold(), []).append(row)
+    starts = [t for t in vocab if t.startswith(marker) and t[1:].isascii() and t[1:].isalpha() and len(t) > 3]
+    checked = 0
+    for start in starts:
+        word = start[1:]
+        for typed in (word.capitalize(), word.upper()):
+            if typed.casefold() in folded or marker + typed in vocab:
+                continue  # a label of its own, found before
+            got = client.get(f"/v1/tables/{table}/neighbors", params={"token": typed, "k": 3}).json()
+            row = min(folded[(marker + typed).casefold()])
+            assert got["query"] == {
+                "text": typed,
+                "token": {i: t for t, i in vocab.items()}[row],
+                "id": row,
+                "match": "casefold",
+            }
+            checked += 1
+    assert checked >= 20
+
+
+def test_a_sentencepiece_word_as_its_tokenizer_normalises_it(client: TestClient, data_dir: Path) -> None:
+    """The SentencePiece model's normaliser (NFKC) reads full-width letters as plain ones: "ｎｅｅｄ" and "ＮＥＥＤ"
+    are ``▁need`` to it. A text it leaves blank (a control character) is no row, not the space marker's ``▁``."""
+    tokenizer = Tokenizer.from_file(str(data_dir / "tiny-sp" / "tokenizer.json"))
+    vocab = tokenizer.get_vocab()
+    assert "▁need" in vocab and "▁" in vocab
+    for typed in ("ｎｅｅｄ", "ＮＥＥＤ"):
+        assert tokenizer.normalizer.normalize_str(typed).casefold() == "need"
+        got = client.get("/v1/tables/tiny-sp/neighbors", params={"token": typed, "k": 3}).json()
+        assert got["query"] == {"text": typed, "token": "▁need", "id": vocab["▁need"], "match": "normalized"}
+    for blank in ("\x07", "\u200b"):
+        assert tokenizer.normalizer.normalize_str(blank).strip() == ""
+        assert client.get("/v1/tables/tiny-sp/neighbors", params={"token": blank}).status_code == 404
 
 
 def test_skip_special(client: TestClient, special_ids: set[int]) -> None:

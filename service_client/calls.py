@@ -426,7 +426,9 @@ def project(
 ) -> Call[Projection]:
     body = {"tokens": list(tokens), "method": method, "skip_unknown": skip_unknown, **options}
     data = yield Request("POST", table_path(table, "project"), json=body)
-    points = [Point(p["token"], int(p["id"]), float(p["x"]), float(p["y"])) for p in data["points"]]
+    points = [
+        Point(p["token"], int(p["id"]), float(p["x"]), float(p["y"]), p.get("text", p["token"])) for p in data["points"]
+    ]
     ratios = [float(r) for r in data.get("explained_variance_ratio") or []]
     return Projection(points, ratios, data["method"], data.get("unknown", []), data.get("axes"), data.get("params"))
 

@@ -52,6 +52,7 @@ class Point:
     id: int
     x: float
     y: float
+    text: str = ""  # the first of the tokens asked for that found this row, as sent (older servers: its token)
 
 
 @dataclass(frozen=True)

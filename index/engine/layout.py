@@ -414,11 +414,13 @@ class Projection:
 
 
 def project(table: Table, asked: Projection, stop: Callable[[], bool] | None = None) -> dict[str, Any]:
-    """The tokens' rows (each row once, named by the first token that asked for it) laid out in 2-D:
-    ``{"method", "points": [{"token", "id", "x", "y"}], "explained_variance_ratio"?, "unknown"}``, with ``axes``
-    (method axes) or ``params`` (tsne, umap). ``stop`` ends a t-SNE layout early (its client went)."""
+    """The tokens' rows (each row once) laid out in 2-D: ``{"method", "points": [{"token", "id", "x", "y",
+    "text"}], "explained_variance_ratio"?, "unknown"}`` (``token`` the row's label, ``text`` the first of the
+    tokens asked for that found it: "Café" beside "cafe"), with ``axes`` (method axes) or ``params`` (tsne, umap).
+    ``stop`` ends a t-SNE layout early (its client went)."""
     require(asked.method)  # a method whose package is missing: 422 naming it, before any work
-    rows: dict[int, str] = {}  # id -> the token that asked for it; repeats of a row are projected once
+    rows: dict[int, str] = {}  # id -> its label; repeats of a row are projected once
+    texts: dict[int, str] = {}  # id -> the first token asked for that found it
     unknown = []
     for token in asked.tokens:
         try:
@@ -429,6 +431,7 @@ def project(table: Table, asked: Projection, stop: Callable[[], bool] | None = N
             unknown.append(token)
             continue
         rows.setdefault(found.id, found.token)
+        texts.setdefault(found.id, token)
     ids = list(rows)
     if len(ids) < 2:
         left_out = f"; not in table {table.name!r}: {', '.join(map(repr, unknown[:5]))}" if unknown else ""
@@ -464,7 +467,10 @@ def project(table: Table, asked: Projection, stop: Callable[[], bool] | None = N
         points, ratio = pca_projection(vectors)
     out: dict[str, Any] = {
         "method": asked.method,
-        "points": [{"token": rows[i], "id": i, "x": x, "y": y} for i, (x, y) in zip(ids, points.tolist(), strict=True)],
+        "points": [
+            {"token": rows[i], "id": i, "x": x, "y": y, "text": texts[i]}
+            for i, (x, y) in zip(ids, points.tolist(), strict=True)
+        ],
     }
     if ratio is not None:
         out["explained_variance_ratio"] = ratio.tolist()

@@ -1,8 +1,10 @@
-"""From what a person types to a row: exact, space-marked (model tokens) or case-folded matches, spelling
-suggestions for a miss, and a model-token table's own tokenizer."""
+"""From what a person types to a row: exact, space-marked (model tokens), case-folded or (model tokens) normalised
+as the model's tokenizer normalises its text, spelling suggestions for a miss, and a model-token table's own
+tokenizer."""
 
 from __future__ import annotations
 
+import string
 import unicodedata
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -23,6 +25,7 @@ SUGGESTED_MISSES = 64  # unknown tokens of one request given suggestions (each c
 # unknown words would match each against 50,000 labels, seconds of a worker); None (the builder) bounds nothing.
 SUGGESTION_BUDGET: ContextVar[list[int] | None] = ContextVar("suggestion_budget", default=None)
 SPACE_MARKERS = ("Ġ", "▁", " ")
+BLANK = "".join(SPACE_MARKERS) + string.whitespace  # what a normalised text of no word may be left with
 
 
 def ranked_candidates(text: str, pool: list[str], limit: int) -> list[tuple[str, float, int]]:
@@ -52,7 +55,7 @@ class Resolved:
     query: str
     id: int
     token: str
-    match: str  # "exact", "space-marked", "casefold" or "id"
+    match: str  # "exact", "space-marked", "casefold", "normalized" or "id"
 
     def as_dict(self) -> dict[str, Any]:
         return {"text": self.query, "token": self.token, "id": self.id, "match": self.match}
@@ -87,30 +90,54 @@ class Lookup:
     def find(self, sent: str) -> Resolved | None:
         """Resolve a word: exact (as sent, then in Unicode's composed form NFC), then the space-marked form for
         model tokens, then case-folded (``Tokens.find_folded``: ``İ`` as Turkish folds it when nothing else
-        matches). A label that is not NFC (a decomposed "café", the Kelvin sign) is found as
-        it is spelled, as gensim finds it, before the composed form could match another row."""
+        matches; for model tokens the space-marked forms too), then for model tokens as the model's tokenizer
+        normalises it (:meth:`normalized`), by the same rules. A label that is not NFC (a decomposed "café", the
+        Kelvin sign) is found as it is spelled, as gensim finds it, before the composed form could match another
+        row."""
         found = self.tokens.find(sent)
         if found is not None:  # the usual case, before any other form is made
             return Resolved(sent, found, sent, "exact")
         text = unicodedata.normalize("NFC", sent)
-        if text != sent and (found := self.tokens.find(text)) is not None:
-            return Resolved(sent, found, text, "exact")
+        labelled = self.spelled(text)
+        if labelled is not None:
+            return Resolved(sent, *labelled)
+        normal = self.normalized(text)
+        labelled = None if normal is None else self.spelled(normal)
+        return None if labelled is None else Resolved(sent, labelled[0], labelled[1], "normalized")
+
+    def spelled(self, text: str) -> tuple[int, str, str] | None:
+        """The row of ``text`` (row, label, match), or None, by the first rule that finds one: the exact label,
+        for model tokens also the byte-level BPE spelling ("exact") and each form space-marked ("space-marked");
+        then the same case-folded, the lowest id of a form ("casefold"). Byte-level spellings are not folded:
+        their characters stand for bytes, which case folding would change into others."""
         forms = [text]
         if self.byte_level and (label := byte_level_label(text)) != text:
             forms.append(label)  # byte-level BPE labels spell "café" as "cafÃ©"
-            found = self.tokens.find(label)
-            if found is not None:
-                return Resolved(sent, found, label, "exact")
-        if self.model_tokens:
-            for form in forms:
-                for marker in SPACE_MARKERS:
-                    found = self.tokens.find(marker + form)
-                    if found is not None:
-                        return Resolved(sent, found, marker + form, "space-marked")
-        found = self.tokens.find_folded(text)
-        if found is not None:
-            return Resolved(sent, found, self.tokens[found], "casefold")
+        marked = [marker + form for form in forms for marker in SPACE_MARKERS] if self.model_tokens else []
+        for label in forms:
+            if (found := self.tokens.find(label)) is not None:
+                return found, label, "exact"
+        for label in marked:
+            if (found := self.tokens.find(label)) is not None:
+                return found, label, "space-marked"
+        for label in [text, *(marker + text for marker in SPACE_MARKERS if self.model_tokens)]:
+            if (found := self.tokens.find_folded(label)) is not None:
+                return found, self.tokens[found], "casefold"
         return None
+
+    def normalized(self, text: str) -> str | None:
+        """``text`` as a model-token table's tokenizer normalises a text before it splits it, when that differs:
+        uncased BERT lower-cases and strips accents, so the model reads "Café" as the row ``cafe``. None for a
+        table without a tokenizer or whose tokenizer has no normaliser, for a text the normaliser cannot read (a
+        lone surrogate) and for one it leaves nothing of but spaces (control characters: no row stands for them,
+        not a space marker's)."""
+        if not self.model_tokens or not self.has_tokenizer or self.tokenizer.normalizer is None:
+            return None
+        try:
+            normal: str = self.tokenizer.normalizer.normalize_str(self.model_text(text))
+        except UnicodeEncodeError:
+            return None
+        return normal if normal != text and normal.strip(BLANK) else None
 
     def resolve(self, text: str) -> Resolved:
         """Like :meth:`find`, but raise :class:`UnknownToken` with suggestions when nothing matches."""

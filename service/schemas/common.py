@@ -326,7 +326,7 @@ class QueryInfo(BaseModel):
     text: str | None = None
     token: str | None = None
     id: int | None = None
-    match: str | None = Field(None, description="exact, casefold, space-marked, id, or composed")
+    match: str | None = Field(None, description="exact, casefold, space-marked, normalized, id, or composed")
 
 
 class ItemError(BaseModel):

@@ -105,6 +105,7 @@ class Point(BaseModel):
     id: int
     x: float
     y: float
+    text: str = Field(description="the first of the tokens asked for that found this row, as sent")
 
 
 class ProjectResponse(BaseModel):

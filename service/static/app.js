@@ -486,12 +486,9 @@ async function runMap() {
   }
   const unknown = data.unknown || [];
   const known = items.filter((item) => !unknown.includes(item.word));
-  // One point per distinct row, in input order; match by token when two inputs shared a row ("Red", "red").
-  const byToken = new Map(known.map((item) => [item.word.toLowerCase(), item]).reverse()); // the first one wins
-  const aligned = data.points.length === known.length;
-  const points = data.points.map((p, i) => ({
-    ...p, ...(aligned ? known[i] : byToken.get(p.token.toLowerCase()) || { word: p.token, group: "words" }),
-  }));
+  // One point per distinct row, named by the first word that found it (its text: "Café" of "Café" and "cafe").
+  const byWord = new Map(known.map((item) => [item.word, item]).reverse()); // a word typed twice: the first one
+  const points = data.points.map((p) => ({ ...p, ...(byWord.get(p.text) || { word: p.token, group: "words" }) }));
   lastMap = {
     table, points, variance: data.explained_variance_ratio || [], unknown, axes: data.axes || null,
     method: data.method, params: data.params || null, suggestions: {},

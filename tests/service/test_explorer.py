@@ -221,6 +221,32 @@ def test_a_row_typed_twice_keeps_its_first_word_and_group(server: str, api: http
     watched.assert_clean()
 
 
+def test_a_row_typed_in_two_spellings_keeps_its_first_word_and_group(
+    server: str, api: httpx.Client, watched: Watched
+) -> None:
+    """On the model-token table "İstanbul" finds istanbul case-folded and "Café" finds cafe as the uncased model
+    reads it: typed before "istanbul" and "cafe" in other groups, each point is named and coloured as the first
+    word that found its row (the answer's ``text``), not by its label."""
+    watched.open(server, f"?table={TOKENS_TABLE}")
+    page = watched.page
+    page.fill("#map-words", "places: İstanbul paris\nfood: Café tea\nother: istanbul cafe heart")
+    page.press("#map-words", "Control+Enter")
+    page.wait_for_function("() => document.querySelectorAll('#map-out svg circle').length === 5")
+    tokens = ["İstanbul", "paris", "Café", "tea", "istanbul", "cafe", "heart"]
+    answer = api.post(f"/v1/tables/{TOKENS_TABLE}/project", json={"tokens": tokens, "method": "pca"}).json()
+    assert [(p["token"], p["text"]) for p in answer["points"]] == [
+        ("istanbul", "İstanbul"),
+        ("paris", "paris"),
+        ("cafe", "Café"),
+        ("tea", "tea"),
+        ("heart", "heart"),
+    ]
+    titles = page.locator("#map-out svg .point title").all_text_contents()
+    assert titles == ["İstanbul (places)", "paris (places)", "Café (food)", "tea (food)", "heart (other)"]
+    assert page.locator("#map-out .legend li").all_inner_texts() == ["places", "food", "other"]
+    watched.assert_clean()
+
+
 def test_unknown_word_shows_clickable_suggestions(server: str, api: httpx.Client, watched: Watched) -> None:
     watched.open(server, f"?table={WORDS_TABLE}")
     page = watched.page

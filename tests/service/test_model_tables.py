@@ -5,6 +5,7 @@ from __future__ import annotations
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
+from urllib.parse import quote
 
 import numpy as np
 import pytest
@@ -15,6 +16,7 @@ from tokenizers import Tokenizer
 from index.build.sources import RawTable, ReadOptions
 from index.build.sources import huggingface as hf
 from index.build.writer import build_table
+from index.engine.table import Table
 from service.app import create_app
 from service.settings import Settings
 from tests import vectors
@@ -31,6 +33,8 @@ def data_dir(tmp_path_factory: pytest.TempPathFactory, glove_raw: RawTable, mini
     shutil.copytree(minilm_data_dir / MINILM, data / MINILM)  # the session's
     tiny = write_model(root / "tiny", "byte-bpe", "BF16", "model.embed_tokens.weight", sharded=False, output=None)
     build_table(hf.read(tiny.directory, ReadOptions()), data_dir=data, name="tiny-bpe", source={"format": "hf"})
+    sp = write_model(root / "sp", "sp-unigram", "F32", "shared.weight", sharded=False, output=None)
+    build_table(hf.read(sp.directory, ReadOptions()), data_dir=data, name="tiny-sp", source={"format": "hf"})
     words = RawTable(tokens=glove_raw.tokens[:5000], matrix=glove_raw.matrix[:5000].copy())
     build_table(words, data_dir=data, name="glove-5k", source={"format": "glove-package"})
     return data
@@ -136,6 +140,34 @@ def test_cjk_lookup(client: TestClient, minilm_tokenizer: Tokenizer, unit: np.nd
     assert "[UNK]" in missing.json()["error"]["message"]
 
 
+def test_a_word_is_the_row_the_uncased_model_reads_it_as(
+    client: TestClient, data_dir: Path, minilm_tokenizer: Tokenizer, unit: np.ndarray, special_ids: set[int]
+) -> None:
+    """all-MiniLM-L6-v2's tokenizer lower-cases and strips accents before it splits a text, and its vocabulary
+    holds no accented letter: to the model "Café" is the row ``cafe``, and so it is to the word routes."""
+    vocab = minilm_tokenizer.get_vocab()
+    normalizer = minilm_tokenizer.normalizer
+    for word, label in [("café", "cafe"), ("Café", "cafe"), ("naïve", "naive"), ("ÉCOLE", "ecole"), ("##É", "##e")]:
+        assert word not in vocab and normalizer.normalize_str(word) == label
+        row = vocab[label]
+        got = client.get("/v1/tables/minilm/neighbors", params={"token": word, "k": 5}).json()
+        assert got["query"] == {"text": word, "token": label, "id": row, "match": "normalized"}
+        assert ids(got) == brute_force(unit, unit[row], 5, {row} | special_ids)
+        assert client.get(f"/v1/tables/minilm/tokens/{quote(word, safe='')}").json()["id"] == row
+    assert minilm_tokenizer.encode("Café", add_special_tokens=False).ids == [vocab["cafe"]]
+    sim = client.get("/v1/tables/minilm/similarity", params={"a": "Café", "b": "cafe"}).json()
+    assert sim["similarity"] == pytest.approx(1.0) and sim["query"]["a"]["match"] == "normalized"
+    # Rules before it still come first ("[cls]" is [CLS] case-folded), a normal form that is no row is unknown
+    # ("straße"), and a word table has no tokenizer to normalise with (GloVe's "role" is among its first 5,000 rows,
+    # "rôle" is not).
+    assert client.get("/v1/tables/minilm/tokens/[cls]").json()["query"]["match"] == "casefold"
+    missing = client.get("/v1/tables/minilm/neighbors", params={"token": "Straße"}).json()
+    assert missing["error"]["code"] == "unknown_token" and missing["error"]["suggestions"]
+    assert client.get("/v1/tables/glove-5k/neighbors", params={"token": "role"}).status_code == 200
+    assert client.get("/v1/tables/glove-5k/neighbors", params={"token": "rôle"}).status_code == 404
+    assert Table.load(data_dir / MINILM).find("caf\ud800") is None  # a lone surrogate, which no normaliser reads
+
+
 def test_byte_level_table_resolves_plain_words(client: TestClient, data_dir: Path) -> None:
     vocab = Tokenizer.from_file(str(data_dir / "tiny-bpe" / "tokenizer.json")).get_vocab()
     words = [t[1:] for t in vocab if t.startswith("Ġ") and t[1:].isalpha() and t[1:].isascii() and t[1:] not in vocab]
@@ -145,6 +177,51 @@ def test_byte_level_table_resolves_plain_words(client: TestClient, data_dir: Pat
         assert len(got["neighbors"]) == 3 and all(n["readable"] for n in got["neighbors"])
     body = client.get("/v1/tables/tiny-bpe/tokens/心").json()
     assert body["readable"].strip() == "心" and body["token"] != "心"  # the label spells the UTF-8 bytes
+
+
+@pytest.mark.parametrize(("table", "marker"), [("tiny-bpe", "Ġ"), ("tiny-sp", "▁")])
+def test_a_word_in_another_case_finds_its_word_start_piece(
+    client: TestClient, data_dir: Path, table: str, marker: str
+) -> None:
+    """A cased byte-level or SentencePiece vocabulary labels a word's start with its space marker: "Need" or
+    "NEED", in no case a label, is the word ``▁need`` case-folded (the lowest id of the labels folding alike), as
+    "need" is it space-marked; a label spelled as typed still comes first."""
+    vocab = Tokenizer.from_file(str(data_dir / table / "tokenizer.json")).get_vocab()
+    folded: dict[str, list[int]] = {}
+    for label, row in vocab.items():
+        folded.setdefault(label.casefold(), []).append(row)
+    starts = [t for t in vocab if t.startswith(marker) and t[1:].isascii() and t[1:].isalpha() and len(t) > 3]
+    checked = 0
+    for start in starts:
+        word = start[1:]
+        for typed in (word.capitalize(), word.upper()):
+            if typed.casefold() in folded or marker + typed in vocab:
+                continue  # a label of its own, found before
+            got = client.get(f"/v1/tables/{table}/neighbors", params={"token": typed, "k": 3}).json()
+            row = min(folded[(marker + typed).casefold()])
+            assert got["query"] == {
+                "text": typed,
+                "token": {i: t for t, i in vocab.items()}[row],
+                "id": row,
+                "match": "casefold",
+            }
+            checked += 1
+    assert checked >= 20
+
+
+def test_a_sentencepiece_word_as_its_tokenizer_normalises_it(client: TestClient, data_dir: Path) -> None:
+    """The SentencePiece model's normaliser (NFKC) reads full-width letters as plain ones: "ｎｅｅｄ" and "ＮＥＥＤ"
+    are ``▁need`` to it. A text it leaves blank (a control character) is no row, not the space marker's ``▁``."""
+    tokenizer = Tokenizer.from_file(str(data_dir / "tiny-sp" / "tokenizer.json"))
+    vocab = tokenizer.get_vocab()
+    assert "▁need" in vocab and "▁" in vocab
+    for typed in ("ｎｅｅｄ", "ＮＥＥＤ"):
+        assert tokenizer.normalizer.normalize_str(typed).casefold() == "need"
+        got = client.get("/v1/tables/tiny-sp/neighbors", params={"token": typed, "k": 3}).json()
+        assert got["query"] == {"text": typed, "token": "▁need", "id": vocab["▁need"], "match": "normalized"}
+    for blank in ("\x07", "\u200b"):
+        assert tokenizer.normalizer.normalize_str(blank).strip() == ""
+        assert client.get("/v1/tables/tiny-sp/neighbors", params={"token": blank}).status_code == 404
 
 
 def test_skip_special(client: TestClient, special_ids: set[int]) -> None:

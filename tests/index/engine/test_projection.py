@@ -159,15 +159,17 @@ def test_a_missing_package_is_named_with_its_extra(
 
 
 def test_a_table_s_tokens_projected_each_row_once_unknown_ones_listed(small: Table) -> None:
-    """``project`` resolves the tokens (a repeated word is one point, named as first asked), leaves unknown ones out
-    when asked, and lays out the rows as ``pca_projection`` does."""
-    tokens = ["king", "queen", "zzqx-unknown", "man", "king", "woman"]
+    """``project`` resolves the tokens (a repeated word, or another case of it, is one point: ``token`` its row's
+    label, ``text`` the first word that found it), leaves unknown ones out when asked, and lays out the rows as
+    ``pca_projection`` does."""
+    tokens = ["King", "queen", "zzqx-unknown", "man", "king", "woman"]
     answer = project(small, Projection(tokens, skip_unknown=True))
     ids = [small.resolve(w).id for w in ("king", "queen", "man", "woman")]
     points, ratio = pca_projection(np.asarray(small.vectors[ids]))
     assert [(p["token"], p["id"]) for p in answer["points"]] == list(
         zip(["king", "queen", "man", "woman"], ids, strict=True)
     )
+    assert [p["text"] for p in answer["points"]] == ["King", "queen", "man", "woman"]
     np.testing.assert_allclose([[p["x"], p["y"]] for p in answer["points"]], points)
     assert answer["explained_variance_ratio"] == ratio.tolist() and answer["unknown"] == ["zzqx-unknown"]
     with pytest.raises(UnknownToken):

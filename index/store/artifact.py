@@ -363,8 +363,54 @@ def read_manifest(directory: Path) -> dict[str, Any]:
     if not isinstance(manifest, dict):
         raise ArtifactError(f"{path}: not a table's manifest (a JSON object)")
     if manifest.get("format_version") != FORMAT_VERSION:
-        raise ArtifactError(f"{path}: unsupported format version {manifest.get('format_version')!r}")
+        raise ArtifactError(other_format(directory, manifest))
     return manifest
+
+
+def other_format(directory: Path, manifest: dict[str, Any]) -> str:
+    """Why the table in ``directory`` whose ``manifest`` records another format version than this release's is
+    refused, and the command that builds it again from the source its manifest names (a shard's: its sharded
+    table's)."""
+    version = manifest.get("format_version")
+    has = "no format version" if version is None else f"format version {version!r}"
+    table, built = directory.name, manifest
+    whole = _sharded_owner(directory)
+    if whole is not None:
+        table, built = directory.parent.name, whole
+    return (
+        f"table {directory.name!r} ({directory}) has {has}, which this release does not read (it reads format "
+        f"version {FORMAT_VERSION}): build {'its sharded table' if whole else 'it'} again with this release, "
+        f"`{_build_command(table, built)}` (with the options it was built with), or serve it with the release "
+        "that built it"
+    )
+
+
+def _sharded_owner(directory: Path) -> dict[str, Any] | None:
+    """The manifest of the sharded table ``directory`` is a shard of, as it reads (None: it is none's)."""
+    try:
+        owner = json.loads((directory.parent / MANIFEST).read_text())
+    except (OSError, ValueError):
+        return None
+    shards = owner.get("shards") if isinstance(owner, dict) and owner.get("kind") == "sharded" else None
+    return owner if isinstance(shards, dict) and directory.name in (shards.get("names") or ()) else None
+
+
+def _build_command(name: str, manifest: dict[str, Any]) -> str:
+    """The command that builds table ``name`` from the source its ``manifest`` names (of any release's shape)."""
+    source, shards = manifest.get("source"), manifest.get("shards")
+    source = source if isinstance(source, dict) else {}
+    form, path = source.get("format"), source.get("path") or "SOURCE"
+    if form == "glove-package":
+        return f"embedding-index build --name {name} --force"
+    if form == "word2vec-training":
+        corpus = " ".join(map(str, path)) if isinstance(path, list) else path
+        return f"embedding-index train {corpus} --name {name} --force"
+    count = shards.get("count") if isinstance(shards, dict) and manifest.get("kind") == "sharded" else None
+    return " ".join(
+        ["embedding-index import", str(path), *([f"--format {form}"] if form else []), f"--name {name}"]
+        + ([f"--shards {count}"] if count else [])
+        + ["--force"]
+    )
 
 
 @dataclass(frozen=True)

@@ -373,15 +373,20 @@ def other_format(directory: Path, manifest: dict[str, Any]) -> str:
     table's)."""
     version = manifest.get("format_version")
     has = "no format version" if version is None else f"format version {version!r}"
-    table, built = directory.name, manifest
-    whole = _sharded_owner(directory)
-    if whole is not None:
-        table, built = directory.parent.name, whole
     return (
         f"table {directory.name!r} ({directory}) has {has}, which this release does not read (it reads format "
-        f"version {FORMAT_VERSION}): build {'its sharded table' if whole else 'it'} again with this release, "
-        f"`{_build_command(table, built)}` (with the options it was built with), or serve it with the release "
-        "that built it"
+        f"version {FORMAT_VERSION}): {_build_again(directory, manifest)}, or serve it with the release that built it"
+    )
+
+
+def _build_again(directory: Path, manifest: dict[str, Any]) -> str:
+    """What to do with the table in ``directory`` that this release cannot serve: the command that builds it (a
+    shard: its sharded table) from the source its ``manifest`` names."""
+    whole = _sharded_owner(directory)
+    table, built = (directory.parent.name, whole) if whole is not None else (directory.name, manifest)
+    return (
+        f"build {'its sharded table' if whole else 'it'} again with this release, `{_build_command(table, built)}` "
+        "(with the options it was built with)"
     )
 
 
@@ -428,7 +433,24 @@ def verify(directory: Path, checksums: bool = True, progress: Callable[[int], No
         shape = np.load(directory / VECTORS, mmap_mode="r").shape
         if shape != (manifest.get("rows"), manifest.get("dim")):
             problems.append(f"{VECTORS}: shape {shape}, manifest says {manifest.get('rows')} x {manifest.get('dim')}")
+        elif moved := column_major(directory, manifest):
+            problems.append(moved)
     return Verification(ok=not problems, problems=problems)
+
+
+def column_major(directory: Path, manifest: dict[str, Any]) -> str | None:
+    """Why this release does not serve the table in ``directory`` whose vectors an earlier release stored
+    column-major (as a column-major source came), with the command that builds it again (None: they are not)."""
+    try:
+        vectors = np.load(directory / VECTORS, mmap_mode="r")
+    except (OSError, ValueError):  # missing or damaged: its verification says so
+        return None
+    if vectors.ndim != 2 or vectors.flags.c_contiguous:
+        return None
+    return (
+        f"{VECTORS}: its rows are stored column-major (Fortran order), as an earlier release kept a column-major "
+        f"source; this release maps rows whole: {_build_again(directory, manifest)}"
+    )
 
 
 def file_problems(

@@ -20,6 +20,7 @@ from index.engine.table import Table
 from index.errors import ArtifactError, InvalidQuery, UnknownTable
 from index.store import artifact
 from index.store.artifact import MANIFEST
+from tests.cli import run_cli
 
 
 def _raw(rows: int = 300, dim: int = 8, seed: int = 0) -> RawTable:
@@ -229,6 +230,36 @@ def test_a_sharded_table_of_another_format_version_is_built_again_as_shards(tmp_
         shard.startswith("table 'shard-001' (")
         and f"build its sharded table again with this release, {command}" in shard
     )
+
+
+def test_a_table_whose_rows_an_earlier_release_stored_column_major_is_refused_with_the_command_that_builds_it(
+    tmp_path: Path,
+) -> None:
+    """Vectors stored column-major (Fortran order, as an earlier release kept a column-major source), its manifest
+    agreeing: the load, ``verify`` and ``index`` refuse the table naming it and the command that builds it again
+    (the load did so without a word of what to do, and ``verify`` said ok); built again, it loads."""
+    source = {"format": "npy", "path": "m.npy"}
+    build_table(_raw(), data_dir=tmp_path, name="t", source=source)
+    directory = tmp_path / "t"
+    vectors = directory / artifact.VECTORS
+    np.save(vectors, np.asfortranarray(np.load(vectors)))
+    manifest = json.loads((directory / artifact.MANIFEST).read_text())
+    manifest["files"][artifact.VECTORS] = {"bytes": vectors.stat().st_size, "sha256": artifact.sha256_file(vectors)}
+    (directory / artifact.MANIFEST).write_text(json.dumps(manifest))
+    said = (
+        "vectors.npy: its rows are stored column-major (Fortran order), as an earlier release kept a column-major "
+        "source; this release maps rows whole: build it again with this release, `embedding-index import m.npy "
+        "--format npy --name t --force`"
+    )
+    with pytest.raises(ArtifactError) as refused:
+        Table.load(directory)
+    assert str(refused.value).startswith(f"table 't': {said}"), refused.value
+    checked = artifact.verify(directory)
+    assert not checked.ok and checked.problems[0].startswith(said), checked
+    done = run_cli("index", "t", "--index", "flat", "--data-dir", tmp_path)
+    assert done.code == 1 and said in done.err and json.loads((directory / artifact.MANIFEST).read_text()) == manifest
+    build_table(_raw(), data_dir=tmp_path, name="t", source=source, force=True)
+    assert Table.load(directory).vectors.flags.c_contiguous
 
 
 @pytest.mark.parametrize("name", ["..", "../x", "a/b", ".hidden", "", "x" * 65, "a\x00b", "%2e%2e"])

@@ -274,6 +274,12 @@ class ClientKey:
         await self.app(scope, receive, send)
 
 
+def _import(identity: object) -> str:
+    """A sharded import as a front's refusal names it (``shard_of``'s ``import``; null: imported before imports
+    had an identity)."""
+    return f"import {identity}" if identity is not None else "an import made before imports had an identity"
+
+
 class Front:
     """The sharded tables this process fronts, and the one HTTP client it asks their shards with."""
 
@@ -366,14 +372,14 @@ class Front:
         # again since: once every shard is, the new import is the one its replicas are checked against).
         recent = time.monotonic() - PLACE_SECONDS
         imports = {
-            str(p.get("import"))
+            _import(p.get("import"))
             for (name, _, _), (when, p) in self.placed.items()
             if name == table and p and when > recent
         }
-        if imports and str(place.get("import")) not in imports:
+        if imports and _import(place.get("import")) not in imports:
             return (
-                f"its server serves shard {number} of table {place.get('table')!r} of import {place.get('import')}, "
-                f"not of import {', '.join(sorted(imports))} as the table's other replicas do"
+                f"its server serves shard {number} of table {place.get('table')!r} of {_import(place.get('import'))}, "
+                f"not of {', '.join(sorted(imports))} as the table's other replicas do"
             )
         return None
 

@@ -124,14 +124,16 @@ def import_sharded(
     run_all: RunAll = one_by_one,
     complete: Callable[[Path], None] | None = None,
     empty: bool = False,
-    identity: str | None = None,
+    identity: str | None = "new",
 ) -> dict[str, Any]:
     """Publish ``documents`` as table ``name`` of ``shards`` shards; return the sharded table's manifest.
 
     ``build_shard(raw, directory, name)`` builds one shard as a table of ``directory`` (``build_table`` with the
     import's index options); ``complete``, if given, runs under the publish lock before the swap (it may refuse);
     ``empty``: a shard may hold no document (a compaction's, after deletes), else that is refused; ``identity``:
-    the import's (a compaction keeps its table's), else a new one."""
+    the import's, as the map records it: ``"new"`` makes one; a compaction keeps its table's, and so none (None)
+    for a table imported before imports had one, whose shards' servers still on the version before then serve
+    the same import as those on the compacted one."""
     started = time.perf_counter()
     check_target(data_dir, name, shards, force)
     assignment = shardmap.assign(documents.payload.column(0).combine_chunks(), shards)
@@ -203,7 +205,7 @@ class Sharding:
     source: dict[str, Any]
     params: dict[str, Any]
     started: float
-    identity: str | None = None  # the import's (``shardmap.IMPORT``), else a new one: a compaction keeps its own
+    identity: str | None = "new"  # the import's (``shardmap.IMPORT``): a compaction keeps its own
 
 
 def publish(
@@ -259,7 +261,7 @@ def publish(
                     "names": names,
                     "rows": [m["rows"] for m in manifests],
                     "index": [m["index"]["spec"] for m in manifests],
-                    shardmap.IMPORT: sharding.identity or uuid.uuid4().hex,
+                    shardmap.IMPORT: uuid.uuid4().hex if sharding.identity == "new" else sharding.identity,
                 },
                 **beside(tmp),
                 "built_at": artifact.now_iso(),

@@ -13,7 +13,8 @@ A filter is JSON, as the search request carries it:
   field: the import refuses a field named ``id``, and on a table imported before with one, ``id`` is refused),
   read as the table reads ids (``"7"`` is 7 in an integer-id table); an id the table does not have passes no row;
 - ``{"not": F}``, ``{"and": [F, ...]}``, ``{"or": [F, ...]}`` (never fields: the import refuses a field so
-  named); several keys in one object all must hold.
+  named, and on a table imported before with one, such a key given a field's value is refused naming it);
+  several keys in one object all must hold.
 
 A null (missing) value passes no condition but ``ne`` and ``not``. Each condition is one Arrow compute call
 over the column (no Python loop over documents); the result is a :class:`RowSet`, a boolean per row with the
@@ -133,9 +134,12 @@ def _node(payload: Payload, spec: Any, where: str, depth: int) -> pa.Array:
     for key, value in spec.items():
         here = f"{where}.{clipped(str(key))}"
         if key == "not":
+            if not isinstance(value, dict):
+                _logical_field(payload, key, here)
             parts.append(pc.invert(_node(payload, value, here, depth + 1)))
         elif key in ("and", "or"):
             if not isinstance(value, list) or not value:
+                _logical_field(payload, key, here)
                 raise InvalidQuery(f"{here}: takes a non-empty list of filters")
             items = [_node(payload, item, f"{here}[{i}]", depth + 1) for i, item in enumerate(value)]
             parts.append(_combine(items, pc.and_ if key == "and" else pc.or_))
@@ -144,6 +148,17 @@ def _node(payload: Payload, spec: Any, where: str, depth: int) -> pa.Array:
         else:
             parts.append(_field(payload, key, value, here))
     return _combine(parts, pc.and_)
+
+
+def _logical_field(payload: Payload, key: str, where: str) -> None:
+    """Refuse a filter's ``and``/``or``/``not`` given a field's value on a table with a field of that name
+    (imported before the import refused one): no filter can test that field."""
+    if key in payload.fields:
+        raise InvalidQuery(
+            f"{where}: the table has a field named {key!r}, imported before fields could not be named so; a "
+            f"filter's {key!r} combines filters, so no filter tests that field: import the table again with the "
+            "field renamed"
+        )
 
 
 def _conditions(spec: Any) -> int:

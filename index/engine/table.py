@@ -210,6 +210,9 @@ class Table:
         """:meth:`load`, given a shard's whole table's keyword statistics (``whole``) when the loader of its
         sharded table read them already (``KeywordIndex.open`` reads them otherwise)."""
         directory = Path(directory)
+        manifest = artifact.read_manifest(directory)
+        if moved := artifact.column_major(directory, manifest):  # not a disagreement with the manifest
+            raise ArtifactError(f"table {directory.name!r}: {moved}")
         result = artifact.verify(directory, checksums=checksums)
         if not result.ok:
             raise ArtifactError(f"table {directory.name!r} disagrees with its manifest: " + "; ".join(result.problems))

@@ -363,8 +363,59 @@ def read_manifest(directory: Path) -> dict[str, Any]:
     if not isinstance(manifest, dict):
         raise ArtifactError(f"{path}: not a table's manifest (a JSON object)")
     if manifest.get("format_version") != FORMAT_VERSION:
-        raise ArtifactError(f"{path}: unsupported format version {manifest.get('format_version')!r}")
+        raise ArtifactError(other_format(directory, manifest))
     return manifest
+
+
+def other_format(directory: Path, manifest: dict[str, Any]) -> str:
+    """Why the table in ``directory`` whose ``manifest`` records another format version than this release's is
+    refused, and the command that builds it again from the source its manifest names (a shard's: its sharded
+    table's)."""
+    version = manifest.get("format_version")
+    has = "no format version" if version is None else f"format version {version!r}"
+    return (
+        f"table {directory.name!r} ({directory}) has {has}, which this release does not read (it reads format "
+        f"version {FORMAT_VERSION}): {_build_again(directory, manifest)}, or serve it with the release that built it"
+    )
+
+
+def _build_again(directory: Path, manifest: dict[str, Any]) -> str:
+    """What to do with the table in ``directory`` that this release cannot serve: the command that builds it (a
+    shard: its sharded table) from the source its ``manifest`` names."""
+    whole = _sharded_owner(directory)
+    table, built = (directory.parent.name, whole) if whole is not None else (directory.name, manifest)
+    return (
+        f"build {'its sharded table' if whole else 'it'} again with this release, `{_build_command(table, built)}` "
+        "(with the options it was built with)"
+    )
+
+
+def _sharded_owner(directory: Path) -> dict[str, Any] | None:
+    """The manifest of the sharded table ``directory`` is a shard of, as it reads (None: it is none's)."""
+    try:
+        owner = json.loads((directory.parent / MANIFEST).read_text())
+    except (OSError, ValueError):
+        return None
+    shards = owner.get("shards") if isinstance(owner, dict) and owner.get("kind") == "sharded" else None
+    return owner if isinstance(shards, dict) and directory.name in (shards.get("names") or ()) else None
+
+
+def _build_command(name: str, manifest: dict[str, Any]) -> str:
+    """The command that builds table ``name`` from the source its ``manifest`` names (of any release's shape)."""
+    source, shards = manifest.get("source"), manifest.get("shards")
+    source = source if isinstance(source, dict) else {}
+    form, path = source.get("format"), source.get("path") or "SOURCE"
+    if form == "glove-package":
+        return f"embedding-index build --name {name} --force"
+    if form == "word2vec-training":
+        corpus = " ".join(map(str, path)) if isinstance(path, list) else path
+        return f"embedding-index train {corpus} --name {name} --force"
+    count = shards.get("count") if isinstance(shards, dict) and manifest.get("kind") == "sharded" else None
+    return " ".join(
+        ["embedding-index import", str(path), *([f"--format {form}"] if form else []), f"--name {name}"]
+        + ([f"--shards {count}"] if count else [])
+        + ["--force"]
+    )
 
 
 @dataclass(frozen=True)
@@ -382,7 +433,24 @@ def verify(directory: Path, checksums: bool = True, progress: Callable[[int], No
         shape = np.load(directory / VECTORS, mmap_mode="r").shape
         if shape != (manifest.get("rows"), manifest.get("dim")):
             problems.append(f"{VECTORS}: shape {shape}, manifest says {manifest.get('rows')} x {manifest.get('dim')}")
+        elif moved := column_major(directory, manifest):
+            problems.append(moved)
     return Verification(ok=not problems, problems=problems)
+
+
+def column_major(directory: Path, manifest: dict[str, Any]) -> str | None:
+    """Why this release does not serve the table in ``directory`` whose vectors an earlier release stored
+    column-major (as a column-major source came), with the command that builds it again (None: they are not)."""
+    try:
+        vectors = np.load(directory / VECTORS, mmap_mode="r")
+    except (OSError, ValueError):  # missing or damaged: its verification says so
+        return None
+    if vectors.ndim != 2 or vectors.flags.c_contiguous:
+        return None
+    return (
+        f"{VECTORS}: its rows are stored column-major (Fortran order), as an earlier release kept a column-major "
+        f"source; this release maps rows whole: {_build_again(directory, manifest)}"
+    )
 
 
 def file_problems(

@@ -170,6 +170,33 @@ def test_a_table_that_never_loaded_is_reported_missing_until_fixed(data_dir: Pat
         assert client.get("/readyz").status_code == 200
 
 
+def test_a_table_of_another_format_version_is_refused_naming_the_command_that_builds_it_again(
+    data_dir: Path, glove_raw: RawTable, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A table whose manifest records another format version than this release reads (one built by a later
+    release, served again by this one) is not loaded: the log names it, its format and the command that builds it
+    again; the other tables serve, and once it is built again it loads."""
+    path = data_dir / "t" / artifact.MANIFEST
+    path.write_text(path.read_text().replace('"format_version": 1,', '"format_version": 2,', 1))
+    with (
+        caplog.at_level(logging.ERROR, logger="service.registry"),
+        client_for(data_dir=data_dir, api_key=KEY) as client,
+    ):
+        [line] = [r.getMessage() for r in caplog.records if "'t'" in r.getMessage()]
+        assert (
+            "table 't' not loaded, skipped: table 't' " in line
+            and "has format version 2, which this release does not read (it reads format version 1)" in line
+            and f"`embedding-index import glove[:{V1}] --format test --name t --force`" in line
+        ), line
+        ready = client.get("/readyz")
+        assert ready.status_code == 503 and ready.json()["error"]["missing"] == ["t"]
+        assert client.get("/v1/tables/t").json()["error"]["code"] == "not_ready"
+        assert rows(client, "u") == 3_000
+        build(glove_raw, data_dir, "t", V1)  # what the message says to do
+        assert client.post("/v1/admin/reload", headers=ADMIN).json()["loaded"] == ["t"]
+        assert rows(client) == V1
+
+
 def test_admin_endpoints_need_the_admin_key(data_dir: Path) -> None:
     with client_for(data_dir=data_dir, api_key=KEY) as client:
         assert client.post("/v1/admin/reload").json()["error"]["code"] == "unauthorized"

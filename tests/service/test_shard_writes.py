@@ -6,6 +6,7 @@ them, in-process, over gensim's Lee corpus imported whole and as 3 shards).
 
 from __future__ import annotations
 
+import json
 import shutil
 from collections.abc import Sequence
 from pathlib import Path
@@ -254,6 +255,33 @@ def test_compaction_folds_every_shards_log(data: Path, tables: tuple[Table, Shar
     done = upsert(whole, sharded, [{"id": "after", "vector": lee_docs.vectors[1].tolist()}])
     owner = shardmap.shard_of_id("after", SHARDS)
     assert [(d.shard, d.sequence) for d in done] == [(owner, sharded.shards[owner].manifest["log_sequence"] + 1)]
+
+
+def test_a_table_imported_before_imports_had_an_identity_keeps_none_through_a_compaction(
+    lee_imports: Path, lee_docs: Lee, tmp_path: Path
+) -> None:
+    """A sharded table whose map has no import identity (as sharded imports wrote it before they had one): its
+    compaction keeps none, so the replicas of its shards that serve the compacted version and those still on the
+    version before are of one import to a front (a new identity would have it refuse one or the other until every
+    replica had loaded the new version)."""
+    for where in ("whole", "sharded"):
+        lee_copy(lee_imports, "plain", where, tmp_path / where)
+    directory = tmp_path / "sharded" / "lee"
+    path = directory / artifact.MANIFEST
+    manifest = json.loads(path.read_text())
+    del manifest["shards"][shardmap.IMPORT]
+    path.write_text(json.dumps(manifest, indent=2))
+    whole, sharded = load(tmp_path)
+    assert delete(whole, sharded, {"ids": lee_docs.ids[:5]}) == (5, 5)
+    done = run_cli("compact", "lee", "--data-dir", tmp_path / "sharded")
+    assert done.code == 0 and f"{len(lee_docs.ids) - 5} documents" in done.out, done.err
+    assert shardmap.verify(directory).ok
+    shard_map = shardmap.read(directory)
+    assert shard_map.manifest["shards"].get(shardmap.IMPORT) is None
+    assert [shardmap.place(shard_map.shard_directory(s)) for s in range(SHARDS)] == [
+        shardmap.Place("lee", s, SHARDS, None) for s in range(SHARDS)
+    ]
+    assert ShardedTable.load(directory).rows == len(lee_docs.ids) - 5
 
 
 def test_a_shard_whose_every_document_is_deleted_compacts_empty(

@@ -15,7 +15,8 @@ import time
 from pathlib import Path
 
 from index.store import shardmap
-from service.scatter import PLACE_SECONDS
+from service.scatter import PLACE_SECONDS, Front
+from service.shard_settings import ShardSettings
 from tests.cli import run_cli
 from tests.lee import Lee, jsonl_records, write_jsonl
 from tests.service import real_server
@@ -115,3 +116,23 @@ def test_shards_imported_again_under_integer_ids_are_routed_by_them(tmp_path: Pa
         assert len(hits) == 5 and number not in [hit["id"] for hit in hits], hits  # the query's own left out
     finally:
         real_server.stop_together(started)
+
+
+def test_an_import_made_before_imports_had_an_identity_is_named_so() -> None:
+    """A shard imported before imports had an identity says ``"import": null``: a front's refusal of it, or of a
+    shard of a later import beside it, names it in words, not as Python's None; shards that all have none pass."""
+    urls = [["http://a/v1/tables/shard-000"], ["http://b/v1/tables/shard-001"]]
+    older = "an import made before imports had an identity"
+    for checked, asked, said in (
+        (None, "9f0c", f"import 9f0c, not of {older}"),
+        ("9f0c", None, f"{older}, not of import 9f0c"),
+    ):
+        front = Front(ShardSettings(shards={"lee": urls}))
+        front.placed[("lee", 0, urls[0][0])] = (
+            time.monotonic(),
+            {"table": "lee", "shard": 0, "shards": 2, "import": checked},
+        )
+        problem = front.out_of_place("lee", 1, {"table": "lee", "shard": 1, "shards": 2, "import": asked})
+        assert problem == f"its server serves shard 1 of table 'lee' of {said} as the table's other replicas do"
+    front.placed[("lee", 0, urls[0][0])] = (time.monotonic(), {"table": "lee", "shard": 0, "shards": 2, "import": None})
+    assert front.out_of_place("lee", 1, {"table": "lee", "shard": 1, "shards": 2, "import": None}) is None

@@ -194,6 +194,28 @@ def test_a_table_imported_with_a_field_named_id_refuses_a_filter_on_id(
     assert table.filter({"year": {"gte": 0}}).count == 20
 
 
+def test_a_table_imported_with_a_field_named_and_or_not_says_no_filter_tests_it(
+    tmp_path: Path, lee: Lee, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A table imported before the import refused fields named ``and``, ``or`` or ``not``: a filter giving such a
+    key a field's value is refused naming the field and what to do, not as a malformed combination; the keys
+    still combine filters."""
+    records = jsonl_records(lee)[:20]
+    for i, record in enumerate(records):
+        record["and"], record["not"] = f"group-{i % 3}", i
+    monkeypatch.setattr(documents_build, "LOGICAL", ())  # the import as it was: no field refused
+    table, payload, _ = import_ok(write_jsonl(tmp_path / "old.jsonl", records), tmp_path / "data", "old")
+    assert payload.fields["and"] == "string" and payload.fields["not"] == "integer"
+    for spec, key in (({"and": "group-1"}, "and"), ({"year": {"gte": 0}, "not": 3}, "not")):
+        with pytest.raises(InvalidQuery, match=rf"filter\.{key}: the table has a field named '{key}', imported before"):
+            table.filter(spec)
+    assert table.filter({"and": [{"year": {"gte": 0}}, {"not": {"year": 1990}}]}).count == sum(
+        1 for r in records if r["year"] != 1990
+    )
+    with pytest.raises(InvalidQuery, match=r"filter\.or: takes a non-empty list of filters"):
+        table.filter({"or": "group-1"})  # no field of that name
+
+
 @pytest.mark.parametrize("kind", [pa.string(), pa.large_string()])
 def test_string_offsets_of_a_slice(kind: pa.DataType) -> None:
     strings = pa.array(["a", "", "héllo", None, "xyz"], kind).slice(1, 3)

@@ -19,6 +19,8 @@ from index.build.writer import build_table
 from index.engine.table import Table
 from index.errors import ArtifactError, InvalidQuery, UnknownTable
 from index.store import artifact
+from index.store.artifact import MANIFEST
+from tests.cli import run_cli
 
 
 def _raw(rows: int = 300, dim: int = 8, seed: int = 0) -> RawTable:
@@ -176,6 +178,88 @@ def test_loader_refuses_damaged_table(tmp_path: Path, damage: str) -> None:
         (directory / artifact.NORMS).unlink()
     with pytest.raises(ArtifactError, match="disagrees with its manifest"):
         Table.load(directory)
+
+
+@pytest.mark.parametrize(
+    ("source", "command"),
+    [
+        (
+            {"format": "glove", "path": "/src/w.txt"},
+            "embedding-index import /src/w.txt --format glove --name t --force",
+        ),
+        ({"format": "glove-package"}, "embedding-index build --name t --force"),
+        (
+            {"format": "word2vec-training", "path": ["a.txt", "b.txt"]},
+            "embedding-index train a.txt b.txt --name t --force",
+        ),
+    ],
+)
+@pytest.mark.parametrize("version", [2, None])
+def test_a_table_of_another_format_version_is_refused_with_the_command_that_builds_it_again(
+    tmp_path: Path, source: dict, command: str, version: int | None
+) -> None:
+    """A manifest of another format version (or none) than this release's: the load, ``verify`` and any other
+    reader refuse the table naming it, its format and the command that builds it from its source again; that
+    command's ``--force`` replaces it."""
+    build_table(_raw(), data_dir=tmp_path, name="t", source=source)
+    path = tmp_path / "t" / artifact.MANIFEST
+    manifest = json.loads(path.read_text())
+    manifest.pop("format_version")
+    path.write_text(json.dumps(manifest if version is None else {"format_version": version, **manifest}))
+    has = "no format version" if version is None else f"format version {version}"
+    expected = f"table 't' ({tmp_path / 't'}) has {has}, which this release does not read (it reads format version 1)"
+    for read in (Table.load, artifact.verify):
+        with pytest.raises(ArtifactError) as refused:
+            read(tmp_path / "t")
+        assert str(refused.value).startswith(expected) and f"`{command}`" in str(refused.value), refused.value
+    build_table(_raw(), data_dir=tmp_path, name="t", source=source, force=True)
+    assert Table.load(tmp_path / "t").manifest["format_version"] == artifact.FORMAT_VERSION
+
+
+def test_a_sharded_table_of_another_format_version_is_built_again_as_shards(tmp_path: Path) -> None:
+    """The command for a sharded table of another format version, and for each of its shards, is the sharded
+    table's import."""
+    manifest = {"format_version": 2, "kind": "sharded", "source": {"format": "documents", "path": "lee.jsonl"}}
+    manifest["shards"] = {"count": 3, "names": ["shard-000", "shard-001", "shard-002"]}
+    (tmp_path / "lee" / "shard-001").mkdir(parents=True)
+    (tmp_path / "lee" / MANIFEST).write_text(json.dumps(manifest))
+    command = "`embedding-index import lee.jsonl --format documents --name lee --shards 3 --force`"
+    assert f"build it again with this release, {command}" in artifact.other_format(tmp_path / "lee", manifest)
+    shard = artifact.other_format(tmp_path / "lee" / "shard-001", {"format_version": 2, "source": {}})
+    assert (
+        shard.startswith("table 'shard-001' (")
+        and f"build its sharded table again with this release, {command}" in shard
+    )
+
+
+def test_a_table_whose_rows_an_earlier_release_stored_column_major_is_refused_with_the_command_that_builds_it(
+    tmp_path: Path,
+) -> None:
+    """Vectors stored column-major (Fortran order, as an earlier release kept a column-major source), its manifest
+    agreeing: the load, ``verify`` and ``index`` refuse the table naming it and the command that builds it again
+    (the load did so without a word of what to do, and ``verify`` said ok); built again, it loads."""
+    source = {"format": "npy", "path": "m.npy"}
+    build_table(_raw(), data_dir=tmp_path, name="t", source=source)
+    directory = tmp_path / "t"
+    vectors = directory / artifact.VECTORS
+    np.save(vectors, np.asfortranarray(np.load(vectors)))
+    manifest = json.loads((directory / artifact.MANIFEST).read_text())
+    manifest["files"][artifact.VECTORS] = {"bytes": vectors.stat().st_size, "sha256": artifact.sha256_file(vectors)}
+    (directory / artifact.MANIFEST).write_text(json.dumps(manifest))
+    said = (
+        "vectors.npy: its rows are stored column-major (Fortran order), as an earlier release kept a column-major "
+        "source; this release maps rows whole: build it again with this release, `embedding-index import m.npy "
+        "--format npy --name t --force`"
+    )
+    with pytest.raises(ArtifactError) as refused:
+        Table.load(directory)
+    assert str(refused.value).startswith(f"table 't': {said}"), refused.value
+    checked = artifact.verify(directory)
+    assert not checked.ok and checked.problems[0].startswith(said), checked
+    done = run_cli("index", "t", "--index", "flat", "--data-dir", tmp_path)
+    assert done.code == 1 and said in done.err and json.loads((directory / artifact.MANIFEST).read_text()) == manifest
+    build_table(_raw(), data_dir=tmp_path, name="t", source=source, force=True)
+    assert Table.load(directory).vectors.flags.c_contiguous
 
 
 @pytest.mark.parametrize("name", ["..", "../x", "a/b", ".hidden", "", "x" * 65, "a\x00b", "%2e%2e"])

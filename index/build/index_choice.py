@@ -406,12 +406,14 @@ class RecallProbe:
         ids = np.sort(rng.choice(len(vectors), size=min(sample, len(vectors)), replace=False))
         queries = np.ascontiguousarray(vectors[ids])
         k = min(RECALL_K, len(vectors) - 1)
+        if k == 0:  # a table of one row: no neighbour to find
+            return cls(queries, ids, np.zeros(len(ids), dtype=np.float32), vectors, k)
         scores, found = faiss.knn(queries, np.ascontiguousarray(vectors), k + 1, metric=faiss.METRIC_INNER_PRODUCT)
         return cls(queries, ids, kth_scores(others(scores, found, ids)), vectors, k)
 
     def recall(self, index: faiss.Index, vectors: np.ndarray | None = None, rerank: int = 1) -> float:
         """Recall@10 of ``index`` against exact search, ties counted (re-ranked on ``vectors`` when ``rerank`` > 1)."""
-        if self.k == 0:  # a table of one row: no neighbour to miss
+        if self.k == 0:
             return 1.0
         _, found = search_index(index, self.queries, self.k + 1, vectors, rerank)
         return tied_recall(self.queries, self.vectors, self.kth, others(found, found, self.ids), self.k)

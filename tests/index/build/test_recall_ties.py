@@ -110,3 +110,12 @@ def test_a_query_row_found_by_the_index_is_not_counted(glove_raw: RawTable) -> N
     _, found = built.index.search(unit[ids], 10)
     with_own = float(np.mean(np.take_along_axis(scores, found, axis=1) >= kth[:, None] - 1e-12))
     assert with_own > expected + 0.002
+
+
+@pytest.mark.parametrize("rows", [1, 2, 11])
+def test_tables_of_few_rows_are_measured(glove_raw: RawTable, rows: int) -> None:
+    """A table of one row has no neighbour to find (recall 1.0); of two, each row's one neighbour is the other."""
+    unit = glove_raw.matrix[:rows].astype(np.float32)
+    unit /= np.linalg.norm(unit, axis=1, keepdims=True)
+    built = build_and_measure(unit, parse_spec("hnsw:M=4,efConstruction=16", rows), min_recall=0.99)
+    assert built.info["recall_at_10"] == 1.0 and built.info["recall_sample"] == rows

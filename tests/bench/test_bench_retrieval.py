@@ -100,7 +100,8 @@ def test_measure_counts_ranks_of_the_right_answer() -> None:
 
 
 def test_the_stated_figures_are_measured(retrieval_run: dict[str, Any]) -> None:
-    """Each row of BENCHMARKS.md's known-item table, and of its short queries' table, is the run's figure."""
+    """Each row of BENCHMARKS.md's known-item table, of its short queries' table and of its fusion constants' table
+    is the run's figure."""
     stated = stated_rows()
     measured = retrieval_run["rows"]
     assert set(ROWS) <= set(stated)
@@ -121,4 +122,18 @@ def test_the_stated_figures_are_measured(retrieval_run: dict[str, Any]) -> None:
                 for name, cell in zip(FIGURES, part, strict=True)
                 if not shown(figures[name], cell)
             ]
+    for k, by_label in zip_fusion(retrieval_run["rrf_k"]):
+        cells = stated[f"{k} (default)" if k == "60" else k]
+        for figures, part in zip(by_label, (cells[:2], cells[2:]), strict=True):
+            wrong += [
+                f"rrf_k {k}: {name} {cell} stated, {figures[name]:.4f} measured"
+                for name, cell in zip(FIGURES[:2], part, strict=True)
+                if not shown(figures[name], cell)
+            ]
     assert not wrong, "\n".join(wrong)
+
+
+def zip_fusion(rrf_k: dict[str, dict[str, dict[str, float]]]) -> list[tuple[str, list[dict[str, float]]]]:
+    """Each measured ``rrf_k`` with the figures of the two hybrids, in the table's column order."""
+    weak, strong = rrf_k["mean GloVe 6B 50d"], rrf_k["MiniLM transformer"]
+    return [(k, [weak[k], strong[k]]) for k in weak]

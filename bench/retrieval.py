@@ -14,7 +14,9 @@ settings and variants of them (built apart from the table, over the same texts):
 stemming alone, stop words alone, both, and bm25s's k1; they are also measured on short queries (each first
 half's first 5 and 10 words), where a word's other forms matter most; the vector row is the
 engine's nearest rows to each first half's mean GloVe vector, and the hybrid rows Reciprocal Rank Fusion of the
-two (``index.engine.hybrid``, as ``POST .../search`` with ``mode: hybrid`` runs it).
+two (``index.engine.hybrid``, as ``POST .../search`` with ``mode: hybrid`` runs it). The fusion's constant
+(``rrf_k``, 60 by default) is measured on each side of the default with the weakest and the strongest vector list
+(mean GloVe, the MiniLM transformer): ``rrf_k`` in the figures.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from index.build.sources import ReadOptions, glove_package
 from index.build.sources import documents as documents_source
 from index.build.writer import build_table
 from index.engine.encode import Pooling, encoder_for
+from index.engine.fusion import RRF_K
 from index.engine.hybrid import DocumentSearch
 from index.engine.hybrid import run as run_hybrid
 from index.engine.keyword import K1, KeywordIndex, Tokenizer, build
@@ -45,6 +48,7 @@ from index.store import artifact
 
 K = 10
 SHORT = (5, 10)  # the short queries' words
+RRF_KS = (5, 10, 30, RRF_K, 100, 200)  # the fusion's constant, on each side of the default
 TOKENIZERS = {  # the keyword variants: (stop words, stemmer)
     "no stop words, no stemming": (None, None),
     "English stemmer": (None, "english"),
@@ -194,13 +198,19 @@ def run() -> dict[str, Any]:
         methods["vector: mean GloVe 6B 50d, cosine"] = vector_search(table, vectors)
         methods["hybrid: RRF k 60 of vector and keyword lists (100 deep)"] = hybrid_search(table, vectors)
         methods["hybrid: RRF k 60, keyword weight 2"] = hybrid_search(table, vectors, weights=(1.0, 2.0))
+        fused = {"mean GloVe 6B 50d": (table, vectors)}
         for label, (query_rows, document_rows) in encoder_rows(work, queries, documents).items():
             slug = "-".join(label.split()[:2]).lower()
             encoded = Table.load(import_documents(documents, work, document_rows, f"lee-halves-{slug}"))
             by_text = dict(zip(queries, query_rows, strict=True))
             methods[f"vector: {label}, cosine"] = vector_search(encoded, by_text)
             methods[f"hybrid: RRF k 60 of {label} and keyword lists"] = hybrid_search(encoded, by_text)
+            fused[label] = (encoded, by_text)
         rows = {name: measure(search, queries) for name, search in methods.items()}
+        rrf_k = {
+            label: {str(k): measure(hybrid_search(*fused[label], rrf_k=k), queries) for k in RRF_KS}
+            for label in ("mean GloVe 6B 50d", "MiniLM transformer")
+        }
         short = {
             f"{name}, first {n} words": measure(search, [" ".join(q.split()[:n]) for q in queries])
             for n in SHORT
@@ -213,6 +223,7 @@ def run() -> dict[str, Any]:
         "keyword": manifest["keyword"],
         "rows": rows,
         "short_queries": short,
+        "rrf_k": rrf_k,
     }
 
 
@@ -224,7 +235,8 @@ def main() -> None:
     width = max(map(len, result["rows"]))
     print(f"{result['queries']} first halves -> {result['documents']} second halves (Lee background corpus)")
     print(f"{'method':<{width}}  MRR@10  recall@10  recall@1  ms/query")
-    for name, figures in [*result["rows"].items(), *result["short_queries"].items()]:
+    fusion = {f"hybrid of {label}, rrf_k {k}": f for label, by_k in result["rrf_k"].items() for k, f in by_k.items()}
+    for name, figures in [*result["rows"].items(), *result["short_queries"].items(), *fusion.items()]:
         print(
             f"{name:<{width}}  {figures['mrr@10']:.4f}  {figures['recall@10']:9.4f}  {figures['recall@1']:8.4f}"
             f"  {figures['ms_per_query']:8.3f}"

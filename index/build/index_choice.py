@@ -5,8 +5,9 @@ Rows are unit-normalised, so inner product equals cosine. Specs:
 - ``auto``: ``flat`` below 100,000 rows; else the index that is fastest to search among those whose build fits
   the build-time budget (``--build-budget``): HNSW (M=32, efConstruction=200) when a timed build of a 20,000-row
   sample, scaled to the whole table by the growth measured on it, fits; else IVF. Either way the search parameter
-  (efSearch, nprobe) is raised until recall@10 >= 0.99 on a sample of rows, and the manifest records the estimate
-  and why the index was chosen;
+  (efSearch, nprobe) is raised until recall@10 >= 0.99 on a sample of rows (each one's own row left out of its
+  answers, as a neighbours query leaves it out), and the manifest records the estimate and why the index was
+  chosen;
 - ``flat``: exact inner product (the service then searches the memory-mapped matrix directly);
 - ``hnsw`` or ``hnsw:M=32,efConstruction=200,efSearch=48`` (those are the defaults, efSearch apart);
 - ``ivf`` or ``ivf:nlist=2048,nprobe=64`` (nlist defaults to about 2 sqrt(rows), nprobe is tuned when not given);
@@ -41,7 +42,7 @@ import numpy as np
 
 from index.build.budget import AUTO_BUDGET_SECONDS
 from index.build.faiss_stderr import faiss_warnings
-from index.build.recall import kth_scores, tied_recall
+from index.build.recall import kth_scores, others, tied_recall
 from index.engine.knn import index_path, search_index, searched_index, set_search_params
 from index.errors import InvalidQuery
 from index.progress import Progress, duration, note, record
@@ -389,10 +390,12 @@ def choose_auto(vectors: np.ndarray, budget: float, seed: int = 0) -> tuple[Inde
 
 @dataclass
 class RecallProbe:
-    """``sample`` rows drawn with ``seed`` as queries, with the k-th score of their exact top 10 computed once; recall
-    counts a found row whose exact score ties it (:mod:`index.build.recall`)."""
+    """``sample`` rows drawn with ``seed`` as queries, with the k-th score of their exact top 10 computed once, each
+    query's own row left out of its answers (:func:`index.build.recall.others`) as a neighbours query leaves it out;
+    recall counts a found row whose exact score ties the k-th (:mod:`index.build.recall`)."""
 
     queries: np.ndarray
+    ids: np.ndarray  # the queries' own rows
     kth: np.ndarray
     vectors: np.ndarray  # the unit rows the found ones are scored on
     k: int
@@ -402,14 +405,18 @@ class RecallProbe:
         rng = np.random.default_rng(seed)
         ids = np.sort(rng.choice(len(vectors), size=min(sample, len(vectors)), replace=False))
         queries = np.ascontiguousarray(vectors[ids])
-        k = min(RECALL_K, len(vectors))
-        scores, _ = faiss.knn(queries, np.ascontiguousarray(vectors), k, metric=faiss.METRIC_INNER_PRODUCT)
-        return cls(queries, kth_scores(scores), vectors, k)
+        k = min(RECALL_K, len(vectors) - 1)
+        if k == 0:  # a table of one row: no neighbour to find
+            return cls(queries, ids, np.zeros(len(ids), dtype=np.float32), vectors, k)
+        scores, found = faiss.knn(queries, np.ascontiguousarray(vectors), k + 1, metric=faiss.METRIC_INNER_PRODUCT)
+        return cls(queries, ids, kth_scores(others(scores, found, ids)), vectors, k)
 
     def recall(self, index: faiss.Index, vectors: np.ndarray | None = None, rerank: int = 1) -> float:
         """Recall@10 of ``index`` against exact search, ties counted (re-ranked on ``vectors`` when ``rerank`` > 1)."""
-        _, found = search_index(index, self.queries, self.k, vectors, rerank)
-        return tied_recall(self.queries, self.vectors, self.kth, found, self.k)
+        if self.k == 0:
+            return 1.0
+        _, found = search_index(index, self.queries, self.k + 1, vectors, rerank)
+        return tied_recall(self.queries, self.vectors, self.kth, others(found, found, self.ids), self.k)
 
 
 @dataclass

@@ -4,6 +4,11 @@ Duplicate rows are common (a licence under two names, a README copied between pa
 words with equal vectors), and among equal scores the exact top k is one arbitrary pick: an index answering with
 the other copy is as right as exact search. So, as ann-benchmarks counts it, a found row is correct when its exact
 score is at least the k-th exact score less :func:`tie_epsilon`; recall@k is the correct rows over k per query.
+
+The queries are rows of the table, so each one's own row is left out of both its exact top k and the index's answer
+(:func:`others`), as a neighbours query leaves out the word asked about: an index that finds a query's own row
+has found nothing a query from outside the table would get, and counting it hides about a tenth of the misses
+(GloVe 6B 50d's default graph: recall@10 0.9906 at efSearch 48 with it, 0.9889 without).
 """
 
 from __future__ import annotations
@@ -20,6 +25,16 @@ def tie_epsilon(dim: int) -> float:
     here). Twice that bound covers both sides: 3.6e-5 at 300 dimensions, 1.2e-4 at 1,024. A fixed 1e-6 would miss
     copies whose two scores round apart; a row within this of the k-th is as near the query as float32 can tell."""
     return 2.0 * dim * float(np.finfo(np.float32).epsneg)
+
+
+def others(values: np.ndarray, found: np.ndarray, own: np.ndarray) -> np.ndarray:
+    """``values`` (queries, k + 1; the ids ``found`` themselves, or their scores) without the entry of each query's
+    own id ``own`` in ``found`` (its first, or the row's last entry when the id is not there): (queries, k)."""
+    match = np.asarray(found) == np.asarray(own)[:, None]
+    position = np.where(match.any(axis=1), match.argmax(axis=1), found.shape[1] - 1)
+    keep = np.arange(found.shape[1])[None, :] != position[:, None]
+    kept: np.ndarray = np.asarray(values)[keep].reshape(len(found), found.shape[1] - 1)
+    return kept
 
 
 def kth_scores(scores: np.ndarray) -> np.ndarray:

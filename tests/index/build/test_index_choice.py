@@ -145,7 +145,7 @@ def test_a_factory_hnsw_has_its_ef_search_tuned_recorded_and_applied(tmp_path: P
     assert recall_against_brute_force(table, glove_raw.matrix[:5_000], np.arange(5, 5_000, 10)) >= 0.98
 
 
-@pytest.mark.parametrize(("factory", "min_recall"), [("L2norm,HNSW8", 0.99), ("PCA32,HNSW16", 0.5)])
+@pytest.mark.parametrize(("factory", "min_recall"), [("L2norm,HNSW8", 0.99), ("PCA32,HNSW16", 0.4)])
 def test_a_graph_behind_a_transform_is_tuned_and_served_with_its_ef_search(
     tmp_path: Path, glove_raw: RawTable, factory: str, min_recall: float
 ) -> None:

@@ -364,7 +364,24 @@ def read_manifest(directory: Path) -> dict[str, Any]:
         raise ArtifactError(f"{path}: not a table's manifest (a JSON object)")
     if manifest.get("format_version") != FORMAT_VERSION:
         raise ArtifactError(f"{path}: unsupported format version {manifest.get('format_version')!r}")
+    for key, kind, what in _REQUIRED:
+        value = manifest.get(key)
+        if not isinstance(value, kind) or isinstance(value, bool):
+            raise ArtifactError(f"{path}: {key!r} is {'missing' if value is None else repr(value)}, not {what}")
+    for name, info in manifest["files"].items():
+        if not (isinstance(info, dict) and isinstance(info.get("bytes"), int) and isinstance(info.get("sha256"), str)):
+            raise ArtifactError(f"{path}: the entry of file {name!r} is {info!r}, not its bytes and sha256")
     return manifest
+
+
+# What every table's manifest holds, checked when it is read: a manifest damaged or edited by hand is refused
+# naming the field, not failed on later inside the loader.
+_REQUIRED = (
+    ("name", str, "the table's name"),
+    ("rows", int, "a number of rows"),
+    ("dim", int, "a number of dimensions"),
+    ("files", dict, "the table's files by name"),
+)
 
 
 @dataclass(frozen=True)
@@ -399,7 +416,7 @@ def file_problems(
     for name, info in listed.items():
         path = directory / name
         if not path.is_file():
-            problems.append(f"{name}: missing")
+            problems.append(f"{name}: {_not_a_file(path)}")
             continue
         size = path.stat().st_size
         if size != info.get("bytes"):
@@ -413,6 +430,13 @@ def file_problems(
         if child.name != MANIFEST and child.name not in listed and child.name not in beside:
             problems.append(f"{child.name}: not listed in the manifest")
     return problems
+
+
+def _not_a_file(path: Path) -> str:
+    """What ``path``, where a table's file should be, is instead."""
+    if path.is_symlink():
+        return f"a symbolic link to {os.readlink(path)}, which is not a file"
+    return "a directory, not a file" if path.is_dir() else "missing"
 
 
 def verified(directory: Path, attempts: int = 3) -> tuple[dict[str, Any], Verification]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -217,3 +218,38 @@ def test_leftovers_on_a_read_only_data_directory_are_reported_not_fixed(tmp_path
     assert sorted(p.name for p in data_dir.iterdir()) == [".old-t-12345678", ".tmp-u-deadbeef"]
     assert [path.name for path, _ in artifact.recover(data_dir)] == [".tmp-u-deadbeef", ".old-t-12345678"]
     assert artifact.list_tables(data_dir) == ["t"] and artifact.verify(data_dir / "t").ok
+
+
+@pytest.mark.parametrize(
+    ("change", "said"),
+    [
+        (lambda m: m.pop("name"), "'name' is missing, not the table's name"),
+        (lambda m: m.update(rows="300"), "'rows' is '300', not a number of rows"),
+        (lambda m: m.update(dim=True), "'dim' is True, not a number of dimensions"),
+        (lambda m: m.update(files=[]), "'files' is [], not the table's files by name"),
+        (lambda m: m["files"].update({artifact.NORMS: "x"}), "the entry of file 'norms.npy' is 'x', not its bytes"),
+    ],
+)
+def test_a_manifest_without_a_field_every_table_has_is_refused_naming_it(
+    tmp_path: Path, change: object, said: str
+) -> None:
+    """A manifest damaged or edited by hand: verification and loading say which field is wrong (they failed inside
+    the loader, with a KeyError or an AttributeError, and the server said only that)."""
+    build_table(_raw(), data_dir=tmp_path, name="t", source={})
+    path = tmp_path / "t" / artifact.MANIFEST
+    manifest = json.loads(path.read_text())
+    change(manifest)  # type: ignore[operator]
+    path.write_text(json.dumps(manifest))
+    for check in (artifact.verify, Table.load):
+        with pytest.raises(ArtifactError, match=f"manifest.json: {re.escape(said)}"):
+            check(tmp_path / "t")
+
+
+@pytest.mark.parametrize("kind", ["dangling link", "directory"])
+def test_a_file_that_is_no_file_is_named_for_what_it_is(tmp_path: Path, kind: str) -> None:
+    build_table(_raw(), data_dir=tmp_path, name="t", source={})
+    norms = tmp_path / "t" / artifact.NORMS
+    norms.unlink()
+    norms.symlink_to("gone.npy") if kind == "dangling link" else norms.mkdir()
+    said = "a symbolic link to gone.npy, which is not a file" if kind == "dangling link" else "a directory, not a file"
+    assert artifact.verify(tmp_path / "t").problems == [f"norms.npy: {said}"]

@@ -485,15 +485,28 @@ def republish(
         newest = read_manifest(directory)
         if _lineage(newest) != _lineage(manifest):
             raise ArtifactError(f"table {name!r} was rebuilt while {what}; nothing replaced")
+        # The files carried forward must be the newest version's as its manifest lists them: a file damaged since
+        # the table was verified is refused, never checksummed into the new version's manifest
+        carried = {k: v for k, v in newest["files"].items() if k not in replaced}
+        _refuse_damage(name, what, file_problems(directory, carried, checksums=False, beside=replaced))
         for child in directory.iterdir():
             if child.name != MANIFEST and child.name not in replaced:
                 _link_or_copy(child, tmp / child.name)
         kept = {k: v for k, v in newest.items() if k not in ("format_version", "files", *changes)}
-        published.update(write_manifest(tmp, {**kept, **changes}))
+        written = write_manifest(tmp, {**kept, **changes})
+        _refuse_damage(
+            name, what, [f"{k}: sha256 differs from the manifest" for k in carried if written["files"][k] != carried[k]]
+        )
+        published.update(written)
 
     with staging(data_dir, name, force=True, complete=complete) as tmp:
         write(tmp)
     return published
+
+
+def _refuse_damage(name: str, what: str, problems: list[str]) -> None:
+    if problems:
+        raise ArtifactError(f"table {name!r} is damaged ({'; '.join(problems)}); nothing replaced while {what}")
 
 
 def _lineage(manifest: dict[str, Any]) -> tuple[Any, Any]:

@@ -253,3 +253,34 @@ def test_a_file_that_is_no_file_is_named_for_what_it_is(tmp_path: Path, kind: st
     norms.symlink_to("gone.npy") if kind == "dangling link" else norms.mkdir()
     said = "a symbolic link to gone.npy, which is not a file" if kind == "dangling link" else "a directory, not a file"
     assert artifact.verify(tmp_path / "t").problems == [f"norms.npy: {said}"]
+
+
+@pytest.mark.parametrize("damage", ["flip", "truncate", "extra"])
+def test_a_new_version_never_vouches_for_a_file_damaged_since_the_table_was_verified(
+    tmp_path: Path, damage: str
+) -> None:
+    """``republish`` (``index``, ``sif``) carries the newest version's other files forward: one damaged since the
+    work began is refused, naming it, and the table is left as it was, still failing its verification; it is not
+    checksummed into the new version's manifest, which would make the damage pass every later check."""
+    build_table(_raw(), data_dir=tmp_path, name="t", source={})
+    directory = tmp_path / "t"
+    manifest = artifact.read_manifest(directory)  # the version the work read (and verified)
+    norms = directory / artifact.NORMS
+    if damage == "flip":
+        with open(norms, "r+b") as handle:
+            handle.seek(-3, os.SEEK_END)
+            handle.write(b"\xff")
+    elif damage == "truncate":
+        os.truncate(norms, norms.stat().st_size - 1)
+    else:
+        (directory / "notes.txt").write_text("a file an operator left")
+    before = (directory / artifact.MANIFEST).read_bytes()
+
+    def write(tmp: Path) -> None:
+        (tmp / "extra.npy").write_bytes(artifact.npy_bytes(np.zeros(3, dtype=np.float32)))
+
+    said = {"flip": "norms.npy: sha256 differs", "truncate": "norms.npy: 1327 bytes", "extra": "notes.txt: not listed"}
+    with pytest.raises(ArtifactError, match=f"table 't' is damaged \\({said[damage]}.*nothing replaced while testing"):
+        artifact.republish(tmp_path, "t", manifest, write, ("extra.npy",), {"extra": True}, "testing")
+    assert (directory / artifact.MANIFEST).read_bytes() == before and not artifact.verify(directory).ok
+    assert [p.name for p in tmp_path.iterdir()] == ["t"]

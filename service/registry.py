@@ -37,10 +37,19 @@ def fingerprint(directory: Path) -> Fingerprint | None:
     try:
         entries = [(".", *_stat(os.stat(directory)))]
         with os.scandir(directory) as children:
-            entries += [(c.name, *_stat(c.stat(follow_symlinks=True))) for c in children]
+            entries += [(c.name, *_stat(_entry_stat(c))) for c in children]
     except OSError:
         return None
     return tuple(sorted(entries)) + _logs(directory)
+
+
+def _entry_stat(entry: os.DirEntry[str]) -> os.stat_result:
+    """The file an entry names; a symbolic link that leads nowhere, the link itself: the table is still there, and
+    its verification names the link."""
+    try:
+        return entry.stat(follow_symlinks=True)
+    except OSError:
+        return entry.stat(follow_symlinks=False)
 
 
 def _logs(directory: Path) -> Fingerprint:

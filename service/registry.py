@@ -32,15 +32,15 @@ LOAD_ATTEMPTS = 3  # a table replaced while it was being loaded is loaded again
 LOGS = "/"  # the first character of a log's entry, which no file name in the directory has
 
 
-def fingerprint(directory: Path) -> Fingerprint | None:
-    """The identity of the table files in ``directory`` and of its write logs, or None if it is gone."""
+def fingerprint(directory: Path, logs: bool = True) -> Fingerprint | None:
+    """The identity of the table files in ``directory`` and (``logs``) of its write logs, or None if it is gone."""
     try:
         entries = [(".", *_stat(os.stat(directory)))]
         with os.scandir(directory) as children:
             entries += [(c.name, *_stat(_entry_stat(c))) for c in children]
     except OSError:
         return None
-    return tuple(sorted(entries)) + _logs(directory)
+    return tuple(sorted(entries)) + (_logs(directory) if logs else ())
 
 
 def _entry_stat(entry: os.DirEntry[str]) -> os.stat_result:
@@ -71,6 +71,21 @@ def files_of(version: Fingerprint) -> Fingerprint:
 
 def _stat(st: os.stat_result) -> tuple[int, int, int]:
     return st.st_ino, st.st_size, st.st_mtime_ns
+
+
+def changed_in_place(served: Fingerprint, now: Fingerprint) -> list[str]:
+    """The files of the ``served`` version that ``now`` holds as the same file (inode) with another size or mtime:
+    written over in place, so the pages a server maps are the new bytes (or none past a cut: SIGBUS), not the
+    version it verified. A file replaced by another one (a new inode), or removed, leaves the mapped one whole."""
+    current = {entry[0]: entry for entry in now}
+    return [
+        name
+        for name, inode, size, mtime in served
+        if name not in (".", artifact.MANIFEST)
+        and (entry := current.get(name)) is not None
+        and entry[1] == inode
+        and entry[2:] != (size, mtime)
+    ]
 
 
 def _read(directory: Path, checksums: bool) -> tuple[Table | None, str, bool]:
@@ -178,6 +193,7 @@ class Registry:
         nxt.sharded = _sharded_directory(self.data_dir)
         absent = "the data directory is missing" if gone else "no table of that name in the data directory"
         report: dict[str, list[str]] = {"loaded": [], "unchanged": [], "refused": [], "missing": [], "removed": []}
+        written_over: list[str] = []  # served tables whose mapped files changed in place: withdrawn, not removed
         for name in requested:
             old = self.tables.get(name)
             version = fingerprint(self.data_dir / name) if name in available else None
@@ -205,6 +221,12 @@ class Registry:
             loaded = nxt._load(name, version, serving=old is not None)
             if loaded:
                 report["loaded"].append(name)
+            elif old is not None and (written := changed_in_place(self.versions[name], version)):
+                # The served version is no longer whole: withdrawn, not served stale, until a good one is published
+                reason = nxt.failed.pop(name)
+                nxt._fail(name, f"{', '.join(written)} written over in place while it was served, withdrawn: {reason}")
+                report["missing"].append(name)
+                written_over.append(name)
             elif old is not None:
                 reason = nxt.failed.pop(name)
                 built = old.manifest.get("built_at", "an earlier build")
@@ -221,7 +243,9 @@ class Registry:
                 if name in report[outcome]:
                     report[outcome].remove(name)
             report["missing"].append(name)
-        # A table withdrawn for its encoder is still in the data directory: missing (its reason logged), not removed
+        # A table withdrawn for its encoder or its files is still in the data directory: missing (its reason
+        # logged), not removed
+        withdrawn += written_over
         report["removed"] = sorted(name for name in self.tables if name not in nxt.tables and name not in withdrawn)
         for name in report["removed"]:
             log.warning("table %r is no longer in the data directory; no longer served", name)

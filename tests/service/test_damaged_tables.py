@@ -1,19 +1,24 @@
-"""Tables damaged on disk while a server serves them: a file that is no file (a dangling link). The server names
-the table and the file and serves the other tables.
+"""Tables damaged on disk while a server serves them: a file that is no file (a dangling link), a served file
+written over or cut short in place. The server names the table and the file, withdraws what it can no longer
+answer from faithfully, serves the other tables, and serves the table again once a good version is published.
 
-Tables are built with the real builder from GloVe rows; the server is the app in-process (``client_for``).
+Tables are built with the real builder from GloVe rows; the server is the app in-process (``client_for``) or the
+real ``embedding-serve`` with two workers, whose mapped pages a cut file takes away (SIGBUS).
 """
 
 from __future__ import annotations
 
 import logging
+import os
 from pathlib import Path
 
+import httpx
 import pytest
 
 from index.build.sources import RawTable
 from index.store import artifact
 from tests.service.conftest import client_for
+from tests.service.real_server import HTTP, running, wait_for
 from tests.service.test_reload import ADMIN, KEY, build
 
 ROWS = 3_000
@@ -26,6 +31,21 @@ def data_dir(tmp_path: Path, glove_raw: RawTable) -> Path:
     build(glove_raw, directory, "t", ROWS)
     build(glove_raw, directory, "u", 2_000)
     return directory
+
+
+def written_over(path: Path, offset: int) -> None:
+    """One byte of ``path`` changed in place (the same file, as an editor or ``dd conv=notrunc`` writes it)."""
+    with open(path, "r+b") as handle:
+        handle.seek(offset)
+        byte = handle.read(1)
+        handle.seek(offset)
+        handle.write(bytes([byte[0] ^ 0x40]))
+    os.utime(path, ns=(path.stat().st_atime_ns, path.stat().st_mtime_ns + 1_000_000))  # coarse clocks
+
+
+def king_row(directory: Path) -> int:
+    """The offset of a float of ``king``'s row (691 in GloVe's order) in ``vectors.npy``."""
+    return os.path.getsize(directory / artifact.VECTORS) - ROWS * 50 * 4 + 691 * 50 * 4 + 3
 
 
 def test_a_dangling_link_in_a_table_is_named_not_taken_for_a_removed_table(
@@ -53,3 +73,70 @@ def test_a_dangling_link_in_a_table_is_named_not_taken_for_a_removed_table(
         body = client.post("/v1/admin/reload", headers=ADMIN).json()
         assert (body["refused"], body["removed"]) == (["t"], []), body
         assert client.post("/v1/tables/t/neighbors", json=KING).status_code == 200  # its mapped files are whole
+
+
+def test_a_served_file_written_over_in_place_withdraws_its_table(
+    data_dir: Path, glove_raw: RawTable, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A byte of a served table's vectors changed in place changes what the server maps: its answers would be
+    wrong. The table is withdrawn at the next reload (503, /readyz), not served stale; a rebuild brings it back."""
+    with client_for(data_dir=data_dir, api_key=KEY) as client:
+        before = client.post("/v1/tables/t/neighbors", json=KING).json()
+        written_over(data_dir / "t" / artifact.VECTORS, king_row(data_dir / "t"))
+        with caplog.at_level(logging.ERROR, logger="service.registry"):
+            body = client.post("/v1/admin/reload", headers=ADMIN).json()
+        assert (body["missing"], body["refused"], body["removed"], body["ready"]) == (["t"], [], [], False), body
+        [line] = [r.getMessage() for r in caplog.records if "'t'" in r.getMessage()]
+        assert "vectors.npy written over in place while it was served, withdrawn" in line, line
+        assert "vectors.npy: sha256 differs from the manifest" in line
+        answer = client.post("/v1/tables/t/neighbors", json=KING)
+        assert answer.status_code == 503 and answer.json()["error"]["code"] == "not_ready"
+        ready = client.get("/readyz")
+        assert ready.status_code == 503 and ready.json()["error"]["missing"] == ["t"]
+        assert client.post("/v1/tables/u/neighbors", json=KING).status_code == 200
+
+        build(glove_raw, data_dir, "t", ROWS)  # published again: a new directory
+        assert client.post("/v1/admin/reload", headers=ADMIN).json()["loaded"] == ["t"]
+        assert client.post("/v1/tables/t/neighbors", json=KING).json() == before
+        assert client.get("/readyz").status_code == 200
+
+
+def answers(base: str, table: str) -> int | str:
+    try:
+        return HTTP.post(f"{base}/v1/tables/{table}/neighbors", json=KING, timeout=10).status_code
+    except httpx.TransportError:
+        return "dropped"  # the worker that took it died of the cut file (SIGBUS)
+
+
+@pytest.mark.parametrize("damage", ["written over", "cut short"])
+def test_a_real_server_withdraws_a_table_damaged_in_place_within_the_watch_interval(
+    data_dir: Path, glove_raw: RawTable, tmp_path: Path, damage: str
+) -> None:
+    """Two workers watching the data directory: a served vectors file written over in place (no signal), or cut
+    to half (a worker that touches the lost pages dies, its replacement refuses the table): within moments every
+    answer for the table is 503 and /readyz says so on every worker, the other table serves throughout, and a
+    rebuild is served again."""
+    env = {"EMBEDDING_WATCH_SECONDS": "0.5"}
+    with running(data_dir, tmp_path / "server.log", "--workers", "2", env=env) as server:
+        vectors = data_dir / "t" / artifact.VECTORS
+        if damage == "written over":
+            written_over(vectors, king_row(data_dir / "t"))
+        else:
+            os.truncate(vectors, vectors.stat().st_size // 2)
+
+        def withdrawn() -> bool:  # six answers in a row: both workers, whichever answers
+            return all(
+                answers(server.base, "t") == 503 and HTTP.get(f"{server.base}/readyz", timeout=10).status_code == 503
+                for _ in range(6)
+            )
+
+        wait_for(withdrawn, seconds=30, what="the damaged table withdrawn by every worker")
+        assert all(answers(server.base, "u") == 200 for _ in range(6))
+        assert HTTP.get(f"{server.base}/readyz", timeout=10).json()["error"]["missing"] == ["t"]
+        log = server.log()
+        assert "vectors.npy" in log and "table 't'" in log
+        if damage == "written over":
+            assert "died" not in log, log[-3000:]  # seen by the watcher: nothing read the changed bytes to death
+
+        build(glove_raw, data_dir, "t", ROWS)
+        wait_for(lambda: all(answers(server.base, "t") == 200 for _ in range(6)), seconds=30, what="the rebuild served")

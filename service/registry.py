@@ -8,8 +8,10 @@ stay mapped even after a rebuild replaced them on disk), new requests see the ne
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import stat
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,14 +35,27 @@ LOGS = "/"  # the first character of a log's entry, which no file name in the di
 
 
 def fingerprint(directory: Path, logs: bool = True) -> Fingerprint | None:
-    """The identity of the table files in ``directory`` and (``logs``) of its write logs, or None if it is gone."""
+    """The identity of the table files in ``directory`` (a sharded table's: its shards' too, as ``shard-000/...``)
+    and (``logs``) of its write logs, or None if it is gone."""
     try:
-        entries = [(".", *_stat(os.stat(directory)))]
-        with os.scandir(directory) as children:
-            entries += [(c.name, *_stat(_entry_stat(c))) for c in children]
+        entries = [(".", *_stat(os.stat(directory))), *_entries(directory)]
     except OSError:
         return None
     return tuple(sorted(entries)) + (_logs(directory) if logs else ())
+
+
+def _entries(directory: Path | str, within: str = "") -> list[tuple[str, int, int, int]]:
+    """Each entry of ``directory`` and its identity; the entries of a directory in it too (a shard), unless
+    ``within`` one already. A shard that cannot be listed is left to the table's verification to name."""
+    entries = []
+    with os.scandir(directory) as children:
+        for child in children:
+            st = _entry_stat(child)
+            entries.append((within + child.name, *_stat(st)))
+            if not within and stat.S_ISDIR(st.st_mode):
+                with contextlib.suppress(OSError):
+                    entries += _entries(child.path, f"{child.name}/")
+    return entries
 
 
 def _entry_stat(entry: os.DirEntry[str]) -> os.stat_result:
@@ -78,10 +93,12 @@ def changed_in_place(served: Fingerprint, now: Fingerprint) -> list[str]:
     written over in place, so the pages a server maps are the new bytes (or none past a cut: SIGBUS), not the
     version it verified. A file replaced by another one (a new inode), or removed, leaves the mapped one whole."""
     current = {entry[0]: entry for entry in now}
+    shards = {entry[0].split("/")[0] for entry in served if "/" in entry[0]}  # directories, not mapped files
     return [
         name
         for name, inode, size, mtime in served
-        if name not in (".", artifact.MANIFEST)
+        if name not in (".", *shards)
+        and name.rsplit("/")[-1] != artifact.MANIFEST
         and (entry := current.get(name)) is not None
         and entry[1] == inode
         and entry[2:] != (size, mtime)

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import logging
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import httpx
@@ -17,6 +19,7 @@ import pytest
 
 from index.build.sources import RawTable
 from index.store import artifact
+from tests.lee import Lee, jsonl_records, write_jsonl
 from tests.service.conftest import client_for
 from tests.service.real_server import HTTP, running, wait_for
 from tests.service.test_reload import ADMIN, KEY, build
@@ -140,3 +143,30 @@ def test_a_real_server_withdraws_a_table_damaged_in_place_within_the_watch_inter
 
         build(glove_raw, data_dir, "t", ROWS)
         wait_for(lambda: all(answers(server.base, "t") == 200 for _ in range(6)), seconds=30, what="the rebuild served")
+
+
+def test_a_shard_file_written_over_in_place_withdraws_the_sharded_table(
+    tmp_path: Path, lee_docs: Lee, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A sharded table served whole maps its shards' files: one of them written over in place withdraws it too
+    (a shard's files are part of its table's identity), while a stray file added to a shard keeps it stale."""
+    source = write_jsonl(tmp_path / "lee.jsonl", jsonl_records(lee_docs))
+    data = tmp_path / "data"
+    command = [sys.executable, "-m", "index", "--quiet", "import", str(source), "--format", "documents"]
+    subprocess.run([*command, "--name", "lee", "--shards", "2", "--data-dir", str(data)], check=True)
+    search = {"vector": lee_docs.vectors[0].tolist(), "k": 3}
+    with client_for(data_dir=data, api_key=KEY) as client:
+        before = client.post("/v1/tables/lee/search", json=search).json()
+        (data / "lee" / "shard-001" / "notes.txt").write_text("left by an operator")
+        body = client.post("/v1/admin/reload", headers=ADMIN).json()
+        assert (body["refused"], body["missing"]) == (["lee"], []), body
+        assert client.post("/v1/tables/lee/search", json=search).json() == before
+
+        vectors = data / "lee" / "shard-001" / artifact.VECTORS
+        written_over(vectors, os.path.getsize(vectors) - 5)
+        with caplog.at_level(logging.ERROR, logger="service.registry"):
+            body = client.post("/v1/admin/reload", headers=ADMIN).json()
+        assert (body["missing"], body["refused"], body["removed"]) == (["lee"], [], []), body
+        [line] = [r.getMessage() for r in caplog.records if "written over" in r.getMessage()]
+        assert "'lee'" in line and "shard-001/vectors.npy written over in place while it was served" in line, line
+        assert client.post("/v1/tables/lee/search", json=search).status_code == 503

@@ -422,8 +422,12 @@ def file_problems(
         if size != info.get("bytes"):
             problems.append(f"{name}: {size} bytes, manifest says {info.get('bytes')}")
             continue
-        if checksums and sha256_file(path) != info.get("sha256"):
-            problems.append(f"{name}: sha256 differs from the manifest")
+        try:
+            if checksums and sha256_file(path) != info.get("sha256"):
+                problems.append(f"{name}: sha256 differs from the manifest")
+        except OSError as exc:  # no read permission, an I/O error of the disk
+            problems.append(f"{name}: unreadable ({exc.strerror})")
+            continue
         if progress:
             progress(size)
     for child in directory.iterdir():

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -21,7 +22,7 @@ from index.build.sources import RawTable
 from index.store import artifact
 from tests.lee import Lee, jsonl_records, write_jsonl
 from tests.service.conftest import client_for
-from tests.service.real_server import HTTP, running, wait_for
+from tests.service.real_server import BIN, HTTP, running, start, wait_for
 from tests.service.test_reload import ADMIN, KEY, build
 
 ROWS = 3_000
@@ -170,3 +171,23 @@ def test_a_shard_file_written_over_in_place_withdraws_the_sharded_table(
         [line] = [r.getMessage() for r in caplog.records if "written over" in r.getMessage()]
         assert "'lee'" in line and "shard-001/vectors.npy written over in place while it was served" in line, line
         assert client.post("/v1/tables/lee/search", json=search).status_code == 503
+
+
+# Root reads any file: the server is then run without the capabilities that let it (as a service's user would be).
+AS_A_USER = () if os.geteuid() else ("setpriv", "--bounding-set", "-dac_override,-dac_read_search")
+
+
+@pytest.mark.skipif(bool(AS_A_USER) and shutil.which("setpriv") is None, reason="root, and no setpriv to drop it")
+def test_a_file_the_server_may_not_read_is_named_in_its_one_line(data_dir: Path, tmp_path: Path) -> None:
+    (data_dir / "t" / artifact.NORMS).chmod(0)
+    serve = (*AS_A_USER, str(BIN / "embedding-serve"))
+    server = start(data_dir, tmp_path / "server.log", serve=serve)
+    try:
+        ready = HTTP.get(f"{server.base}/readyz", timeout=10)
+        assert ready.status_code == 503 and ready.json()["error"]["missing"] == ["t"]
+        assert answers(server.base, "u") == 200
+        log = server.log()
+        said = "table 't' not loaded, skipped: table 't' disagrees with its manifest: norms.npy: unreadable (Permission"
+        assert said in log and "Traceback" not in log, log[-3000:]
+    finally:
+        server.stop()

@@ -208,6 +208,9 @@ class Registry:
             fronting=self.fronting,
         )
         nxt.sharded = _sharded_directory(self.data_dir)
+        if self.names is None:
+            for entry, why in _not_tables(self.data_dir):
+                log.warning("%r in the data directory is not served: %s", entry, why)
         absent = "the data directory is missing" if gone else "no table of that name in the data directory"
         report: dict[str, list[str]] = {"loaded": [], "unchanged": [], "refused": [], "missing": [], "removed": []}
         written_over: list[str] = []  # served tables whose mapped files changed in place: withdrawn, not removed
@@ -466,6 +469,21 @@ class Registry:
         names = sorted(self.tables)
         matches = process.extract(name, names, scorer=fuzz.WRatio, processor=str.casefold, limit=limit)
         return [match for match, score, _ in matches if score >= 40]
+
+
+def _not_tables(data_dir: Path) -> list[tuple[str, str]]:
+    """Entries of the data directory meant as tables that cannot be served, and why: a table under a name no
+    request can give, a symbolic link that leads to nothing (or in a circle). Hidden entries are the builder's."""
+    found = []
+    with contextlib.suppress(OSError), os.scandir(data_dir) as children:
+        for child in children:
+            if child.name.startswith("."):
+                continue
+            if child.is_symlink() and not os.path.exists(child.path):
+                found.append((child.name, f"a symbolic link to {os.readlink(child.path)}, which leads to no table"))
+            elif not artifact.NAME_PATTERN.fullmatch(child.name) and (Path(child) / artifact.MANIFEST).is_file():
+                found.append((child.name, "a table's name is 1-64 letters, digits, '.', '_' or '-' (rename it)"))
+    return sorted(found)
 
 
 def _sharded_directory(directory: Path) -> bool:

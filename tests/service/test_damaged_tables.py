@@ -191,3 +191,23 @@ def test_a_file_the_server_may_not_read_is_named_in_its_one_line(data_dir: Path,
         assert said in log and "Traceback" not in log, log[-3000:]
     finally:
         server.stop()
+
+
+def test_what_the_data_directory_holds_that_cannot_be_served_is_said(
+    data_dir: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A table copied under a name no request can give (non-ASCII), and two links that lead to each other, were
+    passed over without a word: the server now says why each is not served, and serves the rest."""
+    shutil.copytree(data_dir / "u", data_dir / "wörter")
+    (data_dir / "a").symlink_to("b")
+    (data_dir / "b").symlink_to("a")
+    (data_dir / "T").symlink_to("t")  # upper case is a name like another: served
+    with caplog.at_level(logging.WARNING, logger="service.registry"), client_for(data_dir=data_dir) as client:
+        assert client.get("/readyz").json() == {"status": "ready", "loaded": ["T", "t", "u"], "missing": []}
+    said = [r.getMessage() for r in caplog.records if "is not served" in r.getMessage()]
+    assert said == [
+        "'a' in the data directory is not served: a symbolic link to b, which leads to no table",
+        "'b' in the data directory is not served: a symbolic link to a, which leads to no table",
+        "'wörter' in the data directory is not served: a table's name is 1-64 letters, digits, '.', '_' or '-' "
+        "(rename it)",
+    ], said

@@ -369,6 +369,8 @@ def read_manifest(directory: Path) -> dict[str, Any]:
         if not isinstance(value, kind) or isinstance(value, bool):
             raise ArtifactError(f"{path}: {key!r} is {'missing' if value is None else repr(value)}, not {what}")
     for name, info in manifest["files"].items():
+        if "/" in name or name in (".", "..", MANIFEST):
+            raise ArtifactError(f"{path}: lists {name!r}, not the name of a file of the table's directory")
         if not (isinstance(info, dict) and isinstance(info.get("bytes"), int) and isinstance(info.get("sha256"), str)):
             raise ArtifactError(f"{path}: the entry of file {name!r} is {info!r}, not its bytes and sha256")
     return manifest

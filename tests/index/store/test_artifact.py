@@ -228,6 +228,7 @@ def test_leftovers_on_a_read_only_data_directory_are_reported_not_fixed(tmp_path
         (lambda m: m.update(dim=True), "'dim' is True, not a number of dimensions"),
         (lambda m: m.update(files=[]), "'files' is [], not the table's files by name"),
         (lambda m: m["files"].update({artifact.NORMS: "x"}), "the entry of file 'norms.npy' is 'x', not its bytes"),
+        (lambda m: m["files"].update({"../t/norms.npy": {}}), "lists '../t/norms.npy', not the name of a file of"),
     ],
 )
 def test_a_manifest_without_a_field_every_table_has_is_refused_naming_it(

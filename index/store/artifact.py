@@ -445,6 +445,17 @@ def _not_a_file(path: Path) -> str:
     return "a directory, not a file" if path.is_dir() else "missing"
 
 
+def identity(directory: Path) -> dict[str, tuple[int, int, int]]:
+    """Each file of the table in ``directory`` (a sharded table's shards' too, as ``shard-000/...``) by its inode,
+    size and mtime: what a file written over in place changes, and a version published under the name replaces."""
+    found = {}
+    for path in sorted(directory.rglob("*")):
+        if path.is_file():
+            st = path.stat()
+            found[str(path.relative_to(directory))] = (st.st_ino, st.st_size, st.st_mtime_ns)
+    return found
+
+
 def verified(directory: Path, attempts: int = 3) -> tuple[dict[str, Any], Verification]:
     """The manifest of the version in ``directory`` and that version's verification, read again if a publisher
     replaced the version while it was being checked (its files would then disagree with the manifest read)."""

@@ -38,9 +38,11 @@ def fingerprint(directory: Path, logs: bool = True) -> Fingerprint | None:
     """The identity of the table files in ``directory`` (a sharded table's: its shards' too, as ``shard-000/...``)
     and (``logs``) of its write logs, or None if it is gone."""
     try:
-        entries = [(".", *_stat(os.stat(directory))), *_entries(directory)]
+        entries = [(".", *_stat(os.stat(directory)))]
     except OSError:
         return None
+    with contextlib.suppress(OSError):  # a directory that may not be listed: its load says why
+        entries += _entries(directory)
     return tuple(sorted(entries)) + (_logs(directory) if logs else ())
 
 

@@ -103,7 +103,16 @@ def list_tables(data_dir: Path) -> list[str]:
     data_dir = Path(data_dir)
     if not data_dir.is_dir():
         return []
-    return sorted(p.name for p in data_dir.iterdir() if NAME_PATTERN.fullmatch(p.name) and (p / MANIFEST).is_file())
+    return sorted(p.name for p in data_dir.iterdir() if NAME_PATTERN.fullmatch(p.name) and _holds_manifest(p))
+
+
+def _holds_manifest(directory: Path) -> bool:
+    """Whether ``directory`` holds a table's manifest; True when it may not be looked into (no permission): a
+    table that its reader then refuses, saying why, rather than one passed over."""
+    try:
+        return (directory / MANIFEST).is_file()
+    except OSError:
+        return True
 
 
 def fsync_dir(path: Path) -> None:
@@ -354,9 +363,9 @@ def write_manifest(directory: Path, manifest: dict[str, Any]) -> dict[str, Any]:
 
 def read_manifest(directory: Path) -> dict[str, Any]:
     path = directory / MANIFEST
-    if not path.is_file():
-        raise UnknownTable(f"no table at {directory.name!r}")
     try:
+        if not path.is_file():
+            raise UnknownTable(f"no table at {directory.name!r}")
         manifest = json.loads(path.read_text())
     except (OSError, ValueError) as exc:
         raise ArtifactError(f"{path}: unreadable manifest ({exc})") from exc

@@ -178,19 +178,27 @@ AS_A_USER = () if os.geteuid() else ("setpriv", "--bounding-set", "-dac_override
 
 
 @pytest.mark.skipif(bool(AS_A_USER) and shutil.which("setpriv") is None, reason="root, and no setpriv to drop it")
-def test_a_file_the_server_may_not_read_is_named_in_its_one_line(data_dir: Path, tmp_path: Path) -> None:
+def test_what_the_server_may_not_read_is_named_in_one_line_and_the_rest_serves(
+    data_dir: Path, glove_raw: RawTable, tmp_path: Path
+) -> None:
+    """A table file, and a whole table directory, the server's user may not read: each table refused in one line
+    naming the file (a directory it may not look into stopped the server's start, every table with it)."""
     (data_dir / "t" / artifact.NORMS).chmod(0)
+    build(glove_raw, data_dir, "v", 1_000)
+    (data_dir / "v").chmod(0)
     serve = (*AS_A_USER, str(BIN / "embedding-serve"))
     server = start(data_dir, tmp_path / "server.log", serve=serve)
     try:
         ready = HTTP.get(f"{server.base}/readyz", timeout=10)
-        assert ready.status_code == 503 and ready.json()["error"]["missing"] == ["t"]
+        assert ready.status_code == 503 and ready.json()["error"]["missing"] == ["t", "v"]
         assert answers(server.base, "u") == 200
         log = server.log()
         said = "table 't' not loaded, skipped: table 't' disagrees with its manifest: norms.npy: unreadable (Permission"
         assert said in log and "Traceback" not in log, log[-3000:]
+        assert "table 'v' not loaded, skipped: " in log and "v/manifest.json: unreadable manifest (" in log
     finally:
         server.stop()
+        (data_dir / "v").chmod(0o755)  # for pytest to remove it
 
 
 def test_what_the_data_directory_holds_that_cannot_be_served_is_said(

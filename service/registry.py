@@ -8,8 +8,10 @@ stay mapped even after a rebuild replaced them on disk), new requests see the ne
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import stat
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,15 +34,39 @@ LOAD_ATTEMPTS = 3  # a table replaced while it was being loaded is loaded again
 LOGS = "/"  # the first character of a log's entry, which no file name in the directory has
 
 
-def fingerprint(directory: Path) -> Fingerprint | None:
-    """The identity of the table files in ``directory`` and of its write logs, or None if it is gone."""
+def fingerprint(directory: Path, logs: bool = True) -> Fingerprint | None:
+    """The identity of the table files in ``directory`` (a sharded table's: its shards' too, as ``shard-000/...``)
+    and (``logs``) of its write logs, or None if it is gone."""
     try:
         entries = [(".", *_stat(os.stat(directory)))]
-        with os.scandir(directory) as children:
-            entries += [(c.name, *_stat(c.stat(follow_symlinks=True))) for c in children]
     except OSError:
         return None
-    return tuple(sorted(entries)) + _logs(directory)
+    with contextlib.suppress(OSError):  # a directory that may not be listed: its load says why
+        entries += _entries(directory)
+    return tuple(sorted(entries)) + (_logs(directory) if logs else ())
+
+
+def _entries(directory: Path | str, within: str = "") -> list[tuple[str, int, int, int]]:
+    """Each entry of ``directory`` and its identity; the entries of a directory in it too (a shard), unless
+    ``within`` one already. A shard that cannot be listed is left to the table's verification to name."""
+    entries = []
+    with os.scandir(directory) as children:
+        for child in children:
+            st = _entry_stat(child)
+            entries.append((within + child.name, *_stat(st)))
+            if not within and stat.S_ISDIR(st.st_mode):
+                with contextlib.suppress(OSError):
+                    entries += _entries(child.path, f"{child.name}/")
+    return entries
+
+
+def _entry_stat(entry: os.DirEntry[str]) -> os.stat_result:
+    """The file an entry names; a symbolic link that leads nowhere, the link itself: the table is still there, and
+    its verification names the link."""
+    try:
+        return entry.stat(follow_symlinks=True)
+    except OSError:
+        return entry.stat(follow_symlinks=False)
 
 
 def _logs(directory: Path) -> Fingerprint:
@@ -62,6 +88,23 @@ def files_of(version: Fingerprint) -> Fingerprint:
 
 def _stat(st: os.stat_result) -> tuple[int, int, int]:
     return st.st_ino, st.st_size, st.st_mtime_ns
+
+
+def changed_in_place(served: Fingerprint, now: Fingerprint) -> list[str]:
+    """The files of the ``served`` version that ``now`` holds as the same file (inode) with another size or mtime:
+    written over in place, so the pages a server maps are the new bytes (or none past a cut: SIGBUS), not the
+    version it verified. A file replaced by another one (a new inode), or removed, leaves the mapped one whole."""
+    current = {entry[0]: entry for entry in now}
+    shards = {entry[0].split("/")[0] for entry in served if "/" in entry[0]}  # directories, not mapped files
+    return [
+        name
+        for name, inode, size, mtime in served
+        if name not in (".", *shards)
+        and name.rsplit("/")[-1] != artifact.MANIFEST
+        and (entry := current.get(name)) is not None
+        and entry[1] == inode
+        and entry[2:] != (size, mtime)
+    ]
 
 
 def _read(directory: Path, checksums: bool) -> tuple[Table | None, str, bool]:
@@ -167,8 +210,12 @@ class Registry:
             fronting=self.fronting,
         )
         nxt.sharded = _sharded_directory(self.data_dir)
+        if self.names is None:
+            for entry, why in _not_tables(self.data_dir):
+                log.warning("%r in the data directory is not served: %s", entry, why)
         absent = "the data directory is missing" if gone else "no table of that name in the data directory"
         report: dict[str, list[str]] = {"loaded": [], "unchanged": [], "refused": [], "missing": [], "removed": []}
+        written_over: list[str] = []  # served tables whose mapped files changed in place: withdrawn, not removed
         for name in requested:
             old = self.tables.get(name)
             version = fingerprint(self.data_dir / name) if name in available else None
@@ -196,6 +243,12 @@ class Registry:
             loaded = nxt._load(name, version, serving=old is not None)
             if loaded:
                 report["loaded"].append(name)
+            elif old is not None and (written := changed_in_place(self.versions[name], version)):
+                # The served version is no longer whole: withdrawn, not served stale, until a good one is published
+                reason = nxt.failed.pop(name)
+                nxt._fail(name, f"{', '.join(written)} written over in place while it was served, withdrawn: {reason}")
+                report["missing"].append(name)
+                written_over.append(name)
             elif old is not None:
                 reason = nxt.failed.pop(name)
                 built = old.manifest.get("built_at", "an earlier build")
@@ -212,7 +265,9 @@ class Registry:
                 if name in report[outcome]:
                     report[outcome].remove(name)
             report["missing"].append(name)
-        # A table withdrawn for its encoder is still in the data directory: missing (its reason logged), not removed
+        # A table withdrawn for its encoder or its files is still in the data directory: missing (its reason
+        # logged), not removed
+        withdrawn += written_over
         report["removed"] = sorted(name for name in self.tables if name not in nxt.tables and name not in withdrawn)
         for name in report["removed"]:
             log.warning("table %r is no longer in the data directory; no longer served", name)
@@ -416,6 +471,21 @@ class Registry:
         names = sorted(self.tables)
         matches = process.extract(name, names, scorer=fuzz.WRatio, processor=str.casefold, limit=limit)
         return [match for match, score, _ in matches if score >= 40]
+
+
+def _not_tables(data_dir: Path) -> list[tuple[str, str]]:
+    """Entries of the data directory meant as tables that cannot be served, and why: a table under a name no
+    request can give, a symbolic link that leads to nothing (or in a circle). Hidden entries are the builder's."""
+    found = []
+    with contextlib.suppress(OSError), os.scandir(data_dir) as children:
+        for child in children:
+            if child.name.startswith("."):
+                continue
+            if child.is_symlink() and not os.path.exists(child.path):
+                found.append((child.name, f"a symbolic link to {os.readlink(child.path)}, which leads to no table"))
+            elif not artifact.NAME_PATTERN.fullmatch(child.name) and (Path(child) / artifact.MANIFEST).is_file():
+                found.append((child.name, "a table's name is 1-64 letters, digits, '.', '_' or '-' (rename it)"))
+    return sorted(found)
 
 
 def _sharded_directory(directory: Path) -> bool:

@@ -1,10 +1,11 @@
 """Watching the data directory: a table published, rebuilt or removed there is served without a signal.
 
-Every ``EMBEDDING_WATCH_SECONDS`` the watcher lists the data directory and stats each table's ``manifest.json``
-(a build publishes a table by renaming a new directory into place, so its manifest's inode changes; a table
-removed takes its manifest with it). A table whose files were refused (or that is served stale) is looked at
-file by file (``registry.fingerprint``): files copied in after their manifest are seen too. When that picture
-differs from the last one, it reloads the tables as SIGHUP does (``service.reload``): new and changed tables
+Every ``EMBEDDING_WATCH_SECONDS`` the watcher lists the data directory and stats each table's files (a build
+publishes a table by renaming a new directory into place, so its manifest's inode changes; a table removed takes
+its manifest with it; a file written over in place changes its size or mtime, and the registry withdraws the
+table it served from it). Of a table whose files were refused (or that is served stale) its write logs are
+looked at too (``registry.fingerprint``): a log repaired is seen. When that picture differs from the last one,
+it reloads the tables as SIGHUP does (``service.reload``): new and changed tables
 are loaded and verified, unchanged ones are kept. A change is served within one interval plus the time its
 files take to verify. A server given ``EMBEDDING_TABLES`` watches those tables only. Every reload (the watcher's,
 SIGHUP's or ``POST /v1/admin/reload``'s) takes the picture the next look compares with just before it scans, so
@@ -28,7 +29,7 @@ from pathlib import Path
 from starlette.concurrency import run_in_threadpool
 
 from index.store.artifact import MANIFEST, NAME_PATTERN
-from service.registry import Fingerprint, Registry, files_of, fingerprint
+from service.registry import Fingerprint, Registry, fingerprint
 from service.reload import Reloader
 
 log = logging.getLogger(__name__)
@@ -37,8 +38,9 @@ Picture = tuple[tuple[str, object], ...]
 
 
 def picture(data_dir: Path, closely: frozenset[str] = frozenset(), only: frozenset[str] | None = None) -> Picture:
-    """Each table directory's name and its manifest's inode, size and mtime (a cheap stat per table); for the
-    tables named in ``closely``, every file's. ``only``: the tables served (None: every table)."""
+    """Each table directory's name, its manifest's inode, size and mtime, and its files' (a stat per file: a file
+    written over in place is seen too); for the tables named in ``closely``, their write logs' as well. ``only``:
+    the tables served (None: every table)."""
     entries: list[tuple[str, object]] = []
     try:
         with os.scandir(data_dir) as children:
@@ -54,7 +56,7 @@ def picture(data_dir: Path, closely: frozenset[str] = frozenset(), only: frozens
             st = os.stat(data_dir / name / MANIFEST)
         except OSError:
             continue  # not a table (or one being replaced: seen at the next look)
-        files = fingerprint(data_dir / name) if name in closely else None
+        files = fingerprint(data_dir / name) if name in closely else _files(data_dir / name)
         entries.append((name, (st.st_ino, st.st_size, st.st_mtime_ns, files)))
     return tuple(entries)
 
@@ -121,8 +123,7 @@ def _manifest(directory: Path, missing: bool = False) -> object:
 
 
 def _files(directory: Path) -> object:
-    version = fingerprint(directory)
-    return None if version is None else files_of(version)
+    return fingerprint(directory, logs=False)
 
 
 class Watcher:
@@ -134,13 +135,13 @@ class Watcher:
         self.seconds = seconds
         self.reloader = reloader
         self.only = None if names is None else frozenset(names)
-        self.closely: frozenset[str] = frozenset()  # the tables the last picture looked at file by file
+        self.closely: frozenset[str] = frozenset()  # the tables the last picture looked at with their write logs
         self.seen = self.look()  # taken before the tables load: a change while they load is caught
         reloader.before_scan = self.before_reload
         self._task: asyncio.Task[None] | None = None
 
     def look(self, closely: frozenset[str] | None = None) -> Picture:
-        """The picture of the data directory now, the tables in doubt (or ``closely``) file by file."""
+        """The picture of the data directory now, the tables in doubt (or ``closely``) with their write logs."""
         closely = doubtful(getattr(self.reloader.app.state, "registry", None)) if closely is None else closely
         return picture(self.data_dir, closely, self.only)
 
@@ -181,7 +182,7 @@ class Watcher:
                 log.exception("reload after a change in the data directory failed")
                 self.seen = ()  # tried again at the next look
                 continue
-            # The tables the reload refused are watched file by file from now on: their picture is taken anew.
+            # The tables the reload refused are watched with their logs from now on: their picture is taken anew.
             registry = getattr(self.reloader.app.state, "registry", None)
             closely = doubtful(registry)
             if closely != self.closely:

@@ -137,13 +137,23 @@ def built_as(manifest: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def unchanged(directory: Path, manifest: dict[str, Any], name: str) -> Callable[[Path], None]:
+def unchanged(
+    directory: Path, manifest: dict[str, Any], name: str, files: dict[str, tuple[int, int, int]]
+) -> Callable[[Path], None]:
     """A publish's last check, under its lock: the table at ``directory`` is still the version of ``manifest``
-    (none was published since the compaction read it), else nothing is replaced."""
+    (none was published since the compaction read it) and its ``files`` (``artifact.identity``, taken before they
+    were verified) were not written over in place, which the new version would hold as verified; else nothing is
+    replaced."""
 
     def check(_: Path) -> None:
         if artifact.read_manifest(directory) != manifest:
             raise ArtifactError(f"table {name!r} was published again while it was being compacted; nothing replaced")
+        now = artifact.identity(directory)
+        if written := sorted(path for path, was in files.items() if now.get(path) != was):
+            raise ArtifactError(
+                f"table {name!r}: {', '.join(written)} changed in place while it was being compacted; nothing "
+                "replaced (embedding-index verify names the damage)"
+            )
 
     return check
 
@@ -158,6 +168,7 @@ def all_deleted(name: str, logs: str) -> InvalidQuery:
 
 
 def _compact(data_dir: Path, name: str, directory: Path, path: Path) -> dict[str, Any]:
+    files = artifact.identity(directory)
     note(f"verifying {directory} ...")
     table = Table.load(directory)
     payload = table.payload
@@ -190,7 +201,7 @@ def _compact(data_dir: Path, name: str, directory: Path, path: Path) -> dict[str
         name=name,
         source=manifest.get("source", {}),
         force=True,
-        complete=unchanged(directory, manifest, name),
+        complete=unchanged(directory, manifest, name, files),
         **built_as(manifest),
     )
     kept = finish(data_dir, [(path, delta.seq)])

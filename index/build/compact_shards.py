@@ -43,6 +43,7 @@ def compact_sharded(data_dir: Path, name: str) -> dict[str, Any]:
 
 
 def _compact(data_dir: Path, name: str, directory: Path) -> dict[str, Any]:
+    files = artifact.identity(directory)
     note(f"verifying {directory} ...")
     table = ShardedTable.load(directory)
     if table.payload is None:
@@ -89,7 +90,7 @@ def _compact(data_dir: Path, name: str, directory: Path) -> dict[str, Any]:
         build_shard=build_shard,
         params=build,
         force=True,
-        complete=unchanged(directory, manifest, name),
+        complete=unchanged(directory, manifest, name, files),
         empty=True,
         identity=manifest["shards"].get(shardmap.IMPORT),  # the same import, its shards served on
     )

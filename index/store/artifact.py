@@ -103,7 +103,16 @@ def list_tables(data_dir: Path) -> list[str]:
     data_dir = Path(data_dir)
     if not data_dir.is_dir():
         return []
-    return sorted(p.name for p in data_dir.iterdir() if NAME_PATTERN.fullmatch(p.name) and (p / MANIFEST).is_file())
+    return sorted(p.name for p in data_dir.iterdir() if NAME_PATTERN.fullmatch(p.name) and _holds_manifest(p))
+
+
+def _holds_manifest(directory: Path) -> bool:
+    """Whether ``directory`` holds a table's manifest; True when it may not be looked into (no permission): a
+    table that its reader then refuses, saying why, rather than one passed over."""
+    try:
+        return (directory / MANIFEST).is_file()
+    except OSError:
+        return True
 
 
 def fsync_dir(path: Path) -> None:
@@ -354,9 +363,9 @@ def write_manifest(directory: Path, manifest: dict[str, Any]) -> dict[str, Any]:
 
 def read_manifest(directory: Path) -> dict[str, Any]:
     path = directory / MANIFEST
-    if not path.is_file():
-        raise UnknownTable(f"no table at {directory.name!r}")
     try:
+        if not path.is_file():
+            raise UnknownTable(f"no table at {directory.name!r}")
         manifest = json.loads(path.read_text())
     except (OSError, ValueError) as exc:
         raise ArtifactError(f"{path}: unreadable manifest ({exc})") from exc
@@ -364,7 +373,26 @@ def read_manifest(directory: Path) -> dict[str, Any]:
         raise ArtifactError(f"{path}: not a table's manifest (a JSON object)")
     if manifest.get("format_version") != FORMAT_VERSION:
         raise ArtifactError(other_format(directory, manifest))
+    for key, kind, what in _REQUIRED:
+        value = manifest.get(key)
+        if not isinstance(value, kind) or isinstance(value, bool):
+            raise ArtifactError(f"{path}: {key!r} is {'missing' if value is None else repr(value)}, not {what}")
+    for name, info in manifest["files"].items():
+        if "/" in name or name in (".", "..", MANIFEST):
+            raise ArtifactError(f"{path}: lists {name!r}, not the name of a file of the table's directory")
+        if not (isinstance(info, dict) and isinstance(info.get("bytes"), int) and isinstance(info.get("sha256"), str)):
+            raise ArtifactError(f"{path}: the entry of file {name!r} is {info!r}, not its bytes and sha256")
     return manifest
+
+
+# What every table's manifest holds, checked when it is read: a manifest damaged or edited by hand is refused
+# naming the field, not failed on later inside the loader.
+_REQUIRED = (
+    ("name", str, "the table's name"),
+    ("rows", int, "a number of rows"),
+    ("dim", int, "a number of dimensions"),
+    ("files", dict, "the table's files by name"),
+)
 
 
 def other_format(directory: Path, manifest: dict[str, Any]) -> str:
@@ -467,20 +495,42 @@ def file_problems(
     for name, info in listed.items():
         path = directory / name
         if not path.is_file():
-            problems.append(f"{name}: missing")
+            problems.append(f"{name}: {_not_a_file(path)}")
             continue
         size = path.stat().st_size
         if size != info.get("bytes"):
             problems.append(f"{name}: {size} bytes, manifest says {info.get('bytes')}")
             continue
-        if checksums and sha256_file(path) != info.get("sha256"):
-            problems.append(f"{name}: sha256 differs from the manifest")
+        try:
+            if checksums and sha256_file(path) != info.get("sha256"):
+                problems.append(f"{name}: sha256 differs from the manifest")
+        except OSError as exc:  # no read permission, an I/O error of the disk
+            problems.append(f"{name}: unreadable ({exc.strerror})")
+            continue
         if progress:
             progress(size)
     for child in directory.iterdir():
         if child.name != MANIFEST and child.name not in listed and child.name not in beside:
             problems.append(f"{child.name}: not listed in the manifest")
     return problems
+
+
+def _not_a_file(path: Path) -> str:
+    """What ``path``, where a table's file should be, is instead."""
+    if path.is_symlink():
+        return f"a symbolic link to {os.readlink(path)}, which is not a file"
+    return "a directory, not a file" if path.is_dir() else "missing"
+
+
+def identity(directory: Path) -> dict[str, tuple[int, int, int]]:
+    """Each file of the table in ``directory`` (a sharded table's shards' too, as ``shard-000/...``) by its inode,
+    size and mtime: what a file written over in place changes, and a version published under the name replaces."""
+    found = {}
+    for path in sorted(directory.rglob("*")):
+        if path.is_file():
+            st = path.stat()
+            found[str(path.relative_to(directory))] = (st.st_ino, st.st_size, st.st_mtime_ns)
+    return found
 
 
 def verified(directory: Path, attempts: int = 3) -> tuple[dict[str, Any], Verification]:
@@ -529,15 +579,28 @@ def republish(
         newest = read_manifest(directory)
         if _lineage(newest) != _lineage(manifest):
             raise ArtifactError(f"table {name!r} was rebuilt while {what}; nothing replaced")
+        # The files carried forward must be the newest version's as its manifest lists them: a file damaged since
+        # the table was verified is refused, never checksummed into the new version's manifest
+        carried = {k: v for k, v in newest["files"].items() if k not in replaced}
+        _refuse_damage(name, what, file_problems(directory, carried, checksums=False, beside=replaced))
         for child in directory.iterdir():
             if child.name != MANIFEST and child.name not in replaced:
                 _link_or_copy(child, tmp / child.name)
         kept = {k: v for k, v in newest.items() if k not in ("format_version", "files", *changes)}
-        published.update(write_manifest(tmp, {**kept, **changes}))
+        written = write_manifest(tmp, {**kept, **changes})
+        _refuse_damage(
+            name, what, [f"{k}: sha256 differs from the manifest" for k in carried if written["files"][k] != carried[k]]
+        )
+        published.update(written)
 
     with staging(data_dir, name, force=True, complete=complete) as tmp:
         write(tmp)
     return published
+
+
+def _refuse_damage(name: str, what: str, problems: list[str]) -> None:
+    if problems:
+        raise ArtifactError(f"table {name!r} is damaged ({'; '.join(problems)}); nothing replaced while {what}")
 
 
 def _lineage(manifest: dict[str, Any]) -> tuple[Any, Any]:

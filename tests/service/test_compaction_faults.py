@@ -202,6 +202,33 @@ def test_a_compaction_never_publishes_over_a_version_published_meanwhile(
     assert log.stat().st_size == size
 
 
+def test_a_compaction_never_vouches_for_a_file_written_over_in_place_meanwhile(
+    lee_docs: Lee, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A byte of the payload changed in place while a compaction builds: the new version would be built from the
+    changed bytes and checksummed as verified. Nothing is published, the damage stays for verify to name, and the
+    log is kept whole."""
+    data = tmp_path / "data"
+    path = write_jsonl(tmp_path / "lee.jsonl", jsonl_records(lee_docs))
+    assert run_cli("import", path, "--format", "documents", "--name", "lee", "--data-dir", data).code == 0
+    log = writelog.log_path(data, "lee")
+    append(log, lee_docs, 0, 2)
+    size, before = log.stat().st_size, (data / "lee" / artifact.MANIFEST).read_bytes()
+    build = compact_module.build_table
+
+    def damage_meanwhile(*args: Any, **kwargs: Any) -> dict[str, Any]:
+        with open(data / "lee" / "payload.arrow", "r+b") as payload:
+            payload.seek(-100, os.SEEK_END)
+            payload.write(b"\xff")
+        return build(*args, **kwargs)
+
+    monkeypatch.setattr(compact_module, "build_table", damage_meanwhile)
+    with pytest.raises(ArtifactError, match=r"payload\.arrow changed in place while it was being compacted"):
+        compact(data, "lee")
+    assert (data / "lee" / artifact.MANIFEST).read_bytes() == before and log.stat().st_size == size
+    assert artifact.verify(data / "lee").problems == ["payload.arrow: sha256 differs from the manifest"]
+
+
 def test_the_next_compaction_finishes_one_killed_between_its_publish_and_its_cut(
     lee_docs: Lee, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -301,3 +302,70 @@ def test_leftovers_on_a_read_only_data_directory_are_reported_not_fixed(tmp_path
     assert sorted(p.name for p in data_dir.iterdir()) == [".old-t-12345678", ".tmp-u-deadbeef"]
     assert [path.name for path, _ in artifact.recover(data_dir)] == [".tmp-u-deadbeef", ".old-t-12345678"]
     assert artifact.list_tables(data_dir) == ["t"] and artifact.verify(data_dir / "t").ok
+
+
+@pytest.mark.parametrize(
+    ("change", "said"),
+    [
+        (lambda m: m.pop("name"), "'name' is missing, not the table's name"),
+        (lambda m: m.update(rows="300"), "'rows' is '300', not a number of rows"),
+        (lambda m: m.update(dim=True), "'dim' is True, not a number of dimensions"),
+        (lambda m: m.update(files=[]), "'files' is [], not the table's files by name"),
+        (lambda m: m["files"].update({artifact.NORMS: "x"}), "the entry of file 'norms.npy' is 'x', not its bytes"),
+        (lambda m: m["files"].update({"../t/norms.npy": {}}), "lists '../t/norms.npy', not the name of a file of"),
+    ],
+)
+def test_a_manifest_without_a_field_every_table_has_is_refused_naming_it(
+    tmp_path: Path, change: object, said: str
+) -> None:
+    """A manifest damaged or edited by hand: verification and loading say which field is wrong (they failed inside
+    the loader, with a KeyError or an AttributeError, and the server said only that)."""
+    build_table(_raw(), data_dir=tmp_path, name="t", source={})
+    path = tmp_path / "t" / artifact.MANIFEST
+    manifest = json.loads(path.read_text())
+    change(manifest)  # type: ignore[operator]
+    path.write_text(json.dumps(manifest))
+    for check in (artifact.verify, Table.load):
+        with pytest.raises(ArtifactError, match=f"manifest.json: {re.escape(said)}"):
+            check(tmp_path / "t")
+
+
+@pytest.mark.parametrize("kind", ["dangling link", "directory"])
+def test_a_file_that_is_no_file_is_named_for_what_it_is(tmp_path: Path, kind: str) -> None:
+    build_table(_raw(), data_dir=tmp_path, name="t", source={})
+    norms = tmp_path / "t" / artifact.NORMS
+    norms.unlink()
+    norms.symlink_to("gone.npy") if kind == "dangling link" else norms.mkdir()
+    said = "a symbolic link to gone.npy, which is not a file" if kind == "dangling link" else "a directory, not a file"
+    assert artifact.verify(tmp_path / "t").problems == [f"norms.npy: {said}"]
+
+
+@pytest.mark.parametrize("damage", ["flip", "truncate", "extra"])
+def test_a_new_version_never_vouches_for_a_file_damaged_since_the_table_was_verified(
+    tmp_path: Path, damage: str
+) -> None:
+    """``republish`` (``index``, ``sif``) carries the newest version's other files forward: one damaged since the
+    work began is refused, naming it, and the table is left as it was, still failing its verification; it is not
+    checksummed into the new version's manifest, which would make the damage pass every later check."""
+    build_table(_raw(), data_dir=tmp_path, name="t", source={})
+    directory = tmp_path / "t"
+    manifest = artifact.read_manifest(directory)  # the version the work read (and verified)
+    norms = directory / artifact.NORMS
+    if damage == "flip":
+        with open(norms, "r+b") as handle:
+            handle.seek(-3, os.SEEK_END)
+            handle.write(b"\xff")
+    elif damage == "truncate":
+        os.truncate(norms, norms.stat().st_size - 1)
+    else:
+        (directory / "notes.txt").write_text("a file an operator left")
+    before = (directory / artifact.MANIFEST).read_bytes()
+
+    def write(tmp: Path) -> None:
+        (tmp / "extra.npy").write_bytes(artifact.npy_bytes(np.zeros(3, dtype=np.float32)))
+
+    said = {"flip": "norms.npy: sha256 differs", "truncate": "norms.npy: 1327 bytes", "extra": "notes.txt: not listed"}
+    with pytest.raises(ArtifactError, match=f"table 't' is damaged \\({said[damage]}.*nothing replaced while testing"):
+        artifact.republish(tmp_path, "t", manifest, write, ("extra.npy",), {"extra": True}, "testing")
+    assert (directory / artifact.MANIFEST).read_bytes() == before and not artifact.verify(directory).ok
+    assert [p.name for p in tmp_path.iterdir()] == ["t"]

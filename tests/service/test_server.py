@@ -76,6 +76,18 @@ def test_a_request_id_is_sent_back_and_logged(small_server: Server) -> None:
         assert access_line(k).endswith(" 200") and invalid not in small_server.log(), invalid
 
 
+def test_a_projection_logs_its_access_line_alone(small_server: Server) -> None:
+    """openTSNE logs two or three info lines per t-SNE (its gradient method, its initialization): at the server's
+    info level they stay out of the log, which has the request's access line."""
+    words = ["king", "queen", "man", "woman", "paris", "france", "berlin", "germany", "red", "blue", "dog", "cat"]
+    response = HTTP.post(
+        f"{small_server.base}/v1/tables/small/project", json={"tokens": words, "method": "tsne"}, timeout=120
+    )
+    assert response.status_code == 200 and len(response.json()["points"]) == len(words)
+    wait_for(lambda: '"POST /v1/tables/small/project HTTP/1.1" 200' in small_server.log(), what="the access line")
+    assert "openTSNE" not in small_server.log()
+
+
 TRACEBACK = "Traceback (most recent call last):"
 
 

@@ -66,7 +66,7 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 from urllib.parse import unquote_to_bytes
 
 import httptools
@@ -514,7 +514,7 @@ class JsonErrorsProtocol(HttpToolsProtocol):
                 self.pipeline[queued[0]] = (cycle, refusal(code, message))
                 return
             cycle.disconnected = True  # its app's receive() says http.disconnect; what it sends is dropped
-            cycle.scope[REFUSED] = True  # and not counted: this refusal is
+            cast(dict[str, Any], cycle.scope)[REFUSED] = True  # and not counted: this refusal is
             cycle.message_event.set()
             self._answer_and_linger(code, message, named)
             return

@@ -122,9 +122,10 @@ def log_config(log_format: str = "plain", level: str = "info") -> dict[str, Any]
     formatter = {"()": f"service.logs.{'JsonFormatter' if log_format == 'json' else 'PlainFormatter'}"}
     handler = {"class": "logging.StreamHandler", "formatter": "default", "stream": "ext://sys.stderr"}
     level = level.upper()
-    # httpx logs each request a sharded table's front sends its shards at info level: one line per shard asked,
-    # beside the request's own access line. Kept for debug (and quieter levels).
-    shard_requests = level if level in ("DEBUG", "ERROR", "CRITICAL") else "WARNING"
+    # Libraries that log at info level per request: httpx each request a sharded table's front sends its shards
+    # (one line per shard asked), openTSNE two or three lines per t-SNE projection or map, beside the request's own
+    # access line. Kept for debug (and quieter levels).
+    per_request = level if level in ("DEBUG", "ERROR", "CRITICAL") else "WARNING"
     return {
         "version": 1,
         "disable_existing_loggers": False,
@@ -136,6 +137,7 @@ def log_config(log_format: str = "plain", level: str = "info") -> dict[str, Any]
             "uvicorn.error": {"handlers": [], "level": level, "propagate": True},
             "uvicorn.access": {"handlers": [], "level": level, "propagate": True},
             "faiss.loader": {"level": "WARNING"},  # which SIMD build loaded is noise at info level
-            "httpx": {"level": shard_requests},
+            "httpx": {"level": per_request},
+            "openTSNE": {"level": per_request},
         },
     }

@@ -38,6 +38,7 @@ import importlib.metadata
 import json
 import sys
 import threading
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -594,7 +595,10 @@ class KeywordIndex:
         self.lengths = lengths  # each row's word count (int32, mapped); None: a table built before they were kept
         # The words of the last texts looked up one at a time: a query's text is looked up by the door (whether a
         # document holds one of its words, :meth:`holds`), then by its search, each one tokenizer run otherwise.
-        self._text_columns = functools.lru_cache(maxsize=TEXTS_KEPT)(self._columns_of_text)
+        # Kept here, not by ``functools.lru_cache`` of a bound method: that would refer back to the index, which a
+        # reload then leaves to the collector (never, for a server's frozen start-up objects), its files held open.
+        self._texts: OrderedDict[str, np.ndarray] = OrderedDict()
+        self._texts_lock = threading.Lock()
 
     @classmethod
     def open(
@@ -686,9 +690,20 @@ class KeywordIndex:
         found in the words without scoring a document."""
         return bool((self._text_columns(text) >= 0).any())
 
-    def _columns_of_text(self, text: str) -> np.ndarray:
+    def _text_columns(self, text: str) -> np.ndarray:
+        """The column of each word of ``text`` (-1: a word no document holds), for the last ``TEXTS_KEPT`` texts
+        kept."""
+        with self._texts_lock:
+            columns = self._texts.get(text)
+            if columns is not None:
+                self._texts.move_to_end(text)
+                return columns
         columns = self.term_ids(self.tokenizer([text]).terms)
-        columns.flags.writeable = False  # kept (``_text_columns``)
+        columns.flags.writeable = False  # kept
+        with self._texts_lock:
+            self._texts[text] = columns
+            if len(self._texts) > TEXTS_KEPT:
+                self._texts.popitem(last=False)
         return columns
 
     def _query_columns(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:

@@ -19,6 +19,10 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from service.http.logged_once import CUT_STATUS
 
 LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+# In a request's scope: the HTTP protocol answered it itself while its app waited for its body (a body that stalls
+# or that the client cut; service.http.protocol), and counted it by its code: the app's answer is dropped, and not
+# counted.
+REFUSED = "embedding.refused"
 
 
 class Metrics:
@@ -137,17 +141,18 @@ class MetricsMiddleware:
             status = status or CUT_STATUS
             raise
         finally:
-            route = scope.get("route")
-            template = getattr(route, "path", None) or other_template(scope)
-            table = (scope.get("path_params") or {}).get("table", "")
-            if table and table not in self.tables:
-                table = "unknown"
-            elif not table and template in self.fronted:
-                template, table = self.fronted[template]
-            method = scope["method"] if scope["method"] in METHODS else "other"  # a client's word: not a label
-            count, latency = self.metrics.request_children(method, template, table, status or 500)
-            count.inc()
-            latency.observe(time.perf_counter() - started)
+            if REFUSED not in scope:
+                route = scope.get("route")
+                template = getattr(route, "path", None) or other_template(scope)
+                table = (scope.get("path_params") or {}).get("table", "")
+                if table and table not in self.tables:
+                    table = "unknown"
+                elif not table and template in self.fronted:
+                    template, table = self.fronted[template]
+                method = scope["method"] if scope["method"] in METHODS else "other"  # a client's word: not a label
+                count, latency = self.metrics.request_children(method, template, table, status or 500)
+                count.inc()
+                latency.observe(time.perf_counter() - started)
 
 
 def other_template(scope: Scope) -> str:

@@ -31,7 +31,8 @@ with it (``JsonErrorsProtocol.with_limits(...)``).
   refuses requests on connections already served); ``GET /healthz`` excepted, answered alive.
 
 Each refusal is counted in the app's metrics (``embedding_http_refused_total`` by its code): the app's own
-request metrics never see these requests.
+request metrics never see these requests (one whose app waits for its body, which then stalls or is cut, is marked
+``service.http.metrics.REFUSED`` in its scope: the route's answer, dropped, is not counted).
 - A client that reads none of its answers: while answer bytes wait in the write buffer (the client's window is
   closed), the connection is checked every ``send_timeout`` seconds and aborted once they have not moved since
   the check before, so the connection slot and the answers' memory are not held forever (a close would wait for
@@ -65,7 +66,7 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 from urllib.parse import unquote_to_bytes
 
 import httptools
@@ -76,6 +77,7 @@ from uvicorn.server import ServerState
 
 from service.errors import error_body, status_of
 from service.http.declared_query import PROBES
+from service.http.metrics import REFUSED
 from service.http.one_write import use_one_write
 from service.http.openai_errors import is_openai, openai_error
 from service.http.request_id import HEADER as REQUEST_ID
@@ -512,6 +514,7 @@ class JsonErrorsProtocol(HttpToolsProtocol):
                 self.pipeline[queued[0]] = (cycle, refusal(code, message))
                 return
             cycle.disconnected = True  # its app's receive() says http.disconnect; what it sends is dropped
+            cast(dict[str, Any], cycle.scope)[REFUSED] = True  # and not counted: this refusal is
             cycle.message_event.set()
             self._answer_and_linger(code, message, named)
             return

@@ -6,6 +6,8 @@ directory) and answers as a fresh import of the final documents does; no acknowl
 
 from __future__ import annotations
 
+import contextlib
+import os
 import shutil
 import subprocess
 import threading
@@ -92,3 +94,42 @@ def test_compaction_while_writes_go_on(lee_data_dir: Path, lee_docs: Lee, tmp_pa
                     assert ranked(mine) == ranked(theirs), body
                     assert {h["id"]: h["fields"] for h in mine} == {h["id"]: h["fields"] for h in theirs}
                     np.testing.assert_allclose([h["score"] for h in mine], [h["score"] for h in theirs], atol=1e-6)
+
+
+def deleted_files(pid: int) -> list[str]:
+    """The files process ``pid`` holds open (each mapped array keeps a descriptor) that were deleted meanwhile."""
+    held = []
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        with contextlib.suppress(FileNotFoundError):  # closed meanwhile
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+            if target.endswith(" (deleted)"):
+                held.append(target)
+    return held
+
+
+def test_a_version_replaced_by_compaction_is_let_go(lee_data_dir: Path, tmp_path: Path) -> None:
+    """A worker that searched a version by keyword holds none of its files once a compaction replaced it and the
+    worker reloaded: a replaced version's files are deleted, and one held open would keep its descriptor and its
+    disk space for as long as the server runs (the start-up version's, kept out of the collector, for ever)."""
+    data = tmp_path / "data"
+    data.mkdir()
+    shutil.copytree(lee_data_dir / "lee", data / "lee")
+    env = {"EMBEDDING_WRITE_KEYS": KEY, "EMBEDDING_WATCH_SECONDS": "0.2"}
+    cli = real_server.BIN / "embedding-index"
+    with real_server.running(data, tmp_path / "serve.log", env=env) as server:
+        url = f"{server.base}/v1/tables/lee"
+        for turn in range(2):
+            doc = {"id": f"let-go/{turn}", "text": f"zebracrossing {turn}", "vector": [0.5] * 50}
+            answer = real_server.HTTP.post(f"{url}/documents", json={"documents": [doc]}, headers=HEADERS)
+            assert answer.status_code == 200, answer.text
+            sequence = answer.json()["sequence"]
+            search = {"text": "zebracrossing bushfire", "mode": "keyword", "k": 3}
+            assert real_server.HTTP.post(f"{url}/search", json=search).status_code == 200
+            subprocess.run([cli, "compact", "lee", "--data-dir", data, "-q"], check=True)
+            real_server.wait_for(
+                lambda: real_server.HTTP.get(url).json()["writes"]["version_sequence"] == sequence,  # noqa: B023
+                what="the compacted version served",
+            )
+            hits = real_server.HTTP.post(f"{url}/search", json=search).json()["hits"]
+            assert {hit["id"] for hit in hits} >= {f"let-go/{r}" for r in range(turn + 1)}
+            assert deleted_files(server.process.pid) == []

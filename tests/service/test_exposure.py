@@ -428,6 +428,42 @@ def test_the_refusals_are_counted_in_the_metrics(server: Server) -> None:
     }
 
 
+def searches_counted(server: Server) -> dict[str, float]:
+    """``embedding_http_requests_total`` of ``POST /v1/tables/{table}/search`` by status, from ``/metrics``."""
+    with connect(server.port) as sock:
+        sock.sendall(request("GET", "/metrics"))
+        status, _, body = read_response(sock)
+    assert status == 200, body[:300]
+    line = (
+        r'^embedding_http_requests_total\{method="POST",route="/v1/tables/\{table\}/search",status="(\d+)",'
+        r'table="small"\} (\S+)$'
+    )
+    return {code: float(value) for code, value in re.findall(line, body.decode(), re.MULTILINE)}
+
+
+def test_a_body_the_protocol_refuses_is_counted_once_by_its_code(server: Server) -> None:
+    """A body that stalls (408) or that the client cuts (400) while the route waits for it is answered by the
+    protocol: counted in ``embedding_http_refused_total`` by its code, and not again under the route with the
+    status of an answer the client never got (the route's own 400 for a body it could not read)."""
+    before, searched = refusals(server)[0], searches_counted(server)
+    headers = {"Content-Type": "application/json", "Content-Length": "100"}
+    with connect(server.port, timeout=10) as sock:
+        sock.sendall(request("POST", SEARCH, headers=headers) + b'{"vector":')
+        assert error_of(read_response(sock), 408)["code"] == "request_timeout"
+    with connect(server.port, timeout=10) as sock:
+        sock.sendall(request("POST", SEARCH, headers=headers) + b'{"vector":')
+        sock.shutdown(socket.SHUT_WR)
+        assert error_of(read_response(sock), 400)["code"] == "bad_request"
+    with connect(server.port, timeout=10) as sock:  # a body the route reads whole and refuses: counted there
+        sock.sendall(request("POST", SEARCH, b'{"vector": [1, 2]}'))
+        assert read_response(sock)[0] == 422
+    after, _ = refusals(server)
+    added = {code: count - before.get(code, 0.0) for code, count in after.items()}
+    assert added["request_timeout"] == 1 and added["bad_request"] == 1
+    counted = {code: count - searched.get(code, 0.0) for code, count in searches_counted(server).items()}
+    assert {code: count for code, count in counted.items() if count} == {"422": 1}
+
+
 def test_healthy_afterwards(server: Server, small: Table) -> None:
     vectors = queries(small, 4, seed=5)
     with connect(server.port) as sock:

@@ -21,7 +21,7 @@ from index.engine.table import Table
 from service.main import listen_problem
 from service_client import ApiError, Client, Neighbor
 from tests.service import failing_serve, raw_http
-from tests.service.real_server import HTTP, Server, start, wait_for
+from tests.service.real_server import HTTP, Server, running, start, wait_for
 
 
 def stop(server: Server) -> None:
@@ -74,6 +74,19 @@ def test_a_request_id_is_sent_back_and_logged(small_server: Server) -> None:
         status, answered = ask(k, invalid)
         assert status == 200 and "x-request-id" not in answered, invalid
         assert access_line(k).endswith(" 200") and invalid not in small_server.log(), invalid
+
+
+def test_a_projection_logs_its_access_line_alone(small_data_dir: Path, tmp_path: Path) -> None:
+    """openTSNE logs two or three info lines per t-SNE (its gradient method, its initialization): at the server's
+    info level they stay out of the log, which has the request's access line. (A server of its own: the shared
+    one's mapped libraries are checked by tests/service/test_startup_imports.py.)"""
+    words = ["king", "queen", "man", "woman", "paris", "france", "berlin", "germany", "red", "blue", "dog", "cat"]
+    with running(small_data_dir, tmp_path / "server.log") as server:
+        body = {"tokens": words, "method": "tsne"}
+        response = HTTP.post(f"{server.base}/v1/tables/small/project", json=body, timeout=120)
+        assert response.status_code == 200 and len(response.json()["points"]) == len(words)
+        wait_for(lambda: '"POST /v1/tables/small/project HTTP/1.1" 200' in server.log(), what="the access line")
+        assert "openTSNE" not in server.log()
 
 
 TRACEBACK = "Traceback (most recent call last):"

@@ -150,7 +150,9 @@ QUERY = ConfigDict(extra="forbid")
 
 
 # The request forms, written into the JSON schema as ``oneOf`` so the OpenAPI document says what the model
-# validators enforce ("exactly one of ..."): a client (or a fuzzer) that follows the schema is never refused.
+# validators enforce ("exactly one of ..."): a client (or a fuzzer) that follows the schema is never refused. They
+# sit in an ``allOf`` beside the model's ``properties``: client generators (openapi-python-client) read a schema
+# whose own ``oneOf`` is a union of its forms' fragments, and drop the shared fields (``k``, ``vector``, ...).
 def present(*fields: str) -> dict[str, Any]:
     return {"required": list(fields), "properties": {f: {"not": {"type": "null"}} for f in fields}}
 
@@ -193,12 +195,12 @@ def one_form(
     for form in forms:
         unused = [other.unused for other in forms if other is not form and other.unused is not None]
         one_of.append({"allOf": [form.used, *unused]} if unused else form.used)
-    extra: dict[str, Any] = {"oneOf": one_of}
+    rules: list[Any] = [{"oneOf": one_of}]
     if any_of:
-        extra["anyOf"] = list(any_of)
+        rules.append({"anyOf": list(any_of)})
     if never:
-        extra["not"] = {"anyOf": list(never)}
-    return ConfigDict(strict=True, extra="forbid", json_schema_extra=extra)
+        rules.append({"not": {"anyOf": list(never)}})
+    return ConfigDict(strict=True, extra="forbid", json_schema_extra={"allOf": rules})
 
 
 SINGLE_QUERY_FORMS = (given("token"), given("id"), POSITIVE_NEGATIVE)

@@ -95,6 +95,19 @@ def test_the_operation_ids_are_as_clients_know_them(api: TestClient) -> None:
     assert found == sorted(tuple(line.split()) for line in OPERATION_IDS.strip().splitlines())
 
 
+def test_a_schema_of_fields_is_their_model_for_a_generated_client(api: TestClient) -> None:
+    """A schema with ``properties`` and its own ``oneOf``, ``anyOf`` or ``not`` is read by openapi-python-client as a
+    union of those fragments: its models (``SearchRequestType0``, ...) had no ``k``, ``vector`` or ``text``, sent
+    only as untyped extras. The request forms sit in ``allOf`` instead, beside the fields, in every schema."""
+    schemas = api.get("/openapi.json").json()["components"]["schemas"]
+    beside = [
+        (name, key) for name, s in schemas.items() if "properties" in s for key in ("oneOf", "anyOf", "not") if key in s
+    ]
+    assert beside == []
+    forms = [name for name, s in schemas.items() if "properties" in s and "allOf" in s]
+    assert {"NeighborsRequest", "SearchRequest", "ProjectRequest", "DocumentQuery"} <= set(forms)
+
+
 @pytest.fixture(scope="module")
 def documents(documents_server: real_server.Server) -> tuple[str, dict[str, Any]]:
     base = documents_server.base

@@ -206,6 +206,13 @@ def one_form(
 SINGLE_QUERY_FORMS = (given("token"), given("id"), POSITIVE_NEGATIVE)
 
 
+def unsent_default(schema: dict[str, Any]) -> None:
+    """Leaves out of a field's schema a default that holds only where the field belongs (a method's, a mode's, a
+    documents table's field; its description says it): a client generated from the document sends the defaults
+    the schema declares, and the field is refused where it does not belong (``rrf_k`` outside mode hybrid)."""
+    schema.pop("default", None)
+
+
 # ------------------------------------------------------------------ options shared by every query form
 # A few combinations of options are asked for over and over: one (immutable) object each, made once.
 search_options = functools.lru_cache(maxsize=256)(SearchOptions)

@@ -99,6 +99,12 @@ class ErrorBody(BaseModel):
 
     code: str = Field(description=CODE_DESCRIPTION)
     message: str
+    suggestions: list[str] | None = Field(None, description="unknown_table, unknown_token: up to 5 spelled like it")
+    token: str | None = Field(None, description="unknown_token: the word as asked for")
+    limit: str | None = Field(None, description="over a limit: its name, as GET /v1/limits gives it")
+    details: list[dict[str, Any]] | None = Field(
+        None, description="invalid_request of a request's fields: each problem's loc, type and message"
+    )
 
 
 class ErrorResponse(BaseModel):

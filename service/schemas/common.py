@@ -325,6 +325,8 @@ class Neighbor(BaseModel):
     score: float
     readable: str | None = Field(None, description="model-token tables: the text the token stands for (' heart')")
     metadata: dict[str, str] | None = Field(None, description="the row's metadata columns, for tables that have them")
+    row: int | None = Field(None, description='with include "row": the row (of a shard: in the whole table)')
+    vector: list[float] | None = Field(None, description='with include "vector": the unit vector')
 
 
 class QueryInfo(BaseModel):
@@ -343,6 +345,8 @@ class ItemError(BaseModel):
 
     code: str = Field(description=CODE_DESCRIPTION)
     message: str
+    suggestions: list[str] | None = Field(None, description="unknown_token: up to 5 tokens spelled like it")
+    token: str | None = Field(None, description="unknown_token: the word as asked for")
 
 
 class ItemErrorResponse(BaseModel):

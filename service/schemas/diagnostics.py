@@ -149,6 +149,7 @@ class RankedWord(BaseModel):
     text: str
     token: str
     id: int
+    match: str = Field(description="exact, casefold, space-marked or id: how the word found its row")
     score: float = Field(description="cosine with the normalised mean of the words' unit rows")
 
 

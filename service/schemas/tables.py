@@ -17,6 +17,19 @@ class TableSummary(BaseModel):
     index: dict[str, Any]
     approximate: bool
     has_tokenizer: bool
+    recall_at_10: float | None = Field(
+        None, description="the index's recall@10 measured at build (1.0: exact; a sharded table: its shards' lowest)"
+    )
+    source: dict[str, Any] = Field({}, description="what the table was imported from (format, path, sha256, ...)")
+    metadata_columns: list[str] = Field([], description="the rows' metadata columns")
+    built_at: str | None = Field(None, description="when the table was built, ISO 8601 UTC")
+    model: dict[str, Any] | None = Field(None, description="model-token tables: the model the rows come from")
+    documents: dict[str, Any] | None = Field(
+        None, description="documents tables: id_field, id_type, text_field, fields, keyword, encoder"
+    )
+    writes: dict[str, Any] | None = Field(
+        None, description="documents tables: the write log (version_sequence, sequence, written, deleted, log_bytes)"
+    )
 
 
 class TablesResponse(BaseModel):

@@ -183,6 +183,37 @@ def test_the_defaults_a_schema_declares_may_be_sent(
     assert response.json() == real_server.HTTP.post(base + path, json=body).json()
 
 
+def test_the_fields_of_real_answers_are_declared(documents: tuple[str, dict[str, Any]]) -> None:
+    """A generated client types only the fields a schema names, and keeps the others as untyped extras: a table's
+    summary carried ``recall_at_10``, ``source``, ``built_at`` and more, a search's neighbours with ``include``
+    ``row`` and ``vector``, doesnt-match's words their ``match``, and the error envelope its ``suggestions``,
+    ``token``, ``limit`` and ``details``, none of them in their schemas."""
+    base, document = documents
+    schemas = document["components"]["schemas"]
+    post = real_server.HTTP.post
+    search = post(f"{base}/v1/tables/small/search", json={"vector": VECTOR, "k": 2, "include": ["row", "vector"]})
+    odd = post(f"{base}/v1/tables/small/doesnt-match", json={"words": ["king", "queen", "banana"]}).json()
+    batch = post(f"{base}/v1/tables/small/similarity", json={"pairs": [["king", "qeen"]]}).json()
+    errors = [
+        real_server.HTTP.get(f"{base}/v1/tables/small/neighbors", params={"token": "qeen"}),
+        real_server.HTTP.get(f"{base}/v1/tables/small/neighbors", params={"token": "king", "k": 5000}),
+        post(f"{base}/v1/tables/small/neighbors", json={"token": "king", "k": True}),
+    ]
+    found = {
+        "TableSummary": real_server.HTTP.get(f"{base}/v1/tables").json()["tables"],
+        "Neighbor": search.json()["neighbors"],
+        "RankedWord": [odd["doesnt_match"], *odd["ranking"]],
+        "ItemError": batch["errors"],
+        "ErrorBody": [error.json()["error"] for error in errors],
+    }
+    undeclared = {
+        name: {key for answer in answers for key in answer} - set(schemas[name]["properties"])
+        for name, answers in found.items()
+    }
+    assert undeclared == {name: set() for name in found}
+    assert {"suggestions", "limit", "details"} <= {key for error in found["ErrorBody"] for key in error}
+
+
 def test_a_front_declares_its_shards_errors(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A front (EMBEDDING_SHARDS) answers 503 ``shard_unavailable`` for a shard that refuses the connection and 504
     ``shard_timeout`` for one that does not answer in time: its document declares both on the table operations."""

@@ -340,6 +340,20 @@ class QueryInfo(BaseModel):
     match: str | None = Field(None, description="exact, casefold, space-marked, id, or composed")
 
 
+class PairQuery(BaseModel):
+    """The rows of a pair's words (similarity, rank, closer-than)."""
+
+    a: QueryInfo
+    b: QueryInfo
+
+
+class ExamplesQuery(BaseModel):
+    """The rows of a positive/negative query (gensim ``most_similar``)."""
+
+    positive: list[QueryInfo]
+    negative: list[QueryInfo]
+
+
 class ItemError(BaseModel):
     model_config = ConfigDict(extra="allow")
 

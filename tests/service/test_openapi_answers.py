@@ -214,6 +214,51 @@ def test_the_fields_of_real_answers_are_declared(documents: tuple[str, dict[str,
     assert {"suggestions", "limit", "details"} <= {key for error in found["ErrorBody"] for key in error}
 
 
+def read_as(schemas: dict[str, Any], schema: dict[str, Any], answer: dict[str, Any]) -> str:
+    """The component a generated client reads ``answer`` as: of a union, the first whose required fields it has."""
+    for member in schema.get("anyOf", [schema]):
+        if "$ref" in member:
+            name = member["$ref"].rsplit("/", 1)[1]
+            if set(schemas[name].get("required", [])) <= set(answer):
+                return name
+    return "an untyped object"
+
+
+def test_a_query_is_read_as_its_own_schema(documents: tuple[str, dict[str, Any]]) -> None:
+    """A union whose first member reads any object cannot be told apart: a positive/negative neighbours query and
+    an analogy's ``{a, b, c, method}`` were read as QueryInfo (every field optional), their rows untyped extras,
+    and similarity's, rank's and closer-than's ``{a, b}`` were untyped objects."""
+    base, document = documents
+    schemas = document["components"]["schemas"]
+    get, post = real_server.HTTP.get, real_server.HTTP.post
+    table = f"{base}/v1/tables/small"
+    answers = {
+        "NeighborsResponse": [
+            get(f"{table}/neighbors", params={"token": "king", "k": 1}),
+            post(f"{table}/neighbors", json={"positive": ["king", "woman"], "negative": ["man"], "k": 1}),
+        ],
+        "AnalogyResponse": [post(f"{table}/analogy", json={"a": "man", "b": "king", "c": "woman", "k": 1})],
+        "SimilarityResponse": [get(f"{table}/similarity", params={"a": "king", "b": "queen"})],
+        "RankResponse": [get(f"{table}/rank", params={"a": "king", "b": "queen"})],
+        "CloserThanResponse": [get(f"{table}/closer-than", params={"a": "king", "b": "queen"})],
+    }
+    found = []
+    for name, responses in answers.items():
+        for response in responses:
+            query = response.json()["query"]
+            read = read_as(schemas, schemas[name]["properties"]["query"], query)
+            declared = set(schemas[read]["properties"]) if read in schemas else set()
+            found.append((name, read, sorted(set(query) - declared)))
+    assert found == [
+        ("NeighborsResponse", "QueryInfo", []),
+        ("NeighborsResponse", "ExamplesQuery", []),
+        ("AnalogyResponse", "AnalogyQueryInfo", []),
+        ("SimilarityResponse", "PairQuery", []),
+        ("RankResponse", "PairQuery", []),
+        ("CloserThanResponse", "PairQuery", []),
+    ]
+
+
 def test_a_front_declares_its_shards_errors(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A front (EMBEDDING_SHARDS) answers 503 ``shard_unavailable`` for a shard that refuses the connection and 504
     ``shard_timeout`` for one that does not answer in time: its document declares both on the table operations."""

@@ -329,6 +329,11 @@ class Neighbor(BaseModel):
     vector: list[float] | None = Field(None, description='with include "vector": the unit vector')
 
 
+class TokenPiece(BaseModel):
+    id: int
+    token: str
+
+
 class QueryInfo(BaseModel):
     """Which row(s) a query used: ``token``/``id`` of the resolved row and how it matched."""
 
@@ -338,6 +343,8 @@ class QueryInfo(BaseModel):
     token: str | None = None
     id: int | None = None
     match: str | None = Field(None, description="exact, casefold, space-marked, id, or composed")
+    compose: str | None = Field(None, description='match "composed": how its pieces\' rows were combined (mean)')
+    tokens: list[TokenPiece] | None = Field(None, description='match "composed": the pieces the word was split into')
 
 
 class PairQuery(BaseModel):

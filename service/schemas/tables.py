@@ -6,6 +6,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from service.schemas.health import BuildStatus
+
 
 class TableSummary(BaseModel):
     model_config = ConfigDict(extra="allow")
@@ -27,6 +29,15 @@ class TableSummary(BaseModel):
     documents: dict[str, Any] | None = Field(
         None, description="documents tables: id_field, id_type, text_field, fields, keyword, encoder"
     )
+    transformer: dict[str, Any] | None = Field(
+        None, description="transformer tables: the model a worker loads on its first text (graph_bytes: its size)"
+    )
+    index_deferred: str | None = Field(None, description="the index a background build makes (exact search until then)")
+    building: BuildStatus | None = Field(None, description="that build, while it runs or after it failed")
+    shard_of: dict[str, Any] | None = Field(
+        None, description="a shard served alone: its sharded table, its place there and its import (table, shard, ...)"
+    )
+    shards: dict[str, Any] | None = Field(None, description="a sharded table served whole: its shards' count and rows")
     writes: dict[str, Any] | None = Field(
         None, description="documents tables: the write log (version_sequence, sequence, written, deleted, log_bytes)"
     )

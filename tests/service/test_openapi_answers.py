@@ -14,6 +14,7 @@ from fastapi.testclient import TestClient
 from service.errors import ERRORS
 from service.http.openai_errors import is_openai
 from service.settings import Settings
+from tests.minilm import MINILM, ST
 from tests.service import real_server
 from tests.service.conftest import client_for
 from tests.service.documented import check_answer
@@ -212,6 +213,24 @@ def test_the_fields_of_real_answers_are_declared(documents: tuple[str, dict[str,
     }
     assert undeclared == {name: set() for name in found}
     assert {"suggestions", "limit", "details"} <= {key for error in found["ErrorBody"] for key in error}
+
+
+def test_the_fields_of_model_tables_answers_are_declared(minilm_api: TestClient, minilm_st_dir: Path) -> None:
+    """As for the documents tables: a model table's summary carried ``model`` and a transformer table's
+    ``transformer``, and a word composed of its pieces (``compose: "mean"``) its ``compose`` and ``tokens``,
+    outside their schemas."""
+    schemas = minilm_api.get("/openapi.json").json()["components"]["schemas"]
+    composed = minilm_api.get(f"/v1/tables/{MINILM}/neighbors", params={"token": "unbelievableness", "compose": "mean"})
+    with client_for(data_dir=minilm_st_dir) as transformer:
+        summaries = [minilm_api.get(f"/v1/tables/{MINILM}").json(), transformer.get(f"/v1/tables/{ST}").json()]
+    found = {"TableSummary": summaries, "QueryInfo": [composed.json()["query"]]}
+    undeclared = {
+        name: {key for answer in answers for key in answer} - set(schemas[name]["properties"])
+        for name, answers in found.items()
+    }
+    assert undeclared == {"TableSummary": set(), "QueryInfo": set()}
+    assert {"model", "transformer"} <= {key for summary in summaries for key in summary}
+    assert {"compose", "tokens"} <= set(found["QueryInfo"][0])
 
 
 def read_as(schemas: dict[str, Any], schema: dict[str, Any], answer: dict[str, Any]) -> str:

@@ -368,6 +368,8 @@ class ItemError(BaseModel):
     message: str
     suggestions: list[str] | None = Field(None, description="unknown_token: up to 5 tokens spelled like it")
     token: str | None = Field(None, description="unknown_token: the word as asked for")
+    ids: list[str | int] | None = Field(None, description="unknown_document: the ids not found (the first few)")
+    count: int | None = Field(None, description="unknown_document: how many ids were not found")
 
 
 class ItemErrorResponse(BaseModel):

@@ -188,14 +188,16 @@ def test_the_fields_of_real_answers_are_declared(documents: tuple[str, dict[str,
     """A generated client types only the fields a schema names, and keeps the others as untyped extras: a table's
     summary carried ``recall_at_10``, ``source``, ``built_at`` and more, a search's neighbours with ``include``
     ``row`` and ``vector``, doesnt-match's words their ``match``, and the error envelope its ``suggestions``,
-    ``token``, ``limit`` and ``details``, none of them in their schemas."""
+    ``token``, ``limit``, ``details``, an unknown document's ``ids`` and ``count``, none of them in their schemas."""
     base, document = documents
     schemas = document["components"]["schemas"]
     post = real_server.HTTP.post
     search = post(f"{base}/v1/tables/small/search", json={"vector": VECTOR, "k": 2, "include": ["row", "vector"]})
     odd = post(f"{base}/v1/tables/small/doesnt-match", json={"words": ["king", "queen", "banana"]}).json()
     batch = post(f"{base}/v1/tables/small/similarity", json={"pairs": [["king", "qeen"]]}).json()
+    documents = post(f"{base}/v1/tables/lee/search", json={"queries": [{"id": "nosuch"}], "k": 1}).json()
     errors = [
+        post(f"{base}/v1/tables/lee/search", json={"id": "nosuch", "k": 1}),
         real_server.HTTP.get(f"{base}/v1/tables/small/neighbors", params={"token": "qeen"}),
         real_server.HTTP.get(f"{base}/v1/tables/small/neighbors", params={"token": "king", "k": 5000}),
         post(f"{base}/v1/tables/small/neighbors", json={"token": "king", "k": True}),
@@ -204,7 +206,7 @@ def test_the_fields_of_real_answers_are_declared(documents: tuple[str, dict[str,
         "TableSummary": real_server.HTTP.get(f"{base}/v1/tables").json()["tables"],
         "Neighbor": search.json()["neighbors"],
         "RankedWord": [odd["doesnt_match"], *odd["ranking"]],
-        "ItemError": batch["errors"],
+        "ItemError": [*batch["errors"], documents["results"][0]["error"]],
         "ErrorBody": [error.json()["error"] for error in errors],
     }
     undeclared = {

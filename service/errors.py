@@ -99,6 +99,17 @@ class ErrorBody(BaseModel):
 
     code: str = Field(description=CODE_DESCRIPTION)
     message: str
+    suggestions: list[str] | None = Field(None, description="unknown_table, unknown_token: up to 5 spelled like it")
+    token: str | None = Field(None, description="unknown_token: the word as asked for")
+    limit: str | None = Field(None, description="over a limit: its name, as GET /v1/limits gives it")
+    ids: list[str | int] | None = Field(None, description="unknown_document: the ids not found (the first few)")
+    count: int | None = Field(None, description="unknown_document: how many ids were not found")
+    words: list[str] | None = Field(None, description="a text of no word the table knows: its words")
+    shard: int | None = Field(None, description="shard_unavailable, shard_timeout: the shard")
+    shutting_down: bool | None = Field(None, description="not_ready: the server is shutting down")
+    details: list[dict[str, Any]] | None = Field(
+        None, description="invalid_request of a request's fields: each problem's loc, type and message"
+    )
 
 
 class ErrorResponse(BaseModel):

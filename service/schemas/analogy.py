@@ -16,6 +16,7 @@ from service.schemas.common import (
     ItemErrorResponse,
     K,
     Neighbor,
+    QueryInfo,
     Token,
     TokenOptions,
     Vector,
@@ -27,7 +28,6 @@ from service.schemas.common import (
     one_form,
     present,
 )
-from service.schemas.neighbors import NeighborsResponse
 
 Method = Literal["3cosadd", "3cosmul"]
 
@@ -102,7 +102,18 @@ class Expected(BaseModel):
     margin: float
 
 
-class AnalogyResponse(NeighborsResponse):
+class AnalogyQueryInfo(BaseModel):
+    """The rows of an analogy's words, and its method."""
+
+    a: QueryInfo
+    b: QueryInfo
+    c: QueryInfo
+    method: Method
+
+
+class AnalogyResponse(BaseModel):
+    query: AnalogyQueryInfo
+    neighbors: list[Neighbor]
     expect: Expected | None = Field(None, description="only when the request names an expected answer")
 
 

@@ -150,7 +150,9 @@ QUERY = ConfigDict(extra="forbid")
 
 
 # The request forms, written into the JSON schema as ``oneOf`` so the OpenAPI document says what the model
-# validators enforce ("exactly one of ..."): a client (or a fuzzer) that follows the schema is never refused.
+# validators enforce ("exactly one of ..."): a client (or a fuzzer) that follows the schema is never refused. They
+# sit in an ``allOf`` beside the model's ``properties``: client generators (openapi-python-client) read a schema
+# whose own ``oneOf`` is a union of its forms' fragments, and drop the shared fields (``k``, ``vector``, ...).
 def present(*fields: str) -> dict[str, Any]:
     return {"required": list(fields), "properties": {f: {"not": {"type": "null"}} for f in fields}}
 
@@ -193,15 +195,22 @@ def one_form(
     for form in forms:
         unused = [other.unused for other in forms if other is not form and other.unused is not None]
         one_of.append({"allOf": [form.used, *unused]} if unused else form.used)
-    extra: dict[str, Any] = {"oneOf": one_of}
+    rules: list[Any] = [{"oneOf": one_of}]
     if any_of:
-        extra["anyOf"] = list(any_of)
+        rules.append({"anyOf": list(any_of)})
     if never:
-        extra["not"] = {"anyOf": list(never)}
-    return ConfigDict(strict=True, extra="forbid", json_schema_extra=extra)
+        rules.append({"not": {"anyOf": list(never)}})
+    return ConfigDict(strict=True, extra="forbid", json_schema_extra={"allOf": rules})
 
 
 SINGLE_QUERY_FORMS = (given("token"), given("id"), POSITIVE_NEGATIVE)
+
+
+def unsent_default(schema: dict[str, Any]) -> None:
+    """Leaves out of a field's schema a default that holds only where the field belongs (a method's, a mode's, a
+    documents table's field; its description says it): a client generated from the document sends the defaults
+    the schema declares, and the field is refused where it does not belong (``rrf_k`` outside mode hybrid)."""
+    schema.pop("default", None)
 
 
 # ------------------------------------------------------------------ options shared by every query form
@@ -316,6 +325,13 @@ class Neighbor(BaseModel):
     score: float
     readable: str | None = Field(None, description="model-token tables: the text the token stands for (' heart')")
     metadata: dict[str, str] | None = Field(None, description="the row's metadata columns, for tables that have them")
+    row: int | None = Field(None, description='with include "row": the row (of a shard: in the whole table)')
+    vector: list[float] | None = Field(None, description='with include "vector": the unit vector')
+
+
+class TokenPiece(BaseModel):
+    id: int
+    token: str
 
 
 class QueryInfo(BaseModel):
@@ -327,6 +343,22 @@ class QueryInfo(BaseModel):
     token: str | None = None
     id: int | None = None
     match: str | None = Field(None, description="exact, casefold, space-marked, normalized, id, or composed")
+    compose: str | None = Field(None, description='match "composed": how its pieces\' rows were combined (mean)')
+    tokens: list[TokenPiece] | None = Field(None, description='match "composed": the pieces the word was split into')
+
+
+class PairQuery(BaseModel):
+    """The rows of a pair's words (similarity, rank, closer-than)."""
+
+    a: QueryInfo
+    b: QueryInfo
+
+
+class ExamplesQuery(BaseModel):
+    """The rows of a positive/negative query (gensim ``most_similar``)."""
+
+    positive: list[QueryInfo]
+    negative: list[QueryInfo]
 
 
 class ItemError(BaseModel):
@@ -334,6 +366,10 @@ class ItemError(BaseModel):
 
     code: str = Field(description=CODE_DESCRIPTION)
     message: str
+    suggestions: list[str] | None = Field(None, description="unknown_token: up to 5 tokens spelled like it")
+    token: str | None = Field(None, description="unknown_token: the word as asked for")
+    ids: list[str | int] | None = Field(None, description="unknown_document: the ids not found (the first few)")
+    count: int | None = Field(None, description="unknown_document: how many ids were not found")
 
 
 class ItemErrorResponse(BaseModel):

@@ -3,7 +3,7 @@ comparison of two tables."""
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
@@ -15,6 +15,7 @@ from service.schemas.common import (
     ItemErrorResponse,
     Neighbor,
     PairBatch,
+    PairQuery,
     QueryInfo,
     TableNameField,
     Token,
@@ -149,6 +150,7 @@ class RankedWord(BaseModel):
     text: str
     token: str
     id: int
+    match: str = Field(description="exact, casefold, space-marked, normalized or id: how the word found its row")
     score: float = Field(description="cosine with the normalised mean of the words' unit rows")
 
 
@@ -167,7 +169,7 @@ class RankResponse(BaseModel):
     b: str
     rank: int
     similarity: float
-    query: dict[str, Any]
+    query: PairQuery
 
 
 class RanksResponse(BaseModel):
@@ -183,7 +185,7 @@ class CloserThanResponse(BaseModel):
     count: int = Field(description="how many words are closer (gensim rank(a, b) - 1)")
     order: str
     words: list[Neighbor] = Field(description="the first `limit` of them, with their cosine with a")
-    query: dict[str, Any]
+    query: PairQuery
 
 
 class NSimilarityResponse(BaseModel):

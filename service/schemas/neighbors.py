@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any, cast
+from typing import Annotated, cast
 
 from pydantic import BaseModel, Field, model_validator
 
@@ -13,6 +13,7 @@ from service.schemas.common import (
     QUERY,
     SINGLE_QUERY_FORMS,
     Compose,
+    ExamplesQuery,
     ItemErrorResponse,
     Neighbor,
     QueryInfo,
@@ -131,7 +132,9 @@ def word_query(item: str | int | NeighborsQuery, options: TokenOptions, compose:
 
 
 class NeighborsResponse(BaseModel):
-    query: QueryInfo | dict[str, Any]
+    # The form with required fields first: a generated client takes the first of a union that reads the answer,
+    # and QueryInfo, whose fields are all optional, reads any object.
+    query: ExamplesQuery | QueryInfo
     neighbors: list[Neighbor]
 
 

@@ -8,7 +8,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field, model_validator
 
-from service.schemas.common import CHECK_BATCH, Form, Token, Whole, batch_of, check_work, one_form
+from service.schemas.common import CHECK_BATCH, Form, Token, Whole, batch_of, check_work, one_form, unsent_default
 
 ProjectTokens = Annotated[
     list[Token], batch_of("the tokens to project (at least two distinct)", min_items=2), CHECK_BATCH
@@ -39,7 +39,9 @@ PROJECT_FORMS = (
     _project_form("umap", (*SEEDED, *UMAP_FIELDS)),
 )
 Seed = Annotated[
-    int, Field(ge=0, le=2**32 - 1, description="tsne, umap: the random seed (the same seed, the same layout)"), Whole
+    int,
+    Field(ge=0, le=2**32 - 1, description="tsne, umap: the random seed (the same seed, the same layout), default 42"),
+    Whole,
 ]
 
 
@@ -59,19 +61,28 @@ class ProjectRequest(BaseModel):
     y_axis: AxisPair | None = Field(
         None, description="method axes: the pair [c, d] whose difference is the y axis (default: PCA of the rest)"
     )
-    seed: Seed = 42
+    # Each method's own fields: their defaults are not the schema's (sent with another method, they are refused).
+    seed: Seed = Field(42, json_schema_extra=unsent_default)
     perplexity: float = Field(
         30.0,
         ge=1,
         le=100,
         allow_inf_nan=False,
-        description="method tsne: the perplexity asked for (lowered to (n - 1) / 3 for n tokens)",
+        json_schema_extra=unsent_default,
+        description="method tsne: the perplexity asked for, default 30 (lowered to (n - 1) / 3 for n tokens)",
     )
     n_neighbors: Annotated[int, Field(ge=2, le=200), Whole] = Field(
-        15, description="method umap: the neighbourhood size asked for (lowered to n - 1 for n tokens)"
+        15,
+        json_schema_extra=unsent_default,
+        description="method umap: the neighbourhood size asked for, default 15 (lowered to n - 1 for n tokens)",
     )
     min_dist: float = Field(
-        0.1, ge=0, le=1, allow_inf_nan=False, description="method umap: how tightly points may pack (umap-learn's)"
+        0.1,
+        ge=0,
+        le=1,
+        allow_inf_nan=False,
+        json_schema_extra=unsent_default,
+        description="method umap: how tightly points may pack (umap-learn's), default 0.1",
     )
 
     @model_validator(mode="after")

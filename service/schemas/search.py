@@ -35,6 +35,7 @@ from service.schemas.common import (
     given,
     one_form,
     present,
+    unsent_default,
 )
 from service.schemas.keyword_statistics import KeywordStatistics
 
@@ -52,7 +53,7 @@ MinScore = Annotated[
 SearchMode = Literal["vector", "keyword", "hybrid"]
 MODE_HELP = (
     "documents tables: vector (by vector, id or positive/negative ids), keyword (BM25 over the text), hybrid (both, "
-    "fused by Reciprocal Rank Fusion)"
+    "fused by Reciprocal Rank Fusion); default vector"
 )
 QueryText = Annotated[
     str,
@@ -75,7 +76,10 @@ Diversity = Annotated[
 RrfK = Annotated[
     float,
     Field(
-        ge=0, le=1e6, allow_inf_nan=False, description="mode hybrid: the RRF constant k (score: sum of w / (k + rank))"
+        ge=0,
+        le=1e6,
+        allow_inf_nan=False,
+        description="mode hybrid: the RRF constant k (score: sum of w / (k + rank)), default 60",
     ),
 ]
 Weight = Annotated[float, Field(ge=0, le=1e6, allow_inf_nan=False)]
@@ -217,15 +221,15 @@ class SearchRequest(TokenOptions, PageOptions):
     vector: Vector | None = None
     vectors: VectorBatch | None = None
     id: DocumentId | None = None
-    positive: DocumentIds = []
-    negative: DocumentIds = []
+    positive: DocumentIds = Field([], json_schema_extra=unsent_default, description="documents tables: ids")
+    negative: DocumentIds = Field([], json_schema_extra=unsent_default, description="documents tables: ids")
     queries: DocumentBatch | None = None
     fields: FieldNames | None = None
     include: Include | None = None
     text: QueryText | None = None
-    mode: SearchMode = Field("vector", description=MODE_HELP)
+    mode: SearchMode = Field("vector", json_schema_extra=unsent_default, description=MODE_HELP)
     diversity: Diversity | None = None
-    rrf_k: RrfK = 60.0
+    rrf_k: RrfK = Field(60.0, json_schema_extra=unsent_default)
     weights: FusionWeights | None = Field(None, description="mode hybrid: each list's weight (default 1 each)")
     keyword_statistics: SkipJsonSchema[KeywordStatistics | None] = None  # a sharded table's front's, to its shards
 

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from pydantic import BaseModel, Field
 
-from service.schemas.common import COMPOSE_HELP, QUERY, STRICT, Compose, ItemError, PairBatch, Token
+from service.schemas.common import COMPOSE_HELP, QUERY, STRICT, Compose, ItemError, PairBatch, PairQuery, Token
 
 
 class SimilarityParams(BaseModel):
@@ -28,7 +26,7 @@ class SimilarityResponse(BaseModel):
     a: str
     b: str
     similarity: float
-    query: dict[str, Any]
+    query: PairQuery
 
 
 class SimilaritiesResponse(BaseModel):

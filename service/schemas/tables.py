@@ -6,6 +6,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from service.schemas.health import BuildStatus
+
 
 class TableSummary(BaseModel):
     model_config = ConfigDict(extra="allow")
@@ -17,6 +19,28 @@ class TableSummary(BaseModel):
     index: dict[str, Any]
     approximate: bool
     has_tokenizer: bool
+    recall_at_10: float | None = Field(
+        None, description="the index's recall@10 measured at build (1.0: exact; a sharded table: its shards' lowest)"
+    )
+    source: dict[str, Any] = Field({}, description="what the table was imported from (format, path, sha256, ...)")
+    metadata_columns: list[str] = Field([], description="the rows' metadata columns")
+    built_at: str | None = Field(None, description="when the table was built, ISO 8601 UTC")
+    model: dict[str, Any] | None = Field(None, description="model-token tables: the model the rows come from")
+    documents: dict[str, Any] | None = Field(
+        None, description="documents tables: id_field, id_type, text_field, fields, keyword, encoder"
+    )
+    transformer: dict[str, Any] | None = Field(
+        None, description="transformer tables: the model a worker loads on its first text (graph_bytes: its size)"
+    )
+    index_deferred: str | None = Field(None, description="the index a background build makes (exact search until then)")
+    building: BuildStatus | None = Field(None, description="that build, while it runs or after it failed")
+    shard_of: dict[str, Any] | None = Field(
+        None, description="a shard served alone: its sharded table, its place there and its import (table, shard, ...)"
+    )
+    shards: dict[str, Any] | None = Field(None, description="a sharded table served whole: its shards' count and rows")
+    writes: dict[str, Any] | None = Field(
+        None, description="documents tables: the write log (version_sequence, sequence, written, deleted, log_bytes)"
+    )
 
 
 class TablesResponse(BaseModel):

@@ -7,7 +7,7 @@ from typing import Annotated
 from pydantic import BaseModel, Field
 
 from service.schemas.bounds import MAX_TEXT_CHARS
-from service.schemas.common import STRICT, QueryInfo
+from service.schemas.common import STRICT, QueryInfo, TokenPiece
 
 
 class TokenizeRequest(BaseModel):
@@ -26,11 +26,6 @@ class TokenResponse(BaseModel):
     norm: float
     query: QueryInfo
     row: int | None = Field(None, description="with row=true: the row in the whole table (a shard's: sharded table's)")
-
-
-class TokenPiece(BaseModel):
-    id: int
-    token: str
 
 
 class TokenizeResponse(BaseModel):

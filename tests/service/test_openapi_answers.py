@@ -14,6 +14,7 @@ from fastapi.testclient import TestClient
 from service.errors import ERRORS
 from service.http.openai_errors import is_openai
 from service.settings import Settings
+from tests.minilm import MINILM, ST
 from tests.service import real_server
 from tests.service.conftest import client_for
 from tests.service.documented import check_answer
@@ -95,6 +96,19 @@ def test_the_operation_ids_are_as_clients_know_them(api: TestClient) -> None:
     assert found == sorted(tuple(line.split()) for line in OPERATION_IDS.strip().splitlines())
 
 
+def test_a_schema_of_fields_is_their_model_for_a_generated_client(api: TestClient) -> None:
+    """A schema with ``properties`` and its own ``oneOf``, ``anyOf`` or ``not`` is read by openapi-python-client as a
+    union of those fragments: its models (``SearchRequestType0``, ...) had no ``k``, ``vector`` or ``text``, sent
+    only as untyped extras. The request forms sit in ``allOf`` instead, beside the fields, in every schema."""
+    schemas = api.get("/openapi.json").json()["components"]["schemas"]
+    beside = [
+        (name, key) for name, s in schemas.items() if "properties" in s for key in ("oneOf", "anyOf", "not") if key in s
+    ]
+    assert beside == []
+    forms = [name for name, s in schemas.items() if "properties" in s and "allOf" in s]
+    assert {"NeighborsRequest", "SearchRequest", "ProjectRequest", "DocumentQuery"} <= set(forms)
+
+
 @pytest.fixture(scope="module")
 def documents(documents_server: real_server.Server) -> tuple[str, dict[str, Any]]:
     base = documents_server.base
@@ -137,6 +151,133 @@ def test_answers_are_as_documented(
     response = real_server.HTTP.request(method, base + path, json=body)
     assert response.status_code == status, response.text
     check_answer(document, method, template, response)
+
+
+# Requests as a generated client sends them: every field its schema gives a default, sent with that default.
+DEFAULTED = [  # (path asked, schema, body)
+    ("/v1/tables/small/search", "SearchRequest", {"vector": VECTOR, "k": 2}),
+    ("/v1/tables/lee/search", "SearchRequest", {"vector": VECTOR, "k": 2}),
+    ("/v1/tables/lee/search", "SearchRequest", {"text": "election", "k": 2, "mode": "keyword"}),
+    ("/v1/tables/small/project", "ProjectRequest", {"tokens": ["king", "queen", "man", "woman"]}),
+    (
+        "/v1/tables/small/project",
+        "ProjectRequest",
+        {"tokens": ["king", "queen"], "method": "axes", "x_axis": ["man", "woman"]},
+    ),
+    ("/v1/tables/small/neighbors", "NeighborsRequest", {"token": "king", "k": 2}),
+    ("/v1/tables/small/analogy", "AnalogyRequest", {"a": "man", "b": "king", "c": "woman", "k": 2}),
+]
+
+
+@pytest.mark.parametrize(("path", "schema", "body"), DEFAULTED, ids=[f"{d[0]}:{next(iter(d[2]))}" for d in DEFAULTED])
+def test_the_defaults_a_schema_declares_may_be_sent(
+    documents: tuple[str, dict[str, Any]], path: str, schema: str, body: dict[str, Any]
+) -> None:
+    """openapi-python-client's models send each field's declared default: ``rrf_k: 60`` (a hybrid search's), ``mode:
+    "vector"`` to a table of words and ``seed: 42`` with method pca were refused, 422. A field whose default holds
+    only where it belongs declares none (its description names it); every default declared is taken."""
+    base, document = documents
+    properties = document["components"]["schemas"][schema]["properties"]
+    defaults = {name: p["default"] for name, p in properties.items() if "default" in p and name not in body}
+    response = real_server.HTTP.post(base + path, json={**body, **defaults})
+    assert response.status_code == 200, (defaults, response.text)
+    assert response.json() == real_server.HTTP.post(base + path, json=body).json()
+
+
+def test_the_fields_of_real_answers_are_declared(documents: tuple[str, dict[str, Any]]) -> None:
+    """A generated client types only the fields a schema names, and keeps the others as untyped extras: a table's
+    summary carried ``recall_at_10``, ``source``, ``built_at`` and more, a search's neighbours with ``include``
+    ``row`` and ``vector``, doesnt-match's words their ``match``, and the error envelope its ``suggestions``,
+    ``token``, ``limit``, ``details``, an unknown document's ``ids`` and ``count``, none of them in their schemas."""
+    base, document = documents
+    schemas = document["components"]["schemas"]
+    post = real_server.HTTP.post
+    search = post(f"{base}/v1/tables/small/search", json={"vector": VECTOR, "k": 2, "include": ["row", "vector"]})
+    odd = post(f"{base}/v1/tables/small/doesnt-match", json={"words": ["king", "queen", "banana"]}).json()
+    batch = post(f"{base}/v1/tables/small/similarity", json={"pairs": [["king", "qeen"]]}).json()
+    documents = post(f"{base}/v1/tables/lee/search", json={"queries": [{"id": "nosuch"}], "k": 1}).json()
+    errors = [
+        post(f"{base}/v1/tables/lee/search", json={"id": "nosuch", "k": 1}),
+        real_server.HTTP.get(f"{base}/v1/tables/small/neighbors", params={"token": "qeen"}),
+        real_server.HTTP.get(f"{base}/v1/tables/small/neighbors", params={"token": "king", "k": 5000}),
+        post(f"{base}/v1/tables/small/neighbors", json={"token": "king", "k": True}),
+    ]
+    found = {
+        "TableSummary": real_server.HTTP.get(f"{base}/v1/tables").json()["tables"],
+        "Neighbor": search.json()["neighbors"],
+        "RankedWord": [odd["doesnt_match"], *odd["ranking"]],
+        "ItemError": [*batch["errors"], documents["results"][0]["error"]],
+        "ErrorBody": [error.json()["error"] for error in errors],
+    }
+    undeclared = {
+        name: {key for answer in answers for key in answer} - set(schemas[name]["properties"])
+        for name, answers in found.items()
+    }
+    assert undeclared == {name: set() for name in found}
+    assert {"suggestions", "limit", "details"} <= {key for error in found["ErrorBody"] for key in error}
+
+
+def test_the_fields_of_model_tables_answers_are_declared(minilm_api: TestClient, minilm_st_dir: Path) -> None:
+    """As for the documents tables: a model table's summary carried ``model`` and a transformer table's
+    ``transformer``, and a word composed of its pieces (``compose: "mean"``) its ``compose`` and ``tokens``,
+    outside their schemas."""
+    schemas = minilm_api.get("/openapi.json").json()["components"]["schemas"]
+    composed = minilm_api.get(f"/v1/tables/{MINILM}/neighbors", params={"token": "unbelievableness", "compose": "mean"})
+    with client_for(data_dir=minilm_st_dir) as transformer:
+        summaries = [minilm_api.get(f"/v1/tables/{MINILM}").json(), transformer.get(f"/v1/tables/{ST}").json()]
+    found = {"TableSummary": summaries, "QueryInfo": [composed.json()["query"]]}
+    undeclared = {
+        name: {key for answer in answers for key in answer} - set(schemas[name]["properties"])
+        for name, answers in found.items()
+    }
+    assert undeclared == {"TableSummary": set(), "QueryInfo": set()}
+    assert {"model", "transformer"} <= {key for summary in summaries for key in summary}
+    assert {"compose", "tokens"} <= set(found["QueryInfo"][0])
+
+
+def read_as(schemas: dict[str, Any], schema: dict[str, Any], answer: dict[str, Any]) -> str:
+    """The component a generated client reads ``answer`` as: of a union, the first whose required fields it has."""
+    for member in schema.get("anyOf", [schema]):
+        if "$ref" in member:
+            name = member["$ref"].rsplit("/", 1)[1]
+            if set(schemas[name].get("required", [])) <= set(answer):
+                return name
+    return "an untyped object"
+
+
+def test_a_query_is_read_as_its_own_schema(documents: tuple[str, dict[str, Any]]) -> None:
+    """A union whose first member reads any object cannot be told apart: a positive/negative neighbours query and
+    an analogy's ``{a, b, c, method}`` were read as QueryInfo (every field optional), their rows untyped extras,
+    and similarity's, rank's and closer-than's ``{a, b}`` were untyped objects."""
+    base, document = documents
+    schemas = document["components"]["schemas"]
+    get, post = real_server.HTTP.get, real_server.HTTP.post
+    table = f"{base}/v1/tables/small"
+    answers = {
+        "NeighborsResponse": [
+            get(f"{table}/neighbors", params={"token": "king", "k": 1}),
+            post(f"{table}/neighbors", json={"positive": ["king", "woman"], "negative": ["man"], "k": 1}),
+        ],
+        "AnalogyResponse": [post(f"{table}/analogy", json={"a": "man", "b": "king", "c": "woman", "k": 1})],
+        "SimilarityResponse": [get(f"{table}/similarity", params={"a": "king", "b": "queen"})],
+        "RankResponse": [get(f"{table}/rank", params={"a": "king", "b": "queen"})],
+        "CloserThanResponse": [get(f"{table}/closer-than", params={"a": "king", "b": "queen"})],
+    }
+    found = []
+    for name, responses in answers.items():
+        for response in responses:
+            query = response.json()["query"]
+            read = read_as(schemas, schemas[name]["properties"]["query"], query)
+            declared = set(schemas[read]["properties"]) if read in schemas else set()
+            found.append((name, read, sorted(set(query) - declared)))
+    assert found == [
+        ("NeighborsResponse", "QueryInfo", []),
+        ("NeighborsResponse", "ExamplesQuery", []),
+        ("AnalogyResponse", "AnalogyQueryInfo", []),
+        ("SimilarityResponse", "PairQuery", []),
+        ("RankResponse", "PairQuery", []),
+        ("CloserThanResponse", "PairQuery", []),
+    ]
 
 
 def test_a_front_declares_its_shards_errors(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -134,6 +134,10 @@ def test_embed_runs_in_a_worker_thread_and_is_timed(client: TestClient) -> None:
             "texts[1] 'zzqxv qqqzx': no word of it is known to table 'glove': unknown zzqxv, qqqzx",
         ),
         ("/v1/tables/minilm/embed", {"texts": ["☃"]}, 422, "texts[0] '☃': no word of it is known to table 'minilm'"),
+        # invisible characters are no words, and a word is named with them escaped, not as blank space
+        ("/v1/tables/glove/embed", {"texts": ["\u200b\u200b"]}, 422, "texts[0] '\\u200b\\u200b' has no words to embed"),
+        ("/v1/tables/minilm/embed", {"texts": ["a", "\x00"]}, 422, "texts[1] '\\x00' has no words to embed"),
+        ("/v1/tables/glove/embed", {"texts": ["!!\u200b"]}, 422, "table 'glove': unknown '!!\\u200b'"),
         (  # a special token typed in the text is matched as the model's tokenizer matches it, and named as typed
             "/v1/tables/minilm/embed",
             {"texts": ["heart", "[CLS]"]},

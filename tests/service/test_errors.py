@@ -148,6 +148,36 @@ def test_invalid_requests(api: TestClient, path: str, body: dict) -> None:
     envelope(api.post(f"{T}/{path}", json=body), 422, "invalid_request")
 
 
+@pytest.mark.parametrize(
+    ("path", "body", "message"),
+    [  # pydantic's words reworded: what is wrong and what to do, no "Extra inputs", no "after validation"
+        (
+            "neighbors",
+            {"token": "heart", "min_scor": 0.5},
+            "min_scor: not a parameter of this route: check its spelling",
+        ),
+        (
+            "search",
+            {"queries": [{"vector": [1.0] * 50, "k": 3}]},
+            "queries.0.k: not a field of queries.0: check its spelling",
+        ),
+        ("similarity", {"pairs": [["red"]]}, "pairs.0: List should have at least 2 items, not 1"),
+        ("similarity", {"pairs": [["red", "blue", "green"]]}, "pairs.0: List should have at most 2 items, not 3"),
+        ("search", {"vector": [1e39] + [1.0] * 49}, "vector.0: vector values must fit in float32 (|x| <= 3.403e+38)"),
+    ],
+)
+def test_validation_messages_say_what_to_do(api: TestClient, path: str, body: dict, message: str) -> None:
+    error = envelope(api.post(f"{T}/{path}", json=body), 422, "invalid_request")
+    assert error["message"] == message and error["details"][0]["message"] == message.split(": ", 1)[1], error
+
+
+def test_a_vector_beyond_float32_is_worded_alike_alone_and_in_a_batch(api: TestClient) -> None:
+    vector = [1.0] * 49 + [-1e39]
+    alone = envelope(api.post(f"{T}/search", json={"vector": vector}), 422, "invalid_request")
+    (item,) = api.post(f"{T}/search", json={"vectors": [vector]}).json()["results"]
+    assert alone["details"][0]["message"] == item["error"]["message"], (alone, item)
+
+
 def test_malformed_json_and_wrong_top_level(api: TestClient) -> None:
     envelope(post_json(api, f"{T}/neighbors", '{"token": "heart",'), 422, "invalid_request")
     envelope(post_json(api, f"{T}/neighbors", '["heart"]'), 422, "invalid_request")

@@ -129,7 +129,9 @@ class Words:
         except ShardRefused:  # a shard without its part of the suggestions: the home shard's answer stands
             return Refused.of(refusal)
         suggestions = merged_suggestions(token, parts)
-        error = UnknownToken(f"token {token!r} is not in table {self.name!r}", suggestions=suggestions, token=token)
+        error = UnknownToken(
+            f"token {shown(token)} is not in table {self.name!r}", suggestions=suggestions, token=token
+        )
         return Refused(refusal.status, item_error(error))
 
     async def lookup_row(self, row: int, normalized: bool = True) -> Found | Refused:

@@ -77,6 +77,26 @@ def test_unknown_token_with_suggestions(api: TestClient, method: str, path: str,
     assert "hearrt" in error["message"]
 
 
+LONG_TOKEN = "heart" * 60  # 300 characters
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "kwargs"),
+    [
+        ("GET", f"{T}/neighbors", {"params": {"token": LONG_TOKEN}}),
+        ("POST", f"{T}/neighbors", {"json": {"token": LONG_TOKEN}}),
+        ("POST", f"{T}/neighbors", {"json": {"queries": [LONG_TOKEN]}}),
+        ("GET", f"{T}/tokens/{LONG_TOKEN}", {}),
+    ],
+)
+def test_a_long_unknown_token_is_quoted_clipped(api: TestClient, method: str, path: str, kwargs: dict) -> None:
+    """The message quotes the start of a long token, as of any long value; ``token`` gives it whole."""
+    answer = api.request(method, path, **kwargs)
+    error = answer.json()["results"][0]["error"] if "queries" in kwargs.get("json", {}) else answer.json()["error"]
+    assert error["message"] == f"token '{LONG_TOKEN[:56]}... is not in table 'small'", error
+    assert error["token"] == LONG_TOKEN
+
+
 def test_unknown_path_and_method(api: TestClient) -> None:
     envelope(api.get("/v2/nothing"), 404, "not_found")
     envelope(api.get("/static/no-such-file.js"), 404, "not_found")

@@ -291,6 +291,10 @@ def _worded(error: dict[str, Any], loc: list[str], posted: bool) -> str:
         return UNKNOWN + (
             " (this route reads its parameters from its JSON body)" if posted and loc[:1] == ["query"] else ""
         )
+    if kind == "missing" and loc == ["body"]:
+        return "the request has no body: send a JSON object"
+    if kind in ("model_attributes_type", "model_type", "dict_type"):  # a list, a string or a number for an object
+        return "Input should be a JSON object ({...})"
     bound = context.get("le", context.get("ge"))
     if kind in ("less_than_equal", "greater_than_equal") and isinstance(bound, float) and abs(bound) == FLOAT32_MAX:
         return f"vector values must fit in float32 (|x| <= {FLOAT32_MAX:.4g})"  # as a batch item's (index.engine.door)

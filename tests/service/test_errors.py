@@ -191,6 +191,20 @@ def test_validation_messages_say_what_to_do(api: TestClient, path: str, body: di
     assert error["message"] == message and error["details"][0]["message"] == message.split(": ", 1)[1], error
 
 
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("", "body: the request has no body: send a JSON object"),
+        ('"heart"', "body: Input should be a JSON object ({...})"),
+        ('["heart"]', "body: Input should be a JSON object ({...})"),
+        ('{"queries": [7]}', "queries.0: Input should be a JSON object ({...})"),
+    ],
+)
+def test_a_body_that_is_no_object_is_told_to_send_one(api: TestClient, text: str, message: str) -> None:
+    error = envelope(post_json(api, f"{T}/search", text), 422, "invalid_request")
+    assert error["message"] == message, error
+
+
 def test_a_vector_beyond_float32_is_worded_alike_alone_and_in_a_batch(api: TestClient) -> None:
     vector = [1.0] * 49 + [-1e39]
     alone = envelope(api.post(f"{T}/search", json={"vector": vector}), 422, "invalid_request")

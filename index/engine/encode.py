@@ -76,6 +76,7 @@ class NoKnownWord(InvalidQuery):
 
 
 SHOWN_WORDS = 10  # unknown words a message names
+INVISIBLE = {"Cc", "Cf", "Zs", "Zl", "Zp"}  # Unicode categories of characters that do not show
 
 
 @cache
@@ -114,8 +115,8 @@ def no_known_word(label: str, content: str, whose: str, **details: Any) -> NoKno
 
 def visible(word: str) -> bool:
     """Whether ``word`` has a character that shows: not only format and control characters (a zero-width space,
-    NUL) and separators."""
-    return any(unicodedata.category(c)[0] not in "CZ" for c in word)
+    NUL) and separators (a private-use character shows, as a font draws it)."""
+    return any(unicodedata.category(c) not in INVISIBLE for c in word)
 
 
 def printable(word: str) -> str:

@@ -12,6 +12,7 @@ import re
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, NamedTuple, TypedDict, TypeVar
 
+import numpy as np
 import orjson
 from fastapi import FastAPI, Request
 from fastapi.encoders import jsonable_encoder
@@ -282,11 +283,40 @@ def _limit_of(errors: list[dict[str, Any]]) -> str | None:
     return None
 
 
-def _validation_message(errors: list[dict[str, Any]]) -> tuple[str, list[ValidationDetail]]:
+FLOAT32_MAX = float(np.finfo(np.float32).max)  # the bound of a vector's values (service.schemas.common)
+DOCUMENT = ("body", "documents")  # where an upsert's documents are: a field of one is at (*DOCUMENT, i, name)
+UNKNOWN = "not a parameter of this route: check its spelling"  # a query's or a body's, worded alike
+
+
+def _worded(error: dict[str, Any], loc: list[str], posted: bool) -> str:
+    """pydantic's message for ``error`` in the service's words where pydantic's do not say what to do: a parameter
+    the route does not take (in the query of a route that reads its body: ``posted``), a value beyond float32, a
+    list's length."""
+    kind, context = error.get("type"), error.get("ctx") or {}
+    message = str(error.get("msg", "")).removeprefix("Value error, ")
+    if kind == "extra_forbidden" and tuple(loc[:2]) == DOCUMENT and len(loc) == 4:
+        return 'not a field of a document (id, text, vector, fields): the table\'s fields go in its "fields"'
+    if kind == "extra_forbidden" and len(loc) > 2:  # a key of an object in the body, such as an item of a batch
+        return f"not a field of {'.'.join(loc[1:-1])}: check its spelling"
+    if kind == "extra_forbidden":
+        return UNKNOWN + (
+            " (this route reads its parameters from its JSON body)" if posted and loc[:1] == ["query"] else ""
+        )
+    if kind == "missing" and loc == ["body"]:
+        return "the request has no body: send a JSON object"
+    if kind in ("model_attributes_type", "model_type", "dict_type"):  # a list, a string or a number for an object
+        return "Input should be a JSON object ({...})"
+    bound = context.get("le", context.get("ge"))
+    if kind in ("less_than_equal", "greater_than_equal") and isinstance(bound, float) and abs(bound) == FLOAT32_MAX:
+        return f"vector values must fit in float32 (|x| <= {FLOAT32_MAX:.4g})"  # as a batch item's (index.engine.door)
+    return message.replace(" after validation", "")  # pydantic's words for a list's length checked after its items
+
+
+def _validation_message(errors: list[dict[str, Any]], posted: bool) -> tuple[str, list[ValidationDetail]]:
     details: list[ValidationDetail] = []
     for error in errors:
         loc = [clipped(str(p)) for p in error.get("loc", ())]  # a key of the client's (an extra field) may be long
-        message = str(error.get("msg", "")).removeprefix("Value error, ")
+        message = _worded(error, loc, posted)
         if error.get("type") == "json_invalid" and len(loc) == 2:  # FastAPI's loc: ("body", the character's offset)
             loc, message = loc[:1], f"not valid JSON at character {loc[1]}: send one JSON object"
         details.append({"loc": loc, "type": error.get("type"), "message": message})
@@ -301,9 +331,9 @@ async def _embedding_error(_: Request, exc: EmbeddingError) -> Response:
     return error_response(exc.code, exc.message, headers=headers, **exc.details)
 
 
-async def _validation_error(_: Request, exc: RequestValidationError) -> Response:
+async def _validation_error(request: Request, exc: RequestValidationError) -> Response:
     errors = _client_errors(list(exc.errors()))
-    message, details = _validation_message(errors)
+    message, details = _validation_message(errors, posted=request.method not in ("GET", "HEAD"))
     limit = _limit_of(errors)
     named: dict[str, Any] = {} if limit is None else {"limit": limit}
     return error_response("invalid_request", message, details=details, **named)

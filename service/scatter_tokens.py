@@ -45,7 +45,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from index.engine.door import merged_suggestions, no_direction, owner, pair_cosines
-from index.errors import InvalidQuery, OverLimit, UnknownToken
+from index.errors import InvalidQuery, OverLimit, UnknownToken, shown
 from service.errors import item_error
 from service.http.fastroute import parse_query
 from service.respond import FastJSON
@@ -129,7 +129,9 @@ class Words:
         except ShardRefused:  # a shard without its part of the suggestions: the home shard's answer stands
             return Refused.of(refusal)
         suggestions = merged_suggestions(token, parts)
-        error = UnknownToken(f"token {token!r} is not in table {self.name!r}", suggestions=suggestions, token=token)
+        error = UnknownToken(
+            f"token {shown(token)} is not in table {self.name!r}", suggestions=suggestions, token=token
+        )
         return Refused(refusal.status, item_error(error))
 
     async def lookup_row(self, row: int, normalized: bool = True) -> Found | Refused:
@@ -399,7 +401,10 @@ def routes(front: Front, name: str, refuse: Refuse) -> list[Route]:
         if question.expect is not None:
             (expected,) = found(matches, [question.expect])
             if int(expected["row"]) in own:
-                raise InvalidQuery("the expected word is one of a, b and c, which are left out of the answers")
+                raise InvalidQuery(
+                    f"the expected word {shown(expected['token'])} is one of a, b and c, which are left out of the "
+                    "answers: expect another word"
+                )
             if method == "3cosadd":
                 hits, (_, expect) = await asyncio.gather(
                     words.nearest(query_vector([b, c, a], 2), own, k, exact),

@@ -42,6 +42,7 @@ from index.engine.door import (
     shard_name,
     timestamp_text,
     unembedded,
+    visible,
     written_row,
 )
 from index.errors import InvalidQuery, clipped, counted, shown
@@ -183,7 +184,7 @@ def upsert_body(
         encoded = encoder_for(encoder).encode(texts, record.get("pooling"), strict=False)
         for j, (i, text, vector) in enumerate(zip(to_embed, texts, encoded.vectors, strict=True)):
             # a blank text is no document, as at import (a transformer would embed it as [CLS] [SEP] alone)
-            if encoded.tokens[j] == 0 or not text.strip():
+            if encoded.tokens[j] == 0 or not visible(text):
                 label = f"documents[{i}] (id {documents[i].id!r}): its text"
                 refused = unembedded(encoded, j, label, text, f"{encoder.name!r}, this table's encoder", document=i)
                 raise InvalidQuery(refused.message + "; send its vector", **refused.details) from None

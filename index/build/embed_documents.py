@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from index.build.documents import Embedded
-from index.engine.encode import Encoder, encoder_for
+from index.engine.encode import Encoder, encoder_for, visible
 from index.engine.encoding import Encoded
 from index.engine.table import Table
 from index.engine.transformer_encoder import TransformerEncoder, threads
@@ -100,7 +100,7 @@ class TextEncoder:
             for number, encoded in enumerate(pool.map(lambda block: self._encode(block, advance), given)):
                 block, start = given[number], number * step
                 # a blank text is no document (a transformer would embed it as [CLS] [SEP] alone)
-                known = (np.asarray(encoded.tokens) > 0) & np.array([bool(text.strip()) for text in block], dtype=bool)
+                known = (np.asarray(encoded.tokens) > 0) & np.array([visible(text) for text in block], dtype=bool)
                 blocks.append(encoded.vectors[known])
                 ok[start : start + len(block)] = known
                 cut += int(np.count_nonzero(encoded.truncated)) if encoded.truncated is not None else 0

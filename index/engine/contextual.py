@@ -17,7 +17,7 @@ import numpy as np
 from index.engine.encode import encoder_for
 from index.engine.table import Table, VectorSearch
 from index.engine.transformer_encoder import TransformerEncoder
-from index.errors import InvalidQuery
+from index.errors import InvalidQuery, shown
 
 
 @dataclass(frozen=True)
@@ -112,12 +112,13 @@ def contextual(encoder: TransformerEncoder, texts: list[str], token: str | None 
         return answer
     pieces = encoder.tokenizer.encode(encoder.model_text(token), add_special_tokens=False).ids
     if not pieces:
-        raise InvalidQuery(f"token {token!r} has no piece in the tokenizer of table {table.name!r}")
+        raise InvalidQuery(f"token {shown(token)} has no piece in the tokenizer of table {table.name!r}")
     unknown = encoder.unknown_id
     if unknown is not None and unknown in pieces and token.strip() != table.tokens[unknown]:
         # the unknown piece stands for any word the vocabulary lacks: every one of them would be this word
         raise InvalidQuery(  # a 422 as for a word in none of the texts: the explorer then lists the texts' words
-            f"token {token!r} is not in table {table.name!r}, and its tokenizer gives {table.tokens[unknown]!r} for it"
+            f"token {shown(token)} is not in table {table.name!r}, "
+            f"and its tokenizer gives {table.tokens[unknown]!r} for it"
         )
     cut = ["" if piece is None else table.tokens[piece] for piece in tokenised.cut]
     found = _occurrences(tokenised.ids, forward.tokens, pieces, every_label, cut)

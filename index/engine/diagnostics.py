@@ -29,7 +29,8 @@ from index.engine.analogy import cosmul
 from index.engine.budget import spend_exact
 from index.engine.knn import inner_products, unit_mean
 from index.engine.table import Neighbor, Resolved, SearchOptions, Table, VectorSearch
-from index.errors import InvalidQuery, UnknownToken
+from index.errors import InvalidQuery, UnknownToken, shown
+from index.store.tokens import FLAG_SPECIAL
 
 CHUNK_BYTES = 64 << 20  # memory of one block of (row x query) scores
 
@@ -213,12 +214,24 @@ def check_expected(
     """422 for an expected answer the analogy can never give: one of a, b, c, outside the searched rows, or a
     token kind left out."""
     limit, drop = table.limit(options), table.drop_bits(options)
+    word = f"the expected word {shown(table.tokens.labels([expected])[0])}"
     if expected in question:
-        raise InvalidQuery("the expected word is one of a, b and c, which are left out of the answers")
+        raise InvalidQuery(f"{word} is one of a, b and c, which are left out of the answers: expect another word")
     if expected >= limit:
-        raise InvalidQuery(f"the expected word is row {expected}, outside the first {limit} rows searched")
-    if drop and table.flags is not None and table.flags[expected] & drop:
-        raise InvalidQuery("the expected word is a token kind left out of the answers (special or continuation)")
+        raise InvalidQuery(
+            f"{word} is row {expected:,}, outside the first {limit:,} rows searched (restrict): "
+            f"raise restrict above {expected:,} or leave it out"
+        )
+    left_out = drop & int(table.flags[expected]) if table.flags is not None else 0
+    if left_out:
+        kind, option = (
+            ("a special token", "skip_special")
+            if left_out & FLAG_SPECIAL
+            else ("a continuation piece", "whole_words_only")
+        )
+        raise InvalidQuery(
+            f"{word} is {kind}, which {option} leaves out of the answers: send {option}: false to rank it"
+        )
 
 
 def analogy_scores(words: np.ndarray, base: np.ndarray, method: str) -> np.ndarray:

@@ -56,6 +56,7 @@ from index.engine.encode import (
     no_known_word,
     preview,
     unembedded,
+    visible,
 )
 from index.engine.field_stats import (
     MOST_LISTED,
@@ -262,6 +263,7 @@ __all__ = [
     "unit_mean",
     "unit_queries",
     "unknown_documents",
+    "visible",
     "whole_rows",
     "within_float32",
     "written_row",
@@ -409,7 +411,7 @@ def _text(table: Table, encoder: Table | None, text: str) -> Probe:
             "vector from your own model, or search by keyword"
         )
     whose = f"the vocabulary the documents of {table.name!r} were embedded with ({encoder.name})"
-    if not text.strip():
+    if not visible(text):  # blank, or only invisible characters (a zero-width space, NUL)
         raise no_known_word("text", text, whose)
     encoded = encoder_for(encoder).encode([text], record.get("pooling"), strict=False)
     if encoded.tokens[0] == 0:

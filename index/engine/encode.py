@@ -76,6 +76,7 @@ class NoKnownWord(InvalidQuery):
 
 
 SHOWN_WORDS = 10  # unknown words a message names
+INVISIBLE = {"Cc", "Cf", "Zs", "Zl", "Zp"}  # Unicode categories of characters that do not show
 
 
 @cache
@@ -106,10 +107,21 @@ def no_known_word(label: str, content: str, whose: str, **details: Any) -> NoKno
     """The error for a text (``content``, called ``label``) with no word ``whose`` vocabulary holds, naming its
     words."""
     words = words_of(content)
-    if not words:
+    if not any(map(visible, words)):  # none, or only zero-width spaces, NULs and other invisible characters
         return NoKnownWord(f"{label} {preview(content)} has no words to embed", words=[], **details)
-    message = f"{label} {preview(content)}: no word of it is known to {whose}: unknown {listed(words)}"
+    message = f"{label} {preview(content)}: no word of it is known to {whose}: unknown {listed(words, printable)}"
     return NoKnownWord(message, words=words, **details)
+
+
+def visible(word: str) -> bool:
+    """Whether ``word`` has a character that shows: not only format and control characters (a zero-width space,
+    NUL) and separators (a private-use character shows, as a font draws it)."""
+    return any(unicodedata.category(c) not in INVISIBLE for c in word)
+
+
+def printable(word: str) -> str:
+    """``word`` as a message names it: as it is, or quoted with its invisible characters escaped (``'a\\u200b'``)."""
+    return word if word.isprintable() else repr(word)
 
 
 def listed(words: list[str], show: Callable[[str], str] = str) -> str:
@@ -132,10 +144,10 @@ def no_known_piece(
     """The error for a text a model-token table has no piece of, naming what its tokenizer left out as typed:
     ``unknown`` (made [UNK] of) and ``special`` (special tokens typed in the text, matched as the model's
     tokenizer matches them)."""
-    parts = [f"unknown {listed(unknown)}"] if unknown else []
+    parts = [f"unknown {listed(unknown, printable)}"] if unknown else []
     if special:
         are = "is a special token" if len(special) == 1 else "are special tokens"
-        parts.append(f"{listed(special)} {are}, which the table leaves out")
+        parts.append(f"{listed(special, printable)} {are}, which the table leaves out")
     message = f"{label} {preview(content)}: no word of it is known to {whose}: {'; '.join(parts)}"
     return NoKnownWord(message, words=unknown + special, **details)
 

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 from rapidfuzz import fuzz, process
 
-from index.errors import InvalidQuery, UnknownToken
+from index.errors import InvalidQuery, UnknownToken, shown
 from index.store.tokens import FLAG_SPECIAL, TOKENIZER, Tokens, byte_level_label
 
 SUGGESTION_POOL = 50_000  # unknown tokens are matched against the most frequent rows
@@ -144,7 +144,7 @@ class Lookup:
         found = self.find(text)
         if found is None:
             raise UnknownToken(
-                f"token {text!r} is not in table {self.name!r}", suggestions=self.suggest(text), token=text
+                f"token {shown(text)} is not in table {self.name!r}", suggestions=self.suggest(text), token=text
             )
         return found
 
@@ -208,11 +208,11 @@ class Lookup:
         special token (e.g. [UNK]: its row says nothing about the text)."""
         pieces = self.tokenize(text)
         if not pieces:
-            raise InvalidQuery(f"{text!r} gives no tokens")
+            raise InvalidQuery(f"{shown(text)} gives no tokens")
         special = [label for i, label in pieces if self.flags is not None and self.flags[i] & FLAG_SPECIAL]
         if special:
             raise UnknownToken(
-                f"token {text!r} is not in table {self.name!r}, and its tokenizer gives {special[0]!r} for it",
+                f"token {shown(text)} is not in table {self.name!r}, and its tokenizer gives {special[0]!r} for it",
                 suggestions=self.suggest(text),
                 token=text,
             )

@@ -162,8 +162,15 @@ def test_analogy_expect(api: TestClient, small: Table, kv: KeyedVectors, method:
     assert expect["margin"] == pytest.approx(body["neighbors"][0]["score"] - mine, abs=1e-5)
     top = api.post(f"{T}/analogy", json={**question, "expect": "queen"}).json()["expect"]
     assert top["rank"] == 1 and top["margin"] == 0.0 and top["score"] == pytest.approx(plain["neighbors"][0]["score"])
-    assert_invalid(api.post(f"{T}/analogy", json={**question, "expect": "woman"}), "one of a, b and c")
-    assert_invalid(api.post(f"{T}/analogy", json={**question, "expect": "queen", "restrict": 1000}), "outside")
+    assert_invalid(
+        api.post(f"{T}/analogy", json={**question, "expect": "Woman"}),
+        "the expected word 'woman' is one of a, b and c, which are left out of the answers: expect another word",
+    )
+    assert_invalid(
+        api.post(f"{T}/analogy", json={**question, "expect": "queen", "restrict": 1000}),
+        "the expected word 'queen' is row 2,060, outside the first 1,000 rows searched (restrict): raise restrict "
+        "above 2,060 or leave it out",
+    )
     assert_unknown(api.post(f"{T}/analogy", json={**question, "expect": "zzqqxx"}), "zzqqxx")
 
 

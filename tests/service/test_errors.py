@@ -77,6 +77,26 @@ def test_unknown_token_with_suggestions(api: TestClient, method: str, path: str,
     assert "hearrt" in error["message"]
 
 
+LONG_TOKEN = "heart" * 60  # 300 characters
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "kwargs"),
+    [
+        ("GET", f"{T}/neighbors", {"params": {"token": LONG_TOKEN}}),
+        ("POST", f"{T}/neighbors", {"json": {"token": LONG_TOKEN}}),
+        ("POST", f"{T}/neighbors", {"json": {"queries": [LONG_TOKEN]}}),
+        ("GET", f"{T}/tokens/{LONG_TOKEN}", {}),
+    ],
+)
+def test_a_long_unknown_token_is_quoted_clipped(api: TestClient, method: str, path: str, kwargs: dict) -> None:
+    """The message quotes the start of a long token, as of any long value; ``token`` gives it whole."""
+    answer = api.request(method, path, **kwargs)
+    error = answer.json()["results"][0]["error"] if "queries" in kwargs.get("json", {}) else answer.json()["error"]
+    assert error["message"] == f"token '{LONG_TOKEN[:56]}... is not in table 'small'", error
+    assert error["token"] == LONG_TOKEN
+
+
 def test_unknown_path_and_method(api: TestClient) -> None:
     envelope(api.get("/v2/nothing"), 404, "not_found")
     envelope(api.get("/static/no-such-file.js"), 404, "not_found")
@@ -146,6 +166,50 @@ def test_k_at_the_limits_is_accepted(api: TestClient) -> None:
 )
 def test_invalid_requests(api: TestClient, path: str, body: dict) -> None:
     envelope(api.post(f"{T}/{path}", json=body), 422, "invalid_request")
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "message"),
+    [  # pydantic's words reworded: what is wrong and what to do, no "Extra inputs", no "after validation"
+        (
+            "neighbors",
+            {"token": "heart", "min_scor": 0.5},
+            "min_scor: not a parameter of this route: check its spelling",
+        ),
+        (
+            "search",
+            {"queries": [{"vector": [1.0] * 50, "k": 3}]},
+            "queries.0.k: not a field of queries.0: check its spelling",
+        ),
+        ("similarity", {"pairs": [["red"]]}, "pairs.0: List should have at least 2 items, not 1"),
+        ("similarity", {"pairs": [["red", "blue", "green"]]}, "pairs.0: List should have at most 2 items, not 3"),
+        ("search", {"vector": [1e39] + [1.0] * 49}, "vector.0: vector values must fit in float32 (|x| <= 3.403e+38)"),
+    ],
+)
+def test_validation_messages_say_what_to_do(api: TestClient, path: str, body: dict, message: str) -> None:
+    error = envelope(api.post(f"{T}/{path}", json=body), 422, "invalid_request")
+    assert error["message"] == message and error["details"][0]["message"] == message.split(": ", 1)[1], error
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("", "body: the request has no body: send a JSON object"),
+        ('"heart"', "body: Input should be a JSON object ({...})"),
+        ('["heart"]', "body: Input should be a JSON object ({...})"),
+        ('{"queries": [7]}', "queries.0: Input should be a JSON object ({...})"),
+    ],
+)
+def test_a_body_that_is_no_object_is_told_to_send_one(api: TestClient, text: str, message: str) -> None:
+    error = envelope(post_json(api, f"{T}/search", text), 422, "invalid_request")
+    assert error["message"] == message, error
+
+
+def test_a_vector_beyond_float32_is_worded_alike_alone_and_in_a_batch(api: TestClient) -> None:
+    vector = [1.0] * 49 + [-1e39]
+    alone = envelope(api.post(f"{T}/search", json={"vector": vector}), 422, "invalid_request")
+    (item,) = api.post(f"{T}/search", json={"vectors": [vector]}).json()["results"]
+    assert alone["details"][0]["message"] == item["error"]["message"], (alone, item)
 
 
 def test_malformed_json_and_wrong_top_level(api: TestClient) -> None:

@@ -64,7 +64,7 @@ CONTENT_422 = {
     f"GET {T}/fields": ("not documents",),
     f"POST {T}/project": ("at least two distinct", "distinct tokens, got"),  # t-SNE and UMAP need 4
     # a and b resolve to the same row (e.g. "King" and "king"); an expected answer that is a, b or c, or past restrict
-    f"POST {T}/analogy": ("offset b - a is zero", "the expected word is"),
+    f"POST {T}/analogy": ("offset b - a is zero", "the expected word "),
     # the words' rows of a shard's part of an analogy: the table's length, unit rows, a b + c - a with a direction
     f"POST {T}/analogy/rows": ("values each", "unit rows", "has no direction"),
     f"GET {T}/map": ("t-SNE maps are off",),  # method=tsne on a server without EMBEDDING_MAP_TSNE_ROWS

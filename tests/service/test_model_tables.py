@@ -244,6 +244,28 @@ def test_whole_words_only(client: TestClient, unit: np.ndarray, minilm_tokenizer
     assert not any(n["token"].startswith("##") for n in words["neighbors"])
 
 
+def test_an_expected_answer_left_out_says_which_kind_and_which_option(client: TestClient) -> None:
+    question = {"a": "man", "b": "king", "c": "woman"}
+    refusals = [
+        (
+            {"expect": "[CLS]"},
+            "the expected word '[CLS]' is a special token, which skip_special leaves out of the "
+            "answers: send skip_special: false to rank it",
+        ),
+        (
+            {"expect": "##s", "whole_words_only": True},
+            "the expected word '##s' is a continuation piece, which "
+            "whole_words_only leaves out of the answers: send whole_words_only: false to rank it",
+        ),
+    ]
+    for fields, message in refusals:
+        response = client.post("/v1/tables/minilm/analogy", json={**question, **fields})
+        assert response.status_code == 422
+        assert response.json() == {"error": {"code": "invalid_request", "message": message}}
+    ranked = client.post("/v1/tables/minilm/analogy", json={**question, "expect": "[CLS]", "skip_special": False})
+    assert ranked.status_code == 200 and ranked.json()["expect"]["token"] == "[CLS]"
+
+
 def test_compose_mean(client: TestClient, unit: np.ndarray, minilm_tokenizer: Tokenizer, special_ids: set[int]) -> None:
     unknown = client.get("/v1/tables/minilm/neighbors", params={"token": "heartache"})
     assert unknown.status_code == 404

@@ -187,7 +187,7 @@ def test_a_blank_text_query_is_no_query(client: TestClient) -> None:
     """As a blank document is refused (below), so is a blank text query, as a static encoder refuses it: the model
     would embed it as [CLS] [SEP] alone, to which every story scores by chance. Mode hybrid falls back to keyword;
     a text of an unknown piece alone ([CLS] [UNK] [SEP]) is embedded, as sentence-transformers embeds it."""
-    for blank in (" ", "  \n\t "):
+    for blank in (" ", "  \n\t ", "\u200b", "\x00 \u200b"):  # invisible characters are no words either
         refused = client.post("/v1/tables/lee/search", json={"text": blank, "k": 3})
         assert refused.status_code == 422, refused.text
         assert refused.json()["error"]["message"] == f"text {blank!r} has no words to embed"  # no keyword to find

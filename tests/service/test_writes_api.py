@@ -265,6 +265,14 @@ def test_a_whole_float_is_an_integer_fields_value(server: real_server.Server) ->
     ("document", "words"),
     [
         ({"id": "bad", "text": NOTE, "fields": {"colour": "red"}}, ["documents[1] (id 'bad')", "no field 'colour'"]),
+        # a table's field given beside id and text, not in "fields"
+        (
+            {"id": "bad", "text": NOTE, "year": 1999},
+            [
+                "documents.1.year: not a field of a document (id, text, vector, fields): ",
+                'the table\'s fields go in its "fields"',
+            ],
+        ),
         ({"id": "bad", "text": NOTE, "fields": {"year": "1999"}}, ["documents[1] (id 'bad')", "'year' is an integer"]),
         ({"id": "bad", "text": NOTE, "fields": {"year": 1999.5}}, ["(id 'bad'): field 'year' is an integer", "1999.5"]),
         ({"id": "bad", "text": NOTE, "fields": {"tags": [1, 2]}}, ["field 'tags' is a string_list field"]),

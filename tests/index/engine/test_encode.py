@@ -36,6 +36,7 @@ from index.engine.encode import (
     check_known,
     embeds_text,
     encoder_for,
+    visible,
 )
 from index.engine.table import Table
 from index.errors import InputError, InvalidQuery
@@ -570,3 +571,12 @@ def test_the_declared_tokenizers_has_the_batch_call_the_encoders_make() -> None:
     declared = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]
     lowest = next(re.fullmatch(r"tokenizers>=(\d+)\.(\d+)\S*", d) for d in declared if d.startswith("tokenizers"))
     assert lowest is not None and (int(lowest[1]), int(lowest[2])) >= (0, 20)
+
+
+def test_a_text_of_invisible_characters_alone_is_not_visible() -> None:
+    """Control and format characters and separators are no words; a private-use character is, as a font draws
+    it (an icon), and so is a combining mark or an emoji."""
+    for text in ("\u200b", "\x00", " \t\n", "\u2028", "\u200b\u2060\ufeff", "\u00a0"):
+        assert not visible(text), repr(text)
+    for text in ("\ue000", "\u0301", "\U0001f642", "a\u200b", "\u200b!"):
+        assert visible(text), repr(text)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import datetime as dt
+import itertools
 import json
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -109,7 +110,13 @@ class Delta:
         self.deleted = np.zeros(rows, dtype=bool)
         self._matrix: tuple[list[Key], np.ndarray, np.ndarray] | None = None
         self._written: list[Document] = []
-        self._built: tuple[list[Document], tuple[list[Key], np.ndarray, np.ndarray]] | None = None  # the last made
+        # Every unit row written, appended in write order (a replaced document's old row left where it was): each
+        # written document's slot there, in write order; rows past ``_used`` are free. Rows a snapshot reads are
+        # never written again (a full store is copied into a larger one), so snapshots share it.
+        self._store = np.zeros((0, dim), dtype=np.float32)
+        self._store_norms = np.zeros(0, dtype=np.float32)
+        self._used = 0
+        self._slots: dict[Key, int] = {}
         self._cache: dict[str, Any] = {}  # what searches derive from the delta, shared by its snapshots
         self.shape = Shape(dim, payload.id_type, payload.text_field is not None, payload.fields)  # what a record fits
         self._lasting: dict[str, Any] = {}  # what searches keep across changes (never replaced)
@@ -160,11 +167,20 @@ class Delta:
         self.matrix()  # made once per change, shared by the snapshots taken until the next
         return copy.copy(self)
 
-    def replace(self, documents: dict[Key, Document], deleted: np.ndarray, covered: int, last: int) -> None:
-        """Hold ``documents`` and the mask ``deleted`` instead (a sharded table's shards' deltas, gathered), as
-        ``apply`` changes a delta: what snapshots hold is left as it was."""
+    def replace(self, parts: Sequence[Delta], deleted: np.ndarray, covered: int, last: int) -> None:
+        """Hold the written documents of ``parts`` (snapshots of a sharded table's shards' deltas, in shard order;
+        no id in two of them) and the mask ``deleted`` instead, as ``apply`` changes a delta: what snapshots hold
+        is left as it was. The parts' matrices, made already, are joined: no document's row is read one by one."""
+        matrices = [part.matrix() for part in parts]
+        documents: dict[Key, Document] = {}
+        for part in parts:
+            documents.update(part.documents)
         self.documents, self.deleted = documents, deleted
         self.covered, self.last = covered, last
+        self._store = np.concatenate([self._store[:0], *(m[1] for m in matrices)])
+        self._store_norms = np.concatenate([self._store_norms[:0], *(m[2] for m in matrices)])
+        self._used = len(self._store)
+        self._slots = dict(zip(itertools.chain.from_iterable(m[0] for m in matrices), itertools.count(), strict=False))
         self._matrix = None
         self._cache = {}
 
@@ -195,7 +211,8 @@ class Delta:
                 "earlier version of another schema; restore that version and compact it, or move the log aside to "
                 "serve this version without its writes"
             )
-        self.documents, self.deleted = dict(self.documents), self.deleted.copy()  # copies: snapshots keep theirs
+        # copies: snapshots keep theirs
+        self.documents, self.deleted, self._slots = dict(self.documents), self.deleted.copy(), dict(self._slots)
         self._matrix = None
         self._cache = {}
         for record in records:
@@ -216,30 +233,49 @@ class Delta:
         rows = self.version_rows([k for k in keys if k is not None])
         self.deleted[rows[rows >= 0]] = True
         units, norms = normalise(np.array([d["vector"] for d in documents], dtype=np.float32).reshape(-1, self.dim))
-        for key, document, unit, norm in zip(keys, documents, units, norms.tolist(), strict=True):
+        first = self._stored(units, norms)
+        for slot, (key, document, unit, norm) in enumerate(zip(keys, documents, units, norms.tolist(), strict=True)):
             if key is None:
                 continue
             self.documents.pop(key, None)  # a replaced document moves to the end, as a fresh import would order it
+            self._slots.pop(key, None)
             self.documents[key] = Document(key, unit, norm, document.get("text"), document.get("fields") or {})
+            self._slots[key] = first + slot
 
     def _delete(self, keys: list[Key]) -> None:
         rows = self.version_rows(keys)
         self.deleted[rows[rows >= 0]] = True
         for key in keys:
             self.documents.pop(key, None)
+            self._slots.pop(key, None)
+
+    def _stored(self, units: np.ndarray, norms: np.ndarray) -> int:
+        """Append ``units`` and ``norms`` to the store; the first one's slot. A full store is copied into one
+        twice as large (snapshots keep the one they read)."""
+        first, end = self._used, self._used + len(units)
+        if end > len(self._store):
+            size = max(end, 2 * len(self._store), 64)
+            store, store_norms = np.empty((size, self.dim), dtype=np.float32), np.empty(size, dtype=np.float32)
+            store[:first], store_norms[:first] = self._store[:first], self._store_norms[:first]
+            self._store, self._store_norms = store, store_norms
+        self._store[first:end], self._store_norms[first:end] = units, norms
+        self._used = end
+        return first
 
     def matrix(self) -> tuple[list[Key], np.ndarray, np.ndarray]:
-        """The written documents' ids, unit vectors (n, dim) and norms, in write order."""
+        """The written documents' ids, unit vectors (n, dim) and norms, in write order: the store's rows of their
+        slots (a view of it while no written document was replaced or deleted; no document read one by one)."""
         if self._matrix is None:
-            docs = self._written = list(self.documents.values())
-            before, made = self._built or ([], ([], np.zeros((0, self.dim), dtype=np.float32), np.zeros(0, np.float32)))
-            if len(before) > len(docs) or any(a is not b for a, b in zip(before, docs, strict=False)):
-                before, made = [], ([], np.zeros((0, self.dim), dtype=np.float32), np.zeros(0, np.float32))
-            added = docs[len(before) :]  # only appended since the last matrix: its rows are reused
-            vectors = np.vstack([made[1], *[d.vector for d in added]]) if added else made[1]
-            norms = np.concatenate([made[2], np.array([d.norm for d in added], dtype=np.float32)])
-            self._matrix = (made[0] + [d.id for d in added], vectors, norms)
-            self._built = (docs, self._matrix)
+            self._written = list(self.documents.values())
+            slots = np.fromiter(self._slots.values(), dtype=np.int64, count=len(self._slots))
+            if len(slots) == self._used:  # slots rise in write order: every row of the store, in its order
+                vectors, norms = self._store[: self._used], self._store_norms[: self._used]
+            else:
+                vectors, norms = self._store[slots], self._store_norms[slots]
+                if 2 * len(slots) < self._used:  # more rows replaced or deleted than live: the store made again
+                    self._store, self._store_norms, self._used = vectors, norms, len(slots)
+                    self._slots = dict(zip(self.documents, range(len(slots)), strict=True))
+            self._matrix = (list(self.documents), vectors, norms)
         return self._matrix
 
     def cached(self, name: str, make: Callable[[], T]) -> T:
@@ -261,7 +297,7 @@ class Delta:
 
     def places(self) -> dict[Key, int]:
         """Each written document's place in write order (its hit row past the version's), made once per change."""
-        return self.cached("places", lambda: {key: place for place, key in enumerate(self.documents)})
+        return self.cached("places", lambda: dict(zip(self.documents, range(len(self.documents)), strict=True)))
 
     def columns(self) -> DeltaColumns:
         """The written documents' fields as Arrow columns, for the search filter language."""

@@ -13,6 +13,7 @@ import copy
 import datetime as dt
 import itertools
 import json
+import threading
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -23,7 +24,7 @@ from index.engine.filters import RowSet, evaluate
 from index.engine.knn import inner_products
 from index.engine.table import Table, VectorSearch
 from index.errors import InvalidQuery
-from index.store.payload import LOOKUP_LIMIT, TIMESTAMP, Payload, arrow_types, id_key, unknown_documents
+from index.store.payload import INTEGER, LOOKUP_LIMIT, TIMESTAMP, Payload, arrow_types, id_key, unknown_documents
 from index.store.rows import normalise, row_norms
 from index.store.writelog import LogMismatch, Record, Shape, first_misfit
 
@@ -301,7 +302,8 @@ class Delta:
 
     def columns(self) -> DeltaColumns:
         """The written documents' fields as Arrow columns, for the search filter language."""
-        return DeltaColumns(self.payload, self.written_in_order(), self.places())
+        kept = self.lasting("columns", lambda: WrittenColumns(self.payload))
+        return DeltaColumns(self.payload, self.written_in_order(), self.places, kept)
 
     def passing(self, spec: Any) -> np.ndarray:
         """A boolean per written document, in write order: whether it passes the filter ``spec`` (a search's). The
@@ -322,31 +324,84 @@ class Delta:
 class DeltaColumns:
     """What ``filters.evaluate`` reads of a payload (``fields``, ``column``), over the written documents."""
 
-    def __init__(self, payload: Payload, documents: list[Document], places: dict[Key, int]) -> None:
+    def __init__(
+        self, payload: Payload, documents: list[Document], places: Callable[[], dict[Key, int]], kept: WrittenColumns
+    ) -> None:
         self.fields = payload.fields
         self.id_field = payload.id_field
         self.text_field = payload.text_field
         self.id_type = payload.id_type
         self.documents = documents
-        self.places = places  # the delta's, made once per change
+        self.places = places  # the delta's, made once per change when an id filter first asks
+        self.kept = kept  # the delta's, across its changes
 
     def __len__(self) -> int:
         return len(self.documents)
 
     def find_rows(self, ids: Sequence[str | int]) -> np.ndarray:
         """Each id's written document's place in write order, -1 for an id none has (``Payload.find_rows``)."""
-        keys = (id_key(i, self.id_type) for i in ids)
-        return np.array([-1 if key is None else self.places.get(key, -1) for key in keys], dtype=np.int64)
+        keys, places = (id_key(i, self.id_type) for i in ids), self.places()
+        return np.array([-1 if key is None else places.get(key, -1) for key in keys], dtype=np.int64)
 
     def column(self, name: str) -> pa.Array:
-        if name == self.id_field:
-            return pa.array([d.id for d in self.documents])
-        if name == self.text_field:
-            return pa.array([d.text for d in self.documents], pa.string())
-        kind = self.fields[name]
-        values = [d.fields.get(name) for d in self.documents]
-        if kind == TIMESTAMP:
-            values = [None if v is None else parse_timestamp(v) for v in values]
+        return self.kept.of(self.documents, name)
+
+
+class WrittenColumns:
+    """The written documents' columns (id, text, fields), each document's values read once: kept while it stays
+    written, across changes of the delta, so that a filter after a write reads no document one by one. Each
+    document read is an entry, a row of every column read so far; the entries of documents no longer written are
+    dropped once they are most."""
+
+    def __init__(self, payload: Payload) -> None:
+        self.payload = payload
+        self.entries: dict[int, int] = {}  # by id(document)
+        self.kept: list[Document] = []  # each entry's document, held: no other document takes its id meanwhile
+        self.columns: dict[str, pa.Array] = {}  # by name: a value per entry
+        self.written: list[Document] = []  # the documents last asked of (a delta's, for one state of it)
+        self.order: pa.Array | None = None  # their entries (None: the entries are theirs, in their order)
+        self.lock = threading.Lock()
+
+    def of(self, written: list[Document], name: str) -> pa.Array:
+        """Column ``name`` of the ``written`` documents, in their order."""
+        with self.lock:
+            if written is not self.written:
+                self._enter(written)
+            if name not in self.columns:
+                self.columns[name] = self._values(self.kept, name)
+            values, order = self.columns[name], self.order
+        return values if order is None else values.take(order)
+
+    def _enter(self, written: list[Document]) -> None:
+        """Add the entries of ``written`` not read yet; drop those of other documents once they are most."""
+        found = list(map(self.entries.get, map(id, written)))
+        new = [d for d, entry in zip(written, found, strict=True) if entry is None]
+        if new:
+            first = len(self.kept)
+            self.entries.update(zip(map(id, new), range(first, first + len(new)), strict=True))
+            self.kept += new
+            for known, values in self.columns.items():
+                self.columns[known] = pa.concat_arrays([values, self._values(new, known)])
+        order = pa.array(np.fromiter(map(self.entries.__getitem__, map(id, written)), np.int64, len(written)))
+        self.written, self.order = written, order
+        if len(self.kept) > 2 * len(written):
+            self.columns = {known: values.take(order) for known, values in self.columns.items()}
+            self.kept, self.order = list(written), None
+            self.entries = dict(zip(map(id, written), range(len(written)), strict=True))
+
+    def _values(self, documents: list[Document], name: str) -> pa.Array:
+        payload = self.payload
+        if name == payload.id_field:
+            return pa.array([d.id for d in documents], pa.int64() if payload.id_type == INTEGER else pa.string())
+        if name == payload.text_field:
+            return pa.array([d.text for d in documents], pa.string())
+        kind = payload.fields[name]
+        values = [d.fields.get(name) for d in documents]
+        if kind == TIMESTAMP:  # ISO 8601 text in UTC as writes keep it (timestamp_text): cast at once
+            try:
+                return pa.array(values, pa.string()).cast(arrow_types()[kind])
+            except pa.ArrowInvalid:
+                values = [None if v is None else parse_timestamp(v) for v in values]
         return pa.array(values, arrow_types()[kind])
 
 

@@ -216,6 +216,11 @@ class Delta:
         self.documents, self.deleted, self._slots = dict(self.documents), self.deleted.copy(), dict(self._slots)
         self._matrix = None
         self._cache = {}
+        # The records' ids in order, their documents made afterwards in one block: the version's rows of every id
+        # written or deleted looked up at once, the vectors normalised at once (a log replayed at load holds
+        # thousands of records).
+        touched: list[Key] = []  # the ids whose version row goes (replaced or deleted)
+        pending: dict[Key, dict[str, Any]] = {}  # the documents upserted and still written, in write order
         for record in records:
             self.offset = record.end
             if record.seq <= self.seq:  # folded into the version, or applied before the log was cut
@@ -223,32 +228,31 @@ class Delta:
                 continue
             self.last = record.seq
             body = record.body
-            if body.get("op") == "upsert":
-                self._upsert(body["documents"])
-            elif body.get("op") == "delete":
-                self._delete([k for k in (self.key(i) for i in body["ids"]) if k is not None])
-            self._matrix = None
-
-    def _upsert(self, documents: list[dict[str, Any]]) -> None:
-        keys = [self.key(d["id"]) for d in documents]
-        rows = self.version_rows([k for k in keys if k is not None])
+            upserts = body["documents"] if body.get("op") == "upsert" else []
+            deletes = body["ids"] if body.get("op") == "delete" else []
+            for key, document in zip(map(self.key, (d["id"] for d in upserts)), upserts, strict=True):
+                if key is not None:  # a replaced document moves to the end, as a fresh import would order it
+                    self.documents.pop(key, None)
+                    self._slots.pop(key, None)
+                    pending.pop(key, None)
+                    pending[key] = document
+                    touched.append(key)
+            for key in map(self.key, deletes):
+                if key is not None:
+                    self.documents.pop(key, None)
+                    self._slots.pop(key, None)
+                    pending.pop(key, None)
+                    touched.append(key)
+        rows = self.version_rows(touched)
         self.deleted[rows[rows >= 0]] = True
-        units, norms = normalise(np.array([d["vector"] for d in documents], dtype=np.float32).reshape(-1, self.dim))
+        vectors = np.array([d["vector"] for d in pending.values()], dtype=np.float32).reshape(-1, self.dim)
+        units, norms = normalise(vectors)
         first = self._stored(units, norms)
-        for slot, (key, document, unit, norm) in enumerate(zip(keys, documents, units, norms.tolist(), strict=True)):
-            if key is None:
-                continue
-            self.documents.pop(key, None)  # a replaced document moves to the end, as a fresh import would order it
-            self._slots.pop(key, None)
-            self.documents[key] = Document(key, unit, norm, document.get("text"), document.get("fields") or {})
-            self._slots[key] = first + slot
-
-    def _delete(self, keys: list[Key]) -> None:
-        rows = self.version_rows(keys)
-        self.deleted[rows[rows >= 0]] = True
-        for key in keys:
-            self.documents.pop(key, None)
-            self._slots.pop(key, None)
+        for slot, (key, document) in enumerate(pending.items(), first):  # after every document kept: all moved
+            self.documents[key] = Document(
+                key, units[slot - first], float(norms[slot - first]), document.get("text"), document.get("fields") or {}
+            )
+            self._slots[key] = slot
 
     def _stored(self, units: np.ndarray, norms: np.ndarray) -> int:
         """Append ``units`` and ``norms`` to the store; the first one's slot. A full store is copied into one

@@ -23,6 +23,7 @@ from index.engine.keyword import LENGTHS
 from index.engine.table import Table
 from index.store import artifact
 from index.store.payload import UnknownDocument
+from index.store.rows import normalise
 from index.store.writelog import LogMismatch, Record
 from tests.index.engine.test_keyword import check_cut_once
 from tests.lee import Lee
@@ -149,6 +150,50 @@ def test_a_write_beside_many_written_documents_reads_none_of_them_one_by_one(lee
 
     calls(100)  # what loads on first use (pyarrow's modules) loaded
     assert calls(200) == calls(800)
+
+
+def test_a_log_replayed_at_once_looks_its_ids_up_once_and_holds_what_its_records_one_by_one_make(
+    lee_data_dir: Path, lee_docs: Lee, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A log's records applied together (its replay at load) look the version's rows of their ids up in one call and
+    normalise their vectors in one (a record at a time, 21,722 records of a log took 9.6 s to replay, 1.5 s
+    together), and leave the delta as the records applied one by one do: the same documents in the same order,
+    rows, norms and deletion mask, whatever was upserted, replaced, deleted and written again."""
+    table = Table.load(lee_data_dir / "lee")
+    assert table.payload is not None
+    vectors, ids = lee_docs.vectors, lee_docs.ids
+    records = []
+    for seq in range(1, 41):
+        if seq % 5 == 0:
+            body: dict[str, object] = {"op": "delete", "ids": [f"w{seq - 3}", ids[seq], f"w{seq - 20}", "nobody"]}
+        else:
+            chosen = [f"w{seq}", f"w{seq // 2}", ids[seq + 40], f"w{seq - 10}"]  # new, written again, imported, gone
+            body = {
+                "op": "upsert",
+                "documents": [
+                    {"id": i, "text": f"text {seq} {i}", "vector": vectors[seq + j].tolist(), "fields": {"year": seq}}
+                    for j, i in enumerate(dict.fromkeys(chosen))
+                ],
+            }
+        records.append(Record(seq, 0, 0, body))
+    one_by_one = Delta(table.payload, table.rows, table.dim, 0)
+    for record in records:
+        one_by_one.apply([record])
+    looked_up = []
+    find_rows = table.payload.find_rows
+    monkeypatch.setattr(table.payload, "find_rows", lambda keys: looked_up.append(keys) or find_rows(keys))
+    normalised = []
+    monkeypatch.setattr(delta_module, "normalise", lambda rows: normalised.append(rows) or normalise(rows))
+    together = Delta(table.payload, table.rows, table.dim, 0)
+    together.replay(records)
+    assert len(looked_up) == 1 and len(normalised) == 1
+    assert list(together.documents) == list(one_by_one.documents) and together.seq == one_by_one.seq == 40
+    for mine, theirs in zip(together.documents.values(), one_by_one.documents.values(), strict=True):
+        assert (mine.id, mine.text, mine.fields, mine.norm) == (theirs.id, theirs.text, theirs.fields, theirs.norm)
+        np.testing.assert_array_equal(mine.vector, theirs.vector)
+    np.testing.assert_array_equal(together.deleted, one_by_one.deleted)
+    for mine_part, theirs_part in zip(together.matrix(), one_by_one.matrix(), strict=True):
+        np.testing.assert_array_equal(np.asarray(mine_part), np.asarray(theirs_part))
 
 
 def test_keyword_search_after_each_change_equals_a_delta_made_at_once(lee_data_dir: Path, lee_docs: Lee) -> None:

@@ -23,8 +23,10 @@ deltas into the whole table's (``index.engine.door.WholeDelta``) for its searche
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
+import time
 import weakref
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
@@ -33,11 +35,12 @@ from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 from index.engine.door import Delta, ShardedTable, Table, WholeDelta, merged_writes, shard_place
-from index.errors import InvalidQuery
+from index.errors import InvalidQuery, counted
 from index.store import artifact, writelog
 from service.errors import ApiError
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
 _LIVE: weakref.WeakKeyDictionary[Table, Live] = weakref.WeakKeyDictionary()
 _SHARDED: weakref.WeakKeyDictionary[Table, Sharded] = weakref.WeakKeyDictionary()
 _LOCK = threading.Lock()
@@ -182,12 +185,25 @@ def _attach(table: Table, directory: Path) -> Live:
     assert table.payload is not None
     delta = Delta(table.payload, table.rows, table.dim, covered)
     live = Live(delta, writelog.table_log(directory), directory, table.manifest.get("files"))
+    where = f"table {directory.name!r}: write log {live.path.name}"
+    size = live.path.stat().st_size if live.path.is_file() else 0
+    if size:  # seconds for a log of tens of thousands of writes, before the table is said loaded
+        log.info("%s: replaying %.1f MiB of writes ...", where, size / 2**20)
+    started = time.perf_counter()
     try:
         records, live.inode = _recovered(live.path)
         live.delta.replay(records)
     except (writelog.LogCorrupt, writelog.LogMismatch) as exc:
-        where = f"table {directory.name!r}: write log {live.path.name}"
         raise type(exc)(f"{where}: {exc.message}") from None
+    if size:
+        log.info(
+            "%s: %s replayed in %.2fs: %s written, %s of the version deleted or replaced",
+            where,
+            counted(len(records), "record"),
+            time.perf_counter() - started,
+            counted(len(live.delta.documents), "document"),
+            counted(int(live.delta.deleted.sum()), "row"),
+        )
     with _LOCK:
         _LIVE[table] = live
     return live

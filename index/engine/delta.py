@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import copy
 import datetime as dt
+import itertools
 import json
+import threading
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -22,7 +24,7 @@ from index.engine.filters import RowSet, evaluate
 from index.engine.knn import inner_products
 from index.engine.table import Table, VectorSearch
 from index.errors import InvalidQuery
-from index.store.payload import LOOKUP_LIMIT, TIMESTAMP, Payload, arrow_types, id_key, unknown_documents
+from index.store.payload import INTEGER, LOOKUP_LIMIT, TIMESTAMP, Payload, arrow_types, id_key, unknown_documents
 from index.store.rows import normalise, row_norms
 from index.store.writelog import LogMismatch, Record, Shape, first_misfit
 
@@ -109,7 +111,13 @@ class Delta:
         self.deleted = np.zeros(rows, dtype=bool)
         self._matrix: tuple[list[Key], np.ndarray, np.ndarray] | None = None
         self._written: list[Document] = []
-        self._built: tuple[list[Document], tuple[list[Key], np.ndarray, np.ndarray]] | None = None  # the last made
+        # Every unit row written, appended in write order (a replaced document's old row left where it was): each
+        # written document's slot there, in write order; rows past ``_used`` are free. Rows a snapshot reads are
+        # never written again (a full store is copied into a larger one), so snapshots share it.
+        self._store = np.zeros((0, dim), dtype=np.float32)
+        self._store_norms = np.zeros(0, dtype=np.float32)
+        self._used = 0
+        self._slots: dict[Key, int] = {}
         self._cache: dict[str, Any] = {}  # what searches derive from the delta, shared by its snapshots
         self.shape = Shape(dim, payload.id_type, payload.text_field is not None, payload.fields)  # what a record fits
         self._lasting: dict[str, Any] = {}  # what searches keep across changes (never replaced)
@@ -160,11 +168,20 @@ class Delta:
         self.matrix()  # made once per change, shared by the snapshots taken until the next
         return copy.copy(self)
 
-    def replace(self, documents: dict[Key, Document], deleted: np.ndarray, covered: int, last: int) -> None:
-        """Hold ``documents`` and the mask ``deleted`` instead (a sharded table's shards' deltas, gathered), as
-        ``apply`` changes a delta: what snapshots hold is left as it was."""
+    def replace(self, parts: Sequence[Delta], deleted: np.ndarray, covered: int, last: int) -> None:
+        """Hold the written documents of ``parts`` (snapshots of a sharded table's shards' deltas, in shard order;
+        no id in two of them) and the mask ``deleted`` instead, as ``apply`` changes a delta: what snapshots hold
+        is left as it was. The parts' matrices, made already, are joined: no document's row is read one by one."""
+        matrices = [part.matrix() for part in parts]
+        documents: dict[Key, Document] = {}
+        for part in parts:
+            documents.update(part.documents)
         self.documents, self.deleted = documents, deleted
         self.covered, self.last = covered, last
+        self._store = np.concatenate([self._store[:0], *(m[1] for m in matrices)])
+        self._store_norms = np.concatenate([self._store_norms[:0], *(m[2] for m in matrices)])
+        self._used = len(self._store)
+        self._slots = dict(zip(itertools.chain.from_iterable(m[0] for m in matrices), itertools.count(), strict=False))
         self._matrix = None
         self._cache = {}
 
@@ -195,9 +212,15 @@ class Delta:
                 "earlier version of another schema; restore that version and compact it, or move the log aside to "
                 "serve this version without its writes"
             )
-        self.documents, self.deleted = dict(self.documents), self.deleted.copy()  # copies: snapshots keep theirs
+        # copies: snapshots keep theirs
+        self.documents, self.deleted, self._slots = dict(self.documents), self.deleted.copy(), dict(self._slots)
         self._matrix = None
         self._cache = {}
+        # The records' ids in order, their documents made afterwards in one block: the version's rows of every id
+        # written or deleted looked up at once, the vectors normalised at once (a log replayed at load holds
+        # thousands of records).
+        touched: list[Key] = []  # the ids whose version row goes (replaced or deleted)
+        pending: dict[Key, dict[str, Any]] = {}  # the documents upserted and still written, in write order
         for record in records:
             self.offset = record.end
             if record.seq <= self.seq:  # folded into the version, or applied before the log was cut
@@ -205,41 +228,59 @@ class Delta:
                 continue
             self.last = record.seq
             body = record.body
-            if body.get("op") == "upsert":
-                self._upsert(body["documents"])
-            elif body.get("op") == "delete":
-                self._delete([k for k in (self.key(i) for i in body["ids"]) if k is not None])
-            self._matrix = None
-
-    def _upsert(self, documents: list[dict[str, Any]]) -> None:
-        keys = [self.key(d["id"]) for d in documents]
-        rows = self.version_rows([k for k in keys if k is not None])
+            upserts = body["documents"] if body.get("op") == "upsert" else []
+            deletes = body["ids"] if body.get("op") == "delete" else []
+            for key, document in zip(map(self.key, (d["id"] for d in upserts)), upserts, strict=True):
+                if key is not None:  # a replaced document moves to the end, as a fresh import would order it
+                    self.documents.pop(key, None)
+                    self._slots.pop(key, None)
+                    pending.pop(key, None)
+                    pending[key] = document
+                    touched.append(key)
+            for key in map(self.key, deletes):
+                if key is not None:
+                    self.documents.pop(key, None)
+                    self._slots.pop(key, None)
+                    pending.pop(key, None)
+                    touched.append(key)
+        rows = self.version_rows(touched)
         self.deleted[rows[rows >= 0]] = True
-        units, norms = normalise(np.array([d["vector"] for d in documents], dtype=np.float32).reshape(-1, self.dim))
-        for key, document, unit, norm in zip(keys, documents, units, norms.tolist(), strict=True):
-            if key is None:
-                continue
-            self.documents.pop(key, None)  # a replaced document moves to the end, as a fresh import would order it
-            self.documents[key] = Document(key, unit, norm, document.get("text"), document.get("fields") or {})
+        vectors = np.array([d["vector"] for d in pending.values()], dtype=np.float32).reshape(-1, self.dim)
+        units, norms = normalise(vectors)
+        first = self._stored(units, norms)
+        for slot, (key, document) in enumerate(pending.items(), first):  # after every document kept: all moved
+            self.documents[key] = Document(
+                key, units[slot - first], float(norms[slot - first]), document.get("text"), document.get("fields") or {}
+            )
+            self._slots[key] = slot
 
-    def _delete(self, keys: list[Key]) -> None:
-        rows = self.version_rows(keys)
-        self.deleted[rows[rows >= 0]] = True
-        for key in keys:
-            self.documents.pop(key, None)
+    def _stored(self, units: np.ndarray, norms: np.ndarray) -> int:
+        """Append ``units`` and ``norms`` to the store; the first one's slot. A full store is copied into one
+        twice as large (snapshots keep the one they read)."""
+        first, end = self._used, self._used + len(units)
+        if end > len(self._store):
+            size = max(end, 2 * len(self._store), 64)
+            store, store_norms = np.empty((size, self.dim), dtype=np.float32), np.empty(size, dtype=np.float32)
+            store[:first], store_norms[:first] = self._store[:first], self._store_norms[:first]
+            self._store, self._store_norms = store, store_norms
+        self._store[first:end], self._store_norms[first:end] = units, norms
+        self._used = end
+        return first
 
     def matrix(self) -> tuple[list[Key], np.ndarray, np.ndarray]:
-        """The written documents' ids, unit vectors (n, dim) and norms, in write order."""
+        """The written documents' ids, unit vectors (n, dim) and norms, in write order: the store's rows of their
+        slots (a view of it while no written document was replaced or deleted; no document read one by one)."""
         if self._matrix is None:
-            docs = self._written = list(self.documents.values())
-            before, made = self._built or ([], ([], np.zeros((0, self.dim), dtype=np.float32), np.zeros(0, np.float32)))
-            if len(before) > len(docs) or any(a is not b for a, b in zip(before, docs, strict=False)):
-                before, made = [], ([], np.zeros((0, self.dim), dtype=np.float32), np.zeros(0, np.float32))
-            added = docs[len(before) :]  # only appended since the last matrix: its rows are reused
-            vectors = np.vstack([made[1], *[d.vector for d in added]]) if added else made[1]
-            norms = np.concatenate([made[2], np.array([d.norm for d in added], dtype=np.float32)])
-            self._matrix = (made[0] + [d.id for d in added], vectors, norms)
-            self._built = (docs, self._matrix)
+            self._written = list(self.documents.values())
+            slots = np.fromiter(self._slots.values(), dtype=np.int64, count=len(self._slots))
+            if len(slots) == self._used:  # slots rise in write order: every row of the store, in its order
+                vectors, norms = self._store[: self._used], self._store_norms[: self._used]
+            else:
+                vectors, norms = self._store[slots], self._store_norms[slots]
+                if 2 * len(slots) < self._used:  # more rows replaced or deleted than live: the store made again
+                    self._store, self._store_norms, self._used = vectors, norms, len(slots)
+                    self._slots = dict(zip(self.documents, range(len(slots)), strict=True))
+            self._matrix = (list(self.documents), vectors, norms)
         return self._matrix
 
     def cached(self, name: str, make: Callable[[], T]) -> T:
@@ -261,11 +302,12 @@ class Delta:
 
     def places(self) -> dict[Key, int]:
         """Each written document's place in write order (its hit row past the version's), made once per change."""
-        return self.cached("places", lambda: {key: place for place, key in enumerate(self.documents)})
+        return self.cached("places", lambda: dict(zip(self.documents, range(len(self.documents)), strict=True)))
 
     def columns(self) -> DeltaColumns:
         """The written documents' fields as Arrow columns, for the search filter language."""
-        return DeltaColumns(self.payload, self.written_in_order(), self.places())
+        kept = self.lasting("columns", lambda: WrittenColumns(self.payload))
+        return DeltaColumns(self.payload, self.written_in_order(), self.places, kept)
 
     def passing(self, spec: Any) -> np.ndarray:
         """A boolean per written document, in write order: whether it passes the filter ``spec`` (a search's). The
@@ -286,31 +328,84 @@ class Delta:
 class DeltaColumns:
     """What ``filters.evaluate`` reads of a payload (``fields``, ``column``), over the written documents."""
 
-    def __init__(self, payload: Payload, documents: list[Document], places: dict[Key, int]) -> None:
+    def __init__(
+        self, payload: Payload, documents: list[Document], places: Callable[[], dict[Key, int]], kept: WrittenColumns
+    ) -> None:
         self.fields = payload.fields
         self.id_field = payload.id_field
         self.text_field = payload.text_field
         self.id_type = payload.id_type
         self.documents = documents
-        self.places = places  # the delta's, made once per change
+        self.places = places  # the delta's, made once per change when an id filter first asks
+        self.kept = kept  # the delta's, across its changes
 
     def __len__(self) -> int:
         return len(self.documents)
 
     def find_rows(self, ids: Sequence[str | int]) -> np.ndarray:
         """Each id's written document's place in write order, -1 for an id none has (``Payload.find_rows``)."""
-        keys = (id_key(i, self.id_type) for i in ids)
-        return np.array([-1 if key is None else self.places.get(key, -1) for key in keys], dtype=np.int64)
+        keys, places = (id_key(i, self.id_type) for i in ids), self.places()
+        return np.array([-1 if key is None else places.get(key, -1) for key in keys], dtype=np.int64)
 
     def column(self, name: str) -> pa.Array:
-        if name == self.id_field:
-            return pa.array([d.id for d in self.documents])
-        if name == self.text_field:
-            return pa.array([d.text for d in self.documents], pa.string())
-        kind = self.fields[name]
-        values = [d.fields.get(name) for d in self.documents]
-        if kind == TIMESTAMP:
-            values = [None if v is None else parse_timestamp(v) for v in values]
+        return self.kept.of(self.documents, name)
+
+
+class WrittenColumns:
+    """The written documents' columns (id, text, fields), each document's values read once: kept while it stays
+    written, across changes of the delta, so that a filter after a write reads no document one by one. Each
+    document read is an entry, a row of every column read so far; the entries of documents no longer written are
+    dropped once they are most."""
+
+    def __init__(self, payload: Payload) -> None:
+        self.payload = payload
+        self.entries: dict[int, int] = {}  # by id(document)
+        self.kept: list[Document] = []  # each entry's document, held: no other document takes its id meanwhile
+        self.columns: dict[str, pa.Array] = {}  # by name: a value per entry
+        self.written: list[Document] = []  # the documents last asked of (a delta's, for one state of it)
+        self.order: pa.Array | None = None  # their entries (None: the entries are theirs, in their order)
+        self.lock = threading.Lock()
+
+    def of(self, written: list[Document], name: str) -> pa.Array:
+        """Column ``name`` of the ``written`` documents, in their order."""
+        with self.lock:
+            if written is not self.written:
+                self._enter(written)
+            if name not in self.columns:
+                self.columns[name] = self._values(self.kept, name)
+            values, order = self.columns[name], self.order
+        return values if order is None else values.take(order)
+
+    def _enter(self, written: list[Document]) -> None:
+        """Add the entries of ``written`` not read yet; drop those of other documents once they are most."""
+        found = list(map(self.entries.get, map(id, written)))
+        new = [d for d, entry in zip(written, found, strict=True) if entry is None]
+        if new:
+            first = len(self.kept)
+            self.entries.update(zip(map(id, new), range(first, first + len(new)), strict=True))
+            self.kept += new
+            for known, values in self.columns.items():
+                self.columns[known] = pa.concat_arrays([values, self._values(new, known)])
+        order = pa.array(np.fromiter(map(self.entries.__getitem__, map(id, written)), np.int64, len(written)))
+        self.written, self.order = written, order
+        if len(self.kept) > 2 * len(written):
+            self.columns = {known: values.take(order) for known, values in self.columns.items()}
+            self.kept, self.order = list(written), None
+            self.entries = dict(zip(map(id, written), range(len(written)), strict=True))
+
+    def _values(self, documents: list[Document], name: str) -> pa.Array:
+        payload = self.payload
+        if name == payload.id_field:
+            return pa.array([d.id for d in documents], pa.int64() if payload.id_type == INTEGER else pa.string())
+        if name == payload.text_field:
+            return pa.array([d.text for d in documents], pa.string())
+        kind = payload.fields[name]
+        values = [d.fields.get(name) for d in documents]
+        if kind == TIMESTAMP:  # ISO 8601 text in UTC as writes keep it (timestamp_text): cast at once
+            try:
+                return pa.array(values, pa.string()).cast(arrow_types()[kind])
+            except pa.ArrowInvalid:
+                values = [None if v is None else parse_timestamp(v) for v in values]
         return pa.array(values, arrow_types()[kind])
 
 

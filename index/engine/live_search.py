@@ -123,39 +123,72 @@ def cut_text(tokenizer: Tokenizer, text: str) -> Tokens:
 
 class WrittenWords:
     """The written documents' word counts, each document cut once (kept while it stays written, across changes of
-    the delta), the words numbered in a vocabulary of their own."""
+    the delta), the words numbered in a vocabulary of their own. Each cut document is an entry: its (word, count)
+    pairs, a run of the flat arrays ``words`` and ``counts``; a change gathers its documents' runs in one step,
+    reading no document one by one (the entries of documents no longer written are dropped once they are most)."""
 
     def __init__(self, tokenizer: Tokenizer) -> None:
         self.tokenizer = tokenizer
         self.vocabulary: dict[str, int] = {}
-        self.counted: dict[int, tuple[Document, np.ndarray, np.ndarray]] = {}  # by id(document)
+        self.entries: dict[int, int] = {}  # by id(document)
+        self.kept: list[Document] = []  # each entry's document, held: no other document takes its id meanwhile
+        self.starts = self.sizes = self.lengths = np.zeros(0, dtype=np.int64)  # each entry's run, its word count
+        self.words, self.counts = np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int32)
         self.lock = threading.Lock()
 
     def of(self, written: list[Document]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """(word, document, count) triples sorted by word then document, and each document's length."""
         with self.lock:
-            new = [d for d in written if id(d) not in self.counted]
+            found = list(map(self.entries.get, map(id, written)))
+            new = [d for d, entry in zip(written, found, strict=True) if entry is None]
             if new:
-                tokens = self.tokenizer(pa.array([d.text for d in new], pa.string()))
-                terms: list[str] = tokens.terms.to_pylist()
-                vocabulary = self.vocabulary
-                ids = np.fromiter((vocabulary.setdefault(t, len(vocabulary)) for t in terms), np.int64, len(terms))
-                bounds = np.searchsorted(tokens.rows, np.arange(len(new) + 1))
-                for j, document in enumerate(new):
-                    words, counts = np.unique(ids[bounds[j] : bounds[j + 1]], return_counts=True)
-                    self.counted[id(document)] = (document, words, counts.astype(np.int32))
-            entries = [self.counted[id(d)] for d in written]
-            self.counted = {id(d): entry for d, entry in zip(written, entries, strict=True)}  # the rest forgotten
-        sizes = np.array([len(words) for _, words, _ in entries], dtype=np.int64)
-        if not sizes.sum():
-            empty = np.zeros(0, dtype=np.int64)
-            return empty, empty, np.zeros(0, dtype=np.int32), np.zeros(len(written), dtype=np.int64)
-        words = np.concatenate([words for _, words, _ in entries])
-        counts = np.concatenate([counts for _, _, counts in entries])
+                self._count(new)
+            entries = np.fromiter(map(self.entries.__getitem__, map(id, written)), np.int64, len(written))
+            if len(self.kept) > 2 * len(written):
+                self._keep(written, entries)
+                entries = np.arange(len(written), dtype=np.int64)
+            sizes, lengths = self.sizes[entries], self.lengths[entries]
+            pairs = _runs(self.starts[entries], sizes)
+            words, counts = self.words[pairs], self.counts[pairs]
         documents = np.repeat(np.arange(len(written), dtype=np.int64), sizes)
-        lengths = np.array([int(counts.sum()) for _, _, counts in entries], dtype=np.int64)
         order = np.lexsort((documents, words))
         return words[order], documents[order], counts[order], lengths
+
+    def _count(self, new: list[Document]) -> None:
+        """Cut the ``new`` documents and add their entries."""
+        tokens = self.tokenizer(pa.array([d.text for d in new], pa.string()))
+        terms: list[str] = tokens.terms.to_pylist()
+        vocabulary = self.vocabulary
+        ids = np.fromiter((vocabulary.setdefault(t, len(vocabulary)) for t in terms), np.int64, len(terms))
+        rows = np.asarray(tokens.rows, dtype=np.int64)
+        pairs, counts = np.unique(rows * max(len(vocabulary), 1) + ids, return_counts=True)  # by document, word
+        documents, words = np.divmod(pairs, max(len(vocabulary), 1))
+        sizes = np.bincount(documents, minlength=len(new))
+        first = len(self.kept)
+        self.entries.update(zip(map(id, new), range(first, first + len(new)), strict=True))
+        self.kept += new
+        self.starts = np.concatenate([self.starts, len(self.words) + np.cumsum(sizes) - sizes])
+        self.sizes = np.concatenate([self.sizes, sizes])
+        self.lengths = np.concatenate([self.lengths, np.bincount(rows, minlength=len(new))])
+        self.words = np.concatenate([self.words, words])
+        self.counts = np.concatenate([self.counts, counts.astype(np.int32)])
+
+    def _keep(self, written: list[Document], entries: np.ndarray) -> None:
+        """Keep the entries of ``written`` only (``entries``, theirs), in its order."""
+        sizes = self.sizes[entries]
+        pairs = _runs(self.starts[entries], sizes)
+        self.words, self.counts = self.words[pairs], self.counts[pairs]
+        self.starts, self.sizes, self.lengths = np.cumsum(sizes) - sizes, sizes, self.lengths[entries]
+        self.kept = list(written)
+        self.entries = dict(zip(map(id, written), range(len(written)), strict=True))
+
+
+def _runs(starts: np.ndarray, sizes: np.ndarray) -> np.ndarray:
+    """The positions of the runs ``starts[i]`` to ``starts[i] + sizes[i]``, one after the other."""
+    ends = np.cumsum(sizes)
+    positions: np.ndarray = np.arange(ends[-1] if len(ends) else 0, dtype=np.int64)
+    positions += np.repeat(starts - (ends - sizes), sizes)
+    return positions
 
 
 class LiveKeyword:

@@ -62,12 +62,10 @@ class WholeDelta:
             if len(held) != len(self._parts) or any(
                 a is not b or c is not d for (a, c), (b, d) in zip(held, self._parts, strict=True)
             ):
-                documents: dict[Key, Document] = {}
                 deleted = np.zeros(self.rows, dtype=bool)
                 for rows, part in zip(self.global_rows, parts, strict=True):
-                    documents.update(part.documents)
                     deleted[rows] = part.deleted
                 covered = sum(part.covered for part in parts)
-                self.delta.replace(documents, deleted, covered, sum(part.seq for part in parts))
+                self.delta.replace(parts, deleted, covered, sum(part.seq for part in parts))
                 self._parts = held
             return self.delta.snapshot()

@@ -12,9 +12,15 @@ import unicodedata
 from collections.abc import Callable, Sequence
 from itertools import pairwise
 from pathlib import Path
-from typing import Any, overload
+from typing import TYPE_CHECKING, Any, overload
 
 import numpy as np
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    import pyarrow.compute as pc
+else:
+    from index.lazy import pa, pc
 
 BLOB = "tokens.bin"
 OFFSETS = "token_offsets.npy"
@@ -38,17 +44,21 @@ FLAG_CONTINUATION = 2  # a piece that continues a word ("##ing"; no leading spac
 
 def write_tokens(directory: Path, tokens: Sequence[str]) -> None:
     """Write the token files for ``tokens`` (row id = position) into ``directory``."""
-    encoded = [t.encode("utf-8") for t in tokens]
-    lengths = np.fromiter((len(b) for b in encoded), dtype=np.int64, count=len(encoded))
+    encoded = list(map(str.encode, tokens))  # UTF-8
+    lengths = np.fromiter(map(len, encoded), dtype=np.int64, count=len(encoded))
     offsets = np.zeros(len(encoded) + 1, dtype=np.int64)
     np.cumsum(lengths, out=offsets[1:])
     (directory / BLOB).write_bytes(b"".join(encoded))
     np.save(directory / OFFSETS, offsets)
-    order = sorted(range(len(tokens)), key=tokens.__getitem__)
-    np.save(directory / ORDER, np.asarray(order, dtype=np.int32))
-    folded = [t.casefold() for t in tokens]
-    folded_order = sorted(range(len(tokens)), key=lambda i: (folded[i], i))
-    np.save(directory / FOLDED_ORDER, np.asarray(folded_order, dtype=np.int32))
+    np.save(directory / ORDER, sorted_rows(tokens))
+    np.save(directory / FOLDED_ORDER, sorted_rows(list(map(str.casefold, tokens))))
+
+
+def sorted_rows(strings: Sequence[str]) -> np.ndarray:
+    """The rows of ``strings`` in their order (by code point, which is UTF-8's byte order; equal strings by row), as
+    int32: Arrow's stable sort of the strings, not Python's sort of their rows by key (13 s for a million tokens)."""
+    order: np.ndarray = pc.sort_indices(pa.array(strings, pa.large_string())).to_numpy().astype(np.int32)
+    return order
 
 
 class _Sorted(Sequence[Any]):

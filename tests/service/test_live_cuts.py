@@ -135,3 +135,24 @@ def test_a_table_imported_again_over_a_compacted_one_numbers_its_writes_after_th
     seq, _ = newer.write(lambda delta: ({"op": "upsert", "documents": [document]}, None), sync=True)
     assert seq == 4
     assert older.refresh().written("late/1") is not None
+
+
+def test_a_log_replayed_at_load_says_so_before_and_after(
+    lee_data_dir: Path, lee_docs: Lee, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A worker that loads a table with a write log says it replays it, before (seconds for tens of thousands of
+    writes, between the load's line and the table's loaded line) and after (the records, what they left); a table
+    with no log, nothing."""
+    data, path = lee_with_log(lee_data_dir, tmp_path)
+    with caplog.at_level("INFO", logger="service.live"):
+        attached(data)
+    assert not caplog.messages
+    append(path, lee_docs, 0, 3)
+    with writelog.appending(path) as log:
+        log.append(4, {"op": "delete", "ids": ["lee-001", "k/2"]})
+    with caplog.at_level("INFO", logger="service.live"):
+        attached(data)
+    before, after = caplog.messages
+    assert before.startswith("table 'lee': write log lee.log: replaying ") and before.endswith(" MiB of writes ...")
+    assert after.startswith("table 'lee': write log lee.log: 4 records replayed in ")
+    assert after.endswith("s: 2 documents written, 1 row of the version deleted or replaced")

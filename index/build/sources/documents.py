@@ -48,7 +48,8 @@ MAX_CSV_BLOCK_BYTES = 2**31 - 1  # pyarrow's largest
 BLANK_LINE = re.compile(rb"\n[ \t\r]*(?=\n|\Z)")  # a blank line (what pyarrow's JSON parser skips), after its newline
 FIRST_BLANK = re.compile(rb"[ \t\r]*(?:\n|\Z)")
 # An integer literal of 19 digits or more, which may not fit in 64 bits: pyarrow's parser would make its column
-# floats (and round it), so such a block is checked line by line, where one past 64 bits is refused.
+# floats (and round it), so a block holding one as a value is checked line by line, where one past 64 bits is
+# refused (such digits in a string, "between 0 and 18446744073692774399" in a text, are no such value).
 LONG_INTEGER = re.compile(rb"(?<![\w.+-])-?\d{19,}(?![\d.eE])")
 INT64 = range(-(2**63), 2**63)
 
@@ -203,7 +204,7 @@ def _parse_jsonl(path: Path, data: bytes) -> pa.Table | None:
                     chunk.decode("utf-8")  # pyarrow's parser takes any bytes in a string: the line check names them
                 except UnicodeDecodeError:
                     raise _Refused from None
-                if LONG_INTEGER.search(chunk):
+                if _long_integer(chunk):
                     raise _Refused
                 try:
                     table = _read_json(buffer.slice(start, end - start), block_size=max(1 << 20, len(chunk) + 1))
@@ -224,6 +225,32 @@ def _parse_jsonl(path: Path, data: bytes) -> pa.Table | None:
             return _read_json(buffer)
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
             return None
+
+
+def _long_integer(chunk: bytes) -> bool:
+    """Whether a line of ``chunk`` holds an integer of 19 digits or more as a value, or may (it is no JSON: the
+    line-by-line check names it). Only the lines where such digits appear are parsed, here in Python."""
+    start = 0
+    for match in LONG_INTEGER.finditer(chunk):
+        if match.start() < start:  # on a line read already
+            continue
+        start = chunk.rfind(b"\n", 0, match.start()) + 1
+        end = chunk.find(b"\n", match.end())
+        line, start = chunk[start : len(chunk) if end < 0 else end], len(chunk) if end < 0 else end
+        try:
+            if _holds_long_integer(json.loads(line)):
+                return True
+        except (ValueError, RecursionError):
+            return True
+    return False
+
+
+def _holds_long_integer(value: object) -> bool:
+    if isinstance(value, dict):
+        return any(_holds_long_integer(v) for v in value.values())
+    if isinstance(value, list):
+        return any(_holds_long_integer(v) for v in value)
+    return isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10**18
 
 
 def _read_json(lines: pa.Buffer, block_size: int = 1 << 20) -> pa.Table:

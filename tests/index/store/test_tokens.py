@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import random
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -12,7 +13,8 @@ import pytest
 from index.build.sources import RawTable
 from index.build.writer import build_table
 from index.engine.table import Table
-from index.store.tokens import Tokens, write_tokens
+from index.store.tokens import FOLDED_ORDER, ORDER, Tokens, write_tokens
+from tests.index.engine.test_delta import calls_made
 
 AWKWARD = [
     "",  # an empty label
@@ -100,3 +102,24 @@ def test_a_dropped_table_unmaps_its_files_at_once(tmp_path: Path, no_collector: 
     assert any(path.endswith("tokens.bin") for path in mapped_under(tmp_path))
     del table
     assert mapped_under(tmp_path) == []
+
+
+def test_token_orders_are_python_s_and_sorted_with_no_call_per_token(tmp_path: Path) -> None:
+    """The tokens' order and their case-folded order (equal ones by row) are Python's sort of the rows by those
+    keys, made with as many calls for 4,000 tokens as for 1,000: no key read token by token (Python's sort of a
+    million tokens' rows took 13 s of a 15 s import)."""
+    rnd = random.Random(0)
+    letters = ["a", "B", "é", "ß", "ẞ", "Σ", "σ", "ς", "\u0301", "日", "😀", "\U0010ffff", "\x00", " ", "ﬁ"]
+
+    def tokens(n: int) -> list[str]:
+        return ["".join(rnd.choice(letters) for _ in range(rnd.randint(0, 4))) for _ in range(n)]
+
+    def written(words: list[str]) -> int:
+        calls = calls_made(lambda: write_tokens(tmp_path, words))
+        folded = [w.casefold() for w in words]
+        assert np.load(tmp_path / ORDER).tolist() == sorted(range(len(words)), key=words.__getitem__)
+        assert np.load(tmp_path / FOLDED_ORDER).tolist() == sorted(range(len(words)), key=lambda i: (folded[i], i))
+        return calls
+
+    written(tokens(10))  # what loads on first use (pyarrow's modules) loaded
+    assert written(tokens(1000)) == written(tokens(4000))

@@ -259,7 +259,8 @@ class Settings(BaseSettings):
         ge=0,
         le=3600,
         description="how often the data directory is checked for new, rebuilt or removed tables (a stat of each "
-        "table's manifest), which are then reloaded as on SIGHUP; 0 turns the watching off",
+        "table's files, so a file written over in place withdraws its table), which are then reloaded as on SIGHUP; "
+        "0 turns the watching off",
     )
     shutdown_timeout: float = Field(
         20.0,

@@ -17,7 +17,7 @@ from gensim.test.utils import datapath
 
 from bench import lee_similarity as lee
 from index.build.sources import RawTable
-from tests import REPO
+from tests.bench.stated import section_rows, shown
 from tests.early import Early
 
 
@@ -187,32 +187,11 @@ def test_the_section_renders(lee_run: dict[str, Any]) -> None:
     assert "Command: `.venv/bin/python -m bench.lee_similarity --work-dir" in text
 
 
-def section_rows() -> dict[str, list[str]]:
-    """BENCHMARKS.md's section's table rows: the first cell -> the other cells, bold marks removed."""
-    text = (REPO / "BENCHMARKS.md").read_text()
-    section = text[text.index(SECTION) :]
-    section = section[: section.index("\n## ", len(SECTION))]
-    rows = {}
-    for line in section.splitlines():
-        cells = [cell.strip().strip("*") for cell in line.strip().strip("|").split("|")]
-        if line.startswith("| ") and len(cells) > 1:
-            rows[cells[0]] = cells[1:]
-    return rows
-
-
-def shown(measured: float, stated: str) -> bool:
-    """Whether ``stated`` (a number, signed or a percentage) is ``measured`` to the digits it shows."""
-    number = stated.removesuffix("%")
-    scale = 100 if number != stated else 1
-    decimals = len(number.partition(".")[2])
-    return abs(scale * measured - float(number)) <= 0.5 * 10**-decimals + 1e-12
-
-
 def test_the_stated_figures_are_measured(lee_run: dict[str, Any]) -> None:
     """Every method's Pearson, interval, Spearman, mean cosine and unknown tokens, every difference of r and the
     SIF row for each a, as BENCHMARKS.md states them."""
     result = lee_run["payload"]["result"]
-    rows = section_rows()
+    rows = section_rows(SECTION)
     wrong = []
     for m in result["methods"]:
         _, pearson, interval, spearman, mean_cosine, unknown, _ = rows[f"{m['name']} ({m['kind']})"]

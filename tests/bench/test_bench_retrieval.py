@@ -15,7 +15,7 @@ import pytest
 from gensim.test.utils import datapath
 
 from bench.retrieval import halves, measure, padded
-from tests import REPO
+from tests.bench.stated import section_rows, shown
 from tests.early import Early
 
 SECTION = "## Known-item retrieval on the Lee corpus"
@@ -57,25 +57,6 @@ def retrieval_run() -> dict[str, Any]:
     return result
 
 
-def stated_rows() -> dict[str, list[str]]:
-    """The section's table rows: the first cell -> the other cells, bold marks removed."""
-    text = (REPO / "BENCHMARKS.md").read_text()
-    section = text[text.index(SECTION) :]
-    section = section[: section.index("\n## ", len(SECTION))]
-    rows = {}
-    for line in section.splitlines():
-        cells = [cell.strip().strip("*") for cell in line.strip().strip("|").split("|")]
-        if line.startswith("| ") and re.fullmatch(r"[0-9.]+", cells[-1]):
-            rows[cells[0]] = cells[1:]
-    return rows
-
-
-def shown(measured: float, stated: str) -> bool:
-    """Whether ``stated`` is ``measured`` to the digits it shows."""
-    decimals = len(stated.partition(".")[2])
-    return abs(measured - float(stated)) <= 0.5 * 10**-decimals + 1e-12
-
-
 def test_halves_cut_each_document_in_two() -> None:
     firsts, seconds = halves()
     texts = Path(datapath("lee_background.cor")).read_text(encoding="utf-8").splitlines()
@@ -102,7 +83,7 @@ def test_measure_counts_ranks_of_the_right_answer() -> None:
 def test_the_stated_figures_are_measured(retrieval_run: dict[str, Any]) -> None:
     """Each row of BENCHMARKS.md's known-item table, of its short queries' table and of its fusion constants' table
     is the run's figure."""
-    stated = stated_rows()
+    stated = {row: cells for row, cells in section_rows(SECTION).items() if re.fullmatch(r"[0-9.]+", cells[-1])}
     measured = retrieval_run["rows"]
     assert set(ROWS) <= set(stated)
     wrong = [

@@ -223,17 +223,19 @@ class LiveKeyword:
         own documents'; refused when they hold fewer documents or words than this table's live ones."""
         if statistics is None:
             return self
-        if statistics.documents[0] < self.base or statistics.documents[1] < self.n:
+        # A shard that keeps the whole table's statistics its version was scored with reads its stored scores
+        # back with those, not with the version parts summed over the shards: while the replicas reload a
+        # compaction, the other shards' parts may be another version's. The live parts are every version's alike.
+        own = self.index.whole is not None
+        if (not own and statistics.documents[0] < self.base) or statistics.documents[1] < self.n:
             raise InvalidQuery("keyword_statistics: fewer documents than this table holds")
-        if statistics.words[0] < self.word_counts[0] or statistics.words[1] < self.word_counts[1]:
+        if (not own and statistics.words[0] < self.word_counts[0]) or statistics.words[1] < self.word_counts[1]:
             raise InvalidQuery("keyword_statistics: fewer words than this table's documents hold")
         other = copy.copy(self)
         other.statistics = statistics
-        other.n, other.average, other.old_average = (
-            statistics.documents[1],
-            statistics.average(True),
-            statistics.average(False),
-        )
+        other.n, other.average = statistics.documents[1], statistics.average(True)
+        if not own:
+            other.old_average = statistics.average(False)
         return other
 
     def _written_postings(self, word: str) -> tuple[np.ndarray, np.ndarray]:
@@ -252,13 +254,13 @@ class LiveKeyword:
         if not len(rows):
             return rows, np.zeros(0, dtype=np.int32)
         n, df = self.base, len(rows)
-        if self.statistics is not None:  # the version's stored scores: the whole table's statistics at import
+        if self.index.whole is not None:  # a shard's version: scored with its whole table's statistics at import
+            whole = self.index.whole
+            n, df = whole.documents, int(whole.of(pa.array([word], pa.string()))[0])
+        elif self.statistics is not None:  # the same, summed over the shards by the front
             n, df = self.statistics.documents[0], self.statistics.frequency(word)[0]
             if df < len(rows):
                 raise InvalidQuery(f"keyword_statistics: fewer documents hold {word!r} than in this table")
-        elif self.index.whole is not None:  # the same, read beside the shard map
-            whole = self.index.whole
-            n, df = whole.documents, int(whole.of(pa.array([word], pa.string()))[0])
         idf = float(np.log(1 + (n - np.array([df]) + 0.5) / (np.array([df]) + 0.5)).astype(np.float32)[0])
         k1, b = self.index.k1, self.index.b
         norm = k1 * ((1 - b) + b * self.lengths[rows] / self.old_average)

@@ -9,7 +9,8 @@
 the same 422s), and every shard is asked, in parallel, for its part: its vector list and its keyword list, as
 deep as the engine takes them for the page (``index.engine.door.depths``: ``offset + k``, hybrid's fusion
 depth, diversity's candidates), filtered by the shard itself, each hit with its row in the whole table
-(``include``). A shard's replicas are tried in turn from a rotating start, each attempt within
+(``include``). A shard's replicas are tried in turn from a rotating start (one that failed lately after the
+others, :data:`FAIL_SECONDS`), each attempt within
 ``EMBEDDING_SHARD_TIMEOUT`` seconds, at most two attempts per shard, at most :data:`SHARD_REQUESTS` of them in
 flight to a shard at once (more wait their turn here); a shard that did not answer one of a request's queries is
 not asked again for its others (:data:`DOWN`). The lists merge by score (a cosine and a
@@ -152,6 +153,9 @@ LIMITS_SECONDS = 10.0
 # Seconds the front trusts a replica's place (its summary's ``shard_of``) before asking it again: a replica restarted
 # on the same URL may serve another shard, or a shard of another import, without the front seeing it fail.
 PLACE_SECONDS = 5.0
+# Seconds a replica that failed (no answer in time, refused, misplaced) is tried after the shard's others, as nginx's
+# ``fail_timeout``: a stopped or hung replica costs one request its deadline, not every other request.
+FAIL_SECONDS = 5.0
 
 
 @dataclass
@@ -160,11 +164,15 @@ class Shard:
     table: str  # the sharded table's name, which its messages say rather than the shard's own
     turn: itertools.count[int] = field(default_factory=itertools.count)
     slots: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(SHARD_REQUESTS))
+    failed: dict[str, float] = field(default_factory=dict)  # replica: when it last failed
 
     def order(self) -> list[str]:
-        """The replicas, from the next one in turn (requests spread over them; a failed one is tried last)."""
+        """The replicas, from the next one in turn (requests spread over them), those that failed within
+        :data:`FAIL_SECONDS` last."""
         start = next(self.turn) % len(self.replicas)
-        return self.replicas[start:] + self.replicas[:start]
+        turn = self.replicas[start:] + self.replicas[:start]
+        recent = time.monotonic() - FAIL_SECONDS
+        return sorted(turn, key=lambda replica: self.failed.get(replica, -FAIL_SECONDS) > recent)  # stable
 
 
 class ShardFailed(Exception):
@@ -452,6 +460,11 @@ class Front:
         down = DOWN.get()
         reasons, timed_out = [], False
         headers = shard_headers()
+
+        def note_failure(replica: str, reason: str) -> None:  # it did not answer: tried after the others for a while
+            reasons.append(reason)
+            shard.failed[replica] = time.monotonic()
+
         for replica in shard.order()[:2]:
             try:
                 async with shard.slots:
@@ -462,34 +475,37 @@ class Front:
                     await self.check_place(shard.table, shard_number, replica, timeout)
                     answer = await self.client.request(method, url, content=payload, headers=headers, timeout=timeout)
             except Misplaced as exc:
-                reasons.append(str(exc))
+                note_failure(replica, str(exc))
                 continue
             except httpx.TimeoutException:
                 self.placed.pop((shard.table, shard_number, replica), None)
-                reasons.append(f"{replica}: no answer within {self.settings.shard_timeout:g} s")
+                note_failure(replica, f"{replica}: no answer within {self.settings.shard_timeout:g} s")
                 timed_out = True
                 continue
             except httpx.TransportError as exc:
                 self.placed.pop((shard.table, shard_number, replica), None)
-                reasons.append(f"{replica}: {type(exc).__name__} ({exc})")
+                note_failure(replica, f"{replica}: {type(exc).__name__} ({exc})")
                 continue
             if answer.status_code in REFUSED_KEY:
                 refused = ShardRefused(answer.status_code, answer.content)
-                reasons.append(
+                note_failure(
+                    replica,
                     f"{replica}: refused the request's API key (status {answer.status_code}: "
-                    f"{refusal_text(refused)}); the front and its shards take the same keys"
+                    f"{refusal_text(refused)}); the front and its shards take the same keys",
                 )
                 continue
             if 400 <= answer.status_code < 500:
                 refused = ShardRefused(answer.status_code, answer.content)
                 if refused.names_no_table():
-                    reasons.append(f"{replica}: its server has no such table ({refusal_text(refused)})")
+                    note_failure(replica, f"{replica}: its server has no such table ({refusal_text(refused)})")
                     continue
+                shard.failed.pop(replica, None)  # it answered: the request's fault
                 self.refused(shard_number, shard, refused)
                 raise ShardRefused(answer.status_code, named(shard.table, answer.content))
             if answer.status_code != 200:
-                reasons.append(f"{replica}: status {answer.status_code}")
+                note_failure(replica, f"{replica}: status {answer.status_code}")
                 continue
+            shard.failed.pop(replica, None)
             result: dict[str, Any] = orjson.loads(answer.content)
             return result
         failure = ShardFailed(shard_number, "; ".join(reasons), timed_out and len(reasons) == 1)

@@ -1,0 +1,74 @@
+"""A front over two replicas of a shard, one of them stopped (SIGSTOP: a hung process, which keeps its
+connections open and answers nothing), on loopback: real shard servers and a real front.
+
+The front tries the shard's replicas in turn; the stopped one costs the request that meets it its deadline
+(``EMBEDDING_SHARD_TIMEOUT``) and a retry on the other, and is then tried after the other for ``FAIL_SECONDS``,
+so the requests that follow are answered at once, not every other one after the deadline. Once it answers
+again it takes its turn again.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import time
+from pathlib import Path
+
+from index.store import shardmap
+from service.scatter import FAIL_SECONDS
+from tests.lee import Lee
+from tests.service import real_server
+from tests.service.conftest import LEE_SHARDS, lee_copy
+from tests.service.real_server import HTTP, Server
+
+NAMES = [shardmap.shard_name(s) for s in range(LEE_SHARDS)]
+TIMEOUT = 2.0  # EMBEDDING_SHARD_TIMEOUT
+
+
+def searched(front: Server, lee: Lee, times: int) -> list[float]:
+    """Each search's seconds."""
+    seconds = []
+    for i in range(times):
+        began = time.monotonic()
+        body = {"vector": lee.vectors[i].tolist(), "k": 5}
+        answer = HTTP.post(f"{front.base}/v1/tables/lee/search", json=body, timeout=30)
+        seconds.append(time.monotonic() - began)
+        assert answer.status_code == 200 and answer.json()["hits"][0]["id"] == lee.ids[i], answer.text
+    return seconds
+
+
+def searches_served(server: Server) -> int:
+    return server.log().count(f'"POST /v1/tables/{NAMES[0]}/search HTTP/1.1" 200')
+
+
+def test_a_stopped_replica_costs_one_deadline_not_every_other_request(
+    tmp_path: Path, lee_imports: Path, lee_docs: Lee
+) -> None:
+    data = lee_copy(lee_imports, "plain", "sharded", tmp_path / "sharded") / "lee"
+    (tmp_path / "front").mkdir()
+    started = real_server.start_together(
+        lambda: real_server.start(data, tmp_path / "all.log", "--tables", ",".join(NAMES)),
+        lambda: real_server.start(data, tmp_path / "stopped.log", "--tables", NAMES[0]),
+    )
+    try:
+        every, stopped = started
+        replicas = [[f"{server.base}/v1/tables/{NAMES[0]}" for server in (stopped, every)]]
+        replicas += [[f"{every.base}/v1/tables/{name}"] for name in NAMES[1:]]
+        env = {"EMBEDDING_SHARDS": json.dumps({"lee": replicas}), "EMBEDDING_SHARD_TIMEOUT": str(TIMEOUT)}
+        front = real_server.start(tmp_path / "front", tmp_path / "front.log", env=env)
+        started.append(front)
+        searched(front, lee_docs, 4)
+        assert searches_served(stopped) >= 1  # in its turn
+        stopped.process.send_signal(signal.SIGSTOP)
+        began = time.monotonic()
+        seconds = searched(front, lee_docs, 12)
+        assert time.monotonic() - began < FAIL_SECONDS  # within the time a failed replica is tried last
+        assert sum(s > TIMEOUT / 2 for s in seconds) == 1, seconds  # the one that met it; the others at once
+        assert all(s < 2 * TIMEOUT for s in seconds), seconds
+        stopped.process.send_signal(signal.SIGCONT)
+        served = searches_served(stopped)
+        time.sleep(FAIL_SECONDS)
+        searched(front, lee_docs, 4)
+        assert searches_served(stopped) > served  # answering again: in its turn again
+    finally:
+        real_server.stop_together(started)

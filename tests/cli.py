@@ -57,8 +57,9 @@ def run_cli(*args: object, quiet: bool = True) -> Result:
 
 
 def untimed(lines: list[str]) -> list[str]:
-    """``lines`` with the seconds of each ``built ... in S s -> ...`` line left out."""
-    return [re.sub(r" in [0-9.]+ s -> ", " in (seconds) s -> ", line) for line in lines]
+    """``lines`` with the seconds of each ``built ... in S s -> ...`` and ``indexed ..., built in S s`` line left
+    out."""
+    return [re.sub(r" in [0-9.]+ s( -> |$)", r" in (seconds) s\1", line) for line in lines]
 
 
 def run_index(*args: str, timeout: float | None = None) -> subprocess.CompletedProcess[str]:

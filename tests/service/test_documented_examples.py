@@ -1,10 +1,11 @@
 """The ``$ curl`` examples of README.md, docs/api.md, docs/models.md, docs/encoders.md and docs/explorer.md, run as
 written against a real ``embedding-serve`` over the default table and all-MiniLM-L6-v2's token table (``minilm``),
-their shown output compared with the real one; and those of docs/documents.md and README.md on docs/documents.md's
-Lee table (``lee``), made by its script and imported as it shows, and on its ``pair-notes`` (notes embedded by the
-word table ``pair``); docs/operations.md's rebuild and reload of ``words``, a whole session from its files to
-its answers; and docs/operations.md's keys on a server of its three keys over the Lee table and the 20,000 most
-frequent GloVe rows (``words``).
+their shown output compared with the real one; those of docs/documents.md's folder of notes (``notes``, embedded
+by the default table's SIF component) on a server of the two; those of docs/documents.md and README.md on
+docs/documents.md's Lee table (``lee``), made by its script and imported as it shows, and on its ``pair-notes``
+(notes embedded by the word table ``pair``); docs/operations.md's rebuild and reload of ``words``, a whole session
+from its files to its answers; and docs/operations.md's keys on a server of its three keys over the Lee table and
+the 20,000 most frequent GloVe rows (``words``).
 
 Each example is the command after ``$`` in a ``console`` block and the lines up to the next ``$``. The command runs
 in bash with the docs' address replaced by the server's; an example naming any other table (the other documents
@@ -54,11 +55,13 @@ VOLATILE = {
     "seconds": "a timing",
     "computed_at": "the map's computation time",
     "cached": "whether the map was computed before, by an earlier request or run",
+    "sif_sha256": (
+        "the bytes of the SIF component, an eigenvector of float64 sums that another CPU's vector kernels add in "
+        "their own order: its last bits are the machine's (the scores it gives are compared to the digits shown)"
+    ),
 }
 UNCHECKED = {
     "/metrics": "its counts are those of the requests the server answered before",
-    f"{GLOVE}/embed": "the default table's SIF component (`embedding-index sif`) is not in the tests' shared table",
-    f'"model": "{GLOVE}"': "the same SIF component",
     '"method": "umap", "seed"': (
         "a UMAP layout: umap-learn compiles with numba at its first call, for seconds "
         "(tests/service/test_projection_methods.py)"
@@ -143,6 +146,7 @@ def runs(
 README = runs(REPO / "README.md")
 API = runs(REPO / "docs" / "api.md")
 MODELS = runs(REPO / "docs" / "models.md") + runs(REPO / "docs" / "encoders.md")
+NOTES = runs(REPO / "docs" / "documents.md", {GLOVE, "notes"}, UNCHECKED, False)  # its folder of notes
 EXPLORER = runs(REPO / "docs" / "explorer.md")
 OPERATIONS = runs(REPO / "docs" / "operations.md", {"words", "lee"}, OPERATIONS_UNCHECKED)
 KEYS = {"EMBEDDING_READ_API_KEY": "s3cret-read-key", "EMBEDDING_WRITE_KEYS": "s3cret-write-key"}  # the page's
@@ -160,6 +164,7 @@ def test_the_examples_are_found() -> None:
     assert counts[0] >= 20 and counts[1] >= 25, counts
     assert sum(len(param.values[1]) for param in MODELS) >= 8
     assert sum(len(param.values[1]) for param in EXPLORER) >= 6
+    assert sum(len(param.values[1]) for param in NOTES) >= 4
     assert sum(len(param.values[1]) for param in DOCUMENTS) >= 25
     assert sum(len(param.values[1]) for param in OPERATIONS) >= 10
     for path in (REPO / "README.md", REPO / "docs" / "api.md"):
@@ -215,7 +220,8 @@ def split_json(line: str) -> tuple[Any, str]:
 
 @pytest.fixture(scope="module")
 def data(glove_data_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The default table beside ``minilm``, imported as README.md imports it (its manifest's source as shown)."""
+    """The default table beside ``minilm``, imported as README.md imports it (its manifest's source as shown), with
+    its SIF component (``embedding-index sif``), which docs/encoders.md's text embeddings need."""
     data = tmp_path_factory.mktemp("documented") / "data"
     data.mkdir()
     if not link_table(glove_data_dir / GLOVE, data):
@@ -224,6 +230,8 @@ def data(glove_data_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path
         "import", minilm_dir(), "--format", "hf", "--name", "minilm", "--index", "flat", "--data-dir", data
     )
     assert imported.code == 0, imported.err
+    sif = run_cli("sif", GLOVE, "--data-dir", data)  # a new version of the linked table: the shared one unchanged
+    assert sif.code == 0, sif.err
     return data
 
 
@@ -232,6 +240,27 @@ def server(data: Path) -> Iterator[str]:
     """A server of :func:`data`'s tables, with the admin key."""
     env = {"EMBEDDING_API_KEY": ADMIN_KEY}
     with real_server.running(data, data.parent / "serve.log", env=env) as running:
+        yield running.base
+
+
+@pytest.fixture(scope="module")
+def notes_server(glove_data_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """docs/documents.md's folder of notes beside the default table: its script writes the files and its commands
+    (in this process) compute the table's SIF component and import the notes with it, each printing the lines
+    shown; then a server of the two."""
+    folder = tmp_path_factory.mktemp("documented-notes")
+    data = folder / "data"
+    data.mkdir()
+    if not link_table(glove_data_dir / GLOVE, data):
+        shutil.copytree(glove_data_dir / GLOVE, data / GLOVE)
+    with chdir(folder):  # the SIF component is a new version of the linked table: the shared one unchanged
+        exec(compile(example("docs/documents.md", "notes-folder"), "docs/documents.md:notes-folder", "exec"), {})
+        for e in examples(0, printed("docs/documents.md", "notes-folder").splitlines()):
+            result = run_cli(*shlex.split(e.command)[1:])
+            assert result.code == 0, (e.command, result.err)
+            shown = [line for line in e.shown.splitlines() if not line.startswith("embedding-index: ")]
+            assert untimed(result.out.splitlines()) == untimed(shown), e.command
+    with real_server.running(data, folder / "serve.log") as running:
         yield running.base
 
 
@@ -298,6 +327,15 @@ CURL_AND_JQ = pytest.mark.skipif(
 @pytest.mark.parametrize(("path", "kept"), README + API + MODELS + EXPLORER)
 def test_the_shown_output_is_the_real_one(server: str, path: Path, kept: list[Example], tmp_path: Path) -> None:
     assert_shown_output(server, path, kept, tmp_path)
+
+
+@CURL_AND_JQ
+@pytest.mark.parametrize(("path", "kept"), NOTES)
+def test_the_notes_shown_output_is_the_real_one(
+    notes_server: str, path: Path, kept: list[Example], tmp_path: Path
+) -> None:
+    """docs/documents.md's searches of its folder of notes, on a server of the notes and the default table."""
+    assert_shown_output(notes_server, path, kept, tmp_path)
 
 
 @CURL_AND_JQ

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import logging
 import mmap
 import os
 import re
+import shlex
 import shutil
 import socket
 import subprocess
@@ -37,6 +39,7 @@ from service.settings import (
 )
 from service.shard_settings import ShardSettings
 from tests import REPO
+from tests.examples import console_blocks
 from tests.service.conftest import client_for
 
 SETTINGS_VARIABLES = [f"EMBEDDING_{name.upper()}" for name in Settings.model_fields]
@@ -471,6 +474,56 @@ for variable, value in {BAD!r}.items():
     refusals = done.stderr.splitlines()  # one line each, naming the variable
     assert [line.split(":")[:2] for line in refusals] == [["embedding-serve", " invalid settings"]] * 2, refusals
     assert all(variable in line for line, variable in zip(refusals, BAD, strict=True)), refusals
+
+
+REFUSAL_PAGES = ("README.md", "docs/api.md")
+
+
+def documented_refusals() -> list[tuple[str, str, list[str]]]:
+    """The ``$ ... embedding-serve ...`` examples of :data:`REFUSAL_PAGES` that show the settings refused: each
+    page's name, its command and the lines shown after it."""
+    found = []
+    for page in REFUSAL_PAGES:
+        for _, block in console_blocks(REPO / page):
+            for i, line in enumerate(block):
+                shown = list(itertools.takewhile(lambda after: not after.startswith("$ "), block[i + 1 :]))
+                if line.startswith("$ ") and "embedding-serve " in line and "invalid settings:" in " ".join(shown):
+                    found.append((page, line.removeprefix("$ "), shown))
+    return found
+
+
+def test_the_documented_refusals_print_what_the_docs_show(tmp_path: Path) -> None:
+    """README.md's and docs/api.md's settings that ``embedding-serve`` refuses, run as written in bash (in a folder
+    with ``./data``; the key file in a folder of the test's own, written with a leading space where the example says
+    the key begins with one): each exits 2 printing the lines shown, and nothing else."""
+    runs = documented_refusals()
+    assert len(runs) >= 5, runs
+    (tmp_path / "data").mkdir()
+    (tmp_path / "bin").mkdir()
+    serve_command = tmp_path / "bin" / "embedding-serve"
+    serve_command.write_text(f'#!/bin/sh\nexec {shlex.quote(sys.executable)} -m service.main "$@"\n')
+    serve_command.chmod(0o755)
+    secrets = tmp_path / "secrets"
+    secrets.mkdir()
+    environment = {k: v for k, v in os.environ.items() if not k.startswith("EMBEDDING_")}
+    environment["PATH"] = f"{tmp_path / 'bin'}:{environment['PATH']}"
+    environment["PYTHONPATH"] = str(REPO)
+    for page, command, shown in runs:
+        key_file = secrets / "api_key"
+        key_file.unlink(missing_ok=True)
+        if "begins with a space" in command:
+            key_file.write_text(" s3cret\n")
+        done = subprocess.run(
+            ["bash", "-c", command.replace("/run/secrets/", f"{secrets}/")],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+            env=environment,
+            cwd=tmp_path,
+        )
+        real = (done.stdout + done.stderr).replace(f"{secrets}/", "/run/secrets/").splitlines()
+        assert (done.returncode, real) == (2, shown), (page, command)
 
 
 def test_threads_per_worker(clean_env: pytest.MonkeyPatch) -> None:

@@ -23,6 +23,7 @@ from index.store import artifact, writelog
 from tests.cli import REPO, progress_lines, run_cli, untimed
 from tests.examples import example
 from tests.lee import Lee, jsonl_records
+from tests.minilm import minilm_dir
 from tests.words import write_words
 
 EXE = Path(sys.executable).with_name("embedding-index")
@@ -507,6 +508,34 @@ def test_the_documented_imports_print_what_the_docs_show(
     assert len(runs) >= 6, runs
     for command, shown in runs:
         assert command[:2] == ["embedding-index", "import"], command
+        result = run_cli(*command[1:])
+        assert result.code == (1 if shown[0].startswith("embedding-index: error: ") else 0), (command, result.err)
+        assert untimed((result.out + result.err).splitlines()) == untimed(shown), command
+
+
+@pytest.mark.parametrize("block", ["factory-strings", "defer-index", "option-order"])
+def test_the_documented_index_runs_print_what_the_docs_show(
+    block: str, doc_folder: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """docs/builder.md's indexes of its 5,000 GloVe rows (FAISS factory strings beside the specs of the same index,
+    an index deferred and then built by hand) and its options refused in their order, run as written (``--quiet``)
+    in a folder of the files they name, ``npy-5k`` imported first where the block indexes it without importing it:
+    each prints the docs' lines, but for the seconds. The graphs are built the same way run after run: the tuned
+    efSearch and recall are the docs' own."""
+    for name in ("matrix.npy", "vocab.txt"):
+        (tmp_path / name).symlink_to(doc_folder / name)
+    (tmp_path / "all-MiniLM-L6-v2").symlink_to(minilm_dir())
+    for name in ("wiki.5k.vec", "ft.vec"):  # fastText's text format: refused by the options before it is read
+        (tmp_path / name).write_text("2 3\nof 0.1 0.2 0.3\nthe 0.3 0.2 0.1\n")
+    (tmp_path / "notes.jsonl").write_text('{"id": "n1", "text": "heart beat"}\n')
+    monkeypatch.chdir(tmp_path)
+    runs = documented_runs(block)
+    assert len(runs) >= 3, runs
+    if runs[0][0][1] == "index":
+        imported = run_cli("import", "matrix.npy", "--vocab", "vocab.txt", "--name", "npy-5k", "--data-dir", "data")
+        assert imported.code == 0, imported.err
+    for command, shown in runs:
+        assert command[0] == "embedding-index" and command[1] in ("import", "index"), command
         result = run_cli(*command[1:])
         assert result.code == (1 if shown[0].startswith("embedding-index: error: ") else 0), (command, result.err)
         assert untimed((result.out + result.err).splitlines()) == untimed(shown), command

@@ -14,6 +14,7 @@ import gzip
 import io
 import json
 import re
+import shlex
 import subprocess
 import sys
 import time
@@ -39,7 +40,7 @@ from index.store import artifact
 from index.store.payload import ID_LOOKUP, PAYLOAD, Payload, UnknownDocument, search_sorted, sort_ids, string_offsets
 from index.store.tokens import MAX_TOKEN_CHARS
 from tests import REPO
-from tests.cli import progress_lines, run_cli
+from tests.cli import progress_lines, run_cli, untimed
 from tests.examples import example, printed
 from tests.index.build.test_sources import import_fails
 from tests.lee import TYPES, Lee, jsonl_records, write_jsonl, write_parquet
@@ -1010,3 +1011,49 @@ def test_the_documented_lee_example_and_payload_reads_print_what_the_docs_show(
     shown = [line.rstrip() for line in out.getvalue().splitlines()]  # the docs keep no trailing space
     assert shown == lines.splitlines()
     assert traceback.splitlines()[-1] == f"index.store.payload.UnknownDocument: {refused.value}"
+
+
+Spoil = Callable[[dict[str, Any]], object] | None  # a change to a record, or None: the line cut short
+
+
+def spoiled_lee(lines: list[str], name: str, spoils: dict[int, Spoil]) -> None:
+    """docs/documents.md's ``lee.jsonl`` (``lines``) as ``name`` with a line spoiled for each of ``spoils``: a
+    change to its record, or ``None`` to cut the line short within its text."""
+    out = list(lines)
+    for number, spoil in spoils.items():
+        if spoil is None:
+            line = out[number - 1]
+            out[number - 1] = line[: line.index('"text": "') + 20]
+        else:
+            record = json.loads(out[number - 1])
+            spoil(record)
+            out[number - 1] = json.dumps(record)
+    Path(name).write_text("\n".join(out) + "\n", encoding="utf-8")
+
+
+def test_the_documented_bad_lee_files_are_refused_as_shown(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """docs/documents.md's refusals over the ``lee`` table its script writes and imports, each file ``lee.jsonl``
+    with the line spoiled that the page names, and the table left as it was (``verify``); then the file of several
+    spoiled lines imported with ``--drop-invalid``: run as written (``--quiet``), each prints the lines shown."""
+    docs = "docs/documents.md"
+    monkeypatch.chdir(tmp_path)
+    exec(compile(example(docs, "lee-jsonl"), f"{docs}:lee-jsonl", "exec"), {})
+    assert run_cli("import", "lee.jsonl", "--format", "documents", "--name", "lee").code == 0
+    lines = Path("lee.jsonl").read_text(encoding="utf-8").splitlines()
+    duplicate, null = {201: lambda r: r.update(id="lee-003")}, {42: lambda r: r["vector"].__setitem__(0, None)}
+    words: dict[int, Spoil] = {51: lambda r: r.update(words=str(r["words"]))}
+    spoiled_lee(lines, "duplicate.jsonl", duplicate)
+    spoiled_lee(lines, "nan.jsonl", null)
+    spoiled_lee(lines, "ragged.jsonl", {10: lambda r: r.update(vector=r["vector"][:48])})
+    spoiled_lee(lines, "wrong-type.jsonl", words)
+    spoiled_lee(lines, "bad-json.jsonl", {100: None})
+    spoiled_lee(lines, "several.jsonl", {10: None, **null, **words, **duplicate})
+    for block in ("lee-refusals", "lee-dropped"):
+        runs = [line.removeprefix("$ ") for line in example(docs, block).splitlines() if line.startswith("$ ")]
+        shown = re.split(r"^\$ .*\n", example(docs, block), flags=re.M)[1:]
+        assert len(runs) == len(shown) >= 1, block
+        for command, lines_shown in zip(runs, shown, strict=True):
+            result = run_cli(*shlex.split(command)[1:])
+            refused = lines_shown.startswith("embedding-index: error: ")
+            assert result.code == (1 if refused else 0), (command, result.err)
+            assert untimed((result.out + result.err).splitlines()) == untimed(lines_shown.splitlines()), command

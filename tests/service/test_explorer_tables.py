@@ -1,6 +1,7 @@
-"""The explorer page on model-token tables whose labels are not the text they stand for, in headless Chromium
-against a real ``embedding-serve``: a small byte-level BPE model (``Ġheart``, ``å¿ĥ`` for 心) and a small
-SentencePiece one (``▁need``). A listed row is shown as the API's ``readable`` form, and still searched by its label.
+"""The explorer page, in headless Chromium against a real ``embedding-serve``, on tables unlike the other modules':
+model-token tables whose labels are not the text they stand for, a small byte-level BPE model (``Ġheart``, ``å¿ĥ``
+for 心) and a small SentencePiece one (``▁need``), whose listed rows are shown as the API's ``readable`` form and
+still searched by their labels; and a documents table whose field values are long (file paths).
 """
 
 from __future__ import annotations
@@ -9,16 +10,18 @@ import re
 from collections.abc import Iterator
 
 import httpx
+import numpy as np
 import pytest
 
-from index.build.sources import ReadOptions
+from index.build.sources import ReadOptions, read_source
 from index.build.sources import huggingface as hf
 from index.build.writer import build_table
 from tests.index.build.test_huggingface import write_model
+from tests.lee import write_jsonl
 from tests.service import real_server
 from tests.service.browser import Watched
 
-BPE, SP = "tiny-bpe", "tiny-sp"
+BPE, SP, FILES = "tiny-bpe", "tiny-sp", "files"
 HEART = "心"  # one row of the byte-level table, labelled with its UTF-8 bytes' stand-ins
 
 
@@ -28,6 +31,11 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     for name, scheme, tensor in ((BPE, "byte-bpe", "model.embed_tokens.weight"), (SP, "sp-unigram", "shared.weight")):
         model = write_model(root / name, scheme, "F32", tensor, sharded=False, output=None)
         build_table(hf.read(model.directory, ReadOptions()), data_dir=root / "data", name=name, source={"format": "hf"})
+    vectors = np.random.default_rng(3).standard_normal((200, 8)).round(4)
+    paths = [f"/usr/share/doc/package-{i % 7}-with-a-long-name/changelog.Debian.gz" for i in range(200)]
+    records = [{"id": f"d{i}", "vector": v.tolist(), "file": paths[i]} for i, v in enumerate(vectors)]
+    raw, fmt = read_source(write_jsonl(root / "files.jsonl", records), "documents")
+    build_table(raw, data_dir=root / "data", name=FILES, source={"format": fmt})
     with real_server.running(root / "data", root / "server.log") as running:
         yield running.base
 
@@ -81,3 +89,22 @@ def test_listed_tokens_read_as_their_text_and_search_by_their_label(server: str,
     assert shown == [shown_as(n) for n in need] and not any("▁" in text for text in shown)
     assert any(text.startswith("␣") for text in shown)
     watched.assert_clean(expected_404=("/analogy", "/similarity?a=cat"))  # the opening words: few are tokens here
+
+
+@pytest.mark.parametrize("width", [1280, 375])
+def test_a_long_field_value_keeps_its_count_on_one_line(server: str, browser: object, width: int) -> None:
+    """A filter chip's value may wrap anywhere (a file path), its count of documents never: "28,143" cut into
+    "28,14" and "3" reads as two numbers."""
+    watched = Watched(browser, width=width)
+    watched.page.goto(f"{server}/?table={FILES}")
+    watched.page.wait_for_selector(".ds-chip .ds-n")
+    lines = watched.page.evaluate("""[...document.querySelectorAll(".ds-chip:not([hidden]) .ds-n")].map((n) => {
+        const range = document.createRange();
+        range.selectNodeContents(n);
+        return range.getClientRects().length;
+    })""")
+    wrapped = watched.page.evaluate("""[...document.querySelectorAll(".ds-chip:not([hidden])")]
+        .filter((chip) => chip.getBoundingClientRect().height > 30).length""")
+    assert lines and set(lines) == {1} and wrapped, (lines, wrapped)  # long values wrapped, their counts whole
+    watched.assert_clean()
+    watched.close()

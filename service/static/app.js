@@ -126,13 +126,16 @@ function settle(section, out, ...nodes) {
   show(out, ...nodes);
 }
 
+/** An error's box; its suggestions are buttons calling ``onPick`` when they are words (those of an unknown table,
+ * withdrawn while the page was open, are table names: the picker above takes them, a word card does not). */
 function errorBox(error, onPick) {
   const box = el("div", { class: "error", role: "alert" }, el("p", {}, error.message || "Something went wrong."));
   const suggestions = error.suggestions || [];
+  const pick = error.code === "unknown_table" ? null : onPick;
   if (suggestions.length) {
     const list = el("ul", { class: "chips", "aria-label": "Suggestions" });
     for (const word of suggestions) {
-      const item = onPick ? el("button", { type: "button", class: "chip", onclick: () => onPick(word) }, word) : word;
+      const item = pick ? el("button", { type: "button", class: "chip", onclick: () => pick(word) }, word) : word;
       list.append(el("li", {}, item));
     }
     box.append(el("p", { class: "muted" }, "Did you mean:"), list);

@@ -1,12 +1,14 @@
 """The explorer page, in headless Chromium against a real ``embedding-serve``, on tables unlike the other modules':
 model-token tables whose labels are not the text they stand for, a small byte-level BPE model (``Ġheart``, ``å¿ĥ``
 for 心) and a small SentencePiece one (``▁need``), whose listed rows are shown as the API's ``readable`` form and
-still searched by their labels; and a documents table whose field values are long (file paths).
+still searched by their labels; a documents table whose field values are long (file paths); and a table
+withdrawn while the page is open.
 """
 
 from __future__ import annotations
 
 import re
+import signal
 from collections.abc import Iterator
 
 import httpx
@@ -26,7 +28,7 @@ HEART = "心"  # one row of the byte-level table, labelled with its UTF-8 bytes'
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[real_server.Server]:
     root = tmp_path_factory.mktemp("explorer-tokens")
     for name, scheme, tensor in ((BPE, "byte-bpe", "model.embed_tokens.weight"), (SP, "sp-unigram", "shared.weight")):
         model = write_model(root / name, scheme, "F32", tensor, sharded=False, output=None)
@@ -37,7 +39,12 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     raw, fmt = read_source(write_jsonl(root / "files.jsonl", records), "documents")
     build_table(raw, data_dir=root / "data", name=FILES, source={"format": fmt})
     with real_server.running(root / "data", root / "server.log") as running:
-        yield running.base
+        yield running
+
+
+@pytest.fixture(scope="module")
+def server(served: real_server.Server) -> str:
+    return served.base
 
 
 def shown_as(row: dict) -> str:
@@ -108,3 +115,37 @@ def test_a_long_field_value_keeps_its_count_on_one_line(server: str, browser: ob
     assert lines and set(lines) == {1} and wrapped, (lines, wrapped)  # long values wrapped, their counts whole
     watched.assert_clean()
     watched.close()
+
+
+def reloaded(served: real_server.Server, table: str, status: int) -> None:
+    """SIGHUP (the server reloads its data directory), then wait until ``table`` answers ``status``."""
+    served.process.send_signal(signal.SIGHUP)
+    real_server.wait_for(
+        lambda: httpx.get(f"{served.base}/v1/tables/{table}/neighbors", params={"token": "need"}).status_code == status,
+        what=f"{table} answering {status}",
+    )
+
+
+def test_a_table_withdrawn_while_open_is_said_and_its_names_are_no_words(
+    served: real_server.Server, watched: Watched
+) -> None:
+    """The cards of a table taken away meanwhile say so; the API's suggestions there are other tables' names, not
+    words to search (a click searched the word "tiny-bpe"). Put back, the table answers again."""
+    page = watched.page
+    listed(watched, served.base, SP, "need")
+    data = served.log_path.parent / "data"
+    (data / SP).rename(data.parent / "withdrawn")
+    try:
+        reloaded(served, SP, 404)
+        page.fill("#word", "no")
+        page.press("#word", "Enter")
+        page.wait_for_selector("#neighbours-out:not([aria-busy]) .error")
+        assert f"no table named '{SP}'" in page.inner_text("#neighbours-out")
+        assert BPE in page.inner_text("#neighbours-out .chips")  # named, as the picker's tables are
+        assert page.locator("#neighbours-out button").count() == 0
+    finally:
+        (data.parent / "withdrawn").rename(data / SP)
+    reloaded(served, SP, 200)
+    page.press("#word", "Enter")
+    page.wait_for_selector("#neighbours-out:not([aria-busy]) .scores")
+    watched.assert_clean(expected_404=("/analogy", "/similarity?a=cat", f"/{SP}/"))

@@ -34,7 +34,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[real_server.Ser
         model = write_model(root / name, scheme, "F32", tensor, sharded=False, output=None)
         build_table(hf.read(model.directory, ReadOptions()), data_dir=root / "data", name=name, source={"format": "hf"})
     vectors = np.random.default_rng(3).standard_normal((200, 8)).round(4)
-    paths = [f"/usr/share/doc/package-{i % 7}-with-a-long-name/changelog.Debian.gz" for i in range(200)]
+    paths = [f"/usr/share/doc/libpackage{i % 7}withalongname/changelog.Debian.gz" for i in range(200)]  # no hyphen
     records = [{"id": f"d{i}", "vector": v.tolist(), "file": paths[i]} for i, v in enumerate(vectors)]
     raw, fmt = read_source(write_jsonl(root / "files.jsonl", records), "documents")
     build_table(raw, data_dir=root / "data", name=FILES, source={"format": fmt})
@@ -113,6 +113,16 @@ def test_a_long_field_value_keeps_its_count_on_one_line(server: str, browser: ob
     wrapped = watched.page.evaluate("""[...document.querySelectorAll(".ds-chip:not([hidden])")]
         .filter((chip) => chip.getBoundingClientRect().height > 30).length""")
     assert lines and set(lines) == {1} and wrapped, (lines, wrapped)  # long values wrapped, their counts whole
+    watched.assert_clean()
+    watched.close()
+
+
+def test_hits_with_long_field_values_fit_a_phone(server: str, browser: object) -> None:
+    """At 375 px a hit's file path wraps inside the card: the page does not scroll sideways."""
+    watched = Watched(browser, width=375)
+    watched.page.goto(f"{server}/?table={FILES}&doc=d0")
+    watched.page.wait_for_selector("#ds-out:not([aria-busy]) .ds-hit .ds-values")
+    assert watched.page.evaluate("document.documentElement.scrollWidth") <= 375
     watched.assert_clean()
     watched.close()
 

@@ -127,6 +127,19 @@ def test_hits_with_long_field_values_fit_a_phone(server: str, browser: object) -
     watched.close()
 
 
+def test_a_filter_chip_is_named_with_its_count_apart(server: str, watched: Watched) -> None:
+    """A screen reader names a chip's checkbox by its value and its count of documents, not the two run together
+    ("…changelog.Debian.gz29")."""
+    watched.page.goto(f"{server}/?table={FILES}")
+    watched.page.wait_for_selector(".ds-chip input")
+    path = "/usr/share/doc/libpackage0withalongname/changelog.Debian.gz"
+    chip = watched.page.get_by_role("checkbox", name=f"{path} (29 documents)", exact=True)
+    assert chip.count() == 1
+    chip.check()  # the chip it names filters to those 29
+    watched.page.wait_for_function("document.querySelector('#ds-out .ds-count')?.textContent.startsWith('29 of 200')")
+    watched.assert_clean()
+
+
 def reloaded(served: real_server.Server, table: str, status: int) -> None:
     """SIGHUP (the server reloads its data directory), then wait until ``table`` answers ``status``."""
     served.process.send_signal(signal.SIGHUP)

@@ -126,13 +126,16 @@ function settle(section, out, ...nodes) {
   show(out, ...nodes);
 }
 
+/** An error's box; its suggestions are buttons calling ``onPick`` when they are words (those of an unknown table,
+ * withdrawn while the page was open, are table names: the picker above takes them, a word card does not). */
 function errorBox(error, onPick) {
   const box = el("div", { class: "error", role: "alert" }, el("p", {}, error.message || "Something went wrong."));
   const suggestions = error.suggestions || [];
+  const pick = error.code === "unknown_table" ? null : onPick;
   if (suggestions.length) {
     const list = el("ul", { class: "chips", "aria-label": "Suggestions" });
     for (const word of suggestions) {
-      const item = onPick ? el("button", { type: "button", class: "chip", onclick: () => onPick(word) }, word) : word;
+      const item = pick ? el("button", { type: "button", class: "chip", onclick: () => pick(word) }, word) : word;
       list.append(el("li", {}, item));
     }
     box.append(el("p", { class: "muted" }, "Did you mean:"), list);
@@ -150,12 +153,24 @@ function replaceUnknown(error, formId) {
   };
 }
 
+/** A row as a person reads it: a model token by the text it stands for, as the API's ``readable`` spells it
+ * (``Ġheart`` and ``▁heart`` as "␣heart", a space shown as ␣; ``å¿ĥ`` as "心"; a control character by its code),
+ * any other row by its label. A readable form that only drops a prefix (``##beat``'s "beat") keeps the label:
+ * it alone tells the piece from the word. */
+function rowLabel({ token, readable }) {
+  if (readable === undefined || readable === null || token.endsWith(readable)) return token;
+  const code = (c) => `U+${c.codePointAt(0).toString(16).toUpperCase().padStart(4, "0")}`;
+  return readable.replaceAll(" ", "␣").replace(/[\u0000-\u001f\u007f-\u009f]/g, code);
+}
+
 function scoreList(neighbors, onPick, scale = 1) {
   const list = el("ol", { class: "scores" });
-  for (const { token, score } of neighbors) {
+  for (const row of neighbors) {
+    const { token, score } = row;
     const width = Math.max(0, Math.min(1, score / scale)) * 100;
+    const title = `Neighbours of ${token}`; // the row's own label: what a search by it finds
     list.append(el("li", {},
-      el("button", { type: "button", class: "token", onclick: () => onPick(token), title: `Neighbours of ${token}` }, token),
+      el("button", { type: "button", class: "token", onclick: () => onPick(token), title }, rowLabel(row)),
       el("span", { class: "bar", "aria-hidden": "true" }, el("span", { style: `width:${width.toFixed(1)}%` })),
       el("span", { class: "score" }, score.toFixed(3)),
     ));
@@ -287,7 +302,7 @@ async function runAnalogy() {
   const best = neighbors[0];
   const top = Math.max(...neighbors.map((n) => n.score), 1e-9);
   show(out,
-    el("p", { class: "answer" }, `${a} : ${b} :: ${c} : `, el("strong", {}, best ? best.token : "—")),
+    el("p", { class: "answer" }, `${a} : ${b} :: ${c} : `, el("strong", {}, best ? rowLabel(best) : "—")),
     scoreList(neighbors, (w) => searchWord(w), method === "3cosmul" ? top : 1),
   );
   if (data.expect) out.append(expectation(data.expect));
@@ -336,7 +351,7 @@ async function runOddOneOut() {
   if (!ok) return show(out, errorBox(data.error || {}, replaceInLists(data.error, "odd-form")));
   const unknown = data.unknown && data.unknown.length ? ` (not in the table: ${data.unknown.join(", ")})` : "";
   show(out,
-    el("p", { class: "answer" }, "Odd one out: ", el("strong", {}, data.doesnt_match.token), unknown),
+    el("p", { class: "answer" }, "Odd one out: ", el("strong", {}, rowLabel(data.doesnt_match)), unknown),
     el("p", { class: "muted" }, "Each word's cosine with the mean of them all:"),
     scoreList(data.ranking, (w) => searchWord(w)),
   );

@@ -523,9 +523,12 @@ function valuePicker(el, name, stats, onChange) {
   const values = stats.values || [];
   const least = stats.exact === false ? "≥" : "";
   const boxes = values.map(({ value, count }, i) => {
-    const input = el("input", { type: "checkbox", value, onchange: onChange });
+    const n = count.toLocaleString("en");
+    // Named with its count apart: the label's text alone reads "libgnutls3037,661" for libgnutls30's 37,661.
+    const name = `${value} (${least ? "at least " : ""}${n} documents)`;
+    const input = el("input", { type: "checkbox", value, onchange: onChange, "aria-label": name });
     const chip = el("label", { class: "ds-chip", ...(i >= CHIPS_SHOWN ? { hidden: "" } : {}) },
-      input, value, el("span", { class: "ds-n" }, least + count.toLocaleString("en")));
+      input, value, el("span", { class: "ds-n" }, least + n));
     return { input, chip };
   });
   const chips = el("div", { class: "ds-chips" }, ...boxes.map((b) => b.chip));

@@ -245,8 +245,9 @@ def frame(seq: int, body: dict[str, Any]) -> bytes:
     return HEADER.pack(MARK, len(payload), seq, zlib.crc32(seq_bytes + payload)) + payload
 
 
-def _parse(data: bytes | memoryview, at: int, previous: int) -> Record | str:
-    """The record whose frame starts at ``at``, or why there is none (incomplete, bad mark, checksum...)."""
+def _parse(data: bytes | memoryview, at: int, previous: int, base: int = 0) -> Record | str:
+    """The record whose frame starts at ``at``, or why there is none (incomplete, bad mark, checksum...);
+    ``data`` read from byte ``base`` of its file: the record's offsets are the file's."""
     if len(data) - at < HEADER.size:
         return f"{len(data) - at} bytes, shorter than a record header"
     mark, length, seq, crc = HEADER.unpack_from(data, at)
@@ -258,7 +259,7 @@ def _parse(data: bytes | memoryview, at: int, previous: int) -> Record | str:
     if end > len(data):
         return f"a record of {length} bytes with only {len(data) - at - HEADER.size} present"
     payload = bytes(data[at + HEADER.size : end])
-    if zlib.crc32(struct.pack("<Q", seq) + payload) != crc:
+    if zlib.crc32(payload, zlib.crc32(struct.pack("<Q", seq))) != crc:
         return "a checksum that does not match"
     if previous and seq != previous + 1:
         return f"sequence number {seq} after {previous}"
@@ -268,7 +269,7 @@ def _parse(data: bytes | memoryview, at: int, previous: int) -> Record | str:
         return "a payload that is not JSON"
     if not isinstance(body, dict):
         return "a payload that is not a JSON object"
-    return Record(seq, at, end, body)
+    return Record(seq, base + at, base + end, body)
 
 
 def _loads(payload: bytes) -> Any:
@@ -276,8 +277,10 @@ def _loads(payload: bytes) -> Any:
     with an integer orjson may read as a float (beyond 64 bits), or one orjson refuses (NaN, lone surrogates: no
     record is written so, but one read before still reads as it did)."""
     if LONG_INTEGER.search(payload) is None:
-        with contextlib.suppress(orjson.JSONDecodeError):
+        try:
             return orjson.loads(payload)
+        except orjson.JSONDecodeError:
+            pass
     return json.loads(payload)
 
 
@@ -355,10 +358,10 @@ def _whole_records(data: bytes, base: int, previous: int, log: str | None) -> tu
     file's) up to the first that is not whole or not good, and where that one starts in ``data``."""
     records: list[Record] = []
     at = 0
-    while not isinstance(parsed := _parse(data, at, previous), str):
-        previous, at = parsed.seq, parsed.end
-        records.append(Record(parsed.seq, parsed.offset + base, parsed.end + base, parsed.body))
-        _check_owner(records[-1], log)
+    while not isinstance(parsed := _parse(data, at, previous, base), str):
+        _check_owner(parsed, log)
+        records.append(parsed)
+        previous, at = parsed.seq, parsed.end - base
     return records, at
 
 

@@ -467,6 +467,8 @@ def recover_pieces(path: Path) -> Generator[list[Record]]:
     except OSError as exc:
         if exc.errno not in (errno.EROFS, errno.EACCES, errno.EPERM):  # EPERM: an immutable log
             raise
+        fd = -1
+    if fd < 0:
         yield from read_pieces(path)  # a replica on a read-only mount: it reads, the writer cuts
         return
     try:

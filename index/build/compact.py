@@ -11,6 +11,7 @@ replays only the later writes over it.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import fcntl
 import logging
@@ -29,7 +30,7 @@ from index.engine.delta import Delta
 from index.engine.keyword import for_documents
 from index.engine.table import Table
 from index.errors import ArtifactError, InvalidQuery
-from index.progress import note
+from index.progress import Progress, note
 from index.store import artifact, writelog
 from index.store.payload import KIND, payload_files
 
@@ -108,8 +109,16 @@ def replay(name: str, delta: Delta, path: Path) -> None:
             f"table {name!r} not compacted: {exc.message}, and a compaction cuts it once its new version is "
             "published; nothing was changed (make it writable, then compact again)"
         ) from None
+    size = path.stat().st_size if path.is_file() else 0
     try:
-        delta.replay(writelog.recover(path))
+        with (
+            contextlib.closing(writelog.recover_pieces(path)) as pieces,
+            Progress(f"replaying {path.name}", size, "bytes") as bar,
+        ):
+            for records in pieces:  # a piece at a time: what is held is the delta and a piece, not the whole log
+                delta.replay(records)
+                delta.matrix()  # the rows of documents written again let go, once they are most of the delta's
+                bar.advance(records[-1].end - bar.done)
     except writelog.LogMismatch as exc:
         raise writelog.LogMismatch(f"table {name!r} not compacted (its write log): {exc}") from None
 
@@ -120,9 +129,10 @@ def check_log(directory: Path, path: Path) -> None:
     take (:class:`writelog.LogMismatch`). The log is only read."""
     table = Table.load(directory, checksums=False)  # its files are checked by the caller
     if table.payload is not None:
-        Delta(table.payload, table.rows, table.dim, int(table.manifest.get("log_sequence", 0))).replay(
-            writelog.read(path)
-        )
+        delta = Delta(table.payload, table.rows, table.dim, int(table.manifest.get("log_sequence", 0)))
+        with contextlib.closing(writelog.read_pieces(path)) as pieces:
+            for records in pieces:
+                delta.replay(records)
 
 
 def built_as(manifest: dict[str, Any]) -> dict[str, Any]:

@@ -186,10 +186,11 @@ class Delta:
         self._cache = {}
 
     def replay(self, records: list[Record]) -> None:
-        """Apply the log's records at load: they must follow the version without a gap (else
-        :class:`LogMismatch` names the writes missing: an older version restored over a newer log)."""
-        first = next((r.seq for r in records if r.seq > self.covered), None)
-        if first is not None and first > self.covered + 1:
+        """Apply the log's records at load (all at once, or a piece of the log after another): they must follow the
+        version without a gap (else :class:`LogMismatch` names the writes missing: an older version restored over a
+        newer log)."""
+        first = next((r.seq for r in records if r.seq > self.seq), None)
+        if first is not None and first > self.seq + 1:
             raise LogMismatch(
                 f"its first record has sequence {first}, but its version holds the writes up to {self.covered} "
                 f"only: writes {self.covered + 1} to {first - 1} are in neither (an older version restored over a "

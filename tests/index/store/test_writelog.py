@@ -8,14 +8,20 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import json
 import logging
+import math
 import multiprocessing
 import os
+import random
 import shutil
+import struct
 import subprocess
 import threading
 import time
-from collections.abc import Iterator
+import tracemalloc
+import zlib
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +31,14 @@ from index.errors import InvalidQuery
 from index.store import writelog
 
 PARAGRAPHS = [p for p in Path("/usr/share/common-licenses/GPL-3").read_text().split("\n\n") if p.strip()][:40]
+
+
+@pytest.fixture(autouse=True, params=["whole", "in pieces"])
+def read_bytes(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every test reads its log at once (its records fit in one read), and a record at a time: a read shorter than
+    a record, so that each piece is one record read again whole."""
+    if request.param == "in pieces":
+        monkeypatch.setattr(writelog, "READ_BYTES", 64)
 
 
 def body(i: int) -> dict[str, Any]:
@@ -452,3 +466,77 @@ def test_a_cut_cuts_a_torn_tail_too(tmp_path: Path, covered: int, caplog: pytest
     assert [r.seq for r in writelog.recover(path)] == list(range(covered + 1, 5))
     write(path, 1, first=5)
     assert [r.seq for r in writelog.recover(path)] == list(range(covered + 1, 6))
+
+
+def raw_frame(seq: int, payload: bytes) -> bytes:
+    """A frame of ``payload`` as it is, which ``writelog.frame`` may not make (NaN, an escaped lone surrogate)."""
+    crc = zlib.crc32(struct.pack("<Q", seq) + payload)
+    return writelog.HEADER.pack(writelog.MARK, len(payload), seq, crc) + payload
+
+
+def test_records_read_as_the_standard_parser_reads_them(tmp_path: Path) -> None:
+    """The log is parsed by orjson where it gives the same values, types included (``repr`` tells 1 from 1.0 and -0.0
+    from 0.0), as json: floats to the bit, integers beyond 64 bits (which orjson reads as floats), non-ASCII text."""
+    rng = random.Random(5)
+    floats = [struct.unpack("<d", struct.pack("<Q", rng.getrandbits(64)))[0] for _ in range(3000)]
+    floats = [f for f in floats if math.isfinite(f)] + [5e-324, 1.7976931348623157e308, -0.0, 0.1, 1e16, 1e-05]
+    floats += [float(struct.unpack("<f", struct.pack("<f", rng.uniform(-1e-3, 1e-3)))[0]) for _ in range(500)]
+    ints = [0, -1, 2**53 + 1, 2**63 - 1, 2**63, 2**64 - 1, 2**64, -(2**63), -(2**63) - 1, 10**30, -(10**30)]
+    bodies = [
+        {"op": "delete", "ids": ints},
+        {"op": "upsert", "documents": [{"id": i, "vector": floats, "fields": {"n": i}} for i in ints]},
+        {
+            "op": "upsert",
+            "documents": [{"id": "é😀\u2028\x00", "text": "a ,1234567890123456789 in text", "vector": [1]}],
+        },
+        {"op": "delete", "ids": [1234567890123456789, 123456789012345678, -1234567890123456789]},
+    ]
+    path = tmp_path / "t.log"
+    with writelog.appending(path) as log:
+        for seq, record in enumerate(bodies, 1):
+            log.append(seq, record)
+    read = writelog.read(path)
+    payloads = [path.read_bytes()[r.offset + writelog.HEADER.size : r.end] for r in read]
+    expected = [{k: v for k, v in json.loads(p).items() if k != "table"} for p in payloads]
+    assert [repr(r.body) for r in read] == [repr(e) for e in expected] == [repr(b) for b in bodies]
+
+
+def test_a_payload_orjson_refuses_reads_as_before(tmp_path: Path) -> None:
+    """No record is written with NaN (refused, as before) or a lone surrogate, but a log that holds one reads as json
+    read it."""
+    with pytest.raises(ValueError, match="not JSON compliant"):
+        writelog.frame(1, {"op": "upsert", "documents": [{"id": "a", "vector": [math.nan]}]})
+    path = tmp_path / "t.log"
+    path.write_bytes(raw_frame(1, b'{"op":"delete","ids":["\\ud800"]}') + raw_frame(2, b'{"x":NaN}'))
+    first, second = writelog.read(path)
+    assert first.body == {"op": "delete", "ids": ["\ud800"]}
+    assert math.isnan(second.body["x"])
+
+
+def held_at_most(read: Callable[[], object]) -> int:
+    """The most bytes ``read()`` held at once (tracemalloc's peak)."""
+    tracemalloc.start()
+    try:
+        read()
+        return tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+def test_reading_a_log_in_pieces_holds_a_piece_not_the_log(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A log four times as long is read, and cut, holding no more: a piece's bytes and records at a time; each piece
+    is at most ``READ_BYTES`` of the log (or one longer record). Reading it whole holds four times as much."""
+    monkeypatch.setattr(writelog, "READ_BYTES", 16 << 10)
+    peaks: dict[str, list[int]] = {"pieces": [], "whole": [], "cut": []}
+    for count in (300, 1200):
+        path = tmp_path / f"{count}.log"
+        write(path, count)
+        for piece in writelog.recover_pieces(path):
+            assert piece[-1].end - piece[0].offset <= writelog.READ_BYTES
+        peaks["pieces"].append(held_at_most(lambda: [len(p) for p in writelog.recover_pieces(path)]))  # noqa: B023
+        peaks["whole"].append(held_at_most(lambda: writelog.recover(path)))  # noqa: B023
+        peaks["cut"].append(held_at_most(lambda: writelog.cut(path, count - 5)))  # noqa: B023
+        assert [r.seq for r in writelog.read(path)] == list(range(count - 4, count + 1))
+    assert peaks["whole"][1] > 3 * peaks["whole"][0], peaks  # the measure sees a log held whole
+    assert peaks["pieces"][1] < 1.5 * peaks["pieces"][0], peaks
+    assert peaks["cut"][1] < 1.5 * peaks["cut"][0], peaks

@@ -1,0 +1,126 @@
+"""Compaction's replay of a write log (``index.build.compact.replay``): a piece of the log at a time, so that it holds
+the delta and a piece, not the log's records; a progress line as it goes; the same delta as the log replayed at
+once, as a server replays it at load."""
+
+from __future__ import annotations
+
+import shutil
+import tracemalloc
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from index.build import compact
+from index.engine.delta import Delta
+from index.engine.table import Table
+from index.store import writelog
+from tests.cli import progress_lines
+from tests.lee import Lee
+
+
+def writes(lee: Lee, count: int) -> list[dict[str, Any]]:
+    """``count`` writes over the Lee table: its first 20 documents written again and again with nudged vectors, and
+    every fifth write a delete, so that what the delta holds does not grow with the log."""
+    rng = np.random.default_rng(3)
+    bodies: list[dict[str, Any]] = []
+    for i in range(count):
+        j = i % 20
+        if i % 5 == 4:
+            bodies.append({"op": "delete", "ids": [lee.ids[(i * 7) % 20]]})
+            continue
+        vector = lee.vectors[j] + rng.normal(0, 0.01, lee.vectors.shape[1]).astype(np.float32)
+        document = {"id": lee.ids[j], "text": lee.texts[j], "vector": vector.tolist(), "fields": lee.record(j)}
+        bodies.append({"op": "upsert", "documents": [document]})
+    return bodies
+
+
+@pytest.fixture
+def data_dir(lee_data_dir: Path, tmp_path: Path) -> Path:
+    shutil.copytree(lee_data_dir / "lee", tmp_path / "lee")
+    return tmp_path
+
+
+def logged(data_dir: Path, bodies: list[dict[str, Any]]) -> Path:
+    path = writelog.log_path(data_dir, "lee")
+    writelog.remove_logs(data_dir, "lee")
+    with writelog.appending(path, sync=False) as log:
+        for seq, body in enumerate(bodies, 1):
+            log.append(seq, body)
+    return path
+
+
+def fresh(data_dir: Path) -> Delta:
+    table = Table.load(data_dir / "lee", checksums=False)
+    assert table.payload is not None
+    return Delta(table.payload, table.rows, table.dim, 0)
+
+
+def test_replay_in_pieces_holds_a_piece_not_the_log(
+    data_dir: Path, lee_docs: Lee, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Four times the writes (the same documents written again) hold no more at once: tracemalloc's peak of the
+    replay; the log replayed whole, as before, holds about four times as much."""
+    monkeypatch.setattr(writelog, "READ_BYTES", 32 << 10)
+    peaks: dict[str, list[int]] = {"pieces": [], "whole": []}
+    for count in (250, 1000):
+        path = logged(data_dir, writes(lee_docs, count))
+        for how, replay in [
+            ("pieces", lambda delta: compact.replay("lee", delta, path)),  # noqa: B023
+            ("whole", lambda delta: delta.replay(writelog.recover(path))),  # noqa: B023
+        ]:
+            delta = fresh(data_dir)
+            tracemalloc.start()
+            try:
+                replay(delta)
+                peaks[how].append(tracemalloc.get_traced_memory()[1])
+            finally:
+                tracemalloc.stop()
+            assert delta.seq == count
+    assert peaks["whole"][1] > 2.5 * peaks["whole"][0], peaks  # the measure sees the records held at once
+    assert peaks["pieces"][1] < 1.5 * peaks["pieces"][0], peaks
+
+
+def test_replay_in_pieces_makes_the_delta_replayed_at_once(
+    data_dir: Path, lee_docs: Lee, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A log read 4 KiB at a time gives the delta a server makes from the whole log, and a progress line names it."""
+    monkeypatch.setattr(writelog, "READ_BYTES", 4 << 10)
+    path = logged(data_dir, writes(lee_docs, 400))
+    at_once = fresh(data_dir)
+    at_once.replay(writelog.read(path))
+    in_pieces = fresh(data_dir)
+    with progress_lines() as lines:
+        compact.replay("lee", in_pieces, path)
+    assert f"embedding-index: replaying lee.log: done ({path.stat().st_size / 2**20:,.0f} MiB" in lines.getvalue()
+    assert in_pieces.seq == at_once.seq == 400
+    assert list(in_pieces.documents) == list(at_once.documents)
+    assert np.array_equal(in_pieces.deleted, at_once.deleted)
+    for mine, theirs in zip(in_pieces.matrix()[1:], at_once.matrix()[1:], strict=True):
+        assert np.array_equal(mine, theirs)
+    assert [(d.text, d.fields) for d in in_pieces.written_in_order()] == [
+        (d.text, d.fields) for d in at_once.written_in_order()
+    ]
+
+
+def test_pieces_of_writes_the_version_holds_then_a_gap(
+    data_dir: Path, lee_docs: Lee, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A version that holds the log's first 40 writes (a compaction killed before it cut the log) takes the later
+    ones from later pieces, as at once; a log whose first write does not follow the version is refused, naming the
+    writes missing."""
+    monkeypatch.setattr(writelog, "READ_BYTES", 4 << 10)
+    path = logged(data_dir, writes(lee_docs, 60))
+    table = Table.load(data_dir / "lee", checksums=False)
+    assert table.payload is not None
+    at_once, in_pieces = (Delta(table.payload, table.rows, table.dim, 40) for _ in range(2))
+    at_once.replay(writelog.read(path))
+    compact.replay("lee", in_pieces, path)
+    assert in_pieces.seq == at_once.seq == 60
+    assert list(in_pieces.documents) == list(at_once.documents)
+    assert np.array_equal(in_pieces.deleted, at_once.deleted)
+    writelog.cut(path, 50)  # the log now starts at 51: writes 41 to 50 are in neither
+    gap = "first record has sequence 51, but its version holds the writes up to 40"
+    with pytest.raises(writelog.LogMismatch, match=gap):
+        compact.replay("lee", Delta(table.payload, table.rows, table.dim, 40), path)

@@ -64,22 +64,28 @@ def server(small_data_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> It
 
 
 def refused_while_sending(server: Server, raw: bytes) -> tuple[tuple[int, dict[str, str], bytes], int]:
-    """Send ``raw`` from a thread while reading the answer; returns the answer and how many bytes went out before
-    the server closed the connection."""
+    """Send ``raw`` from a thread, a piece at a time (a client on a slow link), while reading the answer; returns
+    the answer and how many bytes went out before it came (the server drops what follows a refusal, so a fast
+    writer could otherwise send everything before the reading thread is scheduled on a busy machine)."""
     sent = 0
+    answered = threading.Event()
     with connect(server.port) as sock:
 
         def write() -> None:
             nonlocal sent
             with contextlib.suppress(OSError):  # the server answered and closed
                 for start in range(0, len(raw), 65536):
+                    if answered.is_set():
+                        return
                     sock.sendall(raw[start : start + 65536])
-                    sent = start + 65536
+                    sent = min(start + 65536, len(raw))
+                    time.sleep(0.002)
 
         writer = threading.Thread(target=write)
         writer.start()
         try:
             response = read_response(sock)
+            answered.set()
             assert closed(sock)
         finally:
             with contextlib.suppress(OSError):

@@ -922,7 +922,7 @@ def test_the_keyboard_picks_a_row_among_the_search_matches(server: str, api: htt
     page.focus("#tm-search")
     page.keyboard.type("art")
     picks = page.get_by_role("list", name="First matches: pick one to go to it and list its neighbours")
-    # each key may run a search of its own (120 ms apart on a loaded machine): wait for the whole word's
+    # each key may run a search of its own when keys come slower than the page's debounce: wait for the whole word's
     page.wait_for_function("() => document.querySelector('#table-map .tm-picks button')?.textContent === 'art'")
     names = picks.get_by_role("button").all_inner_texts()
     assert names[0] == "art" and len(names) == 10 and all("art" in name for name in names[1:])

@@ -309,8 +309,8 @@ def test_the_workers_of_a_supervisor_killed_outright_drain_and_exit(
 ) -> None:
     """kill -9 of the supervisor (the OOM killer's, an operator's): each worker answers its request in flight and
     exits, instead of serving on as an orphan that holds the port from the next ``embedding-serve``."""
-    # The projection takes about 2 s on two idle cores, and ten times as long on busy ones: the shutdown timeout
-    # (20 s by default, after which it would be cut with a 503) is set above the request's own timeout.
+    # The projection's time grows many-fold on busy cores: the shutdown timeout (after which it would be cut with a
+    # 503) is set above the request's own timeout.
     env = {"EMBEDDING_SHUTDOWN_TIMEOUT": "150"}
     server = start(small_data_dir, tmp_path / "server.log", "--workers", "2", "--threads", "1", env=env)
     workers = psutil.Process(server.process.pid).children()

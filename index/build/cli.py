@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 
 import typer
 
@@ -99,6 +99,22 @@ ImportFormat = StrEnum(  # type: ignore[misc]  # built from the reader table, so
 )
 
 
+Choice = TypeVar("Choice", bound=StrEnum)
+
+
+def _choice(option: str, choices: type[Choice]) -> dict[str, Any]:
+    """The typer.Option arguments of an option taking one of ``choices``: a value not among them is a usage error
+    (exit status 2) in the builder's words, naming the values allowed."""
+    allowed = [choice.value for choice in choices]
+
+    def parse(value: str | Choice) -> Choice:
+        if value not in allowed:
+            fail(f"{option} {value!r}: not one of {', '.join(allowed)}", code=2)
+        return choices(value)
+
+    return {"parser": parse, "metavar": f"<{'|'.join(allowed)}>"}
+
+
 @dataclass(frozen=True)
 class BuildOptions:
     """The options every table-making command shares."""
@@ -132,9 +148,9 @@ def options(
         os.nice(nice)
 
 
-def fail(message: str) -> None:
+def fail(message: str, code: int = 1) -> None:
     typer.echo(f"embedding-index: error: {message}", err=True)
-    raise typer.Exit(1)
+    raise typer.Exit(code)
 
 
 def _taken(data_dir: Path, name: str, force: bool) -> bool:
@@ -241,9 +257,10 @@ def import_(
     ],
     name: Annotated[str, typer.Option(help="Table name.")],
     data_dir: DataDir = Path("data"),
-    format: Annotated[ImportFormat, typer.Option("--format", help="Input format (sniffed when auto).")] = ImportFormat(
-        "auto"
-    ),
+    format: Annotated[
+        ImportFormat,
+        typer.Option("--format", help="Input format (sniffed when auto).", **_choice("--format", ImportFormat)),
+    ] = ImportFormat("auto"),
     vocab: Annotated[
         Path | None,
         typer.Option(help="Vocabulary file (one token per line) for .npy input, or a projector pair's metadata file."),
@@ -794,7 +811,7 @@ def eval_(
         list[Path] | None, typer.Option(help="A word-pair file (WordSim353 / SimLex-999); repeat for more.")
     ] = None,
     restrict: Annotated[int, typer.Option(min=1, help="Only the first N rows, as gensim's restrict_vocab.")] = 300_000,
-    method: Annotated[Method, typer.Option(help="Analogy method.")] = Method.cosadd,
+    method: Annotated[Method, typer.Option(help="Analogy method.", **_choice("--method", Method))] = Method.cosadd,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
     errors: Annotated[
         bool, typer.Option("--errors", help="List the incorrect analogies with the expected word's rank.")

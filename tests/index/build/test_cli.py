@@ -393,6 +393,29 @@ def test_min_recall_is_a_fraction(tmp_path: Path, data_dir: Path) -> None:
         assert result.code == 2 and "Invalid value for '--min-recall'" in result.err, result.err
 
 
+@pytest.mark.parametrize(
+    ("command", "option", "allowed"),
+    [
+        (
+            ("import", "any.txt", "--name", "t"),
+            "--format",
+            "auto, word2vec, word2vec-binary, glove, fasttext, npy, projector, hf, transformer, model2vec, gensim, "
+            "documents",
+        ),
+        (("eval", "small"), "--method", "3cosadd, 3cosmul"),
+    ],
+)
+@pytest.mark.parametrize("given", ["foo", "GLOVE", ""])
+def test_a_value_out_of_an_options_choices_names_the_values_allowed(
+    data_dir: Path, command: tuple[str, ...], option: str, allowed: str, given: str
+) -> None:
+    """One line in the builder's words, a usage error (exit status 2) as an option out of its range is; not the
+    parser's "Value error, ..." in a box."""
+    result = run_cli(*command, "--data-dir", data_dir, option, given)
+    assert (result.code, result.out) == (2, ""), result
+    assert result.err == f"embedding-index: error: {option} {given!r}: not one of {allowed}\n", result.err
+
+
 def test_a_table_with_an_unreadable_manifest_is_listed_as_such_and_can_be_removed(
     tmp_path: Path, data_dir: Path
 ) -> None:

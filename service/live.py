@@ -2,10 +2,11 @@
 
 Each worker process keeps one :class:`Live` per loaded documents table (looked up by the table object, so a
 reload that reuses a table reuses its delta, and a new version starts a new one). At load the log is recovered
-and replayed (``index.store.writelog.recover``); before each read, :meth:`Live.refresh` compares the log's size with
-what it has applied and reads only the new records, so a write answered by any worker is seen by the next
-search in every worker. A write holds the log's exclusive lock while it catches up, checks and appends (an
-upsert's documents are checked and embedded before it takes it: ``service.writes.upserting``).
+and replayed a piece at a time, as a compaction replays it (``Delta.replay_log``); before each read,
+:meth:`Live.refresh` compares the log's size with what it has applied and reads only the new records, so a write
+answered by any worker is seen by the next search in every worker. A write holds the log's exclusive lock while
+it catches up, checks and appends (an upsert's documents are checked and embedded before it takes it:
+``service.writes.upserting``).
 
 A compaction folds the log into a newer version, then cuts the log; the file it replaced is kept until the next cut,
 so a worker still on the older version reads on from it. A worker that misses two cuts (it did not load the version
@@ -181,43 +182,44 @@ class Live:
 
 
 def _attach(table: Table, directory: Path) -> Live:
-    covered = int(table.manifest.get("log_sequence", 0))
-    assert table.payload is not None
-    delta = Delta(table.payload, table.rows, table.dim, covered)
-    live = Live(delta, writelog.table_log(directory), directory, table.manifest.get("files"))
-    where = f"table {directory.name!r}: write log {live.path.name}"
-    size = live.path.stat().st_size if live.path.is_file() else 0
+    path = writelog.table_log(directory)
+    where = f"table {directory.name!r}: write log {path.name}"
+    size = path.stat().st_size if path.is_file() else 0
     if size:  # seconds for a log of tens of thousands of writes, before the table is said loaded
         log.info("%s: replaying %.1f MiB of writes ...", where, size / 2**20)
     started = time.perf_counter()
     try:
-        records, live.inode = _recovered(live.path)
-        live.delta.replay(records)
+        delta, replayed, inode = _replayed(table, path)
     except (writelog.LogCorrupt, writelog.LogMismatch) as exc:
         raise type(exc)(f"{where}: {exc.message}") from None
     if size:
         log.info(
             "%s: %s replayed in %.2fs: %s written, %s of the version deleted or replaced",
             where,
-            counted(len(records), "record"),
+            counted(replayed, "record"),
             time.perf_counter() - started,
-            counted(len(live.delta.documents), "document"),
-            counted(int(live.delta.deleted.sum()), "row"),
+            counted(len(delta.documents), "document"),
+            counted(int(delta.deleted.sum()), "row"),
         )
+    live = Live(delta, path, directory, table.manifest.get("files"))
+    live.inode = inode
     with _LOCK:
         _LIVE[table] = live
     return live
 
 
-def _recovered(path: Path) -> tuple[list[writelog.Record], int | None]:
-    """The log's records and the identity (inode) of the file they were read from. Read again when a compaction's
-    cut replaced the file meanwhile: the records' offsets are the replaced file's, and later writes go to the new
-    one, which would then be read from the wrong place."""
+def _replayed(table: Table, path: Path) -> tuple[Delta, int, int | None]:
+    """The table's delta with the log at ``path`` replayed a piece at a time (``Delta.replay_log``, as a compaction
+    replays it), the records replayed and the identity (inode) of the file they were read from. Replayed again
+    when a compaction's cut replaced the file meanwhile: the records' offsets are the replaced file's, and later
+    writes go to the new one, which would then be read from the wrong place."""
+    assert table.payload is not None
     while True:
         before = _inode(path)
-        records = writelog.recover(path)
+        delta = Delta(table.payload, table.rows, table.dim, int(table.manifest.get("log_sequence", 0)))
+        replayed = delta.replay_log(path)
         if _inode(path) == before:
-            return records, before
+            return delta, replayed, before
 
 
 def _inode(path: Path) -> int | None:

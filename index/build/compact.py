@@ -111,14 +111,8 @@ def replay(name: str, delta: Delta, path: Path) -> None:
         ) from None
     size = path.stat().st_size if path.is_file() else 0
     try:
-        with (
-            contextlib.closing(writelog.recover_pieces(path)) as pieces,
-            Progress(f"replaying {path.name}", size, "bytes") as bar,
-        ):
-            for records in pieces:  # a piece at a time: what is held is the delta and a piece, not the whole log
-                delta.replay(records)
-                delta.matrix()  # the rows of documents written again let go, once they are most of the delta's
-                bar.advance(records[-1].end - bar.done)
+        with Progress(f"replaying {path.name}", size, "bytes") as bar:
+            delta.replay_log(path, lambda end: bar.advance(end - bar.done))
     except writelog.LogMismatch as exc:
         raise writelog.LogMismatch(f"table {name!r} not compacted (its write log): {exc}") from None
 

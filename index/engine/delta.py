@@ -9,6 +9,7 @@ replaying them is deterministic, so every worker that applies the same records h
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import datetime as dt
 import itertools
@@ -16,6 +17,7 @@ import json
 import threading
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
@@ -26,7 +28,7 @@ from index.engine.table import Table, VectorSearch
 from index.errors import InvalidQuery
 from index.store.payload import INTEGER, LOOKUP_LIMIT, TIMESTAMP, Payload, arrow_types, id_key, unknown_documents
 from index.store.rows import normalise, row_norms
-from index.store.writelog import LogMismatch, Record, Shape, first_misfit
+from index.store.writelog import LogMismatch, Record, Shape, first_misfit, recover_pieces
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -198,6 +200,19 @@ class Delta:
                 "version without its writes"
             )
         self.apply(records)
+
+    def replay_log(self, path: Path, done: Callable[[int], object] = lambda end: None) -> int:
+        """:meth:`replay` the log at ``path`` (a torn tail cut: ``writelog.recover_pieces``) a piece at a time, so
+        that what is held is the delta and one piece of the log, never the log's records; ``done(end)`` after each
+        piece, ``end`` the log's bytes replayed so far. Returns the number of records replayed."""
+        count = 0
+        with contextlib.closing(recover_pieces(path)) as pieces:
+            for records in pieces:
+                self.replay(records)
+                self.matrix()  # the rows of documents written again let go, once they are most of the delta's
+                count += len(records)
+                done(records[-1].end)
+        return count
 
     def apply(self, records: Iterable[Record]) -> None:
         """Apply the records not applied yet; :class:`LogMismatch` (nothing applied) when one does not fit the

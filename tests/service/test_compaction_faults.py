@@ -16,6 +16,7 @@ import pytest
 
 from index.build import compact as compact_module
 from index.build.compact import compact
+from index.engine.delta import Delta
 from index.engine.table import Table
 from index.errors import ArtifactError
 from index.store import artifact, writelog
@@ -281,7 +282,7 @@ def test_a_load_that_races_the_cut_of_the_log_sees_the_writes_after_it(
     worker looks at the file's identity. The worker must still read the writes made to the new log after it."""
     data, path = lee_with_log(lee_data_dir, tmp_path)
     append(path, lee_docs, 0, 3)
-    cut, recover = writelog.cut, writelog.recover
+    cut, replay_log = writelog.cut, Delta.replay_log
     with monkeypatch.context() as patched:
         patched.setattr(writelog, "cut", lambda *args: 0)  # published; its cut comes later, below
         compact(data, "lee")
@@ -289,15 +290,16 @@ def test_a_load_that_races_the_cut_of_the_log_sees_the_writes_after_it(
 
     cuts = [3]
 
-    def read_then_cut(log: Path) -> list[writelog.Record]:
-        records = recover(log)
+    def read_then_cut(delta: Delta, log: Path) -> int:
+        replayed = replay_log(delta, log)
         while cuts:  # once, after the first read
             cut(log, cuts.pop())
-        return records
+        return replayed
 
     with monkeypatch.context() as patched:
-        patched.setattr(writelog, "recover", read_then_cut)
+        patched.setattr(Delta, "replay_log", read_then_cut)
         live.attach(table, data / "lee")
+    assert not cuts  # the load read the log, then the cut came
     assert not writelog.recover(path)  # the log was cut: the three writes are in the version only
     append(path, lee_docs, 3, 1)  # another worker's write, to the new log file
     delta = live.delta_of(table)

@@ -1,0 +1,47 @@
+"""A server's load of a documents table replays its write log a piece at a time, as a compaction does
+(``Delta.replay_log``): what it holds meanwhile is the delta and a piece of the log, not the log's records."""
+
+from __future__ import annotations
+
+import tracemalloc
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from index.engine.table import Table
+from index.store import writelog
+from service import live
+from tests.index.build.test_compact_replay import data_dir, fresh, logged, writes
+from tests.lee import Lee
+
+__all__ = ["data_dir"]  # the fixture, taken from compaction's tests
+
+
+def test_a_server_replays_its_log_a_piece_at_a_time(
+    data_dir: Path, lee_docs: Lee, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Four times the writes (the same documents written again) hold no more at once while ``live.attach`` replays
+    them (tracemalloc's peak; read whole, the log's records held about four times as much), and the delta is the
+    one the log replayed at once makes, read from the log file the server goes on reading."""
+    monkeypatch.setattr(writelog, "READ_BYTES", 32 << 10)
+    peaks = []
+    for count in (250, 1000):
+        path = logged(data_dir, writes(lee_docs, count))
+        table = Table.load(data_dir / "lee", checksums=False)
+        tracemalloc.start()
+        try:
+            live.attach(table, data_dir / "lee")
+            peaks.append(tracemalloc.get_traced_memory()[1])
+        finally:
+            tracemalloc.stop()
+        state = live.live_of(table)
+        assert state is not None
+        at_once = fresh(data_dir)
+        at_once.replay(writelog.read(path))
+        assert (state.delta.seq, state.delta.offset, state.inode) == (count, path.stat().st_size, path.stat().st_ino)
+        assert list(state.delta.documents) == list(at_once.documents)
+        assert np.array_equal(state.delta.deleted, at_once.deleted)
+        for mine, theirs in zip(state.delta.matrix()[1:], at_once.matrix()[1:], strict=True):
+            assert np.array_equal(mine, theirs)
+    assert peaks[1] < 1.5 * peaks[0], peaks

@@ -3,6 +3,8 @@
 - ``pca``: every row (unit length, as every cosine query sees it) on the table's first two principal components.
   The 2 x dim components come from the dim x dim covariance, accumulated block by block in float32 products and
   summed in float64, so a 400,000 x 50 table needs no full-size temporary; the points are one float32 product.
+  A table of 50 million values or more (1,000,000 x 50: seconds) shows the covariance's progress as the builder's
+  long steps do (``index.progress``: a bar on a terminal, else a line every few seconds).
 - ``tsne``: openTSNE (when installed) on the ``rows`` most frequent rows (the first rows of a frequency-ordered
   table), seeded, cosine metric, PCA initialisation; its parameters are recorded with the layout.
 
@@ -33,6 +35,7 @@ import time
 import warnings
 import zlib
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -42,6 +45,7 @@ import numpy as np
 from index.engine import umap_cache
 from index.engine.table import Table
 from index.errors import Abandoned, InvalidQuery, UnknownToken
+from index.progress import Progress
 from index.store import artifact
 from index.store.tokens import FLAG_CONTINUATION, FLAG_SPECIAL
 
@@ -50,6 +54,7 @@ Remembered = TypeVar("Remembered", "Layout", bytes)
 
 LAYOUT_VERSION = 1  # bump when a method's output changes: older cache files are then never read
 BLOCK_BYTES = 32 << 20  # covariance accumulated over blocks of about this size
+SHOWN_PCA_VALUES = 50_000_000  # rows x dim from which a PCA takes a second or more: its progress is shown
 TSNE_DEFAULTS: dict[str, Any] = {"perplexity": 30.0, "n_iter": 500, "seed": 42, "metric": "cosine"}
 PROJECTION_SEED = 42  # the default seed of a t-SNE or UMAP projection of chosen rows
 STOP_EVERY_ITERS = 25  # how often a t-SNE layout asks whether it is still wanted
@@ -96,9 +101,13 @@ def pca_components(rows: np.ndarray, n: int = 2) -> tuple[np.ndarray, np.ndarray
     mean = total / count
     mean32 = mean.astype(np.float32)
     cov = np.zeros((dim, dim), dtype=np.float64)
-    for start in range(0, count, step):
-        block = np.asarray(rows[start : start + step], dtype=np.float32) - mean32
-        cov += block.T @ block
+    shown = Progress(f"PCA of {count:,} rows", count) if count * dim >= SHOWN_PCA_VALUES else nullcontext()
+    with shown as progress:  # the covariance is nearly all of the time
+        for start in range(0, count, step):
+            block = np.asarray(rows[start : start + step], dtype=np.float32) - mean32
+            cov += block.T @ block
+            if progress is not None:
+                progress.advance(len(block))
     cov /= count
     values, vectors = np.linalg.eigh(cov)
     order = np.argsort(values)[::-1]

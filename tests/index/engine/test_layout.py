@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import multiprocessing
 import os
+import re
 import stat
 import tempfile
 import time
@@ -13,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from index import progress
 from index.engine import layout as layouts
 from index.engine.layout import (
     TOKEN_KIND,
@@ -30,6 +32,7 @@ from index.engine.layout import (
 from index.engine.table import Table
 from index.errors import InvalidQuery
 from index.store import artifact
+from tests.cli import progress_lines
 
 
 def reference_pca(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -61,6 +64,27 @@ def test_pca_signs_follow_the_largest_loading_and_blocks_do_not_change_the_answe
     np.testing.assert_allclose(pca_components(small.vectors)[1], components, atol=1e-5)
     with pytest.raises(InvalidQuery):
         pca_components(small.vectors[:1])
+
+
+def test_pca_of_a_large_table_shows_its_progress(small: Table, monkeypatch: pytest.MonkeyPatch) -> None:
+    """From ``SHOWN_PCA_VALUES`` (rows x dim) on, a line every few seconds (here at every block) and one at the end,
+    as the builder's other long steps, in the server too; below it, none (the 20,000 x 50 rows: 0.05 s)."""
+    with progress_lines() as lines:
+        pca_layout(small.vectors)
+    assert lines.getvalue() == ""
+    monkeypatch.setattr(layouts, "SHOWN_PCA_VALUES", small.rows * small.dim)  # as a table of 1,000,000 x 50 would
+    monkeypatch.setattr(layouts, "BLOCK_BYTES", 5_000 * small.dim * 4)  # four blocks of 5,000 rows
+    monkeypatch.setattr(progress.CONFIG, "interval", 0.0)
+    with progress_lines() as lines:
+        layout = pca_layout(small.vectors)
+    shown = [re.sub(r", \S+ left$| in \S+$", "", line) for line in lines.getvalue().splitlines()]
+    assert shown == [
+        "embedding-index: PCA of 20,000 rows: 25% (5,000 of 20,000 rows)",
+        "embedding-index: PCA of 20,000 rows: 50% (10,000 of 20,000 rows)",
+        "embedding-index: PCA of 20,000 rows: 75% (15,000 of 20,000 rows)",
+        "embedding-index: PCA of 20,000 rows: done (20,000 of 20,000 rows)",
+    ], lines.getvalue()
+    np.testing.assert_array_equal(layout.points, pca_layout(small.vectors).points)
 
 
 def test_a_projection_of_two_rows_has_a_second_coordinate_of_0_never_minus_0(small: Table) -> None:

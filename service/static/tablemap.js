@@ -18,6 +18,7 @@ const SLASHED = /^\/(.+)\/([a-z]*)$/s; // a search written /regular expression/f
 const AUTO_LABELS = 140; // labels placed on frequent visible rows
 const AUTO_SCAN = 4000;
 const PICKS = 10; // matches of a search listed as buttons
+const REGEX_SECONDS = 3; // a regular expression still testing the labels after this long is stopped
 
 const hexRGB = (hex) => [1, 3, 5].map((i) => parseInt(hex.slice(i, i + 2), 16));
 const rgba32 = ([r, g, b]) => (0xff000000 | (b << 16) | (g << 8) | r) >>> 0;
@@ -68,6 +69,9 @@ export class TableMap {
     this.lower = null;
     this.matches = null; // Int32Array of row ids, or null
     this.held = false; // a regular expression from a link, not run until Enter (one can take minutes)
+    this.searches = 0; // searches run: a regular expression's answer is shown only if no later search came
+    this.regexWorker = null; // tests regular expressions on the labels (regexsearch.js)
+    this.stopRegex = () => {}; // stops the regular expression being tested, if any
     this.selected = -1;
     this.neighbours = [];
     this.hovered = -1;
@@ -127,6 +131,8 @@ export class TableMap {
     this.labels = null;
     this.labelsLost = false;
     this.lower = null;
+    this.searches++; // a regular expression still testing the labels before shows nothing on this layout
+    this.stopRegex();
     this.matches = null;
     this.selected = -1;
     this.neighbours = [];
@@ -641,32 +647,42 @@ export class TableMap {
     this.held = SLASHED.test(text);
   }
 
-  /** Highlight the rows whose label matches: a substring (case-insensitive), or /regular expression/flags. An
-   * invalid expression highlights nothing (the rows of the one before would not be what the box says) and says why. */
-  runSearch() {
+  /** Highlight the rows whose label matches: a substring (case-insensitive), or /regular expression/flags, tested
+   * in a worker (``regexsearch.js``) and stopped after ``REGEX_SECONDS``. An invalid or stopped expression
+   * highlights nothing (the rows of the one before would not be what the box says) and says why. True once this
+   * search's matches are shown (not when a later search took its place meanwhile). */
+  async runSearch() {
     const input = this.root.querySelector(".tm-search");
     const text = input.value;
     const out = this.root.querySelector(".tm-matches");
+    const search = ++this.searches;
+    this.stopRegex();
     input.removeAttribute("aria-invalid");
     if (!text) return this.unhighlight("");
     if (this.held) return this.unhighlight("a regular expression from the link: press Enter to run it");
     if (!this.labels) {
       out.textContent = this.labelsLost ? "no labels to search: they could not be loaded" : "labels loading…";
-      return;
+      return false;
     }
-    const found = [];
+    let found = [];
     let exact = -1; // a substring search's row whose whole label it is
     const rows = Math.min(this.n, this.labels.length); // a t-SNE map holds the first rows only
     const slashed = SLASHED.exec(text);
     if (slashed) {
-      let re;
+      const flags = slashed[2].replace(/[gy]/g, "");
       try {
-        re = new RegExp(slashed[1], slashed[2].replace(/[gy]/g, ""));
+        new RegExp(slashed[1], flags);
       } catch (err) {
         input.setAttribute("aria-invalid", "true");
         return this.unhighlight(`not a regular expression: ${err.message}`);
       }
-      for (let i = 0; i < rows; i++) if (re.test(this.labels[i])) found.push(i);
+      out.textContent = "searching…";
+      found = await this.testLabels(slashed[1], flags, rows);
+      if (search !== this.searches) return false;
+      if (found === null) {
+        return this.unhighlight(`stopped after ${REGEX_SECONDS} s: the expression takes too long over the labels ` +
+          "(a repeat inside a repeat, as in (a+)+, can take minutes)");
+      }
     } else {
       if (!this.lower) this.lower = this.labels.map((label) => label.toLowerCase());
       const needle = text.toLowerCase();
@@ -683,9 +699,41 @@ export class TableMap {
     out.textContent = `${found.length.toLocaleString("en")} match${found.length === 1 ? "" : "es"}` +
       (found.length ? ` (Enter zooms to them)` : "");
     this.root.dataset.matches = String(found.length);
-    const first = found.slice(0, PICKS + 1).filter((i) => i !== exact);
+    const first = Array.from(found.slice(0, PICKS + 1)).filter((i) => i !== exact);
     this.listPicks((exact < 0 ? first : [exact, ...first]).slice(0, PICKS));
     this.request();
+    return true;
+  }
+
+  /** The first ``rows`` labels' ids that the expression (``source``, ``flags``) matches, tested in the worker
+   * (started, and given the labels, when it has none or another table's); null when it ran past its time. */
+  testLabels(source, flags, rows) {
+    if (!this.regexWorker || this.regexWorker.labels !== this.labels) {
+      this.regexWorker?.terminate();
+      this.regexWorker = new Worker("/static/regexsearch.js");
+      this.regexWorker.labels = this.labels;
+      this.regexWorker.postMessage({ labels: this.labels });
+    }
+    const worker = this.regexWorker;
+    return new Promise((resolve) => {
+      const stop = () => {
+        worker.terminate(); // it may be testing a label for minutes: a new one takes the next search
+        if (this.regexWorker === worker) this.regexWorker = null;
+        this.stopRegex = () => {};
+        resolve(null);
+      };
+      const timer = setTimeout(stop, REGEX_SECONDS * 1000);
+      this.stopRegex = () => {
+        clearTimeout(timer);
+        stop();
+      };
+      worker.onmessage = ({ data }) => {
+        clearTimeout(timer);
+        this.stopRegex = () => {};
+        resolve(data.rows);
+      };
+      worker.postMessage({ source, flags, rows });
+    });
   }
 
   /** Buttons for rows ``ids`` (a search's first matches): the keyboard's way to a row and its neighbours, as a
@@ -713,6 +761,7 @@ export class TableMap {
     this.root.dataset.matches = "";
     this.listPicks([]);
     this.request();
+    return false;
   }
 
   setDim(dim) {
@@ -851,13 +900,12 @@ export class TableMap {
       timer = setTimeout(() => this.runSearch(), 120);
       this.deps.onSearch?.(search.value);
     });
-    search.addEventListener("keydown", (event) => {
+    search.addEventListener("keydown", async (event) => {
       if (event.key !== "Enter") return;
       event.preventDefault();
       clearTimeout(timer);
       this.held = false;
-      this.runSearch();
-      if (this.matches && this.matches.length) this.fit(this.matches);
+      if ((await this.runSearch()) && this.matches.length) this.fit(this.matches);
     });
     this.root.querySelector(".tm-colour").addEventListener("change", async (event) => {
       if (await this.colourBy(event.target.value)) this.noteColours(""); // the refusal before is past

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import gzip
 import json
 import os
 import re
@@ -869,6 +870,38 @@ def test_a_regular_expression_in_a_link_waits_for_enter(server: str, watched: Wa
     page.wait_for_function("() => Number(document.getElementById('table-map').dataset.matches) > 0")
     open_table_map(watched, server, f"?table={WORDS_TABLE}&q=heart")
     page.wait_for_function("() => Number(document.getElementById('table-map').dataset.matches) > 0")
+    watched.assert_clean()
+
+
+def test_a_regular_expression_that_backtracks_for_minutes_leaves_the_tab_responsive(
+    server: str, api: httpx.Client, watched: Watched
+) -> None:
+    """``/(a+)+$/`` typed over labels of 30 a's and a "!" (2^30 steps of backtracking each, on every label): the
+    labels are tested off the page's thread, the page keeps drawing frames and answering meanwhile, the search is
+    stopped after its time and says so, highlighting nothing, and the next expression runs."""
+    labels = api.get(f"/v1/tables/{WORDS_TABLE}/map/labels")
+    rows = len(json.loads(gzip.decompress(labels.content)))
+    body = gzip.compress(json.dumps(["a" * 30 + "!"] * rows).encode())
+    page = watched.page
+    page.route("**/map/labels", lambda route: route.fulfill(body=body, content_type=labels.headers["content-type"]))
+    open_table_map(watched, server)
+    scale = page.evaluate("explorer.tableMap.view.s")
+    page.evaluate(
+        "() => { window.framesDrawn = 0; const tick = () => { window.framesDrawn++; requestAnimationFrame(tick); }; "
+        "tick(); }"
+    )
+    page.fill("#tm-search", "/(a+)+$/")
+    page.press("#tm-search", "Enter")
+    page.wait_for_selector("#table-map .tm-matches >> text=searching")
+    frames = page.evaluate("window.framesDrawn")
+    # Frames go on being drawn while the expression runs (tested on the page's thread, none came: the tab froze)
+    page.wait_for_function("n => window.framesDrawn > n + 20", arg=frames, timeout=2_500)
+    assert page.inner_text("#table-map .tm-matches") == "searching…"
+    page.wait_for_selector("#table-map .tm-matches >> text=stopped after 3 s", timeout=10_000)
+    assert page.evaluate("explorer.tableMap.matches") is None and page.get_attribute("#table-map", "data-matches") == ""
+    assert page.evaluate("explorer.tableMap.view.s") == scale  # Enter zoomed to nothing
+    page.fill("#tm-search", "/^a{30}!$/")
+    page.wait_for_function("n => document.getElementById('table-map').dataset.matches === String(n)", arg=rows)
     watched.assert_clean()
 
 

@@ -45,6 +45,7 @@ log = logging.getLogger(__name__)
 _LIVE: weakref.WeakKeyDictionary[Table, Live] = weakref.WeakKeyDictionary()
 _SHARDED: weakref.WeakKeyDictionary[Table, Sharded] = weakref.WeakKeyDictionary()
 _LOCK = threading.Lock()
+REPLAY_LINE_SECONDS = 5.0  # between two lines of a long replay at load, as between the builder's progress lines
 
 
 class Live:
@@ -189,7 +190,7 @@ def _attach(table: Table, directory: Path) -> Live:
         log.info("%s: replaying %.1f MiB of writes ...", where, size / 2**20)
     started = time.perf_counter()
     try:
-        delta, replayed, inode = _replayed(table, path)
+        delta, replayed, inode = _replayed(table, path, _replay_progress(where, size))
     except (writelog.LogCorrupt, writelog.LogMismatch) as exc:
         raise type(exc)(f"{where}: {exc.message}") from None
     if size:
@@ -208,18 +209,33 @@ def _attach(table: Table, directory: Path) -> Live:
     return live
 
 
-def _replayed(table: Table, path: Path) -> tuple[Delta, int, int | None]:
+def _replayed(table: Table, path: Path, done: Callable[[int], None]) -> tuple[Delta, int, int | None]:
     """The table's delta with the log at ``path`` replayed a piece at a time (``Delta.replay_log``, as a compaction
-    replays it), the records replayed and the identity (inode) of the file they were read from. Replayed again
-    when a compaction's cut replaced the file meanwhile: the records' offsets are the replaced file's, and later
-    writes go to the new one, which would then be read from the wrong place."""
+    replays it; ``done(bytes replayed)`` after each piece), the records replayed and the identity (inode) of the
+    file they were read from. Replayed again when a compaction's cut replaced the file meanwhile: the records'
+    offsets are the replaced file's, and later writes go to the new one, which would then be read from the wrong
+    place."""
     assert table.payload is not None
     while True:
         before = _inode(path)
         delta = Delta(table.payload, table.rows, table.dim, int(table.manifest.get("log_sequence", 0)))
-        replayed = delta.replay_log(path)
+        replayed = delta.replay_log(path, done)
         if _inode(path) == before:
             return delta, replayed, before
+
+
+def _replay_progress(where: str, size: int) -> Callable[[int], None]:
+    """``done(bytes replayed)`` of the replay of a log of ``size`` bytes: a line every ``REPLAY_LINE_SECONDS``, as
+    the builder's long steps print theirs, the last piece said by the replay's closing line."""
+    last = time.monotonic()
+
+    def done(end: int) -> None:
+        nonlocal last
+        if end < size and time.monotonic() - last >= REPLAY_LINE_SECONDS:
+            last = time.monotonic()
+            log.info("%s: %.0f%% replayed (%.1f of %.1f MiB) ...", where, 100 * end / size, end / 2**20, size / 2**20)
+
+    return done
 
 
 def _inode(path: Path) -> int | None:

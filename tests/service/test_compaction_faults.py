@@ -9,6 +9,7 @@ import shutil
 import signal
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -290,8 +291,8 @@ def test_a_load_that_races_the_cut_of_the_log_sees_the_writes_after_it(
 
     cuts = [3]
 
-    def read_then_cut(delta: Delta, log: Path) -> int:
-        replayed = replay_log(delta, log)
+    def read_then_cut(delta: Delta, log: Path, done: Callable[[int], object]) -> int:
+        replayed = replay_log(delta, log, done)
         while cuts:  # once, after the first read
             cut(log, cuts.pop())
         return replayed

@@ -45,3 +45,25 @@ def test_a_server_replays_its_log_a_piece_at_a_time(
         for mine, theirs in zip(state.delta.matrix()[1:], at_once.matrix()[1:], strict=True):
             assert np.array_equal(mine, theirs)
     assert peaks[1] < 1.5 * peaks[0], peaks
+
+
+def test_a_long_replay_says_how_far_it_is_every_few_seconds(
+    data_dir: Path, lee_docs: Lee, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Between the line before and the line after, a line at most every few seconds (here: at every piece) with the
+    share of the log replayed, as the builder's long steps print theirs."""
+    monkeypatch.setattr(writelog, "READ_BYTES", 32 << 10)
+    monkeypatch.setattr(live, "REPLAY_LINE_SECONDS", 0.0)
+    path = logged(data_dir, writes(lee_docs, 250))
+    size = path.stat().st_size
+    with caplog.at_level("INFO", logger="service.live"):
+        live.attach(Table.load(data_dir / "lee", checksums=False), data_dir / "lee")
+    where = "table 'lee': write log lee.log"
+    assert caplog.messages[0] == f"{where}: replaying {size / 2**20:.1f} MiB of writes ..."
+    assert caplog.messages[-1].startswith(f"{where}: 250 records replayed in ")
+    shown = caplog.messages[1:-1]
+    pieces = [records[-1].end for records in writelog.read_pieces(path)][:-1]  # the last: the closing line's
+    assert len(shown) == len(pieces) >= 3, caplog.messages
+    for line, end in zip(shown, pieces, strict=True):
+        expected = f"{where}: {100 * end / size:.0f}% replayed ({end / 2**20:.1f} of {size / 2**20:.1f} MiB) ..."
+        assert line == expected

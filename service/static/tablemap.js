@@ -676,7 +676,7 @@ export class TableMap {
         input.setAttribute("aria-invalid", "true");
         return this.unhighlight(`not a regular expression: ${err.message}`);
       }
-      out.textContent = "searching…";
+      this.unhighlight("searching…"); // the rows of the search before are not what the box says
       found = await this.testLabels(slashed[1], flags, rows);
       if (search !== this.searches) return false;
       if (found === null) {

@@ -331,8 +331,10 @@ class JsonErrorsProtocol(HttpToolsProtocol):
         self.transport.abort()  # close() would wait for the buffer to be sent
 
     def eof_received(self) -> None:
-        """The client shut its side: inside a body, that body can never be complete (400, then closed)."""
-        if self.in_body and not self.refused:
+        """The client shut its side: inside a body, that body can never be complete (400, then closed). A request
+        answered without its body (a 413 by its declared length) has had its answer: nothing to refuse."""
+        answered = self.cycle is not None and self.cycle.response_started
+        if self.in_body and not self.refused and not answered:
             self._say(logging.INFO, "the client ended the connection inside a request body: answering 400")
             self._refuse("bad_request", "the connection ended inside the request body")
         # returning None: asyncio closes the transport once what is written is sent

@@ -16,6 +16,7 @@ from typing import Any
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from service.errors import status_of
 from service.http.logged_once import CUT_STATUS
 
 LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
@@ -23,6 +24,10 @@ LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0
 # or that the client cut; service.http.protocol), and counted it by its code: the app's answer is dropped, and not
 # counted.
 REFUSED = "embedding.refused"
+# In a request's scope: its client left before its answer began (service.http.protocol, which logged its access line
+# with this status): counted so, not with the status of the answer the app then sends to no one.
+GONE = "embedding.gone"
+GONE_STATUS = status_of("client_closed_request")
 
 
 class Metrics:
@@ -150,7 +155,8 @@ class MetricsMiddleware:
                 elif not table and template in self.fronted:
                     template, table = self.fronted[template]
                 method = scope["method"] if scope["method"] in METHODS else "other"  # a client's word: not a label
-                count, latency = self.metrics.request_children(method, template, table, status or 500)
+                status = GONE_STATUS if GONE in scope else status or 500
+                count, latency = self.metrics.request_children(method, template, table, status)
                 count.inc()
                 latency.observe(time.perf_counter() - started)
 

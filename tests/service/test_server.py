@@ -16,6 +16,7 @@ import httpx
 import numpy as np
 import psutil
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from index.engine.table import Table
 from service.main import listen_problem
@@ -74,6 +75,36 @@ def test_a_request_id_is_sent_back_and_logged(small_server: Server) -> None:
         status, answered = ask(k, invalid)
         assert status == 200 and "x-request-id" not in answered, invalid
         assert access_line(k).endswith(" 200") and invalid not in small_server.log(), invalid
+
+
+def analogies_counted(base: str) -> dict[str, float]:
+    """``POST /v1/tables/{table}/analogy``'s requests by status, as Prometheus' parser reads ``/metrics``."""
+    return {
+        sample.labels["status"]: sample.value
+        for family in text_string_to_metric_families(HTTP.get(f"{base}/metrics").text)
+        if family.name == "embedding_http_requests"
+        for sample in family.samples
+        if sample.name.endswith("_total") and sample.labels["route"] == "/v1/tables/{table}/analogy"
+    }
+
+
+def test_a_request_whose_client_leaves_before_its_answer_has_its_access_line_and_counts_499(
+    small_server: Server,
+) -> None:
+    """A batch of 3CosMul analogies (each scores every row) whose client closes its connection once it is sent:
+    the answer, computed after the client left, is sent to no one. Its access line says so, 499 as for work not
+    started, naming its id, and the metrics count it so, not as the 200 no client got."""
+    words = ["king", "man", "woman", "paris", "france", "berlin", "germany", "red", "blue", "dog", "cat", "queen"]
+    questions = [{"a": words[i % 12], "b": words[(i + 1) % 12], "c": words[(i + 5) % 12]} for i in range(300)]
+    body = json.dumps({"queries": questions, "k": 10, "method": "3cosmul"}).encode()
+    before = analogies_counted(small_server.base)
+    with raw_http.connect(small_server.port) as sock:
+        sock.sendall(raw_http.request("POST", "/v1/tables/small/analogy", body, {"X-Request-ID": "left-early"}))
+    wait_for(lambda: analogies_counted(small_server.base) != before, seconds=60, what="the batch counted")
+    added = {status: count - before.get(status, 0.0) for status, count in analogies_counted(small_server.base).items()}
+    assert {status: count for status, count in added.items() if count} == {"499": 1}
+    [line] = [line for line in small_server.log().splitlines() if "left-early" in line]
+    assert line.endswith('"POST /v1/tables/small/analogy HTTP/1.1" 499 request_id=left-early'), line
 
 
 def test_a_projection_logs_its_access_line_alone(small_data_dir: Path, tmp_path: Path) -> None:

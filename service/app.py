@@ -172,7 +172,7 @@ def create_app(settings: Settings) -> FastAPI:
     routes = [route for router in (*ROUTERS, *EMBED_ROUTERS) for route in router.routes]
     declared_only(routes)  # a route refuses query parameters it does not declare
     app.router.routes[:0] = routes
-    front = scatter.Front(front_settings())  # sharded tables answered by their shards' servers
+    front = scatter.Front(front_settings(), metrics)  # sharded tables answered by their shards' servers
     app.state.front = front
     if front.tables:
         app.add_middleware(scatter.ClientKey)  # the client's key for the shard requests

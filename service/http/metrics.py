@@ -1,6 +1,7 @@
 """Prometheus metrics: requests and latency per route template and table, the requests the HTTP protocol refused
-before the app (``service.http.protocol``), time spent in the query engine, and the engine calls holding or
-awaiting a worker thread's slot.
+before the app (``service.http.protocol``), the shard replicas a sharded table's front found failing
+(``service.scatter``), time spent in the query engine, and the engine calls holding or awaiting a worker thread's
+slot.
 
 Each app has its own registry (tests build many apps in one process). With several worker processes set
 ``PROMETHEUS_MULTIPROC_DIR`` (``embedding-serve --workers N`` does) and ``/metrics`` aggregates every worker.
@@ -62,6 +63,13 @@ class Metrics:
             ("code",),
             registry=self.registry,
         )
+        self.shard_failures = Counter(
+            "embedding_shard_failures",
+            "Requests a sharded table's front sent a shard replica that failed (no answer in time, not reachable, "
+            "an error status, the key refused, no such table, another shard), by table and shard",
+            ("table", "shard"),
+            registry=self.registry,
+        )
         self.search = Histogram(
             "embedding_search_seconds",
             "Time spent in the query engine per operation and table",
@@ -80,6 +88,9 @@ class Metrics:
 
     def count_refusal(self, code: str) -> None:
         self.children(self.refused, code).inc()
+
+    def count_shard_failure(self, table: str, shard: int) -> None:
+        self.children(self.shard_failures, table, str(shard)).inc()
 
     def observe_search(self, operation: str, table: str, seconds: float) -> None:
         self.children(self.search, operation, table).observe(seconds)

@@ -3,8 +3,8 @@ connections open and answers nothing), on loopback: real shard servers and a rea
 
 The front tries the shard's replicas in turn; the stopped one costs the request that meets it its deadline
 (``EMBEDDING_SHARD_TIMEOUT``) and a retry on the other, and is then tried after the other for ``FAIL_SECONDS``,
-so the requests that follow are answered at once, not every other one after the deadline. Once it answers
-again it takes its turn again.
+so the requests that follow are answered at once, not every other one after the deadline. The front's log says
+so in one warning, its metrics count the failure. Once it answers again it takes its turn again.
 """
 
 from __future__ import annotations
@@ -13,6 +13,8 @@ import json
 import signal
 import time
 from pathlib import Path
+
+from prometheus_client.parser import text_string_to_metric_families
 
 from index.store import shardmap
 from service.scatter import FAIL_SECONDS
@@ -41,6 +43,16 @@ def searches_served(server: Server) -> int:
     return server.log().count(f'"POST /v1/tables/{NAMES[0]}/search HTTP/1.1" 200')
 
 
+def failures(front: Server) -> dict[tuple[str, str], float]:
+    """``embedding_shard_failures_total`` by table and shard, as Prometheus' parser reads the front's ``/metrics``."""
+    return {
+        (sample.labels["table"], sample.labels["shard"]): sample.value
+        for family in text_string_to_metric_families(HTTP.get(f"{front.base}/metrics").text)
+        for sample in family.samples
+        if sample.name == "embedding_shard_failures_total"
+    }
+
+
 def test_a_stopped_replica_costs_one_deadline_not_every_other_request(
     tmp_path: Path, lee_imports: Path, lee_docs: Lee
 ) -> None:
@@ -65,10 +77,16 @@ def test_a_stopped_replica_costs_one_deadline_not_every_other_request(
         assert time.monotonic() - began < TIMEOUT + FAIL_SECONDS  # within the time a failed replica is tried last
         assert sum(s > TIMEOUT / 2 for s in seconds) == 1, seconds  # the one that met it; the others at once
         assert all(s < 2 * TIMEOUT for s in seconds), seconds
+        # Every search was answered: the operator learns of the replica from the front's log and metrics
+        failing = f"{replicas[0][0]}: no answer within {TIMEOUT:g} s; tried after its other replicas for 5s"
+        [line] = [line for line in front.log().splitlines() if "WARNING service.scatter" in line]
+        assert line.endswith(f"WARNING service.scatter: table 'lee', shard 0: {failing}"), line
+        assert failures(front) == {("lee", "0"): 1.0}
         stopped.process.send_signal(signal.SIGCONT)
         served = searches_served(stopped)
         time.sleep(FAIL_SECONDS)
         searched(front, lee_docs, 4)
         assert searches_served(stopped) > served  # answering again: in its turn again
+        assert failures(front) == {("lee", "0"): 1.0} and front.log().count("WARNING service.scatter") == 1
     finally:
         real_server.stop_together(started)

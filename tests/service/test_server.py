@@ -23,6 +23,7 @@ from service.main import listen_problem
 from service_client import ApiError, Client, Neighbor
 from tests.service import failing_serve, raw_http
 from tests.service.real_server import HTTP, Server, running, start, wait_for
+from tests.service.scraped import never_less, scrape
 
 
 def stop(server: Server) -> None:
@@ -316,6 +317,7 @@ def test_two_workers_share_the_tables_and_the_metrics(small_data_dir: Path, tmp_
         # Both silent first, so that the supervisor's health check (every half second) is waiting on one of them
         # when they die, as when the OOM killer takes a busy worker: the deaths are seen at once, not when the
         # check's WORKER_SILENCE_SECONDS run out.
+        scraped, _ = scrape(base)  # the two workers' metrics as one, in the text format's rules
         for worker in workers:
             os.kill(worker.pid, signal.SIGSTOP)
         time.sleep(1.5)
@@ -332,6 +334,7 @@ def test_two_workers_share_the_tables_and_the_metrics(small_data_dir: Path, tmp_
             what="two new workers ready",
         )
         assert work_running(base) == 0
+        never_less(scraped, scrape(base)[0])  # the dead workers' counts kept: none lower
         hung, other = psutil.Process(server.process.pid).children()
         os.kill(hung.pid, signal.SIGSTOP)  # as a worker whose event loop is stuck: SIGTERM changes nothing
         time.sleep(1.5)  # the supervisor's health check waits on it: the other worker gets its SIGTERM all the same

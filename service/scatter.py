@@ -395,7 +395,7 @@ class Front:
             )
         return None
 
-    def failed(self, table: str, number: int, replica: str, reason: str, logged: bool) -> None:
+    def replica_failed(self, table: str, number: int, replica: str, reason: str, logged: bool) -> None:
         """Count a replica's failure in the metrics (``embedding_shard_failures_total``), and say it in the log, once
         every :data:`FAIL_SECONDS` while it keeps failing (``logged``: :meth:`check_place` said it): with partial
         answers (``EMBEDDING_PARTIAL``) a shard that does not answer fails no request."""
@@ -405,9 +405,7 @@ class Front:
         last = self.warned.get(key)
         if not logged and (last is None or now - last >= FAIL_SECONDS):
             self.warned[key] = now
-            log.warning(
-                "table %r, shard %d: %s; tried after its other replicas for %gs", table, number, reason, FAIL_SECONDS
-            )
+            log.warning("table %r, shard %d: %s", table, number, reason)
 
     def refused(self, number: int, shard: Shard, refused: ShardRefused) -> None:
         """Note shard ``number``'s refusal: one for a limit of its server (lower than the one kept: it restarted)
@@ -482,7 +480,8 @@ class Front:
         def note_failure(replica: str, reason: str, logged: bool = False) -> None:  # tried after the others a while
             reasons.append(reason)
             shard.failed[replica] = time.monotonic()
-            self.failed(shard.table, shard_number, replica, reason, logged)
+            said = f"{reason}; tried after its other replicas for {FAIL_SECONDS:g} s"
+            self.replica_failed(shard.table, shard_number, replica, said, logged)
 
         for replica in shard.order()[:2]:
             try:

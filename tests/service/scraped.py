@@ -41,3 +41,12 @@ def never_less(before: Series, after: Series) -> None:
         if key[0].endswith(("_total", "_bucket", "_count", "_sum")) and not after.get(key, -1.0) >= value
     }
     assert lower == {}
+
+
+def shard_failures(base: str) -> dict[tuple[str, str], float]:
+    """``embedding_shard_failures_total`` of a front by (table, shard)."""
+    return {
+        (dict(labels)["table"], dict(labels)["shard"]): value
+        for (name, labels), value in scrape(base)[0].items()
+        if name == "embedding_shard_failures_total"
+    }

@@ -14,14 +14,13 @@ import signal
 import time
 from pathlib import Path
 
-from prometheus_client.parser import text_string_to_metric_families
-
 from index.store import shardmap
 from service.scatter import FAIL_SECONDS
 from tests.lee import Lee
 from tests.service import real_server
 from tests.service.conftest import LEE_SHARDS, lee_copy
 from tests.service.real_server import HTTP, Server
+from tests.service.scraped import shard_failures
 
 NAMES = [shardmap.shard_name(s) for s in range(LEE_SHARDS)]
 TIMEOUT = 2.0  # EMBEDDING_SHARD_TIMEOUT
@@ -41,16 +40,6 @@ def searched(front: Server, lee: Lee, times: int) -> list[float]:
 
 def searches_served(server: Server) -> int:
     return server.log().count(f'"POST /v1/tables/{NAMES[0]}/search HTTP/1.1" 200')
-
-
-def failures(front: Server) -> dict[tuple[str, str], float]:
-    """``embedding_shard_failures_total`` by table and shard, as Prometheus' parser reads the front's ``/metrics``."""
-    return {
-        (sample.labels["table"], sample.labels["shard"]): sample.value
-        for family in text_string_to_metric_families(HTTP.get(f"{front.base}/metrics").text)
-        for sample in family.samples
-        if sample.name == "embedding_shard_failures_total"
-    }
 
 
 def test_a_stopped_replica_costs_one_deadline_not_every_other_request(
@@ -78,15 +67,15 @@ def test_a_stopped_replica_costs_one_deadline_not_every_other_request(
         assert sum(s > TIMEOUT / 2 for s in seconds) == 1, seconds  # the one that met it; the others at once
         assert all(s < 2 * TIMEOUT for s in seconds), seconds
         # Every search was answered: the operator learns of the replica from the front's log and metrics
-        failing = f"{replicas[0][0]}: no answer within {TIMEOUT:g} s; tried after its other replicas for 5s"
+        failing = f"{replicas[0][0]}: no answer within {TIMEOUT:g} s; tried after its other replicas for 5 s"
         [line] = [line for line in front.log().splitlines() if "WARNING service.scatter" in line]
         assert line.endswith(f"WARNING service.scatter: table 'lee', shard 0: {failing}"), line
-        assert failures(front) == {("lee", "0"): 1.0}
+        assert shard_failures(front.base) == {("lee", "0"): 1.0}
         stopped.process.send_signal(signal.SIGCONT)
         served = searches_served(stopped)
         time.sleep(FAIL_SECONDS)
         searched(front, lee_docs, 4)
         assert searches_served(stopped) > served  # answering again: in its turn again
-        assert failures(front) == {("lee", "0"): 1.0} and front.log().count("WARNING service.scatter") == 1
+        assert shard_failures(front.base) == {("lee", "0"): 1.0} and front.log().count("WARNING service.scatter") == 1
     finally:
         real_server.stop_together(started)

@@ -48,7 +48,7 @@ from service.http.metrics import Metrics, MetricsMiddleware
 from service.http.openai_errors import OpenAIErrorsMiddleware
 from service.http.request_id import RequestIdMiddleware
 from service.http.slashes import relative_slash_redirects
-from service.logs import format_from_env, own_line, redact_keys
+from service.logs import format_from_env, log_urls, own_line
 from service.registry import Registry
 from service.reload import Reloader
 from service.respond import FastJSON
@@ -172,7 +172,7 @@ def create_app(settings: Settings) -> FastAPI:
     routes = [route for router in (*ROUTERS, *EMBED_ROUTERS) for route in router.routes]
     declared_only(routes)  # a route refuses query parameters it does not declare
     app.router.routes[:0] = routes
-    front = scatter.Front(front_settings())  # sharded tables answered by their shards' servers
+    front = scatter.Front(front_settings(), metrics)  # sharded tables answered by their shards' servers
     app.state.front = front
     if front.tables:
         app.add_middleware(scatter.ClientKey)  # the client's key for the shard requests
@@ -282,7 +282,7 @@ def app_from_env() -> FastAPI:
         raise SystemExit(own_line(describe_error(exc), format_from_env(os.environ))) from None
     except ValueError as exc:  # a key file (service.secret_files)
         raise SystemExit(own_line(f"invalid settings: {exc}", format_from_env(os.environ))) from None
-    redact_keys(key.decode("ascii") for keys in auth.server_keys(settings).values() for key in keys)
+    log_urls(key.decode("ascii") for keys in auth.server_keys(settings).values() for key in keys)
     app = create_app(settings)
     # Set by ``embedding-serve --workers N``: the process that passes SIGHUP on to every worker.
     supervisor = os.environ.get(SUPERVISOR_VARIABLE, "")

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import logging
+import re
 import sys
 import time
 from collections.abc import Callable, Iterable, Mapping
 from contextvars import ContextVar
 from typing import Any
-from urllib.parse import unquote, unquote_plus
+from urllib.parse import quote, unquote, unquote_plus
 
 import orjson
 
@@ -34,13 +35,27 @@ class JsonFormatter(logging.Formatter):
 
 
 REDACTED = "[key]"
+# The most of a URL a line logs: a 32 KiB request line of quotes (each logged %22) made a 90 KB access line, which
+# Docker's and containerd's log drivers cut into 16 KiB pieces, none of a JSON line's pieces parsing.
+URL_CHARS = 4096
+CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")  # characters that end or rewrite a line where it is read
 
 
-class KeysRedacted(logging.Filter):
-    """The server's keys out of the URLs a line logs (the access line's, an error's): a path segment, or a query
-    parameter's name or value, that is a key once its %-escapes are decoded is written ``[key]``. A client that sends
-    a key where none is read (``?api_key=...``, a path) is refused as sending none, and its key does not reach the
-    log, whose readers need not hold it. Whole parts only: a short key leaves the words that hold it alone."""
+def _escaped(control: re.Match[str]) -> str:
+    return quote(control.group(), safe="")
+
+
+class LoggedUrls(logging.Filter):
+    """The URLs a line logs (the access line's, an error's: an argument of its message that starts with its path),
+    as the log may hold them.
+
+    - The server's keys out of them: a path segment, or a query parameter's name or value, that is a key once its
+      %-escapes are decoded is written ``[key]``. A client that sends a key where none is read (``?api_key=...``, a
+      path) is refused as sending none, and its key does not reach the log, whose readers need not hold it. Whole
+      parts only: a short key leaves the words that hold it alone.
+    - Control characters %-escaped again (a path as the app reads it is decoded: its ``%0A`` would begin a line of
+      its own, a forged one in the plain format; ``%1B`` would drive a terminal).
+    - At most ``URL_CHARS`` characters of each, then ``...[+N]``, N the characters left out."""
 
     def __init__(self, keys: Iterable[str]) -> None:
         super().__init__()
@@ -50,7 +65,7 @@ class KeysRedacted(logging.Filter):
     def part(self, text: str, decode: Callable[[str], str]) -> str:
         return REDACTED if decode(text) in self.keys else text
 
-    def url(self, url: str) -> str:
+    def redacted(self, url: str) -> str:
         path, mark, query = url.partition("?")
         for key in self.slashed:
             if key in unquote(path):
@@ -60,22 +75,25 @@ class KeysRedacted(logging.Filter):
         query = "&".join(self.part(n, unquote_plus) + eq + self.part(v, unquote_plus) for n, eq, v in params)
         return path + mark + query
 
+    def url(self, url: str) -> str:
+        url = CONTROL.sub(_escaped, self.redacted(url) if self.keys else url)
+        return url if len(url) <= URL_CHARS else f"{url[:URL_CHARS]}...[+{len(url) - URL_CHARS}]"
+
     def filter(self, record: logging.LogRecord) -> bool:
         if isinstance(record.args, tuple):  # a URL is an argument of the message, starting with its path
             record.args = tuple(self.url(a) if isinstance(a, str) and a[:1] == "/" else a for a in record.args)
         return True
 
 
-def redact_keys(keys: Iterable[str]) -> None:
-    """:class:`KeysRedacted` on every handler of the root logger and of uvicorn's (plain uvicorn gives them their
-    own), in place of one set before."""
-    redacted = KeysRedacted(keys)
+def log_urls(keys: Iterable[str]) -> None:
+    """:class:`LoggedUrls` with the server's keys on every handler of the root logger and of uvicorn's (plain
+    uvicorn gives them their own), in place of one set before."""
+    logged = LoggedUrls(keys)
     for name in (None, "uvicorn", "uvicorn.error", "uvicorn.access"):
         for handler in logging.getLogger(name).handlers:
-            for before in [each for each in handler.filters if isinstance(each, KeysRedacted)]:
+            for before in [each for each in handler.filters if isinstance(each, LoggedUrls)]:
                 handler.removeFilter(before)
-            if redacted.keys:
-                handler.addFilter(redacted)
+            handler.addFilter(logged)
 
 
 PLAIN = "%(asctime)s %(levelname)s %(name)s: %(message)s"

@@ -110,6 +110,8 @@ from service.shard_settings import ShardSettings
 if TYPE_CHECKING:  # imported where a front asks its shards: a server without shards never loads it
     import httpx
 
+    from service.http.metrics import Metrics
+
 EVERY_ROW = 1 << 62  # the front does not know the table's rows: a list is as deep as its shards make it
 WRITTEN = 1 << 61  # the merge's order of a shard's written documents: after every row
 TABLE = "/v1/tables/{table}"  # the table routes' prefix
@@ -291,8 +293,9 @@ def _import(identity: object) -> str:
 class Front:
     """The sharded tables this process fronts, and the one HTTP client it asks their shards with."""
 
-    def __init__(self, settings: ShardSettings) -> None:
+    def __init__(self, settings: ShardSettings, metrics: Metrics | None = None) -> None:
         self.settings = settings
+        self.metrics = metrics  # the replicas' failures counted
         self.tables = {
             name: [Shard(list(replicas), name) for replicas in shards] for name, shards in settings.shards.items()
         }
@@ -305,6 +308,7 @@ class Front:
         # (table, shard, replica): when it said it is that shard, and its place (``shard_of``: None, no shard)
         self.placed: dict[tuple[str, int, str], tuple[float, dict[str, Any] | None]] = {}
         self.misplaced: set[tuple[str, int, str]] = set()  # (table, shard, replica): said to be another, logged
+        self.warned: dict[tuple[str, int, str], float] = {}  # (table, shard, replica): when its failure was logged
 
     async def kind_of(self, name: str) -> str:
         """What sharded table ``name`` holds, from the first of its shards that answers (``GET <replica>``), with
@@ -391,6 +395,18 @@ class Front:
             )
         return None
 
+    def replica_failed(self, table: str, number: int, replica: str, reason: str, logged: bool) -> None:
+        """Count a replica's failure in the metrics (``embedding_shard_failures_total``), and say it in the log, once
+        every :data:`FAIL_SECONDS` while it keeps failing (``logged``: :meth:`check_place` said it): with partial
+        answers (``EMBEDDING_PARTIAL``) a shard that does not answer fails no request."""
+        if self.metrics is not None:
+            self.metrics.count_shard_failure(table, number)
+        key, now = (table, number, replica), time.monotonic()
+        last = self.warned.get(key)
+        if not logged and (last is None or now - last >= FAIL_SECONDS):
+            self.warned[key] = now
+            log.warning("table %r, shard %d: %s", table, number, reason)
+
     def refused(self, number: int, shard: Shard, refused: ShardRefused) -> None:
         """Note shard ``number``'s refusal: one for a limit of its server (lower than the one kept: it restarted)
         has the limits kept of it read again next time, so that a client reading the front's again sees it."""
@@ -461,9 +477,11 @@ class Front:
         reasons, timed_out = [], False
         headers = shard_headers()
 
-        def note_failure(replica: str, reason: str) -> None:  # it did not answer: tried after the others for a while
+        def note_failure(replica: str, reason: str, logged: bool = False) -> None:  # tried after the others a while
             reasons.append(reason)
             shard.failed[replica] = time.monotonic()
+            said = f"{reason}; tried after its other replicas for {FAIL_SECONDS:g} s"
+            self.replica_failed(shard.table, shard_number, replica, said, logged)
 
         for replica in shard.order()[:2]:
             try:
@@ -475,7 +493,7 @@ class Front:
                     await self.check_place(shard.table, shard_number, replica, timeout)
                     answer = await self.client.request(method, url, content=payload, headers=headers, timeout=timeout)
             except Misplaced as exc:
-                note_failure(replica, str(exc))
+                note_failure(replica, str(exc), logged=True)
                 continue
             except httpx.TimeoutException:
                 self.placed.pop((shard.table, shard_number, replica), None)

@@ -69,21 +69,26 @@ async def _send(front: Front, table: str, shard: int, method: str, path: str, bo
             await front.check_place(table, shard, writer, front.settings.shard_timeout)
             answer = await front.client.request(method, url, content=content, headers=headers, timeout=timeout)
     except Misplaced as exc:
+        front.replica_failed(table, shard, writer, str(exc), logged=True)
         message = f"the writer of shard {shard} of table {table!r} is not that shard: {exc}; nothing was written"
         raise ApiError("shard_unavailable", message, table=table, shard=shard) from None
     except httpx.TimeoutException:
         front.placed.pop((table, shard, writer), None)
+        front.replica_failed(table, shard, writer, f"{writer}: no answer to a write in time", logged=False)
         message = f"the writer of shard {shard} of table {table!r} ({writer}) did not answer in time; the write may "
         raise ApiError("shard_timeout", message + "have been applied", table=table, shard=shard) from None
     except httpx.TransportError as exc:
         front.placed.pop((table, shard, writer), None)
+        front.replica_failed(table, shard, writer, f"{writer}: {type(exc).__name__} ({exc})", logged=False)
         message = f"the writer of shard {shard} of table {table!r} ({writer}) cannot be reached: {type(exc).__name__}"
         raise ApiError("shard_unavailable", message, table=table, shard=shard) from None
     refused = ShardRefused(answer.status_code, answer.content)
     if refused.names_no_table():
+        front.replica_failed(table, shard, writer, f"{writer}: its server has no such table", logged=False)
         message = f"the writer of shard {shard} of table {table!r} ({writer}): its server has no such table"
         raise ApiError("shard_unavailable", message, table=table, shard=shard)
     if answer.status_code == 403 and (refused.error() or {}).get("message") == READ_ONLY:
+        front.replica_failed(table, shard, writer, f"{writer}: takes no writes (no EMBEDDING_WRITE_KEYS)", logged=False)
         message = (
             f"the writer of shard {shard} of table {table!r} ({writer}) takes no writes: its server was started "
             "without EMBEDDING_WRITE_KEYS (a shard's writer is the first replica EMBEDDING_SHARDS lists for it, and "
@@ -98,6 +103,7 @@ async def _send(front: Front, table: str, shard: int, method: str, path: str, bo
             refusal = error_body("invalid_request", answer.text[:200])
         raise Refused(answer.status_code, refusal)
     if answer.status_code != 200:
+        front.replica_failed(table, shard, writer, f"{writer}: status {answer.status_code}", logged=False)
         message = f"the writer of shard {shard} of table {table!r} ({writer}) failed: status {answer.status_code}"
         raise ApiError("shard_unavailable", message, table=table, shard=shard)
     return orjson.loads(answer.content)

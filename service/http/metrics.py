@@ -1,6 +1,7 @@
 """Prometheus metrics: requests and latency per route template and table, the requests the HTTP protocol refused
-before the app (``service.http.protocol``), time spent in the query engine, and the engine calls holding or
-awaiting a worker thread's slot.
+before the app (``service.http.protocol``), the shard replicas a sharded table's front found failing
+(``service.scatter``), time spent in the query engine, and the engine calls holding or awaiting a worker thread's
+slot.
 
 Each app has its own registry (tests build many apps in one process). With several worker processes set
 ``PROMETHEUS_MULTIPROC_DIR`` (``embedding-serve --workers N`` does) and ``/metrics`` aggregates every worker.
@@ -16,6 +17,7 @@ from typing import Any
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from service.errors import status_of
 from service.http.logged_once import CUT_STATUS
 
 LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
@@ -23,6 +25,10 @@ LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0
 # or that the client cut; service.http.protocol), and counted it by its code: the app's answer is dropped, and not
 # counted.
 REFUSED = "embedding.refused"
+# In a request's scope: its client left before its answer began (service.http.protocol, which logged its access line
+# with this status): counted so, not with the status of the answer the app then sends to no one.
+GONE = "embedding.gone"
+GONE_STATUS = status_of("client_closed_request")
 
 
 class Metrics:
@@ -57,6 +63,13 @@ class Metrics:
             ("code",),
             registry=self.registry,
         )
+        self.shard_failures = Counter(
+            "embedding_shard_failures",
+            "Requests a sharded table's front sent a shard replica that failed (no answer in time, not reachable, "
+            "an error status, the key refused, no such table, another shard), by table and shard",
+            ("table", "shard"),
+            registry=self.registry,
+        )
         self.search = Histogram(
             "embedding_search_seconds",
             "Time spent in the query engine per operation and table",
@@ -75,6 +88,9 @@ class Metrics:
 
     def count_refusal(self, code: str) -> None:
         self.children(self.refused, code).inc()
+
+    def count_shard_failure(self, table: str, shard: int) -> None:
+        self.children(self.shard_failures, table, str(shard)).inc()
 
     def observe_search(self, operation: str, table: str, seconds: float) -> None:
         self.children(self.search, operation, table).observe(seconds)
@@ -150,7 +166,8 @@ class MetricsMiddleware:
                 elif not table and template in self.fronted:
                     template, table = self.fronted[template]
                 method = scope["method"] if scope["method"] in METHODS else "other"  # a client's word: not a label
-                count, latency = self.metrics.request_children(method, template, table, status or 500)
+                status = GONE_STATUS if GONE in scope else status or 500
+                count, latency = self.metrics.request_children(method, template, table, status)
                 count.inc()
                 latency.observe(time.perf_counter() - started)
 

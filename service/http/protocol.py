@@ -73,11 +73,12 @@ import httptools
 import orjson
 from uvicorn.config import Config
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+from uvicorn.protocols.utils import get_client_addr, get_path_with_query_string
 from uvicorn.server import ServerState
 
 from service.errors import error_body, status_of
 from service.http.declared_query import PROBES
-from service.http.metrics import REFUSED
+from service.http.metrics import GONE, GONE_STATUS, REFUSED
 from service.http.one_write import use_one_write
 from service.http.openai_errors import is_openai, openai_error
 from service.http.request_id import HEADER as REQUEST_ID
@@ -286,11 +287,27 @@ class JsonErrorsProtocol(HttpToolsProtocol):
         self._cancel_timers()
         if self.send_timer is not None:
             self.send_timer.cancel()
+        running = self.running
+        if running is not None and not running.response_started and REFUSED not in running.scope:
+            self._gone(running)
         for cycle in (self.running, *(queued for queued, _ in self.pipeline)):
             if cycle is not None and not cycle.response_complete:  # its app's sends are dropped, receive() ends
                 cycle.disconnected = True
                 cycle.message_event.set()
         super().connection_lost(exc)
+
+    def _gone(self, cycle: Any) -> None:
+        """The client of a request whose app runs left before its answer began: uvicorn drops that answer, and its
+        access line with it. The line is written now, with status 499 (as nginx's), and the metrics count it so."""
+        scope = cycle.scope
+        scope[GONE] = True
+        if cycle.access_log:
+            with naming(scope["headers"]):
+                cycle.access_logger.info(
+                    '%s - "%s %s HTTP/%s" %d',
+                    *(get_client_addr(scope), scope["method"], get_path_with_query_string(scope)),
+                    *(scope["http_version"], GONE_STATUS),
+                )
 
     def _start_asgi_task(self, cycle: Any, app: Any) -> None:
         self.running = cycle
@@ -331,8 +348,10 @@ class JsonErrorsProtocol(HttpToolsProtocol):
         self.transport.abort()  # close() would wait for the buffer to be sent
 
     def eof_received(self) -> None:
-        """The client shut its side: inside a body, that body can never be complete (400, then closed)."""
-        if self.in_body and not self.refused:
+        """The client shut its side: inside a body, that body can never be complete (400, then closed). A request
+        answered without its body (a 413 by its declared length) has had its answer: nothing to refuse."""
+        answered = self.cycle is not None and self.cycle.response_started
+        if self.in_body and not self.refused and not answered:
             self._say(logging.INFO, "the client ended the connection inside a request body: answering 400")
             self._refuse("bad_request", "the connection ended inside the request body")
         # returning None: asyncio closes the transport once what is written is sent

@@ -348,6 +348,23 @@ def test_a_body_refused_by_its_declared_length_gets_one_answer_then_the_connecti
     assert elapsed < BODY_TIMEOUT + SLACK
 
 
+def test_a_client_that_leaves_after_its_413_gets_no_second_answer(server: Server) -> None:
+    """413 before the body is read; the client reads it and ends its side, as curl does: the request has had its
+    answer, so there is no body to refuse: no 400 after the 413, no refusal counted or logged, one line (the
+    413's access line)."""
+    before = refusals(server)[0].get("bad_request", 0.0)
+    headers = {"Content-Type": "application/json", "Content-Length": "99999999", "X-Request-ID": "left-after-413"}
+    with connect(server.port, timeout=10) as sock:
+        sock.sendall(request("POST", SEARCH, headers=headers))
+        assert error_of(read_response(sock), 413)["code"] == "body_too_large"
+        sock.shutdown(socket.SHUT_WR)
+        assert sock.recv(65536) == b""  # closed, with nothing more to read
+    assert refusals(server)[0].get("bad_request", 0.0) == before
+    wait_for(lambda: "request_id=left-after-413" in server.log(), what="the 413's access line")
+    [line] = [line for line in server.log().splitlines() if "request_id=left-after-413" in line]
+    assert line.endswith(f'"POST {SEARCH} HTTP/1.1" 413 request_id=left-after-413')
+
+
 def test_a_body_sent_slowly_within_the_body_timeout_is_answered(server: Server, small: Table) -> None:
     vectors = queries(small, 2, seed=7)
     payload = search_body(vectors, k=3)

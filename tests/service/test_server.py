@@ -16,12 +16,14 @@ import httpx
 import numpy as np
 import psutil
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from index.engine.table import Table
 from service.main import listen_problem
 from service_client import ApiError, Client, Neighbor
 from tests.service import failing_serve, raw_http
 from tests.service.real_server import HTTP, Server, running, start, wait_for
+from tests.service.scraped import never_less, scrape
 
 
 def stop(server: Server) -> None:
@@ -74,6 +76,57 @@ def test_a_request_id_is_sent_back_and_logged(small_server: Server) -> None:
         status, answered = ask(k, invalid)
         assert status == 200 and "x-request-id" not in answered, invalid
         assert access_line(k).endswith(" 200") and invalid not in small_server.log(), invalid
+
+
+def test_a_long_url_is_logged_cut_to_a_line_a_log_driver_keeps_whole(small_server: Server) -> None:
+    """A request line of 30,000 quotes (within the 32 KiB head limit), each logged as %22, made a 90 KB access line:
+    Docker's and containerd's log drivers cut lines at 16 KiB, so a JSON line would reach the log pipeline in pieces
+    that do not parse. The URL is logged cut at 4,096 characters, saying how many it left out; the line keeps its
+    status and id."""
+    targets = {"long-quotes": "/healthz?" + '"' * 30_000, "long-path": "/nosuch/" + "a" * 30_000}
+    for request_id, target in targets.items():
+        with raw_http.connect(small_server.port) as sock:
+            sock.sendall(raw_http.request("GET", target, headers={"X-Request-ID": request_id, "Connection": "close"}))
+            assert raw_http.read_response(sock)[0] in (200, 404)
+    wait_for(lambda: all(f"request_id={name}" in small_server.log() for name in targets), what="the access lines")
+    lines = {
+        name: [line for line in small_server.log().splitlines() if f"request_id={name}" in line] for name in targets
+    }
+    for name, status in (("long-quotes", 200), ("long-path", 404)):
+        [line] = lines[name]
+        url = targets[name].replace('"', "%22")  # as uvicorn writes it
+        assert line.endswith(f'"GET {url[:4096]}...[+{len(url) - 4096}] HTTP/1.1" {status} request_id={name}')
+        assert len(line) < 4400
+
+
+def analogies_counted(base: str) -> dict[str, float]:
+    """``POST /v1/tables/{table}/analogy``'s requests by status, as Prometheus' parser reads ``/metrics``."""
+    return {
+        sample.labels["status"]: sample.value
+        for family in text_string_to_metric_families(HTTP.get(f"{base}/metrics").text)
+        if family.name == "embedding_http_requests"
+        for sample in family.samples
+        if sample.name.endswith("_total") and sample.labels["route"] == "/v1/tables/{table}/analogy"
+    }
+
+
+def test_a_request_whose_client_leaves_before_its_answer_has_its_access_line_and_counts_499(
+    small_server: Server,
+) -> None:
+    """A batch of 3CosMul analogies (each scores every row) whose client closes its connection once it is sent:
+    the answer, computed after the client left, is sent to no one. Its access line says so, 499 as for work not
+    started, naming its id, and the metrics count it so, not as the 200 no client got."""
+    words = ["king", "man", "woman", "paris", "france", "berlin", "germany", "red", "blue", "dog", "cat", "queen"]
+    questions = [{"a": words[i % 12], "b": words[(i + 1) % 12], "c": words[(i + 5) % 12]} for i in range(300)]
+    body = json.dumps({"queries": questions, "k": 10, "method": "3cosmul"}).encode()
+    before = analogies_counted(small_server.base)
+    with raw_http.connect(small_server.port) as sock:
+        sock.sendall(raw_http.request("POST", "/v1/tables/small/analogy", body, {"X-Request-ID": "left-early"}))
+    wait_for(lambda: analogies_counted(small_server.base) != before, seconds=60, what="the batch counted")
+    added = {status: count - before.get(status, 0.0) for status, count in analogies_counted(small_server.base).items()}
+    assert {status: count for status, count in added.items() if count} == {"499": 1}
+    [line] = [line for line in small_server.log().splitlines() if "left-early" in line]
+    assert line.endswith('"POST /v1/tables/small/analogy HTTP/1.1" 499 request_id=left-early'), line
 
 
 def test_a_projection_logs_its_access_line_alone(small_data_dir: Path, tmp_path: Path) -> None:
@@ -264,6 +317,7 @@ def test_two_workers_share_the_tables_and_the_metrics(small_data_dir: Path, tmp_
         # Both silent first, so that the supervisor's health check (every half second) is waiting on one of them
         # when they die, as when the OOM killer takes a busy worker: the deaths are seen at once, not when the
         # check's WORKER_SILENCE_SECONDS run out.
+        scraped, _ = scrape(base)  # the two workers' metrics as one, in the text format's rules
         for worker in workers:
             os.kill(worker.pid, signal.SIGSTOP)
         time.sleep(1.5)
@@ -280,6 +334,7 @@ def test_two_workers_share_the_tables_and_the_metrics(small_data_dir: Path, tmp_
             what="two new workers ready",
         )
         assert work_running(base) == 0
+        never_less(scraped, scrape(base)[0])  # the dead workers' counts kept: none lower
         hung, other = psutil.Process(server.process.pid).children()
         os.kill(hung.pid, signal.SIGSTOP)  # as a worker whose event loop is stuck: SIGTERM changes nothing
         time.sleep(1.5)  # the supervisor's health check waits on it: the other worker gets its SIGTERM all the same

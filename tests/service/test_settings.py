@@ -28,7 +28,7 @@ from service import indexing
 from service import main as serve
 from service.app import app_from_env, create_app
 from service.execute import compute
-from service.logs import REQUEST_ID, JsonFormatter, PlainFormatter
+from service.logs import REQUEST_ID, JsonFormatter, LoggedUrls, PlainFormatter
 from service.settings import (
     INTERNAL_VARIABLES,
     KEY_FILE_VARIABLES,
@@ -660,6 +660,25 @@ def test_json_log_lines() -> None:
     entry = json.loads(JsonFormatter().format(record))
     assert entry["level"] == "error" and entry["logger"] == "service.registry"
     assert entry["message"] == "table 'x' not loaded" and entry["time"].endswith("Z")
+
+
+def test_a_decoded_path_cannot_begin_a_line_of_its_own() -> None:
+    """A path as the app reads it is decoded (``scope["path"]``, ``request.url.path``): its ``%0A`` is a newline,
+    which would begin a forged line of its own in the plain format, and its ``%1B`` an escape a terminal obeys. The
+    lines that log it (an unexpected error's, a request cut at the shutdown, work whose client left) write such
+    characters %-escaped again, keys or none."""
+    forged = "/v1/tables/small/documents/x\n2026-12-07 02:00:00,000 ERROR service.registry: forged\x1b[2J\u2028\x85"
+    for keys in ((), ("s3cret-admin-key",)):
+        record = logging.LogRecord("service.errors", logging.ERROR, __file__, 1, "unhandled error on %s %s", None, None)
+        record.args = ("GET", forged)  # as logging.Logger.error sets them
+        assert LoggedUrls(keys).filter(record)
+        [line] = PlainFormatter().format(record).splitlines()
+        assert line.endswith(
+            " ERROR service.errors: unhandled error on GET /v1/tables/small/documents/x%0A2026-12-07 02:00:00,000 "
+            "ERROR service.registry: forged%1B[2J%E2%80%A8%C2%85"
+        )
+        [line] = JsonFormatter().format(record).splitlines()
+        assert json.loads(line)["message"].endswith("forged%1B[2J%E2%80%A8%C2%85")
 
 
 def test_log_lines_name_the_request_id() -> None:

@@ -3,8 +3,8 @@ connections open and answers nothing), on loopback: real shard servers and a rea
 
 The front tries the shard's replicas in turn; the stopped one costs the request that meets it its deadline
 (``EMBEDDING_SHARD_TIMEOUT``) and a retry on the other, and is then tried after the other for ``FAIL_SECONDS``,
-so the requests that follow are answered at once, not every other one after the deadline. Once it answers
-again it takes its turn again.
+so the requests that follow are answered at once, not every other one after the deadline. The front's log says
+so in one warning, its metrics count the failure. Once it answers again it takes its turn again.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from tests.lee import Lee
 from tests.service import real_server
 from tests.service.conftest import LEE_SHARDS, lee_copy
 from tests.service.real_server import HTTP, Server
+from tests.service.scraped import shard_failures
 
 NAMES = [shardmap.shard_name(s) for s in range(LEE_SHARDS)]
 TIMEOUT = 2.0  # EMBEDDING_SHARD_TIMEOUT
@@ -65,10 +66,16 @@ def test_a_stopped_replica_costs_one_deadline_not_every_other_request(
         assert time.monotonic() - began < TIMEOUT + FAIL_SECONDS  # within the time a failed replica is tried last
         assert sum(s > TIMEOUT / 2 for s in seconds) == 1, seconds  # the one that met it; the others at once
         assert all(s < 2 * TIMEOUT for s in seconds), seconds
+        # Every search was answered: the operator learns of the replica from the front's log and metrics
+        failing = f"{replicas[0][0]}: no answer within {TIMEOUT:g} s; tried after its other replicas for 5 s"
+        [line] = [line for line in front.log().splitlines() if "WARNING service.scatter" in line]
+        assert line.endswith(f"WARNING service.scatter: table 'lee', shard 0: {failing}"), line
+        assert shard_failures(front.base) == {("lee", "0"): 1.0}
         stopped.process.send_signal(signal.SIGCONT)
         served = searches_served(stopped)
         time.sleep(FAIL_SECONDS)
         searched(front, lee_docs, 4)
         assert searches_served(stopped) > served  # answering again: in its turn again
+        assert shard_failures(front.base) == {("lee", "0"): 1.0} and front.log().count("WARNING service.scatter") == 1
     finally:
         real_server.stop_together(started)

@@ -31,6 +31,7 @@ from tests.lee import Lee
 from tests.service import real_server
 from tests.service.conftest import LEE_SHARDS, lee_copy
 from tests.service.real_server import HTTP, Server
+from tests.service.scraped import shard_failures
 from tests.service.test_live_search import as_write
 from tests.service.test_shard_writes import history
 from tests.service.test_shards_front import bodies, search_both
@@ -419,10 +420,14 @@ def test_a_shard_served_alone_refuses_the_ids_another_shard_owns(servers: dict[s
 def test_an_unreachable_writer_is_a_503(written: dict[str, Any], lee_docs: Lee) -> None:
     ident = next(f"far/{i}" for i in range(100) if shardmap.shard_of_id(f"far/{i}", SHARDS) == 2)
     body = {"documents": [{"id": ident, "vector": lee_docs.vectors[0].tolist()}]}
+    failed = shard_failures(written["broken"].base).get(("lee", "2"), 0.0)
     answer = post(written["broken"], "documents", body)
     assert answer.status_code == 503, answer.text
     error = answer.json()["error"]
     assert error["code"] == "shard_unavailable" and error["shard"] == 2 and "cannot be reached" in error["message"]
+    assert shard_failures(written["broken"].base).get(("lee", "2")) == failed + 1  # the operator's view of it
+    said = "WARNING service.scatter: table 'lee', shard 2: http://127.0.0.1:"
+    assert any(said in line and "ConnectError" in line for line in written["broken"].log().splitlines())
     near = next(f"far/{i}" for i in range(100) if shardmap.shard_of_id(f"far/{i}", SHARDS) == 0)
     answer = post(written["broken"], "documents/delete", {"ids": [near]})
     assert answer.status_code == 200 and answer.json()["deleted"] == 0, answer.text

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import re
 import time
 from collections.abc import Callable
 from contextlib import nullcontext
@@ -46,6 +47,18 @@ def source_digest(paths: list[Path]) -> str:
     for f, file_digest in zip(files, digests, strict=True):
         digest.update(f"{f.name}:{file_digest}\n".encode())
     return digest.hexdigest()
+
+
+def write_index(index: faiss.Index, path: Path) -> None:
+    """FAISS's write of ``index`` to ``path``. A write FAISS could not make (no space left, the file size limit) is
+    its RuntimeError: raised as the OSError of a failed write, which the staging directory names with its file and
+    cause (``artifact.staging``), rather than as a traceback."""
+    try:
+        faiss.write_index(index, str(path))
+    except RuntimeError as exc:
+        short = re.search(r"write error in .*: (\d+) != (\d+)", str(exc))  # FAISS's words: "written != requested"
+        said = f"FAISS wrote {short[1]} of the {short[2]} bytes it was writing" if short else str(exc)
+        raise OSError(said) from exc
 
 
 def build_table(
@@ -97,7 +110,7 @@ def build_table(
         np.save(tmp / artifact.NORMS, norms, allow_pickle=False)
         write_tokens(tmp, raw.tokens)
         if built.index is not None:
-            faiss.write_index(built.index, str(tmp / artifact.INDEX))
+            write_index(built.index, tmp / artifact.INDEX)
         if raw.flags is not None:
             np.save(tmp / FLAGS, np.asarray(raw.flags, dtype=np.uint8), allow_pickle=False)
         for file_name, content in raw.extra_files.items():
@@ -162,7 +175,7 @@ def index_table(
 
     def write(tmp: Path) -> None:
         if built.index is not None:
-            faiss.write_index(built.index, str(tmp / artifact.INDEX))
+            write_index(built.index, tmp / artifact.INDEX)
 
     changes = {"index": built.info, "indexed_at": artifact.now_iso()}
     published = artifact.republish(

@@ -38,9 +38,15 @@ def limited() -> None:
 
 
 def full_import(data_dir: Path, args: list[str], preexec: Callable[[], None] | None) -> str:
-    """Replace table ``t`` in ``data_dir`` by an import that cannot write its files; its stderr."""
+    """Replace table ``t`` in ``data_dir`` by an import that cannot write its files; its stderr's last line."""
+    return refused(data_dir, ["import", *args, "--name", "t", "--force"], preexec)
+
+
+def refused(data_dir: Path, args: list[str], preexec: Callable[[], None] | None) -> str:
+    """Run ``embedding-index ARGS`` over table ``t`` in ``data_dir``, which cannot write its files; its stderr's
+    last line, once the table is checked as it was and nothing else is left."""
     before = (data_dir / "t" / artifact.MANIFEST).read_bytes()
-    command = [str(BIN / "embedding-index"), "import", *args, "--name", "t", "--force", "--data-dir", str(data_dir)]
+    command = [str(BIN / "embedding-index"), *args, "--data-dir", str(data_dir)]
     done = subprocess.run(command, capture_output=True, text=True, timeout=600, preexec_fn=preexec, check=False)
     assert done.returncode == 1, done.stderr
     assert (data_dir / "t" / artifact.MANIFEST).read_bytes() == before and artifact.verify(data_dir / "t").ok
@@ -54,6 +60,16 @@ def test_a_write_past_the_file_size_limit_names_the_file(tmp_path: Path, glove_r
     line = full_import(data_dir, source(tmp_path, small_raw(glove_raw)), limited)
     assert line.startswith(f"embedding-index: error: {data_dir}/.tmp-t-"), line
     assert f"/{artifact.VECTORS}: File too large: the file size limit (ulimit -f)" in line, line
+
+
+def test_an_index_past_the_file_size_limit_names_its_file(tmp_path: Path, glove_raw: RawTable) -> None:
+    """FAISS writes the index itself, and says a failed write with a RuntimeError of its own."""
+    data_dir = tmp_path / "data"
+    build_table(small_raw(glove_raw, 8_000), data_dir=data_dir, name="t", source={"format": "test"}, index_spec="flat")
+    line = refused(data_dir, ["index", "t", "--index", "hnsw:M=16,efConstruction=40"], limited)
+    assert line.startswith(f"embedding-index: error: {data_dir}/.tmp-t-"), line
+    assert f"/{artifact.INDEX}: File too large: the file size limit (ulimit -f) (FAISS wrote " in line, line
+    assert line.endswith(" bytes it was writing)"), line
 
 
 def test_a_full_disk_names_the_file(tmp_path: Path, glove_raw: RawTable) -> None:

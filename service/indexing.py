@@ -29,6 +29,7 @@ from typing import Any
 from index.engine.door import Table
 from index.store import artifact
 from index.store.artifact import read_status, write_status
+from service.logs import said_once
 from service.settings import STATUS_VARIABLE
 from service.temp_dirs import INDEX_STATUS, locked_temp_dir
 
@@ -174,14 +175,18 @@ class IndexBuilds:
         return self.status_dir / f"{name}.json"
 
     def _run(self) -> None:
+        trouble: str | None = None  # why the last look failed, said once until a look succeeds
         while not self._stopping:
             self._wake.clear()
             try:
                 pending = self.look()
-            except OSError as exc:  # the status directory removed: the server is stopping
-                if not self._stopping:
-                    log.error("deferred index builds stopped: %s", exc)
-                return
+            except OSError as exc:  # no descriptor left, a full temporary directory, ...; or the server stopping
+                if self._stopping:
+                    return
+                trouble = said_once(log, trouble, exc, "deferred index builds")
+                self._wake.wait(self.seconds)
+                continue
+            trouble = None
             if not pending:
                 self._wake.wait(self.seconds)
                 continue

@@ -97,6 +97,15 @@ class PlainFormatter(logging.Formatter):
 COMMAND = "embedding-serve"
 
 
+def said_once(log: logging.Logger, said: str | None, exc: OSError, what: str) -> str:
+    """Log why a background thread's look at the data directory failed, once until the reason changes (``said``:
+    the last one logged); the thread looks again at its next turn: no descriptor left or a full temporary directory
+    is a passing want, no reason to stop."""
+    if str(exc) != said:
+        log.warning("%s: cannot look at the data directory now (%s); looking again at every turn", what, exc)
+    return str(exc)
+
+
 def format_from_env(environ: Mapping[str, str]) -> str:
     """EMBEDDING_LOG_FORMAT as the settings read it (the name in any case, the value as written), before they are
     checked: a refusal of another setting is written in that format too."""

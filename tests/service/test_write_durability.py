@@ -272,6 +272,8 @@ def test_a_write_the_disk_refuses_answers_503_and_leaves_no_torn_record(
         assert error["code"] == "not_ready" and "File too large" in error["message"], error
         assert "nothing was written" in error["message"]
         assert path.stat().st_size == size  # the part written is cut off again
+        said = "write refused: table 'lee': write log lee.log could not be written (File too large)"
+        assert f"WARNING service.live: {said}" in server.log()  # the operator's to mend: said in the server's log too
         for process in processes:
             process.rlimit(psutil.RLIMIT_FSIZE, (hard, hard))
         assert write(documents[2]).status_code == 200

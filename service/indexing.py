@@ -193,11 +193,17 @@ class IndexBuilds:
             version = pending[0]
             self._pending[version] = False  # tried once: a failed build waits for the table's next version
             name = version[0]
-            if self._build(name) and not self._stopping:
+            built = self._build(name)
+            if built is None:  # not started (no descriptor or process left): tried again at the next turn
+                self._pending[version] = True
+                self._wake.wait(self.seconds)
+            elif built and not self._stopping:
                 log.info("index of table %r published; reloading", name)
                 os.kill(os.getpid(), signal.SIGHUP)  # this process: the server, or the supervisor of its workers
 
-    def _build(self, name: str) -> bool:
+    def _build(self, name: str) -> bool | None:
+        """Run the build of table ``name``'s index in a child process: whether it published it, None when the
+        child could not be started."""
         status = self._status(name)
         command = [sys.executable, "-m", "index", "--nice", str(CHILD_NICE), "--status-file", str(status)]
         command += ["index", name, "--data-dir", str(self.data_dir)]
@@ -212,9 +218,8 @@ class IndexBuilds:
                 env=env,
             )
         except OSError as exc:
-            log.error("table %r: cannot start the index build: %s", name, exc)
-            write_status(status, {"state": "failed", "step": f"could not start: {exc}", "done": 0.0})
-            return False
+            log.warning("table %r: cannot start the index build now (%s); trying again at the next turn", name, exc)
+            return None
         last = ""
         for line in child.stdout or ():  # the builder's progress lines, every few seconds
             last = line.rstrip()

@@ -8,6 +8,7 @@ import logging
 import os
 import shutil
 import signal
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -284,3 +285,30 @@ def test_the_background_compaction_goes_on_after_a_look_that_found_no_descriptor
         compaction._run()
     assert len(looks) == 4
     assert caplog.text.count("background compaction: cannot look at the data directory now") == 1, caplog.text
+
+
+def test_a_build_that_could_not_start_is_tried_again(
+    deferred_dir: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A child that cannot be started (no descriptor left) is no failed build: the version is tried again at the next
+    turn, not left to exact search until it is published anew."""
+    builds = indexing.IndexBuilds(deferred_dir, seconds=0.01)
+    starts: list[int] = []
+
+    def popen(*args: object, **kwargs: object) -> None:
+        starts.append(1)
+        if len(starts) == 2:
+            builds._stopping = True
+        raise no_descriptor()
+
+    monkeypatch.setattr(indexing.subprocess, "Popen", popen)
+    thread = threading.Thread(target=builds._run)
+    try:
+        with caplog.at_level(logging.WARNING, logger="service.indexing"):
+            thread.start()
+            thread.join(10)
+    finally:
+        builds.stop()
+        thread.join(10)
+    assert len(starts) == 2
+    assert "table 'words': cannot start the index build now ([Errno 24] Too many open files)" in caplog.text

@@ -836,7 +836,7 @@ def main() -> None:
     try:
         app()
     except EmbeddingError as exc:
-        typer.echo(f"embedding-index: error: {exc.message}", err=True)
+        typer.echo(f"embedding-index: error: {exc.message}{_done_before()}", err=True)
         sys.exit(1)
     except SystemExit as exc:
         if exc.code == INTERRUPTED:  # Typer ends a command stopped by Ctrl-C (KeyboardInterrupt) so, without a word
@@ -844,5 +844,11 @@ def main() -> None:
             typer.echo(f"embedding-index: interrupted; {done}", err=True)
         raise
     except OSError as exc:
-        typer.echo(f"embedding-index: error: {exc.filename or ''}: {exc.strerror or exc}", err=True)
+        typer.echo(f"embedding-index: error: {exc.filename or ''}: {exc.strerror or exc}{_done_before()}", err=True)
         sys.exit(1)
+
+
+def _done_before() -> str:
+    """What a command that failed had done before it failed (a compaction's publish, before its log's cut found the
+    disk full): said, so that its error is not read as nothing changed."""
+    return f" ({'; '.join(artifact.changed)} before this)" if artifact.changed else ""

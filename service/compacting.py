@@ -26,7 +26,7 @@ from pathlib import Path
 
 from index.engine.door import manifest_is_sharded
 from index.store import artifact, writelog
-from service.logs import said_once
+from service.logs import cannot_look, said_once
 
 log = logging.getLogger("service.compacting")
 CHILD_NICE = 10
@@ -74,7 +74,7 @@ class AutoCompaction:
             try:
                 due = self.due()
             except OSError as exc:  # no descriptor left, ...: looked at again at the next turn
-                trouble = said_once(log, trouble, exc, "background compaction")
+                trouble = said_once(log, trouble, f"background compaction: {cannot_look(exc)}")
                 continue
             trouble = None
             for name in due:

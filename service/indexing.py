@@ -29,7 +29,7 @@ from typing import Any
 from index.engine.door import Table
 from index.store import artifact
 from index.store.artifact import read_status, write_status
-from service.logs import said_once
+from service.logs import cannot_look, said_once
 from service.settings import STATUS_VARIABLE
 from service.temp_dirs import INDEX_STATUS, locked_temp_dir
 
@@ -175,7 +175,8 @@ class IndexBuilds:
         return self.status_dir / f"{name}.json"
 
     def _run(self) -> None:
-        trouble: str | None = None  # why the last look failed, said once until a look succeeds
+        looking: str | None = None  # why the last look failed, said once until a look succeeds
+        starting: str | None = None  # why the last build could not start, said once until one starts
         while not self._stopping:
             self._wake.clear()
             try:
@@ -183,10 +184,10 @@ class IndexBuilds:
             except OSError as exc:  # no descriptor left, a full temporary directory, ...; or the server stopping
                 if self._stopping:
                     return
-                trouble = said_once(log, trouble, exc, "deferred index builds")
+                looking = said_once(log, looking, f"deferred index builds: {cannot_look(exc)}")
                 self._wake.wait(self.seconds)
                 continue
-            trouble = None
+            looking = None
             if not pending:
                 self._wake.wait(self.seconds)
                 continue
@@ -194,21 +195,24 @@ class IndexBuilds:
             self._pending[version] = False  # tried once: a failed build waits for the table's next version
             name = version[0]
             built = self._build(name)
-            if built is None:  # not started (no descriptor or process left): tried again at the next turn
+            if isinstance(built, OSError):  # not started (no descriptor or process left): tried at the next turn
                 self._pending[version] = True
+                message = f"table {name!r}: cannot start the index build now ({built}); trying again at every turn"
+                starting = said_once(log, starting, message)
                 self._wake.wait(self.seconds)
-            elif built and not self._stopping:
+                continue
+            starting = None
+            if built and not self._stopping:
                 log.info("index of table %r published; reloading", name)
                 os.kill(os.getpid(), signal.SIGHUP)  # this process: the server, or the supervisor of its workers
 
-    def _build(self, name: str) -> bool | None:
-        """Run the build of table ``name``'s index in a child process: whether it published it, None when the
-        child could not be started."""
+    def _build(self, name: str) -> bool | OSError:
+        """Run the build of table ``name``'s index in a child process: whether it published it, or why the child
+        could not be started."""
         status = self._status(name)
         command = [sys.executable, "-m", "index", "--nice", str(CHILD_NICE), "--status-file", str(status)]
         command += ["index", name, "--data-dir", str(self.data_dir)]
         env = {**os.environ, "OMP_NUM_THREADS": str(os.cpu_count() or 1)}  # the build may use every core
-        log.info("table %r: building its index in the background (exact search until it is ready)", name)
         try:
             self._child = child = subprocess.Popen(
                 command,
@@ -218,8 +222,8 @@ class IndexBuilds:
                 env=env,
             )
         except OSError as exc:
-            log.warning("table %r: cannot start the index build now (%s); trying again at the next turn", name, exc)
-            return None
+            return exc
+        log.info("table %r: building its index in the background (exact search until it is ready)", name)
         last = ""
         for line in child.stdout or ():  # the builder's progress lines, every few seconds
             last = line.rstrip()

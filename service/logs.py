@@ -97,13 +97,16 @@ class PlainFormatter(logging.Formatter):
 COMMAND = "embedding-serve"
 
 
-def said_once(log: logging.Logger, said: str | None, exc: OSError, what: str) -> str:
-    """Log why a background thread's look at the data directory failed, once until the reason changes (``said``:
-    the last one logged); the thread looks again at its next turn: no descriptor left or a full temporary directory
-    is a passing want, no reason to stop."""
-    if str(exc) != said:
-        log.warning("%s: cannot look at the data directory now (%s); looking again at every turn", what, exc)
-    return str(exc)
+def said_once(log: logging.Logger, said: str | None, message: str) -> str:
+    """Log a background thread's warning once until it changes (``said``: the last one logged): a want that lasts
+    (no descriptor left, a full temporary directory) is said once, not at every turn the thread tries again."""
+    if message != said:
+        log.warning("%s", message)
+    return message
+
+
+def cannot_look(exc: OSError) -> str:
+    return f"cannot look at the data directory now ({exc}); looking again at every turn"
 
 
 def format_from_env(environ: Mapping[str, str]) -> str:

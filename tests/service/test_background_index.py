@@ -313,3 +313,17 @@ def test_a_build_that_could_not_start_is_tried_again(
     assert len(starts) == 2
     said = "table 'words': cannot start the index build now ([Errno 24] Too many open files); trying again"
     assert caplog.text.count(said) == 1, caplog.text  # said once, not at every turn
+
+
+def test_a_status_the_disk_cannot_hold_leaves_nothing_behind(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A full temporary directory: the status is not written (a courtesy, never a build's failure), and the part
+    of it written is taken away again."""
+
+    def half_written(self: Path, text: str) -> int:
+        with open(self, "w") as handle:
+            handle.write(text[: len(text) // 2])
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(self))
+
+    monkeypatch.setattr(Path, "write_text", half_written)
+    write_status(tmp_path / "words.json", {"state": "running", "step": "adding rows to the index", "done": 0.5})
+    assert list(tmp_path.iterdir()) == []

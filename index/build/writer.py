@@ -88,6 +88,7 @@ def build_table(
     """
     started = time.perf_counter()
     artifact.check_name(name)
+    artifact.check_writable(data_dir)
     for path, what in artifact.recover(data_dir):  # left by a build that was killed
         log.warning("%s: %s", path, what)
     artifact.check_free(data_dir, name, force)
@@ -154,6 +155,7 @@ def index_table(
     started = time.perf_counter()
     directory = artifact.table_dir(data_dir, name)
     artifact.read_manifest(directory)  # no such table: say so before anything else
+    artifact.check_writable(data_dir)
     if index_spec is not None:
         check_spec(index_spec)  # its form, before the table's files are read
     note(f"verifying {directory} ...")

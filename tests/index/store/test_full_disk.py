@@ -87,3 +87,33 @@ def test_a_full_disk_names_the_file(tmp_path: Path, glove_raw: RawTable) -> None
         assert f"/{artifact.VECTORS}: No space left on device" in line, line
     finally:
         subprocess.run(["umount", str(data_dir)], check=False)
+
+
+def test_a_read_only_data_directory_is_refused_before_the_work(tmp_path: Path, glove_raw: RawTable) -> None:
+    """A read-only data directory is said before the build's work (an index build may take many minutes), not
+    when the build writes its first file; the table is left as it was."""
+    if os.geteuid() != 0 or not shutil.which("mount"):
+        pytest.skip("a read-only bind mount needs root")
+    data_dir = tmp_path / "data"
+    build_table(small_raw(glove_raw, 8_000), data_dir=data_dir, name="t", source={"format": "test"}, index_spec="flat")
+    before = (data_dir / "t" / artifact.MANIFEST).read_bytes()
+    mounts = [["mount", "--bind", str(data_dir), str(data_dir)], ["mount", "-o", "remount,bind,ro", str(data_dir)]]
+    if any(subprocess.run(mount, check=False).returncode for mount in mounts):
+        subprocess.run(["umount", str(data_dir)], check=False)
+        pytest.skip("this system does not allow a read-only bind mount")
+    try:
+        commands = [
+            ["index", "t", "--index", "hnsw:M=16,efConstruction=40"],
+            ["sif", "t"],
+            ["import", *source(tmp_path, small_raw(glove_raw)), "--name", "t", "--force", "--index", "hnsw"],
+        ]
+        for args in commands:
+            command = [str(BIN / "embedding-index"), *args, "--data-dir", str(data_dir)]
+            done = subprocess.run(command, capture_output=True, text=True, timeout=600, check=False)
+            assert done.returncode == 1, done.stderr
+            said = done.stderr.strip().splitlines()[-1]
+            assert said == f"embedding-index: error: {data_dir}: Read-only file system: nothing was built", said
+            assert "adding rows" not in done.stderr and "SIF vectors" not in done.stderr, done.stderr  # no work done
+    finally:
+        subprocess.run(["umount", str(data_dir)], check=True)
+    assert (data_dir / "t" / artifact.MANIFEST).read_bytes() == before

@@ -398,6 +398,7 @@ def import_(
     except ValueError as exc:
         fail(f"--stopwords/--stemmer: {exc}")
     check_spec(index)  # its form; a factory string is made when the rows' dimension is known
+    artifact.check_writable(data_dir)  # before the source is read and embedded
     build = BuildOptions(index, min_recall, force, seed, defer_index, budget, drop_invalid=drop_invalid)
     options = ReadOptions(
         vocab=vocab,
@@ -612,6 +613,7 @@ def train(
 
     artifact.check_free(data_dir, name, force)
     check_spec(index, dim)  # before the training, which may take hours
+    artifact.check_writable(data_dir)
     params = TrainParams(
         dim=dim, window=window, min_count=min_count, epochs=epochs, negative=negative, sg=sg, seed=seed, workers=workers
     )

@@ -97,6 +97,8 @@ def test_a_read_only_data_directory_is_refused_before_the_work(tmp_path: Path, g
     data_dir = tmp_path / "data"
     build_table(small_raw(glove_raw, 8_000), data_dir=data_dir, name="t", source={"format": "test"}, index_spec="flat")
     before = (data_dir / "t" / artifact.MANIFEST).read_bytes()
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("the cat sat on the mat\n" * 50)
     mounts = [["mount", "--bind", str(data_dir), str(data_dir)], ["mount", "-o", "remount,bind,ro", str(data_dir)]]
     if any(subprocess.run(mount, check=False).returncode for mount in mounts):
         subprocess.run(["umount", str(data_dir)], check=False)
@@ -106,6 +108,7 @@ def test_a_read_only_data_directory_is_refused_before_the_work(tmp_path: Path, g
             ["index", "t", "--index", "hnsw:M=16,efConstruction=40"],
             ["sif", "t"],
             ["import", *source(tmp_path, small_raw(glove_raw)), "--name", "t", "--force", "--index", "hnsw"],
+            ["train", str(corpus), "--name", "w", "--dim", "8", "--min-count", "1", "--epochs", "1", "--workers", "1"],
         ]
         for args in commands:
             command = [str(BIN / "embedding-index"), *args, "--data-dir", str(data_dir)]
@@ -113,7 +116,8 @@ def test_a_read_only_data_directory_is_refused_before_the_work(tmp_path: Path, g
             assert done.returncode == 1, done.stderr
             said = done.stderr.strip().splitlines()[-1]
             assert said == f"embedding-index: error: {data_dir}: Read-only file system: nothing was built", said
-            assert "adding rows" not in done.stderr and "SIF vectors" not in done.stderr, done.stderr  # no work done
+            for work in ("reading", "training", "adding rows", "SIF vectors"):  # nothing read, trained or built
+                assert work not in done.stderr, done.stderr
     finally:
         subprocess.run(["umount", str(data_dir)], check=True)
     assert (data_dir / "t" / artifact.MANIFEST).read_bytes() == before

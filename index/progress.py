@@ -10,6 +10,7 @@ elapsed and CPU seconds, and what :func:`record` adds, such as the estimated bui
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -199,8 +200,9 @@ def write_status(path: Path, status: dict[str, Any]) -> None:
     try:
         tmp.write_text(json.dumps(status))
         os.replace(tmp, path)
-    except OSError:  # the status is a courtesy: never fail a build over it
-        pass
+    except OSError:  # the status is a courtesy: never fail a build over it, nor keep the room it took
+        with contextlib.suppress(OSError):
+            tmp.unlink()
 
 
 def read_status(path: Path) -> dict[str, Any] | None:

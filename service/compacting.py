@@ -26,6 +26,7 @@ from pathlib import Path
 
 from index.engine.door import manifest_is_sharded
 from index.store import artifact, writelog
+from service.logs import cannot_look, said_once
 
 log = logging.getLogger("service.compacting")
 CHILD_NICE = 10
@@ -68,8 +69,15 @@ class AutoCompaction:
                 child.wait(timeout=10)
 
     def _run(self) -> None:
+        trouble: str | None = None  # why the last look failed, said once until a look succeeds
         while not self._stop.wait(CHECK_SECONDS):
-            for name in self.due():
+            try:
+                due = self.due()
+            except OSError as exc:  # no descriptor left, ...: looked at again at the next turn
+                trouble = said_once(log, trouble, f"background compaction: {cannot_look(exc)}")
+                continue
+            trouble = None
+            for name in due:
                 if self._stop.is_set():
                     return
                 if self._compact(name):

@@ -7,6 +7,7 @@ so the documentation cannot drift from the behaviour.
 
 from __future__ import annotations
 
+import errno
 import logging
 import re
 from collections.abc import Callable, Iterable, Sequence
@@ -66,7 +67,7 @@ ERRORS: dict[str, ErrorKind] = {
     "overloaded": ErrorKind(
         503,
         "The worker has as many connections open as it takes, or as many long computations (projections, maps) "
-        "running and waiting; retry after `Retry-After`",
+        "running and waiting, or no file descriptor or memory left for this request; retry after `Retry-After`",
     ),
     "client_closed_request": ErrorKind(
         499, "The client closed the connection before its work started (no one reads this answer; for the logs)"
@@ -359,6 +360,20 @@ async def _http_error(request: Request, exc: StarletteHTTPException) -> Response
     return error_response(code, message, headers=headers, **({} if limit is None else {"limit": limit}))
 
 
+SHORT = {errno.EMFILE: "file descriptors", errno.ENFILE: "file descriptors", errno.ENOMEM: "memory"}
+
+
+async def _short_of(request: Request, exc: OSError) -> Response:
+    """A request that found no descriptor (``ulimit -n`` reached under many connections) or memory left: the
+    worker's passing want, neither the client's fault nor a bug: 503 ``overloaded``, and one log line. Any other
+    system error is unexpected (500, with its traceback in the log)."""
+    if exc.errno not in SHORT:
+        raise exc
+    log.warning("%s %s: answered 503: %s", request.method, request.url.path, exc)
+    message = f"the server is short of {SHORT[exc.errno]} ({exc.strerror}): retry in a moment"
+    return error_response("overloaded", message, headers={"Retry-After": "1"})
+
+
 async def _unexpected(_: Request, __: Exception) -> Response:
     return error_response("internal", "internal server error")  # logged by service.http.logged_once
 
@@ -369,4 +384,5 @@ def install(app: FastAPI) -> None:
     app.add_exception_handler(EmbeddingError, _embedding_error)  # type: ignore[arg-type]
     app.add_exception_handler(RequestValidationError, _validation_error)  # type: ignore[arg-type]
     app.add_exception_handler(StarletteHTTPException, _http_error)  # type: ignore[arg-type]
+    app.add_exception_handler(OSError, _short_of)  # type: ignore[arg-type]
     app.add_exception_handler(Exception, _unexpected)

@@ -29,6 +29,7 @@ from typing import Any
 from index.engine.door import Table
 from index.store import artifact
 from index.store.artifact import read_status, write_status
+from service.logs import cannot_look, said_once
 from service.settings import STATUS_VARIABLE
 from service.temp_dirs import INDEX_STATUS, locked_temp_dir
 
@@ -174,30 +175,44 @@ class IndexBuilds:
         return self.status_dir / f"{name}.json"
 
     def _run(self) -> None:
+        looking: str | None = None  # why the last look failed, said once until a look succeeds
+        starting: str | None = None  # why the last build could not start, said once until one starts
         while not self._stopping:
             self._wake.clear()
             try:
                 pending = self.look()
-            except OSError as exc:  # the status directory removed: the server is stopping
-                if not self._stopping:
-                    log.error("deferred index builds stopped: %s", exc)
-                return
+            except OSError as exc:  # no descriptor left, a full temporary directory, ...; or the server stopping
+                if self._stopping:
+                    return
+                looking = said_once(log, looking, f"deferred index builds: {cannot_look(exc)}")
+                self._wake.wait(self.seconds)
+                continue
+            looking = None
             if not pending:
                 self._wake.wait(self.seconds)
                 continue
             version = pending[0]
             self._pending[version] = False  # tried once: a failed build waits for the table's next version
             name = version[0]
-            if self._build(name) and not self._stopping:
+            built = self._build(name)
+            if isinstance(built, OSError):  # not started (no descriptor or process left): tried at the next turn
+                self._pending[version] = True
+                message = f"table {name!r}: cannot start the index build now ({built}); trying again at every turn"
+                starting = said_once(log, starting, message)
+                self._wake.wait(self.seconds)
+                continue
+            starting = None
+            if built and not self._stopping:
                 log.info("index of table %r published; reloading", name)
                 os.kill(os.getpid(), signal.SIGHUP)  # this process: the server, or the supervisor of its workers
 
-    def _build(self, name: str) -> bool:
+    def _build(self, name: str) -> bool | OSError:
+        """Run the build of table ``name``'s index in a child process: whether it published it, or why the child
+        could not be started."""
         status = self._status(name)
         command = [sys.executable, "-m", "index", "--nice", str(CHILD_NICE), "--status-file", str(status)]
         command += ["index", name, "--data-dir", str(self.data_dir)]
         env = {**os.environ, "OMP_NUM_THREADS": str(os.cpu_count() or 1)}  # the build may use every core
-        log.info("table %r: building its index in the background (exact search until it is ready)", name)
         try:
             self._child = child = subprocess.Popen(
                 command,
@@ -207,9 +222,8 @@ class IndexBuilds:
                 env=env,
             )
         except OSError as exc:
-            log.error("table %r: cannot start the index build: %s", name, exc)
-            write_status(status, {"state": "failed", "step": f"could not start: {exc}", "done": 0.0})
-            return False
+            return exc
+        log.info("table %r: building its index in the background (exact search until it is ready)", name)
         last = ""
         for line in child.stdout or ():  # the builder's progress lines, every few seconds
             last = line.rstrip()

@@ -91,7 +91,7 @@ class Live:
                     self.delta.apply([log.append(self.delta.seq + 1, body)])
                 return self.delta.seq, answer
         except writelog.LogWriteFailed as exc:  # the log could not be opened, or the record written
-            raise ApiError("not_ready", f"table {self.directory.name!r}: {exc.message}") from None
+            raise refused_write(self.directory.name, exc) from None
 
     @contextmanager
     def held(self, sync: bool) -> Iterator[writelog.Appender]:
@@ -295,13 +295,21 @@ class Sharded:
                         logs[shard].cut_back(record.offset)
                     raise
             except writelog.LogWriteFailed as exc:
-                raise ApiError("not_ready", f"table {self.name!r}: {exc.message}") from None
+                raise refused_write(self.name, exc) from None
             for shard, record in appended.items():
                 self.shards[shard].delta.apply([record])
             return [Written(shard, self.shards[shard].delta.seq, answer) for shard, (_, answer) in made.items()]
 
     def summary(self) -> dict[str, Any]:
         return merged_writes([summary(state) for state in self.shards])
+
+
+def refused_write(table: str, exc: writelog.LogWriteFailed) -> ApiError:
+    """The 503 of a write its log could not take (a full disk, the file size limit, a read-only log), said in the
+    server's log too: the operator has room to make, not only the client a write to try again."""
+    message = f"table {table!r}: {exc.message}"
+    log.warning("write refused: %s", message)
+    return ApiError("not_ready", message)
 
 
 @dataclass(frozen=True)

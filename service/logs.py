@@ -115,6 +115,18 @@ class PlainFormatter(logging.Formatter):
 COMMAND = "embedding-serve"
 
 
+def said_once(log: logging.Logger, said: str | None, message: str) -> str:
+    """Log a background thread's warning once until it changes (``said``: the last one logged): a want that lasts
+    (no descriptor left, a full temporary directory) is said once, not at every turn the thread tries again."""
+    if message != said:
+        log.warning("%s", message)
+    return message
+
+
+def cannot_look(exc: OSError) -> str:
+    return f"cannot look at the data directory now ({exc}); looking again at every turn"
+
+
 def format_from_env(environ: Mapping[str, str]) -> str:
     """EMBEDDING_LOG_FORMAT as the settings read it (the name in any case, the value as written), before they are
     checked: a refusal of another setting is written in that format too."""

@@ -19,6 +19,7 @@ import gc
 import logging
 import logging.config
 import os
+import resource
 import shutil
 import signal
 import socket
@@ -44,6 +45,8 @@ from service.shard_settings import ShardSettings
 APP = "service.app:app_from_env"
 WORKERS_PER_CORE = 4  # the most worker processes a core is given (a typo such as --workers 1000 is refused)
 M_MMAP_THRESHOLD, M_ARENA_MAX = -3, -8  # glibc mallopt options (malloc.h)
+# The descriptors a worker holds beside its connections: its tables' mapped files, the logs, pipes, its event loop's
+SPARE_DESCRIPTORS = 128
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMEXPR_NUM_THREADS")
 
 
@@ -171,6 +174,28 @@ def listen_problem(host: str, port: int) -> str:
     return ""
 
 
+def descriptors_for(connections: int) -> str:
+    """Raise this process's descriptor limit (``ulimit -n``: its soft limit, up to the hard one; the workers inherit
+    it) to what ``connections`` connections per worker take beside the tables' files. What it cannot raise is said
+    (a warning, "" when none): a connection opened when no descriptor is left is closed unanswered, not answered
+    503 as one past ``EMBEDDING_MAX_CONNECTIONS`` is."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    needed = connections + SPARE_DESCRIPTORS
+    if soft == resource.RLIM_INFINITY or soft >= needed:
+        return ""
+    raised = needed if hard == resource.RLIM_INFINITY else min(needed, hard)
+    if raised > soft:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (raised, hard))
+    if raised >= needed:
+        return ""
+    return (
+        f"the descriptor limit (ulimit -n) is {raised}, short of the {needed} that EMBEDDING_MAX_CONNECTIONS "
+        f"({connections} connections per worker) and the tables' files take: a connection opened when no descriptor "
+        "is left is closed unanswered, not answered 503; raise the limit (the service's or container's nofile) or "
+        "lower EMBEDDING_MAX_CONNECTIONS"
+    )
+
+
 def threads_per_worker() -> int:
     """EMBEDDING_THREADS, else OMP_NUM_THREADS, else 1: a worker answers concurrent requests on several threads,
     and BLAS threads per request would fight over the cores (concurrent exact queries slow down by orders of
@@ -281,6 +306,9 @@ def _main(argv: list[str] | None) -> int:
     settings = Settings()
     if args.workers * threads > cores():
         say(f"{args.workers} workers x {threads} threads exceeds {cores()} cores", log_format, logging.WARNING)
+    short = descriptors_for(settings.max_connections)
+    if short:
+        say(short, log_format, logging.WARNING)
     clear_live_gauges(os.environ.get("PROMETHEUS_MULTIPROC_DIR"))  # before any process of this server writes one
     if args.workers > 1 and not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
         from service.temp_dirs import METRICS, locked_temp_dir

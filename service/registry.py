@@ -9,6 +9,7 @@ stay mapped even after a rebuild replaced them on disk), new requests see the ne
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
 import os
 import stat
@@ -107,46 +108,55 @@ def changed_in_place(served: Fingerprint, now: Fingerprint) -> list[str]:
     ]
 
 
-def _read(directory: Path, checksums: bool) -> tuple[Table | None, str, bool]:
-    """The table in ``directory`` (verified against its manifest), or None and why not; and whether its write log
-    was the reason (a refusal that a repaired log lifts)."""
+# What a refusal is a verdict on, kept until that changes: the table's files, or its write log (a refusal that a
+# repaired log lifts); or nothing kept, for a passing want of the machine's (PASSING), tried again at the next reload
+FILES, LOG, NOTHING = "files", "log", "nothing"
+PASSING = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.EAGAIN, errno.EINTR})  # descriptors, memory
+
+
+def _read(directory: Path, checksums: bool) -> tuple[Table | None, str, str]:
+    """The table in ``directory`` (verified against its manifest), or None and why not; and what the refusal is a
+    verdict on (``FILES``, ``LOG`` or ``NOTHING``)."""
     try:
         if is_sharded(directory):  # its shards, searched as one
             table: Table = ShardedTable.load(directory, checksums=checksums)
             table.tokens.prepare_lookup()
             live.attach(table, directory)  # each shard's write log, replayed
-            return table, "", False
+            return table, "", FILES
         table = Table.load(directory, checksums=checksums)
         table.tokens.prepare_lookup()  # now rather than in the first request
         live.attach(table, directory)  # a documents table's write log, replayed
-        return table, "", False
+        return table, "", FILES
     except (writelog.LogCorrupt, writelog.LogMismatch) as exc:
-        return None, exc.message, True
+        return None, exc.message, LOG
     except EmbeddingError as exc:
-        return None, exc.message, False
+        return None, exc.message, FILES
     except Exception as exc:  # a corrupt file can fail inside numpy or FAISS
+        if isinstance(exc, OSError) and exc.errno in PASSING:
+            where = f"{exc.filename}: " if exc.filename else ""
+            return None, f"{where}{exc.strerror or exc} (tried again at the next reload)", NOTHING
         log.exception("table %r not loaded", directory.name)
-        return None, f"{type(exc).__name__} while loading (see the server log)", False
+        return None, f"{type(exc).__name__} while loading (see the server log)", FILES
 
 
 def _read_settled(
     directory: Path, version: Fingerprint, checksums: bool
-) -> tuple[Table | None, str, bool, Fingerprint, Fingerprint | None]:
+) -> tuple[Table | None, str, str, Fingerprint, Fingerprint | None]:
     """``_read``, again while the files change under it (replaced while it was read: what was verified may not be
-    what is mapped), up to ``LOAD_ATTEMPTS`` times. The table or None and why not, whether its write log was the
-    reason; the version read, and the directory's fingerprint after the last read (None: gone). Changed under
+    what is mapped), up to ``LOAD_ATTEMPTS`` times. The table or None and why not, what the refusal is a verdict
+    on; the version read, and the directory's fingerprint after the last read (None: gone). Changed under
     every read, the version is the one before the last change: the files as they settle are tried at the next
     reload, not refused with it."""
     for attempt in range(1, LOAD_ATTEMPTS + 1):
-        table, reason, by_log = _read(directory, checksums)
+        table, reason, verdict = _read(directory, checksums)
         after = fingerprint(directory)
         if after is None:
-            return None, reason or "its files changed while they were being loaded", by_log, version, None
+            return None, reason or "its files changed while they were being loaded", verdict, version, None
         if files_of(after) == files_of(version):
-            return table, reason, by_log, version, after
+            return table, reason, verdict, version, after
         if attempt < LOAD_ATTEMPTS:
             version = after
-    return None, "its files changed while they were being loaded", False, version, after
+    return None, "its files changed while they were being loaded", FILES, version, after
 
 
 @dataclass
@@ -301,10 +311,12 @@ class Registry:
         directory = Path(os.path.abspath(self.data_dir / name))  # a shard's log is found by its parent's name
         started = time.perf_counter()
         self._loading(name, version)
-        table, reason, by_log, version, after = _read_settled(directory, version, self.checksums)
+        table, reason, verdict, version, after = _read_settled(directory, version, self.checksums)
         if table is None:
-            # Refused for its log: tried again once the log changes (repaired); else once its files change.
-            self.refused[name] = (after or version) if by_log else files_of(version)
+            # Refused for its log: tried again once the log changes (repaired); for its files once they change; for
+            # a passing want (no descriptor left) at the next reload.
+            if verdict != NOTHING:
+                self.refused[name] = (after or version) if verdict == LOG else files_of(version)
             if serving:
                 self.failed[name] = reason
             else:
@@ -378,11 +390,12 @@ class Registry:
                 self.beside_refused[name] = previous.beside_refused[name]
                 continue
             self._loading(name, version)
-            table, reason, _, version, _ = _read_settled(directory, version, self.checksums)
+            table, reason, verdict, version, _ = _read_settled(directory, version, self.checksums)
             files = files_of(version)
             if table is None:
                 log.error("table %r in %s, the encoder of the shards of %r, refused: %s", name, parent, sharded, reason)
-                self.beside_refused[name] = (files, reason)
+                if verdict != NOTHING:
+                    self.beside_refused[name] = (files, reason)
                 continue
             log.info("table %r loaded from %s: it embeds the query texts of the shards of %r", name, parent, sharded)
             self.beside[name], self.beside_versions[name] = table, files

@@ -415,6 +415,7 @@ def import_(
     except ValueError as exc:
         fail(f"--stopwords/--stemmer: {exc}")
     check_spec(index)  # its form; a factory string is made when the rows' dimension is known
+    artifact.check_writable(data_dir)  # before the source is read and embedded
     build = BuildOptions(index, min_recall, force, seed, defer_index, budget, drop_invalid=drop_invalid)
     options = ReadOptions(
         vocab=vocab,
@@ -629,6 +630,7 @@ def train(
 
     artifact.check_free(data_dir, name, force)
     check_spec(index, dim)  # before the training, which may take hours
+    artifact.check_writable(data_dir)
     params = TrainParams(
         dim=dim, window=window, min_count=min_count, epochs=epochs, negative=negative, sg=sg, seed=seed, workers=workers
     )
@@ -853,7 +855,7 @@ def main() -> None:
     try:
         app()
     except EmbeddingError as exc:
-        typer.echo(f"embedding-index: error: {exc.message}", err=True)
+        typer.echo(f"embedding-index: error: {exc.message}{_done_before()}", err=True)
         sys.exit(1)
     except SystemExit as exc:
         if exc.code == INTERRUPTED:  # Typer ends a command stopped by Ctrl-C (KeyboardInterrupt) so, without a word
@@ -861,5 +863,11 @@ def main() -> None:
             typer.echo(f"embedding-index: interrupted; {done}", err=True)
         raise
     except OSError as exc:
-        typer.echo(f"embedding-index: error: {exc.filename or ''}: {exc.strerror or exc}", err=True)
+        typer.echo(f"embedding-index: error: {exc.filename or ''}: {exc.strerror or exc}{_done_before()}", err=True)
         sys.exit(1)
+
+
+def _done_before() -> str:
+    """What a command that failed had done before it failed (a compaction's publish, before its log's cut found the
+    disk full): said, so that its error is not read as nothing changed."""
+    return f" ({'; '.join(artifact.changed)} before this)" if artifact.changed else ""

@@ -97,6 +97,7 @@ def sif_table(data_dir: Path, name: str, corpus: Path | None = None, a: float = 
     table = Table.load(directory)
     if table.kind != "words":
         raise InvalidQuery(f"table {name!r} is a {table.kind} table: SIF is for word tables")
+    artifact.check_writable(data_dir)
     path = Path(corpus) if corpus is not None else default_corpus()
     if not path.is_file():
         raise InputError(path, "no such file" if not path.exists() else "not a file")

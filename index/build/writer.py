@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import re
 import time
 from collections.abc import Callable
 from contextlib import nullcontext
@@ -48,6 +49,18 @@ def source_digest(paths: list[Path]) -> str:
     return digest.hexdigest()
 
 
+def write_index(index: faiss.Index, path: Path) -> None:
+    """FAISS's write of ``index`` to ``path``. A write FAISS could not make (no space left, the file size limit) is
+    its RuntimeError: raised as the OSError of a failed write, which the staging directory names with its file and
+    cause (``artifact.staging``), rather than as a traceback."""
+    try:
+        faiss.write_index(index, str(path))
+    except RuntimeError as exc:
+        short = re.search(r"write error in .*: (\d+) != (\d+)", str(exc))  # FAISS's words: "written != requested"
+        said = f"FAISS wrote {short[1]} of the {short[2]} bytes it was writing" if short else str(exc)
+        raise OSError(said) from exc
+
+
 def build_table(
     raw: RawTable,
     *,
@@ -75,6 +88,7 @@ def build_table(
     """
     started = time.perf_counter()
     artifact.check_name(name)
+    artifact.check_writable(data_dir)
     for path, what in artifact.recover(data_dir):  # left by a build that was killed
         log.warning("%s: %s", path, what)
     artifact.check_free(data_dir, name, force)
@@ -97,7 +111,7 @@ def build_table(
         np.save(tmp / artifact.NORMS, norms, allow_pickle=False)
         write_tokens(tmp, raw.tokens)
         if built.index is not None:
-            faiss.write_index(built.index, str(tmp / artifact.INDEX))
+            write_index(built.index, tmp / artifact.INDEX)
         if raw.flags is not None:
             np.save(tmp / FLAGS, np.asarray(raw.flags, dtype=np.uint8), allow_pickle=False)
         for file_name, content in raw.extra_files.items():
@@ -141,6 +155,7 @@ def index_table(
     started = time.perf_counter()
     directory = artifact.table_dir(data_dir, name)
     artifact.read_manifest(directory)  # no such table: say so before anything else
+    artifact.check_writable(data_dir)
     if index_spec is not None:
         check_spec(index_spec)  # its form, before the table's files are read
     note(f"verifying {directory} ...")
@@ -162,7 +177,7 @@ def index_table(
 
     def write(tmp: Path) -> None:
         if built.index is not None:
-            faiss.write_index(built.index, str(tmp / artifact.INDEX))
+            write_index(built.index, tmp / artifact.INDEX)
 
     changes = {"index": built.info, "indexed_at": artifact.now_iso()}
     published = artifact.republish(

@@ -661,16 +661,19 @@ class LayoutCache:
             return self._remember(key, body)
 
     def _write(self, path: Path, write: Callable[[Path], object]) -> None:
-        """Write through a temporary file and rename it into place; a cache that cannot be written is logged."""
+        """Write through a temporary file and rename it into place; a cache that cannot be written is logged, and
+        what it wrote of the temporary file removed (on a full disk, the room it took)."""
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}")
+        if tmp.suffix != path.suffix:  # np.save adds .npy to names without it
+            tmp = tmp.with_name(tmp.name + path.suffix)
         try:
             self.directory.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}")
-            if tmp.suffix != path.suffix:  # np.save adds .npy to names without it
-                tmp = tmp.with_name(tmp.name + path.suffix)
             write(tmp)
             os.replace(tmp, path)
         except OSError as exc:
             log.warning("layout cache %s not written: %s", path, exc)
+            with contextlib.suppress(OSError):
+                tmp.unlink()
 
 
 def _checksum(points: np.ndarray) -> str:

@@ -82,6 +82,19 @@ def is_taken(data_dir: Path, name: str) -> bool:
     return True
 
 
+def check_writable(data_dir: Path) -> None:
+    """Refuse a data directory this process cannot write (a read-only mount, another user's directory) before the
+    work of a build, which would find it out only when it writes its first file; a directory still to be made is
+    judged by the nearest one that exists. A full disk cannot be told ahead: a write that finds it names its file."""
+    existing = Path(os.path.abspath(data_dir))
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if os.access(existing, os.W_OK | os.X_OK):
+        return
+    code = errno.EROFS if os.statvfs(existing).f_flag & os.ST_RDONLY else errno.EACCES
+    raise OSError(code, f"{os.strerror(code)}: nothing was built", str(existing))
+
+
 def check_free(data_dir: Path, name: str, force: bool) -> None:
     """Refuse to publish table ``name`` over an existing one without ``force`` (over anything else, always)."""
     if is_taken(data_dir, name) and not force:

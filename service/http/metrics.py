@@ -10,11 +10,23 @@ Each app has its own registry (tests build many apps in one process). With sever
 from __future__ import annotations
 
 import asyncio
+import errno
+import logging
+import mmap
 import os
 import time
 from typing import Any
 
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+    mmap_dict,
+    values,
+)
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from service.errors import status_of
@@ -29,6 +41,92 @@ REFUSED = "embedding.refused"
 # with this status): counted so, not with the status of the answer the app then sends to no one.
 GONE = "embedding.gone"
 GONE_STATUS = status_of("client_closed_request")
+
+log = logging.getLogger(__name__)
+
+
+class AllocatedFile(mmap_dict.MmapedDict):
+    """prometheus_client's file of one process's metrics (in ``PROMETHEUS_MULTIPROC_DIR``), its blocks allocated
+    before they are mapped: a mapped page its disk has no room for kills the process with SIGBUS when it is first
+    written, so a full temporary directory would kill every worker at its first requests, and each replacement. A
+    file that cannot be made or given room is kept in memory instead, with a warning: the worker serves on, its
+    metrics in ``/metrics`` as they last were."""
+
+    def __init__(self, filename: str, read_mode: bool = False) -> None:
+        if not read_mode:
+            try:
+                _made_with_room(filename)
+            except OSError as exc:
+                _kept_in_memory(filename, exc)
+                memory = os.memfd_create("embedding-metrics")
+                try:
+                    super().__init__(f"/proc/self/fd/{memory}")  # type: ignore[no-untyped-call]
+                finally:
+                    os.close(memory)
+                return
+        super().__init__(filename, read_mode)  # type: ignore[no-untyped-call]
+
+    def _init_value(self, key: str) -> None:
+        encoded = len(key.encode("utf-8"))
+        needed = self._used + 4 + encoded + (8 - (encoded + 4) % 8) + 16  # as the parent lays out an entry
+        capacity = self._capacity
+        while needed > capacity:
+            capacity *= 2
+        if capacity != self._capacity:
+            try:
+                _allocate(self._f.fileno(), capacity)
+            except OSError as exc:
+                _kept_in_memory(self._fname, exc)
+                self._to_memory()
+        super()._init_value(key)  # type: ignore[no-untyped-call]
+
+    def _to_memory(self) -> None:
+        """Go on in a file in memory holding what the file on disk holds."""
+        memory = os.memfd_create("embedding-metrics")
+        os.ftruncate(memory, self._capacity)
+        os.pwrite(memory, self._m[: self._capacity], 0)
+        self._m.close()
+        self._f.close()
+        self._f = open(memory, "a+b")  # noqa: SIM115  # the parent keeps it open, as its own
+        self._m = mmap.mmap(memory, self._capacity)
+
+
+def _made_with_room(filename: str) -> None:
+    """The metric file ``filename`` made, with room for its first entries; one this made and could give no room is
+    taken away again (``/metrics`` cannot read an empty file)."""
+    fd = os.open(filename, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        size = os.fstat(fd).st_size
+        try:
+            _allocate(fd, max(size, mmap_dict._INITIAL_MMAP_SIZE))
+        except OSError:
+            if not size:
+                os.unlink(filename)
+            raise
+    finally:
+        os.close(fd)
+
+
+def _allocate(fd: int, size: int) -> None:
+    """The blocks of the first ``size`` bytes of ``fd`` allocated (OSError when its disk has no room for them);
+    where the file system cannot allocate ahead, nothing is done, as before."""
+    try:
+        os.posix_fallocate(fd, 0, size)
+    except OSError as exc:
+        if exc.errno not in (errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL):
+            raise
+
+
+def _kept_in_memory(filename: str, exc: OSError) -> None:
+    log.warning(
+        "metrics file %s: %s: this worker's metrics are kept in memory from now on (/metrics shows them as they "
+        "were); free room in the temporary directory and restart the server to have them counted again",
+        filename,
+        exc.strerror or exc,
+    )
+
+
+setattr(values, "MmapedDict", AllocatedFile)  # noqa: B010  # the class prometheus_client makes its metric files with
 
 
 class Metrics:

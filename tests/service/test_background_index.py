@@ -3,8 +3,12 @@ in by the real ``embedding-serve``, with the build's progress on /readyz and the
 
 from __future__ import annotations
 
+import errno
+import logging
+import os
 import shutil
 import signal
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +18,8 @@ import pytest
 from index.build.sources import RawTable
 from index.build.writer import build_table
 from index.progress import write_status
-from service import indexing
+from index.store import artifact
+from service import compacting, indexing
 from tests.service import real_server
 from tests.service.real_server import HTTP
 
@@ -221,3 +226,104 @@ def test_the_builds_keep_nothing_of_a_version_no_longer_published(tmp_path: Path
         assert kept == []
     finally:
         builds.stop()
+
+
+def no_descriptor() -> OSError:
+    return OSError(errno.EMFILE, os.strerror(errno.EMFILE))
+
+
+def test_the_builds_go_on_after_a_look_that_found_no_descriptor(
+    deferred_dir: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A look at the data directory that fails for a passing want (the server's descriptors all taken, ``ulimit
+    -n``) is said once and tried again at the next turn: the builds never stop for it."""
+    builds = indexing.IndexBuilds(deferred_dir, seconds=0.01)
+    listed = artifact.list_tables
+    looks: list[int] = []
+
+    def list_tables(data_dir: Path) -> list[str]:
+        looks.append(1)
+        if len(looks) <= 3:
+            raise no_descriptor()
+        return listed(data_dir)
+
+    built: list[str] = []
+
+    def build(name: str) -> bool:  # one build, then the loop ends
+        built.append(name)
+        builds._stopping = True
+        return False
+
+    monkeypatch.setattr(artifact, "list_tables", list_tables)
+    builds._build = build  # type: ignore[method-assign]
+    try:
+        with caplog.at_level(logging.WARNING, logger="service.indexing"):
+            builds._run()
+    finally:
+        builds.stop()
+    assert built == ["words"]
+    assert caplog.text.count("deferred index builds: cannot look at the data directory now") == 1, caplog.text
+    assert "Too many open files" in caplog.text
+
+
+def test_the_background_compaction_goes_on_after_a_look_that_found_no_descriptor(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    compaction = compacting.AutoCompaction(tmp_path, rows=1, seconds=0)
+    looks: list[int] = []
+
+    def due() -> list[str]:
+        looks.append(1)
+        if len(looks) <= 3:
+            raise no_descriptor()
+        compaction.stop()
+        return []
+
+    compaction.due = due  # type: ignore[method-assign]
+    monkeypatch.setattr(compacting, "CHECK_SECONDS", 0.01)
+    with caplog.at_level(logging.WARNING, logger="service.compacting"):
+        compaction._run()
+    assert len(looks) == 4
+    assert caplog.text.count("background compaction: cannot look at the data directory now") == 1, caplog.text
+
+
+def test_a_build_that_could_not_start_is_tried_again(
+    deferred_dir: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A child that cannot be started (no descriptor left) is no failed build: the version is tried again at the next
+    turn, not left to exact search until it is published anew."""
+    builds = indexing.IndexBuilds(deferred_dir, seconds=0.01)
+    starts: list[int] = []
+
+    def popen(*args: object, **kwargs: object) -> None:
+        starts.append(1)
+        if len(starts) == 2:
+            builds._stopping = True
+        raise no_descriptor()
+
+    monkeypatch.setattr(indexing.subprocess, "Popen", popen)
+    thread = threading.Thread(target=builds._run)
+    try:
+        with caplog.at_level(logging.WARNING, logger="service.indexing"):
+            thread.start()
+            thread.join(10)
+    finally:
+        builds.stop()
+        thread.join(10)
+    assert len(starts) == 2
+    said = "table 'words': cannot start the index build now ([Errno 24] Too many open files); trying again"
+    assert caplog.text.count(said) == 1, caplog.text  # said once, not at every turn
+
+
+def test_a_status_the_disk_cannot_hold_leaves_nothing_behind(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A full temporary directory: the status is not written (a courtesy, never a build's failure), and the part
+    of it written is taken away again."""
+
+    def half_written(self: Path, text: str) -> int:
+        with open(self, "w") as handle:
+            handle.write(text[: len(text) // 2])
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(self))
+
+    monkeypatch.setattr(Path, "write_text", half_written)
+    write_status(tmp_path / "words.json", {"state": "running", "step": "adding rows to the index", "done": 0.5})
+    assert list(tmp_path.iterdir()) == []

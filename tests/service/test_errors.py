@@ -504,3 +504,48 @@ def test_query_route_passes_the_request_by_its_name() -> None:
     app.router.routes.extend(router.routes)
     with TestClient(app) as client:
         assert client.get("/x/small?token=heart").text == "small token=heart"
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "body"),
+    [
+        ("GET", "/v1/tables/small/neighbors?token=heart&k=3", None),  # a hot route: its own errors, by the handlers
+        ("POST", "/v1/tables/small/search", {"vector": [0.1] * 50, "k": 3, "exact": True}),
+    ],
+)
+def test_a_request_short_of_descriptors_is_503_overloaded(
+    api: TestClient,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    method: str,
+    path: str,
+    body: dict[str, Any] | None,
+) -> None:
+    """A file the request needs opened with no descriptor left (a documents table's write log, under ulimit -n and
+    many connections) is the worker's passing want: 503 with Retry-After and one log line, not a 500 and a
+    traceback; other system errors stay unexpected (500)."""
+    import errno
+    import os
+
+    from index.engine import table
+
+    def failing(code: int) -> Any:
+        def run(*args: object, **kwargs: object) -> Any:
+            raise OSError(code, os.strerror(code), "/data/.writes/lee.log")
+
+        return run
+
+    with monkeypatch.context() as patched, caplog.at_level(logging.WARNING):
+        patched.setattr(table.Table, "run", failing(errno.EMFILE))
+        answer = api.request(method, path, json=body)
+    assert answer.status_code == 503, answer.text
+    assert answer.headers["Retry-After"] == "1"
+    assert answer.json()["error"] == {
+        "code": "overloaded",
+        "message": "the server is short of file descriptors (Too many open files): retry in a moment",
+    }
+    assert "answered 503: [Errno 24] Too many open files: '/data/.writes/lee.log'" in caplog.text
+    assert "Traceback" not in caplog.text
+    with monkeypatch.context() as patched:
+        patched.setattr(table.Table, "run", failing(errno.EACCES))
+        assert api.request(method, path, json=body).status_code == 500

@@ -444,3 +444,30 @@ def test_a_table_with_a_write_log_stays_unchanged_reload_after_reload(data_dir: 
         registry, report = registry.reload()
         assert (report["loaded"], report["unchanged"]) == ([], ["t", "u"])
     assert registry.tables["u"] is table
+
+
+def test_a_table_refused_for_want_of_a_descriptor_is_loaded_at_the_next_reload(
+    data_dir: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """No descriptor left (ulimit -n) is the machine's passing want, no verdict on the table's files: said in one
+    line naming the file, and the unchanged table loaded at the next reload rather than refused until it changes."""
+    import errno
+
+    from service import registry as registries
+
+    load = Table.load
+    path = str(data_dir / "u" / artifact.VECTORS)
+
+    def no_descriptor(directory: Path, **options: object) -> Table:
+        if Path(directory).name == "u":
+            raise OSError(errno.EMFILE, os.strerror(errno.EMFILE), path)
+        return load(directory, **options)  # type: ignore[arg-type]
+
+    with monkeypatch.context() as patched, caplog.at_level(logging.ERROR, logger="service.registry"):
+        patched.setattr(registries.Table, "load", no_descriptor)
+        loaded = registries.Registry.load(data_dir)
+    assert set(loaded.tables) == {"t"}
+    assert loaded.failed["u"] == f"{path}: Too many open files (tried again at the next reload)", loaded.failed
+    assert "Traceback" not in caplog.text
+    again, report = loaded.reload()
+    assert set(again.tables) == {"t", "u"} and report["loaded"] == ["u"], report

@@ -801,3 +801,32 @@ def test_cores_take_the_lower_of_both_cgroup_versions(tmp_path: Path) -> None:
     (tmp_path / "cpu" / "cpu.cfs_period_us").write_text("100000\n")
     assert cores(tmp_path / "cpu.max", (tmp_path / "cpu",)) == 1
     assert cores(tmp_path / "cpu.max", (tmp_path / "missing",)) == len(os.sched_getaffinity(0))
+
+
+def test_the_descriptor_limit_is_raised_for_the_connections_and_what_it_lacks_is_said(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A server allowed EMBEDDING_MAX_CONNECTIONS connections needs a descriptor for each beside its tables' files:
+    the soft limit is raised to that (up to the hard one), and a hard limit short of it is said, since a connection
+    opened with no descriptor left is closed unanswered rather than answered 503."""
+    limits = {"soft": 1024, "hard": 4096}
+
+    def getrlimit(which: int) -> tuple[int, int]:
+        assert which == serve.resource.RLIMIT_NOFILE
+        return limits["soft"], limits["hard"]
+
+    def setrlimit(which: int, values: tuple[int, int]) -> None:
+        assert which == serve.resource.RLIMIT_NOFILE and values[1] == limits["hard"]  # the hard limit left as it is
+        limits["soft"] = values[0]
+
+    monkeypatch.setattr(serve.resource, "getrlimit", getrlimit)
+    monkeypatch.setattr(serve.resource, "setrlimit", setrlimit)
+    assert serve.descriptors_for(1000) == ""
+    assert limits["soft"] == 1000 + serve.SPARE_DESCRIPTORS
+    assert serve.descriptors_for(100) == "" and limits["soft"] == 1000 + serve.SPARE_DESCRIPTORS  # never lowered
+    limits.update(soft=64, hard=64)  # ulimit -n 64
+    said = serve.descriptors_for(1000)
+    assert said.startswith("the descriptor limit (ulimit -n) is 64, short of the 1128 that EMBEDDING_MAX_CONNECTIONS")
+    assert "closed unanswered, not answered 503" in said and limits["soft"] == 64
+    limits.update(soft=64, hard=400)
+    assert "is 400, short of the 1128" in serve.descriptors_for(1000) and limits["soft"] == 400

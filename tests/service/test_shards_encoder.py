@@ -304,7 +304,7 @@ def test_an_encoder_or_table_changed_while_it_is_read_is_read_again(
     data = tmp_path / "data" / "lee" if served == "shard-000" else tmp_path / "data"
     encoder, read, reads = tmp_path / "data" / "small", registry._read, []
 
-    def changing(directory: Path, checksums: bool) -> tuple[Table | None, str, bool]:
+    def changing(directory: Path, checksums: bool) -> tuple[Table | None, str, str]:
         got = read(directory, checksums)
         if directory.name == "small":
             reads.append(directory)

@@ -10,6 +10,7 @@ refuses answers 503 and leaves the log at its last whole record.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import random
 import select
@@ -272,6 +273,8 @@ def test_a_write_the_disk_refuses_answers_503_and_leaves_no_torn_record(
         assert error["code"] == "not_ready" and "File too large" in error["message"], error
         assert "nothing was written" in error["message"]
         assert path.stat().st_size == size  # the part written is cut off again
+        said = "write refused: table 'lee': write log lee.log could not be written (File too large)"
+        assert f"WARNING service.live: {said}" in server.log()  # the operator's to mend: said in the server's log too
         for process in processes:
             process.rlimit(psutil.RLIMIT_FSIZE, (hard, hard))
         assert write(documents[2]).status_code == 200
@@ -504,3 +507,27 @@ def test_an_import_to_or_from_shards_over_writes_is_refused(lee_docs: Lee, tmp_p
             refused.err
         )
     assert artifact.read_manifest(data / "lee")["shards"]["count"] == 3
+
+
+def test_a_compaction_whose_cut_finds_the_disk_full_says_it_published(
+    lee_data_dir: Path, tmp_path: Path, lee_docs: Lee, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The cut comes after the publish: its failure is no "nothing changed", and the next compaction finishes it."""
+    data = tmp_path / "data"
+    shutil.copytree(lee_data_dir / "lee", data / "lee")
+    append(data, lee_docs, 1, ["c1", "c2"])
+    path = writelog.log_path(data, "lee")
+
+    def full(log: Path, covered: int) -> int:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(log.with_name(f".{log.name}.cut")))
+
+    with monkeypatch.context() as patched:
+        patched.setattr(writelog, "cut", full)
+        refused = run_cli("compact", "lee", "--data-dir", data)
+    assert refused.code == 1 and "Traceback" not in refused.err
+    assert refused.err.strip().endswith("No space left on device (table 'lee' was published before this)"), refused.err
+    assert artifact.read_manifest(data / "lee")["log_sequence"] == 2
+    assert [r.seq for r in writelog.recover(path)] == [1, 2]  # not cut: replayed past by the version's sequence
+    assert run_cli("verify", "lee", "--data-dir", data).code == 0
+    assert run_cli("compact", "lee", "--data-dir", data).code == 0
+    assert writelog.recover(path) == []

@@ -247,3 +247,24 @@ def test_colour_columns_from_metadata_and_token_flags() -> None:
     assert colour_columns({"kind": kinds, "readable": kinds}, flags) == [TOKEN_KIND, "kind"]
     with pytest.raises(InvalidQuery):
         colour_column({}, None, "kind")
+
+
+def test_a_label_list_the_disk_cannot_hold_leaves_nothing_behind(
+    small: Table, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A full disk: the list is answered, the failure logged, and the part written taken away again (no room kept
+    by a temporary file no one will rename)."""
+    import errno
+    import gzip
+
+    def half_written(self: Path, data: bytes) -> int:
+        with open(self, "wb") as handle:
+            handle.write(data[: len(data) // 2])
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(self))
+
+    monkeypatch.setattr(Path, "write_bytes", half_written)
+    body = LayoutCache(tmp_path).labels(small.name, small.manifest, small.tokens[:])
+    assert json.loads(gzip.decompress(body)) == list(small.tokens[:])
+    assert "not written: [Errno 28] No space left on device" in caplog.text
+    left = [path.name for path in (tmp_path / "layouts").iterdir() if path.suffix != ".lock"]  # the key's lock stays
+    assert left == [], "a partial temporary file was left"

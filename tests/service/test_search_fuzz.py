@@ -27,12 +27,23 @@ from index.build.writer import build_table
 from index.engine.table import Table
 from tests.lee import TYPES, Lee, write_jsonl
 from tests.service import real_server
-from tests.service.conftest import client_for
-from tests.service.search_fuzz import Corpus, check, check_scroll, request, scroll_request
+from tests.service.conftest import LEE_SHARDS, client_for, lee_copy
+from tests.service.real_server import Server
+from tests.service.search_fuzz import (
+    Corpus,
+    Refused,
+    check,
+    check_scroll,
+    filter_tree,
+    passing,
+    request,
+    scroll_request,
+)
+from tests.service.test_shards_writes_http import same_hits
 
 SEED = 20261207
 # Requests per table (SEARCH_FUZZ_REQUESTS sets more for a longer hunt); a sample of them over HTTP.
-IN_PROCESS = int(os.environ.get("SEARCH_FUZZ_REQUESTS", "800"))
+IN_PROCESS = int(os.environ.get("SEARCH_FUZZ_REQUESTS", "600"))
 OVER_HTTP = max(1, IN_PROCESS // 8)
 TYPED_TYPES = {
     "s": "string",
@@ -127,7 +138,7 @@ def data_dir(lee_data_dir: Path, corpora: list[Corpus], tmp_path_factory: pytest
 Post = Callable[[str, dict[str, Any]], tuple[int, dict[str, Any]]]  # (route, body) -> (status, JSON answer)
 
 
-def run(corpus: Corpus, count: int, post: Post) -> Counter[str]:
+def run(corpus: Corpus, count: int, post: Post, server: str = "") -> Counter[str]:
     """``count`` random searches of ``corpus`` and ``count // 4`` scroll pages, sent by ``post``; what kinds were
     checked. Fails on the first answer that is not the oracle's, showing the request."""
     rng = random.Random(f"{SEED}-{corpus.name}-{count}")
@@ -136,13 +147,13 @@ def run(corpus: Corpus, count: int, post: Post) -> Counter[str]:
         body = request(rng, corpus)
         status, answer = post(f"/v1/tables/{corpus.name}/search", body)
         problem = check(corpus, body, status, answer)
-        assert problem is None, f"{json.dumps(body)}\n{problem}"
+        assert problem is None, f"{server} {json.dumps(body)}\n{problem}"
         kinds[f"{status} {body.get('mode', 'vector')}" + (" filtered" if "filter" in body else "")] += 1
     for _ in range(count // 4):
         body = scroll_request(rng, corpus)
         status, answer = post(f"/v1/tables/{corpus.name}/documents/scroll", body)
         problem = check_scroll(corpus, body, status, answer)
-        assert problem is None, f"scroll {json.dumps(body)}\n{problem}"
+        assert problem is None, f"{server} scroll {json.dumps(body)}\n{problem}"
         kinds[f"{status} scroll"] += 1
     return kinds
 
@@ -160,8 +171,11 @@ def test_random_searches_in_process_are_the_oracles(data_dir: Path, corpora: lis
             assert kinds["200 vector filtered"] and kinds["422 vector filtered"] + kinds["422 hybrid filtered"]
 
 
-def test_random_searches_over_http_are_the_oracles(data_dir: Path, corpora: list[Corpus], tmp_path: Path) -> None:
-    with real_server.running(data_dir, tmp_path / "serve.log") as server:
+@pytest.mark.parametrize("workers", [1, 2])
+def test_random_searches_over_http_are_the_oracles(
+    data_dir: Path, corpora: list[Corpus], tmp_path: Path, workers: int
+) -> None:
+    with real_server.running(data_dir, tmp_path / "serve.log", "--workers", str(workers)) as server:
 
         def post(route: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
             response = real_server.HTTP.post(f"{server.base}{route}", json=body, timeout=30)
@@ -182,3 +196,132 @@ def test_in_takes_negative_zero_as_zero(data_dir: Path, corpora: list[Corpus]) -
         assert table.filter({"f": zero}).ids.tolist() == zeros
         assert table.filter({"f": {"in": [zero]}}).ids.tolist() == zeros
         assert table.filter({"f": {"in": [zero, 0.5]}}).count == table.filter({"f": {"in": [0, 0.5]}}).count
+
+
+WRITE_KEY = "fuzz-writer-key-0123456789"
+Seen = list[tuple[dict[str, Any], int, Any]]  # a server's answers: (request body, status, JSON answer)
+ROUNDS = 4  # rounds of writes, each followed by searches
+REFUSED = [{"year": "2000"}, {"year": 2000.5}, {"colour": "red"}, {"long": 1}, {"known": "0.5"}]  # a write's fields
+
+
+def random_write(rng: random.Random, corpus: Corpus, serial: int) -> tuple[str, dict[str, Any]]:
+    """A random write to the Lee table as ``corpus`` holds it: documents added or replaced (fields of every type,
+    nulls, a whole number given as a float; now and then one the table refuses), deleted by id or by a filter."""
+    roll = rng.random()
+    if roll < 0.2:
+        ids = [*rng.sample(corpus.lee.ids, 3), "nowhere"]
+        return "documents/delete", {"ids": ids}
+    if roll < 0.4:
+        few = {"id": {"in": rng.sample(corpus.lee.ids, 10)}}  # at most these ten deleted
+        return "documents/delete", {"filter": {"and": [filter_tree(rng, corpus, depth=2), few]}}
+    documents = []
+    live = rng.sample(corpus.lee.ids, 4)
+    for n in range(rng.randint(3, 10)):
+        ident = live.pop() if live and rng.random() < 0.3 else f"w-{serial:02d}-{n}"
+        row = rng.randrange(len(corpus.lee.ids))
+        noise = np.random.default_rng(rng.randrange(2**32)).normal(0, 0.1, corpus.lee.vectors.shape[1])
+        fields: dict[str, Any] = {
+            "year": rng.choice([1990, 2024, 2024.0, -(2**53) - 1, None]),
+            "tags": rng.choice([[], ["government"], ["australian", "Ünï"], None]),
+            "lang": rng.choice(["en", "fr", "日本", None]),
+            "known": rng.choice([0.5, 1, -0.0, 0.97, None]),
+            "long": rng.choice([True, False, None]),
+            "published": rng.choice(["2001-03-01T00:00:00Z", "2002-01-01", "2001-06-01T10:00:00+02:00", None]),
+        }
+        fields = {k: v for k, v in fields.items() if v is not None or rng.random() < 0.5}  # left out: null
+        text = " ".join(rng.choice(corpus.words) for _ in range(rng.randint(3, 30)))
+        vector = (corpus.lee.vectors[row] + noise).astype(np.float32).tolist()
+        documents.append({"id": ident, "text": text, "vector": vector, "fields": fields})
+    if rng.random() < 0.1:  # refused: nothing written (one document: a front's write is not atomic across shards)
+        documents = [{**documents[-1], "fields": rng.choice(REFUSED)}]
+    return "documents", {"documents": documents}
+
+
+def written(corpus: Corpus, route: str, body: dict[str, Any]) -> tuple[Corpus, int, int]:
+    """``corpus`` after the write, the status it is answered with and how many documents it upserts or deletes."""
+    lee = corpus.lee
+    records = {
+        ident: (lee.texts[i], lee.vectors[i], {name: column[i] for name, column in lee.fields.items()})
+        for i, ident in enumerate(lee.ids)
+    }
+    if route == "documents":
+        if any(set(d["fields"]) - set(TYPES) or d["fields"] in REFUSED for d in body["documents"]):
+            return corpus, 422, 0
+        for document in body["documents"]:
+            fields = {name: document["fields"].get(name) for name in TYPES}
+            if fields["year"] is not None:
+                fields["year"] = int(fields["year"])
+            if fields["known"] is not None:
+                fields["known"] = float(fields["known"])
+            if fields["published"] is not None:
+                fields["published"] = dt.datetime.fromisoformat(fields["published"].replace("Z", "+00:00"))
+                if fields["published"].tzinfo is None:
+                    fields["published"] = fields["published"].replace(tzinfo=dt.UTC)
+                fields["published"] = fields["published"].astimezone(dt.UTC)
+            records.pop(document["id"], None)  # a replaced document moves to the end
+            records[document["id"]] = (document["text"], np.asarray(document["vector"], np.float32), fields)
+        count = len(body["documents"])
+    else:
+        try:
+            mask = passing(corpus, body["filter"]) if "filter" in body else np.isin(lee.ids, body["ids"])
+        except Refused:
+            return corpus, 422, 0
+        for i in np.flatnonzero(mask):
+            del records[lee.ids[i]]
+        count = int(mask.sum())
+    ids = list(records)
+    fields = {name: [records[i][2][name] for i in ids] for name in TYPES}
+    vectors = np.stack([records[i][1] for i in ids]).astype(np.float32)
+    after = Lee(ids, [records[i][0] for i in ids], vectors, fields)
+    return Corpus(corpus.name, after, corpus.types, words=corpus.words), 200, count
+
+
+def test_random_searches_with_writes_and_through_a_front_are_the_oracles(
+    lee_imports: Path, lee_docs: Lee, tmp_path: Path
+) -> None:
+    """The Lee table served whole and as three shards behind a front, both taking the same random writes; after
+    each round of writes, random searches and scroll pages of each answered as the oracle answers them over the
+    live documents, and the front's as the whole table's."""
+    lee_copy(lee_imports, "plain", "whole", tmp_path / "whole")
+    lee_copy(lee_imports, "plain", "sharded", tmp_path / "sharded")
+    (tmp_path / "front").mkdir()
+    corpus = lee_corpus(lee_docs)
+    rng = random.Random(SEED)
+    env = {"EMBEDDING_WRITE_KEYS": WRITE_KEY}
+    with real_server.whole_and_front(tmp_path, LEE_SHARDS, env, env) as (whole, _, front):
+
+        def send(server: Server, route: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+            headers = {"x-api-key": WRITE_KEY}
+            response = real_server.HTTP.post(f"{server.base}{route}", json=body, headers=headers, timeout=30)
+            return response.status_code, response.json()
+
+        answers: Counter[str] = Counter()
+        for serial in range(ROUNDS):
+            for _ in range(3):
+                route, body = random_write(rng, corpus, serial)
+                corpus, status, count = written(corpus, route, body)
+                for server in (whole, front):
+                    got, answer = send(server, f"/v1/tables/lee/{route}", body)
+                    assert got == status, f"{route} {json.dumps(body)[:500]}: {got} {answer}"
+                    if status == 200:
+                        assert answer.get("upserted", answer.get("deleted")) == count, answer
+                answers[f"{status} {route}"] += 1
+            seen: dict[str, Seen] = {"whole": [], "front": []}
+            for name, server in (("whole", whole), ("front", front)):
+
+                def post(route: str, body: dict[str, Any], to: Server = server, log: Seen = seen[name]) -> Any:
+                    status, answer = send(to, route, body)
+                    log.append((body, status, answer))
+                    return status, answer
+
+                for kind, n in run(corpus, OVER_HTTP // ROUNDS, post, name).items():
+                    answers[f"{name} {kind}"] += n
+            for (body, status, expected), (_, got_status, got) in zip(seen["whole"], seen["front"], strict=True):
+                assert got_status == status, (body, got, expected)
+                if status == 200 and "hits" in got:
+                    same_hits(got, expected, body)
+                else:
+                    assert got == expected or got["error"]["code"] == expected["error"]["code"], (body, got, expected)
+                answers["front as the whole"] += 1
+            print(serial, len(corpus.lee.ids), "documents")
+        print(dict(sorted(answers.items())))

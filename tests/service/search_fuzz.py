@@ -257,7 +257,7 @@ def _datum(rng: random.Random, corpus: Corpus, name: str) -> Any:
     if kind == "integer" and shifted < 0.2:
         return number + rng.choice([-1, 1])
     if kind == "integer" and shifted < 0.3:
-        return float(number) if abs(number) < 2**53 else number
+        return float(number)  # a whole number as a float: past 2**53 the nearest float, past 2**63 refused
     if kind == "float" and shifted < 0.2:
         return number * rng.choice([0.999, 1.001, -1])
     return number
@@ -332,7 +332,11 @@ def request(rng: random.Random, corpus: Corpus) -> dict[str, Any]:
     if mode != "vector" or rng.random() < 0.1:
         body["mode"] = mode
     if mode != "keyword":
-        if rng.random() < 0.5:
+        if rng.random() < 0.15:  # more like these, less like those: all of them left out
+            chosen = rng.sample(corpus.lee.ids, rng.choice([1, 2, 3, 4]))
+            cut = rng.randint(1, len(chosen))
+            body["positive"], body["negative"] = chosen[:cut], chosen[cut:]
+        elif rng.random() < 0.5:
             row = rng.randrange(len(corpus.lee.ids))
             noise = np.random.default_rng(rng.randrange(2**32)).normal(size=corpus.unit.shape[1]) * 0.3
             body["vector"] = (corpus.unit[row] + noise).tolist()
@@ -348,7 +352,7 @@ def request(rng: random.Random, corpus: Corpus) -> dict[str, Any]:
     if rng.random() < 0.02:
         body["k"], body["offset"] = 900, 101  # past max_k
     if rng.random() < 0.2:
-        body["min_score"] = {"vector": rng.uniform(-0.1, 0.95), "keyword": rng.uniform(0, 6)}.get(
+        body["min_score"] = {"vector": rng.uniform(-0.1, 1.05), "keyword": rng.uniform(0, 6)}.get(
             mode, rng.uniform(0.005, 0.03)
         )
     if mode != "keyword" and rng.random() < 0.15:
@@ -396,6 +400,11 @@ def _query(corpus: Corpus, body: dict[str, Any]) -> tuple[np.ndarray | None, set
         if row is None:
             raise Refused(404, "unknown_document")
         return corpus.unit[row], {row}
+    if "positive" in body:
+        positive = [corpus.row_of[corpus.id_key(i)] for i in body["positive"]]
+        negative = [corpus.row_of[corpus.id_key(i)] for i in body["negative"]]
+        mean = corpus.unit[positive].sum(axis=0) - corpus.unit[negative].sum(axis=0)
+        return mean / np.linalg.norm(mean), {*positive, *negative}
     return None, set()
 
 
@@ -405,6 +414,8 @@ def expect(corpus: Corpus, body: dict[str, Any], swap: tuple[int, int] | None = 
     mode = body.get("mode", "vector")
     k, offset = body["k"], body.get("offset", 0)
     if offset + k > MAX_K or (mode == "keyword" and body.get("diversity") is not None):
+        raise Refused(422, "invalid_request")
+    if mode == "vector" and not -1 <= body.get("min_score", 0) <= 1:  # a cosine's floor
         raise Refused(422, "invalid_request")
     fallback = mode == "hybrid" and "min_score" not in body and not corpus.scores(body["text"]).any()
     mode = "vector" if fallback else mode  # no document holds a word of the text: by vector alone, said so
@@ -428,7 +439,9 @@ def expect(corpus: Corpus, body: dict[str, Any], swap: tuple[int, int] | None = 
             assert cosines is not None
             depth = max(DIVERSE * want if diversity > 0 else want, DEPTH)  # a diverse search's lists are deeper
             weights = [1.0, body.get("weights", {}).get("keyword", 1.0)]
-            lists = [best(cosines, mask, leave_out)[:depth], words[:depth]]
+            # Each list as the engine ranks it: equal float32 scores by row (the float64 ones may differ below that).
+            by_row = [best(cosines.astype(np.float32), mask, leave_out), best(bm.astype(np.float32), mask, leave_out)]
+            lists = [by_row[0][:depth], [i for i in by_row[1] if bm[i] > 0][:depth]]
             if swap is not None:
                 ranked, place = lists[swap[0]], swap[1]
                 ranked[place], ranked[place + 1] = ranked[place + 1], ranked[place]
@@ -579,3 +592,49 @@ def check_scroll(corpus: Corpus, body: dict[str, Any], status: int, answer: dict
 def _sign(value: Any) -> Any:
     """A float's sign bit beside its value (``-0.0 == 0.0``, but a document stored as -0.0 shows it so)."""
     return (value, math.copysign(1.0, value)) if isinstance(value, float) else value
+
+
+# ------------------------------------------------------------------------------------------------ batches
+
+ITEM_KEYS = ("vector", "id", "positive", "negative", "text", "mode", "filter", "offset", "min_score")
+
+
+def batch_request(rng: random.Random, corpus: Corpus) -> dict[str, Any]:
+    """A random batch: ``queries`` of two to four searches, each with its own filter, offset and floor or the
+    request's, the request's ``k`` and, when every item is of mode hybrid, its ``rrf_k`` and ``weights``."""
+    items = [request(rng, corpus) for _ in range(rng.randint(2, 4))]
+    body: dict[str, Any] = {"fields": [], "k": items[0]["k"]}
+    for key in ("filter", "offset", "min_score"):
+        if rng.random() < 0.3 and key in items[0]:
+            body[key] = items[0][key]
+    if all(item.get("mode") == "hybrid" for item in items) and "rrf_k" in items[0]:
+        body["rrf_k"], body["weights"] = items[0]["rrf_k"], items[0]["weights"]
+    body["queries"] = [{key: item[key] for key in ITEM_KEYS if key in item} for item in items]
+    return body
+
+
+def check_batch(corpus: Corpus, body: dict[str, Any], status: int, answer: dict[str, Any]) -> str | None:
+    """Each item's answer as the oracle answers it alone (the request's filter, offset and floor where the item
+    has none): its hits, or its own error (an unknown document), or the request's refusal."""
+    shared = {key: value for key, value in body.items() if key != "queries"}
+    alone = [{**shared, **item} for item in body["queries"]]
+    refusals = []
+    for one in alone:
+        try:
+            expect(corpus, one)
+        except Refused as refused:
+            refusals.append(refused)
+    if status != 200:
+        code = answer.get("error", {}).get("code")
+        if not any((status, code) == (r.status, r.code) for r in refusals):
+            return f"batch refused {status} {code}, no item is: {str(answer)[:300]}"
+        return None
+    for n, (one, result) in enumerate(zip(alone, answer["results"], strict=True)):
+        if "error" in result:
+            status = 404 if result["error"]["code"] == "unknown_document" else 422  # an item's error has no status
+            problem = check(corpus, one, status, result)
+        else:
+            problem = check(corpus, one, 200, result)
+        if problem is not None:
+            return f"queries[{n}]: {problem}"
+    return None

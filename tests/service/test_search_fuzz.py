@@ -32,7 +32,9 @@ from tests.service.real_server import Server
 from tests.service.search_fuzz import (
     Corpus,
     Refused,
+    batch_request,
     check,
+    check_batch,
     check_scroll,
     filter_tree,
     passing,
@@ -41,7 +43,7 @@ from tests.service.search_fuzz import (
 )
 from tests.service.test_shards_writes_http import same_hits
 
-SEED = 20261207
+SEED = int(os.environ.get("SEARCH_FUZZ_SEED", "20261207"))  # another for a longer hunt
 # Requests per table (SEARCH_FUZZ_REQUESTS sets more for a longer hunt); a sample of them over HTTP.
 IN_PROCESS = int(os.environ.get("SEARCH_FUZZ_REQUESTS", "600"))
 OVER_HTTP = max(1, IN_PROCESS // 8)
@@ -149,6 +151,12 @@ def run(corpus: Corpus, count: int, post: Post, server: str = "") -> Counter[str
         problem = check(corpus, body, status, answer)
         assert problem is None, f"{server} {json.dumps(body)}\n{problem}"
         kinds[f"{status} {body.get('mode', 'vector')}" + (" filtered" if "filter" in body else "")] += 1
+    for _ in range(count // 8):
+        body = batch_request(rng, corpus)
+        status, answer = post(f"/v1/tables/{corpus.name}/search", body)
+        problem = check_batch(corpus, body, status, answer)
+        assert problem is None, f"{server} batch {json.dumps(body)}\n{problem}"
+        kinds[f"{status} batch"] += 1
     for _ in range(count // 4):
         body = scroll_request(rng, corpus)
         status, answer = post(f"/v1/tables/{corpus.name}/documents/scroll", body)

@@ -61,6 +61,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
 import logging
 import re
 import time
@@ -182,6 +183,16 @@ class ShardFailed(Exception):
 
 
 SHARD_TABLE = re.compile(rb"table '(shard-\d+)'")  # how a shard's messages name its own table
+
+
+def shard_json(body: Any) -> bytes:
+    """``body`` as JSON for a shard: orjson's bytes, or the standard library's when it holds an integer past 64
+    bits (orjson cannot write one: a filter's value, or a field's in a write), so that the shard reads the request
+    as the client sent it and answers as one process does (a 422 for an integer field, no document for an id)."""
+    try:
+        return orjson.dumps(body)
+    except TypeError:
+        return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
 
 
 def named(table: str, answer: bytes) -> bytes:
@@ -433,7 +444,7 @@ class Front:
 
     async def ask(self, shard_number: int, shard: Shard, body: dict[str, Any]) -> dict[str, Any]:
         """One shard's answer to ``body`` (``POST <replica>/search``): each replica in turn, at most two."""
-        result = await self.request(shard_number, shard, "/search", orjson.dumps(body))
+        result = await self.request(shard_number, shard, "/search", shard_json(body))
         return result if "results" in result else {"results": [result]}  # a single query's answer
 
     async def unit_row(self, shards: list[Shard], document: str | int, id_type: str) -> np.ndarray:

@@ -87,6 +87,7 @@ from index.engine.door import (
     STRING,
     DocumentSearch,
     UnknownDocument,
+    by_vector_alone,
     depths,
     diverse,
     merge,
@@ -704,10 +705,11 @@ def shard_body(body: SearchRequest, given: dict[str, Any], extra: int = 0) -> di
 
 async def keyword_statistics(
     front: Front, shards: list[Shard], text: str
-) -> tuple[dict[str, Any] | None, dict[int, ShardFailed]]:
+) -> tuple[dict[str, Any] | None, dict[int, ShardFailed], bool]:
     """The whole table's keyword statistics for ``text``'s words, summed over the shards' parts
     (``POST <replica>/search/statistics``, ``index.engine.dfs``), None when no shard was written to since its
-    version; and the shards that did not answer. A shard's refusal raises :class:`ShardRefused`."""
+    version; the shards that did not answer; and whether a live document holds a word of the text (mode hybrid
+    falls back to its vector alone otherwise). A shard's refusal raises :class:`ShardRefused`."""
     payload = orjson.dumps({"texts": [text]})
     outcomes = await asyncio.gather(
         *(front.request(i, shard, "/search/statistics", payload) for i, shard in enumerate(shards)),
@@ -721,7 +723,8 @@ async def keyword_statistics(
             raise outcome
         else:
             parts.append(outcome)
-    return summed_statistics(parts), gone
+    held = any(live > 0 for part in parts for _, live in part["terms"].values())
+    return summed_statistics(parts), gone, held
 
 
 def route(front: Front, name: str) -> APIRoute:
@@ -760,6 +763,7 @@ def route(front: Front, name: str) -> APIRoute:
         """One query's merged answer; a shard's refusal raises :class:`ShardRefused`, a shard that did not answer
         an ``ApiError`` (unless partial answers are taken)."""
         words = await kind(front, name) == WORDS
+        sent = given  # as the client sent it: a fallback to the vector alone asks again without the text
         try:
             given, drop, query = await by_vector(body, given)
         except ShardFailed as silent:  # the shard that owns a query's document did not give its vector
@@ -776,9 +780,13 @@ def route(front: Front, name: str) -> APIRoute:
             # The statistics and the search are asked at once: when no shard was written to since its version
             # (statistics None) the answers stand; else the shards that gave their statistics are asked again
             # with the sums.
-            (statistics, gone), outcomes = await asyncio.gather(
+            (statistics, gone, held), outcomes = await asyncio.gather(
                 keyword_statistics(front, shards, given["text"]), ask(everyone)
             )
+            if body.mode == "hybrid" and body.min_score is None and not held:  # as the whole table's door does
+                alone = {k: v for k, v in sent.items() if k not in ("text", "mode", "rrf_k", "weights")}
+                answer = await one(SearchRequest.model_validate(alone), alone)
+                return answer | {"fallback": by_vector_alone(name, given["text"])}
             if statistics is not None:
                 asked["keyword_statistics"] = statistics
                 ready = [i for i in everyone if i not in gone]

@@ -319,6 +319,8 @@ def filter_tree(rng: random.Random, corpus: Corpus, depth: int = 3) -> dict[str,
 
 
 def _text(rng: random.Random, corpus: Corpus) -> str:
+    if rng.random() < 0.05:  # no word a document holds: mode hybrid searches by the vector alone
+        return rng.choice(["the", "of and", "zzqx", "such the qqzzv"])
     words = [rng.choice(corpus.words) for _ in range(rng.choice([1, 1, 2, 3, 5]))]
     if rng.random() < 0.2:
         words.append(rng.choice(OUTSIDE_WORDS))

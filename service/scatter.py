@@ -82,6 +82,7 @@ from starlette.routing import BaseRoute, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from index.engine.door import (
+    KEYWORD_HINT,
     LISTS,
     LOOKUP_LIMIT,
     STRING,
@@ -183,7 +184,8 @@ class ShardFailed(Exception):
         self.shard, self.reason, self.timed_out = shard, reason, timed_out
 
 
-SHARD_TABLE = re.compile(rb"table '(shard-\d+)'")  # how a shard's messages name its own table
+# How a shard's messages name its own table: "table 'shard-000'", and an encoder's "the documents of 'shard-000'".
+SHARD_TABLE = re.compile(rb"(table |the documents of )'shard-\d+'")
 
 
 def shard_json(body: Any) -> bytes:
@@ -198,7 +200,7 @@ def shard_json(body: Any) -> bytes:
 
 def named(table: str, answer: bytes) -> bytes:
     """A shard's answer as the sharded table's: its messages name ``table``, not the shard's own table."""
-    return SHARD_TABLE.sub(f"table '{table}'".encode(), answer)  # table names are plain (validated) text
+    return SHARD_TABLE.sub(rb"\1'" + table.encode() + b"'", answer)  # table names are plain (validated) text
 
 
 class Misplaced(Exception):
@@ -727,6 +729,13 @@ async def keyword_statistics(
     return summed_statistics(parts), gone, held
 
 
+def _unembedded(outcome: Any) -> bool:
+    """Whether a shard's answer holds an item whose text its encoder could not embed (``NoKnownWord``: it names
+    the ``words``)."""
+    items = outcome.get("results", ()) if isinstance(outcome, dict) else ()
+    return any("words" in item.get("error", {}) for item in items)
+
+
 def route(front: Front, name: str) -> APIRoute:
     """``POST /v1/tables/<name>/search`` for the sharded table ``name`` (ahead of the route of every table)."""
     shards = front.tables[name]
@@ -763,7 +772,11 @@ def route(front: Front, name: str) -> APIRoute:
         """One query's merged answer; a shard's refusal raises :class:`ShardRefused`, a shard that did not answer
         an ``ApiError`` (unless partial answers are taken)."""
         words = await kind(front, name) == WORDS
-        sent = given  # as the client sent it: a fallback to the vector alone asks again without the text
+        sent = given  # as the client sent it: a fallback asks again in mode vector or keyword
+        # Mode hybrid's fallbacks, as the whole table's door takes them (docs/documents.md): a text alone whose
+        # vector cannot be made is searched by keyword, and a text no live document holds a word of by its vector.
+        text_alone = not any(key in sent for key in ("vector", "id", "positive", "negative"))
+        falls_back = not words and body.mode == "hybrid" and body.min_score is None
         try:
             given, drop, query = await by_vector(body, given)
         except ShardFailed as silent:  # the shard that owns a query's document did not give its vector
@@ -783,8 +796,9 @@ def route(front: Front, name: str) -> APIRoute:
             (statistics, gone, held), outcomes = await asyncio.gather(
                 keyword_statistics(front, shards, given["text"]), ask(everyone)
             )
-            if body.mode == "hybrid" and body.min_score is None and not held:  # as the whole table's door does
-                alone = {k: v for k, v in sent.items() if k not in ("text", "mode", "rrf_k", "weights")}
+            if falls_back and not held and not any(map(_unembedded, outcomes)):
+                skip = ("mode", "rrf_k", "weights") if text_alone else ("text", "mode", "rrf_k", "weights")
+                alone = {key: value for key, value in sent.items() if key not in skip}
                 answer = await one(SearchRequest.model_validate(alone), alone)
                 return answer | {"fallback": by_vector_alone(name, given["text"])}
             if statistics is not None:
@@ -810,6 +824,12 @@ def route(front: Front, name: str) -> APIRoute:
             for item in part["results"] if part is not None else ():
                 if "error" in item:  # its envelope as the whole table's: its message naming it, its details
                     error = orjson.loads(named(name, orjson.dumps(item["error"])))
+                    if falls_back and text_alone and not body.diversity and "words" in error:
+                        by_words = {key: v for key, v in sent.items() if key not in ("rrf_k", "weights")}
+                        by_words["mode"] = "keyword"
+                        answer = await one(SearchRequest.model_validate(by_words), by_words)
+                        reason = error["message"].removesuffix(KEYWORD_HINT)
+                        return answer | {"fallback": {"mode": "keyword", "reason": reason}}
                     raise ApiError(error.pop("code"), error.pop("message"), **error)
         if words:
             out: dict[str, Any] = {"neighbors": merged_neighbors(body, parts)}

@@ -1,9 +1,14 @@
-"""Random document searches against an oracle (``tests/service/search_fuzz.py``), seeded.
+"""Random document searches against an oracle (``tests/service/search_fuzz.py``), seeded and bounded.
 
-Two tables: the Lee corpus with its fields (``tests/lee.py``), and ``typed``, 240 documents whose fields are of
-every type with nulls and missing keys, Unicode text, integers past 2**53, negative zero, empty tag lists. Each
-request's answer (hits, scores, ranks, ``passing``, or the error's status and code) must be the oracle's: in
-process through the app, then a sample over HTTP from a real server.
+Two tables: the Lee corpus with its fields (``tests/lee.py``), and ``typed``, 240 documents with integer ids whose
+fields are of every type with nulls and missing keys, Unicode text, integers past 2**53, negative zero, empty tag
+lists. Random searches (filter trees, modes, pages, floors, diversity, batches, recommendations) and scroll pages:
+each answer (hits, scores, ranks, ``passing``, ``fallback``, or the error's status and code) must be the oracle's.
+In process through the app; then a sample over HTTP from a real server of one worker and of two; the Lee table
+served whole and as three shards behind a front, both taking the same random writes between rounds of searches;
+and the typed table whole and behind a front. The front's answers must also be the whole table's.
+``SEARCH_FUZZ_SEED`` and ``SEARCH_FUZZ_REQUESTS`` (requests per table in process; an eighth of them over HTTP)
+run a longer hunt.
 """
 
 from __future__ import annotations
@@ -41,7 +46,6 @@ from tests.service.search_fuzz import (
     request,
     scroll_request,
 )
-from tests.service.test_shards_writes_http import same_hits
 
 SEED = int(os.environ.get("SEARCH_FUZZ_SEED", "20261207"))  # another for a longer hunt
 # Requests per table (SEARCH_FUZZ_REQUESTS sets more for a longer hunt); a sample of them over HTTP.
@@ -291,6 +295,26 @@ def written(corpus: Corpus, route: str, body: dict[str, Any]) -> tuple[Corpus, i
     return Corpus(corpus.name, after, corpus.types, words=corpus.words), 200, count
 
 
+def alike(seen: dict[str, Seen]) -> int:
+    """How many answers the front gave as the whole table did: the same hits, scores within float32's rounding
+    of a sum of 50 products (the whole table scores its written documents as one matrix, each shard its own),
+    two whose scores are that close in either order; fails on the first that differs otherwise."""
+    for (body, status, expected), (_, got_status, got) in zip(seen["whole"], seen["front"], strict=True):
+        assert got_status == status, (body, got, expected)
+        for mine, theirs in zip(got.get("results", [got]), expected.get("results", [expected]), strict=True):
+            if "hits" in mine:
+                assert mine.keys() == theirs.keys() and len(mine["hits"]) == len(theirs["hits"]), (body, got)
+                scores = [[hit["score"] for hit in answer["hits"]] for answer in (mine, theirs)]
+                np.testing.assert_allclose(scores[0], scores[1], rtol=0, atol=1e-6, err_msg=json.dumps(body))
+                for a, b in zip(mine["hits"], theirs["hits"], strict=True):
+                    assert a["id"] == b["id"] or abs(a["score"] - b["score"]) <= 1e-6, (body, got, expected)
+            elif "error" in mine:
+                assert mine["error"]["code"] == theirs["error"]["code"], (body, got, expected)
+            else:  # a scroll page
+                assert mine == theirs, (body, got, expected)
+    return len(seen["front"])
+
+
 def test_random_searches_with_writes_and_through_a_front_are_the_oracles(
     lee_imports: Path, lee_docs: Lee, tmp_path: Path
 ) -> None:
@@ -331,15 +355,35 @@ def test_random_searches_with_writes_and_through_a_front_are_the_oracles(
 
                 for kind, n in run(corpus, OVER_HTTP // ROUNDS, post, name).items():
                     answers[f"{name} {kind}"] += n
-            for (body, status, expected), (_, got_status, got) in zip(seen["whole"], seen["front"], strict=True):
-                assert got_status == status, (body, got, expected)
-                for mine, theirs in zip(got.get("results", [got]), expected.get("results", [expected]), strict=True):
-                    if "hits" in mine:
-                        same_hits(mine, theirs, body)
-                    elif "error" in mine:
-                        assert mine["error"]["code"] == theirs["error"]["code"], (body, got, expected)
-                    else:  # a scroll page
-                        assert mine == theirs, (body, got, expected)
-                answers["front as the whole"] += 1
+            answers["front as the whole"] += alike(seen)
             print(serial, len(corpus.lee.ids), "documents")
         print(dict(sorted(answers.items())))
+
+
+def test_random_searches_of_the_typed_table_through_a_front_are_the_oracles(
+    corpora: list[Corpus], tmp_path: Path
+) -> None:
+    """The typed table (integer ids, integers past 2**53, negative zero, Unicode, nulls) imported whole and as
+    three shards behind a front: each answer the oracle's, and the front's the whole table's."""
+    from tests.cli import run_cli
+
+    typed = corpora[1]
+    corpus = Corpus("lee", typed.lee, typed.types, integer_ids=True, words=typed.words)  # the front's table name
+    source = write_jsonl(tmp_path / "typed.jsonl", typed_records(typed))
+    for where, extra in (("whole", ()), ("sharded", ("--shards", str(LEE_SHARDS)))):
+        done = run_cli("import", source, "--name", "lee", *extra, "--data-dir", tmp_path / where)
+        assert done.code == 0, done.err
+    (tmp_path / "front").mkdir()
+    with real_server.whole_and_front(tmp_path, LEE_SHARDS, {}, {}) as (whole, _, front):
+        seen: dict[str, Seen] = {"whole": [], "front": []}
+        kinds: Counter[str] = Counter()
+        for name, server in (("whole", whole), ("front", front)):
+
+            def post(route: str, body: dict[str, Any], to: Server = server, log: Seen = seen[name]) -> Any:
+                response = real_server.HTTP.post(f"{to.base}{route}", json=body, timeout=30)
+                log.append((body, response.status_code, response.json()))
+                return response.status_code, response.json()
+
+            kinds += run(corpus, OVER_HTTP, post, name)
+        alike(seen)
+        print(sum(kinds.values()), dict(sorted(kinds.items())))

@@ -18,6 +18,7 @@ within float32's reach of each other either order is taken), the same scores to 
 from __future__ import annotations
 
 import datetime as dt
+import itertools
 import math
 import random
 from dataclasses import dataclass, field
@@ -430,9 +431,10 @@ def _query(corpus: Corpus, body: dict[str, Any]) -> tuple[np.ndarray | None, set
     return None, set()
 
 
-def expect(corpus: Corpus, body: dict[str, Any], swap: tuple[int, int] | None = None) -> Expected:
-    """The answer docs/documents.md gives ``body`` on ``corpus``'s table, or :class:`Refused`. ``swap``: in mode
-    hybrid, a list's two neighbours whose scores are within float32's reach, fused in the other order."""
+def expect(corpus: Corpus, body: dict[str, Any], swaps: tuple[tuple[int, int], ...] = ()) -> Expected:
+    """The answer docs/documents.md gives ``body`` on ``corpus``'s table, or :class:`Refused`. ``swaps``: in mode
+    hybrid, (list, place) of neighbours whose scores are within float32's reach, fused in the other order, in
+    turn (two swaps of three neighbours make any order of them but the reverse)."""
     mode = body.get("mode", "vector")
     k, offset = body["k"], body.get("offset", 0)
     if offset + k > MAX_K or (mode == "keyword" and body.get("diversity") is not None):
@@ -465,8 +467,8 @@ def expect(corpus: Corpus, body: dict[str, Any], swap: tuple[int, int] | None = 
             # Each list as the engine ranks it: equal float32 scores by row (the float64 ones may differ below that).
             by_row = [best(cosines.astype(np.float32), mask, leave_out), best(bm.astype(np.float32), mask, leave_out)]
             lists = [by_row[0][:depth], [i for i in by_row[1] if bm[i] > 0][:depth]]
-            if swap is not None:
-                ranked, place = lists[swap[0]], swap[1]
+            for which, place in swaps:
+                ranked = lists[which]
                 ranked[place], ranked[place + 1] = ranked[place + 1], ranked[place]
             for j, (ranked, by) in enumerate(zip(lists, (cosines, bm), strict=True)):
                 gaps = np.abs(np.diff(by[ranked])) <= 1e-6 * np.maximum(1.0, np.abs(by[ranked][1:]))
@@ -510,8 +512,9 @@ def check(corpus: Corpus, body: dict[str, Any], status: int, answer: dict[str, A
             return f"expected {refused.status} {refused.code}, got {status} {str(answer)[:300]}"
         return None
     problem = _compare(corpus, body, expected, status, answer)
-    for swap in expected.near if problem else []:
-        if _compare(corpus, body, expect(corpus, body, swap), status, answer) is None:
+    near = expected.near if problem else []
+    for swaps in [*((one,) for one in near), *itertools.permutations(near, 2)]:
+        if _compare(corpus, body, expect(corpus, body, swaps), status, answer) is None:
             return None
     return problem
 

@@ -61,6 +61,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
 import logging
 import re
 import time
@@ -81,11 +82,13 @@ from starlette.routing import BaseRoute, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from index.engine.door import (
+    KEYWORD_HINT,
     LISTS,
     LOOKUP_LIMIT,
     STRING,
     DocumentSearch,
     UnknownDocument,
+    by_vector_alone,
     depths,
     diverse,
     merge,
@@ -183,12 +186,23 @@ class ShardFailed(Exception):
         self.shard, self.reason, self.timed_out = shard, reason, timed_out
 
 
-SHARD_TABLE = re.compile(rb"table '(shard-\d+)'")  # how a shard's messages name its own table
+# How a shard's messages name its own table: "table 'shard-000'", and an encoder's "the documents of 'shard-000'".
+SHARD_TABLE = re.compile(rb"(table |the documents of )'shard-\d+'")
+
+
+def shard_json(body: Any) -> bytes:
+    """``body`` as JSON for a shard: orjson's bytes, or the standard library's when it holds an integer past 64
+    bits (orjson cannot write one: a filter's value, or a field's in a write), so that the shard reads the request
+    as the client sent it and answers as one process does (a 422 for an integer field, no document for an id)."""
+    try:
+        return orjson.dumps(body)
+    except TypeError:
+        return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
 
 
 def named(table: str, answer: bytes) -> bytes:
     """A shard's answer as the sharded table's: its messages name ``table``, not the shard's own table."""
-    return SHARD_TABLE.sub(f"table '{table}'".encode(), answer)  # table names are plain (validated) text
+    return SHARD_TABLE.sub(rb"\1'" + table.encode() + b"'", answer)  # table names are plain (validated) text
 
 
 class Misplaced(Exception):
@@ -449,7 +463,7 @@ class Front:
 
     async def ask(self, shard_number: int, shard: Shard, body: dict[str, Any]) -> dict[str, Any]:
         """One shard's answer to ``body`` (``POST <replica>/search``): each replica in turn, at most two."""
-        result = await self.request(shard_number, shard, "/search", orjson.dumps(body))
+        result = await self.request(shard_number, shard, "/search", shard_json(body))
         return result if "results" in result else {"results": [result]}  # a single query's answer
 
     async def unit_row(self, shards: list[Shard], document: str | int, id_type: str) -> np.ndarray:
@@ -711,10 +725,11 @@ def shard_body(body: SearchRequest, given: dict[str, Any], extra: int = 0) -> di
 
 async def keyword_statistics(
     front: Front, shards: list[Shard], text: str
-) -> tuple[dict[str, Any] | None, dict[int, ShardFailed]]:
+) -> tuple[dict[str, Any] | None, dict[int, ShardFailed], bool]:
     """The whole table's keyword statistics for ``text``'s words, summed over the shards' parts
     (``POST <replica>/search/statistics``, ``index.engine.dfs``), None when no shard was written to since its
-    version; and the shards that did not answer. A shard's refusal raises :class:`ShardRefused`."""
+    version; the shards that did not answer; and whether a live document holds a word of the text (mode hybrid
+    falls back to its vector alone otherwise). A shard's refusal raises :class:`ShardRefused`."""
     payload = orjson.dumps({"texts": [text]})
     outcomes = await asyncio.gather(
         *(front.request(i, shard, "/search/statistics", payload) for i, shard in enumerate(shards)),
@@ -728,7 +743,15 @@ async def keyword_statistics(
             raise outcome
         else:
             parts.append(outcome)
-    return summed_statistics(parts), gone
+    held = any(live > 0 for part in parts for _, live in part["terms"].values())
+    return summed_statistics(parts), gone, held
+
+
+def _unembedded(outcome: Any) -> bool:
+    """Whether a shard's answer holds an item whose text its encoder could not embed (``NoKnownWord``: it names
+    the ``words``)."""
+    items = outcome.get("results", ()) if isinstance(outcome, dict) else ()
+    return any("words" in item.get("error", {}) for item in items)
 
 
 def route(front: Front, name: str) -> APIRoute:
@@ -767,6 +790,11 @@ def route(front: Front, name: str) -> APIRoute:
         """One query's merged answer; a shard's refusal raises :class:`ShardRefused`, a shard that did not answer
         an ``ApiError`` (unless partial answers are taken)."""
         words = await kind(front, name) == WORDS
+        sent = given  # as the client sent it: a fallback asks again in mode vector or keyword
+        # Mode hybrid's fallbacks, as the whole table's door takes them (docs/documents.md): a text alone whose
+        # vector cannot be made is searched by keyword, and a text no live document holds a word of by its vector.
+        text_alone = not any(key in sent for key in ("vector", "id", "positive", "negative"))
+        falls_back = not words and body.mode == "hybrid" and body.min_score is None
         try:
             given, drop, query = await by_vector(body, given)
         except ShardFailed as silent:  # the shard that owns a query's document did not give its vector
@@ -783,9 +811,14 @@ def route(front: Front, name: str) -> APIRoute:
             # The statistics and the search are asked at once: when no shard was written to since its version
             # (statistics None) the answers stand; else the shards that gave their statistics are asked again
             # with the sums.
-            (statistics, gone), outcomes = await asyncio.gather(
+            (statistics, gone, held), outcomes = await asyncio.gather(
                 keyword_statistics(front, shards, given["text"]), ask(everyone)
             )
+            if falls_back and not held and not any(map(_unembedded, outcomes)):
+                skip = ("mode", "rrf_k", "weights") if text_alone else ("text", "mode", "rrf_k", "weights")
+                alone = {key: value for key, value in sent.items() if key not in skip}
+                answer = await one(SearchRequest.model_validate(alone), alone)
+                return answer | {"fallback": by_vector_alone(name, given["text"])}
             if statistics is not None:
                 asked["keyword_statistics"] = statistics
                 ready = [i for i in everyone if i not in gone]
@@ -809,6 +842,12 @@ def route(front: Front, name: str) -> APIRoute:
             for item in part["results"] if part is not None else ():
                 if "error" in item:  # its envelope as the whole table's: its message naming it, its details
                     error = orjson.loads(named(name, orjson.dumps(item["error"])))
+                    if falls_back and text_alone and not body.diversity and "words" in error:
+                        by_words = {key: v for key, v in sent.items() if key not in ("rrf_k", "weights")}
+                        by_words["mode"] = "keyword"
+                        answer = await one(SearchRequest.model_validate(by_words), by_words)
+                        reason = error["message"].removesuffix(KEYWORD_HINT)
+                        return answer | {"fallback": {"mode": "keyword", "reason": reason}}
                     raise ApiError(error.pop("code"), error.pop("message"), **error)
         if words:
             out: dict[str, Any] = {"neighbors": merged_neighbors(body, parts)}

@@ -40,7 +40,17 @@ from starlette.responses import Response
 
 from index.engine.door import STRING, by_owner, check_weights, page_within, routed
 from service.respond import FastJSON, shown_bytes, too_much
-from service.scatter import Front, ShardFailed, ShardRefused, answer_of, every_shard, failed, id_type, string_fields
+from service.scatter import (
+    Front,
+    ShardFailed,
+    ShardRefused,
+    answer_of,
+    every_shard,
+    failed,
+    id_type,
+    shard_json,
+    string_fields,
+)
 from service.schemas.bounds import MAX_TOKEN_CHARS
 from service.schemas.common import LIMITS
 from service.schemas.documents import DocumentsRequest, ScrollRequest
@@ -121,7 +131,7 @@ def routes(front: Front, name: str) -> list[APIRoute]:
         limit = body.page
         if body.limit is None:  # the default page of a server of the lowest max_batch, as the front's /v1/limits says
             limit = min([limit, *(int(s.get("max_batch", limit)) for s in await front.shard_limits())])
-        sent = orjson.dumps(body.model_dump(mode="json", exclude_unset=True) | {"limit": limit})
+        sent = shard_json(body.model_dump(mode="json", exclude_unset=True) | {"limit": limit})
         try:  # the request's fault first (a bad filter, an after the table cannot hold): the table's answer
             pages = await every_shard(
                 front, name, lambda number, shard: front.request(number, shard, "/documents/scroll", sent)

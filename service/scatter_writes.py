@@ -37,7 +37,7 @@ from index.engine.door import STRING, by_owner, routed
 from service.errors import ApiError, error_body
 from service.http.auth import READ_ONLY
 from service.respond import FastJSON
-from service.scatter import Front, Misplaced, ShardRefused, id_type, named, segment, shard_headers
+from service.scatter import Front, Misplaced, ShardRefused, id_type, named, segment, shard_headers, shard_json
 from service.schemas.bounds import MAX_TOKEN_CHARS
 from service.schemas.writes import DeleteRequest, UpsertRequest, WriteResponse
 from service.writes import upsert_keys
@@ -62,7 +62,7 @@ async def _send(front: Front, table: str, shard: int, method: str, path: str, bo
     writer = front.tables[table][shard].replicas[0]
     headers = shard_headers()  # the client's key and the request's id, as every shard request carries them
     timeout = httpx.Timeout(WRITE_SECONDS, connect=front.settings.shard_timeout)
-    content = None if body is None else orjson.dumps(body)
+    content = None if body is None else shard_json(body)
     try:
         url = f"{writer}{path}"
         async with front.tables[table][shard].slots:  # one of the shard's slots, as a search's request takes

@@ -554,9 +554,15 @@ def _prepare(table: Table, query: Query, encoder: Table | None, delta: Delta | N
             return _Item(query, "keyword", None, {"mode": "keyword", "reason": exc.message})
     item = _Item(query, mode, found)  # made beside the probe, before the keyword index is asked
     if mode == "hybrid" and text is not None and query.min_score is None and not _has_keyword(table, text, delta):
-        reason = f"no document of {table.name!r} holds a word of text {preview(text)} as the keyword index reads it"
-        item.mode, item.fallback = "vector", {"mode": "vector", "reason": reason}
+        item.mode, item.fallback = "vector", by_vector_alone(table.name, text)
     return item
+
+
+def by_vector_alone(table: str, text: str) -> dict[str, str]:
+    """The ``fallback`` of a hybrid query none of whose text's words a live document of ``table`` holds: it is
+    searched by its vector alone (a sharded table's front says so as the whole table does)."""
+    reason = f"no document of {table!r} holds a word of text {preview(text)} as the keyword index reads it"
+    return {"mode": "vector", "reason": reason}
 
 
 def _has_keyword(table: Table, text: str, delta: Delta | None) -> bool:

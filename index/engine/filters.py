@@ -241,7 +241,10 @@ def _condition(column: pa.Array, kind: str, op: str, value: Any, where: str) -> 
     if op == "in":
         if not isinstance(value, list) or not value or len(value) > MAX_VALUES:
             raise InvalidQuery(f"{where}: takes a list of 1 to {MAX_VALUES:,} values")
-        values = pa.array([_value(kind, v, f"{where}[{i}]") for i, v in enumerate(value)], _scalar_type(kind))
+        asked = [_value(kind, v, f"{where}[{i}]") for i, v in enumerate(value)]
+        if kind == FLOAT and 0.0 in asked:  # is_in hashes -0.0 apart from 0.0, which eq (and IEEE) call equal
+            asked += [0.0, -0.0]
+        values = pa.array(asked, _scalar_type(kind))
         if kind == STRING_LIST:
             return _any_tag(column, lambda tags: pc.is_in(tags, value_set=values))
         return pc.fill_null(pc.is_in(column, value_set=values), False)

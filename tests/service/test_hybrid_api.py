@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import re
 from collections import Counter
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -70,9 +71,15 @@ def words(text: str) -> list[str]:
     return stems
 
 
+@cache
+def counted(texts: tuple[str, ...]) -> list[Counter[str]]:
+    """Each text's words and their counts, once per corpus."""
+    return [Counter(words(t)) for t in texts]
+
+
 def bm25(lee: Lee, text: str, k1: float = 1.2, b: float = 0.75) -> np.ndarray:
     """Every document's BM25 score for ``text`` (Lucene's variant), in float64, one document at a time."""
-    docs = [Counter(words(t)) for t in lee.texts]
+    docs = counted(tuple(lee.texts))
     lengths = np.array([sum(c.values()) for c in docs], dtype=np.float64)
     average, n = lengths.mean(), len(docs)
     scores = np.zeros(n)
@@ -103,21 +110,20 @@ def rows_of(lee: Lee, found: list[dict[str, Any]]) -> list[int]:
 def greedy_mmr(
     lee: Lee, query: np.ndarray, candidates: list[int], k: int, diversity: float, relevance: list[float]
 ) -> list[int]:
-    """Maximal Marginal Relevance, one pick at a time in plain float64 (Qdrant's definition)."""
-    unit = lee.unit()
+    """Maximal Marginal Relevance, one pick at a time in plain float64 (Qdrant's definition): each candidate's
+    highest cosine with a hit already chosen is kept up to date as hits are chosen."""
+    rows = np.asarray(lee.unit()[candidates], dtype=np.float64)
+    cosines = rows @ rows.T
+    closest = np.full(len(candidates), -np.inf)
     chosen: list[int] = []
     left = list(range(len(candidates)))
     while left and len(chosen) < k:
-
-        def value(i: int) -> float:
-            if not chosen:
-                return relevance[i]
-            closest = max(float(unit[candidates[i]] @ unit[candidates[j]]) for j in chosen)
-            return (1 - diversity) * relevance[i] - diversity * closest
-
-        pick = max(left, key=lambda i: (value(i), relevance[i], -i))
+        value = relevance if not chosen else ((1 - diversity) * np.asarray(relevance) - diversity * closest).tolist()
+        keys = {i: (value[i], relevance[i], -i) for i in left}
+        pick = max(keys, key=keys.__getitem__)
         chosen.append(pick)
         left.remove(pick)
+        closest = np.maximum(closest, cosines[pick])
     return [candidates[i] for i in chosen]
 
 

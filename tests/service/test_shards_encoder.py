@@ -344,3 +344,21 @@ def test_a_data_directory_with_a_stray_manifest_serves_its_tables(
     assert loaded.ready and list(loaded.tables) == ["small"] and not loaded.sharded, loaded.failed
     again, report = loaded.reload()
     assert again.ready and report["unchanged"] == ["small"], report
+
+
+def test_a_hybrid_text_falls_back_through_the_front_as_on_the_whole_table(servers: dict[str, Any]) -> None:
+    """Mode hybrid's two fallbacks (docs/documents.md): a text none of whose words the encoder knows is searched by
+    keyword, and one whose words no document holds (stop words) by its vector; each answer says so in
+    ``fallback``, as the whole table's does. The front answered the first 422, naming a shard, and the second
+    without the fallback; ``min_score`` keeps mode hybrid, and its refusal."""
+    for text in ("escude", "escude zzqxv", "the", "of the", "zzqxv qqqzx"):
+        for extra in ({}, {"filter": {"long": True}}, {"min_score": 0.01}):
+            body = {"text": text, "mode": "hybrid", "k": 3, "fields": [], **extra}
+            status, got = search(servers["front"], body)
+            expected_status, expected = search(servers["whole"], body)
+            assert status == expected_status and got == expected, (body, got, expected)
+    assert got["error"]["code"] == "invalid_request" and "'lee'" in got["error"]["message"], got
+    _, answer = search(servers["front"], {"text": "escude", "mode": "hybrid", "k": 3})
+    assert answer["fallback"]["mode"] == "keyword" and answer["hits"][0]["id"] == "lee-283", answer
+    _, answer = search(servers["front"], {"text": "the", "mode": "hybrid", "k": 3})
+    assert answer["fallback"]["mode"] == "vector" and "ranks" not in answer["hits"][0], answer

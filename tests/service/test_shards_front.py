@@ -361,6 +361,47 @@ def test_the_front_scrolls_the_documents_as_the_whole_table(servers: dict[str, A
         assert got.status_code == expected.status_code == 422 and got.json() == expected.json(), (body, got.text)
 
 
+def test_a_filter_holding_an_integer_past_64_bits_is_the_whole_tables_answer(
+    servers: dict[str, Any], lee_docs: Lee
+) -> None:
+    """The front sends a shard the request as the client sent it: orjson, which writes the shards' bodies, cannot
+    write an integer past 64 bits, and such a filter was a 500 rather than no document, a float's comparison or an
+    integer field's 422."""
+    vector = lee_docs.vectors[200].tolist()
+    for filter_ in ({"id": {"in": [2**64, "lee-201"]}}, {"known": {"lt": 10**30}}, {"year": {"gt": 2**64}}):
+        (status, got), (expected_status, expected) = search_both(
+            servers["front"], servers["whole"], {"vector": vector, "k": 3, "filter": filter_, "fields": []}
+        )
+        assert status == expected_status and got == expected, (filter_, got)
+        scrolled, whole = read_both(servers, "documents/scroll", {"limit": 3, "filter": filter_})
+        assert scrolled.status_code == whole.status_code and scrolled.content == whole.content, (filter_, scrolled)
+    assert expected_status == 422 and "beyond an integer field's 64 bits" in got["error"]["message"], got
+
+
+def test_a_hybrid_text_no_document_holds_is_searched_by_its_vector_alone(
+    servers: dict[str, Any], lee_docs: Lee
+) -> None:
+    """As the whole table does (docs/documents.md, "A hybrid query that falls back to keyword"): no shard holds a
+    word of the text (stop words, or words of no document), so the answer is mode vector's, cosines and a
+    ``fallback`` saying why, not RRF of the vector list alone; with ``min_score`` it stays hybrid."""
+    vector = lee_docs.vectors[200].tolist()
+    for body in (
+        {"vector": vector, "text": "such", "mode": "hybrid", "k": 3},
+        {"id": "lee-200", "text": "the zzqxv", "mode": "hybrid", "k": 3, "filter": {"year": {"gt": 1991}}},
+        {"positive": ["lee-200", "lee-201"], "negative": ["lee-002"], "text": "of", "mode": "hybrid", "k": 3},
+        {
+            "queries": [{"id": "lee-200", "text": "such"}, {"id": "lee-200", "text": "Taliban"}],
+            "mode": "hybrid",
+            "k": 3,
+        },
+        {"vector": vector, "text": "such", "mode": "hybrid", "k": 3, "min_score": 0.001},
+    ):
+        (status, got), (expected_status, expected) = search_both(servers["front"], servers["whole"], body)
+        assert status == expected_status == 200 and got == expected, (body, got)
+    assert "fallback" not in got and "fallback" in search(servers["front"], {**body, "min_score": None})[1]
+    assert got["hits"][0]["score"] < 0.02  # fused, not a cosine
+
+
 def test_the_front_answers_a_batch_item_by_item(servers: dict[str, Any], lee_docs: Lee) -> None:
     """A batch of queries or of vectors: each query scattered on its own, and answered exactly as the whole table
     answers it asked alone, an item's error in its place. (The whole table answers a batch's queries together,

@@ -383,9 +383,18 @@ def test_refusals_come_back_as_the_shards_envelope(written: dict[str, Any], lee_
 def test_a_delete_by_a_filter_every_shard_refuses_is_the_tables_refusal(servers: dict[str, Any]) -> None:
     """A delete by a filter the table cannot read is sent to every shard, and each refuses it alike: the front's
     answer is the whole table's, not the same refusal repeated once per shard in ``shards``."""
-    for spec in ({"nope": 1}, {}, {"year": {"gte": "x"}}):
+    for spec in ({"nope": 1}, {}, {"year": {"gte": "x"}}, {"year": {"gt": 2**64}}):  # past what orjson writes
         got, expected = (post(servers[s], "documents/delete", {"filter": spec}) for s in ("front", "whole"))
         assert got.status_code == expected.status_code == 422 and got.json() == expected.json(), (got.text, spec)
+
+
+def test_a_field_past_64_bits_is_the_owners_refusal(servers: dict[str, Any], lee_docs: Lee) -> None:
+    """An upsert holding an integer past 64 bits reaches its shard as sent (orjson, which writes the front's
+    bodies, cannot write it: a 500), and is refused as the whole table refuses it."""
+    body = {"documents": [{"id": "big/1", "vector": lee_docs.vectors[0].tolist(), "fields": {"year": 2**64}}]}
+    got, expected = (post(servers[s], "documents", body) for s in ("front", "whole"))
+    assert got.status_code == expected.status_code == 422, got.text
+    assert got.json()["error"]["message"] == expected.json()["error"]["message"], got.text
 
 
 def test_a_shard_served_alone_refuses_the_ids_another_shard_owns(servers: dict[str, Any], lee_docs: Lee) -> None:

@@ -471,3 +471,46 @@ def test_a_table_refused_for_want_of_a_descriptor_is_loaded_at_the_next_reload(
     assert "Traceback" not in caplog.text
     again, report = loaded.reload()
     assert set(again.tables) == {"t", "u"} and report["loaded"] == ["u"], report
+
+
+def test_an_index_faiss_could_not_open_for_want_of_a_descriptor_is_loaded_at_the_next_reload(
+    data_dir: Path, glove_raw: RawTable, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """FAISS opens a table's index itself, and says a failed open with a RuntimeError of its own: with no
+    descriptor left when it opens it (every descriptor taken here, as under ``ulimit -n`` and many connections),
+    the table is refused for the passing want it is, and loaded at the next reload, not held damaged until its
+    files change."""
+    import errno
+
+    import faiss
+
+    from service import registry as registries
+
+    part = RawTable(tokens=glove_raw.tokens[:3_000], matrix=glove_raw.matrix[:3_000].copy())
+    source = {"format": "test", "path": "glove[:3000]"}
+    build_table(part, data_dir=data_dir, name="u", source=source, index_spec="hnsw:M=8", force=True)
+    index = data_dir / "u" / artifact.INDEX
+    assert index.is_file()
+    read = faiss.read_index
+
+    def read_with_no_descriptor_left(path: str, *flags: int) -> faiss.Index:
+        if path != str(index):
+            return read(path, *flags)
+        taken: list[int] = []
+        try:
+            while True:
+                taken.append(os.open(os.devnull, os.O_RDONLY))
+        except OSError as exc:
+            assert exc.errno == errno.EMFILE
+            return read(path, *flags)
+        finally:
+            for fd in taken:
+                os.close(fd)
+
+    with monkeypatch.context() as patched:
+        patched.setattr(faiss, "read_index", read_with_no_descriptor_left)
+        loaded = registries.Registry.load(data_dir)
+    assert set(loaded.tables) == {"t"}
+    assert loaded.failed["u"] == f"{index}: Too many open files (tried again at the next reload)", loaded.failed
+    again, report = loaded.reload()
+    assert set(again.tables) == {"t", "u"} and report["loaded"] == ["u"], report

@@ -5,7 +5,8 @@ publishes a table by renaming a new directory into place, so its manifest's inod
 its manifest with it; a file written over in place changes its size or mtime, and the registry withdraws the
 table it served from it). Of a table whose files were refused (or that is served stale) its write logs are
 looked at too (``registry.fingerprint``): a log repaired is seen. When that picture differs from the last one,
-it reloads the tables as SIGHUP does (``service.reload``): new and changed tables
+or the last reload could not load a table for a passing want (``Registry.passing``: no descriptor or memory
+left), it reloads the tables as SIGHUP does (``service.reload``): new and changed tables
 are loaded and verified, unchanged ones are kept. A change is served within one interval plus the time its
 files take to verify. A server given ``EMBEDDING_TABLES`` watches those tables only. Every reload (the watcher's,
 SIGHUP's or ``POST /v1/admin/reload``'s) takes the picture the next look compares with just before it scans, so
@@ -147,10 +148,13 @@ class Watcher:
 
     def change(self) -> str | None:
         """What changed since the tables were last loaded (None: nothing): the data directory's tables, or
-        encoders beside it."""
+        encoders beside it; or a table or encoder the last reload could not load for a passing want (no descriptor
+        or memory left), tried again at every look until it loads."""
         if self.look(self.closely) != self.seen:
             return "the data directory's tables changed"
         registry = getattr(self.reloader.app.state, "registry", None)
+        if registry is not None and registry.passing:
+            return f"table {registry.passing[0]!r} was not loaded for want of a descriptor or of memory"
         held, now = encoders_held(registry), encoders_now(registry)
         changed = [name for (name, was), (_, entry) in zip(held, now, strict=True) if entry != was]
         return f"table {changed[0]!r} beside the data directory changed" if changed else None

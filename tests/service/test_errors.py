@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import numpy as np
 import pytest
 from fastapi import APIRouter, FastAPI, Request
 from fastapi.testclient import TestClient
@@ -549,3 +550,37 @@ def test_a_request_short_of_descriptors_is_503_overloaded(
     with monkeypatch.context() as patched:
         patched.setattr(table.Table, "run", failing(errno.EACCES))
         assert api.request(method, path, json=body).status_code == 500
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "body"),
+    [
+        ("GET", "/v1/tables/small/neighbors?token=heart&k=3", None),
+        ("POST", "/v1/tables/small/search", {"vector": [0.1] * 50, "k": 3, "exact": True}),
+    ],
+)
+def test_a_request_short_of_memory_is_503_overloaded(
+    api: TestClient,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    method: str,
+    path: str,
+    body: dict[str, Any] | None,
+) -> None:
+    """An array numpy cannot allocate is its MemoryError, not an OSError: the same passing want as ENOMEM (503
+    ``overloaded`` with Retry-After, one log line), not a 500 and a traceback."""
+    from index.engine import table
+
+    def allocating(*args: object, **kwargs: object) -> Any:
+        return np.empty(1 << 62, dtype=np.uint8)  # 4 EiB: more than any address space
+
+    with monkeypatch.context() as patched, caplog.at_level(logging.WARNING):
+        patched.setattr(table.Table, "run", allocating)
+        answer = api.request(method, path, json=body)
+    assert answer.status_code == 503, answer.text
+    assert answer.headers["Retry-After"] == "1"
+    assert answer.json()["error"] == {
+        "code": "overloaded",
+        "message": "the server is short of memory (Cannot allocate memory): retry in a moment",
+    }
+    assert "answered 503: Unable to allocate 4.00 EiB" in caplog.text and "Traceback" not in caplog.text

@@ -110,7 +110,7 @@ def test_new_and_removed_tables(data_dir: Path, glove_raw: RawTable) -> None:
         body = client.post("/v1/admin/reload", headers=ADMIN).json()
         assert body["loaded"] == ["w"] and body["removed"] == ["u"] and body["unchanged"] == ["t"]
         assert client.get("/v1/tables/w").json()["rows"] == 2_000
-        assert client.get("/v1/tables/u").status_code == 503
+        assert client.get("/v1/tables/u").status_code == 404
         assert client.get("/readyz").json() == {"status": "ready", "loaded": ["t", "w"], "missing": []}
 
 

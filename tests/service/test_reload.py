@@ -6,6 +6,7 @@ rebuild shows in ``rows`` and in which tokens exist.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 import shutil
@@ -531,21 +532,32 @@ def test_an_index_faiss_could_not_open_for_want_of_a_descriptor_is_loaded_at_the
     assert set(again.tables) == {"t", "u"} and report["loaded"] == ["u"] and again.passing == [], report
 
 
-def test_a_table_not_loaded_for_want_of_a_descriptor_is_loaded_at_the_watchers_next_look(
+def test_a_table_not_loaded_for_want_of_a_descriptor_is_tried_again_by_the_watcher(
     data_dir: Path, glove_raw: RawTable, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A want of descriptors passes with no change in the data directory: the watcher tries the table again at its
-    next look, rather than leave it unserved until a signal or another table's change."""
+    """A want of descriptors passes with no change in the data directory: the watcher tries the table again (every
+    ``PASSING_RETRY_SECONDS``), rather than leave it unserved until a signal or another table's change."""
     import faiss
+
+    from service import watch
 
     index = with_an_index(data_dir, glove_raw, "u")
     wanting = [True]
-    monkeypatch.setattr(faiss, "read_index", no_descriptor_for(index, lambda: wanting[0]))
+    tries: list[float] = []
+
+    def want() -> bool:
+        tries.append(time.monotonic())
+        return wanting[0]
+
+    monkeypatch.setattr(faiss, "read_index", no_descriptor_for(index, want))
+    monkeypatch.setattr(watch, "PASSING_RETRY_SECONDS", 5 * WATCH_SECONDS)  # a try at every fifth look
     with client_for(data_dir=data_dir, watch_seconds=WATCH_SECONDS) as client:
         assert client.get("/v1/tables/u").status_code == 503
         assert client.get("/v1/tables/t").status_code == 200
-        time.sleep(3 * WATCH_SECONDS)  # the watcher's looks find the want still there
+        time.sleep(15 * WATCH_SECONDS)  # the want lasts: tried again, but not at every look
         assert client.get("/v1/tables/u").status_code == 503
+        assert 2 <= len(tries) <= 4, tries
+        assert all(b - a >= 5 * WATCH_SECONDS for a, b in itertools.pairwise(tries)), tries
         wanting[0] = False  # connections closed: descriptors again
         wait_for(lambda: client.get("/v1/tables/u").status_code == 200, seconds=10, what="table u loaded")
         assert client.app.state.registry.passing == []

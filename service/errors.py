@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import errno
 import logging
+import os
 import re
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, NamedTuple, TypedDict, TypeVar
@@ -363,14 +364,16 @@ async def _http_error(request: Request, exc: StarletteHTTPException) -> Response
 SHORT = {errno.EMFILE: "file descriptors", errno.ENFILE: "file descriptors", errno.ENOMEM: "memory"}
 
 
-async def _short_of(request: Request, exc: OSError) -> Response:
-    """A request that found no descriptor (``ulimit -n`` reached under many connections) or memory left: the
-    worker's passing want, neither the client's fault nor a bug: 503 ``overloaded``, and one log line. Any other
-    system error is unexpected (500, with its traceback in the log)."""
-    if exc.errno not in SHORT:
+async def _short_of(request: Request, exc: OSError | MemoryError) -> Response:
+    """A request that found no descriptor (``ulimit -n`` reached under many connections) or memory left (an array
+    numpy could not allocate is a MemoryError): the worker's passing want, neither the client's fault nor a bug:
+    503 ``overloaded``, and one log line. Any other system error is unexpected (500, with its traceback in the
+    log)."""
+    code = errno.ENOMEM if isinstance(exc, MemoryError) else exc.errno
+    if code not in SHORT:
         raise exc
-    log.warning("%s %s: answered 503: %s", request.method, request.url.path, exc)
-    message = f"the server is short of {SHORT[exc.errno]} ({exc.strerror}): retry in a moment"
+    log.warning("%s %s: answered 503: %s", request.method, request.url.path, exc or "out of memory")
+    message = f"the server is short of {SHORT[code]} ({os.strerror(code)}): retry in a moment"
     return error_response("overloaded", message, headers={"Retry-After": "1"})
 
 
@@ -385,4 +388,5 @@ def install(app: FastAPI) -> None:
     app.add_exception_handler(RequestValidationError, _validation_error)  # type: ignore[arg-type]
     app.add_exception_handler(StarletteHTTPException, _http_error)  # type: ignore[arg-type]
     app.add_exception_handler(OSError, _short_of)  # type: ignore[arg-type]
+    app.add_exception_handler(MemoryError, _short_of)  # type: ignore[arg-type]
     app.add_exception_handler(Exception, _unexpected)

@@ -176,6 +176,9 @@ class Registry:
     checksums: bool = True
     versions: dict[str, Fingerprint] = field(default_factory=dict)  # of each loaded table
     refused: dict[str, Fingerprint] = field(default_factory=dict)  # files already refused: not verified again
+    # Tables and encoders not loaded for a passing want (PASSING: no descriptor or memory left): the watcher
+    # reloads at its next look, the files unchanged
+    passing: list[str] = field(default_factory=list)
     data_dir_missing: bool = False  # the data directory was gone (moved or removed) when it was scanned
     # Encoders of the shards of a sharded table's directory, loaded from beside it (``_encoders_beside``); of each,
     # the version loaded, and why it was refused (with the files refused, not verified again); those not there
@@ -315,7 +318,9 @@ class Registry:
         if table is None:
             # Refused for its log: tried again once the log changes (repaired); for its files once they change; for
             # a passing want (no descriptor left) at the next reload.
-            if verdict != NOTHING:
+            if verdict == NOTHING:
+                self.passing.append(name)
+            else:
                 self.refused[name] = (after or version) if verdict == LOG else files_of(version)
             if serving:
                 self.failed[name] = reason
@@ -394,7 +399,9 @@ class Registry:
             files = files_of(version)
             if table is None:
                 log.error("table %r in %s, the encoder of the shards of %r, refused: %s", name, parent, sharded, reason)
-                if verdict != NOTHING:
+                if verdict == NOTHING:
+                    self.passing.append(name)
+                else:
                     self.beside_refused[name] = (files, reason)
                 continue
             log.info("table %r loaded from %s: it embeds the query texts of the shards of %r", name, parent, sharded)

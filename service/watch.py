@@ -5,7 +5,8 @@ publishes a table by renaming a new directory into place, so its manifest's inod
 its manifest with it; a file written over in place changes its size or mtime, and the registry withdraws the
 table it served from it). Of a table whose files were refused (or that is served stale) its write logs are
 looked at too (``registry.fingerprint``): a log repaired is seen. When that picture differs from the last one,
-it reloads the tables as SIGHUP does (``service.reload``): new and changed tables
+or the last reload could not load a table for a passing want (``Registry.passing``: no descriptor or memory
+left) ``PASSING_RETRY_SECONDS`` ago, it reloads the tables as SIGHUP does (``service.reload``): new and changed tables
 are loaded and verified, unchanged ones are kept. A change is served within one interval plus the time its
 files take to verify. A server given ``EMBEDDING_TABLES`` watches those tables only. Every reload (the watcher's,
 SIGHUP's or ``POST /v1/admin/reload``'s) takes the picture the next look compares with just before it scans, so
@@ -24,6 +25,7 @@ import asyncio
 import logging
 import os
 import stat
+import time
 from pathlib import Path
 
 from starlette.concurrency import run_in_threadpool
@@ -35,6 +37,9 @@ from service.reload import Reloader
 log = logging.getLogger(__name__)
 
 Picture = tuple[tuple[str, object], ...]
+# The least time between two reloads for a table not loaded for a passing want alone: a want that lasts (an address
+# space too small to map the table) would otherwise verify the table's files again at every look
+PASSING_RETRY_SECONDS = 10.0
 
 
 def picture(data_dir: Path, closely: frozenset[str] = frozenset(), only: frozenset[str] | None = None) -> Picture:
@@ -137,6 +142,7 @@ class Watcher:
         self.only = None if names is None else frozenset(names)
         self.closely: frozenset[str] = frozenset()  # the tables the last picture looked at with their write logs
         self.seen = self.look()  # taken before the tables load: a change while they load is caught
+        self.reloaded = time.monotonic()  # when the last reload began
         reloader.before_scan = self.before_reload
         self._task: asyncio.Task[None] | None = None
 
@@ -147,10 +153,13 @@ class Watcher:
 
     def change(self) -> str | None:
         """What changed since the tables were last loaded (None: nothing): the data directory's tables, or
-        encoders beside it."""
+        encoders beside it; or a table or encoder the last reload could not load for a passing want (no descriptor
+        or memory left), tried again every ``PASSING_RETRY_SECONDS`` until it loads."""
         if self.look(self.closely) != self.seen:
             return "the data directory's tables changed"
         registry = getattr(self.reloader.app.state, "registry", None)
+        if registry is not None and registry.passing and time.monotonic() - self.reloaded >= PASSING_RETRY_SECONDS:
+            return f"table {registry.passing[0]!r} was not loaded for want of a descriptor or of memory"
         held, now = encoders_held(registry), encoders_now(registry)
         changed = [name for (name, was), (_, entry) in zip(held, now, strict=True) if entry != was]
         return f"table {changed[0]!r} beside the data directory changed" if changed else None
@@ -160,6 +169,7 @@ class Watcher:
         the next look compares with."""
         self.closely = doubtful(getattr(self.reloader.app.state, "registry", None))
         self.seen = self.look(self.closely)
+        self.reloaded = time.monotonic()
 
     def start(self) -> None:
         if self.seconds > 0:

@@ -3,8 +3,9 @@
 - ``pca``: every row (unit length, as every cosine query sees it) on the table's first two principal components.
   The 2 x dim components come from the dim x dim covariance, accumulated block by block in float32 products and
   summed in float64, so a 400,000 x 50 table needs no full-size temporary; the points are one float32 product.
-  A table of 50 million values or more (1,000,000 x 50: seconds) shows the covariance's progress as the builder's
-  long steps do (``index.progress``: a bar on a terminal, else a line every few seconds).
+  A table of 50 million values or more (1,000,000 x 50: seconds) has the covariance's progress logged (the
+  server's log, in its format), a line every few seconds as the builder's long steps print theirs, then one at the
+  end.
 - ``tsne``: openTSNE (when installed) on the ``rows`` most frequent rows (the first rows of a frequency-ordered
   table), seeded, cosine metric, PCA initialisation; its parameters are recorded with the layout.
 
@@ -35,17 +36,16 @@ import time
 import warnings
 import zlib
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
 import numpy as np
 
+from index import progress
 from index.engine import umap_cache
 from index.engine.table import Table
 from index.errors import Abandoned, InvalidQuery, UnknownToken
-from index.progress import Progress
 from index.store import artifact
 from index.store.tokens import FLAG_CONTINUATION, FLAG_SPECIAL
 
@@ -101,13 +101,17 @@ def pca_components(rows: np.ndarray, n: int = 2) -> tuple[np.ndarray, np.ndarray
     mean = total / count
     mean32 = mean.astype(np.float32)
     cov = np.zeros((dim, dim), dtype=np.float64)
-    shown = Progress(f"PCA of {count:,} rows", count) if count * dim >= SHOWN_PCA_VALUES else nullcontext()
-    with shown as progress:  # the covariance is nearly all of the time
-        for start in range(0, count, step):
-            block = np.asarray(rows[start : start + step], dtype=np.float32) - mean32
-            cov += block.T @ block
-            if progress is not None:
-                progress.advance(len(block))
+    shown = count * dim >= SHOWN_PCA_VALUES
+    started = said = time.monotonic()
+    for start in range(0, count, step):  # the covariance is nearly all of the time
+        block = np.asarray(rows[start : start + step], dtype=np.float32) - mean32
+        cov += block.T @ block
+        done = start + len(block)
+        if shown and done < count and time.monotonic() - said >= progress.CONFIG.interval:
+            said = time.monotonic()
+            log.info("PCA of %s rows: %.0f%% (%s rows) ...", f"{count:,}", 100 * done / count, f"{done:,}")
+    if shown:
+        log.info("PCA of %s rows: done in %.1fs", f"{count:,}", time.monotonic() - started)
     cov /= count
     values, vectors = np.linalg.eigh(cov)
     order = np.argsort(values)[::-1]

@@ -28,9 +28,12 @@ memory-mapped rows: answers keep exact cosines.
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import mmap
+import os
+import re
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Collection, Mapping, Sequence
@@ -231,7 +234,7 @@ class Table:
         index = None
         index_info = manifest.get("index", {})
         if (directory / artifact.INDEX).is_file() and not index_info.get("exact", False):
-            index = faiss.read_index(str(directory / artifact.INDEX), faiss.IO_FLAG_MMAP_IFC | faiss.IO_FLAG_READ_ONLY)
+            index = read_index(directory / artifact.INDEX)
             spec = index_info.get("spec", {})
             set_search_params(index, ef_search=spec.get("efSearch"), nprobe=spec.get("nprobe"))
             if index.ntotal != vectors.shape[0] or index.d != vectors.shape[1]:
@@ -654,6 +657,23 @@ def keep_hits(
     if len({score for _, score in out}) < len(out):  # equal scores by row, as the exact kernel gives them
         out.sort(key=lambda hit: (-hit[1], hit[0]))
     return out
+
+
+ERRNO_OF = {os.strerror(code): code for code in errno.errorcode}
+
+
+def read_index(path: Path) -> faiss.Index:
+    """The FAISS index at ``path``, mapped. A file FAISS could not open is its RuntimeError, naming the cause in
+    words: raised as the OSError it stands for, so that no descriptor left (``ulimit -n``) is the passing want
+    it is to its reader (the server's registry tries the table again at its next reload), not a damaged index."""
+    try:
+        return faiss.read_index(str(path), faiss.IO_FLAG_MMAP_IFC | faiss.IO_FLAG_READ_ONLY)
+    except RuntimeError as exc:
+        cause = re.search(r"could not open .* for reading: (.+)$", str(exc))
+        code = ERRNO_OF.get(cause[1]) if cause else None
+        if code is None:
+            raise
+        raise OSError(code, os.strerror(code), str(path)) from exc
 
 
 def advise_random(matrix: np.ndarray) -> None:

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import errno
 import io
 import json
 import logging
+import os
 import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
+import numpy as np
 import pytest
 from fastapi import APIRouter, FastAPI, Request
 from fastapi.testclient import TestClient
@@ -506,6 +509,21 @@ def test_query_route_passes_the_request_by_its_name() -> None:
         assert client.get("/x/small?token=heart").text == "small token=heart"
 
 
+def no_descriptor(*args: object, **kwargs: object) -> Any:
+    """A file opened with no descriptor left (a documents table's write log, under ulimit -n and many
+    connections)."""
+    raise OSError(errno.EMFILE, os.strerror(errno.EMFILE), "/data/.writes/lee.log")
+
+
+def no_memory(*args: object, **kwargs: object) -> Any:
+    """An array numpy cannot allocate: its MemoryError, not an OSError."""
+    return np.empty(1 << 62, dtype=np.uint8)  # 4 EiB: more than any address space
+
+
+def no_access(*args: object, **kwargs: object) -> Any:
+    raise OSError(errno.EACCES, os.strerror(errno.EACCES), "/data/.writes/lee.log")
+
+
 @pytest.mark.parametrize(
     ("method", "path", "body"),
     [
@@ -513,39 +531,39 @@ def test_query_route_passes_the_request_by_its_name() -> None:
         ("POST", "/v1/tables/small/search", {"vector": [0.1] * 50, "k": 3, "exact": True}),
     ],
 )
-def test_a_request_short_of_descriptors_is_503_overloaded(
+@pytest.mark.parametrize(
+    ("run", "short", "logged"),
+    [
+        (no_descriptor, "file descriptors (Too many open files)", "[Errno 24] Too many open files: '/data/.writes/"),
+        (no_memory, "memory (Cannot allocate memory)", "Unable to allocate 4.00 EiB"),
+    ],
+)
+def test_a_request_short_of_descriptors_or_memory_is_503_overloaded(
     api: TestClient,
     monkeypatch: pytest.MonkeyPatch,
     caplog: pytest.LogCaptureFixture,
     method: str,
     path: str,
     body: dict[str, Any] | None,
+    run: Any,
+    short: str,
+    logged: str,
 ) -> None:
-    """A file the request needs opened with no descriptor left (a documents table's write log, under ulimit -n and
-    many connections) is the worker's passing want: 503 with Retry-After and one log line, not a 500 and a
-    traceback; other system errors stay unexpected (500)."""
-    import errno
-    import os
-
+    """No descriptor or memory left for a request is the worker's passing want: 503 with Retry-After and one log
+    line, not a 500 and a traceback; other system errors stay unexpected (500)."""
     from index.engine import table
 
-    def failing(code: int) -> Any:
-        def run(*args: object, **kwargs: object) -> Any:
-            raise OSError(code, os.strerror(code), "/data/.writes/lee.log")
-
-        return run
-
     with monkeypatch.context() as patched, caplog.at_level(logging.WARNING):
-        patched.setattr(table.Table, "run", failing(errno.EMFILE))
+        patched.setattr(table.Table, "run", run)
         answer = api.request(method, path, json=body)
     assert answer.status_code == 503, answer.text
     assert answer.headers["Retry-After"] == "1"
     assert answer.json()["error"] == {
         "code": "overloaded",
-        "message": "the server is short of file descriptors (Too many open files): retry in a moment",
+        "message": f"the server is short of {short}: retry in a moment",
     }
-    assert "answered 503: [Errno 24] Too many open files: '/data/.writes/lee.log'" in caplog.text
+    assert f"answered 503: {logged}" in caplog.text
     assert "Traceback" not in caplog.text
     with monkeypatch.context() as patched:
-        patched.setattr(table.Table, "run", failing(errno.EACCES))
+        patched.setattr(table.Table, "run", no_access)
         assert api.request(method, path, json=body).status_code == 500

@@ -6,12 +6,15 @@ rebuild shows in ``rows`` and in which tokens exist.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 import shutil
 import signal
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -471,3 +474,90 @@ def test_a_table_refused_for_want_of_a_descriptor_is_loaded_at_the_next_reload(
     assert "Traceback" not in caplog.text
     again, report = loaded.reload()
     assert set(again.tables) == {"t", "u"} and report["loaded"] == ["u"], report
+
+
+def with_an_index(data_dir: Path, glove_raw: RawTable, name: str) -> Path:
+    """Table ``name`` built again with an HNSW index (the tables of ``data_dir`` are too small for one): its path."""
+    part = RawTable(tokens=glove_raw.tokens[:3_000], matrix=glove_raw.matrix[:3_000].copy())
+    source = {"format": "test", "path": "glove[:3000]"}
+    build_table(part, data_dir=data_dir, name=name, source=source, index_spec="hnsw:M=8", force=True)
+    index = data_dir / name / artifact.INDEX
+    assert index.is_file()
+    return index
+
+
+def no_descriptor_for(index: Path, wanting: Callable[[], bool] = lambda: True) -> Callable[..., Any]:
+    """FAISS's ``read_index``, which opens ``index`` with every descriptor of the process taken (as under ``ulimit
+    -n`` and many connections) while ``wanting()``, and given back once it has failed."""
+    import errno
+
+    import faiss
+
+    read = faiss.read_index
+
+    def read_index(path: str, *flags: int) -> Any:
+        if path != str(index) or not wanting():
+            return read(path, *flags)
+        taken: list[int] = []
+        try:
+            while True:
+                taken.append(os.open(os.devnull, os.O_RDONLY))
+        except OSError as exc:
+            assert exc.errno == errno.EMFILE
+            return read(path, *flags)
+        finally:
+            for fd in taken:
+                os.close(fd)
+
+    return read_index
+
+
+def test_an_index_faiss_could_not_open_for_want_of_a_descriptor_is_loaded_at_the_next_reload(
+    data_dir: Path, glove_raw: RawTable, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """FAISS opens a table's index itself, and says a failed open with a RuntimeError of its own: with no
+    descriptor left when it opens it, the table is refused for the passing want it is, and loaded at the next
+    reload, not held damaged until its files change."""
+    import faiss
+
+    from service import registry as registries
+
+    index = with_an_index(data_dir, glove_raw, "u")
+    with monkeypatch.context() as patched:
+        patched.setattr(faiss, "read_index", no_descriptor_for(index))
+        loaded = registries.Registry.load(data_dir)
+    assert set(loaded.tables) == {"t"} and loaded.passing == ["u"]
+    assert loaded.failed["u"] == f"{index}: Too many open files (tried again at the next reload)", loaded.failed
+    again, report = loaded.reload()
+    assert set(again.tables) == {"t", "u"} and report["loaded"] == ["u"] and again.passing == [], report
+
+
+def test_a_table_not_loaded_for_want_of_a_descriptor_is_tried_again_by_the_watcher(
+    data_dir: Path, glove_raw: RawTable, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A want of descriptors passes with no change in the data directory: the watcher tries the table again (every
+    ``PASSING_RETRY_SECONDS``), rather than leave it unserved until a signal or another table's change."""
+    import faiss
+
+    from service import watch
+
+    index = with_an_index(data_dir, glove_raw, "u")
+    wanting = [True]
+    tries: list[float] = []
+
+    def want() -> bool:
+        tries.append(time.monotonic())
+        return wanting[0]
+
+    monkeypatch.setattr(faiss, "read_index", no_descriptor_for(index, want))
+    monkeypatch.setattr(watch, "PASSING_RETRY_SECONDS", 5 * WATCH_SECONDS)  # a try at every fifth look
+    with client_for(data_dir=data_dir, watch_seconds=WATCH_SECONDS) as client:
+        assert client.get("/v1/tables/u").status_code == 503
+        assert client.get("/v1/tables/t").status_code == 200
+        time.sleep(15 * WATCH_SECONDS)  # the want lasts: tried again, but not at every look
+        assert client.get("/v1/tables/u").status_code == 503
+        assert 2 <= len(tries) <= 4, tries
+        assert all(b - a >= 5 * WATCH_SECONDS for a, b in itertools.pairwise(tries)), tries
+        wanting[0] = False  # connections closed: descriptors again
+        wait_for(lambda: client.get("/v1/tables/u").status_code == 200, seconds=10, what="table u loaded")
+        assert client.app.state.registry.passing == []

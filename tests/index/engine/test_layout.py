@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import multiprocessing
 import os
 import re
@@ -66,24 +67,26 @@ def test_pca_signs_follow_the_largest_loading_and_blocks_do_not_change_the_answe
         pca_components(small.vectors[:1])
 
 
-def test_pca_of_a_large_table_shows_its_progress(small: Table, monkeypatch: pytest.MonkeyPatch) -> None:
-    """From ``SHOWN_PCA_VALUES`` (rows x dim) on, a line every few seconds (here at every block) and one at the end,
-    as the builder's other long steps, in the server too; below it, none (the 20,000 x 50 rows: 0.05 s)."""
-    with progress_lines() as lines:
+def test_pca_of_a_large_table_logs_its_progress(
+    small: Table, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """From ``SHOWN_PCA_VALUES`` (rows x dim) on, a log line every few seconds (here at every block) and one at the
+    end, as the builder's other long steps print theirs; in the server's log, so in its format (JSON lines too), not
+    printed to its stderr; below it, none (the 20,000 x 50 rows: 0.05 s)."""
+    with caplog.at_level(logging.INFO, logger=layouts.__name__), progress_lines() as printed:
         pca_layout(small.vectors)
-    assert lines.getvalue() == ""
-    monkeypatch.setattr(layouts, "SHOWN_PCA_VALUES", small.rows * small.dim)  # as a table of 1,000,000 x 50 would
-    monkeypatch.setattr(layouts, "BLOCK_BYTES", 5_000 * small.dim * 4)  # four blocks of 5,000 rows
-    monkeypatch.setattr(progress.CONFIG, "interval", 0.0)
-    with progress_lines() as lines:
+        assert caplog.messages == []
+        monkeypatch.setattr(layouts, "SHOWN_PCA_VALUES", small.rows * small.dim)  # as a 1,000,000 x 50 table would
+        monkeypatch.setattr(layouts, "BLOCK_BYTES", 5_000 * small.dim * 4)  # four blocks of 5,000 rows
+        monkeypatch.setattr(progress.CONFIG, "interval", 0.0)
         layout = pca_layout(small.vectors)
-    shown = [re.sub(r", \S+ left$| in \S+$", "", line) for line in lines.getvalue().splitlines()]
-    assert shown == [
-        "embedding-index: PCA of 20,000 rows: 25% (5,000 of 20,000 rows)",
-        "embedding-index: PCA of 20,000 rows: 50% (10,000 of 20,000 rows)",
-        "embedding-index: PCA of 20,000 rows: 75% (15,000 of 20,000 rows)",
-        "embedding-index: PCA of 20,000 rows: done (20,000 of 20,000 rows)",
-    ], lines.getvalue()
+    assert printed.getvalue() == ""
+    assert [re.sub(r" in \S+$", "", message) for message in caplog.messages] == [
+        "PCA of 20,000 rows: 25% (5,000 rows) ...",
+        "PCA of 20,000 rows: 50% (10,000 rows) ...",
+        "PCA of 20,000 rows: 75% (15,000 rows) ...",
+        "PCA of 20,000 rows: done",
+    ], caplog.messages
     np.testing.assert_array_equal(layout.points, pca_layout(small.vectors).points)
 
 

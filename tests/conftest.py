@@ -241,6 +241,11 @@ def needs_glove(item: pytest.Item) -> bool:
     return bool(GLOVE_FIXTURES & set(getattr(item, "fixturenames", ())))
 
 
+def waits_for_numba(item: pytest.Item) -> bool:
+    """Whether ``item`` waits for the background step that compiles numba's code (``numba_compiled``)."""
+    return "numba_compiled" in getattr(item, "fixturenames", ())
+
+
 def reads_early(item: pytest.Item) -> bool:
     """Whether ``item`` reads an early command's result (``tests.early``)."""
     module = getattr(getattr(item, "module", None), "__name__", None)
@@ -251,14 +256,16 @@ def reads_early(item: pytest.Item) -> bool:
 @pytest.hookimpl(trylast=True)  # after -k and -m have deselected: only what is selected goes to the second session
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
     """The modules that use the default table run after the others, which run while it is built; in each part,
-    the modules that read an early command's result (``tests.early``) run last, while it runs. The modules of
-    ``tests.beside`` run in a second session, whose result is the last test."""
+    the modules that read an early command's result (``tests.early``) or numba's compiled code (``numba_compiled``)
+    run last, while it is made. The modules of ``tests.beside`` run in a second session, whose result is the last
+    test."""
     late = {item.module for item in items if needs_glove(item)}  # type: ignore[attr-defined]
+    compiled = {item.module for item in items if waits_for_numba(item)}  # type: ignore[attr-defined]
     reads = {job.module for job in JOBS}
 
     def part(item: pytest.Item) -> tuple[bool, bool]:
         module = getattr(item, "module", None)
-        return module in late, getattr(module, "__name__", None) in reads
+        return module in late, module in compiled or getattr(module, "__name__", None) in reads
 
     items.sort(key=part)  # stable: the order within each part stays
     kept, others = beside.split(items)

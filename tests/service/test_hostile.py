@@ -24,7 +24,8 @@ from tests.service.real_server import Server, start
 
 T = b"/v1/tables/small"
 MB = 1 << 20
-SEND_TIMEOUT = 5  # EMBEDDING_SEND_TIMEOUT of the one-connection server: above its other timeouts
+SHORT_TIMEOUT = 1  # the one-connection server's header, body and keep-alive timeouts
+SEND_TIMEOUT = 2.5  # its EMBEDDING_SEND_TIMEOUT: above those
 FIFTY = ", ".join(["1.0"] * 49)
 HEART = b'{"token": "heart", "k": 2}'
 
@@ -357,9 +358,9 @@ def one_connection(small_data_dir: Path, tmp_path_factory: pytest.TempPathFactor
     """A server taking one connection at a time, with short timeouts (the send timeout is its own)."""
     env = {
         "EMBEDDING_MAX_CONNECTIONS": "1",
-        "EMBEDDING_HEADER_TIMEOUT": "2",
-        "EMBEDDING_BODY_TIMEOUT": "2",
-        "EMBEDDING_KEEP_ALIVE_TIMEOUT": "2",
+        "EMBEDDING_HEADER_TIMEOUT": str(SHORT_TIMEOUT),
+        "EMBEDDING_BODY_TIMEOUT": str(SHORT_TIMEOUT),
+        "EMBEDDING_KEEP_ALIVE_TIMEOUT": str(SHORT_TIMEOUT),
         "EMBEDDING_SEND_TIMEOUT": str(SEND_TIMEOUT),
     }
     server = start(small_data_dir, tmp_path_factory.mktemp("one-connection") / "server.log", env=env)
@@ -374,12 +375,12 @@ def test_a_client_that_never_reads_its_answers_is_cut_at_the_send_timeout(one_co
     timeout finds nothing sent for that long and closes the connection; then new clients are served."""
     sock = non_reader(one_connection.port)
     try:
-        time.sleep(3)  # past the header, body and keep-alive timeouts
+        time.sleep(1.5 * SHORT_TIMEOUT)  # past the header, body and keep-alive timeouts
         assert send(one_connection, http("GET", b"/readyz"))[0] == 503
         started = time.monotonic()
         while send(one_connection, http("GET", b"/readyz"))[0] == 503:
             assert time.monotonic() - started < 2 * SEND_TIMEOUT + 10, "the connection is still held"
-            time.sleep(1)
+            time.sleep(0.25)
         assert "of answer not read for" in one_connection.log()
         sock.settimeout(10)
         with contextlib.suppress(ConnectionResetError):  # closed (reset): what the client reads now ends

@@ -398,6 +398,12 @@ def test_a_hybrid_text_no_document_holds_is_searched_by_its_vector_alone(
     ):
         (status, got), (expected_status, expected) = search_both(servers["front"], servers["whole"], body)
         assert status == expected_status == 200 and got == expected, (body, got)
+    # A word some documents hold, none of them passing the filter: mode hybrid, the filter aside, on both
+    years = {year for text, year in zip(lee_docs.texts, lee_docs.fields["year"], strict=True) if "Taliban" in text}
+    year = min(set(lee_docs.fields["year"]) - years)
+    filtered = {"vector": vector, "text": "Taliban", "mode": "hybrid", "k": 3, "filter": {"year": {"eq": year}}}
+    (status, got), (expected_status, expected) = search_both(servers["front"], servers["whole"], filtered)
+    assert status == expected_status == 200 and got == expected and "fallback" not in got and got["hits"], got
     assert "fallback" not in got and "fallback" in search(servers["front"], {**body, "min_score": None})[1]
     assert got["hits"][0]["score"] < 0.02  # fused, not a cosine
 

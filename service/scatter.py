@@ -728,8 +728,9 @@ async def keyword_statistics(
 ) -> tuple[dict[str, Any] | None, dict[int, ShardFailed], bool]:
     """The whole table's keyword statistics for ``text``'s words, summed over the shards' parts
     (``POST <replica>/search/statistics``, ``index.engine.dfs``), None when no shard was written to since its
-    version; the shards that did not answer; and whether a live document holds a word of the text (mode hybrid
-    falls back to its vector alone otherwise). A shard's refusal raises :class:`ShardRefused`."""
+    version; the shards that did not answer; and whether a live document of those that answered holds a word of
+    the text (mode hybrid falls back to its vector alone when none does and every shard answered). A shard's
+    refusal raises :class:`ShardRefused`."""
     payload = orjson.dumps({"texts": [text]})
     outcomes = await asyncio.gather(
         *(front.request(i, shard, "/search/statistics", payload) for i, shard in enumerate(shards)),
@@ -814,7 +815,8 @@ def route(front: Front, name: str) -> APIRoute:
             (statistics, gone, held), outcomes = await asyncio.gather(
                 keyword_statistics(front, shards, given["text"]), ask(everyone)
             )
-            if falls_back and not held and not any(map(_unembedded, outcomes)):
+            # A shard that did not answer may hold a word: no fallback then, which would say that no document does
+            if falls_back and not held and not gone and not any(map(_unembedded, outcomes)):
                 skip = ("mode", "rrf_k", "weights") if text_alone else ("text", "mode", "rrf_k", "weights")
                 alone = {key: value for key, value in sent.items() if key not in skip}
                 answer = await one(SearchRequest.model_validate(alone), alone)

@@ -6,11 +6,11 @@ its manifest with it; a file written over in place changes its size or mtime, an
 table it served from it). Of a table whose files were refused (or that is served stale) its write logs are
 looked at too (``registry.fingerprint``): a log repaired is seen. When that picture differs from the last one,
 or the last reload could not load a table for a passing want (``Registry.passing``: no descriptor or memory
-left) ``PASSING_RETRY_SECONDS`` ago, it reloads the tables as SIGHUP does (``service.reload``): new and changed tables
-are loaded and verified, unchanged ones are kept. A change is served within one interval plus the time its
-files take to verify. A server given ``EMBEDDING_TABLES`` watches those tables only. Every reload (the watcher's,
-SIGHUP's or ``POST /v1/admin/reload``'s) takes the picture the next look compares with just before it scans, so
-a change a signal has already loaded is not loaded again.
+left) and ended ``PASSING_RETRY_SECONDS`` ago, it reloads the tables as SIGHUP does (``service.reload``): new and
+changed tables are loaded and verified, unchanged ones are kept. A change is served within one interval plus the
+time its files take to verify. A server given ``EMBEDDING_TABLES`` watches those tables only. Every reload (the
+watcher's, SIGHUP's or ``POST /v1/admin/reload``'s) takes the picture the next look compares with just before it
+scans, so a change a signal has already loaded is not loaded again.
 
 A sharded table's directory served alone (its shards) is watched together with the encoders its shards name
 that the registry loaded, refused or did not find beside it, in its parent (``Registry._encoders_beside``): each
@@ -37,8 +37,9 @@ from service.reload import Reloader
 log = logging.getLogger(__name__)
 
 Picture = tuple[tuple[str, object], ...]
-# The least time between two reloads for a table not loaded for a passing want alone: a want that lasts (an address
-# space too small to map the table) would otherwise verify the table's files again at every look
+# The least time from the end of a reload to the next one for a table not loaded for a passing want alone: a want
+# that lasts (an address space too small to map the table) would otherwise verify the table's files again at every
+# look, or, for a table that takes longer than that to verify, without a pause
 PASSING_RETRY_SECONDS = 10.0
 
 
@@ -142,7 +143,7 @@ class Watcher:
         self.only = None if names is None else frozenset(names)
         self.closely: frozenset[str] = frozenset()  # the tables the last picture looked at with their write logs
         self.seen = self.look()  # taken before the tables load: a change while they load is caught
-        self.reloaded = time.monotonic()  # when the last reload began
+        self.reloaded = time.monotonic()  # when the last load began or ended
         reloader.before_scan = self.before_reload
         self._task: asyncio.Task[None] | None = None
 
@@ -154,7 +155,7 @@ class Watcher:
     def change(self) -> str | None:
         """What changed since the tables were last loaded (None: nothing): the data directory's tables, or
         encoders beside it; or a table or encoder the last reload could not load for a passing want (no descriptor
-        or memory left), tried again every ``PASSING_RETRY_SECONDS`` until it loads."""
+        or memory left), tried again ``PASSING_RETRY_SECONDS`` after the last load until it loads."""
         if self.look(self.closely) != self.seen:
             return "the data directory's tables changed"
         registry = getattr(self.reloader.app.state, "registry", None)
@@ -172,6 +173,7 @@ class Watcher:
         self.reloaded = time.monotonic()
 
     def start(self) -> None:
+        self.reloaded = time.monotonic()  # the start-up load's end
         if self.seconds > 0:
             self._task = asyncio.get_running_loop().create_task(self._run())
 
@@ -192,6 +194,7 @@ class Watcher:
                 log.exception("reload after a change in the data directory failed")
                 self.seen = ()  # tried again at the next look
                 continue
+            self.reloaded = time.monotonic()  # a passing want's retry waits from here
             # The tables the reload refused are watched with their logs from now on: their picture is taken anew.
             registry = getattr(self.reloader.app.state, "registry", None)
             closely = doubtful(registry)

@@ -561,3 +561,30 @@ def test_a_table_not_loaded_for_want_of_a_descriptor_is_tried_again_by_the_watch
         wanting[0] = False  # connections closed: descriptors again
         wait_for(lambda: client.get("/v1/tables/u").status_code == 200, seconds=10, what="table u loaded")
         assert client.app.state.registry.passing == []
+
+
+def test_a_table_slower_to_load_than_the_retry_is_tried_again_after_a_pause(
+    data_dir: Path, glove_raw: RawTable, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A want that lasts, on a table whose load takes longer than ``PASSING_RETRY_SECONDS``: the retry waits that
+    long from the end of the last load, not from its start (which would load it again and again without a pause)."""
+    import faiss
+
+    from service import watch
+
+    index = with_an_index(data_dir, glove_raw, "u")
+    tries: list[tuple[float, float]] = []  # each load's read of the index: its start and end
+
+    def slow_want() -> bool:
+        began = time.monotonic()
+        time.sleep(6 * WATCH_SECONDS)  # a table this long to verify
+        tries.append((began, time.monotonic()))
+        return True
+
+    monkeypatch.setattr(faiss, "read_index", no_descriptor_for(index, slow_want))
+    monkeypatch.setattr(watch, "PASSING_RETRY_SECONDS", 5 * WATCH_SECONDS)
+    with client_for(data_dir=data_dir, watch_seconds=WATCH_SECONDS) as client:
+        time.sleep(30 * WATCH_SECONDS)
+        assert client.get("/v1/tables/u").status_code == 503
+    assert len(tries) >= 3, tries
+    assert all(b[0] - a[1] >= 5 * WATCH_SECONDS for a, b in itertools.pairwise(tries)), tries

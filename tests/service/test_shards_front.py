@@ -398,6 +398,12 @@ def test_a_hybrid_text_no_document_holds_is_searched_by_its_vector_alone(
     ):
         (status, got), (expected_status, expected) = search_both(servers["front"], servers["whole"], body)
         assert status == expected_status == 200 and got == expected, (body, got)
+    # A word some documents hold, none of them passing the filter: mode hybrid, the filter aside, on both
+    years = {year for text, year in zip(lee_docs.texts, lee_docs.fields["year"], strict=True) if "Taliban" in text}
+    year = min(set(lee_docs.fields["year"]) - years)
+    filtered = {"vector": vector, "text": "Taliban", "mode": "hybrid", "k": 3, "filter": {"year": {"eq": year}}}
+    (status, got), (expected_status, expected) = search_both(servers["front"], servers["whole"], filtered)
+    assert status == expected_status == 200 and got == expected and "fallback" not in got and got["hits"], got
     assert "fallback" not in got and "fallback" in search(servers["front"], {**body, "min_score": None})[1]
     assert got["hits"][0]["score"] < 0.02  # fused, not a cosine
 
@@ -715,6 +721,19 @@ def test_a_batch_asks_a_stopped_shard_once(servers: dict[str, Any], lee_docs: Le
     assert TIMEOUT <= took < 2 * TIMEOUT, took
 
 
+def shard_2s_own_word(whole: Server, lee: Lee) -> str:
+    """A word of the documents of shard 2 alone (the whole table's keyword hits for it all shard 2's)."""
+    held: dict[str, set[int]] = {}
+    for ident, text in zip(lee.ids, lee.texts, strict=True):
+        for word in set(re.findall(r"[a-z]{6,}", text.lower())):
+            held.setdefault(word, set()).add(shardmap.shard_of_id(ident, SHARDS))
+    for word in sorted(w for w, shards in held.items() if shards == {2})[:20]:
+        status, got = search(whole, {"text": word, "mode": "keyword", "k": 10})
+        if status == 200 and got["hits"] and all(shardmap.shard_of_id(h["id"], SHARDS) == 2 for h in got["hits"]):
+            return word
+    raise AssertionError("no word of shard 2's documents alone")
+
+
 def test_a_stopped_shard_fails_or_is_flagged(servers: dict[str, Any], lee_docs: Lee) -> None:
     body = {"text": "government", "mode": "keyword", "k": 20}
     _, whole = search(servers["whole"], {**body, "k": 100})
@@ -731,6 +750,11 @@ def test_a_stopped_shard_fails_or_is_flagged(servers: dict[str, Any], lee_docs: 
         h["id"] for h in kept if h["score"] > kept[-1]["score"]
     }
     assert {h["id"] for h in whole["hits"][:20]} - {h["id"] for h in got["hits"]}  # shard 2's are missing
+    # A hybrid text whose words shard 2's documents alone hold: no fallback saying that no document holds one
+    word = shard_2s_own_word(servers["whole"], lee_docs)
+    body = {"vector": lee_docs.vectors[0].tolist(), "text": word, "mode": "hybrid", "k": 3}
+    status, got = search(servers["partial"], body)
+    assert status == 200 and "fallback" not in got and got["partial"]["missing"][0]["shard"] == 2, (word, got)
     # A query by a document of shard 2 has no vector to search by, partial answers or not; nor is it read
     owned = next(f"lee-{i:03d}" for i in range(300) if shardmap.shard_of_id(f"lee-{i:03d}", SHARDS) == 2)
     others = [ident for ident in lee_docs.ids[:30] if shardmap.shard_of_id(ident, SHARDS) != 2]

@@ -265,6 +265,13 @@ def test_the_front_answers_keyword_hybrid_and_diverse_searches_as_one_process_wi
         same_hits(got, expected, body)
         compared += 1
     assert compared >= 20, compared
+    # Mode hybrid's fallback to the vector alone decided on the live documents: a written word keeps it hybrid
+    for text, falls_back in (("note07", False), ("zzqxv", True)):
+        body = {"vector": lee_docs.vectors[3].tolist(), "text": text, "mode": "hybrid", "k": 5}
+        (status, got), (expected_status, expected) = search_both(written["front"], written["one"], body)
+        assert status == expected_status == 200 and ("fallback" in got) == falls_back, (body, got)
+        assert got.get("fallback") == expected.get("fallback"), (body, got)
+        same_hits(got, expected, body)
     body = {"text": "police note07", "mode": "keyword", "k": 20}  # shard 2's statistics from its second replica
     for _ in range(2):
         assert search(written["broken"], body) == search(written["front"], body), body

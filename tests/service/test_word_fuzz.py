@@ -1,0 +1,481 @@
+"""Seeded random requests to the word routes of the full GloVe 6B 50d table, each checked against gensim's
+``KeyedVectors`` on the same 400,000 rows, run in process (``tests.gensim_reference.load_glove_kv``).
+
+The generator draws words from the whole frequency range (a log-uniform row), and spells some of them as a client
+might: upper-cased, title-cased, decomposed (NFD), unknown, repeated within positive/negative, in both lists; it
+draws ``k`` up to its limit, ``restrict`` below and above the table, ``offset`` past the rows ``restrict`` leaves,
+``min_score`` above every score, and the GET, POST and batch forms. gensim knows words only as spelled, so the
+oracle resolves each word by the documented rule (as sent, NFC, then the lowest row case-folded) and hands gensim
+the key. With ``exact`` the answers equal gensim's: the same rows in the same order, scores to float32 tolerance,
+a swap only between rows whose scores differ by less than 1e-6 (gensim divides raw rows by their norms, the
+table stores unit rows; equal scores go by row here, in argsort's order there). Without it (the table's HNSW
+index) each hit's score is its true cosine, the order is by score, the inputs are left out, and the hits found
+among gensim's top k are counted: their share must reach the index's recall. An invalid request must get the
+status and code the docs give it.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import unicodedata
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pytest
+from fastapi.testclient import TestClient
+from gensim.models import KeyedVectors
+
+from index.build.sources import glove_package
+from tests.gensim_reference import load_glove_kv
+
+pytestmark = pytest.mark.slow
+
+T = f"/v1/tables/{glove_package.DEFAULT_NAME}"
+MAX_K = 1000
+CASES = 500  # per run (exact, HNSW): about 6 s each on two busy cores
+SCORE_TOL = 1e-5  # float32 scores; relative beyond 1 (3CosMul's quotients, whose denominators may be near 0)
+TIE = 1e-6  # rows this close may come in either order
+Hits = list[tuple[int, float]]
+
+
+@pytest.fixture(scope="module")
+def kv() -> KeyedVectors:
+    return load_glove_kv()
+
+
+class Oracle:
+    """gensim's answers, its words resolved first as the service resolves them."""
+
+    def __init__(self, kv: KeyedVectors) -> None:
+        self.kv = kv
+        self.keys: list[str] = kv.index_to_key
+        self.folded: dict[str, int] = {}
+        for row, key in enumerate(self.keys):
+            self.folded.setdefault(key.casefold(), row)
+        self.unit = kv.get_normed_vectors()
+
+    def row(self, word: str) -> int | None:
+        """The documented lookup: as sent, in NFC, then the lowest row case-folded (``İ`` folded as Turkish
+        folds it when nothing else matches)."""
+        for form in (word, unicodedata.normalize("NFC", word)):
+            if form in self.kv.key_to_index:
+                return int(self.kv.key_to_index[form])
+        folded = unicodedata.normalize("NFC", word).casefold()
+        found = self.folded.get(folded)
+        if found is None and "i\u0307" in folded:
+            found = self.folded.get(folded.replace("i\u0307", "i"))
+        return found
+
+    def hits(self, answer: list[tuple[str, float]]) -> Hits:
+        return [(int(self.kv.key_to_index[key]), float(score)) for key, score in answer]
+
+    def most_similar(self, positive: list[int], negative: list[int], k: int, restrict: int | None) -> Hits:
+        keys = self.keys
+        answer = self.kv.most_similar(
+            positive=[keys[i] for i in positive], negative=[keys[i] for i in negative], topn=k, restrict_vocab=restrict
+        )
+        return self.hits(answer)
+
+    def by_vector(self, vector: np.ndarray, k: int, restrict: int | None) -> Hits:
+        return self.hits(self.kv.most_similar(positive=[vector], topn=k, restrict_vocab=restrict))
+
+    def cosmul(self, a: int, b: int, c: int, k: int) -> Hits:
+        keys = self.keys
+        return self.hits(self.kv.most_similar_cosmul(positive=[keys[b], keys[c]], negative=[keys[a]], topn=k))
+
+    def similarity(self, a: int, b: int) -> float:
+        return float(self.kv.similarity(self.keys[a], self.keys[b]))
+
+    def cancels(self, positive: list[int], negative: list[int]) -> bool:
+        """The weighted mean of the unit rows is zero: the service's 422."""
+        mean = self.unit[positive].astype(np.float64).sum(0) - self.unit[negative].astype(np.float64).sum(0)
+        return bool(math.sqrt(mean @ mean) / (len(positive) + len(negative)) < 1e-12)
+
+
+@dataclass
+class Case:
+    """One request and what it must answer: hits (in order), a similarity, or an error's (status, code)."""
+
+    kind: str
+    method: str
+    path: str
+    body: dict[str, Any]
+    hits: Hits | None = None
+    similarity: float | None = None
+    error: tuple[int, str] | None = None
+    exact: bool = True
+    left_out: set[int] = field(default_factory=set)
+    query: np.ndarray | None = None  # the unit query vector, for the scores of an approximate answer
+    items: list[Case] = field(default_factory=list)  # a batch's: each item's answer, in order
+
+
+class Draw:
+    """Seeded random words and options."""
+
+    def __init__(self, seed: int, oracle: Oracle) -> None:
+        self.rng = random.Random(seed)
+        self.oracle = oracle
+        self.rows = len(oracle.keys)
+        accented = [i for i, key in enumerate(oracle.keys[:100_000]) if unicodedata.normalize("NFD", key) != key]
+        self.accented = accented
+
+    def row(self) -> int:
+        """A row from the whole frequency range: log-uniform, so the most frequent and the rarest both come up."""
+        return min(self.rows - 1, int(math.exp(self.rng.uniform(0, math.log(self.rows)))) - 1)
+
+    def word(self) -> str:
+        """A known word, spelled as sent, upper-cased, title-cased or decomposed; now and then an unknown one."""
+        roll = self.rng.random()
+        if roll < 0.05:
+            return "".join(self.rng.choice("qxzjv") for _ in range(self.rng.randint(6, 12)))
+        if roll < 0.15:
+            return unicodedata.normalize("NFD", self.oracle.keys[self.rng.choice(self.accented)])
+        word = self.oracle.keys[self.row()]
+        if roll < 0.25:
+            return word.upper()
+        if roll < 0.35:
+            return word.title()
+        return word
+
+    def k(self) -> int:
+        return self.rng.choice([1, 2, 3, 5, 10, 10, 25, 100, MAX_K, self.rng.randint(1, MAX_K)])
+
+    def restrict(self) -> int | None:
+        roll = self.rng.random()
+        if roll < 0.5:
+            return None
+        if roll < 0.6:
+            return self.rng.randint(1, 20)
+        if roll < 0.7:
+            return self.rows + self.rng.randint(0, 10)
+        return self.rng.randint(100, self.rows)
+
+
+def neighbours_case(draw: Draw, exact: bool) -> Case:
+    """A token's neighbours by GET or POST, or positive/negative lists by POST."""
+    k, restrict = draw.k(), draw.restrict()
+    options: dict[str, Any] = {"k": k, "exact": exact}
+    if restrict is not None:
+        options["restrict"] = restrict
+    item, case = neighbours_item(draw, k, restrict)
+    if isinstance(item, str):
+        item = {"token": item}
+    case.exact = exact
+    case.method = "GET" if "token" in item and draw.rng.random() < 0.5 else "POST"
+    case.body = {**item, **options}
+    return case
+
+
+def neighbours_item(draw: Draw, k: int, restrict: int | None) -> tuple[str | dict[str, Any], Case]:
+    """A query of ``POST .../neighbors`` (alone or in a batch) and its answer: a token (as a string or an object),
+    a row id, or positive/negative lists with duplicates and words in both."""
+    rng, oracle = draw.rng, draw.oracle
+    roll = rng.random()
+    item: str | dict[str, Any]
+    if roll < 0.5:
+        word = draw.word()
+        item = word if rng.random() < 0.5 else {"token": word}
+        case = Case("token", "POST", f"{T}/neighbors", {})
+        row = oracle.row(word)
+        if row is None:
+            case.error = (404, "unknown_token")
+            return item, case
+        positive, negative = [row], []
+    elif roll < 0.6:
+        row = rng.choice([draw.row(), draw.rows + rng.randint(0, 5)])
+        item = {"id": row}
+        case = Case("id", "POST", f"{T}/neighbors", {})
+        if row >= draw.rows:
+            case.error = (404, "unknown_token")
+            return item, case
+        positive, negative = [row], []
+    else:
+        positive_words = [draw.word() for _ in range(rng.choice([0, 1, 1, 2, 3]))]
+        negative_words = [draw.word() for _ in range(rng.choice([0, 0, 1, 2]))]
+        if positive_words and rng.random() < 0.2:
+            positive_words.append(rng.choice(positive_words))  # a duplicate
+        if positive_words and rng.random() < 0.15:
+            negative_words.append(rng.choice(positive_words))  # a word in both lists
+        item = {"positive": positive_words, "negative": negative_words}
+        case = Case("examples", "POST", f"{T}/neighbors", {})
+        if not positive_words and not negative_words:
+            case.error = (422, "invalid_request")
+            return item, case
+        rows = [oracle.row(w) for w in positive_words + negative_words]
+        if None in rows:
+            case.error = (404, "unknown_token")
+            return item, case
+        positive = [r for r in rows[: len(positive_words)] if r is not None]
+        negative = [r for r in rows[len(positive_words) :] if r is not None]
+        if oracle.cancels(positive, negative):
+            case.error = (422, "invalid_request")
+            return item, case
+    case.left_out = {*positive, *negative}
+    case.query = query_vector(oracle, positive, negative)
+    case.hits = oracle.most_similar(positive, negative, k, restrict)
+    return item, case
+
+
+def neighbours_batch_case(draw: Draw, exact: bool) -> Case:
+    """``queries``: 1..6 items sharing ``k``, ``restrict`` and ``exact``, each answered or refused alone (an empty
+    positive/negative item refuses the whole batch, as the request's schema does)."""
+    k, restrict = draw.rng.choice([1, 5, 10, 50, 100]), draw.restrict()
+    items, cases = zip(*(neighbours_item(draw, k, restrict) for _ in range(draw.rng.randint(1, 6))), strict=True)
+    body: dict[str, Any] = {"queries": list(items), "k": k, "exact": exact}
+    if restrict is not None:
+        body["restrict"] = restrict
+    batch = Case("batch", "POST", f"{T}/neighbors", body, exact=exact)
+    if any(isinstance(item, dict) and item.get("positive") == item.get("negative") == [] for item in items):
+        batch.error = (422, "invalid_request")
+        return batch
+    for case in cases:
+        case.kind, case.exact = f"batch-{case.kind}", exact
+    batch.items = list(cases)
+    return batch
+
+
+def query_vector(oracle: Oracle, positive: list[int], negative: list[int]) -> np.ndarray:
+    mean = oracle.unit[positive].astype(np.float64).sum(0) - oracle.unit[negative].astype(np.float64).sum(0)
+    return mean / np.linalg.norm(mean)
+
+
+def search_case(draw: Draw, exact: bool) -> Case:
+    """A raw vector's page: ``offset`` and ``min_score`` over gensim's longer list."""
+    rng, oracle = draw.rng, draw.oracle
+    vector = np.asarray([rng.gauss(0, 1) for _ in range(oracle.unit.shape[1])], dtype=np.float32)
+    if rng.random() < 0.5:
+        vector = oracle.kv.vectors[draw.row()]
+    k, restrict = draw.k(), draw.restrict()
+    offset = rng.choice([0, 0, 0, rng.randint(0, MAX_K - k)])
+    body: dict[str, Any] = {"vector": [float(v) for v in vector], "k": k, "exact": exact}
+    if offset:
+        body["offset"] = offset
+    if restrict is not None:
+        body["restrict"] = restrict
+    floor = rng.choice([None, None, rng.uniform(0.3, 0.9), 1.0])
+    if floor is not None:
+        body["min_score"] = floor
+    case = Case("search", "POST", f"{T}/search", body, exact=exact)
+    if rng.random() < 0.1:  # past max_k
+        body["offset"] = MAX_K - k + 1
+        case.error = (422, "invalid_request")
+        return case
+    hits = oracle.by_vector(vector, offset + k, restrict)[offset:]
+    case.hits = [(i, s) for i, s in hits if floor is None or s >= floor - SCORE_TOL]
+    if floor is not None and any(abs(s - floor) < SCORE_TOL for _, s in case.hits):
+        case.hits = None  # a score at the floor itself may fall on either side: skip the comparison
+        case.kind = "search-at-floor"
+    case.query = np.asarray(vector, dtype=np.float64) / np.linalg.norm(vector)
+    return case
+
+
+def analogy_case(draw: Draw, exact: bool) -> Case:
+    rng, oracle = draw.rng, draw.oracle
+    words = [draw.word() for _ in range(3)]
+    if rng.random() < 0.05:
+        words[1] = words[0].upper()  # a and b one row
+    method = rng.choice(["3cosadd", "3cosmul"])
+    k = draw.k()
+    restrict = draw.restrict() if method == "3cosadd" else None
+    body: dict[str, Any] = {"a": words[0], "b": words[1], "c": words[2], "k": k, "method": method, "exact": exact}
+    if restrict is not None:
+        body["restrict"] = restrict
+    case = Case(method, "POST", f"{T}/analogy", body, exact=exact or method == "3cosmul")
+    a, b, c = (oracle.row(w) for w in words)
+    if a is None or b is None or c is None:
+        case.error = (404, "unknown_token")
+        return case
+    if a == b:
+        case.error = (422, "invalid_request")
+        return case
+    case.left_out = {a, b, c}
+    case.query = query_vector(oracle, [b, c], [a])
+    case.hits = oracle.most_similar([b, c], [a], k, restrict) if method == "3cosadd" else oracle.cosmul(a, b, c, k)
+    return case
+
+
+def similarity_case(draw: Draw, exact: bool) -> Case:
+    first, second = draw.word(), draw.word()
+    case = Case("similarity", "GET", f"{T}/similarity", {"a": first, "b": second})
+    a, b = draw.oracle.row(first), draw.oracle.row(second)
+    if a is None or b is None:
+        case.error = (404, "unknown_token")
+    else:
+        case.similarity = draw.oracle.similarity(a, b)
+    return case
+
+
+def word_list(draw: Draw, most: int) -> list[str]:
+    """1..``most`` words, now and then one of them twice."""
+    words = [draw.word() for _ in range(draw.rng.randint(1, most))]
+    if draw.rng.random() < 0.3:
+        words.append(draw.rng.choice(words))
+    return words
+
+
+def known(oracle: Oracle, words: list[str], skip_unknown: bool) -> list[int] | tuple[int, str]:
+    """The rows of ``words`` (the unknown left out with ``skip_unknown``), or the 404 of an unknown one or of none
+    known."""
+    rows = [oracle.row(w) for w in words]
+    found = [r for r in rows if r is not None]
+    if (None in rows and not skip_unknown) or not found:
+        return (404, "unknown_token")
+    return found
+
+
+def doesnt_match_case(draw: Draw, exact: bool) -> Case:
+    """gensim ``rank_by_centrality``: the ranking, most central first, repeated words once per occurrence."""
+    words, skip = word_list(draw, 6), draw.rng.random() < 0.5
+    case = Case("doesnt-match", "POST", f"{T}/doesnt-match", {"words": words, "skip_unknown": skip})
+    rows = known(draw.oracle, words, skip)
+    if isinstance(rows, tuple):
+        case.error = rows
+        return case
+    keys = draw.oracle.keys
+    ranking = draw.oracle.kv.rank_by_centrality([keys[r] for r in rows])
+    case.hits = [(int(draw.oracle.kv.key_to_index[word]), float(score)) for score, word in ranking]
+    return case
+
+
+def n_similarity_case(draw: Draw, exact: bool) -> Case:
+    """gensim ``n_similarity``: the cosine of the two sets' means of their original rows."""
+    first, second, skip = word_list(draw, 4), word_list(draw, 4), draw.rng.random() < 0.5
+    case = Case("n-similarity", "POST", f"{T}/n-similarity", {"a": first, "b": second, "skip_unknown": skip})
+    a, b = known(draw.oracle, first, skip), known(draw.oracle, second, skip)
+    if isinstance(a, tuple) or isinstance(b, tuple):
+        case.error = (404, "unknown_token")
+        return case
+    keys = draw.oracle.keys
+    case.similarity = float(draw.oracle.kv.n_similarity([keys[r] for r in a], [keys[r] for r in b]))
+    return case
+
+
+def invalid_case(draw: Draw, exact: bool) -> Case:
+    """Options outside their ranges: each a 422."""
+    rng = draw.rng
+    bodies = [
+        {"token": "king", "k": 0},
+        {"token": "king", "k": MAX_K + 1},
+        {"token": "king", "restrict": 0},
+        {"positive": [], "negative": []},
+        {"token": "king", "positive": ["queen"]},
+        {"token": ""},
+    ]
+    return Case(
+        "invalid", rng.choice(["POST", "GET"]), f"{T}/neighbors", rng.choice(bodies), error=(422, "invalid_request")
+    )
+
+
+KINDS: list[tuple[Callable[[Draw, bool], Case], float]] = [
+    (neighbours_case, 0.3),
+    (neighbours_batch_case, 0.1),
+    (search_case, 0.2),
+    (analogy_case, 0.2),
+    (similarity_case, 0.05),
+    (doesnt_match_case, 0.05),
+    (n_similarity_case, 0.05),
+    (invalid_case, 0.05),
+]
+
+
+def send(api: TestClient, case: Case) -> Any:
+    if case.method == "GET":
+        return api.get(case.path, params=case.body)
+    return api.post(case.path, json=case.body)
+
+
+def same_hits(ours: Hits, theirs: Hits) -> str | None:
+    """None when ``ours`` equals ``theirs`` up to swaps of rows whose scores differ by less than ``TIE``; else why
+    not."""
+    if len(ours) != len(theirs):
+        return f"{len(ours)} hits, gensim {len(theirs)}"
+    for pos, ((mine, score), (their, their_score)) in enumerate(zip(ours, theirs, strict=True)):
+        if abs(score - their_score) > SCORE_TOL * max(1.0, abs(their_score)):
+            return f"position {pos}: score {score} (row {mine}), gensim {their_score} (row {their})"
+    their_rows = {row: score for row, score in theirs}
+    last = theirs[-1][1] if theirs else 0.0
+    for pos, (mine, score) in enumerate(ours):
+        if mine != theirs[pos][0] and mine not in their_rows and abs(score - last) > TIE:
+            return f"position {pos}: row {mine}, gensim row {theirs[pos][0]}"
+        if mine in their_rows and abs(their_rows[mine] - score) > TIE and mine != theirs[pos][0]:
+            return f"position {pos}: row {mine} out of gensim's order"
+    return None
+
+
+@dataclass
+class Tally:
+    checked: Counter[str] = field(default_factory=Counter)
+    found: int = 0  # approximate hits among gensim's
+    asked: int = 0
+    failures: list[str] = field(default_factory=list)
+
+
+def check(case: Case, response: Any, tally: Tally, oracle: Oracle) -> None:
+    """``case``'s answer; a batch's items one by one (an item's error: its code, in the batch's 200)."""
+    body = response.json()
+    if not case.items or response.status_code != 200:
+        check_answer(case, response.status_code, body, tally, oracle)
+        return
+    tally.checked["batch"] += 1
+    if len(body["results"]) != len(case.items):
+        tally.failures.append(f"{case.path} {str(case.body)[:300]}: {len(body['results'])} results")
+        return
+    for item, result in zip(case.items, body["results"], strict=True):
+        item.body = case.body
+        status = 200 if "error" not in result or item.error is None else item.error[0]
+        check_answer(item, status, result, tally, oracle)
+
+
+def check_answer(case: Case, status: int, body: Any, tally: Tally, oracle: Oracle) -> None:
+    tally.checked[case.kind + ("" if case.exact else "-hnsw") + (f"-{case.error[0]}" if case.error else "")] += 1
+    where = f"{case.method} {case.path} {str(case.body)[:300]}"
+    if case.error is not None:
+        got = (status, body.get("error", {}).get("code"))
+        if got != case.error:
+            tally.failures.append(f"{where}: {got}, expected {case.error}: {str(body)[:300]}")
+        return
+    if status != 200 or "error" in body:
+        tally.failures.append(f"{where}: {status} {str(body)[:300]}")
+        return
+    if case.similarity is not None:
+        if abs(body["similarity"] - case.similarity) > SCORE_TOL:
+            tally.failures.append(f"{where}: {body['similarity']}, gensim {case.similarity}")
+        return
+    if case.hits is None:
+        return
+    ours = [(n["id"], n["score"]) for n in body["ranking" if "ranking" in body else "neighbors"]]
+    if case.exact:
+        problem = same_hits(ours, case.hits)
+        if problem:
+            tally.failures.append(f"{where}: {problem}")
+        return
+    assert case.query is not None
+    scores = [s for _, s in ours]
+    true = [float(oracle.unit[i] @ case.query) for i, _ in ours]
+    if len(ours) > len(case.hits) or not np.allclose(scores, true, atol=SCORE_TOL) or scores != sorted(scores)[::-1]:
+        tally.failures.append(f"{where}: approximate hits {ours[:5]} not scored by their cosines, in order")
+    if case.left_out & {i for i, _ in ours}:
+        tally.failures.append(f"{where}: an input among the hits")
+    tally.found += len({i for i, _ in ours} & {i for i, _ in case.hits})
+    tally.asked += len(case.hits)
+
+
+@pytest.mark.parametrize("exact", [True, False], ids=["exact", "hnsw"])
+def test_random_word_requests_answer_as_gensim(glove_api: TestClient, kv: KeyedVectors, exact: bool) -> None:
+    oracle = Oracle(kv)
+    draw = Draw(20261207 + exact, oracle)
+    tally = Tally()
+    kinds, weights = zip(*KINDS, strict=True)
+    for _ in range(CASES):
+        case = draw.rng.choices(kinds, weights)[0](draw, exact)
+        check(case, send(glove_api, case), tally, oracle)
+    print(f"\n{'exact' if exact else 'hnsw'}: {sum(tally.checked.values())} cases {dict(tally.checked)}")
+    if tally.asked:
+        print(f"hnsw: {tally.found} of gensim's {tally.asked} hits found ({tally.found / tally.asked:.4f})")
+    assert tally.failures == [], "\n".join(tally.failures[:20])
+    if not exact:
+        assert tally.found >= 0.95 * tally.asked

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 import random
+import re
 import unicodedata
 from collections import Counter
 from collections.abc import Callable
@@ -29,16 +30,24 @@ import pytest
 from fastapi.testclient import TestClient
 from gensim.models import KeyedVectors
 
-from index.build.sources import glove_package
+from index.build.sources import ReadOptions, glove_package, huggingface
 from tests.gensim_reference import load_glove_kv
+from tests.minilm import MINILM, minilm_dir, whole_text_tokenizer
 
 pytestmark = pytest.mark.slow
 
-T = f"/v1/tables/{glove_package.DEFAULT_NAME}"
 MAX_K = 1000
 CASES = 500  # per run (exact, HNSW): about 6 s each on two busy cores
 SCORE_TOL = 1e-5  # float32 scores; relative beyond 1 (3CosMul's quotients, whose denominators may be near 0)
-TIE = 1e-6  # rows this close may come in either order
+TIE = 1e-6  # cosines this close may come in either order
+
+
+def tie(score: float) -> float:
+    """How close two scores may be and come in either order: ``TIE`` for cosines, the score tolerance beyond 1
+    (3CosMul's quotients, where float32's rounding of a near-zero denominator is amplified)."""
+    return TIE if abs(score) <= 1 else SCORE_TOL * abs(score)
+
+
 Hits = list[tuple[int, float]]
 
 
@@ -48,10 +57,19 @@ def kv() -> KeyedVectors:
 
 
 class Oracle:
-    """gensim's answers, its words resolved first as the service resolves them."""
+    """gensim's answers, its words resolved first as the service resolves them. On a model-token table
+    (``kinds``: its special and continuation rows) a word is also tried as the model's tokenizer normalises it
+    (``normalize``), and the rows of the kinds a request leaves out are cut from gensim's scores of every row."""
 
-    def __init__(self, kv: KeyedVectors) -> None:
+    def __init__(
+        self,
+        kv: KeyedVectors,
+        kinds: tuple[np.ndarray, np.ndarray] | None = None,
+        normalize: Callable[[str], str] | None = None,
+    ) -> None:
         self.kv = kv
+        self.kinds = kinds
+        self.normalize = normalize
         self.keys: list[str] = kv.index_to_key
         self.folded: dict[str, int] = {}
         for row, key in enumerate(self.keys):
@@ -60,11 +78,20 @@ class Oracle:
 
     def row(self, word: str) -> int | None:
         """The documented lookup: as sent, in NFC, then the lowest row case-folded (``İ`` folded as Turkish
-        folds it when nothing else matches)."""
-        for form in (word, unicodedata.normalize("NFC", word)):
+        folds it when nothing else matches); then the model's normalised text by the same rules."""
+        text = unicodedata.normalize("NFC", word)
+        found = self.spelled(word, text)
+        if found is None and self.normalize is not None:
+            normal = self.normalize(text)
+            if normal != text and normal.strip():
+                found = self.spelled(normal, normal)
+        return found
+
+    def spelled(self, word: str, text: str) -> int | None:
+        for form in (word, text):
             if form in self.kv.key_to_index:
                 return int(self.kv.key_to_index[form])
-        folded = unicodedata.normalize("NFC", word).casefold()
+        folded = text.casefold()
         found = self.folded.get(folded)
         if found is None and "i\u0307" in folded:
             found = self.folded.get(folded.replace("i\u0307", "i"))
@@ -73,19 +100,32 @@ class Oracle:
     def hits(self, answer: list[tuple[str, float]]) -> Hits:
         return [(int(self.kv.key_to_index[key]), float(score)) for key, score in answer]
 
-    def most_similar(self, positive: list[int], negative: list[int], k: int, restrict: int | None) -> Hits:
+    def most_similar(
+        self, positive: list[int], negative: list[int], k: int, restrict: int | None, skip: np.ndarray | None = None
+    ) -> Hits:
         keys = self.keys
-        answer = self.kv.most_similar(
-            positive=[keys[i] for i in positive], negative=[keys[i] for i in negative], topn=k, restrict_vocab=restrict
-        )
-        return self.hits(answer)
+        pos, neg = [keys[i] for i in positive], [keys[i] for i in negative]
+        if skip is None:
+            return self.hits(self.kv.most_similar(positive=pos, negative=neg, topn=k, restrict_vocab=restrict))
+        scores = self.kv.most_similar(positive=pos, negative=neg, topn=None, restrict_vocab=restrict)
+        return best(scores, k, {*positive, *negative}, skip)
 
-    def by_vector(self, vector: np.ndarray, k: int, restrict: int | None) -> Hits:
-        return self.hits(self.kv.most_similar(positive=[vector], topn=k, restrict_vocab=restrict))
+    def by_vector(self, vector: np.ndarray, k: int, restrict: int | None, skip: np.ndarray | None = None) -> Hits:
+        if skip is None:
+            return self.hits(self.kv.most_similar(positive=[vector], topn=k, restrict_vocab=restrict))
+        return best(self.kv.most_similar(positive=[vector], topn=None, restrict_vocab=restrict), k, set(), skip)
 
-    def cosmul(self, a: int, b: int, c: int, k: int) -> Hits:
+    def cosmul(
+        self, a: int, b: int, c: int, k: int, restrict: int | None = None, skip: np.ndarray | None = None
+    ) -> Hits:
+        """gensim's most_similar_cosmul; ``restrict`` cuts its scores of every row to the first rows, as the
+        docs say the service's restrict does (gensim's own ignores restrict_vocab)."""
         keys = self.keys
-        return self.hits(self.kv.most_similar_cosmul(positive=[keys[b], keys[c]], negative=[keys[a]], topn=k))
+        positive, negative = [keys[b], keys[c]], [keys[a]]
+        if skip is None and restrict is None:
+            return self.hits(self.kv.most_similar_cosmul(positive=positive, negative=negative, topn=k))
+        scores = self.kv.most_similar_cosmul(positive=positive, negative=negative, topn=None)[:restrict]
+        return best(scores, k, {a, b, c}, skip)
 
     def similarity(self, a: int, b: int) -> float:
         return float(self.kv.similarity(self.keys[a], self.keys[b]))
@@ -94,6 +134,17 @@ class Oracle:
         """The weighted mean of the unit rows is zero: the service's 422."""
         mean = self.unit[positive].astype(np.float64).sum(0) - self.unit[negative].astype(np.float64).sum(0)
         return bool(math.sqrt(mean @ mean) / (len(positive) + len(negative)) < 1e-12)
+
+
+def best(scores: np.ndarray, k: int, left_out: set[int], skip: np.ndarray | None) -> Hits:
+    """The ``k`` best of gensim's scores of the first rows, ``left_out`` and the ``skip`` rows cut; equal scores by
+    row."""
+    scores = np.asarray(scores, dtype=np.float64).copy()
+    scores[[i for i in left_out if i < len(scores)]] = -np.inf
+    if skip is not None:
+        scores[skip[: len(scores)]] = -np.inf
+    order = np.lexsort((np.arange(len(scores)), -scores))[:k]
+    return [(int(i), float(scores[i])) for i in order if scores[i] > -np.inf]
 
 
 @dataclass
@@ -116,12 +167,31 @@ class Case:
 class Draw:
     """Seeded random words and options."""
 
-    def __init__(self, seed: int, oracle: Oracle) -> None:
+    def __init__(self, seed: int, oracle: Oracle, table: str) -> None:
         self.rng = random.Random(seed)
         self.oracle = oracle
+        self.path = f"/v1/tables/{table}"
         self.rows = len(oracle.keys)
         accented = [i for i, key in enumerate(oracle.keys[:100_000]) if unicodedata.normalize("NFD", key) != key]
-        self.accented = accented
+        self.accented = accented or [0]
+
+    def options(self, exact: bool, restrict: int | None) -> dict[str, Any]:
+        """``exact``, ``restrict`` when drawn, and on a model-token table the token kinds left out."""
+        options: dict[str, Any] = {"exact": exact}
+        if restrict is not None:
+            options["restrict"] = restrict
+        if self.oracle.kinds is not None:
+            options["skip_special"] = self.rng.random() < 0.7
+            options["whole_words_only"] = self.rng.random() < 0.3
+        return options
+
+    def skipped(self, options: dict[str, Any]) -> np.ndarray | None:
+        """The rows the options leave out by their kind (None on a table of words)."""
+        kinds = self.oracle.kinds
+        if kinds is None:
+            return None
+        special, continuation = kinds
+        return (special & options.get("skip_special", True)) | (continuation & options.get("whole_words_only", False))
 
     def row(self) -> int:
         """A row from the whole frequency range: log-uniform, so the most frequent and the rarest both come up."""
@@ -139,6 +209,8 @@ class Draw:
             return word.upper()
         if roll < 0.35:
             return word.title()
+        if roll < 0.4 and self.oracle.normalize is not None:
+            return word.replace("e", "\u00e9").title()  # the model's normaliser strips the accent
         return word
 
     def k(self) -> int:
@@ -157,11 +229,9 @@ class Draw:
 
 def neighbours_case(draw: Draw, exact: bool) -> Case:
     """A token's neighbours by GET or POST, or positive/negative lists by POST."""
-    k, restrict = draw.k(), draw.restrict()
-    options: dict[str, Any] = {"k": k, "exact": exact}
-    if restrict is not None:
-        options["restrict"] = restrict
-    item, case = neighbours_item(draw, k, restrict)
+    k = draw.k()
+    options = {"k": k, **draw.options(exact, draw.restrict())}
+    item, case = neighbours_item(draw, k, options)
     if isinstance(item, str):
         item = {"token": item}
     case.exact = exact
@@ -170,7 +240,7 @@ def neighbours_case(draw: Draw, exact: bool) -> Case:
     return case
 
 
-def neighbours_item(draw: Draw, k: int, restrict: int | None) -> tuple[str | dict[str, Any], Case]:
+def neighbours_item(draw: Draw, k: int, options: dict[str, Any]) -> tuple[str | dict[str, Any], Case]:
     """A query of ``POST .../neighbors`` (alone or in a batch) and its answer: a token (as a string or an object),
     a row id, or positive/negative lists with duplicates and words in both."""
     rng, oracle = draw.rng, draw.oracle
@@ -179,7 +249,7 @@ def neighbours_item(draw: Draw, k: int, restrict: int | None) -> tuple[str | dic
     if roll < 0.5:
         word = draw.word()
         item = word if rng.random() < 0.5 else {"token": word}
-        case = Case("token", "POST", f"{T}/neighbors", {})
+        case = Case("token", "POST", f"{draw.path}/neighbors", {})
         row = oracle.row(word)
         if row is None:
             case.error = (404, "unknown_token")
@@ -188,7 +258,7 @@ def neighbours_item(draw: Draw, k: int, restrict: int | None) -> tuple[str | dic
     elif roll < 0.6:
         row = rng.choice([draw.row(), draw.rows + rng.randint(0, 5)])
         item = {"id": row}
-        case = Case("id", "POST", f"{T}/neighbors", {})
+        case = Case("id", "POST", f"{draw.path}/neighbors", {})
         if row >= draw.rows:
             case.error = (404, "unknown_token")
             return item, case
@@ -201,7 +271,7 @@ def neighbours_item(draw: Draw, k: int, restrict: int | None) -> tuple[str | dic
         if positive_words and rng.random() < 0.15:
             negative_words.append(rng.choice(positive_words))  # a word in both lists
         item = {"positive": positive_words, "negative": negative_words}
-        case = Case("examples", "POST", f"{T}/neighbors", {})
+        case = Case("examples", "POST", f"{draw.path}/neighbors", {})
         if not positive_words and not negative_words:
             case.error = (422, "invalid_request")
             return item, case
@@ -216,19 +286,18 @@ def neighbours_item(draw: Draw, k: int, restrict: int | None) -> tuple[str | dic
             return item, case
     case.left_out = {*positive, *negative}
     case.query = query_vector(oracle, positive, negative)
-    case.hits = oracle.most_similar(positive, negative, k, restrict)
+    case.hits = oracle.most_similar(positive, negative, k, options.get("restrict"), draw.skipped(options))
     return item, case
 
 
 def neighbours_batch_case(draw: Draw, exact: bool) -> Case:
     """``queries``: 1..6 items sharing ``k``, ``restrict`` and ``exact``, each answered or refused alone (an empty
     positive/negative item refuses the whole batch, as the request's schema does)."""
-    k, restrict = draw.rng.choice([1, 5, 10, 50, 100]), draw.restrict()
-    items, cases = zip(*(neighbours_item(draw, k, restrict) for _ in range(draw.rng.randint(1, 6))), strict=True)
-    body: dict[str, Any] = {"queries": list(items), "k": k, "exact": exact}
-    if restrict is not None:
-        body["restrict"] = restrict
-    batch = Case("batch", "POST", f"{T}/neighbors", body, exact=exact)
+    k = draw.rng.choice([1, 5, 10, 50, 100])
+    options = draw.options(exact, draw.restrict())
+    items, cases = zip(*(neighbours_item(draw, k, options) for _ in range(draw.rng.randint(1, 6))), strict=True)
+    body: dict[str, Any] = {"queries": list(items), "k": k, **options}
+    batch = Case("batch", "POST", f"{draw.path}/neighbors", body, exact=exact)
     if any(isinstance(item, dict) and item.get("positive") == item.get("negative") == [] for item in items):
         batch.error = (422, "invalid_request")
         return batch
@@ -251,20 +320,19 @@ def search_case(draw: Draw, exact: bool) -> Case:
         vector = oracle.kv.vectors[draw.row()]
     k, restrict = draw.k(), draw.restrict()
     offset = rng.choice([0, 0, 0, rng.randint(0, MAX_K - k)])
-    body: dict[str, Any] = {"vector": [float(v) for v in vector], "k": k, "exact": exact}
+    options = draw.options(exact, restrict)
+    body: dict[str, Any] = {"vector": [float(v) for v in vector], "k": k, **options}
     if offset:
         body["offset"] = offset
-    if restrict is not None:
-        body["restrict"] = restrict
     floor = rng.choice([None, None, rng.uniform(0.3, 0.9), 1.0])
     if floor is not None:
         body["min_score"] = floor
-    case = Case("search", "POST", f"{T}/search", body, exact=exact)
+    case = Case("search", "POST", f"{draw.path}/search", body, exact=exact)
     if rng.random() < 0.1:  # past max_k
         body["offset"] = MAX_K - k + 1
         case.error = (422, "invalid_request")
         return case
-    hits = oracle.by_vector(vector, offset + k, restrict)[offset:]
+    hits = oracle.by_vector(vector, offset + k, restrict, draw.skipped(options))[offset:]
     case.hits = [(i, s) for i, s in hits if floor is None or s >= floor - SCORE_TOL]
     if floor is not None and any(abs(s - floor) < SCORE_TOL for _, s in case.hits):
         case.hits = None  # a score at the floor itself may fall on either side: skip the comparison
@@ -280,11 +348,10 @@ def analogy_case(draw: Draw, exact: bool) -> Case:
         words[1] = words[0].upper()  # a and b one row
     method = rng.choice(["3cosadd", "3cosmul"])
     k = draw.k()
-    restrict = draw.restrict() if method == "3cosadd" else None
-    body: dict[str, Any] = {"a": words[0], "b": words[1], "c": words[2], "k": k, "method": method, "exact": exact}
-    if restrict is not None:
-        body["restrict"] = restrict
-    case = Case(method, "POST", f"{T}/analogy", body, exact=exact or method == "3cosmul")
+    restrict = draw.restrict()
+    options = draw.options(exact, restrict)
+    body: dict[str, Any] = {"a": words[0], "b": words[1], "c": words[2], "k": k, "method": method, **options}
+    case = Case(method, "POST", f"{draw.path}/analogy", body, exact=exact or method == "3cosmul")
     a, b, c = (oracle.row(w) for w in words)
     if a is None or b is None or c is None:
         case.error = (404, "unknown_token")
@@ -294,13 +361,17 @@ def analogy_case(draw: Draw, exact: bool) -> Case:
         return case
     case.left_out = {a, b, c}
     case.query = query_vector(oracle, [b, c], [a])
-    case.hits = oracle.most_similar([b, c], [a], k, restrict) if method == "3cosadd" else oracle.cosmul(a, b, c, k)
+    skip = draw.skipped(options)
+    if method == "3cosadd":
+        case.hits = oracle.most_similar([b, c], [a], k, restrict, skip)
+    else:
+        case.hits = oracle.cosmul(a, b, c, k, restrict, skip)
     return case
 
 
 def similarity_case(draw: Draw, exact: bool) -> Case:
     first, second = draw.word(), draw.word()
-    case = Case("similarity", "GET", f"{T}/similarity", {"a": first, "b": second})
+    case = Case("similarity", "GET", f"{draw.path}/similarity", {"a": first, "b": second})
     a, b = draw.oracle.row(first), draw.oracle.row(second)
     if a is None or b is None:
         case.error = (404, "unknown_token")
@@ -330,7 +401,7 @@ def known(oracle: Oracle, words: list[str], skip_unknown: bool) -> list[int] | t
 def doesnt_match_case(draw: Draw, exact: bool) -> Case:
     """gensim ``rank_by_centrality``: the ranking, most central first, repeated words once per occurrence."""
     words, skip = word_list(draw, 6), draw.rng.random() < 0.5
-    case = Case("doesnt-match", "POST", f"{T}/doesnt-match", {"words": words, "skip_unknown": skip})
+    case = Case("doesnt-match", "POST", f"{draw.path}/doesnt-match", {"words": words, "skip_unknown": skip})
     rows = known(draw.oracle, words, skip)
     if isinstance(rows, tuple):
         case.error = rows
@@ -344,7 +415,7 @@ def doesnt_match_case(draw: Draw, exact: bool) -> Case:
 def n_similarity_case(draw: Draw, exact: bool) -> Case:
     """gensim ``n_similarity``: the cosine of the two sets' means of their original rows."""
     first, second, skip = word_list(draw, 4), word_list(draw, 4), draw.rng.random() < 0.5
-    case = Case("n-similarity", "POST", f"{T}/n-similarity", {"a": first, "b": second, "skip_unknown": skip})
+    case = Case("n-similarity", "POST", f"{draw.path}/n-similarity", {"a": first, "b": second, "skip_unknown": skip})
     a, b = known(draw.oracle, first, skip), known(draw.oracle, second, skip)
     if isinstance(a, tuple) or isinstance(b, tuple):
         case.error = (404, "unknown_token")
@@ -366,7 +437,11 @@ def invalid_case(draw: Draw, exact: bool) -> Case:
         {"token": ""},
     ]
     return Case(
-        "invalid", rng.choice(["POST", "GET"]), f"{T}/neighbors", rng.choice(bodies), error=(422, "invalid_request")
+        "invalid",
+        rng.choice(["POST", "GET"]),
+        f"{draw.path}/neighbors",
+        rng.choice(bodies),
+        error=(422, "invalid_request"),
     )
 
 
@@ -389,7 +464,7 @@ def send(api: TestClient, case: Case) -> Any:
 
 
 def same_hits(ours: Hits, theirs: Hits) -> str | None:
-    """None when ``ours`` equals ``theirs`` up to swaps of rows whose scores differ by less than ``TIE``; else why
+    """None when ``ours`` equals ``theirs`` up to swaps of rows whose scores differ by less than :func:`tie`; else why
     not."""
     if len(ours) != len(theirs):
         return f"{len(ours)} hits, gensim {len(theirs)}"
@@ -399,10 +474,13 @@ def same_hits(ours: Hits, theirs: Hits) -> str | None:
     their_rows = {row: score for row, score in theirs}
     last = theirs[-1][1] if theirs else 0.0
     for pos, (mine, score) in enumerate(ours):
-        if mine != theirs[pos][0] and mine not in their_rows and abs(score - last) > TIE:
-            return f"position {pos}: row {mine}, gensim row {theirs[pos][0]}"
-        if mine in their_rows and abs(their_rows[mine] - score) > TIE and mine != theirs[pos][0]:
-            return f"position {pos}: row {mine} out of gensim's order"
+        their, their_score = theirs[pos]
+        if mine == their:
+            continue
+        if mine not in their_rows and abs(score - last) > tie(last):
+            return f"position {pos}: row {mine} ({score}), gensim row {their} ({their_score}), not a tie at the cut"
+        if mine in their_rows and abs(their_rows[mine] - their_score) > tie(their_score):
+            return f"position {pos}: row {mine}, gensim scores it {their_rows[mine]}, not a tie with {their_score}"
     return None
 
 
@@ -464,18 +542,42 @@ def check_answer(case: Case, status: int, body: Any, tally: Tally, oracle: Oracl
     tally.asked += len(case.hits)
 
 
-@pytest.mark.parametrize("exact", [True, False], ids=["exact", "hnsw"])
-def test_random_word_requests_answer_as_gensim(glove_api: TestClient, kv: KeyedVectors, exact: bool) -> None:
-    oracle = Oracle(kv)
-    draw = Draw(20261207 + exact, oracle)
+def run(api: TestClient, draw: Draw, exact: bool, cases: int = CASES) -> Tally:
+    """``cases`` drawn requests sent and checked; what was checked printed."""
     tally = Tally()
     kinds, weights = zip(*KINDS, strict=True)
-    for _ in range(CASES):
+    for _ in range(cases):
         case = draw.rng.choices(kinds, weights)[0](draw, exact)
-        check(case, send(glove_api, case), tally, oracle)
-    print(f"\n{'exact' if exact else 'hnsw'}: {sum(tally.checked.values())} cases {dict(tally.checked)}")
+        check(case, send(api, case), tally, draw.oracle)
+    print(f"\n{draw.path} exact={exact}: {sum(tally.checked.values())} cases {dict(sorted(tally.checked.items()))}")
     if tally.asked:
-        print(f"hnsw: {tally.found} of gensim's {tally.asked} hits found ({tally.found / tally.asked:.4f})")
+        print(f"HNSW: {tally.found} of gensim's {tally.asked} hits found ({tally.found / tally.asked:.4f})")
+    return tally
+
+
+@pytest.mark.parametrize("exact", [True, False], ids=["exact", "hnsw"])
+def test_random_word_requests_answer_as_gensim(glove_api: TestClient, kv: KeyedVectors, exact: bool) -> None:
+    tally = run(glove_api, Draw(20261207 + exact, Oracle(kv), glove_package.DEFAULT_NAME), exact)
     assert tally.failures == [], "\n".join(tally.failures[:20])
     if not exact:
         assert tally.found >= 0.95 * tally.asked
+
+
+def test_random_requests_to_a_model_token_table_answer_as_gensim(minilm_api: TestClient) -> None:
+    """MiniLM's token rows (the model's file read again, not the table) in gensim; the kinds by their labels,
+    counted as the table's summary counts them."""
+    raw = huggingface.read(minilm_dir(), ReadOptions())
+    kv = KeyedVectors(raw.matrix.shape[1])
+    kv.add_vectors(list(raw.tokens), raw.matrix)
+    special = np.array([re.fullmatch(r"\[[A-Za-z0-9_]+\]", t) is not None for t in raw.tokens])
+    continuation = np.array([t.startswith("##") for t in raw.tokens])
+    summary = minilm_api.get(f"/v1/tables/{MINILM}").json()
+    assert summary["rows"] == len(raw.tokens)
+    assert (special.sum(), continuation.sum()) == (
+        summary["model"]["special_tokens"],
+        summary["model"]["continuation_tokens"],
+    )
+    normalizer = whole_text_tokenizer().normalizer
+    oracle = Oracle(kv, (special, continuation), lambda text: normalizer.normalize_str(text.lower()))
+    tally = run(minilm_api, Draw(7, oracle, MINILM), True, CASES // 2)
+    assert tally.failures == [], "\n".join(tally.failures[:20])

@@ -49,6 +49,7 @@ def tie(score: float) -> float:
 
 
 Hits = list[tuple[int, float]]
+ZERO_COSMUL = 0.5 * 0.5 / (0.5 + 1e-6)  # gensim's 3CosMul score of a row of cosine 0 with a, b and c (a zero row)
 
 
 @pytest.fixture(scope="module")
@@ -66,8 +67,10 @@ class Oracle:
         kv: KeyedVectors,
         kinds: tuple[np.ndarray, np.ndarray] | None = None,
         normalize: Callable[[str], str] | None = None,
+        zeros: int = 0,
     ) -> None:
         self.kv = kv
+        self.zeros = zeros  # zero rows after gensim's (an import keeps them): gensim divides by their norm, 0
         self.kinds = kinds
         self.normalize = normalize
         self.keys: list[str] = kv.index_to_key
@@ -105,15 +108,16 @@ class Oracle:
     ) -> Hits:
         keys = self.keys
         pos, neg = [keys[i] for i in positive], [keys[i] for i in negative]
-        if skip is None:
+        if skip is None and not self.zeros:
             return self.hits(self.kv.most_similar(positive=pos, negative=neg, topn=k, restrict_vocab=restrict))
         scores = self.kv.most_similar(positive=pos, negative=neg, topn=None, restrict_vocab=restrict)
-        return best(scores, k, {*positive, *negative}, skip)
+        return best(self.with_zeros(scores, 0.0, restrict), k, {*positive, *negative}, skip)
 
     def by_vector(self, vector: np.ndarray, k: int, restrict: int | None, skip: np.ndarray | None = None) -> Hits:
-        if skip is None:
+        if skip is None and not self.zeros:
             return self.hits(self.kv.most_similar(positive=[vector], topn=k, restrict_vocab=restrict))
-        return best(self.kv.most_similar(positive=[vector], topn=None, restrict_vocab=restrict), k, set(), skip)
+        scores = self.kv.most_similar(positive=[vector], topn=None, restrict_vocab=restrict)
+        return best(self.with_zeros(scores, 0.0, restrict), k, set(), skip)
 
     def cosmul(
         self, a: int, b: int, c: int, k: int, restrict: int | None = None, skip: np.ndarray | None = None
@@ -122,10 +126,15 @@ class Oracle:
         docs say the service's restrict does (gensim's own ignores restrict_vocab)."""
         keys = self.keys
         positive, negative = [keys[b], keys[c]], [keys[a]]
-        if skip is None and restrict is None:
+        if skip is None and restrict is None and not self.zeros:
             return self.hits(self.kv.most_similar_cosmul(positive=positive, negative=negative, topn=k))
-        scores = self.kv.most_similar_cosmul(positive=positive, negative=negative, topn=None)[:restrict]
-        return best(scores, k, {a, b, c}, skip)
+        scores = self.kv.most_similar_cosmul(positive=positive, negative=negative, topn=None)
+        return best(self.with_zeros(scores, ZERO_COSMUL, None)[:restrict], k, {a, b, c}, skip)
+
+    def with_zeros(self, scores: np.ndarray, score: float, restrict: int | None) -> np.ndarray:
+        """gensim's ``scores`` of its rows, and ``score`` for each zero row after them within ``restrict``."""
+        zeros = min(self.zeros, max(0, (restrict or len(self.keys) + self.zeros) - len(self.keys)))
+        return np.concatenate([np.asarray(scores, dtype=np.float64), np.full(zeros, score)])
 
     def similarity(self, a: int, b: int) -> float:
         return float(self.kv.similarity(self.keys[a], self.keys[b]))
@@ -162,16 +171,22 @@ class Case:
     left_out: set[int] = field(default_factory=set)
     query: np.ndarray | None = None  # the unit query vector, for the scores of an approximate answer
     items: list[Case] = field(default_factory=list)  # a batch's: each item's answer, in order
+    expect: tuple[int, int, float] | None = None  # an analogy's expected answer: its rank's bounds, its score
 
 
 class Draw:
     """Seeded random words and options."""
 
-    def __init__(self, seed: int, oracle: Oracle, table: str) -> None:
+    def __init__(
+        self, seed: int, oracle: Oracle, table: str, max_k: int = MAX_K, rows: int | None = None, restricts: float = 0.5
+    ) -> None:
         self.rng = random.Random(seed)
+        self.restricts = restricts  # the share of requests given a restrict
         self.oracle = oracle
         self.path = f"/v1/tables/{table}"
+        self.max_k = max_k
         self.rows = len(oracle.keys)
+        self.past = self.rows if rows is None else rows  # the first row id past the table
         accented = [i for i, key in enumerate(oracle.keys[:100_000]) if unicodedata.normalize("NFD", key) != key]
         self.accented = accented or [0]
 
@@ -214,15 +229,15 @@ class Draw:
         return word
 
     def k(self) -> int:
-        return self.rng.choice([1, 2, 3, 5, 10, 10, 25, 100, MAX_K, self.rng.randint(1, MAX_K)])
+        return self.rng.choice([1, 2, 3, 5, 10, 10, 25, 100, self.max_k, self.rng.randint(1, self.max_k)])
 
     def restrict(self) -> int | None:
-        roll = self.rng.random()
-        if roll < 0.5:
+        if self.rng.random() >= self.restricts:
             return None
-        if roll < 0.6:
+        roll = self.rng.random()
+        if roll < 0.2:
             return self.rng.randint(1, 20)
-        if roll < 0.7:
+        if roll < 0.4:
             return self.rows + self.rng.randint(0, 10)
         return self.rng.randint(100, self.rows)
 
@@ -256,10 +271,10 @@ def neighbours_item(draw: Draw, k: int, options: dict[str, Any]) -> tuple[str | 
             return item, case
         positive, negative = [row], []
     elif roll < 0.6:
-        row = rng.choice([draw.row(), draw.rows + rng.randint(0, 5)])
+        row = rng.choice([draw.row(), draw.past + rng.randint(0, 5)])
         item = {"id": row}
         case = Case("id", "POST", f"{draw.path}/neighbors", {})
-        if row >= draw.rows:
+        if row >= draw.past:
             case.error = (404, "unknown_token")
             return item, case
         positive, negative = [row], []
@@ -324,10 +339,13 @@ def search_case(draw: Draw, exact: bool) -> Case:
     body: dict[str, Any] = {"vector": [float(v) for v in vector], "k": k, **options}
     if offset:
         body["offset"] = offset
-    floor = rng.choice([None, None, rng.uniform(0.3, 0.9), 1.0])
+    floor = rng.choice([None, None, rng.uniform(0.3, 0.9), 1.0, -1.0, rng.choice([-1.5, 1.5])])
     if floor is not None:
         body["min_score"] = floor
     case = Case("search", "POST", f"{draw.path}/search", body, exact=exact)
+    if floor is not None and abs(floor) > 1:  # not a cosine
+        case.error = (422, "invalid_request")
+        return case
     if rng.random() < 0.1:  # past max_k
         body["offset"] = MAX_K - k + 1
         case.error = (422, "invalid_request")
@@ -351,6 +369,8 @@ def analogy_case(draw: Draw, exact: bool) -> Case:
     restrict = draw.restrict()
     options = draw.options(exact, restrict)
     body: dict[str, Any] = {"a": words[0], "b": words[1], "c": words[2], "k": k, "method": method, **options}
+    if rng.random() < 0.3:
+        body["expect"] = rng.choice([draw.word(), draw.word(), rng.choice(words)])
     case = Case(method, "POST", f"{draw.path}/analogy", body, exact=exact or method == "3cosmul")
     a, b, c = (oracle.row(w) for w in words)
     if a is None or b is None or c is None:
@@ -366,7 +386,45 @@ def analogy_case(draw: Draw, exact: bool) -> Case:
         case.hits = oracle.most_similar([b, c], [a], k, restrict, skip)
     else:
         case.hits = oracle.cosmul(a, b, c, k, restrict, skip)
+    if "expect" in body:
+        case.kind += "-expect"
+        expect_answer(case, oracle, method, (a, b, c), body["expect"], restrict, skip)
     return case
+
+
+def expect_answer(
+    case: Case,
+    oracle: Oracle,
+    method: str,
+    words: tuple[int, int, int],
+    expect: str,
+    restrict: int | None,
+    skip: np.ndarray | None,
+) -> None:
+    """The expected answer's rank among the candidates gensim scores (a, b, c, rows past ``restrict`` and the
+    kinds left out are none): 1 + those scoring strictly higher, within the bounds of near ties; its score. One
+    that can never be an answer is a 422, an unknown word a 404."""
+    row = oracle.row(expect)
+    if row is None:
+        case.error, case.hits = (404, "unknown_token"), None
+        return
+    a, b, c = (oracle.keys[i] for i in words)
+    if method == "3cosadd":
+        scores = oracle.kv.most_similar(positive=[b, c], negative=[a], topn=None, restrict_vocab=restrict)
+        scores = oracle.with_zeros(scores, 0.0, restrict)
+    else:
+        scores = oracle.kv.most_similar_cosmul(positive=[b, c], negative=[a], topn=None)
+        scores = oracle.with_zeros(scores, ZERO_COSMUL, None)[:restrict]
+    if row in words or row >= len(scores) or (skip is not None and skip[row]):
+        case.error, case.hits = (422, "invalid_request"), None
+        return
+    candidates = np.asarray(scores, dtype=np.float64).copy()
+    candidates[[i for i in words if i < len(candidates)]] = -np.inf
+    if skip is not None:
+        candidates[skip[: len(candidates)]] = -np.inf
+    score = float(candidates[row])
+    lo, hi = int((candidates > score + tie(score)).sum()), int((candidates > score - tie(score)).sum())
+    case.expect = (1 + lo, 1 + hi, score)
 
 
 def similarity_case(draw: Draw, exact: bool) -> Case:
@@ -457,7 +515,7 @@ KINDS: list[tuple[Callable[[Draw, bool], Case], float]] = [
 ]
 
 
-def send(api: TestClient, case: Case) -> Any:
+def send(api: Any, case: Case) -> Any:
     if case.method == "GET":
         return api.get(case.path, params=case.body)
     return api.post(case.path, json=case.body)
@@ -523,6 +581,11 @@ def check_answer(case: Case, status: int, body: Any, tally: Tally, oracle: Oracl
         if abs(body["similarity"] - case.similarity) > SCORE_TOL:
             tally.failures.append(f"{where}: {body['similarity']}, gensim {case.similarity}")
         return
+    if case.expect is not None:
+        low, high, score = case.expect
+        got = body.get("expect", {})
+        if not low <= got.get("rank", 0) <= high or abs(got["score"] - score) > SCORE_TOL * max(1.0, abs(score)):
+            tally.failures.append(f"{where}: expect {got}, gensim rank {low}..{high}, score {score}")
     if case.hits is None:
         return
     ours = [(n["id"], n["score"]) for n in body["ranking" if "ranking" in body else "neighbors"]]
@@ -542,12 +605,15 @@ def check_answer(case: Case, status: int, body: Any, tally: Tally, oracle: Oracl
     tally.asked += len(case.hits)
 
 
-def run(api: TestClient, draw: Draw, exact: bool, cases: int = CASES) -> Tally:
-    """``cases`` drawn requests sent and checked; what was checked printed."""
+def run(api: Any, draw: Draw, exact: bool, cases: int = CASES, kinds: Any = KINDS, front: bool = False) -> Tally:
+    """``cases`` drawn requests sent (``api``: a TestClient, or :class:`Remote`) and checked; what was checked
+    printed. At the front of a sharded table, ``restrict`` is a 422."""
     tally = Tally()
-    kinds, weights = zip(*KINDS, strict=True)
+    makers, weights = zip(*kinds, strict=True)
     for _ in range(cases):
-        case = draw.rng.choices(kinds, weights)[0](draw, exact)
+        case = draw.rng.choices(makers, weights)[0](draw, exact)
+        if front and "restrict" in case.body:
+            case.error, case.items, case.kind = (422, "invalid_request"), [], f"{case.kind}-restrict"
         check(case, send(api, case), tally, draw.oracle)
     print(f"\n{draw.path} exact={exact}: {sum(tally.checked.values())} cases {dict(sorted(tally.checked.items()))}")
     if tally.asked:

@@ -546,6 +546,7 @@ def test_random_word_requests_through_the_front_answer_as_gensim(root: Path, fro
     status, summary = ask(front, "words3", "GET", "")
     assert status == 200 and summary["approximate"] is False
     draw = Draw(3, Oracle(kv, zeros=1), "words3", max_k=990, rows=summary["rows"], restricts=0.1)
+    draw.pair_routes = ["similarity"]
     kinds = [(make, weight) for make, weight in KINDS if make not in (doesnt_match_case, n_similarity_case)]
     tally = run(Remote(front), draw, True, 250, kinds, front=True)
     assert tally.failures == [], "\n".join(tally.failures[:20])

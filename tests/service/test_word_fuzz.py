@@ -139,6 +139,23 @@ class Oracle:
     def similarity(self, a: int, b: int) -> float:
         return float(self.kv.similarity(self.keys[a], self.keys[b]))
 
+    def pair(self, a: int, b: int, rank: bool) -> tuple[float, int, int]:
+        """The cosine of rows a and b, and with ``rank`` the bounds of gensim's ``rank(a, b)`` within near ties."""
+        cosine = self.similarity(a, b)
+        if not rank:
+            return cosine, 0, 0
+        distances = np.asarray(self.kv.distances(self.keys[a]), dtype=np.float64)
+        distances[a] = np.inf
+        if self.zeros:  # a zero row's distance is 1
+            distances = np.concatenate([distances, np.ones(self.zeros)])
+        mark = distances[b] if a != b else 0.0
+        low, high = int((distances < mark - TIE).sum()), int((distances < mark + TIE).sum())
+        exact = int(self.kv.rank(self.keys[a], self.keys[b])) if a != b and not self.zeros else None
+        if exact is not None:
+            low, high = min(low + 1, exact), max(high + 1, exact)
+            return cosine, low, high
+        return cosine, low + 1, high + 1
+
     def cancels(self, positive: list[int], negative: list[int]) -> bool:
         """The weighted mean of the unit rows is zero: the service's 422."""
         mean = self.unit[positive].astype(np.float64).sum(0) - self.unit[negative].astype(np.float64).sum(0)
@@ -172,6 +189,7 @@ class Case:
     query: np.ndarray | None = None  # the unit query vector, for the scores of an approximate answer
     items: list[Case] = field(default_factory=list)  # a batch's: each item's answer, in order
     expect: tuple[int, int, float] | None = None  # an analogy's expected answer: its rank's bounds, its score
+    pairs: list[tuple[float, int, int] | None] | None = None  # each pair's cosine and rank bounds, or None: unknown
 
 
 class Draw:
@@ -182,6 +200,7 @@ class Draw:
     ) -> None:
         self.rng = random.Random(seed)
         self.restricts = restricts  # the share of requests given a restrict
+        self.pair_routes = ["similarity", "rank"]  # the front of a sharded table has no rank
         self.oracle = oracle
         self.path = f"/v1/tables/{table}"
         self.max_k = max_k
@@ -438,6 +457,20 @@ def similarity_case(draw: Draw, exact: bool) -> Case:
     return case
 
 
+def pairs_case(draw: Draw, exact: bool) -> Case:
+    """``POST .../similarity`` (``pairs``) or ``POST .../rank``: each pair's cosine (gensim ``similarity``) and
+    rank (gensim ``rank``: 1 + the rows closer to a than b, a left out, within the bounds of near ties), a pair with
+    an unknown word null with its error."""
+    route = draw.rng.choice(draw.pair_routes)
+    words = [[draw.word(), draw.word()] for _ in range(draw.rng.randint(1, 5))]
+    case = Case(f"pairs-{route}", "POST", f"{draw.path}/{route}", {"pairs": words})
+    case.pairs = []
+    for first, second in words:
+        a, b = draw.oracle.row(first), draw.oracle.row(second)
+        case.pairs.append(None if a is None or b is None else draw.oracle.pair(a, b, route == "rank"))
+    return case
+
+
 def word_list(draw: Draw, most: int) -> list[str]:
     """1..``most`` words, now and then one of them twice."""
     words = [draw.word() for _ in range(draw.rng.randint(1, most))]
@@ -509,6 +542,7 @@ KINDS: list[tuple[Callable[[Draw, bool], Case], float]] = [
     (search_case, 0.2),
     (analogy_case, 0.2),
     (similarity_case, 0.05),
+    (pairs_case, 0.05),
     (doesnt_match_case, 0.05),
     (n_similarity_case, 0.05),
     (invalid_case, 0.05),
@@ -540,6 +574,20 @@ def same_hits(ours: Hits, theirs: Hits) -> str | None:
         if mine in their_rows and abs(their_rows[mine] - their_score) > tie(their_score):
             return f"position {pos}: row {mine}, gensim scores it {their_rows[mine]}, not a tie with {their_score}"
     return None
+
+
+def check_pairs(case: Case, body: Any, tally: Tally, where: str) -> None:
+    assert case.pairs is not None
+    for pos, expected in enumerate(case.pairs):
+        cosine = body["similarities"][pos]
+        if expected is None:
+            if cosine is not None or body["errors"][pos]["code"] != "unknown_token":
+                tally.failures.append(f"{where}: pair {pos}: {cosine} {body['errors'][pos]}, expected unknown_token")
+            continue
+        if cosine is None or abs(cosine - expected[0]) > SCORE_TOL:
+            tally.failures.append(f"{where}: pair {pos}: {cosine}, gensim {expected[0]}")
+        if "ranks" in body and not expected[1] <= (body["ranks"][pos] or 0) <= expected[2]:
+            tally.failures.append(f"{where}: pair {pos}: rank {body['ranks'][pos]}, gensim {expected[1:]}")
 
 
 @dataclass
@@ -580,6 +628,9 @@ def check_answer(case: Case, status: int, body: Any, tally: Tally, oracle: Oracl
     if case.similarity is not None:
         if abs(body["similarity"] - case.similarity) > SCORE_TOL:
             tally.failures.append(f"{where}: {body['similarity']}, gensim {case.similarity}")
+        return
+    if case.pairs is not None:
+        check_pairs(case, body, tally, where)
         return
     if case.expect is not None:
         low, high, score = case.expect

@@ -68,8 +68,10 @@ class Oracle:
         kinds: tuple[np.ndarray, np.ndarray] | None = None,
         normalize: Callable[[str], str] | None = None,
         zeros: int = 0,
+        pieces: Callable[[str], list[int]] | None = None,
     ) -> None:
         self.kv = kv
+        self.pieces = pieces  # a model-token table's tokenizer: a word's pieces' rows
         self.zeros = zeros  # zero rows after gensim's (an import keeps them): gensim divides by their norm, 0
         self.kinds = kinds
         self.normalize = normalize
@@ -378,16 +380,18 @@ def search_case(draw: Draw, exact: bool) -> Case:
     return case
 
 
-def analogy_case(draw: Draw, exact: bool) -> Case:
+def analogy_case(draw: Draw, exact: bool, shared: dict[str, Any] | None = None) -> Case:
+    """A question (a is to b as c is to ?), by 3CosAdd or 3CosMul, now and then with an expected answer; its
+    method, ``k`` and options drawn, or ``shared`` (a batch's)."""
     rng, oracle = draw.rng, draw.oracle
     words = [draw.word() for _ in range(3)]
     if rng.random() < 0.05:
         words[1] = words[0].upper()  # a and b one row
-    method = rng.choice(["3cosadd", "3cosmul"])
-    k = draw.k()
-    restrict = draw.restrict()
-    options = draw.options(exact, restrict)
-    body: dict[str, Any] = {"a": words[0], "b": words[1], "c": words[2], "k": k, "method": method, **options}
+    if shared is None:
+        shared = {"k": draw.k(), "method": rng.choice(["3cosadd", "3cosmul"]), **draw.options(exact, draw.restrict())}
+    options = {key: value for key, value in shared.items() if key not in ("k", "method")}
+    k, method, restrict = shared["k"], shared["method"], shared.get("restrict")
+    body: dict[str, Any] = {"a": words[0], "b": words[1], "c": words[2], **shared}
     if rng.random() < 0.3:
         body["expect"] = rng.choice([draw.word(), draw.word(), rng.choice(words)])
     case = Case(method, "POST", f"{draw.path}/analogy", body, exact=exact or method == "3cosmul")
@@ -409,6 +413,21 @@ def analogy_case(draw: Draw, exact: bool) -> Case:
         case.kind += "-expect"
         expect_answer(case, oracle, method, (a, b, c), body["expect"], restrict, skip)
     return case
+
+
+def analogy_batch_case(draw: Draw, exact: bool) -> Case:
+    """``queries``: 1..4 questions sharing the method, ``k`` and options, each with its own ``expect`` or none,
+    each answered or refused alone."""
+    shared = {
+        "k": draw.rng.choice([1, 5, 10, 50]),
+        "method": draw.rng.choice(["3cosadd", "3cosmul"]),
+        **draw.options(exact, draw.restrict()),
+    }
+    items = [analogy_case(draw, exact, shared) for _ in range(draw.rng.randint(1, 4))]
+    questions = [{key: case.body[key] for key in ("a", "b", "c", "expect") if key in case.body} for case in items]
+    for case in items:
+        case.kind = f"batch-{case.kind}"
+    return Case("analogy-batch", "POST", f"{draw.path}/analogy", {"queries": questions, **shared}, items=items)
 
 
 def expect_answer(
@@ -454,6 +473,28 @@ def similarity_case(draw: Draw, exact: bool) -> Case:
         case.error = (404, "unknown_token")
     else:
         case.similarity = draw.oracle.similarity(a, b)
+    return case
+
+
+def compose_case(draw: Draw, exact: bool) -> Case:
+    """``compose=mean`` on a model-token table: a word that is no row is gensim's ``most_similar`` of its
+    tokenizer pieces' rows (the pieces left out); one that is a row is that row's neighbours. Elsewhere: a token's
+    neighbours."""
+    oracle = draw.oracle
+    if oracle.pieces is None:
+        return neighbours_case(draw, exact)
+    k = draw.k()
+    words = [w for w in (oracle.keys[draw.rng.randrange(draw.rows)] for _ in range(8)) if w.isalpha()][:2]
+    word = "".join(words) or "unbelievableness"
+    word = word.title() if draw.rng.random() < 0.3 else word
+    options = {"k": k, **draw.options(exact, draw.restrict())}
+    body = {"token": word, "compose": "mean", **options}
+    case = Case("compose", draw.rng.choice(["GET", "POST"]), f"{draw.path}/neighbors", body, exact=exact)
+    row = oracle.row(word)
+    positive = [row] if row is not None else oracle.pieces(word)
+    case.left_out = set(positive)
+    case.query = query_vector(oracle, positive, [])
+    case.hits = oracle.most_similar(positive, [], k, options.get("restrict"), draw.skipped(options))
     return case
 
 
@@ -543,6 +584,8 @@ KINDS: list[tuple[Callable[[Draw, bool], Case], float]] = [
     (analogy_case, 0.2),
     (similarity_case, 0.05),
     (pairs_case, 0.05),
+    (compose_case, 0.05),
+    (analogy_batch_case, 0.05),
     (doesnt_match_case, 0.05),
     (n_similarity_case, 0.05),
     (invalid_case, 0.05),
@@ -694,7 +737,12 @@ def test_random_requests_to_a_model_token_table_answer_as_gensim(minilm_api: Tes
         summary["model"]["special_tokens"],
         summary["model"]["continuation_tokens"],
     )
-    normalizer = whole_text_tokenizer().normalizer
-    oracle = Oracle(kv, (special, continuation), lambda text: normalizer.normalize_str(text.lower()))
+    tokenizer = whole_text_tokenizer()
+    oracle = Oracle(
+        kv,
+        (special, continuation),
+        lambda text: tokenizer.normalizer.normalize_str(text.lower()),
+        pieces=lambda word: tokenizer.encode(word, add_special_tokens=False).ids,
+    )
     tally = run(minilm_api, Draw(7, oracle, MINILM), True, CASES // 2)
     assert tally.failures == [], "\n".join(tally.failures[:20])

@@ -35,7 +35,15 @@ from tests.cli import run_cli
 from tests.index.build.test_shards import ROUNDING, equal_up_to_ties
 from tests.service import real_server
 from tests.service.real_server import HTTP, Server
-from tests.service.test_word_fuzz import KINDS, Draw, Oracle, doesnt_match_case, n_similarity_case, run
+from tests.service.test_word_fuzz import (
+    KINDS,
+    Draw,
+    Oracle,
+    closer_case,
+    doesnt_match_case,
+    n_similarity_case,
+    run,
+)
 from tests.words import write_words
 
 SHARDS = 3
@@ -547,6 +555,8 @@ def test_random_word_requests_through_the_front_answer_as_gensim(root: Path, fro
     assert status == 200 and summary["approximate"] is False
     draw = Draw(3, Oracle(kv, zeros=1), "words3", max_k=990, rows=summary["rows"], restricts=0.1)
     draw.pair_routes = ["similarity"]
-    kinds = [(make, weight) for make, weight in KINDS if make not in (doesnt_match_case, n_similarity_case)]
+    kinds = [
+        (make, weight) for make, weight in KINDS if make not in (doesnt_match_case, n_similarity_case, closer_case)
+    ]
     tally = run(Remote(front), draw, True, 250, kinds, front=True)
     assert tally.failures == [], "\n".join(tally.failures[:20])

@@ -151,7 +151,8 @@ class Oracle:
         if self.zeros:  # a zero row's distance is 1
             distances = np.concatenate([distances, np.ones(self.zeros)])
         mark = distances[b] if a != b else 0.0
-        low, high = int((distances < mark - TIE).sum()), int((distances < mark + TIE).sum())
+        low = int((distances < mark - TIE).sum())
+        high = int((distances < mark + TIE).sum()) - (a != b)  # b itself left out
         exact = int(self.kv.rank(self.keys[a], self.keys[b])) if a != b and not self.zeros else None
         if exact is not None:
             low, high = min(low + 1, exact), max(high + 1, exact)
@@ -192,6 +193,7 @@ class Case:
     items: list[Case] = field(default_factory=list)  # a batch's: each item's answer, in order
     expect: tuple[int, int, float] | None = None  # an analogy's expected answer: its rank's bounds, its score
     pairs: list[tuple[float, int, int] | None] | None = None  # each pair's cosine and rank bounds, or None: unknown
+    count: tuple[int, int] | None = None  # closer-than's count: its bounds within near ties
 
 
 class Draw:
@@ -512,6 +514,32 @@ def pairs_case(draw: Draw, exact: bool) -> Case:
     return case
 
 
+def closer_case(draw: Draw, exact: bool) -> Case:
+    """``GET .../closer-than``: gensim ``closer_than(a, b)``, the rows closer to a than b (a left out), their
+    count and the first ``limit`` in row order or by score; compared where no row ties b's distance."""
+    first, second = draw.word(), draw.word()
+    limit, order = draw.rng.choice([1, 5, 100, draw.max_k]), draw.rng.choice(["index", "score"])
+    body = {"a": first, "b": second, "limit": limit, "order": order}
+    case = Case("closer-than", "GET", f"{draw.path}/closer-than", body)
+    a, b = draw.oracle.row(first), draw.oracle.row(second)
+    if a is None or b is None:
+        case.error = (404, "unknown_token")
+        return case
+    _, low, high = draw.oracle.pair(a, b, True)
+    case.count = (low - 1, high - 1)
+    if low != high:  # a row ties b's distance: the count within the bounds, the words not compared
+        case.kind = "closer-than-at-a-tie"
+        return case
+    keys = draw.oracle.kv.closer_than(draw.oracle.keys[a], draw.oracle.keys[b])
+    rows = [int(draw.oracle.kv.key_to_index[key]) for key in keys]
+    scores = [draw.oracle.similarity(a, row) for row in rows]
+    if order == "score":
+        rows = [row for _, row in sorted(zip(scores, rows, strict=True), key=lambda pair: (-pair[0], pair[1]))]
+        scores = sorted(scores, reverse=True)
+    case.hits = list(zip(rows, scores, strict=True))[:limit]
+    return case
+
+
 def word_list(draw: Draw, most: int) -> list[str]:
     """1..``most`` words, now and then one of them twice."""
     words = [draw.word() for _ in range(draw.rng.randint(1, most))]
@@ -584,6 +612,7 @@ KINDS: list[tuple[Callable[[Draw, bool], Case], float]] = [
     (analogy_case, 0.2),
     (similarity_case, 0.05),
     (pairs_case, 0.05),
+    (closer_case, 0.03),
     (compose_case, 0.05),
     (analogy_batch_case, 0.05),
     (doesnt_match_case, 0.05),
@@ -682,7 +711,10 @@ def check_answer(case: Case, status: int, body: Any, tally: Tally, oracle: Oracl
             tally.failures.append(f"{where}: expect {got}, gensim rank {low}..{high}, score {score}")
     if case.hits is None:
         return
-    ours = [(n["id"], n["score"]) for n in body["ranking" if "ranking" in body else "neighbors"]]
+    if case.count is not None and not case.count[0] <= body["count"] <= case.count[1]:
+        tally.failures.append(f"{where}: count {body['count']}, gensim {case.count}")
+    listed = "ranking" if "ranking" in body else "words" if "words" in body else "neighbors"
+    ours = [(n["id"], n["score"]) for n in body[listed]]
     if case.exact:
         problem = same_hits(ours, case.hits)
         if problem:

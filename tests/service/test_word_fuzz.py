@@ -212,6 +212,7 @@ class Draw:
         self.past = self.rows if rows is None else rows  # the first row id past the table
         accented = [i for i, key in enumerate(oracle.keys[:100_000]) if unicodedata.normalize("NFD", key) != key]
         self.accented = accented or [0]
+        self.cased = [key for key in oracle.keys if key != key.casefold()]  # rows a case-folded word may also find
 
     def options(self, exact: bool, restrict: int | None) -> dict[str, Any]:
         """``exact``, ``restrict`` when drawn, and on a model-token table the token kinds left out."""
@@ -247,7 +248,10 @@ class Draw:
             return word.upper()
         if roll < 0.35:
             return word.title()
-        if roll < 0.4 and self.oracle.normalize is not None:
+        if roll < 0.4 and self.cased:  # a row beside its case-folded twin, as sent or in another case
+            word = self.rng.choice(self.cased)
+            return self.rng.choice([word, word.casefold(), word.upper()])
+        if roll < 0.45 and self.oracle.normalize is not None:
             return word.replace("e", "\u00e9").title()  # the model's normaliser strips the accent
         return word
 
@@ -401,7 +405,7 @@ def analogy_case(draw: Draw, exact: bool, shared: dict[str, Any] | None = None) 
     if a is None or b is None or c is None:
         case.error = (404, "unknown_token")
         return case
-    if a == b:
+    if np.array_equal(oracle.unit[a], oracle.unit[b]):  # one row, or two of one direction: b - a is zero
         case.error = (422, "invalid_request")
         return case
     case.left_out = {a, b, c}

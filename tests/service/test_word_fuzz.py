@@ -1,5 +1,10 @@
 """Seeded random requests to the word routes of the full GloVe 6B 50d table, each checked against gensim's
-``KeyedVectors`` on the same 400,000 rows, run in process (``tests.gensim_reference.load_glove_kv``).
+``KeyedVectors`` on the same 400,000 rows, run in process (``tests.gensim_reference.load_glove_kv``); the same on
+MiniLM's model-token table (its kinds left out as ``skip_special`` and ``whole_words_only`` ask, ``compose``), and
+through the front of a sharded word table (``tests/service/test_shards_words.py``). The routes: neighbours by
+token, id and positive/negative lists (GET, POST, batch), a vector's page (``offset``, ``min_score``), 3CosAdd and
+3CosMul analogies with an expected answer (one, batch), similarity and rank of pairs, closer-than, doesnt-match,
+n-similarity.
 
 The generator draws words from the whole frequency range (a log-uniform row), and spells some of them as a client
 might: upper-cased, title-cased, decomposed (NFD), unknown, repeated within positive/negative, in both lists; it
@@ -11,7 +16,8 @@ a swap only between rows whose scores differ by less than 1e-6 (gensim divides r
 table stores unit rows; equal scores go by row here, in argsort's order there). Without it (the table's HNSW
 index) each hit's score is its true cosine, the order is by score, the inputs are left out, and the hits found
 among gensim's top k are counted: their share must reach the index's recall. An invalid request must get the
-status and code the docs give it.
+status and code the docs give it. 3CosMul's scores beyond 1 (near-zero denominators) are compared to a relative
+tolerance; ranks and counts within the bounds of rows tying the mark.
 """
 
 from __future__ import annotations

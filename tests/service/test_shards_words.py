@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from gensim.models import KeyedVectors
 
 from index.build.sources import RawTable
 from index.engine.table import Table
@@ -34,6 +35,15 @@ from tests.cli import run_cli
 from tests.index.build.test_shards import ROUNDING, equal_up_to_ties
 from tests.service import real_server
 from tests.service.real_server import HTTP, Server
+from tests.service.test_word_fuzz import (
+    KINDS,
+    Draw,
+    Oracle,
+    closer_case,
+    doesnt_match_case,
+    n_similarity_case,
+    run,
+)
 from tests.words import write_words
 
 SHARDS = 3
@@ -515,3 +525,38 @@ def test_the_front_keeps_none_of_its_sharded_tables_answers(one: Server, front: 
         assert ask(one, "words", "GET", "/neighbors?token=river&k=3")[0] == 200
         assert ask(front, "words3", "GET", "/neighbors?token=river&k=3")[0] == 200
     assert (cache_hits(one), cache_hits(front)) == (before[0] + 1, before[1])
+
+
+class Remote:
+    """A real server as the random word requests send to a TestClient: paths from its base, the read key sent."""
+
+    def __init__(self, server: Server) -> None:
+        self.base = server.base
+
+    def get(self, path: str, params: dict[str, Any]) -> Any:
+        return HTTP.get(self.base + path, params=params, headers={"x-api-key": READ_KEY}, timeout=60)
+
+    def post(self, path: str, json: Any) -> Any:
+        return HTTP.post(self.base + path, json=json, headers={"x-api-key": READ_KEY}, timeout=60)
+
+
+def test_random_word_requests_through_the_front_answer_as_gensim(root: Path, front: Server) -> None:
+    """``tests.service.test_word_fuzz``'s random requests to the front of ``words3``, checked against gensim on
+        the rows imported (the zero row left out of gensim, which divides by its norm, and scored as gensim's formulas
+    score a row of cosine 0; no drawn word is it). Each shard
+        is searched exactly (flat), so every answer is compared as exact; ``restrict`` is the front's 422, and ``k`` is
+        drawn within the query's rows of max_k (beyond it, the documented 422 above). The word diagnostics are no
+        route of the front: not drawn."""
+    imported = KeyedVectors.load_word2vec_format(str(root / "words.txt"))
+    assert imported.index_to_key[-1] == ZERO
+    kv = KeyedVectors(imported.vector_size)
+    kv.add_vectors(imported.index_to_key[:-1], imported.vectors[:-1])
+    status, summary = ask(front, "words3", "GET", "")
+    assert status == 200 and summary["approximate"] is False
+    draw = Draw(3, Oracle(kv, zeros=1), "words3", max_k=990, rows=summary["rows"], restricts=0.1)
+    draw.pair_routes = ["similarity"]
+    kinds = [
+        (make, weight) for make, weight in KINDS if make not in (doesnt_match_case, n_similarity_case, closer_case)
+    ]
+    tally = run(Remote(front), draw, True, 250, kinds, front=True)
+    assert tally.failures == [], "\n".join(tally.failures[:20])

@@ -468,7 +468,6 @@ def test_the_gensim_reader_refuses_without_the_opt_in(tmp_path: Path) -> None:
     [
         RuntimeError("boom in {data}/t/vectors.npy"),
         OSError(5, "Input/output error", "{data}/t/vectors.npy"),
-        MemoryError(),
         ArtifactError("table files under {data}/t disagree"),
     ],
 )
@@ -494,6 +493,20 @@ def test_internal_errors_are_a_bare_500_envelope(
             assert response.json() == {"error": {"code": "internal", "message": "internal server error"}}
             assert str(data_dir) not in response.text and "Traceback" not in response.text
         assert client.get("/healthz").status_code == 200
+
+
+def test_no_memory_left_is_a_503_that_names_nothing_internal(data_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A request whose arrays find no memory is refused as overloaded (``test_errors``), with nothing of the server's
+    own in the answer."""
+
+    def fail(*args: object, **kwargs: object) -> None:
+        raise MemoryError(f"cannot map {data_dir}/t/vectors.npy")
+
+    monkeypatch.setattr(Table, "run", fail)
+    with client_for(data_dir=data_dir, tables=["t"]) as client:
+        response = client.get("/v1/tables/t/neighbors", params={"token": "heart"})
+        assert response.status_code == 503 and response.json()["error"]["code"] == "overloaded"
+        assert str(data_dir) not in response.text and "Traceback" not in response.text
 
 
 def test_bad_artifacts_are_reported_without_paths(data_dir: Path, tmp_path: Path) -> None:

@@ -37,12 +37,17 @@ class Reloader:
         self._tasks: set[asyncio.Task[Any]] = set()
         self.owed = False  # a SIGHUP came while the tables were loading
         self.before_scan: Callable[[], None] | None = None  # the data directory's watcher takes its picture
+        self.ended = 0.0  # time.monotonic() at the end of the last reload (the watcher's retries wait from it)
 
     def loaded(self) -> None:
         """The start-up load is done: run the reload a SIGHUP asked for meanwhile."""
         if self.owed:
             self.owed = False
             self._on_sighup()
+
+    def busy(self) -> bool:
+        """A reload is running (in any thread)."""
+        return self._lock.locked()
 
     def reload(self) -> dict[str, Any]:
         """Blocking: scan, load what changed, publish; returns what happened."""
@@ -57,6 +62,7 @@ class Reloader:
             self.on_loaded(registry)
             self.app.state.registry = registry  # the swap: one reference assignment
             seconds = time.perf_counter() - started
+            self.ended = time.monotonic()
         indexing.look_again()  # a table loaded with a deferred index gets it built, as at start-up
         log.info(
             "reload: %d loaded, %d unchanged, %d refused (previous version kept), %d missing, %d removed, %.2fs",

@@ -143,7 +143,7 @@ class Watcher:
         self.only = None if names is None else frozenset(names)
         self.closely: frozenset[str] = frozenset()  # the tables the last picture looked at with their write logs
         self.seen = self.look()  # taken before the tables load: a change while they load is caught
-        self.reloaded = time.monotonic()  # when the last load began or ended
+        self.reloaded = time.monotonic()  # the last load began (or the start-up load ended)
         reloader.before_scan = self.before_reload
         self._task: asyncio.Task[None] | None = None
 
@@ -156,10 +156,13 @@ class Watcher:
         """What changed since the tables were last loaded (None: nothing): the data directory's tables, or
         encoders beside it; or a table or encoder the last reload could not load for a passing want (no descriptor
         or memory left), tried again ``PASSING_RETRY_SECONDS`` after the last load until it loads."""
+        if self.reloader.busy():
+            return None  # looked at again once that reload has ended: it took its picture as it began
         if self.look(self.closely) != self.seen:
             return "the data directory's tables changed"
         registry = getattr(self.reloader.app.state, "registry", None)
-        if registry is not None and registry.passing and time.monotonic() - self.reloaded >= PASSING_RETRY_SECONDS:
+        last = max(self.reloaded, self.reloader.ended)  # the last load's start, or its end once it ended
+        if registry is not None and registry.passing and time.monotonic() - last >= PASSING_RETRY_SECONDS:
             return f"table {registry.passing[0]!r} was not loaded for want of a descriptor or of memory"
         held, now = encoders_held(registry), encoders_now(registry)
         changed = [name for (name, was), (_, entry) in zip(held, now, strict=True) if entry != was]
@@ -194,7 +197,6 @@ class Watcher:
                 log.exception("reload after a change in the data directory failed")
                 self.seen = ()  # tried again at the next look
                 continue
-            self.reloaded = time.monotonic()  # a passing want's retry waits from here
             # The tables the reload refused are watched with their logs from now on: their picture is taken anew.
             registry = getattr(self.reloader.app.state, "registry", None)
             closely = doubtful(registry)

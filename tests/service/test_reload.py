@@ -11,6 +11,7 @@ import logging
 import os
 import shutil
 import signal
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -588,3 +589,36 @@ def test_a_table_slower_to_load_than_the_retry_is_tried_again_after_a_pause(
         assert client.get("/v1/tables/u").status_code == 503
     assert len(tries) >= 3, tries
     assert all(b[0] - a[1] >= 5 * WATCH_SECONDS for a, b in itertools.pairwise(tries)), tries
+
+
+def test_the_retry_waits_from_the_end_of_a_reload_the_watcher_did_not_begin(
+    data_dir: Path, glove_raw: RawTable, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A reload asked for by ``POST /v1/admin/reload`` (or SIGHUP) that loads the wanting table slowly: the watcher's
+    next retry waits ``PASSING_RETRY_SECONDS`` from that reload's end too, not from the last load it began itself."""
+    import faiss
+
+    from service import watch
+
+    index = with_an_index(data_dir, glove_raw, "u")
+    slow = threading.Event()
+    tries: list[tuple[float, float]] = []  # each load's read of the index: its start and end
+
+    def want() -> bool:
+        began = time.monotonic()
+        if slow.is_set():
+            time.sleep(12 * WATCH_SECONDS)  # the admin reload's load of the table, longer than the retry
+        tries.append((began, time.monotonic()))
+        return True
+
+    monkeypatch.setattr(faiss, "read_index", no_descriptor_for(index, want))
+    monkeypatch.setattr(watch, "PASSING_RETRY_SECONDS", 8 * WATCH_SECONDS)
+    with client_for(data_dir=data_dir, api_key=KEY, watch_seconds=WATCH_SECONDS) as client:
+        slow.set()
+        assert client.post("/v1/admin/reload", headers=ADMIN).json()["refused"] == []
+        slow.clear()
+        ended = time.monotonic()
+        time.sleep(12 * WATCH_SECONDS)
+        assert client.get("/v1/tables/u").status_code == 503
+    later = [began for began, _ in tries if began > ended]
+    assert later and later[0] - ended >= 7 * WATCH_SECONDS, (ended, tries)

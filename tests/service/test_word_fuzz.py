@@ -43,7 +43,7 @@ from tests.minilm import MINILM, minilm_dir, whole_text_tokenizer
 pytestmark = pytest.mark.slow
 
 MAX_K = 1000
-CASES = 300  # requests per run of the GloVe table (exact, HNSW): about 5 s each on two idle cores
+CASES = 300  # requests per run of the GloVe table (exact, HNSW)
 SCORE_TOL = 1e-5  # float32 scores; relative beyond 1 (3CosMul's quotients, whose denominators may be near 0)
 TIE = 1e-6  # cosines this close may come in either order
 

@@ -72,11 +72,11 @@ def test_pca_of_a_large_table_logs_its_progress(
 ) -> None:
     """From ``SHOWN_PCA_VALUES`` (rows x dim) on, a log line every few seconds (here at every block) and one at the
     end, as the builder's other long steps print theirs; in the server's log, so in its format (JSON lines too), not
-    printed to its stderr; below it, none (the 20,000 x 50 rows: 0.05 s)."""
+    printed to its stderr; below it, none."""
     with caplog.at_level(logging.INFO, logger=layouts.__name__), progress_lines() as printed:
         pca_layout(small.vectors)
         assert caplog.messages == []
-        monkeypatch.setattr(layouts, "SHOWN_PCA_VALUES", small.rows * small.dim)  # as a 1,000,000 x 50 table would
+        monkeypatch.setattr(layouts, "SHOWN_PCA_VALUES", small.rows * small.dim)  # this table is large enough
         monkeypatch.setattr(layouts, "BLOCK_BYTES", 5_000 * small.dim * 4)  # four blocks of 5,000 rows
         monkeypatch.setattr(progress.CONFIG, "interval", 0.0)
         layout = pca_layout(small.vectors)

@@ -9,10 +9,10 @@ are appended under an exclusive ``flock`` and fsynced before the write is answer
 so a frame is never read half written. Sequence numbers rise by one from the sequence the table's version
 covers (its manifest's ``log_sequence``, 0 for an imported table).
 
-On start-up :func:`recover` reads the whole log: a torn or corrupt tail (no good frame after the bad bytes: a
-write cut short by a crash) is cut at the last good record, with a warning naming the bytes lost; a bad frame
-with good frames after it is corruption in the middle, and the table is refused (:class:`LogCorrupt`) naming
-the record, since replaying past it would lose acknowledged writes silently.
+At load and in a compaction :func:`recover_pieces` reads the whole log, a piece at a time: a torn or corrupt tail
+(no good frame after the bad bytes: a write cut short by a crash) is cut at the last good record, with a warning
+naming the bytes lost; a bad frame with good frames after it is corruption in the middle, and the table is refused
+(:class:`LogCorrupt`) naming the record, since replaying past it would lose acknowledged writes silently.
 
 A compaction cuts the log (:func:`cut`): the records its new version holds are dropped, the later ones move to a
 new file renamed over the log. The file it replaced stays as ``.<name>.log.previous`` until the next cut, so a

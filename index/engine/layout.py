@@ -3,9 +3,8 @@
 - ``pca``: every row (unit length, as every cosine query sees it) on the table's first two principal components.
   The 2 x dim components come from the dim x dim covariance, accumulated block by block in float32 products and
   summed in float64, so a 400,000 x 50 table needs no full-size temporary; the points are one float32 product.
-  A table of 50 million values or more (1,000,000 x 50: seconds) has the covariance's progress logged (the
-  server's log, in its format), a line every few seconds as the builder's long steps print theirs, then one at the
-  end.
+  A table of ``SHOWN_PCA_VALUES`` values (rows x dim) or more has the covariance's progress logged (the server's
+  log, in its format), a line every few seconds as the builder's long steps print theirs, then one at the end.
 - ``tsne``: openTSNE (when installed) on the ``rows`` most frequent rows (the first rows of a frequency-ordered
   table), seeded, cosine metric, PCA initialisation; its parameters are recorded with the layout.
 

@@ -119,7 +119,9 @@ def _read(path: Path, options: ReadOptions, header: bool) -> RawTable:
     counts = Counter(len(line.rstrip().split(b" ")) - 1 for line in sample)
     # The most common number of values; on a tie the smaller one (extra fields are tokens with spaces).
     found = min(counts, key=lambda n: (-counts[n], n))
-    if header and dim not in counts:
+    # Rows whose tokens all hold spaces (a table of phrases) have more fields than values: they fit the header's
+    # dimension when each parses under it.
+    if header and dim not in counts and not all(isinstance(_parse_line(line, dim), tuple) for line in sample):
         raise InputError(path, f"the header says dimension {dim} but the rows have {counted(found, 'value')}", line=1)
     if not header:
         dim = found

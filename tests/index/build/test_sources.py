@@ -708,6 +708,17 @@ def test_word2vec_text_whose_wide_first_row_has_a_spaced_token(tmp_path: Path, g
     assert raw.tokens == ["new york", *tokens[1:3]] and np.array_equal(raw.matrix, wide)
 
 
+def test_word2vec_text_whose_every_token_has_a_space(tmp_path: Path, data_dir: Path, glove_rows) -> None:
+    """A table of phrases: each row has a field more than the header's dimension, and is a token with a space and
+    DIM values, not a row of a header that says a dimension too small."""
+    tokens, matrix = glove_rows
+    phrases = [f"{a} {b}" for a, b in zip(tokens[:200:2], tokens[1:200:2], strict=True)]
+    path = write(tmp_path / "phrases.txt", text_lines(phrases, matrix[:100]), header=b"100 50")
+    table = import_ok(path, data_dir)
+    assert_rows(table, phrases, matrix[:100])
+    assert table.manifest["cleaning"]["tokens_with_spaces"] == 100
+
+
 def test_row_with_a_value_too_many_is_refused_as_gensim_refuses_it(tmp_path: Path, data_dir: Path) -> None:
     """An extra value is not a token with a space: refused with its line, or dropped; gensim refuses it too."""
     path = tmp_path / "extra.txt"

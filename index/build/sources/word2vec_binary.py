@@ -29,7 +29,7 @@ from index.build.sources import (
     reading,
     word2vec_header,
 )
-from index.errors import InputError
+from index.errors import InputError, counted
 from index.progress import Progress
 
 CHUNK_BYTES = 2 << 20
@@ -102,8 +102,9 @@ def read(path: Path, options: ReadOptions) -> RawTable:
         if rest.strip():
             raise InputError(
                 path,
-                f"{size - base:,} bytes follow the {rows:,} rows the header announces (byte offset {base:,}); "
-                + WRONG_HEADER,
+                f"the header says {counted(rows, 'row')} but {size - base:,} more bytes follow them (byte offset "
+                f"{base:,}): a row count too small or a wrong dimension in the header, or not a word2vec binary file?",
+                line=1,
             )
     return RawTable(tokens=tokens, matrix=matrix, rows_are="vector", report={"tokens_unicode_replaced": replaced})
 

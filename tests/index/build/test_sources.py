@@ -1212,6 +1212,10 @@ BAD_CASES: dict[str, tuple[Callable[[Path, object], list[object]], list[str]]] =
         lambda p, r: _write_case(p, "v.bin", b"100 40\n" + _binary(r)[7:]),
         ["v.bin", "header"],
     ),
+    "binary header count too low": (  # the header is what is wrong: its line is named, and its count
+        lambda p, r: _write_case(p, "v.bin", b"99 50\n" + _binary(r)[7:]),
+        ["v.bin:1:", "the header says 99 rows but 207 more bytes follow them", "a row count too small"],
+    ),
     "npy object array": (_object_npy, ["m.npy", "Python objects"]),
     "npy without vocabulary": (lambda p, r: _npy(p, r, vocab_lines=None), ["m.npy", "--vocab"]),
     "npy vocabulary too short": (lambda p, r: _npy(p, r, vocab_lines=199), ["vocab.txt", "199 tokens", "200 rows"]),

@@ -37,6 +37,7 @@ from gensim.models import KeyedVectors
 
 from index.build.clean import clean
 from index.build.sources import (
+    DROP_HINT,
     RawTable,
     ReadOptions,
     is_number,
@@ -388,4 +389,10 @@ def test_odd_files_read_or_refused_by_name_line_and_problem(tmp_path: Path) -> N
     said = "spaced.bin:1: the header says 2 rows but 6 more bytes follow them (byte offset 35)"
     assert import_refused(tmp_path / "spaced.bin", data_dir).startswith(f"{tmp_path}/{said}")
     assert KeyedVectors.load_word2vec_format(str(tmp_path / "spaced.bin"), binary=True).index_to_key == ["a", "new"]
+    # Digits of other scripts: Python's float() reads them, and so gensim does; no embedding file writes them.
+    (tmp_path / "arabic.txt").write_text("the 0.5 1\nof \u0661 2\n", encoding="utf-8")
+    assert import_refused(tmp_path / "arabic.txt", data_dir).endswith(
+        "arabic.txt:2: '\u0661' is not a number" + DROP_HINT
+    )
+    assert KeyedVectors.load_word2vec_format(str(tmp_path / "arabic.txt"), no_header=True)["of"][0] == 1
     assert Table.load(data_dir / "t").tokens[:] == ["the", "ñandú"]

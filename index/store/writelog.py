@@ -449,16 +449,13 @@ def _read_from(fd: int, start: int) -> bytes:
     return os.pread(fd, max(0, size - start), start) if size > start else b""
 
 
-def recover(path: Path) -> list[Record]:
-    """Every good record of the log at ``path`` (none if there is no log), after cutting a torn or corrupt tail
-    (logged as a warning with the bytes lost). Raises :class:`LogCorrupt` for a damaged record in the middle."""
-    return [record for records in recover_pieces(path) for record in records]
-
-
 def recover_pieces(path: Path) -> Generator[list[Record]]:
-    """:func:`recover` a piece of the log at a time (``READ_BYTES``), so that a reader applying each piece before
-    it takes the next never holds the whole log's records: the log stays locked until the last piece is read
-    (close the iterator when stopping early), nothing is appended meanwhile, and a torn tail is cut once met."""
+    """Every good record of the log at ``path`` (none if there is no log), a piece of the log at a time
+    (``READ_BYTES``), so that a reader applying each piece before it takes the next never holds the whole log's
+    records, after cutting a torn or corrupt tail (logged as a warning with the bytes lost): what a server's load
+    and a compaction replay (``Delta.replay_log``). Raises :class:`LogCorrupt` for a damaged record in the middle.
+    The log stays locked until the last piece is read (close the iterator when stopping early), nothing is
+    appended meanwhile, and a torn tail is cut once met."""
     if not path.is_file():
         return
     try:
@@ -506,7 +503,7 @@ def check_writable(path: Path) -> None:
 
 def read(path: Path) -> list[Record]:
     """The good records of the log at ``path`` (none if there is none), read only: a torn tail is left for its
-    writer to cut (:func:`recover`); :class:`LogCorrupt` for a damaged record in the middle."""
+    writer to cut (:func:`recover_pieces`); :class:`LogCorrupt` for a damaged record in the middle."""
     return [record for records in read_pieces(path) for record in records]
 
 

@@ -18,6 +18,7 @@ from index.engine.table import Table
 from index.store import writelog
 from tests.cli import progress_lines
 from tests.lee import Lee
+from tests.logs import recovered
 
 
 def writes(lee: Lee, count: int) -> list[dict[str, Any]]:
@@ -68,7 +69,7 @@ def test_replay_in_pieces_holds_a_piece_not_the_log(
         path = logged(data_dir, writes(lee_docs, count))
         for how, replay in [
             ("pieces", lambda delta: compact.replay("lee", delta, path)),  # noqa: B023
-            ("whole", lambda delta: delta.replay(writelog.recover(path))),  # noqa: B023
+            ("whole", lambda delta: delta.replay(recovered(path))),  # noqa: B023
         ]:
             delta = fresh(data_dir)
             tracemalloc.start()

@@ -482,7 +482,7 @@ def recover_pieces(path: Path) -> Generator[list[Record]]:
         return
     try:
         for records, at, problem in _scan_file(reader, log_owner(path), end):
-            if problem is not None and os.fstat(reader).st_size >= end:  # not emptied after a cut (read_new)
+            if problem is not None and os.fstat(reader).st_size >= end:  # unless emptied since a cut replaced it
                 raise LogCorrupt(f"record at byte {at} is damaged: {problem}")
             if records:
                 yield records

@@ -106,6 +106,21 @@ def test_a_corrupt_last_record_is_cut(tmp_path: Path, caplog: pytest.LogCaptureF
     assert f"cut {size} bytes at byte {records[-1].offset} (a checksum that does not match)" in caplog.text
 
 
+def test_a_checksummed_last_record_that_is_no_json_object_refuses_the_log(tmp_path: Path) -> None:
+    """A whole, checksummed frame in sequence whose payload is no JSON object (no appender writes one) is not a torn
+    tail: the load's check of the frames keeps it, its reading refuses the log, and nothing is cut."""
+    path = tmp_path / "t.log"
+    write(path, 2)
+    payload = b"[1, 2]"
+    crc = zlib.crc32(payload, zlib.crc32(struct.pack("<Q", 3)))
+    with path.open("ab") as handle:
+        handle.write(writelog.HEADER.pack(writelog.MARK, len(payload), 3, crc) + payload)
+    before = path.read_bytes()
+    with pytest.raises(writelog.LogCorrupt, match="a payload that is not a JSON object"):
+        recovered(path)
+    assert path.read_bytes() == before
+
+
 @pytest.mark.parametrize("where", ["payload", "length", "mark"])
 def test_a_damaged_middle_record_refuses_the_log(tmp_path: Path, where: str) -> None:
     path = tmp_path / "t.log"

@@ -518,14 +518,10 @@ def check_writable(path: Path) -> None:
         raise LogWriteFailed(f"write log {path.name} could not be opened for writing ({exc.strerror or exc})") from exc
 
 
-def read(path: Path) -> list[Record]:
-    """The good records of the log at ``path`` (none if there is none), read only: a torn tail is left for its
-    writer to cut (:func:`recover_pieces`); :class:`LogCorrupt` for a damaged record in the middle."""
-    return [record for records in read_pieces(path) for record in records]
-
-
 def read_pieces(path: Path) -> Generator[list[Record]]:
-    """:func:`read` a piece of the log at a time, as :func:`recover_pieces` reads it (under a shared lock)."""
+    """The good records of the log at ``path`` (none if there is none), a piece of the log at a time, read only
+    under a shared lock: a torn tail is left for its writer to cut (:func:`recover_pieces`); :class:`LogCorrupt` for
+    a damaged record in the middle."""
     if not path.is_file():
         return
     with _locked(path, os.O_RDONLY, fcntl.LOCK_SH) as fd:

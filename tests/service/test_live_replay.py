@@ -17,6 +17,7 @@ from index.store import writelog
 from service import live
 from tests.index.build.test_compact_replay import data_dir, fresh, logged, writes
 from tests.lee import Lee
+from tests.logs import read_only
 
 __all__ = ["data_dir"]  # the fixture, taken from compaction's tests
 
@@ -41,7 +42,7 @@ def test_a_server_replays_its_log_a_piece_at_a_time(
         state = live.live_of(table)
         assert state is not None
         at_once = fresh(data_dir)
-        at_once.replay(writelog.read(path))
+        at_once.replay(read_only(path))
         assert (state.delta.seq, state.delta.offset, state.inode) == (count, path.stat().st_size, path.stat().st_ino)
         assert list(state.delta.documents) == list(at_once.documents)
         assert np.array_equal(state.delta.deleted, at_once.deleted)

@@ -29,7 +29,7 @@ import pytest
 
 from index.errors import InvalidQuery
 from index.store import writelog
-from tests.logs import recovered
+from tests.logs import read_only, recovered
 
 PARAGRAPHS = [p for p in Path("/usr/share/common-licenses/GPL-3").read_text().split("\n\n") if p.strip()][:40]
 
@@ -361,7 +361,7 @@ def test_a_record_names_its_log_and_a_copy_under_another_name_is_refused(tmp_pat
     copy = logs / "b.log"
     copy.write_bytes((logs / "a.log").read_bytes())
     said = r"its record at byte 0 \(sequence 1\) was written to the log of 'a', not of 'b'"
-    for reading in (recovered, writelog.read, lambda p: writelog.read_new(p, 0, 0, None)):
+    for reading in (recovered, read_only, lambda p: writelog.read_new(p, 0, 0, None)):
         with pytest.raises(writelog.LogMismatch, match=said):
             reading(copy)
     with pytest.raises(writelog.LogMismatch, match=said), writelog.appending(copy) as log:
@@ -369,10 +369,10 @@ def test_a_record_names_its_log_and_a_copy_under_another_name_is_refused(tmp_pat
     assert copy.read_bytes() == (logs / "a.log").read_bytes()  # nothing cut
     shard = logs / "t" / "shard-001.log"  # a shard's log names its table and shard
     write(shard, 1)
-    assert writelog.log_owner(shard) == "t/shard-001" and len(writelog.read(shard)) == 1
+    assert writelog.log_owner(shard) == "t/shard-001" and len(read_only(shard)) == 1
     (logs / "t" / "shard-000.log").write_bytes(shard.read_bytes())
     with pytest.raises(writelog.LogMismatch, match="written to the log of 't/shard-001', not of 't/shard-000'"):
-        writelog.read(logs / "t" / "shard-000.log")
+        read_only(logs / "t" / "shard-000.log")
     unnamed = logs / "c.log"  # a record written before records named their log fits any
     unnamed.write_bytes(writelog.frame(1, body(0)))
     assert [r.body for r in recovered(unnamed)] == [body(0)]
@@ -439,7 +439,7 @@ def test_a_cut_on_a_full_disk_frees_the_file_the_last_cut_replaced_first(tmp_pat
         assert writelog.cut(path, 2) == seq - 2  # the replaced file kept beside the log: the disk nearly full
         assert writelog.cut(path, 4) == seq - 4  # its new file fits in the room of the file it replaces
         assert [r.seq for r in recovered(path)] == list(range(5, seq + 1))
-        assert [r.seq for r in writelog.read(writelog.previous_path(path))] == list(range(3, seq + 1))
+        assert [r.seq for r in read_only(writelog.previous_path(path))] == list(range(3, seq + 1))
         assert not list(logs.glob("*.cut"))
 
 
@@ -509,7 +509,7 @@ def test_records_read_as_the_standard_parser_reads_them(tmp_path: Path) -> None:
     with writelog.appending(path) as log:
         for seq, record in enumerate(bodies, 1):
             log.append(seq, record)
-    read = writelog.read(path)
+    read = read_only(path)
     payloads = [path.read_bytes()[r.offset + writelog.HEADER.size : r.end] for r in read]
     expected = [{k: v for k, v in json.loads(p).items() if k != "table"} for p in payloads]
     assert [repr(r.body) for r in read] == [repr(e) for e in expected] == [repr(b) for b in bodies]
@@ -522,7 +522,7 @@ def test_a_payload_orjson_refuses_reads_as_before(tmp_path: Path) -> None:
         writelog.frame(1, {"op": "upsert", "documents": [{"id": "a", "vector": [math.nan]}]})
     path = tmp_path / "t.log"
     path.write_bytes(raw_frame(1, b'{"op":"delete","ids":["\\ud800"]}') + raw_frame(2, b'{"x":NaN}'))
-    first, second = writelog.read(path)
+    first, second = read_only(path)
     assert first.body == {"op": "delete", "ids": ["\ud800"]}
     assert math.isnan(second.body["x"])
 
@@ -550,7 +550,7 @@ def test_reading_a_log_in_pieces_holds_a_piece_not_the_log(tmp_path: Path, monke
         peaks["pieces"].append(held_at_most(lambda: [len(p) for p in writelog.recover_pieces(path)]))  # noqa: B023
         peaks["whole"].append(held_at_most(lambda: recovered(path)))  # noqa: B023
         peaks["cut"].append(held_at_most(lambda: writelog.cut(path, count - 5)))  # noqa: B023
-        assert [r.seq for r in writelog.read(path)] == list(range(count - 4, count + 1))
+        assert [r.seq for r in read_only(path)] == list(range(count - 4, count + 1))
     assert peaks["whole"][1] > 3 * peaks["whole"][0], peaks  # the measure sees a log held whole
     assert peaks["pieces"][1] < 1.5 * peaks["pieces"][0], peaks
     assert peaks["cut"][1] < 1.5 * peaks["cut"][0], peaks

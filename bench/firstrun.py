@@ -167,7 +167,8 @@ def over_http(ctx: Context, built: list[tuple[dict[str, Any], Path]], words: lis
 
 
 def candidates(ctx: Context, raw: RawTable) -> list[dict[str, Any]]:
-    unit, _ = normalise(np.ascontiguousarray(raw.matrix))  # the rows every candidate's table stores
+    raw.matrix.setflags(write=False)  # the rows as read, for every candidate: each build normalises a copy
+    unit, _ = normalise(np.array(raw.matrix, dtype=np.float32))  # the rows every candidate's table stores
     rng = np.random.default_rng(1)
     ids = rng.choice(min(FREQUENT, len(unit)), size=min(QUERIES, len(unit)), replace=False)
     queries = np.ascontiguousarray(unit[ids])

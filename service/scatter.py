@@ -91,6 +91,7 @@ from index.engine.door import (
     by_vector_alone,
     depths,
     diverse,
+    keyword_fallback,
     merge,
     owner,
     reaching,
@@ -100,6 +101,7 @@ from index.engine.door import (
     unit_mean,
     unit_queries,
     unknown_documents,
+    vector_fallback,
 )
 from index.errors import EmbeddingError, InvalidQuery, OverLimit, UnknownTable
 from service.errors import ApiError, item_error
@@ -792,10 +794,11 @@ def route(front: Front, name: str) -> APIRoute:
         an ``ApiError`` (unless partial answers are taken)."""
         words = await kind(front, name) == WORDS
         sent = given  # as the client sent it: a fallback asks again in mode vector or keyword
-        # Mode hybrid's fallbacks, as the whole table's door takes them (docs/documents.md): a text alone whose
-        # vector cannot be made is searched by keyword, and a text no live document holds a word of by its vector.
-        text_alone = not any(key in sent for key in ("vector", "id", "positive", "negative"))
-        falls_back = not words and body.mode == "hybrid" and body.min_score is None
+        # Mode hybrid's fallbacks by the whole table's rules (docs/documents.md): a text whose vector cannot be made
+        # searched by keyword, a text no live document holds a word of by its vector.
+        asked_query = None if words else body.document_queries()[0]
+        to_keyword = asked_query is not None and keyword_fallback(asked_query)
+        to_vector = asked_query is not None and vector_fallback(asked_query)
         try:
             given, drop, query = await by_vector(body, given)
         except ShardFailed as silent:  # the shard that owns a query's document did not give its vector
@@ -816,7 +819,8 @@ def route(front: Front, name: str) -> APIRoute:
                 keyword_statistics(front, shards, given["text"]), ask(everyone)
             )
             # A shard that did not answer may hold a word: no fallback then, which would say that no document does
-            if falls_back and not held and not gone and not any(map(_unembedded, outcomes)):
+            if to_vector and not held and not gone and not any(map(_unembedded, outcomes)):
+                text_alone = not any(key in sent for key in ("vector", "id", "positive", "negative"))
                 skip = ("mode", "rrf_k", "weights") if text_alone else ("text", "mode", "rrf_k", "weights")
                 alone = {key: value for key, value in sent.items() if key not in skip}
                 answer = await one(SearchRequest.model_validate(alone), alone)
@@ -844,7 +848,7 @@ def route(front: Front, name: str) -> APIRoute:
             for item in part["results"] if part is not None else ():
                 if "error" in item:  # its envelope as the whole table's: its message naming it, its details
                     error = orjson.loads(named(name, orjson.dumps(item["error"])))
-                    if falls_back and text_alone and not body.diversity and "words" in error:
+                    if to_keyword and "words" in error:
                         by_words = {key: v for key, v in sent.items() if key not in ("rrf_k", "weights")}
                         by_words["mode"] = "keyword"
                         answer = await one(SearchRequest.model_validate(by_words), by_words)

@@ -15,7 +15,7 @@ import logging
 import time
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -54,11 +54,8 @@ def _build_job(
     directory: Path,
     name: str,
 ) -> Callable[[], dict[str, Any]]:
-    def job() -> dict[str, Any]:
-        part = documents
-        if not part.matrix.flags.writeable:  # as Ray hands an array over: mapped from its object store
-            part = replace(part, matrix=part.matrix.copy())
-        return build_shard(shard_raw(part, tokenizer, whole, source, rows), directory, name)
+    def job() -> dict[str, Any]:  # rows Ray hands over (read-only, mapped from its object store): copied by the build
+        return build_shard(shard_raw(documents, tokenizer, whole, source, rows), directory, name)
 
     return job
 

@@ -80,6 +80,10 @@ def build_table(
 ) -> dict[str, Any]:
     """Build table ``name`` under ``data_dir`` from ``raw``; return its manifest. ``complete``, if given, runs under
     the publish lock just before the new version takes the name (``artifact.staging``; it may refuse by raising).
+
+    ``raw`` is the build's: its rows are normalised in place, since a copy would double what the build holds (76 MiB
+    for 400,000 x 50, 2,289 MiB for 2,000,000 x 300); a caller that uses them afterwards gives a copy. Rows that
+    cannot be written (a read-only array, one mapped from Ray's object store) are copied first.
     ``empty``: a table of no rows is built (a shard a compaction left without documents) rather than refused.
 
     With ``defer_index`` an approximate index is not built now: the table is published for exact search at once,
@@ -94,7 +98,7 @@ def build_table(
     artifact.check_free(data_dir, name, force)
     note(f"cleaning and normalising {counted(len(raw.tokens), 'row')} ...")
     raw, report = clean(raw, source.get("path", name), drop_invalid=drop_invalid, allow_empty=empty)
-    unit, norms = normalise(raw.matrix)
+    unit, norms = normalise(raw.matrix if raw.matrix.flags.writeable else raw.matrix.copy())
     spec = parse_spec(index_spec, len(unit), unit.shape[1])
     if defer_index and spec.kind != "flat":
         built = build_and_measure(unit, IndexSpec(kind="flat"), min_recall=min_recall)

@@ -548,14 +548,28 @@ def _prepare(table: Table, query: Query, encoder: Table | None, delta: Delta | N
         try:
             found = _text(table, encoder, text)  # 422 when the table records no encoder
         except NoKnownWord as exc:
-            if mode != "hybrid" or query.diversity or query.min_score is not None:  # these need a vector
+            if not keyword_fallback(query):
                 hint = KEYWORD_HINT if exc.details.get("words") else ""  # a text of no words: none to find either
                 raise NoKnownWord(exc.message + hint, **exc.details) from None
             return _Item(query, "keyword", None, {"mode": "keyword", "reason": exc.message})
     item = _Item(query, mode, found)  # made beside the probe, before the keyword index is asked
-    if mode == "hybrid" and text is not None and query.min_score is None and not _has_keyword(table, text, delta):
+    if text is not None and vector_fallback(query) and not _has_keyword(table, text, delta):
         item.mode, item.fallback = "vector", by_vector_alone(table.name, text)
     return item
+
+
+def keyword_fallback(query: Query) -> bool:
+    """Whether ``query`` is searched by keyword alone when none of its text's words is known to the encoder: mode
+    hybrid, text alone, no ``diversity`` or ``min_score`` (they need its vector). Else that text is refused. The
+    whole table's rule, and the sharded front's (``service.scatter``)."""
+    return query.mode == "hybrid" and not query.vector_input and not query.diversity and query.min_score is None
+
+
+def vector_fallback(query: Query) -> bool:
+    """Whether ``query`` is searched by its vector alone when no live document holds a word of its text: mode
+    hybrid with text and no ``min_score`` (a floor on fused scores, kept hybrid as asked). The whole table's rule,
+    and the sharded front's (``service.scatter``)."""
+    return query.mode == "hybrid" and query.text is not None and query.min_score is None
 
 
 def by_vector_alone(table: str, text: str) -> dict[str, str]:

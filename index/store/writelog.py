@@ -12,7 +12,9 @@ covers (its manifest's ``log_sequence``, 0 for an imported table).
 At load and in a compaction :func:`recover_pieces` reads the whole log, a piece at a time: a torn or corrupt tail
 (no good frame after the bad bytes: a write cut short by a crash) is cut at the last good record, with a warning
 naming the bytes lost; a bad frame with good frames after it is corruption in the middle, and the table is refused
-(:class:`LogCorrupt`) naming the record, since replaying past it would lose acknowledged writes silently.
+(:class:`LogCorrupt`) naming the record, since replaying past it would lose acknowledged writes silently. The log
+is locked while its frames are checked and such a tail is cut, not while its records are parsed and applied, so
+that another process's write waits for the check alone.
 
 A compaction cuts the log (:func:`cut`): the records its new version holds are dropped, the later ones move to a
 new file renamed over the log. The file it replaced stays as ``.<name>.log.previous`` until the next cut, so a
@@ -245,9 +247,10 @@ def frame(seq: int, body: dict[str, Any]) -> bytes:
     return HEADER.pack(MARK, len(payload), seq, zlib.crc32(seq_bytes + payload)) + payload
 
 
-def _parse(data: bytes | memoryview, at: int, previous: int, base: int = 0) -> Record | str:
+def _parse(data: bytes | memoryview, at: int, previous: int, base: int = 0, body: bool = True) -> Record | str:
     """The record whose frame starts at ``at``, or why there is none (incomplete, bad mark, checksum...);
-    ``data`` read from byte ``base`` of its file: the record's offsets are the file's."""
+    ``data`` read from byte ``base`` of its file: the record's offsets are the file's. Without ``body`` the frame
+    alone is checked, its payload not parsed (the record's body is empty)."""
     if len(data) - at < HEADER.size:
         return f"{len(data) - at} bytes, shorter than a record header"
     mark, length, seq, crc = HEADER.unpack_from(data, at)
@@ -263,13 +266,15 @@ def _parse(data: bytes | memoryview, at: int, previous: int, base: int = 0) -> R
         return "a checksum that does not match"
     if previous and seq != previous + 1:
         return f"sequence number {seq} after {previous}"
+    if not body:
+        return Record(seq, base + at, base + end, {})
     try:
-        body = _loads(payload)
+        parsed = _loads(payload)
     except ValueError:
         return "a payload that is not JSON"
-    if not isinstance(body, dict):
+    if not isinstance(parsed, dict):
         return "a payload that is not a JSON object"
-    return Record(seq, base + at, base + end, body)
+    return Record(seq, base + at, base + end, parsed)
 
 
 def _loads(payload: bytes) -> Any:
@@ -295,16 +300,17 @@ def _good_frame_after(data: bytes, start: int) -> int | None:
 
 
 def scan(
-    data: bytes, start: int = 0, previous: int = 0, log: str | None = None, base: int = 0
+    data: bytes, start: int = 0, previous: int = 0, log: str | None = None, base: int = 0, body: bool = True
 ) -> tuple[list[Record], int, str | None]:
     """The good records from ``start``, the offset after the last of them, and why reading stopped before the
     end of ``data`` (None: it did not); ``data`` read from byte ``base`` of its file: the records' offsets and the
     bytes named are the file's. Raises :class:`LogCorrupt` when good frames follow a bad one, and
-    :class:`LogMismatch` for a record written to another log than ``log`` (:func:`log_owner`; None: not checked)."""
+    :class:`LogMismatch` for a record written to another log than ``log`` (:func:`log_owner`; None: not checked).
+    Without ``body`` the frames alone are checked (:func:`_parse`)."""
     records: list[Record] = []
     at = start
     while at < len(data):
-        parsed = _parse(data, at, previous)
+        parsed = _parse(data, at, previous, body=body)
         if isinstance(parsed, str):
             after = f"sequence number {previous}" if previous else "the start of the log"
             if isinstance(_parse(data, at, 0), Record):  # whole and checksummed: it may hold an answered write
@@ -328,14 +334,15 @@ def scan(
 
 
 def _scan_file(
-    fd: int, log: str | None, start: int = 0, previous: int = 0
+    fd: int, log: str | None, size: int | None = None, body: bool = True
 ) -> Iterator[tuple[list[Record], int, str | None]]:
-    """:func:`scan` of the open log ``fd`` from byte ``start``, ``READ_BYTES`` at a time (a longer record whole),
-    so that what reading holds is a piece, not the log: each piece's good records, the offset after them and, for
-    the last piece only, why reading stopped before the end (None: it did not). At damage the rest of the file is
-    scanned at once, to tell a torn tail from corruption in the middle as :func:`scan` does."""
-    size = os.fstat(fd).st_size
-    at = start
+    """:func:`scan` of the open log ``fd`` up to byte ``size`` (None: its end), ``READ_BYTES`` at a time (a longer
+    record whole), so that what reading holds is a piece, not the log: each piece's good records, the offset after
+    them and, for the last piece only, why reading stopped before the end (None: it did not). At damage the rest is
+    scanned at once, to tell a torn tail from corruption in the middle as :func:`scan` does. Without ``body`` the
+    frames alone are checked (:func:`_parse`)."""
+    size = os.fstat(fd).st_size if size is None else size
+    at, previous = 0, 0
     while at < size:
         data = os.pread(fd, min(READ_BYTES, size - at), at)
         if len(data) >= HEADER.size:
@@ -343,9 +350,9 @@ def _scan_file(
             whole = HEADER.size + length
             if mark == MARK and length <= MAX_RECORD and len(data) < whole <= size - at:  # longer than a read
                 data = os.pread(fd, whole, at)
-        records, end = _whole_records(data, at, previous, log)
+        records, end = _whole_records(data, at, previous, log, body)
         if not records:  # damage at ``at``
-            records, end, problem = scan(os.pread(fd, size - at, at), 0, previous, log, base=at)
+            records, end, problem = scan(os.pread(fd, size - at, at), 0, previous, log, base=at, body=body)
             yield records, at + end, problem
             return
         yield records, at + end, None
@@ -353,12 +360,14 @@ def _scan_file(
         at += end
 
 
-def _whole_records(data: bytes, base: int, previous: int, log: str | None) -> tuple[list[Record], int]:
+def _whole_records(
+    data: bytes, base: int, previous: int, log: str | None, body: bool = True
+) -> tuple[list[Record], int]:
     """The good records from the start of ``data`` (read from byte ``base`` of its file: their offsets are the
     file's) up to the first that is not whole or not good, and where that one starts in ``data``."""
     records: list[Record] = []
     at = 0
-    while not isinstance(parsed := _parse(data, at, previous, base), str):
+    while not isinstance(parsed := _parse(data, at, previous, base, body), str):
         _check_owner(parsed, log)
         records.append(parsed)
         previous, at = parsed.seq, parsed.end - base
@@ -449,48 +458,53 @@ def _read_from(fd: int, start: int) -> bytes:
     return os.pread(fd, max(0, size - start), start) if size > start else b""
 
 
-def recover(path: Path) -> list[Record]:
-    """Every good record of the log at ``path`` (none if there is no log), after cutting a torn or corrupt tail
-    (logged as a warning with the bytes lost). Raises :class:`LogCorrupt` for a damaged record in the middle."""
-    return [record for records in recover_pieces(path) for record in records]
-
-
 def recover_pieces(path: Path) -> Generator[list[Record]]:
-    """:func:`recover` a piece of the log at a time (``READ_BYTES``), so that a reader applying each piece before
-    it takes the next never holds the whole log's records: the log stays locked until the last piece is read
-    (close the iterator when stopping early), nothing is appended meanwhile, and a torn tail is cut once met."""
+    """Every good record of the log at ``path`` (none if there is no log), a piece of the log at a time
+    (``READ_BYTES``), so that a reader applying each piece before it takes the next never holds the whole log's
+    records, after cutting a torn or corrupt tail (logged as a warning with the bytes lost): what a server's load
+    and a compaction replay (``Delta.replay_log``). Raises :class:`LogCorrupt` for a damaged record in the middle.
+
+    The log is locked only while its frames are checked and a torn tail is cut (:func:`_recovered_end`: marks,
+    lengths, checksums, sequence numbers, no payload parsed), not while the records are parsed and applied: the
+    bytes up to that end are whole records no writer changes (a write appends after them), read without the lock,
+    so that another process's write waits for the check alone. A record appended meanwhile is not read here: the
+    reader takes it up as any later write (:func:`read_new`, from the end of the last record given)."""
     if not path.is_file():
         return
     try:
-        lock = _locked(path, os.O_RDWR, fcntl.LOCK_EX)
-        fd = lock.__enter__()
+        with _locked(path, os.O_RDWR, fcntl.LOCK_EX) as fd:
+            end = _recovered_end(fd, path)
+            reader = os.open(path, os.O_RDONLY)  # the file checked: no cut replaces it while the lock is held
     except OSError as exc:
         if exc.errno not in (errno.EROFS, errno.EACCES, errno.EPERM):  # EPERM: an immutable log
             raise
-        fd = -1
-    if fd < 0:
         yield from read_pieces(path)  # a replica on a read-only mount: it reads, the writer cuts
         return
     try:
-        last = "no record"
-        for records, end, problem in _scan_file(fd, log_owner(path)):
-            last = f"sequence number {records[-1].seq}" if records else last
-            if problem is not None:
-                size = os.fstat(fd).st_size
-                log.warning(
-                    "write log %s: cut %d bytes at byte %d (%s); last good record: %s",
-                    path,
-                    size - end,
-                    end,
-                    problem,
-                    last,
-                )
-                os.ftruncate(fd, end)
-                os.fsync(fd)
+        for records, at, problem in _scan_file(reader, log_owner(path), end):
+            if problem is not None and os.fstat(reader).st_size >= end:  # unless emptied since a cut replaced it
+                raise LogCorrupt(f"record at byte {at} is damaged: {problem}")
             if records:
                 yield records
     finally:
-        lock.__exit__(None, None, None)
+        os.close(reader)
+
+
+def _recovered_end(fd: int, path: Path) -> int:
+    """Where the last good record of the log open (and locked) as ``fd`` ends, its frames checked without their
+    payloads: a torn or corrupt tail is cut there, with a warning naming the bytes lost and the last good record;
+    :class:`LogCorrupt` for a damaged record with good ones after it."""
+    last, end = "no record", 0
+    for records, end, problem in _scan_file(fd, None, body=False):
+        last = f"sequence number {records[-1].seq}" if records else last
+        if problem is not None:
+            size = os.fstat(fd).st_size
+            log.warning(
+                "write log %s: cut %d bytes at byte %d (%s); last good record: %s", path, size - end, end, problem, last
+            )
+            os.ftruncate(fd, end)
+            os.fsync(fd)
+    return end
 
 
 def check_writable(path: Path) -> None:
@@ -504,14 +518,10 @@ def check_writable(path: Path) -> None:
         raise LogWriteFailed(f"write log {path.name} could not be opened for writing ({exc.strerror or exc})") from exc
 
 
-def read(path: Path) -> list[Record]:
-    """The good records of the log at ``path`` (none if there is none), read only: a torn tail is left for its
-    writer to cut (:func:`recover`); :class:`LogCorrupt` for a damaged record in the middle."""
-    return [record for records in read_pieces(path) for record in records]
-
-
 def read_pieces(path: Path) -> Generator[list[Record]]:
-    """:func:`read` a piece of the log at a time, as :func:`recover_pieces` reads it (under a shared lock)."""
+    """The good records of the log at ``path`` (none if there is none), a piece of the log at a time, read only
+    under a shared lock: a torn tail is left for its writer to cut (:func:`recover_pieces`); :class:`LogCorrupt` for
+    a damaged record in the middle."""
     if not path.is_file():
         return
     with _locked(path, os.O_RDONLY, fcntl.LOCK_SH) as fd:

@@ -39,7 +39,8 @@ request metrics never see these requests (one whose app waits for its body, whic
   them to be sent). Also after the keep-alive timeout, whose close waits for them too.
 - A client that leaves while answers are under way: the request being answered and those queued behind it
   (pipelined) are marked disconnected, so their answers are dropped (not written to the closed transport) and the
-  queued ones do not run.
+  queued ones do not run. Each whose answer had not begun has its access line, status 499; the request metrics
+  count the one running only (the queued ones were never routed).
 - While the server drains before a shutdown (``service.http.drain``), every answer says ``Connection: close``, so
   clients move to another replica instead of keeping this one.
 
@@ -290,6 +291,9 @@ class JsonErrorsProtocol(HttpToolsProtocol):
         running = self.running
         if running is not None and not running.response_started and REFUSED not in running.scope:
             self._gone(running)
+        for queued, app in reversed(self.pipeline):  # behind it, in the order they came: never run
+            if app is self.app:  # not a refusal waiting for its turn, which has its own line
+                self._gone(queued)
         for cycle in (self.running, *(queued for queued, _ in self.pipeline)):
             if cycle is not None and not cycle.response_complete:  # its app's sends are dropped, receive() ends
                 cycle.disconnected = True
@@ -297,8 +301,9 @@ class JsonErrorsProtocol(HttpToolsProtocol):
         super().connection_lost(exc)
 
     def _gone(self, cycle: Any) -> None:
-        """The client of a request whose app runs left before its answer began: uvicorn drops that answer, and its
-        access line with it. The line is written now, with status 499 (as nginx's), and the metrics count it so."""
+        """The client of a request left before its answer began: uvicorn drops that answer, and its access line
+        with it. The line is written now, with status 499 (as nginx's); the metrics count it so when its app runs
+        (a request queued behind it, pipelined, never runs: it has no route to be counted under)."""
         scope = cycle.scope
         scope[GONE] = True
         if cycle.access_log:

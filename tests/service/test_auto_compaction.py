@@ -11,6 +11,7 @@ from pathlib import Path
 
 from index.store import artifact, shardmap, writelog
 from tests.lee import Lee
+from tests.logs import recovered
 from tests.service import real_server
 from tests.service.conftest import LEE_SHARDS, lee_copy
 from tests.service.test_live_search import HEADERS, KEY
@@ -52,7 +53,7 @@ def test_a_table_is_compacted_when_its_writes_reach_the_setting(
         real_server.wait_for(compacted_everywhere, seconds=SECONDS, what="the compacted version in both workers")
         assert artifact.read_manifest(data / "lee")["log_sequence"] == last
         assert real_server.HTTP.get(url).json()["rows"] == 307
-        assert writelog.recover(writelog.log_path(data, "lee")) == []
+        assert recovered(writelog.log_path(data, "lee")) == []
         found = real_server.HTTP.post(f"{url}/search", json={"text": "zebracrossing", "mode": "keyword", "k": 10})
         assert sorted(hit["id"] for hit in found.json()["hits"]) == [f"auto/{i}" for i in range(7)]
         assert "compacting 7 written or deleted documents" in server.log()
@@ -90,7 +91,7 @@ def test_a_sharded_table_is_compacted_when_its_shards_writes_reach_the_setting(
         for s in range(3):
             shard = shardmap.shard_name(s)
             assert artifact.read_manifest(data / "lee" / shard).get("log_sequence") == shards[s]["sequence"]
-            assert writelog.recover(data / writelog.DIRECTORY / "lee" / f"{shard}.log") == []
+            assert recovered(data / writelog.DIRECTORY / "lee" / f"{shard}.log") == []
         found = real_server.HTTP.post(f"{url}/search", json={"text": "zebracrossing", "mode": "keyword", "k": 10})
         assert sorted(hit["id"] for hit in found.json()["hits"]) == ids
         # The count it says is what it had read: the second write's documents go to their shards' logs one log after

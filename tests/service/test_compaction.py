@@ -20,6 +20,7 @@ import numpy as np
 from index.store import artifact, writelog
 from tests.cli import run_cli
 from tests.lee import Lee, write_jsonl
+from tests.logs import recovered
 from tests.service import real_server
 from tests.service.conftest import client_for
 from tests.service.test_live_search import HEADERS, KEY, QUERIES, as_write, hits_of, ranked, resolve, written
@@ -67,7 +68,7 @@ def test_compaction_while_writes_go_on(lee_data_dir: Path, lee_docs: Lee, tmp_pa
         manifest = artifact.read_manifest(data / "lee")
         covered = manifest["log_sequence"]
         assert covered >= last and f"sequence {covered}" in done.stdout
-        kept = writelog.recover(writelog.log_path(data, "lee"))
+        kept = recovered(writelog.log_path(data, "lee"))
         assert all(r.seq > covered for r in kept)
         assert [r.seq for r in kept] == list(range(covered + 1, covered + 1 + len(kept)))
         in_version = manifest["rows"] - len(final)

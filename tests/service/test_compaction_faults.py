@@ -24,6 +24,7 @@ from index.store import artifact, writelog
 from service import live
 from tests.cli import run_cli
 from tests.lee import Lee, jsonl_records, write_jsonl
+from tests.logs import recovered
 from tests.service import real_server
 from tests.service.test_live_search import KEY
 from tests.service.test_write_durability import immutable
@@ -109,7 +110,7 @@ def test_kill_9_during_compaction(lee_data_dir: Path, lee_docs: Lee, tmp_path: P
         assert artifact.verify(data / "lee").ok
         covered = int(artifact.read_manifest(data / "lee").get("log_sequence", 0))
         rows = artifact.read_manifest(data / "lee")["rows"]
-        after = [r for r in writelog.recover(path) if r.seq > covered]
+        after = [r for r in recovered(path) if r.seq > covered]
         assert rows - 300 + len(after) == written  # every write: in the version or in the log, once
     assert calibration.wait() == 0  # it exited meanwhile
     calibration.stdout.close()
@@ -247,11 +248,11 @@ def test_the_next_compaction_finishes_one_killed_between_its_publish_and_its_cut
     assert compact(data, "lee")["log_sequence"] == 3
     monkeypatch.undo()
     (tmp_path / "older").rename(data / ".tmp-lee-0badc0de")  # where the exchange of the two versions put it
-    assert len(writelog.recover(log)) == 3
+    assert len(recovered(log)) == 3
     done = compact(data, "lee")
     assert done["written"] == 0 and done["log_sequence"] == 3
-    assert not list(data.glob(".tmp-*")) and writelog.recover(log) == []
-    assert [r.seq for r in writelog.recover(writelog.previous_path(log))] == [1, 2, 3]
+    assert not list(data.glob(".tmp-*")) and recovered(log) == []
+    assert [r.seq for r in recovered(writelog.previous_path(log))] == [1, 2, 3]
     assert artifact.verify(data / "lee").ok and artifact.read_manifest(data / "lee")["rows"] == 303
 
 
@@ -267,7 +268,7 @@ def test_a_worker_that_missed_the_folded_writes_numbers_its_next_after_them(lee_
     assert state is not None
     log = writelog.log_path(data, "lee")
     append(log, lee_docs, 0, 3)  # another worker's writes, 1..3
-    assert compact(data, "lee")["log_sequence"] == 3 and writelog.recover(log) == []
+    assert compact(data, "lee")["log_sequence"] == 3 and recovered(log) == []
     document = {"id": "late/1", "text": lee_docs.texts[7], "vector": lee_docs.vectors[7].tolist(), "fields": {}}
     seq, _ = state.write(lambda delta: ({"op": "upsert", "documents": [document]}, None), sync=True)
     assert seq == 4
@@ -301,7 +302,7 @@ def test_a_load_that_races_the_cut_of_the_log_sees_the_writes_after_it(
         patched.setattr(Delta, "replay_log", read_then_cut)
         live.attach(table, data / "lee")
     assert not cuts  # the load read the log, then the cut came
-    assert not writelog.recover(path)  # the log was cut: the three writes are in the version only
+    assert not recovered(path)  # the log was cut: the three writes are in the version only
     append(path, lee_docs, 3, 1)  # another worker's write, to the new log file
     delta = live.delta_of(table)
     assert delta is not None and delta.written("k/3") is not None
@@ -320,7 +321,7 @@ def test_a_worker_that_had_read_no_log_sees_the_writes_a_cut_took_from_it(
     state = live.live_of(older)
     assert state is not None and state.inode is None
     append(path, lee_docs, 0, 3)  # another worker's writes, 1..3
-    assert compact(data, "lee")["log_sequence"] == 3 and writelog.recover(path) == []
+    assert compact(data, "lee")["log_sequence"] == 3 and recovered(path) == []
     append(path, lee_docs, 3, 1)  # 4, to the new log file
     delta = live.delta_of(older)
     assert delta is not None and [delta.written(f"k/{i}") is not None for i in range(4)] == [True] * 4
@@ -339,7 +340,7 @@ def test_a_table_whose_every_document_is_deleted_is_not_compacted(
     done = run_cli("compact", "lee", "--data-dir", data)
     assert done.code == 1
     assert "table 'lee' not compacted: every one of its documents is deleted" in done.err, done.err
-    assert [r.seq for r in writelog.recover(path)] == [1]
+    assert [r.seq for r in recovered(path)] == [1]
     assert Table.load(data / "lee").rows == 300
 
 
@@ -360,7 +361,7 @@ def test_a_log_the_compaction_could_not_cut_stops_it_before_anything_is_publishe
         "a compaction cuts it once its new version is published; nothing was changed" in refused.err
     ), refused.err
     assert (data / "lee" / artifact.MANIFEST).read_bytes() == manifest and not list(data.glob(".tmp-*"))
-    assert [r.seq for r in writelog.recover(log)] == [1, 2, 3]
+    assert [r.seq for r in recovered(log)] == [1, 2, 3]
     assert compact(data, "lee")["log_sequence"] == 3  # writable again: compacted
 
 
@@ -385,4 +386,4 @@ def test_a_writer_killed_in_a_record_during_a_compaction_does_not_fail_it(
     done = compact(data, "lee")
     assert done["written"] == 3 and done["kept"] == 2
     assert artifact.read_manifest(data / "lee")["log_sequence"] == 3 and artifact.verify(data / "lee").ok
-    assert [r.seq for r in writelog.recover(log)] == [4, 5]
+    assert [r.seq for r in recovered(log)] == [4, 5]

@@ -16,6 +16,7 @@ from service.compacting import AutoCompaction
 from service.errors import ApiError
 from tests.cli import run_cli
 from tests.lee import Lee, jsonl_records, write_jsonl
+from tests.logs import recovered
 from tests.service.conftest import lee_copy
 from tests.service.test_compaction_faults import append, lee_with_log
 
@@ -81,12 +82,12 @@ def test_a_worker_two_cuts_behind_an_empty_log_refuses_its_reads_and_writes(
     compact(data, "lee")
     append(path, lee_docs, 4, 2)
     compact(data, "lee")
-    assert writelog.recover(path) == []
+    assert recovered(path) == []
     assert "up to sequence 6" in refused(idle)
     document = {"id": "late/1", "text": lee_docs.texts[7], "vector": lee_docs.vectors[7].tolist(), "fields": {}}
     with pytest.raises(ApiError) as caught:
         idle.write(lambda delta: ({"op": "upsert", "documents": [document]}, None), sync=True)
-    assert caught.value.code == "not_ready" and writelog.recover(path) == []
+    assert caught.value.code == "not_ready" and recovered(path) == []
     append(path, lee_docs, 6, 1)  # another worker's write, 7
     assert "up to sequence 6" in refused(idle)
 
@@ -126,7 +127,7 @@ def test_a_table_imported_again_over_a_compacted_one_numbers_its_writes_after_th
     assert run_cli("import", path, "--format", "documents", "--name", "lee", "--data-dir", data).code == 0
     log = writelog.log_path(data, "lee")
     append(log, lee_docs, 0, 3)
-    assert compact(data, "lee")["log_sequence"] == 3 and writelog.recover(log) == []
+    assert compact(data, "lee")["log_sequence"] == 3 and recovered(log) == []
     older = attached(data)
     assert run_cli("import", path, "--format", "documents", "--name", "lee", "--data-dir", data, "--force").code == 0
     assert artifact.read_manifest(data / "lee")["log_sequence"] == 3

@@ -3,17 +3,21 @@
 
 from __future__ import annotations
 
+import fcntl
+import os
 import tracemalloc
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from index.engine.delta import Delta
 from index.engine.table import Table
 from index.store import writelog
 from service import live
 from tests.index.build.test_compact_replay import data_dir, fresh, logged, writes
 from tests.lee import Lee
+from tests.logs import read_only
 
 __all__ = ["data_dir"]  # the fixture, taken from compaction's tests
 
@@ -38,7 +42,7 @@ def test_a_server_replays_its_log_a_piece_at_a_time(
         state = live.live_of(table)
         assert state is not None
         at_once = fresh(data_dir)
-        at_once.replay(writelog.read(path))
+        at_once.replay(read_only(path))
         assert (state.delta.seq, state.delta.offset, state.inode) == (count, path.stat().st_size, path.stat().st_ino)
         assert list(state.delta.documents) == list(at_once.documents)
         assert np.array_equal(state.delta.deleted, at_once.deleted)
@@ -67,3 +71,37 @@ def test_a_long_replay_says_how_far_it_is_every_few_seconds(
     for line, end in zip(shown, pieces, strict=True):
         expected = f"{where}: {100 * end / size:.0f}% replayed ({end / 2**20:.1f} of {size / 2**20:.1f} MiB) ..."
         assert line == expected
+
+
+def test_a_write_waits_for_the_check_of_the_log_not_for_its_replay(
+    data_dir: Path, lee_docs: Lee, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A load locks the log while it checks its frames (and would cut a torn tail), not while it parses and applies
+    its records: in the middle of the replay the lock is free and another writer's record is appended at once; the
+    replay stops at the end it checked, and the loaded table takes that record up at its next read."""
+    monkeypatch.setattr(writelog, "READ_BYTES", 32 << 10)
+    count = 250
+    path = logged(data_dir, writes(lee_docs, count))
+    table = Table.load(data_dir / "lee", checksums=False)
+    document = {"id": "during-replay", "text": lee_docs.texts[0], "vector": lee_docs.vectors[0].tolist()}
+    replay, appended = Delta.replay, []
+
+    def replay_then_write(delta: Delta, records: list[writelog.Record]) -> None:
+        replay(delta, records)
+        if not appended:  # after the first piece
+            fd = os.open(path, os.O_RDWR)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # BlockingIOError while the replay holds the lock
+            finally:
+                os.close(fd)
+            with writelog.appending(path, sync=False) as log:
+                body = {"op": "upsert", "documents": [{**document, "fields": lee_docs.record(0)}]}
+                appended.append(log.append(count + 1, body))
+
+    monkeypatch.setattr(Delta, "replay", replay_then_write)
+    live.attach(table, data_dir / "lee")
+    state = live.live_of(table)
+    assert state is not None and appended and state.delta.seq == count, appended
+    assert state.delta.offset == appended[0].offset  # the end the load checked, where the new record begins
+    assert state.refresh().seq == count + 1 and "during-replay" in state.delta.documents
+    assert state.delta.offset == path.stat().st_size

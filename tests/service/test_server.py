@@ -129,6 +129,26 @@ def test_a_request_whose_client_leaves_before_its_answer_has_its_access_line_and
     assert line.endswith('"POST /v1/tables/small/analogy HTTP/1.1" 499 request_id=left-early'), line
 
 
+def test_requests_pipelined_behind_one_whose_client_leaves_have_their_access_lines(small_server: Server) -> None:
+    """Three searches pipelined behind such a batch, on the connection its client closes once they are sent: they
+    never run, and each has its access line, 499 with its id, as the batch has (uvicorn wrote none for them)."""
+    words = ["king", "man", "woman", "paris", "france", "berlin", "germany", "red", "blue", "dog", "cat", "queen"]
+    questions = [{"a": words[i % 12], "b": words[(i + 1) % 12], "c": words[(i + 5) % 12]} for i in range(300)]
+    body = json.dumps({"queries": questions, "k": 10, "method": "3cosmul"}).encode()
+    sent = raw_http.request("POST", "/v1/tables/small/analogy", body, {"X-Request-ID": "ahead-left"})
+    queued = {f"queued-{k}": f"/v1/tables/small/neighbors?token=heart&k={k}" for k in (5, 6, 7)}
+    for name, target in queued.items():
+        sent += raw_http.request("GET", target, headers={"X-Request-ID": name})
+    with raw_http.connect(small_server.port) as sock:
+        sock.sendall(sent)
+    names = ["ahead-left", *queued]
+    wait_for(lambda: all(f"request_id={name}" in small_server.log() for name in names), what="the access lines")
+    lines = [line for line in small_server.log().splitlines() if any(f"request_id={n}" in line for n in names)]
+    assert len(lines) == 4 and lines[0].endswith('"POST /v1/tables/small/analogy HTTP/1.1" 499 request_id=ahead-left')
+    for line, (name, target) in zip(lines[1:], queued.items(), strict=True):
+        assert line.endswith(f'"GET {target} HTTP/1.1" 499 request_id={name}'), lines
+
+
 def test_a_projection_logs_its_access_line_alone(small_data_dir: Path, tmp_path: Path) -> None:
     """openTSNE logs two or three info lines per t-SNE (its gradient method, its initialization): at the server's
     info level they stay out of the log, which has the request's access line. (A server of its own: the shared

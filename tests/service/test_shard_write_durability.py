@@ -17,6 +17,7 @@ import psutil
 
 from index.store import shardmap, writelog
 from tests.lee import Lee
+from tests.logs import recovered
 from tests.service import real_server
 from tests.service.conftest import LEE_SHARDS, lee_copy
 from tests.service.test_write_durability import kill_in_streams
@@ -67,7 +68,7 @@ def test_kill_9_in_a_stream_of_sharded_writes_loses_no_acknowledged_write(
     assert len(acked) > 20 and refused
     logged: set[str] = set()
     for s in range(SHARDS):
-        records = writelog.recover(data / writelog.DIRECTORY / "lee" / f"{shardmap.shard_name(s)}.log")
+        records = recovered(data / writelog.DIRECTORY / "lee" / f"{shardmap.shard_name(s)}.log")
         assert [r.seq for r in records] == list(range(1, len(records) + 1))
         ids = {d["id"] for r in records for d in r.body["documents"]}
         assert all(shardmap.shard_of_id(i, SHARDS) == s for i in ids)
@@ -116,5 +117,5 @@ def test_a_write_one_shards_log_refuses_writes_nothing_to_the_others(
             process.rlimit(psutil.RLIMIT_FSIZE, (hard, hard))
         assert write(document(first, 10), document(last[3], 11)).status_code == 200
         assert real_server.HTTP.get(f"{server.base}{url}/{first}").json()["fields"]["year"] == 2010
-    logged = [d["id"] for r in writelog.recover(logs / f"{shardmap.shard_name(0)}.log") for d in r.body["documents"]]
+    logged = [d["id"] for r in recovered(logs / f"{shardmap.shard_name(0)}.log") for d in r.body["documents"]]
     assert logged.count(first) == 1

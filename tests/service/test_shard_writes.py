@@ -28,6 +28,7 @@ from tests.cli import run_cli
 from tests.index.build.test_shards import EXE, door_queries, run
 from tests.index.engine.test_keyword import assert_lengths_are_the_cut
 from tests.lee import Lee, jsonl_records
+from tests.logs import recovered
 from tests.service.conftest import LEE_SHARDS, lee_copy
 from tests.service.test_live_search import as_write, written
 
@@ -159,7 +160,7 @@ def test_each_write_lands_in_its_owners_log(data: Path, tables: tuple[Table, Sha
     logs = data / "sharded" / writelog.DIRECTORY / "lee"
     assert sorted(p.name for p in logs.glob("*.log")) == [f"{shardmap.shard_name(s)}.log" for s in range(SHARDS)]
     for s in range(SHARDS):
-        records = writelog.recover(logs / f"{shardmap.shard_name(s)}.log")
+        records = recovered(logs / f"{shardmap.shard_name(s)}.log")
         ids = [d["id"] for r in records for d in r.body.get("documents", ())]
         ids += [i for r in records for i in r.body.get("ids", ())]
         assert ids and all(shardmap.shard_of_id(i, SHARDS) == s for i in ids), s
@@ -339,7 +340,7 @@ def test_a_compaction_that_would_leave_the_table_empty_is_refused(
     assert done.code == 1 and done.err.startswith(f"embedding-index: error: table 'lee' not compacted: {message}; ")
     assert "Traceback" not in done.err, done.err
     assert (data / "lee" / artifact.MANIFEST).read_bytes() == manifest and shardmap.verify(data / "lee").ok
-    assert [[r.seq for r in writelog.recover(log)] for log in logs] == [[1], [1], [1]]
+    assert [[r.seq for r in recovered(log)] for log in logs] == [[1], [1], [1]]
 
 
 def owned(lee: Lee, shard: int, prefix: str) -> dict[str, Any]:

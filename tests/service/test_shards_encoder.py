@@ -347,17 +347,33 @@ def test_a_data_directory_with_a_stray_manifest_serves_its_tables(
 
 
 def test_a_hybrid_text_falls_back_through_the_front_as_on_the_whole_table(servers: dict[str, Any]) -> None:
-    """Mode hybrid's two fallbacks (docs/documents.md): a text none of whose words the encoder knows is searched by
-    keyword, and one whose words no document holds (stop words) by its vector; each answer says so in
-    ``fallback``, as the whole table's does. The front answered the first 422, naming a shard, and the second
-    without the fallback; ``min_score`` keeps mode hybrid, and its refusal."""
-    for text in ("escude", "escude zzqxv", "the", "of the", "zzqxv qqqzx"):
-        for extra in ({}, {"filter": {"long": True}}, {"min_score": 0.01}):
-            body = {"text": text, "mode": "hybrid", "k": 3, "fields": [], **extra}
-            status, got = search(servers["front"], body)
-            expected_status, expected = search(servers["whole"], body)
-            assert status == expected_status and got == expected, (body, got, expected)
-    assert got["error"]["code"] == "invalid_request" and "'lee'" in got["error"]["message"], got
+    """Mode hybrid's two fallbacks (docs/documents.md), taken by the front by the whole table's rules
+    (``door.keyword_fallback``, ``door.vector_fallback``): a text none of whose words the encoder knows is searched
+    by keyword, and one whose words no document holds (stop words, or words of no document) by its vector, beside
+    a vector or document, a filter or a diversity too; each answer says so in ``fallback``, as the whole table's
+    does. ``min_score`` keeps mode hybrid, and its refusal (a diversity at the front needs a vector or document). The
+    front answered the first 422, naming a shard, and the second without the fallback."""
+    vector = HTTP.get(f"{servers['whole'].base}/v1/tables/lee/documents/lee-201", params={"vector": "true"}).json()
+    taken: dict[str | None, int] = {}
+    for given in (
+        {},
+        {"id": "lee-200"},
+        {"vector": vector["vector"]},
+        {"positive": ["lee-200"], "negative": ["lee-002"]},
+    ):
+        for text in ("escude", "the", "zzqxv qqqzx", "Taliban"):
+            for extra in ({}, {"filter": {"long": True}}, {"min_score": 0.01}, {"diversity": 0.5}):
+                if "diversity" in extra and not given:  # the front re-ranks by the query's vector: give it one
+                    continue
+                body = {**given, "text": text, "mode": "hybrid", "k": 3, "fields": [], **extra}
+                status, got = search(servers["front"], body)
+                expected_status, expected = search(servers["whole"], body)
+                assert status == expected_status and got == expected, (body, got, expected)
+                fallback = got.get("fallback", {}).get("mode") if status == 200 else "refused"
+                taken[fallback] = taken.get(fallback, 0) + 1
+    assert set(taken) == {None, "keyword", "vector", "refused"}, taken  # each case met
+    status, refused = search(servers["front"], {"text": "escude", "mode": "hybrid", "k": 3, "min_score": 0.01})
+    assert status == 422 and "'lee'" in refused["error"]["message"], refused
     _, answer = search(servers["front"], {"text": "escude", "mode": "hybrid", "k": 3})
     assert answer["fallback"]["mode"] == "keyword" and answer["hits"][0]["id"] == "lee-283", answer
     _, answer = search(servers["front"], {"text": "the", "mode": "hybrid", "k": 3})

@@ -28,6 +28,7 @@ import pytest
 
 from index.store import shardmap, writelog
 from tests.lee import Lee
+from tests.logs import recovered
 from tests.service import real_server
 from tests.service.conftest import LEE_SHARDS, lee_copy
 from tests.service.real_server import HTTP, Server
@@ -119,7 +120,7 @@ def written(servers: dict[str, Any], lee_docs: Lee) -> dict[str, Any]:
 def test_each_write_is_in_its_owners_log(written: dict[str, Any]) -> None:
     logs = written["root"] / "sharded" / writelog.DIRECTORY / "lee"
     for s in range(SHARDS):
-        records = writelog.recover(logs / f"{shardmap.shard_name(s)}.log")
+        records = recovered(logs / f"{shardmap.shard_name(s)}.log")
         ids = [d["id"] for r in records for d in r.body.get("documents", ())]
         ids += [i for r in records for i in r.body.get("ids", ())]
         assert ids and {shardmap.shard_of_id(i, SHARDS) for i in ids} == {s}
@@ -183,7 +184,7 @@ def test_one_process_answers_as_the_whole_table_with_the_same_writes(written: di
     summary = HTTP.get(f"{written['one'].base}/v1/tables/lee").json()["writes"]
     assert summary["written"] == HTTP.get(f"{written['whole'].base}/v1/tables/lee").json()["writes"]["written"]
     assert [s["sequence"] for s in summary["shards"]] == [
-        len(writelog.recover(written["root"] / "sharded" / ".writes" / "lee" / f"{shardmap.shard_name(s)}.log"))
+        len(recovered(written["root"] / "sharded" / ".writes" / "lee" / f"{shardmap.shard_name(s)}.log"))
         for s in range(SHARDS)
     ]
 

@@ -31,6 +31,7 @@ from index.store import artifact, writelog
 from tests.cli import Result, run_cli
 from tests.index.store.test_writelog import small_tmpfs
 from tests.lee import Lee, jsonl_records, write_jsonl
+from tests.logs import recovered
 from tests.service import real_server
 
 KEY = "durability-writer-key-0123456789"
@@ -136,7 +137,7 @@ def test_kill_9_in_a_stream_of_writes_loses_no_acknowledged_write(
     shutil.copytree(lee_data_dir / "lee", data / "lee")
     acked, refused = kill_in_streams(data, tmp_path, lee_docs, stream, random.Random(28), ROUNDS, KEY)
     assert len(acked) > 20 and refused
-    records = writelog.recover(writelog.log_path(data, "lee"))
+    records = recovered(writelog.log_path(data, "lee"))
     assert [r.seq for r in records] == list(range(1, len(records) + 1))
     logged = {d["id"] for r in records for d in r.body["documents"]}
     assert set(acked) <= logged and not (refused & logged)
@@ -245,7 +246,7 @@ def test_an_older_version_restored_over_a_compacted_log_is_refused(
     refused = run_cli("compact", "lee", "--data-dir", data)  # nor does compact fold g4 into it, losing 1..3
     assert refused.code != 0 and "table 'lee' not compacted (its write log)" in refused.err, refused.err
     assert "writes 1 to 3 are in neither" in refused.err and "Traceback" not in refused.err
-    assert writelog.recover(writelog.log_path(data, "lee"))[0].seq == 4  # the log is left as it was
+    assert recovered(writelog.log_path(data, "lee"))[0].seq == 4  # the log is left as it was
 
 
 def test_a_write_the_disk_refuses_answers_503_and_leaves_no_torn_record(
@@ -279,7 +280,7 @@ def test_a_write_the_disk_refuses_answers_503_and_leaves_no_torn_record(
             process.rlimit(psutil.RLIMIT_FSIZE, (hard, hard))
         assert write(documents[2]).status_code == 200
         assert real_server.HTTP.get(f"{server.base}{url}/d1").status_code == 404
-    records = writelog.recover(path)
+    records = recovered(path)
     assert [r.seq for r in records] == [1, 2]
     assert [r.body["documents"][0]["id"] for r in records] == ["d0", "d2"]
 
@@ -332,7 +333,7 @@ def test_a_log_that_cannot_be_opened_for_writing_answers_503_naming_it(
         assert ready(server) == 200  # a log it may not write is read, as a replica's is
         assert real_server.HTTP.get(f"{server.base}{url}/d1").status_code == 200
         refused(write(server, documents[3]), "Operation not permitted")
-    assert [r.body["documents"][0]["id"] for r in writelog.recover(path)] == ["d1"]
+    assert [r.body["documents"][0]["id"] for r in recovered(path)] == ["d1"]
 
 
 def test_a_log_put_in_place_of_another_tables_is_refused_not_replayed(
@@ -527,7 +528,7 @@ def test_a_compaction_whose_cut_finds_the_disk_full_says_it_published(
     assert refused.code == 1 and "Traceback" not in refused.err
     assert refused.err.strip().endswith("No space left on device (table 'lee' was published before this)"), refused.err
     assert artifact.read_manifest(data / "lee")["log_sequence"] == 2
-    assert [r.seq for r in writelog.recover(path)] == [1, 2]  # not cut: replayed past by the version's sequence
+    assert [r.seq for r in recovered(path)] == [1, 2]  # not cut: replayed past by the version's sequence
     assert run_cli("verify", "lee", "--data-dir", data).code == 0
     assert run_cli("compact", "lee", "--data-dir", data).code == 0
-    assert writelog.recover(path) == []
+    assert recovered(path) == []

@@ -32,6 +32,7 @@ from tests.cli import run_cli
 from tests.conftest import link_table
 from tests.index.build.test_embed_documents import import_texts
 from tests.lee import Lee, write_jsonl
+from tests.logs import recovered
 from tests.opposite import build_opposite
 from tests.service import real_server
 from tests.service.conftest import client_for
@@ -441,7 +442,7 @@ def test_a_damaged_middle_refuses_only_that_table(data_dir: Path, tmp_path: Path
     copy = tmp_path / "data"
     shutil.copytree(data_dir, copy)
     log = writelog.log_path(copy, "lee")
-    records = writelog.recover(log)
+    records = recovered(log)
     assert len(records) > 3
     data = bytearray(log.read_bytes())
     data[records[1].end - 5] ^= 0x10

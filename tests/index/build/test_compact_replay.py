@@ -18,6 +18,7 @@ from index.engine.table import Table
 from index.store import writelog
 from tests.cli import progress_lines
 from tests.lee import Lee
+from tests.logs import read_only, recovered
 
 
 def writes(lee: Lee, count: int) -> list[dict[str, Any]]:
@@ -68,7 +69,7 @@ def test_replay_in_pieces_holds_a_piece_not_the_log(
         path = logged(data_dir, writes(lee_docs, count))
         for how, replay in [
             ("pieces", lambda delta: compact.replay("lee", delta, path)),  # noqa: B023
-            ("whole", lambda delta: delta.replay(writelog.recover(path))),  # noqa: B023
+            ("whole", lambda delta: delta.replay(recovered(path))),  # noqa: B023
         ]:
             delta = fresh(data_dir)
             tracemalloc.start()
@@ -89,7 +90,7 @@ def test_replay_in_pieces_makes_the_delta_replayed_at_once(
     monkeypatch.setattr(writelog, "READ_BYTES", 4 << 10)
     path = logged(data_dir, writes(lee_docs, 400))
     at_once = fresh(data_dir)
-    at_once.replay(writelog.read(path))
+    at_once.replay(read_only(path))
     in_pieces = fresh(data_dir)
     with progress_lines() as lines:
         compact.replay("lee", in_pieces, path)
@@ -115,7 +116,7 @@ def test_pieces_of_writes_the_version_holds_then_a_gap(
     table = Table.load(data_dir / "lee", checksums=False)
     assert table.payload is not None
     at_once, in_pieces = (Delta(table.payload, table.rows, table.dim, 40) for _ in range(2))
-    at_once.replay(writelog.read(path))
+    at_once.replay(read_only(path))
     compact.replay("lee", in_pieces, path)
     assert in_pieces.seq == at_once.seq == 60
     assert list(in_pieces.documents) == list(at_once.documents)

@@ -43,6 +43,21 @@ def test_build_writes_manifest_with_checksums(tmp_path: Path) -> None:
     assert not list(tmp_path.glob(".tmp-*"))
 
 
+def test_a_build_copies_rows_it_cannot_write_and_leaves_them_as_they_were(tmp_path: Path) -> None:
+    """A build normalises the rows it is given in place (they are the build's: no second copy of a table's rows);
+    read-only rows, such as rows a caller keeps, are copied first: the build succeeds and they stay as given."""
+    raw = _raw()
+    given = raw.matrix.copy()
+    raw.matrix.setflags(write=False)
+    build_table(raw, data_dir=tmp_path, name="t", source={})
+    assert np.array_equal(raw.matrix, given)
+    table = Table.load(tmp_path / "t")
+    np.testing.assert_allclose(table.vectors * table.norms[:, None], given, rtol=1e-6, atol=1e-6)
+    owned = _raw()
+    build_table(owned, data_dir=tmp_path, name="u", source={})
+    np.testing.assert_allclose(np.linalg.norm(owned.matrix, axis=1), 1, rtol=1e-6)  # the build's own, normalised
+
+
 def test_file_problems_name_each_file_that_disagrees_with_the_manifest(tmp_path: Path) -> None:
     """What a table's and a sharded table's verification says of their files: missing, another size, another
     sha256, or there and not listed (a sharded table's shard directories apart)."""

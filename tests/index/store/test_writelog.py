@@ -29,6 +29,7 @@ import pytest
 
 from index.errors import InvalidQuery
 from index.store import writelog
+from tests.logs import read_only, recovered
 
 PARAGRAPHS = [p for p in Path("/usr/share/common-licenses/GPL-3").read_text().split("\n\n") if p.strip()][:40]
 
@@ -54,7 +55,7 @@ def test_records_come_back_as_written(tmp_path: Path) -> None:
     path = tmp_path / "t.log"
     written = write(path, 12)
     assert path.stat().st_size == written[-1].end
-    again = writelog.recover(path)
+    again = recovered(path)
     assert [r.seq for r in again] == list(range(1, 13))
     assert [r.body for r in again] == [body(i) for i in range(12)]
     assert [(r.offset, r.end) for r in again] == [(r.offset, r.end) for r in written]
@@ -84,13 +85,13 @@ def test_a_torn_tail_is_cut_with_a_warning(tmp_path: Path, caplog: pytest.LogCap
     with path.open("r+b") as handle:
         handle.truncate(cut_at)
     with caplog.at_level(logging.WARNING, logger="index.store.writelog"):
-        kept = writelog.recover(path)
+        kept = recovered(path)
     assert [r.seq for r in kept] == [1, 2, 3, 4, 5]
     assert path.stat().st_size == last.offset
     lost = cut_at - last.offset
     assert f"cut {lost} bytes at byte {last.offset}" in caplog.text and "sequence number 5" in caplog.text
     write(path, 1, first=6)  # appending goes on after the cut
-    assert [r.seq for r in writelog.recover(path)] == [1, 2, 3, 4, 5, 6]
+    assert [r.seq for r in recovered(path)] == [1, 2, 3, 4, 5, 6]
 
 
 def test_a_corrupt_last_record_is_cut(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
@@ -100,9 +101,24 @@ def test_a_corrupt_last_record_is_cut(tmp_path: Path, caplog: pytest.LogCaptureF
     data[records[-1].end - 3] ^= 0x20  # a flipped bit in the last record's payload
     path.write_bytes(bytes(data))
     with caplog.at_level(logging.WARNING, logger="index.store.writelog"):
-        assert [r.seq for r in writelog.recover(path)] == [1, 2, 3]
+        assert [r.seq for r in recovered(path)] == [1, 2, 3]
     size = records[-1].end - records[-1].offset
     assert f"cut {size} bytes at byte {records[-1].offset} (a checksum that does not match)" in caplog.text
+
+
+def test_a_checksummed_last_record_that_is_no_json_object_refuses_the_log(tmp_path: Path) -> None:
+    """A whole, checksummed frame in sequence whose payload is no JSON object (no appender writes one) is not a torn
+    tail: the load's check of the frames keeps it, its reading refuses the log, and nothing is cut."""
+    path = tmp_path / "t.log"
+    write(path, 2)
+    payload = b"[1, 2]"
+    crc = zlib.crc32(payload, zlib.crc32(struct.pack("<Q", 3)))
+    with path.open("ab") as handle:
+        handle.write(writelog.HEADER.pack(writelog.MARK, len(payload), 3, crc) + payload)
+    before = path.read_bytes()
+    with pytest.raises(writelog.LogCorrupt, match="a payload that is not a JSON object"):
+        recovered(path)
+    assert path.read_bytes() == before
 
 
 @pytest.mark.parametrize("where", ["payload", "length", "mark"])
@@ -116,7 +132,7 @@ def test_a_damaged_middle_record_refuses_the_log(tmp_path: Path, where: str) -> 
     path.write_bytes(bytes(data))
     before = path.read_bytes()
     with pytest.raises(writelog.LogCorrupt, match=f"record at byte {damaged.offset} \\(after sequence number 2\\)"):
-        writelog.recover(path)
+        recovered(path)
     assert path.read_bytes() == before  # nothing cut: the records after it are acknowledged writes
     with pytest.raises(writelog.LogCorrupt):
         writelog.read_new(path, records[1].end, 2, path.stat().st_ino)
@@ -131,7 +147,7 @@ def test_a_damaged_tail_met_while_appending_is_cut_first(tmp_path: Path) -> None
     with writelog.appending(path) as log:
         assert log.new_records(records[-1].end, 3, log.inode) == ([], records[-1].end)
         log.append(4, body(9))
-    assert [(r.seq, r.body) for r in writelog.recover(path)][-1] == (4, body(9))
+    assert [(r.seq, r.body) for r in recovered(path)][-1] == (4, body(9))
 
 
 def test_a_replica_on_a_read_only_mount_reads_and_cuts_nothing(
@@ -151,7 +167,7 @@ def test_a_replica_on_a_read_only_mount_reads_and_cuts_nothing(
 
     monkeypatch.setattr(os, "open", read_only)
     with caplog.at_level(logging.WARNING, logger="index.store.writelog"):
-        assert [r.seq for r in writelog.recover(path)] == [1, 2, 3]
+        assert [r.seq for r in recovered(path)] == [1, 2, 3]
     assert path.stat().st_size == size and "7 bytes at byte" in caplog.text and "not read" in caplog.text
 
 
@@ -160,7 +176,7 @@ def test_a_gap_in_the_sequence_is_damage(tmp_path: Path) -> None:
     write(path, 2)
     write(path, 2, first=4)
     with pytest.raises(writelog.LogCorrupt, match="sequence number 4 after 2"):
-        writelog.recover(path)
+        recovered(path)
 
 
 def test_a_whole_record_out_of_sequence_at_the_end_is_not_cut(tmp_path: Path) -> None:
@@ -170,7 +186,7 @@ def test_a_whole_record_out_of_sequence_at_the_end_is_not_cut(tmp_path: Path) ->
     write(path, 1, first=4)
     size = path.stat().st_size
     with pytest.raises(writelog.LogCorrupt, match="out of sequence: sequence number 4 after 2"):
-        writelog.recover(path)
+        recovered(path)
     assert path.stat().st_size == size
 
 
@@ -191,7 +207,7 @@ def test_appenders_in_several_processes_take_turns(tmp_path: Path) -> None:
     for process in workers:
         process.join(60)
         assert process.exitcode == 0
-    records = writelog.recover(path)
+    records = recovered(path)
     assert [r.seq for r in records] == list(range(1, 121))
     ids = sorted(r.body["ids"][0] for r in records)
     assert ids == sorted(f"w{w}-{i}" for w in range(3) for i in range(40))
@@ -201,11 +217,11 @@ def test_a_cut_keeps_the_records_after_what_it_covered(tmp_path: Path) -> None:
     path = tmp_path / "t.log"
     write(path, 7)
     assert writelog.cut(path, 4) == 3
-    kept = writelog.recover(path)
+    kept = recovered(path)
     assert [r.seq for r in kept] == [5, 6, 7] and kept[0].offset == 0
     assert [r.body for r in kept] == [body(4), body(5), body(6)]
     write(path, 1, first=8)
-    assert [r.seq for r in writelog.recover(path)] == [5, 6, 7, 8]
+    assert [r.seq for r in recovered(path)] == [5, 6, 7, 8]
 
 
 def test_a_cut_with_nothing_to_drop_leaves_the_log_as_it_is(tmp_path: Path) -> None:
@@ -256,7 +272,7 @@ def test_a_record_is_fsynced_before_append_returns_unless_sync_is_off(
     with writelog.appending(path, sync=sync) as log:
         log.append(2, body(1))
         assert len(synced) == (1 if sync else 0)  # on disk before the write is answered
-    assert [r.seq for r in writelog.recover(path)] == [1, 2]
+    assert [r.seq for r in recovered(path)] == [1, 2]
 
 
 def _lock_exclusively_later(path: str) -> None:
@@ -341,13 +357,11 @@ def test_a_record_names_its_log_and_a_copy_under_another_name_is_refused(tmp_pat
     (logs / "t").mkdir(parents=True)
     written = write(logs / "a.log", 3)
     assert b'"table":"a"' in (logs / "a.log").read_bytes()
-    assert (
-        [r.body for r in writelog.recover(logs / "a.log")] == [r.body for r in written] == [body(i) for i in range(3)]
-    )
+    assert [r.body for r in recovered(logs / "a.log")] == [r.body for r in written] == [body(i) for i in range(3)]
     copy = logs / "b.log"
     copy.write_bytes((logs / "a.log").read_bytes())
     said = r"its record at byte 0 \(sequence 1\) was written to the log of 'a', not of 'b'"
-    for reading in (writelog.recover, writelog.read, lambda p: writelog.read_new(p, 0, 0, None)):
+    for reading in (recovered, read_only, lambda p: writelog.read_new(p, 0, 0, None)):
         with pytest.raises(writelog.LogMismatch, match=said):
             reading(copy)
     with pytest.raises(writelog.LogMismatch, match=said), writelog.appending(copy) as log:
@@ -355,13 +369,13 @@ def test_a_record_names_its_log_and_a_copy_under_another_name_is_refused(tmp_pat
     assert copy.read_bytes() == (logs / "a.log").read_bytes()  # nothing cut
     shard = logs / "t" / "shard-001.log"  # a shard's log names its table and shard
     write(shard, 1)
-    assert writelog.log_owner(shard) == "t/shard-001" and len(writelog.read(shard)) == 1
+    assert writelog.log_owner(shard) == "t/shard-001" and len(read_only(shard)) == 1
     (logs / "t" / "shard-000.log").write_bytes(shard.read_bytes())
     with pytest.raises(writelog.LogMismatch, match="written to the log of 't/shard-001', not of 't/shard-000'"):
-        writelog.read(logs / "t" / "shard-000.log")
+        read_only(logs / "t" / "shard-000.log")
     unnamed = logs / "c.log"  # a record written before records named their log fits any
     unnamed.write_bytes(writelog.frame(1, body(0)))
-    assert [r.body for r in writelog.recover(unnamed)] == [body(0)]
+    assert [r.body for r in recovered(unnamed)] == [body(0)]
     assert writelog.log_owner(writelog.previous_path(shard)) == "t/shard-001"
     assert writelog.log_owner(writelog.previous_path(logs / "a.log")) == "a"
 
@@ -407,11 +421,11 @@ def test_a_full_disk_gets_back_the_room_of_the_file_a_cut_replaced(
         with caplog.at_level(logging.WARNING, logger="index.store.writelog"), writelog.appending(path) as log:
             log.append(last + 1, body(last))  # the disk is full of the replaced file: it is removed for the record
         assert writelog.previous_path(path).stat().st_size == 0  # emptied, not removed (its inode stays taken)
-        assert [r.seq for r in writelog.recover(path)] == [last + 1]
+        assert [r.seq for r in recovered(path)] == [last + 1]
         assert f"the disk is full: emptied the file the last cut replaced ({size} bytes)" in caplog.text
         again = fill(path, last + 1)  # room for as many records again, then a full disk refuses the next as before
         assert again - last > 10
-        assert [r.seq for r in writelog.recover(path)] == list(range(last + 1, again + 1))
+        assert [r.seq for r in recovered(path)] == list(range(last + 1, again + 1))
 
 
 def test_a_cut_on_a_full_disk_frees_the_file_the_last_cut_replaced_first(tmp_path: Path) -> None:
@@ -424,8 +438,8 @@ def test_a_cut_on_a_full_disk_frees_the_file_the_last_cut_replaced_first(tmp_pat
                 log.append(seq, body(seq - 1))
         assert writelog.cut(path, 2) == seq - 2  # the replaced file kept beside the log: the disk nearly full
         assert writelog.cut(path, 4) == seq - 4  # its new file fits in the room of the file it replaces
-        assert [r.seq for r in writelog.recover(path)] == list(range(5, seq + 1))
-        assert [r.seq for r in writelog.read(writelog.previous_path(path))] == list(range(3, seq + 1))
+        assert [r.seq for r in recovered(path)] == list(range(5, seq + 1))
+        assert [r.seq for r in read_only(writelog.previous_path(path))] == list(range(3, seq + 1))
         assert not list(logs.glob("*.cut"))
 
 
@@ -447,7 +461,7 @@ def test_a_record_over_the_largest_a_reader_takes_is_refused_not_written(
     )
     assert path.stat().st_size == size
     write(path, 1, first=3)
-    assert [r.seq for r in writelog.recover(path)] == [1, 2, 3]
+    assert [r.seq for r in recovered(path)] == [1, 2, 3]
 
 
 @pytest.mark.parametrize("covered", [0, 2])
@@ -463,9 +477,9 @@ def test_a_cut_cuts_a_torn_tail_too(tmp_path: Path, covered: int, caplog: pytest
     with caplog.at_level(logging.WARNING, logger="index.store.writelog"):
         assert writelog.cut(path, covered) == 4 - covered
     assert f"cut {len(torn) // 2} bytes" in caplog.text
-    assert [r.seq for r in writelog.recover(path)] == list(range(covered + 1, 5))
+    assert [r.seq for r in recovered(path)] == list(range(covered + 1, 5))
     write(path, 1, first=5)
-    assert [r.seq for r in writelog.recover(path)] == list(range(covered + 1, 6))
+    assert [r.seq for r in recovered(path)] == list(range(covered + 1, 6))
 
 
 def raw_frame(seq: int, payload: bytes) -> bytes:
@@ -495,7 +509,7 @@ def test_records_read_as_the_standard_parser_reads_them(tmp_path: Path) -> None:
     with writelog.appending(path) as log:
         for seq, record in enumerate(bodies, 1):
             log.append(seq, record)
-    read = writelog.read(path)
+    read = read_only(path)
     payloads = [path.read_bytes()[r.offset + writelog.HEADER.size : r.end] for r in read]
     expected = [{k: v for k, v in json.loads(p).items() if k != "table"} for p in payloads]
     assert [repr(r.body) for r in read] == [repr(e) for e in expected] == [repr(b) for b in bodies]
@@ -508,7 +522,7 @@ def test_a_payload_orjson_refuses_reads_as_before(tmp_path: Path) -> None:
         writelog.frame(1, {"op": "upsert", "documents": [{"id": "a", "vector": [math.nan]}]})
     path = tmp_path / "t.log"
     path.write_bytes(raw_frame(1, b'{"op":"delete","ids":["\\ud800"]}') + raw_frame(2, b'{"x":NaN}'))
-    first, second = writelog.read(path)
+    first, second = read_only(path)
     assert first.body == {"op": "delete", "ids": ["\ud800"]}
     assert math.isnan(second.body["x"])
 
@@ -534,9 +548,9 @@ def test_reading_a_log_in_pieces_holds_a_piece_not_the_log(tmp_path: Path, monke
         for piece in writelog.recover_pieces(path):
             assert piece[-1].end - piece[0].offset <= writelog.READ_BYTES
         peaks["pieces"].append(held_at_most(lambda: [len(p) for p in writelog.recover_pieces(path)]))  # noqa: B023
-        peaks["whole"].append(held_at_most(lambda: writelog.recover(path)))  # noqa: B023
+        peaks["whole"].append(held_at_most(lambda: recovered(path)))  # noqa: B023
         peaks["cut"].append(held_at_most(lambda: writelog.cut(path, count - 5)))  # noqa: B023
-        assert [r.seq for r in writelog.read(path)] == list(range(count - 4, count + 1))
+        assert [r.seq for r in read_only(path)] == list(range(count - 4, count + 1))
     assert peaks["whole"][1] > 3 * peaks["whole"][0], peaks  # the measure sees a log held whole
     assert peaks["pieces"][1] < 1.5 * peaks["pieces"][0], peaks
     assert peaks["cut"][1] < 1.5 * peaks["cut"][0], peaks

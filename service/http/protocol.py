@@ -556,9 +556,19 @@ class JsonErrorsProtocol(HttpToolsProtocol):
         self._unset_keepalive_if_required()
         body = _shaped(self._refused_path(), code, _body(code, message))
         answer = _answer(code, body, self.server_state.default_headers, *named)
-        heading = (self.begun or self.in_body) and self.parser is not None and self.parser.get_method() == b"HEAD"
-        transport.write(answer[: -len(body)] if heading else answer)  # a HEAD's answer: the head alone
+        transport.write(answer[: -len(body)] if self._heading() else answer)  # a HEAD's answer: the head alone
         self._linger()
+
+    def _heading(self) -> bool:
+        """Whether the request refused is a HEAD. The parser's method is the last one it read: the request before's
+        on a kept-alive connection until this one's URL begins (uvicorn's ``url`` is reset as a request begins)."""
+        begun = self.begun or self.in_body
+        return (
+            begun
+            and bool(getattr(self, "url", b""))
+            and self.parser is not None
+            and self.parser.get_method() == b"HEAD"
+        )
 
     def _linger(self) -> None:
         """Shut the write side and hand the connection to :class:`Lingering` (or close it)."""

@@ -246,6 +246,35 @@ def test_a_head_request_the_protocol_refuses_is_answered_without_a_body(server: 
 
 
 @pytest.mark.parametrize(
+    ("after", "bodied"),
+    [
+        (b"FOO /v1/tables HTTP/1.1\r\nHost: x\r\n\r\n", True),  # a method the parser does not know
+        (b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03", True),  # a TLS hello sent to the plain port
+        (b"HEAD /v1/tables HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n", False),
+        (b"GET /v1/tables HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n", True),
+    ],
+)
+def test_a_refusal_after_a_head_on_the_connection_is_framed_as_its_own_method(
+    server: Server, after: bytes, bodied: bool
+) -> None:
+    """The parser keeps the method of the request before until it reads the next one's: a refusal of a request
+    line it could not read, behind a HEAD, was sent without the body its Content-Length announced, and a client or
+    proxy (nginx: "upstream prematurely closed connection", a 502) waited for bytes that never came."""
+    with raw_http.connect(server.port, timeout=10) as sock:
+        sock.sendall(raw_http.request("HEAD", "/healthz"))
+        status, headers, rest = raw_http.read_head(sock)
+        assert (status, rest) == (200, b""), (status, rest)
+        sock.sendall(after)
+        status, headers, rest = raw_http.read_head(sock)
+        while chunk := sock.recv(1 << 16):
+            rest += chunk
+    assert (status, headers["content-type"]) == (400, "application/json"), (status, headers, rest)
+    assert len(rest) == (int(headers["content-length"]) if bodied else 0), (headers, rest)
+    if bodied:
+        assert json.loads(rest)["error"]["code"] == "bad_request", rest
+
+
+@pytest.mark.parametrize(
     "raw",
     [
         raw_http.request("GET", "/v1/models/caf%E9", headers={"Connection": "close"}),

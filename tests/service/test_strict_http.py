@@ -289,6 +289,32 @@ def test_the_protocols_refusals_on_the_openai_paths_are_in_openais_shape(server:
     assert error.keys() == {"message", "type", "param", "code"} and error["code"] == "bad_request", error
 
 
+# ---------------------------------------------------------------------------------------------- methods
+@pytest.mark.parametrize(
+    ("target", "allow"),
+    [
+        ("/healthz", "GET, HEAD"),
+        (f"{T}/neighbors", "GET, HEAD, POST"),
+        (f"{T}/search", "POST"),
+        ("/v1/embeddings", "POST"),
+        ("/", "GET, HEAD"),
+        ("/static/app.js", "GET, HEAD"),
+        ("/docs", "GET, HEAD"),
+        ("/openapi.json", "GET, HEAD"),
+    ],
+)
+def test_a_405_names_every_method_the_path_takes(server: Server, target: str, allow: str) -> None:
+    """RFC 9110, 15.5.6: a 405's Allow lists the methods the path takes: HEAD wherever GET (the answer without its
+    body), and the explorer's page, its files and the API docs too (their Allow was empty)."""
+    status, headers, _ = ask(server, raw_http.request("PUT", target, b"{}", {"Connection": "close"}))
+    assert (status, headers["allow"]) == (405, allow), (status, headers)
+    for method in allow.split(", "):
+        with raw_http.connect(server.port) as sock:
+            sock.sendall(raw_http.request(method, target, None if method == "HEAD" else b"{}", {"Connection": "close"}))
+            status, headers, _ = raw_http.read_head(sock)
+        assert status != 405, (method, target, status)
+
+
 # ---------------------------------------------------------------------------------------------- redirects
 @pytest.mark.parametrize(
     ("target", "location"),

@@ -8,7 +8,10 @@ read.
 from __future__ import annotations
 
 import json
+import shutil
 import socket
+import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -287,6 +290,52 @@ def test_the_protocols_refusals_on_the_openai_paths_are_in_openais_shape(server:
     answer was already so)."""
     error = raw_http.error_of(ask(server, raw), 400)
     assert error.keys() == {"message", "type", "param", "code"} and error["code"] == "bad_request", error
+
+
+# ---------------------------------------------------------------------------------------------- upgrades
+SEARCH = json.dumps({"vector": [round(0.1 * (i % 7) - 0.3, 1) for i in range(50)], "k": 4}).encode()
+H2C = {"Connection": "Upgrade, HTTP2-Settings", "Upgrade": "h2c", "HTTP2-Settings": "AAMAAABkAAQCAAAAAAIAAAAA"}
+
+
+def chunked(body: bytes) -> bytes:
+    return b"".join(b"%x\r\n%s\r\n" % (len(part), part) for part in (body[:100], body[100:])) + b"0\r\n\r\n"
+
+
+@pytest.mark.parametrize("framing", ["content-length", "chunked"])
+def test_a_body_sent_with_an_upgrade_is_read_and_the_connection_goes_on(server: Server, framing: str) -> None:
+    """RFC 9110, 7.8: a server that takes no upgrade answers the request as it is. A Java HttpClient (and
+    ``curl --http2`` on plain HTTP) sends ``Upgrade: h2c``: the search it POSTed was a 422 "the request has no
+    body", and the requests after it on the connection were never answered."""
+    plain = ask(server, raw_http.request("POST", f"{T}/search", SEARCH, {"Connection": "close"}))
+    assert plain[0] == 200, plain
+    if framing == "chunked":
+        upgrade = raw_http.request("POST", f"{T}/search", None, H2C | {"Transfer-Encoding": "chunked"})
+        upgrade += chunked(SEARCH)
+    else:
+        upgrade = raw_http.request("POST", f"{T}/search", SEARCH, H2C)
+    pipelined = raw_http.request("POST", f"{T}/search", SEARCH, {"Upgrade": "websocket", "Connection": "Upgrade"})
+    after = raw_http.request("GET", f"{T}/neighbors?token=heart&k=2", headers={"Connection": "close"})
+    with raw_http.connect(server.port, timeout=10) as sock:
+        sock.sendall(upgrade)
+        first = raw_http.read_response(sock)
+        sock.sendall(pipelined + after)
+        second, third = raw_http.read_responses(sock, 2)
+    assert first[::2] == second[::2] == plain[::2], (first, second)
+    assert third[0] == 200 and [n["token"] for n in json.loads(third[2])["neighbors"]] == ["pain", "suffering"]
+
+
+@pytest.mark.skipif(shutil.which("curl") is None, reason="curl is the client here")
+def test_curl_http2_on_plain_http_posts_its_body(server: Server, tmp_path: Path) -> None:
+    """``curl --http2`` asks for h2c; answered in HTTP/1.1, with the answer the body asks for."""
+    body = tmp_path / "search.json"
+    body.write_bytes(SEARCH)
+    url = f"{server.base}{T}/search"
+    answers = [
+        subprocess.run(["curl", "-s", *http2, "--data-binary", f"@{body}", url], capture_output=True, check=True)
+        for http2 in ([], ["--http2"], ["--http2", "-H", "Transfer-Encoding: chunked"])
+    ]
+    assert len(json.loads(answers[0].stdout)["neighbors"]) == 4, answers[0]
+    assert answers[1].stdout == answers[2].stdout == answers[0].stdout, answers
 
 
 # ---------------------------------------------------------------------------------------------- methods

@@ -93,6 +93,10 @@ log = logging.getLogger("uvicorn.error")
 MESSAGE = "the request is not valid HTTP/1.1 (request line, headers or body framing)"
 HOST_MESSAGE = "a request must have at most one Host header, naming a host (name or address) and optionally a port"
 NO_HOST_MESSAGE = "an HTTP/1.1 request must have a Host header naming the server, e.g. Host: localhost:8000"
+METHOD_MESSAGE = (  # llhttp refuses a method it does not know and bytes that are not HTTP alike
+    "the request line does not begin with an HTTP method (methods are upper case: GET, HEAD, POST, DELETE), or the "
+    "request is not HTTP (a TLS client on this plain-HTTP port: use an http:// URL)"
+)
 ESCAPES_MESSAGE = "the URL's %-escapes are not UTF-8: encode its words as UTF-8 before escaping them (é is %C3%A9)"
 URL_MESSAGE = (  # curl sends a query string as typed: ?token=café is refused by the parser
     "the URL holds a byte HTTP does not allow in it as it is (a non-ASCII letter, a control character): "
@@ -496,6 +500,9 @@ class JsonErrorsProtocol(HttpToolsProtocol):
             self._refuse("bad_request", ESCAPES_MESSAGE)
             return
         self._say(logging.INFO, "not valid HTTP/1.1: answering 400")
+        if isinstance(error, httptools.HttpParserInvalidMethodError):
+            self._refuse("bad_request", METHOD_MESSAGE)
+            return
         self._refuse("bad_request", URL_MESSAGE if isinstance(error, httptools.HttpParserInvalidURLError) else MESSAGE)
 
     def _head_too_large(self) -> None:

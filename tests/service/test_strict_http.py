@@ -292,6 +292,20 @@ def test_the_protocols_refusals_on_the_openai_paths_are_in_openais_shape(server:
     assert error.keys() == {"message", "type", "param", "code"} and error["code"] == "bad_request", error
 
 
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b"get /v1/tables HTTP/1.1\r\nHost: x\r\n\r\n",  # methods are case-sensitive
+        b"FETCH /v1/tables HTTP/1.1\r\nHost: x\r\n\r\n",  # a method the parser does not know
+        b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03" + bytes(32),  # a TLS hello: curl https:// on this port
+    ],
+)
+def test_a_request_line_without_a_method_says_so(server: Server, raw: bytes) -> None:
+    """Not "not valid HTTP/1.1 (request line, headers or body framing)", which names no cause."""
+    error = raw_http.error_of(ask(server, raw), 400)
+    assert error["message"] == protocol.METHOD_MESSAGE, error
+
+
 # ---------------------------------------------------------------------------------------------- upgrades
 SEARCH = json.dumps({"vector": [round(0.1 * (i % 7) - 0.3, 1) for i in range(50)], "k": 4}).encode()
 H2C = {"Connection": "Upgrade, HTTP2-Settings", "Upgrade": "h2c", "HTTP2-Settings": "AAMAAABkAAQCAAAAAAIAAAAA"}

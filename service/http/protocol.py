@@ -463,6 +463,8 @@ class JsonErrorsProtocol(HttpToolsProtocol):
         if b"%" in self.url and not utf8_escapes(self.url):  # else decoded to U+FFFD, a word no one asked for
             self.bad_escapes = True
             raise httptools.HttpParserError("%-escapes not UTF-8")
+        if version == "1.0":  # RFC 9110, 15.2: no 1xx to an HTTP/1.0 client (10.1.1: its Expect ignored)
+            self.expect_100_continue = False
         self.heads += 1
         self.head = self.head_since = None
         self.begun = False

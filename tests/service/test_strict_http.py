@@ -311,6 +311,26 @@ SEARCH = json.dumps({"vector": [round(0.1 * (i % 7) - 0.3, 1) for i in range(50)
 H2C = {"Connection": "Upgrade, HTTP2-Settings", "Upgrade": "h2c", "HTTP2-Settings": "AAMAAABkAAQCAAAAAAIAAAAA"}
 
 
+def test_an_http_1_0_request_is_sent_no_100_continue(server: Server) -> None:
+    """RFC 9110, 15.2: no 1xx answer to an HTTP/1.0 client, which would take "100 Continue" for its answer
+    (10.1.1: its ``Expect: 100-continue`` is ignored). An HTTP/1.1 client is sent one."""
+    head = f"POST {T}/search HTTP/1.0\r\nExpect: 100-continue\r\nContent-Length: {len(SEARCH)}\r\n\r\n".encode()
+    with raw_http.connect(server.port, timeout=10) as sock:
+        sock.sendall(head)
+        sock.settimeout(1)
+        with pytest.raises(TimeoutError):  # nothing before the body
+            sock.recv(1 << 16)
+        sock.settimeout(10)
+        sock.sendall(SEARCH)
+        answer = b""
+        while chunk := sock.recv(1 << 16):
+            answer += chunk
+    assert answer.startswith(b"HTTP/1.1 200 OK\r\n") and b"100 Continue" not in answer, answer
+    with raw_http.connect(server.port, timeout=10) as sock:
+        sock.sendall(head.replace(b"HTTP/1.0", b"HTTP/1.1").replace(b"\r\n\r\n", b"\r\nHost: x\r\n\r\n"))
+        assert sock.recv(1 << 16) == b"HTTP/1.1 100 Continue\r\n\r\n"
+
+
 def chunked(body: bytes) -> bytes:
     return b"".join(b"%x\r\n%s\r\n" % (len(part), part) for part in (body[:100], body[100:])) + b"0\r\n\r\n"
 

@@ -97,6 +97,7 @@ METHOD_MESSAGE = (  # llhttp refuses a method it does not know and bytes that ar
     "the request line does not begin with an HTTP method (methods are upper case: GET, HEAD, POST, DELETE), or the "
     "request is not HTTP (a TLS client on this plain-HTTP port: use an http:// URL)"
 )
+CONNECT_MESSAGE = "this server is no proxy: CONNECT opens no tunnel here"
 ESCAPES_MESSAGE = "the URL's %-escapes are not UTF-8: encode its words as UTF-8 before escaping them (é is %C3%A9)"
 URL_MESSAGE = (  # curl sends a query string as typed: ?token=café is refused by the parser
     "the URL holds a byte HTTP does not allow in it as it is (a non-ASCII letter, a control character): "
@@ -292,6 +293,10 @@ class JsonErrorsProtocol(HttpToolsProtocol):
                 self.logger.warning("Invalid HTTP request received.")
                 self.send_400_response("Invalid HTTP request received.")
             except httptools.HttpParserUpgrade as upgrade:  # ws "none": no upgrade is ever taken
+                if self.parser.get_method() == b"CONNECT":  # a tunnel asked of a proxy, not an upgrade
+                    self._say(logging.INFO, "CONNECT: answering 400")
+                    self._refuse("bad_request", CONNECT_MESSAGE)
+                    return
                 data = self._replay(data[upgrade.args[0] :])
                 continue
             return

@@ -372,6 +372,21 @@ def test_curl_http2_on_plain_http_posts_its_body(server: Server, tmp_path: Path)
     assert answers[1].stdout == answers[2].stdout == answers[0].stdout, answers
 
 
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b"CONNECT /v1/tables HTTP/1.1\r\nHost: x\r\n\r\n",
+        b"CONNECT /v1/tables HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nabcdeGET /healthz HTTP/1.1\r\n\r\n",
+    ],
+)
+def test_connect_is_a_400_and_the_worker_goes_on(server: Server, raw: bytes) -> None:
+    """httptools takes CONNECT for an upgrade whatever its headers: read on as a plain request, it is one again
+    (the worker would parse its head forever). This server is no proxy: a 400 that says so."""
+    error = raw_http.error_of(ask(server, raw), 400)
+    assert error["message"] == protocol.CONNECT_MESSAGE, error
+    assert get(server, "/healthz")[0] == 200
+
+
 # ---------------------------------------------------------------------------------------------- methods
 @pytest.mark.parametrize(
     ("target", "allow"),

@@ -387,6 +387,37 @@ def test_connect_is_a_400_and_the_worker_goes_on(server: Server, raw: bytes) -> 
     assert get(server, "/healthz")[0] == 200
 
 
+JAVA_SEARCH = """
+import java.net.URI;
+import java.net.http.*;
+import java.nio.file.*;
+
+public class Search {
+    public static void main(String[] args) throws Exception {
+        HttpClient client = HttpClient.newHttpClient();  // HTTP/2 first: Upgrade: h2c on an http:// URL
+        HttpRequest post = HttpRequest.newBuilder(URI.create(args[0]))
+            .header("Content-Type", "application/json")
+            .POST(HttpRequest.BodyPublishers.ofFile(Path.of(args[1]))).build();
+        for (int i = 0; i < 2; i++) {
+            HttpResponse<String> answer = client.send(post, HttpResponse.BodyHandlers.ofString());
+            System.out.println(answer.statusCode() + " " + answer.body());
+        }
+    }
+}
+"""
+
+
+@pytest.mark.skipif(shutil.which("java") is None, reason="Java's own HttpClient is the client here")
+def test_javas_http_client_posts_its_body(server: Server, tmp_path: Path) -> None:
+    """java.net.http.HttpClient, as built, asks every plain-HTTP request to upgrade to h2c: its POSTs were 422."""
+    (tmp_path / "Search.java").write_text(JAVA_SEARCH)
+    (tmp_path / "search.json").write_bytes(SEARCH)
+    run = [str(tmp_path / "Search.java"), f"{server.base}{T}/search", str(tmp_path / "search.json")]
+    answers = subprocess.run(["java", *run], capture_output=True, text=True, check=True, timeout=120).stdout
+    plain = ask(server, raw_http.request("POST", f"{T}/search", SEARCH, {"Connection": "close"}))
+    assert answers.splitlines() == [f"200 {plain[2].decode()}"] * 2, answers
+
+
 # ---------------------------------------------------------------------------------------------- methods
 @pytest.mark.parametrize(
     ("target", "allow"),

@@ -23,6 +23,7 @@ from fastapi.openapi.models import Schema
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
+from starlette.routing import Match, Mount
 
 from index.errors import EmbeddingError, OverLimit, clipped
 from service.schemas.bounds import FIXED_LIMITS
@@ -342,12 +343,18 @@ async def _validation_error(request: Request, exc: RequestValidationError) -> Re
 
 
 def _allowed_methods(request: Request) -> str:
-    """Every method some API route accepts on this path (Starlette names only the first matching route's)."""
-    path = request.scope["path"]
+    """Every method some route of the app takes on this path (Starlette names only the first matching route's):
+    ``HEAD`` wherever ``GET`` (``service.http.head``); a mounted directory's files (the explorer's, the docs')
+    are read with both. RFC 9110 (15.5.6): a 405 names them all."""
+    scope = request.scope
+    scope = {**scope, "root_path": scope.get("app_root_path", scope.get("root_path", ""))}  # a mount's is its own
     methods: set[str] = set()
-    for route in getattr(request.app.state, "api_routes", ()):  # set by create_app
-        if route.path_regex.match(path):
-            methods |= route.methods or set()
+    for route in request.app.router.routes:
+        if route.matches(scope)[0] is Match.NONE:
+            continue
+        methods |= {"GET"} if isinstance(route, Mount) else getattr(route, "methods", None) or set()
+    if "GET" in methods:
+        methods.add("HEAD")
     return ", ".join(sorted(methods))
 
 

@@ -41,6 +41,9 @@ request metrics never see these requests (one whose app waits for its body, whic
   (pipelined) are marked disconnected, so their answers are dropped (not written to the closed transport) and the
   queued ones do not run. Each whose answer had not begun has its access line, status 499; the request metrics
   count the one running only (the queued ones were never routed).
+- A request with ``Upgrade`` (``h2c``, as a Java ``HttpClient`` or ``curl --http2`` sends on plain HTTP; a
+  WebSocket) is answered as the plain request it also is (RFC 9110, 7.8), its body read and the connection kept:
+  httptools leaves what follows such a request's head to the new protocol, so a new parser reads on from there.
 - While the server drains before a shutdown (``service.http.drain``), every answer says ``Connection: close``, so
   clients move to another replica instead of keeping this one.
 
@@ -52,9 +55,9 @@ refusal's log line names it (as ``service.logs`` names the app's): not when the 
 before it, nor when the broken header follows it directly (the parser hands a header on once the next one begins).
 
 What a normal request pays: a length comparison per read, a counter, three assignments, a look for Host among
-its headers and a look at the write buffer's size per request (the send timer only when bytes wait in it); the
-head timer is one per connection (re-armed every ``header_timeout``), none per request; the body timer, one per
-request whose body spans reads.
+its headers, a look at the parser's upgrade flag and at the write buffer's size per request (the send timer only
+when bytes wait in it); the head timer is one per connection (re-armed every ``header_timeout``), none per
+request; the body timer, one per request whose body spans reads.
 """
 
 from __future__ import annotations
@@ -91,6 +94,11 @@ log = logging.getLogger("uvicorn.error")
 MESSAGE = "the request is not valid HTTP/1.1 (request line, headers or body framing)"
 HOST_MESSAGE = "a request must have at most one Host header, naming a host (name or address) and optionally a port"
 NO_HOST_MESSAGE = "an HTTP/1.1 request must have a Host header naming the server, e.g. Host: localhost:8000"
+METHOD_MESSAGE = (  # llhttp refuses a method it does not know and bytes that are not HTTP alike
+    "the request line does not begin with an HTTP method (methods are upper case: GET, HEAD, POST, DELETE), or the "
+    "request is not HTTP (a TLS client on this plain-HTTP port: use an http:// URL)"
+)
+CONNECT_MESSAGE = "this server is no proxy: CONNECT opens no tunnel here"
 ESCAPES_MESSAGE = "the URL's %-escapes are not UTF-8: encode its words as UTF-8 before escaping them (é is %C3%A9)"
 URL_MESSAGE = (  # curl sends a query string as typed: ?token=café is refused by the parser
     "the URL holds a byte HTTP does not allow in it as it is (a non-ASCII letter, a control character): "
@@ -266,13 +274,47 @@ class JsonErrorsProtocol(HttpToolsProtocol):
         self.bad_escapes = False  # the parser error at hand is the URL's %-escapes, not UTF-8
         self.refused = False
         self.running: Any = None  # the request cycle whose app runs (uvicorn's ``cycle`` is the last one parsed)
+        self.replaying: tuple[bytes, list[tuple[bytes, bytes]]] | None = None  # an upgrade request's URL and headers
         self.send_timer: asyncio.TimerHandle | None = None  # armed while an answer waits in the write buffer
         self.drain = app_state.get("drain")  # the app's service.http.drain.Drain, from its lifespan state
         self.metrics = app_state.get("metrics")  # the app's service.http.metrics.Metrics: the refusals counted
 
-    def _unsupported_upgrade_warning(self) -> None:
-        """An upgrade request (WebSocket, h2c) is served as the plain request it also is: nothing to warn of, nor
-        uvicorn's advice to install a WebSocket library."""
+    def _parse(self, data: bytes) -> None:
+        """uvicorn's ``data_received``, an ``Upgrade`` ignored (RFC 9110, 7.8: the request answered as the plain
+        request it also is). httptools ends an upgrade request at its head (its body, and what follows, left to the
+        new protocol): a Java ``HttpClient`` or ``curl --http2`` sends ``Upgrade: h2c`` on plain HTTP, and a search
+        it POSTed had no body, the requests after it on the connection no answer. A new parser reads on from the
+        end of that head, behind a head of the request's method and framing headers (``_replay``): the body goes
+        to the request's cycle, the requests after it are parsed as any."""
+        self._unset_keepalive_if_required()
+        while True:
+            try:
+                self.parser.feed_data(data)
+            except httptools.HttpParserError:
+                self.logger.warning("Invalid HTTP request received.")
+                self.send_400_response("Invalid HTTP request received.")
+            except httptools.HttpParserUpgrade as upgrade:  # ws "none": no upgrade is ever taken
+                if self.parser.get_method() == b"CONNECT":  # a tunnel asked of a proxy, not an upgrade
+                    self._say(logging.INFO, "CONNECT: answering 400")
+                    self._refuse("bad_request", CONNECT_MESSAGE)
+                    return
+                data = self._replay(data[upgrade.args[0] :])
+                continue
+            return
+
+    def _replay(self, rest: bytes) -> bytes:
+        """A new parser for what follows an upgrade request's head (``rest``), and the bytes to feed it first."""
+        method = self.parser.get_method()
+        framing = b"".join(
+            b"%s: %s\r\n" % (name, value)
+            for name, value in self.headers
+            if name in (b"content-length", b"transfer-encoding")
+        )
+        self.replaying = (self.url, self.headers)
+        self.headers = []  # the replayed head's, not added to the request's scope
+        self.parser = httptools.HttpRequestParser(self)
+        self.parser.set_dangerous_leniencies(lenient_data_after_close=True)  # as uvicorn's
+        return method + b" / HTTP/1.1\r\n" + framing + b"\r\n" + rest
 
     # ------------------------------------------------------------------------------------------ connection
     # asyncio.Protocol declares a BaseTransport; as in uvicorn itself, an HTTP connection gets a Transport.
@@ -370,11 +412,11 @@ class JsonErrorsProtocol(HttpToolsProtocol):
         head = self.head
         if head is None:  # inside a body (its limit is the app's)
             if len(data) <= self.body_slice:
-                HttpToolsProtocol.data_received(self, data)
+                self._parse(data)
                 return
         elif len(data) < self.max_head - head:
             heads = self.heads
-            HttpToolsProtocol.data_received(self, data)
+            self._parse(data)
             if self.heads == heads:  # no head was completed: every byte of data belongs to the unfinished one
                 self.head = head + len(data)
                 if self.head_since is None:
@@ -391,7 +433,7 @@ class JsonErrorsProtocol(HttpToolsProtocol):
             head = self.head
             piece = data[start : start + (self.body_slice if head is None else self.max_head - head)]
             heads = self.heads
-            HttpToolsProtocol.data_received(self, piece)
+            self._parse(piece)
             start += len(piece)
             if self.refused or self.transport.is_closing():
                 return
@@ -405,12 +447,18 @@ class JsonErrorsProtocol(HttpToolsProtocol):
 
     # ------------------------------------------------------------------------------------------ parser callbacks
     def on_message_begin(self) -> None:
+        if self.replaying is not None:  # the replayed head of an upgrade request (``_parse``): no new request
+            return
         self.begun = True
         if self.head_since is None:  # a head that began in the read that ended the request before it
             self.head_since = self.loop.time()
         HttpToolsProtocol.on_message_begin(self)
 
     def on_headers_complete(self) -> None:
+        if self.replaying is not None:  # its body follows, read into the upgrade request's cycle
+            self.url, self.headers = self.replaying
+            self.replaying = None
+            return
         version = self.parser.get_http_version()
         if version not in ("1.0", "1.1"):  # httptools parses HTTP/2.0 as if it were 1.1
             self.bad_version = True
@@ -425,6 +473,8 @@ class JsonErrorsProtocol(HttpToolsProtocol):
         if b"%" in self.url and not utf8_escapes(self.url):  # else decoded to U+FFFD, a word no one asked for
             self.bad_escapes = True
             raise httptools.HttpParserError("%-escapes not UTF-8")
+        if version == "1.0":  # RFC 9110, 15.2: no 1xx to an HTTP/1.0 client (10.1.1: its Expect ignored)
+            self.expect_100_continue = False
         self.heads += 1
         self.head = self.head_since = None
         self.begun = False
@@ -435,6 +485,8 @@ class JsonErrorsProtocol(HttpToolsProtocol):
             self.cycle.keep_alive = False  # answered with Connection: close
 
     def on_message_complete(self) -> None:
+        if self.parser.should_upgrade():  # the end of an upgrade request's head: its body is read again (``_parse``)
+            return
         self.head = 0
         self.in_body = False
         if self.body_timer is not None:
@@ -460,6 +512,9 @@ class JsonErrorsProtocol(HttpToolsProtocol):
             self._refuse("bad_request", ESCAPES_MESSAGE)
             return
         self._say(logging.INFO, "not valid HTTP/1.1: answering 400")
+        if isinstance(error, httptools.HttpParserInvalidMethodError):
+            self._refuse("bad_request", METHOD_MESSAGE)
+            return
         self._refuse("bad_request", URL_MESSAGE if isinstance(error, httptools.HttpParserInvalidURLError) else MESSAGE)
 
     def _head_too_large(self) -> None:
@@ -561,9 +616,19 @@ class JsonErrorsProtocol(HttpToolsProtocol):
         self._unset_keepalive_if_required()
         body = _shaped(self._refused_path(), code, _body(code, message))
         answer = _answer(code, body, self.server_state.default_headers, *named)
-        heading = (self.begun or self.in_body) and self.parser is not None and self.parser.get_method() == b"HEAD"
-        transport.write(answer[: -len(body)] if heading else answer)  # a HEAD's answer: the head alone
+        transport.write(answer[: -len(body)] if self._heading() else answer)  # a HEAD's answer: the head alone
         self._linger()
+
+    def _heading(self) -> bool:
+        """Whether the request refused is a HEAD. The parser's method is the last one it read: the request before's
+        on a kept-alive connection until this one's URL begins (uvicorn's ``url`` is reset as a request begins)."""
+        begun = self.begun or self.in_body
+        return (
+            begun
+            and bool(getattr(self, "url", b""))
+            and self.parser is not None
+            and self.parser.get_method() == b"HEAD"
+        )
 
     def _linger(self) -> None:
         """Shut the write side and hand the connection to :class:`Lingering` (or close it)."""

@@ -280,7 +280,7 @@ def test_request_forms_are_in_the_schema(api: Any) -> None:
 
 def test_405_lists_every_method_of_the_path(api: Any) -> None:
     response = api.request("OPTIONS", f"/v1/tables/{TABLE}/neighbors")
-    assert response.status_code == 405 and response.headers["allow"] == "GET, POST"
+    assert response.status_code == 405 and response.headers["allow"] == "GET, HEAD, POST"
     assert response.json()["error"]["code"] == "method_not_allowed"
 
 

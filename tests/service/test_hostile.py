@@ -318,6 +318,26 @@ def test_head_is_answered_as_get_without_the_body(server: Server, path: bytes) -
     assert head_headers["content-type"] == headers["content-type"]
 
 
+@pytest.mark.parametrize(
+    "path",
+    [
+        b"/v1/models/nope",  # OpenAI's error shape (404 model_not_found)
+        b"/v1/models?user=x",  # OpenAI's status: its 400 where the service answers 422
+        T + b"/neighbors?token=hearrt",
+        b"/v1/nope",
+    ],
+)
+def test_head_of_an_error_is_answered_as_get_without_the_body(server: Server, path: bytes) -> None:
+    """The GET's status and headers: on the OpenAI-compatible paths a HEAD's error was reshaped from the empty body
+    HEAD left it (the status the service's, 422 for OpenAI's 400; Content-Length that of an error saying "error")."""
+    status, headers, body = send(server, http("GET", path))
+    assert status >= 400 and json.loads(body)["error"]["message"], (status, body)
+    head_status, head_headers, rest = send_head(server, path)
+    assert (head_status, rest) == (status, b"")
+    assert head_headers["content-length"] == headers["content-length"] == str(len(body))
+    assert head_headers["content-type"] == headers["content-type"]
+
+
 def test_head_on_a_post_route_is_405(server: Server) -> None:
     status, headers, rest = send_head(server, T + b"/search")
     assert status == 405 and headers["allow"] == "POST" and rest == b""

@@ -8,7 +8,10 @@ read.
 from __future__ import annotations
 
 import json
+import shutil
 import socket
+import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -246,6 +249,35 @@ def test_a_head_request_the_protocol_refuses_is_answered_without_a_body(server: 
 
 
 @pytest.mark.parametrize(
+    ("after", "bodied"),
+    [
+        (b"FOO /v1/tables HTTP/1.1\r\nHost: x\r\n\r\n", True),  # a method the parser does not know
+        (b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03", True),  # a TLS hello sent to the plain port
+        (b"HEAD /v1/tables HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n", False),
+        (b"GET /v1/tables HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n", True),
+    ],
+)
+def test_a_refusal_after_a_head_on_the_connection_is_framed_as_its_own_method(
+    server: Server, after: bytes, bodied: bool
+) -> None:
+    """The parser keeps the method of the request before until it reads the next one's: a refusal of a request
+    line it could not read, behind a HEAD, was sent without the body its Content-Length announced, and a client or
+    proxy (nginx: "upstream prematurely closed connection", a 502) waited for bytes that never came."""
+    with raw_http.connect(server.port, timeout=10) as sock:
+        sock.sendall(raw_http.request("HEAD", "/healthz"))
+        status, headers, rest = raw_http.read_head(sock)
+        assert (status, rest) == (200, b""), (status, rest)
+        sock.sendall(after)
+        status, headers, rest = raw_http.read_head(sock)
+        while chunk := sock.recv(1 << 16):
+            rest += chunk
+    assert (status, headers["content-type"]) == (400, "application/json"), (status, headers, rest)
+    assert len(rest) == (int(headers["content-length"]) if bodied else 0), (headers, rest)
+    if bodied:
+        assert json.loads(rest)["error"]["code"] == "bad_request", rest
+
+
+@pytest.mark.parametrize(
     "raw",
     [
         raw_http.request("GET", "/v1/models/caf%E9", headers={"Connection": "close"}),
@@ -258,6 +290,158 @@ def test_the_protocols_refusals_on_the_openai_paths_are_in_openais_shape(server:
     answer was already so)."""
     error = raw_http.error_of(ask(server, raw), 400)
     assert error.keys() == {"message", "type", "param", "code"} and error["code"] == "bad_request", error
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b"get /v1/tables HTTP/1.1\r\nHost: x\r\n\r\n",  # methods are case-sensitive
+        b"FETCH /v1/tables HTTP/1.1\r\nHost: x\r\n\r\n",  # a method the parser does not know
+        b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03" + bytes(32),  # a TLS hello: curl https:// on this port
+    ],
+)
+def test_a_request_line_without_a_method_says_so(server: Server, raw: bytes) -> None:
+    """Not "not valid HTTP/1.1 (request line, headers or body framing)", which names no cause."""
+    error = raw_http.error_of(ask(server, raw), 400)
+    assert error["message"] == protocol.METHOD_MESSAGE, error
+
+
+# ---------------------------------------------------------------------------------------------- upgrades
+SEARCH = json.dumps({"vector": [round(0.1 * (i % 7) - 0.3, 1) for i in range(50)], "k": 4}).encode()
+H2C = {"Connection": "Upgrade, HTTP2-Settings", "Upgrade": "h2c", "HTTP2-Settings": "AAMAAABkAAQCAAAAAAIAAAAA"}
+
+
+def test_an_http_1_0_request_is_sent_no_100_continue(server: Server) -> None:
+    """RFC 9110, 15.2: no 1xx answer to an HTTP/1.0 client, which would take "100 Continue" for its answer
+    (10.1.1: its ``Expect: 100-continue`` is ignored). An HTTP/1.1 client is sent one."""
+    head = f"POST {T}/search HTTP/1.0\r\nExpect: 100-continue\r\nContent-Length: {len(SEARCH)}\r\n\r\n".encode()
+    with raw_http.connect(server.port, timeout=10) as sock:
+        sock.sendall(head)
+        sock.settimeout(1)
+        with pytest.raises(TimeoutError):  # nothing before the body
+            sock.recv(1 << 16)
+        sock.settimeout(10)
+        sock.sendall(SEARCH)
+        answer = b""
+        while chunk := sock.recv(1 << 16):
+            answer += chunk
+    assert answer.startswith(b"HTTP/1.1 200 OK\r\n") and b"100 Continue" not in answer, answer
+    with raw_http.connect(server.port, timeout=10) as sock:
+        sock.sendall(head.replace(b"HTTP/1.0", b"HTTP/1.1").replace(b"\r\n\r\n", b"\r\nHost: x\r\n\r\n"))
+        assert sock.recv(1 << 16) == b"HTTP/1.1 100 Continue\r\n\r\n"
+
+
+def chunked(body: bytes) -> bytes:
+    return b"".join(b"%x\r\n%s\r\n" % (len(part), part) for part in (body[:100], body[100:])) + b"0\r\n\r\n"
+
+
+@pytest.mark.parametrize("framing", ["content-length", "chunked"])
+def test_a_body_sent_with_an_upgrade_is_read_and_the_connection_goes_on(server: Server, framing: str) -> None:
+    """RFC 9110, 7.8: a server that takes no upgrade answers the request as it is. A Java HttpClient (and
+    ``curl --http2`` on plain HTTP) sends ``Upgrade: h2c``: the search it POSTed was a 422 "the request has no
+    body", and the requests after it on the connection were never answered."""
+    plain = ask(server, raw_http.request("POST", f"{T}/search", SEARCH, {"Connection": "close"}))
+    assert plain[0] == 200, plain
+    if framing == "chunked":
+        upgrade = raw_http.request("POST", f"{T}/search", None, H2C | {"Transfer-Encoding": "chunked"})
+        upgrade += chunked(SEARCH)
+    else:
+        upgrade = raw_http.request("POST", f"{T}/search", SEARCH, H2C)
+    pipelined = raw_http.request("POST", f"{T}/search", SEARCH, {"Upgrade": "websocket", "Connection": "Upgrade"})
+    after = raw_http.request("GET", f"{T}/neighbors?token=heart&k=2", headers={"Connection": "close"})
+    with raw_http.connect(server.port, timeout=10) as sock:
+        sock.sendall(upgrade)
+        first = raw_http.read_response(sock)
+        sock.sendall(pipelined + after)
+        second, third = raw_http.read_responses(sock, 2)
+    assert first[::2] == second[::2] == plain[::2], (first, second)
+    assert third[0] == 200 and [n["token"] for n in json.loads(third[2])["neighbors"]] == ["pain", "suffering"]
+
+
+@pytest.mark.skipif(shutil.which("curl") is None, reason="curl is the client here")
+def test_curl_http2_on_plain_http_posts_its_body(server: Server, tmp_path: Path) -> None:
+    """``curl --http2`` asks for h2c; answered in HTTP/1.1, with the answer the body asks for."""
+    body = tmp_path / "search.json"
+    body.write_bytes(SEARCH)
+    url = f"{server.base}{T}/search"
+    answers = [
+        subprocess.run(["curl", "-s", *http2, "--data-binary", f"@{body}", url], capture_output=True, check=True)
+        for http2 in ([], ["--http2"], ["--http2", "-H", "Transfer-Encoding: chunked"])
+    ]
+    assert len(json.loads(answers[0].stdout)["neighbors"]) == 4, answers[0]
+    assert answers[1].stdout == answers[2].stdout == answers[0].stdout, answers
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b"CONNECT /v1/tables HTTP/1.1\r\nHost: x\r\n\r\n",
+        b"CONNECT /v1/tables HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nabcdeGET /healthz HTTP/1.1\r\n\r\n",
+    ],
+)
+def test_connect_is_a_400_and_the_worker_goes_on(server: Server, raw: bytes) -> None:
+    """httptools takes CONNECT for an upgrade whatever its headers: read on as a plain request, it is one again
+    (the worker would parse its head forever). This server is no proxy: a 400 that says so."""
+    error = raw_http.error_of(ask(server, raw), 400)
+    assert error["message"] == protocol.CONNECT_MESSAGE, error
+    assert get(server, "/healthz")[0] == 200
+
+
+JAVA_SEARCH = """
+import java.net.URI;
+import java.net.http.*;
+import java.nio.file.*;
+
+public class Search {
+    public static void main(String[] args) throws Exception {
+        HttpClient client = HttpClient.newHttpClient();  // HTTP/2 first: Upgrade: h2c on an http:// URL
+        HttpRequest post = HttpRequest.newBuilder(URI.create(args[0]))
+            .header("Content-Type", "application/json")
+            .POST(HttpRequest.BodyPublishers.ofFile(Path.of(args[1]))).build();
+        for (int i = 0; i < 2; i++) {
+            HttpResponse<String> answer = client.send(post, HttpResponse.BodyHandlers.ofString());
+            System.out.println(answer.statusCode() + " " + answer.body());
+        }
+    }
+}
+"""
+
+
+@pytest.mark.skipif(shutil.which("java") is None, reason="Java's own HttpClient is the client here")
+def test_javas_http_client_posts_its_body(server: Server, tmp_path: Path) -> None:
+    """java.net.http.HttpClient, as built, asks every plain-HTTP request to upgrade to h2c: its POSTs were 422."""
+    (tmp_path / "Search.java").write_text(JAVA_SEARCH)
+    (tmp_path / "search.json").write_bytes(SEARCH)
+    run = [str(tmp_path / "Search.java"), f"{server.base}{T}/search", str(tmp_path / "search.json")]
+    answers = subprocess.run(["java", *run], capture_output=True, text=True, check=True, timeout=120).stdout
+    plain = ask(server, raw_http.request("POST", f"{T}/search", SEARCH, {"Connection": "close"}))
+    assert answers.splitlines() == [f"200 {plain[2].decode()}"] * 2, answers
+
+
+# ---------------------------------------------------------------------------------------------- methods
+@pytest.mark.parametrize(
+    ("target", "allow"),
+    [
+        ("/healthz", "GET, HEAD"),
+        (f"{T}/neighbors", "GET, HEAD, POST"),
+        (f"{T}/search", "POST"),
+        ("/v1/embeddings", "POST"),
+        ("/", "GET, HEAD"),
+        ("/static/app.js", "GET, HEAD"),
+        ("/docs", "GET, HEAD"),
+        ("/openapi.json", "GET, HEAD"),
+    ],
+)
+def test_a_405_names_every_method_the_path_takes(server: Server, target: str, allow: str) -> None:
+    """RFC 9110, 15.5.6: a 405's Allow lists the methods the path takes: HEAD wherever GET (the answer without its
+    body), and the explorer's page, its files and the API docs too (their Allow was empty)."""
+    status, headers, _ = ask(server, raw_http.request("PUT", target, b"{}", {"Connection": "close"}))
+    assert (status, headers["allow"]) == (405, allow), (status, headers)
+    for method in allow.split(", "):
+        with raw_http.connect(server.port) as sock:
+            sock.sendall(raw_http.request(method, target, None if method == "HEAD" else b"{}", {"Connection": "close"}))
+            status, headers, _ = raw_http.read_head(sock)
+        assert status != 405, (method, target, status)
 
 
 # ---------------------------------------------------------------------------------------------- redirects

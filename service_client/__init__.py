@@ -11,8 +11,9 @@
         await api.neighbors("glove-6b-50d", "heart", k=5)
 
 Every error is raised as :class:`ApiError` (status, code, message, details): the server's answers, and also a
-server that cannot be reached or does not answer in time (status 0) or an answer that is not JSON. Each call is
-described once (:mod:`service_client.calls`); the two clients only carry its requests.
+server that cannot be reached or does not answer in time (status 0), an answer that is not JSON, and text that
+UTF-8 cannot encode (a lone surrogate: 422, not sent). Each call is described once (:mod:`service_client.calls`);
+the two clients only carry its requests.
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ from service_client.shapes import (
     T,
     TableInfo,
     _no_answer,
+    encodable,
     segment,
     server_address,
     write_bodies,
@@ -113,12 +115,13 @@ class Client:
     def _run(self, call: Call[T]) -> T:
         """``call`` carried through: each request it makes sent, its answer handed back to it."""
         answer = None
-        while True:
-            try:
-                request = call.send(answer)
-            except StopIteration as done:
-                return cast(T, done.value)
-            answer = self._request(request)
+        with encodable():
+            while True:
+                try:
+                    request = call.send(answer)
+                except StopIteration as done:
+                    return cast(T, done.value)
+                answer = self._request(request)
 
     def _request(self, request: Request) -> Any:
         """The request's answer, after the retries an ``overloaded`` answer takes."""

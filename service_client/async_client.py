@@ -27,6 +27,7 @@ from service_client.shapes import (
     T,
     TableInfo,
     _no_answer,
+    encodable,
     server_address,
 )
 
@@ -79,12 +80,13 @@ class AsyncClient:
     async def _run(self, call: Call[T]) -> T:
         """``call`` carried through: each request it makes sent, its answer handed back to it."""
         answer = None
-        while True:
-            try:
-                request = call.send(answer)
-            except StopIteration as done:
-                return cast(T, done.value)
-            answer = await self._request(request)
+        with encodable():
+            while True:
+                try:
+                    request = call.send(answer)
+                except StopIteration as done:
+                    return cast(T, done.value)
+                answer = await self._request(request)
 
     async def _request(self, request: Request) -> Any:
         """The request's answer, after the retries an ``overloaded`` answer takes."""

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import json as _json
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 from urllib.parse import quote
@@ -322,6 +323,21 @@ def _decoded(response: httpx.Response) -> Any:
     except orjson.JSONDecodeError:
         text = " ".join(response.text[:200].split())
         raise ApiError(response.status_code, "invalid_response", f"the answer is not JSON: {text}", {}) from None
+
+
+@contextmanager
+def encodable() -> Iterator[None]:
+    """Text that UTF-8 cannot encode (a lone UTF-16 surrogate, as ``json.loads('"\\ud800"')`` gives and a file
+    name decoded with ``surrogateescape`` holds) is refused before its request is sent, as the server refuses such
+    text (422 ``invalid_request``), rather than raised as the encoder's ``UnicodeEncodeError``."""
+    try:
+        yield
+    except UnicodeEncodeError as exc:
+        if exc.encoding != "utf-8":  # another encoding's (ASCII's, of a header): not the text's
+            raise
+        text = exc.object[exc.start : exc.end]
+        message = f"text must be valid Unicode (a lone UTF-16 surrogate, {text!r}, is not): its request was not sent"
+        raise ApiError(422, "invalid_request", message, {}) from exc
 
 
 def _no_answer(exc: httpx.TransportError, owned: bool) -> ApiError:

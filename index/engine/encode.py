@@ -277,6 +277,9 @@ class Encoder:
         flat = list(chain.from_iterable(words))
         distinct = list(dict.fromkeys(flat))
         found = self.table.tokens.find_many(distinct)
+        missed = [i for i in np.flatnonzero(found < 0).tolist() if not distinct[i].isascii()]
+        if missed:  # a table whose labels are decomposed (NFD) spells "café" with "e" and U+0301
+            found[missed] = self.table.tokens.find_many([unicodedata.normalize("NFD", distinct[i]) for i in missed])
         for i in np.flatnonzero(found < 0).tolist():  # the case-folded match, if any (İ's fold: in any table)
             if self.cased or DOTTED_I in distinct[i]:
                 folded = self.table.tokens.find_folded(distinct[i])

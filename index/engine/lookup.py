@@ -90,15 +90,17 @@ class Lookup:
     def find(self, sent: str) -> Resolved | None:
         """Resolve a word: exact (as sent, then in Unicode's composed form NFC), then the space-marked form for
         model tokens, then case-folded (``Tokens.find_folded``: ``İ`` as Turkish folds it when nothing else
-        matches; for model tokens the space-marked forms too), then for model tokens as the model's tokenizer
-        normalises it (:meth:`normalized`), by the same rules. A label that is not NFC (a decomposed "café", the
-        Kelvin sign) is found as it is spelled, as gensim finds it, before the composed form could match another
-        row."""
+        matches; for model tokens the space-marked forms too), then the same in the decomposed form NFD (a table
+        whose labels are decomposed), then for model tokens as the model's tokenizer normalises it
+        (:meth:`normalized`), by the same rules. A label that is not NFC (a decomposed "café", the Kelvin sign) is
+        found as it is spelled, as gensim finds it, before the composed form could match another row."""
         found = self.tokens.find(sent)
         if found is not None:  # the usual case, before any other form is made
             return Resolved(sent, found, sent, "exact")
         text = unicodedata.normalize("NFC", sent)
         labelled = self.spelled(text)
+        if labelled is None and (decomposed := unicodedata.normalize("NFD", text)) != text:
+            labelled = self.spelled(decomposed)
         if labelled is not None:
             return Resolved(sent, *labelled)
         normal = self.normalized(text)

@@ -309,11 +309,13 @@ export class DocumentSearch {
     });
   }
 
-  /** The query document's text (for the words it shares with each hit); null when it cannot be had. */
+  /** The query document's text (for the words it shares with each hit); null when it cannot be had. Asked in a
+   * body (POST .../documents/get), not in the URL: a browser takes an id "." or ".." in a path, escaped or not, for
+   * a step of the path. */
   document(id) {
     if (!this.documents.has(id)) {
-      const path = this.deps.tablePath(`documents/${encodeURIComponent(id)}?fields=`);
-      this.documents.set(id, this.deps.api(path).then(({ ok, data }) => (ok ? data : null)));
+      const asked = this.deps.api(this.deps.tablePath("documents/get"), { ids: [id], fields: [] });
+      this.documents.set(id, asked.then(({ ok, data }) => (ok ? data.documents[0] ?? null : null)));
     }
     return this.documents.get(id);
   }

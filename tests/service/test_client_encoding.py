@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
@@ -10,7 +11,7 @@ import numpy as np
 import pytest
 
 from service.settings import Settings
-from service_client import WRITE_DOCUMENTS, ApiError, Client
+from service_client import WRITE_DOCUMENTS, ApiError, AsyncClient, Client
 
 ANSWER = {"neighbors": [{"token": "heart", "id": 1, "score": 0.5}, {"token": "héart", "id": 2, "score": -0.25}]}
 
@@ -53,6 +54,32 @@ def test_an_integer_beyond_64_bits_is_written_by_json() -> None:
     sent: list[httpx.Request] = []
     client_seeing(sent, {"upserted": 1}).upsert_documents("docs", [{"id": 2**70, "text": "x"}])
     assert json.loads(sent[0].content) == {"documents": [{"id": 2**70, "text": "x"}]}
+
+
+def test_text_utf8_cannot_encode_is_refused_unsent_as_the_server_refuses_it() -> None:
+    """A lone UTF-16 surrogate (what ``json.loads('"\\ud800"')`` gives, and a file name decoded with
+    ``surrogateescape`` holds) in a token, an id or a text is an ApiError 422, as the server refuses such text, not
+    the encoder's UnicodeEncodeError; in a query string, a path or a body alike, and nothing is sent."""
+    sent: list[httpx.Request] = []
+    api = client_seeing(sent)
+    transport = httpx.MockTransport(lambda request: sent.append(request) or httpx.Response(200, json=ANSWER))
+    calls = [
+        lambda: api.neighbors("t", "\ud800"),
+        lambda: api.vector("t", "caf\udce9"),
+        lambda: api.document("t", "\udc80"),
+        lambda: api.most_similar("t", positive=["heart", "\ud800"]),
+        lambda: api.embed("t", ["a text \udce9"]),
+        lambda: api.upsert_many("t", [{"id": "a", "text": "fine"}, {"id": "b", "text": "\ud800"}]),
+        lambda: asyncio.run(
+            AsyncClient("http://test", http=httpx.AsyncClient(transport=transport)).neighbors("t", "\ud800")
+        ),
+    ]
+    for call in calls:
+        with pytest.raises(ApiError) as refused:
+            call()
+        assert (refused.value.status, refused.value.code) == (422, "invalid_request")
+        assert "lone UTF-16 surrogate" in refused.value.message
+    assert sent == []
 
 
 def test_an_error_answer_is_still_the_servers_envelope() -> None:

@@ -45,16 +45,20 @@ def server(documents_server: real_server.Server) -> str:
 @pytest.fixture(scope="module")
 def written(lee_data_dir: Path, lee_docs: Lee, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A server with a write key over a copy of ``lee`` whose first document was deleted and two written (301 live
-    documents), and ``proto``: documents whose one field is named ``__proto__``."""
+    documents), ``proto``: documents whose one field is named ``__proto__``, and ``dots``: documents whose first
+    ids are ``.`` and ``..``."""
     directory = tmp_path_factory.mktemp("written-data")
     shutil.copytree(lee_data_dir / "lee", directory / "lee")
     records = [
         {"id": f"p{i}", "text": lee_docs.texts[i], "vector": lee_docs.vectors[i].tolist(), "__proto__": "ab"[i % 2]}
         for i in range(20)
     ]
-    path = write_jsonl(directory.parent / "proto.jsonl", records)
-    raw, fmt = read_source(path, "documents")
-    build_table(raw, data_dir=directory, name="proto", source={"format": fmt, "path": path.name})
+    ids = [".", "..", *(f"d{i}" for i in range(2, 20))]
+    dots = [{"id": id, "text": lee_docs.texts[i], "vector": lee_docs.vectors[i].tolist()} for i, id in enumerate(ids)]
+    for name, table in (("proto", records), ("dots", dots)):
+        path = write_jsonl(directory.parent / f"{name}.jsonl", table)
+        raw, fmt = read_source(path, "documents")
+        build_table(raw, data_dir=directory, name=name, source={"format": fmt, "path": path.name})
     log = directory.parent / "written-serve.log"
     with real_server.running(directory, log, env={"EMBEDDING_WRITE_KEYS": WRITE_KEY}) as server:
         headers = {"X-API-Key": WRITE_KEY}
@@ -672,4 +676,16 @@ def test_a_field_named_proto_filters_with_its_chips(written: str, watched: Watch
     page.reload()  # the filter from the URL sets the chip again
     settle(page)
     assert page.is_checked("#ds-controls [data-field='__proto__'] input[value='a']") and page.is_hidden("#ds-hand")
+    watched.assert_clean()
+
+
+def test_a_document_whose_id_is_a_dot_marks_the_words_it_shares(written: str, watched: Watched) -> None:
+    """A browser takes "." and ".." in a URL's path, escaped as %2E or not, for steps of the path: the card asks for
+    the query document's text in a body, so that such a document's shared words are marked as any other's."""
+    page = watched.page
+    for id in (".", ".."):
+        page.goto(f"{written}/?{urlencode({'table': 'dots', 'doc': id})}")
+        settle(page)
+        assert sent(page)["id"] == id and page.locator("#ds-out .ds-hit").count() == 10
+        assert sum(len(hit["marked"]) for hit in shown_hits(page)) > 10
     watched.assert_clean()

@@ -11,6 +11,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from urllib.parse import quote
 
 import httpx
 import numpy as np
@@ -20,7 +21,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from index.engine.table import Table
 from service.main import listen_problem
-from service_client import ApiError, Client, Neighbor
+from service_client import ApiError, Client, Neighbor, segment
+from tests.cli import run_cli
 from tests.service import failing_serve, raw_http
 from tests.service.real_server import HTTP, Server, running, start, wait_for
 from tests.service.scraped import never_less, scrape
@@ -196,6 +198,39 @@ def test_a_request_that_fails_logs_one_traceback_naming_its_id(small_data_dir: P
     ]
     assert [line.splitlines()[1:2] for line in lines] == [[], [TRACEBACK], [], [TRACEBACK]]
     assert server.log().count(TRACEBACK) == 2 and server.log().count("RuntimeError: an unexpected fault") == 2
+
+
+# Tokens that need escaping somewhere on their way: a URL's path or query string, JSON, a shard's place.
+AWKWARD = [
+    *("1/2", "w/o", ".", "..", "...", "%", "%2F", "+", "c++", "a b", " lead", "#", "?x=1&y=2", "&amp;", '"', "\\"),
+    *("caf\u00e9", "nai\u0308ve", "Case", "\U0001f600", "a\tb", "a\x01b", "nul\x00x", "/", "//", "a/../b", "\u65e5"),
+]
+
+
+def test_awkward_tokens_answer_their_rows_from_import_to_the_word_routes(tmp_path: Path) -> None:
+    """A table whose tokens need escaping (slashes, dots, %, +, #, ?, &, quotes, a backslash, spaces, control
+    characters, a NUL, decomposed marks, an emoji), imported from an .npz whole and as 3 shards: each token asked
+    in a path (escaped, its dots as %2E), in a query string (escaped, + as %2B), in a body and through the Python
+    client answers its own row, as written; the decomposed label typed composed too."""
+    tokens = [*AWKWARD, *(f"w{i}" for i in range(40))]
+    matrix = np.random.default_rng(5).standard_normal((len(tokens), 8)).astype(np.float32)
+    np.savez(tmp_path / "awkward.npz", vectors=matrix, tokens=np.array(tokens, dtype=str))
+    for name, extra in (("awkward", ()), ("awkward3", ("--shards", "3"))):
+        done = run_cli("import", tmp_path / "awkward.npz", "--name", name, *extra, "--data-dir", tmp_path / "data")
+        assert done.code == 0, done.err
+    with running(tmp_path / "data", tmp_path / "serve.log") as server, Client(server.base) as api:
+        for table in ("awkward", "awkward3"):
+            base = f"{server.base}/v1/tables/{table}"
+            for row, token in enumerate(AWKWARD):
+                path = HTTP.get(f"{base}/tokens/{segment(token)}").json()
+                assert (path["token"], path["id"]) == (token, row)
+                query = HTTP.get(f"{base}/neighbors?token={quote(token, safe='')}&k=2").json()["query"]
+                assert query == {"text": token, "token": token, "id": row, "match": "exact"}
+                body = HTTP.post(f"{base}/neighbors", json={"positive": [token], "k": 2}).json()
+                assert body["query"]["positive"] == [query]
+                assert api.vector(table, token) == path["vector"] and api.neighbors(table, token, k=2)
+            composed = HTTP.get(f"{base}/neighbors", params={"token": "na\u00efve", "k": 2}).json()["query"]
+            assert (composed["id"], composed["match"]) == (AWKWARD.index("nai\u0308ve"), "exact")  # the label's NFD
 
 
 def test_python_client_against_the_real_server(server: str, small: Table) -> None:

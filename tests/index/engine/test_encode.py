@@ -434,6 +434,24 @@ def test_words_keep_their_marks_and_are_composed(data_dir: Path, glove_raw: RawT
     assert not np.allclose(encoded.vectors[1], encoded.vectors[3])
 
 
+def test_words_find_the_labels_of_a_decomposed_table(data_dir: Path, glove_raw: RawTable) -> None:
+    """A table whose labels are decomposed (NFD: ``café`` spelled ``e`` and U+0301) has its words found in a text
+    typed composed or decomposed, as the word routes find them."""
+    labels = ["cafe\u0301", "nai\u0308ve", "the"]
+    rows = [glove_raw.tokens.index(w) for w in ("restaurant", "innocent", "the")]
+    build_table(
+        RawTable(tokens=labels, matrix=glove_raw.matrix[rows].copy()),
+        data_dir=data_dir,
+        name="decomposed",
+        source={"format": "test"},
+    )
+    encoder = Encoder(Table.load(data_dir / "decomposed"))
+    texts = ["the caf\u00e9", "na\u00efve", "the cafe\u0301"]
+    encoded = encoder.encode(texts, "mean")
+    assert encoded.tokens == [2, 1, 2] and encoded.unknown == [0, 0, 0]
+    np.testing.assert_array_equal(encoded.vectors[0], encoded.vectors[2])
+
+
 def test_the_dotted_capital_i_is_the_plain_i_where_no_label_has_the_dot(glove: Table, small: Table) -> None:
     """``İstanbul`` lower-cases to i and U+0307. GloVe's 400,000 words have that label (its corpus was lower-cased so):
     the row of exactly that label comes first. Its first 20,000 have only ``istanbul``: the word is that row (İ

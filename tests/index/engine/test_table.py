@@ -46,6 +46,23 @@ def test_lookup_finds_labels_not_in_composed_form(tmp_path: Path) -> None:
     assert table.resolve("CAFE\u0301").token == "caf\u00e9"
 
 
+def test_lookup_finds_decomposed_labels_typed_composed(tmp_path: Path) -> None:
+    """A table whose labels are decomposed (NFD: "e" and U+0301, as some sources write them) finds them typed
+    composed, as typed and case-folded, rather than calling "café" unknown while suggesting a "café" that looks the
+    same; a composed label of the same word is still the one a composed query finds."""
+    labels = ["cafe\u0301", "nai\u0308ve", "A\u030angstro\u0308m", "re\u0301sume\u0301", "r\u00e9sum\u00e9"]
+    raw = RawTable(tokens=labels, matrix=np.random.default_rng(0).standard_normal((5, 4)).astype(np.float32))
+    build_table(raw, data_dir=tmp_path, name="t", source={"format": "test", "path": "rows"}, index_spec="flat")
+    table = Table.load(tmp_path / "t")
+    assert table.resolve("caf\u00e9") == Resolved("caf\u00e9", 0, labels[0], "exact")
+    assert table.resolve("na\u00efve") == Resolved("na\u00efve", 1, labels[1], "exact")
+    assert table.resolve("\u212bngstr\u00f6m") == Resolved("\u212bngstr\u00f6m", 2, labels[2], "exact")  # Å sign
+    assert table.resolve("CAF\u00c9") == Resolved("CAF\u00c9", 0, labels[0], "casefold")
+    assert table.resolve("NAI\u0308VE") == Resolved("NAI\u0308VE", 1, labels[1], "casefold")
+    assert table.resolve("r\u00e9sum\u00e9").id == 4 and table.resolve(labels[3]).id == 3
+    assert table.find("cafe") is None
+
+
 def test_the_dotted_capital_i_folds_to_i_as_turkish_folds_it(small: Table, tmp_path: Path) -> None:
     """``İstanbul`` (U+0130) lower-cases and folds to i and U+0307, no label of a lower-cased table: it finds
     "istanbul" case-folded, as does "i" typed with the dot above; a label spelled with the dot is found first."""

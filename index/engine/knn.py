@@ -253,6 +253,30 @@ def search_index(
     return rerank_exact(vectors, queries, candidates, k)
 
 
+def graph_top(
+    index: faiss.Index,
+    queries: np.ndarray,
+    k: int,
+    width: int,
+    vectors: np.ndarray | None = None,
+    rerank: int = 1,
+    params: faiss.SearchParameters | None = None,
+) -> Hits:
+    """:func:`search_index`'s top-``k`` of an HNSW search that keeps ``width`` candidates (its efSearch, at least
+    ``k``), equal scores by id.
+
+    The graph's walk is the same whatever ``k`` is asked of it; of the rows it visits, FAISS keeps the best ``k``,
+    and of equal scores at the ``k``-th place the first visited. Asked for all ``width`` and cut here, every ``k``
+    gets the first hits of one list, so that the pages of a search at one efSearch are pages of one ranking."""
+    scores, ids = search_index(index, queries, max(k, min(width, index.ntotal)), vectors, rerank, params)
+    tied = np.flatnonzero((scores[:, 1:] == scores[:, :-1]).any(axis=1))
+    if len(tied):  # the graph's order of visit among equal scores: by id, as the exact kernel gives them
+        order = np.lexsort((ids[tied], -scores[tied]), axis=1)
+        scores[tied] = np.take_along_axis(scores[tied], order, axis=1)
+        ids[tied] = np.take_along_axis(ids[tied], order, axis=1)
+    return np.ascontiguousarray(scores[:, :k]), np.ascontiguousarray(ids[:, :k])
+
+
 def search_width(index: faiss.Index | None) -> int | None:
     """An HNSW graph's efSearch (:func:`searched_index`), None for any other index: the graph search finds little
     more than that many rows, however many are asked (:func:`deep_params` widens it)."""
@@ -265,6 +289,12 @@ def deep_params(index: faiss.Index, k: int) -> faiss.SearchParameters:
     params: Any = faiss.SearchParametersHNSW()  # type: ignore[attr-defined]
     params.efSearch = k
     return outer_params(index, cast(faiss.SearchParameters, params))
+
+
+def filtered_width(ef_search: int, fraction: float, k: int) -> int:
+    """The efSearch of a search of ``k`` hits of an HNSW graph searched at ``ef_search``, kept to ``fraction`` of
+    its rows (:func:`filtered_params`)."""
+    return max(k, min(FILTER_MAX_EF, int(np.ceil(ef_search * (1 / np.sqrt(max(fraction, 1e-6)))))))
 
 
 def filtered_params(
@@ -281,7 +311,7 @@ def filtered_params(
     params: Any  # FAISS's stubs lack the search parameter classes' fields
     if isinstance(inner, faiss.IndexHNSW):
         params = faiss.SearchParametersHNSW()  # type: ignore[attr-defined]
-        params.efSearch = max(k, min(FILTER_MAX_EF, int(np.ceil(inner.hnsw.efSearch * widen))))
+        params.efSearch = filtered_width(int(inner.hnsw.efSearch), fraction, k)
     elif isinstance(inner, faiss.IndexIVF):
         params = faiss.SearchParametersIVF()
         params.nprobe = min(inner.nlist, int(np.ceil(inner.nprobe * widen)))

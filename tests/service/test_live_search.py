@@ -308,3 +308,26 @@ def test_pages_through_equal_scores_of_written_documents_see_each_once(
         ]
     assert whole == [lee_docs.ids[0], *(t["id"] for t in ties)]
     assert pages == whole
+
+
+def test_a_write_between_pages_moves_the_later_pages_by_one(lee_data_dir: Path, tmp_path: Path, lee_docs: Lee) -> None:
+    """Pages by offset read the table as it is when each is asked (docs/documents.md, ``offset``): a document
+    written above the cut between two pages shows the last hit again, one deleted there leaves a hit unshown."""
+    shutil.copytree(lee_data_dir / "lee", tmp_path / "lee")
+    vector = lee_docs.vectors[0].tolist()
+
+    def page(client: TestClient, offset: int, k: int = 3) -> list[str]:
+        body = {"vector": vector, "k": k, "offset": offset, "fields": []}
+        answer = client.post("/v1/tables/lee/search", json=body)
+        assert answer.status_code == 200, answer.text
+        return [hit["id"] for hit in answer.json()["hits"]]
+
+    with client_for(data_dir=tmp_path, write_keys=[KEY], compact_rows=0) as client:
+        whole = page(client, 0, 9)
+        assert page(client, 0) == whole[:3]
+        written = {"documents": [{"id": "new/above", "text": "a write", "vector": vector}]}  # ties lee-000, after it
+        assert client.post("/v1/tables/lee/documents", json=written, headers=HEADERS).status_code == 200
+        assert page(client, 3) == whole[2:5]  # the first page's last hit again
+        deleted = {"ids": [whole[0]]}
+        assert client.post("/v1/tables/lee/documents/delete", json=deleted, headers=HEADERS).status_code == 200
+        assert page(client, 6) == whole[6:9]  # whole[5] never shown

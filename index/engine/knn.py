@@ -258,23 +258,28 @@ def graph_top(
     queries: np.ndarray,
     k: int,
     width: int,
-    vectors: np.ndarray | None = None,
+    vectors: np.ndarray,
     rerank: int = 1,
     params: faiss.SearchParameters | None = None,
 ) -> Hits:
     """:func:`search_index`'s top-``k`` of an HNSW search that keeps ``width`` candidates (its efSearch, at least
-    ``k``), equal scores by id.
+    ``k``), scored and ordered as the exact kernel scores and orders them.
 
     The graph's walk is the same whatever ``k`` is asked of it; of the rows it visits, FAISS keeps the best ``k``,
     and of equal scores at the ``k``-th place the first visited. Asked for all ``width`` and cut here, every ``k``
-    gets the first hits of one list, so that the pages of a search at one efSearch are pages of one ranking."""
+    gets the first hits of one list, so that the pages of a search at one efSearch are pages of one ranking. Each
+    candidate is scored again by :func:`inner_products` (FAISS sums a row's products in its own order, one unit in
+    the last place from the exact search's at times): a row scores the same found by the graph or exactly, and
+    equal to a written copy of it, and equal scores go by id."""
     scores, ids = search_index(index, queries, max(k, min(width, index.ntotal)), vectors, rerank, params)
-    tied = np.flatnonzero((scores[:, 1:] == scores[:, :-1]).any(axis=1))
-    if len(tied):  # the graph's order of visit among equal scores: by id, as the exact kernel gives them
-        order = np.lexsort((ids[tied], -scores[tied]), axis=1)
-        scores[tied] = np.take_along_axis(scores[tied], order, axis=1)
-        ids[tied] = np.take_along_axis(ids[tied], order, axis=1)
-    return np.ascontiguousarray(scores[:, :k]), np.ascontiguousarray(ids[:, :k])
+    for q in range(len(queries)):  # each query alone, as the exact search scores a query (not a batch's product)
+        found = ids[q] >= 0
+        scores[q, found] = inner_products(queries[q : q + 1], vectors[ids[q, found]])[0]
+    order = np.lexsort((ids, -scores), axis=1)
+    return (
+        np.ascontiguousarray(np.take_along_axis(scores, order, axis=1)[:, :k]),
+        np.ascontiguousarray(np.take_along_axis(ids, order, axis=1)[:, :k]),
+    )
 
 
 def search_width(index: faiss.Index | None) -> int | None:

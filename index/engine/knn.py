@@ -1,8 +1,8 @@
 """Kernels over unit rows, plain functions over arrays: unit query vectors (a client's vector, gensim's mean of
 rows), exact inner-product top-k and the best of a score vector, and FAISS searched (an index's search
-parameters, the top-k of unit queries, re-scored exactly on the rows for an index of codes, and the parameters
-that keep a search to a filter's rows). Building and choosing an index is the builder's
-(``index.build.index_choice``)."""
+parameters, the top-k of unit queries, re-scored exactly on the rows for an index of codes and a graph's candidates
+as the exact kernel scores them, and the parameters that keep a search to a filter's rows). Building and choosing
+an index is the builder's (``index.build.index_choice``)."""
 
 from __future__ import annotations
 

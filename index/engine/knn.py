@@ -1,8 +1,8 @@
 """Kernels over unit rows, plain functions over arrays: unit query vectors (a client's vector, gensim's mean of
 rows), exact inner-product top-k and the best of a score vector, and FAISS searched (an index's search
-parameters, the top-k of unit queries, re-scored exactly on the rows for an index of codes, and the parameters
-that keep a search to a filter's rows). Building and choosing an index is the builder's
-(``index.build.index_choice``)."""
+parameters, the top-k of unit queries, re-scored exactly on the rows for an index of codes and a graph's candidates
+as the exact kernel scores them, and the parameters that keep a search to a filter's rows). Building and choosing
+an index is the builder's (``index.build.index_choice``)."""
 
 from __future__ import annotations
 
@@ -253,6 +253,35 @@ def search_index(
     return rerank_exact(vectors, queries, candidates, k)
 
 
+def graph_top(
+    index: faiss.Index,
+    queries: np.ndarray,
+    k: int,
+    width: int,
+    vectors: np.ndarray,
+    rerank: int = 1,
+    params: faiss.SearchParameters | None = None,
+) -> Hits:
+    """:func:`search_index`'s top-``k`` of an HNSW search that keeps ``width`` candidates (its efSearch, at least
+    ``k``), scored and ordered as the exact kernel scores and orders them.
+
+    The graph's walk is the same whatever ``k`` is asked of it; of the rows it visits, FAISS keeps the best ``k``,
+    and of equal scores at the ``k``-th place the first visited. Asked for all ``width`` and cut here, every ``k``
+    gets the first hits of one list, so that the pages of a search at one efSearch are pages of one ranking. Each
+    candidate is scored again by :func:`inner_products` (FAISS sums a row's products in its own order, one unit in
+    the last place from the exact search's at times): a row scores the same found by the graph or exactly, and
+    equal to a written copy of it, and equal scores go by id."""
+    scores, ids = search_index(index, queries, max(k, min(width, index.ntotal)), vectors, rerank, params)
+    for q in range(len(queries)):  # each query alone, as the exact search scores a query (not a batch's product)
+        found = ids[q] >= 0
+        scores[q, found] = inner_products(queries[q : q + 1], vectors[ids[q, found]])[0]
+    order = np.lexsort((ids, -scores), axis=1)
+    return (
+        np.ascontiguousarray(np.take_along_axis(scores, order, axis=1)[:, :k]),
+        np.ascontiguousarray(np.take_along_axis(ids, order, axis=1)[:, :k]),
+    )
+
+
 def search_width(index: faiss.Index | None) -> int | None:
     """An HNSW graph's efSearch (:func:`searched_index`), None for any other index: the graph search finds little
     more than that many rows, however many are asked (:func:`deep_params` widens it)."""
@@ -265,6 +294,12 @@ def deep_params(index: faiss.Index, k: int) -> faiss.SearchParameters:
     params: Any = faiss.SearchParametersHNSW()  # type: ignore[attr-defined]
     params.efSearch = k
     return outer_params(index, cast(faiss.SearchParameters, params))
+
+
+def filtered_width(ef_search: int, fraction: float, k: int) -> int:
+    """The efSearch of a search of ``k`` hits of an HNSW graph searched at ``ef_search``, kept to ``fraction`` of
+    its rows (:func:`filtered_params`)."""
+    return max(k, min(FILTER_MAX_EF, int(np.ceil(ef_search * (1 / np.sqrt(max(fraction, 1e-6)))))))
 
 
 def filtered_params(
@@ -281,7 +316,7 @@ def filtered_params(
     params: Any  # FAISS's stubs lack the search parameter classes' fields
     if isinstance(inner, faiss.IndexHNSW):
         params = faiss.SearchParametersHNSW()  # type: ignore[attr-defined]
-        params.efSearch = max(k, min(FILTER_MAX_EF, int(np.ceil(inner.hnsw.efSearch * widen))))
+        params.efSearch = filtered_width(int(inner.hnsw.efSearch), fraction, k)
     elif isinstance(inner, faiss.IndexIVF):
         params = faiss.SearchParametersIVF()
         params.nprobe = min(inner.nlist, int(np.ceil(inner.nprobe * widen)))

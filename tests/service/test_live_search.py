@@ -308,3 +308,53 @@ def test_pages_through_equal_scores_of_written_documents_see_each_once(
         ]
     assert whole == [lee_docs.ids[0], *(t["id"] for t in ties)]
     assert pages == whole
+
+
+def test_a_write_between_pages_moves_the_later_pages_by_one(lee_data_dir: Path, tmp_path: Path, lee_docs: Lee) -> None:
+    """Pages by offset read the table as it is when each is asked (docs/documents.md, ``offset``): a document
+    written above the cut between two pages shows the last hit again, one deleted there leaves a hit unshown."""
+    shutil.copytree(lee_data_dir / "lee", tmp_path / "lee")
+    vector = lee_docs.vectors[0].tolist()
+
+    def page(client: TestClient, offset: int, k: int = 3) -> list[str]:
+        body = {"vector": vector, "k": k, "offset": offset, "fields": []}
+        answer = client.post("/v1/tables/lee/search", json=body)
+        assert answer.status_code == 200, answer.text
+        return [hit["id"] for hit in answer.json()["hits"]]
+
+    with client_for(data_dir=tmp_path, write_keys=[KEY], compact_rows=0) as client:
+        whole = page(client, 0, 9)
+        assert page(client, 0) == whole[:3]
+        written = {"documents": [{"id": "new/above", "text": "a write", "vector": vector}]}  # ties lee-000, after it
+        assert client.post("/v1/tables/lee/documents", json=written, headers=HEADERS).status_code == 200
+        assert page(client, 3) == whole[2:5]  # the first page's last hit again
+        deleted = {"ids": [whole[0]]}
+        assert client.post("/v1/tables/lee/documents/delete", json=deleted, headers=HEADERS).status_code == 200
+        assert page(client, 6) == whole[6:9]  # whole[5] never shown
+
+
+def test_written_copies_follow_their_imported_rows_on_an_hnsw_table(
+    lee_docs: Lee, tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """On a table searched by its graph, a row found scores as the exact search scores it, to the bit: a written
+    copy of an imported document ties with it and comes after it, as on an exact table."""
+    source = write_jsonl(tmp_path_factory.mktemp("hnsw-lee") / "lee.jsonl", jsonl_records(lee_docs))
+    spec = "hnsw:M=8,efSearch=16"
+    done = run_cli("import", source, "--name", "lee", "--index", spec, "--min-recall", "0.5", "--data-dir", tmp_path)
+    assert done.code == 0, done.err
+    rows = range(0, 300, 10)
+    copies = [{"id": f"copy/{i}", "text": "a write", "vector": lee_docs.vectors[i].tolist()} for i in rows]
+    with client_for(data_dir=tmp_path, write_keys=[KEY], compact_rows=0) as client:
+        assert client.post("/v1/tables/lee/documents", json={"documents": copies}, headers=HEADERS).status_code == 200
+        for i in rows:
+            query = (lee_docs.vectors[i] + 0.3 * lee_docs.vectors[i + 1]).tolist()  # near row i, equal to no row
+            found, exact = (
+                client.post("/v1/tables/lee/search", json={"vector": query, "k": 6, "exact": e, "fields": []}).json()
+                for e in (False, True)
+            )
+            scores = {hit["id"]: hit["score"] for hit in found["hits"]}
+            ids = list(scores)
+            tied = [ident for ident in ids if scores[ident] == scores[lee_docs.ids[i]]]  # Lee has duplicates
+            assert {lee_docs.ids[i], f"copy/{i}"} <= set(tied), (i, scores)
+            assert tied == sorted(tied, key=lambda ident: ident.startswith("copy/")), (i, scores)  # imported first
+            assert all(scores.get(hit["id"], hit["score"]) == hit["score"] for hit in exact["hits"]), (i, found, exact)

@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 from index.engine.filters import RowSet
-from index.engine.knn import filtered_params, search_index
+from index.engine.knn import filtered_params, filtered_width, search_index
 from index.engine.table import FILTER_INDEX_FRACTION, Table, VectorSearch
 from index.errors import InvalidQuery
 from tests.lee import Lee
@@ -279,3 +279,43 @@ def test_the_filter_cache_keeps_the_latest_within_its_bytes(lee_table: Table, mo
     assert lee_table.filter(specs[-1]) is first[-1]  # kept
     assert lee_table.filter(specs[0]) is not first[0]  # the oldest made room
     assert sum(rows.nbytes for rows in lee_table._filters.values()) <= index.engine.table.FILTER_CACHE_BYTES
+
+
+@pytest.fixture(scope="module")
+def copied_hnsw(lee_docs: Lee, tmp_path_factory: pytest.TempPathFactory) -> Table:
+    """The Lee documents and four more copies of three of them (equal vectors under other ids), under a small HNSW
+    graph (efSearch 16), so that equal scores fall at the end of pages."""
+    from tests.cli import run_cli
+    from tests.lee import jsonl_records, write_jsonl
+
+    root = tmp_path_factory.mktemp("copied-hnsw")
+    records = jsonl_records(lee_docs)
+    copies = [{**records[i], "id": f"{records[i]['id']}-copy-{c}"} for i in (5, 17, 40) for c in range(4)]
+    source = write_jsonl(root / "copied.jsonl", records + copies)
+    spec = "hnsw:M=8,efSearch=16"
+    done = run_cli("import", source, "--name", "copied", "--index", spec, "--min-recall", "0.5", "--data-dir", root)
+    assert done.code == 0, done.err
+    return Table.load(root / "copied")
+
+
+@pytest.mark.parametrize("spec", [None, {"year": {"gte": 1993}}])
+def test_pages_of_one_hnsw_search_are_one_ranking_through_equal_scores(
+    copied_hnsw: Table, lee_docs: Lee, spec: dict[str, Any] | None
+) -> None:
+    """At one efSearch (pages within it), pages of every size are the first page as deep: each copy once, equal
+    scores by row, whichever of them the graph visited first."""
+    table = copied_hnsw
+    rows = None if spec is None else table.filter(spec)
+    assert table.search_width == 16
+    width = 16 if rows is None else filtered_width(16, rows.fraction, 1)
+    queries = np.ascontiguousarray(table.vectors[[*range(0, 300, 5), 5, 17, 40]], dtype=np.float32)
+    for query in queries:
+        one = table.run(VectorSearch(query[None], width, rows=rows))[0]
+        assert len({i for i, _ in one}) == len(one) == width
+        for k in (1, 2, 3, 5):
+            pages = [
+                hit
+                for offset in range(0, width, k)
+                for hit in table.run(VectorSearch(query[None], min(k, width - offset), rows=rows, offset=offset))[0]
+            ]
+            assert pages == one, (k, one, pages)

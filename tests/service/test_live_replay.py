@@ -4,9 +4,13 @@
 from __future__ import annotations
 
 import fcntl
+import multiprocessing
 import os
+import signal
+import time
 import tracemalloc
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -105,3 +109,99 @@ def test_a_write_waits_for_the_check_of_the_log_not_for_its_replay(
     assert state.delta.offset == appended[0].offset  # the end the load checked, where the new record begins
     assert state.refresh().seq == count + 1 and "during-replay" in state.delta.documents
     assert state.delta.offset == path.stat().st_size
+
+
+def _append_when_started(path: str, bodies: list[dict[str, Any]], started: Any, appended: Any) -> None:
+    """Append ``bodies`` once ``started`` is set, one write at a time as a worker appends: under the log's lock, after
+    reading what the others appended (a torn tail cut)."""
+    started.wait(60)
+    offset, last, inode = 0, 0, None
+    for body in bodies:
+        with writelog.appending(Path(path), sync=False) as log:
+            records, offset = log.new_records(offset, last, inode)
+            last, inode = (records[-1].seq if records else last), log.inode
+            record = log.append(last + 1, body)
+            offset, last = record.end, record.seq
+        with appended.get_lock():
+            appended.value += 1
+
+
+def _killed_in_a_record(path: str, body: dict[str, Any], started: Any) -> None:
+    """A writer killed (SIGKILL) halfway through writing its record, once ``started`` is set."""
+    started.wait(60)
+    with writelog.appending(Path(path), sync=False) as log:
+        records, end = log.new_records(0, 0, None)
+        data = writelog.frame(records[-1].seq + 1, body)
+        os.pwrite(log.fd, data[: len(data) // 2], end)
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def test_writes_and_a_writer_killed_during_a_load_are_each_applied_once(
+    data_dir: Path, lee_docs: Lee, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """While a load replays the log (its lock free), other processes append and one is killed halfway through a
+    record: the load replays what it checked, its next reads take up every later write once, in order, and the
+    torn record is never read (the next writer cuts it). The delta is the one the whole log makes replayed at once."""
+    monkeypatch.setattr(writelog, "READ_BYTES", 32 << 10)
+    count, each = 250, 12
+    path = logged(data_dir, writes(lee_docs, count))
+    table = Table.load(data_dir / "lee", checksums=False)
+    context = multiprocessing.get_context("spawn")
+    started, appended = context.Event(), context.Value("i", 0)
+    bodies = [
+        [
+            {
+                "op": "upsert",
+                "documents": [
+                    {"id": f"w{w}-{i}", "text": lee_docs.texts[i], "vector": lee_docs.vectors[i].tolist()}
+                    | {"fields": lee_docs.record(i)}
+                ],
+            }
+            for i in range(w * each, (w + 1) * each)
+        ]
+        for w in range(2)
+    ]
+    writers = [context.Process(target=_append_when_started, args=(str(path), b, started, appended)) for b in bodies]
+    killed = context.Process(target=_killed_in_a_record, args=(str(path), bodies[0][0], started))
+    for process in [*writers, killed]:
+        process.start()
+    replay, apply, applied = Delta.replay, Delta.apply, []
+
+    def replay_slowly(delta: Delta, records: list[writelog.Record]) -> None:
+        replay(delta, records)
+        if not started.is_set():  # after the first piece: the others write while the rest is replayed
+            started.set()
+            killed.join(60)
+            deadline = time.monotonic() + 30
+            while appended.value < 3 and time.monotonic() < deadline:
+                time.sleep(0.01)
+        time.sleep(0.01)
+
+    def apply_counted(delta: Delta, records: Any) -> None:
+        records = list(records)
+        applied.extend(r.seq for r in records if r.seq > delta.seq)
+        apply(delta, records)
+
+    monkeypatch.setattr(Delta, "replay", replay_slowly)
+    monkeypatch.setattr(Delta, "apply", apply_counted)
+    try:
+        live.attach(table, data_dir / "lee")
+        replayed, during = len(applied), appended.value
+        for process in writers:
+            process.join(60)
+    finally:
+        for process in [*writers, killed]:
+            process.kill()
+    assert killed.exitcode == -signal.SIGKILL and [p.exitcode for p in writers] == [0, 0]
+    assert replayed == count and during >= 3, (replayed, during)  # the load replayed what it checked, others wrote
+    state = live.live_of(table)
+    assert state is not None
+    state.refresh()
+    total = count + 2 * each
+    assert applied == list(range(1, total + 1)), applied[count - 5 :]  # each write once, in order
+    assert (state.delta.seq, state.delta.offset) == (total, path.stat().st_size)  # the torn record cut, not read
+    at_once = fresh(data_dir)
+    at_once.replay(read_only(path))
+    assert list(state.delta.documents) == list(at_once.documents)
+    assert all(f"w{w}-{i}" in state.delta.documents for w in range(2) for i in range(w * each, (w + 1) * each))
+    assert np.array_equal(state.delta.deleted, at_once.deleted)

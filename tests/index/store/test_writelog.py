@@ -250,6 +250,50 @@ def test_a_reader_behind_a_cut_reads_what_it_had_not_read_from_the_replaced_file
     assert [r.seq for r in writelog.read_new(path, offset, 3, inode)[0]] == [8]
 
 
+def _lock_is_free(path: Path) -> bool:
+    fd = os.open(path, os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    finally:
+        os.close(fd)
+    return True
+
+
+@pytest.mark.parametrize("cuts", [1, 2])
+def test_a_load_replaying_while_the_log_is_appended_and_cut_gets_each_write_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cuts: int
+) -> None:
+    """A load replays the records up to the end it checked without the lock, so writes and a compaction's cut may
+    come meanwhile: the replay gives the records of the file it checked, each once, and none appended after that
+    end; a reader going on from the last record given, in that file (``read_new``), gets each later write once,
+    from the replaced file and then the new one. A second cut empties the file being replayed: the replay stops
+    there without an error, and the reader going on sees the gap (``service.live`` replays the new file again)."""
+    monkeypatch.setattr(writelog, "READ_BYTES", 256)  # a piece a record: the replay is under way after the first
+    path = tmp_path / "t.log"
+    write(path, 12)
+    inode = path.stat().st_ino
+    pieces = writelog.recover_pieces(path)
+    given = list(next(pieces))
+    assert given[-1].seq < 12 and _lock_is_free(path)
+    write(path, 3, first=13)  # another worker's writes, after the end the load checked
+    assert writelog.cut(path, 8) == 7  # a compaction folded 1..8: the file being replayed is the replaced one now
+    write(path, 2, first=16)
+    if cuts == 2:
+        assert writelog.cut(path, 14) == 3  # another: the file being replayed is emptied
+    given += [record for piece in pieces for record in piece]
+    seqs = [r.seq for r in given]
+    later, end, _ = writelog.read_new(path, given[-1].end, given[-1].seq, inode)
+    if cuts == 1:
+        assert seqs == list(range(1, 13)) and [r.body for r in given] == [body(i) for i in range(12)]
+        assert [r.seq for r in later] == list(range(13, 18)) and end == path.stat().st_size
+        assert [r.body for r in later] == [body(i) for i in range(12, 17)]
+    else:
+        assert seqs == list(range(1, len(seqs) + 1)) and len(seqs) < 12  # what was read before the file was emptied
+        assert [r.seq for r in later] == [15, 16, 17]  # the gap after it shows: the load reads the new file again
+
+
 def test_a_payload_must_be_json(tmp_path: Path) -> None:
     with pytest.raises(ValueError):
         writelog.frame(1, {"score": float("nan")})

@@ -21,7 +21,7 @@ from index.store import writelog
 from service import live
 from tests.index.build.test_compact_replay import data_dir, fresh, logged, writes
 from tests.lee import Lee
-from tests.logs import read_only
+from tests.logs import append_when_started, killed_in_a_record, read_only
 
 __all__ = ["data_dir"]  # the fixture, taken from compaction's tests
 
@@ -111,31 +111,6 @@ def test_a_write_waits_for_the_check_of_the_log_not_for_its_replay(
     assert state.delta.offset == path.stat().st_size
 
 
-def _append_when_started(path: str, bodies: list[dict[str, Any]], started: Any, appended: Any) -> None:
-    """Append ``bodies`` once ``started`` is set, one write at a time as a worker appends: under the log's lock, after
-    reading what the others appended (a torn tail cut)."""
-    started.wait(60)
-    offset, last, inode = 0, 0, None
-    for body in bodies:
-        with writelog.appending(Path(path), sync=False) as log:
-            records, offset = log.new_records(offset, last, inode)
-            last, inode = (records[-1].seq if records else last), log.inode
-            record = log.append(last + 1, body)
-            offset, last = record.end, record.seq
-        with appended.get_lock():
-            appended.value += 1
-
-
-def _killed_in_a_record(path: str, body: dict[str, Any], started: Any) -> None:
-    """A writer killed (SIGKILL) halfway through writing its record, once ``started`` is set."""
-    started.wait(60)
-    with writelog.appending(Path(path), sync=False) as log:
-        records, end = log.new_records(0, 0, None)
-        data = writelog.frame(records[-1].seq + 1, body)
-        os.pwrite(log.fd, data[: len(data) // 2], end)
-        os.kill(os.getpid(), signal.SIGKILL)
-
-
 def test_writes_and_a_writer_killed_during_a_load_are_each_applied_once(
     data_dir: Path, lee_docs: Lee, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -161,8 +136,8 @@ def test_writes_and_a_writer_killed_during_a_load_are_each_applied_once(
         ]
         for w in range(2)
     ]
-    writers = [context.Process(target=_append_when_started, args=(str(path), b, started, appended)) for b in bodies]
-    killed = context.Process(target=_killed_in_a_record, args=(str(path), bodies[0][0], started))
+    writers = [context.Process(target=append_when_started, args=(str(path), b, started, appended)) for b in bodies]
+    killed = context.Process(target=killed_in_a_record, args=(str(path), bodies[0][0], started))
     for process in [*writers, killed]:
         process.start()
     replay, apply, applied = Delta.replay, Delta.apply, []
@@ -205,3 +180,73 @@ def test_writes_and_a_writer_killed_during_a_load_are_each_applied_once(
     assert list(state.delta.documents) == list(at_once.documents)
     assert all(f"w{w}-{i}" in state.delta.documents for w in range(2) for i in range(w * each, (w + 1) * each))
     assert np.array_equal(state.delta.deleted, at_once.deleted)
+
+
+def _load_slowly(directory: str, started: Any, appended: Any, written: Any, answers: Any) -> None:
+    """A worker's load of the table at ``directory`` whose replay takes 10 ms a piece and, after its first, sets
+    ``started`` and waits until another process has ``appended`` a write; once ``written`` is set, its next read:
+    (the writes appended by the end of its replay; the sequences applied, in order; the documents it holds)."""
+    writelog.READ_BYTES = 32 << 10
+    replay, apply, applied = Delta.replay, Delta.apply, []
+
+    def replay_slowly(delta: Delta, records: list[writelog.Record]) -> None:
+        replay(delta, records)
+        started.set()
+        deadline = time.monotonic() + 60
+        while appended.value < 1 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        time.sleep(0.01)
+
+    def apply_counted(delta: Delta, records: Any) -> None:
+        records = list(records)
+        applied.extend(r.seq for r in records if r.seq > delta.seq)
+        apply(delta, records)
+
+    Delta.replay, Delta.apply = replay_slowly, apply_counted  # type: ignore[method-assign]
+    table = Table.load(Path(directory), checksums=False)
+    live.attach(table, Path(directory))
+    during = appended.value
+    state = live.live_of(table)
+    assert state is not None
+    written.wait(120)
+    answers.put((during, applied, list(state.refresh().documents)))
+
+
+def test_two_workers_loading_while_others_write_each_apply_every_write_once(data_dir: Path, lee_docs: Lee) -> None:
+    """Two workers start at once (two loads replaying the same log, each locking it for its own check) while
+    another process appends: each applies every write once, in order, and both hold the documents the whole log
+    makes."""
+    count, each = 250, 20
+    path = logged(data_dir, writes(lee_docs, count))
+    context = multiprocessing.get_context("spawn")
+    started, written, appended, answers = context.Event(), context.Event(), context.Value("i", 0), context.Queue()
+    bodies = [
+        {
+            "op": "upsert",
+            "documents": [{"id": f"w-{i}", "vector": lee_docs.vectors[i].tolist(), "fields": lee_docs.record(i)}],
+        }
+        for i in range(each)
+    ]
+    table = str(data_dir / "lee")
+    loads = [context.Process(target=_load_slowly, args=(table, started, appended, written, answers)) for _ in "ab"]
+    writer = context.Process(target=append_when_started, args=(str(path), bodies, started, appended))
+    processes = [*loads, writer]
+    for process in processes:
+        process.start()
+    try:
+        writer.join(120)
+        written.set()
+        got = [answers.get(timeout=120) for _ in loads]
+        for process in loads:
+            process.join(60)
+    finally:
+        for process in processes:
+            process.kill()
+    assert [p.exitcode for p in processes] == [0, 0, 0]
+    at_once = fresh(data_dir)
+    at_once.replay(read_only(path))
+    assert at_once.seq == count + each
+    for during, applied, documents in got:
+        assert during >= 1  # written while it replayed
+        assert applied == list(range(1, count + each + 1)), applied[count - 5 :]
+        assert documents == list(at_once.documents)

@@ -51,6 +51,18 @@ def write(path: Path, count: int, first: int = 1) -> list[writelog.Record]:
         return [log.append(first + i, body(first + i - 1)) for i in range(count)]
 
 
+def _lock_is_free(path: Path, opener: Callable[..., int] = os.open) -> bool:
+    """Whether a writer would take the log's lock now (the exclusive lock of a file opened by ``opener``)."""
+    fd = opener(path, os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    finally:
+        os.close(fd)
+    return True
+
+
 def test_records_come_back_as_written(tmp_path: Path) -> None:
     path = tmp_path / "t.log"
     written = write(path, 12)
@@ -169,6 +181,11 @@ def test_a_replica_on_a_read_only_mount_reads_and_cuts_nothing(
     with caplog.at_level(logging.WARNING, logger="index.store.writelog"):
         assert [r.seq for r in recovered(path)] == [1, 2, 3]
     assert path.stat().st_size == size and "7 bytes at byte" in caplog.text and "not read" in caplog.text
+    monkeypatch.setattr(writelog, "READ_BYTES", 256)  # a piece a record
+    pieces = writelog.recover_pieces(path)
+    assert [r.seq for r in next(pieces)] == [1]
+    assert _lock_is_free(path, real_open)  # the writer (another instance, the mount its own) appends meanwhile
+    assert [r.seq for piece in pieces for r in piece] == [2, 3]
 
 
 def test_a_gap_in_the_sequence_is_damage(tmp_path: Path) -> None:
@@ -248,17 +265,6 @@ def test_a_reader_behind_a_cut_reads_what_it_had_not_read_from_the_replaced_file
         assert [r.seq for r in log.new_records(offset, 3, inode)[0]] == [4, 5, 6, 7, 8]
     assert writelog.cut(path, 7) == 1  # a second cut: the file the reader read is gone; the new file is all it gets
     assert [r.seq for r in writelog.read_new(path, offset, 3, inode)[0]] == [8]
-
-
-def _lock_is_free(path: Path) -> bool:
-    fd = os.open(path, os.O_RDWR)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return False
-    finally:
-        os.close(fd)
-    return True
 
 
 @pytest.mark.parametrize("cuts", [1, 2])

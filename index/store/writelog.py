@@ -710,13 +710,15 @@ def cut(path: Path, covered: int) -> int:
     """Drop the records up to sequence ``covered`` (folded into a published version): the later ones are written
     to a new file renamed over the log, under the lock, so writes arriving meanwhile are kept; the replaced file
     stays at :func:`previous_path` until the next cut. A log without such records is left as it is. Returns the
-    records kept."""
+    records kept. Its frames are checked, their payloads not parsed (the compaction's replay parsed them)."""
     if not path.is_file():
         return 0
     with _locked(path, os.O_RDWR, fcntl.LOCK_EX) as fd:
         total, kept, end = 0, 0, 0  # the records read, those after ``covered``, the end of the last
         first: int | None = None  # where the first to keep starts
-        for records, end, problem in _scan_file(fd, log_owner(path)):  # damage with good records after: LogCorrupt
+        # The frames alone, no payload parsed (the writes waiting for the lock wait for that, as for a load's check);
+        # damage with good records after it: LogCorrupt
+        for records, end, problem in _scan_file(fd, None, body=False):
             if problem is not None:  # a torn tail (a writer killed in a record since the compaction read the log)
                 size = os.fstat(fd).st_size
                 log.warning("write log %s: cut %d bytes at byte %d (%s)", path, size - end, end, problem)

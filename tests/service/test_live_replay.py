@@ -114,15 +114,15 @@ def test_a_write_waits_for_the_check_of_the_log_not_for_its_replay(
 def test_writes_and_a_writer_killed_during_a_load_are_each_applied_once(
     data_dir: Path, lee_docs: Lee, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """While a load replays the log (its lock free), other processes append and one is killed halfway through a
-    record: the load replays what it checked, its next reads take up every later write once, in order, and the
-    torn record is never read (the next writer cuts it). The delta is the one the whole log makes replayed at once."""
+    """While a load replays the log (its lock free), a writer is killed halfway through a record, then two others
+    append: the load replays what it checked, its next reads take up every later write once, in order, and the torn
+    record is never read (the next writer cuts it). The delta is the one the whole log makes replayed at once."""
     monkeypatch.setattr(writelog, "READ_BYTES", 32 << 10)
     count, each = 250, 12
     path = logged(data_dir, writes(lee_docs, count))
     table = Table.load(data_dir / "lee", checksums=False)
     context = multiprocessing.get_context("spawn")
-    started, appended = context.Event(), context.Value("i", 0)
+    kill, started, appended = context.Event(), context.Event(), context.Value("i", 0)
     bodies = [
         [
             {
@@ -137,16 +137,17 @@ def test_writes_and_a_writer_killed_during_a_load_are_each_applied_once(
         for w in range(2)
     ]
     writers = [context.Process(target=append_when_started, args=(str(path), b, started, appended)) for b in bodies]
-    killed = context.Process(target=killed_in_a_record, args=(str(path), bodies[0][0], started))
+    killed = context.Process(target=killed_in_a_record, args=(str(path), bodies[0][0], kill))
     for process in [*writers, killed]:
         process.start()
     replay, apply, applied = Delta.replay, Delta.apply, []
 
     def replay_slowly(delta: Delta, records: list[writelog.Record]) -> None:
         replay(delta, records)
-        if not started.is_set():  # after the first piece: the others write while the rest is replayed
-            started.set()
+        if not kill.is_set():  # after the first piece: the others write while the rest is replayed
+            kill.set()
             killed.join(60)
+            started.set()  # after the torn record: the first to append cuts it
             deadline = time.monotonic() + 30
             while appended.value < 3 and time.monotonic() < deadline:
                 time.sleep(0.01)
@@ -247,6 +248,6 @@ def test_two_workers_loading_while_others_write_each_apply_every_write_once(data
     at_once.replay(read_only(path))
     assert at_once.seq == count + each
     for during, applied, documents in got:
-        assert during >= 1  # written while it replayed
+        assert during >= 1  # the writer had written by the end of its replay: the lock was left to it
         assert applied == list(range(1, count + each + 1)), applied[count - 5 :]
         assert documents == list(at_once.documents)

@@ -1,8 +1,12 @@
-"""A table's write log read as a load reads it, for the tests that look at what it holds."""
+"""A table's write log read as a load reads it, for the tests that look at what it holds; written to by other
+processes as workers write it (light to start: they import the log module alone)."""
 
 from __future__ import annotations
 
+import os
+import signal
 from pathlib import Path
+from typing import Any
 
 from index.store import writelog
 
@@ -18,3 +22,28 @@ def read_only(path: Path) -> list[writelog.Record]:
     """Every good record of the log at ``path``, read as a replica on a read-only mount and a compaction's check
     read it (``writelog.read_pieces``: a torn tail left for its writer to cut), its pieces joined."""
     return [record for records in writelog.read_pieces(path) for record in records]
+
+
+def append_when_started(path: str, bodies: list[dict[str, Any]], started: Any, appended: Any) -> None:
+    """Append ``bodies`` once ``started`` is set, one write at a time as a worker appends: under the log's lock, after
+    reading what the others appended (a torn tail cut)."""
+    started.wait(60)
+    offset, last, inode = 0, 0, None
+    for body in bodies:
+        with writelog.appending(Path(path), sync=False) as log:
+            records, offset = log.new_records(offset, last, inode)
+            last, inode = (records[-1].seq if records else last), log.inode
+            record = log.append(last + 1, body)
+            offset, last = record.end, record.seq
+        with appended.get_lock():
+            appended.value += 1
+
+
+def killed_in_a_record(path: str, body: dict[str, Any], started: Any) -> None:
+    """A writer killed (SIGKILL) halfway through writing its record, once ``started`` is set."""
+    started.wait(60)
+    with writelog.appending(Path(path), sync=False) as log:
+        records, end = log.new_records(0, 0, None)
+        data = writelog.frame(records[-1].seq + 1, body)
+        os.pwrite(log.fd, data[: len(data) // 2], end)
+        os.kill(os.getpid(), signal.SIGKILL)

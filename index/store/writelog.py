@@ -463,26 +463,27 @@ def recover_pieces(path: Path) -> Generator[list[Record]]:
     (``READ_BYTES``), so that a reader applying each piece before it takes the next never holds the whole log's
     records, after cutting a torn or corrupt tail (logged as a warning with the bytes lost): what a server's load
     and a compaction replay (``Delta.replay_log``). Raises :class:`LogCorrupt` for a damaged record in the middle.
+    A replica on a read-only mount cuts nothing: it reads up to a torn tail, which its writer cuts.
 
     The log is locked only while its frames are checked and a torn tail is cut (:func:`_recovered_end`: marks,
     lengths, checksums, sequence numbers, no payload parsed), not while the records are parsed and applied: the
     bytes up to that end are whole records no writer changes (a write appends after them), read without the lock,
     so that another process's write waits for the check alone. A record appended meanwhile is not read here: the
-    reader takes it up as any later write (:func:`read_new`, from the end of the last record given)."""
+    reader takes it up as any later write (:func:`read_new`, from the end of the last record given). A cut
+    meanwhile leaves the file being read whole (as the replaced file); a second one empties it, and the reading
+    stops there: the log's file is another one then, by which the reader tells (``service.live`` reads it again)."""
     if not path.is_file():
         return
     try:
-        with _locked(path, os.O_RDWR, fcntl.LOCK_EX) as fd:
-            end = _recovered_end(fd, path)
-            reader = os.open(path, os.O_RDONLY)  # the file checked: no cut replaces it while the lock is held
+        end, reader = _checked(path, writable=True)
     except OSError as exc:
         if exc.errno not in (errno.EROFS, errno.EACCES, errno.EPERM):  # EPERM: an immutable log
             raise
-        yield from read_pieces(path)  # a replica on a read-only mount: it reads, the writer cuts
-        return
+        end, reader = _checked(path, writable=False)  # a replica on a read-only mount: it reads, the writer cuts
     try:
         for records, at, problem in _scan_file(reader, log_owner(path), end):
-            if problem is not None and os.fstat(reader).st_size >= end:  # unless emptied since a cut replaced it
+            # A checked frame whose payload is no JSON object; or a short read of a file emptied under it
+            if problem is not None and os.fstat(reader).st_size >= end:
                 raise LogCorrupt(f"record at byte {at} is damaged: {problem}")
             if records:
                 yield records
@@ -490,20 +491,29 @@ def recover_pieces(path: Path) -> Generator[list[Record]]:
         os.close(reader)
 
 
-def _recovered_end(fd: int, path: Path) -> int:
+def _checked(path: Path, writable: bool) -> tuple[int, int]:
+    """The end of the last good record of the log at ``path`` (:func:`_recovered_end`, under its exclusive lock; a
+    log not ``writable`` under a shared one, its torn tail left) and the log opened again to read up to there."""
+    mode, kind = (os.O_RDWR, fcntl.LOCK_EX) if writable else (os.O_RDONLY, fcntl.LOCK_SH)
+    with _locked(path, mode, kind) as fd:
+        end = _recovered_end(fd, path, writable)
+        return end, os.open(path, os.O_RDONLY)  # the file checked: no cut replaces it while the lock is held
+
+
+def _recovered_end(fd: int, path: Path, cut: bool) -> int:
     """Where the last good record of the log open (and locked) as ``fd`` ends, its frames checked without their
-    payloads: a torn or corrupt tail is cut there, with a warning naming the bytes lost and the last good record;
-    :class:`LogCorrupt` for a damaged record with good ones after it."""
+    payloads: a torn or corrupt tail is cut there (with ``cut``; else left, not read), with a warning naming the
+    bytes lost and the last good record; :class:`LogCorrupt` for a damaged record with good ones after it."""
     last, end = "no record", 0
     for records, end, problem in _scan_file(fd, None, body=False):
         last = f"sequence number {records[-1].seq}" if records else last
         if problem is not None:
-            size = os.fstat(fd).st_size
-            log.warning(
-                "write log %s: cut %d bytes at byte %d (%s); last good record: %s", path, size - end, end, problem, last
-            )
-            os.ftruncate(fd, end)
-            os.fsync(fd)
+            lost = f"{os.fstat(fd).st_size - end} bytes at byte {end}"
+            said = f"cut {lost} ({problem})" if cut else f"{lost} not read ({problem})"
+            log.warning("write log %s: %s; last good record: %s", path, said, last)
+            if cut:
+                os.ftruncate(fd, end)
+                os.fsync(fd)
     return end
 
 
@@ -700,13 +710,15 @@ def cut(path: Path, covered: int) -> int:
     """Drop the records up to sequence ``covered`` (folded into a published version): the later ones are written
     to a new file renamed over the log, under the lock, so writes arriving meanwhile are kept; the replaced file
     stays at :func:`previous_path` until the next cut. A log without such records is left as it is. Returns the
-    records kept."""
+    records kept. Its frames are checked, their payloads not parsed (the compaction's replay parsed them)."""
     if not path.is_file():
         return 0
     with _locked(path, os.O_RDWR, fcntl.LOCK_EX) as fd:
         total, kept, end = 0, 0, 0  # the records read, those after ``covered``, the end of the last
         first: int | None = None  # where the first to keep starts
-        for records, end, problem in _scan_file(fd, log_owner(path)):  # damage with good records after: LogCorrupt
+        # The frames alone, no payload parsed (the writes waiting for the lock wait for that, as for a load's check);
+        # damage with good records after it: LogCorrupt
+        for records, end, problem in _scan_file(fd, None, body=False):
             if problem is not None:  # a torn tail (a writer killed in a record since the compaction read the log)
                 size = os.fstat(fd).st_size
                 log.warning("write log %s: cut %d bytes at byte %d (%s)", path, size - end, end, problem)

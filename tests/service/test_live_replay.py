@@ -4,9 +4,13 @@
 from __future__ import annotations
 
 import fcntl
+import multiprocessing
 import os
+import signal
+import time
 import tracemalloc
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -17,7 +21,7 @@ from index.store import writelog
 from service import live
 from tests.index.build.test_compact_replay import data_dir, fresh, logged, writes
 from tests.lee import Lee
-from tests.logs import read_only
+from tests.logs import append_when_started, killed_in_a_record, read_only
 
 __all__ = ["data_dir"]  # the fixture, taken from compaction's tests
 
@@ -105,3 +109,145 @@ def test_a_write_waits_for_the_check_of_the_log_not_for_its_replay(
     assert state.delta.offset == appended[0].offset  # the end the load checked, where the new record begins
     assert state.refresh().seq == count + 1 and "during-replay" in state.delta.documents
     assert state.delta.offset == path.stat().st_size
+
+
+def test_writes_and_a_writer_killed_during_a_load_are_each_applied_once(
+    data_dir: Path, lee_docs: Lee, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """While a load replays the log (its lock free), a writer is killed halfway through a record, then two others
+    append: the load replays what it checked, its next reads take up every later write once, in order, and the torn
+    record is never read (the next writer cuts it). The delta is the one the whole log makes replayed at once."""
+    monkeypatch.setattr(writelog, "READ_BYTES", 32 << 10)
+    count, each = 250, 12
+    path = logged(data_dir, writes(lee_docs, count))
+    table = Table.load(data_dir / "lee", checksums=False)
+    context = multiprocessing.get_context("spawn")
+    kill, started, appended = context.Event(), context.Event(), context.Value("i", 0)
+    bodies = [
+        [
+            {
+                "op": "upsert",
+                "documents": [
+                    {"id": f"w{w}-{i}", "text": lee_docs.texts[i], "vector": lee_docs.vectors[i].tolist()}
+                    | {"fields": lee_docs.record(i)}
+                ],
+            }
+            for i in range(w * each, (w + 1) * each)
+        ]
+        for w in range(2)
+    ]
+    writers = [context.Process(target=append_when_started, args=(str(path), b, started, appended)) for b in bodies]
+    killed = context.Process(target=killed_in_a_record, args=(str(path), bodies[0][0], kill))
+    for process in [*writers, killed]:
+        process.start()
+    replay, apply, applied = Delta.replay, Delta.apply, []
+
+    def replay_slowly(delta: Delta, records: list[writelog.Record]) -> None:
+        replay(delta, records)
+        if not kill.is_set():  # after the first piece: the others write while the rest is replayed
+            kill.set()
+            killed.join(60)
+            started.set()  # after the torn record: the first to append cuts it
+            deadline = time.monotonic() + 30
+            while appended.value < 3 and time.monotonic() < deadline:
+                time.sleep(0.01)
+        time.sleep(0.01)
+
+    def apply_counted(delta: Delta, records: Any) -> None:
+        records = list(records)
+        applied.extend(r.seq for r in records if r.seq > delta.seq)
+        apply(delta, records)
+
+    monkeypatch.setattr(Delta, "replay", replay_slowly)
+    monkeypatch.setattr(Delta, "apply", apply_counted)
+    try:
+        live.attach(table, data_dir / "lee")
+        replayed, during = len(applied), appended.value
+        for process in writers:
+            process.join(60)
+    finally:
+        for process in [*writers, killed]:
+            process.kill()
+    assert killed.exitcode == -signal.SIGKILL and [p.exitcode for p in writers] == [0, 0]
+    assert replayed == count and during >= 3, (replayed, during)  # the load replayed what it checked, others wrote
+    state = live.live_of(table)
+    assert state is not None
+    state.refresh()
+    total = count + 2 * each
+    assert applied == list(range(1, total + 1)), applied[count - 5 :]  # each write once, in order
+    assert (state.delta.seq, state.delta.offset) == (total, path.stat().st_size)  # the torn record cut, not read
+    at_once = fresh(data_dir)
+    at_once.replay(read_only(path))
+    assert list(state.delta.documents) == list(at_once.documents)
+    assert all(f"w{w}-{i}" in state.delta.documents for w in range(2) for i in range(w * each, (w + 1) * each))
+    assert np.array_equal(state.delta.deleted, at_once.deleted)
+
+
+def _load_slowly(directory: str, started: Any, appended: Any, written: Any, answers: Any) -> None:
+    """A worker's load of the table at ``directory`` whose replay takes 10 ms a piece and, after its first, sets
+    ``started`` and waits until another process has ``appended`` a write; once ``written`` is set, its next read:
+    (the writes appended by the end of its replay; the sequences applied, in order; the documents it holds)."""
+    writelog.READ_BYTES = 32 << 10
+    replay, apply, applied = Delta.replay, Delta.apply, []
+
+    def replay_slowly(delta: Delta, records: list[writelog.Record]) -> None:
+        replay(delta, records)
+        started.set()
+        deadline = time.monotonic() + 60
+        while appended.value < 1 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        time.sleep(0.01)
+
+    def apply_counted(delta: Delta, records: Any) -> None:
+        records = list(records)
+        applied.extend(r.seq for r in records if r.seq > delta.seq)
+        apply(delta, records)
+
+    Delta.replay, Delta.apply = replay_slowly, apply_counted  # type: ignore[method-assign]
+    table = Table.load(Path(directory), checksums=False)
+    live.attach(table, Path(directory))
+    during = appended.value
+    state = live.live_of(table)
+    assert state is not None
+    written.wait(120)
+    answers.put((during, applied, list(state.refresh().documents)))
+
+
+def test_two_workers_loading_while_others_write_each_apply_every_write_once(data_dir: Path, lee_docs: Lee) -> None:
+    """Two workers start at once (two loads replaying the same log, each locking it for its own check) while
+    another process appends: each applies every write once, in order, and both hold the documents the whole log
+    makes."""
+    count, each = 250, 20
+    path = logged(data_dir, writes(lee_docs, count))
+    context = multiprocessing.get_context("spawn")
+    started, written, appended, answers = context.Event(), context.Event(), context.Value("i", 0), context.Queue()
+    bodies = [
+        {
+            "op": "upsert",
+            "documents": [{"id": f"w-{i}", "vector": lee_docs.vectors[i].tolist(), "fields": lee_docs.record(i)}],
+        }
+        for i in range(each)
+    ]
+    table = str(data_dir / "lee")
+    loads = [context.Process(target=_load_slowly, args=(table, started, appended, written, answers)) for _ in "ab"]
+    writer = context.Process(target=append_when_started, args=(str(path), bodies, started, appended))
+    processes = [*loads, writer]
+    for process in processes:
+        process.start()
+    try:
+        writer.join(120)
+        written.set()
+        got = [answers.get(timeout=120) for _ in loads]
+        for process in loads:
+            process.join(60)
+    finally:
+        for process in processes:
+            process.kill()
+    assert [p.exitcode for p in processes] == [0, 0, 0]
+    at_once = fresh(data_dir)
+    at_once.replay(read_only(path))
+    assert at_once.seq == count + each
+    for during, applied, documents in got:
+        assert during >= 1  # the writer had written by the end of its replay: the lock was left to it
+        assert applied == list(range(1, count + each + 1)), applied[count - 5 :]
+        assert documents == list(at_once.documents)

@@ -4,6 +4,8 @@ once, as a server replays it at load."""
 
 from __future__ import annotations
 
+import fcntl
+import os
 import shutil
 import tracemalloc
 from pathlib import Path
@@ -125,3 +127,35 @@ def test_pieces_of_writes_the_version_holds_then_a_gap(
     gap = "first record has sequence 51, but its version holds the writes up to 40"
     with pytest.raises(writelog.LogMismatch, match=gap):
         compact.replay("lee", Delta(table.payload, table.rows, table.dim, 40), path)
+
+
+def test_a_write_during_a_compactions_replay_is_kept_in_the_log_once(
+    data_dir: Path, lee_docs: Lee, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A compaction replays the log without its lock (held while the frames are checked): a write appended in the
+    middle of the replay is past the end it replays, so the new version does not hold it and the cut keeps it, the
+    only record left in the log."""
+    monkeypatch.setattr(writelog, "READ_BYTES", 32 << 10)
+    count = 250
+    path = logged(data_dir, writes(lee_docs, count))
+    document = {"id": "during-replay", "text": lee_docs.texts[0], "vector": lee_docs.vectors[0].tolist()}
+    body = {"op": "upsert", "documents": [{**document, "fields": lee_docs.record(0)}]}
+    replay, appended = Delta.replay, []
+
+    def replay_then_write(delta: Delta, records: list[writelog.Record]) -> None:
+        replay(delta, records)
+        if not appended:  # after the first piece
+            fd = os.open(path, os.O_RDWR)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # BlockingIOError while the replay holds the lock
+            finally:
+                os.close(fd)
+            with writelog.appending(path, sync=False) as log:
+                appended.append(log.append(count + 1, body))
+
+    monkeypatch.setattr(Delta, "replay", replay_then_write)
+    assert compact.compact(data_dir, "lee")["log_sequence"] == count
+    version = Table.load(data_dir / "lee", checksums=False)
+    assert version.payload is not None and "during-replay" not in version.payload.ids(range(version.rows))
+    kept = recovered(path)
+    assert appended and [(r.seq, r.body["documents"][0]["id"]) for r in kept] == [(count + 1, "during-replay")]

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from service.http import protocol
-from tests.service import raw_http
+from tests.service import raw_http, real_server
 from tests.service.real_server import Server
 
 T = "/v1/tables/small"
@@ -356,6 +356,35 @@ def test_a_body_sent_with_an_upgrade_is_read_and_the_connection_goes_on(server: 
         second, third = raw_http.read_responses(sock, 2)
     assert first[::2] == second[::2] == plain[::2], (first, second)
     assert third[0] == 200 and [n["token"] for n in json.loads(third[2])["neighbors"]] == ["pain", "suffering"]
+
+
+@pytest.mark.parametrize(
+    ("line", "connection"),
+    [("HTTP/1.0", "Upgrade"), ("HTTP/1.1", "close, Upgrade")],
+    ids=["an HTTP/1.0 request", "Connection: close"],
+)
+@pytest.mark.parametrize("upgrade", [False, True], ids=["plain", "with Upgrade"])
+def test_what_follows_a_request_the_connection_ends_with_is_not_read(
+    server: Server, line: str, connection: str, upgrade: bool
+) -> None:
+    """The connection ends with a request that does not keep it alive (HTTP/1.0, ``Connection: close``), with an
+    ``Upgrade`` as without: bytes sent behind it are not read as requests. Read, they were queued never to run and
+    had 499 access lines, or were refused (a missing Host) in log lines, both naming requests no one made."""
+    name = f"behind-{line[5:]}-{connection[:5]}-{upgrade}"
+    head = f"GET /healthz {line}\r\nHost: x\r\nConnection: {connection}\r\nX-Request-ID: {name}-first\r\n"
+    head += "Upgrade: h2c\r\n" if upgrade else ""
+    behind = [f"GET /healthz HTTP/1.1\r\n{host}X-Request-ID: {name}\r\n\r\n" for host in ("Host: x\r\n", "")]
+    with raw_http.connect(server.port, timeout=10) as sock:
+        sock.sendall(f"{head}\r\n{''.join(behind)}".encode())
+        answer = b""
+        while chunk := sock.recv(1 << 16):
+            answer += chunk
+    assert answer.startswith(b"HTTP/1.1 200 OK\r\n") and answer.count(b"HTTP/1.1") == 1, answer
+    marker = f"{name}-marker"
+    assert get(server, "/healthz", {"X-Request-ID": marker})[0] == 200  # the server's log is written in order
+    real_server.wait_for(lambda: f"request_id={marker}" in server.log(), what="the marker's access line")
+    lines = [logged for logged in server.log().splitlines() if f"request_id={name}" in logged]
+    assert len(lines) == 2 and lines[0].endswith(f"200 request_id={name}-first"), lines
 
 
 @pytest.mark.skipif(shutil.which("curl") is None, reason="curl is the client here")

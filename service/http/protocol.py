@@ -514,6 +514,10 @@ class JsonErrorsProtocol(HttpToolsProtocol):
             self._say(logging.INFO, "URL %%-escapes not UTF-8: answering 400")
             self._refuse("bad_request", ESCAPES_MESSAGE)
             return
+        if self.in_body and self.parser.get_method() == b"CONNECT":  # a host:port target: no URL uvicorn parses
+            self._say(logging.INFO, "CONNECT: answering 400")
+            self._refuse("bad_request", CONNECT_MESSAGE)
+            return
         self._say(logging.INFO, "not valid HTTP/1.1: answering 400")
         if isinstance(error, httptools.HttpParserInvalidMethodError):
             self._refuse("bad_request", METHOD_MESSAGE)

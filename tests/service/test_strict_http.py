@@ -406,6 +406,8 @@ def test_curl_http2_on_plain_http_posts_its_body(server: Server, tmp_path: Path)
     [
         b"CONNECT /v1/tables HTTP/1.1\r\nHost: x\r\n\r\n",
         b"CONNECT /v1/tables HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nabcdeGET /healthz HTTP/1.1\r\n\r\n",
+        # as a client sends it to its proxy (curl -x, https_proxy): its target a host and port, no path
+        b"CONNECT example.com:443 HTTP/1.1\r\nHost: example.com:443\r\nProxy-Connection: Keep-Alive\r\n\r\n",
     ],
 )
 def test_connect_is_a_400_and_the_worker_goes_on(server: Server, raw: bytes) -> None:

@@ -11,6 +11,7 @@ import json
 import shutil
 import socket
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -356,6 +357,28 @@ def test_a_body_sent_with_an_upgrade_is_read_and_the_connection_goes_on(server: 
         second, third = raw_http.read_responses(sock, 2)
     assert first[::2] == second[::2] == plain[::2], (first, second)
     assert third[0] == 200 and [n["token"] for n in json.loads(third[2])["neighbors"]] == ["pain", "suffering"]
+
+
+@pytest.mark.parametrize("pieces", ["one write", "byte by byte"])
+def test_an_upgrade_request_pipelined_with_another_is_answered_however_its_bytes_arrive(
+    server: Server, pieces: str
+) -> None:
+    """A chunked upgrade request with a trailer and the request behind it, in one read, or split at every byte
+    (the head replayed from whichever read ends the real one): both answered, the first as without Upgrade."""
+    plain = ask(server, raw_http.request("POST", f"{T}/search", SEARCH, {"Connection": "close"}))
+    upgrade = raw_http.request("POST", f"{T}/search", None, H2C | {"Transfer-Encoding": "chunked"})
+    upgrade += chunked(SEARCH).replace(b"0\r\n\r\n", b"0\r\nX-Trailer: 1\r\n\r\n")
+    after = raw_http.request("GET", f"{T}/neighbors?token=heart&k=2", headers={"Connection": "close"})
+    sent = upgrade + after
+    with raw_http.connect(server.port, timeout=10) as sock:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        for start in range(0, len(sent), len(sent) if pieces == "one write" else 1):
+            sock.sendall(sent[start : start + (len(sent) if pieces == "one write" else 1)])
+            if pieces != "one write":
+                time.sleep(0.001)  # a read each, as far as the machine's scheduling allows
+        first, second = raw_http.read_responses(sock, 2)
+    assert first[::2] == plain[::2], (first, plain)
+    assert second[0] == 200 and [n["token"] for n in json.loads(second[2])["neighbors"]] == ["pain", "suffering"]
 
 
 @pytest.mark.parametrize(

@@ -380,14 +380,24 @@ def test_the_front_answers_the_word_routes_by_token_as_the_whole_table(
 
 # Words a table spells composed (NFC) and decomposed (NFD), in either case, each on the shard its spelling's hash
 # names; and how they are asked
-SPELLINGS = ["Cr\u00e8me", "cre\u0300me", "BRU\u0302LE\u0301E", "Br\u00fbl\u00e9e", "Zu\u0308rich"]
+SPELLINGS = [
+    "Cr\u00e8me",
+    "cre\u0300me",
+    "BRU\u0302LE\u0301E",
+    "Br\u00fbl\u00e9e",
+    "Zu\u0308rich",
+    "ph\u1ed1",
+    "pho\u0302\u0301",
+]
 SPELLED = ["cr\u00e8me", "CR\u00c8ME", "br\u00fbl\u00e9e", "z\u00fcrich", "ZU\u0308RICH", "Cre\u0300me"]
+SPELLED += ["ph\u00f4\u0301"]  # neither composed nor decomposed: the composed label found first, not the other
 
 
 def test_a_word_spelled_composed_or_decomposed_is_the_whole_tables_row_through_the_front(tmp_path: Path) -> None:
     """The front finds the row the whole table finds, whichever shards its spellings are on: the decomposed
     spelling before another case, the lowest row of the case-folded ones (it found "crème" decomposed where the
-    whole table found "Crème", and "BRÛLÉE" where the whole table found "Brûlée")."""
+    whole table found "Crème", and "BRÛLÉE" where the whole table found "Brûlée"); of exact matches of a word
+    typed in neither form, the composed one (it took the first shard's, "phố" decomposed)."""
     labels = [*SPELLINGS, *(f"w{i}" for i in range(30))]
     matrix = np.random.default_rng(3).standard_normal((len(labels), 8)).astype(np.float32)
     np.savez(tmp_path / "spellings.npz", vectors=matrix, tokens=np.array(labels, dtype=str))

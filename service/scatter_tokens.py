@@ -3,10 +3,11 @@
 document), answered as the whole table answers it from the shard that holds that row (below).
 
 Each distinct token of a request is looked up once (``GET <replica>/tokens/{token}?normalized=true&row=true``):
-the whole table's match is the exact one, on the shard its hash names (asked first), else the case-folded one of
-the lowest row in the whole table (every shard asked, ``scatter_words.resolved``). A token no shard holds is the
-whole table's 404, with the whole table's suggestions: every shard's candidates (``GET <replica>/suggestions/{token}``,
-``index.engine.shards.suggestion_part``) merged as the engine ranks its own (``merged_suggestions``). A row id is a
+the whole table's match is the token's own label, on the shard its hash names (asked first), else the exact one of
+its composed, then decomposed spelling, else the case-folded one of the lowest row in the whole table (every shard
+asked, ``scatter_words.resolved``). A token no shard holds is the whole table's 404, with the whole table's
+suggestions: every shard's candidates (``GET <replica>/suggestions/{token}``, ``index.engine.shards.suggestion_part``)
+merged as the engine ranks its own (``merged_suggestions``). A row id is a
 row of the whole table: every shard is asked for it (``GET <replica>/rows/{row}``), the one holding it answers; a
 row no shard holds is the whole table's 404 (its range from the shards' row counts). Then, from the gathered unit
 rows, as the engine computes it:
@@ -99,12 +100,16 @@ class Words:
 
     async def lookup(self, token: str) -> Found | Refused:
         """The whole table's match of ``token``, or the refusal of the shard its hash names. That shard is asked
-        first: an exact match stands there alone and wins; else every other shard is asked too (a case-folded match
-        of a lower row of the whole table may stand on any)."""
+        first: the token's own label stands there alone and wins; else every other shard is asked too (its composed
+        or decomposed spelling, a case-folded match of a lower row of the whole table, may stand on any)."""
         home = owner(token, len(self.shards))
         answers = {home: await self.ask_token(home, token)}
         first = answers[home]
-        if not isinstance(first, ShardRefused) and first["query"]["match"] == "exact":
+        if (
+            not isinstance(first, ShardRefused)
+            and first["query"]["match"] == "exact"
+            and first["query"]["token"] == token
+        ):
             return first
         rest = [shard for shard in range(len(self.shards)) if shard != home]
         answers.update(zip(rest, await asyncio.gather(*(self.ask_token(s, token) for s in rest)), strict=True))
@@ -113,7 +118,7 @@ class Words:
             if isinstance(answer, ShardRefused) and answer.status != 404:  # the token itself (too long, ...)
                 return Refused.of(answer)
             found.append(None if isinstance(answer, ShardRefused) else answer)
-        match = resolved(found)
+        match = resolved(token, found)
         if match is None:
             return await self.unknown(token, cast(ShardRefused, first))
         return match

@@ -13,12 +13,14 @@ engine averages them (:func:`query_vector`), searched as a vector, the query's o
 
 from __future__ import annotations
 
+import unicodedata
 from collections.abc import Collection, Sequence
 from typing import Any
 
 import numpy as np
 
 from index.engine.door import merge, unit_mean
+from index.engine.lookup import spellings
 from service.schemas.search import SearchRequest
 
 WORDS = "words"
@@ -52,13 +54,18 @@ def merged_neighbors(body: SearchRequest, parts: list[dict[str, Any] | None]) ->
     return shown
 
 
-def resolved(found: list[dict[str, Any] | None]) -> dict[str, Any] | None:
-    """The whole table's match among the shards' own (``GET .../tokens/{token}?row=true``; None: no match on that
-    shard): the exact one (on the shard its token's hash names), else the case-folded one of the lowest row in the
-    whole table, as the unsharded table's lookup picks."""
+def resolved(token: str, found: list[dict[str, Any] | None]) -> dict[str, Any] | None:
+    """The whole table's match of ``token`` among the shards' own (``GET .../tokens/{token}?row=true``; None: no
+    match on that shard), as the unsharded table's lookup picks: an exact one, in the order it tries them (as sent,
+    composed, decomposed: each spelling on the shard its hash names), else the case-folded one of the lowest row
+    in the whole table."""
     matches = [f for f in found if f is not None]
+    order = [token, *spellings(unicodedata.normalize("NFC", token))]
+    tried = {label: rank for rank, label in reversed(list(enumerate(order)))}
     exact = [f for f in matches if f["query"]["match"] == "exact"]
-    return exact[0] if exact else min(matches, key=lambda f: int(f["row"]), default=None)
+    if exact:
+        return min(exact, key=lambda f: tried.get(f["query"]["token"], len(order)))
+    return min(matches, key=lambda f: int(f["row"]), default=None)
 
 
 def query_of(found: dict[str, Any]) -> dict[str, Any]:

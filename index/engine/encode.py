@@ -42,6 +42,7 @@ import numpy as np
 from index.engine.encoding import POOLINGS as POOLINGS  # re-exported: the routes import them from here
 from index.engine.encoding import Encoded as Encoded
 from index.engine.encoding import Pooling as Pooling
+from index.engine.lookup import spellings
 from index.engine.table import Table
 from index.errors import InvalidQuery
 from index.store.tokens import DOTTED_I, FLAG_SPECIAL, WEIGHTS
@@ -282,7 +283,7 @@ class Encoder:
             found[missed] = self.table.tokens.find_many([unicodedata.normalize("NFD", distinct[i]) for i in missed])
         for i in np.flatnonzero(found < 0).tolist():  # the case-folded match, if any (İ's fold: in any table)
             if self.cased or DOTTED_I in distinct[i]:
-                folded = self.table.tokens.find_folded(distinct[i])
+                folded = self.table.lookup.folded(*spellings(distinct[i]))  # either spelling's, as the word routes'
                 found[i] = -1 if folded is None else folded
         rows = dict(zip(distinct, found.tolist(), strict=True))
         ids = np.fromiter(map(rows.__getitem__, flat), dtype=np.int64, count=len(flat))

@@ -61,6 +61,15 @@ class Resolved:
         return {"text": self.query, "token": self.token, "id": self.id, "match": self.match}
 
 
+def spellings(text: str) -> list[str]:
+    """A word composed (NFC, ``text``) and, when that differs, decomposed (NFD): the spellings a table's labels may
+    have of it (a table whose labels are decomposed spells "café" with "e" and U+0301)."""
+    if text.isascii():
+        return [text]
+    decomposed = unicodedata.normalize("NFD", text)
+    return [text] if decomposed == text else [text, decomposed]
+
+
 class Lookup:
     """Word -> row for one table (``name`` for messages; ``model_tokens``: try space-marked forms;
     ``byte_level``: labels are byte-level BPE strings, "Ġ" for a space; ``lower_case``: the model lower-cases
@@ -98,23 +107,22 @@ class Lookup:
         if found is not None:  # the usual case, before any other form is made
             return Resolved(sent, found, sent, "exact")
         text = unicodedata.normalize("NFC", sent)
-        labelled = self.spelled(text)
-        if labelled is None and (decomposed := unicodedata.normalize("NFD", text)) != text:
-            labelled = self.spelled(decomposed)
+        labelled = self.spelled(*spellings(text))
         if labelled is not None:
             return Resolved(sent, *labelled)
         normal = self.normalized(text)
         labelled = None if normal is None else self.spelled(normal)
         return None if labelled is None else Resolved(sent, labelled[0], labelled[1], "normalized")
 
-    def spelled(self, text: str) -> tuple[int, str, str] | None:
-        """The row of ``text`` (row, label, match), or None, by the first rule that finds one: the exact label,
-        for model tokens also the byte-level BPE spelling ("exact") and each form space-marked ("space-marked");
-        then the same case-folded, the lowest id of a form ("casefold"). Byte-level spellings are not folded:
-        their characters stand for bytes, which case folding would change into others."""
-        forms = [text]
-        if self.byte_level and (label := byte_level_label(text)) != text:
-            forms.append(label)  # byte-level BPE labels spell "café" as "cafÃ©"
+    def spelled(self, *texts: str) -> tuple[int, str, str] | None:
+        """The row of a word spelled ``texts`` (composed, then decomposed: ``spellings``), as (row, label,
+        match), or None, by the first rule that finds one: an exact label, for model tokens also the byte-level BPE
+        spelling ("exact"), each space-marked ("space-marked"); then the lowest row of any of them case-folded
+        (``folded``; for model tokens then space-marked: "casefold"). Byte-level spellings are not folded: their
+        characters stand for bytes, which case folding would change into others."""
+        forms = list(texts)
+        if self.byte_level:  # byte-level BPE labels spell "café" as "cafÃ©"
+            forms += [label for text in texts if (label := byte_level_label(text)) != text]
         marked = [marker + form for form in forms for marker in SPACE_MARKERS] if self.model_tokens else []
         for label in forms:
             if (found := self.tokens.find(label)) is not None:
@@ -122,10 +130,17 @@ class Lookup:
         for label in marked:
             if (found := self.tokens.find(label)) is not None:
                 return found, label, "space-marked"
-        for label in [text, *(marker + text for marker in SPACE_MARKERS if self.model_tokens)]:
-            if (found := self.tokens.find_folded(label)) is not None:
+        markers = ["", *(SPACE_MARKERS if self.model_tokens else ())]
+        for marker in markers:
+            if (found := self.folded(*(marker + text for text in texts))) is not None:
                 return found, self.tokens[found], "casefold"
         return None
+
+    def folded(self, *texts: str) -> int | None:
+        """The lowest row whose case-folded label is one of ``texts`` (a word's spellings) case-folded, or None: the
+        case-folded match of the whole table, of its text encoder, and of a sharded table's front (the lowest row
+        of its shards' matches)."""
+        return min((row for text in texts if (row := self.tokens.find_folded(text)) is not None), default=None)
 
     def normalized(self, text: str) -> str | None:
         """``text`` as a model-token table's tokenizer normalises a text before it splits it, when that differs:

@@ -284,7 +284,7 @@ class JsonErrorsProtocol(HttpToolsProtocol):
         request it also is). httptools ends an upgrade request at its head (its body, and what follows, left to the
         new protocol): a Java ``HttpClient`` or ``curl --http2`` sends ``Upgrade: h2c`` on plain HTTP, and a search
         it POSTed had no body, the requests after it on the connection no answer. A new parser reads on from the
-        end of that head, behind a head of the request's method and framing headers (``_replay``): the body goes
+        end of that head, behind a head of the request's method, version and framing (``_replay``): the body goes
         to the request's cycle, the requests after it are parsed as any."""
         self._unset_keepalive_if_required()
         while True:
@@ -303,18 +303,21 @@ class JsonErrorsProtocol(HttpToolsProtocol):
             return
 
     def _replay(self, rest: bytes) -> bytes:
-        """A new parser for what follows an upgrade request's head (``rest``), and the bytes to feed it first."""
-        method = self.parser.get_method()
+        """A new parser for what follows an upgrade request's head (``rest``), and the bytes to feed it first: a
+        head of the request's method, HTTP version and the headers that frame its body and end the connection, so
+        that it reads the body as the request's and, after a request that ends the connection (HTTP/1.0,
+        ``Connection: close``), reads nothing more, as the parser does after any such request."""
+        method, version = self.parser.get_method(), self.parser.get_http_version().encode()
         framing = b"".join(
             b"%s: %s\r\n" % (name, value)
             for name, value in self.headers
-            if name in (b"content-length", b"transfer-encoding")
+            if name in (b"content-length", b"transfer-encoding", b"connection")  # Upgrade itself left out
         )
         self.replaying = (self.url, self.headers)
         self.headers = []  # the replayed head's, not added to the request's scope
         self.parser = httptools.HttpRequestParser(self)
         self.parser.set_dangerous_leniencies(lenient_data_after_close=True)  # as uvicorn's
-        return method + b" / HTTP/1.1\r\n" + framing + b"\r\n" + rest
+        return b"%s / HTTP/%s\r\n%s\r\n%s" % (method, version, framing, rest)
 
     # ------------------------------------------------------------------------------------------ connection
     # asyncio.Protocol declares a BaseTransport; as in uvicorn itself, an HTTP connection gets a Transport.
@@ -510,6 +513,10 @@ class JsonErrorsProtocol(HttpToolsProtocol):
         if self.bad_escapes:
             self._say(logging.INFO, "URL %%-escapes not UTF-8: answering 400")
             self._refuse("bad_request", ESCAPES_MESSAGE)
+            return
+        if self.in_body and self.parser.get_method() == b"CONNECT":  # a host:port target: no URL uvicorn parses
+            self._say(logging.INFO, "CONNECT: answering 400")
+            self._refuse("bad_request", CONNECT_MESSAGE)
             return
         self._say(logging.INFO, "not valid HTTP/1.1: answering 400")
         if isinstance(error, httptools.HttpParserInvalidMethodError):

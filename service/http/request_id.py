@@ -30,6 +30,9 @@ class RequestIdMiddleware:
                         await self._named(value, scope, receive, send)
                         return
                     break  # the first one counts
+            # None, whatever the connection's request before had: a request pipelined behind another runs in a
+            # task started inside that one's send, in a copy of its context
+            REQUEST_ID.set(None)
         await self.app(scope, receive, send)
 
     async def _named(self, request_id: bytes, scope: Scope, receive: Receive, send: Send) -> None:

@@ -151,6 +151,22 @@ def test_requests_pipelined_behind_one_whose_client_leaves_have_their_access_lin
         assert line.endswith(f'"GET {target} HTTP/1.1" 499 request_id={name}'), lines
 
 
+def test_a_pipelined_request_is_not_logged_under_the_id_of_the_one_before(small_server: Server) -> None:
+    """A request queued behind another (pipelined in one write) runs once that one's answer is sent, from inside
+    its send: it was logged under that request's X-Request-ID (its access line said request_id=first-named)."""
+    target = "/v1/tables/small/neighbors?token=heart&k=3"
+    sent = raw_http.request("GET", target, headers={"X-Request-ID": "first-named"})
+    sent += raw_http.request("GET", f"{target}&exact=true", headers={"Connection": "close"})
+    with raw_http.connect(small_server.port) as sock:
+        sock.sendall(sent)
+        first, second = raw_http.read_responses(sock, 2)
+    assert (first[1]["x-request-id"], second[0], "x-request-id" in second[1]) == ("first-named", 200, False)
+    line = f'"GET {target}&exact=true HTTP/1.1" 200'
+    wait_for(lambda: line in small_server.log(), what="the second request's access line")
+    (logged,) = [logged for logged in small_server.log().splitlines() if line in logged]
+    assert logged.endswith(line), logged
+
+
 def test_a_projection_logs_its_access_line_alone(small_data_dir: Path, tmp_path: Path) -> None:
     """openTSNE logs two or three info lines per t-SNE (its gradient method, its initialization): at the server's
     info level they stay out of the log, which has the request's access line. (A server of its own: the shared

@@ -23,6 +23,7 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import numpy as np
 import pytest
@@ -375,6 +376,49 @@ def test_the_front_answers_the_word_routes_by_token_as_the_whole_table(
     assert statuses == {200, 404, 422}
     status, got = ask(front, "words3", "GET", "/similarity?a=kingz&b=queen")
     assert got["error"]["code"] == "unknown_token" and "kings" in got["error"]["suggestions"], got
+
+
+# Words a table spells composed (NFC) and decomposed (NFD), in either case, each on the shard its spelling's hash
+# names; and how they are asked
+SPELLINGS = [
+    "Cr\u00e8me",
+    "cre\u0300me",
+    "BRU\u0302LE\u0301E",
+    "Br\u00fbl\u00e9e",
+    "Zu\u0308rich",
+    "ph\u1ed1",
+    "pho\u0302\u0301",
+]
+SPELLED = ["cr\u00e8me", "CR\u00c8ME", "br\u00fbl\u00e9e", "z\u00fcrich", "ZU\u0308RICH", "Cre\u0300me"]
+SPELLED += ["ph\u00f4\u0301"]  # neither composed nor decomposed: the composed label found first, not the other
+
+
+def test_a_word_spelled_composed_or_decomposed_is_the_whole_tables_row_through_the_front(tmp_path: Path) -> None:
+    """The front finds the row the whole table finds, whichever shards its spellings are on: the decomposed
+    spelling before another case, the lowest row of the case-folded ones (it found "crème" decomposed where the
+    whole table found "Crème", and "BRÛLÉE" where the whole table found "Brûlée"); of exact matches of a word
+    typed in neither form, the composed one (it took the first shard's, "phố" decomposed)."""
+    labels = [*SPELLINGS, *(f"w{i}" for i in range(30))]
+    matrix = np.random.default_rng(3).standard_normal((len(labels), 8)).astype(np.float32)
+    np.savez(tmp_path / "spellings.npz", vectors=matrix, tokens=np.array(labels, dtype=str))
+    for name, extra in (("words", ()), ("words3", ("--shards", SHARDS))):
+        done = run_cli("import", tmp_path / "spellings.npz", "--name", name, *extra, "--data-dir", tmp_path / "data")
+        assert done.code == 0, done.err
+    started: list[Server] = []
+    try:
+        started += real_server.start_together(
+            lambda: real_server.start(tmp_path / "data", tmp_path / "one.log"),
+            *real_server.shard_starts(tmp_path / "data" / "words3", tmp_path, SHARDS, {}),
+        )
+        (tmp_path / "front").mkdir()
+        env = {"EMBEDDING_SHARDS": json.dumps({"words3": real_server.replicas(started[1:])})}
+        started.append(real_server.start(tmp_path / "front", tmp_path / "front.log", env=env))
+        for token in SPELLED:
+            path = f"/neighbors?token={quote(token, safe='')}&k=2"
+            (status, expected), (mine, got) = ask_both(started[0], started[-1], "GET", path)
+            assert (status, mine) == (200, 200) and got["query"] == expected["query"], (got, expected)
+    finally:
+        real_server.stop_together(started)
 
 
 def test_a_zero_row_scores_zero_and_is_named_as_a_query_through_the_front(

@@ -11,12 +11,13 @@ import json
 import shutil
 import socket
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
 
 from service.http import protocol
-from tests.service import raw_http
+from tests.service import raw_http, real_server
 from tests.service.real_server import Server
 
 T = "/v1/tables/small"
@@ -358,6 +359,57 @@ def test_a_body_sent_with_an_upgrade_is_read_and_the_connection_goes_on(server: 
     assert third[0] == 200 and [n["token"] for n in json.loads(third[2])["neighbors"]] == ["pain", "suffering"]
 
 
+@pytest.mark.parametrize("pieces", ["one write", "byte by byte"])
+def test_an_upgrade_request_pipelined_with_another_is_answered_however_its_bytes_arrive(
+    server: Server, pieces: str
+) -> None:
+    """A chunked upgrade request with a trailer and the request behind it, in one read, or split at every byte
+    (the head replayed from whichever read ends the real one): both answered, the first as without Upgrade."""
+    plain = ask(server, raw_http.request("POST", f"{T}/search", SEARCH, {"Connection": "close"}))
+    upgrade = raw_http.request("POST", f"{T}/search", None, H2C | {"Transfer-Encoding": "chunked"})
+    upgrade += chunked(SEARCH).replace(b"0\r\n\r\n", b"0\r\nX-Trailer: 1\r\n\r\n")
+    after = raw_http.request("GET", f"{T}/neighbors?token=heart&k=2", headers={"Connection": "close"})
+    sent = upgrade + after
+    with raw_http.connect(server.port, timeout=10) as sock:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        for start in range(0, len(sent), len(sent) if pieces == "one write" else 1):
+            sock.sendall(sent[start : start + (len(sent) if pieces == "one write" else 1)])
+            if pieces != "one write":
+                time.sleep(0.001)  # a read each, as far as the machine's scheduling allows
+        first, second = raw_http.read_responses(sock, 2)
+    assert first[::2] == plain[::2], (first, plain)
+    assert second[0] == 200 and [n["token"] for n in json.loads(second[2])["neighbors"]] == ["pain", "suffering"]
+
+
+@pytest.mark.parametrize(
+    ("line", "connection"),
+    [("HTTP/1.0", "Upgrade"), ("HTTP/1.1", "close, Upgrade")],
+    ids=["an HTTP/1.0 request", "Connection: close"],
+)
+@pytest.mark.parametrize("upgrade", [False, True], ids=["plain", "with Upgrade"])
+def test_what_follows_a_request_the_connection_ends_with_is_not_read(
+    server: Server, line: str, connection: str, upgrade: bool
+) -> None:
+    """The connection ends with a request that does not keep it alive (HTTP/1.0, ``Connection: close``), with an
+    ``Upgrade`` as without: bytes sent behind it are not read as requests. Read, they were queued never to run and
+    had 499 access lines, or were refused (a missing Host) in log lines, both naming requests no one made."""
+    name = f"behind-{line[5:]}-{connection[:5]}-{upgrade}"
+    head = f"GET /healthz {line}\r\nHost: x\r\nConnection: {connection}\r\nX-Request-ID: {name}-first\r\n"
+    head += "Upgrade: h2c\r\n" if upgrade else ""
+    behind = [f"GET /healthz HTTP/1.1\r\n{host}X-Request-ID: {name}\r\n\r\n" for host in ("Host: x\r\n", "")]
+    with raw_http.connect(server.port, timeout=10) as sock:
+        sock.sendall(f"{head}\r\n{''.join(behind)}".encode())
+        answer = b""
+        while chunk := sock.recv(1 << 16):
+            answer += chunk
+    assert answer.startswith(b"HTTP/1.1 200 OK\r\n") and answer.count(b"HTTP/1.1") == 1, answer
+    marker = f"{name}-marker"
+    assert get(server, "/healthz", {"X-Request-ID": marker})[0] == 200  # the server's log is written in order
+    real_server.wait_for(lambda: f"request_id={marker}" in server.log(), what="the marker's access line")
+    lines = [logged for logged in server.log().splitlines() if f"request_id={name}" in logged]
+    assert len(lines) == 2 and lines[0].endswith(f"200 request_id={name}-first"), lines
+
+
 @pytest.mark.skipif(shutil.which("curl") is None, reason="curl is the client here")
 def test_curl_http2_on_plain_http_posts_its_body(server: Server, tmp_path: Path) -> None:
     """``curl --http2`` asks for h2c; answered in HTTP/1.1, with the answer the body asks for."""
@@ -377,6 +429,8 @@ def test_curl_http2_on_plain_http_posts_its_body(server: Server, tmp_path: Path)
     [
         b"CONNECT /v1/tables HTTP/1.1\r\nHost: x\r\n\r\n",
         b"CONNECT /v1/tables HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nabcdeGET /healthz HTTP/1.1\r\n\r\n",
+        # as a client sends it to its proxy (curl -x, https_proxy): its target a host and port, no path
+        b"CONNECT example.com:443 HTTP/1.1\r\nHost: example.com:443\r\nProxy-Connection: Keep-Alive\r\n\r\n",
     ],
 )
 def test_connect_is_a_400_and_the_worker_goes_on(server: Server, raw: bytes) -> None:

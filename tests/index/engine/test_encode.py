@@ -452,6 +452,23 @@ def test_words_find_the_labels_of_a_decomposed_table(data_dir: Path, glove_raw: 
     np.testing.assert_array_equal(encoded.vectors[0], encoded.vectors[2])
 
 
+def test_a_texts_words_are_the_rows_the_word_routes_find(data_dir: Path, glove_raw: RawTable) -> None:
+    """In a table whose labels are decomposed and cased ("Zürich", "Café"), a text's word is the row the word
+    routes resolve it to, found decomposed and case-folded ("zürich" was counted unknown); and where a table has
+    a word both decomposed and case-folded, the same one of them."""
+    labels = ["Zu\u0308rich", "Cafe\u0301", "the", "bar", "cafe\u0301s", "Caf\u00e9s", "NAI\u0308VE", "Na\u00efve"]
+    rows = [glove_raw.tokens.index(w) for w in ("zurich", "restaurant", "the", "bar", "cafes", "bars", "a", "b")]
+    build_table(
+        RawTable(tokens=labels, matrix=glove_raw.matrix[rows].copy()),
+        data_dir=data_dir,
+        name="decomposed-cased",
+        source={"format": "test"},
+    )
+    table = Table.load(data_dir / "decomposed-cased")
+    words = ["z\u00fcrich", "caf\u00e9", "the", "caf\u00e9s", "na\u00efve"]
+    assert Encoder(table).pieces([" ".join(words)]).ids.tolist() == [table.resolve(word).id for word in words]
+
+
 def test_the_dotted_capital_i_is_the_plain_i_where_no_label_has_the_dot(glove: Table, small: Table) -> None:
     """``İstanbul`` lower-cases to i and U+0307. GloVe's 400,000 words have that label (its corpus was lower-cased so):
     the row of exactly that label comes first. Its first 20,000 have only ``istanbul``: the word is that row (İ

@@ -43,7 +43,7 @@ def test_lookup_finds_labels_not_in_composed_form(tmp_path: Path) -> None:
     for row, label in enumerate(labels):
         assert table.resolve(label) == Resolved(label, row, label, "exact")
     assert table.resolve("\u212bngstro\u0308m") == Resolved("\u212bngstro\u0308m", 5, labels[5], "exact")
-    assert table.resolve("CAFE\u0301").token == "caf\u00e9"
+    assert table.resolve("CAFE\u0301").token == "cafe\u0301"  # case-folded: the lowest row of either spelling
 
 
 def test_lookup_finds_decomposed_labels_typed_composed(tmp_path: Path) -> None:
@@ -61,6 +61,20 @@ def test_lookup_finds_decomposed_labels_typed_composed(tmp_path: Path) -> None:
     assert table.resolve("NAI\u0308VE") == Resolved("NAI\u0308VE", 1, labels[1], "casefold")
     assert table.resolve("r\u00e9sum\u00e9").id == 4 and table.resolve(labels[3]).id == 3
     assert table.find("cafe") is None
+
+
+def test_a_word_spelled_decomposed_is_found_before_another_word_case_folded(tmp_path: Path) -> None:
+    """A word decomposed ("café") is the same word as composed (canonically equivalent): its row is found before
+    "Café", a word whose case differs. Case-folded, the lowest row of either spelling is found, as a sharded
+    table's front picks among its shards' (``service.scatter_words.resolved``) and the text encoder does."""
+    labels = ["Caf\u00e9", "cafe\u0301", "the", "NAI\u0308VE", "Na\u00efve"]
+    raw = RawTable(tokens=labels, matrix=np.random.default_rng(0).standard_normal((5, 4)).astype(np.float32))
+    build_table(raw, data_dir=tmp_path, name="t", source={"format": "test", "path": "rows"}, index_spec="flat")
+    table = Table.load(tmp_path / "t")
+    assert table.resolve("caf\u00e9") == Resolved("caf\u00e9", 1, labels[1], "exact")
+    assert table.resolve("Caf\u00e9") == Resolved("Caf\u00e9", 0, labels[0], "exact")
+    assert table.resolve("CAF\u00c9").id == 0  # folded: the lowest row of either spelling
+    assert table.resolve("na\u00efve") == Resolved("na\u00efve", 3, labels[3], "casefold")
 
 
 def test_the_dotted_capital_i_folds_to_i_as_turkish_folds_it(small: Table, tmp_path: Path) -> None:

@@ -3,7 +3,8 @@
 The suite's process runs its tests one after the other, and many of them mostly wait: the server tests on their
 servers (kill -9 in a stream of writes, restarts, reloads, shutdowns, crashed publications, indexes built in the
 background, compactions, nginx in front), the builder's tests on the commands they run (every format's reader,
-shards, a Ray cluster, kustomize). Meanwhile a core is left to the work beside the tests (the default table's
+shards, a Ray cluster, kustomize), the stored format's on the processes they start (an import filling a disk, a
+write log's appenders). Meanwhile a core is left to the work beside the tests (the default table's
 graph, the early commands), and once that is done it idles. The modules in :data:`MODULES` (those, and a few that
 build tables in process, so that both sessions take about as long) run in a second session instead (``python -m
 tests.beside <node ids>``, with a temporary directory of its own), started with the suite at the tests' own
@@ -42,6 +43,8 @@ MODULES = frozenset(
         "index/build/test_shards_words",
         "index/build/test_sources",
         "index/build/test_sources_fuzz",
+        "index/store/test_full_disk",
+        "index/store/test_writelog",
         "service/test_auto_compaction",
         "service/test_background_index",
         "service/test_compaction",

@@ -951,6 +951,22 @@ def test_npy_vocabulary_with_trailing_blank_lines(tmp_path: Path, data_dir: Path
     assert_rows(import_ok(tmp_path / "m.npy", data_dir, "t", "--vocab", vocab), tokens[:10], matrix[:10])
 
 
+def test_a_last_token_of_spaces_is_a_token(tmp_path: Path, data_dir: Path, glove_rows) -> None:
+    """A vocabulary's or metadata.tsv's last line of spaces (U+3000, or a space, as a table may hold and export) is
+    the last row's token while the vectors have a row for it; blank lines past those are still ignored."""
+    tokens, matrix = glove_rows
+    spaced = [*tokens[:4], "\u3000", " "]
+    np.save(tmp_path / "m.npy", matrix[:6])
+    vocab = tmp_path / "vocab.txt"
+    vocab.write_text("\n".join(spaced) + "\n\n \n")
+    assert_rows(import_ok(tmp_path / "m.npy", data_dir, "npy", "--vocab", vocab), spaced, matrix[:6])
+    pair = tmp_path / "pair"
+    pair.mkdir()
+    (pair / "metadata.tsv").write_text("\n".join(spaced) + "\n")
+    (pair / "vectors.tsv").write_text("".join("\t".join(map(repr, row.tolist())) + "\n" for row in matrix[:6]))
+    assert_rows(import_ok(pair, data_dir, "pair"), spaced, matrix[:6])
+
+
 # ---------------------------------------------------------------------------------------------- bad input
 
 

@@ -967,6 +967,22 @@ def test_a_last_token_of_spaces_is_a_token(tmp_path: Path, data_dir: Path, glove
     assert_rows(import_ok(pair, data_dir, "pair"), spaced, matrix[:6])
 
 
+def test_a_row_whose_length_overflows_float32_is_refused(tmp_path: Path, data_dir: Path) -> None:
+    """A value float32 holds whose square it does not (1.85e19 and up): the row's length, kept as float32, would be
+    Inf, so the row is refused as NaN and Inf are (docs/builder.md's cleaning rules); 1.8e19 is a row."""
+    for value, kept in ((1.8e19, True), (1.85e19, False)):
+        np.savez(
+            tmp_path / "m.npz", vectors=np.array([[value, 1.0], [1.0, 2.0]], np.float32), tokens=np.array(["a", "b"])
+        )
+        if kept:
+            assert import_ok(tmp_path / "m.npz", data_dir, "big").rows == 2
+        else:
+            message = import_fails(tmp_path / "m.npz", data_dir, name="overflowing")
+            assert message.endswith(
+                "m.npz, row 0: NaN, Inf or overflowing values for 'a' (use --drop-invalid to skip such rows)"
+            )
+
+
 # ---------------------------------------------------------------------------------------------- bad input
 
 

@@ -362,6 +362,18 @@ def test_projector_metadata_follows_dropped_rows(tmp_path: Path, data_dir: Path,
     assert table.manifest["cleaning"]["duplicate_tokens_dropped"] == 1
 
 
+def test_a_duplicate_token_dropped_is_said(tmp_path: Path, data_dir: Path, glove_rows) -> None:
+    """Tokens that an export wrote alike (``a\tb`` and ``a b``: a tab becomes a space) are one token again: the
+    later row is dropped, as gensim drops it, and the import says so rather than lose it silently."""
+    tokens, matrix = glove_rows
+    directory = _projector(tmp_path / "proj", [*tokens[:3], "a b", "a b"], matrix[:5], None)
+    result = run_cli("import", directory, "--name", "t", "--data-dir", data_dir, quiet=False)
+    assert result.code == 0, result.err
+    warning = "embedding-index: warning: dropped 1 row whose token an earlier row has, the first row of each kept"
+    assert f"{warning} (first: 'a b')\n" in result.err
+    assert Table.load(data_dir / "t").rows == 4
+
+
 def test_projector_metadata_row_of_the_wrong_width_is_a_bad_row(tmp_path: Path, glove_rows) -> None:
     """A metadata.tsv row with more or fewer columns than the header is refused naming its line, or dropped with its
     vector row and counted with --drop-invalid; a header of the wrong shape refuses the file either way."""

@@ -71,7 +71,12 @@ def clean(
         if len(first_of) < len(kept):
             unique = np.zeros(rows, dtype=bool)
             unique[np.fromiter(first_of.values(), dtype=np.int64, count=len(first_of))] = True
-            report["duplicate_tokens_dropped"] = int((keep & ~unique).sum())
+            repeated = keep & ~unique
+            report["duplicate_tokens_dropped"] = int(repeated.sum())
+            warn(
+                f"dropped {counted(report['duplicate_tokens_dropped'], 'row')} whose token an earlier row has, the "
+                f"first row of each kept (first: {shown(raw.tokens[int(np.argmax(repeated))])})"
+            )
             keep &= unique
 
     report["zero_rows"] = int(((norms == 0) & keep).sum())

@@ -187,6 +187,14 @@ def tsv_field(text: str) -> str:
     return text.replace("\t", " ").replace("\r", " ").replace("\n", " ")
 
 
+def unused(name: str, columns: Collection[str]) -> str:
+    """``name``, or ``name`` with underscores after it, whichever no metadata column of the table is named: the
+    header's names must differ for the import to read them back (a table may have a column named ``token``)."""
+    while name in columns:
+        name += "_"
+    return name
+
+
 def export(table: Table, body: ExportRequest) -> bytes:
     for row in body.rows:
         if row.id is not None and row.id >= table.rows:
@@ -203,15 +211,12 @@ def export(table: Table, body: ExportRequest) -> bytes:
         np.savetxt(out, rows, fmt="%.9g", delimiter="\t")
         return out.getvalue().encode()
     labels = [tsv_field(label) for label in table.tokens.labels(ids.tolist())]
-    columns: dict[str, list[str]] = {}
+    columns = {name: [tsv_field(table.metadata[name][i]) for i in ids.tolist()] for name in sorted(table.metadata)}
     if any(row.group is not None for row in body.rows):
-        columns["group"] = [tsv_field(row.group or "") for row in body.rows]
-    for name in sorted(table.metadata):
-        values = table.metadata[name]
-        columns[name] = [tsv_field(values[i]) for i in ids.tolist()]
+        columns = {unused("group", columns): [tsv_field(row.group or "") for row in body.rows], **columns}
     if not columns:  # one column: no header, one token per line
         return ("\n".join(labels) + "\n").encode()
-    header = "\t".join(["token", *columns])
+    header = "\t".join([unused("token", columns), *columns])
     lines = ["\t".join(fields) for fields in zip(labels, *columns.values(), strict=True)]
     return ("\n".join([header, *lines]) + "\n").encode()
 

@@ -105,7 +105,24 @@ def test_add_then_query_returns_the_nodes_whole(store: EmbeddingSearchVectorStor
     first, second = result.nodes
     assert (first.get_content(), first.metadata, first.ref_doc_id) == ("bar", {"topic": "b", "row": 2}, "doc-a")
     assert second.metadata == {"topic": "a", "row": 1, "extra": {"deep": [1, 2]}}
-    assert [n.embedding for n in (*result.nodes, *store.get_nodes(["1"]))] == [None] * 3  # the table's are unit vectors
+    assert [n.embedding for n in (*result.nodes, *store.get_nodes(["1"]))] == [None] * 3  # read without them
+
+
+def test_nodes_given_their_listed_vectors_are_added_again_as_they_were(store: EmbeddingSearchVectorStore) -> None:
+    """docs/documents.md's way to add nodes read back to a table without an encoder: each given its vector from
+    ``list_documents(vector=True)``; the table then holds the same documents, fields and vectors."""
+    store.add([node("1", "foo\tand\nmore ✓", topic="a", row=2**62), node("2", "bar", topic="b", row=-1, urgent=True)])
+    before = store.client.list_documents("li", vector=True)
+    nodes = store.get_nodes()
+    vectors = {str(document["id"]): document["vector"] for document in before}
+    for read in nodes:
+        read.embedding = vectors[read.node_id]
+    store.clear()
+    assert store.add(nodes) == ["1", "2"]
+    after = store.client.list_documents("li", vector=True)
+    assert [(d["id"], d["text"], d["fields"]) for d in after] == [(d["id"], d["text"], d["fields"]) for d in before]
+    np.testing.assert_allclose([d["vector"] for d in after], [d["vector"] for d in before], rtol=1e-6, atol=1e-7)
+    assert [d["fields"]["row"] for d in after] == [2**62, -1]
 
 
 def test_adding_twice_replaces_and_a_mutation_by_id_is_seen(store: EmbeddingSearchVectorStore) -> None:

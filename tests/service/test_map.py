@@ -24,7 +24,9 @@ from index.engine.table import Table
 from index.store import artifact
 from index.store.tokens import FLAG_CONTINUATION, FLAG_SPECIAL
 from service.routers import map as map_routes
+from tests.examples import example
 from tests.minilm import MINILM
+from tests.service import real_server
 from tests.service.conftest import client_for
 
 T = "/v1/tables/small"
@@ -160,9 +162,10 @@ def test_axes_errors(api: TestClient, body: dict, status: int) -> None:
     assert response.status_code == status and response.json()["error"]["message"]
 
 
-def run_import(directory: Path, data_dir: Path, name: str) -> Table:
-    command = [str(Path(sys.executable).with_name("embedding-index")), "--quiet", "import", str(directory)]
-    command += ["--format", "projector", "--name", name, "--data-dir", str(data_dir), "--index", "flat"]
+def run_import(path: Path, data_dir: Path, name: str, *options: str) -> Table:
+    """``embedding-index import path`` with ``options`` (by default ``--format projector``) as table ``name``."""
+    command = [str(Path(sys.executable).with_name("embedding-index")), "--quiet", "import", str(path)]
+    command += [*(options or ("--format", "projector")), "--name", name, "--data-dir", str(data_dir), "--index", "flat"]
     result = subprocess.run(command, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     return Table.load(data_dir / name)
@@ -194,6 +197,72 @@ def test_export_reimports_as_a_projector_table(api: TestClient, small: Table, tm
     assert api.post(f"{T}/export", json={"rows": [{"id": 2**63}], "file": "metadata"}).status_code == 404
     assert api.post(f"{T}/export", json={"rows": [], "file": "vectors"}).status_code == 422
     assert api.post(f"{T}/export", json={"rows": [{"id": 1, "token": "a"}], "file": "vectors"}).status_code == 422
+
+
+def three_rows(small: Table, data_dir: Path, metadata: dict[str, list[str]]) -> None:
+    """Table ``three`` in ``data_dir``: three of ``small``'s rows, the last token an ideographic space."""
+    raw = RawTable(
+        tokens=["heart", "tab\there", "\u3000"], matrix=np.asarray(small.vectors[:3]).copy(), metadata=metadata
+    )
+    build_table(raw, data_dir=data_dir, name="three", source={"format": "test", "path": "three"})
+
+
+def export_and_reimport(small: Table, tmp_path: Path, metadata: dict[str, list[str]], rows: list[dict]) -> Table:
+    """A table of three rows (:func:`three_rows`) and ``metadata``, exported by a real server as ``rows`` and
+    imported again."""
+    three_rows(small, tmp_path / "data", metadata)
+    (tmp_path / "export").mkdir()
+    server = real_server.start(tmp_path / "data", tmp_path / "server.log")
+    try:
+        for file in ("vectors", "metadata"):
+            body = {"rows": rows, "file": file}
+            response = real_server.HTTP.post(f"{server.base}/v1/tables/three/export", json=body)
+            assert response.status_code == 200, response.text
+            (tmp_path / "export" / f"{file}.tsv").write_bytes(response.content)
+    finally:
+        server.stop()
+    table = run_import(tmp_path / "export", tmp_path / "again", "three")
+    assert list(table.tokens[:]) == ["heart", "tab here", "\u3000"]  # a tab in a token is written as a space
+    np.testing.assert_allclose(table.vectors[:], small.vectors[:3], rtol=1e-6, atol=1e-7)
+    return table
+
+
+def test_an_export_whose_last_token_is_spaces_reimports(small: Table, tmp_path: Path) -> None:
+    """One token a line, the last an ideographic space: a token, not a blank line at the end of the file."""
+    table = export_and_reimport(small, tmp_path, {}, [{"id": 0}, {"id": 1}, {"id": 2}])
+    assert (tmp_path / "export" / "metadata.tsv").read_text() == "heart\ntab here\n\u3000\n"
+    assert table.metadata == {}
+
+
+def test_an_export_of_columns_named_token_and_group_reimports(small: Table, tmp_path: Path) -> None:
+    """Metadata columns named ``token`` and ``group`` (a projector import keeps them: its token column is the
+    first, whatever its name) keep their names; the token column and the request's groups take others."""
+    metadata = {"token": ["t0", "t1", "t2"], "group": ["g0", "g1", "g2"]}
+    table = export_and_reimport(small, tmp_path, metadata, [{"id": 0, "group": "mine"}, {"id": 1}, {"id": 2}])
+    assert (tmp_path / "export" / "metadata.tsv").read_text().splitlines()[0] == "token_\tgroup_\tgroup\ttoken"
+    assert {name: list(values) for name, values in table.metadata.items()} == {**metadata, "group_": ["mine", "", ""]}
+
+
+def test_the_documented_export_of_a_whole_table_reimports(
+    small: Table, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """docs/explorer.md's export of a whole table a range of ids at a time, run against a real server in pieces of
+    two rows: the pair, and the .npy and vocabulary written from it, import as the table's tokens and rows."""
+    three_rows(small, tmp_path / "data", {})
+    code = example("docs/explorer.md", "whole-table-export")
+    server = real_server.start(tmp_path / "data", tmp_path / "server.log")
+    (tmp_path / "export").mkdir()
+    monkeypatch.chdir(tmp_path / "export")
+    try:
+        exec(code.replace("http://127.0.0.1:8000", server.base).replace('"lee", 50_000', '"three", 2'), {})
+    finally:
+        server.stop()
+    vocab = str(tmp_path / "export" / "vocab.txt")
+    for name, path, options in (("pair", "", ()), ("npy", "matrix.npy", ("--format", "npy", "--vocab", vocab))):
+        table = run_import(tmp_path / "export" / path, tmp_path / "again", name, *options)
+        assert list(table.tokens[:]) == ["heart", "tab here", "\u3000"]
+        restored = np.asarray(table.vectors) * np.asarray(table.norms)[:, None]
+        np.testing.assert_allclose(restored, small.vectors[:3], rtol=1e-6, atol=1e-7)  # the rows three was built of
 
 
 def test_the_python_client_exports_rows(api: TestClient, small: Table) -> None:

@@ -52,7 +52,7 @@ def read(path: Path, options: ReadOptions) -> RawTable:
     if not vocab.is_file():
         raise InputError(vocab, "no such vocabulary file" if not vocab.exists() else "the vocabulary is not a file")
     matrix = load_matrix(path)
-    tokens, replaced, not_utf8, refused = read_lines(vocab, options)
+    tokens, replaced, not_utf8, refused = read_lines(vocab, options, rows=matrix.shape[0])
     if not options.drop_invalid and "" in tokens:
         empty = InputError(vocab, "empty line: each line must hold one token", line=tokens.index("") + 1)
         refused = first_of(refused, empty)
@@ -242,8 +242,9 @@ def npz_array(path: Path, archive: zipfile.ZipFile, member: str) -> np.ndarray:
     return array.reshape(shape[::-1]).T if fortran_order else array.reshape(shape)
 
 
-def read_lines(path: Path, options: ReadOptions) -> tuple[list[str], int, list[int], InputError | None]:
-    """One token per line (CR LF or LF; blank lines at the end are ignored); return (tokens, lines with U+FFFD,
+def read_lines(path: Path, options: ReadOptions, rows: int) -> tuple[list[str], int, list[int], InputError | None]:
+    """One token per line (CR LF or LF; blank lines at the end are ignored, but a line of spaces, such as U+3000,
+    among the first ``rows`` is a token); return (tokens, lines with U+FFFD,
     lines that are not UTF-8 for the caller to drop with their rows, the error refusing the first such line). Such
     a line is refused, kept with U+FFFD (``--unicode-errors replace``) or, with ``--drop-invalid``, given as U+FFFD
     and listed (0-based). The error is returned, with the lines (U+FFFD in its place), for the caller to raise
@@ -267,7 +268,8 @@ def read_lines(path: Path, options: ReadOptions) -> tuple[list[str], int, list[i
         else:
             bad = [line - 1 for line in not_utf8_lines(data)]  # 0-based, as the rows
     lines = text.removeprefix(BOM).split("\n")
-    while lines and not lines[-1].strip():  # blank lines at the end, as in text files
+    # Blank lines at the end, as in text files; one of spaces is a token while there are rows for it.
+    while lines and (not lines[-1].removesuffix("\r") or (len(lines) > rows and not lines[-1].strip())):
         lines.pop()
     tokens = [line.removesuffix("\r") for line in lines]
     return (tokens, len(bad), [], None) if options.unicode_errors == "replace" else (tokens, 0, bad, refused)

@@ -55,8 +55,9 @@ def _twin(path: Path) -> Path:
 
 def read(path: Path, options: ReadOptions) -> RawTable:
     vectors_path, metadata_path = locate(path, options.vocab)
-    tokens, columns, replaced, dropped = read_metadata(metadata_path, options)
-    matrix, keep = read_vectors(vectors_path, options)
+    data = read_bytes(vectors_path).removeprefix(BOM).rstrip(b"\r\n") + b"\n"
+    tokens, columns, replaced, dropped = read_metadata(metadata_path, options, data.count(b"\n"))
+    matrix, keep = read_vectors(vectors_path, data, options)
     if len(keep) != len(tokens):
         raise InputError(metadata_path, f"{counted(len(tokens), 'row')}, but {vectors_path.name} has {len(keep):,}")
     if dropped:  # --drop-invalid: the rows whose metadata line is dropped left out too
@@ -79,10 +80,13 @@ def read(path: Path, options: ReadOptions) -> RawTable:
     )
 
 
-def read_metadata(path: Path, options: ReadOptions) -> tuple[list[str], dict[str, list[str]], int, list[int]]:
+def read_metadata(
+    path: Path, options: ReadOptions, vectors: int
+) -> tuple[list[str], dict[str, list[str]], int, list[int]]:
     """Return (tokens, extra columns by name, lines with U+FFFD, rows (0-based) to drop with ``--drop-invalid``:
-    those whose line is not UTF-8 or has the wrong number of columns)."""
-    lines, replaced, dropped, refused = read_lines(path, options)
+    those whose line is not UTF-8 or has the wrong number of columns). A line of spaces among the first ``vectors``
+    (the rows of vectors.tsv) is a token, not a blank line at the end (see ``read_lines``)."""
+    lines, replaced, dropped, refused = read_lines(path, options, vectors)
     if not lines:
         raise InputError(path, "empty file: no tokens")
 
@@ -124,12 +128,11 @@ def read_metadata(path: Path, options: ReadOptions) -> tuple[list[str], dict[str
     return tokens, columns, replaced, dropped
 
 
-def read_vectors(path: Path, options: ReadOptions) -> tuple[np.ndarray, np.ndarray]:
-    """Return (float32 matrix of the rows kept, which lines were kept)."""
-    data = read_bytes(path).removeprefix(BOM).rstrip(b"\r\n")
+def read_vectors(path: Path, data: bytes, options: ReadOptions) -> tuple[np.ndarray, np.ndarray]:
+    """Return (float32 matrix of the rows kept, which lines were kept) of ``data``, the lines of ``path`` (each
+    ended by one LF; the blank lines at its end left out)."""
     if not data.strip():
         raise InputError(path, "empty file: no vectors")
-    data += b"\n"
     whole = max(data.rfind(b"\n", 0, SAMPLE_BYTES), data.index(b"\n"))  # at least the first line
     sample = [line.strip() for line in data[:whole].split(b"\n", 1000)[:1000] if line.strip()]
     counts = Counter(len(line.split(b"\t")) for line in sample)

@@ -362,6 +362,18 @@ def test_projector_metadata_follows_dropped_rows(tmp_path: Path, data_dir: Path,
     assert table.manifest["cleaning"]["duplicate_tokens_dropped"] == 1
 
 
+def test_a_duplicate_token_dropped_is_said(tmp_path: Path, data_dir: Path, glove_rows) -> None:
+    """Tokens that an export wrote alike (``a\tb`` and ``a b``: a tab becomes a space) are one token again: the
+    later row is dropped, as gensim drops it, and the import says so rather than lose it silently."""
+    tokens, matrix = glove_rows
+    directory = _projector(tmp_path / "proj", [*tokens[:3], "a b", "a b"], matrix[:5], None)
+    result = run_cli("import", directory, "--name", "t", "--data-dir", data_dir, quiet=False)
+    assert result.code == 0, result.err
+    warning = "embedding-index: warning: dropped 1 row whose token an earlier row has, the first row of each kept"
+    assert f"{warning} (first: 'a b')\n" in result.err
+    assert Table.load(data_dir / "t").rows == 4
+
+
 def test_projector_metadata_row_of_the_wrong_width_is_a_bad_row(tmp_path: Path, glove_rows) -> None:
     """A metadata.tsv row with more or fewer columns than the header is refused naming its line, or dropped with its
     vector row and counted with --drop-invalid; a header of the wrong shape refuses the file either way."""
@@ -960,6 +972,38 @@ def test_npy_vocabulary_with_trailing_blank_lines(tmp_path: Path, data_dir: Path
     vocab = tmp_path / "vocab.txt"
     vocab.write_text("\n".join(tokens[:10]) + "\n\n \n\n")
     assert_rows(import_ok(tmp_path / "m.npy", data_dir, "t", "--vocab", vocab), tokens[:10], matrix[:10])
+
+
+def test_a_last_token_of_spaces_is_a_token(tmp_path: Path, data_dir: Path, glove_rows) -> None:
+    """A vocabulary's or metadata.tsv's last line of spaces (U+3000, or a space, as a table may hold and export) is
+    the last row's token while the vectors have a row for it; blank lines past those are still ignored."""
+    tokens, matrix = glove_rows
+    spaced = [*tokens[:4], "\u3000", " "]
+    np.save(tmp_path / "m.npy", matrix[:6])
+    vocab = tmp_path / "vocab.txt"
+    vocab.write_text("\n".join(spaced) + "\n\n \n")
+    assert_rows(import_ok(tmp_path / "m.npy", data_dir, "npy", "--vocab", vocab), spaced, matrix[:6])
+    pair = tmp_path / "pair"
+    pair.mkdir()
+    (pair / "metadata.tsv").write_text("\n".join(spaced) + "\n")
+    (pair / "vectors.tsv").write_text("".join("\t".join(map(repr, row.tolist())) + "\n" for row in matrix[:6]))
+    assert_rows(import_ok(pair, data_dir, "pair"), spaced, matrix[:6])
+
+
+def test_a_row_whose_length_overflows_float32_is_refused(tmp_path: Path, data_dir: Path) -> None:
+    """A value float32 holds whose square it does not (1.85e19 and up): the row's length, kept as float32, would be
+    Inf, so the row is refused as NaN and Inf are (docs/builder.md's cleaning rules); 1.8e19 is a row."""
+    for value, kept in ((1.8e19, True), (1.85e19, False)):
+        np.savez(
+            tmp_path / "m.npz", vectors=np.array([[value, 1.0], [1.0, 2.0]], np.float32), tokens=np.array(["a", "b"])
+        )
+        if kept:
+            assert import_ok(tmp_path / "m.npz", data_dir, "big").rows == 2
+        else:
+            message = import_fails(tmp_path / "m.npz", data_dir, name="overflowing")
+            assert message.endswith(
+                "m.npz, row 0: NaN, Inf or overflowing values for 'a' (use --drop-invalid to skip such rows)"
+            )
 
 
 # ---------------------------------------------------------------------------------------------- bad input

@@ -34,6 +34,7 @@ from service_client.shapes import (
     _items,
     _neighbors,
     _retry_after,
+    _searched,
     _values,
     segment,
     write_body,
@@ -185,7 +186,7 @@ def analogies(
 def search(table: str, vector: Sequence[float], k: int, options: dict[str, Any]) -> Call[list[Neighbor]]:
     body = {"vector": [float(x) for x in vector], "k": k, **options}
     answer = yield Request("POST", table_path(table, "search"), json=body)
-    return _neighbors(answer["neighbors"])
+    return _searched(answer, table)
 
 
 def search_batch(
@@ -193,7 +194,7 @@ def search_batch(
 ) -> Call[list[list[Neighbor] | ApiError]]:
     items = [[float(x) for x in v] for v in vectors]
     answer = yield from batched(searches(table, "vectors", items, k, options), known)
-    return _batch(answer["results"])
+    return _batch(answer["results"], table)
 
 
 def searches(table: str, key: str, items: list[Any], k: int, options: dict[str, Any]) -> Batch:

@@ -198,8 +198,16 @@ def _values(values: list[Any], errors: list[dict[str, Any] | None]) -> list[Any]
     return [value if error is None else _item_error(error) for value, error in zip(values, errors, strict=True)]
 
 
-def _batch(results: list[dict[str, Any]]) -> list[list[Neighbor] | ApiError]:
-    return _items(results, lambda item: _neighbors(item["neighbors"]))
+def _batch(results: list[dict[str, Any]], table: str = "") -> list[list[Neighbor] | ApiError]:
+    return _items(results, lambda item: _searched(item, table))
+
+
+def _searched(answer: dict[str, Any], table: str) -> list[Neighbor]:
+    """A word table's neighbours in an answer of ``POST .../search``; a documents table answers hits, which
+    ``search_documents`` reads (their ids, texts and fields are no ``Neighbor``)."""
+    if "neighbors" not in answer and "hits" in answer:
+        raise ValueError(f"table {table!r} holds documents: search it with search_documents, which reads its hits")
+    return _neighbors(answer["neighbors"])
 
 
 def _listed(value: Any) -> Any:

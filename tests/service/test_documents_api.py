@@ -8,6 +8,7 @@ document by id, and the errors of every kind of bad request.
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import httpx
@@ -203,6 +204,27 @@ def test_word_tables_refuse_document_options(api: Any) -> None:
     whole = api.post("/v1/tables/small/search", json={"vector": vector, "k": 12}).json()["neighbors"]
     page = api.post("/v1/tables/small/search", json={"vector": vector, "k": 4, "offset": 8}).json()["neighbors"]
     assert page == whole[8:12]
+
+
+def test_the_python_clients_word_search_of_a_documents_table_says_which_method_reads_its_hits(
+    base: str, lee_docs: Lee
+) -> None:
+    from service_client import AsyncClient, Client
+
+    vector = lee_docs.unit()[3].tolist()
+    with Client(base) as api:
+        with pytest.raises(ValueError, match="'lee' holds documents: search it with search_documents"):
+            api.search("lee", vector, k=2)
+        with pytest.raises(ValueError, match="search_documents"):
+            api.search_batch("lee", [vector, vector], k=2)
+        assert api.search_documents("lee", vector=vector, k=1).hits[0].id == lee_docs.ids[3]
+
+    async def searched() -> None:
+        async with AsyncClient(base) as api:
+            await api.search("lee", vector, k=2)
+
+    with pytest.raises(ValueError, match="search_documents"):
+        asyncio.run(searched())
 
 
 def test_the_python_client_searches_documents(base: str, lee_docs: Lee) -> None:

@@ -32,8 +32,19 @@ app = typer.Typer(
 )
 
 
-def _data_dir(value: Path) -> Path:
-    """Refuse a data directory that is a file or a dangling link, before a command reads or writes in it."""
+def _directory(text: str | Path) -> Path:
+    """The data directory given: an empty one is refused (``Path("")`` is ".", the working directory, not meant)."""
+    if not str(text).strip():
+        given = "EMBEDDING_DATA_DIR" if os.environ.get("EMBEDDING_DATA_DIR") == text else "--data-dir"
+        fail(f"{given} is empty: name a directory (the default is ./data)")
+    return Path(text)
+
+
+def _data_dir(ctx: typer.Context, value: Path) -> Path:
+    """Refuse a data directory that is empty, a file or a dangling link, before a command reads or writes in it."""
+    source = ctx.get_parameter_source("data_dir")
+    if os.environ.get("EMBEDDING_DATA_DIR") == "" and source is not None and source.name == "DEFAULT":
+        _directory("")  # an empty variable, which Typer takes as unset (./data)
     path = Path(value)
     if path.exists() and not path.is_dir():
         fail(f"{path}: not a directory")
@@ -47,6 +58,7 @@ DataDir = Annotated[
     typer.Option(
         "--data-dir",
         envvar="EMBEDDING_DATA_DIR",
+        parser=_directory,
         callback=_data_dir,
         help="Directory that holds the tables (default $EMBEDDING_DATA_DIR, else ./data).",
     ),

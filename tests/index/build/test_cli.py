@@ -151,6 +151,31 @@ def test_a_data_dir_that_is_a_file_is_named_by_every_command(tmp_path: Path, mon
     assert run_cli("list").err == f"embedding-index: error: {words}: not a directory\n"
 
 
+def test_an_empty_data_dir_is_refused_not_taken_as_another(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An empty --data-dir was the working directory (an import wrote its table there), an empty EMBEDDING_DATA_DIR
+    (as a compose file or a ConfigMap leaves it) ./data without a word; both are refused, as embedding-serve
+    refuses them. The option still overrides an empty variable."""
+    words = tmp_path / "ft.vec"
+    words.write_text("1 3\nheart 0.1 0.2 0.3\n", encoding="utf-8")
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    refused = "embedding-index: error: {} is empty: name a directory (the default is ./data)\n"
+    for empty in ("", " "):
+        result = run_cli("import", words, "--name", "t", "--data-dir", empty)
+        assert (result.code, result.err) == (1, refused.format("--data-dir")), repr(empty)
+        monkeypatch.setenv("EMBEDDING_DATA_DIR", empty)
+        for args in (["list"], ["import", words, "--name", "t"]):
+            result = run_cli(*args)
+            assert (result.code, result.err) == (1, refused.format("EMBEDDING_DATA_DIR")), (repr(empty), args)
+        monkeypatch.delenv("EMBEDDING_DATA_DIR")
+    assert list(work.iterdir()) == []  # no table in ./ nor in ./data
+    monkeypatch.setenv("EMBEDDING_DATA_DIR", "")
+    data_dir = tmp_path / "data"
+    assert run_cli("import", words, "--name", "t", "--data-dir", data_dir).code == 0
+    assert (data_dir / "t" / "manifest.json").is_file()
+
+
 def test_a_data_dir_that_is_a_dangling_link_is_named(tmp_path: Path) -> None:
     """A data directory that is a link to nothing (a volume not mounted, a moved folder): an import said only
     "File exists" (making the directory), list "no tables"; both name the link and where it points."""

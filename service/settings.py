@@ -315,6 +315,21 @@ class Settings(BaseSettings):
             raise ValueError(f"{value} is not readable by this user")
         return value
 
+    @field_validator("cache_dir")
+    @classmethod
+    def _cache_dir_usable(cls, value: Path | None) -> Path | None:
+        """A directory this user may write, or one it may make (at the first layout kept): one given that cannot
+        keep the layouts would have every worker compute each again after every restart (a t-SNE map: minutes)."""
+        if value is None:
+            return None
+        found = next((path for path in (value, *value.parents) if path.exists()), Path("."))
+        where = str(value) if found == value else f"{value} cannot be made: {found}"
+        if not found.is_dir():
+            raise ValueError(f"{where} is not a directory")
+        if not os.access(found, os.W_OK | os.X_OK):
+            raise ValueError(f"{where} is not writable by this user")
+        return value
+
     @field_validator("tables")
     @classmethod
     def _table_names(cls, value: list[str] | None) -> list[str] | None:

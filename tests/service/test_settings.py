@@ -84,6 +84,31 @@ def test_an_empty_cache_dir_is_the_default_not_the_working_directory(
     assert Settings().cache_dir == tmp_path / "layouts"
 
 
+def test_a_cache_dir_that_cannot_keep_the_layouts_stops_the_server(
+    clean_env: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A file, or a directory this user can neither write nor make: accepted, the first map request of each worker
+    warned that its layout was not kept, and every worker computed it again after every restart (a t-SNE map:
+    minutes). Refused at start-up, naming what is wrong."""
+    (tmp_path / "file").write_text("")
+    (tmp_path / "locked").mkdir()
+    clean_env.setattr(os, "access", lambda path, mode: Path(path) != tmp_path / "locked")  # root may write anything
+    clean_env.setattr(serve, "start_deferred_builds", lambda settings: sys.exit(3))  # what follows the checks
+    refusals = {
+        "file": "file is not a directory",
+        "file/layouts": "file/layouts cannot be made: {0}/file is not a directory",
+        "locked": "locked is not writable by this user",
+        "locked/a/b": "locked/a/b cannot be made: {0}/locked is not writable by this user",
+    }
+    for given, refusal in refusals.items():
+        clean_env.setenv("EMBEDDING_CACHE_DIR", str(tmp_path / given))
+        assert serve.main(["--data-dir", str(tmp_path)]) == 2
+        expected = f"embedding-serve: invalid settings: EMBEDDING_CACHE_DIR: {tmp_path}/{refusal.format(tmp_path)}"
+        assert errors(capsys) == [expected]
+    clean_env.setenv("EMBEDDING_CACHE_DIR", str(tmp_path / "new" / "layouts"))  # made at the first layout kept
+    assert Settings().cache_dir == tmp_path / "new" / "layouts"
+
+
 def test_keys_from_files(clean_env: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """EMBEDDING_<KEY>_FILE, as Docker and Kubernetes mount secrets: the file's contents without the trailing
     newline; the key and its file both given, or a file that cannot be read or is empty, stop the server."""

@@ -9,11 +9,13 @@ from __future__ import annotations
 import json
 import math
 import os
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 from urllib.parse import urlsplit
 
 from pydantic import Field, SecretStr, ValidationError, field_validator
+from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, NoDecode, PydanticBaseSettingsSource, SettingsConfigDict
 
 from index.errors import InvalidQuery
@@ -429,13 +431,37 @@ def _quota_cores(quota_file: Path, period_file: Path | None = None) -> int | Non
         return None
 
 
-def describe_error(exc: ValidationError) -> str:
-    """One line naming each bad setting by its environment variable, a key read from a file by that file."""
+def describe_error(exc: ValidationError, fields: Mapping[str, FieldInfo] = Settings.model_fields) -> str:
+    """One line naming each bad setting by its environment variable, a key read from a file by that file; the value
+    given where the check's own words do not name it (never a key's), and a number's range."""
     files = key_files(KEY_SETTINGS)
     parts = []
     for error in exc.errors():
         field = ".".join(str(p) for p in error["loc"]) or "settings"
+        name = field.split(".")[0]
         message = error["msg"].removeprefix("Value error, ")
-        variable = files.get(field.split(".")[0]) or f"EMBEDDING_{field.upper()}"
+        variable = files.get(name) or f"EMBEDDING_{field.upper()}"
+        if error["type"] != "value_error" and name not in KEY_SETTINGS:  # pydantic's words, without the value
+            variable += f"={error['input']!r}"
+            message = (allowed(fields[name]) if name in fields else "") or message
         parts.append(f"{variable}: {message}")
     return "invalid settings: " + "; ".join(parts)
+
+
+def allowed(field: FieldInfo) -> str:
+    """What a yes-or-no or a number setting takes ("must be a whole number from 1 to 100000", from its bounds); ""
+    for another setting, whose check says it."""
+    if field.annotation is bool:
+        return "must be true or false"
+    kinds = {int: "a whole number", float: "a number"}
+    kind = next((kinds[t] for t in (field.annotation, *get_args(field.annotation)) if t in kinds), "")
+    bounds = {key: _shown(getattr(m, key)) for m in field.metadata for key in ("ge", "gt", "le") if hasattr(m, key)}
+    if not kind or "le" not in bounds:
+        return ""
+    if "gt" in bounds:
+        return f"must be {kind} greater than {bounds['gt']} and at most {bounds['le']}"
+    return f"must be {kind} from {bounds['ge']} to {bounds['le']}"
+
+
+def _shown(bound: float) -> str:
+    return str(int(bound)) if float(bound).is_integer() else str(bound)

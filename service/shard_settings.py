@@ -13,6 +13,8 @@ from urllib.parse import urlsplit
 from pydantic import Field, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict, SettingsError
 
+from service.settings import describe_error
+
 
 class ShardSettings(BaseSettings):
     """The front's settings (``EMBEDDING_SHARDS``, ``EMBEDDING_PARTIAL``, ``EMBEDDING_SHARD_TIMEOUT``)."""
@@ -34,8 +36,7 @@ def front_settings() -> ShardSettings:
         form = "{table: [[replica URL, ...], ...]}"
         raise ValueError(f"EMBEDDING_SHARDS: not JSON of the form {form} ({exc})") from None
     except ValidationError as exc:
-        problems = "; ".join(f"EMBEDDING_{'.'.join(map(str, e['loc'])).upper()}: {e['msg']}" for e in exc.errors())
-        raise ValueError(problems) from None
+        raise ValueError(describe_error(exc, ShardSettings.model_fields).removeprefix("invalid settings: ")) from None
     if not settings.shards:
         return settings
     from index.store.artifact import NAME_PATTERN as NAME  # the store (numpy) once there are shards to check

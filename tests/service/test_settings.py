@@ -201,7 +201,8 @@ def test_every_count_has_a_bound_the_answers_can_hold(clean_env: pytest.MonkeyPa
     clean_env.setenv(f"EMBEDDING_{name.upper()}", str(INT64_MAX + 1))
     with pytest.raises(ValidationError) as info:
         Settings()
-    assert describe_error(info.value).startswith(f"invalid settings: EMBEDDING_{name.upper()}: Input should be less")
+    refused = f"invalid settings: EMBEDDING_{name.upper()}='{INT64_MAX + 1}': must be a whole number from "
+    assert describe_error(info.value).startswith(refused)
 
 
 @pytest.mark.parametrize("name", [name for name, field in Settings.model_fields.items() if field.annotation is float])
@@ -212,7 +213,56 @@ def test_every_time_has_a_bound(clean_env: pytest.MonkeyPatch, tmp_path: Path, n
     clean_env.setenv(f"EMBEDDING_{name.upper()}", "inf")
     with pytest.raises(ValidationError) as info:
         Settings()
-    assert describe_error(info.value).startswith(f"invalid settings: EMBEDDING_{name.upper()}: Input should be less")
+    assert describe_error(info.value).startswith(f"invalid settings: EMBEDDING_{name.upper()}='inf': must be a number ")
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "refusal"),
+    [
+        (
+            "EMBEDDING_MAX_BODY_BYTES",
+            "10MB",
+            "EMBEDDING_MAX_BODY_BYTES='10MB': must be a whole number from 1024 to 1073741824",
+        ),
+        ("EMBEDDING_MAX_K", "", "EMBEDDING_MAX_K='': must be a whole number from 1 to 100000"),
+        (
+            "EMBEDDING_HEADER_TIMEOUT",
+            "10s",
+            "EMBEDDING_HEADER_TIMEOUT='10s': must be a number greater than 0 and at most 3600",
+        ),
+        ("EMBEDDING_COMPACT_SECONDS", "-1", "EMBEDDING_COMPACT_SECONDS='-1': must be a number from 0 to 31536000"),
+        ("EMBEDDING_WRITE_SYNC", "enabled", "EMBEDDING_WRITE_SYNC='enabled': must be true or false"),
+        ("EMBEDDING_PARTIAL", "", "EMBEDDING_PARTIAL='': must be true or false"),
+        (
+            "EMBEDDING_SHARD_TIMEOUT",
+            "0",
+            "EMBEDDING_SHARD_TIMEOUT='0': must be a number greater than 0 and at most 600",
+        ),
+        (
+            "EMBEDDING_LOG_LEVEL",
+            "warn",
+            "EMBEDDING_LOG_LEVEL='warn': Input should be 'critical', 'error', 'warning', 'info' or 'debug'",
+        ),
+        (
+            "EMBEDDING_WRITE_KEYS",
+            '["s3cret", 7]',
+            "EMBEDDING_WRITE_KEYS.1: Input should be a valid string",
+        ),  # no key shown
+    ],
+)
+def test_a_refused_value_is_named_with_what_is_allowed(
+    clean_env: pytest.MonkeyPatch,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    variable: str,
+    value: str,
+    refusal: str,
+) -> None:
+    """The refusal names the variable, the value given and what the setting takes: pydantic's own words named
+    neither the value nor, for a value that is no number at all (10MB for bytes), the range."""
+    clean_env.setenv(variable, value)
+    assert serve.main(["--data-dir", str(tmp_path)]) == 2
+    assert errors(capsys) == [f"embedding-serve: invalid settings: {refusal}"]
 
 
 def test_the_limits_are_answered_at_their_largest_values(small_data_dir: Path) -> None:
@@ -325,7 +375,7 @@ def test_a_variable_that_is_no_setting_is_named_at_start_up(
     clean_env.delenv("embedding_max_k")
     assert serve.main(["--data-dir", str(tmp_path)]) == 2
     lines = capsys.readouterr().err.splitlines()
-    refusal = "embedding-serve: invalid settings: EMBEDDING_MAX_K: Input should be greater than or equal to 1"
+    refusal = "embedding-serve: invalid settings: EMBEDDING_MAX_K='0': must be a whole number from 1 to 100000"
     assert ignored.format("EMBEDDING_READ_KEY", "EMBEDDING_READ_API_KEY") in lines and lines[-1] == refusal
     assert indexing.STATUS_VARIABLE in INTERNAL_VARIABLES
     for name in Settings.model_fields:  # every setting is documented, by its variable
@@ -463,7 +513,10 @@ def test_the_app_factory_refuses_bad_settings_in_one_line_without_their_values(
             line, said = (re.sub(r'^\{"time":"[^"]*",', "{", text) for text in (line, said))
         assert said == line + "\n"
     message = json.loads(line)["message"]
-    assert message.startswith("invalid settings: EMBEDDING_MAX_K: ") and "EMBEDDING_API_KEY: an API key must" in message
+    assert (
+        message.startswith("invalid settings: EMBEDDING_MAX_K='0': ")
+        and "EMBEDDING_API_KEY: an API key must" in message
+    )
 
 
 def test_a_data_dir_this_user_cannot_read_is_refused(clean_env: pytest.MonkeyPatch, tmp_path: Path) -> None:

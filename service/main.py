@@ -39,6 +39,7 @@ from service.settings import (
     Settings,
     cores,
     describe_error,
+    memory,
 )
 from service.shard_settings import ShardSettings
 
@@ -304,6 +305,13 @@ def _main(argv: list[str] | None) -> int:
         say(problem, log_format)
         return 2
     settings = Settings()
+    if settings.cache_bytes * args.workers > memory():
+        say(
+            f"EMBEDDING_CACHE_BYTES={settings.cache_bytes} x {counted(args.workers, 'worker')} is more than the "
+            f"{memory()} bytes of memory this process may use: each worker fills its cache up to it; lower it",
+            log_format,
+        )
+        return 2
     if args.workers * threads > cores():
         say(f"{args.workers} workers x {threads} threads exceeds {cores()} cores", log_format, logging.WARNING)
     short = descriptors_for(settings.max_connections)

@@ -6,6 +6,7 @@ Validators fail fast, so a bad value stops the server at start-up with one clear
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -429,6 +430,20 @@ def _quota_cores(quota_file: Path, period_file: Path | None = None) -> int | Non
         return max(1, math.ceil(int(quota) / int(period)))
     except (OSError, ValueError):  # no such file (the other cgroup version), or not one we can read
         return None
+
+
+# The memory limit of this process's cgroup, in bytes: v2's (or "max") and v1's (a huge number without a limit)
+MEMORY_LIMITS = (Path("/sys/fs/cgroup/memory.max"), Path("/sys/fs/cgroup/memory/memory.limit_in_bytes"))
+
+
+def memory(limit_files: tuple[Path, ...] = MEMORY_LIMITS) -> int:
+    """The bytes of memory this process may use: the machine's, less when its cgroup's limit is lower (a
+    container's memory limit, e.g. Kubernetes' ``resources.limits.memory``; cgroup v2 or v1)."""
+    limits = [os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")]
+    for path in limit_files:
+        with contextlib.suppress(OSError, ValueError):  # no such file (the other version), or "max": no limit
+            limits.append(int(path.read_text().strip()))
+    return min(limits)
 
 
 def describe_error(exc: ValidationError, fields: Mapping[str, FieldInfo] = Settings.model_fields) -> str:

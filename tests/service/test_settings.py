@@ -36,6 +36,7 @@ from service.settings import (
     Settings,
     cores,
     describe_error,
+    memory,
 )
 from service.shard_settings import ShardSettings
 from tests import REPO
@@ -879,6 +880,32 @@ def test_cores_take_the_lower_of_both_cgroup_versions(tmp_path: Path) -> None:
     (tmp_path / "cpu" / "cpu.cfs_period_us").write_text("100000\n")
     assert cores(tmp_path / "cpu.max", (tmp_path / "cpu",)) == 1
     assert cores(tmp_path / "cpu.max", (tmp_path / "missing",)) == len(os.sched_getaffinity(0))
+
+
+def test_a_cache_larger_than_the_memory_stops_the_server(
+    clean_env: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """EMBEDDING_CACHE_BYTES is per worker (at most 1 TiB): the workers' caches together past the memory the server
+    may use were accepted, and each worker filled its cache until the machine, or the container's limit, killed it.
+    Refused at start-up, with this machine's memory; the memory a container's cgroup allows counts when lower."""
+    total = serve.memory()
+    assert total < 1 << 41, total  # the caches of two workers at the largest setting exceed it
+    clean_env.setattr(serve, "cores", lambda: 2)
+    clean_env.setattr(serve, "start_deferred_builds", lambda settings: sys.exit(3))  # what follows the check
+    clean_env.setenv("EMBEDDING_CACHE_BYTES", str(total // 2 + 1))
+    assert serve.main(["--data-dir", str(tmp_path), "--workers", "2"]) == 2
+    assert errors(capsys) == [
+        f"embedding-serve: EMBEDDING_CACHE_BYTES={total // 2 + 1} x 2 workers is more than the {total} bytes of "
+        "memory this process may use: each worker fills its cache up to it; lower it"
+    ]
+    with pytest.raises(SystemExit, match="3"):  # one worker's cache fits
+        serve.main(["--data-dir", str(tmp_path), "--port", "0"])
+    v2, v1 = tmp_path / "memory.max", tmp_path / "memory.limit_in_bytes"
+    v2.write_text("max\n")  # no limit
+    v1.write_text("536870912\n")
+    assert memory((v2, v1)) == min(total, 512 << 20)
+    v2.write_text("268435456\n")
+    assert memory((v2, tmp_path / "absent")) == min(total, 256 << 20)
 
 
 def test_the_descriptor_limit_is_raised_for_the_connections_and_what_it_lacks_is_said(

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal, get_args
 from urllib.parse import urlsplit
 
-from pydantic import Field, SecretStr, ValidationError, field_validator
+from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, NoDecode, PydanticBaseSettingsSource, SettingsConfigDict
 
@@ -290,6 +290,17 @@ class Settings(BaseSettings):
             file_secret_settings,
         )
 
+    @model_validator(mode="after")
+    def _hits_reachable(self) -> Settings:
+        """A single query at EMBEDDING_MAX_K must fit in EMBEDDING_MAX_HITS (items x k): else a k its own limit
+        allows (and GET /v1/limits advertises) is always refused."""
+        if self.max_hits < self.max_k:
+            raise ValueError(
+                f"EMBEDDING_MAX_HITS={self.max_hits} is less than EMBEDDING_MAX_K={self.max_k}: one query at k "
+                f"{self.max_k} would always be refused; raise EMBEDDING_MAX_HITS or lower EMBEDDING_MAX_K"
+            )
+        return self
+
     @field_validator("tables", "cors_origins", "write_keys", mode="before")
     @classmethod
     def _lists(cls, value: Any) -> Any:
@@ -452,7 +463,10 @@ def describe_error(exc: ValidationError, fields: Mapping[str, FieldInfo] = Setti
     files = key_files(KEY_SETTINGS)
     parts = []
     for error in exc.errors():
-        field = ".".join(str(p) for p in error["loc"]) or "settings"
+        if not error["loc"]:  # a check of several settings, whose words name them
+            parts.append(error["msg"].removeprefix("Value error, "))
+            continue
+        field = ".".join(str(p) for p in error["loc"])
         name = field.split(".")[0]
         message = error["msg"].removeprefix("Value error, ")
         variable = files.get(name) or f"EMBEDDING_{field.upper()}"

@@ -266,6 +266,21 @@ def test_a_refused_value_is_named_with_what_is_allowed(
     assert errors(capsys) == [f"embedding-serve: invalid settings: {refusal}"]
 
 
+def test_max_hits_below_max_k_is_refused(clean_env: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Hits are items x k: with EMBEDDING_MAX_HITS below EMBEDDING_MAX_K, a k that max_k allows was refused at every
+    request, though GET /v1/limits advertised it."""
+    clean_env.setenv("EMBEDDING_DATA_DIR", str(tmp_path))
+    clean_env.setenv("EMBEDDING_MAX_HITS", "500")
+    with pytest.raises(ValidationError) as info:
+        Settings()
+    assert describe_error(info.value) == (
+        "invalid settings: EMBEDDING_MAX_HITS=500 is less than EMBEDDING_MAX_K=1000: one query at k 1000 would "
+        "always be refused; raise EMBEDDING_MAX_HITS or lower EMBEDDING_MAX_K"
+    )
+    clean_env.setenv("EMBEDDING_MAX_K", "500")
+    assert Settings().max_hits == 500  # a query at EMBEDDING_MAX_K fits
+
+
 def test_the_limits_are_answered_at_their_largest_values(small_data_dir: Path) -> None:
     """Every limit at the largest value its setting takes: GET /v1/limits answers them."""
     largest = {

@@ -197,15 +197,15 @@ def descriptors_for(connections: int) -> str:
     )
 
 
-def threads_per_worker() -> int:
-    """EMBEDDING_THREADS, else OMP_NUM_THREADS, else 1: a worker answers concurrent requests on several threads,
-    and BLAS threads per request would fight over the cores (concurrent exact queries slow down by orders of
-    magnitude with two each), while a whole analogy batch gains little from a second thread (BENCHMARKS.md)."""
-    for variable in ("EMBEDDING_THREADS", "OMP_NUM_THREADS"):
-        value = os.environ.get(variable, "")
-        if value.isdigit() and int(value) > 0:
-            return int(value)
-    return 1
+def threads_per_worker(given: int | None) -> int:
+    """EMBEDDING_THREADS (``given``, as the settings read it), else OMP_NUM_THREADS, else 1: a worker answers
+    concurrent requests on several threads, and BLAS threads per request would fight over the cores (concurrent
+    exact queries slow down by orders of magnitude with two each), while a whole analogy batch gains little from a
+    second thread (BENCHMARKS.md)."""
+    if given is not None:
+        return given
+    value = os.environ.get("OMP_NUM_THREADS", "")
+    return int(value) if value.isdigit() and int(value) > 0 else 1
 
 
 def tune_malloc() -> None:
@@ -290,7 +290,7 @@ def _main(argv: list[str] | None) -> int:
         say(problem, log_format)
         return 2
     # Before numpy/FAISS load (in the factory), so BLAS and OpenMP start with this many threads.
-    threads = threads_per_worker()
+    threads = threads_per_worker(Settings().threads)  # " 2" or "2.0" too, as the settings take them
     os.environ["EMBEDDING_THREADS"] = str(threads)
     for variable in THREAD_VARIABLES:
         os.environ[variable] = str(threads)

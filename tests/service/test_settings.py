@@ -621,11 +621,27 @@ def test_the_documented_refusals_print_what_the_docs_show(tmp_path: Path) -> Non
 
 
 def test_threads_per_worker(clean_env: pytest.MonkeyPatch) -> None:
-    assert serve.threads_per_worker() == 1
+    assert serve.threads_per_worker(None) == 1
     clean_env.setenv("OMP_NUM_THREADS", "3")
-    assert serve.threads_per_worker() == 3
-    clean_env.setenv("EMBEDDING_THREADS", "2")
-    assert serve.threads_per_worker() == 2
+    assert serve.threads_per_worker(None) == 3
+    assert serve.threads_per_worker(2) == 2
+
+
+def test_the_threads_setting_is_the_number_the_settings_read(clean_env: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """EMBEDDING_THREADS as the settings accept it (" 2", "2.0", "+2"): its number of threads, not 1. The start-up
+    read it again by its digits alone and gave the workers 1 thread each without a word."""
+    started: list[tuple[int | None, str]] = []
+
+    def stop(settings: Settings) -> None:  # what follows the threads' setting
+        started.append((settings.threads, os.environ["OMP_NUM_THREADS"]))
+        sys.exit(3)
+
+    clean_env.setattr(serve, "start_deferred_builds", stop)
+    for given in (" 2", "2.0", "+2", "2"):
+        clean_env.setenv("EMBEDDING_THREADS", given)
+        with pytest.raises(SystemExit, match="3"):
+            serve.main(["--data-dir", str(tmp_path), "--port", "0"])
+    assert started == [(2, "2")] * 4
 
 
 # ------------------------------------------------------------------------------------------- registry

@@ -155,9 +155,29 @@ def options(
 ) -> None:
     from index import progress
 
+    _threads_variable()
     progress.configure(quiet=quiet, status_file=status_file, whole_process=True)
     if nice:
         os.nice(nice)
+
+
+MAX_THREADS = 512  # as embedding-serve's EMBEDDING_THREADS
+
+
+def _threads_variable() -> None:
+    """EMBEDDING_THREADS, the threads that embed texts (every core without it): a value that is no number of threads
+    is refused, as embedding-serve refuses it, not replaced by every core; one given with spaces or a sign is
+    written back as its number, which the encoder reads."""
+    given = os.environ.get("EMBEDDING_THREADS")
+    if given is None:
+        return
+    try:
+        number = int(given)
+    except ValueError:
+        number = 0
+    if not 1 <= number <= MAX_THREADS:
+        fail(f"EMBEDDING_THREADS={given!r}: must be a whole number from 1 to {MAX_THREADS}")
+    os.environ["EMBEDDING_THREADS"] = str(number)
 
 
 def fail(message: str, code: int = 1) -> None:

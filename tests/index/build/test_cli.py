@@ -19,6 +19,7 @@ from index.build import writer
 from index.build.cli import index_column, verify
 from index.build.sources import RawTable
 from index.engine.table import Table
+from index.engine.transformer_encoder import threads
 from index.store import artifact, writelog
 from tests.cli import REPO, progress_lines, run_cli, untimed
 from tests.examples import example
@@ -174,6 +175,21 @@ def test_an_empty_data_dir_is_refused_not_taken_as_another(tmp_path: Path, monke
     data_dir = tmp_path / "data"
     assert run_cli("import", words, "--name", "t", "--data-dir", data_dir).code == 0
     assert (data_dir / "t" / "manifest.json").is_file()
+
+
+def test_a_threads_variable_that_is_no_number_of_threads_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """EMBEDDING_THREADS (the threads that embed texts): a value embedding-serve refuses was replaced by every core
+    without a word, " 2" too; the builder refuses the same values in the same words, and reads " 2" as 2."""
+    for given in ("abc", "0", "", "513"):
+        monkeypatch.setenv("EMBEDDING_THREADS", given)
+        result = run_cli("list", "--data-dir", tmp_path)
+        refused = f"embedding-index: error: EMBEDDING_THREADS={given!r}: must be a whole number from 1 to 512\n"
+        assert (result.code, result.err) == (1, refused), given
+    monkeypatch.setenv("EMBEDDING_THREADS", " 2")
+    assert run_cli("list", "--data-dir", tmp_path).code == 0
+    assert threads() == 2
 
 
 def test_a_data_dir_that_is_a_dangling_link_is_named(tmp_path: Path) -> None:

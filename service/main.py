@@ -269,6 +269,9 @@ def _main(argv: list[str] | None) -> int:
             log_format,
         )
         return 2
+    if not args.host.strip():  # an empty address is every interface to the socket, not the default loopback
+        say("--host is empty: name an interface (the default is 127.0.0.1; 0.0.0.0 for all of them)", log_format)
+        return 2
     if not 0 <= args.port <= 65535:
         say(f"--port must be from 0 to 65535, not {args.port}", log_format)
         return 2

@@ -317,6 +317,20 @@ def test_embedding_serve_exits_non_zero_on_bad_settings(
     assert "EMBEDDING_DATA_DIR: is empty" in capsys.readouterr().err
 
 
+def test_an_empty_host_is_refused_not_every_interface(
+    clean_env: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--host ""`` (as ``--host "$HOST"`` leaves it with HOST unset) is every interface to a socket: the server
+    listened on 0.0.0.0 and ::, open to the network, where the default is the loopback alone."""
+    clean_env.setattr(serve, "start_deferred_builds", lambda settings: sys.exit(3))  # what follows the checks
+    for empty in ("", " "):
+        assert serve.main(["--data-dir", str(tmp_path), "--host", empty, "--port", "0"]) == 2
+        expected = (
+            "embedding-serve: --host is empty: name an interface (the default is 127.0.0.1; 0.0.0.0 for all of them)"
+        )
+        assert errors(capsys) == [expected]
+
+
 def errors(capsys: pytest.CaptureFixture[str]) -> list[str]:
     """The lines on stderr but warnings (of the variables the tests' environment may hold: EMBEDDING_TEST_CACHE)."""
     return [line for line in capsys.readouterr().err.splitlines() if not line.startswith("embedding-serve: warning")]

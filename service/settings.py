@@ -7,6 +7,7 @@ Validators fail fast, so a bad value stops the server at start-up with one clear
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import math
 import os
@@ -299,6 +300,26 @@ class Settings(BaseSettings):
                 f"EMBEDDING_MAX_HITS={self.max_hits} is less than EMBEDDING_MAX_K={self.max_k}: one query at k "
                 f"{self.max_k} would always be refused; raise EMBEDDING_MAX_HITS or lower EMBEDDING_MAX_K"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _keys_of_one_kind(self) -> Settings:
+        """Each key is of one kind: a read key that is also the admin key or a write key gave every reader the right
+        to reload the tables or to write (a write key the admin's rights), without a word. Refused naming the
+        settings (or their files), never a key."""
+        files = key_files(KEY_SETTINGS)
+        kinds = {
+            "api_key": {self.api_key.get_secret_value()} if self.api_key else set(),
+            "read_api_key": {self.read_api_key.get_secret_value()} if self.read_api_key else set(),
+            "write_keys": set(self.write_keys),
+        }
+        for one, other in itertools.combinations(KEY_SETTINGS, 2):
+            if kinds[one] & kinds[other]:
+                named = [files.get(field, "").split(":")[0] or f"EMBEDDING_{field.upper()}" for field in (one, other)]
+                raise ValueError(
+                    f"{named[0]} and {named[1]} share a key: each kind of key must be its own (whoever holds it "
+                    "would have the rights of both)"
+                )
         return self
 
     @field_validator("tables", "cors_origins", "write_keys", mode="before")

@@ -867,6 +867,46 @@ def test_fastapi_telemetry_only_when_asked(clean_env: pytest.MonkeyPatch, small_
         assert [app._telemetry[part] for part in ("tracing", "metrics", "logs")] == [value] * 3
 
 
+def test_a_key_of_two_kinds_is_refused_without_showing_it(
+    clean_env: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A read key that is also the admin key or a write key gave every reader the right to reload or to write (a write
+    key that is the admin key, every writer the admin's): refused at start-up, naming the settings (a key's file by
+    its variable), never the key."""
+    clean_env.setattr(serve, "start_deferred_builds", lambda settings: sys.exit(3))  # what follows the checks
+    shared = "s3cret-shared-key"
+    (tmp_path / "admin").write_text(shared + "\n")
+    cases = [
+        (
+            {"EMBEDDING_API_KEY": shared, "EMBEDDING_READ_API_KEY": shared},
+            "EMBEDDING_API_KEY and EMBEDDING_READ_API_KEY",
+        ),
+        (
+            {"EMBEDDING_READ_API_KEY": shared, "EMBEDDING_WRITE_KEYS": f"w1,{shared}"},
+            "EMBEDDING_READ_API_KEY and EMBEDDING_WRITE_KEYS",
+        ),
+        (
+            {"EMBEDDING_API_KEY_FILE": str(tmp_path / "admin"), "EMBEDDING_WRITE_KEYS": shared},
+            "EMBEDDING_API_KEY_FILE and EMBEDDING_WRITE_KEYS",
+        ),
+    ]
+    for variables, named in cases:
+        for variable, value in variables.items():
+            clean_env.setenv(variable, value)
+        assert serve.main(["--data-dir", str(tmp_path), "--port", "0"]) == 2
+        said = errors(capsys)
+        assert said == [
+            f"embedding-serve: invalid settings: {named} share a key: each kind of key must be its own (whoever holds "
+            "it would have the rights of both)"
+        ]
+        assert shared not in said[0]
+        for variable in variables:
+            clean_env.delenv(variable)
+    clean_env.setenv("EMBEDDING_DATA_DIR", str(tmp_path))
+    clean_env.setenv("EMBEDDING_WRITE_KEYS", "w1,w1,w2")  # a write key given twice is still a write key
+    assert Settings().write_keys == ["w1", "w1", "w2"]
+
+
 def test_write_keys(tmp_path: Path) -> None:
     settings = Settings(data_dir=tmp_path, write_keys="first-key-123, second-key-456")  # type: ignore[arg-type]
     assert settings.write_keys == ["first-key-123", "second-key-456"] and settings.write_sync is True

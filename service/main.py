@@ -197,6 +197,23 @@ def descriptors_for(connections: int) -> str:
     )
 
 
+def sharded_here(settings: Settings, sharded: Mapping[str, object]) -> str:
+    """What is wrong with sharded tables (``EMBEDDING_SHARDS``) this server would also load, from EMBEDDING_TABLES
+    or its data directory, "" when none: the front answers every request naming one from its shards, so the table
+    loaded here was only memory spent, and listed as unavailable."""
+    from index.store.artifact import list_tables
+
+    here = settings.tables if settings.tables is not None else list_tables(settings.data_dir)
+    both = sorted(set(sharded) & set(here))
+    if not both:
+        return ""
+    return (
+        f"EMBEDDING_SHARDS names {', '.join(map(repr, both))}, which this server also loads from "
+        f"{'EMBEDDING_TABLES' if settings.tables is not None else settings.data_dir}: a table is answered from its "
+        "shards or from here, not both; leave it out of one"
+    )
+
+
 def threads_per_worker(given: int | None) -> int:
     """EMBEDDING_THREADS (``given``, as the settings read it), else OMP_NUM_THREADS, else 1: a worker answers
     concurrent requests on several threads, and BLAS threads per request would fight over the cores (concurrent
@@ -308,6 +325,10 @@ def _main(argv: list[str] | None) -> int:
         say(problem, log_format)
         return 2
     settings = Settings()
+    clash = sharded_here(settings, front_settings().shards)
+    if clash:
+        say(clash, log_format)
+        return 2
     if settings.cache_bytes * args.workers > memory():
         say(
             f"EMBEDDING_CACHE_BYTES={settings.cache_bytes} x {counted(args.workers, 'worker')} is more than the "

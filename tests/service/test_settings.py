@@ -651,6 +651,8 @@ def test_the_threads_setting_is_the_number_the_settings_read(clean_env: pytest.M
         sys.exit(3)
 
     clean_env.setattr(serve, "start_deferred_builds", stop)
+    for variable in serve.THREAD_VARIABLES:  # main sets them: undone after the test
+        clean_env.setenv(variable, "1")
     for given in (" 2", "2.0", "+2", "2"):
         clean_env.setenv("EMBEDDING_THREADS", given)
         with pytest.raises(SystemExit, match="3"):
@@ -905,6 +907,30 @@ def test_a_key_of_two_kinds_is_refused_without_showing_it(
     clean_env.setenv("EMBEDDING_DATA_DIR", str(tmp_path))
     clean_env.setenv("EMBEDDING_WRITE_KEYS", "w1,w1,w2")  # a write key given twice is still a write key
     assert Settings().write_keys == ["w1", "w1", "w2"]
+
+
+def test_a_sharded_table_this_server_also_loads_is_refused(
+    clean_env: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """EMBEDDING_SHARDS naming a table of the server's own (its data directory's, or EMBEDDING_TABLES'): the table
+    was loaded and checked, then every request naming it went to the shards, and GET /v1/tables listed it as
+    unavailable. Refused at start-up, naming the table and where this server would load it from."""
+    clean_env.setattr(serve, "start_deferred_builds", lambda settings: sys.exit(3))  # what follows the checks
+    (tmp_path / "lee").mkdir()
+    (tmp_path / "lee" / "manifest.json").write_text("{}")  # a table to the listing (its load comes later)
+    clean_env.setenv("EMBEDDING_SHARDS", json.dumps({"lee": [["http://127.0.0.1:9/v1/tables/shard-000"]]}))
+    refused = (
+        "embedding-serve: EMBEDDING_SHARDS names 'lee', which this server also loads from {}: a table is answered "
+        "from its shards or from here, not both; leave it out of one"
+    )
+    assert serve.main(["--data-dir", str(tmp_path), "--port", "0"]) == 2
+    assert errors(capsys) == [refused.format(tmp_path)]
+    clean_env.setenv("EMBEDDING_TABLES", "other,lee")  # not --tables: main would leave it in this process's environ
+    assert serve.main(["--data-dir", str(tmp_path), "--port", "0"]) == 2
+    assert errors(capsys) == [refused.format("EMBEDDING_TABLES")]
+    clean_env.setenv("EMBEDDING_TABLES", "other")
+    with pytest.raises(SystemExit, match="3"):  # the front of lee, serving only other tables of its own
+        serve.main(["--data-dir", str(tmp_path), "--port", "0"])
 
 
 def test_write_keys(tmp_path: Path) -> None:

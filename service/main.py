@@ -28,7 +28,7 @@ from collections.abc import Callable, Mapping, MutableMapping
 from types import FrameType
 from typing import Any, NoReturn
 
-from pydantic import ValidationError
+from pydantic import TypeAdapter, ValidationError
 
 from index.errors import counted
 from service.logs import format_from_env, log_config, say
@@ -214,6 +214,16 @@ def sharded_here(settings: Settings, sharded: Mapping[str, object]) -> str:
     )
 
 
+def threads_given(environ: Mapping[str, str]) -> int | None:
+    """EMBEDDING_THREADS as the settings read it (the name in any case; " 2" or "2.0" is 2), before they are checked;
+    None when unset, or not a number (the check then refuses it)."""
+    values = [value for variable, value in environ.items() if variable.upper() == "EMBEDDING_THREADS"]
+    try:
+        return TypeAdapter(int).validate_python(values[0]) if values else None
+    except ValidationError:
+        return None
+
+
 def threads_per_worker(given: int | None) -> int:
     """EMBEDDING_THREADS (``given``, as the settings read it), else OMP_NUM_THREADS, else 1: a worker answers
     concurrent requests on several threads, and BLAS threads per request would fight over the cores (concurrent
@@ -305,15 +315,16 @@ def _main(argv: list[str] | None) -> int:
             os.environ[variable] = str(value)
     for line in unknown_variables(os.environ):  # before a refusal: a misspelt variable may be why
         say(line, log_format, logging.WARNING)
-    problem = settings_problem(Settings)  # before EMBEDDING_THREADS is read and written again below
+    # Before numpy loads (the check of EMBEDDING_TABLES loads it; FAISS the factory), so that BLAS and OpenMP start
+    # with this many threads; EMBEDDING_THREADS itself is written only once the settings' check has read it.
+    threads = threads_per_worker(threads_given(os.environ))
+    for variable in THREAD_VARIABLES:
+        os.environ[variable] = str(threads)
+    problem = settings_problem(Settings)
     if problem:
         say(problem, log_format)
         return 2
-    # Before numpy/FAISS load (in the factory), so BLAS and OpenMP start with this many threads.
-    threads = threads_per_worker(Settings().threads)  # " 2" or "2.0" too, as the settings take them
     os.environ["EMBEDDING_THREADS"] = str(threads)
-    for variable in THREAD_VARIABLES:
-        os.environ[variable] = str(threads)
     from service.shard_settings import front_settings  # here: a front's check loads numpy, which reads them
 
     problem = settings_problem(front_settings)  # EMBEDDING_SHARDS, ...: checked here, not in every worker

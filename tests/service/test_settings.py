@@ -660,6 +660,31 @@ def test_the_threads_setting_is_the_number_the_settings_read(clean_env: pytest.M
     assert started == [(2, "2")] * 4
 
 
+def test_blas_starts_with_the_threads_setting_when_tables_are_named(tmp_path: Path) -> None:
+    """In a fresh interpreter, as ``embedding-serve --threads 1`` starts one worker in its own process: the check of
+    EMBEDDING_TABLES loads numpy, which fixed BLAS's threads at every core before the start-up set them (concurrent
+    exact queries then fight over the cores). With the tables named or not, BLAS runs on the threads asked for (a
+    machine of one core could not tell the two apart)."""
+    script = f"""
+import os, sys
+import threadpoolctl
+from service import main as serve
+
+def stop(settings):
+    print(sorted({{pool["num_threads"] for pool in threadpoolctl.threadpool_info()}}))
+    sys.exit(3)
+
+serve.start_deferred_builds = stop
+serve.main(["--data-dir", {str(tmp_path)!r}, "--port", "0", "--threads", "1", *sys.argv[1:]])
+"""
+    environment = {k: v for k, v in os.environ.items() if not k.startswith("EMBEDDING_") and "NUM_THREADS" not in k}
+    for tables in ([], ["--tables", "small"]):
+        done = subprocess.run(
+            [sys.executable, "-c", script, *tables], capture_output=True, text=True, timeout=120, env=environment
+        )
+        assert (done.returncode, done.stdout) == (3, "[1]\n"), (tables, done.stdout, done.stderr[-2000:])
+
+
 # ------------------------------------------------------------------------------------------- registry
 @pytest.fixture
 def mixed_data_dir(tmp_path: Path, small_data_dir: Path) -> Path:

@@ -28,7 +28,7 @@ from collections.abc import Callable, Mapping, MutableMapping
 from types import FrameType
 from typing import Any, NoReturn
 
-from pydantic import ValidationError
+from pydantic import TypeAdapter, ValidationError
 
 from index.errors import counted
 from service.logs import format_from_env, log_config, say
@@ -39,6 +39,7 @@ from service.settings import (
     Settings,
     cores,
     describe_error,
+    memory,
 )
 from service.shard_settings import ShardSettings
 
@@ -196,15 +197,42 @@ def descriptors_for(connections: int) -> str:
     )
 
 
-def threads_per_worker() -> int:
-    """EMBEDDING_THREADS, else OMP_NUM_THREADS, else 1: a worker answers concurrent requests on several threads,
-    and BLAS threads per request would fight over the cores (concurrent exact queries slow down by orders of
-    magnitude with two each), while a whole analogy batch gains little from a second thread (BENCHMARKS.md)."""
-    for variable in ("EMBEDDING_THREADS", "OMP_NUM_THREADS"):
-        value = os.environ.get(variable, "")
-        if value.isdigit() and int(value) > 0:
-            return int(value)
-    return 1
+def sharded_here(settings: Settings, sharded: Mapping[str, object]) -> str:
+    """What is wrong with sharded tables (``EMBEDDING_SHARDS``) this server would also load, from EMBEDDING_TABLES
+    or its data directory, "" when none: the front answers every request naming one from its shards, so the table
+    loaded here was only memory spent, and listed as unavailable."""
+    from index.store.artifact import list_tables
+
+    here = settings.tables if settings.tables is not None else list_tables(settings.data_dir)
+    both = sorted(set(sharded) & set(here))
+    if not both:
+        return ""
+    return (
+        f"EMBEDDING_SHARDS names {', '.join(map(repr, both))}, which this server also loads from "
+        f"{'EMBEDDING_TABLES' if settings.tables is not None else settings.data_dir}: a table is answered from its "
+        "shards or from here, not both; leave it out of one"
+    )
+
+
+def threads_given(environ: Mapping[str, str]) -> int | None:
+    """EMBEDDING_THREADS as the settings read it (the name in any case; " 2" or "2.0" is 2), before they are checked;
+    None when unset, or not a number (the check then refuses it)."""
+    values = [value for variable, value in environ.items() if variable.upper() == "EMBEDDING_THREADS"]
+    try:
+        return TypeAdapter(int).validate_python(values[0]) if values else None
+    except ValidationError:
+        return None
+
+
+def threads_per_worker(given: int | None) -> int:
+    """EMBEDDING_THREADS (``given``, as the settings read it), else OMP_NUM_THREADS, else 1: a worker answers
+    concurrent requests on several threads, and BLAS threads per request would fight over the cores (concurrent
+    exact queries slow down by orders of magnitude with two each), while a whole analogy batch gains little from a
+    second thread (BENCHMARKS.md)."""
+    if given is not None:
+        return given
+    value = os.environ.get("OMP_NUM_THREADS", "")
+    return int(value) if value.isdigit() and int(value) > 0 else 1
 
 
 def tune_malloc() -> None:
@@ -268,6 +296,9 @@ def _main(argv: list[str] | None) -> int:
             log_format,
         )
         return 2
+    if not args.host.strip():  # an empty address is every interface to the socket, not the default loopback
+        say("--host is empty: name an interface (the default is 127.0.0.1; 0.0.0.0 for all of them)", log_format)
+        return 2
     if not 0 <= args.port <= 65535:
         say(f"--port must be from 0 to 65535, not {args.port}", log_format)
         return 2
@@ -284,15 +315,16 @@ def _main(argv: list[str] | None) -> int:
             os.environ[variable] = str(value)
     for line in unknown_variables(os.environ):  # before a refusal: a misspelt variable may be why
         say(line, log_format, logging.WARNING)
-    problem = settings_problem(Settings)  # before EMBEDDING_THREADS is read and written again below
+    # Before numpy loads (the check of EMBEDDING_TABLES loads it; FAISS the factory), so that BLAS and OpenMP start
+    # with this many threads; EMBEDDING_THREADS itself is written only once the settings' check has read it.
+    threads = threads_per_worker(threads_given(os.environ))
+    for variable in THREAD_VARIABLES:
+        os.environ[variable] = str(threads)
+    problem = settings_problem(Settings)
     if problem:
         say(problem, log_format)
         return 2
-    # Before numpy/FAISS load (in the factory), so BLAS and OpenMP start with this many threads.
-    threads = threads_per_worker()
     os.environ["EMBEDDING_THREADS"] = str(threads)
-    for variable in THREAD_VARIABLES:
-        os.environ[variable] = str(threads)
     from service.shard_settings import front_settings  # here: a front's check loads numpy, which reads them
 
     problem = settings_problem(front_settings)  # EMBEDDING_SHARDS, ...: checked here, not in every worker
@@ -304,6 +336,17 @@ def _main(argv: list[str] | None) -> int:
         say(problem, log_format)
         return 2
     settings = Settings()
+    clash = sharded_here(settings, front_settings().shards)
+    if clash:
+        say(clash, log_format)
+        return 2
+    if settings.cache_bytes * args.workers > memory():
+        say(
+            f"EMBEDDING_CACHE_BYTES={settings.cache_bytes} x {counted(args.workers, 'worker')} is more than the "
+            f"{memory()} bytes of memory this process may use: each worker fills its cache up to it; lower it",
+            log_format,
+        )
+        return 2
     if args.workers * threads > cores():
         say(f"{args.workers} workers x {threads} threads exceeds {cores()} cores", log_format, logging.WARNING)
     short = descriptors_for(settings.max_connections)

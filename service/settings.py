@@ -6,14 +6,18 @@ Validators fail fast, so a bad value stops the server at start-up with one clear
 
 from __future__ import annotations
 
+import contextlib
+import itertools
 import json
 import math
 import os
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 from urllib.parse import urlsplit
 
-from pydantic import Field, SecretStr, ValidationError, field_validator
+from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
+from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, NoDecode, PydanticBaseSettingsSource, SettingsConfigDict
 
 from index.errors import InvalidQuery
@@ -287,6 +291,37 @@ class Settings(BaseSettings):
             file_secret_settings,
         )
 
+    @model_validator(mode="after")
+    def _hits_reachable(self) -> Settings:
+        """A single query at EMBEDDING_MAX_K must fit in EMBEDDING_MAX_HITS (items x k): else a k its own limit
+        allows (and GET /v1/limits advertises) is always refused."""
+        if self.max_hits < self.max_k:
+            raise ValueError(
+                f"EMBEDDING_MAX_HITS={self.max_hits} is less than EMBEDDING_MAX_K={self.max_k}: one query at k "
+                f"{self.max_k} would always be refused; raise EMBEDDING_MAX_HITS or lower EMBEDDING_MAX_K"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _keys_of_one_kind(self) -> Settings:
+        """Each key is of one kind: a read key that is also the admin key or a write key gave every reader the right
+        to reload the tables or to write (a write key the admin's rights), without a word. Refused naming the
+        settings (or their files), never a key."""
+        files = key_files(KEY_SETTINGS)
+        kinds = {
+            "api_key": {self.api_key.get_secret_value()} if self.api_key else set(),
+            "read_api_key": {self.read_api_key.get_secret_value()} if self.read_api_key else set(),
+            "write_keys": set(self.write_keys),
+        }
+        for one, other in itertools.combinations(KEY_SETTINGS, 2):
+            if kinds[one] & kinds[other]:
+                named = [files.get(field, "").split(":")[0] or f"EMBEDDING_{field.upper()}" for field in (one, other)]
+                raise ValueError(
+                    f"{named[0]} and {named[1]} share a key: each kind of key must be its own (whoever holds it "
+                    "would have the rights of both)"
+                )
+        return self
+
     @field_validator("tables", "cors_origins", "write_keys", mode="before")
     @classmethod
     def _lists(cls, value: Any) -> Any:
@@ -313,6 +348,21 @@ class Settings(BaseSettings):
             raise ValueError(f"{value} is not a directory")
         if not os.access(value, os.R_OK | os.X_OK):
             raise ValueError(f"{value} is not readable by this user")
+        return value
+
+    @field_validator("cache_dir")
+    @classmethod
+    def _cache_dir_usable(cls, value: Path | None) -> Path | None:
+        """A directory this user may write, or one it may make (at the first layout kept): one given that cannot
+        keep the layouts would have every worker compute each again after every restart (a t-SNE map: minutes)."""
+        if value is None:
+            return None
+        found = next((path for path in (value, *value.parents) if path.exists()), Path("."))
+        where = str(value) if found == value else f"{value} cannot be made: {found}"
+        if not found.is_dir():
+            raise ValueError(f"{where} is not a directory")
+        if not os.access(found, os.W_OK | os.X_OK):
+            raise ValueError(f"{where} is not writable by this user")
         return value
 
     @field_validator("tables")
@@ -414,13 +464,54 @@ def _quota_cores(quota_file: Path, period_file: Path | None = None) -> int | Non
         return None
 
 
-def describe_error(exc: ValidationError) -> str:
-    """One line naming each bad setting by its environment variable, a key read from a file by that file."""
+# The memory limit of this process's cgroup, in bytes: v2's (or "max") and v1's (a huge number without a limit)
+MEMORY_LIMITS = (Path("/sys/fs/cgroup/memory.max"), Path("/sys/fs/cgroup/memory/memory.limit_in_bytes"))
+
+
+def memory(limit_files: tuple[Path, ...] = MEMORY_LIMITS) -> int:
+    """The bytes of memory this process may use: the machine's, less when its cgroup's limit is lower (a
+    container's memory limit, e.g. Kubernetes' ``resources.limits.memory``; cgroup v2 or v1)."""
+    limits = [os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")]
+    for path in limit_files:
+        with contextlib.suppress(OSError, ValueError):  # no such file (the other version), or "max": no limit
+            limits.append(int(path.read_text().strip()))
+    return min(limits)
+
+
+def describe_error(exc: ValidationError, fields: Mapping[str, FieldInfo] = Settings.model_fields) -> str:
+    """One line naming each bad setting by its environment variable, a key read from a file by that file; the value
+    given where the check's own words do not name it (never a key's), and a number's range."""
     files = key_files(KEY_SETTINGS)
     parts = []
     for error in exc.errors():
-        field = ".".join(str(p) for p in error["loc"]) or "settings"
+        if not error["loc"]:  # a check of several settings, whose words name them
+            parts.append(error["msg"].removeprefix("Value error, "))
+            continue
+        field = ".".join(str(p) for p in error["loc"])
+        name = field.split(".")[0]
         message = error["msg"].removeprefix("Value error, ")
-        variable = files.get(field.split(".")[0]) or f"EMBEDDING_{field.upper()}"
+        variable = files.get(name) or f"EMBEDDING_{field.upper()}"
+        if error["type"] != "value_error" and name not in KEY_SETTINGS:  # pydantic's words, without the value
+            variable += f"={error['input']!r}"
+            message = (allowed(fields[name]) if name in fields else "") or message
         parts.append(f"{variable}: {message}")
     return "invalid settings: " + "; ".join(parts)
+
+
+def allowed(field: FieldInfo) -> str:
+    """What a yes-or-no or a number setting takes ("must be a whole number from 1 to 100000", from its bounds); ""
+    for another setting, whose check says it."""
+    if field.annotation is bool:
+        return "must be true or false"
+    kinds = {int: "a whole number", float: "a number"}
+    kind = next((kinds[t] for t in (field.annotation, *get_args(field.annotation)) if t in kinds), "")
+    bounds = {key: _shown(getattr(m, key)) for m in field.metadata for key in ("ge", "gt", "le") if hasattr(m, key)}
+    if not kind or "le" not in bounds:
+        return ""
+    if "gt" in bounds:
+        return f"must be {kind} greater than {bounds['gt']} and at most {bounds['le']}"
+    return f"must be {kind} from {bounds['ge']} to {bounds['le']}"
+
+
+def _shown(bound: float) -> str:
+    return str(int(bound)) if float(bound).is_integer() else str(bound)

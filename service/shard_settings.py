@@ -7,8 +7,13 @@ before it imports either, so that a wrong value stops it at once.
 
 from __future__ import annotations
 
+import re
+from urllib.parse import urlsplit
+
 from pydantic import Field, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict, SettingsError
+
+from service.settings import describe_error
 
 
 class ShardSettings(BaseSettings):
@@ -31,8 +36,7 @@ def front_settings() -> ShardSettings:
         form = "{table: [[replica URL, ...], ...]}"
         raise ValueError(f"EMBEDDING_SHARDS: not JSON of the form {form} ({exc})") from None
     except ValidationError as exc:
-        problems = "; ".join(f"EMBEDDING_{'.'.join(map(str, e['loc'])).upper()}: {e['msg']}" for e in exc.errors())
-        raise ValueError(problems) from None
+        raise ValueError(describe_error(exc, ShardSettings.model_fields).removeprefix("invalid settings: ")) from None
     if not settings.shards:
         return settings
     from index.store.artifact import NAME_PATTERN as NAME  # the store (numpy) once there are shards to check
@@ -44,6 +48,28 @@ def front_settings() -> ShardSettings:
             raise ValueError(f"EMBEDDING_SHARDS: table {name!r} needs at least one replica URL per shard")
         for replicas in shards:
             for url in replicas:
-                if not url.startswith(("http://", "https://")):
-                    raise ValueError(f"EMBEDDING_SHARDS: table {name!r}: {url!r} is neither an http nor an https URL")
+                problem = replica_problem(url, NAME)
+                if problem:
+                    raise ValueError(f"EMBEDDING_SHARDS: table {name!r}: {url!r} {problem}")
     return settings
+
+
+def replica_problem(url: str, name: re.Pattern[str]) -> str:
+    """What keeps ``url`` from being a replica's table URL, ``http(s)://HOST[:PORT][/prefix]/v1/tables/NAME`` (the
+    front adds ``/search``, ... to it, and asks ``/v1/limits`` of what comes before ``/v1/tables/``); "" when
+    nothing. Such a URL, accepted, failed every request that needed its shard, blaming the shard."""
+    if not url.startswith(("http://", "https://")):
+        return "is neither an http nor an https URL"
+    parts = urlsplit(url)
+    try:
+        parts.port  # noqa: B018  # raises for a port that is not a number or past 65535
+    except ValueError:
+        return "has a port that is not a number from 0 to 65535"
+    if not parts.hostname:
+        return "names no host"
+    if any(character.isspace() for character in url):
+        return "has a space in it"
+    table = parts.path.rpartition("/v1/tables/")[2] if "/v1/tables/" in parts.path else ""
+    if not name.fullmatch(table) or parts.query or parts.fragment:
+        return "is not a table's URL: http(s)://HOST[:PORT]/v1/tables/NAME, the shard's table on its server"
+    return ""

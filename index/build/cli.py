@@ -32,8 +32,19 @@ app = typer.Typer(
 )
 
 
-def _data_dir(value: Path) -> Path:
-    """Refuse a data directory that is a file or a dangling link, before a command reads or writes in it."""
+def _directory(text: str | Path) -> Path:
+    """The data directory given: an empty one is refused (``Path("")`` is ".", the working directory, not meant)."""
+    if not str(text).strip():
+        given = "EMBEDDING_DATA_DIR" if os.environ.get("EMBEDDING_DATA_DIR") == text else "--data-dir"
+        fail(f"{given} is empty: name a directory (the default is ./data)")
+    return Path(text)
+
+
+def _data_dir(ctx: typer.Context, value: Path) -> Path:
+    """Refuse a data directory that is empty, a file or a dangling link, before a command reads or writes in it."""
+    source = ctx.get_parameter_source("data_dir")
+    if os.environ.get("EMBEDDING_DATA_DIR") == "" and source is not None and source.name == "DEFAULT":
+        _directory("")  # an empty variable, which Typer takes as unset (./data)
     path = Path(value)
     if path.exists() and not path.is_dir():
         fail(f"{path}: not a directory")
@@ -47,6 +58,7 @@ DataDir = Annotated[
     typer.Option(
         "--data-dir",
         envvar="EMBEDDING_DATA_DIR",
+        parser=_directory,
         callback=_data_dir,
         help="Directory that holds the tables (default $EMBEDDING_DATA_DIR, else ./data).",
     ),
@@ -143,9 +155,29 @@ def options(
 ) -> None:
     from index import progress
 
+    _threads_variable()
     progress.configure(quiet=quiet, status_file=status_file, whole_process=True)
     if nice:
         os.nice(nice)
+
+
+MAX_THREADS = 512  # as embedding-serve's EMBEDDING_THREADS
+
+
+def _threads_variable() -> None:
+    """EMBEDDING_THREADS, the threads that embed texts (every core without it): a value that is no number of threads
+    is refused, as embedding-serve refuses it, not replaced by every core; one given with spaces or a sign is
+    written back as its number, which the encoder reads."""
+    given = os.environ.get("EMBEDDING_THREADS")
+    if given is None:
+        return
+    try:
+        number = int(given)
+    except ValueError:
+        number = 0
+    if not 1 <= number <= MAX_THREADS:
+        fail(f"EMBEDDING_THREADS={given!r}: must be a whole number from 1 to {MAX_THREADS}")
+    os.environ["EMBEDDING_THREADS"] = str(number)
 
 
 def fail(message: str, code: int = 1) -> None:

@@ -36,6 +36,7 @@ from service.settings import (
     Settings,
     cores,
     describe_error,
+    memory,
 )
 from service.shard_settings import ShardSettings
 from tests import REPO
@@ -82,6 +83,31 @@ def test_an_empty_cache_dir_is_the_default_not_the_working_directory(
         assert Settings().cache_dir is None  # <data_dir>/.cache (Path("") would be ".")
     clean_env.setenv("EMBEDDING_CACHE_DIR", str(tmp_path / "layouts"))
     assert Settings().cache_dir == tmp_path / "layouts"
+
+
+def test_a_cache_dir_that_cannot_keep_the_layouts_stops_the_server(
+    clean_env: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A file, or a directory this user can neither write nor make: accepted, the first map request of each worker
+    warned that its layout was not kept, and every worker computed it again after every restart (a t-SNE map:
+    minutes). Refused at start-up, naming what is wrong."""
+    (tmp_path / "file").write_text("")
+    (tmp_path / "locked").mkdir()
+    clean_env.setattr(os, "access", lambda path, mode: Path(path) != tmp_path / "locked")  # root may write anything
+    clean_env.setattr(serve, "start_deferred_builds", lambda settings: sys.exit(3))  # what follows the checks
+    refusals = {
+        "file": "file is not a directory",
+        "file/layouts": "file/layouts cannot be made: {0}/file is not a directory",
+        "locked": "locked is not writable by this user",
+        "locked/a/b": "locked/a/b cannot be made: {0}/locked is not writable by this user",
+    }
+    for given, refusal in refusals.items():
+        clean_env.setenv("EMBEDDING_CACHE_DIR", str(tmp_path / given))
+        assert serve.main(["--data-dir", str(tmp_path)]) == 2
+        expected = f"embedding-serve: invalid settings: EMBEDDING_CACHE_DIR: {tmp_path}/{refusal.format(tmp_path)}"
+        assert errors(capsys) == [expected]
+    clean_env.setenv("EMBEDDING_CACHE_DIR", str(tmp_path / "new" / "layouts"))  # made at the first layout kept
+    assert Settings().cache_dir == tmp_path / "new" / "layouts"
 
 
 def test_keys_from_files(clean_env: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -176,7 +202,8 @@ def test_every_count_has_a_bound_the_answers_can_hold(clean_env: pytest.MonkeyPa
     clean_env.setenv(f"EMBEDDING_{name.upper()}", str(INT64_MAX + 1))
     with pytest.raises(ValidationError) as info:
         Settings()
-    assert describe_error(info.value).startswith(f"invalid settings: EMBEDDING_{name.upper()}: Input should be less")
+    refused = f"invalid settings: EMBEDDING_{name.upper()}='{INT64_MAX + 1}': must be a whole number from "
+    assert describe_error(info.value).startswith(refused)
 
 
 @pytest.mark.parametrize("name", [name for name, field in Settings.model_fields.items() if field.annotation is float])
@@ -187,7 +214,71 @@ def test_every_time_has_a_bound(clean_env: pytest.MonkeyPatch, tmp_path: Path, n
     clean_env.setenv(f"EMBEDDING_{name.upper()}", "inf")
     with pytest.raises(ValidationError) as info:
         Settings()
-    assert describe_error(info.value).startswith(f"invalid settings: EMBEDDING_{name.upper()}: Input should be less")
+    assert describe_error(info.value).startswith(f"invalid settings: EMBEDDING_{name.upper()}='inf': must be a number ")
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "refusal"),
+    [
+        (
+            "EMBEDDING_MAX_BODY_BYTES",
+            "10MB",
+            "EMBEDDING_MAX_BODY_BYTES='10MB': must be a whole number from 1024 to 1073741824",
+        ),
+        ("EMBEDDING_MAX_K", "", "EMBEDDING_MAX_K='': must be a whole number from 1 to 100000"),
+        (
+            "EMBEDDING_HEADER_TIMEOUT",
+            "10s",
+            "EMBEDDING_HEADER_TIMEOUT='10s': must be a number greater than 0 and at most 3600",
+        ),
+        ("EMBEDDING_COMPACT_SECONDS", "-1", "EMBEDDING_COMPACT_SECONDS='-1': must be a number from 0 to 31536000"),
+        ("EMBEDDING_WRITE_SYNC", "enabled", "EMBEDDING_WRITE_SYNC='enabled': must be true or false"),
+        ("EMBEDDING_PARTIAL", "", "EMBEDDING_PARTIAL='': must be true or false"),
+        (
+            "EMBEDDING_SHARD_TIMEOUT",
+            "0",
+            "EMBEDDING_SHARD_TIMEOUT='0': must be a number greater than 0 and at most 600",
+        ),
+        (
+            "EMBEDDING_LOG_LEVEL",
+            "warn",
+            "EMBEDDING_LOG_LEVEL='warn': Input should be 'critical', 'error', 'warning', 'info' or 'debug'",
+        ),
+        (
+            "EMBEDDING_WRITE_KEYS",
+            '["s3cret", 7]',
+            "EMBEDDING_WRITE_KEYS.1: Input should be a valid string",
+        ),  # no key shown
+    ],
+)
+def test_a_refused_value_is_named_with_what_is_allowed(
+    clean_env: pytest.MonkeyPatch,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    variable: str,
+    value: str,
+    refusal: str,
+) -> None:
+    """The refusal names the variable, the value given and what the setting takes: pydantic's own words named
+    neither the value nor, for a value that is no number at all (10MB for bytes), the range."""
+    clean_env.setenv(variable, value)
+    assert serve.main(["--data-dir", str(tmp_path)]) == 2
+    assert errors(capsys) == [f"embedding-serve: invalid settings: {refusal}"]
+
+
+def test_max_hits_below_max_k_is_refused(clean_env: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Hits are items x k: with EMBEDDING_MAX_HITS below EMBEDDING_MAX_K, a k that max_k allows was refused at every
+    request, though GET /v1/limits advertised it."""
+    clean_env.setenv("EMBEDDING_DATA_DIR", str(tmp_path))
+    clean_env.setenv("EMBEDDING_MAX_HITS", "500")
+    with pytest.raises(ValidationError) as info:
+        Settings()
+    assert describe_error(info.value) == (
+        "invalid settings: EMBEDDING_MAX_HITS=500 is less than EMBEDDING_MAX_K=1000: one query at k 1000 would "
+        "always be refused; raise EMBEDDING_MAX_HITS or lower EMBEDDING_MAX_K"
+    )
+    clean_env.setenv("EMBEDDING_MAX_K", "500")
+    assert Settings().max_hits == 500  # a query at EMBEDDING_MAX_K fits
 
 
 def test_the_limits_are_answered_at_their_largest_values(small_data_dir: Path) -> None:
@@ -224,6 +315,20 @@ def test_embedding_serve_exits_non_zero_on_bad_settings(
     clean_env.delenv("EMBEDDING_THREADS")  # the option is passed on as the variable
     assert serve.main(["--data-dir", ""]) == 2  # not the working directory
     assert "EMBEDDING_DATA_DIR: is empty" in capsys.readouterr().err
+
+
+def test_an_empty_host_is_refused_not_every_interface(
+    clean_env: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--host ""`` (as ``--host "$HOST"`` leaves it with HOST unset) is every interface to a socket: the server
+    listened on 0.0.0.0 and ::, open to the network, where the default is the loopback alone."""
+    clean_env.setattr(serve, "start_deferred_builds", lambda settings: sys.exit(3))  # what follows the checks
+    for empty in ("", " "):
+        assert serve.main(["--data-dir", str(tmp_path), "--host", empty, "--port", "0"]) == 2
+        expected = (
+            "embedding-serve: --host is empty: name an interface (the default is 127.0.0.1; 0.0.0.0 for all of them)"
+        )
+        assert errors(capsys) == [expected]
 
 
 def errors(capsys: pytest.CaptureFixture[str]) -> list[str]:
@@ -300,7 +405,7 @@ def test_a_variable_that_is_no_setting_is_named_at_start_up(
     clean_env.delenv("embedding_max_k")
     assert serve.main(["--data-dir", str(tmp_path)]) == 2
     lines = capsys.readouterr().err.splitlines()
-    refusal = "embedding-serve: invalid settings: EMBEDDING_MAX_K: Input should be greater than or equal to 1"
+    refusal = "embedding-serve: invalid settings: EMBEDDING_MAX_K='0': must be a whole number from 1 to 100000"
     assert ignored.format("EMBEDDING_READ_KEY", "EMBEDDING_READ_API_KEY") in lines and lines[-1] == refusal
     assert indexing.STATUS_VARIABLE in INTERNAL_VARIABLES
     for name in Settings.model_fields:  # every setting is documented, by its variable
@@ -438,7 +543,10 @@ def test_the_app_factory_refuses_bad_settings_in_one_line_without_their_values(
             line, said = (re.sub(r'^\{"time":"[^"]*",', "{", text) for text in (line, said))
         assert said == line + "\n"
     message = json.loads(line)["message"]
-    assert message.startswith("invalid settings: EMBEDDING_MAX_K: ") and "EMBEDDING_API_KEY: an API key must" in message
+    assert (
+        message.startswith("invalid settings: EMBEDDING_MAX_K='0': ")
+        and "EMBEDDING_API_KEY: an API key must" in message
+    )
 
 
 def test_a_data_dir_this_user_cannot_read_is_refused(clean_env: pytest.MonkeyPatch, tmp_path: Path) -> None:
@@ -527,11 +635,54 @@ def test_the_documented_refusals_print_what_the_docs_show(tmp_path: Path) -> Non
 
 
 def test_threads_per_worker(clean_env: pytest.MonkeyPatch) -> None:
-    assert serve.threads_per_worker() == 1
+    assert serve.threads_per_worker(None) == 1
     clean_env.setenv("OMP_NUM_THREADS", "3")
-    assert serve.threads_per_worker() == 3
-    clean_env.setenv("EMBEDDING_THREADS", "2")
-    assert serve.threads_per_worker() == 2
+    assert serve.threads_per_worker(None) == 3
+    assert serve.threads_per_worker(2) == 2
+
+
+def test_the_threads_setting_is_the_number_the_settings_read(clean_env: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """EMBEDDING_THREADS as the settings accept it (" 2", "2.0", "+2"): its number of threads, not 1. The start-up
+    read it again by its digits alone and gave the workers 1 thread each without a word."""
+    started: list[tuple[int | None, str]] = []
+
+    def stop(settings: Settings) -> None:  # what follows the threads' setting
+        started.append((settings.threads, os.environ["OMP_NUM_THREADS"]))
+        sys.exit(3)
+
+    clean_env.setattr(serve, "start_deferred_builds", stop)
+    for variable in serve.THREAD_VARIABLES:  # main sets them: undone after the test
+        clean_env.setenv(variable, "1")
+    for given in (" 2", "2.0", "+2", "2"):
+        clean_env.setenv("EMBEDDING_THREADS", given)
+        with pytest.raises(SystemExit, match="3"):
+            serve.main(["--data-dir", str(tmp_path), "--port", "0"])
+    assert started == [(2, "2")] * 4
+
+
+def test_blas_starts_with_the_threads_setting_when_tables_are_named(tmp_path: Path) -> None:
+    """In a fresh interpreter, as ``embedding-serve --threads 1`` starts one worker in its own process: the check of
+    EMBEDDING_TABLES loads numpy, which fixed BLAS's threads at every core before the start-up set them (concurrent
+    exact queries then fight over the cores). With the tables named or not, BLAS runs on the threads asked for (a
+    machine of one core could not tell the two apart)."""
+    script = f"""
+import os, sys
+import threadpoolctl
+from service import main as serve
+
+def stop(settings):
+    print(sorted({{pool["num_threads"] for pool in threadpoolctl.threadpool_info()}}))
+    sys.exit(3)
+
+serve.start_deferred_builds = stop
+serve.main(["--data-dir", {str(tmp_path)!r}, "--port", "0", "--threads", "1", *sys.argv[1:]])
+"""
+    environment = {k: v for k, v in os.environ.items() if not k.startswith("EMBEDDING_") and "NUM_THREADS" not in k}
+    for tables in ([], ["--tables", "small"]):
+        done = subprocess.run(
+            [sys.executable, "-c", script, *tables], capture_output=True, text=True, timeout=120, env=environment
+        )
+        assert (done.returncode, done.stdout) == (3, "[1]\n"), (tables, done.stdout, done.stderr[-2000:])
 
 
 # ------------------------------------------------------------------------------------------- registry
@@ -743,6 +894,70 @@ def test_fastapi_telemetry_only_when_asked(clean_env: pytest.MonkeyPatch, small_
         assert [app._telemetry[part] for part in ("tracing", "metrics", "logs")] == [value] * 3
 
 
+def test_a_key_of_two_kinds_is_refused_without_showing_it(
+    clean_env: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A read key that is also the admin key or a write key gave every reader the right to reload or to write (a write
+    key that is the admin key, every writer the admin's): refused at start-up, naming the settings (a key's file by
+    its variable), never the key."""
+    clean_env.setattr(serve, "start_deferred_builds", lambda settings: sys.exit(3))  # what follows the checks
+    shared = "s3cret-shared-key"
+    (tmp_path / "admin").write_text(shared + "\n")
+    cases = [
+        (
+            {"EMBEDDING_API_KEY": shared, "EMBEDDING_READ_API_KEY": shared},
+            "EMBEDDING_API_KEY and EMBEDDING_READ_API_KEY",
+        ),
+        (
+            {"EMBEDDING_READ_API_KEY": shared, "EMBEDDING_WRITE_KEYS": f"w1,{shared}"},
+            "EMBEDDING_READ_API_KEY and EMBEDDING_WRITE_KEYS",
+        ),
+        (
+            {"EMBEDDING_API_KEY_FILE": str(tmp_path / "admin"), "EMBEDDING_WRITE_KEYS": shared},
+            "EMBEDDING_API_KEY_FILE and EMBEDDING_WRITE_KEYS",
+        ),
+    ]
+    for variables, named in cases:
+        for variable, value in variables.items():
+            clean_env.setenv(variable, value)
+        assert serve.main(["--data-dir", str(tmp_path), "--port", "0"]) == 2
+        said = errors(capsys)
+        assert said == [
+            f"embedding-serve: invalid settings: {named} share a key: each kind of key must be its own (whoever holds "
+            "it would have the rights of both)"
+        ]
+        assert shared not in said[0]
+        for variable in variables:
+            clean_env.delenv(variable)
+    clean_env.setenv("EMBEDDING_DATA_DIR", str(tmp_path))
+    clean_env.setenv("EMBEDDING_WRITE_KEYS", "w1,w1,w2")  # a write key given twice is still a write key
+    assert Settings().write_keys == ["w1", "w1", "w2"]
+
+
+def test_a_sharded_table_this_server_also_loads_is_refused(
+    clean_env: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """EMBEDDING_SHARDS naming a table of the server's own (its data directory's, or EMBEDDING_TABLES'): the table
+    was loaded and checked, then every request naming it went to the shards, and GET /v1/tables listed it as
+    unavailable. Refused at start-up, naming the table and where this server would load it from."""
+    clean_env.setattr(serve, "start_deferred_builds", lambda settings: sys.exit(3))  # what follows the checks
+    (tmp_path / "lee").mkdir()
+    (tmp_path / "lee" / "manifest.json").write_text("{}")  # a table to the listing (its load comes later)
+    clean_env.setenv("EMBEDDING_SHARDS", json.dumps({"lee": [["http://127.0.0.1:9/v1/tables/shard-000"]]}))
+    refused = (
+        "embedding-serve: EMBEDDING_SHARDS names 'lee', which this server also loads from {}: a table is answered "
+        "from its shards or from here, not both; leave it out of one"
+    )
+    assert serve.main(["--data-dir", str(tmp_path), "--port", "0"]) == 2
+    assert errors(capsys) == [refused.format(tmp_path)]
+    clean_env.setenv("EMBEDDING_TABLES", "other,lee")  # not --tables: main would leave it in this process's environ
+    assert serve.main(["--data-dir", str(tmp_path), "--port", "0"]) == 2
+    assert errors(capsys) == [refused.format("EMBEDDING_TABLES")]
+    clean_env.setenv("EMBEDDING_TABLES", "other")
+    with pytest.raises(SystemExit, match="3"):  # the front of lee, serving only other tables of its own
+        serve.main(["--data-dir", str(tmp_path), "--port", "0"])
+
+
 def test_write_keys(tmp_path: Path) -> None:
     settings = Settings(data_dir=tmp_path, write_keys="first-key-123, second-key-456")  # type: ignore[arg-type]
     assert settings.write_keys == ["first-key-123", "second-key-456"] and settings.write_sync is True
@@ -801,6 +1016,32 @@ def test_cores_take_the_lower_of_both_cgroup_versions(tmp_path: Path) -> None:
     (tmp_path / "cpu" / "cpu.cfs_period_us").write_text("100000\n")
     assert cores(tmp_path / "cpu.max", (tmp_path / "cpu",)) == 1
     assert cores(tmp_path / "cpu.max", (tmp_path / "missing",)) == len(os.sched_getaffinity(0))
+
+
+def test_a_cache_larger_than_the_memory_stops_the_server(
+    clean_env: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """EMBEDDING_CACHE_BYTES is per worker (at most 1 TiB): the workers' caches together past the memory the server
+    may use were accepted, and each worker filled its cache until the machine, or the container's limit, killed it.
+    Refused at start-up, with this machine's memory; the memory a container's cgroup allows counts when lower."""
+    total = serve.memory()
+    assert total < 1 << 41, total  # the caches of two workers at the largest setting exceed it
+    clean_env.setattr(serve, "cores", lambda: 2)
+    clean_env.setattr(serve, "start_deferred_builds", lambda settings: sys.exit(3))  # what follows the check
+    clean_env.setenv("EMBEDDING_CACHE_BYTES", str(total // 2 + 1))
+    assert serve.main(["--data-dir", str(tmp_path), "--workers", "2"]) == 2
+    assert errors(capsys) == [
+        f"embedding-serve: EMBEDDING_CACHE_BYTES={total // 2 + 1} x 2 workers is more than the {total} bytes of "
+        "memory this process may use: each worker fills its cache up to it; lower it"
+    ]
+    with pytest.raises(SystemExit, match="3"):  # one worker's cache fits
+        serve.main(["--data-dir", str(tmp_path), "--port", "0"])
+    v2, v1 = tmp_path / "memory.max", tmp_path / "memory.limit_in_bytes"
+    v2.write_text("max\n")  # no limit
+    v1.write_text("536870912\n")
+    assert memory((v2, v1)) == min(total, 512 << 20)
+    v2.write_text("268435456\n")
+    assert memory((v2, tmp_path / "absent")) == min(total, 256 << 20)
 
 
 def test_the_descriptor_limit_is_raised_for_the_connections_and_what_it_lacks_is_said(

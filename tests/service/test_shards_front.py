@@ -904,6 +904,9 @@ def test_the_merge_orders_equal_scores_by_row_and_written_documents_last() -> No
     assert [(hit["id"], hit["row"]) for hit in page] == [("a", 8), ("w2", None), ("b", 9), ("d", 20)]
 
 
+NOT_A_TABLE = "is not a table's URL: http(s)://HOST[:PORT]/v1/tables/NAME, the shard's table on its server"
+
+
 @pytest.mark.parametrize(
     ("value", "message"),
     [
@@ -911,7 +914,22 @@ def test_the_merge_orders_equal_scores_by_row_and_written_documents_last() -> No
         ('{"a/b": [["http://x"]]}', "EMBEDDING_SHARDS: 'a/b' is not a table name"),
         ('{"lee": [[]]}', "EMBEDDING_SHARDS: table 'lee' needs at least one replica URL per shard"),
         ('{"lee": [["ftp://x"]]}', "EMBEDDING_SHARDS: table 'lee': 'ftp://x' is neither an http nor an https URL"),
-        ('{"lee": [["http://x"]]}', None),
+        # Accepted, each of these failed every request needing its shard, with a 503 blaming the shard.
+        ('{"lee": [["http://x:8000"]]}', f"EMBEDDING_SHARDS: table 'lee': 'http://x:8000' {NOT_A_TABLE}"),
+        (
+            '{"lee": [["http://x/v1/tables/a?b=1"]]}',
+            f"EMBEDDING_SHARDS: table 'lee': 'http://x/v1/tables/a?b=1' {NOT_A_TABLE}",
+        ),
+        ('{"lee": [["http:///v1/tables/a"]]}', "EMBEDDING_SHARDS: table 'lee': 'http:///v1/tables/a' names no host"),
+        (
+            '{"lee": [["http://a b/v1/tables/a"]]}',
+            "EMBEDDING_SHARDS: table 'lee': 'http://a b/v1/tables/a' has a space",
+        ),
+        (
+            '{"lee": [["http://x:99999/v1/tables/a"]]}',
+            "EMBEDDING_SHARDS: table 'lee': 'http://x:99999/v1/tables/a' has a port",
+        ),
+        ('{"lee": [["http://x/v1/tables/shard-000"], ["https://[::1]:8000/prefix/v1/tables/shard-001"]]}', None),
     ],
 )
 def test_a_bad_shard_setting_is_one_line(

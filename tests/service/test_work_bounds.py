@@ -166,7 +166,7 @@ def test_a_projection_of_many_points_at_a_large_neighbourhood_is_a_422(client: T
 
 
 def test_the_bounds_are_settings(data_dir: Path, small: Table, words: list[str]) -> None:
-    bounds = {"max_hits": 10, "max_words": 5, "max_layout_work": 100, "max_scored_rows": 100_000}
+    bounds = {"max_hits": 10, "max_k": 10, "max_words": 5, "max_layout_work": 100, "max_scored_rows": 100_000}
     bounds["max_answer_bytes"] = 5000
     with client_for(data_dir=data_dir, **bounds) as client:
         over(client, f"{SMALL}/neighbors", {"queries": words[:3], "k": 4}, "max_hits of 10")

@@ -19,6 +19,7 @@ from index.build import writer
 from index.build.cli import index_column, verify
 from index.build.sources import RawTable
 from index.engine.table import Table
+from index.engine.transformer_encoder import threads
 from index.store import artifact, writelog
 from tests.cli import REPO, progress_lines, run_cli, untimed
 from tests.examples import example
@@ -149,6 +150,46 @@ def test_a_data_dir_that_is_a_file_is_named_by_every_command(tmp_path: Path, mon
         assert (result.code, result.err) == (1, f"embedding-index: error: {words}: not a directory\n"), name
     monkeypatch.setenv("EMBEDDING_DATA_DIR", str(words))  # the same directory from the environment
     assert run_cli("list").err == f"embedding-index: error: {words}: not a directory\n"
+
+
+def test_an_empty_data_dir_is_refused_not_taken_as_another(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An empty --data-dir was the working directory (an import wrote its table there), an empty EMBEDDING_DATA_DIR
+    (as a compose file or a ConfigMap leaves it) ./data without a word; both are refused, as embedding-serve
+    refuses them. The option still overrides an empty variable."""
+    words = tmp_path / "ft.vec"
+    words.write_text("1 3\nheart 0.1 0.2 0.3\n", encoding="utf-8")
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    refused = "embedding-index: error: {} is empty: name a directory (the default is ./data)\n"
+    for empty in ("", " "):
+        result = run_cli("import", words, "--name", "t", "--data-dir", empty)
+        assert (result.code, result.err) == (1, refused.format("--data-dir")), repr(empty)
+        monkeypatch.setenv("EMBEDDING_DATA_DIR", empty)
+        for args in (["list"], ["import", words, "--name", "t"]):
+            result = run_cli(*args)
+            assert (result.code, result.err) == (1, refused.format("EMBEDDING_DATA_DIR")), (repr(empty), args)
+        monkeypatch.delenv("EMBEDDING_DATA_DIR")
+    assert list(work.iterdir()) == []  # no table in ./ nor in ./data
+    monkeypatch.setenv("EMBEDDING_DATA_DIR", "")
+    data_dir = tmp_path / "data"
+    assert run_cli("import", words, "--name", "t", "--data-dir", data_dir).code == 0
+    assert (data_dir / "t" / "manifest.json").is_file()
+
+
+def test_a_threads_variable_that_is_no_number_of_threads_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """EMBEDDING_THREADS (the threads that embed texts): a value embedding-serve refuses was replaced by every core
+    without a word, " 2" too; the builder refuses the same values in the same words, and reads " 2" as 2."""
+    for given in ("abc", "0", "", "513"):
+        monkeypatch.setenv("EMBEDDING_THREADS", given)
+        result = run_cli("list", "--data-dir", tmp_path)
+        refused = f"embedding-index: error: EMBEDDING_THREADS={given!r}: must be a whole number from 1 to 512\n"
+        assert (result.code, result.err) == (1, refused), given
+    monkeypatch.setenv("EMBEDDING_THREADS", " 2")
+    assert run_cli("list", "--data-dir", tmp_path).code == 0
+    assert threads() == 2
 
 
 def test_a_data_dir_that_is_a_dangling_link_is_named(tmp_path: Path) -> None:

@@ -19,8 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from index.engine.door import merge, unit_mean
-from index.engine.lookup import spellings
+from index.engine.door import merge, spellings, unit_mean
 from service.schemas.search import SearchRequest
 
 WORDS = "words"

@@ -93,7 +93,7 @@ from index.engine.layout import (
     tsne_least_rows,
 )
 from index.engine.live_search import LiveSource, Statistics
-from index.engine.lookup import SUGGESTED_MISSES, SUGGESTION_BUDGET
+from index.engine.lookup import SUGGESTED_MISSES, SUGGESTION_BUDGET, spellings
 from index.engine.query import (
     Analogy,
     Answer,
@@ -251,6 +251,7 @@ __all__ = [
     "shard_place",
     "similarities",
     "similarity",
+    "spellings",
     "split",
     "string_offsets",
     "suggestion_part",

@@ -263,7 +263,8 @@ def index_top(
     params: faiss.SearchParameters | None = None,
 ) -> Hits:
     """:func:`search_index`'s top-``k`` of a search that keeps ``width`` candidates (an HNSW graph's efSearch, at
-    least ``k``; ``k`` for any other index), scored and ordered as the exact kernel scores and orders them.
+    least ``k``; ``k`` for any other index; ``rerank`` times that for an index of codes), scored and ordered as the
+    exact kernel scores and orders them.
 
     A graph's walk is the same whatever ``k`` is asked of it; of the rows it visits, FAISS keeps the best ``k``,
     and of equal scores at the ``k``-th place the first visited. Asked for all ``width`` and cut here, every ``k``
@@ -271,8 +272,10 @@ def index_top(
     candidate is scored again by :func:`inner_products`: FAISS sums a row's products in its own order (an inverted
     file's and a graph's scores one unit in the last place from the exact search's at times), and an index of codes
     searched without re-ranking (``IVF64,PQ25x4``, ``IVF256,SQ8``) scores the codes, not the rows. So a row scores
-    the same found by any index or exactly, and equal to a written copy of it, and equal scores go by id."""
-    scores, ids = search_index(index, queries, max(k, min(width, index.ntotal)), vectors, rerank, params)
+    the same found by any index or exactly, and equal to a written copy of it, and equal scores go by id, at the
+    ``k``-th place too (rows of equal codes come in FAISS's order, often the last first)."""
+    _, ids = index.search(queries, min(max(k, min(width, index.ntotal)) * rerank, index.ntotal), params=params)
+    scores = np.full(ids.shape, -np.inf, dtype=np.float32)  # an id -1 (none found) keeps -inf, after every hit
     for q in range(len(queries)):  # each query alone, as the exact search scores a query (not a batch's product)
         found = ids[q] >= 0
         scores[q, found] = inner_products(queries[q : q + 1], vectors[ids[q, found]])[0]

@@ -139,3 +139,20 @@ def test_an_inverted_file_s_hits_score_as_the_exact_search_scores_them(factory: 
     if factory == "IVF16,Flat":  # the exact top, every score to the bit
         np.testing.assert_array_equal(ids[1], exact_ids[0])
         np.testing.assert_array_equal(scores[1], exact_scores[0])
+
+
+def test_a_re_ranked_index_of_codes_keeps_equal_scores_by_row_at_the_kth_place() -> None:
+    """Rows of equal codes come from FAISS last first (2002, 2001, 2000, 5): re-ranked, the ``k`` kept of equal
+    scores are the lowest rows, so a page of one and the next page of one are rows 5 and 2000, not 2002 twice."""
+    matrix = rows(2_000)
+    copies = np.vstack([matrix, matrix[[5, 5, 5]]])  # row 5 again at 2000, 2001, 2002
+    index = faiss.index_factory(50, "IVF16,PQ10x4", faiss.METRIC_INNER_PRODUCT)
+    index.train(copies)
+    index.add(copies)
+    set_search_params(index, nprobe=16)
+    query = copies[[5]]
+    assert [index_top(index, query, k, k, copies, rerank=8)[1][0].tolist() for k in (1, 2, 4)] == [
+        [5],
+        [5, 2000],
+        [5, 2000, 2001, 2002],
+    ]

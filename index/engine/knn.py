@@ -262,9 +262,10 @@ def index_top(
     rerank: int = 1,
     params: faiss.SearchParameters | None = None,
 ) -> Hits:
-    """:func:`search_index`'s top-``k`` of a search that keeps ``width`` candidates (an HNSW graph's efSearch, at
-    least ``k``; ``k`` for any other index; ``rerank`` times that for an index of codes), scored and ordered as the
-    exact kernel scores and orders them.
+    """The top-``k`` (scores, ids) of unit ``queries`` from ``index`` (``k`` at most its rows), of a search that
+    keeps ``width`` candidates (an HNSW graph's efSearch, at least ``k``; ``k`` for any other index; ``rerank``
+    times that for an index of codes), scored on the unit rows ``vectors`` and ordered as the exact kernel scores
+    and orders them. ``params``: the search's own parameters (:func:`deep_params`, :func:`filtered_params`).
 
     A graph's walk is the same whatever ``k`` is asked of it; of the rows it visits, FAISS keeps the best ``k``,
     and of equal scores at the ``k``-th place the first visited. Asked for all ``width`` and cut here, every ``k``

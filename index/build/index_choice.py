@@ -63,6 +63,7 @@ IVF_TRAIN_ITERATIONS = 10
 PQ_NBITS = 8
 PQ_RERANK = 8  # candidates per answer re-scored exactly, by default
 PQ_TRAIN_POINTS_PER_CODE = 64  # training rows per PQ centroid (2 ** nbits of them per sub-quantiser)
+OPQ_NBITS = 8  # the codes FAISS's OPQ rotation trains with, whatever the index's nbits
 OPQ_ITERATIONS = 10  # fewer than FAISS's 50: the same re-ranked recall for less training (docs/builder.md)
 PLATEAU_STEPS = 3  # indexes of codes: stop raising efSearch / nprobe once this many steps gained under PLATEAU_GAIN
 PLATEAU_GAIN = 0.002
@@ -195,8 +196,9 @@ def _parse_pq(spec: str, prefix: str, rows: int, dim: int | None) -> IndexSpec:
         raise InvalidQuery(f"index spec {spec!r}: opq is 0 or 1, nbits 1 to 16")
     if out.nlist is not None and out.nlist > rows:
         raise InvalidQuery(f"index spec {spec!r}: nlist {out.nlist} is more than the {rows} rows")
-    if rows < 2**out.nbits:
-        raise InvalidQuery(f"index spec {spec!r}: {rows} rows cannot train {2**out.nbits} codes per sub-quantiser")
+    codes = 2 ** max(out.nbits, OPQ_NBITS) if out.opq else 2**out.nbits  # FAISS's OPQ trains 8-bit codes of its own
+    if rows < codes:
+        raise InvalidQuery(f"index spec {spec!r}: {rows} rows cannot train {codes} codes per sub-quantiser")
     if dim is not None and out.pq_m is not None and dim % out.pq_m:
         raise InvalidQuery(f"index spec {spec!r}: m={out.pq_m} does not divide the dimension {dim}")
     return out
@@ -263,7 +265,7 @@ def build_index(vectors: np.ndarray, spec: IndexSpec, seed: int = 0) -> faiss.In
     try:
         _fill(index, vectors, spec, seed)
     except RuntimeError as exc:  # FAISS refuses what it cannot train or fill (e.g. more lists than rows)
-        what = spec.factory or spec.kind
+        what = spec.factory if spec.kind == "factory" else spec.kind
         raise InvalidQuery(f"FAISS cannot build index {what!r}: {str(exc).splitlines()[0]}") from None
     return index
 

@@ -170,11 +170,13 @@ def index_table(
         raise ArtifactError(f"table {name!r}: " + "; ".join(checked.problems))
     vectors = np.load(directory / artifact.VECTORS, mmap_mode="r")
     spec = parse_spec(spec_text, len(vectors), vectors.shape[1])
+    min_recall = min_recall if min_recall is not None else deferred.get("min_recall", 0.95)
+    seed = seed if seed is not None else deferred.get("seed", 0)
     built = build_and_measure(
         vectors,
         spec,
-        min_recall=min_recall if min_recall is not None else deferred.get("min_recall", 0.95),
-        seed=seed if seed is not None else deferred.get("seed", 0),
+        min_recall=min_recall,
+        seed=seed,
         budget=budget if budget is not None else deferred.get("budget_seconds", AUTO_BUDGET_SECONDS),
     )
     note(f"writing the new version of {directory} ...")
@@ -183,7 +185,9 @@ def index_table(
         if built.index is not None:
             write_index(built.index, tmp / artifact.INDEX)
 
-    changes = {"index": built.info, "indexed_at": artifact.now_iso()}
+    # The options a compaction builds the next version with (``compact.built_as``): this index's, not the import's.
+    build = {**manifest.get("build", {}), "index": spec_text, "min_recall": min_recall, "seed": seed}
+    changes = {"index": built.info, "indexed_at": artifact.now_iso(), "build": build}
     published = artifact.republish(
         data_dir, name, manifest, write, (artifact.INDEX,), changes, "its index was being built"
     )

@@ -1,6 +1,6 @@
 """Kernels over unit rows, plain functions over arrays: unit query vectors (a client's vector, gensim's mean of
 rows), exact inner-product top-k and the best of a score vector, and FAISS searched (an index's search
-parameters, the top-k of unit queries, re-scored exactly on the rows for an index of codes and a graph's candidates
+parameters, the top-k of unit queries, re-scored exactly on the rows for an index of codes, and every index's hits
 as the exact kernel scores them, and the parameters that keep a search to a filter's rows). Building and choosing
 an index is the builder's (``index.build.index_choice``)."""
 
@@ -253,7 +253,7 @@ def search_index(
     return rerank_exact(vectors, queries, candidates, k)
 
 
-def graph_top(
+def index_top(
     index: faiss.Index,
     queries: np.ndarray,
     k: int,
@@ -262,16 +262,21 @@ def graph_top(
     rerank: int = 1,
     params: faiss.SearchParameters | None = None,
 ) -> Hits:
-    """:func:`search_index`'s top-``k`` of an HNSW search that keeps ``width`` candidates (its efSearch, at least
-    ``k``), scored and ordered as the exact kernel scores and orders them.
+    """The top-``k`` (scores, ids) of unit ``queries`` from ``index`` (``k`` at most its rows), of a search that
+    keeps ``width`` candidates (an HNSW graph's efSearch, at least ``k``; ``k`` for any other index; ``rerank``
+    times that for an index of codes), scored on the unit rows ``vectors`` and ordered as the exact kernel scores
+    and orders them. ``params``: the search's own parameters (:func:`deep_params`, :func:`filtered_params`).
 
-    The graph's walk is the same whatever ``k`` is asked of it; of the rows it visits, FAISS keeps the best ``k``,
+    A graph's walk is the same whatever ``k`` is asked of it; of the rows it visits, FAISS keeps the best ``k``,
     and of equal scores at the ``k``-th place the first visited. Asked for all ``width`` and cut here, every ``k``
     gets the first hits of one list, so that the pages of a search at one efSearch are pages of one ranking. Each
-    candidate is scored again by :func:`inner_products` (FAISS sums a row's products in its own order, one unit in
-    the last place from the exact search's at times): a row scores the same found by the graph or exactly, and
-    equal to a written copy of it, and equal scores go by id."""
-    scores, ids = search_index(index, queries, max(k, min(width, index.ntotal)), vectors, rerank, params)
+    candidate is scored again by :func:`inner_products`: FAISS sums a row's products in its own order (an inverted
+    file's and a graph's scores one unit in the last place from the exact search's at times), and an index of codes
+    searched without re-ranking (``IVF64,PQ25x4``, ``IVF256,SQ8``) scores the codes, not the rows. So a row scores
+    the same found by any index or exactly, and equal to a written copy of it, and equal scores go by id, at the
+    ``k``-th place too (rows of equal codes come in FAISS's order, often the last first)."""
+    _, ids = index.search(queries, min(max(k, min(width, index.ntotal)) * rerank, index.ntotal), params=params)
+    scores = np.full(ids.shape, -np.inf, dtype=np.float32)  # an id -1 (none found) keeps -inf, after every hit
     for q in range(len(queries)):  # each query alone, as the exact search scores a query (not a batch's product)
         found = ids[q] >= 0
         scores[q, found] = inner_products(queries[q : q + 1], vectors[ids[q, found]])[0]

@@ -55,10 +55,9 @@ from index.engine.knn import (
     exact_knn_rows,
     filtered_params,
     filtered_width,
-    graph_top,
+    index_top,
     mean_query,
     pair_cosines,
-    search_index,
     search_width,
     set_search_params,
     unit_queries,
@@ -442,13 +441,9 @@ class Table:
         k = min(k, limit)
         if options.exact or self.index is None or limit < self.rows:
             return exact_knn(queries, self.vectors[:limit], k)
-        width = self.search_width
-        if width is not None:  # a graph: at least k wide, asked for every candidate it keeps
-            deep = deep_params(self.index, k) if k > width else None
-            scores, ids = graph_top(self.index, queries, k, max(k, width), self.vectors, self.rerank, deep)
-        else:
-            deep = None
-            scores, ids = search_index(self.index, queries, k, self.vectors, self.rerank)
+        width = self.search_width  # a graph: at least k wide, asked for every candidate it keeps
+        deep = deep_params(self.index, k) if width is not None and k > width else None
+        scores, ids = index_top(self.index, queries, k, max(k, width or k), self.vectors, self.rerank, deep)
         # left short (a widened graph search, or an IVF index's probed lists holding fewer than k rows): exactly
         if (deep is not None or self.search_width is None) and len(short := np.flatnonzero(ids[:, k - 1] < 0)):
             scores[short], ids[short] = exact_knn(queries[short], self.vectors, k)
@@ -465,11 +460,8 @@ class Table:
             params = filtered_params(index, rows.selector(), rows.fraction, k)
         if index is None or params is None:
             return exact_knn_rows(queries, self.vectors, k, rows.ids, rows.mask)
-        if self.search_width is not None:
-            width = filtered_width(self.search_width, rows.fraction, k)
-            scores, ids = graph_top(index, queries, k, width, self.vectors, self.rerank, params)
-        else:
-            scores, ids = search_index(index, queries, k, self.vectors, self.rerank, params)
+        width = k if self.search_width is None else filtered_width(self.search_width, rows.fraction, k)
+        scores, ids = index_top(index, queries, k, width, self.vectors, self.rerank, params)
         short = np.flatnonzero(ids[:, k - 1] < 0)
         if len(short):
             scores[short], ids[short] = exact_knn_rows(queries[short], self.vectors, k, rows.ids, rows.mask)

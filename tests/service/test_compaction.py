@@ -134,3 +134,22 @@ def test_a_version_replaced_by_compaction_is_let_go(lee_data_dir: Path, tmp_path
             hits = real_server.HTTP.post(f"{url}/search", json=search).json()["hits"]
             assert {hit["id"] for hit in hits} >= {f"let-go/{r}" for r in range(turn + 1)}
             assert deleted_files(server.process.pid) == []
+
+
+def test_a_compaction_keeps_the_index_a_later_index_command_built(
+    lee_data_dir: Path, lee_docs: Lee, tmp_path: Path
+) -> None:
+    """``embedding-index index lee --index ivf:...`` after the import: the compacted version is built with that
+    index and its parameters, not again with the import's (``auto``: exact below 100,000 rows)."""
+    from index.build.compact import compact
+    from index.build.writer import index_table
+
+    shutil.copytree(lee_data_dir / "lee", tmp_path / "lee")
+    index_table(tmp_path, "lee", index_spec="ivf:nlist=16,nprobe=16", min_recall=0.5)
+    with client_for(data_dir=tmp_path, write_keys=[KEY]) as client:
+        doc = {"id": "new/1", "vector": lee_docs.vectors[0].tolist(), "fields": {"year": 3000}}
+        assert client.post("/v1/tables/lee/documents", json={"documents": [doc]}, headers=HEADERS).status_code == 200
+    assert compact(tmp_path, "lee")["written"] == 1
+    manifest = artifact.read_manifest(tmp_path / "lee")
+    assert manifest["rows"] == 301 and manifest["index"]["spec"] == {"kind": "ivf", "nlist": 16, "nprobe": 16}
+    assert manifest["build"]["min_recall"] == 0.5

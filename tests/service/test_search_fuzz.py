@@ -51,6 +51,7 @@ SEED = int(os.environ.get("SEARCH_FUZZ_SEED", "20261207"))  # another for a long
 # Requests per table (SEARCH_FUZZ_REQUESTS sets more for a longer hunt); a sample of them over HTTP.
 IN_PROCESS = int(os.environ.get("SEARCH_FUZZ_REQUESTS", "600"))
 OVER_HTTP = max(1, IN_PROCESS // 8)
+KIND_REQUESTS = max(1, IN_PROCESS // 8)  # per table and index kind
 TYPED_TYPES = {
     "s": "string",
     "n": "integer",
@@ -208,6 +209,37 @@ def test_in_takes_negative_zero_as_zero(data_dir: Path, corpora: list[Corpus]) -
         assert table.filter({"f": zero}).ids.tolist() == zeros
         assert table.filter({"f": {"in": [zero]}}).ids.tolist() == zeros
         assert table.filter({"f": {"in": [zero, 0.5]}}).count == table.filter({"f": {"in": [0, 0.5]}}).count
+
+
+KINDS = (  # each index kind searching every row, so that its answers are the exact search's
+    "ivf:nlist=8,nprobe=8",
+    "ivfpq:nlist=4,nprobe=4,nbits=4,rerank=300",
+    "hnsw:M=8,efSearch=512",
+)
+
+
+@pytest.mark.parametrize("spec", KINDS)
+def test_random_searches_of_every_index_kind_are_the_oracles(
+    lee_data_dir: Path, corpora: list[Corpus], tmp_path: Path, spec: str
+) -> None:
+    """An IVF, an IVF-PQ re-ranked and an HNSW index, each wide enough to reach every row, answer as the exact
+    search: filters (which widen nprobe or efSearch), pages, floors, diversity, hybrid, batches."""
+    typed = write_jsonl(tmp_path / "typed.jsonl", typed_records(corpora[1]))
+    for corpus, path in zip(corpora, (lee_data_dir.parent / "lee.jsonl", typed), strict=True):
+        raw, fmt = read_source(path, "documents")
+        build_table(
+            raw, data_dir=tmp_path, name=corpus.name, source={"format": fmt, "path": path.name}, index_spec=spec
+        )
+        assert Table.load(tmp_path / corpus.name).index is not None
+    with client_for(data_dir=tmp_path) as client:
+
+        def post(route: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+            response = client.post(route, json=body)
+            return response.status_code, response.json()
+
+        for corpus in corpora:
+            kinds = run(corpus, KIND_REQUESTS, post, spec)
+            assert kinds["200 vector filtered"] and kinds["200 batch"], kinds
 
 
 WRITE_KEY = "fuzz-writer-key-0123456789"

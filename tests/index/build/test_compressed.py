@@ -172,6 +172,9 @@ def test_spec_parsing() -> None:
             parse_spec(bad, 10_000, 32)
     with pytest.raises(InvalidQuery, match="cannot train"):
         parse_spec("ivfpq", 100, 32)
+    assert parse_spec("ivfpq:nbits=4,nlist=4", 240, 50).nbits == 4
+    with pytest.raises(InvalidQuery, match="240 rows cannot train 256 codes"):  # its rotation trains 8-bit codes
+        parse_spec("opq:nbits=4,nlist=4", 240, 50)
 
 
 def test_service_returns_exact_scores(tables: tuple[Path, dict[str, Table]], queries: np.ndarray) -> None:

@@ -21,6 +21,7 @@ from index.build.index_choice import (
     AUTO_TARGET_RECALL,
     PLATEAU_GAIN,
     PLATEAU_STEPS,
+    IndexSpec,
     RecallProbe,
     build_and_measure,
     build_index,
@@ -102,6 +103,13 @@ def test_a_factory_faiss_cannot_train_or_fill_is_one_line(tmp_path: Path, factor
             raw_table(clustered(500, 8)), data_dir=tmp_path, name="t", source={"format": "t"}, index_spec=factory
         )
     assert not (tmp_path / "t").exists()
+
+
+def test_a_kind_faiss_cannot_train_is_named_as_given() -> None:
+    """FAISS's refusal while training a kind of the builder's own (the spec's checks let it through) names that
+    kind, not the factory string a spec of another kind carries unused ("Flat")."""
+    with pytest.raises(InvalidQuery, match=r"FAISS cannot build index 'ivf': .*Number of training points"):
+        build_index(clustered(500, 8), IndexSpec(kind="ivf", nlist=1_000))
 
 
 def test_a_factory_ivf_has_its_nprobe_tuned_recorded_and_applied(tmp_path: Path, glove_raw: RawTable) -> None:

@@ -14,6 +14,7 @@ from index.engine.knn import (
     deep_params,
     exact_knn,
     filtered_params,
+    index_top,
     inner_products,
     search_index,
     search_width,
@@ -114,3 +115,44 @@ def test_an_hnsw_search_deeper_than_its_ef_finds_every_hit_asked(factory: str) -
     assert (shallow < 0).any()  # what the widening is for
     _, kept = search_index(index, queries, 10, params=filtered_params(index, faiss.IDSelectorRange(0, 150), 0.5, 10))
     assert (kept >= 0).all() and (kept < 150).all()  # the selector reaches the graph
+
+
+@pytest.mark.parametrize("factory", ["IVF16,Flat", "IVF16,PQ10x4", "IVF16,SQ8", "PCA32,IVF16,Flat"])
+def test_an_inverted_file_s_hits_score_as_the_exact_search_scores_them(factory: str) -> None:
+    """FAISS scores an inverted file's rows with its own sums (one unit in the last place from the exact kernel's
+    at times) and an index of codes by its codes (PQ, SQ: hundredths off): each hit is scored again as the exact
+    search scores it, so a row's score is the same found either way, to the bit, and equal scores go by row."""
+    matrix = rows(2_000)
+    copies = np.vstack([matrix, matrix[[5, 5, 5]]])  # row 5 again at 2000, 2001, 2002
+    index = faiss.index_factory(50, factory, faiss.METRIC_INNER_PRODUCT)
+    index.train(copies)
+    index.add(copies)
+    set_search_params(index, nprobe=16)  # every list: the rows an index of the rows finds are the exact top
+    queries = copies[[5, 17, 250, 1_999]]
+    scores, ids = index_top(index, queries, 20, 20, copies)
+    assert (ids >= 0).all()
+    for q in range(len(queries)):
+        np.testing.assert_array_equal(scores[q], inner_products(queries[q : q + 1], copies[ids[q]])[0])
+        assert list(zip(-scores[q], ids[q], strict=True)) == sorted(zip(-scores[q], ids[q], strict=True))
+    assert ids[0, :4].tolist() == [5, 2000, 2001, 2002]  # four equal scores, by row
+    exact_scores, exact_ids = exact_knn(queries[1:2], copies, 20)
+    if factory == "IVF16,Flat":  # the exact top, every score to the bit
+        np.testing.assert_array_equal(ids[1], exact_ids[0])
+        np.testing.assert_array_equal(scores[1], exact_scores[0])
+
+
+def test_a_re_ranked_index_of_codes_keeps_equal_scores_by_row_at_the_kth_place() -> None:
+    """Rows of equal codes come from FAISS last first (2002, 2001, 2000, 5): re-ranked, the ``k`` kept of equal
+    scores are the lowest rows, so a page of one and the next page of one are rows 5 and 2000, not 2002 twice."""
+    matrix = rows(2_000)
+    copies = np.vstack([matrix, matrix[[5, 5, 5]]])  # row 5 again at 2000, 2001, 2002
+    index = faiss.index_factory(50, "IVF16,PQ10x4", faiss.METRIC_INNER_PRODUCT)
+    index.train(copies)
+    index.add(copies)
+    set_search_params(index, nprobe=16)
+    query = copies[[5]]
+    assert [index_top(index, query, k, k, copies, rerank=8)[1][0].tolist() for k in (1, 2, 4)] == [
+        [5],
+        [5, 2000],
+        [5, 2000, 2001, 2002],
+    ]

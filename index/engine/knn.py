@@ -277,14 +277,12 @@ def index_top(
     ``k``-th place too (rows of equal codes come in FAISS's order, often the last first)."""
     _, ids = index.search(queries, min(max(k, min(width, index.ntotal)) * rerank, index.ntotal), params=params)
     scores = np.full(ids.shape, -np.inf, dtype=np.float32)  # an id -1 (none found) keeps -inf, after every hit
-    for q in range(len(queries)):  # each query alone, as the exact search scores a query (not a batch's product)
-        found = ids[q] >= 0
-        scores[q, found] = inner_products(queries[q : q + 1], vectors[ids[q, found]])[0]
-    order = np.lexsort((ids, -scores), axis=1)
-    return (
-        np.ascontiguousarray(np.take_along_axis(scores, order, axis=1)[:, :k]),
-        np.ascontiguousarray(np.take_along_axis(ids, order, axis=1)[:, :k]),
-    )
+    for q, row in enumerate(ids):  # each query alone, as the exact search scores a query (not a batch's product)
+        found = slice(None) if row[-1] >= 0 else row >= 0  # every candidate found, the usual case: no mask
+        scores[q, found] = inner_products(queries[q : q + 1], vectors[row[found]])[0]
+    order = np.lexsort((ids, -scores), axis=1)[:, :k]
+    at = np.arange(len(ids))[:, None]
+    return scores[at, order], ids[at, order]
 
 
 def search_width(index: faiss.Index | None) -> int | None:

@@ -152,10 +152,9 @@ def _locate(
                     "truncated file or wrong header",
                 )
             break
-        token = data[pos:space]
-        if token.find(b"\n", 1) >= 0 and b"\n" in token.lstrip(b"\n"):  # the row before ended early
-            raise InputError(path, _misaligned(data, pos, token, width, raw, offsets, starts, base, row))
-        raw.append(token)
+        if find(b"\n", pos + 1, space) >= 0 and b"\n" in data[pos:space].lstrip(b"\n"):  # the row before ended early
+            raise InputError(path, _misaligned(data, pos, data[pos:space], width, raw, offsets, starts, base, row))
+        raw.append(data[pos:space])
         offsets.append(base + pos)
         starts.append(space + 1)
         pos = end

@@ -147,7 +147,7 @@ class Live:
 
     def _refused(self, exc: writelog.LogCorrupt | writelog.LogMismatch) -> ApiError:
         """The 503 of its table once its log, read while serving, holds a record it cannot apply: a damaged one
-        with good ones after it, or one written to another table's log (the next reload refuses the table)."""
+        that is no torn tail, or one written to another table's log (the next reload refuses the table)."""
         return ApiError("not_ready", f"table {self.directory.name!r}: write log {self.path.name}: {exc.message}")
 
     def _apply(self, records: list[writelog.Record]) -> None:

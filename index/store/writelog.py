@@ -12,7 +12,8 @@ covers (its manifest's ``log_sequence``, 0 for an imported table).
 At load and in a compaction :func:`recover_pieces` reads the whole log, a piece at a time: a torn or corrupt tail
 (no good frame after the bad bytes: a write cut short by a crash) is cut at the last good record, with a warning
 naming the bytes lost; a bad frame with good frames after it is corruption in the middle, and the table is refused
-(:class:`LogCorrupt`) naming the record, since replaying past it would lose acknowledged writes silently. The log
+(:class:`LogCorrupt`) naming the record, since replaying past it would lose acknowledged writes silently; so is a
+whole, checksummed frame out of sequence or whose payload is no JSON object, even last, by every reader alike. The log
 is locked while its frames are checked and such a tail is cut, not while its records are parsed and applied, so
 that another process's write waits for the check alone.
 
@@ -293,7 +294,7 @@ def _good_frame_after(data: bytes, start: int) -> int | None:
     """The offset of the first whole, checksummed frame after ``start`` (corruption in the middle), or None."""
     at = data.find(MARK, start)
     while at >= 0:
-        if isinstance(_parse(data, at, 0), Record):
+        if isinstance(_parse(data, at, 0, body=False), Record):
             return at
         at = data.find(MARK, at + 1)
     return None
@@ -313,9 +314,10 @@ def scan(
         parsed = _parse(data, at, previous, body=body)
         if isinstance(parsed, str):
             after = f"sequence number {previous}" if previous else "the start of the log"
-            if isinstance(_parse(data, at, 0), Record):  # whole and checksummed: it may hold an answered write
+            if isinstance(_parse(data, at, 0, body=False), Record):  # whole and checksummed: no torn write
                 raise LogCorrupt(
-                    f"record at byte {base + at} (after {after}) is out of sequence: {parsed}; not a torn tail"
+                    f"record at byte {base + at} (after {after}) is damaged: {parsed}; it is whole and checksummed, "
+                    "so it is not a torn tail"
                 )
             later = _good_frame_after(data, at + 1)
             if later is not None:
@@ -482,7 +484,7 @@ def recover_pieces(path: Path) -> Generator[list[Record]]:
         end, reader = _checked(path, writable=False)  # a replica on a read-only mount: it reads, the writer cuts
     try:
         for records, at, problem in _scan_file(reader, log_owner(path), end):
-            # A checked frame whose payload is no JSON object; or a short read of a file emptied under it
+            # the checked frames changed under it; a short read of a file emptied under it (a second cut) just ends
             if problem is not None and os.fstat(reader).st_size >= end:
                 raise LogCorrupt(f"record at byte {at} is damaged: {problem}")
             if records:
@@ -563,9 +565,8 @@ def read_new(path: Path, start: int, previous: int, inode: int | None) -> tuple[
     finally:
         lock.__exit__(None, None, None)
     # a damaged tail is not read (the writer cuts it before appending)
-    records, end, _ = scan(data, 0, previous, log_owner(path))
-    shifted = [Record(r.seq, r.offset + start, r.end + start, r.body) for r in records]
-    return _joined(before, shifted), start + end, current
+    records, end, _ = scan(data, 0, previous, log_owner(path), base=start)
+    return _joined(before, records), start + end, current
 
 
 def previous_path(path: Path) -> Path:
@@ -632,14 +633,13 @@ class Appender:
         if inode != self.inode:
             before, start, previous = _unread_before_cut(self.path, inode, start, previous), 0, 0
         data = _read_from(self.fd, start)
-        records, end, problem = scan(data, 0, previous, log_owner(self.path))
+        records, end, problem = scan(data, 0, previous, log_owner(self.path), base=start)
         if problem is not None:  # a damaged tail: cut, so that the next record follows the last good one
             log.warning("write log %s: cut %d bytes at byte %d (%s)", self.path, len(data) - end, start + end, problem)
             os.ftruncate(self.fd, start + end)
             if self.sync:
                 os.fsync(self.fd)
-        shifted = [Record(r.seq, r.offset + start, r.end + start, r.body) for r in records]
-        return _joined(before, shifted), start + end
+        return _joined(before, records), start + end
 
     def append(self, seq: int, body: dict[str, Any]) -> Record:
         """Append one record; it is on disk (fsynced, unless ``sync`` is off) when this returns. A write that fails

@@ -260,6 +260,29 @@ def test_a_key_sent_where_none_is_read_is_not_logged(tmp_path: Path, small_data_
     assert "table 'small' loaded: " in log and " rows x " in log  # the words holding the short key untouched
 
 
+def test_a_loopback_peer_names_the_logged_client_unless_none_is_trusted(
+    tmp_path: Path, small_data_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """uvicorn trusts X-Forwarded-For from a loopback peer by default, as docs/operations.md says: the access line
+    names the address it gives; ``FORWARDED_ALLOW_IPS=""`` (uvicorn's variable) trusts none, with two workers too."""
+    monkeypatch.delenv("FORWARDED_ALLOW_IPS", raising=False)
+    forwarded = {"X-Forwarded-For": "203.0.113.7", "X-Forwarded-Proto": "https", "Connection": "close"}
+
+    def logged(env: dict[str, str], *args: str) -> list[str]:
+        with real_server.running(small_data_dir, tmp_path / f"server-{len(args)}.log", *args, env=env) as server:
+            for _ in range(4):
+                sock = raw_http.connect(server.port)
+                with sock:
+                    sock.sendall(raw_http.request("GET", "/v1/tables", headers=forwarded))
+                    assert raw_http.read_response(sock)[0] == 200
+            real_server.wait_for(lambda: server.log().count("GET /v1/tables HTTP") >= 4, what="the access lines")
+            return [line for line in server.log().splitlines() if "GET /v1/tables HTTP" in line]
+
+    assert all('203.0.113.7:0 - "GET /v1/tables HTTP/1.1" 200' in line for line in logged({})), "trusted"
+    lines = logged({"FORWARDED_ALLOW_IPS": ""}, "--workers", "2")
+    assert len(lines) == 4 and all(re.search(r'127\.0\.0\.1:\d+ - "GET /v1/tables', line) for line in lines), lines
+
+
 HOSTILE = [
     '<img src=x onerror="window.injected=1">',
     '"><svg onload="window.injected=2">',

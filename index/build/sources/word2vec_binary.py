@@ -5,7 +5,10 @@ values and (as word2vec.c writes it) an optional newline. Tokens hold no spaces.
 
 The header is checked against the file size before the matrix is allocated. The rows are located by a short
 loop that only finds each token's end; the floats of a whole chunk are then gathered at once with numpy.
-Errors name the row (1-based) and its byte offset; row numbers stand in for line numbers. A token that is not
+Errors name the row (1-based) and its byte offset; row numbers stand in for line numbers. A token holding a space
+shifts its row's values: the newline after them lands inside the next row's token (no token holds a newline, after
+those word2vec.c writes before each), which is refused, naming the token with the space when its row, read to a
+later space, ends at that newline. A token that is not
 UTF-8 is refused even with ``--drop-invalid`` (only ``--unicode-errors replace`` keeps it): here it mostly means
 a wrong dimension in the header, each row then read from inside the previous one's values.
 """
@@ -103,7 +106,8 @@ def read(path: Path, options: ReadOptions) -> RawTable:
             raise InputError(
                 path,
                 f"the header says {counted(rows, 'row')} but {size - base:,} more bytes follow them (byte offset "
-                f"{base:,}): a row count too small or a wrong dimension in the header, or not a word2vec binary file?",
+                f"{base:,}): a row count too small or a wrong dimension in the header, a token holding a space in "
+                "the last row, or not a word2vec binary file?",
                 line=1,
             )
     return RawTable(tokens=tokens, matrix=matrix, rows_are="vector", report={"tokens_unicode_replaced": replaced})
@@ -148,6 +152,8 @@ def _locate(
                     "truncated file or wrong header",
                 )
             break
+        if find(b"\n", pos + 1, space) >= 0 and b"\n" in data[pos:space].lstrip(b"\n"):  # the row before ended early
+            raise InputError(path, _misaligned(data, pos, data[pos:space], width, raw, offsets, starts, base, row))
         raw.append(data[pos:space])
         offsets.append(base + pos)
         starts.append(space + 1)
@@ -156,13 +162,41 @@ def _locate(
     return pos, starts, row
 
 
+def _misaligned(
+    data: bytes,
+    pos: int,
+    token: bytes,
+    width: int,
+    raw: list[bytes],
+    offsets: list[int],
+    starts: list[int],
+    base: int,
+    row: int,
+) -> str:
+    """Why a newline is inside the token of the row at ``pos``: the row before (its token ``raw[-1]``, its values
+    from ``starts[-1]``) ended before the newline word2vec.c writes after it. When that row, its token read on to
+    a later space, ends at that newline, its token holds a space; else the header's dimension is likely wrong."""
+    newline = pos + len(token) - len(token.lstrip(b"\n")) + token.lstrip(b"\n").index(b"\n")
+    space = newline - width - 1  # where the token of the row before ends, if it ends at that newline
+    if raw and starts[-1] <= space and data[space] == ord(" ") and b"\n" not in data[starts[-1] : space]:
+        spaced = (raw[-1].lstrip(b"\n") + b" " + data[starts[-1] : space]).decode("utf-8", "replace")
+        return (
+            f"row {row} (byte offset {offsets[-1]:,}): the token {spaced!r} holds a space, which a word2vec "
+            "binary file cannot hold (a token ends at its first space, as word2vec.c and gensim read it)"
+        )
+    return (
+        f"row {row + 1} (byte offset {base + pos:,}): a newline inside the token: the row before ends "
+        f"{newline - pos} bytes early (a wrong dimension in the header, or a token holding a space?)"
+    )
+
+
 def _decode(path: Path, raw: list[bytes], offsets: list[int], first: int, options: ReadOptions, out: list[str]) -> int:
     """Append the tokens (without the newline word2vec.c writes before each) to ``out``; return how many needed
     U+FFFD. ``first`` is the row index of ``raw[0]``."""
 
     def fail(i: int, problem: str) -> InputError:
         where = f"row {first + i + 1} (byte offset {offsets[i]:,})"
-        return InputError(path, f"{where}: {problem}, or check the header's dimension")
+        return InputError(path, f"{where}: {problem}, or check the header's dimension and the tokens for spaces")
 
     tokens, replaced = decode_tokens([token.lstrip(b"\n") for token in raw], options, fail)
     out.extend(tokens)

@@ -236,6 +236,34 @@ def test_word2vec_binary_after_a_byte_order_mark(tmp_path: Path, data_dir: Path,
     assert_rows(import_ok(path, data_dir), tokens, matrix)
 
 
+@pytest.mark.parametrize(("row", "token"), [(1, "new york"), (37, "a b"), (99, "san francisco bay")])
+def test_a_binary_token_with_a_space_is_refused_naming_it(
+    tmp_path: Path, data_dir: Path, glove_rows, row: int, token: str
+) -> None:
+    """The format cannot hold a space in a token (it ends at the first one): the values of its row start inside
+    it, and the newline after them lands inside the next row's token. Read so, a row in two of three turned into a
+    token such as 'Q?\\nw1' and imported; now the row with the space is named, even with --unicode-errors replace."""
+    tokens, matrix = glove_rows
+    tokens = [token if i == row - 1 else t for i, t in enumerate(tokens[:100])]
+    path = tmp_path / "spaced.bin"
+    path.write_bytes(_binary((tokens, matrix)))
+    offset = len("100 50\n") + sum(len(t.encode()) + 1 + 4 * 50 + 1 for t in tokens[: row - 1])
+    offset -= row > 1  # a row's offset is the newline's before its token
+    said = f"spaced.bin: row {row} (byte offset {offset:,}): the token '{token}' holds a space"
+    for extra in ([], ["--unicode-errors", "replace"], ["--drop-invalid"]):
+        assert said in import_fails(path, data_dir, *extra)
+
+
+def test_a_binary_token_with_a_space_read_across_chunks_is_refused(tmp_path: Path, glove_rows, monkeypatch) -> None:
+    """Read a row a chunk, the row before is gone when the shift shows: the refusal names the row it shows in."""
+    tokens, matrix = glove_rows
+    path = tmp_path / "spaced.bin"
+    path.write_bytes(_binary(([*tokens[:9], "a b", *tokens[10:100]], matrix)))
+    monkeypatch.setattr(word2vec_binary, "CHUNK_BYTES", 97)
+    with pytest.raises(InputError, match=r"row 11 \(byte offset .*\): a newline inside the token: .*a token holding a"):
+        read_source(path)
+
+
 def test_tokens_with_spaces_glove_840b_style(tmp_path: Path, data_dir: Path, glove_rows) -> None:
     tokens, matrix = glove_rows
     tokens = list(tokens)

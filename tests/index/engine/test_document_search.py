@@ -9,6 +9,7 @@ best that pass when at least k pass), and on an IVF index of GloVe rows (the sel
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
@@ -279,6 +280,41 @@ def test_the_filter_cache_keeps_the_latest_within_its_bytes(lee_table: Table, mo
     assert lee_table.filter(specs[-1]) is first[-1]  # kept
     assert lee_table.filter(specs[0]) is not first[0]  # the oldest made room
     assert sum(rows.nbytes for rows in lee_table._filters.values()) <= index.engine.table.FILTER_CACHE_BYTES
+
+
+def test_string_filters_compare_exactly(tmp_path: Path) -> None:
+    """Filters on strings compare code points as stored, as docs/documents.md says: a composed and a decomposed
+    'café' are different values to eq, prefix and contains, on a string and on a list of strings; upper case is not
+    lower case. (Keyword search normalises and folds; filters do not.)"""
+    from tests.cli import run_cli
+
+    composed, decomposed = "caf\u00e9", "cafe\u0301"
+    titles = [f"{composed} de flore", f"{decomposed} du monde", "CAF\u00c9 NOIR", "cafe sans accent"]
+    lines = [
+        json.dumps({"id": f"c{i}", "vector": [1.0, float(i), 0.5], "title": title, "tags": [title.split()[0]]})
+        for i, title in enumerate(titles)
+    ]
+    (tmp_path / "cafes.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    done = run_cli("import", tmp_path / "cafes.jsonl", "--name", "cafes", "--data-dir", tmp_path)
+    assert done.code == 0, done.err
+    table = Table.load(tmp_path / "cafes")
+    passing = [
+        [int(row) for row in table.filter(spec).ids]
+        for spec in [
+            {"title": {"eq": f"{composed} de flore"}},
+            {"title": {"eq": f"{decomposed} de flore"}},
+            {"title": {"prefix": composed}},
+            {"title": {"prefix": decomposed}},
+            {"title": {"contains": composed}},
+            {"title": {"contains": decomposed}},
+            {"title": {"contains": "CAF\u00c9"}},
+            {"tags": composed},
+            {"tags": {"prefix": decomposed}},
+            {"tags": {"contains": [composed]}},
+            {"tags": {"prefix": "caf"}},
+        ]
+    ]
+    assert passing == [[0], [], [0], [1], [0], [1], [2], [0], [1], [0], [0, 1, 3]]
 
 
 @pytest.fixture(scope="module")

@@ -133,6 +133,29 @@ def test_a_checksummed_last_record_that_is_no_json_object_refuses_the_log(tmp_pa
     assert path.read_bytes() == before
 
 
+@pytest.mark.parametrize("reader", ["read_new", "read_pieces", "new_records"])
+def test_every_reader_refuses_a_checksummed_last_record_that_is_no_json_object(tmp_path: Path, reader: str) -> None:
+    """A replica's read, a read under a shared lock and a writer's read before it appends refuse that record as the
+    load does: none skips it, and the writer does not cut it as a torn tail."""
+    path = tmp_path / "t.log"
+    records = write(path, 2)
+    payload = b'"gpl"'
+    crc = zlib.crc32(payload, zlib.crc32(struct.pack("<Q", 3)))
+    with path.open("ab") as handle:
+        handle.write(writelog.HEADER.pack(writelog.MARK, len(payload), 3, crc) + payload)
+    before = path.read_bytes()
+    message = f"record at byte {records[-1].end} \\(after sequence number 2\\) is damaged: a payload that is not a JSON"
+    with pytest.raises(writelog.LogCorrupt, match=message):
+        if reader == "read_new":
+            writelog.read_new(path, records[0].end, 1, path.stat().st_ino)
+        elif reader == "read_pieces":
+            list(writelog.read_pieces(path))
+        else:
+            with writelog.appending(path) as log:
+                log.new_records(records[0].end, 1, log.inode)
+    assert path.read_bytes() == before
+
+
 @pytest.mark.parametrize("where", ["payload", "length", "mark"])
 def test_a_damaged_middle_record_refuses_the_log(tmp_path: Path, where: str) -> None:
     path = tmp_path / "t.log"
@@ -202,7 +225,7 @@ def test_a_whole_record_out_of_sequence_at_the_end_is_not_cut(tmp_path: Path) ->
     write(path, 2)
     write(path, 1, first=4)
     size = path.stat().st_size
-    with pytest.raises(writelog.LogCorrupt, match="out of sequence: sequence number 4 after 2"):
+    with pytest.raises(writelog.LogCorrupt, match="is damaged: sequence number 4 after 2; it is whole"):
         recovered(path)
     assert path.stat().st_size == size
 

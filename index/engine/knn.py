@@ -19,6 +19,7 @@ from index.errors import InvalidQuery
 SMALL_BATCH = 2  # up to this many queries a plain matrix product beats FAISS's blocked search
 GATHER_BELOW = 4  # a filtered exact search gathers its rows when fewer than 1 in GATHER_BELOW pass
 MASKED_BLOCK_BYTES = 64 << 20  # scores of a filtered exact search computed at once
+RESCORED_BYTES = 4 << 20  # the candidate rows candidate_products gathers at once
 TAIL_BLOCK = 16  # a multiple of the rows BLAS's inner-product kernels take at once (see inner_products)
 RERANK_BLOCK_BYTES = 32 << 20  # candidate rows gathered at once when re-ranking a batch
 FILTER_MAX_EF = 4096  # the widest HNSW search a filter asks for
@@ -276,13 +277,30 @@ def index_top(
     the same found by any index or exactly, and equal to a written copy of it, and equal scores go by id, at the
     ``k``-th place too (rows of equal codes come in FAISS's order, often the last first)."""
     _, ids = index.search(queries, min(max(k, min(width, index.ntotal)) * rerank, index.ntotal), params=params)
-    scores = np.full(ids.shape, -np.inf, dtype=np.float32)  # an id -1 (none found) keeps -inf, after every hit
-    for q, row in enumerate(ids):  # each query alone, as the exact search scores a query (not a batch's product)
-        found = slice(None) if row[-1] >= 0 else row >= 0  # every candidate found, the usual case: no mask
-        scores[q, found] = inner_products(queries[q : q + 1], vectors[row[found]])[0]
+    scores = candidate_products(queries, vectors, ids)
     order = np.lexsort((ids, -scores), axis=1)[:, :k]
     at = np.arange(len(ids))[:, None]
     return scores[at, order], ids[at, order]
+
+
+def candidate_products(queries: np.ndarray, vectors: np.ndarray, ids: np.ndarray) -> np.ndarray:
+    """Each query's inner products with its own candidate rows ``ids`` (an id -1, none found, scores -inf), each
+    the same as :func:`inner_products` gives for one query and the whole table: the candidates are padded with zero
+    rows to a whole number of ``TAIL_BLOCK`` rows, which BLAS sums as it sums the table's. One stacked product for
+    ``RESCORED_BYTES`` of gathered rows at a time: NumPy runs it without the interpreter lock, which a loop over the
+    queries would hold while the event loop waits for it."""
+    count, width = ids.shape
+    padded = -(-width // TAIL_BLOCK) * TAIL_BLOCK
+    step = max(1, RESCORED_BYTES // (padded * vectors.shape[1] * 4))
+    scores = np.empty((count, width), dtype=np.float32)
+    for start in range(0, count, step):
+        part = ids[start : start + step]
+        rows = np.zeros((len(part), padded, vectors.shape[1]), dtype=np.float32)
+        rows[:, :width] = vectors[part]
+        products = np.matmul(queries[start : start + step, None, :], rows.transpose(0, 2, 1))
+        scores[start : start + step] = products[:, 0, :width]
+    scores[ids < 0] = -np.inf  # after every hit
+    return scores
 
 
 def search_width(index: faiss.Index | None) -> int | None:

@@ -11,7 +11,7 @@ import itertools
 import json
 import math
 import os
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal, get_args
 from urllib.parse import urlsplit
@@ -344,10 +344,11 @@ class Settings(BaseSettings):
     @field_validator("data_dir")
     @classmethod
     def _data_dir_exists(cls, value: Path) -> Path:
-        if not value.is_dir():
-            raise ValueError(f"{value} is not a directory")
-        if not os.access(value, os.R_OK | os.X_OK):
-            raise ValueError(f"{value} is not readable by this user")
+        with _looked_at(value):
+            if not value.is_dir():
+                raise ValueError(f"{value} is not a directory")
+            if not os.access(value, os.R_OK | os.X_OK):
+                raise ValueError(f"{value} is not readable by this user")
         return value
 
     @field_validator("cache_dir")
@@ -357,12 +358,13 @@ class Settings(BaseSettings):
         keep the layouts would have every worker compute each again after every restart (a t-SNE map: minutes)."""
         if value is None:
             return None
-        found = next((path for path in (value, *value.parents) if path.exists()), Path("."))
-        where = str(value) if found == value else f"{value} cannot be made: {found}"
-        if not found.is_dir():
-            raise ValueError(f"{where} is not a directory")
-        if not os.access(found, os.W_OK | os.X_OK):
-            raise ValueError(f"{where} is not writable by this user")
+        with _looked_at(value):
+            found = next((path for path in (value, *value.parents) if path.exists()), Path("."))
+            where = str(value) if found == value else f"{value} cannot be made: {found}"
+            if not found.is_dir():
+                raise ValueError(f"{where} is not a directory")
+            if not os.access(found, os.W_OK | os.X_OK):
+                raise ValueError(f"{where} is not writable by this user")
         return value
 
     @field_validator("tables")
@@ -411,6 +413,16 @@ class Settings(BaseSettings):
                     "(scheme://host[:port] in lower case, no path, no default port)"
                 )
         return value
+
+
+@contextlib.contextmanager
+def _looked_at(path: Path) -> Iterator[None]:
+    """A directory setting's check: a look the system refuses (under a directory this user may not search) is the
+    setting's refusal, not a traceback."""
+    try:
+        yield
+    except OSError as exc:
+        raise ValueError(f"{path} cannot be looked at: {exc.strerror or exc}") from None
 
 
 DEFAULT_PORTS = {"http": 80, "https": 443}

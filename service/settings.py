@@ -31,6 +31,7 @@ STATUS_VARIABLE = "EMBEDDING_INDEX_STATUS_DIR"  # for its app: where the backgro
 INTERNAL_VARIABLES = frozenset({SUPERVISOR_VARIABLE, STATUS_VARIABLE})
 KEY_SETTINGS = ("api_key", "read_api_key", "write_keys")  # each may be read from a file: EMBEDDING_API_KEY_FILE, ...
 KEY_FILE_VARIABLES = frozenset(file_variable(name) for name in KEY_SETTINGS)
+MAX_THREADS = 512  # the most FAISS/BLAS threads per worker (EMBEDDING_THREADS, or OMP_NUM_THREADS without it)
 
 
 def _split_list(value: Any) -> Any:
@@ -145,7 +146,10 @@ class Settings(BaseSettings):
     log_format: Literal["plain", "json"] = Field("plain", description="log lines as plain text or one JSON object")
     log_level: Literal["critical", "error", "warning", "info", "debug"] = "info"
     threads: int | None = Field(
-        None, ge=1, le=512, description="FAISS/BLAS threads per worker (embedding-serve: OMP_NUM_THREADS, else 1)"
+        None,
+        ge=1,
+        le=MAX_THREADS,
+        description="FAISS/BLAS threads per worker (embedding-serve: OMP_NUM_THREADS, else 1)",
     )
     searcher_nice: int = Field(
         0,

@@ -695,6 +695,24 @@ def test_the_threads_setting_is_the_number_the_settings_read(clean_env: pytest.M
     assert started == [(2, "2")] * 4
 
 
+def test_omp_threads_past_the_bound_are_refused_in_one_line(
+    clean_env: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """OMP_NUM_THREADS, the threads per worker without EMBEDDING_THREADS, past what EMBEDDING_THREADS takes: it was
+    written as EMBEDDING_THREADS after the settings' check, and the server stopped with pydantic's traceback."""
+    clean_env.setattr(serve, "start_deferred_builds", lambda settings: sys.exit(3))  # what follows the checks
+    for variable in serve.THREAD_VARIABLES:  # main sets them: undone after the test
+        clean_env.setenv(variable, "1")
+    clean_env.setenv("OMP_NUM_THREADS", "1000")
+    assert serve.main(["--data-dir", str(tmp_path), "--port", "0"]) == 2
+    assert errors(capsys) == [
+        "embedding-serve: OMP_NUM_THREADS=1000: at most 512 threads per worker (or set EMBEDDING_THREADS)"
+    ]
+    clean_env.setenv("EMBEDDING_THREADS", "2")  # which wins
+    with pytest.raises(SystemExit, match="3"):
+        serve.main(["--data-dir", str(tmp_path), "--port", "0"])
+
+
 def test_blas_starts_with_the_threads_setting_when_tables_are_named(tmp_path: Path) -> None:
     """In a fresh interpreter, as ``embedding-serve --threads 1`` starts one worker in its own process: the check of
     EMBEDDING_TABLES loads numpy, which fixed BLAS's threads at every core before the start-up set them (concurrent

@@ -506,7 +506,7 @@ def describe_error(exc: ValidationError, fields: Mapping[str, FieldInfo] = Setti
         field = ".".join(str(p) for p in error["loc"])
         name = field.split(".")[0]
         message = error["msg"].removeprefix("Value error, ")
-        variable = files.get(name) or f"EMBEDDING_{field.upper()}"
+        variable = files.get(name) or f"EMBEDDING_{name.upper()}{field[len(name) :]}"  # a table's name as given
         if error["type"] != "value_error" and name not in KEY_SETTINGS:  # pydantic's words, without the value
             variable += f"={error['input']!r}"
             message = (allowed(fields[name]) if name in fields else "") or message

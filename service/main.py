@@ -35,6 +35,7 @@ from service.logs import format_from_env, log_config, say
 from service.settings import (
     INTERNAL_VARIABLES,
     KEY_FILE_VARIABLES,
+    MAX_THREADS,
     SUPERVISOR_VARIABLE,
     Settings,
     cores,
@@ -323,6 +324,10 @@ def _main(argv: list[str] | None) -> int:
     problem = settings_problem(Settings)
     if problem:
         say(problem, log_format)
+        return 2
+    if threads > MAX_THREADS:  # from OMP_NUM_THREADS: EMBEDDING_THREADS, which takes it, was checked above
+        refusal = f"OMP_NUM_THREADS={threads}: at most {MAX_THREADS} threads per worker (or set EMBEDDING_THREADS)"
+        say(refusal, log_format)
         return 2
     os.environ["EMBEDDING_THREADS"] = str(threads)
     from service.shard_settings import front_settings  # here: a front's check loads numpy, which reads them

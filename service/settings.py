@@ -11,7 +11,7 @@ import itertools
 import json
 import math
 import os
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal, get_args
 from urllib.parse import urlsplit
@@ -31,6 +31,7 @@ STATUS_VARIABLE = "EMBEDDING_INDEX_STATUS_DIR"  # for its app: where the backgro
 INTERNAL_VARIABLES = frozenset({SUPERVISOR_VARIABLE, STATUS_VARIABLE})
 KEY_SETTINGS = ("api_key", "read_api_key", "write_keys")  # each may be read from a file: EMBEDDING_API_KEY_FILE, ...
 KEY_FILE_VARIABLES = frozenset(file_variable(name) for name in KEY_SETTINGS)
+MAX_THREADS = 512  # the most FAISS/BLAS threads per worker (EMBEDDING_THREADS, or OMP_NUM_THREADS without it)
 
 
 def _split_list(value: Any) -> Any:
@@ -145,7 +146,10 @@ class Settings(BaseSettings):
     log_format: Literal["plain", "json"] = Field("plain", description="log lines as plain text or one JSON object")
     log_level: Literal["critical", "error", "warning", "info", "debug"] = "info"
     threads: int | None = Field(
-        None, ge=1, le=512, description="FAISS/BLAS threads per worker (embedding-serve: OMP_NUM_THREADS, else 1)"
+        None,
+        ge=1,
+        le=MAX_THREADS,
+        description="FAISS/BLAS threads per worker (embedding-serve: OMP_NUM_THREADS, else 1)",
     )
     searcher_nice: int = Field(
         0,
@@ -344,10 +348,11 @@ class Settings(BaseSettings):
     @field_validator("data_dir")
     @classmethod
     def _data_dir_exists(cls, value: Path) -> Path:
-        if not value.is_dir():
-            raise ValueError(f"{value} is not a directory")
-        if not os.access(value, os.R_OK | os.X_OK):
-            raise ValueError(f"{value} is not readable by this user")
+        with _looked_at(value):
+            if not value.is_dir():
+                raise ValueError(f"{value} is not a directory")
+            if not os.access(value, os.R_OK | os.X_OK):
+                raise ValueError(f"{value} is not readable by this user")
         return value
 
     @field_validator("cache_dir")
@@ -357,12 +362,13 @@ class Settings(BaseSettings):
         keep the layouts would have every worker compute each again after every restart (a t-SNE map: minutes)."""
         if value is None:
             return None
-        found = next((path for path in (value, *value.parents) if path.exists()), Path("."))
-        where = str(value) if found == value else f"{value} cannot be made: {found}"
-        if not found.is_dir():
-            raise ValueError(f"{where} is not a directory")
-        if not os.access(found, os.W_OK | os.X_OK):
-            raise ValueError(f"{where} is not writable by this user")
+        with _looked_at(value):
+            found = next((path for path in (value, *value.parents) if path.exists()), Path("."))
+            where = str(value) if found == value else f"{value} cannot be made: {found}"
+            if not found.is_dir():
+                raise ValueError(f"{where} is not a directory")
+            if not os.access(found, os.W_OK | os.X_OK):
+                raise ValueError(f"{where} is not writable by this user")
         return value
 
     @field_validator("tables")
@@ -411,6 +417,16 @@ class Settings(BaseSettings):
                     "(scheme://host[:port] in lower case, no path, no default port)"
                 )
         return value
+
+
+@contextlib.contextmanager
+def _looked_at(path: Path) -> Iterator[None]:
+    """A directory setting's check: a look the system refuses (under a directory this user may not search) is the
+    setting's refusal, not a traceback."""
+    try:
+        yield
+    except OSError as exc:
+        raise ValueError(f"{path} cannot be looked at: {exc.strerror or exc}") from None
 
 
 DEFAULT_PORTS = {"http": 80, "https": 443}
@@ -490,7 +506,7 @@ def describe_error(exc: ValidationError, fields: Mapping[str, FieldInfo] = Setti
         field = ".".join(str(p) for p in error["loc"])
         name = field.split(".")[0]
         message = error["msg"].removeprefix("Value error, ")
-        variable = files.get(name) or f"EMBEDDING_{field.upper()}"
+        variable = files.get(name) or f"EMBEDDING_{name.upper()}{field[len(name) :]}"  # a table's name as given
         if error["type"] != "value_error" and name not in KEY_SETTINGS:  # pydantic's words, without the value
             variable += f"={error['input']!r}"
             message = (allowed(fields[name]) if name in fields else "") or message

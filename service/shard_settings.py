@@ -50,7 +50,7 @@ def front_settings() -> ShardSettings:
             for url in replicas:
                 problem = replica_problem(url, NAME)
                 if problem:
-                    raise ValueError(f"EMBEDDING_SHARDS: table {name!r}: {url!r} {problem}")
+                    raise ValueError(f"EMBEDDING_SHARDS: table {name!r}: {without_password(url)!r} {problem}")
     return settings
 
 
@@ -73,3 +73,9 @@ def replica_problem(url: str, name: re.Pattern[str]) -> str:
     if not name.fullmatch(table) or parts.query or parts.fragment:
         return "is not a table's URL: http(s)://HOST[:PORT]/v1/tables/NAME, the shard's table on its server"
     return ""
+
+
+def without_password(url: str) -> str:
+    """``url`` as a refusal shows it: a password in it (``http://user:password@host/...``) as ``***``."""
+    password = urlsplit(url).password
+    return url if password is None else url.replace(f":{password}@", ":***@", 1)

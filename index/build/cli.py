@@ -514,9 +514,13 @@ def _table(data_dir: Path, name: str) -> Path:
 
 
 def _whole_only(data_dir: Path, name: str, why: str) -> None:
-    """Refuse a missing or sharded table (``why``: what it has instead) before a command meant for one table."""
+    """Refuse a missing or sharded table (``why``: what it has instead) before a command meant for one table, and a
+    shard of a sharded table (its shard server's data directory), whose new version the shard map would not name."""
     from index.store import shardmap
 
+    if shardmap.holds_sharded(data_dir):
+        whole = artifact.read_manifest(data_dir).get("name", data_dir.name)
+        fail(f"{data_dir} is the sharded table {whole!r}, {name!r} one of its shards: {why}")
     if shardmap.holds_sharded(_table(data_dir, name)):
         fail(f"table {name!r} is sharded: {why}")
 

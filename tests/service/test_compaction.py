@@ -153,3 +153,35 @@ def test_a_compaction_keeps_the_index_a_later_index_command_built(
     manifest = artifact.read_manifest(tmp_path / "lee")
     assert manifest["rows"] == 301 and manifest["index"]["spec"] == {"kind": "ivf", "nlist": 16, "nprobe": 16}
     assert manifest["build"]["min_recall"] == 0.5
+
+
+def test_a_compaction_after_the_background_build_of_a_deferred_index_keeps_its_options(
+    lee_docs: Lee, tmp_path: Path
+) -> None:
+    """An import with ``--defer-index``, its index then built as ``embedding-serve`` builds it (``embedding-index index
+    lee``, no options): the manifest records the deferred spec, recall and seed, and the compaction builds that index
+    again (not exact search, not ``auto``) with them."""
+    from index.build.compact import compact
+    from tests.lee import jsonl_records
+
+    source = write_jsonl(tmp_path / "lee.jsonl", jsonl_records(lee_docs))
+    spec = "ivf:nlist=16,nprobe=16"
+    options = ("--index", spec, "--min-recall", "0.5", "--seed", "7", "--defer-index", "--data-dir", tmp_path)
+    assert run_cli("import", source, "--name", "lee", *options).code == 0
+    deferred = artifact.read_manifest(tmp_path / "lee")["index"]
+    assert deferred["spec"]["kind"] == "flat" and deferred["deferred"]["spec"] == spec
+    assert run_cli("index", "lee", "--data-dir", tmp_path).code == 0  # as the server's background build runs it
+    indexed = artifact.read_manifest(tmp_path / "lee")
+    assert indexed["index"]["spec"]["kind"] == "ivf" and "deferred" not in indexed["index"]
+    assert {key: indexed["build"][key] for key in ("index", "min_recall", "seed")} == {
+        "index": spec,
+        "min_recall": 0.5,
+        "seed": 7,
+    }
+    with client_for(data_dir=tmp_path, write_keys=[KEY]) as client:
+        doc = {"id": "new/1", "vector": lee_docs.vectors[0].tolist(), "fields": {"year": 3000}}
+        assert client.post("/v1/tables/lee/documents", json={"documents": [doc]}, headers=HEADERS).status_code == 200
+    assert compact(tmp_path, "lee")["written"] == 1
+    compacted = artifact.read_manifest(tmp_path / "lee")
+    assert compacted["rows"] == 301 and compacted["index"]["spec"] == {"kind": "ivf", "nlist": 16, "nprobe": 16}
+    assert "deferred" not in compacted["index"] and compacted["build"]["seed"] == 7

@@ -110,6 +110,41 @@ def test_a_cache_dir_that_cannot_keep_the_layouts_stops_the_server(
     assert Settings().cache_dir == tmp_path / "new" / "layouts"
 
 
+# Root looks into any directory: the server is then run without the capabilities that let it (as a service's user).
+AS_A_USER = () if os.geteuid() else ("setpriv", "--bounding-set", "-dac_override,-dac_read_search")
+
+
+@pytest.mark.skipif(bool(AS_A_USER) and shutil.which("setpriv") is None, reason="root, and no setpriv to drop it")
+def test_a_directory_under_one_this_user_cannot_look_into_is_refused_in_one_line(tmp_path: Path) -> None:
+    """A data or cache directory under one this user may not search (mode 700, another's): the check's look at it
+    raised PermissionError, and the server stopped with a traceback instead of naming the setting."""
+    (tmp_path / "data").mkdir()
+    (tmp_path / "closed" / "inside").mkdir(parents=True)
+    (tmp_path / "closed").chmod(0)
+    environment = {k: v for k, v in os.environ.items() if not k.upper().startswith("EMBEDDING_")}
+    closed = tmp_path / "closed" / "inside"
+    cases = {
+        "EMBEDDING_CACHE_DIR": f"EMBEDDING_CACHE_DIR: {closed / 'cache'} cannot be looked at: Permission denied",
+        "EMBEDDING_DATA_DIR": f"EMBEDDING_DATA_DIR: {closed} cannot be looked at: Permission denied",
+    }
+    try:
+        for variable, refusal in cases.items():
+            given = {"EMBEDDING_DATA_DIR": str(tmp_path / "data"), variable: str(closed)}
+            if variable == "EMBEDDING_CACHE_DIR":
+                given[variable] = str(closed / "cache")
+            done = subprocess.run(
+                [*AS_A_USER, sys.executable, "-m", "service.main", "--port", "0"],
+                capture_output=True,
+                text=True,
+                timeout=120,
+                env={**environment, **given},
+            )
+            lines = [line for line in done.stderr.splitlines() if not line.startswith("embedding-serve: warning")]
+            assert (done.returncode, lines) == (2, [f"embedding-serve: invalid settings: {refusal}"]), done.stderr
+    finally:
+        (tmp_path / "closed").chmod(0o755)  # for pytest to remove it
+
+
 def test_keys_from_files(clean_env: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """EMBEDDING_<KEY>_FILE, as Docker and Kubernetes mount secrets: the file's contents without the trailing
     newline; the key and its file both given, or a file that cannot be read or is empty, stop the server."""
@@ -658,6 +693,24 @@ def test_the_threads_setting_is_the_number_the_settings_read(clean_env: pytest.M
         with pytest.raises(SystemExit, match="3"):
             serve.main(["--data-dir", str(tmp_path), "--port", "0"])
     assert started == [(2, "2")] * 4
+
+
+def test_omp_threads_past_the_bound_are_refused_in_one_line(
+    clean_env: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """OMP_NUM_THREADS, the threads per worker without EMBEDDING_THREADS, past what EMBEDDING_THREADS takes: it was
+    written as EMBEDDING_THREADS after the settings' check, and the server stopped with pydantic's traceback."""
+    clean_env.setattr(serve, "start_deferred_builds", lambda settings: sys.exit(3))  # what follows the checks
+    for variable in serve.THREAD_VARIABLES:  # main sets them: undone after the test
+        clean_env.setenv(variable, "1")
+    clean_env.setenv("OMP_NUM_THREADS", "1000")
+    assert serve.main(["--data-dir", str(tmp_path), "--port", "0"]) == 2
+    assert errors(capsys) == [
+        "embedding-serve: OMP_NUM_THREADS=1000: at most 512 threads per worker (or set EMBEDDING_THREADS)"
+    ]
+    clean_env.setenv("EMBEDDING_THREADS", "2")  # which wins
+    with pytest.raises(SystemExit, match="3"):
+        serve.main(["--data-dir", str(tmp_path), "--port", "0"])
 
 
 def test_blas_starts_with_the_threads_setting_when_tables_are_named(tmp_path: Path) -> None:

@@ -929,6 +929,12 @@ NOT_A_TABLE = "is not a table's URL: http(s)://HOST[:PORT]/v1/tables/NAME, the s
             '{"lee": [["http://x:99999/v1/tables/a"]]}',
             "EMBEDDING_SHARDS: table 'lee': 'http://x:99999/v1/tables/a' has a port",
         ),
+        # A password in a URL is not shown; a table's name is shown as given (names are case-sensitive).
+        (
+            '{"lee": [["http://user:s3cret@x/v1/tables/a/"]]}',
+            f"EMBEDDING_SHARDS: table 'lee': 'http://user:***@x/v1/tables/a/' {NOT_A_TABLE}",
+        ),
+        ('{"Lee": [[5]]}', "EMBEDDING_SHARDS.Lee.0.0=5: Input should be a valid string"),
         ('{"lee": [["http://x/v1/tables/shard-000"], ["https://[::1]:8000/prefix/v1/tables/shard-001"]]}', None),
     ],
 )

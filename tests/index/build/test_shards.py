@@ -401,6 +401,19 @@ def test_index_refuses_a_sharded_table(data_dir: Path) -> None:
     assert done.returncode == 0 and "no writes since its version" in done.stdout, done.stderr
 
 
+def test_index_refuses_a_shard_of_a_sharded_table(data_dir: Path, tmp_path: Path) -> None:
+    """A shard's server has the sharded table as its data directory (EMBEDDING_TABLES=shard-000): ``embedding-index
+    index shard-000`` there built the shard a new version, which the shard map does not name, and the whole table
+    failed its checks from then on. Refused, the table left as it was."""
+    shutil.copytree(data_dir / "lee3", tmp_path / "lee3")
+    done = run(EXE, "index", "shard-000", "--index", "ivf:nlist=4,nprobe=4", "--data-dir", tmp_path / "lee3")
+    why = "each shard's index is built by its import"
+    said = f"{tmp_path / 'lee3'} is the sharded table 'lee3', 'shard-000' one of its shards: {why}"
+    assert done.returncode == 1 and said in done.stderr, done.stderr
+    done = run(EXE, "verify", "lee3", "--data-dir", tmp_path)
+    assert done.returncode == 0, done.stderr
+
+
 def test_shards_with_a_deferred_index_are_refused(tmp_path: Path, lee_docs: Lee) -> None:
     """No command would ever build the shards' deferred indexes: the import says so, and writes nothing."""
     source = write_jsonl(tmp_path / "lee.jsonl", jsonl_records(lee_docs))

@@ -68,9 +68,11 @@ class Watched:
             parts = {404: expected_404, 422: expected_422}.get(status, ())
             return any(word in text for word in parts)
 
-        assert self.failed == []
-        assert [e for e in self.http_errors if not expected(e[0], e[1])] == []
-        assert [m for m in self.console if not any(str(c) in m and expected(c, m) for c in (404, 422))] == []
+        assert self.failed == [], self.failed
+        unexpected = [e for e in self.http_errors if not expected(e[0], e[1])]
+        assert unexpected == [], unexpected
+        logged = [m for m in self.console if not any(str(c) in m and expected(c, m) for c in (404, 422))]
+        assert logged == [], logged
 
     def state(self) -> dict[str, str]:
         return {k: v[0] for k, v in parse_qs(urlparse(self.page.url).query).items()}

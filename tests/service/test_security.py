@@ -323,6 +323,7 @@ def test_the_explorer_shows_hostile_tokens_and_texts_as_text(tmp_path: Path, wat
             assert all(hostile in text for hostile in HOSTILE), query
             made = "document.querySelectorAll('img[src=x], svg[onload], script:not([src])').length"
             assert page.evaluate(made) == 0 and page.evaluate("window.injected") is None, query
+            page.wait_for_load_state("networkidle")  # the next page's load would cut its requests in flight
         assert dialogs == []
         watched.assert_clean(expected_404=("/v1/tables/hostile/",))  # cards asking for man, king, woman
 

@@ -345,10 +345,11 @@ def _main(argv: list[str] | None) -> int:
     if clash:
         say(clash, log_format)
         return 2
-    if settings.cache_bytes * args.workers > memory():
+    available = memory()
+    if settings.cache_bytes * args.workers > available:
         say(
             f"EMBEDDING_CACHE_BYTES={settings.cache_bytes} x {counted(args.workers, 'worker')} is more than the "
-            f"{memory()} bytes of memory this process may use: each worker fills its cache up to it; lower it",
+            f"{available} bytes of memory this process may use: each worker fills its cache up to it; lower it",
             log_format,
         )
         return 2

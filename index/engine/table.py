@@ -55,6 +55,7 @@ from index.engine.knn import (
     exact_knn_rows,
     filtered_params,
     filtered_width,
+    graph_rows,
     index_top,
     mean_query,
     pair_cosines,
@@ -191,6 +192,7 @@ class Table:
         # Candidates per answer re-scored on the rows (an index of codes: IVF-PQ); 1 for every other index.
         self.rerank = int(spec.get("rerank") or 1) if index is not None else 1
         self.search_width = search_width(index)  # an HNSW index's efSearch: a deeper search is widened
+        self.scored_rows = graph_rows(index, vectors)  # the rows an index's candidates are scored on
         self.flags = flags
         self.metadata = metadata or {}
         self.payload = payload  # a documents table's ids, text and fields
@@ -443,7 +445,7 @@ class Table:
             return exact_knn(queries, self.vectors[:limit], k)
         width = self.search_width  # a graph: at least k wide, asked for every candidate it keeps
         deep = deep_params(self.index, k) if width is not None and k > width else None
-        scores, ids = index_top(self.index, queries, k, max(k, width or k), self.vectors, self.rerank, deep)
+        scores, ids = index_top(self.index, queries, k, max(k, width or k), self.scored_rows, self.rerank, deep)
         # left short (a widened graph search, or an IVF index's probed lists holding fewer than k rows): exactly
         if (deep is not None or self.search_width is None) and len(short := np.flatnonzero(ids[:, k - 1] < 0)):
             scores[short], ids[short] = exact_knn(queries[short], self.vectors, k)
@@ -461,7 +463,7 @@ class Table:
         if index is None or params is None:
             return exact_knn_rows(queries, self.vectors, k, rows.ids, rows.mask)
         width = k if self.search_width is None else filtered_width(self.search_width, rows.fraction, k)
-        scores, ids = index_top(index, queries, k, width, self.vectors, self.rerank, params)
+        scores, ids = index_top(index, queries, k, width, self.scored_rows, self.rerank, params)
         short = np.flatnonzero(ids[:, k - 1] < 0)
         if len(short):
             scores[short], ids[short] = exact_knn_rows(queries[short], self.vectors, k, rows.ids, rows.mask)

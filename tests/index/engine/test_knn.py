@@ -14,6 +14,7 @@ from index.engine.knn import (
     deep_params,
     exact_knn,
     filtered_params,
+    graph_rows,
     index_top,
     inner_products,
     search_index,
@@ -156,3 +157,27 @@ def test_a_re_ranked_index_of_codes_keeps_equal_scores_by_row_at_the_kth_place()
         [5, 2000],
         [5, 2000, 2001, 2002],
     ]
+
+
+def test_a_flat_graph_s_candidates_are_scored_on_its_own_rows_to_the_same_bits() -> None:
+    """An HNSW graph over the rows holds a copy of them, read by its search just before the candidates are scored:
+    they are scored there, to the same scores and order as on the table's rows. A graph behind a transform, or
+    whose rows are not the table's, scores on the table's rows."""
+    matrix = rows(2_000)
+    graph = faiss.index_factory(50, "HNSW8", faiss.METRIC_INNER_PRODUCT)
+    graph.add(matrix)
+    own = graph_rows(graph, matrix)
+    assert own is not matrix and not np.shares_memory(own, matrix)
+    np.testing.assert_array_equal(own, matrix)
+    queries = matrix[[5, 17, 250, 1_999]]
+    for count in (1, 4):
+        scored = index_top(graph, queries[:count], 10, 16, own)
+        for mine, theirs in zip(scored, index_top(graph, queries[:count], 10, 16, matrix), strict=True):
+            np.testing.assert_array_equal(mine, theirs)
+    transformed = faiss.index_factory(50, "PCA32,HNSW8", faiss.METRIC_INNER_PRODUCT)
+    transformed.train(matrix)
+    transformed.add(matrix)
+    other = rows(2_000, seed=4)
+    assert graph_rows(transformed, matrix) is matrix and graph_rows(None, matrix) is matrix
+    short = matrix[:100]
+    assert graph_rows(graph, other) is other and graph_rows(graph, short) is short

@@ -22,7 +22,7 @@ MASKED_BLOCK_BYTES = 64 << 20  # scores of a filtered exact search computed at o
 RESCORED_BYTES = 4 << 20  # the candidate rows candidate_products gathers at once
 TAIL_BLOCK = 16  # a multiple of the rows BLAS's inner-product kernels take at once (see inner_products)
 RERANK_BLOCK_BYTES = 32 << 20  # candidate rows gathered at once when re-ranking a batch
-GRAPH_ROWS_CHECKED = 1024  # rows of a graph's own copy compared with the table's (graph_rows)
+GRAPH_ROWS_CHECKED = 512  # rows at each end of a graph's own copy compared with the table's (graph_rows)
 FILTER_MAX_EF = 4096  # the widest HNSW search a filter asks for
 FLOAT32_MAX = 3.4028234663852886e38
 
@@ -305,19 +305,21 @@ def candidate_products(queries: np.ndarray, vectors: np.ndarray, ids: np.ndarray
 
 
 def graph_rows(index: faiss.Index | None, vectors: np.ndarray) -> np.ndarray:
-    """The rows :func:`index_top` scores candidates on: those an HNSW graph over flat rows (``HNSW32``) holds, a view
-    of the index's own memory (valid while ``index`` lives), when they are the unit rows ``vectors``; ``vectors``
-    for any other index. The graph's search has just read its candidates' rows there, so they are in the processor's
-    cache; the table's copy of them, a memory map, is not (BENCHMARKS.md, "What exact scores and one ranking per page
-    cost"). Rows that differ (checked on a sample spread over the table) keep ``vectors``."""
+    """The rows :func:`index_top` scores candidates on: those an HNSW graph over flat rows (``HNSW32``) holds, a
+    read-only view of the index's own memory (valid while ``index`` lives), when they are the unit rows ``vectors``;
+    ``vectors`` for any other index. The graph's search has just read its candidates' rows there, so they are in the
+    processor's cache, and the table's copy, a memory map, stays unread (BENCHMARKS.md, "What exact scores and one
+    ranking per page cost"). Rows that differ (the first and last ``GRAPH_ROWS_CHECKED``, read in two runs of pages
+    rather than one page a row) keep ``vectors``."""
     if not isinstance(index, faiss.IndexHNSW):
         return vectors
     storage = faiss.downcast_index(index.storage)
     if not isinstance(storage, faiss.IndexFlat) or storage.ntotal != len(vectors) or storage.d != vectors.shape[1]:
         return vectors
     rows = faiss.rev_swig_ptr(storage.get_xb(), storage.ntotal * storage.d).reshape(storage.ntotal, storage.d)
-    sample = np.unique(np.linspace(0, len(vectors) - 1, min(len(vectors), GRAPH_ROWS_CHECKED)).astype(np.int64))
-    return rows if np.array_equal(rows[sample], vectors[sample]) else vectors
+    rows.flags.writeable = False  # a mapped index's memory is read-only
+    ends = slice(None, GRAPH_ROWS_CHECKED), slice(-GRAPH_ROWS_CHECKED, None)
+    return rows if all(np.array_equal(rows[end], vectors[end]) for end in ends) else vectors
 
 
 def search_width(index: faiss.Index | None) -> int | None:

@@ -935,6 +935,11 @@ NOT_A_TABLE = "is not a table's URL: http(s)://HOST[:PORT]/v1/tables/NAME, the s
             f"EMBEDDING_SHARDS: table 'lee': 'http://user:***@x/v1/tables/a/' {NOT_A_TABLE}",
         ),
         ('{"Lee": [[5]]}', "EMBEDDING_SHARDS.Lee.0.0=5: Input should be a valid string"),
+        # nor in a value of the wrong shape, which the refusal quotes (a shard's URLs not in a list of their own)
+        (
+            '{"lee": ["https://user:s3cret@x/v1/tables/a"]}',
+            "EMBEDDING_SHARDS.lee.0='https://user:***@x/v1/tables/a': Input should be a valid list",
+        ),
         ('{"lee": [["http://x/v1/tables/shard-000"], ["https://[::1]:8000/prefix/v1/tables/shard-001"]]}', None),
     ],
 )

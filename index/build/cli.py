@@ -166,14 +166,16 @@ MAX_THREADS = 512  # as embedding-serve's EMBEDDING_THREADS
 
 def _threads_variable() -> None:
     """EMBEDDING_THREADS, the threads that embed texts (every core without it): a value that is no number of threads
-    is refused, as embedding-serve refuses it, not replaced by every core; one given with spaces or a sign is
-    written back as its number, which the encoder reads."""
+    is refused, as embedding-serve refuses it, not replaced by every core; one given as embedding-serve's settings
+    also read it (with spaces, a sign, "2.0") is written back as its number, which the encoder reads."""
     given = os.environ.get("EMBEDDING_THREADS")
     if given is None:
         return
+    from pydantic import TypeAdapter, ValidationError
+
     try:
-        number = int(given)
-    except ValueError:
+        number = TypeAdapter(int).validate_python(given)  # as pydantic-settings reads embedding-serve's
+    except ValidationError:
         number = 0
     if not 1 <= number <= MAX_THREADS:
         fail(f"EMBEDDING_THREADS={given!r}: must be a whole number from 1 to {MAX_THREADS}")

@@ -3,9 +3,7 @@
 
 from __future__ import annotations
 
-import fcntl
 import multiprocessing
-import os
 import signal
 import time
 import tracemalloc
@@ -21,7 +19,7 @@ from index.store import writelog
 from service import live
 from tests.index.build.test_compact_replay import data_dir, fresh, logged, writes
 from tests.lee import Lee
-from tests.logs import append_when_started, killed_in_a_record, read_only
+from tests.logs import append_when_started, killed_in_a_record, read_only, writing_after_the_first_piece
 
 __all__ = ["data_dir"]  # the fixture, taken from compaction's tests
 
@@ -88,20 +86,8 @@ def test_a_write_waits_for_the_check_of_the_log_not_for_its_replay(
     path = logged(data_dir, writes(lee_docs, count))
     table = Table.load(data_dir / "lee", checksums=False)
     document = {"id": "during-replay", "text": lee_docs.texts[0], "vector": lee_docs.vectors[0].tolist()}
-    replay, appended = Delta.replay, []
-
-    def replay_then_write(delta: Delta, records: list[writelog.Record]) -> None:
-        replay(delta, records)
-        if not appended:  # after the first piece
-            fd = os.open(path, os.O_RDWR)
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # BlockingIOError while the replay holds the lock
-            finally:
-                os.close(fd)
-            with writelog.appending(path, sync=False) as log:
-                body = {"op": "upsert", "documents": [{**document, "fields": lee_docs.record(0)}]}
-                appended.append(log.append(count + 1, body))
-
+    body = {"op": "upsert", "documents": [{**document, "fields": lee_docs.record(0)}]}
+    replay_then_write, appended = writing_after_the_first_piece(Delta.replay, path, count + 1, body)
     monkeypatch.setattr(Delta, "replay", replay_then_write)
     live.attach(table, data_dir / "lee")
     state = live.live_of(table)

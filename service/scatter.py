@@ -820,7 +820,7 @@ def route(front: Front, name: str) -> APIRoute:
             )
             # A shard that did not answer may hold a word: no fallback then, which would say that no document does
             if to_vector and not held and not gone and not any(map(_unembedded, outcomes)):
-                text_alone = not any(key in sent for key in ("vector", "id", "positive", "negative"))
+                text_alone = asked_query is not None and not asked_query.vector_input
                 skip = ("mode", "rrf_k", "weights") if text_alone else ("text", "mode", "rrf_k", "weights")
                 alone = {key: value for key, value in sent.items() if key not in skip}
                 answer = await one(SearchRequest.model_validate(alone), alone)

@@ -199,6 +199,30 @@ def test_a_replica_on_a_read_only_mount_reads_and_cuts_nothing(
     assert [r.seq for piece in pieces for r in piece] == [2, 3]
 
 
+def test_a_read_only_reader_lets_a_writer_append_while_it_parses(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """read_pieces (``embedding-index verify``'s replay of a log, an import's look for writes it cannot take) reads
+    as a replica does: the frames checked under a shared lock, the records parsed without it, so that a server's
+    write appends meanwhile instead of waiting for the whole read; the reader stops at the end it checked, a torn
+    tail left (with a warning) for the writer to cut."""
+    path = tmp_path / "t.log"
+    write(path, 3)
+    with path.open("ab") as handle:
+        handle.write(b"\xe5\x1f torn")
+    monkeypatch.setattr(writelog, "READ_BYTES", 256)  # a piece a record
+    with caplog.at_level(logging.WARNING, logger="index.store.writelog"):
+        pieces = writelog.read_pieces(path)
+        assert [r.seq for r in next(pieces)] == [1]
+        assert lock_is_free(path)
+        with writelog.appending(path, sync=False) as log:  # the writer cuts the torn tail, then appends
+            log.new_records(0, 0, None)
+            log.append(4, body(3))
+        assert [r.seq for piece in pieces for r in piece] == [2, 3]
+    assert "7 bytes at byte" in caplog.text and "not read" in caplog.text
+    assert [r.seq for r in read_only(path)] == [1, 2, 3, 4]
+
+
 def test_a_gap_in_the_sequence_is_damage(tmp_path: Path) -> None:
     path = tmp_path / "t.log"
     write(path, 2)

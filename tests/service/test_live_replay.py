@@ -7,6 +7,7 @@ import multiprocessing
 import signal
 import time
 import tracemalloc
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -75,6 +76,18 @@ def test_a_long_replay_says_how_far_it_is_every_few_seconds(
         assert line == expected
 
 
+def counting(applied: list[int]) -> Callable[[Delta, Any], None]:
+    """``Delta.apply`` that lists the sequence numbers it applies (those past the delta's) in ``applied``, in order."""
+    apply = Delta.apply
+
+    def apply_counted(delta: Delta, records: Any) -> None:
+        records = list(records)
+        applied.extend(r.seq for r in records if r.seq > delta.seq)
+        apply(delta, records)
+
+    return apply_counted
+
+
 def test_a_write_waits_for_the_check_of_the_log_not_for_its_replay(
     data_dir: Path, lee_docs: Lee, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -126,7 +139,7 @@ def test_writes_and_a_writer_killed_during_a_load_are_each_applied_once(
     killed = context.Process(target=killed_in_a_record, args=(str(path), bodies[0][0], kill))
     for process in [*writers, killed]:
         process.start()
-    replay, apply, applied = Delta.replay, Delta.apply, []
+    replay, applied = Delta.replay, []
 
     def replay_slowly(delta: Delta, records: list[writelog.Record]) -> None:
         replay(delta, records)
@@ -139,13 +152,8 @@ def test_writes_and_a_writer_killed_during_a_load_are_each_applied_once(
                 time.sleep(0.01)
         time.sleep(0.01)
 
-    def apply_counted(delta: Delta, records: Any) -> None:
-        records = list(records)
-        applied.extend(r.seq for r in records if r.seq > delta.seq)
-        apply(delta, records)
-
     monkeypatch.setattr(Delta, "replay", replay_slowly)
-    monkeypatch.setattr(Delta, "apply", apply_counted)
+    monkeypatch.setattr(Delta, "apply", counting(applied))
     try:
         live.attach(table, data_dir / "lee")
         replayed, during = len(applied), appended.value
@@ -174,7 +182,7 @@ def _load_slowly(directory: str, started: Any, appended: Any, written: Any, answ
     ``started`` and waits until another process has ``appended`` a write; once ``written`` is set, its next read:
     (the writes appended by the end of its replay; the sequences applied, in order; the documents it holds)."""
     writelog.READ_BYTES = 32 << 10
-    replay, apply, applied = Delta.replay, Delta.apply, []
+    replay, applied = Delta.replay, []
 
     def replay_slowly(delta: Delta, records: list[writelog.Record]) -> None:
         replay(delta, records)
@@ -184,12 +192,7 @@ def _load_slowly(directory: str, started: Any, appended: Any, written: Any, answ
             time.sleep(0.01)
         time.sleep(0.01)
 
-    def apply_counted(delta: Delta, records: Any) -> None:
-        records = list(records)
-        applied.extend(r.seq for r in records if r.seq > delta.seq)
-        apply(delta, records)
-
-    Delta.replay, Delta.apply = replay_slowly, apply_counted  # type: ignore[method-assign]
+    Delta.replay, Delta.apply = replay_slowly, counting(applied)  # type: ignore[method-assign]
     table = Table.load(Path(directory), checksums=False)
     live.attach(table, Path(directory))
     during = appended.value

@@ -517,14 +517,23 @@ def _table(data_dir: Path, name: str) -> Path:
 
 def _whole_only(data_dir: Path, name: str, why: str) -> None:
     """Refuse a missing or sharded table (``why``: what it has instead) before a command meant for one table, and a
-    shard of a sharded table (its shard server's data directory), whose new version the shard map would not name."""
+    shard of a sharded table (:func:`_not_a_shard`)."""
+    from index.store import shardmap
+
+    _not_a_shard(data_dir, name, why)
+    if shardmap.holds_sharded(_table(data_dir, name)):
+        fail(f"table {name!r} is sharded: {why}")
+
+
+def _not_a_shard(data_dir: Path, name: str, why: str) -> None:
+    """Refuse table ``name`` of ``data_dir`` when that is a sharded table's directory (its shard servers' data
+    directory), before anything is written in it: a new version of a shard the shard map would not name, or a file
+    beside the shards, fails the whole table's checks from then on (``why``: what to do instead)."""
     from index.store import shardmap
 
     if shardmap.holds_sharded(data_dir):
         whole = artifact.read_manifest(data_dir).get("name", data_dir.name)
         fail(f"{data_dir} is the sharded table {whole!r}, {name!r} one of its shards: {why}")
-    if shardmap.holds_sharded(_table(data_dir, name)):
-        fail(f"table {name!r} is sharded: {why}")
 
 
 def _shard_builder(
@@ -734,6 +743,7 @@ def compact(name: str, data_dir: DataDir = Path("data"), quiet: Quiet = False) -
     from index.build.compact_shards import compact_sharded
     from index.store import shardmap
 
+    _not_a_shard(data_dir, name, "its writes are folded by compacting that table, in the data directory that holds it")
     _recovered(data_dir, name)
     sharded = shardmap.holds_sharded(_table(data_dir, name))
     done = compact_sharded(data_dir, name) if sharded else fold(data_dir, name)

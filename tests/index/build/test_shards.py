@@ -414,6 +414,20 @@ def test_index_refuses_a_shard_of_a_sharded_table(data_dir: Path, tmp_path: Path
     assert done.returncode == 0, done.stderr
 
 
+def test_compact_refuses_a_shard_of_a_sharded_table(data_dir: Path, tmp_path: Path) -> None:
+    """``embedding-index compact shard-000`` in a shard server's data directory (the sharded table's) looked for a
+    log of its own there, said "no writes" whatever the shard's log held, and left a .writes folder inside the table,
+    which every check then refused ('.writes: not listed in the manifest'): the table no longer loaded. Refused,
+    the table left as it was; its writes are folded by compacting the whole table."""
+    shutil.copytree(data_dir / "lee3", tmp_path / "lee3")
+    done = run(EXE, "compact", "shard-000", "--data-dir", tmp_path / "lee3")
+    why = "its writes are folded by compacting that table, in the data directory that holds it"
+    said = f"{tmp_path / 'lee3'} is the sharded table 'lee3', 'shard-000' one of its shards: {why}"
+    assert done.returncode == 1 and said in done.stderr, (done.stdout, done.stderr)
+    done = run(EXE, "verify", "lee3", "--data-dir", tmp_path)
+    assert done.returncode == 0, done.stderr
+
+
 def test_shards_with_a_deferred_index_are_refused(tmp_path: Path, lee_docs: Lee) -> None:
     """No command would ever build the shards' deferred indexes: the import says so, and writes nothing."""
     source = write_jsonl(tmp_path / "lee.jsonl", jsonl_records(lee_docs))

@@ -266,6 +266,7 @@ def build(
     from index.build.sources import glove_package
     from index.build.writer import source_digest
 
+    _not_a_shard(data_dir, name, MADE_BESIDE)
     if _taken(data_dir, name, force):
         typer.echo(f"table {name!r} already exists in {data_dir}; nothing to do (use --force to rebuild it)")
         return
@@ -398,6 +399,7 @@ def import_(
     if not path.exists():
         fail(f"{path}: no such file or directory")
     refuse_stream(path)
+    _not_a_shard(data_dir, name, MADE_BESIDE)
     artifact.check_free(data_dir, name, force)
     document_options: tuple[tuple[str, object], ...] = (
         ("--id-field", id_field),
@@ -525,6 +527,9 @@ def _whole_only(data_dir: Path, name: str, why: str) -> None:
         fail(f"table {name!r} is sharded: {why}")
 
 
+MADE_BESIDE = "a table is made in the data directory that holds it, beside it"
+
+
 def _not_a_shard(data_dir: Path, name: str, why: str) -> None:
     """Refuse table ``name`` of ``data_dir`` when that is a sharded table's directory (its shard servers' data
     directory), before anything is written in it: a new version of a shard the shard map would not name, or a file
@@ -533,7 +538,9 @@ def _not_a_shard(data_dir: Path, name: str, why: str) -> None:
 
     if shardmap.holds_sharded(data_dir):
         whole = artifact.read_manifest(data_dir).get("name", data_dir.name)
-        fail(f"{data_dir} is the sharded table {whole!r}, {name!r} one of its shards: {why}")
+        shard = (artifact.table_dir(data_dir, name) / artifact.MANIFEST).is_file()
+        what = f"{name!r} one of its shards" if shard else "not a data directory"
+        fail(f"{data_dir} is the sharded table {whole!r}, {what}: {why}")
 
 
 def _shard_builder(
@@ -675,6 +682,7 @@ def train(
     from index.build.train import TrainParams, train_word2vec
     from index.build.writer import source_digest
 
+    _not_a_shard(data_dir, name, MADE_BESIDE)
     artifact.check_free(data_dir, name, force)
     check_spec(index, dim)  # before the training, which may take hours
     artifact.check_writable(data_dir)

@@ -853,8 +853,7 @@ def remove(name: str, data_dir: DataDir = Path("data"), quiet: Quiet = False) ->
     from index.store.writelog import remove_logs
 
     _table(data_dir, name)
-    if (Path(data_dir) / artifact.MANIFEST).is_file():  # a sharded table's directory (as its shards' servers use)
-        raise ArtifactError(f"{name!r} is a shard of the table at {data_dir}: remove that table, not one of its shards")
+    _not_a_shard(data_dir, name, "remove that table, not one of its shards")
     remove_logs(data_dir, name)  # first: a table imported later under the name never replays these writes
     artifact.remove(data_dir, name)
     typer.echo(f"removed {name}")

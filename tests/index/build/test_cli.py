@@ -482,7 +482,7 @@ def test_list_names_a_sharded_tables_shards_and_their_index(tmp_path: Path, glov
     listed = run_cli("list", "--data-dir", tmp_path)
     assert listed.code == 0 and listed.out == "words\t2002 x 50\tsharded\t3 shards, flat\n", listed.out
     shard = run_cli("remove", "shard-000", "--data-dir", tmp_path / "words")
-    refused = f"embedding-index: error: 'shard-000' is a shard of the table at {tmp_path / 'words'}: remove that"
+    refused = f"embedding-index: error: {tmp_path / 'words'} is the sharded table 'words', 'shard-000' one of its"
     assert (shard.code, shard.err.startswith(refused)) == (1, True), shard.err
     assert run_cli("verify", "words", "--data-dir", tmp_path).out == "words: ok\n"
 

@@ -22,7 +22,6 @@ from typing import Any
 import anyio
 import faiss
 from fastapi import FastAPI
-from fastapi.routing import APIRoute
 from fastapi.staticfiles import StaticFiles
 from pydantic import ValidationError
 from starlette.concurrency import run_in_threadpool
@@ -189,7 +188,6 @@ def create_app(settings: Settings) -> FastAPI:
     ]
     declared_only(fronting)
     app.router.routes[:0] = fronting
-    app.state.api_routes = [route for route in routes if isinstance(route, APIRoute)]
     _mount_explorer(app)
     api_docs.mount(app)
 

@@ -110,6 +110,7 @@ from service.respond import FastJSON
 from service.scatter_words import WORDS, merged_neighbors, word_body
 from service.schemas.common import LIMITS
 from service.schemas.search import SearchRequest, words_only
+from service.settings import without_passwords
 from service.shard_settings import ShardSettings
 
 if TYPE_CHECKING:  # imported where a front asks its shards: a server without shards never loads it
@@ -377,7 +378,9 @@ class Front:
             problem = self.out_of_place(table, number, place)
             if problem:
                 misplaced = Misplaced(
-                    f"{replica}: {problem}; list every shard's replicas in shard order, all of one import"
+                    without_passwords(
+                        f"{replica}: {problem}; list every shard's replicas in shard order, all of one import"
+                    )
                 )
                 if key not in self.misplaced:  # the operator's to mend: said once, not at every request
                     self.misplaced.add(key)
@@ -494,6 +497,7 @@ class Front:
         headers = shard_headers()
 
         def note_failure(replica: str, reason: str, logged: bool = False) -> None:  # tried after the others a while
+            reason = without_passwords(reason)  # the replica's URL, said to clients and in the log
             reasons.append(reason)
             shard.failed[replica] = time.monotonic()
             said = f"{reason}; tried after its other replicas for {FAIL_SECONDS:g} s"
@@ -820,7 +824,7 @@ def route(front: Front, name: str) -> APIRoute:
             )
             # A shard that did not answer may hold a word: no fallback then, which would say that no document does
             if to_vector and not held and not gone and not any(map(_unembedded, outcomes)):
-                text_alone = not any(key in sent for key in ("vector", "id", "positive", "negative"))
+                text_alone = asked_query is not None and not asked_query.vector_input
                 skip = ("mode", "rrf_k", "weights") if text_alone else ("text", "mode", "rrf_k", "weights")
                 alone = {key: value for key, value in sent.items() if key not in skip}
                 answer = await one(SearchRequest.model_validate(alone), alone)

@@ -11,6 +11,7 @@ import itertools
 import json
 import math
 import os
+import re
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal, get_args
@@ -508,10 +509,20 @@ def describe_error(exc: ValidationError, fields: Mapping[str, FieldInfo] = Setti
         message = error["msg"].removeprefix("Value error, ")
         variable = files.get(name) or f"EMBEDDING_{name.upper()}{field[len(name) :]}"  # a table's name as given
         if error["type"] != "value_error" and name not in KEY_SETTINGS:  # pydantic's words, without the value
-            variable += f"={error['input']!r}"
+            variable += f"={without_passwords(repr(error['input']))}"
             message = (allowed(fields[name]) if name in fields else "") or message
         parts.append(f"{variable}: {message}")
     return "invalid settings: " + "; ".join(parts)
+
+
+# A URL's user and password (``http://user:password@host``): up to the authority's last "@", as urlsplit splits it
+URL_PASSWORD = re.compile(r"(://[^/:@\s'\"]*):[^/\s'\"]*@")
+
+
+def without_passwords(text: str) -> str:
+    """``text`` as a refusal shows it: the password of each URL in it (``http://user:password@host/...``) as
+    ``***``."""
+    return URL_PASSWORD.sub(r"\1:***@", text)
 
 
 def allowed(field: FieldInfo) -> str:

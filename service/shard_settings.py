@@ -13,7 +13,7 @@ from urllib.parse import urlsplit
 from pydantic import Field, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict, SettingsError
 
-from service.settings import describe_error
+from service.settings import describe_error, without_passwords
 
 
 class ShardSettings(BaseSettings):
@@ -50,7 +50,7 @@ def front_settings() -> ShardSettings:
             for url in replicas:
                 problem = replica_problem(url, NAME)
                 if problem:
-                    raise ValueError(f"EMBEDDING_SHARDS: table {name!r}: {without_password(url)!r} {problem}")
+                    raise ValueError(f"EMBEDDING_SHARDS: table {name!r}: {without_passwords(repr(url))} {problem}")
     return settings
 
 
@@ -73,9 +73,3 @@ def replica_problem(url: str, name: re.Pattern[str]) -> str:
     if not name.fullmatch(table) or parts.query or parts.fragment:
         return "is not a table's URL: http(s)://HOST[:PORT]/v1/tables/NAME, the shard's table on its server"
     return ""
-
-
-def without_password(url: str) -> str:
-    """``url`` as a refusal shows it: a password in it (``http://user:password@host/...``) as ``***``."""
-    password = urlsplit(url).password
-    return url if password is None else url.replace(f":{password}@", ":***@", 1)

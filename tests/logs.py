@@ -3,8 +3,10 @@ processes as workers write it (light to start: they import the log module alone)
 
 from __future__ import annotations
 
+import fcntl
 import os
 import signal
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +24,35 @@ def read_only(path: Path) -> list[writelog.Record]:
     """Every good record of the log at ``path``, read as a replica on a read-only mount and a compaction's check
     read it (``writelog.read_pieces``: a torn tail left for its writer to cut), its pieces joined."""
     return [record for records in writelog.read_pieces(path) for record in records]
+
+
+def lock_is_free(path: Path, opener: Callable[..., int] = os.open) -> bool:
+    """Whether a writer would take the log's lock now (the exclusive lock of a file opened by ``opener``)."""
+    fd = opener(path, os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    finally:
+        os.close(fd)
+    return True
+
+
+def writing_after_the_first_piece(
+    replay: Callable[[Any, list[writelog.Record]], None], path: Path, seq: int, body: dict[str, Any]
+) -> tuple[Callable[[Any, list[writelog.Record]], None], list[writelog.Record]]:
+    """``replay`` (``Delta.replay``) that, after the first piece of the log at ``path`` it is given, finds the log's
+    lock free and appends record ``seq`` as another process's writer would; and the records it appended."""
+    appended: list[writelog.Record] = []
+
+    def replay_then_write(delta: Any, records: list[writelog.Record]) -> None:
+        replay(delta, records)
+        if not appended:
+            assert lock_is_free(path), "the replay holds the log's lock"
+            with writelog.appending(path, sync=False) as log:
+                appended.append(log.append(seq, body))
+
+    return replay_then_write, appended
 
 
 def append_when_started(path: str, bodies: list[dict[str, Any]], started: Any, appended: Any) -> None:

@@ -166,14 +166,16 @@ MAX_THREADS = 512  # as embedding-serve's EMBEDDING_THREADS
 
 def _threads_variable() -> None:
     """EMBEDDING_THREADS, the threads that embed texts (every core without it): a value that is no number of threads
-    is refused, as embedding-serve refuses it, not replaced by every core; one given with spaces or a sign is
-    written back as its number, which the encoder reads."""
+    is refused, as embedding-serve refuses it, not replaced by every core; one given as embedding-serve's settings
+    also read it (with spaces, a sign, "2.0") is written back as its number, which the encoder reads."""
     given = os.environ.get("EMBEDDING_THREADS")
     if given is None:
         return
+    from pydantic import TypeAdapter, ValidationError
+
     try:
-        number = int(given)
-    except ValueError:
+        number = TypeAdapter(int).validate_python(given)  # as pydantic-settings reads embedding-serve's
+    except ValidationError:
         number = 0
     if not 1 <= number <= MAX_THREADS:
         fail(f"EMBEDDING_THREADS={given!r}: must be a whole number from 1 to {MAX_THREADS}")
@@ -264,6 +266,7 @@ def build(
     from index.build.sources import glove_package
     from index.build.writer import source_digest
 
+    _not_a_shard(data_dir, name, MADE_BESIDE)
     if _taken(data_dir, name, force):
         typer.echo(f"table {name!r} already exists in {data_dir}; nothing to do (use --force to rebuild it)")
         return
@@ -396,6 +399,7 @@ def import_(
     if not path.exists():
         fail(f"{path}: no such file or directory")
     refuse_stream(path)
+    _not_a_shard(data_dir, name, MADE_BESIDE)
     artifact.check_free(data_dir, name, force)
     document_options: tuple[tuple[str, object], ...] = (
         ("--id-field", id_field),
@@ -515,14 +519,28 @@ def _table(data_dir: Path, name: str) -> Path:
 
 def _whole_only(data_dir: Path, name: str, why: str) -> None:
     """Refuse a missing or sharded table (``why``: what it has instead) before a command meant for one table, and a
-    shard of a sharded table (its shard server's data directory), whose new version the shard map would not name."""
+    shard of a sharded table (:func:`_not_a_shard`)."""
+    from index.store import shardmap
+
+    _not_a_shard(data_dir, name, why)
+    if shardmap.holds_sharded(_table(data_dir, name)):
+        fail(f"table {name!r} is sharded: {why}")
+
+
+MADE_BESIDE = "a table is made in the data directory that holds it, beside it"
+
+
+def _not_a_shard(data_dir: Path, name: str, why: str) -> None:
+    """Refuse table ``name`` of ``data_dir`` when that is a sharded table's directory (its shard servers' data
+    directory), before anything is written in it: a new version of a shard the shard map would not name, or a file
+    beside the shards, fails the whole table's checks from then on (``why``: what to do instead)."""
     from index.store import shardmap
 
     if shardmap.holds_sharded(data_dir):
         whole = artifact.read_manifest(data_dir).get("name", data_dir.name)
-        fail(f"{data_dir} is the sharded table {whole!r}, {name!r} one of its shards: {why}")
-    if shardmap.holds_sharded(_table(data_dir, name)):
-        fail(f"table {name!r} is sharded: {why}")
+        shard = (artifact.table_dir(data_dir, name) / artifact.MANIFEST).is_file()
+        what = f"{name!r} one of its shards" if shard else "not a data directory"
+        fail(f"{data_dir} is the sharded table {whole!r}, {what}: {why}")
 
 
 def _shard_builder(
@@ -664,6 +682,7 @@ def train(
     from index.build.train import TrainParams, train_word2vec
     from index.build.writer import source_digest
 
+    _not_a_shard(data_dir, name, MADE_BESIDE)
     artifact.check_free(data_dir, name, force)
     check_spec(index, dim)  # before the training, which may take hours
     artifact.check_writable(data_dir)
@@ -732,6 +751,7 @@ def compact(name: str, data_dir: DataDir = Path("data"), quiet: Quiet = False) -
     from index.build.compact_shards import compact_sharded
     from index.store import shardmap
 
+    _not_a_shard(data_dir, name, "its writes are folded by compacting that table, in the data directory that holds it")
     _recovered(data_dir, name)
     sharded = shardmap.holds_sharded(_table(data_dir, name))
     done = compact_sharded(data_dir, name) if sharded else fold(data_dir, name)
@@ -833,8 +853,7 @@ def remove(name: str, data_dir: DataDir = Path("data"), quiet: Quiet = False) ->
     from index.store.writelog import remove_logs
 
     _table(data_dir, name)
-    if (Path(data_dir) / artifact.MANIFEST).is_file():  # a sharded table's directory (as its shards' servers use)
-        raise ArtifactError(f"{name!r} is a shard of the table at {data_dir}: remove that table, not one of its shards")
+    _not_a_shard(data_dir, name, "remove that table, not one of its shards")
     remove_logs(data_dir, name)  # first: a table imported later under the name never replays these writes
     artifact.remove(data_dir, name)
     typer.echo(f"removed {name}")

@@ -97,10 +97,10 @@ class Lookup:
         self._tokenizer: Any = None
 
     def find(self, sent: str) -> Resolved | None:
-        """Resolve a word: exact (as sent, then in Unicode's composed form NFC), then the space-marked form for
-        model tokens, then case-folded (``Tokens.find_folded``: ``İ`` as Turkish folds it when nothing else
-        matches; for model tokens the space-marked forms too), then the same in the decomposed form NFD (a table
-        whose labels are decomposed), then for model tokens as the model's tokenizer normalises it
+        """Resolve a word: exact (as sent, then in Unicode's composed form NFC, then decomposed NFD: a table whose
+        labels are decomposed), then the space-marked forms for model tokens, then case-folded, the lowest row of
+        either form (``Tokens.find_folded``: ``İ`` as Turkish folds it when nothing else matches; for model tokens
+        the space-marked forms too; :meth:`spelled`), then for model tokens as the model's tokenizer normalises it
         (:meth:`normalized`), by the same rules. A label that is not NFC (a decomposed "café", the Kelvin sign) is
         found as it is spelled, as gensim finds it, before the composed form could match another row."""
         found = self.tokens.find(sent)

@@ -482,6 +482,12 @@ def recover_pieces(path: Path) -> Generator[list[Record]]:
         if exc.errno not in (errno.EROFS, errno.EACCES, errno.EPERM):  # EPERM: an immutable log
             raise
         end, reader = _checked(path, writable=False)  # a replica on a read-only mount: it reads, the writer cuts
+    yield from _checked_pieces(path, end, reader)
+
+
+def _checked_pieces(path: Path, end: int, reader: int) -> Generator[list[Record]]:
+    """The records of the log at ``path`` up to ``end``, its frames checked (:func:`_checked`), read from ``reader``
+    without the lock, a piece at a time; ``reader`` is closed after."""
     try:
         for records, at, problem in _scan_file(reader, log_owner(path), end):
             # the checked frames changed under it; a short read of a file emptied under it (a second cut) just ends
@@ -531,18 +537,13 @@ def check_writable(path: Path) -> None:
 
 
 def read_pieces(path: Path) -> Generator[list[Record]]:
-    """The good records of the log at ``path`` (none if there is none), a piece of the log at a time, read only
-    under a shared lock: a torn tail is left for its writer to cut (:func:`recover_pieces`); :class:`LogCorrupt` for
-    a damaged record in the middle."""
+    """The good records of the log at ``path`` (none if there is none), a piece of the log at a time, read only, as
+    a replica on a read-only mount reads them in :func:`recover_pieces`: the frames checked under a shared lock, the
+    records parsed without it; a torn tail is left for its writer to cut (with a warning); :class:`LogCorrupt` for a
+    damaged record in the middle."""
     if not path.is_file():
         return
-    with _locked(path, os.O_RDONLY, fcntl.LOCK_SH) as fd:
-        for records, end, problem in _scan_file(fd, log_owner(path)):
-            if problem is not None:
-                size = os.fstat(fd).st_size
-                log.warning("write log %s: %d bytes at byte %d not read (%s)", path, size - end, end, problem)
-            if records:
-                yield records
+    yield from _checked_pieces(path, *_checked(path, writable=False))
 
 
 def read_new(path: Path, start: int, previous: int, inode: int | None) -> tuple[list[Record], int, int]:

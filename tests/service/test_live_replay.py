@@ -3,12 +3,11 @@
 
 from __future__ import annotations
 
-import fcntl
 import multiprocessing
-import os
 import signal
 import time
 import tracemalloc
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +20,7 @@ from index.store import writelog
 from service import live
 from tests.index.build.test_compact_replay import data_dir, fresh, logged, writes
 from tests.lee import Lee
-from tests.logs import append_when_started, killed_in_a_record, read_only
+from tests.logs import append_when_started, killed_in_a_record, read_only, writing_after_the_first_piece
 
 __all__ = ["data_dir"]  # the fixture, taken from compaction's tests
 
@@ -77,6 +76,18 @@ def test_a_long_replay_says_how_far_it_is_every_few_seconds(
         assert line == expected
 
 
+def counting(applied: list[int]) -> Callable[[Delta, Any], None]:
+    """``Delta.apply`` that lists the sequence numbers it applies (those past the delta's) in ``applied``, in order."""
+    apply = Delta.apply
+
+    def apply_counted(delta: Delta, records: Any) -> None:
+        records = list(records)
+        applied.extend(r.seq for r in records if r.seq > delta.seq)
+        apply(delta, records)
+
+    return apply_counted
+
+
 def test_a_write_waits_for_the_check_of_the_log_not_for_its_replay(
     data_dir: Path, lee_docs: Lee, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -88,20 +99,8 @@ def test_a_write_waits_for_the_check_of_the_log_not_for_its_replay(
     path = logged(data_dir, writes(lee_docs, count))
     table = Table.load(data_dir / "lee", checksums=False)
     document = {"id": "during-replay", "text": lee_docs.texts[0], "vector": lee_docs.vectors[0].tolist()}
-    replay, appended = Delta.replay, []
-
-    def replay_then_write(delta: Delta, records: list[writelog.Record]) -> None:
-        replay(delta, records)
-        if not appended:  # after the first piece
-            fd = os.open(path, os.O_RDWR)
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # BlockingIOError while the replay holds the lock
-            finally:
-                os.close(fd)
-            with writelog.appending(path, sync=False) as log:
-                body = {"op": "upsert", "documents": [{**document, "fields": lee_docs.record(0)}]}
-                appended.append(log.append(count + 1, body))
-
+    body = {"op": "upsert", "documents": [{**document, "fields": lee_docs.record(0)}]}
+    replay_then_write, appended = writing_after_the_first_piece(Delta.replay, path, count + 1, body)
     monkeypatch.setattr(Delta, "replay", replay_then_write)
     live.attach(table, data_dir / "lee")
     state = live.live_of(table)
@@ -140,7 +139,7 @@ def test_writes_and_a_writer_killed_during_a_load_are_each_applied_once(
     killed = context.Process(target=killed_in_a_record, args=(str(path), bodies[0][0], kill))
     for process in [*writers, killed]:
         process.start()
-    replay, apply, applied = Delta.replay, Delta.apply, []
+    replay, applied = Delta.replay, []
 
     def replay_slowly(delta: Delta, records: list[writelog.Record]) -> None:
         replay(delta, records)
@@ -153,13 +152,8 @@ def test_writes_and_a_writer_killed_during_a_load_are_each_applied_once(
                 time.sleep(0.01)
         time.sleep(0.01)
 
-    def apply_counted(delta: Delta, records: Any) -> None:
-        records = list(records)
-        applied.extend(r.seq for r in records if r.seq > delta.seq)
-        apply(delta, records)
-
     monkeypatch.setattr(Delta, "replay", replay_slowly)
-    monkeypatch.setattr(Delta, "apply", apply_counted)
+    monkeypatch.setattr(Delta, "apply", counting(applied))
     try:
         live.attach(table, data_dir / "lee")
         replayed, during = len(applied), appended.value
@@ -188,7 +182,7 @@ def _load_slowly(directory: str, started: Any, appended: Any, written: Any, answ
     ``started`` and waits until another process has ``appended`` a write; once ``written`` is set, its next read:
     (the writes appended by the end of its replay; the sequences applied, in order; the documents it holds)."""
     writelog.READ_BYTES = 32 << 10
-    replay, apply, applied = Delta.replay, Delta.apply, []
+    replay, applied = Delta.replay, []
 
     def replay_slowly(delta: Delta, records: list[writelog.Record]) -> None:
         replay(delta, records)
@@ -198,12 +192,7 @@ def _load_slowly(directory: str, started: Any, appended: Any, written: Any, answ
             time.sleep(0.01)
         time.sleep(0.01)
 
-    def apply_counted(delta: Delta, records: Any) -> None:
-        records = list(records)
-        applied.extend(r.seq for r in records if r.seq > delta.seq)
-        apply(delta, records)
-
-    Delta.replay, Delta.apply = replay_slowly, apply_counted  # type: ignore[method-assign]
+    Delta.replay, Delta.apply = replay_slowly, counting(applied)  # type: ignore[method-assign]
     table = Table.load(Path(directory), checksums=False)
     live.attach(table, Path(directory))
     during = appended.value

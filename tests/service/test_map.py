@@ -234,6 +234,14 @@ def test_an_export_whose_last_token_is_spaces_reimports(small: Table, tmp_path: 
     assert table.metadata == {}
 
 
+def test_an_export_whose_last_token_is_spaces_and_its_group_none_reimports(small: Table, tmp_path: Path) -> None:
+    """With a header (the request's groups), the last line a token of spaces and no group is a row, not a blank line
+    at the end of the file."""
+    table = export_and_reimport(small, tmp_path, {}, [{"id": 0, "group": "mine"}, {"id": 1}, {"id": 2}])
+    assert (tmp_path / "export" / "metadata.tsv").read_text().endswith("\n\u3000\t\n")
+    assert {name: list(values) for name, values in table.metadata.items()} == {"group": ["mine", "", ""]}
+
+
 def test_an_export_of_columns_named_token_and_group_reimports(small: Table, tmp_path: Path) -> None:
     """Metadata columns named ``token`` and ``group`` (a projector import keeps them: its token column is the
     first, whatever its name) keep their names; the token column and the request's groups take others."""

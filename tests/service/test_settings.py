@@ -1082,7 +1082,7 @@ def test_a_cache_larger_than_the_memory_stops_the_server(
     clean_env.setattr(serve, "cores", lambda: 2)
     clean_env.setattr(serve, "start_deferred_builds", lambda settings: sys.exit(3))  # what follows the check
     clean_env.setenv("EMBEDDING_CACHE_BYTES", str(total // 2 + 1))
-    assert serve.main(["--data-dir", str(tmp_path), "--workers", "2"]) == 2
+    assert serve.main(["--data-dir", str(tmp_path), "--workers", "2", "--port", "0"]) == 2  # 8000 may be taken
     assert errors(capsys) == [
         f"embedding-serve: EMBEDDING_CACHE_BYTES={total // 2 + 1} x 2 workers is more than the {total} bytes of "
         "memory this process may use: each worker fills its cache up to it; lower it"

@@ -783,6 +783,29 @@ def test_a_stopped_shard_fails_or_is_flagged(servers: dict[str, Any], lee_docs: 
         assert listed == {"tables": [], "unavailable": ["lee"]}, listed
 
 
+def test_a_replicas_password_is_in_no_answer_nor_log_line(tmp_path: Path) -> None:
+    """A replica URL may carry a password (``http://user:password@host/...``), which the settings' refusals hide: a
+    shard that did not answer was named by its URL whole, password included, in the 503 every client was sent
+    (a read key's too) and in the front's log."""
+    shards = [[f"http://user:s3cret@127.0.0.1:9/v1/tables/shard-00{i}"] for i in range(2)]
+    (tmp_path / "data").mkdir()
+    env = {"EMBEDDING_SHARDS": json.dumps({"lee": shards})}
+    front = real_server.start(tmp_path / "data", tmp_path / "front.log", env=env)
+    try:
+        answers = [
+            HTTP.post(f"{front.base}/v1/tables/lee/search", json={"vector": [0.5] * 8, "k": 2}),
+            HTTP.get(f"{front.base}/v1/tables/lee"),
+        ]
+    finally:
+        front.stop()
+    for answer in answers:
+        error = answer.json()["error"]
+        assert answer.status_code == 503 and error["code"] == "shard_unavailable", error
+        assert "http://user:***@127.0.0.1:9/v1/tables/shard-000" in error["message"], error
+        assert "s3cret" not in answer.text, answer.text
+    assert "user:***@" in front.log() and "s3cret" not in front.log()
+
+
 def test_one_server_serves_a_sharded_table_whole(servers: dict[str, Any], lee_docs: Lee) -> None:
     """``embedding-serve`` over a data directory holding the sharded table: its shards in one process, merged by
     ``index.engine.shards``, answer every form as the whole table does: the same hits, scores, ranks, text and
@@ -935,6 +958,11 @@ NOT_A_TABLE = "is not a table's URL: http(s)://HOST[:PORT]/v1/tables/NAME, the s
             f"EMBEDDING_SHARDS: table 'lee': 'http://user:***@x/v1/tables/a/' {NOT_A_TABLE}",
         ),
         ('{"Lee": [[5]]}', "EMBEDDING_SHARDS.Lee.0.0=5: Input should be a valid string"),
+        # nor in a value of the wrong shape, which the refusal quotes (a shard's URLs not in a list of their own)
+        (
+            '{"lee": ["https://user:s3cret@x/v1/tables/a"]}',
+            "EMBEDDING_SHARDS.lee.0='https://user:***@x/v1/tables/a': Input should be a valid list",
+        ),
         ('{"lee": [["http://x/v1/tables/shard-000"], ["https://[::1]:8000/prefix/v1/tables/shard-001"]]}', None),
     ],
 )

@@ -85,10 +85,13 @@ def read_metadata(
 ) -> tuple[list[str], dict[str, list[str]], int, list[int]]:
     """Return (tokens, extra columns by name, lines with U+FFFD, rows (0-based) to drop with ``--drop-invalid``:
     those whose line is not UTF-8 or has the wrong number of columns). A line of spaces among the first ``vectors``
-    (the rows of vectors.tsv) is a token, not a blank line at the end (see ``read_lines``)."""
-    lines, replaced, dropped, refused = read_lines(path, options, vectors)
+    rows (of vectors.tsv; those after the header, if there is one) is a token, not a blank line at the end (see
+    ``read_lines``)."""
+    lines, replaced, dropped, refused = read_lines(path, options, vectors + 1)  # a header's line, if any, besides
     if not lines:
         raise InputError(path, "empty file: no tokens")
+    if "\t" not in lines[0] and len(lines) > vectors and not lines[-1].strip():  # no header: past the rows
+        lines.pop()
 
     def fail(problem: str, line: int) -> InputError:
         """The error for ``problem`` on ``line``, or for an earlier line that is not UTF-8."""

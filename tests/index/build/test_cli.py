@@ -181,15 +181,17 @@ def test_a_threads_variable_that_is_no_number_of_threads_is_refused(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """EMBEDDING_THREADS (the threads that embed texts): a value embedding-serve refuses was replaced by every core
-    without a word, " 2" too; the builder refuses the same values in the same words, and reads " 2" as 2."""
-    for given in ("abc", "0", "", "513"):
+    without a word, " 2" too; the builder refuses the same values in the same words, and reads the values
+    embedding-serve takes (" 2", "2.0", "+2") as their number."""
+    for given in ("abc", "0", "", "513", "2.5"):
         monkeypatch.setenv("EMBEDDING_THREADS", given)
         result = run_cli("list", "--data-dir", tmp_path)
         refused = f"embedding-index: error: EMBEDDING_THREADS={given!r}: must be a whole number from 1 to 512\n"
         assert (result.code, result.err) == (1, refused), given
-    monkeypatch.setenv("EMBEDDING_THREADS", " 2")
-    assert run_cli("list", "--data-dir", tmp_path).code == 0
-    assert threads() == 2
+    for given in (" 2", "2.0", "+2"):
+        monkeypatch.setenv("EMBEDDING_THREADS", given)
+        assert run_cli("list", "--data-dir", tmp_path).code == 0, given
+        assert threads() == 2, given
 
 
 def test_a_data_dir_that_is_a_dangling_link_is_named(tmp_path: Path) -> None:
@@ -480,7 +482,7 @@ def test_list_names_a_sharded_tables_shards_and_their_index(tmp_path: Path, glov
     listed = run_cli("list", "--data-dir", tmp_path)
     assert listed.code == 0 and listed.out == "words\t2002 x 50\tsharded\t3 shards, flat\n", listed.out
     shard = run_cli("remove", "shard-000", "--data-dir", tmp_path / "words")
-    refused = f"embedding-index: error: 'shard-000' is a shard of the table at {tmp_path / 'words'}: remove that"
+    refused = f"embedding-index: error: {tmp_path / 'words'} is the sharded table 'words', 'shard-000' one of its"
     assert (shard.code, shard.err.startswith(refused)) == (1, True), shard.err
     assert run_cli("verify", "words", "--data-dir", tmp_path).out == "words: ok\n"
 

@@ -4,8 +4,6 @@ once, as a server replays it at load."""
 
 from __future__ import annotations
 
-import fcntl
-import os
 import shutil
 import tracemalloc
 from pathlib import Path
@@ -20,7 +18,7 @@ from index.engine.table import Table
 from index.store import writelog
 from tests.cli import progress_lines
 from tests.lee import Lee
-from tests.logs import read_only, recovered
+from tests.logs import read_only, recovered, writing_after_the_first_piece
 
 
 def writes(lee: Lee, count: int) -> list[dict[str, Any]]:
@@ -140,19 +138,7 @@ def test_a_write_during_a_compactions_replay_is_kept_in_the_log_once(
     path = logged(data_dir, writes(lee_docs, count))
     document = {"id": "during-replay", "text": lee_docs.texts[0], "vector": lee_docs.vectors[0].tolist()}
     body = {"op": "upsert", "documents": [{**document, "fields": lee_docs.record(0)}]}
-    replay, appended = Delta.replay, []
-
-    def replay_then_write(delta: Delta, records: list[writelog.Record]) -> None:
-        replay(delta, records)
-        if not appended:  # after the first piece
-            fd = os.open(path, os.O_RDWR)
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # BlockingIOError while the replay holds the lock
-            finally:
-                os.close(fd)
-            with writelog.appending(path, sync=False) as log:
-                appended.append(log.append(count + 1, body))
-
+    replay_then_write, appended = writing_after_the_first_piece(Delta.replay, path, count + 1, body)
     monkeypatch.setattr(Delta, "replay", replay_then_write)
     assert compact.compact(data_dir, "lee")["log_sequence"] == count
     version = Table.load(data_dir / "lee", checksums=False)

@@ -414,6 +414,37 @@ def test_index_refuses_a_shard_of_a_sharded_table(data_dir: Path, tmp_path: Path
     assert done.returncode == 0, done.stderr
 
 
+def test_compact_refuses_a_shard_of_a_sharded_table(data_dir: Path, tmp_path: Path) -> None:
+    """``embedding-index compact shard-000`` in a shard server's data directory (the sharded table's) looked for a
+    log of its own there, said "no writes" whatever the shard's log held, and left a .writes folder inside the table,
+    which every check then refused ('.writes: not listed in the manifest'): the table no longer loaded. Refused,
+    the table left as it was; its writes are folded by compacting the whole table."""
+    shutil.copytree(data_dir / "lee3", tmp_path / "lee3")
+    done = run(EXE, "compact", "shard-000", "--data-dir", tmp_path / "lee3")
+    why = "its writes are folded by compacting that table, in the data directory that holds it"
+    said = f"{tmp_path / 'lee3'} is the sharded table 'lee3', 'shard-000' one of its shards: {why}"
+    assert done.returncode == 1 and said in done.stderr, (done.stdout, done.stderr)
+    done = run(EXE, "verify", "lee3", "--data-dir", tmp_path)
+    assert done.returncode == 0, done.stderr
+
+
+def test_no_table_is_made_inside_a_sharded_table(data_dir: Path, tmp_path: Path) -> None:
+    """An import into a shard server's data directory (the sharded table's) wrote a table beside the shards, which
+    every check of the sharded table then refused ('extra: not listed in the manifest'); with --force over a shard,
+    a shard the map does not name. Refused, the table left as it was."""
+    shutil.copytree(data_dir / "lee3", tmp_path / "lee3")
+    words = tmp_path / "words.vec"
+    words.write_text("2 3\nheart 0.1 0.2 0.3\nlove 0.3 0.2 0.1\n")
+    why = "a table is made in the data directory that holds it, beside it"
+    for name, what in (("extra", "not a data directory"), ("shard-000", "'shard-000' one of its shards")):
+        done = run(EXE, "import", words, "--name", name, "--force", "--data-dir", tmp_path / "lee3")
+        said = f"{tmp_path / 'lee3'} is the sharded table 'lee3', {what}: {why}"
+        assert done.returncode == 1 and said in done.stderr, (done.stdout, done.stderr)
+    assert not (tmp_path / "lee3" / "extra").exists()
+    done = run(EXE, "verify", "lee3", "--data-dir", tmp_path)
+    assert done.returncode == 0, done.stderr
+
+
 def test_shards_with_a_deferred_index_are_refused(tmp_path: Path, lee_docs: Lee) -> None:
     """No command would ever build the shards' deferred indexes: the import says so, and writes nothing."""
     source = write_jsonl(tmp_path / "lee.jsonl", jsonl_records(lee_docs))

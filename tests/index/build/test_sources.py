@@ -1018,6 +1018,18 @@ def test_a_last_token_of_spaces_is_a_token(tmp_path: Path, data_dir: Path, glove
     assert_rows(import_ok(pair, data_dir, "pair"), spaced, matrix[:6])
 
 
+def test_a_last_token_of_spaces_under_a_header_is_a_token(tmp_path: Path, data_dir: Path, glove_rows) -> None:
+    """metadata.tsv with a header (an export of a table with a column, or of rows with groups): its last row, a
+    token of spaces whose fields are empty, is a row while the vectors have one for it (the header is no row)."""
+    tokens, matrix = glove_rows
+    spaced = [*tokens[:5], "\u3000"]
+    (tmp_path / "metadata.tsv").write_text("token\tgroup\n" + "".join(f"{t}\t\n" for t in spaced) + "\n")
+    (tmp_path / "vectors.tsv").write_text("".join("\t".join(map(repr, row.tolist())) + "\n" for row in matrix[:6]))
+    table = import_ok(tmp_path, data_dir, "pair")
+    assert_rows(table, spaced, matrix[:6])
+    assert list(table.metadata["group"]) == [""] * 6
+
+
 def test_a_row_whose_length_overflows_float32_is_refused(tmp_path: Path, data_dir: Path) -> None:
     """A value float32 holds whose square it does not (1.85e19 and up): the row's length, kept as float32, would be
     Inf, so the row is refused as NaN and Inf are (docs/builder.md's cleaning rules); 1.8e19 is a row."""

@@ -29,7 +29,7 @@ import pytest
 
 from index.errors import InvalidQuery
 from index.store import writelog
-from tests.logs import read_only, recovered
+from tests.logs import lock_is_free, read_only, recovered
 
 PARAGRAPHS = [p for p in Path("/usr/share/common-licenses/GPL-3").read_text().split("\n\n") if p.strip()][:40]
 
@@ -49,18 +49,6 @@ def body(i: int) -> dict[str, Any]:
 def write(path: Path, count: int, first: int = 1) -> list[writelog.Record]:
     with writelog.appending(path) as log:
         return [log.append(first + i, body(first + i - 1)) for i in range(count)]
-
-
-def _lock_is_free(path: Path, opener: Callable[..., int] = os.open) -> bool:
-    """Whether a writer would take the log's lock now (the exclusive lock of a file opened by ``opener``)."""
-    fd = opener(path, os.O_RDWR)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return False
-    finally:
-        os.close(fd)
-    return True
 
 
 def test_records_come_back_as_written(tmp_path: Path) -> None:
@@ -207,8 +195,32 @@ def test_a_replica_on_a_read_only_mount_reads_and_cuts_nothing(
     monkeypatch.setattr(writelog, "READ_BYTES", 256)  # a piece a record
     pieces = writelog.recover_pieces(path)
     assert [r.seq for r in next(pieces)] == [1]
-    assert _lock_is_free(path, real_open)  # the writer (another instance, the mount its own) appends meanwhile
+    assert lock_is_free(path, real_open)  # the writer (another instance, the mount its own) appends meanwhile
     assert [r.seq for piece in pieces for r in piece] == [2, 3]
+
+
+def test_a_read_only_reader_lets_a_writer_append_while_it_parses(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """read_pieces (``embedding-index verify``'s replay of a log, an import's look for writes it cannot take) reads
+    as a replica does: the frames checked under a shared lock, the records parsed without it, so that a server's
+    write appends meanwhile instead of waiting for the whole read; the reader stops at the end it checked, a torn
+    tail left (with a warning) for the writer to cut."""
+    path = tmp_path / "t.log"
+    write(path, 3)
+    with path.open("ab") as handle:
+        handle.write(b"\xe5\x1f torn")
+    monkeypatch.setattr(writelog, "READ_BYTES", 256)  # a piece a record
+    with caplog.at_level(logging.WARNING, logger="index.store.writelog"):
+        pieces = writelog.read_pieces(path)
+        assert [r.seq for r in next(pieces)] == [1]
+        assert lock_is_free(path)
+        with writelog.appending(path, sync=False) as log:  # the writer cuts the torn tail, then appends
+            log.new_records(0, 0, None)
+            log.append(4, body(3))
+        assert [r.seq for piece in pieces for r in piece] == [2, 3]
+    assert "7 bytes at byte" in caplog.text and "not read" in caplog.text
+    assert [r.seq for r in read_only(path)] == [1, 2, 3, 4]
 
 
 def test_a_gap_in_the_sequence_is_damage(tmp_path: Path) -> None:
@@ -318,7 +330,7 @@ def test_a_load_replaying_while_the_log_is_appended_and_cut_gets_each_write_once
     inode = path.stat().st_ino
     pieces = writelog.recover_pieces(path)
     given = list(next(pieces))
-    assert given[-1].seq < 12 and _lock_is_free(path)
+    assert given[-1].seq < 12 and lock_is_free(path)
     write(path, 3, first=13)  # another worker's writes, after the end the load checked
     assert writelog.cut(path, 8) == 7  # a compaction folded 1..8: the file being replayed is the replaced one now
     write(path, 2, first=16)

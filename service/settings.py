@@ -32,6 +32,8 @@ INTERNAL_VARIABLES = frozenset({SUPERVISOR_VARIABLE, STATUS_VARIABLE})
 KEY_SETTINGS = ("api_key", "read_api_key", "write_keys")  # each may be read from a file: EMBEDDING_API_KEY_FILE, ...
 KEY_FILE_VARIABLES = frozenset(file_variable(name) for name in KEY_SETTINGS)
 MAX_THREADS = 512  # the most FAISS/BLAS threads per worker (EMBEDDING_THREADS, or OMP_NUM_THREADS without it)
+MAP_TSNE = {"perplexity": 30.0, "n_iter": 500, "seed": 42}  # the explorer's t-SNE map, recorded in its layout's params
+MAX_MAP_TSNE_ROWS = 100_000
 
 
 def _split_list(value: Any) -> Any:
@@ -206,7 +208,11 @@ class Settings(BaseSettings):
         "when the data directory is read-only)",
     )
     map_tsne_rows: int = Field(
-        0, ge=0, le=100_000, description="rows (the most frequent) of the explorer's t-SNE map; 0 turns t-SNE off"
+        0,
+        ge=0,
+        le=MAX_MAP_TSNE_ROWS,
+        description="rows (the most frequent) of the explorer's t-SNE map, at least the 91 its perplexity of 30 needs; "
+        "0 turns t-SNE off",
     )
     telemetry: bool = Field(
         False,
@@ -388,6 +394,22 @@ class Settings(BaseSettings):
             except InvalidQuery as exc:
                 raise ValueError(exc.message) from None
         return list(dict.fromkeys(value))
+
+    @field_validator("map_tsne_rows")
+    @classmethod
+    def _tsne_rows_enough(cls, rows: int) -> int:
+        """Enough rows for the t-SNE map's perplexity: fewer failed every request for the map, not the start."""
+        if not rows:
+            return rows
+        from index.engine.door import tsne_least_rows  # the engine (numpy) only once t-SNE maps are on
+
+        least = tsne_least_rows(MAP_TSNE["perplexity"])
+        if rows < least:
+            raise ValueError(
+                f"{rows} rows are too few for a t-SNE map (perplexity {MAP_TSNE['perplexity']:g} needs {least}): "
+                f"must be 0 (t-SNE maps off) or a whole number from {least} to {MAX_MAP_TSNE_ROWS}"
+            )
+        return rows
 
     @field_validator("api_key", "read_api_key", mode="before")
     @classmethod

@@ -268,6 +268,12 @@ def test_every_time_has_a_bound(clean_env: pytest.MonkeyPatch, tmp_path: Path, n
         ),
         ("EMBEDDING_COMPACT_SECONDS", "-1", "EMBEDDING_COMPACT_SECONDS='-1': must be a number from 0 to 31536000"),
         ("EMBEDDING_WRITE_SYNC", "enabled", "EMBEDDING_WRITE_SYNC='enabled': must be true or false"),
+        (
+            "EMBEDDING_MAP_TSNE_ROWS",
+            "90",
+            "EMBEDDING_MAP_TSNE_ROWS: 90 rows are too few for a t-SNE map (perplexity 30 needs 91): must be 0 (t-SNE "
+            "maps off) or a whole number from 91 to 100000",
+        ),
         ("EMBEDDING_PARTIAL", "", "EMBEDDING_PARTIAL='': must be true or false"),
         (
             "EMBEDDING_SHARD_TIMEOUT",
@@ -299,6 +305,20 @@ def test_a_refused_value_is_named_with_what_is_allowed(
     clean_env.setenv(variable, value)
     assert serve.main(["--data-dir", str(tmp_path)]) == 2
     assert errors(capsys) == [f"embedding-serve: invalid settings: {refusal}"]
+
+
+def test_the_tsne_map_rows_are_checked_at_the_start(clean_env: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """EMBEDDING_MAP_TSNE_ROWS from 1 to 90 (fewer rows than a t-SNE map of perplexity 30 takes) is refused when the
+    server starts: it started, and refused every request for a t-SNE map. 0 (off) and 91 are taken."""
+    clean_env.setenv("EMBEDDING_DATA_DIR", str(tmp_path))
+    for rows in ("1", "90"):
+        clean_env.setenv("EMBEDDING_MAP_TSNE_ROWS", rows)
+        with pytest.raises(ValidationError) as info:
+            Settings()
+        assert describe_error(info.value).startswith(f"invalid settings: EMBEDDING_MAP_TSNE_ROWS: {rows} rows are")
+    for rows in ("0", "91", "100000"):
+        clean_env.setenv("EMBEDDING_MAP_TSNE_ROWS", rows)
+        assert Settings().map_tsne_rows == int(rows)
 
 
 def test_max_hits_below_max_k_is_refused(clean_env: pytest.MonkeyPatch, tmp_path: Path) -> None:

@@ -32,6 +32,7 @@ INTERNAL_VARIABLES = frozenset({SUPERVISOR_VARIABLE, STATUS_VARIABLE})
 KEY_SETTINGS = ("api_key", "read_api_key", "write_keys")  # each may be read from a file: EMBEDDING_API_KEY_FILE, ...
 KEY_FILE_VARIABLES = frozenset(file_variable(name) for name in KEY_SETTINGS)
 MAX_THREADS = 512  # the most FAISS/BLAS threads per worker (EMBEDDING_THREADS, or OMP_NUM_THREADS without it)
+MIN_CLIENT_SECONDS = 1  # the least a client is given for a request's head or body, an answer or its next request
 MAP_TSNE = {"perplexity": 30.0, "n_iter": 500, "seed": 42}  # the explorer's t-SNE map, recorded in its layout's params
 MAX_MAP_TSNE_ROWS = 100_000
 
@@ -229,27 +230,27 @@ class Settings(BaseSettings):
     )
     header_timeout: float = Field(
         10.0,
-        gt=0,
+        ge=MIN_CLIENT_SECONDS,
         le=3600,
         description="seconds a client has for a request line and headers, from connecting or from the first byte of "
         "the next request on a kept-alive connection: then 408 (or the connection closed, if nothing came)",
     )
     body_timeout: float = Field(
         30.0,
-        gt=0,
+        ge=MIN_CLIENT_SECONDS,
         le=3600,
         description="seconds a client has for a request body once its head has arrived (a body that stalls): then 408",
     )
     send_timeout: float = Field(
         30.0,
-        gt=0,
+        ge=MIN_CLIENT_SECONDS,
         le=3600,
         description="seconds an answer may wait with not a byte of it read by the client (it reads none): then the "
         "connection is closed, freeing its slot and the answer's memory (between one and two times this)",
     )
     keep_alive_timeout: float = Field(
         75.0,
-        gt=0,
+        ge=MIN_CLIENT_SECONDS,
         le=3600,
         description="seconds an idle kept-alive connection stays open; longer than clients and load balancers keep "
         "theirs (nginx: 60 s), so the server never closes one at the moment a client reuses it",
@@ -543,11 +544,9 @@ def allowed(field: FieldInfo) -> str:
         return "must be true or false"
     kinds = {int: "a whole number", float: "a number"}
     kind = next((kinds[t] for t in (field.annotation, *get_args(field.annotation)) if t in kinds), "")
-    bounds = {key: _shown(getattr(m, key)) for m in field.metadata for key in ("ge", "gt", "le") if hasattr(m, key)}
+    bounds = {key: _shown(getattr(m, key)) for m in field.metadata for key in ("ge", "le") if hasattr(m, key)}
     if not kind or "le" not in bounds:
         return ""
-    if "gt" in bounds:
-        return f"must be {kind} greater than {bounds['gt']} and at most {bounds['le']}"
     return f"must be {kind} from {bounds['ge']} to {bounds['le']}"
 
 

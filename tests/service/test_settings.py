@@ -264,7 +264,7 @@ def test_every_time_has_a_bound(clean_env: pytest.MonkeyPatch, tmp_path: Path, n
         (
             "EMBEDDING_HEADER_TIMEOUT",
             "10s",
-            "EMBEDDING_HEADER_TIMEOUT='10s': must be a number greater than 0 and at most 3600",
+            "EMBEDDING_HEADER_TIMEOUT='10s': must be a number from 1 to 3600",
         ),
         ("EMBEDDING_COMPACT_SECONDS", "-1", "EMBEDDING_COMPACT_SECONDS='-1': must be a number from 0 to 31536000"),
         ("EMBEDDING_WRITE_SYNC", "enabled", "EMBEDDING_WRITE_SYNC='enabled': must be true or false"),
@@ -278,7 +278,7 @@ def test_every_time_has_a_bound(clean_env: pytest.MonkeyPatch, tmp_path: Path, n
         (
             "EMBEDDING_SHARD_TIMEOUT",
             "0",
-            "EMBEDDING_SHARD_TIMEOUT='0': must be a number greater than 0 and at most 600",
+            "EMBEDDING_SHARD_TIMEOUT='0': must be a number from 0.1 to 600",
         ),
         (
             "EMBEDDING_LOG_LEVEL",
@@ -305,6 +305,33 @@ def test_a_refused_value_is_named_with_what_is_allowed(
     clean_env.setenv(variable, value)
     assert serve.main(["--data-dir", str(tmp_path)]) == 2
     assert errors(capsys) == [f"embedding-serve: invalid settings: {refusal}"]
+
+
+@pytest.mark.parametrize(
+    ("variable", "least"),
+    [
+        ("EMBEDDING_HEADER_TIMEOUT", "1"),
+        ("EMBEDDING_BODY_TIMEOUT", "1"),
+        ("EMBEDDING_SEND_TIMEOUT", "1"),
+        ("EMBEDDING_KEEP_ALIVE_TIMEOUT", "1"),
+        ("EMBEDDING_SHARD_TIMEOUT", "0.1"),
+    ],
+)
+def test_a_timeout_too_short_to_work_is_refused_at_the_start(
+    clean_env: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str], variable: str, least: str
+) -> None:
+    """A time-out of 0.001 s was taken: every request then timed out (408 before its head arrived, a shard's
+    answer never in time). Refused in one line naming the value and the range; the least value is taken."""
+    clean_env.setattr(serve, "start_deferred_builds", lambda settings: sys.exit(3))  # what follows the checks
+    clean_env.setenv(variable, "0.001")
+    assert serve.main(["--data-dir", str(tmp_path), "--port", "0"]) == 2
+    most = "600" if variable == "EMBEDDING_SHARD_TIMEOUT" else "3600"
+    refusal = f"embedding-serve: invalid settings: {variable}='0.001': must be a number from {least} to {most}"
+    assert errors(capsys) == [refusal]
+    clean_env.setenv("EMBEDDING_DATA_DIR", str(tmp_path))
+    clean_env.setenv(variable, least)
+    settings = ShardSettings() if variable == "EMBEDDING_SHARD_TIMEOUT" else Settings()
+    assert getattr(settings, variable.removeprefix("EMBEDDING_").lower()) == float(least)
 
 
 def test_the_tsne_map_rows_are_checked_at_the_start(clean_env: pytest.MonkeyPatch, tmp_path: Path) -> None:

@@ -139,6 +139,12 @@ class BuildOptions:
     budget: float
     drop_invalid: bool = False
 
+    def recorded(self) -> dict[str, Any]:
+        """The index options the manifest's ``build`` keeps, which a compaction builds the next version with."""
+        from index.build.writer import built_with
+
+        return built_with(self.index, self.min_recall, self.seed, self.budget)
+
 
 class Method(StrEnum):
     cosadd = "3cosadd"
@@ -205,7 +211,7 @@ def _build_and_report(
         source=source,
         index_spec=build.index,
         min_recall=build.min_recall,
-        params={"index": build.index, "min_recall": build.min_recall, "seed": build.seed, **params},
+        params={**build.recorded(), **params},
         force=build.force,
         drop_invalid=build.drop_invalid,
         seed=build.seed,
@@ -583,7 +589,7 @@ def _import_sharded(
     embed_with = None if cluster is None else lambda encoder: ray_build.embedder(cluster, encoder)
     documents, tokenizer, read_source_info = read_documents(path, options, embed_with)
     source = {"format": "documents", "path": path_text(path)} | (read_source_info or {"sha256": source_digest([path])})
-    params = {"index": build.index, "min_recall": build.min_recall, "seed": build.seed, "drop_invalid": drop_invalid}
+    params = {**build.recorded(), "drop_invalid": drop_invalid}
     params["read_seconds"] = round(time.perf_counter() - started, 3)
 
     build_shard = _shard_builder(build, source, params, drop_invalid=build.drop_invalid)
@@ -617,7 +623,7 @@ def _import_sharded_words(
     options (``index.build.shard_words``)."""
     from index.build.shard_words import import_sharded_words
 
-    params = {**params, "index": build.index, "min_recall": build.min_recall, "seed": build.seed}
+    params = {**params, **build.recorded()}
 
     build_shard = _shard_builder(build, source, params, drop_invalid=False)  # the rows were cleaned once
     manifest = import_sharded_words(

@@ -20,6 +20,7 @@ from pydantic import Field, SecretStr, ValidationError, field_validator, model_v
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, NoDecode, PydanticBaseSettingsSource, SettingsConfigDict
 
+from index import threads
 from index.errors import InvalidQuery
 from service.secret_files import SecretFiles, file_variable, key_files
 
@@ -31,7 +32,6 @@ STATUS_VARIABLE = "EMBEDDING_INDEX_STATUS_DIR"  # for its app: where the backgro
 INTERNAL_VARIABLES = frozenset({SUPERVISOR_VARIABLE, STATUS_VARIABLE})
 KEY_SETTINGS = ("api_key", "read_api_key", "write_keys")  # each may be read from a file: EMBEDDING_API_KEY_FILE, ...
 KEY_FILE_VARIABLES = frozenset(file_variable(name) for name in KEY_SETTINGS)
-MAX_THREADS = 512  # the most FAISS/BLAS threads per worker (EMBEDDING_THREADS, or OMP_NUM_THREADS without it)
 MIN_CLIENT_SECONDS = 1  # the least a client is given for a request's head or body, an answer or its next request
 MAP_TSNE = {"perplexity": 30.0, "n_iter": 500, "seed": 42}  # the explorer's t-SNE map, recorded in its layout's params
 MAX_MAP_TSNE_ROWS = 100_000
@@ -149,10 +149,7 @@ class Settings(BaseSettings):
     log_format: Literal["plain", "json"] = Field("plain", description="log lines as plain text or one JSON object")
     log_level: Literal["critical", "error", "warning", "info", "debug"] = "info"
     threads: int | None = Field(
-        None,
-        ge=1,
-        le=MAX_THREADS,
-        description="FAISS/BLAS threads per worker (embedding-serve: OMP_NUM_THREADS, else 1)",
+        None, description="FAISS/BLAS threads per worker, 1 to 512 (embedding-serve: OMP_NUM_THREADS, else 1)"
     )
     searcher_nice: int = Field(
         0,
@@ -332,6 +329,14 @@ class Settings(BaseSettings):
                     "would have the rights of both)"
                 )
         return self
+
+    @model_validator(mode="before")
+    @classmethod
+    def _threads(cls, data: Any) -> Any:
+        """EMBEDDING_THREADS read as the builder and the start-up read it (index.threads), refused in its words."""
+        if isinstance(data, dict) and data.get("threads") is not None:
+            return {**data, "threads": threads.parsed(data["threads"])}
+        return data
 
     @field_validator("tables", "cors_origins", "write_keys", mode="before")
     @classmethod

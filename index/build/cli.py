@@ -16,6 +16,7 @@ from typing import Annotated, Any, TypeVar
 
 import typer
 
+from index import threads
 from index.build.budget import AUTO_BUDGET_SECONDS
 from index.build.sources import FORMATS, RawTable
 from index.build.train import MAX_NEGATIVE, MAX_SENTENCE, MAX_WORKERS
@@ -167,23 +168,18 @@ def options(
         os.nice(nice)
 
 
-MAX_THREADS = 512  # as embedding-serve's EMBEDDING_THREADS
-
-
 def _threads_variable() -> None:
     """EMBEDDING_THREADS, the threads that embed texts (every core without it): a value that is no number of threads
-    is refused, as embedding-serve refuses it, not replaced by every core; one given with spaces or a sign is
-    written back as its number, which the encoder reads."""
-    given = os.environ.get("EMBEDDING_THREADS")
+    is refused, as embedding-serve refuses it (``index.threads``), not replaced by every core; one given with spaces
+    or a sign is written back as its number."""
+    given = threads.given(os.environ)
     if given is None:
         return
     try:
-        number = int(given)
-    except ValueError:
-        number = 0
-    if not 1 <= number <= MAX_THREADS:
-        fail(f"EMBEDDING_THREADS={given!r}: must be a whole number from 1 to {MAX_THREADS}")
-    os.environ["EMBEDDING_THREADS"] = str(number)
+        number = threads.parsed(given)
+    except ValueError as exc:
+        fail(str(exc))
+    os.environ[threads.VARIABLE] = str(number)
 
 
 def fail(message: str, code: int = 1) -> None:

@@ -723,6 +723,56 @@ def test_threads_per_worker(clean_env: pytest.MonkeyPatch) -> None:
     assert serve.threads_per_worker(2) == 2
 
 
+# EMBEDDING_THREADS as given -> the number of threads every reader takes, None for a value each refuses
+THREADS_GIVEN = {
+    "2": 2,
+    " 2": 2,
+    "+2": 2,
+    "2.0": 2,
+    "\t512\n": 512,
+    "1": 1,
+    "0": None,
+    "513": None,
+    "-1": None,
+    "": None,
+    "abc": None,
+    "2.5": None,
+    "2.": None,
+    "1e1": None,
+    "1_0": None,
+    "0x2": None,
+    "\uff12": None,  # a full-width 2: Python's int() took it, the settings did not
+}
+
+
+def test_the_threads_variable_is_read_alike_by_every_reader(
+    clean_env: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """EMBEDDING_THREADS is read by embedding-serve's start-up (before numpy loads), its settings, embedding-index
+    and a transformer table's encoder: each took its own values ("2.0" the server's, a full-width "2" the builder's);
+    all of them take the same ones, and refuse the others in the same words, naming the value and the range."""
+    from index.engine.transformer_encoder import threads
+    from tests.cli import run_cli
+
+    clean_env.setenv("EMBEDDING_DATA_DIR", str(tmp_path))
+    for given, number in THREADS_GIVEN.items():
+        clean_env.setenv("EMBEDDING_THREADS", given)
+        refusal = f"EMBEDDING_THREADS={given!r}: must be a whole number from 1 to 512"
+        built = run_cli("list", "--data-dir", tmp_path)
+        assert serve.threads_given({"embedding_threads": given}) == number, given  # the name in any case
+        if number is None:
+            with pytest.raises(ValidationError) as info:
+                Settings()
+            assert describe_error(info.value) == f"invalid settings: {refusal}"
+            assert (built.code, built.err) == (1, f"embedding-index: error: {refusal}\n")
+            with pytest.raises(ValueError, match="must be a whole number from 1 to 512"):
+                threads()
+        else:
+            assert Settings().threads == number, given
+            assert built.code == 0 and os.environ["EMBEDDING_THREADS"] == str(number)  # written back as a number
+            assert threads() == number
+
+
 def test_the_threads_setting_is_the_number_the_settings_read(clean_env: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """EMBEDDING_THREADS as the settings accept it (" 2", "2.0", "+2"): its number of threads, not 1. The start-up
     read it again by its digits alone and gave the workers 1 thread each without a word."""

@@ -10,6 +10,7 @@ from collections.abc import Mapping
 
 VARIABLE = "EMBEDDING_THREADS"
 MAX_THREADS = 512  # per process: a server's worker, a build
+RANGE = f"must be a whole number from 1 to {MAX_THREADS}"
 NUMBER = re.compile(r"\+?([0-9]+)(?:\.0+)?")  # "2", "+2", "2.0": a whole number as the settings have read it
 
 
@@ -28,5 +29,5 @@ def parsed(value: object) -> int:
         match = NUMBER.fullmatch(value.strip()) if isinstance(value, str) else None
         number = int(match.group(1)) if match else 0
     if not 1 <= number <= MAX_THREADS:
-        raise ValueError(f"{VARIABLE}={value!r}: must be a whole number from 1 to {MAX_THREADS}")
+        raise ValueError(f"{VARIABLE}={value!r}: {RANGE}")
     return number

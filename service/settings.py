@@ -18,6 +18,7 @@ from urllib.parse import urlsplit
 
 from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic.fields import FieldInfo
+from pydantic_core import PydanticCustomError
 from pydantic_settings import BaseSettings, NoDecode, PydanticBaseSettingsSource, SettingsConfigDict
 
 from index import threads
@@ -330,13 +331,14 @@ class Settings(BaseSettings):
                 )
         return self
 
-    @model_validator(mode="before")
+    @field_validator("threads", mode="before")
     @classmethod
-    def _threads(cls, data: Any) -> Any:
+    def _threads(cls, value: Any) -> Any:
         """EMBEDDING_THREADS read as the builder and the start-up read it (index.threads), refused in its words."""
-        if isinstance(data, dict) and data.get("threads") is not None:
-            return {**data, "threads": threads.parsed(data["threads"])}
-        return data
+        try:
+            return None if value is None else threads.parsed(value)
+        except ValueError:
+            raise PydanticCustomError("threads", threads.RANGE) from None  # named with its value as any number is
 
     @field_validator("tables", "cors_origins", "write_keys", mode="before")
     @classmethod

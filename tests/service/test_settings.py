@@ -771,6 +771,14 @@ def test_the_threads_variable_is_read_alike_by_every_reader(
             assert Settings().threads == number, given
             assert built.code == 0 and os.environ["EMBEDDING_THREADS"] == str(number)  # written back as a number
             assert threads() == number
+    clean_env.setenv("EMBEDDING_THREADS", "0")
+    clean_env.setenv("EMBEDDING_MAX_K", "0")
+    with pytest.raises(ValidationError) as info:  # named beside the other settings refused, as before
+        Settings()
+    assert describe_error(info.value) == (
+        "invalid settings: EMBEDDING_MAX_K='0': must be a whole number from 1 to 100000; EMBEDDING_THREADS='0': "
+        "must be a whole number from 1 to 512"
+    )
 
 
 def test_the_threads_setting_is_the_number_the_settings_read(clean_env: pytest.MonkeyPatch, tmp_path: Path) -> None:

@@ -28,14 +28,14 @@ from collections.abc import Callable, Mapping, MutableMapping
 from types import FrameType
 from typing import Any, NoReturn
 
-from pydantic import TypeAdapter, ValidationError
+from pydantic import ValidationError
 
+from index import threads
 from index.errors import counted
 from service.logs import format_from_env, log_config, say
 from service.settings import (
     INTERNAL_VARIABLES,
     KEY_FILE_VARIABLES,
-    MAX_THREADS,
     SUPERVISOR_VARIABLE,
     Settings,
     cores,
@@ -216,12 +216,12 @@ def sharded_here(settings: Settings, sharded: Mapping[str, object]) -> str:
 
 
 def threads_given(environ: Mapping[str, str]) -> int | None:
-    """EMBEDDING_THREADS as the settings read it (the name in any case; " 2" or "2.0" is 2), before they are checked;
-    None when unset, or not a number (the check then refuses it)."""
-    values = [value for variable, value in environ.items() if variable.upper() == "EMBEDDING_THREADS"]
+    """EMBEDDING_THREADS as the settings read it (``index.threads``), before they are checked; None when unset, or
+    no number of threads (the check then refuses it)."""
+    value = threads.given(environ)
     try:
-        return TypeAdapter(int).validate_python(values[0]) if values else None
-    except ValidationError:
+        return threads.parsed(value) if value is not None else None
+    except ValueError:
         return None
 
 
@@ -318,18 +318,20 @@ def _main(argv: list[str] | None) -> int:
         say(line, log_format, logging.WARNING)
     # Before numpy loads (the check of EMBEDDING_TABLES loads it; FAISS the factory), so that BLAS and OpenMP start
     # with this many threads; EMBEDDING_THREADS itself is written only once the settings' check has read it.
-    threads = threads_per_worker(threads_given(os.environ))
+    per_worker = threads_per_worker(threads_given(os.environ))
     for variable in THREAD_VARIABLES:
-        os.environ[variable] = str(threads)
+        os.environ[variable] = str(per_worker)
     problem = settings_problem(Settings)
     if problem:
         say(problem, log_format)
         return 2
-    if threads > MAX_THREADS:  # from OMP_NUM_THREADS: EMBEDDING_THREADS, which takes it, was checked above
-        refusal = f"OMP_NUM_THREADS={threads}: at most {MAX_THREADS} threads per worker (or set EMBEDDING_THREADS)"
+    if per_worker > threads.MAX_THREADS:  # from OMP_NUM_THREADS: EMBEDDING_THREADS, which takes it, was checked
+        refusal = (
+            f"OMP_NUM_THREADS={per_worker}: at most {threads.MAX_THREADS} threads per worker (or set EMBEDDING_THREADS)"
+        )
         say(refusal, log_format)
         return 2
-    os.environ["EMBEDDING_THREADS"] = str(threads)
+    os.environ[threads.VARIABLE] = str(per_worker)
     from service.shard_settings import front_settings  # here: a front's check loads numpy, which reads them
 
     problem = settings_problem(front_settings)  # EMBEDDING_SHARDS, ...: checked here, not in every worker
@@ -353,8 +355,8 @@ def _main(argv: list[str] | None) -> int:
             log_format,
         )
         return 2
-    if args.workers * threads > cores():
-        say(f"{args.workers} workers x {threads} threads exceeds {cores()} cores", log_format, logging.WARNING)
+    if args.workers * per_worker > cores():
+        say(f"{args.workers} workers x {per_worker} threads exceeds {cores()} cores", log_format, logging.WARNING)
     short = descriptors_for(settings.max_connections)
     if short:
         say(short, log_format, logging.WARNING)

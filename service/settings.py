@@ -19,8 +19,10 @@ from urllib.parse import urlsplit
 
 from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic.fields import FieldInfo
+from pydantic_core import PydanticCustomError
 from pydantic_settings import BaseSettings, NoDecode, PydanticBaseSettingsSource, SettingsConfigDict
 
+from index import threads
 from index.errors import InvalidQuery
 from service.secret_files import SecretFiles, file_variable, key_files
 
@@ -32,7 +34,9 @@ STATUS_VARIABLE = "EMBEDDING_INDEX_STATUS_DIR"  # for its app: where the backgro
 INTERNAL_VARIABLES = frozenset({SUPERVISOR_VARIABLE, STATUS_VARIABLE})
 KEY_SETTINGS = ("api_key", "read_api_key", "write_keys")  # each may be read from a file: EMBEDDING_API_KEY_FILE, ...
 KEY_FILE_VARIABLES = frozenset(file_variable(name) for name in KEY_SETTINGS)
-MAX_THREADS = 512  # the most FAISS/BLAS threads per worker (EMBEDDING_THREADS, or OMP_NUM_THREADS without it)
+MIN_CLIENT_SECONDS = 1  # the least a client is given for a request's head or body, an answer or its next request
+MAP_TSNE = {"perplexity": 30.0, "n_iter": 500, "seed": 42}  # the explorer's t-SNE map, recorded in its layout's params
+MAX_MAP_TSNE_ROWS = 100_000
 
 
 def _split_list(value: Any) -> Any:
@@ -147,10 +151,7 @@ class Settings(BaseSettings):
     log_format: Literal["plain", "json"] = Field("plain", description="log lines as plain text or one JSON object")
     log_level: Literal["critical", "error", "warning", "info", "debug"] = "info"
     threads: int | None = Field(
-        None,
-        ge=1,
-        le=MAX_THREADS,
-        description="FAISS/BLAS threads per worker (embedding-serve: OMP_NUM_THREADS, else 1)",
+        None, description="FAISS/BLAS threads per worker, 1 to 512 (embedding-serve: OMP_NUM_THREADS, else 1)"
     )
     searcher_nice: int = Field(
         0,
@@ -207,7 +208,11 @@ class Settings(BaseSettings):
         "when the data directory is read-only)",
     )
     map_tsne_rows: int = Field(
-        0, ge=0, le=100_000, description="rows (the most frequent) of the explorer's t-SNE map; 0 turns t-SNE off"
+        0,
+        ge=0,
+        le=MAX_MAP_TSNE_ROWS,
+        description="rows (the most frequent) of the explorer's t-SNE map, at least the 91 its perplexity of 30 needs; "
+        "0 turns t-SNE off",
     )
     telemetry: bool = Field(
         False,
@@ -224,27 +229,27 @@ class Settings(BaseSettings):
     )
     header_timeout: float = Field(
         10.0,
-        gt=0,
+        ge=MIN_CLIENT_SECONDS,
         le=3600,
         description="seconds a client has for a request line and headers, from connecting or from the first byte of "
         "the next request on a kept-alive connection: then 408 (or the connection closed, if nothing came)",
     )
     body_timeout: float = Field(
         30.0,
-        gt=0,
+        ge=MIN_CLIENT_SECONDS,
         le=3600,
         description="seconds a client has for a request body once its head has arrived (a body that stalls): then 408",
     )
     send_timeout: float = Field(
         30.0,
-        gt=0,
+        ge=MIN_CLIENT_SECONDS,
         le=3600,
         description="seconds an answer may wait with not a byte of it read by the client (it reads none): then the "
         "connection is closed, freeing its slot and the answer's memory (between one and two times this)",
     )
     keep_alive_timeout: float = Field(
         75.0,
-        gt=0,
+        ge=MIN_CLIENT_SECONDS,
         le=3600,
         description="seconds an idle kept-alive connection stays open; longer than clients and load balancers keep "
         "theirs (nginx: 60 s), so the server never closes one at the moment a client reuses it",
@@ -327,6 +332,15 @@ class Settings(BaseSettings):
                 )
         return self
 
+    @field_validator("threads", mode="before")
+    @classmethod
+    def _threads(cls, value: Any) -> Any:
+        """EMBEDDING_THREADS read as the builder and the start-up read it (index.threads), refused in its words."""
+        try:
+            return None if value is None else threads.parsed(value)
+        except ValueError:
+            raise PydanticCustomError("threads", threads.RANGE) from None  # named with its value as any number is
+
     @field_validator("tables", "cors_origins", "write_keys", mode="before")
     @classmethod
     def _lists(cls, value: Any) -> Any:
@@ -389,6 +403,22 @@ class Settings(BaseSettings):
             except InvalidQuery as exc:
                 raise ValueError(exc.message) from None
         return list(dict.fromkeys(value))
+
+    @field_validator("map_tsne_rows")
+    @classmethod
+    def _tsne_rows_enough(cls, rows: int) -> int:
+        """Enough rows for the t-SNE map's perplexity: fewer failed every request for the map, not the start."""
+        if not rows:
+            return rows
+        from index.engine.door import tsne_least_rows  # the engine (numpy) only once t-SNE maps are on
+
+        least = tsne_least_rows(MAP_TSNE["perplexity"])
+        if rows < least:
+            raise ValueError(
+                f"{rows} rows are too few for a t-SNE map (perplexity {MAP_TSNE['perplexity']:g} needs {least}): "
+                f"must be 0 (t-SNE maps off) or a whole number from {least} to {MAX_MAP_TSNE_ROWS}"
+            )
+        return rows
 
     @field_validator("api_key", "read_api_key", mode="before")
     @classmethod
@@ -532,11 +562,9 @@ def allowed(field: FieldInfo) -> str:
         return "must be true or false"
     kinds = {int: "a whole number", float: "a number"}
     kind = next((kinds[t] for t in (field.annotation, *get_args(field.annotation)) if t in kinds), "")
-    bounds = {key: _shown(getattr(m, key)) for m in field.metadata for key in ("ge", "gt", "le") if hasattr(m, key)}
+    bounds = {key: _shown(getattr(m, key)) for m in field.metadata for key in ("ge", "le") if hasattr(m, key)}
     if not kind or "le" not in bounds:
         return ""
-    if "gt" in bounds:
-        return f"must be {kind} greater than {bounds['gt']} and at most {bounds['le']}"
     return f"must be {kind} from {bounds['ge']} to {bounds['le']}"
 
 

@@ -15,6 +15,8 @@ from pydantic_settings import BaseSettings, SettingsConfigDict, SettingsError
 
 from service.settings import describe_error, without_passwords
 
+MIN_SHARD_SECONDS = 0.1  # an attempt at a shard: a search and a round trip on the shards' network
+
 
 class ShardSettings(BaseSettings):
     """The front's settings (``EMBEDDING_SHARDS``, ``EMBEDDING_PARTIAL``, ``EMBEDDING_SHARD_TIMEOUT``)."""
@@ -25,7 +27,9 @@ class ShardSettings(BaseSettings):
         default_factory=dict, description="per sharded table, each shard's replica URLs (JSON)"
     )
     partial: bool = Field(False, description="answer with the shards that answered, flagged partial, or fail")
-    shard_timeout: float = Field(2.0, gt=0, le=600, description="seconds each attempt at a shard may take")
+    shard_timeout: float = Field(
+        2.0, ge=MIN_SHARD_SECONDS, le=600, description="seconds each attempt at a shard may take (at least 0.1)"
+    )
 
 
 def front_settings() -> ShardSettings:

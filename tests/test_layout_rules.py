@@ -64,7 +64,7 @@ def test_the_rooms_import_downwards_only(room: str) -> None:
 
 def test_every_index_module_lives_in_a_room() -> None:
     loose = {module_name(p) for p in (REPO / "index").glob("*.py")}
-    assert loose == {"index", "index.__main__", "index.errors", "index.lazy", "index.progress"}
+    assert loose == {"index", "index.__main__", "index.errors", "index.lazy", "index.progress", "index.threads"}
 
 
 def test_the_index_tests_mirror_the_rooms() -> None:
@@ -101,8 +101,15 @@ def test_the_server_does_not_import_the_builder() -> None:
 
 
 # The modules of index that service/ imports, all its modules together: the engine through its one door, the
-# errors, and the store's artifact (the data directory's tables and build status files) and write logs.
-SERVICE_INDEX_MODULES = {"index.engine.door", "index.errors", "index.store.artifact", "index.store.writelog"}
+# errors, the threads' setting (read before numpy loads), and the store's artifact (the data directory's tables and
+# build status files) and write logs.
+SERVICE_INDEX_MODULES = {
+    "index.engine.door",
+    "index.errors",
+    "index.threads",
+    "index.store.artifact",
+    "index.store.writelog",
+}
 
 
 def index_modules_imported(path: Path) -> set[str]:

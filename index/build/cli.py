@@ -16,6 +16,7 @@ from typing import Annotated, Any, TypeVar
 
 import typer
 
+from index import threads
 from index.build.budget import AUTO_BUDGET_SECONDS
 from index.build.sources import FORMATS, RawTable
 from index.build.train import MAX_NEGATIVE, MAX_SENTENCE, MAX_WORKERS
@@ -139,6 +140,12 @@ class BuildOptions:
     budget: float
     drop_invalid: bool = False
 
+    def recorded(self) -> dict[str, Any]:
+        """The index options the manifest's ``build`` keeps, which a compaction builds the next version with."""
+        from index.build.writer import built_with
+
+        return built_with(self.index, self.min_recall, self.seed, self.budget)
+
 
 class Method(StrEnum):
     cosadd = "3cosadd"
@@ -161,25 +168,18 @@ def options(
         os.nice(nice)
 
 
-MAX_THREADS = 512  # as embedding-serve's EMBEDDING_THREADS
-
-
 def _threads_variable() -> None:
     """EMBEDDING_THREADS, the threads that embed texts (every core without it): a value that is no number of threads
-    is refused, as embedding-serve refuses it, not replaced by every core; one given as embedding-serve's settings
-    also read it (with spaces, a sign, "2.0") is written back as its number, which the encoder reads."""
-    given = os.environ.get("EMBEDDING_THREADS")
+    is refused, as embedding-serve refuses it (``index.threads``), not replaced by every core; one given with spaces
+    or a sign is written back as its number."""
+    given = threads.given(os.environ)
     if given is None:
         return
-    from pydantic import TypeAdapter, ValidationError
-
     try:
-        number = TypeAdapter(int).validate_python(given)  # as pydantic-settings reads embedding-serve's
-    except ValidationError:
-        number = 0
-    if not 1 <= number <= MAX_THREADS:
-        fail(f"EMBEDDING_THREADS={given!r}: must be a whole number from 1 to {MAX_THREADS}")
-    os.environ["EMBEDDING_THREADS"] = str(number)
+        number = threads.parsed(given)
+    except ValueError as exc:
+        fail(str(exc))
+    os.environ[threads.VARIABLE] = str(number)
 
 
 def fail(message: str, code: int = 1) -> None:
@@ -207,7 +207,7 @@ def _build_and_report(
         source=source,
         index_spec=build.index,
         min_recall=build.min_recall,
-        params={"index": build.index, "min_recall": build.min_recall, "seed": build.seed, **params},
+        params={**build.recorded(), **params},
         force=build.force,
         drop_invalid=build.drop_invalid,
         seed=build.seed,
@@ -601,7 +601,7 @@ def _import_sharded(
     embed_with = None if cluster is None else lambda encoder: ray_build.embedder(cluster, encoder)
     documents, tokenizer, read_source_info = read_documents(path, options, embed_with)
     source = {"format": "documents", "path": path_text(path)} | (read_source_info or {"sha256": source_digest([path])})
-    params = {"index": build.index, "min_recall": build.min_recall, "seed": build.seed, "drop_invalid": drop_invalid}
+    params = {**build.recorded(), "drop_invalid": drop_invalid}
     params["read_seconds"] = round(time.perf_counter() - started, 3)
 
     build_shard = _shard_builder(build, source, params, drop_invalid=build.drop_invalid)
@@ -635,7 +635,7 @@ def _import_sharded_words(
     options (``index.build.shard_words``)."""
     from index.build.shard_words import import_sharded_words
 
-    params = {**params, "index": build.index, "min_recall": build.min_recall, "seed": build.seed}
+    params = {**params, **build.recorded()}
 
     build_shard = _shard_builder(build, source, params, drop_invalid=False)  # the rows were cleaned once
     manifest = import_sharded_words(

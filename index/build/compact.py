@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from index.build.budget import AUTO_BUDGET_SECONDS
 from index.build.sources import RawTable
 from index.build.writer import build_table
 from index.engine.delta import Delta
@@ -130,14 +131,15 @@ def check_log(directory: Path, path: Path) -> None:
 
 
 def built_as(manifest: dict[str, Any]) -> dict[str, Any]:
-    """``build_table``'s options as the version of ``manifest`` was built (index, recall, seed): the next version
-    is built as the import built it."""
+    """``build_table``'s options as the version of ``manifest`` was built (index, recall, seed, build budget): the
+    next version is built as the import built it (a table built before the budget was recorded: the default one)."""
     build = manifest.get("build", {})
     return {
         "index_spec": str(build.get("index", "auto")),
         "min_recall": float(build.get("min_recall", 0.95)),
         "params": build,
         "seed": int(build.get("seed", 0)),
+        "budget": float(build.get("budget_seconds", AUTO_BUDGET_SECONDS)),
     }
 
 

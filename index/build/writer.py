@@ -61,6 +61,12 @@ def write_index(index: faiss.Index, path: Path) -> None:
         raise OSError(said) from exc
 
 
+def built_with(index_spec: str, min_recall: float, seed: int, budget: float) -> dict[str, Any]:
+    """A table's index options as its manifest's ``build`` records them, which a compaction builds its next version
+    with (``compact.built_as``)."""
+    return {"index": index_spec, "min_recall": min_recall, "seed": seed, "budget_seconds": budget}
+
+
 def build_table(
     raw: RawTable,
     *,
@@ -172,13 +178,8 @@ def index_table(
     spec = parse_spec(spec_text, len(vectors), vectors.shape[1])
     min_recall = min_recall if min_recall is not None else deferred.get("min_recall", 0.95)
     seed = seed if seed is not None else deferred.get("seed", 0)
-    built = build_and_measure(
-        vectors,
-        spec,
-        min_recall=min_recall,
-        seed=seed,
-        budget=budget if budget is not None else deferred.get("budget_seconds", AUTO_BUDGET_SECONDS),
-    )
+    budget = budget if budget is not None else deferred.get("budget_seconds", AUTO_BUDGET_SECONDS)
+    built = build_and_measure(vectors, spec, min_recall=min_recall, seed=seed, budget=budget)
     note(f"writing the new version of {directory} ...")
 
     def write(tmp: Path) -> None:
@@ -186,7 +187,7 @@ def index_table(
             write_index(built.index, tmp / artifact.INDEX)
 
     # The options a compaction builds the next version with (``compact.built_as``): this index's, not the import's.
-    build = {**manifest.get("build", {}), "index": spec_text, "min_recall": min_recall, "seed": seed}
+    build = {**manifest.get("build", {}), **built_with(spec_text, min_recall, seed, budget)}
     changes = {"index": built.info, "indexed_at": artifact.now_iso(), "build": build}
     published = artifact.republish(
         data_dir, name, manifest, write, (artifact.INDEX,), changes, "its index was being built"

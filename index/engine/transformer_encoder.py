@@ -31,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from index import threads as threads_variable
 from index.engine.encoding import Encoded, Pooling
 from index.engine.table import Table
 from index.errors import InvalidQuery, OverLimit
@@ -76,9 +77,9 @@ def spend(tokens: int, table: str, longest: int) -> None:
 
 def threads() -> int:
     """ONNX Runtime's intra-op threads: as many as FAISS uses in this process."""
-    given = os.environ.get("EMBEDDING_THREADS", "")
-    if given.isdigit() and int(given) > 0:
-        return int(given)
+    given = threads_variable.given(os.environ)
+    if given is not None:
+        return threads_variable.parsed(given)
     import faiss
 
     return max(1, int(faiss.omp_get_max_threads()))

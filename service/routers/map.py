@@ -41,13 +41,13 @@ from service.errors import BODY_ERRORS, TABLE_ERRORS, responses
 from service.execute import compute
 from service.respond import FastJSON
 from service.schemas.map import MAX_EXPORT_ROWS, ExplorerConfig, ExportRequest, MapColours, MapInfo
+from service.settings import MAP_TSNE
 
 router = APIRouter(tags=["map"])
 Method = Annotated[
     Literal["pca", "tsne"],
     Query(description="pca: every row; tsne: the EMBEDDING_MAP_TSNE_ROWS most frequent rows (when enabled)"),
 ]
-TSNE = {"perplexity": 30.0, "n_iter": 500, "seed": 42}  # recorded in the layout's params
 MAP_FORMAT = "int16-le-xy"
 DEFAULT_NAME = "glove-6b-50d"  # the table `make run` builds: the GloVe package's, under its default name
 
@@ -72,17 +72,12 @@ async def get_layout(request: Request, table: Table, method: str) -> Any:
             raise InvalidQuery("t-SNE maps are off on this server (EMBEDDING_MAP_TSNE_ROWS=0)")
         if not tsne_available():
             raise InvalidQuery("t-SNE maps need the openTSNE package, which this server does not have")
-        params = {**TSNE, "rows": min(rows, table.rows)}
-        least = tsne_least_rows(TSNE["perplexity"])
-        if params["rows"] < least:
-            held = (
-                f"table {table.name!r} has {table.rows:,}"
-                if table.rows < rows
-                else f"EMBEDDING_MAP_TSNE_ROWS is {rows:,}"
-            )
+        params = {**MAP_TSNE, "rows": min(rows, table.rows)}
+        least = tsne_least_rows(MAP_TSNE["perplexity"])
+        if params["rows"] < least:  # the setting has that many (service.settings): the table has fewer
             raise InvalidQuery(
-                f"a t-SNE map (perplexity {TSNE['perplexity']:g}) needs at least {least} rows, and {held} "
-                "(pca lays out any table)"
+                f"a t-SNE map (perplexity {MAP_TSNE['perplexity']:g}) needs at least {least} rows, and table "
+                f"{table.name!r} has {table.rows:,} (pca lays out any table)"
             )
     kept = await compute(request, table, "map", lambda: cache.kept(table.name, table.manifest, method, **params))
     if kept is not None:

@@ -7,6 +7,7 @@ directory) and answers as a fresh import of the final documents does; no acknowl
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import subprocess
@@ -16,6 +17,7 @@ from typing import Any
 
 import httpx
 import numpy as np
+import pytest
 
 from index.store import artifact, writelog
 from tests.cli import run_cli
@@ -185,3 +187,38 @@ def test_a_compaction_after_the_background_build_of_a_deferred_index_keeps_its_o
     compacted = artifact.read_manifest(tmp_path / "lee")
     assert compacted["rows"] == 301 and compacted["index"]["spec"] == {"kind": "ivf", "nlist": 16, "nprobe": 16}
     assert "deferred" not in compacted["index"] and compacted["build"]["seed"] == 7
+
+
+def test_a_compaction_keeps_the_build_budget_of_the_import(
+    lee_docs: Lee, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``import --build-budget 7``: the compacted version's index is chosen with 7 s, as the import's was; it was
+    chosen with the default 900 s, the budget recorded nowhere. A table whose manifest holds no budget (built before
+    it was recorded) compacts with the default, as before. The auto rule is let choose on Lee's 300 rows."""
+    from index.build import index_choice
+    from index.build.compact import compact
+    from tests.lee import jsonl_records
+
+    monkeypatch.setattr(index_choice, "AUTO_FLAT_BELOW", 100)
+    source = write_jsonl(tmp_path / "lee.jsonl", jsonl_records(lee_docs))
+    options = ("--build-budget", "7", "--min-recall", "0.5", "--data-dir", tmp_path)
+    assert run_cli("import", source, "--name", "lee", *options).code == 0
+    imported = artifact.read_manifest(tmp_path / "lee")
+    assert imported["index"]["choice"]["budget_seconds"] == 7 and imported["build"]["budget_seconds"] == 7
+
+    def write_and_compact(ident: str) -> dict[str, Any]:
+        with client_for(data_dir=tmp_path, write_keys=[KEY]) as client:
+            doc = {"id": ident, "vector": lee_docs.vectors[0].tolist(), "fields": {"year": 3000}}
+            written = client.post("/v1/tables/lee/documents", json={"documents": [doc]}, headers=HEADERS)
+            assert written.status_code == 200, written.text
+        assert compact(tmp_path, "lee")["written"] == 1
+        return artifact.read_manifest(tmp_path / "lee")
+
+    compacted = write_and_compact("new/1")
+    assert compacted["index"]["choice"]["budget_seconds"] == 7 and compacted["build"]["budget_seconds"] == 7
+    older = tmp_path / "lee" / artifact.MANIFEST
+    manifest = json.loads(older.read_text())
+    del manifest["build"]["budget_seconds"]
+    older.write_text(json.dumps(manifest))
+    compacted = write_and_compact("new/2")
+    assert compacted["index"]["choice"]["budget_seconds"] == 900 and "budget_seconds" not in compacted["build"]

@@ -264,15 +264,21 @@ def test_every_time_has_a_bound(clean_env: pytest.MonkeyPatch, tmp_path: Path, n
         (
             "EMBEDDING_HEADER_TIMEOUT",
             "10s",
-            "EMBEDDING_HEADER_TIMEOUT='10s': must be a number greater than 0 and at most 3600",
+            "EMBEDDING_HEADER_TIMEOUT='10s': must be a number from 1 to 3600",
         ),
         ("EMBEDDING_COMPACT_SECONDS", "-1", "EMBEDDING_COMPACT_SECONDS='-1': must be a number from 0 to 31536000"),
         ("EMBEDDING_WRITE_SYNC", "enabled", "EMBEDDING_WRITE_SYNC='enabled': must be true or false"),
+        (
+            "EMBEDDING_MAP_TSNE_ROWS",
+            "90",
+            "EMBEDDING_MAP_TSNE_ROWS: 90 rows are too few for a t-SNE map (perplexity 30 needs 91): must be 0 (t-SNE "
+            "maps off) or a whole number from 91 to 100000",
+        ),
         ("EMBEDDING_PARTIAL", "", "EMBEDDING_PARTIAL='': must be true or false"),
         (
             "EMBEDDING_SHARD_TIMEOUT",
             "0",
-            "EMBEDDING_SHARD_TIMEOUT='0': must be a number greater than 0 and at most 600",
+            "EMBEDDING_SHARD_TIMEOUT='0': must be a number from 0.1 to 600",
         ),
         (
             "EMBEDDING_LOG_LEVEL",
@@ -299,6 +305,47 @@ def test_a_refused_value_is_named_with_what_is_allowed(
     clean_env.setenv(variable, value)
     assert serve.main(["--data-dir", str(tmp_path)]) == 2
     assert errors(capsys) == [f"embedding-serve: invalid settings: {refusal}"]
+
+
+@pytest.mark.parametrize(
+    ("variable", "least"),
+    [
+        ("EMBEDDING_HEADER_TIMEOUT", "1"),
+        ("EMBEDDING_BODY_TIMEOUT", "1"),
+        ("EMBEDDING_SEND_TIMEOUT", "1"),
+        ("EMBEDDING_KEEP_ALIVE_TIMEOUT", "1"),
+        ("EMBEDDING_SHARD_TIMEOUT", "0.1"),
+    ],
+)
+def test_a_timeout_too_short_to_work_is_refused_at_the_start(
+    clean_env: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str], variable: str, least: str
+) -> None:
+    """A time-out of 0.001 s was taken: every request then timed out (408 before its head arrived, a shard's
+    answer never in time). Refused in one line naming the value and the range; the least value is taken."""
+    clean_env.setattr(serve, "start_deferred_builds", lambda settings: sys.exit(3))  # what follows the checks
+    clean_env.setenv(variable, "0.001")
+    assert serve.main(["--data-dir", str(tmp_path), "--port", "0"]) == 2
+    most = "600" if variable == "EMBEDDING_SHARD_TIMEOUT" else "3600"
+    refusal = f"embedding-serve: invalid settings: {variable}='0.001': must be a number from {least} to {most}"
+    assert errors(capsys) == [refusal]
+    clean_env.setenv("EMBEDDING_DATA_DIR", str(tmp_path))
+    clean_env.setenv(variable, least)
+    settings = ShardSettings() if variable == "EMBEDDING_SHARD_TIMEOUT" else Settings()
+    assert getattr(settings, variable.removeprefix("EMBEDDING_").lower()) == float(least)
+
+
+def test_the_tsne_map_rows_are_checked_at_the_start(clean_env: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """EMBEDDING_MAP_TSNE_ROWS from 1 to 90 (fewer rows than a t-SNE map of perplexity 30 takes) is refused when the
+    server starts: it started, and refused every request for a t-SNE map. 0 (off) and 91 are taken."""
+    clean_env.setenv("EMBEDDING_DATA_DIR", str(tmp_path))
+    for rows in ("1", "90"):
+        clean_env.setenv("EMBEDDING_MAP_TSNE_ROWS", rows)
+        with pytest.raises(ValidationError) as info:
+            Settings()
+        assert describe_error(info.value).startswith(f"invalid settings: EMBEDDING_MAP_TSNE_ROWS: {rows} rows are")
+    for rows in ("0", "91", "100000"):
+        clean_env.setenv("EMBEDDING_MAP_TSNE_ROWS", rows)
+        assert Settings().map_tsne_rows == int(rows)
 
 
 def test_max_hits_below_max_k_is_refused(clean_env: pytest.MonkeyPatch, tmp_path: Path) -> None:
@@ -674,6 +721,64 @@ def test_threads_per_worker(clean_env: pytest.MonkeyPatch) -> None:
     clean_env.setenv("OMP_NUM_THREADS", "3")
     assert serve.threads_per_worker(None) == 3
     assert serve.threads_per_worker(2) == 2
+
+
+# EMBEDDING_THREADS as given -> the number of threads every reader takes, None for a value each refuses
+THREADS_GIVEN = {
+    "2": 2,
+    " 2": 2,
+    "+2": 2,
+    "2.0": 2,
+    "\t512\n": 512,
+    "1": 1,
+    "0": None,
+    "513": None,
+    "-1": None,
+    "": None,
+    "abc": None,
+    "2.5": None,
+    "2.": None,
+    "1e1": None,
+    "1_0": None,
+    "0x2": None,
+    "\uff12": None,  # a full-width 2: Python's int() took it, the settings did not
+}
+
+
+def test_the_threads_variable_is_read_alike_by_every_reader(
+    clean_env: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """EMBEDDING_THREADS is read by embedding-serve's start-up (before numpy loads), its settings, embedding-index
+    and a transformer table's encoder: each took its own values ("2.0" the server's, a full-width "2" the builder's);
+    all of them take the same ones, and refuse the others in the same words, naming the value and the range."""
+    from index.engine.transformer_encoder import threads
+    from tests.cli import run_cli
+
+    clean_env.setenv("EMBEDDING_DATA_DIR", str(tmp_path))
+    for given, number in THREADS_GIVEN.items():
+        clean_env.setenv("EMBEDDING_THREADS", given)
+        refusal = f"EMBEDDING_THREADS={given!r}: must be a whole number from 1 to 512"
+        built = run_cli("list", "--data-dir", tmp_path)
+        assert serve.threads_given({"embedding_threads": given}) == number, given  # the name in any case
+        if number is None:
+            with pytest.raises(ValidationError) as info:
+                Settings()
+            assert describe_error(info.value) == f"invalid settings: {refusal}"
+            assert (built.code, built.err) == (1, f"embedding-index: error: {refusal}\n")
+            with pytest.raises(ValueError, match="must be a whole number from 1 to 512"):
+                threads()
+        else:
+            assert Settings().threads == number, given
+            assert built.code == 0 and os.environ["EMBEDDING_THREADS"] == str(number)  # written back as a number
+            assert threads() == number
+    clean_env.setenv("EMBEDDING_THREADS", "0")
+    clean_env.setenv("EMBEDDING_MAX_K", "0")
+    with pytest.raises(ValidationError) as info:  # named beside the other settings refused, as before
+        Settings()
+    assert describe_error(info.value) == (
+        "invalid settings: EMBEDDING_MAX_K='0': must be a whole number from 1 to 100000; EMBEDDING_THREADS='0': "
+        "must be a whole number from 1 to 512"
+    )
 
 
 def test_the_threads_setting_is_the_number_the_settings_read(clean_env: pytest.MonkeyPatch, tmp_path: Path) -> None:

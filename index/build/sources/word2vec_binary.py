@@ -8,7 +8,10 @@ loop that only finds each token's end; the floats of a whole chunk are then gath
 Errors name the row (1-based) and its byte offset; row numbers stand in for line numbers. A token holding a space
 shifts its row's values: the newline after them lands inside the next row's token (no token holds a newline, after
 those word2vec.c writes before each), which is refused, naming the token with the space when its row, read to a
-later space, ends at that newline. A token that is not
+later space, ends at that newline. Without the newlines (gensim writes none), the next row's token is read from
+inside the values before it: when it holds what no word holds and reads as a word with the token before ending at a
+later space, the token with the space is named (``_spaced``); when it is a word, the file is also one of those
+tokens, read so by gensim too. A token that is not
 UTF-8 is refused even with ``--drop-invalid`` (only ``--unicode-errors replace`` keeps it): here it mostly means
 a wrong dimension in the header, each row then read from inside the previous one's values.
 """
@@ -16,6 +19,8 @@ a wrong dimension in the header, each row then read from inside the previous one
 from __future__ import annotations
 
 import gzip
+import re
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -38,6 +43,7 @@ from index.progress import Progress
 CHUNK_BYTES = 2 << 20
 MAX_TOKEN = 4096  # bytes; a longer "token" means a wrong dimension or not a word2vec binary file
 WRONG_HEADER = "wrong dimension in the header, or not a word2vec binary file?"
+NO_WORD = re.compile("[\x00-\x1f\x7f\ufffd]")  # what no word holds: control characters, U+FFFD of bytes not UTF-8
 
 
 def _size(path: Path) -> int:
@@ -96,7 +102,7 @@ def read(path: Path, options: ReadOptions) -> RawTable:
                 if starts:
                     windows = sliding_window_view(np.frombuffer(data, dtype=np.uint8), width)
                     matrix[row:done] = windows[np.asarray(starts, dtype=np.int64)].view("<f4")
-                    replaced += _decode(path, raw, offsets, row, options, tokens)
+                    replaced += _decode(path, Rows(raw, data, starts, width, offsets, row), options, tokens)
                 progress.advance(done - row)
                 row = done
                 data = data[pos:]
@@ -190,14 +196,67 @@ def _misaligned(
     )
 
 
-def _decode(path: Path, raw: list[bytes], offsets: list[int], first: int, options: ReadOptions, out: list[str]) -> int:
+@dataclass
+class Rows:
+    """The rows ``_locate`` found in a chunk: their tokens' bytes, where their values start in ``data`` (``width``
+    bytes each), their byte offsets in the file and the row index of the first."""
+
+    tokens: list[bytes]
+    data: bytes
+    starts: list[int]
+    width: int
+    offsets: list[int]
+    first: int
+
+
+def _decode(path: Path, rows: Rows, options: ReadOptions, out: list[str]) -> int:
     """Append the tokens (without the newline word2vec.c writes before each) to ``out``; return how many needed
-    U+FFFD. ``first`` is the row index of ``raw[0]``."""
+    U+FFFD. A token of bytes no word holds (not UTF-8, a control character) that a space in the token before
+    explains is refused naming that token."""
 
     def fail(i: int, problem: str) -> InputError:
-        where = f"row {first + i + 1} (byte offset {offsets[i]:,})"
+        spaced = _spaced(rows, i)
+        if spaced:
+            return InputError(path, spaced)
+        where = f"row {rows.first + i + 1} (byte offset {rows.offsets[i]:,})"
         return InputError(path, f"{where}: {problem}, or check the header's dimension and the tokens for spaces")
 
-    tokens, replaced = decode_tokens([token.lstrip(b"\n") for token in raw], options, fail)
+    tokens, replaced = decode_tokens([token.lstrip(b"\n") for token in rows.tokens], options, fail)
+    if replaced or NO_WORD.search("".join(tokens)):  # rare: look for the token that holds it, and its cause
+        for i, token in enumerate(tokens):
+            spaced = _spaced(rows, i) if NO_WORD.search(token) else ""
+            if spaced:
+                raise InputError(path, spaced)
     out.extend(tokens)
     return replaced
+
+
+def _spaced(rows: Rows, i: int) -> str:
+    """Why row ``i``'s token holds bytes no word holds, when the token before held a space: its row's values were
+    read from inside it, and this token from inside those values (a file without the newline after each row, as
+    gensim writes it, has no other sign of it). Read with the token before ending at a later space, this token is a
+    word: the refusal names the token with the space. "" when no such reading is found."""
+    if i == 0:  # the row before is in an earlier chunk
+        return ""
+    token, start = rows.tokens[i], rows.starts[i - 1]
+    values = rows.data[start : start + rows.width]
+    space = values.find(b" ")
+    while 0 <= space < len(token) - 1:
+        rest, following = values[:space], token[space + 1 :]
+        if rest and _word(rest) and _word(following):
+            spaced = (rows.tokens[i - 1].lstrip(b"\n") + b" " + rest).decode()
+            return (
+                f"row {rows.first + i} (byte offset {rows.offsets[i - 1]:,}): the token {spaced!r} holds a space, "
+                "which a word2vec binary file cannot hold (a token ends at its first space, as word2vec.c and "
+                "gensim read it)"
+            )
+        space = values.find(b" ", space + 1)
+    return ""
+
+
+def _word(piece: bytes) -> bool:
+    """Whether ``piece`` can be (part of) a word: UTF-8 without control characters."""
+    try:
+        return not NO_WORD.search(piece.decode())
+    except UnicodeDecodeError:
+        return False

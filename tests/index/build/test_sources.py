@@ -264,6 +264,45 @@ def test_a_binary_token_with_a_space_read_across_chunks_is_refused(tmp_path: Pat
         read_source(path)
 
 
+def _gensim_binary(path: Path, tokens: list[str], matrix: np.ndarray) -> Path:
+    """``tokens`` and ``matrix`` written by gensim's own word2vec binary writer: no newline after a row's values."""
+    kv = KeyedVectors(matrix.shape[1])
+    kv.add_vectors(tokens, matrix)
+    kv.save_word2vec_format(str(path), binary=True)
+    return path
+
+
+@pytest.mark.parametrize(("row", "token"), [(1, "new york"), (37, "a b"), (99, "san francisco bay")])
+def test_a_token_with_a_space_in_a_file_gensim_wrote_is_refused_naming_it(
+    tmp_path: Path, data_dir: Path, glove_rows, row: int, token: str
+) -> None:
+    """gensim writes no newline after a row's values, so a token with a space leaves no newline in the next token:
+    that token is read from inside the values before it, and was refused as bytes that are no UTF-8, without naming
+    the token with the space, or imported, as '>\\x00#Z=beta' (a control character) or with --unicode-errors
+    replace. The row with the space is named when the token after it holds what no word holds."""
+    tokens, matrix = glove_rows
+    tokens = [token if i == row - 1 else t for i, t in enumerate(tokens[:100])]
+    path = _gensim_binary(tmp_path / "spaced.bin", tokens, matrix[:100])
+    offset = len("100 50\n") + sum(len(t.encode()) + 1 + 4 * 50 for t in tokens[: row - 1])
+    said = f"spaced.bin: row {row} (byte offset {offset:,}): the token '{token}' holds a space"
+    for extra in ([], ["--unicode-errors", "replace"], ["--drop-invalid"]):
+        assert said in import_fails(path, data_dir, *extra)
+
+
+def test_a_spaced_token_is_read_as_gensim_reads_it_when_the_next_token_is_a_word(tmp_path: Path, glove_rows) -> None:
+    """Where the token read after a token with a space is a word, the file is also a file of those tokens: gensim
+    reads it so, and so does the import. Here the values' last bytes are ">ab=>" (0.185 as the last value), which
+    read as the start of the next token make '>ab=>beta'."""
+    rows = glove_rows[1][:3].copy()
+    last = bytearray(rows[1].astype("<f4").tobytes())
+    last[-5:] = b">ab=>"
+    rows[1] = np.frombuffer(bytes(last), dtype="<f4")
+    path = _gensim_binary(tmp_path / "spaced.bin", ["alpha", "new york", "beta"], rows)
+    raw, _ = read_source(path)
+    assert raw.tokens == ["alpha", "new", ">ab=>beta"]
+    assert_same_as_gensim(path, raw, binary=True)
+
+
 def test_tokens_with_spaces_glove_840b_style(tmp_path: Path, data_dir: Path, glove_rows) -> None:
     tokens, matrix = glove_rows
     tokens = list(tokens)

@@ -43,7 +43,7 @@ import numpy as np
 from index.build.budget import AUTO_BUDGET_SECONDS
 from index.build.faiss_stderr import faiss_warnings
 from index.build.recall import kth_scores, others, tied_recall
-from index.engine.knn import index_path, search_index, searched_index, set_search_params
+from index.engine.knn import index_knn, index_path, search_width, searched_index, set_search_params
 from index.errors import InvalidQuery
 from index.progress import Progress, duration, note, record
 
@@ -413,11 +413,12 @@ class RecallProbe:
         scores, found = faiss.knn(queries, np.ascontiguousarray(vectors), k + 1, metric=faiss.METRIC_INNER_PRODUCT)
         return cls(queries, ids, kth_scores(others(scores, found, ids)), vectors, k)
 
-    def recall(self, index: faiss.Index, vectors: np.ndarray | None = None, rerank: int = 1) -> float:
-        """Recall@10 of ``index`` against exact search, ties counted (re-ranked on ``vectors`` when ``rerank`` > 1)."""
+    def recall(self, index: faiss.Index, rerank: int = 1) -> float:
+        """Recall@10 of ``index`` against exact search, ties counted, of the answers a table serves from it
+        (:func:`index.engine.knn.index_knn` at its search width; ``rerank``: its candidates per answer)."""
         if self.k == 0:
             return 1.0
-        _, found = search_index(index, self.queries, self.k + 1, vectors, rerank)
+        _, found = index_knn(index, self.queries, self.k + 1, search_width(index), self.vectors, rerank)
         return tied_recall(self.queries, self.vectors, self.kth, others(found, found, self.ids), self.k)
 
 
@@ -465,13 +466,11 @@ def recall_limit(index: faiss.Index) -> str:
     return "the codes limit it" if codes else ""
 
 
-def _tune(
-    index: faiss.Index, spec: IndexSpec, probe: RecallProbe, target: float, vectors: np.ndarray | None = None
-) -> float:
+def _tune(index: faiss.Index, spec: IndexSpec, probe: RecallProbe, target: float) -> float:
     """Raise efSearch / nprobe (``search_param``) step by step until recall@10 reaches ``target``; return the recall
     reached.
 
-    A compressed spec's recall is that of its re-ranked answers (on ``vectors``). An index of codes
+    A compressed spec's recall is that of its re-ranked answers, as the table serves them. An index of codes
     (``recall_limit``: ``ivfpq``, or a factory string's PQ, SQ or PCA) is bounded by them: the steps stop once
     ``PLATEAU_STEPS`` in a row gained less than ``PLATEAU_GAIN``."""
     name = search_param(index)
@@ -485,7 +484,7 @@ def _tune(
     recall, history = 0.0, []
     for step in steps:
         _set_step(index, spec, step)
-        recall = probe.recall(index, vectors, rerank)
+        recall = probe.recall(index, rerank)
         note(f"tuning: {name} {step} gives recall@10 {recall:.4f} (target {target})")
         if recall >= target:
             break
@@ -532,10 +531,10 @@ def build_and_measure(
     tunable = (param == "efSearch" and spec.ef_search is None) or (param == "nprobe" and spec.nprobe is None)
     rerank = spec.rerank if spec.compressed else 1
     if tunable:
-        recall = _tune(index, spec, probe, spec.target_recall or max(min_recall, AUTO_TARGET_RECALL), vectors)
+        recall = _tune(index, spec, probe, spec.target_recall or max(min_recall, AUTO_TARGET_RECALL))
     else:
         set_search_params(index, ef_search=spec.ef_search, nprobe=spec.nprobe)
-        recall = probe.recall(index, vectors, rerank)
+        recall = probe.recall(index, rerank)
     info.update(recall_at_10=round(float(recall), 4), exact=False, recall_sample=min(RECALL_SAMPLE, len(vectors)))
     if spec.compressed:  # the answers are re-ranked; the codes' own top 10 for comparison
         info["recall_at_10_without_rerank"] = round(float(probe.recall(index)), 4)

@@ -488,7 +488,7 @@ def sweep_point(table: Any, rows: Any, queries: np.ndarray) -> dict[str, Any]:
     import faiss
 
     from index.build.recall import tied_recall
-    from index.engine.knn import exact_knn, exact_knn_rows, filtered_params, search_index
+    from index.engine.knn import exact_knn, exact_knn_rows, filtered_params, index_top
     from index.engine.table import FILTER_INDEX_FRACTION
 
     index, vectors = table.index, table.vectors
@@ -501,9 +501,9 @@ def sweep_point(table: Any, rows: Any, queries: np.ndarray) -> dict[str, Any]:
     ways: dict[str, Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]] = {
         "exact": lambda q: exact_knn_rows(q, vectors, K, rows.ids, rows.mask),
         "exact_gathered": lambda q: exact_knn(q, gathered, K),
-        "index": lambda q: search_index(index, q, K, vectors, table.rerank, widened),
-        "index_fourth_root": lambda q: search_index(index, q, K, vectors, table.rerank, fourth),
-        "index_unwidened": lambda q: search_index(index, q, K, vectors, table.rerank, plain),
+        "index": lambda q: index_top(index, q, K, widened.efSearch, vectors, table.rerank, widened),
+        "index_fourth_root": lambda q: index_top(index, q, K, fourth.efSearch, vectors, table.rerank, fourth),
+        "index_unwidened": lambda q: index_top(index, q, K, plain.efSearch, vectors, table.rerank, plain),
     }
     times: dict[str, list[float]] = {way: [] for way in ways}
     answers: dict[str, list[np.ndarray]] = {way: [] for way in ways}

@@ -19,9 +19,12 @@ Rows are unit-normalised, so inner product equals cosine. Specs:
   exact cosines; nprobe is tuned for the re-ranked recall, and the manifest records the codes' own recall too;
 - any other string is passed to ``faiss.index_factory`` (e.g. ``IVF1024,Flat``, ``HNSW16``, ``IVF256,PQ10``): an
   HNSW index (``HNSW32``, ``HNSW16_SQ8``) has its efSearch tuned as ``hnsw``'s is, an index with an IVF layer its
-  nprobe as ``ivf``'s is, behind a transform too (``PCA32,HNSW32``, ``L2norm,HNSW32``); one whose codes or
-  projection hold less than the rows (PQ, SQ, PCA) stops at the recall they allow, as ``ivfpq``'s does; other
-  search parameters are FAISS's defaults.
+  nprobe as ``ivf``'s is, behind a transform too (``PCA32,HNSW32``, ``L2norm,HNSW32``); an inverted file whose
+  codes or projection hold less than the rows (PQ, SQ, PCA) stops at the recall they allow, as ``ivfpq``'s does
+  (a graph's efSearch candidates are scored on the rows, so its efSearch is raised as any graph's); other search
+  parameters are FAISS's defaults.
+
+Recall is that of the answers a table serves from the index (``index.engine.knn.index_knn``), not FAISS's own top k.
 
 Why these: HNSW answers a query several times faster than IVF at the same recall on word tables, so it is the
 choice whenever its build is affordable; an IVF build costs seconds to minutes at any size.
@@ -43,7 +46,7 @@ import numpy as np
 from index.build.budget import AUTO_BUDGET_SECONDS
 from index.build.faiss_stderr import faiss_warnings
 from index.build.recall import kth_scores, others, tied_recall
-from index.engine.knn import index_path, search_index, searched_index, set_search_params
+from index.engine.knn import index_knn, index_path, search_width, searched_index, set_search_params
 from index.errors import InvalidQuery
 from index.progress import Progress, duration, note, record
 
@@ -413,11 +416,12 @@ class RecallProbe:
         scores, found = faiss.knn(queries, np.ascontiguousarray(vectors), k + 1, metric=faiss.METRIC_INNER_PRODUCT)
         return cls(queries, ids, kth_scores(others(scores, found, ids)), vectors, k)
 
-    def recall(self, index: faiss.Index, vectors: np.ndarray | None = None, rerank: int = 1) -> float:
-        """Recall@10 of ``index`` against exact search, ties counted (re-ranked on ``vectors`` when ``rerank`` > 1)."""
+    def recall(self, index: faiss.Index, rerank: int = 1) -> float:
+        """Recall@10 of ``index`` against exact search, ties counted, of the answers a table serves from it
+        (:func:`index.engine.knn.index_knn` at its search width; ``rerank``: its candidates per answer)."""
         if self.k == 0:
             return 1.0
-        _, found = search_index(index, self.queries, self.k + 1, vectors, rerank)
+        _, found = index_knn(index, self.queries, self.k + 1, search_width(index), self.vectors, rerank)
         return tied_recall(self.queries, self.vectors, self.kth, others(found, found, self.ids), self.k)
 
 
@@ -438,10 +442,14 @@ def search_param(index: faiss.Index) -> str | None:
 
 
 def recall_limit(index: faiss.Index) -> str:
-    """What levels ``index``'s recall off below 1 however wide its search, as the tuning says it, or ``""``: codes
-    of fewer bytes per row than the rows' float32s (PQ, SQ: "the codes limit it"), or a PCA, which keeps fewer
-    dimensions or at least centres the rows, so that their inner products are no longer the cosines ("the PCA
-    limits it (32 of 50 dimensions, centred)")."""
+    """What levels an inverted file's recall off below 1 however many lists it scans, as the tuning says it, or
+    ``""``: codes of fewer bytes per row than the rows' float32s (PQ, SQ: "the codes limit it"), or a PCA, which
+    keeps fewer dimensions or at least centres the rows, so that their inner products are no longer the cosines
+    ("the PCA limits it (32 of 50 dimensions, centred)"). A graph's is ``""`` whatever its codes or PCA: the table
+    scores its efSearch candidates on the rows, so a wider search finds more of the exact top 10."""
+    inner = searched_index(index)  # its codes, measured against the dimensions it holds (after any transform)
+    if not isinstance(inner, faiss.IndexIVF):
+        return ""
     # FAISS's stubs type a chain as a list; it is a SWIG vector, read with at() and size()
     chains: list[Any] = [wrapper.chain for wrapper in index_path(index) if isinstance(wrapper, faiss.IndexPreTransform)]
     transforms = (faiss.downcast_VectorTransform(chain.at(i)) for chain in chains for i in range(chain.size()))
@@ -450,13 +458,7 @@ def recall_limit(index: faiss.Index) -> str:
         for t in transforms
         if isinstance(t, faiss.PCAMatrix)
     ]
-    inner = searched_index(index)  # its codes, measured against the dimensions it holds (after any transform)
-    if isinstance(inner, faiss.IndexIVF):
-        codes = int(inner.code_size) < 4 * inner.d
-    elif isinstance(inner, faiss.IndexHNSW):
-        codes = int(inner.storage.sa_code_size()) < 4 * inner.d
-    else:
-        codes = False
+    codes = int(inner.code_size) < 4 * inner.d
     pca = f"the PCA ({'; '.join(pcas)})" if pcas else ""
     if pca and codes:
         return f"{pca} and the codes limit it"
@@ -465,13 +467,11 @@ def recall_limit(index: faiss.Index) -> str:
     return "the codes limit it" if codes else ""
 
 
-def _tune(
-    index: faiss.Index, spec: IndexSpec, probe: RecallProbe, target: float, vectors: np.ndarray | None = None
-) -> float:
+def _tune(index: faiss.Index, spec: IndexSpec, probe: RecallProbe, target: float) -> float:
     """Raise efSearch / nprobe (``search_param``) step by step until recall@10 reaches ``target``; return the recall
     reached.
 
-    A compressed spec's recall is that of its re-ranked answers (on ``vectors``). An index of codes
+    A compressed spec's recall is that of its re-ranked answers, as the table serves them. An inverted file of codes
     (``recall_limit``: ``ivfpq``, or a factory string's PQ, SQ or PCA) is bounded by them: the steps stop once
     ``PLATEAU_STEPS`` in a row gained less than ``PLATEAU_GAIN``."""
     name = search_param(index)
@@ -485,7 +485,7 @@ def _tune(
     recall, history = 0.0, []
     for step in steps:
         _set_step(index, spec, step)
-        recall = probe.recall(index, vectors, rerank)
+        recall = probe.recall(index, rerank)
         note(f"tuning: {name} {step} gives recall@10 {recall:.4f} (target {target})")
         if recall >= target:
             break
@@ -532,10 +532,10 @@ def build_and_measure(
     tunable = (param == "efSearch" and spec.ef_search is None) or (param == "nprobe" and spec.nprobe is None)
     rerank = spec.rerank if spec.compressed else 1
     if tunable:
-        recall = _tune(index, spec, probe, spec.target_recall or max(min_recall, AUTO_TARGET_RECALL), vectors)
+        recall = _tune(index, spec, probe, spec.target_recall or max(min_recall, AUTO_TARGET_RECALL))
     else:
         set_search_params(index, ef_search=spec.ef_search, nprobe=spec.nprobe)
-        recall = probe.recall(index, vectors, rerank)
+        recall = probe.recall(index, rerank)
     info.update(recall_at_10=round(float(recall), 4), exact=False, recall_sample=min(RECALL_SAMPLE, len(vectors)))
     if spec.compressed:  # the answers are re-ranked; the codes' own top 10 for comparison
         info["recall_at_10_without_rerank"] = round(float(probe.recall(index)), 4)

@@ -1,8 +1,8 @@
 """Kernels over unit rows, plain functions over arrays: unit query vectors (a client's vector, gensim's mean of
 rows), exact inner-product top-k and the best of a score vector, and FAISS searched (an index's search
-parameters, the top-k of unit queries, re-scored exactly on the rows for an index of codes, and every index's hits
-as the exact kernel scores them, and the parameters that keep a search to a filter's rows). Building and choosing
-an index is the builder's (``index.build.index_choice``)."""
+parameters, the top-k of unit queries as a table serves them and the builder measures them, every candidate scored
+as the exact kernel scores it, and the parameters that keep a search to a filter's rows). Building and choosing an
+index is the builder's (``index.build.index_choice``)."""
 
 from __future__ import annotations
 
@@ -21,7 +21,6 @@ GATHER_BELOW = 4  # a filtered exact search gathers its rows when fewer than 1 i
 MASKED_BLOCK_BYTES = 64 << 20  # scores of a filtered exact search computed at once
 RESCORED_BYTES = 4 << 20  # the candidate rows candidate_products gathers at once
 TAIL_BLOCK = 16  # a multiple of the rows BLAS's inner-product kernels take at once (see inner_products)
-RERANK_BLOCK_BYTES = 32 << 20  # candidate rows gathered at once when re-ranking a batch
 GRAPH_ROWS_CHECKED = 512  # rows at each end of a graph's own copy compared with the table's (graph_rows)
 FILTER_MAX_EF = 4096  # the widest HNSW search a filter asks for
 FLOAT32_MAX = 3.4028234663852886e38
@@ -238,23 +237,6 @@ def set_search_params(index: faiss.Index, ef_search: int | None = None, nprobe: 
         inner.nprobe = nprobe
 
 
-def search_index(
-    index: faiss.Index,
-    queries: np.ndarray,
-    k: int,
-    vectors: np.ndarray | None = None,
-    rerank: int = 1,
-    params: faiss.SearchParameters | None = None,
-) -> tuple[np.ndarray, np.ndarray]:
-    """Top-``k`` (scores, ids) of unit ``queries`` from ``index``; with ``rerank`` > 1 (an index of codes), the
-    index's ``rerank`` x k best candidates re-scored exactly against the unit rows ``vectors``. ``params``: the
-    search's own parameters (e.g. :func:`filtered_params`)."""
-    if rerank <= 1 or vectors is None:
-        return index.search(queries, k, params=params)
-    _, candidates = index.search(queries, min(k * rerank, index.ntotal), params=params)
-    return rerank_exact(vectors, queries, candidates, k)
-
-
 def index_top(
     index: faiss.Index,
     queries: np.ndarray,
@@ -265,9 +247,10 @@ def index_top(
     params: faiss.SearchParameters | None = None,
 ) -> Hits:
     """The top-``k`` (scores, ids) of unit ``queries`` from ``index`` (``k`` at most its rows), of a search that
-    keeps ``width`` candidates (an HNSW graph's efSearch, at least ``k``; ``k`` for any other index; ``rerank``
-    times that for an index of codes), scored on the unit rows ``vectors`` and ordered as the exact kernel scores
-    and orders them. ``params``: the search's own parameters (:func:`deep_params`, :func:`filtered_params`).
+    keeps ``width`` candidates (an HNSW graph's efSearch, or ``k`` when that is more; ``k`` for any other index;
+    ``rerank`` times that for an index of codes), scored on the unit rows ``vectors`` and ordered as the exact
+    kernel scores and orders them. ``params``: the search's own parameters (:func:`deep_params`,
+    :func:`filtered_params`).
 
     A graph's walk is the same whatever ``k`` is asked of it; of the rows it visits, FAISS keeps the best ``k``,
     and of equal scores at the ``k``-th place the first visited. Asked for all ``width`` and cut here, every ``k``
@@ -277,15 +260,31 @@ def index_top(
     searched without re-ranking (``IVF64,PQ25x4``, ``IVF256,SQ8``) scores the codes, not the rows. So a row scores
     the same found by any index or exactly, and equal to a written copy of it, and equal scores go by id, at the
     ``k``-th place too (rows of equal codes come in FAISS's order, often the last first)."""
-    _, ids = index.search(queries, min(max(k, min(width, index.ntotal)) * rerank, index.ntotal), params=params)
+    _, ids = index.search(queries, min(max(k, width) * rerank, index.ntotal), params=params)
     scores = candidate_products(queries, vectors, ids)
     order = np.lexsort((ids, -scores), axis=1)[:, :k]
     at = np.arange(len(ids))[:, None]
     return scores[at, order], ids[at, order]
 
 
+def index_knn(
+    index: faiss.Index, queries: np.ndarray, k: int, width: int | None, vectors: np.ndarray, rerank: int = 1
+) -> Hits:
+    """The top-``k`` (scores, ids) of unit ``queries`` from ``index`` (``k`` at most its rows) as a table answers
+    them (``Table.knn``), and as the builder measures its recall: :func:`index_top` ``width`` wide (an HNSW graph's
+    efSearch, :func:`search_width`; None for any other index), a graph asked for more than ``width`` searched ``k``
+    wide (:func:`deep_params`), and any query the index leaves short of ``k`` (an inverted file's probed lists, a
+    widened graph's walk) searched again exactly on the unit rows ``vectors``."""
+    deep = deep_params(index, k) if width is not None and k > width else None
+    scores, ids = index_top(index, queries, k, width or k, vectors, rerank, deep)
+    if (deep is not None or width is None) and len(short := np.flatnonzero(ids[:, k - 1] < 0)):
+        scores[short], ids[short] = exact_knn(queries[short], vectors, k)
+    return scores, ids
+
+
 def candidate_products(queries: np.ndarray, vectors: np.ndarray, ids: np.ndarray) -> np.ndarray:
-    """Each query's inner products with its own candidate rows ``ids`` (an id -1, none found, scores -inf), each
+    """Each query's inner products with its own candidate rows ``ids`` (an id -1, none found, scores -inf: the
+    last row is gathered for it and its score then set, which costs less than a mask or a branch per query), each
     the same as :func:`inner_products` gives for one query and the whole table: the candidates are padded with zero
     rows to a whole number of ``TAIL_BLOCK`` rows, which BLAS sums as it sums the table's. One stacked product for
     ``RESCORED_BYTES`` of gathered rows at a time: NumPy runs it without the interpreter lock, which a loop over the
@@ -364,30 +363,3 @@ def filtered_params(
         return None
     params.sel = selector
     return outer_params(index, cast(faiss.SearchParameters, params))
-
-
-def rerank_exact(
-    vectors: np.ndarray, queries: np.ndarray, candidates: np.ndarray, k: int
-) -> tuple[np.ndarray, np.ndarray]:
-    """The top ``k`` of each query's ``candidates`` (ids, -1 for none) by exact inner product with its rows.
-
-    Only the candidate rows are read (one gather per block of queries from the, possibly memory-mapped,
-    matrix) and scored with one batched product; ties keep the index's order. Missing places are id -1 with
-    score -inf."""
-    m, width = candidates.shape
-    scores = np.full((m, k), -np.inf, dtype=np.float32)
-    ids = np.full((m, k), -1, dtype=np.int64)
-    keep = min(k, width)
-    step = max(1, RERANK_BLOCK_BYTES // max(1, width * vectors.shape[1] * 4))
-    for start in range(0, m, step):
-        block = candidates[start : start + step]
-        valid = block >= 0
-        rows = vectors[np.where(valid, block, 0)]  # (queries, candidates, dim): the candidate rows only
-        exact = np.matmul(rows, queries[start : start + step, :, None])[..., 0]
-        exact[~valid] = -np.inf
-        order = np.argsort(-exact, axis=1, kind="stable")[:, :keep]
-        scores[start : start + step, :keep] = np.take_along_axis(exact, order, axis=1)
-        ids[start : start + step, :keep] = np.where(
-            np.isfinite(scores[start : start + step, :keep]), np.take_along_axis(block, order, axis=1), -1
-        )
-    return scores, ids

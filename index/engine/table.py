@@ -50,12 +50,12 @@ from index.engine.keyword import KeywordIndex
 from index.engine.knn import (
     Hits,
     Neighbor,
-    deep_params,
     exact_knn,
     exact_knn_rows,
     filtered_params,
     filtered_width,
     graph_rows,
+    index_knn,
     index_top,
     mean_query,
     pair_cosines,
@@ -443,13 +443,7 @@ class Table:
         k = min(k, limit)
         if options.exact or self.index is None or limit < self.rows:
             return exact_knn(queries, self.vectors[:limit], k)
-        width = self.search_width  # a graph: at least k wide, asked for every candidate it keeps
-        deep = deep_params(self.index, k) if width is not None and k > width else None
-        scores, ids = index_top(self.index, queries, k, max(k, width or k), self.scored_rows, self.rerank, deep)
-        # left short (a widened graph search, or an IVF index's probed lists holding fewer than k rows): exactly
-        if (deep is not None or self.search_width is None) and len(short := np.flatnonzero(ids[:, k - 1] < 0)):
-            scores[short], ids[short] = exact_knn(queries[short], self.vectors, k)
-        return scores, ids
+        return index_knn(self.index, queries, k, self.search_width, self.scored_rows, self.rerank)
 
     def _filtered_knn(self, queries: np.ndarray, k: int, options: SearchOptions, rows: RowSet) -> Hits:
         """The ``k`` best of ``rows`` (all of them when fewer pass): from the approximate index told to keep to

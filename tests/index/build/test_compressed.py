@@ -15,7 +15,7 @@ import pytest
 from index.build.index_choice import PQ_RERANK, default_pq_m, parse_spec
 from index.build.sources import RawTable
 from index.build.writer import build_table
-from index.engine.knn import rerank_exact
+from index.engine.knn import candidate_products
 from index.engine.table import Table
 from index.errors import InvalidQuery
 from index.store.tokens import FLAG_SPECIAL
@@ -134,22 +134,20 @@ def test_load_maps_rows_and_keeps_no_copy(tables: tuple[Path, dict[str, Table]])
     assert codes.code_size == 8  # 8 bytes per row in the index, not 4 x 32: the rows stay on disk only
 
 
-def test_rerank_kernel_against_float64() -> None:
+def test_candidates_score_as_float64_and_missing_ones_last() -> None:
+    """A re-ranked search scores each candidate row on the rows (``candidate_products``): float64's cosine to
+    float32 precision, and -inf where the index found fewer candidates than asked (id -1)."""
     rng = np.random.default_rng(5)
     rows = rng.standard_normal((500, 16)).astype(np.float32)
     rows /= np.linalg.norm(rows, axis=1, keepdims=True)
     queries = rows[:7] + np.float32(0.1)
     candidates = np.array([rng.permutation(500)[:30] for _ in range(7)])
     candidates[0, 25:] = -1  # an index that found fewer than asked
-    scores, ids = rerank_exact(rows, queries, candidates, 28)
-    exact = queries.astype(np.float64) @ rows.astype(np.float64).T
-    for q in range(7):
-        valid = candidates[q][candidates[q] >= 0]
-        best = valid[np.argsort(-exact[q, valid], kind="stable")][:28]
-        got = ids[q][ids[q] >= 0]
-        np.testing.assert_array_equal(got, best)
-        np.testing.assert_allclose(scores[q, : len(got)], exact[q, best], atol=1e-6)
-    assert (ids[0, 25:] == -1).all() and np.isneginf(scores[0, 25:]).all()
+    scores = candidate_products(queries, rows, candidates)
+    exact = np.take_along_axis(queries.astype(np.float64) @ rows.astype(np.float64).T, np.maximum(candidates, 0), 1)
+    found = candidates >= 0
+    np.testing.assert_allclose(scores[found], exact[found], atol=1e-6)
+    assert np.isneginf(scores[~found]).all() and (~found).sum() == 5
 
 
 def test_spec_parsing() -> None:

@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 from index.engine.filters import RowSet
-from index.engine.knn import filtered_params, filtered_width, search_index
+from index.engine.knn import filtered_params, filtered_width, index_top
 from index.engine.table import FILTER_INDEX_FRACTION, Table, VectorSearch
 from index.errors import InvalidQuery
 from tests.lee import Lee
@@ -260,7 +260,7 @@ def test_the_selector_reaches_an_ivf_index(glove_raw: Any) -> None:
     queries = vectors[:50]
     params = filtered_params(ivf, rows.selector(), rows.fraction)
     assert params is not None
-    _, ids = search_index(ivf, queries, K, params=params)
+    _, ids = index_top(ivf, queries, K, K, vectors, params=params)
     assert mask[ids[ids >= 0]].all()
     truth = brute_force(vectors, queries, mask, K)
     recall = np.mean([len(set(found.tolist()) & set(best)) / K for found, best in zip(ids, truth, strict=True)])

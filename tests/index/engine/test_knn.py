@@ -14,10 +14,10 @@ from index.engine.knn import (
     deep_params,
     exact_knn,
     filtered_params,
+    filtered_width,
     graph_rows,
     index_top,
     inner_products,
-    search_index,
     search_width,
     searched_index,
     set_search_params,
@@ -105,16 +105,17 @@ def test_an_hnsw_search_deeper_than_its_ef_finds_every_hit_asked(factory: str) -
     exact_scores, exact_ids = exact_knn(queries, copies, 300)
     everything = faiss.IDSelectorRange(0, len(copies))
     for params in (deep_params(index, 300), filtered_params(index, everything, 1.0, 300)):
-        scores, ids = search_index(index, queries, 300, params=params)
+        scores, ids = index_top(index, queries, 300, 300, copies, params=params)
         assert (ids >= 0).all()
         recall = np.mean([len(set(a) & set(b)) / 300 for a, b in zip(ids.tolist(), exact_ids.tolist(), strict=True)])
         assert recall >= 0.99, recall
         np.testing.assert_allclose(scores[:, :50], exact_scores[:, :50], rtol=1e-6)
         kept = keep_hits(scores[0], ids[0], 4, (), None, 0)
         assert [i for i, _ in kept] == [5, 300, 301, 302]  # four equal scores, by row
-    _, shallow = search_index(index, queries, 300)
+    _, shallow = index_top(index, queries, 300, 16, copies)
     assert (shallow < 0).any()  # what the widening is for
-    _, kept = search_index(index, queries, 10, params=filtered_params(index, faiss.IDSelectorRange(0, 150), 0.5, 10))
+    half = filtered_params(index, faiss.IDSelectorRange(0, 150), 0.5, 10)
+    _, kept = index_top(index, queries, 10, filtered_width(16, 0.5, 10), copies, params=half)
     assert (kept >= 0).all() and (kept < 150).all()  # the selector reaches the graph
 
 

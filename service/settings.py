@@ -546,7 +546,8 @@ def describe_error(exc: ValidationError, fields: Mapping[str, FieldInfo] = Setti
 
 
 # A URL's user and password (``http://user:password@host``): up to the authority's last "@", as urlsplit splits it
-URL_PASSWORD = re.compile(r"(://[^/:@\s'\"]*):[^/\s'\"]*@")
+# (either may hold a quote, which a refusal's quotes around the URL must not cut short)
+URL_PASSWORD = re.compile(r"(://[^/:@\s]*):[^/\s]*@")
 
 
 def without_passwords(text: str) -> str:

@@ -957,6 +957,11 @@ NOT_A_TABLE = "is not a table's URL: http(s)://HOST[:PORT]/v1/tables/NAME, the s
             '{"lee": [["http://user:s3cret@x/v1/tables/a/"]]}',
             f"EMBEDDING_SHARDS: table 'lee': 'http://user:***@x/v1/tables/a/' {NOT_A_TABLE}",
         ),
+        # a password may hold an apostrophe (a URL's user information may), which has the URL quoted in double quotes
+        (
+            '{"lee": [["http://user:it\'s@x/v1/tables/a/"]]}',
+            f"EMBEDDING_SHARDS: table 'lee': \"http://user:***@x/v1/tables/a/\" {NOT_A_TABLE}",
+        ),
         ('{"Lee": [[5]]}', "EMBEDDING_SHARDS.Lee.0.0=5: Input should be a valid string"),
         # nor in a value of the wrong shape, which the refusal quotes (a shard's URLs not in a list of their own)
         (

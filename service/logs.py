@@ -13,6 +13,8 @@ from urllib.parse import quote, unquote, unquote_plus
 
 import orjson
 
+from service.settings import without_passwords
+
 # The X-Request-ID of the request being handled, when it sent a valid one (service.http.request_id): every line
 # logged while it is handled names it.
 REQUEST_ID: ContextVar[str | None] = ContextVar("request_id", default=None)
@@ -96,6 +98,15 @@ def log_urls(keys: Iterable[str]) -> None:
             handler.addFilter(logged)
 
 
+class WithoutPasswords(logging.Filter):
+    """The URLs a library's line names as they were given, a replica's password written ``***``: httpx's line for
+    each request a sharded table's front sends its shards (at debug level)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.msg, record.args = without_passwords(record.getMessage()), None
+        return True
+
+
 PLAIN = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
 
@@ -160,6 +171,7 @@ def log_config(log_format: str = "plain", level: str = "info") -> dict[str, Any]
         "version": 1,
         "disable_existing_loggers": False,
         "formatters": {"default": formatter},
+        "filters": {"without_passwords": {"()": "service.logs.WithoutPasswords"}},
         "handlers": {"default": handler},
         "root": {"handlers": ["default"], "level": level},
         "loggers": {
@@ -167,7 +179,7 @@ def log_config(log_format: str = "plain", level: str = "info") -> dict[str, Any]
             "uvicorn.error": {"handlers": [], "level": level, "propagate": True},
             "uvicorn.access": {"handlers": [], "level": level, "propagate": True},
             "faiss.loader": {"level": "WARNING"},  # which SIMD build loaded is noise at info level
-            "httpx": {"level": per_request},
+            "httpx": {"level": per_request, "filters": ["without_passwords"]},
             "openTSNE": {"level": per_request},
         },
     }

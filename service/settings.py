@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal, get_args
 from urllib.parse import urlsplit
 
-from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
+from pydantic import Field, SecretStr, ValidationError, ValidatorFunctionWrapHandler, field_validator, model_validator
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticCustomError
 from pydantic_settings import BaseSettings, NoDecode, PydanticBaseSettingsSource, SettingsConfigDict
@@ -37,6 +37,7 @@ KEY_FILE_VARIABLES = frozenset(file_variable(name) for name in KEY_SETTINGS)
 MIN_CLIENT_SECONDS = 1  # the least a client is given for a request's head or body, an answer or its next request
 MAP_TSNE = {"perplexity": 30.0, "n_iter": 500, "seed": 42}  # the explorer's t-SNE map, recorded in its layout's params
 MAX_MAP_TSNE_ROWS = 100_000
+OUT_OF_RANGE = "out_of_range"  # a check's refusal saying what its setting takes, named with the value as pydantic's
 
 
 def _split_list(value: Any) -> Any:
@@ -339,7 +340,7 @@ class Settings(BaseSettings):
         try:
             return None if value is None else threads.parsed(value)
         except ValueError:
-            raise PydanticCustomError("threads", threads.RANGE) from None  # named with its value as any number is
+            raise PydanticCustomError(OUT_OF_RANGE, threads.RANGE) from None
 
     @field_validator("tables", "cors_origins", "write_keys", mode="before")
     @classmethod
@@ -404,19 +405,25 @@ class Settings(BaseSettings):
                 raise ValueError(exc.message) from None
         return list(dict.fromkeys(value))
 
-    @field_validator("map_tsne_rows")
+    @field_validator("map_tsne_rows", mode="wrap")
     @classmethod
-    def _tsne_rows_enough(cls, rows: int) -> int:
-        """Enough rows for the t-SNE map's perplexity: fewer failed every request for the map, not the start."""
-        if not rows:
+    def _tsne_rows(cls, value: Any, as_int: ValidatorFunctionWrapHandler) -> int:
+        """0, or enough rows for the t-SNE map's perplexity (fewer failed every request for the map, not the start)
+        up to MAX_MAP_TSNE_ROWS; any other value refused naming that one range, with its value."""
+        try:
+            rows: int = as_int(value)
+        except ValidationError:
+            rows = -1
+        if rows == 0:
             return rows
         from index.engine.door import tsne_least_rows  # the engine (numpy) only once t-SNE maps are on
 
         least = tsne_least_rows(MAP_TSNE["perplexity"])
-        if rows < least:
-            raise ValueError(
-                f"{rows} rows are too few for a t-SNE map (perplexity {MAP_TSNE['perplexity']:g} needs {least}): "
-                f"must be 0 (t-SNE maps off) or a whole number from {least} to {MAX_MAP_TSNE_ROWS}"
+        if not least <= rows <= MAX_MAP_TSNE_ROWS:
+            raise PydanticCustomError(
+                OUT_OF_RANGE,
+                f"must be a whole number from {least} (what a t-SNE map of perplexity {MAP_TSNE['perplexity']:g} "
+                f"needs) to {MAX_MAP_TSNE_ROWS}, or 0 (t-SNE maps off)",
             )
         return rows
 
@@ -540,13 +547,15 @@ def describe_error(exc: ValidationError, fields: Mapping[str, FieldInfo] = Setti
         variable = files.get(name) or f"EMBEDDING_{name.upper()}{field[len(name) :]}"  # a table's name as given
         if error["type"] != "value_error" and name not in KEY_SETTINGS:  # pydantic's words, without the value
             variable += f"={without_passwords(repr(error['input']))}"
-            message = (allowed(fields[name]) if name in fields else "") or message
+            if error["type"] != OUT_OF_RANGE:  # else the check's own words say what the setting takes
+                message = (allowed(fields[name]) if name in fields else "") or message
         parts.append(f"{variable}: {message}")
     return "invalid settings: " + "; ".join(parts)
 
 
 # A URL's user and password (``http://user:password@host``): up to the authority's last "@", as urlsplit splits it
-URL_PASSWORD = re.compile(r"(://[^/:@\s'\"]*):[^/\s'\"]*@")
+# (either may hold a quote, which a refusal's quotes around the URL must not cut short)
+URL_PASSWORD = re.compile(r"(://[^/:@\s]*):[^/\s]*@")
 
 
 def without_passwords(text: str) -> str:

@@ -271,8 +271,8 @@ def test_every_time_has_a_bound(clean_env: pytest.MonkeyPatch, tmp_path: Path, n
         (
             "EMBEDDING_MAP_TSNE_ROWS",
             "90",
-            "EMBEDDING_MAP_TSNE_ROWS: 90 rows are too few for a t-SNE map (perplexity 30 needs 91): must be 0 (t-SNE "
-            "maps off) or a whole number from 91 to 100000",
+            "EMBEDDING_MAP_TSNE_ROWS='90': must be a whole number from 91 (what a t-SNE map of perplexity 30 needs) "
+            "to 100000, or 0 (t-SNE maps off)",
         ),
         ("EMBEDDING_PARTIAL", "", "EMBEDDING_PARTIAL='': must be true or false"),
         (
@@ -336,13 +336,15 @@ def test_a_timeout_too_short_to_work_is_refused_at_the_start(
 
 def test_the_tsne_map_rows_are_checked_at_the_start(clean_env: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """EMBEDDING_MAP_TSNE_ROWS from 1 to 90 (fewer rows than a t-SNE map of perplexity 30 takes) is refused when the
-    server starts: it started, and refused every request for a t-SNE map. 0 (off) and 91 are taken."""
+    server starts: it started, and refused every request for a t-SNE map. 0 (off) and 91 are taken. Every value
+    refused names the one range taken: 'abc' was told "from 0 to 100000", and 50 then refused."""
     clean_env.setenv("EMBEDDING_DATA_DIR", str(tmp_path))
-    for rows in ("1", "90"):
+    taken = "must be a whole number from 91 (what a t-SNE map of perplexity 30 needs) to 100000, or 0 (t-SNE maps off)"
+    for rows in ("1", "90", "abc", "-1", "100001"):
         clean_env.setenv("EMBEDDING_MAP_TSNE_ROWS", rows)
         with pytest.raises(ValidationError) as info:
             Settings()
-        assert describe_error(info.value).startswith(f"invalid settings: EMBEDDING_MAP_TSNE_ROWS: {rows} rows are")
+        assert describe_error(info.value) == f"invalid settings: EMBEDDING_MAP_TSNE_ROWS={rows!r}: {taken}"
     for rows in ("0", "91", "100000"):
         clean_env.setenv("EMBEDDING_MAP_TSNE_ROWS", rows)
         assert Settings().map_tsne_rows == int(rows)

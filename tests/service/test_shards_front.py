@@ -18,12 +18,14 @@ took answers 503 ``shard_unavailable`` saying so.
 
 from __future__ import annotations
 
+import http.server
 import json
 import logging
 import os
 import re
 import signal
 import subprocess
+import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -806,6 +808,24 @@ def test_a_replicas_password_is_in_no_answer_nor_log_line(tmp_path: Path) -> Non
     assert "user:***@" in front.log() and "s3cret" not in front.log()
 
 
+def test_a_replicas_password_is_in_no_debug_log_line(tmp_path: Path) -> None:
+    """At EMBEDDING_LOG_LEVEL=debug the front logs each request it sends a shard (httpx's own line), which named a
+    replica's URL whole, password included. Here the replica is a server that answers 501 to anything."""
+    replica = http.server.ThreadingHTTPServer(("127.0.0.1", 0), http.server.BaseHTTPRequestHandler)
+    threading.Thread(target=replica.serve_forever, daemon=True).start()
+    url = f"http://user:s3cret@127.0.0.1:{replica.server_address[1]}/v1/tables/shard-000"
+    (tmp_path / "data").mkdir()
+    env = {"EMBEDDING_SHARDS": json.dumps({"lee": [[url]]}), "EMBEDDING_LOG_LEVEL": "debug"}
+    front = real_server.start(tmp_path / "data", tmp_path / "front.log", env=env)
+    try:
+        answer = HTTP.get(f"{front.base}/v1/tables/lee")
+    finally:
+        front.stop()
+        replica.shutdown()
+    assert answer.status_code == 503 and "s3cret" not in answer.text, answer.text
+    assert "HTTP Request: GET http://user:***@127.0.0.1" in front.log() and "s3cret" not in front.log()
+
+
 def test_one_server_serves_a_sharded_table_whole(servers: dict[str, Any], lee_docs: Lee) -> None:
     """``embedding-serve`` over a data directory holding the sharded table: its shards in one process, merged by
     ``index.engine.shards``, answer every form as the whole table does: the same hits, scores, ranks, text and
@@ -956,6 +976,11 @@ NOT_A_TABLE = "is not a table's URL: http(s)://HOST[:PORT]/v1/tables/NAME, the s
         (
             '{"lee": [["http://user:s3cret@x/v1/tables/a/"]]}',
             f"EMBEDDING_SHARDS: table 'lee': 'http://user:***@x/v1/tables/a/' {NOT_A_TABLE}",
+        ),
+        # a password may hold an apostrophe (a URL's user information may), which has the URL quoted in double quotes
+        (
+            '{"lee": [["http://user:it\'s@x/v1/tables/a/"]]}',
+            f"EMBEDDING_SHARDS: table 'lee': \"http://user:***@x/v1/tables/a/\" {NOT_A_TABLE}",
         ),
         ('{"Lee": [[5]]}', "EMBEDDING_SHARDS.Lee.0.0=5: Input should be a valid string"),
         # nor in a value of the wrong shape, which the refusal quotes (a shard's URLs not in a list of their own)

@@ -236,7 +236,9 @@ def _spaced(rows: Rows, i: int) -> str:
     read from inside it, and this token from inside those values (a file without the newline after each row, as
     gensim writes it, has no other sign of it). Read with the token before ending at a later space, this token is a
     word: the refusal names the token with the space. "" when no such reading is found."""
-    if i == 0:  # the row before is in an earlier chunk
+    # The row before is in an earlier chunk; or the file has the newline after each row, which a token with a space
+    # would have put inside this token (refused by ``_locate``), not before it
+    if i == 0 or rows.tokens[i].startswith(b"\n"):
         return ""
     token, start = rows.tokens[i], rows.starts[i - 1]
     values = rows.data[start : start + rows.width]

@@ -675,6 +675,24 @@ def test_non_utf8_token_in_binary(tmp_path: Path, data_dir: Path, glove_rows) ->
     assert table.tokens[7] == "caf\ufffd"
 
 
+def test_latin_1_tokens_in_binary_are_kept_with_unicode_errors_replace(tmp_path: Path, glove_raw: RawTable) -> None:
+    """Real tokens written in latin-1 by word2vec.c (a newline after each row), read with --unicode-errors replace:
+    each is kept with U+FFFD, as gensim keeps it. The GloVe package's values before 'çelebi' and 'søn' start with a
+    byte that reads as a word and a space, which were taken for a token with a space and the file refused."""
+    rows = [*range(118470, 118490), *range(242035, 242055)]
+    tokens = [glove_raw.tokens[i] for i in rows]
+    assert "çelebi" in tokens and "søn" in tokens
+    body = b"".join(
+        (t.encode("latin-1") if max(map(ord, t)) < 256 else t.encode()) + b" " + r.tobytes() + b"\n"
+        for t, r in zip(tokens, np.asarray(glove_raw.matrix[rows], dtype="<f4"), strict=True)
+    )
+    path = tmp_path / "latin1.bin"
+    path.write_bytes(f"{len(rows)} 50\n".encode() + body)
+    raw, _ = read_source(path, options=ReadOptions(unicode_errors="replace"))
+    assert "\ufffdelebi" in raw.tokens and "s\ufffdn" in raw.tokens
+    assert_same_as_gensim(path, raw, binary=True, unicode_errors="replace")
+
+
 def test_drop_invalid_skips_bad_rows_and_counts_them(tmp_path: Path, data_dir: Path, glove_rows) -> None:
     tokens, matrix = glove_rows
     lines = text_lines(tokens[:300], matrix[:300])

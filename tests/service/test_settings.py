@@ -802,6 +802,12 @@ def test_the_threads_setting_is_the_number_the_settings_read(clean_env: pytest.M
     assert started == [(2, "2")] * 4
 
 
+OMP_REFUSAL = (
+    "must be a whole number from 1 to 512, or OpenMP's comma-separated list of them whose first is a worker's "
+    "threads (or set EMBEDDING_THREADS)"
+)
+
+
 def test_omp_threads_past_the_bound_are_refused_in_one_line(
     clean_env: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -812,12 +818,63 @@ def test_omp_threads_past_the_bound_are_refused_in_one_line(
         clean_env.setenv(variable, "1")
     clean_env.setenv("OMP_NUM_THREADS", "1000")
     assert serve.main(["--data-dir", str(tmp_path), "--port", "0"]) == 2
+    assert errors(capsys) == [f"embedding-serve: OMP_NUM_THREADS='1000': {OMP_REFUSAL}"]
+    clean_env.setenv("EMBEDDING_THREADS", "0")  # which wins: its own refusal, not OMP_NUM_THREADS's
+    assert serve.main(["--data-dir", str(tmp_path), "--port", "0"]) == 2
     assert errors(capsys) == [
-        "embedding-serve: OMP_NUM_THREADS=1000: at most 512 threads per worker (or set EMBEDDING_THREADS)"
+        "embedding-serve: invalid settings: EMBEDDING_THREADS='0': must be a whole number from 1 to 512"
     ]
-    clean_env.setenv("EMBEDDING_THREADS", "2")  # which wins
+    clean_env.setenv("EMBEDDING_THREADS", "2")
     with pytest.raises(SystemExit, match="3"):
         serve.main(["--data-dir", str(tmp_path), "--port", "0"])
+
+
+# OMP_NUM_THREADS as given: libgomp's reading of each (spaces around a number, a list's first number) or its refusal
+OMP_VALUES = (" 4", "4,2", "4 , 2", "\t3\n", "+3", "4, +2", "2,1,1", "", " ", "0", "-1", "abc", "4,", "4,,2", "4,0")
+
+
+def test_omp_threads_are_read_as_libgomp_reads_them(
+    clean_env: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """OMP_NUM_THREADS=" 4" or "4,2" (OpenMP's list, one number per nesting level) gave a worker 1 thread without a
+    word. Each value is read as FAISS's own OpenMP runtime reads it, in a process of its own: the same number of
+    threads, or a refusal in one line where the runtime calls the value invalid (and would run on every core)."""
+    for value in OMP_VALUES:
+        done = subprocess.run(
+            [sys.executable, "-c", "import faiss; print(faiss.omp_get_max_threads())"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+            env={**os.environ, "OMP_NUM_THREADS": value},
+        )
+        if "Invalid value for environment variable OMP_NUM_THREADS" in done.stderr:
+            with pytest.raises(ValueError) as info:
+                serve.omp_threads(value)
+            assert str(info.value) == f"OMP_NUM_THREADS={value!r}: {OMP_REFUSAL}"
+        else:
+            assert serve.omp_threads(value) == int(done.stdout), repr(value)
+    assert [serve.omp_threads(value) for value in (" 4", "4,2", "\t3\n")] == [4, 4, 3]  # the runtime took them
+
+    started: list[tuple[int | None, str]] = []
+
+    def stop(settings: Settings) -> None:  # what follows the threads' setting
+        started.append((settings.threads, os.environ["OMP_NUM_THREADS"]))
+        sys.exit(3)
+
+    clean_env.setattr(serve, "start_deferred_builds", stop)
+    for variable in serve.THREAD_VARIABLES:  # main sets them: undone after the test
+        clean_env.setenv(variable, "1")
+    for value in (" 3", "4,2"):
+        clean_env.delenv("EMBEDDING_THREADS", raising=False)  # main writes it
+        clean_env.setenv("OMP_NUM_THREADS", value)
+        with pytest.raises(SystemExit, match="3"):
+            serve.main(["--data-dir", str(tmp_path), "--port", "0"])
+    assert started == [(3, "3"), (4, "4")]
+    clean_env.delenv("EMBEDDING_THREADS")
+    clean_env.setenv("OMP_NUM_THREADS", "4,")
+    assert serve.main(["--data-dir", str(tmp_path), "--port", "0"]) == 2
+    assert errors(capsys) == [f"embedding-serve: OMP_NUM_THREADS='4,': {OMP_REFUSAL}"]
 
 
 def test_blas_starts_with_the_threads_setting_when_tables_are_named(tmp_path: Path) -> None:

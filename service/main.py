@@ -103,12 +103,13 @@ def parser() -> Parser:
     return p
 
 
-def settings_problem(read: Callable[[], object]) -> str:
-    """What is wrong with the settings ``read()`` reads, in one line naming each variable; "" when nothing."""
+def settings_problem(read: Callable[[], object], options: Mapping[str, str] | None = None) -> str:
+    """What is wrong with the settings ``read()`` reads, in one line naming each variable (or the option that gave
+    it: ``options``, setting -> option); "" when nothing."""
     try:
         read()
     except ValidationError as exc:
-        return describe_error(exc)
+        return describe_error(exc, options=options)
     except ValueError as exc:
         return f"invalid settings: {exc}"
     return ""
@@ -328,9 +329,12 @@ def _main(argv: list[str] | None) -> int:
         "EMBEDDING_LOG_LEVEL": args.log_level,
         "EMBEDDING_LOG_FORMAT": args.log_format,
     }
+    given_by = {}  # setting -> the option that gave it, which a refusal names: the user typed it, not the variable
     for variable, value in overrides.items():
         if value is not None:
             os.environ[variable] = str(value)
+            name = variable.removeprefix("EMBEDDING_").lower()
+            given_by[name] = f"--{name.replace('_', '-')}"
     for line in unknown_variables(os.environ):  # before a refusal: a misspelt variable may be why
         say(line, log_format, logging.WARNING)
     # Before numpy loads (the check of EMBEDDING_TABLES loads it; FAISS the factory), so that BLAS and OpenMP start
@@ -341,7 +345,7 @@ def _main(argv: list[str] | None) -> int:
         per_worker, omp_problem = 1, str(exc)
     for variable in THREAD_VARIABLES:
         os.environ[variable] = str(per_worker)
-    problem = settings_problem(Settings) or omp_problem
+    problem = settings_problem(Settings, given_by) or omp_problem
     if problem:
         say(problem, log_format)
         return 2

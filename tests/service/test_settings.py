@@ -383,8 +383,7 @@ def test_embedding_serve_exits_non_zero_on_bad_settings(
     clean_env: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     assert serve.main(["--data-dir", "/no/such/dir"]) == 2
-    refused = errors(capsys)
-    assert len(refused) == 1 and "EMBEDDING_DATA_DIR" in refused[0] and "/no/such/dir" in refused[0]
+    assert errors(capsys) == ["embedding-serve: invalid settings: --data-dir: /no/such/dir is not a directory"]
     assert serve.main(["--workers", "0"]) == 2
     capsys.readouterr()
     assert serve.main(["--port", "84246"]) == 2  # past 65535: refused, not wrapped round to another port
@@ -395,10 +394,10 @@ def test_embedding_serve_exits_non_zero_on_bad_settings(
         assert "EMBEDDING_THREADS" in capsys.readouterr().err
     clean_env.delenv("EMBEDDING_THREADS")
     assert serve.main(["--data-dir", "/tmp", "--threads", "0"]) == 2
-    assert "EMBEDDING_THREADS" in capsys.readouterr().err
+    assert "--threads='0'" in capsys.readouterr().err
     clean_env.delenv("EMBEDDING_THREADS")  # the option is passed on as the variable
     assert serve.main(["--data-dir", ""]) == 2  # not the working directory
-    assert "EMBEDDING_DATA_DIR: is empty" in capsys.readouterr().err
+    assert "--data-dir: is empty" in capsys.readouterr().err
 
 
 def test_an_empty_host_is_refused_not_every_interface(
@@ -716,6 +715,35 @@ def test_the_documented_refusals_print_what_the_docs_show(tmp_path: Path) -> Non
         )
         real = (done.stdout + done.stderr).replace(f"{secrets}/", "/run/secrets/").splitlines()
         assert (done.returncode, real) == (2, shown), (page, command)
+
+
+def test_a_refusal_names_the_option_that_gave_the_setting(
+    clean_env: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--data-dir ""`` was refused as "EMBEDDING_DATA_DIR: is empty", a variable the user had not set: a setting
+    an option gave is named by that option, one the environment gave by its variable, both in one line."""
+    for variable in serve.THREAD_VARIABLES:  # main sets them: undone after the test
+        clean_env.setenv(variable, "1")
+    clean_env.setenv("EMBEDDING_DATA_DIR", "")
+    assert serve.main(["--data-dir", "", "--port", "0"]) == 2
+    assert errors(capsys) == [
+        "embedding-serve: invalid settings: --data-dir: is empty: name a directory (the default is ./data)"
+    ]
+    clean_env.setenv("EMBEDDING_DATA_DIR", "")  # main wrote the option's value there: the environment's again
+    assert serve.main(["--port", "0"]) == 2
+    assert errors(capsys) == [
+        "embedding-serve: invalid settings: EMBEDDING_DATA_DIR: is empty: name a directory (the default is ./data)"
+    ]
+    clean_env.setenv("EMBEDDING_DATA_DIR", str(tmp_path))
+    clean_env.setenv("EMBEDDING_MAX_K", "0")
+    for written in ("EMBEDDING_TABLES", "EMBEDDING_THREADS"):  # main writes the options there: undone after the test
+        clean_env.setenv(written, "")
+    assert serve.main(["--threads", "0", "--tables", " , ", "--port", "0"]) == 2
+    assert errors(capsys) == [
+        "embedding-serve: invalid settings: --tables: give at least one table name, or leave it unset to load every "
+        "table; EMBEDDING_MAX_K='0': must be a whole number from 1 to 100000; --threads='0': must be a whole number "
+        "from 1 to 512"
+    ]
 
 
 def test_threads_per_worker(clean_env: pytest.MonkeyPatch) -> None:

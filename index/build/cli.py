@@ -715,7 +715,7 @@ def index_(
             "--min-recall",
             min=0.0,
             max=1.0,
-            help="Refuse the index below this recall@10 (default: the deferring build's, else 0.95).",
+            help="Refuse the index below this recall@10 (default: the table's recorded one, else 0.95).",
         ),
     ] = None,
     budget: Annotated[
@@ -723,7 +723,7 @@ def index_(
         typer.Option(
             "--build-budget",
             min=1,
-            help=f"Seconds auto may spend (default: the deferring build's, else {AUTO_BUDGET_SECONDS:g}).",
+            help=f"Seconds auto may spend (default: the table's recorded ones, else {AUTO_BUDGET_SECONDS:g}).",
         ),
     ] = None,
     quiet: Quiet = False,

@@ -509,10 +509,19 @@ def _checked(path: Path, writable: bool) -> tuple[int, int]:
 
 
 def _recovered_end(fd: int, path: Path, cut: bool) -> int:
-    """Where the last good record of the log open (and locked) as ``fd`` ends, its frames checked without their
-    payloads: a torn or corrupt tail is cut there (with ``cut``; else left, not read), with a warning naming the
-    bytes lost and the last good record; :class:`LogCorrupt` for a damaged record with good ones after it."""
-    last, end = "no record", 0
+    """Where the last good record of the log open (and locked) as ``fd`` ends (:func:`_recovered_frames`)."""
+    end = 0
+    for records in _recovered_frames(fd, path, cut):
+        end = records[-1].end if records else end
+    return end
+
+
+def _recovered_frames(fd: int, path: Path, cut: bool) -> Iterator[list[Record]]:
+    """The good records of the log open (and locked) as ``fd``, a piece at a time, their frames checked without
+    their payloads: a torn or corrupt tail is cut after the last (with ``cut``; else left, not read), with a warning
+    naming the bytes lost and the last good record; :class:`LogCorrupt` for a damaged record with good ones after
+    it. What a load's check and a compaction's cut (:func:`cut`) both do."""
+    last = "no record"
     for records, end, problem in _scan_file(fd, None, body=False):
         last = f"sequence number {records[-1].seq}" if records else last
         if problem is not None:
@@ -522,7 +531,7 @@ def _recovered_end(fd: int, path: Path, cut: bool) -> int:
             if cut:
                 os.ftruncate(fd, end)
                 os.fsync(fd)
-    return end
+        yield records
 
 
 def check_writable(path: Path) -> None:
@@ -718,13 +727,10 @@ def cut(path: Path, covered: int) -> int:
         total, kept, end = 0, 0, 0  # the records read, those after ``covered``, the end of the last
         first: int | None = None  # where the first to keep starts
         # The frames alone, no payload parsed (the writes waiting for the lock wait for that, as for a load's check);
-        # damage with good records after it: LogCorrupt
-        for records, end, problem in _scan_file(fd, None, body=False):
-            if problem is not None:  # a torn tail (a writer killed in a record since the compaction read the log)
-                size = os.fstat(fd).st_size
-                log.warning("write log %s: cut %d bytes at byte %d (%s)", path, size - end, end, problem)
-                os.ftruncate(fd, end)
-                os.fsync(fd)
+        # a torn tail (a writer killed in a record since the compaction read the log) cut as a load cuts it; damage
+        # with good records after it: LogCorrupt
+        for records in _recovered_frames(fd, path, cut=True):
+            end = records[-1].end if records else end
             total += len(records)
             kept += sum(r.seq > covered for r in records)
             if first is None:

@@ -74,6 +74,11 @@ class LogWriteFailed(ArtifactError):
     """A record could not be written (a full disk, a file size limit): nothing of it is left in the log."""
 
 
+class LogReplaced(ArtifactError):
+    """The log file :func:`read_pieces` read was emptied under it, its records not all read: a compaction's cut
+    replaced it, then a second cut or a write on a full disk (:func:`empty_replaced`) emptied it."""
+
+
 @dataclass(frozen=True)
 class Record:
     seq: int
@@ -482,19 +487,26 @@ def recover_pieces(path: Path) -> Generator[list[Record]]:
         if exc.errno not in (errno.EROFS, errno.EACCES, errno.EPERM):  # EPERM: an immutable log
             raise
         end, reader = _checked(path, writable=False)  # a replica on a read-only mount: it reads, the writer cuts
-    yield from _checked_pieces(path, end, reader)
+    yield from _checked_pieces(path, end, reader, emptied_ends=True)
 
 
-def _checked_pieces(path: Path, end: int, reader: int) -> Generator[list[Record]]:
+def _checked_pieces(path: Path, end: int, reader: int, emptied_ends: bool) -> Generator[list[Record]]:
     """The records of the log at ``path`` up to ``end``, its frames checked (:func:`_checked`), read from ``reader``
-    without the lock, a piece at a time; ``reader`` is closed after."""
+    without the lock, a piece at a time; ``reader`` is closed after. A file emptied under it (a second cut) ends
+    the reading (``emptied_ends``: a load, which tells by the log's inode) or raises :class:`LogReplaced`."""
     try:
-        for records, at, problem in _scan_file(reader, log_owner(path), end):
+        reached = 0
+        for records, reached, problem in _scan_file(reader, log_owner(path), end):
             # the checked frames changed under it; a short read of a file emptied under it (a second cut) just ends
             if problem is not None and os.fstat(reader).st_size >= end:
-                raise LogCorrupt(f"record at byte {at} is damaged: {problem}")
+                raise LogCorrupt(f"record at byte {reached} is damaged: {problem}")
             if records:
                 yield records
+        if reached < end and not emptied_ends:
+            raise LogReplaced(
+                f"write log {path.name} was emptied while it was read (at byte {reached} of {end}): compactions "
+                "replaced it meanwhile"
+            )
     finally:
         os.close(reader)
 
@@ -549,10 +561,13 @@ def read_pieces(path: Path) -> Generator[list[Record]]:
     """The good records of the log at ``path`` (none if there is none), a piece of the log at a time, read only, as
     a replica on a read-only mount reads them in :func:`recover_pieces`: the frames checked under a shared lock, the
     records parsed without it; a torn tail is left for its writer to cut (with a warning); :class:`LogCorrupt` for a
-    damaged record in the middle."""
+    damaged record in the middle. One cut meanwhile leaves the file read whole (kept as the replaced file); a second
+    one, or a write on a full disk, empties it, which raises :class:`LogReplaced` rather than end early: ``verify``
+    then checks the newest version again; an import's checks, under the publish lock, which no second cut passes
+    (a cut follows its compaction's publish), refuse the import then, nothing replaced."""
     if not path.is_file():
         return
-    yield from _checked_pieces(path, *_checked(path, writable=False))
+    yield from _checked_pieces(path, *_checked(path, writable=False), emptied_ends=False)
 
 
 def read_new(path: Path, start: int, previous: int, inode: int | None) -> tuple[list[Record], int, int]:

@@ -550,7 +550,8 @@ def describe_error(
         field = ".".join(str(p) for p in error["loc"])
         name = field.split(".")[0]
         message = error["msg"].removeprefix("Value error, ")
-        variable = (options or {}).get(name) or files.get(name) or f"EMBEDDING_{name.upper()}{field[len(name) :]}"
+        variable = f"EMBEDDING_{name.upper()}{field[len(name) :]}"  # a table's name as given
+        variable = (options or {}).get(name) or files.get(name) or variable
         if error["type"] != "value_error" and name not in KEY_SETTINGS:  # pydantic's words, without the value
             variable += f"={without_passwords(repr(error['input']))}"
             if error["type"] != OUT_OF_RANGE:  # else the check's own words say what the setting takes

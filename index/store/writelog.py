@@ -497,7 +497,7 @@ def _checked_pieces(path: Path, end: int, reader: int, emptied_ends: bool) -> Ge
     try:
         reached = 0
         for records, reached, problem in _scan_file(reader, log_owner(path), end):
-            # the checked frames changed under it; a short read of a file emptied under it (a second cut) just ends
+            # the checked frames changed under it; a short read of a file emptied under it (a second cut) ends here
             if problem is not None and os.fstat(reader).st_size >= end:
                 raise LogCorrupt(f"record at byte {reached} is damaged: {problem}")
             if records:

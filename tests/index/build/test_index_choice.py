@@ -341,6 +341,8 @@ def test_index_keeps_the_recorded_options_it_is_not_given(tmp_path: Path) -> Non
     assert done.code == 0, done.err
     build = Table.load(tmp_path / "t").manifest["build"]
     assert build == {"index": "auto", "min_recall": 0.6, "seed": 7, "budget_seconds": 30}
+    build = index_table(tmp_path, "t", index_spec=spec, seed=3)["build"]  # the command takes no --seed: its function
+    assert build == {"index": spec, "min_recall": 0.6, "seed": 3, "budget_seconds": 30}
 
 
 def test_a_failed_index_build_leaves_the_table_as_it_was(tmp_path: Path) -> None:
